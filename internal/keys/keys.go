@@ -1,0 +1,172 @@
+// Package keys names every Redis key, job-hash field and stream-entry field Conveyor uses.
+//
+// # Hash tags
+//
+// Every per-queue key carries the queue name as a Redis Cluster hash tag, `{q}`, so all of a
+// queue's keys live in one slot and a Lua script can touch any of them atomically, while
+// different queues spread over the cluster's shards. The only global key, the set of known
+// queue names, is never touched by a script.
+//
+// # Memory
+//
+// Job hashes stay small on purpose: a queued job's hash holds only short fields so Redis keeps
+// it in the compact listpack encoding (every value at most hash-max-listpack-value, 64 bytes).
+// The payload and metadata live in exactly one place: in the stream entry while the job is in
+// the stream, in the hash otherwise (scheduled, finished, dead). The job id and queue are not
+// stored as fields because the key already names them.
+package keys
+
+import (
+	"errors"
+	"fmt"
+)
+
+// DefaultPrefix is the key prefix used when none is configured.
+const DefaultPrefix = "conveyor"
+
+// Group is the consumer group every worker reads a queue's stream in.
+const Group = "conveyor"
+
+// MaxNameLen bounds queue names, job ids and unique keys, so keys stay short and printable.
+const MaxNameLen = 128
+
+// Job-hash field names.
+const (
+	FieldType        = "type"
+	FieldStatus      = "status"
+	FieldAttempt     = "attempt"     // executions started so far
+	FieldMaxRetries  = "max_retries" // retries after the first attempt
+	FieldTimeout     = "timeout_ms"  // per-attempt timeout; absent means none
+	FieldCreatedAt   = "created_at"  // unix ms
+	FieldRunAt       = "run_at"      // unix ms the job is (or was) due
+	FieldEnqueuedAt  = "enqueued_at" // unix ms it last entered the stream
+	FieldStartedAt   = "started_at"  // unix ms its last attempt started
+	FieldCompletedAt = "completed_at"
+	FieldWorker      = "worker" // consumer name of the worker that ran it last
+	FieldEntry       = "entry"  // id of the stream entry that carries it now: the fencing token
+	FieldLastError   = "last_error"
+	FieldResult      = "result"
+	FieldVersion     = "version" // bumped on every transition
+	FieldPayload     = "payload" // only while the job is outside the stream
+	FieldMetadata    = "metadata"
+	FieldUnique      = "unique"       // the unique key's full name, when the job has one
+	FieldRetention   = "retention_ms" // per-job retention; absent means the queue's default
+)
+
+// Stream-entry field names. The first three are watermill-redisstream's layout, so the stock
+// Watermill subscriber can read a Conveyor stream; the rest are Conveyor's, beside them.
+// Every entry carries the same fields in the same order, which lets Redis store the field
+// names once per listpack node instead of once per entry.
+const (
+	EntryUUID       = "_watermill_message_uuid" // the job id
+	EntryPayload    = "payload"
+	EntryMetadata   = "metadata" // msgpack map of strings, or empty
+	EntryType       = "type"
+	EntryAttempt    = "attempt" // the number of the attempt this entry starts (1-based)
+	EntryMaxRetries = "max_retries"
+	EntryTimeout    = "timeout_ms"
+)
+
+// Counter fields of a queue's stats hash.
+const (
+	StatEnqueued       = "enqueued"
+	StatCompleted      = "completed"
+	StatFailed         = "failed"  // jobs that went to the dead set, for any reason
+	StatRetried        = "retried" // failed attempts that were scheduled again
+	StatRecovered      = "recovered"
+	StatDeadByRecovery = "dead_by_recovery"
+	StatRefused        = "refused" // stale transitions refused by fencing
+	StatCanceled       = "canceled"
+	StatReleased       = "released" // put back by a worker shutting down
+	StatPoison         = "poison"   // unreadable stream entries sent to the dead set
+)
+
+// Queue names the keys of one queue.
+type Queue struct {
+	name string
+	base string // prefix:{name}:
+}
+
+// New returns the keys of queue under prefix. It does not validate; see ValidateQueue.
+func New(prefix, queue string) Queue {
+	return Queue{name: queue, base: prefix + ":{" + queue + "}:"}
+}
+
+// Name is the queue's name.
+func (q Queue) Name() string { return q.name }
+
+// Stream is the stream of jobs ready to run.
+func (q Queue) Stream() string { return q.base + "stream" }
+
+// Scheduled is the sorted set of job ids waiting for a time, scored by due time in unix ms.
+func (q Queue) Scheduled() string { return q.base + "scheduled" }
+
+// JobPrefix is the prefix of job hash keys; scripts that find job ids inside Redis (in the
+// scheduled set or a stream entry) build keys from it. It shares the queue's hash tag.
+func (q Queue) JobPrefix() string { return q.base + "job:" }
+
+// Job is the hash holding job id's state.
+func (q Queue) Job(id string) string { return q.base + "job:" + id }
+
+// Dead is the sorted set of ids of jobs that failed for good, scored by time of death.
+func (q Queue) Dead() string { return q.base + "dead" }
+
+// RecoveryLock is the key of the lock that lets one recoverer at a time scan the queue.
+func (q Queue) RecoveryLock() string { return q.base + "lock:recovery" }
+
+// Stats is the hash of the queue's counters.
+func (q Queue) Stats() string { return q.base + "stats" }
+
+// UniquePrefix is the prefix of the queue's de-duplication keys.
+func (q Queue) UniquePrefix() string { return q.base + "unique:" }
+
+// Unique is the de-duplication key for a caller's unique key.
+func (q Queue) Unique(key string) string { return q.base + "unique:" + key }
+
+// Wake is the Pub/Sub channel on which scripts announce a new earliest due time, so delayed
+// schedulers sleeping until a later time wake early. It is a channel, not a key.
+func (q Queue) Wake() string { return q.base + "wake" }
+
+// Queues is the set of known queue names under prefix.
+func Queues(prefix string) string { return prefix + ":queues" }
+
+// ValidateQueue reports whether name can be a queue name: 1 to MaxNameLen characters from
+// [A-Za-z0-9._-]. Braces would break the hash tag, ':' the key layout and '#' is kept for
+// partitions.
+func ValidateQueue(name string) error {
+	if err := validName(name, false); err != nil {
+		return fmt.Errorf("invalid queue name %q: %w", name, err)
+	}
+	return nil
+}
+
+// ValidateID reports whether id can be a job id: 1 to MaxNameLen characters from
+// [A-Za-z0-9._:-] (so UUIDs, ULIDs and ids such as "order:42" fit).
+func ValidateID(id string) error {
+	if err := validName(id, true); err != nil {
+		return fmt.Errorf("invalid job id %q: %w", id, err)
+	}
+	return nil
+}
+
+// ValidID is ValidateID as a predicate, for hot paths that only need the answer.
+func ValidID(id string) bool { return validName(id, true) == nil }
+
+func validName(s string, colon bool) error {
+	if s == "" {
+		return errors.New("empty")
+	}
+	if len(s) > MaxNameLen {
+		return fmt.Errorf("longer than %d bytes", MaxNameLen)
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9', c == '.', c == '_', c == '-':
+		case c == ':' && colon:
+		default:
+			return fmt.Errorf("character %q not allowed", c)
+		}
+	}
+	return nil
+}

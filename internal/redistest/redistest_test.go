@@ -1,0 +1,243 @@
+package redistest_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/conveyorq/conveyor/internal/redistest"
+)
+
+func TestMain(m *testing.M) { redistest.Main(m) }
+
+func ping(addr string) error {
+	c := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, DialTimeout: time.Second})
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	return c.Ping(ctx).Err()
+}
+
+func TestStartStop(t *testing.T) {
+	t.Parallel()
+	s := redistest.Start(t)
+	if s.Port == 6379 || s.Addr != fmt.Sprintf("127.0.0.1:%d", s.Port) {
+		t.Fatalf("bad address %q (port %d)", s.Addr, s.Port)
+	}
+	if want := "redis://" + s.Addr + "/0"; s.URL() != want {
+		t.Fatalf("URL = %q, want %q", s.URL(), want)
+	}
+	if s.PID() <= 0 {
+		t.Fatalf("PID = %d", s.PID())
+	}
+	ctx := context.Background()
+	c := s.Client(t)
+	if err := c.Ping(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := c.ConfigGet(ctx, "*").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg["save"] != "" || cfg["appendonly"] != "no" || cfg["dir"] == "" {
+		t.Fatalf("save=%q appendonly=%q dir=%q", cfg["save"], cfg["appendonly"], cfg["dir"])
+	}
+	if _, err := os.Stat(s.Dir); err != nil {
+		t.Fatal(err)
+	}
+
+	if err := s.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	if err := ping(s.Addr); err == nil {
+		t.Fatal("PING succeeded after Stop")
+	}
+	if _, err := os.Stat(s.Dir); !os.IsNotExist(err) {
+		t.Fatalf("dir %s still exists: %v", s.Dir, err)
+	}
+	if s.PID() != 0 {
+		t.Fatalf("PID after Stop = %d", s.PID())
+	}
+	if err := s.Stop(); err != nil { // idempotent
+		t.Fatal(err)
+	}
+}
+
+func TestWithArgs(t *testing.T) {
+	t.Parallel()
+	s := redistest.Start(t, redistest.WithArgs("--maxmemory", "10mb", "--maxmemory-policy", "noeviction"))
+	cfg, err := s.Client(t).ConfigGet(context.Background(), "maxmemory*").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg["maxmemory"] != "10485760" || cfg["maxmemory-policy"] != "noeviction" {
+		t.Fatalf("config = %v", cfg)
+	}
+}
+
+func TestKillRestart(t *testing.T) {
+	t.Parallel()
+	s := redistest.Start(t)
+	ctx := context.Background()
+	c := s.Client(t)
+	if err := c.Set(ctx, "k", "v", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	port, pid := s.Port, s.PID()
+
+	if err := s.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Kill(); err != nil { // idempotent
+		t.Fatal(err)
+	}
+	if err := ping(s.Addr); err == nil {
+		t.Fatal("PING succeeded after Kill")
+	}
+	if err := c.Get(ctx, "k").Err(); err == nil {
+		t.Fatal("GET succeeded after Kill")
+	}
+
+	if err := s.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	if s.Port != port || s.PID() == pid || s.PID() == 0 {
+		t.Fatalf("after Restart port %d (was %d), pid %d (was %d)", s.Port, port, s.PID(), pid)
+	}
+	if err := c.Ping(ctx).Err(); err != nil { // the old client reconnects
+		t.Fatal(err)
+	}
+	if err := c.Get(ctx, "k").Err(); err != redis.Nil {
+		t.Fatalf("GET k after Restart: %v, want redis.Nil (no persistence)", err)
+	}
+
+	// Restart also works after Stop (which removed the dir) and while running.
+	if err := s.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Ping(ctx).Err(); err != nil || s.Port != port {
+		t.Fatalf("PING after Stop+Restart: %v (port %d, was %d)", err, s.Port, port)
+	}
+}
+
+func TestParallelStarts(t *testing.T) {
+	t.Parallel()
+	var mu sync.Mutex
+	ports := map[int]bool{}
+	for i := range 4 {
+		t.Run(fmt.Sprint(i), func(t *testing.T) {
+			t.Parallel()
+			s := redistest.Start(t)
+			if err := s.Client(t).Ping(context.Background()).Err(); err != nil {
+				t.Fatal(err)
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if ports[s.Port] {
+				t.Errorf("port %d used twice", s.Port)
+			}
+			ports[s.Port] = true
+		})
+	}
+}
+
+func TestShared(t *testing.T) {
+	t.Parallel()
+	s := redistest.Shared(t)
+	if s2 := redistest.Shared(t); s2 != s {
+		t.Fatal("Shared returned two servers")
+	}
+	ctx := context.Background()
+	c := redistest.Client(t)
+	key := redistest.UniqueName(t) + ":k"
+	if err := c.Set(ctx, key, "v", time.Minute).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := s.Client(t).Get(ctx, key).Result(); err != nil || got != "v" {
+		t.Fatalf("GET %s = %q, %v", key, got, err)
+	}
+	t.Run("sub", func(t *testing.T) {
+		if redistest.Shared(t) != s {
+			t.Fatal("subtest got another shared server")
+		}
+	})
+}
+
+func TestUniqueName(t *testing.T) {
+	t.Parallel()
+	valid := regexp.MustCompile(`^[a-z0-9_-]{1,40}$`)
+	seen := map[string]bool{}
+	check := func(t *testing.T) {
+		for range 500 {
+			n := redistest.UniqueName(t)
+			if !valid.MatchString(n) {
+				t.Fatalf("invalid name %q", n)
+			}
+			if seen[n] {
+				t.Fatalf("duplicate name %q", n)
+			}
+			seen[n] = true
+		}
+	}
+	check(t)
+	t.Run("Weird name: Ünïcode/, spaces & a very long suffix that goes on and on and on", check)
+	if n := redistest.UniqueName(t); !strings.HasPrefix(n, "testuniquename-") {
+		t.Fatalf("name %q does not start with the test name", n)
+	}
+}
+
+func TestCluster(t *testing.T) {
+	t.Parallel()
+	cl := redistest.StartCluster(t)
+	if len(cl.Addrs) != 3 || len(cl.Servers) != 3 {
+		t.Fatalf("cluster has %d addrs, %d servers", len(cl.Addrs), len(cl.Servers))
+	}
+	ctx := context.Background()
+	c := cl.Client(t)
+	prefix := redistest.UniqueName(t)
+	masters := map[string]bool{}
+	slots := map[int64]bool{}
+	for _, tag := range []string{"a", "b", "c"} {
+		key := "{" + prefix + "-" + tag + "}:k"
+		if err := c.Set(ctx, key, tag, time.Minute).Err(); err != nil {
+			t.Fatal(err)
+		}
+		if got, err := c.Get(ctx, key).Result(); err != nil || got != tag {
+			t.Fatalf("GET %s = %q, %v", key, got, err)
+		}
+		slot, err := c.ClusterKeySlot(ctx, key).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		slots[slot] = true
+		node, err := c.MasterForKey(ctx, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		masters[node.Options().Addr] = true
+	}
+	if len(slots) < 2 || len(masters) < 2 {
+		t.Fatalf("keys landed on slots %v, masters %v; want at least 2 masters", slots, masters)
+	}
+	if err := cl.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range cl.Servers {
+		if err := ping(s.Addr); err == nil {
+			t.Fatalf("%s still answers after Stop", s.Addr)
+		}
+	}
+}

@@ -1,0 +1,102 @@
+-- lib.lua: Lua shared by every Conveyor script. internal/script joins it in front of each
+-- script's own source when the script is created, so each script is self-contained on the
+-- server (EVALSHA of the joined text). Field names mirror internal/keys; keep them in step.
+--
+-- Two kinds of key are built inside scripts instead of being passed in KEYS: job hashes found
+-- through an id that only Redis knows (an id in the scheduled set, or in a stream entry) and a
+-- job's unique key (named in its hash). Both carry the queue's hash tag, so they live in the
+-- same cluster slot as the keys that were passed in.
+
+-- The fields of stream entry `id` as a table, or nil when the entry is gone.
+local function cv_entry(stream, id)
+  local r = redis.call('XRANGE', stream, id, id)
+  if #r == 0 then return nil end
+  local f, t = r[1][2], {}
+  for i = 1, #f, 2 do t[f[i]] = f[i + 1] end
+  return t
+end
+
+-- Appends the stream entry that carries job `id` and returns the entry's id. Every entry has the
+-- same fields in the same order (Redis then stores the names once per listpack node).
+local function cv_xadd(stream, id, payload, metadata, typ, attempt, max_retries, timeout_ms)
+  return redis.call('XADD', stream, '*',
+    '_watermill_message_uuid', id, 'payload', payload or '', 'metadata', metadata or '',
+    'type', typ or '', 'attempt', attempt, 'max_retries', max_retries or 0,
+    'timeout_ms', timeout_ms or 0)
+end
+
+-- Acknowledges and deletes the entries listed in ids (a Lua array), in one call each.
+local function cv_drop(stream, group, ids)
+  if #ids > 0 then
+    redis.call('XACK', stream, group, unpack(ids))
+    redis.call('XDEL', stream, unpack(ids))
+  end
+end
+
+-- After `id` was added to the scheduled set with score `due`: when it is now the earliest, tell
+-- sleeping schedulers on the wake channel so they wake early.
+local function cv_wake_if_first(scheduled, channel, id, due)
+  local first = redis.call('ZRANGE', scheduled, 0, 0)
+  if first[1] == id then redis.call('PUBLISH', channel, due) end
+end
+
+-- Copies payload and metadata from a stream entry's fields into the job hash, for a job that
+-- is leaving the stream but keeps its record.
+local function cv_keep_payload(jobkey, f)
+  if f then
+    redis.call('HSET', jobkey, 'payload', f['payload'] or '', 'metadata', f['metadata'] or '')
+  end
+end
+
+-- Frees the job's unique key when the job still holds it.
+local function cv_release_unique(jobkey, id)
+  local u = redis.call('HGET', jobkey, 'unique')
+  if u and redis.call('GET', u) == id then redis.call('DEL', u) end
+end
+
+-- Marks a job failed for good and adds it to the dead set. Dead jobs keep their hash (no TTL)
+-- until they are replayed or purged.
+local function cv_to_dead(jobkey, dead, id, now, err)
+  redis.call('HSET', jobkey, 'status', 'failed', 'last_error', err, 'completed_at', now)
+  redis.call('HDEL', jobkey, 'entry')
+  redis.call('HINCRBY', jobkey, 'version', 1)
+  redis.call('ZADD', dead, now, id)
+  cv_release_unique(jobkey, id)
+end
+
+-- Records an unreadable stream entry as a dead job so nothing is lost silently: a new hash with
+-- the raw entry as payload. The caller acknowledges and deletes the entry.
+local function cv_poison_record(jobkey, dead, id, entry, typ, reason, raw, now)
+  redis.call('HSET', jobkey, 'type', typ or '', 'status', 'failed', 'attempt', 0,
+    'max_retries', 0, 'created_at', now, 'run_at', now, 'completed_at', now,
+    'payload', raw or '', 'metadata', '', 'last_error', reason, 'version', 1)
+  redis.call('ZADD', dead, now, id)
+end
+
+-- A job id as the client accepts it (internal/keys.ValidateID).
+local function cv_valid_id(id)
+  return id ~= nil and id ~= false and #id > 0 and #id <= 128 and
+    string.match(id, '^[%w%._:%-]+$') ~= nil
+end
+
+-- The hash field `f` as a number, or d when absent.
+local function cv_num(v, d)
+  local n = tonumber(v)
+  if n == nil then return d end
+  return n
+end
+
+-- Puts a job whose stream entry `old` (fields f) did not finish back into the stream as a new
+-- entry that starts attempt `next_attempt`, records `attempt` executions and the reason, and
+-- acknowledges and deletes the old entry. Returns the new entry id.
+local function cv_replace(stream, group, jobkey, id, old, f, next_attempt, attempt, reason, now)
+  local e = cv_xadd(stream, id, f['payload'], f['metadata'], f['type'], next_attempt,
+    f['max_retries'], f['timeout_ms'])
+  redis.call('HSET', jobkey, 'status', 'queued', 'entry', e, 'enqueued_at', now,
+    'attempt', attempt)
+  if reason then redis.call('HSET', jobkey, 'last_error', reason) end
+  redis.call('HINCRBY', jobkey, 'version', 1)
+  redis.call('XACK', stream, group, old)
+  redis.call('XDEL', stream, old)
+  return e
+end
