@@ -1,0 +1,215 @@
+package handlers
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/conveyorq/conveyor/pipeline"
+)
+
+// DefaultHTTPTimeout bounds a whole request (connection, redirects, reading the answer) made
+// by the "http" handler of All and Register, or by HTTP with a nil client.
+const DefaultHTTPTimeout = 30 * time.Second
+
+const (
+	// maxResponseRead is how much of a response body the "http" handler reads.
+	maxResponseRead = 1 << 20
+	// maxResultBody is how much of it goes into the result.
+	maxResultBody = 64 << 10
+	// maxErrorBody is how much of it goes into the error of a non-2xx answer.
+	maxErrorBody = 256
+)
+
+// defaultHTTPClient is the client of HTTP(nil).
+var defaultHTTPClient = &http.Client{Timeout: DefaultHTTPTimeout}
+
+// httpPayload is the payload of the "http" handler.
+type httpPayload struct {
+	URL     string            `json:"url"`
+	Method  string            `json:"method"`
+	Body    json.RawMessage   `json:"body"`
+	Headers map[string]string `json:"headers"`
+}
+
+// httpResult is the result of the "http" handler.
+type httpResult struct {
+	Status int    `json:"status"`
+	Body   string `json:"body"`
+}
+
+// HTTP returns the "http" handler, which makes the request described by the payload
+// ({"url":"...","method":"POST","body":...,"headers":{"k":"v"}}, see the package
+// documentation) with client and the job's context, and returns {"status":code,"body":"..."}
+// with the first 64 KiB of the response body (at most 1 MiB of it is read). A nil client means
+// a shared client with a DefaultHTTPTimeout timeout.
+//
+// A payload it cannot use (not JSON, no url, a scheme other than http and https, a bad method
+// or header) and a 4xx answer other than 408 and 429 are pipeline.SkipRetry errors; any other
+// non-2xx answer and transport errors are retryable errors.
+func HTTP(client *http.Client) pipeline.HandlerFunc {
+	if client == nil {
+		client = defaultHTTPClient
+	}
+	return func(ctx context.Context, job *pipeline.Job) ([]byte, error) {
+		req, err := newHTTPRequest(ctx, job.Payload)
+		if err != nil {
+			return nil, pipeline.SkipRetry(err)
+		}
+		resp, err := client.Do(req)
+		if err != nil {
+			return nil, fmt.Errorf("http: %w", err)
+		}
+		defer resp.Body.Close()
+		body, err := io.ReadAll(io.LimitReader(resp.Body, maxResponseRead))
+		if err != nil {
+			return nil, fmt.Errorf("http: %s %s: reading the response: %w", req.Method, req.URL.Redacted(), err)
+		}
+		if resp.StatusCode < 200 || resp.StatusCode > 299 {
+			err := fmt.Errorf("http: %s %s: %s", req.Method, req.URL.Redacted(), resp.Status)
+			if snippet := truncateUTF8(body, maxErrorBody); len(snippet) > 0 {
+				err = fmt.Errorf("%w: %q", err, snippet)
+			}
+			if resp.StatusCode >= 400 && resp.StatusCode <= 499 &&
+				resp.StatusCode != http.StatusRequestTimeout && resp.StatusCode != http.StatusTooManyRequests {
+				return nil, pipeline.SkipRetry(err)
+			}
+			return nil, err
+		}
+		return json.Marshal(httpResult{Status: resp.StatusCode, Body: string(truncateUTF8(body, maxResultBody))})
+	}
+}
+
+// newHTTPRequest parses an "http" payload and builds its request, without sending it. Every
+// error it returns is about the payload.
+func newHTTPRequest(ctx context.Context, payload []byte) (*http.Request, error) {
+	var p httpPayload
+	if err := json.Unmarshal(payload, &p); err != nil {
+		return nil, fmt.Errorf(`http: payload must be JSON like {"url":"https://example.com"}: %w`, err)
+	}
+	if p.URL == "" {
+		return nil, errors.New(`http: payload has no "url"`)
+	}
+	u, err := url.Parse(p.URL)
+	if err != nil {
+		return nil, fmt.Errorf("http: bad url: %w", err)
+	}
+	if u.Scheme != "http" && u.Scheme != "https" {
+		return nil, fmt.Errorf("http: url %s: scheme must be http or https", u.Redacted())
+	}
+	if u.Host == "" {
+		return nil, fmt.Errorf("http: url %s has no host", u.Redacted())
+	}
+
+	var body []byte
+	hasBody, isJSON := false, false
+	if raw := bytes.TrimSpace(p.Body); len(raw) > 0 && !bytes.Equal(raw, []byte("null")) {
+		hasBody = true
+		if raw[0] == '"' {
+			var s string
+			if err := json.Unmarshal(raw, &s); err != nil {
+				return nil, fmt.Errorf("http: bad body: %w", err)
+			}
+			body = []byte(s)
+		} else {
+			var buf bytes.Buffer
+			if err := json.Compact(&buf, raw); err != nil {
+				return nil, fmt.Errorf("http: bad body: %w", err)
+			}
+			body, isJSON = buf.Bytes(), true
+		}
+	}
+
+	method := strings.ToUpper(strings.TrimSpace(p.Method))
+	if method == "" {
+		method = http.MethodGet
+		if hasBody {
+			method = http.MethodPost
+		}
+	}
+	if !isToken(method) {
+		return nil, fmt.Errorf("http: bad method %q", p.Method)
+	}
+
+	var rd io.Reader
+	if hasBody {
+		rd = bytes.NewReader(body)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, u.String(), rd)
+	if err != nil {
+		return nil, fmt.Errorf("http: %w", err)
+	}
+	if isJSON {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	for k, v := range p.Headers {
+		if !isToken(k) {
+			return nil, fmt.Errorf("http: bad header name %q", k)
+		}
+		if !validHeaderValue(v) {
+			return nil, fmt.Errorf("http: bad value for header %q", k)
+		}
+		if http.CanonicalHeaderKey(k) == "Host" {
+			req.Host = v
+			continue
+		}
+		req.Header.Set(k, v)
+	}
+	return req, nil
+}
+
+// isToken reports whether s is an RFC 9110 token, as a method or a header name must be.
+func isToken(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9':
+		case strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0:
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+// validHeaderValue reports whether v may be sent as a header value: no control characters
+// other than horizontal tab.
+func validHeaderValue(v string) bool {
+	for i := 0; i < len(v); i++ {
+		if c := v[i]; (c < ' ' && c != '\t') || c == 0x7f {
+			return false
+		}
+	}
+	return true
+}
+
+// truncateUTF8 returns at most n bytes of b, cut so as not to split a UTF-8 sequence at the
+// end.
+func truncateUTF8(b []byte, n int) []byte {
+	if len(b) <= n {
+		return b
+	}
+	b = b[:n]
+	// Drop a trailing sequence that was cut short (its start is at most utf8.UTFMax-1 bytes
+	// from the end).
+	for i := len(b) - 1; i >= 0 && i > len(b)-utf8.UTFMax; i-- {
+		if utf8.RuneStart(b[i]) {
+			if !utf8.FullRune(b[i:]) {
+				return b[:i]
+			}
+			break
+		}
+	}
+	return b
+}

@@ -1,0 +1,66 @@
+package handlers
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/conveyorq/conveyor/pipeline"
+)
+
+// maxSleep is the longest sleep the "sleep" handler accepts.
+const maxSleep = 24 * time.Hour
+
+// Sleep is the "sleep" handler: for a payload {"ms":N} it sleeps N milliseconds and returns
+// {"slept_ms":N}. N must be an integer from 0 to 86400000 (24 hours); a payload that is not
+// such an object is a pipeline.SkipRetry error. When ctx ends first it returns at once with an
+// error that wraps ctx.Err() (context.Canceled or context.DeadlineExceeded) and, when it
+// differs, context.Cause(ctx).
+func Sleep(ctx context.Context, job *pipeline.Job) ([]byte, error) {
+	var p struct {
+		MS *int64 `json:"ms"`
+	}
+	if err := json.Unmarshal(job.Payload, &p); err != nil {
+		return nil, pipeline.SkipRetry(fmt.Errorf(`sleep: payload must be JSON like {"ms":100}: %w`, err))
+	}
+	switch {
+	case p.MS == nil:
+		return nil, pipeline.SkipRetry(errors.New(`sleep: payload has no "ms" (want {"ms":N} with N milliseconds)`))
+	case *p.MS < 0:
+		return nil, pipeline.SkipRetry(fmt.Errorf("sleep: ms is %d, must not be negative", *p.MS))
+	case *p.MS > maxSleep.Milliseconds():
+		return nil, pipeline.SkipRetry(fmt.Errorf("sleep: ms is %d, must be at most %d (24h)", *p.MS, maxSleep.Milliseconds()))
+	}
+	ms := *p.MS
+	d := time.Duration(ms) * time.Millisecond
+	start := time.Now()
+	if ctx.Err() == nil && d > 0 {
+		t := time.NewTimer(d)
+		defer t.Stop()
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+		}
+	}
+	if ctx.Err() != nil {
+		return nil, fmt.Errorf("sleep: interrupted after %s of %s: %w",
+			time.Since(start).Round(time.Millisecond), d, ctxError(ctx))
+	}
+	return json.Marshal(struct {
+		SleptMS int64 `json:"slept_ms"`
+	}{ms})
+}
+
+// ctxError is the error of an ended ctx: context.Cause(ctx), wrapped together with ctx.Err()
+// when the cause is another error, so that errors.Is(err, context.Canceled) (or
+// DeadlineExceeded) holds either way.
+func ctxError(ctx context.Context) error {
+	err := ctx.Err()
+	cause := context.Cause(ctx)
+	if cause == nil || errors.Is(cause, err) {
+		return err
+	}
+	return fmt.Errorf("%w: %w", err, cause)
+}
