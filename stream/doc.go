@@ -1,0 +1,35 @@
+// Package stream is a Watermill Subscriber for Redis Streams consumer groups that reads in
+// batches.
+//
+// It exists because the stock watermill-redisstream Subscriber reads with COUNT 1 and
+// acknowledges each message with a synchronous XACK before it hands out the next one, so one
+// subscription runs one message at a time; its Nack re-sends at once, forever; and its own
+// idle-claim loop takes entries from live consumers. This Subscriber keeps Watermill's model
+// (message.Subscriber, the router, middleware, Ack/Nack) and changes how Redis is read:
+//
+//   - XREADGROUP COUNT n with n up to the free capacity (Config.Concurrency messages may be out
+//     at once across all topics), so a busy stream costs one round trip per batch;
+//   - acknowledgements are batched: one XACK per topic every AckInterval;
+//   - with Config.DeferAck the application acknowledges entries itself (Conveyor's finish
+//     scripts XACK and XDEL in the same atomic step as the job's state change), and a message's
+//     Ack only frees its slot;
+//   - every held entry's lease is renewed (XCLAIM of its own entry with JUSTID, which resets the
+//     idle time but not the delivery count) every LeaseInterval, so a recoverer that looks for
+//     idle entries does not take a message from a live consumer; an entry that is no longer
+//     pending for this consumer (recovered or canceled elsewhere) has its message's context
+//     cancelled with ErrLeaseLost;
+//   - it never claims other consumers' entries: recovery belongs to the application;
+//   - the Unmarshaller cannot fail: an entry that cannot be read becomes a message marked with
+//     PoisonKey, so one bad entry never stops a subscription.
+//
+// The stream format is watermill-redisstream's (_watermill_message_uuid, payload, metadata as
+// msgpack), so either Subscriber reads what the stock Publisher or Conveyor writes.
+//
+// # Shutdown
+//
+// When a subscription's context ends or Close is called, the Subscriber stops reading, waits up
+// to CloseTimeout for the messages it handed out to be acked, cancels the contexts of those
+// still running (with cause ErrClosed), gives the entries it still holds to Config.OnRelease
+// (for example to put them back in the stream at once), flushes acknowledgements and closes the
+// output channel.
+package stream

@@ -1,0 +1,589 @@
+package stream
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/redis/go-redis/v9"
+)
+
+// Defaults of Config.
+const (
+	DefaultConcurrency     = 100
+	DefaultBatchSize       = 100
+	DefaultBlockTime       = 250 * time.Millisecond
+	DefaultLeaseInterval   = 10 * time.Second
+	DefaultAckInterval     = 2 * time.Millisecond
+	DefaultNackResendSleep = time.Second
+	DefaultCloseTimeout    = 30 * time.Second
+)
+
+var (
+	// ErrClosed is the cause of a message context cancelled because the subscription closed
+	// before the message was acked within CloseTimeout.
+	ErrClosed = errors.New("stream: subscriber closed")
+	// ErrLeaseLost is the cause of a message context cancelled because its entry is no longer
+	// pending for this consumer: it was recovered or deleted elsewhere.
+	ErrLeaseLost = errors.New("stream: lease lost")
+)
+
+// Config configures a Subscriber. Zero fields take the documented defaults.
+type Config struct {
+	// Client is the Redis client (standalone, cluster or failover). Required. Close does not
+	// close it.
+	Client redis.UniversalClient
+	// Group is the consumer group; it is created (MKSTREAM, from the first entry) on Subscribe.
+	// Required.
+	Group string
+	// Consumer names this subscriber in the group. Defaults to hostname-pid-random. Two live
+	// subscribers must not share a name.
+	Consumer string
+	// Unmarshaller turns entries into messages. Defaults to DefaultUnmarshaller.
+	Unmarshaller Unmarshaller
+	// Concurrency bounds the messages read and not yet acked, across all topics: the number of
+	// handlers a router runs at once. Defaults to DefaultConcurrency.
+	Concurrency int
+	// BatchSize bounds the COUNT of one XREADGROUP. Defaults to DefaultBatchSize.
+	BatchSize int
+	// BlockTime is how long one XREADGROUP waits for new entries. It bounds how long a closing
+	// subscription waits for its last read. Defaults to DefaultBlockTime.
+	BlockTime time.Duration
+	// LeaseInterval is how often the leases of held entries are renewed; it must be well under
+	// the idle time after which the application recovers entries (a third of it is usual).
+	// Defaults to DefaultLeaseInterval; negative disables renewal.
+	LeaseInterval time.Duration
+	// DeferAck leaves acknowledgement to the application: a message's Ack then only frees its
+	// slot, and the entry stays pending until the application XACKs it.
+	DeferAck bool
+	// AckInterval is how long acks are collected before one XACK sends them. Defaults to
+	// DefaultAckInterval.
+	AckInterval time.Duration
+	// NackResendSleep is how long a nacked message waits before it is handed out again.
+	// Defaults to DefaultNackResendSleep.
+	NackResendSleep time.Duration
+	// CloseTimeout is how long a closing subscription waits for handed-out messages to be
+	// acked before it cancels their contexts. Defaults to DefaultCloseTimeout.
+	CloseTimeout time.Duration
+	// OnRelease, when set, receives the entries a closing subscription still holds (read but
+	// never acked: not yet handed out, or still running after CloseTimeout), for example to put
+	// them back at once. Without it they stay pending for the application's recovery.
+	OnRelease func(ctx context.Context, stream string, ids []string)
+	// Logger defaults to a no-op logger.
+	Logger watermill.LoggerAdapter
+}
+
+func (c Config) withDefaults() Config {
+	if c.Consumer == "" {
+		host, _ := os.Hostname()
+		c.Consumer = fmt.Sprintf("%s-%d-%s", host, os.Getpid(), watermill.NewShortUUID()[:6])
+	}
+	if c.Unmarshaller == nil {
+		c.Unmarshaller = DefaultUnmarshaller{}
+	}
+	c.Concurrency = cmp.Or(c.Concurrency, DefaultConcurrency)
+	c.BatchSize = cmp.Or(c.BatchSize, DefaultBatchSize)
+	c.BlockTime = cmp.Or(c.BlockTime, DefaultBlockTime)
+	c.LeaseInterval = cmp.Or(c.LeaseInterval, DefaultLeaseInterval)
+	c.AckInterval = cmp.Or(c.AckInterval, DefaultAckInterval)
+	c.NackResendSleep = cmp.Or(c.NackResendSleep, DefaultNackResendSleep)
+	c.CloseTimeout = cmp.Or(c.CloseTimeout, DefaultCloseTimeout)
+	if c.Logger == nil {
+		c.Logger = watermill.NopLogger{}
+	}
+	return c
+}
+
+func (c Config) validate() error {
+	if c.Client == nil {
+		return errors.New("stream: Config.Client is nil")
+	}
+	if c.Group == "" {
+		return errors.New("stream: Config.Group is empty")
+	}
+	if c.Concurrency < 1 || c.BatchSize < 1 {
+		return errors.New("stream: Concurrency and BatchSize must be positive")
+	}
+	return nil
+}
+
+// Subscriber reads Redis Streams in a consumer group and implements message.Subscriber.
+type Subscriber struct {
+	cfg    Config
+	rdb    redis.UniversalClient
+	logger watermill.LoggerAdapter
+
+	mu          sync.Mutex
+	closed      bool
+	topics      []*topic
+	outstanding int           // entries read and not yet settled, across topics
+	space       chan struct{} // closed (and replaced) when outstanding drops and a reader waits
+	waiting     bool          // a reader waits on space
+
+	closing  chan struct{}
+	wg       sync.WaitGroup // topic goroutines and the lease renewer
+	leaseRun sync.Once
+}
+
+// NewSubscriber returns a Subscriber; it reads nothing until Subscribe.
+func NewSubscriber(cfg Config) (*Subscriber, error) {
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	return &Subscriber{
+		cfg:     cfg,
+		rdb:     cfg.Client,
+		logger:  cfg.Logger.With(watermill.LogFields{"consumer": cfg.Consumer}),
+		space:   make(chan struct{}),
+		closing: make(chan struct{}),
+	}, nil
+}
+
+// Consumer is the subscriber's consumer name in the group.
+func (s *Subscriber) Consumer() string { return s.cfg.Consumer }
+
+// Subscribe starts reading topic (a stream key) and returns its messages. The channel closes
+// after ctx ends or Close is called, once the subscription has shut down (see the package doc).
+func (s *Subscriber) Subscribe(ctx context.Context, topicName string) (<-chan *message.Message, error) {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil, ErrClosed
+	}
+	s.mu.Unlock()
+
+	err := s.rdb.XGroupCreateMkStream(ctx, topicName, s.cfg.Group, "0").Err()
+	if err != nil && !redis.HasErrorPrefix(err, "BUSYGROUP") {
+		return nil, fmt.Errorf("create group %s on %s: %w", s.cfg.Group, topicName, err)
+	}
+
+	t := &topic{
+		s:        s,
+		name:     topicName,
+		out:      make(chan *message.Message),
+		held:     make(map[string]*delivery),
+		stopping: make(chan struct{}),
+		abandon:  make(chan struct{}),
+		readDone: make(chan struct{}),
+		settled:  make(chan struct{}, 1),
+		logger:   s.logger.With(watermill.LogFields{"topic": topicName}),
+	}
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil, ErrClosed
+	}
+	s.topics = append(s.topics, t)
+	s.wg.Add(1)
+	s.mu.Unlock()
+
+	if s.cfg.LeaseInterval > 0 {
+		s.leaseRun.Do(func() {
+			s.wg.Add(1)
+			go s.renewLeases()
+		})
+	}
+	go t.run(ctx)
+	return t.out, nil
+}
+
+// Close stops every subscription (see the package doc) and waits for them. It does not close
+// the Redis client. It is safe to call more than once.
+func (s *Subscriber) Close() error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		s.wg.Wait()
+		return nil
+	}
+	s.closed = true
+	close(s.closing)
+	s.mu.Unlock()
+	s.wg.Wait()
+	return nil
+}
+
+// free returns how many entries a reader may read now (at most max), waiting while none may.
+// It does not reserve: readers of several topics may overshoot Concurrency by a batch each,
+// which is better than an idle topic's blocked read holding slots a busy topic needs.
+// It returns 0 when stop closes.
+func (s *Subscriber) free(stop <-chan struct{}, max int) int {
+	for {
+		s.mu.Lock()
+		n := s.cfg.Concurrency - s.outstanding
+		wait := s.space
+		if n <= 0 {
+			s.waiting = true
+		}
+		s.mu.Unlock()
+		if n > 0 {
+			return min(n, max)
+		}
+		select {
+		case <-wait:
+		case <-stop:
+			return 0
+		}
+	}
+}
+
+func (s *Subscriber) addOutstanding(n int) {
+	s.mu.Lock()
+	s.outstanding += n
+	if n < 0 && s.waiting {
+		s.waiting = false
+		close(s.space)
+		s.space = make(chan struct{})
+	}
+	s.mu.Unlock()
+}
+
+// renewLeases re-claims every held entry for this consumer each LeaseInterval (XCLAIM with
+// min-idle 0 and JUSTID: resets the idle time, keeps the delivery count). An entry missing from
+// the reply is no longer pending here; its message's context is cancelled with ErrLeaseLost.
+func (s *Subscriber) renewLeases() {
+	defer s.wg.Done()
+	tick := time.NewTicker(s.cfg.LeaseInterval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-s.closing:
+			return
+		case <-tick.C:
+		}
+		s.mu.Lock()
+		topics := append([]*topic(nil), s.topics...)
+		s.mu.Unlock()
+		for _, t := range topics {
+			t.renew()
+		}
+	}
+}
+
+// topic is one subscription.
+type topic struct {
+	s      *Subscriber
+	name   string
+	out    chan *message.Message
+	logger watermill.LoggerAdapter
+
+	mu   sync.Mutex
+	held map[string]*delivery // read and not settled
+	acks []string             // acked, waiting for the next XACK
+
+	stopping chan struct{} // closed when the subscription starts shutting down
+	abandon  chan struct{} // closed when CloseTimeout passed: stop waiting for acks
+	readDone chan struct{}
+	settled  chan struct{} // signalled when a handed-out message settles
+	inflight sync.WaitGroup
+}
+
+type delivery struct {
+	id        string
+	msg       *message.Message
+	cancel    context.CancelCauseFunc
+	delivered bool // handed to the output channel at least once
+	lost      bool // lease lost: no longer ours to release
+}
+
+func (t *topic) run(ctx context.Context) {
+	defer t.s.wg.Done()
+	msgCtx, cancelAll := context.WithCancelCause(context.WithoutCancel(ctx))
+	defer cancelAll(ErrClosed)
+
+	go t.read(msgCtx)
+	ackDone := make(chan struct{})
+	if !t.s.cfg.DeferAck {
+		go t.ackLoop(ackDone)
+	} else {
+		close(ackDone)
+	}
+
+	select {
+	case <-ctx.Done():
+	case <-t.s.closing:
+	}
+	close(t.stopping)
+	<-t.readDone
+
+	// Wait for handed-out messages to settle, up to CloseTimeout.
+	deadline := time.NewTimer(t.s.cfg.CloseTimeout)
+	defer deadline.Stop()
+wait:
+	for t.running() > 0 {
+		select {
+		case <-t.settled:
+		case <-deadline.C:
+			break wait
+		}
+	}
+	close(t.abandon)
+
+	t.mu.Lock()
+	var release []string
+	left := len(t.held)
+	for id, d := range t.held {
+		if !d.lost {
+			release = append(release, id)
+		}
+		if d.delivered {
+			d.cancel(ErrClosed)
+		}
+	}
+	t.held = map[string]*delivery{}
+	t.mu.Unlock()
+	t.inflight.Wait()
+	t.s.addOutstanding(-left)
+
+	if len(release) > 0 && t.s.cfg.OnRelease != nil {
+		rctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		t.s.cfg.OnRelease(rctx, t.name, release)
+		cancel()
+	}
+	<-ackDone
+	t.flushAcks(context.Background())
+	close(t.out)
+}
+
+// running counts handed-out messages not yet settled.
+func (t *topic) running() int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	n := 0
+	for _, d := range t.held {
+		if d.delivered {
+			n++
+		}
+	}
+	return n
+}
+
+func (t *topic) read(ctx context.Context) {
+	defer close(t.readDone)
+	cfg := t.s.cfg
+	backoff := 100 * time.Millisecond
+	for {
+		n := t.s.free(t.stopping, cfg.BatchSize)
+		if n == 0 {
+			return
+		}
+		res, err := t.s.rdb.XReadGroup(ctx, &redis.XReadGroupArgs{
+			Group:    cfg.Group,
+			Consumer: cfg.Consumer,
+			Streams:  []string{t.name, ">"},
+			Count:    int64(n),
+			Block:    cfg.BlockTime,
+		}).Result()
+		if err != nil && !errors.Is(err, redis.Nil) {
+			if redis.HasErrorPrefix(err, "NOGROUP") {
+				// The stream or group was deleted under us: make them again and go on.
+				err = t.s.rdb.XGroupCreateMkStream(ctx, t.name, cfg.Group, "0").Err()
+				if err == nil || redis.HasErrorPrefix(err, "BUSYGROUP") {
+					continue
+				}
+			}
+			t.logger.Error("read stream", err, nil)
+			select {
+			case <-t.stopping:
+				return
+			case <-time.After(backoff):
+			}
+			backoff = min(backoff*2, 5*time.Second)
+			continue
+		}
+		backoff = 100 * time.Millisecond
+		if len(res) == 0 || len(res[0].Messages) == 0 {
+			select {
+			case <-t.stopping:
+				return
+			default:
+				continue
+			}
+		}
+		msgs := res[0].Messages
+		t.s.addOutstanding(len(msgs))
+		stopping := false
+		select {
+		case <-t.stopping:
+			stopping = true
+		default:
+		}
+		t.mu.Lock()
+		for i := range msgs {
+			x := &msgs[i]
+			msg := cfg.Unmarshaller.Unmarshal(t.name, x.ID, x.Values)
+			mctx, cancel := context.WithCancelCause(ctx)
+			msg.SetContext(mctx)
+			d := &delivery{id: x.ID, msg: msg, cancel: cancel}
+			t.held[x.ID] = d
+			if !stopping {
+				t.inflight.Add(1)
+				go t.deliver(d)
+			}
+		}
+		t.mu.Unlock()
+		if stopping {
+			return
+		}
+	}
+}
+
+// deliver hands one message out and waits for it to settle; a nack hands it out again.
+func (t *topic) deliver(d *delivery) {
+	defer t.inflight.Done()
+	msg := d.msg
+	for {
+		select {
+		case t.out <- msg:
+		case <-t.stopping:
+			return // never handed out; released at shutdown
+		}
+		t.mu.Lock()
+		d.delivered = true
+		t.mu.Unlock()
+		select {
+		case <-msg.Acked():
+			t.settle(d, true)
+			return
+		case <-msg.Nacked():
+		case <-t.abandon:
+			return
+		}
+		// Nacked: hand out a fresh copy after a pause, unless the subscription is closing.
+		select {
+		case <-time.After(t.s.cfg.NackResendSleep):
+		case <-t.stopping:
+			t.mu.Lock()
+			d.delivered = false
+			t.mu.Unlock()
+			t.signalSettled()
+			return
+		}
+		ctx := msg.Context()
+		msg = msg.Copy()
+		msg.SetContext(ctx)
+		t.mu.Lock()
+		d.msg, d.delivered = msg, false
+		t.mu.Unlock()
+	}
+}
+
+func (t *topic) settle(d *delivery, acked bool) {
+	t.mu.Lock()
+	_, ok := t.held[d.id]
+	if ok {
+		delete(t.held, d.id)
+		if acked && !t.s.cfg.DeferAck && !d.lost {
+			t.acks = append(t.acks, d.id)
+		}
+	}
+	t.mu.Unlock()
+	d.cancel(context.Canceled)
+	if ok {
+		t.s.addOutstanding(-1)
+	}
+	t.signalSettled()
+}
+
+func (t *topic) signalSettled() {
+	select {
+	case t.settled <- struct{}{}:
+	default:
+	}
+}
+
+func (t *topic) ackLoop(done chan<- struct{}) {
+	defer close(done)
+	tick := time.NewTicker(t.s.cfg.AckInterval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-t.stopping:
+			return
+		case <-tick.C:
+			t.flushAcks(context.Background())
+		}
+	}
+}
+
+func (t *topic) flushAcks(ctx context.Context) {
+	t.mu.Lock()
+	ids := t.acks
+	t.acks = nil
+	t.mu.Unlock()
+	if len(ids) == 0 {
+		return
+	}
+	if err := t.s.rdb.XAck(ctx, t.name, t.s.cfg.Group, ids...).Err(); err != nil {
+		// The entries stay pending; whoever recovers this group's idle entries redelivers them.
+		t.logger.Error("ack entries", err, watermill.LogFields{"count": len(ids)})
+	}
+}
+
+// renew re-claims the topic's held entries; see Subscriber.renewLeases.
+func (t *topic) renew() {
+	t.mu.Lock()
+	ids := make([]string, 0, len(t.held))
+	for id, d := range t.held {
+		if !d.lost {
+			ids = append(ids, id)
+		}
+	}
+	t.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), t.s.cfg.LeaseInterval)
+	defer cancel()
+	for len(ids) > 0 {
+		chunk := ids[:min(len(ids), 500)]
+		ids = ids[len(chunk):]
+		kept, err := t.s.rdb.XClaimJustID(ctx, &redis.XClaimArgs{
+			Stream:   t.name,
+			Group:    t.s.cfg.Group,
+			Consumer: t.s.cfg.Consumer,
+			MinIdle:  0,
+			Messages: chunk,
+		}).Result()
+		if err != nil {
+			// A Redis outage is not a lost lease: try again at the next interval.
+			t.logger.Error("renew leases", err, watermill.LogFields{"count": len(chunk)})
+			return
+		}
+		ok := make(map[string]struct{}, len(kept))
+		for _, id := range kept {
+			ok[id] = struct{}{}
+		}
+		t.mu.Lock()
+		for _, id := range chunk {
+			if _, still := ok[id]; still {
+				continue
+			}
+			if d, held := t.held[id]; held && !d.lost {
+				d.lost = true
+				d.cancel(ErrLeaseLost)
+				t.logger.Info("lease lost", watermill.LogFields{"entry": id})
+			}
+		}
+		t.mu.Unlock()
+	}
+}
+
+// EntryTime returns the time encoded in a stream entry id ("<ms>-<seq>"), or the zero time.
+func EntryTime(id string) time.Time {
+	for i := 0; i < len(id); i++ {
+		if id[i] == '-' {
+			ms, err := strconv.ParseInt(id[:i], 10, 64)
+			if err != nil {
+				return time.Time{}
+			}
+			return time.UnixMilli(ms)
+		}
+	}
+	return time.Time{}
+}
