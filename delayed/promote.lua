@@ -1,0 +1,27 @@
+-- promote.lua: move due jobs from a queue's scheduled set into its stream, all in one step.
+-- KEYS[1] scheduled set, KEYS[2] stream
+-- ARGV[1] now (unix ms), ARGV[2] limit, ARGV[3] job key prefix
+-- A due job gets a new stream entry (status queued, new `entry`, its payload moves from the hash
+-- into the entry) and leaves the set. An id whose job is gone or no longer scheduled (canceled
+-- meanwhile) just leaves the set. Any number of schedulers may run this at once: each promotion
+-- happens once because the whole move is one script.
+-- Returns {moved, next due time in unix ms or -1 when the set is empty}.
+local now = tonumber(ARGV[1])
+local ids = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, ARGV[2])
+local moved = 0
+for _, id in ipairs(ids) do
+  local jobkey = ARGV[3] .. id
+  local h = redis.call('HMGET', jobkey, 'status', 'type', 'payload', 'metadata', 'attempt',
+    'max_retries', 'timeout_ms')
+  if h[1] == 'scheduled' then
+    local e = cv_xadd(KEYS[2], id, h[3], h[4], h[2], cv_num(h[5], 0) + 1, h[6], h[7])
+    redis.call('HSET', jobkey, 'status', 'queued', 'entry', e, 'enqueued_at', now)
+    redis.call('HDEL', jobkey, 'payload', 'metadata')
+    redis.call('HINCRBY', jobkey, 'version', 1)
+    moved = moved + 1
+  end
+end
+if #ids > 0 then redis.call('ZREM', KEYS[1], unpack(ids)) end
+local first = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
+if #first == 0 then return {moved, -1} end
+return {moved, tonumber(first[2])}

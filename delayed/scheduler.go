@@ -1,0 +1,201 @@
+// Package delayed promotes delayed and retrying jobs into their queue's stream when they are due.
+//
+// # Model
+//
+// A job that must wait (published with a delay, or a failed attempt waiting for its retry)
+// sits in the queue's scheduled sorted set, scored by its due time in unix milliseconds, with
+// its payload in its hash. The Scheduler runs promote.lua, which moves up to BatchSize due jobs
+// into the stream (new entry, status queued, payload moved into the entry) and removes them
+// from the set in one atomic step, and returns the next due time. The Scheduler then sleeps
+// until that time, at most MaxSleep.
+//
+// # Waking early
+//
+// A script that adds a job that becomes the earliest in a set (an enqueue or a retry)
+// publishes its due time on the queue's wake channel; every Scheduler subscribed to it moves
+// its timer earlier. MaxSleep bounds the damage of a missed message (a reconnect).
+//
+// # Many schedulers
+//
+// Every worker process runs one; they need no lock, since a promotion is one script and each
+// job is promoted once. Each due time wakes all of them, and all but one find nothing to move:
+// that costs one cheap script call each.
+//
+// # Failure handling
+//
+// A Redis error is logged and the queue is tried again after a short backoff; a job is never
+// lost by a crash at any point, because it leaves the set only in the same step that puts it
+// in the stream.
+package delayed
+
+import (
+	"cmp"
+	"context"
+	_ "embed"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/rs/zerolog"
+
+	"github.com/conveyorq/conveyor/internal/keys"
+	"github.com/conveyorq/conveyor/internal/script"
+)
+
+//go:embed promote.lua
+var promoteSrc string
+
+var promoteScript = script.New(promoteSrc)
+
+// Defaults of Config.
+const (
+	DefaultBatchSize = 500
+	DefaultMaxSleep  = time.Second
+)
+
+// Config configures a Scheduler.
+type Config struct {
+	// Prefix starts every key. Defaults to "conveyor".
+	Prefix string
+	// Queues to promote jobs in. Required.
+	Queues []string
+	// BatchSize bounds the jobs one script call promotes. Defaults to DefaultBatchSize.
+	BatchSize int
+	// MaxSleep bounds the wait between two checks of a queue. Defaults to DefaultMaxSleep.
+	MaxSleep time.Duration
+	// Logger receives errors (component=scheduler).
+	Logger zerolog.Logger
+	// Now returns the current time; tests may replace it. Defaults to time.Now.
+	Now func() time.Time
+}
+
+// Scheduler promotes due jobs; see the package documentation.
+type Scheduler struct {
+	rdb redis.UniversalClient
+	cfg Config
+	log zerolog.Logger
+}
+
+// New returns a Scheduler for the queues in cfg.
+func New(rdb redis.UniversalClient, cfg Config) *Scheduler {
+	cfg.Prefix = cmp.Or(cfg.Prefix, keys.DefaultPrefix)
+	cfg.BatchSize = cmp.Or(cfg.BatchSize, DefaultBatchSize)
+	cfg.MaxSleep = cmp.Or(cfg.MaxSleep, DefaultMaxSleep)
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	return &Scheduler{rdb: rdb, cfg: cfg, log: cfg.Logger.With().Str("component", "scheduler").Logger()}
+}
+
+// Promote moves up to BatchSize due jobs of queue into its stream and returns how many moved
+// and when the next job is due (the zero time when none waits).
+func (s *Scheduler) Promote(ctx context.Context, queue string) (int, time.Time, error) {
+	q := keys.New(s.cfg.Prefix, queue)
+	res, err := promoteScript.Run(ctx, s.rdb, []string{q.Scheduled(), q.Stream()},
+		s.cfg.Now().UnixMilli(), s.cfg.BatchSize, q.JobPrefix()).Int64Slice()
+	if err != nil {
+		return 0, time.Time{}, fmt.Errorf("promote %s: %w", queue, err)
+	}
+	if len(res) != 2 {
+		return 0, time.Time{}, fmt.Errorf("promote %s: unexpected reply %v", queue, res)
+	}
+	var next time.Time
+	if res[1] >= 0 {
+		next = time.UnixMilli(res[1])
+	}
+	return int(res[0]), next, nil
+}
+
+// Run promotes due jobs until ctx ends; it returns nil then. Redis errors are logged and retried.
+func (s *Scheduler) Run(ctx context.Context) error {
+	if len(s.cfg.Queues) == 0 {
+		return errors.New("delayed: no queues")
+	}
+	channels := make([]string, len(s.cfg.Queues))
+	byChannel := make(map[string]int, len(s.cfg.Queues))
+	for i, name := range s.cfg.Queues {
+		channels[i] = keys.New(s.cfg.Prefix, name).Wake()
+		byChannel[channels[i]] = i
+	}
+	ps := s.rdb.Subscribe(ctx, channels...)
+	defer ps.Close()
+	wake := ps.Channel()
+
+	next := make([]time.Time, len(s.cfg.Queues)) // zero: check now
+	timer := time.NewTimer(0)
+	defer timer.Stop()
+	for {
+		now := s.cfg.Now()
+		soonest := now.Add(s.cfg.MaxSleep)
+		for i, name := range s.cfg.Queues {
+			if next[i].After(now) {
+				soonest = earlier(soonest, next[i])
+				continue
+			}
+			next[i] = s.promoteDue(ctx, name, now)
+			soonest = earlier(soonest, next[i])
+		}
+		if ctx.Err() != nil {
+			return nil
+		}
+		timer.Reset(max(0, soonest.Sub(s.cfg.Now())))
+	wait:
+		for {
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-timer.C:
+				break wait
+			case m, ok := <-wake:
+				if !ok {
+					return nil
+				}
+				i, known := byChannel[m.Channel]
+				ms, err := strconv.ParseInt(m.Payload, 10, 64)
+				if !known || err != nil {
+					continue
+				}
+				due := time.UnixMilli(ms)
+				if due.Before(next[i]) {
+					next[i] = due
+					// Go 1.23+ timers: Reset discards a pending fire, no draining.
+					timer.Reset(max(0, earlier(soonest, due).Sub(s.cfg.Now())))
+					soonest = earlier(soonest, due)
+				}
+			}
+		}
+	}
+}
+
+// promoteDue promotes everything due in queue and returns when to look again.
+func (s *Scheduler) promoteDue(ctx context.Context, queue string, now time.Time) time.Time {
+	for {
+		moved, next, err := s.Promote(ctx, queue)
+		if err != nil {
+			if ctx.Err() == nil {
+				s.log.Error().Err(err).Str("queue", queue).Msg("promote due jobs")
+			}
+			return now.Add(min(s.cfg.MaxSleep, 500*time.Millisecond))
+		}
+		if moved > 0 {
+			s.log.Debug().Str("queue", queue).Int("num_promoted", moved).Msg("promoted due jobs")
+		}
+		if moved < s.cfg.BatchSize {
+			// Bounded even when the next job is far off: a wake message missed meanwhile (a
+			// reconnect) must not hold back an earlier job until then.
+			if next.IsZero() {
+				return now.Add(s.cfg.MaxSleep)
+			}
+			return earlier(next, now.Add(s.cfg.MaxSleep))
+		}
+	}
+}
+
+func earlier(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
+}

@@ -1,0 +1,25 @@
+-- cancel.lua: cancel a job that has not finished.
+-- KEYS[1] stream, KEYS[2] scheduled set, KEYS[3] stats hash, KEYS[4] job hash
+-- ARGV[1] group, ARGV[2] now (unix ms), ARGV[3] default retention ms (0 deletes the record), ARGV[4] id
+-- A queued or running job's entry is acknowledged and deleted; the worker running it finds its
+-- lease gone at its next renewal, which cancels the handler's context, and its late result is
+-- refused by fencing.
+-- Returns 1 canceled, 0 already finished (nothing changed), -1 no such job.
+local h = redis.call('HMGET', KEYS[4], 'status', 'entry', 'retention_ms')
+local status = h[1]
+if not status then return -1 end
+if status == 'completed' or status == 'failed' or status == 'canceled' then return 0 end
+if status == 'scheduled' then
+  redis.call('ZREM', KEYS[2], ARGV[4])
+elseif h[2] then
+  cv_keep_payload(KEYS[4], cv_entry(KEYS[1], h[2]))
+  cv_drop(KEYS[1], ARGV[1], {h[2]})
+end
+redis.call('HSET', KEYS[4], 'status', 'canceled', 'completed_at', ARGV[2])
+redis.call('HDEL', KEYS[4], 'entry')
+redis.call('HINCRBY', KEYS[4], 'version', 1)
+cv_release_unique(KEYS[4], ARGV[4])
+local ret = cv_num(h[3], tonumber(ARGV[3]))
+if ret <= 0 then redis.call('DEL', KEYS[4]) else redis.call('PEXPIRE', KEYS[4], ret) end
+redis.call('HINCRBY', KEYS[3], 'canceled', 1)
+return 1

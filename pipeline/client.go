@@ -1,0 +1,602 @@
+package pipeline
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/oklog/ulid/v2"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/conveyorq/conveyor/internal/keys"
+	"github.com/conveyorq/conveyor/internal/script"
+	"github.com/conveyorq/conveyor/stream"
+)
+
+// Defaults of ClientConfig and WorkerConfig.
+const (
+	DefaultMaxRetries      = 5
+	DefaultMaxPayloadBytes = 1 << 20
+	DefaultRetention       = 24 * time.Hour
+	// RetainNone, as a retention setting, deletes a job's record as soon as it finishes.
+	RetainNone time.Duration = -1
+)
+
+// batchChunk bounds the jobs one enqueue script call creates, and batchBytes the payload bytes
+// it carries, so a huge batch does not block Redis in one long script.
+const (
+	batchChunk = 100
+	batchBytes = 4 << 20
+)
+
+// ClientConfig configures a Client. Zero fields take the documented defaults.
+type ClientConfig struct {
+	// Prefix starts every key. Defaults to "conveyor".
+	Prefix string
+	// MaxPayloadBytes bounds a job's payload plus its encoded metadata. Defaults to
+	// DefaultMaxPayloadBytes (1 MiB).
+	MaxPayloadBytes int
+	// MaxRetries is the retry count of jobs enqueued without WithMaxRetries. Defaults to
+	// DefaultMaxRetries; set NoRetries for none.
+	MaxRetries int
+	// Retention is how long Cancel keeps a canceled job's record (jobs enqueued WithRetention
+	// keep their own). Defaults to DefaultRetention; RetainNone deletes it at once.
+	Retention time.Duration
+	// Now returns the current time; tests may replace it. Defaults to time.Now.
+	Now func() time.Time
+}
+
+// NoRetries, as ClientConfig.MaxRetries, makes jobs run once unless WithMaxRetries says more.
+const NoRetries = -1
+
+// Client publishes jobs and reads, cancels and replays them. It is safe for concurrent use.
+type Client struct {
+	rdb   redis.UniversalClient
+	cfg   ClientConfig
+	known sync.Map // queue names already added to the known-queues set
+}
+
+// NewClient returns a Client over rdb (a standalone, cluster or failover client).
+func NewClient(rdb redis.UniversalClient, cfg ClientConfig) *Client {
+	if rdb == nil {
+		panic("pipeline: NewClient with a nil Redis client")
+	}
+	cfg.Prefix = cmp.Or(cfg.Prefix, keys.DefaultPrefix)
+	cfg.MaxPayloadBytes = cmp.Or(cfg.MaxPayloadBytes, DefaultMaxPayloadBytes)
+	switch {
+	case cfg.MaxRetries == 0:
+		cfg.MaxRetries = DefaultMaxRetries
+	case cfg.MaxRetries < 0:
+		cfg.MaxRetries = 0
+	}
+	cfg.Retention = cmp.Or(cfg.Retention, DefaultRetention)
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	return &Client{rdb: rdb, cfg: cfg}
+}
+
+// Redis returns the client's Redis connection.
+func (c *Client) Redis() redis.UniversalClient { return c.rdb }
+
+// Prefix returns the key prefix.
+func (c *Client) Prefix() string { return c.cfg.Prefix }
+
+// prepared is one validated job ready for the enqueue script.
+type prepared struct {
+	job       *Job
+	metadata  string
+	retention string
+	uniqueKey string
+	uniqueTTL int64
+}
+
+// Enqueue publishes one job to queue: at once, or later with WithDelay or WithRunAt. It returns
+// the job as stored. When WithID names a job that exists, or WithUnique a key that a live job
+// holds, nothing new is written and that existing job is returned.
+func (c *Client) Enqueue(ctx context.Context, queue string, task Task, opts ...Option) (*Job, error) {
+	jobs, err := c.EnqueueBatch(ctx, queue, []Task{task}, opts...)
+	if err != nil {
+		return nil, err
+	}
+	return jobs[0], nil
+}
+
+// EnqueueBatch publishes many jobs to queue in one round trip (one script call per chunk of
+// up to 100 jobs, all chunks pipelined). opts apply to every task, then each task's own Opts.
+// Every task is validated before anything is written, so bad input writes nothing. On a Redis
+// error some chunks may have been written: the returned jobs carry their ids, and calling again
+// with those ids (WithID) is idempotent.
+func (c *Client) EnqueueBatch(ctx context.Context, queue string, tasks []Task, opts ...Option) ([]*Job, error) {
+	if err := keys.ValidateQueue(queue); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
+	if len(tasks) == 0 {
+		return nil, nil
+	}
+	q := keys.New(c.cfg.Prefix, queue)
+	now := c.cfg.Now()
+	preps := make([]prepared, len(tasks))
+	for i := range tasks {
+		p, err := c.prepare(queue, &tasks[i], now, opts)
+		if err != nil {
+			if len(tasks) > 1 {
+				return nil, fmt.Errorf("task %d: %w", i, err)
+			}
+			return nil, err
+		}
+		preps[i] = p
+	}
+	if err := c.registerQueue(ctx, queue); err != nil {
+		return nil, err
+	}
+
+	var calls []script.Call
+	var spans [][2]int // preps[lo:hi] per call
+	for lo := 0; lo < len(preps); {
+		hi, bytes := lo, 0
+		for hi < len(preps) && hi-lo < batchChunk && (hi == lo || bytes+len(preps[hi].job.Payload) <= batchBytes) {
+			bytes += len(preps[hi].job.Payload)
+			hi++
+		}
+		calls = append(calls, enqueueCall(q, preps[lo:hi], now))
+		spans = append(spans, [2]int{lo, hi})
+		lo = hi
+	}
+
+	jobs := make([]*Job, len(preps))
+	for i := range preps {
+		jobs[i] = preps[i].job
+	}
+	var cmds []*redis.Cmd
+	var err error
+	if len(calls) == 1 {
+		c0 := calls[0]
+		cmds = []*redis.Cmd{c0.Script.Run(ctx, c.rdb, c0.Keys, c0.Args...)}
+		err = cmds[0].Err()
+	} else {
+		cmds, err = script.Pipelined(ctx, c.rdb, calls)
+	}
+	if err != nil {
+		return jobs, fmt.Errorf("enqueue to %s: %w", queue, err)
+	}
+	var existing []int
+	for ci, cmd := range cmds {
+		rows, err := cmd.Slice()
+		if err != nil {
+			return jobs, fmt.Errorf("enqueue to %s: %w", queue, err)
+		}
+		lo := spans[ci][0]
+		for k, row := range rows {
+			r, _ := row.([]any)
+			if len(r) != 3 {
+				return jobs, fmt.Errorf("enqueue to %s: unexpected reply %v", queue, row)
+			}
+			code, _ := r[0].(int64)
+			id, _ := r[1].(string)
+			entry, _ := r[2].(string)
+			j := jobs[lo+k]
+			switch code {
+			case 1:
+				j.Status, j.Entry, j.EnqueuedAt = StatusQueued, entry, now
+			case 2:
+				j.Status = StatusScheduled
+			case 3, 4:
+				j.ID = id
+				existing = append(existing, lo+k)
+			default:
+				return jobs, fmt.Errorf("enqueue to %s: unexpected reply code %d", queue, code)
+			}
+		}
+	}
+	for _, i := range existing {
+		got, err := c.Get(ctx, queue, jobs[i].ID)
+		if errors.Is(err, ErrNotFound) {
+			// It finished and expired between the two calls: report what was asked for.
+			continue
+		}
+		if err != nil {
+			return jobs, err
+		}
+		jobs[i] = got
+	}
+	return jobs, nil
+}
+
+func (c *Client) prepare(queue string, t *Task, now time.Time, common []Option) (prepared, error) {
+	var o enqueueOptions
+	for _, opt := range common {
+		opt(&o)
+	}
+	for _, opt := range t.Opts {
+		opt(&o)
+	}
+	if len(o.errs) > 0 {
+		return prepared{}, errors.Join(o.errs...)
+	}
+	if err := validateType(t.Type); err != nil {
+		return prepared{}, err
+	}
+	id := o.id
+	if id == "" {
+		id = NewID()
+	} else if err := keys.ValidateID(id); err != nil {
+		return prepared{}, fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
+	md := t.Metadata
+	if len(o.metadata) > 0 {
+		merged := make(map[string]string, len(md)+len(o.metadata))
+		for k, v := range md {
+			merged[k] = v
+		}
+		for k, v := range o.metadata {
+			merged[k] = v
+		}
+		md = merged
+	}
+	for k := range md {
+		if k == "" || k[0] == '_' {
+			return prepared{}, invalid("metadata key %q: keys must be non-empty and not start with '_' (reserved)", k)
+		}
+	}
+	encMD, err := stream.EncodeMetadata(md)
+	if err != nil {
+		return prepared{}, fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
+	if size := len(t.Payload) + len(encMD); size > c.cfg.MaxPayloadBytes {
+		return prepared{}, fmt.Errorf("%w: %d bytes of payload and metadata, the limit is %d", ErrPayloadTooLarge, size, c.cfg.MaxPayloadBytes)
+	}
+	runAt := now
+	switch {
+	case o.hasRunAt && o.hasDelay:
+		return prepared{}, invalid("WithDelay and WithRunAt together")
+	case o.hasRunAt:
+		if o.runAt.After(now) {
+			runAt = o.runAt
+		}
+	case o.hasDelay:
+		runAt = now.Add(o.delay)
+	}
+	maxRetries := c.cfg.MaxRetries
+	if o.hasRetries {
+		maxRetries = o.maxRetries
+	}
+	p := prepared{
+		job: &Job{
+			ID: id, Queue: queue, Type: t.Type, Payload: t.Payload, Metadata: md,
+			MaxRetries: maxRetries, Timeout: o.timeout,
+			CreatedAt: now, RunAt: runAt, Version: 1,
+		},
+		metadata: encMD,
+	}
+	if o.hasRetain {
+		p.retention = strconv.FormatInt(retentionMS(o.retention), 10)
+	}
+	if o.hasUnique {
+		p.uniqueKey, p.uniqueTTL = o.uniqueKey, max(1, o.uniqueTTL.Milliseconds())
+	}
+	return p, nil
+}
+
+// validateType accepts 1 to 128 bytes with no spaces or control characters.
+func validateType(t string) error {
+	if t == "" {
+		return invalid("empty job type")
+	}
+	if len(t) > keys.MaxNameLen {
+		return invalid("job type longer than %d bytes", keys.MaxNameLen)
+	}
+	for i := 0; i < len(t); i++ {
+		if t[i] <= ' ' || t[i] == 0x7f {
+			return invalid("job type %q has a space or control character", t)
+		}
+	}
+	return nil
+}
+
+func enqueueCall(q keys.Queue, preps []prepared, now time.Time) script.Call {
+	ks := make([]string, 0, 3+2*len(preps))
+	ks = append(ks, q.Stream(), q.Scheduled(), q.Stats())
+	args := make([]any, 0, 2+9*len(preps))
+	args = append(args, now.UnixMilli(), q.Wake())
+	for _, p := range preps {
+		j := p.job
+		ks = append(ks, q.Job(j.ID))
+		uttl := ""
+		if p.uniqueKey != "" {
+			ks = append(ks, q.Unique(p.uniqueKey))
+			uttl = strconv.FormatInt(p.uniqueTTL, 10)
+		}
+		args = append(args, j.ID, j.Type, j.Payload, p.metadata, j.MaxRetries,
+			j.Timeout.Milliseconds(), j.RunAt.UnixMilli(), p.retention, uttl)
+	}
+	return script.Call{Script: enqueueScript, Keys: ks, Args: args}
+}
+
+// retentionMS turns a retention setting into the scripts' form: 0 deletes at once.
+func retentionMS(d time.Duration) int64 {
+	if d <= 0 {
+		return 0
+	}
+	return max(1, d.Milliseconds())
+}
+
+func (c *Client) registerQueue(ctx context.Context, queue string) error {
+	if _, ok := c.known.Load(queue); ok {
+		return nil
+	}
+	if err := c.rdb.SAdd(ctx, keys.Queues(c.cfg.Prefix), queue).Err(); err != nil {
+		return fmt.Errorf("register queue %s: %w", queue, err)
+	}
+	c.known.Store(queue, struct{}{})
+	return nil
+}
+
+// NewID returns a new job id: a ULID (26 characters, sortable by creation time).
+func NewID() string { return ulid.Make().String() }
+
+// Get returns the job's current state, or ErrNotFound.
+func (c *Client) Get(ctx context.Context, queue, id string) (*Job, error) {
+	if err := keys.ValidateQueue(queue); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
+	if err := keys.ValidateID(id); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
+	q := keys.New(c.cfg.Prefix, queue)
+	flat, err := getScript.Run(ctx, c.rdb, []string{q.Job(id), q.Stream()}).StringSlice()
+	if err != nil {
+		return nil, fmt.Errorf("get %s/%s: %w", queue, id, err)
+	}
+	if len(flat) == 0 {
+		return nil, ErrNotFound
+	}
+	return jobFromHash(queue, id, flat)
+}
+
+// jobFromHash builds a Job from a hash's flat field/value list.
+func jobFromHash(queue, id string, flat []string) (*Job, error) {
+	j := &Job{ID: id, Queue: queue}
+	num := func(s string) int64 { n, _ := strconv.ParseInt(s, 10, 64); return n }
+	for i := 0; i+1 < len(flat); i += 2 {
+		v := flat[i+1]
+		switch flat[i] {
+		case keys.FieldType:
+			j.Type = v
+		case keys.FieldStatus:
+			j.Status = Status(v)
+		case keys.FieldAttempt:
+			j.Attempt = int(num(v))
+		case keys.FieldMaxRetries:
+			j.MaxRetries = int(num(v))
+		case keys.FieldTimeout:
+			j.Timeout = time.Duration(num(v)) * time.Millisecond
+		case keys.FieldCreatedAt:
+			j.CreatedAt = fromMS(num(v))
+		case keys.FieldRunAt:
+			j.RunAt = fromMS(num(v))
+		case keys.FieldEnqueuedAt:
+			j.EnqueuedAt = fromMS(num(v))
+		case keys.FieldStartedAt:
+			j.StartedAt = fromMS(num(v))
+		case keys.FieldCompletedAt:
+			j.CompletedAt = fromMS(num(v))
+		case keys.FieldWorker:
+			j.Worker = v
+		case keys.FieldEntry:
+			j.Entry = v
+		case keys.FieldLastError:
+			j.LastError = v
+		case keys.FieldResult:
+			j.Result = []byte(v)
+		case keys.FieldVersion:
+			j.Version = num(v)
+		case keys.FieldPayload:
+			j.Payload = []byte(v)
+		case keys.FieldMetadata:
+			if v != "" {
+				md := map[string]string{}
+				if err := stream.DecodeMetadata(v, md); err != nil {
+					return nil, fmt.Errorf("job %s: %w", id, err)
+				}
+				j.Metadata = md
+			}
+		}
+	}
+	return j, nil
+}
+
+// Cancel cancels a job that has not finished: a scheduled or queued job never runs; a running
+// job's handler has its context cancelled at the worker's next lease renewal and its result is
+// refused. It returns ErrNotCancelable for a finished job and ErrNotFound for an unknown one.
+func (c *Client) Cancel(ctx context.Context, queue, id string) error {
+	if err := keys.ValidateQueue(queue); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
+	if err := keys.ValidateID(id); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
+	q := keys.New(c.cfg.Prefix, queue)
+	n, err := cancelScript.Run(ctx, c.rdb,
+		[]string{q.Stream(), q.Scheduled(), q.Stats(), q.Job(id)},
+		keys.Group, c.cfg.Now().UnixMilli(), retentionMS(c.cfg.Retention), id).Int()
+	if err != nil {
+		return fmt.Errorf("cancel %s/%s: %w", queue, id, err)
+	}
+	switch n {
+	case 1:
+		return nil
+	case 0:
+		return ErrNotCancelable
+	default:
+		return ErrNotFound
+	}
+}
+
+// QueueStats are a queue's gauges and counters.
+type QueueStats struct {
+	Queue string `json:"queue"`
+	// Gauges: jobs in each place now.
+	Scheduled  int64 `json:"scheduled"`
+	Queued     int64 `json:"queued"`
+	InProgress int64 `json:"in_progress"`
+	Dead       int64 `json:"dead"`
+	// Counters since the queue was created.
+	Enqueued       int64 `json:"enqueued"`
+	Completed      int64 `json:"completed"`
+	Failed         int64 `json:"failed"`
+	Retried        int64 `json:"retried"`
+	Recovered      int64 `json:"recovered"`
+	DeadByRecovery int64 `json:"dead_by_recovery"`
+	Refused        int64 `json:"refused"`
+	Canceled       int64 `json:"canceled"`
+	Released       int64 `json:"released"`
+	Poison         int64 `json:"poison"`
+}
+
+// Stats reads a queue's gauges and counters in one round trip.
+func (c *Client) Stats(ctx context.Context, queue string) (*QueueStats, error) {
+	if err := keys.ValidateQueue(queue); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
+	q := keys.New(c.cfg.Prefix, queue)
+	var counters *redis.MapStringStringCmd
+	var sched, dead, xlen *redis.IntCmd
+	var groups *redis.XInfoGroupsCmd
+	_, err := c.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		counters = p.HGetAll(ctx, q.Stats())
+		sched = p.ZCard(ctx, q.Scheduled())
+		dead = p.ZCard(ctx, q.Dead())
+		xlen = p.XLen(ctx, q.Stream())
+		groups = p.XInfoGroups(ctx, q.Stream())
+		return nil
+	})
+	// A queue no worker has read yet has no stream or group: that is zero in flight.
+	if err != nil && !isNoStream(groups.Err()) {
+		return nil, fmt.Errorf("stats %s: %w", queue, err)
+	}
+	for _, cmd := range []redis.Cmder{counters, sched, dead, xlen} {
+		if err := cmd.Err(); err != nil {
+			return nil, fmt.Errorf("stats %s: %w", queue, err)
+		}
+	}
+	s := &QueueStats{Queue: queue, Scheduled: sched.Val(), Dead: dead.Val()}
+	for _, g := range groups.Val() {
+		if g.Name == keys.Group {
+			s.InProgress = g.Pending
+		}
+	}
+	s.Queued = max(0, xlen.Val()-s.InProgress)
+	m := counters.Val()
+	n := func(k string) int64 { v, _ := strconv.ParseInt(m[k], 10, 64); return v }
+	s.Enqueued, s.Completed, s.Failed = n(keys.StatEnqueued), n(keys.StatCompleted), n(keys.StatFailed)
+	s.Retried, s.Recovered = n(keys.StatRetried), n(keys.StatRecovered)
+	s.DeadByRecovery, s.Refused = n(keys.StatDeadByRecovery), n(keys.StatRefused)
+	s.Canceled, s.Released, s.Poison = n(keys.StatCanceled), n(keys.StatReleased), n(keys.StatPoison)
+	return s, nil
+}
+
+func isNoStream(err error) bool {
+	return err != nil && (redis.HasErrorPrefix(err, "no such key") || redis.HasErrorPrefix(err, "NOGROUP"))
+}
+
+// Queues lists the known queue names (every queue something was enqueued to or a worker read).
+func (c *Client) Queues(ctx context.Context) ([]string, error) {
+	names, err := c.rdb.SMembers(ctx, keys.Queues(c.cfg.Prefix)).Result()
+	if err != nil {
+		return nil, fmt.Errorf("list queues: %w", err)
+	}
+	return names, nil
+}
+
+// Dead lists up to limit dead jobs of queue, newest first, starting at offset, and the total.
+func (c *Client) Dead(ctx context.Context, queue string, offset, limit int) ([]*Job, int64, error) {
+	if err := keys.ValidateQueue(queue); err != nil {
+		return nil, 0, fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
+	if offset < 0 || limit <= 0 {
+		return nil, 0, invalid("offset %d, limit %d", offset, limit)
+	}
+	q := keys.New(c.cfg.Prefix, queue)
+	var ids *redis.StringSliceCmd
+	var total *redis.IntCmd
+	if _, err := c.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		ids = p.ZRevRange(ctx, q.Dead(), int64(offset), int64(offset+limit-1))
+		total = p.ZCard(ctx, q.Dead())
+		return nil
+	}); err != nil {
+		return nil, 0, fmt.Errorf("list dead %s: %w", queue, err)
+	}
+	hashes := make([]*redis.MapStringStringCmd, len(ids.Val()))
+	if _, err := c.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, id := range ids.Val() {
+			hashes[i] = p.HGetAll(ctx, q.Job(id))
+		}
+		return nil
+	}); err != nil {
+		return nil, 0, fmt.Errorf("list dead %s: %w", queue, err)
+	}
+	jobs := make([]*Job, 0, len(hashes))
+	for i, h := range hashes {
+		flat := make([]string, 0, 2*len(h.Val()))
+		for k, v := range h.Val() {
+			flat = append(flat, k, v)
+		}
+		j, err := jobFromHash(queue, ids.Val()[i], flat)
+		if err != nil {
+			return nil, 0, err
+		}
+		jobs = append(jobs, j)
+	}
+	return jobs, total.Val(), nil
+}
+
+// Replay moves a dead job back into the stream for a fresh set of attempts. It returns
+// ErrNotDead for a job that is not in the dead set.
+func (c *Client) Replay(ctx context.Context, queue, id string) error {
+	if err := keys.ValidateQueue(queue); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
+	if err := keys.ValidateID(id); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
+	q := keys.New(c.cfg.Prefix, queue)
+	res, err := replayScript.Run(ctx, c.rdb, []string{q.Stream(), q.Dead(), q.Job(id)},
+		c.cfg.Now().UnixMilli(), id).Result()
+	if err != nil {
+		return fmt.Errorf("replay %s/%s: %w", queue, id, err)
+	}
+	switch v := res.(type) {
+	case string:
+		return nil
+	case int64:
+		if v == -1 {
+			return fmt.Errorf("replay %s/%s: %w: an unreadable entry's record has no type to run", queue, id, ErrInvalid)
+		}
+	}
+	return ErrNotDead
+}
+
+// Purge deletes the dead jobs of queue that died before `before` and returns how many.
+func (c *Client) Purge(ctx context.Context, queue string, before time.Time) (int, error) {
+	if err := keys.ValidateQueue(queue); err != nil {
+		return 0, fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
+	q := keys.New(c.cfg.Prefix, queue)
+	const limit = 500
+	total := 0
+	for {
+		n, err := purgeScript.Run(ctx, c.rdb, []string{q.Dead()}, q.JobPrefix(), limit, before.UnixMilli()).Int()
+		total += n
+		if err != nil {
+			return total, fmt.Errorf("purge %s: %w", queue, err)
+		}
+		if n < limit {
+			return total, nil
+		}
+	}
+}

@@ -1,0 +1,271 @@
+package pipeline_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/conveyorq/conveyor/internal/keys"
+	"github.com/conveyorq/conveyor/pipeline"
+)
+
+func TestEnqueueRefusesBadInput(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	small := pipeline.NewClient(b.rdb, pipeline.ClientConfig{MaxPayloadBytes: 10})
+	ok := pipeline.Task{Type: "echo", Payload: []byte("{}")}
+	cases := []struct {
+		name   string
+		client *pipeline.Client
+		queue  string
+		task   pipeline.Task
+		opts   []pipeline.Option
+		want   error
+	}{
+		{"empty type", b.client, b.queue, pipeline.Task{}, nil, pipeline.ErrInvalid},
+		{"type with space", b.client, b.queue, pipeline.Task{Type: "a b"}, nil, pipeline.ErrInvalid},
+		{"bad queue", b.client, "a{b}", ok, nil, pipeline.ErrInvalid},
+		{"empty queue", b.client, "", ok, nil, pipeline.ErrInvalid},
+		{"bad id", b.client, b.queue, ok, []pipeline.Option{pipeline.WithID("has space")}, pipeline.ErrInvalid},
+		{"negative delay", b.client, b.queue, ok, []pipeline.Option{pipeline.WithDelay(-time.Second)}, pipeline.ErrInvalid},
+		{"delay and run-at", b.client, b.queue, ok, []pipeline.Option{pipeline.WithDelay(time.Second), pipeline.WithRunAt(time.Now())}, pipeline.ErrInvalid},
+		{"negative retries", b.client, b.queue, ok, []pipeline.Option{pipeline.WithMaxRetries(-1)}, pipeline.ErrInvalid},
+		{"too many retries", b.client, b.queue, ok, []pipeline.Option{pipeline.WithMaxRetries(pipeline.MaxMaxRetries + 1)}, pipeline.ErrInvalid},
+		{"negative timeout", b.client, b.queue, ok, []pipeline.Option{pipeline.WithTimeout(-1)}, pipeline.ErrInvalid},
+		{"unique without ttl", b.client, b.queue, ok, []pipeline.Option{pipeline.WithUnique("k", 0)}, pipeline.ErrInvalid},
+		{"unique empty key", b.client, b.queue, ok, []pipeline.Option{pipeline.WithUnique("", time.Second)}, pipeline.ErrInvalid},
+		{"negative retention", b.client, b.queue, ok, []pipeline.Option{pipeline.WithRetention(-time.Second)}, pipeline.ErrInvalid},
+		{"reserved metadata", b.client, b.queue, pipeline.Task{Type: "echo", Metadata: map[string]string{"_x": "1"}}, nil, pipeline.ErrInvalid},
+		{"payload too large", small, b.queue, pipeline.Task{Type: "echo", Payload: []byte("12345678901")}, nil, pipeline.ErrPayloadTooLarge},
+		{"metadata counts toward the limit", small, b.queue, pipeline.Task{Type: "echo", Payload: []byte("1"), Metadata: map[string]string{"k": "123456789"}}, nil, pipeline.ErrPayloadTooLarge},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := tc.client.Enqueue(t.Context(), tc.queue, tc.task, tc.opts...)
+			require.ErrorIs(t, err, tc.want)
+		})
+	}
+	// A batch with one bad task writes nothing at all.
+	_, err := b.client.EnqueueBatch(t.Context(), b.queue, []pipeline.Task{ok, ok, {Type: ""}})
+	require.ErrorIs(t, err, pipeline.ErrInvalid)
+	require.Empty(t, b.queueKeys(t), "refused input must write nothing")
+}
+
+func TestEnqueueQueuedAndGet(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := t.Context()
+	before := time.Now().Add(-time.Millisecond)
+	j, err := b.client.Enqueue(ctx, b.queue, pipeline.Task{Type: "echo", Payload: []byte(`{"n":1}`), Metadata: map[string]string{"trace": "abc"}},
+		pipeline.WithMaxRetries(3), pipeline.WithTimeout(time.Minute))
+	require.NoError(t, err)
+	require.Equal(t, pipeline.StatusQueued, j.Status)
+	require.Len(t, j.ID, 26, "generated ids are ULIDs")
+	require.NotEmpty(t, j.Entry)
+
+	got, err := b.client.Get(ctx, b.queue, j.ID)
+	require.NoError(t, err)
+	require.Equal(t, j.ID, got.ID)
+	require.Equal(t, b.queue, got.Queue)
+	require.Equal(t, "echo", got.Type)
+	require.Equal(t, pipeline.StatusQueued, got.Status)
+	require.Equal(t, `{"n":1}`, string(got.Payload), "payload is read from the stream entry")
+	require.Equal(t, map[string]string{"trace": "abc"}, got.Metadata)
+	require.Equal(t, 0, got.Attempt)
+	require.Equal(t, 3, got.MaxRetries)
+	require.Equal(t, time.Minute, got.Timeout)
+	require.Equal(t, j.Entry, got.Entry)
+	require.True(t, got.CreatedAt.After(before))
+	require.Equal(t, got.CreatedAt, got.RunAt)
+	require.Equal(t, got.CreatedAt, got.EnqueuedAt)
+	require.True(t, got.StartedAt.IsZero())
+
+	// The payload is stored once: in the entry while queued, not in the hash.
+	fields, err := b.rdb.HKeys(ctx, b.keys.Job(j.ID)).Result()
+	require.NoError(t, err)
+	require.NotContains(t, fields, keys.FieldPayload)
+	enc, err := b.rdb.ObjectEncoding(ctx, b.keys.Job(j.ID)).Result()
+	require.NoError(t, err)
+	require.Equal(t, "listpack", enc, "a queued job's hash must stay compact")
+
+	xlen, err := b.rdb.XLen(ctx, b.keys.Stream()).Result()
+	require.NoError(t, err)
+	require.EqualValues(t, 1, xlen)
+	require.EqualValues(t, 1, b.stats(t).Enqueued)
+	require.EqualValues(t, 1, b.stats(t).Queued)
+
+	_, err = b.client.Get(ctx, b.queue, "nope")
+	require.ErrorIs(t, err, pipeline.ErrNotFound)
+	queues, err := b.client.Queues(ctx)
+	require.NoError(t, err)
+	require.Contains(t, queues, b.queue)
+}
+
+func TestEnqueueDelayed(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := t.Context()
+	j, err := b.client.Enqueue(ctx, b.queue, pipeline.Task{Type: "echo", Payload: []byte("p")}, pipeline.WithDelay(time.Hour))
+	require.NoError(t, err)
+	require.Equal(t, pipeline.StatusScheduled, j.Status)
+	score, err := b.rdb.ZScore(ctx, b.keys.Scheduled(), j.ID).Result()
+	require.NoError(t, err)
+	require.EqualValues(t, j.RunAt.UnixMilli(), score)
+	require.InDelta(t, time.Hour.Seconds(), j.RunAt.Sub(j.CreatedAt).Seconds(), 0.01)
+	got, err := b.client.Get(ctx, b.queue, j.ID)
+	require.NoError(t, err)
+	require.Equal(t, pipeline.StatusScheduled, got.Status)
+	require.Equal(t, "p", string(got.Payload))
+	require.Empty(t, got.Entry)
+	require.EqualValues(t, 1, b.stats(t).Scheduled)
+
+	// A run-at in the past runs at once.
+	past, err := b.client.Enqueue(ctx, b.queue, pipeline.Task{Type: "echo"}, pipeline.WithRunAt(time.Now().Add(-time.Hour)))
+	require.NoError(t, err)
+	require.Equal(t, pipeline.StatusQueued, past.Status)
+}
+
+func TestEnqueueSameIDTwiceMakesOneJob(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := t.Context()
+	first, err := b.client.Enqueue(ctx, b.queue, pipeline.Task{Type: "echo", Payload: []byte("first")}, pipeline.WithID("order:42"))
+	require.NoError(t, err)
+	second, err := b.client.Enqueue(ctx, b.queue, pipeline.Task{Type: "other", Payload: []byte("second")}, pipeline.WithID("order:42"))
+	require.NoError(t, err)
+	require.Equal(t, "order:42", second.ID)
+	require.Equal(t, "echo", second.Type, "the second call returns the first job")
+	require.Equal(t, "first", string(second.Payload))
+	require.Equal(t, first.Entry, second.Entry)
+	require.EqualValues(t, 1, b.stats(t).Enqueued)
+	xlen, _ := b.rdb.XLen(ctx, b.keys.Stream()).Result()
+	require.EqualValues(t, 1, xlen)
+}
+
+func TestEnqueueUnique(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := t.Context()
+	first, err := b.client.Enqueue(ctx, b.queue, pipeline.Task{Type: "echo"}, pipeline.WithUnique("user:7", time.Hour))
+	require.NoError(t, err)
+	dup, err := b.client.Enqueue(ctx, b.queue, pipeline.Task{Type: "echo"}, pipeline.WithUnique("user:7", time.Hour))
+	require.NoError(t, err)
+	require.Equal(t, first.ID, dup.ID)
+	require.EqualValues(t, 1, b.stats(t).Enqueued)
+
+	// The key is freed when the job ends, so the same key makes a new job afterwards.
+	b.startWorker(t, pipeline.WorkerConfig{}, map[string]pipeline.HandlerFunc{"echo": echo})
+	b.waitStatus(t, first.ID, pipeline.StatusCompleted)
+	again, err := b.client.Enqueue(ctx, b.queue, pipeline.Task{Type: "echo"}, pipeline.WithUnique("user:7", time.Hour))
+	require.NoError(t, err)
+	require.NotEqual(t, first.ID, again.ID)
+}
+
+func TestEnqueueBatch(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := t.Context()
+	tasks := make([]pipeline.Task, 250) // three script calls
+	for i := range tasks {
+		tasks[i] = pipeline.Task{Type: "echo", Payload: []byte(fmt.Sprint(i))}
+	}
+	tasks[7].Opts = []pipeline.Option{pipeline.WithDelay(time.Hour)}
+	jobs, err := b.client.EnqueueBatch(ctx, b.queue, tasks, pipeline.WithMaxRetries(1))
+	require.NoError(t, err)
+	require.Len(t, jobs, 250)
+	ids := map[string]bool{}
+	for i, j := range jobs {
+		ids[j.ID] = true
+		require.Equal(t, 1, j.MaxRetries)
+		if i == 7 {
+			require.Equal(t, pipeline.StatusScheduled, j.Status)
+		} else {
+			require.Equal(t, pipeline.StatusQueued, j.Status)
+		}
+	}
+	require.Len(t, ids, 250)
+	s := b.stats(t)
+	require.EqualValues(t, 250, s.Enqueued)
+	require.EqualValues(t, 249, s.Queued)
+	require.EqualValues(t, 1, s.Scheduled)
+
+	// Repeating the batch with the same ids is idempotent.
+	for i := range tasks {
+		tasks[i].Opts = []pipeline.Option{pipeline.WithID(jobs[i].ID)}
+	}
+	again, err := b.client.EnqueueBatch(ctx, b.queue, tasks)
+	require.NoError(t, err)
+	for i := range again {
+		require.Equal(t, jobs[i].ID, again[i].ID)
+	}
+	require.EqualValues(t, 250, b.stats(t).Enqueued)
+}
+
+func TestCancel(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := t.Context()
+	sched, err := b.client.Enqueue(ctx, b.queue, pipeline.Task{Type: "echo", Payload: []byte("s")}, pipeline.WithDelay(time.Hour))
+	require.NoError(t, err)
+	queued, err := b.client.Enqueue(ctx, b.queue, pipeline.Task{Type: "echo", Payload: []byte("q")})
+	require.NoError(t, err)
+
+	require.NoError(t, b.client.Cancel(ctx, b.queue, sched.ID))
+	require.NoError(t, b.client.Cancel(ctx, b.queue, queued.ID))
+	for _, id := range []string{sched.ID, queued.ID} {
+		j, err := b.client.Get(ctx, b.queue, id)
+		require.NoError(t, err)
+		require.Equal(t, pipeline.StatusCanceled, j.Status)
+		require.NotEmpty(t, j.Payload, "a canceled job keeps its payload")
+		require.False(t, j.CompletedAt.IsZero())
+		ttl, err := b.rdb.PTTL(ctx, b.keys.Job(id)).Result()
+		require.NoError(t, err)
+		require.Greater(t, ttl, time.Hour, "canceled records expire after the retention time")
+	}
+	s := b.stats(t)
+	require.EqualValues(t, 0, s.Scheduled)
+	require.EqualValues(t, 0, s.Queued)
+	require.EqualValues(t, 2, s.Canceled)
+
+	require.ErrorIs(t, b.client.Cancel(ctx, b.queue, sched.ID), pipeline.ErrNotCancelable)
+	require.ErrorIs(t, b.client.Cancel(ctx, b.queue, "missing"), pipeline.ErrNotFound)
+}
+
+func TestJobJSON(t *testing.T) {
+	t.Parallel()
+	j := &pipeline.Job{
+		ID: "x", Queue: "q", Type: "t", Status: pipeline.StatusCompleted,
+		Payload: []byte(`{"a":1}`), Result: []byte("not json"),
+		CreatedAt: time.UnixMilli(1000),
+	}
+	out, err := json.Marshal(j)
+	require.NoError(t, err)
+	var m map[string]any
+	require.NoError(t, json.Unmarshal(out, &m))
+	for _, field := range []string{"id", "queue", "type", "status", "attempt", "max_retries", "payload", "result",
+		"last_error", "worker", "created_at", "run_at", "enqueued_at", "started_at", "completed_at"} {
+		require.Contains(t, m, field)
+	}
+	require.Equal(t, map[string]any{"a": float64(1)}, m["payload"])
+	require.Equal(t, "not json", m["result"])
+	require.EqualValues(t, 1000, m["created_at"])
+	require.EqualValues(t, 0, m["started_at"], "times not reached yet are 0")
+}
+
+func TestRedisOutageIsAnError(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Second)
+	defer cancel()
+	down := pipeline.NewClient(redisAt("127.0.0.1:1"), pipeline.ClientConfig{})
+	_, err := down.Enqueue(ctx, b.queue, pipeline.Task{Type: "echo"})
+	require.Error(t, err)
+	require.False(t, errors.Is(err, pipeline.ErrInvalid))
+	require.True(t, strings.Contains(err.Error(), "connect") || strings.Contains(err.Error(), "refused"), err.Error())
+}

@@ -1,0 +1,54 @@
+-- enqueue.lua: create jobs in one queue, each either queued (stream) or scheduled (sorted set).
+-- KEYS[1] stream, KEYS[2] scheduled set, KEYS[3] stats hash; then, per job, its hash key,
+--   followed by its unique key when it has one.
+-- ARGV[1] now (unix ms), ARGV[2] wake channel, then 9 values per job:
+--   id, type, payload, metadata (msgpack or ''), max_retries, timeout_ms, run_at (unix ms),
+--   retention_ms ('' = the queue default), unique_ttl_ms ('' = no unique key)
+-- Returns, per job, {code, id, entry}: 1 queued, 2 scheduled, 3 the id exists already (nothing
+-- written), 4 the unique key is held by job `id` (nothing written).
+-- Idempotent: a call repeated after a lost reply finds its jobs and changes nothing.
+local now = tonumber(ARGV[1])
+local out, created = {}, 0
+local k = 4
+local earliest, earliest_id = nil, nil
+for a = 3, #ARGV, 9 do
+  local id, typ, payload, md = ARGV[a], ARGV[a + 1], ARGV[a + 2], ARGV[a + 3]
+  local mr, tmo, run_at = ARGV[a + 4], ARGV[a + 5], tonumber(ARGV[a + 6])
+  local retention, uttl = ARGV[a + 7], ARGV[a + 8]
+  local jobkey = KEYS[k]
+  local ukey = nil
+  k = k + 1
+  if uttl ~= '' then ukey = KEYS[k]; k = k + 1 end
+
+  if redis.call('EXISTS', jobkey) == 1 then
+    out[#out + 1] = {3, id, ''}
+  else
+    local held = nil
+    if ukey and not redis.call('SET', ukey, id, 'NX', 'PX', uttl) then
+      held = redis.call('GET', ukey)
+    end
+    if held then
+      out[#out + 1] = {4, held, ''}
+    else
+      redis.call('HSET', jobkey, 'type', typ, 'attempt', 0, 'max_retries', mr,
+        'created_at', now, 'run_at', run_at, 'version', 1)
+      if tmo ~= '0' then redis.call('HSET', jobkey, 'timeout_ms', tmo) end
+      if retention ~= '' then redis.call('HSET', jobkey, 'retention_ms', retention) end
+      if ukey then redis.call('HSET', jobkey, 'unique', ukey) end
+      if run_at <= now then
+        local e = cv_xadd(KEYS[1], id, payload, md, typ, 1, mr, tmo)
+        redis.call('HSET', jobkey, 'status', 'queued', 'entry', e, 'enqueued_at', now)
+        out[#out + 1] = {1, id, e}
+      else
+        redis.call('HSET', jobkey, 'status', 'scheduled', 'payload', payload, 'metadata', md)
+        redis.call('ZADD', KEYS[2], run_at, id)
+        if earliest == nil or run_at < earliest then earliest, earliest_id = run_at, id end
+        out[#out + 1] = {2, id, ''}
+      end
+      created = created + 1
+    end
+  end
+end
+if created > 0 then redis.call('HINCRBY', KEYS[3], 'enqueued', created) end
+if earliest then cv_wake_if_first(KEYS[2], ARGV[2], earliest_id, earliest) end
+return out

@@ -1,0 +1,103 @@
+-- finish.lua: apply a batch of worker transitions to jobs of one queue.
+-- KEYS[1] stream, KEYS[2] scheduled set, KEYS[3] dead set, KEYS[4] stats hash,
+--   KEYS[4+i] the hash of item i
+-- ARGV[1] group, ARGV[2] worker (consumer name), ARGV[3] default retention ms (0 deletes a
+--   finished job's record at once), ARGV[4] wake channel, then 8 values per item:
+--   op, id, entry, attempt, started_at, finished_at, data, extra
+-- ops:
+--   start   the attempt began (status in_progress); the entry stays pending
+--   done    data = result
+--   retry   data = error, extra = due time (unix ms); dead instead when retries are exhausted
+--   fail    data = error; straight to the dead set
+--   poison  data = reason, extra = the raw entry; the entry could not be read, and id names the
+--           record to keep it under (it may name no job)
+-- Every op but poison is fenced: it applies only while the job's `entry` is the given entry and
+-- the job is queued or in_progress; otherwise it is refused and the newer state stays. The
+-- given entry is then acknowledged and deleted all the same (except for start), because it no
+-- longer carries a live job.
+-- Returns one code per item: 1 applied, 0 refused, 2 retry turned into dead.
+local stream, scheduled, dead, stats = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local group, worker, default_ret, wake = ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[4]
+local drop, out = {}, {}
+local n_done, n_retried, n_failed, n_refused, n_poison = 0, 0, 0, 0, 0
+local i = 0
+for a = 5, #ARGV, 8 do
+  i = i + 1
+  local op, id, entry, attempt = ARGV[a], ARGV[a + 1], ARGV[a + 2], ARGV[a + 3]
+  local started, finished, data, extra = ARGV[a + 4], ARGV[a + 5], ARGV[a + 6], ARGV[a + 7]
+  local jobkey = KEYS[4 + i]
+  local code = 0
+  if op ~= 'start' and op ~= 'done' and op ~= 'retry' and op ~= 'fail' and op ~= 'poison' then
+    return redis.error_reply('finish: unknown op ' .. tostring(op))
+  end
+
+  if op == 'poison' then
+    local cur = redis.call('HGET', jobkey, 'entry')
+    if cur == entry then
+      cv_keep_payload(jobkey, cv_entry(stream, entry) or {payload = extra, metadata = ''})
+      cv_to_dead(jobkey, dead, id, finished, data)
+      n_failed = n_failed + 1
+    elseif redis.call('EXISTS', jobkey) == 0 then
+      cv_poison_record(jobkey, dead, id, entry, '', data, extra, finished)
+      n_failed = n_failed + 1
+    end
+    n_poison = n_poison + 1
+    drop[#drop + 1] = entry
+    code = 1
+  else
+    local h = redis.call('HMGET', jobkey, 'entry', 'status', 'max_retries', 'retention_ms')
+    local live = h[1] == entry and (h[2] == 'queued' or h[2] == 'in_progress')
+    if not live then
+      n_refused = n_refused + 1
+      if op ~= 'start' then drop[#drop + 1] = entry end
+    elseif op == 'start' then
+      redis.call('HSET', jobkey, 'status', 'in_progress', 'started_at', started,
+        'attempt', attempt, 'worker', worker)
+      redis.call('HINCRBY', jobkey, 'version', 1)
+      code = 1
+    elseif op == 'done' then
+      local ret = cv_num(h[4], default_ret)
+      if ret <= 0 then
+        cv_release_unique(jobkey, id)
+        redis.call('DEL', jobkey)
+      else
+        cv_keep_payload(jobkey, cv_entry(stream, entry))
+        redis.call('HSET', jobkey, 'status', 'completed', 'result', data, 'attempt', attempt,
+          'started_at', started, 'completed_at', finished, 'worker', worker)
+        redis.call('HINCRBY', jobkey, 'version', 1)
+        cv_release_unique(jobkey, id)
+        redis.call('PEXPIRE', jobkey, ret)
+      end
+      drop[#drop + 1] = entry
+      n_done = n_done + 1
+      code = 1
+    else
+      cv_keep_payload(jobkey, cv_entry(stream, entry))
+      redis.call('HSET', jobkey, 'attempt', attempt, 'started_at', started, 'worker', worker)
+      if op == 'retry' and tonumber(attempt) <= cv_num(h[3], 0) then
+        local due = tonumber(extra)
+        redis.call('HSET', jobkey, 'status', 'scheduled', 'run_at', due, 'last_error', data)
+        redis.call('HDEL', jobkey, 'entry')
+        redis.call('HINCRBY', jobkey, 'version', 1)
+        redis.call('ZADD', scheduled, due, id)
+        cv_wake_if_first(scheduled, wake, id, due)
+        n_retried = n_retried + 1
+        code = 1
+      else
+        cv_to_dead(jobkey, dead, id, finished, data)
+        n_failed = n_failed + 1
+        code = 1
+        if op == 'retry' then code = 2 end
+      end
+      drop[#drop + 1] = entry
+    end
+  end
+  out[i] = code
+end
+cv_drop(stream, group, drop)
+if n_done > 0 then redis.call('HINCRBY', stats, 'completed', n_done) end
+if n_retried > 0 then redis.call('HINCRBY', stats, 'retried', n_retried) end
+if n_failed > 0 then redis.call('HINCRBY', stats, 'failed', n_failed) end
+if n_refused > 0 then redis.call('HINCRBY', stats, 'refused', n_refused) end
+if n_poison > 0 then redis.call('HINCRBY', stats, 'poison', n_poison) end
+return out

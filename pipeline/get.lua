@@ -1,0 +1,19 @@
+-- get.lua: read a job's record, with its payload and metadata from wherever they live now.
+-- KEYS[1] job hash, KEYS[2] stream
+-- Returns the hash as a flat field/value array (empty when there is no such job); while the job
+-- is in the stream, payload and metadata are read from its entry and appended.
+local h = redis.call('HGETALL', KEYS[1])
+if #h == 0 then return h end
+local entry, has_payload = nil, false
+for i = 1, #h, 2 do
+  if h[i] == 'entry' then entry = h[i + 1] end
+  if h[i] == 'payload' then has_payload = true end
+end
+if entry and not has_payload then
+  local f = cv_entry(KEYS[2], entry)
+  if f then
+    h[#h + 1] = 'payload'; h[#h + 1] = f['payload'] or ''
+    h[#h + 1] = 'metadata'; h[#h + 1] = f['metadata'] or ''
+  end
+end
+return h

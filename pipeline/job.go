@@ -1,0 +1,140 @@
+package pipeline
+
+import (
+	"encoding/json"
+	"time"
+)
+
+// Status is where a job is in its life.
+type Status string
+
+// The statuses of a job. A job moves scheduled -> queued -> in_progress and ends completed,
+// failed or canceled; a failed attempt with retries left goes back to scheduled.
+const (
+	// StatusScheduled: waiting in the queue's scheduled set for its due time (a delayed job or
+	// a retry).
+	StatusScheduled Status = "scheduled"
+	// StatusQueued: in the stream, not yet started by a worker.
+	StatusQueued Status = "queued"
+	// StatusInProgress: a worker holds it and is running it.
+	StatusInProgress Status = "in_progress"
+	// StatusCompleted: a handler returned without error; the result is kept for the retention
+	// time.
+	StatusCompleted Status = "completed"
+	// StatusFailed: retries exhausted, a SkipRetry error, no handler for its type, or an
+	// unreadable stream entry. The job is in the dead set.
+	StatusFailed Status = "failed"
+	// StatusCanceled: canceled by a caller before it finished.
+	StatusCanceled Status = "canceled"
+)
+
+// Final reports whether s is an end state.
+func (s Status) Final() bool {
+	return s == StatusCompleted || s == StatusFailed || s == StatusCanceled
+}
+
+// Task is what a producer asks to run: a type that selects the handler, an opaque payload and
+// optional metadata (string pairs handed to the handler and to Watermill middleware).
+type Task struct {
+	Type     string
+	Payload  []byte
+	Metadata map[string]string
+	// Opts are options for this task alone; EnqueueBatch applies them after the batch's own.
+	Opts []Option
+}
+
+// Job is a job's state as stored in Redis, and what a handler receives.
+//
+// For a handler, Attempt is the number of the attempt that is running (1 for the first run)
+// and Status is StatusInProgress.
+type Job struct {
+	ID       string
+	Queue    string
+	Type     string
+	Payload  []byte
+	Metadata map[string]string
+	Status   Status
+	// Attempt counts executions started so far, including one lost with its worker.
+	Attempt    int
+	MaxRetries int
+	// Timeout bounds each attempt; zero means none.
+	Timeout     time.Duration
+	CreatedAt   time.Time
+	RunAt       time.Time
+	EnqueuedAt  time.Time
+	StartedAt   time.Time
+	CompletedAt time.Time
+	// Worker names the worker (its stream consumer) that ran the job last.
+	Worker    string
+	LastError string
+	Result    []byte
+	// Entry is the id of the stream entry that carries the job now (empty when it is not in
+	// the stream). It is the fencing token of worker transitions.
+	Entry   string
+	Version int64
+}
+
+// jobJSON is the wire form of a job: the CLI's `status --json` contract and the HTTP API's.
+type jobJSON struct {
+	ID          string            `json:"id"`
+	Queue       string            `json:"queue"`
+	Type        string            `json:"type"`
+	Status      Status            `json:"status"`
+	Attempt     int               `json:"attempt"`
+	MaxRetries  int               `json:"max_retries"`
+	TimeoutMS   int64             `json:"timeout_ms"`
+	Payload     json.RawMessage   `json:"payload"`
+	Metadata    map[string]string `json:"metadata"`
+	Result      json.RawMessage   `json:"result"`
+	LastError   string            `json:"last_error"`
+	Worker      string            `json:"worker"`
+	Entry       string            `json:"entry"`
+	Version     int64             `json:"version"`
+	CreatedAt   int64             `json:"created_at"`
+	RunAt       int64             `json:"run_at"`
+	EnqueuedAt  int64             `json:"enqueued_at"`
+	StartedAt   int64             `json:"started_at"`
+	CompletedAt int64             `json:"completed_at"`
+}
+
+// MarshalJSON writes the job with times as unix milliseconds (0 when not yet), and payload and
+// result as JSON when they are valid JSON, else as JSON strings (null when empty).
+func (j *Job) MarshalJSON() ([]byte, error) {
+	md := j.Metadata
+	if md == nil {
+		md = map[string]string{}
+	}
+	return json.Marshal(jobJSON{
+		ID: j.ID, Queue: j.Queue, Type: j.Type, Status: j.Status,
+		Attempt: j.Attempt, MaxRetries: j.MaxRetries, TimeoutMS: j.Timeout.Milliseconds(),
+		Payload: rawOrString(j.Payload), Metadata: md, Result: rawOrString(j.Result),
+		LastError: j.LastError, Worker: j.Worker, Entry: j.Entry, Version: j.Version,
+		CreatedAt: unixMS(j.CreatedAt), RunAt: unixMS(j.RunAt), EnqueuedAt: unixMS(j.EnqueuedAt),
+		StartedAt: unixMS(j.StartedAt), CompletedAt: unixMS(j.CompletedAt),
+	})
+}
+
+func rawOrString(b []byte) json.RawMessage {
+	if len(b) == 0 {
+		return json.RawMessage("null")
+	}
+	if json.Valid(b) {
+		return json.RawMessage(b)
+	}
+	s, _ := json.Marshal(string(b))
+	return s
+}
+
+func unixMS(t time.Time) int64 {
+	if t.IsZero() {
+		return 0
+	}
+	return t.UnixMilli()
+}
+
+func fromMS(ms int64) time.Time {
+	if ms <= 0 {
+		return time.Time{}
+	}
+	return time.UnixMilli(ms)
+}

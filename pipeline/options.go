@@ -1,0 +1,122 @@
+package pipeline
+
+import (
+	"time"
+
+	"github.com/conveyorq/conveyor/internal/keys"
+)
+
+// Option sets how one job is enqueued. Options are checked when Enqueue runs: a bad value is
+// an error wrapping ErrInvalid and nothing is written.
+type Option func(*enqueueOptions)
+
+type enqueueOptions struct {
+	id          string
+	delay       time.Duration
+	runAt       time.Time
+	maxRetries  int
+	hasRetries  bool
+	timeout     time.Duration
+	uniqueKey   string
+	uniqueTTL   time.Duration
+	hasUnique   bool
+	retention   time.Duration
+	hasRetain   bool
+	metadata    map[string]string
+	errs        []error
+	hasDelay    bool
+	hasRunAt    bool
+	hasTimeout  bool
+	hasMetadata bool
+}
+
+// WithID sets the job id instead of a generated one. Enqueueing an id that exists does not make
+// a second job: the call returns the existing job. Ids are 1 to 128 characters from
+// [A-Za-z0-9._:-].
+func WithID(id string) Option {
+	return func(o *enqueueOptions) { o.id = id }
+}
+
+// WithDelay makes the job due d from now. A negative delay is refused; zero runs it at once.
+func WithDelay(d time.Duration) Option {
+	return func(o *enqueueOptions) {
+		if d < 0 {
+			o.errs = append(o.errs, invalid("negative delay %s", d))
+		}
+		o.delay, o.hasDelay = d, true
+	}
+}
+
+// WithRunAt makes the job due at t; a time in the past runs it at once.
+func WithRunAt(t time.Time) Option {
+	return func(o *enqueueOptions) {
+		if t.IsZero() {
+			o.errs = append(o.errs, invalid("zero run-at time"))
+		}
+		o.runAt, o.hasRunAt = t, true
+	}
+}
+
+// MaxMaxRetries bounds WithMaxRetries.
+const MaxMaxRetries = 1000
+
+// WithMaxRetries sets how many times a failed job is retried before it goes to the dead set
+// (default DefaultMaxRetries; 0 means one attempt only).
+func WithMaxRetries(n int) Option {
+	return func(o *enqueueOptions) {
+		if n < 0 || n > MaxMaxRetries {
+			o.errs = append(o.errs, invalid("max retries %d outside 0..%d", n, MaxMaxRetries))
+		}
+		o.maxRetries, o.hasRetries = n, true
+	}
+}
+
+// WithTimeout bounds each attempt: the handler's context is cancelled after d and the attempt
+// counts as failed. Zero means no timeout; negative is refused.
+func WithTimeout(d time.Duration) Option {
+	return func(o *enqueueOptions) {
+		if d < 0 {
+			o.errs = append(o.errs, invalid("negative timeout %s", d))
+		}
+		o.timeout, o.hasTimeout = d, true
+	}
+}
+
+// WithUnique de-duplicates: while a job enqueued with the same key in the same queue is alive
+// (not finished) and ttl has not passed, Enqueue returns that job instead of making a new one.
+// The key is freed when the job ends.
+func WithUnique(key string, ttl time.Duration) Option {
+	return func(o *enqueueOptions) {
+		if key == "" || len(key) > keys.MaxNameLen {
+			o.errs = append(o.errs, invalid("unique key must be 1 to %d bytes", keys.MaxNameLen))
+		}
+		if ttl <= 0 {
+			o.errs = append(o.errs, invalid("unique ttl %s must be positive", ttl))
+		}
+		o.uniqueKey, o.uniqueTTL, o.hasUnique = key, ttl, true
+	}
+}
+
+// WithRetention sets how long the job's record is kept after it completes or is canceled,
+// overriding the worker's default. Zero deletes it when it finishes.
+func WithRetention(d time.Duration) Option {
+	return func(o *enqueueOptions) {
+		if d < 0 {
+			o.errs = append(o.errs, invalid("negative retention %s", d))
+		}
+		o.retention, o.hasRetain = d, true
+	}
+}
+
+// WithMetadata adds metadata pairs (merged over the task's own).
+func WithMetadata(md map[string]string) Option {
+	return func(o *enqueueOptions) {
+		if o.metadata == nil {
+			o.metadata = make(map[string]string, len(md))
+		}
+		for k, v := range md {
+			o.metadata[k] = v
+		}
+		o.hasMetadata = true
+	}
+}

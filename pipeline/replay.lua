@@ -1,0 +1,16 @@
+-- replay.lua: move a dead job back into the stream for a fresh set of attempts.
+-- KEYS[1] stream, KEYS[2] dead set, KEYS[3] job hash
+-- ARGV[1] now (unix ms), ARGV[2] id
+-- Returns the new entry id, 0 when the job is not in the dead set, -1 when its record cannot
+-- be run again (an unreadable entry kept as a dead record has no type).
+if not redis.call('ZSCORE', KEYS[2], ARGV[2]) then return 0 end
+local h = redis.call('HMGET', KEYS[3], 'status', 'type', 'payload', 'metadata', 'max_retries',
+  'timeout_ms')
+if h[1] ~= 'failed' or not h[2] or h[2] == '' then return -1 end
+local e = cv_xadd(KEYS[1], ARGV[2], h[3], h[4], h[2], 1, h[5], h[6])
+redis.call('HSET', KEYS[3], 'status', 'queued', 'entry', e, 'enqueued_at', ARGV[1], 'attempt', 0,
+  'run_at', ARGV[1])
+redis.call('HDEL', KEYS[3], 'payload', 'metadata', 'completed_at', 'result')
+redis.call('HINCRBY', KEYS[3], 'version', 1)
+redis.call('ZREM', KEYS[2], ARGV[2])
+return e

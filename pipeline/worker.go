@@ -1,0 +1,481 @@
+package pipeline
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"runtime/debug"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/redis/go-redis/v9"
+	"github.com/rs/zerolog"
+
+	"github.com/conveyorq/conveyor/delayed"
+	"github.com/conveyorq/conveyor/internal/keys"
+	"github.com/conveyorq/conveyor/internal/script"
+	"github.com/conveyorq/conveyor/recovery"
+	"github.com/conveyorq/conveyor/stream"
+)
+
+// Defaults of WorkerConfig.
+const (
+	DefaultQueue             = "default"
+	DefaultConcurrency       = 10
+	DefaultVisibilityTimeout = recovery.DefaultVisibilityTimeout
+	DefaultRecoveryInterval  = recovery.DefaultInterval
+	DefaultShutdownTimeout   = 30 * time.Second
+	DefaultFlushInterval     = 2 * time.Millisecond
+	DefaultMaxResultBytes    = 1 << 20
+	maxErrorBytes            = 4 << 10
+)
+
+// WorkerConfig configures a Worker. Zero fields take the documented defaults.
+type WorkerConfig struct {
+	// Queues to consume. Defaults to ["default"].
+	Queues []string
+	// Prefix starts every key. Defaults to "conveyor".
+	Prefix string
+	// Name is the worker's consumer name in each queue's group; it shows as a job's `worker`.
+	// Two live workers must not share one. Defaults to hostname-pid-random.
+	Name string
+	// Concurrency bounds the jobs this worker runs at once, across its queues. Defaults to
+	// DefaultConcurrency.
+	Concurrency int
+	// ReadBatch bounds the entries one stream read takes. Defaults to Concurrency, at most 500.
+	ReadBatch int
+	// Backoff is the retry delay policy. Zero fields take Backoff's defaults (1s doubling up
+	// to 10m, with jitter).
+	Backoff Backoff
+	// Retention is how long a completed or canceled job's record is kept, unless the job was
+	// enqueued WithRetention. Defaults to DefaultRetention (24h); RetainNone deletes records as
+	// jobs finish. Dead jobs are kept until replayed or purged.
+	Retention time.Duration
+	// VisibilityTimeout is how long a job may go without a lease renewal before another worker
+	// recovers it. The worker renews its jobs' leases every third of it. Defaults to
+	// DefaultVisibilityTimeout (30s).
+	VisibilityTimeout time.Duration
+	// RecoveryInterval is the time between two recovery scans. Defaults to
+	// DefaultRecoveryInterval (5s).
+	RecoveryInterval time.Duration
+	// ShutdownTimeout is how long Run waits, once its context ends, for running jobs to finish
+	// before it cancels them and puts them back in the stream. Defaults to
+	// DefaultShutdownTimeout (30s).
+	ShutdownTimeout time.Duration
+	// FlushInterval is how long finished jobs' transitions are collected before they are
+	// written in one batch. Defaults to DefaultFlushInterval (2ms).
+	FlushInterval time.Duration
+	// MaxResultBytes bounds a handler's result; a larger one fails the job. Defaults to
+	// DefaultMaxResultBytes (1 MiB).
+	MaxResultBytes int
+	// DisableScheduler and DisableRecovery turn off this worker's delayed-job scheduler and
+	// recoverer (another process must run them).
+	DisableScheduler bool
+	DisableRecovery  bool
+	// Logger receives the worker's logs; the zero Logger discards them.
+	Logger zerolog.Logger
+}
+
+func (c WorkerConfig) withDefaults() WorkerConfig {
+	if len(c.Queues) == 0 {
+		c.Queues = []string{DefaultQueue}
+	}
+	c.Prefix = cmp.Or(c.Prefix, keys.DefaultPrefix)
+	if c.Name == "" {
+		host, _ := os.Hostname()
+		c.Name = fmt.Sprintf("%s-%d-%s", host, os.Getpid(), watermill.NewShortUUID()[:6])
+	}
+	c.Concurrency = cmp.Or(c.Concurrency, DefaultConcurrency)
+	c.ReadBatch = cmp.Or(c.ReadBatch, min(c.Concurrency, 500))
+	c.Backoff = c.Backoff.withDefaults()
+	c.Retention = cmp.Or(c.Retention, DefaultRetention)
+	c.VisibilityTimeout = cmp.Or(c.VisibilityTimeout, DefaultVisibilityTimeout)
+	c.RecoveryInterval = cmp.Or(c.RecoveryInterval, DefaultRecoveryInterval)
+	c.ShutdownTimeout = cmp.Or(c.ShutdownTimeout, DefaultShutdownTimeout)
+	c.FlushInterval = cmp.Or(c.FlushInterval, DefaultFlushInterval)
+	c.MaxResultBytes = cmp.Or(c.MaxResultBytes, DefaultMaxResultBytes)
+	return c
+}
+
+func (c WorkerConfig) validate() error {
+	for _, q := range c.Queues {
+		if err := keys.ValidateQueue(q); err != nil {
+			return fmt.Errorf("%w: %w", ErrInvalid, err)
+		}
+	}
+	if err := keys.ValidateQueue(c.Name); err != nil {
+		return invalid("worker name: %v", err)
+	}
+	switch {
+	case c.Concurrency < 1:
+		return invalid("concurrency %d", c.Concurrency)
+	case c.VisibilityTimeout < 300*time.Millisecond:
+		return invalid("visibility timeout %s is too short (lease renewal runs every third of it)", c.VisibilityTimeout)
+	case c.ShutdownTimeout < 0 || c.RecoveryInterval < 0:
+		return invalid("negative duration")
+	}
+	return nil
+}
+
+// Worker runs handlers for the jobs of its queues. Register handlers with Handle, then call
+// Run. Jobs are read from each queue's stream in consumer group "conveyor" by a batching
+// Watermill Subscriber (package stream) and run by a Watermill router, so Watermill middleware
+// (Use) wraps every job.
+type Worker struct {
+	rdb redis.UniversalClient
+	cfg WorkerConfig
+	log zerolog.Logger
+
+	mu         sync.Mutex
+	handlers   map[string]HandlerFunc
+	middleware []message.HandlerMiddleware
+
+	running atomic.Bool
+	ready   chan struct{}
+	queues  map[string]keys.Queue // by stream key
+	comp    *completer
+}
+
+// NewWorker returns a Worker over rdb (a standalone, cluster or failover client).
+func NewWorker(rdb redis.UniversalClient, cfg WorkerConfig) *Worker {
+	if rdb == nil {
+		panic("pipeline: NewWorker with a nil Redis client")
+	}
+	cfg = cfg.withDefaults()
+	w := &Worker{
+		rdb:      rdb,
+		cfg:      cfg,
+		log:      cfg.Logger.With().Str("worker", cfg.Name).Logger(),
+		handlers: make(map[string]HandlerFunc),
+		ready:    make(chan struct{}),
+		queues:   make(map[string]keys.Queue, len(cfg.Queues)),
+	}
+	for _, name := range cfg.Queues {
+		q := keys.New(cfg.Prefix, name)
+		w.queues[q.Stream()] = q
+	}
+	return w
+}
+
+// Name is the worker's consumer name.
+func (w *Worker) Name() string { return w.cfg.Name }
+
+// Handle registers the handler of a job type. It panics on an empty type, a nil handler, a
+// type registered twice, or a call after Run started: those are programming errors.
+func (w *Worker) Handle(jobType string, h HandlerFunc) {
+	if err := validateType(jobType); err != nil || h == nil {
+		panic(fmt.Sprintf("pipeline: Handle(%q): invalid type or nil handler", jobType))
+	}
+	if w.running.Load() {
+		panic("pipeline: Handle after Run")
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if _, dup := w.handlers[jobType]; dup {
+		panic(fmt.Sprintf("pipeline: Handle(%q) registered twice", jobType))
+	}
+	w.handlers[jobType] = h
+}
+
+// Use adds Watermill middleware around every job's handling (outermost first). The message
+// carries the job id as UUID, the payload, and metadata including MetaType and MetaAttempt.
+// A middleware that returns an error makes the router nack the message, which hands it out
+// again after a pause; errors of the job itself should come from its HandlerFunc.
+func (w *Worker) Use(mw ...message.HandlerMiddleware) {
+	if w.running.Load() {
+		panic("pipeline: Use after Run")
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.middleware = append(w.middleware, mw...)
+}
+
+// Ready is closed once the worker is consuming.
+func (w *Worker) Ready() <-chan struct{} { return w.ready }
+
+// Run consumes until ctx ends, then shuts down gracefully: it stops reading, waits up to
+// ShutdownTimeout for running jobs, cancels and puts back those still running, writes every
+// pending transition, and returns nil. It runs the delayed scheduler and a recoverer per queue
+// unless disabled. While Redis is unreachable at start, Run waits for it (logging) until ctx
+// ends. A Worker runs once.
+func (w *Worker) Run(ctx context.Context) error {
+	if err := w.cfg.validate(); err != nil {
+		return err
+	}
+	w.mu.Lock()
+	nHandlers := len(w.handlers)
+	w.mu.Unlock()
+	if nHandlers == 0 {
+		return errors.New("pipeline: worker has no handlers")
+	}
+	if !w.running.CompareAndSwap(false, true) {
+		return errors.New("pipeline: worker already ran")
+	}
+	if err := w.waitForRedis(ctx); err != nil {
+		return nil // ctx ended while waiting: nothing ran, nothing to drain
+	}
+
+	w.comp = newCompleter(w.rdb, w.cfg.Name, retentionMS(w.cfg.Retention), w.cfg.FlushInterval,
+		batchChunk, w.log)
+	go w.comp.run()
+	defer w.comp.close()
+
+	wlog := WatermillLogger(w.log)
+	sub, err := stream.NewSubscriber(stream.Config{
+		Client:        w.rdb,
+		Group:         keys.Group,
+		Consumer:      w.cfg.Name,
+		Unmarshaller:  entryUnmarshaller{},
+		Concurrency:   w.cfg.Concurrency,
+		BatchSize:     w.cfg.ReadBatch,
+		LeaseInterval: w.cfg.VisibilityTimeout / 3,
+		DeferAck:      true,
+		CloseTimeout:  w.cfg.ShutdownTimeout,
+		OnRelease:     w.release,
+		Logger:        wlog,
+	})
+	if err != nil {
+		return err
+	}
+	defer sub.Close()
+	router, err := message.NewRouter(message.RouterConfig{CloseTimeout: 5 * time.Second}, wlog)
+	if err != nil {
+		return err
+	}
+	w.mu.Lock()
+	router.AddMiddleware(w.middleware...)
+	w.mu.Unlock()
+	for _, name := range w.cfg.Queues {
+		q := keys.New(w.cfg.Prefix, name)
+		router.AddConsumerHandler("conveyor:"+name, q.Stream(), sub, w.handleMessage)
+	}
+
+	bg, stopBG := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	defer func() { stopBG(); wg.Wait() }()
+	if !w.cfg.DisableScheduler {
+		s := delayed.New(w.rdb, delayed.Config{Prefix: w.cfg.Prefix, Queues: w.cfg.Queues, Logger: w.log})
+		wg.Go(func() { _ = s.Run(bg) })
+	}
+	if !w.cfg.DisableRecovery {
+		for _, name := range w.cfg.Queues {
+			r := recovery.NewRecoverer(w.rdb, recovery.Config{
+				Prefix: w.cfg.Prefix, Queue: name, VisibilityTimeout: w.cfg.VisibilityTimeout,
+				Interval: w.cfg.RecoveryInterval, Logger: w.log,
+			})
+			wg.Go(func() { _ = r.Run(bg) })
+		}
+	}
+	go func() {
+		select {
+		case <-router.Running():
+			close(w.ready)
+		case <-ctx.Done():
+		}
+	}()
+	w.log.Info().Strs("queues", w.cfg.Queues).Int("concurrency", w.cfg.Concurrency).Msg("worker started")
+	if err := router.Run(ctx); err != nil {
+		return fmt.Errorf("pipeline: router: %w", err)
+	}
+	w.log.Info().Msg("worker stopped")
+	return nil
+}
+
+// waitForRedis pings until Redis answers and the scripts are loaded (pipelined EVALSHA needs
+// them), or ctx ends.
+func (w *Worker) waitForRedis(ctx context.Context) error {
+	backoff := 100 * time.Millisecond
+	for {
+		err := w.rdb.Ping(ctx).Err()
+		if err == nil {
+			err = script.Load(ctx, w.rdb, finishScript, releaseScript)
+		}
+		if err == nil {
+			for _, name := range w.cfg.Queues {
+				if err = w.rdb.SAdd(ctx, keys.Queues(w.cfg.Prefix), name).Err(); err != nil {
+					break
+				}
+			}
+		}
+		if err == nil {
+			return nil
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		w.log.Warn().Err(err).Dur("retry_in", backoff).Msg("redis unavailable")
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, 5*time.Second)
+	}
+}
+
+// errTimeout is the cause of a handler context whose job ran past its timeout.
+var errTimeout = errors.New("attempt timed out")
+
+// handleMessage runs one job. It always returns nil: every outcome of the job goes through the
+// completer (retry, dead set), and the message is acked only to free its slot (the entry is
+// acknowledged by finish.lua together with the state change). Never nacking matters: a nack
+// would hand the same message out again in-process.
+func (w *Worker) handleMessage(msg *message.Message) error {
+	streamKey := msg.Metadata[stream.StreamKey]
+	q, ok := w.queues[streamKey]
+	if !ok {
+		w.log.Error().Str("stream", streamKey).Msg("message from an unknown stream")
+		return nil
+	}
+	entry := msg.Metadata[stream.EntryIDKey]
+	if reason, bad := msg.Metadata[stream.PoisonKey]; bad {
+		w.poison(q, msg, entry, reason)
+		return nil
+	}
+	j := jobFromMessage(q.Name(), msg)
+	start := time.Now()
+	t := transition{q: q, id: j.ID, entry: entry, attempt: j.Attempt, started: start.UnixMilli()}
+
+	h, ok := w.handlers[j.Type]
+	if !ok {
+		t.op, t.finished = opFail, start.UnixMilli()
+		t.data = fmt.Sprintf("no handler registered for job type %q on worker %s", j.Type, w.cfg.Name)
+		w.log.Warn().Str("job_id", j.ID).Str("type", j.Type).Msg("no handler for job type; job sent to the dead set")
+		w.comp.finish(t)
+		return nil
+	}
+	w.comp.started(t)
+	ctx := msg.Context()
+	result, err := w.execute(ctx, h, j)
+	end := time.Now()
+	t.finished = end.UnixMilli()
+	if err != nil {
+		if cause := context.Cause(ctx); errors.Is(cause, stream.ErrClosed) || errors.Is(cause, stream.ErrLeaseLost) {
+			// The attempt was abandoned, not failed: on shutdown the entry is put back; on a
+			// lost lease another worker owns the job now.
+			w.comp.forget(entry)
+			w.log.Info().Str("job_id", j.ID).Str("reason", cause.Error()).Msg("job attempt abandoned")
+			return nil
+		}
+	}
+	switch {
+	case err == nil && len(result) > w.cfg.MaxResultBytes:
+		t.op = opFail
+		t.data = fmt.Sprintf("result of %d bytes exceeds the limit of %d", len(result), w.cfg.MaxResultBytes)
+	case err == nil:
+		t.op, t.data = opDone, string(result)
+		w.log.Debug().Str("job_id", j.ID).Str("type", j.Type).Dur("took", end.Sub(start)).Msg("job done")
+	case IsSkipRetry(err) || j.Attempt > j.MaxRetries:
+		t.op, t.data = opFail, truncate(err.Error(), maxErrorBytes)
+		w.log.Warn().Err(err).Str("job_id", j.ID).Str("type", j.Type).Int("attempt", j.Attempt).
+			Msg("job failed for good; sent to the dead set")
+	default:
+		delay := w.cfg.Backoff.Delay(j.Attempt)
+		t.op, t.data = opRetry, truncate(err.Error(), maxErrorBytes)
+		t.extra = fmt.Sprint(end.Add(delay).UnixMilli())
+		w.log.Info().Err(err).Str("job_id", j.ID).Str("type", j.Type).Int("attempt", j.Attempt).
+			Dur("retry_in", delay).Msg("job attempt failed; will retry")
+	}
+	w.comp.finish(t)
+	return nil
+}
+
+// execute runs the handler with the job's timeout, turning a panic into an error. A job with a
+// timeout runs in its own goroutine so that a handler ignoring its context cannot keep the slot
+// past the timeout.
+func (w *Worker) execute(ctx context.Context, h HandlerFunc, j *Job) ([]byte, error) {
+	if j.Timeout <= 0 {
+		return call(ctx, h, j, w.log)
+	}
+	ctx, cancel := context.WithTimeoutCause(ctx, j.Timeout, errTimeout)
+	defer cancel()
+	type outcome struct {
+		res []byte
+		err error
+	}
+	done := make(chan outcome, 1)
+	go func() {
+		res, err := call(ctx, h, j, w.log)
+		done <- outcome{res, err}
+	}()
+	var o outcome
+	select {
+	case o = <-done:
+	case <-ctx.Done():
+		select {
+		case o = <-done:
+		case <-time.After(100 * time.Millisecond):
+			if !errors.Is(context.Cause(ctx), errTimeout) {
+				return nil, context.Cause(ctx)
+			}
+			w.log.Warn().Str("job_id", j.ID).Msg("handler ignored its timeout; abandoning it")
+			return nil, fmt.Errorf("attempt timed out after %s (the handler did not return)", j.Timeout)
+		}
+	}
+	if o.err != nil && errors.Is(context.Cause(ctx), errTimeout) {
+		return nil, fmt.Errorf("attempt timed out after %s: %w", j.Timeout, o.err)
+	}
+	return o.res, o.err
+}
+
+func call(ctx context.Context, h HandlerFunc, j *Job, log zerolog.Logger) (res []byte, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			log.Error().Str("job_id", j.ID).Str("type", j.Type).Interface("panic", p).
+				Str("stack", string(debug.Stack())).Msg("handler panicked")
+			res, err = nil, fmt.Errorf("panic: %v", p)
+		}
+	}()
+	return h(ctx, j)
+}
+
+// poison sends an unreadable entry to the dead set, keeping its raw fields.
+func (w *Worker) poison(q keys.Queue, msg *message.Message, entry, reason string) {
+	id := msg.UUID
+	if !keys.ValidID(id) {
+		id = "entry-" + entry
+	}
+	now := time.Now().UnixMilli()
+	w.log.Warn().Str("entry", entry).Str("reason", reason).Str("record_id", id).Msg("unreadable stream entry sent to the dead set")
+	w.comp.finish(transition{q: q, op: opPoison, id: id, entry: entry, started: now, finished: now,
+		data: reason, extra: msg.Metadata[MetaRaw]})
+}
+
+// release puts back the entries a closing subscription still holds (stream.Config.OnRelease).
+func (w *Worker) release(ctx context.Context, streamKey string, ids []string) {
+	q, ok := w.queues[streamKey]
+	if !ok {
+		return
+	}
+	released := 0
+	for len(ids) > 0 {
+		chunk := ids[:min(len(ids), batchChunk)]
+		ids = ids[len(chunk):]
+		args := make([]any, 0, 3+len(chunk))
+		args = append(args, keys.Group, q.JobPrefix(), time.Now().UnixMilli())
+		for _, id := range chunk {
+			args = append(args, id)
+		}
+		res, err := releaseScript.Run(ctx, w.rdb, []string{q.Stream(), q.Stats()}, args...).Int64Slice()
+		if err != nil {
+			w.log.Error().Err(err).Int("jobs", len(chunk)).Msg("put back unfinished jobs; they will be recovered after the visibility timeout")
+			continue
+		}
+		released += int(res[0])
+	}
+	if released > 0 {
+		w.log.Info().Str("queue", q.Name()).Int("num_released", released).Msg("put back unfinished jobs")
+	}
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
+}

@@ -1,0 +1,445 @@
+package pipeline_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+
+	"github.com/conveyorq/conveyor/internal/keys"
+	"github.com/conveyorq/conveyor/pipeline"
+)
+
+func TestWorkerCompletesJobs(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := t.Context()
+	const n = 300
+	tasks := make([]pipeline.Task, n)
+	for i := range tasks {
+		tasks[i] = pipeline.Task{Type: "echo", Payload: []byte(fmt.Sprintf(`{"i":%d}`, i)), Metadata: map[string]string{"i": fmt.Sprint(i)}}
+	}
+	jobs, err := b.client.EnqueueBatch(ctx, b.queue, tasks)
+	require.NoError(t, err)
+
+	var seenMeta atomic.Int64
+	w, _ := b.startWorker(t, pipeline.WorkerConfig{Concurrency: 20}, map[string]pipeline.HandlerFunc{
+		"echo": func(ctx context.Context, j *pipeline.Job) ([]byte, error) {
+			if j.Metadata["i"] != "" && j.Attempt == 1 && j.Status == pipeline.StatusInProgress {
+				seenMeta.Add(1)
+			}
+			return j.Payload, nil
+		},
+	})
+	require.Eventually(t, func() bool { return b.stats(t).Completed == n }, 15*time.Second, 10*time.Millisecond)
+	require.EqualValues(t, n, seenMeta.Load(), "handlers see metadata, attempt 1 and in_progress")
+
+	for _, j := range []*pipeline.Job{jobs[0], jobs[n/2], jobs[n-1]} {
+		got, err := b.client.Get(ctx, b.queue, j.ID)
+		require.NoError(t, err)
+		require.Equal(t, pipeline.StatusCompleted, got.Status)
+		require.Equal(t, string(j.Payload), string(got.Result))
+		require.Equal(t, string(j.Payload), string(got.Payload), "the payload is kept with the finished job")
+		require.Equal(t, j.Metadata, got.Metadata)
+		require.Equal(t, 1, got.Attempt)
+		require.Equal(t, w.Name(), got.Worker)
+		require.False(t, got.StartedAt.IsZero())
+		require.False(t, got.CompletedAt.Before(got.StartedAt))
+		require.Empty(t, got.LastError)
+		ttl, err := b.rdb.PTTL(ctx, b.keys.Job(j.ID)).Result()
+		require.NoError(t, err)
+		require.Greater(t, ttl, 23*time.Hour, "finished jobs expire after the default retention")
+	}
+	// The stream holds only unfinished work, and nothing is left pending.
+	xlen, err := b.rdb.XLen(ctx, b.keys.Stream()).Result()
+	require.NoError(t, err)
+	require.Zero(t, xlen)
+	s := b.stats(t)
+	require.Zero(t, s.InProgress)
+	require.Zero(t, s.Queued)
+	require.Zero(t, s.Refused)
+}
+
+func TestRetryThenSucceed(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.startWorker(t, pipeline.WorkerConfig{}, map[string]pipeline.HandlerFunc{
+		"flaky": func(ctx context.Context, j *pipeline.Job) ([]byte, error) {
+			if j.Attempt <= 2 {
+				return nil, fmt.Errorf("attempt %d fails", j.Attempt)
+			}
+			return []byte("ok"), nil
+		},
+	})
+	j, err := b.client.Enqueue(t.Context(), b.queue, pipeline.Task{Type: "flaky", Payload: []byte("x")})
+	require.NoError(t, err)
+	got := b.waitStatus(t, j.ID, pipeline.StatusCompleted)
+	require.Equal(t, 3, got.Attempt)
+	require.Equal(t, "attempt 2 fails", got.LastError, "last_error is kept after success")
+	require.Equal(t, "ok", string(got.Result))
+	require.Equal(t, "x", string(got.Payload), "payload survives the trips through the scheduled set")
+	s := b.stats(t)
+	require.EqualValues(t, 2, s.Retried)
+	require.EqualValues(t, 1, s.Completed)
+	require.Zero(t, s.Dead)
+}
+
+func TestRetriesExhaustedGoesDeadWithGrowingDelays(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	var mu sync.Mutex
+	var starts []time.Time
+	b.startWorker(t, pipeline.WorkerConfig{Backoff: pipeline.Backoff{Base: 100 * time.Millisecond, Max: 10 * time.Second}},
+		map[string]pipeline.HandlerFunc{
+			"fail": func(ctx context.Context, j *pipeline.Job) ([]byte, error) {
+				mu.Lock()
+				starts = append(starts, time.Now())
+				mu.Unlock()
+				return nil, errors.New("always fails")
+			},
+		})
+	j, err := b.client.Enqueue(t.Context(), b.queue, pipeline.Task{Type: "fail", Payload: []byte("p")}, pipeline.WithMaxRetries(2))
+	require.NoError(t, err)
+	got := b.waitStatus(t, j.ID, pipeline.StatusFailed)
+	require.Equal(t, 3, got.Attempt)
+	require.Equal(t, "always fails", got.LastError)
+	require.Equal(t, "p", string(got.Payload))
+	_, err = b.rdb.ZScore(t.Context(), b.keys.Dead(), j.ID).Result()
+	require.NoError(t, err, "the job is in the dead set")
+	ttl, _ := b.rdb.PTTL(t.Context(), b.keys.Job(j.ID)).Result()
+	require.Equal(t, time.Duration(-1), ttl, "dead jobs are kept until replayed or purged")
+
+	mu.Lock()
+	require.Len(t, starts, 3)
+	first, second := starts[1].Sub(starts[0]), starts[2].Sub(starts[1])
+	mu.Unlock()
+	require.GreaterOrEqual(t, first, 75*time.Millisecond, "first retry waits about the base")
+	require.Greater(t, second, first, "delays grow")
+	s := b.stats(t)
+	require.EqualValues(t, 1, s.Dead)
+	require.EqualValues(t, 1, s.Failed)
+	require.EqualValues(t, 2, s.Retried)
+
+	// Replay gives the job a fresh set of attempts.
+	require.NoError(t, b.client.Replay(t.Context(), b.queue, j.ID))
+	require.Eventually(t, func() bool { mu.Lock(); defer mu.Unlock(); return len(starts) >= 4 }, 10*time.Second, 10*time.Millisecond)
+	require.ErrorIs(t, b.client.Replay(t.Context(), b.queue, "unknown"), pipeline.ErrNotDead)
+}
+
+func TestFailureKinds(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		name       string
+		handler    pipeline.HandlerFunc
+		opts       []pipeline.Option
+		wantStatus pipeline.Status
+		wantErr    string
+		attempts   int
+	}{
+		{
+			name:       "skip retry fails at once",
+			handler:    func(context.Context, *pipeline.Job) ([]byte, error) { return nil, pipeline.SkipRetry(errors.New("bad payload")) },
+			wantStatus: pipeline.StatusFailed, wantErr: "bad payload", attempts: 1,
+		},
+		{
+			name:       "panic is a failed attempt",
+			handler:    func(context.Context, *pipeline.Job) ([]byte, error) { panic("kaboom") },
+			opts:       []pipeline.Option{pipeline.WithMaxRetries(1)},
+			wantStatus: pipeline.StatusFailed, wantErr: "panic: kaboom", attempts: 2,
+		},
+		{
+			name: "timeout cancels the context",
+			handler: func(ctx context.Context, _ *pipeline.Job) ([]byte, error) {
+				<-ctx.Done()
+				return nil, ctx.Err()
+			},
+			opts:       []pipeline.Option{pipeline.WithTimeout(50 * time.Millisecond), pipeline.WithMaxRetries(1)},
+			wantStatus: pipeline.StatusFailed, wantErr: "timed out after 50ms", attempts: 2,
+		},
+		{
+			name: "a handler ignoring its timeout is abandoned",
+			handler: func(ctx context.Context, _ *pipeline.Job) ([]byte, error) {
+				time.Sleep(2 * time.Second)
+				return []byte("too late"), nil
+			},
+			opts:       []pipeline.Option{pipeline.WithTimeout(50 * time.Millisecond), pipeline.WithMaxRetries(0)},
+			wantStatus: pipeline.StatusFailed, wantErr: "did not return", attempts: 1,
+		},
+		{
+			name:       "result over the limit fails",
+			handler:    func(context.Context, *pipeline.Job) ([]byte, error) { return make([]byte, 2048), nil },
+			wantStatus: pipeline.StatusFailed, wantErr: "exceeds the limit", attempts: 1,
+		},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			b := setup(t)
+			b.startWorker(t, pipeline.WorkerConfig{MaxResultBytes: 1024}, map[string]pipeline.HandlerFunc{"job": tc.handler, "ok": echo})
+			j, err := b.client.Enqueue(t.Context(), b.queue, pipeline.Task{Type: "job"}, tc.opts...)
+			require.NoError(t, err)
+			got := b.waitStatus(t, j.ID, tc.wantStatus)
+			require.Contains(t, got.LastError, tc.wantErr)
+			require.Equal(t, tc.attempts, got.Attempt)
+			// The worker goes on working after the failure.
+			ok, err := b.client.Enqueue(t.Context(), b.queue, pipeline.Task{Type: "ok"})
+			require.NoError(t, err)
+			b.waitStatus(t, ok.ID, pipeline.StatusCompleted)
+		})
+	}
+}
+
+func TestNoHandlerGoesDead(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	w, _ := b.startWorker(t, pipeline.WorkerConfig{}, map[string]pipeline.HandlerFunc{"echo": echo})
+	j, err := b.client.Enqueue(t.Context(), b.queue, pipeline.Task{Type: "unknown.type", Payload: []byte("keep me")})
+	require.NoError(t, err)
+	got := b.waitStatus(t, j.ID, pipeline.StatusFailed)
+	require.Contains(t, got.LastError, `no handler registered for job type "unknown.type"`)
+	require.Contains(t, got.LastError, w.Name())
+	require.Equal(t, "keep me", string(got.Payload))
+	require.EqualValues(t, 1, b.stats(t).Dead)
+}
+
+func TestUnreadableEntriesGoDeadAndConsumptionGoesOn(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := t.Context()
+	b.startWorker(t, pipeline.WorkerConfig{}, map[string]pipeline.HandlerFunc{"echo": echo})
+	garbage := []map[string]any{
+		{"foo": "bar"},
+		{keys.EntryUUID: "no-type-here", "payload": "x"},
+		{keys.EntryUUID: "bad attempt", "payload": "x", "type": "echo", "attempt": "zero"},
+		{keys.EntryUUID: "x1", "payload": "x", "metadata": "\xc1\xff garbage", "type": "echo", "attempt": "1", "max_retries": "0", "timeout_ms": "0"},
+		{keys.EntryUUID: "\x00\xff", "payload": "\xff\xfe"},
+	}
+	for _, v := range garbage {
+		require.NoError(t, b.rdb.XAdd(ctx, &redis.XAddArgs{Stream: b.keys.Stream(), Values: v}).Err())
+	}
+	require.Eventually(t, func() bool { return b.stats(t).Dead == int64(len(garbage)) }, 10*time.Second, 10*time.Millisecond)
+	dead, total, err := b.client.Dead(ctx, b.queue, 0, 10)
+	require.NoError(t, err)
+	require.EqualValues(t, len(garbage), total)
+	for _, d := range dead {
+		require.Equal(t, pipeline.StatusFailed, d.Status)
+		require.Contains(t, d.LastError, "unreadable stream entry")
+		require.NotEmpty(t, d.Payload, "the raw entry is kept for inspection")
+	}
+	j, err := b.client.Enqueue(ctx, b.queue, pipeline.Task{Type: "echo"})
+	require.NoError(t, err)
+	b.waitStatus(t, j.ID, pipeline.StatusCompleted)
+	xlen, _ := b.rdb.XLen(ctx, b.keys.Stream()).Result()
+	require.Zero(t, xlen, "unreadable entries are acknowledged and deleted")
+	require.EqualValues(t, len(garbage), b.stats(t).Poison)
+
+	// A dead record of an unreadable entry has nothing to run; replay says so.
+	require.ErrorIs(t, b.client.Replay(ctx, b.queue, dead[0].ID), pipeline.ErrInvalid)
+	n, err := b.client.Purge(ctx, b.queue, time.Now().Add(time.Minute))
+	require.NoError(t, err)
+	require.Equal(t, len(garbage), n)
+	require.Zero(t, b.stats(t).Dead)
+}
+
+func TestInProgressWhileRunning(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	release := make(chan struct{})
+	w, _ := b.startWorker(t, pipeline.WorkerConfig{}, map[string]pipeline.HandlerFunc{
+		"block": func(ctx context.Context, j *pipeline.Job) ([]byte, error) {
+			select {
+			case <-release:
+			case <-ctx.Done():
+			}
+			return nil, nil
+		},
+	})
+	j, err := b.client.Enqueue(t.Context(), b.queue, pipeline.Task{Type: "block"})
+	require.NoError(t, err)
+	got := b.waitStatus(t, j.ID, pipeline.StatusInProgress)
+	require.Equal(t, w.Name(), got.Worker)
+	require.Equal(t, 1, got.Attempt)
+	require.False(t, got.StartedAt.IsZero())
+	require.EqualValues(t, 1, b.stats(t).InProgress)
+	close(release)
+	b.waitStatus(t, j.ID, pipeline.StatusCompleted)
+}
+
+func TestRetentionZeroDeletesOnFinish(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.startWorker(t, pipeline.WorkerConfig{Retention: pipeline.RetainNone}, map[string]pipeline.HandlerFunc{"echo": echo})
+	j, err := b.client.Enqueue(t.Context(), b.queue, pipeline.Task{Type: "echo"})
+	require.NoError(t, err)
+	kept, err := b.client.Enqueue(t.Context(), b.queue, pipeline.Task{Type: "echo"}, pipeline.WithRetention(time.Minute))
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return b.stats(t).Completed == 2 }, 10*time.Second, 10*time.Millisecond)
+	_, err = b.client.Get(t.Context(), b.queue, j.ID)
+	require.ErrorIs(t, err, pipeline.ErrNotFound)
+	got, err := b.client.Get(t.Context(), b.queue, kept.ID)
+	require.NoError(t, err, "a per-job retention overrides the worker's")
+	ttl, _ := b.rdb.PTTL(t.Context(), b.keys.Job(kept.ID)).Result()
+	require.LessOrEqual(t, ttl, time.Minute)
+	require.Equal(t, pipeline.StatusCompleted, got.Status)
+}
+
+func TestCancelRunningJobCancelsHandler(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	started := make(chan struct{})
+	cause := make(chan error, 1)
+	b.startWorker(t, pipeline.WorkerConfig{VisibilityTimeout: 600 * time.Millisecond}, map[string]pipeline.HandlerFunc{
+		"block": func(ctx context.Context, j *pipeline.Job) ([]byte, error) {
+			close(started)
+			<-ctx.Done()
+			cause <- context.Cause(ctx)
+			return nil, ctx.Err()
+		},
+	})
+	j, err := b.client.Enqueue(t.Context(), b.queue, pipeline.Task{Type: "block"})
+	require.NoError(t, err)
+	<-started
+	require.NoError(t, b.client.Cancel(t.Context(), b.queue, j.ID))
+	select {
+	case err := <-cause:
+		require.ErrorContains(t, err, "lease lost")
+	case <-time.After(10 * time.Second):
+		t.Fatal("the handler's context was not cancelled at the next lease renewal")
+	}
+	got, err := b.client.Get(t.Context(), b.queue, j.ID)
+	require.NoError(t, err)
+	require.Equal(t, pipeline.StatusCanceled, got.Status, "the handler's late return changes nothing")
+}
+
+func TestGracefulShutdownPutsJobsBack(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := t.Context()
+	started := make(chan string, 10)
+	_, stop := b.startWorker(t, pipeline.WorkerConfig{ShutdownTimeout: 200 * time.Millisecond, Concurrency: 5},
+		map[string]pipeline.HandlerFunc{
+			"long": func(ctx context.Context, j *pipeline.Job) ([]byte, error) {
+				started <- j.ID
+				<-ctx.Done()
+				return nil, ctx.Err()
+			},
+		})
+	var ids []string
+	for range 5 {
+		j, err := b.client.Enqueue(ctx, b.queue, pipeline.Task{Type: "long"})
+		require.NoError(t, err)
+		ids = append(ids, j.ID)
+	}
+	for range 5 {
+		<-started
+	}
+	require.NoError(t, stop())
+	s := b.stats(t)
+	require.EqualValues(t, 5, s.Released)
+	require.EqualValues(t, 5, s.Queued, "put back at once, not left pending for recovery")
+	require.Zero(t, s.InProgress)
+	for _, id := range ids {
+		j, err := b.client.Get(ctx, b.queue, id)
+		require.NoError(t, err)
+		require.Equal(t, pipeline.StatusQueued, j.Status)
+		require.Equal(t, 0, j.Attempt, "an attempt interrupted by shutdown does not count")
+	}
+	// Another worker finishes them.
+	b2 := *b
+	b2.startWorker(t, pipeline.WorkerConfig{}, map[string]pipeline.HandlerFunc{"long": echo})
+	for _, id := range ids {
+		got := b2.waitStatus(t, id, pipeline.StatusCompleted)
+		require.Equal(t, 1, got.Attempt)
+	}
+}
+
+func TestWorkerRefusesBadConfig(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	cases := []struct {
+		name string
+		cfg  pipeline.WorkerConfig
+	}{
+		{"bad queue", pipeline.WorkerConfig{Queues: []string{"a b"}}},
+		{"tiny visibility timeout", pipeline.WorkerConfig{VisibilityTimeout: time.Millisecond}},
+		{"negative concurrency", pipeline.WorkerConfig{Concurrency: -1}},
+	}
+	for _, tc := range cases {
+		w := pipeline.NewWorker(b.rdb, tc.cfg)
+		w.Handle("echo", echo)
+		require.ErrorIs(t, w.Run(t.Context()), pipeline.ErrInvalid, tc.name)
+	}
+	w := pipeline.NewWorker(b.rdb, pipeline.WorkerConfig{Queues: []string{b.queue}})
+	require.ErrorContains(t, w.Run(t.Context()), "no handlers")
+	require.Panics(t, func() { w.Handle("", echo) })
+	w.Handle("echo", echo)
+	require.Panics(t, func() { w.Handle("echo", echo) })
+}
+
+func TestWorkerWaitsForRedis(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(t.Context(), 500*time.Millisecond)
+	defer cancel()
+	w := pipeline.NewWorker(redisAt("127.0.0.1:1"), pipeline.WorkerConfig{Logger: testLogger(t)})
+	w.Handle("echo", echo)
+	start := time.Now()
+	require.NoError(t, w.Run(ctx), "an unreachable Redis at start is waited for, not a crash")
+	require.GreaterOrEqual(t, time.Since(start), 400*time.Millisecond)
+}
+
+func TestMiddlewareSeesJobs(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	var seen sync.Map
+	cfg := pipeline.WorkerConfig{Queues: []string{b.queue}, Logger: testLogger(t)}
+	w := pipeline.NewWorker(b.rdb, cfg)
+	w.Handle("echo", echo)
+	w.Use(func(h message.HandlerFunc) message.HandlerFunc {
+		return func(m *message.Message) ([]*message.Message, error) {
+			seen.Store(m.UUID, m.Metadata.Get(pipeline.MetaType))
+			return h(m)
+		}
+	})
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx) }()
+	j, err := b.client.Enqueue(t.Context(), b.queue, pipeline.Task{Type: "echo"})
+	require.NoError(t, err)
+	b.waitStatus(t, j.ID, pipeline.StatusCompleted)
+	typ, ok := seen.Load(j.ID)
+	require.True(t, ok)
+	require.Equal(t, "echo", typ)
+	cancel()
+	require.NoError(t, <-done)
+}
+
+func TestManyQueuesOneWorker(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	other := b.queue + "-b"
+	b.startWorker(t, pipeline.WorkerConfig{Queues: []string{b.queue, other}, Concurrency: 4}, map[string]pipeline.HandlerFunc{"echo": echo})
+	var ids [2][]string
+	for i, q := range []string{b.queue, other} {
+		for range 50 {
+			j, err := b.client.Enqueue(t.Context(), q, pipeline.Task{Type: "echo"})
+			require.NoError(t, err)
+			ids[i] = append(ids[i], j.ID)
+		}
+	}
+	for i, q := range []string{b.queue, other} {
+		require.Eventually(t, func() bool {
+			s, err := b.client.Stats(t.Context(), q)
+			return err == nil && s.Completed == 50
+		}, 10*time.Second, 10*time.Millisecond, q)
+		got, err := b.client.Get(t.Context(), q, ids[i][0])
+		require.NoError(t, err)
+		require.Equal(t, q, got.Queue)
+	}
+}

@@ -1,0 +1,75 @@
+-- recover.lua: put back the jobs of pending entries whose worker stopped renewing its lease.
+-- KEYS[1] stream, KEYS[2] dead set, KEYS[3] stats hash, KEYS[4] the queue's recovery lock
+-- ARGV[1] group, ARGV[2] lock token, ARGV[3] visibility timeout ms, ARGV[4] job key prefix,
+--   ARGV[5] now (unix ms), ARGV[6..] entry ids
+-- The lock is a fence: nothing happens unless it still holds the caller's token, checked in the
+-- same atomic step (an empty token skips the check: Config.DisableLock, for tests). Per entry,
+-- atomically:
+--   - skip it unless it is still pending and idle for at least the visibility timeout (its
+--     worker may have renewed the lease since the caller listed it);
+--   - acknowledge and delete it when its job finished or moved on to another entry;
+--   - otherwise the attempt was lost with its worker and counts: the job goes back into the
+--     stream as a new entry (last_error names the lost worker), or to the dead set when it has
+--     no retries left, so a job that kills every worker that runs it does not loop forever;
+--   - an entry that cannot be read becomes a dead record, as a worker would have made it.
+-- Returns {requeued, dead, dropped, skipped, poison}, or {-1} when the lock is not held.
+local stream, dead, stats = KEYS[1], KEYS[2], KEYS[3]
+local group, vt, prefix, now = ARGV[1], tonumber(ARGV[3]), ARGV[4], tonumber(ARGV[5])
+if ARGV[2] ~= '' and redis.call('GET', KEYS[4]) ~= ARGV[2] then return {-1} end
+local requeued, n_dead, dropped, skipped, poison = 0, 0, 0, 0, 0
+for a = 6, #ARGV do
+  local old = ARGV[a]
+  local p = redis.call('XPENDING', stream, group, 'IDLE', vt, old, old, 1)
+  if #p == 0 then
+    skipped = skipped + 1
+  else
+    local consumer, idle = p[1][2], p[1][3]
+    local f = cv_entry(stream, old)
+    if not f then
+      -- deleted under the group (by hand: Conveyor deletes and acknowledges together)
+      redis.call('XACK', stream, group, old)
+      dropped = dropped + 1
+    else
+      local id = f['_watermill_message_uuid']
+      local jobkey = cv_valid_id(id) and (prefix .. id) or nil
+      local h = jobkey and redis.call('HMGET', jobkey, 'entry', 'status', 'max_retries')
+      if not h or not h[2] then
+        local rec, reason = id, 'unreadable stream entry ' .. old .. ': no job record for ' .. tostring(id)
+        if not cv_valid_id(id) then
+          rec = 'entry-' .. old
+          reason = 'unreadable stream entry ' .. old .. ': missing or invalid _watermill_message_uuid'
+        end
+        if redis.call('EXISTS', prefix .. rec) == 0 then
+          cv_poison_record(prefix .. rec, dead, rec, old, f['type'], reason, cjson.encode(f), now)
+          redis.call('HINCRBY', stats, 'failed', 1)
+        end
+        cv_drop(stream, group, {old})
+        poison = poison + 1
+      elseif h[1] ~= old or not (h[2] == 'queued' or h[2] == 'in_progress') then
+        cv_drop(stream, group, {old})
+        dropped = dropped + 1
+      else
+        local n = cv_num(f['attempt'], 1)
+        local why = 'attempt ' .. n .. ' lost: worker ' .. consumer ..
+          ' stopped renewing its lease (idle ' .. idle .. ' ms)'
+        if n > cv_num(h[3], 0) then
+          cv_keep_payload(jobkey, f)
+          redis.call('HSET', jobkey, 'attempt', n)
+          cv_to_dead(jobkey, dead, id, now, why .. '; no retries left')
+          cv_drop(stream, group, {old})
+          n_dead = n_dead + 1
+        else
+          cv_replace(stream, group, jobkey, id, old, f, n + 1, n, why, now)
+          requeued = requeued + 1
+        end
+      end
+    end
+  end
+end
+if requeued > 0 then redis.call('HINCRBY', stats, 'recovered', requeued) end
+if n_dead > 0 then
+  redis.call('HINCRBY', stats, 'dead_by_recovery', n_dead)
+  redis.call('HINCRBY', stats, 'failed', n_dead)
+end
+if poison > 0 then redis.call('HINCRBY', stats, 'poison', poison) end
+return {requeued, n_dead, dropped, skipped, poison}

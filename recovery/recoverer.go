@@ -1,0 +1,251 @@
+// Package recovery puts back jobs whose worker died, froze or was cut off mid-run.
+//
+// # Model
+//
+// A job being run is a pending entry of its queue's stream, owned by the worker's consumer.
+// A live worker renews the lease of each entry it holds (XCLAIM of its own entry with JUSTID)
+// every third of the visibility timeout, which resets the entry's idle time. An entry idle for
+// longer than the visibility timeout therefore belongs to a worker that stopped renewing.
+//
+// Every worker process runs one Recoverer per queue; only the holder of the queue's recovery
+// Lock scans. A scan lists pending entries idle longer than the visibility timeout (XPENDING
+// with IDLE) and runs recover.lua on them, which for each entry, atomically:
+//
+//   - re-checks that the entry is still pending and idle (its lease may have been renewed
+//     since it was listed), and that the lock still holds this scanner's token;
+//   - acknowledges and deletes an entry whose job finished or moved on;
+//   - counts the lost attempt and puts the job back into the stream as a new entry, with
+//     last_error naming the lost worker, or moves it to the dead set when it has no retries
+//     left (so a job that crashes every worker that runs it ends in the dead set);
+//   - records an entry that cannot be read as a dead job.
+//
+// # Fencing
+//
+// The lock key shares the queue's hash tag, so the recover script checks the caller's token in
+// the same atomic step as its changes: a scanner that lost the lock (it stalled past the TTL)
+// changes nothing. Because each entry's check and change are one atomic step, even two
+// scanners at once (a lost lock, or DisableLock) can only waste work, never recover a job
+// twice: the second finds the entry gone.
+//
+// A worker whose job was recovered meanwhile learns it at its next lease renewal (its entry is
+// no longer pending), which cancels the handler's context; a completion it sends anyway is
+// refused, because the job's entry changed.
+//
+// # Failure handling
+//
+// Redis errors are logged and the next interval tries again. The visibility timeout must be
+// well above the lease-renewal interval (the worker renews at a third of it), or live jobs are
+// taken from running workers.
+package recovery
+
+import (
+	"cmp"
+	"context"
+	_ "embed"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/rs/zerolog"
+
+	"github.com/conveyorq/conveyor/internal/keys"
+	"github.com/conveyorq/conveyor/internal/script"
+)
+
+//go:embed recover.lua
+var recoverSrc string
+
+var recoverScript = script.New(recoverSrc)
+
+// Defaults of Config.
+const (
+	DefaultVisibilityTimeout = 30 * time.Second
+	DefaultInterval          = 5 * time.Second
+	DefaultLockTTL           = 10 * time.Second
+	DefaultBatchSize         = 100
+)
+
+// Config configures a Recoverer.
+type Config struct {
+	// Prefix starts every key. Defaults to "conveyor".
+	Prefix string
+	// Queue is the queue to recover. Required.
+	Queue string
+	// VisibilityTimeout is how long an entry may go without a lease renewal before its job is
+	// recovered. Must be at least 3x the workers' renewal interval. Defaults to
+	// DefaultVisibilityTimeout.
+	VisibilityTimeout time.Duration
+	// Interval is the time between scans. Defaults to DefaultInterval.
+	Interval time.Duration
+	// LockTTL is the lock's TTL; the lock is held only during a scan and extended every third
+	// of it. Defaults to DefaultLockTTL.
+	LockTTL time.Duration
+	// BatchSize bounds the entries one script call looks at. Defaults to DefaultBatchSize.
+	BatchSize int
+	// DisableLock scans without the lock (and without the token check). Only for tests that
+	// show the per-entry checks alone keep recovery correct.
+	DisableLock bool
+	// Logger receives what the recoverer did (component=recoverer).
+	Logger zerolog.Logger
+	// Now returns the current time; tests may replace it. Defaults to time.Now.
+	Now func() time.Time
+}
+
+// Result counts what one scan did.
+type Result struct {
+	Requeued int // jobs put back into the stream
+	Dead     int // jobs moved to the dead set, out of retries
+	Dropped  int // stale entries of finished or moved-on jobs, acknowledged and deleted
+	Skipped  int // entries renewed or settled between listing and recovery
+	Poison   int // unreadable entries recorded as dead jobs
+}
+
+func (r *Result) add(o Result) {
+	r.Requeued += o.Requeued
+	r.Dead += o.Dead
+	r.Dropped += o.Dropped
+	r.Skipped += o.Skipped
+	r.Poison += o.Poison
+}
+
+// Recoverer recovers one queue; see the package documentation.
+type Recoverer struct {
+	rdb  redis.UniversalClient
+	cfg  Config
+	q    keys.Queue
+	lock *Lock
+	log  zerolog.Logger
+
+	requeued atomic.Int64
+	dead     atomic.Int64
+}
+
+// NewRecoverer returns a Recoverer for cfg.Queue.
+func NewRecoverer(rdb redis.UniversalClient, cfg Config) *Recoverer {
+	cfg.Prefix = cmp.Or(cfg.Prefix, keys.DefaultPrefix)
+	cfg.VisibilityTimeout = cmp.Or(cfg.VisibilityTimeout, DefaultVisibilityTimeout)
+	cfg.Interval = cmp.Or(cfg.Interval, DefaultInterval)
+	cfg.LockTTL = cmp.Or(cfg.LockTTL, DefaultLockTTL)
+	cfg.BatchSize = cmp.Or(cfg.BatchSize, DefaultBatchSize)
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	q := keys.New(cfg.Prefix, cfg.Queue)
+	return &Recoverer{
+		rdb: rdb, cfg: cfg, q: q,
+		lock: NewLock(rdb, q.RecoveryLock(), cfg.LockTTL),
+		log:  cfg.Logger.With().Str("component", "recoverer").Str("queue", cfg.Queue).Logger(),
+	}
+}
+
+// Totals returns how many jobs this Recoverer put back and moved to the dead set so far.
+func (r *Recoverer) Totals() (requeued, dead int64) { return r.requeued.Load(), r.dead.Load() }
+
+// Run scans at once, then every Interval (with a little jitter so replicas do not fire
+// together), until ctx ends; it returns nil then.
+func (r *Recoverer) Run(ctx context.Context) error {
+	for {
+		if _, _, err := r.RunOnce(ctx); err != nil && ctx.Err() == nil {
+			r.log.Error().Err(err).Msg("recover stale jobs")
+		}
+		jitter := time.Duration(rand.Int64N(int64(r.cfg.Interval)/5+1)) - r.cfg.Interval/10
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(r.cfg.Interval + jitter):
+		}
+	}
+}
+
+// RunOnce runs one scan if this process gets the lock. It reports whether it scanned.
+func (r *Recoverer) RunOnce(ctx context.Context) (Result, bool, error) {
+	var res Result
+	if r.cfg.DisableLock {
+		err := r.scan(ctx, "", &res)
+		r.report(res)
+		return res, true, err
+	}
+	var serr error
+	ran, err := r.lock.Do(ctx, func(ctx context.Context) error {
+		token := r.lock.Token()
+		if token == "" {
+			// Lost between Acquire and now; an empty token would turn the script's fence off.
+			serr = ErrLockLost
+			return nil
+		}
+		serr = r.scan(ctx, token, &res)
+		return nil
+	})
+	if ran {
+		r.report(res)
+	}
+	return res, ran, errors.Join(err, serr)
+}
+
+func (r *Recoverer) report(res Result) {
+	r.requeued.Add(int64(res.Requeued))
+	r.dead.Add(int64(res.Dead))
+	if res.Requeued+res.Dead+res.Poison+res.Dropped > 0 {
+		r.log.Info().Int("num_requeued", res.Requeued).Int("num_dead", res.Dead).
+			Int("num_dropped", res.Dropped).Int("num_poison", res.Poison).Msg("recovered stale jobs")
+	}
+}
+
+var errFenced = errors.New("recovery: lock no longer held; scan stopped")
+
+func (r *Recoverer) scan(ctx context.Context, token string, res *Result) error {
+	start := "-"
+	for {
+		pend, err := r.rdb.XPendingExt(ctx, &redis.XPendingExtArgs{
+			Stream: r.q.Stream(), Group: keys.Group, Idle: r.cfg.VisibilityTimeout,
+			Start: start, End: "+", Count: int64(r.cfg.BatchSize),
+		}).Result()
+		if err != nil {
+			if redis.HasErrorPrefix(err, "NOGROUP") || errors.Is(err, redis.Nil) {
+				return nil // no worker has read this queue yet
+			}
+			return fmt.Errorf("list idle entries: %w", err)
+		}
+		if len(pend) == 0 {
+			return nil
+		}
+		args := make([]any, 0, 5+len(pend))
+		args = append(args, keys.Group, token, r.cfg.VisibilityTimeout.Milliseconds(),
+			r.q.JobPrefix(), r.cfg.Now().UnixMilli())
+		for _, p := range pend {
+			args = append(args, p.ID)
+		}
+		out, err := recoverScript.Run(ctx, r.rdb,
+			[]string{r.q.Stream(), r.q.Dead(), r.q.Stats(), r.q.RecoveryLock()}, args...).Int64Slice()
+		if err != nil {
+			return fmt.Errorf("recover entries: %w", err)
+		}
+		if len(out) == 1 && out[0] == -1 {
+			return errFenced
+		}
+		if len(out) != 5 {
+			return fmt.Errorf("recover entries: unexpected reply %v", out)
+		}
+		res.add(Result{Requeued: int(out[0]), Dead: int(out[1]), Dropped: int(out[2]),
+			Skipped: int(out[3]), Poison: int(out[4])})
+		if len(pend) < r.cfg.BatchSize {
+			return nil
+		}
+		start = nextID(pend[len(pend)-1].ID)
+	}
+}
+
+// nextID returns the smallest stream id after id ("ms-seq" -> "ms-(seq+1)").
+func nextID(id string) string {
+	ms, seq, ok := strings.Cut(id, "-")
+	n, err := strconv.ParseUint(seq, 10, 64)
+	if !ok || err != nil {
+		return id
+	}
+	return ms + "-" + strconv.FormatUint(n+1, 10)
+}
