@@ -144,8 +144,10 @@ func TestFailureKinds(t *testing.T) {
 		attempts   int
 	}{
 		{
-			name:       "skip retry fails at once",
-			handler:    func(context.Context, *pipeline.Job) ([]byte, error) { return nil, pipeline.SkipRetry(errors.New("bad payload")) },
+			name: "skip retry fails at once",
+			handler: func(context.Context, *pipeline.Job) ([]byte, error) {
+				return nil, pipeline.SkipRetry(errors.New("bad payload"))
+			},
 			wantStatus: pipeline.StatusFailed, wantErr: "bad payload", attempts: 1,
 		},
 		{
