@@ -16,6 +16,10 @@
 -- given entry is then acknowledged and deleted all the same (except for start), because it no
 -- longer carries a live job.
 -- Returns one code per item: 1 applied, 0 refused, 2 retry turned into dead.
+--
+-- Cost matters here (this runs for every job): each transition is one HMGET and one HSET, plus
+-- one XRANGE to keep the payload of a job leaving the stream, and one XACK and one XDEL for the
+-- whole batch.
 local stream, scheduled, dead, stats = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local group, worker, default_ret, wake = ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[4]
 local drop, out = {}, {}
@@ -27,9 +31,6 @@ for a = 5, #ARGV, 8 do
   local started, finished, data, extra = ARGV[a + 4], ARGV[a + 5], ARGV[a + 6], ARGV[a + 7]
   local jobkey = KEYS[4 + i]
   local code = 0
-  if op ~= 'start' and op ~= 'done' and op ~= 'retry' and op ~= 'fail' and op ~= 'poison' then
-    return redis.error_reply('finish: unknown op ' .. tostring(op))
-  end
 
   if op == 'poison' then
     local cur = redis.call('HGET', jobkey, 'entry')
@@ -44,53 +45,70 @@ for a = 5, #ARGV, 8 do
     n_poison = n_poison + 1
     drop[#drop + 1] = entry
     code = 1
-  else
-    local h = redis.call('HMGET', jobkey, 'entry', 'status', 'max_retries', 'retention_ms')
+  elseif op == 'start' or op == 'done' or op == 'retry' or op == 'fail' then
+    local h = redis.call('HMGET', jobkey, 'entry', 'status', 'max_retries', 'retention_ms',
+      'version', 'unique')
     local live = h[1] == entry and (h[2] == 'queued' or h[2] == 'in_progress')
+    local version = cv_num(h[5], 0) + 1
     if not live then
       n_refused = n_refused + 1
       if op ~= 'start' then drop[#drop + 1] = entry end
     elseif op == 'start' then
       redis.call('HSET', jobkey, 'status', 'in_progress', 'started_at', started,
-        'attempt', attempt, 'worker', worker)
-      redis.call('HINCRBY', jobkey, 'version', 1)
-      code = 1
-    elseif op == 'done' then
-      local ret = cv_num(h[4], default_ret)
-      if ret <= 0 then
-        cv_release_unique(jobkey, id)
-        redis.call('DEL', jobkey)
-      else
-        cv_keep_payload(jobkey, cv_entry(stream, entry))
-        redis.call('HSET', jobkey, 'status', 'completed', 'result', data, 'attempt', attempt,
-          'started_at', started, 'completed_at', finished, 'worker', worker)
-        redis.call('HINCRBY', jobkey, 'version', 1)
-        cv_release_unique(jobkey, id)
-        redis.call('PEXPIRE', jobkey, ret)
-      end
-      drop[#drop + 1] = entry
-      n_done = n_done + 1
+        'attempt', attempt, 'worker', worker, 'version', version)
       code = 1
     else
-      cv_keep_payload(jobkey, cv_entry(stream, entry))
-      redis.call('HSET', jobkey, 'attempt', attempt, 'started_at', started, 'worker', worker)
-      if op == 'retry' and tonumber(attempt) <= cv_num(h[3], 0) then
-        local due = tonumber(extra)
-        redis.call('HSET', jobkey, 'status', 'scheduled', 'run_at', due, 'last_error', data)
-        redis.call('HDEL', jobkey, 'entry')
-        redis.call('HINCRBY', jobkey, 'version', 1)
-        redis.call('ZADD', scheduled, due, id)
-        cv_wake_if_first(scheduled, wake, id, due)
-        n_retried = n_retried + 1
-        code = 1
+      local ret = cv_num(h[4], default_ret)
+      local dies = op == 'fail' or (op == 'retry' and tonumber(attempt) > cv_num(h[3], 0))
+      if h[6] and (op == 'done' or dies) and redis.call('GET', h[6]) == id then
+        redis.call('DEL', h[6]) -- the job ends: free its unique key
+      end
+      if op == 'done' and ret <= 0 then
+        redis.call('DEL', jobkey)
       else
-        cv_to_dead(jobkey, dead, id, finished, data)
-        n_failed = n_failed + 1
-        code = 1
-        if op == 'retry' then code = 2 end
+        local f = cv_entry(stream, entry) or {}
+        local fields = {'attempt', attempt, 'started_at', started, 'worker', worker,
+          'version', version, 'payload', f['payload'] or '', 'metadata', f['metadata'] or ''}
+        local n = #fields
+        if op == 'done' then
+          fields[n + 1], fields[n + 2] = 'status', 'completed'
+          fields[n + 3], fields[n + 4] = 'result', data
+          fields[n + 5], fields[n + 6] = 'completed_at', finished
+        elseif dies then
+          fields[n + 1], fields[n + 2] = 'status', 'failed'
+          fields[n + 3], fields[n + 4] = 'last_error', data
+          fields[n + 5], fields[n + 6] = 'completed_at', finished
+        else
+          fields[n + 1], fields[n + 2] = 'status', 'scheduled'
+          fields[n + 3], fields[n + 4] = 'last_error', data
+          fields[n + 5], fields[n + 6] = 'run_at', extra
+        end
+        redis.call('HSET', jobkey, unpack(fields))
+        if op == 'done' then
+          redis.call('PEXPIRE', jobkey, ret)
+        else
+          redis.call('HDEL', jobkey, 'entry')
+          if dies then
+            redis.call('ZADD', dead, finished, id)
+          else
+            redis.call('ZADD', scheduled, extra, id)
+            cv_wake_if_first(scheduled, wake, id, extra)
+          end
+        end
       end
       drop[#drop + 1] = entry
+      code = 1
+      if op == 'done' then
+        n_done = n_done + 1
+      elseif dies then
+        n_failed = n_failed + 1
+        if op == 'retry' then code = 2 end
+      else
+        n_retried = n_retried + 1
+      end
     end
+  else
+    return redis.error_reply('finish: unknown op ' .. tostring(op))
   end
   out[i] = code
 end

@@ -36,15 +36,29 @@ func (entryUnmarshaller) Unmarshal(streamName, id string, values map[string]any)
 	payload, _ := str(keys.EntryPayload)
 	msg := message.NewMessage(uuid, []byte(payload))
 	md := msg.Metadata
+
+	// The job's own metadata first, so that the reserved keys set below (among them the entry
+	// id, the fencing token) cannot be overridden by what an entry carries.
+	reason := ""
+	if enc, _ := str(keys.EntryMetadata); enc != "" {
+		if err := stream.DecodeMetadata(enc, md); err != nil {
+			reason = err.Error()
+		}
+		for k := range md {
+			if k == "" || k[0] == '_' {
+				reason = "reserved metadata key " + strconv.Quote(k)
+				delete(md, k)
+			}
+		}
+	}
 	md[stream.EntryIDKey] = id
 	md[stream.StreamKey] = streamName
-
-	reason := ""
 	typ, _ := str(keys.EntryType)
 	attempt, aok := str(keys.EntryAttempt)
 	maxRetries, mok := str(keys.EntryMaxRetries)
 	timeout, tok := str(keys.EntryTimeout)
 	switch {
+	case reason != "":
 	case !keys.ValidID(uuid):
 		reason = "missing or invalid " + keys.EntryUUID
 	case typ == "":
@@ -55,13 +69,6 @@ func (entryUnmarshaller) Unmarshal(streamName, id string, values map[string]any)
 		reason = "missing or invalid " + keys.EntryMaxRetries
 	case !tok || !positive(timeout, 0):
 		reason = "missing or invalid " + keys.EntryTimeout
-	}
-	if reason == "" {
-		if enc, _ := str(keys.EntryMetadata); enc != "" {
-			if err := stream.DecodeMetadata(enc, md); err != nil {
-				reason = err.Error()
-			}
-		}
 	}
 	if reason != "" {
 		if msg.UUID == "" {

@@ -1,0 +1,90 @@
+package pipeline
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/conveyorq/conveyor/internal/keys"
+	"github.com/conveyorq/conveyor/stream"
+)
+
+func validEntry() map[string]any {
+	md, _ := stream.EncodeMetadata(map[string]string{"tenant": "acme"})
+	return map[string]any{
+		keys.EntryUUID: "01JOB", keys.EntryPayload: `{"a":1}`, keys.EntryMetadata: md,
+		keys.EntryType: "echo", keys.EntryAttempt: "2", keys.EntryMaxRetries: "5", keys.EntryTimeout: "1500",
+	}
+}
+
+func TestEntryUnmarshaller(t *testing.T) {
+	t.Parallel()
+	msg := entryUnmarshaller{}.Unmarshal("s", "1-1", validEntry())
+	require.NotContains(t, msg.Metadata, stream.PoisonKey)
+	j := jobFromMessage("q", msg)
+	require.Equal(t, "01JOB", j.ID)
+	require.Equal(t, "q", j.Queue)
+	require.Equal(t, "echo", j.Type)
+	require.Equal(t, `{"a":1}`, string(j.Payload))
+	require.Equal(t, map[string]string{"tenant": "acme"}, j.Metadata)
+	require.Equal(t, 2, j.Attempt)
+	require.Equal(t, 5, j.MaxRetries)
+	require.EqualValues(t, 1500, j.Timeout.Milliseconds())
+	require.Equal(t, "1-1", j.Entry)
+
+	cases := []struct {
+		name   string
+		mutate func(map[string]any)
+		reason string
+	}{
+		{"no uuid", func(v map[string]any) { delete(v, keys.EntryUUID) }, "_watermill_message_uuid"},
+		{"bad uuid", func(v map[string]any) { v[keys.EntryUUID] = "a b" }, "_watermill_message_uuid"},
+		{"no type", func(v map[string]any) { delete(v, keys.EntryType) }, "missing type"},
+		{"attempt zero", func(v map[string]any) { v[keys.EntryAttempt] = "0" }, "attempt"},
+		{"attempt not a number", func(v map[string]any) { v[keys.EntryAttempt] = "x" }, "attempt"},
+		{"negative retries", func(v map[string]any) { v[keys.EntryMaxRetries] = "-1" }, "max_retries"},
+		{"no timeout", func(v map[string]any) { delete(v, keys.EntryTimeout) }, "timeout_ms"},
+		{"bad metadata", func(v map[string]any) { v[keys.EntryMetadata] = "\xc1" }, "metadata"},
+		{"metadata overriding the entry id", func(v map[string]any) {
+			v[keys.EntryMetadata], _ = stream.EncodeMetadata(map[string]string{stream.EntryIDKey: "9-9"})
+		}, "reserved metadata key"},
+		{"huge attempt", func(v map[string]any) { v[keys.EntryAttempt] = "99999999999" }, "attempt"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			v := validEntry()
+			tc.mutate(v)
+			msg := entryUnmarshaller{}.Unmarshal("s", "1-1", v)
+			require.Contains(t, msg.Metadata[stream.PoisonKey], tc.reason)
+			require.Contains(t, msg.Metadata[stream.PoisonKey], "1-1")
+			require.NotEmpty(t, msg.UUID)
+			require.NotEmpty(t, msg.Metadata[MetaRaw], "the raw entry is kept for the dead record")
+			require.Equal(t, "1-1", msg.Metadata[stream.EntryIDKey])
+		})
+	}
+}
+
+func FuzzEntryUnmarshaller(f *testing.F) {
+	f.Add("01JOB", "payload", "", "echo", "1", "0", "0")
+	f.Add("", "", "\x81\xa1a\xa1b", "", "x", "-1", "")
+	f.Fuzz(func(t *testing.T, uuid, payload, md, typ, attempt, maxRetries, timeout string) {
+		v := map[string]any{keys.EntryUUID: uuid, keys.EntryPayload: payload, keys.EntryMetadata: md,
+			keys.EntryType: typ, keys.EntryAttempt: attempt, keys.EntryMaxRetries: maxRetries, keys.EntryTimeout: timeout}
+		msg := entryUnmarshaller{}.Unmarshal("s", "1-1", v)
+		if msg == nil || msg.UUID == "" {
+			t.Fatal("every entry becomes a message with an id")
+		}
+		if _, poison := msg.Metadata[stream.PoisonKey]; poison {
+			return
+		}
+		j := jobFromMessage("q", msg)
+		if j.ID != uuid || j.Type != typ || string(j.Payload) != payload || j.Attempt < 1 {
+			t.Fatalf("readable entry decoded wrong: %+v", j)
+		}
+		for k := range j.Metadata {
+			if k == "" || k[0] == '_' {
+				t.Fatalf("reserved key %q leaked into job metadata", k)
+			}
+		}
+	})
+}
