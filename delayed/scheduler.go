@@ -55,7 +55,7 @@ const (
 	DefaultMaxSleep  = time.Second
 )
 
-// Config configures a Scheduler.
+// Config configures a Scheduler. Durations and sizes that are not positive take the defaults.
 type Config struct {
 	// Prefix starts every key. Defaults to "conveyor".
 	Prefix string
@@ -81,8 +81,10 @@ type Scheduler struct {
 // New returns a Scheduler for the queues in cfg.
 func New(rdb redis.UniversalClient, cfg Config) *Scheduler {
 	cfg.Prefix = cmp.Or(cfg.Prefix, keys.DefaultPrefix)
-	cfg.BatchSize = cmp.Or(cfg.BatchSize, DefaultBatchSize)
-	cfg.MaxSleep = cmp.Or(cfg.MaxSleep, DefaultMaxSleep)
+	// Negative values get the defaults too: a negative BatchSize makes ZRANGEBYSCORE's LIMIT
+	// unbounded and promoteDue loop forever, a negative MaxSleep spins.
+	cfg.BatchSize = positiveOr(cfg.BatchSize, DefaultBatchSize)
+	cfg.MaxSleep = positiveOr(cfg.MaxSleep, DefaultMaxSleep)
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
@@ -198,4 +200,11 @@ func earlier(a, b time.Time) time.Time {
 		return b
 	}
 	return a
+}
+
+func positiveOr[T int | time.Duration](v, def T) T {
+	if v <= 0 {
+		return def
+	}
+	return v
 }

@@ -44,6 +44,7 @@ import (
 	_ "embed"
 	"errors"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"strconv"
 	"strings"
@@ -70,7 +71,7 @@ const (
 	DefaultBatchSize         = 100
 )
 
-// Config configures a Recoverer.
+// Config configures a Recoverer. Durations and sizes that are not positive take the defaults.
 type Config struct {
 	// Prefix starts every key. Defaults to "conveyor".
 	Prefix string
@@ -128,10 +129,12 @@ type Recoverer struct {
 // NewRecoverer returns a Recoverer for cfg.Queue.
 func NewRecoverer(rdb redis.UniversalClient, cfg Config) *Recoverer {
 	cfg.Prefix = cmp.Or(cfg.Prefix, keys.DefaultPrefix)
-	cfg.VisibilityTimeout = cmp.Or(cfg.VisibilityTimeout, DefaultVisibilityTimeout)
-	cfg.Interval = cmp.Or(cfg.Interval, DefaultInterval)
-	cfg.LockTTL = cmp.Or(cfg.LockTTL, DefaultLockTTL)
-	cfg.BatchSize = cmp.Or(cfg.BatchSize, DefaultBatchSize)
+	// Negative values get the defaults too: a negative Interval would spin (and panic in the
+	// jitter), a negative BatchSize make XPENDING fail on every scan.
+	cfg.VisibilityTimeout = positiveOr(cfg.VisibilityTimeout, DefaultVisibilityTimeout)
+	cfg.Interval = positiveOr(cfg.Interval, DefaultInterval)
+	cfg.LockTTL = positiveOr(cfg.LockTTL, DefaultLockTTL)
+	cfg.BatchSize = positiveOr(cfg.BatchSize, DefaultBatchSize)
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
@@ -247,5 +250,20 @@ func nextID(id string) string {
 	if !ok || err != nil {
 		return id
 	}
+	if n == math.MaxUint64 {
+		// n+1 would wrap to 0 and restart the listing from the front, forever.
+		m, err := strconv.ParseUint(ms, 10, 64)
+		if err != nil || m == math.MaxUint64 {
+			return id
+		}
+		return strconv.FormatUint(m+1, 10) + "-0"
+	}
 	return ms + "-" + strconv.FormatUint(n+1, 10)
+}
+
+func positiveOr[T int | time.Duration](v, def T) T {
+	if v <= 0 {
+		return def
+	}
+	return v
 }

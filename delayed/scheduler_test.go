@@ -1,0 +1,668 @@
+package delayed_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/rs/zerolog"
+	"github.com/stretchr/testify/require"
+
+	"github.com/conveyorq/conveyor/delayed"
+	"github.com/conveyorq/conveyor/internal/keys"
+	"github.com/conveyorq/conveyor/internal/redistest"
+	"github.com/conveyorq/conveyor/pipeline"
+)
+
+func TestMain(m *testing.M) { redistest.Main(m) }
+
+// bundle is one test's queue.
+type bundle struct {
+	rdb    *redis.Client
+	client *pipeline.Client
+	queue  string
+	q      keys.Queue
+}
+
+func newBundle(tb testing.TB, rdb *redis.Client, cfg pipeline.ClientConfig) *bundle {
+	queue := redistest.UniqueName(tb)
+	return &bundle{rdb: rdb, client: pipeline.NewClient(rdb, cfg), queue: queue,
+		q: keys.New(keys.DefaultPrefix, queue)}
+}
+
+func setup(tb testing.TB) *bundle {
+	tb.Helper()
+	return newBundle(tb, redistest.Client(tb), pipeline.ClientConfig{})
+}
+
+// fixedClock returns a Now that always answers t.
+func fixedClock(t time.Time) func() time.Time { return func() time.Time { return t } }
+
+func (b *bundle) scheduler(cfg delayed.Config) *delayed.Scheduler {
+	cfg.Queues = []string{b.queue}
+	return delayed.New(b.rdb, cfg)
+}
+
+func (b *bundle) schedule(tb testing.TB, n int, opts ...pipeline.Option) []*pipeline.Job {
+	tb.Helper()
+	tasks := make([]pipeline.Task, n)
+	for i := range tasks {
+		tasks[i] = pipeline.Task{Type: "test", Payload: fmt.Appendf(nil, "payload %d", i),
+			Metadata: map[string]string{"n": strconv.Itoa(i)}}
+	}
+	jobs, err := b.client.EnqueueBatch(context.Background(), b.queue, tasks, opts...)
+	require.NoError(tb, err)
+	for _, j := range jobs {
+		require.Equal(tb, pipeline.StatusScheduled, j.Status)
+	}
+	return jobs
+}
+
+func (b *bundle) hash(t *testing.T, id string) map[string]string {
+	t.Helper()
+	h, err := b.rdb.HGetAll(t.Context(), b.q.Job(id)).Result()
+	require.NoError(t, err)
+	return h
+}
+
+func (b *bundle) get(t *testing.T, id string) *pipeline.Job {
+	t.Helper()
+	j, err := b.client.Get(t.Context(), b.queue, id)
+	require.NoError(t, err)
+	return j
+}
+
+func (b *bundle) xlen(tb testing.TB) int64 {
+	tb.Helper()
+	n, err := b.rdb.XLen(context.Background(), b.q.Stream()).Result()
+	require.NoError(tb, err)
+	return n
+}
+
+func (b *bundle) zcard(tb testing.TB) int64 {
+	tb.Helper()
+	n, err := b.rdb.ZCard(context.Background(), b.q.Scheduled()).Result()
+	require.NoError(tb, err)
+	return n
+}
+
+func (b *bundle) status(t *testing.T, id string) pipeline.Status {
+	t.Helper()
+	return pipeline.Status(b.rdb.HGet(t.Context(), b.q.Job(id), keys.FieldStatus).Val())
+}
+
+// requirePromoted checks that j left the set for the stream, carrying its payload with it.
+func requirePromoted(t *testing.T, b *bundle, j *pipeline.Job, attempt int) {
+	t.Helper()
+	h := b.hash(t, j.ID)
+	require.Equal(t, string(pipeline.StatusQueued), h[keys.FieldStatus])
+	require.NotEmpty(t, h[keys.FieldEntry])
+	require.NotContains(t, h, keys.FieldPayload, "the payload is still in the hash")
+	require.NotContains(t, h, keys.FieldMetadata, "the metadata is still in the hash")
+	require.NotEmpty(t, h[keys.FieldEnqueuedAt])
+	require.Equal(t, redis.Nil, b.rdb.ZScore(t.Context(), b.q.Scheduled(), j.ID).Err())
+
+	msgs, err := b.rdb.XRange(t.Context(), b.q.Stream(), h[keys.FieldEntry], h[keys.FieldEntry]).Result()
+	require.NoError(t, err)
+	require.Len(t, msgs, 1, "the job's entry is not in the stream")
+	e := msgs[0].Values
+	require.Equal(t, j.ID, e[keys.EntryUUID])
+	require.Equal(t, string(j.Payload), e[keys.EntryPayload])
+	require.Equal(t, j.Type, e[keys.EntryType])
+	require.Equal(t, strconv.Itoa(attempt), e[keys.EntryAttempt])
+	require.Equal(t, strconv.Itoa(j.MaxRetries), e[keys.EntryMaxRetries])
+
+	got := b.get(t, j.ID)
+	require.Equal(t, pipeline.StatusQueued, got.Status)
+	require.Equal(t, j.Payload, got.Payload, "Get lost the payload")
+	require.Equal(t, j.Metadata, got.Metadata, "Get lost the metadata")
+}
+
+// requireWaiting checks that j is still scheduled, its payload in its hash.
+func requireWaiting(t *testing.T, b *bundle, j *pipeline.Job) {
+	t.Helper()
+	h := b.hash(t, j.ID)
+	require.Equal(t, string(pipeline.StatusScheduled), h[keys.FieldStatus])
+	require.NotContains(t, h, keys.FieldEntry)
+	require.Equal(t, string(j.Payload), h[keys.FieldPayload])
+	score, err := b.rdb.ZScore(t.Context(), b.q.Scheduled(), j.ID).Result()
+	require.NoError(t, err)
+	require.Equal(t, float64(j.RunAt.UnixMilli()), score)
+}
+
+func TestPromote(t *testing.T) {
+	t.Parallel()
+	// t0 is "now" for producers; the scheduler's clock is set relative to it.
+	t0 := time.UnixMilli(1_800_000_000_000)
+
+	t.Run("MovesDueJobsOnly", func(t *testing.T) {
+		t.Parallel()
+		b := newBundle(t, redistest.Client(t), pipeline.ClientConfig{Now: fixedClock(t0)})
+		soon := b.schedule(t, 2, pipeline.WithRunAt(t0.Add(10*time.Second)))
+		later := b.schedule(t, 1, pipeline.WithRunAt(t0.Add(20*time.Second)))
+		far := b.schedule(t, 1, pipeline.WithRunAt(t0.Add(time.Hour)))
+		now := t0.Add(20 * time.Second)
+		s := b.scheduler(delayed.Config{Now: fixedClock(now)})
+
+		moved, next, err := s.Promote(t.Context(), b.queue)
+		require.NoError(t, err)
+		require.Equal(t, 3, moved)
+		require.True(t, next.Equal(t0.Add(time.Hour)), "next = %v", next)
+		for _, j := range append(soon, later...) {
+			requirePromoted(t, b, j, 1)
+			require.Equal(t, strconv.FormatInt(now.UnixMilli(), 10), b.hash(t, j.ID)[keys.FieldEnqueuedAt])
+			require.Equal(t, j.Version+1, b.get(t, j.ID).Version)
+		}
+		requireWaiting(t, b, far[0])
+		require.Equal(t, int64(3), b.xlen(t))
+		require.Equal(t, int64(1), b.zcard(t))
+
+		moved, next, err = s.Promote(t.Context(), b.queue)
+		require.NoError(t, err)
+		require.Zero(t, moved)
+		require.True(t, next.Equal(t0.Add(time.Hour)))
+		require.Equal(t, int64(3), b.xlen(t))
+	})
+
+	t.Run("EmptySet", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		moved, next, err := b.scheduler(delayed.Config{}).Promote(t.Context(), b.queue)
+		require.NoError(t, err)
+		require.Zero(t, moved)
+		require.True(t, next.IsZero(), "next = %v", next)
+		require.Zero(t, b.xlen(t))
+	})
+
+	t.Run("NeverEarly", func(t *testing.T) {
+		t.Parallel()
+		for _, sub := range []time.Duration{0, 300 * time.Microsecond, 999 * time.Microsecond} {
+			t.Run(sub.String(), func(t *testing.T) {
+				t.Parallel()
+				at := t0.Add(time.Minute)
+				now := at.Add(sub) // the scheduler's clock, maybe mid-millisecond
+				b := newBundle(t, redistest.Client(t), pipeline.ClientConfig{Now: fixedClock(t0)})
+				due := b.schedule(t, 1, pipeline.WithRunAt(at))
+				notYet := b.schedule(t, 1, pipeline.WithRunAt(at.Add(time.Millisecond)))
+				s := b.scheduler(delayed.Config{Now: fixedClock(now)})
+				moved, next, err := s.Promote(t.Context(), b.queue)
+				require.NoError(t, err)
+				require.Equal(t, 1, moved)
+				requirePromoted(t, b, due[0], 1)
+				requireWaiting(t, b, notYet[0])
+				require.True(t, next.Equal(at.Add(time.Millisecond)), "next = %v", next)
+			})
+		}
+	})
+
+	t.Run("BatchSizeBoundsOneCall", func(t *testing.T) {
+		t.Parallel()
+		b := newBundle(t, redistest.Client(t), pipeline.ClientConfig{Now: fixedClock(t0)})
+		jobs := b.schedule(t, 25, pipeline.WithRunAt(t0.Add(time.Second)))
+		s := b.scheduler(delayed.Config{BatchSize: 10, Now: fixedClock(t0.Add(time.Minute))})
+		for _, want := range []int{10, 10, 5} {
+			moved, next, err := s.Promote(t.Context(), b.queue)
+			require.NoError(t, err)
+			require.Equal(t, want, moved)
+			if want == 10 {
+				require.True(t, next.Equal(t0.Add(time.Second)), "next = %v: more are due", next)
+			} else {
+				require.True(t, next.IsZero())
+			}
+		}
+		require.Equal(t, int64(25), b.xlen(t))
+		for _, j := range jobs {
+			requirePromoted(t, b, j, 1)
+		}
+	})
+
+	t.Run("RetryGetsNextAttempt", func(t *testing.T) {
+		t.Parallel()
+		b := newBundle(t, redistest.Client(t), pipeline.ClientConfig{Now: fixedClock(t0)})
+		j := b.schedule(t, 1, pipeline.WithRunAt(t0.Add(time.Second)))[0]
+		// A job waiting for its retry after its second attempt failed.
+		require.NoError(t, b.rdb.HSet(t.Context(), b.q.Job(j.ID), keys.FieldAttempt, 2).Err())
+		moved, _, err := b.scheduler(delayed.Config{Now: fixedClock(t0.Add(time.Minute))}).Promote(t.Context(), b.queue)
+		require.NoError(t, err)
+		require.Equal(t, 1, moved)
+		requirePromoted(t, b, j, 3)
+		require.Equal(t, 2, b.get(t, j.ID).Attempt)
+	})
+
+	t.Run("CanceledOrMissingJobLeavesSet", func(t *testing.T) {
+		t.Parallel()
+		b := newBundle(t, redistest.Client(t), pipeline.ClientConfig{Now: fixedClock(t0)})
+		jobs := b.schedule(t, 3, pipeline.WithRunAt(t0.Add(time.Second)))
+		canceled, raced, missing := jobs[0], jobs[1], jobs[2]
+		ctx := t.Context()
+		require.NoError(t, b.client.Cancel(ctx, b.queue, canceled.ID))
+		// A cancel that left its id in the set (as one racing a promotion might), and a job
+		// whose record is gone.
+		require.NoError(t, b.rdb.HSet(ctx, b.q.Job(raced.ID), keys.FieldStatus, string(pipeline.StatusCanceled)).Err())
+		require.NoError(t, b.rdb.ZAdd(ctx, b.q.Scheduled(), redis.Z{Score: float64(t0.UnixMilli()), Member: canceled.ID}).Err())
+		require.NoError(t, b.rdb.Del(ctx, b.q.Job(missing.ID)).Err())
+		require.Equal(t, int64(3), b.zcard(t))
+
+		moved, next, err := b.scheduler(delayed.Config{Now: fixedClock(t0.Add(time.Minute))}).Promote(ctx, b.queue)
+		require.NoError(t, err)
+		require.Zero(t, moved)
+		require.True(t, next.IsZero())
+		require.Zero(t, b.zcard(t))
+		require.Zero(t, b.xlen(t))
+		require.Equal(t, pipeline.StatusCanceled, b.get(t, canceled.ID).Status)
+		require.Equal(t, pipeline.StatusCanceled, b.status(t, raced.ID))
+		require.Zero(t, b.rdb.Exists(ctx, b.q.Job(missing.ID)).Val(), "a record was made up for a missing job")
+	})
+}
+
+// runScheduler runs s until the test ends and returns a channel that receives Run's result.
+func runScheduler(t *testing.T, ctx context.Context, s *delayed.Scheduler) <-chan error {
+	t.Helper()
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- s.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("Run: %v", err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Error("Run did not stop when its context ended")
+		}
+	})
+	return done
+}
+
+func TestRunManySchedulers(t *testing.T) {
+	t.Parallel()
+	const n = 2000
+	b := setup(t)
+	jobs := b.schedule(t, n, pipeline.WithDelay(time.Hour))
+	// Their clocks run two hours ahead, so every job is due.
+	ahead := func() time.Time { return time.Now().Add(2 * time.Hour) }
+	start := make(chan struct{})
+	ctx, cancel := context.WithCancel(t.Context())
+	var wg sync.WaitGroup
+	for range 5 {
+		s := b.scheduler(delayed.Config{BatchSize: 50, Now: ahead})
+		wg.Go(func() {
+			<-start
+			if err := s.Run(ctx); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	close(start)
+	require.Eventually(t, func() bool { return b.zcard(t) == 0 }, 20*time.Second, 10*time.Millisecond)
+	cancel()
+	wg.Wait()
+
+	require.Equal(t, int64(n), b.xlen(t))
+	entries := map[string]bool{}
+	cmds := make([]*redis.SliceCmd, n)
+	_, err := b.rdb.Pipelined(t.Context(), func(p redis.Pipeliner) error {
+		for i, j := range jobs {
+			cmds[i] = p.HMGet(t.Context(), b.q.Job(j.ID), keys.FieldStatus, keys.FieldEntry, keys.FieldVersion)
+		}
+		return nil
+	})
+	require.NoError(t, err)
+	for i, c := range cmds {
+		v := c.Val()
+		require.Equal(t, string(pipeline.StatusQueued), v[0], "job %s", jobs[i].ID)
+		require.Equal(t, "2", v[2], "job %s changed more than once", jobs[i].ID)
+		entries[v[1].(string)] = true
+	}
+	require.Len(t, entries, n)
+	msgs, err := b.rdb.XRange(t.Context(), b.q.Stream(), "-", "+").Result()
+	require.NoError(t, err)
+	ids := map[any]bool{}
+	for _, m := range msgs {
+		require.True(t, entries[m.ID], "entry %s carries no job", m.ID)
+		ids[m.Values[keys.EntryUUID]] = true
+	}
+	require.Len(t, ids, n, "a job is in the stream twice")
+}
+
+// scriptHook counts script calls, so a test can tell that a scheduler finished a pass.
+type scriptHook struct{ calls atomic.Int64 }
+
+func (h *scriptHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *scriptHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+func (h *scriptHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		err := next(ctx, cmd)
+		if n := strings.ToLower(cmd.Name()); n == "evalsha" || n == "eval" {
+			h.calls.Add(1)
+		}
+		return err
+	}
+}
+
+// idleScheduler starts a scheduler that sleeps an hour between checks and returns once it
+// listens for wake messages and has made its first pass over the queue.
+func idleScheduler(t *testing.T, b *bundle) *scriptHook {
+	t.Helper()
+	return startedScheduler(t, delayed.Config{MaxSleep: time.Hour}, b)
+}
+
+// startedScheduler runs a scheduler for the bundles' queues and returns once it listens for
+// their wake messages and has made its first pass over them.
+func startedScheduler(t *testing.T, cfg delayed.Config, bs ...*bundle) *scriptHook {
+	t.Helper()
+	h := &scriptHook{}
+	rdb := redis.NewClient(&redis.Options{Addr: redistest.Shared(t).Addr})
+	rdb.AddHook(h)
+	t.Cleanup(func() { _ = rdb.Close() })
+	for _, b := range bs {
+		cfg.Queues = append(cfg.Queues, b.queue)
+	}
+	runScheduler(t, t.Context(), delayed.New(rdb, cfg))
+	require.Eventually(t, func() bool {
+		for _, b := range bs {
+			subs, err := b.rdb.PubSubNumSub(t.Context(), b.q.Wake()).Result()
+			require.NoError(t, err)
+			if subs[b.q.Wake()] < 1 {
+				return false
+			}
+		}
+		return h.calls.Load() >= int64(len(bs))
+	}, 5*time.Second, 5*time.Millisecond)
+	return h
+}
+
+func TestRunWakesEarly(t *testing.T) {
+	t.Parallel()
+
+	t.Run("Enqueue", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		idleScheduler(t, b)
+		j := b.schedule(t, 1, pipeline.WithDelay(200*time.Millisecond))[0]
+		require.Eventually(t, func() bool {
+			return b.status(t, j.ID) == pipeline.StatusQueued
+		}, 5*time.Second, 5*time.Millisecond, "the wake message was missed: promotion waits for MaxSleep")
+		requirePromoted(t, b, j, 1)
+		requireNotEarly(t, b, j)
+
+		// And again, now that it sleeps after a promotion.
+		j = b.schedule(t, 1, pipeline.WithDelay(100*time.Millisecond))[0]
+		require.Eventually(t, func() bool {
+			return b.status(t, j.ID) == pipeline.StatusQueued
+		}, 5*time.Second, 5*time.Millisecond)
+		requireNotEarly(t, b, j)
+	})
+
+	t.Run("EarlierThanKnownNext", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		b.schedule(t, 1, pipeline.WithDelay(30*time.Minute))
+		idleScheduler(t, b)
+		j := b.schedule(t, 1, pipeline.WithDelay(150*time.Millisecond))[0]
+		require.Eventually(t, func() bool {
+			return b.status(t, j.ID) == pipeline.StatusQueued
+		}, 5*time.Second, 5*time.Millisecond)
+		require.Equal(t, int64(1), b.zcard(t))
+	})
+
+	t.Run("Retry", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		idleScheduler(t, b)
+		j, err := b.client.Enqueue(t.Context(), b.queue, pipeline.Task{Type: "test", Payload: []byte("again")})
+		require.NoError(t, err)
+		require.Equal(t, pipeline.StatusQueued, j.Status)
+		due := time.Now().Add(200 * time.Millisecond).UnixMilli()
+		// What finish.lua's retry does to a failed first attempt: the payload back into the
+		// hash, the entry dropped, the id into the set, and a wake message when it is first.
+		require.NoError(t, b.rdb.Eval(t.Context(), `
+local e = redis.call('XRANGE', KEYS[2], ARGV[3], ARGV[3])[1][2]
+redis.call('HSET', KEYS[1], 'status', 'scheduled', 'run_at', ARGV[2], 'attempt', 1,
+  'payload', e[4], 'metadata', e[6], 'last_error', 'boom')
+redis.call('HDEL', KEYS[1], 'entry')
+redis.call('XDEL', KEYS[2], ARGV[3])
+redis.call('ZADD', KEYS[3], ARGV[2], ARGV[1])
+if redis.call('ZRANGE', KEYS[3], 0, 0)[1] == ARGV[1] then redis.call('PUBLISH', ARGV[4], ARGV[2]) end
+return 1`, []string{b.q.Job(j.ID), b.q.Stream(), b.q.Scheduled()}, j.ID, due, j.Entry, b.q.Wake()).Err())
+		require.Zero(t, b.xlen(t))
+		require.Eventually(t, func() bool {
+			return b.status(t, j.ID) == pipeline.StatusQueued
+		}, 5*time.Second, 5*time.Millisecond)
+		j.RunAt = time.UnixMilli(due)
+		requirePromoted(t, b, j, 2)
+		requireNotEarly(t, b, j)
+	})
+}
+
+// requireNotEarly checks that j's entry was made no earlier than its due time.
+func requireNotEarly(t *testing.T, b *bundle, j *pipeline.Job) {
+	t.Helper()
+	entry := b.hash(t, j.ID)[keys.FieldEntry]
+	require.GreaterOrEqual(t, entryMS(t, entry), j.RunAt.UnixMilli(), "promoted before it was due")
+}
+
+func entryMS(tb testing.TB, id string) int64 {
+	ms, _, ok := strings.Cut(id, "-")
+	require.True(tb, ok, "entry id %q", id)
+	n, err := strconv.ParseInt(ms, 10, 64)
+	require.NoError(tb, err)
+	return n
+}
+
+// A wake message can be lost (the subscription reconnecting). MaxSleep then bounds the delay,
+// even while the next job the scheduler knows of is much further off.
+func TestRunMissedWakeBoundedByMaxSleep(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.schedule(t, 1, pipeline.WithDelay(time.Hour))
+	startedScheduler(t, delayed.Config{MaxSleep: 200 * time.Millisecond}, b)
+	j := b.schedule(t, 1, pipeline.WithDelay(time.Hour))[0]
+	// Make it due without telling anyone.
+	require.NoError(t, b.rdb.ZAdd(t.Context(), b.q.Scheduled(),
+		redis.Z{Score: float64(time.Now().UnixMilli()), Member: j.ID}).Err())
+	require.Eventually(t, func() bool {
+		return b.status(t, j.ID) == pipeline.StatusQueued
+	}, 5*time.Second, 10*time.Millisecond, "a job waited for the next known due time instead of MaxSleep")
+}
+
+func TestRunMultipleQueues(t *testing.T) {
+	t.Parallel()
+	rdb := redistest.Client(t)
+	a, b := newBundle(t, rdb, pipeline.ClientConfig{}), newBundle(t, rdb, pipeline.ClientConfig{})
+	startedScheduler(t, delayed.Config{MaxSleep: time.Hour}, a, b)
+	ja := a.schedule(t, 1, pipeline.WithDelay(100*time.Millisecond))[0]
+	jb := b.schedule(t, 1, pipeline.WithDelay(300*time.Millisecond))[0]
+	require.Eventually(t, func() bool {
+		return a.status(t, ja.ID) == pipeline.StatusQueued && b.status(t, jb.ID) == pipeline.StatusQueued
+	}, 5*time.Second, 5*time.Millisecond)
+	requireNotEarly(t, a, ja)
+	requireNotEarly(t, b, jb)
+}
+
+func TestRunNegativeConfigTakesDefaults(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	h := startedScheduler(t, delayed.Config{BatchSize: -1, MaxSleep: -time.Second}, b)
+	j := b.schedule(t, 1, pipeline.WithDelay(50*time.Millisecond))[0]
+	require.Eventually(t, func() bool {
+		return b.status(t, j.ID) == pipeline.StatusQueued
+	}, 5*time.Second, 5*time.Millisecond)
+	calls := h.calls.Load()
+	time.Sleep(300 * time.Millisecond) // idle now: a spinning loop would call Redis all along
+	require.Less(t, h.calls.Load()-calls, int64(5), "the scheduler spins")
+}
+
+func TestRunNeedsQueues(t *testing.T) {
+	t.Parallel()
+	err := delayed.New(redistest.Client(t), delayed.Config{}).Run(t.Context())
+	require.Error(t, err)
+}
+
+// syncBuffer is a log sink safe for the scheduler's goroutine and the test's.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+func TestRunSurvivesRedisRestart(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	b := newBundle(t, srv.Client(t), pipeline.ClientConfig{})
+	logs := &syncBuffer{}
+	s := b.scheduler(delayed.Config{MaxSleep: 300 * time.Millisecond, Logger: zerolog.New(logs)})
+	done := runScheduler(t, t.Context(), s)
+
+	j := b.schedule(t, 1, pipeline.WithDelay(50*time.Millisecond))[0]
+	require.Eventually(t, func() bool {
+		return b.status(t, j.ID) == pipeline.StatusQueued
+	}, 5*time.Second, 10*time.Millisecond)
+
+	require.NoError(t, srv.Kill())
+	require.Eventually(t, func() bool {
+		return strings.Contains(logs.String(), "promote due jobs")
+	}, 10*time.Second, 10*time.Millisecond, "the scheduler did not notice the outage")
+	require.NoError(t, srv.Restart())
+
+	// The restarted server is empty: no scripts, no subscription until the client reconnects.
+	for range 3 {
+		j := b.schedule(t, 1, pipeline.WithDelay(100*time.Millisecond))[0]
+		require.Eventually(t, func() bool {
+			return b.status(t, j.ID) == pipeline.StatusQueued
+		}, 10*time.Second, 10*time.Millisecond)
+		requireNotEarly(t, b, j)
+	}
+	select {
+	case err := <-done:
+		t.Fatalf("Run returned during the outage: %v", err)
+	default:
+	}
+}
+
+// BenchmarkPromote promotes b.N due jobs, BatchSize at a time.
+func BenchmarkPromote(b *testing.B) {
+	bu := setup(b)
+	for n := b.N; n > 0; n -= 10_000 {
+		bu.schedule(b, min(n, 10_000), pipeline.WithDelay(time.Hour))
+	}
+	s := bu.scheduler(delayed.Config{Now: func() time.Time { return time.Now().Add(2 * time.Hour) }})
+	ctx := context.Background()
+	b.ResetTimer()
+	total := 0
+	for total < b.N {
+		moved, _, err := s.Promote(ctx, bu.queue)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if moved == 0 {
+			b.Fatalf("promoted %d of %d", total, b.N)
+		}
+		total += moved
+	}
+	b.StopTimer()
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "jobs/s")
+	if got := bu.xlen(b); got != int64(b.N) {
+		b.Fatalf("XLEN %d, want %d", got, b.N)
+	}
+}
+
+// BenchmarkDelayedLateness measures how late jobs reach the stream after their due time, with
+// a scheduler running as workers run it: per round ~1000 jobs due over ~1s.
+func BenchmarkDelayedLateness(b *testing.B) {
+	const jobs = 1000
+	bu := setup(b)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- bu.scheduler(delayed.Config{}).Run(ctx) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			b.Error(err)
+		}
+	}()
+
+	var lateness []int64 // ms
+	early := 0
+	last := "0"
+	b.ResetTimer()
+	for range b.N {
+		tasks := make([]pipeline.Task, jobs)
+		for i := range tasks {
+			d := 200*time.Millisecond + time.Duration(i)*time.Second/jobs
+			tasks[i] = pipeline.Task{Type: "test", Payload: []byte("x"), Opts: []pipeline.Option{pipeline.WithDelay(d)}}
+		}
+		enq, err := bu.client.EnqueueBatch(ctx, bu.queue, tasks)
+		if err != nil {
+			b.Fatal(err)
+		}
+		due := make(map[string]int64, jobs)
+		for _, j := range enq {
+			due[j.ID] = j.RunAt.UnixMilli()
+		}
+		for seen := 0; seen < jobs; {
+			res, err := bu.rdb.XRead(ctx, &redis.XReadArgs{
+				Streams: []string{bu.q.Stream(), last}, Count: 500, Block: 5 * time.Second,
+			}).Result()
+			if err != nil {
+				b.Fatalf("read the stream after %d of %d jobs: %v", seen, jobs, err)
+			}
+			for _, m := range res[0].Messages {
+				last = m.ID
+				id, _ := m.Values[keys.EntryUUID].(string)
+				d, ok := due[id]
+				if !ok {
+					continue
+				}
+				l := entryMS(b, m.ID) - d
+				if l < 0 {
+					early++
+				}
+				lateness = append(lateness, l)
+				seen++
+			}
+		}
+	}
+	b.StopTimer()
+	if testing.Verbose() {
+		hist := map[int64]int{}
+		for _, l := range lateness {
+			hist[l/5*5]++
+		}
+		b.Logf("lateness histogram (5ms buckets): %v", hist)
+	}
+	slices.Sort(lateness)
+	pct := func(p float64) float64 { return float64(lateness[int(p*float64(len(lateness)-1))]) }
+	b.ReportMetric(pct(0.50), "p50-ms")
+	b.ReportMetric(pct(0.99), "p99-ms")
+	b.ReportMetric(float64(lateness[len(lateness)-1]), "max-ms")
+	b.ReportMetric(float64(early), "early")
+	b.ReportMetric(0, "ns/op") // a round is mostly waiting for due times
+	if early > 0 {
+		b.Errorf("%d jobs reached the stream before they were due (min lateness %d ms)", early, lateness[0])
+	}
+}

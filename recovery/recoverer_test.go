@@ -1,0 +1,882 @@
+package recovery_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+
+	"github.com/conveyorq/conveyor/internal/keys"
+	"github.com/conveyorq/conveyor/internal/redistest"
+	"github.com/conveyorq/conveyor/pipeline"
+	"github.com/conveyorq/conveyor/recovery"
+)
+
+// The visibility timeout of the tests' recoverers, and the idle time given to entries whose
+// worker is meant to look dead.
+const (
+	testVisibility = 10 * time.Second
+	deadIdle       = time.Minute
+)
+
+// bundle is one test's queue on the shared server.
+type bundle struct {
+	rdb    *redis.Client
+	client *pipeline.Client
+	queue  string
+	q      keys.Queue
+}
+
+func setup(t *testing.T) *bundle {
+	t.Helper()
+	rdb := redistest.Client(t)
+	queue := redistest.UniqueName(t)
+	return &bundle{
+		rdb:    rdb,
+		client: pipeline.NewClient(rdb, pipeline.ClientConfig{}),
+		queue:  queue,
+		q:      keys.New(keys.DefaultPrefix, queue),
+	}
+}
+
+func (b *bundle) recoverer(cfg recovery.Config) *recovery.Recoverer {
+	cfg.Queue = b.queue
+	if cfg.VisibilityTimeout == 0 {
+		cfg.VisibilityTimeout = testVisibility
+	}
+	return recovery.NewRecoverer(b.rdb, cfg)
+}
+
+func (b *bundle) enqueue(t *testing.T, opts ...pipeline.Option) *pipeline.Job {
+	t.Helper()
+	j, err := b.client.Enqueue(t.Context(), b.queue,
+		pipeline.Task{Type: "test", Payload: []byte("payload of " + redistest.UniqueName(t)),
+			Metadata: map[string]string{"k": "v"}}, opts...)
+	require.NoError(t, err)
+	require.Equal(t, pipeline.StatusQueued, j.Status)
+	return j
+}
+
+func (b *bundle) enqueueN(t *testing.T, n int) []*pipeline.Job {
+	t.Helper()
+	tasks := make([]pipeline.Task, n)
+	for i := range tasks {
+		tasks[i] = pipeline.Task{Type: "test", Payload: fmt.Appendf(nil, "payload %d", i)}
+	}
+	jobs, err := b.client.EnqueueBatch(t.Context(), b.queue, tasks)
+	require.NoError(t, err)
+	return jobs
+}
+
+// deliver reads up to n new entries as consumer, as a worker would, and returns their ids.
+func (b *bundle) deliver(t *testing.T, consumer string, n int) []string {
+	t.Helper()
+	ctx := t.Context()
+	err := b.rdb.XGroupCreateMkStream(ctx, b.q.Stream(), keys.Group, "0").Err()
+	if err != nil && !redis.HasErrorPrefix(err, "BUSYGROUP") {
+		require.NoError(t, err)
+	}
+	streams, err := b.rdb.XReadGroup(ctx, &redis.XReadGroupArgs{
+		Group: keys.Group, Consumer: consumer, Streams: []string{b.q.Stream(), ">"},
+		Count: int64(n), Block: -1,
+	}).Result()
+	require.NoError(t, err)
+	var ids []string
+	for _, s := range streams {
+		for _, m := range s.Messages {
+			ids = append(ids, m.ID)
+		}
+	}
+	return ids
+}
+
+// makeIdle sets the idle time of pending entries, as if their worker stopped renewing that long ago.
+func (b *bundle) makeIdle(t *testing.T, consumer string, idle time.Duration, ids ...string) {
+	t.Helper()
+	args := []any{"XCLAIM", b.q.Stream(), keys.Group, consumer, 0}
+	for _, id := range ids {
+		args = append(args, id)
+	}
+	args = append(args, "IDLE", idle.Milliseconds(), "JUSTID")
+	claimed, err := b.rdb.Do(t.Context(), args...).StringSlice()
+	require.NoError(t, err)
+	require.Len(t, claimed, len(ids))
+}
+
+func (b *bundle) get(t *testing.T, id string) *pipeline.Job {
+	t.Helper()
+	j, err := b.client.Get(t.Context(), b.queue, id)
+	require.NoError(t, err)
+	return j
+}
+
+func (b *bundle) pending(t *testing.T) []redis.XPendingExt {
+	t.Helper()
+	p, err := b.rdb.XPendingExt(t.Context(), &redis.XPendingExtArgs{
+		Stream: b.q.Stream(), Group: keys.Group, Start: "-", End: "+", Count: 100000,
+	}).Result()
+	if redis.HasErrorPrefix(err, "NOGROUP") {
+		return nil
+	}
+	require.NoError(t, err)
+	return p
+}
+
+func (b *bundle) entry(t *testing.T, id string) map[string]any {
+	t.Helper()
+	msgs, err := b.rdb.XRange(t.Context(), b.q.Stream(), id, id).Result()
+	require.NoError(t, err)
+	if len(msgs) == 0 {
+		return nil
+	}
+	return msgs[0].Values
+}
+
+func (b *bundle) xlen(t *testing.T) int64 {
+	t.Helper()
+	n, err := b.rdb.XLen(t.Context(), b.q.Stream()).Result()
+	require.NoError(t, err)
+	return n
+}
+
+func (b *bundle) stat(t *testing.T, name string) int {
+	t.Helper()
+	v, err := b.rdb.HGet(t.Context(), b.q.Stats(), name).Result()
+	if errors.Is(err, redis.Nil) {
+		return 0
+	}
+	require.NoError(t, err)
+	n, err := strconv.Atoi(v)
+	require.NoError(t, err)
+	return n
+}
+
+func (b *bundle) inDead(t *testing.T, id string) bool {
+	t.Helper()
+	err := b.rdb.ZScore(t.Context(), b.q.Dead(), id).Err()
+	if errors.Is(err, redis.Nil) {
+		return false
+	}
+	require.NoError(t, err)
+	return true
+}
+
+// fixture is what a case's setup made.
+type fixture struct {
+	job      *pipeline.Job // the job whose entry went idle, if any
+	entry    string        // the idle (or not) entry
+	consumer string        // the consumer holding it
+	record   string        // the dead record's id, for unreadable entries
+	xlen     int64         // XLEN before the scan
+}
+
+// deliverOne enqueues a job and delivers its entry to a consumer that then goes quiet.
+func deliverOne(t *testing.T, b *bundle, idle time.Duration, opts ...pipeline.Option) fixture {
+	t.Helper()
+	j := b.enqueue(t, opts...)
+	f := fixture{job: j, consumer: "lost-" + redistest.UniqueName(t)}
+	ids := b.deliver(t, f.consumer, 1)
+	require.Equal(t, []string{j.Entry}, ids)
+	f.entry = ids[0]
+	if idle > 0 {
+		b.makeIdle(t, f.consumer, idle, f.entry)
+	}
+	f.xlen = b.xlen(t)
+	return f
+}
+
+// requireGone checks that entry is neither in the stream nor pending.
+func requireGone(t *testing.T, b *bundle, entry string) {
+	t.Helper()
+	require.Nil(t, b.entry(t, entry), "entry %s still in the stream", entry)
+	for _, p := range b.pending(t) {
+		require.NotEqual(t, entry, p.ID, "entry %s still pending", entry)
+	}
+}
+
+// requireRequeued checks that f's job was put back as a new entry after its lost attempt n.
+func requireRequeued(t *testing.T, b *bundle, f fixture, n int) {
+	t.Helper()
+	j := b.get(t, f.job.ID)
+	require.Equal(t, pipeline.StatusQueued, j.Status)
+	require.NotEmpty(t, j.Entry)
+	require.NotEqual(t, f.entry, j.Entry, "no new entry")
+	require.Equal(t, n, j.Attempt, "the lost attempt is not counted")
+	require.Contains(t, j.LastError, f.consumer, "last_error does not name the lost worker")
+	require.Contains(t, j.LastError, fmt.Sprintf("attempt %d lost", n))
+	require.Equal(t, f.job.Payload, j.Payload)
+	require.Equal(t, f.job.Metadata, j.Metadata)
+	require.Greater(t, j.Version, f.job.Version)
+	requireGone(t, b, f.entry)
+	require.Equal(t, f.xlen, b.xlen(t), "XLEN changed")
+	e := b.entry(t, j.Entry)
+	require.NotNil(t, e, "the new entry is not in the stream")
+	require.Equal(t, f.job.ID, e[keys.EntryUUID])
+	require.Equal(t, strconv.Itoa(n+1), e[keys.EntryAttempt])
+	require.Equal(t, "test", e[keys.EntryType])
+	require.Equal(t, string(f.job.Payload), e[keys.EntryPayload])
+}
+
+// requireDead checks that f's job is in the dead set after its lost attempt n.
+func requireDead(t *testing.T, b *bundle, f fixture, n int) {
+	t.Helper()
+	j := b.get(t, f.job.ID)
+	require.Equal(t, pipeline.StatusFailed, j.Status)
+	require.Empty(t, j.Entry)
+	require.Equal(t, n, j.Attempt)
+	require.Contains(t, j.LastError, f.consumer)
+	require.Contains(t, j.LastError, "no retries left")
+	require.Equal(t, f.job.Payload, j.Payload, "the payload was not kept")
+	require.Equal(t, f.job.Metadata, j.Metadata, "the metadata was not kept")
+	require.False(t, j.CompletedAt.IsZero())
+	require.True(t, b.inDead(t, f.job.ID))
+	requireGone(t, b, f.entry)
+	require.Zero(t, b.xlen(t))
+	flat, err := b.rdb.HGetAll(t.Context(), b.q.Job(f.job.ID)).Result()
+	require.NoError(t, err)
+	require.Equal(t, string(f.job.Payload), flat[keys.FieldPayload], "the payload is not in the hash")
+}
+
+// requireUntouched checks that f's job and entry are as the setup left them.
+func requireUntouched(t *testing.T, b *bundle, f fixture) {
+	t.Helper()
+	j := b.get(t, f.job.ID)
+	require.Equal(t, f.entry, j.Entry)
+	require.Equal(t, f.job.Version, j.Version)
+	require.Empty(t, j.LastError)
+	require.NotNil(t, b.entry(t, f.entry))
+	p := b.pending(t)
+	require.Len(t, p, 1)
+	require.Equal(t, f.entry, p[0].ID)
+	require.Equal(t, f.xlen, b.xlen(t))
+}
+
+func TestRecovererRunOnce(t *testing.T) {
+	t.Parallel()
+
+	for _, tc := range []struct {
+		name  string
+		setup func(t *testing.T, b *bundle) fixture
+		want  recovery.Result
+		check func(t *testing.T, b *bundle, f fixture)
+	}{
+		{
+			name: "QueuedJobRequeued",
+			setup: func(t *testing.T, b *bundle) fixture {
+				return deliverOne(t, b, deadIdle)
+			},
+			want: recovery.Result{Requeued: 1},
+			check: func(t *testing.T, b *bundle, f fixture) {
+				requireRequeued(t, b, f, 1)
+				require.Equal(t, 1, b.stat(t, keys.StatRecovered))
+				require.Zero(t, b.stat(t, keys.StatFailed))
+			},
+		},
+		{
+			name: "InProgressJobRequeued",
+			setup: func(t *testing.T, b *bundle) fixture {
+				f := deliverOne(t, b, deadIdle)
+				// What the worker's start transition writes.
+				require.NoError(t, b.rdb.HSet(t.Context(), b.q.Job(f.job.ID),
+					keys.FieldStatus, string(pipeline.StatusInProgress), keys.FieldAttempt, 1,
+					keys.FieldWorker, f.consumer, keys.FieldStartedAt, time.Now().UnixMilli()).Err())
+				return f
+			},
+			want: recovery.Result{Requeued: 1},
+			check: func(t *testing.T, b *bundle, f fixture) {
+				requireRequeued(t, b, f, 1)
+				require.Equal(t, 1, b.stat(t, keys.StatRecovered))
+			},
+		},
+		{
+			name: "NoRetriesGoesDead",
+			setup: func(t *testing.T, b *bundle) fixture {
+				return deliverOne(t, b, deadIdle, pipeline.WithMaxRetries(0))
+			},
+			want: recovery.Result{Dead: 1},
+			check: func(t *testing.T, b *bundle, f fixture) {
+				requireDead(t, b, f, 1)
+				require.Equal(t, 1, b.stat(t, keys.StatDeadByRecovery))
+				require.Equal(t, 1, b.stat(t, keys.StatFailed))
+				require.Zero(t, b.stat(t, keys.StatRecovered))
+			},
+		},
+		{
+			// A job that takes down every worker that runs it: each lost attempt counts, and
+			// after max_retries+1 of them it ends in the dead set instead of looping.
+			name: "AttemptAtMaxGoesDead",
+			setup: func(t *testing.T, b *bundle) fixture {
+				f := deliverOne(t, b, deadIdle, pipeline.WithMaxRetries(2))
+				r := b.recoverer(recovery.Config{})
+				for n := 1; n <= 2; n++ {
+					res, ran, err := r.RunOnce(t.Context())
+					require.NoError(t, err)
+					require.True(t, ran)
+					require.Equal(t, recovery.Result{Requeued: 1}, res)
+					requireRequeued(t, b, f, n)
+					f.entry = b.get(t, f.job.ID).Entry
+					require.Equal(t, []string{f.entry}, b.deliver(t, f.consumer, 1))
+					b.makeIdle(t, f.consumer, deadIdle, f.entry)
+				}
+				return f
+			},
+			want: recovery.Result{Dead: 1},
+			check: func(t *testing.T, b *bundle, f fixture) {
+				requireDead(t, b, f, 3)
+				require.Contains(t, b.get(t, f.job.ID).LastError, "attempt 3 lost")
+				require.Equal(t, 2, b.stat(t, keys.StatRecovered))
+				require.Equal(t, 1, b.stat(t, keys.StatDeadByRecovery))
+				require.Equal(t, 1, b.stat(t, keys.StatFailed))
+			},
+		},
+		{
+			name: "NotIdleLongEnoughLeftAlone",
+			setup: func(t *testing.T, b *bundle) fixture {
+				f := deliverOne(t, b, 0)
+				b.makeIdle(t, f.consumer, testVisibility-2*time.Second, f.entry)
+				return f
+			},
+			want: recovery.Result{},
+			check: func(t *testing.T, b *bundle, f fixture) {
+				requireUntouched(t, b, f)
+				require.Zero(t, b.stat(t, keys.StatRecovered))
+			},
+		},
+		{
+			name: "CompletedJobDropped",
+			setup: func(t *testing.T, b *bundle) fixture {
+				f := deliverOne(t, b, deadIdle)
+				require.NoError(t, b.rdb.HSet(t.Context(), b.q.Job(f.job.ID),
+					keys.FieldStatus, string(pipeline.StatusCompleted), keys.FieldResult, "done").Err())
+				return f
+			},
+			want: recovery.Result{Dropped: 1},
+			check: func(t *testing.T, b *bundle, f fixture) {
+				requireGone(t, b, f.entry)
+				j := b.get(t, f.job.ID)
+				require.Equal(t, pipeline.StatusCompleted, j.Status)
+				require.Equal(t, "done", string(j.Result))
+				require.Empty(t, j.LastError)
+				require.Zero(t, b.xlen(t))
+				require.Zero(t, b.stat(t, keys.StatRecovered))
+			},
+		},
+		{
+			name: "MovedOnJobDropped",
+			setup: func(t *testing.T, b *bundle) fixture {
+				f := deliverOne(t, b, deadIdle)
+				// The job now rides on another entry (it was put back meanwhile).
+				other, err := b.rdb.XAdd(t.Context(), &redis.XAddArgs{Stream: b.q.Stream(),
+					Values: []any{keys.EntryUUID, f.job.ID, keys.EntryPayload, "p", keys.EntryMetadata, "",
+						keys.EntryType, "test", keys.EntryAttempt, 2, keys.EntryMaxRetries, 5, keys.EntryTimeout, 0},
+				}).Result()
+				require.NoError(t, err)
+				require.NoError(t, b.rdb.HSet(t.Context(), b.q.Job(f.job.ID), keys.FieldEntry, other).Err())
+				f.record = other
+				f.xlen = b.xlen(t)
+				return f
+			},
+			want: recovery.Result{Dropped: 1},
+			check: func(t *testing.T, b *bundle, f fixture) {
+				requireGone(t, b, f.entry)
+				j := b.get(t, f.job.ID)
+				require.Equal(t, pipeline.StatusQueued, j.Status)
+				require.Equal(t, f.record, j.Entry)
+				require.Empty(t, j.LastError)
+				require.Equal(t, int64(1), b.xlen(t))
+				require.NotNil(t, b.entry(t, f.record))
+			},
+		},
+		{
+			name: "UnreadableEntryBecomesDeadRecord",
+			setup: func(t *testing.T, b *bundle) fixture {
+				f := fixture{consumer: "lost-" + redistest.UniqueName(t)}
+				var err error
+				f.entry, err = b.rdb.XAdd(t.Context(), &redis.XAddArgs{Stream: b.q.Stream(),
+					Values: []any{"foo", "bar", "type", "oops"}}).Result()
+				require.NoError(t, err)
+				require.Equal(t, []string{f.entry}, b.deliver(t, f.consumer, 1))
+				b.makeIdle(t, f.consumer, deadIdle, f.entry)
+				f.record = "entry-" + f.entry
+				return f
+			},
+			want: recovery.Result{Poison: 1},
+			check: func(t *testing.T, b *bundle, f fixture) {
+				requireGone(t, b, f.entry)
+				require.Zero(t, b.xlen(t))
+				require.True(t, b.inDead(t, f.record))
+				j := b.get(t, f.record)
+				require.Equal(t, pipeline.StatusFailed, j.Status)
+				require.Equal(t, "oops", j.Type)
+				require.Contains(t, j.LastError, f.entry)
+				require.Contains(t, j.LastError, keys.EntryUUID)
+				require.Contains(t, string(j.Payload), `"foo":"bar"`, "the raw entry was not kept")
+				require.Equal(t, 1, b.stat(t, keys.StatPoison))
+				require.Equal(t, 1, b.stat(t, keys.StatFailed))
+			},
+		},
+		{
+			name: "EntryWithoutJobBecomesDeadRecord",
+			setup: func(t *testing.T, b *bundle) fixture {
+				f := fixture{consumer: "lost-" + redistest.UniqueName(t), record: "ghost-" + redistest.UniqueName(t)}
+				var err error
+				f.entry, err = b.rdb.XAdd(t.Context(), &redis.XAddArgs{Stream: b.q.Stream(),
+					Values: []any{keys.EntryUUID, f.record, keys.EntryPayload, "boo", keys.EntryMetadata, "",
+						keys.EntryType, "test", keys.EntryAttempt, 1, keys.EntryMaxRetries, 5, keys.EntryTimeout, 0},
+				}).Result()
+				require.NoError(t, err)
+				require.Equal(t, []string{f.entry}, b.deliver(t, f.consumer, 1))
+				b.makeIdle(t, f.consumer, deadIdle, f.entry)
+				return f
+			},
+			want: recovery.Result{Poison: 1},
+			check: func(t *testing.T, b *bundle, f fixture) {
+				requireGone(t, b, f.entry)
+				require.True(t, b.inDead(t, f.record))
+				j := b.get(t, f.record)
+				require.Equal(t, pipeline.StatusFailed, j.Status)
+				require.Contains(t, j.LastError, "no job record")
+				require.Contains(t, string(j.Payload), `"boo"`)
+				require.Equal(t, 1, b.stat(t, keys.StatPoison))
+			},
+		},
+		{
+			name: "DeletedButPendingEntryCleared",
+			setup: func(t *testing.T, b *bundle) fixture {
+				f := deliverOne(t, b, deadIdle)
+				require.NoError(t, b.rdb.XDel(t.Context(), b.q.Stream(), f.entry).Err())
+				require.Len(t, b.pending(t), 1)
+				return f
+			},
+			want: recovery.Result{Dropped: 1},
+			check: func(t *testing.T, b *bundle, f fixture) {
+				require.Empty(t, b.pending(t))
+				require.Zero(t, b.xlen(t))
+			},
+		},
+		{
+			name: "NoGroupYet",
+			setup: func(t *testing.T, b *bundle) fixture {
+				b.enqueue(t)
+				return fixture{}
+			},
+			want: recovery.Result{},
+			check: func(t *testing.T, b *bundle, f fixture) {
+				require.Equal(t, int64(1), b.xlen(t))
+			},
+		},
+		{
+			name:  "NoStreamYet",
+			setup: func(t *testing.T, b *bundle) fixture { return fixture{} },
+			want:  recovery.Result{},
+			check: func(t *testing.T, b *bundle, f fixture) {},
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			b := setup(t)
+			f := tc.setup(t, b)
+			r := b.recoverer(recovery.Config{})
+			res, ran, err := r.RunOnce(t.Context())
+			require.NoError(t, err)
+			require.True(t, ran)
+			require.Equal(t, tc.want, res)
+			tc.check(t, b, f)
+			require.Empty(t, b.rdb.Get(t.Context(), b.q.RecoveryLock()).Val(), "the lock was not released")
+
+			// A second scan finds nothing left to do.
+			res, _, err = r.RunOnce(t.Context())
+			require.NoError(t, err)
+			require.Zero(t, res.Requeued+res.Dead+res.Dropped+res.Poison)
+		})
+	}
+}
+
+func TestRecovererTotals(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	deliverOne(t, b, deadIdle)
+	deliverOne(t, b, deadIdle, pipeline.WithMaxRetries(0))
+	r := b.recoverer(recovery.Config{})
+	res, _, err := r.RunOnce(t.Context())
+	require.NoError(t, err)
+	require.Equal(t, recovery.Result{Requeued: 1, Dead: 1}, res)
+	requeued, dead := r.Totals()
+	require.Equal(t, int64(1), requeued)
+	require.Equal(t, int64(1), dead)
+}
+
+func TestRecovererSkipsWhileLockHeld(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	f := deliverOne(t, b, deadIdle)
+	require.NoError(t, b.rdb.Set(t.Context(), b.q.RecoveryLock(), "another-process", time.Minute).Err())
+	res, ran, err := b.recoverer(recovery.Config{}).RunOnce(t.Context())
+	require.NoError(t, err)
+	require.False(t, ran)
+	require.Equal(t, recovery.Result{}, res)
+	requireUntouched(t, b, f)
+	require.Equal(t, "another-process", b.rdb.Get(t.Context(), b.q.RecoveryLock()).Val())
+}
+
+func TestRecovererFence(t *testing.T) {
+	t.Parallel()
+
+	t.Run("LockStolenDuringScan", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		f := deliverOne(t, b, deadIdle)
+		// Now is read inside the scan right before the script runs: the moment to lose the
+		// lock to a stall past the TTL.
+		var stole atomic.Bool
+		r := b.recoverer(recovery.Config{Now: func() time.Time {
+			require.NoError(t, b.rdb.Set(context.Background(), b.q.RecoveryLock(), "thief", time.Minute).Err())
+			stole.Store(true)
+			return time.Now()
+		}})
+		res, ran, err := r.RunOnce(t.Context())
+		require.True(t, stole.Load())
+		require.True(t, ran)
+		require.ErrorIs(t, err, recovery.ErrFenced)
+		require.Equal(t, recovery.Result{}, res)
+		requireUntouched(t, b, f)
+		require.Zero(t, b.stat(t, keys.StatRecovered))
+		require.Equal(t, "thief", b.rdb.Get(t.Context(), b.q.RecoveryLock()).Val(), "the loser released the thief's lock")
+	})
+
+	t.Run("WrongToken", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		f := deliverOne(t, b, deadIdle)
+		r := b.recoverer(recovery.Config{})
+		for _, held := range []string{"", "someone-else"} { // lock free, lock held by another
+			if held != "" {
+				require.NoError(t, b.rdb.Set(t.Context(), b.q.RecoveryLock(), held, time.Minute).Err())
+			}
+			res, err := r.ScanWithToken(t.Context(), "mine")
+			require.ErrorIs(t, err, recovery.ErrFenced)
+			require.Equal(t, recovery.Result{}, res)
+			requireUntouched(t, b, f)
+		}
+		require.NoError(t, b.rdb.Set(t.Context(), b.q.RecoveryLock(), "mine", time.Minute).Err())
+		res, err := r.ScanWithToken(t.Context(), "mine")
+		require.NoError(t, err)
+		require.Equal(t, recovery.Result{Requeued: 1}, res)
+		requireRequeued(t, b, f, 1)
+	})
+}
+
+// TestRecovererConcurrent runs five scanners at once over the same idle entries. Without the
+// lock, the per-entry atomic checks alone must keep each job recovered exactly once.
+// A worker may renew its lease after the scan listed its entry: the script's own idle check
+// leaves the job with it.
+func TestRecovererLeaseRenewedDuringScan(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	f := deliverOne(t, b, deadIdle)
+	r := b.recoverer(recovery.Config{Now: func() time.Time {
+		require.NoError(t, b.rdb.Do(context.Background(), "XCLAIM", b.q.Stream(), keys.Group,
+			f.consumer, 0, f.entry, "JUSTID").Err())
+		return time.Now()
+	}})
+	res, ran, err := r.RunOnce(t.Context())
+	require.NoError(t, err)
+	require.True(t, ran)
+	require.Equal(t, recovery.Result{Skipped: 1}, res)
+	requireUntouched(t, b, f)
+}
+
+func TestRecovererConcurrent(t *testing.T) {
+	t.Parallel()
+	for _, disableLock := range []bool{true, false} {
+		t.Run(fmt.Sprintf("DisableLock=%v", disableLock), func(t *testing.T) {
+			t.Parallel()
+			const n = 300
+			b := setup(t)
+			jobs := b.enqueueN(t, n)
+			old := b.deliver(t, "lost", n)
+			require.Len(t, old, n)
+			b.makeIdle(t, "lost", deadIdle, old...)
+
+			var (
+				wg    sync.WaitGroup
+				mu    sync.Mutex
+				total recovery.Result
+				scans int
+			)
+			start := make(chan struct{})
+			for range 5 {
+				r := b.recoverer(recovery.Config{DisableLock: disableLock, BatchSize: 20})
+				wg.Go(func() {
+					<-start
+					res, ran, err := r.RunOnce(t.Context())
+					if err != nil {
+						t.Error(err)
+					}
+					mu.Lock()
+					defer mu.Unlock()
+					if ran {
+						scans++
+					}
+					total.Requeued += res.Requeued
+					total.Dead += res.Dead
+					total.Dropped += res.Dropped
+					total.Poison += res.Poison
+					total.Skipped += res.Skipped
+				})
+			}
+			close(start)
+			wg.Wait()
+			t.Logf("%d scans; %d entries found already settled by another", scans, total.Skipped)
+			require.GreaterOrEqual(t, scans, 1)
+			require.Equal(t, n, total.Requeued)
+			require.Zero(t, total.Dead+total.Dropped+total.Poison)
+
+			require.Equal(t, n, b.stat(t, keys.StatRecovered))
+			require.Equal(t, int64(n), b.xlen(t))
+			require.Empty(t, b.pending(t))
+			oldSet := map[string]bool{}
+			for _, id := range old {
+				oldSet[id] = true
+			}
+			entries := map[string]bool{}
+			for _, j := range jobs {
+				got := b.get(t, j.ID)
+				require.Equal(t, pipeline.StatusQueued, got.Status)
+				require.Equal(t, 1, got.Attempt, "job %s recovered more than once", j.ID)
+				require.Equal(t, j.Version+1, got.Version, "job %s changed more than once", j.ID)
+				require.False(t, oldSet[got.Entry])
+				entries[got.Entry] = true
+			}
+			require.Len(t, entries, n, "jobs share entries")
+			msgs, err := b.rdb.XRange(t.Context(), b.q.Stream(), "-", "+").Result()
+			require.NoError(t, err)
+			ids := map[any]bool{}
+			for _, m := range msgs {
+				require.True(t, entries[m.ID], "entry %s carries no job", m.ID)
+				ids[m.Values[keys.EntryUUID]] = true
+			}
+			require.Len(t, ids, n, "a job is in the stream twice")
+		})
+	}
+}
+
+func TestRecovererPagination(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		total, batch int
+		live         func(i int) bool // entries whose worker is alive
+	}{
+		{50, 10, func(i int) bool { return i%4 == 0 }},
+		{50, 10, func(i int) bool { return i >= 10 && i < 30 }},
+		{20, 10, func(int) bool { return false }}, // exactly two full pages
+		{30, 1, func(i int) bool { return i%2 == 1 }},
+		{30, 7, func(i int) bool { return i < 25 }},
+	} {
+		t.Run(fmt.Sprintf("%d/batch%d", tc.total, tc.batch), func(t *testing.T) {
+			t.Parallel()
+			b := setup(t)
+			jobs := b.enqueueN(t, tc.total)
+			ids := b.deliver(t, "lost", tc.total)
+			require.Len(t, ids, tc.total)
+			var idle []string
+			for i, id := range ids {
+				if !tc.live(i) {
+					idle = append(idle, id)
+				}
+			}
+			if len(idle) > 0 {
+				b.makeIdle(t, "lost", deadIdle, idle...)
+			}
+			res, ran, err := b.recoverer(recovery.Config{BatchSize: tc.batch}).RunOnce(t.Context())
+			require.NoError(t, err)
+			require.True(t, ran)
+			require.Equal(t, recovery.Result{Requeued: len(idle)}, res)
+			require.Equal(t, int64(tc.total), b.xlen(t))
+			require.Len(t, b.pending(t), tc.total-len(idle))
+			for i, j := range jobs {
+				got := b.get(t, j.ID)
+				if tc.live(i) {
+					require.Equal(t, ids[i], got.Entry, "a live worker's job was taken")
+					require.Zero(t, got.Attempt)
+				} else {
+					require.NotEqual(t, ids[i], got.Entry, "an idle entry was missed")
+					require.Equal(t, 1, got.Attempt)
+				}
+			}
+		})
+	}
+}
+
+// scanHook watches the XPENDING calls that start each scan, holding each one for a while so
+// overlapping scans would show.
+type scanHook struct {
+	hold   time.Duration
+	active atomic.Int64
+	most   atomic.Int64
+	scans  atomic.Int64
+	mu     sync.Mutex
+	times  []time.Time
+}
+
+func (h *scanHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *scanHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+func (h *scanHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if !strings.EqualFold(cmd.Name(), "xpending") {
+			return next(ctx, cmd)
+		}
+		n := h.active.Add(1)
+		defer h.active.Add(-1)
+		for m := h.most.Load(); n > m && !h.most.CompareAndSwap(m, n); m = h.most.Load() {
+		}
+		h.scans.Add(1)
+		h.mu.Lock()
+		h.times = append(h.times, time.Now())
+		h.mu.Unlock()
+		time.Sleep(h.hold)
+		return next(ctx, cmd)
+	}
+}
+
+func (h *scanHook) scanTimes() []time.Time {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return append([]time.Time(nil), h.times...)
+}
+
+// hookedClient is a client of the shared server whose commands go through h.
+func hookedClient(t *testing.T, h *scanHook) *redis.Client {
+	t.Helper()
+	c := redis.NewClient(&redis.Options{Addr: redistest.Shared(t).Addr})
+	c.AddHook(h)
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+func TestRecovererRun(t *testing.T) {
+	t.Parallel()
+
+	t.Run("AtStartThenEveryInterval", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		f := deliverOne(t, b, deadIdle)
+		h := &scanHook{}
+		const interval = 500 * time.Millisecond
+		r := recovery.NewRecoverer(hookedClient(t, h), recovery.Config{
+			Queue: b.queue, VisibilityTimeout: testVisibility, Interval: interval,
+		})
+		ctx, cancel := context.WithCancel(t.Context())
+		done := make(chan error, 1)
+		begin := time.Now()
+		go func() { done <- r.Run(ctx) }()
+
+		// The start-up scan recovers the job at once, long before an interval passed.
+		require.Eventually(t, func() bool {
+			return b.get(t, f.job.ID).Entry != f.entry
+		}, 5*time.Second, 5*time.Millisecond)
+		require.Less(t, h.scanTimes()[0].Sub(begin), interval/2, "no scan at start-up")
+
+		// A worker dies again: a later scan finds it.
+		f.entry = b.get(t, f.job.ID).Entry
+		require.Equal(t, []string{f.entry}, b.deliver(t, f.consumer, 1))
+		b.makeIdle(t, f.consumer, deadIdle, f.entry)
+		require.Eventually(t, func() bool {
+			return b.get(t, f.job.ID).Attempt == 2
+		}, 5*time.Second, 10*time.Millisecond)
+		require.Eventually(t, func() bool { return h.scans.Load() >= 3 }, 10*time.Second, 10*time.Millisecond)
+		times := h.scanTimes()
+		for i := 1; i < len(times); i++ {
+			// Interval with up to 10% jitter either way.
+			require.GreaterOrEqual(t, times[i].Sub(times[i-1]), interval*85/100, "scans %d and %d too close", i-1, i)
+		}
+		requeued, _ := r.Totals()
+		require.Equal(t, int64(2), requeued)
+
+		cancel()
+		select {
+		case err := <-done:
+			require.NoError(t, err, "Run does not stop quietly")
+		case <-time.After(5 * time.Second):
+			t.Fatal("Run did not stop when its context ended")
+		}
+	})
+
+	t.Run("NegativeConfigTakesDefaults", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		f := deliverOne(t, b, deadIdle)
+		r := b.recoverer(recovery.Config{Interval: -time.Second, BatchSize: -1, LockTTL: -1})
+		ctx, cancel := context.WithCancel(t.Context())
+		done := make(chan error, 1)
+		go func() { done <- r.Run(ctx) }()
+		require.Eventually(t, func() bool {
+			return b.get(t, f.job.ID).Entry != f.entry
+		}, 5*time.Second, 5*time.Millisecond)
+		cancel()
+		require.NoError(t, <-done)
+	})
+
+	t.Run("StopsWhenContextEndsDuringWait", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		r := b.recoverer(recovery.Config{Interval: time.Hour})
+		ctx, cancel := context.WithCancel(t.Context())
+		done := make(chan error, 1)
+		go func() { done <- r.Run(ctx) }()
+		cancel()
+		select {
+		case err := <-done:
+			require.NoError(t, err)
+		case <-time.After(5 * time.Second):
+			t.Fatal("Run did not stop when its context ended")
+		}
+	})
+
+	// Two recoverers on one queue: with the lock their scans never overlap; without it (the
+	// control) they do, which shows the test can see an overlap.
+	for _, disableLock := range []bool{false, true} {
+		t.Run(fmt.Sprintf("OneScanAtATime/DisableLock=%v", disableLock), func(t *testing.T) {
+			t.Parallel()
+			b := setup(t)
+			b.enqueue(t)
+			b.deliver(t, "live", 1) // a group and a live entry, so scans have something to list
+			h := &scanHook{hold: 40 * time.Millisecond}
+			ctx, cancel := context.WithCancel(t.Context())
+			var wg sync.WaitGroup
+			for range 2 {
+				r := recovery.NewRecoverer(hookedClient(t, h), recovery.Config{
+					Queue: b.queue, VisibilityTimeout: testVisibility, Interval: 15 * time.Millisecond,
+					LockTTL: 5 * time.Second, DisableLock: disableLock,
+				})
+				wg.Go(func() {
+					if err := r.Run(ctx); err != nil {
+						t.Error(err)
+					}
+				})
+			}
+			if disableLock {
+				require.Eventually(t, func() bool { return h.most.Load() >= 2 }, 10*time.Second, 5*time.Millisecond)
+			} else {
+				require.Eventually(t, func() bool { return h.scans.Load() >= 20 }, 10*time.Second, 5*time.Millisecond)
+			}
+			cancel()
+			wg.Wait()
+			if !disableLock {
+				require.Equal(t, int64(1), h.most.Load(), "two scans overlapped")
+			}
+		})
+	}
+}
