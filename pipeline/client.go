@@ -261,6 +261,11 @@ func (c *Client) prepare(queue string, t *Task, now time.Time, common []Option) 
 	case o.hasDelay:
 		runAt = now.Add(o.delay)
 	}
+	if runAt.After(now) {
+		// Due times are stored in whole milliseconds; round up so a job is never promoted
+		// before the moment it was asked for.
+		runAt = time.UnixMilli((runAt.UnixNano() + int64(time.Millisecond) - 1) / int64(time.Millisecond))
+	}
 	maxRetries := c.cfg.MaxRetries
 	if o.hasRetries {
 		maxRetries = o.maxRetries

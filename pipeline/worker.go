@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"runtime/debug"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -377,7 +378,7 @@ func (w *Worker) handleMessage(msg *message.Message) error {
 	default:
 		delay := w.cfg.Backoff.Delay(j.Attempt)
 		t.op, t.data = opRetry, truncate(err.Error(), maxErrorBytes)
-		t.extra = fmt.Sprint(end.Add(delay).UnixMilli())
+		t.extra = strconv.FormatInt(end.Add(delay).UnixMilli()+1, 10) // +1: never before the backoff ends
 		w.log.Info().Err(err).Str("job_id", j.ID).Str("type", j.Type).Int("attempt", j.Attempt).
 			Dur("retry_in", delay).Msg("job attempt failed; will retry")
 	}
