@@ -12,3 +12,9 @@ func (r *Recoverer) ScanWithToken(ctx context.Context, token string) (Result, er
 	err := r.scan(ctx, token, &res)
 	return res, err
 }
+
+// PruneOlderThan runs prune.lua without the lock and with any idle threshold, bypassing the
+// 3x-visibility-timeout floor, so tests can show that consumers with pending entries survive.
+func (r *Recoverer) PruneOlderThan(ctx context.Context, ms int64) (int, error) {
+	return pruneScript.Run(ctx, r.rdb, []string{r.q.Stream(), r.q.RecoveryLock()}, "conveyor", ms, "").Int()
+}

@@ -63,12 +63,18 @@ var recoverSrc string
 
 var recoverScript = script.New(recoverSrc)
 
+//go:embed prune.lua
+var pruneSrc string
+
+var pruneScript = script.New(pruneSrc)
+
 // Defaults of Config.
 const (
 	DefaultVisibilityTimeout = 30 * time.Second
 	DefaultInterval          = 5 * time.Second
 	DefaultLockTTL           = 10 * time.Second
 	DefaultBatchSize         = 100
+	DefaultConsumerTTL       = time.Hour
 )
 
 // Config configures a Recoverer. Durations and sizes that are not positive take the defaults.
@@ -88,6 +94,10 @@ type Config struct {
 	LockTTL time.Duration
 	// BatchSize bounds the entries one script call looks at. Defaults to DefaultBatchSize.
 	BatchSize int
+	// ConsumerTTL is how long a consumer (a worker's name in the group) may sit idle with no
+	// pending entries before a scan deletes it; workers that stopped leave theirs behind.
+	// Defaults to DefaultConsumerTTL, and is raised to 3x VisibilityTimeout if below it.
+	ConsumerTTL time.Duration
 	// DisableLock scans without the lock (and without the token check). Only for tests that
 	// show the per-entry checks alone keep recovery correct.
 	DisableLock bool
@@ -104,6 +114,7 @@ type Result struct {
 	Dropped  int // stale entries of finished or moved-on jobs, acknowledged and deleted
 	Skipped  int // entries renewed or settled between listing and recovery
 	Poison   int // unreadable entries recorded as dead jobs
+	Pruned   int // idle consumers with nothing pending, deleted from the group
 }
 
 func (r *Result) add(o Result) {
@@ -112,6 +123,7 @@ func (r *Result) add(o Result) {
 	r.Dropped += o.Dropped
 	r.Skipped += o.Skipped
 	r.Poison += o.Poison
+	r.Pruned += o.Pruned
 }
 
 // Recoverer recovers one queue; see the package documentation.
@@ -135,6 +147,7 @@ func NewRecoverer(rdb redis.UniversalClient, cfg Config) *Recoverer {
 	cfg.Interval = positiveOr(cfg.Interval, DefaultInterval)
 	cfg.LockTTL = positiveOr(cfg.LockTTL, DefaultLockTTL)
 	cfg.BatchSize = positiveOr(cfg.BatchSize, DefaultBatchSize)
+	cfg.ConsumerTTL = max(positiveOr(cfg.ConsumerTTL, DefaultConsumerTTL), 3*cfg.VisibilityTimeout)
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
@@ -170,6 +183,7 @@ func (r *Recoverer) RunOnce(ctx context.Context) (Result, bool, error) {
 	var res Result
 	if r.cfg.DisableLock {
 		err := r.scan(ctx, "", &res)
+		err = errors.Join(err, r.prune(ctx, "", &res))
 		r.report(res)
 		return res, true, err
 	}
@@ -182,6 +196,9 @@ func (r *Recoverer) RunOnce(ctx context.Context) (Result, bool, error) {
 			return nil
 		}
 		serr = r.scan(ctx, token, &res)
+		if serr == nil {
+			serr = r.prune(ctx, token, &res)
+		}
 		return nil
 	})
 	if ran {
@@ -197,9 +214,28 @@ func (r *Recoverer) report(res Result) {
 		r.log.Info().Int("num_requeued", res.Requeued).Int("num_dead", res.Dead).
 			Int("num_dropped", res.Dropped).Int("num_poison", res.Poison).Msg("recovered stale jobs")
 	}
+	if res.Pruned > 0 {
+		r.log.Info().Int("num_pruned", res.Pruned).Msg("deleted idle consumers with nothing pending")
+	}
 }
 
 var errFenced = errors.New("recovery: lock no longer held; scan stopped")
+
+// prune deletes consumers that stopped (see prune.lua).
+func (r *Recoverer) prune(ctx context.Context, token string, res *Result) error {
+	n, err := pruneScript.Run(ctx, r.rdb, []string{r.q.Stream(), r.q.RecoveryLock()},
+		keys.Group, r.cfg.ConsumerTTL.Milliseconds(), token).Int()
+	switch {
+	case err != nil && (redis.HasErrorPrefix(err, "NOGROUP") || redis.HasErrorPrefix(err, "no such key")):
+		return nil
+	case err != nil:
+		return fmt.Errorf("prune consumers: %w", err)
+	case n < 0:
+		return errFenced
+	}
+	res.Pruned += n
+	return nil
+}
 
 func (r *Recoverer) scan(ctx context.Context, token string, res *Result) error {
 	start := "-"

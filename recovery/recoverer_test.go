@@ -880,3 +880,59 @@ func TestRecovererRun(t *testing.T) {
 		})
 	}
 }
+
+func TestRecovererPrunesStoppedConsumers(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := t.Context()
+	b.enqueueN(t, 1)
+	b.deliver(t, "busy", 1) // holds a pending entry: must never be deleted
+	require.NoError(t, b.rdb.XGroupCreateConsumer(ctx, b.q.Stream(), keys.Group, "stopped").Err())
+	r := b.recoverer(recovery.Config{VisibilityTimeout: time.Hour, ConsumerTTL: 300 * time.Millisecond})
+	time.Sleep(400 * time.Millisecond)
+	require.NoError(t, b.rdb.XGroupCreateConsumer(ctx, b.q.Stream(), keys.Group, "fresh").Err())
+
+	// ConsumerTTL is raised to 3x the visibility timeout, so nothing is pruned yet.
+	res, ran, err := r.RunOnce(ctx)
+	require.NoError(t, err)
+	require.True(t, ran)
+	require.Zero(t, res.Pruned)
+
+	r = b.recoverer(recovery.Config{VisibilityTimeout: 100 * time.Millisecond, ConsumerTTL: 300 * time.Millisecond})
+	res, _, err = r.RunOnce(ctx)
+	require.NoError(t, err)
+	// "busy" is idle too, and its entry was recovered by this very scan (nothing renews it), so
+	// it may go in the same pass once nothing is pending; "stopped" always goes; "fresh" stays.
+	consumers, err := b.rdb.XInfoConsumers(ctx, b.q.Stream(), keys.Group).Result()
+	require.NoError(t, err)
+	names := map[string]int64{}
+	for _, c := range consumers {
+		names[c.Name] = c.Pending
+	}
+	require.NotContains(t, names, "stopped")
+	require.Contains(t, names, "fresh")
+	require.GreaterOrEqual(t, res.Pruned, 1)
+	for name, pending := range names {
+		if name == "busy" {
+			require.Zero(t, pending)
+		}
+	}
+}
+
+func TestRecovererNeverPrunesConsumersWithPendingEntries(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := t.Context()
+	b.enqueueN(t, 3)
+	b.deliver(t, "holder", 3)
+	require.NoError(t, b.rdb.XGroupCreateConsumer(ctx, b.q.Stream(), keys.Group, "empty").Err())
+	time.Sleep(50 * time.Millisecond)
+	n, err := b.recoverer(recovery.Config{}).PruneOlderThan(ctx, 10)
+	require.NoError(t, err)
+	require.Equal(t, 1, n, "only the consumer with nothing pending goes")
+	consumers, err := b.rdb.XInfoConsumers(ctx, b.q.Stream(), keys.Group).Result()
+	require.NoError(t, err)
+	require.Len(t, consumers, 1)
+	require.Equal(t, "holder", consumers[0].Name)
+	require.EqualValues(t, 3, consumers[0].Pending, "its pending entries are intact")
+}
