@@ -561,7 +561,7 @@ func (c *Client) Dead(ctx context.Context, queue string, offset, limit int) ([]*
 }
 
 // Replay moves a dead job back into the stream for a fresh set of attempts. It returns
-// ErrNotDead for a job that is not in the dead set.
+// ErrNotDead for a job that is not in the dead set and ErrNotFound for an unknown id.
 func (c *Client) Replay(ctx context.Context, queue, id string) error {
 	if err := keys.ValidateQueue(queue); err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalid, err)
@@ -579,14 +579,17 @@ func (c *Client) Replay(ctx context.Context, queue, id string) error {
 	case string:
 		return nil
 	case int64:
-		if v == -1 {
+		switch v {
+		case -1:
 			return fmt.Errorf("replay %s/%s: %w: an unreadable entry's record has no type to run", queue, id, ErrInvalid)
+		case -2:
+			return ErrNotFound
 		}
 	}
 	return ErrNotDead
 }
 
-// Purge deletes the dead jobs of queue that died before `before` and returns how many.
+// Purge deletes the dead jobs of queue that died at or before `before` and returns how many.
 func (c *Client) Purge(ctx context.Context, queue string, before time.Time) (int, error) {
 	if err := keys.ValidateQueue(queue); err != nil {
 		return 0, fmt.Errorf("%w: %w", ErrInvalid, err)

@@ -2,8 +2,12 @@
 -- KEYS[1] stream, KEYS[2] dead set, KEYS[3] job hash
 -- ARGV[1] now (unix ms), ARGV[2] id
 -- Returns the new entry id, 0 when the job is not in the dead set, -1 when its record cannot
--- be run again (an unreadable entry kept as a dead record has no type).
-if not redis.call('ZSCORE', KEYS[2], ARGV[2]) then return 0 end
+-- be run again (an unreadable entry kept as a dead record has no type), -2 when there is no
+-- such job.
+if not redis.call('ZSCORE', KEYS[2], ARGV[2]) then
+  if redis.call('EXISTS', KEYS[3]) == 0 then return -2 end
+  return 0
+end
 local h = redis.call('HMGET', KEYS[3], 'status', 'type', 'payload', 'metadata', 'max_retries',
   'timeout_ms')
 if h[1] ~= 'failed' or not h[2] or h[2] == '' then return -1 end

@@ -130,7 +130,8 @@ func TestRetriesExhaustedGoesDeadWithGrowingDelays(t *testing.T) {
 	// Replay gives the job a fresh set of attempts.
 	require.NoError(t, b.client.Replay(t.Context(), b.queue, j.ID))
 	require.Eventually(t, func() bool { mu.Lock(); defer mu.Unlock(); return len(starts) >= 4 }, 10*time.Second, 10*time.Millisecond)
-	require.ErrorIs(t, b.client.Replay(t.Context(), b.queue, "unknown"), pipeline.ErrNotDead)
+	require.ErrorIs(t, b.client.Replay(t.Context(), b.queue, "unknown"), pipeline.ErrNotFound)
+	require.ErrorIs(t, b.client.Replay(t.Context(), b.queue, j.ID), pipeline.ErrNotDead, "it is queued again now")
 }
 
 func TestFailureKinds(t *testing.T) {

@@ -1,0 +1,476 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/redis/go-redis/v9"
+	"github.com/rs/zerolog"
+	"github.com/schollz/progressbar/v3"
+	"github.com/spf13/cobra"
+
+	"github.com/conveyorq/conveyor/handlers"
+	"github.com/conveyorq/conveyor/internal/keys"
+	"github.com/conveyorq/conveyor/pipeline"
+)
+
+func init() { addCommand(newDemoCmd) }
+
+// The demo's setup: a few workers with short retry delays, so that a whole run of retries,
+// delays and dead jobs fits in a few seconds.
+const (
+	demoWorkers     = 3
+	demoConcurrency = 4
+	demoDeadline    = 12 * time.Second // for all jobs to finish
+)
+
+var demoBackoff = pipeline.Backoff{Base: 100 * time.Millisecond, Max: time.Second}
+
+// demoKind is one kind of job the demo publishes, and what it shows.
+type demoKind struct {
+	jobType string
+	count   int
+	shows   string
+	task    func(i int) pipeline.Task
+}
+
+// demoMix is what the demo publishes.
+var demoMix = []demoKind{
+	{handlers.TypeEcho, 12, "returns its payload as its result", func(i int) pipeline.Task {
+		return pipeline.Task{Type: handlers.TypeEcho, Payload: fmt.Appendf(nil, `{"hello":"world","n":%d}`, i)}
+	}},
+	{handlers.TypeSleep, 8, "waits 0.5-1.6s as a delayed job, then sleeps 200-550ms", func(i int) pipeline.Task {
+		return pipeline.Task{Type: handlers.TypeSleep, Payload: fmt.Appendf(nil, `{"ms":%d}`, 200+50*i),
+			Opts: []pipeline.Option{pipeline.WithDelay(500*time.Millisecond + time.Duration(i)*150*time.Millisecond)}}
+	}},
+	{handlers.TypeFlaky, 5, "fails twice, is retried with backoff, completes on attempt 3", func(int) pipeline.Task {
+		return pipeline.Task{Type: handlers.TypeFlaky, Payload: []byte(`{"fail_times":2}`)}
+	}},
+	{handlers.TypeFail, 3, "always fails: 3 attempts (max retries 2), then the dead set", func(int) pipeline.Task {
+		return pipeline.Task{Type: handlers.TypeFail, Payload: []byte(`{"message":"demo: this job always fails"}`),
+			Opts: []pipeline.Option{pipeline.WithMaxRetries(2)}}
+	}},
+}
+
+func newDemoCmd(a *app) *cobra.Command {
+	return &cobra.Command{
+		Use:   "demo",
+		Short: "Watch jobs run, retry, wait and die on three in-process workers",
+		Long: `Publish a mix of jobs (immediate, delayed, flaky, failing) to a fresh queue, run them on
+three in-process workers, show progress and print a summary. It takes a few seconds.
+
+The demo uses the Redis of --redis or $CONVEYOR_REDIS_URL when one is given, and an embedded
+in-process Redis otherwise, so it runs anywhere. On a real Redis it works in a queue of its own
+(demo-<random>) and deletes that queue's keys at the end.`,
+		Args: noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			logs := a.log
+			if !cmd.Flags().Changed("log-level") {
+				logs = logs.Level(zerolog.ErrorLevel) // the summary tells the story
+			}
+			return a.demo(cmd.Context(), logs)
+		},
+	}
+}
+
+// demoRun is one run of the demo.
+type demoRun struct {
+	out, progress io.Writer
+	queue, prefix string
+	connect       func() (redis.UniversalClient, error)
+	conns         []redis.UniversalClient
+	client        *pipeline.Client
+	logs          zerolog.Logger
+}
+
+func (a *app) demo(ctx context.Context, logs zerolog.Logger) (err error) {
+	d := &demoRun{out: a.stdout, progress: a.stderr, queue: "demo-" + randomHex(3), prefix: a.prefix, logs: logs}
+	defer d.closeConns()
+	if a.redisChosen() {
+		fmt.Fprintf(d.out, "Using Redis at %s, in queue %s (its keys are deleted at the end).\n",
+			redactURL(a.redisURL), d.queue)
+		d.connect = func() (redis.UniversalClient, error) { return dial(a.redisURL, a.cluster) }
+	} else {
+		if a.cluster {
+			return errors.New("--cluster needs a Redis URL: give --redis or set " + envRedisURL)
+		}
+		m, err := miniredis.Run()
+		if err != nil {
+			return fmt.Errorf("start the embedded Redis: %w", err)
+		}
+		defer m.Close()
+		fmt.Fprintf(d.out, "Using an embedded in-process Redis (set %s or --redis to use a real one).\n", envRedisURL)
+		d.connect = func() (redis.UniversalClient, error) {
+			return redis.NewClient(&redis.Options{Addr: m.Addr()}), nil
+		}
+	}
+	rdb, err := d.open()
+	if err != nil {
+		return err
+	}
+	pingCtx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	err = rdb.Ping(pingCtx).Err()
+	cancel()
+	if err != nil {
+		return fmt.Errorf("cannot reach Redis at %s: %w", redactURL(a.redisURL), err)
+	}
+	if a.redisChosen() {
+		defer func() {
+			// Clean up even when interrupted: ctx may be done.
+			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+			defer cancel()
+			if cerr := deleteQueueKeys(cctx, rdb, d.prefix, d.queue); cerr != nil {
+				err = errors.Join(err, fmt.Errorf("delete the demo's keys (%s:{%s}:*): %w", d.prefix, d.queue, cerr))
+			}
+		}()
+	}
+	d.client = pipeline.NewClient(rdb, pipeline.ClientConfig{Prefix: d.prefix})
+	return d.run(ctx)
+}
+
+func (d *demoRun) run(ctx context.Context) error {
+	start := time.Now()
+	workers, attempts, stop, err := d.startWorkers(ctx)
+	if err != nil {
+		return err
+	}
+	var tasks []pipeline.Task
+	var parts []string
+	for _, k := range demoMix {
+		for i := range k.count {
+			tasks = append(tasks, k.task(i))
+		}
+		parts = append(parts, fmt.Sprintf("%d %s", k.count, k.jobType))
+	}
+	fmt.Fprintf(d.out, "Started %d workers (demo-worker-1..%d, %d jobs at a time each).\n",
+		demoWorkers, demoWorkers, demoConcurrency)
+	published := time.Now()
+	jobs, err := d.client.EnqueueBatch(ctx, d.queue, tasks)
+	if err != nil {
+		stop()
+		return fmt.Errorf("publish: %w", err)
+	}
+	fmt.Fprintf(d.out, "Published %d jobs: %s.\n", len(jobs), strings.Join(parts, ", "))
+
+	watchErr := d.watch(ctx, len(jobs))
+	stop() // workers drain and return
+	if ctx.Err() != nil {
+		return errors.New("demo interrupted")
+	}
+	final := make([]*pipeline.Job, 0, len(jobs))
+	for _, j := range jobs {
+		got, err := d.client.Get(ctx, d.queue, j.ID)
+		if err != nil {
+			return fmt.Errorf("read job %s: %w", j.ID, err)
+		}
+		final = append(final, got)
+	}
+	d.summary(final, workers, attempts, published, start)
+	return watchErr
+}
+
+// startWorkers runs demoWorkers workers, each on its own connection, and waits until they
+// consume. stop cancels them and waits for them to drain.
+func (d *demoRun) startWorkers(ctx context.Context) (names []string, attempts []*atomic.Int64, stop func(), err error) {
+	wctx, cancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	stop = sync.OnceFunc(func() { cancel(); wg.Wait() })
+	var ready []<-chan struct{}
+	for i := 1; i <= demoWorkers; i++ {
+		rdb, err := d.open()
+		if err != nil {
+			stop()
+			return nil, nil, nil, err
+		}
+		w := pipeline.NewWorker(rdb, pipeline.WorkerConfig{
+			Queues:            []string{d.queue},
+			Prefix:            d.prefix,
+			Name:              fmt.Sprintf("demo-worker-%d", i),
+			Concurrency:       demoConcurrency,
+			Backoff:           demoBackoff,
+			VisibilityTimeout: 5 * time.Second,
+			RecoveryInterval:  time.Second,
+			ShutdownTimeout:   2 * time.Second,
+			Logger:            d.logs,
+		})
+		n := new(atomic.Int64)
+		handlers.Register(countAttempts{w, n})
+		names, attempts = append(names, w.Name()), append(attempts, n)
+		ready = append(ready, w.Ready())
+		wg.Go(func() {
+			if err := w.Run(wctx); err != nil {
+				d.logs.Error().Err(err).Str("worker", w.Name()).Msg("demo worker stopped")
+			}
+		})
+	}
+	timeout := time.After(10 * time.Second)
+	for _, r := range ready {
+		select {
+		case <-r:
+		case <-timeout:
+			stop()
+			return nil, nil, nil, errors.New("the demo's workers did not start within 10s")
+		case <-ctx.Done():
+			stop()
+			return nil, nil, nil, errors.New("demo interrupted")
+		}
+	}
+	return names, attempts, stop, nil
+}
+
+// countAttempts registers handlers that count the attempts they run.
+type countAttempts struct {
+	r pipeline.Registrar
+	n *atomic.Int64
+}
+
+func (c countAttempts) Handle(jobType string, h pipeline.HandlerFunc) {
+	c.r.Handle(jobType, func(ctx context.Context, j *pipeline.Job) ([]byte, error) {
+		c.n.Add(1)
+		return h(ctx, j)
+	})
+}
+
+// watch shows progress until total jobs have finished: a progress bar on a terminal, a line
+// a second otherwise. It gives up after demoDeadline.
+func (d *demoRun) watch(ctx context.Context, total int) error {
+	var bar *progressbar.ProgressBar
+	if isTerminal(d.progress) {
+		bar = progressbar.NewOptions(total,
+			progressbar.OptionSetWriter(d.progress),
+			progressbar.OptionSetWidth(20),
+			progressbar.OptionShowCount(),
+			progressbar.OptionSetPredictTime(false),
+			progressbar.OptionShowDescriptionAtLineEnd(),
+		)
+	}
+	deadline := time.Now().Add(demoDeadline)
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	var lastLine time.Time
+	for {
+		st, err := d.client.Stats(ctx, d.queue)
+		if err != nil && ctx.Err() == nil {
+			return err
+		}
+		if st != nil {
+			done := int(st.Completed + st.Failed + st.Canceled)
+			finished := done >= total
+			switch {
+			case bar != nil:
+				// Short enough for an 80-column terminal beside the bar.
+				_ = bar.Set(done)
+				bar.Describe(fmt.Sprintf("%d ok, %d dead, %d waiting, %d running",
+					st.Completed, st.Failed, st.Scheduled, st.Queued+st.InProgress))
+				if finished {
+					_ = bar.Finish()
+					fmt.Fprintln(d.progress)
+				}
+			case finished || time.Since(lastLine) >= time.Second:
+				fmt.Fprintf(d.progress, "  %d/%d finished: %d completed, %d failed; %d waiting (delayed or retrying), %d queued, %d in progress\n",
+					done, total, st.Completed, st.Failed, st.Scheduled, st.Queued, st.InProgress)
+				lastLine = time.Now()
+			}
+			if finished {
+				return nil
+			}
+		}
+		if time.Now().After(deadline) {
+			if bar != nil {
+				_ = bar.Exit()
+				fmt.Fprintln(d.progress)
+			}
+			return fmt.Errorf("not every job finished within %s", demoDeadline)
+		}
+		select {
+		case <-ctx.Done():
+			if bar != nil {
+				_ = bar.Exit()
+			}
+			return ctx.Err()
+		case <-tick.C:
+		}
+	}
+}
+
+// summary prints what happened: jobs by type, by status and by worker, and the time it took.
+func (d *demoRun) summary(jobs []*pipeline.Job, workers []string, attempts []*atomic.Int64, published, start time.Time) {
+	type row struct{ jobs, completed, failed, attempts int }
+	byType := map[string]*row{}
+	byStatus := map[pipeline.Status]int{}
+	lastRan := map[string]int{}
+	var all row
+	var last time.Time
+	var failedExample, flakyExample *pipeline.Job
+	for _, j := range jobs {
+		r := byType[j.Type]
+		if r == nil {
+			r = &row{}
+			byType[j.Type] = r
+		}
+		for _, r := range []*row{r, &all} {
+			r.jobs++
+			r.attempts += j.Attempt
+			switch j.Status {
+			case pipeline.StatusCompleted:
+				r.completed++
+			case pipeline.StatusFailed:
+				r.failed++
+			}
+		}
+		byStatus[j.Status]++
+		lastRan[j.Worker]++
+		if j.CompletedAt.After(last) {
+			last = j.CompletedAt
+		}
+		if j.Status == pipeline.StatusFailed && failedExample == nil {
+			failedExample = j
+		}
+		if j.Type == handlers.TypeFlaky && j.Status == pipeline.StatusCompleted && flakyExample == nil {
+			flakyExample = j
+		}
+	}
+
+	w := d.out
+	fmt.Fprintf(w, "\nJobs by type\n")
+	t := newTable(w)
+	fmt.Fprintln(t, "  TYPE\tJOBS\tCOMPLETED\tFAILED\tATTEMPTS\tWHAT IT SHOWS")
+	for _, k := range demoMix {
+		r := byType[k.jobType]
+		if r == nil {
+			r = &row{}
+		}
+		fmt.Fprintf(t, "  %s\t%d\t%d\t%d\t%d\t%s\n", k.jobType, r.jobs, r.completed, r.failed, r.attempts, k.shows)
+	}
+	fmt.Fprintf(t, "  all\t%d\t%d\t%d\t%d\t\n", all.jobs, all.completed, all.failed, all.attempts)
+	_ = t.Flush()
+
+	fmt.Fprintf(w, "\nJobs by status\n")
+	t = newTable(w)
+	for _, s := range []pipeline.Status{pipeline.StatusCompleted, pipeline.StatusFailed, pipeline.StatusScheduled,
+		pipeline.StatusQueued, pipeline.StatusInProgress, pipeline.StatusCanceled} {
+		n := byStatus[s]
+		if n == 0 && s != pipeline.StatusCompleted && s != pipeline.StatusFailed {
+			continue
+		}
+		note := ""
+		switch s {
+		case pipeline.StatusCompleted:
+			if flakyExample != nil {
+				note = fmt.Sprintf("e.g. flaky %s: completed on attempt %d with %s; last error kept: %q",
+					flakyExample.ID, flakyExample.Attempt, flakyExample.Result, flakyExample.LastError)
+			}
+		case pipeline.StatusFailed:
+			if failedExample != nil {
+				note = fmt.Sprintf("in the dead set, e.g. %s after %d attempts: %q",
+					failedExample.ID, failedExample.Attempt, failedExample.LastError)
+			}
+		default:
+			note = "unfinished"
+		}
+		fmt.Fprintf(t, "  %s\t%d\t%s\n", s, n, note)
+	}
+	_ = t.Flush()
+
+	fmt.Fprintf(w, "\nJobs by worker\n")
+	t = newTable(w)
+	fmt.Fprintln(t, "  WORKER\tATTEMPTS RUN\tJOBS IT FINISHED")
+	for i, name := range workers {
+		fmt.Fprintf(t, "  %s\t%d\t%d\n", name, attempts[i].Load(), lastRan[name])
+	}
+	_ = t.Flush()
+
+	elapsed := time.Since(start).Round(10 * time.Millisecond)
+	if !last.IsZero() {
+		fmt.Fprintf(w, "\nElapsed: %s in all; %s from publishing to the last job finishing.\n",
+			elapsed, last.Sub(published).Round(10*time.Millisecond))
+	} else {
+		fmt.Fprintf(w, "\nElapsed: %s.\n", elapsed)
+	}
+	fmt.Fprint(w, `
+Next, with a Redis of your own (CONVEYOR_REDIS_URL or --redis), in two terminals:
+  conveyor worker
+  conveyor publish --type echo --payload '{"hello":"world"}'   # prints the job id
+  conveyor status <id>
+`)
+}
+
+func (d *demoRun) open() (redis.UniversalClient, error) {
+	rdb, err := d.connect()
+	if err != nil {
+		return nil, err
+	}
+	d.conns = append(d.conns, rdb)
+	return rdb, nil
+}
+
+func (d *demoRun) closeConns() {
+	for _, c := range d.conns {
+		_ = c.Close()
+	}
+}
+
+// deleteQueueKeys deletes every key of queue under prefix and removes it from the known
+// queues. Every per-queue key starts with the queue's base, prefix:{queue}: (internal/keys),
+// so one SCAN pattern finds them all; on a cluster they all sit in one slot of one master.
+func deleteQueueKeys(ctx context.Context, rdb redis.UniversalClient, prefix, queue string) error {
+	base := strings.TrimSuffix(keys.New(prefix, queue).Stream(), "stream")
+	pattern := globEscape(base) + "*"
+	del := func(ctx context.Context, c redis.Cmdable) error {
+		var batch []string
+		flush := func() error {
+			if len(batch) == 0 {
+				return nil
+			}
+			err := c.Unlink(ctx, batch...).Err()
+			batch = batch[:0]
+			return err
+		}
+		it := c.Scan(ctx, 0, pattern, 1000).Iterator()
+		for it.Next(ctx) {
+			if batch = append(batch, it.Val()); len(batch) == 100 {
+				if err := flush(); err != nil {
+					return err
+				}
+			}
+		}
+		if err := it.Err(); err != nil {
+			return err
+		}
+		return flush()
+	}
+	var err error
+	if cc, ok := rdb.(*redis.ClusterClient); ok {
+		err = cc.ForEachMaster(ctx, func(ctx context.Context, node *redis.Client) error { return del(ctx, node) })
+	} else {
+		err = del(ctx, rdb)
+	}
+	return errors.Join(err, rdb.SRem(ctx, keys.Queues(prefix), queue).Err())
+}
+
+// globEscape escapes the characters that are special in a Redis MATCH pattern.
+func globEscape(s string) string {
+	var b strings.Builder
+	for _, r := range s {
+		if strings.ContainsRune(`*?[]\`, r) {
+			b.WriteByte('\\')
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
+}
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}

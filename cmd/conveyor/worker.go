@@ -1,0 +1,125 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/conveyorq/conveyor/handlers"
+	"github.com/conveyorq/conveyor/pipeline"
+)
+
+func init() { addCommand(newWorkerCmd) }
+
+type workerFlags struct {
+	queues           []string
+	concurrency      int
+	backoffBase      time.Duration
+	backoffMax       time.Duration
+	visibility       time.Duration
+	recoveryInterval time.Duration
+	shutdownTimeout  time.Duration
+	retention        time.Duration
+	name             string
+}
+
+func newWorkerCmd(a *app) *cobra.Command {
+	var wf workerFlags
+	cmd := &cobra.Command{
+		Use:   "worker [--queue Q]... [--concurrency N]",
+		Short: "Run the ready handlers on queues until SIGINT or SIGTERM",
+		Long: `Run the ready handlers (echo, sleep, fail, flaky, http, noop; see package handlers) on
+the given queues until SIGINT or SIGTERM. Each worker also promotes due delayed jobs and recovers
+jobs whose worker died, so any number of workers may run side by side.
+
+A failed attempt is retried after a delay that doubles from --backoff-base up to --backoff-max,
+with jitter. On SIGINT or SIGTERM the worker stops reading, lets running jobs finish for up to
+--shutdown-timeout, puts back what did not finish, and exits 0. A second signal ends it at once.`,
+		Example: `  conveyor worker
+  conveyor worker --queue emails --queue reports --concurrency 50 --backoff-max 1h`,
+		Args: noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cfg, err := wf.config()
+			if err != nil {
+				return err
+			}
+			rdb, err := a.redis()
+			if err != nil {
+				return err
+			}
+			cfg.Prefix, cfg.Logger = a.prefix, a.log
+			w := pipeline.NewWorker(rdb, cfg)
+			handlers.Register(w)
+			a.log.Info().Str("worker", w.Name()).Str("redis", redactURL(a.redisURL)).
+				Strs("handlers", slices.Sorted(maps.Keys(handlers.All()))).
+				Msg("starting worker; SIGINT or SIGTERM stops it")
+			return w.Run(cmd.Context())
+		},
+	}
+	f := cmd.Flags()
+	f.StringSliceVarP(&wf.queues, "queue", "q", []string{pipeline.DefaultQueue}, "queue to consume (repeatable, or comma-separated)")
+	f.IntVarP(&wf.concurrency, "concurrency", "c", pipeline.DefaultConcurrency, "jobs run at once, across the queues")
+	f.DurationVar(&wf.backoffBase, "backoff-base", pipeline.DefaultBackoffBase, "retry delay after the first failed attempt; it doubles with each attempt")
+	f.DurationVar(&wf.backoffMax, "backoff-max", pipeline.DefaultBackoffMax, "longest retry delay")
+	f.DurationVar(&wf.visibility, "visibility-timeout", pipeline.DefaultVisibilityTimeout, "a job whose worker stops renewing its lease this long is recovered")
+	f.DurationVar(&wf.recoveryInterval, "recovery-interval", pipeline.DefaultRecoveryInterval, "time between two scans for jobs of dead workers")
+	f.DurationVar(&wf.shutdownTimeout, "shutdown-timeout", pipeline.DefaultShutdownTimeout, "on SIGINT/SIGTERM, how long running jobs may finish before they are put back")
+	f.DurationVar(&wf.retention, "retention", pipeline.DefaultRetention, "how long finished jobs' records are kept (0: delete them as jobs finish)")
+	f.StringVar(&wf.name, "name", "", "consumer name, unique among live workers (default host-pid-random)")
+	return cmd
+}
+
+// config validates the flags into a WorkerConfig (without Prefix and Logger).
+func (wf *workerFlags) config() (pipeline.WorkerConfig, error) {
+	var errs []error
+	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
+	if wf.concurrency < 1 {
+		bad("--concurrency must be at least 1, not %d", wf.concurrency)
+	}
+	if wf.backoffBase <= 0 {
+		bad("--backoff-base must be positive, not %s", wf.backoffBase)
+	}
+	if wf.backoffMax < wf.backoffBase {
+		bad("--backoff-max (%s) must be at least --backoff-base (%s)", wf.backoffMax, wf.backoffBase)
+	}
+	for _, d := range []struct {
+		flag string
+		val  time.Duration
+	}{
+		{"--visibility-timeout", wf.visibility},
+		{"--recovery-interval", wf.recoveryInterval},
+		{"--shutdown-timeout", wf.shutdownTimeout},
+	} {
+		if d.val <= 0 {
+			bad("%s must be positive, not %s", d.flag, d.val)
+		}
+	}
+	if wf.retention < 0 {
+		bad("--retention must not be negative, not %s", wf.retention)
+	}
+	if len(errs) > 0 {
+		return pipeline.WorkerConfig{}, errors.Join(errs...)
+	}
+	queues := wf.queues
+	if len(queues) == 0 {
+		queues = []string{pipeline.DefaultQueue}
+	}
+	retention := wf.retention
+	if retention == 0 {
+		retention = pipeline.RetainNone
+	}
+	return pipeline.WorkerConfig{
+		Queues:            slices.Compact(slices.Sorted(slices.Values(queues))),
+		Name:              wf.name,
+		Concurrency:       wf.concurrency,
+		Backoff:           pipeline.Backoff{Base: wf.backoffBase, Max: wf.backoffMax},
+		Retention:         retention,
+		VisibilityTimeout: wf.visibility,
+		RecoveryInterval:  wf.recoveryInterval,
+		ShutdownTimeout:   wf.shutdownTimeout,
+	}, nil
+}
