@@ -38,12 +38,19 @@ type transition struct {
 	tries    int
 }
 
-// completer writes job transitions off the handlers' path: it collects them and flushes every
-// FlushInterval (or at once when a batch is full) as one finish.lua call per queue and batch,
-// all pipelined in one round trip. A job's "started" mark waits one interval before it is
-// written and is dropped when the job finishes first, so short jobs cost one write, not two.
+// completer writes job transitions in batches: a handler's outcome joins the current chunk
+// (up to maxBatch outcomes); chunks are written one finish.lua call per queue, as soon as a
+// chunk is full, every slot of the worker waits, or FlushInterval passed. A job's "started"
+// mark waits one interval before it is written and is dropped when the job finishes first, so
+// short jobs cost one write, not two.
 //
-// Nothing is lost when a flush fails: transitions are retried; those that cannot be written
+// A handler waits for the chunk that carries its outcome to be written before its message is
+// acked, so a job keeps its worker slot until its outcome is in Redis: a worker never holds
+// more unfinished entries than its concurrency, which bounds what a crash makes run again.
+// Chunks are released one at a time, so the worker reads new jobs for the slots of one chunk
+// while the next is being written.
+//
+// Nothing is lost when a write fails: transitions are retried; those that cannot be written
 // leave their entries pending, and recovery runs those jobs again after the visibility timeout.
 type completer struct {
 	rdb       redis.UniversalClient
@@ -51,24 +58,33 @@ type completer struct {
 	retention int64 // default retention ms for finish.lua
 	interval  time.Duration
 	maxBatch  int
+	slots     int // the worker's concurrency: write at once when this many wait
 	log       zerolog.Logger
 
-	mu     sync.Mutex
-	items  []transition
-	starts map[string]transition // pending "started" marks by entry
-	arm    chan struct{}
-	full   chan struct{}
-	stop   chan struct{}
-	done   chan struct{}
+	mu      sync.Mutex
+	chunks  []*chunk              // outcomes in arrival order; all but the last are full
+	pending int                   // outcomes in chunks
+	starts  map[string]transition // unwritten "started" marks by entry
+	arm     chan struct{}
+	full    chan struct{}
+	stop    chan struct{}
+	done    chan struct{}
 
 	applied atomic.Int64
 	refused atomic.Int64
 	dropped atomic.Int64
 }
 
-func newCompleter(rdb redis.UniversalClient, worker string, retention int64, interval time.Duration, maxBatch int, log zerolog.Logger) *completer {
+// chunk is a batch of outcomes whose handlers wait for done.
+type chunk struct {
+	items []transition
+	done  chan struct{}
+}
+
+func newCompleter(rdb redis.UniversalClient, worker string, retention int64, interval time.Duration, maxBatch, slots int, log zerolog.Logger) *completer {
 	return &completer{
 		rdb: rdb, worker: worker, retention: retention, interval: interval, maxBatch: maxBatch,
+		slots:  max(1, slots),
 		log:    log.With().Str("component", "completer").Logger(),
 		starts: make(map[string]transition),
 		arm:    make(chan struct{}, 1),
@@ -95,18 +111,27 @@ func (c *completer) started(t transition) {
 }
 
 // finish records an attempt's outcome; it replaces the attempt's start mark if that was not
-// written yet (finish.lua writes started_at with the outcome).
-func (c *completer) finish(t transition) {
+// written yet (finish.lua writes started_at with the outcome). The returned channel closes
+// once the chunk that carries it was written (or the write was tried and will be retried).
+func (c *completer) finish(t transition) <-chan struct{} {
 	c.mu.Lock()
 	delete(c.starts, t.entry)
-	c.items = append(c.items, t)
-	n := len(c.items)
+	n := len(c.chunks)
+	if n == 0 || len(c.chunks[n-1].items) >= c.maxBatch {
+		c.chunks = append(c.chunks, &chunk{done: make(chan struct{})})
+		n++
+	}
+	ch := c.chunks[n-1]
+	ch.items = append(ch.items, t)
+	c.pending++
+	ready := n > 1 || len(ch.items) >= c.maxBatch || c.pending >= c.slots
 	c.mu.Unlock()
-	if n >= c.maxBatch {
+	if ready {
 		signal(c.full)
 	} else {
 		signal(c.arm)
 	}
+	return ch.done
 }
 
 // forget drops an attempt's unwritten start mark (the attempt was abandoned: lease lost or
@@ -145,15 +170,15 @@ func (c *completer) run() {
 			backoff = min(2*backoff, 2*time.Second)
 		}
 		c.mu.Lock()
-		pending := len(c.items) + len(c.starts)
+		left := c.pending + len(c.starts)
 		c.mu.Unlock()
-		if pending > 0 {
+		if left > 0 {
 			signal(c.arm)
 		}
 	}
 }
 
-// final flushes what is left at shutdown, retrying for a few seconds.
+// final writes what is left at shutdown, retrying for a few seconds.
 func (c *completer) final() {
 	deadline := time.Now().Add(5 * time.Second)
 	for {
@@ -161,7 +186,7 @@ func (c *completer) final() {
 		ok := c.flush(ctx, true)
 		cancel()
 		c.mu.Lock()
-		left := len(c.items)
+		left := c.pending
 		c.mu.Unlock()
 		if ok || left == 0 {
 			return
@@ -175,33 +200,63 @@ func (c *completer) final() {
 	}
 }
 
-// close flushes and stops the completer; it is safe to call once.
+// close writes what is left and stops the completer; it is safe to call once.
 func (c *completer) close() {
 	close(c.stop)
 	<-c.done
 }
 
-// flush writes pending transitions and reports whether every write went through. Start marks
-// younger than one interval wait for the next flush unless all is true.
+// flush writes the queued chunks one after another (and the start marks older than one
+// interval, or all of them when all is true), releasing each chunk's handlers as soon as it is
+// written. It reports whether every write went through; on a failure it stops, and the
+// failed transitions wait at the head for the next try.
 func (c *completer) flush(ctx context.Context, all bool) bool {
-	c.mu.Lock()
-	items := c.items
-	c.items = nil
-	cutoff := time.Now().Add(-c.interval).UnixMilli()
-	var batch []transition
-	for e, s := range c.starts {
-		if all || s.started <= cutoff {
-			batch = append(batch, s)
-			delete(c.starts, e)
+	first := true
+	for {
+		c.mu.Lock()
+		var ch *chunk
+		if len(c.chunks) > 0 {
+			ch = c.chunks[0]
+			c.chunks = c.chunks[1:]
+			c.pending -= len(ch.items)
+		}
+		var batch []transition
+		if first {
+			cutoff := time.Now().Add(-c.interval).UnixMilli()
+			for e, s := range c.starts {
+				if all || s.started <= cutoff {
+					batch = append(batch, s)
+					delete(c.starts, e)
+				}
+			}
+		}
+		c.mu.Unlock()
+		first = false
+		if ch == nil && len(batch) == 0 {
+			return true
+		}
+		if ch != nil {
+			batch = append(batch, ch.items...)
+		}
+		retry := c.write(ctx, batch)
+		if ch != nil {
+			// The handlers go on even if the write failed: their outcomes are retried from
+			// here, and their entries stay pending meanwhile.
+			close(ch.done)
+		}
+		if len(retry) > 0 {
+			c.mu.Lock()
+			c.chunks = append([]*chunk{{items: retry, done: make(chan struct{})}}, c.chunks...)
+			c.pending += len(retry)
+			c.mu.Unlock()
+			return false
 		}
 	}
-	c.mu.Unlock()
-	batch = append(batch, items...)
-	if len(batch) == 0 {
-		return true
-	}
+}
 
-	// One finish.lua call per queue and chunk, all in one pipeline.
+// write runs finish.lua for batch (one call per queue and maxBatch transitions, pipelined)
+// and returns the transitions to try again.
+func (c *completer) write(ctx context.Context, batch []transition) []transition {
 	byQueue := map[string][]transition{}
 	var order []string
 	for _, t := range batch {
@@ -224,22 +279,24 @@ func (c *completer) flush(ctx context.Context, all bool) bool {
 	}
 	cmds, _ := script.Pipelined(ctx, c.rdb, calls)
 
-	ok := true
 	var retry []transition
 	for i, cmd := range cmds {
 		codes, err := cmd.Int64Slice()
 		if err != nil {
-			ok = false
+			c.log.Warn().Err(err).Int("transitions", len(groups[i])).Msg("write job transitions")
 			for _, t := range groups[i] {
 				t.tries++
-				if transient(err) || t.tries < 5 {
+				switch {
+				case t.op == opStart:
+					// A start mark is only informational (the outcome carries started_at):
+					// one that failed is not written again, so it cannot land after the outcome.
+				case transient(err) || t.tries < 5:
 					retry = append(retry, t)
-				} else {
+				default:
 					c.dropped.Add(1)
 					c.log.Error().Err(err).Str("job_id", t.id).Str("op", t.op).Msg("giving up on a job transition; the job will be recovered")
 				}
 			}
-			c.log.Warn().Err(err).Int("transitions", len(groups[i])).Msg("write job transitions")
 			continue
 		}
 		for k, code := range codes {
@@ -253,18 +310,7 @@ func (c *completer) flush(ctx context.Context, all bool) bool {
 			c.applied.Add(1)
 		}
 	}
-	if len(retry) > 0 {
-		c.mu.Lock()
-		for _, t := range retry {
-			// A start mark is only informational (the outcome carries started_at): one that
-			// failed is not written again, so it can never land after the job's outcome.
-			if t.op != opStart {
-				c.items = append(c.items, t)
-			}
-		}
-		c.mu.Unlock()
-	}
-	return ok
+	return retry
 }
 
 func (c *completer) call(ts []transition) script.Call {

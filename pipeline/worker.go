@@ -222,7 +222,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	}
 
 	w.comp = newCompleter(w.rdb, w.cfg.Name, retentionMS(w.cfg.Retention), w.cfg.FlushInterval,
-		batchChunk, w.log)
+		batchChunk, w.cfg.Concurrency, w.log)
 	go w.comp.run()
 	defer w.comp.close()
 
@@ -324,8 +324,8 @@ var errTimeout = errors.New("attempt timed out")
 
 // handleMessage runs one job. It always returns nil: every outcome of the job goes through the
 // completer (retry, dead set), and the message is acked only to free its slot (the entry is
-// acknowledged by finish.lua together with the state change). Never nacking matters: a nack
-// would hand the same message out again in-process.
+// acknowledged by finish.lua together with the state change), once the outcome is written.
+// Never nacking matters: a nack would hand the same message out again in-process.
 func (w *Worker) handleMessage(msg *message.Message) error {
 	streamKey := msg.Metadata[stream.StreamKey]
 	q, ok := w.queues[streamKey]
@@ -347,7 +347,7 @@ func (w *Worker) handleMessage(msg *message.Message) error {
 		t.op, t.finished = opFail, start.UnixMilli()
 		t.data = fmt.Sprintf("no handler registered for job type %q on worker %s", j.Type, w.cfg.Name)
 		w.log.Warn().Str("job_id", j.ID).Str("type", j.Type).Msg("no handler for job type; job sent to the dead set")
-		w.comp.finish(t)
+		<-w.comp.finish(t)
 		return nil
 	}
 	w.comp.started(t)
@@ -382,7 +382,7 @@ func (w *Worker) handleMessage(msg *message.Message) error {
 		w.log.Info().Err(err).Str("job_id", j.ID).Str("type", j.Type).Int("attempt", j.Attempt).
 			Dur("retry_in", delay).Msg("job attempt failed; will retry")
 	}
-	w.comp.finish(t)
+	<-w.comp.finish(t)
 	return nil
 }
 
@@ -443,7 +443,7 @@ func (w *Worker) poison(q keys.Queue, msg *message.Message, entry, reason string
 	}
 	now := time.Now().UnixMilli()
 	w.log.Warn().Str("entry", entry).Str("reason", reason).Str("record_id", id).Msg("unreadable stream entry sent to the dead set")
-	w.comp.finish(transition{q: q, op: opPoison, id: id, entry: entry, started: now, finished: now,
+	<-w.comp.finish(transition{q: q, op: opPoison, id: id, entry: entry, started: now, finished: now,
 		data: reason, extra: msg.Metadata[MetaRaw]})
 }
 

@@ -1,0 +1,317 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/conveyorq/conveyor/internal/redistest"
+	"github.com/conveyorq/conveyor/pipeline"
+)
+
+// The recovery tests run real worker processes and stop them the hard way (SIGKILL, SIGSTOP)
+// and the polite way (SIGTERM), as an operator or a crashing machine would.
+//
+// The chaos test has a long version for soak runs, with its figures recorded in
+// docs/BENCHMARKS.md:
+//
+//	go test -run 'TestRecoveryE2E/Chaos' -count=1 -timeout 30m ./cmd/conveyor \
+//	    -chaos.jobs 100000 -chaos.duration 5m -chaos.concurrency 20 -chaos.sleep-ms 5 -v
+var (
+	chaosJobs        = flag.Int("chaos.jobs", 2000, "jobs the chaos test publishes")
+	chaosDuration    = flag.Duration("chaos.duration", 15*time.Second, "how long the chaos test kills workers")
+	chaosConcurrency = flag.Int("chaos.concurrency", 1, "concurrency of each chaos worker")
+	chaosSleepMS     = flag.Int("chaos.sleep-ms", 20, "length of each chaos job")
+	recoveryRounds   = flag.Int("recovery.rounds", 1, "SIGKILL rounds of the recovery-time test")
+)
+
+func TestRecoveryE2E(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs and kills worker processes")
+	}
+	srv := redistest.Shared(t)
+	c := &cli{bin: buildCLI(t), url: srv.URL(), rdb: srv.Client(t)}
+
+	// The timing-sensitive test runs alone first; the others then run side by side.
+	t.Run("RecoveryTime", func(t *testing.T) { testRecoveryTime(t, c) })
+	t.Run("group", func(t *testing.T) {
+		t.Run("Chaos", func(t *testing.T) { t.Parallel(); testChaos(t, c) })
+		t.Run("FrozenWorker", func(t *testing.T) { t.Parallel(); testFrozenWorker(t, c) })
+		t.Run("AllWorkersKilled", func(t *testing.T) { t.Parallel(); testAllKilled(t, c) })
+		t.Run("LongJob", func(t *testing.T) { t.Parallel(); testLongJob(t, c) })
+		t.Run("Shutdown", func(t *testing.T) { t.Parallel(); testShutdown(t, c) })
+	})
+}
+
+func (p *proc) kill(t *testing.T) {
+	t.Helper()
+	require.NoError(t, p.cmd.Process.Signal(syscall.SIGKILL))
+	<-p.done
+}
+
+func (p *proc) signal(t *testing.T, sig syscall.Signal) {
+	t.Helper()
+	require.NoError(t, p.cmd.Process.Signal(sig))
+}
+
+// workerArgs are a worker's arguments for queue q with a short visibility timeout, so that
+// recovery happens within the test's time.
+func workerArgs(q, name string, extra ...string) []string {
+	args := []string{"worker", "--queue", q, "--name", name, "--log-level", "info",
+		"--visibility-timeout", "2s", "--recovery-interval", "500ms"}
+	return append(args, extra...)
+}
+
+func publishIDs(t *testing.T, c *cli, args ...string) []string {
+	t.Helper()
+	ids := strings.Fields(c.ok(t, append([]string{"publish"}, args...)...))
+	require.NotEmpty(t, ids)
+	return ids
+}
+
+func (c *cli) client() *pipeline.Client { return pipeline.NewClient(c.rdb, pipeline.ClientConfig{}) }
+
+func (c *cli) job(t *testing.T, q, id string) *pipeline.Job {
+	t.Helper()
+	j, err := c.client().Get(context.Background(), q, id)
+	require.NoError(t, err)
+	return j
+}
+
+// waitRunning waits until every job is in_progress on worker and returns when that happened.
+func (c *cli) waitRunning(t *testing.T, q, worker string, ids []string) {
+	t.Helper()
+	waitFor(t, 20*time.Second, 10*time.Millisecond, fmt.Sprintf("%d jobs in progress on %s", len(ids), worker), func() bool {
+		for _, id := range ids {
+			j := c.job(t, q, id)
+			if j.Status != pipeline.StatusInProgress || j.Worker != worker {
+				return false
+			}
+		}
+		return true
+	})
+}
+
+// Chaos: 3 workers, a random one SIGKILLed about every second and restarted, for about 15s;
+// then every job is completed, none is missing, and re-executions stay within kills times the
+// concurrency (a killed worker holds at most its concurrency in unfinished entries).
+func testChaos(t *testing.T, c *cli) {
+	q := redistest.UniqueName(t)
+	n, conc := *chaosJobs, *chaosConcurrency
+	ids := publishIDs(t, c, "--queue", q, "--type", "sleep", "--payload", fmt.Sprintf(`{"ms":%d}`, *chaosSleepMS), "--count", fmt.Sprint(n))
+	require.Len(t, ids, n)
+
+	procs := make([]*proc, 3)
+	gen := 0
+	startWorker := func(i int) {
+		gen++
+		procs[i] = c.start(t, workerArgs(q, fmt.Sprintf("chaos-%d-%d", i, gen), "--concurrency", fmt.Sprint(conc))...)
+	}
+	for i := range procs {
+		startWorker(i)
+	}
+	kills := 0
+	begin := time.Now()
+	for time.Since(begin) < *chaosDuration {
+		time.Sleep(time.Duration(700+rand.IntN(600)) * time.Millisecond)
+		if c.stats(t, "--queue", q).Completed == int64(n) {
+			break
+		}
+		i := rand.IntN(len(procs))
+		procs[i].kill(t)
+		kills++
+		startWorker(i)
+	}
+	waitFor(t, 2*time.Minute, 200*time.Millisecond, "every chaos job completed", func() bool {
+		return c.stats(t, "--queue", q).Completed >= int64(n)
+	})
+	for _, p := range procs {
+		require.Equal(t, 0, p.stop(t), "a worker exits 0 on SIGTERM")
+	}
+
+	st := c.stats(t, "--queue", q)
+	require.EqualValues(t, n, st.Completed)
+	require.Zero(t, st.Dead, "no job may die: each kill costs a job one attempt at most")
+	require.Zero(t, st.Queued+st.InProgress+st.Scheduled, "nothing left over")
+	reexec := 0
+	client := c.client()
+	for _, id := range ids {
+		j, err := client.Get(context.Background(), q, id)
+		require.NoError(t, err, "job %s is missing", id)
+		require.Equal(t, pipeline.StatusCompleted, j.Status, id)
+		reexec += j.Attempt - 1 // each lost attempt counts: attempt-1 runs were cut short
+	}
+	t.Logf("chaos: %d jobs, %d kills in %s, lost 0, re-executions %d (bound %d), recovered %d, refused late transitions %d",
+		n, kills, time.Since(begin).Round(time.Second), reexec, kills*conc, st.Recovered, st.Refused)
+	require.LessOrEqual(t, reexec, kills*conc, "re-executions are bounded by kills x concurrency")
+}
+
+// Recovery time: with --visibility-timeout 5s --recovery-interval 1s, the jobs of a SIGKILLed
+// worker are running elsewhere within 7s.
+func testRecoveryTime(t *testing.T, c *cli) {
+	var delays []time.Duration
+	for round := range *recoveryRounds {
+		q := redistest.UniqueName(t)
+		args := func(name string) []string {
+			return []string{"worker", "--queue", q, "--name", name, "--concurrency", "5",
+				"--visibility-timeout", "5s", "--recovery-interval", "1s"}
+		}
+		ids := publishIDs(t, c, "--queue", q, "--type", "sleep", "--payload", `{"ms":60000}`, "--count", "5")
+		a := c.start(t, args(fmt.Sprintf("doomed-%d", round))...)
+		c.waitRunning(t, q, fmt.Sprintf("doomed-%d", round), ids)
+		// Let the lease renewals reach some random phase, as in a real crash.
+		time.Sleep(time.Duration(rand.IntN(1700)) * time.Millisecond)
+		c.start(t, args(fmt.Sprintf("survivor-%d", round))...)
+		a.kill(t)
+		killed := time.Now()
+		pending := slices.Clone(ids)
+		waitFor(t, 20*time.Second, 20*time.Millisecond, "jobs running on the survivor", func() bool {
+			pending = slices.DeleteFunc(pending, func(id string) bool {
+				j := c.job(t, q, id)
+				if j.Status == pipeline.StatusInProgress && strings.HasPrefix(j.Worker, "survivor") {
+					delays = append(delays, time.Since(killed))
+					require.Equal(t, 2, j.Attempt, "the lost attempt counts")
+					require.Contains(t, j.LastError, "doomed")
+					return true
+				}
+				return false
+			})
+			return len(pending) == 0
+		})
+	}
+	slices.Sort(delays)
+	t.Logf("recovery time after SIGKILL (%d jobs): min %s, p50 %s, max %s", len(delays),
+		delays[0].Round(time.Millisecond), delays[len(delays)/2].Round(time.Millisecond), delays[len(delays)-1].Round(time.Millisecond))
+	for _, d := range delays {
+		require.Less(t, d, 7*time.Second, "recovered within visibility timeout + interval")
+		// A job is only taken once its lease has not been renewed for the visibility
+		// timeout; renewals run every third of it, so never sooner than two thirds of it.
+		require.GreaterOrEqual(t, d, 3*time.Second, "recovered before its lease could have expired")
+	}
+}
+
+// Frozen worker: SIGSTOP a worker holding a job past the visibility timeout; the job completes
+// on another worker; SIGCONT the first: its late completion is refused and the final state is
+// the other worker's.
+func testFrozenWorker(t *testing.T, c *cli) {
+	q := redistest.UniqueName(t)
+	id := publishIDs(t, c, "--queue", q, "--type", "sleep", "--payload", `{"ms":1500}`)[0]
+	frozen := c.start(t, workerArgs(q, "frozen")...)
+	c.waitRunning(t, q, "frozen", []string{id})
+	frozen.signal(t, syscall.SIGSTOP)
+	c.start(t, workerArgs(q, "thawed")...)
+	waitFor(t, 20*time.Second, 20*time.Millisecond, "the job completed on the other worker", func() bool {
+		return c.job(t, q, id).Status == pipeline.StatusCompleted
+	})
+	final := c.job(t, q, id)
+	require.Equal(t, "thawed", final.Worker)
+	require.Equal(t, 2, final.Attempt)
+
+	frozen.signal(t, syscall.SIGCONT)
+	// Its sleep ended long ago: the handler returns at once and its completion is refused.
+	waitFor(t, 15*time.Second, 20*time.Millisecond, "the frozen worker's late transition refused or abandoned", func() bool {
+		out := frozen.output.String()
+		return strings.Contains(out, "transition refused") || strings.Contains(out, "lease lost")
+	})
+	require.Equal(t, 0, frozen.stop(t))
+	after := c.job(t, q, id)
+	require.Equal(t, final.Worker, after.Worker, "the newer state stays")
+	require.Equal(t, final.CompletedAt, after.CompletedAt)
+	require.Equal(t, final.Version, after.Version, "the late transition changed nothing")
+	if strings.Contains(frozen.output.String(), "transition refused") {
+		require.EqualValues(t, 1, c.stats(t, "--queue", q).Refused)
+	}
+}
+
+// All workers killed, then one started: the jobs left in_progress are recovered.
+func testAllKilled(t *testing.T, c *cli) {
+	q := redistest.UniqueName(t)
+	ids := publishIDs(t, c, "--queue", q, "--type", "sleep", "--payload", `{"ms":30000}`, "--count", "6")
+	a := c.start(t, workerArgs(q, "victim-a", "--concurrency", "3")...)
+	b := c.start(t, workerArgs(q, "victim-b", "--concurrency", "3")...)
+	waitFor(t, 20*time.Second, 10*time.Millisecond, "all six in progress", func() bool {
+		for _, id := range ids {
+			if c.job(t, q, id).Status != pipeline.StatusInProgress {
+				return false
+			}
+		}
+		return true
+	})
+	a.kill(t)
+	b.kill(t)
+	require.EqualValues(t, 6, c.stats(t, "--queue", q).InProgress, "left in progress by the dead workers")
+	// The jobs are long: seeing them all running on the new worker is the point.
+	c.start(t, workerArgs(q, "rescuer", "--concurrency", "6")...)
+	waitFor(t, 20*time.Second, 20*time.Millisecond, "every job running on the rescuer", func() bool {
+		for _, id := range ids {
+			j := c.job(t, q, id)
+			if j.Worker != "rescuer" || j.Status != pipeline.StatusInProgress {
+				return false
+			}
+		}
+		return true
+	})
+	for _, id := range ids {
+		j := c.job(t, q, id)
+		require.Equal(t, 2, j.Attempt)
+		require.Contains(t, j.LastError, "victim")
+	}
+	require.EqualValues(t, 6, c.stats(t, "--queue", q).Recovered)
+}
+
+// Long job: a sleep job three times longer than the visibility timeout completes once, on
+// its first worker, with no recovery.
+func testLongJob(t *testing.T, c *cli) {
+	q := redistest.UniqueName(t)
+	id := publishIDs(t, c, "--queue", q, "--type", "sleep", "--payload", `{"ms":6000}`)[0]
+	c.start(t, workerArgs(q, "patient")...)
+	c.waitRunning(t, q, "patient", []string{id})
+	c.start(t, workerArgs(q, "eager")...) // a second worker, whose recoverer must not take it
+	waitFor(t, 30*time.Second, 50*time.Millisecond, "the long job completed", func() bool {
+		return c.job(t, q, id).Status == pipeline.StatusCompleted
+	})
+	j := c.job(t, q, id)
+	require.Equal(t, "patient", j.Worker)
+	require.Equal(t, 1, j.Attempt)
+	st := c.stats(t, "--queue", q)
+	require.Zero(t, st.Recovered)
+	require.Zero(t, st.Refused)
+}
+
+// Shutdown: SIGTERM during 20 running sleep jobs with a short shutdown timeout: the process
+// exits 0 and every job still completes elsewhere without waiting for the visibility timeout.
+func testShutdown(t *testing.T, c *cli) {
+	q := redistest.UniqueName(t)
+	ids := publishIDs(t, c, "--queue", q, "--type", "sleep", "--payload", `{"ms":4000}`, "--count", "20")
+	args := func(name string) []string {
+		// A visibility timeout far longer than the test: only a put-back explains a fast finish.
+		return []string{"worker", "--queue", q, "--name", name, "--concurrency", "20",
+			"--visibility-timeout", "10m", "--shutdown-timeout", "500ms"}
+	}
+	first := c.start(t, args("leaving")...)
+	c.waitRunning(t, q, "leaving", ids)
+	stopped := time.Now()
+	require.Equal(t, 0, first.stop(t), "exit 0 after a graceful shutdown")
+	require.Less(t, time.Since(stopped), 10*time.Second)
+	st := c.stats(t, "--queue", q)
+	require.EqualValues(t, 20, st.Released)
+	require.EqualValues(t, 20, st.Queued, "put back at once")
+	c.start(t, args("staying")...)
+	waitFor(t, 30*time.Second, 50*time.Millisecond, "all 20 jobs completed elsewhere", func() bool {
+		return c.stats(t, "--queue", q).Completed == 20
+	})
+	for _, id := range ids {
+		j := c.job(t, q, id)
+		require.Equal(t, "staying", j.Worker)
+		require.Equal(t, 1, j.Attempt, "an attempt cut short by shutdown does not count")
+	}
+	require.Zero(t, c.stats(t, "--queue", q).Recovered, "nothing waited for the visibility timeout")
+}
