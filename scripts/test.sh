@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# The test command (README: "bash scripts/test.sh"). It needs Go and redis-server/redis-cli
+# on PATH; tests start private redis-server processes on free ports and never touch a server
+# already running on 6379.
+#
+#   1. formatting and vet, for the main module and the bench module
+#   2. the race-enabled test suite of the main module: unit, integration (real Redis,
+#      standalone and a 3-node cluster), end-to-end (the built binary; workers SIGKILLed,
+#      SIGSTOPped and SIGTERMed) and runnable examples
+#   3. a short side-by-side benchmark against asynq, watermill-redisstream and raw go-redis,
+#      so the harness cannot rot (the full run: docs/BENCHMARKS.md)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+step() { printf '\n== %s\n' "$*"; }
+
+step "gofmt"
+unformatted=$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go' -not -path './vendor/*'))
+if [ -n "$unformatted" ]; then
+  echo "gofmt would change:"; echo "$unformatted"; exit 1
+fi
+
+step "go vet"
+go vet ./...
+(cd bench && go vet ./...)
+
+step "go test -race ./..."
+go test -race -count=1 -timeout 20m ./...
+
+step "bench module tests"
+(cd bench && go test -short -count=1 -timeout 10m ./...)
+
+step "short peer comparison (bench/cmd/compare -jobs 5000 -rounds 1)"
+(cd bench && go run ./cmd/compare -jobs 5000 -rounds 1)
+
+step "all tests passed"
