@@ -16,8 +16,9 @@
 //   - every held entry's lease is renewed (XCLAIM of its own entry with JUSTID, which resets the
 //     idle time but not the delivery count) every LeaseInterval, so a recoverer that looks for
 //     idle entries does not take a message from a live consumer; an entry that is no longer
-//     pending for this consumer (recovered or canceled elsewhere) has its message's context
-//     cancelled with ErrLeaseLost;
+//     pending for this consumer (acknowledged, deleted or claimed elsewhere) is never taken
+//     back: its message's context is cancelled with ErrLeaseLost, it is not handed out again
+//     after a Nack, and its Ack only frees the slot;
 //   - it never claims other consumers' entries: recovery belongs to the application;
 //   - the Unmarshaller cannot fail: an entry that cannot be read becomes a message marked with
 //     PoisonKey, so one bad entry never stops a subscription.
@@ -27,9 +28,10 @@
 //
 // # Shutdown
 //
-// When a subscription's context ends or Close is called, the Subscriber stops reading, waits up
-// to CloseTimeout for the messages it handed out to be acked, cancels the contexts of those
-// still running (with cause ErrClosed), gives the entries it still holds to Config.OnRelease
-// (for example to put them back in the stream at once), flushes acknowledgements and closes the
-// output channel.
+// When a subscription's context ends or Close is called, the Subscriber stops reading and
+// handing out messages, waits up to CloseTimeout for the messages it handed out to be acked,
+// cancels the contexts of those still running (with cause ErrClosed), gives the entries it still
+// holds to Config.OnRelease (for example to put them back in the stream at once), flushes
+// acknowledgements and closes the output channel. An entry is either acknowledged or released,
+// never both; an Ack after CloseTimeout comes too late and changes nothing.
 package stream

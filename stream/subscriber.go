@@ -3,9 +3,11 @@ package stream
 import (
 	"cmp"
 	"context"
+	_ "embed"
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -49,7 +51,9 @@ type Config struct {
 	// Unmarshaller turns entries into messages. Defaults to DefaultUnmarshaller.
 	Unmarshaller Unmarshaller
 	// Concurrency bounds the messages read and not yet acked, across all topics: the number of
-	// handlers a router runs at once. Defaults to DefaultConcurrency.
+	// handlers a router runs at once. The readers of several topics do not reserve slots, so
+	// when they find free slots at the same moment they may together overshoot the bound by up
+	// to a batch each (see Subscriber.free). Defaults to DefaultConcurrency.
 	Concurrency int
 	// BatchSize bounds the COUNT of one XREADGROUP. Defaults to DefaultBatchSize.
 	BatchSize int
@@ -235,6 +239,15 @@ func (s *Subscriber) free(stop <-chan struct{}, max int) int {
 	}
 }
 
+// forget drops an ended subscription, so the lease renewer and memory do not keep it.
+func (s *Subscriber) forget(t *topic) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if i := slices.Index(s.topics, t); i >= 0 {
+		s.topics = slices.Delete(s.topics, i, i+1)
+	}
+}
+
 func (s *Subscriber) addOutstanding(n int) {
 	s.mu.Lock()
 	s.outstanding += n
@@ -246,9 +259,10 @@ func (s *Subscriber) addOutstanding(n int) {
 	s.mu.Unlock()
 }
 
-// renewLeases re-claims every held entry for this consumer each LeaseInterval (XCLAIM with
-// min-idle 0 and JUSTID: resets the idle time, keeps the delivery count). An entry missing from
-// the reply is no longer pending here; its message's context is cancelled with ErrLeaseLost.
+// renewLeases re-claims every held entry for this consumer each LeaseInterval (renew.lua: XCLAIM
+// with min-idle 0 and JUSTID, which resets the idle time and keeps the delivery count, of the
+// entries still pending for this consumer). An entry missing from the reply is no longer pending
+// here; its message's context is cancelled with ErrLeaseLost.
 func (s *Subscriber) renewLeases() {
 	defer s.wg.Done()
 	tick := time.NewTicker(s.cfg.LeaseInterval)
@@ -326,6 +340,9 @@ wait:
 		}
 	}
 	close(t.abandon)
+	// Every deliver goroutine returns promptly once abandon is closed; waiting for them makes
+	// the held set final, so an entry is either acked or released, never both.
+	t.inflight.Wait()
 
 	t.mu.Lock()
 	var release []string
@@ -340,7 +357,6 @@ wait:
 	}
 	t.held = map[string]*delivery{}
 	t.mu.Unlock()
-	t.inflight.Wait()
 	t.s.addOutstanding(-left)
 
 	if len(release) > 0 && t.s.cfg.OnRelease != nil {
@@ -350,6 +366,7 @@ wait:
 	}
 	<-ackDone
 	t.flushAcks(context.Background())
+	t.s.forget(t)
 	close(t.out)
 }
 
@@ -441,10 +458,19 @@ func (t *topic) deliver(d *delivery) {
 	defer t.inflight.Done()
 	msg := d.msg
 	for {
+		// A select between a ready reader and a closed stopping picks at random: check first,
+		// so nothing is handed out once shutdown has begun.
+		select {
+		case <-t.stopping:
+			t.unhand(d)
+			return // released at shutdown
+		default:
+		}
 		select {
 		case t.out <- msg:
 		case <-t.stopping:
-			return // never handed out; released at shutdown
+			t.unhand(d)
+			return
 		}
 		t.mu.Lock()
 		d.delivered = true
@@ -455,16 +481,26 @@ func (t *topic) deliver(d *delivery) {
 			return
 		case <-msg.Nacked():
 		case <-t.abandon:
+			select {
+			case <-msg.Acked(): // acked as CloseTimeout passed: not released
+				t.settle(d, true)
+			default:
+			}
+			return
+		}
+		t.mu.Lock()
+		lost := d.lost
+		t.mu.Unlock()
+		if lost {
+			// The entry is no longer ours (see renew): never hand it out again.
+			t.settle(d, false)
 			return
 		}
 		// Nacked: hand out a fresh copy after a pause, unless the subscription is closing.
 		select {
 		case <-time.After(t.s.cfg.NackResendSleep):
 		case <-t.stopping:
-			t.mu.Lock()
-			d.delivered = false
-			t.mu.Unlock()
-			t.signalSettled()
+			t.unhand(d)
 			return
 		}
 		ctx := msg.Context()
@@ -473,6 +509,17 @@ func (t *topic) deliver(d *delivery) {
 		t.mu.Lock()
 		d.msg, d.delivered = msg, false
 		t.mu.Unlock()
+	}
+}
+
+// unhand marks d as not running: it is released at shutdown without waiting for it.
+func (t *topic) unhand(d *delivery) {
+	t.mu.Lock()
+	was := d.delivered
+	d.delivered = false
+	t.mu.Unlock()
+	if was {
+		t.signalSettled()
 	}
 }
 
@@ -528,6 +575,10 @@ func (t *topic) flushAcks(ctx context.Context) {
 	}
 }
 
+//go:embed renew.lua
+var renewSrc string
+var renewScript = redis.NewScript(renewSrc)
+
 // renew re-claims the topic's held entries; see Subscriber.renewLeases.
 func (t *topic) renew() {
 	t.mu.Lock()
@@ -543,13 +594,12 @@ func (t *topic) renew() {
 	for len(ids) > 0 {
 		chunk := ids[:min(len(ids), 500)]
 		ids = ids[len(chunk):]
-		kept, err := t.s.rdb.XClaimJustID(ctx, &redis.XClaimArgs{
-			Stream:   t.name,
-			Group:    t.s.cfg.Group,
-			Consumer: t.s.cfg.Consumer,
-			MinIdle:  0,
-			Messages: chunk,
-		}).Result()
+		args := make([]any, 0, 2+len(chunk))
+		args = append(args, t.s.cfg.Group, t.s.cfg.Consumer)
+		for _, id := range chunk {
+			args = append(args, id)
+		}
+		kept, err := renewScript.Run(ctx, t.s.rdb, []string{t.name}, args...).StringSlice()
 		if err != nil {
 			// A Redis outage is not a lost lease: try again at the next interval.
 			t.logger.Error("renew leases", err, watermill.LogFields{"count": len(chunk)})

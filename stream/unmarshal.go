@@ -53,8 +53,16 @@ func (DefaultUnmarshaller) Unmarshal(stream, id string, values map[string]any) *
 	return msg
 }
 
-// DecodeMetadata decodes watermill-redisstream's msgpack metadata into md.
-func DecodeMetadata(s string, md message.Metadata) error {
+// DecodeMetadata decodes watermill-redisstream's msgpack metadata into md. On error md is left
+// as it was.
+func DecodeMetadata(s string, md message.Metadata) (err error) {
+	// Entries are untrusted input and msgpack v4 is no longer maintained: a decoder panic must
+	// become a poison message, not stop the worker. (FuzzUnmarshal has found none so far.)
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("unreadable metadata: decoder panic: %v", r)
+		}
+	}()
 	var m map[string]string
 	if err := msgpack.Unmarshal([]byte(s), &m); err != nil {
 		return fmt.Errorf("unreadable metadata: %w", err)
