@@ -116,9 +116,7 @@ func requirePromoted(t *testing.T, b *bundle, j *pipeline.Job, attempt int) {
 	e := msgs[0].Values
 	require.Equal(t, j.ID, e[keys.EntryUUID])
 	require.Equal(t, string(j.Payload), e[keys.EntryPayload])
-	require.Equal(t, j.Type, e[keys.EntryType])
-	require.Equal(t, strconv.Itoa(attempt), e[keys.EntryAttempt])
-	require.Equal(t, strconv.Itoa(j.MaxRetries), e[keys.EntryMaxRetries])
+	require.Equal(t, keys.FormatEntryJob(attempt, j.MaxRetries, j.Timeout.Milliseconds(), j.Type), e[keys.EntryJob])
 
 	got := b.get(t, j.ID)
 	require.Equal(t, pipeline.StatusQueued, got.Status)

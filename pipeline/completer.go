@@ -35,6 +35,7 @@ type transition struct {
 	finished int64 // unix ms
 	data     string
 	extra    string
+	payload  string // the payload prefixed with 'p' when sent back, or "" (see finish.lua)
 	tries    int
 }
 
@@ -103,7 +104,7 @@ func signal(ch chan struct{}) {
 
 // started records that an attempt began.
 func (c *completer) started(t transition) {
-	t.op = opStart
+	t.op, t.payload = opStart, ""
 	c.mu.Lock()
 	c.starts[t.entry] = t
 	c.mu.Unlock()
@@ -317,11 +318,11 @@ func (c *completer) call(ts []transition) script.Call {
 	q := ts[0].q
 	ks := make([]string, 0, 4+len(ts))
 	ks = append(ks, q.Stream(), q.Scheduled(), q.Dead(), q.Stats())
-	args := make([]any, 0, 4+8*len(ts))
+	args := make([]any, 0, 4+9*len(ts))
 	args = append(args, keys.Group, c.worker, c.retention, q.Wake())
 	for _, t := range ts {
 		ks = append(ks, q.Job(t.id))
-		args = append(args, t.op, t.id, t.entry, strconv.Itoa(t.attempt), t.started, t.finished, t.data, t.extra)
+		args = append(args, t.op, t.id, t.entry, strconv.Itoa(t.attempt), t.started, t.finished, t.data, t.extra, t.payload)
 	}
 	return script.Call{Script: finishScript, Keys: ks, Args: args}
 }

@@ -14,16 +14,16 @@ import (
 // Metadata keys the worker's unmarshaller adds to each Watermill message, beside the job's own
 // metadata (whose keys may not start with '_'). Watermill middleware can read them.
 const (
-	MetaType       = "_conveyor_type"
-	MetaAttempt    = "_conveyor_attempt"
-	MetaMaxRetries = "_conveyor_max_retries"
-	MetaTimeoutMS  = "_conveyor_timeout_ms"
+	// MetaJob holds the entry's job field, "<attempt> <max_retries> <timeout_ms> <type>".
+	MetaJob = "_conveyor_job"
+	// MetaType holds the job's type.
+	MetaType = "_conveyor_type"
 	// MetaRaw holds an unreadable entry's fields as JSON, for its dead record.
 	MetaRaw = "_conveyor_raw"
 )
 
-// reservedMeta counts the metadata keys every message carries besides the job's own.
-const reservedMeta = 6 // the four above, stream.EntryIDKey and stream.StreamKey
+// reservedMeta counts the metadata keys every readable message carries besides the job's own.
+const reservedMeta = 4 // MetaJob, MetaType, stream.EntryIDKey and stream.StreamKey
 
 // entryUnmarshaller reads a Conveyor stream entry into a Watermill message. It never fails: an
 // entry it cannot read becomes a message marked with stream.PoisonKey, which the worker sends
@@ -53,22 +53,14 @@ func (entryUnmarshaller) Unmarshal(streamName, id string, values map[string]any)
 	}
 	md[stream.EntryIDKey] = id
 	md[stream.StreamKey] = streamName
-	typ, _ := str(keys.EntryType)
-	attempt, aok := str(keys.EntryAttempt)
-	maxRetries, mok := str(keys.EntryMaxRetries)
-	timeout, tok := str(keys.EntryTimeout)
+	job, _ := str(keys.EntryJob)
+	_, _, _, typ, jobOK := keys.ParseEntryJob(job)
 	switch {
 	case reason != "":
 	case !keys.ValidID(uuid):
 		reason = "missing or invalid " + keys.EntryUUID
-	case typ == "":
-		reason = "missing " + keys.EntryType
-	case !aok || !positive(attempt, 1):
-		reason = "missing or invalid " + keys.EntryAttempt
-	case !mok || !positive(maxRetries, 0):
-		reason = "missing or invalid " + keys.EntryMaxRetries
-	case !tok || !positive(timeout, 0):
-		reason = "missing or invalid " + keys.EntryTimeout
+	case !jobOK:
+		reason = "missing or malformed " + keys.EntryJob + " field"
 	}
 	if reason != "" {
 		if msg.UUID == "" {
@@ -77,30 +69,19 @@ func (entryUnmarshaller) Unmarshal(streamName, id string, values map[string]any)
 		raw, _ := json.Marshal(values)
 		md[stream.PoisonKey] = "unreadable stream entry " + id + ": " + reason
 		md[MetaRaw] = string(raw)
-		md[MetaType] = typ
 		return msg
 	}
+	md[MetaJob] = job
 	md[MetaType] = typ
-	md[MetaAttempt] = attempt
-	md[MetaMaxRetries] = maxRetries
-	md[MetaTimeoutMS] = timeout
 	return msg
-}
-
-// positive reports whether s is a decimal integer >= floor that fits an int32.
-func positive(s string, floor int64) bool {
-	n, err := strconv.ParseInt(s, 10, 32)
-	return err == nil && n >= floor
 }
 
 // jobFromMessage builds the handler's view of a job from a message made by entryUnmarshaller.
 func jobFromMessage(queue string, msg *message.Message) *Job {
 	md := msg.Metadata
-	attempt, _ := strconv.Atoi(md[MetaAttempt])
-	maxRetries, _ := strconv.Atoi(md[MetaMaxRetries])
-	timeout, _ := strconv.ParseInt(md[MetaTimeoutMS], 10, 64)
+	attempt, maxRetries, timeout, typ, _ := keys.ParseEntryJob(md[MetaJob])
 	j := &Job{
-		ID: msg.UUID, Queue: queue, Type: md[MetaType], Payload: msg.Payload,
+		ID: msg.UUID, Queue: queue, Type: typ, Payload: msg.Payload,
 		Status: StatusInProgress, Attempt: attempt, MaxRetries: maxRetries,
 		Timeout: msToDuration(timeout), Entry: md[stream.EntryIDKey],
 		EnqueuedAt: stream.EntryTime(md[stream.EntryIDKey]),

@@ -13,7 +13,7 @@ func validEntry() map[string]any {
 	md, _ := stream.EncodeMetadata(map[string]string{"tenant": "acme"})
 	return map[string]any{
 		keys.EntryUUID: "01JOB", keys.EntryPayload: `{"a":1}`, keys.EntryMetadata: md,
-		keys.EntryType: "echo", keys.EntryAttempt: "2", keys.EntryMaxRetries: "5", keys.EntryTimeout: "1500",
+		keys.EntryJob: keys.FormatEntryJob(2, 5, 1500, "echo"),
 	}
 }
 
@@ -39,16 +39,17 @@ func TestEntryUnmarshaller(t *testing.T) {
 	}{
 		{"no uuid", func(v map[string]any) { delete(v, keys.EntryUUID) }, "_watermill_message_uuid"},
 		{"bad uuid", func(v map[string]any) { v[keys.EntryUUID] = "a b" }, "_watermill_message_uuid"},
-		{"no type", func(v map[string]any) { delete(v, keys.EntryType) }, "missing type"},
-		{"attempt zero", func(v map[string]any) { v[keys.EntryAttempt] = "0" }, "attempt"},
-		{"attempt not a number", func(v map[string]any) { v[keys.EntryAttempt] = "x" }, "attempt"},
-		{"negative retries", func(v map[string]any) { v[keys.EntryMaxRetries] = "-1" }, "max_retries"},
-		{"no timeout", func(v map[string]any) { delete(v, keys.EntryTimeout) }, "timeout_ms"},
+		{"no job field", func(v map[string]any) { delete(v, keys.EntryJob) }, "conveyor field"},
+		{"no type", func(v map[string]any) { v[keys.EntryJob] = "1 5 0 " }, "conveyor field"},
+		{"attempt zero", func(v map[string]any) { v[keys.EntryJob] = "0 5 0 echo" }, "conveyor field"},
+		{"attempt not a number", func(v map[string]any) { v[keys.EntryJob] = "x 5 0 echo" }, "conveyor field"},
+		{"negative retries", func(v map[string]any) { v[keys.EntryJob] = "1 -1 0 echo" }, "conveyor field"},
+		{"no timeout", func(v map[string]any) { v[keys.EntryJob] = "1 5 echo" }, "conveyor field"},
 		{"bad metadata", func(v map[string]any) { v[keys.EntryMetadata] = "\xc1" }, "metadata"},
 		{"metadata overriding the entry id", func(v map[string]any) {
 			v[keys.EntryMetadata], _ = stream.EncodeMetadata(map[string]string{stream.EntryIDKey: "9-9"})
 		}, "reserved metadata key"},
-		{"huge attempt", func(v map[string]any) { v[keys.EntryAttempt] = "99999999999" }, "attempt"},
+		{"huge attempt", func(v map[string]any) { v[keys.EntryJob] = "99999999999 5 0 echo" }, "conveyor field"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -65,11 +66,11 @@ func TestEntryUnmarshaller(t *testing.T) {
 }
 
 func FuzzEntryUnmarshaller(f *testing.F) {
-	f.Add("01JOB", "payload", "", "echo", "1", "0", "0")
-	f.Add("", "", "\x81\xa1a\xa1b", "", "x", "-1", "")
-	f.Fuzz(func(t *testing.T, uuid, payload, md, typ, attempt, maxRetries, timeout string) {
+	f.Add("01JOB", "payload", "", "1 0 0 echo")
+	f.Add("", "", "\x81\xa1a\xa1b", "x -1  ")
+	f.Fuzz(func(t *testing.T, uuid, payload, md, job string) {
 		v := map[string]any{keys.EntryUUID: uuid, keys.EntryPayload: payload, keys.EntryMetadata: md,
-			keys.EntryType: typ, keys.EntryAttempt: attempt, keys.EntryMaxRetries: maxRetries, keys.EntryTimeout: timeout}
+			keys.EntryJob: job}
 		msg := entryUnmarshaller{}.Unmarshal("s", "1-1", v)
 		if msg == nil || msg.UUID == "" {
 			t.Fatal("every entry becomes a message with an id")
@@ -78,7 +79,8 @@ func FuzzEntryUnmarshaller(f *testing.F) {
 			return
 		}
 		j := jobFromMessage("q", msg)
-		if j.ID != uuid || j.Type != typ || string(j.Payload) != payload || j.Attempt < 1 {
+		if j.ID != uuid || j.Type == "" || string(j.Payload) != payload || j.Attempt < 1 ||
+			keys.FormatEntryJob(j.Attempt, j.MaxRetries, j.Timeout.Milliseconds(), j.Type) != job {
 			t.Fatalf("readable entry decoded wrong: %+v", j)
 		}
 		for k := range j.Metadata {

@@ -34,6 +34,9 @@ const (
 	DefaultFlushInterval     = 2 * time.Millisecond
 	DefaultMaxResultBytes    = 1 << 20
 	maxErrorBytes            = 4 << 10
+	// sendBackBytes bounds the payloads a worker sends back with a job's outcome, so the
+	// finish script need not read the stream entry again; larger ones are read in Redis.
+	sendBackBytes = 8 << 10
 )
 
 // WorkerConfig configures a Worker. Zero fields take the documented defaults.
@@ -184,7 +187,7 @@ func (w *Worker) Handle(jobType string, h HandlerFunc) {
 }
 
 // Use adds Watermill middleware around every job's handling (outermost first). The message
-// carries the job id as UUID, the payload, and metadata including MetaType and MetaAttempt.
+// carries the job id as UUID, the payload, and metadata including MetaType and MetaJob (attempt, retries, timeout and type).
 // A middleware that returns an error makes the router nack the message, which hands it out
 // again after a pause; errors of the job itself should come from its HandlerFunc.
 func (w *Worker) Use(mw ...message.HandlerMiddleware) {
@@ -341,6 +344,9 @@ func (w *Worker) handleMessage(msg *message.Message) error {
 	j := jobFromMessage(q.Name(), msg)
 	start := time.Now()
 	t := transition{q: q, id: j.ID, entry: entry, attempt: j.Attempt, started: start.UnixMilli()}
+	if len(j.Metadata) == 0 && len(j.Payload) <= sendBackBytes {
+		t.payload = "p" + string(j.Payload)
+	}
 
 	h, ok := w.handlers[j.Type]
 	if !ok {

@@ -219,9 +219,9 @@ func TestUnreadableEntriesGoDeadAndConsumptionGoesOn(t *testing.T) {
 	b.startWorker(t, pipeline.WorkerConfig{}, map[string]pipeline.HandlerFunc{"echo": echo})
 	garbage := []map[string]any{
 		{"foo": "bar"},
-		{keys.EntryUUID: "no-type-here", "payload": "x"},
-		{keys.EntryUUID: "bad attempt", "payload": "x", "type": "echo", "attempt": "zero"},
-		{keys.EntryUUID: "x1", "payload": "x", "metadata": "\xc1\xff garbage", "type": "echo", "attempt": "1", "max_retries": "0", "timeout_ms": "0"},
+		{keys.EntryUUID: "no-job-field-here", "payload": "x"},
+		{keys.EntryUUID: "bad attempt", "payload": "x", keys.EntryJob: "zero 0 0 echo"},
+		{keys.EntryUUID: "x1", "payload": "x", "metadata": "\xc1\xff garbage", keys.EntryJob: "1 0 0 echo"},
 		{keys.EntryUUID: "\x00\xff", "payload": "\xff\xfe"},
 	}
 	for _, v := range garbage {

@@ -40,7 +40,7 @@ for a = 6, #ARGV do
           reason = 'unreadable stream entry ' .. old .. ': missing or invalid _watermill_message_uuid'
         end
         if redis.call('EXISTS', prefix .. rec) == 0 then
-          cv_poison_record(prefix .. rec, dead, rec, old, f['type'], reason, cjson.encode(f), now)
+          cv_poison_record(prefix .. rec, dead, rec, old, select(4, cv_job(f)), reason, cjson.encode(f), now)
           redis.call('HINCRBY', stats, 'failed', 1)
         end
         cv_drop(stream, group, {old})
@@ -49,7 +49,7 @@ for a = 6, #ARGV do
         cv_drop(stream, group, {old})
         dropped = dropped + 1
       else
-        local n = cv_num(f['attempt'], 1)
+        local n = cv_job(f) or 1
         local why = 'attempt ' .. n .. ' lost: worker ' .. consumer ..
           ' stopped renewing its lease (idle ' .. idle .. ' ms)'
         if n > cv_num(h[3], 0) then

@@ -220,8 +220,10 @@ func requireRequeued(t *testing.T, b *bundle, f fixture, n int) {
 	e := b.entry(t, j.Entry)
 	require.NotNil(t, e, "the new entry is not in the stream")
 	require.Equal(t, f.job.ID, e[keys.EntryUUID])
-	require.Equal(t, strconv.Itoa(n+1), e[keys.EntryAttempt])
-	require.Equal(t, "test", e[keys.EntryType])
+	attempt, _, _, typ, ok := keys.ParseEntryJob(e[keys.EntryJob].(string))
+	require.True(t, ok)
+	require.Equal(t, n+1, attempt)
+	require.Equal(t, "test", typ)
 	require.Equal(t, string(f.job.Payload), e[keys.EntryPayload])
 }
 
@@ -376,7 +378,7 @@ func TestRecovererRunOnce(t *testing.T) {
 				// The job now rides on another entry (it was put back meanwhile).
 				other, err := b.rdb.XAdd(t.Context(), &redis.XAddArgs{Stream: b.q.Stream(),
 					Values: []any{keys.EntryUUID, f.job.ID, keys.EntryPayload, "p", keys.EntryMetadata, "",
-						keys.EntryType, "test", keys.EntryAttempt, 2, keys.EntryMaxRetries, 5, keys.EntryTimeout, 0},
+						keys.EntryJob, keys.FormatEntryJob(2, 5, 0, "test")},
 				}).Result()
 				require.NoError(t, err)
 				require.NoError(t, b.rdb.HSet(t.Context(), b.q.Job(f.job.ID), keys.FieldEntry, other).Err())
@@ -401,7 +403,7 @@ func TestRecovererRunOnce(t *testing.T) {
 				f := fixture{consumer: "lost-" + redistest.UniqueName(t)}
 				var err error
 				f.entry, err = b.rdb.XAdd(t.Context(), &redis.XAddArgs{Stream: b.q.Stream(),
-					Values: []any{"foo", "bar", "type", "oops"}}).Result()
+					Values: []any{"foo", "bar", keys.EntryJob, keys.FormatEntryJob(1, 0, 0, "oops")}}).Result()
 				require.NoError(t, err)
 				require.Equal(t, []string{f.entry}, b.deliver(t, f.consumer, 1))
 				b.makeIdle(t, f.consumer, deadIdle, f.entry)
@@ -430,7 +432,7 @@ func TestRecovererRunOnce(t *testing.T) {
 				var err error
 				f.entry, err = b.rdb.XAdd(t.Context(), &redis.XAddArgs{Stream: b.q.Stream(),
 					Values: []any{keys.EntryUUID, f.record, keys.EntryPayload, "boo", keys.EntryMetadata, "",
-						keys.EntryType, "test", keys.EntryAttempt, 1, keys.EntryMaxRetries, 5, keys.EntryTimeout, 0},
+						keys.EntryJob, keys.FormatEntryJob(1, 5, 0, "test")},
 				}).Result()
 				require.NoError(t, err)
 				require.Equal(t, []string{f.entry}, b.deliver(t, f.consumer, 1))

@@ -40,10 +40,7 @@ func TestStockSubscriberReadsConveyorEntries(t *testing.T) {
 				FieldUUID, uuid,
 				FieldPayload, payload,
 				FieldMetadata, tc.metadata,
-				"type", "email:send",
-				"attempt", "0",
-				"max_retries", "25",
-				"timeout_ms", "30000",
+				"conveyor", "1 25 30000 email:send",
 			)
 
 			// The stock Subscriber closes its client: it gets its own, closed again harmlessly

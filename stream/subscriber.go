@@ -134,6 +134,15 @@ type Subscriber struct {
 	closing  chan struct{}
 	wg       sync.WaitGroup // topic goroutines and the lease renewer
 	leaseRun sync.Once
+
+	// work feeds the deliverers: Concurrency long-lived goroutines, each handing out one
+	// message at a time and waiting for it to be acked or nacked. A goroutine per message
+	// would cost its creation and, worse, keep Go's estimate of a new goroutine's stack small,
+	// so that every router goroutine (which runs the whole handler) grew its stack again.
+	work     chan *delivery
+	poolRun  sync.Once
+	poolStop chan struct{}
+	poolWg   sync.WaitGroup
 }
 
 // NewSubscriber returns a Subscriber; it reads nothing until Subscribe.
@@ -143,12 +152,32 @@ func NewSubscriber(cfg Config) (*Subscriber, error) {
 		return nil, err
 	}
 	return &Subscriber{
-		cfg:     cfg,
-		rdb:     cfg.Client,
-		logger:  cfg.Logger.With(watermill.LogFields{"consumer": cfg.Consumer}),
-		space:   make(chan struct{}),
-		closing: make(chan struct{}),
+		cfg:      cfg,
+		rdb:      cfg.Client,
+		logger:   cfg.Logger.With(watermill.LogFields{"consumer": cfg.Consumer}),
+		space:    make(chan struct{}),
+		closing:  make(chan struct{}),
+		work:     make(chan *delivery, cfg.Concurrency),
+		poolStop: make(chan struct{}),
 	}, nil
+}
+
+// startPool starts the deliverers once.
+func (s *Subscriber) startPool() {
+	s.poolRun.Do(func() {
+		for range s.cfg.Concurrency {
+			s.poolWg.Go(func() {
+				for {
+					select {
+					case d := <-s.work:
+						d.t.deliver(d)
+					case <-s.poolStop:
+						return
+					}
+				}
+			})
+		}
+	})
 }
 
 // Consumer is the subscriber's consumer name in the group.
@@ -189,6 +218,7 @@ func (s *Subscriber) Subscribe(ctx context.Context, topicName string) (<-chan *m
 	s.wg.Add(1)
 	s.mu.Unlock()
 
+	s.startPool()
 	if s.cfg.LeaseInterval > 0 {
 		s.leaseRun.Do(func() {
 			s.wg.Add(1)
@@ -199,19 +229,22 @@ func (s *Subscriber) Subscribe(ctx context.Context, topicName string) (<-chan *m
 	return t.out, nil
 }
 
-// Close stops every subscription (see the package doc) and waits for them. It does not close
-// the Redis client. It is safe to call more than once.
+// Close stops every subscription (see the package doc), waits for them and stops the
+// deliverer goroutines. It does not close the Redis client. It is safe to call more than once.
 func (s *Subscriber) Close() error {
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
 		s.wg.Wait()
+		s.poolWg.Wait()
 		return nil
 	}
 	s.closed = true
 	close(s.closing)
 	s.mu.Unlock()
-	s.wg.Wait()
+	s.wg.Wait() // every subscription has shut down: nothing is sent to work any more
+	close(s.poolStop)
+	s.poolWg.Wait()
 	return nil
 }
 
@@ -301,6 +334,7 @@ type topic struct {
 }
 
 type delivery struct {
+	t         *topic
 	id        string
 	msg       *message.Message
 	cancel    context.CancelCauseFunc
@@ -310,10 +344,11 @@ type delivery struct {
 
 func (t *topic) run(ctx context.Context) {
 	defer t.s.wg.Done()
-	msgCtx, cancelAll := context.WithCancelCause(context.WithoutCancel(ctx))
-	defer cancelAll(ErrClosed)
-
-	go t.read(msgCtx)
+	// Messages outlive the subscription's context (a closing subscription lets them finish), and
+	// each has its own cancel. Their parent must not be cancelable: every child of a cancelable
+	// context is registered in, and on cancel removed from, a mutex-guarded map of its parent,
+	// which cost about a tenth of the worker's CPU per message.
+	go t.read(context.WithoutCancel(ctx))
 	ackDone := make(chan struct{})
 	if !t.s.cfg.DeferAck {
 		go t.ackLoop(ackDone)
@@ -433,20 +468,32 @@ func (t *topic) read(ctx context.Context) {
 			stopping = true
 		default:
 		}
+		fresh := make([]*delivery, 0, len(msgs))
 		t.mu.Lock()
 		for i := range msgs {
 			x := &msgs[i]
 			msg := cfg.Unmarshaller.Unmarshal(t.name, x.ID, x.Values)
 			mctx, cancel := context.WithCancelCause(ctx)
 			msg.SetContext(mctx)
-			d := &delivery{id: x.ID, msg: msg, cancel: cancel}
+			d := &delivery{t: t, id: x.ID, msg: msg, cancel: cancel}
 			t.held[x.ID] = d
 			if !stopping {
 				t.inflight.Add(1)
-				go t.deliver(d)
+				fresh = append(fresh, d)
 			}
 		}
 		t.mu.Unlock()
+		for i, d := range fresh {
+			select {
+			case t.s.work <- d:
+			case <-t.stopping:
+				// Never handed out: held, and released at shutdown.
+				for range fresh[i:] {
+					t.inflight.Done()
+				}
+				return
+			}
+		}
 		if stopping {
 			return
 		}

@@ -17,12 +17,22 @@ local function cv_entry(stream, id)
 end
 
 -- Appends the stream entry that carries job `id` and returns the entry's id. Every entry has the
--- same fields in the same order (Redis then stores the names once per listpack node).
+-- same fields in the same order (Redis then stores the names once per listpack node); the
+-- 'conveyor' field packs "<attempt> <max_retries> <timeout_ms> <type>" (keys.FormatEntryJob).
 local function cv_xadd(stream, id, payload, metadata, typ, attempt, max_retries, timeout_ms)
   return redis.call('XADD', stream, '*',
     '_watermill_message_uuid', id, 'payload', payload or '', 'metadata', metadata or '',
-    'type', typ or '', 'attempt', attempt, 'max_retries', max_retries or 0,
-    'timeout_ms', timeout_ms or 0)
+    'conveyor', attempt .. ' ' .. (max_retries or 0) .. ' ' .. (timeout_ms or 0) .. ' ' .. (typ or ''))
+end
+
+-- The parts of an entry's 'conveyor' field: attempt, max_retries, timeout_ms (numbers) and
+-- type, or nil when the field is missing or malformed.
+local function cv_job(f)
+  local c = f['conveyor']
+  if not c then return nil end
+  local a, m, t, typ = string.match(c, '^(%d+) (%d+) (%d+) (.+)$')
+  if not a then return nil end
+  return tonumber(a), tonumber(m), tonumber(t), typ
 end
 
 -- Acknowledges and deletes the entries listed in ids (a Lua array), in one call each.
@@ -90,8 +100,9 @@ end
 -- entry that starts attempt `next_attempt`, records `attempt` executions and the reason, and
 -- acknowledges and deletes the old entry. Returns the new entry id.
 local function cv_replace(stream, group, jobkey, id, old, f, next_attempt, attempt, reason, now)
-  local e = cv_xadd(stream, id, f['payload'], f['metadata'], f['type'], next_attempt,
-    f['max_retries'], f['timeout_ms'])
+  local _, max_retries, timeout_ms, typ = cv_job(f)
+  local e = cv_xadd(stream, id, f['payload'], f['metadata'], typ, next_attempt,
+    max_retries, timeout_ms)
   redis.call('HSET', jobkey, 'status', 'queued', 'entry', e, 'enqueued_at', now,
     'attempt', attempt)
   if reason then redis.call('HSET', jobkey, 'last_error', reason) end

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -59,9 +60,27 @@ func (p *conveyorProducer) Preload(ctx context.Context, n int, payload []byte) e
 	return p.batches(ctx, n, 1000, payload)
 }
 
-// Live: EnqueueBatch in chunks of 100 from one goroutine.
+// Live: EnqueueBatch in chunks of 100 from 4 goroutines (asynq's producer gets 8 goroutines
+// of single Enqueue calls; one goroutine waiting for each batch's reply leaves Redis idle).
 func (p *conveyorProducer) Live(ctx context.Context, n int, payload []byte) error {
-	return p.batches(ctx, n, 100, payload)
+	const goroutines, size = 4, 100
+	tasks := make([]pipeline.Task, size)
+	for i := range tasks {
+		tasks[i] = pipeline.Task{Type: conveyorJobType, Payload: payload}
+	}
+	var claimed atomic.Int64 // jobs claimed by the goroutines, so that exactly n are published
+	return parallel(ctx, goroutines, goroutines, func(ctx context.Context) error {
+		for {
+			end := claimed.Add(size)
+			start := end - size
+			if start >= int64(n) {
+				return nil
+			}
+			if _, err := p.c.EnqueueBatch(ctx, p.queue, tasks[:min(end, int64(n))-start]); err != nil {
+				return err
+			}
+		}
+	})
 }
 
 func (p *conveyorProducer) EnqueueOne(ctx context.Context, payload []byte) error {

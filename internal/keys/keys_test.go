@@ -1,0 +1,60 @@
+package keys
+
+import "testing"
+
+func TestEntryJobRoundTrip(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		attempt, retries int
+		timeout          int64
+		typ              string
+	}{{1, 0, 0, "echo"}, {3, 5, 1500, "email:send"}, {1000, 1000, 86400000, "a.b/c-d_e"}}
+	for _, tc := range cases {
+		a, r, to, typ, ok := ParseEntryJob(FormatEntryJob(tc.attempt, tc.retries, tc.timeout, tc.typ))
+		if !ok || a != tc.attempt || r != tc.retries || to != tc.timeout || typ != tc.typ {
+			t.Fatalf("round trip of %+v gave %d %d %d %q %v", tc, a, r, to, typ, ok)
+		}
+	}
+	for _, bad := range []string{"", "1 2 3", "1 2 3 ", "0 1 1 t", "-1 1 1 t", "1 -1 1 t", "1 1 -1 t", "a 1 1 t", "1  1 1 t", "99999999999 1 1 t"} {
+		if _, _, _, _, ok := ParseEntryJob(bad); ok {
+			t.Fatalf("ParseEntryJob(%q) accepted", bad)
+		}
+	}
+}
+
+func FuzzParseEntryJob(f *testing.F) {
+	f.Add("1 5 0 echo")
+	f.Fuzz(func(t *testing.T, s string) {
+		a, r, to, typ, ok := ParseEntryJob(s)
+		if ok && FormatEntryJob(a, r, to, typ) != s {
+			// Leading zeros or '+' parse but do not format back; only check the values.
+			if a2, r2, to2, typ2, ok2 := ParseEntryJob(FormatEntryJob(a, r, to, typ)); !ok2 || a2 != a || r2 != r || to2 != to || typ2 != typ {
+				t.Fatalf("%q: unstable", s)
+			}
+		}
+	})
+}
+
+func TestValidateNames(t *testing.T) {
+	t.Parallel()
+	for _, ok := range []string{"default", "a.b-c_d", "Q1"} {
+		if err := ValidateQueue(ok); err != nil {
+			t.Fatalf("ValidateQueue(%q): %v", ok, err)
+		}
+	}
+	for _, bad := range []string{"", "a b", "a{b}", "a:b", "a#0", string(make([]byte, MaxNameLen+1))} {
+		if ValidateQueue(bad) == nil {
+			t.Fatalf("ValidateQueue(%q) accepted", bad)
+		}
+	}
+	if err := ValidateID("order:42"); err != nil {
+		t.Fatal(err)
+	}
+	if ValidID("a b") || ValidID("") {
+		t.Fatal("ValidID accepted a bad id")
+	}
+	q := New("conveyor", "emails")
+	if q.Stream() != "conveyor:{emails}:stream" || q.Job("x") != "conveyor:{emails}:job:x" {
+		t.Fatalf("key layout changed: %s %s", q.Stream(), q.Job("x"))
+	}
+}
