@@ -35,7 +35,8 @@ type transition struct {
 	finished int64 // unix ms
 	data     string
 	extra    string
-	payload  string // the payload prefixed with 'p' when sent back, or "" (see finish.lua)
+	sent     bool   // the payload is sent back with the outcome (see finish.lua)
+	payload  []byte
 	tries    int
 }
 
@@ -65,7 +66,7 @@ type completer struct {
 	mu      sync.Mutex
 	chunks  []*chunk              // outcomes in arrival order; all but the last are full
 	pending int                   // outcomes in chunks
-	starts  map[string]transition // unwritten "started" marks by entry
+	starts  map[string]startMark // unwritten "started" marks by entry
 	arm     chan struct{}
 	full    chan struct{}
 	stop    chan struct{}
@@ -87,7 +88,7 @@ func newCompleter(rdb redis.UniversalClient, worker string, retention int64, int
 		rdb: rdb, worker: worker, retention: retention, interval: interval, maxBatch: maxBatch,
 		slots:  max(1, slots),
 		log:    log.With().Str("component", "completer").Logger(),
-		starts: make(map[string]transition),
+		starts: make(map[string]startMark),
 		arm:    make(chan struct{}, 1),
 		full:   make(chan struct{}, 1),
 		stop:   make(chan struct{}),
@@ -102,11 +103,18 @@ func signal(ch chan struct{}) {
 	}
 }
 
-// started records that an attempt began.
-func (c *completer) started(t transition) {
-	t.op, t.payload = opStart, ""
+// startMark is an attempt's unwritten "started" mark: small, since every job makes one.
+type startMark struct {
+	q       *keys.Queue
+	id      string
+	attempt int
+	at      int64 // unix ms
+}
+
+// started records that the attempt on entry began.
+func (c *completer) started(entry string, m startMark) {
 	c.mu.Lock()
-	c.starts[t.entry] = t
+	c.starts[entry] = m
 	c.mu.Unlock()
 	signal(c.arm)
 }
@@ -119,7 +127,7 @@ func (c *completer) finish(t transition) <-chan struct{} {
 	delete(c.starts, t.entry)
 	n := len(c.chunks)
 	if n == 0 || len(c.chunks[n-1].items) >= c.maxBatch {
-		c.chunks = append(c.chunks, &chunk{done: make(chan struct{})})
+		c.chunks = append(c.chunks, &chunk{items: make([]transition, 0, c.maxBatch), done: make(chan struct{})})
 		n++
 	}
 	ch := c.chunks[n-1]
@@ -224,9 +232,10 @@ func (c *completer) flush(ctx context.Context, all bool) bool {
 		var batch []transition
 		if first {
 			cutoff := time.Now().Add(-c.interval).UnixMilli()
-			for e, s := range c.starts {
-				if all || s.started <= cutoff {
-					batch = append(batch, s)
+			for e, m := range c.starts {
+				if all || m.at <= cutoff {
+					batch = append(batch, transition{q: *m.q, op: opStart, id: m.id, entry: e,
+						attempt: m.attempt, started: m.at})
 					delete(c.starts, e)
 				}
 			}
@@ -258,26 +267,25 @@ func (c *completer) flush(ctx context.Context, all bool) bool {
 // write runs finish.lua for batch (one call per queue and maxBatch transitions, pipelined)
 // and returns the transitions to try again.
 func (c *completer) write(ctx context.Context, batch []transition) []transition {
-	byQueue := map[string][]transition{}
-	var order []string
-	for _, t := range batch {
-		name := t.q.Name()
-		if _, ok := byQueue[name]; !ok {
-			order = append(order, name)
+	// Group by queue, keeping order; a batch usually has one queue, which needs no copy.
+	groups := [][]transition{batch}
+	for i := 1; i < len(batch); i++ {
+		if batch[i].q.Name() != batch[0].q.Name() {
+			groups = groupByQueue(batch)
+			break
 		}
-		byQueue[name] = append(byQueue[name], t)
 	}
 	var calls []script.Call
-	var groups [][]transition
-	for _, name := range order {
-		ts := byQueue[name]
+	var chunks [][]transition
+	for _, ts := range groups {
 		for len(ts) > 0 {
 			n := min(len(ts), c.maxBatch)
 			calls = append(calls, c.call(ts[:n]))
-			groups = append(groups, ts[:n])
+			chunks = append(chunks, ts[:n])
 			ts = ts[n:]
 		}
 	}
+	groups = chunks
 	cmds, _ := script.Pipelined(ctx, c.rdb, calls)
 
 	var retry []transition
@@ -318,13 +326,33 @@ func (c *completer) call(ts []transition) script.Call {
 	q := ts[0].q
 	ks := make([]string, 0, 4+len(ts))
 	ks = append(ks, q.Stream(), q.Scheduled(), q.Dead(), q.Stats())
-	args := make([]any, 0, 4+9*len(ts))
+	args := make([]any, 0, 4+10*len(ts))
 	args = append(args, keys.Group, c.worker, c.retention, q.Wake())
 	for _, t := range ts {
 		ks = append(ks, q.Job(t.id))
-		args = append(args, t.op, t.id, t.entry, strconv.Itoa(t.attempt), t.started, t.finished, t.data, t.extra, t.payload)
+		sent := ""
+		if t.sent {
+			sent = "1"
+		}
+		args = append(args, t.op, t.id, t.entry, strconv.Itoa(t.attempt), t.started, t.finished, t.data, t.extra, sent, t.payload)
 	}
 	return script.Call{Script: finishScript, Keys: ks, Args: args}
+}
+
+// groupByQueue splits transitions by queue, keeping their order within each queue.
+func groupByQueue(batch []transition) [][]transition {
+	index := map[string]int{}
+	var groups [][]transition
+	for _, t := range batch {
+		i, ok := index[t.q.Name()]
+		if !ok {
+			i = len(groups)
+			index[t.q.Name()] = i
+			groups = append(groups, nil)
+		}
+		groups[i] = append(groups[i], t)
+	}
+	return groups
 }
 
 // transient reports whether err may pass by itself (a network error, a failover, a busy or

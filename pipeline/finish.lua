@@ -2,11 +2,10 @@
 -- KEYS[1] stream, KEYS[2] scheduled set, KEYS[3] dead set, KEYS[4] stats hash,
 --   KEYS[4+i] the hash of item i
 -- ARGV[1] group, ARGV[2] worker (consumer name), ARGV[3] default retention ms (0 deletes a
---   finished job's record at once), ARGV[4] wake channel, then 9 values per item:
---   op, id, entry, attempt, started_at, finished_at, data, extra, payload
--- payload is the job's payload prefixed with 'p' when the worker sends it back (a small job
--- with no metadata: that spares an XRANGE of the entry), or '' to read payload and metadata
--- from the entry.
+--   finished job's record at once), ARGV[4] wake channel, then 10 values per item:
+--   op, id, entry, attempt, started_at, finished_at, data, extra, sent, payload
+-- sent is '1' when the worker sends the job's payload back (a small job with no metadata:
+-- that spares an XRANGE of the entry), '' to read payload and metadata from the entry.
 -- ops:
 --   start   the attempt began (status in_progress); the entry stays pending
 --   done    data = result
@@ -28,11 +27,11 @@ local group, worker, default_ret, wake = ARGV[1], ARGV[2], tonumber(ARGV[3]), AR
 local drop, out = {}, {}
 local n_done, n_retried, n_failed, n_refused, n_poison = 0, 0, 0, 0, 0
 local i = 0
-for a = 5, #ARGV, 9 do
+for a = 5, #ARGV, 10 do
   i = i + 1
   local op, id, entry, attempt = ARGV[a], ARGV[a + 1], ARGV[a + 2], ARGV[a + 3]
   local started, finished, data, extra = ARGV[a + 4], ARGV[a + 5], ARGV[a + 6], ARGV[a + 7]
-  local sent = ARGV[a + 8]
+  local sent, payload = ARGV[a + 8] == '1', ARGV[a + 9]
   local jobkey = KEYS[4 + i]
   local code = 0
 
@@ -69,10 +68,23 @@ for a = 5, #ARGV, 9 do
       end
       if op == 'done' and ret <= 0 then
         redis.call('DEL', jobkey)
+      elseif op == 'done' and sent then
+        -- The common case, spelled out: one HSET with its arguments in place (no table to
+        -- build and unpack), and no empty fields.
+        if data == '' then
+          redis.call('HSET', jobkey, 'status', 'completed', 'attempt', attempt,
+            'started_at', started, 'completed_at', finished, 'worker', worker,
+            'version', version, 'payload', payload)
+        else
+          redis.call('HSET', jobkey, 'status', 'completed', 'attempt', attempt,
+            'started_at', started, 'completed_at', finished, 'worker', worker,
+            'version', version, 'payload', payload, 'result', data)
+        end
+        redis.call('PEXPIRE', jobkey, ret)
       else
         local f
-        if sent ~= '' then
-          f = {payload = string.sub(sent, 2), metadata = ''}
+        if sent then
+          f = {payload = payload, metadata = ''}
         else
           f = cv_entry(stream, entry) or {}
         end

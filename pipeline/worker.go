@@ -142,6 +142,7 @@ type Worker struct {
 	running atomic.Bool
 	ready   chan struct{}
 	queues  map[string]keys.Queue // by stream key
+	qkeys   map[string]*keys.Queue // the same, shared by pointer (by queue name)
 	comp    *completer
 }
 
@@ -159,9 +160,11 @@ func NewWorker(rdb redis.UniversalClient, cfg WorkerConfig) *Worker {
 		ready:    make(chan struct{}),
 		queues:   make(map[string]keys.Queue, len(cfg.Queues)),
 	}
+	w.qkeys = make(map[string]*keys.Queue, len(cfg.Queues))
 	for _, name := range cfg.Queues {
 		q := keys.New(cfg.Prefix, name)
 		w.queues[q.Stream()] = q
+		w.qkeys[name] = &q
 	}
 	return w
 }
@@ -330,46 +333,84 @@ var errTimeout = errors.New("attempt timed out")
 // acknowledged by finish.lua together with the state change), once the outcome is written.
 // Never nacking matters: a nack would hand the same message out again in-process.
 func (w *Worker) handleMessage(msg *message.Message) error {
-	streamKey := msg.Metadata[stream.StreamKey]
-	q, ok := w.queues[streamKey]
+	// This function's frame stays small and the work around the handler call lives in other
+	// functions: the router runs each message on a new goroutine, and a path deeper than its
+	// starting stack makes Go copy the stack for every job.
+	q, ok := w.queues[msg.Metadata[stream.StreamKey]]
 	if !ok {
-		w.log.Error().Str("stream", streamKey).Msg("message from an unknown stream")
+		w.log.Error().Str("stream", msg.Metadata[stream.StreamKey]).Msg("message from an unknown stream")
 		return nil
 	}
-	entry := msg.Metadata[stream.EntryIDKey]
 	if reason, bad := msg.Metadata[stream.PoisonKey]; bad {
-		w.poison(q, msg, entry, reason)
+		w.poison(q, msg, reason)
 		return nil
 	}
 	j := jobFromMessage(q.Name(), msg)
-	start := time.Now()
-	t := transition{q: q, id: j.ID, entry: entry, attempt: j.Attempt, started: start.UnixMilli()}
-	if len(j.Metadata) == 0 && len(j.Payload) <= sendBackBytes {
-		t.payload = "p" + string(j.Payload)
-	}
-
 	h, ok := w.handlers[j.Type]
 	if !ok {
-		t.op, t.finished = opFail, start.UnixMilli()
-		t.data = fmt.Sprintf("no handler registered for job type %q on worker %s", j.Type, w.cfg.Name)
-		w.log.Warn().Str("job_id", j.ID).Str("type", j.Type).Msg("no handler for job type; job sent to the dead set")
-		<-w.comp.finish(t)
+		<-w.noHandler(q, j)
 		return nil
 	}
-	w.comp.started(t)
+	start := w.started(q, j)
 	ctx := msg.Context()
-	result, err := w.execute(ctx, h, j)
-	end := time.Now()
-	t.finished = end.UnixMilli()
+	var result []byte
+	var err error
+	if j.Timeout > 0 {
+		result, err = w.executeWithTimeout(ctx, h, j)
+	} else {
+		result, err = call(ctx, h, j, &w.log)
+	}
+	if done := w.outcome(ctx, q, j, start, result, err); done != nil {
+		<-done
+	}
+	return nil
+}
+
+// transition is the start of the outcome of an attempt; the payload goes back with it when it
+// is small and the job has no metadata (see finish.lua).
+func (w *Worker) transition(q keys.Queue, j *Job, start time.Time) transition {
+	t := transition{q: q, id: j.ID, entry: j.Entry, attempt: j.Attempt, started: start.UnixMilli()}
+	if len(j.Metadata) == 0 && len(j.Payload) <= sendBackBytes {
+		t.sent, t.payload = true, j.Payload
+	}
+	return t
+}
+
+// started marks the attempt as started (written later, if the job is still running then).
+func (w *Worker) started(q keys.Queue, j *Job) time.Time {
+	start := time.Now()
+	w.comp.started(j.Entry, startMark{q: w.keysOf(q), id: j.ID, attempt: j.Attempt, at: start.UnixMilli()})
+	return start
+}
+
+// keysOf returns the worker's shared copy of q.
+func (w *Worker) keysOf(q keys.Queue) *keys.Queue { return w.qkeys[q.Name()] }
+
+// noHandler sends a job whose type has no handler to the dead set.
+func (w *Worker) noHandler(q keys.Queue, j *Job) <-chan struct{} {
+	now := time.Now()
+	t := w.transition(q, j, now)
+	t.op, t.finished = opFail, now.UnixMilli()
+	t.data = fmt.Sprintf("no handler registered for job type %q on worker %s", j.Type, w.cfg.Name)
+	w.log.Warn().Str("job_id", j.ID).Str("type", j.Type).Msg("no handler for job type; job sent to the dead set")
+	return w.comp.finish(t)
+}
+
+// outcome records what the attempt came to and returns the channel to wait on before the
+// job's slot is freed, or nil when there is nothing to write (the attempt was abandoned).
+func (w *Worker) outcome(ctx context.Context, q keys.Queue, j *Job, start time.Time, result []byte, err error) <-chan struct{} {
 	if err != nil {
 		if cause := context.Cause(ctx); errors.Is(cause, stream.ErrClosed) || errors.Is(cause, stream.ErrLeaseLost) {
 			// The attempt was abandoned, not failed: on shutdown the entry is put back; on a
 			// lost lease another worker owns the job now.
-			w.comp.forget(entry)
+			w.comp.forget(j.Entry)
 			w.log.Info().Str("job_id", j.ID).Str("reason", cause.Error()).Msg("job attempt abandoned")
 			return nil
 		}
 	}
+	end := time.Now()
+	t := w.transition(q, j, start)
+	t.finished = end.UnixMilli()
 	switch {
 	case err == nil && len(result) > w.cfg.MaxResultBytes:
 		t.op = opFail
@@ -388,17 +429,13 @@ func (w *Worker) handleMessage(msg *message.Message) error {
 		w.log.Info().Err(err).Str("job_id", j.ID).Str("type", j.Type).Int("attempt", j.Attempt).
 			Dur("retry_in", delay).Msg("job attempt failed; will retry")
 	}
-	<-w.comp.finish(t)
-	return nil
+	return w.comp.finish(t)
 }
 
-// execute runs the handler with the job's timeout, turning a panic into an error. A job with a
-// timeout runs in its own goroutine so that a handler ignoring its context cannot keep the slot
-// past the timeout.
-func (w *Worker) execute(ctx context.Context, h HandlerFunc, j *Job) ([]byte, error) {
-	if j.Timeout <= 0 {
-		return call(ctx, h, j, w.log)
-	}
+// executeWithTimeout runs the handler with the job's timeout, turning a panic into an error. It
+// runs the handler in its own goroutine so that a handler ignoring its context cannot keep the
+// slot past the timeout.
+func (w *Worker) executeWithTimeout(ctx context.Context, h HandlerFunc, j *Job) ([]byte, error) {
 	ctx, cancel := context.WithTimeoutCause(ctx, j.Timeout, errTimeout)
 	defer cancel()
 	type outcome struct {
@@ -407,7 +444,7 @@ func (w *Worker) execute(ctx context.Context, h HandlerFunc, j *Job) ([]byte, er
 	}
 	done := make(chan outcome, 1)
 	go func() {
-		res, err := call(ctx, h, j, w.log)
+		res, err := call(ctx, h, j, &w.log)
 		done <- outcome{res, err}
 	}()
 	var o outcome
@@ -430,7 +467,8 @@ func (w *Worker) execute(ctx context.Context, h HandlerFunc, j *Job) ([]byte, er
 	return o.res, o.err
 }
 
-func call(ctx context.Context, h HandlerFunc, j *Job, log zerolog.Logger) (res []byte, err error) {
+// call runs the handler, turning a panic into an error (a failed attempt, never a crash).
+func call(ctx context.Context, h HandlerFunc, j *Job, log *zerolog.Logger) (res []byte, err error) {
 	defer func() {
 		if p := recover(); p != nil {
 			log.Error().Str("job_id", j.ID).Str("type", j.Type).Interface("panic", p).
@@ -442,7 +480,8 @@ func call(ctx context.Context, h HandlerFunc, j *Job, log zerolog.Logger) (res [
 }
 
 // poison sends an unreadable entry to the dead set, keeping its raw fields.
-func (w *Worker) poison(q keys.Queue, msg *message.Message, entry, reason string) {
+func (w *Worker) poison(q keys.Queue, msg *message.Message, reason string) {
+	entry := msg.Metadata[stream.EntryIDKey]
 	id := msg.UUID
 	if !keys.ValidID(id) {
 		id = "entry-" + entry

@@ -20,7 +20,6 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"strings"
 )
 
 // DefaultPrefix is the key prefix used when none is configured.
@@ -80,20 +79,37 @@ func FormatEntryJob(attempt, maxRetries int, timeoutMS int64, typ string) string
 
 // ParseEntryJob reads an EntryJob value; ok is false unless every part is well formed
 // (attempt >= 1, max_retries and timeout_ms >= 0, a non-empty type).
+//
+// It runs for every job a worker takes, on a fresh goroutine's small stack, so it is written
+// with small frames and no calls into strconv.
 func ParseEntryJob(s string) (attempt, maxRetries int, timeoutMS int64, typ string, ok bool) {
-	a, rest, ok1 := strings.Cut(s, " ")
-	m, rest, ok2 := strings.Cut(rest, " ")
-	t, typ, ok3 := strings.Cut(rest, " ")
-	if !ok1 || !ok2 || !ok3 || typ == "" {
+	a, i := leadingNumber(s, 0, 9)
+	m, j := leadingNumber(s, i, 9)
+	t, k := leadingNumber(s, j, 15)
+	if a < 1 || m < 0 || t < 0 || k >= len(s) {
 		return 0, 0, 0, "", false
 	}
-	na, err1 := strconv.ParseInt(a, 10, 32)
-	nm, err2 := strconv.ParseInt(m, 10, 32)
-	nt, err3 := strconv.ParseInt(t, 10, 64)
-	if err1 != nil || err2 != nil || err3 != nil || na < 1 || nm < 0 || nt < 0 {
-		return 0, 0, 0, "", false
+	return int(a), int(m), t, s[k:], true
+}
+
+// leadingNumber reads a decimal number of at most maxDigits digits starting at s[from], which
+// must be followed by a space; it returns the number and the index after the space, or -1.
+func leadingNumber(s string, from, maxDigits int) (int64, int) {
+	if from < 0 {
+		return -1, -1
 	}
-	return int(na), int(nm), nt, typ, true
+	var n int64
+	i := from
+	for ; i < len(s) && s[i] >= '0' && s[i] <= '9'; i++ {
+		if i-from == maxDigits {
+			return -1, -1
+		}
+		n = n*10 + int64(s[i]-'0')
+	}
+	if i == from || i >= len(s) || s[i] != ' ' {
+		return -1, -1
+	}
+	return n, i + 1
 }
 
 // Counter fields of a queue's stats hash.
