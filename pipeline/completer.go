@@ -35,7 +35,7 @@ type transition struct {
 	finished int64 // unix ms
 	data     string
 	extra    string
-	sent     bool   // the payload is sent back with the outcome (see finish.lua)
+	sent     bool // the payload is sent back with the outcome (see finish.lua)
 	payload  []byte
 	tries    int
 }
@@ -64,8 +64,8 @@ type completer struct {
 	log       zerolog.Logger
 
 	mu      sync.Mutex
-	chunks  []*chunk              // outcomes in arrival order; all but the last are full
-	pending int                   // outcomes in chunks
+	chunks  []*chunk             // outcomes in arrival order; all but the last are full
+	pending int                  // outcomes in chunks
 	starts  map[string]startMark // unwritten "started" marks by entry
 	arm     chan struct{}
 	full    chan struct{}

@@ -141,7 +141,7 @@ type Worker struct {
 
 	running atomic.Bool
 	ready   chan struct{}
-	queues  map[string]keys.Queue // by stream key
+	queues  map[string]keys.Queue  // by stream key
 	qkeys   map[string]*keys.Queue // the same, shared by pointer (by queue name)
 	comp    *completer
 }
