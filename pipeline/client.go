@@ -31,6 +31,8 @@ const (
 const (
 	batchChunk = 100
 	batchBytes = 4 << 20
+	// finishChunk bounds the transitions one finish.lua call applies.
+	finishChunk = 50
 )
 
 // ClientConfig configures a Client. Zero fields take the documented defaults.
@@ -166,30 +168,23 @@ func (c *Client) EnqueueBatch(ctx context.Context, queue string, tasks []Task, o
 	}
 	var existing []int
 	for ci, cmd := range cmds {
-		rows, err := cmd.Slice()
+		rows, err := cmd.StringSlice()
 		if err != nil {
 			return jobs, fmt.Errorf("enqueue to %s: %w", queue, err)
 		}
 		lo := spans[ci][0]
 		for k, row := range rows {
-			r, _ := row.([]any)
-			if len(r) != 3 {
-				return jobs, fmt.Errorf("enqueue to %s: unexpected reply %v", queue, row)
-			}
-			code, _ := r[0].(int64)
-			id, _ := r[1].(string)
-			entry, _ := r[2].(string)
 			j := jobs[lo+k]
-			switch code {
-			case 1:
-				j.Status, j.Entry, j.EnqueuedAt = StatusQueued, entry, now
-			case 2:
+			switch {
+			case row == "":
 				j.Status = StatusScheduled
-			case 3, 4:
-				j.ID = id
+			case row == "=":
+				existing = append(existing, lo+k)
+			case row[0] == '~':
+				j.ID = row[1:]
 				existing = append(existing, lo+k)
 			default:
-				return jobs, fmt.Errorf("enqueue to %s: unexpected reply code %d", queue, code)
+				j.Status, j.Entry, j.EnqueuedAt = StatusQueued, row, now
 			}
 		}
 	}
@@ -410,6 +405,14 @@ func jobFromHash(queue, id string, flat []string) (*Job, error) {
 				}
 				j.Metadata = md
 			}
+		}
+	}
+	// A job queued at once stores neither run_at nor enqueued_at: both are created_at. (A
+	// delayed job always has run_at, and enqueued_at once it entered the stream.)
+	if j.RunAt.IsZero() {
+		j.RunAt = j.CreatedAt
+		if j.EnqueuedAt.IsZero() {
+			j.EnqueuedAt = j.CreatedAt
 		}
 	}
 	return j, nil

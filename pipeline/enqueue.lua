@@ -4,9 +4,13 @@
 -- ARGV[1] now (unix ms), ARGV[2] wake channel, then 9 values per job:
 --   id, type, payload, metadata (msgpack or ''), max_retries, timeout_ms, run_at (unix ms),
 --   retention_ms ('' = the queue default), unique_ttl_ms ('' = no unique key)
--- Returns, per job, {code, id, entry}: 1 queued, 2 scheduled, 3 the id exists already (nothing
--- written), 4 the unique key is held by job `id` (nothing written).
+-- Returns one string per job: the new entry id when it was queued, '' when it was scheduled,
+-- '=' when the id exists already (nothing written), '~<id>' when the unique key is held by job
+-- <id> (nothing written). A flat reply: it costs less to build here and to parse there.
 -- Idempotent: a call repeated after a lost reply finds its jobs and changes nothing.
+--
+-- A job queued at once stores no attempt (0), run_at and enqueued_at (both created_at): readers
+-- take those defaults, and a queued job's hash stays small.
 local now = tonumber(ARGV[1])
 local out, created = {}, 0
 local k = 4
@@ -21,27 +25,25 @@ for a = 3, #ARGV, 9 do
   if uttl ~= '' then ukey = KEYS[k]; k = k + 1 end
 
   if redis.call('EXISTS', jobkey) == 1 then
-    out[#out + 1] = {3, id, ''}
+    out[#out + 1] = '='
   else
     local held = nil
     if ukey and not redis.call('SET', ukey, id, 'NX', 'PX', uttl) then
       held = redis.call('GET', ukey)
     end
     if held then
-      out[#out + 1] = {4, held, ''}
+      out[#out + 1] = '~' .. held
     else
       local plain = tmo == '0' and retention == '' and not ukey
       if plain and run_at <= now then
         -- The common case, spelled out: one HSET with its arguments in place.
         local e = cv_xadd(KEYS[1], id, payload, md, typ, 1, mr, tmo)
-        redis.call('HSET', jobkey, 'type', typ, 'status', 'queued', 'attempt', 0,
-          'max_retries', mr, 'created_at', now, 'run_at', run_at, 'enqueued_at', now,
-          'entry', e, 'version', 1)
-        out[#out + 1] = {1, id, e}
+        redis.call('HSET', jobkey, 'type', typ, 'status', 'queued', 'max_retries', mr,
+          'created_at', now, 'entry', e, 'version', 1)
+        out[#out + 1] = e
       else
         -- One HSET per job all the same: each redis.call costs more than its fields.
-        local f = {'type', typ, 'attempt', 0, 'max_retries', mr, 'created_at', now,
-          'run_at', run_at, 'version', 1}
+        local f = {'type', typ, 'max_retries', mr, 'created_at', now, 'version', 1}
         if tmo ~= '0' then f[#f + 1] = 'timeout_ms'; f[#f + 1] = tmo end
         if retention ~= '' then f[#f + 1] = 'retention_ms'; f[#f + 1] = retention end
         if ukey then f[#f + 1] = 'unique'; f[#f + 1] = ukey end
@@ -49,15 +51,15 @@ for a = 3, #ARGV, 9 do
           local e = cv_xadd(KEYS[1], id, payload, md, typ, 1, mr, tmo)
           f[#f + 1] = 'status'; f[#f + 1] = 'queued'
           f[#f + 1] = 'entry'; f[#f + 1] = e
-          f[#f + 1] = 'enqueued_at'; f[#f + 1] = now
-          out[#out + 1] = {1, id, e}
+          out[#out + 1] = e
         else
           f[#f + 1] = 'status'; f[#f + 1] = 'scheduled'
+          f[#f + 1] = 'run_at'; f[#f + 1] = run_at
           f[#f + 1] = 'payload'; f[#f + 1] = payload
           f[#f + 1] = 'metadata'; f[#f + 1] = md
           redis.call('ZADD', KEYS[2], run_at, id)
           if earliest == nil or run_at < earliest then earliest, earliest_id = run_at, id end
-          out[#out + 1] = {2, id, ''}
+          out[#out + 1] = ''
         end
         redis.call('HSET', jobkey, unpack(f))
       end

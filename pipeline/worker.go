@@ -228,7 +228,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	}
 
 	w.comp = newCompleter(w.rdb, w.cfg.Name, retentionMS(w.cfg.Retention), w.cfg.FlushInterval,
-		batchChunk, w.cfg.Concurrency, w.log)
+		finishChunk, w.cfg.Concurrency, w.log)
 	go w.comp.run()
 	defer w.comp.close()
 

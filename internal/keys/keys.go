@@ -35,12 +35,12 @@ const MaxNameLen = 128
 const (
 	FieldType        = "type"
 	FieldStatus      = "status"
-	FieldAttempt     = "attempt"     // executions started so far
+	FieldAttempt     = "attempt"     // executions started so far; absent means 0
 	FieldMaxRetries  = "max_retries" // retries after the first attempt
 	FieldTimeout     = "timeout_ms"  // per-attempt timeout; absent means none
 	FieldCreatedAt   = "created_at"  // unix ms
-	FieldRunAt       = "run_at"      // unix ms the job is (or was) due
-	FieldEnqueuedAt  = "enqueued_at" // unix ms it last entered the stream
+	FieldRunAt       = "run_at"      // unix ms the job is (or was) due; absent means created_at
+	FieldEnqueuedAt  = "enqueued_at" // unix ms it last entered the stream; absent: created_at
 	FieldStartedAt   = "started_at"  // unix ms its last attempt started
 	FieldCompletedAt = "completed_at"
 	FieldWorker      = "worker" // consumer name of the worker that ran it last
