@@ -59,7 +59,7 @@ const NoRetries = -1
 type Client struct {
 	rdb   redis.UniversalClient
 	cfg   ClientConfig
-	known sync.Map // queue names already added to the known-queues set
+	known sync.Map // queue name -> *keys.Queue, for queues already in the known-queues set
 }
 
 // NewClient returns a Client over rdb (a standalone, cluster or failover client).
@@ -120,7 +120,6 @@ func (c *Client) EnqueueBatch(ctx context.Context, queue string, tasks []Task, o
 	if len(tasks) == 0 {
 		return nil, nil
 	}
-	q := keys.New(c.cfg.Prefix, queue)
 	now := c.cfg.Now()
 	preps := make([]prepared, len(tasks))
 	for i := range tasks {
@@ -136,6 +135,7 @@ func (c *Client) EnqueueBatch(ctx context.Context, queue string, tasks []Task, o
 	if err := c.registerQueue(ctx, queue); err != nil {
 		return nil, err
 	}
+	q := c.keys(queue)
 
 	var calls []script.Call
 	var spans [][2]int // preps[lo:hi] per call
@@ -332,8 +332,18 @@ func (c *Client) registerQueue(ctx context.Context, queue string) error {
 	if err := c.rdb.SAdd(ctx, keys.Queues(c.cfg.Prefix), queue).Err(); err != nil {
 		return fmt.Errorf("register queue %s: %w", queue, err)
 	}
-	c.known.Store(queue, struct{}{})
+	q := c.keys(queue)
+	c.known.Store(queue, &q)
 	return nil
+}
+
+// keys returns queue's key names, built once per queue that was enqueued to. Other queues'
+// names are built per call: the cache must not grow with names a caller makes up.
+func (c *Client) keys(queue string) keys.Queue {
+	if k, ok := c.known.Load(queue); ok {
+		return *k.(*keys.Queue)
+	}
+	return keys.New(c.cfg.Prefix, queue)
 }
 
 // NewID returns a new job id: a ULID (26 characters, sortable by creation time).
@@ -347,7 +357,7 @@ func (c *Client) Get(ctx context.Context, queue, id string) (*Job, error) {
 	if err := keys.ValidateID(id); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
-	q := keys.New(c.cfg.Prefix, queue)
+	q := c.keys(queue)
 	flat, err := getScript.Run(ctx, c.rdb, []string{q.Job(id), q.Stream()}).StringSlice()
 	if err != nil {
 		return nil, fmt.Errorf("get %s/%s: %w", queue, id, err)
@@ -428,7 +438,7 @@ func (c *Client) Cancel(ctx context.Context, queue, id string) error {
 	if err := keys.ValidateID(id); err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
-	q := keys.New(c.cfg.Prefix, queue)
+	q := c.keys(queue)
 	n, err := cancelScript.Run(ctx, c.rdb,
 		[]string{q.Stream(), q.Scheduled(), q.Stats(), q.Job(id)},
 		keys.Group, c.cfg.Now().UnixMilli(), retentionMS(c.cfg.Retention), id).Int()
@@ -471,7 +481,7 @@ func (c *Client) Stats(ctx context.Context, queue string) (*QueueStats, error) {
 	if err := keys.ValidateQueue(queue); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
-	q := keys.New(c.cfg.Prefix, queue)
+	q := c.keys(queue)
 	var counters *redis.MapStringStringCmd
 	var sched, dead, xlen *redis.IntCmd
 	var groups *redis.XInfoGroupsCmd
@@ -529,7 +539,7 @@ func (c *Client) Dead(ctx context.Context, queue string, offset, limit int) ([]*
 	if offset < 0 || limit <= 0 {
 		return nil, 0, invalid("offset %d, limit %d", offset, limit)
 	}
-	q := keys.New(c.cfg.Prefix, queue)
+	q := c.keys(queue)
 	var ids *redis.StringSliceCmd
 	var total *redis.IntCmd
 	if _, err := c.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
@@ -572,7 +582,7 @@ func (c *Client) Replay(ctx context.Context, queue, id string) error {
 	if err := keys.ValidateID(id); err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
-	q := keys.New(c.cfg.Prefix, queue)
+	q := c.keys(queue)
 	res, err := replayScript.Run(ctx, c.rdb, []string{q.Stream(), q.Dead(), q.Job(id)},
 		c.cfg.Now().UnixMilli(), id).Result()
 	if err != nil {
@@ -597,7 +607,7 @@ func (c *Client) Purge(ctx context.Context, queue string, before time.Time) (int
 	if err := keys.ValidateQueue(queue); err != nil {
 		return 0, fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
-	q := keys.New(c.cfg.Prefix, queue)
+	q := c.keys(queue)
 	const limit = 500
 	total := 0
 	for {

@@ -126,41 +126,53 @@ const (
 	StatPoison         = "poison"   // unreadable stream entries sent to the dead set
 )
 
-// Queue names the keys of one queue.
+// Queue names the keys of one queue. New builds the names once, so a Queue kept by a client or
+// worker costs no string building per job.
 type Queue struct {
-	name string
-	base string // prefix:{name}:
+	name      string
+	base      string // prefix:{name}:
+	stream    string
+	scheduled string
+	jobPrefix string
+	dead      string
+	stats     string
+	wake      string
 }
 
 // New returns the keys of queue under prefix. It does not validate; see ValidateQueue.
 func New(prefix, queue string) Queue {
-	return Queue{name: queue, base: prefix + ":{" + queue + "}:"}
+	base := prefix + ":{" + queue + "}:"
+	return Queue{
+		name: queue, base: base,
+		stream: base + "stream", scheduled: base + "scheduled", jobPrefix: base + "job:",
+		dead: base + "dead", stats: base + "stats", wake: base + "wake",
+	}
 }
 
 // Name is the queue's name.
 func (q Queue) Name() string { return q.name }
 
 // Stream is the stream of jobs ready to run.
-func (q Queue) Stream() string { return q.base + "stream" }
+func (q Queue) Stream() string { return q.stream }
 
 // Scheduled is the sorted set of job ids waiting for a time, scored by due time in unix ms.
-func (q Queue) Scheduled() string { return q.base + "scheduled" }
+func (q Queue) Scheduled() string { return q.scheduled }
 
 // JobPrefix is the prefix of job hash keys; scripts that find job ids inside Redis (in the
 // scheduled set or a stream entry) build keys from it. It shares the queue's hash tag.
-func (q Queue) JobPrefix() string { return q.base + "job:" }
+func (q Queue) JobPrefix() string { return q.jobPrefix }
 
 // Job is the hash holding job id's state.
-func (q Queue) Job(id string) string { return q.base + "job:" + id }
+func (q Queue) Job(id string) string { return q.jobPrefix + id }
 
 // Dead is the sorted set of ids of jobs that failed for good, scored by time of death.
-func (q Queue) Dead() string { return q.base + "dead" }
+func (q Queue) Dead() string { return q.dead }
 
 // RecoveryLock is the key of the lock that lets one recoverer at a time scan the queue.
 func (q Queue) RecoveryLock() string { return q.base + "lock:recovery" }
 
 // Stats is the hash of the queue's counters.
-func (q Queue) Stats() string { return q.base + "stats" }
+func (q Queue) Stats() string { return q.stats }
 
 // UniquePrefix is the prefix of the queue's de-duplication keys.
 func (q Queue) UniquePrefix() string { return q.base + "unique:" }
@@ -170,7 +182,7 @@ func (q Queue) Unique(key string) string { return q.base + "unique:" + key }
 
 // Wake is the Pub/Sub channel on which scripts announce a new earliest due time, so delayed
 // schedulers sleeping until a later time wake early. It is a channel, not a key.
-func (q Queue) Wake() string { return q.base + "wake" }
+func (q Queue) Wake() string { return q.wake }
 
 // Queues is the set of known queue names under prefix.
 func Queues(prefix string) string { return prefix + ":queues" }
