@@ -144,6 +144,7 @@ type Worker struct {
 	queues  map[string]keys.Queue  // by stream key
 	qkeys   map[string]*keys.Queue // the same, shared by pointer (by queue name)
 	comp    *completer
+	sub     *stream.Subscriber
 }
 
 // NewWorker returns a Worker over rdb (a standalone, cluster or failover client).
@@ -241,7 +242,7 @@ func (w *Worker) Run(ctx context.Context) error {
 		Concurrency:   w.cfg.Concurrency,
 		BatchSize:     w.cfg.ReadBatch,
 		LeaseInterval: w.cfg.VisibilityTimeout / 3,
-		DeferAck:      true,
+		ManualSettle:  true,
 		CloseTimeout:  w.cfg.ShutdownTimeout,
 		OnRelease:     w.release,
 		Logger:        wlog,
@@ -254,7 +255,9 @@ func (w *Worker) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	w.sub = sub
 	w.mu.Lock()
+	router.AddMiddleware(w.settleAfter) // outermost: it sees whatever the chain did
 	router.AddMiddleware(w.middleware...)
 	w.mu.Unlock()
 	for _, name := range w.cfg.Queues {
@@ -291,6 +294,22 @@ func (w *Worker) Run(ctx context.Context) error {
 	}
 	w.log.Info().Msg("worker stopped")
 	return nil
+}
+
+// settleAfter frees a job's slot once the whole middleware chain has returned (the subscriber
+// runs in ManualSettle mode: the slot is held until the job's outcome is written, which
+// handleMessage waits for). It never lets an error through: a nack would hand the message out
+// again. A job that a middleware refused before handleMessage ran stays pending, unrenewed, and
+// is recovered after the visibility timeout.
+func (w *Worker) settleAfter(h message.HandlerFunc) message.HandlerFunc {
+	return func(msg *message.Message) ([]*message.Message, error) {
+		defer w.sub.Settle(msg)
+		if _, err := h(msg); err != nil {
+			w.log.Warn().Err(err).Str("job_id", msg.UUID).
+				Msg("a middleware refused the job; it will be recovered after the visibility timeout")
+		}
+		return nil, nil
+	}
 }
 
 // waitForRedis pings until Redis answers and the scripts are loaded (pipelined EVALSHA needs

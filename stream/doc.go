@@ -12,7 +12,9 @@
 //   - acknowledgements are batched: one XACK per topic every AckInterval;
 //   - with Config.DeferAck the application acknowledges entries itself (Conveyor's finish
 //     scripts XACK and XDEL in the same atomic step as the job's state change), and a message's
-//     Ack only frees its slot;
+//     Ack only frees its slot; with Config.ManualSettle the application frees the slot with
+//     Subscriber.Settle instead, which spares the goroutine that otherwise waits on each
+//     message's Ack;
 //   - every held entry's lease is renewed (XCLAIM of its own entry with JUSTID, which resets the
 //     idle time but not the delivery count) every LeaseInterval, so a recoverer that looks for
 //     idle entries does not take a message from a live consumer; an entry that is no longer

@@ -67,6 +67,11 @@ type Config struct {
 	// DeferAck leaves acknowledgement to the application: a message's Ack then only frees its
 	// slot, and the entry stays pending until the application XACKs it.
 	DeferAck bool
+	// ManualSettle (which implies DeferAck) replaces watching each message's Ack and Nack with
+	// an explicit call: the application calls Settle once it is done with a message, which
+	// frees its slot and ends its lease renewal; Ack and Nack do nothing, and nothing is handed
+	// out again. It spares a goroutine per message in flight, and a hand-off per message.
+	ManualSettle bool
 	// AckInterval is how long acks are collected before one XACK sends them. Defaults to
 	// DefaultAckInterval.
 	AckInterval time.Duration
@@ -85,6 +90,9 @@ type Config struct {
 }
 
 func (c Config) withDefaults() Config {
+	if c.ManualSettle {
+		c.DeferAck = true
+	}
 	if c.Consumer == "" {
 		host, _ := os.Hostname()
 		c.Consumer = fmt.Sprintf("%s-%d-%s", host, os.Getpid(), watermill.NewShortUUID()[:6])
@@ -218,7 +226,9 @@ func (s *Subscriber) Subscribe(ctx context.Context, topicName string) (<-chan *m
 	s.wg.Add(1)
 	s.mu.Unlock()
 
-	s.startPool()
+	if !s.cfg.ManualSettle {
+		s.startPool()
+	}
 	if s.cfg.LeaseInterval > 0 {
 		s.leaseRun.Do(func() {
 			s.wg.Add(1)
@@ -478,11 +488,23 @@ func (t *topic) read(ctx context.Context) {
 			d := &delivery{t: t, id: x.ID, msg: msg, cancel: cancel}
 			t.held[x.ID] = d
 			if !stopping {
-				t.inflight.Add(1)
+				if !cfg.ManualSettle {
+					t.inflight.Add(1)
+				}
 				fresh = append(fresh, d)
 			}
 		}
 		t.mu.Unlock()
+		if cfg.ManualSettle {
+			// No deliverer waits on the message: hand it to the router here. The router
+			// takes each message at once (it runs each on a goroutine of its own).
+			for _, d := range fresh {
+				if !t.handOut(d) {
+					return // the rest stay held and are released at shutdown
+				}
+			}
+			continue
+		}
 		for i, d := range fresh {
 			select {
 			case t.s.work <- d:
@@ -497,6 +519,53 @@ func (t *topic) read(ctx context.Context) {
 		if stopping {
 			return
 		}
+	}
+}
+
+// handOut sends d's message to the router unless the subscription is stopping, and reports
+// whether it did (ManualSettle).
+func (t *topic) handOut(d *delivery) bool {
+	select {
+	case <-t.stopping:
+		return false
+	default:
+	}
+	// Marked before the send: the handler may settle it before the send returns here.
+	t.mu.Lock()
+	d.delivered = true
+	t.mu.Unlock()
+	select {
+	case t.out <- d.msg:
+		return true
+	case <-t.stopping:
+		t.unhand(d)
+		return false
+	}
+}
+
+// Settle tells a ManualSettle subscriber that the application is done with msg: its slot is
+// freed and its lease is no longer renewed. The entry stays pending until the application
+// acknowledges it. Settling a message twice, or one that shutdown already released, does
+// nothing.
+func (s *Subscriber) Settle(msg *message.Message) {
+	name, id := msg.Metadata[StreamKey], msg.Metadata[EntryIDKey]
+	s.mu.Lock()
+	var t *topic
+	for _, c := range s.topics {
+		if c.name == name {
+			t = c
+			break
+		}
+	}
+	s.mu.Unlock()
+	if t == nil {
+		return
+	}
+	t.mu.Lock()
+	d := t.held[id]
+	t.mu.Unlock()
+	if d != nil {
+		t.settle(d, false)
 	}
 }
 
