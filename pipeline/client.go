@@ -91,6 +91,7 @@ func (c *Client) Prefix() string { return c.cfg.Prefix }
 // prepared is one validated job ready for the enqueue script.
 type prepared struct {
 	job       *Job
+	chosenID  bool // the caller chose the id (WithID): it is looked up on its own
 	metadata  string
 	retention string
 	uniqueKey string
@@ -101,6 +102,9 @@ type prepared struct {
 // the job as stored. When WithID names a job that exists, or WithUnique a key that a live job
 // holds, nothing new is written and that existing job is returned.
 func (c *Client) Enqueue(ctx context.Context, queue string, task Task, opts ...Option) (*Job, error) {
+	if p, ok := c.plain(queue, &task, opts); ok {
+		return c.enqueuePlain(ctx, queue, p)
+	}
 	jobs, err := c.EnqueueBatch(ctx, queue, []Task{task}, opts...)
 	if err != nil {
 		return nil, err
@@ -202,6 +206,43 @@ func (c *Client) EnqueueBatch(ctx context.Context, queue string, tasks []Task, o
 	return jobs, nil
 }
 
+// plain prepares a job for enqueue1.lua: one job to run at once, with no unique key, timeout or
+// retention of its own. It reports false for anything else (or bad input, which the general
+// path then refuses with its error).
+func (c *Client) plain(queue string, t *Task, opts []Option) (prepared, bool) {
+	if keys.ValidateQueue(queue) != nil {
+		return prepared{}, false
+	}
+	p, err := c.prepare(queue, t, c.cfg.Now(), opts)
+	if err != nil || p.retention != "" || p.uniqueKey != "" || p.job.Timeout != 0 || p.job.RunAt.After(p.job.CreatedAt) {
+		return prepared{}, false
+	}
+	return p, true
+}
+
+// enqueuePlain runs enqueue1.lua for a job prepared by plain.
+func (c *Client) enqueuePlain(ctx context.Context, queue string, p prepared) (*Job, error) {
+	if err := c.registerQueue(ctx, queue); err != nil {
+		return nil, err
+	}
+	q, j := c.keys(queue), p.job
+	res, err := enqueue1Script.Run(ctx, c.rdb, []string{q.Stream(), q.Stats(), q.Job(j.ID)},
+		j.ID, j.Type, j.Payload, p.metadata, j.MaxRetries, j.CreatedAt.UnixMilli(),
+		keys.FormatEntryJob(1, j.MaxRetries, 0, j.Type)).Text()
+	if err != nil {
+		return nil, fmt.Errorf("enqueue to %s: %w", queue, err)
+	}
+	if res == "=" {
+		got, err := c.Get(ctx, queue, j.ID)
+		if errors.Is(err, ErrNotFound) {
+			return j, nil // it finished and expired between the two calls
+		}
+		return got, err
+	}
+	j.Status, j.Entry, j.EnqueuedAt = StatusQueued, res, j.CreatedAt
+	return j, nil
+}
+
 func (c *Client) prepare(queue string, t *Task, now time.Time, common []Option) (prepared, error) {
 	var o enqueueOptions
 	for _, opt := range common {
@@ -216,8 +257,8 @@ func (c *Client) prepare(queue string, t *Task, now time.Time, common []Option) 
 	if err := validateType(t.Type); err != nil {
 		return prepared{}, err
 	}
-	id := o.id
-	if id == "" {
+	id, chosen := o.id, o.id != ""
+	if !chosen {
 		id = NewID()
 	} else if err := keys.ValidateID(id); err != nil {
 		return prepared{}, fmt.Errorf("%w: %w", ErrInvalid, err)
@@ -272,6 +313,7 @@ func (c *Client) prepare(queue string, t *Task, now time.Time, common []Option) 
 			CreatedAt: now, RunAt: runAt, Version: 1,
 		},
 		metadata: encMD,
+		chosenID: chosen,
 	}
 	if o.hasRetain {
 		p.retention = strconv.FormatInt(retentionMS(o.retention), 10)
@@ -301,14 +343,27 @@ func validateType(t string) error {
 func enqueueCall(q keys.Queue, preps []prepared, now time.Time) script.Call {
 	ks := make([]string, 0, 3+2*len(preps))
 	ks = append(ks, q.Stream(), q.Scheduled(), q.Stats())
-	args := make([]any, 0, 2+9*len(preps))
-	args = append(args, now.UnixMilli(), q.Wake())
-	for _, p := range preps {
+	args := make([]any, 0, 4+9*len(preps))
+	chosen := make([]byte, len(preps))
+	witness := 0
+	for i, p := range preps {
 		j := p.job
 		ks = append(ks, q.Job(j.ID))
-		uttl := ""
+		chosen[i] = '0'
+		if p.chosenID {
+			chosen[i] = '1'
+		} else {
+			witness = len(ks) // 1-based index in KEYS of the last generated-id job
+		}
 		if p.uniqueKey != "" {
 			ks = append(ks, q.Unique(p.uniqueKey))
+		}
+	}
+	args = append(args, now.UnixMilli(), q.Wake(), witness, string(chosen))
+	for _, p := range preps {
+		j := p.job
+		uttl := ""
+		if p.uniqueKey != "" {
 			uttl = strconv.FormatInt(p.uniqueTTL, 10)
 		}
 		args = append(args, j.ID, j.Type, j.Payload, p.metadata, j.MaxRetries,

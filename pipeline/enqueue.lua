@@ -1,21 +1,34 @@
 -- enqueue.lua: create jobs in one queue, each either queued (stream) or scheduled (sorted set).
 -- KEYS[1] stream, KEYS[2] scheduled set, KEYS[3] stats hash; then, per job, its hash key,
 --   followed by its unique key when it has one.
--- ARGV[1] now (unix ms), ARGV[2] wake channel, then 9 values per job:
+-- ARGV[1] now (unix ms), ARGV[2] wake channel, ARGV[3] the KEYS index of the witness (0 for
+--   none), ARGV[4] one character per job, '1' when its id was chosen by the caller ('0' when
+--   generated), then 9 values per job:
 --   id, type, payload, metadata (msgpack or ''), max_retries, timeout_ms, run_at (unix ms),
 --   retention_ms ('' = the queue default), unique_ttl_ms ('' = no unique key)
 -- Returns one string per job: the new entry id when it was queued, '' when it was scheduled,
 -- '=' when the id exists already (nothing written), '~<id>' when the unique key is held by job
 -- <id> (nothing written). A flat reply: it costs less to build here and to parse there.
--- Idempotent: a call repeated after a lost reply finds its jobs and changes nothing.
+-- Idempotent: a call repeated after a lost reply finds its jobs and changes nothing. A job whose
+-- id the caller chose is looked up on its own. Generated ids (random ULIDs) cannot collide, so
+-- the only way one exists already is that this very call ran before; and a call is one atomic
+-- step (Redis checks memory before a script starts), applied whole or not at all. One lookup
+-- of the last job with a generated id (the witness) therefore answers for all of them.
 --
 -- A job queued at once stores no attempt (0), run_at and enqueued_at (both created_at): readers
 -- take those defaults, and a queued job's hash stays small.
 local now = tonumber(ARGV[1])
+local witness, chosen = tonumber(ARGV[3]), ARGV[4]
 local out, created = {}, 0
+if witness > 0 and redis.call('EXISTS', KEYS[witness]) == 1 then
+  for n = 1, #chosen do out[n] = '=' end
+  return out
+end
 local k = 4
+local n = 0
 local earliest, earliest_id = nil, nil
-for a = 3, #ARGV, 9 do
+for a = 5, #ARGV, 9 do
+  n = n + 1
   local id, typ, payload, md = ARGV[a], ARGV[a + 1], ARGV[a + 2], ARGV[a + 3]
   local mr, tmo, run_at = ARGV[a + 4], ARGV[a + 5], tonumber(ARGV[a + 6])
   local retention, uttl = ARGV[a + 7], ARGV[a + 8]
@@ -24,7 +37,7 @@ for a = 3, #ARGV, 9 do
   k = k + 1
   if uttl ~= '' then ukey = KEYS[k]; k = k + 1 end
 
-  if redis.call('EXISTS', jobkey) == 1 then
+  if string.byte(chosen, n) == 49 and redis.call('EXISTS', jobkey) == 1 then
     out[#out + 1] = '='
   else
     local held = nil

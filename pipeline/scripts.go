@@ -9,6 +9,8 @@ import (
 var (
 	//go:embed enqueue.lua
 	enqueueSrc string
+	//go:embed enqueue1.lua
+	enqueue1Src string
 	//go:embed finish.lua
 	finishSrc string
 	//go:embed get.lua
@@ -22,7 +24,8 @@ var (
 	//go:embed purge.lua
 	purgeSrc string
 
-	enqueueScript = script.New(enqueueSrc)
+	enqueueScript  = script.New(enqueueSrc)
+	enqueue1Script = script.New(enqueue1Src)
 	finishScript  = script.New(finishSrc)
 	getScript     = script.New(getSrc)
 	cancelScript  = script.New(cancelSrc)

@@ -1,0 +1,13 @@
+-- enqueue1.lua: create one job to run at once, with no unique key, timeout or retention of its
+-- own: the most common publish, kept as cheap as a script can be (enqueue.lua does the rest).
+-- KEYS[1] stream, KEYS[2] stats hash, KEYS[3] job hash
+-- ARGV[1] id, ARGV[2] type, ARGV[3] payload, ARGV[4] metadata, ARGV[5] max_retries,
+--   ARGV[6] now (unix ms), ARGV[7] the entry's job field (keys.FormatEntryJob)
+-- Returns the new entry id, or '=' when the id exists already (nothing written).
+if redis.call('EXISTS', KEYS[3]) == 1 then return '=' end
+local e = redis.call('XADD', KEYS[1], '*', '_watermill_message_uuid', ARGV[1],
+  'payload', ARGV[3], 'metadata', ARGV[4], 'conveyor', ARGV[7])
+redis.call('HSET', KEYS[3], 'type', ARGV[2], 'status', 'queued', 'max_retries', ARGV[5],
+  'created_at', ARGV[6], 'entry', e, 'version', 1)
+redis.call('HINCRBY', KEYS[2], 'enqueued', 1)
+return e

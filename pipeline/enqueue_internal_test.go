@@ -1,0 +1,60 @@
+package pipeline
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/conveyorq/conveyor/internal/keys"
+	"github.com/conveyorq/conveyor/internal/redistest"
+)
+
+// A chunk sent again after a lost reply (go-redis retries it byte for byte) changes nothing:
+// the witness, its last generated-id job, exists, so every job is reported as existing.
+func TestEnqueueChunkRetryIsIdempotent(t *testing.T) {
+	t.Parallel()
+	rdb := redistest.Client(t)
+	c := NewClient(rdb, ClientConfig{})
+	queue := redistest.UniqueName(t)
+	q := keys.New(keys.DefaultPrefix, queue)
+	ctx := t.Context()
+	now := time.Now()
+
+	var preps []prepared
+	for i, opts := range [][]Option{nil, {WithID("chosen-1")}, nil, {WithDelay(time.Hour)}, nil} {
+		p, err := c.prepare(queue, &Task{Type: "t", Payload: []byte{byte('a' + i)}}, now, opts)
+		require.NoError(t, err)
+		preps = append(preps, p)
+	}
+	call := enqueueCall(q, preps, now)
+	first, err := call.Script.Run(ctx, rdb, call.Keys, call.Args...).StringSlice()
+	require.NoError(t, err)
+	require.Len(t, first, 5)
+	require.Equal(t, "", first[3], "the delayed one is scheduled")
+	for _, i := range []int{0, 1, 2, 4} {
+		require.NotEmpty(t, first[i])
+		require.NotEqual(t, "=", first[i])
+	}
+
+	again, err := call.Script.Run(ctx, rdb, call.Keys, call.Args...).StringSlice()
+	require.NoError(t, err)
+	require.Equal(t, []string{"=", "=", "=", "=", "="}, again)
+	xlen, err := rdb.XLen(ctx, q.Stream()).Result()
+	require.NoError(t, err)
+	require.EqualValues(t, 4, xlen, "no entry was added twice")
+	enq, err := rdb.HGet(ctx, q.Stats(), keys.StatEnqueued).Int()
+	require.NoError(t, err)
+	require.Equal(t, 5, enq)
+
+	// A chosen id is still looked up on its own, in a chunk that is otherwise new.
+	p1, err := c.prepare(queue, &Task{Type: "t"}, now, []Option{WithID("chosen-1")})
+	require.NoError(t, err)
+	p2, err := c.prepare(queue, &Task{Type: "t"}, now, nil)
+	require.NoError(t, err)
+	call = enqueueCall(q, []prepared{p1, p2}, now)
+	mixed, err := call.Script.Run(ctx, rdb, call.Keys, call.Args...).StringSlice()
+	require.NoError(t, err)
+	require.Equal(t, "=", mixed[0])
+	require.NotEqual(t, "=", mixed[1])
+}
