@@ -225,7 +225,10 @@ func (w *Worker) Run(ctx context.Context) error {
 		return errors.New("pipeline: worker already ran")
 	}
 	if err := w.waitForRedis(ctx); err != nil {
-		return nil // ctx ended while waiting: nothing ran, nothing to drain
+		if ctx.Err() != nil {
+			return nil // ctx ended while waiting: nothing ran, nothing to drain
+		}
+		return err
 	}
 
 	w.comp = newCompleter(w.rdb, w.cfg.Name, retentionMS(w.cfg.Retention), w.cfg.FlushInterval,
@@ -313,7 +316,8 @@ func (w *Worker) settleAfter(h message.HandlerFunc) message.HandlerFunc {
 }
 
 // waitForRedis pings until Redis answers and the scripts are loaded (pipelined EVALSHA needs
-// them), or ctx ends.
+// them), or ctx ends. An outage is waited out; a refusal (wrong password, an ACL that lacks a
+// command, a misconfigured server) is returned at once, since waiting cannot fix it.
 func (w *Worker) waitForRedis(ctx context.Context) error {
 	backoff := 100 * time.Millisecond
 	for {
@@ -333,6 +337,9 @@ func (w *Worker) waitForRedis(ctx context.Context) error {
 		}
 		if ctx.Err() != nil {
 			return ctx.Err()
+		}
+		if !transient(err) {
+			return fmt.Errorf("pipeline: redis refused the worker: %w", err)
 		}
 		w.log.Warn().Err(err).Dur("retry_in", backoff).Msg("redis unavailable")
 		select {

@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/conveyorq/conveyor/internal/keys"
+	"github.com/conveyorq/conveyor/internal/redistest"
 	"github.com/conveyorq/conveyor/pipeline"
 )
 
@@ -445,4 +446,20 @@ func TestManyQueuesOneWorker(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, q, got.Queue)
 	}
+}
+
+func TestWorkerFailsFastWhenRefused(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	admin := srv.Client(t)
+	require.NoError(t, admin.Do(t.Context(), "ACL", "SETUSER", "noscript", "on", ">pw", "~*", "+@all", "-@scripting").Err())
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr, Username: "noscript", Password: "pw"})
+	defer rdb.Close()
+	w := pipeline.NewWorker(rdb, pipeline.WorkerConfig{Logger: testLogger(t)})
+	w.Handle("echo", echo)
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	err := w.Run(ctx)
+	require.ErrorContains(t, err, "NOPERM", "a refusal is reported, not waited out")
+	require.NoError(t, ctx.Err(), "it returned at once")
 }
