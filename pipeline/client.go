@@ -118,8 +118,8 @@ func (c *Client) Enqueue(ctx context.Context, queue string, task Task, opts ...O
 // error some chunks may have been written: the returned jobs carry their ids, and calling again
 // with those ids (WithID) is idempotent.
 func (c *Client) EnqueueBatch(ctx context.Context, queue string, tasks []Task, opts ...Option) ([]*Job, error) {
-	if err := keys.ValidateQueue(queue); err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
+	if err := validate(queue, ""); err != nil {
+		return nil, err
 	}
 	if len(tasks) == 0 {
 		return nil, nil
@@ -392,6 +392,19 @@ func (c *Client) registerQueue(ctx context.Context, queue string) error {
 	return nil
 }
 
+// validate checks a queue name and, unless empty, a job id, wrapping ErrInvalid.
+func validate(queue, id string) error {
+	if err := keys.ValidateQueue(queue); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
+	if id != "" {
+		if err := keys.ValidateID(id); err != nil {
+			return fmt.Errorf("%w: %w", ErrInvalid, err)
+		}
+	}
+	return nil
+}
+
 // keys returns queue's key names, built once per queue that was enqueued to. Other queues'
 // names are built per call: the cache must not grow with names a caller makes up.
 func (c *Client) keys(queue string) keys.Queue {
@@ -406,11 +419,8 @@ func NewID() string { return ulid.Make().String() }
 
 // Get returns the job's current state, or ErrNotFound.
 func (c *Client) Get(ctx context.Context, queue, id string) (*Job, error) {
-	if err := keys.ValidateQueue(queue); err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
-	}
-	if err := keys.ValidateID(id); err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
+	if err := validate(queue, id); err != nil {
+		return nil, err
 	}
 	q := c.keys(queue)
 	flat, err := getScript.Run(ctx, c.rdb, []string{q.Job(id), q.Stream()}).StringSlice()
@@ -487,11 +497,8 @@ func jobFromHash(queue, id string, flat []string) (*Job, error) {
 // job's handler has its context cancelled at the worker's next lease renewal and its result is
 // refused. It returns ErrNotCancelable for a finished job and ErrNotFound for an unknown one.
 func (c *Client) Cancel(ctx context.Context, queue, id string) error {
-	if err := keys.ValidateQueue(queue); err != nil {
-		return fmt.Errorf("%w: %w", ErrInvalid, err)
-	}
-	if err := keys.ValidateID(id); err != nil {
-		return fmt.Errorf("%w: %w", ErrInvalid, err)
+	if err := validate(queue, id); err != nil {
+		return err
 	}
 	q := c.keys(queue)
 	n, err := cancelScript.Run(ctx, c.rdb,
@@ -533,8 +540,8 @@ type QueueStats struct {
 
 // Stats reads a queue's gauges and counters in one round trip.
 func (c *Client) Stats(ctx context.Context, queue string) (*QueueStats, error) {
-	if err := keys.ValidateQueue(queue); err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
+	if err := validate(queue, ""); err != nil {
+		return nil, err
 	}
 	q := c.keys(queue)
 	var counters *redis.MapStringStringCmd
@@ -588,8 +595,8 @@ func (c *Client) Queues(ctx context.Context) ([]string, error) {
 
 // Dead lists up to limit dead jobs of queue, newest first, starting at offset, and the total.
 func (c *Client) Dead(ctx context.Context, queue string, offset, limit int) ([]*Job, int64, error) {
-	if err := keys.ValidateQueue(queue); err != nil {
-		return nil, 0, fmt.Errorf("%w: %w", ErrInvalid, err)
+	if err := validate(queue, ""); err != nil {
+		return nil, 0, err
 	}
 	if offset < 0 || limit <= 0 {
 		return nil, 0, invalid("offset %d, limit %d", offset, limit)
@@ -631,11 +638,8 @@ func (c *Client) Dead(ctx context.Context, queue string, offset, limit int) ([]*
 // Replay moves a dead job back into the stream for a fresh set of attempts. It returns
 // ErrNotDead for a job that is not in the dead set and ErrNotFound for an unknown id.
 func (c *Client) Replay(ctx context.Context, queue, id string) error {
-	if err := keys.ValidateQueue(queue); err != nil {
-		return fmt.Errorf("%w: %w", ErrInvalid, err)
-	}
-	if err := keys.ValidateID(id); err != nil {
-		return fmt.Errorf("%w: %w", ErrInvalid, err)
+	if err := validate(queue, id); err != nil {
+		return err
 	}
 	q := c.keys(queue)
 	res, err := replayScript.Run(ctx, c.rdb, []string{q.Stream(), q.Dead(), q.Job(id)},
@@ -659,8 +663,8 @@ func (c *Client) Replay(ctx context.Context, queue, id string) error {
 
 // Purge deletes the dead jobs of queue that died at or before `before` and returns how many.
 func (c *Client) Purge(ctx context.Context, queue string, before time.Time) (int, error) {
-	if err := keys.ValidateQueue(queue); err != nil {
-		return 0, fmt.Errorf("%w: %w", ErrInvalid, err)
+	if err := validate(queue, ""); err != nil {
+		return 0, err
 	}
 	q := c.keys(queue)
 	const limit = 500

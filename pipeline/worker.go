@@ -5,14 +5,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"runtime/debug"
 	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/redis/go-redis/v9"
 	"github.com/rs/zerolog"
@@ -91,8 +89,7 @@ func (c WorkerConfig) withDefaults() WorkerConfig {
 	}
 	c.Prefix = cmp.Or(c.Prefix, keys.DefaultPrefix)
 	if c.Name == "" {
-		host, _ := os.Hostname()
-		c.Name = fmt.Sprintf("%s-%d-%s", host, os.Getpid(), watermill.NewShortUUID()[:6])
+		c.Name = stream.DefaultConsumer()
 	}
 	c.Concurrency = cmp.Or(c.Concurrency, DefaultConcurrency)
 	c.ReadBatch = cmp.Or(c.ReadBatch, min(c.Concurrency, 500))

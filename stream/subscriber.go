@@ -89,13 +89,18 @@ type Config struct {
 	Logger watermill.LoggerAdapter
 }
 
+// DefaultConsumer returns a consumer name unique to this process: hostname-pid-random.
+func DefaultConsumer() string {
+	host, _ := os.Hostname()
+	return fmt.Sprintf("%s-%d-%s", host, os.Getpid(), watermill.NewShortUUID()[:6])
+}
+
 func (c Config) withDefaults() Config {
 	if c.ManualSettle {
 		c.DeferAck = true
 	}
 	if c.Consumer == "" {
-		host, _ := os.Hostname()
-		c.Consumer = fmt.Sprintf("%s-%d-%s", host, os.Getpid(), watermill.NewShortUUID()[:6])
+		c.Consumer = DefaultConsumer()
 	}
 	if c.Unmarshaller == nil {
 		c.Unmarshaller = DefaultUnmarshaller{}
