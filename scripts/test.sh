@@ -3,7 +3,7 @@
 # on PATH; tests start private redis-server processes on free ports and never touch a server
 # already running on 6379.
 #
-#   1. formatting and vet, for the main module and the bench module
+#   1. formatting, vet and staticcheck, for the main module and the bench module
 #   2. the race-enabled test suite of the main module: unit, integration (real Redis,
 #      standalone and a 3-node cluster), end-to-end (the built binary; workers SIGKILLed,
 #      SIGSTOPped and SIGTERMed) and runnable examples
@@ -23,6 +23,12 @@ fi
 step "go vet"
 go vet ./...
 (cd bench && go vet ./...)
+
+step "staticcheck"
+# Pinned, run through the module proxy: nothing to install by hand. All checks on; none disabled.
+staticcheck="honnef.co/go/tools/cmd/staticcheck@v0.8.2"
+go run "$staticcheck" ./...
+(cd bench && go run "$staticcheck" ./...)
 
 step "go test -race ./..."
 go test -race -count=1 -timeout 20m ./...

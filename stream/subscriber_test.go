@@ -628,16 +628,6 @@ func shuttingDown(sub *Subscriber) bool {
 	return true
 }
 
-// countPendingNoGroupOK is pendingCount where a missing group counts as nothing pending.
-func countPendingNoGroupOK(t *testing.T, rdb *redis.Client, topic string) int64 {
-	t.Helper()
-	p, err := rdb.XPending(context.Background(), topic, testGroup).Result()
-	if err != nil && redis.HasErrorPrefix(err, "NOGROUP") {
-		return 0
-	}
-	require.NoError(t, err)
-	return p.Count
-}
 
 func TestConfig(t *testing.T) {
 	t.Parallel()

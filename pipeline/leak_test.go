@@ -1,0 +1,45 @@
+package pipeline_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"github.com/conveyorq/conveyor/internal/redistest"
+	"github.com/conveyorq/conveyor/pipeline"
+)
+
+// A worker that ran (scheduler, recoverer, subscriber, completer, router) leaves no goroutine
+// behind once Run returns and its client is closed. Not parallel: parallel tests are paused
+// while it runs, so IgnoreCurrent sees a quiet package.
+func TestWorkerLeavesNoGoroutines(t *testing.T) {
+	srv := redistest.Shared(t)
+	before := goleak.IgnoreCurrent()
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	queue := redistest.UniqueName(t)
+	c := pipeline.NewClient(rdb, pipeline.ClientConfig{})
+	w := pipeline.NewWorker(rdb, pipeline.WorkerConfig{Queues: []string{queue}, Logger: testLogger(t),
+		VisibilityTimeout: time.Second, RecoveryInterval: 100 * time.Millisecond})
+	w.Handle("echo", echo)
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx) }()
+	j, err := c.Enqueue(t.Context(), queue, pipeline.Task{Type: "echo"})
+	require.NoError(t, err)
+	delayed, err := c.Enqueue(t.Context(), queue, pipeline.Task{Type: "echo"}, pipeline.WithDelay(50*time.Millisecond))
+	require.NoError(t, err)
+	for _, id := range []string{j.ID, delayed.ID} {
+		require.Eventually(t, func() bool {
+			got, err := c.Get(t.Context(), queue, id)
+			return err == nil && got.Status == pipeline.StatusCompleted
+		}, 10*time.Second, 10*time.Millisecond)
+	}
+	cancel()
+	require.NoError(t, <-done)
+	require.NoError(t, rdb.Close())
+	goleak.VerifyNone(t, before)
+}
