@@ -3,40 +3,68 @@ package delayed_test
 import (
 	"context"
 	"fmt"
+	"time"
 
+	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/conveyorq/conveyor/delayed"
+	"github.com/conveyorq/conveyor/pipeline"
 )
 
 // Promote what is due in a queue once, by hand; Run does this in a loop, sleeping until the
-// next due time.
+// next due time. (An in-process Redis stands in for yours.)
 func ExampleScheduler_Promote() {
-	rdb := redis.NewClient(&redis.Options{Addr: "localhost:6379"})
+	m, err := miniredis.Run()
+	if err != nil {
+		panic(err)
+	}
+	defer m.Close()
+	rdb := redis.NewClient(&redis.Options{Addr: m.Addr()})
 	defer rdb.Close()
+	ctx := context.Background()
 
-	s := delayed.New(rdb, delayed.Config{Queues: []string{"emails"}})
-	moved, next, err := s.Promote(context.Background(), "emails")
+	c := pipeline.NewClient(rdb, pipeline.ClientConfig{})
+	soon, _ := c.Enqueue(ctx, "emails", pipeline.Task{Type: "welcome"}, pipeline.WithDelay(time.Minute))
+	later, _ := c.Enqueue(ctx, "emails", pipeline.Task{Type: "digest"}, pipeline.WithDelay(time.Hour))
+
+	// A clock two minutes ahead: the first job is due, the second is not.
+	s := delayed.New(rdb, delayed.Config{Queues: []string{"emails"},
+		Now: func() time.Time { return time.Now().Add(2 * time.Minute) }})
+	moved, next, err := s.Promote(ctx, "emails")
 	if err != nil {
 		fmt.Println("error:", err)
 		return
 	}
-	fmt.Printf("promoted %d jobs", moved)
-	if !next.IsZero() {
-		fmt.Printf("; the next is due at %s", next)
-	}
-	fmt.Println()
+	j1, _ := c.Get(ctx, "emails", soon.ID)
+	j2, _ := c.Get(ctx, "emails", later.ID)
+	fmt.Println("promoted", moved, j1.Status, j2.Status, next.Equal(later.RunAt))
+	// Output: promoted 1 queued scheduled true
 }
 
-// Run the scheduler until ctx ends; every worker process may run one.
+// Run the scheduler until ctx ends; every worker process may run one (pipeline.Worker runs one
+// unless WorkerConfig.DisableScheduler is set).
 func ExampleScheduler_Run() {
-	rdb := redis.NewClient(&redis.Options{Addr: "localhost:6379"})
-	defer rdb.Close()
-
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	s := delayed.New(rdb, delayed.Config{Queues: []string{"emails", "reports"}})
-	if err := s.Run(ctx); err != nil {
-		fmt.Println("error:", err)
+	m, err := miniredis.Run()
+	if err != nil {
+		panic(err)
 	}
+	defer m.Close()
+	rdb := redis.NewClient(&redis.Options{Addr: m.Addr()})
+	defer rdb.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+
+	c := pipeline.NewClient(rdb, pipeline.ClientConfig{})
+	s := delayed.New(rdb, delayed.Config{Queues: []string{"emails", "reports"}})
+	go s.Run(ctx)
+	j, _ := c.Enqueue(ctx, "reports", pipeline.Task{Type: "render"}, pipeline.WithDelay(100*time.Millisecond))
+	for ctx.Err() == nil {
+		if got, _ := c.Get(ctx, "reports", j.ID); got.Status == pipeline.StatusQueued {
+			fmt.Println("promoted when due")
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	// Output: promoted when due
 }

@@ -6,48 +6,79 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/conveyorq/conveyor/internal/keys"
+	"github.com/conveyorq/conveyor/pipeline"
 	"github.com/conveyorq/conveyor/recovery"
 )
 
 // Run a duty on at most one process at a time. The lock is extended while fn runs; if it is
 // lost anyway (a stall past the TTL), fn's context is canceled with cause ErrLockLost.
+// (An in-process Redis stands in for yours.)
 func ExampleLock_Do() {
-	rdb := redis.NewClient(&redis.Options{Addr: "localhost:6379"})
+	m, err := miniredis.Run()
+	if err != nil {
+		panic(err)
+	}
+	defer m.Close()
+	rdb := redis.NewClient(&redis.Options{Addr: m.Addr()})
 	defer rdb.Close()
+	ctx := context.Background()
 
-	lock := recovery.NewLock(rdb, "myapp:{reports}:lock", 10*time.Second)
-	ran, err := lock.Do(context.Background(), func(ctx context.Context) error {
-		select {
-		case <-time.After(time.Second): // the work, passing ctx to every call
-			return nil
-		case <-ctx.Done():
-			return context.Cause(ctx)
-		}
+	mine := recovery.NewLock(rdb, "myapp:{reports}:lock", 10*time.Second)
+	theirs := recovery.NewLock(rdb, "myapp:{reports}:lock", 10*time.Second)
+	ran, err := mine.Do(ctx, func(ctx context.Context) error {
+		// While this runs, another process's attempt is refused: a value, not an error.
+		got, err := theirs.Acquire(ctx)
+		fmt.Println("the other process got it:", got, err)
+		return nil
 	})
 	switch {
 	case errors.Is(err, recovery.ErrLockLost):
 		fmt.Println("lost the lock midway; another process carries on")
 	case err != nil:
 		fmt.Println("error:", err)
-	case !ran:
-		fmt.Println("another process holds the lock")
+	default:
+		fmt.Println("ran:", ran)
 	}
+	got, _ := theirs.Acquire(ctx)
+	fmt.Println("after release, the other process got it:", got)
+	// Output:
+	// the other process got it: false <nil>
+	// ran: true
+	// after release, the other process got it: true
 }
 
-// One scan by hand, as a worker's Recoverer does every Interval.
+// One scan by hand, as a worker's Recoverer does every Interval: a job delivered to a worker
+// that died is put back with its lost attempt counted.
 func ExampleRecoverer_RunOnce() {
-	rdb := redis.NewClient(&redis.Options{Addr: "localhost:6379"})
+	m, err := miniredis.Run()
+	if err != nil {
+		panic(err)
+	}
+	defer m.Close()
+	rdb := redis.NewClient(&redis.Options{Addr: m.Addr()})
 	defer rdb.Close()
+	ctx := context.Background()
 
-	r := recovery.NewRecoverer(rdb, recovery.Config{Queue: "emails", VisibilityTimeout: time.Minute})
-	res, scanned, err := r.RunOnce(context.Background())
+	c := pipeline.NewClient(rdb, pipeline.ClientConfig{})
+	j, _ := c.Enqueue(ctx, "emails", pipeline.Task{Type: "welcome"})
+	// A worker reads the job, then dies before it finishes.
+	q := keys.New(keys.DefaultPrefix, "emails")
+	rdb.XGroupCreateMkStream(ctx, q.Stream(), keys.Group, "0")
+	rdb.XReadGroup(ctx, &redis.XReadGroupArgs{Group: keys.Group, Consumer: "dead-worker",
+		Streams: []string{q.Stream(), ">"}, Count: 1})
+	time.Sleep(20 * time.Millisecond)
+
+	r := recovery.NewRecoverer(rdb, recovery.Config{Queue: "emails", VisibilityTimeout: 10 * time.Millisecond})
+	res, scanned, err := r.RunOnce(ctx)
 	if err != nil {
 		fmt.Println("error:", err)
 		return
 	}
-	if scanned {
-		fmt.Printf("requeued %d, dead %d\n", res.Requeued, res.Dead)
-	}
+	got, _ := c.Get(ctx, "emails", j.ID)
+	fmt.Println(scanned, res.Requeued, got.Status, got.Attempt)
+	// Output: true 1 queued 1
 }

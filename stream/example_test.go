@@ -1,0 +1,59 @@
+package stream_test
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/conveyorq/conveyor/stream"
+)
+
+// Read a stream in a consumer group as a Watermill Subscriber, in batches. Entries in
+// watermill-redisstream's layout (here written by hand) come out as messages; an entry that
+// cannot be read comes out marked with PoisonKey instead of stopping the subscription.
+// (An in-process Redis stands in for yours.)
+func Example() {
+	m, err := miniredis.Run()
+	if err != nil {
+		panic(err)
+	}
+	defer m.Close()
+	rdb := redis.NewClient(&redis.Options{Addr: m.Addr()})
+	defer rdb.Close()
+	ctx := context.Background()
+
+	for _, v := range [][]any{
+		{stream.FieldUUID, "m1", stream.FieldPayload, "hello", stream.FieldMetadata, ""},
+		{"garbage", "no uuid here"},
+		{stream.FieldUUID, "m2", stream.FieldPayload, "world", stream.FieldMetadata, ""},
+	} {
+		rdb.XAdd(ctx, &redis.XAddArgs{Stream: "events", Values: v})
+	}
+
+	// Concurrency 1 hands out one message at a time, in stream order; with more, messages are
+	// handled side by side and order is not kept.
+	sub, err := stream.NewSubscriber(stream.Config{Client: rdb, Group: "app", Concurrency: 1})
+	if err != nil {
+		panic(err)
+	}
+	defer sub.Close()
+	msgs, err := sub.Subscribe(ctx, "events")
+	if err != nil {
+		panic(err)
+	}
+	for range 3 {
+		msg := <-msgs
+		if reason, bad := msg.Metadata[stream.PoisonKey]; bad {
+			fmt.Println("unreadable:", reason)
+		} else {
+			fmt.Println(msg.UUID, string(msg.Payload))
+		}
+		msg.Ack() // acks are sent in batches
+	}
+	// Output:
+	// m1 hello
+	// unreadable: missing _watermill_message_uuid
+	// m2 world
+}
