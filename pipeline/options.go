@@ -11,23 +11,21 @@ import (
 type Option func(*enqueueOptions)
 
 type enqueueOptions struct {
-	id          string
-	delay       time.Duration
-	runAt       time.Time
-	maxRetries  int
-	hasRetries  bool
-	timeout     time.Duration
-	uniqueKey   string
-	uniqueTTL   time.Duration
-	hasUnique   bool
-	retention   time.Duration
-	hasRetain   bool
-	metadata    map[string]string
-	errs        []error
-	hasDelay    bool
-	hasRunAt    bool
-	hasTimeout  bool
-	hasMetadata bool
+	id         string
+	delay      time.Duration
+	runAt      time.Time
+	maxRetries int
+	hasRetries bool
+	timeout    time.Duration
+	uniqueKey  string
+	uniqueTTL  time.Duration
+	hasUnique  bool
+	retention  time.Duration
+	hasRetain  bool
+	metadata   map[string]string
+	errs       []error
+	hasDelay   bool
+	hasRunAt   bool
 }
 
 // WithID sets the job id instead of a generated one. Enqueueing an id that exists does not make
@@ -78,7 +76,7 @@ func WithTimeout(d time.Duration) Option {
 		if d < 0 {
 			o.errs = append(o.errs, invalid("negative timeout %s", d))
 		}
-		o.timeout, o.hasTimeout = d, true
+		o.timeout = d
 	}
 }
 
@@ -117,6 +115,5 @@ func WithMetadata(md map[string]string) Option {
 		for k, v := range md {
 			o.metadata[k] = v
 		}
-		o.hasMetadata = true
 	}
 }

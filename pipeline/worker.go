@@ -207,7 +207,8 @@ func (w *Worker) Ready() <-chan struct{} { return w.ready }
 // ShutdownTimeout for running jobs, cancels and puts back those still running, writes every
 // pending transition, and returns nil. It runs the delayed scheduler and a recoverer per queue
 // unless disabled. While Redis is unreachable at start, Run waits for it (logging) until ctx
-// ends. A Worker runs once.
+// ends; if Redis refuses it (a wrong password, an ACL without a needed command), Run returns
+// that error at once. A Worker runs once.
 func (w *Worker) Run(ctx context.Context) error {
 	if err := w.cfg.validate(); err != nil {
 		return err
