@@ -628,7 +628,6 @@ func shuttingDown(sub *Subscriber) bool {
 	return true
 }
 
-
 func TestConfig(t *testing.T) {
 	t.Parallel()
 	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:0"}) // never dialled
