@@ -5,7 +5,6 @@ import (
 	"errors"
 	"strconv"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -26,7 +25,7 @@ const (
 
 // transition is one state change a worker asks for; finish.lua applies it, fenced by entry.
 type transition struct {
-	q        keys.Queue
+	q        *keys.Queue // shared, not copied: every job makes several transitions
 	op       string
 	id       string
 	entry    string
@@ -71,10 +70,6 @@ type completer struct {
 	full    chan struct{}
 	stop    chan struct{}
 	done    chan struct{}
-
-	applied atomic.Int64
-	refused atomic.Int64
-	dropped atomic.Int64
 }
 
 // chunk is a batch of outcomes whose handlers wait for done.
@@ -202,7 +197,6 @@ func (c *completer) final() {
 		}
 		if time.Now().After(deadline) {
 			c.log.Error().Int("transitions", left).Msg("could not write job transitions before shutdown; their jobs will be recovered")
-			c.dropped.Add(int64(left))
 			return
 		}
 		time.Sleep(100 * time.Millisecond)
@@ -234,7 +228,7 @@ func (c *completer) flush(ctx context.Context, all bool) bool {
 			cutoff := time.Now().Add(-c.interval).UnixMilli()
 			for e, m := range c.starts {
 				if all || m.at <= cutoff {
-					batch = append(batch, transition{q: *m.q, op: opStart, id: m.id, entry: e,
+					batch = append(batch, transition{q: m.q, op: opStart, id: m.id, entry: e,
 						attempt: m.attempt, started: m.at})
 					delete(c.starts, e)
 				}
@@ -302,21 +296,17 @@ func (c *completer) write(ctx context.Context, batch []transition) []transition 
 				case transient(err) || t.tries < 5:
 					retry = append(retry, t)
 				default:
-					c.dropped.Add(1)
 					c.log.Error().Err(err).Str("job_id", t.id).Str("op", t.op).Msg("giving up on a job transition; the job will be recovered")
 				}
 			}
 			continue
 		}
 		for k, code := range codes {
-			t := groups[i][k]
-			if code == 0 {
-				c.refused.Add(1)
+			// Refusals are counted by finish.lua in the queue's stats (refused).
+			if t := groups[i][k]; code == 0 {
 				c.log.Info().Str("job_id", t.id).Str("entry", t.entry).Str("op", t.op).
 					Msg("transition refused: the job moved on (recovered, canceled or finished elsewhere)")
-				continue
 			}
-			c.applied.Add(1)
 		}
 	}
 	return retry

@@ -138,8 +138,7 @@ type Worker struct {
 
 	running atomic.Bool
 	ready   chan struct{}
-	queues  map[string]keys.Queue  // by stream key
-	qkeys   map[string]*keys.Queue // the same, shared by pointer (by queue name)
+	queues  map[string]*keys.Queue // by stream key
 	comp    *completer
 	sub     *stream.Subscriber
 }
@@ -156,13 +155,11 @@ func NewWorker(rdb redis.UniversalClient, cfg WorkerConfig) *Worker {
 		log:      cfg.Logger.With().Str("worker", cfg.Name).Logger(),
 		handlers: make(map[string]HandlerFunc),
 		ready:    make(chan struct{}),
-		queues:   make(map[string]keys.Queue, len(cfg.Queues)),
+		queues:   make(map[string]*keys.Queue, len(cfg.Queues)),
 	}
-	w.qkeys = make(map[string]*keys.Queue, len(cfg.Queues))
 	for _, name := range cfg.Queues {
 		q := keys.New(cfg.Prefix, name)
-		w.queues[q.Stream()] = q
-		w.qkeys[name] = &q
+		w.queues[q.Stream()] = &q
 	}
 	return w
 }
@@ -392,7 +389,7 @@ func (w *Worker) handleMessage(msg *message.Message) error {
 
 // transition is the start of the outcome of an attempt; the payload goes back with it when it
 // is small and the job has no metadata (see finish.lua).
-func (w *Worker) transition(q keys.Queue, j *Job, start time.Time) transition {
+func (w *Worker) transition(q *keys.Queue, j *Job, start time.Time) transition {
 	t := transition{q: q, id: j.ID, entry: j.Entry, attempt: j.Attempt, started: start.UnixMilli()}
 	if len(j.Metadata) == 0 && len(j.Payload) <= sendBackBytes {
 		t.sent, t.payload = true, j.Payload
@@ -401,17 +398,14 @@ func (w *Worker) transition(q keys.Queue, j *Job, start time.Time) transition {
 }
 
 // started marks the attempt as started (written later, if the job is still running then).
-func (w *Worker) started(q keys.Queue, j *Job) time.Time {
+func (w *Worker) started(q *keys.Queue, j *Job) time.Time {
 	start := time.Now()
-	w.comp.started(j.Entry, startMark{q: w.keysOf(q), id: j.ID, attempt: j.Attempt, at: start.UnixMilli()})
+	w.comp.started(j.Entry, startMark{q: q, id: j.ID, attempt: j.Attempt, at: start.UnixMilli()})
 	return start
 }
 
-// keysOf returns the worker's shared copy of q.
-func (w *Worker) keysOf(q keys.Queue) *keys.Queue { return w.qkeys[q.Name()] }
-
 // noHandler sends a job whose type has no handler to the dead set.
-func (w *Worker) noHandler(q keys.Queue, j *Job) <-chan struct{} {
+func (w *Worker) noHandler(q *keys.Queue, j *Job) <-chan struct{} {
 	now := time.Now()
 	t := w.transition(q, j, now)
 	t.op, t.finished = opFail, now.UnixMilli()
@@ -422,7 +416,7 @@ func (w *Worker) noHandler(q keys.Queue, j *Job) <-chan struct{} {
 
 // outcome records what the attempt came to and returns the channel to wait on before the
 // job's slot is freed, or nil when there is nothing to write (the attempt was abandoned).
-func (w *Worker) outcome(ctx context.Context, q keys.Queue, j *Job, start time.Time, result []byte, err error) <-chan struct{} {
+func (w *Worker) outcome(ctx context.Context, q *keys.Queue, j *Job, start time.Time, result []byte, err error) <-chan struct{} {
 	if err != nil {
 		if cause := context.Cause(ctx); errors.Is(cause, stream.ErrClosed) || errors.Is(cause, stream.ErrLeaseLost) {
 			// The attempt was abandoned, not failed: on shutdown the entry is put back; on a
@@ -504,7 +498,7 @@ func call(ctx context.Context, h HandlerFunc, j *Job, log *zerolog.Logger) (res 
 }
 
 // poison sends an unreadable entry to the dead set, keeping its raw fields.
-func (w *Worker) poison(q keys.Queue, msg *message.Message, reason string) {
+func (w *Worker) poison(q *keys.Queue, msg *message.Message, reason string) {
 	entry := msg.Metadata[stream.EntryIDKey]
 	id := msg.UUID
 	if !keys.ValidID(id) {

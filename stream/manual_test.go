@@ -95,8 +95,8 @@ func TestManualSettle(t *testing.T) {
 			}(m)
 		}
 		cancel()
-		time.Sleep(100 * time.Millisecond)
-		sub.Settle(got[1])
+		require.Eventually(t, func() bool { return shuttingDown(sub) }, 5*time.Second, time.Millisecond)
+		sub.Settle(got[1]) // within the close timeout: settled, not released
 		requireClosed(t, msgs, 5*time.Second)
 		require.ElementsMatch(t, entryIDs(got[2:]), rel.get(topic))
 		require.Eventually(t, func() bool { return cancelled.Load() == 3 }, 5*time.Second, 10*time.Millisecond)
