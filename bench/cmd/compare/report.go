@@ -11,17 +11,25 @@ import (
 
 // report is what the command prints: as JSON with -json, else as markdown tables.
 type report struct {
-	Machine  machineFacts              `json:"machine"`
-	Config   map[string]any            `json:"config"`
-	Systems  map[string]map[string]any `json:"systems"`
-	Ratios   map[string]float64        `json:"ratios"`
-	Targets  []target                  `json:"targets"`
-	Errors   []string                  `json:"errors"`
-	Warnings []string                  `json:"warnings"`
+	Machine machineFacts              `json:"machine"`
+	Config  map[string]any            `json:"config"`
+	Systems map[string]map[string]any `json:"systems"`
+	// Ratios are paired: for each round, conveyor's value over the other system's value in
+	// the same round (the runs are seconds apart), then the median over rounds.
+	Ratios map[string]float64 `json:"ratios"`
+	// RatiosPerRound are the paired ratios of each round, in round order.
+	RatiosPerRound map[string][]float64 `json:"ratios_per_round"`
+	// RatiosOfMedians divide the medians instead, as a cross-check; on a VM whose speed
+	// drifts between minutes they scatter more than the paired ones.
+	RatiosOfMedians map[string]float64 `json:"ratios_of_medians"`
+	Targets         []target           `json:"targets"`
+	Errors          []string           `json:"errors"`
+	Warnings        []string           `json:"warnings"`
 
 	medians  map[string]map[string]float64 // system or variant -> metric -> median
 	families []string
 	variants map[string][]string
+	rounds   int
 }
 
 type target struct {
@@ -76,14 +84,18 @@ func buildReport(o options, machine machineFacts, res *results) *report {
 			"delayed_jobs": delayedCount(o.jobs), "delayed_delay_ms": delayedDelay.Milliseconds(),
 			"timeout": o.timeout.String(),
 		},
-		Systems:  map[string]map[string]any{},
-		Ratios:   map[string]float64{},
-		Targets:  []target{},
-		Errors:   append([]string{}, res.errs...),
-		Warnings: append([]string{}, res.warnings...),
-		medians:  map[string]map[string]float64{},
-		families: o.systems,
-		variants: variantsOf(o),
+		Systems: map[string]map[string]any{},
+		Ratios:  map[string]float64{},
+
+		RatiosPerRound:  map[string][]float64{},
+		RatiosOfMedians: map[string]float64{},
+		Targets:         []target{},
+		Errors:          append([]string{}, res.errs...),
+		Warnings:        append([]string{}, res.warnings...),
+		medians:         map[string]map[string]float64{},
+		families:        o.systems,
+		rounds:          o.rounds,
+		variants:        variantsOf(o),
 	}
 	// Variants: medians over rounds.
 	for v, ms := range res.vals {
@@ -149,6 +161,25 @@ func buildReport(o options, machine machineFacts, res *results) *report {
 	return rep
 }
 
+// perRound is a system's value of metric in each round: a family with several variants takes
+// its best variant of that round.
+func (rep *report) perRound(res *results, sys, metric string) map[int]float64 {
+	vs := rep.variants[sys]
+	if len(vs) == 0 {
+		vs = []string{sys}
+	}
+	out := map[int]float64{}
+	for _, v := range vs {
+		for round, x := range res.byRound[v][metric] {
+			cur, seen := out[round]
+			if !seen || (higherIsBetter(metric) && x > cur) || (!higherIsBetter(metric) && x < cur) {
+				out[round] = x
+			}
+		}
+	}
+	return out
+}
+
 func (rep *report) get(sys, metric string) (float64, bool) {
 	x, ok := rep.medians[sys][metric]
 	return x, ok && !math.IsNaN(x)
@@ -159,7 +190,20 @@ func (rep *report) ratiosAndTargets(res *results) {
 		x, ok1 := rep.get(a, am)
 		y, ok2 := rep.get(b, bm)
 		if ok1 && ok2 && y > 0 {
-			rep.Ratios[name] = round3(x / y)
+			rep.RatiosOfMedians[name] = round3(x / y)
+		}
+		xs, ys := rep.perRound(res, a, am), rep.perRound(res, b, bm)
+		var rs []float64
+		for round := 1; round <= rep.rounds; round++ {
+			x, ok1 := xs[round]
+			y, ok2 := ys[round]
+			if ok1 && ok2 && y > 0 && !math.IsNaN(x) && !math.IsNaN(y) {
+				rs = append(rs, round3(x/y))
+			}
+		}
+		if len(rs) > 0 {
+			rep.RatiosPerRound[name] = rs
+			rep.Ratios[name] = round3(median(rs))
 		}
 	}
 	ratio("e2e_vs_asynq", "conveyor", "e2e_jobs_per_s", "asynq", "e2e_jobs_per_s")
@@ -296,14 +340,19 @@ func writeMarkdown(w io.Writer, rep *report) {
 	table("Variants", vcols)
 
 	if len(rep.Ratios) > 0 {
-		fmt.Fprintf(w, "## Ratios (conveyor / other)\n\n| ratio | value |\n|---|---:|\n")
+		fmt.Fprintf(w, "## Ratios (conveyor / other)\n\nPaired: each round's ratio of two runs seconds apart, then the median over rounds. The ratio of the medians is the cross-check.\n\n| ratio | paired median | per round | ratio of medians |\n|---|---:|---|---:|\n")
 		names := make([]string, 0, len(rep.Ratios))
 		for k := range rep.Ratios {
 			names = append(names, k)
 		}
 		slices.Sort(names)
 		for _, k := range names {
-			fmt.Fprintf(w, "| %s | %s |\n", k, fmtNum(rep.Ratios[k], true))
+			var per []string
+			for _, x := range rep.RatiosPerRound[k] {
+				per = append(per, fmtNum(x, true))
+			}
+			om, ok := rep.RatiosOfMedians[k]
+			fmt.Fprintf(w, "| %s | %s | %s | %s |\n", k, fmtNum(rep.Ratios[k], true), strings.Join(per, ", "), fmtNum(om, ok))
 		}
 		fmt.Fprintln(w)
 	}

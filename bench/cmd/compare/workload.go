@@ -16,23 +16,30 @@ import (
 
 // results collects per-round values by variant and metric.
 type results struct {
-	family   map[string]string               // variant -> family
-	vals     map[string]map[string][]float64 // variant -> metric -> one value per round
-	info     map[string]map[string]any       // variant -> key -> last value (leftovers, ...)
+	family   map[string]string                     // variant -> family
+	vals     map[string]map[string][]float64       // variant -> metric -> one value per round
+	byRound  map[string]map[string]map[int]float64 // variant -> metric -> round -> value
+	info     map[string]map[string]any             // variant -> key -> last value (leftovers, ...)
 	errs     []string
 	warnings []string
 }
 
 func newResults() *results {
-	return &results{family: map[string]string{}, vals: map[string]map[string][]float64{}, info: map[string]map[string]any{}}
+	return &results{family: map[string]string{}, vals: map[string]map[string][]float64{},
+		byRound: map[string]map[string]map[int]float64{}, info: map[string]map[string]any{}}
 }
 
-func (r *results) add(variant string, m map[string]float64) {
+func (r *results) add(variant string, round int, m map[string]float64) {
 	if r.vals[variant] == nil {
 		r.vals[variant] = map[string][]float64{}
+		r.byRound[variant] = map[string]map[int]float64{}
 	}
 	for k, v := range m {
 		r.vals[variant][k] = append(r.vals[variant][k], v)
+		if r.byRound[variant][k] == nil {
+			r.byRound[variant][k] = map[int]float64{}
+		}
+		r.byRound[variant][k][round] = v
 	}
 }
 
@@ -84,17 +91,25 @@ func runParent(ctx context.Context, o options, stdout, stderr io.Writer) int {
 	}
 	variants := variantsOf(o)
 	start := time.Now()
-	for round := 1; round <= o.rounds; round++ {
-		order := slices.Clone(o.systems)
-		k := (round - 1) % len(order)
-		order = append(order[k:], order[:k]...)
-		for _, fam := range order {
-			for i, v := range variants[fam] {
-				if ctx.Err() != nil {
-					fmt.Fprintln(stderr, "compare: interrupted")
-					return 1
+	// Workload by workload, and within one workload round by round with every system back to
+	// back (the order rotating): the runs a ratio compares are seconds apart, not minutes, so
+	// the drift of a shared VM's speed (up to 1.7x within minutes here) mostly cancels out.
+	for _, w := range r.workloads() {
+		for round := 1; round <= o.rounds; round++ {
+			order := slices.Clone(o.systems)
+			k := (round - 1) % len(order)
+			order = append(order[k:], order[:k]...)
+			for _, fam := range order {
+				for i, v := range variants[fam] {
+					if ctx.Err() != nil {
+						fmt.Fprintln(stderr, "compare: interrupted")
+						return 1
+					}
+					if w.perFamily && i > 0 {
+						continue
+					}
+					r.runWorkload(ctx, v, round, w)
 				}
-				r.runVariant(ctx, v, round, i == 0)
 			}
 		}
 	}
@@ -149,47 +164,50 @@ func (r *runner) baselineRSS(ctx context.Context) (int64, error) {
 	return procStatusKB(c.pid(), "VmHWM")
 }
 
-// runVariant runs all of one variant's workloads for one round. The producer-only workloads
-// and the delayed one run once per family (with its first variant).
-func (r *runner) runVariant(ctx context.Context, v string, round int, familyFirst bool) {
+// workload is one measurement run for one variant in one round.
+type workload struct {
+	name string
+	run  func(context.Context, System, string) (map[string]float64, error)
+	// perFamily workloads (the producer-only ones and the delayed one) run once per family,
+	// with its first variant: the variants differ only in their consumer.
+	perFamily bool
+}
+
+func (r *runner) workloads() []workload {
+	return []workload{
+		{"e2e", r.e2e, false}, {"live", r.live, false},
+		{"enqueue", r.enqueue, true}, {"enqueue_batch", r.enqueueBatch, true},
+		{"delayed", r.delayed, true},
+	}
+}
+
+// runWorkload runs workload w on variant v for one round.
+func (r *runner) runWorkload(ctx context.Context, v string, round int, w workload) {
 	sys, err := newSystem(v, r.o)
 	if err != nil {
 		r.res.errs = append(r.res.errs, err.Error())
 		return
 	}
 	r.res.family[v] = sys.Family()
-	type workload struct {
-		name string
-		run  func(context.Context, System, string) (map[string]float64, error)
+	if w.name == "delayed" && !sys.Delayed() {
+		return
 	}
-	ws := []workload{{"e2e", r.e2e}, {"live", r.live}}
-	if familyFirst {
-		ws = append(ws, workload{"enqueue", r.enqueue}, workload{"enqueue_batch", r.enqueueBatch})
-		if sys.Delayed() {
-			ws = append(ws, workload{"delayed", r.delayed})
-		}
+	r.seq++
+	queue := fmt.Sprintf("bench-%d-%s-r%d-%s", r.seq, v, round, w.name)
+	if err := r.admin.FlushAll(ctx).Err(); err != nil {
+		r.res.errs = append(r.res.errs, fmt.Sprintf("FLUSHALL: %v", err))
+		return
 	}
-	for _, w := range ws {
-		if ctx.Err() != nil {
-			return
-		}
-		r.seq++
-		queue := fmt.Sprintf("bench-%d-%s-r%d-%s", r.seq, v, round, w.name)
-		if err := r.admin.FlushAll(ctx).Err(); err != nil {
-			r.res.errs = append(r.res.errs, fmt.Sprintf("FLUSHALL: %v", err))
-			return
-		}
-		t0 := time.Now()
-		m, err := w.run(ctx, sys, queue)
-		if err != nil {
-			msg := fmt.Sprintf("%s %s round %d: %v", v, w.name, round, err)
-			r.res.errs = append(r.res.errs, msg)
-			fmt.Fprintln(r.logw, "compare: FAILED:", msg)
-			continue
-		}
-		r.res.add(v, m)
-		r.logf("round %d %-13s %-13s %6.1fs %s", round, v, w.name, time.Since(t0).Seconds(), brief(w.name, m))
+	t0 := time.Now()
+	m, err := w.run(ctx, sys, queue)
+	if err != nil {
+		msg := fmt.Sprintf("%s %s round %d: %v", v, w.name, round, err)
+		r.res.errs = append(r.res.errs, msg)
+		fmt.Fprintln(r.logw, "compare: FAILED:", msg)
+		return
 	}
+	r.res.add(v, round, m)
+	r.logf("round %d %-13s %-13s %6.1fs %s", round, v, w.name, time.Since(t0).Seconds(), brief(w.name, m))
 }
 
 func brief(w string, m map[string]float64) string {
