@@ -49,7 +49,8 @@ type transition struct {
 // acked, so a job keeps its worker slot until its outcome is in Redis: a worker never holds
 // more unfinished entries than its concurrency, which bounds what a crash makes run again.
 // Chunks are released one at a time, so the worker reads new jobs for the slots of one chunk
-// while the next is being written.
+// while the next is being written; finishWriters chunks are written at once, so Redis has the
+// next chunk in hand while the reply to the last one travels back.
 //
 // Nothing is lost when a write fails: transitions are retried; those that cannot be written
 // leave their entries pending, and recovery runs those jobs again after the visibility timeout.
@@ -60,6 +61,7 @@ type completer struct {
 	interval  time.Duration
 	maxBatch  int
 	slots     int // the worker's concurrency: write at once when this many wait
+	writers   int // chunks written at once (each on its own connection)
 	log       zerolog.Logger
 
 	mu      sync.Mutex
@@ -81,13 +83,14 @@ type chunk struct {
 func newCompleter(rdb redis.UniversalClient, worker string, retention int64, interval time.Duration, maxBatch, slots int, log zerolog.Logger) *completer {
 	return &completer{
 		rdb: rdb, worker: worker, retention: retention, interval: interval, maxBatch: maxBatch,
-		slots:  max(1, slots),
-		log:    log.With().Str("component", "completer").Logger(),
-		starts: make(map[string]startMark),
-		arm:    make(chan struct{}, 1),
-		full:   make(chan struct{}, 1),
-		stop:   make(chan struct{}),
-		done:   make(chan struct{}),
+		slots:   max(1, slots),
+		writers: finishWriters,
+		log:     log.With().Str("component", "completer").Logger(),
+		starts:  make(map[string]startMark),
+		arm:     make(chan struct{}, 1),
+		full:    make(chan struct{}, 1),
+		stop:    make(chan struct{}),
+		done:    make(chan struct{}),
 	}
 }
 
@@ -97,6 +100,14 @@ func signal(ch chan struct{}) {
 	default:
 	}
 }
+
+// finishWriters is how many chunks are written at once, each by its own goroutine on its own
+// connection. Measured on 2 cores (40,000-job drains, 15 alternating rounds, paired): two
+// writers drained 8-18% faster than one at equal or lower CPU per job; three were slower
+// than two. Chunks are independent (each job's outcome is in exactly one), so their order does
+// not matter; only a start mark may now land after its job's outcome, and finish.lua then
+// ignores it.
+const finishWriters = 2
 
 // startMark is an attempt's unwritten "started" mark: small, since every job makes one.
 type startMark struct {
@@ -148,6 +159,19 @@ func (c *completer) forget(entry string) {
 
 func (c *completer) run() {
 	defer close(c.done)
+	var wg sync.WaitGroup
+	for range c.writers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c.writeLoop()
+		}()
+	}
+	wg.Wait()
+	c.final()
+}
+
+func (c *completer) writeLoop() {
 	backoff := 50 * time.Millisecond
 	for {
 		select {
@@ -161,7 +185,6 @@ func (c *completer) run() {
 			t.Stop()
 		case <-c.full:
 		case <-c.stop:
-			c.final()
 			return
 		}
 		if c.flush(context.Background(), false) {
@@ -222,6 +245,9 @@ func (c *completer) flush(ctx context.Context, all bool) bool {
 			ch = c.chunks[0]
 			c.chunks = c.chunks[1:]
 			c.pending -= len(ch.items)
+			if len(c.chunks) > 1 || (len(c.chunks) == 1 && len(c.chunks[0].items) >= c.maxBatch) {
+				signal(c.full) // another writer may take the next full chunk meanwhile
+			}
 		}
 		var batch []transition
 		if first {
@@ -302,8 +328,9 @@ func (c *completer) write(ctx context.Context, batch []transition) []transition 
 			continue
 		}
 		for k, code := range codes {
-			// Refusals are counted by finish.lua in the queue's stats (refused).
-			if t := groups[i][k]; code == 0 {
+			// Refusals are counted by finish.lua in the queue's stats (refused). A start
+			// mark that came too late (the job finished or moved on) is not a refusal.
+			if t := groups[i][k]; code == 0 && t.op != opStart {
 				c.log.Info().Str("job_id", t.id).Str("entry", t.entry).Str("op", t.op).
 					Msg("transition refused: the job moved on (recovered, canceled or finished elsewhere)")
 			}

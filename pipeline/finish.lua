@@ -15,8 +15,8 @@
 --           record to keep it under (it may name no job)
 -- Every op but poison is fenced: it applies only while the job's `entry` is the given entry and
 -- the job is queued or in_progress; otherwise it is refused and the newer state stays. The
--- given entry is then acknowledged and deleted all the same (except for start), because it no
--- longer carries a live job.
+-- given entry is then acknowledged and deleted all the same, because it no longer carries a
+-- live job. A fenced-off start is only ignored (not counted, its entry left alone).
 -- Returns one code per item: 1 applied, 0 refused, 2 retry turned into dead.
 --
 -- Cost matters here (this runs for every job): each transition is one HMGET and one HSET (and a
@@ -54,8 +54,12 @@ for a = 5, #ARGV, 10 do
     local live = h[1] == entry and (h[2] == 'queued' or h[2] == 'in_progress')
     local version = cv_num(h[5], 0) + 1
     if not live then
-      n_refused = n_refused + 1
-      if op ~= 'start' then drop[#drop + 1] = entry end
+      -- A start mark that lands after its job moved on (the outcome was written first: the
+      -- worker writes chunks concurrently) changes nothing and is no refusal.
+      if op ~= 'start' then
+        n_refused = n_refused + 1
+        drop[#drop + 1] = entry
+      end
     elseif op == 'start' then
       redis.call('HSET', jobkey, 'status', 'in_progress', 'started_at', started,
         'attempt', attempt, 'worker', worker, 'version', version)
