@@ -17,7 +17,9 @@
 --
 -- A job queued at once stores no attempt (0), run_at and enqueued_at (both created_at): readers
 -- take those defaults, and a queued job's hash stays small.
-local now = tonumber(ARGV[1])
+-- Values handed to redis.call stay strings where they can: Redis formats a Lua number with
+-- snprintf("%.17g"), about 0.16 us per argument, which adds up at one HSET per job.
+local now, now_s = tonumber(ARGV[1]), ARGV[1]
 local witness, chosen = tonumber(ARGV[3]), ARGV[4]
 local out, created = {}, 0
 if witness > 0 and redis.call('EXISTS', KEYS[witness]) == 1 then
@@ -30,7 +32,8 @@ local earliest, earliest_id = nil, nil
 for a = 5, #ARGV, 9 do
   n = n + 1
   local id, typ, payload, md = ARGV[a], ARGV[a + 1], ARGV[a + 2], ARGV[a + 3]
-  local mr, tmo, run_at = ARGV[a + 4], ARGV[a + 5], tonumber(ARGV[a + 6])
+  local mr, tmo, run_at_s = ARGV[a + 4], ARGV[a + 5], ARGV[a + 6]
+  local run_at = tonumber(run_at_s)
   local retention, uttl = ARGV[a + 7], ARGV[a + 8]
   local jobkey = KEYS[k]
   local ukey = nil
@@ -50,27 +53,27 @@ for a = 5, #ARGV, 9 do
       local plain = tmo == '0' and retention == '' and not ukey
       if plain and run_at <= now then
         -- The common case, spelled out: one HSET with its arguments in place.
-        local e = cv_xadd(KEYS[1], id, payload, md, typ, 1, mr, tmo)
+        local e = cv_xadd(KEYS[1], id, payload, md, typ, '1', mr, tmo)
         redis.call('HSET', jobkey, 'type', typ, 'status', 'queued', 'max_retries', mr,
-          'created_at', now, 'entry', e, 'version', 1)
+          'created_at', now_s, 'entry', e, 'version', '1')
         out[#out + 1] = e
       else
         -- One HSET per job all the same: each redis.call costs more than its fields.
-        local f = {'type', typ, 'max_retries', mr, 'created_at', now, 'version', 1}
+        local f = {'type', typ, 'max_retries', mr, 'created_at', now_s, 'version', '1'}
         if tmo ~= '0' then f[#f + 1] = 'timeout_ms'; f[#f + 1] = tmo end
         if retention ~= '' then f[#f + 1] = 'retention_ms'; f[#f + 1] = retention end
         if ukey then f[#f + 1] = 'unique'; f[#f + 1] = ukey end
         if run_at <= now then
-          local e = cv_xadd(KEYS[1], id, payload, md, typ, 1, mr, tmo)
+          local e = cv_xadd(KEYS[1], id, payload, md, typ, '1', mr, tmo)
           f[#f + 1] = 'status'; f[#f + 1] = 'queued'
           f[#f + 1] = 'entry'; f[#f + 1] = e
           out[#out + 1] = e
         else
           f[#f + 1] = 'status'; f[#f + 1] = 'scheduled'
-          f[#f + 1] = 'run_at'; f[#f + 1] = run_at
+          f[#f + 1] = 'run_at'; f[#f + 1] = run_at_s
           f[#f + 1] = 'payload'; f[#f + 1] = payload
           f[#f + 1] = 'metadata'; f[#f + 1] = md
-          redis.call('ZADD', KEYS[2], run_at, id)
+          redis.call('ZADD', KEYS[2], run_at_s, id)
           if earliest == nil or run_at < earliest then earliest, earliest_id = run_at, id end
           out[#out + 1] = ''
         end

@@ -8,6 +8,6 @@ if redis.call('EXISTS', KEYS[3]) == 1 then return '=' end
 local e = redis.call('XADD', KEYS[1], '*', '_watermill_message_uuid', ARGV[1],
   'payload', ARGV[3], 'metadata', ARGV[4], 'conveyor', ARGV[7])
 redis.call('HSET', KEYS[3], 'type', ARGV[2], 'status', 'queued', 'max_retries', ARGV[5],
-  'created_at', ARGV[6], 'entry', e, 'version', 1)
+  'created_at', ARGV[6], 'entry', e, 'version', '1') -- '1', not 1: see enqueue.lua
 redis.call('HINCRBY', KEYS[2], 'enqueued', 1)
 return e

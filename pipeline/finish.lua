@@ -25,6 +25,14 @@
 local stream, scheduled, dead, stats = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local group, worker, default_ret, wake = ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[4]
 local drop, out = {}, {}
+-- Numbers go to redis.call as strings made once per distinct value: Redis formats a Lua number
+-- with snprintf (about 0.16 us per argument), and every job writes its version.
+local vstr = {}
+local function str(n)
+  local s = vstr[n]
+  if not s then s = tostring(n); vstr[n] = s end
+  return s
+end
 local n_done, n_retried, n_failed, n_refused, n_poison = 0, 0, 0, 0, 0
 local i = 0
 for a = 5, #ARGV, 10 do
@@ -62,10 +70,11 @@ for a = 5, #ARGV, 10 do
       end
     elseif op == 'start' then
       redis.call('HSET', jobkey, 'status', 'in_progress', 'started_at', started,
-        'attempt', attempt, 'worker', worker, 'version', version)
+        'attempt', attempt, 'worker', worker, 'version', str(version))
       code = 1
     else
       local ret = cv_num(h[4], default_ret)
+      local ret_s = h[4] or ARGV[3]
       local dies = op == 'fail' or (op == 'retry' and tonumber(attempt) > cv_num(h[3], 0))
       if h[6] and (op == 'done' or dies) and redis.call('GET', h[6]) == id then
         redis.call('DEL', h[6]) -- the job ends: free its unique key
@@ -78,13 +87,13 @@ for a = 5, #ARGV, 10 do
         if data == '' then
           redis.call('HSET', jobkey, 'status', 'completed', 'attempt', attempt,
             'started_at', started, 'completed_at', finished, 'worker', worker,
-            'version', version, 'payload', payload)
+            'version', str(version), 'payload', payload)
         else
           redis.call('HSET', jobkey, 'status', 'completed', 'attempt', attempt,
             'started_at', started, 'completed_at', finished, 'worker', worker,
-            'version', version, 'payload', payload, 'result', data)
+            'version', str(version), 'payload', payload, 'result', data)
         end
-        redis.call('PEXPIRE', jobkey, ret)
+        redis.call('PEXPIRE', jobkey, ret_s)
       else
         local f
         if sent then
@@ -93,7 +102,7 @@ for a = 5, #ARGV, 10 do
           f = cv_entry(stream, entry) or {}
         end
         local fields = {'attempt', attempt, 'started_at', started, 'worker', worker,
-          'version', version, 'payload', f['payload'] or '', 'metadata', f['metadata'] or ''}
+          'version', str(version), 'payload', f['payload'] or '', 'metadata', f['metadata'] or ''}
         local n = #fields
         if op == 'done' then
           fields[n + 1], fields[n + 2] = 'status', 'completed'
