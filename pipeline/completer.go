@@ -171,6 +171,7 @@ func (c *completer) run() {
 	c.final()
 }
 
+// writeLoop is one writer: it waits for a full chunk, the flush interval or stop, and writes.
 func (c *completer) writeLoop() {
 	backoff := 50 * time.Millisecond
 	for {

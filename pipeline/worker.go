@@ -312,10 +312,9 @@ func (w *Worker) settleAfter(h message.HandlerFunc) message.HandlerFunc {
 }
 
 // growStack grows the calling goroutine's stack to 4 KiB while it is shallow. The router runs
-// every message on a new goroutine, which Go starts with a 2 KiB stack (the adaptive start
-// size stays there: at each GC most of those goroutines have not run yet); a job's path needs
-// more, so the stack was copied once per job anyway, deep in the path where the copy has twice
-// as many frames to adjust. Growing it here, three frames down, is the cheaper copy (the same
+// every message on a new goroutine, which Go starts with a 2 KiB stack (its adaptive start
+// size stayed at that in our drains); a job's path needs more, so the stack was copied once per
+// job anyway, deep in the path where the copy has twice as many frames to adjust. Growing it here, three frames down, is the cheaper copy (the same
 // trick as CockroachDB's util/growstack). When the stack is big enough already this only
 // clears the buffer.
 //
