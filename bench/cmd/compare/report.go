@@ -102,7 +102,8 @@ func buildReport(o options, machine machineFacts, res *results) *report {
 		med := map[string]float64{}
 		obj := map[string]any{}
 		perRound := map[string][]float64{}
-		for k, xs := range ms {
+		for k, byRound := range ms {
+			xs := inRounds(byRound)
 			med[k] = median(xs)
 			obj[k] = round3(med[k])
 			rs := make([]float64, len(xs))
@@ -111,9 +112,9 @@ func buildReport(o options, machine machineFacts, res *results) *report {
 			}
 			perRound[k] = rs
 		}
-		if xs := ms["delayed_early"]; len(xs) > 0 {
+		if early := ms["delayed_early"]; len(early) > 0 {
 			total := 0.0
-			for _, x := range xs {
+			for _, x := range early {
 				total += x
 			}
 			obj["delayed_early_total"] = total
@@ -170,7 +171,7 @@ func (rep *report) perRound(res *results, sys, metric string) map[int]float64 {
 	}
 	out := map[int]float64{}
 	for _, v := range vs {
-		for round, x := range res.byRound[v][metric] {
+		for round, x := range res.vals[v][metric] {
 			cur, seen := out[round]
 			if !seen || (higherIsBetter(metric) && x > cur) || (!higherIsBetter(metric) && x < cur) {
 				out[round] = x

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"slices"
 	"time"
@@ -17,30 +18,37 @@ import (
 // results collects per-round values by variant and metric.
 type results struct {
 	family   map[string]string                     // variant -> family
-	vals     map[string]map[string][]float64       // variant -> metric -> one value per round
-	byRound  map[string]map[string]map[int]float64 // variant -> metric -> round -> value
+	vals     map[string]map[string]map[int]float64 // variant -> metric -> round -> value
 	info     map[string]map[string]any             // variant -> key -> last value (leftovers, ...)
 	errs     []string
 	warnings []string
 }
 
 func newResults() *results {
-	return &results{family: map[string]string{}, vals: map[string]map[string][]float64{},
-		byRound: map[string]map[string]map[int]float64{}, info: map[string]map[string]any{}}
+	return &results{family: map[string]string{}, vals: map[string]map[string]map[int]float64{},
+		info: map[string]map[string]any{}}
 }
 
 func (r *results) add(variant string, round int, m map[string]float64) {
 	if r.vals[variant] == nil {
-		r.vals[variant] = map[string][]float64{}
-		r.byRound[variant] = map[string]map[int]float64{}
+		r.vals[variant] = map[string]map[int]float64{}
 	}
 	for k, v := range m {
-		r.vals[variant][k] = append(r.vals[variant][k], v)
-		if r.byRound[variant][k] == nil {
-			r.byRound[variant][k] = map[int]float64{}
+		if r.vals[variant][k] == nil {
+			r.vals[variant][k] = map[int]float64{}
 		}
-		r.byRound[variant][k][round] = v
+		r.vals[variant][k][round] = v
 	}
+}
+
+// inRounds lists a metric's values in round order.
+func inRounds(byRound map[int]float64) []float64 {
+	rounds := slices.Sorted(maps.Keys(byRound))
+	xs := make([]float64, len(rounds))
+	for i, round := range rounds {
+		xs[i] = byRound[round]
+	}
+	return xs
 }
 
 func (r *results) setInfo(variant, key string, v any) {
