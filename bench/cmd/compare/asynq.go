@@ -18,9 +18,8 @@ type asynqSystem struct {
 
 const asynqTaskType = "noop"
 
-func (s *asynqSystem) Name() string   { return fmt.Sprintf("asynq_c%d", s.concurrency) }
-func (s *asynqSystem) Family() string { return "asynq" }
-func (s *asynqSystem) Delayed() bool  { return true }
+func (s *asynqSystem) Name() string  { return fmt.Sprintf("asynq_c%d", s.concurrency) }
+func (s *asynqSystem) Delayed() bool { return true }
 
 // asynqGoroutines is how many goroutines publish in Preload and Live: asynq has no batch call.
 const asynqGoroutines = 8

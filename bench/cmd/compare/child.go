@@ -31,8 +31,7 @@ type readyMsg struct {
 
 type doneMsg struct {
 	DoneNS     int64     `json:"done_ns"`
-	Handled    int64     `json:"handled"`   // handler invocations
-	Processed  int64     `json:"processed"` // durably finished, as the system reports it
+	Handled    int64     `json:"handled"` // handler invocations
 	LatenessMS []float64 `json:"lateness_ms,omitempty"`
 }
 
@@ -153,7 +152,6 @@ wait:
 			return 1
 		}
 	}
-	var processed int64
 	poll := time.NewTicker(time.Millisecond)
 	defer poll.Stop()
 	for {
@@ -162,7 +160,6 @@ wait:
 			fmt.Fprintf(os.Stderr, "consumer %s: processed: %v\n", o.system, err)
 		}
 		if n >= expect {
-			processed = n
 			break
 		}
 		select {
@@ -179,7 +176,7 @@ wait:
 	latMu.Lock()
 	lat := append([]float64(nil), lateness...)
 	latMu.Unlock()
-	emit("DONE", doneMsg{DoneNS: doneAt.UnixNano(), Handled: handled.Load(), Processed: processed, LatenessMS: lat})
+	emit("DONE", doneMsg{DoneNS: doneAt.UnixNano(), Handled: handled.Load(), LatenessMS: lat})
 	<-stdinClosed
 	stop()
 	return 0
@@ -206,7 +203,6 @@ func startChild(o options, v string, addr, queue string, n int) (*child, error) 
 	args := []string{
 		"-role", "consume", "-system", v, "-redis", addr, "-queue", queue, "-expect", strconv.Itoa(n),
 		"-conveyor-concurrency", strconv.Itoa(o.convConc), "-conveyor-batch", strconv.Itoa(o.convBatch),
-		"-payload-bytes", strconv.Itoa(o.payloadBytes),
 	}
 	cmd := exec.Command(exe, args...)
 	cmd.SysProcAttr = childSysProcAttr()

@@ -25,9 +25,8 @@ type conveyorSystem struct {
 
 const conveyorJobType = "noop"
 
-func (s *conveyorSystem) Name() string   { return "conveyor" }
-func (s *conveyorSystem) Family() string { return "conveyor" }
-func (s *conveyorSystem) Delayed() bool  { return true }
+func (s *conveyorSystem) Name() string  { return "conveyor" }
+func (s *conveyorSystem) Delayed() bool { return true }
 
 func (s *conveyorSystem) NewProducer(ctx context.Context, addr, queue string) (Producer, error) {
 	rdb := redis.NewClient(&redis.Options{Addr: addr})

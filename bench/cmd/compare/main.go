@@ -34,14 +34,14 @@ type options struct {
 	asynqConc     []int
 	watermillSubs []int
 	timeout       time.Duration
+	verbose       bool
 
 	// child only
-	role    string
-	system  string // variant name, e.g. asynq_c10
-	addr    string
-	queue   string
-	expect  int
-	verbose bool
+	role   string
+	system string // variant name, e.g. asynq_c10
+	addr   string
+	queue  string
+	expect int
 }
 
 var allFamilies = []string{"conveyor", "asynq", "watermill", "raw"}
@@ -61,7 +61,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	asynqConc := fs.String("asynq-concurrency", "10,50", "comma list of asynq Concurrency values; the best is reported as asynq")
 	wmSubs := fs.String("watermill-subs", "1,4", "comma list of watermill subscription counts; the best is reported as watermill")
 	fs.DurationVar(&o.timeout, "timeout", 0, "bound of each workload phase (0: 30s + 1s per 2000 jobs)")
-	fs.BoolVar(&o.verbose, "v", false, "log progress to stderr")
+	fs.BoolVar(&o.verbose, "v", false, "log progress to stderr with -json too (it always does without -json)")
 	// Hidden: the consumer child.
 	fs.StringVar(&o.role, "role", "", "internal: consume")
 	fs.StringVar(&o.system, "system", "", "internal: variant to consume with")

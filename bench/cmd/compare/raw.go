@@ -22,9 +22,8 @@ const (
 	rawField     = "payload"
 )
 
-func (s *rawSystem) Name() string   { return "raw" }
-func (s *rawSystem) Family() string { return "raw" }
-func (s *rawSystem) Delayed() bool  { return false }
+func (s *rawSystem) Name() string  { return "raw" }
+func (s *rawSystem) Delayed() bool { return false }
 
 func (s *rawSystem) NewProducer(ctx context.Context, addr, queue string) (Producer, error) {
 	rdb := redis.NewClient(&redis.Options{Addr: addr})

@@ -72,6 +72,14 @@ var metricRows = [][2]string{
 // higherIsBetter tells the direction of a metric when a family's best variant is chosen.
 func higherIsBetter(metric string) bool { return strings.HasSuffix(metric, "_per_s") }
 
+// better tells whether x beats cur for metric, in the metric's direction.
+func better(metric string, x, cur float64) bool {
+	if higherIsBetter(metric) {
+		return x > cur
+	}
+	return x < cur
+}
+
 func round3(x float64) float64 { return math.Round(x*1000) / 1000 }
 
 func buildReport(o options, machine machineFacts, res *results) *report {
@@ -142,8 +150,7 @@ func buildReport(o options, machine machineFacts, res *results) *report {
 		for _, v := range vs {
 			for k, x := range rep.medians[v] {
 				cur, seen := med[k]
-				better := !seen || (higherIsBetter(k) && x > cur) || (!higherIsBetter(k) && x < cur)
-				if better {
+				if !seen || better(k, x, cur) {
 					med[k], bestOf[k] = x, v
 				}
 			}
@@ -173,7 +180,7 @@ func (rep *report) perRound(res *results, sys, metric string) map[int]float64 {
 	for _, v := range vs {
 		for round, x := range res.vals[v][metric] {
 			cur, seen := out[round]
-			if !seen || (higherIsBetter(metric) && x > cur) || (!higherIsBetter(metric) && x < cur) {
+			if !seen || better(metric, x, cur) {
 				out[round] = x
 			}
 		}

@@ -17,8 +17,6 @@ var errNotApplicable = errors.New("not applicable")
 type System interface {
 	// Name is the variant's name (conveyor, asynq_c10, watermill_s4, raw).
 	Name() string
-	// Family is the system's name (conveyor, asynq, watermill, raw).
-	Family() string
 	// Delayed reports whether the system runs delayed jobs (the delayed workload).
 	Delayed() bool
 	// NewProducer connects a producer of queue (a queue or stream name) in the parent.
@@ -37,7 +35,7 @@ type Producer interface {
 	EnqueueOne(ctx context.Context, payload []byte) error
 	// EnqueueBatch publishes n jobs with the system's batch call, or returns errNotApplicable.
 	EnqueueBatch(ctx context.Context, n int, payload []byte) error
-	// EnqueueDelayed publishes one job due after delay, or returns errNotApplicable.
+	// EnqueueDelayed publishes one job due after delay; it is called only when Delayed().
 	EnqueueDelayed(ctx context.Context, payload []byte, delay time.Duration) error
 	// Inspect returns facts about the queue's keys: leftovers after a run, progress after a
 	// timeout.
@@ -153,9 +151,8 @@ func chunks(ctx context.Context, n, size int, f func(ctx context.Context, k int)
 // packages initialised).
 type idleSystem struct{}
 
-func (idleSystem) Name() string   { return "idle" }
-func (idleSystem) Family() string { return "idle" }
-func (idleSystem) Delayed() bool  { return false }
+func (idleSystem) Name() string  { return "idle" }
+func (idleSystem) Delayed() bool { return false }
 func (idleSystem) NewProducer(context.Context, string, string) (Producer, error) {
 	return nil, errNotApplicable
 }

@@ -27,9 +27,8 @@ const (
 	watermillGoroutines = 8 // publishers in Preload and Live: Publish sends one XADD per message
 )
 
-func (s *watermillSystem) Name() string   { return fmt.Sprintf("watermill_s%d", s.subs) }
-func (s *watermillSystem) Family() string { return "watermill" }
-func (s *watermillSystem) Delayed() bool  { return false }
+func (s *watermillSystem) Name() string  { return fmt.Sprintf("watermill_s%d", s.subs) }
+func (s *watermillSystem) Delayed() bool { return false }
 
 func (s *watermillSystem) NewProducer(ctx context.Context, addr, queue string) (Producer, error) {
 	rdb := redis.NewClient(&redis.Options{Addr: addr, PoolSize: 2 * watermillGoroutines})

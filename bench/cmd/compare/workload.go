@@ -17,7 +17,6 @@ import (
 
 // results collects per-round values by variant and metric.
 type results struct {
-	family   map[string]string                     // variant -> family
 	vals     map[string]map[string]map[int]float64 // variant -> metric -> round -> value
 	info     map[string]map[string]any             // variant -> key -> last value (leftovers, ...)
 	errs     []string
@@ -25,7 +24,7 @@ type results struct {
 }
 
 func newResults() *results {
-	return &results{family: map[string]string{}, vals: map[string]map[string]map[int]float64{},
+	return &results{vals: map[string]map[string]map[int]float64{},
 		info: map[string]map[string]any{}}
 }
 
@@ -196,7 +195,6 @@ func (r *runner) runWorkload(ctx context.Context, v string, round int, w workloa
 		r.res.errs = append(r.res.errs, err.Error())
 		return
 	}
-	r.res.family[v] = sys.Family()
 	if w.name == "delayed" && !sys.Delayed() {
 		return
 	}
