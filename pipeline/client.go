@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -346,11 +347,15 @@ func enqueueCall(q keys.Queue, preps []prepared, now time.Time) script.Call {
 	args := make([]any, 0, 4+9*len(preps))
 	chosen := make([]byte, len(preps))
 	witness := 0
+	// A job with a unique key may be refused (its key held) and so never created; it cannot
+	// witness for the others, nor can another job witness for it. Such a chunk looks every job
+	// up on its own.
+	perJob := slices.ContainsFunc(preps, func(p prepared) bool { return p.uniqueKey != "" })
 	for i, p := range preps {
 		j := p.job
 		ks = append(ks, q.Job(j.ID))
 		chosen[i] = '0'
-		if p.chosenID {
+		if p.chosenID || perJob {
 			chosen[i] = '1'
 		} else {
 			witness = len(ks) // 1-based index in KEYS of the last generated-id job

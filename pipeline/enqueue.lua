@@ -2,8 +2,8 @@
 -- KEYS[1] stream, KEYS[2] scheduled set, KEYS[3] stats hash; then, per job, its hash key,
 --   followed by its unique key when it has one.
 -- ARGV[1] now (unix ms), ARGV[2] wake channel, ARGV[3] the KEYS index of the witness (0 for
---   none), ARGV[4] one character per job, '1' when its id was chosen by the caller ('0' when
---   generated), then 9 values per job:
+--   none), ARGV[4] one character per job, '1' when the job is looked up on its own (its id was
+--   chosen by the caller, or the chunk has unique keys), '0' otherwise, then 9 values per job:
 --   id, type, payload, metadata (msgpack or ''), max_retries, timeout_ms, run_at (unix ms),
 --   retention_ms ('' = the queue default), unique_ttl_ms ('' = no unique key)
 -- Returns one string per job: the new entry id when it was queued, '' when it was scheduled,
@@ -13,7 +13,8 @@
 -- id the caller chose is looked up on its own. Generated ids (random ULIDs) cannot collide, so
 -- the only way one exists already is that this very call ran before; and a call is one atomic
 -- step (Redis checks memory before a script starts), applied whole or not at all. One lookup
--- of the last job with a generated id (the witness) therefore answers for all of them.
+-- of the last job with a generated id (the witness) therefore answers for all of them. Not in a
+-- chunk with unique keys: a job refused for its key is never created, so it proves nothing.
 --
 -- A job queued at once stores no attempt (0), run_at and enqueued_at (both created_at): readers
 -- take those defaults, and a queued job's hash stays small.

@@ -57,4 +57,28 @@ func TestEnqueueChunkRetryIsIdempotent(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, "=", mixed[0])
 	require.NotEqual(t, "=", mixed[1])
+
+	// A chunk with unique keys: the last job is refused (its key is held), so it is never
+	// created and cannot witness. Sent again, the created jobs are found, nothing is added
+	// twice, and the refused one is refused again.
+	holder, err := c.Enqueue(ctx, queue, Task{Type: "t"}, WithUnique("k", time.Hour))
+	require.NoError(t, err)
+	preps = nil
+	for _, opts := range [][]Option{nil, nil, {WithUnique("k", time.Hour)}} {
+		p, err := c.prepare(queue, &Task{Type: "t"}, now, opts)
+		require.NoError(t, err)
+		preps = append(preps, p)
+	}
+	xlen0, err := rdb.XLen(ctx, q.Stream()).Result()
+	require.NoError(t, err)
+	call = enqueueCall(q, preps, now)
+	first, err = call.Script.Run(ctx, rdb, call.Keys, call.Args...).StringSlice()
+	require.NoError(t, err)
+	require.Equal(t, "~"+holder.ID, first[2])
+	again, err = call.Script.Run(ctx, rdb, call.Keys, call.Args...).StringSlice()
+	require.NoError(t, err)
+	require.Equal(t, []string{"=", "=", "~" + holder.ID}, again)
+	xlen, err = rdb.XLen(ctx, q.Stream()).Result()
+	require.NoError(t, err)
+	require.Equal(t, xlen0+2, xlen, "no entry was added twice")
 }
