@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"slices"
 	"sync/atomic"
-	"text/tabwriter"
 	"time"
 
 	"github.com/schollz/progressbar/v3"
@@ -122,8 +121,7 @@ func (a *app) bench(ctx context.Context, o benchOptions) (err error) {
 	latencies := make([]int64, o.jobs)
 	var seen atomic.Int64
 	worker := pipeline.NewWorker(rdb, pipeline.WorkerConfig{
-		Queues: []string{queue}, Prefix: a.prefix, Concurrency: o.concurrency,
-		ReadBatch: min(o.concurrency, 500), Logger: a.log,
+		Queues: []string{queue}, Prefix: a.prefix, Concurrency: o.concurrency, Logger: a.log,
 	})
 	worker.Handle("bench", func(_ context.Context, j *pipeline.Job) ([]byte, error) {
 		if len(j.Payload) >= 8 {
@@ -135,21 +133,28 @@ func (a *app) bench(ctx context.Context, o benchOptions) (err error) {
 		return nil, nil
 	})
 	wctx, stopWorker := context.WithCancel(ctx)
-	workerDone := make(chan error, 1)
+	var werr error
+	workerDone := make(chan struct{}) // closed when worker.Run returned, with werr set
+	started := false
 	startWorker := func() error {
-		go func() { workerDone <- worker.Run(wctx) }()
+		started = true
+		go func() { werr = worker.Run(wctx); close(workerDone) }()
 		select {
 		case <-worker.Ready():
 			return nil
-		case err := <-workerDone:
-			return fmt.Errorf("worker: %w", err)
+		case <-workerDone:
+			return fmt.Errorf("worker: %w", werr)
 		case <-ctx.Done():
 			return ctx.Err()
 		}
 	}
 	defer func() {
 		stopWorker()
-		if werr := <-workerDone; werr != nil && err == nil {
+		if !started {
+			return // a failed drain-mode publish: the worker never ran
+		}
+		<-workerDone
+		if werr != nil && err == nil {
 			err = werr
 		}
 	}()
@@ -228,7 +233,7 @@ func (a *app) bench(ctx context.Context, o benchOptions) (err error) {
 	if o.json {
 		return json.NewEncoder(a.stdout).Encode(r)
 	}
-	tw := tabwriter.NewWriter(a.stdout, 0, 0, 2, ' ', 0)
+	tw := newTable(a.stdout)
 	fmt.Fprintf(tw, "publish (EnqueueBatch, 100 a call)\t%.0f jobs/s\n", r.EnqueuePerS)
 	fmt.Fprintf(tw, "throughput (%s)\t%.0f jobs/s\t(%d jobs in %s)\n", o.mode, r.JobsPerS, o.jobs, elapsed.Round(time.Millisecond))
 	fmt.Fprintf(tw, "latency, publish to start\tp50 %d ms\tp90 %d ms\tp99 %d ms\tmax %d ms\n",

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -35,6 +36,28 @@ func TestBenchCommand(t *testing.T) {
 	queues, err := rdb.SMembers(context.Background(), keys.Queues(prefix)).Result()
 	require.NoError(t, err)
 	require.Empty(t, queues)
+}
+
+// A drain whose publishing fails (here: the timeout ends it) returns the error; the worker it
+// never started must not be waited for.
+func TestBenchDrainPublishFailureReturns(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Shared(t)
+	done := make(chan int, 1)
+	var stderr string
+	go func() {
+		var code int
+		_, stderr, code = runInProcess(t, "", "bench", "--redis", srv.URL(), "--prefix", redistest.UniqueName(t),
+			"--jobs", "100000000", "--mode", "drain", "--timeout", "300ms")
+		done <- code
+	}()
+	select {
+	case code := <-done:
+		require.Equal(t, 1, code, stderr)
+		require.Contains(t, stderr, "publish")
+	case <-time.After(30 * time.Second):
+		t.Fatal("bench did not return after its publishing failed")
+	}
 }
 
 func TestBenchRefusesBadFlags(t *testing.T) {
