@@ -71,6 +71,35 @@ func TestManualSettle(t *testing.T) {
 		sub.Settle(msg)
 	})
 
+	t.Run("SettleFindsTheSubscriptionHoldingTheEntry", func(t *testing.T) {
+		t.Parallel()
+		rdb := redistest.Client(t)
+		topic := redistest.UniqueName(t)
+		publish(t, rdb, topic, "old", 1)
+		sub := newTestSubscriber(t, rdb, Config{Concurrency: 2, ManualSettle: true, CloseTimeout: time.Minute})
+		ctx, cancel := context.WithCancel(t.Context())
+		first, err := sub.Subscribe(ctx, topic)
+		require.NoError(t, err)
+		old := receive(t, first, 5*time.Second)
+		// The first subscription closes but waits (CloseTimeout) for its unsettled message, so
+		// for a while two subscriptions of the stream exist; its reader has stopped.
+		cancel()
+		sub.mu.Lock()
+		closing := sub.topics[0]
+		sub.mu.Unlock()
+		<-closing.readDone
+
+		second, err := sub.Subscribe(t.Context(), topic)
+		require.NoError(t, err)
+		publish(t, rdb, topic, "new", 2)
+		m := receive(t, second, 5*time.Second) // the second of two slots
+		sub.Settle(m)
+		next := receive(t, second, 5*time.Second) // only with the slot Settle freed
+		sub.Settle(next)
+		sub.Settle(old) // lets the first subscription finish
+		requireClosed(t, first, 5*time.Second)
+	})
+
 	t.Run("CloseReleasesUnsettled", func(t *testing.T) {
 		t.Parallel()
 		rdb := redistest.Client(t)

@@ -528,8 +528,10 @@ func (t *topic) read(ctx context.Context) {
 }
 
 // handOut sends d's message to the router unless the subscription is stopping, and reports
-// whether it did (ManualSettle).
+// whether it did.
 func (t *topic) handOut(d *delivery) bool {
+	// A select between a ready reader and a closed stopping picks at random: check first, so
+	// nothing is handed out once shutdown has begun.
 	select {
 	case <-t.stopping:
 		return false
@@ -554,23 +556,25 @@ func (t *topic) handOut(d *delivery) bool {
 // nothing.
 func (s *Subscriber) Settle(msg *message.Message) {
 	name, id := msg.Metadata[StreamKey], msg.Metadata[EntryIDKey]
+	// The same stream may have two subscriptions for a while (one closing, its successor
+	// running): settle in the one that holds the entry.
+	var buf [2]*topic
+	same := buf[:0]
 	s.mu.Lock()
-	var t *topic
 	for _, c := range s.topics {
 		if c.name == name {
-			t = c
-			break
+			same = append(same, c)
 		}
 	}
 	s.mu.Unlock()
-	if t == nil {
-		return
-	}
-	t.mu.Lock()
-	d := t.held[id]
-	t.mu.Unlock()
-	if d != nil {
-		t.settle(d, false)
+	for _, t := range same {
+		t.mu.Lock()
+		d := t.held[id]
+		t.mu.Unlock()
+		if d != nil {
+			t.settle(d, false)
+			return
+		}
 	}
 }
 
@@ -579,23 +583,9 @@ func (t *topic) deliver(d *delivery) {
 	defer t.inflight.Done()
 	msg := d.msg
 	for {
-		// A select between a ready reader and a closed stopping picks at random: check first,
-		// so nothing is handed out once shutdown has begun.
-		select {
-		case <-t.stopping:
-			t.unhand(d)
+		if !t.handOut(d) {
 			return // released at shutdown
-		default:
 		}
-		select {
-		case t.out <- msg:
-		case <-t.stopping:
-			t.unhand(d)
-			return
-		}
-		t.mu.Lock()
-		d.delivered = true
-		t.mu.Unlock()
 		select {
 		case <-msg.Acked():
 			t.settle(d, true)
