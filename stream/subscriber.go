@@ -147,15 +147,6 @@ type Subscriber struct {
 	closing  chan struct{}
 	wg       sync.WaitGroup // topic goroutines and the lease renewer
 	leaseRun sync.Once
-
-	// work feeds the deliverers: Concurrency long-lived goroutines, each handing out one
-	// message at a time and waiting for it to be acked or nacked. A goroutine per message
-	// would cost its creation and, worse, keep Go's estimate of a new goroutine's stack small,
-	// so that every router goroutine (which runs the whole handler) grew its stack again.
-	work     chan *delivery
-	poolRun  sync.Once
-	poolStop chan struct{}
-	poolWg   sync.WaitGroup
 }
 
 // NewSubscriber returns a Subscriber; it reads nothing until Subscribe.
@@ -165,32 +156,12 @@ func NewSubscriber(cfg Config) (*Subscriber, error) {
 		return nil, err
 	}
 	return &Subscriber{
-		cfg:      cfg,
-		rdb:      cfg.Client,
-		logger:   cfg.Logger.With(watermill.LogFields{"consumer": cfg.Consumer}),
-		space:    make(chan struct{}),
-		closing:  make(chan struct{}),
-		work:     make(chan *delivery, cfg.Concurrency),
-		poolStop: make(chan struct{}),
+		cfg:     cfg,
+		rdb:     cfg.Client,
+		logger:  cfg.Logger.With(watermill.LogFields{"consumer": cfg.Consumer}),
+		space:   make(chan struct{}),
+		closing: make(chan struct{}),
 	}, nil
-}
-
-// startPool starts the deliverers once.
-func (s *Subscriber) startPool() {
-	s.poolRun.Do(func() {
-		for range s.cfg.Concurrency {
-			s.poolWg.Go(func() {
-				for {
-					select {
-					case d := <-s.work:
-						d.t.deliver(d)
-					case <-s.poolStop:
-						return
-					}
-				}
-			})
-		}
-	})
 }
 
 // Consumer is the subscriber's consumer name in the group.
@@ -231,9 +202,6 @@ func (s *Subscriber) Subscribe(ctx context.Context, topicName string) (<-chan *m
 	s.wg.Add(1)
 	s.mu.Unlock()
 
-	if !s.cfg.ManualSettle {
-		s.startPool()
-	}
 	if s.cfg.LeaseInterval > 0 {
 		s.leaseRun.Do(func() {
 			s.wg.Add(1)
@@ -244,22 +212,19 @@ func (s *Subscriber) Subscribe(ctx context.Context, topicName string) (<-chan *m
 	return t.out, nil
 }
 
-// Close stops every subscription (see the package doc), waits for them and stops the
-// deliverer goroutines. It does not close the Redis client. It is safe to call more than once.
+// Close stops every subscription (see the package doc) and waits for them. It does not close
+// the Redis client. It is safe to call more than once.
 func (s *Subscriber) Close() error {
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
 		s.wg.Wait()
-		s.poolWg.Wait()
 		return nil
 	}
 	s.closed = true
 	close(s.closing)
 	s.mu.Unlock()
-	s.wg.Wait() // every subscription has shut down: nothing is sent to work any more
-	close(s.poolStop)
-	s.poolWg.Wait()
+	s.wg.Wait()
 	return nil
 }
 
@@ -349,7 +314,6 @@ type topic struct {
 }
 
 type delivery struct {
-	t         *topic
 	id        string
 	msg       *message.Message
 	cancel    context.CancelCauseFunc
@@ -490,7 +454,7 @@ func (t *topic) read(ctx context.Context) {
 			msg := cfg.Unmarshaller.Unmarshal(t.name, x.ID, x.Values)
 			mctx, cancel := context.WithCancelCause(ctx)
 			msg.SetContext(mctx)
-			d := &delivery{t: t, id: x.ID, msg: msg, cancel: cancel}
+			d := &delivery{id: x.ID, msg: msg, cancel: cancel}
 			t.held[x.ID] = d
 			if !stopping {
 				if !cfg.ManualSettle {
@@ -501,7 +465,7 @@ func (t *topic) read(ctx context.Context) {
 		}
 		t.mu.Unlock()
 		if cfg.ManualSettle {
-			// No deliverer waits on the message: hand it to the router here. The router
+			// No goroutine waits on the message: hand it to the router here. The router
 			// takes each message at once (it runs each on a goroutine of its own).
 			for _, d := range fresh {
 				if !t.handOut(d) {
@@ -510,16 +474,11 @@ func (t *topic) read(ctx context.Context) {
 			}
 			continue
 		}
-		for i, d := range fresh {
-			select {
-			case t.s.work <- d:
-			case <-t.stopping:
-				// Never handed out: held, and released at shutdown.
-				for range fresh[i:] {
-					t.inflight.Done()
-				}
-				return
-			}
+		// One goroutine per message waits for its ack or nack (the router runs each message on
+		// a goroutine of its own as well); one that finds the subscription stopping hands
+		// nothing out, and its entry is released at shutdown.
+		for _, d := range fresh {
+			go t.deliver(d)
 		}
 		if stopping {
 			return
