@@ -61,11 +61,12 @@ type completer struct {
 	interval  time.Duration
 	maxBatch  int
 	slots     int // the worker's concurrency: write at once when this many wait
-	writers   int // chunks written at once (each on its own connection)
 	log       zerolog.Logger
 
-	mu      sync.Mutex
-	chunks  []*chunk             // outcomes in arrival order; all but the last are full
+	mu sync.Mutex
+	// chunks holds outcomes in arrival order; all but the last are full, except a retried
+	// chunk that a failed write put back at the head.
+	chunks  []*chunk
 	pending int                  // outcomes in chunks
 	starts  map[string]startMark // unwritten "started" marks by entry
 	arm     chan struct{}
@@ -83,14 +84,13 @@ type chunk struct {
 func newCompleter(rdb redis.UniversalClient, worker string, retention int64, interval time.Duration, maxBatch, slots int, log zerolog.Logger) *completer {
 	return &completer{
 		rdb: rdb, worker: worker, retention: retention, interval: interval, maxBatch: maxBatch,
-		slots:   max(1, slots),
-		writers: finishWriters,
-		log:     log.With().Str("component", "completer").Logger(),
-		starts:  make(map[string]startMark),
-		arm:     make(chan struct{}, 1),
-		full:    make(chan struct{}, 1),
-		stop:    make(chan struct{}),
-		done:    make(chan struct{}),
+		slots:  max(1, slots),
+		log:    log.With().Str("component", "completer").Logger(),
+		starts: make(map[string]startMark),
+		arm:    make(chan struct{}, 1),
+		full:   make(chan struct{}, 1),
+		stop:   make(chan struct{}),
+		done:   make(chan struct{}),
 	}
 }
 
@@ -160,7 +160,7 @@ func (c *completer) forget(entry string) {
 func (c *completer) run() {
 	defer close(c.done)
 	var wg sync.WaitGroup
-	for range c.writers {
+	for range finishWriters {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()

@@ -186,8 +186,9 @@ func (w *Worker) Handle(jobType string, h HandlerFunc) {
 
 // Use adds Watermill middleware around every job's handling (outermost first). The message
 // carries the job id as UUID, the payload, and metadata including MetaType and MetaJob (attempt, retries, timeout and type).
-// A middleware that returns an error makes the router nack the message, which hands it out
-// again after a pause; errors of the job itself should come from its HandlerFunc.
+// A middleware that returns an error (or never calls the next handler) leaves the job pending:
+// it is logged, its lease is no longer renewed, and recovery hands it out again after the
+// visibility timeout. Errors of the job itself should come from its HandlerFunc.
 func (w *Worker) Use(mw ...message.HandlerMiddleware) {
 	if w.running.Load() {
 		panic("pipeline: Use after Run")
@@ -296,9 +297,9 @@ func (w *Worker) Run(ctx context.Context) error {
 
 // settleAfter frees a job's slot once the whole middleware chain has returned (the subscriber
 // runs in ManualSettle mode: the slot is held until the job's outcome is written, which
-// handleMessage waits for). It never lets an error through: a nack would hand the message out
-// again. A job that a middleware refused before handleMessage ran stays pending, unrenewed, and
-// is recovered after the visibility timeout.
+// handleMessage waits for). It logs an error and returns none, so the router does nothing more
+// with the message. A job that a middleware refused before handleMessage ran stays pending,
+// unrenewed, and is recovered after the visibility timeout.
 func (w *Worker) settleAfter(h message.HandlerFunc) message.HandlerFunc {
 	return func(msg *message.Message) ([]*message.Message, error) {
 		growStack()
@@ -367,13 +368,13 @@ func (w *Worker) waitForRedis(ctx context.Context) error {
 var errTimeout = errors.New("attempt timed out")
 
 // handleMessage runs one job. It always returns nil: every outcome of the job goes through the
-// completer (retry, dead set), and the message is acked only to free its slot (the entry is
-// acknowledged by finish.lua together with the state change), once the outcome is written.
-// Never nacking matters: a nack would hand the same message out again in-process.
+// completer (retry, dead set), and it returns only once the outcome is written, after which
+// settleAfter frees the slot (the entry is acknowledged by finish.lua together with the state
+// change).
 func (w *Worker) handleMessage(msg *message.Message) error {
 	// This function's frame stays small and the work around the handler call lives in other
-	// functions: the router runs each message on a new goroutine, and a path deeper than its
-	// starting stack makes Go copy the stack for every job.
+	// functions: the router runs each message on a new goroutine, whose stack growStack
+	// grows once; a deeper path would make Go copy it again.
 	q, ok := w.queues[msg.Metadata[stream.StreamKey]]
 	if !ok {
 		w.log.Error().Str("stream", msg.Metadata[stream.StreamKey]).Msg("message from an unknown stream")
