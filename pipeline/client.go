@@ -103,10 +103,18 @@ type prepared struct {
 // the job as stored. When WithID names a job that exists, or WithUnique a key that a live job
 // holds, nothing new is written and that existing job is returned.
 func (c *Client) Enqueue(ctx context.Context, queue string, task Task, opts ...Option) (*Job, error) {
-	if p, ok := c.plain(queue, &task, opts); ok {
+	if err := validate(queue, ""); err != nil {
+		return nil, err
+	}
+	now := c.cfg.Now()
+	p, err := c.prepare(queue, &task, now, opts)
+	if err != nil {
+		return nil, err
+	}
+	if p.plain() {
 		return c.enqueuePlain(ctx, queue, p)
 	}
-	jobs, err := c.EnqueueBatch(ctx, queue, []Task{task}, opts...)
+	jobs, err := c.enqueuePrepared(ctx, queue, []prepared{p}, now)
 	if err != nil {
 		return nil, err
 	}
@@ -137,6 +145,11 @@ func (c *Client) EnqueueBatch(ctx context.Context, queue string, tasks []Task, o
 		}
 		preps[i] = p
 	}
+	return c.enqueuePrepared(ctx, queue, preps, now)
+}
+
+// enqueuePrepared writes validated jobs with enqueue.lua, chunked and pipelined.
+func (c *Client) enqueuePrepared(ctx context.Context, queue string, preps []prepared, now time.Time) ([]*Job, error) {
 	if err := c.registerQueue(ctx, queue); err != nil {
 		return nil, err
 	}
@@ -207,21 +220,13 @@ func (c *Client) EnqueueBatch(ctx context.Context, queue string, tasks []Task, o
 	return jobs, nil
 }
 
-// plain prepares a job for enqueue1.lua: one job to run at once, with no unique key, timeout or
-// retention of its own. It reports false for anything else (or bad input, which the general
-// path then refuses with its error).
-func (c *Client) plain(queue string, t *Task, opts []Option) (prepared, bool) {
-	if keys.ValidateQueue(queue) != nil {
-		return prepared{}, false
-	}
-	p, err := c.prepare(queue, t, c.cfg.Now(), opts)
-	if err != nil || p.retention != "" || p.uniqueKey != "" || p.job.Timeout != 0 || p.job.RunAt.After(p.job.CreatedAt) {
-		return prepared{}, false
-	}
-	return p, true
+// plain reports whether enqueue1.lua can write the job: one job to run at once, with no unique
+// key, timeout or retention of its own.
+func (p prepared) plain() bool {
+	return p.retention == "" && p.uniqueKey == "" && p.job.Timeout == 0 && !p.job.RunAt.After(p.job.CreatedAt)
 }
 
-// enqueuePlain runs enqueue1.lua for a job prepared by plain.
+// enqueuePlain runs enqueue1.lua for a job that is plain.
 func (c *Client) enqueuePlain(ctx context.Context, queue string, p prepared) (*Job, error) {
 	if err := c.registerQueue(ctx, queue); err != nil {
 		return nil, err
