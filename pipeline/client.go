@@ -233,8 +233,7 @@ func (c *Client) enqueuePlain(ctx context.Context, queue string, p prepared) (*J
 	}
 	q, j := c.keys(queue), p.job
 	res, err := enqueue1Script.Run(ctx, c.rdb, []string{q.Stream(), q.Stats(), q.Job(j.ID)},
-		j.ID, j.Type, j.Payload, p.metadata, j.MaxRetries, j.CreatedAt.UnixMilli(),
-		keys.FormatEntryJob(1, j.MaxRetries, 0, j.Type)).Text()
+		j.ID, j.Type, j.Payload, p.metadata, j.MaxRetries, j.CreatedAt.UnixMilli()).Text()
 	if err != nil {
 		return nil, fmt.Errorf("enqueue to %s: %w", queue, err)
 	}
