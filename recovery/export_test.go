@@ -1,6 +1,9 @@
 package recovery
 
-import "context"
+import (
+	"context"
+	"time"
+)
 
 // ErrFenced is errFenced, for tests.
 var ErrFenced = errFenced
@@ -13,8 +16,13 @@ func (r *Recoverer) ScanWithToken(ctx context.Context, token string) (Result, er
 	return res, err
 }
 
-// PruneOlderThan runs prune.lua without the lock and with any idle threshold, bypassing the
+// PruneOlderThan prunes without the lock and with any idle threshold, bypassing the
 // 3x-visibility-timeout floor, so tests can show that consumers with pending entries survive.
-func (r *Recoverer) PruneOlderThan(ctx context.Context, ms int64) (int, error) {
-	return pruneScript.Run(ctx, r.rdb, []string{r.q.Stream(), r.q.RecoveryLock()}, "conveyor", ms, "").Int()
+func (r *Recoverer) PruneOlderThan(ctx context.Context, idle time.Duration) (int, error) {
+	var res Result
+	err := r.prune(ctx, "", idle, &res)
+	return res.Pruned, err
 }
+
+// Add adds o's counts to r, for tests that total several scans.
+func (r *Result) Add(o Result) { r.add(o) }

@@ -19,6 +19,10 @@
 //     left (so a job that crashes every worker that runs it ends in the dead set);
 //   - records an entry that cannot be read as a dead job.
 //
+// After a scan that went through, the same lock holder deletes the consumers of the group
+// that have nothing pending and have been idle for ConsumerTTL (prune.lua, fenced the same
+// way), so the names of stopped workers do not pile up.
+//
 // # Fencing
 //
 // The lock key shares the queue's hash tag, so the recover script checks the caller's token in
@@ -183,7 +187,9 @@ func (r *Recoverer) RunOnce(ctx context.Context) (Result, bool, error) {
 	var res Result
 	if r.cfg.DisableLock {
 		err := r.scan(ctx, "", &res)
-		err = errors.Join(err, r.prune(ctx, "", &res))
+		if err == nil {
+			err = r.prune(ctx, "", r.cfg.ConsumerTTL, &res)
+		}
 		r.report(res)
 		return res, true, err
 	}
@@ -197,7 +203,7 @@ func (r *Recoverer) RunOnce(ctx context.Context) (Result, bool, error) {
 		}
 		serr = r.scan(ctx, token, &res)
 		if serr == nil {
-			serr = r.prune(ctx, token, &res)
+			serr = r.prune(ctx, token, r.cfg.ConsumerTTL, &res)
 		}
 		return nil
 	})
@@ -222,9 +228,9 @@ func (r *Recoverer) report(res Result) {
 var errFenced = errors.New("recovery: lock no longer held; scan stopped")
 
 // prune deletes consumers that stopped (see prune.lua).
-func (r *Recoverer) prune(ctx context.Context, token string, res *Result) error {
+func (r *Recoverer) prune(ctx context.Context, token string, idle time.Duration, res *Result) error {
 	n, err := pruneScript.Run(ctx, r.rdb, []string{r.q.Stream(), r.q.RecoveryLock()},
-		keys.Group, r.cfg.ConsumerTTL.Milliseconds(), token).Int()
+		keys.Group, idle.Milliseconds(), token).Int()
 	switch {
 	case err != nil && (redis.HasErrorPrefix(err, "NOGROUP") || redis.HasErrorPrefix(err, "no such key")):
 		return nil
