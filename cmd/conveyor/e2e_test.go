@@ -421,8 +421,12 @@ func testRefusals(t *testing.T, c *cli) {
 	st := c.stats(t, "--queue", q)
 	require.Zero(t, st.Enqueued)
 	require.Zero(t, st.Queued+st.Scheduled)
-	found, _, err := c.rdb.Scan(t.Context(), 0, "conveyor:{"+q+"}:*", 1000).Result()
-	require.NoError(t, err)
+	var found []string
+	iter := c.rdb.Scan(t.Context(), 0, "conveyor:{"+q+"}:*", 1000).Iterator()
+	for iter.Next(t.Context()) {
+		found = append(found, iter.Val())
+	}
+	require.NoError(t, iter.Err())
 	require.Empty(t, found)
 	known, err := c.rdb.SIsMember(t.Context(), "conveyor:queues", q).Result()
 	require.NoError(t, err)
@@ -532,10 +536,17 @@ func testCluster(t *testing.T, bin string) {
 	ctx := t.Context()
 	rdb := cl.Client(t)
 	require.NoError(t, rdb.ForEachMaster(ctx, func(ctx context.Context, node *redis.Client) error {
-		left, _, err := node.Scan(ctx, 0, "conveyor:{demo-*", 1000).Result()
-		if err == nil && len(left) > 0 {
-			err = fmt.Errorf("%s keeps demo keys %v", node.Options().Addr, left)
+		var left []string
+		iter := node.Scan(ctx, 0, "conveyor:{demo-*", 1000).Iterator()
+		for iter.Next(ctx) {
+			left = append(left, iter.Val())
 		}
-		return err
+		if err := iter.Err(); err != nil {
+			return err
+		}
+		if len(left) > 0 {
+			return fmt.Errorf("%s keeps demo keys %v", node.Options().Addr, left)
+		}
+		return nil
 	}))
 }
