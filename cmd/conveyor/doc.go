@@ -7,6 +7,7 @@
 //	conveyor stats   [--queue Q | --all] [--json]
 //	conveyor dead    list|replay|purge
 //	conveyor cancel  [--queue Q] ID
+//	conveyor bench   [--jobs N] [--payload-bytes B] [--concurrency C] [--mode live|drain] [--json]
 //	conveyor demo
 //
 // Global flags: --redis URL (default $CONVEYOR_REDIS_URL, else redis://127.0.0.1:6379/0),
@@ -24,6 +25,7 @@
 //
 // main.go maps signals and errors to the process; root.go holds the global flags, the Redis
 // connection and output helpers; every subcommand is one file that adds itself to the root
-// from its init function, so a new subcommand (bench, serve) is one new file. Commands only
-// parse, validate and print: the work goes through pipeline.Client and pipeline.Worker.
+// from its init function, so a new subcommand (serve, say) is one new file. Commands parse,
+// validate and print; the work goes through pipeline.Client and pipeline.Worker, except the
+// removal of bench's and the demo's throwaway queues, which deletes their keys directly.
 package main

@@ -31,7 +31,7 @@ const (
 )
 
 // commands builds the subcommands. Each subcommand's file adds itself from its init, so a new
-// subcommand (bench, serve) is one new file.
+// subcommand (serve, say) is one new file.
 var commands []func(*app) *cobra.Command
 
 func addCommand(newCmd func(*app) *cobra.Command) { commands = append(commands, newCmd) }
