@@ -423,7 +423,7 @@ func (d *demoRun) closeConns() {
 // queues. Every per-queue key starts with the queue's base, prefix:{queue}: (internal/keys),
 // so one SCAN pattern finds them all; on a cluster they all sit in one slot of one master.
 func deleteQueueKeys(ctx context.Context, rdb redis.UniversalClient, prefix, queue string) error {
-	base := strings.TrimSuffix(keys.New(prefix, queue).Stream(), "stream")
+	base := keys.New(prefix, queue).Base()
 	pattern := globEscape(base) + "*"
 	del := func(ctx context.Context, c redis.Cmdable) error {
 		var batch []string
@@ -450,7 +450,10 @@ func deleteQueueKeys(ctx context.Context, rdb redis.UniversalClient, prefix, que
 	}
 	var err error
 	if cc, ok := rdb.(*redis.ClusterClient); ok {
-		err = cc.ForEachMaster(ctx, func(ctx context.Context, node *redis.Client) error { return del(ctx, node) })
+		var node *redis.Client
+		if node, err = cc.MasterForKey(ctx, base); err == nil {
+			err = del(ctx, node)
+		}
 	} else {
 		err = del(ctx, rdb)
 	}

@@ -152,6 +152,9 @@ func New(prefix, queue string) Queue {
 // Name is the queue's name.
 func (q Queue) Name() string { return q.name }
 
+// Base is what every one of the queue's keys starts with, "prefix:{queue}:".
+func (q Queue) Base() string { return q.base }
+
 // Stream is the stream of jobs ready to run.
 func (q Queue) Stream() string { return q.stream }
 
