@@ -1,6 +1,7 @@
 package pipeline
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"strconv"
@@ -73,7 +74,32 @@ type completer struct {
 	full    chan struct{}
 	stop    chan struct{}
 	done    chan struct{}
+	closed  bool   // close was called: outcomes arriving now cannot be written
+	outage  outage // the current spell of failing writes, if any
+
+	// onTrouble, when set, is told when writes start failing (true) and when they go through
+	// again (false): the worker stops reading new jobs meanwhile.
+	onTrouble func(bool)
 }
+
+// outage is a spell of writes that Redis refused or that did not reach it. The writers share
+// one backoff, so a spell logs one line per backoff step however many writers retry.
+type outage struct {
+	since   time.Time     // zero while writes go through
+	backoff time.Duration // the current wait between tries
+	next    time.Time     // when the next try is due
+	tries   int
+}
+
+// Bounds of the writers' shared backoff while writes fail.
+const (
+	minWriteBackoff = 50 * time.Millisecond
+	maxWriteBackoff = 2 * time.Second
+	// maxPermanentTries bounds how often a transition is sent again after an error that says
+	// the request itself is wrong (a script error, a key of the wrong type, an ACL refusal):
+	// another try cannot fix those, and the job is left to recovery.
+	maxPermanentTries = 5
+)
 
 // chunk is a batch of outcomes whose handlers wait for done.
 type chunk struct {
@@ -130,6 +156,14 @@ func (c *completer) started(entry string, m startMark) {
 // once the chunk that carries it was written (or the write was tried and will be retried).
 func (c *completer) finish(t transition) <-chan struct{} {
 	c.mu.Lock()
+	if c.closed {
+		// A handler that outlived shutdown: its entry was put back or will be recovered, and
+		// nobody writes any more, so there is nothing to wait for.
+		c.mu.Unlock()
+		c.log.Warn().Str("job_id", t.id).Str("op", t.op).
+			Msg("job outcome arrived after the worker shut down; it is not written and the job will run again")
+		return closedChan
+	}
 	delete(c.starts, t.entry)
 	n := len(c.chunks)
 	if n == 0 || len(c.chunks[n-1].items) >= c.maxBatch {
@@ -148,6 +182,9 @@ func (c *completer) finish(t transition) <-chan struct{} {
 	}
 	return ch.done
 }
+
+// closedChan is returned for outcomes that need no wait.
+var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
 
 // forget drops an attempt's unwritten start mark (the attempt was abandoned: lease lost or
 // shutdown).
@@ -169,11 +206,20 @@ func (c *completer) run() {
 	}
 	wg.Wait()
 	c.final()
+	c.mu.Lock()
+	c.closed = true
+	late := c.chunks // joined after the last write: nobody writes them now
+	c.chunks, c.pending = nil, 0
+	c.mu.Unlock()
+	for _, ch := range late {
+		c.log.Warn().Int("transitions", len(ch.items)).
+			Msg("job outcomes arrived as the worker shut down; they are not written and their jobs will run again")
+		close(ch.done)
+	}
 }
 
 // writeLoop is one writer: it waits for a full chunk, the flush interval or stop, and writes.
 func (c *completer) writeLoop() {
-	backoff := 50 * time.Millisecond
 	for {
 		select {
 		case <-c.arm:
@@ -188,14 +234,11 @@ func (c *completer) writeLoop() {
 		case <-c.stop:
 			return
 		}
-		if c.flush(context.Background(), false) {
-			backoff = 50 * time.Millisecond
-		} else {
+		if wait := c.flush(context.Background(), false); wait > 0 {
 			select {
-			case <-time.After(backoff):
+			case <-time.After(wait):
 			case <-c.stop:
 			}
-			backoff = min(2*backoff, 2*time.Second)
 		}
 		c.mu.Lock()
 		left := c.pending + len(c.starts)
@@ -206,38 +249,52 @@ func (c *completer) writeLoop() {
 	}
 }
 
-// final writes what is left at shutdown, retrying for a few seconds.
+// final writes what is left at shutdown, retrying for a few seconds. What it cannot write is
+// given up: the handlers waiting for it are released, and their jobs, whose entries stay
+// pending, are recovered after the visibility timeout.
 func (c *completer) final() {
-	deadline := time.Now().Add(5 * time.Second)
+	deadline := time.Now().Add(finalWriteTime)
 	for {
 		ctx, cancel := context.WithDeadline(context.Background(), deadline)
-		ok := c.flush(ctx, true)
+		wait := c.flush(ctx, true)
 		cancel()
 		c.mu.Lock()
 		left := c.pending
 		c.mu.Unlock()
-		if ok || left == 0 {
+		if wait == 0 || left == 0 {
 			return
 		}
-		if time.Now().After(deadline) {
-			c.log.Error().Int("transitions", left).Msg("could not write job transitions before shutdown; their jobs will be recovered")
+		if time.Now().Add(wait).After(deadline) {
+			c.log.Error().Int("transitions", left).Msg("could not write job outcomes before shutdown; their jobs will be recovered")
+			c.mu.Lock()
+			chunks := c.chunks
+			c.chunks, c.pending = nil, 0
+			c.mu.Unlock()
+			for _, ch := range chunks {
+				close(ch.done)
+			}
 			return
 		}
-		time.Sleep(100 * time.Millisecond)
+		time.Sleep(wait)
 	}
 }
 
-// close writes what is left and stops the completer; it is safe to call once.
+// finalWriteTime bounds how long a worker that shuts down keeps trying to write outcomes.
+const finalWriteTime = 5 * time.Second
+
+// close writes what is left and stops the completer; it is safe to call once. Outcomes that
+// arrive later are not written (see finish).
 func (c *completer) close() {
 	close(c.stop)
 	<-c.done
 }
 
 // flush writes the queued chunks one after another (and the start marks older than one
-// interval, or all of them when all is true), releasing each chunk's handlers as soon as it is
-// written. It reports whether every write went through; on a failure it stops, and the
-// failed transitions wait at the head for the next try.
-func (c *completer) flush(ctx context.Context, all bool) bool {
+// interval, or all of them when all is true), releasing each chunk's handlers as soon as all
+// of its outcomes are written. When a write fails it stops and returns how long to wait
+// before the next try; the chunk goes back to the head with its handlers still waiting, so
+// their entries stay held and their leases renewed until their outcomes are in Redis.
+func (c *completer) flush(ctx context.Context, all bool) (wait time.Duration) {
 	first := true
 	for {
 		c.mu.Lock()
@@ -264,30 +321,84 @@ func (c *completer) flush(ctx context.Context, all bool) bool {
 		c.mu.Unlock()
 		first = false
 		if ch == nil && len(batch) == 0 {
-			return true
+			return 0
 		}
 		if ch != nil {
 			batch = append(batch, ch.items...)
 		}
-		retry := c.write(ctx, batch)
-		if ch != nil {
-			// The handlers go on even if the write failed: their outcomes are retried from
-			// here, and their entries stay pending meanwhile.
-			close(ch.done)
+		retry, err := c.write(ctx, batch)
+		if err == nil {
+			c.wrote()
 		}
-		if len(retry) > 0 {
-			c.mu.Lock()
-			c.chunks = append([]*chunk{{items: retry, done: make(chan struct{})}}, c.chunks...)
-			c.pending += len(retry)
-			c.mu.Unlock()
-			return false
+		if len(retry) == 0 {
+			if ch != nil {
+				close(ch.done)
+			}
+			if err != nil {
+				return c.failed(err, 0) // only start marks failed: they are not sent again
+			}
+			continue
 		}
+		c.mu.Lock()
+		c.chunks = append([]*chunk{{items: retry, done: ch.done}}, c.chunks...)
+		c.pending += len(retry)
+		c.mu.Unlock()
+		return c.failed(err, len(retry))
 	}
 }
 
-// write runs finish.lua for batch (one call per queue and maxBatch transitions, pipelined)
-// and returns the transitions to try again.
-func (c *completer) write(ctx context.Context, batch []transition) []transition {
+// failed records a failed write of n outcomes and returns how long to wait before the next try.
+func (c *completer) failed(err error, n int) time.Duration {
+	c.mu.Lock()
+	o := &c.outage
+	now := time.Now()
+	begins := o.since.IsZero()
+	step := begins || !now.Before(o.next)
+	if begins {
+		o.since, o.backoff = now, minWriteBackoff
+	} else if step {
+		o.backoff = min(2*o.backoff, maxWriteBackoff)
+	}
+	if step {
+		o.tries++
+		o.next = now.Add(o.backoff)
+	}
+	wait, tries, since := o.next.Sub(now), o.tries, o.since
+	c.mu.Unlock()
+	if step {
+		c.log.Error().Err(err).Int("outcomes_waiting", n).Int("tries", tries).
+			Dur("failing_for", now.Sub(since).Round(time.Millisecond)).Dur("retry_in", wait).
+			Msg("cannot write job outcomes; their jobs stay held and new jobs wait until Redis takes writes again")
+	}
+	if begins && c.onTrouble != nil {
+		c.onTrouble(true)
+	}
+	return wait
+}
+
+// wrote records a write that went through, which ends a spell of failures.
+func (c *completer) wrote() {
+	c.mu.Lock()
+	o := c.outage
+	c.outage = outage{}
+	c.mu.Unlock()
+	if o.since.IsZero() {
+		return
+	}
+	c.log.Info().Dur("after", time.Since(o.since).Round(time.Millisecond)).Int("tries", o.tries).
+		Msg("job outcomes written again; reading new jobs")
+	if c.onTrouble != nil {
+		c.onTrouble(false)
+	}
+}
+
+// write runs finish.lua for batch (one call per queue and maxBatch transitions, pipelined).
+// It returns the transitions to try again and the first error of a call, if any. Every error
+// is worth another try except one that says the request itself is wrong (see permanent): a
+// transition that met such an error maxPermanentTries times is given up and its job left to
+// recovery. Start marks are never sent again: they are only informational (the outcome carries
+// started_at), and one sent late must not land after the outcome.
+func (c *completer) write(ctx context.Context, batch []transition) ([]transition, error) {
 	// Group by queue, keeping order; a batch usually has one queue, which needs no copy.
 	groups := [][]transition{batch}
 	for i := 1; i < len(batch); i++ {
@@ -310,21 +421,23 @@ func (c *completer) write(ctx context.Context, batch []transition) []transition 
 	cmds, _ := script.Pipelined(ctx, c.rdb, calls)
 
 	var retry []transition
+	var first error
 	for i, cmd := range cmds {
 		codes, err := cmd.Int64Slice()
 		if err != nil {
-			c.log.Warn().Err(err).Int("transitions", len(groups[i])).Msg("write job transitions")
+			first = cmp.Or(first, err)
 			for _, t := range groups[i] {
-				t.tries++
-				switch {
-				case t.op == opStart:
-					// A start mark is only informational (the outcome carries started_at):
-					// one that failed is not written again, so it cannot land after the outcome.
-				case transient(err) || t.tries < 5:
-					retry = append(retry, t)
-				default:
-					c.log.Error().Err(err).Str("job_id", t.id).Str("op", t.op).Msg("giving up on a job transition; the job will be recovered")
+				if t.op == opStart {
+					continue
 				}
+				if permanent(err) {
+					if t.tries++; t.tries >= maxPermanentTries {
+						c.log.Error().Err(err).Str("job_id", t.id).Str("op", t.op).
+							Msg("giving up on a job outcome that Redis refuses as malformed; the job will be recovered")
+						continue
+					}
+				}
+				retry = append(retry, t)
 			}
 			continue
 		}
@@ -337,7 +450,7 @@ func (c *completer) write(ctx context.Context, batch []transition) []transition 
 			}
 		}
 	}
-	return retry
+	return retry, first
 }
 
 func (c *completer) call(ts []transition) script.Call {
@@ -373,14 +486,16 @@ func groupByQueue(batch []transition) [][]transition {
 	return groups
 }
 
-// transient reports whether err may pass by itself (a network error, a failover, a busy or
-// loading server) rather than being a fault in the request.
-func transient(err error) bool {
+// permanent reports whether err says the request itself is wrong, so that sending it again
+// cannot help: a script error, a key of the wrong type, an ACL that refuses a command. Every
+// other error may pass by itself: a connection error or timeout, an out-of-memory refusal, a
+// server that is loading, busy or read-only after a failover, a cluster that is resharding.
+func permanent(err error) bool {
 	var rerr redis.Error
 	if !errors.As(err, &rerr) {
-		return true // network errors, timeouts
+		return false // network errors, timeouts
 	}
-	for _, p := range []string{"LOADING", "BUSY", "TRYAGAIN", "CLUSTERDOWN", "MASTERDOWN", "READONLY", "NOSCRIPT", "MOVED", "ASK"} {
+	for _, p := range []string{"ERR", "WRONGTYPE", "NOPERM"} {
 		if redis.HasErrorPrefix(err, p) {
 			return true
 		}

@@ -351,7 +351,7 @@ func (w *Worker) waitForRedis(ctx context.Context) error {
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
-		if !transient(err) {
+		if permanent(err) || redis.HasErrorPrefix(err, "WRONGPASS") || redis.HasErrorPrefix(err, "NOAUTH") {
 			return fmt.Errorf("pipeline: redis refused the worker: %w", err)
 		}
 		w.log.Warn().Err(err).Dur("retry_in", backoff).Msg("redis unavailable")
