@@ -241,3 +241,47 @@ func TestCluster(t *testing.T) {
 		}
 	}
 }
+
+func TestRefuseWrites(t *testing.T) {
+	t.Parallel()
+	s := redistest.Start(t, redistest.WithArgs("--maxmemory", "100mb", "--maxmemory-policy", "allkeys-lru"))
+	ctx := context.Background()
+	c := s.Client(t)
+	if err := c.Set(ctx, "before", "v", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+
+	restore := s.RefuseWrites(t)
+	err := c.Set(ctx, "k", "v", 0).Err()
+	if err == nil || !strings.HasPrefix(err.Error(), "OOM ") {
+		t.Fatalf("SET while refusing writes: %v, want an OOM error", err)
+	}
+	if err := c.XAdd(ctx, &redis.XAddArgs{Stream: "s", Values: []string{"f", "v"}}).Err(); err == nil || !strings.HasPrefix(err.Error(), "OOM ") {
+		t.Fatalf("XADD while refusing writes: %v, want an OOM error", err)
+	}
+	if got, err := c.Get(ctx, "before").Result(); err != nil || got != "v" { // reads work, nothing was evicted
+		t.Fatalf("GET while refusing writes = %q, %v", got, err)
+	}
+
+	restore()
+	restore() // idempotent
+	if err := c.Set(ctx, "k", "v", 0).Err(); err != nil {
+		t.Fatalf("SET after restore: %v", err)
+	}
+	cfg, err := c.ConfigGet(ctx, "maxmemory*").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg["maxmemory"] != "104857600" || cfg["maxmemory-policy"] != "allkeys-lru" {
+		t.Fatalf("config after restore = %v", cfg)
+	}
+
+	// Without an explicit restore, Cleanup restores (the server is private,
+	// so this only checks that it does not fail).
+	t.Run("cleanup", func(t *testing.T) {
+		s.RefuseWrites(t)
+	})
+	if err := c.Set(ctx, "k2", "v", 0).Err(); err != nil {
+		t.Fatalf("SET after the subtest's cleanup: %v", err)
+	}
+}

@@ -147,9 +147,14 @@ func (s *Server) URL() string { return "redis://" + s.Addr + "/0" }
 // Client returns a new go-redis client to this server, closed in tb.Cleanup.
 func (s *Server) Client(tb testing.TB) *redis.Client {
 	tb.Helper()
-	c := redis.NewClient(&redis.Options{Addr: s.Addr})
+	c := redis.NewClient(s.options())
 	tb.Cleanup(func() { _ = c.Close() })
 	return c
+}
+
+// options returns go-redis options for a client of this server.
+func (s *Server) options() *redis.Options {
+	return &redis.Options{Addr: s.Addr}
 }
 
 // PID returns the process id of the running redis-server, or 0 if it is not
