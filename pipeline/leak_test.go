@@ -43,3 +43,34 @@ func TestWorkerLeavesNoGoroutines(t *testing.T) {
 	require.NoError(t, rdb.Close())
 	goleak.VerifyNone(t, before)
 }
+
+// A handler that ignores its context and outlives the worker's shutdown (ShutdownTimeout and
+// the router's wait) must not leave its goroutine blocked once it returns: its outcome comes
+// after the completer stopped. Before, finish handed it a channel nobody would close. Not
+// parallel, for the same reason as TestWorkerLeavesNoGoroutines.
+func TestHandlerOutlivingShutdownLeavesNoGoroutine(t *testing.T) {
+	srv := redistest.Shared(t)
+	before := goleak.IgnoreCurrent()
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	queue := redistest.UniqueName(t)
+	c := pipeline.NewClient(rdb, pipeline.ClientConfig{})
+	w := pipeline.NewWorker(rdb, pipeline.WorkerConfig{Queues: []string{queue}, Logger: testLogger(t),
+		ShutdownTimeout: 50 * time.Millisecond, DisableScheduler: true, DisableRecovery: true})
+	running, release := make(chan struct{}), make(chan struct{})
+	w.Handle("stubborn", func(context.Context, *pipeline.Job) ([]byte, error) {
+		close(running)
+		<-release // ignores its context
+		return nil, nil
+	})
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx) }()
+	_, err := c.Enqueue(t.Context(), queue, pipeline.Task{Type: "stubborn"})
+	require.NoError(t, err)
+	<-running
+	cancel()
+	require.NoError(t, <-done)
+	close(release)
+	require.NoError(t, rdb.Close())
+	goleak.VerifyNone(t, before)
+}

@@ -250,7 +250,9 @@ func (w *Worker) Run(ctx context.Context) error {
 		return err
 	}
 	defer sub.Close()
-	router, err := message.NewRouter(message.RouterConfig{CloseTimeout: 5 * time.Second}, wlog)
+	// The subscriber cancels what still runs after ShutdownTimeout; the router waits a little
+	// longer for those handlers to return.
+	router, err := message.NewRouter(message.RouterConfig{CloseTimeout: w.cfg.ShutdownTimeout + time.Second}, wlog)
 	if err != nil {
 		return err
 	}
