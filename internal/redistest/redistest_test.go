@@ -2,6 +2,8 @@ package redistest_test
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"fmt"
 	"os"
 	"regexp"
@@ -284,4 +286,120 @@ func TestRefuseWrites(t *testing.T) {
 	if err := c.Set(ctx, "k2", "v", 0).Err(); err != nil {
 		t.Fatalf("SET after the subtest's cleanup: %v", err)
 	}
+}
+
+func TestTLS(t *testing.T) {
+	t.Parallel()
+	s := redistest.StartTLS(t)
+	ctx := context.Background()
+	if s.ClientCertRequired {
+		t.Fatal("ClientCertRequired without RequireClientCert")
+	}
+	if want := "rediss://" + s.Addr + "/0"; s.URL() != want {
+		t.Fatalf("URL = %q, want %q", s.URL(), want)
+	}
+	for _, f := range []string{s.CAFile, s.ServerCertFile, s.ServerKeyFile, s.ClientCertFile, s.ClientKeyFile} {
+		if _, err := os.Stat(f); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.Client(t).Set(ctx, "k", "v", 0).Err(); err != nil {
+		t.Fatalf("the ready client: %v", err)
+	}
+
+	// A client that trusts only the CA file (no client certificate) connects,
+	// by the URL.
+	opt, err := redis.ParseURL(s.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	opt.TLSConfig.RootCAs = caPool(t, s.CAFile)
+	opt.MaxRetries = -1
+	if got, err := tlsGet(opt, "k"); err != nil || got != "v" {
+		t.Fatalf("GET with the CA = %q, %v", got, err)
+	}
+
+	// Without the CA the server's certificate does not verify.
+	opt, _ = redis.ParseURL(s.URL())
+	opt.MaxRetries = -1
+	if _, err := tlsGet(opt, "k"); err == nil || !strings.Contains(err.Error(), "certificate") {
+		t.Fatalf("GET without the CA: %v, want a certificate verification error", err)
+	}
+
+	// Plain TCP is not served.
+	if err := ping(s.Addr); err == nil {
+		t.Fatal("plain-text PING succeeded on the TLS port")
+	}
+
+	// Restart keeps TLS and the certificates.
+	if err := s.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Client(t).Ping(ctx).Err(); err != nil {
+		t.Fatalf("PING after Restart: %v", err)
+	}
+}
+
+func TestTLSRequireClientCert(t *testing.T) {
+	t.Parallel()
+	s := redistest.StartTLS(t, redistest.RequireClientCert())
+	if !s.ClientCertRequired {
+		t.Fatal("ClientCertRequired is false")
+	}
+	ctx := context.Background()
+	if err := s.Client(t).Ping(ctx).Err(); err != nil {
+		t.Fatalf("the ready client: %v", err)
+	}
+
+	noCert := s.TLSConfig()
+	noCert.Certificates = nil
+	if _, err := tlsGet(&redis.Options{Addr: s.Addr, TLSConfig: noCert, MaxRetries: -1}, "k"); err == nil || !strings.Contains(err.Error(), "certificate") {
+		t.Fatalf("GET without a client certificate: %v, want a certificate error", err)
+	}
+
+	// A client built from the files alone, with the client certificate.
+	cert, err := tls.LoadX509KeyPair(s.ClientCertFile, s.ClientKeyFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	withCert := &tls.Config{RootCAs: caPool(t, s.CAFile), Certificates: []tls.Certificate{cert}}
+	if _, err := tlsGet(&redis.Options{Addr: s.Addr, TLSConfig: withCert, MaxRetries: -1}, "k"); err != redis.Nil {
+		t.Fatalf("GET with the client certificate: %v, want redis.Nil", err)
+	}
+}
+
+func TestRequireClientCertNeedsTLS(t *testing.T) {
+	t.Parallel()
+	if s, err := redistest.StartProcess(redistest.RequireClientCert()); err == nil {
+		_ = s.Stop()
+		t.Fatal("StartProcess(RequireClientCert()) without TLS succeeded")
+	}
+}
+
+// caPool returns a pool holding the PEM certificates in file.
+func caPool(t *testing.T, file string) *x509.CertPool {
+	t.Helper()
+	pem, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(pem) {
+		t.Fatalf("no certificate in %s", file)
+	}
+	return pool
+}
+
+// tlsGet runs GET key with a new client made from opt.
+func tlsGet(opt *redis.Options, key string) (string, error) {
+	opt.DialTimeout = 2 * time.Second
+	opt.DialerRetries = 1 // fail fast on certificate errors
+	c := redis.NewClient(opt)
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	return c.Get(ctx, key).Result()
 }

@@ -2,6 +2,7 @@ package redistest
 
 import (
 	"bufio"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -37,6 +38,9 @@ var errPortInUse = errors.New("port already in use")
 type config struct {
 	args       []string // extra redis-server arguments (WithArgs)
 	clusterBus bool     // pick a free cluster bus port and pass --cluster-port
+
+	tls               *tlsSetup // listen with TLS only (StartTLS)
+	requireClientCert bool      // --tls-auth-clients yes (RequireClientCert)
 }
 
 // Option adjusts a server's configuration, e.g. WithArgs("--maxmemory", "10mb").
@@ -101,6 +105,9 @@ func StartProcess(opts ...Option) (*Server, error) {
 	for _, o := range opts {
 		o(&cfg)
 	}
+	if cfg.requireClientCert && cfg.tls == nil {
+		return nil, errors.New("redistest: the RequireClientCert option needs StartTLS")
+	}
 	dir, err := os.MkdirTemp("", "redistest-*")
 	if err != nil {
 		return nil, fmt.Errorf("redistest: %w", err)
@@ -141,10 +148,18 @@ func StartProcess(opts ...Option) (*Server, error) {
 	return nil, lastErr
 }
 
-// URL returns the server's URL for database 0: "redis://127.0.0.1:PORT/0".
-func (s *Server) URL() string { return "redis://" + s.Addr + "/0" }
+// URL returns the server's URL for database 0: "redis://127.0.0.1:PORT/0",
+// or "rediss://127.0.0.1:PORT/0" for a TLS server (StartTLS).
+func (s *Server) URL() string {
+	if s.cfg.tls != nil {
+		return "rediss://" + s.Addr + "/0"
+	}
+	return "redis://" + s.Addr + "/0"
+}
 
 // Client returns a new go-redis client to this server, closed in tb.Cleanup.
+// For a TLS server (StartTLS) it trusts the test CA and presents the client
+// certificate.
 func (s *Server) Client(tb testing.TB) *redis.Client {
 	tb.Helper()
 	c := redis.NewClient(s.options())
@@ -154,7 +169,11 @@ func (s *Server) Client(tb testing.TB) *redis.Client {
 
 // options returns go-redis options for a client of this server.
 func (s *Server) options() *redis.Options {
-	return &redis.Options{Addr: s.Addr}
+	o := &redis.Options{Addr: s.Addr}
+	if s.cfg.tls != nil {
+		o.TLSConfig = s.cfg.tls.client.Clone()
+	}
+	return o
 }
 
 // PID returns the process id of the running redis-server, or 0 if it is not
@@ -274,6 +293,22 @@ func (s *Server) launch(port, bus int) error {
 
 	args := []string{
 		"--port", strconv.Itoa(port),
+	}
+	if t := s.cfg.tls; t != nil {
+		auth := "optional"
+		if s.cfg.requireClientCert {
+			auth = "yes"
+		}
+		args = []string{
+			"--port", "0", // no plain TCP
+			"--tls-port", strconv.Itoa(port),
+			"--tls-cert-file", t.certFile,
+			"--tls-key-file", t.keyFile,
+			"--tls-ca-cert-file", t.caFile,
+			"--tls-auth-clients", auth,
+		}
+	}
+	args = append(args,
 		"--bind", "127.0.0.1",
 		"--dir", s.Dir,
 		"--save", "",
@@ -281,7 +316,7 @@ func (s *Server) launch(port, bus int) error {
 		"--daemonize", "no",
 		"--logfile", s.logPath,
 		"--protected-mode", "no",
-	}
+	)
 	if bus != 0 {
 		args = append(args, "--cluster-port", strconv.Itoa(bus))
 	}
@@ -330,7 +365,7 @@ func (s *Server) waitReady(p *process) error {
 				s.Port, p.cmd.ProcessState, tail)
 		default:
 		}
-		got, err := probePID(s.Addr)
+		got, err := probePID(s.Addr, s.cfg.tls)
 		if err == nil {
 			if got == pid {
 				return nil
@@ -346,10 +381,17 @@ func (s *Server) waitReady(p *process) error {
 	}
 }
 
-// probePID sends INFO server over a raw connection and returns the
-// process_id the server reports.
-func probePID(addr string) (int, error) {
-	conn, err := net.DialTimeout("tcp", addr, 500*time.Millisecond)
+// probePID sends INFO server over a raw connection (TLS if t is not nil)
+// and returns the process_id the server reports.
+func probePID(addr string, t *tlsSetup) (int, error) {
+	var conn net.Conn
+	var err error
+	d := &net.Dialer{Timeout: 500 * time.Millisecond}
+	if t != nil {
+		conn, err = tls.DialWithDialer(d, "tcp", addr, t.client)
+	} else {
+		conn, err = d.Dial("tcp", addr)
+	}
 	if err != nil {
 		return 0, err
 	}
