@@ -403,3 +403,66 @@ func tlsGet(opt *redis.Options, key string) (string, error) {
 	defer cancel()
 	return c.Get(ctx, key).Result()
 }
+
+func TestSentinel(t *testing.T) {
+	t.Parallel()
+	start := time.Now()
+	ss := redistest.StartSentinel(t)
+	t.Logf("topology ready in %v", time.Since(start))
+	if ss.MasterName != redistest.SentinelMasterName || len(ss.Sentinels) != 3 || len(ss.SentinelAddrs) != 3 {
+		t.Fatalf("set = %+v", ss)
+	}
+	ctx := context.Background()
+
+	// The URL is in ParseFailoverURL's form and names every sentinel.
+	fo, err := redis.ParseFailoverURL(ss.URL())
+	if err != nil {
+		t.Fatalf("ParseFailoverURL(%q): %v", ss.URL(), err)
+	}
+	if fo.MasterName != ss.MasterName || strings.Join(fo.SentinelAddrs, ",") != strings.Join(ss.SentinelAddrs, ",") {
+		t.Fatalf("ParseFailoverURL(%q) = master %q, sentinels %v", ss.URL(), fo.MasterName, fo.SentinelAddrs)
+	}
+	byURL := redis.NewFailoverClient(fo)
+	defer byURL.Close()
+	if err := byURL.Ping(ctx).Err(); err != nil {
+		t.Fatalf("PING through the URL's client: %v", err)
+	}
+	if addr, err := ss.MasterAddr(ctx); err != nil || addr != ss.Master.Addr {
+		t.Fatalf("MasterAddr = %q, %v; want %s", addr, err, ss.Master.Addr)
+	}
+
+	c := ss.Client(t)
+	if err := c.Set(ctx, "k", "v", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := c.Wait(ctx, 1, time.Second).Result(); err != nil || n != 1 {
+		t.Fatalf("WAIT 1 1000 = %d, %v: the replica did not acknowledge", n, err)
+	}
+
+	old := ss.Master.Addr
+	if err := ss.Master.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	killed := time.Now()
+	newAddr := ss.WaitFailover(t, old)
+	t.Logf("failover in %v", time.Since(killed))
+	if newAddr != ss.Replica.Addr {
+		t.Fatalf("new master %s, want the replica %s", newAddr, ss.Replica.Addr)
+	}
+
+	// The failover client follows: it reads the replicated key from the
+	// promoted replica and can write there.
+	if got, err := c.Get(ctx, "k").Result(); err != nil || got != "v" {
+		t.Fatalf("GET k after failover = %q, %v", got, err)
+	}
+	info, err := c.Info(ctx, "server").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := fmt.Sprintf("tcp_port:%d\r\n", ss.Replica.Port); !strings.Contains(info, want) {
+		t.Fatalf("the failover client is not on the promoted replica (want %q)", want)
+	}
+	if err := c.Set(ctx, "k2", "v", 0).Err(); err != nil {
+		t.Fatalf("SET after failover: %v", err)
+	}
+}

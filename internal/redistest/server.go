@@ -41,6 +41,8 @@ type config struct {
 
 	tls               *tlsSetup // listen with TLS only (StartTLS)
 	requireClientCert bool      // --tls-auth-clients yes (RequireClientCert)
+
+	sentinelConf string // run as a Sentinel with this config file content
 }
 
 // Option adjusts a server's configuration, e.g. WithArgs("--maxmemory", "10mb").
@@ -291,22 +293,33 @@ func (s *Server) launch(port, bus int) error {
 	}
 	defer out.Close()
 
-	args := []string{
-		"--port", strconv.Itoa(port),
+	var args []string
+	if s.cfg.sentinelConf != "" {
+		// Sentinel rewrites its config file: keep it across Kill/Restart,
+		// write it anew after Stop removed the dir.
+		conf := filepath.Join(s.Dir, "sentinel.conf")
+		if _, err := os.Stat(conf); errors.Is(err, os.ErrNotExist) {
+			if err := os.WriteFile(conf, []byte(s.cfg.sentinelConf), 0o600); err != nil {
+				return fmt.Errorf("redistest: %w", err)
+			}
+		}
+		args = []string{conf, "--sentinel"}
 	}
-	if t := s.cfg.tls; t != nil {
+	if t := s.cfg.tls; t == nil {
+		args = append(args, "--port", strconv.Itoa(port))
+	} else {
 		auth := "optional"
 		if s.cfg.requireClientCert {
 			auth = "yes"
 		}
-		args = []string{
+		args = append(args,
 			"--port", "0", // no plain TCP
 			"--tls-port", strconv.Itoa(port),
 			"--tls-cert-file", t.certFile,
 			"--tls-key-file", t.keyFile,
 			"--tls-ca-cert-file", t.caFile,
 			"--tls-auth-clients", auth,
-		}
+		)
 	}
 	args = append(args,
 		"--bind", "127.0.0.1",
