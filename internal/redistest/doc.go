@@ -23,4 +23,18 @@
 // prefixes (UniqueName), never with FLUSHDB. Tests that need a server of their
 // own (outage simulation with Kill/Restart, special configuration with
 // WithArgs) use Start; tests that need Redis Cluster use StartCluster.
+//
+// Other helpers, each for a server of the test's own:
+//
+//   - Server.RefuseWrites makes a server refuse writes with OOM errors
+//     (maxmemory 1, noeviction) until the returned restore is called.
+//   - StartTLS starts a TLS-only server with a CA, a server certificate and
+//     a client certificate generated for the test (crypto/x509); the
+//     RequireClientCert option makes client certificates mandatory.
+//   - StartSentinel starts a Sentinel topology (master, replica, three
+//     sentinels) with a failover client and URL, and WaitFailover for tests
+//     that kill the master.
+//
+// To lose, delay or cut the traffic between a client and a server, put
+// internal/faultproxy in between.
 package redistest
