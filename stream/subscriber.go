@@ -37,7 +37,12 @@ var (
 	ErrLeaseLost = errors.New("stream: lease lost")
 )
 
-// Config configures a Subscriber. Zero fields take the documented defaults.
+// Config configures a Subscriber.
+//
+// Every field has one meaning per value: zero means the documented default; a negative or
+// otherwise unusable value (a BlockTime under a millisecond, which Redis would read as "block
+// forever") makes NewSubscriber return an error; and a feature is turned off by a boolean field
+// of its own (DisableLeaseRenewal), never by a special value of another field.
 type Config struct {
 	// Client is the Redis client (standalone, cluster or failover). Required. Close does not
 	// close it.
@@ -57,13 +62,17 @@ type Config struct {
 	Concurrency int
 	// BatchSize bounds the COUNT of one XREADGROUP. Defaults to DefaultBatchSize.
 	BatchSize int
-	// BlockTime is how long one XREADGROUP waits for new entries. It bounds how long a closing
-	// subscription waits for its last read. Defaults to DefaultBlockTime.
+	// BlockTime is how long one XREADGROUP waits for new entries, at least a millisecond. It
+	// bounds how long a closing subscription waits for its last read. Defaults to
+	// DefaultBlockTime.
 	BlockTime time.Duration
 	// LeaseInterval is how often the leases of held entries are renewed; it must be well under
 	// the idle time after which the application recovers entries (a third of it is usual).
-	// Defaults to DefaultLeaseInterval; negative disables renewal.
+	// Defaults to DefaultLeaseInterval.
 	LeaseInterval time.Duration
+	// DisableLeaseRenewal turns lease renewal off: held entries go idle, and a recoverer may
+	// take them from a live handler.
+	DisableLeaseRenewal bool
 	// DeferAck leaves acknowledgement to the application: a message's Ack then only frees its
 	// slot, and the entry stays pending until the application XACKs it.
 	DeferAck bool
@@ -118,17 +127,40 @@ func (c Config) withDefaults() Config {
 	return c
 }
 
+// validate checks cfg as given, before withDefaults (which makes zero values positive).
 func (c Config) validate() error {
+	var errs []error
+	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf("stream: "+format, args...)) }
 	if c.Client == nil {
-		return errors.New("stream: Config.Client is nil")
+		bad("Config.Client is nil")
 	}
 	if c.Group == "" {
-		return errors.New("stream: Config.Group is empty")
+		bad("Config.Group is empty")
 	}
-	if c.Concurrency < 1 || c.BatchSize < 1 {
-		return errors.New("stream: Concurrency and BatchSize must be positive")
+	if c.Concurrency < 0 {
+		bad("Config.Concurrency is %d; it must be positive (zero means %d)", c.Concurrency, DefaultConcurrency)
 	}
-	return nil
+	if c.BatchSize < 0 {
+		bad("Config.BatchSize is %d; it must be positive (zero means %d)", c.BatchSize, DefaultBatchSize)
+	}
+	if c.BlockTime < 0 || c.BlockTime > 0 && c.BlockTime < time.Millisecond {
+		// Redis takes BLOCK in whole milliseconds, and BLOCK 0 waits forever.
+		bad("Config.BlockTime is %v; it must be at least 1ms (zero means %v)", c.BlockTime, DefaultBlockTime)
+	}
+	for _, d := range []struct {
+		name  string
+		v, df time.Duration
+	}{
+		{"LeaseInterval", c.LeaseInterval, DefaultLeaseInterval},
+		{"AckInterval", c.AckInterval, DefaultAckInterval},
+		{"NackResendSleep", c.NackResendSleep, DefaultNackResendSleep},
+		{"CloseTimeout", c.CloseTimeout, DefaultCloseTimeout},
+	} {
+		if d.v < 0 {
+			bad("Config.%s is %v; it must not be negative (zero means %v)", d.name, d.v, d.df)
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // Subscriber reads Redis Streams in a consumer group and implements message.Subscriber.
@@ -151,10 +183,10 @@ type Subscriber struct {
 
 // NewSubscriber returns a Subscriber; it reads nothing until Subscribe.
 func NewSubscriber(cfg Config) (*Subscriber, error) {
-	cfg = cfg.withDefaults()
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
+	cfg = cfg.withDefaults()
 	return &Subscriber{
 		cfg:     cfg,
 		rdb:     cfg.Client,
@@ -202,7 +234,7 @@ func (s *Subscriber) Subscribe(ctx context.Context, topicName string) (<-chan *m
 	s.wg.Add(1)
 	s.mu.Unlock()
 
-	if s.cfg.LeaseInterval > 0 {
+	if !s.cfg.DisableLeaseRenewal {
 		s.leaseRun.Do(func() {
 			s.wg.Add(1)
 			go s.renewLeases()

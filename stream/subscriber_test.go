@@ -1,6 +1,7 @@
 package stream
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"math/rand/v2"
@@ -157,19 +158,18 @@ func TestSubscriber(t *testing.T) {
 	t.Run("LeaseRenewal", func(t *testing.T) {
 		t.Parallel()
 		for _, tc := range []struct {
-			name     string
-			interval time.Duration
-			renewed  bool
+			name    string
+			disable bool
 		}{
-			{name: "Renewed", interval: 100 * time.Millisecond, renewed: true},
-			{name: "Disabled", interval: -1},
+			{name: "Renewed"},
+			{name: "Disabled", disable: true},
 		} {
 			t.Run(tc.name, func(t *testing.T) {
 				t.Parallel()
 				rdb := redistest.Client(t)
 				topic := redistest.UniqueName(t)
 				publish(t, rdb, topic, "m", 1)
-				sub := newTestSubscriber(t, rdb, Config{LeaseInterval: tc.interval})
+				sub := newTestSubscriber(t, rdb, Config{LeaseInterval: 100 * time.Millisecond, DisableLeaseRenewal: tc.disable})
 				msgs, err := sub.Subscribe(t.Context(), topic)
 				require.NoError(t, err)
 				msg := receive(t, msgs, 5*time.Second)
@@ -184,7 +184,7 @@ func TestSubscriber(t *testing.T) {
 					assert.Equal(t, sub.Consumer(), p[0].Consumer)
 					assert.Equal(t, int64(1), p[0].RetryCount, "renewal must keep the delivery count")
 				}
-				if tc.renewed {
+				if !tc.disable {
 					assert.Less(t, maxIdle, 500*time.Millisecond)
 				} else {
 					assert.GreaterOrEqual(t, maxIdle, time.Second)
@@ -630,28 +630,61 @@ func TestConfig(t *testing.T) {
 	t.Parallel()
 	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:0"}) // never dialled
 	defer rdb.Close()
+	base := func(f func(*Config)) Config {
+		c := Config{Client: rdb, Group: "g"}
+		if f != nil {
+			f(&c)
+		}
+		return c
+	}
 	for _, tc := range []struct {
 		name    string
 		cfg     Config
-		wantErr string
+		wantErr string // substring of the error; "" for none
 	}{
 		{name: "NoClient", cfg: Config{Group: "g"}, wantErr: "Client"},
 		{name: "NoGroup", cfg: Config{Client: rdb}, wantErr: "Group"},
-		{name: "NegativeConcurrency", cfg: Config{Client: rdb, Group: "g", Concurrency: -1}, wantErr: "Concurrency"},
-		{name: "NegativeBatch", cfg: Config{Client: rdb, Group: "g", BatchSize: -1}, wantErr: "BatchSize"},
-		{name: "Defaults", cfg: Config{Client: rdb, Group: "g"}},
+		{name: "NegativeConcurrency", cfg: base(func(c *Config) { c.Concurrency = -1 }), wantErr: "Concurrency"},
+		{name: "NegativeBatchSize", cfg: base(func(c *Config) { c.BatchSize = -1 }), wantErr: "BatchSize"},
+		{name: "NegativeBlockTime", cfg: base(func(c *Config) { c.BlockTime = -time.Second }), wantErr: "BlockTime"},
+		// go-redis sends BLOCK in whole milliseconds: 500us would become BLOCK 0, forever.
+		{name: "SubMillisecondBlockTime", cfg: base(func(c *Config) { c.BlockTime = 500 * time.Microsecond }), wantErr: "BlockTime"},
+		{name: "NegativeLeaseInterval", cfg: base(func(c *Config) { c.LeaseInterval = -1 }), wantErr: "LeaseInterval"},
+		{name: "NegativeAckInterval", cfg: base(func(c *Config) { c.AckInterval = -time.Millisecond }), wantErr: "AckInterval"},
+		{name: "NegativeNackResendSleep", cfg: base(func(c *Config) { c.NackResendSleep = -1 }), wantErr: "NackResendSleep"},
+		{name: "NegativeCloseTimeout", cfg: base(func(c *Config) { c.CloseTimeout = -time.Second }), wantErr: "CloseTimeout"},
+		{name: "Defaults", cfg: base(nil)},
+		{name: "OneMillisecondBlockTime", cfg: base(func(c *Config) { c.BlockTime = time.Millisecond })},
+		{name: "LeaseRenewalDisabled", cfg: base(func(c *Config) { c.DisableLeaseRenewal = true })},
+		{name: "AllSet", cfg: base(func(c *Config) {
+			c.Concurrency, c.BatchSize, c.BlockTime = 1, 1, time.Second
+			c.LeaseInterval, c.AckInterval, c.NackResendSleep, c.CloseTimeout = time.Second, time.Second, time.Second, time.Second
+		})},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			sub, err := NewSubscriber(tc.cfg)
 			if tc.wantErr != "" {
 				require.ErrorContains(t, err, tc.wantErr)
+				require.Nil(t, sub)
 				return
 			}
 			require.NoError(t, err)
 			assert.NotEmpty(t, sub.Consumer())
-			assert.Equal(t, DefaultConcurrency, sub.cfg.Concurrency)
-			assert.Equal(t, DefaultLeaseInterval, sub.cfg.LeaseInterval)
-			assert.Equal(t, DefaultCloseTimeout, sub.cfg.CloseTimeout)
+			for _, d := range []struct {
+				name     string
+				got, set time.Duration
+				wantDflt time.Duration
+			}{
+				{"BlockTime", sub.cfg.BlockTime, tc.cfg.BlockTime, DefaultBlockTime},
+				{"LeaseInterval", sub.cfg.LeaseInterval, tc.cfg.LeaseInterval, DefaultLeaseInterval},
+				{"AckInterval", sub.cfg.AckInterval, tc.cfg.AckInterval, DefaultAckInterval},
+				{"NackResendSleep", sub.cfg.NackResendSleep, tc.cfg.NackResendSleep, DefaultNackResendSleep},
+				{"CloseTimeout", sub.cfg.CloseTimeout, tc.cfg.CloseTimeout, DefaultCloseTimeout},
+			} {
+				assert.Equal(t, cmp.Or(d.set, d.wantDflt), d.got, d.name)
+			}
+			assert.Equal(t, cmp.Or(tc.cfg.Concurrency, DefaultConcurrency), sub.cfg.Concurrency)
+			assert.Equal(t, cmp.Or(tc.cfg.BatchSize, DefaultBatchSize), sub.cfg.BatchSize)
 			require.NoError(t, sub.Close())
 			require.NoError(t, sub.Close())
 		})
