@@ -1,6 +1,8 @@
 -- cancel.lua: cancel a job that has not finished.
 -- KEYS[1] stream, KEYS[2] scheduled set, KEYS[3] stats hash, KEYS[4] job hash
--- ARGV[1] group, ARGV[2] now (unix ms), ARGV[3] default retention ms (0 deletes the record), ARGV[4] id
+-- ARGV[1] group, ARGV[2] now (unix ms), ARGV[3] default retention ms (0 keeps only a
+--   tombstone), ARGV[4] id, ARGV[5] the shortest retention ms (see finish.lua: a publish sent
+--   again after a lost reply must find the job)
 -- A queued or running job's entry is acknowledged and deleted; the worker running it finds its
 -- lease gone at its next renewal, which cancels the handler's context, and its late result is
 -- refused by fencing.
@@ -20,6 +22,10 @@ redis.call('HDEL', KEYS[4], 'entry')
 redis.call('HINCRBY', KEYS[4], 'version', 1)
 cv_release_unique(KEYS[4], ARGV[4])
 local ret = cv_num(h[3], tonumber(ARGV[3]))
-if ret <= 0 then redis.call('DEL', KEYS[4]) else redis.call('PEXPIRE', KEYS[4], ret) end
+if ret <= 0 then
+  redis.call('DEL', KEYS[4])
+  redis.call('HSET', KEYS[4], 'status', 'canceled', 'completed_at', ARGV[2])
+end
+redis.call('PEXPIRE', KEYS[4], math.max(ret, tonumber(ARGV[5])))
 redis.call('HINCRBY', KEYS[3], 'canceled', 1)
 return 1

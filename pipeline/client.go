@@ -23,6 +23,9 @@ const (
 	DefaultMaxRetries      = 5
 	DefaultMaxPayloadBytes = 1 << 20
 	DefaultRetention       = 24 * time.Hour
+	// DefaultMinRetention is the default of WorkerConfig.MinRetention and
+	// ClientConfig.MinRetention.
+	DefaultMinRetention = time.Minute
 	// RetainNone, as a retention setting, deletes a job's record as soon as it finishes.
 	RetainNone time.Duration = -1
 )
@@ -49,6 +52,10 @@ type ClientConfig struct {
 	// Retention is how long Cancel keeps a canceled job's record (jobs enqueued WithRetention
 	// keep their own). Defaults to DefaultRetention; RetainNone deletes it at once.
 	Retention time.Duration
+	// MinRetention is the shortest time Cancel keeps a canceled job's record (a tombstone
+	// with RetainNone), so that a publish sent again after a lost reply makes no second job;
+	// see WorkerConfig.MinRetention. Defaults to DefaultMinRetention.
+	MinRetention time.Duration
 	// Now returns the current time; tests may replace it. Defaults to time.Now.
 	Now func() time.Time
 }
@@ -77,6 +84,7 @@ func NewClient(rdb redis.UniversalClient, cfg ClientConfig) *Client {
 		cfg.MaxRetries = 0
 	}
 	cfg.Retention = cmp.Or(cfg.Retention, DefaultRetention)
+	cfg.MinRetention = cmp.Or(cfg.MinRetention, DefaultMinRetention)
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
@@ -512,7 +520,7 @@ func (c *Client) Cancel(ctx context.Context, queue, id string) error {
 	q := c.keys(queue)
 	n, err := cancelScript.Run(ctx, c.rdb,
 		[]string{q.Stream(), q.Scheduled(), q.Stats(), q.Job(id)},
-		keys.Group, c.cfg.Now().UnixMilli(), retentionMS(c.cfg.Retention), id).Int()
+		keys.Group, c.cfg.Now().UnixMilli(), retentionMS(c.cfg.Retention), id, c.cfg.MinRetention.Milliseconds()).Int()
 	if err != nil {
 		return fmt.Errorf("cancel %s/%s: %w", queue, id, err)
 	}

@@ -59,6 +59,7 @@ type completer struct {
 	rdb       redis.UniversalClient
 	worker    string
 	retention int64 // default retention ms for finish.lua
+	minRetain int64 // the shortest retention ms of a finished job (see finish.lua)
 	interval  time.Duration
 	maxBatch  int
 	slots     int // the worker's concurrency: write at once when this many wait
@@ -107,9 +108,9 @@ type chunk struct {
 	done  chan struct{}
 }
 
-func newCompleter(rdb redis.UniversalClient, worker string, retention int64, interval time.Duration, maxBatch, slots int, log zerolog.Logger) *completer {
+func newCompleter(rdb redis.UniversalClient, worker string, retention, minRetain int64, interval time.Duration, maxBatch, slots int, log zerolog.Logger) *completer {
 	return &completer{
-		rdb: rdb, worker: worker, retention: retention, interval: interval, maxBatch: maxBatch,
+		rdb: rdb, worker: worker, retention: retention, minRetain: minRetain, interval: interval, maxBatch: maxBatch,
 		slots:  max(1, slots),
 		log:    log.With().Str("component", "completer").Logger(),
 		starts: make(map[string]startMark),
@@ -457,8 +458,8 @@ func (c *completer) call(ts []transition) script.Call {
 	q := ts[0].q
 	ks := make([]string, 0, 4+len(ts))
 	ks = append(ks, q.Stream(), q.Scheduled(), q.Dead(), q.Stats())
-	args := make([]any, 0, 4+10*len(ts))
-	args = append(args, keys.Group, c.worker, c.retention, q.Wake())
+	args := make([]any, 0, 5+10*len(ts))
+	args = append(args, keys.Group, c.worker, c.retention, q.Wake(), c.minRetain)
 	for _, t := range ts {
 		ks = append(ks, q.Job(t.id))
 		sent := ""

@@ -1,8 +1,9 @@
 -- finish.lua: apply a batch of worker transitions to jobs of one queue.
 -- KEYS[1] stream, KEYS[2] scheduled set, KEYS[3] dead set, KEYS[4] stats hash,
 --   KEYS[4+i] the hash of item i
--- ARGV[1] group, ARGV[2] worker (consumer name), ARGV[3] default retention ms (0 deletes a
---   finished job's record at once), ARGV[4] wake channel, then 10 values per item:
+-- ARGV[1] group, ARGV[2] worker (consumer name), ARGV[3] default retention ms (0 keeps only a
+--   tombstone), ARGV[4] wake channel, ARGV[5] the shortest retention (ms) of any finished job,
+--   then 10 values per item:
 --   op, id, entry, attempt, started_at, finished_at, data, extra, sent, payload
 -- sent is '1' when the worker sends the job's payload back (a small job with no metadata:
 -- that spares an XRANGE of the entry), '' to read payload and metadata from the entry.
@@ -11,12 +12,18 @@
 --   done    data = result
 --   retry   data = error, extra = due time (unix ms); dead instead when retries are exhausted
 --   fail    data = error; straight to the dead set
---   poison  data = reason, extra = the raw entry; the entry could not be read, and id names the
---           record to keep it under (it may name no job)
+--   poison  data = reason; the entry could not be read, and id names the record to keep it
+--           under (it may name no job; when it names a job whose entry is another, the record
+--           is kept under 'entry-<entry>' instead)
 -- Every op but poison is fenced: it applies only while the job's `entry` is the given entry and
 -- the job is queued or in_progress; otherwise it is refused and the newer state stays. The
--- given entry is then acknowledged and deleted all the same, because it no longer carries a
--- live job. A fenced-off start is only ignored (not counted, its entry left alone).
+-- given entry is then acknowledged and deleted all the same when it still carries this job (or
+-- is gone), because it no longer carries a live job; an entry that carries another job (a
+-- stream id handed out again after a failover lost writes) is left alone. A fenced-off start is
+-- only ignored (not counted, its entry left alone).
+-- A finished job keeps its record for its retention, but never less than ARGV[5]: a publish
+-- that go-redis sends again after a lost reply must find the job and make no second one. With
+-- no retention, what is kept that long is a tombstone (status and completed_at).
 -- Returns one code per item: 1 applied, 0 refused, 2 retry turned into dead.
 --
 -- Cost matters here (this runs for every job): each transition is one HMGET and one HSET (and a
@@ -24,6 +31,7 @@
 -- (XRANGE, about 6 us with its reply) is what the payload argument avoids.
 local stream, scheduled, dead, stats = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local group, worker, default_ret, wake = ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[4]
+local min_ret, min_ret_s = tonumber(ARGV[5]), ARGV[5]
 local drop, out = {}, {}
 -- Numbers go to redis.call as strings made once per distinct value: Redis formats a Lua number
 -- with snprintf (about 0.16 us per argument), and every job writes its version.
@@ -35,7 +43,7 @@ local function str(n)
 end
 local n_done, n_retried, n_failed, n_refused, n_poison = 0, 0, 0, 0, 0
 local i = 0
-for a = 5, #ARGV, 10 do
+for a = 6, #ARGV, 10 do
   i = i + 1
   local op, id, entry, attempt = ARGV[a], ARGV[a + 1], ARGV[a + 2], ARGV[a + 3]
   local started, finished, data, extra = ARGV[a + 4], ARGV[a + 5], ARGV[a + 6], ARGV[a + 7]
@@ -45,13 +53,21 @@ for a = 5, #ARGV, 10 do
 
   if op == 'poison' then
     local cur = redis.call('HGET', jobkey, 'entry')
+    local f = cv_entry(stream, entry)
     if cur == entry then
-      cv_keep_payload(jobkey, cv_entry(stream, entry) or {payload = extra, metadata = ''})
+      cv_keep_payload(jobkey, f)
       cv_to_dead(jobkey, dead, id, finished, data)
       n_failed = n_failed + 1
-    elseif redis.call('EXISTS', jobkey) == 0 then
-      cv_poison_record(jobkey, dead, id, entry, '', data, extra, finished)
-      n_failed = n_failed + 1
+    else
+      if redis.call('EXISTS', jobkey) == 1 then
+        -- The id names a job that lives on another entry: keep this one beside it.
+        id = 'entry-' .. entry
+        jobkey = string.sub(jobkey, 1, #jobkey - #ARGV[a + 1]) .. id
+      end
+      if redis.call('EXISTS', jobkey) == 0 then
+        cv_dead_entry(jobkey, dead, id, f, data, finished)
+        n_failed = n_failed + 1
+      end
     end
     n_poison = n_poison + 1
     drop[#drop + 1] = entry
@@ -66,7 +82,8 @@ for a = 5, #ARGV, 10 do
       -- worker writes chunks concurrently) changes nothing and is no refusal.
       if op ~= 'start' then
         n_refused = n_refused + 1
-        drop[#drop + 1] = entry
+        local f = cv_entry(stream, entry)
+        if not f or f['_watermill_message_uuid'] == id then drop[#drop + 1] = entry end
       end
     elseif op == 'start' then
       redis.call('HSET', jobkey, 'status', 'in_progress', 'started_at', started,
@@ -75,23 +92,27 @@ for a = 5, #ARGV, 10 do
     else
       local ret = cv_num(h[4], default_ret)
       local ret_s = h[4] or ARGV[3]
+      if ret < min_ret then ret_s = min_ret_s end
       local dies = op == 'fail' or (op == 'retry' and tonumber(attempt) > cv_num(h[3], 0))
       if h[6] and (op == 'done' or dies) and redis.call('GET', h[6]) == id then
         redis.call('DEL', h[6]) -- the job ends: free its unique key
       end
       if op == 'done' and ret <= 0 then
         redis.call('DEL', jobkey)
+        redis.call('HSET', jobkey, 'status', 'completed', 'completed_at', finished)
+        redis.call('PEXPIRE', jobkey, min_ret_s)
       elseif op == 'done' and sent then
         -- The common case, spelled out: one HSET with its arguments in place (no table to
         -- build and unpack), and no empty fields.
+        -- The entry is cleared in the same HSET (empty means none): an HDEL costs a call.
         if data == '' then
           redis.call('HSET', jobkey, 'status', 'completed', 'attempt', attempt,
             'started_at', started, 'completed_at', finished, 'worker', worker,
-            'version', str(version), 'payload', payload)
+            'version', str(version), 'payload', payload, 'entry', '')
         else
           redis.call('HSET', jobkey, 'status', 'completed', 'attempt', attempt,
             'started_at', started, 'completed_at', finished, 'worker', worker,
-            'version', str(version), 'payload', payload, 'result', data)
+            'version', str(version), 'payload', payload, 'result', data, 'entry', '')
         end
         redis.call('PEXPIRE', jobkey, ret_s)
       else
@@ -108,6 +129,7 @@ for a = 5, #ARGV, 10 do
           fields[n + 1], fields[n + 2] = 'status', 'completed'
           fields[n + 3], fields[n + 4] = 'result', data
           fields[n + 5], fields[n + 6] = 'completed_at', finished
+          fields[n + 7], fields[n + 8] = 'entry', ''
         elseif dies then
           fields[n + 1], fields[n + 2] = 'status', 'failed'
           fields[n + 3], fields[n + 4] = 'last_error', data
@@ -119,7 +141,7 @@ for a = 5, #ARGV, 10 do
         end
         redis.call('HSET', jobkey, unpack(fields))
         if op == 'done' then
-          redis.call('PEXPIRE', jobkey, ret)
+          redis.call('PEXPIRE', jobkey, ret_s)
         else
           redis.call('HDEL', jobkey, 'entry')
           if dies then

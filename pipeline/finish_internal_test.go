@@ -1,6 +1,7 @@
 package pipeline
 
 import (
+	"strconv"
 	"testing"
 	"time"
 
@@ -29,7 +30,7 @@ func TestFinishLateStartMarkIsIgnored(t *testing.T) {
 		Streams: []string{q.Stream(), ">"}, Count: 1}).Result()
 	require.NoError(t, err)
 
-	comp := newCompleter(rdb, "w1", time.Hour.Milliseconds(), time.Second, finishChunk, 10, zerolog.Nop())
+	comp := newCompleter(rdb, "w1", time.Hour.Milliseconds(), time.Minute.Milliseconds(), time.Second, finishChunk, 10, zerolog.Nop())
 	now := time.Now().UnixMilli()
 	run := func(ts ...transition) []int64 {
 		call := comp.call(ts)
@@ -56,4 +57,309 @@ func TestFinishLateStartMarkIsIgnored(t *testing.T) {
 	require.NoError(t, err)
 	require.EqualValues(t, 1, st.Refused)
 	require.EqualValues(t, 1, st.Completed)
+}
+
+// finishFixture drives finish.lua directly: jobs are enqueued through the client and read by
+// consumer "w1", as a worker would, and transitions are applied one call at a time.
+type finishFixture struct {
+	t     *testing.T
+	rdb   *redis.Client
+	c     *Client
+	queue string
+	q     keys.Queue
+	comp  *completer
+}
+
+func newFinishFixture(t *testing.T, retention time.Duration) *finishFixture {
+	t.Helper()
+	rdb := redistest.Client(t)
+	queue := redistest.UniqueName(t)
+	f := &finishFixture{t: t, rdb: rdb, c: NewClient(rdb, ClientConfig{}), queue: queue,
+		q: keys.New(keys.DefaultPrefix, queue)}
+	f.comp = newCompleter(rdb, "w1", retentionMS(retention), time.Minute.Milliseconds(), time.Second,
+		finishChunk, 10, zerolog.Nop())
+	require.NoError(t, rdb.XGroupCreateMkStream(t.Context(), f.q.Stream(), keys.Group, "0").Err())
+	return f
+}
+
+// read delivers the next entries to consumer w1 and returns their ids.
+func (f *finishFixture) read(n int) []string {
+	f.t.Helper()
+	res, err := f.rdb.XReadGroup(f.t.Context(), &redis.XReadGroupArgs{Group: keys.Group, Consumer: "w1",
+		Streams: []string{f.q.Stream(), ">"}, Count: int64(n), Block: -1}).Result()
+	require.NoError(f.t, err)
+	var ids []string
+	for _, m := range res[0].Messages {
+		ids = append(ids, m.ID)
+	}
+	return ids
+}
+
+func (f *finishFixture) run(ts ...transition) []int64 {
+	f.t.Helper()
+	call := f.comp.call(ts)
+	codes, err := call.Script.Run(f.t.Context(), f.rdb, call.Keys, call.Args...).Int64Slice()
+	require.NoError(f.t, err)
+	return codes
+}
+
+func (f *finishFixture) outcome(op, id, entry string) transition {
+	now := time.Now().UnixMilli()
+	return transition{q: &f.q, op: op, id: id, entry: entry, attempt: 1, started: now, finished: now + 1,
+		data: "d", extra: strconv.FormatInt(now+60_000, 10)}
+}
+
+func (f *finishFixture) get(id string) *Job {
+	f.t.Helper()
+	j, err := f.c.Get(f.t.Context(), f.queue, id)
+	require.NoError(f.t, err)
+	return j
+}
+
+func (f *finishFixture) stats() *QueueStats {
+	f.t.Helper()
+	s, err := f.c.Stats(f.t.Context(), f.queue)
+	require.NoError(f.t, err)
+	return s
+}
+
+func (f *finishFixture) pending() []string {
+	f.t.Helper()
+	p, err := f.rdb.XPendingExt(f.t.Context(), &redis.XPendingExtArgs{Stream: f.q.Stream(), Group: keys.Group,
+		Start: "-", End: "+", Count: 100}).Result()
+	require.NoError(f.t, err)
+	var ids []string
+	for _, e := range p {
+		ids = append(ids, e.ID)
+	}
+	return ids
+}
+
+func (f *finishFixture) inStream(entry string) bool {
+	f.t.Helper()
+	r, err := f.rdb.XRange(f.t.Context(), f.q.Stream(), entry, entry).Result()
+	require.NoError(f.t, err)
+	return len(r) == 1
+}
+
+// The fence itself: an outcome naming an entry the job no longer lives on is refused while the
+// job is live on a newer entry, and the job's state is untouched. (Removing `entry == h[1]`
+// from finish.lua's liveness check broke no test before this one.)
+func TestFinishFenceRefusesAnOldEntry(t *testing.T) {
+	t.Parallel()
+	for _, status := range []Status{StatusQueued, StatusInProgress} {
+		for _, op := range []string{opDone, opRetry, opFail} {
+			t.Run(string(status)+"/"+op, func(t *testing.T) {
+				t.Parallel()
+				f := newFinishFixture(t, time.Hour)
+				job, err := f.c.Enqueue(t.Context(), f.queue, Task{Type: "t", Payload: []byte("p")})
+				require.NoError(t, err)
+				old := f.read(1)[0]
+				// The job was recovered: it lives on a new entry now.
+				require.NoError(t, f.rdb.XAck(t.Context(), f.q.Stream(), keys.Group, old).Err())
+				require.NoError(t, f.rdb.XDel(t.Context(), f.q.Stream(), old).Err())
+				newer, err := f.rdb.XAdd(t.Context(), &redis.XAddArgs{Stream: f.q.Stream(), Values: []any{
+					keys.EntryUUID, job.ID, keys.EntryPayload, "p", keys.EntryMetadata, "",
+					keys.EntryJob, keys.FormatEntryJob(2, 5, 0, "t")}}).Result()
+				require.NoError(t, err)
+				require.NoError(t, f.rdb.HSet(t.Context(), f.q.Job(job.ID), keys.FieldEntry, newer).Err())
+				if status == StatusInProgress {
+					require.Equal(t, []string{newer}, f.read(1))
+					require.Equal(t, []int64{1}, f.run(transition{q: &f.q, op: opStart, id: job.ID, entry: newer,
+						attempt: 2, started: time.Now().UnixMilli()}))
+				}
+				before := f.get(job.ID)
+				require.Equal(t, status, before.Status)
+
+				require.Equal(t, []int64{0}, f.run(f.outcome(op, job.ID, old)))
+				after := f.get(job.ID)
+				require.Equal(t, before, after, "a refused outcome changes nothing")
+				require.True(t, f.inStream(newer), "the job's live entry stays")
+				require.EqualValues(t, 1, f.stats().Refused)
+				require.Zero(t, f.stats().Completed+f.stats().Failed+f.stats().Retried)
+			})
+		}
+	}
+}
+
+// A refused outcome whose job record is gone (expired, purged) still acknowledges and deletes
+// its entry: nothing else would.
+func TestFinishRefusedWithoutRecordDropsEntry(t *testing.T) {
+	t.Parallel()
+	f := newFinishFixture(t, time.Hour)
+	job, err := f.c.Enqueue(t.Context(), f.queue, Task{Type: "t"})
+	require.NoError(t, err)
+	entry := f.read(1)[0]
+	require.NoError(t, f.rdb.Del(t.Context(), f.q.Job(job.ID)).Err())
+	require.Equal(t, []int64{0}, f.run(f.outcome(opDone, job.ID, entry)))
+	require.Empty(t, f.pending())
+	require.False(t, f.inStream(entry))
+	require.EqualValues(t, 1, f.stats().Refused)
+}
+
+// A refused outcome leaves alone an entry that carries another job. Stream ids are not reused
+// while Redis keeps its data, but after a failover to a replica that missed writes, XADD can
+// hand a new job the id a stale worker still holds; that worker's refusal must not delete the
+// new job's live entry (it would stay queued forever, never pending, never recovered).
+func TestFinishRefusalLeavesAnotherJobsEntry(t *testing.T) {
+	t.Parallel()
+	f := newFinishFixture(t, time.Hour)
+	stale, err := f.c.Enqueue(t.Context(), f.queue, Task{Type: "t"})
+	require.NoError(t, err)
+	require.NoError(t, f.c.Cancel(t.Context(), f.queue, stale.ID)) // it moved on
+	other, err := f.c.Enqueue(t.Context(), f.queue, Task{Type: "t"})
+	require.NoError(t, err)
+	// The stale worker names other's entry, as if its own entry's id had been handed out again.
+	require.Equal(t, []int64{0}, f.run(f.outcome(opDone, stale.ID, other.Entry)))
+	require.True(t, f.inStream(other.Entry), "another job's entry is left alone")
+	require.Equal(t, StatusQueued, f.get(other.ID).Status)
+	require.Equal(t, []string{other.Entry}, f.read(1), "and it is still delivered")
+}
+
+// A completed job no longer names an entry: its entry is gone from the stream. Completed jobs
+// kept their `entry` before, on both paths of finish.lua.
+func TestFinishDoneClearsEntry(t *testing.T) {
+	t.Parallel()
+	f := newFinishFixture(t, time.Hour)
+	plain, err := f.c.Enqueue(t.Context(), f.queue, Task{Type: "t", Payload: []byte("p")})
+	require.NoError(t, err)
+	noResult, err := f.c.Enqueue(t.Context(), f.queue, Task{Type: "t", Payload: []byte("p")})
+	require.NoError(t, err)
+	withMeta, err := f.c.Enqueue(t.Context(), f.queue, Task{Type: "t", Payload: []byte("p"), Metadata: map[string]string{"k": "v"}})
+	require.NoError(t, err)
+	entries := f.read(3)
+	fast := f.outcome(opDone, plain.ID, entries[0])
+	fast.sent, fast.payload = true, []byte("p") // the fast path: payload sent back
+	fastEmpty := f.outcome(opDone, noResult.ID, entries[1])
+	fastEmpty.sent, fastEmpty.payload, fastEmpty.data = true, []byte("p"), ""
+	slow := f.outcome(opDone, withMeta.ID, entries[2])
+	require.Equal(t, []int64{1, 1, 1}, f.run(fast, fastEmpty, slow))
+	for _, id := range []string{plain.ID, noResult.ID, withMeta.ID} {
+		j := f.get(id)
+		require.Equal(t, StatusCompleted, j.Status)
+		require.Empty(t, j.Entry, "%s keeps no entry once completed", id)
+		require.Equal(t, "p", string(j.Payload))
+		// The retention TTL is set on both paths, near the retention.
+		ttl, err := f.rdb.PTTL(t.Context(), f.q.Job(id)).Result()
+		require.NoError(t, err)
+		require.Greater(t, ttl, 59*time.Minute, "%s: retention TTL", id)
+		require.LessOrEqual(t, ttl, time.Hour)
+	}
+	require.Equal(t, "v", f.get(withMeta.ID).Metadata["k"])
+}
+
+// A job that dies records when: completed_at is its time of death, also its score in the dead
+// set.
+func TestFinishDeadRecordsCompletedAt(t *testing.T) {
+	t.Parallel()
+	f := newFinishFixture(t, time.Hour)
+	job, err := f.c.Enqueue(t.Context(), f.queue, Task{Type: "t"}, WithMaxRetries(0))
+	require.NoError(t, err)
+	entry := f.read(1)[0]
+	tr := f.outcome(opRetry, job.ID, entry) // out of retries: dies
+	require.Equal(t, []int64{2}, f.run(tr))
+	j := f.get(job.ID)
+	require.Equal(t, StatusFailed, j.Status)
+	require.Equal(t, tr.finished, j.CompletedAt.UnixMilli())
+	score, err := f.rdb.ZScore(t.Context(), f.q.Dead(), job.ID).Result()
+	require.NoError(t, err)
+	require.EqualValues(t, tr.finished, score)
+	require.Empty(t, j.Entry)
+}
+
+// A publish that go-redis sends again after its reply was lost must not make a second job,
+// even when the job finished, with no retention, before the copy arrived. Before, the copy
+// found no record and enqueued the job again.
+func TestEnqueueResentAfterFinish(t *testing.T) {
+	t.Parallel()
+	f := newFinishFixture(t, RetainNone)
+	now := time.Now()
+	for _, opts := range [][]Option{nil, {WithUnique("u", time.Hour)}, {WithID("chosen")}} {
+		p, err := f.c.prepare(f.queue, &Task{Type: "t", Payload: []byte("p")}, now, opts)
+		require.NoError(t, err)
+		var send func() string
+		if p.plain() {
+			send = func() string {
+				j := p.job
+				res, err := enqueue1Script.Run(t.Context(), f.rdb, []string{f.q.Stream(), f.q.Stats(), f.q.Job(j.ID)},
+					j.ID, j.Type, j.Payload, p.metadata, j.MaxRetries, j.CreatedAt.UnixMilli()).Text()
+				require.NoError(t, err)
+				return res
+			}
+		} else {
+			call := enqueueCall(f.q, []prepared{p}, now)
+			send = func() string {
+				res, err := call.Script.Run(t.Context(), f.rdb, call.Keys, call.Args...).StringSlice()
+				require.NoError(t, err)
+				return res[0]
+			}
+		}
+		first := send()
+		require.NotEqual(t, "=", first)
+		entry := f.read(1)[0]
+		require.Equal(t, []int64{1}, f.run(f.outcome(opDone, p.job.ID, entry)))
+		require.Equal(t, "=", send(), "the copy finds the finished job")
+		xlen, err := f.rdb.XLen(t.Context(), f.q.Stream()).Result()
+		require.NoError(t, err)
+		require.Zero(t, xlen, "nothing was enqueued twice")
+		require.Equal(t, StatusCompleted, f.get(p.job.ID).Status)
+	}
+	s := f.stats()
+	require.EqualValues(t, 3, s.Enqueued)
+	require.EqualValues(t, 3, s.Completed)
+}
+
+// An unreadable entry whose id names an existing job that lives on another entry is kept as a
+// dead record of its own, under entry-<entry id>. Before, it was deleted with no record.
+func TestFinishPoisonNamingAnotherJobIsKept(t *testing.T) {
+	t.Parallel()
+	f := newFinishFixture(t, time.Hour)
+	job, err := f.c.Enqueue(t.Context(), f.queue, Task{Type: "t"})
+	require.NoError(t, err)
+	f.read(1)
+	bad, err := f.rdb.XAdd(t.Context(), &redis.XAddArgs{Stream: f.q.Stream(), Values: []any{
+		keys.EntryUUID, job.ID, keys.EntryPayload, "imposter"}}).Result()
+	require.NoError(t, err)
+	require.Equal(t, []string{bad}, f.read(1))
+	now := time.Now().UnixMilli()
+	require.Equal(t, []int64{1}, f.run(transition{q: &f.q, op: opPoison, id: job.ID, entry: bad,
+		started: now, finished: now, data: "unreadable stream entry " + bad + ": missing conveyor field"}))
+	rec := f.get("entry-" + bad)
+	require.Equal(t, StatusFailed, rec.Status)
+	require.Equal(t, "imposter", string(rec.Payload))
+	require.Empty(t, rec.Type)
+	require.Equal(t, StatusQueued, f.get(job.ID).Status, "the named job is untouched")
+	require.False(t, f.inStream(bad))
+	require.EqualValues(t, 1, f.stats().Dead)
+}
+
+// Cancel refuses a job that already ended and leaves it untouched; a canceled job with no
+// retention leaves a tombstone for the shortest retention, like a completed one.
+func TestCancelFinishedAndTombstone(t *testing.T) {
+	t.Parallel()
+	f := newFinishFixture(t, time.Hour)
+	done, err := f.c.Enqueue(t.Context(), f.queue, Task{Type: "t"})
+	require.NoError(t, err)
+	dead, err := f.c.Enqueue(t.Context(), f.queue, Task{Type: "t"}, WithMaxRetries(0))
+	require.NoError(t, err)
+	entries := f.read(2)
+	require.Equal(t, []int64{1, 1}, f.run(f.outcome(opDone, done.ID, entries[0]), f.outcome(opFail, dead.ID, entries[1])))
+	for _, id := range []string{done.ID, dead.ID} {
+		before := f.get(id)
+		require.ErrorIs(t, f.c.Cancel(t.Context(), f.queue, id), ErrNotCancelable)
+		require.Equal(t, before, f.get(id), "a refused cancel changes nothing")
+	}
+	require.Zero(t, f.stats().Canceled)
+
+	c := NewClient(f.rdb, ClientConfig{Retention: RetainNone, MinRetention: time.Minute})
+	gone, err := c.Enqueue(t.Context(), f.queue, Task{Type: "t", Payload: []byte("big")})
+	require.NoError(t, err)
+	require.NoError(t, c.Cancel(t.Context(), f.queue, gone.ID))
+	fields, err := f.rdb.HGetAll(t.Context(), f.q.Job(gone.ID)).Result()
+	require.NoError(t, err)
+	require.Len(t, fields, 2, "only a tombstone is left: %v", fields)
+	require.Equal(t, string(StatusCanceled), fields[keys.FieldStatus])
+	ttl, err := f.rdb.PTTL(t.Context(), f.q.Job(gone.ID)).Result()
+	require.NoError(t, err)
+	require.Greater(t, ttl, 50*time.Second)
 }

@@ -6,7 +6,7 @@ local h = redis.call('HGETALL', KEYS[1])
 if #h == 0 then return h end
 local entry, has_payload = nil, false
 for i = 1, #h, 2 do
-  if h[i] == 'entry' then entry = h[i + 1] end
+  if h[i] == 'entry' and h[i + 1] ~= '' then entry = h[i + 1] end
   if h[i] == 'payload' then has_payload = true end
 end
 if entry and not has_payload then

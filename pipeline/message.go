@@ -1,7 +1,6 @@
 package pipeline
 
 import (
-	"encoding/json"
 	"strconv"
 
 	"github.com/ThreeDotsLabs/watermill"
@@ -18,8 +17,6 @@ const (
 	MetaJob = "_conveyor_job"
 	// MetaType holds the job's type.
 	MetaType = "_conveyor_type"
-	// MetaRaw holds an unreadable entry's fields as JSON, for its dead record.
-	MetaRaw = "_conveyor_raw"
 )
 
 // reservedMeta counts the metadata keys every readable message carries besides the job's own.
@@ -66,9 +63,7 @@ func (entryUnmarshaller) Unmarshal(streamName, id string, values map[string]any)
 		if msg.UUID == "" {
 			msg.UUID = watermill.NewUUID()
 		}
-		raw, _ := json.Marshal(values)
 		md[stream.PoisonKey] = "unreadable stream entry " + id + ": " + reason
-		md[MetaRaw] = string(raw)
 		return msg
 	}
 	md[MetaJob] = job

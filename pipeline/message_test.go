@@ -59,7 +59,6 @@ func TestEntryUnmarshaller(t *testing.T) {
 			require.Contains(t, msg.Metadata[stream.PoisonKey], tc.reason)
 			require.Contains(t, msg.Metadata[stream.PoisonKey], "1-1")
 			require.NotEmpty(t, msg.UUID)
-			require.NotEmpty(t, msg.Metadata[MetaRaw], "the raw entry is kept for the dead record")
 			require.Equal(t, "1-1", msg.Metadata[stream.EntryIDKey])
 		})
 	}

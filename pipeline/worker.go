@@ -58,6 +58,13 @@ type WorkerConfig struct {
 	// enqueued WithRetention. Defaults to DefaultRetention (24h); RetainNone deletes records as
 	// jobs finish. Dead jobs are kept until replayed or purged.
 	Retention time.Duration
+	// MinRetention is the shortest time any finished job's record is kept, whatever its
+	// retention; with RetainNone what is kept is a small tombstone (status and completed_at).
+	// A publish that go-redis sends again after its reply was lost finds the job by it and
+	// makes no second one, so MinRetention must exceed the producers' retry horizon, about
+	// (MaxRetries+1) x (ReadTimeout + WriteTimeout + MaxRetryBackoff) of their go-redis
+	// options: 26s with go-redis's defaults. Defaults to DefaultMinRetention (1m).
+	MinRetention time.Duration
 	// VisibilityTimeout is how long a job may go without a lease renewal before another worker
 	// recovers it. The worker renews its jobs' leases every third of it. Defaults to
 	// DefaultVisibilityTimeout (30s).
@@ -95,6 +102,7 @@ func (c WorkerConfig) withDefaults() WorkerConfig {
 	c.ReadBatch = cmp.Or(c.ReadBatch, min(c.Concurrency, 500))
 	c.Backoff = c.Backoff.withDefaults()
 	c.Retention = cmp.Or(c.Retention, DefaultRetention)
+	c.MinRetention = cmp.Or(c.MinRetention, DefaultMinRetention)
 	c.VisibilityTimeout = cmp.Or(c.VisibilityTimeout, DefaultVisibilityTimeout)
 	c.RecoveryInterval = cmp.Or(c.RecoveryInterval, DefaultRecoveryInterval)
 	c.ShutdownTimeout = cmp.Or(c.ShutdownTimeout, DefaultShutdownTimeout)
@@ -227,7 +235,7 @@ func (w *Worker) Run(ctx context.Context) error {
 		return err
 	}
 
-	w.comp = newCompleter(w.rdb, w.cfg.Name, retentionMS(w.cfg.Retention), w.cfg.FlushInterval,
+	w.comp = newCompleter(w.rdb, w.cfg.Name, retentionMS(w.cfg.Retention), w.cfg.MinRetention.Milliseconds(), w.cfg.FlushInterval,
 		finishChunk, w.cfg.Concurrency, w.log)
 	go w.comp.run()
 	defer w.comp.close()
@@ -526,8 +534,7 @@ func (w *Worker) poison(q *keys.Queue, msg *message.Message, reason string) {
 	}
 	now := time.Now().UnixMilli()
 	w.log.Warn().Str("entry", entry).Str("reason", reason).Str("record_id", id).Msg("unreadable stream entry sent to the dead set")
-	<-w.comp.finish(transition{q: q, op: opPoison, id: id, entry: entry, started: now, finished: now,
-		data: reason, extra: msg.Metadata[MetaRaw]})
+	<-w.comp.finish(transition{q: q, op: opPoison, id: id, entry: entry, started: now, finished: now, data: reason})
 }
 
 // release puts back the entries a closing subscription still holds (stream.Config.OnRelease).

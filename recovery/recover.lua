@@ -40,7 +40,7 @@ for a = 6, #ARGV do
           reason = 'unreadable stream entry ' .. old .. ': missing or invalid _watermill_message_uuid'
         end
         if redis.call('EXISTS', prefix .. rec) == 0 then
-          cv_poison_record(prefix .. rec, dead, rec, old, select(4, cv_job(f)), reason, cjson.encode(f), now)
+          cv_dead_entry(prefix .. rec, dead, rec, f, reason, now)
           redis.call('HINCRBY', stats, 'failed', 1)
         end
         cv_drop(stream, group, {old})

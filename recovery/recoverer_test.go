@@ -420,7 +420,8 @@ func TestRecovererRunOnce(t *testing.T) {
 				require.Equal(t, "oops", j.Type)
 				require.Contains(t, j.LastError, f.entry)
 				require.Contains(t, j.LastError, keys.EntryUUID)
-				require.Contains(t, string(j.Payload), `"foo":"bar"`, "the raw entry was not kept")
+				require.Empty(t, j.Payload, "the entry had no payload of its own")
+				require.Equal(t, 0, j.MaxRetries)
 				require.Equal(t, 1, b.stat(t, keys.StatPoison))
 				require.Equal(t, 1, b.stat(t, keys.StatFailed))
 			},
@@ -446,7 +447,9 @@ func TestRecovererRunOnce(t *testing.T) {
 				j := b.get(t, f.record)
 				require.Equal(t, pipeline.StatusFailed, j.Status)
 				require.Contains(t, j.LastError, "no job record")
-				require.Contains(t, string(j.Payload), `"boo"`)
+				require.Equal(t, "boo", string(j.Payload), "the entry's own payload is kept")
+				require.Equal(t, "test", j.Type, "the entry's type is kept, so a replay runs it")
+				require.Equal(t, 5, j.MaxRetries)
 				require.Equal(t, 1, b.stat(t, keys.StatPoison))
 			},
 		},
