@@ -18,8 +18,8 @@
 //   - every held entry's lease is renewed (XCLAIM of its own entry with JUSTID, which resets the
 //     idle time but not the delivery count) every LeaseInterval, so a recoverer that looks for
 //     idle entries does not take a message from a live consumer; an entry that is no longer
-//     pending for this consumer (acknowledged, deleted or claimed elsewhere) is never taken
-//     back: its message's context is cancelled with ErrLeaseLost, it is not handed out again
+//     pending for this consumer (acknowledged, deleted or claimed elsewhere, or its group or
+//     stream gone) is never taken back: its message's context is cancelled with ErrLeaseLost, it is not handed out again
 //     after a Nack, and its Ack only frees the slot;
 //   - it never claims other consumers' entries: recovery belongs to the application;
 //   - the Unmarshaller cannot fail: an entry that cannot be read becomes a message marked with

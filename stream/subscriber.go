@@ -9,6 +9,7 @@ import (
 	"os"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -307,7 +308,8 @@ func (s *Subscriber) addOutstanding(n int) {
 // renewLeases re-claims every held entry for this consumer each LeaseInterval (renew.lua: XCLAIM
 // with min-idle 0 and JUSTID, which resets the idle time and keeps the delivery count, of the
 // entries still pending for this consumer). An entry missing from the reply is no longer pending
-// here; its message's context is cancelled with ErrLeaseLost.
+// here, nor is any when the group or the stream is gone (NOGROUP); such a message's context is
+// cancelled with ErrLeaseLost. Any other error leaves the leases to the next interval.
 func (s *Subscriber) renewLeases() {
 	defer s.wg.Done()
 	tick := time.NewTicker(s.cfg.LeaseInterval)
@@ -702,8 +704,15 @@ func (t *topic) renew() {
 			args = append(args, id)
 		}
 		kept, err := renewScript.Run(ctx, t.s.rdb, []string{t.name}, args...).StringSlice()
-		if err != nil {
-			// A Redis outage is not a lost lease: try again at the next interval.
+		switch {
+		case err == nil:
+		case groupGone(err):
+			// The group or the stream is gone (FLUSHALL, XGROUP DESTROY, DEL): nothing is
+			// pending for this consumer any more, every lease in the chunk is lost.
+			kept = nil
+		default:
+			// A Redis outage (or LOADING, OOM...) is not a lost lease: try again at the next
+			// interval.
 			t.logger.Error("renew leases", err, watermill.LogFields{"count": len(chunk)})
 			return
 		}
@@ -724,6 +733,18 @@ func (t *topic) renew() {
 		}
 		t.mu.Unlock()
 	}
+}
+
+// groupGone reports whether err says that a stream or its consumer group does not exist. Redis
+// 7 keeps the NOGROUP prefix of an error raised in a script; older servers and miniredis wrap it
+// in a longer message.
+func groupGone(err error) bool {
+	var rerr redis.Error
+	if !errors.As(err, &rerr) {
+		return false // a network error, a timeout...
+	}
+	msg := rerr.Error()
+	return strings.Contains(msg, "NOGROUP") || strings.Contains(strings.ToLower(msg), "no such key")
 }
 
 // EntryTime returns the time encoded in a stream entry id ("<ms>-<seq>"), or the zero time.

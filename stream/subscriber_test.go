@@ -262,6 +262,60 @@ func TestSubscriber(t *testing.T) {
 		}
 	})
 
+	t.Run("LeaseLostWithGroup", func(t *testing.T) {
+		// Renewal that finds the group or the stream gone (NOGROUP) has lost every lease it
+		// tried. With Concurrency 1 and the one slot held, the reader issues no XREADGROUP, so
+		// nothing makes the group again before the renewal runs.
+		t.Parallel()
+		for _, tc := range []struct {
+			name string
+			take func(ctx context.Context, rdb *redis.Client, topic string) error
+		}{
+			{name: "FlushAll", take: func(ctx context.Context, rdb *redis.Client, _ string) error {
+				return rdb.FlushAll(ctx).Err()
+			}},
+			{name: "GroupDestroyed", take: func(ctx context.Context, rdb *redis.Client, topic string) error {
+				return rdb.XGroupDestroy(ctx, topic, testGroup).Err()
+			}},
+			{name: "StreamDeleted", take: func(ctx context.Context, rdb *redis.Client, topic string) error {
+				return rdb.Del(ctx, topic).Err()
+			}},
+		} {
+			t.Run(tc.name, func(t *testing.T) {
+				t.Parallel()
+				rdb := redistest.Start(t).Client(t) // private: FLUSHALL
+				topic := redistest.UniqueName(t)
+				publish(t, rdb, topic, "old", 1)
+				sub := newTestSubscriber(t, rdb, Config{Concurrency: 1, LeaseInterval: 50 * time.Millisecond,
+					CloseTimeout: 100 * time.Millisecond})
+				msgs, err := sub.Subscribe(t.Context(), topic)
+				require.NoError(t, err)
+				msg := receive(t, msgs, 5*time.Second)
+
+				require.NoError(t, tc.take(t.Context(), rdb, topic))
+				select {
+				case <-msg.Context().Done():
+				case <-time.After(10 * time.Second):
+					t.Fatal("message context not cancelled after its group was lost")
+				}
+				require.ErrorIs(t, context.Cause(msg.Context()), ErrLeaseLost)
+
+				// The slot comes back; the reader makes the group again and goes on.
+				require.True(t, msg.Ack())
+				ids := publish(t, rdb, topic, "new", 1)
+				for {
+					m := receive(t, msgs, 10*time.Second)
+					m.Ack()
+					if m.Metadata.Get(EntryIDKey) == ids[0] {
+						break
+					}
+					// Only a kept stream is read again from its start by the new group.
+					require.Equal(t, "GroupDestroyed", tc.name, "unexpected message %s", m.UUID)
+				}
+			})
+		}
+	})
+
 	t.Run("NackAfterLeaseLost", func(t *testing.T) {
 		t.Parallel()
 		rdb := redistest.Client(t)
@@ -745,4 +799,28 @@ func TestLeasesOnMiniredis(t *testing.T) {
 	}
 	require.NoError(t, sub.Close())
 	require.Equal(t, int64(0), pendingCount(t, rdb, topic))
+}
+
+// TestGroupLostOnMiniredis checks that a renewal on miniredis that finds the group gone loses
+// the lease (miniredis words the NOGROUP error of a script differently from Redis 7).
+func TestGroupLostOnMiniredis(t *testing.T) {
+	checkLeaks(t)
+	mr := miniredis.RunT(t)
+	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
+	t.Cleanup(func() { _ = rdb.Close() })
+	topic := "q"
+	publish(t, rdb, topic, "m", 1)
+	sub := newTestSubscriber(t, rdb, Config{Concurrency: 1, LeaseInterval: 50 * time.Millisecond,
+		CloseTimeout: 100 * time.Millisecond})
+	msgs, err := sub.Subscribe(t.Context(), topic)
+	require.NoError(t, err)
+	msg := receive(t, msgs, 5*time.Second)
+	require.NoError(t, rdb.XGroupDestroy(t.Context(), topic, testGroup).Err())
+	select {
+	case <-msg.Context().Done():
+		require.ErrorIs(t, context.Cause(msg.Context()), ErrLeaseLost)
+	case <-time.After(5 * time.Second):
+		t.Fatal("lost group not noticed")
+	}
+	msg.Ack()
 }
