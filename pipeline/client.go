@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -652,8 +653,9 @@ func (c *Client) Dead(ctx context.Context, queue string, offset, limit int) ([]*
 	return jobs, total.Val(), nil
 }
 
-// Replay moves a dead job back into the stream for a fresh set of attempts. It returns
-// ErrNotDead for a job that is not in the dead set and ErrNotFound for an unknown id.
+// Replay moves a dead job back into the stream for a fresh set of attempts. A job published
+// WithUnique takes its key again. It returns ErrNotDead for a job that is not in the dead set,
+// ErrNotFound for an unknown id and ErrUniqueHeld when another job holds the job's unique key.
 func (c *Client) Replay(ctx context.Context, queue, id string) error {
 	if err := validate(queue, id); err != nil {
 		return err
@@ -666,6 +668,9 @@ func (c *Client) Replay(ctx context.Context, queue, id string) error {
 	}
 	switch v := res.(type) {
 	case string:
+		if holder, held := strings.CutPrefix(v, "~"); held {
+			return fmt.Errorf("replay %s/%s: %w (job %s)", queue, id, ErrUniqueHeld, holder)
+		}
 		return nil
 	case int64:
 		switch v {

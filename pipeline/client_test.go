@@ -269,3 +269,43 @@ func TestRedisOutageIsAnError(t *testing.T) {
 	require.False(t, errors.Is(err, pipeline.ErrInvalid))
 	require.True(t, strings.Contains(err.Error(), "connect") || strings.Contains(err.Error(), "refused"), err.Error())
 }
+
+// A replayed job takes its unique key again, so a publish with the key finds it instead of
+// making a second job; a replay is refused while another job holds the key. Before, the key
+// stayed free after a replay and both jobs ran.
+func TestReplayTakesUniqueKeyAgain(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := t.Context()
+	_, stop := b.startWorker(t, pipeline.WorkerConfig{}, map[string]pipeline.HandlerFunc{
+		"fail": func(context.Context, *pipeline.Job) ([]byte, error) { return nil, pipeline.SkipRetry(errors.New("no")) },
+	})
+	orig, err := b.client.Enqueue(ctx, b.queue, pipeline.Task{Type: "fail"}, pipeline.WithUnique("order-42", time.Hour))
+	require.NoError(t, err)
+	b.waitStatus(t, orig.ID, pipeline.StatusFailed)
+	require.NoError(t, stop()) // nothing runs from here on: the jobs stay where the test puts them
+
+	// Another job takes the key while the first is dead: the replay is refused.
+	other, err := b.client.Enqueue(ctx, b.queue, pipeline.Task{Type: "hold"}, pipeline.WithUnique("order-42", time.Hour))
+	require.NoError(t, err)
+	require.NotEqual(t, orig.ID, other.ID)
+	err = b.client.Replay(ctx, b.queue, orig.ID)
+	require.ErrorIs(t, err, pipeline.ErrUniqueHeld)
+	require.ErrorContains(t, err, other.ID)
+	got, err := b.client.Get(ctx, b.queue, orig.ID)
+	require.NoError(t, err)
+	require.Equal(t, pipeline.StatusFailed, got.Status, "a refused replay changes nothing")
+
+	// Once the key is free, the replay takes it, with the TTL the job was published with.
+	require.NoError(t, b.client.Cancel(ctx, b.queue, other.ID))
+	require.NoError(t, b.client.Replay(ctx, b.queue, orig.ID))
+	holder, err := b.rdb.Get(ctx, b.keys.Unique("order-42")).Result()
+	require.NoError(t, err)
+	require.Equal(t, orig.ID, holder)
+	ttl, err := b.rdb.PTTL(ctx, b.keys.Unique("order-42")).Result()
+	require.NoError(t, err)
+	require.Greater(t, ttl, 59*time.Minute)
+	again, err := b.client.Enqueue(ctx, b.queue, pipeline.Task{Type: "fail"}, pipeline.WithUnique("order-42", time.Hour))
+	require.NoError(t, err)
+	require.Equal(t, orig.ID, again.ID, "the publish finds the replayed job")
+}

@@ -63,7 +63,10 @@ for a = 5, #ARGV, 9 do
         local f = {'type', typ, 'max_retries', mr, 'created_at', now_s, 'version', '1'}
         if tmo ~= '0' then f[#f + 1] = 'timeout_ms'; f[#f + 1] = tmo end
         if retention ~= '' then f[#f + 1] = 'retention_ms'; f[#f + 1] = retention end
-        if ukey then f[#f + 1] = 'unique'; f[#f + 1] = ukey end
+        if ukey then
+          f[#f + 1] = 'unique'; f[#f + 1] = ukey
+          f[#f + 1] = 'unique_ttl_ms'; f[#f + 1] = uttl -- for a replay to take the key again
+        end
         if run_at <= now then
           local e = cv_xadd(KEYS[1], id, payload, md, typ, '1', mr, tmo)
           f[#f + 1] = 'status'; f[#f + 1] = 'queued'

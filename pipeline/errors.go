@@ -18,6 +18,9 @@ var (
 	ErrNotCancelable = errors.New("pipeline: job already finished")
 	// ErrNotDead is returned by Replay for a job that is not in the dead set.
 	ErrNotDead = errors.New("pipeline: job is not in the dead set")
+	// ErrUniqueHeld is returned by Replay for a job published with a unique key that another
+	// live job holds now: replaying it would make two jobs with one key.
+	ErrUniqueHeld = errors.New("pipeline: unique key held by another job")
 )
 
 func invalid(format string, args ...any) error {

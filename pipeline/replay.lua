@@ -1,16 +1,25 @@
 -- replay.lua: move a dead job back into the stream for a fresh set of attempts.
 -- KEYS[1] stream, KEYS[2] dead set, KEYS[3] job hash
 -- ARGV[1] now (unix ms), ARGV[2] id
+-- A job published with a unique key takes its key again (for the TTL it was published with), so
+-- that a publish with the same key finds the replayed job instead of making a second one; when
+-- another job holds the key now, the replay is refused and nothing changes.
 -- Returns the new entry id, 0 when the job is not in the dead set, -1 when its record cannot
 -- be run again (an unreadable entry kept as a dead record has no type), -2 when there is no
--- such job.
+-- such job, '~<id>' when job <id> holds the unique key now.
 if not redis.call('ZSCORE', KEYS[2], ARGV[2]) then
   if redis.call('EXISTS', KEYS[3]) == 0 then return -2 end
   return 0
 end
 local h = redis.call('HMGET', KEYS[3], 'status', 'type', 'payload', 'metadata', 'max_retries',
-  'timeout_ms')
+  'timeout_ms', 'unique', 'unique_ttl_ms')
 if h[1] ~= 'failed' or not h[2] or h[2] == '' then return -1 end
+if h[7] then
+  local holder = redis.call('GET', h[7])
+  if holder and holder ~= ARGV[2] then return '~' .. holder end
+  -- Records written before unique_ttl_ms existed hold the key for a day.
+  redis.call('SET', h[7], ARGV[2], 'PX', h[8] or '86400000')
+end
 local e = cv_xadd(KEYS[1], ARGV[2], h[3], h[4], h[2], 1, h[5], h[6])
 redis.call('HSET', KEYS[3], 'status', 'queued', 'entry', e, 'enqueued_at', ARGV[1], 'attempt', 0,
   'run_at', ARGV[1])

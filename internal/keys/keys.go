@@ -50,8 +50,9 @@ const (
 	FieldVersion     = "version" // bumped on every transition
 	FieldPayload     = "payload" // only while the job is outside the stream
 	FieldMetadata    = "metadata"
-	FieldUnique      = "unique"       // the unique key's full name, when the job has one
-	FieldRetention   = "retention_ms" // per-job retention; absent means the queue's default
+	FieldUnique      = "unique"        // the unique key's full name, when the job has one
+	FieldUniqueTTL   = "unique_ttl_ms" // how long the unique key is held, for a replay
+	FieldRetention   = "retention_ms"  // per-job retention; absent means the queue's default
 )
 
 // Stream-entry field names. The first three are watermill-redisstream's layout, so the stock
