@@ -6,5 +6,5 @@ local ids = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[3], 'LIMIT', 0, AR
 for _, id in ipairs(ids) do
   redis.call('DEL', ARGV[1] .. id)
 end
-if #ids > 0 then redis.call('ZREM', KEYS[1], unpack(ids)) end
+if #ids > 0 then cv_call_list('ZREM', KEYS[1], {}, ids) end
 return #ids

@@ -35,11 +35,36 @@ local function cv_job(f)
   return tonumber(a), tonumber(m), tonumber(t), typ
 end
 
--- Acknowledges and deletes the entries listed in ids (a Lua array), in one call each.
+-- Runs redis.call(cmd, key, <args...>, <list...>) with list in chunks: Lua's unpack fails past
+-- a few thousand values (LUAI_MAXCSTACK, 8000), after the script's earlier writes were applied,
+-- and scripts are not rolled back. args is a Lua array of the arguments before the list.
+local function cv_call_list(cmd, key, args, list)
+  local step = 1000
+  if #list <= step then
+    if #args == 0 then return redis.call(cmd, key, unpack(list)) end
+    local a = {cmd, key}
+    for _, v in ipairs(args) do a[#a + 1] = v end
+    for _, v in ipairs(list) do a[#a + 1] = v end
+    return redis.call(unpack(a))
+  end
+  for i = 1, #list, step do
+    local a = {cmd, key}
+    for _, v in ipairs(args) do a[#a + 1] = v end
+    for j = i, math.min(i + step - 1, #list) do a[#a + 1] = list[j] end
+    redis.call(unpack(a))
+  end
+end
+
+-- Acknowledges and deletes the entries listed in ids (a Lua array), in one call each (per
+-- thousand).
 local function cv_drop(stream, group, ids)
-  if #ids > 0 then
+  if #ids == 0 then return end
+  if #ids <= 1000 then
     redis.call('XACK', stream, group, unpack(ids))
     redis.call('XDEL', stream, unpack(ids))
+  else
+    cv_call_list('XACK', stream, {group}, ids)
+    cv_call_list('XDEL', stream, {}, ids)
   end
 end
 
