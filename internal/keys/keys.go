@@ -20,6 +20,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"unicode/utf8"
 )
 
 // DefaultPrefix is the key prefix used when none is configured.
@@ -226,7 +227,12 @@ func validName(s string, colon bool) error {
 		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9', c == '.', c == '_', c == '-':
 		case c == ':' && colon:
 		default:
-			return fmt.Errorf("character %q not allowed", c)
+			// Name the character as typed, not the first byte of its UTF-8 encoding.
+			r, size := utf8.DecodeRuneInString(s[i:])
+			if r == utf8.RuneError && size <= 1 {
+				return fmt.Errorf("byte '\\x%02x' (not UTF-8) not allowed", c)
+			}
+			return fmt.Errorf("character %q not allowed", r)
 		}
 	}
 	return nil

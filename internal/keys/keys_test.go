@@ -1,6 +1,9 @@
 package keys
 
-import "testing"
+import (
+	"strings"
+	"testing"
+)
 
 func TestEntryJobRoundTrip(t *testing.T) {
 	t.Parallel()
@@ -57,5 +60,24 @@ func TestValidateNames(t *testing.T) {
 	q := New("conveyor", "emails")
 	if q.Stream() != "conveyor:{emails}:stream" || q.Job("x") != "conveyor:{emails}:job:x" {
 		t.Fatalf("key layout changed: %s %s", q.Stream(), q.Job("x"))
+	}
+}
+
+// Errors name the offending character as the user typed it: 'ü', not the first byte of its
+// UTF-8 encoding ('Ã'), and a byte that is not UTF-8 as \xNN.
+func TestValidateNamesQuotesCharacters(t *testing.T) {
+	t.Parallel()
+	cases := []struct{ name, want string }{
+		{"grüße", `character 'ü' not allowed`},
+		{"a b", `character ' ' not allowed`},
+		{"tab\there", `character '\t' not allowed`},
+		{"bad\xffbyte", `byte '\xff' (not UTF-8) not allowed`},
+		{"smile😀", `character '😀' not allowed`},
+	}
+	for _, tc := range cases {
+		err := ValidateQueue(tc.name)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("ValidateQueue(%q) = %v, want it to say %s", tc.name, err, tc.want)
+		}
 	}
 }
