@@ -313,8 +313,16 @@ func (c *Client) prepare(queue string, t *Task, now time.Time, common []Option) 
 	}
 	if runAt.After(now) {
 		// Due times are stored in whole milliseconds; round up so a job is never promoted
-		// before the moment it was asked for.
-		runAt = time.UnixMilli((runAt.UnixNano() + int64(time.Millisecond) - 1) / int64(time.Millisecond))
+		// before the moment it was asked for. (Not through UnixNano, which overflows after
+		// the year 2262.)
+		ms := runAt.UnixMilli()
+		if runAt.Nanosecond()%int(time.Millisecond) != 0 {
+			ms++
+		}
+		runAt = time.UnixMilli(ms)
+		if runAt.After(MaxRunAt) {
+			return prepared{}, invalid("due time %s is after %s", runAt.UTC().Format(time.RFC3339), MaxRunAt.Format(time.RFC3339))
+		}
 	}
 	maxRetries := c.cfg.MaxRetries
 	if o.hasRetries {

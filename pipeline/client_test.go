@@ -41,6 +41,7 @@ func TestEnqueueRefusesBadInput(t *testing.T) {
 		{"unique without ttl", b.client, b.queue, ok, []pipeline.Option{pipeline.WithUnique("k", 0)}, pipeline.ErrInvalid},
 		{"unique empty key", b.client, b.queue, ok, []pipeline.Option{pipeline.WithUnique("", time.Second)}, pipeline.ErrInvalid},
 		{"negative retention", b.client, b.queue, ok, []pipeline.Option{pipeline.WithRetention(-time.Second)}, pipeline.ErrInvalid},
+		{"run-at after year 9999", b.client, b.queue, ok, []pipeline.Option{pipeline.WithRunAt(time.Date(10000, 1, 1, 0, 0, 0, 0, time.UTC))}, pipeline.ErrInvalid},
 		{"reserved metadata", b.client, b.queue, pipeline.Task{Type: "echo", Metadata: map[string]string{"_x": "1"}}, nil, pipeline.ErrInvalid},
 		{"payload too large", small, b.queue, pipeline.Task{Type: "echo", Payload: []byte("12345678901")}, nil, pipeline.ErrPayloadTooLarge},
 		{"metadata counts toward the limit", small, b.queue, pipeline.Task{Type: "echo", Payload: []byte("1"), Metadata: map[string]string{"k": "123456789"}}, nil, pipeline.ErrPayloadTooLarge},
@@ -124,6 +125,24 @@ func TestEnqueueDelayed(t *testing.T) {
 	require.Equal(t, "p", string(got.Payload))
 	require.Empty(t, got.Entry)
 	require.EqualValues(t, 1, b.stats(t).Scheduled)
+
+	// Due times past the year 2262 (where UnixNano overflows) wait as asked: a delay of
+	// 2,500,000h used to run at once.
+	far, err := b.client.Enqueue(ctx, b.queue, pipeline.Task{Type: "echo"}, pipeline.WithDelay(2_500_000*time.Hour))
+	require.NoError(t, err)
+	require.Equal(t, pipeline.StatusScheduled, far.Status)
+	require.InDelta(t, (2_500_000 * time.Hour).Seconds(), far.RunAt.Sub(far.CreatedAt).Seconds(), 0.01)
+	require.Greater(t, far.RunAt.Year(), 2262)
+	farAt := time.Date(9999, 12, 31, 23, 59, 59, 999_000_001, time.UTC)
+	last, err := b.client.Enqueue(ctx, b.queue, pipeline.Task{Type: "echo"}, pipeline.WithRunAt(farAt.Add(-time.Millisecond)))
+	require.NoError(t, err)
+	require.Equal(t, pipeline.StatusScheduled, last.Status)
+	score, err = b.rdb.ZScore(ctx, b.keys.Scheduled(), last.ID).Result()
+	require.NoError(t, err)
+	require.EqualValues(t, farAt.UnixMilli(), score, "rounded up to the next millisecond, never early")
+	got, err = b.client.Get(ctx, b.queue, far.ID)
+	require.NoError(t, err)
+	require.Equal(t, far.RunAt.UnixMilli(), got.RunAt.UnixMilli())
 
 	// A run-at in the past runs at once.
 	past, err := b.client.Enqueue(ctx, b.queue, pipeline.Task{Type: "echo"}, pipeline.WithRunAt(time.Now().Add(-time.Hour)))

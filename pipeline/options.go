@@ -45,7 +45,11 @@ func WithDelay(d time.Duration) Option {
 	}
 }
 
-// WithRunAt makes the job due at t; a time in the past runs it at once.
+// MaxRunAt is the latest due time a job may have (WithRunAt, WithDelay).
+var MaxRunAt = time.Date(9999, 12, 31, 23, 59, 59, 999_000_000, time.UTC)
+
+// WithRunAt makes the job due at t; a time in the past runs it at once, a time after MaxRunAt
+// is refused.
 func WithRunAt(t time.Time) Option {
 	return func(o *enqueueOptions) {
 		if t.IsZero() {
