@@ -21,7 +21,8 @@ for _, id in ipairs(ids) do
     moved = moved + 1
   end
 end
-if #ids > 0 then redis.call('ZREM', KEYS[1], unpack(ids)) end
+-- In chunks: unpack of a long list fails after the writes above were applied.
+if #ids > 0 then cv_call_list('ZREM', KEYS[1], {}, ids) end
 local first = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
 if #first == 0 then return {moved, -1} end
 return {moved, tonumber(first[2])}

@@ -261,6 +261,29 @@ func TestPromote(t *testing.T) {
 	})
 }
 
+// Lua's unpack fails past about 8,000 values, after the script's writes were applied: a batch
+// that large must still leave the set, or every call fails and the set never drains.
+func TestPromoteLongBatch(t *testing.T) {
+	t.Parallel()
+	const n = 8001
+	b := setup(t)
+	jobs := b.schedule(t, n, pipeline.WithDelay(time.Hour))
+	s := b.scheduler(delayed.Config{BatchSize: 8000,
+		Now: func() time.Time { return time.Now().Add(2 * time.Hour) }})
+	moved, next, err := s.Promote(t.Context(), b.queue)
+	require.NoError(t, err)
+	require.Equal(t, 8000, moved)
+	require.False(t, next.IsZero(), "one job is left")
+	moved, next, err = s.Promote(t.Context(), b.queue)
+	require.NoError(t, err)
+	require.Equal(t, 1, moved)
+	require.True(t, next.IsZero())
+	require.Zero(t, b.zcard(t))
+	require.Equal(t, int64(n), b.xlen(t))
+	requirePromoted(t, b, jobs[0], 1)
+	requirePromoted(t, b, jobs[n-1], 1)
+}
+
 // runScheduler runs s until the test ends and returns a channel that receives Run's result.
 func runScheduler(t *testing.T, ctx context.Context, s *delayed.Scheduler) <-chan error {
 	t.Helper()
