@@ -3,6 +3,9 @@ package stream
 import (
 	"context"
 	"errors"
+	"math/rand/v2"
+	"slices"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -98,6 +101,114 @@ func TestManualSettle(t *testing.T) {
 		sub.Settle(next)
 		sub.Settle(old) // lets the first subscription finish
 		requireClosed(t, first, 5*time.Second)
+	})
+
+	t.Run("ReadAgainWhileHeld", func(t *testing.T) {
+		// The group's read position moves back (XGROUP SETID 0) while entries are held, so a
+		// read returns them again: an entry held is not handed out a second time, and its
+		// settle frees its own slot only.
+		t.Parallel()
+		rdb := redistest.Client(t)
+		topic := redistest.UniqueName(t)
+		ids := publish(t, rdb, topic, "m", 4)
+		sub := newTestSubscriber(t, rdb, Config{Concurrency: 4, ManualSettle: true, CloseTimeout: 100 * time.Millisecond})
+		msgs, err := sub.Subscribe(t.Context(), topic)
+		require.NoError(t, err)
+		held := receiveN(t, msgs, 4, 5*time.Second)
+		require.Equal(t, ids, entryIDs(held))
+
+		require.NoError(t, rdb.XGroupSetID(t.Context(), topic, testGroup, "0").Err())
+		// One slot frees; the reads that follow return ids[0..2] again, which are still held,
+		// and then ids[3], which is not any more.
+		sub.Settle(held[3])
+		again := receive(t, msgs, 5*time.Second)
+		require.Equal(t, ids[3], again.Metadata.Get(EntryIDKey), "an entry still held was handed out again")
+		for _, m := range held[:3] {
+			require.NoError(t, m.Context().Err(), "a held message's context was cancelled")
+			sub.Settle(m)
+		}
+		sub.Settle(again)
+
+		// Every slot is usable: four new messages run at once.
+		fresh := publish(t, rdb, topic, "new", 4)
+		require.ElementsMatch(t, fresh, entryIDs(receiveN(t, msgs, 4, 5*time.Second)))
+	})
+
+	t.Run("ReadAgainMidRun", func(t *testing.T) {
+		t.Parallel()
+		for _, manual := range []bool{true, false} {
+			t.Run(map[bool]string{true: "ManualSettle", false: "Ack"}[manual], func(t *testing.T) {
+				t.Parallel()
+				rdb := redistest.Client(t)
+				topic := redistest.UniqueName(t)
+				const total, concurrency = 40, 4
+				ids := publish(t, rdb, topic, "m", total)
+				sub := newTestSubscriber(t, rdb, Config{Concurrency: concurrency, ManualSettle: manual,
+					CloseTimeout: 100 * time.Millisecond, AckInterval: time.Millisecond})
+				msgs, err := sub.Subscribe(t.Context(), topic)
+				require.NoError(t, err)
+
+				var mu sync.Mutex
+				running := map[string]int{} // entry id -> handlers running it
+				seen := map[string]bool{}   // by the loop below only
+				var twice []string
+				var handlers sync.WaitGroup
+				done := func(m *message.Message) {
+					if manual {
+						sub.Settle(m)
+					} else {
+						m.Ack()
+					}
+				}
+				handle := func(m *message.Message) {
+					defer handlers.Done()
+					id := m.Metadata.Get(EntryIDKey)
+					mu.Lock()
+					running[id]++
+					if running[id] > 1 {
+						twice = append(twice, id)
+					}
+					mu.Unlock()
+					time.Sleep(time.Duration(2+rand.IntN(8)) * time.Millisecond) // a slow handler
+					mu.Lock()
+					running[id]--
+					mu.Unlock()
+					done(m)
+				}
+				for i := 0; ; i++ {
+					if i == total/4 {
+						// Back to before the entries running now, so that reads return them
+						// while they are held.
+						require.NoError(t, rdb.XGroupSetID(t.Context(), topic, testGroup, ids[i-concurrency-1]).Err())
+					}
+					m := receive(t, msgs, 5*time.Second)
+					seen[m.Metadata.Get(EntryIDKey)] = true
+					handlers.Add(1)
+					go handle(m)
+					if len(seen) == total {
+						break
+					}
+				}
+				handlers.Wait()
+				require.Empty(t, twice, "entries handled twice at once")
+
+				// Every slot is usable: the four new messages run at once (with the old ones
+				// that the reset handed out again around them).
+				fresh := publish(t, rdb, topic, "new", concurrency)
+				var waiting []*message.Message
+				for len(waiting) < concurrency {
+					m := receive(t, msgs, 5*time.Second)
+					if slices.Contains(fresh, m.Metadata.Get(EntryIDKey)) {
+						waiting = append(waiting, m)
+					} else {
+						done(m)
+					}
+				}
+				for _, m := range waiting {
+					done(m)
+				}
+			})
+		}
 	})
 
 	t.Run("CloseReleasesUnsettled", func(t *testing.T) {

@@ -474,7 +474,6 @@ func (t *topic) read(ctx context.Context) {
 			}
 		}
 		msgs := res[0].Messages
-		t.s.addOutstanding(len(msgs))
 		stopping := false
 		select {
 		case <-t.stopping:
@@ -483,8 +482,15 @@ func (t *topic) read(ctx context.Context) {
 		}
 		fresh := make([]*delivery, 0, len(msgs))
 		t.mu.Lock()
+		before := len(t.held)
 		for i := range msgs {
 			x := &msgs[i]
+			if _, dup := t.held[x.ID]; dup {
+				// Read again while held: the group's read position moved back (XGROUP SETID, a
+				// group made again from "0", a restore or failover to older data). The held
+				// copy goes on, lease and all; this one is not handed out.
+				continue
+			}
 			msg := cfg.Unmarshaller.Unmarshal(t.name, x.ID, x.Values)
 			mctx, cancel := context.WithCancelCause(ctx)
 			msg.SetContext(mctx)
@@ -497,7 +503,9 @@ func (t *topic) read(ctx context.Context) {
 				fresh = append(fresh, d)
 			}
 		}
+		added := len(t.held) - before
 		t.mu.Unlock()
+		t.s.addOutstanding(added)
 		if cfg.ManualSettle {
 			// No goroutine waits on the message: hand it to the router here. The router
 			// takes each message at once (it runs each on a goroutine of its own).
@@ -545,8 +553,9 @@ func (t *topic) handOut(d *delivery) bool {
 
 // Settle tells a ManualSettle subscriber that the application is done with msg: its slot is
 // freed and its lease is no longer renewed. The entry stays pending until the application
-// acknowledges it. Settling a message twice, or one that shutdown already released, does
-// nothing.
+// acknowledges it. Only msg itself is settled, never another message made from the same entry:
+// settling a message twice, one that shutdown already released, or one that is not the
+// subscriber's copy does nothing.
 func (s *Subscriber) Settle(msg *message.Message) {
 	name, id := msg.Metadata[StreamKey], msg.Metadata[EntryIDKey]
 	// The same stream may have two subscriptions for a while (one closing, its successor
@@ -564,7 +573,7 @@ func (s *Subscriber) Settle(msg *message.Message) {
 		t.mu.Lock()
 		d := t.held[id]
 		t.mu.Unlock()
-		if d != nil {
+		if d != nil && d.msg == msg {
 			t.settle(d, false)
 			return
 		}
@@ -629,7 +638,7 @@ func (t *topic) unhand(d *delivery) {
 
 func (t *topic) settle(d *delivery, acked bool) {
 	t.mu.Lock()
-	_, ok := t.held[d.id]
+	ok := t.held[d.id] == d // only d itself: never another copy of its entry
 	if ok {
 		delete(t.held, d.id)
 		if acked && !t.s.cfg.DeferAck && !d.lost {
