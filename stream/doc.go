@@ -7,8 +7,10 @@
 // idle-claim loop takes entries from live consumers. This Subscriber keeps Watermill's model
 // (message.Subscriber, the router, middleware, Ack/Nack) and changes how Redis is read:
 //
-//   - XREADGROUP COUNT n with n up to the free capacity (Config.Concurrency messages may be out
-//     at once across all topics), so a busy stream costs one round trip per batch;
+//   - XREADGROUP COUNT n with n up to the free capacity, reserved before the read (at most
+//     Config.Concurrency messages are out at once across all topics), so a busy stream costs
+//     one round trip per batch; a topic that found nothing waits for entries with one slot, and
+//     topics waiting for slots are served in turn;
 //   - acknowledgements are batched: one XACK per topic every AckInterval;
 //   - with Config.DeferAck the application acknowledges entries itself (Conveyor's finish
 //     scripts XACK and XDEL in the same atomic step as the job's state change), and a message's

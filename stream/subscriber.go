@@ -56,10 +56,12 @@ type Config struct {
 	Consumer string
 	// Unmarshaller turns entries into messages. Defaults to DefaultUnmarshaller.
 	Unmarshaller Unmarshaller
-	// Concurrency bounds the messages read and not yet acked, across all topics: the number of
-	// handlers a router runs at once. The readers of several topics do not reserve slots, so
-	// when they find free slots at the same moment they may together overshoot the bound by up
-	// to a batch each (see Subscriber.free). Defaults to DefaultConcurrency.
+	// Concurrency bounds the entries read and not yet settled (acked, or with ManualSettle
+	// passed to Settle), across all topics: the number of handlers a router runs at once. It
+	// is a hard bound: a reader reserves its slots before each XREADGROUP (COUNT is what it
+	// reserved) and gives back what the read did not use. A topic whose last read found
+	// nothing reserves one slot while its read blocks, and readers waiting for slots are
+	// served in turn, so no topic starves another. Defaults to DefaultConcurrency.
 	Concurrency int
 	// BatchSize bounds the COUNT of one XREADGROUP. Defaults to DefaultBatchSize.
 	BatchSize int
@@ -170,12 +172,14 @@ type Subscriber struct {
 	rdb    redis.UniversalClient
 	logger watermill.LoggerAdapter
 
-	mu          sync.Mutex
-	closed      bool
-	topics      []*topic
-	outstanding int           // entries read and not yet settled, across topics
-	space       chan struct{} // closed (and replaced) when outstanding drops and a reader waits
-	waiting     bool          // a reader waits on space
+	mu     sync.Mutex
+	closed bool
+	topics []*topic
+	// Slots (see reserve): taken is how many are reserved for reads or held by entries read
+	// and not settled, across topics; never more than Config.Concurrency.
+	taken int
+	queue []*waiter // readers waiting for slots, first come first served
+	turn  *waiter   // the reader woken to take slots next; nobody else takes any meanwhile
 
 	closing  chan struct{}
 	wg       sync.WaitGroup // topic goroutines and the lease renewer
@@ -192,7 +196,6 @@ func NewSubscriber(cfg Config) (*Subscriber, error) {
 		cfg:     cfg,
 		rdb:     cfg.Client,
 		logger:  cfg.Logger.With(watermill.LogFields{"consumer": cfg.Consumer}),
-		space:   make(chan struct{}),
 		closing: make(chan struct{}),
 	}, nil
 }
@@ -261,28 +264,74 @@ func (s *Subscriber) Close() error {
 	return nil
 }
 
-// free returns how many entries a reader may read now (at most max), waiting while none may.
-// It does not reserve: readers of several topics may overshoot Concurrency by a batch each,
-// which is better than an idle topic's blocked read holding slots a busy topic needs.
-// It returns 0 when stop closes.
-func (s *Subscriber) free(stop <-chan struct{}, max int) int {
+// waiter is a reader waiting for slots; ready closes when its turn comes.
+type waiter struct{ ready chan struct{} }
+
+// reserve takes up to want slots for a read (at least one), waiting while none is free, and
+// returns how many it took; the reader gives back what it does not use. Readers that must wait
+// are served in turn (first come, first served): when slots free up, the first waiter is woken
+// and takes what is free then (up to its want), then the next is woken if any slot is left.
+// Taking what is free when the reader runs, not when it is woken, keeps batches large. A
+// reader that is not waiting in line never takes slots ahead of those that are. reserve returns
+// 0 when stop closes.
+func (s *Subscriber) reserve(w *waiter, stop <-chan struct{}, want int) int {
+	s.mu.Lock()
 	for {
-		s.mu.Lock()
-		n := s.cfg.Concurrency - s.outstanding
-		wait := s.space
-		if n <= 0 {
-			s.waiting = true
+		if free := s.cfg.Concurrency - s.taken; free > 0 && (s.turn == w || s.turn == nil && len(s.queue) == 0) {
+			n := min(free, want)
+			s.taken += n
+			if s.turn == w {
+				s.turn = nil
+				s.wakeLocked()
+			}
+			s.mu.Unlock()
+			return n
+		}
+		w.ready = make(chan struct{})
+		if s.turn == w { // woken, but the slots are gone: first in line again
+			s.turn = nil
+			s.queue = slices.Insert(s.queue, 0, w)
+		} else {
+			s.queue = append(s.queue, w)
 		}
 		s.mu.Unlock()
-		if n > 0 {
-			return min(n, max)
-		}
 		select {
-		case <-wait:
+		case <-w.ready:
+			s.mu.Lock()
 		case <-stop:
+			s.mu.Lock()
+			if s.turn == w {
+				s.turn = nil
+				s.wakeLocked()
+			} else if i := slices.Index(s.queue, w); i >= 0 {
+				s.queue = slices.Delete(s.queue, i, i+1)
+			}
+			s.mu.Unlock()
 			return 0
 		}
 	}
+}
+
+// release gives back n slots.
+func (s *Subscriber) release(n int) {
+	if n == 0 {
+		return
+	}
+	s.mu.Lock()
+	s.taken -= n
+	s.wakeLocked()
+	s.mu.Unlock()
+}
+
+// wakeLocked wakes the first waiting reader when a slot is free and no other reader's turn is
+// pending.
+func (s *Subscriber) wakeLocked() {
+	if s.turn != nil || len(s.queue) == 0 || s.taken >= s.cfg.Concurrency {
+		return
+	}
+	s.turn = s.queue[0]
+	s.queue = slices.Delete(s.queue, 0, 1)
+	close(s.turn.ready)
 }
 
 // forget drops an ended subscription, so the lease renewer and memory do not keep it.
@@ -292,17 +341,6 @@ func (s *Subscriber) forget(t *topic) {
 	if i := slices.Index(s.topics, t); i >= 0 {
 		s.topics = slices.Delete(s.topics, i, i+1)
 	}
-}
-
-func (s *Subscriber) addOutstanding(n int) {
-	s.mu.Lock()
-	s.outstanding += n
-	if n < 0 && s.waiting {
-		s.waiting = false
-		close(s.space)
-		s.space = make(chan struct{})
-	}
-	s.mu.Unlock()
 }
 
 // renewLeases re-claims every held entry for this consumer each LeaseInterval (renew.lua: XCLAIM
@@ -405,7 +443,7 @@ wait:
 	}
 	t.held = map[string]*delivery{}
 	t.mu.Unlock()
-	t.s.addOutstanding(-left)
+	t.s.release(left)
 
 	if len(release) > 0 && t.s.cfg.OnRelease != nil {
 		rctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -435,8 +473,16 @@ func (t *topic) read(ctx context.Context) {
 	defer close(t.readDone)
 	cfg := t.s.cfg
 	backoff := 100 * time.Millisecond
+	var w waiter
+	// A topic whose last read found nothing waits for entries with one slot reserved, so that
+	// a blocked read does not keep slots from busy topics. A new subscription starts so.
+	idle := true
 	for {
-		n := t.s.free(t.stopping, cfg.BatchSize)
+		want := cfg.BatchSize
+		if idle {
+			want = 1
+		}
+		n := t.s.reserve(&w, t.stopping, want)
 		if n == 0 {
 			return
 		}
@@ -448,6 +494,7 @@ func (t *topic) read(ctx context.Context) {
 			Block:    cfg.BlockTime,
 		}).Result()
 		if err != nil && !errors.Is(err, redis.Nil) {
+			t.s.release(n)
 			if redis.HasErrorPrefix(err, "NOGROUP") {
 				// The stream or group was deleted under us: make them again and go on.
 				err = t.s.rdb.XGroupCreateMkStream(ctx, t.name, cfg.Group, "0").Err()
@@ -465,7 +512,9 @@ func (t *topic) read(ctx context.Context) {
 			continue
 		}
 		backoff = 100 * time.Millisecond
-		if len(res) == 0 || len(res[0].Messages) == 0 {
+		idle = len(res) == 0 || len(res[0].Messages) == 0
+		if idle {
+			t.s.release(n)
 			select {
 			case <-t.stopping:
 				return
@@ -505,7 +554,7 @@ func (t *topic) read(ctx context.Context) {
 		}
 		added := len(t.held) - before
 		t.mu.Unlock()
-		t.s.addOutstanding(added)
+		t.s.release(n - added) // what the read did not use, or found held already
 		if cfg.ManualSettle {
 			// No goroutine waits on the message: hand it to the router here. The router
 			// takes each message at once (it runs each on a goroutine of its own).
@@ -648,7 +697,7 @@ func (t *topic) settle(d *delivery, acked bool) {
 	t.mu.Unlock()
 	d.cancel(context.Canceled)
 	if ok {
-		t.s.addOutstanding(-1)
+		t.s.release(1)
 	}
 	t.signalSettled()
 }

@@ -632,6 +632,105 @@ func TestSubscriber(t *testing.T) {
 		}
 	})
 
+	t.Run("ConcurrencyBoundsAllTopics", func(t *testing.T) {
+		// Config.Concurrency is a hard bound on messages out across topics, and the slots are
+		// shared so that every topic gets its turn.
+		t.Parallel()
+		for _, tc := range []struct {
+			name        string
+			concurrency int
+			perTopic    int
+			trickle     bool // messages arrive one by one while the topics are read
+		}{
+			{name: "BusyTopics", concurrency: 4, perTopic: 60},
+			{name: "OneSlotTrickle", concurrency: 1, perTopic: 10, trickle: true},
+		} {
+			t.Run(tc.name, func(t *testing.T) {
+				t.Parallel()
+				rdb := redistest.Client(t)
+				topics := []string{redistest.UniqueName(t), redistest.UniqueName(t), redistest.UniqueName(t)}
+				if !tc.trickle {
+					for _, topic := range topics {
+						publish(t, rdb, topic, "m", tc.perTopic)
+					}
+				}
+				sub := newTestSubscriber(t, rdb, Config{Concurrency: tc.concurrency, BatchSize: 10})
+				var running, maxRunning atomic.Int64
+				var handlers sync.WaitGroup
+				type got struct{ topic, uuid string }
+				gotc := make(chan got)
+				for _, topic := range topics {
+					msgs, err := sub.Subscribe(t.Context(), topic)
+					require.NoError(t, err)
+					handlers.Go(func() {
+						for msg := range msgs {
+							n := running.Add(1)
+							for m := maxRunning.Load(); n > m && !maxRunning.CompareAndSwap(m, n); m = maxRunning.Load() {
+							}
+							handlers.Go(func() {
+								time.Sleep(time.Duration(rand.IntN(2)) * time.Millisecond)
+								running.Add(-1)
+								gotc <- got{topic, msg.UUID}
+								msg.Ack()
+							})
+						}
+					})
+				}
+				if tc.trickle {
+					handlers.Go(func() {
+						for i := range tc.perTopic {
+							for _, topic := range topics {
+								assert.NoError(t, rdb.XAdd(t.Context(), &redis.XAddArgs{Stream: topic,
+									Values: []any{FieldUUID, fmt.Sprintf("m-%d", i), FieldPayload, "p"}}).Err())
+							}
+						}
+					})
+				}
+				perTopic := map[string]map[string]bool{}
+				for range len(topics) * tc.perTopic {
+					select {
+					case g := <-gotc:
+						if perTopic[g.topic] == nil {
+							perTopic[g.topic] = map[string]bool{}
+						}
+						perTopic[g.topic][g.uuid] = true
+					case <-time.After(10 * time.Second):
+						t.Fatalf("stalled; messages per topic so far: %d, %d, %d",
+							len(perTopic[topics[0]]), len(perTopic[topics[1]]), len(perTopic[topics[2]]))
+					}
+				}
+				for _, topic := range topics {
+					assert.Len(t, perTopic[topic], tc.perTopic, "messages of %s", topic)
+				}
+				assert.LessOrEqual(t, maxRunning.Load(), int64(tc.concurrency), "more messages out than Concurrency")
+				require.NoError(t, sub.Close())
+				handlers.Wait()
+			})
+		}
+	})
+
+	t.Run("ConcurrencyBoundsEachRead", func(t *testing.T) {
+		// Readers reserve slots before they read: the COUNTs of the XREADGROUPs waiting on
+		// the server never add up to more than Concurrency, and a topic whose last read
+		// found nothing waits with one slot.
+		t.Parallel()
+		var rec commandRecorder
+		rdb := redistest.Client(t)
+		rdb.AddHook(&rec)
+		topics := []string{redistest.UniqueName(t), redistest.UniqueName(t), redistest.UniqueName(t)}
+		sub := newTestSubscriber(t, rdb, Config{Concurrency: 4, BlockTime: 20 * time.Millisecond})
+		for _, topic := range topics {
+			_, err := sub.Subscribe(t.Context(), topic)
+			require.NoError(t, err)
+		}
+		require.Eventually(t, func() bool { return len(rec.named("xreadgroup")) >= 30 },
+			10*time.Second, 10*time.Millisecond)
+		for _, c := range rec.named("xreadgroup") {
+			count := c[slices.Index(c, any("count"))+1].(int64)
+			require.Equal(t, int64(1), count, "an idle topic's read reserved more than one slot")
+		}
+	})
+
 	t.Run("EndedSubscriptionsAreForgotten", func(t *testing.T) {
 		t.Parallel()
 		rdb := redistest.Client(t)
