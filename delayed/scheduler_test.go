@@ -262,15 +262,16 @@ func TestPromote(t *testing.T) {
 }
 
 // Lua's unpack fails past about 8,000 values, after the script's writes were applied: a batch
-// that large must still leave the set, or every call fails and the set never drains.
+// that large must still leave the set, or every call fails and the set never drains. Config
+// refuses such a batch (MaxBatchSize); the script takes it all the same.
 func TestPromoteLongBatch(t *testing.T) {
 	t.Parallel()
 	const n = 8001
 	b := setup(t)
 	jobs := b.schedule(t, n, pipeline.WithDelay(time.Hour))
-	s := b.scheduler(delayed.Config{BatchSize: 8000,
+	s := b.scheduler(delayed.Config{
 		Now: func() time.Time { return time.Now().Add(2 * time.Hour) }})
-	moved, next, err := s.Promote(t.Context(), b.queue)
+	moved, next, err := s.PromoteLimit(t.Context(), b.queue, 8000)
 	require.NoError(t, err)
 	require.Equal(t, 8000, moved)
 	require.False(t, next.IsZero(), "one job is left")
@@ -514,17 +515,65 @@ func TestRunMultipleQueues(t *testing.T) {
 	requireNotEarly(t, b, jb)
 }
 
-func TestRunNegativeConfigTakesDefaults(t *testing.T) {
+func TestConfigValidate(t *testing.T) {
 	t.Parallel()
-	b := setup(t)
-	h := startedScheduler(t, delayed.Config{BatchSize: -1, MaxSleep: -time.Second}, b)
-	j := b.schedule(t, 1, pipeline.WithDelay(50*time.Millisecond))[0]
-	require.Eventually(t, func() bool {
-		return b.status(t, j.ID) == pipeline.StatusQueued
-	}, 5*time.Second, 5*time.Millisecond)
-	calls := h.calls.Load()
-	time.Sleep(300 * time.Millisecond) // idle now: a spinning loop would call Redis all along
-	require.Less(t, h.calls.Load()-calls, int64(5), "the scheduler spins")
+	for _, tc := range []struct {
+		name string
+		cfg  delayed.Config
+		bad  string // a part of the error; empty when valid
+	}{
+		{"Zero", delayed.Config{}, ""},
+		{"Set", delayed.Config{Prefix: "p", Queues: []string{"a", "b.c-d"}, BatchSize: 10, MaxSleep: time.Minute}, ""},
+		{"BatchSizeOne", delayed.Config{BatchSize: 1}, ""},
+		{"BatchSizeMax", delayed.Config{BatchSize: delayed.MaxBatchSize}, ""},
+		{"BatchSizeNegative", delayed.Config{BatchSize: -1}, "BatchSize is -1"},
+		{"BatchSizeOverMax", delayed.Config{BatchSize: delayed.MaxBatchSize + 1}, "BatchSize is " + strconv.Itoa(delayed.MaxBatchSize+1)},
+		{"MaxSleepTiny", delayed.Config{MaxSleep: time.Nanosecond}, ""},
+		{"MaxSleepNegative", delayed.Config{MaxSleep: -time.Second}, "MaxSleep is -1s"},
+		{"QueueEmpty", delayed.Config{Queues: []string{"a", ""}}, "Queues"},
+		{"QueueBrace", delayed.Config{Queues: []string{"a{b}"}}, "Queues"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			err := tc.cfg.Validate()
+			if tc.bad == "" {
+				require.NoError(t, err)
+				return
+			}
+			require.ErrorContains(t, err, tc.bad)
+		})
+	}
+	// Every unusable field is named at once.
+	err := delayed.Config{BatchSize: -1, MaxSleep: -1}.Validate()
+	require.ErrorContains(t, err, "BatchSize")
+	require.ErrorContains(t, err, "MaxSleep")
+}
+
+// A negative or otherwise unusable value is an error from Run and Promote, not a default in
+// disguise: a negative BatchSize made ZRANGEBYSCORE's LIMIT unbounded, a negative MaxSleep
+// spun, and a batch past MaxBatchSize blocks Redis for its whole run.
+func TestRunRefusesUnusableConfig(t *testing.T) {
+	t.Parallel()
+	for name, cfg := range map[string]delayed.Config{
+		"NegativeBatchSize": {BatchSize: -1},
+		"HugeBatchSize":     {BatchSize: 1_000_000},
+		"NegativeMaxSleep":  {MaxSleep: -time.Second},
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			b := setup(t)
+			j := b.schedule(t, 1, pipeline.WithDelay(time.Hour))[0]
+			s := b.scheduler(cfg)
+			// Run returns at once; the timeout only stops the old code, which ran on.
+			ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+			defer cancel()
+			require.Error(t, s.Run(ctx))
+			require.NoError(t, ctx.Err(), "Run ran until its context ended")
+			_, _, err := s.Promote(t.Context(), b.queue)
+			require.Error(t, err)
+			requireWaiting(t, b, j)
+		})
+	}
 }
 
 func TestRunNeedsQueues(t *testing.T) {
@@ -610,6 +659,34 @@ func BenchmarkPromote(b *testing.B) {
 	if got := bu.xlen(b); got != int64(b.N) {
 		b.Fatalf("XLEN %d, want %d", got, b.N)
 	}
+}
+
+// BenchmarkPromoteMaxBatch times one promotion of MaxBatchSize due jobs (100-byte payloads):
+// Redis serves no other client meanwhile, so this is the longest a scheduler holds it.
+func BenchmarkPromoteMaxBatch(b *testing.B) {
+	bu := setup(b)
+	s := bu.scheduler(delayed.Config{BatchSize: delayed.MaxBatchSize,
+		Now: func() time.Time { return time.Now().Add(2 * time.Hour) }})
+	tasks := make([]pipeline.Task, delayed.MaxBatchSize)
+	for i := range tasks {
+		tasks[i] = pipeline.Task{Type: "test", Payload: bytes.Repeat([]byte("x"), 100)}
+	}
+	ctx := context.Background()
+	for b.Loop() {
+		b.StopTimer()
+		if _, err := bu.client.EnqueueBatch(ctx, bu.queue, tasks, pipeline.WithDelay(time.Hour)); err != nil {
+			b.Fatal(err)
+		}
+		b.StartTimer()
+		moved, _, err := s.Promote(ctx, bu.queue)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if moved != delayed.MaxBatchSize {
+			b.Fatalf("promoted %d, want %d", moved, delayed.MaxBatchSize)
+		}
+	}
+	b.ReportMetric(float64(b.Elapsed().Microseconds())/float64(b.N)/delayed.MaxBatchSize, "us/job")
 }
 
 // BenchmarkDelayedLateness measures how late jobs reach the stream after their due time, with
