@@ -25,7 +25,9 @@
 //     after a Nack, and its Ack only frees the slot;
 //   - it never claims other consumers' entries: recovery belongs to the application;
 //   - the Unmarshaller cannot fail: an entry that cannot be read becomes a message marked with
-//     PoisonKey, so one bad entry never stops a subscription.
+//     PoisonKey, so one bad entry never stops a subscription;
+//   - EntryValues(msg.Context()) gives the entry's fields exactly as read, whatever middleware
+//     and handlers did to the message's payload and metadata.
 //
 // The stream format is watermill-redisstream's (_watermill_message_uuid, payload, metadata as
 // msgpack), so either Subscriber reads what the stock Publisher or Conveyor writes.

@@ -388,6 +388,7 @@ type topic struct {
 type delivery struct {
 	id        string
 	msg       *message.Message
+	ctx       entryContext // the message's context
 	cancel    context.CancelCauseFunc
 	delivered bool // handed to the output channel at least once
 	lost      bool // lease lost: no longer ours to release
@@ -542,8 +543,8 @@ func (t *topic) read(ctx context.Context) {
 			}
 			msg := cfg.Unmarshaller.Unmarshal(t.name, x.ID, x.Values)
 			mctx, cancel := context.WithCancelCause(ctx)
-			msg.SetContext(mctx)
-			d := &delivery{id: x.ID, msg: msg, cancel: cancel}
+			d := &delivery{id: x.ID, msg: msg, ctx: entryContext{mctx, x.Values}, cancel: cancel}
+			msg.SetContext(&d.ctx)
 			t.held[x.ID] = d
 			if !stopping {
 				if !cfg.ManualSettle {
