@@ -3,6 +3,8 @@ package pipeline
 import (
 	"errors"
 	"fmt"
+	"strconv"
+	"time"
 )
 
 var (
@@ -47,3 +49,67 @@ func IsSkipRetry(err error) bool {
 	var s *skipRetryError
 	return errors.As(err, &s)
 }
+
+// Outcome is what became of a job attempt that did not complete; see JobError.
+type Outcome uint8
+
+// The outcomes of an attempt that did not complete.
+const (
+	// OutcomeRetry: the attempt failed and the job runs again at JobError.RetryAt.
+	OutcomeRetry Outcome = iota + 1
+	// OutcomeDead: the attempt failed for good (retries exhausted, a SkipRetry error, an
+	// unreadable stream entry, a result over the limit); the job is in the dead set.
+	OutcomeDead
+	// OutcomeCanceled: the job was canceled while it ran; its result was not kept.
+	OutcomeCanceled
+	// OutcomeLost: the worker lost the job's lease (it stopped renewing it for longer than the
+	// visibility timeout, so the job was recovered and handed to another worker); nothing was
+	// written.
+	OutcomeLost
+	// OutcomeAbandoned: the worker shut down before the attempt ended; the job was put back
+	// in the stream to start again.
+	OutcomeAbandoned
+)
+
+func (o Outcome) String() string {
+	switch o {
+	case OutcomeRetry:
+		return "retry"
+	case OutcomeDead:
+		return "dead"
+	case OutcomeCanceled:
+		return "canceled"
+	case OutcomeLost:
+		return "lost"
+	case OutcomeAbandoned:
+		return "abandoned"
+	}
+	return "outcome(" + strconv.Itoa(int(o)) + ")"
+}
+
+// JobError is what a Worker's handling of a job returns to Watermill middleware (Worker.Use)
+// when the attempt did not complete, once its outcome is written: it says what became of the
+// job and wraps the handler's error (nil for OutcomeCanceled, OutcomeLost and
+// OutcomeAbandoned, which have none of their own). A completed job returns nil.
+type JobError struct {
+	Outcome Outcome
+	// Timeout reports that the attempt ran past the job's timeout.
+	Timeout bool
+	// RetryAt is when the job runs again, for OutcomeRetry.
+	RetryAt time.Time
+	// Err is the handler's error, or the reason the worker gave up on the job.
+	Err error
+}
+
+func (e *JobError) Error() string {
+	s := "job " + e.Outcome.String()
+	if e.Timeout {
+		s += " (timed out)"
+	}
+	if e.Err != nil {
+		s += ": " + e.Err.Error()
+	}
+	return s
+}
+
+func (e *JobError) Unwrap() error { return e.Err }

@@ -193,10 +193,16 @@ func (w *Worker) Handle(jobType string, h HandlerFunc) {
 }
 
 // Use adds Watermill middleware around every job's handling (outermost first). The message
-// carries the job id as UUID, the payload, and metadata including MetaType and MetaJob (attempt, retries, timeout and type).
-// A middleware that returns an error (or never calls the next handler) leaves the job pending:
-// it is logged, its lease is no longer renewed, and recovery hands it out again after the
-// visibility timeout. Errors of the job itself should come from its HandlerFunc.
+// carries the job id as UUID, the payload, and metadata including MetaType and MetaJob
+// (attempt, retries, timeout and type).
+//
+// What a middleware sees come back from the next handler: nil when the job completed; a
+// *JobError when it did not, returned only once the job's outcome is written (retry, dead) or
+// known (canceled, lost, abandoned), so a metrics, tracing or logging middleware can count a
+// failed job as a failure. Whatever a middleware returns, the job's slot is freed afterwards
+// and nothing is handed out again because of an error. A middleware that returns an error
+// without calling the next handler refuses the job: that counts as a failed attempt (retried
+// with backoff, or dead when out of retries), with the middleware's error.
 func (w *Worker) Use(mw ...message.HandlerMiddleware) {
 	if w.running.Load() {
 		panic("pipeline: Use after Run")
@@ -307,16 +313,16 @@ func (w *Worker) Run(ctx context.Context) error {
 
 // settleAfter frees a job's slot once the whole middleware chain has returned (the subscriber
 // runs in ManualSettle mode: the slot is held until the job's outcome is written, which
-// handleMessage waits for). It logs an error and returns none, so the router does nothing more
-// with the message. A job that a middleware refused before handleMessage ran stays pending,
-// unrenewed, and is recovered after the visibility timeout.
+// handleMessage waits for). It returns no error, so the router does nothing more with the
+// message. An error that is not a *JobError means a middleware refused the job before
+// handleMessage ran (or replaced its error): it is written as a failed attempt, which
+// fencing refuses if the handler's own outcome was written already.
 func (w *Worker) settleAfter(h message.HandlerFunc) message.HandlerFunc {
 	return func(msg *message.Message) ([]*message.Message, error) {
 		growStack()
 		defer w.sub.Settle(msg)
-		if _, err := h(msg); err != nil {
-			w.log.Warn().Err(err).Str("job_id", msg.UUID).
-				Msg("a middleware refused the job; it will be recovered after the visibility timeout")
+		if _, err := h(msg); err != nil && !errors.As(err, new(*JobError)) {
+			w.refused(msg, err)
 		}
 		return nil, nil
 	}
@@ -377,10 +383,9 @@ func (w *Worker) waitForRedis(ctx context.Context) error {
 // errTimeout is the cause of a handler context whose job ran past its timeout.
 var errTimeout = errors.New("attempt timed out")
 
-// handleMessage runs one job. It always returns nil: every outcome of the job goes through the
-// completer (retry, dead set), and it returns only once the outcome is written, after which
-// settleAfter frees the slot (the entry is acknowledged by finish.lua together with the state
-// change).
+// handleMessage runs one job. It returns once the job's outcome is written: nil when the job
+// completed, a *JobError when it did not (see Use); settleAfter then frees the slot (the entry
+// is acknowledged by finish.lua together with the state change).
 func (w *Worker) handleMessage(msg *message.Message) error {
 	// This function's frame stays small and the work around the handler call lives in other
 	// functions: the router runs each message on a new goroutine, whose stack growStack
@@ -391,14 +396,12 @@ func (w *Worker) handleMessage(msg *message.Message) error {
 		return nil
 	}
 	if reason, bad := msg.Metadata[stream.PoisonKey]; bad {
-		w.poison(q, msg, reason)
-		return nil
+		return w.poison(q, msg, reason)
 	}
 	j := jobFromMessage(q.Name(), msg)
 	h, ok := w.handlers[j.Type]
 	if !ok {
-		<-w.noHandler(q, j)
-		return nil
+		return w.noHandler(q, j)
 	}
 	start := w.started(q, j)
 	ctx := msg.Context()
@@ -409,10 +412,7 @@ func (w *Worker) handleMessage(msg *message.Message) error {
 	} else {
 		result, err = call(ctx, h, j, &w.log)
 	}
-	if done := w.outcome(ctx, q, j, start, result, err); done != nil {
-		<-done
-	}
-	return nil
+	return w.outcome(ctx, q, j, start, result, err)
 }
 
 // transition is the start of the outcome of an attempt; the payload goes back with it when it
@@ -432,50 +432,93 @@ func (w *Worker) started(q *keys.Queue, j *Job) time.Time {
 	return start
 }
 
+// write hands t to the completer and waits until it is written; then it returns jerr.
+func (w *Worker) write(t transition, jerr *JobError) error {
+	<-w.comp.finish(t)
+	if jerr == nil {
+		return nil
+	}
+	return jerr
+}
+
 // noHandler sends a job whose type has no handler to the dead set.
-func (w *Worker) noHandler(q *keys.Queue, j *Job) <-chan struct{} {
+func (w *Worker) noHandler(q *keys.Queue, j *Job) error {
 	now := time.Now()
 	t := w.transition(q, j, now)
 	t.op, t.finished = opFail, now.UnixMilli()
 	t.data = fmt.Sprintf("no handler registered for job type %q on worker %s", j.Type, w.cfg.Name)
 	w.log.Warn().Str("job_id", j.ID).Str("type", j.Type).Msg("no handler for job type; job sent to the dead set")
-	return w.comp.finish(t)
+	return w.write(t, &JobError{Outcome: OutcomeDead, Err: errors.New(t.data)})
 }
 
-// outcome records what the attempt came to and returns the channel to wait on before the
-// job's slot is freed, or nil when there is nothing to write (the attempt was abandoned).
-func (w *Worker) outcome(ctx context.Context, q *keys.Queue, j *Job, start time.Time, result []byte, err error) <-chan struct{} {
+// refused writes a failed attempt for a job that a middleware refused before its handler ran.
+func (w *Worker) refused(msg *message.Message, err error) {
+	q, ok := w.queues[msg.Metadata[stream.StreamKey]]
+	if !ok || msg.Metadata[stream.PoisonKey] != "" {
+		return
+	}
+	j := jobFromMessage(q.Name(), msg)
+	w.log.Warn().Err(err).Str("job_id", j.ID).Str("type", j.Type).Msg("a middleware refused the job; counted as a failed attempt")
+	_ = w.outcome(msg.Context(), q, j, time.Now(), nil, fmt.Errorf("refused by middleware: %w", err))
+}
+
+// outcome writes what the attempt came to and returns what handleMessage returns (see Use);
+// an abandoned attempt writes nothing.
+func (w *Worker) outcome(ctx context.Context, q *keys.Queue, j *Job, start time.Time, result []byte, err error) error {
 	if err != nil {
 		if cause := context.Cause(ctx); errors.Is(cause, stream.ErrClosed) || errors.Is(cause, stream.ErrLeaseLost) {
 			// The attempt was abandoned, not failed: on shutdown the entry is put back; on a
-			// lost lease another worker owns the job now.
+			// lost lease the job was canceled or another worker owns it now.
 			w.comp.forget(j.Entry)
-			w.log.Info().Str("job_id", j.ID).Str("reason", cause.Error()).Msg("job attempt abandoned")
-			return nil
+			jerr := &JobError{Outcome: OutcomeAbandoned}
+			if errors.Is(cause, stream.ErrLeaseLost) {
+				jerr.Outcome = w.lostWhy(q, j)
+			}
+			w.log.Info().Str("job_id", j.ID).Str("type", j.Type).Stringer("outcome", jerr.Outcome).
+				Msg("job attempt abandoned")
+			return jerr
 		}
 	}
 	end := time.Now()
 	t := w.transition(q, j, start)
 	t.finished = end.UnixMilli()
+	var jerr *JobError
 	switch {
 	case err == nil && len(result) > w.cfg.MaxResultBytes:
 		t.op = opFail
 		t.data = fmt.Sprintf("result of %d bytes exceeds the limit of %d", len(result), w.cfg.MaxResultBytes)
+		jerr = &JobError{Outcome: OutcomeDead, Err: errors.New(t.data)}
 	case err == nil:
 		t.op, t.data = opDone, string(result)
 		w.log.Debug().Str("job_id", j.ID).Str("type", j.Type).Dur("took", end.Sub(start)).Msg("job done")
 	case IsSkipRetry(err) || j.Attempt > j.MaxRetries:
 		t.op, t.data = opFail, truncate(err.Error(), maxErrorBytes)
+		jerr = &JobError{Outcome: OutcomeDead, Err: err}
 		w.log.Warn().Err(err).Str("job_id", j.ID).Str("type", j.Type).Int("attempt", j.Attempt).
 			Msg("job failed for good; sent to the dead set")
 	default:
 		delay := w.cfg.Backoff.Delay(j.Attempt)
+		retryAt := end.Add(delay).UnixMilli() + 1 // +1: never before the backoff ends
 		t.op, t.data = opRetry, truncate(err.Error(), maxErrorBytes)
-		t.extra = strconv.FormatInt(end.Add(delay).UnixMilli()+1, 10) // +1: never before the backoff ends
+		t.extra = strconv.FormatInt(retryAt, 10)
+		jerr = &JobError{Outcome: OutcomeRetry, Err: err, RetryAt: time.UnixMilli(retryAt)}
 		w.log.Info().Err(err).Str("job_id", j.ID).Str("type", j.Type).Int("attempt", j.Attempt).
 			Dur("retry_in", delay).Msg("job attempt failed; will retry")
 	}
-	return w.comp.finish(t)
+	if jerr != nil {
+		jerr.Timeout = errors.Is(context.Cause(ctx), errTimeout) || errors.Is(err, errTimeout)
+	}
+	return w.write(t, jerr)
+}
+
+// lostWhy tells a job canceled while it ran from one recovered elsewhere, for the record.
+func (w *Worker) lostWhy(q *keys.Queue, j *Job) Outcome {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	if st, err := w.rdb.HGet(ctx, q.Job(j.ID), keys.FieldStatus).Result(); err == nil && Status(st) == StatusCanceled {
+		return OutcomeCanceled
+	}
+	return OutcomeLost
 }
 
 // executeWithTimeout runs the handler with the job's timeout, turning a panic into an error. It
@@ -504,11 +547,11 @@ func (w *Worker) executeWithTimeout(ctx context.Context, h HandlerFunc, j *Job) 
 				return nil, context.Cause(ctx)
 			}
 			w.log.Warn().Str("job_id", j.ID).Msg("handler ignored its timeout; abandoning it")
-			return nil, fmt.Errorf("attempt timed out after %s (the handler did not return)", j.Timeout)
+			return nil, fmt.Errorf("%w after %s (the handler did not return)", errTimeout, j.Timeout)
 		}
 	}
 	if o.err != nil && errors.Is(context.Cause(ctx), errTimeout) {
-		return nil, fmt.Errorf("attempt timed out after %s: %w", j.Timeout, o.err)
+		return nil, fmt.Errorf("%w after %s: %w", errTimeout, j.Timeout, o.err)
 	}
 	return o.res, o.err
 }
@@ -525,8 +568,8 @@ func call(ctx context.Context, h HandlerFunc, j *Job, log *zerolog.Logger) (res 
 	return h(ctx, j)
 }
 
-// poison sends an unreadable entry to the dead set, keeping its raw fields.
-func (w *Worker) poison(q *keys.Queue, msg *message.Message, reason string) {
+// poison sends an unreadable entry to the dead set.
+func (w *Worker) poison(q *keys.Queue, msg *message.Message, reason string) error {
 	entry := msg.Metadata[stream.EntryIDKey]
 	id := msg.UUID
 	if !keys.ValidID(id) {
@@ -534,7 +577,8 @@ func (w *Worker) poison(q *keys.Queue, msg *message.Message, reason string) {
 	}
 	now := time.Now().UnixMilli()
 	w.log.Warn().Str("entry", entry).Str("reason", reason).Str("record_id", id).Msg("unreadable stream entry sent to the dead set")
-	<-w.comp.finish(transition{q: q, op: opPoison, id: id, entry: entry, started: now, finished: now, data: reason})
+	t := transition{q: q, op: opPoison, id: id, entry: entry, started: now, finished: now, data: reason}
+	return w.write(t, &JobError{Outcome: OutcomeDead, Err: errors.New(reason)})
 }
 
 // release puts back the entries a closing subscription still holds (stream.Config.OnRelease).
