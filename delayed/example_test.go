@@ -13,7 +13,8 @@ import (
 )
 
 // Promote what is due in a queue once, by hand; Run does this in a loop, sleeping until the
-// next due time. (An in-process Redis stands in for yours.)
+// next due time. A job is due by Redis's clock, not by the clock of the process that promotes
+// it. (An in-process Redis stands in for yours; unlike yours, its clock can be moved.)
 func ExampleScheduler_Promote() {
 	m, err := miniredis.Run()
 	if err != nil {
@@ -28,18 +29,29 @@ func ExampleScheduler_Promote() {
 	soon, _ := c.Enqueue(ctx, "emails", pipeline.Task{Type: "welcome"}, pipeline.WithDelay(time.Minute))
 	later, _ := c.Enqueue(ctx, "emails", pipeline.Task{Type: "digest"}, pipeline.WithDelay(time.Hour))
 
-	// A clock two minutes ahead: the first job is due, the second is not.
-	s := delayed.New(rdb, delayed.Config{Queues: []string{"emails"},
-		Now: func() time.Time { return time.Now().Add(2 * time.Minute) }})
-	moved, next, err := s.Promote(ctx, "emails")
+	s := delayed.New(rdb, delayed.Config{Queues: []string{"emails"}})
+	moved, _, _, err := s.Promote(ctx, "emails")
+	if err != nil {
+		fmt.Println("error:", err)
+		return
+	}
+	fmt.Println("now: promoted", moved)
+
+	// Two minutes later by Redis's clock: the first job is due, the second is not.
+	m.SetTime(time.Now().Add(2 * time.Minute))
+	moved, next, redisNow, err := s.Promote(ctx, "emails")
 	if err != nil {
 		fmt.Println("error:", err)
 		return
 	}
 	j1, _ := c.Get(ctx, "emails", soon.ID)
 	j2, _ := c.Get(ctx, "emails", later.ID)
-	fmt.Println("promoted", moved, j1.Status, j2.Status, next.Equal(later.RunAt))
-	// Output: promoted 1 queued scheduled true
+	fmt.Println("2 minutes later: promoted", moved, j1.Status, j2.Status)
+	fmt.Println("next due", next.Equal(later.RunAt), "in about", next.Sub(redisNow).Round(time.Minute))
+	// Output:
+	// now: promoted 0
+	// 2 minutes later: promoted 1 queued scheduled
+	// next due true in about 58m0s
 }
 
 // Run the scheduler until ctx ends; every worker process may run one (pipeline.Worker runs one

@@ -1,16 +1,23 @@
 -- promote.lua: move due jobs from a queue's scheduled set into its stream, all in one step.
 -- KEYS[1] scheduled set, KEYS[2] stream
--- ARGV[1] now (unix ms), ARGV[2] limit, ARGV[3] job key prefix
+-- ARGV[1] limit, ARGV[2] job key prefix
+-- A job is due when Redis's own clock (TIME) reaches its score: every scheduler shares that
+-- clock, so a worker whose clock runs ahead promotes nothing early. (Redis 7 replicates a
+-- script's effects, not the script, so reading TIME before writing is allowed.)
 -- A due job gets a new stream entry (status queued, new `entry`, its payload moves from the hash
 -- into the entry) and leaves the set. An id whose job is gone or no longer scheduled (canceled
 -- meanwhile) just leaves the set. Any number of schedulers may run this at once: each promotion
 -- happens once because the whole move is one script.
--- Returns {moved, next due time in unix ms or -1 when the set is empty}.
-local now = tonumber(ARGV[1])
-local ids = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, ARGV[2])
+-- Returns {moved, next due time in unix ms or -1 when the set is empty, Redis's time in unix
+-- us}. The time is in microseconds so that the caller's wait (next due - Redis's time) does
+-- not round up by as much as a millisecond.
+local t = redis.call('TIME')
+local now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local now = math.floor(now_us / 1000)
+local ids = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, ARGV[1])
 local moved = 0
 for _, id in ipairs(ids) do
-  local jobkey = ARGV[3] .. id
+  local jobkey = ARGV[2] .. id
   local h = redis.call('HMGET', jobkey, 'status', 'type', 'payload', 'metadata', 'attempt',
     'max_retries', 'timeout_ms')
   if h[1] == 'scheduled' then
@@ -24,5 +31,5 @@ end
 -- In chunks: unpack of a long list fails after the writes above were applied.
 if #ids > 0 then cv_call_list('ZREM', KEYS[1], {}, ids) end
 local first = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
-if #first == 0 then return {moved, -1} end
-return {moved, tonumber(first[2])}
+if #first == 0 then return {moved, -1, now_us} end
+return {moved, tonumber(first[2]), now_us}

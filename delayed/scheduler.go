@@ -9,6 +9,24 @@
 // from the set in one atomic step, and returns the next due time. When more are due it runs
 // again at once; otherwise it sleeps until that time, at most MaxSleep.
 //
+// # Whose clock
+//
+// A job is due when Redis's clock reaches its due time: promote.lua reads Redis's TIME, and
+// never the clock of the process that runs the Scheduler. Every worker process runs a
+// Scheduler, so a worker's clock that runs ahead would otherwise promote jobs early, and the
+// fastest clock among them would decide for all. Redis's clock is the one they share, so a
+// job is never early by it, however wrong a worker's own clock is.
+//
+// The Scheduler also sleeps in Redis time. promote.lua returns Redis's time along with the
+// next due time; the wait is their difference, bounded by MaxSleep, so a local clock that is
+// off neither promotes early nor wakes again and again to find nothing due. The Scheduler
+// keeps the offset measured at each queue's last promotion (Redis's time minus its own) and
+// uses it to turn due times heard on the wake channel into its own clock.
+//
+// Due times themselves come from the clocks of the processes that publish or retry a job
+// (WithDelay is "d from the producer's now"): a producer whose clock is off by some amount
+// makes its jobs due that much earlier or later by Redis's clock.
+//
 // # Batch size
 //
 // Redis serves no other client while a script runs, so BatchSize bounds how long one
@@ -87,8 +105,6 @@ type Config struct {
 	MaxSleep time.Duration
 	// Logger receives errors (component=scheduler).
 	Logger zerolog.Logger
-	// Now returns the current time; tests may replace it. Defaults to time.Now.
-	Now func() time.Time
 }
 
 // Validate reports the fields of c that are unusable (see Config); nil when every field is
@@ -125,38 +141,36 @@ func New(rdb redis.UniversalClient, cfg Config) *Scheduler {
 	cfg.Prefix = cmp.Or(cfg.Prefix, keys.DefaultPrefix)
 	cfg.BatchSize = cmp.Or(cfg.BatchSize, DefaultBatchSize)
 	cfg.MaxSleep = cmp.Or(cfg.MaxSleep, DefaultMaxSleep)
-	if cfg.Now == nil {
-		cfg.Now = time.Now
-	}
 	return &Scheduler{rdb: rdb, cfg: cfg, err: err,
 		log: cfg.Logger.With().Str("component", "scheduler").Logger()}
 }
 
-// Promote moves up to BatchSize due jobs of queue into its stream and returns how many moved
-// and when the next job is due (the zero time when none waits).
-func (s *Scheduler) Promote(ctx context.Context, queue string) (int, time.Time, error) {
+// Promote moves up to BatchSize jobs of queue that are due by Redis's clock into its stream.
+// It returns how many moved, when the next job is due (the zero time when none waits), and
+// Redis's clock when it looked (the time the due times were compared with).
+func (s *Scheduler) Promote(ctx context.Context, queue string) (moved int, next, redisNow time.Time, err error) {
 	if s.err != nil {
-		return 0, time.Time{}, s.err
+		return 0, time.Time{}, time.Time{}, s.err
 	}
 	return s.promote(ctx, queue, s.cfg.BatchSize)
 }
 
 // promote is Promote with a batch of limit jobs.
-func (s *Scheduler) promote(ctx context.Context, queue string, limit int) (int, time.Time, error) {
+func (s *Scheduler) promote(ctx context.Context, queue string, limit int) (int, time.Time, time.Time, error) {
 	q := keys.New(s.cfg.Prefix, queue)
 	res, err := promoteScript.Run(ctx, s.rdb, []string{q.Scheduled(), q.Stream()},
-		s.cfg.Now().UnixMilli(), limit, q.JobPrefix()).Int64Slice()
+		limit, q.JobPrefix()).Int64Slice()
 	if err != nil {
-		return 0, time.Time{}, fmt.Errorf("promote %s: %w", queue, err)
+		return 0, time.Time{}, time.Time{}, fmt.Errorf("promote %s: %w", queue, err)
 	}
-	if len(res) != 2 {
-		return 0, time.Time{}, fmt.Errorf("promote %s: unexpected reply %v", queue, res)
+	if len(res) != 3 {
+		return 0, time.Time{}, time.Time{}, fmt.Errorf("promote %s: unexpected reply %v", queue, res)
 	}
 	var next time.Time
 	if res[1] >= 0 {
 		next = time.UnixMilli(res[1])
 	}
-	return int(res[0]), next, nil
+	return int(res[0]), next, time.UnixMicro(res[2]), nil
 }
 
 // Run promotes due jobs until ctx ends; it returns nil then. Redis errors are logged and retried.
@@ -178,24 +192,28 @@ func (s *Scheduler) Run(ctx context.Context) error {
 	defer ps.Close()
 	wake := ps.Channel()
 
-	next := make([]time.Time, len(s.cfg.Queues)) // zero: check now
+	// Per queue: when to look again, by the local monotonic clock (zero: now), and Redis's
+	// clock minus the local one, measured at the last promotion (on a cluster each queue's
+	// shard has a clock of its own).
+	next := make([]time.Time, len(s.cfg.Queues))
+	offset := make([]time.Duration, len(s.cfg.Queues))
 	timer := time.NewTimer(0)
 	defer timer.Stop()
 	for {
-		now := s.cfg.Now()
+		now := time.Now()
 		soonest := now.Add(s.cfg.MaxSleep)
 		for i, name := range s.cfg.Queues {
 			if next[i].After(now) {
 				soonest = earlier(soonest, next[i])
 				continue
 			}
-			next[i] = s.promoteDue(ctx, name, now)
+			next[i] = s.promoteDue(ctx, name, &offset[i])
 			soonest = earlier(soonest, next[i])
 		}
 		if ctx.Err() != nil {
 			return nil
 		}
-		timer.Reset(max(0, soonest.Sub(s.cfg.Now())))
+		timer.Reset(max(0, time.Until(soonest)))
 	wait:
 		for {
 			select {
@@ -212,38 +230,50 @@ func (s *Scheduler) Run(ctx context.Context) error {
 				if !known || err != nil {
 					continue
 				}
-				due := time.UnixMilli(ms)
+				// A due time in unix ms, due when Redis's clock reaches it: the local time
+				// then is now plus how far Redis's clock (now + offset) has to go.
+				now := time.Now()
+				due := now.Add(time.UnixMilli(ms).Sub(now.Add(offset[i])))
 				if due.Before(next[i]) {
 					next[i] = due
-					// Go 1.23+ timers: Reset discards a pending fire, no draining.
-					timer.Reset(max(0, earlier(soonest, due).Sub(s.cfg.Now())))
-					soonest = earlier(soonest, due)
+					if due.Before(soonest) {
+						soonest = due
+						// Go 1.23+ timers: Reset discards a pending fire, no draining.
+						timer.Reset(max(0, time.Until(due)))
+					}
 				}
 			}
 		}
 	}
 }
 
-// promoteDue promotes everything due in queue and returns when to look again.
-func (s *Scheduler) promoteDue(ctx context.Context, queue string, now time.Time) time.Time {
+// promoteDue promotes everything due in queue and returns when, by the local clock, to look
+// again. It stores Redis's clock minus the local one in offset.
+func (s *Scheduler) promoteDue(ctx context.Context, queue string, offset *time.Duration) time.Time {
 	for {
-		moved, next, err := s.Promote(ctx, queue)
+		// Redis reads its clock during the call; the local reading closest before it is the
+		// one taken just before the call. Measured from it, a wait ends when Redis's clock
+		// reaches the due time, give or take the trip of the next request.
+		start := time.Now()
+		moved, next, redisNow, err := s.promote(ctx, queue, s.cfg.BatchSize)
 		if err != nil {
 			if ctx.Err() == nil {
 				s.log.Error().Err(err).Str("queue", queue).Msg("promote due jobs")
 			}
-			return now.Add(min(s.cfg.MaxSleep, 500*time.Millisecond))
+			return time.Now().Add(min(s.cfg.MaxSleep, 500*time.Millisecond))
 		}
+		*offset = redisNow.Sub(start)
 		if moved > 0 {
 			s.log.Debug().Str("queue", queue).Int("num_promoted", moved).Msg("promoted due jobs")
 		}
 		if moved < s.cfg.BatchSize {
 			// Bounded even when the next job is far off: a wake message missed meanwhile (a
 			// reconnect) must not hold back an earlier job until then.
-			if next.IsZero() {
-				return now.Add(s.cfg.MaxSleep)
+			wait := s.cfg.MaxSleep
+			if !next.IsZero() {
+				wait = min(wait, next.Sub(redisNow))
 			}
-			return earlier(next, now.Add(s.cfg.MaxSleep))
+			return start.Add(max(0, wait))
 		}
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
 	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
@@ -136,68 +137,102 @@ func requireWaiting(t *testing.T, b *bundle, j *pipeline.Job) {
 	require.Equal(t, float64(j.RunAt.UnixMilli()), score)
 }
 
+// behind returns a producer's clock that runs d behind (Redis's and this process's, which
+// agree): the due times it makes are d earlier by Redis's clock.
+func behind(d time.Duration) func() time.Time {
+	return func() time.Time { return time.Now().Add(-d) }
+}
+
+// setupBehind is setup with a producer whose clock runs d behind.
+func setupBehind(tb testing.TB, d time.Duration) *bundle {
+	tb.Helper()
+	return newBundle(tb, redistest.Client(tb), pipeline.ClientConfig{Now: behind(d)})
+}
+
+// promote runs s.Promote, checks that the Redis time it returns is Redis's clock (the same
+// host's, so this process's), and returns the rest.
+func promote(t *testing.T, s *delayed.Scheduler, queue string) (int, time.Time, time.Time) {
+	t.Helper()
+	before := time.Now()
+	moved, next, redisNow, err := s.Promote(t.Context(), queue)
+	after := time.Now()
+	require.NoError(t, err)
+	require.False(t, redisNow.Before(before.Truncate(time.Microsecond)) || redisNow.After(after),
+		"Redis's time %v is not between %v and %v", redisNow, before, after)
+	return moved, next, redisNow
+}
+
 func TestPromote(t *testing.T) {
 	t.Parallel()
-	// t0 is "now" for producers; the scheduler's clock is set relative to it.
-	t0 := time.UnixMilli(1_800_000_000_000)
+	// t0 is "now" for producers whose clock runs an hour behind Redis's: a job due at t0 plus
+	// less than an hour is due by Redis's clock.
+	t0 := time.Now().Add(-time.Hour).Truncate(time.Millisecond)
 
 	t.Run("MovesDueJobsOnly", func(t *testing.T) {
 		t.Parallel()
 		b := newBundle(t, redistest.Client(t), pipeline.ClientConfig{Now: fixedClock(t0)})
 		soon := b.schedule(t, 2, pipeline.WithRunAt(t0.Add(10*time.Second)))
 		later := b.schedule(t, 1, pipeline.WithRunAt(t0.Add(20*time.Second)))
-		far := b.schedule(t, 1, pipeline.WithRunAt(t0.Add(time.Hour)))
-		now := t0.Add(20 * time.Second)
-		s := b.scheduler(delayed.Config{Now: fixedClock(now)})
+		far := b.schedule(t, 1, pipeline.WithRunAt(t0.Add(2*time.Hour)))
+		s := b.scheduler(delayed.Config{})
 
-		moved, next, err := s.Promote(t.Context(), b.queue)
-		require.NoError(t, err)
+		moved, next, redisNow := promote(t, s, b.queue)
 		require.Equal(t, 3, moved)
-		require.True(t, next.Equal(t0.Add(time.Hour)), "next = %v", next)
+		require.True(t, next.Equal(t0.Add(2*time.Hour)), "next = %v", next)
 		for _, j := range append(soon, later...) {
 			requirePromoted(t, b, j, 1)
-			require.Equal(t, strconv.FormatInt(now.UnixMilli(), 10), b.hash(t, j.ID)[keys.FieldEnqueuedAt])
+			require.Equal(t, strconv.FormatInt(redisNow.UnixMilli(), 10), b.hash(t, j.ID)[keys.FieldEnqueuedAt])
 			require.Equal(t, j.Version+1, b.get(t, j.ID).Version)
 		}
 		requireWaiting(t, b, far[0])
 		require.Equal(t, int64(3), b.xlen(t))
 		require.Equal(t, int64(1), b.zcard(t))
 
-		moved, next, err = s.Promote(t.Context(), b.queue)
-		require.NoError(t, err)
+		moved, next, _ = promote(t, s, b.queue)
 		require.Zero(t, moved)
-		require.True(t, next.Equal(t0.Add(time.Hour)))
+		require.True(t, next.Equal(t0.Add(2*time.Hour)))
 		require.Equal(t, int64(3), b.xlen(t))
 	})
 
 	t.Run("EmptySet", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
-		moved, next, err := b.scheduler(delayed.Config{}).Promote(t.Context(), b.queue)
-		require.NoError(t, err)
+		moved, next, _ := promote(t, b.scheduler(delayed.Config{}), b.queue)
 		require.Zero(t, moved)
 		require.True(t, next.IsZero(), "next = %v", next)
 		require.Zero(t, b.xlen(t))
 	})
 
+	// Jobs due a millisecond apart, promoted as Redis's clock passes them (at any point
+	// within a millisecond): each call moves exactly the jobs due by the time it returns.
 	t.Run("NeverEarly", func(t *testing.T) {
 		t.Parallel()
-		for _, sub := range []time.Duration{0, 300 * time.Microsecond, 999 * time.Microsecond} {
-			t.Run(sub.String(), func(t *testing.T) {
-				t.Parallel()
-				at := t0.Add(time.Minute)
-				now := at.Add(sub) // the scheduler's clock, maybe mid-millisecond
-				b := newBundle(t, redistest.Client(t), pipeline.ClientConfig{Now: fixedClock(t0)})
-				due := b.schedule(t, 1, pipeline.WithRunAt(at))
-				notYet := b.schedule(t, 1, pipeline.WithRunAt(at.Add(time.Millisecond)))
-				s := b.scheduler(delayed.Config{Now: fixedClock(now)})
-				moved, next, err := s.Promote(t.Context(), b.queue)
-				require.NoError(t, err)
-				require.Equal(t, 1, moved)
-				requirePromoted(t, b, due[0], 1)
-				requireWaiting(t, b, notYet[0])
-				require.True(t, next.Equal(at.Add(time.Millisecond)), "next = %v", next)
-			})
+		const n = 40
+		b := setupBehind(t, time.Minute) // so that every job is scheduled, not run at once
+		base := time.Now().Add(20 * time.Millisecond).Truncate(time.Millisecond)
+		tasks := make([]pipeline.Task, n)
+		for i := range tasks {
+			tasks[i] = pipeline.Task{Type: "test", Payload: []byte("x"),
+				Opts: []pipeline.Option{pipeline.WithRunAt(base.Add(time.Duration(i) * time.Millisecond))}}
+		}
+		jobs, err := b.client.EnqueueBatch(t.Context(), b.queue, tasks)
+		require.NoError(t, err)
+		s := b.scheduler(delayed.Config{})
+		promoted := 0
+		for promoted < n {
+			moved, next, redisNow := promote(t, s, b.queue)
+			promoted += moved
+			for i, j := range jobs {
+				due := j.RunAt.UnixMilli() <= redisNow.UnixMilli()
+				require.Equal(t, due, i < promoted, "job %d (due %d) at Redis time %d us", i, j.RunAt.UnixMilli(), redisNow.UnixMicro())
+			}
+			if promoted < n {
+				require.True(t, next.Equal(jobs[promoted].RunAt), "next = %v", next)
+			}
+		}
+		for _, j := range jobs {
+			requirePromoted(t, b, j, 1)
+			requireNotEarly(t, b, j)
 		}
 	})
 
@@ -205,10 +240,9 @@ func TestPromote(t *testing.T) {
 		t.Parallel()
 		b := newBundle(t, redistest.Client(t), pipeline.ClientConfig{Now: fixedClock(t0)})
 		jobs := b.schedule(t, 25, pipeline.WithRunAt(t0.Add(time.Second)))
-		s := b.scheduler(delayed.Config{BatchSize: 10, Now: fixedClock(t0.Add(time.Minute))})
+		s := b.scheduler(delayed.Config{BatchSize: 10})
 		for _, want := range []int{10, 10, 5} {
-			moved, next, err := s.Promote(t.Context(), b.queue)
-			require.NoError(t, err)
+			moved, next, _ := promote(t, s, b.queue)
 			require.Equal(t, want, moved)
 			if want == 10 {
 				require.True(t, next.Equal(t0.Add(time.Second)), "next = %v: more are due", next)
@@ -228,8 +262,7 @@ func TestPromote(t *testing.T) {
 		j := b.schedule(t, 1, pipeline.WithRunAt(t0.Add(time.Second)))[0]
 		// A job waiting for its retry after its second attempt failed.
 		require.NoError(t, b.rdb.HSet(t.Context(), b.q.Job(j.ID), keys.FieldAttempt, 2).Err())
-		moved, _, err := b.scheduler(delayed.Config{Now: fixedClock(t0.Add(time.Minute))}).Promote(t.Context(), b.queue)
-		require.NoError(t, err)
+		moved, _, _ := promote(t, b.scheduler(delayed.Config{}), b.queue)
 		require.Equal(t, 1, moved)
 		requirePromoted(t, b, j, 3)
 		require.Equal(t, 2, b.get(t, j.ID).Attempt)
@@ -249,8 +282,7 @@ func TestPromote(t *testing.T) {
 		require.NoError(t, b.rdb.Del(ctx, b.q.Job(missing.ID)).Err())
 		require.Equal(t, int64(3), b.zcard(t))
 
-		moved, next, err := b.scheduler(delayed.Config{Now: fixedClock(t0.Add(time.Minute))}).Promote(ctx, b.queue)
-		require.NoError(t, err)
+		moved, next, _ := promote(t, b.scheduler(delayed.Config{}), b.queue)
 		require.Zero(t, moved)
 		require.True(t, next.IsZero())
 		require.Zero(t, b.zcard(t))
@@ -267,22 +299,102 @@ func TestPromote(t *testing.T) {
 func TestPromoteLongBatch(t *testing.T) {
 	t.Parallel()
 	const n = 8001
-	b := setup(t)
-	jobs := b.schedule(t, n, pipeline.WithDelay(time.Hour))
-	s := b.scheduler(delayed.Config{
-		Now: func() time.Time { return time.Now().Add(2 * time.Hour) }})
-	moved, next, err := s.PromoteLimit(t.Context(), b.queue, 8000)
+	b := setupBehind(t, 2*time.Hour)
+	jobs := b.schedule(t, n, pipeline.WithDelay(time.Hour)) // due an hour ago
+	s := b.scheduler(delayed.Config{})
+	moved, next, _, err := s.PromoteLimit(t.Context(), b.queue, 8000)
 	require.NoError(t, err)
 	require.Equal(t, 8000, moved)
 	require.False(t, next.IsZero(), "one job is left")
-	moved, next, err = s.Promote(t.Context(), b.queue)
-	require.NoError(t, err)
+	moved, next, _ = promote(t, s, b.queue)
 	require.Equal(t, 1, moved)
 	require.True(t, next.IsZero())
 	require.Zero(t, b.zcard(t))
 	require.Equal(t, int64(n), b.xlen(t))
 	requirePromoted(t, b, jobs[0], 1)
 	requirePromoted(t, b, jobs[n-1], 1)
+}
+
+// clockedRedis starts an in-process Redis whose clock stands still at local time + skew, the
+// one thing a real server cannot be made to do. It returns the client and Redis's time.
+func clockedRedis(t *testing.T, skew time.Duration) (*miniredis.Miniredis, *redis.Client, time.Time) {
+	t.Helper()
+	m := miniredis.RunT(t)
+	now := time.Now().Add(skew).Truncate(time.Millisecond)
+	m.SetTime(now)
+	rdb := redis.NewClient(&redis.Options{Addr: m.Addr()})
+	t.Cleanup(func() { _ = rdb.Close() })
+	return m, rdb, now
+}
+
+// producerAt returns a client of b's queue whose clock says t.
+func producerAt(b *bundle, t time.Time) *bundle {
+	c := *b
+	c.client = pipeline.NewClient(b.rdb, pipeline.ClientConfig{Now: fixedClock(t)})
+	return &c
+}
+
+// Jobs are due by Redis's clock, the one clock every scheduler shares: a scheduler whose own
+// clock runs ahead (here: Redis's runs an hour behind it) promotes nothing early.
+func TestPromoteUsesRedisClock(t *testing.T) {
+	t.Parallel()
+	_, rdb, redisNow := clockedRedis(t, -time.Hour)
+	b := newBundle(t, rdb, pipeline.ClientConfig{Now: fixedClock(redisNow)})
+	due := producerAt(b, redisNow.Add(-time.Minute)).schedule(t, 1, pipeline.WithDelay(30*time.Second))[0]
+	// Due half an hour ago by the scheduler's clock, in half an hour by Redis's.
+	notYet := b.schedule(t, 1, pipeline.WithDelay(30*time.Minute))[0]
+
+	moved, next, gotNow, err := b.scheduler(delayed.Config{}).Promote(t.Context(), b.queue)
+	require.NoError(t, err)
+	require.Equal(t, 1, moved, "a job was promoted before it was due by Redis's clock")
+	require.True(t, gotNow.Equal(redisNow), "Redis's time %v, want %v", gotNow, redisNow)
+	requirePromoted(t, b, due, 1)
+	require.Equal(t, strconv.FormatInt(redisNow.UnixMilli(), 10), b.hash(t, due.ID)[keys.FieldEnqueuedAt],
+		"enqueued_at is not Redis's time")
+	requireWaiting(t, b, notYet)
+	require.True(t, next.Equal(notYet.RunAt), "next = %v, want %v", next, notYet.RunAt)
+}
+
+func TestRunUsesRedisClock(t *testing.T) {
+	t.Parallel()
+
+	// The scheduler's clock runs an hour ahead of Redis's. It promotes nothing early, and it
+	// does not spin on a job that is due by its own clock but not by Redis's.
+	t.Run("LocalClockAhead", func(t *testing.T) {
+		t.Parallel()
+		m, rdb, redisNow := clockedRedis(t, -time.Hour)
+		b := newBundle(t, rdb, pipeline.ClientConfig{Now: fixedClock(redisNow)})
+		notYet := b.schedule(t, 1, pipeline.WithDelay(30*time.Minute))[0]
+		h := startedSchedulerAt(t, m.Addr(), delayed.Config{MaxSleep: time.Hour}, b)
+		requireWaiting(t, b, notYet)
+
+		// A job due by Redis's clock, announced on the wake channel, is promoted at once.
+		j := producerAt(b, redisNow.Add(-time.Minute)).schedule(t, 1, pipeline.WithDelay(30*time.Second))[0]
+		require.Eventually(t, func() bool {
+			return b.status(t, j.ID) == pipeline.StatusQueued
+		}, 5*time.Second, 5*time.Millisecond)
+		requireWaiting(t, b, notYet)
+		// The first pass (EVALSHA, then EVAL to load the script) and the woken one; a
+		// scheduler that waited by its own clock would have called all along.
+		require.LessOrEqual(t, h.calls.Load(), int64(3), "the scheduler spins")
+	})
+
+	// The scheduler's clock runs an hour behind Redis's. A wake message's due time is
+	// converted to its clock with the offset it measured, so a job due by Redis's clock does
+	// not wait for MaxSleep.
+	t.Run("LocalClockBehind", func(t *testing.T) {
+		t.Parallel()
+		m, rdb, redisNow := clockedRedis(t, time.Hour)
+		b := newBundle(t, rdb, pipeline.ClientConfig{Now: fixedClock(redisNow)})
+		notYet := b.schedule(t, 1, pipeline.WithDelay(30*time.Minute))[0]
+		startedSchedulerAt(t, m.Addr(), delayed.Config{MaxSleep: time.Hour}, b)
+
+		j := producerAt(b, redisNow.Add(-time.Minute)).schedule(t, 1, pipeline.WithDelay(30*time.Second))[0]
+		require.Eventually(t, func() bool {
+			return b.status(t, j.ID) == pipeline.StatusQueued
+		}, 5*time.Second, 5*time.Millisecond, "a job due by Redis's clock waited for the scheduler's")
+		requireWaiting(t, b, notYet)
+	})
 }
 
 // runScheduler runs s until the test ends and returns a channel that receives Run's result.
@@ -308,15 +420,14 @@ func runScheduler(t *testing.T, ctx context.Context, s *delayed.Scheduler) <-cha
 func TestRunManySchedulers(t *testing.T) {
 	t.Parallel()
 	const n = 2000
-	b := setup(t)
+	// The producer's clock runs two hours behind, so every job is due an hour ago.
+	b := setupBehind(t, 2*time.Hour)
 	jobs := b.schedule(t, n, pipeline.WithDelay(time.Hour))
-	// Their clocks run two hours ahead, so every job is due.
-	ahead := func() time.Time { return time.Now().Add(2 * time.Hour) }
 	start := make(chan struct{})
 	ctx, cancel := context.WithCancel(t.Context())
 	var wg sync.WaitGroup
 	for range 5 {
-		s := b.scheduler(delayed.Config{BatchSize: 50, Now: ahead})
+		s := b.scheduler(delayed.Config{BatchSize: 50})
 		wg.Go(func() {
 			<-start
 			if err := s.Run(ctx); err != nil {
@@ -386,8 +497,14 @@ func idleScheduler(t *testing.T, b *bundle) *scriptHook {
 // their wake messages and has made its first pass over them.
 func startedScheduler(t *testing.T, cfg delayed.Config, bs ...*bundle) *scriptHook {
 	t.Helper()
+	return startedSchedulerAt(t, redistest.Shared(t).Addr, cfg, bs...)
+}
+
+// startedSchedulerAt is startedScheduler on the Redis server at addr.
+func startedSchedulerAt(t *testing.T, addr string, cfg delayed.Config, bs ...*bundle) *scriptHook {
+	t.Helper()
 	h := &scriptHook{}
-	rdb := redis.NewClient(&redis.Options{Addr: redistest.Shared(t).Addr})
+	rdb := redis.NewClient(&redis.Options{Addr: addr})
 	rdb.AddHook(h)
 	t.Cleanup(func() { _ = rdb.Close() })
 	for _, b := range bs {
@@ -569,7 +686,7 @@ func TestRunRefusesUnusableConfig(t *testing.T) {
 			defer cancel()
 			require.Error(t, s.Run(ctx))
 			require.NoError(t, ctx.Err(), "Run ran until its context ended")
-			_, _, err := s.Promote(t.Context(), b.queue)
+			_, _, _, err := s.Promote(t.Context(), b.queue)
 			require.Error(t, err)
 			requireWaiting(t, b, j)
 		})
@@ -636,16 +753,16 @@ func TestRunSurvivesRedisRestart(t *testing.T) {
 
 // BenchmarkPromote promotes b.N due jobs, BatchSize at a time.
 func BenchmarkPromote(b *testing.B) {
-	bu := setup(b)
+	bu := setupBehind(b, 2*time.Hour)
 	for n := b.N; n > 0; n -= 10_000 {
-		bu.schedule(b, min(n, 10_000), pipeline.WithDelay(time.Hour))
+		bu.schedule(b, min(n, 10_000), pipeline.WithDelay(time.Hour)) // due an hour ago
 	}
-	s := bu.scheduler(delayed.Config{Now: func() time.Time { return time.Now().Add(2 * time.Hour) }})
+	s := bu.scheduler(delayed.Config{})
 	ctx := context.Background()
 	b.ResetTimer()
 	total := 0
 	for total < b.N {
-		moved, _, err := s.Promote(ctx, bu.queue)
+		moved, _, _, err := s.Promote(ctx, bu.queue)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -664,9 +781,8 @@ func BenchmarkPromote(b *testing.B) {
 // BenchmarkPromoteMaxBatch times one promotion of MaxBatchSize due jobs (100-byte payloads):
 // Redis serves no other client meanwhile, so this is the longest a scheduler holds it.
 func BenchmarkPromoteMaxBatch(b *testing.B) {
-	bu := setup(b)
-	s := bu.scheduler(delayed.Config{BatchSize: delayed.MaxBatchSize,
-		Now: func() time.Time { return time.Now().Add(2 * time.Hour) }})
+	bu := setupBehind(b, 2*time.Hour)
+	s := bu.scheduler(delayed.Config{BatchSize: delayed.MaxBatchSize})
 	tasks := make([]pipeline.Task, delayed.MaxBatchSize)
 	for i := range tasks {
 		tasks[i] = pipeline.Task{Type: "test", Payload: bytes.Repeat([]byte("x"), 100)}
@@ -674,11 +790,12 @@ func BenchmarkPromoteMaxBatch(b *testing.B) {
 	ctx := context.Background()
 	for b.Loop() {
 		b.StopTimer()
+		// Due an hour ago.
 		if _, err := bu.client.EnqueueBatch(ctx, bu.queue, tasks, pipeline.WithDelay(time.Hour)); err != nil {
 			b.Fatal(err)
 		}
 		b.StartTimer()
-		moved, _, err := s.Promote(ctx, bu.queue)
+		moved, _, _, err := s.Promote(ctx, bu.queue)
 		if err != nil {
 			b.Fatal(err)
 		}
