@@ -81,22 +81,41 @@ const (
 	DefaultConsumerTTL       = time.Hour
 )
 
-// Config configures a Recoverer. Durations and sizes that are not positive take the defaults.
+// Limits of Config.
+const (
+	// MinVisibilityTimeout is the shortest visibility timeout: workers renew leases every third
+	// of it, and Redis keeps idle times in milliseconds.
+	MinVisibilityTimeout = 3 * time.Millisecond
+	// MaxBatchSize bounds BatchSize: the recover script takes a batch's entry ids as arguments
+	// and holds Redis while it works through them.
+	MaxBatchSize = 1000
+)
+
+// ErrInvalidConfig is wrapped by the errors of Config.Validate.
+var ErrInvalidConfig = errors.New("recovery: invalid config")
+
+// Config configures a Recoverer.
+//
+// Every field has one meaning per value: zero means the documented default; a negative or
+// otherwise unusable value makes Validate, and so Run and RunOnce, return an error (wrapping
+// ErrInvalidConfig) instead of being replaced; and a feature is turned off by a boolean field
+// of its own (DisableLock), never by a special value of another field.
 type Config struct {
 	// Prefix starts every key. Defaults to "conveyor".
 	Prefix string
-	// Queue is the queue to recover. Required.
+	// Queue is the queue to recover. Required: a valid queue name.
 	Queue string
 	// VisibilityTimeout is how long an entry may go without a lease renewal before its job is
-	// recovered. Must be at least 3x the workers' renewal interval. Defaults to
-	// DefaultVisibilityTimeout.
+	// recovered. Workers must renew their leases at least every third of it. At least
+	// MinVisibilityTimeout. Defaults to DefaultVisibilityTimeout.
 	VisibilityTimeout time.Duration
-	// Interval is the time between scans. Defaults to DefaultInterval.
+	// Interval is the time between scans, at least a millisecond. Defaults to DefaultInterval.
 	Interval time.Duration
-	// LockTTL is the lock's TTL; the lock is held only during a scan and extended every third
-	// of it. Defaults to DefaultLockTTL.
+	// LockTTL is the lock's TTL, at least a millisecond; the lock is held only during a scan
+	// and extended every third of it. Defaults to DefaultLockTTL.
 	LockTTL time.Duration
-	// BatchSize bounds the entries one script call looks at. Defaults to DefaultBatchSize.
+	// BatchSize bounds the entries one script call looks at, at most MaxBatchSize. Defaults to
+	// DefaultBatchSize.
 	BatchSize int
 	// ConsumerTTL is how long a consumer (a worker's name in the group) may sit idle with no
 	// pending entries before a scan deletes it; workers that stopped leave theirs behind.
@@ -107,8 +126,57 @@ type Config struct {
 	DisableLock bool
 	// Logger receives what the recoverer did (component=recoverer).
 	Logger zerolog.Logger
-	// Now returns the current time; tests may replace it. Defaults to time.Now.
+	// Now returns the current time written into jobs; tests may replace it. Defaults to
+	// time.Now.
 	Now func() time.Time
+}
+
+// Validate reports what in c is unusable (see Config), all of it at once; nil if nothing.
+// Zero values are fine: they mean the defaults.
+func (c Config) Validate() error {
+	var errs []error
+	bad := func(format string, args ...any) {
+		errs = append(errs, fmt.Errorf("%w: "+format, append([]any{ErrInvalidConfig}, args...)...))
+	}
+	if err := keys.ValidateQueue(c.Queue); err != nil {
+		bad("Queue: %v", err)
+	}
+	if c.VisibilityTimeout < 0 || c.VisibilityTimeout > 0 && c.VisibilityTimeout < MinVisibilityTimeout {
+		bad("VisibilityTimeout is %v; it must be at least %v, so that workers can renew leases every third of it (zero means %v)",
+			c.VisibilityTimeout, MinVisibilityTimeout, DefaultVisibilityTimeout)
+	}
+	for _, d := range []struct {
+		name  string
+		v, df time.Duration
+	}{
+		{"Interval", c.Interval, DefaultInterval},
+		{"LockTTL", c.LockTTL, DefaultLockTTL},
+	} {
+		if d.v < 0 || d.v > 0 && d.v < time.Millisecond {
+			bad("%s is %v; it must be at least 1ms (zero means %v)", d.name, d.v, d.df)
+		}
+	}
+	if c.BatchSize < 0 || c.BatchSize > MaxBatchSize {
+		bad("BatchSize is %d; it must be from 1 to %d (zero means %d)", c.BatchSize, MaxBatchSize, DefaultBatchSize)
+	}
+	if c.ConsumerTTL < 0 {
+		bad("ConsumerTTL is %v; it must not be negative (zero means %v)", c.ConsumerTTL, DefaultConsumerTTL)
+	}
+	return errors.Join(errs...)
+}
+
+// withDefaults fills in the zero fields of a valid c.
+func (c Config) withDefaults() Config {
+	c.Prefix = cmp.Or(c.Prefix, keys.DefaultPrefix)
+	c.VisibilityTimeout = cmp.Or(c.VisibilityTimeout, DefaultVisibilityTimeout)
+	c.Interval = cmp.Or(c.Interval, DefaultInterval)
+	c.LockTTL = cmp.Or(c.LockTTL, DefaultLockTTL)
+	c.BatchSize = cmp.Or(c.BatchSize, DefaultBatchSize)
+	c.ConsumerTTL = max(cmp.Or(c.ConsumerTTL, DefaultConsumerTTL), 3*c.VisibilityTimeout)
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	return c
 }
 
 // Result counts what one scan did.
@@ -134,6 +202,7 @@ func (r *Result) add(o Result) {
 type Recoverer struct {
 	rdb  redis.UniversalClient
 	cfg  Config
+	err  error // from Config.Validate: Run and RunOnce return it
 	q    keys.Queue
 	lock *Lock
 	log  zerolog.Logger
@@ -142,33 +211,29 @@ type Recoverer struct {
 	dead     atomic.Int64
 }
 
-// NewRecoverer returns a Recoverer for cfg.Queue.
+// NewRecoverer returns a Recoverer for cfg.Queue. If cfg is not valid (Config.Validate), the
+// Recoverer does nothing: its Run and RunOnce return the error.
 func NewRecoverer(rdb redis.UniversalClient, cfg Config) *Recoverer {
-	cfg.Prefix = cmp.Or(cfg.Prefix, keys.DefaultPrefix)
-	// Negative values get the defaults too: a negative Interval would spin (and panic in the
-	// jitter), a negative BatchSize make XPENDING fail on every scan.
-	cfg.VisibilityTimeout = positiveOr(cfg.VisibilityTimeout, DefaultVisibilityTimeout)
-	cfg.Interval = positiveOr(cfg.Interval, DefaultInterval)
-	cfg.LockTTL = positiveOr(cfg.LockTTL, DefaultLockTTL)
-	cfg.BatchSize = positiveOr(cfg.BatchSize, DefaultBatchSize)
-	cfg.ConsumerTTL = max(positiveOr(cfg.ConsumerTTL, DefaultConsumerTTL), 3*cfg.VisibilityTimeout)
-	if cfg.Now == nil {
-		cfg.Now = time.Now
+	r := &Recoverer{rdb: rdb, err: cfg.Validate()}
+	r.log = cfg.Logger.With().Str("component", "recoverer").Str("queue", cfg.Queue).Logger()
+	if r.err != nil {
+		return r
 	}
-	q := keys.New(cfg.Prefix, cfg.Queue)
-	return &Recoverer{
-		rdb: rdb, cfg: cfg, q: q,
-		lock: NewLock(rdb, q.RecoveryLock(), cfg.LockTTL),
-		log:  cfg.Logger.With().Str("component", "recoverer").Str("queue", cfg.Queue).Logger(),
-	}
+	r.cfg = cfg.withDefaults()
+	r.q = keys.New(r.cfg.Prefix, r.cfg.Queue)
+	r.lock = NewLock(rdb, r.q.RecoveryLock(), r.cfg.LockTTL)
+	return r
 }
 
 // Totals returns how many jobs this Recoverer put back and moved to the dead set so far.
 func (r *Recoverer) Totals() (requeued, dead int64) { return r.requeued.Load(), r.dead.Load() }
 
 // Run scans at once, then every Interval (with a little jitter so replicas do not fire
-// together), until ctx ends; it returns nil then.
+// together), until ctx ends; it returns nil then, or at once the error of an invalid Config.
 func (r *Recoverer) Run(ctx context.Context) error {
+	if r.err != nil {
+		return r.err
+	}
 	for {
 		if _, _, err := r.RunOnce(ctx); err != nil && ctx.Err() == nil {
 			r.log.Error().Err(err).Msg("recover stale jobs")
@@ -185,6 +250,9 @@ func (r *Recoverer) Run(ctx context.Context) error {
 // RunOnce runs one scan if this process gets the lock. It reports whether it scanned.
 func (r *Recoverer) RunOnce(ctx context.Context) (Result, bool, error) {
 	var res Result
+	if r.err != nil {
+		return res, false, r.err
+	}
 	if r.cfg.DisableLock {
 		err := r.scan(ctx, "", &res)
 		if err == nil {
@@ -301,11 +369,4 @@ func nextID(id string) string {
 		return strconv.FormatUint(m+1, 10) + "-0"
 	}
 	return ms + "-" + strconv.FormatUint(n+1, 10)
-}
-
-func positiveOr[T int | time.Duration](v, def T) T {
-	if v <= 0 {
-		return def
-	}
-	return v
 }

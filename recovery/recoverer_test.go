@@ -815,21 +815,6 @@ func TestRecovererRun(t *testing.T) {
 		}
 	})
 
-	t.Run("NegativeConfigTakesDefaults", func(t *testing.T) {
-		t.Parallel()
-		b := setup(t)
-		f := deliverOne(t, b, deadIdle)
-		r := b.recoverer(recovery.Config{Interval: -time.Second, BatchSize: -1, LockTTL: -1})
-		ctx, cancel := context.WithCancel(t.Context())
-		done := make(chan error, 1)
-		go func() { done <- r.Run(ctx) }()
-		require.Eventually(t, func() bool {
-			return b.get(t, f.job.ID).Entry != f.entry
-		}, 5*time.Second, 5*time.Millisecond)
-		cancel()
-		require.NoError(t, <-done)
-	})
-
 	t.Run("StopsWhenContextEndsDuringWait", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)

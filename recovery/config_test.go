@@ -1,0 +1,79 @@
+package recovery_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/conveyorq/conveyor/recovery"
+)
+
+func TestConfigValidate(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		cfg  recovery.Config
+		bad  []string // fields the error names; none: valid
+	}{
+		{name: "ZeroMeansDefaults", cfg: recovery.Config{Queue: "q"}},
+		{name: "Smallest", cfg: recovery.Config{Queue: "q", VisibilityTimeout: recovery.MinVisibilityTimeout,
+			Interval: time.Millisecond, LockTTL: time.Millisecond, BatchSize: 1, ConsumerTTL: time.Nanosecond}},
+		{name: "Largest", cfg: recovery.Config{Queue: "q", VisibilityTimeout: 24 * time.Hour, Interval: time.Hour,
+			LockTTL: time.Hour, BatchSize: recovery.MaxBatchSize, ConsumerTTL: 7 * 24 * time.Hour}},
+		{name: "NoQueue", cfg: recovery.Config{}, bad: []string{"Queue"}},
+		{name: "QueueWithBraces", cfg: recovery.Config{Queue: "a{b}"}, bad: []string{"Queue"}},
+		{name: "NegativeVisibilityTimeout", cfg: recovery.Config{Queue: "q", VisibilityTimeout: -time.Second}, bad: []string{"VisibilityTimeout"}},
+		{name: "VisibilityTimeoutTooShortToRenew", cfg: recovery.Config{Queue: "q", VisibilityTimeout: 2 * time.Millisecond}, bad: []string{"VisibilityTimeout"}},
+		{name: "NegativeInterval", cfg: recovery.Config{Queue: "q", Interval: -time.Second}, bad: []string{"Interval"}},
+		{name: "SubMillisecondInterval", cfg: recovery.Config{Queue: "q", Interval: time.Microsecond}, bad: []string{"Interval"}},
+		{name: "NegativeLockTTL", cfg: recovery.Config{Queue: "q", LockTTL: -1}, bad: []string{"LockTTL"}},
+		{name: "SubMillisecondLockTTL", cfg: recovery.Config{Queue: "q", LockTTL: 999 * time.Microsecond}, bad: []string{"LockTTL"}},
+		{name: "NegativeBatchSize", cfg: recovery.Config{Queue: "q", BatchSize: -1}, bad: []string{"BatchSize"}},
+		{name: "BatchSizeOverMax", cfg: recovery.Config{Queue: "q", BatchSize: recovery.MaxBatchSize + 1}, bad: []string{"BatchSize"}},
+		{name: "NegativeConsumerTTL", cfg: recovery.Config{Queue: "q", ConsumerTTL: -time.Hour}, bad: []string{"ConsumerTTL"}},
+		{name: "AllAtOnce", cfg: recovery.Config{VisibilityTimeout: -1, Interval: -1, LockTTL: -1, BatchSize: -1, ConsumerTTL: -1},
+			bad: []string{"Queue", "VisibilityTimeout", "Interval", "LockTTL", "BatchSize", "ConsumerTTL"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			err := tc.cfg.Validate()
+			if len(tc.bad) == 0 {
+				require.NoError(t, err)
+				return
+			}
+			require.ErrorIs(t, err, recovery.ErrInvalidConfig)
+			for _, field := range tc.bad {
+				require.Contains(t, err.Error(), field)
+			}
+		})
+	}
+}
+
+// An invalid Config is an error from Run and RunOnce, never silently replaced by defaults.
+func TestRecovererInvalidConfig(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	f := deliverOne(t, b, deadIdle)
+	for _, cfg := range []recovery.Config{
+		{Interval: -time.Second},
+		{BatchSize: -1},
+		{LockTTL: -1},
+		{BatchSize: recovery.MaxBatchSize + 1},
+	} {
+		r := b.recoverer(cfg)
+		res, ran, err := r.RunOnce(t.Context())
+		require.ErrorIs(t, err, recovery.ErrInvalidConfig)
+		require.False(t, ran)
+		require.Equal(t, recovery.Result{}, res)
+		done := make(chan error, 1)
+		go func() { done <- r.Run(t.Context()) }()
+		select {
+		case err := <-done:
+			require.ErrorIs(t, err, recovery.ErrInvalidConfig)
+		case <-time.After(10 * time.Second):
+			t.Fatal("Run of an invalid Config did not return")
+		}
+	}
+	requireUntouched(t, b, f)
+}
