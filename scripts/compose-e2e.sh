@@ -1,0 +1,427 @@
+#!/usr/bin/env bash
+# End-to-end run of docker-compose.yml with real containers: the project's Dockerfile, Redis,
+# three workers (and the api and producer services once the compose files define them), all on
+# the host's network and loopback only (docker-compose.e2e.yml), then a SIGKILLed worker whose
+# jobs must be recovered by the others.
+#
+#   bash scripts/compose-e2e.sh
+#
+# Phases (each one timed; the table is printed at the end, also on failure):
+#   engine     a Docker engine: Debian's docker.io is installed when dockerd is missing, and a
+#              dockerd is started when none answers (with --bridge=none --iptables=false
+#              --ip-forward=false: only host networking is used; stopped again at the end)
+#   compose    Docker Compose v2 as the CLI plugin ~/.docker/cli-plugins/docker-compose, built
+#              from source through the Go module proxy (about 3 minutes, once per machine)
+#              unless a `docker compose` >= 2.24 is there already (for the !reset tag)
+#   standins   local stand-ins for the base images when no registry is reachable
+#              (scripts/docker-standins.sh; cached, skipped for images pulled for real)
+#   build      the image, from the real Dockerfile, tagged conveyor:e2e-<random>
+#   up         `docker compose up -d --wait` with a random project name; Redis on a free
+#              loopback port; checks: Redis healthy, 3 workers running and started
+#   jobs       echo jobs published through `docker compose run --rm cli publish`, noop jobs
+#              from the host with the image's own binary, a flaky job that completes on its
+#              retry and a failing one that lands in the dead set; all must end as expected
+#   api        (only when an `api` service is defined) /healthz, /readyz, POST a job: 202
+#   producer   (only when a `producer` service is defined) jobs appear and complete
+#   recovery   12 sleep jobs of 8s; the worker holding most of them is SIGKILLed
+#              (`docker kill` by container id); every job must complete, the killed worker's on
+#              another worker with attempt 2; the queue's recovered counter must count them
+#   down       `docker compose down -v`; nothing of the project may remain
+# At exit, whatever happened: the project's containers, volumes and networks (by id), the
+# image built here, and the dockerd if this script started it, are removed/stopped. The
+# stand-in images, the compose plugin and Docker's build cache stay for the next run.
+#
+# Environment:
+#   E2E_BUILDER   auto (default: BuildKit when this machine's docker CLI can, else classic),
+#                 buildkit or classic
+#   E2E_KEEP=1    leave the stack running at the end (for a look; remove it by hand)
+#   GOPROXY       the module proxy for the image build (default: `go env GOPROXY`)
+#
+# Needs root or sudo (apt-get, dockerd, mmdebstrap), Go 1.26 on PATH or at /usr/local/go,
+# curl and jq (installed from Debian's packages when missing).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export PATH="$PATH:/usr/local/go/bin"
+
+COMPOSE_VERSION=v2.29.7
+COMPOSE_MIN=2.24.0 # the YAML tags !reset and !override
+SLEEP_MS=8000      # length of the jobs in the recovery phase
+VISIBILITY=30      # the workers' --visibility-timeout (default), in seconds
+RECOVERY_INTERVAL=5
+
+rand_hex() { od -An -N4 -tx1 /dev/urandom | tr -d ' \n'; }
+RUN_ID=$(rand_hex)
+PROJECT=conveyor-e2e-$RUN_ID
+IMAGE=conveyor:e2e-$RUN_ID
+TMP=$(mktemp -d)
+DOCKERD_PID=
+DOCKERD_LOG=
+PROJECT_UP=0
+IMAGE_BUILT=0
+REDIS_PORT=
+API_PORT=
+STATUS=1
+
+log() { printf '[e2e %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
+fail() { log "FAIL: $*"; exit 1; }
+sudo_() { if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi; }
+now() { date +%s.%N; }
+# calc EXPR: floating-point arithmetic, one decimal.
+calc() { awk "BEGIN { printf \"%.1f\", $1 }"; }
+
+# Phase timing.
+PHASES=()
+PHASE_NAME=
+PHASE_START=
+phase() {
+  phase_end
+  PHASE_NAME=$1
+  PHASE_START=$(now)
+  printf '\n== %s\n' "$1" >&2
+}
+phase_end() {
+  if [ -n "$PHASE_NAME" ]; then
+    PHASES+=("$(printf '%-10s %7.1fs' "$PHASE_NAME" "$(calc "$(now) - $PHASE_START")")")
+    PHASE_NAME=
+  fi
+}
+T0=$(now)
+
+compose() {
+  E2E_IMAGE=$IMAGE E2E_REDIS_PORT=$REDIS_PORT E2E_API_PORT=$API_PORT \
+    docker compose -f docker-compose.yml -f docker-compose.e2e.yml -p "$PROJECT" "$@"
+}
+
+cleanup() {
+  local rc=$? ids
+  trap - EXIT INT TERM
+  [ "$rc" -eq 0 ] && [ "$STATUS" -ne 0 ] && rc=$STATUS
+  phase_end
+  if [ "${E2E_KEEP:-0}" = 1 ] && [ "$PROJECT_UP" = 1 ]; then
+    log "E2E_KEEP=1: project $PROJECT and image $IMAGE left running"
+  else
+    printf '\n== cleanup\n' >&2
+    local c0; c0=$(now)
+    if [ "$PROJECT_UP" = 1 ]; then
+      compose down -v --remove-orphans --timeout 10 >/dev/null 2>&1 || log "compose down failed"
+    fi
+    if docker info >/dev/null 2>&1; then
+      ids=$(docker ps -aq --filter "label=com.docker.compose.project=$PROJECT")
+      [ -z "$ids" ] || { log "removing containers $ids"; docker rm -f $ids >/dev/null || true; }
+      ids=$(docker volume ls -q --filter "label=com.docker.compose.project=$PROJECT")
+      [ -z "$ids" ] || { log "removing volumes $ids"; docker volume rm $ids >/dev/null || true; }
+      ids=$(docker network ls -q --filter "label=com.docker.compose.project=$PROJECT")
+      [ -z "$ids" ] || { log "removing networks $ids"; docker network rm $ids >/dev/null || true; }
+      if [ "$IMAGE_BUILT" = 1 ] && docker image inspect "$IMAGE" >/dev/null 2>&1; then
+        docker rmi "$IMAGE" >/dev/null || log "could not remove $IMAGE"
+      fi
+    fi
+    PHASES+=("$(printf '%-10s %7.1fs' cleanup "$(calc "$(now) - $c0")")")
+  fi
+  if [ -n "$DOCKERD_PID" ]; then
+    log "stopping the dockerd this script started (pid $DOCKERD_PID)"
+    sudo_ kill -TERM "$DOCKERD_PID" 2>/dev/null || true
+    for _ in $(seq 60); do sudo_ kill -0 "$DOCKERD_PID" 2>/dev/null || break; sleep 0.5; done
+    if sudo_ kill -0 "$DOCKERD_PID" 2>/dev/null; then
+      log "dockerd did not stop in 30s; SIGKILL"; sudo_ kill -KILL "$DOCKERD_PID" || true
+    fi
+    if [ "$rc" -ne 0 ] && [ -n "$DOCKERD_LOG" ]; then
+      log "dockerd log (last 20 lines):"; tail -n 20 "$DOCKERD_LOG" >&2 || true
+    fi
+    sudo_ rm -f "$DOCKERD_LOG"
+  fi
+  rm -rf "$TMP"
+  printf '\n== timings\n' >&2
+  for p in "${PHASES[@]}"; do printf '  %s\n' "$p" >&2; done
+  printf '  %-10s %7.1fs\n' total "$(calc "$(now) - $T0")" >&2
+  if [ "$rc" -eq 0 ]; then printf '\ncompose e2e: PASS\n' >&2; else printf '\ncompose e2e: FAIL (exit %s)\n' "$rc" >&2; fi
+  exit "$rc"
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+# wait_for SECONDS WHAT COMMAND...: run COMMAND every 0.5s until it succeeds.
+wait_for() {
+  local limit=$1 what=$2; shift 2
+  local end; end=$(calc "$(now) + $limit")
+  until "$@"; do
+    if awk "BEGIN { exit !($(now) > $end) }"; then fail "timed out after ${limit}s waiting for $what"; fi
+    sleep 0.5
+  done
+}
+
+# free_port: a TCP port on 127.0.0.1 that nothing listens on.
+free_port() {
+  local p
+  for _ in $(seq 100); do
+    p=$((20000 + RANDOM % 40000))
+    if ! ss -Htln "sport = :$p" 2>/dev/null | grep -q . && ! (: </dev/tcp/127.0.0.1/$p) 2>/dev/null; then
+      echo "$p"; return
+    fi
+  done
+  fail "no free port"
+}
+
+version_ge() { [ "$(printf '%s\n%s\n' "$2" "$1" | sort -V | head -n1)" = "$2" ]; }
+
+###############################################################################
+phase engine
+if ! command -v jq >/dev/null || ! command -v curl >/dev/null || ! command -v ss >/dev/null; then
+  sudo_ apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive sudo_ apt-get install -y -qq jq curl iproute2 >/dev/null
+fi
+if docker info >/dev/null 2>&1; then
+  log "using the running Docker engine ($(docker version -f '{{.Server.Version}}'))"
+else
+  if ! command -v dockerd >/dev/null; then
+    log "installing Debian's docker.io"
+    sudo_ apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive sudo_ apt-get install -y -qq --no-install-recommends docker.io >/dev/null
+  fi
+  command -v docker >/dev/null || fail "no docker CLI"
+  DOCKERD_LOG=$(mktemp /tmp/compose-e2e-dockerd.XXXXXX.log)
+  log "starting dockerd (log: $DOCKERD_LOG)"
+  # Host networking only: no docker0 bridge, no iptables rules, no forwarding changes.
+  # setsid: a Ctrl-C reaches this script, not dockerd, so the cleanup can still use it.
+  sudo_ sh -c 'setsid dockerd --bridge=none --iptables=false --ip-forward=false >"$1" 2>&1 </dev/null & echo $!' \
+    _ "$DOCKERD_LOG" >"$TMP/dockerd.pid"
+  DOCKERD_PID=$(cat "$TMP/dockerd.pid")
+  engine_up() { docker info >/dev/null 2>&1; }
+  wait_for 60 "dockerd to answer" engine_up
+  log "dockerd $(docker version -f '{{.Server.Version}}') started, pid $DOCKERD_PID"
+fi
+docker info -f 'storage {{.Driver}}, cgroup v{{.CgroupVersion}} ({{.CgroupDriver}}), runtime {{.DefaultRuntime}}' >&2
+
+###############################################################################
+phase compose
+have=$(docker compose version --short 2>/dev/null || true)
+have=${have#v}
+if [ -n "$have" ] && [[ "$have" =~ ^[0-9]+\.[0-9]+\.[0-9]+ ]] && version_ge "$have" "$COMPOSE_MIN"; then
+  log "docker compose $have is there (>= $COMPOSE_MIN)"
+else
+  [ -z "$have" ] || log "docker compose '$have' is older than $COMPOSE_MIN or unversioned: installing $COMPOSE_VERSION"
+  cache=${XDG_CACHE_HOME:-$HOME/.cache}/conveyor/compose-$COMPOSE_VERSION
+  if ! [ -x "$cache/cmd" ] || [ "$("$cache/cmd" version --short 2>/dev/null)" != "${COMPOSE_VERSION#v}" ]; then
+    command -v go >/dev/null || fail "Go is needed to build Docker Compose"
+    log "building Docker Compose $COMPOSE_VERSION through the Go module proxy (about 3 minutes)"
+    mkdir -p "$cache"
+    GOBIN=$cache GOFLAGS=-buildvcs=false go install \
+      -ldflags "-s -w -X github.com/docker/compose/v2/internal.Version=$COMPOSE_VERSION" \
+      "github.com/docker/compose/v2/cmd@$COMPOSE_VERSION"
+  fi
+  mkdir -p "$HOME/.docker/cli-plugins"
+  install -m 0755 "$cache/cmd" "$HOME/.docker/cli-plugins/docker-compose"
+  have=$(docker compose version --short)
+  [ "${have#v}" = "${COMPOSE_VERSION#v}" ] || fail "docker compose answers '$have' after installing $COMPOSE_VERSION"
+  log "docker compose $have installed as $HOME/.docker/cli-plugins/docker-compose"
+fi
+
+###############################################################################
+phase standins
+bash scripts/docker-standins.sh
+
+###############################################################################
+phase build
+BUILDER=${E2E_BUILDER:-auto}
+BUILD=()
+if [ "$BUILDER" != classic ]; then
+  if docker buildx version >/dev/null 2>&1; then
+    BUILD=(docker buildx build --load --allow network.host --progress plain)
+  else
+    # A docker CLI older than 23 drives the engine's own BuildKit without buildx
+    # (Debian's docker.io 20.10 at /usr/bin/docker, say).
+    for cli in docker /usr/bin/docker /usr/local/bin/docker; do
+      v=$("$cli" version -f '{{.Client.Version}}' 2>/dev/null || true)
+      if [[ "$v" =~ ^([0-9]+)\. ]] && [ "${BASH_REMATCH[1]}" -lt 23 ]; then
+        BUILD=(env DOCKER_BUILDKIT=1 "$cli" build --progress plain); break
+      fi
+    done
+  fi
+  if [ ${#BUILD[@]} -eq 0 ]; then
+    [ "$BUILDER" = buildkit ] && fail "E2E_BUILDER=buildkit, but no docker CLI here drives BuildKit (no buildx)"
+    BUILDER=classic
+  else
+    BUILDER=buildkit
+  fi
+fi
+[ "$BUILDER" = classic ] && BUILD=(env DOCKER_BUILDKIT=0 docker build)
+goproxy=${GOPROXY:-$(go env GOPROXY 2>/dev/null || echo https://proxy.golang.org,direct)}
+revision=$(git rev-parse HEAD 2>/dev/null || echo unknown)
+version=$(git describe --tags --always --dirty 2>/dev/null || echo dev)
+log "builder: $BUILDER (${BUILD[*]}); GOPROXY=$goproxy"
+IMAGE_BUILT=1
+# --network host: the RUN steps reach the module proxy the way this machine does (the dockerd
+# started above has no bridge network).
+if ! "${BUILD[@]}" --network host --build-arg GOPROXY="$goproxy" --build-arg VERSION="$version" \
+  --build-arg REVISION="$revision" -t "$IMAGE" . >"$TMP/build.log" 2>&1; then
+  tail -n 40 "$TMP/build.log" >&2
+  fail "docker build"
+fi
+grep -E '^(Step [0-9]+/[0-9]+|#[0-9]+ (\[|DONE|CACHED))|Using cache' "$TMP/build.log" | tail -n 30 >&2 || true
+size=$(docker image inspect -f '{{.Size}}' "$IMAGE")
+log "image $IMAGE: $(docker image inspect -f '{{.Id}}' "$IMAGE" | cut -c8-19), $size bytes ($(calc "$size / 1048576") MiB)"
+[ "$(docker image inspect -f '{{.Config.User}}' "$IMAGE")" = 65532:65532 ] || fail "image does not run as 65532:65532"
+docker run --rm --network none "$IMAGE" --help >/dev/null || fail "the image's conveyor --help"
+# The image's own binary, to drive and check the stack from the host.
+cid=$(docker create "$IMAGE")
+docker cp "$cid:/usr/local/bin/conveyor" "$TMP/conveyor" >/dev/null
+docker rm "$cid" >/dev/null
+
+###############################################################################
+phase up
+REDIS_PORT=$(free_port)
+API_PORT=$(free_port)
+REDIS_URL=redis://127.0.0.1:$REDIS_PORT/0
+conv() { "$TMP/conveyor" --redis "$REDIS_URL" --log-level warn "$@"; }
+SERVICES=$(compose config --services)
+log "project $PROJECT; services: $(echo $SERVICES); Redis on 127.0.0.1:$REDIS_PORT"
+PROJECT_UP=1
+compose up -d --no-build --pull never --wait --wait-timeout 120 >&2 || {
+  compose ps -a >&2; compose logs --tail 30 >&2; fail "compose up"
+}
+redis_cid=$(compose ps -q redis)
+[ "$(docker inspect -f '{{.State.Health.Status}}' "$redis_cid")" = healthy ] || fail "redis not healthy"
+mapfile -t WORKERS < <(compose ps -q worker)
+[ "${#WORKERS[@]}" -eq 3 ] || fail "want 3 worker containers, have ${#WORKERS[@]}"
+declare -A WORKER_CID # worker name -> container id
+workers_started() {
+  local c name
+  WORKER_CID=()
+  for c in "${WORKERS[@]}"; do
+    [ "$(docker inspect -f '{{.State.Running}}' "$c")" = true ] || return 1
+    docker logs "$c" 2>&1 | grep -q 'worker started' || return 1
+    name=$(docker logs "$c" 2>&1 | sed -n 's/.*starting worker.* worker=\([^ ]*\).*/\1/p' | tail -n1)
+    [ -n "$name" ] || return 1
+    WORKER_CID[$name]=$c
+  done
+}
+wait_for 30 "3 workers to start" workers_started
+for name in "${!WORKER_CID[@]}"; do log "worker $name in container ${WORKER_CID[$name]:0:12}"; done
+# The whole test's traffic is on loopback: Redis listens on 127.0.0.1 only.
+ss -Htln "sport = :$REDIS_PORT" | grep -q "127.0.0.1:$REDIS_PORT" || fail "redis does not listen on 127.0.0.1:$REDIS_PORT"
+[ "$(conv stats --all --json | jq length)" -ge 0 ] || fail "stats"
+# Idle footprint of one worker: Docker's view of its cgroup (RSS + cache less inactive file
+# pages) and the process's own resident set.
+sleep 2
+w0=${WORKERS[0]}
+log "idle worker ${w0:0:12}: docker stats $(docker stats --no-stream --format '{{.MemUsage}} cpu {{.CPUPerc}}' "$w0"), VmRSS $(awk '/^VmRSS/ {print $2 " " $3}' "/proc/$(docker inspect -f '{{.State.Pid}}' "$w0")/status")"
+log "redis: docker stats $(docker stats --no-stream --format '{{.MemUsage}}' "$redis_cid")"
+
+###############################################################################
+# job_field QUEUE ID FIELD: one field of a job's status JSON.
+job_field() { conv status --queue "$1" --json "$2" | jq -r ".$3"; }
+# all_status QUEUE STATUS IDS...: every job has the status (jobs found done are dropped from
+# the PENDING list, so each poll asks only about the others).
+PENDING=()
+all_status() {
+  local q=$1 want=$2 id s left=()
+  for id in "${PENDING[@]}"; do
+    s=$(job_field "$q" "$id" status)
+    case "$s" in
+      "$want") ;;
+      failed|canceled) [ "$want" = "$s" ] || fail "job $id on $q: $s ($(job_field "$q" "$id" last_error))" ;;
+      *) left+=("$id") ;;
+    esac
+  done
+  PENDING=("${left[@]}")
+  [ "${#PENDING[@]}" -eq 0 ]
+}
+
+phase jobs
+mapfile -t echo_ids < <(compose run --rm --no-deps -T cli publish --type echo --payload '{"hello":"compose"}' --count 20)
+[ "${#echo_ids[@]}" -eq 20 ] || fail "compose run publish printed ${#echo_ids[@]} ids, want 20"
+mapfile -t noop_ids < <(conv publish --queue demo --type noop --count 20)
+[ "${#noop_ids[@]}" -eq 20 ] || fail "publish printed ${#noop_ids[@]} ids"
+flaky_id=$(conv publish --type flaky --payload '{"fail_times":1}' --max-retries 2)
+fail_id=$(conv publish --type fail --payload '{"message":"e2e: meant to fail"}' --max-retries 0)
+PENDING=("${echo_ids[@]}" "$flaky_id"); wait_for 60 "echo and flaky jobs to complete" all_status default completed
+PENDING=("${noop_ids[@]}"); wait_for 60 "noop jobs on demo to complete" all_status demo completed
+PENDING=("$fail_id"); wait_for 60 "the failing job to fail" all_status default failed
+[ "$(job_field default "${echo_ids[0]}" result | jq -c .)" = '{"hello":"compose"}' ] ||
+  fail "echo result: $(job_field default "${echo_ids[0]}" result)"
+[ "$(job_field default "$flaky_id" attempt)" = 2 ] || fail "flaky job: attempt $(job_field default "$flaky_id" attempt), want 2"
+[ "$(job_field default "$fail_id" last_error)" = "e2e: meant to fail" ] || fail "failed job's error"
+conv dead --help >/dev/null
+dead=$(conv stats --json | jq .dead)
+[ "$dead" -ge 1 ] || fail "dead set: $dead, want >= 1"
+log "20 echo (via compose run), 20 noop on demo, 1 flaky (2 attempts): completed; 1 failing: dead"
+# Spread: which workers ran the echo jobs.
+for id in "${echo_ids[@]}"; do job_field default "$id" worker; done | sort | uniq -c | sed 's/^/    ran echo jobs: /' >&2
+
+###############################################################################
+if grep -qx api <<<"$SERVICES"; then
+  phase api
+  base=http://127.0.0.1:$API_PORT
+  wait_for 30 "the API's /healthz" curl -fsS -o /dev/null "$base/healthz"
+  curl -fsS -o /dev/null "$base/readyz" || fail "/readyz"
+  code=$(curl -sS -o "$TMP/post.json" -w '%{http_code}' -H 'Content-Type: application/json' \
+    -d '{"type":"echo","payload":{"via":"api"}}' "$base/v1/queues/default/jobs")
+  [ "$code" = 202 ] || fail "POST /v1/queues/default/jobs: HTTP $code: $(cat "$TMP/post.json")"
+  api_id=$(jq -r '.id // empty' "$TMP/post.json")
+  [ -n "$api_id" ] || fail "POST answer without an id: $(cat "$TMP/post.json")"
+  PENDING=("$api_id"); wait_for 30 "the API's job to complete" all_status default completed
+  curl -fsS -o /dev/null "$base/" || fail "dashboard page"
+  log "API: /healthz, /readyz, POST 202 ($api_id completed), dashboard"
+fi
+
+if grep -qx producer <<<"$SERVICES"; then
+  phase producer
+  totals() { conv stats --all --json | jq -r '[(map(.enqueued) | add), (map(.completed) | add)] | @tsv'; }
+  read -r enq0 done0 < <(totals)
+  sleep 10
+  read -r enq1 done1 < <(totals)
+  [ "$enq1" -gt "$enq0" ] || fail "the producer published nothing in 10s"
+  [ "$done1" -gt "$done0" ] || fail "nothing completed in 10s"
+  log "producer: $((enq1 - enq0)) jobs published and $((done1 - done0)) completed in 10s"
+fi
+
+###############################################################################
+phase recovery
+recovered0=$(conv stats --json | jq .recovered)
+mapfile -t sleep_ids < <(conv publish --type sleep --payload "{\"ms\":$SLEEP_MS}" --count 12)
+PENDING=("${sleep_ids[@]}"); wait_for 10 "the sleep jobs to start" all_status default in_progress
+# The victim: the worker that holds the most of them.
+for id in "${sleep_ids[@]}"; do job_field default "$id" worker; done >"$TMP/holders"
+sort "$TMP/holders" | uniq -c | sed 's/^/    holds sleep jobs: /' >&2
+victim=$(sort "$TMP/holders" | uniq -c | sort -rn | awk 'NR == 1 {print $2}')
+victim_cid=${WORKER_CID[$victim]:-}
+[ -n "$victim_cid" ] || fail "no container runs worker $victim"
+lost=()
+for id in "${sleep_ids[@]}"; do [ "$(job_field default "$id" worker)" = "$victim" ] && lost+=("$id"); done
+log "SIGKILL worker $victim (container ${victim_cid:0:12}) holding ${#lost[@]} of 12 jobs"
+docker kill --signal KILL "$victim_cid" >/dev/null
+killed=$(now)
+# Every job completes; the lost ones within visibility timeout + scan interval + a run.
+PENDING=("${sleep_ids[@]}")
+wait_for $((VISIBILITY + RECOVERY_INTERVAL + SLEEP_MS / 1000 + 30)) "all sleep jobs to complete" all_status default completed
+log "all 12 completed $(calc "$(now) - $killed")s after the kill"
+first_rerun=
+for id in "${lost[@]}"; do
+  w=$(job_field default "$id" worker)
+  a=$(job_field default "$id" attempt)
+  [ "$w" != "$victim" ] || fail "job $id completed on the killed worker"
+  [ "$a" -ge 2 ] || fail "job $id: attempt $a, want >= 2 (the lost attempt counts)"
+  started=$(job_field default "$id" started_at)
+  [ -n "$first_rerun" ] && [ "$first_rerun" -le "$started" ] || first_rerun=$started
+done
+recovered=$(( $(conv stats --json | jq .recovered) - recovered0 ))
+[ "$recovered" -ge "${#lost[@]}" ] || fail "recovered counter +$recovered, want >= ${#lost[@]}"
+log "the killed worker's ${#lost[@]} jobs ran again (attempt 2) on the others; recovered counter +$recovered;" \
+  "first re-run $(calc "$first_rerun / 1000 - $killed")s after the kill (visibility timeout ${VISIBILITY}s)"
+log "killed container: $(docker inspect -f 'status {{.State.Status}}, restarts {{.RestartCount}}' "$victim_cid")"
+running=$(for c in "${WORKERS[@]}"; do docker inspect -f '{{.State.Running}}' "$c"; done | grep -c true || true)
+[ "$running" -ge 2 ] || fail "only $running workers running after the kill"
+
+###############################################################################
+if [ "${E2E_KEEP:-0}" = 1 ]; then
+  log "E2E_KEEP=1: Redis at $REDIS_URL; stop with: docker compose -f docker-compose.yml -f docker-compose.e2e.yml -p $PROJECT down -v"
+  STATUS=0
+  exit 0
+fi
+phase down
+compose down -v --remove-orphans --timeout 45 >&2
+PROJECT_UP=0
+[ -z "$(docker ps -aq --filter "label=com.docker.compose.project=$PROJECT")" ] || fail "containers left"
+[ -z "$(docker volume ls -q --filter "label=com.docker.compose.project=$PROJECT")" ] || fail "volumes left"
+STATUS=0
