@@ -27,7 +27,9 @@
 //   - the Unmarshaller cannot fail: an entry that cannot be read becomes a message marked with
 //     PoisonKey, so one bad entry never stops a subscription;
 //   - EntryValues(msg.Context()) gives the entry's fields exactly as read, whatever middleware
-//     and handlers did to the message's payload and metadata.
+//     and handlers did to the message's payload and metadata;
+//   - Subscriber.Pause stops reading on every topic (for example while Redis refuses writes)
+//     without giving up what is held: leases are still renewed, and Resume reads on.
 //
 // The stream format is watermill-redisstream's (_watermill_message_uuid, payload, metadata as
 // msgpack), so either Subscriber reads what the stock Publisher or Conveyor writes.

@@ -177,9 +177,10 @@ type Subscriber struct {
 	topics []*topic
 	// Slots (see reserve): taken is how many are reserved for reads or held by entries read
 	// and not settled, across topics; never more than Config.Concurrency.
-	taken int
-	queue []*waiter // readers waiting for slots, first come first served
-	turn  *waiter   // the reader woken to take slots next; nobody else takes any meanwhile
+	taken  int
+	queue  []*waiter // readers waiting for slots, first come first served
+	turn   *waiter   // the reader woken to take slots next; nobody else takes any meanwhile
+	paused bool      // no slot is given for a read (see Pause)
 
 	closing  chan struct{}
 	wg       sync.WaitGroup // topic goroutines and the lease renewer
@@ -264,6 +265,25 @@ func (s *Subscriber) Close() error {
 	return nil
 }
 
+// Pause stops reading: no XREADGROUP is issued on any topic until Resume. A read already under
+// way may finish, and its messages are handed out as usual. Everything else goes on: held
+// messages keep their leases renewed, settle and free their slots, and Close or the end of a
+// subscription's context shut down as promptly as ever. Pause and Resume may be called any
+// number of times, from any goroutine; the last call wins.
+func (s *Subscriber) Pause() {
+	s.mu.Lock()
+	s.paused = true
+	s.mu.Unlock()
+}
+
+// Resume undoes Pause.
+func (s *Subscriber) Resume() {
+	s.mu.Lock()
+	s.paused = false
+	s.wakeLocked()
+	s.mu.Unlock()
+}
+
 // waiter is a reader waiting for slots; ready closes when its turn comes.
 type waiter struct{ ready chan struct{} }
 
@@ -272,12 +292,12 @@ type waiter struct{ ready chan struct{} }
 // are served in turn (first come, first served): when slots free up, the first waiter is woken
 // and takes what is free then (up to its want), then the next is woken if any slot is left.
 // Taking what is free when the reader runs, not when it is woken, keeps batches large. A
-// reader that is not waiting in line never takes slots ahead of those that are. reserve returns
-// 0 when stop closes.
+// reader that is not waiting in line never takes slots ahead of those that are. While the
+// Subscriber is paused, every reader waits. reserve returns 0 when stop closes.
 func (s *Subscriber) reserve(w *waiter, stop <-chan struct{}, want int) int {
 	s.mu.Lock()
 	for {
-		if free := s.cfg.Concurrency - s.taken; free > 0 && (s.turn == w || s.turn == nil && len(s.queue) == 0) {
+		if free := s.cfg.Concurrency - s.taken; free > 0 && !s.paused && (s.turn == w || s.turn == nil && len(s.queue) == 0) {
 			n := min(free, want)
 			s.taken += n
 			if s.turn == w {
@@ -288,7 +308,7 @@ func (s *Subscriber) reserve(w *waiter, stop <-chan struct{}, want int) int {
 			return n
 		}
 		w.ready = make(chan struct{})
-		if s.turn == w { // woken, but the slots are gone: first in line again
+		if s.turn == w { // woken, but paused since: first in line again
 			s.turn = nil
 			s.queue = slices.Insert(s.queue, 0, w)
 		} else {
@@ -323,10 +343,10 @@ func (s *Subscriber) release(n int) {
 	s.mu.Unlock()
 }
 
-// wakeLocked wakes the first waiting reader when a slot is free and no other reader's turn is
-// pending.
+// wakeLocked wakes the first waiting reader when a slot is free, reading is not paused and no
+// other reader's turn is pending.
 func (s *Subscriber) wakeLocked() {
-	if s.turn != nil || len(s.queue) == 0 || s.taken >= s.cfg.Concurrency {
+	if s.turn != nil || len(s.queue) == 0 || s.taken >= s.cfg.Concurrency || s.paused {
 		return
 	}
 	s.turn = s.queue[0]

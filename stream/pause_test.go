@@ -1,0 +1,159 @@
+package stream
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/conveyorq/conveyor/internal/redistest"
+)
+
+// readWatch is a go-redis hook that counts XREADGROUPs begun and ended, and script calls
+// (lease renewals).
+type readWatch struct{ begun, ended, scripts atomic.Int64 }
+
+func (*readWatch) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (*readWatch) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+func (w *readWatch) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		switch cmd.Name() {
+		case "xreadgroup":
+			w.begun.Add(1)
+			defer w.ended.Add(1)
+		case "evalsha", "eval":
+			w.scripts.Add(1)
+		}
+		return next(ctx, cmd)
+	}
+}
+
+func TestPause(t *testing.T) {
+	checkLeaks(t)
+
+	t.Run("NoReadsWhilePaused", func(t *testing.T) {
+		t.Parallel()
+		var watch readWatch
+		rdb := redistest.Client(t)
+		rdb.AddHook(&watch)
+		topicA, topicB := redistest.UniqueName(t), redistest.UniqueName(t)
+		first := publish(t, rdb, topicA, "first", 1)
+		sub := newTestSubscriber(t, rdb, Config{Concurrency: 4, ManualSettle: true, LeaseInterval: 30 * time.Millisecond})
+		msgsA, err := sub.Subscribe(t.Context(), topicA)
+		require.NoError(t, err)
+		msgsB, err := sub.Subscribe(t.Context(), topicB)
+		require.NoError(t, err)
+		held := receive(t, msgsA, 5*time.Second)
+		require.Equal(t, first[0], held.Metadata.Get(EntryIDKey))
+
+		sub.Pause()
+		sub.Pause() // idempotent
+		// A read under way when Pause was called may finish; none begins after it.
+		require.Eventually(t, func() bool { return watch.begun.Load() == watch.ended.Load() },
+			5*time.Second, time.Millisecond)
+		reads := watch.begun.Load()
+		idsA := publish(t, rdb, topicA, "a", 2)
+		idsB := publish(t, rdb, topicB, "b", 2)
+		// Lease renewal goes on meanwhile: wait for a few renewals, then for the held
+		// entry's idle time to show one after that.
+		scripts := watch.scripts.Load()
+		require.Eventually(t, func() bool { return watch.scripts.Load() >= scripts+5 }, 5*time.Second, time.Millisecond)
+		require.Eventually(t, func() bool {
+			p := pending(t, rdb, topicA)
+			return len(p) == 1 && p[0].Idle < 30*time.Millisecond
+		}, 5*time.Second, time.Millisecond, "lease not renewed while paused")
+		require.NoError(t, held.Context().Err())
+		assert.Equal(t, reads, watch.begun.Load(), "XREADGROUP issued while paused")
+		assert.Equal(t, int64(0), pendingCount(t, rdb, topicB), "entries read while paused")
+		select {
+		case m := <-msgsA:
+			t.Fatalf("message %s handed out while paused", m.UUID)
+		case m := <-msgsB:
+			t.Fatalf("message %s handed out while paused", m.UUID)
+		default:
+		}
+
+		sub.Resume()
+		sub.Resume() // idempotent
+		sub.Settle(held)
+		for _, c := range []struct {
+			msgs <-chan *message.Message
+			ids  []string
+		}{{msgsA, idsA}, {msgsB, idsB}} {
+			got := receiveN(t, c.msgs, 2, 5*time.Second)
+			for _, m := range got {
+				sub.Settle(m)
+			}
+			assert.ElementsMatch(t, c.ids, entryIDs(got))
+		}
+	})
+
+	t.Run("ConcurrentPauseResume", func(t *testing.T) {
+		t.Parallel()
+		rdb := redistest.Client(t)
+		topic := redistest.UniqueName(t)
+		sub := newTestSubscriber(t, rdb, Config{Concurrency: 2, BlockTime: 5 * time.Millisecond})
+		msgs, err := sub.Subscribe(t.Context(), topic)
+		require.NoError(t, err)
+		ids := publish(t, rdb, topic, "m", 20)
+		var toggling sync.WaitGroup
+		for range 4 {
+			toggling.Go(func() {
+				for i := range 2000 {
+					if i%2 == 0 {
+						sub.Pause()
+					} else {
+						sub.Resume()
+					}
+				}
+			})
+		}
+		toggling.Wait()
+		sub.Resume()
+		var got []*message.Message
+		for range ids {
+			m := receive(t, msgs, 10*time.Second)
+			m.Ack()
+			got = append(got, m)
+		}
+		assert.ElementsMatch(t, ids, entryIDs(got))
+	})
+
+	for _, viaClose := range []bool{true, false} {
+		name := map[bool]string{true: "CloseWhilePaused", false: "CancelWhilePaused"}[viaClose]
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			rdb := redistest.Client(t)
+			topics := []string{redistest.UniqueName(t), redistest.UniqueName(t)}
+			publish(t, rdb, topics[0], "m", 3)
+			// One slot: the second topic's reader waits in line for it, the first one's is
+			// paused before its next read; both must stop.
+			sub := newTestSubscriber(t, rdb, Config{Concurrency: 1, CloseTimeout: time.Hour})
+			ctx, cancel := context.WithCancel(t.Context())
+			defer cancel()
+			msgs0, err := sub.Subscribe(ctx, topics[0])
+			require.NoError(t, err)
+			msgs1, err := sub.Subscribe(ctx, topics[1])
+			require.NoError(t, err)
+			msg := receive(t, msgs0, 5*time.Second)
+			sub.Pause()
+			msg.Ack()
+			if viaClose {
+				require.NoError(t, sub.Close())
+			} else {
+				cancel()
+			}
+			requireClosed(t, msgs0, 10*time.Second)
+			requireClosed(t, msgs1, 10*time.Second)
+		})
+	}
+}
