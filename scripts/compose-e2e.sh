@@ -35,6 +35,8 @@
 #   E2E_BUILDER   auto (default: BuildKit when this machine's docker CLI can, else classic),
 #                 buildkit or classic
 #   E2E_KEEP=1    leave the stack running at the end (for a look; remove it by hand)
+#   E2E_REF=REV   test a committed revision (git archive REV: Dockerfile, compose files, code)
+#                 instead of the working tree, e.g. while the tree is mid-edit
 #   GOPROXY       the module proxy for the image build (default: `go env GOPROXY`)
 #
 # Needs root or sudo (apt-get, dockerd, mmdebstrap), Go 1.26 on PATH or at /usr/local/go,
@@ -58,6 +60,7 @@ DOCKERD_PID=
 DOCKERD_LOG=
 PROJECT_UP=0
 IMAGE_BUILT=0
+SRC=. # the tree under test: the working tree, or E2E_REF's export
 REDIS_PORT=
 API_PORT=
 STATUS=1
@@ -89,7 +92,7 @@ T0=$(now)
 
 compose() {
   E2E_IMAGE=$IMAGE E2E_REDIS_PORT=$REDIS_PORT E2E_API_PORT=$API_PORT \
-    docker compose -f docker-compose.yml -f docker-compose.e2e.yml -p "$PROJECT" "$@"
+    docker compose -f "$SRC/docker-compose.yml" -f "$SRC/docker-compose.e2e.yml" -p "$PROJECT" "$@"
 }
 
 cleanup() {
@@ -118,7 +121,9 @@ cleanup() {
     fi
     PHASES+=("$(printf '%-10s %7.1fs' cleanup "$(calc "$(now) - $c0")")")
   fi
-  if [ -n "$DOCKERD_PID" ]; then
+  if [ -n "$DOCKERD_PID" ] && [ "${E2E_KEEP:-0}" = 1 ] && [ "$PROJECT_UP" = 1 ]; then
+    log "E2E_KEEP=1: the dockerd this script started keeps running (pid $DOCKERD_PID, log $DOCKERD_LOG)"
+  elif [ -n "$DOCKERD_PID" ]; then
     log "stopping the dockerd this script started (pid $DOCKERD_PID)"
     sudo_ kill -TERM "$DOCKERD_PID" 2>/dev/null || true
     for _ in $(seq 60); do sudo_ kill -0 "$DOCKERD_PID" 2>/dev/null || break; sleep 0.5; done
@@ -140,6 +145,13 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
+
+if [ -n "${E2E_REF:-}" ]; then
+  SRC=$TMP/src
+  mkdir -p "$SRC"
+  git archive "$E2E_REF" | tar -x -C "$SRC" || fail "git archive $E2E_REF"
+  log "testing $E2E_REF ($(git rev-parse --short "$E2E_REF^{commit}")), not the working tree"
+fi
 
 # wait_for SECONDS WHAT COMMAND...: run COMMAND every 0.5s until it succeeds.
 wait_for() {
@@ -219,7 +231,7 @@ fi
 
 ###############################################################################
 phase standins
-bash scripts/docker-standins.sh
+bash "$SRC/scripts/docker-standins.sh"
 
 ###############################################################################
 phase build
@@ -247,14 +259,19 @@ if [ "$BUILDER" != classic ]; then
 fi
 [ "$BUILDER" = classic ] && BUILD=(env DOCKER_BUILDKIT=0 docker build)
 goproxy=${GOPROXY:-$(go env GOPROXY 2>/dev/null || echo https://proxy.golang.org,direct)}
-revision=$(git rev-parse HEAD 2>/dev/null || echo unknown)
-version=$(git describe --tags --always --dirty 2>/dev/null || echo dev)
+if [ -n "${E2E_REF:-}" ]; then
+  revision=$(git rev-parse "$E2E_REF^{commit}")
+  version=$(git describe --tags --always "$revision" 2>/dev/null || echo dev)
+else
+  revision=$(git rev-parse HEAD 2>/dev/null || echo unknown)
+  version=$(git describe --tags --always --dirty 2>/dev/null || echo dev)
+fi
 log "builder: $BUILDER (${BUILD[*]}); GOPROXY=$goproxy"
 IMAGE_BUILT=1
 # --network host: the RUN steps reach the module proxy the way this machine does (the dockerd
 # started above has no bridge network).
 if ! "${BUILD[@]}" --network host --build-arg GOPROXY="$goproxy" --build-arg VERSION="$version" \
-  --build-arg REVISION="$revision" -t "$IMAGE" . >"$TMP/build.log" 2>&1; then
+  --build-arg REVISION="$revision" -t "$IMAGE" "$SRC" >"$TMP/build.log" 2>&1; then
   tail -n 40 "$TMP/build.log" >&2
   fail "docker build"
 fi
@@ -415,7 +432,7 @@ running=$(for c in "${WORKERS[@]}"; do docker inspect -f '{{.State.Running}}' "$
 
 ###############################################################################
 if [ "${E2E_KEEP:-0}" = 1 ]; then
-  log "E2E_KEEP=1: Redis at $REDIS_URL; stop with: docker compose -f docker-compose.yml -f docker-compose.e2e.yml -p $PROJECT down -v"
+  log "E2E_KEEP=1: Redis at $REDIS_URL; stop with: E2E_IMAGE=$IMAGE E2E_REDIS_PORT=$REDIS_PORT docker compose -f docker-compose.yml -f docker-compose.e2e.yml -p $PROJECT down -v; docker rmi $IMAGE"
   STATUS=0
   exit 0
 fi
