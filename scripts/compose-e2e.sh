@@ -124,14 +124,14 @@ cleanup() {
   if [ -n "$DOCKERD_PID" ] && [ "${E2E_KEEP:-0}" = 1 ] && [ "$PROJECT_UP" = 1 ]; then
     log "E2E_KEEP=1: the dockerd this script started keeps running (pid $DOCKERD_PID, log $DOCKERD_LOG)"
   elif [ -n "$DOCKERD_PID" ]; then
+    if [ "$rc" -ne 0 ] && [ -n "$DOCKERD_LOG" ] && grep -qE 'level=(error|fatal)' "$DOCKERD_LOG"; then
+      log "dockerd's errors (last 20):"; grep -E 'level=(error|fatal)' "$DOCKERD_LOG" | tail -n 20 >&2 || true
+    fi
     log "stopping the dockerd this script started (pid $DOCKERD_PID)"
     sudo_ kill -TERM "$DOCKERD_PID" 2>/dev/null || true
     for _ in $(seq 60); do sudo_ kill -0 "$DOCKERD_PID" 2>/dev/null || break; sleep 0.5; done
     if sudo_ kill -0 "$DOCKERD_PID" 2>/dev/null; then
       log "dockerd did not stop in 30s; SIGKILL"; sudo_ kill -KILL "$DOCKERD_PID" || true
-    fi
-    if [ "$rc" -ne 0 ] && [ -n "$DOCKERD_LOG" ]; then
-      log "dockerd log (last 20 lines):"; tail -n 20 "$DOCKERD_LOG" >&2 || true
     fi
     sudo_ rm -f "$DOCKERD_LOG"
   fi
