@@ -36,7 +36,7 @@ type transition struct {
 	data     string
 	extra    string
 	sent     bool // the payload is sent back with the outcome (see finish.lua)
-	payload  []byte
+	payload  string // the payload exactly as read from the entry, when sent is true
 	tries    int
 }
 

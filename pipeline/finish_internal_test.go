@@ -39,7 +39,7 @@ func TestFinishLateStartMarkIsIgnored(t *testing.T) {
 		return codes
 	}
 	base := transition{q: &q, id: job.ID, entry: job.Entry, attempt: 1, started: now, finished: now + 5,
-		sent: true, payload: []byte("p")}
+		sent: true, payload: "p"}
 	done, start := base, base
 	done.op, start.op = opDone, opStart
 
@@ -229,9 +229,9 @@ func TestFinishDoneClearsEntry(t *testing.T) {
 	require.NoError(t, err)
 	entries := f.read(3)
 	fast := f.outcome(opDone, plain.ID, entries[0])
-	fast.sent, fast.payload = true, []byte("p") // the fast path: payload sent back
+	fast.sent, fast.payload = true, "p" // the fast path: payload sent back
 	fastEmpty := f.outcome(opDone, noResult.ID, entries[1])
-	fastEmpty.sent, fastEmpty.payload, fastEmpty.data = true, []byte("p"), ""
+	fastEmpty.sent, fastEmpty.payload, fastEmpty.data = true, "p", ""
 	slow := f.outcome(opDone, withMeta.ID, entries[2])
 	require.Equal(t, []int64{1, 1, 1}, f.run(fast, fastEmpty, slow))
 	for _, id := range []string{plain.ID, noResult.ID, withMeta.ID} {

@@ -72,6 +72,8 @@ type Job struct {
 	// the stream). It is the fencing token of worker transitions.
 	Entry   string
 	Version int64
+
+	entry map[string]any // a handler's job: the stream entry's fields as read (stream.EntryValues)
 }
 
 // jobJSON is the wire form of a job: the CLI's `status --json` contract and the HTTP API's.

@@ -193,3 +193,43 @@ func runWorker(t *testing.T, w *pipeline.Worker) {
 		t.Fatalf("worker stopped at start: %v", err)
 	}
 }
+
+// The payload stored with a job's outcome, and run by its next attempt, is the payload that
+// was published, whatever middleware or the handler did to the message's bytes. Before, for
+// payloads up to 8 KiB the worker sent back msg.Payload after middleware ran, so a middleware
+// that decoded it in place changed what was stored and what the retry ran on.
+func TestStoredPayloadIsThePublishedOne(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := t.Context()
+	w := pipeline.NewWorker(b.rdb, pipeline.WorkerConfig{Queues: []string{b.queue}, Logger: testLogger(t),
+		Backoff: pipeline.Backoff{Base: 10 * time.Millisecond, Max: 20 * time.Millisecond}})
+	w.Use(func(h message.HandlerFunc) message.HandlerFunc {
+		return func(msg *message.Message) ([]*message.Message, error) {
+			for i := range msg.Payload { // "decodes" in place
+				msg.Payload[i] ^= 0x20
+			}
+			return h(msg)
+		}
+	})
+	var mu sync.Mutex
+	var seen []string
+	w.Handle("t", func(_ context.Context, j *pipeline.Job) ([]byte, error) {
+		mu.Lock()
+		seen = append(seen, string(j.Payload))
+		mu.Unlock()
+		copy(j.Payload, "XXXX") // and the handler scribbles on it too
+		if j.Attempt == 1 {
+			return nil, errors.New("try again")
+		}
+		return nil, nil
+	})
+	j, err := b.client.Enqueue(ctx, b.queue, pipeline.Task{Type: "t", Payload: []byte("hello")})
+	require.NoError(t, err)
+	runWorker(t, w)
+	got := b.waitStatus(t, j.ID, pipeline.StatusCompleted)
+	require.Equal(t, "hello", string(got.Payload), "the stored payload is the published one")
+	mu.Lock()
+	defer mu.Unlock()
+	require.Equal(t, []string{"HELLO", "HELLO"}, seen, "each attempt's middleware decodes the published bytes")
+}

@@ -399,6 +399,7 @@ func (w *Worker) handleMessage(msg *message.Message) error {
 		return w.poison(q, msg, reason)
 	}
 	j := jobFromMessage(q.Name(), msg)
+	j.entry, _ = stream.EntryValues(msg.Context())
 	h, ok := w.handlers[j.Type]
 	if !ok {
 		return w.noHandler(q, j)
@@ -415,12 +416,19 @@ func (w *Worker) handleMessage(msg *message.Message) error {
 	return w.outcome(ctx, q, j, start, result, err)
 }
 
-// transition is the start of the outcome of an attempt; the payload goes back with it when it
-// is small and the job has no metadata (see finish.lua).
+// transition is the start of the outcome of an attempt. The payload goes back with it, so that
+// finish.lua need not read the entry again, when it is small and the entry has no metadata.
+// What goes back is the payload exactly as read from the entry (stream.EntryValues), never
+// j.Payload: middleware and handlers may change that slice in place, and the job's next attempt
+// must run on the bytes that were published.
 func (w *Worker) transition(q *keys.Queue, j *Job, start time.Time) transition {
 	t := transition{q: q, id: j.ID, entry: j.Entry, attempt: j.Attempt, started: start.UnixMilli()}
-	if len(j.Metadata) == 0 && len(j.Payload) <= sendBackBytes {
-		t.sent, t.payload = true, j.Payload
+	if j.entry != nil {
+		p, _ := j.entry[keys.EntryPayload].(string)
+		md, _ := j.entry[keys.EntryMetadata].(string)
+		if md == "" && len(p) <= sendBackBytes {
+			t.sent, t.payload = true, p
+		}
 	}
 	return t
 }
