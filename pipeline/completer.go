@@ -35,7 +35,7 @@ type transition struct {
 	finished int64 // unix ms
 	data     string
 	extra    string
-	sent     bool // the payload is sent back with the outcome (see finish.lua)
+	sent     bool   // the payload is sent back with the outcome (see finish.lua)
 	payload  string // the payload exactly as read from the entry, when sent is true
 	tries    int
 }
