@@ -241,11 +241,6 @@ func (w *Worker) Run(ctx context.Context) error {
 		return err
 	}
 
-	w.comp = newCompleter(w.rdb, w.cfg.Name, retentionMS(w.cfg.Retention), w.cfg.MinRetention.Milliseconds(), w.cfg.FlushInterval,
-		finishChunk, w.cfg.Concurrency, w.log)
-	go w.comp.run()
-	defer w.comp.close()
-
 	wlog := WatermillLogger(w.log)
 	sub, err := stream.NewSubscriber(stream.Config{
 		Client:        w.rdb,
@@ -263,7 +258,20 @@ func (w *Worker) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	defer sub.Close()
+	w.comp = newCompleter(w.rdb, w.cfg.Name, retentionMS(w.cfg.Retention), w.cfg.MinRetention.Milliseconds(), w.cfg.FlushInterval,
+		finishChunk, w.cfg.Concurrency, w.log)
+	// While Redis refuses the outcomes, new jobs are not read: they would run only to wait,
+	// holding their slots, for writes that may not come back soon.
+	w.comp.onTrouble = func(failing bool) {
+		if failing {
+			sub.Pause()
+		} else {
+			sub.Resume()
+		}
+	}
+	go w.comp.run()
+	defer w.comp.close()
+	defer sub.Close() // first: the subscriber settles or releases its messages before the completer stops
 	// The subscriber cancels what still runs after ShutdownTimeout; the router waits a little
 	// longer for those handlers to return.
 	router, err := message.NewRouter(message.RouterConfig{CloseTimeout: w.cfg.ShutdownTimeout + time.Second}, wlog)
