@@ -51,8 +51,10 @@ func ExampleLock_Do() {
 	// after release, the other process got it: true
 }
 
-// One scan by hand, as a worker's Recoverer does every Interval: a job delivered to a worker
-// that died is put back with its lost attempt counted.
+// Scans by hand, as a worker's Recoverer runs them every Interval: a job delivered to a worker
+// that died is put back with its lost attempt counted. A new Recoverer first watches Redis for
+// a lease period (a third of the visibility timeout) and lists the entry once before it trusts
+// the entry's idle time, so its first scan defers the job.
 func ExampleRecoverer_RunOnce() {
 	m, err := miniredis.Run()
 	if err != nil {
@@ -70,15 +72,26 @@ func ExampleRecoverer_RunOnce() {
 	rdb.XGroupCreateMkStream(ctx, q.Stream(), keys.Group, "0")
 	rdb.XReadGroup(ctx, &redis.XReadGroupArgs{Group: keys.Group, Consumer: "dead-worker",
 		Streams: []string{q.Stream(), ">"}, Count: 1})
-	time.Sleep(20 * time.Millisecond)
+	time.Sleep(350 * time.Millisecond)
 
-	r := recovery.NewRecoverer(rdb, recovery.Config{Queue: "emails", VisibilityTimeout: 10 * time.Millisecond})
+	r := recovery.NewRecoverer(rdb, recovery.Config{Queue: "emails",
+		VisibilityTimeout: 300 * time.Millisecond, Interval: 100 * time.Millisecond})
 	res, scanned, err := r.RunOnce(ctx)
 	if err != nil {
 		fmt.Println("error:", err)
 		return
 	}
+	fmt.Println("first scan:", scanned, res.Requeued, res.Deferred)
+	for res.Requeued == 0 {
+		time.Sleep(20 * time.Millisecond)
+		if res, _, err = r.RunOnce(ctx); err != nil {
+			fmt.Println("error:", err)
+			return
+		}
+	}
 	got, _ := c.Get(ctx, "emails", j.ID)
-	fmt.Println(scanned, res.Requeued, got.Status, got.Attempt)
-	// Output: true 1 queued 1
+	fmt.Println("later:", res.Requeued, got.Status, got.Attempt)
+	// Output:
+	// first scan: true 0 1
+	// later: 1 queued 1
 }

@@ -12,8 +12,28 @@ var ErrFenced = errFenced
 // not, so tests can show the script's fence.
 func (r *Recoverer) ScanWithToken(ctx context.Context, token string) (Result, error) {
 	var res Result
-	err := r.scan(ctx, token, &res)
+	_, err := r.scan(ctx, token, &res)
 	return res, err
+}
+
+// SkipTrust makes r recover every entry idle past the visibility timeout, as if it had watched
+// Redis without a gap for a lease period and listed the entry before, so that tests of what a
+// scan does need not wait for that. Tests of the trust itself do not use it.
+func (r *Recoverer) SkipTrust() *Recoverer {
+	r.skipTrust = true
+	return r
+}
+
+// SkewClock adds d to every later reading of Redis's clock, as if Redis's clock jumped by d.
+func (r *Recoverer) SkewClock(d time.Duration) { r.skew.Add(int64(d)) }
+
+// Watching reports whether r trusts idle times now (it has watched Redis for a lease period
+// since it started or since its last gap) and how many gaps it saw so far.
+func (r *Recoverer) Watching() (trusted bool, gaps int) {
+	_, trusted, _ = r.watch.sightings(time.Now())
+	r.watch.mu.Lock()
+	defer r.watch.mu.Unlock()
+	return trusted, r.watch.epoch
 }
 
 // PruneOlderThan prunes without the lock and with any idle threshold, bypassing the

@@ -2,9 +2,10 @@
 -- KEYS[1] stream, KEYS[2] dead set, KEYS[3] stats hash, KEYS[4] the queue's recovery lock
 -- ARGV[1] group, ARGV[2] lock token, ARGV[3] visibility timeout ms, ARGV[4] job key prefix,
 --   ARGV[5] now (unix ms), ARGV[6..] entry ids
--- The lock is a fence: nothing happens unless it still holds the caller's token, checked in the
--- same atomic step (an empty token skips the check: Config.DisableLock, for tests). Per entry,
--- atomically:
+-- The caller passes only entries whose idle time it trusts (see Trust in the package
+-- documentation). The lock is a fence: nothing happens unless it still holds the caller's
+-- token, checked in the same atomic step (an empty token skips the check: Config.DisableLock,
+-- for tests). Per entry, atomically:
 --   - skip it unless it is still pending and idle for at least the visibility timeout (its
 --     worker may have renewed the lease since the caller listed it);
 --   - acknowledge and delete it when its job finished or moved on to another entry;

@@ -4,24 +4,75 @@
 //
 // A job being run is a pending entry of its queue's stream, owned by the worker's consumer.
 // A live worker renews the lease of each entry it holds (XCLAIM of its own entry with JUSTID)
-// every third of the visibility timeout, which resets the entry's idle time. An entry idle for
-// longer than the visibility timeout therefore belongs to a worker that stopped renewing.
+// every third of the visibility timeout (the lease period), which resets the entry's idle
+// time. An entry idle for longer than the visibility timeout therefore belongs to a worker
+// that stopped renewing, as long as Redis was there to take the renewals: see Trust.
 //
-// Every worker process runs one Recoverer per queue; only the holder of the queue's recovery
-// Lock scans. A scan lists pending entries idle longer than the visibility timeout (XPENDING
-// with IDLE) and runs recover.lua on them, which for each entry, atomically:
+// Every worker process runs one Recoverer per queue; scans run under the queue's recovery
+// Lock, so no two overlap. A scan lists the pending entries idle for two thirds of the
+// visibility timeout or more (XPENDING with IDLE) and runs recover.lua on those idle for the
+// whole timeout whose idle time the Recoverer trusts (see Trust); the script, for each entry,
+// atomically:
 //
-//   - re-checks that the entry is still pending and idle (its lease may have been renewed
-//     since it was listed), and that the lock still holds this scanner's token;
+//   - re-checks that the entry is still pending and idle for the visibility timeout (its lease
+//     may have been renewed since it was listed), and that the lock still holds this
+//     scanner's token;
 //   - acknowledges and deletes an entry whose job finished or moved on;
 //   - counts the lost attempt and puts the job back into the stream as a new entry, with
 //     last_error naming the lost worker, or moves it to the dead set when it has no retries
 //     left (so a job that crashes every worker that runs it ends in the dead set);
 //   - records an entry that cannot be read as a dead job.
 //
-// After a scan that went through, the same lock holder deletes the consumers of the group
-// that have nothing pending and have been idle for ConsumerTTL (prune.lua, fenced the same
-// way), so the names of stopped workers do not pile up.
+// After a scan that went through and was trusted, the same lock holder deletes the consumers
+// of the group that have nothing pending and have been idle for ConsumerTTL (prune.lua, fenced
+// the same way), so the names of stopped workers do not pile up.
+//
+// # Trust
+//
+// An idle time is Redis's arithmetic: its clock now minus the time of the entry's last
+// delivery or renewal. It shows that a worker stopped renewing only if Redis was there all
+// along to take the renewals, with a clock that ran evenly. After Redis stood still (SIGSTOP,
+// a stalled host), was cut off (a network partition), restarted from disk (the pending
+// entries come back with their old delivery times) or failed over to a master whose clock is
+// ahead, every pending entry looks idle at once, and a scan right then would take the jobs of
+// live workers that have not yet had their next renewal: duplicate runs, and jobs without
+// retries left sent to the dead set as lost.
+//
+// So a Recoverer trusts idle times only within its own continuous observation of Redis. The
+// observation is continuous while every call the Recoverer makes is answered (a reading of
+// Redis's clock before every scan, on the queue's node; its lock attempts, made every Interval
+// even when another process holds the lock; the scan's own calls), answers come at most
+// 2x Interval apart (and at most half the visibility timeout apart: when Interval is longer
+// than a quarter of the timeout, Run reads the clock between scans), and Redis's clock keeps
+// pace with the local monotonic clock (within a second, or a tenth of the visibility timeout
+// if that is less, beyond the uncertainty of the readings' round trips). A failed call, a
+// longer silence or a jump of Redis's clock is a gap: the Recoverer forgets what it saw and
+// starts watching anew. It recovers an entry only when:
+//
+//   - it has watched Redis without a gap for a lease period, in which every live worker that
+//     can reach Redis renews its leases;
+//   - an earlier scan of the same observation listed the entry too: a clock jump that lands
+//     inside a scan, after its clock reading, is seen by the next scan's reading before the
+//     entry can be taken; and
+//   - recover.lua finds the entry idle for the visibility timeout, in the same atomic step as
+//     the recovery.
+//
+// The cost. In steady state, none: listing entries from two thirds of the timeout gives them
+// their earlier sighting before they are due, so an entry whose worker died is recovered by
+// the first scan after it has been idle for the visibility timeout (about VisibilityTimeout
+// + Interval at worst, while Interval is at most about a lease period; a longer one may add
+// an Interval). After a gap, and when the process starts, nothing is recovered until the
+// Recoverer has watched Redis for a lease period and has listed the entry in an earlier scan:
+// jobs whose worker died during an outage, or before a lone worker restarted, come back up to
+// a lease period (plus an Interval) later than they would otherwise. That wait, after rare
+// events, is the price of never taking jobs from live workers because of them. Entries left
+// for later are counted in Result.Deferred. Memory: the ids the last scan listed.
+//
+// What is left unseen is small against a lease: a silence shorter than the gap threshold or a
+// clock move under the jump threshold leaves a live worker's entry, idle for at most a lease
+// period plus a round trip when it starts, short of the visibility timeout. A worker cut off
+// from Redis while the Recoverer is not has, as far as anyone can tell, stopped renewing: its
+// job is recovered, and its late outcome refused (see Fencing).
 //
 // # Fencing
 //
@@ -37,9 +88,10 @@
 //
 // # Failure handling
 //
-// Redis errors are logged and the next interval tries again. The visibility timeout must be
-// well above the lease-renewal interval (the worker renews at a third of it), or live jobs are
-// taken from running workers.
+// Redis errors are logged and the next interval tries again; each is also a gap in the
+// Recoverer's observation (see Trust), so recovery resumes a lease period after Redis answers
+// again. The visibility timeout must be well above the lease-renewal interval (the worker
+// renews at a third of it), or live jobs are taken from running workers.
 package recovery
 
 import (
@@ -105,11 +157,16 @@ type Config struct {
 	Prefix string
 	// Queue is the queue to recover. Required: a valid queue name.
 	Queue string
-	// VisibilityTimeout is how long an entry may go without a lease renewal before its job is
-	// recovered. Workers must renew their leases at least every third of it. At least
-	// MinVisibilityTimeout. Defaults to DefaultVisibilityTimeout.
+	// VisibilityTimeout is how long an entry may go without a lease renewal before its job
+	// may be recovered: by the first scan after that, if this Recoverer has watched Redis
+	// without a gap for a third of it (see Trust in the package documentation). Workers must
+	// renew their leases at least every third of it. At least MinVisibilityTimeout. Defaults
+	// to DefaultVisibilityTimeout.
 	VisibilityTimeout time.Duration
-	// Interval is the time between scans, at least a millisecond. Defaults to DefaultInterval.
+	// Interval is the time between scans, at least a millisecond. A recovery comes up to an
+	// Interval after the visibility timeout; a silence of Redis longer than 2x Interval (or
+	// half the visibility timeout, if less) is a gap in the Recoverer's observation (see
+	// Trust). Defaults to DefaultInterval.
 	Interval time.Duration
 	// LockTTL is the lock's TTL, at least a millisecond; the lock is held only during a scan
 	// and extended every third of it. Defaults to DefaultLockTTL.
@@ -187,6 +244,10 @@ type Result struct {
 	Skipped  int // entries renewed or settled between listing and recovery
 	Poison   int // unreadable entries recorded as dead jobs
 	Pruned   int // idle consumers with nothing pending, deleted from the group
+	// Deferred counts entries idle past the visibility timeout left for a later scan: this
+	// Recoverer has not yet watched Redis for a lease period since it started or since a gap
+	// in its observation, or no earlier scan of that observation listed them (see Trust).
+	Deferred int
 }
 
 func (r *Result) add(o Result) {
@@ -196,19 +257,24 @@ func (r *Result) add(o Result) {
 	r.Skipped += o.Skipped
 	r.Poison += o.Poison
 	r.Pruned += o.Pruned
+	r.Deferred += o.Deferred
 }
 
 // Recoverer recovers one queue; see the package documentation.
 type Recoverer struct {
-	rdb  redis.UniversalClient
-	cfg  Config
-	err  error // from Config.Validate: Run and RunOnce return it
-	q    keys.Queue
-	lock *Lock
-	log  zerolog.Logger
+	rdb   redis.UniversalClient
+	cfg   Config
+	err   error // from Config.Validate: Run and RunOnce return it
+	q     keys.Queue
+	lock  *Lock
+	log   zerolog.Logger
+	watch *watch
 
 	requeued atomic.Int64
 	dead     atomic.Int64
+
+	skipTrust bool         // tests only: recover what is idle, as if watched long enough
+	skew      atomic.Int64 // tests only: added to Redis's clock readings (ns)
 }
 
 // NewRecoverer returns a Recoverer for cfg.Queue. If cfg is not valid (Config.Validate), the
@@ -222,6 +288,7 @@ func NewRecoverer(rdb redis.UniversalClient, cfg Config) *Recoverer {
 	r.cfg = cfg.withDefaults()
 	r.q = keys.New(r.cfg.Prefix, r.cfg.Queue)
 	r.lock = NewLock(rdb, r.q.RecoveryLock(), r.cfg.LockTTL)
+	r.watch = newWatch(r.cfg, &r.log)
 	return r
 }
 
@@ -230,34 +297,54 @@ func (r *Recoverer) Totals() (requeued, dead int64) { return r.requeued.Load(), 
 
 // Run scans at once, then every Interval (with a little jitter so replicas do not fire
 // together), until ctx ends; it returns nil then, or at once the error of an invalid Config.
+// When Interval is longer than a quarter of the visibility timeout, Run also reads Redis's
+// clock between scans, so that its observation of Redis has no gap (see Trust).
 func (r *Recoverer) Run(ctx context.Context) error {
 	if r.err != nil {
 		return r.err
 	}
+	probe := r.watch.probeEvery()
 	for {
 		if _, _, err := r.RunOnce(ctx); err != nil && ctx.Err() == nil {
 			r.log.Error().Err(err).Msg("recover stale jobs")
 		}
 		jitter := time.Duration(rand.Int64N(int64(r.cfg.Interval)/5+1)) - r.cfg.Interval/10
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-time.After(r.cfg.Interval + jitter):
+		wait := r.cfg.Interval + jitter
+		for {
+			step := wait
+			if r.cfg.Interval > probe {
+				step = min(wait, probe)
+			}
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-time.After(step):
+			}
+			if wait -= step; wait <= 0 {
+				break
+			}
+			if err := r.readClock(ctx); err != nil && ctx.Err() == nil {
+				r.log.Debug().Err(err).Msg("watch Redis between scans")
+			}
 		}
 	}
 }
 
-// RunOnce runs one scan if this process gets the lock. It reports whether it scanned.
+// RunOnce reads Redis's clock and, if this process gets the lock, runs one scan. It reports
+// whether it scanned. A scan recovers an entry only once this Recoverer has watched Redis
+// without a gap for a lease period and an earlier scan listed the entry (see Trust): the first
+// scans of a new Recoverer defer what they find (Result.Deferred). For its observation to
+// have no gap, call RunOnce at least every Interval, as Run does.
 func (r *Recoverer) RunOnce(ctx context.Context) (Result, bool, error) {
 	var res Result
 	if r.err != nil {
 		return res, false, r.err
 	}
+	if err := r.readClock(ctx); err != nil {
+		return res, false, err
+	}
 	if r.cfg.DisableLock {
-		err := r.scan(ctx, "", &res)
-		if err == nil {
-			err = r.prune(ctx, "", r.cfg.ConsumerTTL, &res)
-		}
+		err := r.scanAndPrune(ctx, "", &res)
 		r.report(res)
 		return res, true, err
 	}
@@ -269,16 +356,24 @@ func (r *Recoverer) RunOnce(ctx context.Context) (Result, bool, error) {
 			serr = ErrLockLost
 			return nil
 		}
-		serr = r.scan(ctx, token, &res)
-		if serr == nil {
-			serr = r.prune(ctx, token, r.cfg.ConsumerTTL, &res)
-		}
+		serr = r.scanAndPrune(ctx, token, &res)
 		return nil
 	})
+	r.note(ctx, err) // the lock's own calls
 	if ran {
 		r.report(res)
 	}
 	return res, ran, errors.Join(err, serr)
+}
+
+// scanAndPrune scans, then prunes stopped consumers if the scan went through and this
+// Recoverer trusts what it sees (consumers' idle times are Redis's, like entries').
+func (r *Recoverer) scanAndPrune(ctx context.Context, token string, res *Result) error {
+	trusted, err := r.scan(ctx, token, res)
+	if err == nil && trusted {
+		err = r.prune(ctx, token, r.cfg.ConsumerTTL, res)
+	}
+	return err
 }
 
 func (r *Recoverer) report(res Result) {
@@ -287,6 +382,10 @@ func (r *Recoverer) report(res Result) {
 	if res.Requeued+res.Dead+res.Poison+res.Dropped > 0 {
 		r.log.Info().Int("num_requeued", res.Requeued).Int("num_dead", res.Dead).
 			Int("num_dropped", res.Dropped).Int("num_poison", res.Poison).Msg("recovered stale jobs")
+	}
+	if res.Deferred > 0 {
+		r.log.Debug().Int("num_deferred", res.Deferred).
+			Msg("idle entries left for a later scan: Redis not yet watched long enough")
 	}
 	if res.Pruned > 0 {
 		r.log.Info().Int("num_pruned", res.Pruned).Msg("deleted idle consumers with nothing pending")
@@ -299,6 +398,7 @@ var errFenced = errors.New("recovery: lock no longer held; scan stopped")
 func (r *Recoverer) prune(ctx context.Context, token string, idle time.Duration, res *Result) error {
 	n, err := pruneScript.Run(ctx, r.rdb, []string{r.q.Stream(), r.q.RecoveryLock()},
 		keys.Group, idle.Milliseconds(), token).Int()
+	r.note(ctx, err)
 	switch {
 	case err != nil && (redis.HasErrorPrefix(err, "NOGROUP") || redis.HasErrorPrefix(err, "no such key")):
 		return nil
@@ -311,46 +411,87 @@ func (r *Recoverer) prune(ctx context.Context, token string, idle time.Duration,
 	return nil
 }
 
-func (r *Recoverer) scan(ctx context.Context, token string, res *Result) error {
+// scan lists the pending entries idle for two thirds of the visibility timeout or more and
+// recovers, with recover.lua, those idle for the whole of it that an earlier scan of the same
+// observation listed too, if this Recoverer has watched Redis for a lease period (see Trust).
+// It reports whether it trusted what it saw.
+func (r *Recoverer) scan(ctx context.Context, token string, res *Result) (trusted bool, err error) {
+	vt := r.cfg.VisibilityTimeout
+	epoch, trusted, seen := r.watch.sightings(time.Now())
+	if r.skipTrust {
+		trusted = true
+	}
+	listed := map[string]struct{}{}
+	complete := false
+	defer func() { r.watch.remember(epoch, listed, complete) }()
 	start := "-"
 	for {
 		pend, err := r.rdb.XPendingExt(ctx, &redis.XPendingExtArgs{
-			Stream: r.q.Stream(), Group: keys.Group, Idle: r.cfg.VisibilityTimeout,
+			Stream: r.q.Stream(), Group: keys.Group, Idle: vt - r.watch.lease,
 			Start: start, End: "+", Count: int64(r.cfg.BatchSize),
 		}).Result()
+		r.note(ctx, err)
 		if err != nil {
 			if redis.HasErrorPrefix(err, "NOGROUP") || errors.Is(err, redis.Nil) {
-				return nil // no worker has read this queue yet
+				complete = true
+				return trusted, nil // no worker has read this queue yet
 			}
-			return fmt.Errorf("list idle entries: %w", err)
+			return trusted, fmt.Errorf("list idle entries: %w", err)
 		}
 		if len(pend) == 0 {
-			return nil
+			complete = true
+			return trusted, nil
 		}
-		args := make([]any, 0, 5+len(pend))
-		args = append(args, keys.Group, token, r.cfg.VisibilityTimeout.Milliseconds(),
-			r.q.JobPrefix(), r.cfg.Now().UnixMilli())
+		// A gap during the scan (a slow answer) takes the trust back.
+		trusted = trusted && (r.skipTrust || r.watch.valid(epoch))
+		ids := make([]string, 0, len(pend))
 		for _, p := range pend {
-			args = append(args, p.ID)
+			listed[p.ID] = struct{}{}
+			if p.Idle < vt {
+				continue // not due yet: listed so that the scan that finds it due has seen it before
+			}
+			if _, before := seen[p.ID]; trusted && (before || r.skipTrust) {
+				ids = append(ids, p.ID)
+			} else {
+				res.Deferred++
+			}
 		}
-		out, err := recoverScript.Run(ctx, r.rdb,
-			[]string{r.q.Stream(), r.q.Dead(), r.q.Stats(), r.q.RecoveryLock()}, args...).Int64Slice()
-		if err != nil {
-			return fmt.Errorf("recover entries: %w", err)
+		if len(ids) > 0 {
+			if err := r.recover(ctx, token, ids, res); err != nil {
+				return trusted, err
+			}
 		}
-		if len(out) == 1 && out[0] == -1 {
-			return errFenced
-		}
-		if len(out) != 5 {
-			return fmt.Errorf("recover entries: unexpected reply %v", out)
-		}
-		res.add(Result{Requeued: int(out[0]), Dead: int(out[1]), Dropped: int(out[2]),
-			Skipped: int(out[3]), Poison: int(out[4])})
 		if len(pend) < r.cfg.BatchSize {
-			return nil
+			complete = true
+			return trusted, nil
 		}
 		start = nextID(pend[len(pend)-1].ID)
 	}
+}
+
+// recover runs recover.lua on ids.
+func (r *Recoverer) recover(ctx context.Context, token string, ids []string, res *Result) error {
+	args := make([]any, 0, 5+len(ids))
+	args = append(args, keys.Group, token, r.cfg.VisibilityTimeout.Milliseconds(),
+		r.q.JobPrefix(), r.cfg.Now().UnixMilli())
+	for _, id := range ids {
+		args = append(args, id)
+	}
+	out, err := recoverScript.Run(ctx, r.rdb,
+		[]string{r.q.Stream(), r.q.Dead(), r.q.Stats(), r.q.RecoveryLock()}, args...).Int64Slice()
+	r.note(ctx, err)
+	if err != nil {
+		return fmt.Errorf("recover entries: %w", err)
+	}
+	if len(out) == 1 && out[0] == -1 {
+		return errFenced
+	}
+	if len(out) != 5 {
+		return fmt.Errorf("recover entries: unexpected reply %v", out)
+	}
+	res.add(Result{Requeued: int(out[0]), Dead: int(out[1]), Dropped: int(out[2]),
+		Skipped: int(out[3]), Poison: int(out[4])})
+	return nil
 }
 
 // nextID returns the smallest stream id after id ("ms-seq" -> "ms-(seq+1)").

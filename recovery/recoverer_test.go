@@ -47,12 +47,14 @@ func setup(t *testing.T) *bundle {
 	}
 }
 
+// recoverer returns a Recoverer of b's queue that skips the trust in its own observation of
+// Redis (see trust_test.go for that), so that one scan recovers what is idle.
 func (b *bundle) recoverer(cfg recovery.Config) *recovery.Recoverer {
 	cfg.Queue = b.queue
 	if cfg.VisibilityTimeout == 0 {
 		cfg.VisibilityTimeout = testVisibility
 	}
-	return recovery.NewRecoverer(b.rdb, cfg)
+	return recovery.NewRecoverer(b.rdb, cfg).SkipTrust()
 }
 
 func (b *bundle) enqueue(t *testing.T, opts ...pipeline.Option) *pipeline.Job {
@@ -784,11 +786,15 @@ func TestRecovererRun(t *testing.T) {
 		begin := time.Now()
 		go func() { done <- r.Run(ctx) }()
 
-		// The start-up scan recovers the job at once, long before an interval passed.
+		// The start-up scan comes at once, long before an interval passed. It lists the job
+		// but leaves it: a new Recoverer trusts idle times only once it has watched Redis for
+		// a lease period (see trust_test.go); the first scan after that recovers it.
 		require.Eventually(t, func() bool {
 			return b.get(t, f.job.ID).Entry != f.entry
-		}, 5*time.Second, 5*time.Millisecond)
+		}, 30*time.Second, 5*time.Millisecond)
+		recovered := time.Since(begin)
 		require.Less(t, h.scanTimes()[0].Sub(begin), interval/2, "no scan at start-up")
+		require.GreaterOrEqual(t, recovered, testVisibility/3, "recovered before a lease period of watching")
 
 		// A worker dies again: a later scan finds it.
 		f.entry = b.get(t, f.job.ID).Entry
@@ -796,7 +802,7 @@ func TestRecovererRun(t *testing.T) {
 		b.makeIdle(t, f.consumer, deadIdle, f.entry)
 		require.Eventually(t, func() bool {
 			return b.get(t, f.job.ID).Attempt == 2
-		}, 5*time.Second, 10*time.Millisecond)
+		}, 10*time.Second, 10*time.Millisecond)
 		require.Eventually(t, func() bool { return h.scans.Load() >= 3 }, 10*time.Second, 10*time.Millisecond)
 		times := h.scanTimes()
 		for i := 1; i < len(times); i++ {
@@ -813,6 +819,24 @@ func TestRecovererRun(t *testing.T) {
 		case <-time.After(5 * time.Second):
 			t.Fatal("Run did not stop when its context ended")
 		}
+	})
+
+	// With an Interval longer than a quarter of the visibility timeout, Run reads Redis's clock
+	// between scans, so that its observation of Redis has no gap and it recovers at all.
+	t.Run("LongIntervalStillWatches", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		const vt = 400 * time.Millisecond
+		f := deliverOne(t, b, deadIdle)
+		r := recovery.NewRecoverer(b.rdb, recovery.Config{Queue: b.queue, VisibilityTimeout: vt, Interval: vt})
+		ctx, cancel := context.WithCancel(t.Context())
+		done := make(chan error, 1)
+		go func() { done <- r.Run(ctx) }()
+		require.Eventually(t, func() bool {
+			return b.get(t, f.job.ID).Entry != f.entry
+		}, 30*time.Second, 10*time.Millisecond)
+		cancel()
+		require.NoError(t, <-done)
 	})
 
 	t.Run("StopsWhenContextEndsDuringWait", func(t *testing.T) {
