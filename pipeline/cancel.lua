@@ -6,14 +6,15 @@
 -- A queued or running job's entry is acknowledged and deleted; the worker running it finds its
 -- lease gone at its next renewal, which cancels the handler's context, and its late result is
 -- refused by fencing.
--- Returns 1 canceled, 0 already finished (nothing changed), -1 no such job.
+-- Returns {CV_OK} canceled, {CV_WRONG_STATE, status} already finished (nothing changed),
+-- {CV_NOT_FOUND} no such job.
 local h = redis.call('HMGET', KEYS[4], 'status', 'entry', 'retention_ms')
 local status = h[1]
-if not status then return -1 end
-if status == 'completed' or status == 'failed' or status == 'canceled' then return 0 end
+if not status then return {CV_NOT_FOUND} end
+if status == 'completed' or status == 'failed' or status == 'canceled' then return {CV_WRONG_STATE, status} end
 if status == 'scheduled' then
   redis.call('ZREM', KEYS[2], ARGV[4])
-elseif h[2] then
+elseif h[2] and h[2] ~= '' then
   cv_keep_payload(KEYS[4], cv_entry(KEYS[1], h[2]))
   cv_drop(KEYS[1], ARGV[1], {h[2]})
 end
@@ -28,4 +29,4 @@ if ret <= 0 then
 end
 redis.call('PEXPIRE', KEYS[4], math.max(ret, tonumber(ARGV[5])))
 redis.call('HINCRBY', KEYS[3], 'canceled', 1)
-return 1
+return {CV_OK}

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -195,23 +194,31 @@ func (c *Client) enqueuePrepared(ctx context.Context, queue string, preps []prep
 	}
 	var existing []int
 	for ci, cmd := range cmds {
-		rows, err := cmd.StringSlice()
+		code, rows, err := script.Reply(cmd)
+		if err == nil && (code != script.OK || len(rows) != 2*(spans[ci][1]-spans[ci][0])) {
+			err = fmt.Errorf("unexpected reply %v %v", code, rows)
+		}
 		if err != nil {
 			return jobs, fmt.Errorf("enqueue to %s: %w", queue, err)
 		}
 		lo := spans[ci][0]
-		for k, row := range rows {
-			j := jobs[lo+k]
-			switch {
-			case row == "":
-				j.Status = StatusScheduled
-			case row == "=":
-				existing = append(existing, lo+k)
-			case row[0] == '~':
-				j.ID = row[1:]
-				existing = append(existing, lo+k)
+		for k := 0; k < len(rows); k += 2 {
+			j := jobs[lo+k/2]
+			data, _ := rows[k+1].(string)
+			switch c, _ := rows[k].(int64); script.Code(c) {
+			case script.OK:
+				if data == "" {
+					j.Status = StatusScheduled
+				} else {
+					j.Status, j.Entry, j.EnqueuedAt = StatusQueued, data, now
+				}
+			case script.Exists:
+				existing = append(existing, lo+k/2)
+			case script.UniqueHeld:
+				j.ID = data
+				existing = append(existing, lo+k/2)
 			default:
-				j.Status, j.Entry, j.EnqueuedAt = StatusQueued, row, now
+				return jobs, fmt.Errorf("enqueue to %s: unexpected reply code %v", queue, c)
 			}
 		}
 	}
@@ -241,19 +248,23 @@ func (c *Client) enqueuePlain(ctx context.Context, queue string, p prepared) (*J
 		return nil, err
 	}
 	q, j := c.keys(queue), p.job
-	res, err := enqueue1Script.Run(ctx, c.rdb, []string{q.Stream(), q.Stats(), q.Job(j.ID)},
-		j.ID, j.Type, j.Payload, p.metadata, j.MaxRetries, j.CreatedAt.UnixMilli()).Text()
+	code, rest, err := script.Reply(enqueue1Script.Run(ctx, c.rdb, []string{q.Stream(), q.Stats(), q.Job(j.ID)},
+		j.ID, j.Type, j.Payload, p.metadata, j.MaxRetries, j.CreatedAt.UnixMilli()))
 	if err != nil {
 		return nil, fmt.Errorf("enqueue to %s: %w", queue, err)
 	}
-	if res == "=" {
+	if code == script.Exists {
 		got, err := c.Get(ctx, queue, j.ID)
 		if errors.Is(err, ErrNotFound) {
 			return j, nil // it finished and expired between the two calls
 		}
 		return got, err
 	}
-	j.Status, j.Entry, j.EnqueuedAt = StatusQueued, res, j.CreatedAt
+	if code != script.OK || len(rest) != 1 {
+		return nil, fmt.Errorf("enqueue to %s: unexpected reply %v %v", queue, code, rest)
+	}
+	j.Status, j.EnqueuedAt = StatusQueued, j.CreatedAt
+	j.Entry, _ = rest[0].(string)
 	return j, nil
 }
 
@@ -449,12 +460,16 @@ func (c *Client) Get(ctx context.Context, queue, id string) (*Job, error) {
 		return nil, err
 	}
 	q := c.keys(queue)
-	flat, err := getScript.Run(ctx, c.rdb, []string{q.Job(id), q.Stream()}).StringSlice()
+	code, rest, err := script.Reply(getScript.Run(ctx, c.rdb, []string{q.Job(id), q.Stream()}))
 	if err != nil {
 		return nil, fmt.Errorf("get %s/%s: %w", queue, id, err)
 	}
-	if len(flat) == 0 {
+	if code == script.NotFound {
 		return nil, ErrNotFound
+	}
+	flat := make([]string, len(rest))
+	for i, v := range rest {
+		flat[i], _ = v.(string)
 	}
 	return jobFromHash(queue, id, flat)
 }
@@ -527,20 +542,21 @@ func (c *Client) Cancel(ctx context.Context, queue, id string) error {
 		return err
 	}
 	q := c.keys(queue)
-	n, err := cancelScript.Run(ctx, c.rdb,
+	code, rest, err := script.Reply(cancelScript.Run(ctx, c.rdb,
 		[]string{q.Stream(), q.Scheduled(), q.Stats(), q.Job(id)},
-		keys.Group, c.cfg.Now().UnixMilli(), retentionMS(c.cfg.Retention), id, c.cfg.MinRetention.Milliseconds()).Int()
+		keys.Group, c.cfg.Now().UnixMilli(), retentionMS(c.cfg.Retention), id, c.cfg.MinRetention.Milliseconds()))
 	if err != nil {
 		return fmt.Errorf("cancel %s/%s: %w", queue, id, err)
 	}
-	switch n {
-	case 1:
+	switch code {
+	case script.OK:
 		return nil
-	case 0:
-		return ErrNotCancelable
-	default:
+	case script.WrongState:
+		return fmt.Errorf("%w (%v)", ErrNotCancelable, rest[0])
+	case script.NotFound:
 		return ErrNotFound
 	}
+	return fmt.Errorf("cancel %s/%s: unexpected reply %v", queue, id, code)
 }
 
 // QueueStats are a queue's gauges and counters.
@@ -669,26 +685,24 @@ func (c *Client) Replay(ctx context.Context, queue, id string) error {
 		return err
 	}
 	q := c.keys(queue)
-	res, err := replayScript.Run(ctx, c.rdb, []string{q.Stream(), q.Dead(), q.Job(id)},
-		c.cfg.Now().UnixMilli(), id).Result()
+	code, rest, err := script.Reply(replayScript.Run(ctx, c.rdb, []string{q.Stream(), q.Dead(), q.Job(id)},
+		c.cfg.Now().UnixMilli(), id))
 	if err != nil {
 		return fmt.Errorf("replay %s/%s: %w", queue, id, err)
 	}
-	switch v := res.(type) {
-	case string:
-		if holder, held := strings.CutPrefix(v, "~"); held {
-			return fmt.Errorf("replay %s/%s: %w (job %s)", queue, id, ErrUniqueHeld, holder)
-		}
+	switch code {
+	case script.OK:
 		return nil
-	case int64:
-		switch v {
-		case -1:
-			return fmt.Errorf("replay %s/%s: %w: an unreadable entry's record has no type to run", queue, id, ErrInvalid)
-		case -2:
-			return ErrNotFound
-		}
+	case script.NotFound:
+		return ErrNotFound
+	case script.WrongState:
+		return fmt.Errorf("%w (it is %v)", ErrNotDead, rest[0])
+	case script.NoType:
+		return fmt.Errorf("replay %s/%s: %w: an unreadable entry's record has no type to run", queue, id, ErrInvalid)
+	case script.UniqueHeld:
+		return fmt.Errorf("replay %s/%s: %w (job %v)", queue, id, ErrUniqueHeld, rest[0])
 	}
-	return ErrNotDead
+	return fmt.Errorf("replay %s/%s: unexpected reply %v", queue, id, code)
 }
 
 // Purge deletes the dead jobs of queue that died at or before `before` and returns how many.
@@ -700,11 +714,12 @@ func (c *Client) Purge(ctx context.Context, queue string, before time.Time) (int
 	const limit = 500
 	total := 0
 	for {
-		n, err := purgeScript.Run(ctx, c.rdb, []string{q.Dead()}, q.JobPrefix(), limit, before.UnixMilli()).Int()
-		total += n
+		_, rest, err := script.Reply(purgeScript.Run(ctx, c.rdb, []string{q.Dead()}, q.JobPrefix(), limit, before.UnixMilli()))
 		if err != nil {
 			return total, fmt.Errorf("purge %s: %w", queue, err)
 		}
+		n := int(rest[0].(int64))
+		total += n
 		if n < limit {
 			return total, nil
 		}

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"errors"
+	"fmt"
 	"strconv"
 	"sync"
 	"time"
@@ -425,6 +426,9 @@ func (c *completer) write(ctx context.Context, batch []transition) ([]transition
 	var first error
 	for i, cmd := range cmds {
 		codes, err := cmd.Int64Slice()
+		if err == nil && (len(codes) != len(groups[i])+1 || codes[0] != int64(script.OK)) {
+			err = fmt.Errorf("finish: unexpected reply %v", codes)
+		}
 		if err != nil {
 			first = cmp.Or(first, err)
 			for _, t := range groups[i] {
@@ -442,10 +446,10 @@ func (c *completer) write(ctx context.Context, batch []transition) ([]transition
 			}
 			continue
 		}
-		for k, code := range codes {
+		for k, code := range codes[1:] {
 			// Refusals are counted by finish.lua in the queue's stats (refused). A start
 			// mark that came too late (the job finished or moved on) is not a refusal.
-			if t := groups[i][k]; code == 0 && t.op != opStart {
+			if t := groups[i][k]; script.Code(code) == script.Refused && t.op != opStart {
 				c.log.Info().Str("job_id", t.id).Str("entry", t.entry).Str("op", t.op).
 					Msg("transition refused: the job moved on (recovered, canceled or finished elsewhere)")
 			}

@@ -6,9 +6,10 @@
 --   chosen by the caller, or the chunk has unique keys), '0' otherwise, then 9 values per job:
 --   id, type, payload, metadata (msgpack or ''), max_retries, timeout_ms, run_at (unix ms),
 --   retention_ms ('' = the queue default), unique_ttl_ms ('' = no unique key)
--- Returns one string per job: the new entry id when it was queued, '' when it was scheduled,
--- '=' when the id exists already (nothing written), '~<id>' when the unique key is held by job
--- <id> (nothing written). A flat reply: it costs less to build here and to parse there.
+-- Returns {CV_OK, then two values per job: CV_OK and the new entry id when it was queued, or ''
+-- when it was scheduled; CV_EXISTS and '' when the id exists already (nothing written);
+-- CV_UNIQUE_HELD and the holder's id when another job holds the unique key (nothing written)}.
+-- A flat reply: it costs less to build here and to parse there.
 -- Idempotent: a call repeated after a lost reply finds its jobs and changes nothing. A job whose
 -- id the caller chose is looked up on its own. Generated ids (random ULIDs) cannot collide, so
 -- the only way one exists already is that this very call ran before; and a call is one atomic
@@ -22,9 +23,9 @@
 -- snprintf("%.17g"), about 0.16 us per argument, which adds up at one HSET per job.
 local now, now_s = tonumber(ARGV[1]), ARGV[1]
 local witness, chosen = tonumber(ARGV[3]), ARGV[4]
-local out, created = {}, 0
+local out, created = {CV_OK}, 0
 if witness > 0 and redis.call('EXISTS', KEYS[witness]) == 1 then
-  for n = 1, #chosen do out[n] = '=' end
+  for n = 1, #chosen do out[2 * n], out[2 * n + 1] = CV_EXISTS, '' end
   return out
 end
 local k = 4
@@ -42,14 +43,14 @@ for a = 5, #ARGV, 9 do
   if uttl ~= '' then ukey = KEYS[k]; k = k + 1 end
 
   if string.byte(chosen, n) == 49 and redis.call('EXISTS', jobkey) == 1 then
-    out[#out + 1] = '='
+    out[#out + 1] = CV_EXISTS; out[#out + 1] = ''
   else
     local held = nil
     if ukey and not redis.call('SET', ukey, id, 'NX', 'PX', uttl) then
       held = redis.call('GET', ukey)
     end
     if held then
-      out[#out + 1] = '~' .. held
+      out[#out + 1] = CV_UNIQUE_HELD; out[#out + 1] = held
     else
       local plain = tmo == '0' and retention == '' and not ukey
       if plain and run_at <= now then
@@ -57,7 +58,7 @@ for a = 5, #ARGV, 9 do
         local e = cv_xadd(KEYS[1], id, payload, md, typ, '1', mr, tmo)
         redis.call('HSET', jobkey, 'type', typ, 'status', 'queued', 'max_retries', mr,
           'created_at', now_s, 'entry', e, 'version', '1')
-        out[#out + 1] = e
+        out[#out + 1] = CV_OK; out[#out + 1] = e
       else
         -- One HSET per job all the same: each redis.call costs more than its fields.
         local f = {'type', typ, 'max_retries', mr, 'created_at', now_s, 'version', '1'}
@@ -71,7 +72,7 @@ for a = 5, #ARGV, 9 do
           local e = cv_xadd(KEYS[1], id, payload, md, typ, '1', mr, tmo)
           f[#f + 1] = 'status'; f[#f + 1] = 'queued'
           f[#f + 1] = 'entry'; f[#f + 1] = e
-          out[#out + 1] = e
+          out[#out + 1] = CV_OK; out[#out + 1] = e
         else
           f[#f + 1] = 'status'; f[#f + 1] = 'scheduled'
           f[#f + 1] = 'run_at'; f[#f + 1] = run_at_s
@@ -79,7 +80,7 @@ for a = 5, #ARGV, 9 do
           f[#f + 1] = 'metadata'; f[#f + 1] = md
           redis.call('ZADD', KEYS[2], run_at_s, id)
           if earliest == nil or run_at < earliest then earliest, earliest_id = run_at, id end
-          out[#out + 1] = ''
+          out[#out + 1] = CV_OK; out[#out + 1] = ''
         end
         redis.call('HSET', jobkey, unpack(f))
       end

@@ -4,9 +4,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
 	"github.com/conveyorq/conveyor/internal/keys"
+	"github.com/conveyorq/conveyor/internal/script"
 	"github.com/conveyorq/conveyor/internal/redistest"
 )
 
@@ -28,8 +30,7 @@ func TestEnqueueChunkRetryIsIdempotent(t *testing.T) {
 		preps = append(preps, p)
 	}
 	call := enqueueCall(q, preps, now)
-	first, err := call.Script.Run(ctx, rdb, call.Keys, call.Args...).StringSlice()
-	require.NoError(t, err)
+	first := enqueueRows(t, call.Script.Run(ctx, rdb, call.Keys, call.Args...))
 	require.Len(t, first, 5)
 	require.Equal(t, "", first[3], "the delayed one is scheduled")
 	for _, i := range []int{0, 1, 2, 4} {
@@ -37,8 +38,7 @@ func TestEnqueueChunkRetryIsIdempotent(t *testing.T) {
 		require.NotEqual(t, "=", first[i])
 	}
 
-	again, err := call.Script.Run(ctx, rdb, call.Keys, call.Args...).StringSlice()
-	require.NoError(t, err)
+	again := enqueueRows(t, call.Script.Run(ctx, rdb, call.Keys, call.Args...))
 	require.Equal(t, []string{"=", "=", "=", "=", "="}, again)
 	xlen, err := rdb.XLen(ctx, q.Stream()).Result()
 	require.NoError(t, err)
@@ -53,8 +53,7 @@ func TestEnqueueChunkRetryIsIdempotent(t *testing.T) {
 	p2, err := c.prepare(queue, &Task{Type: "t"}, now, nil)
 	require.NoError(t, err)
 	call = enqueueCall(q, []prepared{p1, p2}, now)
-	mixed, err := call.Script.Run(ctx, rdb, call.Keys, call.Args...).StringSlice()
-	require.NoError(t, err)
+	mixed := enqueueRows(t, call.Script.Run(ctx, rdb, call.Keys, call.Args...))
 	require.Equal(t, "=", mixed[0])
 	require.NotEqual(t, "=", mixed[1])
 
@@ -72,13 +71,35 @@ func TestEnqueueChunkRetryIsIdempotent(t *testing.T) {
 	xlen0, err := rdb.XLen(ctx, q.Stream()).Result()
 	require.NoError(t, err)
 	call = enqueueCall(q, preps, now)
-	first, err = call.Script.Run(ctx, rdb, call.Keys, call.Args...).StringSlice()
-	require.NoError(t, err)
+	first = enqueueRows(t, call.Script.Run(ctx, rdb, call.Keys, call.Args...))
 	require.Equal(t, "~"+holder.ID, first[2])
-	again, err = call.Script.Run(ctx, rdb, call.Keys, call.Args...).StringSlice()
-	require.NoError(t, err)
+	again = enqueueRows(t, call.Script.Run(ctx, rdb, call.Keys, call.Args...))
 	require.Equal(t, []string{"=", "=", "~" + holder.ID}, again)
 	xlen, err = rdb.XLen(ctx, q.Stream()).Result()
 	require.NoError(t, err)
 	require.Equal(t, xlen0+2, xlen, "no entry was added twice")
+}
+
+// enqueueRows reads enqueue.lua's reply as one string per job: the entry id when queued, ''
+// when scheduled, '=' when the id existed, '~<id>' when job <id> holds the unique key.
+func enqueueRows(t *testing.T, cmd *redis.Cmd) []string {
+	t.Helper()
+	code, rest, err := script.Reply(cmd)
+	require.NoError(t, err)
+	require.Equal(t, script.OK, code)
+	var rows []string
+	for k := 0; k < len(rest); k += 2 {
+		data, _ := rest[k+1].(string)
+		switch c, _ := rest[k].(int64); script.Code(c) {
+		case script.OK:
+			rows = append(rows, data)
+		case script.Exists:
+			rows = append(rows, "=")
+		case script.UniqueHeld:
+			rows = append(rows, "~"+data)
+		default:
+			t.Fatalf("code %d", c)
+		}
+	}
+	return rows
 }

@@ -24,7 +24,8 @@
 -- A finished job keeps its record for its retention, but never less than ARGV[5]: a publish
 -- that go-redis sends again after a lost reply must find the job and make no second one. With
 -- no retention, what is kept that long is a tombstone (status and completed_at).
--- Returns one code per item: 1 applied, 0 refused, 2 retry turned into dead.
+-- Returns {CV_OK, then one code per item: CV_OK applied, CV_REFUSED refused (or a start mark
+-- ignored), CV_DIED a retry turned into dead}.
 --
 -- Cost matters here (this runs for every job): each transition is one HMGET and one HSET (and a
 -- PEXPIRE or ZADD), and one XACK and one XDEL for the whole batch. Reading a stream entry back
@@ -32,7 +33,7 @@
 local stream, scheduled, dead, stats = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local group, worker, default_ret, wake = ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[4]
 local min_ret, min_ret_s = tonumber(ARGV[5]), ARGV[5]
-local drop, out = {}, {}
+local drop, out = {}, {CV_OK}
 -- Numbers go to redis.call as strings made once per distinct value: Redis formats a Lua number
 -- with snprintf (about 0.16 us per argument), and every job writes its version.
 local vstr = {}
@@ -49,7 +50,7 @@ for a = 6, #ARGV, 10 do
   local started, finished, data, extra = ARGV[a + 4], ARGV[a + 5], ARGV[a + 6], ARGV[a + 7]
   local sent, payload = ARGV[a + 8] == '1', ARGV[a + 9]
   local jobkey = KEYS[4 + i]
-  local code = 0
+  local code = CV_REFUSED
 
   if op == 'poison' then
     local cur = redis.call('HGET', jobkey, 'entry')
@@ -71,7 +72,7 @@ for a = 6, #ARGV, 10 do
     end
     n_poison = n_poison + 1
     drop[#drop + 1] = entry
-    code = 1
+    code = CV_OK
   elseif op == 'start' or op == 'done' or op == 'retry' or op == 'fail' then
     local h = redis.call('HMGET', jobkey, 'entry', 'status', 'max_retries', 'retention_ms',
       'version', 'unique')
@@ -88,7 +89,7 @@ for a = 6, #ARGV, 10 do
     elseif op == 'start' then
       redis.call('HSET', jobkey, 'status', 'in_progress', 'started_at', started,
         'attempt', attempt, 'worker', worker, 'version', str(version))
-      code = 1
+      code = CV_OK
     else
       local ret = cv_num(h[4], default_ret)
       local ret_s = h[4] or ARGV[3]
@@ -153,12 +154,12 @@ for a = 6, #ARGV, 10 do
         end
       end
       drop[#drop + 1] = entry
-      code = 1
+      code = CV_OK
       if op == 'done' then
         n_done = n_done + 1
       elseif dies then
         n_failed = n_failed + 1
-        if op == 'retry' then code = 2 end
+        if op == 'retry' then code = CV_DIED end
       else
         n_retried = n_retried + 1
       end
@@ -166,7 +167,7 @@ for a = 6, #ARGV, 10 do
   else
     return redis.error_reply('finish: unknown op ' .. tostring(op))
   end
-  out[i] = code
+  out[i + 1] = code
 end
 cv_drop(stream, group, drop)
 if n_done > 0 then redis.call('HINCRBY', stats, 'completed', n_done) end

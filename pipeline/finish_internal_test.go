@@ -11,6 +11,7 @@ import (
 
 	"github.com/conveyorq/conveyor/internal/keys"
 	"github.com/conveyorq/conveyor/internal/redistest"
+	"github.com/conveyorq/conveyor/internal/script"
 )
 
 // The completer writes chunks concurrently, so a job's start mark may reach Redis after its
@@ -32,19 +33,17 @@ func TestFinishLateStartMarkIsIgnored(t *testing.T) {
 
 	comp := newCompleter(rdb, "w1", time.Hour.Milliseconds(), time.Minute.Milliseconds(), time.Second, finishChunk, 10, zerolog.Nop())
 	now := time.Now().UnixMilli()
-	run := func(ts ...transition) []int64 {
+	run := func(ts ...transition) []script.Code {
 		call := comp.call(ts)
-		codes, err := call.Script.Run(ctx, rdb, call.Keys, call.Args...).Int64Slice()
-		require.NoError(t, err)
-		return codes
+		return finishCodes(t, call.Script.Run(ctx, rdb, call.Keys, call.Args...))
 	}
 	base := transition{q: &q, id: job.ID, entry: job.Entry, attempt: 1, started: now, finished: now + 5,
 		sent: true, payload: "p"}
 	done, start := base, base
 	done.op, start.op = opDone, opStart
 
-	require.Equal(t, []int64{1}, run(done))
-	require.Equal(t, []int64{0}, run(start), "the late start mark changes nothing")
+	require.Equal(t, []script.Code{applied}, run(done))
+	require.Equal(t, []script.Code{refused}, run(start), "the late start mark changes nothing")
 	got, err := c.Get(ctx, queue, job.ID)
 	require.NoError(t, err)
 	require.Equal(t, StatusCompleted, got.Status)
@@ -52,7 +51,7 @@ func TestFinishLateStartMarkIsIgnored(t *testing.T) {
 	require.NoError(t, err)
 	require.Zero(t, st.Refused, "a late start mark is no refusal")
 
-	require.Equal(t, []int64{0}, run(done), "a second outcome for the same entry is refused")
+	require.Equal(t, []script.Code{refused}, run(done), "a second outcome for the same entry is refused")
 	st, err = c.Stats(ctx, queue)
 	require.NoError(t, err)
 	require.EqualValues(t, 1, st.Refused)
@@ -95,13 +94,31 @@ func (f *finishFixture) read(n int) []string {
 	return ids
 }
 
-func (f *finishFixture) run(ts ...transition) []int64 {
+func (f *finishFixture) run(ts ...transition) []script.Code {
 	f.t.Helper()
 	call := f.comp.call(ts)
-	codes, err := call.Script.Run(f.t.Context(), f.rdb, call.Keys, call.Args...).Int64Slice()
-	require.NoError(f.t, err)
-	return codes
+	return finishCodes(f.t, call.Script.Run(f.t.Context(), f.rdb, call.Keys, call.Args...))
 }
+
+// finishCodes reads finish.lua's reply: one code per transition.
+func finishCodes(t *testing.T, cmd *redis.Cmd) []script.Code {
+	t.Helper()
+	code, rest, err := script.Reply(cmd)
+	require.NoError(t, err)
+	require.Equal(t, script.OK, code)
+	out := make([]script.Code, len(rest))
+	for i, v := range rest {
+		out[i] = script.Code(v.(int64))
+	}
+	return out
+}
+
+// Per-transition codes of finish.lua, as the tests read them.
+const (
+	applied = script.OK
+	refused = script.Refused
+	died    = script.Died
+)
 
 func (f *finishFixture) outcome(op, id, entry string) transition {
 	now := time.Now().UnixMilli()
@@ -165,13 +182,13 @@ func TestFinishFenceRefusesAnOldEntry(t *testing.T) {
 				require.NoError(t, f.rdb.HSet(t.Context(), f.q.Job(job.ID), keys.FieldEntry, newer).Err())
 				if status == StatusInProgress {
 					require.Equal(t, []string{newer}, f.read(1))
-					require.Equal(t, []int64{1}, f.run(transition{q: &f.q, op: opStart, id: job.ID, entry: newer,
+					require.Equal(t, []script.Code{applied}, f.run(transition{q: &f.q, op: opStart, id: job.ID, entry: newer,
 						attempt: 2, started: time.Now().UnixMilli()}))
 				}
 				before := f.get(job.ID)
 				require.Equal(t, status, before.Status)
 
-				require.Equal(t, []int64{0}, f.run(f.outcome(op, job.ID, old)))
+				require.Equal(t, []script.Code{refused}, f.run(f.outcome(op, job.ID, old)))
 				after := f.get(job.ID)
 				require.Equal(t, before, after, "a refused outcome changes nothing")
 				require.True(t, f.inStream(newer), "the job's live entry stays")
@@ -191,7 +208,7 @@ func TestFinishRefusedWithoutRecordDropsEntry(t *testing.T) {
 	require.NoError(t, err)
 	entry := f.read(1)[0]
 	require.NoError(t, f.rdb.Del(t.Context(), f.q.Job(job.ID)).Err())
-	require.Equal(t, []int64{0}, f.run(f.outcome(opDone, job.ID, entry)))
+	require.Equal(t, []script.Code{refused}, f.run(f.outcome(opDone, job.ID, entry)))
 	require.Empty(t, f.pending())
 	require.False(t, f.inStream(entry))
 	require.EqualValues(t, 1, f.stats().Refused)
@@ -210,7 +227,7 @@ func TestFinishRefusalLeavesAnotherJobsEntry(t *testing.T) {
 	other, err := f.c.Enqueue(t.Context(), f.queue, Task{Type: "t"})
 	require.NoError(t, err)
 	// The stale worker names other's entry, as if its own entry's id had been handed out again.
-	require.Equal(t, []int64{0}, f.run(f.outcome(opDone, stale.ID, other.Entry)))
+	require.Equal(t, []script.Code{refused}, f.run(f.outcome(opDone, stale.ID, other.Entry)))
 	require.True(t, f.inStream(other.Entry), "another job's entry is left alone")
 	require.Equal(t, StatusQueued, f.get(other.ID).Status)
 	require.Equal(t, []string{other.Entry}, f.read(1), "and it is still delivered")
@@ -233,7 +250,7 @@ func TestFinishDoneClearsEntry(t *testing.T) {
 	fastEmpty := f.outcome(opDone, noResult.ID, entries[1])
 	fastEmpty.sent, fastEmpty.payload, fastEmpty.data = true, "p", ""
 	slow := f.outcome(opDone, withMeta.ID, entries[2])
-	require.Equal(t, []int64{1, 1, 1}, f.run(fast, fastEmpty, slow))
+	require.Equal(t, []script.Code{applied, applied, applied}, f.run(fast, fastEmpty, slow))
 	for _, id := range []string{plain.ID, noResult.ID, withMeta.ID} {
 		j := f.get(id)
 		require.Equal(t, StatusCompleted, j.Status)
@@ -257,7 +274,7 @@ func TestFinishDeadRecordsCompletedAt(t *testing.T) {
 	require.NoError(t, err)
 	entry := f.read(1)[0]
 	tr := f.outcome(opRetry, job.ID, entry) // out of retries: dies
-	require.Equal(t, []int64{2}, f.run(tr))
+	require.Equal(t, []script.Code{died}, f.run(tr))
 	j := f.get(job.ID)
 	require.Equal(t, StatusFailed, j.Status)
 	require.Equal(t, tr.finished, j.CompletedAt.UnixMilli())
@@ -281,23 +298,24 @@ func TestEnqueueResentAfterFinish(t *testing.T) {
 		if p.plain() {
 			send = func() string {
 				j := p.job
-				res, err := enqueue1Script.Run(t.Context(), f.rdb, []string{f.q.Stream(), f.q.Stats(), f.q.Job(j.ID)},
-					j.ID, j.Type, j.Payload, p.metadata, j.MaxRetries, j.CreatedAt.UnixMilli()).Text()
+				code, rest, err := script.Reply(enqueue1Script.Run(t.Context(), f.rdb, []string{f.q.Stream(), f.q.Stats(), f.q.Job(j.ID)},
+					j.ID, j.Type, j.Payload, p.metadata, j.MaxRetries, j.CreatedAt.UnixMilli()))
 				require.NoError(t, err)
-				return res
+				if code == script.Exists {
+					return "="
+				}
+				return rest[0].(string)
 			}
 		} else {
 			call := enqueueCall(f.q, []prepared{p}, now)
 			send = func() string {
-				res, err := call.Script.Run(t.Context(), f.rdb, call.Keys, call.Args...).StringSlice()
-				require.NoError(t, err)
-				return res[0]
+				return enqueueRows(t, call.Script.Run(t.Context(), f.rdb, call.Keys, call.Args...))[0]
 			}
 		}
 		first := send()
 		require.NotEqual(t, "=", first)
 		entry := f.read(1)[0]
-		require.Equal(t, []int64{1}, f.run(f.outcome(opDone, p.job.ID, entry)))
+		require.Equal(t, []script.Code{applied}, f.run(f.outcome(opDone, p.job.ID, entry)))
 		require.Equal(t, "=", send(), "the copy finds the finished job")
 		xlen, err := f.rdb.XLen(t.Context(), f.q.Stream()).Result()
 		require.NoError(t, err)
@@ -322,7 +340,7 @@ func TestFinishPoisonNamingAnotherJobIsKept(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, []string{bad}, f.read(1))
 	now := time.Now().UnixMilli()
-	require.Equal(t, []int64{1}, f.run(transition{q: &f.q, op: opPoison, id: job.ID, entry: bad,
+	require.Equal(t, []script.Code{applied}, f.run(transition{q: &f.q, op: opPoison, id: job.ID, entry: bad,
 		started: now, finished: now, data: "unreadable stream entry " + bad + ": missing conveyor field"}))
 	rec := f.get("entry-" + bad)
 	require.Equal(t, StatusFailed, rec.Status)
@@ -343,7 +361,7 @@ func TestCancelFinishedAndTombstone(t *testing.T) {
 	dead, err := f.c.Enqueue(t.Context(), f.queue, Task{Type: "t"}, WithMaxRetries(0))
 	require.NoError(t, err)
 	entries := f.read(2)
-	require.Equal(t, []int64{1, 1}, f.run(f.outcome(opDone, done.ID, entries[0]), f.outcome(opFail, dead.ID, entries[1])))
+	require.Equal(t, []script.Code{applied, applied}, f.run(f.outcome(opDone, done.ID, entries[0]), f.outcome(opFail, dead.ID, entries[1])))
 	for _, id := range []string{done.ID, dead.ID} {
 		before := f.get(id)
 		require.ErrorIs(t, f.c.Cancel(t.Context(), f.queue, id), ErrNotCancelable)

@@ -1,9 +1,9 @@
 -- get.lua: read a job's record, with its payload and metadata from wherever they live now.
 -- KEYS[1] job hash, KEYS[2] stream
--- Returns the hash as a flat field/value array (empty when there is no such job); while the job
--- is in the stream, payload and metadata are read from its entry and appended.
+-- Returns {CV_OK, the hash as a flat field/value list}, or {CV_NOT_FOUND}; while the job is in
+-- the stream, payload and metadata are read from its entry and appended.
 local h = redis.call('HGETALL', KEYS[1])
-if #h == 0 then return h end
+if #h == 0 then return {CV_NOT_FOUND} end
 local entry, has_payload = nil, false
 for i = 1, #h, 2 do
   if h[i] == 'entry' and h[i + 1] ~= '' then entry = h[i + 1] end
@@ -16,4 +16,5 @@ if entry and not has_payload then
     h[#h + 1] = 'metadata'; h[#h + 1] = f['metadata'] or ''
   end
 end
+table.insert(h, 1, CV_OK)
 return h

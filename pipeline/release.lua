@@ -6,7 +6,7 @@
 -- entry and it is queued or in_progress. The interrupted attempt does not count: the new entry
 -- starts the same attempt number again. An entry that carries no live job is acknowledged and
 -- deleted; one that cannot be read is left pending for recovery to dead-letter.
--- Returns {released, dropped}.
+-- Returns {CV_OK, released, dropped}.
 local stream, group, prefix, now = KEYS[1], ARGV[1], ARGV[2], ARGV[3]
 local released, dropped = 0, 0
 for a = 4, #ARGV do
@@ -31,4 +31,4 @@ for a = 4, #ARGV do
   end
 end
 if released > 0 then redis.call('HINCRBY', KEYS[2], 'released', released) end
-return {released, dropped}
+return {CV_OK, released, dropped}

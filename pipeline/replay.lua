@@ -4,19 +4,21 @@
 -- A job published with a unique key takes its key again (for the TTL it was published with), so
 -- that a publish with the same key finds the replayed job instead of making a second one; when
 -- another job holds the key now, the replay is refused and nothing changes.
--- Returns the new entry id, 0 when the job is not in the dead set, -1 when its record cannot
--- be run again (an unreadable entry kept as a dead record has no type), -2 when there is no
--- such job, '~<id>' when job <id> holds the unique key now.
+-- Returns {CV_OK, new entry id}; {CV_WRONG_STATE, status} when the job is not in the dead set;
+-- {CV_NO_TYPE} when its record cannot be run again (an unreadable entry kept as a dead record
+-- has no type); {CV_NOT_FOUND} when there is no such job; {CV_UNIQUE_HELD, id} when job id
+-- holds the unique key now.
 if not redis.call('ZSCORE', KEYS[2], ARGV[2]) then
-  if redis.call('EXISTS', KEYS[3]) == 0 then return -2 end
-  return 0
+  local status = redis.call('HGET', KEYS[3], 'status')
+  if not status then return {CV_NOT_FOUND} end
+  return {CV_WRONG_STATE, status}
 end
 local h = redis.call('HMGET', KEYS[3], 'status', 'type', 'payload', 'metadata', 'max_retries',
   'timeout_ms', 'unique', 'unique_ttl_ms')
-if h[1] ~= 'failed' or not h[2] or h[2] == '' then return -1 end
+if h[1] ~= 'failed' or not h[2] or h[2] == '' then return {CV_NO_TYPE} end
 if h[7] then
   local holder = redis.call('GET', h[7])
-  if holder and holder ~= ARGV[2] then return '~' .. holder end
+  if holder and holder ~= ARGV[2] then return {CV_UNIQUE_HELD, holder} end
   -- Records written before unique_ttl_ms existed hold the key for a day.
   redis.call('SET', h[7], ARGV[2], 'PX', h[8] or '86400000')
 end
@@ -26,4 +28,4 @@ redis.call('HSET', KEYS[3], 'status', 'queued', 'entry', e, 'enqueued_at', ARGV[
 redis.call('HDEL', KEYS[3], 'payload', 'metadata', 'completed_at', 'result')
 redis.call('HINCRBY', KEYS[3], 'version', 1)
 redis.call('ZREM', KEYS[2], ARGV[2])
-return e
+return {CV_OK, e}

@@ -612,12 +612,12 @@ func (w *Worker) release(ctx context.Context, streamKey string, ids []string) {
 		for _, id := range chunk {
 			args = append(args, id)
 		}
-		res, err := releaseScript.Run(ctx, w.rdb, []string{q.Stream(), q.Stats()}, args...).Int64Slice()
+		_, rest, err := script.Reply(releaseScript.Run(ctx, w.rdb, []string{q.Stream(), q.Stats()}, args...))
 		if err != nil {
 			w.log.Error().Err(err).Int("jobs", len(chunk)).Msg("put back unfinished jobs; they will be recovered after the visibility timeout")
 			continue
 		}
-		released += int(res[0])
+		released += int(rest[0].(int64))
 	}
 	if released > 0 {
 		w.log.Info().Str("queue", q.Name()).Int("num_released", released).Msg("put back unfinished jobs")

@@ -7,6 +7,20 @@
 -- job's unique key (named in its hash). Both carry the queue's hash tag, so they live in the
 -- same cluster slot as the keys that were passed in.
 
+-- Reply codes. Every script answers {code, ...}: a code from this list, then what the script
+-- says it returns with it. internal/script names the same codes in Go (Code); a test keeps the
+-- two lists in step. A script that applies many items (finish, enqueue) answers CV_OK and then
+-- one code per item.
+local CV_OK = 0
+local CV_NOT_FOUND = 1
+local CV_EXISTS = 2
+local CV_UNIQUE_HELD = 3
+local CV_REFUSED = 4
+local CV_WRONG_STATE = 5
+local CV_NO_TYPE = 6
+local CV_LOCK_LOST = 7
+local CV_DIED = 8
+
 -- The fields of stream entry `id` as a table, or nil when the entry is gone.
 local function cv_entry(stream, id)
   local r = redis.call('XRANGE', stream, id, id)

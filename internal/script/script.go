@@ -12,6 +12,7 @@ import (
 	_ "embed"
 	"fmt"
 	"regexp"
+	"strconv"
 	"strings"
 
 	"github.com/redis/go-redis/v9"
@@ -31,7 +32,52 @@ func New(src string) *redis.Script {
 var (
 	libFuncStart = regexp.MustCompile(`(?m)^local function (cv_\w+)\(`)
 	libRef       = regexp.MustCompile(`\bcv_\w+\b`)
+	libCode      = regexp.MustCompile(`(?m)^local (CV_[A-Z_]+) = (\d+)$`)
 )
+
+// Code is the first element of every script's reply (see lib.lua).
+type Code int64
+
+// The reply codes, as lib.lua names them.
+const (
+	OK         Code = 0 // done
+	NotFound   Code = 1 // no such job
+	Exists     Code = 2 // the job exists already (enqueue with a known id)
+	UniqueHeld Code = 3 // another job holds the unique key; the reply names it
+	Refused    Code = 4 // a fenced transition was refused: the job moved on
+	WrongState Code = 5 // the job is not in a state the call applies to; the reply names it
+	NoType     Code = 6 // a dead record with no type to run
+	LockLost   Code = 7 // the caller's lock token no longer holds the lock
+	Died       Code = 8 // a retry became dead: no retries left
+)
+
+// codeNames maps each Code to its name in lib.lua.
+var codeNames = map[Code]string{OK: "CV_OK", NotFound: "CV_NOT_FOUND", Exists: "CV_EXISTS",
+	UniqueHeld: "CV_UNIQUE_HELD", Refused: "CV_REFUSED", WrongState: "CV_WRONG_STATE",
+	NoType: "CV_NO_TYPE", LockLost: "CV_LOCK_LOST", Died: "CV_DIED"}
+
+func (c Code) String() string {
+	if n, ok := codeNames[c]; ok {
+		return n
+	}
+	return "CV_" + strconv.FormatInt(int64(c), 10)
+}
+
+// Reply splits a script's reply into its code and the rest.
+func Reply(cmd *redis.Cmd) (Code, []any, error) {
+	v, err := cmd.Slice()
+	if err != nil {
+		return 0, nil, err
+	}
+	if len(v) == 0 {
+		return 0, nil, fmt.Errorf("script reply without a code")
+	}
+	c, ok := v[0].(int64)
+	if !ok {
+		return 0, nil, fmt.Errorf("script reply code %v is not a number", v[0])
+	}
+	return Code(c), v[1:], nil
+}
 
 // libFuncs splits lib.lua into its functions, each with the comment lines above it, in order.
 func libFuncs() (names []string, bodies map[string]string) {
@@ -75,6 +121,17 @@ func withLib(src string) string {
 	}
 	visit(src)
 	var b strings.Builder
+	// The reply codes the script or its library functions name, before any function.
+	used := src
+	for name := range need {
+		used += bodies[name]
+	}
+	for _, m := range libCode.FindAllStringSubmatch(lib, -1) {
+		if regexp.MustCompile(`\b` + m[1] + `\b`).MatchString(used) {
+			b.WriteString(m[0])
+			b.WriteString("\n")
+		}
+	}
 	for _, name := range names { // library order: a function is defined before its users
 		if need[name] {
 			b.WriteString(bodies[name])

@@ -1,6 +1,7 @@
 package script
 
 import (
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -42,5 +43,25 @@ func TestEveryLibFunctionIsUsable(t *testing.T) {
 		if strings.Count(all, "local function "+n+"(") != 1 {
 			t.Fatalf("%s joined %d times", n, strings.Count(all, "local function "+n+"("))
 		}
+	}
+}
+
+// lib.lua's reply codes and Go's are the same list.
+func TestCodesMatchLib(t *testing.T) {
+	t.Parallel()
+	inLua := map[string]string{}
+	for _, m := range libCode.FindAllStringSubmatch(lib, -1) {
+		inLua[m[1]] = m[2]
+	}
+	if len(inLua) != len(codeNames) {
+		t.Fatalf("lib.lua has %d codes, Go %d", len(inLua), len(codeNames))
+	}
+	for c, name := range codeNames {
+		if inLua[name] != strconv.FormatInt(int64(c), 10) {
+			t.Fatalf("%s is %q in lib.lua, %d in Go", name, inLua[name], c)
+		}
+	}
+	if got := withLib("return {CV_OK}"); !strings.HasPrefix(got, "local CV_OK = 0\n") || strings.Contains(got, "CV_DIED") {
+		t.Fatalf("codes joined badly:\n%s", got)
 	}
 }
