@@ -8,8 +8,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/conveyorq/conveyor/internal/keys"
-	"github.com/conveyorq/conveyor/internal/script"
 	"github.com/conveyorq/conveyor/internal/redistest"
+	"github.com/conveyorq/conveyor/internal/script"
 )
 
 // A chunk sent again after a lost reply (go-redis retries it byte for byte) changes nothing:
@@ -80,7 +80,7 @@ func TestEnqueueChunkRetryIsIdempotent(t *testing.T) {
 	require.Equal(t, xlen0+2, xlen, "no entry was added twice")
 }
 
-// enqueueRows reads enqueue.lua's reply as one string per job: the entry id when queued, ''
+// enqueueRows reads enqueue.lua's reply as one string per job: the entry id when queued, ”
 // when scheduled, '=' when the id existed, '~<id>' when job <id> holds the unique key.
 func enqueueRows(t *testing.T, cmd *redis.Cmd) []string {
 	t.Helper()
