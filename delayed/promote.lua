@@ -8,7 +8,7 @@
 -- into the entry) and leaves the set. An id whose job is gone or no longer scheduled (canceled
 -- meanwhile) just leaves the set. Any number of schedulers may run this at once: each promotion
 -- happens once because the whole move is one script.
--- Returns {moved, next due time in unix ms or -1 when the set is empty, Redis's time in unix
+-- Returns {CV_OK, moved, next due time in unix ms or -1 when the set is empty, Redis's time in unix
 -- us}. The time is in microseconds so that the caller's wait (next due - Redis's time) does
 -- not round up by as much as a millisecond.
 local t = redis.call('TIME')
@@ -31,5 +31,5 @@ end
 -- In chunks: unpack of a long list fails after the writes above were applied.
 if #ids > 0 then cv_call_list('ZREM', KEYS[1], {}, ids) end
 local first = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
-if #first == 0 then return {moved, -1, now_us} end
-return {moved, tonumber(first[2]), now_us}
+if #first == 0 then return {CV_OK, moved, -1, now_us} end
+return {CV_OK, moved, tonumber(first[2]), now_us}

@@ -163,14 +163,14 @@ func (s *Scheduler) promote(ctx context.Context, queue string, limit int) (int, 
 	if err != nil {
 		return 0, time.Time{}, time.Time{}, fmt.Errorf("promote %s: %w", queue, err)
 	}
-	if len(res) != 3 {
+	if len(res) != 4 || res[0] != int64(script.OK) {
 		return 0, time.Time{}, time.Time{}, fmt.Errorf("promote %s: unexpected reply %v", queue, res)
 	}
 	var next time.Time
-	if res[1] >= 0 {
-		next = time.UnixMilli(res[1])
+	if res[2] >= 0 {
+		next = time.UnixMilli(res[2])
 	}
-	return int(res[0]), next, time.UnixMicro(res[2]), nil
+	return int(res[1]), next, time.UnixMicro(res[3]), nil
 }
 
 // Run promotes due jobs until ctx ends; it returns nil then. Redis errors are logged and retried.

@@ -76,7 +76,7 @@ for a = 6, #ARGV, 10 do
   elseif op == 'start' or op == 'done' or op == 'retry' or op == 'fail' then
     local h = redis.call('HMGET', jobkey, 'entry', 'status', 'max_retries', 'retention_ms',
       'version', 'unique')
-    local live = h[1] == entry and (h[2] == 'queued' or h[2] == 'in_progress')
+    local live = cv_live(h, entry)
     local version = cv_num(h[5], 0) + 1
     if not live then
       -- A start mark that lands after its job moved on (the outcome was written first: the

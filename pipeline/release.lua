@@ -16,7 +16,7 @@ for a = 4, #ARGV do
   if f and cv_valid_id(id) then
     local jobkey = prefix .. id
     local h = redis.call('HMGET', jobkey, 'entry', 'status')
-    if h[1] == old and (h[2] == 'queued' or h[2] == 'in_progress') then
+    if cv_live(h, old) then
       local n = cv_job(f) or 1
       cv_replace(stream, group, jobkey, id, old, f, n, n - 1, nil, now)
       released = released + 1

@@ -5,8 +5,8 @@
 -- ARGV[1] group, ARGV[2] min idle ms, ARGV[3] lock token ('' skips the fence)
 -- XGROUP DELCONSUMER drops a consumer's pending entries, so the check and the delete must be one
 -- atomic step: a consumer is deleted only while it holds nothing.
--- Returns the number of consumers deleted, or -1 when the lock is not held.
-if ARGV[3] ~= '' and redis.call('GET', KEYS[2]) ~= ARGV[3] then return -1 end
+-- Returns {CV_OK, the number of consumers deleted}, or {CV_LOCK_LOST} when the lock is not held.
+if ARGV[3] ~= '' and redis.call('GET', KEYS[2]) ~= ARGV[3] then return {CV_LOCK_LOST} end
 local min_idle = tonumber(ARGV[2])
 local deleted = 0
 for _, c in ipairs(redis.call('XINFO', 'CONSUMERS', KEYS[1], ARGV[1])) do
@@ -17,4 +17,4 @@ for _, c in ipairs(redis.call('XINFO', 'CONSUMERS', KEYS[1], ARGV[1])) do
     deleted = deleted + 1
   end
 end
-return deleted
+return {CV_OK, deleted}

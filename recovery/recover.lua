@@ -13,10 +13,11 @@
 --     stream as a new entry (last_error names the lost worker), or to the dead set when it has
 --     no retries left, so a job that kills every worker that runs it does not loop forever;
 --   - an entry that cannot be read becomes a dead record, as a worker would have made it.
--- Returns {requeued, dead, dropped, skipped, poison}, or {-1} when the lock is not held.
+-- Returns {CV_OK, requeued, dead, dropped, skipped, poison}, or {CV_LOCK_LOST} when the lock is
+-- not held.
 local stream, dead, stats = KEYS[1], KEYS[2], KEYS[3]
 local group, vt, prefix, now = ARGV[1], tonumber(ARGV[3]), ARGV[4], tonumber(ARGV[5])
-if ARGV[2] ~= '' and redis.call('GET', KEYS[4]) ~= ARGV[2] then return {-1} end
+if ARGV[2] ~= '' and redis.call('GET', KEYS[4]) ~= ARGV[2] then return {CV_LOCK_LOST} end
 local requeued, n_dead, dropped, skipped, poison = 0, 0, 0, 0, 0
 for a = 6, #ARGV do
   local old = ARGV[a]
@@ -46,7 +47,7 @@ for a = 6, #ARGV do
         end
         cv_drop(stream, group, {old})
         poison = poison + 1
-      elseif h[1] ~= old or not (h[2] == 'queued' or h[2] == 'in_progress') then
+      elseif not cv_live(h, old) then
         cv_drop(stream, group, {old})
         dropped = dropped + 1
       else
@@ -73,4 +74,4 @@ if n_dead > 0 then
   redis.call('HINCRBY', stats, 'failed', n_dead)
 end
 if poison > 0 then redis.call('HINCRBY', stats, 'poison', poison) end
-return {requeued, n_dead, dropped, skipped, poison}
+return {CV_OK, requeued, n_dead, dropped, skipped, poison}

@@ -396,18 +396,20 @@ var errFenced = errors.New("recovery: lock no longer held; scan stopped")
 
 // prune deletes consumers that stopped (see prune.lua).
 func (r *Recoverer) prune(ctx context.Context, token string, idle time.Duration, res *Result) error {
-	n, err := pruneScript.Run(ctx, r.rdb, []string{r.q.Stream(), r.q.RecoveryLock()},
-		keys.Group, idle.Milliseconds(), token).Int()
+	out, err := pruneScript.Run(ctx, r.rdb, []string{r.q.Stream(), r.q.RecoveryLock()},
+		keys.Group, idle.Milliseconds(), token).Int64Slice()
 	r.note(ctx, err)
 	switch {
 	case err != nil && (redis.HasErrorPrefix(err, "NOGROUP") || redis.HasErrorPrefix(err, "no such key")):
 		return nil
 	case err != nil:
 		return fmt.Errorf("prune consumers: %w", err)
-	case n < 0:
+	case len(out) > 0 && out[0] == int64(script.LockLost):
 		return errFenced
+	case len(out) != 2 || out[0] != int64(script.OK):
+		return fmt.Errorf("prune consumers: unexpected reply %v", out)
 	}
-	res.Pruned += n
+	res.Pruned += int(out[1])
 	return nil
 }
 
@@ -483,14 +485,14 @@ func (r *Recoverer) recover(ctx context.Context, token string, ids []string, res
 	if err != nil {
 		return fmt.Errorf("recover entries: %w", err)
 	}
-	if len(out) == 1 && out[0] == -1 {
+	if len(out) > 0 && out[0] == int64(script.LockLost) {
 		return errFenced
 	}
-	if len(out) != 5 {
+	if len(out) != 6 || out[0] != int64(script.OK) {
 		return fmt.Errorf("recover entries: unexpected reply %v", out)
 	}
-	res.add(Result{Requeued: int(out[0]), Dead: int(out[1]), Dropped: int(out[2]),
-		Skipped: int(out[3]), Poison: int(out[4])})
+	res.add(Result{Requeued: int(out[1]), Dead: int(out[2]), Dropped: int(out[3]),
+		Skipped: int(out[4]), Poison: int(out[5])})
 	return nil
 }
 

@@ -183,10 +183,15 @@ func isAnswer(err error) bool {
 // readClock reads Redis's clock (on the queue's node) and records it.
 func (r *Recoverer) readClock(ctx context.Context) error {
 	start := time.Now()
-	t, err := clockScript.Run(ctx, r.rdb, []string{r.q.Stream()}).StringSlice()
+	code, rest, err := script.Reply(clockScript.Run(ctx, r.rdb, []string{r.q.Stream()}))
 	end := time.Now()
-	if err == nil && len(t) != 2 {
-		err = fmt.Errorf("unexpected reply %q", t)
+	var t [2]string
+	if err == nil && (code != script.OK || len(rest) != 2) {
+		err = fmt.Errorf("unexpected reply %v %v", code, rest)
+	}
+	if err == nil {
+		t[0], _ = rest[0].(string)
+		t[1], _ = rest[1].(string)
 	}
 	var sec, usec int64
 	if err == nil {
