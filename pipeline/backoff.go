@@ -1,6 +1,7 @@
 package pipeline
 
 import (
+	"cmp"
 	"math/rand/v2"
 	"time"
 )
@@ -23,12 +24,8 @@ type Backoff struct {
 }
 
 func (b Backoff) withDefaults() Backoff {
-	if b.Base <= 0 {
-		b.Base = DefaultBackoffBase
-	}
-	if b.Max <= 0 {
-		b.Max = DefaultBackoffMax
-	}
+	b.Base = cmp.Or(b.Base, DefaultBackoffBase)
+	b.Max = cmp.Or(b.Max, DefaultBackoffMax)
 	if b.Max < b.Base {
 		b.Max = b.Base
 	}

@@ -111,24 +111,73 @@ func (c WorkerConfig) withDefaults() WorkerConfig {
 	return c
 }
 
+// validate checks a config that withDefaults filled in. The convention, for every config in
+// Conveyor: zero means the documented default; a negative or otherwise unusable value is an
+// error (wrapping ErrInvalid), never silently replaced; a feature is turned off by an explicit
+// Disable field. RetainNone and NoRetries are the named exceptions.
 func (c WorkerConfig) validate() error {
+	var errs []error
+	bad := func(format string, args ...any) { errs = append(errs, invalid(format, args...)) }
 	for _, q := range c.Queues {
 		if err := keys.ValidateQueue(q); err != nil {
-			return fmt.Errorf("%w: %w", ErrInvalid, err)
+			errs = append(errs, fmt.Errorf("%w: %w", ErrInvalid, err))
 		}
 	}
 	if err := keys.ValidateQueue(c.Name); err != nil {
-		return invalid("worker name: %v", err)
+		bad("invalid worker name: %v", err)
 	}
-	switch {
-	case c.Concurrency < 1:
-		return invalid("concurrency %d", c.Concurrency)
-	case c.VisibilityTimeout < 300*time.Millisecond:
-		return invalid("visibility timeout %s is too short (lease renewal runs every third of it)", c.VisibilityTimeout)
-	case c.ShutdownTimeout < 0 || c.RecoveryInterval < 0:
-		return invalid("negative duration")
+	if c.Concurrency < 1 {
+		bad("concurrency %d must be at least 1", c.Concurrency)
 	}
-	return nil
+	if c.ReadBatch < 1 || c.ReadBatch > maxReadBatch {
+		bad("read batch %d outside 1..%d", c.ReadBatch, maxReadBatch)
+	}
+	if c.MaxResultBytes < 1 {
+		bad("max result bytes %d must be at least 1", c.MaxResultBytes)
+	}
+	if c.Retention < 0 && c.Retention != RetainNone {
+		bad("retention %s is negative (RetainNone keeps nothing)", c.Retention)
+	}
+	for _, d := range []struct {
+		name string
+		d    time.Duration
+	}{{"shutdown timeout", c.ShutdownTimeout}, {"recovery interval", c.RecoveryInterval},
+		{"flush interval", c.FlushInterval}, {"min retention", c.MinRetention},
+		{"backoff base", c.Backoff.Base}, {"backoff max", c.Backoff.Max}} {
+		if d.d < 0 {
+			bad("%s %s is negative", d.name, d.d)
+		}
+	}
+	if c.VisibilityTimeout < MinVisibilityTimeout {
+		bad("visibility timeout %s is under %s (lease renewal runs every third of it)", c.VisibilityTimeout, MinVisibilityTimeout)
+	}
+	if !c.DisableScheduler {
+		if err := c.scheduler().Validate(); err != nil {
+			errs = append(errs, fmt.Errorf("%w: %w", ErrInvalid, err))
+		}
+	}
+	if !c.DisableRecovery && len(c.Queues) > 0 {
+		if err := c.recoverer(c.Queues[0]).Validate(); err != nil {
+			errs = append(errs, fmt.Errorf("%w: %w", ErrInvalid, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Bounds of WorkerConfig.
+const (
+	maxReadBatch = 1000
+	// MinVisibilityTimeout bounds WorkerConfig.VisibilityTimeout from below.
+	MinVisibilityTimeout = 300 * time.Millisecond
+)
+
+func (c WorkerConfig) scheduler() delayed.Config {
+	return delayed.Config{Prefix: c.Prefix, Queues: c.Queues, Logger: c.Logger.With().Str("worker", c.Name).Logger()}
+}
+
+func (c WorkerConfig) recoverer(queue string) recovery.Config {
+	return recovery.Config{Prefix: c.Prefix, Queue: queue, VisibilityTimeout: c.VisibilityTimeout,
+		Interval: c.RecoveryInterval, Logger: c.Logger.With().Str("worker", c.Name).Logger()}
 }
 
 // Worker runs handlers for the jobs of its queues. Register handlers with Handle, then call
@@ -292,16 +341,21 @@ func (w *Worker) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
 	defer func() { stopBG(); wg.Wait() }()
 	if !w.cfg.DisableScheduler {
-		s := delayed.New(w.rdb, delayed.Config{Prefix: w.cfg.Prefix, Queues: w.cfg.Queues, Logger: w.log})
-		wg.Go(func() { _ = s.Run(bg) })
+		s := delayed.New(w.rdb, w.cfg.scheduler())
+		wg.Go(func() {
+			if err := s.Run(bg); err != nil {
+				w.log.Error().Err(err).Msg("the delayed-job scheduler stopped")
+			}
+		})
 	}
 	if !w.cfg.DisableRecovery {
 		for _, name := range w.cfg.Queues {
-			r := recovery.NewRecoverer(w.rdb, recovery.Config{
-				Prefix: w.cfg.Prefix, Queue: name, VisibilityTimeout: w.cfg.VisibilityTimeout,
-				Interval: w.cfg.RecoveryInterval, Logger: w.log,
+			r := recovery.NewRecoverer(w.rdb, w.cfg.recoverer(name))
+			wg.Go(func() {
+				if err := r.Run(bg); err != nil {
+					w.log.Error().Err(err).Str("queue", name).Msg("the recoverer stopped")
+				}
 			})
-			wg.Go(func() { _ = r.Run(bg) })
 		}
 	}
 	go func() {

@@ -396,6 +396,17 @@ func TestWorkerRefusesBadConfig(t *testing.T) {
 		{"bad queue", pipeline.WorkerConfig{Queues: []string{"a b"}}},
 		{"tiny visibility timeout", pipeline.WorkerConfig{VisibilityTimeout: time.Millisecond}},
 		{"negative concurrency", pipeline.WorkerConfig{Concurrency: -1}},
+		{"bad worker name", pipeline.WorkerConfig{Name: "a b"}},
+		{"negative read batch", pipeline.WorkerConfig{ReadBatch: -1}},
+		{"huge read batch", pipeline.WorkerConfig{ReadBatch: 100000}},
+		{"negative max result", pipeline.WorkerConfig{MaxResultBytes: -1}},
+		{"negative retention", pipeline.WorkerConfig{Retention: -time.Hour}},
+		{"negative shutdown timeout", pipeline.WorkerConfig{ShutdownTimeout: -time.Second}},
+		{"negative recovery interval", pipeline.WorkerConfig{RecoveryInterval: -time.Second}},
+		{"sub-millisecond recovery interval", pipeline.WorkerConfig{RecoveryInterval: 500 * time.Microsecond}},
+		{"negative flush interval", pipeline.WorkerConfig{FlushInterval: -time.Millisecond}},
+		{"negative min retention", pipeline.WorkerConfig{MinRetention: -time.Second}},
+		{"negative backoff", pipeline.WorkerConfig{Backoff: pipeline.Backoff{Base: -time.Second}}},
 	}
 	for _, tc := range cases {
 		w := pipeline.NewWorker(b.rdb, tc.cfg)
