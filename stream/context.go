@@ -15,22 +15,29 @@ func EntryValues(ctx context.Context) (map[string]any, bool) {
 	return v, ok
 }
 
-type entryValuesKey struct{}
+type (
+	entryValuesKey struct{}
+	deliveryKey    struct{} // Subscriber.Settle's way to the delivery
+)
 
 // entryContext is a message's context: its cancel context, which answers everything but the
-// entry's fields. It is a field of the message's delivery, so it costs no allocation of its
-// own (a context.WithValue would cost one per message). Value forwards every other key to the
-// cancel context, among them the one the context package asks to find a parent's cancelCtx,
-// and Done is the cancel context's own: a context.WithCancel or WithCancelCause made from it
-// joins that cancelCtx's children directly, with no goroutine to watch it.
+// entry's fields and the delivery. It is a field of the message's delivery, so it costs no
+// allocation of its own (a context.WithValue would cost one per message). Value forwards every
+// other key to the cancel context, among them the one the context package asks to find a
+// parent's cancelCtx, and Done is the cancel context's own: a context.WithCancel or
+// WithCancelCause made from it joins that cancelCtx's children directly, with no goroutine to
+// watch it.
 type entryContext struct {
 	context.Context
-	values map[string]any
+	d *delivery
 }
 
 func (c *entryContext) Value(key any) any {
-	if key == (entryValuesKey{}) {
-		return c.values
+	switch key {
+	case entryValuesKey{}:
+		return c.d.values
+	case deliveryKey{}:
+		return c.d
 	}
 	return c.Context.Value(key)
 }

@@ -118,7 +118,8 @@ func TestEntryValues(t *testing.T) {
 func TestEntryContextCancelPropagation(t *testing.T) {
 	checkLeaks(t)
 	mctx, cancel := context.WithCancelCause(context.WithoutCancel(t.Context()))
-	d := &delivery{ctx: entryContext{mctx, map[string]any{"f": "v"}}, cancel: cancel}
+	d := &delivery{values: map[string]any{"f": "v"}, cancel: cancel}
+	d.ctx = entryContext{mctx, d}
 	const children = 1000
 	before := runtime.NumGoroutine()
 	var kids []context.Context

@@ -23,6 +23,13 @@
 //     pending for this consumer (acknowledged, deleted or claimed elsewhere, or its group or
 //     stream gone) is never taken back: its message's context is cancelled with ErrLeaseLost, it is not handed out again
 //     after a Nack, and its Ack only frees the slot;
+//   - entries delivered to this consumer by a read whose reply was lost (go-redis resends such
+//     a read silently, or gives up with an error) are adopted: every LeaseInterval, and at
+//     once after a read that failed, each subscription lists this consumer's pending entries
+//     and claims again, with their fields, those it never handed out that were delivered
+//     since the stream was subscribed, and hands them out as a read would; entries it handed
+//     out and settled without acking, and those an earlier process with the same consumer
+//     name left, are not orphans and stay for the application's recovery;
 //   - it never claims other consumers' entries: recovery belongs to the application;
 //   - the Unmarshaller cannot fail: an entry that cannot be read becomes a message marked with
 //     PoisonKey, so one bad entry never stops a subscription;

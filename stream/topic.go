@@ -1,0 +1,417 @@
+package stream
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/redis/go-redis/v9"
+)
+
+// topic is one subscription.
+type topic struct {
+	s      *Subscriber
+	st     *streamState // shared with the other subscriptions of the stream; st.mu guards held and acks
+	name   string
+	out    chan *message.Message
+	logger watermill.LoggerAdapter
+
+	held map[string]*delivery // read and not settled
+	acks []string             // acked, waiting for the next XACK
+
+	sweep     chan struct{} // asks the reader for an orphan sweep (see topic.adoptOrphans)
+	sweepFrom string        // where the next sweep's listing starts; the reader's own
+	renewing  sync.Mutex    // held by renew, so that shutdown can wait for one under way
+
+	stopping chan struct{} // closed when the subscription starts shutting down
+	abandon  chan struct{} // closed when CloseTimeout passed: stop waiting for acks
+	readDone chan struct{}
+	settled  chan struct{} // signalled when a handed-out message settles
+	inflight sync.WaitGroup
+}
+
+type delivery struct {
+	t         *topic
+	id        string
+	msg       *message.Message
+	values    map[string]any // the entry's fields as read (EntryValues)
+	ctx       entryContext   // the message's context
+	cancel    context.CancelCauseFunc
+	delivered bool // handed to the output channel at least once
+	lost      bool // lease lost: no longer ours to release
+}
+
+func (t *topic) run(ctx context.Context) {
+	defer t.s.wg.Done()
+	// Messages outlive the subscription's context (a closing subscription lets them finish), and
+	// each has its own cancel. Their parent must not be cancelable: every child of a cancelable
+	// context is registered in, and on cancel removed from, a mutex-guarded map of its parent,
+	// which cost about a tenth of the worker's CPU per message.
+	go t.read(context.WithoutCancel(ctx))
+	ackDone := make(chan struct{})
+	if !t.s.cfg.DeferAck {
+		go t.ackLoop(ackDone)
+	} else {
+		close(ackDone)
+	}
+
+	select {
+	case <-ctx.Done():
+	case <-t.s.closing:
+	}
+	close(t.stopping)
+	<-t.readDone
+
+	// Wait for handed-out messages to settle, up to CloseTimeout.
+	deadline := time.NewTimer(t.s.cfg.CloseTimeout)
+	defer deadline.Stop()
+wait:
+	for t.running() > 0 {
+		select {
+		case <-t.settled:
+		case <-deadline.C:
+			break wait
+		}
+	}
+	close(t.abandon)
+	// Every deliver goroutine returns promptly once abandon is closed; waiting for them makes
+	// the held set final, so an entry is either acked or released, never both.
+	t.inflight.Wait()
+
+	// Taking renewing waits for a renewal under way; once held is empty none touches the
+	// released entries again, which a successor's orphan sweep relies on (see forget).
+	t.renewing.Lock()
+	t.st.mu.Lock()
+	var release []string
+	left := len(t.held)
+	for id, d := range t.held {
+		if !d.lost {
+			release = append(release, id)
+		}
+		if d.delivered {
+			d.cancel(ErrClosed)
+		}
+	}
+	t.held = map[string]*delivery{}
+	t.st.mu.Unlock()
+	t.renewing.Unlock()
+	t.s.release(left)
+
+	if len(release) > 0 && t.s.cfg.OnRelease != nil {
+		rctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		t.s.cfg.OnRelease(rctx, t.name, release)
+		cancel()
+	}
+	<-ackDone
+	t.flushAcks(context.Background())
+	t.s.forget(t)
+	close(t.out)
+}
+
+// running counts handed-out messages not yet settled.
+func (t *topic) running() int {
+	t.st.mu.Lock()
+	defer t.st.mu.Unlock()
+	n := 0
+	for _, d := range t.held {
+		if d.delivered {
+			n++
+		}
+	}
+	return n
+}
+
+func (t *topic) read(ctx context.Context) {
+	defer close(t.readDone)
+	cfg := t.s.cfg
+	backoff := 100 * time.Millisecond
+	var w waiter
+	// A topic whose last read found nothing waits for entries with one slot reserved, so that
+	// a blocked read does not keep slots from busy topics. A new subscription starts so.
+	idle := true
+	sweep := false
+	for {
+		select {
+		case <-t.sweep:
+			sweep = true
+		default:
+		}
+		if sweep {
+			sweep = false
+			if !t.adoptOrphans(ctx, &w) {
+				return
+			}
+		}
+		want := cfg.BatchSize
+		if idle {
+			want = 1
+		}
+		// No sweep of the stream runs from before the read is sent until its entries are
+		// held (see streamState.gate). Taken before the slots: a sweep holds the gate while
+		// it waits for slots, and must not wait for ours.
+		t.st.gate.RLock()
+		n := t.s.reserve(&w, t.stopping, want)
+		if n == 0 {
+			t.st.gate.RUnlock()
+			return
+		}
+		res, err := t.s.rdb.XReadGroup(ctx, &redis.XReadGroupArgs{
+			Group:    cfg.Group,
+			Consumer: cfg.Consumer,
+			Streams:  []string{t.name, ">"},
+			Count:    int64(n),
+			Block:    cfg.BlockTime,
+		}).Result()
+		if err != nil && !errors.Is(err, redis.Nil) {
+			t.st.gate.RUnlock()
+			t.s.release(n)
+			if redis.HasErrorPrefix(err, "NOGROUP") {
+				// The stream or group was deleted under us: make them again and go on.
+				err = t.s.rdb.XGroupCreateMkStream(ctx, t.name, cfg.Group, "0").Err()
+				if err == nil || redis.HasErrorPrefix(err, "BUSYGROUP") {
+					continue
+				}
+			}
+			// The server may have run the read and the reply been lost on the way: the
+			// entries it delivered are pending for this consumer, and nobody else knows.
+			sweep = true
+			t.logger.Error("read stream", err, nil)
+			select {
+			case <-t.stopping:
+				return
+			case <-time.After(backoff):
+			}
+			backoff = min(backoff*2, 5*time.Second)
+			continue
+		}
+		backoff = 100 * time.Millisecond
+		idle = len(res) == 0 || len(res[0].Messages) == 0
+		if idle {
+			t.st.gate.RUnlock()
+			t.s.release(n)
+			select {
+			case <-t.stopping:
+				return
+			default:
+				continue
+			}
+		}
+		held, fresh := t.take(ctx, res[0].Messages, false)
+		t.st.gate.RUnlock()
+		t.s.release(n - held) // what the read did not use, or found held already
+		if !t.dispatch(fresh) {
+			return
+		}
+	}
+}
+
+// take makes messages of entries read (or adopted) and holds them, skipping any that a
+// subscription of the stream holds already, and notes the entries' ids as handed to this
+// consumer (see Orphans in lease.go). It returns how many it holds now and, unless the
+// subscription is stopping, the deliveries to hand out. Checking and holding are one step
+// under the stream's mutex.
+func (t *topic) take(ctx context.Context, entries []redis.XMessage, adopted bool) (held int, fresh []*delivery) {
+	cfg := t.s.cfg
+	stopping := false
+	select {
+	case <-t.stopping:
+		stopping = true
+	default:
+		fresh = make([]*delivery, 0, len(entries))
+	}
+	st := t.st
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if !adopted {
+		st.noteLocked(entries[0].ID, entries[len(entries)-1].ID, t)
+	}
+	for i := range entries {
+		x := &entries[i]
+		if st.heldLocked(x.ID) != nil {
+			// Read again while held: the group's read position moved back (XGROUP SETID, a
+			// group made again from "0", a restore or failover to older data). The held
+			// copy goes on, lease and all; this one is not handed out.
+			continue
+		}
+		if adopted {
+			st.noteLocked(x.ID, x.ID, t)
+		}
+		msg := cfg.Unmarshaller.Unmarshal(t.name, x.ID, x.Values)
+		mctx, cancel := context.WithCancelCause(ctx)
+		d := &delivery{t: t, id: x.ID, msg: msg, values: x.Values, cancel: cancel}
+		d.ctx = entryContext{mctx, d}
+		msg.SetContext(&d.ctx)
+		t.held[x.ID] = d
+		held++
+		if !stopping {
+			if !cfg.ManualSettle {
+				t.inflight.Add(1)
+			}
+			fresh = append(fresh, d)
+		}
+	}
+	return held, fresh
+}
+
+// dispatch hands fresh deliveries out and reports false when the subscription is stopping.
+func (t *topic) dispatch(fresh []*delivery) bool {
+	if t.s.cfg.ManualSettle {
+		// No goroutine waits on the message: hand it to the router here. The router takes
+		// each message at once (it runs each on a goroutine of its own).
+		for _, d := range fresh {
+			if !t.handOut(d) {
+				return false // the rest stay held and are released at shutdown
+			}
+		}
+		return true
+	}
+	// One goroutine per message waits for its ack or nack (the router runs each message on a
+	// goroutine of its own as well); one that finds the subscription stopping hands nothing
+	// out, and its entry is released at shutdown.
+	for _, d := range fresh {
+		go t.deliver(d)
+	}
+	select {
+	case <-t.stopping:
+		return false
+	default:
+		return true
+	}
+}
+
+// handOut sends d's message to the router unless the subscription is stopping, and reports
+// whether it did.
+func (t *topic) handOut(d *delivery) bool {
+	// A select between a ready reader and a closed stopping picks at random: check first, so
+	// nothing is handed out once shutdown has begun.
+	select {
+	case <-t.stopping:
+		return false
+	default:
+	}
+	// Marked before the send: the handler may settle it before the send returns here.
+	t.st.mu.Lock()
+	d.delivered = true
+	t.st.mu.Unlock()
+	select {
+	case t.out <- d.msg:
+		return true
+	case <-t.stopping:
+		t.unhand(d)
+		return false
+	}
+}
+
+// deliver hands one message out and waits for it to settle; a nack hands it out again.
+func (t *topic) deliver(d *delivery) {
+	defer t.inflight.Done()
+	msg := d.msg
+	for {
+		if !t.handOut(d) {
+			return // released at shutdown
+		}
+		select {
+		case <-msg.Acked():
+			t.settle(d, true, nil)
+			return
+		case <-msg.Nacked():
+		case <-t.abandon:
+			select {
+			case <-msg.Acked(): // acked as CloseTimeout passed: not released
+				t.settle(d, true, nil)
+			default:
+			}
+			return
+		}
+		t.st.mu.Lock()
+		lost := d.lost
+		t.st.mu.Unlock()
+		if lost {
+			// The entry is no longer ours (see renew): never hand it out again.
+			t.settle(d, false, nil)
+			return
+		}
+		// Nacked: hand out a fresh copy after a pause, unless the subscription is closing.
+		select {
+		case <-time.After(t.s.cfg.NackResendSleep):
+		case <-t.stopping:
+			t.unhand(d)
+			return
+		}
+		ctx := msg.Context()
+		msg = msg.Copy()
+		msg.SetContext(ctx)
+		t.st.mu.Lock()
+		d.msg, d.delivered = msg, false
+		t.st.mu.Unlock()
+	}
+}
+
+// unhand marks d as not running: it is released at shutdown without waiting for it.
+func (t *topic) unhand(d *delivery) {
+	t.st.mu.Lock()
+	was := d.delivered
+	d.delivered = false
+	t.st.mu.Unlock()
+	if was {
+		t.signalSettled()
+	}
+}
+
+// settle ends d: its slot is freed and its context cancelled. With msg set, only if d's
+// message is msg. It does nothing when d is no longer held (settled already, or released).
+func (t *topic) settle(d *delivery, acked bool, msg *message.Message) {
+	t.st.mu.Lock()
+	ok := t.held[d.id] == d && (msg == nil || d.msg == msg)
+	if ok {
+		delete(t.held, d.id)
+		if acked && !t.s.cfg.DeferAck && !d.lost {
+			t.acks = append(t.acks, d.id)
+		}
+	}
+	t.st.mu.Unlock()
+	if !ok {
+		return
+	}
+	d.cancel(context.Canceled)
+	t.s.release(1)
+	t.signalSettled()
+}
+
+func (t *topic) signalSettled() {
+	select {
+	case t.settled <- struct{}{}:
+	default:
+	}
+}
+
+func (t *topic) ackLoop(done chan<- struct{}) {
+	defer close(done)
+	tick := time.NewTicker(t.s.cfg.AckInterval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-t.stopping:
+			return
+		case <-tick.C:
+			t.flushAcks(context.Background())
+		}
+	}
+}
+
+func (t *topic) flushAcks(ctx context.Context) {
+	t.st.mu.Lock()
+	ids := t.acks
+	t.acks = nil
+	t.st.mu.Unlock()
+	if len(ids) == 0 {
+		return
+	}
+	if err := t.s.rdb.XAck(ctx, t.name, t.s.cfg.Group, ids...).Err(); err != nil {
+		// The entries stay pending; whoever recovers this group's idle entries redelivers them.
+		t.logger.Error("ack entries", err, watermill.LogFields{"count": len(ids)})
+	}
+}
