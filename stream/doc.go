@@ -21,8 +21,11 @@
 //     idle time but not the delivery count) every LeaseInterval, so a recoverer that looks for
 //     idle entries does not take a message from a live consumer; an entry that is no longer
 //     pending for this consumer (acknowledged, deleted or claimed elsewhere, or its group or
-//     stream gone) is never taken back: its message's context is cancelled with ErrLeaseLost, it is not handed out again
-//     after a Nack, and its Ack only frees the slot;
+//     stream gone) is never taken back: its message's context is cancelled with ErrLeaseLost,
+//     it is not handed out again after a Nack, and its Ack only frees the slot;
+//   - an entry is held once: one read again while it is held (the group's read position moved
+//     back: XGROUP SETID, a group made again, a restore or failover to older data) is not
+//     handed out a second time, and Settle settles only the message it is given;
 //   - entries delivered to this consumer by a read whose reply was lost (go-redis resends such
 //     a read silently, or gives up with an error) are adopted: every LeaseInterval, and at
 //     once after a read that failed, each subscription lists this consumer's pending entries

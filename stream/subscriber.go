@@ -31,7 +31,8 @@ var (
 	// before the message was acked within CloseTimeout.
 	ErrClosed = errors.New("stream: subscriber closed")
 	// ErrLeaseLost is the cause of a message context cancelled because its entry is no longer
-	// pending for this consumer: it was recovered or deleted elsewhere.
+	// pending for this consumer: it was recovered or deleted elsewhere, or its group or stream
+	// is gone.
 	ErrLeaseLost = errors.New("stream: lease lost")
 )
 
@@ -49,7 +50,8 @@ type Config struct {
 	// Required.
 	Group string
 	// Consumer names this subscriber in the group. Defaults to hostname-pid-random. Two live
-	// subscribers must not share a name.
+	// subscribers must not share a name: each would take the other's entries for orphans of
+	// its own lost reads (see the package doc).
 	Consumer string
 	// Unmarshaller turns entries into messages. Defaults to DefaultUnmarshaller.
 	Unmarshaller Unmarshaller
@@ -275,10 +277,11 @@ func (s *Subscriber) Close() error {
 	return nil
 }
 
-// Pause stops reading: no XREADGROUP is issued on any topic until Resume. A read already under
-// way may finish, and its messages are handed out as usual. Everything else goes on: held
-// messages keep their leases renewed, settle and free their slots, and Close or the end of a
-// subscription's context shut down as promptly as ever. Pause and Resume may be called any
+// Pause stops reading: no XREADGROUP is issued on any topic until Resume, and no orphan is
+// adopted. A read already under way when Pause is called may finish, and its messages are
+// handed out as usual. Everything else goes on: held messages keep their leases renewed,
+// settle and free their slots, and Close or the end of a subscription's context shut down as
+// promptly as ever. Pause and Resume may be called any
 // number of times, from any goroutine; the last call wins.
 func (s *Subscriber) Pause() {
 	s.mu.Lock()
