@@ -81,8 +81,8 @@ func TestFaultsE2E(t *testing.T) {
 type faultRun struct {
 	c      *cli          // the binary, pointed at url (maybe a proxy)
 	direct *redis.Client // straight to Redis, for the final checks
-	queue string
-	procs []*proc
+	queue  string
+	procs  []*proc
 
 	mu     sync.Mutex
 	ledger map[string]faultJob // acknowledged jobs by id
