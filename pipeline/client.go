@@ -705,16 +705,20 @@ func (c *Client) Replay(ctx context.Context, queue, id string) error {
 	return fmt.Errorf("replay %s/%s: unexpected reply %v", queue, id, code)
 }
 
-// Purge deletes the dead jobs of queue that died at or before `before` and returns how many.
-func (c *Client) Purge(ctx context.Context, queue string, before time.Time) (int, error) {
+// Purge deletes the dead jobs of queue that died at least olderThan ago (0: all of them) and
+// returns how many. Age is measured by Redis's clock, not the caller's.
+func (c *Client) Purge(ctx context.Context, queue string, olderThan time.Duration) (int, error) {
 	if err := validate(queue, ""); err != nil {
 		return 0, err
+	}
+	if olderThan < 0 {
+		return 0, invalid("negative age %s", olderThan)
 	}
 	q := c.keys(queue)
 	const limit = 500
 	total := 0
 	for {
-		_, rest, err := script.Reply(purgeScript.Run(ctx, c.rdb, []string{q.Dead()}, q.JobPrefix(), limit, before.UnixMilli()))
+		_, rest, err := script.Reply(purgeScript.Run(ctx, c.rdb, []string{q.Dead()}, q.JobPrefix(), limit, olderThan.Milliseconds()))
 		if err != nil {
 			return total, fmt.Errorf("purge %s: %w", queue, err)
 		}

@@ -160,7 +160,7 @@ and print how many were deleted.`,
 			if err != nil {
 				return err
 			}
-			n, err := c.Purge(cmd.Context(), queue, time.Now().Add(-olderThan))
+			n, err := c.Purge(cmd.Context(), queue, olderThan)
 			if err != nil {
 				return err
 			}
