@@ -499,3 +499,36 @@ func TestWorkerFailsFastWhenRefused(t *testing.T) {
 	require.ErrorContains(t, err, "NOPERM", "a refusal is reported, not waited out")
 	require.NoError(t, ctx.Err(), "it returned at once")
 }
+
+// Concurrency is a hard bound on the handlers a worker runs at once, across all its queues:
+// the most handlers seen running together is exactly the setting, with three busy queues.
+// (A worker running twice its Concurrency used to pass every pipeline test; with several
+// queues it did run three times as many.)
+func TestConcurrencyBoundsHandlersAcrossQueues(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	queues := []string{b.queue, b.queue + "-b", b.queue + "-c"}
+	const conc, perQueue = 4, 40
+	var running, most atomic.Int64
+	b.startWorker(t, pipeline.WorkerConfig{Queues: queues, Concurrency: conc}, map[string]pipeline.HandlerFunc{
+		"t": func(context.Context, *pipeline.Job) ([]byte, error) {
+			n := running.Add(1)
+			defer running.Add(-1)
+			for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
+			}
+			time.Sleep(5 * time.Millisecond) // long enough for every slot to fill
+			return nil, nil
+		},
+	})
+	for _, q := range queues {
+		_, err := b.client.EnqueueBatch(t.Context(), q, slices.Repeat([]pipeline.Task{{Type: "t"}}, perQueue))
+		require.NoError(t, err)
+	}
+	for _, q := range queues {
+		require.Eventually(t, func() bool {
+			s, err := b.client.Stats(t.Context(), q)
+			return err == nil && s.Completed == perQueue
+		}, 20*time.Second, 10*time.Millisecond, q)
+	}
+	require.EqualValues(t, conc, most.Load(), "the most handlers running at once")
+}
