@@ -19,7 +19,7 @@ import (
 // Conveyor's keys and channels only, and no dangerous commands. This test runs a worker and
 // the CLI as that user, so the documented line stays true.
 const aclRule = "on >s3cret resetkeys ~conveyor:* resetchannels &conveyor:* -@all " +
-	"+@connection +@read +@write +@stream +@scripting +@pubsub +@keyspace -@dangerous"
+	"+@connection +@read +@write +@stream +@scripting +@pubsub +@keyspace -@dangerous +time"
 
 func TestACLUser(t *testing.T) {
 	if testing.Short() {
