@@ -57,9 +57,14 @@ func TestPause(t *testing.T) {
 
 		sub.Pause()
 		sub.Pause() // idempotent
-		// A read under way when Pause was called may finish; none begins after it.
-		require.Eventually(t, func() bool { return watch.begun.Load() == watch.ended.Load() },
-			5*time.Second, time.Millisecond)
+		// A read under way when Pause was called may finish (or even be sent, if its reader
+		// had its slots already); then both readers wait in line for slots, and no read
+		// begins until Resume.
+		require.Eventually(t, func() bool {
+			sub.mu.Lock()
+			defer sub.mu.Unlock()
+			return len(sub.queue) == 2 && watch.begun.Load() == watch.ended.Load()
+		}, 5*time.Second, time.Millisecond)
 		reads := watch.begun.Load()
 		idsA := publish(t, rdb, topicA, "a", 2)
 		idsB := publish(t, rdb, topicB, "b", 2)
