@@ -1,0 +1,375 @@
+package pipeline
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+
+	"github.com/conveyorq/conveyor/internal/keys"
+	"github.com/conveyorq/conveyor/stream"
+)
+
+// Control keys: metadata keys that a Watermill message may carry to set the options of the job
+// it becomes. They are documented here, once, for everything that turns Watermill messages
+// into jobs: the Publisher reads all of them; a Worker that adopts a message published by
+// another Watermill publisher reads MetaKeyType, MetaKeyMaxRetries and MetaKeyTimeout.
+//
+// A control key is removed from the metadata the job keeps. Every key that starts with
+// MetaKeyPrefix is reserved for control keys: one that is not listed here (a misspelling such
+// as "conveyor_delays") is refused rather than kept as plain metadata, so that a typo never
+// silently drops an option.
+//
+//	key                    value                                              option
+//	conveyor_type          the job type (1 to 128 bytes, no spaces)           Task.Type
+//	conveyor_delay         a Go duration, at least 0 ("90s", "1h30m")         WithDelay
+//	conveyor_run_at        unix milliseconds, or RFC 3339                     WithRunAt
+//	conveyor_max_retries   an integer, 0 to MaxMaxRetries                     WithMaxRetries
+//	conveyor_timeout       a Go duration, at least 0 (0: no timeout)          WithTimeout
+//	conveyor_unique_key    1 to 128 bytes                                     WithUnique
+//	conveyor_unique_ttl    a Go duration above 0; needs conveyor_unique_key   WithUnique
+//
+// conveyor_delay and conveyor_run_at exclude each other. A run-at time in the past runs the
+// job at once.
+const (
+	// MetaKeyPrefix starts every control key; metadata keys with it are reserved.
+	MetaKeyPrefix = "conveyor_"
+	// MetaKeyType is the job type. Without it, PublisherConfig.DefaultType applies.
+	MetaKeyType = "conveyor_type"
+	// MetaKeyDelay makes the job due that long after it is published (a Go duration).
+	MetaKeyDelay = "conveyor_delay"
+	// MetaKeyRunAt makes the job due at a time: unix milliseconds, or RFC 3339.
+	MetaKeyRunAt = "conveyor_run_at"
+	// MetaKeyMaxRetries is the job's retry count (a decimal integer).
+	MetaKeyMaxRetries = "conveyor_max_retries"
+	// MetaKeyTimeout bounds each attempt of the job (a Go duration).
+	MetaKeyTimeout = "conveyor_timeout"
+	// MetaKeyUniqueKey de-duplicates the job, as WithUnique.
+	MetaKeyUniqueKey = "conveyor_unique_key"
+	// MetaKeyUniqueTTL is how long MetaKeyUniqueKey is held (a Go duration). Defaults to
+	// PublisherConfig.UniqueTTL.
+	MetaKeyUniqueTTL = "conveyor_unique_ttl"
+)
+
+// Defaults of PublisherConfig.
+const (
+	// DefaultUniqueTTL is how long a unique key given without MetaKeyUniqueTTL is held.
+	DefaultUniqueTTL = time.Hour
+)
+
+// ErrPublisherClosed is returned by Publisher.Publish after Close.
+var ErrPublisherClosed = errors.New("pipeline: publisher closed")
+
+// PublisherConfig configures a Publisher. Zero fields take the documented defaults; an
+// unusable value makes NewPublisher return an error wrapping ErrInvalid.
+type PublisherConfig struct {
+	// DefaultType is the job type of a message that carries no MetaKeyType. Zero means none:
+	// such a message is refused (and with it the whole Publish call). When set, it must be a
+	// valid job type: 1 to 128 bytes, no spaces or control characters.
+	DefaultType string
+	// UniqueTTL is how long a unique key (MetaKeyUniqueKey) is held when the message gives no
+	// MetaKeyUniqueTTL. Defaults to DefaultUniqueTTL (1h); negative is an error.
+	UniqueTTL time.Duration
+}
+
+func (c PublisherConfig) validate() error {
+	var errs []error
+	if c.DefaultType != "" {
+		if err := validateType(c.DefaultType); err != nil {
+			errs = append(errs, fmt.Errorf("PublisherConfig.DefaultType: %w", err))
+		}
+	}
+	if c.UniqueTTL < 0 {
+		errs = append(errs, invalid("PublisherConfig.UniqueTTL is %s; it must not be negative (zero means %s)", c.UniqueTTL, DefaultUniqueTTL))
+	}
+	return errors.Join(errs...)
+}
+
+func (c PublisherConfig) withDefaults() PublisherConfig {
+	if c.UniqueTTL == 0 {
+		c.UniqueTTL = DefaultUniqueTTL
+	}
+	return c
+}
+
+// Publisher is a Watermill message.Publisher that turns messages into Conveyor jobs, so that a
+// Watermill application (a router handler's output, a Forwarder, an outbox) can hand work to
+// Conveyor's workers. It is safe for concurrent use.
+//
+// Publish(topic, msgs...) enqueues every message as a job of queue topic:
+//
+//   - the message's UUID is the job id, so publishing a message again (a retry after an
+//     error, a redelivery upstream) makes no second job: the existing one stands;
+//   - the payload is the job's payload;
+//   - the metadata is the job's metadata, except the control keys (MetaKeyType and the
+//     others, see MetaKeyPrefix), which are removed from it and set the job's type and
+//     options. A message without MetaKeyType gets PublisherConfig.DefaultType.
+//
+// A call is one round trip to Redis (one Client.EnqueueBatch). Every message is checked before
+// anything is written: one invalid message (a bad control value, a UUID that is not a valid
+// job id, a missing or invalid type, metadata keys that are empty or start with '_', which
+// are reserved, or a payload over the client's MaxPayloadBytes) refuses the whole call with an
+// error that names it by index and UUID and wraps ErrInvalid or ErrPayloadTooLarge, and
+// nothing is written. On a Redis error some of the jobs may have been written; publishing the
+// same messages again is safe.
+//
+// The Redis call runs under the first message's context (Message.Context): a call is one
+// batch, not one write per message.
+//
+// The jobs' stream entries keep watermill-redisstream's layout, so a Watermill subscriber
+// (package stream's, or watermill-redisstream's) reading stream key
+// "<prefix>:{<queue>}:stream" receives the messages with their UUID, payload and metadata
+// (without the control keys).
+type Publisher struct {
+	client *Client
+	cfg    PublisherConfig
+
+	mu     sync.RWMutex // held for reading by each Publish, for writing by Close
+	closed bool
+}
+
+var _ message.Publisher = (*Publisher)(nil)
+
+// NewPublisher returns a Publisher that enqueues through client. It panics on a nil client
+// and returns an error wrapping ErrInvalid for an unusable cfg.
+func NewPublisher(client *Client, cfg PublisherConfig) (*Publisher, error) {
+	if client == nil {
+		panic("pipeline: NewPublisher with a nil Client")
+	}
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	return &Publisher{client: client, cfg: cfg.withDefaults()}, nil
+}
+
+// Publish enqueues msgs as jobs of queue topic in one round trip; see Publisher. Publishing no
+// message does nothing.
+func (p *Publisher) Publish(topic string, msgs ...*message.Message) error {
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	if p.closed {
+		return ErrPublisherClosed
+	}
+	if err := keys.ValidateQueue(topic); err != nil {
+		return fmt.Errorf("publish: %w: %w", ErrInvalid, err)
+	}
+	if len(msgs) == 0 {
+		return nil
+	}
+	tasks := make([]Task, len(msgs))
+	for i, msg := range msgs {
+		if msg == nil {
+			return fmt.Errorf("publish to %s: message %d: %w", topic, i, invalid("nil message"))
+		}
+		t, err := p.task(msg)
+		if err != nil {
+			return fmt.Errorf("publish to %s: message %d (uuid %q): %w", topic, i, msg.UUID, err)
+		}
+		tasks[i] = t
+	}
+	// EnqueueBatch checks every task again before it writes anything; an input error from it
+	// means the checks above missed a rule of the Client's.
+	_, err := p.client.EnqueueBatch(msgs[0].Context(), topic, tasks)
+	if err != nil && (errors.Is(err, ErrInvalid) || errors.Is(err, ErrPayloadTooLarge)) {
+		return fmt.Errorf("publish to %s: %w", topic, err)
+	}
+	return err
+}
+
+// Close makes later Publish calls fail with ErrPublisherClosed, after waiting for those under
+// way. It does not close the client or its Redis connection. It is safe to call more than once.
+func (p *Publisher) Close() error {
+	p.mu.Lock()
+	p.closed = true
+	p.mu.Unlock()
+	return nil
+}
+
+// task turns a message into a task, checking what the Client would refuse, so that the error
+// can name the message.
+func (p *Publisher) task(msg *message.Message) (Task, error) {
+	if err := keys.ValidateID(msg.UUID); err != nil {
+		return Task{}, fmt.Errorf("%w: the UUID is not a usable job id: %w", ErrInvalid, err)
+	}
+	var (
+		md   map[string]string
+		ctrl = map[string]string{}
+	)
+	for k, v := range msg.Metadata {
+		switch {
+		case strings.HasPrefix(k, MetaKeyPrefix):
+			if !isControlKey(k) {
+				return Task{}, invalid("metadata key %q: unknown control key (keys starting with %q are reserved for Conveyor's control keys)", k, MetaKeyPrefix)
+			}
+			ctrl[k] = v
+		case k == "" || k[0] == '_':
+			return Task{}, invalid("metadata key %q: keys must be non-empty and not start with '_' (reserved)", k)
+		default:
+			if md == nil {
+				md = make(map[string]string, len(msg.Metadata))
+			}
+			md[k] = v
+		}
+	}
+	t := Task{Type: p.cfg.DefaultType, Payload: msg.Payload, Metadata: md}
+	opts, err := p.options(ctrl, &t)
+	if err != nil {
+		return Task{}, err
+	}
+	// Options check their values as they apply; the checks above should leave nothing for
+	// them to refuse, but a rule they gain must not slip through unnamed.
+	var o enqueueOptions
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if len(o.errs) > 0 {
+		return Task{}, errors.Join(o.errs...)
+	}
+	if err := p.checkSize(&t); err != nil {
+		return Task{}, err
+	}
+	t.Opts = append(opts, WithID(msg.UUID))
+	return t, nil
+}
+
+func isControlKey(k string) bool {
+	switch k {
+	case MetaKeyType, MetaKeyDelay, MetaKeyRunAt, MetaKeyMaxRetries, MetaKeyTimeout, MetaKeyUniqueKey, MetaKeyUniqueTTL:
+		return true
+	}
+	return false
+}
+
+// options reads the control keys into t's type and options.
+func (p *Publisher) options(ctrl map[string]string, t *Task) ([]Option, error) {
+	bad := func(key, v, format string, args ...any) error {
+		return invalid("%s %q: %s", key, v, fmt.Sprintf(format, args...))
+	}
+	duration := func(key, v string) (time.Duration, error) {
+		d, err := time.ParseDuration(v)
+		if err != nil {
+			return 0, bad(key, v, "not a Go duration (such as 90s or 1h30m)")
+		}
+		if d < 0 {
+			return 0, bad(key, v, "negative")
+		}
+		return d, nil
+	}
+	var opts []Option
+
+	if v, ok := ctrl[MetaKeyType]; ok {
+		t.Type = v
+		if err := validateType(v); err != nil {
+			return nil, fmt.Errorf("%s: %w", MetaKeyType, err)
+		}
+	} else if t.Type == "" {
+		return nil, invalid("no job type: the message has no %s and the publisher no DefaultType", MetaKeyType)
+	}
+
+	delay, hasDelay := ctrl[MetaKeyDelay]
+	runAt, hasRunAt := ctrl[MetaKeyRunAt]
+	switch {
+	case hasDelay && hasRunAt:
+		return nil, invalid("%s and %s together", MetaKeyDelay, MetaKeyRunAt)
+	case hasDelay:
+		d, err := duration(MetaKeyDelay, delay)
+		if err != nil {
+			return nil, err
+		}
+		opts = append(opts, WithDelay(d))
+	case hasRunAt:
+		at, err := parseRunAt(runAt)
+		if err != nil {
+			return nil, bad(MetaKeyRunAt, runAt, "%v", err)
+		}
+		if at.After(MaxRunAt) {
+			return nil, bad(MetaKeyRunAt, runAt, "after %s", MaxRunAt.Format(time.RFC3339))
+		}
+		opts = append(opts, WithRunAt(at))
+	}
+
+	if v, ok := ctrl[MetaKeyMaxRetries]; ok {
+		n, err := strconv.Atoi(v)
+		if err != nil {
+			return nil, bad(MetaKeyMaxRetries, v, "not an integer")
+		}
+		if n < 0 || n > MaxMaxRetries {
+			return nil, bad(MetaKeyMaxRetries, v, "outside 0..%d", MaxMaxRetries)
+		}
+		opts = append(opts, WithMaxRetries(n))
+	}
+
+	if v, ok := ctrl[MetaKeyTimeout]; ok {
+		d, err := duration(MetaKeyTimeout, v)
+		if err != nil {
+			return nil, err
+		}
+		opts = append(opts, WithTimeout(d))
+	}
+
+	key, hasKey := ctrl[MetaKeyUniqueKey]
+	ttlS, hasTTL := ctrl[MetaKeyUniqueTTL]
+	switch {
+	case hasTTL && !hasKey:
+		return nil, invalid("%s without %s", MetaKeyUniqueTTL, MetaKeyUniqueKey)
+	case hasKey:
+		if key == "" || len(key) > keys.MaxNameLen {
+			return nil, bad(MetaKeyUniqueKey, key, "must be 1 to %d bytes", keys.MaxNameLen)
+		}
+		ttl := p.cfg.UniqueTTL
+		if hasTTL {
+			d, err := duration(MetaKeyUniqueTTL, ttlS)
+			if err != nil {
+				return nil, err
+			}
+			if d == 0 {
+				return nil, bad(MetaKeyUniqueTTL, ttlS, "must be positive")
+			}
+			ttl = d
+		}
+		opts = append(opts, WithUnique(key, ttl))
+	}
+	return opts, nil
+}
+
+// parseRunAt reads unix milliseconds (digits only) or an RFC 3339 time.
+func parseRunAt(v string) (time.Time, error) {
+	if v != "" && strings.Trim(v, "0123456789") == "" {
+		ms, err := strconv.ParseInt(v, 10, 64)
+		if err != nil {
+			return time.Time{}, errors.New("unix milliseconds out of range")
+		}
+		return time.UnixMilli(ms), nil
+	}
+	at, err := time.Parse(time.RFC3339, v)
+	if err != nil {
+		return time.Time{}, errors.New("neither unix milliseconds nor an RFC 3339 time")
+	}
+	return at, nil
+}
+
+// checkSize applies the Client's MaxPayloadBytes to the payload plus the encoded metadata.
+// The metadata is encoded only when a cheap upper bound of its size does not settle it.
+func (p *Publisher) checkSize(t *Task) error {
+	limit := p.client.cfg.MaxPayloadBytes
+	// msgpack: a map header of at most 5 bytes, a header of at most 5 bytes per string.
+	bound := 5
+	for k, v := range t.Metadata {
+		bound += 10 + len(k) + len(v)
+	}
+	if len(t.Payload)+bound <= limit {
+		return nil
+	}
+	enc, err := stream.EncodeMetadata(t.Metadata)
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
+	if size := len(t.Payload) + len(enc); size > limit {
+		return fmt.Errorf("%w: %d bytes of payload and metadata, the limit is %d", ErrPayloadTooLarge, size, limit)
+	}
+	return nil
+}
