@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -13,6 +12,7 @@ import (
 	"github.com/oklog/ulid/v2"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/conveyorq/conveyor/internal/jobstate"
 	"github.com/conveyorq/conveyor/internal/keys"
 	"github.com/conveyorq/conveyor/internal/script"
 	"github.com/conveyorq/conveyor/stream"
@@ -97,14 +97,10 @@ func (c *Client) Redis() redis.UniversalClient { return c.rdb }
 // Prefix returns the key prefix.
 func (c *Client) Prefix() string { return c.cfg.Prefix }
 
-// prepared is one validated job ready for the enqueue script.
+// prepared is one validated job: the job to return and what the enqueue script writes.
 type prepared struct {
-	job       *Job
-	chosenID  bool // the caller chose the id (WithID): it is looked up on its own
-	metadata  string
-	retention string
-	uniqueKey string
-	uniqueTTL int64
+	job *Job
+	nj  jobstate.NewJob
 }
 
 // Enqueue publishes one job to queue: at once, or later with WithDelay or WithRunAt. It returns
@@ -119,7 +115,7 @@ func (c *Client) Enqueue(ctx context.Context, queue string, task Task, opts ...O
 	if err != nil {
 		return nil, err
 	}
-	if p.plain() {
+	if p.nj.Plain(now.UnixMilli()) {
 		return c.enqueuePlain(ctx, queue, p)
 	}
 	jobs, err := c.enqueuePrepared(ctx, queue, []prepared{p}, now)
@@ -171,7 +167,11 @@ func (c *Client) enqueuePrepared(ctx context.Context, queue string, preps []prep
 			bytes += len(preps[hi].job.Payload)
 			hi++
 		}
-		calls = append(calls, enqueueCall(q, preps[lo:hi], now))
+		njs := make([]jobstate.NewJob, hi-lo)
+		for i := range njs {
+			njs[i] = preps[lo+i].nj
+		}
+		calls = append(calls, jobstate.EnqueueCall(q, now.UnixMilli(), njs))
 		spans = append(spans, [2]int{lo, hi})
 		lo = hi
 	}
@@ -194,31 +194,25 @@ func (c *Client) enqueuePrepared(ctx context.Context, queue string, preps []prep
 	}
 	var existing []int
 	for ci, cmd := range cmds {
-		code, rows, err := script.Reply(cmd)
-		if err == nil && (code != script.OK || len(rows) != 2*(spans[ci][1]-spans[ci][0])) {
-			err = fmt.Errorf("unexpected reply %v %v", code, rows)
-		}
+		lo, hi := spans[ci][0], spans[ci][1]
+		rows, err := jobstate.EnqueueReply(cmd, hi-lo)
 		if err != nil {
 			return jobs, fmt.Errorf("enqueue to %s: %w", queue, err)
 		}
-		lo := spans[ci][0]
-		for k := 0; k < len(rows); k += 2 {
-			j := jobs[lo+k/2]
-			data, _ := rows[k+1].(string)
-			switch c, _ := rows[k].(int64); script.Code(c) {
+		for k, row := range rows {
+			j := jobs[lo+k]
+			switch row.Code {
 			case script.OK:
-				if data == "" {
+				if row.Entry == "" {
 					j.Status = StatusScheduled
 				} else {
-					j.Status, j.Entry, j.EnqueuedAt = StatusQueued, data, now
+					j.Status, j.Entry, j.EnqueuedAt = StatusQueued, row.Entry, now
 				}
 			case script.Exists:
-				existing = append(existing, lo+k/2)
+				existing = append(existing, lo+k)
 			case script.UniqueHeld:
-				j.ID = data
-				existing = append(existing, lo+k/2)
-			default:
-				return jobs, fmt.Errorf("enqueue to %s: unexpected reply code %v", queue, c)
+				j.ID = row.Holder
+				existing = append(existing, lo+k)
 			}
 		}
 	}
@@ -236,35 +230,24 @@ func (c *Client) enqueuePrepared(ctx context.Context, queue string, preps []prep
 	return jobs, nil
 }
 
-// plain reports whether enqueue1.lua can write the job: one job to run at once, with no unique
-// key, timeout or retention of its own.
-func (p prepared) plain() bool {
-	return p.retention == "" && p.uniqueKey == "" && p.job.Timeout == 0 && !p.job.RunAt.After(p.job.CreatedAt)
-}
-
-// enqueuePlain runs enqueue1.lua for a job that is plain.
+// enqueuePlain creates a plain job (jobstate.NewJob.Plain) with jobstate.Enqueue1.
 func (c *Client) enqueuePlain(ctx context.Context, queue string, p prepared) (*Job, error) {
 	if err := c.registerQueue(ctx, queue); err != nil {
 		return nil, err
 	}
 	q, j := c.keys(queue), p.job
-	code, rest, err := script.Reply(enqueue1Script.Run(ctx, c.rdb, []string{q.Stream(), q.Stats(), q.Job(j.ID)},
-		j.ID, j.Type, j.Payload, p.metadata, j.MaxRetries, j.CreatedAt.UnixMilli()))
+	row, err := jobstate.Enqueue1(ctx, c.rdb, q, j.CreatedAt.UnixMilli(), &p.nj)
 	if err != nil {
 		return nil, fmt.Errorf("enqueue to %s: %w", queue, err)
 	}
-	if code == script.Exists {
+	if row.Code == script.Exists {
 		got, err := c.Get(ctx, queue, j.ID)
 		if errors.Is(err, ErrNotFound) {
 			return j, nil // it finished and expired between the two calls
 		}
 		return got, err
 	}
-	if code != script.OK || len(rest) != 1 {
-		return nil, fmt.Errorf("enqueue to %s: unexpected reply %v %v", queue, code, rest)
-	}
-	j.Status, j.EnqueuedAt = StatusQueued, j.CreatedAt
-	j.Entry, _ = rest[0].(string)
+	j.Status, j.Entry, j.EnqueuedAt = StatusQueued, row.Entry, j.CreatedAt
 	return j, nil
 }
 
@@ -345,14 +328,15 @@ func (c *Client) prepare(queue string, t *Task, now time.Time, common []Option) 
 			MaxRetries: maxRetries, Timeout: o.timeout,
 			CreatedAt: now, RunAt: runAt, Version: 1,
 		},
-		metadata: encMD,
-		chosenID: chosen,
+		nj: jobstate.NewJob{ID: id, Type: t.Type, Payload: t.Payload, Metadata: encMD,
+			MaxRetries: maxRetries, TimeoutMS: o.timeout.Milliseconds(), RunAt: runAt.UnixMilli(),
+			ChosenID: chosen},
 	}
 	if o.hasRetain {
-		p.retention = strconv.FormatInt(retentionMS(o.retention), 10)
+		p.nj.Retention = strconv.FormatInt(retentionMS(o.retention), 10)
 	}
 	if o.hasUnique {
-		p.uniqueKey, p.uniqueTTL = o.uniqueKey, max(1, o.uniqueTTL.Milliseconds())
+		p.nj.UniqueKey, p.nj.UniqueTTL = o.uniqueKey, max(1, o.uniqueTTL.Milliseconds())
 	}
 	return p, nil
 }
@@ -371,42 +355,6 @@ func validateType(t string) error {
 		}
 	}
 	return nil
-}
-
-func enqueueCall(q keys.Queue, preps []prepared, now time.Time) script.Call {
-	ks := make([]string, 0, 3+2*len(preps))
-	ks = append(ks, q.Stream(), q.Scheduled(), q.Stats())
-	args := make([]any, 0, 4+9*len(preps))
-	chosen := make([]byte, len(preps))
-	witness := 0
-	// A job with a unique key may be refused (its key held) and so never created; it cannot
-	// witness for the others, nor can another job witness for it. Such a chunk looks every job
-	// up on its own.
-	perJob := slices.ContainsFunc(preps, func(p prepared) bool { return p.uniqueKey != "" })
-	for i, p := range preps {
-		j := p.job
-		ks = append(ks, q.Job(j.ID))
-		chosen[i] = '0'
-		if p.chosenID || perJob {
-			chosen[i] = '1'
-		} else {
-			witness = len(ks) // 1-based index in KEYS of the last generated-id job
-		}
-		if p.uniqueKey != "" {
-			ks = append(ks, q.Unique(p.uniqueKey))
-		}
-	}
-	args = append(args, now.UnixMilli(), q.Wake(), witness, string(chosen))
-	for _, p := range preps {
-		j := p.job
-		uttl := ""
-		if p.uniqueKey != "" {
-			uttl = strconv.FormatInt(p.uniqueTTL, 10)
-		}
-		args = append(args, j.ID, j.Type, j.Payload, p.metadata, j.MaxRetries,
-			j.Timeout.Milliseconds(), j.RunAt.UnixMilli(), p.retention, uttl)
-	}
-	return script.Call{Script: enqueueScript, Keys: ks, Args: args}
 }
 
 // retentionMS turns a retention setting into the scripts' form: 0 deletes at once.
@@ -460,16 +408,12 @@ func (c *Client) Get(ctx context.Context, queue, id string) (*Job, error) {
 		return nil, err
 	}
 	q := c.keys(queue)
-	code, rest, err := script.Reply(getScript.Run(ctx, c.rdb, []string{q.Job(id), q.Stream()}))
+	flat, found, err := jobstate.Get(ctx, c.rdb, q, id)
 	if err != nil {
 		return nil, fmt.Errorf("get %s/%s: %w", queue, id, err)
 	}
-	if code == script.NotFound {
+	if !found {
 		return nil, ErrNotFound
-	}
-	flat := make([]string, len(rest))
-	for i, v := range rest {
-		flat[i], _ = v.(string)
 	}
 	return jobFromHash(queue, id, flat)
 }
@@ -542,9 +486,8 @@ func (c *Client) Cancel(ctx context.Context, queue, id string) error {
 		return err
 	}
 	q := c.keys(queue)
-	code, rest, err := script.Reply(cancelScript.Run(ctx, c.rdb,
-		[]string{q.Stream(), q.Scheduled(), q.Stats(), q.Job(id)},
-		keys.Group, c.cfg.Now().UnixMilli(), retentionMS(c.cfg.Retention), id, c.cfg.MinRetention.Milliseconds()))
+	code, status, err := jobstate.Cancel(ctx, c.rdb, q, id, c.cfg.Now().UnixMilli(), retentionMS(c.cfg.Retention),
+		c.cfg.MinRetention.Milliseconds())
 	if err != nil {
 		return fmt.Errorf("cancel %s/%s: %w", queue, id, err)
 	}
@@ -552,7 +495,7 @@ func (c *Client) Cancel(ctx context.Context, queue, id string) error {
 	case script.OK:
 		return nil
 	case script.WrongState:
-		return fmt.Errorf("%w (%v)", ErrNotCancelable, rest[0])
+		return fmt.Errorf("%w (%s)", ErrNotCancelable, status)
 	case script.NotFound:
 		return ErrNotFound
 	}
@@ -685,8 +628,7 @@ func (c *Client) Replay(ctx context.Context, queue, id string) error {
 		return err
 	}
 	q := c.keys(queue)
-	code, rest, err := script.Reply(replayScript.Run(ctx, c.rdb, []string{q.Stream(), q.Dead(), q.Job(id)},
-		c.cfg.Now().UnixMilli(), id))
+	code, data, err := jobstate.Replay(ctx, c.rdb, q, id, c.cfg.Now().UnixMilli())
 	if err != nil {
 		return fmt.Errorf("replay %s/%s: %w", queue, id, err)
 	}
@@ -696,11 +638,11 @@ func (c *Client) Replay(ctx context.Context, queue, id string) error {
 	case script.NotFound:
 		return ErrNotFound
 	case script.WrongState:
-		return fmt.Errorf("%w (it is %v)", ErrNotDead, rest[0])
+		return fmt.Errorf("%w (it is %s)", ErrNotDead, data)
 	case script.NoType:
 		return fmt.Errorf("replay %s/%s: %w: an unreadable entry's record has no type to run", queue, id, ErrInvalid)
 	case script.UniqueHeld:
-		return fmt.Errorf("replay %s/%s: %w (job %v)", queue, id, ErrUniqueHeld, rest[0])
+		return fmt.Errorf("replay %s/%s: %w (job %s)", queue, id, ErrUniqueHeld, data)
 	}
 	return fmt.Errorf("replay %s/%s: unexpected reply %v", queue, id, code)
 }
@@ -718,12 +660,11 @@ func (c *Client) Purge(ctx context.Context, queue string, olderThan time.Duratio
 	const limit = 500
 	total := 0
 	for {
-		_, rest, err := script.Reply(purgeScript.Run(ctx, c.rdb, []string{q.Dead()}, q.JobPrefix(), limit, olderThan.Milliseconds()))
+		n, err := jobstate.Purge(ctx, c.rdb, q, limit, olderThan.Milliseconds())
+		total += n
 		if err != nil {
 			return total, fmt.Errorf("purge %s: %w", queue, err)
 		}
-		n := int(rest[0].(int64))
-		total += n
 		if n < limit {
 			return total, nil
 		}

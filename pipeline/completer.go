@@ -4,42 +4,20 @@ import (
 	"cmp"
 	"context"
 	"errors"
-	"fmt"
-	"strconv"
 	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 	"github.com/rs/zerolog"
 
+	"github.com/conveyorq/conveyor/internal/jobstate"
 	"github.com/conveyorq/conveyor/internal/keys"
 	"github.com/conveyorq/conveyor/internal/script"
 )
 
-// Transition ops of finish.lua.
-const (
-	opStart  = "start"
-	opDone   = "done"
-	opRetry  = "retry"
-	opFail   = "fail"
-	opPoison = "poison"
-)
-
-// transition is one state change a worker asks for; finish.lua applies it, fenced by entry.
-type transition struct {
-	q        *keys.Queue // shared, not copied: every job makes several transitions
-	op       string
-	id       string
-	entry    string
-	attempt  int
-	started  int64 // unix ms
-	finished int64 // unix ms
-	data     string
-	extra    string
-	sent     bool   // the payload is sent back with the outcome (see finish.lua)
-	payload  string // the payload exactly as read from the entry, when sent is true
-	tries    int
-}
+// transition is one state change a worker asks for (see jobstate for its constructors);
+// finish.lua applies it, fenced by its entry.
+type transition = jobstate.Transition
 
 // completer writes job transitions in batches: a handler's outcome joins the current chunk
 // (up to maxBatch outcomes); chunks are written one finish.lua call per queue, as soon as a
@@ -57,14 +35,12 @@ type transition struct {
 // Nothing is lost when a write fails: transitions are retried; those that cannot be written
 // leave their entries pending, and recovery runs those jobs again after the visibility timeout.
 type completer struct {
-	rdb       redis.UniversalClient
-	worker    string
-	retention int64 // default retention ms for finish.lua
-	minRetain int64 // the shortest retention ms of a finished job (see finish.lua)
-	interval  time.Duration
-	maxBatch  int
-	slots     int // the worker's concurrency: write at once when this many wait
-	log       zerolog.Logger
+	rdb      redis.UniversalClient
+	cfg      jobstate.FinishConfig
+	interval time.Duration
+	maxBatch int
+	slots    int // the worker's concurrency: write at once when this many wait
+	log      zerolog.Logger
 
 	mu sync.Mutex
 	// chunks holds outcomes in arrival order; all but the last are full, except a retried
@@ -76,8 +52,9 @@ type completer struct {
 	full    chan struct{}
 	stop    chan struct{}
 	done    chan struct{}
-	closed  bool   // close was called: outcomes arriving now cannot be written
-	outage  outage // the current spell of failing writes, if any
+	closed  bool           // close was called: outcomes arriving now cannot be written
+	outage  outage         // the current spell of failing writes, if any
+	refused map[string]int // by entry: writes Redis refused as malformed (rare; see write)
 
 	// onTrouble, when set, is told when writes start failing (true) and when they go through
 	// again (false): the worker stops reading new jobs meanwhile.
@@ -109,9 +86,9 @@ type chunk struct {
 	done  chan struct{}
 }
 
-func newCompleter(rdb redis.UniversalClient, worker string, retention, minRetain int64, interval time.Duration, maxBatch, slots int, log zerolog.Logger) *completer {
+func newCompleter(rdb redis.UniversalClient, cfg jobstate.FinishConfig, interval time.Duration, maxBatch, slots int, log zerolog.Logger) *completer {
 	return &completer{
-		rdb: rdb, worker: worker, retention: retention, minRetain: minRetain, interval: interval, maxBatch: maxBatch,
+		rdb: rdb, cfg: cfg, interval: interval, maxBatch: maxBatch,
 		slots:  max(1, slots),
 		log:    log.With().Str("component", "completer").Logger(),
 		starts: make(map[string]startMark),
@@ -162,11 +139,11 @@ func (c *completer) finish(t transition) <-chan struct{} {
 		// A handler that outlived shutdown: its entry was put back or will be recovered, and
 		// nobody writes any more, so there is nothing to wait for.
 		c.mu.Unlock()
-		c.log.Warn().Str("job_id", t.id).Str("op", t.op).
+		c.log.Warn().Str("job_id", t.ID).Stringer("op", t.Op).
 			Msg("job outcome arrived after the worker shut down; it is not written and the job will run again")
 		return closedChan
 	}
-	delete(c.starts, t.entry)
+	delete(c.starts, t.Entry)
 	n := len(c.chunks)
 	if n == 0 || len(c.chunks[n-1].items) >= c.maxBatch {
 		c.chunks = append(c.chunks, &chunk{items: make([]transition, 0, c.maxBatch), done: make(chan struct{})})
@@ -314,8 +291,7 @@ func (c *completer) flush(ctx context.Context, all bool) (wait time.Duration) {
 			cutoff := time.Now().Add(-c.interval).UnixMilli()
 			for e, m := range c.starts {
 				if all || m.at <= cutoff {
-					batch = append(batch, transition{q: m.q, op: opStart, id: m.id, entry: e,
-						attempt: m.attempt, started: m.at})
+					batch = append(batch, jobstate.Start(m.q, m.id, e, m.attempt, m.at))
 					delete(c.starts, e)
 				}
 			}
@@ -404,7 +380,7 @@ func (c *completer) write(ctx context.Context, batch []transition) ([]transition
 	// Group by queue, keeping order; a batch usually has one queue, which needs no copy.
 	groups := [][]transition{batch}
 	for i := 1; i < len(batch); i++ {
-		if batch[i].q.Name() != batch[0].q.Name() {
+		if batch[i].Queue.Name() != batch[0].Queue.Name() {
 			groups = groupByQueue(batch)
 			break
 		}
@@ -414,7 +390,7 @@ func (c *completer) write(ctx context.Context, batch []transition) ([]transition
 	for _, ts := range groups {
 		for len(ts) > 0 {
 			n := min(len(ts), c.maxBatch)
-			calls = append(calls, c.call(ts[:n]))
+			calls = append(calls, jobstate.FinishCall(c.cfg, ts[:n]))
 			chunks = append(chunks, ts[:n])
 			ts = ts[n:]
 		}
@@ -425,19 +401,20 @@ func (c *completer) write(ctx context.Context, batch []transition) ([]transition
 	var retry []transition
 	var first error
 	for i, cmd := range cmds {
-		codes, err := cmd.Int64Slice()
-		if err == nil && (len(codes) != len(groups[i])+1 || codes[0] != int64(script.OK)) {
-			err = fmt.Errorf("finish: unexpected reply %v", codes)
-		}
+		codes, err := jobstate.FinishReply(cmd, len(groups[i]))
 		if err != nil {
 			first = cmp.Or(first, err)
 			for _, t := range groups[i] {
-				if t.op == opStart {
+				if t.Op == jobstate.OpStart {
 					continue
 				}
 				if permanent(err) {
-					if t.tries++; t.tries >= maxPermanentTries {
-						c.log.Error().Err(err).Str("job_id", t.id).Str("op", t.op).
+					if c.refused == nil {
+						c.refused = map[string]int{}
+					}
+					if c.refused[t.Entry]++; c.refused[t.Entry] >= maxPermanentTries {
+						delete(c.refused, t.Entry)
+						c.log.Error().Err(err).Str("job_id", t.ID).Stringer("op", t.Op).
 							Msg("giving up on a job outcome that Redis refuses as malformed; the job will be recovered")
 						continue
 					}
@@ -446,11 +423,11 @@ func (c *completer) write(ctx context.Context, batch []transition) ([]transition
 			}
 			continue
 		}
-		for k, code := range codes[1:] {
+		for k, code := range codes {
 			// Refusals are counted by finish.lua in the queue's stats (refused). A start
 			// mark that came too late (the job finished or moved on) is not a refusal.
-			if t := groups[i][k]; script.Code(code) == script.Refused && t.op != opStart {
-				c.log.Info().Str("job_id", t.id).Str("entry", t.entry).Str("op", t.op).
+			if t := groups[i][k]; code == script.Refused && t.Op != jobstate.OpStart {
+				c.log.Info().Str("job_id", t.ID).Str("entry", t.Entry).Stringer("op", t.Op).
 					Msg("transition refused: the job moved on (recovered, canceled or finished elsewhere)")
 			}
 		}
@@ -458,32 +435,15 @@ func (c *completer) write(ctx context.Context, batch []transition) ([]transition
 	return retry, first
 }
 
-func (c *completer) call(ts []transition) script.Call {
-	q := ts[0].q
-	ks := make([]string, 0, 4+len(ts))
-	ks = append(ks, q.Stream(), q.Scheduled(), q.Dead(), q.Stats())
-	args := make([]any, 0, 5+10*len(ts))
-	args = append(args, keys.Group, c.worker, c.retention, q.Wake(), c.minRetain)
-	for _, t := range ts {
-		ks = append(ks, q.Job(t.id))
-		sent := ""
-		if t.sent {
-			sent = "1"
-		}
-		args = append(args, t.op, t.id, t.entry, strconv.Itoa(t.attempt), t.started, t.finished, t.data, t.extra, sent, t.payload)
-	}
-	return script.Call{Script: finishScript, Keys: ks, Args: args}
-}
-
 // groupByQueue splits transitions by queue, keeping their order within each queue.
 func groupByQueue(batch []transition) [][]transition {
 	index := map[string]int{}
 	var groups [][]transition
 	for _, t := range batch {
-		i, ok := index[t.q.Name()]
+		i, ok := index[t.Queue.Name()]
 		if !ok {
 			i = len(groups)
-			index[t.q.Name()] = i
+			index[t.Queue.Name()] = i
 			groups = append(groups, nil)
 		}
 		groups[i] = append(groups[i], t)

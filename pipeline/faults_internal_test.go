@@ -11,6 +11,7 @@ import (
 	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 
+	"github.com/conveyorq/conveyor/internal/jobstate"
 	"github.com/conveyorq/conveyor/internal/redistest"
 )
 
@@ -29,7 +30,7 @@ func (h *failFinish) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.P
 			return next(ctx, cmds)
 		}
 		for _, c := range cmds {
-			if args := c.Args(); len(args) > 1 && args[1] == finishScript.Hash() {
+			if jobstate.IsFinishCall(c.Args()) {
 				err := errors.New("simulated: writes refused")
 				for _, c := range cmds {
 					c.SetErr(err)

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"runtime/debug"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -16,6 +15,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/conveyorq/conveyor/delayed"
+	"github.com/conveyorq/conveyor/internal/jobstate"
 	"github.com/conveyorq/conveyor/internal/keys"
 	"github.com/conveyorq/conveyor/internal/script"
 	"github.com/conveyorq/conveyor/recovery"
@@ -307,8 +307,8 @@ func (w *Worker) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	w.comp = newCompleter(w.rdb, w.cfg.Name, retentionMS(w.cfg.Retention), w.cfg.MinRetention.Milliseconds(), w.cfg.FlushInterval,
-		finishChunk, w.cfg.Concurrency, w.log)
+	w.comp = newCompleter(w.rdb, jobstate.FinishConfig{Worker: w.cfg.Name, Retention: retentionMS(w.cfg.Retention),
+		MinRetention: w.cfg.MinRetention.Milliseconds()}, w.cfg.FlushInterval, finishChunk, w.cfg.Concurrency, w.log)
 	// While Redis refuses the outcomes, new jobs are not read: they would run only to wait,
 	// holding their slots, for writes that may not come back soon.
 	w.comp.onTrouble = func(failing bool) {
@@ -414,7 +414,7 @@ func (w *Worker) waitForRedis(ctx context.Context) error {
 	for {
 		err := w.rdb.Ping(ctx).Err()
 		if err == nil {
-			err = script.Load(ctx, w.rdb, finishScript, releaseScript)
+			err = script.Load(ctx, w.rdb, jobstate.WorkerScripts()...)
 		}
 		if err == nil {
 			for _, name := range w.cfg.Queues {
@@ -478,18 +478,16 @@ func (w *Worker) handleMessage(msg *message.Message) error {
 	return w.outcome(ctx, q, j, start, result, err)
 }
 
-// transition is the start of the outcome of an attempt. The payload goes back with it, so that
-// finish.lua need not read the entry again, when it is small and the entry has no metadata.
-// What goes back is the payload exactly as read from the entry (stream.EntryValues), never
-// j.Payload: middleware and handlers may change that slice in place, and the job's next attempt
-// must run on the bytes that were published.
-func (w *Worker) transition(q *keys.Queue, j *Job, start time.Time) transition {
-	t := transition{q: q, id: j.ID, entry: j.Entry, attempt: j.Attempt, started: start.UnixMilli()}
+// sendBack adds to t the payload exactly as read from the job's entry (stream.EntryValues),
+// when it is small and the entry has no metadata, so that finish.lua need not read the entry
+// again. Never j.Payload: middleware and handlers may change that slice in place, and the job's
+// next attempt must run on the bytes that were published.
+func sendBack(t transition, j *Job) transition {
 	if j.entry != nil {
 		p, _ := j.entry[keys.EntryPayload].(string)
 		md, _ := j.entry[keys.EntryMetadata].(string)
 		if md == "" && len(p) <= sendBackBytes {
-			t.sent, t.payload = true, p
+			return t.WithPayload(p)
 		}
 	}
 	return t
@@ -513,12 +511,11 @@ func (w *Worker) write(t transition, jerr *JobError) error {
 
 // noHandler sends a job whose type has no handler to the dead set.
 func (w *Worker) noHandler(q *keys.Queue, j *Job) error {
-	now := time.Now()
-	t := w.transition(q, j, now)
-	t.op, t.finished = opFail, now.UnixMilli()
-	t.data = fmt.Sprintf("no handler registered for job type %q on worker %s", j.Type, w.cfg.Name)
+	now := time.Now().UnixMilli()
+	reason := fmt.Sprintf("no handler registered for job type %q on worker %s", j.Type, w.cfg.Name)
 	w.log.Warn().Str("job_id", j.ID).Str("type", j.Type).Msg("no handler for job type; job sent to the dead set")
-	return w.write(t, &JobError{Outcome: OutcomeDead, Err: errors.New(t.data)})
+	t := sendBack(jobstate.Dead(q, j.ID, j.Entry, j.Attempt, now, now, reason), j)
+	return w.write(t, &JobError{Outcome: OutcomeDead, Err: errors.New(reason)})
 }
 
 // refused writes a failed attempt for a job that a middleware refused before its handler ran.
@@ -550,31 +547,31 @@ func (w *Worker) outcome(ctx context.Context, q *keys.Queue, j *Job, start time.
 		}
 	}
 	end := time.Now()
-	t := w.transition(q, j, start)
-	t.finished = end.UnixMilli()
+	started, finished := start.UnixMilli(), end.UnixMilli()
+	var t transition
 	var jerr *JobError
 	switch {
 	case err == nil && len(result) > w.cfg.MaxResultBytes:
-		t.op = opFail
-		t.data = fmt.Sprintf("result of %d bytes exceeds the limit of %d", len(result), w.cfg.MaxResultBytes)
-		jerr = &JobError{Outcome: OutcomeDead, Err: errors.New(t.data)}
+		reason := fmt.Sprintf("result of %d bytes exceeds the limit of %d", len(result), w.cfg.MaxResultBytes)
+		t = jobstate.Dead(q, j.ID, j.Entry, j.Attempt, started, finished, reason)
+		jerr = &JobError{Outcome: OutcomeDead, Err: errors.New(reason)}
 	case err == nil:
-		t.op, t.data = opDone, string(result)
+		t = jobstate.Done(q, j.ID, j.Entry, j.Attempt, started, finished, string(result))
 		w.log.Debug().Str("job_id", j.ID).Str("type", j.Type).Dur("took", end.Sub(start)).Msg("job done")
 	case IsSkipRetry(err) || j.Attempt > j.MaxRetries:
-		t.op, t.data = opFail, truncate(err.Error(), maxErrorBytes)
+		t = jobstate.Dead(q, j.ID, j.Entry, j.Attempt, started, finished, truncate(err.Error(), maxErrorBytes))
 		jerr = &JobError{Outcome: OutcomeDead, Err: err}
 		w.log.Warn().Err(err).Str("job_id", j.ID).Str("type", j.Type).Int("attempt", j.Attempt).
 			Msg("job failed for good; sent to the dead set")
 	default:
 		delay := w.cfg.Backoff.Delay(j.Attempt)
 		retryAt := end.Add(delay).UnixMilli() + 1 // +1: never before the backoff ends
-		t.op, t.data = opRetry, truncate(err.Error(), maxErrorBytes)
-		t.extra = strconv.FormatInt(retryAt, 10)
+		t = jobstate.Retry(q, j.ID, j.Entry, j.Attempt, started, finished, truncate(err.Error(), maxErrorBytes), retryAt)
 		jerr = &JobError{Outcome: OutcomeRetry, Err: err, RetryAt: time.UnixMilli(retryAt)}
 		w.log.Info().Err(err).Str("job_id", j.ID).Str("type", j.Type).Int("attempt", j.Attempt).
 			Dur("retry_in", delay).Msg("job attempt failed; will retry")
 	}
+	t = sendBack(t, j)
 	if jerr != nil {
 		jerr.Timeout = errors.Is(context.Cause(ctx), errTimeout) || errors.Is(err, errTimeout)
 	}
@@ -643,12 +640,11 @@ func (w *Worker) poison(q *keys.Queue, msg *message.Message, reason string) erro
 	entry := msg.Metadata[stream.EntryIDKey]
 	id := msg.UUID
 	if !keys.ValidID(id) {
-		id = "entry-" + entry
+		id = jobstate.DeadEntryPrefix + entry
 	}
 	now := time.Now().UnixMilli()
 	w.log.Warn().Str("entry", entry).Str("reason", reason).Str("record_id", id).Msg("unreadable stream entry sent to the dead set")
-	t := transition{q: q, op: opPoison, id: id, entry: entry, started: now, finished: now, data: reason}
-	return w.write(t, &JobError{Outcome: OutcomeDead, Err: errors.New(reason)})
+	return w.write(jobstate.Poison(q, id, entry, now, reason), &JobError{Outcome: OutcomeDead, Err: errors.New(reason)})
 }
 
 // release puts back the entries a closing subscription still holds (stream.Config.OnRelease).
@@ -661,17 +657,12 @@ func (w *Worker) release(ctx context.Context, streamKey string, ids []string) {
 	for len(ids) > 0 {
 		chunk := ids[:min(len(ids), batchChunk)]
 		ids = ids[len(chunk):]
-		args := make([]any, 0, 3+len(chunk))
-		args = append(args, keys.Group, q.JobPrefix(), time.Now().UnixMilli())
-		for _, id := range chunk {
-			args = append(args, id)
-		}
-		_, rest, err := script.Reply(releaseScript.Run(ctx, w.rdb, []string{q.Stream(), q.Stats()}, args...))
+		n, _, err := jobstate.Release(ctx, w.rdb, *q, time.Now().UnixMilli(), chunk)
 		if err != nil {
 			w.log.Error().Err(err).Int("jobs", len(chunk)).Msg("put back unfinished jobs; they will be recovered after the visibility timeout")
 			continue
 		}
-		released += int(rest[0].(int64))
+		released += n
 	}
 	if released > 0 {
 		w.log.Info().Str("queue", q.Name()).Int("num_released", released).Msg("put back unfinished jobs")

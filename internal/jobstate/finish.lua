@@ -11,7 +11,7 @@
 --   start   the attempt began (status in_progress); the entry stays pending
 --   done    data = result
 --   retry   data = error, extra = due time (unix ms); dead instead when retries are exhausted
---   fail    data = error; straight to the dead set
+--   dead    data = error; straight to the dead set
 --   poison  data = reason; the entry could not be read, and id names the record to keep it
 --           under (it may name no job; when it names a job whose entry is another, the record
 --           is kept under 'entry-<entry>' instead)
@@ -73,7 +73,7 @@ for a = 6, #ARGV, 10 do
     n_poison = n_poison + 1
     drop[#drop + 1] = entry
     code = CV_OK
-  elseif op == 'start' or op == 'done' or op == 'retry' or op == 'fail' then
+  elseif op == 'start' or op == 'done' or op == 'retry' or op == 'dead' then
     local h = redis.call('HMGET', jobkey, 'entry', 'status', 'max_retries', 'retention_ms',
       'version', 'unique')
     local live = cv_live(h, entry)
@@ -94,7 +94,7 @@ for a = 6, #ARGV, 10 do
       local ret = cv_num(h[4], default_ret)
       local ret_s = h[4] or ARGV[3]
       if ret < min_ret then ret_s = min_ret_s end
-      local dies = op == 'fail' or (op == 'retry' and tonumber(attempt) > cv_num(h[3], 0))
+      local dies = op == 'dead' or (op == 'retry' and tonumber(attempt) > cv_num(h[3], 0))
       if h[6] and (op == 'done' or dies) and redis.call('GET', h[6]) == id then
         redis.call('DEL', h[6]) -- the job ends: free its unique key
       end

@@ -1,17 +1,17 @@
-package pipeline
+package jobstate_test
 
 import (
-	"strconv"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
-	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 
+	"github.com/conveyorq/conveyor/internal/jobstate"
 	"github.com/conveyorq/conveyor/internal/keys"
 	"github.com/conveyorq/conveyor/internal/redistest"
 	"github.com/conveyorq/conveyor/internal/script"
+	"github.com/conveyorq/conveyor/pipeline"
 )
 
 // The completer writes chunks concurrently, so a job's start mark may reach Redis after its
@@ -21,32 +21,30 @@ func TestFinishLateStartMarkIsIgnored(t *testing.T) {
 	t.Parallel()
 	rdb := redistest.Client(t)
 	ctx := t.Context()
-	c := NewClient(rdb, ClientConfig{})
+	c := pipeline.NewClient(rdb, pipeline.ClientConfig{})
 	queue := redistest.UniqueName(t)
 	q := keys.New(keys.DefaultPrefix, queue)
-	job, err := c.Enqueue(ctx, queue, Task{Type: "t", Payload: []byte("p")})
+	job, err := c.Enqueue(ctx, queue, pipeline.Task{Type: "t", Payload: []byte("p")})
 	require.NoError(t, err)
 	require.NoError(t, rdb.XGroupCreateMkStream(ctx, q.Stream(), keys.Group, "0").Err())
 	_, err = rdb.XReadGroup(ctx, &redis.XReadGroupArgs{Group: keys.Group, Consumer: "w1",
 		Streams: []string{q.Stream(), ">"}, Count: 1}).Result()
 	require.NoError(t, err)
 
-	comp := newCompleter(rdb, "w1", time.Hour.Milliseconds(), time.Minute.Milliseconds(), time.Second, finishChunk, 10, zerolog.Nop())
+	cfg := jobstate.FinishConfig{Worker: "w1", Retention: time.Hour.Milliseconds(), MinRetention: time.Minute.Milliseconds()}
 	now := time.Now().UnixMilli()
-	run := func(ts ...transition) []script.Code {
-		call := comp.call(ts)
+	run := func(ts ...jobstate.Transition) []script.Code {
+		call := jobstate.FinishCall(cfg, ts)
 		return finishCodes(t, call.Script.Run(ctx, rdb, call.Keys, call.Args...))
 	}
-	base := transition{q: &q, id: job.ID, entry: job.Entry, attempt: 1, started: now, finished: now + 5,
-		sent: true, payload: "p"}
-	done, start := base, base
-	done.op, start.op = opDone, opStart
+	done := jobstate.Done(&q, job.ID, job.Entry, 1, now, now+5, "").WithPayload("p")
+	start := jobstate.Start(&q, job.ID, job.Entry, 1, now)
 
 	require.Equal(t, []script.Code{applied}, run(done))
 	require.Equal(t, []script.Code{refused}, run(start), "the late start mark changes nothing")
 	got, err := c.Get(ctx, queue, job.ID)
 	require.NoError(t, err)
-	require.Equal(t, StatusCompleted, got.Status)
+	require.Equal(t, pipeline.StatusCompleted, got.Status)
 	st, err := c.Stats(ctx, queue)
 	require.NoError(t, err)
 	require.Zero(t, st.Refused, "a late start mark is no refusal")
@@ -63,20 +61,23 @@ func TestFinishLateStartMarkIsIgnored(t *testing.T) {
 type finishFixture struct {
 	t     *testing.T
 	rdb   *redis.Client
-	c     *Client
+	c     *pipeline.Client
 	queue string
 	q     keys.Queue
-	comp  *completer
+	cfg   jobstate.FinishConfig
 }
 
 func newFinishFixture(t *testing.T, retention time.Duration) *finishFixture {
 	t.Helper()
 	rdb := redistest.Client(t)
 	queue := redistest.UniqueName(t)
-	f := &finishFixture{t: t, rdb: rdb, c: NewClient(rdb, ClientConfig{}), queue: queue,
+	f := &finishFixture{t: t, rdb: rdb, c: pipeline.NewClient(rdb, pipeline.ClientConfig{}), queue: queue,
 		q: keys.New(keys.DefaultPrefix, queue)}
-	f.comp = newCompleter(rdb, "w1", retentionMS(retention), time.Minute.Milliseconds(), time.Second,
-		finishChunk, 10, zerolog.Nop())
+	ret := retention.Milliseconds()
+	if retention < 0 {
+		ret = 0
+	}
+	f.cfg = jobstate.FinishConfig{Worker: "w1", Retention: ret, MinRetention: time.Minute.Milliseconds()}
 	require.NoError(t, rdb.XGroupCreateMkStream(t.Context(), f.q.Stream(), keys.Group, "0").Err())
 	return f
 }
@@ -94,9 +95,9 @@ func (f *finishFixture) read(n int) []string {
 	return ids
 }
 
-func (f *finishFixture) run(ts ...transition) []script.Code {
+func (f *finishFixture) run(ts ...jobstate.Transition) []script.Code {
 	f.t.Helper()
-	call := f.comp.call(ts)
+	call := jobstate.FinishCall(f.cfg, ts)
 	return finishCodes(f.t, call.Script.Run(f.t.Context(), f.rdb, call.Keys, call.Args...))
 }
 
@@ -120,20 +121,27 @@ const (
 	died    = script.Died
 )
 
-func (f *finishFixture) outcome(op, id, entry string) transition {
+func (f *finishFixture) outcome(op jobstate.Op, id, entry string) jobstate.Transition {
 	now := time.Now().UnixMilli()
-	return transition{q: &f.q, op: op, id: id, entry: entry, attempt: 1, started: now, finished: now + 1,
-		data: "d", extra: strconv.FormatInt(now+60_000, 10)}
+	switch op {
+	case jobstate.OpDone:
+		return jobstate.Done(&f.q, id, entry, 1, now, now+1, "d")
+	case jobstate.OpRetry:
+		return jobstate.Retry(&f.q, id, entry, 1, now, now+1, "d", now+60_000)
+	case jobstate.OpDead:
+		return jobstate.Dead(&f.q, id, entry, 1, now, now+1, "d")
+	}
+	panic("no outcome " + op.String())
 }
 
-func (f *finishFixture) get(id string) *Job {
+func (f *finishFixture) get(id string) *pipeline.Job {
 	f.t.Helper()
 	j, err := f.c.Get(f.t.Context(), f.queue, id)
 	require.NoError(f.t, err)
 	return j
 }
 
-func (f *finishFixture) stats() *QueueStats {
+func (f *finishFixture) stats() *pipeline.QueueStats {
 	f.t.Helper()
 	s, err := f.c.Stats(f.t.Context(), f.queue)
 	require.NoError(f.t, err)
@@ -164,12 +172,12 @@ func (f *finishFixture) inStream(entry string) bool {
 // from finish.lua's liveness check broke no test before this one.)
 func TestFinishFenceRefusesAnOldEntry(t *testing.T) {
 	t.Parallel()
-	for _, status := range []Status{StatusQueued, StatusInProgress} {
-		for _, op := range []string{opDone, opRetry, opFail} {
-			t.Run(string(status)+"/"+op, func(t *testing.T) {
+	for _, status := range []pipeline.Status{pipeline.StatusQueued, pipeline.StatusInProgress} {
+		for _, op := range []jobstate.Op{jobstate.OpDone, jobstate.OpRetry, jobstate.OpDead} {
+			t.Run(string(status)+"/"+op.String(), func(t *testing.T) {
 				t.Parallel()
 				f := newFinishFixture(t, time.Hour)
-				job, err := f.c.Enqueue(t.Context(), f.queue, Task{Type: "t", Payload: []byte("p")})
+				job, err := f.c.Enqueue(t.Context(), f.queue, pipeline.Task{Type: "t", Payload: []byte("p")})
 				require.NoError(t, err)
 				old := f.read(1)[0]
 				// The job was recovered: it lives on a new entry now.
@@ -180,10 +188,9 @@ func TestFinishFenceRefusesAnOldEntry(t *testing.T) {
 					keys.EntryJob, keys.FormatEntryJob(2, 5, 0, "t")}}).Result()
 				require.NoError(t, err)
 				require.NoError(t, f.rdb.HSet(t.Context(), f.q.Job(job.ID), keys.FieldEntry, newer).Err())
-				if status == StatusInProgress {
+				if status == pipeline.StatusInProgress {
 					require.Equal(t, []string{newer}, f.read(1))
-					require.Equal(t, []script.Code{applied}, f.run(transition{q: &f.q, op: opStart, id: job.ID, entry: newer,
-						attempt: 2, started: time.Now().UnixMilli()}))
+					require.Equal(t, []script.Code{applied}, f.run(jobstate.Start(&f.q, job.ID, newer, 2, time.Now().UnixMilli())))
 				}
 				before := f.get(job.ID)
 				require.Equal(t, status, before.Status)
@@ -204,11 +211,11 @@ func TestFinishFenceRefusesAnOldEntry(t *testing.T) {
 func TestFinishRefusedWithoutRecordDropsEntry(t *testing.T) {
 	t.Parallel()
 	f := newFinishFixture(t, time.Hour)
-	job, err := f.c.Enqueue(t.Context(), f.queue, Task{Type: "t"})
+	job, err := f.c.Enqueue(t.Context(), f.queue, pipeline.Task{Type: "t"})
 	require.NoError(t, err)
 	entry := f.read(1)[0]
 	require.NoError(t, f.rdb.Del(t.Context(), f.q.Job(job.ID)).Err())
-	require.Equal(t, []script.Code{refused}, f.run(f.outcome(opDone, job.ID, entry)))
+	require.Equal(t, []script.Code{refused}, f.run(f.outcome(jobstate.OpDone, job.ID, entry)))
 	require.Empty(t, f.pending())
 	require.False(t, f.inStream(entry))
 	require.EqualValues(t, 1, f.stats().Refused)
@@ -221,15 +228,15 @@ func TestFinishRefusedWithoutRecordDropsEntry(t *testing.T) {
 func TestFinishRefusalLeavesAnotherJobsEntry(t *testing.T) {
 	t.Parallel()
 	f := newFinishFixture(t, time.Hour)
-	stale, err := f.c.Enqueue(t.Context(), f.queue, Task{Type: "t"})
+	stale, err := f.c.Enqueue(t.Context(), f.queue, pipeline.Task{Type: "t"})
 	require.NoError(t, err)
 	require.NoError(t, f.c.Cancel(t.Context(), f.queue, stale.ID)) // it moved on
-	other, err := f.c.Enqueue(t.Context(), f.queue, Task{Type: "t"})
+	other, err := f.c.Enqueue(t.Context(), f.queue, pipeline.Task{Type: "t"})
 	require.NoError(t, err)
 	// The stale worker names other's entry, as if its own entry's id had been handed out again.
-	require.Equal(t, []script.Code{refused}, f.run(f.outcome(opDone, stale.ID, other.Entry)))
+	require.Equal(t, []script.Code{refused}, f.run(f.outcome(jobstate.OpDone, stale.ID, other.Entry)))
 	require.True(t, f.inStream(other.Entry), "another job's entry is left alone")
-	require.Equal(t, StatusQueued, f.get(other.ID).Status)
+	require.Equal(t, pipeline.StatusQueued, f.get(other.ID).Status)
 	require.Equal(t, []string{other.Entry}, f.read(1), "and it is still delivered")
 }
 
@@ -238,22 +245,21 @@ func TestFinishRefusalLeavesAnotherJobsEntry(t *testing.T) {
 func TestFinishDoneClearsEntry(t *testing.T) {
 	t.Parallel()
 	f := newFinishFixture(t, time.Hour)
-	plain, err := f.c.Enqueue(t.Context(), f.queue, Task{Type: "t", Payload: []byte("p")})
+	plain, err := f.c.Enqueue(t.Context(), f.queue, pipeline.Task{Type: "t", Payload: []byte("p")})
 	require.NoError(t, err)
-	noResult, err := f.c.Enqueue(t.Context(), f.queue, Task{Type: "t", Payload: []byte("p")})
+	noResult, err := f.c.Enqueue(t.Context(), f.queue, pipeline.Task{Type: "t", Payload: []byte("p")})
 	require.NoError(t, err)
-	withMeta, err := f.c.Enqueue(t.Context(), f.queue, Task{Type: "t", Payload: []byte("p"), Metadata: map[string]string{"k": "v"}})
+	withMeta, err := f.c.Enqueue(t.Context(), f.queue, pipeline.Task{Type: "t", Payload: []byte("p"), Metadata: map[string]string{"k": "v"}})
 	require.NoError(t, err)
 	entries := f.read(3)
-	fast := f.outcome(opDone, plain.ID, entries[0])
-	fast.sent, fast.payload = true, "p" // the fast path: payload sent back
-	fastEmpty := f.outcome(opDone, noResult.ID, entries[1])
-	fastEmpty.sent, fastEmpty.payload, fastEmpty.data = true, "p", ""
-	slow := f.outcome(opDone, withMeta.ID, entries[2])
+	now := time.Now().UnixMilli()
+	fast := f.outcome(jobstate.OpDone, plain.ID, entries[0]).WithPayload("p") // the fast path: payload sent back
+	fastEmpty := jobstate.Done(&f.q, noResult.ID, entries[1], 1, now, now+1, "").WithPayload("p")
+	slow := f.outcome(jobstate.OpDone, withMeta.ID, entries[2])
 	require.Equal(t, []script.Code{applied, applied, applied}, f.run(fast, fastEmpty, slow))
 	for _, id := range []string{plain.ID, noResult.ID, withMeta.ID} {
 		j := f.get(id)
-		require.Equal(t, StatusCompleted, j.Status)
+		require.Equal(t, pipeline.StatusCompleted, j.Status)
 		require.Empty(t, j.Entry, "%s keeps no entry once completed", id)
 		require.Equal(t, "p", string(j.Payload))
 		// The retention TTL is set on both paths, near the retention.
@@ -270,17 +276,17 @@ func TestFinishDoneClearsEntry(t *testing.T) {
 func TestFinishDeadRecordsCompletedAt(t *testing.T) {
 	t.Parallel()
 	f := newFinishFixture(t, time.Hour)
-	job, err := f.c.Enqueue(t.Context(), f.queue, Task{Type: "t"}, WithMaxRetries(0))
+	job, err := f.c.Enqueue(t.Context(), f.queue, pipeline.Task{Type: "t"}, pipeline.WithMaxRetries(0))
 	require.NoError(t, err)
 	entry := f.read(1)[0]
-	tr := f.outcome(opRetry, job.ID, entry) // out of retries: dies
+	tr := f.outcome(jobstate.OpRetry, job.ID, entry) // out of retries: dies
 	require.Equal(t, []script.Code{died}, f.run(tr))
 	j := f.get(job.ID)
-	require.Equal(t, StatusFailed, j.Status)
-	require.Equal(t, tr.finished, j.CompletedAt.UnixMilli())
+	require.Equal(t, pipeline.StatusFailed, j.Status)
+	require.Equal(t, tr.Finished, j.CompletedAt.UnixMilli())
 	score, err := f.rdb.ZScore(t.Context(), f.q.Dead(), job.ID).Result()
 	require.NoError(t, err)
-	require.EqualValues(t, tr.finished, score)
+	require.EqualValues(t, tr.Finished, score)
 	require.Empty(t, j.Entry)
 }
 
@@ -289,25 +295,25 @@ func TestFinishDeadRecordsCompletedAt(t *testing.T) {
 // found no record and enqueued the job again.
 func TestEnqueueResentAfterFinish(t *testing.T) {
 	t.Parallel()
-	f := newFinishFixture(t, RetainNone)
-	now := time.Now()
-	for _, opts := range [][]Option{nil, {WithUnique("u", time.Hour)}, {WithID("chosen")}} {
-		p, err := f.c.prepare(f.queue, &Task{Type: "t", Payload: []byte("p")}, now, opts)
-		require.NoError(t, err)
+	f := newFinishFixture(t, pipeline.RetainNone)
+	now := time.Now().UnixMilli()
+	for i, nj := range []jobstate.NewJob{
+		{ID: "generated-1", Type: "t", Payload: []byte("p"), RunAt: now},
+		{ID: "generated-2", Type: "t", Payload: []byte("p"), RunAt: now, UniqueKey: "u", UniqueTTL: 3_600_000},
+		{ID: "chosen", Type: "t", Payload: []byte("p"), RunAt: now, ChosenID: true},
+	} {
 		var send func() string
-		if p.plain() {
+		if nj.Plain(now) && i == 0 {
 			send = func() string {
-				j := p.job
-				code, rest, err := script.Reply(enqueue1Script.Run(t.Context(), f.rdb, []string{f.q.Stream(), f.q.Stats(), f.q.Job(j.ID)},
-					j.ID, j.Type, j.Payload, p.metadata, j.MaxRetries, j.CreatedAt.UnixMilli()))
+				row, err := jobstate.Enqueue1(t.Context(), f.rdb, f.q, now, &nj)
 				require.NoError(t, err)
-				if code == script.Exists {
+				if row.Code == script.Exists {
 					return "="
 				}
-				return rest[0].(string)
+				return row.Entry
 			}
 		} else {
-			call := enqueueCall(f.q, []prepared{p}, now)
+			call := jobstate.EnqueueCall(f.q, now, []jobstate.NewJob{nj})
 			send = func() string {
 				return enqueueRows(t, call.Script.Run(t.Context(), f.rdb, call.Keys, call.Args...))[0]
 			}
@@ -315,12 +321,12 @@ func TestEnqueueResentAfterFinish(t *testing.T) {
 		first := send()
 		require.NotEqual(t, "=", first)
 		entry := f.read(1)[0]
-		require.Equal(t, []script.Code{applied}, f.run(f.outcome(opDone, p.job.ID, entry)))
+		require.Equal(t, []script.Code{applied}, f.run(f.outcome(jobstate.OpDone, nj.ID, entry)))
 		require.Equal(t, "=", send(), "the copy finds the finished job")
 		xlen, err := f.rdb.XLen(t.Context(), f.q.Stream()).Result()
 		require.NoError(t, err)
 		require.Zero(t, xlen, "nothing was enqueued twice")
-		require.Equal(t, StatusCompleted, f.get(p.job.ID).Status)
+		require.Equal(t, pipeline.StatusCompleted, f.get(nj.ID).Status)
 	}
 	s := f.stats()
 	require.EqualValues(t, 3, s.Enqueued)
@@ -332,7 +338,7 @@ func TestEnqueueResentAfterFinish(t *testing.T) {
 func TestFinishPoisonNamingAnotherJobIsKept(t *testing.T) {
 	t.Parallel()
 	f := newFinishFixture(t, time.Hour)
-	job, err := f.c.Enqueue(t.Context(), f.queue, Task{Type: "t"})
+	job, err := f.c.Enqueue(t.Context(), f.queue, pipeline.Task{Type: "t"})
 	require.NoError(t, err)
 	f.read(1)
 	bad, err := f.rdb.XAdd(t.Context(), &redis.XAddArgs{Stream: f.q.Stream(), Values: []any{
@@ -340,13 +346,13 @@ func TestFinishPoisonNamingAnotherJobIsKept(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, []string{bad}, f.read(1))
 	now := time.Now().UnixMilli()
-	require.Equal(t, []script.Code{applied}, f.run(transition{q: &f.q, op: opPoison, id: job.ID, entry: bad,
-		started: now, finished: now, data: "unreadable stream entry " + bad + ": missing conveyor field"}))
+	require.Equal(t, []script.Code{applied}, f.run(jobstate.Poison(&f.q, job.ID, bad, now,
+		"unreadable stream entry "+bad+": missing conveyor field")))
 	rec := f.get("entry-" + bad)
-	require.Equal(t, StatusFailed, rec.Status)
+	require.Equal(t, pipeline.StatusFailed, rec.Status)
 	require.Equal(t, "imposter", string(rec.Payload))
 	require.Empty(t, rec.Type)
-	require.Equal(t, StatusQueued, f.get(job.ID).Status, "the named job is untouched")
+	require.Equal(t, pipeline.StatusQueued, f.get(job.ID).Status, "the named job is untouched")
 	require.False(t, f.inStream(bad))
 	require.EqualValues(t, 1, f.stats().Dead)
 }
@@ -356,27 +362,27 @@ func TestFinishPoisonNamingAnotherJobIsKept(t *testing.T) {
 func TestCancelFinishedAndTombstone(t *testing.T) {
 	t.Parallel()
 	f := newFinishFixture(t, time.Hour)
-	done, err := f.c.Enqueue(t.Context(), f.queue, Task{Type: "t"})
+	done, err := f.c.Enqueue(t.Context(), f.queue, pipeline.Task{Type: "t"})
 	require.NoError(t, err)
-	dead, err := f.c.Enqueue(t.Context(), f.queue, Task{Type: "t"}, WithMaxRetries(0))
+	dead, err := f.c.Enqueue(t.Context(), f.queue, pipeline.Task{Type: "t"}, pipeline.WithMaxRetries(0))
 	require.NoError(t, err)
 	entries := f.read(2)
-	require.Equal(t, []script.Code{applied, applied}, f.run(f.outcome(opDone, done.ID, entries[0]), f.outcome(opFail, dead.ID, entries[1])))
+	require.Equal(t, []script.Code{applied, applied}, f.run(f.outcome(jobstate.OpDone, done.ID, entries[0]), f.outcome(jobstate.OpDead, dead.ID, entries[1])))
 	for _, id := range []string{done.ID, dead.ID} {
 		before := f.get(id)
-		require.ErrorIs(t, f.c.Cancel(t.Context(), f.queue, id), ErrNotCancelable)
+		require.ErrorIs(t, f.c.Cancel(t.Context(), f.queue, id), pipeline.ErrNotCancelable)
 		require.Equal(t, before, f.get(id), "a refused cancel changes nothing")
 	}
 	require.Zero(t, f.stats().Canceled)
 
-	c := NewClient(f.rdb, ClientConfig{Retention: RetainNone, MinRetention: time.Minute})
-	gone, err := c.Enqueue(t.Context(), f.queue, Task{Type: "t", Payload: []byte("big")})
+	c := pipeline.NewClient(f.rdb, pipeline.ClientConfig{Retention: pipeline.RetainNone, MinRetention: time.Minute})
+	gone, err := c.Enqueue(t.Context(), f.queue, pipeline.Task{Type: "t", Payload: []byte("big")})
 	require.NoError(t, err)
 	require.NoError(t, c.Cancel(t.Context(), f.queue, gone.ID))
 	fields, err := f.rdb.HGetAll(t.Context(), f.q.Job(gone.ID)).Result()
 	require.NoError(t, err)
 	require.Len(t, fields, 2, "only a tombstone is left: %v", fields)
-	require.Equal(t, string(StatusCanceled), fields[keys.FieldStatus])
+	require.Equal(t, string(pipeline.StatusCanceled), fields[keys.FieldStatus])
 	ttl, err := f.rdb.PTTL(t.Context(), f.q.Job(gone.ID)).Result()
 	require.NoError(t, err)
 	require.Greater(t, ttl, 50*time.Second)

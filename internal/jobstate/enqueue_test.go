@@ -1,15 +1,18 @@
-package pipeline
+package jobstate_test
 
 import (
+	"strconv"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
+	"github.com/conveyorq/conveyor/internal/jobstate"
 	"github.com/conveyorq/conveyor/internal/keys"
 	"github.com/conveyorq/conveyor/internal/redistest"
 	"github.com/conveyorq/conveyor/internal/script"
+	"github.com/conveyorq/conveyor/pipeline"
 )
 
 // A chunk sent again after a lost reply (go-redis retries it byte for byte) changes nothing:
@@ -17,19 +20,27 @@ import (
 func TestEnqueueChunkRetryIsIdempotent(t *testing.T) {
 	t.Parallel()
 	rdb := redistest.Client(t)
-	c := NewClient(rdb, ClientConfig{})
+	c := pipeline.NewClient(rdb, pipeline.ClientConfig{})
 	queue := redistest.UniqueName(t)
 	q := keys.New(keys.DefaultPrefix, queue)
 	ctx := t.Context()
-	now := time.Now()
-
-	var preps []prepared
-	for i, opts := range [][]Option{nil, {WithID("chosen-1")}, nil, {WithDelay(time.Hour)}, nil} {
-		p, err := c.prepare(queue, &Task{Type: "t", Payload: []byte{byte('a' + i)}}, now, opts)
-		require.NoError(t, err)
-		preps = append(preps, p)
+	now := time.Now().UnixMilli()
+	gen := 0
+	job := func(chosen string, runAt int64, unique string) jobstate.NewJob {
+		gen++
+		j := jobstate.NewJob{ID: "gen-" + strconv.Itoa(gen), Type: "t", Payload: []byte{byte('a' + gen)}, RunAt: runAt}
+		if chosen != "" {
+			j.ID, j.ChosenID = chosen, true
+		}
+		if unique != "" {
+			j.UniqueKey, j.UniqueTTL = unique, 3_600_000
+		}
+		return j
 	}
-	call := enqueueCall(q, preps, now)
+
+	jobs := []jobstate.NewJob{job("", now, ""), job("chosen-1", now, ""), job("", now, ""),
+		job("", now+3_600_000, ""), job("", now, "")}
+	call := jobstate.EnqueueCall(q, now, jobs)
 	first := enqueueRows(t, call.Script.Run(ctx, rdb, call.Keys, call.Args...))
 	require.Len(t, first, 5)
 	require.Equal(t, "", first[3], "the delayed one is scheduled")
@@ -48,11 +59,7 @@ func TestEnqueueChunkRetryIsIdempotent(t *testing.T) {
 	require.Equal(t, 5, enq)
 
 	// A chosen id is still looked up on its own, in a chunk that is otherwise new.
-	p1, err := c.prepare(queue, &Task{Type: "t"}, now, []Option{WithID("chosen-1")})
-	require.NoError(t, err)
-	p2, err := c.prepare(queue, &Task{Type: "t"}, now, nil)
-	require.NoError(t, err)
-	call = enqueueCall(q, []prepared{p1, p2}, now)
+	call = jobstate.EnqueueCall(q, now, []jobstate.NewJob{job("chosen-1", now, ""), job("", now, "")})
 	mixed := enqueueRows(t, call.Script.Run(ctx, rdb, call.Keys, call.Args...))
 	require.Equal(t, "=", mixed[0])
 	require.NotEqual(t, "=", mixed[1])
@@ -60,17 +67,11 @@ func TestEnqueueChunkRetryIsIdempotent(t *testing.T) {
 	// A chunk with unique keys: the last job is refused (its key is held), so it is never
 	// created and cannot witness. Sent again, the created jobs are found, nothing is added
 	// twice, and the refused one is refused again.
-	holder, err := c.Enqueue(ctx, queue, Task{Type: "t"}, WithUnique("k", time.Hour))
+	holder, err := c.Enqueue(ctx, queue, pipeline.Task{Type: "t"}, pipeline.WithUnique("k", time.Hour))
 	require.NoError(t, err)
-	preps = nil
-	for _, opts := range [][]Option{nil, nil, {WithUnique("k", time.Hour)}} {
-		p, err := c.prepare(queue, &Task{Type: "t"}, now, opts)
-		require.NoError(t, err)
-		preps = append(preps, p)
-	}
 	xlen0, err := rdb.XLen(ctx, q.Stream()).Result()
 	require.NoError(t, err)
-	call = enqueueCall(q, preps, now)
+	call = jobstate.EnqueueCall(q, now, []jobstate.NewJob{job("", now, ""), job("", now, ""), job("", now, "k")})
 	first = enqueueRows(t, call.Script.Run(ctx, rdb, call.Keys, call.Args...))
 	require.Equal(t, "~"+holder.ID, first[2])
 	again = enqueueRows(t, call.Script.Run(ctx, rdb, call.Keys, call.Args...))

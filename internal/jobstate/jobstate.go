@@ -1,0 +1,209 @@
+// Package jobstate is the job state machine: the Lua scripts that move a job from one status to
+// another, each one atomic step over a queue's keys, and the Go that builds their calls and
+// reads their replies. docs/STATE_MACHINE.md maps every status and transition; the scripts of
+// the two transitions that run outside a worker's hands, promotion (package delayed) and
+// recovery (package recovery), live beside their callers and share this package's fence
+// (cv_live in internal/script/lib.lua).
+//
+// Every transition a worker asks for is a value made by one constructor (Start, Done, Retry,
+// Dead, Poison) and applied in batches by finish.lua, fenced by the stream entry the worker was
+// handed; Release, Cancel and Replay are calls of their own. Scripts answer {code, ...} with the
+// codes of internal/script (script.Code).
+//
+// The package is internal so that pipeline (Client, Worker, Inspector) and the tests of every
+// package (internal/jobtest seeds jobs in any status through these very scripts) share it;
+// nothing outside the module builds a transition.
+package jobstate
+
+import (
+	"context"
+	_ "embed"
+	"fmt"
+	"slices"
+	"strconv"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/conveyorq/conveyor/internal/keys"
+	"github.com/conveyorq/conveyor/internal/script"
+)
+
+var (
+	//go:embed enqueue.lua
+	enqueueSrc string
+	//go:embed enqueue1.lua
+	enqueue1Src string
+	//go:embed finish.lua
+	finishSrc string
+	//go:embed get.lua
+	getSrc string
+	//go:embed cancel.lua
+	cancelSrc string
+	//go:embed release.lua
+	releaseSrc string
+	//go:embed replay.lua
+	replaySrc string
+	//go:embed purge.lua
+	purgeSrc string
+
+	enqueueScript  = script.New(enqueueSrc)
+	enqueue1Script = script.New(enqueue1Src)
+	finishScript   = script.New(finishSrc)
+	getScript      = script.New(getSrc)
+	cancelScript   = script.New(cancelSrc)
+	releaseScript  = script.New(releaseSrc)
+	replayScript   = script.New(replaySrc)
+	purgeScript    = script.New(purgeSrc)
+)
+
+// Sources returns every script of the package by file name, for tests that read them.
+func Sources() map[string]string {
+	return map[string]string{"enqueue.lua": enqueueSrc, "enqueue1.lua": enqueue1Src,
+		"finish.lua": finishSrc, "get.lua": getSrc, "cancel.lua": cancelSrc,
+		"release.lua": releaseSrc, "replay.lua": replaySrc, "purge.lua": purgeSrc}
+}
+
+// WorkerScripts are the scripts a worker runs pipelined, which must be loaded first (a
+// pipelined EVALSHA does not fall back to EVAL by itself).
+func WorkerScripts() []*redis.Script { return []*redis.Script{finishScript, releaseScript} }
+
+// IsFinishCall reports whether a command's arguments are an EVALSHA of finish.lua, for tests
+// that make its writes fail.
+func IsFinishCall(args []any) bool {
+	return len(args) > 1 && args[1] == finishScript.Hash()
+}
+
+// DeadEntryPrefix starts the id of the dead record kept for a stream entry that names no job
+// of its own (no valid id, or an id whose job lives on another entry): "entry-<entry id>".
+const DeadEntryPrefix = "entry-"
+
+// ---- Creating jobs ----
+
+// NewJob is a job for enqueue.lua to create.
+type NewJob struct {
+	ID         string
+	Type       string
+	Payload    []byte
+	Metadata   string // encoded (stream.EncodeMetadata), or empty
+	MaxRetries int
+	TimeoutMS  int64
+	RunAt      int64  // unix ms; at or before now queues the job, later schedules it
+	Retention  string // ms as a decimal string; empty: the worker's default
+	UniqueKey  string // the caller's unique key (not the Redis key); empty: none
+	UniqueTTL  int64  // ms, with UniqueKey
+	ChosenID   bool   // the caller chose the id: it is looked up on its own
+}
+
+// Plain reports whether Enqueue1 can create j: a job to run at once (RunAt at or before now)
+// with no unique key, timeout or retention of its own.
+func (j *NewJob) Plain(now int64) bool {
+	return j.Retention == "" && j.UniqueKey == "" && j.TimeoutMS == 0 && j.RunAt <= now
+}
+
+// EnqueueCall is one enqueue.lua call creating jobs in q (see the script for what it answers).
+func EnqueueCall(q keys.Queue, now int64, jobs []NewJob) script.Call {
+	ks := make([]string, 0, 3+2*len(jobs))
+	ks = append(ks, q.Stream(), q.Scheduled(), q.Stats())
+	args := make([]any, 0, 4+9*len(jobs))
+	chosen := make([]byte, len(jobs))
+	witness := 0
+	// A job with a unique key may be refused (its key held) and so never created; it cannot
+	// witness for the others, nor can another job witness for it. Such a chunk looks every job
+	// up on its own.
+	perJob := slices.ContainsFunc(jobs, func(j NewJob) bool { return j.UniqueKey != "" })
+	for i := range jobs {
+		j := &jobs[i]
+		ks = append(ks, q.Job(j.ID))
+		chosen[i] = '0'
+		if j.ChosenID || perJob {
+			chosen[i] = '1'
+		} else {
+			witness = len(ks) // 1-based index in KEYS of the last generated-id job
+		}
+		if j.UniqueKey != "" {
+			ks = append(ks, q.Unique(j.UniqueKey))
+		}
+	}
+	args = append(args, now, q.Wake(), witness, string(chosen))
+	for i := range jobs {
+		j := &jobs[i]
+		uttl := ""
+		if j.UniqueKey != "" {
+			uttl = strconv.FormatInt(j.UniqueTTL, 10)
+		}
+		args = append(args, j.ID, j.Type, j.Payload, j.Metadata, j.MaxRetries, j.TimeoutMS, j.RunAt,
+			j.Retention, uttl)
+	}
+	return script.Call{Script: enqueueScript, Keys: ks, Args: args}
+}
+
+// Created is what enqueue.lua did with one job: Code is script.OK (Entry is the new stream
+// entry, or empty when the job was scheduled), script.Exists (the id exists already) or
+// script.UniqueHeld (Holder holds the unique key).
+type Created struct {
+	Code   script.Code
+	Entry  string
+	Holder string
+}
+
+// EnqueueReply reads the reply of an EnqueueCall of n jobs.
+func EnqueueReply(cmd *redis.Cmd, n int) ([]Created, error) {
+	code, rows, err := script.Reply(cmd)
+	if err == nil && (code != script.OK || len(rows) != 2*n) {
+		err = fmt.Errorf("unexpected reply %v %v", code, rows)
+	}
+	if err != nil {
+		return nil, err
+	}
+	out := make([]Created, n)
+	for k := range out {
+		c, _ := rows[2*k].(int64)
+		data, _ := rows[2*k+1].(string)
+		out[k].Code = script.Code(c)
+		switch out[k].Code {
+		case script.OK:
+			out[k].Entry = data
+		case script.UniqueHeld:
+			out[k].Holder = data
+		case script.Exists:
+		default:
+			return nil, fmt.Errorf("unexpected reply code %v", out[k].Code)
+		}
+	}
+	return out, nil
+}
+
+// Enqueue1 creates one plain job (see NewJob.Plain) with enqueue1.lua, which costs Redis half
+// of what enqueue.lua does for a single publish (docs/BENCHMARKS.md). It answers as one row
+// of EnqueueReply.
+func Enqueue1(ctx context.Context, rdb redis.Scripter, q keys.Queue, now int64, j *NewJob) (Created, error) {
+	code, rest, err := script.Reply(enqueue1Script.Run(ctx, rdb, []string{q.Stream(), q.Stats(), q.Job(j.ID)},
+		j.ID, j.Type, j.Payload, j.Metadata, j.MaxRetries, now))
+	if err != nil {
+		return Created{}, err
+	}
+	switch {
+	case code == script.Exists:
+		return Created{Code: code}, nil
+	case code == script.OK && len(rest) == 1:
+		e, _ := rest[0].(string)
+		return Created{Code: code, Entry: e}, nil
+	}
+	return Created{}, fmt.Errorf("unexpected reply %v %v", code, rest)
+}
+
+// ---- Reading ----
+
+// Get reads job id's record as a flat field/value list, with its payload and metadata from
+// its stream entry while it is in the stream; found is false when there is no such job.
+func Get(ctx context.Context, rdb redis.Scripter, q keys.Queue, id string) (flat []string, found bool, err error) {
+	code, rest, err := script.Reply(getScript.Run(ctx, rdb, []string{q.Job(id), q.Stream()}))
+	if err != nil || code == script.NotFound {
+		return nil, false, err
+	}
+	flat = make([]string, len(rest))
+	for i, v := range rest {
+		flat[i], _ = v.(string)
+	}
+	return flat, true, nil
+}
