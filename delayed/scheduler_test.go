@@ -18,6 +18,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/conveyorq/conveyor/delayed"
+	"github.com/conveyorq/conveyor/internal/jobtest"
 	"github.com/conveyorq/conveyor/internal/keys"
 	"github.com/conveyorq/conveyor/internal/redistest"
 	"github.com/conveyorq/conveyor/pipeline"
@@ -258,14 +259,13 @@ func TestPromote(t *testing.T) {
 
 	t.Run("RetryGetsNextAttempt", func(t *testing.T) {
 		t.Parallel()
-		b := newBundle(t, redistest.Client(t), pipeline.ClientConfig{Now: fixedClock(t0)})
-		j := b.schedule(t, 1, pipeline.WithRunAt(t0.Add(time.Second)))[0]
-		// A job waiting for its retry after its second attempt failed.
-		require.NoError(t, b.rdb.HSet(t.Context(), b.q.Job(j.ID), keys.FieldAttempt, 2).Err())
+		b := setup(t)
+		// A job due for its retry after its first attempt failed.
+		j := jobtest.Seed(t, b.rdb, b.queue, jobtest.Retry, jobtest.Opts{RetryIn: -time.Second}).Job
 		moved, _, _ := promote(t, b.scheduler(delayed.Config{}), b.queue)
 		require.Equal(t, 1, moved)
-		requirePromoted(t, b, j, 3)
-		require.Equal(t, 2, b.get(t, j.ID).Attempt)
+		requirePromoted(t, b, j, 2)
+		require.Equal(t, 1, b.get(t, j.ID).Attempt)
 	})
 
 	t.Run("CanceledOrMissingJobLeavesSet", func(t *testing.T) {
@@ -562,26 +562,13 @@ func TestRunWakesEarly(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
 		idleScheduler(t, b)
-		j, err := b.client.Enqueue(t.Context(), b.queue, pipeline.Task{Type: "test", Payload: []byte("again")})
-		require.NoError(t, err)
-		require.Equal(t, pipeline.StatusQueued, j.Status)
-		due := time.Now().Add(200 * time.Millisecond).UnixMilli()
-		// What finish.lua's retry does to a failed first attempt: the payload back into the
-		// hash, the entry dropped, the id into the set, and a wake message when it is first.
-		require.NoError(t, b.rdb.Eval(t.Context(), `
-local e = redis.call('XRANGE', KEYS[2], ARGV[3], ARGV[3])[1][2]
-redis.call('HSET', KEYS[1], 'status', 'scheduled', 'run_at', ARGV[2], 'attempt', 1,
-  'payload', e[4], 'metadata', e[6], 'last_error', 'boom')
-redis.call('HDEL', KEYS[1], 'entry')
-redis.call('XDEL', KEYS[2], ARGV[3])
-redis.call('ZADD', KEYS[3], ARGV[2], ARGV[1])
-if redis.call('ZRANGE', KEYS[3], 0, 0)[1] == ARGV[1] then redis.call('PUBLISH', ARGV[4], ARGV[2]) end
-return 1`, []string{b.q.Job(j.ID), b.q.Stream(), b.q.Scheduled()}, j.ID, due, j.Entry, b.q.Wake()).Err())
+		// A failed first attempt, retried 200ms later (a wake message tells the scheduler).
+		j := jobtest.Seed(t, b.rdb, b.queue, jobtest.Retry, jobtest.Opts{RetryIn: 200 * time.Millisecond,
+			Task: pipeline.Task{Type: "test", Payload: []byte("again")}}).Job
 		require.Zero(t, b.xlen(t))
 		require.Eventually(t, func() bool {
 			return b.status(t, j.ID) == pipeline.StatusQueued
 		}, 5*time.Second, 5*time.Millisecond)
-		j.RunAt = time.UnixMilli(due)
 		requirePromoted(t, b, j, 2)
 		requireNotEarly(t, b, j)
 	})

@@ -14,6 +14,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
+	"github.com/conveyorq/conveyor/internal/jobtest"
 	"github.com/conveyorq/conveyor/internal/keys"
 	"github.com/conveyorq/conveyor/internal/redistest"
 	"github.com/conveyorq/conveyor/pipeline"
@@ -181,6 +182,33 @@ type fixture struct {
 }
 
 // deliverOne enqueues a job and delivers its entry to a consumer that then goes quiet.
+// staleEntry adds an entry for f's job that its record does not name, and delivers it to f's
+// consumer, idle for deadIdle: what a worker that lost its job leaves behind.
+func (b *bundle) staleEntry(t *testing.T, f fixture) string {
+	t.Helper()
+	e, err := b.rdb.XAdd(t.Context(), &redis.XAddArgs{Stream: b.q.Stream(),
+		Values: []any{keys.EntryUUID, f.job.ID, keys.EntryPayload, "p", keys.EntryMetadata, "",
+			keys.EntryJob, keys.FormatEntryJob(1, 5, 0, "test")}}).Result()
+	require.NoError(t, err)
+	require.Equal(t, []string{e}, b.deliver(t, f.consumer, 1))
+	b.makeIdle(t, f.consumer, deadIdle, e)
+	return e
+}
+
+// seedOne seeds a job in status through the real scripts (jobtest), held by a lost consumer
+// whose entry has been idle for idle.
+func seedOne(t *testing.T, b *bundle, status pipeline.Status, idle time.Duration) fixture {
+	t.Helper()
+	consumer := "lost-" + redistest.UniqueName(t)
+	s := jobtest.Seed(t, b.rdb, b.queue, status, jobtest.Opts{Consumer: consumer, Result: "done",
+		Task: pipeline.Task{Type: "test", Payload: []byte("payload of " + consumer), Metadata: map[string]string{"k": "v"}}})
+	f := fixture{job: s.Job, consumer: consumer, entry: s.Entry, xlen: b.xlen(t)}
+	if idle > 0 {
+		b.makeIdle(t, f.consumer, idle, f.entry)
+	}
+	return f
+}
+
 func deliverOne(t *testing.T, b *bundle, idle time.Duration, opts ...pipeline.Option) fixture {
 	t.Helper()
 	j := b.enqueue(t, opts...)
@@ -287,12 +315,7 @@ func TestRecovererRunOnce(t *testing.T) {
 		{
 			name: "InProgressJobRequeued",
 			setup: func(t *testing.T, b *bundle) fixture {
-				f := deliverOne(t, b, deadIdle)
-				// What the worker's start transition writes.
-				require.NoError(t, b.rdb.HSet(t.Context(), b.q.Job(f.job.ID),
-					keys.FieldStatus, string(pipeline.StatusInProgress), keys.FieldAttempt, 1,
-					keys.FieldWorker, f.consumer, keys.FieldStartedAt, time.Now().UnixMilli()).Err())
-				return f
+				return seedOne(t, b, pipeline.StatusInProgress, deadIdle)
 			},
 			want: recovery.Result{Requeued: 1},
 			check: func(t *testing.T, b *bundle, f fixture) {
@@ -357,9 +380,10 @@ func TestRecovererRunOnce(t *testing.T) {
 		{
 			name: "CompletedJobDropped",
 			setup: func(t *testing.T, b *bundle) fixture {
-				f := deliverOne(t, b, deadIdle)
-				require.NoError(t, b.rdb.HSet(t.Context(), b.q.Job(f.job.ID),
-					keys.FieldStatus, string(pipeline.StatusCompleted), keys.FieldResult, "done").Err())
+				// A stale entry of a job that completed (on another entry), pending for a
+				// lost consumer.
+				f := seedOne(t, b, pipeline.StatusCompleted, 0)
+				f.entry = b.staleEntry(t, f)
 				return f
 			},
 			want: recovery.Result{Dropped: 1},

@@ -1,0 +1,125 @@
+// Package jobtest seeds jobs in any status for tests, through the very scripts that make those
+// statuses in production (pipeline.Client to publish and cancel, internal/jobstate for what a
+// worker writes), so that no test hand-writes state that a script would write and that could
+// drift from it (River's testfactory is the model).
+package jobtest
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+
+	"github.com/conveyorq/conveyor/internal/jobstate"
+	"github.com/conveyorq/conveyor/internal/keys"
+	"github.com/conveyorq/conveyor/internal/script"
+	"github.com/conveyorq/conveyor/pipeline"
+)
+
+// Opts describes the job to seed. Zero fields take the defaults below.
+type Opts struct {
+	Prefix  string        // key prefix; default keys.DefaultPrefix
+	Task    pipeline.Task // default: type "test", payload "payload"
+	Options []pipeline.Option
+	// Consumer is the worker (stream consumer) that holds or held the job, for in_progress,
+	// completed, failed and retry. Default "jobtest".
+	Consumer string
+	Result   string        // completed: the result
+	Reason   string        // failed, retry: the error; default "seeded failure"
+	RetryIn  time.Duration // retry: when the job is due again; default an hour
+}
+
+// Seeded is a seeded job: as Client.Get reads it, and the entry a consumer holds (in_progress)
+// or held (completed, failed, retry).
+type Seeded struct {
+	*pipeline.Job
+	Entry    string
+	Consumer string
+}
+
+// Retry is the status Seed takes for a job waiting for its retry after one failed attempt
+// (its status reads scheduled).
+const Retry pipeline.Status = "retry"
+
+// Seed makes a job of queue in status (any pipeline status, or Retry) and returns it.
+func Seed(tb testing.TB, rdb redis.UniversalClient, queue string, status pipeline.Status, o Opts) Seeded {
+	tb.Helper()
+	ctx := context.Background()
+	if o.Prefix == "" {
+		o.Prefix = keys.DefaultPrefix
+	}
+	if o.Task.Type == "" {
+		o.Task.Type = "test"
+		if o.Task.Payload == nil {
+			o.Task.Payload = []byte("payload")
+		}
+	}
+	if o.Consumer == "" {
+		o.Consumer = "jobtest"
+	}
+	if o.Reason == "" {
+		o.Reason = "seeded failure"
+	}
+	if o.RetryIn == 0 {
+		o.RetryIn = time.Hour
+	}
+	client := pipeline.NewClient(rdb, pipeline.ClientConfig{Prefix: o.Prefix})
+	opts := o.Options
+	if status == pipeline.StatusScheduled {
+		opts = append(opts, pipeline.WithDelay(time.Hour))
+	}
+	j, err := client.Enqueue(ctx, queue, o.Task, opts...)
+	require.NoError(tb, err)
+	out := Seeded{Job: j, Consumer: o.Consumer}
+	get := func() Seeded {
+		out.Job, err = client.Get(ctx, queue, j.ID)
+		require.NoError(tb, err)
+		return out
+	}
+	switch status {
+	case pipeline.StatusScheduled, pipeline.StatusQueued:
+		return get()
+	case pipeline.StatusCanceled:
+		require.NoError(tb, client.Cancel(ctx, queue, j.ID))
+		return get()
+	}
+
+	// What a worker does: read the entry in the group, mark the attempt started, then its
+	// outcome.
+	q := keys.New(o.Prefix, queue)
+	if err := rdb.XGroupCreateMkStream(ctx, q.Stream(), keys.Group, "0").Err(); err != nil && !redis.HasErrorPrefix(err, "BUSYGROUP") {
+		require.NoError(tb, err)
+	}
+	// Read exactly this job's entry: everything before it is delivered too (as a worker
+	// reading the stream in order would), so seed in the order a test needs.
+	for {
+		res, err := rdb.XReadGroup(ctx, &redis.XReadGroupArgs{Group: keys.Group, Consumer: o.Consumer,
+			Streams: []string{q.Stream(), ">"}, Count: 1, Block: -1}).Result()
+		require.NoError(tb, err, "the job's entry was delivered already")
+		if res[0].Messages[0].ID == j.Entry {
+			break
+		}
+	}
+	out.Entry = j.Entry
+	now := time.Now().UnixMilli()
+	t := jobstate.Start(&q, j.ID, j.Entry, 1, now)
+	switch status {
+	case pipeline.StatusInProgress:
+	case pipeline.StatusCompleted:
+		t = jobstate.Done(&q, j.ID, j.Entry, 1, now, now, o.Result)
+	case pipeline.StatusFailed:
+		t = jobstate.Dead(&q, j.ID, j.Entry, 1, now, now, o.Reason)
+	case Retry:
+		t = jobstate.Retry(&q, j.ID, j.Entry, 1, now, now, o.Reason, time.Now().Add(o.RetryIn).UnixMilli())
+	default:
+		tb.Fatalf("jobtest: no such status %q", status)
+	}
+	call := jobstate.FinishCall(jobstate.FinishConfig{Worker: o.Consumer, Retention: time.Hour.Milliseconds(),
+		MinRetention: time.Minute.Milliseconds()}, []jobstate.Transition{t})
+	codes, err := jobstate.FinishReply(call.Script.Run(ctx, rdb, call.Keys, call.Args...), 1)
+	require.NoError(tb, err)
+	require.Equal(tb, script.OK, codes[0], "the seeded transition was refused")
+	return get()
+}
