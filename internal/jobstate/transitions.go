@@ -26,6 +26,17 @@ const (
 // opNames are finish.lua's names of the ops.
 var opNames = [...]string{OpStart: "start", OpDone: "done", OpRetry: "retry", OpDead: "dead", OpPoison: "poison"}
 
+// OpNames are finish.lua's names of the ops, for tests that check the scripts.
+func OpNames() []string {
+	var out []string
+	for _, n := range opNames {
+		if n != "" {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
 func (o Op) String() string {
 	if int(o) < len(opNames) && opNames[o] != "" {
 		return opNames[o]
