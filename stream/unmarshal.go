@@ -6,6 +6,8 @@ import (
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/vmihailenco/msgpack"
+
+	"github.com/conveyorq/conveyor/internal/keys"
 )
 
 // Metadata keys the Subscriber sets on every message.
@@ -18,11 +20,12 @@ const (
 	PoisonKey = "_stream_poison"
 )
 
-// Field names of watermill-redisstream's stream layout.
+// Field names of watermill-redisstream's stream layout (defined once, in internal/keys, beside
+// Conveyor's own entry field).
 const (
-	FieldUUID     = "_watermill_message_uuid"
-	FieldPayload  = "payload"
-	FieldMetadata = "metadata"
+	FieldUUID     = keys.EntryUUID
+	FieldPayload  = keys.EntryPayload
+	FieldMetadata = keys.EntryMetadata
 )
 
 // Unmarshaller turns a stream entry into a message. It must not fail: an entry it cannot read
