@@ -30,8 +30,8 @@
 // # Batch size
 //
 // Redis serves no other client while a script runs, so BatchSize bounds how long one
-// promotion holds it: about 20 us per job (BenchmarkPromoteMaxBatch). BatchSize is capped at
-// MaxBatchSize, about 20 ms of Redis time; a larger batch would promote no faster per job.
+// promotion holds it (BenchmarkPromoteMaxBatch; docs/BENCHMARKS.md has the time per job).
+// BatchSize is capped at MaxBatchSize; a larger batch would promote no faster per job.
 // A backlog larger than a batch is promoted by several calls in a row, between which Redis
 // serves other clients.
 //
@@ -80,10 +80,8 @@ const (
 	DefaultBatchSize = 500
 	DefaultMaxSleep  = time.Second
 	// MaxBatchSize bounds BatchSize. A promotion is one script, and Redis serves no other
-	// client while it runs: each job costs it about 20 us (18-31 us measured on a busy
-	// 2-core machine, Redis 7.0, BenchmarkPromoteMaxBatch), so a batch of 1,000 holds Redis
-	// for about 20 ms, one of 5,000 for about 115 ms. Larger batches promote no faster per
-	// job (the cost per job is flat from 100 up); they only hold Redis longer.
+	// client while it runs; the cost per job is flat from 100 jobs up, so larger batches
+	// promote no faster, they only hold Redis longer (docs/BENCHMARKS.md, "Promotion").
 	MaxBatchSize = 1000
 )
 

@@ -107,9 +107,8 @@ func signal(ch chan struct{}) {
 }
 
 // finishWriters is how many chunks are written at once, each by its own goroutine on its own
-// connection. Measured on 2 cores (40,000-job drains, 15 alternating rounds, paired): two
-// writers drained 8-18% faster than one at equal or lower CPU per job; three were slower
-// than two. Chunks are independent (each job's outcome is in exactly one), so their order does
+// connection, so Redis has the next chunk in hand while the reply to the last one travels back.
+// Two beat one and three (docs/BENCHMARKS.md, "What each change bought"). Chunks are independent (each job's outcome is in exactly one), so their order does
 // not matter; only a start mark may now land after its job's outcome, and finish.lua then
 // ignores it.
 const finishWriters = 2

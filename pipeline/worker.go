@@ -82,6 +82,11 @@ type WorkerConfig struct {
 	// MaxResultBytes bounds a handler's result; a larger one fails the job. Defaults to
 	// DefaultMaxResultBytes (1 MiB).
 	MaxResultBytes int
+	// DefaultType is the job type of a message that another Watermill publisher (the stock
+	// watermill-redisstream Publisher, say) wrote into one of the worker's queues without a
+	// MetaKeyType metadata key. Such a message is adopted as a job on its first delivery (see
+	// Worker). Empty: such messages go to the dead set, saying why.
+	DefaultType string
 	// DisableScheduler and DisableRecovery turn off this worker's delayed-job scheduler and
 	// recoverer (another process must run them).
 	DisableScheduler bool
@@ -295,7 +300,7 @@ func (w *Worker) Run(ctx context.Context) error {
 		Client:        w.rdb,
 		Group:         keys.Group,
 		Consumer:      w.cfg.Name,
-		Unmarshaller:  entryUnmarshaller{},
+		Unmarshaller:  entryUnmarshaller{defaultType: w.cfg.DefaultType},
 		Concurrency:   w.cfg.Concurrency,
 		BatchSize:     w.cfg.ReadBatch,
 		LeaseInterval: w.cfg.VisibilityTimeout / 3,
@@ -391,11 +396,11 @@ func (w *Worker) settleAfter(h message.HandlerFunc) message.HandlerFunc {
 }
 
 // growStack grows the calling goroutine's stack to 4 KiB while it is shallow. The router runs
-// every message on a new goroutine, which Go starts with a 2 KiB stack (its adaptive start
-// size stayed at that in our drains); a job's path needs more, so the stack was copied once per
-// job anyway, deep in the path where the copy has twice as many frames to adjust. Growing it here, three frames down, is the cheaper copy (the same
-// trick as CockroachDB's util/growstack). When the stack is big enough already this only
-// clears the buffer.
+// every message on a new goroutine, which Go starts with a small stack; a job's path needs
+// more, so the stack was copied once per job anyway, deep in the path where the copy has more
+// frames to adjust. Growing it here, three frames down, is the cheaper copy (the same trick as
+// CockroachDB's util/growstack; docs/BENCHMARKS.md has the profiles). When the stack is big
+// enough already this only clears the buffer.
 //
 //go:noinline
 func growStack() {
@@ -459,6 +464,11 @@ func (w *Worker) handleMessage(msg *message.Message) error {
 	}
 	if reason, bad := msg.Metadata[stream.PoisonKey]; bad {
 		return w.poison(q, msg, reason)
+	}
+	if msg.Metadata[metaForeign] != "" {
+		if err := w.adopt(q, msg); err != nil {
+			return err
+		}
 	}
 	j := jobFromMessage(q.Name(), msg)
 	j.entry, _ = stream.EntryValues(msg.Context())
@@ -633,6 +643,31 @@ func call(ctx context.Context, h HandlerFunc, j *Job, log *zerolog.Logger) (res 
 		}
 	}()
 	return h(ctx, j)
+}
+
+// adopt makes a job of an entry of another Watermill publisher before its handler runs. When
+// Redis cannot be asked, the entry stays pending, unrenewed once settled, and recovery puts it
+// back for another try; when the message's id names a job on another entry, it is kept as a
+// dead record of its own.
+func (w *Worker) adopt(q *keys.Queue, msg *message.Message) error {
+	md := msg.Metadata
+	_, maxRetries, timeout, typ, _ := keys.ParseEntryJob(md[MetaJob])
+	entry := md[stream.EntryIDKey]
+	ctx, cancel := context.WithTimeout(msg.Context(), 10*time.Second)
+	defer cancel()
+	code, err := jobstate.Adopt(ctx, w.rdb, *q, jobstate.Foreign{ID: msg.UUID, Entry: entry, Type: typ,
+		MaxRetries: maxRetries, TimeoutMS: timeout, CreatedAt: stream.EntryTime(entry).UnixMilli()},
+		time.Now().UnixMilli(), w.cfg.Name)
+	switch {
+	case err != nil:
+		w.log.Error().Err(err).Str("job_id", msg.UUID).Str("entry", entry).
+			Msg("could not adopt a message of another publisher; it will be tried again after the visibility timeout")
+		return &JobError{Outcome: OutcomeAbandoned, Err: err}
+	case code == script.Refused:
+		return w.poison(q, msg, fmt.Sprintf("stream entry %s of another publisher names job %s, which lives on another entry", entry, msg.UUID))
+	}
+	w.log.Debug().Str("job_id", msg.UUID).Str("type", typ).Msg("adopted a message of another publisher as a job")
+	return nil
 }
 
 // poison sends an unreadable entry to the dead set.

@@ -49,7 +49,7 @@ func (t *topic) run(ctx context.Context) {
 	// Messages outlive the subscription's context (a closing subscription lets them finish), and
 	// each has its own cancel. Their parent must not be cancelable: every child of a cancelable
 	// context is registered in, and on cancel removed from, a mutex-guarded map of its parent,
-	// which cost about a tenth of the worker's CPU per message.
+	// a cost on every message (docs/BENCHMARKS.md, "What each change bought").
 	go t.read(context.WithoutCancel(ctx))
 	ackDone := make(chan struct{})
 	if !t.s.cfg.DeferAck {

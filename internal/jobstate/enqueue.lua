@@ -20,7 +20,7 @@
 -- A job queued at once stores no attempt (0), run_at and enqueued_at (both created_at): readers
 -- take those defaults, and a queued job's hash stays small.
 -- Values handed to redis.call stay strings where they can: Redis formats a Lua number with
--- snprintf("%.17g"), about 0.16 us per argument, which adds up at one HSET per job.
+-- snprintf("%.17g"), a cost per argument that adds up at one HSET per job (docs/BENCHMARKS.md).
 local now, now_s = tonumber(ARGV[1]), ARGV[1]
 local witness, chosen = tonumber(ARGV[3]), ARGV[4]
 local out, created = {CV_OK}, 0

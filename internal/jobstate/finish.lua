@@ -29,13 +29,13 @@
 --
 -- Cost matters here (this runs for every job): each transition is one HMGET and one HSET (and a
 -- PEXPIRE or ZADD), and one XACK and one XDEL for the whole batch. Reading a stream entry back
--- (XRANGE, about 6 us with its reply) is what the payload argument avoids.
+-- (XRANGE, with its reply) is what the payload argument avoids (docs/BENCHMARKS.md).
 local stream, scheduled, dead, stats = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local group, worker, default_ret, wake = ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[4]
 local min_ret, min_ret_s = tonumber(ARGV[5]), ARGV[5]
 local drop, out = {}, {CV_OK}
 -- Numbers go to redis.call as strings made once per distinct value: Redis formats a Lua number
--- with snprintf (about 0.16 us per argument), and every job writes its version.
+-- with snprintf, a cost per argument, and every job writes its version.
 local vstr = {}
 local function str(n)
   local s = vstr[n]

@@ -66,7 +66,7 @@ const (
 	EntryMetadata = "metadata" // msgpack map of strings, or empty
 	// EntryJob packs the rest, see FormatEntryJob. One field instead of four: each field is
 	// two more strings for every reader of every entry to parse, and more work for XADD and
-	// XREADGROUP in Redis (measured: a few allocations and about a microsecond per job).
+	// XREADGROUP in Redis (docs/BENCHMARKS.md, "What each change bought").
 	EntryJob = "conveyor"
 )
 

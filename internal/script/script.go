@@ -23,8 +23,7 @@ var lib string
 
 // New returns a script whose source is the parts of the shared library that src uses
 // (transitively), followed by src. Only those: every `local function` of the library runs (makes
-// a closure) on every call of the script, which costs a single-job call about a microsecond
-// per dozen.
+// a closure) on every call of the script, a cost a single-job call notices (docs/BENCHMARKS.md).
 func New(src string) *redis.Script {
 	return redis.NewScript(withLib(src))
 }
