@@ -1,0 +1,169 @@
+package jobstate
+
+import (
+	"context"
+	_ "embed"
+	"fmt"
+	"strconv"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/conveyorq/conveyor/internal/keys"
+	"github.com/conveyorq/conveyor/internal/script"
+)
+
+// The administration scripts: what pipeline.Inspector runs besides the transitions above.
+
+var (
+	//go:embed zpage.lua
+	zpageSrc string
+	//go:embed purge_ids.lua
+	purgeIDsSrc string
+	//go:embed entry_jobs.lua
+	entryJobsSrc string
+
+	zpageScript     = script.New(zpageSrc)
+	purgeIDsScript  = script.New(purgeIDsSrc)
+	entryJobsScript = script.New(entryJobsSrc)
+)
+
+// AdminSources returns the administration scripts by file name, for tests that read them.
+func AdminSources() map[string]string {
+	return map[string]string{"zpage.lua": zpageSrc, "purge_ids.lua": purgeIDsSrc, "entry_jobs.lua": entryJobsSrc}
+}
+
+// SetItem is a member of a sorted set and its score.
+type SetItem struct {
+	Member string
+	Score  int64
+}
+
+// SetPage reads up to n members of the sorted set key that come after the cursor (zpage.lua),
+// lowest score first, or highest first when desc; a nil after starts at the beginning. Members
+// of equal score are in Redis's order (by bytes; reversed when desc), and the cursor need not
+// be in the set any more.
+func SetPage(ctx context.Context, rdb redis.Scripter, key string, desc bool, after *SetItem, n int) ([]SetItem, error) {
+	dir, score, member := "asc", "", ""
+	if desc {
+		dir = "desc"
+	}
+	if after != nil {
+		score, member = strconv.FormatInt(after.Score, 10), after.Member
+	}
+	code, rest, err := script.Reply(zpageScript.Run(ctx, rdb, []string{key}, dir, score, member, n))
+	if err == nil && (code != script.OK || len(rest)%2 != 0) {
+		err = fmt.Errorf("zpage: unexpected reply %v %v", code, rest)
+	}
+	if err != nil {
+		return nil, err
+	}
+	items := make([]SetItem, len(rest)/2)
+	for i := range items {
+		m, _ := rest[2*i].(string)
+		s, _ := rest[2*i+1].(string)
+		f, err := strconv.ParseFloat(s, 64)
+		if err != nil {
+			return nil, fmt.Errorf("zpage: score %q of %q: %w", s, m, err)
+		}
+		items[i] = SetItem{Member: m, Score: int64(f)}
+	}
+	return items, nil
+}
+
+// PurgeIDsCall is one purge_ids.lua call deleting the dead jobs ids of q (see PurgeIDsReply).
+func PurgeIDsCall(q keys.Queue, ids []string) script.Call {
+	ks := make([]string, 0, 1+len(ids))
+	ks = append(ks, q.Dead())
+	args := make([]any, len(ids))
+	for i, id := range ids {
+		ks = append(ks, q.Job(id))
+		args[i] = id
+	}
+	return script.Call{Script: purgeIDsScript, Keys: ks, Args: args}
+}
+
+// Row is a script's answer about one item: a code and what the script says with it.
+type Row struct {
+	Code script.Code
+	Data string
+}
+
+// PurgeIDsReply reads the reply of a PurgeIDsCall of n ids: per id script.OK (deleted),
+// script.WrongState with the status of a job that is not dead (left alone) or script.NotFound.
+func PurgeIDsReply(cmd *redis.Cmd, n int) ([]Row, error) {
+	code, rest, err := script.Reply(cmd)
+	if err == nil && (code != script.OK || len(rest) != 2*n) {
+		err = fmt.Errorf("purge ids: unexpected reply %v %v", code, rest)
+	}
+	if err != nil {
+		return nil, err
+	}
+	rows := make([]Row, n)
+	for i := range rows {
+		c, _ := rest[2*i].(int64)
+		rows[i].Code = script.Code(c)
+		rows[i].Data, _ = rest[2*i+1].(string)
+	}
+	return rows, nil
+}
+
+// ReplayCall is Replay as a call for script.Pipelined; read its reply with ReplayReply.
+func ReplayCall(q keys.Queue, id string, now int64) script.Call {
+	return script.Call{Script: replayScript, Keys: []string{q.Stream(), q.Dead(), q.Job(id)}, Args: []any{now, id}}
+}
+
+// ReplayReply reads a ReplayCall's reply as Replay answers.
+func ReplayReply(cmd *redis.Cmd) (script.Code, string, error) {
+	code, rest, err := script.Reply(cmd)
+	if err != nil {
+		return 0, "", err
+	}
+	data := ""
+	if len(rest) > 0 {
+		data, _ = rest[0].(string)
+	}
+	return code, data, nil
+}
+
+// EntryJob is the job a stream entry carries (entry_jobs.lua).
+type EntryJob struct {
+	// ID is the job's id; empty when the entry carries no live job (it is gone, unreadable, or
+	// its job moved on to another entry or ended).
+	ID string
+	// Attempt is the attempt the entry starts (1-based).
+	Attempt int
+	// Flat is the job's hash as a field/value list, with payload and metadata from the entry.
+	Flat []string
+}
+
+// EntryJobs reads the jobs that the stream entries of q carry, one per entry in order.
+func EntryJobs(ctx context.Context, rdb redis.Scripter, q keys.Queue, entries []string) ([]EntryJob, error) {
+	args := make([]any, 0, 1+len(entries))
+	args = append(args, q.JobPrefix())
+	for _, e := range entries {
+		args = append(args, e)
+	}
+	code, rest, err := script.Reply(entryJobsScript.Run(ctx, rdb, []string{q.Stream()}, args...))
+	if err == nil && (code != script.OK || len(rest) != len(entries)) {
+		err = fmt.Errorf("entry jobs: unexpected reply %v (%d rows for %d entries)", code, len(rest), len(entries))
+	}
+	if err != nil {
+		return nil, err
+	}
+	out := make([]EntryJob, len(entries))
+	for i, r := range rest {
+		row, _ := r.([]any)
+		if len(row) != 3 {
+			continue
+		}
+		out[i].ID, _ = row[0].(string)
+		a, _ := row[1].(int64)
+		out[i].Attempt = int(a)
+		flat, _ := row[2].([]any)
+		out[i].Flat = make([]string, len(flat))
+		for k, v := range flat {
+			out[i].Flat[k], _ = v.(string)
+		}
+	}
+	return out, nil
+}
