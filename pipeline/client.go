@@ -63,7 +63,9 @@ type ClientConfig struct {
 // NoRetries, as ClientConfig.MaxRetries, makes jobs run once unless WithMaxRetries says more.
 const NoRetries = -1
 
-// Client publishes jobs and reads, cancels and replays them. It is safe for concurrent use.
+// Client publishes jobs, reads them and cancels them. It is safe for concurrent use.
+// Administration (listing jobs by status, replaying and purging dead jobs, deleting a queue) is
+// the Inspector's.
 type Client struct {
 	rdb   redis.UniversalClient
 	cfg   ClientConfig
@@ -407,15 +409,19 @@ func (c *Client) Get(ctx context.Context, queue, id string) (*Job, error) {
 	if err := validate(queue, id); err != nil {
 		return nil, err
 	}
-	q := c.keys(queue)
-	flat, found, err := jobstate.Get(ctx, c.rdb, q, id)
+	return getJob(ctx, c.rdb, c.keys(queue), id)
+}
+
+// getJob reads job id of q (Client.Get and Inspector.Get).
+func getJob(ctx context.Context, rdb redis.Scripter, q keys.Queue, id string) (*Job, error) {
+	flat, found, err := jobstate.Get(ctx, rdb, q, id)
 	if err != nil {
-		return nil, fmt.Errorf("get %s/%s: %w", queue, id, err)
+		return nil, fmt.Errorf("get %s/%s: %w", q.Name(), id, err)
 	}
 	if !found {
 		return nil, ErrNotFound
 	}
-	return jobFromHash(queue, id, flat)
+	return jobFromHash(q.Name(), id, flat)
 }
 
 // jobFromHash builds a Job from a hash's flat field/value list.
@@ -485,11 +491,15 @@ func (c *Client) Cancel(ctx context.Context, queue, id string) error {
 	if err := validate(queue, id); err != nil {
 		return err
 	}
-	q := c.keys(queue)
-	code, status, err := jobstate.Cancel(ctx, c.rdb, q, id, c.cfg.Now().UnixMilli(), retentionMS(c.cfg.Retention),
-		c.cfg.MinRetention.Milliseconds())
+	return cancelJob(ctx, c.rdb, c.keys(queue), id, c.cfg.Now(), c.cfg.Retention, c.cfg.MinRetention)
+}
+
+// cancelJob cancels job id of q (Client.Cancel and Inspector.Cancel); a canceled record is kept
+// for retention, but at least minRetention.
+func cancelJob(ctx context.Context, rdb redis.Scripter, q keys.Queue, id string, now time.Time, retention, minRetention time.Duration) error {
+	code, status, err := jobstate.Cancel(ctx, rdb, q, id, now.UnixMilli(), retentionMS(retention), minRetention.Milliseconds())
 	if err != nil {
-		return fmt.Errorf("cancel %s/%s: %w", queue, id, err)
+		return fmt.Errorf("cancel %s/%s: %w", q.Name(), id, err)
 	}
 	switch code {
 	case script.OK:
@@ -499,7 +509,7 @@ func (c *Client) Cancel(ctx context.Context, queue, id string) error {
 	case script.NotFound:
 		return ErrNotFound
 	}
-	return fmt.Errorf("cancel %s/%s: unexpected reply %v", queue, id, code)
+	return fmt.Errorf("cancel %s/%s: unexpected reply %v", q.Name(), id, code)
 }
 
 // QueueStats are a queue's gauges and counters.
@@ -528,145 +538,69 @@ func (c *Client) Stats(ctx context.Context, queue string) (*QueueStats, error) {
 	if err := validate(queue, ""); err != nil {
 		return nil, err
 	}
-	q := c.keys(queue)
-	var counters *redis.MapStringStringCmd
-	var sched, dead, xlen *redis.IntCmd
-	var groups *redis.XInfoGroupsCmd
-	_, err := c.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		counters = p.HGetAll(ctx, q.Stats())
-		sched = p.ZCard(ctx, q.Scheduled())
-		dead = p.ZCard(ctx, q.Dead())
-		xlen = p.XLen(ctx, q.Stream())
-		groups = p.XInfoGroups(ctx, q.Stream())
+	st, err := readStats(ctx, c.rdb, []keys.Queue{c.keys(queue)})
+	if err != nil {
+		return nil, err
+	}
+	return st[0], nil
+}
+
+// readStats reads the gauges and counters of queues qs in one pipeline: one round trip on a
+// standalone server, one per node that holds some of the queues on a cluster.
+func readStats(ctx context.Context, rdb redis.UniversalClient, qs []keys.Queue) ([]*QueueStats, error) {
+	type cmds struct {
+		counters          *redis.MapStringStringCmd
+		sched, dead, xlen *redis.IntCmd
+		groups            *redis.XInfoGroupsCmd
+	}
+	all := make([]cmds, len(qs))
+	_, err := rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for k, q := range qs {
+			all[k] = cmds{
+				counters: p.HGetAll(ctx, q.Stats()),
+				sched:    p.ZCard(ctx, q.Scheduled()),
+				dead:     p.ZCard(ctx, q.Dead()),
+				xlen:     p.XLen(ctx, q.Stream()),
+				groups:   p.XInfoGroups(ctx, q.Stream()),
+			}
+		}
 		return nil
 	})
-	// A queue no worker has read yet has no stream or group: that is zero in flight.
-	if err != nil && !isNoStream(groups.Err()) {
-		return nil, fmt.Errorf("stats %s: %w", queue, err)
-	}
-	for _, cmd := range []redis.Cmder{counters, sched, dead, xlen} {
-		if err := cmd.Err(); err != nil {
-			return nil, fmt.Errorf("stats %s: %w", queue, err)
+	out := make([]*QueueStats, len(qs))
+	for k, q := range qs {
+		c := &all[k]
+		for _, cmd := range []redis.Cmder{c.counters, c.sched, c.dead, c.xlen} {
+			if err := cmd.Err(); err != nil {
+				return nil, fmt.Errorf("stats %s: %w", q.Name(), err)
+			}
 		}
-	}
-	s := &QueueStats{Queue: queue, Scheduled: sched.Val(), Dead: dead.Val()}
-	for _, g := range groups.Val() {
-		if g.Name == keys.Group {
-			s.InProgress = g.Pending
+		// A queue no worker has read yet has no stream or group: that is zero in flight.
+		if err := c.groups.Err(); err != nil && !isNoStream(err) {
+			return nil, fmt.Errorf("stats %s: %w", q.Name(), err)
 		}
+		s := &QueueStats{Queue: q.Name(), Scheduled: c.sched.Val(), Dead: c.dead.Val()}
+		for _, g := range c.groups.Val() {
+			if g.Name == keys.Group {
+				s.InProgress = g.Pending
+			}
+		}
+		s.Queued = max(0, c.xlen.Val()-s.InProgress)
+		m := c.counters.Val()
+		n := func(k string) int64 { v, _ := strconv.ParseInt(m[k], 10, 64); return v }
+		s.Enqueued, s.Completed, s.Failed = n(keys.StatEnqueued), n(keys.StatCompleted), n(keys.StatFailed)
+		s.Retried, s.Recovered = n(keys.StatRetried), n(keys.StatRecovered)
+		s.DeadByRecovery, s.Refused = n(keys.StatDeadByRecovery), n(keys.StatRefused)
+		s.Canceled, s.Released, s.Poison = n(keys.StatCanceled), n(keys.StatReleased), n(keys.StatPoison)
+		out[k] = s
 	}
-	s.Queued = max(0, xlen.Val()-s.InProgress)
-	m := counters.Val()
-	n := func(k string) int64 { v, _ := strconv.ParseInt(m[k], 10, 64); return v }
-	s.Enqueued, s.Completed, s.Failed = n(keys.StatEnqueued), n(keys.StatCompleted), n(keys.StatFailed)
-	s.Retried, s.Recovered = n(keys.StatRetried), n(keys.StatRecovered)
-	s.DeadByRecovery, s.Refused = n(keys.StatDeadByRecovery), n(keys.StatRefused)
-	s.Canceled, s.Released, s.Poison = n(keys.StatCanceled), n(keys.StatReleased), n(keys.StatPoison)
-	return s, nil
+	if err != nil && len(qs) > 0 && !isNoStream(err) {
+		// Every command carries its own error; a pipeline error that none of them reports is
+		// still a failure.
+		return nil, fmt.Errorf("stats: %w", err)
+	}
+	return out, nil
 }
 
 func isNoStream(err error) bool {
 	return err != nil && (redis.HasErrorPrefix(err, "no such key") || redis.HasErrorPrefix(err, "NOGROUP"))
-}
-
-// Queues lists the known queue names (every queue something was enqueued to or a worker read).
-func (c *Client) Queues(ctx context.Context) ([]string, error) {
-	names, err := c.rdb.SMembers(ctx, keys.Queues(c.cfg.Prefix)).Result()
-	if err != nil {
-		return nil, fmt.Errorf("list queues: %w", err)
-	}
-	return names, nil
-}
-
-// Dead lists up to limit dead jobs of queue, newest first, starting at offset, and the total.
-func (c *Client) Dead(ctx context.Context, queue string, offset, limit int) ([]*Job, int64, error) {
-	if err := validate(queue, ""); err != nil {
-		return nil, 0, err
-	}
-	if offset < 0 || limit <= 0 {
-		return nil, 0, invalid("offset %d, limit %d", offset, limit)
-	}
-	q := c.keys(queue)
-	var ids *redis.StringSliceCmd
-	var total *redis.IntCmd
-	if _, err := c.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		ids = p.ZRevRange(ctx, q.Dead(), int64(offset), int64(offset+limit-1))
-		total = p.ZCard(ctx, q.Dead())
-		return nil
-	}); err != nil {
-		return nil, 0, fmt.Errorf("list dead %s: %w", queue, err)
-	}
-	hashes := make([]*redis.MapStringStringCmd, len(ids.Val()))
-	if _, err := c.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		for i, id := range ids.Val() {
-			hashes[i] = p.HGetAll(ctx, q.Job(id))
-		}
-		return nil
-	}); err != nil {
-		return nil, 0, fmt.Errorf("list dead %s: %w", queue, err)
-	}
-	jobs := make([]*Job, 0, len(hashes))
-	for i, h := range hashes {
-		flat := make([]string, 0, 2*len(h.Val()))
-		for k, v := range h.Val() {
-			flat = append(flat, k, v)
-		}
-		j, err := jobFromHash(queue, ids.Val()[i], flat)
-		if err != nil {
-			return nil, 0, err
-		}
-		jobs = append(jobs, j)
-	}
-	return jobs, total.Val(), nil
-}
-
-// Replay moves a dead job back into the stream for a fresh set of attempts. A job published
-// WithUnique takes its key again. It returns ErrNotDead for a job that is not in the dead set,
-// ErrNotFound for an unknown id and ErrUniqueHeld when another job holds the job's unique key.
-func (c *Client) Replay(ctx context.Context, queue, id string) error {
-	if err := validate(queue, id); err != nil {
-		return err
-	}
-	q := c.keys(queue)
-	code, data, err := jobstate.Replay(ctx, c.rdb, q, id, c.cfg.Now().UnixMilli())
-	if err != nil {
-		return fmt.Errorf("replay %s/%s: %w", queue, id, err)
-	}
-	switch code {
-	case script.OK:
-		return nil
-	case script.NotFound:
-		return ErrNotFound
-	case script.WrongState:
-		return fmt.Errorf("%w (it is %s)", ErrNotDead, data)
-	case script.NoType:
-		return fmt.Errorf("replay %s/%s: %w: an unreadable entry's record has no type to run", queue, id, ErrInvalid)
-	case script.UniqueHeld:
-		return fmt.Errorf("replay %s/%s: %w (job %s)", queue, id, ErrUniqueHeld, data)
-	}
-	return fmt.Errorf("replay %s/%s: unexpected reply %v", queue, id, code)
-}
-
-// Purge deletes the dead jobs of queue that died at least olderThan ago (0: all of them) and
-// returns how many. Age is measured by Redis's clock, not the caller's.
-func (c *Client) Purge(ctx context.Context, queue string, olderThan time.Duration) (int, error) {
-	if err := validate(queue, ""); err != nil {
-		return 0, err
-	}
-	if olderThan < 0 {
-		return 0, invalid("negative age %s", olderThan)
-	}
-	q := c.keys(queue)
-	const limit = 500
-	total := 0
-	for {
-		n, err := jobstate.Purge(ctx, c.rdb, q, limit, olderThan.Milliseconds())
-		total += n
-		if err != nil {
-			return total, fmt.Errorf("purge %s: %w", queue, err)
-		}
-		if n < limit {
-			return total, nil
-		}
-	}
 }

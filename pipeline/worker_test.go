@@ -131,10 +131,10 @@ func TestRetriesExhaustedGoesDeadWithGrowingDelays(t *testing.T) {
 	require.EqualValues(t, 2, s.Retried)
 
 	// Replay gives the job a fresh set of attempts.
-	require.NoError(t, b.client.Replay(t.Context(), b.queue, j.ID))
+	require.NoError(t, pipeline.NewInspector(b.rdb, pipeline.InspectorConfig{}).Replay(t.Context(), b.queue, j.ID))
 	require.Eventually(t, func() bool { mu.Lock(); defer mu.Unlock(); return len(starts) >= 4 }, 10*time.Second, 10*time.Millisecond)
-	require.ErrorIs(t, b.client.Replay(t.Context(), b.queue, "unknown"), pipeline.ErrNotFound)
-	require.ErrorIs(t, b.client.Replay(t.Context(), b.queue, j.ID), pipeline.ErrNotDead, "it is queued again now")
+	require.ErrorIs(t, pipeline.NewInspector(b.rdb, pipeline.InspectorConfig{}).Replay(t.Context(), b.queue, "unknown"), pipeline.ErrNotFound)
+	require.ErrorIs(t, pipeline.NewInspector(b.rdb, pipeline.InspectorConfig{}).Replay(t.Context(), b.queue, j.ID), pipeline.ErrNotDead, "it is queued again now")
 }
 
 func TestFailureKinds(t *testing.T) {
@@ -231,9 +231,10 @@ func TestUnreadableEntriesGoDeadAndConsumptionGoesOn(t *testing.T) {
 		require.NoError(t, b.rdb.XAdd(ctx, &redis.XAddArgs{Stream: b.keys.Stream(), Values: v}).Err())
 	}
 	require.Eventually(t, func() bool { return b.stats(t).Dead == int64(len(garbage)) }, 10*time.Second, 10*time.Millisecond)
-	dead, total, err := b.client.Dead(ctx, b.queue, 0, 10)
+	page, err := pipeline.NewInspector(b.rdb, pipeline.InspectorConfig{}).List(ctx, b.queue, pipeline.StatusFailed, pipeline.Page{Limit: 10})
 	require.NoError(t, err)
-	require.EqualValues(t, len(garbage), total)
+	dead := page.Jobs
+	require.Len(t, dead, len(garbage))
 	payloads := map[string]bool{}
 	for _, d := range dead {
 		require.Equal(t, pipeline.StatusFailed, d.Status)
@@ -252,11 +253,11 @@ func TestUnreadableEntriesGoDeadAndConsumptionGoesOn(t *testing.T) {
 	require.EqualValues(t, len(garbage), b.stats(t).Poison)
 
 	// A dead record of an unreadable entry has nothing to run; replay says so.
-	require.ErrorIs(t, b.client.Replay(ctx, b.queue, dead[0].ID), pipeline.ErrInvalid)
-	n, err := b.client.Purge(ctx, b.queue, time.Hour)
+	require.ErrorIs(t, pipeline.NewInspector(b.rdb, pipeline.InspectorConfig{}).Replay(ctx, b.queue, dead[0].ID), pipeline.ErrInvalid)
+	n, err := pipeline.NewInspector(b.rdb, pipeline.InspectorConfig{}).PurgeAll(ctx, b.queue, time.Hour)
 	require.NoError(t, err)
 	require.Zero(t, n, "they died just now")
-	n, err = b.client.Purge(ctx, b.queue, 0)
+	n, err = pipeline.NewInspector(b.rdb, pipeline.InspectorConfig{}).PurgeAll(ctx, b.queue, 0)
 	require.NoError(t, err)
 	require.Equal(t, len(garbage), n)
 	require.Zero(t, b.stats(t).Dead)

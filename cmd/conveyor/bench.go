@@ -112,7 +112,7 @@ func (a *app) bench(ctx context.Context, o benchOptions) (err error) {
 		defer func() {
 			cctx, ccancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 			defer ccancel()
-			err = errors.Join(err, deleteQueueKeys(cctx, rdb, a.prefix, queue))
+			err = errors.Join(err, deleteQueue(cctx, rdb, a.prefix, queue))
 		}()
 	}
 	client := pipeline.NewClient(rdb, pipeline.ClientConfig{Prefix: a.prefix})

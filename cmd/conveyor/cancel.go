@@ -21,7 +21,7 @@ handler is cancelled at its worker's next lease renewal and its result is discar
 id, or a job that already finished, exits 1 with the reason.`,
 		Args: oneArg,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := a.client()
+			c, err := a.inspector()
 			if err != nil {
 				return err
 			}

@@ -30,14 +30,17 @@ jobs stay until they are replayed or purged.`,
 }
 
 func newDeadListCmd(a *app) *cobra.Command {
-	var queue string
+	var queue, cursor string
 	var limit, offset int
 	var asJSON bool
 	cmd := &cobra.Command{
-		Use:   "list [--queue Q] [--limit N] [--offset N]",
+		Use:   "list [--queue Q] [--limit N] [--offset N | --cursor C]",
 		Short: "List dead jobs, newest first",
-		Long:  `List dead jobs, newest first. With --json it prints a JSON array of jobs (as 'status --json').`,
-		Args:  noArgs,
+		Long: `List dead jobs, newest first. With --json it prints a JSON array of jobs (as 'status --json').
+Without --json, the cursor of the next page is printed on stderr; --cursor starts there, which
+costs less than a deep --offset (skipped jobs are read too). 'conveyor list --status failed' is
+the same listing with its cursor in its JSON.`,
+		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if limit < 1 {
 				return fmt.Errorf("--limit must be at least 1, not %d", limit)
@@ -45,13 +48,39 @@ func newDeadListCmd(a *app) *cobra.Command {
 			if offset < 0 {
 				return fmt.Errorf("--offset must not be negative, not %d", offset)
 			}
-			c, err := a.client()
+			if offset > 0 && cursor != "" {
+				return usageErrorf("--offset and --cursor cannot be used together")
+			}
+			insp, err := a.inspector()
 			if err != nil {
 				return err
 			}
-			jobs, total, err := c.Dead(cmd.Context(), queue, offset, limit)
+			ctx := cmd.Context()
+			st, err := insp.Stats(ctx, queue)
 			if err != nil {
 				return err
+			}
+			// Skip offset jobs, then take limit, a page of at most MaxPageLimit at a time.
+			var jobs []*pipeline.Job
+			skip, more := offset, true
+			for more && (skip > 0 || len(jobs) < limit) {
+				n := limit - len(jobs)
+				if skip > 0 {
+					n = skip
+				}
+				p, err := insp.List(ctx, queue, pipeline.StatusFailed, pipeline.Page{Cursor: cursor, Limit: min(n, pipeline.MaxPageLimit)})
+				if err != nil {
+					if errors.Is(err, pipeline.ErrInvalid) && cursor != "" {
+						return usageError{err}
+					}
+					return err
+				}
+				cursor, more = p.Next, p.Next != ""
+				if skip > 0 {
+					skip -= len(p.Jobs)
+					continue
+				}
+				jobs = append(jobs, p.Jobs...)
 			}
 			if asJSON {
 				if jobs == nil {
@@ -59,35 +88,47 @@ func newDeadListCmd(a *app) *cobra.Command {
 				}
 				return writeJSON(a.stdout, jobs)
 			}
-			return printDead(a.stdout, jobs, offset, total)
+			if err := printDead(a.stdout, jobs, offset, st.Dead, cmd.Flags().Changed("cursor")); err != nil {
+				return err
+			}
+			if more && len(jobs) > 0 {
+				fmt.Fprintf(a.stderr, "next page: --cursor %s\n", cursor)
+			}
+			return nil
 		},
 	}
 	f := cmd.Flags()
 	f.StringVarP(&queue, "queue", "q", pipeline.DefaultQueue, "queue whose dead set to list")
 	f.IntVar(&limit, "limit", 50, "list at most this many jobs")
 	f.IntVar(&offset, "offset", 0, "skip this many of the newest jobs")
+	f.StringVar(&cursor, "cursor", "", "start after the page that printed this cursor")
 	f.BoolVar(&asJSON, "json", false, "print a JSON array of jobs")
 	return cmd
 }
 
-func printDead(w io.Writer, jobs []*pipeline.Job, offset int, total int64) error {
+func printDead(w io.Writer, jobs []*pipeline.Job, offset int, total int64, byCursor bool) error {
 	if len(jobs) == 0 {
+		if byCursor {
+			_, err := fmt.Fprintf(w, "no more dead jobs (of %d)\n", total)
+			return err
+		}
 		_, err := fmt.Fprintf(w, "no dead jobs (of %d) from offset %d\n", total, offset)
 		return err
 	}
 	t := newTable(w)
 	fmt.Fprintln(t, "ID\tTYPE\tATTEMPTS\tDIED\tLAST_ERROR")
 	for _, j := range jobs {
-		died := "-"
-		if !j.CompletedAt.IsZero() {
-			died = j.CompletedAt.Local().Format("2006-01-02 15:04:05")
-		}
-		fmt.Fprintf(t, "%s\t%s\t%d\t%s\t%s\n", j.ID, orDash(j.Type), j.Attempt, died, oneLine(j.LastError, 80))
+		fmt.Fprintf(t, "%s\t%s\t%d\t%s\t%s\n", j.ID, orDash(j.Type), j.Attempt, tableTime(j.CompletedAt), oneLine(j.LastError, 80))
 	}
 	if err := t.Flush(); err != nil {
 		return err
 	}
-	_, err := fmt.Fprintf(w, "jobs %d-%d of %d\n", offset+1, offset+len(jobs), total)
+	var err error
+	if byCursor {
+		_, err = fmt.Fprintf(w, "%d jobs (of %d)\n", len(jobs), total)
+	} else {
+		_, err = fmt.Fprintf(w, "jobs %d-%d of %d\n", offset+1, offset+len(jobs), total)
+	}
 	return err
 }
 
@@ -102,27 +143,46 @@ func oneLine(s string, n int) string {
 
 func newDeadReplayCmd(a *app) *cobra.Command {
 	var queue string
+	var all bool
 	cmd := &cobra.Command{
-		Use:   "replay [--queue Q] ID...",
+		Use:   "replay [--queue Q] ID... | --all",
 		Short: "Move dead jobs back into the queue for a fresh set of attempts",
 		Long: `Move dead jobs back into the queue for a fresh set of attempts, printing each replayed id.
 Ids that are unknown or not dead are reported on stderr, the others are replayed all the same,
-and the command exits 1.`,
-		Args: someArgs,
+and the command exits 1.
+
+With --all it replays every job in the dead set (those that die while it runs wait for the next
+time) and prints how many; dead records that cannot run again (an unreadable entry's, which has
+no type, or a job whose unique key another job holds now) stay, are reported on stderr, and the
+command exits 1.`,
+		Args: func(_ *cobra.Command, ids []string) error {
+			switch {
+			case all && len(ids) > 0:
+				return usageErrorf("--all takes no job ids")
+			case !all && len(ids) == 0:
+				return usageErrorf("want at least one job id (or --all)")
+			}
+			return nil
+		},
 		RunE: func(cmd *cobra.Command, ids []string) error {
-			c, err := a.client()
+			insp, err := a.inspector()
 			if err != nil {
 				return err
 			}
 			ctx := cmd.Context()
+			if all {
+				n, err := insp.ReplayAll(ctx, queue)
+				fmt.Fprintln(a.stdout, strconv.Itoa(n))
+				return err
+			}
 			var failed []string
 			for _, id := range ids {
-				err := c.Replay(ctx, queue, id)
+				err := insp.Replay(ctx, queue, id)
 				switch {
 				case errors.Is(err, pipeline.ErrNotFound):
 					err = notFound(err, queue, id)
 				case errors.Is(err, pipeline.ErrNotDead):
-					if j, gerr := c.Get(ctx, queue, id); gerr == nil {
+					if j, gerr := insp.Get(ctx, queue, id); gerr == nil {
 						err = fmt.Errorf("job %s is %s, not dead", id, j.Status)
 					}
 				}
@@ -140,6 +200,7 @@ and the command exits 1.`,
 		},
 	}
 	cmd.Flags().StringVarP(&queue, "queue", "q", pipeline.DefaultQueue, "queue of the jobs")
+	cmd.Flags().BoolVar(&all, "all", false, "replay every dead job of the queue")
 	return cmd
 }
 
@@ -147,24 +208,32 @@ func newDeadPurgeCmd(a *app) *cobra.Command {
 	var queue string
 	var olderThan time.Duration
 	cmd := &cobra.Command{
-		Use:   "purge [--queue Q] [--older-than DUR]",
+		Use:   "purge [--queue Q] [--older-than DUR | ID...]",
 		Short: "Delete dead jobs and print how many were deleted",
-		Long: `Delete the dead jobs of a queue (with --older-than, those that died at least that long ago)
-and print how many were deleted.`,
-		Args: noArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
+		Long: `Delete the dead jobs of a queue (with --older-than, those that died at least that long ago;
+with ids, those jobs) and print how many were deleted. A given id that is unknown or not dead is
+reported on stderr and left alone, the others are deleted all the same, and the command exits 1.`,
+		RunE: func(cmd *cobra.Command, ids []string) error {
 			if olderThan < 0 {
 				return fmt.Errorf("--older-than must not be negative, not %s", olderThan)
 			}
-			c, err := a.client()
+			if len(ids) > 0 && cmd.Flags().Changed("older-than") {
+				return usageErrorf("--older-than and job ids cannot be used together")
+			}
+			insp, err := a.inspector()
 			if err != nil {
 				return err
 			}
-			n, err := c.Purge(cmd.Context(), queue, olderThan)
-			if err != nil {
-				return err
+			var n int
+			if len(ids) > 0 {
+				n, err = insp.Purge(cmd.Context(), queue, ids...)
+			} else {
+				n, err = insp.PurgeAll(cmd.Context(), queue, olderThan)
 			}
-			_, err = fmt.Fprintln(a.stdout, strconv.Itoa(n))
+			if errors.Is(err, pipeline.ErrInvalid) {
+				return err // nothing was deleted
+			}
+			fmt.Fprintln(a.stdout, strconv.Itoa(n))
 			return err
 		},
 	}

@@ -19,7 +19,6 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/conveyorq/conveyor/handlers"
-	"github.com/conveyorq/conveyor/internal/keys"
 	"github.com/conveyorq/conveyor/pipeline"
 )
 
@@ -128,7 +127,7 @@ func (a *app) demo(ctx context.Context, logs zerolog.Logger) (err error) {
 			// Clean up even when interrupted: ctx may be done.
 			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 			defer cancel()
-			if cerr := deleteQueueKeys(cctx, rdb, d.prefix, d.queue); cerr != nil {
+			if cerr := deleteQueue(cctx, rdb, d.prefix, d.queue); cerr != nil {
 				err = errors.Join(err, fmt.Errorf("delete the demo's keys (%s:{%s}:*): %w", d.prefix, d.queue, cerr))
 			}
 		}()
@@ -419,57 +418,14 @@ func (d *demoRun) closeConns() {
 	}
 }
 
-// deleteQueueKeys deletes every key of queue under prefix and removes it from the known
-// queues. Every per-queue key starts with the queue's base, prefix:{queue}: (internal/keys),
-// so one SCAN pattern finds them all; on a cluster they all sit in one slot of one master.
-func deleteQueueKeys(ctx context.Context, rdb redis.UniversalClient, prefix, queue string) error {
-	base := keys.New(prefix, queue).Base()
-	pattern := globEscape(base) + "*"
-	del := func(ctx context.Context, c redis.Cmdable) error {
-		var batch []string
-		flush := func() error {
-			if len(batch) == 0 {
-				return nil
-			}
-			err := c.Unlink(ctx, batch...).Err()
-			batch = batch[:0]
-			return err
-		}
-		it := c.Scan(ctx, 0, pattern, 1000).Iterator()
-		for it.Next(ctx) {
-			if batch = append(batch, it.Val()); len(batch) == 100 {
-				if err := flush(); err != nil {
-					return err
-				}
-			}
-		}
-		if err := it.Err(); err != nil {
-			return err
-		}
-		return flush()
+// deleteQueue deletes a throwaway queue (the demo's, the benchmark's) with all its keys, busy or
+// not; a queue that never got a key is no error.
+func deleteQueue(ctx context.Context, rdb redis.UniversalClient, prefix, queue string) error {
+	err := pipeline.NewInspector(rdb, pipeline.InspectorConfig{Prefix: prefix}).DeleteQueue(ctx, queue, true)
+	if errors.Is(err, pipeline.ErrQueueNotFound) {
+		return nil
 	}
-	var err error
-	if cc, ok := rdb.(*redis.ClusterClient); ok {
-		var node *redis.Client
-		if node, err = cc.MasterForKey(ctx, base); err == nil {
-			err = del(ctx, node)
-		}
-	} else {
-		err = del(ctx, rdb)
-	}
-	return errors.Join(err, rdb.SRem(ctx, keys.Queues(prefix), queue).Err())
-}
-
-// globEscape escapes the characters that are special in a Redis MATCH pattern.
-func globEscape(s string) string {
-	var b strings.Builder
-	for _, r := range s {
-		if strings.ContainsRune(`*?[]\`, r) {
-			b.WriteByte('\\')
-		}
-		b.WriteRune(r)
-	}
-	return b.String()
+	return err
 }
 
 func randomHex(n int) string {

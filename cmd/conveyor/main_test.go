@@ -125,16 +125,6 @@ func TestRunJoinedErrorsOnePerLine(t *testing.T) {
 	}
 }
 
-func TestGlobEscape(t *testing.T) {
-	t.Parallel()
-	for in, want := range map[string]string{
-		"conveyor:{demo-1a2b3c}:": "conveyor:{demo-1a2b3c}:",
-		`a*b?c[d]e\f`:             `a\*b\?c\[d\]e\\f`,
-	} {
-		require.Equal(t, want, globEscape(in))
-	}
-}
-
 func TestDial(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {

@@ -173,6 +173,16 @@ func (a *app) client() (*pipeline.Client, error) {
 	return pipeline.NewClient(rdb, pipeline.ClientConfig{Prefix: a.prefix}), nil
 }
 
+// inspector returns a pipeline.Inspector over the configured server: what every command that
+// looks at or administers queues and jobs goes through.
+func (a *app) inspector() (*pipeline.Inspector, error) {
+	rdb, err := a.redis()
+	if err != nil {
+		return nil, err
+	}
+	return pipeline.NewInspector(rdb, pipeline.InspectorConfig{Prefix: a.prefix}), nil
+}
+
 func (a *app) close() {
 	if a.rdb != nil {
 		_ = a.rdb.Close()
@@ -227,13 +237,6 @@ func noArgs(_ *cobra.Command, args []string) error {
 func oneArg(_ *cobra.Command, args []string) error {
 	if len(args) != 1 {
 		return usageErrorf("want exactly one job id, got %d arguments", len(args))
-	}
-	return nil
-}
-
-func someArgs(_ *cobra.Command, args []string) error {
-	if len(args) == 0 {
-		return usageErrorf("want at least one job id")
 	}
 	return nil
 }
@@ -298,6 +301,15 @@ func formatTime(t, now time.Time) string {
 	default:
 		return s + " (in " + (-d).String() + ")"
 	}
+}
+
+// tableTime shows a time in a table cell, to the millisecond and with its zone; "-" when not
+// yet.
+func tableTime(t time.Time) string {
+	if t.IsZero() {
+		return "-"
+	}
+	return t.Local().Format("2006-01-02 15:04:05.000 MST")
 }
 
 // orDash shows an empty string as "-".

@@ -1,9 +1,9 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"io"
-	"slices"
 
 	"github.com/spf13/cobra"
 
@@ -29,13 +29,13 @@ created. With --json it prints one JSON object; with --all, every known queue (a
 			if all && cmd.Flags().Changed("queue") {
 				return usageErrorf("--all and --queue cannot be used together")
 			}
-			c, err := a.client()
+			insp, err := a.inspector()
 			if err != nil {
 				return err
 			}
 			ctx := cmd.Context()
 			if !all {
-				st, err := c.Stats(ctx, queue)
+				st, err := insp.Stats(ctx, queue)
 				if err != nil {
 					return err
 				}
@@ -44,27 +44,7 @@ created. With --json it prints one JSON object; with --all, every known queue (a
 				}
 				return printStats(a.stdout, []*pipeline.QueueStats{st})
 			}
-			names, err := c.Queues(ctx)
-			if err != nil {
-				return err
-			}
-			slices.Sort(names)
-			stats := make([]*pipeline.QueueStats, 0, len(names))
-			for _, name := range names {
-				st, err := c.Stats(ctx, name)
-				if err != nil {
-					return err
-				}
-				stats = append(stats, st)
-			}
-			if asJSON {
-				return writeJSON(a.stdout, stats)
-			}
-			if len(stats) == 0 {
-				_, err := fmt.Fprintln(a.stdout, "no queues yet")
-				return err
-			}
-			return printStats(a.stdout, stats)
+			return a.printQueues(ctx, insp, asJSON)
 		},
 	}
 	cmd.Flags().StringVarP(&queue, "queue", "q", pipeline.DefaultQueue, "queue to show")
@@ -83,4 +63,20 @@ func printStats(w io.Writer, stats []*pipeline.QueueStats) error {
 			s.Enqueued, s.Completed, s.Failed, s.Retried, s.Recovered, s.Canceled)
 	}
 	return t.Flush()
+}
+
+// printQueues prints every known queue's stats: a table, or with asJSON a JSON array.
+func (a *app) printQueues(ctx context.Context, insp *pipeline.Inspector, asJSON bool) error {
+	stats, err := insp.Queues(ctx)
+	if err != nil {
+		return err
+	}
+	if asJSON {
+		return writeJSON(a.stdout, stats)
+	}
+	if len(stats) == 0 {
+		_, err := fmt.Fprintln(a.stdout, "no queues yet")
+		return err
+	}
+	return printStats(a.stdout, stats)
 }

@@ -30,7 +30,7 @@ An unknown id (or one whose record expired after the retention time) exits 1.`,
   conveyor status --queue emails 01JABCDEFGHJKMNPQRSTVWXYZ0 --json | jq -r .status`,
 		Args: oneArg,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := a.client()
+			c, err := a.inspector()
 			if err != nil {
 				return err
 			}

@@ -1,0 +1,853 @@
+package pipeline
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/conveyorq/conveyor/internal/jobstate"
+	"github.com/conveyorq/conveyor/internal/keys"
+	"github.com/conveyorq/conveyor/internal/script"
+)
+
+// Page sizes of Inspector.List.
+const (
+	// DefaultPageLimit is the page size of a Page with no Limit.
+	DefaultPageLimit = 100
+	// MaxPageLimit bounds a page: a larger Limit is reduced to it, so one call reads at most
+	// this many job records.
+	MaxPageLimit = 1000
+)
+
+var (
+	// ErrQueueBusy is returned by DeleteQueue, unless forced, for a queue that has unfinished
+	// jobs: scheduled, queued, or held by a worker.
+	ErrQueueBusy = errors.New("pipeline: queue has unfinished jobs")
+	// ErrQueueNotFound is returned by DeleteQueue for a queue that is not known and has no keys.
+	ErrQueueNotFound = errors.New("pipeline: queue not found")
+)
+
+// InspectorConfig configures an Inspector. Zero fields take the documented defaults.
+type InspectorConfig struct {
+	// Prefix starts every key. Defaults to "conveyor".
+	Prefix string
+	// Retention is how long Cancel keeps a canceled job's record (jobs enqueued WithRetention
+	// keep their own), as ClientConfig.Retention. Defaults to DefaultRetention; RetainNone
+	// deletes it at once.
+	Retention time.Duration
+	// MinRetention is the shortest time Cancel keeps a canceled job's record, as
+	// ClientConfig.MinRetention. Defaults to DefaultMinRetention.
+	MinRetention time.Duration
+	// Now returns the current time (the time of a cancel or a replay); tests may replace it.
+	// Ages (PurgeAll) are measured by Redis's clock instead. Defaults to time.Now.
+	Now func() time.Time
+}
+
+func (c InspectorConfig) withDefaults() InspectorConfig {
+	c.Prefix = cmp.Or(c.Prefix, keys.DefaultPrefix)
+	c.Retention = cmp.Or(c.Retention, DefaultRetention)
+	c.MinRetention = cmp.Or(c.MinRetention, DefaultMinRetention)
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	return c
+}
+
+// validate checks a config that withDefaults filled in (see WorkerConfig.validate for the
+// convention).
+func (c InspectorConfig) validate() error {
+	var errs []error
+	if c.Retention < 0 && c.Retention != RetainNone {
+		errs = append(errs, invalid("retention %s is negative (RetainNone keeps nothing)", c.Retention))
+	}
+	if c.MinRetention < 0 {
+		errs = append(errs, invalid("min retention %s is negative", c.MinRetention))
+	}
+	return errors.Join(errs...)
+}
+
+// Inspector is Conveyor's administration API: it lists queues and their jobs by status, reads
+// and cancels jobs, replays and purges dead jobs and deletes queues. The CLI, the HTTP API and
+// the metrics collector are built on it; so can a user's own tools. It is safe for concurrent
+// use.
+//
+// Every call is bounded in the work it asks of Redis: no KEYS, no SCAN but DeleteQueue's (over
+// the queue's own node), at most MaxPageLimit job records read per List call.
+type Inspector struct {
+	rdb redis.UniversalClient
+	cfg InspectorConfig
+	err error // the config's error, returned by every call
+}
+
+// NewInspector returns an Inspector over rdb (a standalone, cluster or failover client). A
+// config with an unusable value (a negative retention, say) makes every method return that
+// error, wrapping ErrInvalid.
+func NewInspector(rdb redis.UniversalClient, cfg InspectorConfig) *Inspector {
+	if rdb == nil {
+		panic("pipeline: NewInspector with a nil Redis client")
+	}
+	cfg = cfg.withDefaults()
+	return &Inspector{rdb: rdb, cfg: cfg, err: cfg.validate()}
+}
+
+// check returns the config's error, or validates a queue name and, unless empty, a job id.
+func (i *Inspector) check(queue, id string) error {
+	if i.err != nil {
+		return i.err
+	}
+	return validate(queue, id)
+}
+
+func (i *Inspector) keys(queue string) keys.Queue { return keys.New(i.cfg.Prefix, queue) }
+
+// statsChunk bounds the queues whose stats one pipeline reads.
+const statsChunk = 100
+
+// Queues returns the gauges and counters of every known queue (every queue something was
+// enqueued to or a worker read), sorted by name. It reads them in one pipeline per 100
+// queues: one round trip each on a standalone server, one per node involved on a cluster.
+func (i *Inspector) Queues(ctx context.Context) ([]*QueueStats, error) {
+	if i.err != nil {
+		return nil, i.err
+	}
+	names, err := i.rdb.SMembers(ctx, keys.Queues(i.cfg.Prefix)).Result()
+	if err != nil {
+		return nil, fmt.Errorf("list queues: %w", err)
+	}
+	// A name that is no queue name (written by hand) names no keys of ours.
+	names = slices.DeleteFunc(names, func(n string) bool { return keys.ValidateQueue(n) != nil })
+	slices.Sort(names)
+	out := make([]*QueueStats, 0, len(names))
+	for chunk := range slices.Chunk(names, statsChunk) {
+		qs := make([]keys.Queue, len(chunk))
+		for k, n := range chunk {
+			qs[k] = i.keys(n)
+		}
+		st, err := readStats(ctx, i.rdb, qs)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, st...)
+	}
+	return out, nil
+}
+
+// Stats reads a queue's gauges and counters in one round trip. A queue nothing was ever
+// enqueued to has all zeros.
+func (i *Inspector) Stats(ctx context.Context, queue string) (*QueueStats, error) {
+	if err := i.check(queue, ""); err != nil {
+		return nil, err
+	}
+	st, err := readStats(ctx, i.rdb, []keys.Queue{i.keys(queue)})
+	if err != nil {
+		return nil, err
+	}
+	return st[0], nil
+}
+
+// Get returns the job's current state, or ErrNotFound, as Client.Get.
+func (i *Inspector) Get(ctx context.Context, queue, id string) (*Job, error) {
+	if err := i.check(queue, id); err != nil {
+		return nil, err
+	}
+	return getJob(ctx, i.rdb, i.keys(queue), id)
+}
+
+// Cancel cancels a job that has not finished, as Client.Cancel: it returns ErrNotCancelable
+// for a finished job and ErrNotFound for an unknown one.
+func (i *Inspector) Cancel(ctx context.Context, queue, id string) error {
+	if err := i.check(queue, id); err != nil {
+		return err
+	}
+	return cancelJob(ctx, i.rdb, i.keys(queue), id, i.cfg.Now(), i.cfg.Retention, i.cfg.MinRetention)
+}
+
+// ---- Listing ----
+
+// Page selects a page of List: the Cursor of the previous page's JobPage.Next (empty for the
+// first page) and at most Limit jobs (0: DefaultPageLimit; more than MaxPageLimit:
+// MaxPageLimit; negative: ErrInvalid).
+type Page struct {
+	Cursor string
+	Limit  int
+}
+
+// JobPage is one page of List.
+type JobPage struct {
+	// Jobs are the page's jobs, in the listing's order.
+	Jobs []*Job
+	// Leases, for a page of in_progress jobs, holds each job's lease by job id.
+	Leases map[string]Lease
+	// Next is the cursor of the next page; empty when this page is the last.
+	Next string
+}
+
+// Lease is a running job's hold on its stream entry, as the consumer group's pending entries
+// list records it.
+type Lease struct {
+	// Entry is the stream entry the worker holds.
+	Entry string
+	// Worker is the worker (its consumer name) that holds the entry.
+	Worker string
+	// Idle is how long ago the worker last renewed its lease (or was handed the entry). A live
+	// worker renews every third of its visibility timeout; an idle time past the visibility
+	// timeout means the worker is gone and recovery will put the job back.
+	Idle time.Duration
+	// Deliveries counts the times the entry was handed to a worker (renewals do not count).
+	Deliveries int64
+}
+
+type leaseJSON struct {
+	Entry      string `json:"entry"`
+	Worker     string `json:"worker"`
+	IdleMS     int64  `json:"idle_ms"`
+	Deliveries int64  `json:"deliveries"`
+}
+
+// MarshalJSON writes the lease with its idle time in milliseconds (idle_ms).
+func (l Lease) MarshalJSON() ([]byte, error) {
+	return json.Marshal(leaseJSON{Entry: l.Entry, Worker: l.Worker, IdleMS: l.Idle.Milliseconds(), Deliveries: l.Deliveries})
+}
+
+// MarshalJSON writes {"jobs": [...], "next": "...", "leases": {...}}: each job as Job's own
+// JSON (the CLI's `status --json`), jobs an empty array rather than null, leases only for a
+// page of in_progress jobs.
+func (p *JobPage) MarshalJSON() ([]byte, error) {
+	jobs := p.Jobs
+	if jobs == nil {
+		jobs = []*Job{}
+	}
+	return json.Marshal(struct {
+		Jobs   []*Job           `json:"jobs"`
+		Next   string           `json:"next"`
+		Leases map[string]Lease `json:"leases,omitempty"`
+	}{jobs, p.Next, p.Leases})
+}
+
+// List returns a page of the jobs of queue that have status:
+//
+//   - StatusScheduled: the scheduled set by due time, earliest first (a job due already but not
+//     yet promoted is still listed). The cursor is "<due unix ms>:<id>".
+//   - StatusQueued: the stream's entries in stream order that no worker was handed yet (those
+//     after the consumer group's last-delivered id, less any that are pending). The cursor is
+//     the last entry id seen.
+//   - StatusInProgress: the group's pending entries list in entry order. Each job's Worker is
+//     the worker that holds it now, Attempt the attempt it runs, Entry the entry it holds, and
+//     JobPage.Leases has its lease (idle time since the last renewal). A job a worker was just
+//     handed is listed here before the worker records its start. The cursor is the last entry
+//     id seen.
+//   - StatusFailed: the dead set, newest death first. The cursor is "<death unix ms>:<id>".
+//
+// Completed and canceled jobs cannot be listed: no index holds them (their records only wait
+// to expire); ask for them by id with Get. Asking for them, or for an unknown status, returns
+// ErrInvalid, as does a cursor that is not one of this status's.
+//
+// A page costs Redis at most Page.Limit job records (read in one pipelined round trip, or one
+// script for in_progress) besides the index it pages through, whose read starts at the cursor
+// (O(log N)). Pages are not a snapshot: a job that changes status while a listing goes on may
+// be missed or seen in two statuses, and a job seen in the index but gone or moved on when its
+// record is read is left out, so a page may hold fewer than Limit jobs, even none, before the
+// end. Only an empty Next means the end. A page carries the jobs' payloads: size Limit for
+// them.
+func (i *Inspector) List(ctx context.Context, queue string, status Status, page Page) (*JobPage, error) {
+	if err := i.check(queue, ""); err != nil {
+		return nil, err
+	}
+	limit := page.Limit
+	switch {
+	case limit < 0:
+		return nil, invalid("page limit %d is negative", limit)
+	case limit == 0:
+		limit = DefaultPageLimit
+	case limit > MaxPageLimit:
+		limit = MaxPageLimit
+	}
+	q := i.keys(queue)
+	var p *JobPage
+	var err error
+	switch status {
+	case StatusScheduled:
+		p, err = i.listSet(ctx, q, q.Scheduled(), false, status, page.Cursor, limit)
+	case StatusFailed:
+		p, err = i.listSet(ctx, q, q.Dead(), true, status, page.Cursor, limit)
+	case StatusQueued:
+		p, err = i.listQueued(ctx, q, page.Cursor, limit)
+	case StatusInProgress:
+		p, err = i.listInProgress(ctx, q, page.Cursor, limit)
+	case StatusCompleted, StatusCanceled:
+		return nil, invalid("%s jobs cannot be listed: no index holds them (their records only wait to expire); get one by id", status)
+	default:
+		return nil, invalid("unknown status %q: want %s, %s, %s or %s", status,
+			StatusScheduled, StatusQueued, StatusInProgress, StatusFailed)
+	}
+	if err != nil && !errors.Is(err, ErrInvalid) {
+		err = fmt.Errorf("list %s jobs of %s: %w", status, queue, err)
+	}
+	return p, err
+}
+
+// listSet pages through a sorted set of job ids: scheduled (ascending) or dead (descending).
+func (i *Inspector) listSet(ctx context.Context, q keys.Queue, key string, desc bool, status Status, cursor string, limit int) (*JobPage, error) {
+	var after *jobstate.SetItem
+	if cursor != "" {
+		s, id, _ := strings.Cut(cursor, ":")
+		score, err := strconv.ParseInt(s, 10, 64)
+		if err != nil || !keys.ValidID(id) {
+			return nil, invalid("cursor %q is not one of a %s listing (<unix ms>:<job id>)", cursor, status)
+		}
+		after = &jobstate.SetItem{Score: score, Member: id}
+	}
+	// One more than the page, to know whether another page follows.
+	items, err := jobstate.SetPage(ctx, i.rdb, key, desc, after, limit+1)
+	if err != nil {
+		return nil, err
+	}
+	p := &JobPage{}
+	if len(items) > limit {
+		items = items[:limit]
+		last := items[len(items)-1]
+		p.Next = strconv.FormatInt(last.Score, 10) + ":" + last.Member
+	}
+	hashes := make([]*redis.MapStringStringCmd, len(items))
+	if err := i.pipelined(ctx, func(pl redis.Pipeliner) {
+		for k, it := range items {
+			hashes[k] = pl.HGetAll(ctx, q.Job(it.Member))
+		}
+	}); err != nil {
+		return nil, err
+	}
+	for k, it := range items {
+		h := hashes[k].Val()
+		if len(h) == 0 {
+			continue // gone since the set was read (purged, or finished and expired)
+		}
+		j, err := jobFromHash(q.Name(), it.Member, flatten(h))
+		if err != nil {
+			return nil, err
+		}
+		if j.Status != status {
+			continue // moved on since the set was read
+		}
+		p.Jobs = append(p.Jobs, j)
+	}
+	return p, nil
+}
+
+// listQueued pages through the stream entries after the group's last-delivered id.
+// XREADGROUP ">" hands entries out in stream order, so every entry after that id is one no
+// worker was handed yet. The pending entries in the page's range are left out as well, for
+// the rare group whose read position moved back (XGROUP SETID, a failover to older data).
+func (i *Inspector) listQueued(ctx context.Context, q keys.Queue, cursor string, limit int) (*JobPage, error) {
+	start := "-"
+	if cursor != "" {
+		id, ok := parseEntryID(cursor)
+		if !ok {
+			return nil, invalid("cursor %q is not one of a %s listing (a stream entry id)", cursor, StatusQueued)
+		}
+		start = id.next().String()
+	}
+	var groups *redis.XInfoGroupsCmd
+	var msgs *redis.XMessageSliceCmd
+	// The commands carry the pipeline's errors; a queue no worker read yet has no group.
+	_, _ = i.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		groups = p.XInfoGroups(ctx, q.Stream())
+		msgs = p.XRangeN(ctx, q.Stream(), start, "+", int64(limit+1))
+		return nil
+	})
+	if err := msgs.Err(); err != nil {
+		return nil, err
+	}
+	if err := groups.Err(); err != nil && !isNoStream(err) {
+		return nil, err
+	}
+	hasGroup := false
+	for _, g := range groups.Val() {
+		if g.Name != keys.Group {
+			continue
+		}
+		hasGroup = true
+		if last, ok := parseEntryID(g.LastDeliveredID); ok && last != (entryID{}) {
+			if from, _ := parseEntryID(start); start == "-" || !last.less(from) {
+				// The cursor is at or before the delivered entries: skip them.
+				start = last.next().String()
+				if msgs = i.rdb.XRangeN(ctx, q.Stream(), start, "+", int64(limit+1)); msgs.Err() != nil {
+					return nil, msgs.Err()
+				}
+			}
+		}
+	}
+	entries := msgs.Val()
+	p := &JobPage{}
+	if len(entries) > limit {
+		entries = entries[:limit]
+		p.Next = entries[len(entries)-1].ID
+	}
+	if len(entries) == 0 {
+		return p, nil
+	}
+	ids := make([]string, len(entries))
+	hashes := make([]*redis.MapStringStringCmd, len(entries))
+	var pending *redis.XPendingExtCmd
+	if err := i.pipelined(ctx, func(pl redis.Pipeliner) {
+		for k, e := range entries {
+			if id, _ := e.Values[keys.EntryUUID].(string); keys.ValidID(id) {
+				ids[k], hashes[k] = id, pl.HGetAll(ctx, q.Job(id))
+			}
+		}
+		if hasGroup {
+			pending = pl.XPendingExt(ctx, &redis.XPendingExtArgs{Stream: q.Stream(), Group: keys.Group,
+				Start: entries[0].ID, End: entries[len(entries)-1].ID, Count: int64(2 * len(entries))})
+		}
+	}); err != nil {
+		return nil, err
+	}
+	held := map[string]bool{}
+	if pending != nil {
+		for _, pe := range pending.Val() {
+			held[pe.ID] = true
+		}
+	}
+	for k, e := range entries {
+		if ids[k] == "" || held[e.ID] {
+			continue // an unreadable entry (a worker will dead-letter it), or one handed out
+		}
+		h := hashes[k].Val()
+		// Only the entry that carries the job now, while the job is queued (not yet started).
+		if h[keys.FieldEntry] != e.ID || Status(h[keys.FieldStatus]) != StatusQueued {
+			continue
+		}
+		flat := flatten(h)
+		payload, _ := e.Values[keys.EntryPayload].(string)
+		md, _ := e.Values[keys.EntryMetadata].(string)
+		flat = append(flat, keys.FieldPayload, payload, keys.FieldMetadata, md)
+		j, err := jobFromHash(q.Name(), ids[k], flat)
+		if err != nil {
+			return nil, err
+		}
+		p.Jobs = append(p.Jobs, j)
+	}
+	return p, nil
+}
+
+// listInProgress pages through the group's pending entries list and reads the jobs that the
+// entries carry in one script.
+func (i *Inspector) listInProgress(ctx context.Context, q keys.Queue, cursor string, limit int) (*JobPage, error) {
+	start := "-"
+	if cursor != "" {
+		id, ok := parseEntryID(cursor)
+		if !ok {
+			return nil, invalid("cursor %q is not one of a %s listing (a stream entry id)", cursor, StatusInProgress)
+		}
+		start = id.next().String()
+	}
+	pend, err := i.rdb.XPendingExt(ctx, &redis.XPendingExtArgs{Stream: q.Stream(), Group: keys.Group,
+		Start: start, End: "+", Count: int64(limit + 1)}).Result()
+	if isNoStream(err) {
+		return &JobPage{}, nil // no stream or no group yet: nothing was ever handed out
+	}
+	if err != nil {
+		return nil, err
+	}
+	p := &JobPage{}
+	if len(pend) > limit {
+		pend = pend[:limit]
+		p.Next = pend[len(pend)-1].ID
+	}
+	if len(pend) == 0 {
+		return p, nil
+	}
+	entries := make([]string, len(pend))
+	for k, pe := range pend {
+		entries[k] = pe.ID
+	}
+	rows, err := jobstate.EntryJobs(ctx, i.rdb, q, entries)
+	if err != nil {
+		return nil, err
+	}
+	p.Leases = make(map[string]Lease, len(rows))
+	for k, row := range rows {
+		if row.ID == "" {
+			continue // the entry carries no live job: recovery or the worker will clear it
+		}
+		j, err := jobFromHash(q.Name(), row.ID, row.Flat)
+		if err != nil {
+			return nil, err
+		}
+		pe := pend[k]
+		j.Status, j.Worker, j.Entry = StatusInProgress, pe.Consumer, pe.ID
+		if row.Attempt > 0 {
+			j.Attempt = row.Attempt
+		}
+		p.Jobs = append(p.Jobs, j)
+		p.Leases[j.ID] = Lease{Entry: pe.ID, Worker: pe.Consumer, Idle: pe.Idle, Deliveries: pe.RetryCount}
+	}
+	return p, nil
+}
+
+// pipelined runs fill's commands in one pipeline, if it queues any, and returns the first
+// error (an empty HGETALL is no error).
+func (i *Inspector) pipelined(ctx context.Context, fill func(redis.Pipeliner)) error {
+	p := i.rdb.Pipeline()
+	fill(p)
+	if p.Len() == 0 {
+		return nil
+	}
+	_, err := p.Exec(ctx)
+	return err
+}
+
+// flatten turns a hash read as a map into the field/value list jobFromHash reads.
+func flatten(h map[string]string) []string {
+	flat := make([]string, 0, 2*len(h))
+	for k, v := range h {
+		flat = append(flat, k, v)
+	}
+	return flat
+}
+
+// entryID is a stream entry id, <ms>-<seq>.
+type entryID struct{ ms, seq uint64 }
+
+func parseEntryID(s string) (entryID, bool) {
+	a, b, ok := strings.Cut(s, "-")
+	if !ok {
+		return entryID{}, false
+	}
+	ms, err1 := strconv.ParseUint(a, 10, 64)
+	seq, err2 := strconv.ParseUint(b, 10, 64)
+	return entryID{ms, seq}, err1 == nil && err2 == nil
+}
+
+func (e entryID) String() string {
+	return strconv.FormatUint(e.ms, 10) + "-" + strconv.FormatUint(e.seq, 10)
+}
+
+// next is the smallest id after e (XRANGE's start is inclusive).
+func (e entryID) next() entryID {
+	if e.seq == ^uint64(0) {
+		return entryID{e.ms + 1, 0}
+	}
+	return entryID{e.ms, e.seq + 1}
+}
+
+func (e entryID) less(o entryID) bool { return e.ms < o.ms || e.ms == o.ms && e.seq < o.seq }
+
+// ---- Dead jobs ----
+
+// Replay moves a dead job back into the stream for a fresh set of attempts. A job published
+// WithUnique takes its key again. It returns ErrNotDead for a job that is not in the dead set,
+// ErrNotFound for an unknown id, ErrUniqueHeld when another job holds the job's unique key, and
+// ErrInvalid for the dead record of an unreadable stream entry, which has no type to run.
+func (i *Inspector) Replay(ctx context.Context, queue, id string) error {
+	if err := i.check(queue, id); err != nil {
+		return err
+	}
+	code, data, err := jobstate.Replay(ctx, i.rdb, i.keys(queue), id, i.cfg.Now().UnixMilli())
+	if err != nil {
+		return fmt.Errorf("replay %s/%s: %w", queue, id, err)
+	}
+	return replayError(queue, id, code, data)
+}
+
+func replayError(queue, id string, code script.Code, data string) error {
+	switch code {
+	case script.OK:
+		return nil
+	case script.NotFound:
+		return ErrNotFound
+	case script.WrongState:
+		return fmt.Errorf("%w (it is %s)", ErrNotDead, data)
+	case script.NoType:
+		return fmt.Errorf("replay %s/%s: %w: an unreadable entry's record has no type to run", queue, id, ErrInvalid)
+	case script.UniqueHeld:
+		return fmt.Errorf("replay %s/%s: %w (job %s)", queue, id, ErrUniqueHeld, data)
+	}
+	return fmt.Errorf("replay %s/%s: unexpected reply %v", queue, id, code)
+}
+
+// replayChunk is how many dead jobs ReplayAll replays per round trip.
+const replayChunk = 100
+
+// ReplayAll replays every job that is in queue's dead set when it starts, oldest death first,
+// 100 per round trip, and returns how many it replayed. Jobs that die while it runs are left
+// for the next call (so a job that dies again at once is not replayed in a loop). Dead records
+// that cannot run again (ErrInvalid: no type; ErrUniqueHeld) stay in the dead set; the error
+// then counts them and names a few, and wraps their errors.
+func (i *Inspector) ReplayAll(ctx context.Context, queue string) (int, error) {
+	if err := i.check(queue, ""); err != nil {
+		return 0, err
+	}
+	q := i.keys(queue)
+	// The last member in the set's order now: ReplayAll stops there.
+	lastZ, err := i.rdb.ZRevRangeWithScores(ctx, q.Dead(), 0, 0).Result()
+	if err != nil || len(lastZ) == 0 {
+		return 0, wrapErr(err, "replay all %s", queue)
+	}
+	last := jobstate.SetItem{Member: fmt.Sprint(lastZ[0].Member), Score: int64(lastZ[0].Score)}
+	var after *jobstate.SetItem
+	replayed := 0
+	var stay []error
+	for {
+		items, err := jobstate.SetPage(ctx, i.rdb, q.Dead(), false, after, replayChunk)
+		if err != nil {
+			return replayed, fmt.Errorf("replay all %s: %w", queue, err)
+		}
+		done := len(items) < replayChunk
+		for k, it := range items {
+			if it.Score > last.Score || it.Score == last.Score && it.Member > last.Member {
+				items, done = items[:k], true
+				break
+			}
+		}
+		if len(items) == 0 {
+			break
+		}
+		now := i.cfg.Now().UnixMilli()
+		calls := make([]script.Call, len(items))
+		for k, it := range items {
+			calls[k] = jobstate.ReplayCall(q, it.Member, now)
+		}
+		cmds, err := script.Pipelined(ctx, i.rdb, calls)
+		for k, cmd := range cmds {
+			code, data, cerr := jobstate.ReplayReply(cmd)
+			switch {
+			case cerr != nil:
+				if err == nil {
+					err = cerr
+				}
+			case code == script.OK:
+				replayed++
+			case code == script.NotFound || code == script.WrongState:
+				// Replayed or purged by someone else since the page was read.
+			default:
+				stay = append(stay, replayError(queue, items[k].Member, code, data))
+			}
+		}
+		if err != nil {
+			return replayed, fmt.Errorf("replay all %s: %w", queue, err)
+		}
+		if done {
+			break
+		}
+		after = &items[len(items)-1]
+	}
+	if len(stay) > 0 {
+		const named = 3
+		more := ""
+		if len(stay) > named {
+			more = fmt.Sprintf(" (the first %d below)", named)
+		}
+		return replayed, fmt.Errorf("replay all %s: %d dead jobs cannot run again and stay%s:\n%w",
+			queue, len(stay), more, errors.Join(stay[:min(named, len(stay))]...))
+	}
+	return replayed, nil
+}
+
+// purgeChunk bounds the ids one purge_ids.lua call deletes.
+const purgeChunk = 500
+
+// Purge deletes the given dead jobs of queue and returns how many it deleted. A job that is
+// not dead is refused with ErrNotDead and left as it is, an unknown id with ErrNotFound; the
+// other jobs are deleted all the same, and the error joins one error per refused id. Bad ids
+// (ErrInvalid) delete nothing.
+func (i *Inspector) Purge(ctx context.Context, queue string, ids ...string) (int, error) {
+	if err := i.check(queue, ""); err != nil {
+		return 0, err
+	}
+	var uniq []string
+	seen := make(map[string]bool, len(ids))
+	for _, id := range ids {
+		if err := validate(queue, id); err != nil {
+			return 0, err
+		}
+		if !seen[id] {
+			seen[id] = true
+			uniq = append(uniq, id)
+		}
+	}
+	if len(uniq) == 0 {
+		return 0, nil
+	}
+	q := i.keys(queue)
+	var calls []script.Call
+	for chunk := range slices.Chunk(uniq, purgeChunk) {
+		calls = append(calls, jobstate.PurgeIDsCall(q, chunk))
+	}
+	cmds, err := script.Pipelined(ctx, i.rdb, calls)
+	n := 0
+	var errs []error
+	for c, cmd := range cmds {
+		chunk := uniq[c*purgeChunk : min(len(uniq), (c+1)*purgeChunk)]
+		rows, rerr := jobstate.PurgeIDsReply(cmd, len(chunk))
+		if rerr != nil {
+			err = cmp.Or(err, rerr)
+			continue
+		}
+		for k, row := range rows {
+			switch row.Code {
+			case script.OK:
+				n++
+			case script.NotFound:
+				errs = append(errs, fmt.Errorf("purge %s/%s: %w", queue, chunk[k], ErrNotFound))
+			case script.WrongState:
+				errs = append(errs, fmt.Errorf("purge %s/%s: %w (it is %s)", queue, chunk[k], ErrNotDead, row.Data))
+			default:
+				errs = append(errs, fmt.Errorf("purge %s/%s: unexpected reply %v", queue, chunk[k], row.Code))
+			}
+		}
+	}
+	if err != nil {
+		errs = append([]error{fmt.Errorf("purge %s: %w", queue, err)}, errs...)
+	}
+	return n, errors.Join(errs...)
+}
+
+// purgeAllChunk bounds the dead jobs one purge.lua call deletes.
+const purgeAllChunk = 500
+
+// PurgeAll deletes the dead jobs of queue that died at least olderThan ago (0: all of them), 500
+// per script call, and returns how many. Age is measured by Redis's clock, not the caller's.
+func (i *Inspector) PurgeAll(ctx context.Context, queue string, olderThan time.Duration) (int, error) {
+	if err := i.check(queue, ""); err != nil {
+		return 0, err
+	}
+	if olderThan < 0 {
+		return 0, invalid("negative age %s", olderThan)
+	}
+	q := i.keys(queue)
+	total := 0
+	for {
+		n, err := jobstate.Purge(ctx, i.rdb, q, purgeAllChunk, olderThan.Milliseconds())
+		total += n
+		if err != nil {
+			return total, fmt.Errorf("purge %s: %w", queue, err)
+		}
+		if n < purgeAllChunk {
+			return total, nil
+		}
+	}
+}
+
+// ---- Queues ----
+
+// DeleteQueue deletes every key of queue (its stream, scheduled and dead sets, job records,
+// counters, unique keys and lock) and removes it from the known queues. Unless force is true,
+// it refuses with ErrQueueBusy, deleting nothing, while the queue has unfinished jobs
+// (scheduled, queued, or held by a worker); dead jobs and finished records do not count. It
+// returns ErrQueueNotFound for a queue that is neither known nor has any key.
+//
+// The keys are found with SCAN pages (1000 keys a page) over "prefix:{queue}:*" on the one
+// node that holds the queue's hash slot (every node of a Ring), and unlinked a page at a time.
+// It is not atomic with what else runs: stop the queue's producers and workers first, or a job
+// published meanwhile may be deleted half-way and a worker recreates the stream it reads.
+func (i *Inspector) DeleteQueue(ctx context.Context, queue string, force bool) error {
+	if err := i.check(queue, ""); err != nil {
+		return err
+	}
+	q := i.keys(queue)
+	if !force {
+		st, err := i.Stats(ctx, queue)
+		if err != nil {
+			return fmt.Errorf("delete queue %s: %w", queue, err)
+		}
+		if st.Scheduled+st.Queued+st.InProgress > 0 {
+			return fmt.Errorf("delete queue %s: %w: %d scheduled, %d queued, %d in progress",
+				queue, ErrQueueBusy, st.Scheduled, st.Queued, st.InProgress)
+		}
+	}
+	known, err := i.rdb.SIsMember(ctx, keys.Queues(i.cfg.Prefix), queue).Result()
+	if err != nil {
+		return fmt.Errorf("delete queue %s: %w", queue, err)
+	}
+	n, err := deleteKeys(ctx, i.rdb, q.Base())
+	if err != nil {
+		return fmt.Errorf("delete queue %s (%d keys deleted): %w", queue, n, err)
+	}
+	// The name goes last: a deletion that failed half-way still shows the queue, to try again.
+	if err := i.rdb.SRem(ctx, keys.Queues(i.cfg.Prefix), queue).Err(); err != nil {
+		return fmt.Errorf("delete queue %s: %w", queue, err)
+	}
+	if !known && n == 0 {
+		return fmt.Errorf("delete queue %s: %w", queue, ErrQueueNotFound)
+	}
+	return nil
+}
+
+// deleteScanCount is the COUNT of each SCAN page of deleteKeys.
+const deleteScanCount = 1000
+
+// deleteKeys unlinks every key that starts with base and returns how many. Every key of a
+// queue starts with its base, prefix:{queue}: (internal/keys), so one SCAN pattern finds them
+// all, and on a cluster they all sit in one slot of one master: only that node is scanned.
+func deleteKeys(ctx context.Context, rdb redis.UniversalClient, base string) (int, error) {
+	pattern := globEscape(base) + "*"
+	del := func(ctx context.Context, c redis.Cmdable) (int, error) {
+		n := 0
+		var cursor uint64
+		for {
+			page, next, err := c.Scan(ctx, cursor, pattern, deleteScanCount).Result()
+			if err != nil {
+				return n, err
+			}
+			if len(page) > 0 {
+				m, err := c.Unlink(ctx, page...).Result()
+				n += int(m)
+				if err != nil {
+					return n, err
+				}
+			}
+			if cursor = next; cursor == 0 {
+				return n, nil
+			}
+		}
+	}
+	switch c := rdb.(type) {
+	case *redis.ClusterClient:
+		node, err := c.MasterForKey(ctx, base)
+		if err != nil {
+			return 0, err
+		}
+		return del(ctx, node)
+	case *redis.Ring:
+		var mu sync.Mutex
+		total := 0
+		err := c.ForEachShard(ctx, func(ctx context.Context, shard *redis.Client) error {
+			n, err := del(ctx, shard)
+			mu.Lock()
+			total += n
+			mu.Unlock()
+			return err
+		})
+		return total, err
+	}
+	return del(ctx, rdb)
+}
+
+// globEscape escapes the characters that are special in a Redis MATCH pattern.
+func globEscape(s string) string {
+	var b strings.Builder
+	for _, r := range s {
+		if strings.ContainsRune(`*?[]\`, r) {
+			b.WriteByte('\\')
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
+}
+
+// wrapErr wraps a non-nil err with a formatted context.
+func wrapErr(err error, format string, args ...any) error {
+	if err == nil {
+		return nil
+	}
+	return fmt.Errorf(format+": %w", append(args, err)...)
+}
