@@ -12,7 +12,9 @@
 --   - otherwise the attempt was lost with its worker and counts: the job goes back into the
 --     stream as a new entry (last_error names the lost worker), or to the dead set when it has
 --     no retries left, so a job that kills every worker that runs it does not loop forever;
---   - an entry that cannot be read becomes a dead record, as a worker would have made it.
+--   - an entry that cannot be read becomes a dead record, as a worker would have made it;
+--   - an entry of another Watermill publisher (a valid id, no 'conveyor' field) that no worker
+--     adopted yet is added again unchanged, for the next worker to adopt.
 -- Returns {CV_OK, requeued, dead, dropped, skipped, poison}, or {CV_LOCK_LOST} when the lock is
 -- not held.
 local stream, dead, stats = KEYS[1], KEYS[2], KEYS[3]
@@ -35,7 +37,15 @@ for a = 6, #ARGV do
       local id = f['_watermill_message_uuid']
       local jobkey = cv_valid_id(id) and (prefix .. id) or nil
       local h = jobkey and redis.call('HMGET', jobkey, 'entry', 'status', 'max_retries')
-      if not h or not h[2] then
+      if (not h or not h[2]) and jobkey and not f['conveyor'] then
+        -- An entry of another Watermill publisher that its worker lost before adopting it (no
+        -- attempt ran): put it back unchanged for the next worker to adopt.
+        local fields = {}
+        for k, v in pairs(f) do fields[#fields + 1] = k; fields[#fields + 1] = v end
+        redis.call('XADD', stream, '*', unpack(fields))
+        cv_drop(stream, group, {old})
+        requeued = requeued + 1
+      elseif not h or not h[2] then
         local rec, reason = id, 'unreadable stream entry ' .. old .. ': no job record for ' .. tostring(id)
         if not cv_valid_id(id) then
           rec = 'entry-' .. old
@@ -51,7 +61,7 @@ for a = 6, #ARGV do
         cv_drop(stream, group, {old})
         dropped = dropped + 1
       else
-        local n = cv_job(f) or 1
+        local n = cv_entry_attempt(f, jobkey)
         local why = 'attempt ' .. n .. ' lost: worker ' .. consumer ..
           ' stopped renewing its lease (idle ' .. idle .. ' ms)'
         if n > cv_num(h[3], 0) then

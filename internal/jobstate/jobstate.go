@@ -45,6 +45,8 @@ var (
 	replaySrc string
 	//go:embed purge.lua
 	purgeSrc string
+	//go:embed foreign.lua
+	foreignSrc string
 
 	enqueueScript  = script.New(enqueueSrc)
 	enqueue1Script = script.New(enqueue1Src)
@@ -54,13 +56,15 @@ var (
 	releaseScript  = script.New(releaseSrc)
 	replayScript   = script.New(replaySrc)
 	purgeScript    = script.New(purgeSrc)
+	foreignScript  = script.New(foreignSrc)
 )
 
 // Sources returns every script of the package by file name, for tests that read them.
 func Sources() map[string]string {
 	return map[string]string{"enqueue.lua": enqueueSrc, "enqueue1.lua": enqueue1Src,
 		"finish.lua": finishSrc, "get.lua": getSrc, "cancel.lua": cancelSrc,
-		"release.lua": releaseSrc, "replay.lua": replaySrc, "purge.lua": purgeSrc}
+		"release.lua": releaseSrc, "replay.lua": replaySrc, "purge.lua": purgeSrc,
+		"foreign.lua": foreignSrc}
 }
 
 // WorkerScripts are the scripts a worker runs pipelined, which must be loaded first (a

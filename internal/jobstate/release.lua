@@ -17,7 +17,7 @@ for a = 4, #ARGV do
     local jobkey = prefix .. id
     local h = redis.call('HMGET', jobkey, 'entry', 'status')
     if cv_live(h, old) then
-      local n = cv_job(f) or 1
+      local n = cv_entry_attempt(f, jobkey)
       cv_replace(stream, group, jobkey, id, old, f, n, n - 1, nil, now)
       released = released + 1
     elseif redis.call('EXISTS', jobkey) == 1 then

@@ -219,3 +219,20 @@ func Purge(ctx context.Context, rdb redis.Scripter, q keys.Queue, limit int, old
 	n, _ := rest[0].(int64)
 	return int(n), nil
 }
+
+// Foreign is a stream entry of another Watermill publisher for Adopt to make a job of.
+type Foreign struct {
+	ID, Entry, Type string
+	MaxRetries      int
+	TimeoutMS       int64
+	CreatedAt       int64 // unix ms: the entry's time
+}
+
+// Adopt makes a job of an entry of another Watermill publisher on its first delivery to worker
+// (foreign.lua). It answers script.OK (adopted), script.Exists (adopted already, on this
+// entry) or script.Refused (the id names a job that lives on another entry).
+func Adopt(ctx context.Context, rdb redis.Scripter, q keys.Queue, f Foreign, now int64, worker string) (script.Code, error) {
+	code, _, err := script.Reply(foreignScript.Run(ctx, rdb, []string{q.Stats(), q.Job(f.ID)},
+		f.Entry, f.Type, f.MaxRetries, f.TimeoutMS, f.CreatedAt, now, worker))
+	return code, err
+}

@@ -161,11 +161,24 @@ local function cv_num(v, d)
   return n
 end
 
+-- The attempt number that stream entry f (of the job at jobkey) starts: its `conveyor` field's,
+-- or, for an entry adopted from another Watermill publisher (no such field), the job's own.
+local function cv_entry_attempt(f, jobkey)
+  local n = cv_job(f)
+  if n then return n end
+  return cv_num(redis.call('HGET', jobkey, 'attempt'), 1)
+end
+
 -- Puts a job whose stream entry `old` (fields f) did not finish back into the stream as a new
 -- entry that starts attempt `next_attempt`, records `attempt` executions and the reason, and
--- acknowledges and deletes the old entry. Returns the new entry id.
+-- acknowledges and deletes the old entry. Returns the new entry id. The new entry is always in
+-- Conveyor's layout: an adopted entry's type and settings come from the job's hash.
 local function cv_replace(stream, group, jobkey, id, old, f, next_attempt, attempt, reason, now)
   local _, max_retries, timeout_ms, typ = cv_job(f)
+  if not typ then
+    local h = redis.call('HMGET', jobkey, 'type', 'max_retries', 'timeout_ms')
+    typ, max_retries, timeout_ms = h[1], h[2], h[3]
+  end
   local e = cv_xadd(stream, id, f['payload'], f['metadata'], typ, next_attempt,
     max_retries, timeout_ms)
   redis.call('HSET', jobkey, 'status', 'queued', 'entry', e, 'enqueued_at', now,
