@@ -2,6 +2,7 @@ package pipeline
 
 import (
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -15,6 +16,29 @@ func validEntry() map[string]any {
 		keys.EntryUUID: "01JOB", keys.EntryPayload: `{"a":1}`, keys.EntryMetadata: md,
 		keys.EntryJob: keys.FormatEntryJob(2, 5, 1500, "echo"),
 	}
+}
+
+// An entry of another Watermill publisher (no conveyor field) reads as a job to adopt: attempt
+// 1, its type from conveyor_type or the worker's default, its settings from its metadata.
+func TestEntryUnmarshallerAdopts(t *testing.T) {
+	t.Parallel()
+	v := validEntry()
+	delete(v, keys.EntryJob)
+	v[keys.EntryMetadata], _ = stream.EncodeMetadata(map[string]string{MetaKeyMaxRetries: "2", MetaKeyTimeout: "3s", "k": "v"})
+	msg := entryUnmarshaller{defaultType: "fallback"}.Unmarshal("s", "1-1", v)
+	require.NotContains(t, msg.Metadata, stream.PoisonKey)
+	require.Equal(t, "1", msg.Metadata[metaForeign])
+	j := jobFromMessage("q", msg)
+	require.Equal(t, "fallback", j.Type)
+	require.Equal(t, 1, j.Attempt)
+	require.Equal(t, 2, j.MaxRetries)
+	require.Equal(t, 3*time.Second, j.Timeout)
+	require.Equal(t, "v", j.Metadata["k"])
+
+	v[keys.EntryMetadata], _ = stream.EncodeMetadata(map[string]string{MetaKeyType: "own"})
+	j = jobFromMessage("q", entryUnmarshaller{defaultType: "fallback"}.Unmarshal("s", "1-1", v))
+	require.Equal(t, "own", j.Type, "the message's own type wins")
+	require.Equal(t, DefaultMaxRetries, j.MaxRetries)
 }
 
 func TestEntryUnmarshaller(t *testing.T) {
@@ -39,7 +63,16 @@ func TestEntryUnmarshaller(t *testing.T) {
 	}{
 		{"no uuid", func(v map[string]any) { delete(v, keys.EntryUUID) }, "_watermill_message_uuid"},
 		{"bad uuid", func(v map[string]any) { v[keys.EntryUUID] = "a b" }, "_watermill_message_uuid"},
-		{"no job field", func(v map[string]any) { delete(v, keys.EntryJob) }, "conveyor field"},
+		{"no job field and no type (another publisher's message)", func(v map[string]any) { delete(v, keys.EntryJob) }, MetaKeyType},
+		{"another publisher's message with a bad retry count", func(v map[string]any) {
+			delete(v, keys.EntryJob)
+			v[keys.EntryMetadata], _ = stream.EncodeMetadata(map[string]string{MetaKeyType: "echo", MetaKeyMaxRetries: "-1"})
+		}, MetaKeyMaxRetries},
+		{"another publisher's message with a bad timeout", func(v map[string]any) {
+			delete(v, keys.EntryJob)
+			v[keys.EntryMetadata], _ = stream.EncodeMetadata(map[string]string{MetaKeyType: "echo", MetaKeyTimeout: "soon"})
+		}, MetaKeyTimeout},
+		{"job field not a string", func(v map[string]any) { v[keys.EntryJob] = int64(3) }, "conveyor field"},
 		{"no type", func(v map[string]any) { v[keys.EntryJob] = "1 5 0 " }, "conveyor field"},
 		{"attempt zero", func(v map[string]any) { v[keys.EntryJob] = "0 5 0 echo" }, "conveyor field"},
 		{"attempt not a number", func(v map[string]any) { v[keys.EntryJob] = "x 5 0 echo" }, "conveyor field"},
