@@ -27,11 +27,6 @@ var (
 	entryJobsScript = script.New(entryJobsSrc)
 )
 
-// AdminSources returns the administration scripts by file name, for tests that read them.
-func AdminSources() map[string]string {
-	return map[string]string{"zpage.lua": zpageSrc, "purge_ids.lua": purgeIDsSrc, "entry_jobs.lua": entryJobsSrc}
-}
-
 // SetItem is a member of a sorted set and its score.
 type SetItem struct {
 	Member string
@@ -43,9 +38,9 @@ type SetItem struct {
 // of equal score are in Redis's order (by bytes; reversed when desc), and the cursor need not
 // be in the set any more.
 func SetPage(ctx context.Context, rdb redis.Scripter, key string, desc bool, after *SetItem, n int) ([]SetItem, error) {
-	dir, score, member := "asc", "", ""
+	dir, score, member := "ASC", "", ""
 	if desc {
-		dir = "desc"
+		dir = "DESC"
 	}
 	if after != nil {
 		score, member = strconv.FormatInt(after.Score, 10), after.Member

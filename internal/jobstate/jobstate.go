@@ -59,14 +59,6 @@ var (
 	foreignScript  = script.New(foreignSrc)
 )
 
-// Sources returns every script of the package by file name, for tests that read them.
-func Sources() map[string]string {
-	return map[string]string{"enqueue.lua": enqueueSrc, "enqueue1.lua": enqueue1Src,
-		"finish.lua": finishSrc, "get.lua": getSrc, "cancel.lua": cancelSrc,
-		"release.lua": releaseSrc, "replay.lua": replaySrc, "purge.lua": purgeSrc,
-		"foreign.lua": foreignSrc}
-}
-
 // WorkerScripts are the scripts a worker runs pipelined, which must be loaded first (a
 // pipelined EVALSHA does not fall back to EVAL by itself).
 func WorkerScripts() []*redis.Script { return []*redis.Script{finishScript, releaseScript} }

@@ -4,12 +4,12 @@
 -- Redis's own order (by score, then by member bytes), whether or not that member is still in
 -- the set.
 -- KEYS[1] sorted set
--- ARGV[1] 'asc' (lowest score first) or 'desc' (highest first), ARGV[2] the cursor's score ('' for
+-- ARGV[1] 'ASC' (lowest score first) or 'DESC' (highest first), ARGV[2] the cursor's score ('' for
 --   the first page), ARGV[3] the cursor's member, ARGV[4] count
 -- Returns {CV_OK, member, score, member, score, ...}: up to count members after the cursor.
 -- Work: O(log N) to find the start (when the cursor's member is gone, a binary search by rank
 -- among the members that share its score), then O(count) for the page. Read-only.
-local key, desc, n = KEYS[1], ARGV[1] == 'desc', tonumber(ARGV[4])
+local key, desc, n = KEYS[1], ARGV[1] == 'DESC', tonumber(ARGV[4])
 
 -- x < y as Redis orders members of equal score: by bytes, the shorter first on a tie. (Lua's
 -- own < uses the server's collation locale, which need not be bytewise.)
