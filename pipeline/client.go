@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -69,13 +70,32 @@ const NoRetries = -1
 type Client struct {
 	rdb   redis.UniversalClient
 	cfg   ClientConfig
+	err   error    // an unusable config: every call returns it
 	known sync.Map // queue name -> *keys.Queue, for queues already in the known-queues set
 }
 
-// NewClient returns a Client over rdb (a standalone, cluster or failover client).
+// NewClient returns a Client over rdb (a standalone, cluster or failover client). An unusable
+// config (a negative size or duration other than RetainNone and NoRetries) makes every call of
+// the Client return an error wrapping ErrInvalid.
 func NewClient(rdb redis.UniversalClient, cfg ClientConfig) *Client {
 	if rdb == nil {
 		panic("pipeline: NewClient with a nil Redis client")
+	}
+	var errs []error
+	if cfg.MaxPayloadBytes < 0 {
+		errs = append(errs, invalid("max payload bytes %d is negative", cfg.MaxPayloadBytes))
+	}
+	if cfg.MaxRetries < NoRetries || cfg.MaxRetries > MaxMaxRetries {
+		errs = append(errs, invalid("max retries %d outside 0..%d (or NoRetries)", cfg.MaxRetries, MaxMaxRetries))
+	}
+	if cfg.Retention < 0 && cfg.Retention != RetainNone {
+		errs = append(errs, invalid("retention %s is negative (RetainNone keeps nothing)", cfg.Retention))
+	}
+	if cfg.MinRetention < 0 {
+		errs = append(errs, invalid("min retention %s is negative", cfg.MinRetention))
+	}
+	if strings.ContainsAny(cfg.Prefix, "{}") {
+		errs = append(errs, invalid("prefix %q has a brace (it would break the queues' hash tags)", cfg.Prefix))
 	}
 	cfg.Prefix = cmp.Or(cfg.Prefix, keys.DefaultPrefix)
 	cfg.MaxPayloadBytes = cmp.Or(cfg.MaxPayloadBytes, DefaultMaxPayloadBytes)
@@ -90,7 +110,7 @@ func NewClient(rdb redis.UniversalClient, cfg ClientConfig) *Client {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	return &Client{rdb: rdb, cfg: cfg}
+	return &Client{rdb: rdb, cfg: cfg, err: errors.Join(errs...)}
 }
 
 // Redis returns the client's Redis connection.
@@ -109,7 +129,7 @@ type prepared struct {
 // the job as stored. When WithID names a job that exists, or WithUnique a key that a live job
 // holds, nothing new is written and that existing job is returned.
 func (c *Client) Enqueue(ctx context.Context, queue string, task Task, opts ...Option) (*Job, error) {
-	if err := validate(queue, ""); err != nil {
+	if err := c.check(queue, ""); err != nil {
 		return nil, err
 	}
 	now := c.cfg.Now()
@@ -133,7 +153,7 @@ func (c *Client) Enqueue(ctx context.Context, queue string, task Task, opts ...O
 // error some chunks may have been written: the returned jobs carry their ids, and calling again
 // with those ids (WithID) is idempotent.
 func (c *Client) EnqueueBatch(ctx context.Context, queue string, tasks []Task, opts ...Option) ([]*Job, error) {
-	if err := validate(queue, ""); err != nil {
+	if err := c.check(queue, ""); err != nil {
 		return nil, err
 	}
 	if len(tasks) == 0 {
@@ -150,6 +170,11 @@ func (c *Client) EnqueueBatch(ctx context.Context, queue string, tasks []Task, o
 			return nil, err
 		}
 		preps[i] = p
+	}
+	if len(preps) == 1 && preps[0].nj.Plain(now.UnixMilli()) {
+		// One plain job, as a router's publish often is: the one-job script costs Redis half.
+		j, err := c.enqueuePlain(ctx, queue, preps[0])
+		return []*Job{cmp.Or(j, preps[0].job)}, err
 	}
 	return c.enqueuePrepared(ctx, queue, preps, now)
 }
@@ -392,6 +417,14 @@ func validate(queue, id string) error {
 	return nil
 }
 
+// check returns the config's error, or validates a queue name and, unless empty, a job id.
+func (c *Client) check(queue, id string) error {
+	if c.err != nil {
+		return c.err
+	}
+	return validate(queue, id)
+}
+
 // keys returns queue's key names, built once per queue that was enqueued to. Other queues'
 // names are built per call: the cache must not grow with names a caller makes up.
 func (c *Client) keys(queue string) keys.Queue {
@@ -406,7 +439,7 @@ func NewID() string { return ulid.Make().String() }
 
 // Get returns the job's current state, or ErrNotFound.
 func (c *Client) Get(ctx context.Context, queue, id string) (*Job, error) {
-	if err := validate(queue, id); err != nil {
+	if err := c.check(queue, id); err != nil {
 		return nil, err
 	}
 	return getJob(ctx, c.rdb, c.keys(queue), id)
@@ -488,7 +521,7 @@ func jobFromHash(queue, id string, flat []string) (*Job, error) {
 // job's handler has its context cancelled at the worker's next lease renewal and its result is
 // refused. It returns ErrNotCancelable for a finished job and ErrNotFound for an unknown one.
 func (c *Client) Cancel(ctx context.Context, queue, id string) error {
-	if err := validate(queue, id); err != nil {
+	if err := c.check(queue, id); err != nil {
 		return err
 	}
 	return cancelJob(ctx, c.rdb, c.keys(queue), id, c.cfg.Now(), c.cfg.Retention, c.cfg.MinRetention)
@@ -535,7 +568,7 @@ type QueueStats struct {
 
 // Stats reads a queue's gauges and counters in one round trip.
 func (c *Client) Stats(ctx context.Context, queue string) (*QueueStats, error) {
-	if err := validate(queue, ""); err != nil {
+	if err := c.check(queue, ""); err != nil {
 		return nil, err
 	}
 	st, err := readStats(ctx, c.rdb, []keys.Queue{c.keys(queue)})

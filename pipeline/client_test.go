@@ -329,3 +329,29 @@ func TestReplayTakesUniqueKeyAgain(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, orig.ID, again.ID, "the publish finds the replayed job")
 }
+
+// An unusable ClientConfig is refused by every call, never silently replaced by a default.
+func TestClientRefusesBadConfig(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	for _, cfg := range []pipeline.ClientConfig{
+		{MaxPayloadBytes: -1},
+		{MaxRetries: -2},
+		{MaxRetries: pipeline.MaxMaxRetries + 1},
+		{Retention: -time.Hour},
+		{MinRetention: -time.Second},
+		{Prefix: "a{b}"},
+	} {
+		c := pipeline.NewClient(b.rdb, cfg)
+		_, err := c.Enqueue(t.Context(), b.queue, pipeline.Task{Type: "t"})
+		require.ErrorIs(t, err, pipeline.ErrInvalid, "%+v", cfg)
+		_, err = c.Get(t.Context(), b.queue, "x")
+		require.ErrorIs(t, err, pipeline.ErrInvalid, "%+v", cfg)
+	}
+	require.Empty(t, b.queueKeys(t), "nothing was written")
+	// The named exceptions are fine.
+	c := pipeline.NewClient(b.rdb, pipeline.ClientConfig{MaxRetries: pipeline.NoRetries, Retention: pipeline.RetainNone})
+	j, err := c.Enqueue(t.Context(), b.queue, pipeline.Task{Type: "t"})
+	require.NoError(t, err)
+	require.Zero(t, j.MaxRetries)
+}
