@@ -119,12 +119,6 @@ func (c *Client) Redis() redis.UniversalClient { return c.rdb }
 // Prefix returns the key prefix.
 func (c *Client) Prefix() string { return c.cfg.Prefix }
 
-// prepared is one validated job: the job to return and what the enqueue script writes.
-type prepared struct {
-	job *Job
-	nj  jobstate.NewJob
-}
-
 // Enqueue publishes one job to queue: at once, or later with WithDelay or WithRunAt. It returns
 // the job as stored. When WithID names a job that exists, or WithUnique a key that a live job
 // holds, nothing new is written and that existing job is returned.
@@ -133,14 +127,15 @@ func (c *Client) Enqueue(ctx context.Context, queue string, task Task, opts ...O
 		return nil, err
 	}
 	now := c.cfg.Now()
-	p, err := c.prepare(queue, &task, now, opts)
+	var nj jobstate.NewJob
+	j, err := c.prepare(queue, &task, now, opts, &nj)
 	if err != nil {
 		return nil, err
 	}
-	if p.nj.Plain(now.UnixMilli()) {
-		return c.enqueuePlain(ctx, queue, p)
+	if nj.Plain(now.UnixMilli()) {
+		return c.enqueuePlain(ctx, queue, j, &nj)
 	}
-	jobs, err := c.enqueuePrepared(ctx, queue, []prepared{p}, now)
+	jobs, err := c.enqueuePrepared(ctx, queue, []*Job{j}, []jobstate.NewJob{nj}, now)
 	if err != nil {
 		return nil, err
 	}
@@ -160,53 +155,46 @@ func (c *Client) EnqueueBatch(ctx context.Context, queue string, tasks []Task, o
 		return nil, nil
 	}
 	now := c.cfg.Now()
-	preps := make([]prepared, len(tasks))
+	jobs := make([]*Job, len(tasks))
+	njs := make([]jobstate.NewJob, len(tasks))
 	for i := range tasks {
-		p, err := c.prepare(queue, &tasks[i], now, opts)
+		j, err := c.prepare(queue, &tasks[i], now, opts, &njs[i])
 		if err != nil {
 			if len(tasks) > 1 {
 				return nil, fmt.Errorf("task %d: %w", i, err)
 			}
 			return nil, err
 		}
-		preps[i] = p
+		jobs[i] = j
 	}
-	if len(preps) == 1 && preps[0].nj.Plain(now.UnixMilli()) {
+	if len(jobs) == 1 && njs[0].Plain(now.UnixMilli()) {
 		// One plain job, as a router's publish often is: the one-job script costs Redis half.
-		j, err := c.enqueuePlain(ctx, queue, preps[0])
-		return []*Job{cmp.Or(j, preps[0].job)}, err
+		j, err := c.enqueuePlain(ctx, queue, jobs[0], &njs[0])
+		return []*Job{cmp.Or(j, jobs[0])}, err
 	}
-	return c.enqueuePrepared(ctx, queue, preps, now)
+	return c.enqueuePrepared(ctx, queue, jobs, njs, now)
 }
 
 // enqueuePrepared writes validated jobs with enqueue.lua, chunked and pipelined.
-func (c *Client) enqueuePrepared(ctx context.Context, queue string, preps []prepared, now time.Time) ([]*Job, error) {
+func (c *Client) enqueuePrepared(ctx context.Context, queue string, jobs []*Job, njs []jobstate.NewJob, now time.Time) ([]*Job, error) {
 	if err := c.registerQueue(ctx, queue); err != nil {
 		return nil, err
 	}
 	q := c.keys(queue)
 
 	var calls []script.Call
-	var spans [][2]int // preps[lo:hi] per call
-	for lo := 0; lo < len(preps); {
+	var spans [][2]int // jobs[lo:hi] per call
+	for lo := 0; lo < len(jobs); {
 		hi, bytes := lo, 0
-		for hi < len(preps) && hi-lo < batchChunk && (hi == lo || bytes+len(preps[hi].job.Payload) <= batchBytes) {
-			bytes += len(preps[hi].job.Payload)
+		for hi < len(jobs) && hi-lo < batchChunk && (hi == lo || bytes+len(jobs[hi].Payload) <= batchBytes) {
+			bytes += len(jobs[hi].Payload)
 			hi++
 		}
-		njs := make([]jobstate.NewJob, hi-lo)
-		for i := range njs {
-			njs[i] = preps[lo+i].nj
-		}
-		calls = append(calls, jobstate.EnqueueCall(q, now.UnixMilli(), njs))
+		calls = append(calls, jobstate.EnqueueCall(q, now.UnixMilli(), njs[lo:hi]))
 		spans = append(spans, [2]int{lo, hi})
 		lo = hi
 	}
 
-	jobs := make([]*Job, len(preps))
-	for i := range preps {
-		jobs[i] = preps[i].job
-	}
 	var cmds []*redis.Cmd
 	var err error
 	if len(calls) == 1 {
@@ -258,12 +246,12 @@ func (c *Client) enqueuePrepared(ctx context.Context, queue string, preps []prep
 }
 
 // enqueuePlain creates a plain job (jobstate.NewJob.Plain) with jobstate.Enqueue1.
-func (c *Client) enqueuePlain(ctx context.Context, queue string, p prepared) (*Job, error) {
+func (c *Client) enqueuePlain(ctx context.Context, queue string, j *Job, nj *jobstate.NewJob) (*Job, error) {
 	if err := c.registerQueue(ctx, queue); err != nil {
 		return nil, err
 	}
-	q, j := c.keys(queue), p.job
-	row, err := jobstate.Enqueue1(ctx, c.rdb, q, j.CreatedAt.UnixMilli(), &p.nj)
+	q := c.keys(queue)
+	row, err := jobstate.Enqueue1(ctx, c.rdb, q, j.CreatedAt.UnixMilli(), nj)
 	if err != nil {
 		return nil, fmt.Errorf("enqueue to %s: %w", queue, err)
 	}
@@ -278,7 +266,9 @@ func (c *Client) enqueuePlain(ctx context.Context, queue string, p prepared) (*J
 	return j, nil
 }
 
-func (c *Client) prepare(queue string, t *Task, now time.Time, common []Option) (prepared, error) {
+// prepare validates a task and its options, fills nj with what the enqueue script writes and
+// returns the job as it will be stored.
+func (c *Client) prepare(queue string, t *Task, now time.Time, common []Option, nj *jobstate.NewJob) (*Job, error) {
 	var o enqueueOptions
 	for _, opt := range common {
 		opt(&o)
@@ -287,16 +277,16 @@ func (c *Client) prepare(queue string, t *Task, now time.Time, common []Option) 
 		opt(&o)
 	}
 	if len(o.errs) > 0 {
-		return prepared{}, errors.Join(o.errs...)
+		return nil, errors.Join(o.errs...)
 	}
 	if err := validateType(t.Type); err != nil {
-		return prepared{}, err
+		return nil, err
 	}
 	id, chosen := o.id, o.id != ""
 	if !chosen {
 		id = NewID()
 	} else if err := keys.ValidateID(id); err != nil {
-		return prepared{}, fmt.Errorf("%w: %w", ErrInvalid, err)
+		return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
 	md := t.Metadata
 	if len(o.metadata) > 0 {
@@ -311,20 +301,20 @@ func (c *Client) prepare(queue string, t *Task, now time.Time, common []Option) 
 	}
 	for k := range md {
 		if k == "" || k[0] == '_' {
-			return prepared{}, invalid("metadata key %q: keys must be non-empty and not start with '_' (reserved)", k)
+			return nil, invalid("metadata key %q: keys must be non-empty and not start with '_' (reserved)", k)
 		}
 	}
 	encMD, err := stream.EncodeMetadata(md)
 	if err != nil {
-		return prepared{}, fmt.Errorf("%w: %w", ErrInvalid, err)
+		return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
 	if size := len(t.Payload) + len(encMD); size > c.cfg.MaxPayloadBytes {
-		return prepared{}, fmt.Errorf("%w: %d bytes of payload and metadata, the limit is %d", ErrPayloadTooLarge, size, c.cfg.MaxPayloadBytes)
+		return nil, fmt.Errorf("%w: %d bytes of payload and metadata, the limit is %d", ErrPayloadTooLarge, size, c.cfg.MaxPayloadBytes)
 	}
 	runAt := now
 	switch {
 	case o.hasRunAt && o.hasDelay:
-		return prepared{}, invalid("WithDelay and WithRunAt together")
+		return nil, invalid("WithDelay and WithRunAt together")
 	case o.hasRunAt:
 		if o.runAt.After(now) {
 			runAt = o.runAt
@@ -342,30 +332,27 @@ func (c *Client) prepare(queue string, t *Task, now time.Time, common []Option) 
 		}
 		runAt = time.UnixMilli(ms)
 		if runAt.After(MaxRunAt) {
-			return prepared{}, invalid("due time %s is after %s", runAt.UTC().Format(time.RFC3339), MaxRunAt.Format(time.RFC3339))
+			return nil, invalid("due time %s is after %s", runAt.UTC().Format(time.RFC3339), MaxRunAt.Format(time.RFC3339))
 		}
 	}
 	maxRetries := c.cfg.MaxRetries
 	if o.hasRetries {
 		maxRetries = o.maxRetries
 	}
-	p := prepared{
-		job: &Job{
-			ID: id, Queue: queue, Type: t.Type, Payload: t.Payload, Metadata: md,
-			MaxRetries: maxRetries, Timeout: o.timeout,
-			CreatedAt: now, RunAt: runAt, Version: 1,
-		},
-		nj: jobstate.NewJob{ID: id, Type: t.Type, Payload: t.Payload, Metadata: encMD,
-			MaxRetries: maxRetries, TimeoutMS: o.timeout.Milliseconds(), RunAt: runAt.UnixMilli(),
-			ChosenID: chosen},
-	}
+	*nj = jobstate.NewJob{ID: id, Type: t.Type, Payload: t.Payload, Metadata: encMD,
+		MaxRetries: maxRetries, TimeoutMS: o.timeout.Milliseconds(), RunAt: runAt.UnixMilli(),
+		ChosenID: chosen}
 	if o.hasRetain {
-		p.nj.Retention = strconv.FormatInt(retentionMS(o.retention), 10)
+		nj.Retention = strconv.FormatInt(retentionMS(o.retention), 10)
 	}
 	if o.hasUnique {
-		p.nj.UniqueKey, p.nj.UniqueTTL = o.uniqueKey, max(1, o.uniqueTTL.Milliseconds())
+		nj.UniqueKey, nj.UniqueTTL = o.uniqueKey, max(1, o.uniqueTTL.Milliseconds())
 	}
-	return p, nil
+	return &Job{
+		ID: id, Queue: queue, Type: t.Type, Payload: t.Payload, Metadata: md,
+		MaxRetries: maxRetries, Timeout: o.timeout,
+		CreatedAt: now, RunAt: runAt, Version: 1,
+	}, nil
 }
 
 // validateType accepts 1 to 128 bytes with no spaces or control characters.
