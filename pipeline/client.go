@@ -121,7 +121,9 @@ func (c *Client) Prefix() string { return c.cfg.Prefix }
 
 // Enqueue publishes one job to queue: at once, or later with WithDelay or WithRunAt. It returns
 // the job as stored. When WithID names a job that exists, or WithUnique a key that a live job
-// holds, nothing new is written and that existing job is returned.
+// holds, nothing new is written and that existing job is returned with Duplicate set; when the
+// job WithID names has another type or payload, Enqueue refuses with ErrConflict, saying what
+// differs, and writes nothing.
 func (c *Client) Enqueue(ctx context.Context, queue string, task Task, opts ...Option) (*Job, error) {
 	if err := c.check(queue, ""); err != nil {
 		return nil, err
@@ -146,7 +148,9 @@ func (c *Client) Enqueue(ctx context.Context, queue string, task Task, opts ...O
 // up to 100 jobs, all chunks pipelined). opts apply to every task, then each task's own Opts.
 // Every task is validated before anything is written, so bad input writes nothing. On a Redis
 // error some chunks may have been written: the returned jobs carry their ids, and calling again
-// with those ids (WithID) is idempotent.
+// with those ids (WithID) is idempotent. Jobs that existed already come back with Duplicate
+// set; a task whose id names a job with another type or payload is not written, and the error
+// (wrapping ErrConflict, one per such task) comes back with the other jobs, which were.
 func (c *Client) EnqueueBatch(ctx context.Context, queue string, tasks []Task, opts ...Option) ([]*Job, error) {
 	if err := c.check(queue, ""); err != nil {
 		return nil, err
@@ -208,6 +212,7 @@ func (c *Client) enqueuePrepared(ctx context.Context, queue string, jobs []*Job,
 		return jobs, fmt.Errorf("enqueue to %s: %w", queue, err)
 	}
 	var existing []int
+	var conflicts []error
 	for ci, cmd := range cmds {
 		lo, hi := spans[ci][0], spans[ci][1]
 		rows, err := jobstate.EnqueueReply(cmd, hi-lo)
@@ -228,10 +233,16 @@ func (c *Client) enqueuePrepared(ctx context.Context, queue string, jobs []*Job,
 			case script.UniqueHeld:
 				j.ID = row.Holder
 				existing = append(existing, lo+k)
+			case script.Conflict:
+				conflicts = append(conflicts, conflict(j.ID, row.Differs))
+				if len(jobs) > 1 {
+					conflicts[len(conflicts)-1] = fmt.Errorf("task %d: %w", lo+k, conflicts[len(conflicts)-1])
+				}
 			}
 		}
 	}
 	for _, i := range existing {
+		jobs[i].Duplicate = true
 		got, err := c.Get(ctx, queue, jobs[i].ID)
 		if errors.Is(err, ErrNotFound) {
 			// It finished and expired between the two calls: report what was asked for.
@@ -240,9 +251,15 @@ func (c *Client) enqueuePrepared(ctx context.Context, queue string, jobs []*Job,
 		if err != nil {
 			return jobs, err
 		}
+		got.Duplicate = true
 		jobs[i] = got
 	}
-	return jobs, nil
+	return jobs, errors.Join(conflicts...)
+}
+
+// conflict is the error of a publish whose id names a job with another type or payload.
+func conflict(id, differs string) error {
+	return fmt.Errorf("%w: job %s exists with a different %s", ErrConflict, id, strings.ReplaceAll(differs, ",", " and "))
 }
 
 // enqueuePlain creates a plain job (jobstate.NewJob.Plain) with jobstate.Enqueue1.
@@ -255,10 +272,17 @@ func (c *Client) enqueuePlain(ctx context.Context, queue string, j *Job, nj *job
 	if err != nil {
 		return nil, fmt.Errorf("enqueue to %s: %w", queue, err)
 	}
-	if row.Code == script.Exists {
+	switch row.Code {
+	case script.Conflict:
+		return nil, conflict(j.ID, row.Differs)
+	case script.Exists:
+		j.Duplicate = true
 		got, err := c.Get(ctx, queue, j.ID)
 		if errors.Is(err, ErrNotFound) {
 			return j, nil // it finished and expired between the two calls
+		}
+		if got != nil {
+			got.Duplicate = true
 		}
 		return got, err
 	}

@@ -157,10 +157,10 @@ func TestEnqueueSameIDTwiceMakesOneJob(t *testing.T) {
 	ctx := t.Context()
 	first, err := b.client.Enqueue(ctx, b.queue, pipeline.Task{Type: "echo", Payload: []byte("first")}, pipeline.WithID("order:42"))
 	require.NoError(t, err)
-	second, err := b.client.Enqueue(ctx, b.queue, pipeline.Task{Type: "other", Payload: []byte("second")}, pipeline.WithID("order:42"))
+	second, err := b.client.Enqueue(ctx, b.queue, pipeline.Task{Type: "echo", Payload: []byte("first")}, pipeline.WithID("order:42"))
 	require.NoError(t, err)
 	require.Equal(t, "order:42", second.ID)
-	require.Equal(t, "echo", second.Type, "the second call returns the first job")
+	require.True(t, second.Duplicate, "the second call returns the first job")
 	require.Equal(t, "first", string(second.Payload))
 	require.Equal(t, first.Entry, second.Entry)
 	require.EqualValues(t, 1, b.stats(t).Enqueued)
@@ -354,4 +354,57 @@ func TestClientRefusesBadConfig(t *testing.T) {
 	j, err := c.Enqueue(t.Context(), b.queue, pipeline.Task{Type: "t"})
 	require.NoError(t, err)
 	require.Zero(t, j.MaxRetries)
+}
+
+// A publish of an id that exists says so: the same job comes back marked Duplicate and nothing
+// is written; a job of that id with another type or payload refuses the publish with
+// ErrConflict, naming what differs, and writes nothing. Before, every re-publish returned the
+// first job silently. The same holds in a batch, and through the one-job script.
+func TestEnqueueDuplicateAndConflict(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := t.Context()
+	for _, delay := range []time.Duration{0, time.Hour} { // enqueue1.lua and enqueue.lua
+		id := fmt.Sprintf("order-42-%s", delay)
+		first, err := b.client.Enqueue(ctx, b.queue, pipeline.Task{Type: "t", Payload: []byte("p")},
+			pipeline.WithID(id), pipeline.WithDelay(delay))
+		require.NoError(t, err)
+		require.False(t, first.Duplicate)
+
+		again, err := b.client.Enqueue(ctx, b.queue, pipeline.Task{Type: "t", Payload: []byte("p")},
+			pipeline.WithID(id), pipeline.WithDelay(delay))
+		require.NoError(t, err)
+		require.True(t, again.Duplicate)
+		require.Equal(t, first.ID, again.ID)
+
+		for _, tc := range []struct {
+			task    pipeline.Task
+			differs string
+		}{
+			{pipeline.Task{Type: "other", Payload: []byte("p")}, "type"},
+			{pipeline.Task{Type: "t", Payload: []byte("q")}, "payload"},
+			{pipeline.Task{Type: "other", Payload: []byte("q")}, "type and payload"},
+		} {
+			_, err := b.client.Enqueue(ctx, b.queue, tc.task, pipeline.WithID(id), pipeline.WithDelay(delay))
+			require.ErrorIs(t, err, pipeline.ErrConflict)
+			require.ErrorContains(t, err, "different "+tc.differs)
+			got, err := b.client.Get(ctx, b.queue, id)
+			require.NoError(t, err)
+			require.Equal(t, "t", got.Type, "nothing was written")
+			require.Equal(t, "p", string(got.Payload))
+		}
+	}
+	jobs, err := b.client.EnqueueBatch(ctx, b.queue, []pipeline.Task{
+		{Type: "t", Payload: []byte("p"), Opts: []pipeline.Option{pipeline.WithID("order-42-0s")}},
+		{Type: "t", Payload: []byte("new"), Opts: []pipeline.Option{pipeline.WithID("fresh")}},
+		{Type: "t", Payload: []byte("clash"), Opts: []pipeline.Option{pipeline.WithID("order-42-1h0m0s")}},
+	})
+	require.ErrorIs(t, err, pipeline.ErrConflict)
+	require.ErrorContains(t, err, "task 2")
+	require.True(t, jobs[0].Duplicate)
+	require.False(t, jobs[1].Duplicate)
+	_, err = b.client.Get(ctx, b.queue, "fresh")
+	require.NoError(t, err, "the other tasks were written")
+	s := b.stats(t)
+	require.EqualValues(t, 3, s.Enqueued)
 }

@@ -20,6 +20,9 @@ var (
 	ErrNotCancelable = errors.New("pipeline: job already finished")
 	// ErrNotDead is returned by Replay for a job that is not in the dead set.
 	ErrNotDead = errors.New("pipeline: job is not in the dead set")
+	// ErrConflict is returned by Enqueue for an id (WithID) that names a job published with
+	// another type or payload: a re-publish must be the same job. Nothing is written.
+	ErrConflict = errors.New("pipeline: job id taken by a different job")
 	// ErrUniqueHeld is returned by Replay for a job published with a unique key that another
 	// live job holds now: replaying it would make two jobs with one key.
 	ErrUniqueHeld = errors.New("pipeline: unique key held by another job")

@@ -72,6 +72,9 @@ type Job struct {
 	// the stream). It is the fencing token of worker transitions.
 	Entry   string
 	Version int64
+	// Duplicate is set on a job that Enqueue or EnqueueBatch returned without writing it: its
+	// id (WithID) or unique key (WithUnique) named this existing job. It is not stored.
+	Duplicate bool
 
 	entry map[string]any // a handler's job: the stream entry's fields as read (stream.EntryValues)
 }

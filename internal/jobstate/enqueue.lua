@@ -8,7 +8,9 @@
 --   retention_ms ('' = the queue default), unique_ttl_ms ('' = no unique key)
 -- Returns {CV_OK, then two values per job: CV_OK and the new entry id when it was queued, or ''
 -- when it was scheduled; CV_EXISTS and '' when the id exists already (nothing written);
--- CV_UNIQUE_HELD and the holder's id when another job holds the unique key (nothing written)}.
+-- CV_UNIQUE_HELD and the holder's id when another job holds the unique key (nothing written);
+-- CV_CONFLICT and what differs (type, payload) when a chosen id names a job published with
+-- another type or payload (nothing written)}.
 -- A flat reply: it costs less to build here and to parse there.
 -- Idempotent: a call repeated after a lost reply finds its jobs and changes nothing. A job whose
 -- id the caller chose is looked up on its own. Generated ids (random ULIDs) cannot collide, so
@@ -43,7 +45,12 @@ for a = 5, #ARGV, 9 do
   if uttl ~= '' then ukey = KEYS[k]; k = k + 1 end
 
   if string.byte(chosen, n) == 49 and redis.call('EXISTS', jobkey) == 1 then
-    out[#out + 1] = CV_EXISTS; out[#out + 1] = ''
+    local d = cv_differs(jobkey, KEYS[1], typ, payload)
+    if d then
+      out[#out + 1] = CV_CONFLICT; out[#out + 1] = d
+    else
+      out[#out + 1] = CV_EXISTS; out[#out + 1] = ''
+    end
   else
     local held = nil
     if ukey and not redis.call('SET', ukey, id, 'NX', 'PX', uttl) then

@@ -3,11 +3,16 @@
 -- KEYS[1] stream, KEYS[2] stats hash, KEYS[3] job hash
 -- ARGV[1] id, ARGV[2] type, ARGV[3] payload, ARGV[4] metadata, ARGV[5] max_retries,
 --   ARGV[6] now (unix ms)
--- Returns the new entry id, or CV_EXISTS when the id exists already (nothing written): the one
--- script whose reply is not {code, ...}, because a bare string costs a single publish 5% less
--- than an array (docs/BENCHMARKS.md). It is kept beside enqueue.lua because it costs Redis
--- half as much per single publish (the same page).
-if redis.call('EXISTS', KEYS[3]) == 1 then return CV_EXISTS end
+-- Returns the new entry id; when the id exists already (nothing written), {CV_EXISTS}, or
+-- {CV_CONFLICT, what differs} when that job has another type or payload. A created job's
+-- reply is a bare string, not {code, ...}: an array costs a single publish 5% more
+-- (docs/BENCHMARKS.md). The script is kept beside enqueue.lua because it costs Redis half as
+-- much per single publish (the same page).
+if redis.call('EXISTS', KEYS[3]) == 1 then
+  local d = cv_differs(KEYS[3], KEYS[1], ARGV[2], ARGV[3])
+  if d then return {CV_CONFLICT, d} end
+  return {CV_EXISTS}
+end
 local e = cv_xadd(KEYS[1], ARGV[1], ARGV[3], ARGV[4], ARGV[2], '1', ARGV[5], '0')
 redis.call('HSET', KEYS[3], 'type', ARGV[2], 'status', 'queued', 'max_retries', ARGV[5],
   'created_at', ARGV[6], 'entry', e, 'version', '1') -- '1', not 1: see enqueue.lua

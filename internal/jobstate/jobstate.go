@@ -134,12 +134,14 @@ func EnqueueCall(q keys.Queue, now int64, jobs []NewJob) script.Call {
 }
 
 // Created is what enqueue.lua did with one job: Code is script.OK (Entry is the new stream
-// entry, or empty when the job was scheduled), script.Exists (the id exists already) or
-// script.UniqueHeld (Holder holds the unique key).
+// entry, or empty when the job was scheduled), script.Exists (the id exists already, with the
+// same type and payload), script.Conflict (the id names a job with another type or payload:
+// Differs says which) or script.UniqueHeld (Holder holds the unique key).
 type Created struct {
-	Code   script.Code
-	Entry  string
-	Holder string
+	Code    script.Code
+	Entry   string
+	Holder  string
+	Differs string
 }
 
 // EnqueueReply reads the reply of an EnqueueCall of n jobs.
@@ -161,6 +163,8 @@ func EnqueueReply(cmd *redis.Cmd, n int) ([]Created, error) {
 			out[k].Entry = data
 		case script.UniqueHeld:
 			out[k].Holder = data
+		case script.Conflict:
+			out[k].Differs = data
 		case script.Exists:
 		default:
 			return nil, fmt.Errorf("unexpected reply code %v", out[k].Code)
@@ -182,9 +186,16 @@ func Enqueue1(ctx context.Context, rdb redis.Scripter, q keys.Queue, now int64, 
 	switch v := res.(type) {
 	case string:
 		return Created{Code: script.OK, Entry: v}, nil
-	case int64:
-		if script.Code(v) == script.Exists {
-			return Created{Code: script.Exists}, nil
+	case []any:
+		if len(v) > 0 {
+			c, _ := v[0].(int64)
+			switch script.Code(c) {
+			case script.Exists:
+				return Created{Code: script.Exists}, nil
+			case script.Conflict:
+				d, _ := v[1].(string)
+				return Created{Code: script.Conflict, Differs: d}, nil
+			}
 		}
 	}
 	return Created{}, fmt.Errorf("unexpected reply %v", res)

@@ -20,6 +20,7 @@ local CV_WRONG_STATE = 5
 local CV_NO_TYPE = 6
 local CV_LOCK_LOST = 7
 local CV_DIED = 8
+local CV_CONFLICT = 9
 
 -- The fields of stream entry `id` as a table, or nil when the entry is gone.
 local function cv_entry(stream, id)
@@ -67,6 +68,24 @@ local function cv_call_list(cmd, key, args, list)
     for j = i, math.min(i + step - 1, #list) do a[#a + 1] = list[j] end
     redis.call(unpack(a))
   end
+end
+
+-- What differs between the job at jobkey and a publish of typ and payload under its id: nil
+-- when nothing does (or when the record keeps too little to tell: a tombstone), else the names
+-- of what differs, comma-joined. Metadata is not compared: its encoding has no fixed order.
+local function cv_differs(jobkey, stream, typ, payload)
+  local h = redis.call('HMGET', jobkey, 'type', 'payload', 'entry')
+  if not h[1] then return nil end
+  local p = h[2]
+  if not p and h[3] and h[3] ~= '' then
+    local f = cv_entry(stream, h[3])
+    if f then p = f['payload'] or '' end
+  end
+  local d = {}
+  if h[1] ~= typ then d[#d + 1] = 'type' end
+  if p and p ~= payload then d[#d + 1] = 'payload' end
+  if #d == 0 then return nil end
+  return table.concat(d, ',')
 end
 
 -- Reports whether a job is live on entry: `h` is HMGET(jobkey, 'entry', 'status', ...), and the

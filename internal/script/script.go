@@ -48,12 +48,13 @@ const (
 	NoType     Code = 6 // a dead record with no type to run
 	LockLost   Code = 7 // the caller's lock token no longer holds the lock
 	Died       Code = 8 // a retry became dead: no retries left
+	Conflict   Code = 9 // the id names a job with another type or payload; the reply says which
 )
 
 // codeNames maps each Code to its name in lib.lua.
 var codeNames = map[Code]string{OK: "CV_OK", NotFound: "CV_NOT_FOUND", Exists: "CV_EXISTS",
 	UniqueHeld: "CV_UNIQUE_HELD", Refused: "CV_REFUSED", WrongState: "CV_WRONG_STATE",
-	NoType: "CV_NO_TYPE", LockLost: "CV_LOCK_LOST", Died: "CV_DIED"}
+	NoType: "CV_NO_TYPE", LockLost: "CV_LOCK_LOST", Died: "CV_DIED", Conflict: "CV_CONFLICT"}
 
 func (c Code) String() string {
 	if n, ok := codeNames[c]; ok {
