@@ -20,6 +20,9 @@ var (
 	ErrNotCancelable = errors.New("pipeline: job already finished")
 	// ErrNotDead is returned by Replay for a job that is not in the dead set.
 	ErrNotDead = errors.New("pipeline: job is not in the dead set")
+	// ErrNoHandler is wrapped by the error of an attempt of a job whose type the worker that
+	// took it has no handler for; the attempt is retried like any failed one.
+	ErrNoHandler = errors.New("pipeline: no handler")
 	// ErrConflict is returned by Enqueue for an id (WithID) that names a job published with
 	// another type or payload: a re-publish must be the same job. Nothing is written.
 	ErrConflict = errors.New("pipeline: job id taken by a different job")

@@ -21,8 +21,9 @@ const (
 	// StatusCompleted: a handler returned without error; the result is kept for the retention
 	// time.
 	StatusCompleted Status = "completed"
-	// StatusFailed: retries exhausted, a SkipRetry error, no handler for its type, or an
-	// unreadable stream entry. The job is in the dead set.
+	// StatusFailed: retries exhausted (a job no worker has a handler for uses its retries
+	// too), a SkipRetry error, a result over the limit, or an unreadable stream entry. The job
+	// is in the dead set.
 	StatusFailed Status = "failed"
 	// StatusCanceled: canceled by a caller before it finished.
 	StatusCanceled Status = "canceled"

@@ -474,7 +474,7 @@ func (w *Worker) handleMessage(msg *message.Message) error {
 	j.entry, _ = stream.EntryValues(msg.Context())
 	h, ok := w.handlers[j.Type]
 	if !ok {
-		return w.noHandler(q, j)
+		return w.noHandler(msg.Context(), q, j)
 	}
 	start := w.started(q, j)
 	ctx := msg.Context()
@@ -519,13 +519,12 @@ func (w *Worker) write(t transition, jerr *JobError) error {
 	return jerr
 }
 
-// noHandler sends a job whose type has no handler to the dead set.
-func (w *Worker) noHandler(q *keys.Queue, j *Job) error {
-	now := time.Now().UnixMilli()
-	reason := fmt.Sprintf("no handler registered for job type %q on worker %s", j.Type, w.cfg.Name)
-	w.log.Warn().Str("job_id", j.ID).Str("type", j.Type).Msg("no handler for job type; job sent to the dead set")
-	t := sendBack(jobstate.Dead(q, j.ID, j.Entry, j.Attempt, now, now, reason), j)
-	return w.write(t, &JobError{Outcome: OutcomeDead, Err: errors.New(reason)})
+// noHandler fails an attempt of a job whose type this worker has no handler for. It is an
+// attempt like any other, retried with backoff: during a rolling deploy a worker of the old
+// version must not kill jobs meant for the new one, which may pick the retry up. It goes to
+// the dead set only after its retries.
+func (w *Worker) noHandler(ctx context.Context, q *keys.Queue, j *Job) error {
+	return w.outcome(ctx, q, j, time.Now(), nil, fmt.Errorf("%w: no handler for type %q on worker %s", ErrNoHandler, j.Type, w.cfg.Name))
 }
 
 // refused writes a failed attempt for a job that a middleware refused before its handler ran.

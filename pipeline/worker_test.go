@@ -202,17 +202,38 @@ func TestFailureKinds(t *testing.T) {
 	}
 }
 
-func TestNoHandlerGoesDead(t *testing.T) {
+// A job whose type a worker has no handler for is a failed attempt, retried with backoff like
+// any, so that during a rolling deploy an old worker does not kill jobs meant for new ones: it
+// goes to the dead set only after its retries. Before, it died on its first attempt.
+func TestNoHandlerRetriesThenGoesDead(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	w, _ := b.startWorker(t, pipeline.WorkerConfig{}, map[string]pipeline.HandlerFunc{"echo": echo})
-	j, err := b.client.Enqueue(t.Context(), b.queue, pipeline.Task{Type: "unknown.type", Payload: []byte("keep me")})
+	j, err := b.client.Enqueue(t.Context(), b.queue, pipeline.Task{Type: "unknown.type", Payload: []byte("keep me")},
+		pipeline.WithMaxRetries(2))
 	require.NoError(t, err)
 	got := b.waitStatus(t, j.ID, pipeline.StatusFailed)
-	require.Contains(t, got.LastError, `no handler registered for job type "unknown.type"`)
+	require.Equal(t, 3, got.Attempt, "it used its retries first")
+	require.Contains(t, got.LastError, `no handler for type "unknown.type"`)
 	require.Contains(t, got.LastError, w.Name())
 	require.Equal(t, "keep me", string(got.Payload))
-	require.EqualValues(t, 1, b.stats(t).Dead)
+	s := b.stats(t)
+	require.EqualValues(t, 2, s.Retried)
+	require.EqualValues(t, 1, s.Dead)
+}
+
+// A job a worker cannot handle runs once a worker that can takes its retry.
+func TestNoHandlerRetryReachesANewWorker(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	_, stopOld := b.startWorker(t, pipeline.WorkerConfig{}, map[string]pipeline.HandlerFunc{"echo": echo})
+	j, err := b.client.Enqueue(t.Context(), b.queue, pipeline.Task{Type: "new.type"})
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return b.stats(t).Retried >= 1 }, 10*time.Second, 10*time.Millisecond)
+	require.NoError(t, stopOld())
+	b.startWorker(t, pipeline.WorkerConfig{}, map[string]pipeline.HandlerFunc{"new.type": echo})
+	got := b.waitStatus(t, j.ID, pipeline.StatusCompleted)
+	require.GreaterOrEqual(t, got.Attempt, 2)
 }
 
 func TestUnreadableEntriesGoDeadAndConsumptionGoesOn(t *testing.T) {

@@ -20,8 +20,9 @@ func newDeadCmd(a *app) *cobra.Command {
 		Use:   "dead",
 		Short: "List, replay and purge jobs in a queue's dead set",
 		Long: `A job lands in its queue's dead set when its retries are exhausted, when its handler says
-not to retry, when no handler knows its type, or when its stream entry could not be read. Dead
-jobs stay until they are replayed or purged.`,
+not to retry, or when its stream entry could not be read. A job whose type no worker has a
+handler for is retried like a failed attempt (a newer worker may know it) and lands here when its
+retries are exhausted. Dead jobs stay until they are replayed or purged.`,
 		Args: unknownSubcommand,
 		RunE: func(cmd *cobra.Command, _ []string) error { return cmd.Help() },
 	}
