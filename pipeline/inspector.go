@@ -162,6 +162,52 @@ func (i *Inspector) Get(ctx context.Context, queue, id string) (*Job, error) {
 	return getJob(ctx, i.rdb, i.keys(queue), id)
 }
 
+// Find looks job id up in every known queue, when the caller does not know its queue: one
+// lookup per queue, all in one pipeline (one round trip per node on a cluster). It returns the
+// job (its Queue says where it was found) and the queues it searched, sorted; ErrNotFound when
+// no queue has it. Ids are unique per queue only: when several queues have a job of that id, it
+// returns the one in the first queue by name; Get with a queue picks another.
+func (i *Inspector) Find(ctx context.Context, id string) (*Job, []string, error) {
+	if i.err != nil {
+		return nil, nil, i.err
+	}
+	if err := keys.ValidateID(id); err != nil {
+		return nil, nil, fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
+	names, err := i.rdb.SMembers(ctx, keys.Queues(i.cfg.Prefix)).Result()
+	if err != nil {
+		return nil, nil, fmt.Errorf("list queues: %w", err)
+	}
+	slices.Sort(names)
+	var calls []script.Call
+	var searched []string
+	for _, name := range names {
+		if keys.ValidateQueue(name) != nil {
+			continue // not a queue a client made; nothing to look in
+		}
+		calls = append(calls, jobstate.GetCall(i.keys(name), id))
+		searched = append(searched, name)
+	}
+	if len(calls) == 0 {
+		return nil, searched, ErrNotFound
+	}
+	cmds, err := script.Pipelined(ctx, i.rdb, calls)
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return nil, searched, fmt.Errorf("find %s: %w", id, err)
+	}
+	for k, cmd := range cmds {
+		flat, found, err := jobstate.GetReply(cmd)
+		if err != nil {
+			return nil, searched, fmt.Errorf("find %s: %w", id, err)
+		}
+		if found {
+			j, err := jobFromHash(searched[k], id, flat)
+			return j, searched, err
+		}
+	}
+	return nil, searched, ErrNotFound
+}
+
 // Cancel cancels a job that has not finished, as Client.Cancel: it returns ErrNotCancelable
 // for a finished job and ErrNotFound for an unknown one.
 func (i *Inspector) Cancel(ctx context.Context, queue, id string) error {

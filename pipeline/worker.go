@@ -524,8 +524,17 @@ func (w *Worker) write(t transition, jerr *JobError) error {
 // version must not kill jobs meant for the new one, which may pick the retry up. It goes to
 // the dead set only after its retries.
 func (w *Worker) noHandler(ctx context.Context, q *keys.Queue, j *Job) error {
-	return w.outcome(ctx, q, j, time.Now(), nil, fmt.Errorf("%w: no handler for type %q on worker %s", ErrNoHandler, j.Type, w.cfg.Name))
+	return w.outcome(ctx, q, j, time.Now(), nil, &noHandlerError{typ: j.Type, worker: w.cfg.Name})
 }
+
+// noHandlerError is the error of an attempt with no handler; it is ErrNoHandler.
+type noHandlerError struct{ typ, worker string }
+
+func (e *noHandlerError) Error() string {
+	return fmt.Sprintf("no handler for type %q on worker %s", e.typ, e.worker)
+}
+
+func (e *noHandlerError) Is(target error) bool { return target == ErrNoHandler }
 
 // refused writes a failed attempt for a job that a middleware refused before its handler ran.
 func (w *Worker) refused(msg *message.Message, err error) {

@@ -17,15 +17,23 @@ func newCancelCmd(a *app) *cobra.Command {
 		Use:   "cancel [--queue Q] ID",
 		Short: "Cancel a job that has not finished",
 		Long: `Cancel a job that has not finished: a scheduled or queued job never runs; a running job's
-handler is cancelled at its worker's next lease renewal and its result is discarded. An unknown
-id, or a job that already finished, exits 1 with the reason.`,
+handler is cancelled at its worker's next lease renewal and its result is discarded. Without
+--queue the job is looked up in every known queue. An unknown id, or a job that already
+finished, exits 1 with the reason.`,
 		Args: oneArg,
 		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx, id := cmd.Context(), args[0]
+			if queue == "" {
+				j, err := a.findJob(cmd, "", id)
+				if err != nil {
+					return err
+				}
+				queue = j.Queue
+			}
 			c, err := a.inspector()
 			if err != nil {
 				return err
 			}
-			ctx, id := cmd.Context(), args[0]
 			err = c.Cancel(ctx, queue, id)
 			if errors.Is(err, pipeline.ErrNotCancelable) {
 				if j, gerr := c.Get(ctx, queue, id); gerr == nil {
@@ -36,10 +44,10 @@ id, or a job that already finished, exits 1 with the reason.`,
 			if err != nil {
 				return notFound(err, queue, id)
 			}
-			_, err = fmt.Fprintf(a.stdout, "canceled %s\n", id)
+			_, err = fmt.Fprintf(a.stdout, "canceled %s in queue %s\n", id, queue)
 			return err
 		},
 	}
-	cmd.Flags().StringVarP(&queue, "queue", "q", pipeline.DefaultQueue, "queue of the job")
+	cmd.Flags().StringVarP(&queue, "queue", "q", "", "queue of the job (default: look in every known queue)")
 	return cmd
 }

@@ -45,6 +45,7 @@ func TestE2E(t *testing.T) {
 	t.Run("DemoEmbedded", func(t *testing.T) { t.Parallel(); testDemoEmbedded(t, c) })
 	t.Run("DemoRealRedis", func(t *testing.T) { t.Parallel(); testDemoRealRedis(t, c) })
 	t.Run("Cluster", func(t *testing.T) { t.Parallel(); testCluster(t, c.bin) })
+	t.Run("CrossQueueLookup", func(t *testing.T) { t.Parallel(); testCrossQueueLookup(t, c) })
 }
 
 // buildCLI builds the binary into the test's temporary directory. It is built without the
@@ -474,22 +475,22 @@ func testCancelReplayPurge(t *testing.T, c *cli) {
 	q := redistest.UniqueName(t)
 	later := c.publishOne(t, "--queue", q, "--type", "echo", "--delay", "1h")
 	require.Equal(t, "scheduled", c.status(t, "--queue", q, later).Status)
-	require.Equal(t, "canceled "+later+"\n", c.ok(t, "cancel", "--queue", q, later))
+	require.Equal(t, "canceled "+later+" in queue "+q+"\n", c.ok(t, "cancel", "--queue", q, later))
 	require.Equal(t, "canceled", c.status(t, "--queue", q, later).Status)
 	c.refused(t, 1, "already finished: it is canceled", "cancel", "--queue", q, later)
 
-	// A job with no retries fails once and is dead; no worker knows type "nobody", so it dies
-	// at once too.
+	// A job with no retries fails once and is dead; no worker knows type "nobody", which is a
+	// failed attempt too, so with no retries it dies at once as well.
 	w := c.start(t, "worker", "--queue", q)
 	failing := c.publishOne(t, "--queue", q, "--type", "fail", "--max-retries", "0")
-	orphan := c.publishOne(t, "--queue", q, "--type", "nobody")
+	orphan := c.publishOne(t, "--queue", q, "--type", "nobody", "--max-retries", "0")
 	waitFor(t, 30*time.Second, 50*time.Millisecond, "two dead jobs", func() bool {
 		return c.stats(t, "--queue", q).Dead == 2
 	})
 	list := c.ok(t, "dead", "list", "--queue", q)
 	require.Contains(t, list, failing)
 	require.Contains(t, list, orphan)
-	require.Contains(t, list, "no handler registered")
+	require.Contains(t, list, `no handler for type "nobody"`)
 
 	// Replay: the failing job runs again (and dies again); unknown and not-dead ids are
 	// reported and make the exit code 1.

@@ -1,11 +1,13 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"maps"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -25,18 +27,16 @@ func newStatusCmd(a *app) *cobra.Command {
 status, attempt, max_retries, payload, result, last_error, worker, created_at, run_at,
 enqueued_at, started_at and completed_at (times in unix milliseconds, 0 when not yet), and a
 few more. Status is one of scheduled, queued, in_progress, completed, failed, canceled.
-An unknown id (or one whose record expired after the retention time) exits 1.`,
+Without --queue the job is looked up in every known queue (one lookup per queue) and the
+output names the queue it was found in. An unknown id (or one whose record expired after the
+retention time) exits 1, saying which queues were searched.`,
 		Example: `  conveyor status 01JABCDEFGHJKMNPQRSTVWXYZ0
   conveyor status --queue emails 01JABCDEFGHJKMNPQRSTVWXYZ0 --json | jq -r .status`,
 		Args: oneArg,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := a.inspector()
+			j, err := a.findJob(cmd, queue, args[0])
 			if err != nil {
 				return err
-			}
-			j, err := c.Get(cmd.Context(), queue, args[0])
-			if err != nil {
-				return notFound(err, queue, args[0])
 			}
 			if asJSON {
 				return writeJSON(a.stdout, j)
@@ -44,9 +44,32 @@ An unknown id (or one whose record expired after the retention time) exits 1.`,
 			return printJob(a.stdout, j, time.Now())
 		},
 	}
-	cmd.Flags().StringVarP(&queue, "queue", "q", pipeline.DefaultQueue, "queue of the job")
+	cmd.Flags().StringVarP(&queue, "queue", "q", "", "queue of the job (default: look in every known queue)")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the job as one JSON object")
 	return cmd
+}
+
+// findJob reads job id from queue, or, when queue is empty, from whichever known queue has it.
+func (a *app) findJob(cmd *cobra.Command, queue, id string) (*pipeline.Job, error) {
+	in, err := a.inspector()
+	if err != nil {
+		return nil, err
+	}
+	if queue != "" {
+		j, err := in.Get(cmd.Context(), queue, id)
+		if err != nil {
+			return nil, notFound(err, queue, id)
+		}
+		return j, nil
+	}
+	j, searched, err := in.Find(cmd.Context(), id)
+	if errors.Is(err, pipeline.ErrNotFound) {
+		if len(searched) == 0 {
+			return nil, fmt.Errorf("job %s not found: there are no queues yet", id)
+		}
+		return nil, fmt.Errorf("job %s not found in any known queue (searched %s); give --queue if it is in another", id, strings.Join(searched, ", "))
+	}
+	return j, err
 }
 
 // printJob writes a job as aligned "key: value" lines, keyed like the JSON fields.

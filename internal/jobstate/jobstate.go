@@ -203,10 +203,14 @@ func Enqueue1(ctx context.Context, rdb redis.Scripter, q keys.Queue, now int64, 
 
 // ---- Reading ----
 
-// Get reads job id's record as a flat field/value list, with its payload and metadata from
-// its stream entry while it is in the stream; found is false when there is no such job.
-func Get(ctx context.Context, rdb redis.Scripter, q keys.Queue, id string) (flat []string, found bool, err error) {
-	code, rest, err := script.Reply(getScript.Run(ctx, rdb, []string{q.Job(id), q.Stream()}))
+// GetCall is Get as a call for a pipeline (script.Pipelined); GetReply reads its reply.
+func GetCall(q keys.Queue, id string) script.Call {
+	return script.Call{Script: getScript, Keys: []string{q.Job(id), q.Stream()}}
+}
+
+// GetReply reads the reply of a GetCall (see Get).
+func GetReply(cmd *redis.Cmd) (flat []string, found bool, err error) {
+	code, rest, err := script.Reply(cmd)
 	if err != nil || code == script.NotFound {
 		return nil, false, err
 	}
@@ -215,4 +219,10 @@ func Get(ctx context.Context, rdb redis.Scripter, q keys.Queue, id string) (flat
 		flat[i], _ = v.(string)
 	}
 	return flat, true, nil
+}
+
+// Get reads job id's record as a flat field/value list, with its payload and metadata from
+// its stream entry while it is in the stream; found is false when there is no such job.
+func Get(ctx context.Context, rdb redis.Scripter, q keys.Queue, id string) (flat []string, found bool, err error) {
+	return GetReply(getScript.Run(ctx, rdb, []string{q.Job(id), q.Stream()}))
 }
