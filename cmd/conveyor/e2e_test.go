@@ -46,6 +46,7 @@ func TestE2E(t *testing.T) {
 	t.Run("DemoRealRedis", func(t *testing.T) { t.Parallel(); testDemoRealRedis(t, c) })
 	t.Run("Cluster", func(t *testing.T) { t.Parallel(); testCluster(t, c.bin) })
 	t.Run("CrossQueueLookup", func(t *testing.T) { t.Parallel(); testCrossQueueLookup(t, c) })
+	t.Run("PublishDuplicates", func(t *testing.T) { t.Parallel(); testPublishDuplicates(t, c) })
 }
 
 // buildCLI builds the binary into the test's temporary directory. It is built without the
@@ -392,7 +393,8 @@ func testGarbage(t *testing.T, c *cli) {
 	require.Equal(t, 0, w.stop(t))
 }
 
-// (5) refused publishes exit 1 with a message and write nothing.
+// (5) refused publishes exit with a message and write nothing: 2 for an invalid flag value or
+// combination, 1 for a refusal by the system (the payload limit).
 func testRefusals(t *testing.T, c *cli) {
 	q := redistest.UniqueName(t)
 	big := filepath.Join(t.TempDir(), "big.json")
@@ -402,19 +404,19 @@ func testRefusals(t *testing.T, c *cli) {
 	require.NoError(t, os.WriteFile(malformed, []byte(`{"a":`), 0o600))
 
 	for _, tc := range []struct {
+		code int
 		msg  string
 		args []string
 	}{
-		{"--payload is not valid JSON", []string{"--type", "echo", "--payload", `{"a":1`}},
-		{"is not valid JSON", []string{"--type", "echo", "--payload", "@" + malformed}},
-		{pipeline.ErrPayloadTooLarge.Error(), []string{"--type", "echo", "--payload", "@" + big}},
-		{"empty job type", []string{"--type", ""}},
-		{"--delay must not be negative", []string{"--type", "echo", "--delay", "-5s"}},
-		{"--max-retries must not be negative", []string{"--type", "echo", "--max-retries", "-1"}},
-		{"--count must be at least 1", []string{"--type", "echo", "--count", "0"}},
-		{"--id names one job", []string{"--type", "echo", "--id", "x1", "--count", "2"}},
+		{2, "--payload is not valid JSON", []string{"--type", "echo", "--payload", `{"a":1`}},
+		{2, "is not valid JSON", []string{"--type", "echo", "--payload", "@" + malformed}},
+		{1, pipeline.ErrPayloadTooLarge.Error(), []string{"--type", "echo", "--payload", "@" + big}},
+		{2, "--delay must not be negative", []string{"--type", "echo", "--delay", "-5s"}},
+		{2, "--max-retries must not be negative", []string{"--type", "echo", "--max-retries", "-1"}},
+		{2, "--count must be at least 1", []string{"--type", "echo", "--count", "0"}},
+		{2, "--id names one job", []string{"--type", "echo", "--id", "x1", "--count", "2"}},
 	} {
-		c.refused(t, 1, tc.msg, append([]string{"publish", "--queue", q}, tc.args...)...)
+		c.refused(t, tc.code, tc.msg, append([]string{"publish", "--queue", q}, tc.args...)...)
 	}
 	// Usage errors exit 2.
 	c.refused(t, 2, "required flag --type not set", "publish", "--queue", q)

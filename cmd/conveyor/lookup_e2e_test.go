@@ -30,3 +30,33 @@ func testCrossQueueLookup(t *testing.T, c *cli) {
 	c.refused(t, 1, "not found in any known queue (searched alpha, beta)", in("cancel", "no-such-job")...)
 	c.refused(t, 1, `job `+id+` not found in queue "alpha"`, in("status", "--queue", "alpha", id)...)
 }
+
+// publish --id of an existing job: the same job is not published again (a note on stderr,
+// exit 0, "created":false with --json); another type or payload is refused (exit 1, saying
+// what differs, nothing written). The same with --unique. Before, every re-publish printed
+// the id and exited 0 silently.
+func testPublishDuplicates(t *testing.T, c *cli) {
+	q := redistest.UniqueName(t)
+	pub := func(args ...string) []string {
+		return append([]string{"publish", "--queue", q, "--type", "echo", "--payload", `{"n":1}`}, args...)
+	}
+	require.Equal(t, `{"id":"order-42","created":true}`+"\n", c.ok(t, pub("--id", "order-42", "--json")...))
+	r := c.run(t, pub("--id", "order-42")...)
+	require.Equal(t, 0, r.code, r.stderr)
+	require.Equal(t, "order-42\n", r.stdout)
+	require.Contains(t, r.stderr, "job order-42 not published again: it exists already, with the same type and payload")
+	require.Equal(t, `{"id":"order-42","created":false}`+"\n", c.ok(t, pub("--id", "order-42", "--json")...))
+
+	c.refused(t, 1, "job order-42 exists with a different payload", "publish", "--queue", q, "--type", "echo",
+		"--payload", `{"n":2}`, "--id", "order-42")
+	c.refused(t, 1, "job order-42 exists with a different type and payload", "publish", "--queue", q,
+		"--type", "sleep", "--payload", `{"ms":1}`, "--id", "order-42")
+	require.Equal(t, `{"n":1}`, string(c.status(t, "--queue", q, "order-42").Payload), "nothing was written")
+
+	held := c.publishOne(t, "--queue", q, "--type", "echo", "--unique", "u1", "--delay", "1h")
+	r = c.run(t, "publish", "--queue", q, "--type", "echo", "--payload", `{"other":true}`, "--unique", "u1")
+	require.Equal(t, 0, r.code, r.stderr)
+	require.Equal(t, held+"\n", r.stdout)
+	require.Contains(t, r.stderr, `it holds the unique key "u1"`)
+	require.EqualValues(t, 2, c.stats(t, "--queue", q).Enqueued)
+}

@@ -37,6 +37,8 @@ type publishFlags struct {
 	uniqueTTL  time.Duration
 	meta       []string
 
+	asJSON     bool
+
 	// set by the command from the flag set: which optional flags were given
 	payloadGiven, maxRetriesGiven, uniqueTTLGiven bool
 }
@@ -46,11 +48,18 @@ func newPublishCmd(a *app) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "publish --type T [--payload JSON | --payload @file]",
 		Short: "Publish jobs and print their ids, one per line",
-		Long: `Publish one job (or --count copies of it) and print each job's id on its own line.
+		Long: `Publish one job (or --count copies of it) and print each job's id on its own line
+(with --json, one {"id":..,"created":true|false} object per line).
 
 The payload must be JSON. Give it inline, as @path to read a file, or as @- to read standard
 input; without --payload the job has an empty payload. Nothing is written when any input is
-refused.`,
+refused.
+
+Publishing an --id that exists again is safe: when the job there has the same type and payload,
+nothing is written, a note on stderr says so, and the command exits 0 (its id is printed as
+usual, "created":false with --json). When that job has another type or payload, the publish is
+refused: exit 1, saying what differs. A --unique key that a live job holds works the same way
+(that job's id is printed), whatever its payload.`,
 		Example: `  conveyor publish --type echo --payload '{"hello":"world"}'
   conveyor publish --queue emails --type http --payload @hook.json --max-retries 10
   conveyor publish --type sleep --payload '{"ms":500}' --delay 1m --count 100`,
@@ -68,12 +77,13 @@ refused.`,
 	f.StringVarP(&pf.payload, "payload", "p", "", "JSON payload, or @file, or @- for standard input")
 	f.DurationVar(&pf.delay, "delay", 0, "run the job this long from now instead of at once")
 	f.IntVar(&pf.maxRetries, "max-retries", pipeline.DefaultMaxRetries, "retries after a failed attempt before the job goes to the dead set")
-	f.StringVar(&pf.id, "id", "", "job id instead of a generated one (publishing an existing id returns that job)")
+	f.StringVar(&pf.id, "id", "", "job id instead of a generated one (an existing id with the same job: nothing new; with another: refused)")
 	f.IntVarP(&pf.count, "count", "n", 1, "publish this many copies of the job")
 	f.DurationVar(&pf.timeout, "timeout", 0, "bound each attempt's run time (0: no bound)")
 	f.StringVar(&pf.unique, "unique", "", "de-duplication key: while a live job holds it, publish returns that job")
 	f.DurationVar(&pf.uniqueTTL, "unique-ttl", defaultUniqueTTL, "how long --unique holds its key at most")
 	f.StringArrayVar(&pf.meta, "meta", nil, "metadata pair key=value (repeatable)")
+	f.BoolVar(&pf.asJSON, "json", false, `print one {"id":..,"created":true|false} object per job`)
 	_ = cmd.MarkFlagRequired("type")
 	return cmd
 }
@@ -88,7 +98,7 @@ type publishRequest struct {
 // request validates the flags and reads the payload; it touches no Redis.
 func (pf *publishFlags) request(stdin io.Reader) (*publishRequest, error) {
 	var errs []error
-	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
+	bad := func(format string, args ...any) { errs = append(errs, usageErrorf(format, args...)) }
 	if pf.count < 1 {
 		bad("--count must be at least 1, not %d", pf.count)
 	}
@@ -114,7 +124,7 @@ func (pf *publishFlags) request(stdin io.Reader) (*publishRequest, error) {
 	}
 	md, err := parseMeta(pf.meta)
 	if err != nil {
-		errs = append(errs, err)
+		errs = append(errs, usageError{err})
 	}
 	if len(errs) > 0 {
 		return nil, errors.Join(errs...)
@@ -122,7 +132,10 @@ func (pf *publishFlags) request(stdin io.Reader) (*publishRequest, error) {
 	var payload []byte
 	if pf.payloadGiven {
 		if payload, err = readPayload(pf.payload, stdin, pipeline.DefaultMaxPayloadBytes); err != nil {
-			return nil, err
+			if errors.Is(err, pipeline.ErrPayloadTooLarge) {
+				return nil, err // a refusal by the system's limit, not a usage error
+			}
+			return nil, usageError{err}
 		}
 	}
 
@@ -171,14 +184,46 @@ func (a *app) publish(cmd *cobra.Command, pf *publishFlags) error {
 			if published > 0 {
 				return fmt.Errorf("after %d jobs were published: %w", published, err)
 			}
+			if errors.Is(err, pipeline.ErrConflict) {
+				return fmt.Errorf("%w; nothing was published (publish the same type and payload, or another --id)", unwrapConflict(err))
+			}
 			return err
 		}
 		for _, j := range jobs {
+			if j.Duplicate {
+				what := "it exists already, with the same type and payload"
+				if pf.unique != "" && j.ID != pf.id {
+					what = fmt.Sprintf("it holds the unique key %q", pf.unique)
+				}
+				fmt.Fprintf(a.stderr, "conveyor: job %s not published again: %s\n", j.ID, what)
+			}
+			if pf.asJSON {
+				if err := writeJSON(out, publishedJob{ID: j.ID, Created: !j.Duplicate}); err != nil {
+					return err
+				}
+				continue
+			}
 			fmt.Fprintln(out, j.ID)
 		}
 		published += len(jobs)
 	}
 	return out.Flush()
+}
+
+// publishedJob is a line of publish --json.
+type publishedJob struct {
+	ID      string `json:"id"`
+	Created bool   `json:"created"`
+}
+
+// unwrapConflict strips a batch task's position from a conflict error: publish sends one job.
+func unwrapConflict(err error) error {
+	msg := err.Error()
+	if _, rest, ok := strings.Cut(msg, "task 0: "); ok {
+		msg = rest
+	}
+	msg = strings.TrimPrefix(msg, pipeline.ErrConflict.Error()+": ")
+	return errors.New(msg)
 }
 
 // readPayload turns the --payload argument into a job payload: "@path" is the file's content,
