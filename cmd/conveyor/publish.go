@@ -37,7 +37,7 @@ type publishFlags struct {
 	uniqueTTL  time.Duration
 	meta       []string
 
-	asJSON     bool
+	asJSON bool
 
 	// set by the command from the flag set: which optional flags were given
 	payloadGiven, maxRetriesGiven, uniqueTTLGiven bool
