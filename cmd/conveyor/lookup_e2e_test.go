@@ -25,6 +25,8 @@ func testCrossQueueLookup(t *testing.T, c *cli) {
 	require.Contains(t, c.ok(t, in("status", id)...), "beta")
 
 	require.Equal(t, "canceled "+id+" in queue beta\n", c.ok(t, in("cancel", id)...))
+	other := c.publishOne(t, in("--queue", "alpha", "--type", "echo", "--delay", "1h")...)
+	require.Equal(t, `{"id":"`+other+`","queue":"alpha","canceled":true}`+"\n", c.ok(t, in("cancel", other, "--json")...))
 
 	c.refused(t, 1, "not found in any known queue (searched alpha, beta)", in("status", "no-such-job")...)
 	c.refused(t, 1, "not found in any known queue (searched alpha, beta)", in("cancel", "no-such-job")...)
