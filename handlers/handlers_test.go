@@ -513,7 +513,9 @@ func TestHTTPTransportErrors(t *testing.T) {
 		require.NoError(t, err)
 		addr := ln.Addr().String()
 		require.NoError(t, ln.Close())
-		_, err = HTTP(nil)(context.Background(), job(TypeHTTP, `{"url":"http://`+addr+`/"}`))
+		g, err := NewGuard("127.0.0.1") // the default Guard refuses loopback before dialing
+		require.NoError(t, err)
+		_, err = HTTP(g.Client(DefaultHTTPTimeout))(context.Background(), job(TypeHTTP, `{"url":"http://`+addr+`/"}`))
 		checkErr(t, retryable, err)
 	})
 	t.Run("context cancelled", func(t *testing.T) {

@@ -29,8 +29,12 @@ const (
 	maxErrorBody = 256
 )
 
-// defaultHTTPClient is the client of HTTP(nil).
-var defaultHTTPClient = &http.Client{Timeout: DefaultHTTPTimeout}
+// defaultHTTPClient is the client of HTTP(nil): guarded (see Guard), so that the handler
+// reaches no loopback, private or link-local address unless allowed.
+var defaultHTTPClient = func() *http.Client {
+	g, _ := NewGuard()
+	return g.Client(DefaultHTTPTimeout)
+}()
 
 // httpPayload is the payload of the "http" handler.
 type httpPayload struct {
@@ -50,7 +54,10 @@ type httpResult struct {
 // ({"url":"...","method":"POST","body":...,"headers":{"k":"v"}}, see the package
 // documentation) with client and the job's context, and returns {"status":code,"body":"..."}
 // with the first 64 KiB of the response body (at most 1 MiB of it is read). A nil client means
-// a shared client with a DefaultHTTPTimeout timeout.
+// a shared client with a DefaultHTTPTimeout timeout whose connections a default Guard checks:
+// it refuses loopback, private, link-local and unspecified destinations (pass a Guard's
+// Client to allow some). A destination the client's Guard refuses is a pipeline.SkipRetry
+// error.
 //
 // A payload it cannot use (not JSON, no url, a scheme other than http and https, a bad method
 // or header) and a 4xx answer other than 408 and 429 are pipeline.SkipRetry errors; any other
@@ -66,6 +73,9 @@ func HTTP(client *http.Client) pipeline.HandlerFunc {
 		}
 		resp, err := client.Do(req)
 		if err != nil {
+			if errors.Is(err, ErrDestinationRefused) {
+				return nil, pipeline.SkipRetry(fmt.Errorf("http: %w", err))
+			}
 			return nil, fmt.Errorf("http: %w", err)
 		}
 		defer resp.Body.Close()

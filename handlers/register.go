@@ -2,6 +2,7 @@ package handlers
 
 import (
 	"maps"
+	"net/http"
 	"slices"
 
 	"github.com/conveyorq/conveyor/pipeline"
@@ -32,8 +33,24 @@ func All() map[string]pipeline.HandlerFunc {
 }
 
 // Register registers every handler of All on r, in the order of their type names.
-func Register(r pipeline.Registrar) {
+func Register(r pipeline.Registrar) { RegisterWith(r, Options{}) }
+
+// Options configure AllWith and RegisterWith.
+type Options struct {
+	// HTTPClient is the client of the "http" handler (see HTTP); nil: the guarded default.
+	HTTPClient *http.Client
+}
+
+// AllWith is All with the handlers configured by o.
+func AllWith(o Options) map[string]pipeline.HandlerFunc {
 	all := All()
+	all[TypeHTTP] = HTTP(o.HTTPClient)
+	return all
+}
+
+// RegisterWith registers every handler of AllWith(o) on r, in the order of their type names.
+func RegisterWith(r pipeline.Registrar, o Options) {
+	all := AllWith(o)
 	for _, name := range slices.Sorted(maps.Keys(all)) {
 		r.Handle(name, all[name])
 	}
