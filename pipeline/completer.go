@@ -414,7 +414,7 @@ func (c *completer) write(ctx context.Context, batch []transition) ([]transition
 					if c.refused[t.Entry]++; c.refused[t.Entry] >= maxPermanentTries {
 						delete(c.refused, t.Entry)
 						c.log.Error().Err(err).Str("job_id", t.ID).Stringer("op", t.Op).
-							Msg("giving up on a job outcome that Redis refuses as malformed; the job will be recovered")
+							Msg("giving up on a job outcome that cannot be written; the job will be recovered")
 						continue
 					}
 				}
@@ -455,6 +455,9 @@ func groupByQueue(batch []transition) [][]transition {
 // other error may pass by itself: a connection error or timeout, an out-of-memory refusal, a
 // server that is loading, busy or read-only after a failover, a cluster that is resharding.
 func permanent(err error) bool {
+	if errors.Is(err, redis.ErrClosed) {
+		return true // the worker's own client was closed: no try can go through
+	}
 	var rerr redis.Error
 	if !errors.As(err, &rerr) {
 		return false // network errors, timeouts

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -29,7 +30,9 @@ func init() { addCommand(newDemoCmd) }
 const (
 	demoWorkers     = 3
 	demoConcurrency = 4
-	demoDeadline    = 12 * time.Second // for all jobs to finish
+	demoDeadline    = 15 * time.Second // for all jobs to finish
+	// demoVisibility is short so that the jobs of the worker the demo kills come back soon.
+	demoVisibility = 1500 * time.Millisecond
 )
 
 var demoBackoff = pipeline.Backoff{Base: 100 * time.Millisecond, Max: time.Second}
@@ -138,7 +141,7 @@ func (a *app) demo(ctx context.Context, logs zerolog.Logger) (err error) {
 
 func (d *demoRun) run(ctx context.Context) error {
 	start := time.Now()
-	workers, attempts, stop, err := d.startWorkers(ctx)
+	workers, attempts, kill, stop, err := d.startWorkers(ctx)
 	if err != nil {
 		return err
 	}
@@ -160,7 +163,12 @@ func (d *demoRun) run(ctx context.Context) error {
 	}
 	fmt.Fprintf(d.out, "Published %d jobs: %s.\n", len(jobs), strings.Join(parts, ", "))
 
+	killed := make(chan killReport, 1)
+	kctx, kcancel := context.WithCancel(ctx)
+	go func() { killed <- d.killOne(kctx, kill) }()
 	watchErr := d.watch(ctx, len(jobs))
+	kcancel()
+	report := <-killed
 	stop() // workers drain and return
 	if ctx.Err() != nil {
 		return errors.New("demo interrupted")
@@ -173,22 +181,82 @@ func (d *demoRun) run(ctx context.Context) error {
 		}
 		final = append(final, got)
 	}
-	d.summary(final, workers, attempts, published, start)
+	d.summary(final, workers, attempts, published, start, report)
 	return watchErr
 }
 
+// killReport says which worker the demo killed, when, and what it held.
+type killReport struct {
+	worker string
+	after  time.Duration
+	held   int
+}
+
+// demoVictim is the worker the demo kills, to show recovery.
+const demoVictim = 2
+
+// killOne waits until the victim worker holds jobs once the delayed sleep jobs are due (so
+// that it dies mid-run, in the thick of it), then kills it as a crash would: its connection to
+// Redis goes first, so it cannot put its jobs back or write their outcomes; its leases expire
+// and the other workers recover the jobs after the visibility timeout. It gives up when ctx
+// ends (every job finished first).
+func (d *demoRun) killOne(ctx context.Context, kill func(i int)) killReport {
+	in := pipeline.NewInspector(d.client.Redis(), pipeline.InspectorConfig{Prefix: d.client.Prefix()})
+	victim := fmt.Sprintf("demo-worker-%d", demoVictim)
+	start := time.Now()
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return killReport{}
+		case <-tick.C:
+		}
+		if time.Since(start) < 600*time.Millisecond {
+			continue // the first sleep jobs are due at 500ms
+		}
+		page, err := in.List(ctx, d.queue, pipeline.StatusInProgress, pipeline.Page{Limit: 100})
+		if err != nil {
+			continue
+		}
+		held := 0
+		for _, j := range page.Jobs {
+			if l, ok := page.Leases[j.ID]; ok && l.Worker == victim {
+				held++
+			}
+		}
+		if held > 0 {
+			kill(demoVictim)
+			return killReport{worker: victim, after: time.Since(start), held: held}
+		}
+	}
+}
+
 // startWorkers runs demoWorkers workers, each on its own connection, and waits until they
-// consume. stop cancels them and waits for them to drain.
-func (d *demoRun) startWorkers(ctx context.Context) (names []string, attempts []*atomic.Int64, stop func(), err error) {
+// consume. kill(i) crashes worker i (see killOne); stop cancels the others and waits for them to
+// drain.
+func (d *demoRun) startWorkers(ctx context.Context) (names []string, attempts []*atomic.Int64, kill func(int), stop func(), err error) {
 	wctx, cancel := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	stop = sync.OnceFunc(func() { cancel(); wg.Wait() })
 	var ready []<-chan struct{}
+	var conns []redis.UniversalClient
+	var cancels []context.CancelFunc
+	kill = func(i int) {
+		_ = conns[i-1].Close()
+		cancels[i-1]()
+	}
 	for i := 1; i <= demoWorkers; i++ {
 		rdb, err := d.open()
 		if err != nil {
 			stop()
-			return nil, nil, nil, err
+			return nil, nil, nil, nil, err
+		}
+		ictx, icancel := context.WithCancel(wctx)
+		conns, cancels = append(conns, rdb), append(cancels, icancel)
+		logs := d.logs
+		if i == demoVictim {
+			logs = zerolog.Nop() // what it says once killed (no Redis) is the demo's point, not news
 		}
 		w := pipeline.NewWorker(rdb, pipeline.WorkerConfig{
 			Queues:            []string{d.queue},
@@ -196,17 +264,17 @@ func (d *demoRun) startWorkers(ctx context.Context) (names []string, attempts []
 			Name:              fmt.Sprintf("demo-worker-%d", i),
 			Concurrency:       demoConcurrency,
 			Backoff:           demoBackoff,
-			VisibilityTimeout: 5 * time.Second,
-			RecoveryInterval:  time.Second,
+			VisibilityTimeout: demoVisibility,
+			RecoveryInterval:  200 * time.Millisecond,
 			ShutdownTimeout:   2 * time.Second,
-			Logger:            d.logs,
+			Logger:            logs,
 		})
 		n := new(atomic.Int64)
 		handlers.Register(countAttempts{w, n})
 		names, attempts = append(names, w.Name()), append(attempts, n)
 		ready = append(ready, w.Ready())
 		wg.Go(func() {
-			if err := w.Run(wctx); err != nil {
+			if err := w.Run(ictx); err != nil {
 				d.logs.Error().Err(err).Str("worker", w.Name()).Msg("demo worker stopped")
 			}
 		})
@@ -217,13 +285,13 @@ func (d *demoRun) startWorkers(ctx context.Context) (names []string, attempts []
 		case <-r:
 		case <-timeout:
 			stop()
-			return nil, nil, nil, errors.New("the demo's workers did not start within 10s")
+			return nil, nil, nil, nil, errors.New("the demo's workers did not start within 10s")
 		case <-ctx.Done():
 			stop()
-			return nil, nil, nil, errors.New("demo interrupted")
+			return nil, nil, nil, nil, errors.New("demo interrupted")
 		}
 	}
-	return names, attempts, stop, nil
+	return names, attempts, kill, stop, nil
 }
 
 // countAttempts registers handlers that count the attempts they run.
@@ -302,7 +370,7 @@ func (d *demoRun) watch(ctx context.Context, total int) error {
 }
 
 // summary prints what happened: jobs by type, by status and by worker, and the time it took.
-func (d *demoRun) summary(jobs []*pipeline.Job, workers []string, attempts []*atomic.Int64, published, start time.Time) {
+func (d *demoRun) summary(jobs []*pipeline.Job, workers []string, attempts []*atomic.Int64, published, start time.Time, killed killReport) {
 	type row struct{ jobs, completed, failed, attempts int }
 	byType := map[string]*row{}
 	byStatus := map[pipeline.Status]int{}
@@ -384,9 +452,26 @@ func (d *demoRun) summary(jobs []*pipeline.Job, workers []string, attempts []*at
 	t = newTable(w)
 	fmt.Fprintln(t, "  WORKER\tATTEMPTS RUN\tJOBS IT FINISHED")
 	for i, name := range workers {
-		fmt.Fprintf(t, "  %s\t%d\t%d\n", name, attempts[i].Load(), lastRan[name])
+		note := ""
+		if name == killed.worker {
+			note = "  (killed)"
+		}
+		fmt.Fprintf(t, "  %s\t%d\t%d%s\n", name, attempts[i].Load(), lastRan[name], note)
 	}
 	_ = t.Flush()
+	if killed.worker != "" {
+		recovered := 0
+		for _, j := range jobs {
+			if strings.Contains(j.LastError, "lost: worker "+killed.worker) {
+				recovered++
+			}
+		}
+		fmt.Fprintf(w, "\nRecovery: %s was killed %s after publishing, holding %s. Its leases expired and\n"+
+			"the other workers recovered %s after the %s visibility timeout (each lost run counts\n"+
+			"as an attempt); none was lost.\n",
+			killed.worker, killed.after.Round(10*time.Millisecond), plural(killed.held, "job"),
+			plural(recovered, "job"), demoVisibility)
+	}
 
 	elapsed := time.Since(start).Round(10 * time.Millisecond)
 	if !last.IsZero() {
@@ -426,6 +511,14 @@ func deleteQueue(ctx context.Context, rdb redis.UniversalClient, prefix, queue s
 		return nil
 	}
 	return err
+}
+
+// plural says "1 job", "3 jobs".
+func plural(n int, noun string) string {
+	if n == 1 {
+		return "1 " + noun
+	}
+	return strconv.Itoa(n) + " " + noun + "s"
 }
 
 func randomHex(n int) string {
