@@ -67,6 +67,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/conveyorq/conveyor/internal/keys"
+	"github.com/conveyorq/conveyor/internal/outage"
 	"github.com/conveyorq/conveyor/internal/script"
 )
 
@@ -130,7 +131,16 @@ type Scheduler struct {
 	cfg Config // with the defaults filled in
 	err error  // from cfg.Validate, before the defaults
 	log zerolog.Logger
+	// outage paces the retries and error lines of failing promotions: one line per backoff
+	// step for all the queues, and one when a promotion goes through again.
+	outage outage.Spell
 }
+
+// Bounds of the backoff of failing promotions.
+const (
+	minRetryWait = 100 * time.Millisecond
+	maxRetryWait = 2 * time.Second
+)
 
 // New returns a Scheduler for the queues in cfg. An unusable cfg (see Config.Validate) makes
 // every Run and Promote return its error.
@@ -140,7 +150,8 @@ func New(rdb redis.UniversalClient, cfg Config) *Scheduler {
 	cfg.BatchSize = cmp.Or(cfg.BatchSize, DefaultBatchSize)
 	cfg.MaxSleep = cmp.Or(cfg.MaxSleep, DefaultMaxSleep)
 	return &Scheduler{rdb: rdb, cfg: cfg, err: err,
-		log: cfg.Logger.With().Str("component", "scheduler").Logger()}
+		log:    cfg.Logger.With().Str("component", "scheduler").Logger(),
+		outage: outage.Spell{Min: min(minRetryWait, cfg.MaxSleep), Max: maxRetryWait}}
 }
 
 // Promote moves up to BatchSize jobs of queue that are due by Redis's clock into its stream.
@@ -255,10 +266,21 @@ func (s *Scheduler) promoteDue(ctx context.Context, queue string, offset *time.D
 		start := time.Now()
 		moved, next, redisNow, err := s.promote(ctx, queue, s.cfg.BatchSize)
 		if err != nil {
-			if ctx.Err() == nil {
-				s.log.Error().Err(err).Str("queue", queue).Msg("promote due jobs")
+			now := time.Now()
+			if ctx.Err() != nil {
+				return now
 			}
-			return time.Now().Add(min(s.cfg.MaxSleep, 500*time.Millisecond))
+			step := s.outage.Failed(now)
+			if step.Log {
+				s.log.Error().Err(err).Str("queue", queue).Dur("retry_in", step.Wait.Round(time.Millisecond)).
+					Int("tries", step.Tries).Dur("failing_for", step.FailingFor.Round(time.Millisecond)).
+					Msg("promote due jobs")
+			}
+			return now.Add(step.Wait)
+		}
+		if lasted, ended := s.outage.OK(time.Now()); ended {
+			lasted = lasted.Round(time.Millisecond)
+			s.log.Info().Dur("after", lasted).Msg("reconnected to Redis after " + lasted.String())
 		}
 		*offset = redisNow.Sub(start)
 		if moved > 0 {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/conveyorq/conveyor/internal/jobstate"
 	"github.com/conveyorq/conveyor/internal/keys"
+	"github.com/conveyorq/conveyor/internal/outage"
 	"github.com/conveyorq/conveyor/internal/script"
 )
 
@@ -53,21 +54,16 @@ type completer struct {
 	stop    chan struct{}
 	done    chan struct{}
 	closed  bool           // close was called: outcomes arriving now cannot be written
-	outage  outage         // the current spell of failing writes, if any
 	refused map[string]int // by entry: writes Redis refused as malformed (rare; see write)
+
+	// outage is the current spell of writes that Redis refused or that did not reach it. The
+	// writers share its backoff, so a spell logs one line per backoff step however many
+	// writers retry.
+	outage outage.Spell
 
 	// onTrouble, when set, is told when writes start failing (true) and when they go through
 	// again (false): the worker stops reading new jobs meanwhile.
 	onTrouble func(bool)
-}
-
-// outage is a spell of writes that Redis refused or that did not reach it. The writers share
-// one backoff, so a spell logs one line per backoff step however many writers retry.
-type outage struct {
-	since   time.Time     // zero while writes go through
-	backoff time.Duration // the current wait between tries
-	next    time.Time     // when the next try is due
-	tries   int
 }
 
 // Bounds of the writers' shared backoff while writes fail.
@@ -92,6 +88,7 @@ func newCompleter(rdb redis.UniversalClient, cfg jobstate.FinishConfig, interval
 		slots:  max(1, slots),
 		log:    log.With().Str("component", "completer").Logger(),
 		starts: make(map[string]startMark),
+		outage: outage.Spell{Min: minWriteBackoff, Max: maxWriteBackoff},
 		arm:    make(chan struct{}, 1),
 		full:   make(chan struct{}, 1),
 		stop:   make(chan struct{}),
@@ -138,7 +135,7 @@ func (c *completer) finish(t transition) <-chan struct{} {
 		// A handler that outlived shutdown: its entry was put back or will be recovered, and
 		// nobody writes any more, so there is nothing to wait for.
 		c.mu.Unlock()
-		c.log.Warn().Str("job_id", t.ID).Stringer("op", t.Op).
+		transitionEvent(c.log.Warn(), t).
 			Msg("job outcome arrived after the worker shut down; it is not written and the job will run again")
 		return closedChan
 	}
@@ -326,44 +323,27 @@ func (c *completer) flush(ctx context.Context, all bool) (wait time.Duration) {
 
 // failed records a failed write of n outcomes and returns how long to wait before the next try.
 func (c *completer) failed(err error, n int) time.Duration {
-	c.mu.Lock()
-	o := &c.outage
-	now := time.Now()
-	begins := o.since.IsZero()
-	step := begins || !now.Before(o.next)
-	if begins {
-		o.since, o.backoff = now, minWriteBackoff
-	} else if step {
-		o.backoff = min(2*o.backoff, maxWriteBackoff)
-	}
-	if step {
-		o.tries++
-		o.next = now.Add(o.backoff)
-	}
-	wait, tries, since := o.next.Sub(now), o.tries, o.since
-	c.mu.Unlock()
-	if step {
-		c.log.Error().Err(err).Int("outcomes_waiting", n).Int("tries", tries).
-			Dur("failing_for", now.Sub(since).Round(time.Millisecond)).Dur("retry_in", wait).
+	step := c.outage.Failed(time.Now())
+	if step.Log {
+		c.log.Error().Err(err).Int("outcomes_waiting", n).Int("tries", step.Tries).
+			Dur("failing_for", step.FailingFor.Round(time.Millisecond)).Dur("retry_in", step.Wait.Round(time.Millisecond)).
 			Msg("cannot write job outcomes; their jobs stay held and new jobs wait until Redis takes writes again")
 	}
-	if begins && c.onTrouble != nil {
-		c.onTrouble(true)
+	if step.Log && step.Tries == 1 && c.onTrouble != nil {
+		c.onTrouble(true) // the spell begins
 	}
-	return wait
+	return step.Wait
 }
 
 // wrote records a write that went through, which ends a spell of failures.
 func (c *completer) wrote() {
-	c.mu.Lock()
-	o := c.outage
-	c.outage = outage{}
-	c.mu.Unlock()
-	if o.since.IsZero() {
+	lasted, ended := c.outage.OK(time.Now())
+	if !ended {
 		return
 	}
-	c.log.Info().Dur("after", time.Since(o.since).Round(time.Millisecond)).Int("tries", o.tries).
-		Msg("job outcomes written again; reading new jobs")
+	lasted = lasted.Round(time.Millisecond)
+	c.log.Info().Dur("after", lasted).
+		Msg("reconnected to Redis after " + lasted.String() + "; job outcomes written again, reading new jobs")
 	if c.onTrouble != nil {
 		c.onTrouble(false)
 	}
@@ -413,7 +393,7 @@ func (c *completer) write(ctx context.Context, batch []transition) ([]transition
 					}
 					if c.refused[t.Entry]++; c.refused[t.Entry] >= maxPermanentTries {
 						delete(c.refused, t.Entry)
-						c.log.Error().Err(err).Str("job_id", t.ID).Stringer("op", t.Op).
+						transitionEvent(c.log.Error().Err(err), t).
 							Msg("giving up on a job outcome that cannot be written; the job will be recovered")
 						continue
 					}
@@ -426,12 +406,19 @@ func (c *completer) write(ctx context.Context, batch []transition) ([]transition
 			// Refusals are counted by finish.lua in the queue's stats (refused). A start
 			// mark that came too late (the job finished or moved on) is not a refusal.
 			if t := groups[i][k]; code == script.Refused && t.Op != jobstate.OpStart {
-				c.log.Info().Str("job_id", t.ID).Str("entry", t.Entry).Stringer("op", t.Op).
+				transitionEvent(c.log.Info(), t).Str("entry", t.Entry).
 					Msg("transition refused: the job moved on (recovered, canceled or finished elsewhere)")
 			}
 		}
 	}
 	return retry, first
+}
+
+// transitionEvent adds the fields of every job line (queue, job_id, type, attempt) and the
+// transition's op.
+func transitionEvent(e *zerolog.Event, t transition) *zerolog.Event {
+	return e.Str("queue", t.Queue.Name()).Str("job_id", t.ID).Str("type", t.Type).Int("attempt", t.Attempt).
+		Stringer("op", t.Op)
 }
 
 // groupByQueue splits transitions by queue, keeping their order within each queue.

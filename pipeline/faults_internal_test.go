@@ -78,7 +78,7 @@ func TestWorkerStopsReadingWhileWritesFail(t *testing.T) {
 	require.Eventually(t, func() bool {
 		w.comp.mu.Lock()
 		defer w.comp.mu.Unlock()
-		return !w.comp.outage.since.IsZero()
+		return w.comp.outage.Failing()
 	}, 5*time.Second, time.Millisecond)
 	var later []string
 	for range 5 {

@@ -17,6 +17,7 @@ import (
 	"github.com/conveyorq/conveyor/delayed"
 	"github.com/conveyorq/conveyor/internal/jobstate"
 	"github.com/conveyorq/conveyor/internal/keys"
+	"github.com/conveyorq/conveyor/internal/outage"
 	"github.com/conveyorq/conveyor/internal/script"
 	"github.com/conveyorq/conveyor/recovery"
 	"github.com/conveyorq/conveyor/stream"
@@ -269,6 +270,19 @@ func (w *Worker) Use(mw ...message.HandlerMiddleware) {
 // Ready is closed once the worker is consuming.
 func (w *Worker) Ready() <-chan struct{} { return w.ready }
 
+// Running counts the jobs whose handlers run now (their messages were handed to the router
+// and have not settled): what a shutdown waits for, up to ShutdownTimeout. It is 0 before Run
+// consumes and once it has returned.
+func (w *Worker) Running() int {
+	w.mu.Lock()
+	sub := w.sub
+	w.mu.Unlock()
+	if sub == nil {
+		return 0
+	}
+	return sub.Running()
+}
+
 // Run consumes until ctx ends, then shuts down gracefully: it stops reading, waits up to
 // ShutdownTimeout for running jobs, cancels and puts back those still running, writes every
 // pending transition, and returns nil. It runs the delayed scheduler and a recoverer per queue
@@ -295,7 +309,8 @@ func (w *Worker) Run(ctx context.Context) error {
 		return err
 	}
 
-	wlog := WatermillLogger(w.log)
+	w.warnSharedName(ctx)
+	wlog := WatermillLogger(w.log.With().Str("component", "router").Logger())
 	sub, err := stream.NewSubscriber(stream.Config{
 		Client:        w.rdb,
 		Group:         keys.Group,
@@ -307,7 +322,7 @@ func (w *Worker) Run(ctx context.Context) error {
 		ManualSettle:  true,
 		CloseTimeout:  w.cfg.ShutdownTimeout,
 		OnRelease:     w.release,
-		Logger:        wlog,
+		Logger:        subscriberLogger(w.log.With().Str("component", "subscriber").Logger()),
 	})
 	if err != nil {
 		return err
@@ -332,8 +347,8 @@ func (w *Worker) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	w.sub = sub
 	w.mu.Lock()
+	w.sub = sub
 	router.AddMiddleware(w.settleAfter) // outermost: it sees whatever the chain did
 	router.AddMiddleware(w.middleware...)
 	w.mu.Unlock()
@@ -378,6 +393,30 @@ func (w *Worker) Run(ctx context.Context) error {
 	return nil
 }
 
+// warnSharedName warns when this worker's name is the consumer name of a worker that was
+// active in one of its queues within the visibility timeout: two live workers sharing a name
+// take each other's entries for orphans of their own lost reads (see package stream), and
+// their renewals keep each other's jobs alive. A worker that stopped within that time (a
+// restart with a fixed name) looks the same, hence a warning and not a refusal. Errors (no
+// group yet) are ignored: this is advice.
+func (w *Worker) warnSharedName(ctx context.Context) {
+	for _, name := range w.cfg.Queues {
+		q := keys.New(w.cfg.Prefix, name)
+		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		consumers, err := w.rdb.XInfoConsumers(cctx, q.Stream(), keys.Group).Result()
+		cancel()
+		if err != nil {
+			continue
+		}
+		for _, c := range consumers {
+			if c.Name == w.cfg.Name && c.Idle < w.cfg.VisibilityTimeout {
+				w.log.Warn().Str("queue", name).Dur("last_active", c.Idle.Round(time.Millisecond)).Int64("pending", c.Pending).
+					Msg("another worker with this name was active in the queue just now; if it still runs, the two take each other's jobs: give every worker its own name")
+			}
+		}
+	}
+}
+
 // settleAfter frees a job's slot once the whole middleware chain has returned (the subscriber
 // runs in ManualSettle mode: the slot is held until the job's outcome is written, which
 // handleMessage waits for). It returns no error, so the router does nothing more with the
@@ -415,7 +454,7 @@ func keepOnStack([]byte) {}
 // them), or ctx ends. An outage is waited out; a refusal (wrong password, an ACL that lacks a
 // command, a misconfigured server) is returned at once, since waiting cannot fix it.
 func (w *Worker) waitForRedis(ctx context.Context) error {
-	backoff := 100 * time.Millisecond
+	spell := outage.Spell{Min: 100 * time.Millisecond, Max: 5 * time.Second}
 	for {
 		err := w.rdb.Ping(ctx).Err()
 		if err == nil {
@@ -429,6 +468,10 @@ func (w *Worker) waitForRedis(ctx context.Context) error {
 			}
 		}
 		if err == nil {
+			if lasted, waited := spell.OK(time.Now()); waited {
+				lasted = lasted.Round(time.Millisecond)
+				w.log.Info().Dur("after", lasted).Msg("connected to Redis after " + lasted.String())
+			}
 			return nil
 		}
 		if ctx.Err() != nil {
@@ -437,13 +480,14 @@ func (w *Worker) waitForRedis(ctx context.Context) error {
 		if permanent(err) || redis.HasErrorPrefix(err, "WRONGPASS") || redis.HasErrorPrefix(err, "NOAUTH") {
 			return fmt.Errorf("pipeline: redis refused the worker: %w", err)
 		}
-		w.log.Warn().Err(err).Dur("retry_in", backoff).Msg("redis unavailable")
+		step := spell.Failed(time.Now())
+		w.log.Warn().Err(err).Dur("retry_in", step.Wait.Round(time.Millisecond)).Int("tries", step.Tries).
+			Dur("failing_for", step.FailingFor.Round(time.Millisecond)).Msg("cannot reach Redis; waiting for it")
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
-		case <-time.After(backoff):
+		case <-time.After(step.Wait):
 		}
-		backoff = min(2*backoff, 5*time.Second)
 	}
 }
 
@@ -459,7 +503,7 @@ func (w *Worker) handleMessage(msg *message.Message) error {
 	// grows once; a deeper path would make Go copy it again.
 	q, ok := w.queues[msg.Metadata[stream.StreamKey]]
 	if !ok {
-		w.log.Error().Str("stream", msg.Metadata[stream.StreamKey]).Msg("message from an unknown stream")
+		w.log.Error().Str("stream", msg.Metadata[stream.StreamKey]).Str("job_id", msg.UUID).Msg("message from an unknown stream")
 		return nil
 	}
 	if reason, bad := msg.Metadata[stream.PoisonKey]; bad {
@@ -543,7 +587,7 @@ func (w *Worker) refused(msg *message.Message, err error) {
 		return
 	}
 	j := jobFromMessage(q.Name(), msg)
-	w.log.Warn().Err(err).Str("job_id", j.ID).Str("type", j.Type).Msg("a middleware refused the job; counted as a failed attempt")
+	jobEvent(w.log.Warn().Err(err), j).Msg("a middleware refused the job; counted as a failed attempt")
 	_ = w.outcome(msg.Context(), q, j, time.Now(), nil, fmt.Errorf("refused by middleware: %w", err))
 }
 
@@ -559,8 +603,7 @@ func (w *Worker) outcome(ctx context.Context, q *keys.Queue, j *Job, start time.
 			if errors.Is(cause, stream.ErrLeaseLost) {
 				jerr.Outcome = w.lostWhy(q, j)
 			}
-			w.log.Info().Str("job_id", j.ID).Str("type", j.Type).Stringer("outcome", jerr.Outcome).
-				Msg("job attempt abandoned")
+			jobEvent(w.log.Info(), j).Stringer("outcome", jerr.Outcome).Msg("job attempt abandoned")
 			return jerr
 		}
 	}
@@ -573,23 +616,24 @@ func (w *Worker) outcome(ctx context.Context, q *keys.Queue, j *Job, start time.
 		reason := fmt.Sprintf("result of %d bytes exceeds the limit of %d", len(result), w.cfg.MaxResultBytes)
 		t = jobstate.Dead(q, j.ID, j.Entry, j.Attempt, started, finished, reason)
 		jerr = &JobError{Outcome: OutcomeDead, Err: errors.New(reason)}
+		jobEvent(w.log.Warn(), j).Str("reason", reason).Msg("job failed for good; sent to the dead set")
 	case err == nil:
 		t = jobstate.Done(q, j.ID, j.Entry, j.Attempt, started, finished, string(result))
-		w.log.Debug().Str("job_id", j.ID).Str("type", j.Type).Dur("took", end.Sub(start)).Msg("job done")
+		jobEvent(w.log.Debug(), j).Dur("took", outage.Round(end.Sub(start))).Msg("job done")
 	case IsSkipRetry(err) || j.Attempt > j.MaxRetries:
 		t = jobstate.Dead(q, j.ID, j.Entry, j.Attempt, started, finished, truncate(err.Error(), maxErrorBytes))
 		jerr = &JobError{Outcome: OutcomeDead, Err: err}
-		w.log.Warn().Err(err).Str("job_id", j.ID).Str("type", j.Type).Int("attempt", j.Attempt).
-			Msg("job failed for good; sent to the dead set")
+		jobEvent(w.log.Warn().Err(err), j).Msg("job failed for good; sent to the dead set")
 	default:
 		delay := w.cfg.Backoff.Delay(j.Attempt)
 		retryAt := end.Add(delay).UnixMilli() + 1 // +1: never before the backoff ends
 		t = jobstate.Retry(q, j.ID, j.Entry, j.Attempt, started, finished, truncate(err.Error(), maxErrorBytes), retryAt)
 		jerr = &JobError{Outcome: OutcomeRetry, Err: err, RetryAt: time.UnixMilli(retryAt)}
-		w.log.Info().Err(err).Str("job_id", j.ID).Str("type", j.Type).Int("attempt", j.Attempt).
-			Dur("retry_in", delay).Msg("job attempt failed; will retry")
+		jobEvent(w.log.Info().Err(err), j).Dur("retry_in", delay.Round(time.Millisecond)).
+			Msg("job attempt failed; will retry")
 	}
 	t = sendBack(t, j)
+	t.Type = j.Type
 	if jerr != nil {
 		jerr.Timeout = errors.Is(context.Cause(ctx), errTimeout) || errors.Is(err, errTimeout)
 	}
@@ -631,7 +675,7 @@ func (w *Worker) executeWithTimeout(ctx context.Context, h HandlerFunc, j *Job) 
 			if !errors.Is(context.Cause(ctx), errTimeout) {
 				return nil, context.Cause(ctx)
 			}
-			w.log.Warn().Str("job_id", j.ID).Msg("handler ignored its timeout; abandoning it")
+			jobEvent(w.log.Warn(), j).Dur("timeout", j.Timeout).Msg("handler ignored its timeout; abandoning it")
 			return nil, fmt.Errorf("%w after %s (the handler did not return)", errTimeout, j.Timeout)
 		}
 	}
@@ -645,7 +689,7 @@ func (w *Worker) executeWithTimeout(ctx context.Context, h HandlerFunc, j *Job) 
 func call(ctx context.Context, h HandlerFunc, j *Job, log *zerolog.Logger) (res []byte, err error) {
 	defer func() {
 		if p := recover(); p != nil {
-			log.Error().Str("job_id", j.ID).Str("type", j.Type).Interface("panic", p).
+			jobEvent(log.Error(), j).Interface("panic", p).
 				Str("stack", string(debug.Stack())).Msg("handler panicked")
 			res, err = nil, fmt.Errorf("panic: %v", p)
 		}
@@ -659,7 +703,7 @@ func call(ctx context.Context, h HandlerFunc, j *Job, log *zerolog.Logger) (res 
 // dead record of its own.
 func (w *Worker) adopt(q *keys.Queue, msg *message.Message) error {
 	md := msg.Metadata
-	_, maxRetries, timeout, typ, _ := keys.ParseEntryJob(md[MetaJob])
+	attempt, maxRetries, timeout, typ, _ := keys.ParseEntryJob(md[MetaJob])
 	entry := md[stream.EntryIDKey]
 	ctx, cancel := context.WithTimeout(msg.Context(), 10*time.Second)
 	defer cancel()
@@ -668,13 +712,14 @@ func (w *Worker) adopt(q *keys.Queue, msg *message.Message) error {
 		time.Now().UnixMilli(), w.cfg.Name)
 	switch {
 	case err != nil:
-		w.log.Error().Err(err).Str("job_id", msg.UUID).Str("entry", entry).
-			Msg("could not adopt a message of another publisher; it will be tried again after the visibility timeout")
+		w.log.Error().Err(err).Str("queue", q.Name()).Str("job_id", msg.UUID).Str("type", typ).Int("attempt", attempt).
+			Str("entry", entry).Msg("could not adopt a message of another publisher; it will be tried again after the visibility timeout")
 		return &JobError{Outcome: OutcomeAbandoned, Err: err}
 	case code == script.Refused:
 		return w.poison(q, msg, fmt.Sprintf("stream entry %s of another publisher names job %s, which lives on another entry", entry, msg.UUID))
 	}
-	w.log.Debug().Str("job_id", msg.UUID).Str("type", typ).Msg("adopted a message of another publisher as a job")
+	w.log.Debug().Str("queue", q.Name()).Str("job_id", msg.UUID).Str("type", typ).Int("attempt", attempt).
+		Msg("adopted a message of another publisher as a job")
 	return nil
 }
 
@@ -686,7 +731,8 @@ func (w *Worker) poison(q *keys.Queue, msg *message.Message, reason string) erro
 		id = jobstate.DeadEntryPrefix + entry
 	}
 	now := time.Now().UnixMilli()
-	w.log.Warn().Str("entry", entry).Str("reason", reason).Str("record_id", id).Msg("unreadable stream entry sent to the dead set")
+	w.log.Warn().Str("queue", q.Name()).Str("job_id", id).Str("entry", entry).Str("reason", reason).
+		Msg("unreadable stream entry sent to the dead set")
 	return w.write(jobstate.Poison(q, id, entry, now, reason), &JobError{Outcome: OutcomeDead, Err: errors.New(reason)})
 }
 
@@ -702,7 +748,8 @@ func (w *Worker) release(ctx context.Context, streamKey string, ids []string) {
 		ids = ids[len(chunk):]
 		n, _, err := jobstate.Release(ctx, w.rdb, *q, time.Now().UnixMilli(), chunk)
 		if err != nil {
-			w.log.Error().Err(err).Int("jobs", len(chunk)).Msg("put back unfinished jobs; they will be recovered after the visibility timeout")
+			w.log.Error().Err(err).Str("queue", q.Name()).Int("jobs", len(chunk)).
+				Msg("could not put back unfinished jobs; they will be recovered after the visibility timeout")
 			continue
 		}
 		released += n
@@ -710,6 +757,11 @@ func (w *Worker) release(ctx context.Context, streamKey string, ids []string) {
 	if released > 0 {
 		w.log.Info().Str("queue", q.Name()).Int("num_released", released).Msg("put back unfinished jobs")
 	}
+}
+
+// jobEvent adds the fields of every job line: queue, job_id, type and attempt.
+func jobEvent(e *zerolog.Event, j *Job) *zerolog.Event {
+	return e.Str("queue", j.Queue).Str("job_id", j.ID).Str("type", j.Type).Int("attempt", j.Attempt)
 }
 
 func truncate(s string, n int) string {

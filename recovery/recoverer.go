@@ -304,12 +304,26 @@ func (r *Recoverer) Run(ctx context.Context) error {
 		return r.err
 	}
 	probe := r.watch.probeEvery()
+	var failingSince time.Time // the first of the scans failing in a row, if any
 	for {
-		if _, _, err := r.RunOnce(ctx); err != nil && ctx.Err() == nil {
-			r.log.Error().Err(err).Msg("recover stale jobs")
-		}
 		jitter := time.Duration(rand.Int64N(int64(r.cfg.Interval)/5+1)) - r.cfg.Interval/10
 		wait := r.cfg.Interval + jitter
+		_, _, err := r.RunOnce(ctx)
+		switch now := time.Now(); {
+		case ctx.Err() != nil:
+		case err != nil:
+			// One line per scan, which comes every Interval: an outage is logged once per
+			// scan, with the real wait.
+			if failingSince.IsZero() {
+				failingSince = now
+			}
+			r.log.Error().Err(err).Dur("retry_in", wait.Round(time.Millisecond)).
+				Dur("failing_for", now.Sub(failingSince).Round(time.Millisecond)).Msg("recover stale jobs")
+		case !failingSince.IsZero():
+			lasted := now.Sub(failingSince).Round(time.Millisecond)
+			failingSince = time.Time{}
+			r.log.Info().Dur("after", lasted).Msg("reconnected to Redis after " + lasted.String())
+		}
 		for {
 			step := wait
 			if r.cfg.Interval > probe {

@@ -53,7 +53,7 @@ func (t *topic) renew() {
 		default:
 			// A Redis outage (or LOADING, OOM...) is not a lost lease: try again at the next
 			// interval.
-			t.logger.Error("renew leases", err, watermill.LogFields{"count": len(chunk)})
+			t.logRedisError("renew leases", err, watermill.LogFields{"count": len(chunk), "retry_in": t.s.cfg.LeaseInterval})
 			return
 		}
 		ok := make(map[string]struct{}, len(kept))
@@ -130,7 +130,7 @@ func (t *topic) adoptOrphans(ctx context.Context, w *waiter) bool {
 	defer t.st.gate.Unlock()
 	ids, err := t.orphans(ctx)
 	if err != nil {
-		t.logger.Error("list pending entries", err, nil)
+		t.logRedisError("list pending entries", err, watermill.LogFields{"retry_in": t.s.cfg.LeaseInterval})
 		return true // again at the next interval
 	}
 	for len(ids) > 0 {
@@ -141,7 +141,7 @@ func (t *topic) adoptOrphans(ctx context.Context, w *waiter) bool {
 		entries, err := t.adopt(ctx, ids[:n])
 		if err != nil {
 			t.s.release(n)
-			t.logger.Error("adopt orphaned entries", err, watermill.LogFields{"count": n})
+			t.logRedisError("adopt orphaned entries", err, watermill.LogFields{"count": n, "retry_in": t.s.cfg.LeaseInterval})
 			return true
 		}
 		ids = ids[n:]

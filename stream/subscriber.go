@@ -13,6 +13,8 @@ import (
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/conveyorq/conveyor/internal/outage"
 )
 
 // Defaults of Config.
@@ -206,6 +208,21 @@ func NewSubscriber(cfg Config) (*Subscriber, error) {
 // Consumer is the subscriber's consumer name in the group.
 func (s *Subscriber) Consumer() string { return s.cfg.Consumer }
 
+// Running counts the messages handed out and not yet settled (acked, nacked for good or, with
+// ManualSettle, passed to Settle), across every subscription: the handlers running now. Read
+// entries not yet handed out are not counted. A closing subscription's messages count until
+// they settle or CloseTimeout passes.
+func (s *Subscriber) Running() int {
+	s.mu.Lock()
+	topics := append([]*topic(nil), s.topics...)
+	s.mu.Unlock()
+	n := 0
+	for _, t := range topics {
+		n += t.running()
+	}
+	return n
+}
+
 // Subscribe starts reading topic (a stream key) and returns its messages. The channel closes
 // after ctx ends or Close is called, once the subscription has shut down (see the package doc).
 func (s *Subscriber) Subscribe(ctx context.Context, topicName string) (<-chan *message.Message, error) {
@@ -233,6 +250,8 @@ func (s *Subscriber) Subscribe(ctx context.Context, topicName string) (<-chan *m
 		readDone:  make(chan struct{}),
 		settled:   make(chan struct{}, 1),
 		logger:    s.logger.With(watermill.LogFields{"topic": topicName}),
+		outage:    outage.Spell{Min: minReadBackoff, Max: maxReadBackoff},
+		ackOutage: outage.Spell{Min: minReadBackoff, Max: maxReadBackoff},
 	}
 	s.mu.Lock()
 	if s.closed {

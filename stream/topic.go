@@ -9,6 +9,8 @@ import (
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/conveyorq/conveyor/internal/outage"
 )
 
 // topic is one subscription.
@@ -31,6 +33,29 @@ type topic struct {
 	readDone chan struct{}
 	settled  chan struct{} // signalled when a handed-out message settles
 	inflight sync.WaitGroup
+
+	// outage paces the reader's retries and the subscription's error lines while Redis fails
+	// its reads: one line per backoff step, and one when a read goes through again.
+	outage outage.Spell
+	// ackOutage paces the lines of failing XACKs, which are not retried (see flushAcks).
+	ackOutage outage.Spell
+}
+
+// Bounds of a reader's backoff while its reads fail.
+const (
+	minReadBackoff = 100 * time.Millisecond
+	maxReadBackoff = 5 * time.Second
+)
+
+// logRedisError logs a failed call of the subscription (other than a read, which steps the
+// outage itself): as an error, unless the reader already reports an outage, which this
+// failure is part of.
+func (t *topic) logRedisError(msg string, err error, fields watermill.LogFields) {
+	if t.outage.Failing() {
+		t.logger.Debug(msg, fields.Add(watermill.LogFields{"error": err.Error()}))
+		return
+	}
+	t.logger.Error(msg, err, fields)
 }
 
 type delivery struct {
@@ -127,7 +152,6 @@ func (t *topic) running() int {
 func (t *topic) read(ctx context.Context) {
 	defer close(t.readDone)
 	cfg := t.s.cfg
-	backoff := 100 * time.Millisecond
 	var w waiter
 	// A topic whose last read found nothing waits for entries with one slot reserved, so that
 	// a blocked read does not keep slots from busy topics. A new subscription starts so.
@@ -178,16 +202,22 @@ func (t *topic) read(ctx context.Context) {
 			// The server may have run the read and the reply been lost on the way: the
 			// entries it delivered are pending for this consumer, and nobody else knows.
 			sweep = true
-			t.logger.Error("read stream", err, nil)
+			step := t.outage.Failed(time.Now())
+			if step.Log {
+				t.logger.Error("read stream", err, watermill.LogFields{"retry_in": step.Wait.Round(time.Millisecond),
+					"tries": step.Tries, "failing_for": step.FailingFor.Round(time.Millisecond)})
+			}
 			select {
 			case <-t.stopping:
 				return
-			case <-time.After(backoff):
+			case <-time.After(step.Wait):
 			}
-			backoff = min(backoff*2, 5*time.Second)
 			continue
 		}
-		backoff = 100 * time.Millisecond
+		if lasted, ended := t.outage.OK(time.Now()); ended {
+			lasted = lasted.Round(time.Millisecond)
+			t.logger.Info("reconnected to Redis after "+lasted.String(), watermill.LogFields{"after": lasted})
+		}
 		idle = len(res) == 0 || len(res[0].Messages) == 0
 		if idle {
 			t.st.gate.RUnlock()
@@ -412,6 +442,14 @@ func (t *topic) flushAcks(ctx context.Context) {
 	}
 	if err := t.s.rdb.XAck(ctx, t.name, t.s.cfg.Group, ids...).Err(); err != nil {
 		// The entries stay pending; whoever recovers this group's idle entries redelivers them.
-		t.logger.Error("ack entries", err, watermill.LogFields{"count": len(ids)})
+		// Acks are flushed every AckInterval: one line per backoff step, not one per flush.
+		if step := t.ackOutage.Failed(time.Now()); step.Log {
+			t.logger.Error("ack entries", err, watermill.LogFields{"count": len(ids), "tries": step.Tries,
+				"failing_for": step.FailingFor.Round(time.Millisecond)})
+		}
+		return
+	}
+	if lasted, ended := t.ackOutage.OK(time.Now()); ended {
+		t.logger.Debug("acks go through again", watermill.LogFields{"after": lasted.Round(time.Millisecond)})
 	}
 }

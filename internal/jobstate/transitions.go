@@ -62,6 +62,8 @@ type Transition struct {
 	// so that finish.lua need not read the entry again (WithPayload).
 	Payload     string
 	PayloadSent bool
+	// Type is the job's type, for log lines only: it is not sent to Redis.
+	Type string
 }
 
 // Start marks attempt as running since at.
