@@ -1,0 +1,779 @@
+// Conveyor dashboard: a small single-page app over the /v1 JSON API of the same origin.
+// No framework and no build step. Everything is built with DOM calls, never from HTML text: job
+// payloads, errors and names are untrusted text. The page's Content-Security-Policy allows no
+// inline script or style, so handlers are attached here and looks are CSS classes.
+'use strict';
+
+(() => {
+  const API = 'v1/';
+  const REFRESH_MS = 3000;
+  const PAGE_LIMIT = 25;
+  const WINDOW_MS = 15 * 60 * 1000;
+  const TOKEN_KEY = 'conveyor.token';
+
+  // Listable states, in a job's order of life; "failed" is the dead set.
+  const STATES = [
+    ['scheduled', 'Scheduled'],
+    ['queued', 'Queued'],
+    ['in_progress', 'In progress'],
+    ['failed', 'Dead'],
+  ];
+  const GAUGE = { scheduled: 'scheduled', queued: 'queued', in_progress: 'in_progress', failed: 'dead' };
+  const MAIN_COUNTERS = [
+    ['enqueued', 'Enqueued'],
+    ['completed', 'Completed'],
+    ['failed', 'Failed'],
+    ['retried', 'Retried'],
+  ];
+  const ALL_COUNTERS = MAIN_COUNTERS.concat([
+    ['recovered', 'Recovered'],
+    ['dead_by_recovery', 'Dead by recovery'],
+    ['poison', 'Poison'],
+    ['refused', 'Refused'],
+    ['canceled', 'Canceled'],
+    ['released', 'Released'],
+  ]);
+  const SERIES = [
+    ['completed', 'Completed'],
+    ['failed', 'Failed'],
+    ['retried', 'Retried'],
+  ];
+  const FINAL = new Set(['completed', 'failed', 'canceled']);
+
+  // ---- DOM helpers ----
+
+  const $ = (sel, root) => (root || document).querySelector(sel);
+
+  function put(el, kids) {
+    for (const k of kids.flat(Infinity)) {
+      if (k === null || k === undefined || k === false) continue;
+      el.append(k instanceof Node ? k : String(k));
+    }
+    return el;
+  }
+
+  function setAttrs(el, attrs) {
+    for (const [k, v] of Object.entries(attrs || {})) {
+      if (v === null || v === undefined || v === false) continue;
+      if (k === 'class') el.setAttribute('class', v);
+      else if (k === 'text') el.textContent = v;
+      else if (k === 'data') Object.assign(el.dataset, v);
+      else if (k.startsWith('on')) el.addEventListener(k.slice(2), v);
+      else el.setAttribute(k, v === true ? '' : String(v));
+    }
+    return el;
+  }
+
+  // h builds an HTML element: h('a', {href: '#/'}, 'text', child...).
+  const h = (tag, attrs, ...kids) => put(setAttrs(document.createElement(tag), attrs), kids);
+  // s builds an SVG element.
+  const s = (tag, attrs, ...kids) =>
+    put(setAttrs(document.createElementNS('http://www.w3.org/2000/svg', tag), attrs), kids);
+
+  const enc = encodeURIComponent;
+  const queueHref = (q, state) => '#/queues/' + enc(q) + (state ? '/' + state : '');
+  const jobHref = (q, id) => '#/jobs/' + enc(q) + '/' + enc(id);
+
+  // ---- Formatting ----
+
+  const pad = (n, w) => String(n).padStart(w || 2, '0');
+  const num = (v) => (Number.isFinite(Number(v)) ? Number(v) : 0);
+  const fmtInt = (v) => num(v).toLocaleString('en-US');
+
+  function zoneOf(d) {
+    const off = -d.getTimezoneOffset();
+    const a = Math.abs(off);
+    return 'UTC' + (off < 0 ? '-' : '+') + pad(Math.floor(a / 60)) + ':' + pad(a % 60);
+  }
+
+  // fmtTime shows a unix-ms time in the browser's zone, to the millisecond, with the zone.
+  function fmtTime(ms) {
+    const d = new Date(ms);
+    return d.getFullYear() + '-' + pad(d.getMonth() + 1) + '-' + pad(d.getDate()) + ' ' +
+      pad(d.getHours()) + ':' + pad(d.getMinutes()) + ':' + pad(d.getSeconds()) + '.' +
+      pad(d.getMilliseconds(), 3) + ' ' + zoneOf(d);
+  }
+
+  function fmtDur(ms) {
+    ms = Math.abs(num(ms));
+    if (ms < 1000) return Math.round(ms) + ' ms';
+    const sec = ms / 1000;
+    if (sec < 60) return (sec < 10 ? sec.toFixed(1) : Math.round(sec)) + ' s';
+    const m = Math.floor(sec / 60), r = Math.floor(sec % 60);
+    if (m < 60) return m + 'm ' + r + 's';
+    const hr = Math.floor(m / 60);
+    if (hr < 48) return hr + 'h ' + (m % 60) + 'm';
+    return Math.floor(hr / 24) + 'd ' + (hr % 24) + 'h';
+  }
+
+  function fmtAgo(ms) {
+    const d = Date.now() - ms;
+    return d >= 0 ? fmtDur(d) + ' ago' : 'in ' + fmtDur(d);
+  }
+
+  // timeEl is a <time> with the full local time; short shows only the relative time, with the
+  // full time as its title.
+  function timeEl(ms, short) {
+    if (!num(ms)) return h('span', { class: 'muted' }, '—');
+    const iso = new Date(ms).toISOString();
+    if (short) return h('time', { datetime: iso, title: fmtTime(ms) }, fmtAgo(ms));
+    return h('span', { class: 'when' },
+      h('time', { datetime: iso }, fmtTime(ms)), ' ', h('span', { class: 'muted' }, '(' + fmtAgo(ms) + ')'));
+  }
+
+  function fmtRate(v) {
+    v = num(v);
+    if (v === 0) return '0';
+    if (v >= 1000) return (v / 1000).toFixed(v >= 10000 ? 0 : 1) + 'k';
+    if (v >= 100) return v.toFixed(0);
+    if (v >= 10) return v.toFixed(1).replace(/\.0$/, '');
+    return v.toFixed(2).replace(/\.?0+$/, '');
+  }
+
+  // prettyValue shows a job's payload or result: JSON pretty-printed, text as it is.
+  function prettyValue(v) {
+    if (v === null || v === undefined) return h('p', { class: 'muted' }, 'None');
+    if (typeof v === 'string') {
+      return h('div', {}, h('p', { class: 'muted small' }, 'Text (not JSON)'), h('pre', { class: 'code' }, v));
+    }
+    return h('pre', { class: 'code json' }, JSON.stringify(v, null, 2));
+  }
+
+  const badge = (status) => h('span', { class: 'badge st-' + status, data: { status } }, status.replace('_', ' '));
+
+  // ---- API client ----
+
+  class APIError extends Error {
+    constructor(status, code, message) {
+      super(message);
+      this.status = status;
+      this.code = code;
+    }
+  }
+
+  let token = '';
+  try { token = sessionStorage.getItem(TOKEN_KEY) || ''; } catch (_) { /* storage disabled */ }
+  let tokenPrompt = null; // a Promise while the token form is showing
+
+  async function api(method, path) {
+    for (;;) {
+      const sent = token;
+      const headers = { Accept: 'application/json', 'X-Conveyor-Request': '1' };
+      if (sent) headers.Authorization = 'Bearer ' + sent;
+      let res;
+      try {
+        res = await fetch(API + path, { method, headers, cache: 'no-store', credentials: 'same-origin' });
+      } catch (e) {
+        throw new APIError(0, 'network', 'Cannot reach the Conveyor API (' + e.message + ').');
+      }
+      if (res.status === 401) {
+        if (token === sent) await askToken(sent !== '');
+        continue; // with the token the user gave (or another request got meanwhile)
+      }
+      const text = await res.text();
+      let body = null;
+      try { body = text ? JSON.parse(text) : null; } catch (_) { body = null; }
+      if (!res.ok) {
+        const e = (body && body.error) || {};
+        throw new APIError(res.status, e.code || 'http_' + res.status, e.message || ('HTTP ' + res.status + ' ' + res.statusText));
+      }
+      return body;
+    }
+  }
+
+  // throughput reads the chart's samples; a queue the sampler has not seen yet (404) has none.
+  function throughput(queue) {
+    return api('GET', 'throughput' + (queue ? '?queue=' + enc(queue) : '')).catch((e) => {
+      if (e.status === 404) return { samples: [] };
+      throw e;
+    });
+  }
+
+  // askToken shows the token form once for every request waiting on a 401; refused says the
+  // last token was wrong.
+  function askToken(refused) {
+    if (tokenPrompt) return tokenPrompt;
+    const box = $('#token'), form = $('#token-form'), input = $('#token-input');
+    $('#token-error').hidden = !refused;
+    box.hidden = false;
+    $('#main').hidden = true;
+    input.value = '';
+    input.focus();
+    tokenPrompt = new Promise((resolve) => {
+      const submit = (ev) => {
+        ev.preventDefault();
+        const v = input.value.trim();
+        if (!v) return;
+        form.removeEventListener('submit', submit);
+        token = v;
+        try { sessionStorage.setItem(TOKEN_KEY, v); } catch (_) { /* tab only */ }
+        box.hidden = true;
+        $('#main').hidden = false;
+        $('#forget-token').hidden = false;
+        tokenPrompt = null;
+        resolve();
+      };
+      form.addEventListener('submit', submit);
+    });
+    return tokenPrompt;
+  }
+
+  // ---- Notices ----
+
+  function notify(kind, ...kids) {
+    const n = $('#notice');
+    n.replaceChildren(h('span', {}, ...kids),
+      h('button', { type: 'button', class: 'linklike', 'aria-label': 'Dismiss message', onclick: () => { n.hidden = true; } }, '×'));
+    n.className = 'notice ' + kind;
+    n.hidden = false;
+  }
+
+  function errorBox(what, err) {
+    return h('div', { class: 'error-box', role: 'alert' },
+      h('strong', {}, what + ': '), err.message || String(err));
+  }
+
+  // confirmInline replaces el's content with a question and two buttons; it resolves true when
+  // the user confirms, restoring el either way.
+  function confirmInline(el, question, yes) {
+    const before = Array.from(el.childNodes);
+    const trigger = document.activeElement;
+    return new Promise((resolve) => {
+      const done = (ok) => {
+        el.replaceChildren(...before);
+        if (trigger && trigger.isConnected) trigger.focus();
+        resolve(ok);
+      };
+      const keep = h('button', { type: 'button', class: 'confirm-no', onclick: () => done(false) }, 'Keep');
+      el.replaceChildren(h('span', { class: 'confirm', role: 'group', 'aria-label': question },
+        h('span', { class: 'confirm-q' }, question + ' '),
+        h('button', { type: 'button', class: 'danger confirm-yes', onclick: () => done(true) }, yes), ' ', keep));
+      keep.focus();
+    });
+  }
+
+  // ---- Throughput chart ----
+
+  function niceCeil(v) {
+    if (v <= 0) return 1;
+    const p = Math.pow(10, Math.floor(Math.log10(v)));
+    for (const m of [1, 2, 2.5, 5, 10]) if (m * p >= v) return m * p;
+    return 10 * p;
+  }
+
+  // chart draws throughput samples as an SVG line chart sized to width px.
+  function chart(data, width, label) {
+    const samples = ((data && data.samples) || []).filter((p) => num(p.t) > 0);
+    const W = Math.max(260, Math.floor(width));
+    const H = W < 520 ? 190 : 240;
+    const m = { l: 54, r: 14, t: 12, b: 34 };
+    const t1 = samples.length ? Math.max(Date.now(), num(samples[samples.length - 1].t)) : Date.now();
+    const t0 = t1 - WINDOW_MS;
+    let peak = 0;
+    for (const p of samples) for (const [k] of SERIES) peak = Math.max(peak, num(p[k]));
+    const ymax = niceCeil(peak);
+    const x = (t) => m.l + ((t - t0) / (t1 - t0)) * (W - m.l - m.r);
+    const y = (v) => H - m.b - (v / ymax) * (H - m.t - m.b);
+    const id = 'chart-' + Math.random().toString(36).slice(2, 8);
+    const peaks = SERIES.map(([k, name]) => name.toLowerCase() + ' peaked at ' +
+      fmtRate(samples.reduce((a, p) => Math.max(a, num(p[k])), 0)) + ' per second').join(', ');
+    const svg = s('svg', {
+      class: 'chart', width: W, height: H, viewBox: '0 0 ' + W + ' ' + H, role: 'img',
+      'aria-labelledby': id + '-t ' + id + '-d',
+    },
+    s('title', { id: id + '-t' }, label),
+    s('desc', { id: id + '-d' }, samples.length
+      ? 'Jobs per second over the last 15 minutes, ' + samples.length + ' samples: ' + peaks + '.'
+      : 'No samples yet.'));
+    // Y axis: gridlines and labels.
+    const g = s('g', { class: 'axis' });
+    const ticks = 4;
+    for (let i = 0; i <= ticks; i++) {
+      const v = (ymax * i) / ticks, yy = y(v);
+      g.append(s('line', { class: 'grid', x1: m.l, x2: W - m.r, y1: yy, y2: yy }));
+      g.append(s('text', { x: m.l - 6, y: yy + 4, 'text-anchor': 'end' }, fmtRate(v)));
+    }
+    const ym = (m.t + H - m.b) / 2;
+    g.append(s('text', { class: 'axis-title', x: 12, y: ym, 'text-anchor': 'middle', transform: 'rotate(-90 12 ' + ym + ')' }, 'jobs/s'));
+    // X axis: a tick every 3 minutes (5 on a narrow chart) of local clock time.
+    const step = (W < 520 ? 5 : 3) * 60 * 1000;
+    const first = Math.ceil(t0 / step) * step;
+    g.append(s('line', { class: 'base', x1: m.l, x2: W - m.r, y1: H - m.b, y2: H - m.b }));
+    for (let t = first; t <= t1; t += step) {
+      const xx = x(t), d = new Date(t);
+      g.append(s('line', { class: 'tick', x1: xx, x2: xx, y1: H - m.b, y2: H - m.b + 4 }));
+      g.append(s('text', { x: xx, y: H - m.b + 16, 'text-anchor': 'middle' }, pad(d.getHours()) + ':' + pad(d.getMinutes())));
+    }
+    g.append(s('text', { class: 'axis-title', x: W - m.r, y: H - 3, 'text-anchor': 'end' }, 'local time (' + zoneOf(new Date()) + ')'));
+    svg.append(g);
+    if (samples.length === 0) {
+      svg.append(s('text', { class: 'empty', x: (m.l + W - m.r) / 2, y: (m.t + H - m.b) / 2, 'text-anchor': 'middle' }, 'No samples yet'));
+    }
+    for (const [k] of SERIES) {
+      const pts = samples.map((p) => x(num(p.t)).toFixed(1) + ',' + y(num(p[k])).toFixed(1)).join(' ');
+      if (samples.length === 1) {
+        svg.append(s('circle', { class: 'series s-' + k, cx: x(num(samples[0].t)), cy: y(num(samples[0][k])), r: 2.5, data: { series: k } }));
+      } else if (samples.length > 1) {
+        svg.append(s('polyline', { class: 'series s-' + k, points: pts, fill: 'none', data: { series: k } }));
+      }
+    }
+    const last = samples[samples.length - 1] || {};
+    const legend = h('ul', { class: 'legend', 'aria-label': 'Legend' },
+      SERIES.map(([k, name]) => h('li', { data: { series: k } },
+        h('span', { class: 'swatch s-' + k, 'aria-hidden': 'true' }), name + ' ',
+        h('span', { class: 'muted' }, fmtRate(last[k]) + '/s now'))));
+    return [svg, legend];
+  }
+
+  // chartBox is a figure that redraws its chart on data and on resize.
+  function chartBox(label) {
+    const fig = h('figure', { class: 'chart-box' });
+    const cap = h('figcaption', {}, label);
+    let last = null;
+    const draw = () => {
+      if (!last) return;
+      const w = fig.clientWidth || 600;
+      fig.replaceChildren(cap, ...chart(last, w, label));
+    };
+    return { el: fig, update: (data) => { last = data; draw(); }, redraw: draw };
+  }
+
+  // ---- Views ----
+  //
+  // A view renders into #main and may have refresh() (run every REFRESH_MS while it shows)
+  // and resize(). gen guards against answers that arrive after the user moved on.
+
+  let gen = 0;
+  let view = null;
+  const main = () => $('#main');
+  const live = (g) => g === gen;
+
+  function heading(text, ...extra) {
+    return h('div', { class: 'page-head' }, h('h1', {}, text), ...extra);
+  }
+
+  function stamp() {
+    const d = new Date();
+    $('#updated').textContent = 'Updated ' + pad(d.getHours()) + ':' + pad(d.getMinutes()) + ':' + pad(d.getSeconds()) +
+      ' · times in ' + (Intl.DateTimeFormat().resolvedOptions().timeZone || 'local time') + ' (' + zoneOf(d) + ')';
+  }
+
+  // tabs links a queue's overview and state lists, with the queue's gauges.
+  function tabs(q, current, stats) {
+    return h('nav', { class: 'tabs', 'aria-label': 'Queue ' + q },
+      h('a', { href: queueHref(q), 'aria-current': current === '' ? 'page' : null }, 'Overview'),
+      STATES.map(([st, name]) => h('a', { href: queueHref(q, st), 'aria-current': current === st ? 'page' : null, data: { state: st } },
+        name, ' ', h('span', { class: 'count', data: { field: GAUGE[st] } }, stats ? fmtInt(stats[GAUGE[st]]) : '…'))));
+  }
+
+  function updateTabCounts(stats) {
+    if (!stats) return;
+    for (const el of document.querySelectorAll('.tabs .count')) el.textContent = fmtInt(stats[el.dataset.field]);
+  }
+
+  async function queueStats(q) {
+    const body = await api('GET', 'queues');
+    return ((body && body.queues) || []).find((x) => x.queue === q) || null;
+  }
+
+  // Overview: every queue's gauges and main counters, and the throughput of all queues.
+  function overview() {
+    const g = gen;
+    const chartFig = chartBox('All queues: jobs per second over the last 15 minutes');
+    const tableWrap = h('div', {});
+    const err = h('div', {});
+    main().replaceChildren(heading('Queues'), err,
+      h('section', { class: 'card', 'aria-labelledby': 'tp-h' }, h('h2', { id: 'tp-h' }, 'Throughput'), chartFig.el),
+      h('section', { class: 'card', 'aria-labelledby': 'q-h' }, h('h2', { id: 'q-h' }, 'Queues'), tableWrap));
+    const refresh = async () => {
+      try {
+        const [qs, tp] = await Promise.all([api('GET', 'queues'), throughput('')]);
+        if (!live(g)) return;
+        err.replaceChildren();
+        renderQueues(tableWrap, (qs && qs.queues) || []);
+        chartFig.update(tp);
+        stamp();
+      } catch (e) {
+        if (live(g)) err.replaceChildren(errorBox('Could not load the queues', e));
+      }
+    };
+    refresh();
+    return { refresh, resize: chartFig.redraw };
+  }
+
+  function renderQueues(wrap, queues) {
+    if (queues.length === 0) {
+      wrap.replaceChildren(h('p', { class: 'muted' }, 'No queues yet. Publish a job (conveyor publish --queue emails --type echo) and it shows here.'));
+      return;
+    }
+    const cols = STATES.map(([st, name]) => [GAUGE[st], name, st]).concat(MAIN_COUNTERS.map(([k, name]) => [k, name, null]));
+    const table = h('table', { class: 'grid-table queues' },
+      h('caption', { class: 'visually-hidden' }, 'Jobs in each state and counters, by queue'),
+      h('thead', {}, h('tr', {}, h('th', { scope: 'col' }, 'Queue'),
+        cols.map(([, name, st]) => h('th', { scope: 'col', class: 'num' + (st ? ' gauge' : '') }, name)))),
+      h('tbody', {}, queues.map((q) => h('tr', { data: { queue: q.queue } },
+        h('th', { scope: 'row', class: 'name' }, h('a', { href: queueHref(q.queue) }, q.queue)),
+        cols.map(([k, name, st]) => h('td', { class: 'num' + (st ? ' gauge' : '') + (k === 'dead' && num(q[k]) > 0 ? ' has-dead' : ''), data: { label: name, field: k } },
+          st ? h('a', { href: queueHref(q.queue, st), 'aria-label': name + ' jobs of ' + q.queue + ': ' + fmtInt(q[k]) }, fmtInt(q[k]))
+            : fmtInt(q[k])))))));
+    wrap.replaceChildren(table);
+  }
+
+  // Queue: one queue's gauges, every counter and its throughput.
+  function queuePage(q) {
+    const g = gen;
+    const chartFig = chartBox(q + ': jobs per second over the last 15 minutes');
+    const counters = h('dl', { class: 'counters' });
+    const err = h('div', {});
+    main().replaceChildren(heading('Queue ' + q), tabs(q, '', null), err,
+      h('section', { class: 'card', 'aria-labelledby': 'c-h' }, h('h2', { id: 'c-h' }, 'Counters'), counters),
+      h('section', { class: 'card', 'aria-labelledby': 'tp-h' }, h('h2', { id: 'tp-h' }, 'Throughput'), chartFig.el));
+    const refresh = async () => {
+      try {
+        const [st, tp] = await Promise.all([queueStats(q), throughput(q)]);
+        if (!live(g)) return;
+        if (!st) {
+          err.replaceChildren(h('div', { class: 'error-box', role: 'alert' }, 'There is no queue named ' + q + '.'));
+          return;
+        }
+        err.replaceChildren();
+        updateTabCounts(st);
+        counters.replaceChildren(...ALL_COUNTERS.map(([k, name]) =>
+          h('div', { data: { field: k } }, h('dt', {}, name), h('dd', {}, fmtInt(st[k])))));
+        chartFig.update(tp);
+        stamp();
+      } catch (e) {
+        if (live(g)) err.replaceChildren(errorBox('Could not load the queue', e));
+      }
+    };
+    refresh();
+    return { refresh, resize: chartFig.redraw };
+  }
+
+  // Paging cursors of each list, kept while the tab lives so Back returns to the same page.
+  const cursorStacks = new Map();
+
+  // jobList: a page of a queue's jobs in one state, with Next/Previous; the dead list has
+  // replay and purge.
+  function jobList(q, state) {
+    const g = gen;
+    const key = q + '\u0000' + state;
+    if (!cursorStacks.has(key)) cursorStacks.set(key, ['']);
+    const stack = cursorStacks.get(key);
+    const dead = state === 'failed';
+    const title = (STATES.find(([st]) => st === state) || [state, state])[1];
+    const err = h('div', {});
+    const body = h('div', { class: 'list-body' });
+    const pageNo = h('span', { class: 'page-no', 'aria-live': 'polite' });
+    const prev = h('button', { type: 'button', class: 'prev', onclick: () => { stack.pop(); load(); } }, '← Previous');
+    const next = h('button', { type: 'button', class: 'next', onclick: () => { if (nextCursor) { stack.push(nextCursor); load(); } } }, 'Next →');
+    const tools = h('div', { class: 'toolbar' },
+      h('button', { type: 'button', onclick: () => load() }, 'Refresh'));
+    if (dead) {
+      const all = h('span', { class: 'replay-all' });
+      all.append(h('button', {
+        type: 'button', class: 'replay-all-btn',
+        onclick: async () => {
+          if (!(await confirmInline(all, 'Replay every dead job of ' + q + '?', 'Replay all'))) return;
+          try {
+            const r = await api('POST', 'queues/' + enc(q) + '/dead:replay');
+            notify('ok', 'Replayed ' + fmtInt(r && r.replayed) + ' dead jobs of ' + q + '.');
+          } catch (e) {
+            notify('bad', 'Replay all failed: ' + e.message);
+          }
+          stack.length = 1;
+          load();
+        },
+      }, 'Replay all'));
+      tools.append(all);
+    }
+    let nextCursor = '';
+    const pager = h('div', { class: 'pager' }, prev, pageNo, next);
+    main().replaceChildren(heading('Queue ' + q), tabs(q, state, null),
+      h('section', { class: 'card', 'aria-labelledby': 'l-h' },
+        h('div', { class: 'list-head' }, h('h2', { id: 'l-h' }, title + ' jobs'), tools),
+        err, body,
+        pager));
+
+    const cols = [['Job'], ['Type'], ['Attempt']];
+    if (state === 'scheduled') cols.push(['Runs']);
+    if (state === 'queued') cols.push(['Enqueued']);
+    if (state === 'in_progress') cols.push(['Worker'], ['Started'], ['Lease idle'], ['Deliveries']);
+    if (dead) cols.push(['Reason'], ['Died'], ['Actions']);
+
+    function row(j, leases) {
+      const cells = [
+        h('td', { class: 'id', data: { label: 'Job' } }, h('a', { href: jobHref(q, j.id) }, j.id)),
+        h('td', { data: { label: 'Type' } }, j.type),
+        h('td', { class: 'num', data: { label: 'Attempt' } }, fmtInt(j.attempt) + ' of ' + fmtInt(num(j.max_retries) + 1)),
+      ];
+      if (state === 'scheduled') cells.push(h('td', { data: { label: 'Runs' } }, timeEl(j.run_at, true)));
+      if (state === 'queued') cells.push(h('td', { data: { label: 'Enqueued' } }, timeEl(j.enqueued_at, true)));
+      if (state === 'in_progress') {
+        const l = (leases && leases[j.id]) || {};
+        cells.push(h('td', { class: 'wrap', data: { label: 'Worker' } }, l.worker || j.worker || '—'),
+          h('td', { data: { label: 'Started' } }, timeEl(j.started_at, true)),
+          h('td', { class: 'num', data: { label: 'Lease idle' } }, l.idle_ms !== undefined ? fmtDur(l.idle_ms) : '—'),
+          h('td', { class: 'num', data: { label: 'Deliveries' } }, l.deliveries !== undefined ? fmtInt(l.deliveries) : '—'));
+      }
+      if (dead) {
+        const actions = h('td', { class: 'actions', data: { label: 'Actions' } });
+        const tr = h('tr', { data: { job: j.id } });
+        actions.append(
+          h('button', { type: 'button', class: 'replay', 'aria-label': 'Replay job ' + j.id, onclick: () => replayJob(q, j.id, tr) }, 'Replay'), ' ',
+          h('button', { type: 'button', class: 'purge danger', 'aria-label': 'Purge job ' + j.id, onclick: () => purgeJob(q, j.id, actions, tr) }, 'Purge'));
+        cells.push(h('td', { class: 'reason', data: { label: 'Reason' } }, j.last_error || '—'),
+          h('td', { data: { label: 'Died' } }, timeEl(j.completed_at, true)), actions);
+        put(tr, cells);
+        return tr;
+      }
+      return h('tr', { data: { job: j.id } }, cells);
+    }
+
+    async function load() {
+      const cursor = stack[stack.length - 1];
+      prev.disabled = stack.length <= 1;
+      try {
+        const qs = 'status=' + enc(state) + '&limit=' + PAGE_LIMIT + (cursor ? '&cursor=' + enc(cursor) : '');
+        const [page, st] = await Promise.all([api('GET', 'queues/' + enc(q) + '/jobs?' + qs), queueStats(q)]);
+        if (!live(g)) return;
+        err.replaceChildren();
+        updateTabCounts(st);
+        const jobs = (page && page.jobs) || [];
+        nextCursor = (page && page.next) || '';
+        next.disabled = !nextCursor;
+        pageNo.textContent = 'Page ' + stack.length;
+        pager.hidden = stack.length <= 1 && !nextCursor;
+        if (jobs.length === 0) {
+          body.replaceChildren(h('p', { class: 'muted empty' }, stack.length > 1
+            ? 'No more ' + title.toLowerCase() + ' jobs on this page.'
+            : 'No ' + title.toLowerCase() + ' jobs in ' + q + '.'));
+        } else {
+          body.replaceChildren(h('table', { class: 'grid-table jobs' },
+            h('caption', { class: 'visually-hidden' }, title + ' jobs of ' + q + ', page ' + stack.length),
+            h('thead', {}, h('tr', {}, cols.map(([c]) => h('th', { scope: 'col' }, c)))),
+            h('tbody', {}, jobs.map((j) => row(j, page.leases)))));
+        }
+        stamp();
+      } catch (e) {
+        if (live(g)) err.replaceChildren(errorBox('Could not load the jobs', e));
+      }
+    }
+    load();
+    // Lists reload on Refresh, paging and actions only: rows do not move under the pointer.
+    return { refresh: async () => { try { updateTabCounts(await queueStats(q)); } catch (_) { /* shown on load */ } } };
+  }
+
+  async function replayJob(q, id, tr) {
+    try {
+      await api('POST', 'queues/' + enc(q) + '/dead/' + enc(id) + '/replay');
+      if (tr) tr.remove();
+      notify('ok', 'Replayed job ', h('a', { href: jobHref(q, id), class: 'id' }, id), '.');
+      try { updateTabCounts(await queueStats(q)); } catch (_) { /* next refresh */ }
+      return true;
+    } catch (e) {
+      notify('bad', 'Could not replay ' + id + ': ' + e.message);
+      return false;
+    }
+  }
+
+  async function purgeJob(q, id, confirmIn, tr) {
+    if (!(await confirmInline(confirmIn, 'Purge ' + id + ' for good?', 'Purge'))) return false;
+    try {
+      await api('DELETE', 'queues/' + enc(q) + '/dead/' + enc(id));
+      if (tr) tr.remove();
+      notify('ok', 'Purged job ' + id + '.');
+      try { updateTabCounts(await queueStats(q)); } catch (_) { /* next refresh */ }
+      return true;
+    } catch (e) {
+      notify('bad', 'Could not purge ' + id + ': ' + e.message);
+      return false;
+    }
+  }
+
+  // jobPage: everything about one job; it refreshes until the job is finished.
+  function jobPage(q, id) {
+    const g = gen;
+    const content = h('div', { class: 'job' }, h('p', { class: 'loading' }, 'Loading…'));
+    main().replaceChildren(
+      h('nav', { class: 'crumbs', 'aria-label': 'Breadcrumb' },
+        h('a', { href: '#/queues' }, 'Queues'), ' › ', h('a', { href: queueHref(q) }, q), ' › ', h('span', { class: 'id' }, id)),
+      heading('Job ' + id),
+      content);
+    let status = '';
+    const refresh = async () => {
+      // Not once the job is finished, nor under a question the user is answering.
+      if (FINAL.has(status) || content.querySelector('.confirm')) return;
+      try {
+        const j = await api('GET', 'queues/' + enc(q) + '/jobs/' + enc(id));
+        if (!live(g)) return;
+        status = j.status;
+        renderJob(content, j);
+        stamp();
+      } catch (e) {
+        if (!live(g)) return;
+        if (e.status === 404) {
+          status = 'completed'; // nothing more to poll
+          content.replaceChildren(h('div', { class: 'error-box', role: 'alert' },
+            'No job ' + id + ' in queue ' + q + '. Finished jobs are kept for the retention time only.'));
+        } else {
+          content.replaceChildren(errorBox('Could not load the job', e));
+        }
+      }
+    };
+    refresh();
+    return { refresh };
+  }
+
+  function renderJob(content, j) {
+    const q = j.queue;
+    const again = () => route(); // a fresh page, polling again until the job is finished
+    const actions = h('div', { class: 'toolbar job-actions' },
+      h('button', { type: 'button', class: 'reload', onclick: again }, 'Refresh'));
+    if (!FINAL.has(j.status)) {
+      actions.append(h('button', {
+        type: 'button', class: 'cancel danger',
+        onclick: async () => {
+          if (!(await confirmInline(actions, 'Cancel job ' + j.id + '?', 'Cancel job'))) return;
+          try {
+            await api('DELETE', 'queues/' + enc(q) + '/jobs/' + enc(j.id));
+            notify('ok', 'Canceled job ' + j.id + '.');
+          } catch (e) {
+            notify('bad', 'Could not cancel ' + j.id + ': ' + e.message);
+          }
+          again();
+        },
+      }, 'Cancel job'));
+    }
+    if (j.status === 'failed') {
+      actions.append(
+        h('button', { type: 'button', class: 'replay', onclick: async () => { if (await replayJob(q, j.id)) again(); } }, 'Replay'), ' ',
+        h('button', { type: 'button', class: 'purge danger', onclick: async () => { if (await purgeJob(q, j.id, actions)) location.hash = queueHref(q, 'failed'); } }, 'Purge'));
+    }
+    const finishedLabel = { completed: 'Completed', failed: 'Failed', canceled: 'Canceled' }[j.status] || 'Finished';
+    const field = (name, value, key) => h('div', { data: { field: key } }, h('dt', {}, name), h('dd', {}, value));
+    const md = Object.entries(j.metadata || {});
+    content.replaceChildren(
+      h('div', { class: 'job-status' }, 'Status ', badge(j.status), actions),
+      h('div', { class: 'cols' },
+        h('section', { class: 'card', 'aria-labelledby': 'j-sum' }, h('h2', { id: 'j-sum' }, 'Summary'),
+          h('dl', { class: 'fields' },
+            field('Queue', h('a', { href: queueHref(q) }, q), 'queue'),
+            field('Type', j.type, 'type'),
+            field('Attempts', fmtInt(j.attempt) + ' of ' + fmtInt(num(j.max_retries) + 1) + ' (max retries ' + fmtInt(j.max_retries) + ')', 'attempt'),
+            field('Timeout', num(j.timeout_ms) ? fmtDur(j.timeout_ms) : 'none', 'timeout'),
+            field('Worker', j.worker || '—', 'worker'),
+            field('Stream entry', j.entry || '—', 'entry'),
+            field('Version', fmtInt(j.version), 'version'))),
+        h('section', { class: 'card', 'aria-labelledby': 'j-times' }, h('h2', { id: 'j-times' }, 'Times'),
+          h('dl', { class: 'fields' },
+            field('Created', timeEl(j.created_at), 'created_at'),
+            field('Due', timeEl(j.run_at), 'run_at'),
+            field('Enqueued', timeEl(j.enqueued_at), 'enqueued_at'),
+            field('Started', timeEl(j.started_at), 'started_at'),
+            field(finishedLabel, timeEl(j.completed_at), 'completed_at')))),
+      j.last_error ? h('section', { class: 'card last-error', 'aria-labelledby': 'j-err' }, h('h2', { id: 'j-err' }, 'Last error'),
+        j.status === 'failed' ? null : h('p', { class: 'muted small' }, 'From an earlier attempt.'),
+        h('pre', { class: 'code error-text' }, j.last_error)) : null,
+      h('section', { class: 'card payload', 'aria-labelledby': 'j-pl' }, h('h2', { id: 'j-pl' }, 'Payload'), prettyValue(j.payload)),
+      h('section', { class: 'card result', 'aria-labelledby': 'j-res' }, h('h2', { id: 'j-res' }, 'Result'), prettyValue(j.result)),
+      md.length ? h('section', { class: 'card', 'aria-labelledby': 'j-md' }, h('h2', { id: 'j-md' }, 'Metadata'),
+        h('table', { class: 'kv' }, h('thead', {}, h('tr', {}, h('th', { scope: 'col' }, 'Key'), h('th', { scope: 'col' }, 'Value'))),
+          h('tbody', {}, md.map(([k, v]) => h('tr', {}, h('th', { scope: 'row' }, k), h('td', {}, v)))))) : null);
+  }
+
+  // find: a job by id in any queue (the search box); it opens the job's page.
+  function find(id) {
+    const g = gen;
+    main().replaceChildren(heading('Find job'), h('p', { class: 'loading' }, 'Looking for ' + id + '…'));
+    (async () => {
+      try {
+        const j = await api('GET', 'jobs/' + enc(id));
+        if (live(g)) location.replace(jobHref(j.queue, j.id));
+      } catch (e) {
+        if (!live(g)) return;
+        main().replaceChildren(heading('Find job'), e.status === 404
+          ? h('div', { class: 'error-box', role: 'alert' }, 'No queue has a job with id ' + id + '. Finished jobs are kept for the retention time only.')
+          : errorBox('Could not look for ' + id, e));
+      }
+    })();
+    return {};
+  }
+
+  function notFound() {
+    main().replaceChildren(heading('Not found'), h('p', {}, 'This page does not exist. ', h('a', { href: '#/queues' }, 'See the queues.')));
+    return {};
+  }
+
+  // ---- Routing: #/queues, #/queues/Q, #/queues/Q/<state>, #/jobs/Q/ID, #/jobs/ID ----
+
+  function parts() {
+    try {
+      return location.hash.replace(/^#\/?/, '').split('/').filter((p) => p !== '').map(decodeURIComponent);
+    } catch (_) {
+      return null;
+    }
+  }
+
+  function route() {
+    gen++;
+    const p = parts();
+    const states = new Set(STATES.map(([st]) => st));
+    let v;
+    if (p === null) v = notFound();
+    else if (p.length === 0 || (p.length === 1 && p[0] === 'queues')) v = overview();
+    else if (p[0] === 'queues' && p.length === 2) v = queuePage(p[1]);
+    else if (p[0] === 'queues' && p.length === 3 && (states.has(p[2]) || p[2] === 'dead')) v = jobList(p[1], p[2] === 'dead' ? 'failed' : p[2]);
+    else if (p[0] === 'jobs' && p.length === 3) v = jobPage(p[1], p[2]);
+    else if (p[0] === 'jobs' && p.length === 2) v = find(p[1]);
+    else v = notFound();
+    view = v;
+    $('#nav-queues').setAttribute('aria-current', p && (p.length === 0 || p[0] === 'queues') ? 'page' : 'false');
+  }
+
+  function navigated() {
+    $('#notice').hidden = true;
+    route();
+    const m = main();
+    if (document.activeElement !== $('#search-id')) m.focus({ preventScroll: true });
+    window.scrollTo(0, 0);
+  }
+
+  let ticking = false;
+  async function tick() {
+    if (ticking || tokenPrompt || document.hidden || !view || !view.refresh) return;
+    ticking = true;
+    try { await view.refresh(); } finally { ticking = false; }
+  }
+
+  function start() {
+    $('#search').addEventListener('submit', (ev) => {
+      ev.preventDefault();
+      const id = $('#search-id').value.trim();
+      if (!id) return;
+      const target = '#/jobs/' + enc(id);
+      if (location.hash === target) route(); else location.hash = target;
+    });
+    const forget = $('#forget-token');
+    forget.hidden = !token;
+    forget.addEventListener('click', () => {
+      token = '';
+      try { sessionStorage.removeItem(TOKEN_KEY); } catch (_) { /* nothing kept */ }
+      forget.hidden = true;
+      notify('ok', 'The token is forgotten; the next request asks for one if the API needs it.');
+      route();
+    });
+    window.addEventListener('hashchange', navigated);
+    let resizeTimer = 0;
+    window.addEventListener('resize', () => {
+      clearTimeout(resizeTimer);
+      resizeTimer = setTimeout(() => { if (view && view.resize) view.resize(); }, 150);
+    });
+    document.addEventListener('visibilitychange', () => { if (!document.hidden) tick(); });
+    setInterval(tick, REFRESH_MS);
+    route();
+  }
+
+  if (document.readyState === 'loading') document.addEventListener('DOMContentLoaded', start);
+  else start();
+})();
