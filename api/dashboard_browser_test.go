@@ -1,0 +1,564 @@
+package api_test
+
+import (
+	"bytes"
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+	"github.com/rs/zerolog"
+
+	"github.com/conveyorq/conveyor/api"
+	"github.com/conveyorq/conveyor/internal/redistest"
+	"github.com/conveyorq/conveyor/pipeline"
+)
+
+// The browser test drives the embedded dashboard in headless Chromium against the real API
+// handler, a private Redis and a real worker.
+//
+// Chromium: /usr/bin/chromium (Debian's package chromium), or $CONVEYOR_CHROMIUM. Without it
+// the test fails, unless CONVEYOR_BROWSER_TEST=skip says to skip it. Screenshots go to
+// test-artifacts/dashboard/ at the repository root, or to $CONVEYOR_TEST_ARTIFACTS/dashboard.
+
+const (
+	dashToken   = "dash-s3cret"
+	dashOrders  = "orders"  // a queue a worker serves
+	dashReports = "reports" // a queue no worker reads: its jobs stay queued
+	dashImports = "imports" // a queue a worker serves, for the chart's failures and retries
+
+	dashReportsQueued = 30 // a page and a bit
+)
+
+// chromiumPath finds the browser, or fails (skips with CONVEYOR_BROWSER_TEST=skip) saying how to
+// install it.
+func chromiumPath(t *testing.T) string {
+	t.Helper()
+	p := cmp.Or(os.Getenv("CONVEYOR_CHROMIUM"), "/usr/bin/chromium")
+	if _, err := os.Stat(p); err != nil {
+		if os.Getenv("CONVEYOR_BROWSER_TEST") == "skip" {
+			t.Skipf("dashboard browser test skipped: no Chromium at %s and CONVEYOR_BROWSER_TEST=skip", p)
+		}
+		t.Fatalf("dashboard browser test needs Chromium at %s: run `apt-get install -y chromium` "+
+			"(or set CONVEYOR_CHROMIUM to a Chromium binary; CONVEYOR_BROWSER_TEST=skip skips the test): %v", p, err)
+	}
+	return p
+}
+
+// artifactDir is test-artifacts/dashboard at the repository root (the directory of the go.mod
+// above the package), created if needed.
+func artifactDir(t *testing.T) string {
+	t.Helper()
+	root := os.Getenv("CONVEYOR_TEST_ARTIFACTS")
+	if root == "" {
+		dir, err := os.Getwd()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for {
+			if b, err := os.ReadFile(filepath.Join(dir, "go.mod")); err == nil && bytes.Contains(b, []byte("module github.com/conveyorq/conveyor\n")) {
+				break
+			}
+			parent := filepath.Dir(dir)
+			if parent == dir {
+				t.Fatal("no repository root (go.mod of github.com/conveyorq/conveyor) above the working directory")
+			}
+			dir = parent
+		}
+		root = filepath.Join(dir, "test-artifacts")
+	}
+	dir := filepath.Join(root, "dashboard")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+// dashFixture is a private Redis with jobs in every state, a worker and the API server.
+type dashFixture struct {
+	insp    *pipeline.Inspector
+	client  *pipeline.Client
+	failing atomic.Bool // the "charge" handler fails while set
+	url     string
+}
+
+func newDashFixture(t *testing.T) *dashFixture {
+	t.Helper()
+	srv := redistest.Start(t)
+	rdb := srv.Client(t)
+	client := pipeline.NewClient(rdb, pipeline.ClientConfig{})
+	f := &dashFixture{insp: pipeline.NewInspector(rdb, pipeline.InspectorConfig{}), client: client}
+	f.failing.Store(true)
+	ctx := context.Background()
+
+	// The worker serves orders and imports: echo completes, charge fails while failing is set
+	// (with no retries: a poison job goes straight to the dead set), hold runs until the test
+	// ends, flaky fails its first attempt, reject always fails for good.
+	release := make(chan struct{})
+	w := pipeline.NewWorker(rdb, pipeline.WorkerConfig{
+		Queues:          []string{dashOrders, dashImports},
+		Name:            "dash-worker-1",
+		Concurrency:     4,
+		Backoff:         pipeline.Backoff{Base: 20 * time.Millisecond, Max: 200 * time.Millisecond},
+		ShutdownTimeout: 2 * time.Second,
+		Logger:          zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel),
+	})
+	w.Handle("echo", func(_ context.Context, j *pipeline.Job) ([]byte, error) { return j.Payload, nil })
+	w.Handle("charge", func(_ context.Context, j *pipeline.Job) ([]byte, error) {
+		if f.failing.Load() {
+			return nil, errors.New("card declined by the test's payment stub")
+		}
+		return []byte(`{"charged":true,"receipt":"r-` + j.ID + `"}`), nil
+	})
+	w.Handle("flaky", func(_ context.Context, j *pipeline.Job) ([]byte, error) {
+		if j.Attempt == 1 {
+			return nil, errors.New("flaky: first attempts fail")
+		}
+		return []byte(`"ok"`), nil
+	})
+	w.Handle("reject", func(context.Context, *pipeline.Job) ([]byte, error) {
+		return nil, pipeline.SkipRetry(errors.New("rejected: malformed import"))
+	})
+	w.Handle("hold", func(ctx context.Context, _ *pipeline.Job) ([]byte, error) {
+		select {
+		case <-release:
+		case <-ctx.Done():
+		}
+		return nil, ctx.Err()
+	})
+	wctx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- w.Run(wctx) }()
+	t.Cleanup(func() {
+		close(release)
+		stop()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("worker: %v", err)
+			}
+		case <-time.After(30 * time.Second):
+			t.Error("worker did not stop within 30s")
+		}
+	})
+	select {
+	case <-w.Ready():
+	case err := <-done:
+		t.Fatalf("worker stopped at start: %v", err)
+	case <-time.After(15 * time.Second):
+		t.Fatal("worker not ready after 15s")
+	}
+
+	publish := f.publish
+	for k := 1; k <= 3; k++ {
+		publish(t, dashOrders, fmt.Sprintf("order-%d", k), "echo", fmt.Sprintf(`{"order":%d,"to":"ada@example.com"}`, k),
+			pipeline.WithMetadata(map[string]string{"source": "dashboard-test"}))
+	}
+	for _, id := range []string{"charge-7", "charge-8", "charge-9"} {
+		publish(t, dashOrders, id, "charge", `{"amount":1999,"currency":"EUR"}`, pipeline.WithMaxRetries(0))
+	}
+	publish(t, dashOrders, "hold-1", "hold", `{"seconds":3600}`)
+	publish(t, dashOrders, "later-1", "echo", `{"reminder":"renew","to":"ada@example.com"}`, pipeline.WithDelay(time.Hour))
+	// More queued reports than a page of the dashboard's lists (25) holds.
+	for k := 1; k <= dashReportsQueued; k++ {
+		payload := fmt.Sprintf(`{"report":%d}`, k)
+		if k == 2 {
+			payload = "plain text, not JSON"
+		}
+		publish(t, dashReports, fmt.Sprintf("report-%d", k), "render", payload)
+	}
+	publish(t, dashReports, "report-later", "render", `{"month":"2026-11"}`, pipeline.WithDelay(2*time.Hour))
+
+	// Every state is present once the worker has settled.
+	f.waitStats(t, dashOrders, func(s *pipeline.QueueStats) bool {
+		return s.Completed == 3 && s.Dead == 3 && s.InProgress == 1 && s.Scheduled == 1 && s.Queued == 0
+	})
+	f.waitStats(t, dashReports, func(s *pipeline.QueueStats) bool { return s.Queued == dashReportsQueued && s.Scheduled == 1 })
+
+	ts := httptest.NewServer(dashboardAPI(t, client, f.insp))
+	t.Cleanup(ts.Close)
+	f.url = ts.URL
+	return f
+}
+
+func (f *dashFixture) publish(t *testing.T, queue, id, typ, payload string, opts ...pipeline.Option) {
+	t.Helper()
+	opts = append([]pipeline.Option{pipeline.WithID(id)}, opts...)
+	if _, err := f.client.Enqueue(context.Background(), queue, pipeline.Task{Type: typ, Payload: []byte(payload)}, opts...); err != nil {
+		t.Fatalf("publish %s/%s: %v", queue, id, err)
+	}
+}
+
+// burst makes traffic for the throughput chart: completions in orders, retries and failures
+// in imports. The dead jobs of orders stay as they are.
+func (f *dashFixture) burst(t *testing.T) {
+	t.Helper()
+	before, err := f.insp.Stats(context.Background(), dashOrders)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const bulk, flaky, reject = 150, 20, 8
+	for k := range bulk {
+		f.publish(t, dashOrders, fmt.Sprintf("bulk-%d", k), "echo", fmt.Sprintf(`{"bulk":%d}`, k))
+	}
+	for k := range flaky {
+		f.publish(t, dashImports, fmt.Sprintf("flaky-%d", k), "flaky", `{}`, pipeline.WithMaxRetries(2))
+	}
+	for k := range reject {
+		f.publish(t, dashImports, fmt.Sprintf("reject-%d", k), "reject", `{}`)
+	}
+	f.waitStats(t, dashOrders, func(s *pipeline.QueueStats) bool { return s.Completed == before.Completed+bulk })
+	f.waitStats(t, dashImports, func(s *pipeline.QueueStats) bool {
+		return s.Completed == flaky && s.Retried == flaky && s.Dead == reject
+	})
+}
+
+func (f *dashFixture) waitStats(t *testing.T, queue string, ok func(*pipeline.QueueStats) bool) {
+	t.Helper()
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		s, err := f.insp.Stats(context.Background(), queue)
+		if err == nil && ok(s) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("queue %s never settled: %+v (err %v)", queue, s, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// dashboardAPI is the API handler with the dashboard, behind dashToken, sampling throughput
+// often so the chart has points at once.
+func dashboardAPI(t *testing.T, client *pipeline.Client, insp *pipeline.Inspector) http.Handler {
+	t.Helper()
+	s, err := api.New(client, insp, api.Config{
+		AuthToken:          dashToken,
+		Dashboard:          api.Dashboard(),
+		ThroughputInterval: 250 * time.Millisecond,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	return s
+}
+
+// browser drives one Chromium tab; every step has a deadline and saves a screenshot when it
+// fails.
+type browser struct {
+	t   *testing.T
+	ctx context.Context
+	dir string
+
+	mu       sync.Mutex
+	problems []string // console errors and uncaught exceptions
+}
+
+func newBrowser(t *testing.T, chrome, dir string) *browser {
+	t.Helper()
+	opts := append(chromedp.DefaultExecAllocatorOptions[:],
+		chromedp.ExecPath(chrome),
+		chromedp.Headless,
+		chromedp.NoSandbox,
+		chromedp.DisableGPU,
+		chromedp.NoFirstRun,
+		chromedp.Flag("disable-quic", true),
+		chromedp.Flag("disable-background-networking", true),
+		chromedp.Flag("disable-component-update", true),
+		chromedp.Flag("disable-sync", true),
+		chromedp.UserDataDir(t.TempDir()),
+		chromedp.WindowSize(1280, 800),
+	)
+	actx, acancel := chromedp.NewExecAllocator(context.Background(), opts...)
+	ctx, cancel := chromedp.NewContext(actx)
+	b := &browser{t: t, ctx: ctx, dir: dir}
+	var consoleDone chan struct{} // the console reader's, once it runs
+	t.Cleanup(func() {
+		cctx, ccancel := context.WithTimeout(ctx, 10*time.Second)
+		defer ccancel()
+		_ = chromedp.Cancel(cctx)
+		cancel()
+		acancel()
+		if consoleDone != nil {
+			<-consoleDone
+		}
+	})
+	start := time.Now()
+	if err := chromedp.Do(ctx, chromedp.EmulateViewport(1280, 800)); err != nil { // starts the browser
+		t.Fatalf("start Chromium (%s): %v", chrome, err)
+	}
+	t.Logf("Chromium started in %s", time.Since(start).Round(time.Millisecond))
+	msgs := chromedp.Console(ctx)
+	consoleDone = make(chan struct{})
+	go func() {
+		defer close(consoleDone)
+		for m, err := range msgs {
+			if err != nil {
+				return
+			}
+			if m.Type != chromedp.ConsoleError && !m.IsException() && !strings.Contains(m.Text, "Content Security Policy") {
+				continue
+			}
+			if m.Source == "network" && strings.Contains(m.Text, "401") {
+				continue // the API asking for the token: expected
+			}
+			b.mu.Lock()
+			if m.URL != "" {
+				m.Text += fmt.Sprintf(" (%s:%d)", m.URL, m.Line+1)
+			}
+			b.problems = append(b.problems, m.String())
+			b.mu.Unlock()
+		}
+	}()
+	return b
+}
+
+// do runs actions with a deadline; on failure it saves a screenshot named after the step.
+func (b *browser) do(step string, actions ...chromedp.Action[chromedp.Void]) {
+	b.t.Helper()
+	ctx, cancel := context.WithTimeout(b.ctx, 20*time.Second)
+	defer cancel()
+	if err := chromedp.Do(ctx, actions...); err != nil {
+		b.shot("failed-" + step)
+		b.t.Fatalf("%s: %v", step, err)
+	}
+}
+
+// poll waits until the JavaScript expression is truthy.
+func (b *browser) poll(step, expr string) {
+	b.t.Helper()
+	b.do(step, chromedp.Poll[chromedp.Void](expr, chromedp.WithPollingInterval(50*time.Millisecond),
+		chromedp.WithPollingTimeout(15*time.Second)))
+}
+
+// eval evaluates a JavaScript expression into T.
+func evalJS[T any](b *browser, expr string) T {
+	b.t.Helper()
+	ctx, cancel := context.WithTimeout(b.ctx, 10*time.Second)
+	defer cancel()
+	v, err := chromedp.Run(ctx, chromedp.Evaluate[T](expr))
+	if err != nil {
+		b.t.Fatalf("evaluate %s: %v", expr, err)
+	}
+	return v
+}
+
+// shot saves a screenshot of the viewport as <dir>/<name>.png.
+func (b *browser) shot(name string) {
+	b.t.Helper()
+	ctx, cancel := context.WithTimeout(b.ctx, 10*time.Second)
+	defer cancel()
+	png, err := chromedp.Run(ctx, chromedp.CaptureScreenshot())
+	if err != nil {
+		b.t.Errorf("screenshot %s: %v", name, err)
+		return
+	}
+	p := filepath.Join(b.dir, name+".png")
+	if err := os.WriteFile(p, png, 0o644); err != nil {
+		b.t.Errorf("screenshot %s: %v", name, err)
+		return
+	}
+	b.t.Logf("screenshot %s", p)
+}
+
+// route moves the page to a hash route, as a link would.
+func (b *browser) route(hash string) {
+	b.t.Helper()
+	b.do("open "+hash, chromedp.Evaluate[chromedp.Void](fmt.Sprintf("location.hash = %q", hash)))
+}
+
+// noSideScroll checks the page does not scroll sideways at the current width.
+func (b *browser) noSideScroll(where string) {
+	b.t.Helper()
+	w := evalJS[[]int](b, `[document.documentElement.scrollWidth, document.documentElement.clientWidth]`)
+	if w[0] > w[1] {
+		b.shot("overflow-" + where)
+		b.t.Errorf("%s: the page scrolls sideways: %d px of content in %d px", where, w[0], w[1])
+	}
+}
+
+func TestDashboardBrowser(t *testing.T) {
+	chrome := chromiumPath(t)
+	dir := artifactDir(t)
+	began := time.Now()
+	f := newDashFixture(t)
+	t.Logf("fixture ready in %s", time.Since(began).Round(time.Millisecond))
+	b := newBrowser(t, chrome, dir)
+	css := func(sel string) chromedp.CSS { return chromedp.CSS(sel) }
+
+	// The API wants a token: the page asks for it, refuses a wrong one, keeps the right one.
+	b.do("load the dashboard", chromedp.Navigate(f.url+"/#/queues"), chromedp.WaitVisible(css("#token-input")))
+	b.shot("desktop-token")
+	b.do("enter a wrong token",
+		chromedp.SendKeys(css("#token-input"), "not-the-token"),
+		chromedp.Click(css("#token-form button[type=submit]")),
+		chromedp.WaitVisible(css("#token-error")),
+		chromedp.WaitVisible(css("#token-input")))
+	b.do("enter the token",
+		chromedp.SendKeys(css("#token-input"), dashToken),
+		chromedp.Click(css("#token-form button[type=submit]")),
+		chromedp.WaitVisible(css(`tr[data-queue="orders"]`)),
+		chromedp.WaitNotVisible(css("#token")))
+	if got := evalJS[string](b, `sessionStorage.getItem('conveyor.token')`); got != dashToken {
+		t.Errorf("sessionStorage keeps token %q, want %q", got, dashToken)
+	}
+
+	// The queue table shows what Redis says.
+	want := map[string]map[string]int64{}
+	for _, q := range []string{dashOrders, dashReports} {
+		s, err := f.insp.Stats(context.Background(), q)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want[q] = map[string]int64{"scheduled": s.Scheduled, "queued": s.Queued, "in_progress": s.InProgress,
+			"dead": s.Dead, "enqueued": s.Enqueued, "completed": s.Completed, "failed": s.Failed, "retried": s.Retried}
+	}
+	wantJSON, _ := json.Marshal(want)
+	b.poll("queue counts match Inspector.Stats "+string(wantJSON), `(() => {
+		const want = `+string(wantJSON)+`;
+		for (const [q, fields] of Object.entries(want)) {
+			const tr = document.querySelector('tr[data-queue="' + q + '"]');
+			if (!tr) return false;
+			for (const [k, v] of Object.entries(fields)) {
+				const td = tr.querySelector('td[data-field="' + k + '"]');
+				if (!td || td.textContent.replace(/[^0-9]/g, '') !== String(v)) return false;
+			}
+		}
+		return true;
+	})()`)
+	b.poll("the throughput chart has axes and a legend",
+		`document.querySelector('svg.chart .axis text') && document.querySelectorAll('.legend li').length === 3`)
+
+	// Traffic shows on the chart: the API samples counters every 250 ms, the page redraws
+	// every 3 s.
+	f.burst(t)
+	b.poll("the chart draws completions, failures and retries", `(() => {
+		const d = document.querySelector('svg.chart desc');
+		return d !== null && document.querySelectorAll('svg.chart .series').length === 3 &&
+			['completed', 'failed', 'retried'].every((k) => d.textContent.includes(k + ' peaked at') &&
+				!d.textContent.includes(k + ' peaked at 0 per'));
+	})()`)
+	b.noSideScroll("desktop queues")
+	b.shot("desktop-queues")
+
+	// A job's page from a list: the scheduled list of orders, then its job.
+	b.do("open the scheduled jobs of orders",
+		chromedp.Click(css(`tr[data-queue="orders"] td[data-field="scheduled"] a`)),
+		chromedp.WaitVisible(css(`tr[data-job="later-1"] a`)))
+	b.do("open a scheduled job", chromedp.Click(css(`tr[data-job="later-1"] a`)),
+		chromedp.WaitVisible(css(".payload pre")))
+	b.poll("the job page shows the pretty-printed payload",
+		`document.querySelector('.payload pre').textContent.includes('"to": "ada@example.com"') &&
+		 document.querySelector('.badge[data-status="scheduled"]') !== null &&
+		 /UTC[+-]\d\d:\d\d/.test(document.querySelector('[data-field="run_at"] dd').textContent)`)
+	b.shot("desktop-job-scheduled")
+
+	// Paging: Next and Previous through the queued reports, 25 a page.
+	b.route("#/queues/reports/queued")
+	rows := `document.querySelectorAll('table.jobs tbody tr[data-job]')`
+	b.poll("the first page of queued reports",
+		rows+`.length === 25 && `+rows+`[0].dataset.job === 'report-1' && document.querySelector('button.prev').disabled`)
+	b.do("next page", chromedp.Click(css("button.next")))
+	b.poll("the second page of queued reports",
+		rows+`.length === 5 && `+rows+`[0].dataset.job === 'report-26' && document.querySelector('button.next').disabled &&
+		 document.querySelector('.page-no').textContent === 'Page 2'`)
+	b.do("previous page", chromedp.Click(css("button.prev")))
+	b.poll("back on the first page", rows+`.length === 25 && `+rows+`[0].dataset.job === 'report-1'`)
+
+	// The running job shows its worker and lease.
+	b.route("#/queues/orders/in_progress")
+	b.poll("the in-progress list shows the worker",
+		`(() => { const tr = document.querySelector('tr[data-job="hold-1"]'); return tr && tr.textContent.includes('dash-worker-1'); })()`)
+
+	// The dead list: reason, replay (the handler now succeeds), purge with confirmation.
+	b.route("#/queues/orders")
+	b.do("open the dead list", chromedp.Click(css(`.tabs a[data-state="failed"]`)),
+		chromedp.WaitVisible(css(`tr[data-job="charge-7"] button.replay`)))
+	b.poll("the dead list shows the reason",
+		`document.querySelector('tr[data-job="charge-7"] .reason').textContent.includes('card declined') &&
+		 document.querySelectorAll('tbody tr[data-job]').length === 3`)
+	b.noSideScroll("desktop dead list")
+	b.shot("desktop-dead")
+	f.failing.Store(false)
+	b.do("replay a dead job",
+		chromedp.Click(css(`tr[data-job="charge-7"] button.replay`)),
+		chromedp.WaitNotPresent(css(`tr[data-job="charge-7"]`)),
+		chromedp.WaitVisible(css(`#notice a`)))
+	b.do("open the replayed job", chromedp.Click(css(`#notice a`)), chromedp.WaitVisible(css(".job-status .badge")))
+	b.poll("the replayed job completes",
+		`document.querySelector('.badge[data-status="completed"]') !== null &&
+		 document.querySelector('.result pre').textContent.includes('"receipt": "r-charge-7"')`)
+	b.shot("desktop-job-completed")
+	if j, err := f.insp.Get(context.Background(), dashOrders, "charge-7"); err != nil || j.Status != pipeline.StatusCompleted {
+		t.Errorf("charge-7 after replay: %+v, %v; want completed", j, err)
+	}
+
+	b.route("#/queues/orders/failed")
+	b.do("ask to purge a dead job",
+		chromedp.Click(css(`tr[data-job="charge-8"] button.purge`)),
+		chromedp.WaitVisible(css(`tr[data-job="charge-8"] button.confirm-yes`)))
+	b.shot("desktop-purge-confirm")
+	if _, err := f.insp.Get(context.Background(), dashOrders, "charge-8"); err != nil {
+		t.Fatalf("charge-8 is gone before the purge was confirmed: %v", err)
+	}
+	b.do("confirm the purge",
+		chromedp.Click(css(`tr[data-job="charge-8"] button.confirm-yes`)),
+		chromedp.WaitNotPresent(css(`tr[data-job="charge-8"]`)))
+	if _, err := f.insp.Get(context.Background(), dashOrders, "charge-8"); !errors.Is(err, pipeline.ErrNotFound) {
+		t.Errorf("charge-8 after purge: %v, want ErrNotFound", err)
+	}
+
+	// The search box finds a job in any queue by id.
+	b.do("search a job by id",
+		chromedp.SendKeys(css("#search-id"), "report-2"),
+		chromedp.Click(css("#search button[type=submit]")),
+		chromedp.WaitVisible(css(".payload pre")))
+	b.poll("the search opens the job's page",
+		`location.hash === '#/jobs/reports/report-2' &&
+		 document.querySelector('.payload pre').textContent === 'plain text, not JSON' &&
+		 document.querySelector('.badge[data-status="queued"]') !== null`)
+	b.do("search a completed job",
+		chromedp.SetValue(css("#search-id"), "order-2"),
+		chromedp.Click(css("#search button[type=submit]")),
+		chromedp.WaitVisible(css(`.badge[data-status="completed"]`)))
+	b.poll("the completed job shows its result and metadata",
+		`location.hash === '#/jobs/orders/order-2' &&
+		 document.querySelector('.result pre').textContent.includes('"order": 2') &&
+		 document.querySelector('table.kv').textContent.includes('dashboard-test')`)
+	b.shot("desktop-job-search")
+
+	// A phone's width: readable, nothing scrolls sideways.
+	b.do("phone viewport", chromedp.EmulateViewport(390, 844, chromedp.EmulatePortrait, chromedp.EmulateMobile))
+	b.route("#/queues")
+	b.do("phone queues", chromedp.WaitVisible(css(`tr[data-queue="orders"]`)), chromedp.WaitVisible(css(`svg.chart`)))
+	b.poll("the chart fits the phone", `document.querySelector('svg.chart').getBoundingClientRect().width <= 390`)
+	b.noSideScroll("phone queues")
+	b.shot("phone-queues")
+	b.route("#/queues/orders/failed")
+	b.do("phone dead list", chromedp.WaitVisible(css(`tr[data-job="charge-9"] button.replay`)))
+	b.noSideScroll("phone dead list")
+	b.shot("phone-dead")
+	b.route("#/jobs/orders/charge-7")
+	b.do("phone job page", chromedp.WaitVisible(css(`.badge[data-status="completed"]`)))
+	b.noSideScroll("phone job page")
+	b.shot("phone-job")
+
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for _, p := range b.problems {
+		t.Errorf("browser console: %s", p)
+	}
+	t.Logf("browser test took %s; screenshots in %s", time.Since(began).Round(time.Millisecond), dir)
+}
