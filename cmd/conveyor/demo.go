@@ -64,7 +64,8 @@ var demoMix = []demoKind{
 }
 
 func newDemoCmd(a *app) *cobra.Command {
-	return &cobra.Command{
+	var pf produceFlags
+	cmd := &cobra.Command{
 		Use:   "demo",
 		Short: "Watch jobs run, retry, wait and die on three in-process workers",
 		Long: `Publish a mix of jobs (immediate, delayed, flaky, failing) to a fresh queue, run them on
@@ -72,9 +73,22 @@ three in-process workers, show progress and print a summary. It takes a few seco
 
 The demo uses the Redis of --redis or $CONVEYOR_REDIS_URL when one is given, and an embedded
 in-process Redis otherwise, so it runs anywhere. On a real Redis it works in a queue of its own
-(demo-<random>) and deletes that queue's keys at the end.`,
+(demo-<random>) and deletes that queue's keys at the end.
+
+With --produce-only it runs no workers: it publishes a steady mix of demo jobs to --queue on
+the configured Redis (one every --every; echo, sleep, delayed, flaky, and now and then a
+poison job that always fails with no retries) until SIGINT or SIGTERM, or --count jobs, for
+workers elsewhere to run (the Docker Compose demo's producer).`,
+		Example: `  conveyor demo
+  conveyor demo --produce-only --queue demo --every 200ms --redis redis://localhost:6379/0`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if pf.only {
+				return a.produce(cmd, &pf)
+			}
+			if pf.changed(cmd) {
+				return usageErrorf("--queue, --every and --count go with --produce-only")
+			}
 			logs := a.log
 			if !cmd.Flags().Changed("log-level") {
 				logs = logs.Level(zerolog.ErrorLevel) // the summary tells the story
@@ -82,6 +96,8 @@ in-process Redis otherwise, so it runs anywhere. On a real Redis it works in a q
 			return a.demo(cmd.Context(), logs)
 		},
 	}
+	pf.flags(cmd)
+	return cmd
 }
 
 // demoRun is one run of the demo.

@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -61,4 +62,33 @@ func testPublishDuplicates(t *testing.T, c *cli) {
 	require.Equal(t, held+"\n", r.stdout)
 	require.Contains(t, r.stderr, `it holds the unique key "u1"`)
 	require.EqualValues(t, 2, c.stats(t, "--queue", q).Enqueued)
+}
+
+// demo --produce-only publishes the demo mix to a queue of the configured Redis: echo, sleep,
+// delayed, flaky in turn and every 20th a poison job with no retries; its flags go only with
+// it, and it needs a Redis of the user's (workers elsewhere must see the jobs).
+func testProduceOnly(t *testing.T, c *cli) {
+	q := redistest.UniqueName(t)
+	ids := strings.Fields(c.ok(t, "demo", "--produce-only", "--queue", q, "--every", "5ms", "--count", "25"))
+	require.Len(t, ids, 25)
+	types := map[string]int{}
+	for i, id := range ids {
+		j := c.status(t, "--queue", q, id)
+		types[j.Type]++
+		if i+1 == 20 {
+			require.Equal(t, "fail", j.Type, "the 20th is the poison job")
+			require.Zero(t, j.MaxRetries)
+		}
+		if i%4 == 2 {
+			require.Equal(t, "scheduled", j.Status, "the third of each four is delayed")
+		}
+	}
+	require.Equal(t, map[string]int{"echo": 13, "sleep": 6, "flaky": 5, "fail": 1}, types)
+	require.EqualValues(t, 25, c.stats(t, "--queue", q).Enqueued)
+
+	c.refused(t, 2, "--every must be positive", "demo", "--produce-only", "--every", "0s")
+	c.refused(t, 2, "go with --produce-only", "demo", "--queue", q)
+	r := c.exec(t, "", env(""), "demo", "--produce-only", "--count", "1")
+	require.Equal(t, 2, r.code, r.stderr)
+	require.Contains(t, r.stderr, "give --redis or set CONVEYOR_REDIS_URL")
 }
