@@ -117,4 +117,3 @@ func (a *app) produce(cmd *cobra.Command, pf *produceFlags) error {
 	}
 	return nil
 }
-
