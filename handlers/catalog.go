@@ -14,7 +14,8 @@ type Info struct {
 	// Summary says in a few words what it does.
 	Summary string `json:"summary"`
 	// Payload is the shape of the payload it accepts, in a JSON-like notation: UPPERCASE
-	// words stand for values, a field followed by ? is optional.
+	// words stand for values, a field followed by ? is optional. The package documentation
+	// gives each field's meaning.
 	Payload string `json:"payload"`
 	// Example is a payload it accepts: valid JSON, ready for `conveyor publish --payload`.
 	Example json.RawMessage `json:"example"`
@@ -28,30 +29,30 @@ var catalog = []Info{
 	{
 		Type:    TypeEcho,
 		Summary: "returns its payload as the result",
-		Payload: "any JSON value",
+		Payload: "any JSON",
 		Example: json.RawMessage(`{"hello":"world"}`),
-		Result:  "the payload, unchanged",
+		Result:  "the payload",
 	},
 	{
 		Type:    TypeFail,
-		Summary: "always fails with a retryable error",
-		Payload: `{"message"?: STRING} (anything else is accepted too)`,
+		Summary: "always fails, with a retryable error",
+		Payload: `{"message"?: STRING}, or anything`,
 		Example: json.RawMessage(`{"message":"boom"}`),
-		Result:  `none: the error is the message, or "fail: this handler always fails"`,
+		Result:  "none; the error is the message",
 	},
 	{
 		Type:    TypeFlaky,
 		Summary: "fails its first K attempts, then succeeds",
-		Payload: `{"fail_times": K} with K >= 0`,
+		Payload: `{"fail_times": K}, K >= 0`,
 		Example: json.RawMessage(`{"fail_times":2}`),
-		Result:  `{"attempt": N}, N the attempt that succeeded`,
+		Result:  `{"attempt": N}`,
 	},
 	{
 		Type:    TypeHTTP,
-		Summary: "makes one HTTP request (to public addresses, unless allowed)",
-		Payload: `{"url": URL, "method"?: STRING, "body"?: JSON, "headers"?: {NAME: STRING}}`,
-		Example: json.RawMessage(`{"url":"https://example.com/hook","method":"POST","body":{"event":"signup"}}`),
-		Result:  `{"status": CODE, "body": STRING} (the first 64 KiB of the body)`,
+		Summary: "makes one HTTP request, to a public address",
+		Payload: `{"url": URL, "method"?, "body"?, "headers"?}`,
+		Example: json.RawMessage(`{"url":"https://example.com/hook","body":{"event":"signup"}}`),
+		Result:  `{"status": CODE, "body": STRING}`,
 	},
 	{
 		Type:    TypeNoop,
@@ -63,7 +64,7 @@ var catalog = []Info{
 	{
 		Type:    TypeSleep,
 		Summary: "sleeps for ms milliseconds",
-		Payload: `{"ms": N} with N from 0 to 86400000 (24h)`,
+		Payload: `{"ms": N}, N from 0 to 86400000`,
 		Example: json.RawMessage(`{"ms":1500}`),
 		Result:  `{"slept_ms": N}`,
 	},
