@@ -30,14 +30,16 @@ type benchOptions struct {
 
 // benchReport is the --json output.
 type benchReport struct {
-	Mode         string           `json:"mode"`
-	Jobs         int              `json:"jobs"`
-	PayloadBytes int              `json:"payload_bytes"`
-	Concurrency  int              `json:"concurrency"`
-	EnqueuePerS  float64          `json:"enqueue_per_s"`
-	JobsPerS     float64          `json:"jobs_per_s"`
-	ElapsedS     float64          `json:"elapsed_s"`
-	LatencyMS    map[string]int64 `json:"latency_ms"`
+	Mode         string  `json:"mode"`
+	Jobs         int     `json:"jobs"`
+	PayloadBytes int     `json:"payload_bytes"`
+	Concurrency  int     `json:"concurrency"`
+	EnqueuePerS  float64 `json:"enqueue_per_s"`
+	JobsPerS     float64 `json:"jobs_per_s"`
+	ElapsedS     float64 `json:"elapsed_s"`
+	// LatencyMS holds the publish-to-start latency percentiles p50, p90, p99 and max in
+	// milliseconds, to the microsecond (0.42 is 420 µs).
+	LatencyMS map[string]float64 `json:"latency_ms"`
 }
 
 func newBenchCmd(a *app) *cobra.Command {
@@ -47,7 +49,9 @@ func newBenchCmd(a *app) *cobra.Command {
 		Short: "Measure throughput and latency on your Redis",
 		Long: `Measure Conveyor on the configured Redis: publish --jobs no-op jobs of --payload-bytes to a
 fresh queue, run them on one in-process worker of --concurrency, and report the publish rate,
-the throughput and the latency from publish to handler start (p50, p90, p99, max).
+the throughput and the latency from publish to handler start (p50, p90, p99, max), in
+milliseconds to the hundredth (0.42 ms); with --json, "latency_ms" holds them as numbers to
+the thousandth (microseconds).
 
 --mode live (the default) publishes while the worker runs, as in production; --mode drain
 publishes everything first, then times the worker draining the backlog (latency then mostly
@@ -80,19 +84,19 @@ bench/ and docs/BENCHMARKS.md.`,
 func (o benchOptions) validate() error {
 	var errs []error
 	if o.jobs < 1 {
-		errs = append(errs, fmt.Errorf("--jobs must be at least 1"))
+		errs = append(errs, usageErrorf("--jobs must be at least 1"))
 	}
 	if o.payloadBytes < 8 || o.payloadBytes > pipeline.DefaultMaxPayloadBytes {
-		errs = append(errs, fmt.Errorf("--payload-bytes must be 8 to %d", pipeline.DefaultMaxPayloadBytes))
+		errs = append(errs, usageErrorf("--payload-bytes must be 8 to %d", pipeline.DefaultMaxPayloadBytes))
 	}
 	if o.concurrency < 1 {
-		errs = append(errs, fmt.Errorf("--concurrency must be at least 1"))
+		errs = append(errs, usageErrorf("--concurrency must be at least 1"))
 	}
 	if o.mode != "live" && o.mode != "drain" {
-		errs = append(errs, fmt.Errorf("--mode must be live or drain, not %q", o.mode))
+		errs = append(errs, usageErrorf("--mode must be live or drain, not %q", o.mode))
 	}
 	if o.timeout <= 0 {
-		errs = append(errs, fmt.Errorf("--timeout must be positive"))
+		errs = append(errs, usageErrorf("--timeout must be positive"))
 	}
 	return errors.Join(errs...)
 }
@@ -218,17 +222,17 @@ func (a *app) bench(ctx context.Context, o benchOptions) (err error) {
 	n := min(int(seen.Load()), len(latencies))
 	lat := slices.Clone(latencies[:n])
 	slices.Sort(lat)
-	pct := func(p float64) int64 {
+	pct := func(p float64) float64 {
 		if len(lat) == 0 {
 			return 0
 		}
-		return time.Duration(lat[min(len(lat)-1, int(p*float64(len(lat))))]).Milliseconds()
+		return durationMS(time.Duration(lat[min(len(lat)-1, int(p*float64(len(lat))))]))
 	}
 	r := benchReport{
 		Mode: o.mode, Jobs: o.jobs, PayloadBytes: o.payloadBytes, Concurrency: o.concurrency,
 		EnqueuePerS: float64(o.jobs) / pubTook.Seconds(), JobsPerS: float64(o.jobs) / elapsed.Seconds(),
 		ElapsedS:  elapsed.Seconds(),
-		LatencyMS: map[string]int64{"p50": pct(0.50), "p90": pct(0.90), "p99": pct(0.99), "max": pct(1)},
+		LatencyMS: map[string]float64{"p50": pct(0.50), "p90": pct(0.90), "p99": pct(0.99), "max": pct(1)},
 	}
 	if o.json {
 		return json.NewEncoder(a.stdout).Encode(r)
@@ -236,9 +240,14 @@ func (a *app) bench(ctx context.Context, o benchOptions) (err error) {
 	tw := newTable(a.stdout)
 	fmt.Fprintf(tw, "publish (EnqueueBatch, 100 a call)\t%.0f jobs/s\n", r.EnqueuePerS)
 	fmt.Fprintf(tw, "throughput (%s)\t%.0f jobs/s\t(%d jobs in %s)\n", o.mode, r.JobsPerS, o.jobs, elapsed.Round(time.Millisecond))
-	fmt.Fprintf(tw, "latency, publish to start\tp50 %d ms\tp90 %d ms\tp99 %d ms\tmax %d ms\n",
+	fmt.Fprintf(tw, "latency, publish to start\tp50 %.2f ms\tp90 %.2f ms\tp99 %.2f ms\tmax %.2f ms\n",
 		r.LatencyMS["p50"], r.LatencyMS["p90"], r.LatencyMS["p99"], r.LatencyMS["max"])
 	return tw.Flush()
+}
+
+// durationMS is d in milliseconds, rounded to the microsecond.
+func durationMS(d time.Duration) float64 {
+	return float64(d.Round(time.Microsecond)) / float64(time.Millisecond)
 }
 
 // benchWait shows progress until every job completed.

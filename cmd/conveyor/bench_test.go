@@ -28,6 +28,12 @@ func TestBenchCommand(t *testing.T) {
 		require.Positive(t, r.EnqueuePerS)
 		require.GreaterOrEqual(t, r.LatencyMS["max"], r.LatencyMS["p50"])
 	}
+	// The table shows latencies to the hundredth of a millisecond.
+	stdout, stderr, code := runInProcess(t, "", "bench", "--redis", srv.URL(), "--prefix", prefix,
+		"--jobs", "500", "--concurrency", "20", "--payload-bytes", "8")
+	require.Equal(t, 0, code, stderr)
+	require.Regexp(t, `(?m)^latency, publish to start +p50 \d+\.\d\d ms +p90 \d+\.\d\d ms +p99 \d+\.\d\d ms +max \d+\.\d\d ms$`, stdout)
+
 	// It cleans up after itself.
 	rdb := srv.Client(t)
 	n, err := rdb.Keys(context.Background(), prefix+":*").Result()
@@ -66,7 +72,15 @@ func TestBenchRefusesBadFlags(t *testing.T) {
 		{"--jobs", "0"}, {"--payload-bytes", "4"}, {"--concurrency", "0"}, {"--mode", "fast"},
 	} {
 		_, stderr, code := runInProcess(t, "", append([]string{"bench", "--redis", noRedis}, args...)...)
-		require.Equal(t, 1, code, "%v: %s", args, stderr)
+		require.Equal(t, 2, code, "%v: %s", args, stderr)
 		require.Contains(t, stderr, "conveyor: ")
 	}
+}
+
+func TestDurationMS(t *testing.T) {
+	t.Parallel()
+	require.Equal(t, 0.42, durationMS(420*time.Microsecond))
+	require.Equal(t, 1.375, durationMS(1374900*time.Nanosecond), "rounded to the microsecond")
+	require.Equal(t, 1500.0, durationMS(1500*time.Millisecond))
+	require.Equal(t, 0.0, durationMS(0))
 }
