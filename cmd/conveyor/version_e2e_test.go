@@ -1,0 +1,60 @@
+package main
+
+import (
+	"encoding/json"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// conveyor version and --version through the binary, run from TestE2E.
+
+// rootFinished reports whether rootCmd calls finishRoot: until root.go does, --version and the
+// completion of flag values are not wired into the binary, and their tests through it skip.
+func rootFinished() bool {
+	a := &app{getenv: func(string) string { return "" }}
+	return a.rootCmd().Version != ""
+}
+
+func skipUnlessRootFinished(t *testing.T) {
+	t.Helper()
+	if !rootFinished() {
+		t.Skip("root.go does not call finishRoot(a, root) yet")
+	}
+}
+
+func testVersion(t *testing.T, c *cli) {
+	out := c.ok(t, "version")
+	require.Regexp(t, `^conveyor \S+ \(commit .*; go\S+ \w+/\w+\)\n$`, out)
+
+	// A 'go build' in a git checkout records the commit (this environment may set
+	// GOFLAGS=-buildvcs=false: ask for it).
+	if err := exec.Command("git", "rev-parse", "--git-dir").Run(); err != nil {
+		t.Skip("not in a git checkout")
+	}
+	bin := filepath.Join(t.TempDir(), "conveyor")
+	b, err := exec.Command("go", "build", "-buildvcs=true", "-o", bin, ".").CombinedOutput()
+	require.NoError(t, err, "go build: %s", b)
+	vc := &cli{bin: bin, url: c.url}
+	var v versionInfo
+	require.NoError(t, json.Unmarshal([]byte(vc.ok(t, "version", "--json")), &v))
+	require.Equal(t, "github.com/conveyorq/conveyor", v.Module)
+	require.Regexp(t, `^[0-9a-f]{40}$`, v.Commit)
+	if v.Version != "(devel)" { // Go 1.24 and later: a pseudo-version of the commit
+		require.Regexp(t, `^v\d+\.\d+\.\d+-(0\.)?\d{14}-`+v.Commit[:12]+`(\+dirty)?$`, v.Version)
+		require.Equal(t, v.Modified, strings.HasSuffix(v.Version, "+dirty"))
+	}
+	require.NoError(t, exec.Command("git", "cat-file", "-e", v.Commit+"^{commit}").Run(), "a commit of this repository")
+	require.NotEmpty(t, v.CommitTime)
+	require.Regexp(t, `^go1\.`, v.Go)
+	line := vc.ok(t, "version")
+	require.Regexp(t, `^conveyor `+regexp.QuoteMeta(v.Version)+` \(commit `+v.Commit+`, `+regexp.QuoteMeta(v.CommitTime)+`(, modified)?; go`, line)
+
+	skipUnlessRootFinished(t)
+	require.Equal(t, line, vc.ok(t, "--version"))
+	require.Equal(t, line, vc.ok(t, "-v"))
+}
