@@ -47,6 +47,7 @@ func TestE2E(t *testing.T) {
 	t.Run("Cluster", func(t *testing.T) { t.Parallel(); testCluster(t, c.bin) })
 	t.Run("CrossQueueLookup", func(t *testing.T) { t.Parallel(); testCrossQueueLookup(t, c) })
 	t.Run("PublishDuplicates", func(t *testing.T) { t.Parallel(); testPublishDuplicates(t, c) })
+	t.Run("StatsUnknownQueue", func(t *testing.T) { t.Parallel(); testStatsUnknownQueue(t, c) })
 }
 
 // buildCLI builds the binary into the test's temporary directory. It is built without the
@@ -423,10 +424,9 @@ func testRefusals(t *testing.T, c *cli) {
 	c.refused(t, 2, "unknown flag: --typo", "publish", "--queue", q, "--type", "echo", "--typo")
 	c.refused(t, 2, "want exactly one job id", "status", "--queue", q)
 
-	// Nothing was written: no counters, no keys, not even the queue's name.
-	st := c.stats(t, "--queue", q)
-	require.Zero(t, st.Enqueued)
-	require.Zero(t, st.Queued+st.Scheduled)
+	// Nothing was written: no counters, no keys, not even the queue's name (stats does not
+	// know the queue).
+	c.refused(t, 1, `queue "`+q+`" not found`, "stats", "--queue", q)
 	var found []string
 	iter := c.rdb.Scan(t.Context(), 0, "conveyor:{"+q+"}:*", 1000).Iterator()
 	for iter.Next(t.Context()) {

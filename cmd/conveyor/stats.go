@@ -2,11 +2,15 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
+	"slices"
+	"strings"
 
 	"github.com/spf13/cobra"
 
+	"github.com/conveyorq/conveyor/internal/keys"
 	"github.com/conveyorq/conveyor/pipeline"
 )
 
@@ -20,7 +24,9 @@ func newStatsCmd(a *app) *cobra.Command {
 		Short: "Show a queue's gauges and counters",
 		Long: `Show how many jobs of a queue are scheduled, queued, in progress and dead right now, and
 how many were enqueued, completed, failed (sent to the dead set) and retried since the queue was
-created. With --json it prints one JSON object; with --all, every known queue (a JSON array).`,
+created. With --json it prints one JSON object; with --all, every known queue (a JSON array).
+A queue that is not known (nothing was ever published to it or read from it) is refused
+(exit 1) with the names of the known queues.`,
 		Example: `  conveyor stats
   conveyor stats --queue emails --json | jq .completed
   conveyor stats --all`,
@@ -28,6 +34,9 @@ created. With --json it prints one JSON object; with --all, every known queue (a
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if all && cmd.Flags().Changed("queue") {
 				return usageErrorf("--all and --queue cannot be used together")
+			}
+			if err := checkIDs(queue, nil); !all && err != nil {
+				return err
 			}
 			insp, err := a.inspector()
 			if err != nil {
@@ -37,6 +46,9 @@ created. With --json it prints one JSON object; with --all, every known queue (a
 			if !all {
 				st, err := insp.Stats(ctx, queue)
 				if err != nil {
+					return err
+				}
+				if err := a.requireQueue(ctx, queue, st); err != nil {
 					return err
 				}
 				if asJSON {
@@ -79,4 +91,64 @@ func (a *app) printQueues(ctx context.Context, insp *pipeline.Inspector, asJSON 
 		return err
 	}
 	return printStats(a.stdout, stats)
+}
+
+// requireQueue refuses a queue that is not known (not in the known-queues set: nothing was
+// published to it and no worker read it) and has nothing to show (its stats all zero; st, or
+// read when nil), naming the known queues: a typo otherwise shows a queue of zeros.
+func (a *app) requireQueue(ctx context.Context, queue string, st *pipeline.QueueStats) error {
+	if st == nil {
+		insp, err := a.inspector()
+		if err != nil {
+			return err
+		}
+		if st, err = insp.Stats(ctx, queue); err != nil {
+			return err
+		}
+	}
+	if *st != (pipeline.QueueStats{Queue: st.Queue}) {
+		return nil
+	}
+	rdb, err := a.redis()
+	if err != nil {
+		return err
+	}
+	set := keys.Queues(a.prefix)
+	known, err := rdb.SIsMember(ctx, set, queue).Result()
+	if err != nil || known {
+		return err
+	}
+	names, err := rdb.SMembers(ctx, set).Result()
+	if err != nil {
+		return err
+	}
+	names = slices.DeleteFunc(names, func(n string) bool { return keys.ValidateQueue(n) != nil })
+	return queueNotFound(queue, a.prefix, names)
+}
+
+// queueNotFound is the error for a queue that does not exist, listing the known ones (at most
+// maxNamed of them).
+func queueNotFound(queue, prefix string, known []string) error {
+	if len(known) == 0 {
+		return fmt.Errorf("queue %q not found: there are no queues under prefix %q yet (publishing a job or starting a worker makes one)", queue, prefix)
+	}
+	const maxNamed = 20
+	slices.Sort(known)
+	named := strings.Join(known[:min(len(known), maxNamed)], ", ")
+	if len(known) > maxNamed {
+		named += fmt.Sprintf(" and %d more", len(known)-maxNamed)
+	}
+	return fmt.Errorf("queue %q not found; known queues: %s (see 'conveyor queues')", queue, named)
+}
+
+// checkIDs refuses a malformed queue name or job id before anything is changed.
+func checkIDs(queue string, ids []string) error {
+	errs := []error{keys.ValidateQueue(queue)}
+	for _, id := range ids {
+		errs = append(errs, keys.ValidateID(id))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return usageError{err}
+	}
+	return nil
 }
