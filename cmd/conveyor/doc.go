@@ -10,21 +10,48 @@
 //	conveyor bench   [--jobs N] [--payload-bytes B] [--concurrency C] [--mode live|drain] [--json]
 //	conveyor demo
 //
-// Global flags: --redis URL (default $CONVEYOR_REDIS_URL, else redis://127.0.0.1:6379/0),
-// --cluster, --prefix (default conveyor), --log-level (default info; logs go to stderr).
+// Global flags, each with an environment variable that the flag overrides: --redis URL
+// ($CONVEYOR_REDIS_URL, default redis://127.0.0.1:6379/0), --cluster ($CONVEYOR_CLUSTER),
+// --prefix ($CONVEYOR_PREFIX, default conveyor), --log-level ($CONVEYOR_LOG_LEVEL: trace,
+// debug, info, warn or error, in any case; default info) and --log-format
+// ($CONVEYOR_LOG_FORMAT: console or json; default console when stderr is a terminal, json
+// otherwise).
 //
 // # Output and exit codes
 //
 // Results go to stdout (ids one per line, or one JSON value with --json); logs, progress and
-// errors go to stderr, errors as "conveyor: <message>". The exit code is 0 on success, 1 when
-// input is refused, a job is unknown or not in the expected state, or Redis fails, and 2 on a
-// usage error (unknown command or flag, missing required flag, wrong argument count, malformed
-// flag value). A worker stopped by SIGINT or SIGTERM drains and exits 0.
+// errors go to stderr, errors as "conveyor: <message>", saying what to do next: an
+// unreachable Redis is named by its URL (password hidden) with the flag and variable that set
+// it. The exit codes:
+//
+//	0    done
+//	1    refused by the system: a job not found or not in the expected state, a payload over
+//	     the limit, a conflicting job, a busy queue, Redis down or refusing
+//	2    usage: the command line cannot run as written (an unknown command or flag, a missing
+//	     required flag, a wrong argument count, a malformed or out-of-range value, flags that
+//	     cannot go together, a queue name, job type or id the library refuses as invalid)
+//	130  interrupted: SIGINT or SIGTERM arrived before the command finished (the demo cleans
+//	     up first)
+//
+// The worker is the exception to 130: a signal is its normal way to end, so after SIGINT or
+// SIGTERM it drains (running jobs get --shutdown-timeout to finish; what does not finish is
+// put back) and exits 0. A second signal ends any command at once.
+//
+// # Logs
+//
+// Logs are zerolog lines on stderr. JSON lines carry "time" in UTC to the millisecond
+// (2026-11-26T09:12:03.123Z), "level", "message" and fields; the console shows local time with
+// the date and zone (2026-11-26 09:12:03.123 UTC INF ...). Durations carry their unit in
+// both (took=2.501s, retry_in=756ms; JSON strings, never bare numbers). Every line about a job
+// has queue, job_id, type and attempt; background parts add component (subscriber, scheduler,
+// recoverer, completer; router for Watermill's own messages, which stay at debug and below).
+// While Redis is unreachable each component logs one error line per backoff step, with the
+// real retry_in, and one "reconnected to Redis after 5.2s" line when it is back.
 //
 // # Layout
 //
-// main.go maps signals and errors to the process; root.go holds the global flags, the Redis
-// connection and output helpers; every subcommand is one file that adds itself to the root
+// main.go maps signals and errors to the process's exit code; root.go holds the global flags,
+// the logger, the Redis connection, what errors read like at the edge and output helpers; every subcommand is one file that adds itself to the root
 // from its init function, so a new subcommand (serve, say) is one new file. Commands parse,
 // validate and print; the work goes through pipeline.Client and pipeline.Worker, except the
 // removal of bench's and the demo's throwaway queues, which deletes their keys directly.

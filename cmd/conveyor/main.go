@@ -6,6 +6,8 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+
+	"github.com/conveyorq/conveyor/pipeline"
 )
 
 func main() {
@@ -18,15 +20,22 @@ func main() {
 	os.Exit(code)
 }
 
-// exitCode maps a command's error to the process's exit code: 0 ok, 2 a usage error (unknown
-// flag or command, missing required flag, wrong argument count, malformed flag value), 1
-// anything else (refused input, unknown job, Redis failure).
+// Exit codes besides 0, 1 and 2 (see exitCode).
+const exitInterrupted = 130 // SIGINT or SIGTERM ended a command before it finished (128+SIGINT)
+
+// exitCode maps a command's error to the process's exit code: 0 ok; 2 a usage error, the
+// command line cannot run as written (an unknown command or flag, a missing required flag, a
+// wrong argument count, a malformed or out-of-range flag value, flags that cannot go
+// together, or input the library refuses as invalid: pipeline.ErrInvalid, such as a bad queue
+// name, job type or id); 1 anything else, a refusal by the system (a job not found or not in
+// the expected state, a payload over the limit, a conflicting job, a busy queue, Redis down
+// or refusing). run adds 130 for an interrupted command.
 func exitCode(err error) int {
 	var usage usageError
 	switch {
 	case err == nil:
 		return 0
-	case errors.As(err, &usage):
+	case errors.As(err, &usage), errors.Is(err, pipeline.ErrInvalid):
 		return 2
 	default:
 		return 1

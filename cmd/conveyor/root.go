@@ -1,18 +1,22 @@
 package main
 
 import (
-	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/url"
 	"os"
+	"regexp"
 	"slices"
+	"strconv"
 	"strings"
+	"syscall"
 	"text/tabwriter"
 	"time"
+	"unicode"
 
 	"github.com/redis/go-redis/v9"
 	"github.com/rs/zerolog"
@@ -24,9 +28,14 @@ import (
 	"github.com/conveyorq/conveyor/pipeline"
 )
 
-// Global settings.
+// Global settings. Every global flag has an environment variable; a flag given on the command
+// line wins over it.
 const (
 	envRedisURL     = "CONVEYOR_REDIS_URL"
+	envCluster      = "CONVEYOR_CLUSTER"
+	envPrefix       = "CONVEYOR_PREFIX"
+	envLogLevel     = "CONVEYOR_LOG_LEVEL"
+	envLogFormat    = "CONVEYOR_LOG_FORMAT"
 	defaultRedisURL = "redis://127.0.0.1:6379/0"
 )
 
@@ -37,11 +46,20 @@ var commands []func(*app) *cobra.Command
 func addCommand(newCmd func(*app) *cobra.Command) { commands = append(commands, newCmd) }
 
 func init() {
-	// Log timestamps with milliseconds: jobs take milliseconds.
-	zerolog.TimeFieldFormat = time.RFC3339Nano
+	// Log timestamps in UTC with milliseconds (jobs take milliseconds), a fixed width and the
+	// zone: 2026-11-26T09:12:03.123Z. The console shows them in local time (consoleTimeFormat).
+	zerolog.TimeFieldFormat = "2006-01-02T15:04:05.000Z07:00"
+	zerolog.TimestampFunc = func() time.Time { return time.Now().UTC() }
+	// Every duration field, whichever package logs it, carries its unit: took=2.5s,
+	// retry_in=756ms, in JSON as a string ("2.5s"), never a bare number.
+	zerolog.DurationFieldFormat = zerolog.DurationFormatString
 	// go-redis logs dial failures on its own; they reach the user as the command's error.
 	redis.SetLogger(quietRedisLog{})
 }
+
+// consoleTimeFormat is the time of a console log line, as in the tables: local time to the
+// millisecond, with the zone.
+const consoleTimeFormat = "2006-01-02 15:04:05.000 MST"
 
 type quietRedisLog struct{}
 
@@ -55,36 +73,64 @@ type app struct {
 	getenv         func(string) string
 
 	redisURL      string
-	redisExplicit bool // --redis was given on the command line
+	redisExplicit bool   // --redis was given on the command line
+	redisSource   string // where redisURL came from, for messages: --redis, $CONVEYOR_REDIS_URL or the default
 	cluster       bool
 	prefix        string
 	level         logLevel
+	format        logFormat
 
 	log zerolog.Logger
 	rdb redis.UniversalClient
 }
 
-// run executes one command line and returns the process's exit code. Errors are printed as
-// "conveyor: <message>" on stderr, followed by a hint for usage errors.
+// run executes one command line and returns the process's exit code (see exitCode). Errors
+// are printed as "conveyor: <message>" on stderr, followed by a hint for usage errors. When
+// ctx ends before the command returns (SIGINT or SIGTERM), the command was interrupted: exit
+// 130, except for a command whose normal end is a signal (the worker), which exits 0 once it
+// has drained.
 func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer, getenv func(string) string) int {
-	a := &app{stdin: stdin, stdout: stdout, stderr: stderr, getenv: getenv, log: zerolog.Nop()}
+	a := &app{stdin: stdin, stdout: stdout, stderr: stderr, getenv: getenv, log: zerolog.Nop(),
+		redisURL: defaultRedisURL, redisSource: "the default"}
 	defer a.close()
 	root := a.rootCmd()
 	root.SetArgs(args)
 	root.SetIn(stdin)
 	root.SetOut(stdout)
 	root.SetErr(stderr)
-	cmd, err := root.ExecuteContextC(ctx)
+	var cmd *cobra.Command
+	err := unknownCommandIn(root, args)
 	if err != nil {
+		cmd = root
+	} else {
+		cmd, err = root.ExecuteContextC(ctx)
+	}
+	interrupted := ctx.Err() != nil && (err != nil || cmd == nil || !endsOnSignal(cmd))
+	switch {
+	case interrupted && (err == nil || errors.Is(err, context.Canceled)):
+		fmt.Fprintln(stderr, "conveyor: interrupted")
+	case err != nil:
 		// One line per error of a joined error, each with the prefix.
-		for line := range strings.Lines(err.Error()) {
+		for line := range strings.Lines(a.describe(err)) {
 			fmt.Fprintf(stderr, "conveyor: %s\n", strings.TrimSuffix(line, "\n"))
 		}
-		if errors.As(err, new(usageError)) && cmd != nil {
+		if exitCode(err) == 2 && cmd != nil {
 			fmt.Fprintf(stderr, "Run '%s --help' for usage.\n", cmd.CommandPath())
 		}
 	}
+	if interrupted {
+		return exitInterrupted
+	}
 	return exitCode(err)
+}
+
+// annotationEndsOnSignal marks a command whose normal end is SIGINT or SIGTERM (the worker):
+// it exits 0 once it has shut down cleanly, not 130.
+const annotationEndsOnSignal = "conveyor/ends-on-signal"
+
+func endsOnSignal(cmd *cobra.Command) bool {
+	_, ok := cmd.Annotations[annotationEndsOnSignal]
+	return ok
 }
 
 func (a *app) rootCmd() *cobra.Command {
@@ -109,12 +155,13 @@ New here? Run 'conveyor demo': it needs no Redis of its own.`,
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
 	f := root.PersistentFlags()
 	f.StringVar(&a.redisURL, "redis", defaultRedisURL,
-		"Redis URL (redis://, rediss:// for TLS, unix://); the default comes from $"+envRedisURL+" when set")
+		"Redis URL (redis://, rediss:// for TLS, unix://); env $"+envRedisURL)
 	f.BoolVar(&a.cluster, "cluster", false,
-		"treat --redis as a Redis Cluster seed URL (redis://h1:p1?addr=h2:p2)")
-	f.StringVar(&a.prefix, "prefix", keys.DefaultPrefix, "prefix of every Redis key")
+		"treat --redis as a Redis Cluster seed URL (redis://h1:p1?addr=h2:p2); env $"+envCluster)
+	f.StringVar(&a.prefix, "prefix", keys.DefaultPrefix, "prefix of every Redis key; env $"+envPrefix)
 	a.level = logLevel(zerolog.InfoLevel)
-	f.Var(&a.level, "log-level", "log level on stderr: trace, debug, info, warn or error")
+	f.Var(&a.level, "log-level", "log level on stderr: trace, debug, info, warn or error; env $"+envLogLevel)
+	f.Var(&a.format, "log-format", "log format on stderr: console or json (default console on a terminal, json otherwise); env $"+envLogFormat)
 	for _, newCmd := range commands {
 		root.AddCommand(newCmd(a))
 	}
@@ -122,7 +169,8 @@ New here? Run 'conveyor demo': it needs no Redis of its own.`,
 }
 
 // setup runs before every subcommand: it checks required flags (so a missing one is a usage
-// error, exit 2), resolves the Redis URL and builds the logger.
+// error, exit 2), takes the global settings that were not given as flags from the
+// environment, checks them, and builds the logger.
 func (a *app) setup(cmd *cobra.Command, _ []string) error {
 	var missing []string
 	cmd.Flags().VisitAll(func(f *pflag.Flag) {
@@ -133,18 +181,103 @@ func (a *app) setup(cmd *cobra.Command, _ []string) error {
 	if len(missing) > 0 {
 		return usageErrorf("required flag %s not set", strings.Join(missing, ", "))
 	}
+	changed := func(name string) bool {
+		f := cmd.Flags().Lookup(name)
+		return f != nil && f.Changed
+	}
+	var errs []error
+	fromEnv := func(flag, env string, set func(string) error) {
+		if v := a.getenv(env); v != "" && !changed(flag) {
+			if err := set(v); err != nil {
+				errs = append(errs, usageErrorf("$%s %q: %v", env, v, err))
+			}
+		}
+	}
+	if changed("redis") {
+		a.redisExplicit, a.redisSource = true, "--redis"
+	}
+	fromEnv("redis", envRedisURL, func(v string) error { a.redisURL, a.redisSource = v, "$"+envRedisURL; return nil })
+	fromEnv("cluster", envCluster, func(v string) error {
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			return errors.New("want true or false")
+		}
+		a.cluster = b
+		return nil
+	})
+	fromEnv("prefix", envPrefix, func(v string) error { a.prefix = v; return nil })
+	fromEnv("log-level", envLogLevel, a.level.Set)
+	fromEnv("log-format", envLogFormat, a.format.Set)
 	if a.prefix == "" {
-		return errors.New("--prefix must not be empty")
+		errs = append(errs, usageErrorf("--prefix must not be empty"))
 	}
-	if f := cmd.Flags().Lookup("redis"); f != nil && f.Changed {
-		a.redisExplicit = true
-	} else if u := a.getenv(envRedisURL); u != "" {
-		a.redisURL = u
+	if err := checkRedisURL(a.redisURL, a.redisSource, a.cluster); err != nil {
+		errs = append(errs, err)
 	}
-	a.log = zerolog.New(zerolog.ConsoleWriter{
-		Out: a.stderr, TimeFormat: "15:04:05.000", NoColor: !isTerminal(a.stderr),
-	}).Level(zerolog.Level(a.level)).With().Timestamp().Logger()
+	if len(errs) > 0 {
+		return errors.Join(errs...)
+	}
+	a.log = newLogger(a.stderr, a.format, zerolog.Level(a.level))
 	return nil
+}
+
+// newLogger returns the logger of every command: JSON lines, or a console writer (the default
+// on a terminal) that shows times in local time with their zone.
+func newLogger(w io.Writer, format logFormat, level zerolog.Level) zerolog.Logger {
+	if format == "" {
+		format = "json"
+		if isTerminal(w) {
+			format = "console"
+		}
+	}
+	out := w
+	if format == "console" {
+		out = zerolog.ConsoleWriter{Out: w, TimeFormat: consoleTimeFormat, TimeLocation: time.Local,
+			NoColor: !isTerminal(w), FormatFieldValue: consoleValue}
+	}
+	return zerolog.New(out).Level(level).With().Timestamp().Logger()
+}
+
+// consoleValue shows a field's value on the console. zerolog quotes every string with a
+// character outside printable ASCII; this leaves unquoted those that need no quotes to be read
+// back, such as durations in microseconds (took=85µs, not took="85µs").
+func consoleValue(v any) string {
+	if b, ok := v.([]byte); ok { // a JSON value other than a string: an array, an object
+		return string(b)
+	}
+	s := fmt.Sprint(v)
+	if len(s) < 2 || s[0] != '"' {
+		return s
+	}
+	u, err := strconv.Unquote(s)
+	if err != nil || u == "" || strings.ContainsAny(u, " \t\\\"=") || strings.ContainsFunc(u, func(r rune) bool { return !unicode.IsPrint(r) }) {
+		return s
+	}
+	return u
+}
+
+// checkRedisURL checks that raw parses as a Redis URL (or, with cluster, a cluster seed URL);
+// a malformed one is a usage error that says what a good one looks like.
+func checkRedisURL(raw, source string, cluster bool) error {
+	_, err := parseRedisURL(raw, cluster)
+	if err == nil {
+		return nil
+	}
+	if !strings.Contains(raw, "://") {
+		return usageErrorf("%s %s has no scheme: did you mean %s?", source, quoteRedacted(raw), redactURL("redis://"+raw))
+	}
+	msg := strings.TrimPrefix(err.Error(), "redis: ")
+	return usageErrorf("%s %s: %s (want redis://host:port/db, rediss:// for TLS or unix:///path)", source, redactURL(raw), msg)
+}
+
+// quoteRedacted shows a URL without a scheme, hiding what may be a password (user:secret@host).
+func quoteRedacted(raw string) string {
+	if at := strings.LastIndex(raw, "@"); at >= 0 {
+		if colon := strings.Index(raw[:at], ":"); colon >= 0 {
+			raw = raw[:colon+1] + "xxxxx" + raw[at:]
+		}
+	}
+	return strconv.Quote(raw)
 }
 
 // redisChosen reports whether the user named a Redis server (--redis or $CONVEYOR_REDIS_URL)
@@ -192,18 +325,25 @@ func (a *app) close() {
 // dial opens a client for a redis://, rediss:// or unix:// URL, or a cluster client for a
 // cluster seed URL.
 func dial(rawURL string, cluster bool) (redis.UniversalClient, error) {
-	if cluster {
-		opt, err := redis.ParseClusterURL(rawURL)
-		if err != nil {
-			return nil, fmt.Errorf("redis cluster URL %s: %w", redactURL(rawURL), err)
-		}
-		return redis.NewClusterClient(opt), nil
-	}
-	opt, err := redis.ParseURL(rawURL)
+	opt, err := parseRedisURL(rawURL, cluster)
 	if err != nil {
-		return nil, fmt.Errorf("redis URL %s: %w", redactURL(rawURL), err)
+		return nil, usageErrorf("redis URL %s: %s", redactURL(rawURL), strings.TrimPrefix(err.Error(), "redis: "))
 	}
-	return redis.NewClient(opt), nil
+	switch opt := opt.(type) {
+	case *redis.ClusterOptions:
+		return redis.NewClusterClient(opt), nil
+	default:
+		return redis.NewClient(opt.(*redis.Options)), nil
+	}
+}
+
+// parseRedisURL parses a Redis URL into *redis.Options, or with cluster a seed URL into
+// *redis.ClusterOptions.
+func parseRedisURL(rawURL string, cluster bool) (any, error) {
+	if cluster {
+		return redis.ParseClusterURL(rawURL)
+	}
+	return redis.ParseURL(rawURL)
 }
 
 // redactURL hides the password of a URL for messages.
@@ -247,15 +387,181 @@ func unknownSubcommand(cmd *cobra.Command, args []string) error {
 	if len(args) == 0 {
 		return nil
 	}
-	msg := fmt.Sprintf("unknown command %q for %q", args[0], cmd.CommandPath())
-	cmd.SuggestionsMinimumDistance = cmp.Or(cmd.SuggestionsMinimumDistance, 2)
-	if s := cmd.SuggestionsFor(args[0]); len(s) > 0 {
-		msg += fmt.Sprintf(" (did you mean %q?)", s[0])
+	return unknownCommandError(cmd, args[0])
+}
+
+// unknownCommandError says that typed names no subcommand of cmd, suggesting the nearest.
+func unknownCommandError(cmd *cobra.Command, typed string) error {
+	msg := fmt.Sprintf("unknown command %q for %q", typed, cmd.CommandPath())
+	if s := suggest(cmd, typed); len(s) > 0 {
+		msg += " (did you mean " + strings.Join(quoteAll(s), " or ") + "?)"
 	}
 	return usageError{errors.New(msg)}
 }
 
-// logLevel is the --log-level flag: a malformed value is a flag error (exit 2).
+func quoteAll(ss []string) []string {
+	q := make([]string, len(ss))
+	for i, s := range ss {
+		q[i] = strconv.Quote(s)
+	}
+	return q
+}
+
+// unknownCommandIn finds, before cobra parses any flag, a word of args that should name a
+// subcommand and names none: cobra would otherwise parse the flags that follow it as the
+// parent's and report one of them as unknown ("conveyor publsh -t echo" says unknown
+// shorthand flag 't'), hiding the typo. It walks the words as cobra does: flags and their
+// values are skipped; the first other word under a command with subcommands must name one.
+// It gives up (nil) at an unknown flag or "--", which cobra reports as usual.
+func unknownCommandIn(root *cobra.Command, args []string) error {
+	root.InitDefaultHelpCmd()
+	root.InitDefaultCompletionCmd(args...)
+	cmd := root
+	for i := 0; i < len(args); i++ {
+		arg := args[i]
+		if arg == "--" {
+			return nil
+		}
+		if strings.HasPrefix(arg, "-") && arg != "-" {
+			takesValue, known := flagTakesValue(cmd, arg)
+			if !known {
+				return nil
+			}
+			if takesValue {
+				i++
+			}
+			continue
+		}
+		if !cmd.HasSubCommands() || cmd == root && (arg == cobra.ShellCompRequestCmd || arg == cobra.ShellCompNoDescRequestCmd) {
+			return nil
+		}
+		// Every command with subcommands takes no other argument (unknownSubcommand).
+		sub := findSubcommand(cmd, arg)
+		if sub == nil {
+			return unknownCommandError(cmd, arg)
+		}
+		cmd = sub
+	}
+	return nil
+}
+
+func findSubcommand(cmd *cobra.Command, name string) *cobra.Command {
+	for _, c := range cmd.Commands() {
+		if c.Name() == name || c.HasAlias(name) {
+			return c
+		}
+	}
+	return nil
+}
+
+// flagTakesValue reports whether the flag word arg (--name, --name=v, -n, -nv, -abc) is known
+// to cmd and whether it consumes the next word as its value.
+func flagTakesValue(cmd *cobra.Command, arg string) (takesValue, known bool) {
+	flags := cmd.Flags()
+	flags.AddFlagSet(cmd.InheritedFlags())
+	if name, ok := strings.CutPrefix(arg, "--"); ok {
+		name, _, hasValue := strings.Cut(name, "=")
+		f := flags.Lookup(name)
+		if f == nil {
+			return false, name == "help"
+		}
+		return !hasValue && f.NoOptDefVal == "", true
+	}
+	short := arg[1:]
+	for j := 0; j < len(short); j++ {
+		f := flags.ShorthandLookup(short[j : j+1])
+		if f == nil {
+			return false, short[j] == 'h'
+		}
+		if f.NoOptDefVal == "" {
+			// The rest of the word is its value, or the next word is.
+			return j == len(short)-1 && !strings.Contains(short, "="), true
+		}
+	}
+	return false, true
+}
+
+// suggest returns the subcommands of cmd nearest to typed: those within two edits (a swap of
+// two neighbouring letters counts as one, so "stauts" is one from "status"), or that typed
+// begins. The nearest come first; among equally near, those of typed's length (a swap or a
+// changed letter is likelier than a missing one), so "stauts" suggests "status" before
+// "stats". It returns the best one, or two when they tie.
+func suggest(cmd *cobra.Command, typed string) []string {
+	type cand struct {
+		name       string
+		dist, diff int
+	}
+	var cands []cand
+	lower := strings.ToLower(typed)
+	for _, c := range cmd.Commands() {
+		if !c.IsAvailableCommand() && c.Name() != "help" {
+			continue
+		}
+		best := cand{name: c.Name(), dist: 1 << 30}
+		for _, n := range append([]string{c.Name()}, c.Aliases...) {
+			d := osaDistance(lower, strings.ToLower(n))
+			if len(lower) >= 2 && strings.HasPrefix(strings.ToLower(n), lower) {
+				d = min(d, 1)
+			}
+			diff := len(n) - len(typed)
+			if diff < 0 {
+				diff = -diff
+			}
+			if d < best.dist || d == best.dist && diff < best.diff {
+				best.dist, best.diff = d, diff
+			}
+		}
+		if slices.Contains(c.SuggestFor, typed) {
+			best.dist, best.diff = 0, 0
+		}
+		if best.dist <= 2 {
+			cands = append(cands, best)
+		}
+	}
+	slices.SortFunc(cands, func(x, y cand) int {
+		if x.dist != y.dist {
+			return x.dist - y.dist
+		}
+		return x.diff - y.diff
+	})
+	var out []string
+	for _, c := range cands {
+		if len(out) > 0 && (c.dist != cands[0].dist || c.diff != cands[0].diff) || len(out) == 2 {
+			break
+		}
+		out = append(out, c.name)
+	}
+	return out
+}
+
+// osaDistance is the optimal string alignment distance between a and b: the edits (insert,
+// delete, substitute, or swap two neighbouring characters) that turn one into the other.
+func osaDistance(a, b string) int {
+	ra, rb := []rune(a), []rune(b)
+	d := make([][]int, len(ra)+1)
+	for i := range d {
+		d[i] = make([]int, len(rb)+1)
+		d[i][0] = i
+	}
+	for j := range d[0] {
+		d[0][j] = j
+	}
+	for i := 1; i <= len(ra); i++ {
+		for j := 1; j <= len(rb); j++ {
+			cost := 1
+			if ra[i-1] == rb[j-1] {
+				cost = 0
+			}
+			d[i][j] = min(d[i-1][j]+1, d[i][j-1]+1, d[i-1][j-1]+cost)
+			if i > 1 && j > 1 && ra[i-1] == rb[j-2] && ra[i-2] == rb[j-1] {
+				d[i][j] = min(d[i][j], d[i-2][j-2]+1)
+			}
+		}
+	}
+	return d[len(ra)][len(rb)]
+}
+
+// logLevel is the --log-level flag, case-insensitive: a malformed value is a flag error (exit 2).
 type logLevel zerolog.Level
 
 var logLevels = []string{"trace", "debug", "info", "warn", "error"}
@@ -264,12 +570,89 @@ func (l *logLevel) String() string { return zerolog.Level(*l).String() }
 func (l *logLevel) Type() string   { return "level" }
 
 func (l *logLevel) Set(s string) error {
+	s = strings.ToLower(strings.TrimSpace(s))
 	if !slices.Contains(logLevels, s) {
 		return fmt.Errorf("want one of %s", strings.Join(logLevels, ", "))
 	}
 	lvl, err := zerolog.ParseLevel(s)
 	*l = logLevel(lvl)
 	return err
+}
+
+// logFormat is the --log-format flag: console or json; empty means console on a terminal and
+// json otherwise.
+type logFormat string
+
+var logFormats = []string{"console", "json"}
+
+func (f *logFormat) String() string { return string(*f) }
+func (f *logFormat) Type() string   { return "format" }
+
+func (f *logFormat) Set(s string) error {
+	s = strings.ToLower(strings.TrimSpace(s))
+	if !slices.Contains(logFormats, s) {
+		return fmt.Errorf("want console or json")
+	}
+	*f = logFormat(s)
+	return nil
+}
+
+// Errors at the edge.
+
+// describe turns a command's error into what the user reads: an unreachable or refusing Redis
+// is named (redacted) with what to check, and the library's package prefixes ("pipeline:
+// invalid argument: ", "pipeline: ") are dropped, since they mean nothing on the command line.
+func (a *app) describe(err error) string {
+	url := redactURL(a.redisURL)
+	if cause := unreachable(err); cause != "" {
+		return fmt.Sprintf("cannot reach Redis at %s: %s; is Redis running there? set --redis or %s", url, cause, envRedisURL)
+	}
+	if redis.HasErrorPrefix(err, "WRONGPASS") || redis.HasErrorPrefix(err, "NOAUTH") {
+		return fmt.Sprintf("Redis at %s refused the credentials: %s; check the user and password in --redis or %s",
+			url, redisMessage(err), envRedisURL)
+	}
+	return stripPrefixes(err.Error())
+}
+
+// unreachable returns why Redis could not be reached when err is a failure to connect (or a
+// timeout), and "" otherwise.
+func unreachable(err error) string {
+	var op *net.OpError
+	var dns *net.DNSError
+	switch {
+	case errors.As(err, &dns):
+		if dns.IsNotFound {
+			return fmt.Sprintf("no such host %q", dns.Name)
+		}
+		return dns.Error()
+	case errors.Is(err, syscall.ECONNREFUSED):
+		return "connection refused"
+	case errors.As(err, &op) && op.Op == "dial":
+		if op.Timeout() {
+			return "connection timed out"
+		}
+		return stripPrefixes(op.Err.Error())
+	case errors.As(err, &op) && op.Timeout():
+		return "no answer (timed out)"
+	}
+	return ""
+}
+
+// redisMessage is the text of the Redis error in err.
+func redisMessage(err error) string {
+	var rerr redis.Error
+	if errors.As(err, &rerr) {
+		return rerr.Error()
+	}
+	return err.Error()
+}
+
+// internalPrefix matches the package prefixes of library errors, at the start of a message or
+// after another message's colon.
+var internalPrefix = regexp.MustCompile(`(^|: |\n)(?:pipeline|stream|recovery|delayed|jobstate|keys)(?:: invalid argument)?: `)
+
+func stripPrefixes(msg string) string {
+	return internalPrefix.ReplaceAllString(msg, "$1")
 }
 
 // Output helpers.

@@ -1,8 +1,8 @@
 package main
 
 import (
+	"context"
 	"errors"
-	"fmt"
 	"maps"
 	"slices"
 	"time"
@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/conveyorq/conveyor/handlers"
+	"github.com/conveyorq/conveyor/internal/keys"
 	"github.com/conveyorq/conveyor/pipeline"
 )
 
@@ -25,6 +26,19 @@ type workerFlags struct {
 	shutdownTimeout  time.Duration
 	retention        time.Duration
 	name             string
+
+	queuesGiven bool // --queue was given (an empty one is an error, not the default queue)
+}
+
+// drainNote logs, as soon as the first signal arrives, what the worker is waiting for.
+func drainNote(a *app, w *pipeline.Worker, timeout time.Duration) {
+	n := w.Running()
+	jobs := "jobs"
+	if n == 1 {
+		jobs = "job"
+	}
+	a.log.Info().Str("worker", w.Name()).Int("running", n).Dur("shutdown_timeout", timeout).
+		Msgf("draining %d %s (up to %s); signal again to stop now", n, jobs, timeout)
 }
 
 func newWorkerCmd(a *app) *cobra.Command {
@@ -37,12 +51,20 @@ the given queues until SIGINT or SIGTERM. Each worker also promotes due delayed 
 jobs whose worker died, so any number of workers may run side by side.
 
 A failed attempt is retried after a delay that doubles from --backoff-base up to --backoff-max,
-with jitter. On SIGINT or SIGTERM the worker stops reading, lets running jobs finish for up to
---shutdown-timeout, puts back what did not finish, and exits 0. A second signal ends it at once.`,
+with jitter. On SIGINT or SIGTERM the worker says how many jobs it is draining, stops reading,
+lets running jobs finish for up to --shutdown-timeout, puts back what did not finish, and exits
+0: a signal is its normal way to end. A second signal ends it at once.
+
+While Redis is unreachable the worker waits and retries, logging one line per backoff step and
+one line when Redis is back. Give every worker of a queue its own --name (the default is
+unique): a worker warns at start when a worker with its name was active in its queues within
+the visibility timeout.`,
 		Example: `  conveyor worker
   conveyor worker --queue emails --queue reports --concurrency 50 --backoff-max 1h`,
-		Args: noArgs,
+		Args:        noArgs,
+		Annotations: map[string]string{annotationEndsOnSignal: ""},
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			wf.queuesGiven = cmd.Flags().Changed("queue")
 			cfg, err := wf.config()
 			if err != nil {
 				return err
@@ -57,7 +79,10 @@ with jitter. On SIGINT or SIGTERM the worker stops reading, lets running jobs fi
 			a.log.Info().Str("worker", w.Name()).Str("redis", redactURL(a.redisURL)).
 				Strs("handlers", slices.Sorted(maps.Keys(handlers.All()))).
 				Msg("starting worker; SIGINT or SIGTERM stops it")
-			return w.Run(cmd.Context())
+			ctx := cmd.Context()
+			stopDrainNote := context.AfterFunc(ctx, func() { drainNote(a, w, cfg.ShutdownTimeout) })
+			defer stopDrainNote()
+			return w.Run(ctx)
 		},
 	}
 	f := cmd.Flags()
@@ -73,10 +98,24 @@ with jitter. On SIGINT or SIGTERM the worker stops reading, lets running jobs fi
 	return cmd
 }
 
-// config validates the flags into a WorkerConfig (without Prefix and Logger).
+// config validates the flags into a WorkerConfig (without Prefix and Logger); every error is
+// a usage error.
 func (wf *workerFlags) config() (pipeline.WorkerConfig, error) {
 	var errs []error
-	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
+	bad := func(format string, args ...any) { errs = append(errs, usageErrorf(format, args...)) }
+	if wf.queuesGiven && len(wf.queues) == 0 {
+		bad("--queue must name a queue, not be empty")
+	}
+	for _, q := range wf.queues {
+		if err := keys.ValidateQueue(q); err != nil {
+			bad("--queue %q: %v (use letters, digits, '.', '_' and '-')", q, errors.Unwrap(err))
+		}
+	}
+	if wf.name != "" {
+		if err := keys.ValidateQueue(wf.name); err != nil {
+			bad("--name %q: invalid worker name: %v (use letters, digits, '.', '_' and '-')", wf.name, errors.Unwrap(err))
+		}
+	}
 	if wf.concurrency < 1 {
 		bad("--concurrency must be at least 1, not %d", wf.concurrency)
 	}
@@ -87,15 +126,21 @@ func (wf *workerFlags) config() (pipeline.WorkerConfig, error) {
 		bad("--backoff-max (%s) must be at least --backoff-base (%s)", wf.backoffMax, wf.backoffBase)
 	}
 	for _, d := range []struct {
-		flag string
-		val  time.Duration
+		flag     string
+		val, min time.Duration
+		why      string
 	}{
-		{"--visibility-timeout", wf.visibility},
-		{"--recovery-interval", wf.recoveryInterval},
-		{"--shutdown-timeout", wf.shutdownTimeout},
+		{"--visibility-timeout", wf.visibility, pipeline.MinVisibilityTimeout, "leases are renewed every third of it"},
+		{"--recovery-interval", wf.recoveryInterval, time.Millisecond, ""},
+		{"--shutdown-timeout", wf.shutdownTimeout, 0, ""},
 	} {
-		if d.val <= 0 {
+		switch {
+		case d.val <= 0:
 			bad("%s must be positive, not %s", d.flag, d.val)
+		case d.val < d.min && d.why != "":
+			bad("%s is too short: at least %s (%s), not %s", d.flag, d.min, d.why, d.val)
+		case d.val < d.min:
+			bad("%s is too short: at least %s, not %s", d.flag, d.min, d.val)
 		}
 	}
 	if wf.retention < 0 {
