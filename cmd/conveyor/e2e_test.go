@@ -48,6 +48,12 @@ func TestE2E(t *testing.T) {
 	t.Run("CrossQueueLookup", func(t *testing.T) { t.Parallel(); testCrossQueueLookup(t, c) })
 	t.Run("PublishDuplicates", func(t *testing.T) { t.Parallel(); testPublishDuplicates(t, c) })
 	t.Run("StatsUnknownQueue", func(t *testing.T) { t.Parallel(); testStatsUnknownQueue(t, c) })
+	t.Run("DeadList", func(t *testing.T) { t.Parallel(); testDeadList(t, c) })
+	t.Run("DeadReplay", func(t *testing.T) { t.Parallel(); testDeadReplay(t, c) })
+	t.Run("DeadPurge", func(t *testing.T) { t.Parallel(); testDeadPurge(t, c) })
+	t.Run("Handlers", func(t *testing.T) { t.Parallel(); testHandlersCmd(t, c) })
+	t.Run("Version", func(t *testing.T) { t.Parallel(); testVersion(t, c) })
+	t.Run("Completion", func(t *testing.T) { t.Parallel(); testCompletion(t, c) })
 }
 
 // buildCLI builds the binary into the test's temporary directory. It is built without the
@@ -489,7 +495,7 @@ func testCancelReplayPurge(t *testing.T, c *cli) {
 	waitFor(t, 30*time.Second, 50*time.Millisecond, "two dead jobs", func() bool {
 		return c.stats(t, "--queue", q).Dead == 2
 	})
-	list := c.ok(t, "dead", "list", "--queue", q)
+	list := c.ok(t, "dead", "list", "--queue", q) // the rows; the header goes to stderr
 	require.Contains(t, list, failing)
 	require.Contains(t, list, orphan)
 	require.Contains(t, list, `no handler for type "nobody"`)
@@ -507,8 +513,8 @@ func testCancelReplayPurge(t *testing.T, c *cli) {
 	})
 	require.Equal(t, 0, w.stop(t))
 
-	require.Equal(t, "0\n", c.ok(t, "dead", "purge", "--queue", q, "--older-than", "1h"))
-	require.Equal(t, "2\n", c.ok(t, "dead", "purge", "--queue", q))
+	require.Equal(t, "purged 0 dead jobs\n", c.ok(t, "dead", "purge", "--queue", q, "--all", "--older-than", "1h"))
+	require.Equal(t, "purged 2 dead jobs\n", c.ok(t, "dead", "purge", "--queue", q, "--all"))
 	require.Zero(t, c.stats(t, "--queue", q).Dead)
 	require.Equal(t, "[]\n", c.ok(t, "dead", "list", "--queue", q, "--json"))
 	c.refused(t, 1, "not found", "status", "--queue", q, failing)

@@ -199,9 +199,9 @@ func testListCmd(t *testing.T, c *cli) {
 	// replays what is left.
 	r := c.run(t, "dead", "purge", "--prefix", p, "--queue", "busy", failing[0], long)
 	require.Equal(t, 1, r.code, r.stderr)
-	require.Equal(t, "1\n", r.stdout)
-	require.Contains(t, r.stderr, "conveyor: purge busy/"+long+": "+pipeline.ErrNotDead.Error()+" (it is in_progress)")
-	require.Equal(t, "1\n", c.ok(t, "dead", "replay", "--all", "--prefix", p, "--queue", "busy"))
+	require.Equal(t, "purged 1 dead job\n", r.stdout)
+	require.Contains(t, r.stderr, "conveyor: purge "+long+": job "+long+" is in_progress, not dead\n")
+	require.Equal(t, "replayed 1 dead job\n", c.ok(t, "dead", "replay", "--all", "--prefix", p, "--queue", "busy"))
 	c.refused(t, 1, "not found", "status", "--prefix", p, "--queue", "busy", failing[0])
 
 	c.refused(t, 2, "cursor", "list", "--prefix", p, "--queue", "busy", "--status", "failed", "--cursor", "nope")
