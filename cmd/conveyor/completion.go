@@ -51,11 +51,8 @@ func registerCompletions(a *app, root *cobra.Command) {
 			}
 		})
 	}
-	global := map[string][]string{"log-level": logLevels, "log-format": {"console", "json"}}
-	for name, values := range global {
-		if root.PersistentFlags().Lookup(name) != nil {
-			_ = root.RegisterFlagCompletionFunc(name, cobra.FixedCompletions(values, cobra.ShellCompDirectiveNoFileComp))
-		}
+	for name, values := range map[string][]string{"log-level": logLevels, "log-format": logFormats} {
+		_ = root.RegisterFlagCompletionFunc(name, cobra.FixedCompletions(values, cobra.ShellCompDirectiveNoFileComp))
 	}
 	args := map[string]cobra.CompletionFunc{
 		"conveyor queues delete": func(cmd *cobra.Command, args []string, toComplete string) ([]cobra.Completion, cobra.ShellCompDirective) {

@@ -56,6 +56,7 @@ func TestFlagCompletion(t *testing.T) {
 		{[]string{"list", "--status", ""}, []string{"scheduled", "queued", "in_progress", "failed"}},
 		{[]string{"--log-level", ""}, []string{"trace", "debug", "info", "warn", "error"}},
 		{[]string{"dead", "list", "--log-level", ""}, []string{"trace", "debug", "info", "warn", "error"}},
+		{[]string{"stats", "--log-format", ""}, []string{"console", "json"}},
 		// Nowhere to ask for queues: nothing, silently.
 		{[]string{"publish", "--redis", noRedis, "--queue", ""}, []string{}},
 		{[]string{"worker", "--redis", noRedis, "-q", "a,"}, []string{}},
