@@ -288,7 +288,7 @@ func TestRunInterrupted(t *testing.T) {
 
 func TestSuggest(t *testing.T) {
 	t.Parallel()
-	root := (&app{}).rootCmd()
+	root := (&app{getenv: func(string) string { return "" }}).rootCmd()
 	root.InitDefaultHelpCmd()
 	for typed, want := range map[string][]string{
 		"stauts":     {"status"},

@@ -165,6 +165,7 @@ New here? Run 'conveyor demo': it needs no Redis of its own.`,
 	for _, newCmd := range commands {
 		root.AddCommand(newCmd(a))
 	}
+	finishRoot(a, root)
 	return root
 }
 
