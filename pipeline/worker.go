@@ -92,7 +92,11 @@ type WorkerConfig struct {
 	// recoverer (another process must run them).
 	DisableScheduler bool
 	DisableRecovery  bool
-	// Logger receives the worker's logs; the zero Logger discards them.
+	// Logger receives the worker's logs; the zero Logger discards them. Every line about a job
+	// carries queue, job_id, type and attempt; the background parts add component
+	// (subscriber, scheduler, recoverer, completer, router). Durations are zerolog Dur fields:
+	// set zerolog.DurationFieldFormat to zerolog.DurationFormatString, as the conveyor
+	// command does, to log them with their units (retry_in=756ms).
 	Logger zerolog.Logger
 }
 
