@@ -1,0 +1,190 @@
+package api
+
+import (
+	"context"
+	_ "embed"
+	"errors"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/conveyorq/conveyor/pipeline"
+)
+
+// readyTimeout bounds /readyz's ping.
+const readyTimeout = 2 * time.Second
+
+// healthz: GET /healthz. The process is up.
+func (s *Server) healthz(w http.ResponseWriter, _ *http.Request) error {
+	writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+	return nil
+}
+
+// readyz: GET /readyz. Redis answers a PING.
+func (s *Server) readyz(w http.ResponseWriter, r *http.Request) error {
+	ctx, cancel := context.WithTimeout(r.Context(), readyTimeout)
+	defer cancel()
+	if err := s.client.Redis().Ping(ctx).Err(); err != nil {
+		return &apiError{Status: http.StatusServiceUnavailable, Code: CodeUnavailable,
+			Message: "Redis is unreachable", cause: err}
+	}
+	writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
+	return nil
+}
+
+//go:embed openapi.json
+var openAPI []byte
+
+// openapi: GET /v1/openapi.json.
+func (s *Server) openapi(w http.ResponseWriter, _ *http.Request) error {
+	h := w.Header()
+	h.Set("Content-Type", "application/json")
+	h.Set("X-Content-Type-Options", "nosniff")
+	_, _ = w.Write(openAPI)
+	return nil
+}
+
+// listQueues: GET /v1/queues.
+func (s *Server) listQueues(w http.ResponseWriter, r *http.Request) error {
+	qs, err := s.inspector.Queues(r.Context())
+	if err != nil {
+		return err
+	}
+	if qs == nil {
+		qs = []*pipeline.QueueStats{}
+	}
+	writeJSON(w, http.StatusOK, struct {
+		Queues []*pipeline.QueueStats `json:"queues"`
+	}{qs})
+	return nil
+}
+
+// queueStats: GET /v1/queues/{queue}. A queue nothing was enqueued to has all zeros.
+func (s *Server) queueStats(w http.ResponseWriter, r *http.Request) error {
+	st, err := s.inspector.Stats(r.Context(), r.PathValue("queue"))
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, st)
+	return nil
+}
+
+// deleteQueue: DELETE /v1/queues/{queue}[?force=true].
+func (s *Server) deleteQueue(w http.ResponseWriter, r *http.Request) error {
+	queue := r.PathValue("queue")
+	force, err := boolParam(r, "force")
+	if err != nil {
+		return err
+	}
+	if err := s.inspector.DeleteQueue(r.Context(), queue, force); err != nil {
+		if errors.Is(err, pipeline.ErrQueueNotFound) {
+			return errorf(http.StatusNotFound, CodeNotFound, "queue %s not found", queue)
+		}
+		return err
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"queue": queue, "deleted": true})
+	return nil
+}
+
+func boolParam(r *http.Request, name string) (bool, error) {
+	v := r.URL.Query().Get(name)
+	if v == "" {
+		return false, nil
+	}
+	b, err := strconv.ParseBool(v)
+	if err != nil {
+		return false, badArg("%s %q: want true or false", name, v)
+	}
+	return b, nil
+}
+
+// replay: POST /v1/queues/{queue}/dead/{id}/replay.
+func (s *Server) replay(w http.ResponseWriter, r *http.Request) error {
+	queue, id := r.PathValue("queue"), r.PathValue("id")
+	if err := s.inspector.Replay(r.Context(), queue, id); err != nil {
+		return jobErr(err, queue, id)
+	}
+	job, err := s.client.Get(r.Context(), queue, id)
+	if err != nil {
+		return jobErr(err, queue, id)
+	}
+	writeJSON(w, http.StatusOK, job)
+	return nil
+}
+
+// replayAll: POST /v1/queues/{queue}/dead:replay. Dead jobs that cannot run again stay, and
+// not_replayed says why; the others are replayed all the same.
+func (s *Server) replayAll(w http.ResponseWriter, r *http.Request) error {
+	n, err := s.inspector.ReplayAll(r.Context(), r.PathValue("queue"))
+	body := struct {
+		Replayed    int    `json:"replayed"`
+		NotReplayed string `json:"not_replayed,omitempty"`
+	}{Replayed: n}
+	if err != nil {
+		stay := errors.Is(err, pipeline.ErrUniqueHeld) || errors.Is(err, pipeline.ErrInvalid)
+		if !stay || unreachable(err) || refusing(err) {
+			return err
+		}
+		body.NotReplayed = message(err)
+	}
+	writeJSON(w, http.StatusOK, body)
+	return nil
+}
+
+// purge: DELETE /v1/queues/{queue}/dead/{id}.
+func (s *Server) purge(w http.ResponseWriter, r *http.Request) error {
+	queue, id := r.PathValue("queue"), r.PathValue("id")
+	n, err := s.inspector.Purge(r.Context(), queue, id)
+	if err != nil {
+		return jobErr(err, queue, id)
+	}
+	writeJSON(w, http.StatusOK, map[string]int{"purged": n})
+	return nil
+}
+
+// purgeAll: DELETE /v1/queues/{queue}/dead[?older_than=24h].
+func (s *Server) purgeAll(w http.ResponseWriter, r *http.Request) error {
+	var age time.Duration
+	if v := r.URL.Query().Get("older_than"); v != "" {
+		d, err := duration("older_than", v)
+		if err != nil {
+			return err
+		}
+		if d < 0 {
+			return badArg("older_than %s is negative", v)
+		}
+		age = d
+	}
+	n, err := s.inspector.PurgeAll(r.Context(), r.PathValue("queue"), age)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, map[string]int{"purged": n})
+	return nil
+}
+
+// throughputBody is the JSON of GET /v1/throughput.
+type throughputBody struct {
+	IntervalSeconds float64 `json:"interval_seconds"`
+	WindowSeconds   float64 `json:"window_seconds"`
+	Queue           string  `json:"queue,omitempty"`
+	Samples         []rate  `json:"samples"`
+}
+
+// throughput: GET /v1/throughput[?queue=Q]. The first request waits for the sampler's first
+// read (started by the Server's first request).
+func (s *Server) throughput(w http.ResponseWriter, r *http.Request) error {
+	select {
+	case <-s.sampler.first:
+	case <-r.Context().Done():
+		return r.Context().Err()
+	}
+	queue := r.URL.Query().Get("queue")
+	points, known := s.sampler.rates(queue)
+	if !known {
+		return errorf(http.StatusNotFound, CodeNotFound, "queue %q not found: no counter sample has it", queue)
+	}
+	writeJSON(w, http.StatusOK, throughputBody{IntervalSeconds: s.cfg.ThroughputInterval.Seconds(),
+		WindowSeconds: s.cfg.ThroughputWindow.Seconds(), Queue: queue, Samples: points})
+	return nil
+}

@@ -1,0 +1,197 @@
+package api_test
+
+import (
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/conveyorq/conveyor/api"
+	"github.com/conveyorq/conveyor/internal/jobtest"
+	"github.com/conveyorq/conveyor/pipeline"
+)
+
+// seed makes a job of the env's queue in status through the real scripts.
+func (e *apiEnv) seed(status pipeline.Status, opts ...pipeline.Option) string {
+	e.t.Helper()
+	return jobtest.Seed(e.t, e.rdb, e.queue, status, jobtest.Opts{Prefix: e.prefix, Options: opts,
+		Task: pipeline.Task{Type: "echo", Payload: []byte(`{"seeded":true}`)}}).ID
+}
+
+func TestQueues(t *testing.T) {
+	t.Parallel()
+	e := apiSetup(t, apiEnvOpts{})
+	var empty struct {
+		Queues []pipeline.QueueStats `json:"queues"`
+	}
+	r := e.do("GET", "/v1/queues", "")
+	require.Equal(t, http.StatusOK, r.status, "%s", r.body)
+	require.JSONEq(t, `{"queues":[]}`, string(r.body))
+
+	e.post(`{"type":"echo"}`, http.StatusAccepted)
+	e.post(`{"type":"echo","delay":"1h"}`, http.StatusAccepted)
+	r = e.do("GET", "/v1/queues", "")
+	require.Equal(t, http.StatusOK, r.status, "%s", r.body)
+	r.json(t, &empty)
+	require.Len(t, empty.Queues, 1)
+	q := empty.Queues[0]
+	require.Equal(t, e.queue, q.Queue)
+	require.EqualValues(t, 2, q.Enqueued)
+	require.EqualValues(t, 1, q.Queued)
+	require.EqualValues(t, 1, q.Scheduled)
+
+	r = e.do("GET", "/v1/queues/"+e.queue, "")
+	require.Equal(t, http.StatusOK, r.status, "%s", r.body)
+	var one pipeline.QueueStats
+	r.json(t, &one)
+	require.Equal(t, q, one)
+}
+
+func TestList(t *testing.T) {
+	t.Parallel()
+	e := apiSetup(t, apiEnvOpts{})
+	dead := []string{e.seed(pipeline.StatusFailed), e.seed(pipeline.StatusFailed)}
+	sched := e.seed(pipeline.StatusScheduled)
+
+	var page struct {
+		Jobs []apiJob `json:"jobs"`
+		Next string   `json:"next"`
+	}
+	r := e.do("GET", e.jobs()+"?status=failed&limit=1", "")
+	require.Equal(t, http.StatusOK, r.status, "%s", r.body)
+	r.json(t, &page)
+	require.Len(t, page.Jobs, 1)
+	require.NotEmpty(t, page.Next)
+	seen := []string{page.Jobs[0].ID}
+	r = e.do("GET", e.jobs()+"?status=failed&limit=1&cursor="+page.Next, "")
+	require.Equal(t, http.StatusOK, r.status, "%s", r.body)
+	r.json(t, &page)
+	require.Len(t, page.Jobs, 1)
+	seen = append(seen, page.Jobs[0].ID)
+	require.ElementsMatch(t, dead, seen)
+
+	r = e.do("GET", e.jobs()+"?status=scheduled", "")
+	require.Equal(t, http.StatusOK, r.status, "%s", r.body)
+	r.json(t, &page)
+	require.Len(t, page.Jobs, 1)
+	require.Equal(t, sched, page.Jobs[0].ID)
+	require.Empty(t, page.Next)
+
+	// A page of a queue nothing was enqueued to is empty, not null.
+	r = e.do("GET", "/v1/queues/nothing-here/jobs?status=queued", "")
+	require.Equal(t, http.StatusOK, r.status, "%s", r.body)
+	require.JSONEq(t, `{"jobs":[],"next":""}`, string(r.body))
+
+	for _, q := range []string{"", "?status=completed", "?status=bogus", "?status=failed&limit=0",
+		"?status=failed&limit=x", "?status=failed&cursor=nonsense"} {
+		r = e.do("GET", e.jobs()+q, "")
+		require.Equal(t, http.StatusBadRequest, r.status, "%s: %s", q, r.body)
+		require.Equal(t, api.CodeInvalidArgument, r.apiErr(t).Code)
+	}
+}
+
+func TestDeadJobs(t *testing.T) {
+	t.Parallel()
+
+	t.Run("ReplayOne", func(t *testing.T) {
+		t.Parallel()
+		e := apiSetup(t, apiEnvOpts{})
+		id := e.seed(pipeline.StatusFailed)
+		r := e.do("POST", "/v1/queues/"+e.queue+"/dead/"+id+"/replay", "")
+		require.Equal(t, http.StatusOK, r.status, "%s", r.body)
+		j := r.job(t)
+		require.Equal(t, id, j.ID)
+		require.Equal(t, "queued", j.Status)
+
+		r = e.do("POST", "/v1/queues/"+e.queue+"/dead/"+id+"/replay", "")
+		require.Equal(t, http.StatusConflict, r.status, "%s", r.body)
+		require.Equal(t, api.ReasonNotDead, r.apiErr(t).Reason)
+
+		r = e.do("POST", "/v1/queues/"+e.queue+"/dead/nope/replay", "")
+		require.Equal(t, http.StatusNotFound, r.status, "%s", r.body)
+	})
+
+	t.Run("ReplayUniqueHeld", func(t *testing.T) {
+		t.Parallel()
+		e := apiSetup(t, apiEnvOpts{})
+		id := e.seed(pipeline.StatusFailed, pipeline.WithUnique("k", time.Hour))
+		e.post(`{"type":"echo","unique":{"key":"k"}}`, http.StatusAccepted)
+		r := e.do("POST", "/v1/queues/"+e.queue+"/dead/"+id+"/replay", "")
+		require.Equal(t, http.StatusConflict, r.status, "%s", r.body)
+		ae := r.apiErr(t)
+		require.Equal(t, api.CodeConflict, ae.Code)
+		require.Equal(t, api.ReasonUniqueHeld, ae.Reason)
+
+		// Replaying all of them replays what can run and says what stays.
+		e.seed(pipeline.StatusFailed)
+		r = e.do("POST", "/v1/queues/"+e.queue+"/dead:replay", "")
+		require.Equal(t, http.StatusOK, r.status, "%s", r.body)
+		var body struct {
+			Replayed    int    `json:"replayed"`
+			NotReplayed string `json:"not_replayed"`
+		}
+		r.json(t, &body)
+		require.Equal(t, 1, body.Replayed)
+		require.Contains(t, body.NotReplayed, id)
+	})
+
+	t.Run("ReplayAll", func(t *testing.T) {
+		t.Parallel()
+		e := apiSetup(t, apiEnvOpts{})
+		for range 3 {
+			e.seed(pipeline.StatusFailed)
+		}
+		r := e.do("POST", "/v1/queues/"+e.queue+"/dead:replay", "")
+		require.Equal(t, http.StatusOK, r.status, "%s", r.body)
+		require.JSONEq(t, `{"replayed":3}`, string(r.body))
+		r = e.do("POST", "/v1/queues/"+e.queue+"/dead:replay", "")
+		require.JSONEq(t, `{"replayed":0}`, string(r.body))
+	})
+
+	t.Run("PurgeOne", func(t *testing.T) {
+		t.Parallel()
+		e := apiSetup(t, apiEnvOpts{})
+		id := e.seed(pipeline.StatusFailed)
+		r := e.do("DELETE", "/v1/queues/"+e.queue+"/dead/"+id, "")
+		require.Equal(t, http.StatusOK, r.status, "%s", r.body)
+		require.JSONEq(t, `{"purged":1}`, string(r.body))
+		r = e.do("DELETE", "/v1/queues/"+e.queue+"/dead/"+id, "")
+		require.Equal(t, http.StatusNotFound, r.status, "%s", r.body)
+
+		live := e.seed(pipeline.StatusQueued)
+		r = e.do("DELETE", "/v1/queues/"+e.queue+"/dead/"+live, "")
+		require.Equal(t, http.StatusConflict, r.status, "%s", r.body)
+		require.Equal(t, api.ReasonNotDead, r.apiErr(t).Reason)
+	})
+
+	t.Run("PurgeAll", func(t *testing.T) {
+		t.Parallel()
+		e := apiSetup(t, apiEnvOpts{})
+		e.seed(pipeline.StatusFailed)
+		e.seed(pipeline.StatusFailed)
+		r := e.do("DELETE", "/v1/queues/"+e.queue+"/dead?older_than=1h", "")
+		require.Equal(t, http.StatusOK, r.status, "%s", r.body)
+		require.JSONEq(t, `{"purged":0}`, string(r.body))
+		r = e.do("DELETE", "/v1/queues/"+e.queue+"/dead", "")
+		require.JSONEq(t, `{"purged":2}`, string(r.body))
+		r = e.do("DELETE", "/v1/queues/"+e.queue+"/dead?older_than=x", "")
+		require.Equal(t, http.StatusBadRequest, r.status, "%s", r.body)
+	})
+}
+
+func TestDeleteQueue(t *testing.T) {
+	t.Parallel()
+	e := apiSetup(t, apiEnvOpts{})
+	e.post(`{"type":"echo"}`, http.StatusAccepted)
+	r := e.do("DELETE", "/v1/queues/"+e.queue, "")
+	require.Equal(t, http.StatusConflict, r.status, "%s", r.body)
+	require.Equal(t, api.ReasonQueueBusy, r.apiErr(t).Reason)
+	r = e.do("DELETE", "/v1/queues/"+e.queue+"?force=true", "")
+	require.Equal(t, http.StatusOK, r.status, "%s", r.body)
+	require.JSONEq(t, `{"queue":"`+e.queue+`","deleted":true}`, string(r.body))
+	r = e.do("DELETE", "/v1/queues/"+e.queue, "")
+	require.Equal(t, http.StatusNotFound, r.status, "%s", r.body)
+	r = e.do("DELETE", "/v1/queues/"+e.queue+"?force=maybe", "")
+	require.Equal(t, http.StatusBadRequest, r.status, "%s", r.body)
+}

@@ -1,0 +1,111 @@
+package api
+
+import (
+	"cmp"
+	"errors"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/rs/zerolog"
+)
+
+// Defaults of Config.
+const (
+	// DefaultMaxBodyBytes bounds the body of a one-job POST: the client's default payload limit
+	// (pipeline.DefaultMaxPayloadBytes, 1 MiB) and room for the other fields.
+	DefaultMaxBodyBytes = 2 << 20
+	// DefaultMaxBatchBodyBytes bounds the body of a batch POST.
+	DefaultMaxBatchBodyBytes = 16 << 20
+	// DefaultMaxWait bounds a long poll (GET ...?wait=).
+	DefaultMaxWait = 60 * time.Second
+	// DefaultPollInterval is how often the long-poll poller reads the jobs that requests wait
+	// for.
+	DefaultPollInterval = 100 * time.Millisecond
+	// DefaultPollConcurrency bounds the reads the poller runs at once, and so the Redis
+	// connections long polls hold, however many requests wait.
+	DefaultPollConcurrency = 4
+	// DefaultThroughputInterval is how often the throughput sampler reads the queues' counters.
+	DefaultThroughputInterval = 5 * time.Second
+	// DefaultThroughputWindow is how far back GET /v1/throughput reaches.
+	DefaultThroughputWindow = 15 * time.Minute
+	// MaxBatchJobs bounds the jobs of one batch POST.
+	MaxBatchJobs = 1000
+)
+
+// Config configures a Server. Zero fields take the documented defaults.
+type Config struct {
+	// AuthToken, when set, is required on every request but /healthz, /readyz and the
+	// dashboard's own files, as "Authorization: Bearer <token>". Empty: no authentication
+	// (serve the handler on loopback only, or behind a proxy that authenticates).
+	AuthToken string
+	// MaxBodyBytes bounds the body of a one-job POST; a larger body is refused with 413
+	// before it is read. Defaults to DefaultMaxBodyBytes. The payload's own limit is the
+	// Client's (pipeline.ClientConfig.MaxPayloadBytes), also answered with 413.
+	MaxBodyBytes int64
+	// MaxBatchBodyBytes bounds the body of a batch POST. Defaults to DefaultMaxBatchBodyBytes.
+	MaxBatchBodyBytes int64
+	// MaxWait bounds the wait of a long poll: a longer ?wait= is cut to it. Defaults to
+	// DefaultMaxWait. An http.Server's WriteTimeout must exceed it, or long polls are cut.
+	MaxWait time.Duration
+	// PollInterval is how often the one shared poller reads the jobs that long polls wait for.
+	// Defaults to DefaultPollInterval.
+	PollInterval time.Duration
+	// PollConcurrency bounds the reads the poller runs at once (so the Redis connections long
+	// polls use). Defaults to DefaultPollConcurrency.
+	PollConcurrency int
+	// ThroughputInterval is how often the throughput sampler reads every queue's counters.
+	// Defaults to DefaultThroughputInterval.
+	ThroughputInterval time.Duration
+	// ThroughputWindow is how much history GET /v1/throughput keeps. Defaults to
+	// DefaultThroughputWindow.
+	ThroughputWindow time.Duration
+	// Logger receives one debug line per request and one error line per failure the client
+	// is not told the details of. Defaults to a disabled logger.
+	Logger zerolog.Logger
+	// Dashboard, when set, serves GET / and every GET path outside /v1, /healthz, /readyz and
+	// /metrics (the dashboard's page and assets), without a token: they hold no data, and the
+	// dashboard's own API calls carry the token. See Dashboard in this package.
+	Dashboard http.Handler
+	// Metrics, when set, serves GET /metrics (behind the token, when one is set).
+	Metrics http.Handler
+}
+
+func (c Config) withDefaults() Config {
+	c.MaxBodyBytes = cmp.Or(c.MaxBodyBytes, DefaultMaxBodyBytes)
+	c.MaxBatchBodyBytes = cmp.Or(c.MaxBatchBodyBytes, DefaultMaxBatchBodyBytes)
+	c.MaxWait = cmp.Or(c.MaxWait, DefaultMaxWait)
+	c.PollInterval = cmp.Or(c.PollInterval, DefaultPollInterval)
+	c.PollConcurrency = cmp.Or(c.PollConcurrency, DefaultPollConcurrency)
+	c.ThroughputInterval = cmp.Or(c.ThroughputInterval, DefaultThroughputInterval)
+	c.ThroughputWindow = cmp.Or(c.ThroughputWindow, DefaultThroughputWindow)
+	return c
+}
+
+// validate checks a config that withDefaults filled in.
+func (c Config) validate() error {
+	var errs []error
+	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf("api: "+format, args...)) }
+	if c.MaxBodyBytes < 0 {
+		bad("MaxBodyBytes %d is negative", c.MaxBodyBytes)
+	}
+	if c.MaxBatchBodyBytes < 0 {
+		bad("MaxBatchBodyBytes %d is negative", c.MaxBatchBodyBytes)
+	}
+	if c.MaxWait < 0 {
+		bad("MaxWait %s is negative", c.MaxWait)
+	}
+	if c.PollInterval < 0 {
+		bad("PollInterval %s is negative", c.PollInterval)
+	}
+	if c.PollConcurrency < 0 {
+		bad("PollConcurrency %d is negative", c.PollConcurrency)
+	}
+	if c.ThroughputInterval < 0 {
+		bad("ThroughputInterval %s is negative", c.ThroughputInterval)
+	}
+	if c.ThroughputWindow < c.ThroughputInterval {
+		bad("ThroughputWindow %s is shorter than ThroughputInterval %s", c.ThroughputWindow, c.ThroughputInterval)
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,61 @@
+// Package api is Conveyor's HTTP API: an http.Handler to mount in a server of your own (or run
+// with `conveyor serve`) that publishes jobs, answers their state with long polling, lists and
+// administers queues and dead jobs, and serves /healthz, /readyz, /metrics and the dashboard.
+// It is built only on pipeline.Client and pipeline.Inspector; docs/API.md is the reference of
+// every route with curl examples, and GET /v1/openapi.json the machine-readable one.
+//
+//	client := pipeline.NewClient(rdb, pipeline.ClientConfig{})
+//	inspector := pipeline.NewInspector(rdb, pipeline.InspectorConfig{})
+//	srv, err := api.New(client, inspector, api.Config{AuthToken: token})
+//	...
+//	hs := &http.Server{Addr: addr, Handler: srv, WriteTimeout: api.DefaultMaxWait + 30*time.Second}
+//	hs.RegisterOnShutdown(func() { srv.Close() })
+//
+// # Routes
+//
+// Jobs live under /v1/queues/{queue}/jobs: POST publishes one (202 with a Location header, or
+// 200 when the id or Idempotency-Key named an existing job), POST .../jobs:batch up to
+// MaxBatchJobs in one pipelined EnqueueBatch, GET .../jobs/{id} reads one, DELETE cancels it,
+// GET .../jobs?status= lists a page. Dead jobs are replayed and purged under
+// /v1/queues/{queue}/dead. GET /v1/jobs/{id} finds a job in every known queue. GET /v1/queues
+// and GET /v1/queues/{queue} answer statistics as `conveyor stats --json` does, and
+// GET /v1/throughput the rates of the dashboard's chart. A job is always Job.MarshalJSON's
+// JSON: the CLI's `status --json` contract.
+//
+// # Errors
+//
+// Every error is {"error":{"code":..,"message":..}} with a stable code (the Code constants) and
+// the status it implies; 409s add a "reason". Redis errors and bugs are logged, never shown:
+// the client reads "Redis is unreachable" (503) or "internal error" (500).
+//
+// # Authentication and the cross-site rule
+//
+// With Config.AuthToken set, every route but /healthz, /readyz, /v1/openapi.json and the
+// dashboard's files needs "Authorization: Bearer <token>" (compared in constant time). The
+// dashboard's page holds no data; its calls to /v1 carry the token.
+//
+// A mutating request (POST, DELETE) must carry Content-Type: application/json or the header
+// X-Conveyor-Request: 1, and its Origin header, when it has one, must name the request's own
+// host; otherwise it is refused with 403. A page of another site can send neither header
+// without a CORS preflight, and the API answers no preflight, so a browser that holds a
+// session to the API (a loopback server without a token, say) cannot be made to change jobs
+// from elsewhere.
+//
+// # Long polling
+//
+// GET .../jobs/{id}?wait=30s answers as soon as the job is completed, failed or canceled, or
+// when the wait (cut to Config.MaxWait) ends, with the job as it is. Waiting requests hold no
+// Redis connection: one poller goroutine per Server, running only while some request waits,
+// reads every waited-for job every Config.PollInterval (at once for a new waiter) with at most
+// Config.PollConcurrency reads in flight, and wakes the requests whose job ended. So any number
+// of waiters costs at most PollConcurrency connections and one read per job per interval. Close
+// wakes them all.
+//
+// # Throughput
+//
+// A sampler reads every queue's counters (Inspector.Queues, one call for all queues) every
+// Config.ThroughputInterval into a ring that spans Config.ThroughputWindow; rates are the
+// differences of consecutive samples. It starts with the Server's first request and stops with
+// Close, so a Server that is never mounted costs nothing; one that is mounted and never closed
+// keeps sampling.
+package api

@@ -1,0 +1,186 @@
+package api
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"regexp"
+	"syscall"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/conveyorq/conveyor/pipeline"
+)
+
+// Error codes: the "code" of an error response. They are stable: clients may branch on them.
+const (
+	CodeInvalidBody          = "invalid_body"           // 400: the body is not the documented JSON
+	CodeInvalidArgument      = "invalid_argument"       // 400: a value is refused (a duration, an id, a queue name, a type)
+	CodeUnauthorized         = "unauthorized"           // 401: the bearer token is missing or wrong
+	CodeForbidden            = "forbidden"              // 403: a mutating request failed the cross-site rule
+	CodeNotFound             = "not_found"              // 404: no such job, queue or route
+	CodeMethodNotAllowed     = "method_not_allowed"     // 405: the route exists for other methods (see Allow)
+	CodeConflict             = "conflict"               // 409: a refused transition, or an id taken by another job
+	CodePayloadTooLarge      = "payload_too_large"      // 413: the body or the payload is over its limit
+	CodeUnsupportedMediaType = "unsupported_media_type" // 415: a POST body that is not application/json
+	CodeInternal             = "internal"               // 500: a bug; the log has the details
+	CodeUnavailable          = "unavailable"            // 503: Redis is unreachable or refusing
+)
+
+// Reasons refine CodeConflict (the error's "reason" field).
+const (
+	ReasonIDTaken       = "id_taken"       // the id names a job with another type or payload
+	ReasonNotCancelable = "not_cancelable" // the job already finished
+	ReasonNotDead       = "not_dead"       // the job is not in the dead set
+	ReasonUniqueHeld    = "unique_held"    // another live job holds the job's unique key
+	ReasonQueueBusy     = "queue_busy"     // the queue has unfinished jobs
+)
+
+// apiError is an error with the status and body it is answered with.
+type apiError struct {
+	Status  int    `json:"-"`
+	Code    string `json:"code"`
+	Message string `json:"message"`
+	Reason  string `json:"reason,omitempty"`
+	cause   error  // logged, never sent
+}
+
+func (e *apiError) Error() string { return e.Message }
+func (e *apiError) Unwrap() error { return e.cause }
+
+func errorf(status int, code, format string, args ...any) *apiError {
+	return &apiError{Status: status, Code: code, Message: fmt.Sprintf(format, args...)}
+}
+
+func badBody(format string, args ...any) *apiError {
+	return errorf(http.StatusBadRequest, CodeInvalidBody, format, args...)
+}
+
+func badArg(format string, args ...any) *apiError {
+	return errorf(http.StatusBadRequest, CodeInvalidArgument, format, args...)
+}
+
+// toAPIError maps an error of the pipeline, of Redis or of reading a body to what the client is
+// told. Messages of pipeline's input errors are the client's own mistakes and are shown; Redis
+// errors and anything unexpected are not (the log has them).
+func toAPIError(err error) *apiError {
+	var ae *apiError
+	if errors.As(err, &ae) {
+		return ae
+	}
+	var tooBig *http.MaxBytesError
+	switch {
+	case errors.As(err, &tooBig):
+		return &apiError{Status: http.StatusRequestEntityTooLarge, Code: CodePayloadTooLarge,
+			Message: fmt.Sprintf("request body over the limit of %d bytes", tooBig.Limit)}
+	case errors.Is(err, pipeline.ErrPayloadTooLarge):
+		return &apiError{Status: http.StatusRequestEntityTooLarge, Code: CodePayloadTooLarge, Message: message(err)}
+	case errors.Is(err, pipeline.ErrConflict):
+		return &apiError{Status: http.StatusConflict, Code: CodeConflict, Reason: ReasonIDTaken, Message: message(err)}
+	case errors.Is(err, pipeline.ErrNotCancelable):
+		return &apiError{Status: http.StatusConflict, Code: CodeConflict, Reason: ReasonNotCancelable, Message: message(err)}
+	case errors.Is(err, pipeline.ErrNotDead):
+		return &apiError{Status: http.StatusConflict, Code: CodeConflict, Reason: ReasonNotDead, Message: message(err)}
+	case errors.Is(err, pipeline.ErrUniqueHeld):
+		return &apiError{Status: http.StatusConflict, Code: CodeConflict, Reason: ReasonUniqueHeld, Message: message(err)}
+	case errors.Is(err, pipeline.ErrQueueBusy):
+		return &apiError{Status: http.StatusConflict, Code: CodeConflict, Reason: ReasonQueueBusy, Message: message(err)}
+	case errors.Is(err, pipeline.ErrNotFound):
+		return &apiError{Status: http.StatusNotFound, Code: CodeNotFound, Message: "job not found"}
+	case errors.Is(err, pipeline.ErrQueueNotFound):
+		return &apiError{Status: http.StatusNotFound, Code: CodeNotFound, Message: "queue not found"}
+	case errors.Is(err, pipeline.ErrInvalid):
+		return &apiError{Status: http.StatusBadRequest, Code: CodeInvalidArgument, Message: message(err)}
+	case unreachable(err):
+		return &apiError{Status: http.StatusServiceUnavailable, Code: CodeUnavailable,
+			Message: "Redis is unreachable; try again later", cause: err}
+	case errors.Is(err, context.Canceled):
+		// The client went away (or the server is closing): nobody reads this answer.
+		return &apiError{Status: http.StatusServiceUnavailable, Code: CodeUnavailable, Message: "request canceled"}
+	case refusing(err):
+		return &apiError{Status: http.StatusServiceUnavailable, Code: CodeUnavailable,
+			Message: "Redis is refusing commands (loading, read-only or out of memory); try again later", cause: err}
+	}
+	return &apiError{Status: http.StatusInternalServerError, Code: CodeInternal,
+		Message: "internal error; the server's log has the details", cause: err}
+}
+
+// jobErr names the job in a not-found error.
+func jobErr(err error, queue, id string) error {
+	if errors.Is(err, pipeline.ErrNotFound) {
+		return errorf(http.StatusNotFound, CodeNotFound, "job %s not found in queue %s", id, queue)
+	}
+	return err
+}
+
+// message is a pipeline input error's text for a client: without the package prefixes, which
+// name our code, not the client's mistake.
+func message(err error) string {
+	return internalPrefix.ReplaceAllString(err.Error(), "$1")
+}
+
+// internalPrefix matches the package prefixes of library errors, at the start of a message or
+// after another message's colon or newline.
+var internalPrefix = regexp.MustCompile(`(^|: |\n)(?:pipeline|stream|jobstate|keys)(?:: invalid argument)?: `)
+
+// unreachable reports a network error or timeout talking to Redis.
+func unreachable(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) ||
+		errors.Is(err, context.DeadlineExceeded) ||
+		errors.Is(err, redis.ErrClosed) || errors.Is(err, redis.ErrPoolTimeout) ||
+		errors.Is(err, redis.ErrPoolExhausted) ||
+		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET) ||
+		errors.Is(err, syscall.EPIPE)
+}
+
+// refusing reports a Redis error that passes with time: a server loading its data, a replica
+// after a failover, a full server.
+func refusing(err error) bool {
+	for _, p := range []string{"LOADING", "READONLY", "MASTERDOWN", "CLUSTERDOWN", "TRYAGAIN", "OOM", "BUSY "} {
+		if redis.HasErrorPrefix(err, p) {
+			return true
+		}
+	}
+	return false
+}
+
+// errorBody is the JSON of every error response.
+type errorBody struct {
+	Error *apiError `json:"error"`
+}
+
+// writeError answers err. Errors the client is not told the details of (5xx) are logged at
+// error level with their cause.
+func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
+	ae := toAPIError(err)
+	if ae.Status >= 500 && r.Context().Err() == nil {
+		s.log.Error().Err(err).Str("method", r.Method).Str("path", r.URL.Path).
+			Int("status", ae.Status).Msg("request failed")
+	}
+	if ae.Status == http.StatusUnauthorized {
+		w.Header().Set("WWW-Authenticate", `Bearer realm="conveyor"`)
+	}
+	writeJSON(w, ae.Status, errorBody{ae})
+}
+
+// writeJSON answers v as JSON with status.
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		// Our own types always marshal; this is a bug, and the client gets a plain 500.
+		status = http.StatusInternalServerError
+		b = []byte(`{"error":{"code":"internal","message":"internal error; the server's log has the details"}}`)
+	}
+	h := w.Header()
+	h.Set("Content-Type", "application/json")
+	h.Set("Cache-Control", "no-store")
+	h.Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(status)
+	_, _ = w.Write(append(b, '\n'))
+}

@@ -1,0 +1,228 @@
+package api_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/rs/zerolog"
+	"github.com/stretchr/testify/require"
+
+	"github.com/conveyorq/conveyor/api"
+	"github.com/conveyorq/conveyor/internal/redistest"
+	"github.com/conveyorq/conveyor/pipeline"
+)
+
+// env is one API server over the package's shared Redis, under a key prefix of its own, so
+// that listings of every queue (GET /v1/queues, GET /v1/jobs/{id}, the throughput sampler) see
+// only the test's queues.
+type apiEnv struct {
+	t      *testing.T
+	http   *httptest.Server
+	api    *api.Server
+	rdb    redis.UniversalClient
+	client *pipeline.Client
+	insp   *pipeline.Inspector
+	prefix string
+	queue  string // a queue name of the test's own
+	log    *logBuffer
+}
+
+type apiEnvOpts struct {
+	cfg       api.Config
+	rdb       redis.UniversalClient // default: a new client of the shared server
+	clientCfg pipeline.ClientConfig
+}
+
+func apiSetup(t *testing.T, o apiEnvOpts) *apiEnv {
+	t.Helper()
+	rdb := o.rdb
+	if rdb == nil {
+		rdb = redistest.Client(t)
+	}
+	prefix := redistest.UniqueName(t)
+	o.clientCfg.Prefix = prefix
+	e := &apiEnv{t: t, rdb: rdb, prefix: prefix, queue: redistest.UniqueName(t), log: &logBuffer{},
+		client: pipeline.NewClient(rdb, o.clientCfg),
+		insp:   pipeline.NewInspector(rdb, pipeline.InspectorConfig{Prefix: prefix})}
+	o.cfg.Logger = zerolog.New(e.log).Level(zerolog.DebugLevel)
+	srv, err := api.New(e.client, e.insp, o.cfg)
+	require.NoError(t, err)
+	e.api = srv
+	e.http = httptest.NewServer(srv)
+	t.Cleanup(func() {
+		require.NoError(t, srv.Close())
+		e.http.Close()
+		if t.Failed() {
+			t.Logf("server log:\n%s", e.log)
+		}
+	})
+	return e
+}
+
+// apiResp is an answer read whole.
+type apiResp struct {
+	status int
+	header http.Header
+	body   []byte
+}
+
+// json decodes the body into v.
+func (r apiResp) json(t *testing.T, v any) {
+	t.Helper()
+	require.NoError(t, json.Unmarshal(r.body, v), "%s", r.body)
+}
+
+// job decodes a job body.
+func (r apiResp) job(t *testing.T) apiJob {
+	t.Helper()
+	var j apiJob
+	r.json(t, &j)
+	return j
+}
+
+// apiErr decodes an error body and checks its shape.
+func (r apiResp) apiErr(t *testing.T) apiErrView {
+	t.Helper()
+	var b struct {
+		Error *apiErrView `json:"error"`
+	}
+	r.json(t, &b)
+	require.NotNil(t, b.Error, "%s", r.body)
+	require.NotEmpty(t, b.Error.Code, "%s", r.body)
+	require.NotEmpty(t, b.Error.Message, "%s", r.body)
+	require.Equal(t, "application/json", r.header.Get("Content-Type"))
+	return *b.Error
+}
+
+type apiErrView struct {
+	Code    string `json:"code"`
+	Message string `json:"message"`
+	Reason  string `json:"reason"`
+}
+
+// apiJob is the job JSON (the `status --json` contract).
+type apiJob struct {
+	ID          string            `json:"id"`
+	Queue       string            `json:"queue"`
+	Type        string            `json:"type"`
+	Status      string            `json:"status"`
+	Attempt     int               `json:"attempt"`
+	MaxRetries  int               `json:"max_retries"`
+	TimeoutMS   int64             `json:"timeout_ms"`
+	Payload     json.RawMessage   `json:"payload"`
+	Metadata    map[string]string `json:"metadata"`
+	Result      json.RawMessage   `json:"result"`
+	LastError   string            `json:"last_error"`
+	Worker      string            `json:"worker"`
+	CreatedAt   int64             `json:"created_at"`
+	RunAt       int64             `json:"run_at"`
+	EnqueuedAt  int64             `json:"enqueued_at"`
+	StartedAt   int64             `json:"started_at"`
+	CompletedAt int64             `json:"completed_at"`
+}
+
+// request sends a request with the headers given as "Name: value" strings, and none other.
+func (e *apiEnv) request(method, path, body string, headers ...string) apiResp {
+	e.t.Helper()
+	var rd io.Reader
+	if body != "" {
+		rd = strings.NewReader(body)
+	}
+	req, err := http.NewRequestWithContext(e.t.Context(), method, e.http.URL+path, rd)
+	require.NoError(e.t, err)
+	for _, h := range headers {
+		k, v, ok := strings.Cut(h, ": ")
+		require.True(e.t, ok, h)
+		req.Header.Set(k, v)
+	}
+	res, err := e.http.Client().Do(req)
+	require.NoError(e.t, err)
+	defer res.Body.Close()
+	b, err := io.ReadAll(res.Body)
+	require.NoError(e.t, err)
+	return apiResp{status: res.StatusCode, header: res.Header, body: b}
+}
+
+// do sends a request as a well-behaved client does: JSON bodies with their Content-Type, and
+// X-Conveyor-Request: 1 on mutating requests.
+func (e *apiEnv) do(method, path, body string, headers ...string) apiResp {
+	e.t.Helper()
+	if body != "" {
+		headers = append(headers, "Content-Type: application/json")
+	}
+	if method != http.MethodGet {
+		headers = append(headers, "X-Conveyor-Request: 1")
+	}
+	return e.request(method, path, body, headers...)
+}
+
+// post publishes a job body to the env's queue and requires want.
+func (e *apiEnv) post(body string, want int, headers ...string) apiResp {
+	e.t.Helper()
+	r := e.do("POST", "/v1/queues/"+e.queue+"/jobs", body, headers...)
+	require.Equal(e.t, want, r.status, "%s", r.body)
+	return r
+}
+
+// jobs returns the path of the env's queue's jobs.
+func (e *apiEnv) jobs() string { return "/v1/queues/" + e.queue + "/jobs" }
+
+// worker runs a worker on the env's queue with an echo handler and a fail handler (which
+// fails for good) until the test ends.
+func (e *apiEnv) worker(queues ...string) {
+	e.t.Helper()
+	if len(queues) == 0 {
+		queues = []string{e.queue}
+	}
+	rdb := redistest.Client(e.t)
+	w := pipeline.NewWorker(rdb, pipeline.WorkerConfig{Queues: queues, Prefix: e.prefix,
+		Logger: zerolog.New(e.log).Level(zerolog.WarnLevel)})
+	w.Handle("echo", func(_ context.Context, j *pipeline.Job) ([]byte, error) { return bytes.Clone(j.Payload), nil })
+	w.Handle("fail", func(context.Context, *pipeline.Job) ([]byte, error) {
+		return nil, pipeline.SkipRetry(io.ErrUnexpectedEOF)
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx) }()
+	e.t.Cleanup(func() {
+		cancel()
+		select {
+		case err := <-done:
+			require.NoError(e.t, err)
+		case <-time.After(30 * time.Second):
+			e.t.Error("worker did not stop within 30s")
+		}
+	})
+	select {
+	case <-w.Ready():
+	case err := <-done:
+		e.t.Fatalf("worker stopped: %v", err)
+	}
+}
+
+// logBuffer is a log sink safe for concurrent writes.
+type logBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (b *logBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+func (b *logBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
+}

@@ -1,0 +1,201 @@
+package api
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/conveyorq/conveyor/pipeline"
+)
+
+// jobPath is a job's URL path, for Location headers.
+func jobPath(queue, id string) string {
+	return "/v1/queues/" + url.PathEscape(queue) + "/jobs/" + url.PathEscape(id)
+}
+
+// enqueue: POST /v1/queues/{queue}/jobs.
+func (s *Server) enqueue(w http.ResponseWriter, r *http.Request) error {
+	queue := r.PathValue("queue")
+	if err := requireJSON(r); err != nil {
+		return err
+	}
+	r.Body = http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes)
+	req, err := decodeJob(r.Body, r.Header.Get("Idempotency-Key"))
+	if err != nil {
+		return err
+	}
+	job, err := s.client.Enqueue(r.Context(), queue, req.task, req.opts...)
+	if err != nil {
+		return err
+	}
+	w.Header().Set("Location", jobPath(queue, job.ID))
+	status := http.StatusAccepted
+	if job.Duplicate {
+		status = http.StatusOK // a repeat: nothing new was written
+	}
+	writeJSON(w, status, job)
+	return nil
+}
+
+// jobsBody is the JSON of a list of jobs.
+type jobsBody struct {
+	Jobs []*pipeline.Job `json:"jobs"`
+}
+
+// enqueueBatch: POST /v1/queues/{queue}/jobs:batch.
+func (s *Server) enqueueBatch(w http.ResponseWriter, r *http.Request) error {
+	queue := r.PathValue("queue")
+	if err := requireJSON(r); err != nil {
+		return err
+	}
+	r.Body = http.MaxBytesReader(w, r.Body, s.cfg.MaxBatchBodyBytes)
+	reqs, err := decodeBatch(r.Body, r.Header.Get("Idempotency-Key"))
+	if err != nil {
+		return err
+	}
+	tasks := make([]pipeline.Task, len(reqs))
+	for i, req := range reqs {
+		tasks[i] = req.task
+		tasks[i].Opts = req.opts
+	}
+	jobs, err := s.client.EnqueueBatch(r.Context(), queue, tasks)
+	if err != nil {
+		if errors.Is(err, pipeline.ErrConflict) && !unreachable(err) {
+			return &apiError{Status: http.StatusConflict, Code: CodeConflict, Reason: ReasonIDTaken,
+				Message: message(err) + "\nthe batch's other jobs were accepted: send it again without these to read them"}
+		}
+		return err
+	}
+	status := http.StatusOK // every job was a repeat, unless one was new
+	for _, j := range jobs {
+		if !j.Duplicate {
+			status = http.StatusAccepted
+			break
+		}
+	}
+	writeJSON(w, status, jobsBody{Jobs: jobs})
+	return nil
+}
+
+// getJob: GET /v1/queues/{queue}/jobs/{id}[?wait=30s].
+func (s *Server) getJob(w http.ResponseWriter, r *http.Request) error {
+	queue, id := r.PathValue("queue"), r.PathValue("id")
+	wait, err := s.waitParam(r)
+	if err != nil {
+		return err
+	}
+	var job *pipeline.Job
+	if wait > 0 {
+		job, err = s.wait(r, jobRef{queue, id}, wait)
+	}
+	if job == nil && err == nil {
+		job, err = s.client.Get(r.Context(), queue, id)
+	}
+	if err != nil {
+		return jobErr(err, queue, id)
+	}
+	writeJSON(w, http.StatusOK, job)
+	return nil
+}
+
+// waitParam reads ?wait=, cut to MaxWait; zero when absent.
+func (s *Server) waitParam(r *http.Request) (time.Duration, error) {
+	v := r.URL.Query().Get("wait")
+	if v == "" {
+		return 0, nil
+	}
+	d, err := duration("wait", v)
+	if err != nil {
+		return 0, err
+	}
+	if d < 0 {
+		return 0, badArg("wait %s is negative", v)
+	}
+	return min(d, s.cfg.MaxWait), nil
+}
+
+// wait blocks until the job is final, the wait ends or the server closes, and returns the job
+// as the poller last read it: nil when it never did (the caller reads it then).
+func (s *Server) wait(r *http.Request, ref jobRef, d time.Duration) (*pipeline.Job, error) {
+	s.log.Debug().Str("queue", ref.queue).Str("job_id", ref.id).Str("wait", d.String()).Msg("long poll waiting")
+	w := s.waits.add(ref)
+	defer s.waits.remove(w)
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	select {
+	case <-w.done:
+	case <-timer.C:
+	case <-r.Context().Done():
+		return nil, r.Context().Err()
+	}
+	return s.waits.result(w)
+}
+
+// cancel: DELETE /v1/queues/{queue}/jobs/{id}.
+func (s *Server) cancel(w http.ResponseWriter, r *http.Request) error {
+	queue, id := r.PathValue("queue"), r.PathValue("id")
+	if err := s.inspector.Cancel(r.Context(), queue, id); err != nil {
+		return jobErr(err, queue, id)
+	}
+	job, err := s.client.Get(r.Context(), queue, id)
+	if errors.Is(err, pipeline.ErrNotFound) {
+		// Its record is already gone (no retention): say what became of it.
+		job, err = &pipeline.Job{ID: id, Queue: queue, Status: pipeline.StatusCanceled}, nil
+	}
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, job)
+	return nil
+}
+
+// findNamed bounds the queue names a not-found message lists.
+const findNamed = 20
+
+// findJob: GET /v1/jobs/{id}.
+func (s *Server) findJob(w http.ResponseWriter, r *http.Request) error {
+	id := r.PathValue("id")
+	job, searched, err := s.inspector.Find(r.Context(), id)
+	if errors.Is(err, pipeline.ErrNotFound) {
+		if len(searched) == 0 {
+			return errorf(http.StatusNotFound, CodeNotFound, "job %s not found: there are no queues", id)
+		}
+		names := strings.Join(searched[:min(findNamed, len(searched))], ", ")
+		if len(searched) > findNamed {
+			names += fmt.Sprintf(" and %d more", len(searched)-findNamed)
+		}
+		return errorf(http.StatusNotFound, CodeNotFound, "job %s not found in queues %s", id, names)
+	}
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, job)
+	return nil
+}
+
+// listJobs: GET /v1/queues/{queue}/jobs?status=S&cursor=C&limit=N.
+func (s *Server) listJobs(w http.ResponseWriter, r *http.Request) error {
+	q := r.URL.Query()
+	status := q.Get("status")
+	if status == "" {
+		return badArg("status is required: scheduled, queued, in_progress or failed")
+	}
+	page := pipeline.Page{Cursor: q.Get("cursor")}
+	if v := q.Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 {
+			return badArg("limit %q: want a positive integer (at most %d)", v, pipeline.MaxPageLimit)
+		}
+		page.Limit = n
+	}
+	p, err := s.inspector.List(r.Context(), r.PathValue("queue"), pipeline.Status(status), page)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, p)
+	return nil
+}

@@ -1,0 +1,359 @@
+package api_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/conveyorq/conveyor/api"
+	"github.com/conveyorq/conveyor/pipeline"
+)
+
+// jobContractFields are the fields of the job JSON (`status --json`).
+var jobContractFields = []string{"id", "queue", "type", "status", "attempt", "max_retries", "timeout_ms",
+	"payload", "metadata", "result", "last_error", "worker", "entry", "version", "created_at", "run_at",
+	"enqueued_at", "started_at", "completed_at"}
+
+func TestEnqueue(t *testing.T) {
+	t.Parallel()
+
+	t.Run("AcceptedWithLocationAndJobJSON", func(t *testing.T) {
+		t.Parallel()
+		e := apiSetup(t, apiEnvOpts{})
+		r := e.post(`{"type":"echo","payload":{"n": 1, "s": "x"}}`, http.StatusAccepted)
+		j := r.job(t)
+		require.Equal(t, "/v1/queues/"+e.queue+"/jobs/"+j.ID, r.header.Get("Location"))
+		require.Equal(t, e.queue, j.Queue)
+		require.Equal(t, "echo", j.Type)
+		require.Equal(t, "queued", j.Status)
+		require.JSONEq(t, `{"n":1,"s":"x"}`, string(j.Payload))
+
+		// The body is exactly Job.MarshalJSON of the stored job (the enqueue answer carries
+		// what was written; the stored record reads the same).
+		stored, err := e.client.Get(t.Context(), e.queue, j.ID)
+		require.NoError(t, err)
+		want, err := json.Marshal(stored)
+		require.NoError(t, err)
+		require.JSONEq(t, string(want), string(r.body))
+		var fields map[string]json.RawMessage
+		r.json(t, &fields)
+		for _, f := range jobContractFields {
+			require.Contains(t, fields, f)
+		}
+		require.Equal(t, `{"n":1,"s":"x"}`, string(stored.Payload), "the payload is stored as compact JSON text")
+
+		got := e.do("GET", r.header.Get("Location"), "")
+		require.Equal(t, http.StatusOK, got.status, "%s", got.body)
+		require.JSONEq(t, string(want), string(got.body))
+	})
+
+	t.Run("AnyJSONPayload", func(t *testing.T) {
+		t.Parallel()
+		e := apiSetup(t, apiEnvOpts{})
+		for _, p := range []string{`"text"`, `42`, `[1,2]`, `true`, `{"a":{"b":[null]}}`} {
+			j := e.post(`{"type":"echo","payload":`+p+`}`, http.StatusAccepted).job(t)
+			require.JSONEq(t, p, string(j.Payload))
+		}
+		for _, body := range []string{`{"type":"echo"}`, `{"type":"echo","payload":null}`} {
+			j := e.post(body, http.StatusAccepted).job(t)
+			require.Equal(t, "null", string(j.Payload))
+		}
+	})
+
+	t.Run("Options", func(t *testing.T) {
+		t.Parallel()
+		e := apiSetup(t, apiEnvOpts{})
+		before := time.Now()
+		j := e.post(`{"type":"echo","delay":"1h","max_retries":2,"timeout":"30s","metadata":{"tenant":"acme"}}`,
+			http.StatusAccepted).job(t)
+		require.Equal(t, "scheduled", j.Status)
+		require.GreaterOrEqual(t, j.RunAt, before.Add(time.Hour).UnixMilli())
+		require.Equal(t, 2, j.MaxRetries)
+		require.EqualValues(t, 30_000, j.TimeoutMS)
+		require.Equal(t, map[string]string{"tenant": "acme"}, j.Metadata)
+
+		at := time.Now().Add(2 * time.Hour).UnixMilli()
+		j = e.post(fmt.Sprintf(`{"type":"echo","run_at":%d}`, at), http.StatusAccepted).job(t)
+		require.Equal(t, "scheduled", j.Status)
+		require.Equal(t, at, j.RunAt)
+
+		j = e.post(`{"type":"echo","id":"order:42.a-b_c"}`, http.StatusAccepted).job(t)
+		require.Equal(t, "order:42.a-b_c", j.ID)
+		got := e.do("GET", e.jobs()+"/order:42.a-b_c", "")
+		require.Equal(t, http.StatusOK, got.status, "%s", got.body)
+	})
+
+	t.Run("IdempotencyKey", func(t *testing.T) {
+		t.Parallel()
+		e := apiSetup(t, apiEnvOpts{})
+		first := e.post(`{"type":"echo","payload":{"n":1}}`, http.StatusAccepted, "Idempotency-Key: pay-7").job(t)
+		require.Equal(t, "pay-7", first.ID)
+		// The same request again (formatted differently): the same job, 200, nothing new.
+		again := e.post(`{ "payload": {"n": 1}, "type": "echo" }`, http.StatusOK, "Idempotency-Key: pay-7")
+		require.Equal(t, first.ID, again.job(t).ID)
+		require.Equal(t, e.jobs()+"/pay-7", again.header.Get("Location"))
+		st, err := e.insp.Stats(t.Context(), e.queue)
+		require.NoError(t, err)
+		require.EqualValues(t, 1, st.Enqueued)
+
+		// Another payload or type under the key: 409.
+		for _, body := range []string{`{"type":"echo","payload":{"n":2}}`, `{"type":"other","payload":{"n":1}}`} {
+			ae := e.post(body, http.StatusConflict, "Idempotency-Key: pay-7").apiErr(t)
+			require.Equal(t, api.CodeConflict, ae.Code)
+			require.Equal(t, api.ReasonIDTaken, ae.Reason)
+		}
+		// The body's id works the same way.
+		e.post(`{"type":"echo","id":"pay-8"}`, http.StatusAccepted)
+		e.post(`{"type":"echo","id":"pay-8"}`, http.StatusOK)
+		e.post(`{"type":"echo","id":"pay-8"}`, http.StatusOK, "Idempotency-Key: pay-8")
+		ae := e.post(`{"type":"echo","id":"pay-9"}`, http.StatusBadRequest, "Idempotency-Key: pay-8").apiErr(t)
+		require.Equal(t, api.CodeInvalidArgument, ae.Code)
+		require.Contains(t, ae.Message, "Idempotency-Key")
+	})
+
+	t.Run("Unique", func(t *testing.T) {
+		t.Parallel()
+		e := apiSetup(t, apiEnvOpts{})
+		first := e.post(`{"type":"echo","unique":{"key":"user-1","ttl":"1m"},"delay":"1h"}`, http.StatusAccepted).job(t)
+		again := e.post(`{"type":"echo","payload":"other","unique":{"key":"user-1"}}`, http.StatusOK).job(t)
+		require.Equal(t, first.ID, again.ID)
+	})
+}
+
+func TestEnqueueRefusals(t *testing.T) {
+	t.Parallel()
+	e := apiSetup(t, apiEnvOpts{cfg: api.Config{MaxBodyBytes: 4096}, clientCfg: pipeline.ClientConfig{MaxPayloadBytes: 1000}})
+	long := strings.Repeat("x", 129)
+	for _, tc := range []struct {
+		name, body string
+		status     int
+		code, msg  string
+	}{
+		{"Malformed", `{"type":`, 400, api.CodeInvalidBody, "ends in the middle"},
+		{"Syntax", `{"type" "echo"}`, 400, api.CodeInvalidBody, "malformed JSON"},
+		{"Empty", ``, 400, api.CodeInvalidBody, "empty"},
+		{"NotAnObject", `[1]`, 400, api.CodeInvalidBody, "want a JSON object"},
+		{"UnknownField", `{"type":"echo","priority":1}`, 400, api.CodeInvalidBody, `unknown field "priority"`},
+		{"WrongType", `{"type":"echo","max_retries":"3"}`, 400, api.CodeInvalidBody, "max_retries"},
+		{"MetadataNotStrings", `{"type":"echo","metadata":{"a":1}}`, 400, api.CodeInvalidBody, "metadata"},
+		{"TwoValues", `{"type":"echo"}{"type":"echo"}`, 400, api.CodeInvalidBody, "more than one"},
+		{"NoType", `{"payload":1}`, 400, api.CodeInvalidArgument, "type is required"},
+		{"BadType", `{"type":"two words"}`, 400, api.CodeInvalidArgument, "space"},
+		{"BadDelay", `{"type":"echo","delay":"soon"}`, 400, api.CodeInvalidArgument, "not a duration"},
+		{"NegativeDelay", `{"type":"echo","delay":"-1s"}`, 400, api.CodeInvalidArgument, "negative"},
+		{"DelayAndRunAt", `{"type":"echo","delay":"1s","run_at":1}`, 400, api.CodeInvalidArgument, "together"},
+		{"BadRunAt", `{"type":"echo","run_at":-5}`, 400, api.CodeInvalidArgument, "run_at"},
+		{"RunAtTooLate", `{"type":"echo","run_at":9000000000000000}`, 400, api.CodeInvalidArgument, "after"},
+		{"BadTimeout", `{"type":"echo","timeout":"30"}`, 400, api.CodeInvalidArgument, "timeout"},
+		{"TooManyRetries", `{"type":"echo","max_retries":5000}`, 400, api.CodeInvalidArgument, "max retries"},
+		{"BadID", `{"type":"echo","id":"a b"}`, 400, api.CodeInvalidArgument, "job id"},
+		{"LongID", `{"type":"echo","id":"` + long + `"}`, 400, api.CodeInvalidArgument, "job id"},
+		{"ReservedMetadata", `{"type":"echo","metadata":{"_x":"1"}}`, 400, api.CodeInvalidArgument, "metadata key"},
+		{"UniqueWithoutKey", `{"type":"echo","unique":{"ttl":"1h"}}`, 400, api.CodeInvalidArgument, "unique.key"},
+		{"UniqueBadTTL", `{"type":"echo","unique":{"key":"k","ttl":"0s"}}`, 400, api.CodeInvalidArgument, "positive"},
+		{"PayloadOverLimit", `{"type":"echo","payload":"` + strings.Repeat("x", 1500) + `"}`, 413, api.CodePayloadTooLarge, "limit is 1000"},
+		{"BodyOverLimit", `{"type":"echo","payload":"` + strings.Repeat("x", 5000) + `"}`, 413, api.CodePayloadTooLarge, "4096"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := e.request("POST", e.jobs(), tc.body, "Content-Type: application/json")
+			require.Equal(t, tc.status, r.status, "%s", r.body)
+			ae := r.apiErr(t)
+			require.Equal(t, tc.code, ae.Code)
+			require.Contains(t, ae.Message, tc.msg)
+			require.NotContains(t, ae.Message, "pipeline:")
+		})
+	}
+
+	t.Run("BadQueueName", func(t *testing.T) {
+		r := e.do("POST", "/v1/queues/a:b/jobs", `{"type":"echo"}`)
+		require.Equal(t, http.StatusBadRequest, r.status, "%s", r.body)
+		require.Equal(t, api.CodeInvalidArgument, r.apiErr(t).Code)
+	})
+	t.Run("NotJSON", func(t *testing.T) {
+		for _, ct := range []string{"text/plain", "application/x-www-form-urlencoded", "application/jsonx"} {
+			r := e.request("POST", e.jobs(), `{"type":"echo"}`, "Content-Type: "+ct, "X-Conveyor-Request: 1")
+			require.Equal(t, http.StatusUnsupportedMediaType, r.status, "%s: %s", ct, r.body)
+			require.Equal(t, api.CodeUnsupportedMediaType, r.apiErr(t).Code)
+		}
+		r := e.request("POST", e.jobs(), `{"type":"echo"}`)
+		require.Equal(t, http.StatusUnsupportedMediaType, r.status, "%s", r.body)
+		// With parameters, it is JSON.
+		r = e.request("POST", e.jobs(), `{"type":"echo"}`, "Content-Type: application/json; charset=utf-8")
+		require.Equal(t, http.StatusAccepted, r.status, "%s", r.body)
+	})
+	t.Run("NothingWritten", func(t *testing.T) {
+		st, err := e.insp.Stats(t.Context(), e.queue)
+		require.NoError(t, err)
+		require.EqualValues(t, 1, st.Enqueued, "only the charset request above was accepted")
+	})
+}
+
+func TestBatch(t *testing.T) {
+	t.Parallel()
+	e := apiSetup(t, apiEnvOpts{})
+	path := e.jobs() + ":batch"
+
+	r := e.do("POST", path, `{"jobs":[{"type":"echo","payload":1},{"type":"echo","payload":2,"delay":"1h"},{"type":"echo","id":"b-3"}]}`)
+	require.Equal(t, http.StatusAccepted, r.status, "%s", r.body)
+	var got struct {
+		Jobs []apiJob `json:"jobs"`
+	}
+	r.json(t, &got)
+	require.Len(t, got.Jobs, 3)
+	require.Equal(t, "queued", got.Jobs[0].Status)
+	require.Equal(t, "scheduled", got.Jobs[1].Status)
+	require.Equal(t, "b-3", got.Jobs[2].ID)
+	require.JSONEq(t, "2", string(got.Jobs[1].Payload))
+
+	// One bad job: nothing written, and the message names it.
+	r = e.do("POST", path, `{"jobs":[{"type":"echo"},{"type":"echo","delay":"x"}]}`)
+	require.Equal(t, http.StatusBadRequest, r.status, "%s", r.body)
+	require.Contains(t, r.apiErr(t).Message, "jobs[1]")
+	r = e.do("POST", path, `{"jobs":[{"type":"echo"},{"type":"bad type"}]}`)
+	require.Equal(t, http.StatusBadRequest, r.status, "%s", r.body)
+	st, err := e.insp.Stats(t.Context(), e.queue)
+	require.NoError(t, err)
+	require.EqualValues(t, 3, st.Enqueued)
+
+	// Limits and shapes.
+	many := `{"jobs":[` + strings.Repeat(`{"type":"echo"},`, api.MaxBatchJobs) + `{"type":"echo"}]}`
+	r = e.do("POST", path, many)
+	require.Equal(t, http.StatusBadRequest, r.status)
+	require.Contains(t, r.apiErr(t).Message, "1001 jobs")
+	for _, body := range []string{`{"jobs":[]}`, `{}`, `{"jobs":[{"type":"echo","x":1}]}`, `[]`} {
+		r = e.do("POST", path, body)
+		require.Equal(t, http.StatusBadRequest, r.status, "%s: %s", body, r.body)
+	}
+
+	// An Idempotency-Key names every job: the batch sent again is all repeats (200).
+	body := `{"jobs":[{"type":"echo","payload":1},{"type":"echo","payload":2}]}`
+	r = e.do("POST", path, body, "Idempotency-Key: batch-1")
+	require.Equal(t, http.StatusAccepted, r.status, "%s", r.body)
+	r.json(t, &got)
+	require.Equal(t, "batch-1.0", got.Jobs[0].ID)
+	require.Equal(t, "batch-1.1", got.Jobs[1].ID)
+	r = e.do("POST", path, body, "Idempotency-Key: batch-1")
+	require.Equal(t, http.StatusOK, r.status, "%s", r.body)
+	r = e.do("POST", path, `{"jobs":[{"type":"echo","payload":1},{"type":"echo","payload":3}]}`, "Idempotency-Key: batch-1")
+	require.Equal(t, http.StatusConflict, r.status, "%s", r.body)
+	ae := r.apiErr(t)
+	require.Equal(t, api.ReasonIDTaken, ae.Reason)
+	require.Contains(t, ae.Message, "batch-1.1")
+}
+
+func TestGetAndWait(t *testing.T) {
+	t.Parallel()
+
+	t.Run("WaitReturnsCompletedJob", func(t *testing.T) {
+		t.Parallel()
+		e := apiSetup(t, apiEnvOpts{})
+		e.worker()
+		id := e.post(`{"type":"echo","payload":{"hello":"world"}}`, http.StatusAccepted).job(t).ID
+		r := e.do("GET", e.jobs()+"/"+id+"?wait=10s", "")
+		require.Equal(t, http.StatusOK, r.status, "%s", r.body)
+		j := r.job(t)
+		require.Equal(t, "completed", j.Status)
+		require.JSONEq(t, `{"hello":"world"}`, string(j.Result))
+		require.Equal(t, 1, j.Attempt)
+	})
+
+	t.Run("WaitReturnsFailedJob", func(t *testing.T) {
+		t.Parallel()
+		e := apiSetup(t, apiEnvOpts{})
+		e.worker()
+		id := e.post(`{"type":"fail"}`, http.StatusAccepted).job(t).ID
+		j := e.do("GET", e.jobs()+"/"+id+"?wait=10s", "").job(t)
+		require.Equal(t, "failed", j.Status)
+		require.NotEmpty(t, j.LastError)
+	})
+
+	t.Run("WaitEndsWithJobAsItIs", func(t *testing.T) {
+		t.Parallel()
+		e := apiSetup(t, apiEnvOpts{})
+		id := e.post(`{"type":"echo","delay":"1h"}`, http.StatusAccepted).job(t).ID
+		r := e.do("GET", e.jobs()+"/"+id+"?wait=150ms", "")
+		require.Equal(t, http.StatusOK, r.status, "%s", r.body)
+		require.Equal(t, "scheduled", r.job(t).Status)
+	})
+
+	t.Run("WaitIsCutToMaxWait", func(t *testing.T) {
+		t.Parallel()
+		e := apiSetup(t, apiEnvOpts{cfg: api.Config{MaxWait: 100 * time.Millisecond}})
+		id := e.post(`{"type":"echo","delay":"1h"}`, http.StatusAccepted).job(t).ID
+		r := e.do("GET", e.jobs()+"/"+id+"?wait=1h", "")
+		require.Equal(t, http.StatusOK, r.status, "%s", r.body)
+		require.Equal(t, "scheduled", r.job(t).Status)
+	})
+
+	t.Run("WaitOnFinalJobAnswersAtOnce", func(t *testing.T) {
+		t.Parallel()
+		e := apiSetup(t, apiEnvOpts{})
+		id := e.post(`{"type":"echo","delay":"1h"}`, http.StatusAccepted).job(t).ID
+		e.do("DELETE", e.jobs()+"/"+id, "")
+		// Were it not answered at once, MaxWait (60s) would fail the test's deadline.
+		j := e.do("GET", e.jobs()+"/"+id+"?wait=60s", "").job(t)
+		require.Equal(t, "canceled", j.Status)
+	})
+
+	t.Run("NotFound", func(t *testing.T) {
+		t.Parallel()
+		e := apiSetup(t, apiEnvOpts{})
+		for _, q := range []string{"", "?wait=60s"} {
+			r := e.do("GET", e.jobs()+"/nope"+q, "")
+			require.Equal(t, http.StatusNotFound, r.status, "%s", r.body)
+			require.Equal(t, api.CodeNotFound, r.apiErr(t).Code)
+		}
+	})
+
+	t.Run("BadArguments", func(t *testing.T) {
+		t.Parallel()
+		e := apiSetup(t, apiEnvOpts{})
+		for _, path := range []string{e.jobs() + "/x?wait=soon", e.jobs() + "/x?wait=-1s",
+			e.jobs() + "/a%20b", "/v1/queues/a%7Bb/jobs/x", "/v1/queues/a%7Bb/jobs/x?wait=1s"} {
+			r := e.do("GET", path, "")
+			require.Equal(t, http.StatusBadRequest, r.status, "%s: %s", path, r.body)
+			require.Equal(t, api.CodeInvalidArgument, r.apiErr(t).Code)
+		}
+	})
+}
+
+func TestCancel(t *testing.T) {
+	t.Parallel()
+	e := apiSetup(t, apiEnvOpts{})
+	id := e.post(`{"type":"echo","delay":"1h"}`, http.StatusAccepted).job(t).ID
+	r := e.do("DELETE", e.jobs()+"/"+id, "")
+	require.Equal(t, http.StatusOK, r.status, "%s", r.body)
+	require.Equal(t, "canceled", r.job(t).Status)
+
+	r = e.do("DELETE", e.jobs()+"/"+id, "")
+	require.Equal(t, http.StatusConflict, r.status, "%s", r.body)
+	ae := r.apiErr(t)
+	require.Equal(t, api.CodeConflict, ae.Code)
+	require.Equal(t, api.ReasonNotCancelable, ae.Reason)
+
+	r = e.do("DELETE", e.jobs()+"/nope", "")
+	require.Equal(t, http.StatusNotFound, r.status, "%s", r.body)
+}
+
+func TestFind(t *testing.T) {
+	t.Parallel()
+	e := apiSetup(t, apiEnvOpts{})
+	id := e.post(`{"type":"echo","delay":"1h"}`, http.StatusAccepted).job(t).ID
+	r := e.do("GET", "/v1/jobs/"+id, "")
+	require.Equal(t, http.StatusOK, r.status, "%s", r.body)
+	require.Equal(t, e.queue, r.job(t).Queue)
+
+	r = e.do("GET", "/v1/jobs/nope", "")
+	require.Equal(t, http.StatusNotFound, r.status, "%s", r.body)
+	ae := r.apiErr(t)
+	require.Equal(t, api.CodeNotFound, ae.Code)
+	require.Contains(t, ae.Message, e.queue, "the message names the queues searched")
+
+	r = e.do("GET", "/v1/jobs/a%20b", "")
+	require.Equal(t, http.StatusBadRequest, r.status, "%s", r.body)
+}

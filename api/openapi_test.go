@@ -1,0 +1,147 @@
+package api_test
+
+import (
+	"encoding/json"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/conveyorq/conveyor/api"
+	"github.com/conveyorq/conveyor/pipeline"
+)
+
+type openAPIDoc struct {
+	OpenAPI    string                                `json:"openapi"`
+	Paths      map[string]map[string]json.RawMessage `json:"paths"`
+	Components map[string]map[string]json.RawMessage `json:"components"`
+}
+
+type openAPIOp struct {
+	OperationID string `json:"operationId"`
+	Parameters  []struct {
+		Ref      string `json:"$ref"`
+		Name     string `json:"name"`
+		In       string `json:"in"`
+		Required bool   `json:"required"`
+		Schema   struct {
+			Enum []string `json:"enum"`
+		} `json:"schema"`
+	} `json:"parameters"`
+	RequestBody json.RawMessage            `json:"requestBody"`
+	Responses   map[string]json.RawMessage `json:"responses"`
+}
+
+var httpMethods = []string{"get", "put", "post", "delete", "options", "head", "patch", "trace"}
+
+// The OpenAPI document (GET /v1/openapi.json) matches the routes: every route is documented,
+// every documented operation is served (answers neither 404 nor 405 on real resources, with a
+// status that the document lists), and every $ref resolves.
+func TestOpenAPI(t *testing.T) {
+	t.Parallel()
+	e := apiSetup(t, apiEnvOpts{cfg: api.Config{Metrics: okHandler("# metrics\n")}})
+	r := e.do("GET", "/v1/openapi.json", "")
+	require.Equal(t, http.StatusOK, r.status)
+	require.Equal(t, "application/json", r.header.Get("Content-Type"))
+	var doc openAPIDoc
+	r.json(t, &doc)
+	require.True(t, strings.HasPrefix(doc.OpenAPI, "3."), doc.OpenAPI)
+
+	// Every $ref names a component.
+	var refs []string
+	var walk func(v any)
+	walk = func(v any) {
+		switch v := v.(type) {
+		case map[string]any:
+			if ref, ok := v["$ref"].(string); ok {
+				refs = append(refs, ref)
+			}
+			for _, x := range v {
+				walk(x)
+			}
+		case []any:
+			for _, x := range v {
+				walk(x)
+			}
+		}
+	}
+	var raw any
+	r.json(t, &raw)
+	walk(raw)
+	require.NotEmpty(t, refs)
+	for _, ref := range refs {
+		parts := strings.Split(strings.TrimPrefix(ref, "#/components/"), "/")
+		require.Len(t, parts, 2, ref)
+		require.Contains(t, doc.Components[parts[0]], parts[1], "unresolved %s", ref)
+	}
+
+	// The documented operations are exactly the routes.
+	var documented []string
+	ops := map[string]openAPIOp{}
+	for path, item := range doc.Paths {
+		for method, rawOp := range item {
+			if !slices.Contains(httpMethods, method) {
+				continue
+			}
+			var op openAPIOp
+			require.NoError(t, json.Unmarshal(rawOp, &op))
+			require.NotEmpty(t, op.OperationID, "%s %s", method, path)
+			require.NotEmpty(t, op.Responses, "%s %s", method, path)
+			key := strings.ToUpper(method) + " " + path
+			documented = append(documented, key)
+			ops[key] = op
+		}
+	}
+	require.ElementsMatch(t, e.api.Routes(), documented)
+
+	// Real resources for the operations to act on.
+	queued := e.post(`{"type":"echo","delay":"1h"}`, http.StatusAccepted).job(t).ID
+	ids := map[string]string{
+		"POST /v1/queues/{queue}/dead/{id}/replay": e.seed(pipeline.StatusFailed),
+		"DELETE /v1/queues/{queue}/dead/{id}":      e.seed(pipeline.StatusFailed),
+	}
+	bodies := map[string]string{
+		"POST /v1/queues/{queue}/jobs":       `{"type":"echo"}`,
+		"POST /v1/queues/{queue}/jobs:batch": `{"jobs":[{"type":"echo"}]}`,
+	}
+	// Whole-queue deletions last, so that the others still find their jobs.
+	last := func(k string) bool {
+		return k == "DELETE /v1/queues/{queue}/dead" || k == "DELETE /v1/queues/{queue}"
+	}
+	slices.SortFunc(documented, func(a, b string) int {
+		if last(a) != last(b) {
+			if last(a) {
+				return 1
+			}
+			return -1
+		}
+		return strings.Compare(a, b)
+	})
+	for _, key := range documented {
+		method, path, _ := strings.Cut(key, " ")
+		op := ops[key]
+		id := ids[key]
+		if id == "" {
+			id = queued
+		}
+		url := strings.NewReplacer("{queue}", e.queue, "{id}", id).Replace(path)
+		var query []string
+		for _, p := range op.Parameters {
+			if p.In == "query" && p.Required {
+				require.NotEmpty(t, p.Schema.Enum, "%s: required %s needs an example", key, p.Name)
+				query = append(query, p.Name+"="+p.Schema.Enum[0])
+			}
+		}
+		if len(query) > 0 {
+			url += "?" + strings.Join(query, "&")
+		}
+		body := bodies[key]
+		require.Equal(t, op.RequestBody != nil, body != "", "%s: request body documented iff sent", key)
+		r := e.do(method, url, body)
+		require.NotContains(t, []int{http.StatusNotFound, http.StatusMethodNotAllowed}, r.status, "%s: %s", key, r.body)
+		require.Contains(t, op.Responses, strconv.Itoa(r.status), "%s answered %d, which the document does not list: %s", key, r.status, r.body)
+	}
+}

@@ -1,0 +1,271 @@
+package api
+
+import (
+	"crypto/sha256"
+	"crypto/subtle"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"runtime/debug"
+	"slices"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/conveyorq/conveyor/pipeline"
+)
+
+// Server is the HTTP API: an http.Handler to mount in a server of your own (it answers the
+// paths it documents, from the root), plus Close for its background work. It is safe for
+// concurrent use.
+type Server struct {
+	client    *pipeline.Client
+	inspector *pipeline.Inspector
+	cfg       Config
+	log       zerolog.Logger
+	token     [sha256.Size]byte // of cfg.AuthToken
+	mux       *http.ServeMux
+	routes    []route
+
+	waits   *poller
+	sampler *sampler
+	closed  atomic.Bool
+}
+
+// New returns the API over client (publishing, reading and cancelling jobs) and inspector
+// (listing, replaying, purging, statistics). Both must use the same Redis and key prefix. It
+// returns an error for a nil client or inspector and for an unusable config.
+//
+// Call Close when the server that mounts the handler shuts down: it ends the long polls at once
+// (each answers with its job as it is) and stops the throughput sampler.
+func New(client *pipeline.Client, inspector *pipeline.Inspector, cfg Config) (*Server, error) {
+	if client == nil || inspector == nil {
+		return nil, errors.New("api: New needs a pipeline.Client and a pipeline.Inspector")
+	}
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	s := &Server{client: client, inspector: inspector, cfg: cfg, log: cfg.Logger, mux: http.NewServeMux()}
+	if cfg.AuthToken != "" {
+		s.token = sha256.Sum256([]byte(cfg.AuthToken))
+	}
+	s.waits = newPoller(client.Get, cfg.PollInterval, cfg.PollConcurrency,
+		s.log.With().Str("component", "long_poll").Logger())
+	s.sampler = newSampler(inspector.Queues, cfg.ThroughputInterval, cfg.ThroughputWindow,
+		s.log.With().Str("component", "throughput").Logger())
+	s.routes = s.table()
+	s.register()
+	return s, nil
+}
+
+// Close ends every long poll at once (each answers 200 with its job as it is; later polls do
+// not wait) and stops the throughput sampler, waiting for both. Requests are still served
+// after Close, without waiting and with the throughput history it had. It is idempotent.
+//
+// With an http.Server, call it when shutting down, before or alongside Shutdown (for
+// instance with RegisterOnShutdown), so that Shutdown does not wait for long polls to end by
+// themselves.
+func (s *Server) Close() error {
+	s.closed.Store(true)
+	s.waits.close()
+	s.sampler.close()
+	return nil
+}
+
+// ServeHTTP answers a request.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if !s.closed.Load() {
+		s.sampler.start()
+	}
+	s.mux.ServeHTTP(w, r)
+}
+
+// access says who may call a route.
+type access uint8
+
+const (
+	open   access = iota // anyone: health checks, the dashboard's files
+	authed               // the bearer token, when one is configured
+)
+
+// route is one method and path of the API; the OpenAPI document lists the same ones.
+type route struct {
+	method, pattern string
+	access          access
+	handle          func(http.ResponseWriter, *http.Request) error
+}
+
+// table lists every route. A route's handler returns an error to answer it with.
+func (s *Server) table() []route {
+	rs := []route{
+		{"GET", "/healthz", open, s.healthz},
+		{"GET", "/readyz", open, s.readyz},
+		{"GET", "/v1/openapi.json", open, s.openapi},
+		{"GET", "/v1/queues", authed, s.listQueues},
+		{"GET", "/v1/queues/{queue}", authed, s.queueStats},
+		{"DELETE", "/v1/queues/{queue}", authed, s.deleteQueue},
+		{"POST", "/v1/queues/{queue}/jobs", authed, s.enqueue},
+		{"GET", "/v1/queues/{queue}/jobs", authed, s.listJobs},
+		{"POST", "/v1/queues/{queue}/jobs:batch", authed, s.enqueueBatch},
+		{"GET", "/v1/queues/{queue}/jobs/{id}", authed, s.getJob},
+		{"DELETE", "/v1/queues/{queue}/jobs/{id}", authed, s.cancel},
+		{"POST", "/v1/queues/{queue}/dead/{id}/replay", authed, s.replay},
+		{"DELETE", "/v1/queues/{queue}/dead/{id}", authed, s.purge},
+		{"POST", "/v1/queues/{queue}/dead:replay", authed, s.replayAll},
+		{"DELETE", "/v1/queues/{queue}/dead", authed, s.purgeAll},
+		{"GET", "/v1/jobs/{id}", authed, s.findJob},
+		{"GET", "/v1/throughput", authed, s.throughput},
+	}
+	if s.cfg.Metrics != nil {
+		rs = append(rs, route{"GET", "/metrics", authed, func(w http.ResponseWriter, r *http.Request) error {
+			s.cfg.Metrics.ServeHTTP(w, r)
+			return nil
+		}})
+	}
+	return rs
+}
+
+// register mounts the routes on the mux, with a 405 (and its Allow header) for the other
+// methods of each path and a JSON 404 for every other path (or the dashboard, for GETs outside
+// the API's own paths).
+func (s *Server) register() {
+	allow := map[string][]string{}
+	var paths []string
+	for _, rt := range s.routes {
+		if _, ok := allow[rt.pattern]; !ok {
+			paths = append(paths, rt.pattern)
+		}
+		allow[rt.pattern] = append(allow[rt.pattern], rt.method)
+		if rt.method == "GET" {
+			allow[rt.pattern] = append(allow[rt.pattern], "HEAD")
+		}
+		s.mux.Handle(rt.method+" "+rt.pattern, s.wrap(rt))
+	}
+	for _, p := range paths {
+		methods := allow[p]
+		slices.Sort(methods)
+		header := strings.Join(methods, ", ")
+		s.mux.Handle(p, s.wrap(route{"", p, open, func(w http.ResponseWriter, r *http.Request) error {
+			w.Header().Set("Allow", header)
+			return errorf(http.StatusMethodNotAllowed, CodeMethodNotAllowed,
+				"%s is not allowed on %s: use %s", r.Method, r.URL.Path, header)
+		}}))
+	}
+	notFound := func(w http.ResponseWriter, r *http.Request) error {
+		return errorf(http.StatusNotFound, CodeNotFound, "no route %s %s: see /v1/openapi.json", r.Method, r.URL.Path)
+	}
+	s.mux.Handle("/v1/", s.wrap(route{"", "/v1/", authed, notFound}))
+	s.mux.Handle("/", s.wrap(route{"", "/", open, func(w http.ResponseWriter, r *http.Request) error {
+		if s.cfg.Dashboard != nil && (r.Method == http.MethodGet || r.Method == http.MethodHead) {
+			s.cfg.Dashboard.ServeHTTP(w, r)
+			return nil
+		}
+		return notFound(w, r)
+	}}))
+}
+
+// wrap runs a route: it recovers a panic, logs the request, checks the token and the
+// cross-site rule, and answers the handler's error.
+func (s *Server) wrap(rt route) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		rec := &recorder{ResponseWriter: w}
+		defer func() {
+			if v := recover(); v != nil {
+				if v == http.ErrAbortHandler {
+					panic(v)
+				}
+				s.log.Error().Str("method", r.Method).Str("path", r.URL.Path).
+					Str("panic", fmt.Sprint(v)).Bytes("stack", debug.Stack()).Msg("request panicked")
+				if !rec.wrote {
+					writeJSON(rec, http.StatusInternalServerError, errorBody{&apiError{Code: CodeInternal,
+						Message: "internal error; the server's log has the details"}})
+				}
+			}
+			status := rec.status
+			if !rec.wrote {
+				status = http.StatusOK
+			}
+			s.log.Debug().Str("method", r.Method).Str("path", r.URL.Path).Str("route", rt.pattern).
+				Int("status", status).Str("duration", time.Since(start).Round(time.Microsecond).String()).
+				Msg("request")
+		}()
+		if err := s.admit(rt, r); err != nil {
+			s.writeError(rec, r, err)
+			return
+		}
+		if err := rt.handle(rec, r); err != nil {
+			s.writeError(rec, r, err)
+		}
+	})
+}
+
+// admit checks the token and, for mutating requests, the cross-site rule.
+func (s *Server) admit(rt route, r *http.Request) error {
+	if rt.access == authed && s.cfg.AuthToken != "" {
+		got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+		sum := sha256.Sum256([]byte(strings.TrimSpace(got)))
+		// Hashes first: ConstantTimeCompare leaks the length of what it compares.
+		if !ok || subtle.ConstantTimeCompare(sum[:], s.token[:]) != 1 {
+			return errorf(http.StatusUnauthorized, CodeUnauthorized,
+				"send the API token as the header Authorization: Bearer <token>")
+		}
+	}
+	if r.Method == http.MethodPost || r.Method == http.MethodDelete || r.Method == http.MethodPut ||
+		r.Method == http.MethodPatch {
+		return crossSite(r)
+	}
+	return nil
+}
+
+// crossSite refuses a mutating request that a page of another site could have sent: it must
+// carry Content-Type: application/json or X-Conveyor-Request: 1 (a browser sends either
+// cross-site only after a CORS preflight, which this API never grants), and an Origin header,
+// when present, must name the request's own host.
+func crossSite(r *http.Request) error {
+	jsonBody := requireJSON(r) == nil
+	if !jsonBody && r.Header.Get("X-Conveyor-Request") != "1" {
+		if r.Method == http.MethodPost && (r.Header.Get("Content-Type") != "" || r.ContentLength != 0) {
+			// A POST with a body that is not JSON: its type is the complaint to make.
+			return requireJSON(r)
+		}
+		return errorf(http.StatusForbidden, CodeForbidden,
+			"a %s must carry the header X-Conveyor-Request: 1 (or a JSON body with Content-Type: application/json)", r.Method)
+	}
+	if origin := r.Header.Get("Origin"); origin != "" {
+		u, err := url.Parse(origin)
+		if err != nil || u.Host == "" || !strings.EqualFold(u.Host, r.Host) {
+			return errorf(http.StatusForbidden, CodeForbidden,
+				"cross-site request refused: Origin %q is not this server (%s)", origin, r.Host)
+		}
+	}
+	return nil
+}
+
+// recorder remembers the status a handler answered, for the log.
+type recorder struct {
+	http.ResponseWriter
+	status int
+	wrote  bool
+}
+
+func (r *recorder) WriteHeader(code int) {
+	if !r.wrote {
+		r.status, r.wrote = code, true
+	}
+	r.ResponseWriter.WriteHeader(code)
+}
+
+func (r *recorder) Write(b []byte) (int, error) {
+	if !r.wrote {
+		r.status, r.wrote = http.StatusOK, true
+	}
+	return r.ResponseWriter.Write(b)
+}
+
+// Unwrap lets http.ResponseController reach the connection (flush, deadlines).
+func (r *recorder) Unwrap() http.ResponseWriter { return r.ResponseWriter }

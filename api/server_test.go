@@ -1,0 +1,315 @@
+package api_test
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"github.com/conveyorq/conveyor/api"
+	"github.com/conveyorq/conveyor/internal/redistest"
+	"github.com/conveyorq/conveyor/pipeline"
+)
+
+func TestRouting(t *testing.T) {
+	t.Parallel()
+	e := apiSetup(t, apiEnvOpts{})
+
+	for _, path := range []string{"/v1/nope", "/v1/queues/q/jobs/x/y", "/nope", "/"} {
+		r := e.do("GET", path, "")
+		require.Equal(t, http.StatusNotFound, r.status, "%s: %s", path, r.body)
+		require.Equal(t, api.CodeNotFound, r.apiErr(t).Code)
+	}
+	for _, tc := range []struct{ method, path, allow string }{
+		{"PUT", "/v1/queues/q/jobs", "GET, HEAD, POST"},
+		{"PATCH", "/v1/queues/q/jobs/x", "DELETE, GET, HEAD"},
+		{"GET", "/v1/queues/q/jobs:batch", "POST"},
+		{"POST", "/v1/queues", "GET, HEAD"},
+		{"GET", "/v1/queues/q/dead:replay", "POST"},
+		{"DELETE", "/healthz", "GET, HEAD"},
+	} {
+		r := e.do(tc.method, tc.path, "")
+		require.Equal(t, http.StatusMethodNotAllowed, r.status, "%s %s: %s", tc.method, tc.path, r.body)
+		require.Equal(t, tc.allow, r.header.Get("Allow"))
+		require.Equal(t, api.CodeMethodNotAllowed, r.apiErr(t).Code)
+	}
+	r := e.do("HEAD", "/healthz", "")
+	require.Equal(t, http.StatusOK, r.status)
+}
+
+func TestAuth(t *testing.T) {
+	t.Parallel()
+	const token = "s3cret-token"
+	e := apiSetup(t, apiEnvOpts{cfg: api.Config{AuthToken: token, Metrics: okHandler("metrics"),
+		Dashboard: okHandler("dashboard")}})
+	for _, path := range []string{"/v1/queues", "/v1/jobs/x", e.jobs() + "/x", "/v1/throughput", "/metrics", "/v1/nope"} {
+		for _, auth := range []string{"", "Bearer wrong", "Bearer " + token + "x", "Basic " + token, token} {
+			var hdr []string
+			if auth != "" {
+				hdr = append(hdr, "Authorization: "+auth)
+			}
+			r := e.do("GET", path, "", hdr...)
+			require.Equal(t, http.StatusUnauthorized, r.status, "%s with %q: %s", path, auth, r.body)
+			require.Equal(t, api.CodeUnauthorized, r.apiErr(t).Code)
+			require.Contains(t, r.header.Get("WWW-Authenticate"), "Bearer")
+		}
+	}
+	// A POST without the token writes nothing.
+	r := e.do("POST", e.jobs(), `{"type":"echo"}`)
+	require.Equal(t, http.StatusUnauthorized, r.status)
+	st, err := e.insp.Stats(t.Context(), e.queue)
+	require.NoError(t, err)
+	require.Zero(t, st.Enqueued)
+
+	bearer := "Authorization: Bearer " + token
+	r = e.do("POST", e.jobs(), `{"type":"echo"}`, bearer)
+	require.Equal(t, http.StatusAccepted, r.status, "%s", r.body)
+	r = e.do("GET", "/v1/queues", "", bearer)
+	require.Equal(t, http.StatusOK, r.status, "%s", r.body)
+	r = e.do("GET", "/metrics", "", bearer)
+	require.Equal(t, "metrics", string(r.body))
+
+	// Open without a token: health, the document, the dashboard's files.
+	for path, want := range map[string]int{"/healthz": 200, "/readyz": 200, "/v1/openapi.json": 200, "/": 200, "/ui/app.js": 200} {
+		r := e.do("GET", path, "")
+		require.Equal(t, want, r.status, "%s: %s", path, r.body)
+	}
+}
+
+// okHandler answers 200 with body.
+func okHandler(body string) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte(body)) })
+}
+
+func TestCrossSite(t *testing.T) {
+	t.Parallel()
+	e := apiSetup(t, apiEnvOpts{})
+	id := e.seed(pipeline.StatusFailed)
+	host := strings.TrimPrefix(e.http.URL, "http://")
+
+	// Bodiless mutating requests need X-Conveyor-Request: 1.
+	for _, tc := range []struct{ method, path string }{
+		{"DELETE", e.jobs() + "/" + id},
+		{"POST", "/v1/queues/" + e.queue + "/dead/" + id + "/replay"},
+		{"POST", "/v1/queues/" + e.queue + "/dead:replay"},
+		{"DELETE", "/v1/queues/" + e.queue + "/dead/" + id},
+		{"DELETE", "/v1/queues/" + e.queue + "?force=true"},
+	} {
+		for _, hdr := range [][]string{nil, {"X-Conveyor-Request: yes"}} {
+			r := e.request(tc.method, tc.path, "", hdr...)
+			require.Equal(t, http.StatusForbidden, r.status, "%s %s %v: %s", tc.method, tc.path, hdr, r.body)
+			require.Equal(t, api.CodeForbidden, r.apiErr(t).Code)
+		}
+	}
+	// A form post from a page is not JSON: refused, nothing written.
+	r := e.request("POST", e.jobs(), "type=echo", "Content-Type: application/x-www-form-urlencoded", "Origin: http://evil.example")
+	require.Equal(t, http.StatusUnsupportedMediaType, r.status, "%s", r.body)
+	// Another site's Origin is refused even with the right headers.
+	for _, origin := range []string{"http://evil.example", "null", "http://" + host + ".evil.example"} {
+		r = e.do("POST", e.jobs(), `{"type":"echo"}`, "Origin: "+origin)
+		require.Equal(t, http.StatusForbidden, r.status, "%s: %s", origin, r.body)
+		r = e.do("DELETE", e.jobs()+"/"+id, "", "Origin: "+origin)
+		require.Equal(t, http.StatusForbidden, r.status, "%s: %s", origin, r.body)
+	}
+	st, err := e.insp.Stats(t.Context(), e.queue)
+	require.NoError(t, err)
+	require.EqualValues(t, 1, st.Dead, "nothing changed")
+	require.EqualValues(t, 1, st.Enqueued)
+
+	// The same origin passes; a JSON body needs no extra header.
+	r = e.request("POST", e.jobs(), `{"type":"echo"}`, "Content-Type: application/json", "Origin: http://"+host)
+	require.Equal(t, http.StatusAccepted, r.status, "%s", r.body)
+	r = e.request("POST", "/v1/queues/"+e.queue+"/dead/"+id+"/replay", "", "X-Conveyor-Request: 1", "Origin: http://"+host)
+	require.Equal(t, http.StatusOK, r.status, "%s", r.body)
+	// GETs need nothing.
+	r = e.request("GET", e.jobs()+"/"+id, "", "Origin: http://evil.example")
+	require.Equal(t, http.StatusOK, r.status, "%s", r.body)
+	require.Empty(t, r.header.Get("Access-Control-Allow-Origin"), "no CORS")
+}
+
+// With Redis gone, /readyz and every Redis-backed route answer 503 "Redis is unreachable",
+// without Redis's own error text; /healthz stays 200.
+func TestRedisUnreachable(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr, MaxRetries: -1})
+	t.Cleanup(func() { _ = rdb.Close() })
+	e := apiSetup(t, apiEnvOpts{rdb: rdb})
+	id := e.post(`{"type":"echo","delay":"1h"}`, http.StatusAccepted).job(t).ID
+	require.Equal(t, http.StatusOK, e.do("GET", "/readyz", "").status)
+	require.NoError(t, srv.Stop())
+
+	r := e.do("GET", "/healthz", "")
+	require.Equal(t, http.StatusOK, r.status)
+	for _, tc := range []struct{ method, path, body string }{
+		{"GET", "/readyz", ""},
+		{"POST", e.jobs(), `{"type":"echo"}`},
+		{"POST", e.jobs() + ":batch", `{"jobs":[{"type":"echo"},{"type":"echo"}]}`},
+		{"GET", e.jobs() + "/" + id, ""},
+		{"GET", e.jobs() + "/" + id + "?wait=1s", ""},
+		{"DELETE", e.jobs() + "/" + id, ""},
+		{"GET", "/v1/jobs/" + id, ""},
+		{"GET", "/v1/queues", ""},
+		{"GET", e.jobs() + "?status=queued", ""},
+	} {
+		r := e.do(tc.method, tc.path, tc.body)
+		require.Equal(t, http.StatusServiceUnavailable, r.status, "%s %s: %s", tc.method, tc.path, r.body)
+		ae := r.apiErr(t)
+		require.Equal(t, api.CodeUnavailable, ae.Code)
+		require.Contains(t, ae.Message, "Redis is unreachable")
+		for _, leak := range []string{"dial", "refused", "127.0.0.1", "tcp", "goroutine"} {
+			require.NotContains(t, string(r.body), leak)
+		}
+	}
+	require.Contains(t, e.log.String(), `"level":"error"`, "the cause is logged")
+	require.Contains(t, e.log.String(), "connection refused")
+}
+
+// Many long polls share one poller: 200 requests waiting at once use at most PollConcurrency
+// Redis connections (plus the throughput sampler's), and each is answered with its job
+// completed.
+func TestManyWaitersShareConnections(t *testing.T) {
+	t.Parallel()
+	const waiters = 200
+	srv := redistest.Shared(t)
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	t.Cleanup(func() { _ = rdb.Close() })
+	dials := &dialCounter{}
+	rdb.AddHook(dials)
+	e := apiSetup(t, apiEnvOpts{rdb: rdb})
+
+	// Publish through another connection, so that the API's count only has the polls.
+	other := pipeline.NewClient(redistest.Client(t), pipeline.ClientConfig{Prefix: e.prefix})
+	ids := make([]string, waiters)
+	for i := range ids {
+		j, err := other.Enqueue(t.Context(), e.queue, pipeline.Task{Type: "echo", Payload: []byte(`{"i":1}`)})
+		require.NoError(t, err)
+		ids[i] = j.ID
+	}
+
+	results := make([]apiJob, waiters)
+	codes := make([]int, waiters)
+	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: waiters}}
+	t.Cleanup(client.CloseIdleConnections)
+	var wg sync.WaitGroup
+	for i, id := range ids {
+		wg.Go(func() {
+			req, _ := http.NewRequestWithContext(t.Context(), "GET", e.http.URL+e.jobs()+"/"+id+"?wait=60s", nil)
+			res, err := client.Do(req)
+			if err != nil {
+				codes[i] = -1
+				return
+			}
+			defer res.Body.Close()
+			codes[i] = res.StatusCode
+			_ = json.NewDecoder(res.Body).Decode(&results[i])
+		})
+	}
+	require.Eventually(t, func() bool { return e.api.Waiting() == waiters }, 30*time.Second, 10*time.Millisecond,
+		"every request waits")
+	waitingDials := dials.n()
+
+	e.worker()
+	wg.Wait()
+	for i := range ids {
+		require.Equal(t, http.StatusOK, codes[i])
+		require.Equal(t, "completed", results[i].Status)
+		require.Equal(t, ids[i], results[i].ID)
+	}
+	t.Logf("Redis connections opened by the API: %d while %d requests waited, %d in all (pool: %+v)",
+		waitingDials, waiters, dials.n(), *rdb.PoolStats())
+	// The poller's reads, and the throughput sampler's one read that the first request started.
+	require.LessOrEqual(t, dials.n(), int64(api.DefaultPollConcurrency+1))
+}
+
+// dialCounter counts the connections a go-redis client opens.
+type dialCounter struct {
+	mu    sync.Mutex
+	dials int64
+}
+
+func (d *dialCounter) n() int64 {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.dials
+}
+
+func (d *dialCounter) DialHook(next redis.DialHook) redis.DialHook {
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		d.mu.Lock()
+		d.dials++
+		d.mu.Unlock()
+		return next(ctx, network, addr)
+	}
+}
+
+func (d *dialCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+func (d *dialCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+// Close answers every long poll at once with its job as it is; later polls do not wait.
+func TestCloseEndsLongPolls(t *testing.T) {
+	t.Parallel()
+	e := apiSetup(t, apiEnvOpts{})
+	id := e.post(`{"type":"echo","delay":"1h"}`, http.StatusAccepted).job(t).ID
+	done := make(chan apiResp, 1)
+	go func() {
+		req, _ := http.NewRequest("GET", e.http.URL+e.jobs()+"/"+id+"?wait=60s", nil)
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			done <- apiResp{status: -1}
+			return
+		}
+		defer res.Body.Close()
+		var r apiResp
+		r.status = res.StatusCode
+		r.body, _ = io.ReadAll(res.Body)
+		done <- r
+	}()
+	require.Eventually(t, func() bool { return e.api.Waiting() == 1 }, 30*time.Second, 10*time.Millisecond)
+	require.NoError(t, e.api.Close())
+	r := <-done
+	require.Equal(t, http.StatusOK, r.status, "%s", r.body)
+	require.Equal(t, "scheduled", r.job(t).Status)
+
+	r = e.do("GET", e.jobs()+"/"+id+"?wait=60s", "")
+	require.Equal(t, http.StatusOK, r.status, "%s", r.body)
+	require.Equal(t, "scheduled", r.job(t).Status)
+}
+
+// Every request is logged at debug with its method, path, status and duration (with a unit).
+func TestRequestLog(t *testing.T) {
+	t.Parallel()
+	e := apiSetup(t, apiEnvOpts{})
+	e.do("GET", "/v1/queues/"+e.queue+"/jobs/nope", "")
+	log := e.log.String()
+	require.Regexp(t, `"level":"debug","method":"GET","path":"/v1/queues/[^"]+/jobs/nope","route":"/v1/queues/\{queue\}/jobs/\{id\}","status":404,"duration":"[0-9.]+(µs|ms|s)"`, log)
+}
+
+// A Server that served long polls and throughput leaves no goroutine once closed. Not
+// parallel: IgnoreCurrent must see a quiet package.
+func TestCloseLeavesNoGoroutines(t *testing.T) {
+	srv := redistest.Shared(t)
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	e := apiSetup(t, apiEnvOpts{rdb: rdb, cfg: api.Config{ThroughputInterval: 20 * time.Millisecond}})
+	e.http.Config.SetKeepAlivesEnabled(false)
+	before := goleak.IgnoreCurrent()
+	id := e.post(`{"type":"echo","delay":"1h"}`, http.StatusAccepted).job(t).ID
+	require.Equal(t, http.StatusOK, e.do("GET", e.jobs()+"/"+id+"?wait=100ms", "").status)
+	require.Equal(t, http.StatusOK, e.do("GET", "/v1/throughput", "").status)
+	require.NoError(t, e.api.Close())
+	e.http.Client().CloseIdleConnections()
+	e.http.Close()
+	require.NoError(t, rdb.Close())
+	goleak.VerifyNone(t, before)
+}
