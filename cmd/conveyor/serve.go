@@ -1,0 +1,209 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	stdlog "log"
+	"net"
+	"net/http"
+	"net/netip"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/rs/zerolog"
+	"github.com/spf13/cobra"
+
+	"github.com/conveyorq/conveyor/api"
+)
+
+func init() { addCommand(newServeCmd) }
+
+const (
+	envAPIToken      = "CONVEYOR_API_TOKEN"
+	defaultServeAddr = "127.0.0.1:8080"
+)
+
+// HTTP server limits of `serve`. WriteTimeout is the long-poll bound plus writeSlack.
+const (
+	serveReadHeaderTimeout = 10 * time.Second
+	serveReadTimeout       = time.Minute // a batch body of up to 16 MiB on a slow link
+	serveIdleTimeout       = 2 * time.Minute
+	serveMaxHeaderBytes    = 64 << 10
+	serveWriteSlack        = 30 * time.Second
+	// serveShutdownTimeout bounds the wait for requests in flight at SIGINT or SIGTERM; long
+	// polls end at once (api.Server.Close), so this is for the others.
+	serveShutdownTimeout = 30 * time.Second
+)
+
+type serveFlags struct {
+	addr     string
+	token    string
+	insecure bool
+	maxWait  time.Duration
+
+	tokenGiven bool
+}
+
+func newServeCmd(a *app) *cobra.Command {
+	var sf serveFlags
+	cmd := &cobra.Command{
+		Use:   "serve [--addr host:port] [--auth-token T]",
+		Short: "Serve the HTTP API and the dashboard until SIGINT or SIGTERM",
+		Long: `Serve the HTTP API (/v1: publish jobs, poll them with ?wait=, inspect queues, replay and
+purge dead jobs; see docs/API.md), /healthz, /readyz and the web dashboard at /.
+
+With --auth-token (or $` + envAPIToken + `; the flag wins) every API call needs the header
+"Authorization: Bearer <token>". Without a token the API is open to anyone who can reach it, so
+serve then listens on a loopback address only (the default, ` + defaultServeAddr + `) and refuses
+any other --addr unless --insecure says so (a proxy in front that authenticates, say).
+Prefer the environment variable to the flag: a flag's value shows in the process list.
+
+Long polls (GET /v1/queues/Q/jobs/ID?wait=30s) wait at most --max-wait. On SIGINT or SIGTERM
+serve stops accepting connections, answers waiting long polls with their jobs as they are,
+lets other requests finish, and exits 0.`,
+		Example: `  conveyor serve
+  CONVEYOR_API_TOKEN=$(openssl rand -hex 32) conveyor serve --addr :8080
+  conveyor serve --addr 0.0.0.0:8080 --insecure   # behind an authenticating proxy`,
+		Args:        noArgs,
+		Annotations: map[string]string{annotationEndsOnSignal: ""},
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			sf.tokenGiven = cmd.Flags().Changed("auth-token")
+			return a.serve(cmd.Context(), &sf)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&sf.addr, "addr", defaultServeAddr, "address to listen on, host:port (a non-loopback host needs a token or --insecure)")
+	f.StringVar(&sf.token, "auth-token", "", "API token that requests must send as Authorization: Bearer <token>; env $"+envAPIToken)
+	f.BoolVar(&sf.insecure, "insecure", false, "allow a non-loopback --addr without a token")
+	f.DurationVar(&sf.maxWait, "max-wait", api.DefaultMaxWait, "longest long poll (GET ...?wait=)")
+	return cmd
+}
+
+// check validates the flags and returns the token to use; every error is a usage error.
+func (sf *serveFlags) check(getenv func(string) string) (token string, loopback bool, err error) {
+	token = getenv(envAPIToken)
+	if sf.tokenGiven {
+		token = sf.token
+	}
+	var errs []error
+	if sf.maxWait <= 0 {
+		errs = append(errs, usageErrorf("--max-wait must be positive, not %s", sf.maxWait))
+	}
+	host, port, err := net.SplitHostPort(sf.addr)
+	if err != nil {
+		errs = append(errs, usageErrorf("--addr %q: want host:port, such as %s", sf.addr, defaultServeAddr))
+	} else if n, err := strconv.Atoi(port); err != nil || n < 0 || n > 65535 {
+		errs = append(errs, usageErrorf("--addr %q: port %q is not a number from 0 to 65535", sf.addr, port))
+	}
+	if len(errs) > 0 {
+		return "", false, errors.Join(errs...)
+	}
+	loopback = isLoopback(host)
+	if !loopback && token == "" && !sf.insecure {
+		where := host
+		if where == "" {
+			where = "every interface"
+		}
+		return "", false, usageErrorf("--addr %s listens on %s without an API token: anyone who can reach it could publish, "+
+			"cancel and purge jobs; set --auth-token or $%s, listen on 127.0.0.1, or pass --insecure "+
+			"(an authenticating proxy in front, say)", sf.addr, where, envAPIToken)
+	}
+	return token, loopback, nil
+}
+
+// isLoopback reports whether host (of host:port) is a loopback address: "localhost" or a
+// loopback IP. Any other name counts as not loopback: it may resolve elsewhere.
+func isLoopback(host string) bool {
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip, err := netip.ParseAddr(host)
+	return err == nil && ip.IsLoopback()
+}
+
+func (a *app) serve(ctx context.Context, sf *serveFlags) error {
+	token, loopback, err := sf.check(a.getenv)
+	if err != nil {
+		return err
+	}
+	client, err := a.client()
+	if err != nil {
+		return err
+	}
+	insp, err := a.inspector()
+	if err != nil {
+		return err
+	}
+	log := a.log.With().Str("component", "api").Logger()
+	srv, err := api.New(client, insp, api.Config{AuthToken: token, MaxWait: sf.maxWait, Logger: log,
+		Dashboard: api.Dashboard()})
+	if err != nil {
+		return err
+	}
+	defer srv.Close()
+	ln, err := net.Listen("tcp", sf.addr)
+	if err != nil {
+		return fmt.Errorf("listen on %s: %w; is another server using the port?", sf.addr, stripNetPrefix(err))
+	}
+	hs := &http.Server{
+		Handler:           srv,
+		ReadHeaderTimeout: serveReadHeaderTimeout,
+		ReadTimeout:       serveReadTimeout,
+		WriteTimeout:      sf.maxWait + serveWriteSlack,
+		IdleTimeout:       serveIdleTimeout,
+		MaxHeaderBytes:    serveMaxHeaderBytes,
+		ErrorLog:          stdlog.New(httpLogWriter{log}, "", 0),
+	}
+	// Shutdown runs this once the listener is closed: long polls answer at once instead of
+	// holding Shutdown for up to --max-wait.
+	hs.RegisterOnShutdown(func() { _ = srv.Close() })
+
+	if !loopback && token == "" {
+		log.Warn().Str("addr", ln.Addr().String()).
+			Msg("serving without an API token on a non-loopback address (--insecure): anyone who can reach it can publish, cancel and purge jobs")
+	}
+	log.Info().Str("addr", ln.Addr().String()).Str("url", "http://"+ln.Addr().String()+"/").
+		Bool("auth", token != "").Str("redis", redactURL(a.redisURL)).Str("max_wait", sf.maxWait.String()).
+		Msg("serving the HTTP API and dashboard; SIGINT or SIGTERM stops it")
+
+	served := make(chan error, 1)
+	go func() { served <- hs.Serve(ln) }()
+	select {
+	case err := <-served:
+		return fmt.Errorf("serve on %s: %w", ln.Addr(), err)
+	case <-ctx.Done():
+	}
+	log.Info().Msg("shutting down: answering long polls and finishing requests")
+	sctx, cancel := context.WithTimeout(context.Background(), serveShutdownTimeout)
+	defer cancel()
+	if err := hs.Shutdown(sctx); err != nil {
+		log.Warn().Err(err).Str("timeout", serveShutdownTimeout.String()).Msg("requests still running at the shutdown timeout; closing them")
+		_ = hs.Close()
+	}
+	if err := <-served; !errors.Is(err, http.ErrServerClosed) {
+		return fmt.Errorf("serve on %s: %w", ln.Addr(), err)
+	}
+	log.Info().Msg("stopped")
+	return nil
+}
+
+// stripNetPrefix drops the "listen tcp 127.0.0.1:8080: " of a listen error, which the message
+// names already.
+func stripNetPrefix(err error) error {
+	var op *net.OpError
+	if errors.As(err, &op) && op.Err != nil {
+		return op.Err
+	}
+	return err
+}
+
+// httpLogWriter gives net/http's own messages (a TLS handshake error, an accept error) to the
+// logger at warn level.
+type httpLogWriter struct{ log zerolog.Logger }
+
+func (w httpLogWriter) Write(p []byte) (int, error) {
+	w.log.Warn().Str("source", "net/http").Msg(strings.TrimSpace(string(p)))
+	return len(p), nil
+}
