@@ -173,8 +173,11 @@ func completeStatuses(*cobra.Command, []string, string) ([]cobra.Completion, cob
 // sets as its default, instead of the built-in default.
 func showRedisFromEnv(a *app, root *cobra.Command) {
 	f := root.PersistentFlags().Lookup("redis")
+	if f == nil || a.getenv == nil {
+		return
+	}
 	u := a.getenv(envRedisURL)
-	if f == nil || u == "" {
+	if u == "" {
 		return
 	}
 	const note = " (set: its value is the default)"
