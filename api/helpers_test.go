@@ -2,6 +2,7 @@ package api_test
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"io"
@@ -39,6 +40,7 @@ type apiEnv struct {
 type apiEnvOpts struct {
 	cfg       api.Config
 	rdb       redis.UniversalClient // default: a new client of the shared server
+	clientRdb redis.UniversalClient // the Client's, when not rdb (the Inspector keeps rdb)
 	clientCfg pipeline.ClientConfig
 }
 
@@ -51,7 +53,7 @@ func apiSetup(t *testing.T, o apiEnvOpts) *apiEnv {
 	prefix := redistest.UniqueName(t)
 	o.clientCfg.Prefix = prefix
 	e := &apiEnv{t: t, rdb: rdb, prefix: prefix, queue: redistest.UniqueName(t), log: &logBuffer{},
-		client: pipeline.NewClient(rdb, o.clientCfg),
+		client: pipeline.NewClient(cmp.Or(o.clientRdb, rdb), o.clientCfg),
 		insp:   pipeline.NewInspector(rdb, pipeline.InspectorConfig{Prefix: prefix})}
 	o.cfg.Logger = zerolog.New(e.log).Level(zerolog.DebugLevel)
 	srv, err := api.New(e.client, e.insp, o.cfg)

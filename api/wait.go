@@ -46,7 +46,6 @@ type poller struct {
 	kick    chan struct{} // a new watch: read it now rather than at the next tick
 	stop    chan struct{} // closed by close
 	wg      sync.WaitGroup
-	rounds  int // rounds run, for tests
 }
 
 func newPoller(get func(ctx context.Context, queue, id string) (*pipeline.Job, error), interval time.Duration, conc int, log zerolog.Logger) *poller {
@@ -171,7 +170,6 @@ func (p *poller) loop() {
 				refs = append(refs, w)
 			}
 		}
-		p.rounds++
 		p.mu.Unlock()
 		p.round(ctx, refs)
 	}
