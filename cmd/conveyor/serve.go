@@ -22,7 +22,10 @@ func init() { addCommand(newServeCmd) }
 
 const (
 	envAPIToken      = "CONVEYOR_API_TOKEN"
+	envAPIAddr       = "CONVEYOR_API_ADDR"
 	defaultServeAddr = "127.0.0.1:8080"
+	// probeTimeout bounds `serve --probe`.
+	probeTimeout = 3 * time.Second
 )
 
 // HTTP server limits of `serve`. WriteTimeout is the long-poll bound plus writeSlack.
@@ -42,8 +45,9 @@ type serveFlags struct {
 	token    string
 	insecure bool
 	maxWait  time.Duration
+	probe    string
 
-	tokenGiven bool
+	tokenGiven, addrGiven bool
 }
 
 func newServeCmd(a *app) *cobra.Command {
@@ -62,7 +66,10 @@ Prefer the environment variable to the flag: a flag's value shows in the process
 
 Long polls (GET /v1/queues/Q/jobs/ID?wait=30s) wait at most --max-wait. On SIGINT or SIGTERM
 serve stops accepting connections, answers waiting long polls with their jobs as they are,
-lets other requests finish, and exits 0.`,
+lets other requests finish, and exits 0.
+
+--probe URL serves nothing: it GETs URL and exits 0 on a 2xx answer, 1 otherwise, for container
+health checks in images without curl (conveyor serve --probe http://127.0.0.1:8080/readyz).`,
 		Example: `  conveyor serve
   CONVEYOR_API_TOKEN=$(openssl rand -hex 32) conveyor serve --addr :8080
   conveyor serve --addr 0.0.0.0:8080 --insecure   # behind an authenticating proxy`,
@@ -70,15 +77,40 @@ lets other requests finish, and exits 0.`,
 		Annotations: map[string]string{annotationEndsOnSignal: ""},
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			sf.tokenGiven = cmd.Flags().Changed("auth-token")
+			sf.addrGiven = cmd.Flags().Changed("addr")
+			if cmd.Flags().Changed("probe") {
+				return probe(cmd.Context(), sf.probe)
+			}
 			return a.serve(cmd.Context(), &sf)
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&sf.addr, "addr", defaultServeAddr, "address to listen on, host:port (a non-loopback host needs a token or --insecure)")
+	f.StringVar(&sf.addr, "addr", defaultServeAddr, "address to listen on, host:port (a non-loopback host needs a token or --insecure); env $"+envAPIAddr)
 	f.StringVar(&sf.token, "auth-token", "", "API token that requests must send as Authorization: Bearer <token>; env $"+envAPIToken)
 	f.BoolVar(&sf.insecure, "insecure", false, "allow a non-loopback --addr without a token")
 	f.DurationVar(&sf.maxWait, "max-wait", api.DefaultMaxWait, "longest long poll (GET ...?wait=)")
+	f.StringVar(&sf.probe, "probe", "", "serve nothing: GET this URL and exit 0 on a 2xx answer, 1 otherwise (container health checks)")
 	return cmd
+}
+
+// probe GETs url: nil on a 2xx answer.
+func probe(ctx context.Context, url string) error {
+	ctx, cancel := context.WithTimeout(ctx, probeTimeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil || req.URL.Host == "" {
+		return usageErrorf("--probe %q: want an http:// URL, such as http://%s/readyz", url, defaultServeAddr)
+	}
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		// %v, not %w: a refused connection here is not Redis's, which describe would say.
+		return fmt.Errorf("probe %s: %v", url, err)
+	}
+	_ = res.Body.Close()
+	if res.StatusCode/100 != 2 {
+		return fmt.Errorf("probe %s: %s", url, res.Status)
+	}
+	return nil
 }
 
 // check validates the flags and returns the token to use; every error is a usage error.
@@ -86,6 +118,9 @@ func (sf *serveFlags) check(getenv func(string) string) (token string, loopback 
 	token = getenv(envAPIToken)
 	if sf.tokenGiven {
 		token = sf.token
+	}
+	if addr := getenv(envAPIAddr); addr != "" && !sf.addrGiven {
+		sf.addr = addr
 	}
 	var errs []error
 	if sf.maxWait <= 0 {

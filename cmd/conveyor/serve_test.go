@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"regexp"
@@ -50,10 +51,13 @@ func TestServeRefusals(t *testing.T) {
 
 func TestServeChecks(t *testing.T) {
 	t.Parallel()
-	env := func(token string) func(string) string {
+	env := func(token, addr string) func(string) string {
 		return func(k string) string {
-			if k == envAPIToken {
+			switch k {
+			case envAPIToken:
 				return token
+			case envAPIAddr:
+				return addr
 			}
 			return ""
 		}
@@ -73,7 +77,7 @@ func TestServeChecks(t *testing.T) {
 		{"Insecure", serveFlags{addr: ":8080", maxWait: time.Second, insecure: true}, "", "", false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			token, loopback, err := tc.sf.check(env(tc.env))
+			token, loopback, err := tc.sf.check(env(tc.env, ""))
 			require.NoError(t, err)
 			require.Equal(t, tc.token, token)
 			require.Equal(t, tc.loopback, loopback)
@@ -82,8 +86,39 @@ func TestServeChecks(t *testing.T) {
 	// An empty --auth-token given explicitly wins over the environment too: no token, so a
 	// public address is refused.
 	sf := serveFlags{addr: ":8080", maxWait: time.Second, tokenGiven: true}
-	_, _, err := sf.check(env("e"))
+	_, _, err := sf.check(env("e", ""))
 	require.Error(t, err)
+
+	// $CONVEYOR_API_ADDR sets --addr unless the flag is given.
+	sf = serveFlags{addr: defaultServeAddr, maxWait: time.Second}
+	_, loopback, err := sf.check(env("t", ":9090"))
+	require.NoError(t, err)
+	require.False(t, loopback)
+	require.Equal(t, ":9090", sf.addr)
+	sf = serveFlags{addr: "127.0.0.1:1", maxWait: time.Second, addrGiven: true}
+	_, _, err = sf.check(env("", ":9090"))
+	require.NoError(t, err)
+	require.Equal(t, "127.0.0.1:1", sf.addr)
+}
+
+func TestServeProbe(t *testing.T) {
+	t.Parallel()
+	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/readyz" {
+			w.WriteHeader(http.StatusServiceUnavailable)
+		}
+	}))
+	t.Cleanup(hs.Close)
+	_, stderr, code := runInProcess(t, "", "serve", "--probe", hs.URL+"/readyz")
+	require.Equal(t, 0, code, stderr)
+	_, stderr, code = runInProcess(t, "", "serve", "--probe", hs.URL+"/other")
+	require.Equal(t, 1, code, stderr)
+	require.Contains(t, stderr, "503")
+	_, stderr, code = runInProcess(t, "", "serve", "--probe", "nonsense")
+	require.Equal(t, 2, code, stderr)
+	_, stderr, code = runInProcess(t, "", "serve", "--probe", "http://127.0.0.1:1/readyz")
+	require.Equal(t, 1, code, stderr)
+	require.NotContains(t, stderr, "Redis", "a failed probe is not about Redis")
 }
 
 // serveAddr matches the listening address in serve's start-up log line (console or JSON).
