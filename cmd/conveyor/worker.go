@@ -80,8 +80,16 @@ the visibility timeout.`,
 				Strs("handlers", slices.Sorted(maps.Keys(handlers.All()))).
 				Msg("starting worker; SIGINT or SIGTERM stops it")
 			ctx := cmd.Context()
-			stopDrainNote := context.AfterFunc(ctx, func() { drainNote(a, w, cfg.ShutdownTimeout) })
-			defer stopDrainNote()
+			noted := make(chan struct{})
+			stopNote := context.AfterFunc(ctx, func() {
+				defer close(noted)
+				drainNote(a, w, cfg.ShutdownTimeout)
+			})
+			defer func() {
+				if !stopNote() {
+					<-noted // it ran, or runs now: the command's output ends with it
+				}
+			}()
 			return w.Run(ctx)
 		},
 	}
