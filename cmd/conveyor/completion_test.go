@@ -5,34 +5,24 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/rs/zerolog"
 	"github.com/spf13/cobra"
 	"github.com/stretchr/testify/require"
 )
 
-// executeFinished runs one command line in-process on a tree that finishRoot completed (as
-// rootCmd does once root.go calls it; calling it twice is harmless) and returns its output.
-func executeFinished(t *testing.T, env map[string]string, args ...string) (stdout, stderr string, err error) {
+// execute runs one command line in-process with the environment env and returns its output
+// and exit code.
+func execute(t *testing.T, env map[string]string, args ...string) (stdout, stderr string, code int) {
 	t.Helper()
 	var out, errOut bytes.Buffer
-	a := &app{stdin: strings.NewReader(""), stdout: &out, stderr: &errOut,
-		getenv: func(k string) string { return env[k] }, log: zerolog.Nop()}
-	defer a.close()
-	root := a.rootCmd()
-	finishRoot(a, root)
-	finishRoot(a, root)
-	root.SetArgs(args)
-	root.SetOut(&out)
-	root.SetErr(&errOut)
-	_, err = root.ExecuteContextC(t.Context())
-	return out.String(), errOut.String(), err
+	code = run(t.Context(), args, strings.NewReader(""), &out, &errOut, func(k string) string { return env[k] })
+	return out.String(), errOut.String(), code
 }
 
 // completeInProcess returns the candidates and the directive of 'conveyor __complete args...'.
 func completeInProcess(t *testing.T, args ...string) ([]string, string) {
 	t.Helper()
-	stdout, stderr, err := executeFinished(t, nil, append([]string{"__complete"}, args...)...)
-	require.NoError(t, err, stderr)
+	stdout, stderr, code := execute(t, nil, append([]string{"__complete"}, args...)...)
+	require.Equal(t, 0, code, stderr)
 	lines := strings.Split(strings.TrimSuffix(stdout, "\n"), "\n")
 	return lines[:len(lines)-1], lines[len(lines)-1]
 }
@@ -81,9 +71,7 @@ func TestFlagCompletion(t *testing.T) {
 // Every command with a --queue flag completes it.
 func TestQueueCompletionEverywhere(t *testing.T) {
 	t.Parallel()
-	a := &app{getenv: func(string) string { return "" }}
-	root := a.rootCmd()
-	finishRoot(a, root)
+	root := (&app{getenv: func(string) string { return "" }}).rootCmd()
 	n := 0
 	walk(root, func(c *cobra.Command) {
 		if c.LocalNonPersistentFlags().Lookup("queue") == nil {
@@ -98,23 +86,23 @@ func TestQueueCompletionEverywhere(t *testing.T) {
 
 func TestRedisHelpShowsEnv(t *testing.T) {
 	t.Parallel()
-	stdout, _, err := executeFinished(t, map[string]string{envRedisURL: "redis://u:hunter2@cache:6380/1"}, "stats", "--help")
-	require.NoError(t, err)
+	stdout, _, code := execute(t, map[string]string{envRedisURL: "redis://u:hunter2@cache:6380/1"}, "stats", "--help")
+	require.Equal(t, 0, code)
 	require.Regexp(t, `--redis string +Redis URL .*\(set: its value is the default\) \(default "redis://u:xxxxx@cache:6380/1"\)`, stdout)
 	require.NotContains(t, stdout, "hunter2")
 
-	stdout, _, err = executeFinished(t, nil, "stats", "--help")
-	require.NoError(t, err)
+	stdout, _, code = execute(t, nil, "stats", "--help")
+	require.Equal(t, 0, code)
 	require.Regexp(t, `--redis string +Redis URL .* \(default "redis://127.0.0.1:6379/0"\)`, stdout)
 	require.NotContains(t, stdout, "(set: its value is the default)")
 }
 
-// finishRoot gives the root --version and -v.
+// rootCmd's finishRoot gives the root --version and -v.
 func TestVersionFlag(t *testing.T) {
 	t.Parallel()
 	for _, flag := range []string{"--version", "-v"} {
-		stdout, _, err := executeFinished(t, nil, flag)
-		require.NoError(t, err)
+		stdout, _, code := execute(t, nil, flag)
+		require.Equal(t, 0, code)
 		require.Equal(t, readVersion().String()+"\n", stdout)
 	}
 }
