@@ -66,8 +66,9 @@ func ExampleClient_Enqueue_options() {
 	ctx := context.Background()
 	client := pipeline.NewClient(rdb, pipeline.ClientConfig{})
 
-	// Later, with a caller-chosen id (publishing it again returns this job), three retries at
-	// most, a per-attempt timeout and metadata handed to the handler.
+	// Later, with a caller-chosen id (publishing the same job again returns it, marked
+	// Duplicate), three retries at most, a per-attempt timeout and metadata handed to the
+	// handler.
 	job, err := client.Enqueue(ctx, "reports", pipeline.Task{
 		Type:     "render",
 		Payload:  []byte(`{"report":42}`),
@@ -81,14 +82,21 @@ func ExampleClient_Enqueue_options() {
 	if err != nil {
 		panic(err)
 	}
-	again, _ := client.Enqueue(ctx, "reports", pipeline.Task{Type: "render"}, pipeline.WithID("report-42"))
-	fmt.Println(job.ID, job.Status, job.MaxRetries, again.ID == job.ID)
+	again, _ := client.Enqueue(ctx, "reports", pipeline.Task{Type: "render", Payload: []byte(`{"report":42}`)},
+		pipeline.WithID("report-42"), pipeline.WithDelay(time.Hour))
+	fmt.Println(job.ID, job.Status, job.MaxRetries, again.ID == job.ID, again.Duplicate)
+
+	// The same id with another payload is refused: it would be a different job.
+	_, err = client.Enqueue(ctx, "reports", pipeline.Task{Type: "render", Payload: []byte(`{"report":43}`)},
+		pipeline.WithID("report-42"))
+	fmt.Println(errors.Is(err, pipeline.ErrConflict))
 
 	// Bad input is refused before anything is written.
 	_, err = client.Enqueue(ctx, "reports", pipeline.Task{Type: "render"}, pipeline.WithDelay(-time.Second))
 	fmt.Println(errors.Is(err, pipeline.ErrInvalid))
 	// Output:
-	// report-42 scheduled 3 true
+	// report-42 scheduled 3 true true
+	// true
 	// true
 }
 

@@ -103,7 +103,8 @@ func (c PublisherConfig) withDefaults() PublisherConfig {
 // Publish(topic, msgs...) enqueues every message as a job of queue topic:
 //
 //   - the message's UUID is the job id, so publishing a message again (a retry after an
-//     error, a redelivery upstream) makes no second job: the existing one stands;
+//     error, a redelivery upstream) makes no second job: the existing one stands; a message
+//     with the UUID of a job of another type or payload refuses the call (ErrConflict);
 //   - the payload is the job's payload;
 //   - the metadata is the job's metadata, except the control keys (MetaKeyType and the
 //     others, see MetaKeyPrefix), which are removed from it and set the job's type and

@@ -560,12 +560,19 @@ func TestPublisherRepublishIsIdempotent(t *testing.T) {
 	}
 	xlen := b.rdb.XLen(t.Context(), b.keys.Stream()).Val()
 
-	// Again, with a changed payload and type: the existing jobs stand as they were.
+	// Again, the same messages: nothing new, no error.
+	again := make([]*message.Message, len(msgs))
+	for i, m := range msgs {
+		again[i] = m.Copy()
+	}
+	require.NoError(t, pub.Publish(b.queue, again...))
+	require.NoError(t, pub.Publish(b.queue, again[0]))
+	// With a changed payload and type, each is refused (another job under a taken id); the
+	// existing jobs stand as they were.
 	for i := range msgs {
 		msgs[i] = newMessage(msgs[i].UUID, "changed", map[string]string{"conveyor_type": "other"})
 	}
-	require.NoError(t, pub.Publish(b.queue, msgs...))
-	require.NoError(t, pub.Publish(b.queue, msgs[0]))
+	require.ErrorIs(t, pub.Publish(b.queue, msgs...), pipeline.ErrConflict)
 	for _, m := range msgs {
 		j, err := b.client.Get(t.Context(), b.queue, m.UUID)
 		require.NoError(t, err)

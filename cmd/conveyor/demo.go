@@ -119,7 +119,7 @@ func (a *app) demo(ctx context.Context, logs zerolog.Logger) (err error) {
 		d.connect = func() (redis.UniversalClient, error) { return dial(a.redisURL, a.cluster) }
 	} else {
 		if a.cluster {
-			return errors.New("--cluster needs a Redis URL: give --redis or set " + envRedisURL)
+			return usageErrorf("--cluster needs a Redis URL: give --redis or set %s", envRedisURL)
 		}
 		m, err := miniredis.Run()
 		if err != nil {

@@ -1,14 +1,22 @@
 // Command conveyor is the command-line tool of Conveyor: it runs workers, publishes jobs and
 // inspects queues on Redis (standalone, TLS with rediss://, or a cluster with --cluster).
 //
-//	conveyor worker  [--queue Q]... [--concurrency N] [--backoff-base DUR] [--backoff-max DUR]
-//	conveyor publish [--queue Q] --type T [--payload JSON|@file|@-] [--delay DUR] [--max-retries N] [--id ID] [--count N]
-//	conveyor status  [--queue Q] ID [--json]
-//	conveyor stats   [--queue Q | --all] [--json]
-//	conveyor dead    list|replay|purge
-//	conveyor cancel  [--queue Q] ID
-//	conveyor bench   [--jobs N] [--payload-bytes B] [--concurrency C] [--mode live|drain] [--json]
-//	conveyor demo
+//	conveyor worker     [--queue Q]... [--concurrency N] [--backoff-base DUR] [--backoff-max DUR]
+//	conveyor publish    [--queue Q] --type T [--payload JSON|@file|@-] [--delay DUR] [--max-retries N] [--id ID] [--count N] [--json]
+//	conveyor status     [--queue Q] ID [--json]
+//	conveyor cancel     [--queue Q] ID [--json]
+//	conveyor stats      [--queue Q | --all] [--json]
+//	conveyor queues     [--json]; conveyor queues delete Q [--force]
+//	conveyor list       [--queue Q] --status S [--limit N] [--cursor C] [--json]
+//	conveyor dead list    [--queue Q] [--limit N] [--cursor C] [--json]
+//	conveyor dead replay  [--queue Q] (ID... | --all) [--json]
+//	conveyor dead purge   [--queue Q] (ID... | --all [--older-than DUR]) [--dry-run] [--json]
+//	conveyor serve      [--addr A] [--auth-token T] [--insecure] [--max-wait DUR]
+//	conveyor handlers   [--json]
+//	conveyor bench      [--jobs N] [--payload-bytes B] [--concurrency C] [--mode live|drain] [--json]
+//	conveyor demo       [--produce-only [--queue Q] [--every DUR] [--count N]]
+//	conveyor version    [--json]
+//	conveyor completion bash|zsh|fish|powershell
 //
 // Global flags, each with an environment variable that the flag overrides: --redis URL
 // ($CONVEYOR_REDIS_URL, default redis://127.0.0.1:6379/0), --cluster ($CONVEYOR_CLUSTER),

@@ -54,6 +54,7 @@ func TestE2E(t *testing.T) {
 	t.Run("Handlers", func(t *testing.T) { t.Parallel(); testHandlersCmd(t, c) })
 	t.Run("Version", func(t *testing.T) { t.Parallel(); testVersion(t, c) })
 	t.Run("Completion", func(t *testing.T) { t.Parallel(); testCompletion(t, c) })
+	t.Run("ProduceOnly", func(t *testing.T) { t.Parallel(); testProduceOnly(t, c) })
 }
 
 // buildCLI builds the binary into the test's temporary directory. It is built without the
@@ -417,7 +418,7 @@ func testRefusals(t *testing.T, c *cli) {
 	}{
 		{2, "--payload is not valid JSON", []string{"--type", "echo", "--payload", `{"a":1`}},
 		{2, "is not valid JSON", []string{"--type", "echo", "--payload", "@" + malformed}},
-		{1, pipeline.ErrPayloadTooLarge.Error(), []string{"--type", "echo", "--payload", "@" + big}},
+		{1, "payload too large", []string{"--type", "echo", "--payload", "@" + big}},
 		{2, "--delay must not be negative", []string{"--type", "echo", "--delay", "-5s"}},
 		{2, "--max-retries must not be negative", []string{"--type", "echo", "--max-retries", "-1"}},
 		{2, "--count must be at least 1", []string{"--type", "echo", "--count", "0"}},

@@ -46,9 +46,10 @@ func newWorkerCmd(a *app) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "worker [--queue Q]... [--concurrency N]",
 		Short: "Run the ready handlers on queues until SIGINT or SIGTERM",
-		Long: `Run the ready handlers (echo, sleep, fail, flaky, http, noop; see package handlers) on
-the given queues until SIGINT or SIGTERM. Each worker also promotes due delayed jobs and recovers
-jobs whose worker died, so any number of workers may run side by side.
+		Long: `Run the ready handlers (echo, sleep, fail, flaky, http, noop; 'conveyor handlers' lists
+their payloads, with examples) on the given queues until SIGINT or SIGTERM. Each worker also
+promotes due delayed jobs and recovers jobs whose worker died, so any number of workers may
+run side by side.
 
 A failed attempt is retried after a delay that doubles from --backoff-base up to --backoff-max,
 with jitter. On SIGINT or SIGTERM the worker says how many jobs it is draining, stops reading,
