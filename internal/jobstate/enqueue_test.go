@@ -30,7 +30,9 @@ func TestEnqueueChunkRetryIsIdempotent(t *testing.T) {
 		gen++
 		j := jobstate.NewJob{ID: "gen-" + strconv.Itoa(gen), Type: "t", Payload: []byte{byte('a' + gen)}, RunAt: runAt}
 		if chosen != "" {
-			j.ID, j.ChosenID = chosen, true
+			// The same type and payload each time: a chosen id sent again with other
+			// bytes is a conflict (CV_CONFLICT), not a repeat.
+			j.ID, j.ChosenID, j.Payload = chosen, true, []byte(chosen)
 		}
 		if unique != "" {
 			j.UniqueKey, j.UniqueTTL = unique, 3_600_000
