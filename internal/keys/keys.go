@@ -7,6 +7,14 @@
 // different queues spread over the cluster's shards. The only global key, the set of known
 // queue names, is never touched by a script.
 //
+// # Partitions
+//
+// A queue of P > 1 partitions (DESIGN.md "Scale") is P key spaces, one per partition i with
+// the hash tag {q#i} (PartitionName), each with its own stream, scheduled and dead sets, job
+// records, counters, unique keys, lock and wake channel, so P partitions can sit on P shards.
+// A queue of one partition keeps the plain {q} keys. The counts live in the global hash
+// Partitions, which, like Queues, no script touches.
+//
 // # Memory
 //
 // Job hashes stay small on purpose: a queued job's hash holds only short fields so Redis keeps
@@ -20,6 +28,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"unicode/utf8"
 )
 
@@ -128,11 +137,13 @@ const (
 	StatPoison         = "poison"   // unreadable stream entries sent to the dead set
 )
 
-// Queue names the keys of one queue. New builds the names once, so a Queue kept by a client or
-// worker costs no string building per job.
+// Queue names the keys of one queue, or of one partition of a partitioned queue. New builds
+// the names once, so a Queue kept by a client or worker costs no string building per job.
 type Queue struct {
-	name      string
-	base      string // prefix:{name}:
+	name      string // the user's queue name, without the partition
+	tag       string // what the hash tag holds: name, or name#i for partition i
+	part      int    // the partition's number; 0 for an unpartitioned queue
+	base      string // prefix:{tag}:
 	stream    string
 	scheduled string
 	jobPrefix string
@@ -141,18 +152,32 @@ type Queue struct {
 	wake      string
 }
 
-// New returns the keys of queue under prefix. It does not validate; see ValidateQueue.
+// New returns the keys of queue under prefix. queue is a queue name, or the name of one of its
+// partitions (PartitionName: "q#i"), whose keys sit under the hash tag {q#i} while Name still
+// says "q". It does not validate; see ValidateQueue and ValidatePartition.
 func New(prefix, queue string) Queue {
 	base := prefix + ":{" + queue + "}:"
+	name, part := queue, 0
+	if k := strings.LastIndexByte(queue, PartitionSep); k >= 0 {
+		if n, err := strconv.Atoi(queue[k+1:]); err == nil {
+			name, part = queue[:k], n
+		}
+	}
 	return Queue{
-		name: queue, base: base,
+		name: name, tag: queue, part: part, base: base,
 		stream: base + "stream", scheduled: base + "scheduled", jobPrefix: base + "job:",
 		dead: base + "dead", stats: base + "stats", wake: base + "wake",
 	}
 }
 
-// Name is the queue's name.
+// Name is the queue's name: the user's name, for a partition too ("q", not "q#1").
 func (q Queue) Name() string { return q.name }
+
+// Tag is what the keys' hash tag holds: the queue's name, or "q#i" for partition i.
+func (q Queue) Tag() string { return q.tag }
+
+// Partition is the partition's number, 0 for a queue that is not partitioned.
+func (q Queue) Partition() int { return q.part }
 
 // Base is what every one of the queue's keys starts with, "prefix:{queue}:".
 func (q Queue) Base() string { return q.base }
@@ -191,6 +216,62 @@ func (q Queue) Wake() string { return q.wake }
 
 // Queues is the set of known queue names under prefix.
 func Queues(prefix string) string { return prefix + ":queues" }
+
+// Partitions is the hash of the partition counts of queues under prefix: field queue name,
+// value P. A queue with no field has one partition, whose keys are the plain prefix:{q}:...
+// Like Queues it is global and never touched by a script.
+func Partitions(prefix string) string { return prefix + ":partitions" }
+
+// PartitionSep separates a queue's name from a partition's number in the partition's hash tag;
+// ValidateQueue refuses it in queue names, so "q#1" can name nothing but a partition.
+const PartitionSep = '#'
+
+// MaxPartitions bounds a queue's partition count: a worker holds a stream subscription, a
+// scheduler slot and a recoverer per partition, and a lookup by id may try every partition.
+const MaxPartitions = 1024
+
+// PartitionName is the internal name of partition i of queue: "queue#i" when the queue has
+// more than one partition (p > 1), and the queue's own name when it has one, so a queue of
+// one partition keeps the plain keys it always had.
+func PartitionName(queue string, i, p int) string {
+	if p <= 1 {
+		return queue
+	}
+	return queue + string(PartitionSep) + strconv.Itoa(i)
+}
+
+// PartitionOf is the partition, of p, that a routing key goes to: FNV-1a (32 bits) of the key,
+// modulo p. It is stable across versions and processes: every producer routes a key alike.
+func PartitionOf(key string, p int) int {
+	if p <= 1 {
+		return 0
+	}
+	h := uint32(2166136261)
+	for i := 0; i < len(key); i++ {
+		h ^= uint32(key[i])
+		h *= 16777619
+	}
+	return int(h % uint32(p))
+}
+
+// ValidatePartition reports whether name is a queue name or the name of one of its partitions,
+// "q#i" with i a decimal number below MaxPartitions written without leading zeros: the names
+// the scheduler and the recoverer accept.
+func ValidatePartition(name string) error {
+	k := strings.LastIndexByte(name, PartitionSep)
+	if k < 0 {
+		return ValidateQueue(name)
+	}
+	if err := ValidateQueue(name[:k]); err != nil {
+		return err
+	}
+	num := name[k+1:]
+	n, err := strconv.Atoi(num)
+	if err != nil || n < 0 || n >= MaxPartitions || strconv.Itoa(n) != num {
+		return fmt.Errorf("invalid partition %q: want queue#N with N in 0..%d", name, MaxPartitions-1)
+	}
+	return nil
+}
 
 // ValidateQueue reports whether name can be a queue name: 1 to MaxNameLen characters from
 // [A-Za-z0-9._-]. Braces would break the hash tag, ':' the key layout and '#' is kept for

@@ -81,3 +81,39 @@ func TestValidateNamesQuotesCharacters(t *testing.T) {
 		}
 	}
 }
+
+func TestPartitions(t *testing.T) {
+	t.Parallel()
+	if got := PartitionName("emails", 0, 1); got != "emails" {
+		t.Fatalf("one partition: %q, want the plain name", got)
+	}
+	q := New("cv", PartitionName("emails", 2, 3))
+	if q.Name() != "emails" || q.Tag() != "emails#2" || q.Partition() != 2 || q.Stream() != "cv:{emails#2}:stream" {
+		t.Fatalf("partition keys: name %q tag %q part %d stream %q", q.Name(), q.Tag(), q.Partition(), q.Stream())
+	}
+	plain := New("cv", "emails")
+	if plain.Name() != "emails" || plain.Partition() != 0 || plain.Stream() != "cv:{emails}:stream" {
+		t.Fatalf("plain keys changed: %q %d %q", plain.Name(), plain.Partition(), plain.Stream())
+	}
+	// FNV-1a 32 of "a" is 0xe40c292c: the routing must never change between versions.
+	if got, want := PartitionOf("a", 1000), int(uint32(0xe40c292c)%1000); got != want {
+		t.Fatalf("PartitionOf(a) = %d, want %d", got, want)
+	}
+	seen := map[int]bool{}
+	for i := range 100 {
+		seen[PartitionOf(strings.Repeat("x", i), 3)] = true
+	}
+	if len(seen) != 3 {
+		t.Fatalf("100 keys over 3 partitions reached %d of them", len(seen))
+	}
+	for _, ok := range []string{"q", "q#0", "q#1023"} {
+		if err := ValidatePartition(ok); err != nil {
+			t.Errorf("ValidatePartition(%q): %v", ok, err)
+		}
+	}
+	for _, bad := range []string{"", "#1", "q#", "q#01", "q#1024", "q#-1", "q#a", "q#1#2", "q{#1"} {
+		if ValidatePartition(bad) == nil {
+			t.Errorf("ValidatePartition(%q) accepted", bad)
+		}
+	}
+}
