@@ -65,6 +65,7 @@ var demoMix = []demoKind{
 
 func newDemoCmd(a *app) *cobra.Command {
 	var pf produceFlags
+	var serveAddr string
 	cmd := &cobra.Command{
 		Use:   "demo",
 		Short: "Watch jobs run, retry, wait and die on three in-process workers",
@@ -78,25 +79,45 @@ in-process Redis otherwise, so it runs anywhere. On a real Redis it works in a q
 With --produce-only it runs no workers: it publishes a steady mix of demo jobs to --queue on
 the configured Redis (one every --every; echo, sleep, delayed, flaky, and now and then a
 poison job that always fails with no retries) until SIGINT or SIGTERM, or --count jobs, for
-workers elsewhere to run (the Docker Compose demo's producer).`,
+workers elsewhere to run (the Docker Compose demo's producer).
+
+With --serve ADDR it also serves the HTTP API and the dashboard on ADDR while it runs (open the
+URL it prints to watch the jobs move), and after the summary it keeps serving, with the two
+workers that were not killed still running (a dead job replayed from the dashboard runs), until
+SIGINT or SIGTERM, then exits 0. A non-loopback ADDR needs $` + envAPIToken + `.`,
 		Example: `  conveyor demo
+  conveyor demo --serve 127.0.0.1:8080
   conveyor demo --produce-only --queue demo --every 200ms --redis redis://localhost:6379/0`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			serving := cmd.Flags().Changed("serve")
 			if pf.only {
+				if serving {
+					return usageErrorf("--serve does not go with --produce-only (run 'conveyor serve' beside it)")
+				}
 				return a.produce(cmd, &pf)
 			}
 			if pf.changed(cmd) {
 				return usageErrorf("--queue, --every and --count go with --produce-only")
 			}
+			var token string
+			if serving {
+				var err error
+				if token, err = checkDemoServe(serveAddr, a.getenv); err != nil {
+					return err
+				}
+				// Serving, the demo's normal end is Ctrl-C after the summary: exit 0 then.
+				cmd.Annotations = map[string]string{annotationEndsOnSignal: ""}
+			}
 			logs := a.log
 			if !cmd.Flags().Changed("log-level") {
 				logs = logs.Level(zerolog.ErrorLevel) // the summary tells the story
 			}
-			return a.demo(cmd.Context(), logs)
+			return a.demo(cmd.Context(), logs, demoServe{on: serving, addr: serveAddr, token: token, log: a.log})
 		},
 	}
 	pf.flags(cmd)
+	cmd.Flags().StringVar(&serveAddr, "serve", "", "also serve the HTTP API and dashboard on this host:port, and keep serving after the summary until Ctrl-C")
 	return cmd
 }
 
@@ -108,15 +129,23 @@ type demoRun struct {
 	conns         []redis.UniversalClient
 	client        *pipeline.Client
 	logs          zerolog.Logger
+	serve         demoServe
 }
 
-func (a *app) demo(ctx context.Context, logs zerolog.Logger) (err error) {
-	d := &demoRun{out: a.stdout, progress: a.stderr, queue: "demo-" + randomHex(3), prefix: a.prefix, logs: logs}
+// demoServe is demo --serve's setting.
+type demoServe struct {
+	on          bool
+	addr, token string
+	log         zerolog.Logger // the server's log: the command's, not the demo's quieted one
+}
+
+func (a *app) demo(ctx context.Context, logs zerolog.Logger, serve demoServe) (err error) {
+	d := &demoRun{out: a.stdout, progress: a.stderr, queue: "demo-" + randomHex(3), prefix: a.prefix, logs: logs, serve: serve}
 	defer d.closeConns()
 	if a.redisChosen() {
 		fmt.Fprintf(d.out, "Using Redis at %s, in queue %s (its keys are deleted at the end).\n",
 			redactURL(a.redisURL), d.queue)
-		d.connect = func() (redis.UniversalClient, error) { return dial(a.redisURL, a.cluster) }
+		d.connect = func() (redis.UniversalClient, error) { return a.dial() }
 	} else {
 		if a.cluster {
 			return usageErrorf("--cluster needs a Redis URL: give --redis or set %s", envRedisURL)
@@ -157,6 +186,16 @@ func (a *app) demo(ctx context.Context, logs zerolog.Logger) (err error) {
 
 func (d *demoRun) run(ctx context.Context) error {
 	start := time.Now()
+	var srv *demoServer
+	if d.serve.on {
+		var err error
+		srv, err = startDemoServer(d.serve.addr, d.serve.token, d.client, d.serve.log.With().Str("component", "api").Logger())
+		if err != nil {
+			return err
+		}
+		defer func() { _ = srv.stop() }()
+		fmt.Fprintf(d.out, "Serving the dashboard at %s#/queues/%s (the API under %sv1/).\n", srv.url, d.queue, srv.url)
+	}
 	workers, attempts, kill, stop, err := d.startWorkers(ctx)
 	if err != nil {
 		return err
@@ -185,7 +224,11 @@ func (d *demoRun) run(ctx context.Context) error {
 	watchErr := d.watch(ctx, len(jobs))
 	kcancel()
 	report := <-killed
-	stop() // workers drain and return
+	if srv == nil {
+		stop() // workers drain and return
+	} else {
+		defer stop() // the survivors keep running while the dashboard is served
+	}
 	if ctx.Err() != nil {
 		return errors.New("demo interrupted")
 	}
@@ -198,7 +241,31 @@ func (d *demoRun) run(ctx context.Context) error {
 		final = append(final, got)
 	}
 	d.summary(final, workers, attempts, published, start, report)
-	return watchErr
+	if srv == nil || watchErr != nil {
+		return watchErr
+	}
+	fmt.Fprintf(d.out, "\nStill serving the dashboard at %s#/queues/%s, with %s still running;\n"+
+		"replay a dead job there and watch it run. Ctrl-C stops.\n", srv.url, d.queue, survivors(workers, report.worker))
+	<-ctx.Done()
+	fmt.Fprintln(d.out, "Stopping.")
+	if err := srv.stop(); err != nil {
+		return err
+	}
+	return nil
+}
+
+// survivors names the workers that were not killed: "demo-worker-1 and demo-worker-3".
+func survivors(workers []string, killed string) string {
+	var alive []string
+	for _, w := range workers {
+		if w != killed {
+			alive = append(alive, w)
+		}
+	}
+	if len(alive) < 2 {
+		return strings.Join(alive, "")
+	}
+	return strings.Join(alive[:len(alive)-1], ", ") + " and " + alive[len(alive)-1]
 }
 
 // killReport says which worker the demo killed, when, and what it held.

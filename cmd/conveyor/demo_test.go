@@ -1,6 +1,10 @@
 package main
 
 import (
+	"encoding/json"
+	"io"
+	"net/http"
+	"os"
 	"regexp"
 	"strings"
 	"testing"
@@ -75,4 +79,67 @@ func requireDemoSummary(t *testing.T, out string) {
 		require.Contains(t, out, "demo-worker-"+string(rune('0'+i)))
 	}
 	require.Contains(t, out, "Elapsed")
+}
+
+var demoServeURL = regexp.MustCompile(`Still serving the dashboard at (http://127\.0\.0\.1:\d+/)#/queues/(demo-[0-9a-f]+)`)
+
+// testDemoServe runs `conveyor demo --serve` on the embedded Redis: the dashboard answers, the
+// summary comes, and after it the API still takes a job that the surviving workers complete;
+// SIGINT then ends it with exit 0. A public address without a token, and --serve with
+// --produce-only, are usage errors.
+func testDemoServe(t *testing.T, c *cli) {
+	r := c.exec(t, "", serveEnv("", ""), "demo", "--serve", "0.0.0.0:0")
+	require.Equal(t, 2, r.code, r.stderr)
+	require.Contains(t, r.stderr, envAPIToken)
+	r = c.exec(t, "", env(""), "demo", "--serve", "127.0.0.1:0", "--produce-only")
+	require.Equal(t, 2, r.code, r.stderr)
+
+	p := startServe(t, c, serveEnv("", ""), "demo", "--serve", "127.0.0.1:0")
+	var base, queue string
+	waitFor(t, 60*time.Second, 50*time.Millisecond, "the demo to finish and keep serving", func() bool {
+		m := demoServeURL.FindStringSubmatch(p.output.String())
+		if m != nil {
+			base, queue = m[1], m[2]
+		}
+		return m != nil
+	})
+	requireDemoSummary(t, p.output.String())
+
+	get := func(path string) (int, string) {
+		t.Helper()
+		res, err := http.Get(base + path)
+		require.NoError(t, err)
+		defer res.Body.Close()
+		b, err := io.ReadAll(res.Body)
+		require.NoError(t, err)
+		return res.StatusCode, string(b)
+	}
+	code, body := get("")
+	require.Equal(t, http.StatusOK, code)
+	require.Contains(t, body, "<html")
+	code, body = get("v1/queues")
+	require.Equal(t, http.StatusOK, code, body)
+	require.Contains(t, body, `"queue":"`+queue+`"`)
+	require.Contains(t, body, `"completed":25`)
+
+	res, err := http.Post(base+"v1/queues/"+queue+"/jobs", "application/json", strings.NewReader(`{"type":"echo","payload":"after"}`))
+	require.NoError(t, err)
+	b, _ := io.ReadAll(res.Body)
+	_ = res.Body.Close()
+	require.Equal(t, http.StatusAccepted, res.StatusCode, "%s", b)
+	var j struct{ ID, Status string }
+	require.NoError(t, json.Unmarshal(b, &j))
+	code, body = get("v1/queues/" + queue + "/jobs/" + j.ID + "?wait=20s")
+	require.Equal(t, http.StatusOK, code, body)
+	require.NoError(t, json.Unmarshal([]byte(body), &j))
+	require.Equal(t, "completed", j.Status, "the workers still run after the summary: %s", body)
+
+	require.NoError(t, p.cmd.Process.Signal(os.Interrupt))
+	select {
+	case <-p.done:
+	case <-time.After(45 * time.Second):
+		t.Fatal("no exit within 45s of SIGINT")
+	}
+	require.Equal(t, 0, p.cmd.ProcessState.ExitCode(), p.output.String())
+	require.Contains(t, p.output.String(), "Stopping.")
 }

@@ -44,6 +44,7 @@ func TestE2E(t *testing.T) {
 	t.Run("List", func(t *testing.T) { t.Parallel(); testListCmd(t, c) })
 	t.Run("DemoEmbedded", func(t *testing.T) { t.Parallel(); testDemoEmbedded(t, c) })
 	t.Run("DemoRealRedis", func(t *testing.T) { t.Parallel(); testDemoRealRedis(t, c) })
+	t.Run("DemoServe", func(t *testing.T) { t.Parallel(); testDemoServe(t, c) })
 	t.Run("Cluster", func(t *testing.T) { t.Parallel(); testCluster(t, c.bin) })
 	t.Run("CrossQueueLookup", func(t *testing.T) { t.Parallel(); testCrossQueueLookup(t, c) })
 	t.Run("PublishDuplicates", func(t *testing.T) { t.Parallel(); testPublishDuplicates(t, c) })

@@ -182,15 +182,7 @@ func (a *app) serve(ctx context.Context, sf *serveFlags) error {
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w; is another server using the port?", sf.addr, stripNetPrefix(err))
 	}
-	hs := &http.Server{
-		Handler:           srv,
-		ReadHeaderTimeout: serveReadHeaderTimeout,
-		ReadTimeout:       serveReadTimeout,
-		WriteTimeout:      sf.maxWait + serveWriteSlack,
-		IdleTimeout:       serveIdleTimeout,
-		MaxHeaderBytes:    serveMaxHeaderBytes,
-		ErrorLog:          stdlog.New(httpLogWriter{log}, "", 0),
-	}
+	hs := newHTTPServer(srv, sf.maxWait, log)
 	// Shutdown runs this once the listener is closed: long polls answer at once instead of
 	// holding Shutdown for up to --max-wait.
 	hs.RegisterOnShutdown(func() { _ = srv.Close() })
@@ -222,6 +214,20 @@ func (a *app) serve(ctx context.Context, sf *serveFlags) error {
 	}
 	log.Info().Msg("stopped")
 	return nil
+}
+
+// newHTTPServer returns serve's http.Server for h: its timeouts and limits, with net/http's own
+// messages going to log.
+func newHTTPServer(h http.Handler, maxWait time.Duration, log zerolog.Logger) *http.Server {
+	return &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: serveReadHeaderTimeout,
+		ReadTimeout:       serveReadTimeout,
+		WriteTimeout:      maxWait + serveWriteSlack,
+		IdleTimeout:       serveIdleTimeout,
+		MaxHeaderBytes:    serveMaxHeaderBytes,
+		ErrorLog:          stdlog.New(httpLogWriter{log}, "", 0),
+	}
 }
 
 // stripNetPrefix drops the "listen tcp 127.0.0.1:8080: " of a listen error, which the message
