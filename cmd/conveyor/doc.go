@@ -14,7 +14,7 @@
 //	conveyor serve      [--addr A] [--auth-token T] [--insecure] [--max-wait DUR]
 //	conveyor handlers   [--json]
 //	conveyor bench      [--jobs N] [--payload-bytes B] [--concurrency C] [--mode live|drain] [--json]
-//	conveyor demo       [--produce-only [--queue Q] [--every DUR] [--count N]]
+//	conveyor demo       [--serve ADDR] [--produce-only [--queue Q] [--every DUR] [--count N]]
 //	conveyor version    [--json]
 //	conveyor completion bash|zsh|fish|powershell
 //
