@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -109,6 +110,24 @@ func (i *Inspector) check(queue, id string) error {
 
 func (i *Inspector) keys(queue string) keys.Queue { return keys.New(i.cfg.Prefix, queue) }
 
+// partitions returns every partition of queue, in partition order.
+func (i *Inspector) partitions(ctx context.Context, queue string) ([]keys.Queue, error) {
+	p, err := partitionCount(ctx, i.rdb, i.cfg.Prefix, queue)
+	if err != nil {
+		return nil, err
+	}
+	return allPartitions(i.cfg.Prefix, queue, p), nil
+}
+
+// lookup returns the partitions of queue in the order a lookup of id tries them.
+func (i *Inspector) lookup(ctx context.Context, queue, id string) ([]keys.Queue, error) {
+	p, err := partitionCount(ctx, i.rdb, i.cfg.Prefix, queue)
+	if err != nil {
+		return nil, err
+	}
+	return lookupOrder(i.cfg.Prefix, queue, id, p), nil
+}
+
 // statsChunk bounds the queues whose stats one pipeline reads.
 const statsChunk = 100
 
@@ -126,40 +145,57 @@ func (i *Inspector) Queues(ctx context.Context) ([]*QueueStats, error) {
 	// A name that is no queue name (written by hand) names no keys of ours.
 	names = slices.DeleteFunc(names, func(n string) bool { return keys.ValidateQueue(n) != nil })
 	slices.Sort(names)
-	out := make([]*QueueStats, 0, len(names))
-	for chunk := range slices.Chunk(names, statsChunk) {
-		qs := make([]keys.Queue, len(chunk))
-		for k, n := range chunk {
-			qs[k] = i.keys(n)
-		}
-		st, err := readStats(ctx, i.rdb, qs)
+	counts, err := partitionCounts(ctx, i.rdb, i.cfg.Prefix)
+	if err != nil {
+		return nil, err
+	}
+	// Every partition of every queue, chunked: a partitioned queue's partitions are summed.
+	var qs []keys.Queue
+	for _, n := range names {
+		qs = append(qs, allPartitions(i.cfg.Prefix, n, counts[n])...)
+	}
+	parts := make([]*QueueStats, 0, len(qs))
+	for chunk := range slices.Chunk(qs, statsChunk) {
+		st, err := readStats(ctx, i.rdb, chunk)
 		if err != nil {
 			return nil, err
 		}
-		out = append(out, st...)
+		parts = append(parts, st...)
+	}
+	out := make([]*QueueStats, 0, len(names))
+	for _, n := range names {
+		p := max(1, counts[n])
+		out = append(out, sumStats(n, parts[:p]))
+		parts = parts[p:]
 	}
 	return out, nil
 }
 
-// Stats reads a queue's gauges and counters in one round trip. A queue nothing was ever
+// Stats reads a queue's gauges and counters in one round trip (one per node involved on a
+// cluster); a partitioned queue's are the sums over its partitions. A queue nothing was ever
 // enqueued to has all zeros.
 func (i *Inspector) Stats(ctx context.Context, queue string) (*QueueStats, error) {
 	if err := i.check(queue, ""); err != nil {
 		return nil, err
 	}
-	st, err := readStats(ctx, i.rdb, []keys.Queue{i.keys(queue)})
+	p, err := partitionCount(ctx, i.rdb, i.cfg.Prefix, queue)
 	if err != nil {
 		return nil, err
 	}
-	return st[0], nil
+	return queueStats(ctx, i.rdb, i.cfg.Prefix, queue, p)
 }
 
-// Get returns the job's current state, or ErrNotFound, as Client.Get.
+// Get returns the job's current state, or ErrNotFound, as Client.Get (in any partition).
 func (i *Inspector) Get(ctx context.Context, queue, id string) (*Job, error) {
-	if err := i.check(queue, id); err != nil {
+	if err := i.checkJob(queue, id); err != nil {
 		return nil, err
 	}
-	return getJob(ctx, i.rdb, i.keys(queue), id)
+	qs, err := i.lookup(ctx, queue, id)
+	if err != nil {
+		return nil, err
+	}
+	j, _, err := findJob(ctx, i.rdb, qs, id)
+	return j, err
 }
 
 // Find looks job id up in every known queue, when the caller does not know its queue: one
@@ -179,13 +215,21 @@ func (i *Inspector) Find(ctx context.Context, id string) (*Job, []string, error)
 		return nil, nil, fmt.Errorf("list queues: %w", err)
 	}
 	slices.Sort(names)
+	counts, err := partitionCounts(ctx, i.rdb, i.cfg.Prefix)
+	if err != nil {
+		return nil, nil, err
+	}
 	var calls []script.Call
 	var searched []string
+	var owner []string // the queue of each call
 	for _, name := range names {
 		if keys.ValidateQueue(name) != nil {
 			continue // not a queue a client made; nothing to look in
 		}
-		calls = append(calls, jobstate.GetCall(i.keys(name), id))
+		for _, q := range lookupOrder(i.cfg.Prefix, name, id, counts[name]) {
+			calls = append(calls, jobstate.GetCall(q, id))
+			owner = append(owner, name)
+		}
 		searched = append(searched, name)
 	}
 	if len(calls) == 0 {
@@ -201,7 +245,7 @@ func (i *Inspector) Find(ctx context.Context, id string) (*Job, []string, error)
 			return nil, searched, fmt.Errorf("find %s: %w", id, err)
 		}
 		if found {
-			j, err := jobFromHash(searched[k], id, flat)
+			j, err := jobFromHash(owner[k], id, flat)
 			return j, searched, err
 		}
 	}
@@ -211,10 +255,17 @@ func (i *Inspector) Find(ctx context.Context, id string) (*Job, []string, error)
 // Cancel cancels a job that has not finished, as Client.Cancel: it returns ErrNotCancelable
 // for a finished job and ErrNotFound for an unknown one.
 func (i *Inspector) Cancel(ctx context.Context, queue, id string) error {
-	if err := i.check(queue, id); err != nil {
+	if err := i.checkJob(queue, id); err != nil {
 		return err
 	}
-	return cancelJob(ctx, i.rdb, i.keys(queue), id, i.cfg.Now(), i.cfg.Retention, i.cfg.MinRetention)
+	qs, err := i.lookup(ctx, queue, id)
+	if err != nil {
+		return err
+	}
+	now := i.cfg.Now()
+	return onPartition(ctx, i.rdb, qs, id, func(q keys.Queue) error {
+		return cancelJob(ctx, i.rdb, q, id, now, i.cfg.Retention, i.cfg.MinRetention)
+	})
 }
 
 // ---- Listing ----
@@ -304,6 +355,10 @@ func (p *JobPage) MarshalJSON() ([]byte, error) {
 // record is read is left out, so a page may hold fewer than Limit jobs, even none, before the
 // end. Only an empty Next means the end. A page carries the jobs' payloads: size Limit for
 // them.
+//
+// A partitioned queue is listed partition after partition, each in the order above (so the
+// order holds within a partition, not across them), and a page may span partitions. Its cursor
+// is "<partition>/<the partition's cursor>".
 func (i *Inspector) List(ctx context.Context, queue string, status Status, page Page) (*JobPage, error) {
 	if err := i.check(queue, ""); err != nil {
 		return nil, err
@@ -317,28 +372,80 @@ func (i *Inspector) List(ctx context.Context, queue string, status Status, page 
 	case limit > MaxPageLimit:
 		limit = MaxPageLimit
 	}
-	q := i.keys(queue)
-	var p *JobPage
-	var err error
 	switch status {
-	case StatusScheduled:
-		p, err = i.listSet(ctx, q, q.Scheduled(), false, status, page.Cursor, limit)
-	case StatusFailed:
-		p, err = i.listSet(ctx, q, q.Dead(), true, status, page.Cursor, limit)
-	case StatusQueued:
-		p, err = i.listQueued(ctx, q, page.Cursor, limit)
-	case StatusInProgress:
-		p, err = i.listInProgress(ctx, q, page.Cursor, limit)
+	case StatusScheduled, StatusFailed, StatusQueued, StatusInProgress:
 	case StatusCompleted, StatusCanceled:
 		return nil, invalid("%s jobs cannot be listed: no index holds them (their records only wait to expire); get one by id", status)
 	default:
 		return nil, invalid("unknown status %q: want %s, %s, %s or %s", status,
 			StatusScheduled, StatusQueued, StatusInProgress, StatusFailed)
 	}
+	qs, err := i.partitions(ctx, queue)
+	if err != nil {
+		return nil, err
+	}
+	var p *JobPage
+	if len(qs) == 1 {
+		p, err = i.listOne(ctx, qs[0], status, page.Cursor, limit)
+	} else {
+		p, err = i.listPartitions(ctx, qs, status, page.Cursor, limit)
+	}
 	if err != nil && !errors.Is(err, ErrInvalid) {
 		err = fmt.Errorf("list %s jobs of %s: %w", status, queue, err)
 	}
 	return p, err
+}
+
+// listOne is List of one queue or partition.
+func (i *Inspector) listOne(ctx context.Context, q keys.Queue, status Status, cursor string, limit int) (*JobPage, error) {
+	switch status {
+	case StatusScheduled:
+		return i.listSet(ctx, q, q.Scheduled(), false, status, cursor, limit)
+	case StatusFailed:
+		return i.listSet(ctx, q, q.Dead(), true, status, cursor, limit)
+	case StatusQueued:
+		return i.listQueued(ctx, q, cursor, limit)
+	default:
+		return i.listInProgress(ctx, q, cursor, limit)
+	}
+}
+
+// listPartitions is List of a partitioned queue: it fills the page from partition after
+// partition, starting where the cursor "<partition>/<cursor>" says.
+func (i *Inspector) listPartitions(ctx context.Context, qs []keys.Queue, status Status, cursor string, limit int) (*JobPage, error) {
+	n, inner := 0, ""
+	if cursor != "" {
+		num, rest, ok := strings.Cut(cursor, "/")
+		var err error
+		n, err = strconv.Atoi(num)
+		if !ok || err != nil || n < 0 || n >= len(qs) || strconv.Itoa(n) != num {
+			return nil, invalid("cursor %q is not one of a partitioned %s listing (<partition 0..%d>/<cursor>)", cursor, status, len(qs)-1)
+		}
+		inner = rest
+	}
+	out := &JobPage{}
+	for ; n < len(qs); n, inner = n+1, "" {
+		if len(out.Jobs) >= limit {
+			out.Next = strconv.Itoa(n) + "/"
+			return out, nil
+		}
+		p, err := i.listOne(ctx, qs[n], status, inner, limit-len(out.Jobs))
+		if err != nil {
+			return nil, err
+		}
+		out.Jobs = append(out.Jobs, p.Jobs...)
+		if p.Leases != nil {
+			if out.Leases == nil {
+				out.Leases = make(map[string]Lease, len(p.Leases))
+			}
+			maps.Copy(out.Leases, p.Leases)
+		}
+		if p.Next != "" {
+			out.Next = strconv.Itoa(n) + "/" + p.Next
+			return out, nil
+		}
+	}
+	return out, nil
 }
 
 // listSet pages through a sorted set of job ids: scheduled (ascending) or dead (descending).
@@ -594,14 +701,21 @@ func (e entryID) less(o entryID) bool { return e.ms < o.ms || e.ms == o.ms && e.
 // ErrNotFound for an unknown id, ErrUniqueHeld when another job holds the job's unique key, and
 // ErrInvalid for the dead record of an unreadable stream entry, which has no type to run.
 func (i *Inspector) Replay(ctx context.Context, queue, id string) error {
-	if err := i.check(queue, id); err != nil {
+	if err := i.checkJob(queue, id); err != nil {
 		return err
 	}
-	code, data, err := jobstate.Replay(ctx, i.rdb, i.keys(queue), id, i.cfg.Now().UnixMilli())
+	qs, err := i.lookup(ctx, queue, id)
 	if err != nil {
-		return fmt.Errorf("replay %s/%s: %w", queue, id, err)
+		return err
 	}
-	return replayError(queue, id, code, data)
+	now := i.cfg.Now().UnixMilli()
+	return onPartition(ctx, i.rdb, qs, id, func(q keys.Queue) error {
+		code, data, err := jobstate.Replay(ctx, i.rdb, q, id, now)
+		if err != nil {
+			return fmt.Errorf("replay %s/%s: %w", queue, id, err)
+		}
+		return replayError(queue, id, code, data)
+	})
 }
 
 func replayError(queue, id string, code script.Code, data string) error {
@@ -627,16 +741,45 @@ const replayChunk = 100
 // 100 per round trip, and returns how many it replayed. Jobs that die while it runs are left
 // for the next call (so a job that dies again at once is not replayed in a loop). Dead records
 // that cannot run again (ErrInvalid: no type; ErrUniqueHeld) stay in the dead set; the error
-// then counts them and names a few, and wraps their errors.
+// then counts them and names a few, and wraps their errors. A partitioned queue's partitions
+// are replayed one after the other.
 func (i *Inspector) ReplayAll(ctx context.Context, queue string) (int, error) {
 	if err := i.check(queue, ""); err != nil {
 		return 0, err
 	}
-	q := i.keys(queue)
+	qs, err := i.partitions(ctx, queue)
+	if err != nil {
+		return 0, err
+	}
+	replayed := 0
+	var stay []error
+	for _, q := range qs {
+		n, s, err := i.replayAll(ctx, q)
+		replayed += n
+		stay = append(stay, s...)
+		if err != nil {
+			return replayed, err
+		}
+	}
+	if len(stay) > 0 {
+		const named = 3
+		more := ""
+		if len(stay) > named {
+			more = fmt.Sprintf(" (the first %d below)", named)
+		}
+		return replayed, fmt.Errorf("replay all %s: %d dead jobs cannot run again and stay%s:\n%w",
+			queue, len(stay), more, errors.Join(stay[:min(named, len(stay))]...))
+	}
+	return replayed, nil
+}
+
+// replayAll is ReplayAll of one partition; it returns the errors of the jobs that stay apart.
+func (i *Inspector) replayAll(ctx context.Context, q keys.Queue) (int, []error, error) {
+	queue := q.Name()
 	// The last member in the set's order now: ReplayAll stops there.
 	lastZ, err := i.rdb.ZRevRangeWithScores(ctx, q.Dead(), 0, 0).Result()
 	if err != nil || len(lastZ) == 0 {
-		return 0, wrapErr(err, "replay all %s", queue)
+		return 0, nil, wrapErr(err, "replay all %s", queue)
 	}
 	last := jobstate.SetItem{Member: fmt.Sprint(lastZ[0].Member), Score: int64(lastZ[0].Score)}
 	var after *jobstate.SetItem
@@ -645,7 +788,7 @@ func (i *Inspector) ReplayAll(ctx context.Context, queue string) (int, error) {
 	for {
 		items, err := jobstate.SetPage(ctx, i.rdb, q.Dead(), false, after, replayChunk)
 		if err != nil {
-			return replayed, fmt.Errorf("replay all %s: %w", queue, err)
+			return replayed, stay, fmt.Errorf("replay all %s: %w", queue, err)
 		}
 		done := len(items) < replayChunk
 		for k, it := range items {
@@ -679,23 +822,14 @@ func (i *Inspector) ReplayAll(ctx context.Context, queue string) (int, error) {
 			}
 		}
 		if err != nil {
-			return replayed, fmt.Errorf("replay all %s: %w", queue, err)
+			return replayed, stay, fmt.Errorf("replay all %s: %w", queue, err)
 		}
 		if done {
 			break
 		}
 		after = &items[len(items)-1]
 	}
-	if len(stay) > 0 {
-		const named = 3
-		more := ""
-		if len(stay) > named {
-			more = fmt.Sprintf(" (the first %d below)", named)
-		}
-		return replayed, fmt.Errorf("replay all %s: %d dead jobs cannot run again and stay%s:\n%w",
-			queue, len(stay), more, errors.Join(stay[:min(named, len(stay))]...))
-	}
-	return replayed, nil
+	return replayed, stay, nil
 }
 
 // purgeChunk bounds the ids one purge_ids.lua call deletes.
@@ -712,7 +846,7 @@ func (i *Inspector) Purge(ctx context.Context, queue string, ids ...string) (int
 	var uniq []string
 	seen := make(map[string]bool, len(ids))
 	for _, id := range ids {
-		if err := validate(queue, id); err != nil {
+		if err := validateJob(queue, id); err != nil {
 			return 0, err
 		}
 		if !seen[id] {
@@ -723,16 +857,43 @@ func (i *Inspector) Purge(ctx context.Context, queue string, ids ...string) (int
 	if len(uniq) == 0 {
 		return 0, nil
 	}
-	q := i.keys(queue)
+	qs, err := i.partitions(ctx, queue)
+	if err != nil {
+		return 0, err
+	}
+	var errs []error
+	// The ids of each partition; in a partitioned queue each id is looked for first (one
+	// pipeline of EXISTS), and one found nowhere is not found.
+	byPart := [][]string{uniq}
+	if len(qs) > 1 {
+		at, err := locateJobs(ctx, i.rdb, qs, uniq)
+		if err != nil {
+			return 0, fmt.Errorf("purge %s: %w", queue, err)
+		}
+		byPart = make([][]string, len(qs))
+		for k, id := range uniq {
+			if at[k] < 0 {
+				errs = append(errs, fmt.Errorf("purge %s/%s: %w", queue, id, ErrNotFound))
+				continue
+			}
+			byPart[at[k]] = append(byPart[at[k]], id)
+		}
+	}
 	var calls []script.Call
-	for chunk := range slices.Chunk(uniq, purgeChunk) {
-		calls = append(calls, jobstate.PurgeIDsCall(q, chunk))
+	var chunks [][]string
+	for p, ids := range byPart {
+		for chunk := range slices.Chunk(ids, purgeChunk) {
+			calls = append(calls, jobstate.PurgeIDsCall(qs[p], chunk))
+			chunks = append(chunks, chunk)
+		}
+	}
+	if len(calls) == 0 {
+		return 0, errors.Join(errs...)
 	}
 	cmds, err := script.Pipelined(ctx, i.rdb, calls)
 	n := 0
-	var errs []error
 	for c, cmd := range cmds {
-		chunk := uniq[c*purgeChunk : min(len(uniq), (c+1)*purgeChunk)]
+		chunk := chunks[c]
 		rows, rerr := jobstate.PurgeIDsReply(cmd, len(chunk))
 		if rerr != nil {
 			err = cmp.Or(err, rerr)
@@ -762,6 +923,7 @@ const purgeAllChunk = 500
 
 // PurgeAll deletes the dead jobs of queue that died at least olderThan ago (0: all of them), 500
 // per script call, and returns how many. Age is measured by Redis's clock, not the caller's.
+// A partitioned queue's partitions are purged one after the other.
 func (i *Inspector) PurgeAll(ctx context.Context, queue string, olderThan time.Duration) (int, error) {
 	if err := i.check(queue, ""); err != nil {
 		return 0, err
@@ -769,18 +931,24 @@ func (i *Inspector) PurgeAll(ctx context.Context, queue string, olderThan time.D
 	if olderThan < 0 {
 		return 0, invalid("negative age %s", olderThan)
 	}
-	q := i.keys(queue)
+	qs, err := i.partitions(ctx, queue)
+	if err != nil {
+		return 0, err
+	}
 	total := 0
-	for {
-		n, err := jobstate.Purge(ctx, i.rdb, q, purgeAllChunk, olderThan.Milliseconds())
-		total += n
-		if err != nil {
-			return total, fmt.Errorf("purge %s: %w", queue, err)
-		}
-		if n < purgeAllChunk {
-			return total, nil
+	for _, q := range qs {
+		for {
+			n, err := jobstate.Purge(ctx, i.rdb, q, purgeAllChunk, olderThan.Milliseconds())
+			total += n
+			if err != nil {
+				return total, fmt.Errorf("purge %s: %w", queue, err)
+			}
+			if n < purgeAllChunk {
+				break
+			}
 		}
 	}
+	return total, nil
 }
 
 // ---- Queues ----
@@ -792,16 +960,21 @@ func (i *Inspector) PurgeAll(ctx context.Context, queue string, olderThan time.D
 // returns ErrQueueNotFound for a queue that is neither known nor has any key.
 //
 // The keys are found with SCAN pages (1000 keys a page) over "prefix:{queue}:*" on the one
-// node that holds the queue's hash slot (every node of a Ring), and unlinked a page at a time.
+// node that holds the queue's hash slot (every node of a Ring), and unlinked a page at a time;
+// a partitioned queue's over each partition's "prefix:{queue#i}:*" too, and its partition
+// count goes with it (a queue made again later has one partition unless CreateQueue says more).
 // It is not atomic with what else runs: stop the queue's producers and workers first, or a job
 // published meanwhile may be deleted half-way and a worker recreates the stream it reads.
 func (i *Inspector) DeleteQueue(ctx context.Context, queue string, force bool) error {
 	if err := i.check(queue, ""); err != nil {
 		return err
 	}
-	q := i.keys(queue)
+	p, err := partitionCount(ctx, i.rdb, i.cfg.Prefix, queue)
+	if err != nil {
+		return fmt.Errorf("delete queue %s: %w", queue, err)
+	}
 	if !force {
-		st, err := i.Stats(ctx, queue)
+		st, err := queueStats(ctx, i.rdb, i.cfg.Prefix, queue, p)
 		if err != nil {
 			return fmt.Errorf("delete queue %s: %w", queue, err)
 		}
@@ -814,11 +987,26 @@ func (i *Inspector) DeleteQueue(ctx context.Context, queue string, force bool) e
 	if err != nil {
 		return fmt.Errorf("delete queue %s: %w", queue, err)
 	}
-	n, err := deleteKeys(ctx, i.rdb, q.Base())
-	if err != nil {
-		return fmt.Errorf("delete queue %s (%d keys deleted): %w", queue, n, err)
+	qs := []keys.Queue{i.keys(queue)}
+	if p > 1 {
+		qs = append(qs, allPartitions(i.cfg.Prefix, queue, p)...)
 	}
-	// The name goes last: a deletion that failed half-way still shows the queue, to try again.
+	n := 0
+	for _, q := range qs {
+		m, err := deleteKeys(ctx, i.rdb, q.Base())
+		n += m
+		if err != nil {
+			return fmt.Errorf("delete queue %s (%d keys deleted): %w", queue, n, err)
+		}
+	}
+	// The partition count and the name go last: a deletion that failed half-way still shows
+	// the queue, to try again.
+	if p > 1 {
+		if err := i.rdb.HDel(ctx, keys.Partitions(i.cfg.Prefix), queue).Err(); err != nil {
+			return fmt.Errorf("delete queue %s: %w", queue, err)
+		}
+		n++
+	}
 	if err := i.rdb.SRem(ctx, keys.Queues(i.cfg.Prefix), queue).Err(); err != nil {
 		return fmt.Errorf("delete queue %s: %w", queue, err)
 	}
