@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"strconv"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 var (
@@ -29,7 +31,23 @@ var (
 	// ErrUniqueHeld is returned by Replay for a job published with a unique key that another
 	// live job holds now: replaying it would make two jobs with one key.
 	ErrUniqueHeld = errors.New("pipeline: unique key held by another job")
+	// ErrOutOfMemory is wrapped by the error of a publish that Redis refused because its used
+	// memory is over its maxmemory (with maxmemory-policy noeviction, the setting Conveyor
+	// needs, Redis refuses writes instead of evicting jobs). Nothing of the refused call was
+	// written (for EnqueueBatch, see its note on chunks); publish again once memory is freed
+	// (dead purge, a shorter retention) or maxmemory raised. Workers keep finishing the jobs
+	// they hold meanwhile (docs/OPERATIONS.md "When Redis refuses writes").
+	ErrOutOfMemory = errors.New("pipeline: Redis refused the write: out of memory (used memory > maxmemory)")
 )
+
+// outOfMemory wraps a Redis OOM refusal in err with ErrOutOfMemory, and returns any other
+// error as it is.
+func outOfMemory(err error) error {
+	if err == nil || errors.Is(err, ErrOutOfMemory) || !redis.IsOOMError(err) {
+		return err
+	}
+	return fmt.Errorf("%w: %w", ErrOutOfMemory, err)
+}
 
 func invalid(format string, args ...any) error {
 	return fmt.Errorf("%w: %s", ErrInvalid, fmt.Sprintf(format, args...))

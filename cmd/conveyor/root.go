@@ -28,8 +28,8 @@ import (
 	"github.com/conveyorq/conveyor/pipeline"
 )
 
-// Global settings. Every global flag has an environment variable; a flag given on the command
-// line wins over it.
+// Global settings. Every global flag has an environment variable (envVars); a flag given on
+// the command line wins over it.
 const (
 	envRedisURL     = "CONVEYOR_REDIS_URL"
 	envCluster      = "CONVEYOR_CLUSTER"
@@ -38,6 +38,34 @@ const (
 	envLogFormat    = "CONVEYOR_LOG_FORMAT"
 	defaultRedisURL = "redis://127.0.0.1:6379/0"
 )
+
+// envVar is an environment variable that the binary reads, and the flag that wins over it.
+type envVar struct {
+	Name    string // CONVEYOR_...
+	Command string // the command whose flag it stands for; "" for a global flag
+	Flag    string // that flag's name, without dashes
+}
+
+// envVars is every environment variable the binary reads: those of the global flags, which
+// setup applies, and those of single commands' flags. rootCmd adds "env $NAME" to each flag's
+// help from it. It is the one list to check a deployment against: TestEnvVars checks that
+// every global flag has its variable here and that the source reads no CONVEYOR_ variable
+// missing from it, and the docker-compose test checks that docker-compose.yml sets only
+// variables listed here. A new variable is one row here (and, for a command's flag, the
+// command reading it).
+var envVars = []envVar{
+	{envRedisURL, "", "redis"},
+	{envCluster, "", "cluster"},
+	{envPrefix, "", "prefix"},
+	{envLogLevel, "", "log-level"},
+	{envLogFormat, "", "log-format"},
+	{envTLSCA, "", "tls-ca"},
+	{envTLSCert, "", "tls-cert"},
+	{envTLSKey, "", "tls-key"},
+	{envTLSServerName, "", "tls-server-name"},
+	{envAPIAddr, "serve", "addr"},
+	{envAPIToken, "serve", "auth-token"},
+}
 
 // commands builds the subcommands. Each subcommand's file adds itself from its init, so a new
 // subcommand (serve, say) is one new file.
@@ -79,6 +107,8 @@ type app struct {
 	prefix        string
 	level         logLevel
 	format        logFormat
+	tls           tlsFlags
+	fromEnv       map[string]string // flag name -> "$VARIABLE", for the global flags the environment set
 
 	log zerolog.Logger
 	rdb redis.UniversalClient
@@ -154,17 +184,20 @@ New here? Run 'conveyor demo': it needs no Redis of its own.`,
 	}
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
 	f := root.PersistentFlags()
-	f.StringVar(&a.redisURL, "redis", defaultRedisURL,
-		"Redis URL (redis://, rediss:// for TLS, unix://); env $"+envRedisURL)
-	f.BoolVar(&a.cluster, "cluster", false,
-		"treat --redis as a Redis Cluster seed URL (redis://h1:p1?addr=h2:p2); env $"+envCluster)
-	f.StringVar(&a.prefix, "prefix", keys.DefaultPrefix, "prefix of every Redis key; env $"+envPrefix)
+	f.StringVar(&a.redisURL, "redis", defaultRedisURL, "Redis URL (redis://, rediss:// for TLS, unix://)")
+	f.BoolVar(&a.cluster, "cluster", false, "treat --redis as a Redis Cluster seed URL (redis://h1:p1?addr=h2:p2)")
+	f.StringVar(&a.prefix, "prefix", keys.DefaultPrefix, "prefix of every Redis key")
 	a.level = logLevel(zerolog.InfoLevel)
-	f.Var(&a.level, "log-level", "log level on stderr: trace, debug, info, warn or error; env $"+envLogLevel)
-	f.Var(&a.format, "log-format", "log format on stderr: console or json (default console on a terminal, json otherwise); env $"+envLogFormat)
+	f.Var(&a.level, "log-level", "log level on stderr: trace, debug, info, warn or error")
+	f.Var(&a.format, "log-format", "log format on stderr: console or json (default console on a terminal, json otherwise)")
+	f.StringVar(&a.tls.ca, "tls-ca", "", "PEM file of the CA that signed Redis's certificate, for rediss:// (default the system's CAs)")
+	f.StringVar(&a.tls.cert, "tls-cert", "", "PEM file of a client certificate to present to Redis, for rediss:// (with --tls-key)")
+	f.StringVar(&a.tls.key, "tls-key", "", "PEM file of the private key of --tls-cert")
+	f.StringVar(&a.tls.serverName, "tls-server-name", "", "name to verify Redis's certificate against (default the host of the URL)")
 	for _, newCmd := range commands {
 		root.AddCommand(newCmd(a))
 	}
+	showEnvInHelp(root)
 	finishRoot(a, root)
 	return root
 }
@@ -186,33 +219,18 @@ func (a *app) setup(cmd *cobra.Command, _ []string) error {
 		f := cmd.Flags().Lookup(name)
 		return f != nil && f.Changed
 	}
-	var errs []error
-	fromEnv := func(flag, env string, set func(string) error) {
-		if v := a.getenv(env); v != "" && !changed(flag) {
-			if err := set(v); err != nil {
-				errs = append(errs, usageErrorf("$%s %q: %v", env, v, err))
-			}
-		}
-	}
+	errs := a.applyEnv(cmd)
 	if changed("redis") {
 		a.redisExplicit, a.redisSource = true, "--redis"
+	} else if a.fromEnv["redis"] != "" {
+		a.redisSource = "$" + envRedisURL
 	}
-	fromEnv("redis", envRedisURL, func(v string) error { a.redisURL, a.redisSource = v, "$"+envRedisURL; return nil })
-	fromEnv("cluster", envCluster, func(v string) error {
-		b, err := strconv.ParseBool(v)
-		if err != nil {
-			return errors.New("want true or false")
-		}
-		a.cluster = b
-		return nil
-	})
-	fromEnv("prefix", envPrefix, func(v string) error { a.prefix = v; return nil })
-	fromEnv("log-level", envLogLevel, a.level.Set)
-	fromEnv("log-format", envLogFormat, a.format.Set)
 	if a.prefix == "" {
 		errs = append(errs, usageErrorf("--prefix must not be empty"))
 	}
 	if err := checkRedisURL(a.redisURL, a.redisSource, a.cluster); err != nil {
+		errs = append(errs, err)
+	} else if err := a.tls.check(a.redisURL, a.cluster, a.source); err != nil {
 		errs = append(errs, err)
 	}
 	if len(errs) > 0 {
@@ -220,6 +238,55 @@ func (a *app) setup(cmd *cobra.Command, _ []string) error {
 	}
 	a.log = newLogger(a.stderr, a.format, zerolog.Level(a.level))
 	return nil
+}
+
+// applyEnv sets each global flag not given on the command line from its environment variable
+// (envVars), as if it had been given; a malformed value is a usage error naming the variable.
+func (a *app) applyEnv(cmd *cobra.Command) []error {
+	var errs []error
+	a.fromEnv = map[string]string{}
+	for _, ev := range envVars {
+		f := cmd.Flags().Lookup(ev.Flag)
+		v := a.getenv(ev.Name)
+		if ev.Command != "" || f == nil || f.Changed || v == "" {
+			continue
+		}
+		if err := f.Value.Set(v); err != nil {
+			if f.Value.Type() == "bool" {
+				err = errors.New("want true or false")
+			}
+			errs = append(errs, usageErrorf("$%s %q: %v", ev.Name, v, err))
+			continue
+		}
+		a.fromEnv[ev.Flag] = "$" + ev.Name
+	}
+	return errs
+}
+
+// source names where a global flag's value came from, for messages: "--flag" or "$VARIABLE".
+func (a *app) source(flag string) string {
+	if env := a.fromEnv[flag]; env != "" {
+		return env
+	}
+	return "--" + flag
+}
+
+// showEnvInHelp ends the help of every flag that has an environment variable (envVars) with
+// "env $NAME", unless it says so already.
+func showEnvInHelp(root *cobra.Command) {
+	for _, ev := range envVars {
+		flags := root.PersistentFlags()
+		if ev.Command != "" {
+			c, _, err := root.Find([]string{ev.Command})
+			if err != nil || c == root {
+				continue
+			}
+			flags = c.Flags()
+		}
+		if f := flags.Lookup(ev.Flag); f != nil && !strings.Contains(f.Usage, "env $"+ev.Name) {
+			f.Usage += "; env $" + ev.Name
+		}
+	}
 }
 
 // newLogger returns the logger of every command: JSON lines, or a console writer (the default
@@ -268,7 +335,7 @@ func checkRedisURL(raw, source string, cluster bool) error {
 		return usageErrorf("%s %s has no scheme: did you mean %s?", source, quoteRedacted(raw), redactURL("redis://"+raw))
 	}
 	msg := strings.TrimPrefix(err.Error(), "redis: ")
-	return usageErrorf("%s %s: %s (want redis://host:port/db, rediss:// for TLS or unix:///path)", source, redactURL(raw), msg)
+	return usageErrorf("%s %s: %s (want redis://host:port/db, rediss:// for TLS, unix:///path or redis://sentinel:26379?master_name=NAME&addr=sentinel2:26379)", source, redactURL(raw), msg)
 }
 
 // quoteRedacted shows a URL without a scheme, hiding what may be a password (user:secret@host).
@@ -289,13 +356,18 @@ func (a *app) redisChosen() bool { return a.redisExplicit || a.getenv(envRedisUR
 // dials lazily: a bad address shows up as the first command's error.
 func (a *app) redis() (redis.UniversalClient, error) {
 	if a.rdb == nil {
-		rdb, err := dial(a.redisURL, a.cluster)
+		rdb, err := a.dial()
 		if err != nil {
 			return nil, err
 		}
 		a.rdb = rdb
 	}
 	return a.rdb, nil
+}
+
+// dial opens a new connection to the configured server, with the TLS flags.
+func (a *app) dial() (redis.UniversalClient, error) {
+	return dial(a.redisURL, a.cluster, a.tls.apply)
 }
 
 // client returns a pipeline.Client over the configured server.
@@ -325,33 +397,59 @@ func (a *app) close() {
 
 // dial opens a client for a redis://, rediss:// or unix:// URL, or a cluster client for a
 // cluster seed URL.
-func dial(rawURL string, cluster bool) (redis.UniversalClient, error) {
+func dial(rawURL string, cluster bool, configure ...func(opt any) error) (redis.UniversalClient, error) {
 	opt, err := parseRedisURL(rawURL, cluster)
 	if err != nil {
 		return nil, usageErrorf("redis URL %s: %s", redactURL(rawURL), strings.TrimPrefix(err.Error(), "redis: "))
 	}
+	for _, c := range configure { // the TLS flags (app.dial)
+		if err := c(opt); err != nil {
+			return nil, err
+		}
+	}
 	switch opt := opt.(type) {
 	case *redis.ClusterOptions:
 		return redis.NewClusterClient(opt), nil
+	case *redis.FailoverOptions:
+		// It asks the sentinels for the master at each new connection, so it follows a
+		// failover; commands that fail meanwhile return errors, which callers retry.
+		return redis.NewFailoverClient(opt), nil
 	default:
 		return redis.NewClient(opt.(*redis.Options)), nil
 	}
 }
 
-// parseRedisURL parses a Redis URL into *redis.Options, or with cluster a seed URL into
-// *redis.ClusterOptions.
+// parseRedisURL parses a Redis URL into *redis.Options, with cluster a seed URL into
+// *redis.ClusterOptions, and a Sentinel URL (one with master_name, in go-redis's
+// ParseFailoverURL form: redis://s1:26379?master_name=mymaster&addr=s2:26379) into
+// *redis.FailoverOptions. A Sentinel URL's user and password are the sentinels'; the master's
+// are its username and password parameters.
 func parseRedisURL(rawURL string, cluster bool) (any, error) {
+	if u, err := url.Parse(rawURL); err == nil && u.Query().Has("master_name") {
+		if cluster {
+			return nil, errors.New("master_name names a Sentinel master, which --cluster does not take (a Sentinel URL needs no --cluster)")
+		}
+		if u.Query().Get("master_name") == "" {
+			return nil, errors.New("master_name is empty: name the master the sentinels monitor")
+		}
+		return redis.ParseFailoverURL(rawURL)
+	}
 	if cluster {
 		return redis.ParseClusterURL(rawURL)
 	}
 	return redis.ParseURL(rawURL)
 }
 
-// redactURL hides the password of a URL for messages.
+// redactURL hides the passwords of a URL for messages: the user's, and the password
+// parameter of a Sentinel URL (the master's).
 func redactURL(raw string) string {
 	u, err := url.Parse(raw)
 	if err != nil {
 		return "(unparsable URL)"
+	}
+	if q := u.Query(); q.Get("password") != "" {
+		q.Set("password", "xxxxx")
+		u.RawQuery = q.Encode()
 	}
 	return u.Redacted()
 }
@@ -605,6 +703,12 @@ func (f *logFormat) Set(s string) error {
 // invalid argument: ", "pipeline: ") are dropped, since they mean nothing on the command line.
 func (a *app) describe(err error) string {
 	url := redactURL(a.redisURL)
+	if msg := tlsRefusal(err, url); msg != "" {
+		return msg
+	}
+	if errors.Is(err, pipeline.ErrOutOfMemory) {
+		return a.outOfMemory(err, url)
+	}
 	if cause := unreachable(err); cause != "" {
 		return fmt.Sprintf("cannot reach Redis at %s: %s; is Redis running there? set --redis or %s", url, cause, envRedisURL)
 	}

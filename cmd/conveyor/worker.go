@@ -74,6 +74,7 @@ the visibility timeout.`,
 			if err != nil {
 				return err
 			}
+			warnEviction(cmd.Context(), a.log, rdb)
 			cfg.Prefix, cfg.Logger = a.prefix, a.log
 			w := pipeline.NewWorker(rdb, cfg)
 			handlers.Register(w)
