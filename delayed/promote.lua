@@ -9,12 +9,15 @@
 -- meanwhile) just leaves the set. Any number of schedulers may run this at once: each promotion
 -- happens once because the whole move is one script.
 -- Returns {CV_OK, moved, next due time in unix ms or -1 when the set is empty, Redis's time in unix
--- us}. The time is in microseconds so that the caller's wait (next due - Redis's time) does
--- not round up by as much as a millisecond.
+-- us, lag in ms or -1 when nothing was due}. The time is in microseconds so that the caller's wait
+-- (next due - Redis's time) does not round up by as much as a millisecond. The lag is how long
+-- the most overdue job of the batch waited past its due time (one ZSCORE, only when some are due).
 local t = redis.call('TIME')
 local now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local now = math.floor(now_us / 1000)
 local ids = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, ARGV[1])
+local lag = -1
+if #ids > 0 then lag = now - tonumber(redis.call('ZSCORE', KEYS[1], ids[1])) end
 local moved = 0
 for _, id in ipairs(ids) do
   local jobkey = ARGV[2] .. id
@@ -31,5 +34,5 @@ end
 -- In chunks: unpack of a long list fails after the writes above were applied.
 if #ids > 0 then cv_call_list('ZREM', KEYS[1], {}, ids) end
 local first = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
-if #first == 0 then return {CV_OK, moved, -1, now_us} end
-return {CV_OK, moved, tonumber(first[2]), now_us}
+if #first == 0 then return {CV_OK, moved, -1, now_us, lag} end
+return {CV_OK, moved, tonumber(first[2]), now_us, lag}

@@ -104,6 +104,10 @@ type Config struct {
 	MaxSleep time.Duration
 	// Logger receives errors (component=scheduler).
 	Logger zerolog.Logger
+	// OnPromote, when set, is called by Run after each promotion that moved jobs: how many,
+	// and how long the most overdue of them waited past its due time by Redis's clock (the
+	// scheduler's lag). It is for metrics: it runs on Run's goroutine and must return quickly.
+	OnPromote func(queue string, moved int, lag time.Duration)
 }
 
 // Validate reports the fields of c that are unusable (see Config); nil when every field is
@@ -161,25 +165,27 @@ func (s *Scheduler) Promote(ctx context.Context, queue string) (moved int, next,
 	if s.err != nil {
 		return 0, time.Time{}, time.Time{}, s.err
 	}
-	return s.promote(ctx, queue, s.cfg.BatchSize)
+	moved, next, redisNow, _, err = s.promote(ctx, queue, s.cfg.BatchSize)
+	return moved, next, redisNow, err
 }
 
-// promote is Promote with a batch of limit jobs.
-func (s *Scheduler) promote(ctx context.Context, queue string, limit int) (int, time.Time, time.Time, error) {
+// promote is Promote with a batch of limit jobs; it also returns the batch's lag (see
+// Config.OnPromote), negative when nothing was due.
+func (s *Scheduler) promote(ctx context.Context, queue string, limit int) (int, time.Time, time.Time, time.Duration, error) {
 	q := keys.New(s.cfg.Prefix, queue)
 	res, err := promoteScript.Run(ctx, s.rdb, []string{q.Scheduled(), q.Stream()},
 		limit, q.JobPrefix()).Int64Slice()
 	if err != nil {
-		return 0, time.Time{}, time.Time{}, fmt.Errorf("promote %s: %w", queue, err)
+		return 0, time.Time{}, time.Time{}, 0, fmt.Errorf("promote %s: %w", queue, err)
 	}
-	if len(res) != 4 || res[0] != int64(script.OK) {
-		return 0, time.Time{}, time.Time{}, fmt.Errorf("promote %s: unexpected reply %v", queue, res)
+	if len(res) != 5 || res[0] != int64(script.OK) {
+		return 0, time.Time{}, time.Time{}, 0, fmt.Errorf("promote %s: unexpected reply %v", queue, res)
 	}
 	var next time.Time
 	if res[2] >= 0 {
 		next = time.UnixMilli(res[2])
 	}
-	return int(res[1]), next, time.UnixMicro(res[3]), nil
+	return int(res[1]), next, time.UnixMicro(res[3]), time.Duration(res[4]) * time.Millisecond, nil
 }
 
 // Run promotes due jobs until ctx ends; it returns nil then. Redis errors are logged and retried.
@@ -264,7 +270,7 @@ func (s *Scheduler) promoteDue(ctx context.Context, queue string, offset *time.D
 		// one taken just before the call. Measured from it, a wait ends when Redis's clock
 		// reaches the due time, give or take the trip of the next request.
 		start := time.Now()
-		moved, next, redisNow, err := s.promote(ctx, queue, s.cfg.BatchSize)
+		moved, next, redisNow, lag, err := s.promote(ctx, queue, s.cfg.BatchSize)
 		if err != nil {
 			now := time.Now()
 			if ctx.Err() != nil {
@@ -285,6 +291,9 @@ func (s *Scheduler) promoteDue(ctx context.Context, queue string, offset *time.D
 		*offset = redisNow.Sub(start)
 		if moved > 0 {
 			s.log.Debug().Str("queue", queue).Int("num_promoted", moved).Msg("promoted due jobs")
+			if s.cfg.OnPromote != nil {
+				s.cfg.OnPromote(queue, moved, max(0, lag))
+			}
 		}
 		if moved < s.cfg.BatchSize {
 			// Bounded even when the next job is far off: a wake message missed meanwhile (a

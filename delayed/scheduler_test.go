@@ -868,3 +868,31 @@ func BenchmarkDelayedLateness(b *testing.B) {
 		b.Errorf("%d jobs reached the stream before they were due (min lateness %d ms)", early, lateness[0])
 	}
 }
+
+// OnPromote hears each promotion that moved jobs, with the lag of its most overdue job: jobs
+// due an hour ago (by a producer's clock an hour behind) are promoted about an hour late.
+func TestOnPromoteReportsLag(t *testing.T) {
+	t.Parallel()
+	b := setupBehind(t, time.Hour)
+	b.schedule(t, 3, pipeline.WithDelay(time.Second))
+	type call struct {
+		queue string
+		moved int
+		lag   time.Duration
+	}
+	calls := make(chan call, 10)
+	s := b.scheduler(delayed.Config{OnPromote: func(queue string, moved int, lag time.Duration) {
+		calls <- call{queue, moved, lag}
+	}})
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() { done <- s.Run(ctx) }()
+	c := <-calls
+	cancel()
+	require.NoError(t, <-done)
+	require.Equal(t, b.queue, c.queue)
+	require.Equal(t, 3, c.moved)
+	require.Greater(t, c.lag, time.Hour-2*time.Second, "lag of jobs due an hour ago")
+	require.Less(t, c.lag, time.Hour+time.Minute)
+	require.Empty(t, calls, "a promotion that moved nothing is not reported")
+}

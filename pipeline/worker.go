@@ -98,6 +98,9 @@ type WorkerConfig struct {
 	// set zerolog.DurationFieldFormat to zerolog.DurationFormatString, as the conveyor
 	// command does, to log them with their units (retry_in=756ms).
 	Logger zerolog.Logger
+	// Hooks are told about the worker's background work (promotions, recoveries, the recovery
+	// lock), for metrics; see package metrics. The zero value tells nobody.
+	Hooks WorkerHooks
 }
 
 func (c WorkerConfig) withDefaults() WorkerConfig {
@@ -182,12 +185,12 @@ const (
 )
 
 func (c WorkerConfig) scheduler() delayed.Config {
-	return delayed.Config{Prefix: c.Prefix, Queues: c.Queues, Logger: c.Logger.With().Str("worker", c.Name).Logger()}
+	return c.Hooks.scheduler(delayed.Config{Prefix: c.Prefix, Queues: c.Queues, Logger: c.Logger.With().Str("worker", c.Name).Logger()})
 }
 
 func (c WorkerConfig) recoverer(queue string) recovery.Config {
-	return recovery.Config{Prefix: c.Prefix, Queue: queue, VisibilityTimeout: c.VisibilityTimeout,
-		Interval: c.RecoveryInterval, Logger: c.Logger.With().Str("worker", c.Name).Logger()}
+	return c.Hooks.recoverer(recovery.Config{Prefix: c.Prefix, Queue: queue, VisibilityTimeout: c.VisibilityTimeout,
+		Interval: c.RecoveryInterval, Logger: c.Logger.With().Str("worker", c.Name).Logger()})
 }
 
 // Worker runs handlers for the jobs of its queues. Register handlers with Handle, then call

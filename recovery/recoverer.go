@@ -186,6 +186,11 @@ type Config struct {
 	// Now returns the current time written into jobs; tests may replace it. Defaults to
 	// time.Now.
 	Now func() time.Time
+	// OnLock and OnScan, when set, are told when this Recoverer takes (true) and lets go
+	// (false) of the queue's lock, and what each scan it ran did. They are for metrics: they
+	// run on RunOnce's goroutine and must return quickly.
+	OnLock func(held bool)
+	OnScan func(Result)
 }
 
 // Validate reports what in c is unusable (see Config), all of it at once; nil if nothing.
@@ -370,11 +375,17 @@ func (r *Recoverer) RunOnce(ctx context.Context) (Result, bool, error) {
 			serr = ErrLockLost
 			return nil
 		}
+		if r.cfg.OnLock != nil {
+			r.cfg.OnLock(true)
+		}
 		serr = r.scanAndPrune(ctx, token, &res)
 		return nil
 	})
 	r.note(ctx, err) // the lock's own calls
 	if ran {
+		if r.cfg.OnLock != nil {
+			r.cfg.OnLock(false)
+		}
 		r.report(res)
 	}
 	return res, ran, errors.Join(err, serr)
@@ -391,6 +402,9 @@ func (r *Recoverer) scanAndPrune(ctx context.Context, token string, res *Result)
 }
 
 func (r *Recoverer) report(res Result) {
+	if r.cfg.OnScan != nil {
+		r.cfg.OnScan(res)
+	}
 	r.requeued.Add(int64(res.Requeued))
 	r.dead.Add(int64(res.Dead))
 	if res.Requeued+res.Dead+res.Poison+res.Dropped > 0 {

@@ -965,3 +965,31 @@ func TestRecovererNeverPrunesConsumersWithPendingEntries(t *testing.T) {
 	require.Equal(t, "holder", consumers[0].Name)
 	require.EqualValues(t, 3, consumers[0].Pending, "its pending entries are intact")
 }
+
+// OnLock hears the lock taken and let go around each scan this Recoverer runs, with the lock
+// really held in between, and OnScan hears what the scan did; a scan skipped because another
+// process holds the lock tells neither.
+func TestRecovererHooks(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	deliverOne(t, b, deadIdle)
+	var events []string
+	cfg := recovery.Config{
+		OnLock: func(held bool) {
+			lock := b.rdb.Get(context.Background(), b.q.RecoveryLock()).Val()
+			events = append(events, fmt.Sprintf("lock %v (key set: %v)", held, lock != ""))
+		},
+		OnScan: func(res recovery.Result) { events = append(events, fmt.Sprintf("scan %d", res.Requeued)) },
+	}
+	_, ran, err := b.recoverer(cfg).RunOnce(t.Context())
+	require.NoError(t, err)
+	require.True(t, ran)
+	require.Equal(t, []string{"lock true (key set: true)", "lock false (key set: false)", "scan 1"}, events)
+
+	events = nil
+	require.NoError(t, b.rdb.Set(t.Context(), b.q.RecoveryLock(), "another-process", time.Minute).Err())
+	_, ran, err = b.recoverer(cfg).RunOnce(t.Context())
+	require.NoError(t, err)
+	require.False(t, ran)
+	require.Empty(t, events)
+}
