@@ -171,6 +171,7 @@ func (a *app) serve(ctx context.Context, sf *serveFlags) error {
 	if err != nil {
 		return err
 	}
+	warnEviction(ctx, a.log, client.Redis())
 	log := a.log.With().Str("component", "api").Logger()
 	srv, err := api.New(client, insp, api.Config{AuthToken: token, MaxWait: sf.maxWait, Logger: log,
 		Dashboard: api.Dashboard()})
