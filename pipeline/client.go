@@ -124,7 +124,8 @@ func (c *Client) Prefix() string { return c.cfg.Prefix }
 // holds, nothing new is written and that existing job is returned with Duplicate set; when the
 // job WithID names has another type or payload, Enqueue refuses with ErrConflict, saying what
 // differs, and writes nothing.
-func (c *Client) Enqueue(ctx context.Context, queue string, task Task, opts ...Option) (*Job, error) {
+func (c *Client) Enqueue(ctx context.Context, queue string, task Task, opts ...Option) (_ *Job, err error) {
+	defer func() { err = outOfMemory(err) }()
 	if err := c.check(queue, ""); err != nil {
 		return nil, err
 	}
@@ -151,7 +152,8 @@ func (c *Client) Enqueue(ctx context.Context, queue string, task Task, opts ...O
 // with those ids (WithID) is idempotent. Jobs that existed already come back with Duplicate
 // set; a task whose id names a job with another type or payload is not written, and the error
 // (wrapping ErrConflict, one per such task) comes back with the other jobs, which were.
-func (c *Client) EnqueueBatch(ctx context.Context, queue string, tasks []Task, opts ...Option) ([]*Job, error) {
+func (c *Client) EnqueueBatch(ctx context.Context, queue string, tasks []Task, opts ...Option) (_ []*Job, err error) {
+	defer func() { err = outOfMemory(err) }()
 	if err := c.check(queue, ""); err != nil {
 		return nil, err
 	}
