@@ -325,10 +325,8 @@ func (c *Client) prepare(queue string, t *Task, now time.Time, common []Option, 
 		}
 		md = merged
 	}
-	for k := range md {
-		if k == "" || k[0] == '_' {
-			return nil, invalid("metadata key %q: keys must be non-empty and not start with '_' (reserved)", k)
-		}
+	if err := validateMetadata(md); err != nil {
+		return nil, err
 	}
 	encMD, err := stream.EncodeMetadata(md)
 	if err != nil {
@@ -366,7 +364,7 @@ func (c *Client) prepare(queue string, t *Task, now time.Time, common []Option, 
 		maxRetries = o.maxRetries
 	}
 	*nj = jobstate.NewJob{ID: id, Type: t.Type, Payload: t.Payload, Metadata: encMD,
-		MaxRetries: maxRetries, TimeoutMS: o.timeout.Milliseconds(), RunAt: runAt.UnixMilli(),
+		MaxRetries: maxRetries, TimeoutMS: timeoutMS(o.timeout), RunAt: runAt.UnixMilli(),
 		ChosenID: chosen}
 	if o.hasRetain {
 		nj.Retention = strconv.FormatInt(retentionMS(o.retention), 10)
@@ -376,25 +374,9 @@ func (c *Client) prepare(queue string, t *Task, now time.Time, common []Option, 
 	}
 	return &Job{
 		ID: id, Queue: queue, Type: t.Type, Payload: t.Payload, Metadata: md,
-		MaxRetries: maxRetries, Timeout: o.timeout,
+		MaxRetries: maxRetries, Timeout: time.Duration(timeoutMS(o.timeout)) * time.Millisecond,
 		CreatedAt: now, RunAt: runAt, Version: 1,
 	}, nil
-}
-
-// validateType accepts 1 to 128 bytes with no spaces or control characters.
-func validateType(t string) error {
-	if t == "" {
-		return invalid("empty job type")
-	}
-	if len(t) > keys.MaxNameLen {
-		return invalid("job type longer than %d bytes", keys.MaxNameLen)
-	}
-	for i := 0; i < len(t); i++ {
-		if t[i] <= ' ' || t[i] == 0x7f {
-			return invalid("job type %q has a space or control character", t)
-		}
-	}
-	return nil
 }
 
 // retentionMS turns a retention setting into the scripts' form: 0 deletes at once.
@@ -452,7 +434,7 @@ func NewID() string { return ulid.Make().String() }
 
 // Get returns the job's current state, or ErrNotFound.
 func (c *Client) Get(ctx context.Context, queue, id string) (*Job, error) {
-	if err := c.check(queue, id); err != nil {
+	if err := c.checkJob(queue, id); err != nil {
 		return nil, err
 	}
 	return getJob(ctx, c.rdb, c.keys(queue), id)
@@ -534,7 +516,7 @@ func jobFromHash(queue, id string, flat []string) (*Job, error) {
 // job's handler has its context cancelled at the worker's next lease renewal and its result is
 // refused. It returns ErrNotCancelable for a finished job and ErrNotFound for an unknown one.
 func (c *Client) Cancel(ctx context.Context, queue, id string) error {
-	if err := c.check(queue, id); err != nil {
+	if err := c.checkJob(queue, id); err != nil {
 		return err
 	}
 	return cancelJob(ctx, c.rdb, c.keys(queue), id, c.cfg.Now(), c.cfg.Retention, c.cfg.MinRetention)

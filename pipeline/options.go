@@ -1,10 +1,6 @@
 package pipeline
 
-import (
-	"time"
-
-	"github.com/conveyorq/conveyor/internal/keys"
-)
+import "time"
 
 // Option sets how one job is enqueued. Options are checked when Enqueue runs: a bad value is
 // an error wrapping ErrInvalid and nothing is written.
@@ -74,7 +70,8 @@ func WithMaxRetries(n int) Option {
 }
 
 // WithTimeout bounds each attempt: the handler's context is cancelled after d and the attempt
-// counts as failed. Zero means no timeout; negative is refused.
+// counts as failed. Zero means no timeout; negative is refused. Timeouts are kept in whole
+// milliseconds: a shorter one becomes one millisecond.
 func WithTimeout(d time.Duration) Option {
 	return func(o *enqueueOptions) {
 		if d < 0 {
@@ -86,11 +83,12 @@ func WithTimeout(d time.Duration) Option {
 
 // WithUnique de-duplicates: while a job enqueued with the same key in the same queue is alive
 // (not finished) and ttl has not passed, Enqueue returns that job instead of making a new one.
-// The key is freed when the job ends.
+// The key is freed when the job ends. Keys are 1 to 128 bytes of UTF-8 without control
+// characters.
 func WithUnique(key string, ttl time.Duration) Option {
 	return func(o *enqueueOptions) {
-		if key == "" || len(key) > keys.MaxNameLen {
-			o.errs = append(o.errs, invalid("unique key must be 1 to %d bytes", keys.MaxNameLen))
+		if err := validateUniqueKey(key); err != nil {
+			o.errs = append(o.errs, err)
 		}
 		if ttl <= 0 {
 			o.errs = append(o.errs, invalid("unique ttl %s must be positive", ttl))
@@ -110,7 +108,9 @@ func WithRetention(d time.Duration) Option {
 	}
 }
 
-// WithMetadata adds metadata pairs (merged over the task's own).
+// WithMetadata adds metadata pairs (merged over the task's own). The merged metadata is
+// limited to MaxMetadataEntries pairs and MaxMetadataBytes; keys are UTF-8 without control
+// characters and do not start with '_', values are UTF-8.
 func WithMetadata(md map[string]string) Option {
 	return func(o *enqueueOptions) {
 		if o.metadata == nil {

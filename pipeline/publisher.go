@@ -216,6 +216,9 @@ func (p *Publisher) task(msg *message.Message) (Task, error) {
 			md[k] = v
 		}
 	}
+	if err := validateMetadata(md); err != nil {
+		return Task{}, err
+	}
 	t := Task{Type: p.cfg.DefaultType, Payload: msg.Payload, Metadata: md}
 	opts, err := p.options(ctrl, &t)
 	if err != nil {

@@ -1,0 +1,145 @@
+package pipeline
+
+import (
+	"fmt"
+	"time"
+	"unicode"
+	"unicode/utf8"
+
+	"github.com/conveyorq/conveyor/internal/keys"
+)
+
+// Limits of a job's metadata. Metadata travels with every attempt (in the stream entry, then in
+// the job's hash) and is handed to every handler and Watermill middleware: it is for trace
+// ids and routing hints, not for data, which belongs in the payload.
+const (
+	// MaxMetadataEntries bounds the pairs of a job's metadata.
+	MaxMetadataEntries = 64
+	// MaxMetadataBytes bounds the bytes of a job's metadata keys and values together.
+	MaxMetadataBytes = 8 << 10
+)
+
+// validateType accepts 1 to 128 bytes of UTF-8 with no spaces or control characters: the type
+// is the last field of a stream entry's space-separated job field, and it is printed in logs
+// and status lines.
+func validateType(t string) error {
+	if t == "" {
+		return invalid("empty job type")
+	}
+	if len(t) > keys.MaxNameLen {
+		return invalid("job type longer than %d bytes", keys.MaxNameLen)
+	}
+	switch textProblem(t, false) {
+	case notUTF8:
+		return invalid("job type %q is not valid UTF-8", t)
+	case hasControl, hasSpace:
+		return invalid("job type %q has a space or control character", t)
+	}
+	return nil
+}
+
+// validateMetadata checks a job's metadata: at most MaxMetadataEntries pairs and
+// MaxMetadataBytes of keys and values, keys non-empty, not starting with '_' (reserved), of
+// UTF-8 with no control characters, values of UTF-8 (metadata is shown as JSON, which cannot
+// carry other bytes).
+func validateMetadata(md map[string]string) error {
+	if len(md) > MaxMetadataEntries {
+		return invalid("metadata has %d entries, the limit is %d", len(md), MaxMetadataEntries)
+	}
+	size := 0
+	for k, v := range md {
+		size += len(k) + len(v)
+		switch {
+		case k == "" || k[0] == '_':
+			return invalid("metadata key %q: keys must be non-empty and not start with '_' (reserved)", k)
+		case textProblem(k, true) == notUTF8:
+			return invalid("metadata key %q is not valid UTF-8", k)
+		case textProblem(k, true) == hasControl:
+			return invalid("metadata key %q has a control character", k)
+		case !utf8.ValidString(v):
+			return invalid("metadata value of key %q is not valid UTF-8", k)
+		}
+	}
+	if size > MaxMetadataBytes {
+		return invalid("metadata has %d bytes of keys and values, the limit is %d", size, MaxMetadataBytes)
+	}
+	return nil
+}
+
+// validateUniqueKey checks a WithUnique key: 1 to 128 bytes of UTF-8 with no control
+// characters (it is part of a Redis key name, and printed).
+func validateUniqueKey(key string) error {
+	if key == "" || len(key) > keys.MaxNameLen {
+		return invalid("unique key must be 1 to %d bytes", keys.MaxNameLen)
+	}
+	switch textProblem(key, true) {
+	case notUTF8:
+		return invalid("unique key %q is not valid UTF-8", key)
+	case hasControl:
+		return invalid("unique key %q has a control character", key)
+	}
+	return nil
+}
+
+type textIssue int
+
+const (
+	textOK textIssue = iota
+	notUTF8
+	hasControl
+	hasSpace
+)
+
+// textProblem reports the first problem of s as a name: invalid UTF-8, a control character
+// (C0, DEL or C1) or, unless spaces are allowed, a Unicode space.
+func textProblem(s string, spaces bool) textIssue {
+	if !utf8.ValidString(s) {
+		return notUTF8
+	}
+	for _, r := range s {
+		switch {
+		case unicode.IsControl(r):
+			return hasControl
+		case !spaces && unicode.IsSpace(r):
+			return hasSpace
+		}
+	}
+	return textOK
+}
+
+// timeoutMS turns a positive WithTimeout into the whole milliseconds it is stored in, at least
+// one: a shorter timeout must not become none.
+func timeoutMS(d time.Duration) int64 {
+	if d <= 0 {
+		return 0
+	}
+	return max(1, d.Milliseconds())
+}
+
+// validateJob checks a queue name and a job id for a call that names a job: the id is
+// required (check and validate take "" for no id).
+func validateJob(queue, id string) error {
+	if err := validate(queue, id); err != nil {
+		return err
+	}
+	if id == "" {
+		return fmt.Errorf("%w: %w", ErrInvalid, keys.ValidateID(id))
+	}
+	return nil
+}
+
+// checkJob is Client.check for a call that names a job.
+func (c *Client) checkJob(queue, id string) error {
+	if c.err != nil {
+		return c.err
+	}
+	return validateJob(queue, id)
+}
+
+// checkJob is Inspector.check for a call that names a job.
+func (i *Inspector) checkJob(queue, id string) error {
+	if i.err != nil {
+		return i.err
+	}
+	return validateJob(queue, id)
+}
