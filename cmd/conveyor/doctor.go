@@ -190,7 +190,7 @@ func checkNode(ctx context.Context, c redis.Cmdable, cluster bool) []finding {
 	raw, err := c.Info(ctx, "server", "memory", "persistence", "cluster").Result()
 	if err != nil {
 		fs = append(fs, refusedBy("version", "INFO", err), refusedBy("eviction", "INFO", err),
-			refusedBy("memory", "INFO", err), refusedBy("persistence", "INFO", err))
+			refusedBy("memory", "INFO", err), refusedBy("persistence", "INFO", err), refusedBy("cluster", "INFO", err))
 	} else {
 		info := parseInfo(raw)
 		fs = append(fs, checkVersion(info["redis_version"]), evictionFinding(info["maxmemory_policy"]),
@@ -445,5 +445,5 @@ func (a *app) outOfMemory(err error, url string) string {
 		}
 	}
 	return fmt.Sprintf("Redis at %s refused the write: out of memory%s: %s; free memory (conveyor dead purge, a shorter worker --retention) or raise maxmemory; 'conveyor doctor' shows the rest",
-		url, numbers, stripPrefixes(redisMessage(err)))
+		url, numbers, strings.TrimSuffix(redisMessage(err), "."))
 }

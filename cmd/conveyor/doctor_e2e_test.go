@@ -1,0 +1,184 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/conveyorq/conveyor/internal/redistest"
+)
+
+// doctor runs `conveyor doctor --json` and returns its exit code and findings by check.
+func (c *cli) doctor(t *testing.T, args ...string) (int, map[string]finding) {
+	t.Helper()
+	r := c.run(t, append([]string{"doctor", "--json"}, args...)...)
+	var fs []finding
+	require.NoError(t, json.Unmarshal([]byte(r.stdout), &fs), "stdout: %s\nstderr: %s", r.stdout, r.stderr)
+	byCheck := map[string]finding{}
+	for _, f := range fs {
+		require.NotContains(t, byCheck, f.Check, "one finding per check on a standalone server")
+		require.Contains(t, []string{findingOK, findingWarn, findingFail}, f.Status)
+		if f.Status != findingOK {
+			require.NotEmpty(t, f.Fix, "%+v", f)
+		}
+		byCheck[f.Check] = f
+	}
+	for _, check := range []string{"version", "eviction", "memory", "persistence", "cluster", "acl", "clock"} {
+		require.Contains(t, byCheck, check)
+	}
+	return r.code, byCheck
+}
+
+func requireFinding(t *testing.T, fs map[string]finding, check, status, detail string) {
+	t.Helper()
+	require.Equal(t, status, fs[check].Status, "%+v", fs[check])
+	require.Contains(t, fs[check].Detail, detail)
+}
+
+// TestDoctorE2E runs `conveyor doctor`, workers and serve against private servers set up
+// well and badly: an evicting Redis without persistence, a durable one, a least-privilege
+// user, a user short of permissions, and a Redis out of memory (where a publish is refused
+// with the limit in its message while a worker keeps the jobs it finished until Redis takes
+// them).
+func TestDoctorE2E(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the binary")
+	}
+	bin := buildCLI(t)
+
+	t.Run("Evicting", func(t *testing.T) {
+		t.Parallel()
+		srv := redistest.Start(t, redistest.WithArgs("--maxmemory-policy", "allkeys-lru", "--maxmemory", "100mb", "--appendonly", "no", "--save", ""))
+		c := &cli{bin: bin, url: srv.URL(), rdb: srv.Client(t)}
+		code, fs := c.doctor(t)
+		require.Equal(t, 1, code)
+		requireFinding(t, fs, "eviction", findingFail, "maxmemory-policy allkeys-lru: when memory is full Redis deletes keys, jobs among them")
+		require.Equal(t, evictionFix, fs["eviction"].Fix)
+		requireFinding(t, fs, "persistence", findingWarn, "appendonly no and no snapshots")
+		requireFinding(t, fs, "version", findingOK, "Redis ")
+		requireFinding(t, fs, "memory", findingOK, "of maxmemory 100.00M")
+		requireFinding(t, fs, "cluster", findingOK, "standalone")
+		requireFinding(t, fs, "acl", findingOK, "user default may run what a worker runs (ACL DRYRUN)")
+		requireFinding(t, fs, "clock", findingOK, "this host's")
+
+		r := c.run(t, "doctor")
+		require.Equal(t, 1, r.code)
+		require.Contains(t, r.stdout, "FAIL  eviction     maxmemory-policy allkeys-lru")
+		require.Contains(t, r.stdout, "fix: CONFIG SET maxmemory-policy noeviction")
+		require.Equal(t, "conveyor: 1 check failed; see its fix\n", r.stderr)
+
+		// Workers and serve warn at start, once, and start all the same.
+		const warning = `"message":"Redis evicts keys when full (maxmemory-policy allkeys-lru): eviction deletes jobs; fix: CONFIG SET maxmemory-policy noeviction`
+		w := c.start(t, "worker", "--queue", redistest.UniqueName(t), "--log-format", "json")
+		s := c.start(t, "serve", "--addr", "127.0.0.1:0", "--log-format", "json")
+		for _, p := range []*proc{w, s} {
+			waitFor(t, 20*time.Second, 20*time.Millisecond, "the start-up lines", func() bool {
+				return strings.Contains(p.output.String(), "SIGINT or SIGTERM stops it")
+			})
+			require.Equal(t, 1, strings.Count(p.output.String(), warning), p.output.String())
+			require.Contains(t, p.output.String(), `"level":"warn","redis":"`+srv.Addr+`"`)
+			require.Equal(t, 0, p.stop(t))
+		}
+	})
+
+	t.Run("Durable", func(t *testing.T) {
+		t.Parallel()
+		srv := redistest.Start(t, redistest.WithArgs("--maxmemory-policy", "noeviction", "--maxmemory", "1gb", "--appendonly", "yes"))
+		c := &cli{bin: bin, url: srv.URL(), rdb: srv.Client(t)}
+		code, fs := c.doctor(t)
+		require.Equal(t, 0, code, "%+v", fs)
+		for check, f := range fs {
+			require.Equal(t, findingOK, f.Status, "%s: %+v", check, f)
+		}
+		requireFinding(t, fs, "eviction", findingOK, "maxmemory-policy noeviction")
+		requireFinding(t, fs, "persistence", findingOK, "appendonly yes, appendfsync everysec")
+
+		w := c.start(t, "worker", "--queue", redistest.UniqueName(t), "--log-format", "json", "--log-level", "debug")
+		waitFor(t, 20*time.Second, 20*time.Millisecond, "the worker to start", func() bool {
+			return strings.Contains(w.output.String(), "worker started")
+		})
+		require.Equal(t, 0, w.stop(t))
+		require.NotContains(t, w.output.String(), "maxmemory")
+	})
+
+	t.Run("LeastPrivilege", func(t *testing.T) {
+		t.Parallel()
+		srv := redistest.Start(t)
+		admin := srv.Client(t)
+		ctx := context.Background()
+		require.NoError(t, admin.Do(ctx, append([]any{"ACL", "SETUSER", "conveyor"}, toAny(strings.Fields(aclRule))...)...).Err())
+		require.NoError(t, admin.Do(ctx, "ACL", "SETUSER", "reader", "on", ">pw", "~conveyor:*", "-@all", "+@connection", "+@read", "+time").Err())
+		c := &cli{bin: bin, url: fmt.Sprintf("redis://conveyor:s3cret@%s/0", srv.Addr), rdb: admin}
+		code, fs := c.doctor(t)
+		requireFinding(t, fs, "acl", findingOK, "the user may run what a worker runs (trying the commands)")
+		requireFinding(t, fs, "clock", findingOK, "this host's")
+		// Without +info, the checks that read INFO say so.
+		requireFinding(t, fs, "eviction", findingWarn, "cannot check: Redis refused INFO (NOPERM")
+		require.Contains(t, fs["eviction"].Fix, "ACL SETUSER <user> +info")
+		require.Equal(t, 0, code)
+
+		// The documented rule plus +info lets every check run.
+		require.NoError(t, admin.Do(ctx, "ACL", "SETUSER", "conveyor", "+info").Err())
+		code, fs = c.doctor(t)
+		require.Equal(t, 0, code)
+		requireFinding(t, fs, "eviction", findingOK, "noeviction")
+		requireFinding(t, fs, "persistence", findingWarn, "snapshots unknown (CONFIG GET refused)")
+
+		// A user short of what a worker needs.
+		c.url = fmt.Sprintf("redis://reader:pw@%s/0", srv.Addr)
+		code, fs = c.doctor(t)
+		require.Equal(t, 1, code)
+		requireFinding(t, fs, "acl", findingFail, "may not run what a worker needs (trying the commands): EVAL: NOPERM")
+		require.Contains(t, fs["acl"].Detail, "SET: NOPERM")
+	})
+
+	t.Run("OutOfMemory", func(t *testing.T) {
+		t.Parallel()
+		srv := redistest.Start(t)
+		c := &cli{bin: bin, url: srv.URL(), rdb: srv.Client(t)}
+		queue := redistest.UniqueName(t)
+		w := c.start(t, "worker", "--queue", queue, "--concurrency", "4", "--backoff-base", "50ms")
+		var ids []string
+		for range 4 {
+			ids = append(ids, c.publishOne(t, "--queue", queue, "--type", "sleep", "--payload", `{"ms":1500}`))
+		}
+		waitFor(t, 20*time.Second, 20*time.Millisecond, "the jobs to run", func() bool {
+			return c.stats(t, "--queue", queue).InProgress == 4
+		})
+
+		restore := srv.RefuseWrites(t)
+		r := c.run(t, "publish", "--queue", queue, "--type", "echo")
+		require.Equal(t, 1, r.code, r.stderr)
+		require.Empty(t, r.stdout)
+		require.Regexp(t, `^conveyor: Redis at `+srv.URL()+` refused the write: out of memory \(maxmemory 1B, used [0-9.]+[KM]\): `+
+			`.*OOM command not allowed when used memory > 'maxmemory'.*; free memory \(conveyor dead purge, a shorter worker --retention\) or raise maxmemory`, r.stderr)
+		code, fs := c.doctor(t)
+		require.Equal(t, 1, code)
+		requireFinding(t, fs, "memory", findingFail, "of maxmemory 1B")
+		requireFinding(t, fs, "memory", findingFail, "Redis refuses writes, publishes fail")
+
+		// The jobs end while writes are refused; their outcomes wait in the worker and are
+		// written once Redis takes writes again.
+		time.Sleep(2 * time.Second)
+		for _, id := range ids {
+			require.Equal(t, "in_progress", c.status(t, "--queue", queue, id).Status)
+		}
+		restore()
+		waitFor(t, 20*time.Second, 50*time.Millisecond, "the held outcomes to be written", func() bool {
+			for _, id := range ids {
+				if c.status(t, "--queue", queue, id).Status != "completed" {
+					return false
+				}
+			}
+			return true
+		})
+		c.publishOne(t, "--queue", queue, "--type", "echo")
+		require.Equal(t, 0, w.stop(t), w.output.String())
+		require.Contains(t, w.output.String(), "cannot write job outcomes")
+	})
+}
