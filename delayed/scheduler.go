@@ -94,7 +94,8 @@ const (
 type Config struct {
 	// Prefix starts every key. Defaults to "conveyor".
 	Prefix string
-	// Queues to promote jobs in. Run requires at least one.
+	// Queues to promote jobs in: queue names, or partition names ("queue#i") of partitioned
+	// queues. Run requires at least one.
 	Queues []string
 	// BatchSize bounds the jobs one script call promotes, at most MaxBatchSize. Defaults to
 	// DefaultBatchSize.
@@ -122,7 +123,7 @@ func (c Config) Validate() error {
 		bad("Config.MaxSleep is %v; it must not be negative (zero means %v)", c.MaxSleep, DefaultMaxSleep)
 	}
 	for _, name := range c.Queues {
-		if err := keys.ValidateQueue(name); err != nil {
+		if err := keys.ValidatePartition(name); err != nil {
 			bad("Config.Queues: %w", err)
 		}
 	}

@@ -72,6 +72,14 @@ type Client struct {
 	cfg   ClientConfig
 	err   error    // an unusable config: every call returns it
 	known sync.Map // queue name -> *keys.Queue, for queues already in the known-queues set
+	parts sync.Map // queue name -> *partCount, for queues enqueued to
+	tags  sync.Map // partition name (q#i) -> *keys.Queue, for partitions enqueued to
+}
+
+// partCount is a queue's partition count as read at a time.
+type partCount struct {
+	p    int
+	read time.Time
 }
 
 // NewClient returns a Client over rdb (a standalone, cluster or failover client). An unusable
@@ -124,6 +132,11 @@ func (c *Client) Prefix() string { return c.cfg.Prefix }
 // holds, nothing new is written and that existing job is returned with Duplicate set; when the
 // job WithID names has another type or payload, Enqueue refuses with ErrConflict, saying what
 // differs, and writes nothing.
+//
+// In a queue of several partitions (Inspector.CreateQueue) the job goes to the partition its
+// id routes to (keys.PartitionOf), or, with WithUnique, the one its unique key routes to, so
+// that a unique key is held in one place across partitions. Ids are then unique per partition:
+// a job id sent again must carry the same unique key (or none again) to find its first copy.
 func (c *Client) Enqueue(ctx context.Context, queue string, task Task, opts ...Option) (_ *Job, err error) {
 	defer func() { err = outOfMemory(err) }()
 	if err := c.check(queue, ""); err != nil {
@@ -135,10 +148,14 @@ func (c *Client) Enqueue(ctx context.Context, queue string, task Task, opts ...O
 	if err != nil {
 		return nil, err
 	}
-	if nj.Plain(now.UnixMilli()) {
-		return c.enqueuePlain(ctx, queue, j, &nj)
+	p, err := c.partitions(ctx, queue)
+	if err != nil {
+		return nil, err
 	}
-	jobs, err := c.enqueuePrepared(ctx, queue, []*Job{j}, []jobstate.NewJob{nj}, now)
+	if nj.Plain(now.UnixMilli()) {
+		return c.enqueuePlain(ctx, c.partition(queue, &nj, p), j, &nj)
+	}
+	jobs, err := c.enqueuePrepared(ctx, queue, p, []*Job{j}, []jobstate.NewJob{nj}, now)
 	if err != nil {
 		return nil, err
 	}
@@ -151,7 +168,9 @@ func (c *Client) Enqueue(ctx context.Context, queue string, task Task, opts ...O
 // error some chunks may have been written: the returned jobs carry their ids, and calling again
 // with those ids (WithID) is idempotent. Jobs that existed already come back with Duplicate
 // set; a task whose id names a job with another type or payload is not written, and the error
-// (wrapping ErrConflict, one per such task) comes back with the other jobs, which were.
+// (wrapping ErrConflict, one per such task) comes back with the other jobs, which were. In a
+// partitioned queue the jobs are grouped by partition, each group chunked as above, all chunks
+// still in one pipeline.
 func (c *Client) EnqueueBatch(ctx context.Context, queue string, tasks []Task, opts ...Option) (_ []*Job, err error) {
 	defer func() { err = outOfMemory(err) }()
 	if err := c.check(queue, ""); err != nil {
@@ -173,27 +192,94 @@ func (c *Client) EnqueueBatch(ctx context.Context, queue string, tasks []Task, o
 		}
 		jobs[i] = j
 	}
+	p, err := c.partitions(ctx, queue)
+	if err != nil {
+		return nil, err
+	}
 	if len(jobs) == 1 && njs[0].Plain(now.UnixMilli()) {
 		// One plain job, as a router's publish often is: the one-job script costs Redis half.
-		j, err := c.enqueuePlain(ctx, queue, jobs[0], &njs[0])
+		j, err := c.enqueuePlain(ctx, c.partition(queue, &njs[0], p), jobs[0], &njs[0])
 		return []*Job{cmp.Or(j, jobs[0])}, err
 	}
-	return c.enqueuePrepared(ctx, queue, jobs, njs, now)
+	return c.enqueuePrepared(ctx, queue, p, jobs, njs, now)
 }
 
-// enqueuePrepared writes validated jobs with enqueue.lua, chunked and pipelined.
-func (c *Client) enqueuePrepared(ctx context.Context, queue string, jobs []*Job, njs []jobstate.NewJob, now time.Time) ([]*Job, error) {
+// partitions returns queue's partition count, read from Redis at most every partitionsTTL.
+func (c *Client) partitions(ctx context.Context, queue string) (int, error) {
+	if v, ok := c.parts.Load(queue); ok {
+		if pc := v.(*partCount); time.Since(pc.read) < partitionsTTL {
+			return pc.p, nil
+		}
+	}
+	p, err := partitionCount(ctx, c.rdb, c.cfg.Prefix, queue)
+	if err != nil {
+		return 0, err
+	}
+	c.parts.Store(queue, &partCount{p: p, read: time.Now()})
+	return p, nil
+}
+
+// partitionsOf is partitions for calls that read: a queue not enqueued to is read from Redis
+// and not cached, so the cache does not grow with names a caller makes up.
+func (c *Client) partitionsOf(ctx context.Context, queue string) (int, error) {
+	if v, ok := c.parts.Load(queue); ok {
+		if pc := v.(*partCount); time.Since(pc.read) < partitionsTTL {
+			return pc.p, nil
+		}
+	}
+	return partitionCount(ctx, c.rdb, c.cfg.Prefix, queue)
+}
+
+// routeKey is what picks a new job's partition: its unique key when it has one, so that every
+// job of one unique key meets the same de-duplication key, and its id otherwise.
+func routeKey(nj *jobstate.NewJob) string {
+	if nj.UniqueKey != "" {
+		return nj.UniqueKey
+	}
+	return nj.ID
+}
+
+// partition returns the keys of the partition, of p, that job nj goes to.
+func (c *Client) partition(queue string, nj *jobstate.NewJob, p int) keys.Queue {
+	if p <= 1 {
+		return c.keys(queue)
+	}
+	tag := keys.PartitionName(queue, keys.PartitionOf(routeKey(nj), p), p)
+	if k, ok := c.tags.Load(tag); ok {
+		return *k.(*keys.Queue)
+	}
+	q := keys.New(c.cfg.Prefix, tag)
+	c.tags.Store(tag, &q)
+	return q
+}
+
+// enqueuePrepared writes validated jobs with enqueue.lua, chunked and pipelined: jobs of p > 1
+// partitions are grouped by partition, each group chunked, all chunks in one pipeline.
+func (c *Client) enqueuePrepared(ctx context.Context, queue string, p int, jobs []*Job, njs []jobstate.NewJob, now time.Time) ([]*Job, error) {
 	if err := c.registerQueue(ctx, queue); err != nil {
 		return nil, err
 	}
-	q := c.keys(queue)
+	// order[k] is the index in jobs of the k-th job written; njs is reordered alike, so that
+	// each partition's jobs are contiguous.
+	var order []int
+	if p > 1 {
+		order, njs = c.byPartition(njs, p)
+	}
+	at := func(k int) int {
+		if order == nil {
+			return k
+		}
+		return order[k]
+	}
 
 	var calls []script.Call
-	var spans [][2]int // jobs[lo:hi] per call
-	for lo := 0; lo < len(jobs); {
+	var spans [][2]int // njs[lo:hi] per call
+	for lo := 0; lo < len(njs); {
+		q := c.partition(queue, &njs[lo], p)
 		hi, bytes := lo, 0
-		for hi < len(jobs) && hi-lo < batchChunk && (hi == lo || bytes+len(jobs[hi].Payload) <= batchBytes) {
-			bytes += len(jobs[hi].Payload)
+		for hi < len(njs) && hi-lo < batchChunk && (hi == lo || bytes+len(njs[hi].Payload) <= batchBytes) &&
+			(p <= 1 || c.partition(queue, &njs[hi], p).Tag() == q.Tag()) {
+			bytes += len(njs[hi].Payload)
 			hi++
 		}
 		calls = append(calls, jobstate.EnqueueCall(q, now.UnixMilli(), njs[lo:hi]))
@@ -222,7 +308,7 @@ func (c *Client) enqueuePrepared(ctx context.Context, queue string, jobs []*Job,
 			return jobs, fmt.Errorf("enqueue to %s: %w", queue, err)
 		}
 		for k, row := range rows {
-			j := jobs[lo+k]
+			j := jobs[at(lo+k)]
 			switch row.Code {
 			case script.OK:
 				if row.Entry == "" {
@@ -231,14 +317,14 @@ func (c *Client) enqueuePrepared(ctx context.Context, queue string, jobs []*Job,
 					j.Status, j.Entry, j.EnqueuedAt = StatusQueued, row.Entry, now
 				}
 			case script.Exists:
-				existing = append(existing, lo+k)
+				existing = append(existing, at(lo+k))
 			case script.UniqueHeld:
 				j.ID = row.Holder
-				existing = append(existing, lo+k)
+				existing = append(existing, at(lo+k))
 			case script.Conflict:
 				conflicts = append(conflicts, conflict(j.ID, row.Differs))
 				if len(jobs) > 1 {
-					conflicts[len(conflicts)-1] = fmt.Errorf("task %d: %w", lo+k, conflicts[len(conflicts)-1])
+					conflicts[len(conflicts)-1] = fmt.Errorf("task %d: %w", at(lo+k), conflicts[len(conflicts)-1])
 				}
 			}
 		}
@@ -259,17 +345,40 @@ func (c *Client) enqueuePrepared(ctx context.Context, queue string, jobs []*Job,
 	return jobs, errors.Join(conflicts...)
 }
 
+// byPartition orders jobs by the partition, of p, each goes to (keeping their order within a
+// partition) and returns the order, as indexes into njs, and the reordered copy.
+func (c *Client) byPartition(njs []jobstate.NewJob, p int) ([]int, []jobstate.NewJob) {
+	part := make([]int, len(njs))
+	count := make([]int, p+1)
+	for k := range njs {
+		part[k] = keys.PartitionOf(routeKey(&njs[k]), p)
+		count[part[k]+1]++
+	}
+	for i := 1; i <= p; i++ {
+		count[i] += count[i-1] // count[i]: where partition i's jobs start
+	}
+	order := make([]int, len(njs))
+	sorted := make([]jobstate.NewJob, len(njs))
+	for k := range njs {
+		n := count[part[k]]
+		count[part[k]]++
+		order[n], sorted[n] = k, njs[k]
+	}
+	return order, sorted
+}
+
 // conflict is the error of a publish whose id names a job with another type or payload.
 func conflict(id, differs string) error {
 	return fmt.Errorf("%w: job %s exists with a different %s", ErrConflict, id, strings.ReplaceAll(differs, ",", " and "))
 }
 
-// enqueuePlain creates a plain job (jobstate.NewJob.Plain) with jobstate.Enqueue1.
-func (c *Client) enqueuePlain(ctx context.Context, queue string, j *Job, nj *jobstate.NewJob) (*Job, error) {
+// enqueuePlain creates a plain job (jobstate.NewJob.Plain) with jobstate.Enqueue1 in q, the
+// queue or the partition the job goes to.
+func (c *Client) enqueuePlain(ctx context.Context, q keys.Queue, j *Job, nj *jobstate.NewJob) (*Job, error) {
+	queue := q.Name()
 	if err := c.registerQueue(ctx, queue); err != nil {
 		return nil, err
 	}
-	q := c.keys(queue)
 	row, err := jobstate.Enqueue1(ctx, c.rdb, q, j.CreatedAt.UnixMilli(), nj)
 	if err != nil {
 		return nil, fmt.Errorf("enqueue to %s: %w", queue, err)
@@ -432,12 +541,22 @@ func (c *Client) keys(queue string) keys.Queue {
 // NewID returns a new job id: a ULID (26 characters, sortable by creation time).
 func NewID() string { return ulid.Make().String() }
 
-// Get returns the job's current state, or ErrNotFound.
+// Get returns the job's current state, or ErrNotFound. In a partitioned queue it looks in the
+// partition the id routes to first, then in the others (one pipeline), so the caller need not
+// know where a job published with a unique key went.
 func (c *Client) Get(ctx context.Context, queue, id string) (*Job, error) {
 	if err := c.checkJob(queue, id); err != nil {
 		return nil, err
 	}
-	return getJob(ctx, c.rdb, c.keys(queue), id)
+	p, err := c.partitionsOf(ctx, queue)
+	if err != nil {
+		return nil, err
+	}
+	if p <= 1 {
+		return getJob(ctx, c.rdb, c.keys(queue), id)
+	}
+	j, _, err := findJob(ctx, c.rdb, lookupOrder(c.cfg.Prefix, queue, id, p), id)
+	return j, err
 }
 
 // getJob reads job id of q (Client.Get and Inspector.Get).
@@ -519,7 +638,17 @@ func (c *Client) Cancel(ctx context.Context, queue, id string) error {
 	if err := c.checkJob(queue, id); err != nil {
 		return err
 	}
-	return cancelJob(ctx, c.rdb, c.keys(queue), id, c.cfg.Now(), c.cfg.Retention, c.cfg.MinRetention)
+	p, err := c.partitionsOf(ctx, queue)
+	if err != nil {
+		return err
+	}
+	now := c.cfg.Now()
+	if p <= 1 {
+		return cancelJob(ctx, c.rdb, c.keys(queue), id, now, c.cfg.Retention, c.cfg.MinRetention)
+	}
+	return onPartition(ctx, c.rdb, lookupOrder(c.cfg.Prefix, queue, id, p), id, func(q keys.Queue) error {
+		return cancelJob(ctx, c.rdb, q, id, now, c.cfg.Retention, c.cfg.MinRetention)
+	})
 }
 
 // cancelJob cancels job id of q (Client.Cancel and Inspector.Cancel); a canceled record is kept
@@ -561,16 +690,24 @@ type QueueStats struct {
 	Poison         int64 `json:"poison"`
 }
 
-// Stats reads a queue's gauges and counters in one round trip.
+// Stats reads a queue's gauges and counters in one round trip (one per node involved on a
+// cluster); a partitioned queue's are the sums over its partitions.
 func (c *Client) Stats(ctx context.Context, queue string) (*QueueStats, error) {
 	if err := c.check(queue, ""); err != nil {
 		return nil, err
 	}
-	st, err := readStats(ctx, c.rdb, []keys.Queue{c.keys(queue)})
+	p, err := c.partitionsOf(ctx, queue)
 	if err != nil {
 		return nil, err
 	}
-	return st[0], nil
+	if p <= 1 {
+		st, err := readStats(ctx, c.rdb, []keys.Queue{c.keys(queue)})
+		if err != nil {
+			return nil, err
+		}
+		return st[0], nil
+	}
+	return queueStats(ctx, c.rdb, c.cfg.Prefix, queue, p)
 }
 
 // readStats reads the gauges and counters of queues qs in one pipeline: one round trip on a

@@ -349,7 +349,8 @@ func (c *completer) wrote() {
 	}
 }
 
-// write runs finish.lua for batch (one call per queue and maxBatch transitions, pipelined).
+// write runs finish.lua for batch (one call per queue or partition and maxBatch transitions,
+// pipelined).
 // It returns the transitions to try again and the first error of a call, if any. Every error
 // is worth another try except one that says the request itself is wrong (see permanent): a
 // transition that met such an error maxPermanentTries times is given up and its job left to
@@ -359,7 +360,7 @@ func (c *completer) write(ctx context.Context, batch []transition) ([]transition
 	// Group by queue, keeping order; a batch usually has one queue, which needs no copy.
 	groups := [][]transition{batch}
 	for i := 1; i < len(batch); i++ {
-		if batch[i].Queue.Name() != batch[0].Queue.Name() {
+		if batch[i].Queue.Base() != batch[0].Queue.Base() {
 			groups = groupByQueue(batch)
 			break
 		}
@@ -421,15 +422,16 @@ func transitionEvent(e *zerolog.Event, t transition) *zerolog.Event {
 		Stringer("op", t.Op)
 }
 
-// groupByQueue splits transitions by queue, keeping their order within each queue.
+// groupByQueue splits transitions by queue, keeping their order within each queue. The
+// partitions of a queue are queues of their own here: one script call touches one hash slot.
 func groupByQueue(batch []transition) [][]transition {
 	index := map[string]int{}
 	var groups [][]transition
 	for _, t := range batch {
-		i, ok := index[t.Queue.Name()]
+		i, ok := index[t.Queue.Base()]
 		if !ok {
 			i = len(groups)
-			index[t.Queue.Name()] = i
+			index[t.Queue.Base()] = i
 			groups = append(groups, nil)
 		}
 		groups[i] = append(groups[i], t)

@@ -205,8 +205,8 @@ type QueueInfo struct {
 // CreateQueue stores queue's settings and adds it to the known queues. Setting what is set
 // already does nothing and succeeds. Changing the partition count of a queue that has
 // unfinished jobs (scheduled, queued or in progress, in any partition) is refused with an
-// error wrapping ErrQueueBusy and ErrConflict, and changes nothing: those jobs live in the
-// old partitions, which workers of the new count do not read.
+// error wrapping ErrQueueBusy, and changes nothing: those jobs live in the old partitions,
+// which workers of the new count do not read.
 //
 // The check and the change are not atomic: stop the queue's producers and workers, change the
 // count, start them again. A Client reads a queue's count again every 5 seconds, a Worker only
@@ -232,8 +232,8 @@ func (i *Inspector) CreateQueue(ctx context.Context, queue string, opts QueueOpt
 			return nil, fmt.Errorf("create queue %s: %w", queue, err)
 		}
 		if st.Scheduled+st.Queued+st.InProgress > 0 {
-			return nil, fmt.Errorf("create queue %s: %w: cannot change its partitions from %d to %d while it has %d scheduled, %d queued and %d in-progress jobs (%w)",
-				queue, ErrQueueBusy, cur, p, st.Scheduled, st.Queued, st.InProgress, ErrConflict)
+			return nil, fmt.Errorf("create queue %s: %w: cannot change its partitions from %d to %d while it has %d scheduled, %d queued and %d in-progress jobs",
+				queue, ErrQueueBusy, cur, p, st.Scheduled, st.Queued, st.InProgress)
 		}
 		if p == 1 {
 			err = i.rdb.HDel(ctx, keys.Partitions(i.cfg.Prefix), queue).Err()

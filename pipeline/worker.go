@@ -165,7 +165,7 @@ func (c WorkerConfig) validate() error {
 		bad("visibility timeout %s is under %s (lease renewal runs every third of it)", c.VisibilityTimeout, MinVisibilityTimeout)
 	}
 	if !c.DisableScheduler {
-		if err := c.scheduler().Validate(); err != nil {
+		if err := c.scheduler(c.Queues).Validate(); err != nil {
 			errs = append(errs, fmt.Errorf("%w: %w", ErrInvalid, err))
 		}
 	}
@@ -184,8 +184,9 @@ const (
 	MinVisibilityTimeout = 300 * time.Millisecond
 )
 
-func (c WorkerConfig) scheduler() delayed.Config {
-	return c.Hooks.scheduler(delayed.Config{Prefix: c.Prefix, Queues: c.Queues, Logger: c.Logger.With().Str("worker", c.Name).Logger()})
+// scheduler is the delayed scheduler's config for queues, which are queue or partition names.
+func (c WorkerConfig) scheduler(queues []string) delayed.Config {
+	return c.Hooks.scheduler(delayed.Config{Prefix: c.Prefix, Queues: queues, Logger: c.Logger.With().Str("worker", c.Name).Logger()})
 }
 
 func (c WorkerConfig) recoverer(queue string) recovery.Config {
@@ -208,7 +209,9 @@ type Worker struct {
 
 	running atomic.Bool
 	ready   chan struct{}
-	queues  map[string]*keys.Queue // by stream key
+	queues  map[string]*keys.Queue // by stream key, one per partition
+	parts   []string               // every partition's name (q, or q#i), in config order
+	counts  []int                  // the partition count of each of cfg.Queues, read at start
 	comp    *completer
 	sub     *stream.Subscriber
 }
@@ -316,6 +319,7 @@ func (w *Worker) Run(ctx context.Context) error {
 		return err
 	}
 
+	w.partitionQueues()
 	w.warnSharedName(ctx)
 	wlog := WatermillLogger(w.log.With().Str("component", "router").Logger())
 	sub, err := stream.NewSubscriber(stream.Config{
@@ -359,7 +363,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	router.AddMiddleware(w.settleAfter) // outermost: it sees whatever the chain did
 	router.AddMiddleware(w.middleware...)
 	w.mu.Unlock()
-	for _, name := range w.cfg.Queues {
+	for _, name := range w.parts {
 		q := keys.New(w.cfg.Prefix, name)
 		router.AddConsumerHandler("conveyor:"+name, q.Stream(), sub, w.handleMessage)
 	}
@@ -368,7 +372,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
 	defer func() { stopBG(); wg.Wait() }()
 	if !w.cfg.DisableScheduler {
-		s := delayed.New(w.rdb, w.cfg.scheduler())
+		s := delayed.New(w.rdb, w.cfg.scheduler(w.parts))
 		wg.Go(func() {
 			if err := s.Run(bg); err != nil {
 				w.log.Error().Err(err).Msg("the delayed-job scheduler stopped")
@@ -376,7 +380,7 @@ func (w *Worker) Run(ctx context.Context) error {
 		})
 	}
 	if !w.cfg.DisableRecovery {
-		for _, name := range w.cfg.Queues {
+		for _, name := range w.parts {
 			r := recovery.NewRecoverer(w.rdb, w.cfg.recoverer(name))
 			wg.Go(func() {
 				if err := r.Run(bg); err != nil {
@@ -385,6 +389,7 @@ func (w *Worker) Run(ctx context.Context) error {
 			})
 		}
 	}
+	wg.Go(func() { w.watchPartitions(bg) })
 	go func() {
 		select {
 		case <-router.Running():
@@ -407,7 +412,7 @@ func (w *Worker) Run(ctx context.Context) error {
 // restart with a fixed name) looks the same, hence a warning and not a refusal. Errors (no
 // group yet) are ignored: this is advice.
 func (w *Worker) warnSharedName(ctx context.Context) {
-	for _, name := range w.cfg.Queues {
+	for _, name := range w.parts {
 		q := keys.New(w.cfg.Prefix, name)
 		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		consumers, err := w.rdb.XInfoConsumers(cctx, q.Stream(), keys.Group).Result()
@@ -475,6 +480,9 @@ func (w *Worker) waitForRedis(ctx context.Context) error {
 			}
 		}
 		if err == nil {
+			w.counts, err = w.readCounts(ctx)
+		}
+		if err == nil {
 			if lasted, waited := spell.OK(time.Now()); waited {
 				lasted = lasted.Round(time.Millisecond)
 				w.log.Info().Dur("after", lasted).Msg("connected to Redis after " + lasted.String())
@@ -494,6 +502,69 @@ func (w *Worker) waitForRedis(ctx context.Context) error {
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-time.After(step.Wait):
+		}
+	}
+}
+
+// readCounts reads the partition count of each of the worker's queues in one round trip.
+func (w *Worker) readCounts(ctx context.Context) ([]int, error) {
+	vals, err := w.rdb.HMGet(ctx, keys.Partitions(w.cfg.Prefix), w.cfg.Queues...).Result()
+	if err != nil {
+		return nil, err
+	}
+	counts := make([]int, len(vals))
+	for k, v := range vals {
+		counts[k] = 1
+		if s, ok := v.(string); ok {
+			if counts[k], err = parsePartitions(w.cfg.Queues[k], s); err != nil {
+				return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
+			}
+		}
+	}
+	return counts, nil
+}
+
+// partitionQueues names every partition the worker reads, from the counts read at start: one
+// stream subscription, scheduler slot and recoverer each.
+func (w *Worker) partitionQueues() {
+	w.parts = w.parts[:0]
+	w.queues = make(map[string]*keys.Queue)
+	for k, name := range w.cfg.Queues {
+		for i := range w.counts[k] {
+			tag := keys.PartitionName(name, i, w.counts[k])
+			q := keys.New(w.cfg.Prefix, tag)
+			w.parts = append(w.parts, tag)
+			w.queues[q.Stream()] = &q
+		}
+	}
+}
+
+// partitionsCheckEvery is how often a running worker reads its queues' partition counts again.
+const partitionsCheckEvery = 30 * time.Second
+
+// watchPartitions logs an error when a queue's partition count changes while the worker runs:
+// it still reads the partitions it started with, and jobs published to the new ones wait for
+// a worker that started after the change.
+func (w *Worker) watchPartitions(ctx context.Context) {
+	t := time.NewTicker(partitionsCheckEvery)
+	defer t.Stop()
+	warned := make([]int, len(w.counts))
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		counts, err := w.readCounts(ctx)
+		if err != nil {
+			continue // an outage is logged by the parts that need Redis
+		}
+		for k, n := range counts {
+			if n != w.counts[k] && n != warned[k] {
+				warned[k] = n
+				w.log.Error().Str("queue", w.cfg.Queues[k]).Int("partitions", w.counts[k]).Int("partitions_now", n).
+					Msg("the queue's partition count changed while this worker runs; it still reads the old partitions: restart it")
+			}
 		}
 	}
 }

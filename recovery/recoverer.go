@@ -155,7 +155,9 @@ var ErrInvalidConfig = errors.New("recovery: invalid config")
 type Config struct {
 	// Prefix starts every key. Defaults to "conveyor".
 	Prefix string
-	// Queue is the queue to recover. Required: a valid queue name.
+	// Queue is the queue to recover. Required: a valid queue name, or the name of one
+	// partition of a partitioned queue, "queue#i" (each partition is recovered on its own,
+	// under its own lock).
 	Queue string
 	// VisibilityTimeout is how long an entry may go without a lease renewal before its job
 	// may be recovered: by the first scan after that, if this Recoverer has watched Redis
@@ -200,7 +202,7 @@ func (c Config) Validate() error {
 	bad := func(format string, args ...any) {
 		errs = append(errs, fmt.Errorf("%w: "+format, append([]any{ErrInvalidConfig}, args...)...))
 	}
-	if err := keys.ValidateQueue(c.Queue); err != nil {
+	if err := keys.ValidatePartition(c.Queue); err != nil {
 		bad("Queue: %v", err)
 	}
 	if c.VisibilityTimeout < 0 || c.VisibilityTimeout > 0 && c.VisibilityTimeout < MinVisibilityTimeout {
@@ -286,7 +288,12 @@ type Recoverer struct {
 // Recoverer does nothing: its Run and RunOnce return the error.
 func NewRecoverer(rdb redis.UniversalClient, cfg Config) *Recoverer {
 	r := &Recoverer{rdb: rdb, err: cfg.Validate()}
-	r.log = cfg.Logger.With().Str("component", "recoverer").Str("queue", cfg.Queue).Logger()
+	lq := keys.New("", cfg.Queue)
+	lc := cfg.Logger.With().Str("component", "recoverer").Str("queue", lq.Name())
+	if lq.Tag() != lq.Name() {
+		lc = lc.Int("partition", lq.Partition()) // job lines name the user's queue, and where
+	}
+	r.log = lc.Logger()
 	if r.err != nil {
 		return r
 	}

@@ -1,0 +1,416 @@
+package pipeline_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+
+	"github.com/conveyorq/conveyor/internal/keys"
+	"github.com/conveyorq/conveyor/internal/redistest"
+	"github.com/conveyorq/conveyor/pipeline"
+)
+
+// partitioned is a queue of p partitions on rdb (standalone or cluster), for the tests that
+// run the same features over a plain queue and a partitioned one.
+type partitioned struct {
+	rdb    redis.UniversalClient
+	client *pipeline.Client
+	insp   *pipeline.Inspector
+	queue  string
+	p      int
+}
+
+func newPartitioned(t *testing.T, rdb redis.UniversalClient, queue string, p int) *partitioned {
+	t.Helper()
+	insp := pipeline.NewInspector(rdb, pipeline.InspectorConfig{})
+	info, err := insp.CreateQueue(t.Context(), queue, pipeline.QueueOptions{Partitions: p})
+	require.NoError(t, err)
+	require.Equal(t, max(1, p), info.Partitions)
+	return &partitioned{rdb: rdb, client: pipeline.NewClient(rdb, pipeline.ClientConfig{}), insp: insp, queue: queue, p: max(1, p)}
+}
+
+// parts are the keys of every partition.
+func (x *partitioned) parts() []keys.Queue {
+	qs := make([]keys.Queue, x.p)
+	for i := range qs {
+		qs[i] = keys.New(keys.DefaultPrefix, keys.PartitionName(x.queue, i, x.p))
+	}
+	return qs
+}
+
+func (x *partitioned) startWorker(t *testing.T, cfg pipeline.WorkerConfig, handlers map[string]pipeline.HandlerFunc) func() {
+	t.Helper()
+	cfg.Queues = []string{x.queue}
+	if cfg.Backoff.Base == 0 {
+		cfg.Backoff = pipeline.Backoff{Base: 20 * time.Millisecond, Max: 100 * time.Millisecond}
+	}
+	cfg.Logger = testLogger(t)
+	w := pipeline.NewWorker(x.rdb, cfg)
+	for typ, h := range handlers {
+		w.Handle(typ, h)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx) }()
+	select {
+	case <-w.Ready():
+	case err := <-done:
+		cancel()
+		t.Fatalf("worker stopped at start: %v", err)
+	case <-time.After(20 * time.Second):
+		cancel()
+		t.Fatal("worker not ready after 20s")
+	}
+	var once sync.Once
+	stop := func() {
+		once.Do(func() {
+			cancel()
+			select {
+			case err := <-done:
+				require.NoError(t, err)
+			case <-time.After(60 * time.Second):
+				t.Error("worker did not stop within 60s")
+			}
+		})
+	}
+	t.Cleanup(stop)
+	return stop
+}
+
+func (x *partitioned) waitStatus(t *testing.T, id string, status pipeline.Status) *pipeline.Job {
+	t.Helper()
+	var last *pipeline.Job
+	require.Eventually(t, func() bool {
+		j, err := x.client.Get(context.Background(), x.queue, id)
+		if err != nil {
+			return false
+		}
+		last = j
+		return j.Status == status
+	}, 20*time.Second, 5*time.Millisecond, "job %s never reached %s (last: %+v)", id, status, last)
+	return last
+}
+
+// TestPartitionFeatures runs the features of a queue over a plain queue and a queue of three
+// partitions, on a standalone server and on the 3-master cluster: publish one and a batch,
+// delay, retry, dead, list, replay, cancel, unique keys, stats, purge and delete.
+func TestPartitionFeatures(t *testing.T) {
+	t.Parallel()
+	standalone := redistest.Client(t)
+	cluster := redistest.StartCluster(t).Client(t)
+	for _, tc := range []struct {
+		name string
+		rdb  redis.UniversalClient
+		p    int
+	}{
+		{"standalone/plain", standalone, 1},
+		{"standalone/3 partitions", standalone, 3},
+		{"cluster/plain", cluster, 1},
+		{"cluster/3 partitions", cluster, 3},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			partitionFeatures(t, newPartitioned(t, tc.rdb, redistest.UniqueName(t), tc.p))
+		})
+	}
+}
+
+func partitionFeatures(t *testing.T, x *partitioned) {
+	ctx := t.Context()
+	task := func(typ, payload string) pipeline.Task {
+		return pipeline.Task{Type: typ, Payload: []byte(payload)}
+	}
+	// Published before the worker runs: they wait in the partitions' streams and sets.
+	batch := make([]pipeline.Task, 120)
+	for k := range batch {
+		batch[k] = task("ok", fmt.Sprint("batch ", k))
+	}
+	jobs, err := x.client.EnqueueBatch(ctx, x.queue, batch)
+	require.NoError(t, err)
+	one, err := x.client.Enqueue(ctx, x.queue, task("ok", "one"))
+	require.NoError(t, err)
+	delayedJob, err := x.client.Enqueue(ctx, x.queue, task("ok", "later"), pipeline.WithDelay(300*time.Millisecond))
+	require.NoError(t, err)
+	require.Equal(t, pipeline.StatusScheduled, delayedJob.Status)
+	canceled, err := x.client.Enqueue(ctx, x.queue, task("ok", "never"), pipeline.WithDelay(time.Hour))
+	require.NoError(t, err)
+	require.NoError(t, x.client.Cancel(ctx, x.queue, canceled.ID))
+	got, err := x.insp.Get(ctx, x.queue, canceled.ID)
+	require.NoError(t, err)
+	require.Equal(t, pipeline.StatusCanceled, got.Status)
+	require.ErrorIs(t, x.client.Cancel(ctx, x.queue, canceled.ID), pipeline.ErrNotCancelable)
+	require.ErrorIs(t, x.client.Cancel(ctx, x.queue, "no-such-job"), pipeline.ErrNotFound)
+
+	// Unique keys hold across partitions: the key routes, so every holder meets one key.
+	for k := range 10 {
+		key := fmt.Sprint("unique-", k)
+		a, err := x.client.Enqueue(ctx, x.queue, task("ok", key), pipeline.WithUnique(key, time.Hour), pipeline.WithDelay(time.Hour))
+		require.NoError(t, err)
+		b, err := x.client.Enqueue(ctx, x.queue, task("ok", key), pipeline.WithUnique(key, time.Hour), pipeline.WithDelay(time.Hour))
+		require.NoError(t, err)
+		require.True(t, b.Duplicate, "a second job of unique key %s", key)
+		require.Equal(t, a.ID, b.ID)
+		// Found by id whatever partition the key sent it to.
+		got, err := x.client.Get(ctx, x.queue, a.ID)
+		require.NoError(t, err)
+		require.Equal(t, x.queue, got.Queue)
+		require.NoError(t, x.client.Cancel(ctx, x.queue, a.ID))
+	}
+
+	st, err := x.client.Stats(ctx, x.queue)
+	require.NoError(t, err)
+	require.EqualValues(t, 121, st.Queued)
+	require.EqualValues(t, 1, st.Scheduled)
+	require.EqualValues(t, 11, st.Canceled)
+	if x.p > 1 {
+		// Every partition got some of the 121 jobs.
+		for _, q := range x.parts() {
+			n, err := x.rdb.XLen(ctx, q.Stream()).Result()
+			require.NoError(t, err)
+			require.Positive(t, n, "partition %s got none of the jobs", q.Tag())
+		}
+	}
+	// A listing of queued jobs, 7 a page, walks every partition and sees every job once.
+	seen := map[string]bool{}
+	cursor := ""
+	for pages := 0; ; pages++ {
+		require.Less(t, pages, 100)
+		page, err := x.insp.List(ctx, x.queue, pipeline.StatusQueued, pipeline.Page{Cursor: cursor, Limit: 7})
+		require.NoError(t, err)
+		for _, j := range page.Jobs {
+			require.False(t, seen[j.ID], "job %s listed twice", j.ID)
+			require.Equal(t, x.queue, j.Queue)
+			seen[j.ID] = true
+		}
+		if cursor = page.Next; cursor == "" {
+			break
+		}
+	}
+	require.Len(t, seen, 121)
+
+	var failedOnce sync.Map
+	var replayOK sync.Map
+	stop := x.startWorker(t, pipeline.WorkerConfig{Concurrency: 20}, map[string]pipeline.HandlerFunc{
+		"ok": func(_ context.Context, j *pipeline.Job) ([]byte, error) {
+			if j.Queue != x.queue {
+				return nil, pipeline.SkipRetry(fmt.Errorf("job.Queue is %q", j.Queue))
+			}
+			return []byte("done"), nil
+		},
+		"flaky": func(_ context.Context, j *pipeline.Job) ([]byte, error) {
+			if _, again := failedOnce.LoadOrStore(j.ID, true); !again {
+				return nil, errors.New("first attempt fails")
+			}
+			return nil, nil
+		},
+		"doomed": func(_ context.Context, j *pipeline.Job) ([]byte, error) {
+			if _, ok := replayOK.Load(j.ID); ok {
+				return nil, nil
+			}
+			return nil, pipeline.SkipRetry(errors.New("doomed"))
+		},
+	})
+	for _, j := range append(jobs, one) {
+		x.waitStatus(t, j.ID, pipeline.StatusCompleted)
+	}
+	x.waitStatus(t, delayedJob.ID, pipeline.StatusCompleted)
+
+	// Retry: the second attempt completes.
+	flaky, err := x.client.Enqueue(ctx, x.queue, task("flaky", "x"))
+	require.NoError(t, err)
+	require.Equal(t, 2, x.waitStatus(t, flaky.ID, pipeline.StatusCompleted).Attempt)
+
+	// Dead, listed over the partitions, replayed one by one and all at once, purged.
+	var doomed []string
+	for k := range 6 {
+		j, err := x.client.Enqueue(ctx, x.queue, task("doomed", fmt.Sprint(k)))
+		require.NoError(t, err)
+		doomed = append(doomed, j.ID)
+	}
+	for _, id := range doomed {
+		x.waitStatus(t, id, pipeline.StatusFailed)
+	}
+	dead := map[string]bool{}
+	cursor = ""
+	for {
+		page, err := x.insp.List(ctx, x.queue, pipeline.StatusFailed, pipeline.Page{Cursor: cursor, Limit: 2})
+		require.NoError(t, err)
+		for _, j := range page.Jobs {
+			dead[j.ID] = true
+		}
+		if cursor = page.Next; cursor == "" {
+			break
+		}
+	}
+	require.Len(t, dead, 6)
+	replayOK.Store(doomed[0], true)
+	require.NoError(t, x.insp.Replay(ctx, x.queue, doomed[0]))
+	x.waitStatus(t, doomed[0], pipeline.StatusCompleted)
+	n, err := x.insp.Purge(ctx, x.queue, doomed[1], doomed[2], "no-such-job")
+	require.ErrorIs(t, err, pipeline.ErrNotFound)
+	require.Equal(t, 2, n)
+	for _, id := range doomed[3:] {
+		replayOK.Store(id, true)
+	}
+	n, err = x.insp.ReplayAll(ctx, x.queue)
+	require.NoError(t, err)
+	require.Equal(t, 3, n)
+	for _, id := range doomed[3:] {
+		x.waitStatus(t, id, pipeline.StatusCompleted)
+	}
+	n, err = x.insp.PurgeAll(ctx, x.queue, 0)
+	require.NoError(t, err)
+	require.Zero(t, n)
+
+	st, err = x.insp.Stats(ctx, x.queue)
+	require.NoError(t, err)
+	require.EqualValues(t, 0, st.Queued+st.Scheduled+st.InProgress+st.Dead)
+	require.EqualValues(t, 120+1+1+1+4, st.Completed) // batch, one, delayed, flaky, doomed replayed
+	require.EqualValues(t, 1, st.Retried)
+	all, err := x.insp.Queues(ctx)
+	require.NoError(t, err)
+	for _, q := range all {
+		if q.Queue == x.queue {
+			require.Equal(t, st.Completed, q.Completed)
+		}
+	}
+	found, _, err := x.insp.Find(ctx, one.ID)
+	require.NoError(t, err)
+	require.Equal(t, x.queue, found.Queue)
+
+	stop()
+	require.NoError(t, x.insp.DeleteQueue(ctx, x.queue, false))
+	for _, q := range x.parts() {
+		n, err := x.rdb.Exists(ctx, q.Stream(), q.Stats(), q.Job(one.ID)).Result()
+		require.NoError(t, err)
+		require.Zero(t, n, "keys of %s left after DeleteQueue", q.Tag())
+	}
+	p, err := x.insp.Partitions(ctx, x.queue)
+	require.NoError(t, err)
+	require.Equal(t, 1, p, "the partition count goes with the queue")
+}
+
+// clusterQueue picks a queue name whose three partitions hash to three different masters.
+func clusterQueue(t *testing.T, cc *redis.ClusterClient) string {
+	t.Helper()
+	for k := range 100 {
+		name := fmt.Sprint("hot", k)
+		addrs := map[string]bool{}
+		for i := range 3 {
+			node, err := cc.MasterForKey(t.Context(), keys.New(keys.DefaultPrefix, keys.PartitionName(name, i, 3)).Stream())
+			require.NoError(t, err)
+			addrs[node.Options().Addr] = true
+		}
+		if len(addrs) == 3 {
+			return name
+		}
+	}
+	t.Fatal("no queue name of 100 puts its 3 partitions on 3 masters")
+	return ""
+}
+
+// TestPartitionsSpreadOverMasters shows a 3-partition queue using all three masters of the
+// cluster (each master's key count), and a worker recovering the jobs of a worker that died
+// holding jobs in every partition.
+func TestPartitionsSpreadOverMasters(t *testing.T) {
+	t.Parallel()
+	c := redistest.StartCluster(t)
+	cc := c.Client(t)
+	ctx := t.Context()
+	queue := clusterQueue(t, cc)
+	x := newPartitioned(t, cc, queue, 3)
+
+	masters := make([]*redis.Client, len(c.Addrs))
+	for k, addr := range c.Addrs {
+		masters[k] = redis.NewClient(&redis.Options{Addr: addr})
+		t.Cleanup(func() { _ = masters[k].Close() })
+	}
+	dbsize := func() []int64 {
+		out := make([]int64, len(masters))
+		for k, m := range masters {
+			n, err := m.DBSize(ctx).Result()
+			require.NoError(t, err)
+			out[k] = n
+		}
+		return out
+	}
+	before := dbsize()
+	tasks := make([]pipeline.Task, 300)
+	for k := range tasks {
+		tasks[k] = pipeline.Task{Type: "ok", Payload: []byte(fmt.Sprint(k))}
+	}
+	jobs, err := x.client.EnqueueBatch(ctx, queue, tasks)
+	require.NoError(t, err)
+	after := dbsize()
+	t.Logf("keys per master before the publish %v, after 300 jobs on %s with 3 partitions %v", before, queue, after)
+	for k := range masters {
+		// Each partition holds about 100 job records, its stream and its counters.
+		require.Greater(t, after[k]-before[k], int64(50), "master %s got too few of the queue's keys", c.Addrs[k])
+	}
+
+	// A worker that dies holding jobs of every partition: it read them and never finishes.
+	for _, q := range x.parts() {
+		require.NoError(t, cc.XGroupCreateMkStream(ctx, q.Stream(), keys.Group, "0").Err())
+		_, err := cc.XReadGroup(ctx, &redis.XReadGroupArgs{Group: keys.Group, Consumer: "dead-worker",
+			Streams: []string{q.Stream(), ">"}, Count: 5, Block: -1}).Result()
+		require.NoError(t, err)
+	}
+	st, err := x.insp.Stats(ctx, queue)
+	require.NoError(t, err)
+	require.EqualValues(t, 15, st.InProgress)
+	x.startWorker(t, pipeline.WorkerConfig{Concurrency: 20, VisibilityTimeout: 600 * time.Millisecond,
+		RecoveryInterval: 50 * time.Millisecond}, map[string]pipeline.HandlerFunc{
+		"ok": func(context.Context, *pipeline.Job) ([]byte, error) { return nil, nil },
+	})
+	for _, j := range jobs {
+		x.waitStatus(t, j.ID, pipeline.StatusCompleted)
+	}
+	st, err = x.insp.Stats(ctx, queue)
+	require.NoError(t, err)
+	require.EqualValues(t, 300, st.Completed)
+	require.EqualValues(t, 15, st.Recovered, "the dead worker's jobs in all three partitions")
+}
+
+// TestCreateQueuePartitions: the count is stored, the same count again is a no-op, a change
+// is refused while jobs are unfinished and allowed once they are not.
+func TestCreateQueuePartitions(t *testing.T) {
+	t.Parallel()
+	rdb := redistest.Client(t)
+	ctx := t.Context()
+	queue := redistest.UniqueName(t)
+	x := newPartitioned(t, rdb, queue, 3)
+	_, err := x.insp.CreateQueue(ctx, queue, pipeline.QueueOptions{Partitions: 3})
+	require.NoError(t, err, "the same count again")
+	for _, bad := range []int{-1, pipeline.MaxPartitions + 1} {
+		_, err := x.insp.CreateQueue(ctx, queue, pipeline.QueueOptions{Partitions: bad})
+		require.ErrorIs(t, err, pipeline.ErrInvalid)
+	}
+	_, err = x.insp.CreateQueue(ctx, "bad#1", pipeline.QueueOptions{Partitions: 2})
+	require.ErrorIs(t, err, pipeline.ErrInvalid)
+
+	j, err := x.client.Enqueue(ctx, queue, pipeline.Task{Type: "t"}, pipeline.WithDelay(time.Hour))
+	require.NoError(t, err)
+	_, err = x.insp.CreateQueue(ctx, queue, pipeline.QueueOptions{Partitions: 4})
+	require.ErrorIs(t, err, pipeline.ErrQueueBusy)
+	p, err := x.insp.Partitions(ctx, queue)
+	require.NoError(t, err)
+	require.Equal(t, 3, p, "a refused change changes nothing")
+
+	require.NoError(t, x.client.Cancel(ctx, queue, j.ID))
+	info, err := x.insp.CreateQueue(ctx, queue, pipeline.QueueOptions{Partitions: 4})
+	require.NoError(t, err)
+	require.Equal(t, 4, info.Partitions)
+	// Back to one partition: the plain keys again, and no field left in the hash.
+	_, err = x.insp.CreateQueue(ctx, queue, pipeline.QueueOptions{})
+	require.NoError(t, err)
+	require.False(t, rdb.HExists(ctx, keys.Partitions(keys.DefaultPrefix), queue).Val())
+	names, err := rdb.SMembers(ctx, keys.Queues(keys.DefaultPrefix)).Result()
+	require.NoError(t, err)
+	require.Contains(t, names, queue)
+}
