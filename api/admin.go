@@ -69,6 +69,28 @@ func (s *Server) queueStats(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
+// createQueue: PUT /v1/queues/{queue} with {"partitions": P}. It creates the queue, or sets
+// its partition count (the same count again is a no-op; a change while jobs are unfinished is
+// a 409 queue_busy).
+func (s *Server) createQueue(w http.ResponseWriter, r *http.Request) error {
+	if err := requireJSON(r); err != nil {
+		return err
+	}
+	r.Body = http.MaxBytesReader(w, r.Body, 4<<10)
+	var body struct {
+		Partitions int `json:"partitions"`
+	}
+	if err := decodeJSON(r.Body, &body); err != nil {
+		return err
+	}
+	info, err := s.inspector.CreateQueue(r.Context(), r.PathValue("queue"), pipeline.QueueOptions{Partitions: body.Partitions})
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, info)
+	return nil
+}
+
 // deleteQueue: DELETE /v1/queues/{queue}[?force=true].
 func (s *Server) deleteQueue(w http.ResponseWriter, r *http.Request) error {
 	queue := r.PathValue("queue")

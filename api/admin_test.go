@@ -48,6 +48,35 @@ func TestQueues(t *testing.T) {
 	require.Equal(t, q, one)
 }
 
+// PUT /v1/queues/{queue} sets the partition count: the same count again is a 200, a change
+// while a job is unfinished a 409 queue_busy; jobs are found without naming a partition.
+func TestCreateQueue(t *testing.T) {
+	t.Parallel()
+	e := apiSetup(t, apiEnvOpts{})
+	for range 2 {
+		r := e.do("PUT", "/v1/queues/"+e.queue, `{"partitions":3}`)
+		require.Equal(t, http.StatusOK, r.status, "%s", r.body)
+		require.JSONEq(t, `{"queue":"`+e.queue+`","partitions":3}`, string(r.body))
+	}
+	r := e.do("PUT", "/v1/queues/"+e.queue, `{"partitions":2000}`)
+	require.Equal(t, http.StatusBadRequest, r.status, "%s", r.body)
+	var ids []string
+	for range 6 {
+		ids = append(ids, e.post(`{"type":"echo","delay":"1h"}`, http.StatusAccepted).job(t).ID)
+	}
+	for _, id := range ids {
+		r := e.do("GET", "/v1/queues/"+e.queue+"/jobs/"+id, "")
+		require.Equal(t, http.StatusOK, r.status, "%s", r.body)
+	}
+	r = e.do("PUT", "/v1/queues/"+e.queue, `{"partitions":4}`)
+	require.Equal(t, http.StatusConflict, r.status, "%s", r.body)
+	require.Contains(t, string(r.body), "queue_busy")
+	var st pipeline.QueueStats
+	r = e.do("GET", "/v1/queues/"+e.queue, "")
+	r.json(t, &st)
+	require.EqualValues(t, 6, st.Scheduled, "the partitions' gauges are summed")
+}
+
 func TestList(t *testing.T) {
 	t.Parallel()
 	e := apiSetup(t, apiEnvOpts{})

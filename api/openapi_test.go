@@ -106,6 +106,7 @@ func TestOpenAPI(t *testing.T) {
 	bodies := map[string]string{
 		"POST /v1/queues/{queue}/jobs":       `{"type":"echo"}`,
 		"POST /v1/queues/{queue}/jobs:batch": `{"jobs":[{"type":"echo"}]}`,
+		"PUT /v1/queues/{queue}":             `{"partitions":3}`,
 	}
 	// Whole-queue deletions last, so that the others still find their jobs.
 	last := func(k string) bool {

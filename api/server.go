@@ -107,6 +107,7 @@ func (s *Server) table() []route {
 		{"GET", "/v1/openapi.json", open, s.openapi},
 		{"GET", "/v1/queues", authed, s.listQueues},
 		{"GET", "/v1/queues/{queue}", authed, s.queueStats},
+		{"PUT", "/v1/queues/{queue}", authed, s.createQueue},
 		{"DELETE", "/v1/queues/{queue}", authed, s.deleteQueue},
 		{"POST", "/v1/queues/{queue}/jobs", authed, s.enqueue},
 		{"GET", "/v1/queues/{queue}/jobs", authed, s.listJobs},

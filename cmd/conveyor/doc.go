@@ -6,7 +6,7 @@
 //	conveyor status     [--queue Q] ID [--json]
 //	conveyor cancel     [--queue Q] ID [--json]
 //	conveyor stats      [--queue Q | --all] [--json]
-//	conveyor queues     [--json]; conveyor queues delete Q [--force]
+//	conveyor queues     [--json]; conveyor queues create Q [--partitions P]; conveyor queues delete Q [--force]
 //	conveyor list       [--queue Q] --status S [--limit N] [--cursor C] [--json]
 //	conveyor dead list    [--queue Q] [--limit N] [--cursor C] [--json]
 //	conveyor dead replay  [--queue Q] (ID... | --all) [--json]

@@ -21,6 +21,7 @@ many of its jobs are scheduled, queued, in progress and dead right now, and its 
 With --json it prints what 'stats --all --json' prints: a JSON array of objects.`,
 		Example: `  conveyor queues
   conveyor queues --json | jq -r '.[] | select(.dead > 0) | .queue'
+  conveyor queues create emails --partitions 3
   conveyor queues delete old-emails`,
 		Args: unknownSubcommand,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -32,7 +33,56 @@ With --json it prints what 'stats --all --json' prints: a JSON array of objects.
 		},
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print a JSON array")
-	cmd.AddCommand(newQueuesDeleteCmd(a))
+	cmd.AddCommand(newQueuesCreateCmd(a), newQueuesDeleteCmd(a))
+	return cmd
+}
+
+func newQueuesCreateCmd(a *app) *cobra.Command {
+	var partitions int
+	cmd := &cobra.Command{
+		Use:   "create QUEUE [--partitions P]",
+		Short: "Create a queue, or set its partition count",
+		Long: `Create a queue (add it to the known queues) and store its partition count in Redis, where every
+producer, worker and inspector reads it. A queue of P > 1 partitions is P key spaces,
+{QUEUE#0} ... {QUEUE#P-1}, each with its own stream, scheduled and dead sets, counters and
+recovery lock, so on Redis Cluster one queue spreads over P shards; a publish picks a
+partition by job id (by unique key when it has one), a worker reads all of them, and status,
+cancel, dead and stats find jobs without being told the partition. One partition (the
+default) is the plain queue {QUEUE}.
+
+Setting the count the queue has already does nothing and exits 0. Changing it is refused
+(exit 1) while the queue has unfinished jobs (scheduled, queued or in progress, in any
+partition): those jobs live in the old partitions. Stop producers and workers, change the
+count, start them again: producers read it again within 5 seconds, workers only when they
+start (a running worker logs an error when it sees it change).`,
+		Example: `  conveyor queues create emails --partitions 3
+  conveyor queues create emails              # one partition: the plain queue`,
+		Args: func(_ *cobra.Command, args []string) error {
+			if len(args) != 1 {
+				return usageErrorf("want exactly one queue name, got %d arguments", len(args))
+			}
+			return nil
+		},
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if partitions < 1 || partitions > pipeline.MaxPartitions {
+				return usageErrorf("--partitions %d: want 1 to %d", partitions, pipeline.MaxPartitions)
+			}
+			insp, err := a.inspector()
+			if err != nil {
+				return err
+			}
+			info, err := insp.CreateQueue(cmd.Context(), args[0], pipeline.QueueOptions{Partitions: partitions})
+			if errors.Is(err, pipeline.ErrQueueBusy) {
+				return fmt.Errorf("%w; let them finish (or delete the queue) first", err)
+			}
+			if err != nil {
+				return err
+			}
+			_, err = fmt.Fprintf(a.stdout, "queue %s: %s\n", info.Queue, plural(info.Partitions, "partition"))
+			return err
+		},
+	}
+	cmd.Flags().IntVar(&partitions, "partitions", 1, fmt.Sprintf("the queue's partition count, 1 to %d", pipeline.MaxPartitions))
 	return cmd
 }
 
