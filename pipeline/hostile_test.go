@@ -68,17 +68,6 @@ func hostileServer(t *testing.T) (*redis.Client, *pipeline.Client, *pipeline.Ins
 	return rdb, c, insp
 }
 
-// nothingWritten runs f and fails when it wrote anything to rdb.
-func nothingWritten(t *testing.T, rdb *redis.Client, f func()) {
-	t.Helper()
-	before, err := hostile.Read(t.Context(), rdb)
-	require.NoError(t, err)
-	f()
-	after, err := hostile.Read(t.Context(), rdb)
-	require.NoError(t, err)
-	require.Empty(t, before.Diff(after), "a refused call wrote to Redis")
-}
-
 // TestHostilePublish runs every hostile publish through Enqueue, EnqueueBatch alone and
 // EnqueueBatch behind a valid task: each is refused with ErrInvalid and a message naming the
 // problem, and nothing is written (not even the valid task, nor the queue's name).
@@ -92,7 +81,7 @@ func TestHostilePublish(t *testing.T) {
 			}
 			task, opts := hostileTask(tc.Job)
 			ctx := t.Context()
-			nothingWritten(t, rdb, func() {
+			hostile.NothingWritten(t, rdb, func() {
 				_, err := c.Enqueue(ctx, tc.Job.Queue, task, opts...)
 				requireRefused(t, err, tc.Wants(hostile.Library))
 				task.Opts = opts
@@ -143,7 +132,7 @@ func TestHostileNames(t *testing.T) {
 	for _, n := range hostile.BadQueues() {
 		for _, m := range byQueue {
 			t.Run("Queue/"+n.Name+"/"+m.name, func(t *testing.T) {
-				nothingWritten(t, rdb, func() {
+				hostile.NothingWritten(t, rdb, func() {
 					requireRefused(t, m.f(t.Context(), n.Value, "queued"), []string{"queue name", n.Want})
 				})
 			})
@@ -152,7 +141,7 @@ func TestHostileNames(t *testing.T) {
 	for _, n := range hostile.BadIDs() {
 		for _, m := range byID {
 			t.Run("ID/"+n.Name+"/"+m.name, func(t *testing.T) {
-				nothingWritten(t, rdb, func() {
+				hostile.NothingWritten(t, rdb, func() {
 					err := m.f(t.Context(), "hostile", n.Value)
 					if n.Value == "" && errors.Is(err, pipeline.ErrNotFound) {
 						t.Fatalf("an empty id was looked up instead of refused")

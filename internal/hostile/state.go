@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"testing"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -60,4 +61,22 @@ func (s State) Diff(after State) string {
 		}
 	}
 	return strings.Join(parts, ", ")
+}
+
+// NothingWritten runs f and fails t when f wrote anything to rdb, which nothing else may write
+// to meanwhile.
+func NothingWritten(t testing.TB, rdb redis.UniversalClient, f func()) {
+	t.Helper()
+	before, err := Read(t.Context(), rdb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f()
+	after, err := Read(t.Context(), rdb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := before.Diff(after); d != "" {
+		t.Fatalf("a refused call wrote to Redis: %s", d)
+	}
 }
