@@ -22,6 +22,8 @@ type benchOptions struct {
 	jobs         int
 	payloadBytes int
 	concurrency  int
+	partitions   int
+	producers    int
 	mode         string
 	timeout      time.Duration
 	json         bool
@@ -34,6 +36,8 @@ type benchReport struct {
 	Jobs         int     `json:"jobs"`
 	PayloadBytes int     `json:"payload_bytes"`
 	Concurrency  int     `json:"concurrency"`
+	Partitions   int     `json:"partitions"`
+	Producers    int     `json:"producers"`
 	EnqueuePerS  float64 `json:"enqueue_per_s"`
 	JobsPerS     float64 `json:"jobs_per_s"`
 	ElapsedS     float64 `json:"elapsed_s"`
@@ -45,7 +49,7 @@ type benchReport struct {
 func newBenchCmd(a *app) *cobra.Command {
 	o := benchOptions{}
 	cmd := &cobra.Command{
-		Use:   "bench [--jobs N] [--payload-bytes B] [--concurrency C] [--mode live|drain]",
+		Use:   "bench [--jobs N] [--payload-bytes B] [--concurrency C] [--mode live|drain] [--partitions P] [--producers N]",
 		Short: "Measure throughput and latency on your Redis",
 		Long: `Measure Conveyor on the configured Redis: publish --jobs no-op jobs of --payload-bytes to a
 fresh queue, run them on one in-process worker of --concurrency, and report the publish rate,
@@ -57,11 +61,17 @@ the thousandth (microseconds).
 publishes everything first, then times the worker draining the backlog (latency then mostly
 measures the backlog). The queue's keys are deleted afterwards unless --keep is given.
 
+--partitions P makes the benchmark queue one of P partitions (see 'conveyor queues create'),
+so that on Redis Cluster it spreads over up to P shards; --producers N publishes from N
+goroutines at once (batches of 100 each), so that one producer's round trips do not cap the
+rate the shards could take.
+
 For the side-by-side comparison with asynq, watermill-redisstream and raw go-redis, see
 bench/ and docs/BENCHMARKS.md.`,
 		Example: `  conveyor bench
   conveyor bench --redis redis://my-redis:6379/0 --jobs 200000 --concurrency 200 --payload-bytes 1024
-  conveyor bench --mode drain --json`,
+  conveyor bench --mode drain --json
+  conveyor bench --cluster --redis redis://node1:7000 --partitions 3 --producers 4`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := o.validate(); err != nil {
@@ -74,6 +84,8 @@ bench/ and docs/BENCHMARKS.md.`,
 	f.IntVarP(&o.jobs, "jobs", "n", 100_000, "jobs to run")
 	f.IntVar(&o.payloadBytes, "payload-bytes", 100, "payload size of each job (at least 8)")
 	f.IntVarP(&o.concurrency, "concurrency", "c", 200, "the worker's concurrency")
+	f.IntVar(&o.partitions, "partitions", 1, fmt.Sprintf("partitions of the benchmark queue, 1 to %d", pipeline.MaxPartitions))
+	f.IntVar(&o.producers, "producers", 1, "goroutines publishing at once")
 	f.StringVar(&o.mode, "mode", "live", "live (publish while the worker runs) or drain (publish first)")
 	f.DurationVar(&o.timeout, "timeout", 10*time.Minute, "give up after this long")
 	f.BoolVar(&o.json, "json", false, "print one JSON object instead of a table")
@@ -91,6 +103,12 @@ func (o benchOptions) validate() error {
 	}
 	if o.concurrency < 1 {
 		errs = append(errs, usageErrorf("--concurrency must be at least 1"))
+	}
+	if o.partitions < 1 || o.partitions > pipeline.MaxPartitions {
+		errs = append(errs, usageErrorf("--partitions must be 1 to %d", pipeline.MaxPartitions))
+	}
+	if o.producers < 1 {
+		errs = append(errs, usageErrorf("--producers must be at least 1"))
 	}
 	if o.mode != "live" && o.mode != "drain" {
 		errs = append(errs, usageErrorf("--mode must be live or drain, not %q", o.mode))
@@ -120,6 +138,12 @@ func (a *app) bench(ctx context.Context, o benchOptions) (err error) {
 		}()
 	}
 	client := pipeline.NewClient(rdb, pipeline.ClientConfig{Prefix: a.prefix})
+	if o.partitions > 1 {
+		insp := pipeline.NewInspector(rdb, pipeline.InspectorConfig{Prefix: a.prefix})
+		if _, err := insp.CreateQueue(ctx, queue, pipeline.QueueOptions{Partitions: o.partitions}); err != nil {
+			return err
+		}
+	}
 
 	// Each job's payload starts with its publish time, so the handler can measure latency.
 	latencies := make([]int64, o.jobs)
@@ -164,26 +188,44 @@ func (a *app) bench(ctx context.Context, o benchOptions) (err error) {
 	}()
 
 	if !o.json {
-		fmt.Fprintf(a.stdout, "Benchmarking %d no-op jobs of %d bytes, concurrency %d, %s mode, on %s (queue %s)\n",
-			o.jobs, o.payloadBytes, o.concurrency, o.mode, redactURL(a.redisURL), queue)
+		fmt.Fprintf(a.stdout, "Benchmarking %d no-op jobs of %d bytes, concurrency %d, %s mode, %s, %s, on %s (queue %s)\n",
+			o.jobs, o.payloadBytes, o.concurrency, o.mode, plural(o.partitions, "partition"), plural(o.producers, "producer"),
+			redactURL(a.redisURL), queue)
 	}
+	// Producers take chunks of 100 jobs from a shared counter until all are published.
 	publish := func() (time.Duration, error) {
 		start := time.Now()
 		const chunk = 100
-		tasks := make([]pipeline.Task, chunk)
-		for done := 0; done < o.jobs; done += chunk {
-			n := min(chunk, o.jobs-done)
-			now := uint64(time.Now().UnixNano())
-			for i := range n {
-				p := make([]byte, o.payloadBytes)
-				binary.BigEndian.PutUint64(p, now)
-				tasks[i] = pipeline.Task{Type: "bench", Payload: p}
-			}
-			if _, err := client.EnqueueBatch(ctx, queue, tasks[:n]); err != nil {
-				return 0, fmt.Errorf("publish: %w", err)
-			}
+		var next atomic.Int64
+		errs := make(chan error, o.producers)
+		for range o.producers {
+			go func() {
+				tasks := make([]pipeline.Task, chunk)
+				for {
+					done := int(next.Add(chunk)) - chunk
+					if done >= o.jobs {
+						errs <- nil
+						return
+					}
+					n := min(chunk, o.jobs-done)
+					now := uint64(time.Now().UnixNano())
+					for i := range n {
+						p := make([]byte, o.payloadBytes)
+						binary.BigEndian.PutUint64(p, now)
+						tasks[i] = pipeline.Task{Type: "bench", Payload: p}
+					}
+					if _, err := client.EnqueueBatch(ctx, queue, tasks[:n]); err != nil {
+						errs <- fmt.Errorf("publish: %w", err)
+						return
+					}
+				}
+			}()
 		}
-		return time.Since(start), nil
+		var err error
+		for range o.producers {
+			err = errors.Join(err, <-errs)
+		}
+		return time.Since(start), err
 	}
 
 	var pubTook, elapsed time.Duration
@@ -230,6 +272,7 @@ func (a *app) bench(ctx context.Context, o benchOptions) (err error) {
 	}
 	r := benchReport{
 		Mode: o.mode, Jobs: o.jobs, PayloadBytes: o.payloadBytes, Concurrency: o.concurrency,
+		Partitions: o.partitions, Producers: o.producers,
 		EnqueuePerS: float64(o.jobs) / pubTook.Seconds(), JobsPerS: float64(o.jobs) / elapsed.Seconds(),
 		ElapsedS:  elapsed.Seconds(),
 		LatencyMS: map[string]float64{"p50": pct(0.50), "p90": pct(0.90), "p99": pct(0.99), "max": pct(1)},
