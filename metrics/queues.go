@@ -1,0 +1,178 @@
+package metrics
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/conveyorq/conveyor/pipeline"
+)
+
+// Defaults of QueueCollectorConfig.
+const (
+	// DefaultMaxAge is how long a QueueCollector serves a reading: below Prometheus's usual
+	// scrape intervals (15s to 1m), so each scrape sees fresh numbers, and long enough that
+	// several Prometheus servers or a tight scrape interval do not multiply the reads.
+	DefaultMaxAge = 5 * time.Second
+	// DefaultRefreshTimeout bounds one refresh.
+	DefaultRefreshTimeout = 5 * time.Second
+)
+
+// QueueCollectorConfig configures a QueueCollector. Zero fields take the defaults; a negative
+// duration is an error wrapping pipeline.ErrInvalid.
+type QueueCollectorConfig struct {
+	// Queues limits the series to these queues. Empty: every known queue.
+	Queues []string
+	// MaxAge is how long a reading is served before a scrape refreshes it. Defaults to
+	// DefaultMaxAge.
+	MaxAge time.Duration
+	// Timeout bounds a refresh; a scrape that finds Redis slow or away serves the last
+	// reading. Defaults to DefaultRefreshTimeout.
+	Timeout time.Duration
+	// Now is the clock of the cache; tests may replace it. Defaults to time.Now.
+	Now func() time.Time
+}
+
+// QueueCollector is a prometheus.Collector of the queues' gauges and counters, read through
+// an Inspector (Inspector.Queues: one round trip for the queue list and one per 100 queues).
+// It caches a reading for MaxAge: however many queues there are and however often it is
+// scraped, it refreshes at most once per MaxAge, and concurrent scrapes share one refresh.
+// When a refresh fails, the last reading is served (conveyor_queue_stats_age_seconds says how
+// old) and conveyor_queue_stats_errors_total counts the failure; with no reading yet, the
+// scrape reports the error.
+type QueueCollector struct {
+	insp *pipeline.Inspector
+	cfg  QueueCollectorConfig
+	only map[string]bool // cfg.Queues, nil for all
+
+	mu     sync.Mutex
+	stats  []*pipeline.QueueStats
+	read   time.Time // when stats were read; zero before the first reading
+	tried  time.Time // the last refresh, successful or not
+	lastEr error
+	errors float64
+}
+
+var (
+	descJobs = prometheus.NewDesc(Namespace+"_queue_jobs",
+		"Jobs in the queue now, by state: scheduled (waiting for their time), queued (in the stream, not started), in_progress (held by a worker), dead.",
+		[]string{"queue", "state"}, nil)
+	descAge = prometheus.NewDesc(Namespace+"_queue_stats_age_seconds",
+		"Age of the queue reading served (it is cached, and served while a refresh fails).", nil, nil)
+	descErrors = prometheus.NewDesc(Namespace+"_queue_stats_errors_total",
+		"Refreshes of the queue reading that failed.", nil, nil)
+	// queueCounters are the queues' counters exported, with what they count.
+	queueCounters = []struct {
+		desc *prometheus.Desc
+		val  func(*pipeline.QueueStats) int64
+	}{
+		{counterDesc("enqueued", "Jobs published to the queue."), func(s *pipeline.QueueStats) int64 { return s.Enqueued }},
+		{counterDesc("completed", "Jobs of the queue that completed."), func(s *pipeline.QueueStats) int64 { return s.Completed }},
+		{counterDesc("failed", "Jobs of the queue that went to the dead set."), func(s *pipeline.QueueStats) int64 { return s.Failed }},
+		{counterDesc("retried", "Failed attempts scheduled to run again."), func(s *pipeline.QueueStats) int64 { return s.Retried }},
+		{counterDesc("recovered", "Jobs put back after their worker died."), func(s *pipeline.QueueStats) int64 { return s.Recovered }},
+		{counterDesc("canceled", "Jobs canceled."), func(s *pipeline.QueueStats) int64 { return s.Canceled }},
+	}
+)
+
+func counterDesc(name, help string) *prometheus.Desc {
+	return prometheus.NewDesc(Namespace+"_queue_"+name+"_total", help+" Kept in Redis since the queue was created.",
+		[]string{"queue"}, nil)
+}
+
+// NewQueueCollector returns a collector over insp; register it on a registry.
+func NewQueueCollector(insp *pipeline.Inspector, cfg QueueCollectorConfig) (*QueueCollector, error) {
+	if insp == nil {
+		return nil, fmt.Errorf("%w: metrics: NewQueueCollector with a nil Inspector", pipeline.ErrInvalid)
+	}
+	if cfg.MaxAge < 0 || cfg.Timeout < 0 {
+		return nil, fmt.Errorf("%w: metrics: negative MaxAge (%s) or Timeout (%s)", pipeline.ErrInvalid, cfg.MaxAge, cfg.Timeout)
+	}
+	cfg.MaxAge = cmp.Or(cfg.MaxAge, DefaultMaxAge)
+	cfg.Timeout = cmp.Or(cfg.Timeout, DefaultRefreshTimeout)
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	c := &QueueCollector{insp: insp, cfg: cfg}
+	if len(cfg.Queues) > 0 {
+		c.only = make(map[string]bool, len(cfg.Queues))
+		for _, q := range cfg.Queues {
+			c.only[q] = true
+		}
+	}
+	return c, nil
+}
+
+// Describe sends the descriptions of every series the collector makes.
+func (c *QueueCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- descJobs
+	ch <- descAge
+	ch <- descErrors
+	for _, qc := range queueCounters {
+		ch <- qc.desc
+	}
+}
+
+// Collect sends the series of the current reading, refreshing it first if it is older than
+// MaxAge.
+func (c *QueueCollector) Collect(ch chan<- prometheus.Metric) {
+	c.mu.Lock()
+	c.refresh()
+	stats, read, errs, lastErr := c.stats, c.read, c.errors, c.lastEr
+	now := c.cfg.Now()
+	c.mu.Unlock()
+
+	ch <- prometheus.MustNewConstMetric(descErrors, prometheus.CounterValue, errs)
+	if read.IsZero() {
+		ch <- prometheus.NewInvalidMetric(descJobs, fmt.Errorf("read the queues: %w", lastErr))
+		return
+	}
+	ch <- prometheus.MustNewConstMetric(descAge, prometheus.GaugeValue, now.Sub(read).Seconds())
+	for _, s := range stats {
+		for _, g := range []struct {
+			state string
+			n     int64
+		}{{string(pipeline.StatusScheduled), s.Scheduled}, {string(pipeline.StatusQueued), s.Queued},
+			{string(pipeline.StatusInProgress), s.InProgress}, {"dead", s.Dead}} {
+			ch <- prometheus.MustNewConstMetric(descJobs, prometheus.GaugeValue, float64(g.n), s.Queue, g.state)
+		}
+		for _, qc := range queueCounters {
+			ch <- prometheus.MustNewConstMetric(qc.desc, prometheus.CounterValue, float64(qc.val(s)), s.Queue)
+		}
+	}
+}
+
+// refresh reads the queues again if the reading is older than MaxAge; a failed try is not
+// repeated within MaxAge either, so a Redis that is away is not asked at every scrape. The
+// caller holds c.mu: concurrent scrapes wait for one refresh and share it.
+func (c *QueueCollector) refresh() {
+	now := c.cfg.Now()
+	if !c.tried.IsZero() && now.Sub(c.tried) < c.cfg.MaxAge {
+		return
+	}
+	c.tried = now
+	ctx, cancel := context.WithTimeout(context.Background(), c.cfg.Timeout)
+	defer cancel()
+	stats, err := c.insp.Queues(ctx)
+	if err != nil {
+		c.errors++
+		c.lastEr = err
+		return
+	}
+	if c.only != nil {
+		stats = slices.DeleteFunc(stats, func(s *pipeline.QueueStats) bool { return !c.only[s.Queue] })
+		// A listed queue nothing was enqueued to yet is not known: it is all zeros.
+		for q := range c.only {
+			if !slices.ContainsFunc(stats, func(s *pipeline.QueueStats) bool { return s.Queue == q }) {
+				stats = append(stats, &pipeline.QueueStats{Queue: q})
+			}
+		}
+		slices.SortFunc(stats, func(a, b *pipeline.QueueStats) int { return cmp.Compare(a.Queue, b.Queue) })
+	}
+	c.stats, c.read, c.lastEr = stats, now, nil
+}

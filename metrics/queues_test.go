@@ -1,0 +1,191 @@
+package metrics_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+
+	"github.com/conveyorq/conveyor/internal/redistest"
+	"github.com/conveyorq/conveyor/metrics"
+	"github.com/conveyorq/conveyor/pipeline"
+)
+
+// callCounter is a go-redis hook that counts round trips, commands and pipelines, but for
+// those that set a new connection up.
+type callCounter struct{ calls atomic.Int64 }
+
+func (c *callCounter) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (c *callCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if name := cmd.Name(); name != "hello" && name != "client" { // a new connection's set-up
+			c.calls.Add(1)
+		}
+		return next(ctx, cmd)
+	}
+}
+
+func (c *callCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		if cmds[0].Name() != "client" {
+			c.calls.Add(1)
+		}
+		return next(ctx, cmds)
+	}
+}
+
+// clock is a settable clock for the collector's cache.
+type clock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *clock) now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
+func (c *clock) add(d time.Duration) {
+	c.mu.Lock()
+	c.t = c.t.Add(d)
+	c.mu.Unlock()
+}
+
+// A scrape costs a bounded number of Redis round trips however many queues there are, and
+// scrapes within MaxAge cost none: 250 queues, 20 scrapes (5 of them at once) make one
+// refresh of at most 2 + ceil(250/100) round trips (the queue list, their partition counts,
+// a pipeline per 100 queues); once MaxAge has passed, one more.
+func TestQueueCollectorBoundsRedisCalls(t *testing.T) {
+	t.Parallel()
+	prefix := redistest.UniqueName(t)
+	rdb := redistest.Client(t)
+	client := pipeline.NewClient(rdb, pipeline.ClientConfig{Prefix: prefix})
+	const queues = 250
+	var fill sync.WaitGroup
+	for w := range 10 {
+		fill.Go(func() {
+			for i := w; i < queues; i += 10 {
+				tasks := make([]pipeline.Task, 1+i%3)
+				for k := range tasks {
+					tasks[k] = pipeline.Task{Type: "t"}
+				}
+				_, err := client.EnqueueBatch(context.Background(), fmt.Sprintf("q%03d", i), tasks)
+				require.NoError(t, err)
+			}
+		})
+	}
+	fill.Wait()
+
+	counted := redis.NewClient(rdb.Options())
+	t.Cleanup(func() { _ = counted.Close() })
+	var cc callCounter
+	counted.AddHook(&cc)
+	clk := &clock{t: time.Now()}
+	qc, err := metrics.NewQueueCollector(pipeline.NewInspector(counted, pipeline.InspectorConfig{Prefix: prefix}),
+		metrics.QueueCollectorConfig{Now: clk.now})
+	require.NoError(t, err)
+	reg := prometheus.NewRegistry()
+	require.NoError(t, reg.Register(qc))
+	require.NoError(t, counted.Ping(t.Context()).Err()) // the connection's set-up is not the collector's
+	before := cc.calls.Load()
+
+	var wg sync.WaitGroup
+	for range 5 {
+		wg.Go(func() {
+			_, err := reg.Gather()
+			require.NoError(t, err)
+		})
+	}
+	wg.Wait()
+	for range 15 {
+		_, err := reg.Gather()
+		require.NoError(t, err)
+	}
+	perRefresh := cc.calls.Load() - before
+	require.LessOrEqual(t, perRefresh, int64(2+(queues+99)/100), "20 scrapes within MaxAge: one refresh")
+
+	require.Equal(t, 1.0, value(t, reg, "conveyor_queue_jobs", "queue", "q000", "state", "queued"))
+	require.Equal(t, 3.0, value(t, reg, "conveyor_queue_jobs", "queue", "q002", "state", "queued"))
+	require.Equal(t, 2.0, value(t, reg, "conveyor_queue_enqueued_total", "queue", "q001"))
+	require.Equal(t, float64(queues), float64(testutil.CollectAndCount(qc, "conveyor_queue_completed_total")))
+
+	// Within MaxAge a new job is not seen; after it, one more refresh sees it.
+	_, err = client.Enqueue(t.Context(), "q000", pipeline.Task{Type: "t"})
+	require.NoError(t, err)
+	clk.add(metrics.DefaultMaxAge - time.Millisecond)
+	require.Equal(t, 1.0, value(t, reg, "conveyor_queue_jobs", "queue", "q000", "state", "queued"))
+	clk.add(time.Millisecond)
+	require.Equal(t, 2.0, value(t, reg, "conveyor_queue_jobs", "queue", "q000", "state", "queued"))
+	require.Equal(t, 2*perRefresh, cc.calls.Load()-before)
+	require.Equal(t, 0.0, value(t, reg, "conveyor_queue_stats_age_seconds"))
+
+	problems, err := testutil.GatherAndLint(reg)
+	require.NoError(t, err)
+	require.Empty(t, problems)
+}
+
+// With Queues, only those queues are exported, and a listed queue nothing was published to
+// yet is there with zeros.
+func TestQueueCollectorListedQueues(t *testing.T) {
+	t.Parallel()
+	prefix := redistest.UniqueName(t)
+	rdb := redistest.Client(t)
+	client := pipeline.NewClient(rdb, pipeline.ClientConfig{Prefix: prefix})
+	for _, q := range []string{"a", "b"} {
+		_, err := client.Enqueue(t.Context(), q, pipeline.Task{Type: "t"}, pipeline.WithDelay(time.Hour))
+		require.NoError(t, err)
+	}
+	qc, err := metrics.NewQueueCollector(pipeline.NewInspector(rdb, pipeline.InspectorConfig{Prefix: prefix}),
+		metrics.QueueCollectorConfig{Queues: []string{"b", "new"}})
+	require.NoError(t, err)
+	reg := prometheus.NewRegistry()
+	require.NoError(t, reg.Register(qc))
+	require.Equal(t, 1.0, value(t, reg, "conveyor_queue_jobs", "queue", "b", "state", "scheduled"))
+	require.Equal(t, 8, testutil.CollectAndCount(qc, "conveyor_queue_jobs"), "4 states of b and new")
+	require.Equal(t, 0.0, value(t, reg, "conveyor_queue_enqueued_total", "queue", "new"))
+	require.Equal(t, 1.0, value(t, reg, "conveyor_queue_enqueued_total", "queue", "b"))
+}
+
+// While Redis is away the last reading is served, its age growing, and the failures are
+// counted; with no reading at all the scrape fails, saying why.
+func TestQueueCollectorRedisAway(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	rdb := srv.Client(t)
+	queue := redistest.UniqueName(t)
+	_, err := pipeline.NewClient(rdb, pipeline.ClientConfig{}).Enqueue(t.Context(), queue, pipeline.Task{Type: "t"})
+	require.NoError(t, err)
+	clk := &clock{t: time.Now()}
+	cfg := metrics.QueueCollectorConfig{Now: clk.now, Timeout: 300 * time.Millisecond}
+	qc, err := metrics.NewQueueCollector(pipeline.NewInspector(rdb, pipeline.InspectorConfig{}), cfg)
+	require.NoError(t, err)
+	reg := prometheus.NewRegistry()
+	require.NoError(t, reg.Register(qc))
+	require.Equal(t, 1.0, value(t, reg, "conveyor_queue_jobs", "queue", queue, "state", "queued"))
+
+	require.NoError(t, srv.Kill())
+	clk.add(time.Minute)
+	require.Equal(t, 1.0, value(t, reg, "conveyor_queue_jobs", "queue", queue, "state", "queued"), "the last reading")
+	require.Equal(t, 60.0, value(t, reg, "conveyor_queue_stats_age_seconds"))
+	require.Equal(t, 1.0, value(t, reg, "conveyor_queue_stats_errors_total"))
+
+	fresh, err := metrics.NewQueueCollector(pipeline.NewInspector(rdb, pipeline.InspectorConfig{}), cfg)
+	require.NoError(t, err)
+	reg2 := prometheus.NewRegistry()
+	require.NoError(t, reg2.Register(fresh))
+	_, err = reg2.Gather()
+	require.Error(t, err)
+	require.Contains(t, err.Error(), "read the queues")
+}
+
+func TestNewQueueCollectorRefusesBadConfig(t *testing.T) {
+	_, err := metrics.NewQueueCollector(nil, metrics.QueueCollectorConfig{})
+	require.ErrorIs(t, err, pipeline.ErrInvalid)
+	insp := pipeline.NewInspector(redis.NewClient(&redis.Options{}), pipeline.InspectorConfig{})
+	_, err = metrics.NewQueueCollector(insp, metrics.QueueCollectorConfig{MaxAge: -time.Second})
+	require.ErrorIs(t, err, pipeline.ErrInvalid)
+}

@@ -1,0 +1,291 @@
+package metrics
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/conveyorq/conveyor/internal/keys"
+	"github.com/conveyorq/conveyor/pipeline"
+	"github.com/conveyorq/conveyor/recovery"
+	"github.com/conveyorq/conveyor/stream"
+)
+
+// Namespace starts the name of every series of this package.
+const Namespace = "conveyor"
+
+// TypeUnhandled is the type label of jobs whose type no handler of the worker takes.
+const TypeUnhandled = "_unhandled"
+
+// Outcome labels of conveyor_jobs_total besides pipeline.Outcome's.
+const (
+	OutcomeCompleted = "completed"
+	// OutcomeError: a middleware inside this one returned an error that is no
+	// *pipeline.JobError (it refused the job, which then counts as a failed attempt).
+	OutcomeError = "error"
+)
+
+// outcomes are the outcome label values, indexed by pipeline.Outcome (0: completed), then
+// OutcomeError: every (queue, type) gets them all at once, at zero, so rate() sees the first.
+var outcomes = [...]string{OutcomeCompleted, pipeline.OutcomeRetry.String(), pipeline.OutcomeDead.String(),
+	pipeline.OutcomeCanceled.String(), pipeline.OutcomeLost.String(), pipeline.OutcomeAbandoned.String(), OutcomeError}
+
+const outcomeErrorIndex = len(outcomes) - 1
+
+// Buckets of the histograms, in seconds. Jobs run from a millisecond to minutes; latency and
+// lag are milliseconds when all is well and minutes when a backlog builds.
+var (
+	DurationBuckets = []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 300}
+	LatencyBuckets  = []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 300, 1800}
+)
+
+// Worker holds a worker's series; see the package documentation. Its methods are safe for
+// concurrent use, and one Worker may serve several pipeline.Workers (their series add up).
+type Worker struct {
+	jobs        *prometheus.CounterVec
+	duration    *prometheus.HistogramVec
+	latency     *prometheus.HistogramVec
+	promoted    *prometheus.CounterVec
+	lag         *prometheus.HistogramVec
+	scans       *prometheus.CounterVec
+	recovered   *prometheus.CounterVec
+	lockHeld    *prometheus.GaugeVec
+	redisErrors *prometheus.CounterVec
+
+	mu     sync.RWMutex
+	series map[seriesKey]*series // the hot path's bound series, by stream key and type
+}
+
+// seriesKey names a (queue, type) pair the way a message carries it: no string is built per
+// job to look its series up.
+type seriesKey struct{ stream, typ string }
+
+// series are the bound series of one (queue, type).
+type series struct {
+	outcomes [len(outcomes)]prometheus.Counter
+	duration prometheus.Observer
+	latency  prometheus.Observer
+}
+
+// NewWorker registers a worker's series on reg (prometheus.DefaultRegisterer, or a registry
+// of the caller's own) and returns them. It fails when reg has series of the same names, from
+// another Worker say: give each its own registry, or share one Worker.
+func NewWorker(reg prometheus.Registerer) (*Worker, error) {
+	queueType := []string{"queue", "type"}
+	queue := []string{"queue"}
+	m := &Worker{
+		jobs: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: Namespace, Name: "jobs_total",
+			Help: "Job attempts by outcome: completed, retry, dead, canceled, lost, abandoned, or error (refused by a middleware)."},
+			[]string{"queue", "type", "outcome"}),
+		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: Namespace, Name: "job_duration_seconds",
+			Help: "Job attempts from the start of their handling until their outcome is written.", Buckets: DurationBuckets}, queueType),
+		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: Namespace, Name: "job_queue_latency_seconds",
+			Help:    "Wait from a job's entry into the stream (its enqueue, or its promotion when due) to the start of its attempt.",
+			Buckets: LatencyBuckets}, queue),
+		promoted: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: Namespace, Name: "scheduler_promoted_total",
+			Help: "Delayed and retried jobs the worker's scheduler moved into their stream when due."}, queue),
+		lag: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: Namespace, Name: "scheduler_lag_seconds",
+			Help: "Per promotion, how long its most overdue job waited past its due time (Redis's clock).", Buckets: LatencyBuckets}, queue),
+		scans: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: Namespace, Name: "recovery_scans_total",
+			Help: "Recovery scans the worker ran under the queue's recovery lock."}, queue),
+		recovered: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: Namespace, Name: "recovered_jobs_total",
+			Help: "Jobs of dead workers the worker's recoverer put back (result=requeued) or sent to the dead set, out of retries (result=dead)."},
+			[]string{"queue", "result"}),
+		lockHeld: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: Namespace, Name: "recovery_lock_held",
+			Help: "Recovery locks of the queue (one per partition) the worker holds now: it holds one during each of its scans."}, queue),
+		redisErrors: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: Namespace, Name: "redis_errors_total",
+			Help: "Calls (commands or pipelines) of the worker's Redis client that failed: kind=reply when Redis answered with an error, connection when no answer came."},
+			[]string{"kind"}),
+		series: make(map[seriesKey]*series),
+	}
+	for _, c := range []prometheus.Collector{m.jobs, m.duration, m.latency, m.promoted, m.lag, m.scans, m.recovered, m.lockHeld, m.redisErrors} {
+		if err := reg.Register(c); err != nil {
+			return nil, err
+		}
+	}
+	for _, kind := range []string{kindReply, kindConnection} {
+		m.redisErrors.WithLabelValues(kind)
+	}
+	return m, nil
+}
+
+// Middleware is the Watermill middleware to add with pipeline.Worker.Use: it counts each
+// attempt by outcome and times it. Added first, it sees the outcome of the whole chain.
+func (m *Worker) Middleware(h message.HandlerFunc) message.HandlerFunc {
+	return func(msg *message.Message) ([]*message.Message, error) {
+		start := time.Now()
+		md := msg.Metadata
+		msgs, err := h(msg)
+		took := time.Since(start)
+		outcome := 0 // completed
+		typ := md[pipeline.MetaType]
+		if err != nil {
+			outcome = outcomeErrorIndex
+			if jerr, ok := errors.AsType[*pipeline.JobError](err); ok {
+				if int(jerr.Outcome) < outcomeErrorIndex {
+					outcome = int(jerr.Outcome)
+				}
+				if errors.Is(jerr, pipeline.ErrNoHandler) {
+					typ = TypeUnhandled
+				}
+			}
+		}
+		s := m.bound(md[stream.StreamKey], typ)
+		s.outcomes[outcome].Inc()
+		s.duration.Observe(took.Seconds())
+		if entered := stream.EntryTime(md[stream.EntryIDKey]); !entered.IsZero() {
+			s.latency.Observe(max(0, start.Sub(entered)).Seconds())
+		}
+		return msgs, err
+	}
+}
+
+// bound returns the series of a stream's queue and a type, binding them on first use.
+func (m *Worker) bound(streamKey, typ string) *series {
+	k := seriesKey{streamKey, typ}
+	m.mu.RLock()
+	s := m.series[k]
+	m.mu.RUnlock()
+	if s != nil {
+		return s
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if s = m.series[k]; s != nil {
+		return s
+	}
+	queue := queueOfStream(streamKey)
+	s = &series{duration: m.duration.WithLabelValues(queue, typ), latency: m.latency.WithLabelValues(queue)}
+	for i, o := range outcomes {
+		s.outcomes[i] = m.jobs.WithLabelValues(queue, typ, o)
+	}
+	m.series[k] = s
+	return s
+}
+
+// queueOfStream is the user's queue name of a stream key, "prefix:{queue}:stream" or
+// "prefix:{queue#i}:stream" for a partition (queue names have no braces).
+func queueOfStream(key string) string {
+	open, end := -1, -1
+	for i := len(key) - 1; i >= 0; i-- {
+		switch key[i] {
+		case '}':
+			if end < 0 {
+				end = i
+			}
+		case '{':
+			if end >= 0 {
+				open = i
+				i = -1
+			}
+		}
+	}
+	if open < 0 {
+		return key
+	}
+	return keys.New("", key[open+1:end]).Name()
+}
+
+// Hooks returns the hooks to set as pipeline.WorkerConfig.Hooks: the worker's scheduler and
+// recoverer series.
+func (m *Worker) Hooks() pipeline.WorkerHooks {
+	return pipeline.WorkerHooks{
+		Promoted: func(queue string, jobs int, lag time.Duration) {
+			m.promoted.WithLabelValues(queue).Add(float64(jobs))
+			m.lag.WithLabelValues(queue).Observe(lag.Seconds())
+		},
+		RecoveryLock: func(queue string, held bool) {
+			if held {
+				m.lockHeld.WithLabelValues(queue).Inc()
+			} else {
+				m.lockHeld.WithLabelValues(queue).Dec()
+			}
+		},
+		Recovered: func(queue string, res recovery.Result) {
+			m.scans.WithLabelValues(queue).Inc()
+			m.recovered.WithLabelValues(queue, "requeued").Add(float64(res.Requeued))
+			m.recovered.WithLabelValues(queue, "dead").Add(float64(res.Dead))
+		},
+	}
+}
+
+// Kinds of conveyor_redis_errors_total.
+const (
+	kindReply      = "reply"
+	kindConnection = "connection"
+)
+
+// RedisHook returns a go-redis hook (rdb.AddHook) that counts the client's failed calls in
+// conveyor_redis_errors_total. Not counted, since they are no trouble: redis.Nil (a key or a
+// reply that is not there), a context that ended (a shutdown), NOSCRIPT (scripts are loaded
+// again on it) and BUSYGROUP (a consumer group that exists already).
+func (m *Worker) RedisHook() redis.Hook { return redisHook{m} }
+
+type redisHook struct{ m *Worker }
+
+func (redisHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h redisHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		err := next(ctx, cmd)
+		if err != nil {
+			h.count(cmd, err)
+		}
+		return err
+	}
+}
+
+func (h redisHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		err := next(ctx, cmds)
+		if err == nil {
+			return nil
+		}
+		// One count per call: the first error of a pipeline that is worth counting.
+		cmdErrs := false
+		for _, cmd := range cmds {
+			if cerr := cmd.Err(); cerr != nil {
+				cmdErrs = true
+				if h.count(cmd, cerr) {
+					return err
+				}
+			}
+		}
+		if !cmdErrs {
+			h.count(nil, err)
+		}
+		return err
+	}
+}
+
+// count counts err, the error of cmd (nil: of a whole pipeline), unless it is no trouble; it
+// reports whether it counted. Not counted either: the connection set-up's CLIENT and HELLO
+// commands (go-redis goes on without them on servers that lack them), and XINFO on a stream
+// or group not made yet (the worker's start and the Inspector read that as nothing there).
+func (h redisHook) count(cmd redis.Cmder, err error) bool {
+	if errors.Is(err, redis.Nil) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) ||
+		redis.HasErrorPrefix(err, "NOSCRIPT") || redis.HasErrorPrefix(err, "BUSYGROUP") {
+		return false
+	}
+	if cmd != nil {
+		switch cmd.Name() {
+		case "client", "hello":
+			return false
+		case "xinfo":
+			if redis.HasErrorPrefix(err, "NOGROUP") || redis.HasErrorPrefix(err, "no such key") {
+				return false
+			}
+		}
+	}
+	kind := kindConnection
+	if _, ok := errors.AsType[redis.Error](err); ok {
+		kind = kindReply
+	}
+	h.m.redisErrors.WithLabelValues(kind).Inc()
+	return true
+}
