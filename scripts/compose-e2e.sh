@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # End-to-end run of docker-compose.yml with real containers: the project's Dockerfile, Redis,
-# three workers (and the api and producer services once the compose files define them), all on
-# the host's network and loopback only (docker-compose.e2e.yml), then a SIGKILLed worker whose
-# jobs must be recovered by the others.
+# three workers, the producer and the API, all on the host's network and loopback only
+# (docker-compose.e2e.yml), then a SIGKILLed worker whose jobs must be recovered by the others.
+# It runs README.md's "With Docker" commands, `docker compose up --build` (with -d --wait) and
+# `docker kill <a worker>`, with the override file on top.
 #
 #   bash scripts/compose-e2e.sh
 #
@@ -11,29 +12,33 @@
 #              dockerd is started when none answers (with --bridge=none --iptables=false
 #              --ip-forward=false: only host networking is used; stopped again at the end)
 #   compose    Docker Compose v2 as the CLI plugin ~/.docker/cli-plugins/docker-compose, built
-#              from source through the Go module proxy (about 3 minutes, once per machine)
-#              unless a `docker compose` >= 2.24 is there already (for the !reset tag)
+#              from source through the Go module proxy (3 to 12 minutes, by the machine's load;
+#              once per machine: the binary is cached) unless a `docker compose` >= 2.24 is
+#              there already (for the !reset tag)
 #   standins   local stand-ins for the base images when no registry is reachable
 #              (scripts/docker-standins.sh; cached, skipped for images pulled for real)
-#   build      the image, from the real Dockerfile, tagged conveyor:e2e-<random>
-#   up         `docker compose up -d --wait` with a random project name; Redis on a free
-#              loopback port; checks: Redis healthy, 3 workers running and started
+#   up         `docker compose up --build -d --wait` with a random project name: builds the
+#              image from the real Dockerfile (tagged conveyor:e2e-<random>, labels checked),
+#              Redis on a free loopback port, the API on another; checks: Redis healthy,
+#              3 workers running and started; the idle RSS of one more worker of the image
 #   jobs       echo jobs published through `docker compose run --rm cli publish`, noop jobs
 #              from the host with the image's own binary, a flaky job that completes on its
 #              retry and a failing one that lands in the dead set; all must end as expected
-#   api        (only when an `api` service is defined) /healthz, /readyz, POST a job: 202
-#   producer   (only when a `producer` service is defined) jobs appear and complete
+#   api        healthy by its `serve --probe` health check, /healthz, /readyz, POST a job: 401
+#              without the token, 202 with .env's; the job completes (long poll), dashboard
+#   producer   the producer's jobs appear and complete
 #   recovery   12 sleep jobs of 8s; the worker holding most of them is SIGKILLed
 #              (`docker kill` by container id); every job must complete, the killed worker's on
-#              another worker with attempt 2; the queue's recovered counter must count them
+#              another worker with attempt 2 (also through the API); the queue's recovered
+#              counter must count them
 #   down       `docker compose down -v`; nothing of the project may remain
 # At exit, whatever happened: the project's containers, volumes and networks (by id), the
 # image built here, and the dockerd if this script started it, are removed/stopped. The
 # stand-in images, the compose plugin and Docker's build cache stay for the next run.
 #
 # Environment:
-#   E2E_BUILDER   auto (default: BuildKit when this machine's docker CLI can, else classic),
-#                 buildkit or classic
+#   E2E_BUILDER   auto (default: compose's own choice, BuildKit), buildkit or classic
+#                 (DOCKER_BUILDKIT=1 or 0 for compose)
 #   E2E_KEEP=1    leave the stack running at the end (for a look; remove it by hand)
 #   E2E_REF=REV   test a committed revision (git archive REV: Dockerfile, compose files, code)
 #                 instead of the working tree, e.g. while the tree is mid-edit
@@ -60,6 +65,7 @@ DOCKERD_PID=
 DOCKERD_LOG=
 PROJECT_UP=0
 IMAGE_BUILT=0
+IDLE_CID=
 SRC=. # the tree under test: the working tree, or E2E_REF's export
 REDIS_PORT=
 API_PORT=
@@ -109,6 +115,7 @@ cleanup() {
       compose down -v --remove-orphans --timeout 10 >/dev/null 2>&1 || log "compose down failed"
     fi
     if docker info >/dev/null 2>&1; then
+      [ -z "$IDLE_CID" ] || docker rm -f "$IDLE_CID" >/dev/null 2>&1 || true
       ids=$(docker ps -aq --filter "label=com.docker.compose.project=$PROJECT")
       [ -z "$ids" ] || { log "removing containers $ids"; docker rm -f $ids >/dev/null || true; }
       ids=$(docker volume ls -q --filter "label=com.docker.compose.project=$PROJECT")
@@ -234,69 +241,55 @@ phase standins
 bash "$SRC/scripts/docker-standins.sh"
 
 ###############################################################################
-phase build
-BUILDER=${E2E_BUILDER:-auto}
-BUILD=()
-if [ "$BUILDER" != classic ]; then
-  if docker buildx version >/dev/null 2>&1; then
-    BUILD=(docker buildx build --load --allow network.host --progress plain)
-  else
-    # A docker CLI older than 23 drives the engine's own BuildKit without buildx
-    # (Debian's docker.io 20.10 at /usr/bin/docker, say).
-    for cli in docker /usr/bin/docker /usr/local/bin/docker; do
-      v=$("$cli" version -f '{{.Client.Version}}' 2>/dev/null || true)
-      if [[ "$v" =~ ^([0-9]+)\. ]] && [ "${BASH_REMATCH[1]}" -lt 23 ]; then
-        BUILD=(env DOCKER_BUILDKIT=1 "$cli" build --progress plain); break
-      fi
-    done
-  fi
-  if [ ${#BUILD[@]} -eq 0 ]; then
-    [ "$BUILDER" = buildkit ] && fail "E2E_BUILDER=buildkit, but no docker CLI here drives BuildKit (no buildx)"
-    BUILDER=classic
-  else
-    BUILDER=buildkit
-  fi
-fi
-[ "$BUILDER" = classic ] && BUILD=(env DOCKER_BUILDKIT=0 docker build)
-goproxy=${GOPROXY:-$(go env GOPROXY 2>/dev/null || echo https://proxy.golang.org,direct)}
+# The two commands of README.md's "With Docker", with the override on top:
+#   docker compose up --build          (here: up --build -d --wait, as a script cannot follow logs)
+#   docker kill <one worker container> (phase recovery)
+phase up
+case "${E2E_BUILDER:-auto}" in
+  auto) unset DOCKER_BUILDKIT ;;    # compose's default: BuildKit (the engine's own, through buildx's library)
+  buildkit) export DOCKER_BUILDKIT=1 ;;
+  classic) export DOCKER_BUILDKIT=0 ;;
+  *) fail "E2E_BUILDER=$E2E_BUILDER: want auto, buildkit or classic" ;;
+esac
+E2E_GOPROXY=${GOPROXY:-$(go env GOPROXY 2>/dev/null || echo https://proxy.golang.org,direct)}
 if [ -n "${E2E_REF:-}" ]; then
-  revision=$(git rev-parse "$E2E_REF^{commit}")
-  version=$(git describe --tags --always "$revision" 2>/dev/null || echo dev)
+  E2E_REVISION=$(git rev-parse "$E2E_REF^{commit}")
+  E2E_VERSION=$(git describe --tags --always "$E2E_REVISION" 2>/dev/null || echo dev)
 else
-  revision=$(git rev-parse HEAD 2>/dev/null || echo unknown)
-  version=$(git describe --tags --always --dirty 2>/dev/null || echo dev)
+  E2E_REVISION=$(git rev-parse HEAD 2>/dev/null || echo unknown)
+  E2E_VERSION=$(git describe --tags --always --dirty 2>/dev/null || echo dev)
 fi
-log "builder: $BUILDER (${BUILD[*]}); GOPROXY=$goproxy"
+export E2E_GOPROXY E2E_REVISION E2E_VERSION
+# The token is the one README.md points to: .env's, not one this shell may have exported.
+unset CONVEYOR_API_TOKEN
+TOKEN=$(sed -n 's/^CONVEYOR_API_TOKEN=//p' "$SRC/.env" | tail -n1)
+[ -n "$TOKEN" ] || fail ".env sets no CONVEYOR_API_TOKEN"
+REDIS_PORT=$(free_port)
+API_PORT=$(free_port)
+while [ "$API_PORT" = "$REDIS_PORT" ]; do API_PORT=$(free_port); done
+REDIS_URL=redis://127.0.0.1:$REDIS_PORT/0
+SERVICES=$(compose config --services)
+log "project $PROJECT; services: $(echo $SERVICES); Redis on 127.0.0.1:$REDIS_PORT, API on 127.0.0.1:$API_PORT"
+log "builder: DOCKER_BUILDKIT=${DOCKER_BUILDKIT:-unset}; GOPROXY=$E2E_GOPROXY"
+PROJECT_UP=1
 IMAGE_BUILT=1
-# --network host: the RUN steps reach the module proxy the way this machine does (the dockerd
-# started above has no bridge network).
-if ! "${BUILD[@]}" --network host --build-arg GOPROXY="$goproxy" --build-arg VERSION="$version" \
-  --build-arg REVISION="$revision" -t "$IMAGE" "$SRC" >"$TMP/build.log" 2>&1; then
-  tail -n 40 "$TMP/build.log" >&2
-  fail "docker build"
+up0=$(now)
+if ! compose up --build -d --wait --wait-timeout 120 --pull never >"$TMP/up.log" 2>&1; then
+  tail -n 60 "$TMP/up.log" >&2
+  compose ps -a >&2 || true; compose logs --tail 30 >&2 || true; fail "compose up --build"
 fi
-grep -E '^(Step [0-9]+/[0-9]+|#[0-9]+ (\[|DONE|CACHED))|Using cache' "$TMP/build.log" | tail -n 30 >&2 || true
+grep -E '^(#[0-9]+ (\[|DONE|CACHED)|Step [0-9]+/[0-9]+|.*Using cache)' "$TMP/up.log" | tail -n 30 >&2 || true
+log "up --build -d --wait: $(calc "$(now) - $up0")s (build and start)"
 size=$(docker image inspect -f '{{.Size}}' "$IMAGE")
 log "image $IMAGE: $(docker image inspect -f '{{.Id}}' "$IMAGE" | cut -c8-19), $size bytes ($(calc "$size / 1048576") MiB)"
 [ "$(docker image inspect -f '{{.Config.User}}' "$IMAGE")" = 65532:65532 ] || fail "image does not run as 65532:65532"
-docker run --rm --network none "$IMAGE" --help >/dev/null || fail "the image's conveyor --help"
+[ "$(docker image inspect -f '{{index .Config.Labels "org.opencontainers.image.revision"}}' "$IMAGE")" = "$E2E_REVISION" ] ||
+  fail "image label org.opencontainers.image.revision is not $E2E_REVISION"
 # The image's own binary, to drive and check the stack from the host.
 cid=$(docker create "$IMAGE")
 docker cp "$cid:/usr/local/bin/conveyor" "$TMP/conveyor" >/dev/null
 docker rm "$cid" >/dev/null
-
-###############################################################################
-phase up
-REDIS_PORT=$(free_port)
-API_PORT=$(free_port)
-REDIS_URL=redis://127.0.0.1:$REDIS_PORT/0
 conv() { "$TMP/conveyor" --redis "$REDIS_URL" --log-level warn "$@"; }
-SERVICES=$(compose config --services)
-log "project $PROJECT; services: $(echo $SERVICES); Redis on 127.0.0.1:$REDIS_PORT"
-PROJECT_UP=1
-compose up -d --no-build --pull never --wait --wait-timeout 120 >&2 || {
-  compose ps -a >&2; compose logs --tail 30 >&2; fail "compose up"
-}
 redis_cid=$(compose ps -q redis)
 [ "$(docker inspect -f '{{.State.Health.Status}}' "$redis_cid")" = healthy ] || fail "redis not healthy"
 mapfile -t WORKERS < <(compose ps -q worker)
@@ -318,11 +311,16 @@ for name in "${!WORKER_CID[@]}"; do log "worker $name in container ${WORKER_CID[
 # The whole test's traffic is on loopback: Redis listens on 127.0.0.1 only.
 ss -Htln "sport = :$REDIS_PORT" | grep -q "127.0.0.1:$REDIS_PORT" || fail "redis does not listen on 127.0.0.1:$REDIS_PORT"
 [ "$(conv stats --all --json | jq length)" -ge 0 ] || fail "stats"
-# Idle footprint of one worker: Docker's view of its cgroup (RSS + cache less inactive file
-# pages) and the process's own resident set.
-sleep 2
-w0=${WORKERS[0]}
-log "idle worker ${w0:0:12}: docker stats $(docker stats --no-stream --format '{{.MemUsage}} cpu {{.CPUPerc}}' "$w0"), VmRSS $(awk '/^VmRSS/ {print $2 " " $3}' "/proc/$(docker inspect -f '{{.State.Pid}}' "$w0")/status")"
+# Idle footprint: the compose workers are busy with the producer's jobs, so one more worker of
+# the image, on a queue nobody publishes to: Docker's view of its cgroup (RSS + cache less
+# inactive file pages) and the process's own resident set (VmRSS).
+IDLE_CID=$(docker run -d --network host --read-only --cap-drop ALL -e CONVEYOR_REDIS_URL="$REDIS_URL" \
+  -e CONVEYOR_LOG_FORMAT=console "$IMAGE" worker --queue e2e-idle)
+idle_started() { docker logs "$IDLE_CID" 2>&1 | grep -q 'worker started'; }
+wait_for 30 "the idle worker to start" idle_started
+sleep 5
+log "idle worker: docker stats $(docker stats --no-stream --format '{{.MemUsage}} cpu {{.CPUPerc}}' "$IDLE_CID"), VmRSS $(awk '/^VmRSS/ {print $2 " " $3}' "/proc/$(docker inspect -f '{{.State.Pid}}' "$IDLE_CID")/status")"
+docker rm -f "$IDLE_CID" >/dev/null && IDLE_CID=
 log "redis: docker stats $(docker stats --no-stream --format '{{.MemUsage}}' "$redis_cid")"
 
 ###############################################################################
@@ -372,14 +370,25 @@ if grep -qx api <<<"$SERVICES"; then
   base=http://127.0.0.1:$API_PORT
   wait_for 30 "the API's /healthz" curl -fsS -o /dev/null "$base/healthz"
   curl -fsS -o /dev/null "$base/readyz" || fail "/readyz"
-  code=$(curl -sS -o "$TMP/post.json" -w '%{http_code}' -H 'Content-Type: application/json' \
-    -d '{"type":"echo","payload":{"via":"api"}}' "$base/v1/queues/default/jobs")
-  [ "$code" = 202 ] || fail "POST /v1/queues/default/jobs: HTTP $code: $(cat "$TMP/post.json")"
+  api_cid=$(compose ps -q api)
+  [ "$(docker inspect -f '{{.State.Health.Status}}' "$api_cid")" = healthy ] || fail "api not healthy (serve --probe)"
+  post() { curl -sS -o "$TMP/post.json" -w '%{http_code}' -H 'Content-Type: application/json' "$@" \
+    -d '{"type":"echo","payload":{"via":"api"}}' "$base/v1/queues/default/jobs"; }
+  code=$(post)
+  [ "$code" = 401 ] || fail "POST without the token: HTTP $code, want 401: $(cat "$TMP/post.json")"
+  code=$(post -H "Authorization: Bearer $TOKEN")
+  [ "$code" = 202 ] || fail "POST /v1/queues/default/jobs with .env's token: HTTP $code: $(cat "$TMP/post.json")"
   api_id=$(jq -r '.id // empty' "$TMP/post.json")
   [ -n "$api_id" ] || fail "POST answer without an id: $(cat "$TMP/post.json")"
-  PENDING=("$api_id"); wait_for 30 "the API's job to complete" all_status default completed
-  curl -fsS -o /dev/null "$base/" || fail "dashboard page"
-  log "API: /healthz, /readyz, POST 202 ($api_id completed), dashboard"
+  # Long-poll the job through the API until it is final, then check it the CLI's way too.
+  got=$(curl -fsS -H "Authorization: Bearer $TOKEN" "$base/v1/queues/default/jobs/$api_id?wait=20s")
+  [ "$(jq -r .status <<<"$got")" = completed ] || fail "the API's job after a 20s long poll: $got"
+  [ "$(jq -c .result <<<"$got")" = '{"via":"api"}' ] || fail "the API's job's result: $got"
+  PENDING=("$api_id"); wait_for 10 "the API's job to complete" all_status default completed
+  curl -fsS -o "$TMP/index.html" "$base/" || fail "dashboard page"
+  grep -qi '<html' "$TMP/index.html" || fail "the dashboard page is not HTML"
+  if curl -fs -o /dev/null -H "Authorization: Bearer $TOKEN" "$base/metrics"; then metrics="/metrics answers"; else metrics="no /metrics yet"; fi
+  log "API: healthy (serve --probe), /healthz, /readyz, POST 401 without the token, 202 with .env's ($api_id completed, long poll), dashboard; $metrics"
 fi
 
 if grep -qx producer <<<"$SERVICES"; then
@@ -407,7 +416,7 @@ victim_cid=${WORKER_CID[$victim]:-}
 lost=()
 for id in "${sleep_ids[@]}"; do [ "$(job_field default "$id" worker)" = "$victim" ] && lost+=("$id"); done
 log "SIGKILL worker $victim (container ${victim_cid:0:12}) holding ${#lost[@]} of 12 jobs"
-docker kill --signal KILL "$victim_cid" >/dev/null
+docker kill "$victim_cid" >/dev/null # SIGKILL, as README's command
 killed=$(now)
 # Every job completes; the lost ones within visibility timeout + scan interval + a run.
 PENDING=("${sleep_ids[@]}")
@@ -427,6 +436,12 @@ recovered=$(( $(conv stats --json | jq .recovered) - recovered0 ))
 log "the killed worker's ${#lost[@]} jobs ran again (attempt 2) on the others; recovered counter +$recovered;" \
   "first re-run $(calc "$first_rerun / 1000 - $killed")s after the kill (visibility timeout ${VISIBILITY}s)"
 log "killed container: $(docker inspect -f 'status {{.State.Status}}, restarts {{.RestartCount}}' "$victim_cid")"
+if grep -qx api <<<"$SERVICES"; then
+  got=$(curl -fsS -H "Authorization: Bearer $TOKEN" "http://127.0.0.1:$API_PORT/v1/queues/default/jobs/${lost[0]}")
+  [ "$(jq -r .status <<<"$got")" = completed ] && [ "$(jq -r .attempt <<<"$got")" -ge 2 ] ||
+    fail "a recovered job through the API: $got"
+  log "the API shows recovered job ${lost[0]}: completed, attempt $(jq -r .attempt <<<"$got"), worker $(jq -r .worker <<<"$got")"
+fi
 running=$(for c in "${WORKERS[@]}"; do docker inspect -f '{{.State.Running}}' "$c"; done | grep -c true || true)
 [ "$running" -ge 2 ] || fail "only $running workers running after the kill"
 
