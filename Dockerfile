@@ -2,6 +2,7 @@
 #
 #   docker build -t conveyor .
 #   docker run --rm -e CONVEYOR_REDIS_URL=redis://redis-host:6379/0 conveyor worker --queue default
+#   docker compose up --build     # the whole demo: docker-compose.yml (README.md, "With Docker")
 #
 # Builders: this file builds with BuildKit and with the classic builder (DOCKER_BUILDKIT=0),
 # both tried for real on Docker 20.10 with no image registry reachable. That is why it has:
@@ -49,7 +50,7 @@ ARG VERSION=dev
 ARG REVISION=unknown
 ARG LICENSES=NOASSERTION
 LABEL org.opencontainers.image.title="conveyor" \
-      org.opencontainers.image.description="Conveyor: background jobs on Redis Streams (worker, publish, status, stats, dead, demo)" \
+      org.opencontainers.image.description="Conveyor: background jobs on Redis Streams (worker, serve, publish, status, stats, dead, demo)" \
       org.opencontainers.image.source="https://github.com/conveyorq/conveyor" \
       org.opencontainers.image.url="https://github.com/conveyorq/conveyor" \
       org.opencontainers.image.licenses="${LICENSES}" \
@@ -57,6 +58,10 @@ LABEL org.opencontainers.image.title="conveyor" \
       org.opencontainers.image.revision="${REVISION}"
 COPY --from=build /out/conveyor /usr/local/bin/conveyor
 USER 65532:65532
-# Configuration: CONVEYOR_REDIS_URL (see `conveyor --help`); flags for the rest.
+# Configuration: CONVEYOR_* variables (CONVEYOR_REDIS_URL, CONVEYOR_API_TOKEN, ...: README.md,
+# "With Docker"; each flag's help names its variable) and flags, which win over them.
+# `conveyor serve`'s port in docker-compose.yml (CONVEYOR_API_ADDR=:8080): the API, the
+# dashboard and /metrics. Workers listen on nothing.
+EXPOSE 8080
 ENTRYPOINT ["conveyor"]
 CMD ["--help"]
