@@ -13,6 +13,7 @@ import (
 	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 
+	"github.com/conveyorq/conveyor/internal/jobtest"
 	"github.com/conveyorq/conveyor/internal/redistest"
 	"github.com/conveyorq/conveyor/metrics"
 	"github.com/conveyorq/conveyor/pipeline"
@@ -62,23 +63,6 @@ func testLogger(t *testing.T) zerolog.Logger {
 	return zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel)
 }
 
-// runWorker runs w until the test ends, once it consumes.
-func runWorker(t *testing.T, w *pipeline.Worker) {
-	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- w.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		require.NoError(t, <-done)
-	})
-	select {
-	case <-w.Ready():
-	case err := <-done:
-		t.Fatalf("worker stopped at start: %v", err)
-	}
-}
-
 // A worker with the metrics wired in counts its jobs by queue, type and outcome through the
 // middleware (a job whose type has no handler under TypeUnhandled), times them, measures
 // their queue latency, and counts its scheduler's promotions and its recovery scans. The
@@ -119,7 +103,7 @@ func TestWorkerMetrics(t *testing.T) {
 		require.NoError(t, err)
 		ids = append(ids, j.ID)
 	}
-	runWorker(t, w)
+	jobtest.RunWorker(t, w)
 	for _, id := range ids {
 		require.Eventually(t, func() bool {
 			j, err := client.Get(ctx, queue, id)

@@ -123,3 +123,21 @@ func Seed(tb testing.TB, rdb redis.UniversalClient, queue string, status pipelin
 	require.Equal(tb, script.OK, codes[0], "the seeded transition was refused")
 	return get()
 }
+
+// RunWorker runs w until the test ends (then stops it and requires Run to return nil), and
+// returns once it consumes.
+func RunWorker(tb testing.TB, w *pipeline.Worker) {
+	tb.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx) }()
+	tb.Cleanup(func() {
+		cancel()
+		require.NoError(tb, <-done)
+	})
+	select {
+	case <-w.Ready():
+	case err := <-done:
+		tb.Fatalf("worker stopped at start: %v", err)
+	}
+}
