@@ -10,9 +10,11 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/schollz/progressbar/v3"
 	"github.com/spf13/cobra"
 
+	"github.com/conveyorq/conveyor/internal/keys"
 	"github.com/conveyorq/conveyor/pipeline"
 )
 
@@ -129,7 +131,10 @@ func (a *app) bench(ctx context.Context, o benchOptions) (err error) {
 	}
 	ctx, cancel := context.WithTimeout(ctx, o.timeout)
 	defer cancel()
-	queue := "bench-" + randomHex(4)
+	queue, err := benchQueue(ctx, rdb, a.prefix, o.partitions)
+	if err != nil {
+		return err
+	}
 	if !o.keep {
 		defer func() {
 			cctx, ccancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
@@ -286,6 +291,36 @@ func (a *app) bench(ctx context.Context, o benchOptions) (err error) {
 	fmt.Fprintf(tw, "latency, publish to start\tp50 %.2f ms\tp90 %.2f ms\tp99 %.2f ms\tmax %.2f ms\n",
 		r.LatencyMS["p50"], r.LatencyMS["p90"], r.LatencyMS["p99"], r.LatencyMS["max"])
 	return tw.Flush()
+}
+
+// benchQueue names the benchmark queue: a random name, and on a cluster one whose partitions
+// sit on as many masters as there are partitions (or masters), so that a run with P
+// partitions measures P shards and not a chance draw of hash slots.
+func benchQueue(ctx context.Context, rdb redis.UniversalClient, prefix string, partitions int) (string, error) {
+	cc, ok := rdb.(*redis.ClusterClient)
+	if !ok || partitions == 1 {
+		return "bench-" + randomHex(4), nil
+	}
+	var masters atomic.Int64 // ForEachMaster calls concurrently
+	if err := cc.ForEachMaster(ctx, func(context.Context, *redis.Client) error { masters.Add(1); return nil }); err != nil {
+		return "", err
+	}
+	want := min(partitions, int(masters.Load()))
+	for range 1000 {
+		name := "bench-" + randomHex(4)
+		seen := map[string]bool{}
+		for i := range partitions {
+			node, err := cc.MasterForKey(ctx, keys.New(prefix, keys.PartitionName(name, i, partitions)).Stream())
+			if err != nil {
+				return "", err
+			}
+			seen[node.Options().Addr] = true
+		}
+		if len(seen) >= want {
+			return name, nil
+		}
+	}
+	return "", fmt.Errorf("no queue name of 1000 spreads %d partitions over %d masters", partitions, want)
 }
 
 // durationMS is d in milliseconds, rounded to the microsecond.
