@@ -59,6 +59,11 @@ type ClientConfig struct {
 	MinRetention time.Duration
 	// Now returns the current time; tests may replace it. Defaults to time.Now.
 	Now func() time.Time
+	// Replicas makes every Enqueue and EnqueueBatch wait until this many replicas have the
+	// jobs, as WithReplicas (which overrides it per call) says; ReplicaTimeout bounds the
+	// wait (default DefaultReplicaTimeout). Zero waits for none.
+	Replicas       int
+	ReplicaTimeout time.Duration
 }
 
 // NoRetries, as ClientConfig.MaxRetries, makes jobs run once unless WithMaxRetries says more.
@@ -101,6 +106,9 @@ func NewClient(rdb redis.UniversalClient, cfg ClientConfig) *Client {
 	}
 	if cfg.MinRetention < 0 {
 		errs = append(errs, invalid("min retention %s is negative", cfg.MinRetention))
+	}
+	if err := (replicas{n: cfg.Replicas, timeout: cfg.ReplicaTimeout}).check("client"); err != nil {
+		errs = append(errs, err)
 	}
 	if strings.ContainsAny(cfg.Prefix, "{}") {
 		errs = append(errs, invalid("prefix %q has a brace (it would break the queues' hash tags)", cfg.Prefix))
@@ -152,14 +160,19 @@ func (c *Client) Enqueue(ctx context.Context, queue string, task Task, opts ...O
 	if err != nil {
 		return nil, err
 	}
+	rw := c.replicasFor(opts, nil).writer(c.rdb) // durable.go
 	if nj.Plain(now.UnixMilli()) {
-		return c.enqueuePlain(ctx, c.partition(queue, &nj, p), j, &nj)
+		j, err := c.enqueuePlain(ctx, rw.scripter(c.rdb), c.partition(queue, &nj, p), j, &nj)
+		if err != nil {
+			return j, err
+		}
+		return j, rw.check(nil)
 	}
-	jobs, err := c.enqueuePrepared(ctx, queue, p, []*Job{j}, []jobstate.NewJob{nj}, now)
+	jobs, err := c.enqueuePrepared(ctx, rw.scripter(c.rdb), queue, p, []*Job{j}, []jobstate.NewJob{nj}, now)
 	if err != nil {
 		return nil, err
 	}
-	return jobs[0], nil
+	return jobs[0], rw.check(nil)
 }
 
 // EnqueueBatch publishes many jobs to queue in one round trip (one script call per chunk of
@@ -196,12 +209,14 @@ func (c *Client) EnqueueBatch(ctx context.Context, queue string, tasks []Task, o
 	if err != nil {
 		return nil, err
 	}
+	rw := c.replicasFor(opts, tasks).writer(c.rdb) // durable.go
 	if len(jobs) == 1 && njs[0].Plain(now.UnixMilli()) {
 		// One plain job, as a router's publish often is: the one-job script costs Redis half.
-		j, err := c.enqueuePlain(ctx, c.partition(queue, &njs[0], p), jobs[0], &njs[0])
-		return []*Job{cmp.Or(j, jobs[0])}, err
+		j, err := c.enqueuePlain(ctx, rw.scripter(c.rdb), c.partition(queue, &njs[0], p), jobs[0], &njs[0])
+		return []*Job{cmp.Or(j, jobs[0])}, rw.check(err)
 	}
-	return c.enqueuePrepared(ctx, queue, p, jobs, njs, now)
+	jobs, err = c.enqueuePrepared(ctx, rw.scripter(c.rdb), queue, p, jobs, njs, now)
+	return jobs, rw.check(err)
 }
 
 // partitions returns queue's partition count, read from Redis at most every partitionsTTL.
@@ -255,7 +270,7 @@ func (c *Client) partition(queue string, nj *jobstate.NewJob, p int) keys.Queue 
 
 // enqueuePrepared writes validated jobs with enqueue.lua, chunked and pipelined: jobs of p > 1
 // partitions are grouped by partition, each group chunked, all chunks in one pipeline.
-func (c *Client) enqueuePrepared(ctx context.Context, queue string, p int, jobs []*Job, njs []jobstate.NewJob, now time.Time) ([]*Job, error) {
+func (c *Client) enqueuePrepared(ctx context.Context, rdb redis.UniversalClient, queue string, p int, jobs []*Job, njs []jobstate.NewJob, now time.Time) ([]*Job, error) {
 	if err := c.registerQueue(ctx, queue); err != nil {
 		return nil, err
 	}
@@ -291,10 +306,10 @@ func (c *Client) enqueuePrepared(ctx context.Context, queue string, p int, jobs 
 	var err error
 	if len(calls) == 1 {
 		c0 := calls[0]
-		cmds = []*redis.Cmd{c0.Script.Run(ctx, c.rdb, c0.Keys, c0.Args...)}
+		cmds = []*redis.Cmd{c0.Script.Run(ctx, rdb, c0.Keys, c0.Args...)}
 		err = cmds[0].Err()
 	} else {
-		cmds, err = script.Pipelined(ctx, c.rdb, calls)
+		cmds, err = script.Pipelined(ctx, rdb, calls)
 	}
 	if err != nil {
 		return jobs, fmt.Errorf("enqueue to %s: %w", queue, err)
@@ -374,12 +389,12 @@ func conflict(id, differs string) error {
 
 // enqueuePlain creates a plain job (jobstate.NewJob.Plain) with jobstate.Enqueue1 in q, the
 // queue or the partition the job goes to.
-func (c *Client) enqueuePlain(ctx context.Context, q keys.Queue, j *Job, nj *jobstate.NewJob) (*Job, error) {
+func (c *Client) enqueuePlain(ctx context.Context, rdb redis.UniversalClient, q keys.Queue, j *Job, nj *jobstate.NewJob) (*Job, error) {
 	queue := q.Name()
 	if err := c.registerQueue(ctx, queue); err != nil {
 		return nil, err
 	}
-	row, err := jobstate.Enqueue1(ctx, c.rdb, q, j.CreatedAt.UnixMilli(), nj)
+	row, err := jobstate.Enqueue1(ctx, rdb, q, j.CreatedAt.UnixMilli(), nj)
 	if err != nil {
 		return nil, fmt.Errorf("enqueue to %s: %w", queue, err)
 	}

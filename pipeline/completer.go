@@ -61,6 +61,9 @@ type completer struct {
 	// writers retry.
 	outage outage.Spell
 
+	// replicas, when set, makes each write wait for replicas (WorkerConfig.Replicas).
+	replicas *outcomeReplicas
+
 	// onTrouble, when set, is told when writes start failing (true) and when they go through
 	// again (false): the worker stops reading new jobs meanwhile.
 	onTrouble func(bool)
@@ -376,7 +379,8 @@ func (c *completer) write(ctx context.Context, batch []transition) ([]transition
 		}
 	}
 	groups = chunks
-	cmds, _ := script.Pipelined(ctx, c.rdb, calls)
+	rdb := c.replicas.writer(c.rdb)
+	cmds, _ := script.Pipelined(ctx, rdb, calls)
 
 	var retry []transition
 	var first error
@@ -411,6 +415,9 @@ func (c *completer) write(ctx context.Context, batch []transition) ([]transition
 					Msg("transition refused: the job moved on (recovered, canceled or finished elsewhere)")
 			}
 		}
+	}
+	if first == nil {
+		c.replicas.observe(rdb, len(batch), c.log)
 	}
 	return retry, first
 }

@@ -22,6 +22,9 @@ type enqueueOptions struct {
 	errs       []error
 	hasDelay   bool
 	hasRunAt   bool
+	// replicas is WithReplicas's (durable.go).
+	replicas    replicas
+	hasReplicas bool
 }
 
 // WithID sets the job id instead of a generated one. Enqueueing an id that exists does not make

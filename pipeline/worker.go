@@ -92,6 +92,13 @@ type WorkerConfig struct {
 	// recoverer (another process must run them).
 	DisableScheduler bool
 	DisableRecovery  bool
+	// Replicas makes the worker wait, after writing job outcomes, until this many replicas
+	// have them (ReplicaTimeout bounds the wait, default DefaultReplicaTimeout; zero waits
+	// for none). Outcomes that fewer replicas confirm are not written again, since the master
+	// has them: they are counted (UnreplicatedWrites) and logged, and a failover before a
+	// replica has one makes its job run again (docs/OPERATIONS.md "Durable publish").
+	Replicas       int
+	ReplicaTimeout time.Duration
 	// Logger receives the worker's logs; the zero Logger discards them. Every line about a job
 	// carries queue, job_id, type and attempt; the background parts add component
 	// (subscriber, scheduler, recoverer, completer, router). Durations are zerolog Dur fields:
@@ -161,6 +168,9 @@ func (c WorkerConfig) validate() error {
 			bad("%s %s is negative", d.name, d.d)
 		}
 	}
+	if err := (replicas{n: c.Replicas, timeout: c.ReplicaTimeout}).check("worker"); err != nil {
+		errs = append(errs, err)
+	}
 	if c.VisibilityTimeout < MinVisibilityTimeout {
 		bad("visibility timeout %s is under %s (lease renewal runs every third of it)", c.VisibilityTimeout, MinVisibilityTimeout)
 	}
@@ -213,7 +223,9 @@ type Worker struct {
 	parts   []string               // every partition's name (q, or q#i), in config order
 	counts  []int                  // the partition count of each of cfg.Queues, read at start
 	comp    *completer
-	sub     *stream.Subscriber
+	// replicas is the outcome writes' replica wait (WorkerConfig.Replicas; durable.go).
+	replicas *outcomeReplicas
+	sub      *stream.Subscriber
 }
 
 // NewWorker returns a Worker over rdb (a standalone, cluster or failover client).
@@ -234,6 +246,7 @@ func NewWorker(rdb redis.UniversalClient, cfg WorkerConfig) *Worker {
 		q := keys.New(cfg.Prefix, name)
 		w.queues[q.Stream()] = &q
 	}
+	w.replicas = newOutcomeReplicas(cfg.Replicas, cfg.ReplicaTimeout)
 	return w
 }
 
@@ -340,6 +353,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	}
 	w.comp = newCompleter(w.rdb, jobstate.FinishConfig{Worker: w.cfg.Name, Retention: retentionMS(w.cfg.Retention),
 		MinRetention: w.cfg.MinRetention.Milliseconds()}, w.cfg.FlushInterval, finishChunk, w.cfg.Concurrency, w.log)
+	w.comp.replicas = w.replicas
 	// While Redis refuses the outcomes, new jobs are not read: they would run only to wait,
 	// holding their slots, for writes that may not come back soon.
 	w.comp.onTrouble = func(failing bool) {

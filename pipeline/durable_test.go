@@ -1,0 +1,230 @@
+package pipeline_test
+
+import (
+	"context"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+
+	"github.com/conveyorq/conveyor/internal/keys"
+	"github.com/conveyorq/conveyor/internal/redistest"
+	"github.com/conveyorq/conveyor/pipeline"
+)
+
+// replicated is a private master with one replica in sync.
+type replicated struct {
+	master, replica       *redistest.Server
+	masterRdb, replicaRdb *redis.Client
+}
+
+func startReplicated(t *testing.T) *replicated {
+	t.Helper()
+	m := redistest.Start(t, redistest.WithArgs("--repl-diskless-sync-delay", "0"))
+	r := redistest.Start(t, redistest.WithArgs("--replicaof", "127.0.0.1", strconv.Itoa(m.Port), "--repl-diskless-sync-delay", "0"))
+	s := &replicated{master: m, replica: r, masterRdb: m.Client(t), replicaRdb: r.Client(t)}
+	require.Eventually(t, func() bool {
+		info, err := s.masterRdb.Info(t.Context(), "replication").Result()
+		return err == nil && strings.Contains(info, "connected_slaves:1\r\n") && strings.Contains(info, ",state=online,")
+	}, 20*time.Second, 20*time.Millisecond, "replica in sync")
+	return s
+}
+
+// onReplica reports whether the replica has job id of queue now.
+func (s *replicated) onReplica(t *testing.T, queue, id string) bool {
+	t.Helper()
+	n, err := s.replicaRdb.Exists(t.Context(), keys.New(keys.DefaultPrefix, queue).Job(id)).Result()
+	require.NoError(t, err)
+	return n == 1
+}
+
+// With WithReplicas, an acknowledged publish is on the replica the moment Enqueue returns;
+// asking for more replicas than there are fails with ErrNotReplicated, the job returned.
+func TestWithReplicas(t *testing.T) {
+	s := startReplicated(t)
+	c := pipeline.NewClient(s.masterRdb, pipeline.ClientConfig{})
+	ctx := t.Context()
+	q := redistest.UniqueName(t)
+
+	t.Run("One", func(t *testing.T) {
+		j, err := c.Enqueue(ctx, q, pipeline.Task{Type: "t", Payload: []byte(`1`)}, pipeline.WithReplicas(1, 5*time.Second))
+		require.NoError(t, err)
+		require.True(t, s.onReplica(t, q, j.ID))
+	})
+	t.Run("Delayed", func(t *testing.T) {
+		j, err := c.Enqueue(ctx, q, pipeline.Task{Type: "t"}, pipeline.WithReplicas(1, 5*time.Second), pipeline.WithDelay(time.Hour))
+		require.NoError(t, err)
+		require.True(t, s.onReplica(t, q, j.ID))
+	})
+	t.Run("Batch", func(t *testing.T) {
+		tasks := make([]pipeline.Task, 250) // three chunks, pipelined
+		for i := range tasks {
+			tasks[i] = pipeline.Task{Type: "t", Payload: []byte(strconv.Itoa(i))}
+		}
+		jobs, err := c.EnqueueBatch(ctx, q, tasks, pipeline.WithReplicas(1, 5*time.Second))
+		require.NoError(t, err)
+		for _, j := range jobs {
+			require.True(t, s.onReplica(t, q, j.ID), j.ID)
+		}
+	})
+	t.Run("ClientConfig", func(t *testing.T) {
+		cc := pipeline.NewClient(s.masterRdb, pipeline.ClientConfig{Replicas: 2, ReplicaTimeout: 50 * time.Millisecond})
+		j, err := cc.Enqueue(ctx, q, pipeline.Task{Type: "t"})
+		require.ErrorIs(t, err, pipeline.ErrNotReplicated)
+		var rerr *pipeline.ReplicationError
+		require.ErrorAs(t, err, &rerr)
+		require.Equal(t, pipeline.ReplicationError{Wanted: 2, Confirmed: 1, Timeout: 50 * time.Millisecond}, *rerr)
+		require.EqualError(t, err, "pipeline: write not confirmed by enough replicas: 1 of 2 replicas confirmed within 50ms")
+		require.NotNil(t, j, "the job comes back with the error: it was written")
+		got, err := cc.Get(ctx, q, j.ID)
+		require.NoError(t, err)
+		require.Equal(t, pipeline.StatusQueued, got.Status)
+		// WithReplicas(0, 0) waits for none, whatever the client says.
+		_, err = cc.Enqueue(ctx, q, pipeline.Task{Type: "t"}, pipeline.WithReplicas(0, 0))
+		require.NoError(t, err)
+	})
+	t.Run("BatchTooFew", func(t *testing.T) {
+		jobs, err := c.EnqueueBatch(ctx, q, []pipeline.Task{{Type: "t"}, {Type: "u"}}, pipeline.WithReplicas(2, 20*time.Millisecond))
+		require.ErrorIs(t, err, pipeline.ErrNotReplicated)
+		require.Len(t, jobs, 2)
+		require.True(t, s.onReplica(t, q, jobs[1].ID))
+	})
+	t.Run("Invalid", func(t *testing.T) {
+		for _, opt := range []pipeline.Option{pipeline.WithReplicas(-1, 0), pipeline.WithReplicas(1, -time.Second),
+			pipeline.WithReplicas(pipeline.MaxReplicas+1, 0)} {
+			_, err := c.Enqueue(ctx, q, pipeline.Task{Type: "t"}, opt)
+			require.ErrorIs(t, err, pipeline.ErrInvalid)
+		}
+		_, err := pipeline.NewClient(s.masterRdb, pipeline.ClientConfig{Replicas: -1}).Enqueue(ctx, q, pipeline.Task{Type: "t"})
+		require.ErrorIs(t, err, pipeline.ErrInvalid)
+	})
+}
+
+// A publish that finds its job there already (sent again with its id) waits until the
+// replicas have that job, though this call wrote nothing of it: WAIT alone would confirm only
+// its own connection's writes, which the replica may have long had.
+func TestWithReplicasDuplicateWaitsForTheFirstWrite(t *testing.T) {
+	s := startReplicated(t)
+	c := pipeline.NewClient(s.masterRdb, pipeline.ClientConfig{})
+	ctx := t.Context()
+	q := redistest.UniqueName(t)
+	// Warm the pool: every connection has written and been confirmed.
+	for range 5 {
+		_, err := c.Enqueue(ctx, q, pipeline.Task{Type: "t"}, pipeline.WithReplicas(1, 5*time.Second))
+		require.NoError(t, err)
+	}
+	pid := s.replica.PID()
+	require.NoError(t, syscall.Kill(pid, syscall.SIGSTOP))
+	resumed := make(chan struct{})
+	t.Cleanup(func() { _ = syscall.Kill(pid, syscall.SIGCONT); <-resumed })
+
+	// Another producer's publish, not waited for: none of c's connections wrote it.
+	other := pipeline.NewClient(s.master.Client(t), pipeline.ClientConfig{})
+	first, err := other.Enqueue(ctx, q, pipeline.Task{Type: "t", Payload: []byte(`"x"`)})
+	require.NoError(t, err)
+	var continued atomic.Bool // set before the replica may run again
+	go func() {
+		defer close(resumed)
+		time.Sleep(300 * time.Millisecond)
+		continued.Store(true)
+		_ = syscall.Kill(pid, syscall.SIGCONT)
+	}()
+	again, err := c.Enqueue(ctx, q, pipeline.Task{Type: "t", Payload: []byte(`"x"`)},
+		pipeline.WithID(first.ID), pipeline.WithReplicas(1, 10*time.Second))
+	require.NoError(t, err)
+	require.True(t, again.Duplicate)
+	// A stopped replica cannot be asked what it has: that the call returned only once it ran
+	// again is the proof that its confirmation was waited for.
+	require.True(t, continued.Load(), "returned while the replica was stopped")
+	require.True(t, s.onReplica(t, q, first.ID))
+}
+
+// On a cluster WAIT goes to the master that took the job (found by its queue's slot), in the
+// same round trip; the test cluster has no replicas, so none confirms.
+func TestWithReplicasCluster(t *testing.T) {
+	cl := redistest.StartCluster(t)
+	cc := cl.Client(t)
+	c := pipeline.NewClient(cc, pipeline.ClientConfig{})
+	ctx := t.Context()
+	q := redistest.UniqueName(t)
+	// Register the queue and load both enqueue scripts: a first EVALSHA answered NOSCRIPT is
+	// sent again, with its own WAIT.
+	_, err := c.Enqueue(ctx, q, pipeline.Task{Type: "t"})
+	require.NoError(t, err)
+	_, err = c.EnqueueBatch(ctx, q, []pipeline.Task{{Type: "t"}, {Type: "t"}})
+	require.NoError(t, err)
+
+	waits := func() map[string]int {
+		var mu sync.Mutex
+		out := map[string]int{}
+		require.NoError(t, cc.ForEachMaster(ctx, func(ctx context.Context, n *redis.Client) error {
+			info, err := n.Info(ctx, "commandstats").Result()
+			if err != nil {
+				return err
+			}
+			calls := 0
+			if _, rest, ok := strings.Cut(info, "cmdstat_wait:calls="); ok {
+				calls, _ = strconv.Atoi(rest[:strings.IndexByte(rest, ',')])
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			out[n.Options().Addr] = calls
+			return nil
+		}))
+		return out
+	}
+	before := waits()
+	j, err := c.Enqueue(ctx, q, pipeline.Task{Type: "t"}, pipeline.WithReplicas(1, 10*time.Millisecond))
+	var rerr *pipeline.ReplicationError
+	require.ErrorAs(t, err, &rerr)
+	require.Equal(t, 0, rerr.Confirmed)
+	_, err = c.EnqueueBatch(ctx, q, []pipeline.Task{{Type: "t"}, {Type: "t"}}, pipeline.WithReplicas(1, 10*time.Millisecond))
+	require.ErrorIs(t, err, pipeline.ErrNotReplicated)
+	after := waits()
+
+	owner, err := cc.MasterForKey(ctx, keys.New(keys.DefaultPrefix, q).Stream())
+	require.NoError(t, err)
+	for addr, n := range after {
+		want := 0
+		if addr == owner.Options().Addr {
+			want = 2
+		}
+		require.Equal(t, want, n-before[addr], "WAITs on %s (the queue's master is %s)", addr, owner.Options().Addr)
+	}
+	got, err := c.Get(ctx, q, j.ID)
+	require.NoError(t, err)
+	require.Equal(t, pipeline.StatusQueued, got.Status)
+}
+
+// WorkerConfig.Replicas: outcomes are written and waited for; those the replicas do not
+// confirm are counted, and the jobs complete all the same.
+func TestWorkerReplicas(t *testing.T) {
+	s := startReplicated(t)
+	c := pipeline.NewClient(s.masterRdb, pipeline.ClientConfig{})
+	ctx := t.Context()
+	q := redistest.UniqueName(t)
+	b := &bundle{rdb: s.masterRdb, client: c, queue: q, keys: keys.New(keys.DefaultPrefix, q)}
+	w, stop := b.startWorker(t, pipeline.WorkerConfig{Queues: []string{q}, Replicas: 1, ReplicaTimeout: 50 * time.Millisecond},
+		map[string]pipeline.HandlerFunc{"echo": echo})
+	defer func() { require.NoError(t, stop()) }()
+
+	j, err := c.Enqueue(ctx, q, pipeline.Task{Type: "echo", Payload: []byte(`1`)})
+	require.NoError(t, err)
+	b.waitStatus(t, j.ID, pipeline.StatusCompleted)
+	require.Zero(t, w.UnreplicatedWrites())
+
+	require.NoError(t, s.replica.Kill())
+	j, err = c.Enqueue(ctx, q, pipeline.Task{Type: "echo", Payload: []byte(`2`)})
+	require.NoError(t, err)
+	b.waitStatus(t, j.ID, pipeline.StatusCompleted)
+	require.Eventually(t, func() bool { return w.UnreplicatedWrites() > 0 }, 10*time.Second, 10*time.Millisecond)
+
+	err = pipeline.NewWorker(s.masterRdb, pipeline.WorkerConfig{Queues: []string{q}, Replicas: -1}).Run(ctx)
+	require.ErrorIs(t, err, pipeline.ErrInvalid)
+}
