@@ -1,8 +1,11 @@
 package pipeline
 
 import (
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
+	"net"
 	"strconv"
 	"time"
 
@@ -47,6 +50,19 @@ func outOfMemory(err error) error {
 		return err
 	}
 	return fmt.Errorf("%w: %w", ErrOutOfMemory, err)
+}
+
+// tlsRefused reports whether err is a TLS handshake that failed for a reason waiting cannot
+// fix: the server's certificate did not verify against the client's CAs or name, or the server
+// refused the client's certificate (a TLS alert: none given, or one it does not trust).
+func tlsRefused(err error) bool {
+	var verify *tls.CertificateVerificationError
+	var host x509.HostnameError
+	var unknownCA x509.UnknownAuthorityError
+	var badCert x509.CertificateInvalidError
+	var op *net.OpError
+	return errors.As(err, &verify) || errors.As(err, &host) || errors.As(err, &unknownCA) ||
+		errors.As(err, &badCert) || errors.As(err, &op) && op.Op == "remote error"
 }
 
 func invalid(format string, args ...any) error {

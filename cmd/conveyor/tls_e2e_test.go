@@ -89,6 +89,9 @@ func TestTLSE2E(t *testing.T) {
 			c.refused(t, 1, "the TLS certificate of Redis at "+srv.URL()+" did not verify: certificate signed by unknown authority", args...)
 			require.Contains(t, c.run(t, args...).stderr, "; give the CA that signed it with --tls-ca or $CONVEYOR_TLS_CA\n")
 		}
+		// A worker stops at once with the reason, instead of waiting for a Redis that answers.
+		c.refused(t, 1, "the TLS certificate of Redis at "+srv.URL()+" did not verify: certificate signed by unknown authority",
+			"worker", "--queue", queue, "--log-level", "error")
 	})
 
 	t.Run("WrongName", func(t *testing.T) {
@@ -101,8 +104,10 @@ func TestTLSE2E(t *testing.T) {
 
 	t.Run("ClientCertificate", func(t *testing.T) {
 		c := &cli{bin: bin, url: mutual.URL(), rdb: mutual.Client(t)}
-		c.refused(t, 1, "Redis at "+mutual.URL()+" refused the TLS connection (certificate required); if it requires a client certificate, give one its CA signed with --tls-cert and --tls-key",
-			"stats", "--queue", queue, "--tls-ca", mutual.CAFile)
+		for _, cmd := range []string{"stats", "worker"} {
+			c.refused(t, 1, "Redis at "+mutual.URL()+" refused the TLS connection (certificate required); if it requires a client certificate, give one its CA signed with --tls-cert and --tls-key",
+				cmd, "--queue", queue, "--tls-ca", mutual.CAFile, "--log-level", "error")
+		}
 
 		tlsArgs := []string{"--tls-ca", mutual.CAFile, "--tls-cert", mutual.ClientCertFile, "--tls-key", mutual.ClientKeyFile}
 		w := c.start(t, append([]string{"worker", "--queue", queue, "--log-level", "debug"}, tlsArgs...)...)
