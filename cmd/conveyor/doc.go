@@ -12,6 +12,7 @@
 //	conveyor dead replay  [--queue Q] (ID... | --all) [--json]
 //	conveyor dead purge   [--queue Q] (ID... | --all [--older-than DUR]) [--dry-run] [--json]
 //	conveyor serve      [--addr A] [--auth-token T] [--insecure] [--max-wait DUR]
+//	conveyor doctor     [--json]
 //	conveyor handlers   [--json]
 //	conveyor bench      [--jobs N] [--payload-bytes B] [--concurrency C] [--mode live|drain] [--json]
 //	conveyor demo       [--serve ADDR] [--produce-only [--queue Q] [--every DUR] [--count N]]
@@ -21,9 +22,11 @@
 // Global flags, each with an environment variable that the flag overrides: --redis URL
 // ($CONVEYOR_REDIS_URL, default redis://127.0.0.1:6379/0), --cluster ($CONVEYOR_CLUSTER),
 // --prefix ($CONVEYOR_PREFIX, default conveyor), --log-level ($CONVEYOR_LOG_LEVEL: trace,
-// debug, info, warn or error, in any case; default info) and --log-format
+// debug, info, warn or error, in any case; default info), --log-format
 // ($CONVEYOR_LOG_FORMAT: console or json; default console when stderr is a terminal, json
-// otherwise).
+// otherwise), and for rediss:// --tls-ca FILE ($CONVEYOR_TLS_CA), --tls-cert FILE and
+// --tls-key FILE ($CONVEYOR_TLS_CERT, $CONVEYOR_TLS_KEY) and --tls-server-name
+// ($CONVEYOR_TLS_SERVER_NAME). envVars in root.go lists every variable the binary reads.
 //
 // # Output and exit codes
 //
