@@ -47,11 +47,17 @@ func (b *bundle) startWorker(t *testing.T, cfg pipeline.WorkerConfig, handlers m
 	if cfg.Queues == nil {
 		cfg.Queues = []string{b.queue}
 	}
+	return startWorkerOn(t, b.rdb, cfg, handlers)
+}
+
+// startWorkerOn is startWorker on any client (a cluster's too) and cfg's queues.
+func startWorkerOn(t *testing.T, rdb redis.UniversalClient, cfg pipeline.WorkerConfig, handlers map[string]pipeline.HandlerFunc) (*pipeline.Worker, func() error) {
+	t.Helper()
 	if cfg.Backoff.Base == 0 {
 		cfg.Backoff = pipeline.Backoff{Base: 20 * time.Millisecond, Max: 200 * time.Millisecond}
 	}
 	cfg.Logger = testLogger(t)
-	w := pipeline.NewWorker(b.rdb, cfg)
+	w := pipeline.NewWorker(rdb, cfg)
 	for typ, h := range handlers {
 		w.Handle(typ, h)
 	}

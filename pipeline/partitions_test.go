@@ -47,40 +47,8 @@ func (x *partitioned) parts() []keys.Queue {
 func (x *partitioned) startWorker(t *testing.T, cfg pipeline.WorkerConfig, handlers map[string]pipeline.HandlerFunc) func() {
 	t.Helper()
 	cfg.Queues = []string{x.queue}
-	if cfg.Backoff.Base == 0 {
-		cfg.Backoff = pipeline.Backoff{Base: 20 * time.Millisecond, Max: 100 * time.Millisecond}
-	}
-	cfg.Logger = testLogger(t)
-	w := pipeline.NewWorker(x.rdb, cfg)
-	for typ, h := range handlers {
-		w.Handle(typ, h)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- w.Run(ctx) }()
-	select {
-	case <-w.Ready():
-	case err := <-done:
-		cancel()
-		t.Fatalf("worker stopped at start: %v", err)
-	case <-time.After(20 * time.Second):
-		cancel()
-		t.Fatal("worker not ready after 20s")
-	}
-	var once sync.Once
-	stop := func() {
-		once.Do(func() {
-			cancel()
-			select {
-			case err := <-done:
-				require.NoError(t, err)
-			case <-time.After(60 * time.Second):
-				t.Error("worker did not stop within 60s")
-			}
-		})
-	}
-	t.Cleanup(stop)
-	return stop
+	_, stop := startWorkerOn(t, x.rdb, cfg, handlers)
+	return func() { require.NoError(t, stop()) }
 }
 
 func (x *partitioned) waitStatus(t *testing.T, id string, status pipeline.Status) *pipeline.Job {
