@@ -36,11 +36,14 @@ type publishFlags struct {
 	unique     string
 	uniqueTTL  time.Duration
 	meta       []string
+	// waitReplicas and waitTimeout are --wait-replicas and --wait-timeout (WithReplicas).
+	waitReplicas int
+	waitTimeout  time.Duration
 
 	asJSON bool
 
 	// set by the command from the flag set: which optional flags were given
-	payloadGiven, maxRetriesGiven, uniqueTTLGiven bool
+	payloadGiven, maxRetriesGiven, uniqueTTLGiven, waitTimeoutGiven bool
 }
 
 func newPublishCmd(a *app) *cobra.Command {
@@ -59,7 +62,12 @@ Publishing an --id that exists again is safe: when the job there has the same ty
 nothing is written, a note on stderr says so, and the command exits 0 (its id is printed as
 usual, "created":false with --json). When that job has another type or payload, the publish is
 refused: exit 1, saying what differs. A --unique key that a live job holds works the same way
-(that job's id is printed), whatever its payload.`,
+(that job's id is printed), whatever its payload.
+
+With --wait-replicas N the command succeeds only once N replicas of the Redis master have the
+jobs (Redis WAIT, in the same round trip as the publish), so that a failover cannot lose them.
+When fewer confirm within --wait-timeout, the ids are printed all the same (the jobs are on the
+master) and the command exits 1 saying how many confirmed.`,
 		Example: `  conveyor publish --type echo --payload '{"hello":"world"}'
   conveyor publish --queue emails --type http --payload @hook.json --max-retries 10
   conveyor publish --type sleep --payload '{"ms":500}' --delay 1m --count 100`,
@@ -68,6 +76,7 @@ refused: exit 1, saying what differs. A --unique key that a live job holds works
 			pf.payloadGiven = cmd.Flags().Changed("payload")
 			pf.maxRetriesGiven = cmd.Flags().Changed("max-retries")
 			pf.uniqueTTLGiven = cmd.Flags().Changed("unique-ttl")
+			pf.waitTimeoutGiven = cmd.Flags().Changed("wait-timeout")
 			return a.publish(cmd, &pf)
 		},
 	}
@@ -83,6 +92,8 @@ refused: exit 1, saying what differs. A --unique key that a live job holds works
 	f.StringVar(&pf.unique, "unique", "", "de-duplication key: while a live job holds it, publish returns that job")
 	f.DurationVar(&pf.uniqueTTL, "unique-ttl", defaultUniqueTTL, "how long --unique holds its key at most")
 	f.StringArrayVar(&pf.meta, "meta", nil, "metadata pair key=value (repeatable)")
+	f.IntVar(&pf.waitReplicas, "wait-replicas", 0, "succeed only once this many replicas have the jobs (Redis WAIT); exit 1 when fewer confirm within --wait-timeout")
+	f.DurationVar(&pf.waitTimeout, "wait-timeout", pipeline.DefaultReplicaTimeout, "how long --wait-replicas waits for the replicas")
 	f.BoolVar(&pf.asJSON, "json", false, `print one {"id":..,"created":true|false} object per job`)
 	_ = cmd.MarkFlagRequired("type")
 	return cmd
@@ -122,6 +133,14 @@ func (pf *publishFlags) request(stdin io.Reader) (*publishRequest, error) {
 	case pf.unique != "" && pf.count > 1:
 		bad("--unique lets only one job hold its key: it cannot be used with --count %d", pf.count)
 	}
+	switch {
+	case pf.waitReplicas < 0 || pf.waitReplicas > pipeline.MaxReplicas:
+		bad("--wait-replicas must be in 0..%d, not %d", pipeline.MaxReplicas, pf.waitReplicas)
+	case pf.waitTimeout < 0 || pf.waitReplicas > 0 && pf.waitTimeout == 0:
+		bad("--wait-timeout must be positive, not %s", pf.waitTimeout)
+	case pf.waitTimeoutGiven && pf.waitReplicas == 0:
+		bad("--wait-timeout needs --wait-replicas")
+	}
 	md, err := parseMeta(pf.meta)
 	if err != nil {
 		errs = append(errs, usageError{err})
@@ -155,6 +174,9 @@ func (pf *publishFlags) request(stdin io.Reader) (*publishRequest, error) {
 	if pf.unique != "" {
 		opts = append(opts, pipeline.WithUnique(pf.unique, pf.uniqueTTL))
 	}
+	if pf.waitReplicas > 0 {
+		opts = append(opts, pipeline.WithReplicas(pf.waitReplicas, pf.waitTimeout))
+	}
 	return &publishRequest{
 		task:  pipeline.Task{Type: pf.jobType, Payload: payload, Metadata: md},
 		opts:  opts,
@@ -180,6 +202,13 @@ func (a *app) publish(cmd *cobra.Command, pf *publishFlags) error {
 			tasks[i] = req.task
 		}
 		jobs, err := c.EnqueueBatch(cmd.Context(), pf.queue, tasks, req.opts...)
+		var unconfirmed error
+		if errors.Is(err, pipeline.ErrNotReplicated) && !errors.Is(err, pipeline.ErrConflict) {
+			// The jobs are on the master: print their ids as usual (they run unless the master
+			// fails before a replica has them; publishing one again with --id waits again), then
+			// fail.
+			unconfirmed, err = err, nil
+		}
 		if err != nil {
 			if published > 0 {
 				return fmt.Errorf("after %d jobs were published: %w", published, err)
@@ -206,6 +235,13 @@ func (a *app) publish(cmd *cobra.Command, pf *publishFlags) error {
 			fmt.Fprintln(out, j.ID)
 		}
 		published += len(jobs)
+		if unconfirmed != nil {
+			if err := out.Flush(); err != nil {
+				return err
+			}
+			return fmt.Errorf("%w; the %d jobs printed are on the master, which may lose them if it fails now (publish one again with --id to wait again)",
+				unconfirmed, published)
+		}
 	}
 	return out.Flush()
 }

@@ -26,6 +26,8 @@ type workerFlags struct {
 	shutdownTimeout  time.Duration
 	retention        time.Duration
 	name             string
+	waitReplicas     int           // --wait-replicas: WorkerConfig.Replicas
+	waitTimeout      time.Duration // --wait-timeout: WorkerConfig.ReplicaTimeout
 
 	queuesGiven bool // --queue was given (an empty one is an error, not the default queue)
 }
@@ -59,7 +61,12 @@ lets running jobs finish for up to --shutdown-timeout, puts back what did not fi
 While Redis is unreachable the worker waits and retries, logging one line per backoff step and
 one line when Redis is back. Give every worker of a queue its own --name (the default is
 unique): a worker warns at start when a worker with its name was active in its queues within
-the visibility timeout.`,
+the visibility timeout.
+
+With --wait-replicas N each write of job outcomes waits until N replicas of the Redis master
+have it. Outcomes fewer replicas confirm within --wait-timeout are on the master already: they
+are logged (at most every 10s), not written again; if the master then fails before a replica
+has them, their jobs run again.`,
 		Example: `  conveyor worker
   conveyor worker --queue emails --queue reports --concurrency 50 --backoff-max 1h`,
 		Args:        noArgs,
@@ -105,6 +112,8 @@ the visibility timeout.`,
 	f.DurationVar(&wf.shutdownTimeout, "shutdown-timeout", pipeline.DefaultShutdownTimeout, "on SIGINT/SIGTERM, how long running jobs may finish before they are put back")
 	f.DurationVar(&wf.retention, "retention", pipeline.DefaultRetention, "how long finished jobs' records are kept (0: delete them as jobs finish)")
 	f.StringVar(&wf.name, "name", "", "consumer name, unique among live workers (default host-pid-random)")
+	f.IntVar(&wf.waitReplicas, "wait-replicas", 0, "after writing job outcomes, wait until this many replicas have them (Redis WAIT); fewer are logged, not retried")
+	f.DurationVar(&wf.waitTimeout, "wait-timeout", pipeline.DefaultReplicaTimeout, "how long --wait-replicas waits for the replicas")
 	return cmd
 }
 
@@ -156,6 +165,12 @@ func (wf *workerFlags) config() (pipeline.WorkerConfig, error) {
 	if wf.retention < 0 {
 		bad("--retention must not be negative, not %s", wf.retention)
 	}
+	if wf.waitReplicas < 0 || wf.waitReplicas > pipeline.MaxReplicas {
+		bad("--wait-replicas must be in 0..%d, not %d", pipeline.MaxReplicas, wf.waitReplicas)
+	}
+	if wf.waitTimeout < 0 || wf.waitReplicas > 0 && wf.waitTimeout == 0 {
+		bad("--wait-timeout must be positive, not %s", wf.waitTimeout)
+	}
 	if len(errs) > 0 {
 		return pipeline.WorkerConfig{}, errors.Join(errs...)
 	}
@@ -176,5 +191,7 @@ func (wf *workerFlags) config() (pipeline.WorkerConfig, error) {
 		VisibilityTimeout: wf.visibility,
 		RecoveryInterval:  wf.recoveryInterval,
 		ShutdownTimeout:   wf.shutdownTimeout,
+		Replicas:          wf.waitReplicas,
+		ReplicaTimeout:    wf.waitTimeout,
 	}, nil
 }
