@@ -137,6 +137,46 @@ func TestDoctorE2E(t *testing.T) {
 		require.Contains(t, fs["acl"].Detail, "SET: NOPERM")
 	})
 
+	t.Run("Cluster", func(t *testing.T) {
+		t.Parallel()
+		cl := redistest.StartCluster(t)
+		evicting := cl.Servers[1].Addr
+		require.NoError(t, cl.Servers[1].Client(t).ConfigSet(context.Background(), "maxmemory-policy", "volatile-lru").Err())
+		c := &cli{bin: bin, url: "redis://" + cl.Addrs[0] + "?addr=" + cl.Addrs[1] + "&addr=" + cl.Addrs[2]}
+
+		// Each master is checked: the one that evicts fails.
+		r := c.run(t, "doctor", "--cluster", "--json")
+		require.Equal(t, 1, r.code, r.stderr)
+		var fs []finding
+		require.NoError(t, json.Unmarshal([]byte(r.stdout), &fs), r.stdout)
+		nodes := map[string]string{} // node -> eviction status
+		for _, f := range fs {
+			switch f.Check {
+			case "eviction":
+				nodes[f.Node] = f.Status
+			case "cluster":
+				require.Equal(t, findingOK, f.Status, "%+v", f)
+				require.Equal(t, "cluster mode", f.Detail)
+			}
+		}
+		require.Equal(t, map[string]string{cl.Addrs[0]: findingOK, evicting: findingFail, cl.Addrs[2]: findingOK}, nodes)
+
+		// A worker warns once, for that master.
+		w := c.start(t, "worker", "--cluster", "--queue", redistest.UniqueName(t), "--log-format", "json")
+		waitFor(t, 20*time.Second, 20*time.Millisecond, "the worker to start", func() bool {
+			return strings.Contains(w.output.String(), "worker started")
+		})
+		require.Equal(t, 0, w.stop(t))
+		require.Equal(t, 1, strings.Count(w.output.String(), "eviction deletes jobs"), w.output.String())
+		require.Contains(t, w.output.String(), `"redis":"`+evicting+`","maxmemory_policy":"volatile-lru"`)
+
+		// A cluster node named without --cluster.
+		c.url = "redis://" + cl.Addrs[0] + "/0"
+		code, one := c.doctor(t)
+		require.Equal(t, 1, code)
+		requireFinding(t, one, "cluster", findingFail, "Redis is a cluster node, but --cluster is not set")
+	})
+
 	t.Run("OutOfMemory", func(t *testing.T) {
 		t.Parallel()
 		srv := redistest.Start(t)
