@@ -37,7 +37,8 @@ var (
 //
 //   - Pause: SIGSTOP, then SIGCONT: connections stay open and calls hang until they time out;
 //   - StopStart: SIGTERM (Redis writes its AOF and exits), then a new redis-server on the same
-//     port and dir: connections are refused, then reset.
+//     port and dir: connections are refused, then reset; also on a queue of 3 partitions, whose
+//     worker runs a reader and a recoverer per partition.
 //
 // It checks that nothing exits, nothing spins (each process's CPU time over the outage), the
 // workers log one line per backoff step at most (bounded by the backoff schedules) and that they
@@ -51,32 +52,41 @@ func TestOutageE2E(t *testing.T) {
 	t.Run("Pause", func(t *testing.T) {
 		t.Parallel()
 		srv := redistest.Start(t, redistest.WithArgs("--appendonly", "yes", "--appendfsync", "always"))
-		runOutage(t, bin, srv, false, func() func() {
+		runOutage(t, bin, srv, 1, false, func() func() {
 			require.NoError(t, syscall.Kill(srv.PID(), syscall.SIGSTOP))
 			return func() { require.NoError(t, syscall.Kill(srv.PID(), syscall.SIGCONT)) }
 		})
 	})
-	t.Run("StopStart", func(t *testing.T) {
-		t.Parallel()
-		srv := redistest.Start(t, redistest.WithArgs("--appendonly", "yes", "--appendfsync", "always"))
-		runOutage(t, bin, srv, true, func() func() {
-			pid := srv.PID()
-			require.NoError(t, syscall.Kill(pid, syscall.SIGTERM))
-			waitFor(t, 10*time.Second, 10*time.Millisecond, "redis-server to exit", func() bool {
-				return syscall.Kill(pid, 0) != nil // reaped by redistest once it exits
+	for _, partitions := range []int{1, 3} {
+		name := "StopStart"
+		if partitions > 1 {
+			name += fmt.Sprintf("Partitions%d", partitions)
+		}
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			srv := redistest.Start(t, redistest.WithArgs("--appendonly", "yes", "--appendfsync", "always"))
+			runOutage(t, bin, srv, partitions, true, func() func() {
+				pid := srv.PID()
+				require.NoError(t, syscall.Kill(pid, syscall.SIGTERM))
+				waitFor(t, 10*time.Second, 10*time.Millisecond, "redis-server to exit", func() bool {
+					return syscall.Kill(pid, 0) != nil // reaped by redistest once it exits
+				})
+				return func() { require.NoError(t, srv.Restart()) }
 			})
-			return func() { require.NoError(t, srv.Restart()) }
 		})
-	})
+	}
 }
 
 // runOutage runs one outage: stop (which returns the function that ends it) is called once
 // jobs flow, and the outage lasts -outage-spell. With refused, calls fail at once during the
 // outage (rather than hang until go-redis's timeouts, which retries may hide in 5 s), so the
 // workers must say so and say when Redis is back.
-func runOutage(t *testing.T, bin string, srv *redistest.Server, refused bool, stop func() (resume func())) {
+func runOutage(t *testing.T, bin string, srv *redistest.Server, partitions int, refused bool, stop func() (resume func())) {
 	c := &cli{bin: bin, url: srv.URL(), rdb: srv.Client(t)}
 	q := redistest.UniqueName(t)
+	if partitions > 1 {
+		c.ok(t, "queues", "create", q, "--partitions", strconv.Itoa(partitions))
+	}
 	var workers []*proc
 	for i := range 2 {
 		w := c.start(t, "worker", "--queue", q, "--name", fmt.Sprintf("w%d-%s", i, q), "--concurrency", "8",
@@ -254,8 +264,8 @@ func backoffSteps(lo, hi, d time.Duration) int {
 	return n
 }
 
-// checkOutageLog counts a worker's warning and error lines (JSON, one per line) by message,
-// leaving out job lines (a flaky job's failed attempts, the poison jobs), and requires each
+// checkOutageLog counts a worker's warning and error lines (JSON, one per line) by message (and
+// by stream, or a recoverer's queue, whose backoffs are their own), leaving out job lines (a flaky job's failed attempts, the poison jobs), and requires each
 // message to have come at most once per backoff step over the outage: a part that logs every
 // failed call, or retries without waiting, floods its log. It returns how many lines it counted.
 func checkOutageLog(t *testing.T, out string, outage time.Duration) (lines int) {
@@ -266,9 +276,12 @@ func checkOutageLog(t *testing.T, out string, outage time.Duration) (lines int) 
 	sc.Buffer(make([]byte, 1<<20), 1<<20)
 	for sc.Scan() {
 		var line struct {
-			Level   string `json:"level"`
-			Message string `json:"message"`
-			JobID   string `json:"job_id"`
+			Level     string          `json:"level"`
+			Message   string          `json:"message"`
+			JobID     string          `json:"job_id"`
+			Topic     string          `json:"topic"` // a partition's reader has its own backoff
+			Queue     string          `json:"queue"` // and its recoverer its own scans
+			Partition json.RawMessage `json:"partition"`
 		}
 		if json.Unmarshal(sc.Bytes(), &line) != nil || line.JobID != "" {
 			continue
@@ -277,7 +290,13 @@ func checkOutageLog(t *testing.T, out string, outage time.Duration) (lines int) 
 			t.Logf("worker: %s", sc.Bytes())
 		}
 		if line.Level == "warn" || line.Level == "error" {
-			byMsg[line.Message]++
+			key := line.Message
+			for _, of := range []string{line.Topic, recovererQueue(line.Message, line.Queue, string(line.Partition))} {
+				if of != "" {
+					key += " (" + of + ")"
+				}
+			}
+			byMsg[key]++
 		}
 	}
 	require.NoError(t, sc.Err())
@@ -285,12 +304,24 @@ func checkOutageLog(t *testing.T, out string, outage time.Duration) (lines int) 
 	for msg, n := range byMsg {
 		lines += n
 		limit := backoffSteps(fastestBackoffMin, fastestBackoffMax, window)
-		if msg == "recover stale jobs" {
+		if strings.HasPrefix(msg, "recover stale jobs") {
 			limit = int(window/recoveryScanEvery) + 1
 		}
 		require.LessOrEqual(t, n, limit, "%q logged %d times over a %v outage", msg, n, outage)
 	}
 	return lines
+}
+
+// recovererQueue is the queue and partition of a recoverer's line, whose scans are its own,
+// and "" for other lines: the scheduler's spell covers all its queues.
+func recovererQueue(msg, queue, partition string) string {
+	if msg != "recover stale jobs" {
+		return ""
+	}
+	if partition != "" {
+		return queue + "#" + partition
+	}
+	return queue
 }
 
 func TestBackoffSteps(t *testing.T) {
