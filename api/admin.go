@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/conveyorq/conveyor/internal/keys"
 	"github.com/conveyorq/conveyor/pipeline"
 )
 
@@ -137,7 +138,12 @@ func (s *Server) replay(w http.ResponseWriter, r *http.Request) error {
 // replayAll: POST /v1/queues/{queue}/dead:replay. Dead jobs that cannot run again stay, and
 // not_replayed says why; the others are replayed all the same.
 func (s *Server) replayAll(w http.ResponseWriter, r *http.Request) error {
-	n, err := s.inspector.ReplayAll(r.Context(), r.PathValue("queue"))
+	queue := r.PathValue("queue")
+	if err := keys.ValidateQueue(queue); err != nil {
+		// Checked here: ReplayAll's ErrInvalid otherwise means jobs that stay dead.
+		return badArg("%s", err)
+	}
+	n, err := s.inspector.ReplayAll(r.Context(), queue)
 	body := struct {
 		Replayed    int    `json:"replayed"`
 		NotReplayed string `json:"not_replayed,omitempty"`

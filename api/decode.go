@@ -8,8 +8,10 @@ import (
 	"io"
 	"mime"
 	"net/http"
+	"regexp"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/conveyorq/conveyor/pipeline"
 )
@@ -66,7 +68,17 @@ func requireJSON(r *http.Request) error {
 // the value. Errors are the client's (400) except a body over its limit (413) and a failed
 // read.
 func decodeJSON(r io.Reader, v any) error {
-	dec := json.NewDecoder(r)
+	// JSON text is UTF-8; encoding/json would replace other bytes with U+FFFD, so an id, a
+	// type or metadata would be stored as something the client did not send. The body is
+	// bounded by the handler's MaxBytesReader, so reading it whole costs no more than decoding.
+	data, err := io.ReadAll(r)
+	if err != nil {
+		return jsonError(err)
+	}
+	if i := invalidUTF8(data); i >= 0 {
+		return badBody("the body is not valid UTF-8 (byte %d): JSON text must be UTF-8", i)
+	}
+	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
 		return jsonError(err)
@@ -80,6 +92,37 @@ func decodeJSON(r io.Reader, v any) error {
 	default:
 		return jsonError(err)
 	}
+}
+
+// invalidUTF8 returns the offset of the first byte of b that is not UTF-8, or -1.
+func invalidUTF8(b []byte) int {
+	if utf8.Valid(b) {
+		return -1
+	}
+	for i := 0; i < len(b); {
+		r, size := utf8.DecodeRune(b[i:])
+		if r == utf8.RuneError && size <= 1 {
+			return i
+		}
+		i += size
+	}
+	return -1
+}
+
+// taskIndex matches the library's name for a batch's task ("task 3: "); the API says jobs[3],
+// the body's own name for it.
+var taskIndex = regexp.MustCompile(`(^|\n)task (\d+): `)
+
+// batchError is the answer to a batch the library refused: its message names the jobs as the
+// body does.
+func batchError(err error) error {
+	ae := toAPIError(err)
+	if ae.Status >= 500 {
+		return err
+	}
+	out := *ae
+	out.Message = taskIndex.ReplaceAllString(ae.Message, "${1}jobs[$2]: ")
+	return &out
 }
 
 // jsonError turns an encoding/json error into a 400 that says what is wrong and where.

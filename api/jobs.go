@@ -68,7 +68,7 @@ func (s *Server) enqueueBatch(w http.ResponseWriter, r *http.Request) error {
 			return &apiError{Status: http.StatusConflict, Code: CodeConflict, Reason: ReasonIDTaken,
 				Message: message(err) + "\nthe batch's other jobs were accepted: send it again without these to read them"}
 		}
-		return err
+		return batchError(err)
 	}
 	status := http.StatusOK // every job was a repeat, unless one was new
 	for _, j := range jobs {

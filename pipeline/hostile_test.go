@@ -119,6 +119,10 @@ func TestHostileNames(t *testing.T) {
 		{"Inspector.Purge", func(ctx context.Context, q, id string) error { _, err := insp.Purge(ctx, q, id); return err }},
 		{"Inspector.PurgeAll", func(ctx context.Context, q, _ string) error { _, err := insp.PurgeAll(ctx, q, 0); return err }},
 		{"Inspector.DeleteQueue", func(ctx context.Context, q, _ string) error { return insp.DeleteQueue(ctx, q, true) }},
+		{"Inspector.CreateQueue", func(ctx context.Context, q, _ string) error {
+			_, err := insp.CreateQueue(ctx, q, pipeline.QueueOptions{Partitions: 2})
+			return err
+		}},
 	}
 	byID := []call{
 		{"Client.Get", func(ctx context.Context, q, id string) error { _, err := c.Get(ctx, q, id); return err }},

@@ -61,6 +61,7 @@ func TestHostileCLINames(t *testing.T) {
 		"dead replay":   func(q string) []string { return []string{"dead", "replay", "--queue", q, "queued"} },
 		"dead purge":    func(q string) []string { return []string{"dead", "purge", "--queue", q, "--all"} },
 		"queues delete": func(q string) []string { return []string{"queues", "delete", "--force", q} },
+		"queues create": func(q string) []string { return []string{"queues", "create", q, "--partitions", "2"} },
 	}
 	byID := map[string]func(id string) []string{
 		"status":      func(id string) []string { return []string{"status", "--queue", "hostile", id} },
