@@ -58,15 +58,24 @@ cpu() {
 			awk -F: '/^used_cpu_(user|sys):/ {s += $2} END {printf "%.2f ", s}'
 	done
 }
+# net prints the bytes all masters received and sent, summed.
+net() {
+	for a in "${addrs[@]}"; do
+		redis-cli -h "${a%:*}" -p "${a#*:}" info stats | tr -d '\r' |
+			awk -F: '/^total_net_(input|output)_bytes:/ {s += $2} END {printf "%d\n", s}'
+	done | awk '{s += $1} END {print s}'
+}
 for p in 1 3; do
 	for r in $(seq "$runs"); do
 		before=($(cpu))
+		net0=$(net)
 		out=$(/usr/bin/time -f '%U %S' -o "$dir/time" "$bin" bench --cluster --redis "$url" --jobs "$jobs" \
 			--partitions "$p" --producers 4 --concurrency 200 --json --log-level warn)
 		after=($(cpu))
+		net1=$(net)
 		read -r u s <"$dir/time"
 		masters=""
 		for i in 0 1 2; do masters+="$(echo "${after[$i]} - ${before[$i]}" | bc) "; done
-		echo "partitions=$p run=$r master_cpu_s=[ $masters] bench_cpu_s=$(echo "$u + $s" | bc) $out"
+		echo "partitions=$p run=$r master_cpu_s=[ $masters] bench_cpu_s=$(echo "$u + $s" | bc) net_bytes_per_job=$(((net1 - net0) / jobs)) $out"
 	done
 done
