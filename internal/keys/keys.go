@@ -4,8 +4,8 @@
 //
 // Every per-queue key carries the queue name as a Redis Cluster hash tag, `{q}`, so all of a
 // queue's keys live in one slot and a Lua script can touch any of them atomically, while
-// different queues spread over the cluster's shards. The only global key, the set of known
-// queue names, is never touched by a script.
+// different queues spread over the cluster's shards. The only global keys, the set of known
+// queue names and the hash of partition counts, are never touched by a script.
 //
 // # Partitions
 //
