@@ -271,7 +271,7 @@ func checkCompose(p *types.Project) []error {
 			bad(s, "does not run the conveyor image built from the Dockerfile (build: .)")
 			continue
 		}
-		checkConveyorService(p, s, redisSvc, redisPort, bad)
+		checkConveyorService(s, redisSvc, redisPort, bad)
 	}
 	return errs
 }
@@ -306,7 +306,7 @@ func checkRedisService(s types.ServiceConfig, bad func(types.ServiceConfig, stri
 }
 
 // checkConveyorService checks one service of the conveyor image.
-func checkConveyorService(p *types.Project, s, redisSvc types.ServiceConfig, redisPort string, bad func(types.ServiceConfig, string, ...any)) {
+func checkConveyorService(s, redisSvc types.ServiceConfig, redisPort string, bad func(types.ServiceConfig, string, ...any)) {
 	if len(s.Entrypoint) > 0 {
 		bad(s, "overrides the image's entrypoint (conveyor) with %q", s.Entrypoint)
 	}
@@ -375,7 +375,7 @@ func checkConveyorService(p *types.Project, s, redisSvc types.ServiceConfig, red
 			bad(s, "runs serve --probe, which serves nothing")
 			return
 		}
-		checkServe(p, s, cmd, env, bad)
+		checkServe(s, cmd, env, bad)
 	}
 	if hc := s.HealthCheck; hc != nil && !hc.Disable && cmd.Name() != "serve" {
 		checkProbe(s, hc, "", bad)
@@ -396,7 +396,7 @@ func checkGrace(s types.ServiceConfig, shutdown time.Duration, bad func(types.Se
 
 // checkServe checks the API service: serve accepts its address and token, the published ports
 // are the one it listens on, and its health check probes that port.
-func checkServe(p *types.Project, s types.ServiceConfig, cmd *cobra.Command, env map[string]string, bad func(types.ServiceConfig, string, ...any)) {
+func checkServe(s types.ServiceConfig, cmd *cobra.Command, env map[string]string, bad func(types.ServiceConfig, string, ...any)) {
 	f := cmd.Flags()
 	sf := serveFlags{tokenGiven: f.Changed("auth-token"), addrGiven: f.Changed("addr")}
 	sf.addr, _ = f.GetString("addr")
@@ -428,7 +428,6 @@ func checkServe(p *types.Project, s types.ServiceConfig, cmd *cobra.Command, env
 	} else {
 		checkProbe(s, hc, port, bad)
 	}
-	_ = p
 }
 
 // checkProbe wants a health check that runs `conveyor serve --probe URL` (the image has no
