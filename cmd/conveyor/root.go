@@ -396,13 +396,15 @@ func (a *app) close() {
 }
 
 // dial opens a client for a redis://, rediss:// or unix:// URL, or a cluster client for a
-// cluster seed URL.
+// cluster seed URL. Each configure function adjusts the parsed options (whatever
+// parseRedisURL returns) before the client is made: app.dial passes tlsFlags.apply, so a new
+// kind of URL gets the TLS flags by tlsConfigOf knowing its options type.
 func dial(rawURL string, cluster bool, configure ...func(opt any) error) (redis.UniversalClient, error) {
 	opt, err := parseRedisURL(rawURL, cluster)
 	if err != nil {
 		return nil, usageErrorf("redis URL %s: %s", redactURL(rawURL), strings.TrimPrefix(err.Error(), "redis: "))
 	}
-	for _, c := range configure { // the TLS flags (app.dial)
+	for _, c := range configure {
 		if err := c(opt); err != nil {
 			return nil, err
 		}
