@@ -2,6 +2,7 @@ package pipeline_test
 
 import (
 	"context"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -24,7 +25,7 @@ type replicated struct {
 	masterRdb, replicaRdb *redis.Client
 }
 
-func startReplicated(t *testing.T) *replicated {
+func startReplicated(t testing.TB) *replicated {
 	t.Helper()
 	m := redistest.Start(t, redistest.WithArgs("--repl-diskless-sync-delay", "0"))
 	r := redistest.Start(t, redistest.WithArgs("--replicaof", "127.0.0.1", strconv.Itoa(m.Port), "--repl-diskless-sync-delay", "0"))
@@ -94,6 +95,17 @@ func TestWithReplicas(t *testing.T) {
 		require.ErrorIs(t, err, pipeline.ErrNotReplicated)
 		require.Len(t, jobs, 2)
 		require.True(t, s.onReplica(t, q, jobs[1].ID))
+	})
+	t.Run("LongerThanReadTimeout", func(t *testing.T) {
+		// go-redis reads a pipeline's replies within ReadTimeout; a WAIT may take longer.
+		short := redis.NewClient(&redis.Options{Addr: s.master.Addr, ReadTimeout: 100 * time.Millisecond})
+		defer short.Close()
+		sc := pipeline.NewClient(short, pipeline.ClientConfig{})
+		_, err := sc.Enqueue(ctx, q, pipeline.Task{Type: "t"}, pipeline.WithReplicas(2, 300*time.Millisecond))
+		var rerr *pipeline.ReplicationError
+		require.ErrorAs(t, err, &rerr)
+		require.NoError(t, rerr.Err)
+		require.Equal(t, 1, rerr.Confirmed)
 	})
 	t.Run("Invalid", func(t *testing.T) {
 		for _, opt := range []pipeline.Option{pipeline.WithReplicas(-1, 0), pipeline.WithReplicas(1, -time.Second),
@@ -227,4 +239,52 @@ func TestWorkerReplicas(t *testing.T) {
 
 	err = pipeline.NewWorker(s.masterRdb, pipeline.WorkerConfig{Queues: []string{q}, Replicas: -1}).Run(ctx)
 	require.ErrorIs(t, err, pipeline.ErrInvalid)
+}
+
+// BenchmarkEnqueueReplicas measures what WithReplicas(1) costs a publish against a master with
+// one replica, both on loopback: one producer publishing one job at a time, 16 producers at
+// once, and batches of 100. Run
+//
+//	go test -run=NONE -bench=EnqueueReplicas -benchtime=20000x ./pipeline/
+func BenchmarkEnqueueReplicas(b *testing.B) {
+	s := startReplicated(b)
+	c := pipeline.NewClient(s.masterRdb, pipeline.ClientConfig{})
+	q := redistest.UniqueName(b)
+	for _, v := range []struct {
+		name string
+		opts []pipeline.Option
+	}{{"NoWait", nil}, {"WithReplicas1", []pipeline.Option{pipeline.WithReplicas(1, time.Second)}}} {
+		b.Run(v.name+"/One", func(b *testing.B) {
+			for range b.N {
+				if _, err := c.Enqueue(b.Context(), q, pipeline.Task{Type: "noop", Payload: payload100}, v.opts...); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "jobs/s")
+		})
+		b.Run(v.name+"/Parallel16", func(b *testing.B) {
+			b.SetParallelism(max(1, 16/runtime.GOMAXPROCS(0)))
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					if _, err := c.Enqueue(context.Background(), q, pipeline.Task{Type: "noop", Payload: payload100}, v.opts...); err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			})
+			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "jobs/s")
+		})
+		b.Run(v.name+"/Batch100", func(b *testing.B) {
+			tasks := make([]pipeline.Task, 100)
+			for i := range tasks {
+				tasks[i] = pipeline.Task{Type: "noop", Payload: payload100}
+			}
+			for done := 0; done < b.N; done += len(tasks) {
+				if _, err := c.EnqueueBatch(b.Context(), q, tasks[:min(len(tasks), b.N-done)], v.opts...); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "jobs/s")
+		})
+	}
 }

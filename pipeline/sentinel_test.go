@@ -19,7 +19,7 @@ import (
 
 // failoverRuns is how many times TestSentinelFailoverMeasure kills a master; 0 skips it. Run
 //
-//	go test -run TestSentinelFailoverMeasure -failover-runs 20 -timeout 30m ./pipeline/
+//	go test -v -run TestSentinelFailoverMeasure -timeout 30m ./pipeline/ -args -failover-runs=20
 //
 // to measure the loss window and the acknowledged jobs lost with and without WithReplicas
 // (docs/OPERATIONS.md "Sentinel" and "Durable publish").
