@@ -148,7 +148,14 @@ func runOutage(t *testing.T, bin string, srv *redistest.Server, partitions int, 
 	t.Logf("ledger: %d acknowledged jobs, %d before the outage, %d during it, %d after",
 		len(ledger), before, during, len(ledger)-atResume)
 
-	waitLedgerFinal(t, client, q, ledger)
+	dueDuring := 0
+	for _, j := range waitLedgerFinal(t, client, q, ledger) {
+		if j.RunAt.After(j.CreatedAt) && j.RunAt.After(began) && j.RunAt.Before(began.Add(outage)) {
+			dueDuring++
+		}
+	}
+	require.Positive(t, dueDuring, "some delayed jobs fell due while Redis was away (the scheduler's part)")
+	t.Logf("%d delayed jobs fell due during the outage", dueDuring)
 	for _, w := range workers {
 		lines := w.output.String()
 		if n := checkOutageLog(t, lines, outage); refused {
@@ -191,8 +198,8 @@ func (p *producer) ids() []string {
 
 // waitLedgerFinal waits until every job of ledger is final, then requires each to have ended
 // as the demo mix's handlers earn: the poison jobs (type fail, no retries) failed, the rest
-// completed.
-func waitLedgerFinal(t *testing.T, client *pipeline.Client, q string, ledger []string) {
+// completed. It returns the jobs.
+func waitLedgerFinal(t *testing.T, client *pipeline.Client, q string, ledger []string) []*pipeline.Job {
 	t.Helper()
 	ctx := t.Context()
 	pending := ledger
@@ -211,9 +218,11 @@ func waitLedgerFinal(t *testing.T, client *pipeline.Client, q string, ledger []s
 		return len(left) == 0
 	})
 	var wrong []string
+	jobs := make([]*pipeline.Job, 0, len(ledger))
 	for _, id := range ledger {
 		j, err := client.Get(ctx, q, id)
 		require.NoError(t, err)
+		jobs = append(jobs, j)
 		want := pipeline.StatusCompleted
 		if j.Type == handlers.TypeFail {
 			want = pipeline.StatusFailed
@@ -223,6 +232,7 @@ func waitLedgerFinal(t *testing.T, client *pipeline.Client, q string, ledger []s
 		}
 	}
 	require.Empty(t, wrong, "jobs that did not end as their handler earned")
+	return jobs
 }
 
 // cpuTime is the user and system CPU time the process pid used so far, from /proc/PID/stat.
