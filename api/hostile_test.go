@@ -44,9 +44,7 @@ func TestHostileAPIPublish(t *testing.T) {
 	_, refused := hostileAPI(t)
 	for _, tc := range hostile.Cases("hostile") {
 		t.Run(tc.Name, func(t *testing.T) {
-			if why, skip := tc.Skip[hostile.HTTP]; skip {
-				t.Skip(why)
-			}
+			tc.SkipAt(t, hostile.HTTP)
 			wants := tc.Wants(hostile.HTTP)
 			base := "/v1/queues/" + url.PathEscape(tc.Job.Queue) + "/jobs"
 			body := tc.Job.HTTPBody()
@@ -114,9 +112,7 @@ func TestHostileAPIExtremes(t *testing.T) {
 	e, _ := hostileAPI(t)
 	for _, x := range hostile.Extremes("hostile") {
 		t.Run(x.Name, func(t *testing.T) {
-			if why, skip := x.Skip[hostile.HTTP]; skip {
-				t.Skip(why)
-			}
+			x.SkipAt(t, hostile.HTTP)
 			r := e.do("POST", "/v1/queues/"+url.PathEscape(x.Job.Queue)+"/jobs", x.Job.HTTPBody())
 			require.Equal(t, 202, r.status, "%s", r.body)
 			j := r.job(t)

@@ -76,9 +76,7 @@ func TestHostilePublish(t *testing.T) {
 	rdb, c, _ := hostileServer(t)
 	for _, tc := range hostile.Cases("hostile") {
 		t.Run(tc.Name, func(t *testing.T) {
-			if why, skip := tc.Skip[hostile.Library]; skip {
-				t.Skip(why)
-			}
+			tc.SkipAt(t, hostile.Library)
 			task, opts := hostileTask(tc.Job)
 			ctx := t.Context()
 			hostile.NothingWritten(t, rdb, func() {
@@ -165,9 +163,7 @@ func TestHostileExtremes(t *testing.T) {
 	_, c, _ := hostileServer(t)
 	for _, e := range hostile.Extremes("hostile") {
 		t.Run(e.Name, func(t *testing.T) {
-			if why, skip := e.Skip[hostile.Library]; skip {
-				t.Skip(why)
-			}
+			e.SkipAt(t, hostile.Library)
 			task, opts := hostileTask(e.Job)
 			j, err := c.Enqueue(t.Context(), e.Job.Queue, task, opts...)
 			require.NoError(t, err)

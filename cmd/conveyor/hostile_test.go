@@ -39,9 +39,7 @@ func TestHostileCLIPublish(t *testing.T) {
 	refused := hostileCLI(t)
 	for _, tc := range hostile.Cases("hostile") {
 		t.Run(tc.Name, func(t *testing.T) {
-			if why, skip := tc.Skip[hostile.CLI]; skip {
-				t.Skip(why)
-			}
+			tc.SkipAt(t, hostile.CLI)
 			refused(t, tc.Wants(hostile.CLI), tc.Job.CLIArgs()...)
 		})
 	}
@@ -96,9 +94,7 @@ func TestHostileCLIExtremes(t *testing.T) {
 	srv := redistest.Start(t)
 	for _, e := range hostile.Extremes("hostile") {
 		t.Run(e.Name, func(t *testing.T) {
-			if why, skip := e.Skip[hostile.CLI]; skip {
-				t.Skip(why)
-			}
+			e.SkipAt(t, hostile.CLI)
 			stdout, stderr, code := runInProcess(t, "", append([]string{"--redis", srv.URL()}, e.Job.CLIArgs()...)...)
 			require.Equal(t, 0, code, "stderr:\n%s", stderr)
 			require.NotEmpty(t, stdout)

@@ -19,6 +19,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"testing"
 	"time"
 )
 
@@ -79,6 +80,19 @@ func (c Case) Wants(e Edge) []string {
 		return w
 	}
 	return c.Want
+}
+
+// SkipAt skips t when edge e cannot express the case.
+func (c Case) SkipAt(t testing.TB, e Edge) { skipAt(t, c.Skip, e) }
+
+// SkipAt skips t when edge e cannot express the extreme.
+func (x Extreme) SkipAt(t testing.TB, e Edge) { skipAt(t, x.Skip, e) }
+
+func skipAt(t testing.TB, skip map[Edge]string, e Edge) {
+	t.Helper()
+	if why, ok := skip[e]; ok {
+		t.Skip(why)
+	}
 }
 
 // Name is a hostile queue name or job id with the phrase its refusal must hold.
