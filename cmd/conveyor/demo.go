@@ -95,6 +95,10 @@ SIGINT or SIGTERM, then exits 0. A non-loopback ADDR needs $` + envAPIToken + `.
 				if serving {
 					return usageErrorf("--serve does not go with --produce-only (run 'conveyor serve' beside it)")
 				}
+				if pf.count == 0 {
+					// Producing until stopped, a signal is its normal end: exit 0 then.
+					cmd.Annotations = map[string]string{annotationEndsOnSignal: ""}
+				}
 				return a.produce(cmd, &pf)
 			}
 			if pf.changed(cmd) {

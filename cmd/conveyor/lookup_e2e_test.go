@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -91,4 +92,9 @@ func testProduceOnly(t *testing.T, c *cli) {
 	r := c.exec(t, "", env(""), "demo", "--produce-only", "--count", "1")
 	require.Equal(t, 2, r.code, r.stderr)
 	require.Contains(t, r.stderr, "give --redis or set CONVEYOR_REDIS_URL")
+
+	// Without --count its normal end is a signal (docker compose stop): exit 0, as a worker.
+	p := c.start(t, "demo", "--produce-only", "--queue", q, "--every", "5ms")
+	waitFor(t, 30*time.Second, 20*time.Millisecond, "a published id", func() bool { return strings.Count(p.output.String(), "\n") > 2 })
+	require.Equal(t, 0, p.stop(t), p.output.String())
 }
