@@ -11,11 +11,9 @@ import (
 
 // TestSoakShort is the 1,000,000-job soak at 20,000 jobs with a retention of two seconds: every
 // sample must follow docs/OPERATIONS.md's arithmetic within the default 10%, and the records
-// must be gone after the retention. It starts its own redis-server; -short skips it.
+// must be gone after the retention. It starts its own redis-server and takes about 8 s, so it
+// runs with -short too (scripts/test.sh runs the bench module that way).
 func TestSoakShort(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts redis-server and runs 20,000 jobs; skipped with -short")
-	}
 	out := filepath.Join(t.TempDir(), "soak.json")
 	var stdout, stderr bytes.Buffer
 	code := run(t.Context(), []string{"-jobs", "20000", "-retention", "2s", "-min-retention", "1s", "-expire", "-json-out", out}, &stdout, &stderr)
@@ -41,7 +39,9 @@ func TestSoakShort(t *testing.T) {
 	if pub.Unfinish != 20000 || pub.StreamLen != 20000 || pub.JobHashes == 0 || pub.Stream == 0 {
 		t.Errorf("after publish: %+v", pub)
 	}
-	if done.Completed != 20000 || done.Expires != 20000 || done.StreamLen != 0 {
+	// With a 2 s retention the first records may expire before the sample on a slow machine;
+	// every key but the stream, the stats hash and the set of queues is a retained record.
+	if done.Completed != 20000 || done.Expires == 0 || done.Keys != done.Expires+3 || done.StreamLen != 0 {
 		t.Errorf("after completion: %+v", done)
 	}
 	if gone.Expires != 0 || gone.JobHashes != 0 || gone.Keys > 3 {
@@ -56,9 +56,6 @@ func TestSoakShort(t *testing.T) {
 // queued job expected, the published sample is off by far more than 10% and the command exits
 // 1 naming it.
 func TestSoakOffTheArithmetic(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts redis-server; skipped with -short")
-	}
 	var stdout, stderr bytes.Buffer
 	code := run(t.Context(), []string{"-jobs", "2000", "-queued-bytes", "200"}, &stdout, &stderr)
 	if code != 1 || !strings.Contains(stderr.String(), "off the arithmetic: published:") {
