@@ -380,6 +380,11 @@ func (i *Inspector) List(ctx context.Context, queue string, status Status, page 
 		return nil, invalid("unknown status %q: want %s, %s, %s or %s", status,
 			StatusScheduled, StatusQueued, StatusInProgress, StatusFailed)
 	}
+	// A malformed cursor is the caller's mistake whether or not Redis answers: refuse it before
+	// reading the partition count (which says which of the two forms it must be).
+	if !cursorShape(status, page.Cursor) {
+		return nil, invalid("cursor %q is not one of a %s listing", page.Cursor, status)
+	}
 	qs, err := i.partitions(ctx, queue)
 	if err != nil {
 		return nil, err
@@ -394,6 +399,30 @@ func (i *Inspector) List(ctx context.Context, queue string, status Status, page 
 		err = fmt.Errorf("list %s jobs of %s: %w", status, queue, err)
 	}
 	return p, err
+}
+
+// cursorShape reports whether cursor can be one of a status listing's, of a plain queue
+// ("<unix ms>:<job id>" or a stream entry id) or of a partitioned one ("<partition>/" and one
+// of those, or nothing). listOne and listPartitions check the form the queue needs.
+func cursorShape(status Status, cursor string) bool {
+	if num, rest, ok := strings.Cut(cursor, "/"); ok {
+		if n, err := strconv.Atoi(num); err != nil || n < 0 || strconv.Itoa(n) != num {
+			return false
+		}
+		cursor = rest
+	}
+	if cursor == "" {
+		return true
+	}
+	switch status {
+	case StatusScheduled, StatusFailed:
+		s, id, _ := strings.Cut(cursor, ":")
+		_, err := strconv.ParseInt(s, 10, 64)
+		return err == nil && keys.ValidID(id)
+	default:
+		_, ok := parseEntryID(cursor)
+		return ok
+	}
 }
 
 // listOne is List of one queue or partition.
