@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/rs/zerolog"
 	"github.com/spf13/cobra"
 
@@ -63,6 +64,9 @@ With --auth-token (or $` + envAPIToken + `; the flag wins) every API call needs 
 serve then listens on a loopback address only (the default, ` + defaultServeAddr + `) and refuses
 any other --addr unless --insecure says so (a proxy in front that authenticates, say).
 Prefer the environment variable to the flag: a flag's value shows in the process list.
+
+GET /metrics (behind the token too) serves Prometheus metrics: every queue's jobs by state and
+its counters, read from Redis at most every 5s however often it is scraped.
 
 Long polls (GET /v1/queues/Q/jobs/ID?wait=30s) wait at most --max-wait. On SIGINT or SIGTERM
 serve stops accepting connections, answers waiting long polls with their jobs as they are,
@@ -173,8 +177,12 @@ func (a *app) serve(ctx context.Context, sf *serveFlags) error {
 	}
 	warnEviction(ctx, a.log, client.Redis())
 	log := a.log.With().Str("component", "api").Logger()
+	reg, err := metricsRegistry(insp, nil)
+	if err != nil {
+		return err
+	}
 	srv, err := api.New(client, insp, api.Config{AuthToken: token, MaxWait: sf.maxWait, Logger: log,
-		Dashboard: api.Dashboard()})
+		Dashboard: api.Dashboard(), Metrics: promhttp.HandlerFor(reg, promhttp.HandlerOpts{})})
 	if err != nil {
 		return err
 	}

@@ -30,6 +30,10 @@ type workerFlags struct {
 	waitTimeout      time.Duration // --wait-timeout: WorkerConfig.ReplicaTimeout
 
 	queuesGiven bool // --queue was given (an empty one is an error, not the default queue)
+
+	metricsAddr string          // --metrics-addr: serve /metrics there; empty: off
+	httpAllow   []string        // --http-allow: destinations the http handler may reach
+	guard       *handlers.Guard // made from httpAllow by config
 }
 
 // drainNote logs, as soon as the first signal arrives, what the worker is waiting for.
@@ -58,6 +62,15 @@ with jitter. On SIGINT or SIGTERM the worker says how many jobs it is draining, 
 lets running jobs finish for up to --shutdown-timeout, puts back what did not finish, and exits
 0: a signal is its normal way to end. A second signal ends it at once.
 
+--metrics-addr serves Prometheus metrics on GET /metrics at that address: the worker's jobs by
+outcome, durations, queue latency, scheduler, recoverer and Redis errors, and its queues' depths
+and counters (read at most every 5s, whatever the scrape rate). README's Metrics section lists
+every series.
+
+The http handler refuses loopback, private, link-local (cloud metadata) and unspecified
+destinations, checked on the address dialed; --http-allow names a CIDR prefix, an address or a
+host name it may reach all the same (repeatable).
+
 While Redis is unreachable the worker waits and retries, logging one line per backoff step and
 one line when Redis is back. Give every worker of a queue its own --name (the default is
 unique): a worker warns at start when a worker with its name was active in its queues within
@@ -83,8 +96,16 @@ has them, their jobs run again.`,
 			}
 			warnEviction(cmd.Context(), a.log, rdb)
 			cfg.Prefix, cfg.Logger = a.prefix, a.log
+			m, stopMetrics, err := a.workerMetrics(wf.metricsAddr, rdb, &cfg)
+			if err != nil {
+				return err
+			}
+			defer stopMetrics() // after Run: a draining worker is still scraped
 			w := pipeline.NewWorker(rdb, cfg)
-			handlers.Register(w)
+			if m != nil {
+				w.Use(m.Middleware)
+			}
+			handlers.RegisterWith(w, wf.handlerOptions())
 			a.log.Info().Str("worker", w.Name()).Str("redis", redactURL(a.redisURL)).
 				Strs("handlers", slices.Sorted(maps.Keys(handlers.All()))).
 				Msg("starting worker; SIGINT or SIGTERM stops it")
@@ -112,6 +133,8 @@ has them, their jobs run again.`,
 	f.DurationVar(&wf.shutdownTimeout, "shutdown-timeout", pipeline.DefaultShutdownTimeout, "on SIGINT/SIGTERM, how long running jobs may finish before they are put back")
 	f.DurationVar(&wf.retention, "retention", pipeline.DefaultRetention, "how long finished jobs' records are kept (0: delete them as jobs finish)")
 	f.StringVar(&wf.name, "name", "", "consumer name, unique among live workers (default host-pid-random)")
+	f.StringVar(&wf.metricsAddr, "metrics-addr", "", "serve Prometheus metrics on GET /metrics at this host:port (default off)")
+	f.StringArrayVar(&wf.httpAllow, "http-allow", nil, "a CIDR prefix, address or host name the http handler may reach although internal (repeatable)")
 	f.IntVar(&wf.waitReplicas, "wait-replicas", 0, "after writing job outcomes, wait until this many replicas have them (Redis WAIT); fewer are logged, not retried")
 	f.DurationVar(&wf.waitTimeout, "wait-timeout", pipeline.DefaultReplicaTimeout, "how long --wait-replicas waits for the replicas")
 	return cmd
@@ -170,6 +193,12 @@ func (wf *workerFlags) config() (pipeline.WorkerConfig, error) {
 	}
 	if wf.waitTimeout < 0 || wf.waitReplicas > 0 && wf.waitTimeout == 0 {
 		bad("--wait-timeout must be positive, not %s", wf.waitTimeout)
+	}
+	if err := checkMetricsAddr(wf.metricsAddr); err != nil {
+		errs = append(errs, err)
+	}
+	if err := wf.makeGuard(); err != nil {
+		errs = append(errs, err)
 	}
 	if len(errs) > 0 {
 		return pipeline.WorkerConfig{}, errors.Join(errs...)
