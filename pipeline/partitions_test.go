@@ -364,6 +364,19 @@ func TestCreateQueuePartitions(t *testing.T) {
 
 	j, err := x.client.Enqueue(ctx, queue, pipeline.Task{Type: "t"}, pipeline.WithDelay(time.Hour))
 	require.NoError(t, err)
+	// A partitioned listing's cursor names its partition; a plain one, or a partition out of
+	// range, is refused.
+	page, err := x.insp.List(ctx, queue, pipeline.StatusScheduled, pipeline.Page{})
+	require.NoError(t, err)
+	require.Len(t, page.Jobs, 1)
+	for _, bad := range []string{"x", "9/", "1/x", "123:" + j.ID} {
+		_, err = x.insp.List(ctx, queue, pipeline.StatusScheduled, pipeline.Page{Cursor: bad})
+		require.ErrorIs(t, err, pipeline.ErrInvalid, "cursor %q", bad)
+	}
+	// A cursor of no form at all is refused before Redis is asked.
+	down := pipeline.NewInspector(redisAt("127.0.0.1:1"), pipeline.InspectorConfig{})
+	_, err = down.List(ctx, queue, pipeline.StatusScheduled, pipeline.Page{Cursor: "x"})
+	require.ErrorIs(t, err, pipeline.ErrInvalid)
 	_, err = x.insp.CreateQueue(ctx, queue, pipeline.QueueOptions{Partitions: 4})
 	require.ErrorIs(t, err, pipeline.ErrQueueBusy)
 	p, err := x.insp.Partitions(ctx, queue)
