@@ -3,7 +3,9 @@ package metrics
 import (
 	"context"
 	"errors"
+	"maps"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
@@ -57,8 +59,10 @@ type Worker struct {
 	lockHeld    *prometheus.GaugeVec
 	redisErrors *prometheus.CounterVec
 
-	mu     sync.RWMutex
-	series map[seriesKey]*series // the hot path's bound series, by stream key and type
+	// series holds the hot path's bound series by stream key and type, copied on write: a
+	// job's lookup takes no lock, and a new (queue, type) pair is rare.
+	series atomic.Pointer[map[seriesKey]*series]
+	mu     sync.Mutex // serializes writers of series
 }
 
 // seriesKey names a (queue, type) pair the way a message carries it: no string is built per
@@ -101,8 +105,8 @@ func NewWorker(reg prometheus.Registerer) (*Worker, error) {
 		redisErrors: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: Namespace, Name: "redis_errors_total",
 			Help: "Calls (commands or pipelines) of the worker's Redis client that failed: kind=reply when Redis answered with an error, connection when no answer came."},
 			[]string{"kind"}),
-		series: make(map[seriesKey]*series),
 	}
+	m.series.Store(&map[seriesKey]*series{})
 	for _, c := range []prometheus.Collector{m.jobs, m.duration, m.latency, m.promoted, m.lag, m.scans, m.recovered, m.lockHeld, m.redisErrors} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
@@ -148,23 +152,24 @@ func (m *Worker) Middleware(h message.HandlerFunc) message.HandlerFunc {
 // bound returns the series of a stream's queue and a type, binding them on first use.
 func (m *Worker) bound(streamKey, typ string) *series {
 	k := seriesKey{streamKey, typ}
-	m.mu.RLock()
-	s := m.series[k]
-	m.mu.RUnlock()
-	if s != nil {
+	if s := (*m.series.Load())[k]; s != nil {
 		return s
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if s = m.series[k]; s != nil {
+	old := *m.series.Load()
+	if s := old[k]; s != nil {
 		return s
 	}
 	queue := queueOfStream(streamKey)
-	s = &series{duration: m.duration.WithLabelValues(queue, typ), latency: m.latency.WithLabelValues(queue)}
+	s := &series{duration: m.duration.WithLabelValues(queue, typ), latency: m.latency.WithLabelValues(queue)}
 	for i, o := range outcomes {
 		s.outcomes[i] = m.jobs.WithLabelValues(queue, typ, o)
 	}
-	m.series[k] = s
+	next := make(map[seriesKey]*series, len(old)+1)
+	maps.Copy(next, old)
+	next[k] = s
+	m.series.Store(&next)
 	return s
 }
 

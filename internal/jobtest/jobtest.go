@@ -5,6 +5,7 @@
 package jobtest
 
 import (
+	"cmp"
 	"context"
 	"testing"
 	"time"
@@ -139,5 +140,32 @@ func RunWorker(tb testing.TB, w *pipeline.Worker) {
 	case <-w.Ready():
 	case err := <-done:
 		tb.Fatalf("worker stopped at start: %v", err)
+	}
+}
+
+// Fill publishes n jobs of type typ with payload to queue, in batches of 1,000: a backlog for
+// benchmarks to drain.
+func Fill(tb testing.TB, c *pipeline.Client, queue, typ string, payload []byte, n int) {
+	tb.Helper()
+	tasks := make([]pipeline.Task, min(n, 1000))
+	for i := range tasks {
+		tasks[i] = pipeline.Task{Type: typ, Payload: payload}
+	}
+	for done := 0; done < n; done += len(tasks) {
+		if _, err := c.EnqueueBatch(context.Background(), queue, tasks[:min(len(tasks), n-done)]); err != nil {
+			tb.Fatal(err)
+		}
+	}
+}
+
+// WaitCompleted polls queue's completed counter every millisecond until it reaches n: the end
+// of a benchmark's drain, cheap enough not to slow what it waits for.
+func WaitCompleted(rdb redis.UniversalClient, prefix, queue string, n int) {
+	stats := keys.New(cmp.Or(prefix, keys.DefaultPrefix), queue).Stats()
+	for {
+		if done, _ := rdb.HGet(context.Background(), stats, keys.StatCompleted).Int(); done >= n {
+			return
+		}
+		time.Sleep(time.Millisecond)
 	}
 }
