@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/oklog/ulid/v2"
@@ -75,10 +76,11 @@ const NoRetries = -1
 type Client struct {
 	rdb   redis.UniversalClient
 	cfg   ClientConfig
-	err   error    // an unusable config: every call returns it
-	known sync.Map // queue name -> *keys.Queue, for queues already in the known-queues set
-	parts sync.Map // queue name -> *partCount, for queues enqueued to
-	tags  sync.Map // partition name (q#i) -> *keys.Queue, for partitions enqueued to
+	err   error        // an unusable config: every call returns it
+	known sync.Map     // queue name -> *keys.Queue, for queues already in the known-queues set
+	parts sync.Map     // queue name -> *partCount, for queues enqueued to or read (bounded)
+	nread atomic.Int64 // queues partitionsOf added to parts
+	tags  sync.Map     // partition name (q#i) -> *keys.Queue, for partitions enqueued to
 }
 
 // partCount is a queue's partition count as read at a time.
@@ -234,15 +236,30 @@ func (c *Client) partitions(ctx context.Context, queue string) (int, error) {
 	return p, nil
 }
 
-// partitionsOf is partitions for calls that read: a queue not enqueued to is read from Redis
-// and not cached, so the cache does not grow with names a caller makes up.
+// maxReadCounts bounds the queues that calls which only read (Get, Cancel, Stats) add to the
+// partition-count cache, so that it does not grow with names a caller makes up; past it, such
+// a queue's count is read from Redis on each call.
+const maxReadCounts = 4096
+
+// partitionsOf is partitions for calls that read: it caches the count of at most
+// maxReadCounts queues it was not told of by a publish.
 func (c *Client) partitionsOf(ctx context.Context, queue string) (int, error) {
-	if v, ok := c.parts.Load(queue); ok {
+	v, ok := c.parts.Load(queue)
+	if ok {
 		if pc := v.(*partCount); time.Since(pc.read) < partitionsTTL {
 			return pc.p, nil
 		}
 	}
-	return partitionCount(ctx, c.rdb, c.cfg.Prefix, queue)
+	p, err := partitionCount(ctx, c.rdb, c.cfg.Prefix, queue)
+	if err != nil {
+		return 0, err
+	}
+	if ok || c.nread.Load() < maxReadCounts {
+		if _, loaded := c.parts.Swap(queue, &partCount{p: p, read: time.Now()}); !loaded {
+			c.nread.Add(1)
+		}
+	}
+	return p, nil
 }
 
 // routeKey is what picks a new job's partition: its unique key when it has one, so that every
