@@ -5,7 +5,7 @@ package main
 // Compose schema, then checks every service that runs the conveyor image against this
 // package's real command tree: its command and health check parse as conveyor command lines
 // (an unknown command or flag fails), every environment variable it sets is a CONVEYOR_*
-// variable that its command reads, and the ports, health checks and depends_on agree with what
+// variable that its command reads (root.go's envVars, the binary's list), and the ports, health checks and depends_on agree with what
 // the commands listen on and connect to.
 //
 // It lives here, in package main, because the command tree is built by package main's
@@ -98,9 +98,9 @@ func TestComposeFileCheckFails(t *testing.T) {
 		{"a bad flag value", `"--every", "200ms"`, `"--every", "often"`, `invalid argument "often" for "--every"`},
 		{"an unknown command", `command: ["serve"]`, `command: ["serv"]`, `unknown command "serv"`},
 		{"a stray argument", `command: ["serve"]`, `command: ["serve", "now"]`, `unexpected argument "now"`},
-		{"a variable the binary does not read", "CONVEYOR_LOG_FORMAT: console", "CONVEYOR_LOGFORMAT: console", "CONVEYOR_LOGFORMAT"},
+		{"a variable the binary does not read", "CONVEYOR_LOG_FORMAT: console", "CONVEYOR_LOGFORMAT: console", "CONVEYOR_LOGFORMAT, which the binary does not read"},
 		{"a variable the command does not read", "CONVEYOR_LOG_FORMAT: console #", "CONVEYOR_API_ADDR: :9999\n  CONVEYOR_LOG_FORMAT: console #",
-			"sets CONVEYOR_API_ADDR, which `conveyor worker` does not read"},
+			"sets CONVEYOR_API_ADDR, which `conveyor worker` does not read (it is `conveyor serve --addr`'s)"},
 		{"a bad variable value", "CONVEYOR_LOG_FORMAT: console", "CONVEYOR_LOG_FORMAT: pretty", "$CONVEYOR_LOG_FORMAT"},
 		{"serve without a token", "CONVEYOR_API_TOKEN: ${CONVEYOR_API_TOKEN", "X_TOKEN: ${CONVEYOR_API_TOKEN", "without an API token"},
 		{"a published port serve does not listen on", `"127.0.0.1:8080:8080"`, `"127.0.0.1:8080:8081"`, "port 8081"},
@@ -214,7 +214,7 @@ func parseConveyor(args []string, env map[string]string) (*composeInvocation, er
 }
 
 // envReadBy returns the flag of cmd (its own or inherited) whose help says it reads the
-// variable name ("env $NAME", which every flag with a variable says), or nil.
+// variable name ("env $NAME", which rootCmd adds from envVars), or nil.
 func envReadBy(cmd *cobra.Command, name string) *pflag.Flag {
 	var found *pflag.Flag
 	visit := func(f *pflag.Flag) {
@@ -328,8 +328,14 @@ func checkConveyorService(s, redisSvc types.ServiceConfig, redisPort string, bad
 	}
 	cmd := inv.cmd
 	for name := range env {
-		if envReadBy(cmd, name) == nil {
-			bad(s, "sets %s, which `%s` does not read (no flag of it says env $%s)", name, cmd.CommandPath(), name)
+		i := slices.IndexFunc(envVars, func(ev envVar) bool { return ev.Name == name })
+		switch {
+		case i < 0:
+			bad(s, "sets %s, which the binary does not read (not in root.go's envVars)", name)
+		case envVars[i].Command != "" && envVars[i].Command != cmd.Name():
+			bad(s, "sets %s, which `%s` does not read (it is `conveyor %s --%s`'s)", name, cmd.CommandPath(), envVars[i].Command, envVars[i].Flag)
+		case envReadBy(cmd, name) == nil:
+			bad(s, "sets %s, which no flag of `%s` documents as env $%s", name, cmd.CommandPath(), name)
 		}
 	}
 	if inv.help {
