@@ -77,11 +77,20 @@ func TestComposeFile(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		// README's "With Docker" documents every variable the binary reads, those the
+		// services set first of all.
+		_, docker, _ := strings.Cut(string(readme), "\n## With Docker\n")
+		docker, _, _ = strings.Cut(docker, "\n## ")
 		for _, s := range p.Services {
 			for name := range s.Environment {
-				if strings.HasPrefix(name, "CONVEYOR_") && !strings.Contains(string(readme), "`"+name+"`") {
-					t.Errorf("service %s sets %s, which README.md does not document", s.Name, name)
+				if strings.HasPrefix(name, "CONVEYOR_") && !strings.Contains(docker, "`"+name+"`") {
+					t.Errorf("service %s sets %s, which README.md's With Docker section does not document", s.Name, name)
 				}
+			}
+		}
+		for _, ev := range envVars {
+			if !strings.Contains(docker, "`"+ev.Name+"`") {
+				t.Errorf("README.md's With Docker section does not list %s (root.go's envVars)", ev.Name)
 			}
 		}
 	})
