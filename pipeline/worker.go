@@ -411,7 +411,8 @@ func (w *Worker) Run(ctx context.Context) error {
 		case <-ctx.Done():
 		}
 	}()
-	w.log.Info().Strs("queues", w.cfg.Queues).Int("concurrency", w.cfg.Concurrency).Msg("worker started")
+	w.log.Info().Strs("queues", w.cfg.Queues).Ints("partitions", w.counts).Int("concurrency", w.cfg.Concurrency).
+		Msg("worker started")
 	if err := router.Run(ctx); err != nil {
 		return fmt.Errorf("pipeline: router: %w", err)
 	}
