@@ -385,11 +385,6 @@ func (i *Inspector) List(ctx context.Context, queue string, status Status, page 
 	if !cursorShape(status, page.Cursor) {
 		return nil, invalid("cursor %q is not one of a %s listing", page.Cursor, status)
 	}
-	// A cursor of no form is refused before Redis is asked: whether the queue has partitions
-	// only decides which of the two forms it must have.
-	if c := page.Cursor; c != "" && !plainCursor(status, c) && !partitionCursor(status, c) {
-		return nil, invalid("cursor %q is not one of a %s listing", c, status)
-	}
 	qs, err := i.partitions(ctx, queue)
 	if err != nil {
 		return nil, err
@@ -428,28 +423,6 @@ func cursorShape(status Status, cursor string) bool {
 		_, ok := parseEntryID(cursor)
 		return ok
 	}
-}
-
-// plainCursor reports whether c has the form of a cursor of a status's listing in one queue
-// or partition.
-func plainCursor(status Status, c string) bool {
-	switch status {
-	case StatusScheduled, StatusFailed:
-		s, id, _ := strings.Cut(c, ":")
-		_, err := strconv.ParseInt(s, 10, 64)
-		return err == nil && keys.ValidID(id)
-	default:
-		_, ok := parseEntryID(c)
-		return ok
-	}
-}
-
-// partitionCursor reports whether c has the form of a partitioned listing's cursor,
-// "<partition>/<cursor or nothing>".
-func partitionCursor(status Status, c string) bool {
-	num, rest, ok := strings.Cut(c, "/")
-	n, err := strconv.Atoi(num)
-	return ok && err == nil && n >= 0 && (rest == "" || plainCursor(status, rest))
 }
 
 // listOne is List of one queue or partition.
