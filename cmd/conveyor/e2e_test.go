@@ -337,27 +337,31 @@ func testFlaky(t *testing.T, c *cli) {
 // (3) a job that always fails is retried with growing delays, then lands in the dead set.
 func testFailing(t *testing.T, c *cli) {
 	q := redistest.UniqueName(t)
-	c.start(t, "worker", "--queue", q, "--backoff-base", "200ms", "--backoff-max", "10s")
+	c.start(t, "worker", "--queue", q, "--backoff-base", "500ms", "--backoff-max", "10s")
 	id := c.publishOne(t, "--queue", q, "--type", "fail", "--max-retries", "2", "--payload", `{"message":"always"}`)
 
 	// Attempt n's started_at stays visible until attempt n+1 starts, at least one backoff
-	// delay (150ms or more) later; polling much faster than that sees every attempt.
+	// delay (375ms or more) later; polling Redis directly every 10ms sees every attempt (a
+	// `conveyor status` process per poll could miss one on a loaded machine).
+	client := pipeline.NewClient(c.rdb, pipeline.ClientConfig{})
 	starts := map[int]int64{}
-	var j jobView
 	waitFor(t, 30*time.Second, 10*time.Millisecond, "the job to fail for good", func() bool {
-		j = c.status(t, "--queue", q, id)
-		if j.Attempt > 0 {
-			starts[j.Attempt] = j.StartedAt
+		got, err := client.Get(t.Context(), q, id)
+		require.NoError(t, err)
+		if got.Attempt > 0 && !got.StartedAt.IsZero() {
+			starts[got.Attempt] = got.StartedAt.UnixMilli()
 		}
-		return j.Status == "failed"
+		return got.Status == pipeline.StatusFailed
 	})
+	j := c.status(t, "--queue", q, id)
+	require.Equal(t, "failed", j.Status)
 	require.Equal(t, 3, j.Attempt)
 	require.Equal(t, "always", j.LastError)
 	require.Len(t, starts, 3, "attempts seen: %v", starts)
 	gap1 := time.Duration(starts[2]-starts[1]) * time.Millisecond
 	gap2 := time.Duration(starts[3]-starts[2]) * time.Millisecond
 	t.Logf("retry delays: %s, then %s", gap1, gap2)
-	require.GreaterOrEqual(t, gap1, 140*time.Millisecond, "first retry delay (base 200ms, jitter ±25%)")
+	require.GreaterOrEqual(t, gap1, 370*time.Millisecond, "first retry delay (base 500ms, jitter ±25%)")
 	require.Greater(t, gap2, gap1, "delays grow")
 
 	var dead []jobView
