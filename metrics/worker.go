@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"maps"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -176,20 +177,11 @@ func (m *Worker) bound(streamKey, typ string) *series {
 // queueOfStream is the user's queue name of a stream key, "prefix:{queue}:stream" or
 // "prefix:{queue#i}:stream" for a partition (queue names have no braces).
 func queueOfStream(key string) string {
-	open, end := -1, -1
-	for i := len(key) - 1; i >= 0; i-- {
-		switch key[i] {
-		case '}':
-			if end < 0 {
-				end = i
-			}
-		case '{':
-			if end >= 0 {
-				open = i
-				i = -1
-			}
-		}
+	end := strings.LastIndexByte(key, '}')
+	if end < 0 {
+		return key
 	}
+	open := strings.LastIndexByte(key[:end], '{')
 	if open < 0 {
 		return key
 	}

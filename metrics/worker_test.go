@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/redis/go-redis/v9"
@@ -183,4 +184,37 @@ func TestNewWorkerTwiceOnOneRegistry(t *testing.T) {
 	_, err = metrics.NewWorker(reg)
 	require.Error(t, err)
 	require.True(t, strings.Contains(err.Error(), "conveyor_jobs_total") || strings.Contains(err.Error(), "duplicate"), err.Error())
+}
+
+// A middleware inside the metrics one that refuses a job returns an error of its own, which
+// is counted as outcome "error" (the worker then writes it as a failed attempt).
+func TestWorkerMetricsCountRefusals(t *testing.T) {
+	t.Parallel()
+	rdb := redistest.Client(t)
+	queue := redistest.UniqueName(t)
+	reg := prometheus.NewRegistry()
+	m, err := metrics.NewWorker(reg)
+	require.NoError(t, err)
+	w := pipeline.NewWorker(rdb, pipeline.WorkerConfig{Queues: []string{queue}, Logger: testLogger(t)})
+	w.Use(m.Middleware, func(h message.HandlerFunc) message.HandlerFunc {
+		return func(msg *message.Message) ([]*message.Message, error) {
+			if msg.Metadata.Get("refuse") == "yes" {
+				return nil, errors.New("rate limited")
+			}
+			return h(msg)
+		}
+	})
+	w.Handle("ok", func(context.Context, *pipeline.Job) ([]byte, error) { return nil, nil })
+	client := pipeline.NewClient(rdb, pipeline.ClientConfig{})
+	_, err = client.Enqueue(t.Context(), queue, pipeline.Task{Type: "ok", Metadata: map[string]string{"refuse": "yes"}},
+		pipeline.WithMaxRetries(0))
+	require.NoError(t, err)
+	_, err = client.Enqueue(t.Context(), queue, pipeline.Task{Type: "ok"})
+	require.NoError(t, err)
+	jobtest.RunWorker(t, w)
+	require.Eventually(t, func() bool {
+		return value(t, reg, "conveyor_job_duration_seconds", "queue", queue, "type", "ok") == 2
+	}, 10*time.Second, 5*time.Millisecond)
+	require.Equal(t, 1.0, value(t, reg, "conveyor_jobs_total", "queue", queue, "type", "ok", "outcome", metrics.OutcomeError))
+	require.Equal(t, 1.0, value(t, reg, "conveyor_jobs_total", "queue", queue, "type", "ok", "outcome", metrics.OutcomeCompleted))
 }
