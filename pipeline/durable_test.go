@@ -212,6 +212,45 @@ func TestWithReplicasCluster(t *testing.T) {
 	got, err := c.Get(ctx, q, j.ID)
 	require.NoError(t, err)
 	require.Equal(t, pipeline.StatusQueued, got.Status)
+
+	// A batch over 3 partitions goes to several masters: one WAIT on each that took jobs.
+	// A name whose partitions are not all on one master (1 in 9 random names are).
+	var pq string
+	for i := 0; pq == ""; i++ {
+		name := redistest.UniqueName(t) + "-p" + strconv.Itoa(i)
+		masters := map[string]bool{}
+		for k := range 3 {
+			node, err := cc.MasterForKey(ctx, keys.New(keys.DefaultPrefix, keys.PartitionName(name, k, 3)).Stream())
+			require.NoError(t, err)
+			masters[node.Options().Addr] = true
+		}
+		if len(masters) > 1 {
+			pq = name
+		}
+	}
+	_, err = pipeline.NewInspector(cc, pipeline.InspectorConfig{}).CreateQueue(ctx, pq, pipeline.QueueOptions{Partitions: 3})
+	require.NoError(t, err)
+	tasks := make([]pipeline.Task, 30)
+	for i := range tasks {
+		tasks[i] = pipeline.Task{Type: "t"}
+	}
+	_, err = c.EnqueueBatch(ctx, pq, tasks) // loads the script on every master
+	require.NoError(t, err)
+	before = waits()
+	jobs, err := c.EnqueueBatch(ctx, pq, tasks, pipeline.WithReplicas(1, 10*time.Millisecond))
+	require.ErrorIs(t, err, pipeline.ErrNotReplicated)
+	after = waits()
+	want := map[string]int{}
+	for _, j := range jobs {
+		part := keys.New(keys.DefaultPrefix, keys.PartitionName(pq, keys.PartitionOf(j.ID, 3), 3))
+		node, err := cc.MasterForKey(ctx, part.Stream())
+		require.NoError(t, err)
+		want[node.Options().Addr] = 1
+	}
+	require.Greater(t, len(want), 1, "the partitions sit on several masters")
+	for addr, n := range after {
+		require.Equal(t, want[addr], n-before[addr], "WAITs on %s", addr)
+	}
 }
 
 // WorkerConfig.Replicas: outcomes are written and waited for; those the replicas do not
