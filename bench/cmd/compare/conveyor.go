@@ -9,10 +9,12 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 	"github.com/rs/zerolog"
 
 	"github.com/conveyorq/conveyor/internal/keys"
+	"github.com/conveyorq/conveyor/metrics"
 	"github.com/conveyorq/conveyor/pipeline"
 )
 
@@ -21,11 +23,19 @@ import (
 type conveyorSystem struct {
 	concurrency int
 	batch       int
+	// metrics wires in everything `conveyor worker --metrics-addr` does (package metrics:
+	// middleware, hooks, the Redis hook, the queue collector) with a scrape every second.
+	metrics bool
 }
 
 const conveyorJobType = "noop"
 
-func (s *conveyorSystem) Name() string  { return "conveyor" }
+func (s *conveyorSystem) Name() string {
+	if s.metrics {
+		return "conveyor_metrics"
+	}
+	return "conveyor"
+}
 func (s *conveyorSystem) Delayed() bool { return true }
 
 func (s *conveyorSystem) NewProducer(ctx context.Context, addr, queue string) (Producer, error) {
@@ -177,18 +187,30 @@ func (c *conveyorConsumer) Start(ctx context.Context, handle func([]byte)) error
 	c.rdb = redis.NewClient(&redis.Options{Addr: c.addr})
 	c.client = pipeline.NewClient(c.rdb, pipeline.ClientConfig{})
 	logger := zerolog.New(os.Stderr).Level(zerolog.WarnLevel).With().Timestamp().Logger()
-	w := pipeline.NewWorker(c.rdb, pipeline.WorkerConfig{
+	cfg := pipeline.WorkerConfig{
 		Queues:          []string{c.queue},
 		Concurrency:     c.sys.concurrency,
 		ReadBatch:       c.sys.batch,
 		ShutdownTimeout: 5 * time.Second,
 		Logger:          logger,
-	})
+	}
+	wctx, cancel := context.WithCancel(ctx)
+	var m *metrics.Worker
+	if c.sys.metrics {
+		var err error
+		if m, err = instrument(wctx, c.rdb, &cfg); err != nil {
+			cancel()
+			return err
+		}
+	}
+	w := pipeline.NewWorker(c.rdb, cfg)
+	if m != nil {
+		w.Use(m.Middleware)
+	}
 	w.Handle(conveyorJobType, func(_ context.Context, j *pipeline.Job) ([]byte, error) {
 		handle(j.Payload)
 		return nil, nil
 	})
-	wctx, cancel := context.WithCancel(ctx)
 	c.cancel = cancel
 	c.done = make(chan error, 1)
 	go func() { c.done <- w.Run(wctx) }()
@@ -231,4 +253,37 @@ func (c *conveyorConsumer) Stop() error {
 	}
 	_ = c.rdb.Close()
 	return err
+}
+
+// instrument wires the metrics into rdb and cfg as the CLI's --metrics-addr does, and scrapes
+// them every second until ctx ends.
+func instrument(ctx context.Context, rdb *redis.Client, cfg *pipeline.WorkerConfig) (*metrics.Worker, error) {
+	reg := prometheus.NewRegistry()
+	m, err := metrics.NewWorker(reg)
+	if err != nil {
+		return nil, err
+	}
+	qc, err := metrics.NewQueueCollector(pipeline.NewInspector(rdb, pipeline.InspectorConfig{}),
+		metrics.QueueCollectorConfig{Queues: cfg.Queues})
+	if err != nil {
+		return nil, err
+	}
+	if err := reg.Register(qc); err != nil {
+		return nil, err
+	}
+	rdb.AddHook(m.RedisHook())
+	cfg.Hooks = m.Hooks()
+	go func() {
+		t := time.NewTicker(time.Second)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				_, _ = reg.Gather()
+			}
+		}
+	}()
+	return m, nil
 }

@@ -15,6 +15,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -45,6 +46,10 @@ type options struct {
 }
 
 var allFamilies = []string{"conveyor", "asynq", "watermill", "raw"}
+
+// optionalFamilies run only when -systems names them: conveyor_metrics is Conveyor with the
+// Prometheus metrics of package metrics wired in, to measure their cost against conveyor.
+var optionalFamilies = []string{"conveyor_metrics"}
 
 func parseFlags(args []string, stderr io.Writer) (options, error) {
 	var o options
@@ -87,11 +92,12 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 			continue
 		}
 		known := false
-		for _, f := range allFamilies {
+		for _, f := range append(slices.Clone(allFamilies), optionalFamilies...) {
 			known = known || f == s
 		}
 		if !known {
-			return o, fmt.Errorf("-systems: unknown system %q (known: %s)", s, strings.Join(allFamilies, ", "))
+			return o, fmt.Errorf("-systems: unknown system %q (known: %s)", s,
+				strings.Join(append(slices.Clone(allFamilies), optionalFamilies...), ", "))
 		}
 		o.systems = append(o.systems, s)
 	}

@@ -227,6 +227,10 @@ func (rep *report) ratiosAndTargets(res *results) {
 	ratio("redis_bytes_vs_asynq", "conveyor", "redis_bytes_per_job", "asynq", "redis_bytes_per_job")
 	ratio("cpu_per_job_vs_asynq", "conveyor", "cpu_us_per_job", "asynq", "cpu_us_per_job")
 	ratio("delayed_p99_vs_asynq", "conveyor", "delayed_lateness_p99_ms", "asynq", "delayed_lateness_p99_ms")
+	// With -systems conveyor,conveyor_metrics: the cost of the metrics.
+	ratio("e2e_metrics_vs_bare", "conveyor_metrics", "e2e_jobs_per_s", "conveyor", "e2e_jobs_per_s")
+	ratio("live_metrics_vs_bare", "conveyor_metrics", "live_jobs_per_s", "conveyor", "live_jobs_per_s")
+	ratio("cpu_per_job_metrics_vs_bare", "conveyor_metrics", "cpu_us_per_job", "conveyor", "cpu_us_per_job")
 
 	check := func(name string, x float64, ok bool, op string, bound float64) {
 		if !ok {

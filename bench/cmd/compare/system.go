@@ -89,6 +89,8 @@ func newSystem(v string, o options) (System, error) {
 	switch {
 	case v == "conveyor":
 		return &conveyorSystem{concurrency: o.convConc, batch: o.convBatch}, nil
+	case v == "conveyor_metrics":
+		return &conveyorSystem{concurrency: o.convConc, batch: o.convBatch, metrics: true}, nil
 	case v == "raw":
 		return &rawSystem{}, nil
 	case v == "idle":
