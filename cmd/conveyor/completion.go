@@ -115,23 +115,30 @@ func (a *app) completeQueues(cmd *cobra.Command, _ []string, toComplete string) 
 // the retries of a.redis(): a shell waits for completions, and an unreachable server should
 // cost one failed dial, not completionTimeout. done closes the client.
 func (a *app) completionInspector() (_ *pipeline.Inspector, done func(), _ error) {
-	var rdb redis.UniversalClient
-	if a.cluster {
-		opt, err := redis.ParseClusterURL(a.redisURL)
-		if err != nil {
-			return nil, nil, err
-		}
-		opt.MaxRetries, opt.DialerRetries, opt.DialTimeout = -1, 1, completionTimeout
-		rdb = redis.NewClusterClient(opt)
-	} else {
-		opt, err := redis.ParseURL(a.redisURL)
-		if err != nil {
-			return nil, nil, err
-		}
-		opt.MaxRetries, opt.DialerRetries, opt.DialTimeout = -1, 1, completionTimeout
-		rdb = redis.NewClient(opt)
+	// The same URL forms as every command (Sentinel too), with the --tls-* flags when given;
+	// a TLS setting that does not check out is left to the command itself to report.
+	configure := []func(opt any) error{quickTry}
+	if a.tls.check(a.redisURL, a.cluster, func(flag string) string { return "--" + flag }) == nil {
+		configure = append(configure, a.tls.apply)
+	}
+	rdb, err := dial(a.redisURL, a.cluster, configure...)
+	if err != nil {
+		return nil, nil, err
 	}
 	return pipeline.NewInspector(rdb, pipeline.InspectorConfig{Prefix: a.prefix}), func() { _ = rdb.Close() }, nil
+}
+
+// quickTry makes parsed Redis options try once, within completionTimeout.
+func quickTry(opt any) error {
+	switch o := opt.(type) {
+	case *redis.Options:
+		o.MaxRetries, o.DialerRetries, o.DialTimeout = -1, 1, completionTimeout
+	case *redis.ClusterOptions:
+		o.MaxRetries, o.DialerRetries, o.DialTimeout = -1, 1, completionTimeout
+	case *redis.FailoverOptions:
+		o.MaxRetries, o.DialerRetries, o.DialTimeout = -1, 1, completionTimeout
+	}
+	return nil
 }
 
 // queueSummary is a queue's description in a completion: its gauges that are not zero.
