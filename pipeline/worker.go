@@ -411,8 +411,14 @@ func (w *Worker) Run(ctx context.Context) error {
 		case <-ctx.Done():
 		}
 	}()
-	w.log.Info().Strs("queues", w.cfg.Queues).Ints("partitions", w.counts).Int("concurrency", w.cfg.Concurrency).
-		Msg("worker started")
+	started := w.log.Info().Strs("queues", w.cfg.Queues)
+	for _, n := range w.counts {
+		if n > 1 { // the counts only say something when a queue is partitioned
+			started = started.Ints("partitions", w.counts)
+			break
+		}
+	}
+	started.Int("concurrency", w.cfg.Concurrency).Msg("worker started")
 	if err := router.Run(ctx); err != nil {
 		return fmt.Errorf("pipeline: router: %w", err)
 	}
