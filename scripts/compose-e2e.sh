@@ -25,7 +25,8 @@
 #              from the host with the image's own binary, a flaky job that completes on its
 #              retry and a failing one that lands in the dead set; all must end as expected
 #   api        healthy by its `serve --probe` health check, /healthz, /readyz, POST a job: 401
-#              without the token, 202 with .env's; the job completes (long poll), dashboard
+#              without the token, 202 with .env's; the job completes (long poll), dashboard,
+#              /metrics (401 without the token, conveyor_ series with it)
 #   producer   the producer's jobs appear and complete
 #   recovery   12 sleep jobs of 8s; the worker holding most of them is SIGKILLed
 #              (`docker kill` by container id); every job must complete, the killed worker's on
@@ -387,7 +388,12 @@ if grep -qx api <<<"$SERVICES"; then
   PENDING=("$api_id"); wait_for 10 "the API's job to complete" all_status default completed
   curl -fsS -o "$TMP/index.html" "$base/" || fail "dashboard page"
   grep -qi '<html' "$TMP/index.html" || fail "the dashboard page is not HTML"
-  if curl -fs -o /dev/null -H "Authorization: Bearer $TOKEN" "$base/metrics"; then metrics="/metrics answers"; else metrics="no /metrics yet"; fi
+  # /metrics, on the same published port, behind the token.
+  code=$(curl -sS -o /dev/null -w '%{http_code}' "$base/metrics")
+  [ "$code" = 401 ] || fail "GET /metrics without the token: HTTP $code, want 401"
+  curl -fsS -H "Authorization: Bearer $TOKEN" "$base/metrics" >"$TMP/metrics.txt" || fail "GET /metrics with the token"
+  grep -q '^conveyor_' "$TMP/metrics.txt" || fail "/metrics has no conveyor_ series: $(head -c 300 "$TMP/metrics.txt")"
+  metrics="/metrics: 401 without the token, $(grep -c '^conveyor_' "$TMP/metrics.txt") conveyor_ samples with it"
   log "API: healthy (serve --probe), /healthz, /readyz, POST 401 without the token, 202 with .env's ($api_id completed, long poll), dashboard; $metrics"
 fi
 
