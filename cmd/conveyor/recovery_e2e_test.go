@@ -134,6 +134,12 @@ func testChaos(t *testing.T, c *cli) {
 		return c.stats(t, "--queue", q).Completed >= int64(n)
 	})
 	for _, p := range procs {
+		// A worker restarted a moment ago may not have installed its signal handler yet, and
+		// SIGTERM would kill it as it would any process (exit -1, seen in CI): wait for its
+		// first log line, written after the handler is in place.
+		waitFor(t, 30*time.Second, 10*time.Millisecond, "a restarted worker to start", func() bool {
+			return strings.Contains(p.output.String(), "starting worker")
+		})
 		require.Equal(t, 0, p.stop(t), "a worker exits 0 on SIGTERM")
 	}
 
