@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/rs/zerolog"
+
+	"github.com/conveyorq/conveyor/pipeline"
 )
 
 // Defaults of Config.
@@ -82,10 +84,13 @@ func (c Config) withDefaults() Config {
 	return c
 }
 
-// validate checks a config that withDefaults filled in.
+// validate checks a config that withDefaults filled in. Its errors wrap pipeline.ErrInvalid, as
+// every config's in Conveyor do.
 func (c Config) validate() error {
 	var errs []error
-	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf("api: "+format, args...)) }
+	bad := func(format string, args ...any) {
+		errs = append(errs, fmt.Errorf("%w: api: "+format, append([]any{pipeline.ErrInvalid}, args...)...))
+	}
 	if c.MaxBodyBytes < 0 {
 		bad("MaxBodyBytes %d is negative", c.MaxBodyBytes)
 	}

@@ -313,3 +313,23 @@ func TestCloseLeavesNoGoroutines(t *testing.T) {
 	require.NoError(t, rdb.Close())
 	goleak.VerifyNone(t, before)
 }
+
+// An unusable Config is refused with an error wrapping pipeline.ErrInvalid, the convention of
+// every config in Conveyor, and one that names the field.
+func TestNewRefusesInvalidConfig(t *testing.T) {
+	rdb := redistest.Client(t)
+	client := pipeline.NewClient(rdb, pipeline.ClientConfig{})
+	insp := pipeline.NewInspector(rdb, pipeline.InspectorConfig{})
+	for name, cfg := range map[string]api.Config{
+		"MaxBodyBytes":     {MaxBodyBytes: -1},
+		"PollConcurrency":  {PollConcurrency: -1},
+		"ThroughputWindow": {ThroughputInterval: time.Minute, ThroughputWindow: time.Second},
+	} {
+		t.Run(name, func(t *testing.T) {
+			s, err := api.New(client, insp, cfg)
+			require.ErrorIs(t, err, pipeline.ErrInvalid)
+			require.ErrorContains(t, err, name)
+			require.Nil(t, s)
+		})
+	}
+}
