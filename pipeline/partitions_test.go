@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -243,11 +244,9 @@ func partitionFeatures(t *testing.T, x *partitioned) {
 	require.EqualValues(t, 1, st.Retried)
 	all, err := x.insp.Queues(ctx)
 	require.NoError(t, err)
-	for _, q := range all {
-		if q.Queue == x.queue {
-			require.Equal(t, st.Completed, q.Completed)
-		}
-	}
+	i := slices.IndexFunc(all, func(q *pipeline.QueueStats) bool { return q.Queue == x.queue })
+	require.GreaterOrEqual(t, i, 0, "Queues does not list %s", x.queue)
+	require.Equal(t, st.Completed, all[i].Completed)
 	found, _, err := x.insp.Find(ctx, one.ID)
 	require.NoError(t, err)
 	require.Equal(t, x.queue, found.Queue)
