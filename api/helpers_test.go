@@ -11,13 +11,13 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/redis/go-redis/v9"
 	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 
 	"github.com/conveyorq/conveyor/api"
+	"github.com/conveyorq/conveyor/internal/jobtest"
 	"github.com/conveyorq/conveyor/internal/redistest"
 	"github.com/conveyorq/conveyor/pipeline"
 )
@@ -192,23 +192,7 @@ func (e *apiEnv) worker(queues ...string) {
 	w.Handle("fail", func(context.Context, *pipeline.Job) ([]byte, error) {
 		return nil, pipeline.SkipRetry(io.ErrUnexpectedEOF)
 	})
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- w.Run(ctx) }()
-	e.t.Cleanup(func() {
-		cancel()
-		select {
-		case err := <-done:
-			require.NoError(e.t, err)
-		case <-time.After(30 * time.Second):
-			e.t.Error("worker did not stop within 30s")
-		}
-	})
-	select {
-	case <-w.Ready():
-	case err := <-done:
-		e.t.Fatalf("worker stopped: %v", err)
-	}
+	jobtest.RunWorker(e.t, w)
 }
 
 // logBuffer is a log sink safe for concurrent writes.
