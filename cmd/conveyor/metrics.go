@@ -40,14 +40,21 @@ func checkMetricsAddr(addr string) error {
 	if addr == "" {
 		return nil
 	}
-	_, port, err := net.SplitHostPort(addr)
+	_, err := checkHostPort("--metrics-addr", addr, ":9090 or 127.0.0.1:9090")
+	return err
+}
+
+// checkHostPort validates the listen address of flag: host:port with a port from 0 to 65535
+// (example shows a good one). It returns the host.
+func checkHostPort(flag, addr, example string) (host string, err error) {
+	host, port, err := net.SplitHostPort(addr)
 	if err != nil {
-		return usageErrorf("--metrics-addr %q: want host:port, such as :9090 or 127.0.0.1:9090", addr)
+		return "", usageErrorf("%s %q: want host:port, such as %s", flag, addr, example)
 	}
 	if n, err := strconv.Atoi(port); err != nil || n < 0 || n > 65535 {
-		return usageErrorf("--metrics-addr %q: port %q is not a number from 0 to 65535", addr, port)
+		return "", usageErrorf("%s %q: port %q is not a number from 0 to 65535", flag, addr, port)
 	}
-	return nil
+	return host, nil
 }
 
 // Limits of the metrics server: a scrape is small and quick.

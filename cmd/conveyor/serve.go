@@ -8,7 +8,6 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
-	"strconv"
 	"strings"
 	"time"
 
@@ -130,11 +129,9 @@ func (sf *serveFlags) check(getenv func(string) string) (token string, loopback 
 	if sf.maxWait <= 0 {
 		errs = append(errs, usageErrorf("--max-wait must be positive, not %s", sf.maxWait))
 	}
-	host, port, err := net.SplitHostPort(sf.addr)
+	host, err := checkHostPort("--addr", sf.addr, defaultServeAddr)
 	if err != nil {
-		errs = append(errs, usageErrorf("--addr %q: want host:port, such as %s", sf.addr, defaultServeAddr))
-	} else if n, err := strconv.Atoi(port); err != nil || n < 0 || n > 65535 {
-		errs = append(errs, usageErrorf("--addr %q: port %q is not a number from 0 to 65535", sf.addr, port))
+		errs = append(errs, err)
 	}
 	if len(errs) > 0 {
 		return "", false, errors.Join(errs...)
