@@ -79,7 +79,7 @@ type Client struct {
 	err   error        // an unusable config: every call returns it
 	known sync.Map     // queue name -> *keys.Queue, for queues already in the known-queues set
 	parts sync.Map     // queue name -> *partCount, for queues enqueued to or read (bounded)
-	nread atomic.Int64 // queues partitionsOf added to parts
+	nread atomic.Int64 // queues that calls which only read added to parts
 	tags  sync.Map     // partition name (q#i) -> *keys.Queue, for partitions enqueued to
 }
 
@@ -158,7 +158,7 @@ func (c *Client) Enqueue(ctx context.Context, queue string, task Task, opts ...O
 	if err != nil {
 		return nil, err
 	}
-	p, err := c.partitions(ctx, queue)
+	p, err := c.partitions(ctx, queue, true)
 	if err != nil {
 		return nil, err
 	}
@@ -207,7 +207,7 @@ func (c *Client) EnqueueBatch(ctx context.Context, queue string, tasks []Task, o
 		}
 		jobs[i] = j
 	}
-	p, err := c.partitions(ctx, queue)
+	p, err := c.partitions(ctx, queue, true)
 	if err != nil {
 		return nil, err
 	}
@@ -221,29 +221,15 @@ func (c *Client) EnqueueBatch(ctx context.Context, queue string, tasks []Task, o
 	return jobs, rw.check(err)
 }
 
-// partitions returns queue's partition count, read from Redis at most every partitionsTTL.
-func (c *Client) partitions(ctx context.Context, queue string) (int, error) {
-	if v, ok := c.parts.Load(queue); ok {
-		if pc := v.(*partCount); time.Since(pc.read) < partitionsTTL {
-			return pc.p, nil
-		}
-	}
-	p, err := partitionCount(ctx, c.rdb, c.cfg.Prefix, queue)
-	if err != nil {
-		return 0, err
-	}
-	c.parts.Store(queue, &partCount{p: p, read: time.Now()})
-	return p, nil
-}
-
 // maxReadCounts bounds the queues that calls which only read (Get, Cancel, Stats) add to the
 // partition-count cache, so that it does not grow with names a caller makes up; past it, such
 // a queue's count is read from Redis on each call.
 const maxReadCounts = 4096
 
-// partitionsOf is partitions for calls that read: it caches the count of at most
-// maxReadCounts queues it was not told of by a publish.
-func (c *Client) partitionsOf(ctx context.Context, queue string) (int, error) {
+// partitions returns queue's partition count, read from Redis at most every partitionsTTL.
+// publish says the call publishes to queue: its count is always cached (as its keys are, in
+// known), while calls that only read cache the counts of at most maxReadCounts queues.
+func (c *Client) partitions(ctx context.Context, queue string, publish bool) (int, error) {
 	v, ok := c.parts.Load(queue)
 	if ok {
 		if pc := v.(*partCount); time.Since(pc.read) < partitionsTTL {
@@ -254,8 +240,8 @@ func (c *Client) partitionsOf(ctx context.Context, queue string) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	if ok || c.nread.Load() < maxReadCounts {
-		if _, loaded := c.parts.Swap(queue, &partCount{p: p, read: time.Now()}); !loaded {
+	if publish || ok || c.nread.Load() < maxReadCounts {
+		if _, loaded := c.parts.Swap(queue, &partCount{p: p, read: time.Now()}); !loaded && !publish {
 			c.nread.Add(1)
 		}
 	}
@@ -580,7 +566,7 @@ func (c *Client) Get(ctx context.Context, queue, id string) (*Job, error) {
 	if err := c.checkJob(queue, id); err != nil {
 		return nil, err
 	}
-	p, err := c.partitionsOf(ctx, queue)
+	p, err := c.partitions(ctx, queue, false)
 	if err != nil {
 		return nil, err
 	}
@@ -670,7 +656,7 @@ func (c *Client) Cancel(ctx context.Context, queue, id string) error {
 	if err := c.checkJob(queue, id); err != nil {
 		return err
 	}
-	p, err := c.partitionsOf(ctx, queue)
+	p, err := c.partitions(ctx, queue, false)
 	if err != nil {
 		return err
 	}
@@ -728,7 +714,7 @@ func (c *Client) Stats(ctx context.Context, queue string) (*QueueStats, error) {
 	if err := c.check(queue, ""); err != nil {
 		return nil, err
 	}
-	p, err := c.partitionsOf(ctx, queue)
+	p, err := c.partitions(ctx, queue, false)
 	if err != nil {
 		return nil, err
 	}
