@@ -49,14 +49,16 @@ func validateMetadata(md map[string]string) error {
 	size := 0
 	for k, v := range md {
 		size += len(k) + len(v)
-		switch {
-		case k == "" || k[0] == '_':
+		if k == "" || k[0] == '_' {
 			return invalid("metadata key %q: keys must be non-empty and not start with '_' (reserved)", k)
-		case textProblem(k, true) == notUTF8:
+		}
+		switch textProblem(k, true) {
+		case notUTF8:
 			return invalid("metadata key %q is not valid UTF-8", k)
-		case textProblem(k, true) == hasControl:
+		case hasControl:
 			return invalid("metadata key %q has a control character", k)
-		case !utf8.ValidString(v):
+		}
+		if !utf8.ValidString(v) {
 			return invalid("metadata value of key %q is not valid UTF-8", k)
 		}
 	}
