@@ -219,7 +219,7 @@ type Worker struct {
 
 	running atomic.Bool
 	ready   chan struct{}
-	queues  map[string]*keys.Queue // by stream key, one per partition
+	queues  map[string]*keys.Queue // by stream key, one per partition (partitionQueues, in Run)
 	parts   []string               // every partition's name (q, or q#i), in config order
 	counts  []int                  // the partition count of each of cfg.Queues, read at start
 	comp    *completer
@@ -240,11 +240,6 @@ func NewWorker(rdb redis.UniversalClient, cfg WorkerConfig) *Worker {
 		log:      cfg.Logger.With().Str("worker", cfg.Name).Logger(),
 		handlers: make(map[string]HandlerFunc),
 		ready:    make(chan struct{}),
-		queues:   make(map[string]*keys.Queue, len(cfg.Queues)),
-	}
-	for _, name := range cfg.Queues {
-		q := keys.New(cfg.Prefix, name)
-		w.queues[q.Stream()] = &q
 	}
 	w.replicas = newOutcomeReplicas(cfg.Replicas, cfg.ReplicaTimeout)
 	return w
