@@ -182,7 +182,7 @@ func TestDoctorE2E(t *testing.T) {
 		srv := redistest.Start(t)
 		c := &cli{bin: bin, url: srv.URL(), rdb: srv.Client(t)}
 		queue := redistest.UniqueName(t)
-		w := c.start(t, "worker", "--queue", queue, "--concurrency", "4", "--backoff-base", "50ms")
+		w := c.start(t, "worker", "--queue", queue, "--concurrency", "4", "--backoff-base", "50ms", "--log-level", "debug")
 		var ids []string
 		for range 4 {
 			ids = append(ids, c.publishOne(t, "--queue", queue, "--type", "sleep", "--payload", `{"ms":1500}`))
@@ -204,7 +204,9 @@ func TestDoctorE2E(t *testing.T) {
 
 		// The jobs end while writes are refused; their outcomes wait in the worker and are
 		// written once Redis takes writes again.
-		time.Sleep(2 * time.Second)
+		waitFor(t, 20*time.Second, 20*time.Millisecond, "the jobs to end", func() bool {
+			return strings.Count(w.output.String(), "job done") >= len(ids)
+		})
 		for _, id := range ids {
 			require.Equal(t, "in_progress", c.status(t, "--queue", queue, id).Status)
 		}
