@@ -181,7 +181,6 @@ type fixture struct {
 	xlen     int64         // XLEN before the scan
 }
 
-// deliverOne enqueues a job and delivers its entry to a consumer that then goes quiet.
 // staleEntry adds an entry for f's job that its record does not name, and delivers it to f's
 // consumer, idle for deadIdle: what a worker that lost its job leaves behind.
 func (b *bundle) staleEntry(t *testing.T, f fixture) string {
@@ -209,6 +208,7 @@ func seedOne(t *testing.T, b *bundle, status pipeline.Status, idle time.Duration
 	return f
 }
 
+// deliverOne enqueues a job and delivers its entry to a consumer that then goes quiet.
 func deliverOne(t *testing.T, b *bundle, idle time.Duration, opts ...pipeline.Option) fixture {
 	t.Helper()
 	j := b.enqueue(t, opts...)
