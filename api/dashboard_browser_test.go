@@ -19,8 +19,11 @@ import (
 
 	"github.com/chromedp/chromedp"
 	"github.com/rs/zerolog"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 
 	"github.com/conveyorq/conveyor/api"
+	"github.com/conveyorq/conveyor/internal/jobtest"
 	"github.com/conveyorq/conveyor/internal/redistest"
 	"github.com/conveyorq/conveyor/pipeline"
 )
@@ -100,8 +103,6 @@ func newDashFixture(t *testing.T) *dashFixture {
 	client := pipeline.NewClient(rdb, pipeline.ClientConfig{})
 	f := &dashFixture{insp: pipeline.NewInspector(rdb, pipeline.InspectorConfig{}), client: client}
 	f.failing.Store(true)
-	ctx := context.Background()
-
 	// The worker serves orders and imports: echo completes, charge fails while failing is set
 	// (with no retries: a poison job goes straight to the dead set), hold runs until the test
 	// ends, flaky fails its first attempt, reject always fails for good.
@@ -137,28 +138,9 @@ func newDashFixture(t *testing.T) *dashFixture {
 		}
 		return nil, ctx.Err()
 	})
-	wctx, stop := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- w.Run(wctx) }()
-	t.Cleanup(func() {
-		close(release)
-		stop()
-		select {
-		case err := <-done:
-			if err != nil {
-				t.Errorf("worker: %v", err)
-			}
-		case <-time.After(30 * time.Second):
-			t.Error("worker did not stop within 30s")
-		}
-	})
-	select {
-	case <-w.Ready():
-	case err := <-done:
-		t.Fatalf("worker stopped at start: %v", err)
-	case <-time.After(15 * time.Second):
-		t.Fatal("worker not ready after 15s")
-	}
+	jobtest.RunWorker(t, w)
+	// Cleanups run last-in first-out: the held job is released before the worker is stopped.
+	t.Cleanup(func() { close(release) })
 
 	publish := f.publish
 	for k := 1; k <= 3; k++ {
@@ -226,17 +208,11 @@ func (f *dashFixture) burst(t *testing.T) {
 
 func (f *dashFixture) waitStats(t *testing.T, queue string, ok func(*pipeline.QueueStats) bool) {
 	t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
-	for {
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		s, err := f.insp.Stats(context.Background(), queue)
-		if err == nil && ok(s) {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("queue %s never settled: %+v (err %v)", queue, s, err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		require.NoError(c, err)
+		require.True(c, ok(s), "%+v", s)
+	}, 15*time.Second, 20*time.Millisecond, "queue %s never settled", queue)
 }
 
 // dashboardAPI is the API handler with the dashboard, behind dashToken, sampling throughput
