@@ -133,12 +133,9 @@ func (pf *publishFlags) request(stdin io.Reader) (*publishRequest, error) {
 	case pf.unique != "" && pf.count > 1:
 		bad("--unique lets only one job hold its key: it cannot be used with --count %d", pf.count)
 	}
-	switch {
-	case pf.waitReplicas < 0 || pf.waitReplicas > pipeline.MaxReplicas:
-		bad("--wait-replicas must be in 0..%d, not %d", pipeline.MaxReplicas, pf.waitReplicas)
-	case pf.waitTimeout < 0 || pf.waitReplicas > 0 && pf.waitTimeout == 0:
-		bad("--wait-timeout must be positive, not %s", pf.waitTimeout)
-	case pf.waitTimeoutGiven && pf.waitReplicas == 0:
+	if err := checkReplicas(pf.waitReplicas, pf.waitTimeout); err != nil {
+		errs = append(errs, err)
+	} else if pf.waitTimeoutGiven && pf.waitReplicas == 0 {
 		bad("--wait-timeout needs --wait-replicas")
 	}
 	md, err := parseMeta(pf.meta)

@@ -36,6 +36,19 @@ type workerFlags struct {
 	guard       *handlers.Guard // made from httpAllow by config
 }
 
+// checkReplicas validates --wait-replicas and --wait-timeout, which worker and publish share:
+// replicas in 0..MaxReplicas, and a timeout that is positive when replicas are awaited.
+func checkReplicas(replicas int, timeout time.Duration) error {
+	var errs []error
+	if replicas < 0 || replicas > pipeline.MaxReplicas {
+		errs = append(errs, usageErrorf("--wait-replicas must be in 0..%d, not %d", pipeline.MaxReplicas, replicas))
+	}
+	if timeout < 0 || replicas > 0 && timeout == 0 {
+		errs = append(errs, usageErrorf("--wait-timeout must be positive, not %s", timeout))
+	}
+	return errors.Join(errs...)
+}
+
 // drainNote logs, as soon as the first signal arrives, what the worker is waiting for.
 func drainNote(a *app, w *pipeline.Worker, timeout time.Duration) {
 	n := w.Running()
@@ -188,11 +201,8 @@ func (wf *workerFlags) config() (pipeline.WorkerConfig, error) {
 	if wf.retention < 0 {
 		bad("--retention must not be negative, not %s", wf.retention)
 	}
-	if wf.waitReplicas < 0 || wf.waitReplicas > pipeline.MaxReplicas {
-		bad("--wait-replicas must be in 0..%d, not %d", pipeline.MaxReplicas, wf.waitReplicas)
-	}
-	if wf.waitTimeout < 0 || wf.waitReplicas > 0 && wf.waitTimeout == 0 {
-		bad("--wait-timeout must be positive, not %s", wf.waitTimeout)
+	if err := checkReplicas(wf.waitReplicas, wf.waitTimeout); err != nil {
+		errs = append(errs, err)
 	}
 	if err := checkMetricsAddr(wf.metricsAddr); err != nil {
 		errs = append(errs, err)
