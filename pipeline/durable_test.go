@@ -202,6 +202,7 @@ func TestWithReplicasCluster(t *testing.T) {
 
 	owner, err := cc.MasterForKey(ctx, keys.New(keys.DefaultPrefix, q).Stream())
 	require.NoError(t, err)
+	require.Contains(t, after, owner.Options().Addr, "the queue's master is among those counted")
 	for addr, n := range after {
 		want := 0
 		if addr == owner.Options().Addr {
