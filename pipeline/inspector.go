@@ -138,14 +138,7 @@ func (i *Inspector) Queues(ctx context.Context) ([]*QueueStats, error) {
 	if i.err != nil {
 		return nil, i.err
 	}
-	names, err := i.rdb.SMembers(ctx, keys.Queues(i.cfg.Prefix)).Result()
-	if err != nil {
-		return nil, fmt.Errorf("list queues: %w", err)
-	}
-	// A name that is no queue name (written by hand) names no keys of ours.
-	names = slices.DeleteFunc(names, func(n string) bool { return keys.ValidateQueue(n) != nil })
-	slices.Sort(names)
-	counts, err := partitionCounts(ctx, i.rdb, i.cfg.Prefix)
+	names, counts, err := knownQueues(ctx, i.rdb, i.cfg.Prefix)
 	if err != nil {
 		return nil, err
 	}
@@ -210,28 +203,19 @@ func (i *Inspector) Find(ctx context.Context, id string) (*Job, []string, error)
 	if err := keys.ValidateID(id); err != nil {
 		return nil, nil, fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
-	names, err := i.rdb.SMembers(ctx, keys.Queues(i.cfg.Prefix)).Result()
-	if err != nil {
-		return nil, nil, fmt.Errorf("list queues: %w", err)
-	}
-	slices.Sort(names)
-	counts, err := partitionCounts(ctx, i.rdb, i.cfg.Prefix)
+	names, counts, err := knownQueues(ctx, i.rdb, i.cfg.Prefix)
 	if err != nil {
 		return nil, nil, err
 	}
 	var calls []script.Call
-	var searched []string
 	var owner []string // the queue of each call
 	for _, name := range names {
-		if keys.ValidateQueue(name) != nil {
-			continue // not a queue a client made; nothing to look in
-		}
 		for _, q := range lookupOrder(i.cfg.Prefix, name, id, counts[name]) {
 			calls = append(calls, jobstate.GetCall(q, id))
 			owner = append(owner, name)
 		}
-		searched = append(searched, name)
 	}
+	searched := names
 	if len(calls) == 0 {
 		return nil, searched, ErrNotFound
 	}

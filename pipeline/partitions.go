@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"time"
 
@@ -33,21 +34,34 @@ func partitionCount(ctx context.Context, rdb redis.Cmdable, prefix, queue string
 	return parsePartitions(queue, v)
 }
 
-// partitionCounts reads the partition counts of every queue that has more than one.
-func partitionCounts(ctx context.Context, rdb redis.Cmdable, prefix string) (map[string]int, error) {
-	m, err := rdb.HGetAll(ctx, keys.Partitions(prefix)).Result()
-	if err != nil {
-		return nil, fmt.Errorf("read the partition counts: %w", err)
+// knownQueues reads the known queue names that are valid queue names (one written by hand
+// names no keys of ours), sorted, and the partition counts of those that have more than one,
+// in one round trip.
+func knownQueues(ctx context.Context, rdb redis.UniversalClient, prefix string) ([]string, map[string]int, error) {
+	var names *redis.StringSliceCmd
+	var m *redis.MapStringStringCmd
+	_, _ = rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		names = p.SMembers(ctx, keys.Queues(prefix))
+		m = p.HGetAll(ctx, keys.Partitions(prefix))
+		return nil
+	})
+	if err := names.Err(); err != nil {
+		return nil, nil, fmt.Errorf("list queues: %w", err)
 	}
-	out := make(map[string]int, len(m))
-	for q, v := range m {
+	if err := m.Err(); err != nil {
+		return nil, nil, fmt.Errorf("read the partition counts: %w", err)
+	}
+	qs := slices.DeleteFunc(names.Val(), func(n string) bool { return keys.ValidateQueue(n) != nil })
+	slices.Sort(qs)
+	counts := make(map[string]int, len(m.Val()))
+	for q, v := range m.Val() {
 		p, err := parsePartitions(q, v)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
-		out[q] = p
+		counts[q] = p
 	}
-	return out, nil
+	return qs, counts, nil
 }
 
 func parsePartitions(queue, v string) (int, error) {
