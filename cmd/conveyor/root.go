@@ -781,10 +781,10 @@ func newTable(w io.Writer) *tabwriter.Writer {
 
 // formatTime shows a job time with milliseconds and how long ago it was; "-" when not yet.
 func formatTime(t, now time.Time) string {
+	s := tableTime(t)
 	if t.IsZero() {
-		return "-"
+		return s
 	}
-	s := t.Local().Format("2006-01-02 15:04:05.000 MST")
 	switch d := now.Sub(t).Round(time.Millisecond); {
 	case d >= 0:
 		return s + " (" + d.String() + " ago)"
@@ -799,7 +799,7 @@ func tableTime(t time.Time) string {
 	if t.IsZero() {
 		return "-"
 	}
-	return t.Local().Format("2006-01-02 15:04:05.000 MST")
+	return t.Local().Format(consoleTimeFormat)
 }
 
 // orDash shows an empty string as "-".

@@ -52,12 +52,8 @@ func checkReplicas(replicas int, timeout time.Duration) error {
 // drainNote logs, as soon as the first signal arrives, what the worker is waiting for.
 func drainNote(a *app, w *pipeline.Worker, timeout time.Duration) {
 	n := w.Running()
-	jobs := "jobs"
-	if n == 1 {
-		jobs = "job"
-	}
 	a.log.Info().Str("worker", w.Name()).Int("running", n).Dur("shutdown_timeout", timeout).
-		Msgf("draining %d %s (up to %s); signal again to stop now", n, jobs, timeout)
+		Msgf("draining %s (up to %s); signal again to stop now", plural(n, "job"), timeout)
 }
 
 func newWorkerCmd(a *app) *cobra.Command {
