@@ -223,7 +223,7 @@ func soak(ctx context.Context, o options, stderr io.Writer) (*report, error) {
 		return nil, err
 	}
 	s.rep.Redis = info["redis_version"]
-	if s.base, err = s.settled(ctx); err != nil {
+	if s.base, _, err = s.settled(ctx); err != nil {
 		return nil, err
 	}
 	s.rep.Baseline = s.base
@@ -388,7 +388,7 @@ func (s *soaker) waitExpired(ctx context.Context) error {
 // the sample. After expiry (gone) the expectation is no memory per job: the growth is compared
 // with what the retained records held, and must be a small part of it.
 func (s *soaker) sample(ctx context.Context, c *pipeline.Client, point string, gone bool) error {
-	used, err := s.settled(ctx)
+	used, rss, err := s.settled(ctx)
 	if err != nil {
 		return err
 	}
@@ -400,11 +400,6 @@ func (s *soaker) sample(ctx context.Context, c *pipeline.Client, point string, g
 	if err != nil {
 		return err
 	}
-	mem, err := redisInfo(ctx, s.rdb, "memory")
-	if err != nil {
-		return err
-	}
-	rss, _ := strconv.ParseInt(mem["used_memory_rss"], 10, 64)
 	sm := sample{Point: point, ElapsedMS: time.Since(s.start).Milliseconds(), UsedMemory: used,
 		Growth: used - s.base, Keys: kv["keys"], Expires: kv["expires"], UsedRSS: rss,
 		Completed: st.Completed, Unfinish: st.Enqueued - st.Completed}
@@ -471,19 +466,21 @@ func (s *soaker) sample(ctx context.Context, c *pipeline.Client, point string, g
 	return nil
 }
 
-// settled reads used_memory after a pause, so that the client buffers of the pipelines just
-// sent have been released by the server's cron.
-func (s *soaker) settled(ctx context.Context) (int64, error) {
+// settled reads used_memory and used_memory_rss (one INFO memory) after a pause, so that the
+// client buffers of the pipelines just sent have been released by the server's cron.
+func (s *soaker) settled(ctx context.Context) (used, rss int64, err error) {
 	select {
 	case <-time.After(300 * time.Millisecond):
 	case <-ctx.Done():
-		return 0, ctx.Err()
+		return 0, 0, ctx.Err()
 	}
 	m, err := redisInfo(ctx, s.rdb, "memory")
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
-	return strconv.ParseInt(m["used_memory"], 10, 64)
+	rss, _ = strconv.ParseInt(m["used_memory_rss"], 10, 64)
+	used, err = strconv.ParseInt(m["used_memory"], 10, 64)
+	return used, rss, err
 }
 
 // redisInfo returns one INFO section as a map.
