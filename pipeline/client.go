@@ -279,9 +279,9 @@ func (c *Client) enqueuePrepared(ctx context.Context, rdb redis.UniversalClient,
 	}
 	// order[k] is the index in jobs of the k-th job written; njs is reordered alike, so that
 	// each partition's jobs are contiguous.
-	var order []int
+	var order, part []int // part[k]: the partition of njs[k], when p > 1
 	if p > 1 {
-		order, njs = c.byPartition(njs, p)
+		order, njs, part = c.byPartition(njs, p)
 	}
 	at := func(k int) int {
 		if order == nil {
@@ -296,7 +296,7 @@ func (c *Client) enqueuePrepared(ctx context.Context, rdb redis.UniversalClient,
 		q := c.partition(queue, &njs[lo], p)
 		hi, bytes := lo, 0
 		for hi < len(njs) && hi-lo < batchChunk && (hi == lo || bytes+len(njs[hi].Payload) <= batchBytes) &&
-			(p <= 1 || c.partition(queue, &njs[hi], p).Tag() == q.Tag()) {
+			(p <= 1 || part[hi] == part[lo]) {
 			bytes += len(njs[hi].Payload)
 			hi++
 		}
@@ -364,8 +364,9 @@ func (c *Client) enqueuePrepared(ctx context.Context, rdb redis.UniversalClient,
 }
 
 // byPartition orders jobs by the partition, of p, each goes to (keeping their order within a
-// partition) and returns the order, as indexes into njs, and the reordered copy.
-func (c *Client) byPartition(njs []jobstate.NewJob, p int) ([]int, []jobstate.NewJob) {
+// partition) and returns the order, as indexes into njs, the reordered copy and the partition
+// of each job of that copy.
+func (c *Client) byPartition(njs []jobstate.NewJob, p int) ([]int, []jobstate.NewJob, []int) {
 	part := make([]int, len(njs))
 	count := make([]int, p+1)
 	for k := range njs {
@@ -377,12 +378,13 @@ func (c *Client) byPartition(njs []jobstate.NewJob, p int) ([]int, []jobstate.Ne
 	}
 	order := make([]int, len(njs))
 	sorted := make([]jobstate.NewJob, len(njs))
+	sortedPart := make([]int, len(njs))
 	for k := range njs {
 		n := count[part[k]]
 		count[part[k]]++
-		order[n], sorted[n] = k, njs[k]
+		order[n], sorted[n], sortedPart[n] = k, njs[k], part[k]
 	}
-	return order, sorted
+	return order, sorted, sortedPart
 }
 
 // conflict is the error of a publish whose id names a job with another type or payload.
