@@ -57,12 +57,7 @@ count, start them again: producers read it again within 5 seconds, workers only 
 start (a running worker logs an error when it sees it change).`,
 		Example: `  conveyor queues create emails --partitions 3
   conveyor queues create emails              # one partition: the plain queue`,
-		Args: func(_ *cobra.Command, args []string) error {
-			if len(args) != 1 {
-				return usageErrorf("want exactly one queue name, got %d arguments", len(args))
-			}
-			return nil
-		},
+		Args: exactlyOne("queue name"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if partitions < 1 || partitions > pipeline.MaxPartitions {
 				return usageErrorf("--partitions %d: want 1 to %d", partitions, pipeline.MaxPartitions)
@@ -98,12 +93,7 @@ them too. Stop the queue's producers and workers first: a worker still running r
 stream it reads, and a job published meanwhile may be lost half-written.`,
 		Example: `  conveyor queues delete old-emails
   conveyor queues delete old-emails --force`,
-		Args: func(_ *cobra.Command, args []string) error {
-			if len(args) != 1 {
-				return usageErrorf("want exactly one queue name, got %d arguments", len(args))
-			}
-			return nil
-		},
+		Args: exactlyOne("queue name"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			insp, err := a.inspector()
 			if err != nil {

@@ -475,11 +475,17 @@ func noArgs(_ *cobra.Command, args []string) error {
 	return nil
 }
 
-func oneArg(_ *cobra.Command, args []string) error {
-	if len(args) != 1 {
-		return usageErrorf("want exactly one job id, got %d arguments", len(args))
+// oneArg takes one job id.
+var oneArg = exactlyOne("job id")
+
+// exactlyOne is the Args of a command that takes one argument, what.
+func exactlyOne(what string) cobra.PositionalArgs {
+	return func(_ *cobra.Command, args []string) error {
+		if len(args) != 1 {
+			return usageErrorf("want exactly one %s, got %d arguments", what, len(args))
+		}
+		return nil
 	}
-	return nil
 }
 
 // unknownSubcommand is the Args of a command that only groups subcommands (the root, dead):
