@@ -265,18 +265,17 @@ func (h redisHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pro
 // commands (go-redis goes on without them on servers that lack them), and XINFO on a stream
 // or group not made yet (the worker's start and the Inspector read that as nothing there).
 func (h redisHook) count(cmd redis.Cmder, err error) bool {
+	// NOGROUP and "no such key" answer any stream command (XPENDING, XINFO, the scripts)
+	// on a queue no worker has read yet: the recoverer and the client take them as answers.
 	if errors.Is(err, redis.Nil) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) ||
-		redis.HasErrorPrefix(err, "NOSCRIPT") || redis.HasErrorPrefix(err, "BUSYGROUP") {
+		redis.HasErrorPrefix(err, "NOSCRIPT") || redis.HasErrorPrefix(err, "BUSYGROUP") ||
+		redis.HasErrorPrefix(err, "NOGROUP") || redis.HasErrorPrefix(err, "no such key") {
 		return false
 	}
 	if cmd != nil {
 		switch cmd.Name() {
 		case "client", "hello":
 			return false
-		case "xinfo":
-			if redis.HasErrorPrefix(err, "NOGROUP") || redis.HasErrorPrefix(err, "no such key") {
-				return false
-			}
 		}
 	}
 	kind := kindConnection
