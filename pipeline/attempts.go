@@ -56,8 +56,9 @@ func newAttempts(hook func([]Attempt)) *attempts {
 
 // written tells the hook about the outcomes among ts that ended at at: ts may hold start
 // marks, which are no outcome. codes are finish.lua's answers to ts (nil: none, the outcomes
-// were given up); a middleware's refusal that finish.lua refused in turn is not told, since
-// the attempt's own outcome was written already and told.
+// were given up). A middleware's refusal that finish.lua refused in turn is not told: such a
+// refusal is mostly a middleware that replaced the error of a handler that ran, whose own
+// outcome was written and told already.
 func (r *attempts) written(ts []transition, codes []script.Code, at time.Time) {
 	if r == nil {
 		return
