@@ -605,7 +605,7 @@ func (w *Worker) handleMessage(msg *message.Message) error {
 		return w.poison(q, msg, reason)
 	}
 	if msg.Metadata[metaForeign] != "" {
-		if err := w.adopt(q, msg); err != nil {
+		if err := w.adoptTold(q, msg); err != nil {
 			return err
 		}
 	}
@@ -804,16 +804,13 @@ func (w *Worker) adopt(q *keys.Queue, msg *message.Message) error {
 	entry := md[stream.EntryIDKey]
 	ctx, cancel := context.WithTimeout(msg.Context(), 10*time.Second)
 	defer cancel()
-	began := time.Now()
 	code, err := jobstate.Adopt(ctx, w.rdb, *q, jobstate.Foreign{ID: msg.UUID, Entry: entry, Type: typ,
 		MaxRetries: maxRetries, TimeoutMS: timeout, CreatedAt: stream.EntryTime(entry).UnixMilli()},
-		began.UnixMilli(), w.cfg.Name)
+		time.Now().UnixMilli(), w.cfg.Name)
 	switch {
 	case err != nil:
 		w.log.Error().Err(err).Str("queue", q.Name()).Str("job_id", msg.UUID).Str("type", typ).Int("attempt", attempt).
 			Str("entry", entry).Msg("could not adopt a message of another publisher; it will be tried again after the visibility timeout")
-		w.comp.attempts.ended(Attempt{Queue: q.Name(), Type: md[MetaType], Outcome: OutcomeAbandoned, Began: began,
-			Took: time.Since(began), Entered: stream.EntryTime(entry)})
 		return &JobError{Outcome: OutcomeAbandoned, Err: err}
 	case code == script.Refused:
 		return w.poison(q, msg, fmt.Sprintf("stream entry %s of another publisher names job %s, which lives on another entry", entry, msg.UUID))
