@@ -2,26 +2,22 @@ package metrics_test
 
 import (
 	"context"
-	"strconv"
 	"syscall"
 	"testing"
 	"time"
 
-	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/conveyorq/conveyor/internal/jobtest"
-	"github.com/conveyorq/conveyor/internal/keys"
 	"github.com/conveyorq/conveyor/internal/redistest"
 	"github.com/conveyorq/conveyor/metrics"
 	"github.com/conveyorq/conveyor/pipeline"
-	"github.com/conveyorq/conveyor/stream"
 )
 
 // BenchmarkWorker is the cost of the metrics: one worker drains b.N no-op jobs (100-byte
 // payloads, concurrency 200) bare, and with everything the CLI's --metrics-addr wires in
-// (middleware, hooks, the Redis hook, the queue collector) and a scrape every second. It
+// (the hooks, the Redis hook, the queue collector) and a scrape every second. It
 // reports jobs/s and the process's CPU time per job (the worker's, plus the loop that waits
 // for it, alike in both). The VM drifts and is shared, so run the two in pairs of fresh
 // processes (each on its own private redis-server), alternating which goes first; the
@@ -71,9 +67,6 @@ func drain(b *testing.B, withMetrics bool) {
 		}()
 	}
 	w := pipeline.NewWorker(rdb, cfg)
-	if m != nil {
-		w.Use(m.Middleware)
-	}
 	w.Handle("noop", func(context.Context, *pipeline.Job) ([]byte, error) { return nil, nil })
 	cpu0 := cpuTime()
 	b.ResetTimer()
@@ -94,26 +87,35 @@ func cpuTime() time.Duration {
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
-// BenchmarkMiddleware is the middleware's own work per job (label lookup, a counter, two
-// histograms, the entry's time), around a handler that does nothing, from 200 goroutines as
-// a worker's slots call it.
-func BenchmarkMiddleware(b *testing.B) {
+// BenchmarkJobSeries is the job series' work per attempt: what pipeline.WorkerHooks.Attempts
+// does with a chunk of 50 outcomes of one (queue, type), told from two goroutines as the
+// worker's two finish writers tell them. pipeline's BenchmarkAttemptsWritten is the other
+// half: making the Attempts of a written chunk.
+func BenchmarkJobSeries(b *testing.B) {
 	m, err := metrics.NewWorker(prometheus.NewRegistry())
 	if err != nil {
 		b.Fatal(err)
 	}
-	h := m.Middleware(func(*message.Message) ([]*message.Message, error) { return nil, nil })
-	q := keys.New(keys.DefaultPrefix, "bench")
-	b.SetParallelism(100)
+	hook := m.Hooks().Attempts
+	const chunk = 50
+	began := time.Now()
+	b.SetParallelism(1)
 	b.ReportAllocs()
 	b.RunParallel(func(pb *testing.PB) {
-		msg := message.NewMessage("id", payload100)
-		msg.Metadata[stream.StreamKey] = q.Stream()
-		msg.Metadata[stream.EntryIDKey] = strconv.FormatInt(time.Now().UnixMilli(), 10) + "-0"
-		msg.Metadata[pipeline.MetaType] = "noop"
-		for pb.Next() {
-			_, _ = h(msg)
+		batch := make([]pipeline.Attempt, chunk)
+		for i := range batch {
+			batch[i] = pipeline.Attempt{Queue: "bench", Type: "noop", Began: began,
+				Took: time.Duration(i) * 100 * time.Microsecond, Entered: began.Add(-time.Duration(i) * time.Millisecond)}
 		}
+		n := 0
+		for pb.Next() {
+			// One call per chunk; each iteration is one attempt.
+			if n++; n == chunk {
+				hook(batch)
+				n = 0
+			}
+		}
+		hook(batch[:n])
 	})
 }
 

@@ -3,24 +3,28 @@
 // queues' (jobs by state and the queues' counters, read through pipeline.Inspector).
 //
 // It is a package of its own, not part of pipeline, so that a program that wants no
-// Prometheus does not link it: pipeline offers the hooks (Worker.Use middleware and
-// WorkerConfig.Hooks), and this package turns them into series registered on a
-// prometheus.Registerer of the caller's choosing (its own registry, or the default one).
+// Prometheus does not link it: pipeline offers hooks (WorkerConfig.Hooks), and this package
+// turns them into series registered on a prometheus.Registerer of the caller's choosing (its
+// own registry, or the default one).
 //
 // # A worker's series
 //
-// A Worker collects them; wire it in three places:
+// A Worker collects them; wire it in two places:
 //
 //	m, err := metrics.NewWorker(reg)
 //	rdb.AddHook(m.RedisHook())                                            // Redis errors
-//	w := pipeline.NewWorker(rdb, pipeline.WorkerConfig{Hooks: m.Hooks()}) // scheduler, recoverer
-//	w.Use(m.Middleware)                                                   // jobs
+//	w := pipeline.NewWorker(rdb, pipeline.WorkerConfig{Hooks: m.Hooks()}) // jobs, scheduler, recoverer
+//
+// The jobs are counted as the worker writes their outcomes, a chunk at a time, into plain
+// atomic counters that become Prometheus metrics only when scraped: no Prometheus call runs
+// per job. (Worker.Middleware, which counted them before, is kept for old programs and does
+// nothing.)
 //
 // Its series:
 //
 //   - conveyor_jobs_total{queue,type,outcome}: attempts by outcome: completed, retry, dead,
-//     canceled, lost, abandoned (pipeline.Outcome), or error (a later middleware returned an
-//     error of its own).
+//     canceled, lost, abandoned (pipeline.Outcome), or error (a middleware refused the job:
+//     it returned an error of its own).
 //   - conveyor_job_duration_seconds{queue,type}: histogram of attempts, from the start of
 //     their handling until their outcome is written.
 //   - conveyor_job_queue_latency_seconds{queue}: histogram of the wait from a job's stream

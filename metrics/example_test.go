@@ -23,7 +23,6 @@ func ExampleNewWorker() {
 	}
 	rdb.AddHook(m.RedisHook())
 	w := pipeline.NewWorker(rdb, pipeline.WorkerConfig{Queues: []string{"emails"}, Hooks: m.Hooks()})
-	w.Use(m.Middleware)
 	w.Handle("welcome", func(context.Context, *pipeline.Job) ([]byte, error) { return nil, nil })
 
 	qc, err := metrics.NewQueueCollector(pipeline.NewInspector(rdb, pipeline.InspectorConfig{}),

@@ -3,20 +3,14 @@ package metrics
 import (
 	"context"
 	"errors"
-	"maps"
-	"strings"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/conveyorq/conveyor/internal/keys"
 	"github.com/conveyorq/conveyor/pipeline"
 	"github.com/conveyorq/conveyor/recovery"
-	"github.com/conveyorq/conveyor/stream"
 )
 
 // Namespace starts the name of every series of this package.
@@ -28,17 +22,11 @@ const TypeUnhandled = "_unhandled"
 // Outcome labels of conveyor_jobs_total besides pipeline.Outcome's.
 const (
 	OutcomeCompleted = "completed"
-	// OutcomeError: a middleware inside this one returned an error that is no
-	// *pipeline.JobError (it refused the job, which then counts as a failed attempt).
+	// OutcomeError: a middleware refused the job: it returned an error of its own, no
+	// *pipeline.JobError (see pipeline.Worker.Use); the job's record counts it as a failed
+	// attempt.
 	OutcomeError = "error"
 )
-
-// outcomes are the outcome label values, indexed by pipeline.Outcome (0: completed), then
-// OutcomeError: every (queue, type) gets them all at once, at zero, so rate() sees the first.
-var outcomes = [...]string{OutcomeCompleted, pipeline.OutcomeRetry.String(), pipeline.OutcomeDead.String(),
-	pipeline.OutcomeCanceled.String(), pipeline.OutcomeLost.String(), pipeline.OutcomeAbandoned.String(), OutcomeError}
-
-const outcomeErrorIndex = len(outcomes) - 1
 
 // Buckets of the histograms, in seconds. Jobs run from a millisecond to minutes; latency and
 // lag are milliseconds when all is well and minutes when a backlog builds.
@@ -50,48 +38,22 @@ var (
 // Worker holds a worker's series; see the package documentation. Its methods are safe for
 // concurrent use, and one Worker may serve several pipeline.Workers (their series add up).
 type Worker struct {
-	jobs        *prometheus.CounterVec
-	duration    *prometheus.HistogramVec
-	latency     *prometheus.HistogramVec
+	jobs        *jobsCollector
 	promoted    *prometheus.CounterVec
 	lag         *prometheus.HistogramVec
 	scans       *prometheus.CounterVec
 	recovered   *prometheus.CounterVec
 	lockHeld    *prometheus.GaugeVec
 	redisErrors *prometheus.CounterVec
-
-	// series holds the hot path's bound series by stream key and type, copied on write: a
-	// job's lookup takes no lock, and a new (queue, type) pair is rare.
-	series atomic.Pointer[map[seriesKey]*series]
-	mu     sync.Mutex // serializes writers of series
-}
-
-// seriesKey names a (queue, type) pair the way a message carries it: no string is built per
-// job to look its series up.
-type seriesKey struct{ stream, typ string }
-
-// series are the bound series of one (queue, type).
-type series struct {
-	outcomes [len(outcomes)]prometheus.Counter
-	duration prometheus.Observer
-	latency  prometheus.Observer
 }
 
 // NewWorker registers a worker's series on reg (prometheus.DefaultRegisterer, or a registry
 // of the caller's own) and returns them. It fails when reg has series of the same names, from
 // another Worker say: give each its own registry, or share one Worker.
 func NewWorker(reg prometheus.Registerer) (*Worker, error) {
-	queueType := []string{"queue", "type"}
 	queue := []string{"queue"}
 	m := &Worker{
-		jobs: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: Namespace, Name: "jobs_total",
-			Help: "Job attempts by outcome: completed, retry, dead, canceled, lost, abandoned, or error (refused by a middleware)."},
-			[]string{"queue", "type", "outcome"}),
-		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: Namespace, Name: "job_duration_seconds",
-			Help: "Job attempts from the start of their handling until their outcome is written.", Buckets: DurationBuckets}, queueType),
-		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: Namespace, Name: "job_queue_latency_seconds",
-			Help:    "Wait from a job's entry into the stream (its enqueue, or its promotion when due) to the start of its attempt.",
-			Buckets: LatencyBuckets}, queue),
+		jobs: newJobsCollector(),
 		promoted: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: Namespace, Name: "scheduler_promoted_total",
 			Help: "Delayed and retried jobs the worker's scheduler moved into their stream when due."}, queue),
 		lag: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: Namespace, Name: "scheduler_lag_seconds",
@@ -107,8 +69,7 @@ func NewWorker(reg prometheus.Registerer) (*Worker, error) {
 			Help: "Calls (commands or pipelines) of the worker's Redis client that failed: kind=reply when Redis answered with an error, connection when no answer came."},
 			[]string{"kind"}),
 	}
-	m.series.Store(&map[seriesKey]*series{})
-	for _, c := range []prometheus.Collector{m.jobs, m.duration, m.latency, m.promoted, m.lag, m.scans, m.recovered, m.lockHeld, m.redisErrors} {
+	for _, c := range []prometheus.Collector{m.jobs, m.promoted, m.lag, m.scans, m.recovered, m.lockHeld, m.redisErrors} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -119,77 +80,17 @@ func NewWorker(reg prometheus.Registerer) (*Worker, error) {
 	return m, nil
 }
 
-// Middleware is the Watermill middleware to add with pipeline.Worker.Use: it counts each
-// attempt by outcome and times it. Added first, it sees the outcome of the whole chain.
-func (m *Worker) Middleware(h message.HandlerFunc) message.HandlerFunc {
-	return func(msg *message.Message) ([]*message.Message, error) {
-		start := time.Now()
-		md := msg.Metadata
-		msgs, err := h(msg)
-		took := time.Since(start)
-		outcome := 0 // completed
-		typ := md[pipeline.MetaType]
-		if err != nil {
-			outcome = outcomeErrorIndex
-			if jerr, ok := errors.AsType[*pipeline.JobError](err); ok {
-				if int(jerr.Outcome) < outcomeErrorIndex {
-					outcome = int(jerr.Outcome)
-				}
-				if errors.Is(jerr, pipeline.ErrNoHandler) {
-					typ = TypeUnhandled
-				}
-			}
-		}
-		s := m.bound(md[stream.StreamKey], typ)
-		s.outcomes[outcome].Inc()
-		s.duration.Observe(took.Seconds())
-		if entered := stream.EntryTime(md[stream.EntryIDKey]); !entered.IsZero() {
-			s.latency.Observe(max(0, start.Sub(entered)).Seconds())
-		}
-		return msgs, err
-	}
-}
+// Middleware was the way the job series were counted: a middleware around each job. They
+// are counted through Hooks now, from the outcomes the worker writes in chunks, which costs a
+// fraction of a middleware's per-job clock reads and Prometheus calls (docs/BENCHMARKS.md,
+// "Metrics cost"). Middleware returns h itself, so a worker that still adds it pays nothing.
+//
+// Deprecated: set WorkerConfig.Hooks to Hooks(), which counts the jobs; adding Middleware
+// does nothing more.
+func (m *Worker) Middleware(h message.HandlerFunc) message.HandlerFunc { return h }
 
-// bound returns the series of a stream's queue and a type, binding them on first use.
-func (m *Worker) bound(streamKey, typ string) *series {
-	k := seriesKey{streamKey, typ}
-	if s := (*m.series.Load())[k]; s != nil {
-		return s
-	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	old := *m.series.Load()
-	if s := old[k]; s != nil {
-		return s
-	}
-	queue := queueOfStream(streamKey)
-	s := &series{duration: m.duration.WithLabelValues(queue, typ), latency: m.latency.WithLabelValues(queue)}
-	for i, o := range outcomes {
-		s.outcomes[i] = m.jobs.WithLabelValues(queue, typ, o)
-	}
-	next := make(map[seriesKey]*series, len(old)+1)
-	maps.Copy(next, old)
-	next[k] = s
-	m.series.Store(&next)
-	return s
-}
-
-// queueOfStream is the user's queue name of a stream key, "prefix:{queue}:stream" or
-// "prefix:{queue#i}:stream" for a partition (queue names have no braces).
-func queueOfStream(key string) string {
-	end := strings.LastIndexByte(key, '}')
-	if end < 0 {
-		return key
-	}
-	open := strings.LastIndexByte(key[:end], '{')
-	if open < 0 {
-		return key
-	}
-	return keys.New("", key[open+1:end]).Name()
-}
-
-// Hooks returns the hooks to set as pipeline.WorkerConfig.Hooks: the worker's scheduler and
-// recoverer series.
+// Hooks returns the hooks to set as pipeline.WorkerConfig.Hooks: the worker's job series
+// (pipeline.WorkerHooks.Attempts), and its scheduler and recoverer series.
 func (m *Worker) Hooks() pipeline.WorkerHooks {
 	return pipeline.WorkerHooks{
 		Promoted: func(queue string, jobs int, lag time.Duration) {
@@ -208,6 +109,7 @@ func (m *Worker) Hooks() pipeline.WorkerHooks {
 			m.recovered.WithLabelValues(queue, "requeued").Add(float64(res.Requeued))
 			m.recovered.WithLabelValues(queue, "dead").Add(float64(res.Dead))
 		},
+		Attempts: m.jobs.count,
 	}
 }
 

@@ -67,6 +67,10 @@ type completer struct {
 	// onTrouble, when set, is told when writes start failing (true) and when they go through
 	// again (false): the worker stops reading new jobs meanwhile.
 	onTrouble func(bool)
+
+	// attempts, when set, is told of the outcomes written or given up (WorkerHooks.Attempts):
+	// here they come in chunks, so counting them costs a clock read per chunk, not per job.
+	attempts *attempts
 }
 
 // Bounds of the writers' shared backoff while writes fail.
@@ -140,6 +144,7 @@ func (c *completer) finish(t transition) <-chan struct{} {
 		c.mu.Unlock()
 		transitionEvent(c.log.Warn(), t).
 			Msg("job outcome arrived after the worker shut down; it is not written and the job will run again")
+		c.attempts.written([]transition{t}, nil, time.Now())
 		return closedChan
 	}
 	delete(c.starts, t.Entry)
@@ -192,6 +197,7 @@ func (c *completer) run() {
 	for _, ch := range late {
 		c.log.Warn().Int("transitions", len(ch.items)).
 			Msg("job outcomes arrived as the worker shut down; they are not written and their jobs will run again")
+		c.attempts.written(ch.items, nil, time.Now())
 		close(ch.done)
 	}
 }
@@ -249,6 +255,7 @@ func (c *completer) final() {
 			c.chunks, c.pending = nil, 0
 			c.mu.Unlock()
 			for _, ch := range chunks {
+				c.attempts.written(ch.items, nil, time.Now())
 				close(ch.done)
 			}
 			return
@@ -381,8 +388,12 @@ func (c *completer) write(ctx context.Context, batch []transition) ([]transition
 	groups = chunks
 	rdb := c.replicas.writer(c.rdb)
 	cmds, _ := script.Pipelined(ctx, rdb, calls)
+	var at time.Time
+	if c.attempts != nil {
+		at = time.Now()
+	}
 
-	var retry []transition
+	var retry, gaveUp []transition
 	var first error
 	for i, cmd := range cmds {
 		codes, err := jobstate.FinishReply(cmd, len(groups[i]))
@@ -400,6 +411,7 @@ func (c *completer) write(ctx context.Context, batch []transition) ([]transition
 						delete(c.refused, t.Entry)
 						transitionEvent(c.log.Error().Err(err), t).
 							Msg("giving up on a job outcome that cannot be written; the job will be recovered")
+						gaveUp = append(gaveUp, t)
 						continue
 					}
 				}
@@ -407,6 +419,7 @@ func (c *completer) write(ctx context.Context, batch []transition) ([]transition
 			}
 			continue
 		}
+		c.attempts.written(groups[i], codes, at)
 		for k, code := range codes {
 			// Refusals are counted by finish.lua in the queue's stats (refused). A start
 			// mark that came too late (the job finished or moved on) is not a refusal.
@@ -416,6 +429,7 @@ func (c *completer) write(ctx context.Context, batch []transition) ([]transition
 			}
 		}
 	}
+	c.attempts.written(gaveUp, nil, at)
 	if first == nil {
 		c.replicas.observe(rdb, len(batch), c.log)
 	}

@@ -24,6 +24,10 @@ type WorkerHooks struct {
 	// Recovered: a recovery scan of queue that the worker ran did res (Requeued jobs put back
 	// in the stream, Dead ones sent to the dead set, ...).
 	Recovered func(queue string, res recovery.Result)
+	// Attempts: attempts of the worker's jobs ended. They are told in batches, as the worker
+	// writes outcomes (see Attempt), so that counting them costs little per job; the slice is
+	// only lent for the call.
+	Attempts func([]Attempt)
 }
 
 // scheduler adds the hooks to the delayed scheduler's config.

@@ -156,14 +156,7 @@ func TestMiddlewareRefusalIsAFailedAttempt(t *testing.T) {
 	ctx := t.Context()
 	w := pipeline.NewWorker(b.rdb, pipeline.WorkerConfig{Queues: []string{b.queue}, Logger: testLogger(t),
 		Backoff: pipeline.Backoff{Base: 10 * time.Millisecond, Max: 20 * time.Millisecond}})
-	w.Use(func(h message.HandlerFunc) message.HandlerFunc {
-		return func(msg *message.Message) ([]*message.Message, error) {
-			if msg.Metadata.Get("refuse") == "yes" {
-				return nil, errors.New("rate limited")
-			}
-			return h(msg)
-		}
-	})
+	w.Use(refuseMarked)
 	w.Handle("ok", echo)
 	j, err := b.client.Enqueue(ctx, b.queue, pipeline.Task{Type: "ok", Metadata: map[string]string{"refuse": "yes"}},
 		pipeline.WithMaxRetries(1))

@@ -349,6 +349,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	w.comp = newCompleter(w.rdb, jobstate.FinishConfig{Worker: w.cfg.Name, Retention: retentionMS(w.cfg.Retention),
 		MinRetention: w.cfg.MinRetention.Milliseconds()}, w.cfg.FlushInterval, finishChunk, w.cfg.Concurrency, w.log)
 	w.comp.replicas = w.replicas
+	w.comp.attempts = newAttempts(w.cfg.Hooks.Attempts)
 	// While Redis refuses the outcomes, new jobs are not read: they would run only to wait,
 	// holding their slots, for writes that may not come back soon.
 	w.comp.onTrouble = func(failing bool) {
@@ -604,7 +605,7 @@ func (w *Worker) handleMessage(msg *message.Message) error {
 		return w.poison(q, msg, reason)
 	}
 	if msg.Metadata[metaForeign] != "" {
-		if err := w.adopt(q, msg); err != nil {
+		if err := w.adoptTold(q, msg); err != nil {
 			return err
 		}
 	}
@@ -623,7 +624,7 @@ func (w *Worker) handleMessage(msg *message.Message) error {
 	} else {
 		result, err = call(ctx, h, j, &w.log)
 	}
-	return w.outcome(ctx, q, j, start, result, err)
+	return w.outcome(ctx, q, j, start, result, err, 0)
 }
 
 // sendBack adds to t the payload exactly as read from the job's entry (stream.EntryValues),
@@ -662,7 +663,7 @@ func (w *Worker) write(t transition, jerr *JobError) error {
 // version must not kill jobs meant for the new one, which may pick the retry up. It goes to
 // the dead set only after its retries.
 func (w *Worker) noHandler(ctx context.Context, q *keys.Queue, j *Job) error {
-	return w.outcome(ctx, q, j, time.Now(), nil, &noHandlerError{typ: j.Type, worker: w.cfg.Name})
+	return w.outcome(ctx, q, j, time.Now(), nil, &noHandlerError{typ: j.Type, worker: w.cfg.Name}, noteNoHandler)
 }
 
 // noHandlerError is the error of an attempt with no handler; it is ErrNoHandler.
@@ -682,12 +683,12 @@ func (w *Worker) refused(msg *message.Message, err error) {
 	}
 	j := jobFromMessage(q.Name(), msg)
 	jobEvent(w.log.Warn().Err(err), j).Msg("a middleware refused the job; counted as a failed attempt")
-	_ = w.outcome(msg.Context(), q, j, time.Now(), nil, fmt.Errorf("refused by middleware: %w", err))
+	_ = w.outcome(msg.Context(), q, j, time.Now(), nil, fmt.Errorf("refused by middleware: %w", err), noteRefused)
 }
 
 // outcome writes what the attempt came to and returns what handleMessage returns (see Use);
-// an abandoned attempt writes nothing.
-func (w *Worker) outcome(ctx context.Context, q *keys.Queue, j *Job, start time.Time, result []byte, err error) error {
+// an abandoned attempt writes nothing. note is the transition's Note, for the hooks.
+func (w *Worker) outcome(ctx context.Context, q *keys.Queue, j *Job, start time.Time, result []byte, err error, note uint8) error {
 	if err != nil {
 		if cause := context.Cause(ctx); errors.Is(cause, stream.ErrClosed) || errors.Is(cause, stream.ErrLeaseLost) {
 			// The attempt was abandoned, not failed: on shutdown the entry is put back; on a
@@ -698,6 +699,8 @@ func (w *Worker) outcome(ctx context.Context, q *keys.Queue, j *Job, start time.
 				jerr.Outcome = w.lostWhy(q, j)
 			}
 			jobEvent(w.log.Info(), j).Stringer("outcome", jerr.Outcome).Msg("job attempt abandoned")
+			w.comp.attempts.ended(Attempt{Queue: q.Name(), Type: j.Type, Outcome: jerr.Outcome, Began: start,
+				Took: time.Since(start), Entered: stream.EntryTime(j.Entry)})
 			return jerr
 		}
 	}
@@ -727,7 +730,7 @@ func (w *Worker) outcome(ctx context.Context, q *keys.Queue, j *Job, start time.
 			Msg("job attempt failed; will retry")
 	}
 	t = sendBack(t, j)
-	t.Type = j.Type
+	t.Type, t.Began, t.Note = j.Type, start, note
 	if jerr != nil {
 		jerr.Timeout = errors.Is(context.Cause(ctx), errTimeout) || errors.Is(err, errTimeout)
 	}
@@ -824,10 +827,12 @@ func (w *Worker) poison(q *keys.Queue, msg *message.Message, reason string) erro
 	if !keys.ValidID(id) {
 		id = jobstate.DeadEntryPrefix + entry
 	}
-	now := time.Now().UnixMilli()
+	began := time.Now()
 	w.log.Warn().Str("queue", q.Name()).Str("job_id", id).Str("entry", entry).Str("reason", reason).
 		Msg("unreadable stream entry sent to the dead set")
-	return w.write(jobstate.Poison(q, id, entry, now, reason), &JobError{Outcome: OutcomeDead, Err: errors.New(reason)})
+	t := jobstate.Poison(q, id, entry, began.UnixMilli(), reason)
+	t.Type, t.Began = msg.Metadata[MetaType], began
+	return w.write(t, &JobError{Outcome: OutcomeDead, Err: errors.New(reason)})
 }
 
 // release puts back the entries a closing subscription still holds (stream.Config.OnRelease).

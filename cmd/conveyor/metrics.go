@@ -87,26 +87,21 @@ func (a *app) serveMetrics(addr string, reg *prometheus.Registry) (stop func(), 
 }
 
 // workerMetrics, when addr is set, registers the worker's series and its queues' on a
-// registry of their own, wires them into cfg (Hooks) and rdb (the Redis errors) and serves
-// them at addr; the caller adds the returned Worker's Middleware to the worker. With no addr
-// it does nothing.
-func (a *app) workerMetrics(addr string, rdb redis.UniversalClient, cfg *pipeline.WorkerConfig) (*metrics.Worker, func(), error) {
+// registry of their own, wires them into cfg (Hooks: the jobs, the scheduler and the
+// recoverer) and rdb (the Redis errors) and serves them at addr. With no addr it does nothing.
+func (a *app) workerMetrics(addr string, rdb redis.UniversalClient, cfg *pipeline.WorkerConfig) (func(), error) {
 	if addr == "" {
-		return nil, func() {}, nil
+		return func() {}, nil
 	}
 	reg, err := metricsRegistry(pipeline.NewInspector(rdb, pipeline.InspectorConfig{Prefix: cfg.Prefix}), cfg.Queues)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	m, err := metrics.NewWorker(reg)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	rdb.AddHook(m.RedisHook())
 	cfg.Hooks = m.Hooks()
-	stop, err := a.serveMetrics(addr, reg)
-	if err != nil {
-		return nil, nil, err
-	}
-	return m, stop, nil
+	return a.serveMetrics(addr, reg)
 }

@@ -105,15 +105,12 @@ has them, their jobs run again.`,
 			}
 			warnEviction(cmd.Context(), a.log, rdb)
 			cfg.Prefix, cfg.Logger = a.prefix, a.log
-			m, stopMetrics, err := a.workerMetrics(wf.metricsAddr, rdb, &cfg)
+			stopMetrics, err := a.workerMetrics(wf.metricsAddr, rdb, &cfg)
 			if err != nil {
 				return err
 			}
 			defer stopMetrics() // after Run: a draining worker is still scraped
 			w := pipeline.NewWorker(rdb, cfg)
-			if m != nil {
-				w.Use(m.Middleware)
-			}
 			handlers.RegisterWith(w, wf.handlerOptions())
 			a.log.Info().Str("worker", w.Name()).Str("redis", redactURL(a.redisURL)).
 				Strs("handlers", slices.Sorted(maps.Keys(handlers.All()))).

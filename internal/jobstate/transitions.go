@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -64,6 +65,10 @@ type Transition struct {
 	PayloadSent bool
 	// Type is the job's type, for log lines only: it is not sent to Redis.
 	Type string
+	// Began (when the worker began handling the attempt) and Note (what else its hooks need
+	// to know, pipeline's business) are for the worker's metrics; neither is sent to Redis.
+	Began time.Time
+	Note  uint8
 }
 
 // Start marks attempt as running since at.

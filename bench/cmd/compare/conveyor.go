@@ -195,18 +195,13 @@ func (c *conveyorConsumer) Start(ctx context.Context, handle func([]byte)) error
 		Logger:          logger,
 	}
 	wctx, cancel := context.WithCancel(ctx)
-	var m *metrics.Worker
 	if c.sys.metrics {
-		var err error
-		if m, err = instrument(wctx, c.rdb, &cfg); err != nil {
+		if err := instrument(wctx, c.rdb, &cfg); err != nil {
 			cancel()
 			return err
 		}
 	}
 	w := pipeline.NewWorker(c.rdb, cfg)
-	if m != nil {
-		w.Use(m.Middleware)
-	}
 	w.Handle(conveyorJobType, func(_ context.Context, j *pipeline.Job) ([]byte, error) {
 		handle(j.Payload)
 		return nil, nil
@@ -257,19 +252,19 @@ func (c *conveyorConsumer) Stop() error {
 
 // instrument wires the metrics into rdb and cfg as the CLI's --metrics-addr does, and scrapes
 // them every second until ctx ends.
-func instrument(ctx context.Context, rdb *redis.Client, cfg *pipeline.WorkerConfig) (*metrics.Worker, error) {
+func instrument(ctx context.Context, rdb *redis.Client, cfg *pipeline.WorkerConfig) error {
 	reg := prometheus.NewRegistry()
 	m, err := metrics.NewWorker(reg)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	qc, err := metrics.NewQueueCollector(pipeline.NewInspector(rdb, pipeline.InspectorConfig{}),
 		metrics.QueueCollectorConfig{Queues: cfg.Queues})
 	if err != nil {
-		return nil, err
+		return err
 	}
 	if err := reg.Register(qc); err != nil {
-		return nil, err
+		return err
 	}
 	rdb.AddHook(m.RedisHook())
 	cfg.Hooks = m.Hooks()
@@ -285,5 +280,5 @@ func instrument(ctx context.Context, rdb *redis.Client, cfg *pipeline.WorkerConf
 			}
 		}
 	}()
-	return m, nil
+	return nil
 }

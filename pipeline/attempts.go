@@ -1,0 +1,117 @@
+package pipeline
+
+import (
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+
+	"github.com/conveyorq/conveyor/internal/jobstate"
+	"github.com/conveyorq/conveyor/internal/keys"
+	"github.com/conveyorq/conveyor/internal/script"
+	"github.com/conveyorq/conveyor/stream"
+)
+
+// Attempt is one ended attempt of a job, as WorkerHooks.Attempts tells it: what a middleware
+// around the whole job would see come back (see Worker.Use), once per attempt. An attempt
+// whose outcome the worker writes (completed, retry, dead) is told when the chunk that
+// carries it was written; one that ends without a write (canceled, lost, abandoned) when it
+// ends.
+type Attempt struct {
+	// Queue is the user's queue name (a partition's attempts report under their queue).
+	Queue string
+	// Type is the job's type; empty for an unreadable stream entry.
+	Type string
+	// Outcome is what became of the attempt; 0 when it completed.
+	Outcome Outcome
+	// NoHandler: the worker has no handler for Type, which failed the attempt.
+	NoHandler bool
+	// Refused: a middleware refused the job before its handler ran (see Worker.Use); the
+	// attempt was written as a failed one, which Outcome tells.
+	Refused bool
+	// Began is when the worker began handling the attempt; Took is how long from then until
+	// its outcome was written (or, without a write, known).
+	Began time.Time
+	Took  time.Duration
+	// Entered is the time of the job's stream entry (Redis's clock): its enqueue, or its
+	// promotion when it was due. Zero when the entry id carries none.
+	Entered time.Time
+}
+
+// Notes of a transition (jobstate.Transition.Note) for its Attempt.
+const (
+	noteNoHandler uint8 = 1 + iota
+	noteRefused
+)
+
+// attempts tells a WorkerHooks.Attempts hook about transitions, reusing the slices it lends.
+type attempts struct {
+	hook func([]Attempt)
+	bufs sync.Pool // *[]Attempt
+}
+
+func newAttempts(hook func([]Attempt)) *attempts {
+	if hook == nil {
+		return nil
+	}
+	return &attempts{hook: hook}
+}
+
+// written tells the hook about the outcomes among ts that ended at at: ts may hold start
+// marks, which are no outcome. codes are finish.lua's answers to ts (nil: none, the outcomes
+// were given up). A middleware's refusal that finish.lua refused in turn is not told: such a
+// refusal is mostly a middleware that replaced the error of a handler that ran, whose own
+// outcome was written and told already.
+func (r *attempts) written(ts []transition, codes []script.Code, at time.Time) {
+	if r == nil {
+		return
+	}
+	p, _ := r.bufs.Get().(*[]Attempt)
+	if p == nil {
+		p = new([]Attempt)
+	}
+	out := (*p)[:0]
+	for i := range ts {
+		t := &ts[i]
+		if t.Op == jobstate.OpStart || t.Note == noteRefused && codes != nil && codes[i] == script.Refused {
+			continue
+		}
+		a := Attempt{Queue: t.Queue.Name(), Type: t.Type, NoHandler: t.Note == noteNoHandler,
+			Refused: t.Note == noteRefused, Began: t.Began, Took: at.Sub(t.Began), Entered: stream.EntryTime(t.Entry)}
+		switch t.Op {
+		case jobstate.OpRetry:
+			a.Outcome = OutcomeRetry
+		case jobstate.OpDead, jobstate.OpPoison:
+			a.Outcome = OutcomeDead
+		}
+		out = append(out, a)
+	}
+	if len(out) > 0 {
+		r.hook(out)
+	}
+	*p = out // its strings stay until the next chunk: a chunk's worth of type names at most
+	r.bufs.Put(p)
+}
+
+// ended tells the hook about one attempt that ended without a write.
+func (r *attempts) ended(a Attempt) {
+	if r != nil {
+		r.hook([]Attempt{a})
+	}
+}
+
+// adoptTold is adopt, telling the hook about an attempt that adoption abandoned (Redis could
+// not be asked); one it sent to the dead set was told as it was written.
+func (w *Worker) adoptTold(q *keys.Queue, msg *message.Message) error {
+	if w.comp.attempts == nil {
+		return w.adopt(q, msg)
+	}
+	began := time.Now()
+	err := w.adopt(q, msg)
+	if jerr, ok := errors.AsType[*JobError](err); ok && jerr.Outcome == OutcomeAbandoned {
+		w.comp.attempts.ended(Attempt{Queue: q.Name(), Type: msg.Metadata[MetaType], Outcome: OutcomeAbandoned,
+			Began: began, Took: time.Since(began), Entered: stream.EntryTime(msg.Metadata[stream.EntryIDKey])})
+	}
+	return err
+}
