@@ -114,7 +114,7 @@ has them, their jobs run again.`,
 			if m != nil {
 				w.Use(m.Middleware)
 			}
-			handlers.RegisterWith(w, wf.handlerOptions())
+			handlers.RegisterWith(w, wf.handlerOptions(a.log))
 			a.log.Info().Str("worker", w.Name()).Str("redis", redactURL(a.redisURL)).
 				Strs("handlers", slices.Sorted(maps.Keys(handlers.All()))).
 				Msg("starting worker; SIGINT or SIGTERM stops it")
