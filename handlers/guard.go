@@ -46,14 +46,15 @@ var ErrDestinationRefused = errors.New("destination refused")
 type Guard struct {
 	nets  []netip.Prefix
 	hosts map[string]bool
-	log   zerolog.Logger
+	log   *zerolog.Logger // nil: zerolog's global logger, as it is when a refusal is logged
 }
 
 // WithLogger returns a copy of the Guard that logs each refusal to l. NewGuard's Guard logs to
-// zerolog's global logger (github.com/rs/zerolog/log).
+// zerolog's global logger (github.com/rs/zerolog/log), read at each refusal, so an
+// application that sets it up in main is heard from the package's default Guard too.
 func (g *Guard) WithLogger(l zerolog.Logger) *Guard {
 	c := *g
-	c.log = l
+	c.log = &l
 	return &c
 }
 
@@ -62,10 +63,11 @@ func (g *Guard) WithLogger(l zerolog.Logger) *Guard {
 // case-insensitive; its connections are allowed whatever they resolve to). A prefix or address
 // written in IPv4-mapped form (::ffff:10.0.0.0/104) or under NAT64's well-known prefix
 // (64:ff9b::a00:0/104) stands for the IPv4 prefix it embeds (10.0.0.0/8), which addresses are
-// judged by; one shorter than /96 there, or one under 6to4 (2002::/16), is refused with the
-// reason: write the IPv4 prefix instead.
+// judged by; one of /96 or shorter there (64:ff9b::/96 would allow every internal IPv4
+// address), or one under 6to4 (2002::/16), is refused with the reason: write the IPv4 prefix
+// instead.
 func NewGuard(allow ...string) (*Guard, error) {
-	g := &Guard{hosts: map[string]bool{}, log: log.Logger}
+	g := &Guard{hosts: map[string]bool{}}
 	for _, a := range allow {
 		a = strings.TrimSpace(a)
 		switch {
@@ -164,6 +166,11 @@ func allowPrefix(p netip.Prefix) (netip.Prefix, error) {
 	if p.Bits() < 96 {
 		return netip.Prefix{}, fmt.Errorf("%s prefix shorter than /96 reaches beyond the IPv4 addresses it embeds: allow the IPv4 prefix instead", form)
 	}
+	if p.Bits() == 96 {
+		// Written to allow "NAT64" or "mapped addresses", it would open every internal IPv4
+		// address; public ones are allowed in these forms already.
+		return netip.Prefix{}, fmt.Errorf("%s /96 prefix embeds every IPv4 address, internal ones included: allow the IPv4 prefix instead (0.0.0.0/0 if that is meant)", form)
+	}
 	return netip.PrefixFrom(embedded(ip), p.Bits()-96).Masked(), nil
 }
 
@@ -223,7 +230,11 @@ func (g *Guard) DialContext(ctx context.Context, network, addr string) (net.Conn
 
 // refused logs a refused connection with what the job's error leaves out.
 func (g *Guard) refused(ctx context.Context, host, address, rule string) {
-	e := g.log.Warn().Str("host", host).Str("address", address).Str("refused_by", rule)
+	l := g.log
+	if l == nil {
+		l = &log.Logger
+	}
+	e := l.Warn().Str("host", host).Str("address", address).Str("refused_by", rule)
 	if j, ok := ctx.Value(jobKey{}).(*pipeline.Job); ok {
 		e = e.Str("queue", j.Queue).Str("job_id", j.ID).Int("attempt", j.Attempt)
 	}

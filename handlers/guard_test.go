@@ -180,7 +180,7 @@ func TestGuardEmbeddedIPv4(t *testing.T) {
 
 // --http-allow takes an IPv4-mapped prefix as the IPv4 prefix it maps (it was kept as an IPv6
 // prefix that no address ever matched, since addresses are compared unmapped), and refuses
-// one that cannot be read so, saying why. Failed before: ::ffff:10.0.0.0/104 allowed nothing.
+// one that cannot be read so, or that would open every IPv4 address, saying why. Failed before: ::ffff:10.0.0.0/104 allowed nothing.
 func TestNewGuardIPv4MappedPrefixes(t *testing.T) {
 	t.Parallel()
 	for _, c := range []struct {
@@ -205,6 +205,8 @@ func TestNewGuardIPv4MappedPrefixes(t *testing.T) {
 	for _, c := range []struct{ allow, why string }{
 		{"::ffff:0:0/95", "IPv4-mapped"},
 		{"64:ff9b::/95", "NAT64"},
+		{"64:ff9b::/96", "NAT64"},
+		{"::ffff:0:0/96", "IPv4-mapped"},
 		{"2002:a00::/24", "6to4"},
 	} {
 		_, err := NewGuard(c.allow)
