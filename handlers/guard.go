@@ -10,6 +10,11 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/rs/zerolog"
+	"github.com/rs/zerolog/log"
+
+	"github.com/conveyorq/conveyor/pipeline"
 )
 
 // ErrDestinationRefused is wrapped by the error of an "http" job whose request would reach an
@@ -28,14 +33,39 @@ var ErrDestinationRefused = errors.New("destination refused")
 // re-pointed after a first check (DNS rebinding), or a redirect to a refused address, is
 // refused all the same. The Guard's client uses no proxy from the environment, which would
 // hide the destination.
+//
+// An address that carries an IPv4 address for a gateway to reach is judged by that IPv4
+// address: IPv4-mapped (::ffff:0:0/96), NAT64's well-known prefix (64:ff9b::/96) and 6to4
+// (2002::/16). The local-use NAT64 prefix (64:ff9b:1::/48), whose layout each network
+// chooses, and the deprecated IPv4-compatible addresses (::/96) are refused whole.
+//
+// A refusal's error says only that the destination was refused: it becomes the job's error,
+// which whoever submitted the job may read, and where a name resolves inside the network is
+// none of their business. The name, the address dialed and the rule that refused it go to the
+// Guard's logger (WithLogger) at warn level.
 type Guard struct {
 	nets  []netip.Prefix
 	hosts map[string]bool
+	log   *zerolog.Logger // nil: zerolog's global logger, as it is when a refusal is logged
+}
+
+// WithLogger returns a copy of the Guard that logs each refusal to l. NewGuard's Guard logs to
+// zerolog's global logger (github.com/rs/zerolog/log), read at each refusal, so an
+// application that sets it up in main is heard from the package's default Guard too.
+func (g *Guard) WithLogger(l zerolog.Logger) *Guard {
+	c := *g
+	c.log = &l
+	return &c
 }
 
 // NewGuard returns a Guard that also allows each of allow: a CIDR prefix ("10.1.0.0/16"), an
 // address ("127.0.0.1", "::1") or a host name ("hooks.internal", matched without a port,
-// case-insensitive; its connections are allowed whatever they resolve to).
+// case-insensitive; its connections are allowed whatever they resolve to). A prefix or address
+// written in IPv4-mapped form (::ffff:10.0.0.0/104) or under NAT64's well-known prefix
+// (64:ff9b::a00:0/104) stands for the IPv4 prefix it embeds (10.0.0.0/8), which addresses are
+// judged by; one of /96 or shorter there (64:ff9b::/96 would allow every internal IPv4
+// address), or one under 6to4 (2002::/16), is refused with the reason: write the IPv4 prefix
+// instead.
 func NewGuard(allow ...string) (*Guard, error) {
 	g := &Guard{hosts: map[string]bool{}}
 	for _, a := range allow {
@@ -48,10 +78,17 @@ func NewGuard(allow ...string) (*Guard, error) {
 			if err != nil {
 				return nil, fmt.Errorf("http allow %q: %w", a, err)
 			}
-			g.nets = append(g.nets, p.Masked())
+			if p, err = allowPrefix(p); err != nil {
+				return nil, fmt.Errorf("http allow %q: %w", a, err)
+			}
+			g.nets = append(g.nets, p)
 		default:
 			if ip, err := netip.ParseAddr(a); err == nil {
-				g.nets = append(g.nets, netip.PrefixFrom(ip.Unmap(), ip.Unmap().BitLen()))
+				p, err := allowPrefix(netip.PrefixFrom(ip, ip.BitLen()))
+				if err != nil {
+					return nil, fmt.Errorf("http allow %q: %w", a, err)
+				}
+				g.nets = append(g.nets, p)
 				continue
 			}
 			if strings.ContainsAny(a, ":/ ") {
@@ -78,8 +115,9 @@ var refusedNets = func() []netip.Prefix {
 		"198.18.0.0/15",  // benchmarking
 		"224.0.0.0/4",    // multicast
 		"240.0.0.0/4",    // reserved, broadcast
-		"::/128",         // unspecified
+		"::/96",          // unspecified, loopback, IPv4-compatible (deprecated)
 		"::1/128",        // loopback
+		"64:ff9b:1::/48", // local-use NAT64: its IPv4 layout is the network's own
 		"fc00::/7",       // unique local
 		"fe80::/10",      // link-local
 		"ff00::/8",       // multicast
@@ -89,24 +127,77 @@ var refusedNets = func() []netip.Prefix {
 	return out
 }()
 
+// Embedding prefixes: an address under one of them carries an IPv4 address.
+var (
+	nat64WKP  = netip.MustParsePrefix("64:ff9b::/96")
+	sixToFour = netip.MustParsePrefix("2002::/16")
+)
+
+// embedded is the address a connection to ip reaches in the end: the IPv4 address an
+// IPv4-mapped, NAT64 (well-known prefix) or 6to4 address carries, else ip.
+func embedded(ip netip.Addr) netip.Addr {
+	ip = ip.Unmap()
+	b := ip.As16()
+	switch {
+	case nat64WKP.Contains(ip):
+		return netip.AddrFrom4([4]byte(b[12:16]))
+	case sixToFour.Contains(ip):
+		return netip.AddrFrom4([4]byte(b[2:6]))
+	}
+	return ip
+}
+
+// allowPrefix is an allowed prefix as the Guard compares it: one written in IPv4-mapped or
+// NAT64 form becomes the IPv4 prefix it embeds (addresses are compared by what they embed, so
+// it would match nothing as written).
+func allowPrefix(p netip.Prefix) (netip.Prefix, error) {
+	ip := p.Addr()
+	var form string
+	switch {
+	case ip.Is4In6():
+		form = "an IPv4-mapped"
+	case nat64WKP.Contains(ip):
+		form = "a NAT64 (64:ff9b::/96)"
+	case sixToFour.Contains(ip):
+		return netip.Prefix{}, errors.New("a 6to4 (2002::/16) prefix is judged by the IPv4 address it embeds: allow that IPv4 prefix instead")
+	default:
+		return p.Masked(), nil
+	}
+	if p.Bits() < 96 {
+		return netip.Prefix{}, fmt.Errorf("%s prefix shorter than /96 reaches beyond the IPv4 addresses it embeds: allow the IPv4 prefix instead", form)
+	}
+	if p.Bits() == 96 {
+		// Written to allow "NAT64" or "mapped addresses", it would open every internal IPv4
+		// address; public ones are allowed in these forms already.
+		return netip.Prefix{}, fmt.Errorf("%s /96 prefix embeds every IPv4 address, internal ones included: allow the IPv4 prefix instead (0.0.0.0/0 if that is meant)", form)
+	}
+	return netip.PrefixFrom(embedded(ip), p.Bits()-96).Masked(), nil
+}
+
 // Allowed reports whether the Guard lets a connection to ip through (host is the name the
 // request used, before resolution).
 func (g *Guard) Allowed(host string, ip netip.Addr) bool {
+	_, ok := g.check(host, ip)
+	return ok
+}
+
+// check is Allowed, with the rule that refused ip.
+func (g *Guard) check(host string, ip netip.Addr) (netip.Prefix, bool) {
 	if g.hosts[strings.ToLower(strings.TrimSuffix(host, "."))] {
-		return true
+		return netip.Prefix{}, true
 	}
-	ip = ip.Unmap()
+	ip = embedded(ip)
 	for _, p := range g.nets {
 		if p.Contains(ip) {
-			return true
+			return netip.Prefix{}, true
 		}
 	}
 	for _, p := range refusedNets {
 		if p.Contains(ip) {
-			return false
+			return p, false
 		}
 	}
-	return true
+	return netip.Prefix{}, true
 }
 
 // DialContext dials like net.Dialer, refusing addresses the Guard does not allow; it is what
@@ -124,17 +215,34 @@ func (g *Guard) DialContext(ctx context.Context, network, addr string) (net.Conn
 		Control: func(_, address string, _ syscall.RawConn) error {
 			ap, err := netip.ParseAddrPort(address)
 			if err != nil {
-				return fmt.Errorf("%w: cannot read address %q", ErrDestinationRefused, address)
+				g.refused(ctx, host, address, "cannot read the address")
+				return ErrDestinationRefused
 			}
-			if !g.Allowed(host, ap.Addr()) {
-				return fmt.Errorf("%w: %s resolves to %s, a loopback, private, link-local or otherwise internal address (allow it with --http-allow)",
-					ErrDestinationRefused, host, ap.Addr())
+			if rule, ok := g.check(host, ap.Addr()); !ok {
+				g.refused(ctx, host, ap.Addr().String(), rule.String())
+				return ErrDestinationRefused
 			}
 			return nil
 		},
 	}
 	return d.DialContext(ctx, network, addr)
 }
+
+// refused logs a refused connection with what the job's error leaves out.
+func (g *Guard) refused(ctx context.Context, host, address, rule string) {
+	l := g.log
+	if l == nil {
+		l = &log.Logger
+	}
+	e := l.Warn().Str("host", host).Str("address", address).Str("refused_by", rule)
+	if j, ok := ctx.Value(jobKey{}).(*pipeline.Job); ok {
+		e = e.Str("queue", j.Queue).Str("job_id", j.ID).Int("attempt", j.Attempt)
+	}
+	e.Msg("http handler: destination refused: a loopback, private, link-local or otherwise internal address (allow it with --http-allow)")
+}
+
+// jobKey is the context key under which the http handler hands its job to the Guard's log.
+type jobKey struct{}
 
 // Client returns an http.Client whose every connection the Guard checks, with a timeout for a
 // whole request (redirects included).

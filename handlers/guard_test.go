@@ -1,6 +1,7 @@
 package handlers
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"net"
@@ -9,6 +10,7 @@ import (
 	"net/netip"
 	"testing"
 
+	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 
 	"github.com/conveyorq/conveyor/pipeline"
@@ -107,4 +109,108 @@ func TestNewGuardRefusesBadEntries(t *testing.T) {
 	require.False(t, g.Allowed("x", netip.MustParseAddr("192.168.0.1")))
 	require.True(t, g.Allowed("x", netip.MustParseAddr("93.184.216.34")), "public addresses are allowed")
 	require.False(t, errors.Is(nil, ErrDestinationRefused))
+}
+
+// The job's error says the destination was refused and nothing of where a name resolves (it is
+// readable over the API: an internal-DNS oracle otherwise); the worker's log has the details.
+// Failed before: the error said "localhost resolves to 127.0.0.1".
+func TestGuardErrorHidesTheAddress(t *testing.T) {
+	t.Parallel()
+	var logs bytes.Buffer
+	g, err := NewGuard()
+	require.NoError(t, err)
+	g = g.WithLogger(zerolog.New(&logs))
+	h := HTTP(g.Client(DefaultHTTPTimeout))
+	const url = "http://localhost:9/x"
+	_, err = h(context.Background(), job(TypeHTTP, `{"url":"`+url+`"}`))
+	require.ErrorIs(t, err, ErrDestinationRefused)
+	require.True(t, pipeline.IsSkipRetry(err))
+	for _, leak := range []string{"127.0.0.1", "::1", "resolves", "loopback"} {
+		require.NotContains(t, err.Error(), leak)
+	}
+	require.Contains(t, err.Error(), url, "the error names the job's own URL")
+	line := logs.String()
+	require.Contains(t, line, `"level":"warn"`)
+	require.Contains(t, line, `"host":"localhost"`)
+	require.Regexp(t, `"address":"(127\.0\.0\.1|::1)"`, line)
+	require.Contains(t, line, `"job_id":"j1"`)
+	require.Contains(t, line, `"refused_by":"`)
+}
+
+// NAT64 and 6to4 addresses carry an IPv4 address that a gateway or relay reaches: the
+// well-known NAT64 prefix and 6to4 are judged by the address they embed, the local-use NAT64
+// prefix (whose layout the operator chooses) is refused whole, and so are IPv4-compatible
+// addresses. Failed before: every one of the refused rows was allowed.
+func TestGuardEmbeddedIPv4(t *testing.T) {
+	t.Parallel()
+	g, err := NewGuard()
+	require.NoError(t, err)
+	for _, c := range []struct {
+		addr    string
+		allowed bool
+	}{
+		{"64:ff9b::127.0.0.1", false},
+		{"64:ff9b::169.254.169.254", false},
+		{"64:ff9b::10.1.2.3", false},
+		{"64:ff9b::192.168.0.1", false},
+		{"64:ff9b:1::8.8.8.8", false},
+		{"64:ff9b:1:2::1", false},
+		{"2002:7f00:1::1", false},
+		{"2002:a9fe:a9fe::1", false},
+		{"2002:a01:203:4::5", false},
+		{"::127.0.0.1", false},
+		{"::10.0.0.1", false},
+		{"64:ff9b::8.8.8.8", true},
+		{"2002:808:808::1", true},
+		{"2001:4860:4860::8888", true},
+	} {
+		require.Equal(t, c.allowed, g.Allowed("x", netip.MustParseAddr(c.addr)), c.addr)
+	}
+	// Over the handler too: the dial is refused before it connects.
+	_, err = HTTP(g.Client(DefaultHTTPTimeout))(context.Background(), job(TypeHTTP, `{"url":"http://[64:ff9b::7f00:1]:9/"}`))
+	require.ErrorIs(t, err, ErrDestinationRefused)
+
+	// An allowed IPv4 prefix covers the NAT64 and 6to4 forms of its addresses.
+	g, err = NewGuard("10.0.0.0/8")
+	require.NoError(t, err)
+	require.True(t, g.Allowed("x", netip.MustParseAddr("64:ff9b::10.1.2.3")))
+	require.True(t, g.Allowed("x", netip.MustParseAddr("2002:a01:203::1")))
+	require.False(t, g.Allowed("x", netip.MustParseAddr("64:ff9b::192.168.0.1")))
+}
+
+// --http-allow takes an IPv4-mapped prefix as the IPv4 prefix it maps (it was kept as an IPv6
+// prefix that no address ever matched, since addresses are compared unmapped), and refuses
+// one that cannot be read so, or that would open every IPv4 address, saying why. Failed before: ::ffff:10.0.0.0/104 allowed nothing.
+func TestNewGuardIPv4MappedPrefixes(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		allow string
+		in    []string
+		out   []string
+	}{
+		{"::ffff:10.0.0.0/104", []string{"10.1.2.3", "::ffff:10.9.9.9", "64:ff9b::10.1.1.1"}, []string{"172.16.0.1", "192.168.0.1"}},
+		{"::ffff:127.0.0.1/128", []string{"127.0.0.1", "::ffff:127.0.0.1"}, []string{"127.0.0.2"}},
+		{"::ffff:127.0.0.1", []string{"127.0.0.1"}, []string{"127.0.0.2"}},
+		{"64:ff9b::a00:0/104", []string{"10.1.2.3", "64:ff9b::10.1.2.3"}, []string{"192.168.0.1"}},
+	} {
+		g, err := NewGuard(c.allow)
+		require.NoError(t, err, c.allow)
+		for _, a := range c.in {
+			require.True(t, g.Allowed("x", netip.MustParseAddr(a)), "%s allows %s", c.allow, a)
+		}
+		for _, a := range c.out {
+			require.False(t, g.Allowed("x", netip.MustParseAddr(a)), "%s refuses %s", c.allow, a)
+		}
+	}
+	for _, c := range []struct{ allow, why string }{
+		{"::ffff:0:0/95", "IPv4-mapped"},
+		{"64:ff9b::/95", "NAT64"},
+		{"64:ff9b::/96", "NAT64"},
+		{"::ffff:0:0/96", "IPv4-mapped"},
+		{"2002:a00::/24", "6to4"},
+	} {
+		_, err := NewGuard(c.allow)
+		require.ErrorContains(t, err, c.why, c.allow)
+		require.ErrorContains(t, err, "IPv4 prefix", c.allow)
+	}
 }

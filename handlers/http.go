@@ -57,7 +57,8 @@ type httpResult struct {
 // a shared client with a DefaultHTTPTimeout timeout whose connections a default Guard checks:
 // it refuses loopback, private, link-local and unspecified destinations (pass a Guard's
 // Client to allow some). A destination the client's Guard refuses is a pipeline.SkipRetry
-// error.
+// error that names the job's URL and ErrDestinationRefused, nothing more (the Guard logs the
+// details).
 //
 // A payload it cannot use (not JSON, no url, a scheme other than http and https, a bad method
 // or header) and a 4xx answer other than 408 and 429 are pipeline.SkipRetry errors; any other
@@ -67,14 +68,16 @@ func HTTP(client *http.Client) pipeline.HandlerFunc {
 		client = defaultHTTPClient
 	}
 	return func(ctx context.Context, job *pipeline.Job) ([]byte, error) {
-		req, err := newHTTPRequest(ctx, job.Payload)
+		req, err := newHTTPRequest(context.WithValue(ctx, jobKey{}, job), job.Payload)
 		if err != nil {
 			return nil, pipeline.SkipRetry(err)
 		}
 		resp, err := client.Do(req)
 		if err != nil {
 			if errors.Is(err, ErrDestinationRefused) {
-				return nil, pipeline.SkipRetry(fmt.Errorf("http: %w", err))
+				// Not err: its dial error names the address a name resolved to (the Guard
+				// logs it), and a redirect's target.
+				return nil, pipeline.SkipRetry(fmt.Errorf("http: %s %s: %w", req.Method, req.URL.Redacted(), ErrDestinationRefused))
 			}
 			return nil, fmt.Errorf("http: %w", err)
 		}

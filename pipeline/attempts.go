@@ -1,14 +1,10 @@
 package pipeline
 
 import (
-	"errors"
 	"sync"
 	"time"
 
-	"github.com/ThreeDotsLabs/watermill/message"
-
 	"github.com/conveyorq/conveyor/internal/jobstate"
-	"github.com/conveyorq/conveyor/internal/keys"
 	"github.com/conveyorq/conveyor/internal/script"
 	"github.com/conveyorq/conveyor/stream"
 )
@@ -99,19 +95,4 @@ func (r *attempts) ended(a Attempt) {
 	if r != nil {
 		r.hook([]Attempt{a})
 	}
-}
-
-// adoptTold is adopt, telling the hook about an attempt that adoption abandoned (Redis could
-// not be asked); one it sent to the dead set was told as it was written.
-func (w *Worker) adoptTold(q *keys.Queue, msg *message.Message) error {
-	if w.comp.attempts == nil {
-		return w.adopt(q, msg)
-	}
-	began := time.Now()
-	err := w.adopt(q, msg)
-	if jerr, ok := errors.AsType[*JobError](err); ok && jerr.Outcome == OutcomeAbandoned {
-		w.comp.attempts.ended(Attempt{Queue: q.Name(), Type: msg.Metadata[MetaType], Outcome: OutcomeAbandoned,
-			Began: began, Took: time.Since(began), Entered: stream.EntryTime(msg.Metadata[stream.EntryIDKey])})
-	}
-	return err
 }

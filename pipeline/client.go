@@ -464,29 +464,9 @@ func (c *Client) prepare(queue string, t *Task, now time.Time, common []Option, 
 	if size := len(t.Payload) + len(encMD); size > c.cfg.MaxPayloadBytes {
 		return nil, fmt.Errorf("%w: %d bytes of payload and metadata, the limit is %d", ErrPayloadTooLarge, size, c.cfg.MaxPayloadBytes)
 	}
-	runAt := now
-	switch {
-	case o.hasRunAt && o.hasDelay:
-		return nil, invalid("WithDelay and WithRunAt together")
-	case o.hasRunAt:
-		if o.runAt.After(now) {
-			runAt = o.runAt
-		}
-	case o.hasDelay:
-		runAt = now.Add(o.delay)
-	}
-	if runAt.After(now) {
-		// Due times are stored in whole milliseconds; round up so a job is never promoted
-		// before the moment it was asked for. (Not through UnixNano, which overflows after
-		// the year 2262.)
-		ms := runAt.UnixMilli()
-		if runAt.Nanosecond()%int(time.Millisecond) != 0 {
-			ms++
-		}
-		runAt = time.UnixMilli(ms)
-		if runAt.After(MaxRunAt) {
-			return nil, invalid("due time %s is after %s", runAt.UTC().Format(time.RFC3339), MaxRunAt.Format(time.RFC3339))
-		}
+	runAt, err := o.dueAt(now)
+	if err != nil {
+		return nil, err
 	}
 	maxRetries := c.cfg.MaxRetries
 	if o.hasRetries {

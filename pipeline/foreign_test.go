@@ -3,6 +3,9 @@ package pipeline_test
 import (
 	"context"
 	"errors"
+	"strconv"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -15,6 +18,7 @@ import (
 	"github.com/conveyorq/conveyor/internal/jobstate"
 	"github.com/conveyorq/conveyor/internal/keys"
 	"github.com/conveyorq/conveyor/pipeline"
+	"github.com/conveyorq/conveyor/stream"
 )
 
 // stockPublish publishes msgs into queue's stream with the stock watermill-redisstream
@@ -133,4 +137,189 @@ func TestStockPublisherMessagesAreRecovered(t *testing.T) {
 	require.Equal(t, 1, j.Attempt, "no attempt ran before it was adopted")
 	require.Equal(t, "taken", string(j.Result))
 	require.EqualValues(t, 2, b.stats(t).Recovered)
+}
+
+// entryOf returns the stream entry that carries message uuid.
+func (b *bundle) entryOf(t *testing.T, uuid string) redis.XMessage {
+	t.Helper()
+	all, err := b.rdb.XRange(t.Context(), b.keys.Stream(), "-", "+").Result()
+	require.NoError(t, err)
+	for _, e := range all {
+		if e.Values[keys.EntryUUID] == uuid {
+			return e
+		}
+	}
+	t.Fatalf("no stream entry carries %s", uuid)
+	return redis.XMessage{}
+}
+
+// The control keys of a message of the stock Publisher follow pipeline.Publisher's rules: a due
+// time schedules the job for then (its entry leaves the stream, nothing runs now), a unique key
+// is taken or the message is refused as a duplicate (no job, its entry dropped), and a bad value
+// sends the message to the dead set with a reason naming the key. Every row failed before
+// (the message ran at once) except the two bad retry count and timeout rows, which pass as
+// they did.
+func TestStockPublisherControlKeys(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := t.Context()
+	holder, err := b.client.Enqueue(ctx, b.queue, pipeline.Task{Type: "echo"},
+		pipeline.WithDelay(time.Hour), pipeline.WithUnique("taken", time.Hour))
+	require.NoError(t, err)
+
+	inHour := time.Now().Add(time.Hour)
+	atSecond := inHour.Truncate(time.Second)
+	fromEntry := func(d time.Duration) func(time.Time) time.Time {
+		return func(e time.Time) time.Time { return e.Add(d) }
+	}
+	at := func(t time.Time) func(time.Time) time.Time { return func(time.Time) time.Time { return t } }
+	const refused = pipeline.Status("refused as a duplicate")
+	cases := []struct {
+		name   string
+		md     map[string]string
+		status pipeline.Status
+		runAt  func(entry time.Time) time.Time // StatusScheduled: the due time
+		unique string                          // a unique key the job must hold
+		reason string                          // StatusFailed: what last_error names
+	}{
+		{name: "delay", md: map[string]string{pipeline.MetaKeyDelay: "1h"}, status: pipeline.StatusScheduled, runAt: fromEntry(time.Hour)},
+		{name: "run_at in unix ms", md: map[string]string{pipeline.MetaKeyRunAt: strconv.FormatInt(inHour.UnixMilli(), 10)},
+			status: pipeline.StatusScheduled, runAt: at(time.UnixMilli(inHour.UnixMilli()))},
+		{name: "run_at in RFC 3339", md: map[string]string{pipeline.MetaKeyRunAt: atSecond.UTC().Format(time.RFC3339)},
+			status: pipeline.StatusScheduled, runAt: at(atSecond)},
+		{name: "delay with a unique key", md: map[string]string{pipeline.MetaKeyDelay: "90m", pipeline.MetaKeyUniqueKey: "mine", pipeline.MetaKeyUniqueTTL: "2h"},
+			status: pipeline.StatusScheduled, runAt: fromEntry(90 * time.Minute), unique: "mine"},
+		{name: "unique key held", md: map[string]string{pipeline.MetaKeyUniqueKey: "taken"}, status: refused},
+		{name: "delay not a duration", md: map[string]string{pipeline.MetaKeyDelay: "garbage"}, status: pipeline.StatusFailed, reason: pipeline.MetaKeyDelay},
+		{name: "delay negative", md: map[string]string{pipeline.MetaKeyDelay: "-1s"}, status: pipeline.StatusFailed, reason: pipeline.MetaKeyDelay},
+		{name: "run_at not a time", md: map[string]string{pipeline.MetaKeyRunAt: "tomorrow"}, status: pipeline.StatusFailed, reason: pipeline.MetaKeyRunAt},
+		{name: "run_at after MaxRunAt", md: map[string]string{pipeline.MetaKeyRunAt: strconv.FormatInt(pipeline.MaxRunAt.UnixMilli()+1, 10)},
+			status: pipeline.StatusFailed, reason: pipeline.MetaKeyRunAt},
+		{name: "delay and run_at", md: map[string]string{pipeline.MetaKeyDelay: "1h", pipeline.MetaKeyRunAt: "0"}, status: pipeline.StatusFailed, reason: pipeline.MetaKeyRunAt},
+		{name: "unique ttl without a key", md: map[string]string{pipeline.MetaKeyUniqueTTL: "1h"}, status: pipeline.StatusFailed, reason: pipeline.MetaKeyUniqueTTL},
+		{name: "unique ttl zero", md: map[string]string{pipeline.MetaKeyUniqueKey: "z", pipeline.MetaKeyUniqueTTL: "0s"}, status: pipeline.StatusFailed, reason: pipeline.MetaKeyUniqueTTL},
+		{name: "unique key too long", md: map[string]string{pipeline.MetaKeyUniqueKey: strings.Repeat("k", 129)}, status: pipeline.StatusFailed, reason: pipeline.MetaKeyUniqueKey},
+		{name: "unknown control key", md: map[string]string{"conveyor_delays": "1h"}, status: pipeline.StatusFailed, reason: "conveyor_delays"},
+		{name: "retry count not a number", md: map[string]string{pipeline.MetaKeyMaxRetries: "x"}, status: pipeline.StatusFailed, reason: pipeline.MetaKeyMaxRetries},
+		{name: "timeout not a duration", md: map[string]string{pipeline.MetaKeyTimeout: "soon"}, status: pipeline.StatusFailed, reason: pipeline.MetaKeyTimeout},
+	}
+	msgs := make([]*message.Message, len(cases))
+	for i, c := range cases {
+		msgs[i] = stockMessage(c.name, c.md)
+	}
+	b.stockPublish(t, msgs...)
+	entries := make([]redis.XMessage, len(cases))
+	for i, m := range msgs {
+		entries[i] = b.entryOf(t, m.UUID)
+	}
+
+	var ran sync.Map
+	b.startWorker(t, pipeline.WorkerConfig{DefaultType: "echo"}, map[string]pipeline.HandlerFunc{
+		"echo": func(_ context.Context, j *pipeline.Job) ([]byte, error) { ran.Store(j.ID, true); return nil, nil },
+	})
+	for i, c := range cases {
+		m, e := msgs[i], entries[i]
+		if c.status == refused {
+			require.Eventually(t, func() bool {
+				left, err := b.rdb.XRange(ctx, b.keys.Stream(), e.ID, e.ID).Result()
+				require.NoError(t, err)
+				return len(left) == 0
+			}, 15*time.Second, 5*time.Millisecond, "%s: the refused message's entry stays", c.name)
+			_, err := b.client.Get(ctx, b.queue, m.UUID)
+			require.ErrorIs(t, err, pipeline.ErrNotFound, "%s: a refused message makes no job", c.name)
+			continue
+		}
+		j := b.waitStatus(t, m.UUID, c.status)
+		switch c.status {
+		case pipeline.StatusScheduled:
+			due := c.runAt(stream.EntryTime(e.ID)).UnixMilli()
+			require.Equal(t, due, j.RunAt.UnixMilli(), c.name)
+			score, err := b.rdb.ZScore(ctx, b.keys.Scheduled(), m.UUID).Result()
+			require.NoError(t, err, c.name)
+			require.EqualValues(t, due, score, c.name)
+			require.Equal(t, c.name, string(j.Payload), "%s: the payload moves into the job's record", c.name)
+			require.Equal(t, "echo", j.Type, c.name)
+			left, err := b.rdb.XRange(ctx, b.keys.Stream(), e.ID, e.ID).Result()
+			require.NoError(t, err)
+			require.Empty(t, left, "%s: the entry leaves the stream", c.name)
+			if c.unique != "" {
+				require.Equal(t, m.UUID, b.rdb.Get(ctx, b.keys.Unique(c.unique)).Val(), c.name)
+			}
+		case pipeline.StatusFailed:
+			require.Contains(t, j.LastError, c.reason, c.name)
+			require.Equal(t, c.name, string(j.Payload), c.name)
+		}
+	}
+	for i, c := range cases {
+		_, ok := ran.Load(msgs[i].UUID)
+		require.False(t, ok, "%s: the handler ran", c.name)
+	}
+	require.Equal(t, holder.ID, b.rdb.Get(ctx, b.keys.Unique("taken")).Val(), "the holder keeps its key")
+	s := b.stats(t)
+	require.EqualValues(t, 1+4, s.Enqueued, "the holder and the four scheduled messages")
+}
+
+// A delayed message of the stock Publisher runs once due, not before: by Redis's clock (the
+// scheduler's), no earlier than its entry's time plus the delay. Failed before: it ran at once.
+func TestStockPublisherDelayedMessageRunsWhenDue(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	const delay = 300 * time.Millisecond
+	m := stockMessage("later", map[string]string{pipeline.MetaKeyType: "echo", pipeline.MetaKeyDelay: delay.String()})
+	b.stockPublish(t, m)
+	due := stream.EntryTime(b.entryOf(t, m.UUID).ID).Add(delay)
+	started := make(chan time.Time, 1)
+	b.startWorker(t, pipeline.WorkerConfig{}, map[string]pipeline.HandlerFunc{
+		"echo": func(_ context.Context, j *pipeline.Job) ([]byte, error) {
+			started <- time.Now()
+			return j.Payload, nil
+		},
+	})
+	j := b.waitStatus(t, m.UUID, pipeline.StatusCompleted)
+	require.False(t, (<-started).Before(due), "ran before it was due")
+	require.Equal(t, 1, j.Attempt)
+	require.Equal(t, "later", string(j.Result))
+	require.Equal(t, due.UnixMilli(), j.RunAt.UnixMilli())
+}
+
+// A message of the stock Publisher with a unique key holds it while it runs and frees it when
+// it ends; then the key takes a new message again. Failed before: the key was never taken.
+func TestStockPublisherUniqueKeyHeldWhileRunning(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := t.Context()
+	running, release := make(chan string, 2), make(chan struct{})
+	var once sync.Once
+	free := func() { once.Do(func() { close(release) }) }
+	b.startWorker(t, pipeline.WorkerConfig{}, map[string]pipeline.HandlerFunc{
+		"hold": func(_ context.Context, j *pipeline.Job) ([]byte, error) {
+			running <- j.ID
+			<-release
+			return nil, nil
+		},
+	})
+	t.Cleanup(free) // before the worker's stop, on a failure
+	md := map[string]string{pipeline.MetaKeyType: "hold", pipeline.MetaKeyUniqueKey: "report-7"}
+	first := stockMessage("first", md)
+	b.stockPublish(t, first)
+	require.Equal(t, first.UUID, <-running)
+	require.Equal(t, first.UUID, b.rdb.Get(ctx, b.keys.Unique("report-7")).Val())
+	pttl := b.rdb.PTTL(ctx, b.keys.Unique("report-7")).Val()
+	require.Greater(t, pttl, pipeline.DefaultUniqueTTL-time.Minute, "held for DefaultUniqueTTL")
+
+	dup := stockMessage("dup", md)
+	b.stockPublish(t, dup)
+	// Only the running job's entry is left once the duplicate's is dropped.
+	require.Eventually(t, func() bool { return b.rdb.XLen(ctx, b.keys.Stream()).Val() == 1 },
+		15*time.Second, 5*time.Millisecond, "the duplicate's entry stays")
+	_, err := b.client.Get(ctx, b.queue, dup.UUID)
+	require.ErrorIs(t, err, pipeline.ErrNotFound)
+
+	free()
+	b.waitStatus(t, first.UUID, pipeline.StatusCompleted)
+	require.Zero(t, b.rdb.Exists(ctx, b.keys.Unique("report-7")).Val(), "freed when the job ends")
+	again := stockMessage("again", md)
+	b.stockPublish(t, again)
+	require.Equal(t, again.UUID, <-running)
+	b.waitStatus(t, again.UUID, pipeline.StatusCompleted)
 }

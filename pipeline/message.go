@@ -1,10 +1,8 @@
 package pipeline
 
 import (
-	"cmp"
-	"fmt"
 	"strconv"
-	"time"
+	"strings"
 
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
@@ -21,7 +19,8 @@ const (
 	// MetaType holds the job's type.
 	MetaType = "_conveyor_type"
 	// metaForeign marks a message from an entry of another Watermill publisher (no conveyor
-	// field, no job record yet), which the worker adopts as a job before its handler runs.
+	// field, no job record yet), which the worker adopts as a job before its handler runs; its
+	// value is what adopting it takes (adoption).
 	metaForeign = "_conveyor_foreign"
 )
 
@@ -33,8 +32,10 @@ const reservedMeta = 4 // MetaJob, MetaType, stream.EntryIDKey and stream.Stream
 // to the dead set with the reason (an unmarshal error would stop the whole subscription).
 //
 // An entry of another Watermill publisher (a valid message UUID and metadata, and no conveyor
-// field) is read as a job to adopt: its type is its MetaKeyType metadata, else defaultType;
-// its retries and timeout come from MetaKeyMaxRetries and MetaKeyTimeout, else the defaults.
+// field) is read as a job to adopt, its control keys read as the Publisher reads them: its
+// type is its MetaKeyType metadata, else defaultType; its retries, timeout, due time and
+// unique key come from the other control keys, else the defaults. A bad control value makes
+// it unreadable, with a reason that names the key.
 type entryUnmarshaller struct {
 	defaultType string
 }
@@ -69,9 +70,10 @@ func (u entryUnmarshaller) Unmarshal(streamName, id string, values map[string]an
 	case !keys.ValidID(uuid):
 		reason = "missing or invalid " + keys.EntryUUID
 	case !hasJob && values[keys.EntryJob] == nil:
-		job, typ, reason = u.foreign(md)
+		var adopt string
+		job, typ, adopt, reason = u.foreign(md, id)
 		if reason == "" {
-			md[metaForeign] = "1"
+			md[metaForeign] = adopt
 		}
 	case !jobOK:
 		reason = "missing or malformed " + keys.EntryJob + " field"
@@ -88,33 +90,71 @@ func (u entryUnmarshaller) Unmarshal(streamName, id string, values map[string]an
 	return msg
 }
 
-// foreign reads the job of an entry of another Watermill publisher from its metadata: its
-// job field (as Conveyor would have written it, attempt 1) and type, or why it cannot be run.
-func (u entryUnmarshaller) foreign(md message.Metadata) (job, typ, reason string) {
-	typ = cmp.Or(md[MetaKeyType], u.defaultType)
-	if typ == "" {
-		return "", "", "a message of another publisher without " + MetaKeyType + " metadata, and the worker has no DefaultType"
+// foreign reads the job of an entry of another Watermill publisher from its metadata, by the
+// Publisher's rules (controlOptions): its job field (as Conveyor would have written it,
+// attempt 1), its type and what adopting it takes (adoption, the value of metaForeign), or why
+// it cannot be run. A delay counts from the entry's time, the moment it was published.
+func (u entryUnmarshaller) foreign(md message.Metadata, entry string) (job, typ, adopt, reason string) {
+	ctrl := make(map[string]string, 4)
+	for k, v := range md {
+		if strings.HasPrefix(k, MetaKeyPrefix) {
+			if !isControlKey(k) {
+				return "", "", "", reasonOf(unknownControlKey(k))
+			}
+			ctrl[k] = v
+		}
 	}
-	if err := validateType(typ); err != nil {
-		return "", "", MetaKeyType + ": " + err.Error()
+	if _, ok := ctrl[MetaKeyType]; !ok && u.defaultType == "" {
+		return "", "", "", "a message of another publisher without " + MetaKeyType + " metadata, and the worker has no DefaultType"
+	}
+	t := Task{Type: u.defaultType}
+	_, o, err := controlOptions(ctrl, &t, DefaultUniqueTTL)
+	if err != nil {
+		return "", "", "", reasonOf(err)
+	}
+	runAt, err := o.dueAt(stream.EntryTime(entry))
+	if err != nil {
+		return "", "", "", MetaKeyRunAt + ": " + reasonOf(err)
 	}
 	retries := DefaultMaxRetries
-	if v, ok := md[MetaKeyMaxRetries]; ok {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 0 || n > MaxMaxRetries {
-			return "", "", fmt.Sprintf("%s %q: want 0..%d", MetaKeyMaxRetries, v, MaxMaxRetries)
-		}
-		retries = n
+	if o.hasRetries {
+		retries = o.maxRetries
 	}
-	var timeout time.Duration
-	if v, ok := md[MetaKeyTimeout]; ok {
-		d, err := time.ParseDuration(v)
-		if err != nil || d < 0 {
-			return "", "", fmt.Sprintf("%s %q: want a duration such as 30s", MetaKeyTimeout, v)
-		}
-		timeout = d
+	a := adoption{runAt: runAt.UnixMilli()}
+	if o.hasUnique {
+		a.uniqueKey, a.uniqueTTL = o.uniqueKey, max(1, o.uniqueTTL.Milliseconds())
 	}
-	return keys.FormatEntryJob(1, retries, timeout.Milliseconds(), typ), typ, ""
+	return keys.FormatEntryJob(1, retries, timeoutMS(o.timeout), t.Type), t.Type, a.String(), ""
+}
+
+// reasonOf is an input error as the reason of a dead record: without ErrInvalid's words.
+func reasonOf(err error) string {
+	return strings.TrimPrefix(err.Error(), ErrInvalid.Error()+": ")
+}
+
+// adoption is what adopting a message of another publisher takes besides its job field: its
+// due time and unique key. It travels from the unmarshaller to the worker in the message's
+// metaForeign metadata as "<run_at ms> <unique ttl ms> <unique key>".
+type adoption struct {
+	runAt     int64 // unix ms
+	uniqueTTL int64 // ms; 0 without a unique key
+	uniqueKey string
+}
+
+func (a adoption) String() string {
+	return strconv.FormatInt(a.runAt, 10) + " " + strconv.FormatInt(a.uniqueTTL, 10) + " " + a.uniqueKey
+}
+
+// parseAdoption reads what adoption.String wrote.
+func parseAdoption(s string) adoption {
+	f := strings.SplitN(s, " ", 3)
+	var a adoption
+	if len(f) == 3 {
+		a.runAt, _ = strconv.ParseInt(f[0], 10, 64)
+		a.uniqueTTL, _ = strconv.ParseInt(f[1], 10, 64)
+		a.uniqueKey = f[2]
+	}
+	return a
 }
 
 // jobFromMessage builds the handler's view of a job from a message made by entryUnmarshaller.

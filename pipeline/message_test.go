@@ -1,9 +1,12 @@
 package pipeline
 
 import (
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
 	"github.com/conveyorq/conveyor/internal/keys"
@@ -27,7 +30,7 @@ func TestEntryUnmarshallerAdopts(t *testing.T) {
 	v[keys.EntryMetadata], _ = stream.EncodeMetadata(map[string]string{MetaKeyMaxRetries: "2", MetaKeyTimeout: "3s", "k": "v"})
 	msg := entryUnmarshaller{defaultType: "fallback"}.Unmarshal("s", "1-1", v)
 	require.NotContains(t, msg.Metadata, stream.PoisonKey)
-	require.Equal(t, "1", msg.Metadata[metaForeign])
+	require.NotEmpty(t, msg.Metadata[metaForeign])
 	j := jobFromMessage("q", msg)
 	require.Equal(t, "fallback", j.Type)
 	require.Equal(t, 1, j.Attempt)
@@ -119,6 +122,94 @@ func FuzzEntryUnmarshaller(f *testing.F) {
 			if k == "" || k[0] == '_' {
 				t.Fatalf("reserved key %q leaked into job metadata", k)
 			}
+		}
+	})
+}
+
+// foreignEntry is an entry of another Watermill publisher carrying metadata md.
+func foreignEntry(md map[string]string) map[string]any {
+	enc, _ := stream.EncodeMetadata(md)
+	return map[string]any{keys.EntryUUID: "01JOB", keys.EntryPayload: "p", keys.EntryMetadata: enc}
+}
+
+// The control keys of a message of another publisher give the settings of its adoption, as
+// the Publisher reads them: a delay counts from the entry's time, a timeout under a millisecond
+// is one millisecond (it was 0, no timeout, before), a unique key keeps its spaces.
+func TestEntryUnmarshallerAdoption(t *testing.T) {
+	t.Parallel()
+	const entry = "1700000000000-3"
+	at := stream.EntryTime(entry)
+	cases := []struct {
+		name    string
+		md      map[string]string
+		want    adoption
+		timeout time.Duration
+	}{
+		{"no control keys", nil, adoption{runAt: at.UnixMilli()}, 0},
+		{"delay", map[string]string{MetaKeyDelay: "1h"}, adoption{runAt: at.Add(time.Hour).UnixMilli()}, 0},
+		{"delay rounds up", map[string]string{MetaKeyDelay: "1.5ms"}, adoption{runAt: at.UnixMilli() + 2}, 0},
+		{"run_at before the entry", map[string]string{MetaKeyRunAt: "5"}, adoption{runAt: at.UnixMilli()}, 0},
+		{"run_at", map[string]string{MetaKeyRunAt: "1800000000000"}, adoption{runAt: 1800000000000}, 0},
+		{"unique key", map[string]string{MetaKeyUniqueKey: "report of may"},
+			adoption{runAt: at.UnixMilli(), uniqueKey: "report of may", uniqueTTL: DefaultUniqueTTL.Milliseconds()}, 0},
+		{"unique key and ttl", map[string]string{MetaKeyUniqueKey: "k", MetaKeyUniqueTTL: "90s"},
+			adoption{runAt: at.UnixMilli(), uniqueKey: "k", uniqueTTL: 90_000}, 0},
+		{"timeout under a millisecond", map[string]string{MetaKeyTimeout: "1us"}, adoption{runAt: at.UnixMilli()}, time.Millisecond},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			msg := entryUnmarshaller{defaultType: "echo"}.Unmarshal("s", entry, foreignEntry(c.md))
+			require.NotContains(t, msg.Metadata, stream.PoisonKey)
+			require.Equal(t, c.want, parseAdoption(msg.Metadata[metaForeign]))
+			require.Equal(t, c.timeout, jobFromMessage("q", msg).Timeout)
+		})
+	}
+}
+
+// FuzzForeignControlKeys holds a Worker's reading of the control keys of another publisher's
+// message to the Publisher's: the one refuses what the other refuses, and a refusal's reason
+// names a control key; an accepted message is due no earlier than its entry and no later than
+// MaxRunAt, and keeps its unique key.
+func FuzzForeignControlKeys(f *testing.F) {
+	f.Add("1h", "", "", "", "", "")
+	f.Add("", "1800000000000", "3", "1us", "k k", "2h")
+	f.Add("garbage", "2030-01-02T03:04:05Z", "-1", "x", "", "0s")
+	pub, err := NewPublisher(NewClient(redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"}), ClientConfig{}), PublisherConfig{DefaultType: "echo"})
+	require.NoError(f, err)
+	const entry = "1700000000000-0"
+	f.Fuzz(func(t *testing.T, delay, runAt, retries, timeout, ukey, uttl string) {
+		md := map[string]string{}
+		for k, v := range map[string]string{MetaKeyDelay: delay, MetaKeyRunAt: runAt, MetaKeyMaxRetries: retries,
+			MetaKeyTimeout: timeout, MetaKeyUniqueKey: ukey, MetaKeyUniqueTTL: uttl} {
+			if v != "" {
+				md[k] = v
+			}
+		}
+		msg := entryUnmarshaller{defaultType: "echo"}.Unmarshal("s", entry, foreignEntry(md))
+		wm := message.NewMessage("01JOB", []byte("p"))
+		for k, v := range md {
+			wm.Metadata.Set(k, v)
+		}
+		_, perr := pub.task(wm)
+		reason, refused := msg.Metadata[stream.PoisonKey]
+		if refused {
+			if !strings.Contains(reason, MetaKeyPrefix) {
+				t.Fatalf("reason %q names no control key", reason)
+			}
+			if perr == nil {
+				t.Fatalf("refused %v, which the Publisher takes: %s", md, reason)
+			}
+			return
+		}
+		if perr != nil {
+			t.Fatalf("took %v, which the Publisher refuses: %v", md, perr)
+		}
+		a := parseAdoption(msg.Metadata[metaForeign])
+		if a.runAt < stream.EntryTime(entry).UnixMilli() || a.runAt > MaxRunAt.UnixMilli() {
+			t.Fatalf("due at %d", a.runAt)
+		}
+		if a.uniqueKey != ukey || (ukey != "") != (a.uniqueTTL > 0) {
+			t.Fatalf("unique key %q, ttl %d from %q", a.uniqueKey, a.uniqueTTL, ukey)
 		}
 	})
 }

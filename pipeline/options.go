@@ -27,6 +27,36 @@ type enqueueOptions struct {
 	hasReplicas bool
 }
 
+// dueAt is when a job published at now with these options is due: now, unless WithDelay or
+// WithRunAt make it later.
+func (o *enqueueOptions) dueAt(now time.Time) (time.Time, error) {
+	runAt := now
+	switch {
+	case o.hasRunAt && o.hasDelay:
+		return time.Time{}, invalid("WithDelay and WithRunAt together")
+	case o.hasRunAt:
+		if o.runAt.After(now) {
+			runAt = o.runAt
+		}
+	case o.hasDelay:
+		runAt = now.Add(o.delay)
+	}
+	if runAt.After(now) {
+		// Due times are stored in whole milliseconds; round up so a job is never promoted
+		// before the moment it was asked for. (Not through UnixNano, which overflows after
+		// the year 2262.)
+		ms := runAt.UnixMilli()
+		if runAt.Nanosecond()%int(time.Millisecond) != 0 {
+			ms++
+		}
+		runAt = time.UnixMilli(ms)
+		if runAt.After(MaxRunAt) {
+			return time.Time{}, invalid("due time %s is after %s", runAt.UTC().Format(time.RFC3339), MaxRunAt.Format(time.RFC3339))
+		}
+	}
+	return runAt, nil
+}
+
 // WithID sets the job id instead of a generated one. Enqueueing an id that exists does not make
 // a second job: the call returns the existing job. Ids are 1 to 128 characters from
 // [A-Za-z0-9._:-].

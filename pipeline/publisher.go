@@ -16,10 +16,13 @@ import (
 
 // Control keys: metadata keys that a Watermill message may carry to set the options of the job
 // it becomes. They are documented here, once, for everything that turns Watermill messages
-// into jobs: the Publisher reads all of them; a Worker that adopts a message published by
-// another Watermill publisher reads MetaKeyType, MetaKeyMaxRetries and MetaKeyTimeout.
+// into jobs: the Publisher reads them, and so does a Worker that adopts a message published by
+// another Watermill publisher (there a delay counts from the message's stream entry, a unique
+// key held by another job drops the message as a duplicate, and a bad value sends it to the
+// dead set with a reason naming the key).
 //
-// A control key is removed from the metadata the job keeps. Every key that starts with
+// The Publisher removes the control keys from the metadata the job keeps (an adopted message
+// keeps its metadata as it was published, control keys included). Every key that starts with
 // MetaKeyPrefix is reserved for control keys: one that is not listed here (a misspelling such
 // as "conveyor_delays") is refused rather than kept as plain metadata, so that a typo never
 // silently drops an option.
@@ -204,7 +207,7 @@ func (p *Publisher) task(msg *message.Message) (Task, error) {
 		switch {
 		case strings.HasPrefix(k, MetaKeyPrefix):
 			if !isControlKey(k) {
-				return Task{}, invalid("metadata key %q: unknown control key (keys starting with %q are reserved for Conveyor's control keys)", k, MetaKeyPrefix)
+				return Task{}, unknownControlKey(k)
 			}
 			ctrl[k] = v
 		case k == "" || k[0] == '_':
@@ -220,24 +223,21 @@ func (p *Publisher) task(msg *message.Message) (Task, error) {
 		return Task{}, err
 	}
 	t := Task{Type: p.cfg.DefaultType, Payload: msg.Payload, Metadata: md}
-	opts, err := p.options(ctrl, &t)
+	opts, _, err := controlOptions(ctrl, &t, p.cfg.UniqueTTL)
 	if err != nil {
 		return Task{}, err
-	}
-	// Options check their values as they apply; the checks above should leave nothing for
-	// them to refuse, but a rule they gain must not slip through unnamed.
-	var o enqueueOptions
-	for _, opt := range opts {
-		opt(&o)
-	}
-	if len(o.errs) > 0 {
-		return Task{}, errors.Join(o.errs...)
 	}
 	if err := p.checkSize(&t); err != nil {
 		return Task{}, err
 	}
 	t.Opts = append(opts, WithID(msg.UUID))
 	return t, nil
+}
+
+// unknownControlKey is the error of a metadata key that starts with MetaKeyPrefix but is no
+// control key.
+func unknownControlKey(k string) error {
+	return invalid("metadata key %q: unknown control key (keys starting with %q are reserved for Conveyor's control keys)", k, MetaKeyPrefix)
 }
 
 func isControlKey(k string) bool {
@@ -248,8 +248,28 @@ func isControlKey(k string) bool {
 	return false
 }
 
-// options reads the control keys into t's type and options.
-func (p *Publisher) options(ctrl map[string]string, t *Task) ([]Option, error) {
+// controlOptions reads the control keys ctrl (MetaKeyPrefix) into t's type and options, and
+// returns the options also applied, checked as Enqueue checks them. It is the one reading of
+// control keys: the Publisher's, and a Worker's for the messages of another publisher it
+// adopts. uniqueTTL holds a unique key given without MetaKeyUniqueTTL.
+func controlOptions(ctrl map[string]string, t *Task, uniqueTTL time.Duration) ([]Option, enqueueOptions, error) {
+	var o enqueueOptions
+	opts, err := readControl(ctrl, t, uniqueTTL)
+	if err != nil {
+		return nil, o, err
+	}
+	// Options check their values as they apply; the checks of readControl should leave
+	// nothing for them to refuse, but a rule they gain must not slip through unnamed.
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if len(o.errs) > 0 {
+		return nil, o, errors.Join(o.errs...)
+	}
+	return opts, o, nil
+}
+
+func readControl(ctrl map[string]string, t *Task, uniqueTTL time.Duration) ([]Option, error) {
 	bad := func(key, v, format string, args ...any) error {
 		return invalid("%s %q: %s", key, v, fmt.Sprintf(format, args...))
 	}
@@ -324,7 +344,10 @@ func (p *Publisher) options(ctrl map[string]string, t *Task) ([]Option, error) {
 		if key == "" || len(key) > keys.MaxNameLen {
 			return nil, bad(MetaKeyUniqueKey, key, "must be 1 to %d bytes", keys.MaxNameLen)
 		}
-		ttl := p.cfg.UniqueTTL
+		if err := validateUniqueKey(key); err != nil {
+			return nil, invalid("%s: %s", MetaKeyUniqueKey, reasonOf(err))
+		}
+		ttl := uniqueTTL
 		if hasTTL {
 			d, err := duration(MetaKeyUniqueTTL, ttlS)
 			if err != nil {

@@ -452,10 +452,17 @@ func (w *Worker) warnSharedName(ctx context.Context) {
 // message. An error that is not a *JobError means a middleware refused the job before
 // handleMessage ran (or replaced its error): it is written as a failed attempt, which
 // fencing refuses if the handler's own outcome was written already.
+//
+// A message of another publisher is adopted first (adopt), so that the middleware sees a job;
+// one that is not to run now (scheduled, or refused as a duplicate) never reaches it: it is no
+// attempt.
 func (w *Worker) settleAfter(h message.HandlerFunc) message.HandlerFunc {
 	return func(msg *message.Message) ([]*message.Message, error) {
 		growStack()
 		defer w.sub.Settle(msg)
+		if msg.Metadata[metaForeign] != "" && !w.adopt(msg) {
+			return nil, nil
+		}
 		if _, err := h(msg); err != nil && !errors.As(err, new(*JobError)) {
 			w.refused(msg, err)
 		}
@@ -603,11 +610,6 @@ func (w *Worker) handleMessage(msg *message.Message) error {
 	}
 	if reason, bad := msg.Metadata[stream.PoisonKey]; bad {
 		return w.poison(q, msg, reason)
-	}
-	if msg.Metadata[metaForeign] != "" {
-		if err := w.adoptTold(q, msg); err != nil {
-			return err
-		}
 	}
 	j := jobFromMessage(q.Name(), msg)
 	j.entry, _ = stream.EntryValues(msg.Context())
@@ -794,30 +796,45 @@ func call(ctx context.Context, h HandlerFunc, j *Job, log *zerolog.Logger) (res 
 	return h(ctx, j)
 }
 
-// adopt makes a job of an entry of another Watermill publisher before its handler runs. When
-// Redis cannot be asked, the entry stays pending, unrenewed once settled, and recovery puts it
-// back for another try; when the message's id names a job on another entry, it is kept as a
-// dead record of its own.
-func (w *Worker) adopt(q *keys.Queue, msg *message.Message) error {
+// adopt makes a job of an entry of another Watermill publisher before the middleware and its
+// handler run, and reports whether it is to run now. A message that names a job on another
+// entry is marked to be kept as a dead record of its own (stream.PoisonKey), and runs on to
+// handleMessage, which writes it. When Redis cannot be asked, the entry stays pending,
+// unrenewed once settled, and recovery puts it back for another try.
+func (w *Worker) adopt(msg *message.Message) bool {
 	md := msg.Metadata
-	attempt, maxRetries, timeout, typ, _ := keys.ParseEntryJob(md[MetaJob])
+	q, ok := w.queues[md[stream.StreamKey]]
+	if !ok {
+		return true // handleMessage logs it
+	}
+	_, maxRetries, timeout, typ, _ := keys.ParseEntryJob(md[MetaJob])
+	a := parseAdoption(md[metaForeign])
 	entry := md[stream.EntryIDKey]
 	ctx, cancel := context.WithTimeout(msg.Context(), 10*time.Second)
 	defer cancel()
-	code, err := jobstate.Adopt(ctx, w.rdb, *q, jobstate.Foreign{ID: msg.UUID, Entry: entry, Type: typ,
-		MaxRetries: maxRetries, TimeoutMS: timeout, CreatedAt: stream.EntryTime(entry).UnixMilli()},
-		time.Now().UnixMilli(), w.cfg.Name)
+	res, err := jobstate.Adopt(ctx, w.rdb, *q, jobstate.Foreign{ID: msg.UUID, Entry: entry, Type: typ,
+		MaxRetries: maxRetries, TimeoutMS: timeout, CreatedAt: stream.EntryTime(entry).UnixMilli(),
+		RunAt: a.runAt, UniqueKey: a.uniqueKey, UniqueTTL: a.uniqueTTL}, time.Now().UnixMilli(), w.cfg.Name)
+	log := func(e *zerolog.Event) *zerolog.Event {
+		return e.Str("queue", q.Name()).Str("job_id", msg.UUID).Str("type", typ).Str("entry", entry)
+	}
 	switch {
 	case err != nil:
-		w.log.Error().Err(err).Str("queue", q.Name()).Str("job_id", msg.UUID).Str("type", typ).Int("attempt", attempt).
-			Str("entry", entry).Msg("could not adopt a message of another publisher; it will be tried again after the visibility timeout")
-		return &JobError{Outcome: OutcomeAbandoned, Err: err}
-	case code == script.Refused:
-		return w.poison(q, msg, fmt.Sprintf("stream entry %s of another publisher names job %s, which lives on another entry", entry, msg.UUID))
+		log(w.log.Error().Err(err)).Msg("could not adopt a message of another publisher; it will be tried again after the visibility timeout")
+		return false
+	case res.Code == script.Refused:
+		md[stream.PoisonKey] = fmt.Sprintf("stream entry %s of another publisher names job %s, which lives on another entry", entry, msg.UUID)
+		return true
+	case res.Code == script.UniqueHeld:
+		log(w.log.Info()).Str("unique_key", a.uniqueKey).Str("holder", res.Holder).
+			Msg("refused a message of another publisher as a duplicate: another job holds its unique key")
+		return false
+	case res.Scheduled:
+		log(w.log.Debug()).Time("run_at", time.UnixMilli(a.runAt)).Msg("adopted a message of another publisher as a scheduled job")
+		return false
 	}
-	w.log.Debug().Str("queue", q.Name()).Str("job_id", msg.UUID).Str("type", typ).Int("attempt", attempt).
-		Msg("adopted a message of another publisher as a job")
-	return nil
+	log(w.log.Debug()).Msg("adopted a message of another publisher as a job")
+	return true
 }
 
 // poison sends an unreadable entry to the dead set.

@@ -30,6 +30,8 @@ func TestWorkerMetricsAndHTTPAllowFlagsRefused(t *testing.T) {
 		{[]string{"--http-allow", "127.0.0.1", "--http-allow", "hooks.internal:8080"},
 			`--http-allow "hooks.internal:8080": want a CIDR prefix, an address or a host name`},
 		{[]string{"--http-allow", ""}, "--http-allow: empty entry"},
+		{[]string{"--http-allow", "::ffff:0:0/95"}, `--http-allow "::ffff:0:0/95": an IPv4-mapped prefix shorter than /96`},
+		{[]string{"--http-allow", "2002:a00::/24"}, `--http-allow "2002:a00::/24": a 6to4`},
 	} {
 		_, stderr, code := runInProcess(t, "", append([]string{"worker", "--redis", "redis://127.0.0.1:1"}, tc.args...)...)
 		require.Equal(t, 2, code, "%v: %s", tc.args, stderr)

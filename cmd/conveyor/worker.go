@@ -111,7 +111,7 @@ has them, their jobs run again.`,
 			}
 			defer stopMetrics() // after Run: a draining worker is still scraped
 			w := pipeline.NewWorker(rdb, cfg)
-			handlers.RegisterWith(w, wf.handlerOptions())
+			handlers.RegisterWith(w, wf.handlerOptions(a.log))
 			a.log.Info().Str("worker", w.Name()).Str("redis", redactURL(a.redisURL)).
 				Strs("handlers", slices.Sorted(maps.Keys(handlers.All()))).
 				Msg("starting worker; SIGINT or SIGTERM stops it")

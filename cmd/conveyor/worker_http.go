@@ -3,6 +3,8 @@ package main
 import (
 	"strings"
 
+	"github.com/rs/zerolog"
+
 	"github.com/conveyorq/conveyor/handlers"
 )
 
@@ -18,11 +20,11 @@ func (wf *workerFlags) makeGuard() error {
 	return nil
 }
 
-// handlerOptions are the ready handlers' options: with --http-allow, the http handler's client
-// is the Guard's that allows those destinations; without, the handler's own guarded default.
-func (wf *workerFlags) handlerOptions() handlers.Options {
-	if len(wf.httpAllow) == 0 || wf.guard == nil {
+// handlerOptions are the ready handlers' options: the http handler's client is the Guard's
+// (allowing the --http-allow destinations), which logs its refusals to log.
+func (wf *workerFlags) handlerOptions(log zerolog.Logger) handlers.Options {
+	if wf.guard == nil {
 		return handlers.Options{}
 	}
-	return handlers.Options{HTTPClient: wf.guard.Client(handlers.DefaultHTTPTimeout)}
+	return handlers.Options{HTTPClient: wf.guard.WithLogger(log).Client(handlers.DefaultHTTPTimeout)}
 }

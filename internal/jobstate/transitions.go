@@ -233,13 +233,42 @@ type Foreign struct {
 	MaxRetries      int
 	TimeoutMS       int64
 	CreatedAt       int64 // unix ms: the entry's time
+	RunAt           int64 // unix ms: a time after Adopt's now schedules the job
+	UniqueKey       string
+	UniqueTTL       int64 // ms, with UniqueKey
+}
+
+// Adopted is what Adopt did: Code is script.OK (adopted: in progress on its entry, or
+// Scheduled), script.Exists (adopted already, on this entry), script.Refused (the id names a
+// job that lives on another entry; nothing written) or script.UniqueHeld (Holder holds the
+// unique key; the entry was acknowledged and deleted, nothing else written).
+type Adopted struct {
+	Code      script.Code
+	Scheduled bool
+	Holder    string
 }
 
 // Adopt makes a job of an entry of another Watermill publisher on its first delivery to worker
-// (foreign.lua). It answers script.OK (adopted), script.Exists (adopted already, on this
-// entry) or script.Refused (the id names a job that lives on another entry).
-func Adopt(ctx context.Context, rdb redis.Scripter, q keys.Queue, f Foreign, now int64, worker string) (script.Code, error) {
-	code, _, err := script.Reply(foreignScript.Run(ctx, rdb, []string{q.Stats(), q.Job(f.ID)},
-		f.Entry, f.Type, f.MaxRetries, f.TimeoutMS, f.CreatedAt, now, worker))
-	return code, err
+// (foreign.lua), under the rules of a publish: a unique key is taken or the message refused, a
+// due time after now schedules the job.
+func Adopt(ctx context.Context, rdb redis.Scripter, q keys.Queue, f Foreign, now int64, worker string) (Adopted, error) {
+	ks := []string{q.Stats(), q.Job(f.ID), q.Stream(), q.Scheduled()}
+	if f.UniqueKey != "" {
+		ks = append(ks, q.Unique(f.UniqueKey))
+	}
+	code, rest, err := script.Reply(foreignScript.Run(ctx, rdb, ks, f.Entry, f.Type, f.MaxRetries,
+		f.TimeoutMS, f.CreatedAt, now, worker, f.ID, keys.Group, f.RunAt, q.Wake(), f.UniqueTTL))
+	if err != nil {
+		return Adopted{}, err
+	}
+	a := Adopted{Code: code}
+	if len(rest) > 0 {
+		s, _ := rest[0].(string)
+		if code == script.UniqueHeld {
+			a.Holder = s
+		} else {
+			a.Scheduled = s == "scheduled"
+		}
+	}
+	return a, nil
 }
