@@ -154,9 +154,9 @@ func (a *app) demo(ctx context.Context, logs zerolog.Logger, serve demoServe) (e
 		if a.cluster {
 			return usageErrorf("--cluster needs a Redis URL: give --redis or set %s", envRedisURL)
 		}
-		m, err := miniredis.Run()
+		m, err := startEmbeddedRedis()
 		if err != nil {
-			return fmt.Errorf("start the embedded Redis: %w", err)
+			return err
 		}
 		defer m.Close()
 		fmt.Fprintf(d.out, "Using an embedded in-process Redis (set %s or --redis to use a real one).\n", envRedisURL)
@@ -186,6 +186,20 @@ func (a *app) demo(ctx context.Context, logs zerolog.Logger, serve demoServe) (e
 	}
 	d.client = pipeline.NewClient(rdb, pipeline.ClientConfig{Prefix: d.prefix})
 	return d.run(ctx)
+}
+
+// startEmbeddedRedis starts the demo's in-process Redis, with TTLs that run out with the
+// clock as on a real server. By default miniredis expires keys only when a test moves its
+// time forward: the recovery lock of a worker the demo killed mid-scan would then never
+// expire, and no survivor would recover that queue again. TIME, stream ids and idle times
+// already follow the wall clock.
+func startEmbeddedRedis() (*miniredis.Miniredis, error) {
+	m, err := miniredis.Run()
+	if err != nil {
+		return nil, fmt.Errorf("start the embedded Redis: %w", err)
+	}
+	m.ClockTTL(true)
+	return m, nil
 }
 
 func (d *demoRun) run(ctx context.Context) error {
