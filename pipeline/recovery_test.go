@@ -10,6 +10,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
+	"github.com/conveyorq/conveyor/internal/keys"
 	"github.com/conveyorq/conveyor/pipeline"
 )
 
@@ -108,4 +109,43 @@ func TestWorkerKilledHoldingRecoveryLock(t *testing.T) {
 				k.ttl, time.Duration(firstLock.Load()).Round(time.Millisecond), time.Since(k.at).Round(time.Millisecond))
 		})
 	}
+}
+
+// TestWorkerRenewsLeasesWithinVisibilityTimeout: while a handler runs, the worker renews its
+// entry's lease every third of the visibility timeout, so the entry's idle time in the pending
+// list stays under two thirds of it (where recoverers start listing entries) for the whole
+// run. A renewal every visibility timeout or later would let recoverers take live jobs.
+func TestWorkerRenewsLeasesWithinVisibilityTimeout(t *testing.T) {
+	t.Parallel()
+	const vt = 1500 * time.Millisecond
+	b := setup(t)
+	ctx := t.Context()
+	running := make(chan struct{})
+	release := make(chan struct{})
+	b.startWorker(t, pipeline.WorkerConfig{VisibilityTimeout: vt, DisableRecovery: true},
+		map[string]pipeline.HandlerFunc{"hold": func(context.Context, *pipeline.Job) ([]byte, error) {
+			close(running)
+			<-release
+			return nil, nil
+		}})
+	job, err := b.client.Enqueue(ctx, b.queue, pipeline.Task{Type: "hold"})
+	require.NoError(t, err)
+	select {
+	case <-running:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the job never started")
+	}
+	var longest time.Duration
+	for start := time.Now(); time.Since(start) < 2*vt; time.Sleep(5 * time.Millisecond) {
+		pend, err := b.rdb.XPendingExt(ctx, &redis.XPendingExtArgs{Stream: b.keys.Stream(),
+			Group: keys.Group, Start: "-", End: "+", Count: 10}).Result()
+		require.NoError(t, err)
+		require.Len(t, pend, 1)
+		require.Equal(t, job.Entry, pend[0].ID)
+		longest = max(longest, pend[0].Idle)
+	}
+	close(release)
+	b.waitStatus(t, job.ID, pipeline.StatusCompleted)
+	t.Logf("longest idle time of the running job's entry over %v: %v (visibility timeout %v)", 2*vt, longest, vt)
+	require.Less(t, longest, vt*2/3, "the lease was not renewed every third of the visibility timeout")
 }
