@@ -149,3 +149,44 @@ func TestWorkerRenewsLeasesWithinVisibilityTimeout(t *testing.T) {
 	t.Logf("longest idle time of the running job's entry over %v: %v (visibility timeout %v)", 2*vt, longest, vt)
 	require.Less(t, longest, vt*2/3, "the lease was not renewed every third of the visibility timeout")
 }
+
+// TestWorkerOutcomesAfterItsClientClosed: a worker whose Redis client is closed under it (the
+// demo's crash) while hundreds of jobs finish gives their outcomes up, leaving the jobs to
+// recovery, without its two outcome writers racing on their shared bookkeeping (the race
+// detector saw them write one map at once).
+func TestWorkerOutcomesAfterItsClientClosed(t *testing.T) {
+	t.Parallel()
+	const n = 400
+	b := setup(t)
+	rdb := redis.NewClient(&redis.Options{Addr: b.rdb.Options().Addr})
+	t.Cleanup(func() { _ = rdb.Close() })
+	var started atomic.Int64
+	release := make(chan struct{})
+	w := pipeline.NewWorker(rdb, pipeline.WorkerConfig{Queues: []string{b.queue}, Concurrency: n,
+		DisableRecovery: true, DisableScheduler: true, ShutdownTimeout: 10 * time.Second})
+	w.Handle("hold", func(context.Context, *pipeline.Job) ([]byte, error) {
+		started.Add(1)
+		<-release
+		return nil, nil
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = w.Run(ctx) }() // it fails: its client is closed
+	t.Cleanup(func() { cancel(); <-done })
+	tasks := make([]pipeline.Task, n)
+	for i := range tasks {
+		tasks[i] = pipeline.Task{Type: "hold"}
+	}
+	_, err := b.client.EnqueueBatch(t.Context(), b.queue, tasks)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return started.Load() == n }, 60*time.Second, 10*time.Millisecond)
+	require.NoError(t, rdb.Close())
+	close(release)
+	cancel()
+	select {
+	case <-done:
+	case <-time.After(60 * time.Second):
+		t.Fatal("the worker did not stop")
+	}
+	require.Equal(t, int64(n), b.stats(t).InProgress, "outcomes written through a closed client")
+}
