@@ -351,7 +351,10 @@ func (d *demoRun) startWorkers(ctx context.Context) (names []string, attempts []
 	var ready []<-chan struct{}
 	var conns []redis.UniversalClient
 	var cancels []context.CancelFunc
-	c = &crash{picked: make(chan int, 1), killed: make(chan struct{})}
+	c = &crash{picked: make(chan int, 1), killed: make(chan struct{}), inflight: make([]*atomic.Int64, demoWorkers)}
+	for i := range c.inflight {
+		c.inflight[i] = new(atomic.Int64) // all before any worker runs: the handlers read the slice
+	}
 	c.kill = func(i int) {
 		_ = conns[i-1].Close()
 		cancels[i-1]()
@@ -382,7 +385,6 @@ func (d *demoRun) startWorkers(ctx context.Context) (names []string, attempts []
 			Logger:            logs,
 		})
 		n := new(atomic.Int64)
-		c.inflight = append(c.inflight, new(atomic.Int64))
 		handlers.Register(countAttempts{w, n, i, c})
 		names, attempts = append(names, w.Name()), append(attempts, n)
 		ready = append(ready, w.Ready())
