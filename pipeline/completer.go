@@ -56,6 +56,8 @@ type completer struct {
 	closed  bool           // close was called: outcomes arriving now cannot be written
 	refused map[string]int // by entry: writes Redis refused as malformed (rare; see write)
 
+	refusedMu sync.Mutex // the writers (finishWriters) share refused
+
 	// outage is the current spell of writes that Redis refused or that did not reach it. The
 	// writers share its backoff, so a spell logs one line per backoff step however many
 	// writers retry.
@@ -359,6 +361,21 @@ func (c *completer) wrote() {
 	}
 }
 
+// refusedAgain counts one more refusal of entry's outcome and reports whether it was the
+// last allowed (maxPermanentTries): the entry is then forgotten and its outcome given up.
+func (c *completer) refusedAgain(entry string) bool {
+	c.refusedMu.Lock()
+	defer c.refusedMu.Unlock()
+	if c.refused == nil {
+		c.refused = map[string]int{}
+	}
+	if c.refused[entry]++; c.refused[entry] < maxPermanentTries {
+		return false
+	}
+	delete(c.refused, entry)
+	return true
+}
+
 // write runs finish.lua for batch (one call per queue or partition and maxBatch transitions,
 // pipelined).
 // It returns the transitions to try again and the first error of a call, if any. Every error
@@ -403,17 +420,11 @@ func (c *completer) write(ctx context.Context, batch []transition) ([]transition
 				if t.Op == jobstate.OpStart {
 					continue
 				}
-				if permanent(err) {
-					if c.refused == nil {
-						c.refused = map[string]int{}
-					}
-					if c.refused[t.Entry]++; c.refused[t.Entry] >= maxPermanentTries {
-						delete(c.refused, t.Entry)
-						transitionEvent(c.log.Error().Err(err), t).
-							Msg("giving up on a job outcome that cannot be written; the job will be recovered")
-						gaveUp = append(gaveUp, t)
-						continue
-					}
+				if permanent(err) && c.refusedAgain(t.Entry) {
+					transitionEvent(c.log.Error().Err(err), t).
+						Msg("giving up on a job outcome that cannot be written; the job will be recovered")
+					gaveUp = append(gaveUp, t)
+					continue
 				}
 				retry = append(retry, t)
 			}

@@ -73,6 +73,11 @@ type WorkerConfig struct {
 	// RecoveryInterval is the time between two recovery scans. Defaults to
 	// DefaultRecoveryInterval (5s).
 	RecoveryInterval time.Duration
+	// RecoveryLockTTL is the TTL of a queue's recovery lock, which a worker holds while it
+	// scans the queue. A worker that dies mid-scan leaves the lock behind, and no worker
+	// recovers that queue's jobs until it expires. Defaults to recovery.DefaultLockTTLFor the
+	// visibility timeout: a third of it, from 1s to 10s (10s with the default 30s timeout).
+	RecoveryLockTTL time.Duration
 	// ShutdownTimeout is how long Run waits, once its context ends, for running jobs to finish
 	// before it cancels them and puts them back in the stream. Defaults to
 	// DefaultShutdownTimeout (30s).
@@ -161,7 +166,7 @@ func (c WorkerConfig) validate() error {
 	for _, d := range []struct {
 		name string
 		d    time.Duration
-	}{{"shutdown timeout", c.ShutdownTimeout}, {"recovery interval", c.RecoveryInterval},
+	}{{"shutdown timeout", c.ShutdownTimeout}, {"recovery interval", c.RecoveryInterval}, {"recovery lock TTL", c.RecoveryLockTTL},
 		{"flush interval", c.FlushInterval}, {"min retention", c.MinRetention},
 		{"backoff base", c.Backoff.Base}, {"backoff max", c.Backoff.Max}} {
 		if d.d < 0 {
@@ -201,7 +206,7 @@ func (c WorkerConfig) scheduler(queues []string) delayed.Config {
 
 func (c WorkerConfig) recoverer(queue string) recovery.Config {
 	return c.Hooks.recoverer(recovery.Config{Prefix: c.Prefix, Queue: queue, VisibilityTimeout: c.VisibilityTimeout,
-		Interval: c.RecoveryInterval, Logger: c.Logger.With().Str("worker", c.Name).Logger()})
+		Interval: c.RecoveryInterval, LockTTL: c.RecoveryLockTTL, Logger: c.Logger.With().Str("worker", c.Name).Logger()})
 }
 
 // Worker runs handlers for the jobs of its queues. Register handlers with Handle, then call

@@ -80,3 +80,19 @@ func TestRecovererInvalidConfig(t *testing.T) {
 	}
 	requireUntouched(t, b, f)
 }
+
+// TestDefaultLockTTLFor: the lock TTL follows the visibility timeout (a lease period) within
+// [MinDefaultLockTTL, DefaultLockTTL], so a worker that dies holding the lock delays recovery
+// by about a third of what the visibility timeout already costs, not by a fixed 10s.
+func TestDefaultLockTTLFor(t *testing.T) {
+	for _, tc := range []struct{ vt, want time.Duration }{
+		{recovery.MinVisibilityTimeout, recovery.MinDefaultLockTTL},
+		{1500 * time.Millisecond, time.Second},
+		{3 * time.Second, time.Second},
+		{6 * time.Second, 2 * time.Second},
+		{recovery.DefaultVisibilityTimeout, recovery.DefaultLockTTL},
+		{time.Hour, recovery.DefaultLockTTL},
+	} {
+		require.Equal(t, tc.want, recovery.DefaultLockTTLFor(tc.vt), "visibility timeout %v", tc.vt)
+	}
+}

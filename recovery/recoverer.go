@@ -128,9 +128,15 @@ var pruneScript = script.New(pruneSrc)
 const (
 	DefaultVisibilityTimeout = 30 * time.Second
 	DefaultInterval          = 5 * time.Second
-	DefaultLockTTL           = 10 * time.Second
-	DefaultBatchSize         = 100
-	DefaultConsumerTTL       = time.Hour
+	// DefaultLockTTL is the longest lock TTL Config.LockTTL defaults to (see there); it is
+	// the default with DefaultVisibilityTimeout.
+	DefaultLockTTL = 10 * time.Second
+	// MinDefaultLockTTL is the shortest lock TTL Config.LockTTL defaults to, whatever the
+	// visibility timeout: the lock is extended every third of its TTL, and a shorter one
+	// would be lost in a stall of the extending goroutine on a busy host, failing the scan.
+	MinDefaultLockTTL  = time.Second
+	DefaultBatchSize   = 100
+	DefaultConsumerTTL = time.Hour
 )
 
 // Limits of Config.
@@ -171,7 +177,12 @@ type Config struct {
 	// Trust). Defaults to DefaultInterval.
 	Interval time.Duration
 	// LockTTL is the lock's TTL, at least a millisecond; the lock is held only during a scan
-	// and extended every third of it. Defaults to DefaultLockTTL.
+	// and extended every third of it. A process that dies during a scan (a crash, a lost
+	// connection) cannot release it, and no other process scans the queue until the TTL runs
+	// out: a job whose worker died then comes back up to LockTTL later. So the default follows
+	// the visibility timeout: a lease period (VisibilityTimeout/3), at least MinDefaultLockTTL
+	// and at most DefaultLockTTL (10s with the default 30s timeout; 1s with 3s or less). See
+	// DefaultLockTTLFor.
 	LockTTL time.Duration
 	// BatchSize bounds the entries one script call looks at, at most MaxBatchSize. Defaults to
 	// DefaultBatchSize.
@@ -210,14 +221,15 @@ func (c Config) Validate() error {
 			c.VisibilityTimeout, MinVisibilityTimeout, DefaultVisibilityTimeout)
 	}
 	for _, d := range []struct {
-		name  string
-		v, df time.Duration
+		name string
+		v    time.Duration
+		zero string
 	}{
-		{"Interval", c.Interval, DefaultInterval},
-		{"LockTTL", c.LockTTL, DefaultLockTTL},
+		{"Interval", c.Interval, DefaultInterval.String()},
+		{"LockTTL", c.LockTTL, "a third of VisibilityTimeout, from " + MinDefaultLockTTL.String() + " to " + DefaultLockTTL.String()},
 	} {
 		if d.v < 0 || d.v > 0 && d.v < time.Millisecond {
-			bad("%s is %v; it must be at least 1ms (zero means %v)", d.name, d.v, d.df)
+			bad("%s is %v; it must be at least 1ms (zero means %s)", d.name, d.v, d.zero)
 		}
 	}
 	if c.BatchSize < 0 || c.BatchSize > MaxBatchSize {
@@ -234,13 +246,21 @@ func (c Config) withDefaults() Config {
 	c.Prefix = cmp.Or(c.Prefix, keys.DefaultPrefix)
 	c.VisibilityTimeout = cmp.Or(c.VisibilityTimeout, DefaultVisibilityTimeout)
 	c.Interval = cmp.Or(c.Interval, DefaultInterval)
-	c.LockTTL = cmp.Or(c.LockTTL, DefaultLockTTL)
+	c.LockTTL = cmp.Or(c.LockTTL, DefaultLockTTLFor(c.VisibilityTimeout))
 	c.BatchSize = cmp.Or(c.BatchSize, DefaultBatchSize)
 	c.ConsumerTTL = max(cmp.Or(c.ConsumerTTL, DefaultConsumerTTL), 3*c.VisibilityTimeout)
 	if c.Now == nil {
 		c.Now = time.Now
 	}
 	return c
+}
+
+// DefaultLockTTLFor is the lock TTL a Config with visibility timeout vt and no LockTTL uses:
+// vt/3, within [MinDefaultLockTTL, DefaultLockTTL]. A worker that dies while it holds the
+// lock then delays its queue's recovery by at most a lease period (or a second), about a third
+// of the time its jobs wait anyway (the visibility timeout), rather than a fixed 10s.
+func DefaultLockTTLFor(vt time.Duration) time.Duration {
+	return min(max(vt/3, MinDefaultLockTTL), DefaultLockTTL)
 }
 
 // Result counts what one scan did.

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# The test command (README: "bash scripts/test.sh"). It needs Go and redis-server/redis-cli
-# on PATH; tests start private redis-server processes on free ports and never touch a server
-# already running on 6379.
+# The test command (README: "bash scripts/test.sh"). It needs Go; tests start private
+# redis-server processes on free ports and never touch a server already running on 6379.
 #
+#   0. the Debian packages the tests need, installed when missing (as root or through a
+#      password-less sudo; apt-get update once): redis-server, redis-tools and chromium for the
+#      dashboard's browser test (scripts/packages.sh; CONVEYOR_NO_INSTALL=1 installs nothing)
 #   1. formatting, vet and staticcheck, for the main module and the bench module
 #   2. the race-enabled test suite of the main module: unit, integration (real Redis,
 #      standalone and a 3-node cluster), end-to-end (the built binary; workers SIGKILLed,
@@ -13,6 +15,16 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 step() { printf '\n== %s\n' "$*"; }
+
+step "packages"
+# shellcheck source=scripts/packages.sh
+. scripts/packages.sh
+need_test_packages
+if ! install_needed; then
+  echo "as root: apt-get update && apt-get install -y redis-server redis-tools chromium" \
+    "(CONVEYOR_CHROMIUM names another Chromium; CONVEYOR_BROWSER_TEST=skip skips the browser test)"
+  exit 1
+fi
 
 step "gofmt"
 unformatted=$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go' -not -path './vendor/*'))

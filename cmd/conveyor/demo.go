@@ -154,9 +154,9 @@ func (a *app) demo(ctx context.Context, logs zerolog.Logger, serve demoServe) (e
 		if a.cluster {
 			return usageErrorf("--cluster needs a Redis URL: give --redis or set %s", envRedisURL)
 		}
-		m, err := miniredis.Run()
+		m, err := startEmbeddedRedis()
 		if err != nil {
-			return fmt.Errorf("start the embedded Redis: %w", err)
+			return err
 		}
 		defer m.Close()
 		fmt.Fprintf(d.out, "Using an embedded in-process Redis (set %s or --redis to use a real one).\n", envRedisURL)
@@ -188,6 +188,20 @@ func (a *app) demo(ctx context.Context, logs zerolog.Logger, serve demoServe) (e
 	return d.run(ctx)
 }
 
+// startEmbeddedRedis starts the demo's in-process Redis, with TTLs that run out with the
+// clock as on a real server. By default miniredis expires keys only when a test moves its
+// time forward: the recovery lock of a worker the demo killed mid-scan would then never
+// expire, and no survivor would recover that queue again. TIME, stream ids and idle times
+// already follow the wall clock.
+func startEmbeddedRedis() (*miniredis.Miniredis, error) {
+	m, err := miniredis.Run()
+	if err != nil {
+		return nil, fmt.Errorf("start the embedded Redis: %w", err)
+	}
+	m.ClockTTL(true)
+	return m, nil
+}
+
 func (d *demoRun) run(ctx context.Context) error {
 	start := time.Now()
 	var srv *demoServer
@@ -200,7 +214,7 @@ func (d *demoRun) run(ctx context.Context) error {
 		defer func() { _ = srv.stop() }()
 		fmt.Fprintf(d.out, "Serving the dashboard at %s#/queues/%s (the API under %sv1/).\n", srv.url, d.queue, srv.url)
 	}
-	workers, attempts, kill, stop, err := d.startWorkers(ctx)
+	workers, attempts, crash, stop, err := d.startWorkers(ctx)
 	if err != nil {
 		return err
 	}
@@ -224,7 +238,7 @@ func (d *demoRun) run(ctx context.Context) error {
 
 	killed := make(chan killReport, 1)
 	kctx, kcancel := context.WithCancel(ctx)
-	go func() { killed <- d.killOne(kctx, kill) }()
+	go func() { killed <- d.killOne(kctx, crash) }()
 	watchErr := d.watch(ctx, len(jobs))
 	kcancel()
 	report := <-killed
@@ -279,57 +293,69 @@ type killReport struct {
 	held   int
 }
 
-// demoVictim is the worker the demo kills, to show recovery.
-const demoVictim = 2
+// crash is how the demo kills a worker, to show recovery: the victim is the first worker to
+// start a sleep job (the delayed jobs, due from 500ms on, so that it dies mid-run, in the
+// thick of it). From that moment the victim holds every job it runs until the kill, which
+// follows at once: it dies holding at least one job, however fast its jobs are and however
+// loaded the machine (waiting to see it hold one, as the demo did, could miss them all).
+type crash struct {
+	victim   atomic.Int32    // the victim's number (1-based); 0 until one starts a sleep job
+	picked   chan int        // the victim's number, once
+	killed   chan struct{}   // closed after the kill: the jobs the victim held return
+	inflight []*atomic.Int64 // per worker, the jobs it runs now
+	kill     func(i int)     // crashes worker i: its connection, then its context
+}
 
-// killOne waits until the victim worker holds jobs once the delayed sleep jobs are due (so
-// that it dies mid-run, in the thick of it), then kills it as a crash would: its connection to
-// Redis goes first, so it cannot put its jobs back or write their outcomes; its leases expire
-// and the other workers recover the jobs after the visibility timeout. It gives up when ctx
-// ends (every job finished first).
-func (d *demoRun) killOne(ctx context.Context, kill func(i int)) killReport {
-	in := pipeline.NewInspector(d.client.Redis(), pipeline.InspectorConfig{Prefix: d.client.Prefix()})
-	victim := fmt.Sprintf("demo-worker-%d", demoVictim)
-	start := time.Now()
-	tick := time.NewTicker(10 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return killReport{}
-		case <-tick.C:
+// hold wraps worker i's handler h (for jobs of type jobType) with the crash's rules.
+func (c *crash) hold(i int, jobType string, h pipeline.HandlerFunc) pipeline.HandlerFunc {
+	return func(ctx context.Context, j *pipeline.Job) ([]byte, error) {
+		c.inflight[i-1].Add(1)
+		defer c.inflight[i-1].Add(-1)
+		if jobType == handlers.TypeSleep && c.victim.CompareAndSwap(0, int32(i)) {
+			c.picked <- i
 		}
-		if time.Since(start) < 600*time.Millisecond {
-			continue // the first sleep jobs are due at 500ms
-		}
-		page, err := in.List(ctx, d.queue, pipeline.StatusInProgress, pipeline.Page{Limit: 100})
-		if err != nil {
-			continue
-		}
-		held := 0
-		for _, j := range page.Jobs {
-			if l, ok := page.Leases[j.ID]; ok && l.Worker == victim {
-				held++
+		res, err := h(ctx, j)
+		if c.victim.Load() == int32(i) {
+			select { // only the kill ends the job (or the demo's end, if interrupted first)
+			case <-c.killed:
+			case <-ctx.Done():
 			}
 		}
-		if held > 0 {
-			kill(demoVictim)
-			return killReport{worker: victim, after: time.Since(start), held: held}
-		}
+		return res, err
+	}
+}
+
+// killOne kills the victim as soon as it is picked, as a crash would: its connection to Redis
+// goes first, so it cannot put its jobs back or write their outcomes; its leases expire and the
+// other workers recover the jobs after the visibility timeout. It gives up when ctx ends.
+func (d *demoRun) killOne(ctx context.Context, c *crash) killReport {
+	start := time.Now()
+	select {
+	case <-ctx.Done():
+		return killReport{}
+	case i := <-c.picked:
+		c.kill(i)
+		held := c.inflight[i-1].Load() // no job starts once its connection is closed
+		close(c.killed)
+		return killReport{worker: fmt.Sprintf("demo-worker-%d", i), after: time.Since(start), held: int(held)}
 	}
 }
 
 // startWorkers runs demoWorkers workers, each on its own connection, and waits until they
-// consume. kill(i) crashes worker i (see killOne); stop cancels the others and waits for them to
-// drain.
-func (d *demoRun) startWorkers(ctx context.Context) (names []string, attempts []*atomic.Int64, kill func(int), stop func(), err error) {
+// consume. The crash kills one of them (see killOne); stop cancels the others and waits for
+// them to drain.
+func (d *demoRun) startWorkers(ctx context.Context) (names []string, attempts []*atomic.Int64, c *crash, stop func(), err error) {
 	wctx, cancel := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	stop = sync.OnceFunc(func() { cancel(); wg.Wait() })
 	var ready []<-chan struct{}
 	var conns []redis.UniversalClient
 	var cancels []context.CancelFunc
-	kill = func(i int) {
+	c = &crash{picked: make(chan int, 1), killed: make(chan struct{}), inflight: make([]*atomic.Int64, demoWorkers)}
+	for i := range c.inflight {
+		c.inflight[i] = new(atomic.Int64) // all before any worker runs: the handlers read the slice
+	}
+	c.kill = func(i int) {
 		_ = conns[i-1].Close()
 		cancels[i-1]()
 	}
@@ -341,10 +367,12 @@ func (d *demoRun) startWorkers(ctx context.Context) (names []string, attempts []
 		}
 		ictx, icancel := context.WithCancel(wctx)
 		conns, cancels = append(conns, rdb), append(cancels, icancel)
-		logs := d.logs
-		if i == demoVictim {
-			logs = zerolog.Nop() // what it says once killed (no Redis) is the demo's point, not news
-		}
+		// What the victim says once picked (no Redis) is the demo's point, not news.
+		logs := d.logs.Hook(zerolog.HookFunc(func(e *zerolog.Event, _ zerolog.Level, _ string) {
+			if c.victim.Load() == int32(i) {
+				e.Discard()
+			}
+		}))
 		w := pipeline.NewWorker(rdb, pipeline.WorkerConfig{
 			Queues:            []string{d.queue},
 			Prefix:            d.prefix,
@@ -357,7 +385,7 @@ func (d *demoRun) startWorkers(ctx context.Context) (names []string, attempts []
 			Logger:            logs,
 		})
 		n := new(atomic.Int64)
-		handlers.Register(countAttempts{w, n})
+		handlers.Register(countAttempts{w, n, i, c})
 		names, attempts = append(names, w.Name()), append(attempts, n)
 		ready = append(ready, w.Ready())
 		wg.Go(func() {
@@ -378,16 +406,19 @@ func (d *demoRun) startWorkers(ctx context.Context) (names []string, attempts []
 			return nil, nil, nil, nil, errors.New("demo interrupted")
 		}
 	}
-	return names, attempts, kill, stop, nil
+	return names, attempts, c, stop, nil
 }
 
 // countAttempts registers handlers that count the attempts they run.
 type countAttempts struct {
-	r pipeline.Registrar
-	n *atomic.Int64
+	r     pipeline.Registrar
+	n     *atomic.Int64
+	i     int    // the worker's number
+	crash *crash // holds the victim's jobs until the kill
 }
 
 func (c countAttempts) Handle(jobType string, h pipeline.HandlerFunc) {
+	h = c.crash.hold(c.i, jobType, h)
 	c.r.Handle(jobType, func(ctx context.Context, j *pipeline.Job) ([]byte, error) {
 		c.n.Add(1)
 		return h(ctx, j)
