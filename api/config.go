@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -41,6 +42,16 @@ type Config struct {
 	// dashboard's own files, as "Authorization: Bearer <token>". Empty: no authentication
 	// (serve the handler on loopback only, or behind a proxy that authenticates).
 	AuthToken string
+	// AllowedHosts are the host names (or addresses) that requests may name in their Host
+	// header when AuthToken is empty, besides the loopback ones (localhost, 127.0.0.0/8,
+	// [::1]), which are always allowed; the port is not compared. Any other Host is answered
+	// 421 Misdirected Request, before anything is read or written: a web page whose name its
+	// owner points at 127.0.0.1 (DNS rebinding) sends its own name as Host, and with no token
+	// nothing else tells it from a local client. List the name a reverse proxy forwards (unless
+	// it rewrites Host to a loopback one). "*" allows every Host, which gives that guard up.
+	// With AuthToken set the Host is not checked: a page cannot send the token it does not
+	// know.
+	AllowedHosts []string
 	// MaxBodyBytes bounds the body of a one-job POST; a larger body is refused with 413
 	// before it is read. Defaults to DefaultMaxBodyBytes. The payload's own limit is the
 	// Client's (pipeline.ClientConfig.MaxPayloadBytes), also answered with 413.
@@ -108,6 +119,11 @@ func (c Config) validate() error {
 	}
 	if c.ThroughputInterval < 0 {
 		bad("ThroughputInterval %s is negative", c.ThroughputInterval)
+	}
+	for _, h := range c.AllowedHosts {
+		if h != "*" && (hostName(h) == "" || strings.ContainsAny(h, "/ \t@")) {
+			bad("AllowedHosts entry %q: want a host name or address, such as conveyor.example.com", h)
+		}
 	}
 	if c.ThroughputWindow < c.ThroughputInterval {
 		bad("ThroughputWindow %s is shorter than ThroughputInterval %s", c.ThroughputWindow, c.ThroughputInterval)

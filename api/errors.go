@@ -25,6 +25,7 @@ const (
 	CodeNotFound             = "not_found"              // 404: no such job, queue or route
 	CodeMethodNotAllowed     = "method_not_allowed"     // 405: the route exists for other methods (see Allow)
 	CodeConflict             = "conflict"               // 409: a refused transition, or an id taken by another job
+	CodeMisdirected          = "misdirected_request"    // 421: a Host this server does not answer without a token (DNS rebinding)
 	CodePayloadTooLarge      = "payload_too_large"      // 413: the body or the payload is over its limit
 	CodeUnsupportedMediaType = "unsupported_media_type" // 415: a POST body that is not application/json
 	CodeInternal             = "internal"               // 500: a bug; the log has the details

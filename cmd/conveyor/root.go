@@ -65,6 +65,7 @@ var envVars = []envVar{
 	{envTLSServerName, "", "tls-server-name"},
 	{envAPIAddr, "serve", "addr"},
 	{envAPIToken, "serve", "auth-token"},
+	{envAPIAllowedHosts, "serve", "allowed-host"},
 }
 
 // commands builds the subcommands. Each subcommand's file adds itself from its init, so a new

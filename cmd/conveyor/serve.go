@@ -21,9 +21,11 @@ import (
 func init() { addCommand(newServeCmd) }
 
 const (
-	envAPIToken      = "CONVEYOR_API_TOKEN"
-	envAPIAddr       = "CONVEYOR_API_ADDR"
-	defaultServeAddr = "127.0.0.1:8080"
+	envAPIToken = "CONVEYOR_API_TOKEN"
+	envAPIAddr  = "CONVEYOR_API_ADDR"
+	// envAPIAllowedHosts is --allowed-host's variable: names separated by commas.
+	envAPIAllowedHosts = "CONVEYOR_API_ALLOWED_HOSTS"
+	defaultServeAddr   = "127.0.0.1:8080"
 	// probeTimeout bounds `serve --probe`.
 	probeTimeout = 3 * time.Second
 )
@@ -46,8 +48,10 @@ type serveFlags struct {
 	insecure bool
 	maxWait  time.Duration
 	probe    string
+	// allowedHosts are --allowed-host's names; check adds --addr's host to them.
+	allowedHosts []string
 
-	tokenGiven, addrGiven bool
+	tokenGiven, addrGiven, allowedGiven bool
 }
 
 func newServeCmd(a *app) *cobra.Command {
@@ -81,6 +85,7 @@ health checks in images without curl (conveyor serve --probe http://127.0.0.1:80
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			sf.tokenGiven = cmd.Flags().Changed("auth-token")
 			sf.addrGiven = cmd.Flags().Changed("addr")
+			sf.allowedGiven = cmd.Flags().Changed("allowed-host")
 			if cmd.Flags().Changed("probe") {
 				return probe(cmd.Context(), sf.probe)
 			}
@@ -91,6 +96,8 @@ health checks in images without curl (conveyor serve --probe http://127.0.0.1:80
 	f.StringVar(&sf.addr, "addr", defaultServeAddr, "address to listen on, host:port (a non-loopback host needs a token or --insecure); env $"+envAPIAddr)
 	f.StringVar(&sf.token, "auth-token", "", "API token that requests must send as Authorization: Bearer <token>; env $"+envAPIToken)
 	f.BoolVar(&sf.insecure, "insecure", false, "allow a non-loopback --addr without a token")
+	f.StringArrayVar(&sf.allowedHosts, "allowed-host", nil, "without a token, also answer requests whose Host is this name "+
+		"(a reverse proxy's; repeatable; \"*\" for any); others but loopback get 421; env $"+envAPIAllowedHosts+", comma-separated")
 	f.DurationVar(&sf.maxWait, "max-wait", api.DefaultMaxWait, "longest long poll (GET ...?wait=)")
 	f.StringVar(&sf.probe, "probe", "", "serve nothing: GET this URL and exit 0 on a 2xx answer, 1 otherwise (container health checks)")
 	return cmd
@@ -125,6 +132,14 @@ func (sf *serveFlags) check(getenv func(string) string) (token string, loopback 
 	if addr := getenv(envAPIAddr); addr != "" && !sf.addrGiven {
 		sf.addr = addr
 	}
+	if hosts := getenv(envAPIAllowedHosts); hosts != "" && !sf.allowedGiven {
+		sf.allowedHosts = nil
+		for h := range strings.SplitSeq(hosts, ",") {
+			if h = strings.TrimSpace(h); h != "" {
+				sf.allowedHosts = append(sf.allowedHosts, h)
+			}
+		}
+	}
 	var errs []error
 	if sf.maxWait <= 0 {
 		errs = append(errs, usageErrorf("--max-wait must be positive, not %s", sf.maxWait))
@@ -133,8 +148,17 @@ func (sf *serveFlags) check(getenv func(string) string) (token string, loopback 
 	if err != nil {
 		errs = append(errs, err)
 	}
+	for _, h := range sf.allowedHosts {
+		if h == "" || strings.ContainsAny(h, "/@ \t") {
+			errs = append(errs, usageErrorf("--allowed-host %q: want a host name or address, such as conveyor.example.com", h))
+		}
+	}
 	if len(errs) > 0 {
 		return "", false, errors.Join(errs...)
+	}
+	// The host --addr names is the one clients use, unless it is every interface's.
+	if ip, err := netip.ParseAddr(host); host != "" && (err != nil || !ip.IsUnspecified()) {
+		sf.allowedHosts = append(sf.allowedHosts, host)
 	}
 	loopback = isLoopback(host)
 	if !loopback && token == "" && !sf.insecure {
@@ -178,7 +202,7 @@ func (a *app) serve(ctx context.Context, sf *serveFlags) error {
 	if err != nil {
 		return err
 	}
-	srv, err := api.New(client, insp, api.Config{AuthToken: token, MaxWait: sf.maxWait, Logger: log,
+	srv, err := api.New(client, insp, api.Config{AuthToken: token, AllowedHosts: sf.allowedHosts, MaxWait: sf.maxWait, Logger: log,
 		Dashboard: api.Dashboard(), Metrics: promhttp.HandlerFor(reg, promhttp.HandlerOpts{})})
 	if err != nil {
 		return err
