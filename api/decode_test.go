@@ -4,8 +4,14 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"io"
 	"net/http"
+	"runtime"
+	"strings"
 	"testing"
+	"testing/iotest"
+	"unicode/utf8"
 
 	"github.com/stretchr/testify/require"
 )
@@ -33,6 +39,99 @@ func FuzzDecodeJob(f *testing.F) {
 			checkDecoded(t, nil, err)
 		}
 	})
+}
+
+// FuzzDecodeBatch feeds the batch decoder, which reads the array one job at a time, arbitrary
+// bytes and compares it with decoding the body whole (decodeBatchWhole, what it replaced): the
+// two accept the same bodies with the same jobs, except that the streaming one checks each job
+// as it reads it, so a body whose "jobs" field comes twice may be refused for a job of the
+// first array, which the whole decoder drops. Seeds are testdata/fuzz/FuzzDecodeBatch; run it
+// longer with
+//
+//	go test -fuzz=FuzzDecodeBatch ./api/
+func FuzzDecodeBatch(f *testing.F) {
+	f.Add([]byte(`{"jobs":[{"type":"echo","payload":{"n":1}},{"type":"b","id":"x"}]}`))
+	f.Add([]byte(`{"JOBS":[{"type":"a"}],"jobs":null}`))
+	f.Add([]byte(`{"jobs":[{"type":"a","metadata":{"k":"v","k":"w"}}]} `))
+	f.Add([]byte("{\"jobs\":[{\"type\":\"a\xff\"}]}"))
+	f.Fuzz(func(t *testing.T, body []byte) {
+		reqs, err := decodeBatch(bytes.NewReader(body), "key")
+		whole, wholeErr := decodeBatchWhole(body, "key")
+		if err != nil {
+			checkDecoded(t, nil, err)
+			if wholeErr == nil {
+				require.GreaterOrEqual(t, jobsFields(body), 2, "refused what the whole decoder accepts: %v", err)
+			}
+			return
+		}
+		require.NoError(t, wholeErr, "accepted what the whole decoder refuses")
+		require.NotEmpty(t, reqs)
+		require.LessOrEqual(t, len(reqs), MaxBatchJobs)
+		require.Len(t, reqs, len(whole))
+		for i, req := range reqs {
+			checkDecoded(t, req, nil)
+			require.Equal(t, whole[i].task, req.task, "jobs[%d]", i)
+			require.Len(t, req.opts, len(whole[i].opts), "jobs[%d]", i)
+		}
+	})
+}
+
+// decodeBatchWhole is the batch decoder as it was: the body read whole, checked for UTF-8,
+// decoded at once, counted, then each job checked.
+func decodeBatchWhole(body []byte, idemKey string) ([]*jobRequest, error) {
+	if !utf8.Valid(body) {
+		return nil, errors.New("not UTF-8")
+	}
+	var b struct {
+		Jobs []jobBody `json:"jobs"`
+	}
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&b); err != nil {
+		return nil, err
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		return nil, errors.New("more than one value")
+	}
+	if len(b.Jobs) == 0 || len(b.Jobs) > MaxBatchJobs {
+		return nil, errors.New("job count")
+	}
+	reqs := make([]*jobRequest, len(b.Jobs))
+	for i := range b.Jobs {
+		key := ""
+		if idemKey != "" && b.Jobs[i].ID == "" {
+			key = fmt.Sprintf("%s.%d", idemKey, i)
+		}
+		req, err := b.Jobs[i].request(key)
+		if err != nil {
+			return nil, err
+		}
+		reqs[i] = req
+	}
+	return reqs, nil
+}
+
+// jobsFields counts the top-level fields of a JSON object body that name "jobs" in any case.
+func jobsFields(body []byte) int {
+	dec := json.NewDecoder(bytes.NewReader(body))
+	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
+		return 0
+	}
+	n := 0
+	for dec.More() {
+		key, err := dec.Token()
+		if err != nil {
+			return n
+		}
+		if k, ok := key.(string); ok && strings.EqualFold(k, "jobs") {
+			n++
+		}
+		var skip json.RawMessage
+		if dec.Decode(&skip) != nil {
+			return n
+		}
+	}
+	return n
 }
 
 func checkDecoded(t *testing.T, req *jobRequest, err error) {
@@ -65,4 +164,88 @@ func TestDecodeJob(t *testing.T) {
 	require.Equal(t, `{"a":[1,2]}`, string(req.task.Payload))
 	require.Equal(t, map[string]string{"k": "v"}, req.task.Metadata)
 	require.Len(t, req.opts, 6, "id, delay, max_retries, timeout, retention, unique")
+}
+
+// A batch body is refused at its 1,001st job, and decoding any body of up to the batch limit
+// allocates a small multiple of that limit: the whole array was decoded before the count was
+// checked, and 16 MiB of {} took the server to 1.99 GB, of 1,1,1 to 2.97 GB. Not parallel: it
+// reads the process's allocation counters.
+func TestDecodeBatchMemoryBounded(t *testing.T) {
+	const limit = DefaultMaxBatchBodyBytes
+	fill := func(head, elem, sep, tail string) []byte {
+		var b bytes.Buffer
+		b.WriteString(head)
+		for b.Len()+len(elem)+len(sep)+len(tail) <= limit {
+			b.WriteString(elem)
+			b.WriteString(sep)
+		}
+		b.Truncate(b.Len() - len(sep))
+		b.WriteString(tail)
+		return b.Bytes()
+	}
+	meta := func() []byte {
+		var b bytes.Buffer
+		b.WriteString(`{"jobs":[{"type":"a","metadata":{`)
+		for i := 0; b.Len() < limit-32; i++ {
+			fmt.Fprintf(&b, `"k%d":"",`, i)
+		}
+		b.WriteString(`"z":""}}]}`)
+		return b.Bytes()
+	}
+	for _, tc := range []struct {
+		name string
+		body []byte
+		want string
+	}{
+		{"EmptyObjects", fill(`{"jobs":[`, `{}`, ",", `]}`), "jobs[0]: type is required"},
+		{"Numbers", fill(`{"jobs":[`, `1`, ",", `]}`), "jobs"},
+		{"Jobs", fill(`{"jobs":[`, `{"type":"a"}`, ",", `]}`), "1000"},
+		{"NestedPayload", fill(`{"jobs":[{"type":"a","payload":[`, `[1]`, ",", `]}]}`), ""},
+		{"BigString", fill(`{"jobs":[{"type":"a","payload":"`, `x`, "", `"}]}`), ""},
+		{"Metadata", meta(), "metadata"},
+		{"Unterminated", fill(`{"jobs":[`, `{"type":"a"}`, ",", ``), "1000"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			require.LessOrEqual(t, len(tc.body), limit)
+			runtime.GC()
+			var before, after runtime.MemStats
+			runtime.ReadMemStats(&before)
+			reqs, err := decodeBatch(bytes.NewReader(tc.body), "")
+			runtime.ReadMemStats(&after)
+			alloc := after.TotalAlloc - before.TotalAlloc
+			t.Logf("%s: %d bytes of body, %d allocated (%.1fx), %d jobs, err %v", tc.name, len(tc.body), alloc,
+				float64(alloc)/float64(len(tc.body)), len(reqs), err)
+			if tc.want != "" {
+				require.Error(t, err)
+				require.Contains(t, err.Error(), tc.want)
+			}
+			require.LessOrEqual(t, alloc, uint64(6*limit), "decoding allocated %.1fx the body limit", float64(alloc)/limit)
+		})
+	}
+}
+
+// The UTF-8 check holds back a character that a read cuts, and names the first bad byte
+// however the body arrives.
+func TestDecodeUTF8AcrossReads(t *testing.T) {
+	t.Parallel()
+	for name, wrap := range map[string]func(io.Reader) io.Reader{
+		"Whole": func(r io.Reader) io.Reader { return r }, "OneByte": iotest.OneByteReader,
+		"Half": iotest.HalfReader, "DataErr": iotest.DataErrReader,
+	} {
+		t.Run(name, func(t *testing.T) {
+			req, err := decodeJob(wrap(strings.NewReader(`{"type":"é€😀","metadata":{"k":"\u00e9é"}}`)), "")
+			require.NoError(t, err)
+			require.Equal(t, "é€😀", req.task.Type)
+			require.Equal(t, "éé", req.task.Metadata["k"])
+			for body, at := range map[string]string{
+				"{\"type\":\"é\xff\"}":        "byte 11",
+				"{\"type\":\"a\"}\xe2\x82":    "byte 12",
+				"{\"type\":\"\xe2\x82a\"}":    "byte 9",
+				"{\"type\":\"\xed\xa0\x80\"}": "byte 9", // a surrogate
+			} {
+				_, err := decodeJob(wrap(strings.NewReader(body)), "")
+				require.ErrorContains(t, err, "not valid UTF-8 ("+at+")", "%q", body)
+			}
+		})
+	}
 }
