@@ -155,12 +155,20 @@ func (e *apiEnv) send(host, method, path, body string, headers ...string) apiRes
 		require.True(e.t, ok, h)
 		req.Header.Set(k, v)
 	}
-	res, err := e.http.Client().Do(req)
+	r, err := e.roundTrip(req)
 	require.NoError(e.t, err)
+	return r
+}
+
+// roundTrip sends req and reads the answer whole.
+func (e *apiEnv) roundTrip(req *http.Request) (apiResp, error) {
+	res, err := e.http.Client().Do(req)
+	if err != nil {
+		return apiResp{}, err
+	}
 	defer res.Body.Close()
 	b, err := io.ReadAll(res.Body)
-	require.NoError(e.t, err)
-	return apiResp{status: res.StatusCode, header: res.Header, body: b}
+	return apiResp{status: res.StatusCode, header: res.Header, body: b}, err
 }
 
 // do sends a request as a well-behaved client does: JSON bodies with their Content-Type, and
