@@ -32,6 +32,11 @@ const (
 	DefaultThroughputInterval = 5 * time.Second
 	// DefaultThroughputWindow is how far back GET /v1/throughput reaches.
 	DefaultThroughputWindow = 15 * time.Minute
+	// DefaultThroughputQueues bounds the queues whose counters a throughput sample keeps
+	// apart (the others are summed): the known queues' own default bound,
+	// pipeline.DefaultMaxQueues, so that a sample costs at most about 48 KB, and the window's
+	// 181 samples about 9 MB, however many queues Redis lists.
+	DefaultThroughputQueues = pipeline.DefaultMaxQueues
 	// MaxBatchJobs bounds the jobs of one batch POST.
 	MaxBatchJobs = 1000
 )
@@ -73,6 +78,10 @@ type Config struct {
 	// ThroughputWindow is how much history GET /v1/throughput keeps. Defaults to
 	// DefaultThroughputWindow.
 	ThroughputWindow time.Duration
+	// ThroughputQueues bounds the queues each throughput sample keeps apart: the first by
+	// name; the others count in the total only, and GET /v1/throughput?queue= of one of them
+	// answers 404. Defaults to DefaultThroughputQueues.
+	ThroughputQueues int
 	// Logger receives one debug line per request and one error line per failure the client
 	// is not told the details of. Defaults to a disabled logger.
 	Logger zerolog.Logger
@@ -92,6 +101,7 @@ func (c Config) withDefaults() Config {
 	c.PollConcurrency = cmp.Or(c.PollConcurrency, DefaultPollConcurrency)
 	c.ThroughputInterval = cmp.Or(c.ThroughputInterval, DefaultThroughputInterval)
 	c.ThroughputWindow = cmp.Or(c.ThroughputWindow, DefaultThroughputWindow)
+	c.ThroughputQueues = cmp.Or(c.ThroughputQueues, DefaultThroughputQueues)
 	return c
 }
 
@@ -124,6 +134,9 @@ func (c Config) validate() error {
 		if h != "*" && (hostName(h) == "" || strings.ContainsAny(h, "/ \t@")) {
 			bad("AllowedHosts entry %q: want a host name or address, such as conveyor.example.com", h)
 		}
+	}
+	if c.ThroughputQueues < 0 {
+		bad("ThroughputQueues %d is negative", c.ThroughputQueues)
 	}
 	if c.ThroughputWindow < c.ThroughputInterval {
 		bad("ThroughputWindow %s is shorter than ThroughputInterval %s", c.ThroughputWindow, c.ThroughputInterval)

@@ -65,6 +65,15 @@ type ClientConfig struct {
 	// wait (default DefaultReplicaTimeout). Zero waits for none.
 	Replicas       int
 	ReplicaTimeout time.Duration
+	// MaxQueues bounds the known queues: Enqueue to a queue that is not known yet fails with
+	// ErrTooManyQueues once there are this many (whoever added them). Defaults to
+	// DefaultMaxQueues. The Client remembers at most this many queues it registered.
+	MaxQueues int
+	// RequireQueues makes Enqueue and EnqueueBatch refuse a queue that is not known yet
+	// (created by Inspector.CreateQueue, a worker or an earlier publish) with an error wrapping
+	// ErrQueueNotFound, instead of adding it: for a publisher whose queue names come from
+	// others (conveyor serve --create-queues=false).
+	RequireQueues bool
 }
 
 // NoRetries, as ClientConfig.MaxRetries, makes jobs run once unless WithMaxRetries says more.
@@ -74,13 +83,14 @@ const NoRetries = -1
 // Administration (listing jobs by status, replaying and purging dead jobs, deleting a queue) is
 // the Inspector's.
 type Client struct {
-	rdb   redis.UniversalClient
-	cfg   ClientConfig
-	err   error        // an unusable config: every call returns it
-	known sync.Map     // queue name -> *keys.Queue, for queues already in the known-queues set
-	parts sync.Map     // queue name -> *partCount, for queues enqueued to or read (bounded)
-	nread atomic.Int64 // queues that calls which only read added to parts
-	tags  sync.Map     // partition name (q#i) -> *keys.Queue, for partitions enqueued to
+	rdb    redis.UniversalClient
+	cfg    ClientConfig
+	err    error        // an unusable config: every call returns it
+	known  sync.Map     // queue name -> *keys.Queue, for queues already in the known-queues set
+	nknown atomic.Int64 // entries of known, at most cfg.MaxQueues
+	parts  sync.Map     // queue name -> *partCount, for queues enqueued to or read (bounded)
+	nread  atomic.Int64 // queues that calls which only read added to parts
+	tags   sync.Map     // partition name (q#i) -> *keys.Queue, for partitions enqueued to
 }
 
 // partCount is a queue's partition count as read at a time.
@@ -109,6 +119,9 @@ func NewClient(rdb redis.UniversalClient, cfg ClientConfig) *Client {
 	if cfg.MinRetention < 0 {
 		errs = append(errs, invalid("min retention %s is negative", cfg.MinRetention))
 	}
+	if cfg.MaxQueues < 0 {
+		errs = append(errs, invalid("max queues %d is negative", cfg.MaxQueues))
+	}
 	if err := (replicas{n: cfg.Replicas, timeout: cfg.ReplicaTimeout}).check("client"); err != nil {
 		errs = append(errs, err)
 	}
@@ -125,6 +138,7 @@ func NewClient(rdb redis.UniversalClient, cfg ClientConfig) *Client {
 	}
 	cfg.Retention = cmp.Or(cfg.Retention, DefaultRetention)
 	cfg.MinRetention = cmp.Or(cfg.MinRetention, DefaultMinRetention)
+	cfg.MaxQueues = cmp.Or(cfg.MaxQueues, DefaultMaxQueues)
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
@@ -520,11 +534,18 @@ func (c *Client) registerQueue(ctx context.Context, queue string) error {
 	if _, ok := c.known.Load(queue); ok {
 		return nil
 	}
-	if err := c.rdb.SAdd(ctx, keys.Queues(c.cfg.Prefix), queue).Err(); err != nil {
-		return fmt.Errorf("register queue %s: %w", queue, err)
+	if err := addQueue(ctx, c.rdb, c.cfg.Prefix, queue, c.cfg.MaxQueues, c.cfg.RequireQueues); err != nil {
+		return err
 	}
-	q := c.keys(queue)
-	c.known.Store(queue, &q)
+	// Remembered up to the bound, so that names a caller makes up cannot grow the cache
+	// whatever Redis holds; past it, each publish asks Redis again.
+	if c.nknown.Add(1) <= int64(c.cfg.MaxQueues) {
+		q := c.keys(queue)
+		if _, loaded := c.known.LoadOrStore(queue, &q); !loaded {
+			return nil
+		}
+	}
+	c.nknown.Add(-1)
 	return nil
 }
 

@@ -66,6 +66,8 @@ var envVars = []envVar{
 	{envAPIAddr, "serve", "addr"},
 	{envAPIToken, "serve", "auth-token"},
 	{envAPIAllowedHosts, "serve", "allowed-host"},
+	{envAPIMaxQueues, "serve", "max-queues"},
+	{envAPICreateQueues, "serve", "create-queues"},
 }
 
 // commands builds the subcommands. Each subcommand's file adds itself from its init, so a new

@@ -35,6 +35,7 @@ func TestServeRefusals(t *testing.T) {
 		{"BadPort", []string{"--addr", "127.0.0.1:http2"}, []string{"port"}},
 		{"MaxWait", []string{"--max-wait", "0s"}, []string{"--max-wait"}},
 		{"AllowedHostURL", []string{"--allowed-host", "http://proxy.example/"}, []string{"--allowed-host", "host name"}},
+		{"MaxQueues", []string{"--max-queues", "0"}, []string{"--max-queues", "at least 1"}},
 		{"Argument", []string{"extra"}, []string{"unexpected argument"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -100,6 +101,25 @@ func TestServeChecks(t *testing.T) {
 	_, _, err = sf.check(env("", ":9090"))
 	require.NoError(t, err)
 	require.Equal(t, "127.0.0.1:1", sf.addr)
+
+	// $CONVEYOR_API_MAX_QUEUES and $CONVEYOR_API_CREATE_QUEUES set their flags unless given.
+	vars := map[string]string{envAPIMaxQueues: "7", envAPICreateQueues: "false"}
+	sf = serveFlags{addr: defaultServeAddr, maxWait: time.Second, maxQueues: 2000, createQueues: true}
+	_, _, err = sf.check(func(k string) string { return vars[k] })
+	require.NoError(t, err)
+	require.Equal(t, 7, sf.maxQueues)
+	require.False(t, sf.createQueues)
+	sf = serveFlags{addr: defaultServeAddr, maxWait: time.Second, maxQueues: 9, createQueues: true,
+		maxQueuesGiven: true, createGiven: true}
+	_, _, err = sf.check(func(k string) string { return vars[k] })
+	require.NoError(t, err)
+	require.Equal(t, 9, sf.maxQueues)
+	require.True(t, sf.createQueues)
+	for k, v := range map[string]string{envAPIMaxQueues: "lots", envAPICreateQueues: "maybe"} {
+		sf = serveFlags{addr: defaultServeAddr, maxWait: time.Second}
+		_, _, err = sf.check(func(name string) string { return map[string]string{k: v}[name] })
+		require.ErrorContains(t, err, k)
+	}
 
 	// The hosts a request may name without a token: --allowed-host (or its variable, split at
 	// commas) and --addr's host unless it is every interface's.
