@@ -86,12 +86,22 @@ type Client struct {
 	rdb    redis.UniversalClient
 	cfg    ClientConfig
 	err    error        // an unusable config: every call returns it
-	known  sync.Map     // queue name -> *keys.Queue, for queues already in the known-queues set
+	known  sync.Map     // queue name -> *knownQueue, for queues found in the known-queues set
 	nknown atomic.Int64 // entries of known, at most cfg.MaxQueues
 	parts  sync.Map     // queue name -> *partCount, for queues enqueued to or read (bounded)
 	nread  atomic.Int64 // queues that calls which only read added to parts
 	tags   sync.Map     // partition name (q#i) -> *keys.Queue, for partitions enqueued to
 }
+
+// knownQueue is a queue found in the known-queues set at a time, with its key names.
+type knownQueue struct {
+	q  keys.Queue
+	at time.Time
+}
+
+// knownTTL is how long a Client trusts that a queue it registered is still known: a queue
+// deleted elsewhere is added again (or, with RequireQueues, refused) within this time.
+const knownTTL = partitionsTTL
 
 // partCount is a queue's partition count as read at a time.
 type partCount struct {
@@ -241,8 +251,8 @@ func (c *Client) EnqueueBatch(ctx context.Context, queue string, tasks []Task, o
 const maxReadCounts = 4096
 
 // partitions returns queue's partition count, read from Redis at most every partitionsTTL.
-// publish says the call publishes to queue: its count is always cached (as its keys are, in
-// known), while calls that only read cache the counts of at most maxReadCounts queues.
+// publish says the call publishes to queue: the count of a known queue is always cached (as its
+// keys are, in known), while other calls cache the counts of at most maxReadCounts queues.
 func (c *Client) partitions(ctx context.Context, queue string, publish bool) (int, error) {
 	v, ok := c.parts.Load(queue)
 	if ok {
@@ -254,8 +264,11 @@ func (c *Client) partitions(ctx context.Context, queue string, publish bool) (in
 	if err != nil {
 		return 0, err
 	}
-	if publish || ok || c.nread.Load() < maxReadCounts {
-		if _, loaded := c.parts.Swap(queue, &partCount{p: p, read: time.Now()}); !loaded && !publish {
+	// A queue published to is cached once it is known (so at most MaxQueues of them); before,
+	// as calls that only read, so that made-up names cannot grow the cache either.
+	known := publish && c.registered(queue)
+	if known || ok || c.nread.Load() < maxReadCounts {
+		if _, loaded := c.parts.Swap(queue, &partCount{p: p, read: time.Now()}); !loaded && !known {
 			c.nread.Add(1)
 		}
 	}
@@ -531,22 +544,39 @@ func retentionMS(d time.Duration) int64 {
 }
 
 func (c *Client) registerQueue(ctx context.Context, queue string) error {
-	if _, ok := c.known.Load(queue); ok {
+	now := c.cfg.Now()
+	v, cached := c.known.Load(queue)
+	if cached && now.Sub(v.(*knownQueue).at) < knownTTL {
 		return nil
 	}
 	if err := addQueue(ctx, c.rdb, c.cfg.Prefix, queue, c.cfg.MaxQueues, c.cfg.RequireQueues); err != nil {
+		if cached && (errors.Is(err, ErrQueueNotFound) || errors.Is(err, ErrTooManyQueues)) {
+			if c.known.CompareAndDelete(queue, v) {
+				c.nknown.Add(-1)
+			}
+		}
 		return err
+	}
+	k := &knownQueue{q: keys.New(c.cfg.Prefix, queue), at: now}
+	if cached {
+		c.known.CompareAndSwap(queue, v, k)
+		return nil
 	}
 	// Remembered up to the bound, so that names a caller makes up cannot grow the cache
 	// whatever Redis holds; past it, each publish asks Redis again.
 	if c.nknown.Add(1) <= int64(c.cfg.MaxQueues) {
-		q := c.keys(queue)
-		if _, loaded := c.known.LoadOrStore(queue, &q); !loaded {
+		if _, loaded := c.known.LoadOrStore(queue, k); !loaded {
 			return nil
 		}
 	}
 	c.nknown.Add(-1)
 	return nil
+}
+
+// registered reports whether queue is in the client's cache of known queues.
+func (c *Client) registered(queue string) bool {
+	_, ok := c.known.Load(queue)
+	return ok
 }
 
 // validate checks a queue name and, unless empty, a job id, wrapping ErrInvalid.
@@ -574,7 +604,7 @@ func (c *Client) check(queue, id string) error {
 // names are built per call: the cache must not grow with names a caller makes up.
 func (c *Client) keys(queue string) keys.Queue {
 	if k, ok := c.known.Load(queue); ok {
-		return *k.(*keys.Queue)
+		return k.(*knownQueue).q
 	}
 	return keys.New(c.cfg.Prefix, queue)
 }
