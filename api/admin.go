@@ -210,7 +210,7 @@ func (s *Server) throughput(w http.ResponseWriter, r *http.Request) error {
 	queue := r.URL.Query().Get("queue")
 	points, known := s.sampler.rates(queue)
 	if !known {
-		return errorf(http.StatusNotFound, CodeNotFound, "queue %q not found: no counter sample has it", queue)
+		return errorf(http.StatusNotFound, CodeNotFound, "queue %q not found: no counter sample has it (a sample keeps the first %d queues by name)", queue, s.cfg.ThroughputQueues)
 	}
 	writeJSON(w, http.StatusOK, throughputBody{IntervalSeconds: s.cfg.ThroughputInterval.Seconds(),
 		WindowSeconds: s.cfg.ThroughputWindow.Seconds(), Queue: queue, Samples: points})

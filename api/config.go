@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -31,6 +32,11 @@ const (
 	DefaultThroughputInterval = 5 * time.Second
 	// DefaultThroughputWindow is how far back GET /v1/throughput reaches.
 	DefaultThroughputWindow = 15 * time.Minute
+	// DefaultThroughputQueues bounds the queues whose counters a throughput sample keeps
+	// apart (the others are summed): the known queues' own default bound,
+	// pipeline.DefaultMaxQueues, so that a sample costs at most about 48 KB, and the window's
+	// 181 samples about 9 MB, however many queues Redis lists.
+	DefaultThroughputQueues = pipeline.DefaultMaxQueues
 	// MaxBatchJobs bounds the jobs of one batch POST.
 	MaxBatchJobs = 1000
 )
@@ -41,6 +47,16 @@ type Config struct {
 	// dashboard's own files, as "Authorization: Bearer <token>". Empty: no authentication
 	// (serve the handler on loopback only, or behind a proxy that authenticates).
 	AuthToken string
+	// AllowedHosts are the host names (or addresses) that requests may name in their Host
+	// header when AuthToken is empty, besides the loopback ones (localhost, 127.0.0.0/8,
+	// [::1]), which are always allowed; the port is not compared. Any other Host is answered
+	// 421 Misdirected Request, before anything is read or written: a web page whose name its
+	// owner points at 127.0.0.1 (DNS rebinding) sends its own name as Host, and with no token
+	// nothing else tells it from a local client. List the name a reverse proxy forwards (unless
+	// it rewrites Host to a loopback one). "*" allows every Host, which gives that guard up.
+	// With AuthToken set the Host is not checked: a page cannot send the token it does not
+	// know.
+	AllowedHosts []string
 	// MaxBodyBytes bounds the body of a one-job POST; a larger body is refused with 413
 	// before it is read. Defaults to DefaultMaxBodyBytes. The payload's own limit is the
 	// Client's (pipeline.ClientConfig.MaxPayloadBytes), also answered with 413.
@@ -62,6 +78,10 @@ type Config struct {
 	// ThroughputWindow is how much history GET /v1/throughput keeps. Defaults to
 	// DefaultThroughputWindow.
 	ThroughputWindow time.Duration
+	// ThroughputQueues bounds the queues each throughput sample keeps apart: the first by
+	// name; the others count in the total only, and GET /v1/throughput?queue= of one of them
+	// answers 404. Defaults to DefaultThroughputQueues.
+	ThroughputQueues int
 	// Logger receives one debug line per request and one error line per failure the client
 	// is not told the details of. Defaults to a disabled logger.
 	Logger zerolog.Logger
@@ -81,6 +101,7 @@ func (c Config) withDefaults() Config {
 	c.PollConcurrency = cmp.Or(c.PollConcurrency, DefaultPollConcurrency)
 	c.ThroughputInterval = cmp.Or(c.ThroughputInterval, DefaultThroughputInterval)
 	c.ThroughputWindow = cmp.Or(c.ThroughputWindow, DefaultThroughputWindow)
+	c.ThroughputQueues = cmp.Or(c.ThroughputQueues, DefaultThroughputQueues)
 	return c
 }
 
@@ -108,6 +129,14 @@ func (c Config) validate() error {
 	}
 	if c.ThroughputInterval < 0 {
 		bad("ThroughputInterval %s is negative", c.ThroughputInterval)
+	}
+	for _, h := range c.AllowedHosts {
+		if h != "*" && (hostName(h) == "" || strings.ContainsAny(h, "/ \t@")) {
+			bad("AllowedHosts entry %q: want a host name or address, such as conveyor.example.com", h)
+		}
+	}
+	if c.ThroughputQueues < 0 {
+		bad("ThroughputQueues %d is negative", c.ThroughputQueues)
 	}
 	if c.ThroughputWindow < c.ThroughputInterval {
 		bad("ThroughputWindow %s is shorter than ThroughputInterval %s", c.ThroughputWindow, c.ThroughputInterval)

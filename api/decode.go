@@ -8,6 +8,7 @@ import (
 	"io"
 	"mime"
 	"net/http"
+	"reflect"
 	"regexp"
 	"strings"
 	"time"
@@ -23,26 +24,21 @@ const DefaultUniqueTTL = time.Hour
 // jobBody is one job of a POST, as the client sends it. Durations are Go duration strings
 // ("5s", "1m30s"); run_at is unix milliseconds.
 type jobBody struct {
-	Type       string            `json:"type"`
-	Payload    json.RawMessage   `json:"payload"`
-	Delay      *string           `json:"delay"`
-	RunAt      *int64            `json:"run_at"`
-	MaxRetries *int              `json:"max_retries"`
-	ID         string            `json:"id"`
-	Timeout    *string           `json:"timeout"`
-	Unique     *uniqueBody       `json:"unique"`
-	Metadata   map[string]string `json:"metadata"`
-	Retention  *string           `json:"retention"`
+	Type       string       `json:"type"`
+	Payload    payloadBody  `json:"payload"`
+	Delay      *string      `json:"delay"`
+	RunAt      *int64       `json:"run_at"`
+	MaxRetries *int         `json:"max_retries"`
+	ID         string       `json:"id"`
+	Timeout    *string      `json:"timeout"`
+	Unique     *uniqueBody  `json:"unique"`
+	Metadata   metadataBody `json:"metadata"`
+	Retention  *string      `json:"retention"`
 }
 
 type uniqueBody struct {
 	Key string `json:"key"`
 	TTL string `json:"ttl"`
-}
-
-// batchBody is the body of a batch POST.
-type batchBody struct {
-	Jobs []jobBody `json:"jobs"`
 }
 
 // jobRequest is a decoded, checked job: what Enqueue is called with.
@@ -68,23 +64,25 @@ func requireJSON(r *http.Request) error {
 // the value. Errors are the client's (400) except a body over its limit (413) and a failed
 // read.
 func decodeJSON(r io.Reader, v any) error {
-	// JSON text is UTF-8; encoding/json would replace other bytes with U+FFFD, so an id, a
-	// type or metadata would be stored as something the client did not send. The body is
-	// bounded by the handler's MaxBytesReader, so reading it whole costs no more than decoding.
-	data, err := io.ReadAll(r)
-	if err != nil {
-		return jsonError(err)
-	}
-	if i := invalidUTF8(data); i >= 0 {
-		return badBody("the body is not valid UTF-8 (byte %d): JSON text must be UTF-8", i)
-	}
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.DisallowUnknownFields()
+	dec := newDecoder(r)
 	if err := dec.Decode(v); err != nil {
 		return jsonError(err)
 	}
-	var extra json.RawMessage
-	switch err := dec.Decode(&extra); {
+	return end(dec)
+}
+
+// newDecoder decodes r, refusing unknown fields and bytes that are not UTF-8: encoding/json
+// would replace them with U+FFFD, so an id, a type or metadata would be stored as something
+// the client did not send. It reads r as it goes, so a body costs what its largest value does.
+func newDecoder(r io.Reader) *json.Decoder {
+	dec := json.NewDecoder(&utf8Reader{r: r})
+	dec.DisallowUnknownFields()
+	return dec
+}
+
+// end refuses anything after the body's value.
+func end(dec *json.Decoder) error {
+	switch _, err := dec.Token(); {
 	case errors.Is(err, io.EOF):
 		return nil
 	case err == nil:
@@ -94,19 +92,125 @@ func decodeJSON(r io.Reader, v any) error {
 	}
 }
 
-// invalidUTF8 returns the offset of the first byte of b that is not UTF-8, or -1.
-func invalidUTF8(b []byte) int {
-	if utf8.Valid(b) {
-		return -1
+// utf8Reader passes on the bytes of r while they are UTF-8, holding back the first bytes of a
+// character that the next read completes, and fails at the first byte that is not.
+type utf8Reader struct {
+	r    io.Reader
+	off  int64  // bytes passed on
+	pend []byte // the start of a character cut by the last read
+	err  error
+}
+
+func (u *utf8Reader) Read(p []byte) (int, error) {
+	if u.err != nil {
+		return 0, u.err
 	}
-	for i := 0; i < len(b); {
-		r, size := utf8.DecodeRune(b[i:])
-		if r == utf8.RuneError && size <= 1 {
-			return i
+	if len(p) < utf8.UTFMax {
+		return 0, io.ErrShortBuffer
+	}
+	n := copy(p, u.pend)
+	m, err := u.r.Read(p[n:])
+	n += m
+	i := 0
+	for i < n {
+		if p[i] < utf8.RuneSelf {
+			i++
+			continue
+		}
+		c, size := utf8.DecodeRune(p[i:n])
+		if c == utf8.RuneError && size == 1 {
+			if !utf8.FullRune(p[i:n]) && err == nil {
+				break // cut by the read: the next one completes it
+			}
+			u.err = badBody("the body is not valid UTF-8 (byte %d): JSON text must be UTF-8", u.off+int64(i))
+			u.off += int64(i)
+			if i == 0 {
+				return 0, u.err
+			}
+			return i, nil
 		}
 		i += size
 	}
-	return -1
+	u.pend = append(u.pend[:0], p[i:n]...)
+	u.off += int64(i)
+	return i, err
+}
+
+// payloadBody is a job's payload as compact JSON text, so a resent job matches however it was
+// formatted; nil for null. It is compacted straight from the decoder's buffer: one copy.
+type payloadBody []byte
+
+func (p *payloadBody) UnmarshalJSON(data []byte) error {
+	data = bytes.TrimSpace(data)
+	if bytes.Equal(data, []byte("null")) {
+		*p = nil
+		return nil
+	}
+	var buf bytes.Buffer
+	buf.Grow(len(data))
+	if err := json.Compact(&buf, data); err != nil {
+		return badBody("payload: %s", strings.TrimPrefix(err.Error(), "json: "))
+	}
+	*p = buf.Bytes()
+	return nil
+}
+
+// metadataBody is a job's metadata, decoded without building a map of more entries than a
+// job may have: a body of a million keys would otherwise cost far more than its bytes.
+type metadataBody map[string]string
+
+func (m *metadataBody) UnmarshalJSON(data []byte) error {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	tok, err := dec.Token()
+	if err != nil {
+		return err
+	}
+	if tok == nil {
+		*m = nil
+		return nil
+	}
+	if tok != json.Delim('{') {
+		return &json.UnmarshalTypeError{Value: jsonKind(tok), Type: reflect.TypeFor[map[string]string]()}
+	}
+	out := metadataBody{}
+	for dec.More() {
+		key, err := dec.Token()
+		if err != nil {
+			return err
+		}
+		var v string
+		if err := dec.Decode(&v); err != nil {
+			var typ *json.UnmarshalTypeError
+			if errors.As(err, &typ) {
+				return &json.UnmarshalTypeError{Value: typ.Value, Type: reflect.TypeFor[map[string]string]()}
+			}
+			return err
+		}
+		out[key.(string)] = v
+		if len(out) > pipeline.MaxMetadataEntries {
+			return badArg("metadata has at least %d entries, the limit is %d", len(out), pipeline.MaxMetadataEntries)
+		}
+	}
+	*m = out
+	return nil
+}
+
+// jsonKind names the JSON kind of a token, as encoding/json's type errors do.
+func jsonKind(tok json.Token) string {
+	switch tok.(type) {
+	case json.Delim:
+		if tok == json.Delim('[') {
+			return "array"
+		}
+		return "object"
+	case string:
+		return "string"
+	case bool:
+		return "bool"
+	case nil:
+		return "null"
+	}
+	return "number"
 }
 
 // taskIndex matches the library's name for a batch's task ("task 3: "); the API says jobs[3],
@@ -130,8 +234,9 @@ func jsonError(err error) error {
 	var syntax *json.SyntaxError
 	var typ *json.UnmarshalTypeError
 	var tooBig *http.MaxBytesError
+	var ae *apiError
 	switch {
-	case errors.As(err, &tooBig):
+	case errors.As(err, &tooBig), errors.As(err, &ae):
 		return err
 	case errors.Is(err, io.EOF):
 		return badBody("the body is empty: want a JSON object")
@@ -179,33 +284,95 @@ func decodeJob(r io.Reader, idemKey string) (*jobRequest, error) {
 
 // decodeBatch reads and checks the body of a batch POST. With idemKey, a job that names no
 // id gets "<idemKey>.<index>", so the whole batch can be sent again safely.
+//
+// It decodes the array one job at a time and refuses the job after the MaxBatchJobs'th, so
+// what a body costs is bounded by its largest job and the jobs it may hold, whatever it holds:
+// decoded whole, 16 MiB of {} elements took 2 GB.
 func decodeBatch(r io.Reader, idemKey string) ([]*jobRequest, error) {
-	var b batchBody
-	if err := decodeJSON(r, &b); err != nil {
+	dec := newDecoder(r)
+	tok, err := dec.Token()
+	switch {
+	case err != nil:
+		return nil, jsonError(err)
+	case tok == nil:
+		return nil, badBody(`want {"jobs":[...]}`)
+	case tok != json.Delim('{'):
+		return nil, badBody("want a JSON object, got %s", jsonKind(tok))
+	}
+	var reqs []*jobRequest
+	for dec.More() {
+		key, err := dec.Token()
+		if err != nil {
+			return nil, jsonError(err)
+		}
+		// encoding/json matches field names case-insensitively, as the one-job body does.
+		if !strings.EqualFold(key.(string), "jobs") {
+			return nil, badBody("unknown field %q", key)
+		}
+		// A second "jobs" replaces the first, as encoding/json would.
+		if reqs, err = decodeJobs(dec, idemKey); err != nil {
+			return nil, err
+		}
+	}
+	if _, err := dec.Token(); err != nil { // the closing brace
+		return nil, jsonError(err)
+	}
+	if err := end(dec); err != nil {
 		return nil, err
 	}
 	switch {
-	case b.Jobs == nil:
+	case reqs == nil:
 		return nil, badBody(`want {"jobs":[...]}`)
-	case len(b.Jobs) == 0:
+	case len(reqs) == 0:
 		return nil, badArg("the batch has no jobs")
-	case len(b.Jobs) > MaxBatchJobs:
-		return nil, badArg("the batch has %d jobs, more than the limit of %d: split it", len(b.Jobs), MaxBatchJobs)
-	}
-	reqs := make([]*jobRequest, len(b.Jobs))
-	for i := range b.Jobs {
-		key := ""
-		if idemKey != "" && b.Jobs[i].ID == "" {
-			key = fmt.Sprintf("%s.%d", idemKey, i)
-		}
-		req, err := b.Jobs[i].request(key)
-		if err != nil {
-			ae := toAPIError(err)
-			return nil, &apiError{Status: ae.Status, Code: ae.Code, Message: fmt.Sprintf("jobs[%d]: %s", i, ae.Message)}
-		}
-		reqs[i] = req
 	}
 	return reqs, nil
+}
+
+// decodeJobs reads the value of "jobs": an array of at most MaxBatchJobs jobs (a non-nil
+// slice), or null (nil).
+func decodeJobs(dec *json.Decoder, idemKey string) ([]*jobRequest, error) {
+	tok, err := dec.Token()
+	switch {
+	case err != nil:
+		return nil, jsonError(err)
+	case tok == nil:
+		return nil, nil
+	case tok != json.Delim('['):
+		return nil, badBody("field jobs: want an array of jobs, got %s", jsonKind(tok))
+	}
+	reqs := []*jobRequest{}
+	for i := 0; dec.More(); i++ {
+		if i == MaxBatchJobs {
+			return nil, badArg("the batch has at least %d jobs, the limit is %d: split it", i+1, MaxBatchJobs)
+		}
+		var b jobBody
+		if err := dec.Decode(&b); err != nil {
+			return nil, jobError(i, jsonError(err))
+		}
+		key := ""
+		if idemKey != "" && b.ID == "" {
+			key = fmt.Sprintf("%s.%d", idemKey, i)
+		}
+		req, err := b.request(key)
+		if err != nil {
+			return nil, jobError(i, err)
+		}
+		reqs = append(reqs, req)
+	}
+	if _, err := dec.Token(); err != nil { // the closing bracket
+		return nil, jsonError(err)
+	}
+	return reqs, nil
+}
+
+// jobError names the batch's job i in a refusal of it.
+func jobError(i int, err error) error {
+	var ae *apiError
+	if !errors.As(err, &ae) {
+		return err // a failed read or a body over its limit: not the job's
+	}
+	return &apiError{Status: ae.Status, Code: ae.Code, Message: fmt.Sprintf("jobs[%d]: %s", i, ae.Message)}
 }
 
 // request checks a job body and turns it into a task and its options. The pipeline checks the
@@ -214,15 +381,7 @@ func (b *jobBody) request(idemKey string) (*jobRequest, error) {
 	if b.Type == "" {
 		return nil, badArg("type is required: it selects the handler")
 	}
-	req := &jobRequest{task: pipeline.Task{Type: b.Type, Metadata: b.Metadata}}
-	if p := bytes.TrimSpace(b.Payload); len(p) > 0 && !bytes.Equal(p, []byte("null")) {
-		// Stored as compact JSON text, so a resent job matches however it was formatted.
-		var buf bytes.Buffer
-		if err := json.Compact(&buf, p); err != nil {
-			return nil, badBody("payload: %s", strings.TrimPrefix(err.Error(), "json: "))
-		}
-		req.task.Payload = buf.Bytes()
-	}
+	req := &jobRequest{task: pipeline.Task{Type: b.Type, Metadata: b.Metadata, Payload: b.Payload}}
 	id := b.ID
 	if idemKey != "" {
 		if id != "" && id != idemKey {

@@ -41,6 +41,18 @@
 // session to the API (a loopback server without a token, say) cannot be made to change jobs
 // from elsewhere.
 //
+// Without a token, those routes answer only a request whose Host is a loopback name or address,
+// or one of Config.AllowedHosts; any other gets 421 before anything is read or written. A page
+// that points its own name at 127.0.0.1 (DNS rebinding) sends its own name as Host and Origin,
+// which agree, so only the Host tells it from a local client.
+//
+// # Bounds
+//
+// A batch body is decoded one job at a time and refused at the first bad job or the 1,001st,
+// so a body costs a small multiple of its largest job whatever it holds. A publish to a new
+// queue adds it to the known queues up to the Client's maximum (pipeline.ClientConfig.MaxQueues;
+// past it, 409 with reason too_many_queues), or not at all with ClientConfig.RequireQueues (404).
+//
 // # Long polling
 //
 // GET .../jobs/{id}?wait=30s answers as soon as the job is completed, failed or canceled, or
@@ -55,7 +67,8 @@
 //
 // A sampler reads every queue's counters (Inspector.Queues, one call for all queues) every
 // Config.ThroughputInterval into a ring that spans Config.ThroughputWindow; rates are the
-// differences of consecutive samples. It starts with the Server's first request and stops with
+// differences of consecutive samples. A sample keeps at most Config.ThroughputQueues queues
+// apart and sums the others. It starts with the Server's first request and stops with
 // Close, so a Server that is never mounted costs nothing; one that is mounted and never closed
 // keeps sampling.
 package api

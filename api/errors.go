@@ -25,6 +25,7 @@ const (
 	CodeNotFound             = "not_found"              // 404: no such job, queue or route
 	CodeMethodNotAllowed     = "method_not_allowed"     // 405: the route exists for other methods (see Allow)
 	CodeConflict             = "conflict"               // 409: a refused transition, or an id taken by another job
+	CodeMisdirected          = "misdirected_request"    // 421: a Host this server does not answer without a token (DNS rebinding)
 	CodePayloadTooLarge      = "payload_too_large"      // 413: the body or the payload is over its limit
 	CodeUnsupportedMediaType = "unsupported_media_type" // 415: a POST body that is not application/json
 	CodeInternal             = "internal"               // 500: a bug; the log has the details
@@ -33,11 +34,12 @@ const (
 
 // Reasons refine CodeConflict (the error's "reason" field).
 const (
-	ReasonIDTaken       = "id_taken"       // the id names a job with another type or payload
-	ReasonNotCancelable = "not_cancelable" // the job already finished
-	ReasonNotDead       = "not_dead"       // the job is not in the dead set
-	ReasonUniqueHeld    = "unique_held"    // another live job holds the job's unique key
-	ReasonQueueBusy     = "queue_busy"     // the queue has unfinished jobs
+	ReasonIDTaken       = "id_taken"        // the id names a job with another type or payload
+	ReasonNotCancelable = "not_cancelable"  // the job already finished
+	ReasonNotDead       = "not_dead"        // the job is not in the dead set
+	ReasonUniqueHeld    = "unique_held"     // another live job holds the job's unique key
+	ReasonQueueBusy     = "queue_busy"      // the queue has unfinished jobs
+	ReasonTooManyQueues = "too_many_queues" // the queue is new and the known queues are at their maximum
 )
 
 // apiError is an error with the status and body it is answered with.
@@ -87,6 +89,8 @@ func toAPIError(err error) *apiError {
 		return &apiError{Status: http.StatusConflict, Code: CodeConflict, Reason: ReasonNotDead, Message: message(err)}
 	case errors.Is(err, pipeline.ErrUniqueHeld):
 		return &apiError{Status: http.StatusConflict, Code: CodeConflict, Reason: ReasonUniqueHeld, Message: message(err)}
+	case errors.Is(err, pipeline.ErrTooManyQueues):
+		return &apiError{Status: http.StatusConflict, Code: CodeConflict, Reason: ReasonTooManyQueues, Message: message(err)}
 	case errors.Is(err, pipeline.ErrQueueBusy):
 		return &apiError{Status: http.StatusConflict, Code: CodeConflict, Reason: ReasonQueueBusy, Message: message(err)}
 	case errors.Is(err, pipeline.ErrNotFound):

@@ -1,5 +1,7 @@
 package api
 
+import "context"
+
 // Waiting returns how many long polls wait now.
 func (s *Server) Waiting() int { return s.waits.waiting() }
 
@@ -10,4 +12,18 @@ func (s *Server) Routes() []string {
 		out[i] = rt.method + " " + rt.pattern
 	}
 	return out
+}
+
+// SampleThroughput takes one throughput sample now.
+func (s *Server) SampleThroughput() { s.sampler.sample(context.Background()) }
+
+// ThroughputQueues returns the most queues one retained throughput sample holds.
+func (s *Server) ThroughputQueues() int {
+	s.sampler.mu.Lock()
+	defer s.sampler.mu.Unlock()
+	n := 0
+	for _, snap := range s.sampler.ring {
+		n = max(n, len(snap.names))
+	}
+	return n
 }

@@ -135,28 +135,51 @@ type apiJob struct {
 // request sends a request with the headers given as "Name: value" strings, and none other.
 func (e *apiEnv) request(method, path, body string, headers ...string) apiResp {
 	e.t.Helper()
+	return e.send("", method, path, body, headers...)
+}
+
+// send is request with the Host header host (the URL's when empty).
+func (e *apiEnv) send(host, method, path, body string, headers ...string) apiResp {
+	e.t.Helper()
 	var rd io.Reader
 	if body != "" {
 		rd = strings.NewReader(body)
 	}
 	req, err := http.NewRequestWithContext(e.t.Context(), method, e.http.URL+path, rd)
 	require.NoError(e.t, err)
+	if host != "" {
+		req.Host = host
+	}
 	for _, h := range headers {
 		k, v, ok := strings.Cut(h, ": ")
 		require.True(e.t, ok, h)
 		req.Header.Set(k, v)
 	}
-	res, err := e.http.Client().Do(req)
+	r, err := e.roundTrip(req)
 	require.NoError(e.t, err)
+	return r
+}
+
+// roundTrip sends req and reads the answer whole.
+func (e *apiEnv) roundTrip(req *http.Request) (apiResp, error) {
+	res, err := e.http.Client().Do(req)
+	if err != nil {
+		return apiResp{}, err
+	}
 	defer res.Body.Close()
 	b, err := io.ReadAll(res.Body)
-	require.NoError(e.t, err)
-	return apiResp{status: res.StatusCode, header: res.Header, body: b}
+	return apiResp{status: res.StatusCode, header: res.Header, body: b}, err
 }
 
 // do sends a request as a well-behaved client does: JSON bodies with their Content-Type, and
 // X-Conveyor-Request: 1 on mutating requests.
 func (e *apiEnv) do(method, path, body string, headers ...string) apiResp {
+	e.t.Helper()
+	return e.hostRequest("", method, path, body, headers...)
+}
+
+// hostRequest is do with the Host header host (the URL's when empty).
+func (e *apiEnv) hostRequest(host, method, path, body string, headers ...string) apiResp {
 	e.t.Helper()
 	if body != "" {
 		headers = append(headers, "Content-Type: application/json")
@@ -164,7 +187,7 @@ func (e *apiEnv) do(method, path, body string, headers ...string) apiResp {
 	if method != http.MethodGet {
 		headers = append(headers, "X-Conveyor-Request: 1")
 	}
-	return e.request(method, path, body, headers...)
+	return e.send(host, method, path, body, headers...)
 }
 
 // post publishes a job body to the env's queue and requires want.

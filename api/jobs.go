@@ -30,7 +30,7 @@ func (s *Server) enqueue(w http.ResponseWriter, r *http.Request) error {
 	}
 	job, err := s.client.Enqueue(r.Context(), queue, req.task, req.opts...)
 	if err != nil {
-		return err
+		return publishError(err, queue)
 	}
 	w.Header().Set("Location", jobPath(queue, job.ID))
 	status := http.StatusAccepted
@@ -39,6 +39,17 @@ func (s *Server) enqueue(w http.ResponseWriter, r *http.Request) error {
 	}
 	writeJSON(w, status, job)
 	return nil
+}
+
+// publishError names the queue to create when a publish was refused for want of it: a Client
+// made with RequireQueues (conveyor serve --create-queues=false) publishes only to known queues.
+func publishError(err error, queue string) error {
+	if errors.Is(err, pipeline.ErrQueueNotFound) {
+		return errorf(http.StatusNotFound, CodeNotFound, "queue %s does not exist, and this server publishes only to "+
+			"existing queues (conveyor serve --create-queues=false): create it first with PUT %s or `conveyor queues create %s`",
+			queue, "/v1/queues/"+url.PathEscape(queue), queue)
+	}
+	return err
 }
 
 // jobsBody is the JSON of a list of jobs.
@@ -68,7 +79,7 @@ func (s *Server) enqueueBatch(w http.ResponseWriter, r *http.Request) error {
 			return &apiError{Status: http.StatusConflict, Code: CodeConflict, Reason: ReasonIDTaken,
 				Message: message(err) + "\nthe batch's other jobs were accepted: send it again without these to read them"}
 		}
-		return batchError(err)
+		return batchError(publishError(err, queue))
 	}
 	status := http.StatusOK // every job was a repeat, unless one was new
 	for _, j := range jobs {

@@ -1,6 +1,7 @@
 package api_test
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -285,7 +286,7 @@ func TestGetAndWait(t *testing.T) {
 		t.Parallel()
 		e := apiSetup(t, apiEnvOpts{cfg: api.Config{MaxWait: 100 * time.Millisecond}})
 		id := e.post(`{"type":"echo","delay":"1h"}`, http.StatusAccepted).job(t).ID
-		r := e.do("GET", e.jobs()+"/"+id+"?wait=1h", "")
+		r := e.getWithin(pollDeadline, e.jobs()+"/"+id+"?wait=1h", "?wait=1h is not cut to MaxWait (100ms)")
 		require.Equal(t, http.StatusOK, r.status, "%s", r.body)
 		require.Equal(t, "scheduled", r.job(t).Status)
 	})
@@ -295,8 +296,7 @@ func TestGetAndWait(t *testing.T) {
 		e := apiSetup(t, apiEnvOpts{})
 		id := e.post(`{"type":"echo","delay":"1h"}`, http.StatusAccepted).job(t).ID
 		e.do("DELETE", e.jobs()+"/"+id, "")
-		// Were it not answered at once, MaxWait (60s) would fail the test's deadline.
-		j := e.do("GET", e.jobs()+"/"+id+"?wait=60s", "").job(t)
+		j := e.getWithin(pollDeadline, e.jobs()+"/"+id+"?wait=60s", "a long poll on a final job waits").job(t)
 		require.Equal(t, "canceled", j.Status)
 	})
 
@@ -356,4 +356,24 @@ func TestFind(t *testing.T) {
 
 	r = e.do("GET", "/v1/jobs/a%20b", "")
 	require.Equal(t, http.StatusBadRequest, r.status, "%s", r.body)
+}
+
+// pollDeadline bounds a long poll that must end long before its ?wait=: far above any answer
+// time on a loaded machine, far below the wait (and the test binary's -timeout), so a broken
+// cap fails in seconds with what broke rather than hanging the package.
+const pollDeadline = 20 * time.Second
+
+// getWithin GETs path and fails the test with why when no answer comes within d.
+func (e *apiEnv) getWithin(d time.Duration, path, why string) apiResp {
+	e.t.Helper()
+	ctx, cancel := context.WithTimeout(e.t.Context(), d)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, "GET", e.http.URL+path, nil)
+	require.NoError(e.t, err)
+	r, err := e.roundTrip(req)
+	if ctx.Err() != nil {
+		e.t.Fatalf("GET %s: no answer within %s: %s", path, d, why)
+	}
+	require.NoError(e.t, err)
+	return r
 }

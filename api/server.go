@@ -5,7 +5,9 @@ import (
 	"crypto/subtle"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
+	"net/netip"
 	"net/url"
 	"runtime/debug"
 	"slices"
@@ -27,6 +29,7 @@ type Server struct {
 	cfg       Config
 	log       zerolog.Logger
 	token     [sha256.Size]byte // of cfg.AuthToken
+	hosts     map[string]bool   // cfg.AllowedHosts, normalized (hostName); nil: every Host
 	mux       *http.ServeMux
 	routes    []route
 
@@ -53,9 +56,15 @@ func New(client *pipeline.Client, inspector *pipeline.Inspector, cfg Config) (*S
 	if cfg.AuthToken != "" {
 		s.token = sha256.Sum256([]byte(cfg.AuthToken))
 	}
+	if !slices.Contains(cfg.AllowedHosts, "*") {
+		s.hosts = map[string]bool{}
+		for _, h := range cfg.AllowedHosts {
+			s.hosts[hostName(h)] = true
+		}
+	}
 	s.waits = newPoller(client.Get, cfg.PollInterval, cfg.PollConcurrency,
 		s.log.With().Str("component", "long_poll").Logger())
-	s.sampler = newSampler(inspector.Queues, cfg.ThroughputInterval, cfg.ThroughputWindow,
+	s.sampler = newSampler(inspector.Queues, cfg.ThroughputInterval, cfg.ThroughputWindow, cfg.ThroughputQueues,
 		s.log.With().Str("component", "throughput").Logger())
 	s.routes = s.table()
 	s.register()
@@ -205,8 +214,15 @@ func (s *Server) wrap(rt route) http.Handler {
 	})
 }
 
-// admit checks the token and, for mutating requests, the cross-site rule.
+// admit checks the Host (without a token) or the token, and, for mutating requests, the
+// cross-site rule.
 func (s *Server) admit(rt route, r *http.Request) error {
+	if rt.access == authed && s.cfg.AuthToken == "" && !s.hostAllowed(r.Host) {
+		return errorf(http.StatusMisdirectedRequest, CodeMisdirected,
+			"this server does not answer for host %q: without an API token it answers only loopback names "+
+				"(localhost, 127.0.0.1, [::1]) and its allowed hosts (conveyor serve --allowed-host), "+
+				"which keeps web pages that rebind their own name to this address out", r.Host)
+	}
 	if rt.access == authed && s.cfg.AuthToken != "" {
 		got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
 		sum := sha256.Sum256([]byte(strings.TrimSpace(got)))
@@ -221,6 +237,32 @@ func (s *Server) admit(rt route, r *http.Request) error {
 		return crossSite(r)
 	}
 	return nil
+}
+
+// hostAllowed reports whether a request naming host (its Host header) may be answered without
+// a token: a loopback name or address, or one of Config.AllowedHosts. Only names matter to DNS
+// rebinding, but a literal address other than loopback is refused too unless allowed: it names
+// an interface that --addr did not choose.
+func (s *Server) hostAllowed(host string) bool {
+	if s.hosts == nil {
+		return true
+	}
+	name := hostName(host)
+	if name == "localhost" || s.hosts[name] {
+		return true
+	}
+	ip, err := netip.ParseAddr(name)
+	return err == nil && ip.IsLoopback()
+}
+
+// hostName is the host of a Host header or an AllowedHosts entry, compared as DNS does:
+// without its port or IPv6 brackets, in lower case, without a final dot.
+func hostName(host string) string {
+	if h, _, err := net.SplitHostPort(host); err == nil {
+		host = h
+	}
+	host = strings.TrimSuffix(strings.TrimPrefix(host, "["), "]")
+	return strings.TrimSuffix(strings.ToLower(host), ".")
 }
 
 // crossSite refuses a mutating request that a page of another site could have sent: it must

@@ -324,6 +324,7 @@ func TestNewRefusesInvalidConfig(t *testing.T) {
 		"MaxBodyBytes":     {MaxBodyBytes: -1},
 		"PollConcurrency":  {PollConcurrency: -1},
 		"ThroughputWindow": {ThroughputInterval: time.Minute, ThroughputWindow: time.Second},
+		"AllowedHosts":     {AllowedHosts: []string{"http://proxy.example/"}},
 	} {
 		t.Run(name, func(t *testing.T) {
 			s, err := api.New(client, insp, cfg)
@@ -332,4 +333,85 @@ func TestNewRefusesInvalidConfig(t *testing.T) {
 			require.Nil(t, s)
 		})
 	}
+}
+
+// DNS rebinding: a page of evil.example whose name the attacker re-points at 127.0.0.1 sends
+// requests that carry Host and Origin of evil.example, which agree with each other. Without a
+// token, a Host that is not loopback (nor allowed) is refused with 421 before anything is read
+// or written.
+func TestDNSRebinding(t *testing.T) {
+	t.Parallel()
+	e := apiSetup(t, apiEnvOpts{})
+	_, port, err := net.SplitHostPort(strings.TrimPrefix(e.http.URL, "http://"))
+	require.NoError(t, err)
+	evil := "evil.example:" + port
+	id := e.seed(pipeline.StatusFailed)
+	before := redisContents(t, e)
+
+	r := e.hostRequest(evil, "POST", e.jobs(), `{"type":"http","payload":{"url":"http://169.254.169.254/"}}`,
+		"Origin: http://"+evil)
+	require.Equal(t, http.StatusMisdirectedRequest, r.status, "%s", r.body)
+	require.Equal(t, "misdirected_request", r.apiErr(t).Code)
+	for _, tc := range []struct{ method, path string }{
+		{"GET", "/v1/queues"},
+		{"GET", e.jobs() + "/" + id},
+		{"GET", "/v1/jobs/" + id},
+		{"DELETE", "/v1/queues/" + e.queue + "/dead/" + id},
+		{"POST", "/v1/queues/" + e.queue + "/dead:replay"},
+		{"PUT", "/v1/queues/made-up"},
+		{"GET", "/v1/nope"},
+	} {
+		r := e.hostRequest(evil, tc.method, tc.path, "", "Origin: http://"+evil)
+		require.Equal(t, http.StatusMisdirectedRequest, r.status, "%s %s: %s", tc.method, tc.path, r.body)
+		require.NotContains(t, string(r.body), id, "%s %s", tc.method, tc.path)
+	}
+	require.Equal(t, before, redisContents(t, e), "the refused requests wrote nothing")
+
+	// Loopback names and addresses pass, as do health checks from anywhere.
+	for _, host := range []string{"127.0.0.1:" + port, "localhost:" + port, "LOCALHOST", "127.1.2.3:" + port, "[::1]:" + port, "localhost."} {
+		r := e.hostRequest(host, "GET", "/v1/queues", "")
+		require.Equal(t, http.StatusOK, r.status, "%s: %s", host, r.body)
+	}
+	for _, host := range []string{"localhost.evil.example", "127.0.0.1.evil.example", "[::2]:" + port, "0x7f000001"} {
+		r := e.hostRequest(host, "GET", "/v1/queues", "")
+		require.Equal(t, http.StatusMisdirectedRequest, r.status, "%q: %s", host, r.body)
+	}
+	for _, path := range []string{"/healthz", "/readyz"} {
+		r := e.hostRequest(evil, "GET", path, "")
+		require.Equal(t, http.StatusOK, r.status, "%s: %s", path, r.body)
+	}
+
+	t.Run("AllowedHosts", func(t *testing.T) {
+		t.Parallel()
+		e := apiSetup(t, apiEnvOpts{cfg: api.Config{AllowedHosts: []string{"Proxy.Example:443", "10.0.0.7"}}})
+		for host, want := range map[string]int{"proxy.example": 200, "proxy.example.:8080": 200, "10.0.0.7:80": 200,
+			"localhost:1": 200, "evil.example": 421, "sub.proxy.example": 421} {
+			r := e.hostRequest(host, "GET", "/v1/queues", "")
+			require.Equal(t, want, r.status, "%s: %s", host, r.body)
+		}
+		e = apiSetup(t, apiEnvOpts{cfg: api.Config{AllowedHosts: []string{"*"}}})
+		require.Equal(t, http.StatusOK, e.hostRequest("evil.example", "GET", "/v1/queues", "").status)
+	})
+	// With a token the Host is not checked: the token is what a rebinding page cannot send.
+	t.Run("Token", func(t *testing.T) {
+		t.Parallel()
+		e := apiSetup(t, apiEnvOpts{cfg: api.Config{AuthToken: "tok"}})
+		require.Equal(t, http.StatusUnauthorized, e.hostRequest(evil, "GET", "/v1/queues", "").status)
+		require.Equal(t, http.StatusOK, e.hostRequest(evil, "GET", "/v1/queues", "", "Authorization: Bearer tok").status)
+	})
+}
+
+// redisContents is every key under the env's prefix with its DUMP, and the members of the
+// known-queues set.
+func redisContents(t *testing.T, e *apiEnv) map[string]string {
+	t.Helper()
+	out := map[string]string{}
+	iter := e.rdb.Scan(t.Context(), 0, e.prefix+"*", 1000).Iterator()
+	for iter.Next(t.Context()) {
+		v, err := e.rdb.Dump(t.Context(), iter.Val()).Result()
+		require.NoError(t, err, iter.Val())
+		out[iter.Val()] = v
+	}
+	require.NoError(t, iter.Err())
+	return out
 }

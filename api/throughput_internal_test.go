@@ -17,7 +17,7 @@ func TestSamplerRates(t *testing.T) {
 	var stats []*pipeline.QueueStats
 	var fail error
 	s := newSampler(func(context.Context) ([]*pipeline.QueueStats, error) { return stats, fail },
-		5*time.Second, 20*time.Second, zerolog.Nop())
+		5*time.Second, 20*time.Second, DefaultThroughputQueues, zerolog.Nop())
 	t0 := time.UnixMilli(1_700_000_000_000)
 	now := t0
 	s.now = func() time.Time { return now }
@@ -76,7 +76,7 @@ func TestSamplerStartStop(t *testing.T) {
 		default:
 		}
 		return nil, nil
-	}, time.Millisecond, time.Second, zerolog.Nop())
+	}, time.Millisecond, time.Second, DefaultThroughputQueues, zerolog.Nop())
 	s.close() // before start: nothing runs, nothing waits
 	s.start()
 	<-s.first
@@ -88,7 +88,7 @@ func TestSamplerStartStop(t *testing.T) {
 		default:
 		}
 		return nil, nil
-	}, time.Millisecond, time.Second, zerolog.Nop())
+	}, time.Millisecond, time.Second, DefaultThroughputQueues, zerolog.Nop())
 	s.start()
 	s.start()
 	<-s.first
@@ -96,4 +96,41 @@ func TestSamplerStartStop(t *testing.T) {
 	<-reads // it keeps sampling
 	s.close()
 	s.close()
+}
+
+// A sample keeps the counters of its first queues by name, up to the bound, apart, and sums
+// the others: the total counts them while they stay the same queues, a queue that moves from
+// the sum to the kept ones does not count its whole counter as one interval's, and samples of
+// the same queues share one slice of names.
+func TestSamplerBound(t *testing.T) {
+	t.Parallel()
+	var stats []*pipeline.QueueStats
+	s := newSampler(func(context.Context) ([]*pipeline.QueueStats, error) { return stats, nil },
+		time.Second, time.Minute, 2, zerolog.Nop())
+	now := time.UnixMilli(1_700_000_000_000)
+	s.now = func() time.Time { return now }
+	step := func(st ...*pipeline.QueueStats) {
+		now = now.Add(time.Second)
+		stats = st
+		s.sample(t.Context())
+	}
+	q := func(name string, completed int64) *pipeline.QueueStats {
+		return &pipeline.QueueStats{Queue: name, Completed: completed}
+	}
+	step(q("d", 1000), q("b", 10), q("a", 10), q("c", 100))
+	step(q("a", 11), q("b", 12), q("c", 103), q("d", 1004))
+	step(q("b", 13), q("c", 104), q("d", 1005)) // a is gone: c moves from the sum to the kept
+	require.Len(t, s.ring[0].names, 2)
+	require.Equal(t, []string{"a", "b"}, s.ring[0].names)
+	require.Same(t, &s.ring[0].names[0], &s.ring[1].names[0], "the same queues share their names")
+
+	points, known := s.rates("")
+	require.True(t, known)
+	require.Equal(t, []float64{1 + 2 + 3 + 4, 1}, []float64{points[0].Completed, points[1].Completed},
+		"the sum counts c and d while they stay summed; then c is not counted from zero, d's sum changed set")
+	points, known = s.rates("c")
+	require.True(t, known)
+	require.Equal(t, []float64{0, 0}, []float64{points[0].Completed, points[1].Completed})
+	_, known = s.rates("d")
+	require.False(t, known, "d was never kept apart")
 }

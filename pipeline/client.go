@@ -65,6 +65,15 @@ type ClientConfig struct {
 	// wait (default DefaultReplicaTimeout). Zero waits for none.
 	Replicas       int
 	ReplicaTimeout time.Duration
+	// MaxQueues bounds the known queues: Enqueue to a queue that is not known yet fails with
+	// ErrTooManyQueues once there are this many (whoever added them). Defaults to
+	// DefaultMaxQueues. The Client remembers at most this many queues it registered.
+	MaxQueues int
+	// RequireQueues makes Enqueue and EnqueueBatch refuse a queue that is not known yet
+	// (created by Inspector.CreateQueue, a worker or an earlier publish) with an error wrapping
+	// ErrQueueNotFound, instead of adding it: for a publisher whose queue names come from
+	// others (conveyor serve --create-queues=false).
+	RequireQueues bool
 }
 
 // NoRetries, as ClientConfig.MaxRetries, makes jobs run once unless WithMaxRetries says more.
@@ -74,14 +83,25 @@ const NoRetries = -1
 // Administration (listing jobs by status, replaying and purging dead jobs, deleting a queue) is
 // the Inspector's.
 type Client struct {
-	rdb   redis.UniversalClient
-	cfg   ClientConfig
-	err   error        // an unusable config: every call returns it
-	known sync.Map     // queue name -> *keys.Queue, for queues already in the known-queues set
-	parts sync.Map     // queue name -> *partCount, for queues enqueued to or read (bounded)
-	nread atomic.Int64 // queues that calls which only read added to parts
-	tags  sync.Map     // partition name (q#i) -> *keys.Queue, for partitions enqueued to
+	rdb    redis.UniversalClient
+	cfg    ClientConfig
+	err    error        // an unusable config: every call returns it
+	known  sync.Map     // queue name -> *knownQueue, for queues found in the known-queues set
+	nknown atomic.Int64 // entries of known, at most cfg.MaxQueues
+	parts  sync.Map     // queue name -> *partCount, for queues enqueued to or read (bounded)
+	nread  atomic.Int64 // queues that calls which only read added to parts
+	tags   sync.Map     // partition name (q#i) -> *keys.Queue, for partitions enqueued to
 }
+
+// knownQueue is a queue found in the known-queues set at a time, with its key names.
+type knownQueue struct {
+	q  keys.Queue
+	at time.Time
+}
+
+// knownTTL is how long a Client trusts that a queue it registered is still known: a queue
+// deleted elsewhere is added again (or, with RequireQueues, refused) within this time.
+const knownTTL = partitionsTTL
 
 // partCount is a queue's partition count as read at a time.
 type partCount struct {
@@ -109,6 +129,9 @@ func NewClient(rdb redis.UniversalClient, cfg ClientConfig) *Client {
 	if cfg.MinRetention < 0 {
 		errs = append(errs, invalid("min retention %s is negative", cfg.MinRetention))
 	}
+	if cfg.MaxQueues < 0 {
+		errs = append(errs, invalid("max queues %d is negative", cfg.MaxQueues))
+	}
 	if err := (replicas{n: cfg.Replicas, timeout: cfg.ReplicaTimeout}).check("client"); err != nil {
 		errs = append(errs, err)
 	}
@@ -125,6 +148,7 @@ func NewClient(rdb redis.UniversalClient, cfg ClientConfig) *Client {
 	}
 	cfg.Retention = cmp.Or(cfg.Retention, DefaultRetention)
 	cfg.MinRetention = cmp.Or(cfg.MinRetention, DefaultMinRetention)
+	cfg.MaxQueues = cmp.Or(cfg.MaxQueues, DefaultMaxQueues)
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
@@ -227,8 +251,8 @@ func (c *Client) EnqueueBatch(ctx context.Context, queue string, tasks []Task, o
 const maxReadCounts = 4096
 
 // partitions returns queue's partition count, read from Redis at most every partitionsTTL.
-// publish says the call publishes to queue: its count is always cached (as its keys are, in
-// known), while calls that only read cache the counts of at most maxReadCounts queues.
+// publish says the call publishes to queue: the count of a known queue is always cached (as its
+// keys are, in known), while other calls cache the counts of at most maxReadCounts queues.
 func (c *Client) partitions(ctx context.Context, queue string, publish bool) (int, error) {
 	v, ok := c.parts.Load(queue)
 	if ok {
@@ -240,8 +264,11 @@ func (c *Client) partitions(ctx context.Context, queue string, publish bool) (in
 	if err != nil {
 		return 0, err
 	}
-	if publish || ok || c.nread.Load() < maxReadCounts {
-		if _, loaded := c.parts.Swap(queue, &partCount{p: p, read: time.Now()}); !loaded && !publish {
+	// A queue published to is cached once it is known (so at most MaxQueues of them); before,
+	// as calls that only read, so that made-up names cannot grow the cache either.
+	known := publish && c.registered(queue)
+	if known || ok || c.nread.Load() < maxReadCounts {
+		if _, loaded := c.parts.Swap(queue, &partCount{p: p, read: time.Now()}); !loaded && !known {
 			c.nread.Add(1)
 		}
 	}
@@ -497,15 +524,39 @@ func retentionMS(d time.Duration) int64 {
 }
 
 func (c *Client) registerQueue(ctx context.Context, queue string) error {
-	if _, ok := c.known.Load(queue); ok {
+	now := c.cfg.Now()
+	v, cached := c.known.Load(queue)
+	if cached && now.Sub(v.(*knownQueue).at) < knownTTL {
 		return nil
 	}
-	if err := c.rdb.SAdd(ctx, keys.Queues(c.cfg.Prefix), queue).Err(); err != nil {
-		return fmt.Errorf("register queue %s: %w", queue, err)
+	if err := addQueue(ctx, c.rdb, c.cfg.Prefix, queue, c.cfg.MaxQueues, c.cfg.RequireQueues); err != nil {
+		if cached && (errors.Is(err, ErrQueueNotFound) || errors.Is(err, ErrTooManyQueues)) {
+			if c.known.CompareAndDelete(queue, v) {
+				c.nknown.Add(-1)
+			}
+		}
+		return err
 	}
-	q := c.keys(queue)
-	c.known.Store(queue, &q)
+	k := &knownQueue{q: keys.New(c.cfg.Prefix, queue), at: now}
+	if cached {
+		c.known.CompareAndSwap(queue, v, k)
+		return nil
+	}
+	// Remembered up to the bound, so that names a caller makes up cannot grow the cache
+	// whatever Redis holds; past it, each publish asks Redis again.
+	if c.nknown.Add(1) <= int64(c.cfg.MaxQueues) {
+		if _, loaded := c.known.LoadOrStore(queue, k); !loaded {
+			return nil
+		}
+	}
+	c.nknown.Add(-1)
 	return nil
+}
+
+// registered reports whether queue is in the client's cache of known queues.
+func (c *Client) registered(queue string) bool {
+	_, ok := c.known.Load(queue)
+	return ok
 }
 
 // validate checks a queue name and, unless empty, a job id, wrapping ErrInvalid.
@@ -533,7 +584,7 @@ func (c *Client) check(queue, id string) error {
 // names are built per call: the cache must not grow with names a caller makes up.
 func (c *Client) keys(queue string) keys.Queue {
 	if k, ok := c.known.Load(queue); ok {
-		return *k.(*keys.Queue)
+		return k.(*knownQueue).q
 	}
 	return keys.New(c.cfg.Prefix, queue)
 }

@@ -51,12 +51,17 @@ type InspectorConfig struct {
 	// Now returns the current time (the time of a cancel or a replay); tests may replace it.
 	// Ages (PurgeAll) are measured by Redis's clock instead. Defaults to time.Now.
 	Now func() time.Time
+	// MaxQueues bounds the known queues as ClientConfig.MaxQueues does: CreateQueue of a new
+	// queue fails with ErrTooManyQueues once there are this many. Defaults to
+	// DefaultMaxQueues.
+	MaxQueues int
 }
 
 func (c InspectorConfig) withDefaults() InspectorConfig {
 	c.Prefix = cmp.Or(c.Prefix, keys.DefaultPrefix)
 	c.Retention = cmp.Or(c.Retention, DefaultRetention)
 	c.MinRetention = cmp.Or(c.MinRetention, DefaultMinRetention)
+	c.MaxQueues = cmp.Or(c.MaxQueues, DefaultMaxQueues)
 	if c.Now == nil {
 		c.Now = time.Now
 	}
@@ -72,6 +77,9 @@ func (c InspectorConfig) validate() error {
 	}
 	if c.MinRetention < 0 {
 		errs = append(errs, invalid("min retention %s is negative", c.MinRetention))
+	}
+	if c.MaxQueues < 0 {
+		errs = append(errs, invalid("max queues %d is negative", c.MaxQueues))
 	}
 	return errors.Join(errs...)
 }

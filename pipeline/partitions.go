@@ -258,7 +258,7 @@ func (i *Inspector) CreateQueue(ctx context.Context, queue string, opts QueueOpt
 			return nil, fmt.Errorf("create queue %s: %w", queue, err)
 		}
 	}
-	if err := i.rdb.SAdd(ctx, keys.Queues(i.cfg.Prefix), queue).Err(); err != nil {
+	if err := addQueue(ctx, i.rdb, i.cfg.Prefix, queue, i.cfg.MaxQueues, false); err != nil {
 		return nil, fmt.Errorf("create queue %s: %w", queue, err)
 	}
 	return &QueueInfo{Queue: queue, Partitions: p}, nil

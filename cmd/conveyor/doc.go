@@ -11,7 +11,7 @@
 //	conveyor dead list    [--queue Q] [--limit N] [--cursor C] [--json]
 //	conveyor dead replay  [--queue Q] (ID... | --all) [--json]
 //	conveyor dead purge   [--queue Q] (ID... | --all [--older-than DUR]) [--dry-run] [--json]
-//	conveyor serve      [--addr A] [--auth-token T] [--insecure] [--max-wait DUR]
+//	conveyor serve      [--addr A] [--auth-token T] [--insecure] [--allowed-host H]... [--max-queues N] [--create-queues=false] [--max-wait DUR]
 //	conveyor doctor     [--json]
 //	conveyor handlers   [--json]
 //	conveyor bench      [--jobs N] [--payload-bytes B] [--concurrency C] [--mode live|drain] [--json]

@@ -65,6 +65,9 @@ var envVars = []envVar{
 	{envTLSServerName, "", "tls-server-name"},
 	{envAPIAddr, "serve", "addr"},
 	{envAPIToken, "serve", "auth-token"},
+	{envAPIAllowedHosts, "serve", "allowed-host"},
+	{envAPIMaxQueues, "serve", "max-queues"},
+	{envAPICreateQueues, "serve", "create-queues"},
 }
 
 // commands builds the subcommands. Each subcommand's file adds itself from its init, so a new

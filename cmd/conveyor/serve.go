@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"strconv"
 	"strings"
 	"time"
 
@@ -16,14 +17,19 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/conveyorq/conveyor/api"
+	"github.com/conveyorq/conveyor/pipeline"
 )
 
 func init() { addCommand(newServeCmd) }
 
 const (
-	envAPIToken      = "CONVEYOR_API_TOKEN"
-	envAPIAddr       = "CONVEYOR_API_ADDR"
-	defaultServeAddr = "127.0.0.1:8080"
+	envAPIToken = "CONVEYOR_API_TOKEN"
+	envAPIAddr  = "CONVEYOR_API_ADDR"
+	// envAPIAllowedHosts is --allowed-host's variable: names separated by commas.
+	envAPIAllowedHosts = "CONVEYOR_API_ALLOWED_HOSTS"
+	envAPIMaxQueues    = "CONVEYOR_API_MAX_QUEUES"
+	envAPICreateQueues = "CONVEYOR_API_CREATE_QUEUES"
+	defaultServeAddr   = "127.0.0.1:8080"
 	// probeTimeout bounds `serve --probe`.
 	probeTimeout = 3 * time.Second
 )
@@ -46,8 +52,12 @@ type serveFlags struct {
 	insecure bool
 	maxWait  time.Duration
 	probe    string
+	// allowedHosts are --allowed-host's names; check adds --addr's host to them.
+	allowedHosts []string
+	maxQueues    int
+	createQueues bool
 
-	tokenGiven, addrGiven bool
+	tokenGiven, addrGiven, allowedGiven, maxQueuesGiven, createGiven bool
 }
 
 func newServeCmd(a *app) *cobra.Command {
@@ -63,6 +73,13 @@ With --auth-token (or $` + envAPIToken + `; the flag wins) every API call needs 
 serve then listens on a loopback address only (the default, ` + defaultServeAddr + `) and refuses
 any other --addr unless --insecure says so (a proxy in front that authenticates, say).
 Prefer the environment variable to the flag: a flag's value shows in the process list.
+Without a token serve also answers only requests whose Host is a loopback name (localhost,
+127.0.0.1, [::1]), --addr's host or an --allowed-host (a reverse proxy's name); others get 421,
+so that a web page which points its own name at this address (DNS rebinding) gets nothing.
+
+A POST to a queue that does not exist creates it, up to --max-queues known queues (then 409:
+every queue costs on every listing and in /metrics); with --create-queues=false it gets 404
+until the queue is created (PUT /v1/queues/Q or conveyor queues create Q).
 
 GET /metrics (behind the token too) serves Prometheus metrics: every queue's jobs by state and
 its counters, read from Redis at most every 5s however often it is scraped.
@@ -75,12 +92,16 @@ lets other requests finish, and exits 0.
 health checks in images without curl (conveyor serve --probe http://127.0.0.1:8080/readyz).`,
 		Example: `  conveyor serve
   CONVEYOR_API_TOKEN=$(openssl rand -hex 32) conveyor serve --addr :8080
-  conveyor serve --addr 0.0.0.0:8080 --insecure   # behind an authenticating proxy`,
+  conveyor serve --addr 0.0.0.0:8080 --insecure --allowed-host jobs.example.com   # behind an authenticating proxy
+  conveyor serve --create-queues=false   # publish only to queues made by conveyor queues create`,
 		Args:        noArgs,
 		Annotations: map[string]string{annotationEndsOnSignal: ""},
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			sf.tokenGiven = cmd.Flags().Changed("auth-token")
 			sf.addrGiven = cmd.Flags().Changed("addr")
+			sf.allowedGiven = cmd.Flags().Changed("allowed-host")
+			sf.maxQueuesGiven = cmd.Flags().Changed("max-queues")
+			sf.createGiven = cmd.Flags().Changed("create-queues")
 			if cmd.Flags().Changed("probe") {
 				return probe(cmd.Context(), sf.probe)
 			}
@@ -91,6 +112,12 @@ health checks in images without curl (conveyor serve --probe http://127.0.0.1:80
 	f.StringVar(&sf.addr, "addr", defaultServeAddr, "address to listen on, host:port (a non-loopback host needs a token or --insecure); env $"+envAPIAddr)
 	f.StringVar(&sf.token, "auth-token", "", "API token that requests must send as Authorization: Bearer <token>; env $"+envAPIToken)
 	f.BoolVar(&sf.insecure, "insecure", false, "allow a non-loopback --addr without a token")
+	f.StringArrayVar(&sf.allowedHosts, "allowed-host", nil, "without a token, also answer requests whose Host is this name "+
+		"(a reverse proxy's; repeatable; \"*\" for any); others but loopback get 421; env $"+envAPIAllowedHosts+", comma-separated")
+	f.IntVar(&sf.maxQueues, "max-queues", pipeline.DefaultMaxQueues, "most known queues: a POST or PUT to a new queue past it "+
+		"gets 409 (too_many_queues); env $"+envAPIMaxQueues)
+	f.BoolVar(&sf.createQueues, "create-queues", true, "a POST to a queue that does not exist creates it; false: 404 until "+
+		"it is created (PUT /v1/queues/Q, conveyor queues create); env $"+envAPICreateQueues)
 	f.DurationVar(&sf.maxWait, "max-wait", api.DefaultMaxWait, "longest long poll (GET ...?wait=)")
 	f.StringVar(&sf.probe, "probe", "", "serve nothing: GET this URL and exit 0 on a 2xx answer, 1 otherwise (container health checks)")
 	return cmd
@@ -125,7 +152,34 @@ func (sf *serveFlags) check(getenv func(string) string) (token string, loopback 
 	if addr := getenv(envAPIAddr); addr != "" && !sf.addrGiven {
 		sf.addr = addr
 	}
+	if hosts := getenv(envAPIAllowedHosts); hosts != "" && !sf.allowedGiven {
+		sf.allowedHosts = nil
+		for h := range strings.SplitSeq(hosts, ",") {
+			if h = strings.TrimSpace(h); h != "" {
+				sf.allowedHosts = append(sf.allowedHosts, h)
+			}
+		}
+	}
 	var errs []error
+	maxQueuesSet := sf.maxQueuesGiven
+	if v := getenv(envAPIMaxQueues); v != "" && !sf.maxQueuesGiven {
+		n, err := strconv.Atoi(v)
+		if err != nil {
+			errs = append(errs, usageErrorf("$%s %q is not a number", envAPIMaxQueues, v))
+		}
+		sf.maxQueues, maxQueuesSet = n, true
+	}
+	if v := getenv(envAPICreateQueues); v != "" && !sf.createGiven {
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			errs = append(errs, usageErrorf("$%s %q: want true or false", envAPICreateQueues, v))
+		}
+		sf.createQueues = b
+	}
+	// Unset (0, from a caller that builds serveFlags itself) means the library's default.
+	if maxQueuesSet && sf.maxQueues < 1 {
+		errs = append(errs, usageErrorf("--max-queues must be at least 1, not %d", sf.maxQueues))
+	}
 	if sf.maxWait <= 0 {
 		errs = append(errs, usageErrorf("--max-wait must be positive, not %s", sf.maxWait))
 	}
@@ -133,8 +187,17 @@ func (sf *serveFlags) check(getenv func(string) string) (token string, loopback 
 	if err != nil {
 		errs = append(errs, err)
 	}
+	for _, h := range sf.allowedHosts {
+		if h == "" || strings.ContainsAny(h, "/@ \t") {
+			errs = append(errs, usageErrorf("--allowed-host %q: want a host name or address, such as conveyor.example.com", h))
+		}
+	}
 	if len(errs) > 0 {
 		return "", false, errors.Join(errs...)
+	}
+	// The host --addr names is the one clients use, unless it is every interface's.
+	if ip, err := netip.ParseAddr(host); host != "" && (err != nil || !ip.IsUnspecified()) {
+		sf.allowedHosts = append(sf.allowedHosts, host)
 	}
 	loopback = isLoopback(host)
 	if !loopback && token == "" && !sf.insecure {
@@ -164,21 +227,20 @@ func (a *app) serve(ctx context.Context, sf *serveFlags) error {
 	if err != nil {
 		return err
 	}
-	client, err := a.client()
+	rdb, err := a.redis()
 	if err != nil {
 		return err
 	}
-	insp, err := a.inspector()
-	if err != nil {
-		return err
-	}
+	client := pipeline.NewClient(rdb, pipeline.ClientConfig{Prefix: a.prefix, MaxQueues: sf.maxQueues,
+		RequireQueues: !sf.createQueues})
+	insp := pipeline.NewInspector(rdb, pipeline.InspectorConfig{Prefix: a.prefix, MaxQueues: sf.maxQueues})
 	warnEviction(ctx, a.log, client.Redis())
 	log := a.log.With().Str("component", "api").Logger()
 	reg, err := metricsRegistry(insp, nil)
 	if err != nil {
 		return err
 	}
-	srv, err := api.New(client, insp, api.Config{AuthToken: token, MaxWait: sf.maxWait, Logger: log,
+	srv, err := api.New(client, insp, api.Config{AuthToken: token, AllowedHosts: sf.allowedHosts, MaxWait: sf.maxWait, Logger: log,
 		Dashboard: api.Dashboard(), Metrics: promhttp.HandlerFor(reg, promhttp.HandlerOpts{})})
 	if err != nil {
 		return err
@@ -199,6 +261,7 @@ func (a *app) serve(ctx context.Context, sf *serveFlags) error {
 	}
 	log.Info().Str("addr", ln.Addr().String()).Str("url", "http://"+ln.Addr().String()+"/").
 		Bool("auth", token != "").Str("redis", redactURL(a.redisURL)).Str("max_wait", sf.maxWait.String()).
+		Int("max_queues", sf.maxQueues).Bool("create_queues", sf.createQueues).
 		Msg("serving the HTTP API and dashboard; SIGINT or SIGTERM stops it")
 
 	served := make(chan error, 1)

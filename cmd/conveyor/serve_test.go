@@ -34,6 +34,8 @@ func TestServeRefusals(t *testing.T) {
 		{"NoPort", []string{"--addr", "127.0.0.1"}, []string{"host:port"}},
 		{"BadPort", []string{"--addr", "127.0.0.1:http2"}, []string{"port"}},
 		{"MaxWait", []string{"--max-wait", "0s"}, []string{"--max-wait"}},
+		{"AllowedHostURL", []string{"--allowed-host", "http://proxy.example/"}, []string{"--allowed-host", "host name"}},
+		{"MaxQueues", []string{"--max-queues", "0"}, []string{"--max-queues", "at least 1"}},
 		{"Argument", []string{"extra"}, []string{"unexpected argument"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -99,6 +101,52 @@ func TestServeChecks(t *testing.T) {
 	_, _, err = sf.check(env("", ":9090"))
 	require.NoError(t, err)
 	require.Equal(t, "127.0.0.1:1", sf.addr)
+
+	// $CONVEYOR_API_MAX_QUEUES and $CONVEYOR_API_CREATE_QUEUES set their flags unless given.
+	vars := map[string]string{envAPIMaxQueues: "7", envAPICreateQueues: "false"}
+	sf = serveFlags{addr: defaultServeAddr, maxWait: time.Second, maxQueues: 2000, createQueues: true}
+	_, _, err = sf.check(func(k string) string { return vars[k] })
+	require.NoError(t, err)
+	require.Equal(t, 7, sf.maxQueues)
+	require.False(t, sf.createQueues)
+	sf = serveFlags{addr: defaultServeAddr, maxWait: time.Second, maxQueues: 9, createQueues: true,
+		maxQueuesGiven: true, createGiven: true}
+	_, _, err = sf.check(func(k string) string { return vars[k] })
+	require.NoError(t, err)
+	require.Equal(t, 9, sf.maxQueues)
+	require.True(t, sf.createQueues)
+	for k, v := range map[string]string{envAPIMaxQueues: "lots", envAPICreateQueues: "maybe"} {
+		sf = serveFlags{addr: defaultServeAddr, maxWait: time.Second}
+		_, _, err = sf.check(func(name string) string { return map[string]string{k: v}[name] })
+		require.ErrorContains(t, err, k)
+	}
+
+	// The hosts a request may name without a token: --allowed-host (or its variable, split at
+	// commas) and --addr's host unless it is every interface's.
+	for _, tc := range []struct {
+		name string
+		sf   serveFlags
+		env  string
+		want []string
+	}{
+		{"Default", serveFlags{addr: defaultServeAddr}, "", []string{"127.0.0.1"}},
+		{"Env", serveFlags{addr: "localhost:1"}, " a.example, b.example:8080,", []string{"a.example", "b.example:8080", "localhost"}},
+		{"FlagWins", serveFlags{addr: "localhost:1", allowedHosts: []string{"f.example"}, allowedGiven: true}, "a.example", []string{"f.example", "localhost"}},
+		{"AllInterfaces", serveFlags{addr: "0.0.0.0:1", insecure: true}, "", nil},
+		{"NoHost", serveFlags{addr: ":1", insecure: true}, "", nil},
+	} {
+		t.Run("AllowedHosts/"+tc.name, func(t *testing.T) {
+			tc.sf.maxWait = time.Second
+			_, _, err := tc.sf.check(func(k string) string {
+				if k == envAPIAllowedHosts {
+					return tc.env
+				}
+				return ""
+			})
+			require.NoError(t, err)
+			require.Equal(t, tc.want, tc.sf.allowedHosts)
+		})
+	}
 }
 
 func TestServeProbe(t *testing.T) {
