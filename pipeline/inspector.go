@@ -1036,7 +1036,13 @@ const deleteScanCount = 1000
 // queue starts with its base, prefix:{queue}: (internal/keys), so one SCAN pattern finds them
 // all, and on a cluster they all sit in one slot of one master: only that node is scanned.
 func deleteKeys(ctx context.Context, rdb redis.UniversalClient, base string) (int, error) {
-	pattern := globEscape(base) + "*"
+	return scanKeys(ctx, rdb, base, true)
+}
+
+// scanKeys counts the keys that start with prefix, which starts with a queue's base (so, on a
+// cluster, only the master of its slot is scanned), and unlinks them when unlink is true.
+func scanKeys(ctx context.Context, rdb redis.UniversalClient, prefix string, unlink bool) (int, error) {
+	base, pattern := prefix, globEscape(prefix)+"*"
 	del := func(ctx context.Context, c redis.Cmdable) (int, error) {
 		n := 0
 		var cursor uint64
@@ -1045,7 +1051,9 @@ func deleteKeys(ctx context.Context, rdb redis.UniversalClient, base string) (in
 			if err != nil {
 				return n, err
 			}
-			if len(page) > 0 {
+			if !unlink {
+				n += len(page)
+			} else if len(page) > 0 {
 				m, err := c.Unlink(ctx, page...).Result()
 				n += int(m)
 				if err != nil {

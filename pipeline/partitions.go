@@ -217,10 +217,17 @@ type QueueInfo struct {
 }
 
 // CreateQueue stores queue's settings and adds it to the known queues. Setting what is set
-// already does nothing and succeeds. Changing the partition count of a queue that has
-// unfinished jobs (scheduled, queued or in progress, in any partition) is refused with an
-// error wrapping ErrQueueBusy, and changes nothing: those jobs live in the old partitions,
-// which workers of the new count do not read.
+// already does nothing and succeeds.
+//
+// Changing the partition count moves nothing but the counters: every job and record lives in
+// the partition keys of the layout it was written in, which the new layout does not read. So
+// the change is refused with an error wrapping ErrQueueBusy, changing nothing, while the queue
+// holds anything a job left in its layout: scheduled, queued or in-progress jobs, dead jobs,
+// or finished records (completed or canceled, kept for their retention, or their tombstones,
+// which make a resent publish a duplicate). The error says how many of each. Once they are
+// gone (the live ones run, the dead ones replayed and run or purged, the finished records
+// expired, or the queue deleted with DeleteQueue) the change goes through, and the counters
+// of the old partitions are added to the new layout's.
 //
 // The check and the change are not atomic: stop the queue's producers and workers, change the
 // count, start them again. A Client reads a queue's count again every 5 seconds, a Worker only
@@ -241,20 +248,7 @@ func (i *Inspector) CreateQueue(ctx context.Context, queue string, opts QueueOpt
 		return nil, err
 	}
 	if cur != p {
-		st, err := queueStats(ctx, i.rdb, i.cfg.Prefix, queue, cur)
-		if err != nil {
-			return nil, fmt.Errorf("create queue %s: %w", queue, err)
-		}
-		if st.Scheduled+st.Queued+st.InProgress > 0 {
-			return nil, fmt.Errorf("create queue %s: %w: cannot change its partitions from %d to %d while it has %d scheduled, %d queued and %d in-progress jobs",
-				queue, ErrQueueBusy, cur, p, st.Scheduled, st.Queued, st.InProgress)
-		}
-		if p == 1 {
-			err = i.rdb.HDel(ctx, keys.Partitions(i.cfg.Prefix), queue).Err()
-		} else {
-			err = i.rdb.HSet(ctx, keys.Partitions(i.cfg.Prefix), queue, p).Err()
-		}
-		if err != nil {
+		if err := i.changePartitions(ctx, queue, cur, p); err != nil {
 			return nil, fmt.Errorf("create queue %s: %w", queue, err)
 		}
 	}
@@ -262,6 +256,75 @@ func (i *Inspector) CreateQueue(ctx context.Context, queue string, opts QueueOpt
 		return nil, fmt.Errorf("create queue %s: %w", queue, err)
 	}
 	return &QueueInfo{Queue: queue, Partitions: p}, nil
+}
+
+// changePartitions changes queue's layout from cur partitions to p once the old layout holds
+// no job and no record (CreateQueue), and moves its counters to the new layout's first
+// partition.
+func (i *Inspector) changePartitions(ctx context.Context, queue string, cur, p int) error {
+	old := allPartitions(i.cfg.Prefix, queue, cur)
+	st, err := readStats(ctx, i.rdb, old)
+	if err != nil {
+		return err
+	}
+	sum := sumStats(queue, st)
+	records := 0
+	for _, q := range old {
+		n, err := scanKeys(ctx, i.rdb, q.JobPrefix(), false)
+		if err != nil {
+			return fmt.Errorf("count the job records: %w", err)
+		}
+		records += n
+	}
+	// Every job has a record; those that are not live or dead are finished ones.
+	finished := max(0, int64(records)-sum.Scheduled-sum.Queued-sum.InProgress-sum.Dead)
+	if sum.Scheduled+sum.Queued+sum.InProgress+sum.Dead+finished > 0 {
+		return fmt.Errorf("%w: cannot change its partitions from %d to %d while its %d partition(s) hold %d scheduled, %d queued, %d in-progress and %d dead jobs and %d finished records (completed or canceled, or their tombstones), which the new layout would not see: let the live jobs run, replay or purge the dead ones, and wait for the finished records' retention to end, or delete the queue first",
+			ErrQueueBusy, cur, p, cur, sum.Scheduled, sum.Queued, sum.InProgress, sum.Dead, finished)
+	}
+	if err := moveCounters(ctx, i.rdb, old, allPartitions(i.cfg.Prefix, queue, p)[0]); err != nil {
+		return err
+	}
+	if p == 1 {
+		err = i.rdb.HDel(ctx, keys.Partitions(i.cfg.Prefix), queue).Err()
+	} else {
+		err = i.rdb.HSet(ctx, keys.Partitions(i.cfg.Prefix), queue, p).Err()
+	}
+	return err
+}
+
+// moveCounters adds the counters of the partitions from to those of to and deletes them. The
+// old layout is empty by then, so nothing changes its counters meanwhile; a failure half-way
+// can lose counts (the keys are in other slots: no one step moves them) but never counts one
+// twice, since each old hash is deleted right after it is added.
+func moveCounters(ctx context.Context, rdb redis.UniversalClient, from []keys.Queue, to keys.Queue) error {
+	for _, q := range from {
+		if q.Stats() == to.Stats() {
+			continue
+		}
+		m, err := rdb.HGetAll(ctx, q.Stats()).Result()
+		if err != nil {
+			return fmt.Errorf("read the counters: %w", err)
+		}
+		if len(m) == 0 {
+			continue
+		}
+		_, err = rdb.Pipelined(ctx, func(pl redis.Pipeliner) error {
+			for f, v := range m {
+				if n, err := strconv.ParseInt(v, 10, 64); err == nil && n != 0 {
+					pl.HIncrBy(ctx, to.Stats(), f, n)
+				}
+			}
+			return nil
+		})
+		if err == nil {
+			err = rdb.Del(ctx, q.Stats()).Err()
+		}
+		if err != nil {
+			return fmt.Errorf("move the counters: %w", err)
+		}
+	}
+	return nil
 }
 
 // Partitions returns how many partitions queue has (1 for a queue never given more).

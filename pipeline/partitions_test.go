@@ -383,6 +383,12 @@ func TestCreateQueuePartitions(t *testing.T) {
 	require.Equal(t, 3, p, "a refused change changes nothing")
 
 	require.NoError(t, x.client.Cancel(ctx, queue, j.ID))
+	// The canceled job's record is kept for its retention, and would be orphaned too.
+	_, err = x.insp.CreateQueue(ctx, queue, pipeline.QueueOptions{Partitions: 4})
+	require.ErrorIs(t, err, pipeline.ErrQueueBusy)
+	for _, q := range x.parts() {
+		require.NoError(t, rdb.Del(ctx, q.Job(j.ID)).Err())
+	}
 	info, err := x.insp.CreateQueue(ctx, queue, pipeline.QueueOptions{Partitions: 4})
 	require.NoError(t, err)
 	require.Equal(t, 4, info.Partitions)
@@ -393,4 +399,69 @@ func TestCreateQueuePartitions(t *testing.T) {
 	names, err := rdb.SMembers(ctx, keys.Queues(keys.DefaultPrefix)).Result()
 	require.NoError(t, err)
 	require.Contains(t, names, queue)
+}
+
+// TestCreateQueueRefusesToOrphanRecords: a change of the partition count would leave dead jobs
+// and finished records in keys the new layout never reads (Get, Replay and List would not find
+// them, and a resent WithID publish would make a second job). The change is refused, naming
+// what is left with counts, and changes nothing; once the records are gone it goes through and
+// the counters move with it.
+func TestCreateQueueRefusesToOrphanRecords(t *testing.T) {
+	t.Parallel()
+	rdb := redistest.Client(t)
+	ctx := t.Context()
+	queue := redistest.UniqueName(t)
+	x := newPartitioned(t, rdb, queue, 1)
+	stop := x.startWorker(t, pipeline.WorkerConfig{Retention: time.Hour}, map[string]pipeline.HandlerFunc{
+		"ok": func(context.Context, *pipeline.Job) ([]byte, error) { return nil, nil },
+		"doomed": func(context.Context, *pipeline.Job) ([]byte, error) {
+			return nil, pipeline.SkipRetry(errors.New("doomed"))
+		},
+	})
+	_, err := x.client.Enqueue(ctx, queue, pipeline.Task{Type: "ok"}, pipeline.WithID("done1"))
+	require.NoError(t, err)
+	_, err = x.client.Enqueue(ctx, queue, pipeline.Task{Type: "doomed"}, pipeline.WithID("dead1"))
+	require.NoError(t, err)
+	x.waitStatus(t, "done1", pipeline.StatusCompleted)
+	x.waitStatus(t, "dead1", pipeline.StatusFailed)
+	stop()
+
+	_, err = x.insp.CreateQueue(ctx, queue, pipeline.QueueOptions{Partitions: 4})
+	require.ErrorIs(t, err, pipeline.ErrQueueBusy, "a change that would orphan a dead job and a finished record")
+	require.ErrorContains(t, err, "1 dead")
+	require.ErrorContains(t, err, "1 finished")
+	p, err := x.insp.Partitions(ctx, queue)
+	require.NoError(t, err)
+	require.Equal(t, 1, p, "a refused change changes nothing")
+	st, err := x.insp.Stats(ctx, queue)
+	require.NoError(t, err)
+	require.EqualValues(t, 1, st.Completed)
+	require.EqualValues(t, 1, st.Failed)
+	_, err = x.insp.Get(ctx, queue, "done1")
+	require.NoError(t, err)
+	page, err := x.insp.List(ctx, queue, pipeline.StatusFailed, pipeline.Page{})
+	require.NoError(t, err)
+	require.Len(t, page.Jobs, 1)
+	again, err := x.client.Enqueue(ctx, queue, pipeline.Task{Type: "ok"}, pipeline.WithID("done1"))
+	require.NoError(t, err)
+	require.True(t, again.Duplicate, "a resent publish finds the finished job")
+
+	// With the dead job purged and the finished record gone the change goes through, and the
+	// counters the queue had are still its counters.
+	n, err := x.insp.PurgeAll(ctx, queue, 0)
+	require.NoError(t, err)
+	require.Equal(t, 1, n)
+	_, err = x.insp.CreateQueue(ctx, queue, pipeline.QueueOptions{Partitions: 4})
+	require.ErrorIs(t, err, pipeline.ErrQueueBusy)
+	require.ErrorContains(t, err, "1 finished")
+	require.NoError(t, rdb.Del(ctx, keys.New(keys.DefaultPrefix, queue).Job("done1")).Err())
+	info, err := x.insp.CreateQueue(ctx, queue, pipeline.QueueOptions{Partitions: 4})
+	require.NoError(t, err)
+	require.Equal(t, 4, info.Partitions)
+	st, err = x.insp.Stats(ctx, queue)
+	require.NoError(t, err)
+	require.EqualValues(t, 1, st.Completed, "the counters move to the new layout")
+	require.EqualValues(t, 1, st.Failed)
+	require.EqualValues(t, 2, st.Enqueued)
+	require.Zero(t, rdb.Exists(ctx, keys.New(keys.DefaultPrefix, queue).Stats()).Val(), "the old counters are not left behind")
 }
