@@ -80,7 +80,7 @@ type Client struct {
 	known sync.Map     // queue name -> *keys.Queue, for queues already in the known-queues set
 	parts sync.Map     // queue name -> *partCount, for queues enqueued to or read (bounded)
 	nread atomic.Int64 // queues that calls which only read added to parts
-	tags  sync.Map     // partition name (q#i) -> *keys.Queue, for partitions enqueued to
+	tags  sync.Map     // queue -> *[]keys.Queue, the partitions of the count last enqueued with
 }
 
 // partCount is a queue's partition count as read at a time.
@@ -262,13 +262,15 @@ func (c *Client) partition(queue string, nj *jobstate.NewJob, p int) keys.Queue 
 	if p <= 1 {
 		return c.keys(queue)
 	}
-	tag := keys.PartitionName(queue, keys.PartitionOf(routeKey(nj), p), p)
-	if k, ok := c.tags.Load(tag); ok {
-		return *k.(*keys.Queue)
+	i := keys.PartitionOf(routeKey(nj), p)
+	if v, ok := c.tags.Load(queue); ok {
+		if qs := *v.(*[]keys.Queue); len(qs) == p { // a queue's tags depend on p alone
+			return qs[i]
+		}
 	}
-	q := keys.New(c.cfg.Prefix, tag)
-	c.tags.Store(tag, &q)
-	return q
+	qs := allPartitions(c.cfg.Prefix, queue, p)
+	c.tags.Store(queue, &qs)
+	return qs[i]
 }
 
 // enqueuePrepared writes validated jobs with enqueue.lua, chunked and pipelined: jobs of p > 1

@@ -982,15 +982,28 @@ func (i *Inspector) DeleteQueue(ctx context.Context, queue string, force bool) e
 	if err := i.check(queue, ""); err != nil {
 		return err
 	}
+	var qs []keys.Queue // every partition; a queue of one has its plain keys alone
 	p, err := partitionCount(ctx, i.rdb, i.cfg.Prefix, queue)
+	if errors.Is(err, errLegacyLayout) {
+		// Partitioned by the version before: its {queue#i} keys go the same way.
+		v, verr := i.rdb.HGet(ctx, keys.Partitions(i.cfg.Prefix), queue).Result()
+		if verr != nil {
+			return fmt.Errorf("delete queue %s: %w", queue, verr)
+		}
+		qs, err = legacyPartitions(i.cfg.Prefix, queue, v), nil
+		p = len(qs)
+	} else if err == nil {
+		qs = allPartitions(i.cfg.Prefix, queue, p)
+	}
 	if err != nil {
 		return fmt.Errorf("delete queue %s: %w", queue, err)
 	}
 	if !force {
-		st, err := queueStats(ctx, i.rdb, i.cfg.Prefix, queue, p)
+		parts, err := readStats(ctx, i.rdb, qs)
 		if err != nil {
 			return fmt.Errorf("delete queue %s: %w", queue, err)
 		}
+		st := sumStats(queue, parts)
 		if st.Scheduled+st.Queued+st.InProgress > 0 {
 			return fmt.Errorf("delete queue %s: %w: %d scheduled, %d queued, %d in progress",
 				queue, ErrQueueBusy, st.Scheduled, st.Queued, st.InProgress)
@@ -1000,9 +1013,8 @@ func (i *Inspector) DeleteQueue(ctx context.Context, queue string, force bool) e
 	if err != nil {
 		return fmt.Errorf("delete queue %s: %w", queue, err)
 	}
-	qs := []keys.Queue{i.keys(queue)}
 	if p > 1 {
-		qs = append(qs, allPartitions(i.cfg.Prefix, queue, p)...)
+		qs = append(qs, i.keys(queue))
 	}
 	n := 0
 	for _, q := range qs {

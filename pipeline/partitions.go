@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -64,12 +65,43 @@ func knownQueues(ctx context.Context, rdb redis.UniversalClient, prefix string) 
 	return qs, counts, nil
 }
 
+// spreadScheme ends every partition count this version stores ("3/spread"): its partition
+// tags spread over the slots (keys.PartitionName). A bare count was stored by the version
+// before, whose partitions were {q#i} in whatever slot that fell in; this version does not
+// read those keys (errLegacyLayout), and the version before refuses a count with the suffix,
+// so two versions never route one queue's jobs to different keys.
+const spreadScheme = "/spread"
+
+// storedPartitions is how CreateQueue stores a count of p > 1.
+func storedPartitions(p int) string { return strconv.Itoa(p) + spreadScheme }
+
+// errLegacyLayout is the error about a queue partitioned by the version before this one.
+var errLegacyLayout = errors.New("partitioned by an older Conveyor (partition keys {queue#i}), whose keys this version does not read: drain it with that version, then delete it (conveyor queues delete, which this version can do) and create it again")
+
 func parsePartitions(queue, v string) (int, error) {
-	p, err := strconv.Atoi(v)
-	if err != nil || p < 1 || p > MaxPartitions {
+	num, spread := strings.CutSuffix(v, spreadScheme)
+	p, err := strconv.Atoi(num)
+	if err != nil || p < 1 || p > MaxPartitions || strconv.Itoa(p) != num {
 		return 0, fmt.Errorf("partition count of %s in Redis is %q, not a number in 1..%d", queue, v, MaxPartitions)
 	}
+	if !spread && p > 1 {
+		return 0, fmt.Errorf("queue %s: %w", queue, errLegacyLayout)
+	}
 	return p, nil
+}
+
+// legacyPartitions returns the partitions of a queue whose stored count v is one the version
+// before wrote ({q#i}), or nil when v is not such a count.
+func legacyPartitions(prefix, queue, v string) []keys.Queue {
+	p, err := strconv.Atoi(v)
+	if err != nil || p < 2 || p > MaxPartitions {
+		return nil
+	}
+	qs := make([]keys.Queue, p)
+	for i := range qs {
+		qs[i] = keys.New(prefix, queue+string(keys.PartitionSep)+strconv.Itoa(i))
+	}
+	return qs
 }
 
 // allPartitions returns the keys of every partition of queue, in partition order.
@@ -203,10 +235,11 @@ func queueStats(ctx context.Context, rdb redis.UniversalClient, prefix, queue st
 // producer, worker and inspector reads them.
 type QueueOptions struct {
 	// Partitions is the number of partitions (0 means 1, the plain queue; at most
-	// MaxPartitions). Each partition is a key space of its own, {queue#i}, with its own stream,
-	// scheduled set, dead set, counters, unique keys and recovery lock, so on Redis Cluster the
-	// partitions of one queue spread over shards (DESIGN.md "Scale"). A queue of one partition
-	// keeps the plain keys {queue}.
+	// MaxPartitions). Each partition is a key space of its own, {queue#i.s}, with its own
+	// stream, scheduled set, dead set, counters, unique keys and recovery lock, in the middle
+	// slot of the i-th of P equal shares of the slots (keys.PartitionName), so on Redis Cluster
+	// with the default slot layout every master holds a partition when P >= masters. A queue of
+	// one partition keeps the plain keys {queue}.
 	Partitions int
 }
 
@@ -214,6 +247,9 @@ type QueueOptions struct {
 type QueueInfo struct {
 	Queue      string `json:"queue"`
 	Partitions int    `json:"partitions"`
+	// Nodes, on Redis Cluster, is the address of the master that holds each partition (in
+	// partition order) when CreateQueue answered: a reshard may move them later.
+	Nodes []string `json:"nodes,omitempty"`
 }
 
 // CreateQueue stores queue's settings and adds it to the known queues. Setting what is set
@@ -255,7 +291,17 @@ func (i *Inspector) CreateQueue(ctx context.Context, queue string, opts QueueOpt
 	if err := i.rdb.SAdd(ctx, keys.Queues(i.cfg.Prefix), queue).Err(); err != nil {
 		return nil, fmt.Errorf("create queue %s: %w", queue, err)
 	}
-	return &QueueInfo{Queue: queue, Partitions: p}, nil
+	info := &QueueInfo{Queue: queue, Partitions: p}
+	if cc, ok := i.rdb.(*redis.ClusterClient); ok {
+		for _, q := range allPartitions(i.cfg.Prefix, queue, p) {
+			node, err := cc.MasterForKey(ctx, q.Stream())
+			if err != nil {
+				return nil, fmt.Errorf("create queue %s: find the node of %s: %w", queue, q.Tag(), err)
+			}
+			info.Nodes = append(info.Nodes, node.Options().Addr)
+		}
+	}
+	return info, nil
 }
 
 // changePartitions changes queue's layout from cur partitions to p once the old layout holds
@@ -288,7 +334,7 @@ func (i *Inspector) changePartitions(ctx context.Context, queue string, cur, p i
 	if p == 1 {
 		err = i.rdb.HDel(ctx, keys.Partitions(i.cfg.Prefix), queue).Err()
 	} else {
-		err = i.rdb.HSet(ctx, keys.Partitions(i.cfg.Prefix), queue, p).Err()
+		err = i.rdb.HSet(ctx, keys.Partitions(i.cfg.Prefix), queue, storedPartitions(p)).Err()
 	}
 	return err
 }

@@ -263,23 +263,44 @@ func partitionFeatures(t *testing.T, x *partitioned) {
 	require.Equal(t, 1, p, "the partition count goes with the queue")
 }
 
-// clusterQueue picks a queue name whose three partitions hash to three different masters.
-func clusterQueue(t *testing.T, cc *redis.ClusterClient) string {
-	t.Helper()
-	for k := range 100 {
-		name := fmt.Sprint("hot", k)
-		addrs := map[string]bool{}
-		for i := range 3 {
-			node, err := cc.MasterForKey(t.Context(), keys.New(keys.DefaultPrefix, keys.PartitionName(name, i, 3)).Stream())
-			require.NoError(t, err)
-			addrs[node.Options().Addr] = true
-		}
-		if len(addrs) == 3 {
-			return name
+// TestPartitionsLandOnEveryMaster: the partitions of any queue spread over the masters of the
+// 3-master test cluster (its default slot layout): 3 partitions on 3 masters, 6 on 3 masters
+// two each, whatever the name (a queue named hot once put none on one master), and
+// CreateQueue says which master holds each.
+func TestPartitionsLandOnEveryMaster(t *testing.T) {
+	t.Parallel()
+	cc := redistest.StartCluster(t).Client(t)
+	insp := pipeline.NewInspector(cc, pipeline.InspectorConfig{})
+	names := []string{"hot", "emails", "default"}
+	for k := range 20 {
+		names = append(names, fmt.Sprint("q", k))
+	}
+	for _, name := range names {
+		for _, p := range []int{3, 6} {
+			perMaster := map[string]int{}
+			for i := range p {
+				node, err := cc.MasterForKey(t.Context(), keys.New(keys.DefaultPrefix, keys.PartitionName(name, i, p)).Stream())
+				require.NoError(t, err)
+				perMaster[node.Options().Addr]++
+			}
+			require.Len(t, perMaster, 3, "%d partitions of %s: %v", p, name, perMaster)
+			for addr, n := range perMaster {
+				require.Equal(t, p/3, n, "%d partitions of %s: master %s holds %d", p, name, addr, n)
+			}
 		}
 	}
-	t.Fatal("no queue name of 100 puts its 3 partitions on 3 masters")
-	return ""
+	queue := redistest.UniqueName(t)
+	info, err := insp.CreateQueue(t.Context(), queue, pipeline.QueueOptions{Partitions: 3})
+	require.NoError(t, err)
+	require.Len(t, info.Nodes, 3)
+	for i, addr := range info.Nodes {
+		node, err := cc.MasterForKey(t.Context(), keys.New(keys.DefaultPrefix, keys.PartitionName(queue, i, 3)).Stream())
+		require.NoError(t, err)
+		require.Equal(t, node.Options().Addr, addr, "the node of partition %d", i)
+	}
+	require.NotEqual(t, info.Nodes[0], info.Nodes[1])
+	require.NotEqual(t, info.Nodes[1], info.Nodes[2])
+	require.NotEqual(t, info.Nodes[0], info.Nodes[2])
 }
 
 // TestPartitionsSpreadOverMasters shows a 3-partition queue using all three masters of the
@@ -290,7 +311,7 @@ func TestPartitionsSpreadOverMasters(t *testing.T) {
 	c := redistest.StartCluster(t)
 	cc := c.Client(t)
 	ctx := t.Context()
-	queue := clusterQueue(t, cc)
+	queue := redistest.UniqueName(t)
 	x := newPartitioned(t, cc, queue, 3)
 
 	masters := make([]*redis.Client, len(c.Addrs))
@@ -464,4 +485,76 @@ func TestCreateQueueRefusesToOrphanRecords(t *testing.T) {
 	require.EqualValues(t, 1, st.Failed)
 	require.EqualValues(t, 2, st.Enqueued)
 	require.Zero(t, rdb.Exists(ctx, keys.New(keys.DefaultPrefix, queue).Stats()).Val(), "the old counters are not left behind")
+}
+
+// TestStoredPartitionCountRefused: a partition count in Redis that is not one this version
+// writes (out of 1..MaxPartitions, not a number, or a bare count of the version before, whose
+// partitions are other keys) is refused by every reader, never taken as some count: a
+// publish would route jobs to keys no worker reads.
+func TestStoredPartitionCountRefused(t *testing.T) {
+	t.Parallel()
+	rdb := redistest.Client(t)
+	ctx := t.Context()
+	for _, tc := range []struct{ stored, want string }{
+		{"0/spread", "not a number in 1..1024"},
+		{"1025/spread", "not a number in 1..1024"},
+		{"x", "not a number in 1..1024"},
+		{"x/spread", "not a number in 1..1024"},
+		{"-3/spread", "not a number in 1..1024"},
+		{"03/spread", "not a number in 1..1024"},
+		{"3", "older Conveyor"},
+	} {
+		t.Run(tc.stored, func(t *testing.T) {
+			t.Parallel()
+			queue := redistest.UniqueName(t)
+			require.NoError(t, rdb.HSet(ctx, keys.Partitions(keys.DefaultPrefix), queue, tc.stored).Err())
+			client := pipeline.NewClient(rdb, pipeline.ClientConfig{})
+			_, err := client.Enqueue(ctx, queue, pipeline.Task{Type: "t"})
+			require.ErrorContains(t, err, tc.want, "Enqueue")
+			_, err = client.EnqueueBatch(ctx, queue, []pipeline.Task{{Type: "t"}, {Type: "t"}})
+			require.ErrorContains(t, err, tc.want, "EnqueueBatch")
+			insp := pipeline.NewInspector(rdb, pipeline.InspectorConfig{})
+			_, err = insp.Stats(ctx, queue)
+			require.ErrorContains(t, err, tc.want, "Stats")
+			_, err = insp.Queues(ctx)
+			require.ErrorContains(t, err, tc.want, "Queues")
+			w := pipeline.NewWorker(rdb, pipeline.WorkerConfig{Queues: []string{queue}, Logger: testLogger(t)})
+			w.Handle("t", func(context.Context, *pipeline.Job) ([]byte, error) { return nil, nil })
+			err = w.Run(ctx) // returns at once: waiting cannot fix the stored count
+			require.ErrorIs(t, err, pipeline.ErrInvalid)
+			require.ErrorContains(t, err, tc.want, "Worker.Run")
+			for _, q := range []string{keys.New(keys.DefaultPrefix, queue).Stream(), keys.New(keys.DefaultPrefix, queue+"#0").Stream()} {
+				require.Zero(t, rdb.Exists(ctx, q).Val(), "nothing was published to %s", q)
+			}
+			require.NoError(t, rdb.HDel(ctx, keys.Partitions(keys.DefaultPrefix), queue).Err())
+		})
+	}
+}
+
+// TestDeleteLegacyPartitionedQueue: a queue partitioned by the version before ({q#i} keys, a
+// bare count) cannot be used, but DeleteQueue removes its keys and count, after which the
+// name is a plain queue again.
+func TestDeleteLegacyPartitionedQueue(t *testing.T) {
+	t.Parallel()
+	rdb := redistest.Client(t)
+	ctx := t.Context()
+	queue := redistest.UniqueName(t)
+	require.NoError(t, rdb.HSet(ctx, keys.Partitions(keys.DefaultPrefix), queue, "2").Err())
+	require.NoError(t, rdb.SAdd(ctx, keys.Queues(keys.DefaultPrefix), queue).Err())
+	var legacy []string
+	for i := range 2 {
+		q := keys.New(keys.DefaultPrefix, fmt.Sprint(queue, "#", i))
+		legacy = append(legacy, q.Job("old"), q.Stats())
+		require.NoError(t, rdb.HSet(ctx, q.Job("old"), "status", "completed").Err())
+		require.NoError(t, rdb.HSet(ctx, q.Stats(), "completed", 1).Err())
+	}
+	insp := pipeline.NewInspector(rdb, pipeline.InspectorConfig{})
+	_, err := insp.CreateQueue(ctx, queue, pipeline.QueueOptions{Partitions: 3})
+	require.ErrorContains(t, err, "older Conveyor")
+	require.NoError(t, insp.DeleteQueue(ctx, queue, false))
+	require.Zero(t, rdb.Exists(ctx, legacy...).Val(), "the old partitions' keys are deleted")
+	require.False(t, rdb.HExists(ctx, keys.Partitions(keys.DefaultPrefix), queue).Val())
+	info, err := insp.CreateQueue(ctx, queue, pipeline.QueueOptions{Partitions: 3})
+	require.NoError(t, err)
+	require.Equal(t, 3, info.Partitions)
 }

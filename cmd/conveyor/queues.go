@@ -3,6 +3,8 @@ package main
 import (
 	"errors"
 	"fmt"
+	"io"
+	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -73,7 +75,12 @@ start (a running worker logs an error when it sees it change).`,
 			if err != nil {
 				return err
 			}
-			_, err = fmt.Fprintf(a.stdout, "queue %s: %s\n", info.Queue, plural(info.Partitions, "partition"))
+			var b strings.Builder
+			fmt.Fprintf(&b, "queue %s: %s\n", info.Queue, plural(info.Partitions, "partition"))
+			for k, node := range info.Nodes { // on a cluster: who holds each partition now
+				fmt.Fprintf(&b, "  partition %d: %s\n", k, node)
+			}
+			_, err = io.WriteString(a.stdout, b.String())
 			return err
 		},
 	}
