@@ -1027,9 +1027,15 @@ func (i *Inspector) DeleteQueue(ctx context.Context, queue string, force bool) e
 	// The partition count and the name go last: a deletion that failed half-way still shows
 	// the queue, to try again.
 	if p > 1 {
+		// Its partitions stay closed a while: a producer that still has the count refuses to
+		// publish to them, reads it again and publishes to the plain queue.
+		if err := setClosed(ctx, i.rdb, qs[:p], true); err != nil {
+			return fmt.Errorf("delete queue %s: %w", queue, err)
+		}
 		if err := i.rdb.HDel(ctx, keys.Partitions(i.cfg.Prefix), queue).Err(); err != nil {
 			return fmt.Errorf("delete queue %s: %w", queue, err)
 		}
+		layoutChanges.Add(1)
 		n++
 	}
 	if err := i.rdb.SRem(ctx, keys.Queues(i.cfg.Prefix), queue).Err(); err != nil {

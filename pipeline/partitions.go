@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -20,8 +22,34 @@ import (
 const MaxPartitions = keys.MaxPartitions
 
 // partitionsTTL is how long a Client trusts the partition count it read for a queue before it
-// reads it again: a count changed with CreateQueue reaches every producer within this time.
+// reads it again: a count changed with CreateQueue in another process reaches every reader
+// within this time. A publish does not depend on it: one to a layout that a change left is
+// refused by its closed flag and sent again with the count read again (Client.publish).
 const partitionsTTL = 5 * time.Second
+
+// layoutChanges counts the partition counts that CreateQueue and DeleteQueue changed in this
+// process: a Client's cached count read before the latest change is stale at once, so a
+// process that changes a count reads its own change on its next call.
+var layoutChanges atomic.Int64
+
+// closedTTL is how long a layout that a change left stays closed: far beyond any producer's
+// cached count (partitionsTTL) and any publish in flight.
+const closedTTL = time.Hour
+
+// setClosed sets (closed) or clears the closed flag of every partition of qs, in one pipeline.
+func setClosed(ctx context.Context, rdb redis.UniversalClient, qs []keys.Queue, closed bool) error {
+	_, err := rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for _, q := range qs {
+			if closed {
+				p.Set(ctx, q.Closed(), "1", closedTTL)
+			} else {
+				p.Del(ctx, q.Closed())
+			}
+		}
+		return nil
+	})
+	return err
+}
 
 // partitionCount reads how many partitions queue has (1 when none was set).
 func partitionCount(ctx context.Context, rdb redis.Cmdable, prefix, queue string) (int, error) {
@@ -241,6 +269,11 @@ type QueueOptions struct {
 	// with the default slot layout every master holds a partition when P >= masters. A queue of
 	// one partition keeps the plain keys {queue}.
 	Partitions int
+	// Drain is how long a change of the partition count waits, with the old layout closed to
+	// publishes, for what it holds to go: its live jobs to run and records to expire. Meanwhile
+	// publishes to the queue wait too (a Client retries a refused publish for up to 5 s, so
+	// keep Drain below that). 0 refuses at once when anything is left (CreateQueue).
+	Drain time.Duration
 }
 
 // QueueInfo is a queue's stored settings.
@@ -279,14 +312,24 @@ func (i *Inspector) CreateQueue(ctx context.Context, queue string, opts QueueOpt
 	if p < 1 || p > MaxPartitions {
 		return nil, invalid("partitions %d outside 1..%d", opts.Partitions, MaxPartitions)
 	}
+	unlock, err := i.lockLayout(ctx, queue)
+	if err != nil {
+		return nil, fmt.Errorf("create queue %s: %w", queue, err)
+	}
+	defer unlock()
 	cur, err := partitionCount(ctx, i.rdb, i.cfg.Prefix, queue)
 	if err != nil {
 		return nil, err
 	}
 	if cur != p {
-		if err := i.changePartitions(ctx, queue, cur, p); err != nil {
-			return nil, fmt.Errorf("create queue %s: %w", queue, err)
-		}
+		err = i.changePartitions(ctx, queue, cur, p, opts.Drain)
+	} else {
+		// The count it has: make sure its layout is open, which repairs a change that
+		// stopped half-way (the old layout closed, the count not yet written).
+		err = setClosed(ctx, i.rdb, allPartitions(i.cfg.Prefix, queue, p), false)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("create queue %s: %w", queue, err)
 	}
 	if err := i.rdb.SAdd(ctx, keys.Queues(i.cfg.Prefix), queue).Err(); err != nil {
 		return nil, fmt.Errorf("create queue %s: %w", queue, err)
@@ -306,17 +349,67 @@ func (i *Inspector) CreateQueue(ctx context.Context, queue string, opts QueueOpt
 
 // changePartitions changes queue's layout from cur partitions to p once the old layout holds
 // no job and no record (CreateQueue), and moves its counters to the new layout's first
-// partition.
-func (i *Inspector) changePartitions(ctx context.Context, queue string, cur, p int) error {
+// partition. The old layout is closed first (keys.Queue.Closed): a publish that reaches it
+// from then on is refused and sent again to the layout the count then names, so the check
+// below sees every job the old layout will ever hold. A check that finds any opens the old
+// layout again; one that finds none opens the new layout, then writes the count.
+func (i *Inspector) changePartitions(ctx context.Context, queue string, cur, p int, drain time.Duration) error {
 	old := allPartitions(i.cfg.Prefix, queue, cur)
-	st, err := readStats(ctx, i.rdb, old)
+	if err := setClosed(ctx, i.rdb, old, true); err != nil {
+		return fmt.Errorf("close the old partitions: %w", err)
+	}
+	reopen := func(err error) error {
+		if rerr := setClosed(context.WithoutCancel(ctx), i.rdb, old, false); rerr != nil {
+			return errors.Join(err, fmt.Errorf("open the old partitions again (queues create with the old count does): %w", rerr))
+		}
+		return err
+	}
+	deadline := time.Now().Add(drain)
+	for wait := time.Millisecond; ; wait = min(2*wait, 50*time.Millisecond) {
+		err := oldLayoutEmpty(ctx, i.rdb, queue, old, p)
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, ErrQueueBusy) || time.Now().Add(wait).After(deadline) {
+			return reopen(err)
+		}
+		select {
+		case <-ctx.Done():
+			return reopen(ctx.Err())
+		case <-time.After(wait):
+		}
+	}
+	next := allPartitions(i.cfg.Prefix, queue, p)
+	if err := moveCounters(ctx, i.rdb, old, next[0]); err != nil {
+		return reopen(err)
+	}
+	if err := setClosed(ctx, i.rdb, next, false); err != nil {
+		return reopen(fmt.Errorf("open the new partitions: %w", err))
+	}
+	var err error
+	if p == 1 {
+		err = i.rdb.HDel(ctx, keys.Partitions(i.cfg.Prefix), queue).Err()
+	} else {
+		err = i.rdb.HSet(ctx, keys.Partitions(i.cfg.Prefix), queue, storedPartitions(p)).Err()
+	}
+	if err != nil {
+		return reopen(fmt.Errorf("write the count: %w", err))
+	}
+	layoutChanges.Add(1)
+	return nil
+}
+
+// oldLayoutEmpty says whether the partitions old of queue hold nothing a job left, and if
+// they do, returns an error wrapping ErrQueueBusy that says how much of what.
+func oldLayoutEmpty(ctx context.Context, rdb redis.UniversalClient, queue string, old []keys.Queue, p int) error {
+	st, err := readStats(ctx, rdb, old)
 	if err != nil {
 		return err
 	}
 	sum := sumStats(queue, st)
 	records := 0
 	for _, q := range old {
-		n, err := scanKeys(ctx, i.rdb, q.JobPrefix(), false)
+		n, err := scanKeys(ctx, rdb, q.JobPrefix(), false)
 		if err != nil {
 			return fmt.Errorf("count the job records: %w", err)
 		}
@@ -326,17 +419,32 @@ func (i *Inspector) changePartitions(ctx context.Context, queue string, cur, p i
 	finished := max(0, int64(records)-sum.Scheduled-sum.Queued-sum.InProgress-sum.Dead)
 	if sum.Scheduled+sum.Queued+sum.InProgress+sum.Dead+finished > 0 {
 		return fmt.Errorf("%w: cannot change its partitions from %d to %d while its %d partition(s) hold %d scheduled, %d queued, %d in-progress and %d dead jobs and %d finished records (completed or canceled, or their tombstones), which the new layout would not see: let the live jobs run, replay or purge the dead ones, and wait for the finished records' retention to end, or delete the queue first",
-			ErrQueueBusy, cur, p, cur, sum.Scheduled, sum.Queued, sum.InProgress, sum.Dead, finished)
+			ErrQueueBusy, len(old), p, len(old), sum.Scheduled, sum.Queued, sum.InProgress, sum.Dead, finished)
 	}
-	if err := moveCounters(ctx, i.rdb, old, allPartitions(i.cfg.Prefix, queue, p)[0]); err != nil {
-		return err
+	return nil
+}
+
+// layoutLockTTL bounds how long a crashed change keeps others out.
+const layoutLockTTL = 30 * time.Second
+
+// lockLayout takes the lock that lets one change of queue's partition count run at a time
+// (two interleaved would open a layout the other just closed), or refuses with ErrQueueBusy.
+func (i *Inspector) lockLayout(ctx context.Context, queue string) (func(), error) {
+	key := keys.Partitions(i.cfg.Prefix) + ":lock:" + queue
+	token := strconv.FormatInt(time.Now().UnixNano(), 36) + strconv.FormatUint(rand.Uint64(), 36)
+	ok, err := i.rdb.SetNX(ctx, key, token, layoutLockTTL).Result()
+	if err != nil {
+		return nil, err
 	}
-	if p == 1 {
-		err = i.rdb.HDel(ctx, keys.Partitions(i.cfg.Prefix), queue).Err()
-	} else {
-		err = i.rdb.HSet(ctx, keys.Partitions(i.cfg.Prefix), queue, storedPartitions(p)).Err()
+	if !ok {
+		return nil, fmt.Errorf("%w: another change of its partition count is running", ErrQueueBusy)
 	}
-	return err
+	return func() {
+		ctx := context.WithoutCancel(ctx)
+		if v, err := i.rdb.Get(ctx, key).Result(); err == nil && v == token {
+			_ = i.rdb.Del(ctx, key).Err() // else it expires
+		}
+	}, nil
 }
 
 // moveCounters adds the counters of the partitions from to those of to and deletes them. The

@@ -558,3 +558,93 @@ func TestDeleteLegacyPartitionedQueue(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 3, info.Partitions)
 }
+
+// TestOwnPartitionChangeSeenAtOnce: a process that changes a queue's count reads the new one
+// on its next call, whatever its Clients cached (the HTTP API's PUT then GET of a job
+// published to the new layout said not found for up to 5 s).
+func TestOwnPartitionChangeSeenAtOnce(t *testing.T) {
+	t.Parallel()
+	rdb := redistest.Client(t)
+	ctx := t.Context()
+	queue := redistest.UniqueName(t)
+	x := newPartitioned(t, rdb, queue, 1)
+	_, err := x.client.Stats(ctx, queue) // caches the count: 1
+	require.NoError(t, err)
+	_, err = x.insp.CreateQueue(ctx, queue, pipeline.QueueOptions{Partitions: 3})
+	require.NoError(t, err)
+	j, err := pipeline.NewClient(rdb, pipeline.ClientConfig{}).Enqueue(ctx, queue, pipeline.Task{Type: "t"}, pipeline.WithID("in-a-partition"))
+	require.NoError(t, err)
+	got, err := x.client.Get(ctx, queue, j.ID)
+	require.NoError(t, err, "the client that cached 1 partition finds a job of the new layout")
+	require.Equal(t, pipeline.StatusQueued, got.Status)
+	again, err := x.client.Enqueue(ctx, queue, pipeline.Task{Type: "t"}, pipeline.WithID("in-a-partition"))
+	require.NoError(t, err)
+	require.True(t, again.Duplicate, "and publishes to the new layout")
+	require.Zero(t, rdb.XLen(ctx, keys.New(keys.DefaultPrefix, queue).Stream()).Val(), "nothing in the plain stream")
+}
+
+// TestPartitionCountCacheExpires: a Client reads a queue's count again once it is
+// partitionsTTL (5 s) old, and not before, so a change made by another process reaches its
+// reads. The other process is played by writing the count directly; the clock is the Client's.
+func TestPartitionCountCacheExpires(t *testing.T) {
+	t.Parallel()
+	rdb := redistest.Client(t)
+	ctx := t.Context()
+	queue := redistest.UniqueName(t)
+	var mu sync.Mutex
+	now := time.Now()
+	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+	client := pipeline.NewClient(rdb, pipeline.ClientConfig{Now: clock})
+	_, err := client.Enqueue(ctx, queue, pipeline.Task{Type: "t"})
+	require.NoError(t, err)
+	st, err := client.Stats(ctx, queue)
+	require.NoError(t, err)
+	require.EqualValues(t, 1, st.Queued)
+
+	// Another process gives the queue 3 partitions (the plain job is moved out of the way by
+	// hand: this is about the cache, not the change).
+	require.NoError(t, rdb.HSet(ctx, keys.Partitions(keys.DefaultPrefix), queue, "3/spread").Err())
+	st, err = client.Stats(ctx, queue)
+	require.NoError(t, err)
+	require.EqualValues(t, 1, st.Queued, "within 5 s the cached count (1) is used")
+	mu.Lock()
+	now = now.Add(5*time.Second + time.Millisecond)
+	mu.Unlock()
+	st, err = client.Stats(ctx, queue)
+	require.NoError(t, err)
+	require.Zero(t, st.Queued, "past 5 s the count is read again: the 3 partitions are empty")
+}
+
+// TestBatchRoutesByUniqueKey: EnqueueBatch sends a job with a unique key to the partition its
+// key routes to, as Enqueue does, so a later publish of the same key finds it; a job without
+// one goes where its id routes.
+func TestBatchRoutesByUniqueKey(t *testing.T) {
+	t.Parallel()
+	rdb := redistest.Client(t)
+	ctx := t.Context()
+	x := newPartitioned(t, rdb, redistest.UniqueName(t), 3)
+	tasks := make([]pipeline.Task, 30)
+	for k := range tasks {
+		tasks[k] = pipeline.Task{Type: "t", Payload: []byte(fmt.Sprint(k))}
+		if k%2 == 0 {
+			tasks[k].Opts = []pipeline.Option{pipeline.WithUnique(fmt.Sprint("key-", k), time.Hour)}
+		}
+	}
+	jobs, err := x.client.EnqueueBatch(ctx, x.queue, tasks)
+	require.NoError(t, err)
+	parts := x.parts()
+	for k, j := range jobs {
+		route := j.ID
+		if k%2 == 0 {
+			route = fmt.Sprint("key-", k)
+		}
+		want := parts[keys.PartitionOf(route, 3)]
+		require.EqualValues(t, 1, rdb.Exists(ctx, want.Job(j.ID)).Val(), "job %d is in partition %s", k, want.Tag())
+		if k%2 == 0 {
+			again, err := x.client.Enqueue(ctx, x.queue, pipeline.Task{Type: "t"}, pipeline.WithUnique(fmt.Sprint("key-", k), time.Hour))
+			require.NoError(t, err)
+			require.True(t, again.Duplicate, "the key of job %d is held", k)
+			require.Equal(t, j.ID, again.ID)
+		}
+	}
+}

@@ -204,6 +204,12 @@ func (q Queue) Dead() string { return q.dead }
 // RecoveryLock is the key of the lock that lets one recoverer at a time scan the queue.
 func (q Queue) RecoveryLock() string { return q.base + "lock:recovery" }
 
+// Closed is the flag that refuses publishes to this queue or partition: Inspector.CreateQueue
+// sets it on every partition of the layout a change of the partition count leaves, so that a
+// producer still using that layout is refused and reads the count again (enqueue.lua,
+// enqueue1.lua). It expires (the refusal only has to outlast producers' caches).
+func (q Queue) Closed() string { return q.base + "closed" }
+
 // Stats is the hash of the queue's counters.
 func (q Queue) Stats() string { return q.stats }
 
