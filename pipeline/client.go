@@ -160,11 +160,32 @@ func (c *Client) Enqueue(ctx context.Context, queue string, task Task, opts ...O
 		return nil, err
 	}
 	rw := c.replicasFor(opts, nil).writer(c.rdb) // durable.go
-	jobs, err := c.publish(ctx, rw.scripter(c.rdb), queue, []*Job{j}, []jobstate.NewJob{nj}, now)
-	if err != nil {
-		return nil, err
+	if !nj.Plain(now.UnixMilli()) {
+		jobs, err := c.publish(ctx, rw.scripter(c.rdb), queue, []*Job{j}, []jobstate.NewJob{nj}, now)
+		if err != nil {
+			return nil, err
+		}
+		return jobs[0], rw.check(nil)
 	}
-	return jobs[0], rw.check(nil)
+	// The most common publish, without publish's slices: the one-job script, sent again like
+	// publish does when a closed layout refuses it.
+	start := time.Now()
+	for wait := time.Millisecond; ; wait = min(2*wait, 100*time.Millisecond) {
+		p, err := c.partitions(ctx, queue, true)
+		if err != nil {
+			return nil, err
+		}
+		got, err := c.enqueuePlain(ctx, rw.scripter(c.rdb), c.partition(queue, &nj, p), j, &nj)
+		if !errors.Is(err, jobstate.ErrClosed) {
+			if err != nil {
+				return got, err
+			}
+			return got, rw.check(nil)
+		}
+		if err := c.closedWait(ctx, queue, start, wait, 1); err != nil {
+			return nil, err
+		}
+	}
 }
 
 // EnqueueBatch publishes many jobs to queue in one round trip (one script call per chunk of
@@ -228,13 +249,9 @@ func (c *Client) publish(ctx context.Context, rdb redis.UniversalClient, queue s
 			}
 		}
 		res, closed, err := c.publishOnce(ctx, rdb, queue, p, sj, sn, now)
-		if idx == nil {
-			idx = make([]int, len(jobs))
-			for i := range idx {
-				idx[i] = i
-			}
-		}
-		if res != nil {
+		if res != nil && idx == nil {
+			copy(jobs, res)
+		} else if res != nil {
 			for k, i := range idx {
 				jobs[i] = res[k]
 			}
@@ -248,20 +265,32 @@ func (c *Client) publish(ctx context.Context, rdb redis.UniversalClient, queue s
 		if len(closed) == 0 {
 			return jobs, errors.Join(conflicts...)
 		}
-		for k, i := range closed {
-			closed[k] = idx[i]
+		if idx != nil {
+			for k, i := range closed {
+				closed[k] = idx[i]
+			}
 		}
 		idx = closed
-		c.parts.Delete(queue) // read the count again
-		if time.Since(start) > closedRetryFor {
-			return jobs, fmt.Errorf("enqueue to %s: %w: %d jobs refused for %s since its partition count is being changed; if no change runs now, one stopped half-way: run queues create with the count again",
-				queue, ErrQueueBusy, len(idx), closedRetryFor)
+		if err := c.closedWait(ctx, queue, start, wait, len(idx)); err != nil {
+			return jobs, err
 		}
-		select {
-		case <-ctx.Done():
-			return jobs, ctx.Err()
-		case <-time.After(wait):
-		}
+	}
+}
+
+// closedWait is what a publish that a closed layout refused does before it tries again, from
+// start on: it drops queue's cached count (so the next try reads it), waits wait, and refuses
+// with ErrQueueBusy once closedRetryFor has passed.
+func (c *Client) closedWait(ctx context.Context, queue string, start time.Time, wait time.Duration, jobs int) error {
+	c.parts.Delete(queue)
+	if time.Since(start) > closedRetryFor {
+		return fmt.Errorf("enqueue to %s: %w: %d jobs refused for %s since its partition count is being changed; if no change runs now, one stopped half-way: run queues create with the count again",
+			queue, ErrQueueBusy, jobs, closedRetryFor)
+	}
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(wait):
+		return nil
 	}
 }
 

@@ -152,6 +152,7 @@ type Queue struct {
 	dead      string
 	stats     string
 	wake      string
+	closed    string
 }
 
 // New returns the keys of queue under prefix. queue is a queue name, or the name of one of its
@@ -169,7 +170,7 @@ func New(prefix, queue string) Queue {
 	return Queue{
 		name: name, tag: queue, part: part, base: base,
 		stream: base + "stream", scheduled: base + "scheduled", jobPrefix: base + "job:",
-		dead: base + "dead", stats: base + "stats", wake: base + "wake",
+		dead: base + "dead", stats: base + "stats", wake: base + "wake", closed: base + "closed",
 	}
 }
 
@@ -208,7 +209,7 @@ func (q Queue) RecoveryLock() string { return q.base + "lock:recovery" }
 // sets it on every partition of the layout a change of the partition count leaves, so that a
 // producer still using that layout is refused and reads the count again (enqueue.lua,
 // enqueue1.lua). It expires (the refusal only has to outlast producers' caches).
-func (q Queue) Closed() string { return q.base + "closed" }
+func (q Queue) Closed() string { return q.closed }
 
 // Stats is the hash of the queue's counters.
 func (q Queue) Stats() string { return q.stats }
