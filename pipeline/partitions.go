@@ -298,9 +298,14 @@ type QueueInfo struct {
 // expired, or the queue deleted with DeleteQueue) the change goes through, and the counters
 // of the old partitions are added to the new layout's.
 //
-// The check and the change are not atomic: stop the queue's producers and workers, change the
-// count, start them again. A Client reads a queue's count again every 5 seconds, a Worker only
-// when it starts (it logs an error when it sees the count change under it).
+// Producers need not stop: the old layout is closed to publishes before it is checked (a
+// publish refused there is sent again to the layout the count then names, see Client), and
+// opts.Drain lets the change wait for what is left to go. Every Client of this process reads
+// the new count on its next call; a Client elsewhere reads it within 5 seconds (at once when
+// it publishes). A Worker reads the count only when it starts: start workers of the new
+// count and stop those of the old one (a running worker logs an error when it sees the count
+// change under it). One change of a queue's count runs at a time; another is refused with
+// ErrQueueBusy. On Redis Cluster the answer's Nodes say which master holds each partition.
 func (i *Inspector) CreateQueue(ctx context.Context, queue string, opts QueueOptions) (*QueueInfo, error) {
 	if err := i.check(queue, ""); err != nil {
 		return nil, err

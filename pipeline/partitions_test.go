@@ -648,3 +648,28 @@ func TestBatchRoutesByUniqueKey(t *testing.T) {
 		}
 	}
 }
+
+// TestCreateQueueRepairsHalfDoneChange: a change that stopped after closing the old layout
+// (the process died) leaves publishes refused, nothing written; CreateQueue with the count the
+// queue has opens its layout again.
+func TestCreateQueueRepairsHalfDoneChange(t *testing.T) {
+	t.Parallel()
+	rdb := redistest.Client(t)
+	ctx := t.Context()
+	x := newPartitioned(t, rdb, redistest.UniqueName(t), 3)
+	for _, q := range x.parts() {
+		require.NoError(t, rdb.Set(ctx, q.Closed(), "1", time.Hour).Err())
+	}
+	short, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+	defer cancel()
+	_, err := x.client.Enqueue(short, x.queue, pipeline.Task{Type: "t"})
+	require.ErrorIs(t, err, context.DeadlineExceeded, "refused and tried again until the caller gave up")
+	st, err := x.insp.Stats(ctx, x.queue)
+	require.NoError(t, err)
+	require.Zero(t, st.Queued+st.Enqueued, "nothing written")
+	_, err = x.insp.CreateQueue(ctx, x.queue, pipeline.QueueOptions{Partitions: 3})
+	require.NoError(t, err)
+	j, err := x.client.Enqueue(ctx, x.queue, pipeline.Task{Type: "t"})
+	require.NoError(t, err)
+	require.Equal(t, pipeline.StatusQueued, j.Status)
+}

@@ -46,17 +46,22 @@ func newQueuesCreateCmd(a *app) *cobra.Command {
 		Short: "Create a queue, or set its partition count",
 		Long: `Create a queue (add it to the known queues) and store its partition count in Redis, where every
 producer, worker and inspector reads it. A queue of P > 1 partitions is P key spaces,
-{QUEUE#0} ... {QUEUE#P-1}, each with its own stream, scheduled and dead sets, counters and
-recovery lock, so on Redis Cluster one queue spreads over P shards; a publish picks a
-partition by job id (by unique key when it has one), a worker reads all of them, and status,
-cancel, dead and stats find jobs without being told the partition. One partition (the
-default) is the plain queue {QUEUE}.
+{QUEUE#0.s} ... {QUEUE#P-1.s}, each with its own stream, scheduled and dead sets, counters and
+recovery lock, partition i in the middle slot of the i-th of P equal shares of the cluster's
+slots, so on Redis Cluster with P >= masters every master holds a partition (on a cluster the
+command prints which master holds each); a publish picks a partition by job id (by unique
+key when it has one), a worker reads all of them, and status, cancel, dead and stats find
+jobs without being told the partition. One partition (the default) is the plain queue
+{QUEUE}.
 
 Setting the count the queue has already does nothing and exits 0. Changing it is refused
-(exit 1) while the queue has unfinished jobs (scheduled, queued or in progress, in any
-partition): those jobs live in the old partitions. Stop producers and workers, change the
-count, start them again: producers read it again within 5 seconds, workers only when they
-start (a running worker logs an error when it sees it change).`,
+(exit 1, saying how many of each are left) while the queue holds anything a job left in its
+partitions: scheduled, queued, in-progress or dead jobs, or finished records (kept for their
+retention). Those live in keys the new count does not read: let them run, purge or replay
+the dead ones, wait for the records to expire, or delete the queue first. Producers need not
+stop: the old partitions are closed before the check, and a publish that reaches them is
+sent again to the new ones. Workers read the count when they start: start workers of the new
+count, stop the old ones (a running worker logs an error when it sees it change).`,
 		Example: `  conveyor queues create emails --partitions 3
   conveyor queues create emails              # one partition: the plain queue`,
 		Args: exactlyOne("queue name"),
@@ -69,9 +74,6 @@ start (a running worker logs an error when it sees it change).`,
 				return err
 			}
 			info, err := insp.CreateQueue(cmd.Context(), args[0], pipeline.QueueOptions{Partitions: partitions})
-			if errors.Is(err, pipeline.ErrQueueBusy) {
-				return fmt.Errorf("%w; let them finish (or delete the queue) first", err)
-			}
 			if err != nil {
 				return err
 			}
