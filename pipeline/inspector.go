@@ -974,8 +974,9 @@ func (i *Inspector) PurgeAll(ctx context.Context, queue string, olderThan time.D
 //
 // The keys are found with SCAN pages (1000 keys a page) over "prefix:{queue}:*" on the one
 // node that holds the queue's hash slot (every node of a Ring), and unlinked a page at a time;
-// a partitioned queue's over each partition's "prefix:{queue#i}:*" too, and its partition
-// count goes with it (a queue made again later has one partition unless CreateQueue says more).
+// and over "prefix:{queue#*" on every master, the keys of every partition of every count the
+// queue had (a change of the count leaves empty streams behind); its partition count goes with
+// it (a queue made again later has one partition unless CreateQueue says more).
 // It is not atomic with what else runs: stop the queue's producers and workers first, or a job
 // published meanwhile may be deleted half-way and a worker recreates the stream it reads.
 func (i *Inspector) DeleteQueue(ctx context.Context, queue string, force bool) error {
@@ -1013,16 +1014,17 @@ func (i *Inspector) DeleteQueue(ctx context.Context, queue string, force bool) e
 	if err != nil {
 		return fmt.Errorf("delete queue %s: %w", queue, err)
 	}
-	if p > 1 {
-		qs = append(qs, i.keys(queue))
-	}
-	n := 0
-	for _, q := range qs {
-		m, err := deleteKeys(ctx, i.rdb, q.Base())
+	// The plain keys, then those of every partition of every count the queue ever had (the
+	// empty streams a change of the count leaves, the tags of the version before): on a
+	// cluster those are on every master.
+	n, err := deleteKeys(ctx, i.rdb, i.keys(queue).Base())
+	if err == nil {
+		var m int
+		m, err = scanNodes(ctx, i.rdb, i.cfg.Prefix+":{"+queue+string(keys.PartitionSep), true, true)
 		n += m
-		if err != nil {
-			return fmt.Errorf("delete queue %s (%d keys deleted): %w", queue, n, err)
-		}
+	}
+	if err != nil {
+		return fmt.Errorf("delete queue %s (%d keys deleted): %w", queue, n, err)
 	}
 	// The partition count and the name go last: a deletion that failed half-way still shows
 	// the queue, to try again.
@@ -1060,6 +1062,12 @@ func deleteKeys(ctx context.Context, rdb redis.UniversalClient, base string) (in
 // scanKeys counts the keys that start with prefix, which starts with a queue's base (so, on a
 // cluster, only the master of its slot is scanned), and unlinks them when unlink is true.
 func scanKeys(ctx context.Context, rdb redis.UniversalClient, prefix string, unlink bool) (int, error) {
+	return scanNodes(ctx, rdb, prefix, unlink, false)
+}
+
+// scanNodes is scanKeys, over every master of a cluster when everywhere is true: for a prefix
+// that names keys in many slots, such as every partition of a queue.
+func scanNodes(ctx context.Context, rdb redis.UniversalClient, prefix string, unlink, everywhere bool) (int, error) {
 	base, pattern := prefix, globEscape(prefix)+"*"
 	del := func(ctx context.Context, c redis.Cmdable) (int, error) {
 		n := 0
@@ -1072,8 +1080,8 @@ func scanKeys(ctx context.Context, rdb redis.UniversalClient, prefix string, unl
 			if !unlink {
 				n += len(page)
 			} else if len(page) > 0 {
-				m, err := c.Unlink(ctx, page...).Result()
-				n += int(m)
+				m, err := unlinkPage(ctx, c, page, everywhere)
+				n += m
 				if err != nil {
 					return n, err
 				}
@@ -1083,26 +1091,51 @@ func scanKeys(ctx context.Context, rdb redis.UniversalClient, prefix string, unl
 			}
 		}
 	}
+	var mu sync.Mutex
+	total := 0
+	sum := func(ctx context.Context, node *redis.Client) error {
+		n, err := del(ctx, node)
+		mu.Lock()
+		total += n
+		mu.Unlock()
+		return err
+	}
 	switch c := rdb.(type) {
 	case *redis.ClusterClient:
+		if everywhere {
+			err := c.ForEachMaster(ctx, sum)
+			return total, err
+		}
 		node, err := c.MasterForKey(ctx, base)
 		if err != nil {
 			return 0, err
 		}
 		return del(ctx, node)
 	case *redis.Ring:
-		var mu sync.Mutex
-		total := 0
-		err := c.ForEachShard(ctx, func(ctx context.Context, shard *redis.Client) error {
-			n, err := del(ctx, shard)
-			mu.Lock()
-			total += n
-			mu.Unlock()
-			return err
-		})
+		err := c.ForEachShard(ctx, sum)
 		return total, err
 	}
 	return del(ctx, rdb)
+}
+
+// unlinkPage unlinks the keys of one SCAN page: with one UNLINK when they share a slot, else
+// (apart, a cluster's node refuses a command over many slots) one UNLINK each, pipelined.
+func unlinkPage(ctx context.Context, c redis.Cmdable, page []string, apart bool) (int, error) {
+	if !apart {
+		m, err := c.Unlink(ctx, page...).Result()
+		return int(m), err
+	}
+	cmds, err := c.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for _, k := range page {
+			p.Unlink(ctx, k)
+		}
+		return nil
+	})
+	n := 0
+	for _, cmd := range cmds {
+		n += int(cmd.(*redis.IntCmd).Val())
+	}
+	return n, err
 }
 
 // globEscape escapes the characters that are special in a Redis MATCH pattern.

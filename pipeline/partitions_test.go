@@ -673,3 +673,46 @@ func TestCreateQueueRepairsHalfDoneChange(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, pipeline.StatusQueued, j.Status)
 }
+
+// TestDeleteQueueCleansEveryLayout: the layouts a queue's count left (empty streams with their
+// consumer groups, as workers of that count made them, and the closed flags) are deleted with
+// the queue, on a standalone server and on a cluster, where they sit on every master.
+func TestDeleteQueueCleansEveryLayout(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		rdb  redis.UniversalClient
+	}{{"standalone", redistest.Client(t)}, {"cluster", redistest.StartCluster(t).Client(t)}} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			ctx := t.Context()
+			x := newPartitioned(t, tc.rdb, redistest.UniqueName(t), 3)
+			for _, n := range []int{4, 2, 1} {
+				for _, q := range x.parts() { // what a worker of the count creates
+					require.NoError(t, tc.rdb.XGroupCreateMkStream(ctx, q.Stream(), keys.Group, "0").Err())
+				}
+				_, err := x.insp.CreateQueue(ctx, x.queue, pipeline.QueueOptions{Partitions: n})
+				require.NoError(t, err)
+				x.p = n
+			}
+			require.NoError(t, x.insp.DeleteQueue(ctx, x.queue, false))
+			var left []string
+			scan := func(ctx context.Context, node *redis.Client) error {
+				ks, _, err := node.Scan(ctx, 0, keys.DefaultPrefix+":{"+x.queue+"*", 10000).Result()
+				left = append(left, ks...)
+				return err
+			}
+			if cc, ok := tc.rdb.(*redis.ClusterClient); ok {
+				var mu sync.Mutex
+				require.NoError(t, cc.ForEachMaster(ctx, func(ctx context.Context, node *redis.Client) error {
+					mu.Lock()
+					defer mu.Unlock()
+					return scan(ctx, node)
+				}))
+			} else {
+				require.NoError(t, scan(ctx, tc.rdb.(*redis.Client)))
+			}
+			require.Empty(t, left, "keys of the queue left after DeleteQueue")
+		})
+	}
+}
