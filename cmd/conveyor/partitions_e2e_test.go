@@ -31,6 +31,7 @@ func testPartitions(t *testing.T, c *cli) {
 	require.Equal(t, "queue "+q+": 3 partitions\n", c.ok(t, "queues", "create", q, "--partitions", "3"), "the same count again")
 	c.refused(t, 2, "--partitions 0", "queues", "create", q, "--partitions", "0")
 	c.refused(t, 2, "want exactly one queue name", "queues", "create", "--partitions", "2")
+	c.refused(t, 2, "--drain 6s", "queues", "create", q, "--partitions", "2", "--drain", "6s")
 
 	ids := strings.Fields(c.ok(t, "publish", "--queue", q, "--type", "echo", "--payload", `{"p":1}`, "--count", "60"))
 	require.Len(t, ids, 60)
@@ -55,7 +56,7 @@ func testPartitions(t *testing.T, c *cli) {
 	}
 	require.Equal(t, 0, w.stop(t))
 	// The finished records stay for their retention, in keys a new layout would not read.
-	c.refused(t, 1, "60 finished records", "queues", "create", q, "--partitions", "4")
+	c.refused(t, 1, "60 finished records", "queues", "create", q, "--partitions", "4", "--drain", "100ms")
 	c.ok(t, "queues", "delete", q)
 	require.Equal(t, "queue "+q+": 4 partitions\n", c.ok(t, "queues", "create", q, "--partitions", "4"), "an empty queue may change")
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -41,8 +42,9 @@ With --json it prints what 'stats --all --json' prints: a JSON array of objects.
 
 func newQueuesCreateCmd(a *app) *cobra.Command {
 	var partitions int
+	var drain time.Duration
 	cmd := &cobra.Command{
-		Use:   "create QUEUE [--partitions P]",
+		Use:   "create QUEUE [--partitions P] [--drain D]",
 		Short: "Create a queue, or set its partition count",
 		Long: `Create a queue (add it to the known queues) and store its partition count in Redis, where every
 producer, worker and inspector reads it. A queue of P > 1 partitions is P key spaces,
@@ -61,7 +63,8 @@ retention). Those live in keys the new count does not read: let them run, purge 
 the dead ones, wait for the records to expire, or delete the queue first. Producers need not
 stop: the old partitions are closed before the check, and a publish that reaches them is
 sent again to the new ones. Workers read the count when they start: start workers of the new
-count, stop the old ones (a running worker logs an error when it sees it change).`,
+count, stop the old ones (a running worker logs an error when it sees it change). With
+--drain the change waits that long, the old partitions closed, for the jobs in them to run.`,
 		Example: `  conveyor queues create emails --partitions 3
   conveyor queues create emails              # one partition: the plain queue`,
 		Args: exactlyOne("queue name"),
@@ -73,7 +76,10 @@ count, stop the old ones (a running worker logs an error when it sees it change)
 			if err != nil {
 				return err
 			}
-			info, err := insp.CreateQueue(cmd.Context(), args[0], pipeline.QueueOptions{Partitions: partitions})
+			if drain < 0 || drain > 5*time.Second {
+				return usageErrorf("--drain %s: want 0 to 5s (producers wait that long)", drain)
+			}
+			info, err := insp.CreateQueue(cmd.Context(), args[0], pipeline.QueueOptions{Partitions: partitions, Drain: drain})
 			if err != nil {
 				return err
 			}
@@ -87,6 +93,7 @@ count, stop the old ones (a running worker logs an error when it sees it change)
 		},
 	}
 	cmd.Flags().IntVar(&partitions, "partitions", 1, fmt.Sprintf("the queue's partition count, 1 to %d", pipeline.MaxPartitions))
+	cmd.Flags().DurationVar(&drain, "drain", 0, "how long a change waits, publishes held, for the jobs in flight in the old partitions to run (0 to 5s)")
 	return cmd
 }
 
