@@ -223,3 +223,23 @@ func TestPartitionSlotsSpread(t *testing.T) {
 		t.Fatalf("PartitionName(emails, 1, 3) = %q, was %q", got, pinnedEmails1of3)
 	}
 }
+
+// BenchmarkPartitionTags is what a process pays once per (queue, count) to name its partitions:
+// here every tag of MaxPartitions partitions (the suffix table is built on the first call).
+func BenchmarkPartitionTags(b *testing.B) {
+	suffixTable()
+	b.ReportAllocs()
+	for n := 0; b.Loop(); n++ {
+		q := "bench-" + strconv.Itoa(n)
+		for i := range MaxPartitions {
+			spreadTag(q, i, MaxPartitions)
+		}
+	}
+}
+
+// BenchmarkSuffixTable is the one-time build of the table of three-character suffixes.
+func BenchmarkSuffixTable(b *testing.B) {
+	for b.Loop() {
+		buildSuffixTable()
+	}
+}
