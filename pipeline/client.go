@@ -90,7 +90,7 @@ type Client struct {
 	nknown atomic.Int64 // entries of known, at most cfg.MaxQueues
 	parts  sync.Map     // queue name -> *partCount, for queues enqueued to or read (bounded)
 	nread  atomic.Int64 // queues that calls which only read added to parts
-	tags   sync.Map     // partition name (q#i) -> *keys.Queue, for partitions enqueued to
+	tags   sync.Map     // queue -> *[]keys.Queue, the partitions of the count last enqueued with
 }
 
 // knownQueue is a queue found in the known-queues set at a time, with its key names.
@@ -107,6 +107,7 @@ const knownTTL = partitionsTTL
 type partCount struct {
 	p    int
 	read time.Time
+	gen  int64 // layoutChanges when it was read
 }
 
 // NewClient returns a Client over rdb (a standalone, cluster or failover client). An unusable
@@ -182,23 +183,33 @@ func (c *Client) Enqueue(ctx context.Context, queue string, task Task, opts ...O
 	if err != nil {
 		return nil, err
 	}
-	p, err := c.partitions(ctx, queue, true)
-	if err != nil {
-		return nil, err
-	}
 	rw := c.replicasFor(opts, nil).writer(c.rdb) // durable.go
-	if nj.Plain(now.UnixMilli()) {
-		j, err := c.enqueuePlain(ctx, rw.scripter(c.rdb), c.partition(queue, &nj, p), j, &nj)
+	if !nj.Plain(now.UnixMilli()) {
+		jobs, err := c.publish(ctx, rw.scripter(c.rdb), queue, []*Job{j}, []jobstate.NewJob{nj}, now)
 		if err != nil {
-			return j, err
+			return nil, err
 		}
-		return j, rw.check(nil)
+		return jobs[0], rw.check(nil)
 	}
-	jobs, err := c.enqueuePrepared(ctx, rw.scripter(c.rdb), queue, p, []*Job{j}, []jobstate.NewJob{nj}, now)
-	if err != nil {
-		return nil, err
+	// The most common publish, without publish's slices: the one-job script, sent again like
+	// publish does when a closed layout refuses it.
+	start := time.Now()
+	for wait := time.Millisecond; ; wait = min(2*wait, 100*time.Millisecond) {
+		p, err := c.partitions(ctx, queue, true)
+		if err != nil {
+			return nil, err
+		}
+		got, err := c.enqueuePlain(ctx, rw.scripter(c.rdb), c.partition(queue, &nj, p), j, &nj)
+		if !errors.Is(err, jobstate.ErrClosed) {
+			if err != nil {
+				return got, err
+			}
+			return got, rw.check(nil)
+		}
+		if err := c.closedWait(ctx, queue, start, wait, 1); err != nil {
+			return nil, err
+		}
 	}
-	return jobs[0], rw.check(nil)
 }
 
 // EnqueueBatch publishes many jobs to queue in one round trip (one script call per chunk of
@@ -231,18 +242,94 @@ func (c *Client) EnqueueBatch(ctx context.Context, queue string, tasks []Task, o
 		}
 		jobs[i] = j
 	}
-	p, err := c.partitions(ctx, queue, true)
-	if err != nil {
-		return nil, err
-	}
 	rw := c.replicasFor(opts, tasks).writer(c.rdb) // durable.go
-	if len(jobs) == 1 && njs[0].Plain(now.UnixMilli()) {
-		// One plain job, as a router's publish often is: the one-job script costs Redis half.
-		j, err := c.enqueuePlain(ctx, rw.scripter(c.rdb), c.partition(queue, &njs[0], p), jobs[0], &njs[0])
-		return []*Job{cmp.Or(j, jobs[0])}, rw.check(err)
-	}
-	jobs, err = c.enqueuePrepared(ctx, rw.scripter(c.rdb), queue, p, jobs, njs, now)
+	jobs, err = c.publish(ctx, rw.scripter(c.rdb), queue, jobs, njs, now)
 	return jobs, rw.check(err)
+}
+
+// closedRetryFor bounds how long publish writes again jobs that a closed layout refused: a
+// change of the partition count keeps the old layout closed and the new one not yet open for
+// a few round trips; longer means a change stopped half-way (CreateQueue again repairs it).
+const closedRetryFor = 5 * time.Second
+
+// publish writes prepared jobs to queue in the layout of its partition count. Jobs refused
+// because their partition is closed (its count changed: Inspector.CreateQueue) are written
+// again after the count is read again, with a short backoff, for up to closedRetryFor; so no
+// job is written to a layout that no worker of the new count reads.
+func (c *Client) publish(ctx context.Context, rdb redis.UniversalClient, queue string, jobs []*Job, njs []jobstate.NewJob, now time.Time) ([]*Job, error) {
+	var idx []int // the indexes of the jobs still to write; nil: all of them
+	var conflicts []error
+	start := time.Now()
+	for wait := time.Millisecond; ; wait = min(2*wait, 100*time.Millisecond) {
+		p, err := c.partitions(ctx, queue, true)
+		if err != nil {
+			return jobs, err
+		}
+		sj, sn := jobs, njs
+		if idx != nil {
+			sj, sn = make([]*Job, len(idx)), make([]jobstate.NewJob, len(idx))
+			for k, i := range idx {
+				sj[k], sn[k] = jobs[i], njs[i]
+			}
+		}
+		res, closed, err := c.publishOnce(ctx, rdb, queue, p, sj, sn, now)
+		if res != nil && idx == nil {
+			copy(jobs, res)
+		} else if res != nil {
+			for k, i := range idx {
+				jobs[i] = res[k]
+			}
+		}
+		if err != nil && !errors.Is(err, ErrConflict) {
+			return jobs, err
+		}
+		if err != nil {
+			conflicts = append(conflicts, err)
+		}
+		if len(closed) == 0 {
+			return jobs, errors.Join(conflicts...)
+		}
+		if idx != nil {
+			for k, i := range closed {
+				closed[k] = idx[i]
+			}
+		}
+		idx = closed
+		if err := c.closedWait(ctx, queue, start, wait, len(idx)); err != nil {
+			return jobs, err
+		}
+	}
+}
+
+// closedWait is what a publish that a closed layout refused does before it tries again, from
+// start on: it drops queue's cached count (so the next try reads it), waits wait, and refuses
+// with ErrQueueBusy once closedRetryFor has passed.
+func (c *Client) closedWait(ctx context.Context, queue string, start time.Time, wait time.Duration, jobs int) error {
+	c.parts.Delete(queue)
+	if time.Since(start) > closedRetryFor {
+		return fmt.Errorf("enqueue to %s: %w: %d jobs refused for %s since its partition count is being changed; if no change runs now, one stopped half-way: run queues create with the count again",
+			queue, ErrQueueBusy, jobs, closedRetryFor)
+	}
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(wait):
+		return nil
+	}
+}
+
+// publishOnce is one try of publish over p partitions: a single plain job with the one-job
+// script (it costs Redis half, and a router's publish often is one job), else enqueuePrepared.
+// It returns the indexes of the jobs refused by a closed partition.
+func (c *Client) publishOnce(ctx context.Context, rdb redis.UniversalClient, queue string, p int, jobs []*Job, njs []jobstate.NewJob, now time.Time) ([]*Job, []int, error) {
+	if len(jobs) == 1 && njs[0].Plain(now.UnixMilli()) {
+		j, err := c.enqueuePlain(ctx, rdb, c.partition(queue, &njs[0], p), jobs[0], &njs[0])
+		if errors.Is(err, jobstate.ErrClosed) {
+			return jobs, []int{0}, nil
+		}
+		return []*Job{cmp.Or(j, jobs[0])}, nil, err
+	}
+	return c.enqueuePrepared(ctx, rdb, queue, p, jobs, njs, now)
 }
 
 // maxReadCounts bounds the queues that calls which only read (Get, Cancel, Stats) add to the
@@ -254,9 +341,10 @@ const maxReadCounts = 4096
 // publish says the call publishes to queue: the count of a known queue is always cached (as its
 // keys are, in known), while other calls cache the counts of at most maxReadCounts queues.
 func (c *Client) partitions(ctx context.Context, queue string, publish bool) (int, error) {
+	gen := layoutChanges.Load() // before the read: a change after it makes the entry stale
 	v, ok := c.parts.Load(queue)
 	if ok {
-		if pc := v.(*partCount); time.Since(pc.read) < partitionsTTL {
+		if pc := v.(*partCount); pc.gen == gen && c.cfg.Now().Sub(pc.read) < partitionsTTL {
 			return pc.p, nil
 		}
 	}
@@ -268,7 +356,7 @@ func (c *Client) partitions(ctx context.Context, queue string, publish bool) (in
 	// as calls that only read, so that made-up names cannot grow the cache either.
 	known := publish && c.registered(queue)
 	if known || ok || c.nread.Load() < maxReadCounts {
-		if _, loaded := c.parts.Swap(queue, &partCount{p: p, read: time.Now()}); !loaded && !known {
+		if _, loaded := c.parts.Swap(queue, &partCount{p: p, read: c.cfg.Now(), gen: gen}); !loaded && !known {
 			c.nread.Add(1)
 		}
 	}
@@ -289,20 +377,23 @@ func (c *Client) partition(queue string, nj *jobstate.NewJob, p int) keys.Queue 
 	if p <= 1 {
 		return c.keys(queue)
 	}
-	tag := keys.PartitionName(queue, keys.PartitionOf(routeKey(nj), p), p)
-	if k, ok := c.tags.Load(tag); ok {
-		return *k.(*keys.Queue)
+	i := keys.PartitionOf(routeKey(nj), p)
+	if v, ok := c.tags.Load(queue); ok {
+		if qs := *v.(*[]keys.Queue); len(qs) == p { // a queue's tags depend on p alone
+			return qs[i]
+		}
 	}
-	q := keys.New(c.cfg.Prefix, tag)
-	c.tags.Store(tag, &q)
-	return q
+	qs := allPartitions(c.cfg.Prefix, queue, p)
+	c.tags.Store(queue, &qs)
+	return qs[i]
 }
 
 // enqueuePrepared writes validated jobs with enqueue.lua, chunked and pipelined: jobs of p > 1
 // partitions are grouped by partition, each group chunked, all chunks in one pipeline.
-func (c *Client) enqueuePrepared(ctx context.Context, rdb redis.UniversalClient, queue string, p int, jobs []*Job, njs []jobstate.NewJob, now time.Time) ([]*Job, error) {
+// It returns the indexes in jobs of those a closed partition refused (see publish).
+func (c *Client) enqueuePrepared(ctx context.Context, rdb redis.UniversalClient, queue string, p int, jobs []*Job, njs []jobstate.NewJob, now time.Time) ([]*Job, []int, error) {
 	if err := c.registerQueue(ctx, queue); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	// order[k] is the index in jobs of the k-th job written; njs is reordered alike, so that
 	// each partition's jobs are contiguous.
@@ -342,15 +433,21 @@ func (c *Client) enqueuePrepared(ctx context.Context, rdb redis.UniversalClient,
 		cmds, err = script.Pipelined(ctx, rdb, calls)
 	}
 	if err != nil {
-		return jobs, fmt.Errorf("enqueue to %s: %w", queue, err)
+		return jobs, nil, fmt.Errorf("enqueue to %s: %w", queue, err)
 	}
-	var existing []int
+	var existing, closed []int
 	var conflicts []error
 	for ci, cmd := range cmds {
 		lo, hi := spans[ci][0], spans[ci][1]
 		rows, err := jobstate.EnqueueReply(cmd, hi-lo)
+		if errors.Is(err, jobstate.ErrClosed) {
+			for k := lo; k < hi; k++ {
+				closed = append(closed, at(k))
+			}
+			continue
+		}
 		if err != nil {
-			return jobs, fmt.Errorf("enqueue to %s: %w", queue, err)
+			return jobs, nil, fmt.Errorf("enqueue to %s: %w", queue, err)
 		}
 		for k, row := range rows {
 			j := jobs[at(lo+k)]
@@ -382,12 +479,12 @@ func (c *Client) enqueuePrepared(ctx context.Context, rdb redis.UniversalClient,
 			continue
 		}
 		if err != nil {
-			return jobs, err
+			return jobs, nil, err
 		}
 		got.Duplicate = true
 		jobs[i] = got
 	}
-	return jobs, errors.Join(conflicts...)
+	return jobs, closed, errors.Join(conflicts...)
 }
 
 // byPartition orders jobs by the partition, of p, each goes to (keeping their order within a

@@ -982,23 +982,37 @@ func (i *Inspector) PurgeAll(ctx context.Context, queue string, olderThan time.D
 //
 // The keys are found with SCAN pages (1000 keys a page) over "prefix:{queue}:*" on the one
 // node that holds the queue's hash slot (every node of a Ring), and unlinked a page at a time;
-// a partitioned queue's over each partition's "prefix:{queue#i}:*" too, and its partition
-// count goes with it (a queue made again later has one partition unless CreateQueue says more).
+// and over "prefix:{queue#*" on every master, the keys of every partition of every count the
+// queue had (a change of the count leaves empty streams behind); its partition count goes with
+// it (a queue made again later has one partition unless CreateQueue says more).
 // It is not atomic with what else runs: stop the queue's producers and workers first, or a job
 // published meanwhile may be deleted half-way and a worker recreates the stream it reads.
 func (i *Inspector) DeleteQueue(ctx context.Context, queue string, force bool) error {
 	if err := i.check(queue, ""); err != nil {
 		return err
 	}
+	var qs []keys.Queue // every partition; a queue of one has its plain keys alone
 	p, err := partitionCount(ctx, i.rdb, i.cfg.Prefix, queue)
+	if errors.Is(err, errLegacyLayout) {
+		// Partitioned by the version before: its {queue#i} keys go the same way.
+		v, verr := i.rdb.HGet(ctx, keys.Partitions(i.cfg.Prefix), queue).Result()
+		if verr != nil {
+			return fmt.Errorf("delete queue %s: %w", queue, verr)
+		}
+		qs, err = legacyPartitions(i.cfg.Prefix, queue, v), nil
+		p = len(qs)
+	} else if err == nil {
+		qs = allPartitions(i.cfg.Prefix, queue, p)
+	}
 	if err != nil {
 		return fmt.Errorf("delete queue %s: %w", queue, err)
 	}
 	if !force {
-		st, err := queueStats(ctx, i.rdb, i.cfg.Prefix, queue, p)
+		parts, err := readStats(ctx, i.rdb, qs)
 		if err != nil {
 			return fmt.Errorf("delete queue %s: %w", queue, err)
 		}
+		st := sumStats(queue, parts)
 		if st.Scheduled+st.Queued+st.InProgress > 0 {
 			return fmt.Errorf("delete queue %s: %w: %d scheduled, %d queued, %d in progress",
 				queue, ErrQueueBusy, st.Scheduled, st.Queued, st.InProgress)
@@ -1008,24 +1022,30 @@ func (i *Inspector) DeleteQueue(ctx context.Context, queue string, force bool) e
 	if err != nil {
 		return fmt.Errorf("delete queue %s: %w", queue, err)
 	}
-	qs := []keys.Queue{i.keys(queue)}
-	if p > 1 {
-		qs = append(qs, allPartitions(i.cfg.Prefix, queue, p)...)
-	}
-	n := 0
-	for _, q := range qs {
-		m, err := deleteKeys(ctx, i.rdb, q.Base())
+	// The plain keys, then those of every partition of every count the queue ever had (the
+	// empty streams a change of the count leaves, the tags of the version before): on a
+	// cluster those are on every master.
+	n, err := deleteKeys(ctx, i.rdb, i.keys(queue).Base())
+	if err == nil {
+		var m int
+		m, err = scanNodes(ctx, i.rdb, i.cfg.Prefix+":{"+queue+string(keys.PartitionSep), true, true)
 		n += m
-		if err != nil {
-			return fmt.Errorf("delete queue %s (%d keys deleted): %w", queue, n, err)
-		}
+	}
+	if err != nil {
+		return fmt.Errorf("delete queue %s (%d keys deleted): %w", queue, n, err)
 	}
 	// The partition count and the name go last: a deletion that failed half-way still shows
 	// the queue, to try again.
 	if p > 1 {
+		// Its partitions stay closed a while: a producer that still has the count refuses to
+		// publish to them, reads it again and publishes to the plain queue.
+		if err := setClosed(ctx, i.rdb, qs[:p], true); err != nil {
+			return fmt.Errorf("delete queue %s: %w", queue, err)
+		}
 		if err := i.rdb.HDel(ctx, keys.Partitions(i.cfg.Prefix), queue).Err(); err != nil {
 			return fmt.Errorf("delete queue %s: %w", queue, err)
 		}
+		layoutChanges.Add(1)
 		n++
 	}
 	if err := i.rdb.SRem(ctx, keys.Queues(i.cfg.Prefix), queue).Err(); err != nil {
@@ -1044,7 +1064,19 @@ const deleteScanCount = 1000
 // queue starts with its base, prefix:{queue}: (internal/keys), so one SCAN pattern finds them
 // all, and on a cluster they all sit in one slot of one master: only that node is scanned.
 func deleteKeys(ctx context.Context, rdb redis.UniversalClient, base string) (int, error) {
-	pattern := globEscape(base) + "*"
+	return scanKeys(ctx, rdb, base, true)
+}
+
+// scanKeys counts the keys that start with prefix, which starts with a queue's base (so, on a
+// cluster, only the master of its slot is scanned), and unlinks them when unlink is true.
+func scanKeys(ctx context.Context, rdb redis.UniversalClient, prefix string, unlink bool) (int, error) {
+	return scanNodes(ctx, rdb, prefix, unlink, false)
+}
+
+// scanNodes is scanKeys, over every master of a cluster when everywhere is true: for a prefix
+// that names keys in many slots, such as every partition of a queue.
+func scanNodes(ctx context.Context, rdb redis.UniversalClient, prefix string, unlink, everywhere bool) (int, error) {
+	base, pattern := prefix, globEscape(prefix)+"*"
 	del := func(ctx context.Context, c redis.Cmdable) (int, error) {
 		n := 0
 		var cursor uint64
@@ -1053,9 +1085,11 @@ func deleteKeys(ctx context.Context, rdb redis.UniversalClient, base string) (in
 			if err != nil {
 				return n, err
 			}
-			if len(page) > 0 {
-				m, err := c.Unlink(ctx, page...).Result()
-				n += int(m)
+			if !unlink {
+				n += len(page)
+			} else if len(page) > 0 {
+				m, err := unlinkPage(ctx, c, page, everywhere)
+				n += m
 				if err != nil {
 					return n, err
 				}
@@ -1065,26 +1099,51 @@ func deleteKeys(ctx context.Context, rdb redis.UniversalClient, base string) (in
 			}
 		}
 	}
+	var mu sync.Mutex
+	total := 0
+	sum := func(ctx context.Context, node *redis.Client) error {
+		n, err := del(ctx, node)
+		mu.Lock()
+		total += n
+		mu.Unlock()
+		return err
+	}
 	switch c := rdb.(type) {
 	case *redis.ClusterClient:
+		if everywhere {
+			err := c.ForEachMaster(ctx, sum)
+			return total, err
+		}
 		node, err := c.MasterForKey(ctx, base)
 		if err != nil {
 			return 0, err
 		}
 		return del(ctx, node)
 	case *redis.Ring:
-		var mu sync.Mutex
-		total := 0
-		err := c.ForEachShard(ctx, func(ctx context.Context, shard *redis.Client) error {
-			n, err := del(ctx, shard)
-			mu.Lock()
-			total += n
-			mu.Unlock()
-			return err
-		})
+		err := c.ForEachShard(ctx, sum)
 		return total, err
 	}
 	return del(ctx, rdb)
+}
+
+// unlinkPage unlinks the keys of one SCAN page: with one UNLINK when they share a slot, else
+// (apart, a cluster's node refuses a command over many slots) one UNLINK each, pipelined.
+func unlinkPage(ctx context.Context, c redis.Cmdable, page []string, apart bool) (int, error) {
+	if !apart {
+		m, err := c.Unlink(ctx, page...).Result()
+		return int(m), err
+	}
+	cmds, err := c.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for _, k := range page {
+			p.Unlink(ctx, k)
+		}
+		return nil
+	})
+	n := 0
+	for _, cmd := range cmds {
+		n += int(cmd.(*redis.IntCmd).Val())
+	}
+	return n, err
 }
 
 // globEscape escapes the characters that are special in a Redis MATCH pattern.

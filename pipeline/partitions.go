@@ -4,8 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"slices"
 	"strconv"
+	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -19,8 +22,34 @@ import (
 const MaxPartitions = keys.MaxPartitions
 
 // partitionsTTL is how long a Client trusts the partition count it read for a queue before it
-// reads it again: a count changed with CreateQueue reaches every producer within this time.
+// reads it again: a count changed with CreateQueue in another process reaches every reader
+// within this time. A publish does not depend on it: one to a layout that a change left is
+// refused by its closed flag and sent again with the count read again (Client.publish).
 const partitionsTTL = 5 * time.Second
+
+// layoutChanges counts the partition counts that CreateQueue and DeleteQueue changed in this
+// process: a Client's cached count read before the latest change is stale at once, so a
+// process that changes a count reads its own change on its next call.
+var layoutChanges atomic.Int64
+
+// closedTTL is how long a layout that a change left stays closed: far beyond any producer's
+// cached count (partitionsTTL) and any publish in flight.
+const closedTTL = time.Hour
+
+// setClosed sets (closed) or clears the closed flag of every partition of qs, in one pipeline.
+func setClosed(ctx context.Context, rdb redis.UniversalClient, qs []keys.Queue, closed bool) error {
+	_, err := rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for _, q := range qs {
+			if closed {
+				p.Set(ctx, q.Closed(), "1", closedTTL)
+			} else {
+				p.Del(ctx, q.Closed())
+			}
+		}
+		return nil
+	})
+	return err
+}
 
 // partitionCount reads how many partitions queue has (1 when none was set).
 func partitionCount(ctx context.Context, rdb redis.Cmdable, prefix, queue string) (int, error) {
@@ -64,12 +93,43 @@ func knownQueues(ctx context.Context, rdb redis.UniversalClient, prefix string) 
 	return qs, counts, nil
 }
 
+// spreadScheme ends every partition count this version stores ("3/spread"): its partition
+// tags spread over the slots (keys.PartitionName). A bare count was stored by the version
+// before, whose partitions were {q#i} in whatever slot that fell in; this version does not
+// read those keys (errLegacyLayout), and the version before refuses a count with the suffix,
+// so two versions never route one queue's jobs to different keys.
+const spreadScheme = "/spread"
+
+// storedPartitions is how CreateQueue stores a count of p > 1.
+func storedPartitions(p int) string { return strconv.Itoa(p) + spreadScheme }
+
+// errLegacyLayout is the error about a queue partitioned by the version before this one.
+var errLegacyLayout = errors.New("partitioned by an older Conveyor (partition keys {queue#i}), whose keys this version does not read: drain it with that version, then delete it (conveyor queues delete, which this version can do) and create it again")
+
 func parsePartitions(queue, v string) (int, error) {
-	p, err := strconv.Atoi(v)
-	if err != nil || p < 1 || p > MaxPartitions {
+	num, spread := strings.CutSuffix(v, spreadScheme)
+	p, err := strconv.Atoi(num)
+	if err != nil || p < 1 || p > MaxPartitions || strconv.Itoa(p) != num {
 		return 0, fmt.Errorf("partition count of %s in Redis is %q, not a number in 1..%d", queue, v, MaxPartitions)
 	}
+	if !spread && p > 1 {
+		return 0, fmt.Errorf("queue %s: %w", queue, errLegacyLayout)
+	}
 	return p, nil
+}
+
+// legacyPartitions returns the partitions of a queue whose stored count v is one the version
+// before wrote ({q#i}), or nil when v is not such a count.
+func legacyPartitions(prefix, queue, v string) []keys.Queue {
+	p, err := strconv.Atoi(v)
+	if err != nil || p < 2 || p > MaxPartitions {
+		return nil
+	}
+	qs := make([]keys.Queue, p)
+	for i := range qs {
+		qs[i] = keys.New(prefix, queue+string(keys.PartitionSep)+strconv.Itoa(i))
+	}
+	return qs
 }
 
 // allPartitions returns the keys of every partition of queue, in partition order.
@@ -203,28 +263,49 @@ func queueStats(ctx context.Context, rdb redis.UniversalClient, prefix, queue st
 // producer, worker and inspector reads them.
 type QueueOptions struct {
 	// Partitions is the number of partitions (0 means 1, the plain queue; at most
-	// MaxPartitions). Each partition is a key space of its own, {queue#i}, with its own stream,
-	// scheduled set, dead set, counters, unique keys and recovery lock, so on Redis Cluster the
-	// partitions of one queue spread over shards (DESIGN.md "Scale"). A queue of one partition
-	// keeps the plain keys {queue}.
+	// MaxPartitions). Each partition is a key space of its own, {queue#i.s}, with its own
+	// stream, scheduled set, dead set, counters, unique keys and recovery lock, in the middle
+	// slot of the i-th of P equal shares of the slots (keys.PartitionName), so on Redis Cluster
+	// with the default slot layout every master holds a partition when P >= masters. A queue of
+	// one partition keeps the plain keys {queue}.
 	Partitions int
+	// Drain is how long a change of the partition count waits, with the old layout closed to
+	// publishes, for what it holds to go: its live jobs to run and records to expire. Meanwhile
+	// publishes to the queue wait too (a Client retries a refused publish for up to 5 s, so
+	// keep Drain below that). 0 refuses at once when anything is left (CreateQueue).
+	Drain time.Duration
 }
 
 // QueueInfo is a queue's stored settings.
 type QueueInfo struct {
 	Queue      string `json:"queue"`
 	Partitions int    `json:"partitions"`
+	// Nodes, on Redis Cluster, is the address of the master that holds each partition (in
+	// partition order) when CreateQueue answered: a reshard may move them later.
+	Nodes []string `json:"nodes,omitempty"`
 }
 
 // CreateQueue stores queue's settings and adds it to the known queues. Setting what is set
-// already does nothing and succeeds. Changing the partition count of a queue that has
-// unfinished jobs (scheduled, queued or in progress, in any partition) is refused with an
-// error wrapping ErrQueueBusy, and changes nothing: those jobs live in the old partitions,
-// which workers of the new count do not read.
+// already does nothing and succeeds.
 //
-// The check and the change are not atomic: stop the queue's producers and workers, change the
-// count, start them again. A Client reads a queue's count again every 5 seconds, a Worker only
-// when it starts (it logs an error when it sees the count change under it).
+// Changing the partition count moves nothing but the counters: every job and record lives in
+// the partition keys of the layout it was written in, which the new layout does not read. So
+// the change is refused with an error wrapping ErrQueueBusy, changing nothing, while the queue
+// holds anything a job left in its layout: scheduled, queued or in-progress jobs, dead jobs,
+// or finished records (completed or canceled, kept for their retention, or their tombstones,
+// which make a resent publish a duplicate). The error says how many of each. Once they are
+// gone (the live ones run, the dead ones replayed and run or purged, the finished records
+// expired, or the queue deleted with DeleteQueue) the change goes through, and the counters
+// of the old partitions are added to the new layout's.
+//
+// Producers need not stop: the old layout is closed to publishes before it is checked (a
+// publish refused there is sent again to the layout the count then names, see Client), and
+// opts.Drain lets the change wait for what is left to go. Every Client of this process reads
+// the new count on its next call; a Client elsewhere reads it within 5 seconds (at once when
+// it publishes). A Worker reads the count only when it starts: start workers of the new
+// count and stop those of the old one (a running worker logs an error when it sees the count
+// change under it). One change of a queue's count runs at a time; another is refused with
+// ErrQueueBusy. On Redis Cluster the answer's Nodes say which master holds each partition.
 func (i *Inspector) CreateQueue(ctx context.Context, queue string, opts QueueOptions) (*QueueInfo, error) {
 	if err := i.check(queue, ""); err != nil {
 		return nil, err
@@ -236,32 +317,173 @@ func (i *Inspector) CreateQueue(ctx context.Context, queue string, opts QueueOpt
 	if p < 1 || p > MaxPartitions {
 		return nil, invalid("partitions %d outside 1..%d", opts.Partitions, MaxPartitions)
 	}
+	unlock, err := i.lockLayout(ctx, queue)
+	if err != nil {
+		return nil, fmt.Errorf("create queue %s: %w", queue, err)
+	}
+	defer unlock()
 	cur, err := partitionCount(ctx, i.rdb, i.cfg.Prefix, queue)
 	if err != nil {
 		return nil, err
 	}
 	if cur != p {
-		st, err := queueStats(ctx, i.rdb, i.cfg.Prefix, queue, cur)
-		if err != nil {
-			return nil, fmt.Errorf("create queue %s: %w", queue, err)
-		}
-		if st.Scheduled+st.Queued+st.InProgress > 0 {
-			return nil, fmt.Errorf("create queue %s: %w: cannot change its partitions from %d to %d while it has %d scheduled, %d queued and %d in-progress jobs",
-				queue, ErrQueueBusy, cur, p, st.Scheduled, st.Queued, st.InProgress)
-		}
-		if p == 1 {
-			err = i.rdb.HDel(ctx, keys.Partitions(i.cfg.Prefix), queue).Err()
-		} else {
-			err = i.rdb.HSet(ctx, keys.Partitions(i.cfg.Prefix), queue, p).Err()
-		}
-		if err != nil {
-			return nil, fmt.Errorf("create queue %s: %w", queue, err)
-		}
+		err = i.changePartitions(ctx, queue, cur, p, opts.Drain)
+	} else {
+		// The count it has: make sure its layout is open, which repairs a change that
+		// stopped half-way (the old layout closed, the count not yet written).
+		err = setClosed(ctx, i.rdb, allPartitions(i.cfg.Prefix, queue, p), false)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("create queue %s: %w", queue, err)
 	}
 	if err := addQueue(ctx, i.rdb, i.cfg.Prefix, queue, i.cfg.MaxQueues, false); err != nil {
 		return nil, fmt.Errorf("create queue %s: %w", queue, err)
 	}
-	return &QueueInfo{Queue: queue, Partitions: p}, nil
+	info := &QueueInfo{Queue: queue, Partitions: p}
+	if cc, ok := i.rdb.(*redis.ClusterClient); ok {
+		for _, q := range allPartitions(i.cfg.Prefix, queue, p) {
+			node, err := cc.MasterForKey(ctx, q.Stream())
+			if err != nil {
+				return nil, fmt.Errorf("create queue %s: find the node of %s: %w", queue, q.Tag(), err)
+			}
+			info.Nodes = append(info.Nodes, node.Options().Addr)
+		}
+	}
+	return info, nil
+}
+
+// changePartitions changes queue's layout from cur partitions to p once the old layout holds
+// no job and no record (CreateQueue), and moves its counters to the new layout's first
+// partition. The old layout is closed first (keys.Queue.Closed): a publish that reaches it
+// from then on is refused and sent again to the layout the count then names, so the check
+// below sees every job the old layout will ever hold. A check that finds any opens the old
+// layout again; one that finds none opens the new layout, then writes the count.
+func (i *Inspector) changePartitions(ctx context.Context, queue string, cur, p int, drain time.Duration) error {
+	old := allPartitions(i.cfg.Prefix, queue, cur)
+	if err := setClosed(ctx, i.rdb, old, true); err != nil {
+		return fmt.Errorf("close the old partitions: %w", err)
+	}
+	reopen := func(err error) error {
+		if rerr := setClosed(context.WithoutCancel(ctx), i.rdb, old, false); rerr != nil {
+			return errors.Join(err, fmt.Errorf("open the old partitions again (queues create with the old count does): %w", rerr))
+		}
+		return err
+	}
+	deadline := time.Now().Add(drain)
+	for wait := time.Millisecond; ; wait = min(2*wait, 50*time.Millisecond) {
+		err := oldLayoutEmpty(ctx, i.rdb, queue, old, p)
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, ErrQueueBusy) || time.Now().Add(wait).After(deadline) {
+			return reopen(err)
+		}
+		select {
+		case <-ctx.Done():
+			return reopen(ctx.Err())
+		case <-time.After(wait):
+		}
+	}
+	next := allPartitions(i.cfg.Prefix, queue, p)
+	if err := moveCounters(ctx, i.rdb, old, next[0]); err != nil {
+		return reopen(err)
+	}
+	if err := setClosed(ctx, i.rdb, next, false); err != nil {
+		return reopen(fmt.Errorf("open the new partitions: %w", err))
+	}
+	var err error
+	if p == 1 {
+		err = i.rdb.HDel(ctx, keys.Partitions(i.cfg.Prefix), queue).Err()
+	} else {
+		err = i.rdb.HSet(ctx, keys.Partitions(i.cfg.Prefix), queue, storedPartitions(p)).Err()
+	}
+	if err != nil {
+		return reopen(fmt.Errorf("write the count: %w", err))
+	}
+	layoutChanges.Add(1)
+	return nil
+}
+
+// oldLayoutEmpty says whether the partitions old of queue hold nothing a job left, and if
+// they do, returns an error wrapping ErrQueueBusy that says how much of what.
+func oldLayoutEmpty(ctx context.Context, rdb redis.UniversalClient, queue string, old []keys.Queue, p int) error {
+	st, err := readStats(ctx, rdb, old)
+	if err != nil {
+		return err
+	}
+	sum := sumStats(queue, st)
+	records := 0
+	for _, q := range old {
+		n, err := scanKeys(ctx, rdb, q.JobPrefix(), false)
+		if err != nil {
+			return fmt.Errorf("count the job records: %w", err)
+		}
+		records += n
+	}
+	// Every job has a record; those that are not live or dead are finished ones.
+	finished := max(0, int64(records)-sum.Scheduled-sum.Queued-sum.InProgress-sum.Dead)
+	if sum.Scheduled+sum.Queued+sum.InProgress+sum.Dead+finished > 0 {
+		return fmt.Errorf("%w: cannot change its partitions from %d to %d while its %d partition(s) hold %d scheduled, %d queued, %d in-progress and %d dead jobs and %d finished records (completed or canceled, or their tombstones), which the new layout would not see: let the live jobs run, replay or purge the dead ones, and wait for the finished records' retention to end, or delete the queue first",
+			ErrQueueBusy, len(old), p, len(old), sum.Scheduled, sum.Queued, sum.InProgress, sum.Dead, finished)
+	}
+	return nil
+}
+
+// layoutLockTTL bounds how long a crashed change keeps others out.
+const layoutLockTTL = 30 * time.Second
+
+// lockLayout takes the lock that lets one change of queue's partition count run at a time
+// (two interleaved would open a layout the other just closed), or refuses with ErrQueueBusy.
+func (i *Inspector) lockLayout(ctx context.Context, queue string) (func(), error) {
+	key := keys.Partitions(i.cfg.Prefix) + ":lock:" + queue
+	token := strconv.FormatInt(time.Now().UnixNano(), 36) + strconv.FormatUint(rand.Uint64(), 36)
+	ok, err := i.rdb.SetNX(ctx, key, token, layoutLockTTL).Result()
+	if err != nil {
+		return nil, err
+	}
+	if !ok {
+		return nil, fmt.Errorf("%w: another change of its partition count is running", ErrQueueBusy)
+	}
+	return func() {
+		ctx := context.WithoutCancel(ctx)
+		if v, err := i.rdb.Get(ctx, key).Result(); err == nil && v == token {
+			_ = i.rdb.Del(ctx, key).Err() // else it expires
+		}
+	}, nil
+}
+
+// moveCounters adds the counters of the partitions from to those of to and deletes them. The
+// old layout is empty by then, so nothing changes its counters meanwhile; a failure half-way
+// can lose counts (the keys are in other slots: no one step moves them) but never counts one
+// twice, since each old hash is deleted right after it is added.
+func moveCounters(ctx context.Context, rdb redis.UniversalClient, from []keys.Queue, to keys.Queue) error {
+	for _, q := range from {
+		if q.Stats() == to.Stats() {
+			continue
+		}
+		m, err := rdb.HGetAll(ctx, q.Stats()).Result()
+		if err != nil {
+			return fmt.Errorf("read the counters: %w", err)
+		}
+		if len(m) == 0 {
+			continue
+		}
+		_, err = rdb.Pipelined(ctx, func(pl redis.Pipeliner) error {
+			for f, v := range m {
+				if n, err := strconv.ParseInt(v, 10, 64); err == nil && n != 0 {
+					pl.HIncrBy(ctx, to.Stats(), f, n)
+				}
+			}
+			return nil
+		})
+		if err == nil {
+			err = rdb.Del(ctx, q.Stats()).Err()
+		}
+		if err != nil {
+			return fmt.Errorf("move the counters: %w", err)
+		}
+	}
+	return nil
 }
 
 // Partitions returns how many partitions queue has (1 for a queue never given more).

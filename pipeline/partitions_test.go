@@ -263,23 +263,44 @@ func partitionFeatures(t *testing.T, x *partitioned) {
 	require.Equal(t, 1, p, "the partition count goes with the queue")
 }
 
-// clusterQueue picks a queue name whose three partitions hash to three different masters.
-func clusterQueue(t *testing.T, cc *redis.ClusterClient) string {
-	t.Helper()
-	for k := range 100 {
-		name := fmt.Sprint("hot", k)
-		addrs := map[string]bool{}
-		for i := range 3 {
-			node, err := cc.MasterForKey(t.Context(), keys.New(keys.DefaultPrefix, keys.PartitionName(name, i, 3)).Stream())
-			require.NoError(t, err)
-			addrs[node.Options().Addr] = true
-		}
-		if len(addrs) == 3 {
-			return name
+// TestPartitionsLandOnEveryMaster: the partitions of any queue spread over the masters of the
+// 3-master test cluster (its default slot layout): 3 partitions on 3 masters, 6 on 3 masters
+// two each, whatever the name (a queue named hot once put none on one master), and
+// CreateQueue says which master holds each.
+func TestPartitionsLandOnEveryMaster(t *testing.T) {
+	t.Parallel()
+	cc := redistest.StartCluster(t).Client(t)
+	insp := pipeline.NewInspector(cc, pipeline.InspectorConfig{})
+	names := []string{"hot", "emails", "default"}
+	for k := range 20 {
+		names = append(names, fmt.Sprint("q", k))
+	}
+	for _, name := range names {
+		for _, p := range []int{3, 6} {
+			perMaster := map[string]int{}
+			for i := range p {
+				node, err := cc.MasterForKey(t.Context(), keys.New(keys.DefaultPrefix, keys.PartitionName(name, i, p)).Stream())
+				require.NoError(t, err)
+				perMaster[node.Options().Addr]++
+			}
+			require.Len(t, perMaster, 3, "%d partitions of %s: %v", p, name, perMaster)
+			for addr, n := range perMaster {
+				require.Equal(t, p/3, n, "%d partitions of %s: master %s holds %d", p, name, addr, n)
+			}
 		}
 	}
-	t.Fatal("no queue name of 100 puts its 3 partitions on 3 masters")
-	return ""
+	queue := redistest.UniqueName(t)
+	info, err := insp.CreateQueue(t.Context(), queue, pipeline.QueueOptions{Partitions: 3})
+	require.NoError(t, err)
+	require.Len(t, info.Nodes, 3)
+	for i, addr := range info.Nodes {
+		node, err := cc.MasterForKey(t.Context(), keys.New(keys.DefaultPrefix, keys.PartitionName(queue, i, 3)).Stream())
+		require.NoError(t, err)
+		require.Equal(t, node.Options().Addr, addr, "the node of partition %d", i)
+	}
+	require.NotEqual(t, info.Nodes[0], info.Nodes[1])
+	require.NotEqual(t, info.Nodes[1], info.Nodes[2])
+	require.NotEqual(t, info.Nodes[0], info.Nodes[2])
 }
 
 // TestPartitionsSpreadOverMasters shows a 3-partition queue using all three masters of the
@@ -290,7 +311,7 @@ func TestPartitionsSpreadOverMasters(t *testing.T) {
 	c := redistest.StartCluster(t)
 	cc := c.Client(t)
 	ctx := t.Context()
-	queue := clusterQueue(t, cc)
+	queue := redistest.UniqueName(t)
 	x := newPartitioned(t, cc, queue, 3)
 
 	masters := make([]*redis.Client, len(c.Addrs))
@@ -383,6 +404,12 @@ func TestCreateQueuePartitions(t *testing.T) {
 	require.Equal(t, 3, p, "a refused change changes nothing")
 
 	require.NoError(t, x.client.Cancel(ctx, queue, j.ID))
+	// The canceled job's record is kept for its retention, and would be orphaned too.
+	_, err = x.insp.CreateQueue(ctx, queue, pipeline.QueueOptions{Partitions: 4})
+	require.ErrorIs(t, err, pipeline.ErrQueueBusy)
+	for _, q := range x.parts() {
+		require.NoError(t, rdb.Del(ctx, q.Job(j.ID)).Err())
+	}
 	info, err := x.insp.CreateQueue(ctx, queue, pipeline.QueueOptions{Partitions: 4})
 	require.NoError(t, err)
 	require.Equal(t, 4, info.Partitions)
@@ -393,4 +420,299 @@ func TestCreateQueuePartitions(t *testing.T) {
 	names, err := rdb.SMembers(ctx, keys.Queues(keys.DefaultPrefix)).Result()
 	require.NoError(t, err)
 	require.Contains(t, names, queue)
+}
+
+// TestCreateQueueRefusesToOrphanRecords: a change of the partition count would leave dead jobs
+// and finished records in keys the new layout never reads (Get, Replay and List would not find
+// them, and a resent WithID publish would make a second job). The change is refused, naming
+// what is left with counts, and changes nothing; once the records are gone it goes through and
+// the counters move with it.
+func TestCreateQueueRefusesToOrphanRecords(t *testing.T) {
+	t.Parallel()
+	rdb := redistest.Client(t)
+	ctx := t.Context()
+	queue := redistest.UniqueName(t)
+	x := newPartitioned(t, rdb, queue, 1)
+	stop := x.startWorker(t, pipeline.WorkerConfig{Retention: time.Hour}, map[string]pipeline.HandlerFunc{
+		"ok": func(context.Context, *pipeline.Job) ([]byte, error) { return nil, nil },
+		"doomed": func(context.Context, *pipeline.Job) ([]byte, error) {
+			return nil, pipeline.SkipRetry(errors.New("doomed"))
+		},
+	})
+	_, err := x.client.Enqueue(ctx, queue, pipeline.Task{Type: "ok"}, pipeline.WithID("done1"))
+	require.NoError(t, err)
+	_, err = x.client.Enqueue(ctx, queue, pipeline.Task{Type: "doomed"}, pipeline.WithID("dead1"))
+	require.NoError(t, err)
+	x.waitStatus(t, "done1", pipeline.StatusCompleted)
+	x.waitStatus(t, "dead1", pipeline.StatusFailed)
+	stop()
+
+	_, err = x.insp.CreateQueue(ctx, queue, pipeline.QueueOptions{Partitions: 4})
+	require.ErrorIs(t, err, pipeline.ErrQueueBusy, "a change that would orphan a dead job and a finished record")
+	require.ErrorContains(t, err, "1 dead")
+	require.ErrorContains(t, err, "1 finished")
+	p, err := x.insp.Partitions(ctx, queue)
+	require.NoError(t, err)
+	require.Equal(t, 1, p, "a refused change changes nothing")
+	st, err := x.insp.Stats(ctx, queue)
+	require.NoError(t, err)
+	require.EqualValues(t, 1, st.Completed)
+	require.EqualValues(t, 1, st.Failed)
+	_, err = x.insp.Get(ctx, queue, "done1")
+	require.NoError(t, err)
+	page, err := x.insp.List(ctx, queue, pipeline.StatusFailed, pipeline.Page{})
+	require.NoError(t, err)
+	require.Len(t, page.Jobs, 1)
+	again, err := x.client.Enqueue(ctx, queue, pipeline.Task{Type: "ok"}, pipeline.WithID("done1"))
+	require.NoError(t, err)
+	require.True(t, again.Duplicate, "a resent publish finds the finished job")
+
+	// With the dead job purged and the finished record gone the change goes through, and the
+	// counters the queue had are still its counters.
+	n, err := x.insp.PurgeAll(ctx, queue, 0)
+	require.NoError(t, err)
+	require.Equal(t, 1, n)
+	_, err = x.insp.CreateQueue(ctx, queue, pipeline.QueueOptions{Partitions: 4})
+	require.ErrorIs(t, err, pipeline.ErrQueueBusy)
+	require.ErrorContains(t, err, "1 finished")
+	require.NoError(t, rdb.Del(ctx, keys.New(keys.DefaultPrefix, queue).Job("done1")).Err())
+	info, err := x.insp.CreateQueue(ctx, queue, pipeline.QueueOptions{Partitions: 4})
+	require.NoError(t, err)
+	require.Equal(t, 4, info.Partitions)
+	st, err = x.insp.Stats(ctx, queue)
+	require.NoError(t, err)
+	require.EqualValues(t, 1, st.Completed, "the counters move to the new layout")
+	require.EqualValues(t, 1, st.Failed)
+	require.EqualValues(t, 2, st.Enqueued)
+	require.Zero(t, rdb.Exists(ctx, keys.New(keys.DefaultPrefix, queue).Stats()).Val(), "the old counters are not left behind")
+}
+
+// TestStoredPartitionCountRefused: a partition count in Redis that is not one this version
+// writes (out of 1..MaxPartitions, not a number, or a bare count of the version before, whose
+// partitions are other keys) is refused by every reader, never taken as some count: a
+// publish would route jobs to keys no worker reads.
+func TestStoredPartitionCountRefused(t *testing.T) {
+	t.Parallel()
+	rdb := redistest.Client(t)
+	ctx := t.Context()
+	for _, tc := range []struct{ stored, want string }{
+		{"0/spread", "not a number in 1..1024"},
+		{"1025/spread", "not a number in 1..1024"},
+		{"x", "not a number in 1..1024"},
+		{"x/spread", "not a number in 1..1024"},
+		{"-3/spread", "not a number in 1..1024"},
+		{"03/spread", "not a number in 1..1024"},
+		{"3", "older Conveyor"},
+	} {
+		t.Run(tc.stored, func(t *testing.T) {
+			t.Parallel()
+			queue := redistest.UniqueName(t)
+			require.NoError(t, rdb.HSet(ctx, keys.Partitions(keys.DefaultPrefix), queue, tc.stored).Err())
+			client := pipeline.NewClient(rdb, pipeline.ClientConfig{})
+			_, err := client.Enqueue(ctx, queue, pipeline.Task{Type: "t"})
+			require.ErrorContains(t, err, tc.want, "Enqueue")
+			_, err = client.EnqueueBatch(ctx, queue, []pipeline.Task{{Type: "t"}, {Type: "t"}})
+			require.ErrorContains(t, err, tc.want, "EnqueueBatch")
+			insp := pipeline.NewInspector(rdb, pipeline.InspectorConfig{})
+			_, err = insp.Stats(ctx, queue)
+			require.ErrorContains(t, err, tc.want, "Stats")
+			_, err = insp.Queues(ctx)
+			require.ErrorContains(t, err, tc.want, "Queues")
+			w := pipeline.NewWorker(rdb, pipeline.WorkerConfig{Queues: []string{queue}, Logger: testLogger(t)})
+			w.Handle("t", func(context.Context, *pipeline.Job) ([]byte, error) { return nil, nil })
+			err = w.Run(ctx) // returns at once: waiting cannot fix the stored count
+			require.ErrorIs(t, err, pipeline.ErrInvalid)
+			require.ErrorContains(t, err, tc.want, "Worker.Run")
+			for _, q := range []string{keys.New(keys.DefaultPrefix, queue).Stream(), keys.New(keys.DefaultPrefix, queue+"#0").Stream()} {
+				require.Zero(t, rdb.Exists(ctx, q).Val(), "nothing was published to %s", q)
+			}
+			require.NoError(t, rdb.HDel(ctx, keys.Partitions(keys.DefaultPrefix), queue).Err())
+		})
+	}
+}
+
+// TestDeleteLegacyPartitionedQueue: a queue partitioned by the version before ({q#i} keys, a
+// bare count) cannot be used, but DeleteQueue removes its keys and count, after which the
+// name is a plain queue again.
+func TestDeleteLegacyPartitionedQueue(t *testing.T) {
+	t.Parallel()
+	rdb := redistest.Client(t)
+	ctx := t.Context()
+	queue := redistest.UniqueName(t)
+	require.NoError(t, rdb.HSet(ctx, keys.Partitions(keys.DefaultPrefix), queue, "2").Err())
+	require.NoError(t, rdb.SAdd(ctx, keys.Queues(keys.DefaultPrefix), queue).Err())
+	var legacy []string
+	for i := range 2 {
+		q := keys.New(keys.DefaultPrefix, fmt.Sprint(queue, "#", i))
+		legacy = append(legacy, q.Job("old"), q.Stats())
+		require.NoError(t, rdb.HSet(ctx, q.Job("old"), "status", "completed").Err())
+		require.NoError(t, rdb.HSet(ctx, q.Stats(), "completed", 1).Err())
+	}
+	insp := pipeline.NewInspector(rdb, pipeline.InspectorConfig{})
+	_, err := insp.CreateQueue(ctx, queue, pipeline.QueueOptions{Partitions: 3})
+	require.ErrorContains(t, err, "older Conveyor")
+	require.NoError(t, insp.DeleteQueue(ctx, queue, false))
+	require.Zero(t, rdb.Exists(ctx, legacy...).Val(), "the old partitions' keys are deleted")
+	require.False(t, rdb.HExists(ctx, keys.Partitions(keys.DefaultPrefix), queue).Val())
+	info, err := insp.CreateQueue(ctx, queue, pipeline.QueueOptions{Partitions: 3})
+	require.NoError(t, err)
+	require.Equal(t, 3, info.Partitions)
+}
+
+// TestOwnPartitionChangeSeenAtOnce: a process that changes a queue's count reads the new one
+// on its next call, whatever its Clients cached (the HTTP API's PUT then GET of a job
+// published to the new layout said not found for up to 5 s).
+func TestOwnPartitionChangeSeenAtOnce(t *testing.T) {
+	t.Parallel()
+	rdb := redistest.Client(t)
+	ctx := t.Context()
+	queue := redistest.UniqueName(t)
+	x := newPartitioned(t, rdb, queue, 1)
+	_, err := x.client.Stats(ctx, queue) // caches the count: 1
+	require.NoError(t, err)
+	_, err = x.insp.CreateQueue(ctx, queue, pipeline.QueueOptions{Partitions: 3})
+	require.NoError(t, err)
+	j, err := pipeline.NewClient(rdb, pipeline.ClientConfig{}).Enqueue(ctx, queue, pipeline.Task{Type: "t"}, pipeline.WithID("in-a-partition"))
+	require.NoError(t, err)
+	got, err := x.client.Get(ctx, queue, j.ID)
+	require.NoError(t, err, "the client that cached 1 partition finds a job of the new layout")
+	require.Equal(t, pipeline.StatusQueued, got.Status)
+	again, err := x.client.Enqueue(ctx, queue, pipeline.Task{Type: "t"}, pipeline.WithID("in-a-partition"))
+	require.NoError(t, err)
+	require.True(t, again.Duplicate, "and publishes to the new layout")
+	require.Zero(t, rdb.XLen(ctx, keys.New(keys.DefaultPrefix, queue).Stream()).Val(), "nothing in the plain stream")
+}
+
+// TestPartitionCountCacheExpires: a Client reads a queue's count again once it is
+// partitionsTTL (5 s) old, and not before, so a change made by another process reaches its
+// reads. The other process is played by writing the count directly; the clock is the Client's.
+func TestPartitionCountCacheExpires(t *testing.T) {
+	t.Parallel()
+	rdb := redistest.Client(t)
+	ctx := t.Context()
+	queue := redistest.UniqueName(t)
+	var mu sync.Mutex
+	now := time.Now()
+	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+	client := pipeline.NewClient(rdb, pipeline.ClientConfig{Now: clock})
+	_, err := client.Enqueue(ctx, queue, pipeline.Task{Type: "t"})
+	require.NoError(t, err)
+	st, err := client.Stats(ctx, queue)
+	require.NoError(t, err)
+	require.EqualValues(t, 1, st.Queued)
+
+	// Another process gives the queue 3 partitions (the plain job is moved out of the way by
+	// hand: this is about the cache, not the change).
+	require.NoError(t, rdb.HSet(ctx, keys.Partitions(keys.DefaultPrefix), queue, "3/spread").Err())
+	st, err = client.Stats(ctx, queue)
+	require.NoError(t, err)
+	require.EqualValues(t, 1, st.Queued, "within 5 s the cached count (1) is used")
+	mu.Lock()
+	now = now.Add(5*time.Second + time.Millisecond)
+	mu.Unlock()
+	st, err = client.Stats(ctx, queue)
+	require.NoError(t, err)
+	require.Zero(t, st.Queued, "past 5 s the count is read again: the 3 partitions are empty")
+}
+
+// TestBatchRoutesByUniqueKey: EnqueueBatch sends a job with a unique key to the partition its
+// key routes to, as Enqueue does, so a later publish of the same key finds it; a job without
+// one goes where its id routes.
+func TestBatchRoutesByUniqueKey(t *testing.T) {
+	t.Parallel()
+	rdb := redistest.Client(t)
+	ctx := t.Context()
+	x := newPartitioned(t, rdb, redistest.UniqueName(t), 3)
+	tasks := make([]pipeline.Task, 30)
+	for k := range tasks {
+		tasks[k] = pipeline.Task{Type: "t", Payload: []byte(fmt.Sprint(k))}
+		if k%2 == 0 {
+			tasks[k].Opts = []pipeline.Option{pipeline.WithUnique(fmt.Sprint("key-", k), time.Hour)}
+		}
+	}
+	jobs, err := x.client.EnqueueBatch(ctx, x.queue, tasks)
+	require.NoError(t, err)
+	parts := x.parts()
+	for k, j := range jobs {
+		route := j.ID
+		if k%2 == 0 {
+			route = fmt.Sprint("key-", k)
+		}
+		want := parts[keys.PartitionOf(route, 3)]
+		require.EqualValues(t, 1, rdb.Exists(ctx, want.Job(j.ID)).Val(), "job %d is in partition %s", k, want.Tag())
+		if k%2 == 0 {
+			again, err := x.client.Enqueue(ctx, x.queue, pipeline.Task{Type: "t"}, pipeline.WithUnique(fmt.Sprint("key-", k), time.Hour))
+			require.NoError(t, err)
+			require.True(t, again.Duplicate, "the key of job %d is held", k)
+			require.Equal(t, j.ID, again.ID)
+		}
+	}
+}
+
+// TestCreateQueueRepairsHalfDoneChange: a change that stopped after closing the old layout
+// (the process died) leaves publishes refused, nothing written; CreateQueue with the count the
+// queue has opens its layout again.
+func TestCreateQueueRepairsHalfDoneChange(t *testing.T) {
+	t.Parallel()
+	rdb := redistest.Client(t)
+	ctx := t.Context()
+	x := newPartitioned(t, rdb, redistest.UniqueName(t), 3)
+	for _, q := range x.parts() {
+		require.NoError(t, rdb.Set(ctx, q.Closed(), "1", time.Hour).Err())
+	}
+	short, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+	defer cancel()
+	_, err := x.client.Enqueue(short, x.queue, pipeline.Task{Type: "t"})
+	require.ErrorIs(t, err, context.DeadlineExceeded, "refused and tried again until the caller gave up")
+	st, err := x.insp.Stats(ctx, x.queue)
+	require.NoError(t, err)
+	require.Zero(t, st.Queued+st.Enqueued, "nothing written")
+	_, err = x.insp.CreateQueue(ctx, x.queue, pipeline.QueueOptions{Partitions: 3})
+	require.NoError(t, err)
+	j, err := x.client.Enqueue(ctx, x.queue, pipeline.Task{Type: "t"})
+	require.NoError(t, err)
+	require.Equal(t, pipeline.StatusQueued, j.Status)
+}
+
+// TestDeleteQueueCleansEveryLayout: the layouts a queue's count left (empty streams with their
+// consumer groups, as workers of that count made them, and the closed flags) are deleted with
+// the queue, on a standalone server and on a cluster, where they sit on every master.
+func TestDeleteQueueCleansEveryLayout(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		rdb  redis.UniversalClient
+	}{{"standalone", redistest.Client(t)}, {"cluster", redistest.StartCluster(t).Client(t)}} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			ctx := t.Context()
+			x := newPartitioned(t, tc.rdb, redistest.UniqueName(t), 3)
+			for _, n := range []int{4, 2, 1} {
+				for _, q := range x.parts() { // what a worker of the count creates
+					require.NoError(t, tc.rdb.XGroupCreateMkStream(ctx, q.Stream(), keys.Group, "0").Err())
+				}
+				_, err := x.insp.CreateQueue(ctx, x.queue, pipeline.QueueOptions{Partitions: n})
+				require.NoError(t, err)
+				x.p = n
+			}
+			require.NoError(t, x.insp.DeleteQueue(ctx, x.queue, false))
+			var left []string
+			scan := func(ctx context.Context, node *redis.Client) error {
+				ks, _, err := node.Scan(ctx, 0, keys.DefaultPrefix+":{"+x.queue+"*", 10000).Result()
+				left = append(left, ks...)
+				return err
+			}
+			if cc, ok := tc.rdb.(*redis.ClusterClient); ok {
+				var mu sync.Mutex
+				require.NoError(t, cc.ForEachMaster(ctx, func(ctx context.Context, node *redis.Client) error {
+					mu.Lock()
+					defer mu.Unlock()
+					return scan(ctx, node)
+				}))
+			} else {
+				require.NoError(t, scan(ctx, tc.rdb.(*redis.Client)))
+			}
+			require.Empty(t, left, "keys of the queue left after DeleteQueue")
+		})
+	}
 }

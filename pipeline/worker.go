@@ -521,7 +521,7 @@ func (w *Worker) waitForRedis(ctx context.Context) error {
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
-		if permanent(err) || redis.HasErrorPrefix(err, "WRONGPASS") || redis.HasErrorPrefix(err, "NOAUTH") || tlsRefused(err) {
+		if permanent(err) || errors.Is(err, ErrInvalid) || redis.HasErrorPrefix(err, "WRONGPASS") || redis.HasErrorPrefix(err, "NOAUTH") || tlsRefused(err) {
 			return fmt.Errorf("pipeline: redis refused the worker: %w", err)
 		}
 		step := spell.Failed(time.Now())

@@ -42,6 +42,7 @@ func TestE2E(t *testing.T) {
 	t.Run("Queues", func(t *testing.T) { t.Parallel(); testQueuesCmd(t, c) })
 	t.Run("QueuesDelete", func(t *testing.T) { t.Parallel(); testQueuesDeleteCmd(t, c) })
 	t.Run("Partitions", func(t *testing.T) { t.Parallel(); testPartitions(t, c) })
+	t.Run("PartitionChangeUnderLoad", func(t *testing.T) { t.Parallel(); testPartitionChangeUnderLoad(t, c) })
 	t.Run("List", func(t *testing.T) { t.Parallel(); testListCmd(t, c) })
 	t.Run("DemoEmbedded", func(t *testing.T) { t.Parallel(); testDemoEmbedded(t, c) })
 	t.Run("DemoRealRedis", func(t *testing.T) { t.Parallel(); testDemoRealRedis(t, c) })
@@ -548,6 +549,20 @@ func testCluster(t *testing.T, bin string) {
 		return done == 100
 	})
 	require.Equal(t, 0, w.stop(t))
+
+	// queues create says which master holds each partition: three partitions, three masters.
+	qp := redistest.UniqueName(t)
+	lines := strings.Split(strings.TrimSpace(c.ok(t, "queues", "create", "--cluster", qp, "--partitions", "3")), "\n")
+	require.Equal(t, "queue "+qp+": 3 partitions", lines[0])
+	require.Len(t, lines, 4, "a line per partition")
+	nodes := map[string]bool{}
+	for i, line := range lines[1:] {
+		node, ok := strings.CutPrefix(line, fmt.Sprintf("  partition %d: ", i))
+		require.True(t, ok, "line %q", line)
+		require.Contains(t, cl.Addrs, node)
+		nodes[node] = true
+	}
+	require.Len(t, nodes, 3, "three partitions on three masters: %v", lines)
 
 	r := c.run(t, "demo", "--cluster")
 	require.Equal(t, 0, r.code, "stdout:\n%s\nstderr:\n%s", r.stdout, r.stderr)

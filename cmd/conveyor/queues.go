@@ -3,6 +3,9 @@ package main
 import (
 	"errors"
 	"fmt"
+	"io"
+	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -39,22 +42,29 @@ With --json it prints what 'stats --all --json' prints: a JSON array of objects.
 
 func newQueuesCreateCmd(a *app) *cobra.Command {
 	var partitions int
+	var drain time.Duration
 	cmd := &cobra.Command{
-		Use:   "create QUEUE [--partitions P]",
+		Use:   "create QUEUE [--partitions P] [--drain D]",
 		Short: "Create a queue, or set its partition count",
 		Long: `Create a queue (add it to the known queues) and store its partition count in Redis, where every
 producer, worker and inspector reads it. A queue of P > 1 partitions is P key spaces,
-{QUEUE#0} ... {QUEUE#P-1}, each with its own stream, scheduled and dead sets, counters and
-recovery lock, so on Redis Cluster one queue spreads over P shards; a publish picks a
-partition by job id (by unique key when it has one), a worker reads all of them, and status,
-cancel, dead and stats find jobs without being told the partition. One partition (the
-default) is the plain queue {QUEUE}.
+{QUEUE#0.s} ... {QUEUE#P-1.s}, each with its own stream, scheduled and dead sets, counters and
+recovery lock, partition i in the middle slot of the i-th of P equal shares of the cluster's
+slots, so on Redis Cluster with P >= masters every master holds a partition (on a cluster the
+command prints which master holds each); a publish picks a partition by job id (by unique
+key when it has one), a worker reads all of them, and status, cancel, dead and stats find
+jobs without being told the partition. One partition (the default) is the plain queue
+{QUEUE}.
 
 Setting the count the queue has already does nothing and exits 0. Changing it is refused
-(exit 1) while the queue has unfinished jobs (scheduled, queued or in progress, in any
-partition): those jobs live in the old partitions. Stop producers and workers, change the
-count, start them again: producers read it again within 5 seconds, workers only when they
-start (a running worker logs an error when it sees it change).`,
+(exit 1, saying how many of each are left) while the queue holds anything a job left in its
+partitions: scheduled, queued, in-progress or dead jobs, or finished records (kept for their
+retention). Those live in keys the new count does not read: let them run, purge or replay
+the dead ones, wait for the records to expire, or delete the queue first. Producers need not
+stop: the old partitions are closed before the check, and a publish that reaches them is
+sent again to the new ones. Workers read the count when they start: start workers of the new
+count, stop the old ones (a running worker logs an error when it sees it change). With
+--drain the change waits that long, the old partitions closed, for the jobs in them to run.`,
 		Example: `  conveyor queues create emails --partitions 3
   conveyor queues create emails              # one partition: the plain queue`,
 		Args: exactlyOne("queue name"),
@@ -66,18 +76,24 @@ start (a running worker logs an error when it sees it change).`,
 			if err != nil {
 				return err
 			}
-			info, err := insp.CreateQueue(cmd.Context(), args[0], pipeline.QueueOptions{Partitions: partitions})
-			if errors.Is(err, pipeline.ErrQueueBusy) {
-				return fmt.Errorf("%w; let them finish (or delete the queue) first", err)
+			if drain < 0 || drain > 5*time.Second {
+				return usageErrorf("--drain %s: want 0 to 5s (producers wait that long)", drain)
 			}
+			info, err := insp.CreateQueue(cmd.Context(), args[0], pipeline.QueueOptions{Partitions: partitions, Drain: drain})
 			if err != nil {
 				return err
 			}
-			_, err = fmt.Fprintf(a.stdout, "queue %s: %s\n", info.Queue, plural(info.Partitions, "partition"))
+			var b strings.Builder
+			fmt.Fprintf(&b, "queue %s: %s\n", info.Queue, plural(info.Partitions, "partition"))
+			for k, node := range info.Nodes { // on a cluster: who holds each partition now
+				fmt.Fprintf(&b, "  partition %d: %s\n", k, node)
+			}
+			_, err = io.WriteString(a.stdout, b.String())
 			return err
 		},
 	}
 	cmd.Flags().IntVar(&partitions, "partitions", 1, fmt.Sprintf("the queue's partition count, 1 to %d", pipeline.MaxPartitions))
+	cmd.Flags().DurationVar(&drain, "drain", 0, "how long a change waits, publishes held, for the jobs in flight in the old partitions to run (0 to 5s)")
 	return cmd
 }
 

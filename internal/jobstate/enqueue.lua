@@ -1,12 +1,13 @@
 -- enqueue.lua: create jobs in one queue, each either queued (stream) or scheduled (sorted set).
 -- KEYS[1] stream, KEYS[2] scheduled set, KEYS[3] stats hash; then, per job, its hash key,
---   followed by its unique key when it has one.
+--   followed by its unique key when it has one; last, the closed flag (keys.Closed).
 -- ARGV[1] now (unix ms), ARGV[2] wake channel, ARGV[3] the KEYS index of the witness (0 for
 --   none), ARGV[4] one character per job, '1' when the job is looked up on its own (its id was
 --   chosen by the caller, or the chunk has unique keys), '0' otherwise, then 9 values per job:
 --   id, type, payload, metadata (msgpack or ''), max_retries, timeout_ms, run_at (unix ms),
 --   retention_ms ('' = the queue default), unique_ttl_ms ('' = no unique key)
--- Returns {CV_OK, then two values per job: CV_OK and the new entry id when it was queued, or ''
+-- Returns {CV_WRONG_STATE} when the closed flag is set (the queue's partition count
+-- changed: nothing written), else {CV_OK, then two values per job: CV_OK and the new entry id when it was queued, or ''
 -- when it was scheduled; CV_EXISTS and '' when the id exists already (nothing written);
 -- CV_UNIQUE_HELD and the holder's id when another job holds the unique key (nothing written);
 -- CV_CONFLICT and what differs (type, payload) when a chosen id names a job published with
@@ -23,6 +24,7 @@
 -- take those defaults, and a queued job's hash stays small.
 -- Values handed to redis.call stay strings where they can: Redis formats a Lua number with
 -- snprintf("%.17g"), a cost per argument that adds up at one HSET per job (docs/BENCHMARKS.md).
+if redis.call('EXISTS', KEYS[#KEYS]) == 1 then return {CV_WRONG_STATE} end
 local now, now_s = tonumber(ARGV[1]), ARGV[1]
 local witness, chosen = tonumber(ARGV[3]), ARGV[4]
 local out, created = {CV_OK}, 0

@@ -1,14 +1,20 @@
 -- enqueue1.lua: create one job to run at once, with no unique key, timeout or retention of its
 -- own: the most common publish, kept as cheap as a script can be (enqueue.lua does the rest).
--- KEYS[1] stream, KEYS[2] stats hash, KEYS[3] job hash
+-- KEYS[1] stream, KEYS[2] stats hash, KEYS[3] job hash, KEYS[4] the closed flag (keys.Closed)
 -- ARGV[1] id, ARGV[2] type, ARGV[3] payload, ARGV[4] metadata, ARGV[5] max_retries,
 --   ARGV[6] now (unix ms)
--- Returns the new entry id; when the id exists already (nothing written), {CV_EXISTS}, or
+-- Returns the new entry id; {CV_WRONG_STATE} when the flag is set (the queue's
+-- partition count changed: nothing written); when the id exists already (nothing written),
+-- {CV_EXISTS}, or
 -- {CV_CONFLICT, what differs} when that job has another type or payload. A created job's
 -- reply is a bare string, not {code, ...}: an array costs a single publish 5% more
 -- (docs/BENCHMARKS.md). The script is kept beside enqueue.lua because it costs Redis half as
 -- much per single publish (the same page).
-if redis.call('EXISTS', KEYS[3]) == 1 then
+-- One EXISTS answers for the job and the closed flag together: the usual answer, 0, costs
+-- the publish nothing more than the job's lookup did.
+local found = redis.call('EXISTS', KEYS[3], KEYS[4])
+if found > 0 then
+  if found > 1 or redis.call('EXISTS', KEYS[4]) == 1 then return {CV_WRONG_STATE} end
   local d = cv_differs(KEYS[3], KEYS[1], ARGV[2], ARGV[3])
   if d then return {CV_CONFLICT, d} end
   return {CV_EXISTS}

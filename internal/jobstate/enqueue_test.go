@@ -106,3 +106,36 @@ func enqueueRows(t *testing.T, cmd *redis.Cmd) []string {
 	}
 	return rows
 }
+
+// A closed queue or partition (keys.Queue.Closed: its queue's partition count changed) refuses
+// both enqueue scripts with ErrClosed and writes nothing, for a new id and an existing one.
+func TestEnqueueRefusedWhenClosed(t *testing.T) {
+	t.Parallel()
+	rdb := redistest.Client(t)
+	ctx := t.Context()
+	q := keys.New(keys.DefaultPrefix, redistest.UniqueName(t))
+	now := time.Now().UnixMilli()
+	existing := jobstate.NewJob{ID: "there", Type: "t", Payload: []byte("x"), RunAt: now}
+	_, err := jobstate.Enqueue1(ctx, rdb, q, now, &existing)
+	require.NoError(t, err)
+	require.NoError(t, rdb.Set(ctx, q.Closed(), "1", time.Hour).Err())
+
+	for _, id := range []string{"new", "there"} {
+		j := jobstate.NewJob{ID: id, Type: "t", Payload: []byte("x"), RunAt: now}
+		_, err := jobstate.Enqueue1(ctx, rdb, q, now, &j)
+		require.ErrorIs(t, err, jobstate.ErrClosed, "enqueue1 of %s", id)
+		call := jobstate.EnqueueCall(q, now, []jobstate.NewJob{j, {ID: "later", Type: "t", RunAt: now + 60_000, UniqueKey: "u", UniqueTTL: 60_000}})
+		_, err = jobstate.EnqueueReply(call.Script.Run(ctx, rdb, call.Keys, call.Args...), 2)
+		require.ErrorIs(t, err, jobstate.ErrClosed, "enqueue of %s", id)
+	}
+	require.EqualValues(t, 1, rdb.XLen(ctx, q.Stream()).Val(), "only the job from before the flag")
+	require.Zero(t, rdb.Exists(ctx, q.Job("new"), q.Job("later"), q.Unique("u"), q.Scheduled()).Val())
+	require.Equal(t, "1", rdb.HGet(ctx, q.Stats(), keys.StatEnqueued).Val())
+
+	// Open again, a publish goes through.
+	require.NoError(t, rdb.Del(ctx, q.Closed()).Err())
+	j := jobstate.NewJob{ID: "new", Type: "t", Payload: []byte("x"), RunAt: now}
+	row, err := jobstate.Enqueue1(ctx, rdb, q, now, &j)
+	require.NoError(t, err)
+	require.Equal(t, script.OK, row.Code)
+}

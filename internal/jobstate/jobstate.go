@@ -18,6 +18,7 @@ package jobstate
 import (
 	"context"
 	_ "embed"
+	"errors"
 	"fmt"
 	"slices"
 	"strconv"
@@ -96,9 +97,13 @@ func (j *NewJob) Plain(now int64) bool {
 	return j.Retention == "" && j.UniqueKey == "" && j.TimeoutMS == 0 && j.RunAt <= now
 }
 
+// ErrClosed is what EnqueueReply and Enqueue1 return when the queue or partition written to is
+// closed (keys.Queue.Closed): its queue's partition count changed, and nothing was written.
+var ErrClosed = errors.New("the queue's partition layout is closed: its partition count changed")
+
 // EnqueueCall is one enqueue.lua call creating jobs in q (see the script for what it answers).
 func EnqueueCall(q keys.Queue, now int64, jobs []NewJob) script.Call {
-	ks := make([]string, 0, 3+2*len(jobs))
+	ks := make([]string, 0, 4+2*len(jobs))
 	ks = append(ks, q.Stream(), q.Scheduled(), q.Stats())
 	args := make([]any, 0, 4+9*len(jobs))
 	chosen := make([]byte, len(jobs))
@@ -120,6 +125,7 @@ func EnqueueCall(q keys.Queue, now int64, jobs []NewJob) script.Call {
 			ks = append(ks, q.Unique(j.UniqueKey))
 		}
 	}
+	ks = append(ks, q.Closed())
 	args = append(args, now, q.Wake(), witness, string(chosen))
 	for i := range jobs {
 		j := &jobs[i]
@@ -147,6 +153,9 @@ type Created struct {
 // EnqueueReply reads the reply of an EnqueueCall of n jobs.
 func EnqueueReply(cmd *redis.Cmd, n int) ([]Created, error) {
 	code, rows, err := script.Reply(cmd)
+	if err == nil && code == script.WrongState {
+		return nil, ErrClosed
+	}
 	if err == nil && (code != script.OK || len(rows) != 2*n) {
 		err = fmt.Errorf("unexpected reply %v %v", code, rows)
 	}
@@ -178,7 +187,7 @@ func EnqueueReply(cmd *redis.Cmd, n int) ([]Created, error) {
 // {code, ...}, which costs a single publish 5% less (docs/BENCHMARKS.md). It answers as one
 // row of EnqueueReply.
 func Enqueue1(ctx context.Context, rdb redis.Scripter, q keys.Queue, now int64, j *NewJob) (Created, error) {
-	res, err := enqueue1Script.Run(ctx, rdb, []string{q.Stream(), q.Stats(), q.Job(j.ID)},
+	res, err := enqueue1Script.Run(ctx, rdb, []string{q.Stream(), q.Stats(), q.Job(j.ID), q.Closed()},
 		j.ID, j.Type, j.Payload, j.Metadata, j.MaxRetries, now).Result()
 	if err != nil {
 		return Created{}, err
@@ -195,6 +204,8 @@ func Enqueue1(ctx context.Context, rdb redis.Scripter, q keys.Queue, now int64, 
 			case script.Conflict:
 				d, _ := v[1].(string)
 				return Created{Code: script.Conflict, Differs: d}, nil
+			case script.WrongState:
+				return Created{}, ErrClosed
 			}
 		}
 	}

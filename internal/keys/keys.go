@@ -9,8 +9,9 @@
 //
 // # Partitions
 //
-// A queue of P > 1 partitions (DESIGN.md "Scale") is P key spaces, one per partition i with
-// the hash tag {q#i} (PartitionName), each with its own stream, scheduled and dead sets, job
+// A queue of P > 1 partitions is P key spaces, one per partition i with the hash tag
+// {q#i.s} (PartitionName: s puts the tag in the middle slot of the i-th of P equal shares of
+// the slots, so the partitions spread over a cluster's masters), each with its own stream, scheduled and dead sets, job
 // records, counters, unique keys, lock and wake channel, so P partitions can sit on P shards.
 // A queue of one partition keeps the plain {q} keys. The counts live in the global hash
 // Partitions, which, like Queues, no script touches.
@@ -29,6 +30,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
 	"unicode/utf8"
 )
 
@@ -141,7 +143,7 @@ const (
 // the names once, so a Queue kept by a client or worker costs no string building per job.
 type Queue struct {
 	name      string // the user's queue name, without the partition
-	tag       string // what the hash tag holds: name, or name#i for partition i
+	tag       string // what the hash tag holds: name, or name#i.s for partition i
 	part      int    // the partition's number; 0 for an unpartitioned queue
 	base      string // prefix:{tag}:
 	stream    string
@@ -150,30 +152,32 @@ type Queue struct {
 	dead      string
 	stats     string
 	wake      string
+	closed    string
 }
 
 // New returns the keys of queue under prefix. queue is a queue name, or the name of one of its
-// partitions (PartitionName: "q#i"), whose keys sit under the hash tag {q#i} while Name still
+// partitions (PartitionName: "q#i.s"), whose keys sit under the hash tag {q#i.s} while Name still
 // says "q". It does not validate; see ValidateQueue and ValidatePartition.
 func New(prefix, queue string) Queue {
 	base := prefix + ":{" + queue + "}:"
 	name, part := queue, 0
 	if k := strings.LastIndexByte(queue, PartitionSep); k >= 0 {
-		if n, err := strconv.Atoi(queue[k+1:]); err == nil {
+		num, _, _ := strings.Cut(queue[k+1:], ".")
+		if n, err := strconv.Atoi(num); err == nil {
 			name, part = queue[:k], n
 		}
 	}
 	return Queue{
 		name: name, tag: queue, part: part, base: base,
 		stream: base + "stream", scheduled: base + "scheduled", jobPrefix: base + "job:",
-		dead: base + "dead", stats: base + "stats", wake: base + "wake",
+		dead: base + "dead", stats: base + "stats", wake: base + "wake", closed: base + "closed",
 	}
 }
 
 // Name is the queue's name: the user's name, for a partition too ("q", not "q#1").
 func (q Queue) Name() string { return q.name }
 
-// Tag is what the keys' hash tag holds: the queue's name, or "q#i" for partition i.
+// Tag is what the keys' hash tag holds: the queue's name, or "q#i.s" for partition i.
 func (q Queue) Tag() string { return q.tag }
 
 // Partition is the partition's number, 0 for a queue that is not partitioned.
@@ -200,6 +204,12 @@ func (q Queue) Dead() string { return q.dead }
 
 // RecoveryLock is the key of the lock that lets one recoverer at a time scan the queue.
 func (q Queue) RecoveryLock() string { return q.base + "lock:recovery" }
+
+// Closed is the flag that refuses publishes to this queue or partition: Inspector.CreateQueue
+// sets it on every partition of the layout a change of the partition count leaves, so that a
+// producer still using that layout is refused and reads the count again (enqueue.lua,
+// enqueue1.lua). It expires (the refusal only has to outlast producers' caches).
+func (q Queue) Closed() string { return q.closed }
 
 // Stats is the hash of the queue's counters.
 func (q Queue) Stats() string { return q.stats }
@@ -230,15 +240,136 @@ const PartitionSep = '#'
 // scheduler slot and a recoverer per partition, and a lookup by id may try every partition.
 const MaxPartitions = 1024
 
-// PartitionName is the internal name of partition i of queue: "queue#i" when the queue has
-// more than one partition (p > 1), and the queue's own name when it has one, so a queue of
+// PartitionName is the internal name of partition i of queue's p: "queue#i.s" when the queue
+// has more than one partition (p > 1), and the queue's own name when it has one, so a queue of
 // one partition keeps the plain keys it always had.
+//
+// s, three characters or a few more, makes the tag's slot (Slot) the middle slot of the i-th
+// of p equal shares of the 16,384 slots (slotMid). A
+// cluster's default layout gives each of its M masters one contiguous, equal run of slots, so
+// with p a multiple of M each master holds p/M partitions, and with any p >= M each master
+// holds at least one (TestPartitionSlotsSpread checks M up to 16). The name depends on queue,
+// i and p alone: every process finds the same. It is memoized per (queue, p).
 func PartitionName(queue string, i, p int) string {
 	if p <= 1 {
 		return queue
 	}
-	return queue + string(PartitionSep) + strconv.Itoa(i)
+	return partitionTags(queue, p)[i]
 }
+
+// tagMemo holds the partition tags of every (queue, p) asked for: there is one entry per
+// partitioned queue and count in use, since a plain queue computes nothing.
+var tagMemo sync.Map // queue + "#" + p -> []string
+
+func partitionTags(queue string, p int) []string {
+	memo := queue + string(PartitionSep) + strconv.Itoa(p)
+	if v, ok := tagMemo.Load(memo); ok {
+		return v.([]string)
+	}
+	tags := make([]string, p)
+	for i := range tags {
+		tags[i] = spreadTag(queue, i, p)
+	}
+	v, _ := tagMemo.LoadOrStore(memo, tags)
+	return v.([]string)
+}
+
+// spreadTag is the tag of partition i of p (PartitionName): "queue#i." and the first suffix,
+// in the order of suffixes, whose tag falls in slot mid (slotMid). CRC16 is linear: the CRC
+// after a suffix s of three characters is the CRC of three zero bytes after the head's, XOR
+// the CRC of s alone. So one table of every three-character suffix by its own CRC
+// (suffixTable) answers for every head at once: the four CRCs whose low 14 bits are mid each
+// name at most one suffix. When none of the four is in the table (it misses about 2% of the
+// CRCs), a longer prefix is put before the three characters, in order, until one is.
+func spreadTag(queue string, i, p int) string {
+	mid := slotMid(i, p)
+	head := queue + string(PartitionSep) + strconv.Itoa(i) + "."
+	crc := crc16(0, head)
+	table := suffixTable()
+	for k := 0; ; k++ {
+		pre := suffixPrefix(k)
+		z := crc16(crc16(crc, pre), "\x00\x00\x00")
+		for top := range 4 {
+			if n := table[uint16(top<<14|mid)^z]; n > 0 {
+				n--
+				return head + pre + string([]byte{tagAlphabet[n>>12], tagAlphabet[n>>6&63], tagAlphabet[n&63]})
+			}
+		}
+	}
+}
+
+// tagAlphabet is what a partition tag's suffix is made of: characters a queue name may hold,
+// but neither the '.' before the suffix nor PartitionSep.
+const tagAlphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-"
+
+// suffixTable maps a CRC16 to 1 + the number (c0<<12 | c1<<6 | c2, in tagAlphabet) of the
+// first three-character suffix whose CRC from 0 it is, or 0 when none is: 256 KiB, built once
+// per process that names a partition (about 6 ms; BenchmarkSuffixTable).
+var suffixTable = sync.OnceValue(buildSuffixTable)
+
+func buildSuffixTable() *[1 << 16]uint32 {
+	t := new([1 << 16]uint32)
+	for n := range 64 * 64 * 64 {
+		c := crc16(0, string([]byte{tagAlphabet[n>>12], tagAlphabet[n>>6&63], tagAlphabet[n&63]}))
+		if t[c] == 0 {
+			t[c] = uint32(n + 1)
+		}
+	}
+	return t
+}
+
+// suffixPrefix is the k-th string over tagAlphabet in the order "", "A", ..., "-", "AA", ...
+func suffixPrefix(k int) string {
+	var b []byte
+	for ; k > 0; k = (k - 1) / 64 {
+		b = append([]byte{tagAlphabet[(k-1)%64]}, b...)
+	}
+	return string(b)
+}
+
+// slotMid is the slot partition i of p takes: the middle of the i-th of p equal shares of the
+// slots. Any slot but the middle fails some layout: with 13 partitions over 12 masters the
+// middle of partition 6's share is slot 8192, the first of the 7th master's run, and a tag a
+// slot lower would leave that master without a partition.
+func slotMid(i, p int) int { return (2*i + 1) * Slots / (2 * p) }
+
+// Slots is the number of hash slots of a Redis Cluster.
+const Slots = 16384
+
+// Slot is the Redis Cluster hash slot of key: CRC16 (XMODEM) of its hash tag, the part between
+// the first '{' and the next '}' when that is not empty, or of the whole key, modulo 16,384.
+func Slot(key string) int {
+	if s := strings.IndexByte(key, '{'); s >= 0 {
+		if e := strings.IndexByte(key[s+1:], '}'); e > 0 {
+			key = key[s+1 : s+1+e]
+		}
+	}
+	return int(crc16(0, key)) % Slots
+}
+
+func crc16(crc uint16, s string) uint16 {
+	for i := 0; i < len(s); i++ {
+		crc = crc<<8 ^ crc16Table[byte(crc>>8)^s[i]]
+	}
+	return crc
+}
+
+// crc16Table is the table of CRC16-CCITT (XMODEM, polynomial 0x1021), the CRC Redis Cluster
+// uses for key slots.
+var crc16Table = func() (t [256]uint16) {
+	for n := range t {
+		c := uint16(n) << 8
+		for range 8 {
+			if c&0x8000 != 0 {
+				c = c<<1 ^ 0x1021
+			} else {
+				c <<= 1
+			}
+		}
+		t[n] = c
+	}
+	return t
+}()
 
 // PartitionOf is the partition, of p, that a routing key goes to: FNV-1a (32 bits) of the key,
 // modulo p. It is stable across versions and processes: every producer routes a key alike.
@@ -255,8 +386,8 @@ func PartitionOf(key string, p int) int {
 }
 
 // ValidatePartition reports whether name is a queue name or the name of one of its partitions,
-// "q#i" with i a decimal number below MaxPartitions written without leading zeros: the names
-// the scheduler and the recoverer accept.
+// "q#i.s" (PartitionName) with i below MaxPartitions, decimal without leading zeros, and s of
+// 3 to 8 characters of the suffix alphabet: the names the scheduler and the recoverer accept.
 func ValidatePartition(name string) error {
 	k := strings.LastIndexByte(name, PartitionSep)
 	if k < 0 {
@@ -265,10 +396,11 @@ func ValidatePartition(name string) error {
 	if err := ValidateQueue(name[:k]); err != nil {
 		return err
 	}
-	num := name[k+1:]
+	num, suffix, dot := strings.Cut(name[k+1:], ".")
 	n, err := strconv.Atoi(num)
-	if err != nil || n < 0 || n >= MaxPartitions || strconv.Itoa(n) != num {
-		return fmt.Errorf("invalid partition %q: want queue#N with N in 0..%d", name, MaxPartitions-1)
+	if err != nil || n < 0 || n >= MaxPartitions || strconv.Itoa(n) != num || !dot ||
+		len(suffix) < 3 || len(suffix) > 8 || strings.Trim(suffix, tagAlphabet) != "" {
+		return fmt.Errorf("invalid partition %q: want queue#N.S with N in 0..%d", name, MaxPartitions-1)
 	}
 	return nil
 }

@@ -1,6 +1,9 @@
 package keys
 
 import (
+	"math"
+	"sort"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -88,7 +91,7 @@ func TestPartitions(t *testing.T) {
 		t.Fatalf("one partition: %q, want the plain name", got)
 	}
 	q := New("cv", PartitionName("emails", 2, 3))
-	if q.Name() != "emails" || q.Tag() != "emails#2" || q.Partition() != 2 || q.Stream() != "cv:{emails#2}:stream" {
+	if q.Name() != "emails" || q.Tag() != PartitionName("emails", 2, 3) || q.Partition() != 2 || !strings.HasPrefix(q.Stream(), "cv:{emails#2.") {
 		t.Fatalf("partition keys: name %q tag %q part %d stream %q", q.Name(), q.Tag(), q.Partition(), q.Stream())
 	}
 	plain := New("cv", "emails")
@@ -106,14 +109,137 @@ func TestPartitions(t *testing.T) {
 	if len(seen) != 3 {
 		t.Fatalf("100 keys over 3 partitions reached %d of them", len(seen))
 	}
-	for _, ok := range []string{"q", "q#0", "q#1023"} {
+	for _, ok := range []string{"q", "q#0.AAA", "q#1023.a-_9", PartitionName("emails", 2, 3)} {
 		if err := ValidatePartition(ok); err != nil {
 			t.Errorf("ValidatePartition(%q): %v", ok, err)
 		}
 	}
-	for _, bad := range []string{"", "#1", "q#", "q#01", "q#1024", "q#-1", "q#a", "q#1#2", "q{#1"} {
+	for _, bad := range []string{"", "#1", "q#", "q#0", "q#01.AAA", "q#1.AA", "q#1.", "q#.AAA", "q#1024.AAA", "q#-1.AAA", "q#1.AAAAAAAAA", "q#1.AA.A", "q#a.AAA", "q#1#2.AAA", "q{#1.AAA"} {
 		if ValidatePartition(bad) == nil {
 			t.Errorf("ValidatePartition(%q) accepted", bad)
 		}
+	}
+}
+
+// Slot is Redis Cluster's CRC16 slot: the values Redis's own CLUSTER KEYSLOT gives.
+func TestSlot(t *testing.T) {
+	t.Parallel()
+	for key, want := range map[string]int{
+		"foo": 12182, "123456789": 12739, "{user1000}.following": 3443, "{user1000}.followers": 3443,
+		"foo{}{bar}": Slot("foo{}{bar}"), "a": 15495, "b": 3300, "c": 7365, "{}x": Slot("{}x"),
+	} {
+		if got := Slot(key); got != want {
+			t.Errorf("Slot(%q) = %d, want %d", key, got, want)
+		}
+	}
+	// An empty tag hashes the whole key.
+	if Slot("{}x") != int(crc16(0, "{}x"))%Slots {
+		t.Error("an empty tag is not a tag")
+	}
+}
+
+const pinnedEmails1of3 = "emails#1.HJE"
+
+// defaultLayout is the first slot of each of m masters as redis-cli --cluster create assigns
+// them (clusterManagerCommandCreate): equal runs, the cursor rounded.
+func defaultLayout(m int) []int {
+	per := float32(Slots) / float32(m)
+	firsts := make([]int, m)
+	first, cursor := 0, float32(0)
+	for i := range m {
+		firsts[i] = first
+		last := int(math.Round(float64(cursor + per - 1)))
+		if last > Slots-1 || i == m-1 {
+			last = Slots - 1
+		}
+		first = max(last, first) + 1
+		cursor += per
+	}
+	return firsts
+}
+
+// TestPartitionSlotsSpread: the P partitions' slots fall in their own P-th of the slots, the
+// names are deterministic, and under the default layout of M masters every master holds a
+// partition when P >= M, P/M of them when M divides P.
+func TestPartitionSlotsSpread(t *testing.T) {
+	t.Parallel()
+	names := []string{"a", "q", "hot", "emails", "default", "orders.eu-west_1", strings.Repeat("z", MaxNameLen)}
+	for k := range 100 {
+		names = append(names, "queue-"+strconv.Itoa(k))
+	}
+	for _, name := range names {
+		for p := 1; p <= 16; p++ {
+			slots := make([]int, p)
+			for i := range p {
+				tag := PartitionName(name, i, p)
+				if p == 1 {
+					if tag != name {
+						t.Fatalf("one partition of %s is %q, want the plain name", name, tag)
+					}
+					continue
+				}
+				if err := ValidatePartition(tag); err != nil {
+					t.Fatalf("PartitionName(%s, %d, %d) = %q: %v", name, i, p, tag, err)
+				}
+				if again := spreadTag(name, i, p); again != tag {
+					t.Fatalf("partition %d of %d of %s: %q, then %q", i, p, name, tag, again)
+				}
+				slots[i] = Slot("x:{" + tag + "}:stream")
+				if slots[i] != slotMid(i, p) {
+					t.Fatalf("partition %d of %d of %s (%s) is in slot %d, not the middle of its share %d", i, p, name, tag, slots[i], slotMid(i, p))
+				}
+				if lo, hi := i*Slots/p, (i+1)*Slots/p; slots[i] < lo || slots[i] >= hi {
+					t.Fatalf("partition %d of %d of %s (%s) is in slot %d, outside %d..%d", i, p, name, tag, slots[i], lo, hi-1)
+				}
+				if q := New("x", tag); q.Name() != name || q.Partition() != i {
+					t.Fatalf("New(%q): name %q partition %d", tag, q.Name(), q.Partition())
+				}
+			}
+			for m := 1; m <= min(p, 16); m++ {
+				firsts := defaultLayout(m)
+				held := make([]int, m)
+				for _, slot := range slots {
+					j := sort.SearchInts(firsts, slot+1) - 1
+					held[j]++
+				}
+				for j, n := range held {
+					if n == 0 || (p%m == 0 && n != p/m) {
+						t.Fatalf("%s with %d partitions over %d masters: master %d holds %d (all: %v, slots %v)", name, p, m, j, n, held, slots)
+					}
+				}
+			}
+		}
+	}
+	// The names of every count up to MaxPartitions exist and are found quickly enough to
+	// compute once per queue (memoized).
+	for i := range MaxPartitions {
+		tag := PartitionName("big", i, MaxPartitions)
+		if Slot(tag) != slotMid(i, MaxPartitions) || ValidatePartition(tag) != nil {
+			t.Fatalf("partition %d of %d: %q in slot %d", i, MaxPartitions, tag, Slot(tag))
+		}
+	}
+	// The suffixes never change between versions: every process must find the same keys.
+	if got := PartitionName("emails", 1, 3); got != pinnedEmails1of3 {
+		t.Fatalf("PartitionName(emails, 1, 3) = %q, was %q", got, pinnedEmails1of3)
+	}
+}
+
+// BenchmarkPartitionTags is what a process pays once per (queue, count) to name its partitions:
+// here every tag of MaxPartitions partitions (the suffix table is built on the first call).
+func BenchmarkPartitionTags(b *testing.B) {
+	suffixTable()
+	b.ReportAllocs()
+	for n := 0; b.Loop(); n++ {
+		q := "bench-" + strconv.Itoa(n)
+		for i := range MaxPartitions {
+			spreadTag(q, i, MaxPartitions)
+		}
+	}
+}
+
+// BenchmarkSuffixTable is the one-time build of the table of three-character suffixes.
+func BenchmarkSuffixTable(b *testing.B) {
+	for b.Loop() {
+		buildSuffixTable()
 	}
 }
