@@ -53,8 +53,7 @@ func New(client *pipeline.Client, inspector *pipeline.Inspector, cfg Config) (*S
 	if cfg.AuthToken != "" {
 		s.token = sha256.Sum256([]byte(cfg.AuthToken))
 	}
-	s.waits = newPoller(client.Get, cfg.PollInterval, cfg.PollConcurrency,
-		s.log.With().Str("component", "long_poll").Logger())
+	s.waits = newPoller(client.NewWaiter(), s.log.With().Str("component", "long_poll").Logger())
 	s.sampler = newSampler(inspector.Queues, cfg.ThroughputInterval, cfg.ThroughputWindow,
 		s.log.With().Str("component", "throughput").Logger())
 	s.routes = s.table()

@@ -14,6 +14,7 @@ import (
 	"github.com/oklog/ulid/v2"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/conveyorq/conveyor/internal/events"
 	"github.com/conveyorq/conveyor/internal/jobstate"
 	"github.com/conveyorq/conveyor/internal/keys"
 	"github.com/conveyorq/conveyor/internal/script"
@@ -74,13 +75,14 @@ const NoRetries = -1
 // Administration (listing jobs by status, replaying and purging dead jobs, deleting a queue) is
 // the Inspector's.
 type Client struct {
-	rdb   redis.UniversalClient
-	cfg   ClientConfig
-	err   error        // an unusable config: every call returns it
-	known sync.Map     // queue name -> *keys.Queue, for queues already in the known-queues set
-	parts sync.Map     // queue name -> *partCount, for queues enqueued to or read (bounded)
-	nread atomic.Int64 // queues that calls which only read added to parts
-	tags  sync.Map     // partition name (q#i) -> *keys.Queue, for partitions enqueued to
+	rdb    redis.UniversalClient
+	cfg    ClientConfig
+	err    error        // an unusable config: every call returns it
+	known  sync.Map     // queue name -> *keys.Queue, for queues already in the known-queues set
+	parts  sync.Map     // queue name -> *partCount, for queues enqueued to or read (bounded)
+	nread  atomic.Int64 // queues that calls which only read added to parts
+	tags   sync.Map     // partition name (q#i) -> *keys.Queue, for partitions enqueued to
+	waiter clientWaiter // job events, for Wait
 }
 
 // partCount is a queue's partition count as read at a time.
@@ -673,8 +675,9 @@ func (c *Client) Cancel(ctx context.Context, queue, id string) error {
 
 // cancelJob cancels job id of q (Client.Cancel and Inspector.Cancel); a canceled record is kept
 // for retention, but at least minRetention.
-func cancelJob(ctx context.Context, rdb redis.Scripter, q keys.Queue, id string, now time.Time, retention, minRetention time.Duration) error {
-	code, status, err := jobstate.Cancel(ctx, rdb, q, id, now.UnixMilli(), retentionMS(retention), minRetention.Milliseconds())
+func cancelJob(ctx context.Context, rdb redis.UniversalClient, q keys.Queue, id string, now time.Time, retention, minRetention time.Duration) error {
+	code, status, err := jobstate.Cancel(ctx, rdb, q, id, now.UnixMilli(), retentionMS(retention), minRetention.Milliseconds(),
+		events.ModeOf(ctx, rdb))
 	if err != nil {
 		return fmt.Errorf("cancel %s/%s: %w", q.Name(), id, err)
 	}
