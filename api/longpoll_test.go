@@ -169,12 +169,34 @@ func TestMeasureLongPolls(t *testing.T) {
 		return 0
 	}
 
+	evalsha := func() int64 {
+		s, err := info.Info(t.Context(), "commandstats").Result()
+		require.NoError(t, err)
+		for line := range strings.SplitSeq(s, "\r\n") {
+			if v, ok := strings.CutPrefix(line, "cmdstat_evalsha:calls="); ok {
+				v, _, _ = strings.Cut(v, ",")
+				n, _ := strconv.ParseInt(v, 10, 64)
+				return n
+			}
+		}
+		return 0
+	}
+	require.NoError(t, info.ConfigResetStat(t.Context()).Err())
 	answers := e.longPolls(ids, "60s")
 	require.Eventually(t, func() bool { return e.api.Waiting() == waiters }, time.Minute, 10*time.Millisecond)
-	const window = 10 * time.Second
+	// Idle once every poll read its job (get.lua, an EVALSHA) once.
+	require.Eventually(t, func() bool { return evalsha() >= waiters }, time.Minute, 10*time.Millisecond)
+	// The window starts once the fallback's first round is due (each wait's first fallback
+	// read comes events.DefaultFallback after it started), so it sees the steady state.
+	time.Sleep(events.DefaultFallback)
+	const window = 15 * time.Second
+	require.NoError(t, info.ConfigResetStat(t.Context()).Err())
 	c0, t0 := commands(), time.Now()
 	time.Sleep(window)
 	c1, span := commands(), time.Since(t0)
+	stats, err := info.Info(t.Context(), "commandstats").Result()
+	require.NoError(t, err)
+	t.Logf("commands in the window:\n%s", stats)
 	// The INFO call that read c1 is one of them.
 	perSec := float64(c1-c0-1) / span.Seconds()
 

@@ -2,8 +2,11 @@ package pipeline
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/conveyorq/conveyor/internal/events"
 	"github.com/conveyorq/conveyor/internal/keys"
@@ -58,7 +61,8 @@ func (c *Client) Wait(ctx context.Context, queue, id string) (*Job, error) {
 // and one when the job ends, whatever it lasts. For events it might miss (a dropped
 // connection, a worker of an older version) it also reads the job again when its subscription
 // is made again and every few seconds, at most events.DefaultFallbackRate reads a second for
-// all of the Waiter's waits together. A Waiter runs at most 4 reads at once, so any number of
+// all of the Waiter's waits together (each an HGET of the job's status, and a whole read only
+// when that says it ended). A Waiter runs at most 4 reads at once, so any number of
 // waits use few Redis connections.
 //
 // When ctx ends first, Wait returns ctx's error with the job as it last read it, or with a nil
@@ -109,6 +113,20 @@ func (w *Waiter) read(ctx context.Context, q keys.Queue, id string) (*Job, error
 	return getJob(ctx, w.c.rdb, q, id)
 }
 
+// status reads the status of job id of q ("" when there is no such job), maxWaitReads at a
+// time.
+func (w *Waiter) status(ctx context.Context, q keys.Queue, id string) (string, error) {
+	if err := w.acquire(ctx); err != nil {
+		return "", err
+	}
+	defer w.release()
+	s, err := w.c.rdb.HGet(ctx, q.Job(id), keys.FieldStatus).Result()
+	if errors.Is(err, redis.Nil) {
+		return "", nil
+	}
+	return s, err
+}
+
 // waitOn is Wait on the partition q that holds the job.
 func (w *Waiter) waitOn(ctx context.Context, q keys.Queue, id string) (*Job, error) {
 	// Watch before the read: an event sent between a read and the watch would be lost.
@@ -129,11 +147,28 @@ func (w *Waiter) waitOn(ctx context.Context, q keys.Queue, id string) (*Job, err
 		case <-wt.C():
 		}
 		status, recheck := wt.Take()
-		if !recheck && !events.Final(status) {
-			// It moved on but did not end (started, retried): nothing to read yet. The job as
-			// last read is stale now.
-			j = nil
-			continue
+		if !events.Final(status) {
+			if !recheck {
+				// It moved on but did not end (started, retried): nothing to read yet. The job
+				// as last read is stale now.
+				j = nil
+				continue
+			}
+			// A recheck: most find the job as it was, so ask only its status (one command;
+			// a whole read is three).
+			now, err := w.status(ctx, q, id)
+			if err != nil {
+				if ctx.Err() != nil {
+					return nil, ctx.Err()
+				}
+				continue // Redis unreachable: the next recheck tries again
+			}
+			if now != "" && !Status(now).Final() {
+				if j != nil && j.Status != Status(now) {
+					j = nil
+				}
+				continue
+			}
 		}
 		if j, err = w.read(ctx, q, id); err != nil || j.Status.Final() {
 			if ctx.Err() != nil {
