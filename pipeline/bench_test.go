@@ -64,11 +64,10 @@ func BenchmarkEndToEnd(b *testing.B) {
 }
 
 // BenchmarkEndToEndEvents is BenchmarkEndToEnd with the scripts' job events off (none) and on
-// (sharded, the default on Redis 7), paired in one run so that a loaded machine weighs on both
-// alike. redis-us/job is the server's own time (INFO commandstats) per job, which a busy
-// client machine disturbs less than jobs/s. Rerun with
-//
-//	go test -run=NONE -bench=EndToEndEvents -benchtime=20000x -count=5 ./pipeline/
+// (sharded, the default on Redis 7). redis-us/job is the server's own time (INFO commandstats)
+// per job, which a busy client machine disturbs less than jobs/s; spublish/job is counted.
+// Run the two in alternating order, each in a process of its own (docs/BENCHMARKS.md, "Job
+// events and long polls", has the loop): the first drain of a process runs on a fresher server.
 func BenchmarkEndToEndEvents(b *testing.B) {
 	for _, m := range []events.Mode{events.None, events.Sharded} {
 		b.Run("events="+m.String(), func(b *testing.B) {
