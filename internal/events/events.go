@@ -1,6 +1,8 @@
 // Package events carries job events: the job-state scripts announce a job's change of status
 // on its queue's events channel (keys.Queue.Events), and a Watcher in each process holds one
-// subscription per channel it watches and wakes the waiters of the jobs named.
+// subscription per channel it watches and wakes the waiters of the jobs named (Watch: waits for
+// a job's end, a worker learning that its job was canceled), or hands every event of a queue to
+// a function (Listen: a live view).
 //
 // # Messages
 //
@@ -152,14 +154,20 @@ const probeChannel = "conveyor:{events-probe}:events"
 
 // Detect asks the server which mode it supports: one SPUBLISH of an empty message on a channel
 // nobody listens to. A server that does not know the command (an "unknown command" error) gets
-// Plain; any other error is returned, for the caller to try again later.
+// Plain; one that refuses it otherwise (an ACL without the channel, say) gets None, so that no
+// script calls a command the server refuses; an error that is no reply of the server (Redis
+// unreachable) is returned, for the caller to try again later.
 func Detect(ctx context.Context, rdb redis.UniversalClient) (Mode, error) {
 	err := rdb.SPublish(ctx, probeChannel, "").Err()
 	if err == nil {
 		return Sharded, nil
 	}
-	if redis.HasErrorPrefix(err, "ERR unknown command") || strings.Contains(err.Error(), "unknown command") {
+	if strings.Contains(err.Error(), "unknown command") {
 		return Plain, nil
+	}
+	var reply redis.Error
+	if errors.As(err, &reply) {
+		return None, nil
 	}
 	return None, err
 }

@@ -1,12 +1,15 @@
 package events_test
 
 import (
+	"context"
 	"strings"
 	"testing"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
 	"github.com/conveyorq/conveyor/internal/events"
+	"github.com/conveyorq/conveyor/internal/redistest"
 )
 
 func TestParse(t *testing.T) {
@@ -85,4 +88,32 @@ func TestMode(t *testing.T) {
 	require.Equal(t, "PUBLISH", events.Plain.Command())
 	require.Empty(t, events.None.Command())
 	require.Equal(t, "sharded", events.Sharded.String())
+}
+
+// Detect: Redis 7 has sharded Pub/Sub; a server that refuses the probe (here an ACL user with
+// no channel) gets None, so no script calls a command it would refuse; an unreachable server
+// is an error, for ModeOf to ask again later.
+func TestDetect(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Shared(t)
+	rdb := srv.Client(t)
+	ctx := t.Context()
+	m, err := events.Detect(ctx, rdb)
+	require.NoError(t, err)
+	require.Equal(t, events.Sharded, m)
+
+	user := redistest.UniqueName(t)
+	require.NoError(t, rdb.Do(ctx, "ACL", "SETUSER", user, "on", ">pw", "~*", "+@all", "resetchannels").Err())
+	t.Cleanup(func() { _ = rdb.Do(context.Background(), "ACL", "DELUSER", user).Err() })
+	limited := redis.NewClient(&redis.Options{Addr: srv.Addr, Username: user, Password: "pw"})
+	t.Cleanup(func() { _ = limited.Close() })
+	m, err = events.Detect(ctx, limited)
+	require.NoError(t, err)
+	require.Equal(t, events.None, m)
+
+	down := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", MaxRetries: -1})
+	t.Cleanup(func() { _ = down.Close() })
+	_, err = events.Detect(ctx, down)
+	require.Error(t, err)
+	require.Equal(t, events.None, events.ModeOf(ctx, down), "None while unknown")
 }

@@ -63,7 +63,8 @@ type sub struct {
 	channel string
 	mode    Mode
 	watches map[string]map[*Watch]struct{} // by job id
-	n       int                            // watches on it
+	listens map[*listen]struct{}
+	n       int // watches and listens on it
 	cancel  context.CancelFunc
 	linger  *time.Timer
 	ready   bool          // a subscription was confirmed at least once
@@ -206,17 +207,7 @@ func (wt *Watch) Close() {
 	if len(byID) == 0 {
 		delete(s.watches, wt.id)
 	}
-	s.n--
-	if s.n == 0 && !w.closed {
-		s.linger = time.AfterFunc(w.cfg.Linger, func() {
-			w.mu.Lock()
-			defer w.mu.Unlock()
-			if s.n == 0 && w.subs[s.channel] == s {
-				delete(w.subs, s.channel)
-				s.cancel()
-			}
-		})
-	}
+	w.release(s)
 }
 
 // signal records what happened to wt and wakes it; the caller holds w.mu. Only the first
@@ -289,10 +280,15 @@ func (w *Watcher) subscribe(channel string, mode Mode) *sub {
 		}
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	s := &sub{channel: channel, mode: mode, watches: map[string]map[*Watch]struct{}{}, cancel: cancel,
-		readyCh: make(chan struct{})}
+	s := &sub{channel: channel, mode: mode, watches: map[string]map[*Watch]struct{}{},
+		listens: map[*listen]struct{}{}, cancel: cancel, readyCh: make(chan struct{})}
 	if old := w.subs[channel]; old != nil {
-		s.watches, s.n = old.watches, old.n
+		s.watches, s.listens, s.n = old.watches, old.listens, old.n
+		for _, byID := range s.watches {
+			for wt := range byID {
+				wt.sub = s
+			}
+		}
 	}
 	w.subs[channel] = s
 	w.wg.Add(1)
@@ -375,15 +371,78 @@ func (w *Watcher) recheckAll(s *sub) {
 	}
 }
 
-// deliver wakes the watches of the jobs evs name.
+// deliver wakes the watches of the jobs evs name and hands evs to the channel's listens.
 func (w *Watcher) deliver(s *sub, evs []Event) {
 	w.mu.Lock()
-	defer w.mu.Unlock()
 	for _, e := range evs {
 		for wt := range s.watches[e.ID] {
 			wt.signal(e.Status, false)
 			w.delivered.Add(1)
 		}
+	}
+	var fns []func([]Event)
+	for l := range s.listens {
+		fns = append(fns, l.fn)
+	}
+	w.mu.Unlock()
+	for _, fn := range fns {
+		fn(evs)
+	}
+}
+
+// listen is one Listen.
+type listen struct{ fn func([]Event) }
+
+// Listen hands fn every message's events on channel, for a view of a whole queue (a live
+// dashboard). fn runs on the channel's receiving goroutine, one message at a time: it must
+// return quickly, and events it misses while the subscription is down are not replayed (read
+// the state again when it matters). Call stop to end it.
+func (w *Watcher) Listen(ctx context.Context, channel string, fn func([]Event)) (stop func()) {
+	mode := w.cfg.Mode(ctx)
+	l := &listen{fn: fn}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.closed || mode == None {
+		return func() {}
+	}
+	s := w.subs[channel]
+	if s == nil || s.mode != mode {
+		s = w.subscribe(channel, mode)
+	}
+	if s.linger != nil {
+		s.linger.Stop()
+		s.linger = nil
+	}
+	s.listens[l] = struct{}{}
+	s.n++
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			w.mu.Lock()
+			defer w.mu.Unlock()
+			if s := w.subs[channel]; s != nil {
+				if _, ok := s.listens[l]; ok {
+					delete(s.listens, l)
+					w.release(s)
+				}
+			}
+		})
+	}
+}
+
+// release drops one watch or listen from s, ending it after Config.Linger when none is left;
+// the caller holds w.mu.
+func (w *Watcher) release(s *sub) {
+	s.n--
+	if s.n == 0 && !w.closed {
+		s.linger = time.AfterFunc(w.cfg.Linger, func() {
+			w.mu.Lock()
+			defer w.mu.Unlock()
+			if s.n == 0 && w.subs[s.channel] == s {
+				delete(w.subs, s.channel)
+				s.cancel()
+			}
+		})
 	}
 }
 

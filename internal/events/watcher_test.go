@@ -230,3 +230,27 @@ func TestClusterEvents(t *testing.T) {
 	}
 	require.Equal(t, len(channels), w.Subscriptions())
 }
+
+// Listen hands a queue's every event to a function, for a live view of the queue; stop ends it.
+func TestListen(t *testing.T) {
+	t.Parallel()
+	rdb := redistest.Client(t)
+	w := events.NewWatcher(rdb, events.Config{Fallback: never, Linger: time.Millisecond})
+	t.Cleanup(w.Close)
+	ctx := t.Context()
+	ch := keys.New("ev", redistest.UniqueName(t)).Events()
+	got := make(chan []events.Event, 10)
+	stop := w.Listen(ctx, ch, func(evs []events.Event) { got <- evs })
+	require.Eventually(t, func() bool { return w.Ready(ch) }, 30*time.Second, time.Millisecond)
+	require.NoError(t, rdb.SPublish(ctx, ch, "in_progress 1 a\ncompleted 1 b").Err())
+	select {
+	case evs := <-got:
+		require.Equal(t, []events.Event{{ID: "a", Status: "in_progress", Attempt: 1}, {ID: "b", Status: "completed", Attempt: 1}}, evs)
+	case <-time.After(30 * time.Second):
+		t.Fatal("no events")
+	}
+	stop()
+	stop()
+	require.Eventually(t, func() bool { return w.Subscriptions() == 0 }, 30*time.Second, time.Millisecond,
+		"the subscription ends after its linger once nobody listens")
+}
