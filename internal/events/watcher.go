@@ -113,14 +113,7 @@ func (w *Watcher) Watch(ctx context.Context, channel, id string) *Watch {
 		return wt
 	}
 	if mode != None {
-		s := w.subs[channel]
-		if s == nil || s.mode != mode {
-			s = w.subscribe(channel, mode)
-		}
-		if s.linger != nil {
-			s.linger.Stop()
-			s.linger = nil
-		}
+		s := w.hold(channel, mode)
 		byID := s.watches[id]
 		if byID == nil {
 			byID = map[*Watch]struct{}{}
@@ -405,14 +398,7 @@ func (w *Watcher) Listen(ctx context.Context, channel string, fn func([]Event)) 
 	if w.closed || mode == None {
 		return func() {}
 	}
-	s := w.subs[channel]
-	if s == nil || s.mode != mode {
-		s = w.subscribe(channel, mode)
-	}
-	if s.linger != nil {
-		s.linger.Stop()
-		s.linger = nil
-	}
+	s := w.hold(channel, mode)
 	s.listens[l] = struct{}{}
 	s.n++
 	var once sync.Once
@@ -428,6 +414,20 @@ func (w *Watcher) Listen(ctx context.Context, channel string, fn func([]Event)) 
 			}
 		})
 	}
+}
+
+// hold returns channel's subscription in mode, made now if need be, and keeps it from ending
+// (the caller adds a watch or listen to it); the caller holds w.mu.
+func (w *Watcher) hold(channel string, mode Mode) *sub {
+	s := w.subs[channel]
+	if s == nil || s.mode != mode {
+		s = w.subscribe(channel, mode)
+	}
+	if s.linger != nil {
+		s.linger.Stop()
+		s.linger = nil
+	}
+	return s
 }
 
 // release drops one watch or listen from s, ending it after Config.Linger when none is left;
