@@ -10,3 +10,6 @@ func WaiterDelivered(w *Waiter) int64 { return w.w.Delivered() }
 func WaiterReady(w *Waiter, partition string) bool {
 	return w.w.Ready(keys.New(w.c.cfg.Prefix, partition).Events())
 }
+
+// WaiterReads is how many whole reads of a job w's waits made.
+func WaiterReads(w *Waiter) int64 { return w.nread.Load() }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -29,6 +30,7 @@ type Waiter struct {
 	c     *Client
 	w     *events.Watcher
 	reads chan struct{} // a token per read in flight
+	nread atomic.Int64  // whole reads done, for tests
 }
 
 // NewWaiter returns a Waiter reading jobs through c.
@@ -110,7 +112,9 @@ func (w *Waiter) read(ctx context.Context, q keys.Queue, id string) (*Job, error
 		return nil, err
 	}
 	defer w.release()
-	return getJob(ctx, w.c.rdb, q, id)
+	j, err := getJob(ctx, w.c.rdb, q, id)
+	w.nread.Add(1)
+	return j, err
 }
 
 // status reads the status of job id of q ("" when there is no such job), maxWaitReads at a
@@ -170,11 +174,20 @@ func (w *Waiter) waitOn(ctx context.Context, q keys.Queue, id string) (*Job, err
 				continue
 			}
 		}
-		if j, err = w.read(ctx, q, id); err != nil || j.Status.Final() {
-			if ctx.Err() != nil {
-				return nil, ctx.Err()
+		got, err := w.read(ctx, q, id)
+		switch {
+		case ctx.Err() != nil:
+			return nil, ctx.Err()
+		case err == nil:
+			if j = got; j.Status.Final() {
+				return j, nil
 			}
-			return j, err
+		case errors.Is(err, ErrNotFound):
+			return nil, err // gone (its retention ended, deleted) while waited for
+		default:
+			// Redis unreachable: wait on, the next recheck reads again (the first read's
+			// error was returned: a wait starts with the job as it is).
+			j = nil
 		}
 	}
 }

@@ -6,9 +6,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
 	"github.com/conveyorq/conveyor/internal/events"
+	"github.com/conveyorq/conveyor/internal/faultproxy"
 	"github.com/conveyorq/conveyor/internal/jobtest"
 	"github.com/conveyorq/conveyor/internal/keys"
 	"github.com/conveyorq/conveyor/internal/redistest"
@@ -182,4 +184,33 @@ func TestWaitContextEnds(t *testing.T) {
 	if r.job != nil {
 		require.Equal(t, pipeline.StatusQueued, r.job.Status)
 	}
+}
+
+// A wait whose connections are cut while its job ends (the event sent while its subscription is
+// down, and its reads failing) still returns the completed job once Redis is reachable again:
+// the subscription made again asks it to read the job.
+func TestWaitSurvivesDroppedSubscription(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Shared(t)
+	proxy := faultproxy.Start(t, srv.Addr)
+	rdb := redis.NewClient(&redis.Options{Addr: proxy.Addr(), MaxRetries: -1})
+	t.Cleanup(func() { _ = rdb.Close() })
+	prefix, queue := redistest.UniqueName(t), "waits"
+	client := pipeline.NewClient(rdb, pipeline.ClientConfig{Prefix: prefix})
+	waiter := client.NewWaiter()
+	t.Cleanup(waiter.Close)
+	direct := pipeline.NewClient(redistest.Client(t), pipeline.ClientConfig{Prefix: prefix})
+	job, err := direct.Enqueue(t.Context(), queue, pipeline.Task{Type: "echo", Payload: []byte(`1`)})
+	require.NoError(t, err)
+	res := startWait(t.Context(), waiter, queue, job.ID)
+	require.Eventually(t, func() bool { return pipeline.WaiterReady(waiter, queue) && pipeline.WaiterReads(waiter) == 1 },
+		30*time.Second, time.Millisecond, "the wait read its job once, after its subscription")
+
+	proxy.Refuse(true)
+	proxy.CutAll()
+	// The job ends while the waiter cannot hear of it: canceled through another connection.
+	require.NoError(t, direct.Cancel(t.Context(), queue, job.ID))
+	proxy.Refuse(false)
+	require.Equal(t, pipeline.StatusCanceled, waited(t, res).Status)
+	require.Zero(t, pipeline.WaiterDelivered(waiter), "the event was lost: the read after the resubscription caught the end")
 }
