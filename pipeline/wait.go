@@ -153,8 +153,8 @@ func (w *Waiter) waitOn(ctx context.Context, q keys.Queue, id string) (*Job, err
 		status, recheck := wt.Take()
 		if !events.Final(status) {
 			if !recheck {
-				// It moved on but did not end (started, retried): nothing to read yet. The job
-				// as last read is stale now.
+				// It moved on but did not end (a retry, a promotion): nothing to read yet. The
+				// job as last read is stale now.
 				j = nil
 				continue
 			}

@@ -13,9 +13,9 @@ import (
 	"github.com/conveyorq/conveyor/pipeline"
 )
 
-// finish.lua announces every transition it applies, all of a call in one message, in the order
-// applied; a refused transition announces nothing, and with events.None nothing is published.
-// cancel.lua announces canceled.
+// finish.lua announces every outcome it applies (not a start), all of a call in one message, in
+// the order applied; a refused transition announces nothing, and with events.None nothing is
+// published. cancel.lua announces canceled.
 func TestScriptsAnnounceEvents(t *testing.T) {
 	t.Parallel()
 	f := newFinishFixture(t, time.Hour)
@@ -46,13 +46,12 @@ func TestScriptsAnnounceEvents(t *testing.T) {
 	)
 	require.Equal(t, []script.Code{applied, applied, applied, died, applied, applied, refused}, codes)
 	require.Equal(t, []events.Event{
-		{ID: ids[0], Status: "in_progress", Attempt: 1},
 		{ID: ids[0], Status: "completed", Attempt: 1},
 		{ID: ids[1], Status: "scheduled", Attempt: 1},
 		{ID: ids[2], Status: "failed", Attempt: 1},
 		{ID: ids[3], Status: "failed", Attempt: 1},
 		{ID: ids[4], Status: "failed", Attempt: 0},
-	}, next(), "one message for the call; the refused transition says nothing")
+	}, next(), "one message for the call; the start and the refused transition say nothing")
 
 	code, _, err := jobstate.Cancel(ctx, f.rdb, f.q, ids[5], now, time.Hour.Milliseconds(), time.Minute.Milliseconds(), events.Plain)
 	require.NoError(t, err)
