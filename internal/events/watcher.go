@@ -232,6 +232,12 @@ func (w *Watcher) Close() {
 				s.linger.Stop()
 			}
 			s.cancel()
+			if !s.ready {
+				// End the WaitReadys: no confirmation comes now (and one being handled
+				// must not close readyCh again).
+				s.ready = true
+				close(s.readyCh)
+			}
 			for _, byID := range s.watches {
 				for wt := range byID {
 					wt.signal("", true)
