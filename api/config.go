@@ -22,11 +22,16 @@ const (
 	DefaultMaxBatchBodyBytes = 16 << 20
 	// DefaultMaxWait bounds a long poll (GET ...?wait=).
 	DefaultMaxWait = 60 * time.Second
-	// DefaultPollInterval is how often the long-poll poller reads the jobs that requests wait
+	// DefaultPollInterval was how often the long-poll poller read the jobs that requests wait
 	// for.
+	//
+	// Deprecated: long polls wait on job events (pipeline.Client.Wait); Config.PollInterval is
+	// ignored.
 	DefaultPollInterval = 100 * time.Millisecond
-	// DefaultPollConcurrency bounds the reads the poller runs at once, and so the Redis
-	// connections long polls hold, however many requests wait.
+	// DefaultPollConcurrency was the bound on the poller's reads at once; pipeline.Client.Wait
+	// bounds them the same (4), however many requests wait.
+	//
+	// Deprecated: Config.PollConcurrency is ignored.
 	DefaultPollConcurrency = 4
 	// DefaultThroughputInterval is how often the throughput sampler reads the queues' counters.
 	DefaultThroughputInterval = 5 * time.Second
@@ -66,11 +71,14 @@ type Config struct {
 	// MaxWait bounds the wait of a long poll: a longer ?wait= is cut to it. Defaults to
 	// DefaultMaxWait. An http.Server's WriteTimeout must exceed it, or long polls are cut.
 	MaxWait time.Duration
-	// PollInterval is how often the one shared poller reads the jobs that long polls wait for.
-	// Defaults to DefaultPollInterval.
+	// PollInterval is ignored: long polls wait on job events (pipeline.Client.Wait) instead
+	// of reading every waited-for job at an interval.
+	//
+	// Deprecated: ignored since job events.
 	PollInterval time.Duration
-	// PollConcurrency bounds the reads the poller runs at once (so the Redis connections long
-	// polls use). Defaults to DefaultPollConcurrency.
+	// PollConcurrency is ignored: pipeline.Client.Wait bounds its reads at once.
+	//
+	// Deprecated: ignored since job events.
 	PollConcurrency int
 	// ThroughputInterval is how often the throughput sampler reads every queue's counters.
 	// Defaults to DefaultThroughputInterval.

@@ -56,11 +56,12 @@
 // # Long polling
 //
 // GET .../jobs/{id}?wait=30s answers as soon as the job is completed, failed or canceled, or
-// when the wait (cut to Config.MaxWait) ends, with the job as it is. Waiting requests hold no
-// Redis connection: one poller goroutine per Server, running only while some request waits,
-// reads every waited-for job every Config.PollInterval (at once for a new waiter) with at most
-// Config.PollConcurrency reads in flight, and wakes the requests whose job ended. So any number
-// of waiters costs at most PollConcurrency connections and one read per job per interval. Close
+// when the wait (cut to Config.MaxWait) ends, with the job as it is. A request waits with
+// pipeline.Client.Wait: it reads the job once, then learns of its end from the job events the
+// scripts publish, over the Client's one subscription per queue, and reads it again when it
+// ends. Waiting requests hold no Redis connection and cost no reads while they wait but a
+// bounded fallback (a few reads a second for all of them, whatever their number), so any number
+// of waiters costs Redis about nothing (docs/BENCHMARKS.md, "Job events and long polls"). Close
 // wakes them all.
 //
 // # Throughput

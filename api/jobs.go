@@ -130,20 +130,10 @@ func (s *Server) waitParam(r *http.Request) (time.Duration, error) {
 }
 
 // wait blocks until the job is final, the wait ends or the server closes, and returns the job
-// as the poller last read it: nil when it never did (the caller reads it then).
+// as last read: nil when it is not known as it is now (the caller reads it then).
 func (s *Server) wait(r *http.Request, ref jobRef, d time.Duration) (*pipeline.Job, error) {
 	s.log.Debug().Str("queue", ref.queue).Str("job_id", ref.id).Str("wait", d.String()).Msg("long poll waiting")
-	w := s.waits.add(ref)
-	defer s.waits.remove(w)
-	timer := time.NewTimer(d)
-	defer timer.Stop()
-	select {
-	case <-w.done:
-	case <-timer.C:
-	case <-r.Context().Done():
-		return nil, r.Context().Err()
-	}
-	return s.waits.result(w)
+	return s.waits.waitFor(r.Context(), ref, d)
 }
 
 // cancel: DELETE /v1/queues/{queue}/jobs/{id}.

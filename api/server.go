@@ -62,8 +62,7 @@ func New(client *pipeline.Client, inspector *pipeline.Inspector, cfg Config) (*S
 			s.hosts[hostName(h)] = true
 		}
 	}
-	s.waits = newPoller(client.Get, cfg.PollInterval, cfg.PollConcurrency,
-		s.log.With().Str("component", "long_poll").Logger())
+	s.waits = newPoller(client.NewWaiter(), s.log.With().Str("component", "long_poll").Logger())
 	s.sampler = newSampler(inspector.Queues, cfg.ThroughputInterval, cfg.ThroughputWindow, cfg.ThroughputQueues,
 		s.log.With().Str("component", "throughput").Logger())
 	s.routes = s.table()

@@ -1,10 +1,9 @@
 package api
 
 import (
-	"cmp"
 	"context"
 	"errors"
-	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -12,233 +11,63 @@ import (
 	"github.com/conveyorq/conveyor/pipeline"
 )
 
-// pollTimeout bounds one round of the poller's reads.
-const pollTimeout = 5 * time.Second
-
 // jobRef names a job.
 type jobRef struct{ queue, id string }
 
-// watch is one job that one or more long polls wait for.
-type watch struct {
-	ref     jobRef
-	waiters int
-	fetched bool          // read at least once
-	job     *pipeline.Job // as last read
-	err     error         // ended the watch before the job was seen (not found, Redis down)
-	done    chan struct{} // closed when the job is final, on err, or when the poller closes
-	ended   bool          // done is closed
-}
-
-// poller serves every long poll of a Server with one goroutine: each round it reads all the
-// jobs waited for, PollConcurrency reads at a time, and wakes the requests whose job is final.
-// A waiting request holds no Redis connection; all of them together hold at most
-// PollConcurrency. The goroutine runs only while some request waits.
+// poller serves the long polls of a Server. Each waits with a pipeline.Waiter of the Server's
+// own, which learns of the job's end from job events: all the waits of a Server share one
+// subscription per queue, and a waiting request holds no Redis connection and costs no reads
+// while it waits (but the Waiter's bounded fallback). Close ends every wait at once, and the
+// subscriptions.
 type poller struct {
-	get      func(ctx context.Context, queue, id string) (*pipeline.Job, error)
-	interval time.Duration
-	conc     int
-	log      zerolog.Logger
+	waiter *pipeline.Waiter
+	log    zerolog.Logger
 
-	mu      sync.Mutex
-	watches map[jobRef]*watch
-	running bool
-	closed  bool
-	kick    chan struct{} // a new watch: read it now rather than at the next tick
-	stop    chan struct{} // closed by close
-	wg      sync.WaitGroup
+	n      atomic.Int64    // requests waiting
+	ctx    context.Context // ends with close
+	cancel context.CancelFunc
 }
 
-func newPoller(get func(ctx context.Context, queue, id string) (*pipeline.Job, error), interval time.Duration, conc int, log zerolog.Logger) *poller {
-	return &poller{get: get, interval: interval, conc: conc, log: log,
-		watches: map[jobRef]*watch{}, kick: make(chan struct{}, 1), stop: make(chan struct{})}
+func newPoller(waiter *pipeline.Waiter, log zerolog.Logger) *poller {
+	ctx, cancel := context.WithCancel(context.Background())
+	return &poller{waiter: waiter, log: log, ctx: ctx, cancel: cancel}
 }
 
-// add registers a waiter for ref and returns its watch; the caller must call remove. After
-// close, the watch comes back already done and unread.
-func (p *poller) add(ref jobRef) *watch {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.closed {
-		w := &watch{ref: ref, done: make(chan struct{})}
-		w.end()
-		return w
+// waitFor waits up to d for the job to end, or until ctx ends or the poller closes. It returns
+// the job when it ended; otherwise the job as last read, or nil (the caller reads it then)
+// when it changed since or the wait ended early. After close it returns nil at once.
+func (p *poller) waitFor(ctx context.Context, ref jobRef, d time.Duration) (*pipeline.Job, error) {
+	if p.ctx.Err() != nil {
+		return nil, nil
 	}
-	w := p.watches[ref]
-	if w == nil || w.ended && w.err != nil {
-		// A watch that ended on an error is not shared with later waiters: they read again.
-		w = &watch{ref: ref, done: make(chan struct{})}
-		p.watches[ref] = w
-	}
-	w.waiters++
-	if !p.running {
-		p.running = true
-		p.wg.Add(1)
-		go p.loop()
-	}
-	select {
-	case p.kick <- struct{}{}:
+	p.n.Add(1)
+	defer p.n.Add(-1)
+	wctx, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
+	stop := context.AfterFunc(p.ctx, cancel)
+	defer stop()
+	j, err := p.waiter.Wait(wctx, ref.queue, ref.id)
+	switch {
+	case err == nil:
+		return j, nil
+	case ctx.Err() != nil:
+		return nil, ctx.Err() // the request went away
+	case wctx.Err() != nil:
+		// The wait ended (its time, or Close): answer with the job as it is.
+		return j, nil
+	case errors.Is(err, pipeline.ErrNotFound), errors.Is(err, pipeline.ErrInvalid):
+		return nil, err
 	default:
-	}
-	return w
-}
-
-// remove unregisters a waiter; the job is no longer read once nobody waits for it.
-func (p *poller) remove(w *watch) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	w.waiters--
-	if w.waiters <= 0 && p.watches[w.ref] == w {
-		delete(p.watches, w.ref)
+		p.log.Warn().Err(err).Str("queue", ref.queue).Str("job_id", ref.id).Msg("long poll failed")
+		return nil, err
 	}
 }
 
-// result returns what the poller knows of the watch's job.
-func (p *poller) result(w *watch) (*pipeline.Job, error) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return w.job, w.err
-}
-
-// end closes done once; the caller holds p.mu (or owns w alone).
-func (w *watch) end() {
-	if !w.ended {
-		w.ended = true
-		close(w.done)
-	}
-}
-
-// close wakes every waiter (each answers with its job as it is) and stops the goroutine.
-// Later waits answer at once.
+// close ends every wait at once and the subscriptions; later waits answer at once.
 func (p *poller) close() {
-	p.mu.Lock()
-	if !p.closed {
-		p.closed = true
-		close(p.stop)
-		for _, w := range p.watches {
-			w.end()
-		}
-	}
-	p.mu.Unlock()
-	p.wg.Wait()
+	p.cancel()
+	p.waiter.Close()
 }
 
 // waiting returns how many requests wait, for tests.
-func (p *poller) waiting() int {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	n := 0
-	for _, w := range p.watches {
-		n += w.waiters
-	}
-	return n
-}
-
-func (p *poller) loop() {
-	defer p.wg.Done()
-	ticker := time.NewTicker(p.interval)
-	defer ticker.Stop()
-	// ctx ends the reads of a round when the poller closes.
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	go func() {
-		select {
-		case <-p.stop:
-			cancel()
-		case <-ctx.Done():
-		}
-	}()
-	for {
-		onlyNew := false
-		select {
-		case <-p.stop:
-			p.exit()
-			return
-		case <-p.kick:
-			onlyNew = true
-		case <-ticker.C:
-		}
-		p.mu.Lock()
-		if len(p.watches) == 0 {
-			// Nobody waits: end the goroutine; the next add starts another.
-			p.running = false
-			p.mu.Unlock()
-			return
-		}
-		var refs []*watch
-		for _, w := range p.watches {
-			if !w.ended && (!onlyNew || !w.fetched) {
-				refs = append(refs, w)
-			}
-		}
-		p.mu.Unlock()
-		p.round(ctx, refs)
-	}
-}
-
-// exit marks the loop stopped after close.
-func (p *poller) exit() {
-	p.mu.Lock()
-	p.running = false
-	p.mu.Unlock()
-}
-
-// round reads the watched jobs, conc at a time, and wakes the waiters of the jobs that ended.
-func (p *poller) round(ctx context.Context, ws []*watch) {
-	if len(ws) == 0 {
-		return
-	}
-	ctx, cancel := context.WithTimeout(ctx, pollTimeout)
-	defer cancel()
-	type read struct {
-		job *pipeline.Job
-		err error
-	}
-	reads := make([]read, len(ws))
-	next := make(chan int)
-	var wg sync.WaitGroup
-	for range min(p.conc, len(ws)) {
-		wg.Go(func() {
-			for k := range next {
-				reads[k].job, reads[k].err = p.get(ctx, ws[k].ref.queue, ws[k].ref.id)
-			}
-		})
-	}
-	for k := range ws {
-		next <- k
-	}
-	close(next)
-	wg.Wait()
-
-	failed := 0
-	var firstErr error
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	for k, w := range ws {
-		rd := reads[k]
-		switch {
-		case rd.err == nil:
-			w.fetched, w.job = true, rd.job
-			if rd.job.Status.Final() {
-				w.end()
-			}
-		case errors.Is(rd.err, pipeline.ErrNotFound), errors.Is(rd.err, pipeline.ErrInvalid):
-			// Nothing to wait for (or it expired meanwhile): answer at once.
-			w.fetched, w.job, w.err = true, nil, rd.err
-			w.end()
-		case errors.Is(rd.err, context.Canceled) && ctx.Err() != nil:
-			// Closing: the waiter answers with what it has.
-		default:
-			failed++
-			firstErr = cmp.Or(firstErr, rd.err)
-			if !w.fetched {
-				// A wait must start with the job as it is: report the failure now.
-				w.fetched, w.err = true, rd.err
-				w.end()
-			}
-		}
-	}
-	if failed > 0 {
-		p.log.Warn().Err(firstErr).Int("num_failed", failed).Int("num_jobs", len(ws)).
-			Msg("long-poll read failed; retrying at the next round")
-	}
-}
+func (p *poller) waiting() int { return int(p.n.Load()) }

@@ -1,13 +1,15 @@
 -- promote.lua: move due jobs from a queue's scheduled set into its stream, all in one step.
 -- KEYS[1] scheduled set, KEYS[2] stream
--- ARGV[1] limit, ARGV[2] job key prefix
+-- ARGV[1] limit, ARGV[2] job key prefix, ARGV[3] the events publish command ('SPUBLISH',
+--   'PUBLISH' or ''), ARGV[4] the events channel
 -- A job is due when Redis's own clock (TIME) reaches its score: every scheduler shares that
 -- clock, so a worker whose clock runs ahead promotes nothing early. (Redis 7 replicates a
 -- script's effects, not the script, so reading TIME before writing is allowed.)
 -- A due job gets a new stream entry (status queued, new `entry`, its payload moves from the hash
 -- into the entry) and leaves the set. An id whose job is gone or no longer scheduled (canceled
 -- meanwhile) just leaves the set. Any number of schedulers may run this at once: each promotion
--- happens once because the whole move is one script.
+-- happens once because the whole move is one script. The promoted jobs are announced (queued)
+-- on the events channel in one message.
 -- Returns {CV_OK, moved, next due time in unix ms or -1 when the set is empty, Redis's time in unix
 -- us, lag in ms or -1 when nothing was due}. The time is in microseconds so that the caller's wait
 -- (next due - Redis's time) does not round up by as much as a millisecond. The lag is how long
@@ -18,7 +20,7 @@ local now = math.floor(now_us / 1000)
 local ids = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, ARGV[1])
 local lag = -1
 if #ids > 0 then lag = now - tonumber(redis.call('ZSCORE', KEYS[1], ids[1])) end
-local moved = 0
+local moved, ev = 0, {}
 for _, id in ipairs(ids) do
   local jobkey = ARGV[2] .. id
   local h = redis.call('HMGET', jobkey, 'status', 'type', 'payload', 'metadata', 'attempt',
@@ -29,10 +31,12 @@ for _, id in ipairs(ids) do
     redis.call('HDEL', jobkey, 'payload', 'metadata')
     redis.call('HINCRBY', jobkey, 'version', 1)
     moved = moved + 1
+    ev[moved] = 'queued ' .. cv_num(h[5], 0) .. ' ' .. id
   end
 end
 -- In chunks: unpack of a long list fails after the writes above were applied.
 if #ids > 0 then cv_call_list('ZREM', KEYS[1], {}, ids) end
+cv_announce(ARGV[3], ARGV[4], ev)
 local first = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
 if #first == 0 then return {CV_OK, moved, -1, now_us, lag} end
 return {CV_OK, moved, tonumber(first[2]), now_us, lag}

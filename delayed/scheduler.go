@@ -66,6 +66,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/rs/zerolog"
 
+	"github.com/conveyorq/conveyor/internal/events"
 	"github.com/conveyorq/conveyor/internal/keys"
 	"github.com/conveyorq/conveyor/internal/outage"
 	"github.com/conveyorq/conveyor/internal/script"
@@ -175,7 +176,7 @@ func (s *Scheduler) Promote(ctx context.Context, queue string) (moved int, next,
 func (s *Scheduler) promote(ctx context.Context, queue string, limit int) (int, time.Time, time.Time, time.Duration, error) {
 	q := keys.New(s.cfg.Prefix, queue)
 	res, err := promoteScript.Run(ctx, s.rdb, []string{q.Scheduled(), q.Stream()},
-		limit, q.JobPrefix()).Int64Slice()
+		limit, q.JobPrefix(), events.ModeOf(ctx, s.rdb).Command(), q.Events()).Int64Slice()
 	if err != nil {
 		return 0, time.Time{}, time.Time{}, 0, fmt.Errorf("promote %s: %w", queue, err)
 	}

@@ -18,6 +18,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/conveyorq/conveyor/delayed"
+	"github.com/conveyorq/conveyor/internal/events"
 	"github.com/conveyorq/conveyor/internal/jobtest"
 	"github.com/conveyorq/conveyor/internal/keys"
 	"github.com/conveyorq/conveyor/internal/redistest"
@@ -895,4 +896,18 @@ func TestOnPromoteReportsLag(t *testing.T) {
 	require.Greater(t, c.lag, time.Hour-2*time.Second, "lag of jobs due an hour ago")
 	require.Less(t, c.lag, time.Hour+time.Minute)
 	require.Empty(t, calls, "a promotion that moved nothing is not reported")
+}
+
+// promote.lua announces the jobs it moves into the stream (queued, with the attempts recorded so
+// far), all of one call in one message.
+func TestPromoteAnnouncesEvents(t *testing.T) {
+	t.Parallel()
+	t0 := time.Now().Add(-time.Hour).Truncate(time.Millisecond)
+	b := newBundle(t, redistest.Client(t), pipeline.ClientConfig{Now: fixedClock(t0)})
+	next := jobtest.Listen(t, b.rdb, b.q.Events())
+	jobs := b.schedule(t, 2, pipeline.WithRunAt(t0.Add(time.Second)))
+	moved, _, _ := promote(t, b.scheduler(delayed.Config{}), b.queue)
+	require.Equal(t, 2, moved)
+	got := next()
+	require.ElementsMatch(t, []events.Event{{ID: jobs[0].ID, Status: "queued"}, {ID: jobs[1].ID, Status: "queued"}}, got)
 }

@@ -2,9 +2,14 @@ package pipeline_test
 
 import (
 	"context"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
+	"github.com/conveyorq/conveyor/internal/events"
 	"github.com/conveyorq/conveyor/internal/keys"
 	"github.com/conveyorq/conveyor/internal/redistest"
 	"github.com/conveyorq/conveyor/pipeline"
@@ -55,7 +60,27 @@ func BenchmarkEnqueueBatch(b *testing.B) {
 
 // BenchmarkEndToEnd publishes b.N no-op jobs first, then times one worker draining them.
 func BenchmarkEndToEnd(b *testing.B) {
-	rdb := redistest.Client(b)
+	drain(b, redistest.Client(b))
+}
+
+// BenchmarkEndToEndEvents is BenchmarkEndToEnd with the scripts' job events off (none) and on
+// (sharded, the default on Redis 7). redis-us/job is the server's own time (INFO commandstats)
+// per job, which a busy client machine disturbs less than jobs/s; spublish/job is counted.
+// Run the two in alternating order, each in a process of its own (docs/BENCHMARKS.md, "Job
+// events and long polls", has the loop): the first drain of a process runs on a fresher server.
+func BenchmarkEndToEndEvents(b *testing.B) {
+	for _, m := range []events.Mode{events.None, events.Sharded} {
+		b.Run("events="+m.String(), func(b *testing.B) {
+			rdb := redistest.Client(b)
+			events.SetMode(rdb, m)
+			drain(b, rdb)
+		})
+	}
+}
+
+// drain publishes b.N no-op jobs, then times one worker draining them, and reports jobs/s and
+// the server's time per job.
+func drain(b *testing.B, rdb *redis.Client) {
 	c := pipeline.NewClient(rdb, pipeline.ClientConfig{})
 	q := redistest.UniqueName(b)
 	ctx := context.Background()
@@ -72,6 +97,9 @@ func BenchmarkEndToEnd(b *testing.B) {
 	w.Handle("noop", func(context.Context, *pipeline.Job) ([]byte, error) { return nil, nil })
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	if err := rdb.ConfigResetStat(ctx).Err(); err != nil {
+		b.Fatal(err)
+	}
 	b.ResetTimer()
 	go func() { _ = w.Run(wctx) }()
 	stats := keys.New(keys.DefaultPrefix, q).Stats()
@@ -84,4 +112,23 @@ func BenchmarkEndToEnd(b *testing.B) {
 	}
 	b.StopTimer()
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "jobs/s")
+	info, err := rdb.Info(ctx, "commandstats").Result()
+	if err != nil {
+		b.Fatal(err)
+	}
+	var usec, publishes int64
+	for line := range strings.SplitSeq(info, "\r\n") {
+		if _, v, ok := strings.Cut(line, ",usec="); ok {
+			v, _, _ = strings.Cut(v, ",")
+			n, _ := strconv.ParseInt(v, 10, 64)
+			usec += n
+		}
+		if v, ok := strings.CutPrefix(line, "cmdstat_spublish:calls="); ok {
+			v, _, _ = strings.Cut(v, ",")
+			publishes, _ = strconv.ParseInt(v, 10, 64)
+		}
+	}
+	b.ReportMetric(float64(usec)/float64(b.N), "redis-us/job")
+	// Counted, not timed: how many SPUBLISH calls the scripts made per job.
+	b.ReportMetric(float64(publishes)/float64(b.N), "spublish/job")
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/oklog/ulid/v2"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/conveyorq/conveyor/internal/events"
 	"github.com/conveyorq/conveyor/internal/jobstate"
 	"github.com/conveyorq/conveyor/internal/keys"
 	"github.com/conveyorq/conveyor/internal/script"
@@ -91,6 +92,7 @@ type Client struct {
 	parts  sync.Map     // queue name -> *partCount, for queues enqueued to or read (bounded)
 	nread  atomic.Int64 // queues that calls which only read added to parts
 	tags   sync.Map     // queue -> *[]keys.Queue, the partitions of the count last enqueued with
+	waiter clientWaiter // job events, for Wait
 }
 
 // knownQueue is a queue found in the known-queues set at a time, with its key names.
@@ -801,8 +803,9 @@ func (c *Client) Cancel(ctx context.Context, queue, id string) error {
 
 // cancelJob cancels job id of q (Client.Cancel and Inspector.Cancel); a canceled record is kept
 // for retention, but at least minRetention.
-func cancelJob(ctx context.Context, rdb redis.Scripter, q keys.Queue, id string, now time.Time, retention, minRetention time.Duration) error {
-	code, status, err := jobstate.Cancel(ctx, rdb, q, id, now.UnixMilli(), retentionMS(retention), minRetention.Milliseconds())
+func cancelJob(ctx context.Context, rdb redis.UniversalClient, q keys.Queue, id string, now time.Time, retention, minRetention time.Duration) error {
+	code, status, err := jobstate.Cancel(ctx, rdb, q, id, now.UnixMilli(), retentionMS(retention), minRetention.Milliseconds(),
+		events.ModeOf(ctx, rdb))
 	if err != nil {
 		return fmt.Errorf("cancel %s/%s: %w", q.Name(), id, err)
 	}

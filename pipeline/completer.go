@@ -10,6 +10,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/rs/zerolog"
 
+	"github.com/conveyorq/conveyor/internal/events"
 	"github.com/conveyorq/conveyor/internal/jobstate"
 	"github.com/conveyorq/conveyor/internal/keys"
 	"github.com/conveyorq/conveyor/internal/outage"
@@ -394,10 +395,16 @@ func (c *completer) write(ctx context.Context, batch []transition) ([]transition
 	}
 	var calls []script.Call
 	var chunks [][]transition
+	cfg := c.cfg
+	if cfg.Events == events.None {
+		// Known once per client; until then (Redis unreachable at start) asked again at most
+		// once a second, so a worker that starts before Redis still comes to publish events.
+		cfg.Events = events.ModeOf(ctx, c.rdb)
+	}
 	for _, ts := range groups {
 		for len(ts) > 0 {
 			n := min(len(ts), c.maxBatch)
-			calls = append(calls, jobstate.FinishCall(c.cfg, ts[:n]))
+			calls = append(calls, jobstate.FinishCall(cfg, ts[:n]))
 			chunks = append(chunks, ts[:n])
 			ts = ts[n:]
 		}

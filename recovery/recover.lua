@@ -1,7 +1,8 @@
 -- recover.lua: put back the jobs of pending entries whose worker stopped renewing its lease.
 -- KEYS[1] stream, KEYS[2] dead set, KEYS[3] stats hash, KEYS[4] the queue's recovery lock
 -- ARGV[1] group, ARGV[2] lock token, ARGV[3] visibility timeout ms, ARGV[4] job key prefix,
---   ARGV[5] now (unix ms), ARGV[6..] entry ids
+--   ARGV[5] now (unix ms), ARGV[6] the events publish command ('SPUBLISH', 'PUBLISH' or ''),
+--   ARGV[7] the events channel, ARGV[8..] entry ids
 -- The caller passes only entries whose idle time it trusts (see Trust in the package
 -- documentation). The lock is a fence: nothing happens unless it still holds the caller's
 -- token, checked in the same atomic step (an empty token skips the check: Config.DisableLock,
@@ -15,13 +16,16 @@
 --   - an entry that cannot be read becomes a dead record, as a worker would have made it;
 --   - an entry of another Watermill publisher (a valid id, no 'conveyor' field) that no worker
 --     adopted yet is added again unchanged, for the next worker to adopt.
+-- Each job put back (queued) or sent to the dead set (failed) is announced on the events channel,
+-- all of the call's in one message.
 -- Returns {CV_OK, requeued, dead, dropped, skipped, poison}, or {CV_LOCK_LOST} when the lock is
 -- not held.
 local stream, dead, stats = KEYS[1], KEYS[2], KEYS[3]
 local group, vt, prefix, now = ARGV[1], tonumber(ARGV[3]), ARGV[4], tonumber(ARGV[5])
 if ARGV[2] ~= '' and redis.call('GET', KEYS[4]) ~= ARGV[2] then return {CV_LOCK_LOST} end
 local requeued, n_dead, dropped, skipped, poison = 0, 0, 0, 0, 0
-for a = 6, #ARGV do
+local ev_cmd, ev_chan, ev = ARGV[6], ARGV[7], {}
+for a = 8, #ARGV do
   local old = ARGV[a]
   local p = redis.call('XPENDING', stream, group, 'IDLE', vt, old, old, 1)
   if #p == 0 then
@@ -54,6 +58,7 @@ for a = 6, #ARGV do
         if redis.call('EXISTS', prefix .. rec) == 0 then
           cv_dead_entry(prefix .. rec, dead, rec, f, reason, now)
           redis.call('HINCRBY', stats, 'failed', 1)
+          ev[#ev + 1] = 'failed 0 ' .. rec
         end
         cv_drop(stream, group, {old})
         poison = poison + 1
@@ -70,9 +75,11 @@ for a = 6, #ARGV do
           cv_to_dead(jobkey, dead, id, now, why .. '; no retries left')
           cv_drop(stream, group, {old})
           n_dead = n_dead + 1
+          ev[#ev + 1] = 'failed ' .. n .. ' ' .. id
         else
           cv_replace(stream, group, jobkey, id, old, f, n + 1, n, why, now)
           requeued = requeued + 1
+          ev[#ev + 1] = 'queued ' .. n .. ' ' .. id
         end
       end
     end
@@ -84,4 +91,5 @@ if n_dead > 0 then
   redis.call('HINCRBY', stats, 'failed', n_dead)
 end
 if poison > 0 then redis.call('HINCRBY', stats, 'poison', poison) end
+cv_announce(ev_cmd, ev_chan, ev)
 return {CV_OK, requeued, n_dead, dropped, skipped, poison}

@@ -110,6 +110,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/rs/zerolog"
 
+	"github.com/conveyorq/conveyor/internal/events"
 	"github.com/conveyorq/conveyor/internal/keys"
 	"github.com/conveyorq/conveyor/internal/script"
 )
@@ -528,9 +529,9 @@ func (r *Recoverer) scan(ctx context.Context, token string, res *Result) (truste
 
 // recover runs recover.lua on ids.
 func (r *Recoverer) recover(ctx context.Context, token string, ids []string, res *Result) error {
-	args := make([]any, 0, 5+len(ids))
+	args := make([]any, 0, 7+len(ids))
 	args = append(args, keys.Group, token, r.cfg.VisibilityTimeout.Milliseconds(),
-		r.q.JobPrefix(), r.cfg.Now().UnixMilli())
+		r.q.JobPrefix(), r.cfg.Now().UnixMilli(), events.ModeOf(ctx, r.rdb).Command(), r.q.Events())
 	for _, id := range ids {
 		args = append(args, id)
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
+	"github.com/conveyorq/conveyor/internal/events"
 	"github.com/conveyorq/conveyor/internal/jobtest"
 	"github.com/conveyorq/conveyor/internal/keys"
 	"github.com/conveyorq/conveyor/internal/redistest"
@@ -994,4 +995,29 @@ func TestRecovererHooks(t *testing.T) {
 	require.NoError(t, err)
 	require.False(t, ran)
 	require.Empty(t, events)
+}
+
+// recover.lua announces what it did to each job on the queue's events channel, in one message:
+// queued for a lost attempt put back (with the attempts recorded), failed for a job out of
+// retries.
+func TestRecoveryAnnouncesEvents(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		opts []pipeline.Option
+		want string
+	}{
+		{"Requeued", nil, "queued"},
+		{"OutOfRetries", []pipeline.Option{pipeline.WithMaxRetries(0)}, "failed"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			b := setup(t)
+			next := jobtest.Listen(t, b.rdb, b.q.Events())
+			f := deliverOne(t, b, deadIdle, tc.opts...)
+			_, _, err := b.recoverer(recovery.Config{}).RunOnce(t.Context())
+			require.NoError(t, err)
+			require.Equal(t, []events.Event{{ID: f.job.ID, Status: tc.want, Attempt: 1}}, next())
+		})
+	}
 }

@@ -2,13 +2,14 @@
 -- KEYS[1] stream, KEYS[2] scheduled set, KEYS[3] stats hash, KEYS[4] job hash
 -- ARGV[1] group, ARGV[2] now (unix ms), ARGV[3] default retention ms (0 keeps only a
 --   tombstone), ARGV[4] id, ARGV[5] the shortest retention ms (see finish.lua: a publish sent
---   again after a lost reply must find the job)
+--   again after a lost reply must find the job), ARGV[6] the events publish command ('SPUBLISH',
+--   'PUBLISH' or ''), ARGV[7] the events channel
 -- A queued or running job's entry is acknowledged and deleted; the worker running it finds its
 -- lease gone at its next renewal, which cancels the handler's context, and its late result is
--- refused by fencing.
+-- refused by fencing. The change is announced on the events channel (canceled).
 -- Returns {CV_OK} canceled, {CV_WRONG_STATE, status} already finished (nothing changed),
 -- {CV_NOT_FOUND} no such job.
-local h = redis.call('HMGET', KEYS[4], 'status', 'entry', 'retention_ms')
+local h = redis.call('HMGET', KEYS[4], 'status', 'entry', 'retention_ms', 'attempt')
 local status = h[1]
 if not status then return {CV_NOT_FOUND} end
 if status == 'completed' or status == 'failed' or status == 'canceled' then return {CV_WRONG_STATE, status} end
@@ -29,4 +30,5 @@ if ret <= 0 then
 end
 redis.call('PEXPIRE', KEYS[4], math.max(ret, tonumber(ARGV[5])))
 redis.call('HINCRBY', KEYS[3], 'canceled', 1)
+cv_announce(ARGV[6], ARGV[7], {'canceled ' .. (h[4] or '0') .. ' ' .. ARGV[4]})
 return {CV_OK}

@@ -3,7 +3,8 @@
 --   KEYS[4+i] the hash of item i
 -- ARGV[1] group, ARGV[2] worker (consumer name), ARGV[3] default retention ms (0 keeps only a
 --   tombstone), ARGV[4] wake channel, ARGV[5] the shortest retention (ms) of any finished job,
---   then 10 values per item:
+--   ARGV[6] the events publish command ('SPUBLISH', 'PUBLISH' or '' for none), ARGV[7] the
+--   events channel, then 10 values per item:
 --   op, id, entry, attempt, started_at, finished_at, data, extra, sent, payload
 -- sent is '1' when the worker sends the job's payload back (a small job with no metadata:
 -- that spares an XRANGE of the entry), '' to read payload and metadata from the entry.
@@ -24,6 +25,10 @@
 -- A finished job keeps its record for its retention, but never less than ARGV[5]: a publish
 -- that go-redis sends again after a lost reply must find the job and make no second one. With
 -- no retention, what is kept that long is a tombstone (status and completed_at).
+-- Every applied outcome is announced on the events channel, all of the call's in one message
+-- (cv_announce): completed, scheduled (a retry) and failed (dead, or a poison record). A start
+-- (in_progress) is not: it is the one transition every job makes on the hot path besides its
+-- outcome, no waiter needs it, and announcing it doubled the events' cost (docs/BENCHMARKS.md).
 -- Returns {CV_OK, then one code per item: CV_OK applied, CV_REFUSED refused (or a start mark
 -- ignored), CV_DIED a retry turned into dead}.
 --
@@ -33,6 +38,15 @@
 local stream, scheduled, dead, stats = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local group, worker, default_ret, wake = ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[4]
 local min_ret, min_ret_s = tonumber(ARGV[5]), ARGV[5]
+local ev_cmd, ev_chan = ARGV[6], ARGV[7]
+-- The events, when they are published, as pieces ('completed ', attempt, ' ', id, '\n') joined
+-- once at the end: a string made per event would be hashed and interned by Lua, a cost per job.
+local ev, nev = nil, 0
+if ev_cmd ~= '' then ev = {} end
+local function event(status_sp, attempt, id)
+  ev[nev + 1], ev[nev + 2], ev[nev + 3], ev[nev + 4], ev[nev + 5] = status_sp, attempt, ' ', id, '\n'
+  nev = nev + 5
+end
 local drop, out = {}, {CV_OK}
 -- Numbers go to redis.call as strings made once per distinct value: Redis formats a Lua number
 -- with snprintf, a cost per argument, and every job writes its version.
@@ -44,7 +58,7 @@ local function str(n)
 end
 local n_done, n_retried, n_failed, n_refused, n_poison = 0, 0, 0, 0, 0
 local i = 0
-for a = 6, #ARGV, 10 do
+for a = 8, #ARGV, 10 do
   i = i + 1
   local op, id, entry, attempt = ARGV[a], ARGV[a + 1], ARGV[a + 2], ARGV[a + 3]
   local started, finished, data, extra = ARGV[a + 4], ARGV[a + 5], ARGV[a + 6], ARGV[a + 7]
@@ -59,6 +73,7 @@ for a = 6, #ARGV, 10 do
       cv_keep_payload(jobkey, f)
       cv_to_dead(jobkey, dead, id, finished, data)
       n_failed = n_failed + 1
+      if ev then event('failed ', attempt, id) end
     else
       if redis.call('EXISTS', jobkey) == 1 then
         -- The id names a job that lives on another entry: keep this one beside it.
@@ -68,6 +83,7 @@ for a = 6, #ARGV, 10 do
       if redis.call('EXISTS', jobkey) == 0 then
         cv_dead_entry(jobkey, dead, id, f, data, finished)
         n_failed = n_failed + 1
+        if ev then event('failed ', '0', id) end
       end
     end
     n_poison = n_poison + 1
@@ -157,11 +173,14 @@ for a = 6, #ARGV, 10 do
       code = CV_OK
       if op == 'done' then
         n_done = n_done + 1
+        if ev then event('completed ', attempt, id) end
       elseif dies then
         n_failed = n_failed + 1
         if op == 'retry' then code = CV_DIED end
+        if ev then event('failed ', attempt, id) end
       else
         n_retried = n_retried + 1
+        if ev then event('scheduled ', attempt, id) end
       end
     end
   else
@@ -175,4 +194,8 @@ if n_retried > 0 then redis.call('HINCRBY', stats, 'retried', n_retried) end
 if n_failed > 0 then redis.call('HINCRBY', stats, 'failed', n_failed) end
 if n_refused > 0 then redis.call('HINCRBY', stats, 'refused', n_refused) end
 if n_poison > 0 then redis.call('HINCRBY', stats, 'poison', n_poison) end
+if nev > 0 then
+  ev[nev] = nil -- the last '\n'
+  cv_announce(ev_cmd, ev_chan, {table.concat(ev)})
+end
 return out

@@ -8,6 +8,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/conveyorq/conveyor/internal/events"
 	"github.com/conveyorq/conveyor/internal/keys"
 	"github.com/conveyorq/conveyor/internal/script"
 )
@@ -107,12 +108,13 @@ func (t Transition) WithPayload(payload string) Transition {
 	return t
 }
 
-// FinishConfig is what finish.lua needs besides the transitions: the worker's name and its
-// retention settings in ms.
+// FinishConfig is what finish.lua needs besides the transitions: the worker's name, its
+// retention settings in ms, and how to announce the changes.
 type FinishConfig struct {
 	Worker       string
-	Retention    int64 // default retention of finished records; 0 keeps only a tombstone
-	MinRetention int64 // the shortest time any finished record is kept
+	Retention    int64       // default retention of finished records; 0 keeps only a tombstone
+	MinRetention int64       // the shortest time any finished record is kept
+	Events       events.Mode // None publishes no events
 }
 
 // FinishCall is one finish.lua call applying ts, which must all be of one queue.
@@ -120,8 +122,9 @@ func FinishCall(cfg FinishConfig, ts []Transition) script.Call {
 	q := ts[0].Queue
 	ks := make([]string, 0, 4+len(ts))
 	ks = append(ks, q.Stream(), q.Scheduled(), q.Dead(), q.Stats())
-	args := make([]any, 0, 5+10*len(ts))
-	args = append(args, keys.Group, cfg.Worker, cfg.Retention, q.Wake(), cfg.MinRetention)
+	args := make([]any, 0, 7+10*len(ts))
+	args = append(args, keys.Group, cfg.Worker, cfg.Retention, q.Wake(), cfg.MinRetention,
+		cfg.Events.Command(), q.Events())
 	for i := range ts {
 		t := &ts[i]
 		ks = append(ks, q.Job(t.ID))
@@ -182,12 +185,12 @@ func Release(ctx context.Context, rdb redis.Scripter, q keys.Queue, now int64, e
 	return int(r), int(d), nil
 }
 
-// Cancel cancels job id (cancel.lua). It answers script.OK, script.NotFound, or
-// script.WrongState with the status of a job that already ended.
-func Cancel(ctx context.Context, rdb redis.Scripter, q keys.Queue, id string, now, retention, minRetention int64) (script.Code, string, error) {
+// Cancel cancels job id (cancel.lua), announcing it in mode ev. It answers script.OK,
+// script.NotFound, or script.WrongState with the status of a job that already ended.
+func Cancel(ctx context.Context, rdb redis.Scripter, q keys.Queue, id string, now, retention, minRetention int64, ev events.Mode) (script.Code, string, error) {
 	code, rest, err := script.Reply(cancelScript.Run(ctx, rdb,
 		[]string{q.Stream(), q.Scheduled(), q.Stats(), q.Job(id)},
-		keys.Group, now, retention, id, minRetention))
+		keys.Group, now, retention, id, minRetention, ev.Command(), q.Events()))
 	if err != nil {
 		return 0, "", err
 	}

@@ -224,6 +224,11 @@ func (q Queue) Unique(key string) string { return q.base + "unique:" + key }
 // schedulers sleeping until a later time wake early. It is a channel, not a key.
 func (q Queue) Wake() string { return q.wake }
 
+// Events is the Pub/Sub channel on which the job-state scripts announce jobs' changes of status
+// (internal/events). It carries the queue's hash tag, so a sharded publish (SPUBLISH) from a
+// script stays on the node that holds the queue. It is a channel, not a key.
+func (q Queue) Events() string { return q.base + "events" }
+
 // Queues is the set of known queue names under prefix.
 func Queues(prefix string) string { return prefix + ":queues" }
 

@@ -115,6 +115,16 @@ local function cv_wake_if_first(scheduled, channel, id, due)
   if first[1] == id then redis.call('PUBLISH', channel, due) end
 end
 
+-- Announces jobs' changes of status on the queue's events channel (internal/events) as one
+-- message: lines is a Lua array of "<status> <attempt> <id>" strings. cmd is what the caller
+-- found the server supports, 'SPUBLISH' or 'PUBLISH'; anything else (normally '') publishes
+-- nothing, so a script never fails on a server without sharded Pub/Sub.
+local function cv_announce(cmd, channel, lines)
+  if #lines > 0 and (cmd == 'SPUBLISH' or cmd == 'PUBLISH') then
+    redis.call(cmd, channel, table.concat(lines, '\n'))
+  end
+end
+
 -- Copies payload and metadata from a stream entry's fields into the job hash, for a job that
 -- is leaving the stream but keeps its record.
 local function cv_keep_payload(jobkey, f)

@@ -1,0 +1,76 @@
+package jobstate_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/conveyorq/conveyor/internal/events"
+	"github.com/conveyorq/conveyor/internal/jobstate"
+	"github.com/conveyorq/conveyor/internal/keys"
+	"github.com/conveyorq/conveyor/internal/redistest"
+	"github.com/conveyorq/conveyor/pipeline"
+)
+
+// BenchmarkFinishEvents times finish.lua calls of 50 start and 50 done transitions (a worker's
+// chunks) with events off and on, alternating call by call so that a loaded machine's drift
+// weighs on both alike, and reports each mode's time per transition (the round trip included,
+// the same for both). Rerun with
+//
+//	go test -run '^$' -bench FinishEvents -benchtime 200x -count 3 ./internal/jobstate/
+func BenchmarkFinishEvents(b *testing.B) {
+	const chunk = 50
+	rdb := redistest.Client(b)
+	queue := redistest.UniqueName(b)
+	q := keys.New(keys.DefaultPrefix, queue)
+	c := pipeline.NewClient(rdb, pipeline.ClientConfig{})
+	cfg := jobstate.FinishConfig{Worker: "w1", Retention: time.Hour.Milliseconds(), MinRetention: time.Minute.Milliseconds()}
+	if err := rdb.XGroupCreateMkStream(b.Context(), q.Stream(), keys.Group, "0").Err(); err != nil {
+		b.Fatal(err)
+	}
+	var spent [2]time.Duration
+	modes := [2]events.Mode{events.None, events.Sharded}
+	tasks := make([]pipeline.Task, chunk)
+	for i := range tasks {
+		tasks[i] = pipeline.Task{Type: "t", Payload: []byte(`{"user":12345,"action":"send-welcome-email"}`)}
+	}
+	b.ResetTimer()
+	for i := range b.N {
+		b.StopTimer()
+		jobs, err := c.EnqueueBatch(b.Context(), queue, tasks)
+		if err != nil {
+			b.Fatal(err)
+		}
+		res, err := rdb.XReadGroup(b.Context(), &redis.XReadGroupArgs{Group: keys.Group, Consumer: "w1",
+			Streams: []string{q.Stream(), ">"}, Count: chunk, Block: -1}).Result()
+		if err != nil || len(res[0].Messages) != chunk {
+			b.Fatal(err, res)
+		}
+		entries := make([]string, chunk)
+		for k, m := range res[0].Messages {
+			entries[k] = m.ID
+		}
+		now := time.Now().UnixMilli()
+		starts := make([]jobstate.Transition, chunk)
+		dones := make([]jobstate.Transition, chunk)
+		for k, j := range jobs {
+			starts[k] = jobstate.Start(&q, j.ID, entries[k], 1, now)
+			dones[k] = jobstate.Done(&q, j.ID, entries[k], 1, now, now+1, "").WithPayload(string(tasks[k].Payload))
+		}
+		m := i % 2
+		cfg.Events = modes[m]
+		b.StartTimer()
+		t0 := time.Now()
+		for _, ts := range [][]jobstate.Transition{starts, dones} {
+			call := jobstate.FinishCall(cfg, ts)
+			if err := call.Script.Run(b.Context(), rdb, call.Keys, call.Args...).Err(); err != nil {
+				b.Fatal(err)
+			}
+		}
+		spent[m] += time.Since(t0)
+	}
+	per := float64(b.N/2) * 2 * chunk
+	b.ReportMetric(float64(spent[0].Nanoseconds())/per/1000, "us/transition-none")
+	b.ReportMetric(float64(spent[1].Nanoseconds())/per/1000, "us/transition-sharded")
+}

@@ -1,0 +1,15 @@
+package pipeline
+
+import "github.com/conveyorq/conveyor/internal/keys"
+
+// WaiterDelivered is how many events woke one of w's waits.
+func WaiterDelivered(w *Waiter) int64 { return w.w.Delivered() }
+
+// WaiterReady reports whether w's subscription to the events of partition (a queue name, or
+// q#i) is confirmed.
+func WaiterReady(w *Waiter, partition string) bool {
+	return w.w.Ready(keys.New(w.c.cfg.Prefix, partition).Events())
+}
+
+// WaiterReads is how many whole reads of a job w's waits made.
+func WaiterReads(w *Waiter) int64 { return w.nread.Load() }
