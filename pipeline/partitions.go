@@ -302,9 +302,8 @@ type QueueInfo struct {
 // publish refused there is sent again to the layout the count then names, see Client), and
 // opts.Drain lets the change wait for what is left to go. Every Client of this process reads
 // the new count on its next call; a Client elsewhere reads it within 5 seconds (at once when
-// it publishes). A Worker reads the count only when it starts: start workers of the new
-// count and stop those of the old one (a running worker logs an error when it sees the count
-// change under it). One change of a queue's count runs at a time; another is refused with
+// it publishes). A running Worker follows the change by itself within about 5 seconds (see
+// Worker.Run); no restart is needed. One change of a queue's count runs at a time; another is refused with
 // ErrQueueBusy. On Redis Cluster the answer's Nodes say which master holds each partition.
 func (i *Inspector) CreateQueue(ctx context.Context, queue string, opts QueueOptions) (*QueueInfo, error) {
 	if err := i.check(queue, ""); err != nil {

@@ -5,7 +5,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"runtime/debug"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -222,15 +224,22 @@ type Worker struct {
 	handlers   map[string]HandlerFunc
 	middleware []message.HandlerMiddleware
 
-	running atomic.Bool
-	ready   chan struct{}
-	queues  map[string]*keys.Queue // by stream key, one per partition (partitionQueues, in Run)
-	parts   []string               // every partition's name (q, or q#i), in config order
-	counts  []int                  // the partition count of each of cfg.Queues, read at start
-	comp    *completer
+	running   atomic.Bool
+	ready     chan struct{}
+	readyOnce sync.Once
+	// queues maps a stream key to its partition, for every partition the worker read since it
+	// started (partitionQueues): it only grows, so that a message of an earlier session, or
+	// its release, still finds its queue. Replaced whole, never changed in place.
+	queues atomic.Pointer[map[string]*keys.Queue]
+	parts  []string // the partitions read now (q, or q#i), in config order; Run's goroutine only
+	counts []int    // the partition count of each of cfg.Queues that parts follows
+	// troubled is the completer's last report (onTrouble), under mu: a new session's
+	// subscriber starts paused while it holds.
+	troubled bool
+	comp     *completer
 	// replicas is the outcome writes' replica wait (WorkerConfig.Replicas; durable.go).
 	replicas *outcomeReplicas
-	sub      *stream.Subscriber
+	sub      *stream.Subscriber // the current session's, under mu
 }
 
 // NewWorker returns a Worker over rdb (a standalone, cluster or failover client).
@@ -312,6 +321,12 @@ func (w *Worker) Running() int {
 // unless disabled. While Redis is unreachable at start, Run waits for it (logging) until ctx
 // ends; if Redis refuses it (a wrong password, an ACL without a needed command), Run returns
 // that error at once. A Worker runs once.
+//
+// Run follows a change of its queues' partition counts (Inspector.CreateQueue) by itself: it
+// reads the counts every 5 s, and when one changed it ends its reading as on a shutdown
+// (running jobs of every queue finish, or are put back after ShutdownTimeout on the same
+// attempt), then reads the new partitions, with their schedulers and recoverers, without
+// returning. A stored count it cannot use is logged and the partitions it reads are kept.
 func (w *Worker) Run(ctx context.Context) error {
 	if err := w.cfg.validate(); err != nil {
 		return err
@@ -332,8 +347,83 @@ func (w *Worker) Run(ctx context.Context) error {
 		return err
 	}
 
+	w.comp = newCompleter(w.rdb, jobstate.FinishConfig{Worker: w.cfg.Name, Retention: retentionMS(w.cfg.Retention),
+		MinRetention: w.cfg.MinRetention.Milliseconds()}, w.cfg.FlushInterval, finishChunk, w.cfg.Concurrency, w.log)
+	w.comp.replicas = w.replicas
+	w.comp.attempts = newAttempts(w.cfg.Hooks.Attempts)
+	// While Redis refuses the outcomes, new jobs are not read: they would run only to wait,
+	// holding their slots, for writes that may not come back soon. The state outlives a
+	// reading session, so the next one starts paused when the completer still has trouble.
+	w.comp.onTrouble = func(failing bool) {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		w.troubled = failing
+		if w.sub == nil {
+			return
+		}
+		if failing {
+			w.sub.Pause()
+		} else {
+			w.sub.Resume()
+		}
+	}
+	go w.comp.run()
+	defer w.comp.close() // after the last session closed its subscriber: every message is settled or released
+
 	w.partitionQueues()
 	w.warnSharedName(ctx)
+	started := w.log.Info().Strs("queues", w.cfg.Queues)
+	for _, n := range w.counts {
+		if n > 1 { // the counts only say something when a queue is partitioned
+			started = started.Ints("partitions", w.counts)
+			break
+		}
+	}
+	started.Int("concurrency", w.cfg.Concurrency).Msg("worker started")
+	// A change of a queue's partition count ends the reading session as a shutdown would
+	// (running jobs finish or are put back, no attempt counted) and a new one starts on the
+	// new partitions: the old layout was closed and checked empty before the count changed, so
+	// nothing is left behind in it.
+	spell := outage.Spell{Min: 100 * time.Millisecond, Max: 5 * time.Second}
+	for first := true; ; first = false {
+		next, err := w.session(ctx)
+		if ctx.Err() != nil {
+			break
+		}
+		if err != nil {
+			if first {
+				return err
+			}
+			// Subscribing to the new partitions failed (Redis unreachable at that moment):
+			// nothing runs, so try again rather than end a worker that was running.
+			step := spell.Failed(time.Now())
+			w.log.Error().Err(err).Dur("retry_in", step.Wait.Round(time.Millisecond)).Int("tries", step.Tries).
+				Msg("could not start reading the queues' partitions; trying again")
+			select {
+			case <-ctx.Done():
+			case <-time.After(step.Wait):
+			}
+			continue
+		}
+		spell.OK(time.Now())
+		for k, n := range next {
+			if n != w.counts[k] {
+				w.log.Info().Str("queue", w.cfg.Queues[k]).Int("partitions", w.counts[k]).Int("partitions_now", n).
+					Msg("following the queue's new partition count")
+			}
+		}
+		w.counts = next
+		w.partitionQueues()
+	}
+	w.log.Info().Msg("worker stopped")
+	return nil
+}
+
+// session reads the partitions of w.parts until ctx ends or a queue's partition count changes,
+// then shuts the reading down gracefully: it stops reading, waits up to ShutdownTimeout for
+// running jobs, cancels and puts back those still running. It returns the new counts after a
+// change, nil when ctx ended.
+func (w *Worker) session(ctx context.Context) ([]int, error) {
 	wlog := WatermillLogger(w.log.With().Str("component", "router").Logger())
 	sub, err := stream.NewSubscriber(stream.Config{
 		Client:        w.rdb,
@@ -349,33 +439,21 @@ func (w *Worker) Run(ctx context.Context) error {
 		Logger:        subscriberLogger(w.log.With().Str("component", "subscriber").Logger()),
 	})
 	if err != nil {
-		return err
+		return nil, err
 	}
-	w.comp = newCompleter(w.rdb, jobstate.FinishConfig{Worker: w.cfg.Name, Retention: retentionMS(w.cfg.Retention),
-		MinRetention: w.cfg.MinRetention.Milliseconds()}, w.cfg.FlushInterval, finishChunk, w.cfg.Concurrency, w.log)
-	w.comp.replicas = w.replicas
-	w.comp.attempts = newAttempts(w.cfg.Hooks.Attempts)
-	// While Redis refuses the outcomes, new jobs are not read: they would run only to wait,
-	// holding their slots, for writes that may not come back soon.
-	w.comp.onTrouble = func(failing bool) {
-		if failing {
-			sub.Pause()
-		} else {
-			sub.Resume()
-		}
-	}
-	go w.comp.run()
-	defer w.comp.close()
-	defer sub.Close() // first: the subscriber settles or releases its messages before the completer stops
+	defer sub.Close() // after the background parts stop; it settles or releases every message
 	// The subscriber cancels what still runs after ShutdownTimeout; the router waits a little
 	// longer for those handlers to return.
 	router, err := message.NewRouter(message.RouterConfig{CloseTimeout: w.cfg.ShutdownTimeout + time.Second}, wlog)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	w.mu.Lock()
 	w.sub = sub
-	router.AddMiddleware(w.settleAfter) // outermost: it sees whatever the chain did
+	if w.troubled {
+		sub.Pause()
+	}
+	router.AddMiddleware(w.settleAfter(sub)) // outermost: it sees whatever the chain did
 	router.AddMiddleware(w.middleware...)
 	w.mu.Unlock()
 	for _, name := range w.parts {
@@ -383,7 +461,9 @@ func (w *Worker) Run(ctx context.Context) error {
 		router.AddConsumerHandler("conveyor:"+name, q.Stream(), sub, w.handleMessage)
 	}
 
-	bg, stopBG := context.WithCancel(ctx)
+	sctx, endSession := context.WithCancel(ctx)
+	defer endSession()
+	bg, stopBG := context.WithCancel(sctx)
 	var wg sync.WaitGroup
 	defer func() { stopBG(); wg.Wait() }()
 	if !w.cfg.DisableScheduler {
@@ -404,27 +484,26 @@ func (w *Worker) Run(ctx context.Context) error {
 			})
 		}
 	}
-	wg.Go(func() { w.watchPartitions(bg) })
+	var next []int
+	wg.Go(func() {
+		if next = w.watchPartitions(bg); next != nil {
+			endSession()
+		}
+	})
 	go func() {
 		select {
 		case <-router.Running():
-			close(w.ready)
-		case <-ctx.Done():
+			w.readyOnce.Do(func() { close(w.ready) })
+		case <-sctx.Done():
 		}
 	}()
-	started := w.log.Info().Strs("queues", w.cfg.Queues)
-	for _, n := range w.counts {
-		if n > 1 { // the counts only say something when a queue is partitioned
-			started = started.Ints("partitions", w.counts)
-			break
-		}
+	err = router.Run(sctx)
+	stopBG()
+	wg.Wait() // next is written
+	if err != nil {
+		return nil, fmt.Errorf("pipeline: router: %w", err)
 	}
-	started.Int("concurrency", w.cfg.Concurrency).Msg("worker started")
-	if err := router.Run(ctx); err != nil {
-		return fmt.Errorf("pipeline: router: %w", err)
-	}
-	w.log.Info().Msg("worker stopped")
-	return nil
+	return next, nil
 }
 
 // warnSharedName warns when this worker's name is the consumer name of a worker that was
@@ -461,17 +540,19 @@ func (w *Worker) warnSharedName(ctx context.Context) {
 // A message of another publisher is adopted first (adopt), so that the middleware sees a job;
 // one that is not to run now (scheduled, or refused as a duplicate) never reaches it: it is no
 // attempt.
-func (w *Worker) settleAfter(h message.HandlerFunc) message.HandlerFunc {
-	return func(msg *message.Message) ([]*message.Message, error) {
-		growStack()
-		defer w.sub.Settle(msg)
-		if msg.Metadata[metaForeign] != "" && !w.adopt(msg) {
+func (w *Worker) settleAfter(sub *stream.Subscriber) message.HandlerMiddleware {
+	return func(h message.HandlerFunc) message.HandlerFunc {
+		return func(msg *message.Message) ([]*message.Message, error) {
+			growStack()
+			defer sub.Settle(msg)
+			if msg.Metadata[metaForeign] != "" && !w.adopt(msg) {
+				return nil, nil
+			}
+			if _, err := h(msg); err != nil && !errors.As(err, new(*JobError)) {
+				w.refused(msg, err)
+			}
 			return nil, nil
 		}
-		if _, err := h(msg); err != nil && !errors.As(err, new(*JobError)) {
-			w.refused(msg, err)
-		}
-		return nil, nil
 	}
 }
 
@@ -553,47 +634,65 @@ func (w *Worker) readCounts(ctx context.Context) ([]int, error) {
 	return counts, nil
 }
 
-// partitionQueues names every partition the worker reads, from the counts read at start: one
-// stream subscription, scheduler slot and recoverer each.
+// partitionQueues names every partition the worker reads, from w.counts: one stream
+// subscription, scheduler slot and recoverer each.
 func (w *Worker) partitionQueues() {
-	w.parts = w.parts[:0]
-	w.queues = make(map[string]*keys.Queue)
+	w.parts = nil
+	queues := make(map[string]*keys.Queue)
+	if old := w.queues.Load(); old != nil {
+		maps.Copy(queues, *old)
+	}
 	for k, name := range w.cfg.Queues {
 		for i := range w.counts[k] {
 			tag := keys.PartitionName(name, i, w.counts[k])
 			q := keys.New(w.cfg.Prefix, tag)
 			w.parts = append(w.parts, tag)
-			w.queues[q.Stream()] = &q
+			queues[q.Stream()] = &q
 		}
 	}
+	w.queues.Store(&queues)
 }
 
-// partitionsCheckEvery is how often a running worker reads its queues' partition counts again.
-const partitionsCheckEvery = 30 * time.Second
+// queue is the partition of a stream key the worker read since it started.
+func (w *Worker) queue(streamKey string) (*keys.Queue, bool) {
+	q, ok := (*w.queues.Load())[streamKey]
+	return q, ok
+}
 
-// watchPartitions logs an error when a queue's partition count changes while the worker runs:
-// it still reads the partitions it started with, and jobs published to the new ones wait for
-// a worker that started after the change.
-func (w *Worker) watchPartitions(ctx context.Context) {
+// partitionsCheckEvery is how often a running worker reads its queues' partition counts again
+// (one HMGET): the lifetime of the producers' cached counts, so that a worker follows a change
+// about as soon as the last producer does.
+const partitionsCheckEvery = 5 * time.Second
+
+// watchPartitions reads the queues' partition counts every partitionsCheckEvery until ctx ends
+// (it returns nil) or a count differs from w.counts (it returns the new counts). A count that
+// cannot be used (not a number, 0, over MaxPartitions) is logged and otherwise ignored: the
+// worker keeps reading the partitions it has.
+func (w *Worker) watchPartitions(ctx context.Context) []int {
 	t := time.NewTicker(partitionsCheckEvery)
 	defer t.Stop()
-	warned := make([]int, len(w.counts))
+	var logged string
 	for {
 		select {
 		case <-ctx.Done():
-			return
+			return nil
 		case <-t.C:
 		}
 		counts, err := w.readCounts(ctx)
+		if errors.Is(err, ErrInvalid) {
+			if err.Error() != logged { // once per bad value, not every few seconds
+				logged = err.Error()
+				w.log.Error().Err(err).Ints("partitions", w.counts).
+					Msg("a queue's stored partition count is unusable; this worker keeps reading the partitions it has")
+			}
+			continue
+		}
 		if err != nil {
 			continue // an outage is logged by the parts that need Redis
 		}
-		for k, n := range counts {
-			if n != w.counts[k] && n != warned[k] {
-				warned[k] = n
-				w.log.Error().Str("queue", w.cfg.Queues[k]).Int("partitions", w.counts[k]).Int("partitions_now", n).
-					Msg("the queue's partition count changed while this worker runs; it still reads the old partitions: restart it")
-			}
+		logged = ""
+		if !slices.Equal(counts, w.counts) {
+			return counts
 		}
 	}
 }
@@ -608,7 +707,7 @@ func (w *Worker) handleMessage(msg *message.Message) error {
 	// This function's frame stays small and the work around the handler call lives in other
 	// functions: the router runs each message on a new goroutine, whose stack growStack
 	// grows once; a deeper path would make Go copy it again.
-	q, ok := w.queues[msg.Metadata[stream.StreamKey]]
+	q, ok := w.queue(msg.Metadata[stream.StreamKey])
 	if !ok {
 		w.log.Error().Str("stream", msg.Metadata[stream.StreamKey]).Str("job_id", msg.UUID).Msg("message from an unknown stream")
 		return nil
@@ -684,7 +783,7 @@ func (e *noHandlerError) Is(target error) bool { return target == ErrNoHandler }
 
 // refused writes a failed attempt for a job that a middleware refused before its handler ran.
 func (w *Worker) refused(msg *message.Message, err error) {
-	q, ok := w.queues[msg.Metadata[stream.StreamKey]]
+	q, ok := w.queue(msg.Metadata[stream.StreamKey])
 	if !ok || msg.Metadata[stream.PoisonKey] != "" {
 		return
 	}
@@ -808,7 +907,7 @@ func call(ctx context.Context, h HandlerFunc, j *Job, log *zerolog.Logger) (res 
 // unrenewed once settled, and recovery puts it back for another try.
 func (w *Worker) adopt(msg *message.Message) bool {
 	md := msg.Metadata
-	q, ok := w.queues[md[stream.StreamKey]]
+	q, ok := w.queue(md[stream.StreamKey])
 	if !ok {
 		return true // handleMessage logs it
 	}
@@ -859,7 +958,7 @@ func (w *Worker) poison(q *keys.Queue, msg *message.Message, reason string) erro
 
 // release puts back the entries a closing subscription still holds (stream.Config.OnRelease).
 func (w *Worker) release(ctx context.Context, streamKey string, ids []string) {
-	q, ok := w.queues[streamKey]
+	q, ok := w.queue(streamKey)
 	if !ok {
 		return
 	}

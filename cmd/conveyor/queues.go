@@ -62,8 +62,8 @@ partitions: scheduled, queued, in-progress or dead jobs, or finished records (ke
 retention). Those live in keys the new count does not read: let them run, purge or replay
 the dead ones, wait for the records to expire, or delete the queue first. Producers need not
 stop: the old partitions are closed before the check, and a publish that reaches them is
-sent again to the new ones. Workers read the count when they start: start workers of the new
-count, stop the old ones (a running worker logs an error when it sees it change). With
+sent again to the new ones. Running workers follow the change by themselves within about
+5 s: they finish or put back their running jobs and read the new partitions. With
 --drain the change waits that long, the old partitions closed, for the jobs in them to run.`,
 		Example: `  conveyor queues create emails --partitions 3
   conveyor queues create emails              # one partition: the plain queue`,
