@@ -712,6 +712,11 @@ func (c *Client) Get(ctx context.Context, queue, id string) (*Job, error) {
 // getJob reads job id of q (Client.Get and Inspector.Get).
 func getJob(ctx context.Context, rdb redis.Scripter, q keys.Queue, id string) (*Job, error) {
 	flat, found, err := jobstate.Get(ctx, rdb, q, id)
+	return gotJob(q, id, flat, found, err)
+}
+
+// gotJob is the Job of a jobstate.Get reply.
+func gotJob(q keys.Queue, id string, flat []string, found bool, err error) (*Job, error) {
 	if err != nil {
 		return nil, fmt.Errorf("get %s/%s: %w", q.Name(), id, err)
 	}

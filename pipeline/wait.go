@@ -10,6 +10,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/conveyorq/conveyor/internal/events"
+	"github.com/conveyorq/conveyor/internal/jobstate"
 	"github.com/conveyorq/conveyor/internal/keys"
 )
 
@@ -106,15 +107,29 @@ func (w *Waiter) acquire(ctx context.Context) error {
 
 func (w *Waiter) release() { <-w.reads }
 
-// read reads job id of q, maxWaitReads at a time.
-func (w *Waiter) read(ctx context.Context, q keys.Queue, id string) (*Job, error) {
+// read reads job id of q, maxWaitReads at a time. With mark it also marks the job watched, in
+// the same script: the job-state scripts announce a job's outcome only when it is marked, and
+// the mark stays on the job's hash, so the later reads need not make it again.
+func (w *Waiter) read(ctx context.Context, q keys.Queue, id string, mark bool) (*Job, error) {
 	if err := w.acquire(ctx); err != nil {
 		return nil, err
 	}
 	defer w.release()
-	j, err := getJob(ctx, w.c.rdb, q, id)
+	var j *Job
+	var err error
+	if mark {
+		j, err = getWatchedJob(ctx, w.c.rdb, q, id)
+	} else {
+		j, err = getJob(ctx, w.c.rdb, q, id)
+	}
 	w.nread.Add(1)
 	return j, err
+}
+
+// getWatchedJob is getJob that marks the job watched (jobstate.GetWatched).
+func getWatchedJob(ctx context.Context, rdb redis.Scripter, q keys.Queue, id string) (*Job, error) {
+	flat, found, err := jobstate.GetWatched(ctx, rdb, q, id)
+	return gotJob(q, id, flat, found, err)
 }
 
 // status reads the status of job id of q ("" when there is no such job), maxWaitReads at a
@@ -140,7 +155,9 @@ func (w *Waiter) waitOn(ctx context.Context, q keys.Queue, id string) (*Job, err
 	// wait that started with it read twice; not longer than readyWait, so that a server whose
 	// subscriptions fail still answers (the fallback's reads cover it then).
 	wt.WaitReady(ctx, readyWait)
-	j, err := w.read(ctx, q, id)
+	// The read marks the job watched: its outcome is announced only then (finish.lua), and
+	// the outcome is either in this read or announced after it.
+	j, err := w.read(ctx, q, id, true)
 	if err != nil || j.Status.Final() {
 		return j, err
 	}
@@ -174,7 +191,7 @@ func (w *Waiter) waitOn(ctx context.Context, q keys.Queue, id string) (*Job, err
 				continue
 			}
 		}
-		got, err := w.read(ctx, q, id)
+		got, err := w.read(ctx, q, id, false)
 		switch {
 		case ctx.Err() != nil:
 			return nil, ctx.Err()

@@ -46,23 +46,36 @@ func waited(t *testing.T, ch <-chan waitResult) *pipeline.Job {
 }
 
 // waitOnNewJob publishes an echo job with payload under a prefix of the test's own and starts a
-// Waiter's wait on it, returning once the wait's subscription is confirmed.
+// Waiter's wait on it, returning once the wait's subscription is confirmed and its read marked
+// the job watched (so that finish.lua announces its outcome from then on).
 func waitOnNewJob(t *testing.T, payload string) (*pipeline.Client, *pipeline.Waiter, string, *pipeline.Job, <-chan waitResult) {
 	t.Helper()
 	prefix, queue := redistest.UniqueName(t), "waits"
-	client := pipeline.NewClient(redistest.Client(t), pipeline.ClientConfig{Prefix: prefix})
+	rdb := redistest.Client(t)
+	client := pipeline.NewClient(rdb, pipeline.ClientConfig{Prefix: prefix})
 	waiter := client.NewWaiter()
 	t.Cleanup(waiter.Close)
 	job, err := client.Enqueue(t.Context(), queue, pipeline.Task{Type: "echo", Payload: []byte(payload)})
 	require.NoError(t, err)
 	res := startWait(t.Context(), waiter, queue, job.ID)
 	require.Eventually(t, func() bool { return pipeline.WaiterReady(waiter, queue) }, 30*time.Second, time.Millisecond)
+	requireWatched(t, rdb, keys.New(prefix, queue), job.ID)
 	return client, waiter, prefix, job, res
 }
 
-// A wait is woken by the job's events: the worker's finish.lua announces in_progress and
-// completed, and Wait returns the completed job. The worker starts only once the wait's
-// subscription is confirmed, so the events cannot come before it.
+// requireWatched waits until a wait's read marked job id of q watched.
+func requireWatched(t *testing.T, rdb redis.UniversalClient, q keys.Queue, id string) {
+	t.Helper()
+	require.Eventually(t, func() bool {
+		v, err := rdb.HGet(t.Context(), q.Job(id), keys.FieldWatched).Result()
+		return err == nil && v == "1"
+	}, 30*time.Second, time.Millisecond, "the wait marks %s watched", id)
+}
+
+// A wait is woken by the job's event: the worker's finish.lua announces completed (the wait
+// marked the job watched), and Wait returns the completed job. The
+// worker starts only once the wait's subscription is confirmed and the job marked, so the event
+// cannot come before it.
 func TestWaitWokenByEvent(t *testing.T) {
 	t.Parallel()
 	client, waiter, prefix, job, res := waitOnNewJob(t, `"hi"`)
@@ -157,6 +170,17 @@ func TestWaitClusterEvents(t *testing.T) {
 	for _, tg := range targets {
 		require.Eventually(t, func() bool { return pipeline.WaiterReady(waiter, tg.part) }, 30*time.Second,
 			time.Millisecond, tg.part)
+		// Marked on the partition that holds the job, and made on no other.
+		requireWatched(t, cc, keys.New(prefix, tg.part), tg.id)
+		if tg.part != tg.queue {
+			for p := range parts {
+				if other := keys.PartitionName("parted", p, parts); other != tg.part {
+					n, err := cc.Exists(ctx, keys.New(prefix, other).Job(tg.id)).Result()
+					require.NoError(t, err)
+					require.Zero(t, n, "no hash for %s on %s", tg.id, other)
+				}
+			}
+		}
 	}
 	for _, tg := range targets {
 		require.NoError(t, client.Cancel(ctx, tg.queue, tg.id))

@@ -13,8 +13,8 @@ import (
 	"github.com/conveyorq/conveyor/pipeline"
 )
 
-// finish.lua announces every outcome it applies (not a start), all of a call in one message, in
-// the order applied; a refused transition announces nothing, and with events.None nothing is
+// finish.lua announces every outcome it applies to a watched job (not a start), and every poison
+// record, all of a call in one message, in the order applied; a refused transition announces nothing, and with events.None nothing is
 // published. cancel.lua announces canceled.
 func TestScriptsAnnounceEvents(t *testing.T) {
 	t.Parallel()
@@ -29,6 +29,11 @@ func TestScriptsAnnounceEvents(t *testing.T) {
 	}
 	entries := f.read(len(ids))
 	now := time.Now().UnixMilli()
+	for _, id := range ids[:4] { // waited on (the poison record is announced all the same)
+		_, found, err := jobstate.GetWatched(ctx, f.rdb, f.q, id)
+		require.NoError(t, err)
+		require.True(t, found)
+	}
 
 	// Nothing is published without events: the next message is the call's below.
 	f.cfg.Events = events.None
@@ -61,4 +66,37 @@ func TestScriptsAnnounceEvents(t *testing.T) {
 	require.Equal(t, script.OK, code)
 	require.Equal(t, []events.Event{{ID: ids[1], Status: "canceled", Attempt: 1}}, next(),
 		"a plain PUBLISH does not reach a sharded subscriber: the first cancel's message is not this one")
+}
+
+// finish.lua announces the outcome of a job a waiter marked (jobstate.GetWatched) and says
+// nothing of any other: the call for the unmarked job publishes nothing, so the next message is
+// the marked job's. GetWatched marks only a job that exists.
+func TestFinishAnnouncesOnlyWatchedJobs(t *testing.T) {
+	t.Parallel()
+	f := newFinishFixture(t, time.Hour)
+	f.cfg.Events = events.Sharded
+	next := jobtest.Listen(t, f.rdb, f.q.Events())
+	ctx := t.Context()
+	var ids []string
+	for range 2 {
+		j, err := f.c.Enqueue(ctx, f.queue, pipeline.Task{Type: "t", Payload: []byte("p")})
+		require.NoError(t, err)
+		ids = append(ids, j.ID)
+	}
+	entries := f.read(len(ids))
+	_, found, err := jobstate.GetWatched(ctx, f.rdb, f.q, ids[1])
+	require.NoError(t, err)
+	require.True(t, found)
+	_, found, err = jobstate.GetWatched(ctx, f.rdb, f.q, "nosuchjob")
+	require.NoError(t, err)
+	require.False(t, found)
+	n, err := f.rdb.Exists(ctx, f.q.Job("nosuchjob")).Result()
+	require.NoError(t, err)
+	require.Zero(t, n, "marking an unknown job must not make a hash")
+
+	now := time.Now().UnixMilli()
+	require.Equal(t, []script.Code{applied}, f.run(jobstate.Done(&f.q, ids[0], entries[0], 1, now, now+1, "r")))
+	require.Equal(t, []script.Code{applied}, f.run(jobstate.Done(&f.q, ids[1], entries[1], 1, now, now+1, "r")))
+	require.Equal(t, []events.Event{{ID: ids[1], Status: "completed", Attempt: 1}}, next(),
+		"the unmarked job's outcome is not announced")
 }

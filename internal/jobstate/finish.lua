@@ -25,10 +25,13 @@
 -- A finished job keeps its record for its retention, but never less than ARGV[5]: a publish
 -- that go-redis sends again after a lost reply must find the job and make no second one. With
 -- no retention, what is kept that long is a tombstone (status and completed_at).
--- Every applied outcome is announced on the events channel, all of the call's in one message
--- (cv_announce): completed, scheduled (a retry) and failed (dead, or a poison record). A start
--- (in_progress) is not: it is the one transition every job makes on the hot path besides its
--- outcome, no waiter needs it, and announcing it doubled the events' cost (docs/BENCHMARKS.md).
+-- The applied outcomes of watched jobs (a waiter marked the hash's 'watched' field, read in the
+-- fence's HMGET) are announced on the events channel, all of the call's in one message
+-- (cv_announce): completed, scheduled (a retry) and failed (dead). A poison record is announced
+-- (failed) whether watched or not: it is rare and costs no read. An unwatched job's outcome is
+-- not: nobody listens for it, and with small chunks (publish and consume at once) a call's
+-- SPUBLISH cost 6-8% of throughput (docs/BENCHMARKS.md). A start (in_progress) is never
+-- announced: no waiter needs it.
 -- Returns {CV_OK, then one code per item: CV_OK applied, CV_REFUSED refused (or a start mark
 -- ignored), CV_DIED a retry turned into dead}.
 --
@@ -91,7 +94,7 @@ for a = 8, #ARGV, 10 do
     code = CV_OK
   elseif op == 'start' or op == 'done' or op == 'retry' or op == 'dead' then
     local h = redis.call('HMGET', jobkey, 'entry', 'status', 'max_retries', 'retention_ms',
-      'version', 'unique')
+      'version', 'unique', 'watched')
     local live = cv_live(h, entry)
     local version = cv_num(h[5], 0) + 1
     if not live then
@@ -171,16 +174,17 @@ for a = 8, #ARGV, 10 do
       end
       drop[#drop + 1] = entry
       code = CV_OK
+      local watched = ev and h[7]
       if op == 'done' then
         n_done = n_done + 1
-        if ev then event('completed ', attempt, id) end
+        if watched then event('completed ', attempt, id) end
       elseif dies then
         n_failed = n_failed + 1
         if op == 'retry' then code = CV_DIED end
-        if ev then event('failed ', attempt, id) end
+        if watched then event('failed ', attempt, id) end
       else
         n_retried = n_retried + 1
-        if ev then event('scheduled ', attempt, id) end
+        if watched then event('scheduled ', attempt, id) end
       end
     end
   else

@@ -65,6 +65,9 @@ const (
 	FieldUnique      = "unique"        // the unique key's full name, when the job has one
 	FieldUniqueTTL   = "unique_ttl_ms" // how long the unique key is held, for a replay
 	FieldRetention   = "retention_ms"  // per-job retention; absent means the queue's default
+	// FieldWatched marks a job someone waits on (pipeline.Waiter): finish.lua announces the
+	// outcome of a marked job only, sparing every other job its share of an SPUBLISH.
+	FieldWatched = "watched"
 )
 
 // Stream-entry field names. The first three are watermill-redisstream's layout, so the stock
