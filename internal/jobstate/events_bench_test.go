@@ -1,6 +1,7 @@
 package jobstate_test
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
@@ -13,15 +14,20 @@ import (
 	"github.com/conveyorq/conveyor/pipeline"
 )
 
-// BenchmarkFinishEvents times finish.lua calls of 50 start and 50 done transitions (a worker's
-// chunks) with events off, on for jobs nobody waits on (the common case: nothing is announced),
+// BenchmarkFinishEvents times finish.lua calls of chunk start and chunk done transitions (a
+// worker's chunks: 50 in a drain, a few when jobs trickle in as in the live workload) with events off, on for jobs nobody waits on (the common case: nothing is announced),
 // and on for jobs all marked watched (one SPUBLISH a call), rotating call by call so that a
 // loaded machine's drift weighs on all alike, and reports each mode's time per transition (the
 // round trip included, the same for all). Rerun with
 //
 //	go test -run '^$' -bench FinishEvents -benchtime 1000x -count 6 ./internal/jobstate/
 func BenchmarkFinishEvents(b *testing.B) {
-	const chunk = 50
+	for _, chunk := range []int{1, 50} {
+		b.Run(fmt.Sprintf("chunk=%d", chunk), func(b *testing.B) { benchFinishEvents(b, chunk) })
+	}
+}
+
+func benchFinishEvents(b *testing.B, chunk int) {
 	rdb := redistest.Client(b)
 	queue := redistest.UniqueName(b)
 	q := keys.New(keys.DefaultPrefix, queue)
@@ -44,7 +50,7 @@ func BenchmarkFinishEvents(b *testing.B) {
 			b.Fatal(err)
 		}
 		res, err := rdb.XReadGroup(b.Context(), &redis.XReadGroupArgs{Group: keys.Group, Consumer: "w1",
-			Streams: []string{q.Stream(), ">"}, Count: chunk, Block: -1}).Result()
+			Streams: []string{q.Stream(), ">"}, Count: int64(chunk), Block: -1}).Result()
 		if err != nil || len(res[0].Messages) != chunk {
 			b.Fatal(err, res)
 		}
