@@ -22,12 +22,17 @@ func TestFinishMinRetentionHoldsTheRecord(t *testing.T) {
 	t.Parallel()
 	f := newFinishFixture(t, time.Hour) // MinRetention: 1 minute
 	ctx := t.Context()
-	tasks := map[string]pipeline.Task{
-		"sent-back":  {Type: "t", Payload: []byte("p")},
-		"from-entry": {Type: "t", Payload: []byte("p"), Metadata: map[string]string{"k": "v"}},
+	// A slice, not a map: the entries are read in publish order and matched to the ids by
+	// position, so the publish order must be fixed (a map's order failed CI half the time).
+	tasks := []struct {
+		id   string
+		task pipeline.Task
+	}{
+		{"sent-back", pipeline.Task{Type: "t", Payload: []byte("p")}},
+		{"from-entry", pipeline.Task{Type: "t", Payload: []byte("p"), Metadata: map[string]string{"k": "v"}}},
 	}
-	for id, task := range tasks {
-		_, err := f.c.Enqueue(ctx, f.queue, task, pipeline.WithID(id), pipeline.WithRetention(time.Millisecond))
+	for _, tc := range tasks {
+		_, err := f.c.Enqueue(ctx, f.queue, tc.task, pipeline.WithID(tc.id), pipeline.WithRetention(time.Millisecond))
 		require.NoError(t, err)
 	}
 	entries := f.read(2)
@@ -35,7 +40,8 @@ func TestFinishMinRetentionHoldsTheRecord(t *testing.T) {
 	require.Equal(t, []script.Code{applied, applied}, f.run(
 		jobstate.Done(&f.q, "sent-back", entries[0], 1, now, now+1, "r").WithPayload("p"),
 		jobstate.Done(&f.q, "from-entry", entries[1], 1, now, now+1, "r")))
-	for id, task := range tasks {
+	for _, tc := range tasks {
+		id, task := tc.id, tc.task
 		ttl, err := f.rdb.PTTL(ctx, f.q.Job(id)).Result()
 		require.NoError(t, err)
 		require.Greater(t, ttl, 50*time.Second, "%s: kept for the shortest retention, not its own 1ms", id)
