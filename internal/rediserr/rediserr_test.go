@@ -297,7 +297,7 @@ func TestError(t *testing.T) {
 
 func TestMessage(t *testing.T) {
 	for in, want := range map[string]string{
-		"pipeline: job not found": "job not found",
+		"pipeline: job not found":                                          "job not found",
 		"pipeline: invalid argument: queue name is empty":                  "queue name is empty",
 		"task 2: pipeline: invalid argument: type is empty":                "task 2: type is empty",
 		"a\nstream: b\nkeys: invalid argument: c":                          "a\nb\nc",
