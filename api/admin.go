@@ -150,7 +150,7 @@ func (s *Server) replayAll(w http.ResponseWriter, r *http.Request) error {
 	}{Replayed: n}
 	if err != nil {
 		stay := errors.Is(err, pipeline.ErrUniqueHeld) || errors.Is(err, pipeline.ErrInvalid)
-		if !stay || unreachable(err) || refusing(err) {
+		if !stay || noAnswer(err) || refusing(err) {
 			return err
 		}
 		body.NotReplayed = message(err)

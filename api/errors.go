@@ -5,14 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
-	"net"
 	"net/http"
-	"regexp"
-	"syscall"
 
-	"github.com/redis/go-redis/v9"
-
+	"github.com/conveyorq/conveyor/internal/rediserr"
 	"github.com/conveyorq/conveyor/pipeline"
 )
 
@@ -99,7 +94,7 @@ func toAPIError(err error) *apiError {
 		return &apiError{Status: http.StatusNotFound, Code: CodeNotFound, Message: "queue not found"}
 	case errors.Is(err, pipeline.ErrInvalid):
 		return &apiError{Status: http.StatusBadRequest, Code: CodeInvalidArgument, Message: message(err)}
-	case unreachable(err):
+	case noAnswer(err):
 		return &apiError{Status: http.StatusServiceUnavailable, Code: CodeUnavailable,
 			Message: "Redis is unreachable; try again later", cause: err}
 	case errors.Is(err, context.Canceled):
@@ -123,33 +118,25 @@ func jobErr(err error, queue, id string) error {
 
 // message is a pipeline input error's text for a client: without the package prefixes, which
 // name our code, not the client's mistake.
-func message(err error) string {
-	return internalPrefix.ReplaceAllString(err.Error(), "$1")
+func message(err error) string { return rediserr.Message(err) }
+
+// noAnswer reports that Redis gave no answer: it is unreachable (rediserr.Unreachable), our
+// client to it is closed, or the request's deadline passed while waiting (the deadline is the
+// server's own bound on a request, so it says Redis is too slow to answer).
+func noAnswer(err error) bool {
+	switch rediserr.Classify(err) {
+	case rediserr.Unreachable, rediserr.Closed:
+		return true
+	}
+	return errors.Is(err, context.DeadlineExceeded)
 }
 
-// internalPrefix matches the package prefixes of library errors, at the start of a message or
-// after another message's colon or newline.
-var internalPrefix = regexp.MustCompile(`(^|: |\n)(?:pipeline|stream|jobstate|keys)(?:: invalid argument)?: `)
-
-// unreachable reports a network error or timeout talking to Redis.
-func unreachable(err error) bool {
-	var ne net.Error
-	return errors.As(err, &ne) ||
-		errors.Is(err, context.DeadlineExceeded) ||
-		errors.Is(err, redis.ErrClosed) || errors.Is(err, redis.ErrPoolTimeout) ||
-		errors.Is(err, redis.ErrPoolExhausted) ||
-		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
-		errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET) ||
-		errors.Is(err, syscall.EPIPE)
-}
-
-// refusing reports a Redis error that passes with time: a server loading its data, a replica
-// after a failover, a full server.
+// refusing reports a Redis error that passes with time: a server loading its data or busy
+// with a script, a replica after a failover, a cluster resharding, a full server.
 func refusing(err error) bool {
-	for _, p := range []string{"LOADING", "READONLY", "MASTERDOWN", "CLUSTERDOWN", "TRYAGAIN", "OOM", "BUSY "} {
-		if redis.HasErrorPrefix(err, p) {
-			return true
-		}
+	switch rediserr.Classify(err) {
+	case rediserr.Loading, rediserr.Busy, rediserr.ReadOnly, rediserr.ClusterDown, rediserr.OOM:
+		return true
 	}
 	return false
 }

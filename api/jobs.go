@@ -75,7 +75,7 @@ func (s *Server) enqueueBatch(w http.ResponseWriter, r *http.Request) error {
 	}
 	jobs, err := s.client.EnqueueBatch(r.Context(), queue, tasks)
 	if err != nil {
-		if errors.Is(err, pipeline.ErrConflict) && !unreachable(err) {
+		if errors.Is(err, pipeline.ErrConflict) && !noAnswer(err) {
 			return &apiError{Status: http.StatusConflict, Code: CodeConflict, Reason: ReasonIDTaken,
 				Message: message(err) + "\nthe batch's other jobs were accepted: send it again without these to read them"}
 		}

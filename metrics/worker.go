@@ -9,6 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/conveyorq/conveyor/internal/rediserr"
 	"github.com/conveyorq/conveyor/pipeline"
 	"github.com/conveyorq/conveyor/recovery"
 )
@@ -169,9 +170,11 @@ func (h redisHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pro
 func (h redisHook) count(cmd redis.Cmder, err error) bool {
 	// NOGROUP and "no such key" answer any stream command (XPENDING, XINFO, the scripts)
 	// on a queue no worker has read yet: the recoverer and the client take them as answers.
-	if errors.Is(err, redis.Nil) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) ||
-		redis.HasErrorPrefix(err, "NOSCRIPT") || redis.HasErrorPrefix(err, "BUSYGROUP") ||
-		redis.HasErrorPrefix(err, "NOGROUP") || redis.HasErrorPrefix(err, "no such key") {
+	if errors.Is(err, redis.Nil) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return false
+	}
+	switch rediserr.Classify(err) {
+	case rediserr.NoScript, rediserr.GroupExists, rediserr.NoStream:
 		return false
 	}
 	if cmd != nil {

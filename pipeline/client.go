@@ -17,6 +17,7 @@ import (
 	"github.com/conveyorq/conveyor/internal/events"
 	"github.com/conveyorq/conveyor/internal/jobstate"
 	"github.com/conveyorq/conveyor/internal/keys"
+	"github.com/conveyorq/conveyor/internal/rediserr"
 	"github.com/conveyorq/conveyor/internal/script"
 	"github.com/conveyorq/conveyor/stream"
 )
@@ -923,5 +924,5 @@ func readStats(ctx context.Context, rdb redis.UniversalClient, qs []keys.Queue) 
 }
 
 func isNoStream(err error) bool {
-	return err != nil && (redis.HasErrorPrefix(err, "no such key") || redis.HasErrorPrefix(err, "NOGROUP"))
+	return rediserr.IsNoStream(err)
 }

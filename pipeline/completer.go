@@ -3,7 +3,6 @@ package pipeline
 import (
 	"cmp"
 	"context"
-	"errors"
 	"sync"
 	"time"
 
@@ -14,6 +13,7 @@ import (
 	"github.com/conveyorq/conveyor/internal/jobstate"
 	"github.com/conveyorq/conveyor/internal/keys"
 	"github.com/conveyorq/conveyor/internal/outage"
+	"github.com/conveyorq/conveyor/internal/rediserr"
 	"github.com/conveyorq/conveyor/internal/script"
 )
 
@@ -479,21 +479,16 @@ func groupByQueue(batch []transition) [][]transition {
 }
 
 // permanent reports whether err says the request itself is wrong, so that sending it again
-// cannot help: a script error, a key of the wrong type, an ACL that refuses a command. Every
-// other error may pass by itself: a connection error or timeout, an out-of-memory refusal, a
-// server that is loading, busy or read-only after a failover, a cluster that is resharding.
+// cannot help: a key of the wrong type, an ACL that refuses a command, or the worker's own
+// client closed. Every other error may pass by itself: a connection error or timeout, an
+// out-of-memory refusal, a server that is loading, busy or read-only after a failover, a
+// cluster that is resharding. Redis's generic ERR replies (a script's error among them) are
+// retried: the check this replaced listed "ERR", but through a go-redis prefix test that
+// drops a leading "ERR " first, so they never matched.
 func permanent(err error) bool {
-	if errors.Is(err, redis.ErrClosed) {
-		return true // the worker's own client was closed: no try can go through
-	}
-	var rerr redis.Error
-	if !errors.As(err, &rerr) {
-		return false // network errors, timeouts
-	}
-	for _, p := range []string{"ERR", "WRONGTYPE", "NOPERM"} {
-		if redis.HasErrorPrefix(err, p) {
-			return true
-		}
+	switch rediserr.Classify(err) {
+	case rediserr.Closed, rediserr.WrongType, rediserr.NoPerm:
+		return true
 	}
 	return false
 }

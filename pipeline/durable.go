@@ -15,6 +15,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/conveyorq/conveyor/internal/keys"
+	"github.com/conveyorq/conveyor/internal/rediserr"
 )
 
 // Durable writes. Redis acknowledges a write once the master has it; its replicas get it a
@@ -345,7 +346,7 @@ func statsKeyOf(key string) string {
 // redirected reports whether a node answered MOVED or ASK to one of cmds.
 func redirected(cmds []redis.Cmder) bool {
 	for _, cmd := range cmds {
-		if err := cmd.Err(); err != nil && (redis.HasErrorPrefix(err, "MOVED") || redis.HasErrorPrefix(err, "ASK")) {
+		if rediserr.IsRedirect(cmd.Err()) {
 			return true
 		}
 	}

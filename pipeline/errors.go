@@ -9,7 +9,7 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/redis/go-redis/v9"
+	"github.com/conveyorq/conveyor/internal/rediserr"
 )
 
 var (
@@ -46,7 +46,7 @@ var (
 // outOfMemory wraps a Redis OOM refusal in err with ErrOutOfMemory, and returns any other
 // error as it is.
 func outOfMemory(err error) error {
-	if err == nil || errors.Is(err, ErrOutOfMemory) || !redis.IsOOMError(err) {
+	if err == nil || errors.Is(err, ErrOutOfMemory) || !rediserr.IsOOM(err) {
 		return err
 	}
 	return fmt.Errorf("%w: %w", ErrOutOfMemory, err)

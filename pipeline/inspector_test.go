@@ -17,6 +17,7 @@ import (
 
 	"github.com/conveyorq/conveyor/internal/jobstate"
 	"github.com/conveyorq/conveyor/internal/keys"
+	"github.com/conveyorq/conveyor/internal/rediserr"
 	"github.com/conveyorq/conveyor/internal/redistest"
 	"github.com/conveyorq/conveyor/internal/script"
 	"github.com/conveyorq/conveyor/pipeline"
@@ -98,7 +99,7 @@ func (b *ibundle) deliver(t *testing.T, consumer string, n int) []redis.XMessage
 	t.Helper()
 	ctx := t.Context()
 	err := b.rdb.XGroupCreateMkStream(ctx, b.q.Stream(), keys.Group, "0").Err()
-	if err != nil && !redis.HasErrorPrefix(err, "BUSYGROUP") {
+	if err != nil && !rediserr.IsGroupExists(err) {
 		require.NoError(t, err)
 	}
 	res, err := b.rdb.XReadGroup(ctx, &redis.XReadGroupArgs{Group: keys.Group, Consumer: consumer,

@@ -20,6 +20,7 @@ import (
 	"github.com/conveyorq/conveyor/internal/jobstate"
 	"github.com/conveyorq/conveyor/internal/keys"
 	"github.com/conveyorq/conveyor/internal/outage"
+	"github.com/conveyorq/conveyor/internal/rediserr"
 	"github.com/conveyorq/conveyor/internal/script"
 	"github.com/conveyorq/conveyor/recovery"
 	"github.com/conveyorq/conveyor/stream"
@@ -602,7 +603,7 @@ func (w *Worker) waitForRedis(ctx context.Context) error {
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
-		if permanent(err) || errors.Is(err, ErrInvalid) || redis.HasErrorPrefix(err, "WRONGPASS") || redis.HasErrorPrefix(err, "NOAUTH") || tlsRefused(err) {
+		if permanent(err) || errors.Is(err, ErrInvalid) || rediserr.IsAuth(err) || tlsRefused(err) {
 			return fmt.Errorf("pipeline: redis refused the worker: %w", err)
 		}
 		step := spell.Failed(time.Now())

@@ -112,6 +112,7 @@ import (
 
 	"github.com/conveyorq/conveyor/internal/events"
 	"github.com/conveyorq/conveyor/internal/keys"
+	"github.com/conveyorq/conveyor/internal/rediserr"
 	"github.com/conveyorq/conveyor/internal/script"
 )
 
@@ -456,7 +457,7 @@ func (r *Recoverer) prune(ctx context.Context, token string, idle time.Duration,
 		keys.Group, idle.Milliseconds(), token).Int64Slice()
 	r.note(ctx, err)
 	switch {
-	case err != nil && (redis.HasErrorPrefix(err, "NOGROUP") || redis.HasErrorPrefix(err, "no such key")):
+	case rediserr.IsNoStream(err):
 		return nil
 	case err != nil:
 		return fmt.Errorf("prune consumers: %w", err)
@@ -490,7 +491,7 @@ func (r *Recoverer) scan(ctx context.Context, token string, res *Result) (truste
 		}).Result()
 		r.note(ctx, err)
 		if err != nil {
-			if redis.HasErrorPrefix(err, "NOGROUP") || errors.Is(err, redis.Nil) {
+			if rediserr.IsNoStream(err) || errors.Is(err, redis.Nil) {
 				complete = true
 				return trusted, nil // no worker has read this queue yet
 			}

@@ -17,6 +17,7 @@ import (
 	"github.com/conveyorq/conveyor/internal/events"
 	"github.com/conveyorq/conveyor/internal/jobtest"
 	"github.com/conveyorq/conveyor/internal/keys"
+	"github.com/conveyorq/conveyor/internal/rediserr"
 	"github.com/conveyorq/conveyor/internal/redistest"
 	"github.com/conveyorq/conveyor/pipeline"
 	"github.com/conveyorq/conveyor/recovery"
@@ -85,7 +86,7 @@ func (b *bundle) deliver(t *testing.T, consumer string, n int) []string {
 	t.Helper()
 	ctx := t.Context()
 	err := b.rdb.XGroupCreateMkStream(ctx, b.q.Stream(), keys.Group, "0").Err()
-	if err != nil && !redis.HasErrorPrefix(err, "BUSYGROUP") {
+	if err != nil && !rediserr.IsGroupExists(err) {
 		require.NoError(t, err)
 	}
 	streams, err := b.rdb.XReadGroup(ctx, &redis.XReadGroupArgs{
@@ -127,7 +128,7 @@ func (b *bundle) pending(t *testing.T) []redis.XPendingExt {
 	p, err := b.rdb.XPendingExt(t.Context(), &redis.XPendingExtArgs{
 		Stream: b.q.Stream(), Group: keys.Group, Start: "-", End: "+", Count: 100000,
 	}).Result()
-	if redis.HasErrorPrefix(err, "NOGROUP") {
+	if rediserr.IsNoStream(err) {
 		return nil
 	}
 	require.NoError(t, err)

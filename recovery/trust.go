@@ -12,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/rs/zerolog"
 
+	"github.com/conveyorq/conveyor/internal/rediserr"
 	"github.com/conveyorq/conveyor/internal/script"
 )
 
@@ -176,8 +177,7 @@ func (r *Recoverer) note(ctx context.Context, err error) {
 
 // isAnswer reports whether err is a reply that says Redis is there and working.
 func isAnswer(err error) bool {
-	return errors.Is(err, redis.Nil) || errors.Is(err, errFenced) ||
-		redis.HasErrorPrefix(err, "NOGROUP") || redis.HasErrorPrefix(err, "no such key")
+	return errors.Is(err, redis.Nil) || errors.Is(err, errFenced) || rediserr.IsNoStream(err)
 }
 
 // readClock reads Redis's clock (on the queue's node) and records it.

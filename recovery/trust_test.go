@@ -13,6 +13,7 @@ import (
 
 	"github.com/conveyorq/conveyor/internal/faultproxy"
 	"github.com/conveyorq/conveyor/internal/keys"
+	"github.com/conveyorq/conveyor/internal/rediserr"
 	"github.com/conveyorq/conveyor/internal/redistest"
 	"github.com/conveyorq/conveyor/pipeline"
 	"github.com/conveyorq/conveyor/recovery"
@@ -30,7 +31,7 @@ func (c *callCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.
 func (c *callCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
 		err := next(ctx, cmd)
-		if err == nil || redis.HasErrorPrefix(err, "NOGROUP") || err == redis.Nil {
+		if err == nil || rediserr.IsNoStream(err) || err == redis.Nil {
 			c.ok.Add(1)
 		}
 		return err

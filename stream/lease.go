@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"context"
 	_ "embed"
-	"errors"
 	"fmt"
 	"math"
 	"slices"
@@ -15,6 +14,8 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/conveyorq/conveyor/internal/rediserr"
 )
 
 //go:embed renew.lua
@@ -75,17 +76,9 @@ func (t *topic) renew() {
 	}
 }
 
-// groupGone reports whether err says that a stream or its consumer group does not exist. Redis
-// 7 keeps the NOGROUP prefix of an error raised in a script; older servers and miniredis wrap it
-// in a longer message.
-func groupGone(err error) bool {
-	var rerr redis.Error
-	if !errors.As(err, &rerr) {
-		return false // a network error, a timeout...
-	}
-	msg := rerr.Error()
-	return strings.Contains(msg, "NOGROUP") || strings.Contains(strings.ToLower(msg), "no such key")
-}
+// groupGone reports whether err says that a stream or its consumer group does not exist, in a
+// script's error too (rediserr.NoStream).
+func groupGone(err error) bool { return rediserr.IsNoStream(err) }
 
 // Orphans.
 //

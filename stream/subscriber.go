@@ -15,6 +15,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/conveyorq/conveyor/internal/outage"
+	"github.com/conveyorq/conveyor/internal/rediserr"
 )
 
 // Defaults of Config.
@@ -234,7 +235,7 @@ func (s *Subscriber) Subscribe(ctx context.Context, topicName string) (<-chan *m
 	s.mu.Unlock()
 
 	err := s.rdb.XGroupCreateMkStream(ctx, topicName, s.cfg.Group, "0").Err()
-	if err != nil && !redis.HasErrorPrefix(err, "BUSYGROUP") {
+	if err != nil && !rediserr.IsGroupExists(err) {
 		return nil, fmt.Errorf("create group %s on %s: %w", s.cfg.Group, topicName, err)
 	}
 

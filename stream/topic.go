@@ -11,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/conveyorq/conveyor/internal/outage"
+	"github.com/conveyorq/conveyor/internal/rediserr"
 )
 
 // topic is one subscription.
@@ -192,10 +193,10 @@ func (t *topic) read(ctx context.Context) {
 		if err != nil && !errors.Is(err, redis.Nil) {
 			t.st.gate.RUnlock()
 			t.s.release(n)
-			if redis.HasErrorPrefix(err, "NOGROUP") {
+			if rediserr.IsNoStream(err) {
 				// The stream or group was deleted under us: make them again and go on.
 				err = t.s.rdb.XGroupCreateMkStream(ctx, t.name, cfg.Group, "0").Err()
-				if err == nil || redis.HasErrorPrefix(err, "BUSYGROUP") {
+				if err == nil || rediserr.IsGroupExists(err) {
 					continue
 				}
 			}

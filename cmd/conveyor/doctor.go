@@ -13,6 +13,8 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/rs/zerolog"
 	"github.com/spf13/cobra"
+
+	"github.com/conveyorq/conveyor/internal/rediserr"
 )
 
 func init() { addCommand(newDoctorCmd) }
@@ -379,7 +381,7 @@ func checkACL(ctx context.Context, rdb redis.UniversalClient, prefix string) []f
 		{"EVAL", "return 1", "1", probe}, {"SET", probe, "1", "PX", "1000"}, {"DEL", probe},
 		{"PUBLISH", prefix + ":{doctor}:wake", "0"},
 	} {
-		if err := rdb.Do(ctx, cmd...).Err(); err != nil && redis.HasErrorPrefix(err, "NOPERM") {
+		if err := rdb.Do(ctx, cmd...).Err(); rediserr.IsNoPerm(err) {
 			denied = append(denied, fmt.Sprint(cmd[0])+": "+redisMessage(err))
 		}
 	}

@@ -9,7 +9,6 @@ import (
 	"net"
 	"net/url"
 	"os"
-	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -25,6 +24,7 @@ import (
 	"golang.org/x/term"
 
 	"github.com/conveyorq/conveyor/internal/keys"
+	"github.com/conveyorq/conveyor/internal/rediserr"
 	"github.com/conveyorq/conveyor/pipeline"
 )
 
@@ -720,19 +720,20 @@ func (a *app) describe(err error) string {
 	if errors.Is(err, pipeline.ErrOutOfMemory) {
 		return a.outOfMemory(err, url)
 	}
-	if cause := unreachable(err); cause != "" {
+	if cause := unreachableCause(err); cause != "" {
 		return fmt.Sprintf("cannot reach Redis at %s: %s; is Redis running there? set --redis or %s", url, cause, envRedisURL)
 	}
-	if redis.HasErrorPrefix(err, "WRONGPASS") || redis.HasErrorPrefix(err, "NOAUTH") {
+	if rediserr.IsAuth(err) {
 		return fmt.Sprintf("Redis at %s refused the credentials: %s; check the user and password in --redis or %s",
 			url, redisMessage(err), envRedisURL)
 	}
-	return stripPrefixes(err.Error())
+	return rediserr.Message(err)
 }
 
-// unreachable returns why Redis could not be reached when err is a failure to connect (or a
-// timeout), and "" otherwise.
-func unreachable(err error) string {
+// unreachableCause returns, for the failures to reach Redis that a user can act on (a host
+// name that does not resolve, a refused or timed-out connection, no answer in time), what
+// went wrong; "" for any other error, a cut connection (rediserr.Unreachable too) among them.
+func unreachableCause(err error) string {
 	var op *net.OpError
 	var dns *net.DNSError
 	switch {
@@ -747,7 +748,7 @@ func unreachable(err error) string {
 		if op.Timeout() {
 			return "connection timed out"
 		}
-		return stripPrefixes(op.Err.Error())
+		return rediserr.Message(op.Err)
 	case errors.As(err, &op) && op.Timeout():
 		return "no answer (timed out)"
 	}
@@ -761,14 +762,6 @@ func redisMessage(err error) string {
 		return rerr.Error()
 	}
 	return err.Error()
-}
-
-// internalPrefix matches the package prefixes of library errors, at the start of a message or
-// after another message's colon.
-var internalPrefix = regexp.MustCompile(`(^|: |\n)(?:pipeline|stream|recovery|delayed|jobstate|keys)(?:: invalid argument)?: `)
-
-func stripPrefixes(msg string) string {
-	return internalPrefix.ReplaceAllString(msg, "$1")
 }
 
 // Output helpers.

@@ -43,6 +43,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/conveyorq/conveyor/internal/keys"
+	"github.com/conveyorq/conveyor/internal/rediserr"
 )
 
 // Event is one job's change of status.
@@ -162,7 +163,7 @@ func Detect(ctx context.Context, rdb redis.UniversalClient) (Mode, error) {
 	if err == nil {
 		return Sharded, nil
 	}
-	if strings.Contains(err.Error(), "unknown command") {
+	if rediserr.IsUnknownCommand(err) {
 		return Plain, nil
 	}
 	var reply redis.Error

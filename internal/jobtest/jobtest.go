@@ -15,6 +15,7 @@ import (
 
 	"github.com/conveyorq/conveyor/internal/jobstate"
 	"github.com/conveyorq/conveyor/internal/keys"
+	"github.com/conveyorq/conveyor/internal/rediserr"
 	"github.com/conveyorq/conveyor/internal/script"
 	"github.com/conveyorq/conveyor/pipeline"
 )
@@ -90,7 +91,7 @@ func Seed(tb testing.TB, rdb redis.UniversalClient, queue string, status pipelin
 	// What a worker does: read the entry in the group, mark the attempt started, then its
 	// outcome.
 	q := keys.New(o.Prefix, queue)
-	if err := rdb.XGroupCreateMkStream(ctx, q.Stream(), keys.Group, "0").Err(); err != nil && !redis.HasErrorPrefix(err, "BUSYGROUP") {
+	if err := rdb.XGroupCreateMkStream(ctx, q.Stream(), keys.Group, "0").Err(); err != nil && !rediserr.IsGroupExists(err) {
 		require.NoError(tb, err)
 	}
 	// Read exactly this job's entry: everything before it is delivered too (as a worker

@@ -16,6 +16,8 @@ import (
 	"strings"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/conveyorq/conveyor/internal/rediserr"
 )
 
 //go:embed lib.lua
@@ -152,7 +154,7 @@ type Call struct {
 // IsNoScript reports whether err says Redis does not have the script (its cache was flushed or
 // the server restarted).
 func IsNoScript(err error) bool {
-	return err != nil && redis.HasErrorPrefix(err, "NOSCRIPT")
+	return rediserr.IsNoScript(err)
 }
 
 // Load loads scripts into Redis (every master of a cluster), so pipelined EVALSHA finds them.

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/conveyorq/conveyor/internal/rediserr"
 )
 
 // rawSystem is plain go-redis on a stream: the ceiling for any streams queue here. The
@@ -101,7 +103,7 @@ type rawConsumer struct {
 func (c *rawConsumer) Start(ctx context.Context, handle func([]byte)) error {
 	c.rdb = redis.NewClient(&redis.Options{Addr: c.addr, PoolSize: 2})
 	err := c.rdb.XGroupCreateMkStream(ctx, c.stream, rawGroup, "0").Err()
-	if err != nil && !redis.HasErrorPrefix(err, "BUSYGROUP") {
+	if err != nil && !rediserr.IsGroupExists(err) {
 		return err
 	}
 	ctx, c.cancel = context.WithCancel(ctx)
