@@ -11,6 +11,7 @@ import (
 	"github.com/conveyorq/conveyor/internal/keys"
 	"github.com/conveyorq/conveyor/internal/redistest"
 	"github.com/conveyorq/conveyor/internal/script"
+	"github.com/conveyorq/conveyor/internal/status"
 	"github.com/conveyorq/conveyor/pipeline"
 )
 
@@ -44,7 +45,7 @@ func TestFinishLateStartMarkIsIgnored(t *testing.T) {
 	require.Equal(t, []script.Code{refused}, run(start), "the late start mark changes nothing")
 	got, err := c.Get(ctx, queue, job.ID)
 	require.NoError(t, err)
-	require.Equal(t, pipeline.StatusCompleted, got.Status)
+	require.Equal(t, status.Completed, got.Status)
 	st, err := c.Stats(ctx, queue)
 	require.NoError(t, err)
 	require.Zero(t, st.Refused, "a late start mark is no refusal")
@@ -172,9 +173,9 @@ func (f *finishFixture) inStream(entry string) bool {
 // from finish.lua's liveness check broke no test before this one.)
 func TestFinishFenceRefusesAnOldEntry(t *testing.T) {
 	t.Parallel()
-	for _, status := range []pipeline.Status{pipeline.StatusQueued, pipeline.StatusInProgress} {
+	for _, st := range []status.Status{status.Queued, status.InProgress} {
 		for _, op := range []jobstate.Op{jobstate.OpDone, jobstate.OpRetry, jobstate.OpDead} {
-			t.Run(string(status)+"/"+op.String(), func(t *testing.T) {
+			t.Run(string(st)+"/"+op.String(), func(t *testing.T) {
 				t.Parallel()
 				f := newFinishFixture(t, time.Hour)
 				job, err := f.c.Enqueue(t.Context(), f.queue, pipeline.Task{Type: "t", Payload: []byte("p")})
@@ -188,12 +189,12 @@ func TestFinishFenceRefusesAnOldEntry(t *testing.T) {
 					keys.EntryJob, keys.FormatEntryJob(2, 5, 0, "t")}}).Result()
 				require.NoError(t, err)
 				require.NoError(t, f.rdb.HSet(t.Context(), f.q.Job(job.ID), keys.FieldEntry, newer).Err())
-				if status == pipeline.StatusInProgress {
+				if st == status.InProgress {
 					require.Equal(t, []string{newer}, f.read(1))
 					require.Equal(t, []script.Code{applied}, f.run(jobstate.Start(&f.q, job.ID, newer, 2, time.Now().UnixMilli())))
 				}
 				before := f.get(job.ID)
-				require.Equal(t, status, before.Status)
+				require.Equal(t, st, before.Status)
 
 				require.Equal(t, []script.Code{refused}, f.run(f.outcome(op, job.ID, old)))
 				after := f.get(job.ID)
@@ -236,7 +237,7 @@ func TestFinishRefusalLeavesAnotherJobsEntry(t *testing.T) {
 	// The stale worker names other's entry, as if its own entry's id had been handed out again.
 	require.Equal(t, []script.Code{refused}, f.run(f.outcome(jobstate.OpDone, stale.ID, other.Entry)))
 	require.True(t, f.inStream(other.Entry), "another job's entry is left alone")
-	require.Equal(t, pipeline.StatusQueued, f.get(other.ID).Status)
+	require.Equal(t, status.Queued, f.get(other.ID).Status)
 	require.Equal(t, []string{other.Entry}, f.read(1), "and it is still delivered")
 }
 
@@ -259,7 +260,7 @@ func TestFinishDoneClearsEntry(t *testing.T) {
 	require.Equal(t, []script.Code{applied, applied, applied}, f.run(fast, fastEmpty, slow))
 	for _, id := range []string{plain.ID, noResult.ID, withMeta.ID} {
 		j := f.get(id)
-		require.Equal(t, pipeline.StatusCompleted, j.Status)
+		require.Equal(t, status.Completed, j.Status)
 		require.Empty(t, j.Entry, "%s keeps no entry once completed", id)
 		require.Equal(t, "p", string(j.Payload))
 		// The retention TTL is set on both paths, near the retention.
@@ -282,7 +283,7 @@ func TestFinishDeadRecordsCompletedAt(t *testing.T) {
 	tr := f.outcome(jobstate.OpRetry, job.ID, entry) // out of retries: dies
 	require.Equal(t, []script.Code{died}, f.run(tr))
 	j := f.get(job.ID)
-	require.Equal(t, pipeline.StatusFailed, j.Status)
+	require.Equal(t, status.Failed, j.Status)
 	require.Equal(t, tr.Finished, j.CompletedAt.UnixMilli())
 	score, err := f.rdb.ZScore(t.Context(), f.q.Dead(), job.ID).Result()
 	require.NoError(t, err)
@@ -326,7 +327,7 @@ func TestEnqueueResentAfterFinish(t *testing.T) {
 		xlen, err := f.rdb.XLen(t.Context(), f.q.Stream()).Result()
 		require.NoError(t, err)
 		require.Zero(t, xlen, "nothing was enqueued twice")
-		require.Equal(t, pipeline.StatusCompleted, f.get(nj.ID).Status)
+		require.Equal(t, status.Completed, f.get(nj.ID).Status)
 	}
 	s := f.stats()
 	require.EqualValues(t, 3, s.Enqueued)
@@ -349,10 +350,10 @@ func TestFinishPoisonNamingAnotherJobIsKept(t *testing.T) {
 	require.Equal(t, []script.Code{applied}, f.run(jobstate.Poison(&f.q, job.ID, bad, now,
 		"unreadable stream entry "+bad+": missing conveyor field")))
 	rec := f.get("entry-" + bad)
-	require.Equal(t, pipeline.StatusFailed, rec.Status)
+	require.Equal(t, status.Failed, rec.Status)
 	require.Equal(t, "imposter", string(rec.Payload))
 	require.Empty(t, rec.Type)
-	require.Equal(t, pipeline.StatusQueued, f.get(job.ID).Status, "the named job is untouched")
+	require.Equal(t, status.Queued, f.get(job.ID).Status, "the named job is untouched")
 	require.False(t, f.inStream(bad))
 	require.EqualValues(t, 1, f.stats().Dead)
 }
@@ -382,7 +383,7 @@ func TestCancelFinishedAndTombstone(t *testing.T) {
 	fields, err := f.rdb.HGetAll(t.Context(), f.q.Job(gone.ID)).Result()
 	require.NoError(t, err)
 	require.Len(t, fields, 2, "only a tombstone is left: %v", fields)
-	require.Equal(t, string(pipeline.StatusCanceled), fields[keys.FieldStatus])
+	require.Equal(t, string(status.Canceled), fields[keys.FieldStatus])
 	ttl, err := f.rdb.PTTL(t.Context(), f.q.Job(gone.ID)).Result()
 	require.NoError(t, err)
 	require.Greater(t, ttl, 50*time.Second)

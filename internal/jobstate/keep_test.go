@@ -11,6 +11,7 @@ import (
 	"github.com/conveyorq/conveyor/internal/jobstate"
 	"github.com/conveyorq/conveyor/internal/keys"
 	"github.com/conveyorq/conveyor/internal/script"
+	"github.com/conveyorq/conveyor/internal/status"
 	"github.com/conveyorq/conveyor/pipeline"
 	"github.com/conveyorq/conveyor/stream"
 )
@@ -48,7 +49,7 @@ func TestFinishMinRetentionHoldsTheRecord(t *testing.T) {
 		again, err := f.c.Enqueue(ctx, f.queue, task, pipeline.WithID(id), pipeline.WithRetention(time.Millisecond))
 		require.NoError(t, err)
 		require.True(t, again.Duplicate, "%s: the resent publish finds the job", id)
-		require.Equal(t, pipeline.StatusCompleted, again.Status)
+		require.Equal(t, status.Completed, again.Status)
 	}
 	require.Zero(t, f.rdb.XLen(ctx, f.q.Stream()).Val(), "nothing was enqueued twice")
 }
@@ -70,14 +71,14 @@ func TestFinishRetryIsScoredAtItsDueTime(t *testing.T) {
 	require.NoError(t, err)
 	require.EqualValues(t, due, score)
 	j := f.get(job.ID)
-	require.Equal(t, pipeline.StatusScheduled, j.Status)
+	require.Equal(t, status.Scheduled, j.Status)
 	require.Equal(t, due, j.RunAt.UnixMilli())
 
 	moved, next, _, err := delayed.New(f.rdb, delayed.Config{Queues: []string{f.queue}}).Promote(ctx, f.queue)
 	require.NoError(t, err)
 	require.Zero(t, moved, "a retry due in an hour is not promoted now")
 	require.Equal(t, due, next.UnixMilli())
-	require.Equal(t, pipeline.StatusScheduled, f.get(job.ID).Status)
+	require.Equal(t, status.Scheduled, f.get(job.ID).Status)
 }
 
 // The dead record of an unreadable entry keeps the entry's type only when its metadata is fit
@@ -110,7 +111,7 @@ func TestFinishPoisonRecordDropsTypeOfReservedMetadata(t *testing.T) {
 			require.Equal(t, []script.Code{applied}, f.run(jobstate.Poison(&f.q, "bad-1", entry, now,
 				"unreadable stream entry "+entry+": reserved metadata key")))
 			rec := f.get("bad-1")
-			require.Equal(t, pipeline.StatusFailed, rec.Status)
+			require.Equal(t, status.Failed, rec.Status)
 			require.Equal(t, c.typ, rec.Type)
 			require.Equal(t, "p", string(rec.Payload))
 
@@ -131,13 +132,13 @@ func TestFinishPoisonRecordDropsTypeOfReservedMetadata(t *testing.T) {
 // only tests that freed the key incidentally.)
 func TestCancelFreesTheUniqueKey(t *testing.T) {
 	t.Parallel()
-	for _, status := range []pipeline.Status{pipeline.StatusScheduled, pipeline.StatusQueued, pipeline.StatusInProgress} {
-		t.Run(string(status), func(t *testing.T) {
+	for _, st := range []status.Status{status.Scheduled, status.Queued, status.InProgress} {
+		t.Run(string(st), func(t *testing.T) {
 			t.Parallel()
 			f := newFinishFixture(t, time.Hour)
 			ctx := t.Context()
 			var opts []pipeline.Option
-			if status == pipeline.StatusScheduled {
+			if st == status.Scheduled {
 				opts = append(opts, pipeline.WithDelay(time.Hour))
 			}
 			publish := func() *pipeline.Job {
@@ -146,11 +147,11 @@ func TestCancelFreesTheUniqueKey(t *testing.T) {
 				return j
 			}
 			first := publish()
-			if status == pipeline.StatusInProgress {
+			if st == status.InProgress {
 				entry := f.read(1)[0]
 				require.Equal(t, []script.Code{applied}, f.run(jobstate.Start(&f.q, first.ID, entry, 1, time.Now().UnixMilli())))
 			}
-			require.Equal(t, status, f.get(first.ID).Status)
+			require.Equal(t, st, f.get(first.ID).Status)
 			dup := publish()
 			require.True(t, dup.Duplicate, "the key is held")
 			require.Equal(t, first.ID, dup.ID)
