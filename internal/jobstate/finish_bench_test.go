@@ -14,13 +14,13 @@ import (
 // figure to watch (each job's transition must cost no allocation beyond its arguments).
 func BenchmarkFinishCall(b *testing.B) {
 	q := keys.New(keys.DefaultPrefix, "bench")
-	now := time.Now().UnixMilli()
+	now := time.Now()
 	ts := make([]jobstate.Transition, 50)
 	for i := range ts {
 		id := "job-" + strconv.Itoa(i)
-		ts[i] = jobstate.Done(&q, id, "1789999999990-"+strconv.Itoa(i), 1, now, now+1, "").WithPayload("p")
+		ts[i] = jobstate.Done(&q, jobstate.DoneParams{Ran: ran(id, "1789999999990-"+strconv.Itoa(i), now), Result: ""}).WithPayload("p")
 	}
-	cfg := jobstate.FinishConfig{Worker: "w1", Retention: time.Hour.Milliseconds(), MinRetention: time.Minute.Milliseconds()}
+	cfg := jobstate.FinishConfig{Worker: "w1", Retention: time.Hour, MinRetention: time.Minute}
 	b.ReportAllocs()
 	for b.Loop() {
 		_ = jobstate.FinishCall(cfg, ts)

@@ -32,14 +32,15 @@ func TestFinishLateStartMarkIsIgnored(t *testing.T) {
 		Streams: []string{q.Stream(), ">"}, Count: 1}).Result()
 	require.NoError(t, err)
 
-	cfg := jobstate.FinishConfig{Worker: "w1", Retention: time.Hour.Milliseconds(), MinRetention: time.Minute.Milliseconds()}
-	now := time.Now().UnixMilli()
+	cfg := jobstate.FinishConfig{Worker: "w1", Retention: time.Hour, MinRetention: time.Minute}
+	now := time.Now()
 	run := func(ts ...jobstate.Transition) []script.Code {
 		call := jobstate.FinishCall(cfg, ts)
-		return finishCodes(t, call.Script.Run(ctx, rdb, call.Keys, call.Args...))
+		return finishCodes(t, len(ts), call.Script.Run(ctx, rdb, call.Keys, call.Args...))
 	}
-	done := jobstate.Done(&q, job.ID, job.Entry, 1, now, now+5, "").WithPayload("p")
-	start := jobstate.Start(&q, job.ID, job.Entry, 1, now)
+	done := jobstate.Done(&q, jobstate.DoneParams{Ran: jobstate.Ran{ID: job.ID, Entry: job.Entry, Attempt: 1,
+		Started: now, Finished: now.Add(5 * time.Millisecond)}}).WithPayload("p")
+	start := jobstate.Start(&q, jobstate.StartParams{ID: job.ID, Entry: job.Entry, Attempt: 1, At: now})
 
 	require.Equal(t, []script.Code{applied}, run(done))
 	require.Equal(t, []script.Code{refused}, run(start), "the late start mark changes nothing")
@@ -74,11 +75,7 @@ func newFinishFixture(t *testing.T, retention time.Duration) *finishFixture {
 	queue := redistest.UniqueName(t)
 	f := &finishFixture{t: t, rdb: rdb, c: pipeline.NewClient(rdb, pipeline.ClientConfig{}), queue: queue,
 		q: keys.New(keys.DefaultPrefix, queue)}
-	ret := retention.Milliseconds()
-	if retention < 0 {
-		ret = 0
-	}
-	f.cfg = jobstate.FinishConfig{Worker: "w1", Retention: ret, MinRetention: time.Minute.Milliseconds()}
+	f.cfg = jobstate.FinishConfig{Worker: "w1", Retention: retention, MinRetention: time.Minute}
 	require.NoError(t, rdb.XGroupCreateMkStream(t.Context(), f.q.Stream(), keys.Group, "0").Err())
 	return f
 }
@@ -99,20 +96,20 @@ func (f *finishFixture) read(n int) []string {
 func (f *finishFixture) run(ts ...jobstate.Transition) []script.Code {
 	f.t.Helper()
 	call := jobstate.FinishCall(f.cfg, ts)
-	return finishCodes(f.t, call.Script.Run(f.t.Context(), f.rdb, call.Keys, call.Args...))
+	return finishCodes(f.t, len(ts), call.Script.Run(f.t.Context(), f.rdb, call.Keys, call.Args...))
 }
 
-// finishCodes reads finish.lua's reply: one code per transition.
-func finishCodes(t *testing.T, cmd *redis.Cmd) []script.Code {
+// finishCodes reads finish.lua's reply to n transitions: one code per transition.
+func finishCodes(t *testing.T, n int, cmd *redis.Cmd) []script.Code {
 	t.Helper()
-	code, rest, err := script.Reply(cmd)
+	codes, err := jobstate.FinishReply(cmd, n)
 	require.NoError(t, err)
-	require.Equal(t, script.OK, code)
-	out := make([]script.Code, len(rest))
-	for i, v := range rest {
-		out[i] = script.Code(v.(int64))
-	}
-	return out
+	return codes
+}
+
+// ran is attempt 1 of job id on entry, run from at for a millisecond.
+func ran(id, entry string, at time.Time) jobstate.Ran {
+	return jobstate.Ran{ID: id, Entry: entry, Attempt: 1, Started: at, Finished: at.Add(time.Millisecond)}
 }
 
 // Per-transition codes of finish.lua, as the tests read them.
@@ -123,14 +120,14 @@ const (
 )
 
 func (f *finishFixture) outcome(op jobstate.Op, id, entry string) jobstate.Transition {
-	now := time.Now().UnixMilli()
+	now := time.Now()
 	switch op {
 	case jobstate.OpDone:
-		return jobstate.Done(&f.q, id, entry, 1, now, now+1, "d")
+		return jobstate.Done(&f.q, jobstate.DoneParams{Ran: ran(id, entry, now), Result: "d"})
 	case jobstate.OpRetry:
-		return jobstate.Retry(&f.q, id, entry, 1, now, now+1, "d", now+60_000)
+		return jobstate.Retry(&f.q, jobstate.RetryParams{Ran: ran(id, entry, now), Reason: "d", RetryAt: now.Add(time.Minute)})
 	case jobstate.OpDead:
-		return jobstate.Dead(&f.q, id, entry, 1, now, now+1, "d")
+		return jobstate.Dead(&f.q, jobstate.DeadParams{Ran: ran(id, entry, now), Reason: "d"})
 	}
 	panic("no outcome " + op.String())
 }
@@ -191,7 +188,7 @@ func TestFinishFenceRefusesAnOldEntry(t *testing.T) {
 				require.NoError(t, f.rdb.HSet(t.Context(), f.q.Job(job.ID), keys.FieldEntry, newer).Err())
 				if st == status.InProgress {
 					require.Equal(t, []string{newer}, f.read(1))
-					require.Equal(t, []script.Code{applied}, f.run(jobstate.Start(&f.q, job.ID, newer, 2, time.Now().UnixMilli())))
+					require.Equal(t, []script.Code{applied}, f.run(jobstate.Start(&f.q, jobstate.StartParams{ID: job.ID, Entry: newer, Attempt: 2, At: time.Now()})))
 				}
 				before := f.get(job.ID)
 				require.Equal(t, st, before.Status)
@@ -253,9 +250,9 @@ func TestFinishDoneClearsEntry(t *testing.T) {
 	withMeta, err := f.c.Enqueue(t.Context(), f.queue, pipeline.Task{Type: "t", Payload: []byte("p"), Metadata: map[string]string{"k": "v"}})
 	require.NoError(t, err)
 	entries := f.read(3)
-	now := time.Now().UnixMilli()
+	now := time.Now()
 	fast := f.outcome(jobstate.OpDone, plain.ID, entries[0]).WithPayload("p") // the fast path: payload sent back
-	fastEmpty := jobstate.Done(&f.q, noResult.ID, entries[1], 1, now, now+1, "").WithPayload("p")
+	fastEmpty := jobstate.Done(&f.q, jobstate.DoneParams{Ran: ran(noResult.ID, entries[1], now), Result: ""}).WithPayload("p")
 	slow := f.outcome(jobstate.OpDone, withMeta.ID, entries[2])
 	require.Equal(t, []script.Code{applied, applied, applied}, f.run(fast, fastEmpty, slow))
 	for _, id := range []string{plain.ID, noResult.ID, withMeta.ID} {
@@ -284,10 +281,10 @@ func TestFinishDeadRecordsCompletedAt(t *testing.T) {
 	require.Equal(t, []script.Code{died}, f.run(tr))
 	j := f.get(job.ID)
 	require.Equal(t, status.Failed, j.Status)
-	require.Equal(t, tr.Finished, j.CompletedAt.UnixMilli())
+	require.Equal(t, tr.FinishedAt(), j.CompletedAt)
 	score, err := f.rdb.ZScore(t.Context(), f.q.Dead(), job.ID).Result()
 	require.NoError(t, err)
-	require.EqualValues(t, tr.Finished, score)
+	require.EqualValues(t, tr.FinishedAt().UnixMilli(), score)
 	require.Empty(t, j.Entry)
 }
 
@@ -316,7 +313,7 @@ func TestEnqueueResentAfterFinish(t *testing.T) {
 		} else {
 			call := jobstate.EnqueueCall(f.q, now, []jobstate.NewJob{nj})
 			send = func() string {
-				return enqueueRows(t, call.Script.Run(t.Context(), f.rdb, call.Keys, call.Args...))[0]
+				return enqueueRows(t, 1, call.Script.Run(t.Context(), f.rdb, call.Keys, call.Args...))[0]
 			}
 		}
 		first := send()
@@ -346,9 +343,9 @@ func TestFinishPoisonNamingAnotherJobIsKept(t *testing.T) {
 		keys.EntryUUID, job.ID, keys.EntryPayload, "imposter"}}).Result()
 	require.NoError(t, err)
 	require.Equal(t, []string{bad}, f.read(1))
-	now := time.Now().UnixMilli()
-	require.Equal(t, []script.Code{applied}, f.run(jobstate.Poison(&f.q, job.ID, bad, now,
-		"unreadable stream entry "+bad+": missing conveyor field")))
+	now := time.Now()
+	require.Equal(t, []script.Code{applied}, f.run(jobstate.Poison(&f.q, jobstate.PoisonParams{ID: job.ID, Entry: bad, At: now,
+		Reason: "unreadable stream entry " + bad + ": missing conveyor field"})))
 	rec := f.get("entry-" + bad)
 	require.Equal(t, status.Failed, rec.Status)
 	require.Equal(t, "imposter", string(rec.Payload))

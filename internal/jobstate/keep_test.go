@@ -37,10 +37,10 @@ func TestFinishMinRetentionHoldsTheRecord(t *testing.T) {
 		require.NoError(t, err)
 	}
 	entries := f.read(2)
-	now := time.Now().UnixMilli()
+	now := time.Now()
 	require.Equal(t, []script.Code{applied, applied}, f.run(
-		jobstate.Done(&f.q, "sent-back", entries[0], 1, now, now+1, "r").WithPayload("p"),
-		jobstate.Done(&f.q, "from-entry", entries[1], 1, now, now+1, "r")))
+		jobstate.Done(&f.q, jobstate.DoneParams{Ran: ran("sent-back", entries[0], now), Result: "r"}).WithPayload("p"),
+		jobstate.Done(&f.q, jobstate.DoneParams{Ran: ran("from-entry", entries[1], now), Result: "r"})))
 	for _, tc := range tasks {
 		id, task := tc.id, tc.task
 		ttl, err := f.rdb.PTTL(ctx, f.q.Job(id)).Result()
@@ -64,20 +64,21 @@ func TestFinishRetryIsScoredAtItsDueTime(t *testing.T) {
 	job, err := f.c.Enqueue(ctx, f.queue, pipeline.Task{Type: "t", Payload: []byte("p")})
 	require.NoError(t, err)
 	entry := f.read(1)[0]
-	now := time.Now().UnixMilli()
-	due := now + time.Hour.Milliseconds()
-	require.Equal(t, []script.Code{applied}, f.run(jobstate.Retry(&f.q, job.ID, entry, 1, now, now+1, "boom", due)))
+	now := time.Now()
+	due := now.Add(time.Hour)
+	require.Equal(t, []script.Code{applied}, f.run(jobstate.Retry(&f.q, jobstate.RetryParams{Ran: ran(job.ID, entry, now),
+		Reason: "boom", RetryAt: due})))
 	score, err := f.rdb.ZScore(ctx, f.q.Scheduled(), job.ID).Result()
 	require.NoError(t, err)
-	require.EqualValues(t, due, score)
+	require.EqualValues(t, due.UnixMilli(), score)
 	j := f.get(job.ID)
 	require.Equal(t, status.Scheduled, j.Status)
-	require.Equal(t, due, j.RunAt.UnixMilli())
+	require.Equal(t, due.UnixMilli(), j.RunAt.UnixMilli())
 
 	moved, next, _, err := delayed.New(f.rdb, delayed.Config{Queues: []string{f.queue}}).Promote(ctx, f.queue)
 	require.NoError(t, err)
 	require.Zero(t, moved, "a retry due in an hour is not promoted now")
-	require.Equal(t, due, next.UnixMilli())
+	require.Equal(t, due.UnixMilli(), next.UnixMilli())
 	require.Equal(t, status.Scheduled, f.get(job.ID).Status)
 }
 
@@ -107,16 +108,17 @@ func TestFinishPoisonRecordDropsTypeOfReservedMetadata(t *testing.T) {
 				keys.EntryJob, keys.FormatEntryJob(1, 3, 0, "t")}}).Result()
 			require.NoError(t, err)
 			require.Equal(t, []string{entry}, f.read(1))
-			now := time.Now().UnixMilli()
-			require.Equal(t, []script.Code{applied}, f.run(jobstate.Poison(&f.q, "bad-1", entry, now,
-				"unreadable stream entry "+entry+": reserved metadata key")))
+			now := time.Now()
+			require.Equal(t, []script.Code{applied}, f.run(jobstate.Poison(&f.q, jobstate.PoisonParams{ID: "bad-1", Entry: entry,
+				At: now, Reason: "unreadable stream entry " + entry + ": reserved metadata key"})))
 			rec := f.get("bad-1")
 			require.Equal(t, status.Failed, rec.Status)
 			require.Equal(t, c.typ, rec.Type)
 			require.Equal(t, "p", string(rec.Payload))
 
-			code, _, err := jobstate.Replay(ctx, f.rdb, f.q, "bad-1", now)
+			row, err := jobstate.Replay(ctx, f.rdb, f.q, "bad-1", now)
 			require.NoError(t, err)
+			code := row.Code
 			if c.typ == "" {
 				require.Equal(t, script.NoType, code, "a record with no type cannot be replayed")
 				require.ErrorIs(t, pipeline.NewInspector(f.rdb, pipeline.InspectorConfig{}).Replay(ctx, f.queue, "bad-1"), pipeline.ErrInvalid)
@@ -149,7 +151,7 @@ func TestCancelFreesTheUniqueKey(t *testing.T) {
 			first := publish()
 			if st == status.InProgress {
 				entry := f.read(1)[0]
-				require.Equal(t, []script.Code{applied}, f.run(jobstate.Start(&f.q, first.ID, entry, 1, time.Now().UnixMilli())))
+				require.Equal(t, []script.Code{applied}, f.run(jobstate.Start(&f.q, jobstate.StartParams{ID: first.ID, Entry: entry, Attempt: 1, At: time.Now()})))
 			}
 			require.Equal(t, st, f.get(first.ID).Status)
 			dup := publish()

@@ -105,21 +105,22 @@ func Seed(tb testing.TB, rdb redis.UniversalClient, queue string, st status.Stat
 		}
 	}
 	out.Entry = j.Entry
-	now := time.Now().UnixMilli()
-	t := jobstate.Start(&q, j.ID, j.Entry, 1, now)
+	now := time.Now()
+	ran := jobstate.Ran{ID: j.ID, Entry: j.Entry, Attempt: 1, Started: now, Finished: now}
+	t := jobstate.Start(&q, jobstate.StartParams{ID: j.ID, Entry: j.Entry, Attempt: 1, At: now})
 	switch st {
 	case status.InProgress:
 	case status.Completed:
-		t = jobstate.Done(&q, j.ID, j.Entry, 1, now, now, o.Result)
+		t = jobstate.Done(&q, jobstate.DoneParams{Ran: ran, Result: o.Result})
 	case status.Failed:
-		t = jobstate.Dead(&q, j.ID, j.Entry, 1, now, now, o.Reason)
+		t = jobstate.Dead(&q, jobstate.DeadParams{Ran: ran, Reason: o.Reason})
 	case Retry:
-		t = jobstate.Retry(&q, j.ID, j.Entry, 1, now, now, o.Reason, time.Now().Add(o.RetryIn).UnixMilli())
+		t = jobstate.Retry(&q, jobstate.RetryParams{Ran: ran, Reason: o.Reason, RetryAt: now.Add(o.RetryIn)})
 	default:
 		tb.Fatalf("jobtest: no such status %q", st)
 	}
-	call := jobstate.FinishCall(jobstate.FinishConfig{Worker: o.Consumer, Retention: time.Hour.Milliseconds(),
-		MinRetention: time.Minute.Milliseconds()}, []jobstate.Transition{t})
+	call := jobstate.FinishCall(jobstate.FinishConfig{Worker: o.Consumer, Retention: time.Hour,
+		MinRetention: time.Minute}, []jobstate.Transition{t})
 	codes, err := jobstate.FinishReply(call.Script.Run(ctx, rdb, call.Keys, call.Args...), 1)
 	require.NoError(tb, err)
 	require.Equal(tb, script.OK, codes[0], "the seeded transition was refused")
