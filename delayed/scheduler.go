@@ -4,9 +4,9 @@
 //
 // A job that must wait (published with a delay, or a failed attempt waiting for its retry)
 // sits in the queue's scheduled sorted set, scored by its due time in unix milliseconds, with
-// its payload in its hash. The Scheduler runs promote.lua, which moves up to BatchSize due jobs
-// into the stream (new entry, status queued, payload moved into the entry) and removes them
-// from the set in one atomic step, and returns the next due time. When more are due it runs
+// its payload in its hash. The Scheduler runs promote.lua (internal/jobstate.Promote), which
+// moves up to BatchSize due jobs into the stream (new entry, status queued, payload moved into
+// the entry) and removes them from the set in one atomic step, and returns the next due time. When more are due it runs
 // again at once; otherwise it sleeps until that time, at most MaxSleep.
 //
 // # Whose clock
@@ -57,7 +57,6 @@ package delayed
 import (
 	"cmp"
 	"context"
-	_ "embed"
 	"errors"
 	"fmt"
 	"strconv"
@@ -67,15 +66,10 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/conveyorq/conveyor/internal/events"
+	"github.com/conveyorq/conveyor/internal/jobstate"
 	"github.com/conveyorq/conveyor/internal/keys"
 	"github.com/conveyorq/conveyor/internal/outage"
-	"github.com/conveyorq/conveyor/internal/script"
 )
-
-//go:embed promote.lua
-var promoteSrc string
-
-var promoteScript = script.New(promoteSrc)
 
 // Defaults and limits of Config.
 const (
@@ -175,19 +169,11 @@ func (s *Scheduler) Promote(ctx context.Context, queue string) (moved int, next,
 // Config.OnPromote), negative when nothing was due.
 func (s *Scheduler) promote(ctx context.Context, queue string, limit int) (int, time.Time, time.Time, time.Duration, error) {
 	q := keys.New(s.cfg.Prefix, queue)
-	res, err := promoteScript.Run(ctx, s.rdb, []string{q.Scheduled(), q.Stream()},
-		limit, q.JobPrefix(), events.ModeOf(ctx, s.rdb).Command(), q.Events()).Int64Slice()
+	p, err := jobstate.Promote(ctx, s.rdb, q, limit, events.ModeOf(ctx, s.rdb))
 	if err != nil {
 		return 0, time.Time{}, time.Time{}, 0, fmt.Errorf("promote %s: %w", queue, err)
 	}
-	if len(res) != 5 || res[0] != int64(script.OK) {
-		return 0, time.Time{}, time.Time{}, 0, fmt.Errorf("promote %s: unexpected reply %v", queue, res)
-	}
-	var next time.Time
-	if res[2] >= 0 {
-		next = time.UnixMilli(res[2])
-	}
-	return int(res[1]), next, time.UnixMicro(res[3]), time.Duration(res[4]) * time.Millisecond, nil
+	return p.Moved, p.Next, p.Now, p.Lag, nil
 }
 
 // Run promotes due jobs until ctx ends; it returns nil then. Redis errors are logged and retried.

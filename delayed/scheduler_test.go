@@ -22,6 +22,7 @@ import (
 	"github.com/conveyorq/conveyor/internal/jobtest"
 	"github.com/conveyorq/conveyor/internal/keys"
 	"github.com/conveyorq/conveyor/internal/redistest"
+	"github.com/conveyorq/conveyor/internal/status"
 	"github.com/conveyorq/conveyor/pipeline"
 )
 
@@ -64,7 +65,7 @@ func (b *bundle) schedule(tb testing.TB, n int, opts ...pipeline.Option) []*pipe
 	jobs, err := b.client.EnqueueBatch(context.Background(), b.queue, tasks, opts...)
 	require.NoError(tb, err)
 	for _, j := range jobs {
-		require.Equal(tb, pipeline.StatusScheduled, j.Status)
+		require.Equal(tb, status.Scheduled, j.Status)
 	}
 	return jobs
 }
@@ -97,16 +98,16 @@ func (b *bundle) zcard(tb testing.TB) int64 {
 	return n
 }
 
-func (b *bundle) status(t *testing.T, id string) pipeline.Status {
+func (b *bundle) status(t *testing.T, id string) status.Status {
 	t.Helper()
-	return pipeline.Status(b.rdb.HGet(t.Context(), b.q.Job(id), keys.FieldStatus).Val())
+	return status.Status(b.rdb.HGet(t.Context(), b.q.Job(id), keys.FieldStatus).Val())
 }
 
 // requirePromoted checks that j left the set for the stream, carrying its payload with it.
 func requirePromoted(t *testing.T, b *bundle, j *pipeline.Job, attempt int) {
 	t.Helper()
 	h := b.hash(t, j.ID)
-	require.Equal(t, string(pipeline.StatusQueued), h[keys.FieldStatus])
+	require.Equal(t, string(status.Queued), h[keys.FieldStatus])
 	require.NotEmpty(t, h[keys.FieldEntry])
 	require.NotContains(t, h, keys.FieldPayload, "the payload is still in the hash")
 	require.NotContains(t, h, keys.FieldMetadata, "the metadata is still in the hash")
@@ -122,7 +123,7 @@ func requirePromoted(t *testing.T, b *bundle, j *pipeline.Job, attempt int) {
 	require.Equal(t, keys.FormatEntryJob(attempt, j.MaxRetries, j.Timeout.Milliseconds(), j.Type), e[keys.EntryJob])
 
 	got := b.get(t, j.ID)
-	require.Equal(t, pipeline.StatusQueued, got.Status)
+	require.Equal(t, status.Queued, got.Status)
 	require.Equal(t, j.Payload, got.Payload, "Get lost the payload")
 	require.Equal(t, j.Metadata, got.Metadata, "Get lost the metadata")
 }
@@ -131,7 +132,7 @@ func requirePromoted(t *testing.T, b *bundle, j *pipeline.Job, attempt int) {
 func requireWaiting(t *testing.T, b *bundle, j *pipeline.Job) {
 	t.Helper()
 	h := b.hash(t, j.ID)
-	require.Equal(t, string(pipeline.StatusScheduled), h[keys.FieldStatus])
+	require.Equal(t, string(status.Scheduled), h[keys.FieldStatus])
 	require.NotContains(t, h, keys.FieldEntry)
 	require.Equal(t, string(j.Payload), h[keys.FieldPayload])
 	score, err := b.rdb.ZScore(t.Context(), b.q.Scheduled(), j.ID).Result()
@@ -278,7 +279,7 @@ func TestPromote(t *testing.T) {
 		require.NoError(t, b.client.Cancel(ctx, b.queue, canceled.ID))
 		// A cancel that left its id in the set (as one racing a promotion might), and a job
 		// whose record is gone.
-		require.NoError(t, b.rdb.HSet(ctx, b.q.Job(raced.ID), keys.FieldStatus, string(pipeline.StatusCanceled)).Err())
+		require.NoError(t, b.rdb.HSet(ctx, b.q.Job(raced.ID), keys.FieldStatus, string(status.Canceled)).Err())
 		require.NoError(t, b.rdb.ZAdd(ctx, b.q.Scheduled(), redis.Z{Score: float64(t0.UnixMilli()), Member: canceled.ID}).Err())
 		require.NoError(t, b.rdb.Del(ctx, b.q.Job(missing.ID)).Err())
 		require.Equal(t, int64(3), b.zcard(t))
@@ -288,8 +289,8 @@ func TestPromote(t *testing.T) {
 		require.True(t, next.IsZero())
 		require.Zero(t, b.zcard(t))
 		require.Zero(t, b.xlen(t))
-		require.Equal(t, pipeline.StatusCanceled, b.get(t, canceled.ID).Status)
-		require.Equal(t, pipeline.StatusCanceled, b.status(t, raced.ID))
+		require.Equal(t, status.Canceled, b.get(t, canceled.ID).Status)
+		require.Equal(t, status.Canceled, b.status(t, raced.ID))
 		require.Zero(t, b.rdb.Exists(ctx, b.q.Job(missing.ID)).Val(), "a record was made up for a missing job")
 	})
 }
@@ -372,7 +373,7 @@ func TestRunUsesRedisClock(t *testing.T) {
 		// A job due by Redis's clock, announced on the wake channel, is promoted at once.
 		j := producerAt(b, redisNow.Add(-time.Minute)).schedule(t, 1, pipeline.WithDelay(30*time.Second))[0]
 		require.Eventually(t, func() bool {
-			return b.status(t, j.ID) == pipeline.StatusQueued
+			return b.status(t, j.ID) == status.Queued
 		}, 5*time.Second, 5*time.Millisecond)
 		requireWaiting(t, b, notYet)
 		// The first pass (EVALSHA, then EVAL to load the script) and the woken one; a
@@ -392,7 +393,7 @@ func TestRunUsesRedisClock(t *testing.T) {
 
 		j := producerAt(b, redisNow.Add(-time.Minute)).schedule(t, 1, pipeline.WithDelay(30*time.Second))[0]
 		require.Eventually(t, func() bool {
-			return b.status(t, j.ID) == pipeline.StatusQueued
+			return b.status(t, j.ID) == status.Queued
 		}, 5*time.Second, 5*time.Millisecond, "a job due by Redis's clock waited for the scheduler's")
 		requireWaiting(t, b, notYet)
 	})
@@ -453,7 +454,7 @@ func TestRunManySchedulers(t *testing.T) {
 	require.NoError(t, err)
 	for i, c := range cmds {
 		v := c.Val()
-		require.Equal(t, string(pipeline.StatusQueued), v[0], "job %s", jobs[i].ID)
+		require.Equal(t, string(status.Queued), v[0], "job %s", jobs[i].ID)
 		require.Equal(t, "2", v[2], "job %s changed more than once", jobs[i].ID)
 		entries[v[1].(string)] = true
 	}
@@ -534,7 +535,7 @@ func TestRunWakesEarly(t *testing.T) {
 		idleScheduler(t, b)
 		j := b.schedule(t, 1, pipeline.WithDelay(200*time.Millisecond))[0]
 		require.Eventually(t, func() bool {
-			return b.status(t, j.ID) == pipeline.StatusQueued
+			return b.status(t, j.ID) == status.Queued
 		}, 5*time.Second, 5*time.Millisecond, "the wake message was missed: promotion waits for MaxSleep")
 		requirePromoted(t, b, j, 1)
 		requireNotEarly(t, b, j)
@@ -542,7 +543,7 @@ func TestRunWakesEarly(t *testing.T) {
 		// And again, now that it sleeps after a promotion.
 		j = b.schedule(t, 1, pipeline.WithDelay(100*time.Millisecond))[0]
 		require.Eventually(t, func() bool {
-			return b.status(t, j.ID) == pipeline.StatusQueued
+			return b.status(t, j.ID) == status.Queued
 		}, 5*time.Second, 5*time.Millisecond)
 		requireNotEarly(t, b, j)
 	})
@@ -554,7 +555,7 @@ func TestRunWakesEarly(t *testing.T) {
 		idleScheduler(t, b)
 		j := b.schedule(t, 1, pipeline.WithDelay(150*time.Millisecond))[0]
 		require.Eventually(t, func() bool {
-			return b.status(t, j.ID) == pipeline.StatusQueued
+			return b.status(t, j.ID) == status.Queued
 		}, 5*time.Second, 5*time.Millisecond)
 		require.Equal(t, int64(1), b.zcard(t))
 	})
@@ -568,7 +569,7 @@ func TestRunWakesEarly(t *testing.T) {
 			Task: pipeline.Task{Type: "test", Payload: []byte("again")}}).Job
 		require.Zero(t, b.xlen(t))
 		require.Eventually(t, func() bool {
-			return b.status(t, j.ID) == pipeline.StatusQueued
+			return b.status(t, j.ID) == status.Queued
 		}, 5*time.Second, 5*time.Millisecond)
 		requirePromoted(t, b, j, 2)
 		requireNotEarly(t, b, j)
@@ -602,7 +603,7 @@ func TestRunMissedWakeBoundedByMaxSleep(t *testing.T) {
 	require.NoError(t, b.rdb.ZAdd(t.Context(), b.q.Scheduled(),
 		redis.Z{Score: float64(time.Now().UnixMilli()), Member: j.ID}).Err())
 	require.Eventually(t, func() bool {
-		return b.status(t, j.ID) == pipeline.StatusQueued
+		return b.status(t, j.ID) == status.Queued
 	}, 5*time.Second, 10*time.Millisecond, "a job waited for the next known due time instead of MaxSleep")
 }
 
@@ -614,7 +615,7 @@ func TestRunMultipleQueues(t *testing.T) {
 	ja := a.schedule(t, 1, pipeline.WithDelay(100*time.Millisecond))[0]
 	jb := b.schedule(t, 1, pipeline.WithDelay(300*time.Millisecond))[0]
 	require.Eventually(t, func() bool {
-		return a.status(t, ja.ID) == pipeline.StatusQueued && b.status(t, jb.ID) == pipeline.StatusQueued
+		return a.status(t, ja.ID) == status.Queued && b.status(t, jb.ID) == status.Queued
 	}, 5*time.Second, 5*time.Millisecond)
 	requireNotEarly(t, a, ja)
 	requireNotEarly(t, b, jb)
@@ -715,7 +716,7 @@ func TestRunSurvivesRedisRestart(t *testing.T) {
 
 	j := b.schedule(t, 1, pipeline.WithDelay(50*time.Millisecond))[0]
 	require.Eventually(t, func() bool {
-		return b.status(t, j.ID) == pipeline.StatusQueued
+		return b.status(t, j.ID) == status.Queued
 	}, 5*time.Second, 10*time.Millisecond)
 
 	require.NoError(t, srv.Kill())
@@ -728,7 +729,7 @@ func TestRunSurvivesRedisRestart(t *testing.T) {
 	for range 3 {
 		j := b.schedule(t, 1, pipeline.WithDelay(100*time.Millisecond))[0]
 		require.Eventually(t, func() bool {
-			return b.status(t, j.ID) == pipeline.StatusQueued
+			return b.status(t, j.ID) == status.Queued
 		}, 10*time.Second, 10*time.Millisecond)
 		requireNotEarly(t, b, j)
 	}

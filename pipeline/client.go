@@ -810,20 +810,20 @@ func (c *Client) Cancel(ctx context.Context, queue, id string) error {
 // cancelJob cancels job id of q (Client.Cancel and Inspector.Cancel); a canceled record is kept
 // for retention, but at least minRetention.
 func cancelJob(ctx context.Context, rdb redis.UniversalClient, q keys.Queue, id string, now time.Time, retention, minRetention time.Duration) error {
-	code, status, err := jobstate.Cancel(ctx, rdb, q, id, now.UnixMilli(), retentionMS(retention), minRetention.Milliseconds(),
-		events.ModeOf(ctx, rdb))
+	row, err := jobstate.Cancel(ctx, rdb, q, jobstate.CancelParams{ID: id, Now: now, Retention: retention,
+		MinRetention: minRetention, Events: events.ModeOf(ctx, rdb)})
 	if err != nil {
 		return fmt.Errorf("cancel %s/%s: %w", q.Name(), id, err)
 	}
-	switch code {
+	switch row.Code {
 	case script.OK:
 		return nil
 	case script.WrongState:
-		return fmt.Errorf("%w (%s)", ErrNotCancelable, status)
+		return fmt.Errorf("%w (%s)", ErrNotCancelable, row.Data)
 	case script.NotFound:
 		return ErrNotFound
 	}
-	return fmt.Errorf("cancel %s/%s: unexpected reply %v", q.Name(), id, code)
+	return fmt.Errorf("cancel %s/%s: unexpected reply %v", q.Name(), id, row.Code)
 }
 
 // QueueStats are a queue's gauges and counters.

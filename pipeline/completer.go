@@ -300,7 +300,8 @@ func (c *completer) flush(ctx context.Context, all bool) (wait time.Duration) {
 			cutoff := time.Now().Add(-c.interval).UnixMilli()
 			for e, m := range c.starts {
 				if all || m.at <= cutoff {
-					batch = append(batch, jobstate.Start(m.q, m.id, e, m.attempt, m.at))
+					batch = append(batch, jobstate.Start(m.q, jobstate.StartParams{ID: m.id, Entry: e, Attempt: m.attempt,
+						At: time.UnixMilli(m.at)}))
 					delete(c.starts, e)
 				}
 			}

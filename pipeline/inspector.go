@@ -729,13 +729,13 @@ func (i *Inspector) Replay(ctx context.Context, queue, id string) error {
 	if err != nil {
 		return err
 	}
-	now := i.cfg.Now().UnixMilli()
+	now := i.cfg.Now()
 	return onPartition(ctx, i.rdb, qs, id, func(q keys.Queue) error {
-		code, data, err := jobstate.Replay(ctx, i.rdb, q, id, now)
+		row, err := jobstate.Replay(ctx, i.rdb, q, id, now)
 		if err != nil {
 			return fmt.Errorf("replay %s/%s: %w", queue, id, err)
 		}
-		return replayError(queue, id, code, data)
+		return replayError(queue, id, row.Code, row.Data)
 	})
 }
 
@@ -821,14 +821,15 @@ func (i *Inspector) replayAll(ctx context.Context, q keys.Queue) (int, []error, 
 		if len(items) == 0 {
 			break
 		}
-		now := i.cfg.Now().UnixMilli()
+		now := i.cfg.Now()
 		calls := make([]script.Call, len(items))
 		for k, it := range items {
 			calls[k] = jobstate.ReplayCall(q, it.Member, now)
 		}
 		cmds, err := script.Pipelined(ctx, i.rdb, calls)
 		for k, cmd := range cmds {
-			code, data, cerr := jobstate.ReplayReply(cmd)
+			row, cerr := jobstate.ReplayReply(cmd)
+			code, data := row.Code, row.Data
 			switch {
 			case cerr != nil:
 				if err == nil {
@@ -959,7 +960,7 @@ func (i *Inspector) PurgeAll(ctx context.Context, queue string, olderThan time.D
 	total := 0
 	for _, q := range qs {
 		for {
-			n, err := jobstate.Purge(ctx, i.rdb, q, purgeAllChunk, olderThan.Milliseconds())
+			n, err := jobstate.Purge(ctx, i.rdb, q, jobstate.PurgeParams{Limit: purgeAllChunk, OlderThan: olderThan})
 			total += n
 			if err != nil {
 				return total, fmt.Errorf("purge %s: %w", queue, err)

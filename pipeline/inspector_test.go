@@ -121,11 +121,12 @@ func (b *ibundle) kill(t *testing.T, msgs []redis.XMessage, died func(i int) int
 		var ts []jobstate.Transition
 		for i := lo; i < min(lo+50, len(msgs)); i++ {
 			id := msgs[i].Values[keys.EntryUUID].(string)
-			at := died(i)
-			ts = append(ts, jobstate.Dead(&b.q, id, msgs[i].ID, 1, at-1, at, "boom "+id))
+			at := time.UnixMilli(died(i))
+			ts = append(ts, jobstate.Dead(&b.q, jobstate.DeadParams{Ran: jobstate.Ran{ID: id, Entry: msgs[i].ID,
+				Attempt: 1, Started: at.Add(-time.Millisecond), Finished: at}, Reason: "boom " + id}))
 		}
 		calls = append(calls, jobstate.FinishCall(jobstate.FinishConfig{Worker: "killer",
-			Retention: time.Hour.Milliseconds(), MinRetention: time.Minute.Milliseconds()}, ts))
+			Retention: time.Hour, MinRetention: time.Minute}, ts))
 		ns = append(ns, len(ts))
 	}
 	cmds, err := script.Pipelined(t.Context(), b.rdb, calls)
@@ -491,7 +492,8 @@ func testReplayAll(t *testing.T, rdb redis.UniversalClient) {
 	require.Len(t, garbage, 1)
 	gid := jobstate.DeadEntryPrefix + garbage[0].ID
 	call := jobstate.FinishCall(jobstate.FinishConfig{Worker: "w1"},
-		[]jobstate.Transition{jobstate.Poison(&b.q, gid, garbage[0].ID, now, "unreadable")})
+		[]jobstate.Transition{jobstate.Poison(&b.q, jobstate.PoisonParams{ID: gid, Entry: garbage[0].ID,
+			At: time.UnixMilli(now), Reason: "unreadable"})})
 	_, err = jobstate.FinishReply(call.Script.Run(ctx, b.rdb, call.Keys, call.Args...), 1)
 	require.NoError(t, err)
 	require.EqualValues(t, dead+1, stats(t, b).Dead)

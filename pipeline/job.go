@@ -3,36 +3,35 @@ package pipeline
 import (
 	"encoding/json"
 	"time"
+
+	"github.com/conveyorq/conveyor/internal/status"
 )
 
-// Status is where a job is in its life.
-type Status string
+// Status is where a job is in its life. It is internal/status's, so that the lower layers use
+// the same type without importing pipeline.
+type Status = status.Status
 
 // The statuses of a job. A job moves scheduled -> queued -> in_progress and ends completed,
-// failed or canceled; a failed attempt with retries left goes back to scheduled.
+// failed or canceled; a failed attempt with retries left goes back to scheduled. Status.Final
+// reports whether a status is an end state.
 const (
 	// StatusScheduled: waiting in the queue's scheduled set for its due time (a delayed job or
 	// a retry).
-	StatusScheduled Status = "scheduled"
+	StatusScheduled = status.Scheduled
 	// StatusQueued: in the stream, not yet started by a worker.
-	StatusQueued Status = "queued"
+	StatusQueued = status.Queued
 	// StatusInProgress: a worker holds it and is running it.
-	StatusInProgress Status = "in_progress"
+	StatusInProgress = status.InProgress
 	// StatusCompleted: a handler returned without error; the result is kept for the retention
 	// time.
-	StatusCompleted Status = "completed"
+	StatusCompleted = status.Completed
 	// StatusFailed: retries exhausted (a job no worker has a handler for uses its retries
 	// too), a SkipRetry error, a result over the limit, or an unreadable stream entry. The job
 	// is in the dead set.
-	StatusFailed Status = "failed"
+	StatusFailed = status.Failed
 	// StatusCanceled: canceled by a caller before it finished.
-	StatusCanceled Status = "canceled"
+	StatusCanceled = status.Canceled
 )
-
-// Final reports whether s is an end state.
-func (s Status) Final() bool {
-	return s == StatusCompleted || s == StatusFailed || s == StatusCanceled
-}
 
 // Task is what a producer asks to run: a type that selects the handler, an opaque payload and
 // optional metadata (string pairs handed to the handler and to Watermill middleware).

@@ -348,8 +348,8 @@ func (w *Worker) Run(ctx context.Context) error {
 		return err
 	}
 
-	w.comp = newCompleter(w.rdb, jobstate.FinishConfig{Worker: w.cfg.Name, Retention: retentionMS(w.cfg.Retention),
-		MinRetention: w.cfg.MinRetention.Milliseconds()}, w.cfg.FlushInterval, finishChunk, w.cfg.Concurrency, w.log)
+	w.comp = newCompleter(w.rdb, jobstate.FinishConfig{Worker: w.cfg.Name, Retention: w.cfg.Retention,
+		MinRetention: w.cfg.MinRetention}, w.cfg.FlushInterval, finishChunk, w.cfg.Concurrency, w.log)
 	w.comp.replicas = w.replicas
 	w.comp.attempts = newAttempts(w.cfg.Hooks.Attempts)
 	// While Redis refuses the outcomes, new jobs are not read: they would run only to wait,
@@ -812,27 +812,27 @@ func (w *Worker) outcome(ctx context.Context, q *keys.Queue, j *Job, start time.
 		}
 	}
 	end := time.Now()
-	started, finished := start.UnixMilli(), end.UnixMilli()
+	ran := jobstate.Ran{ID: j.ID, Entry: j.Entry, Attempt: j.Attempt, Started: start, Finished: end}
 	var t transition
 	var jerr *JobError
 	switch {
 	case err == nil && len(result) > w.cfg.MaxResultBytes:
 		reason := fmt.Sprintf("result of %d bytes exceeds the limit of %d", len(result), w.cfg.MaxResultBytes)
-		t = jobstate.Dead(q, j.ID, j.Entry, j.Attempt, started, finished, reason)
+		t = jobstate.Dead(q, jobstate.DeadParams{Ran: ran, Reason: reason})
 		jerr = &JobError{Outcome: OutcomeDead, Err: errors.New(reason)}
 		jobEvent(w.log.Warn(), j).Str("reason", reason).Msg("job failed for good; sent to the dead set")
 	case err == nil:
-		t = jobstate.Done(q, j.ID, j.Entry, j.Attempt, started, finished, string(result))
+		t = jobstate.Done(q, jobstate.DoneParams{Ran: ran, Result: string(result)})
 		jobEvent(w.log.Debug(), j).Dur("took", outage.Round(end.Sub(start))).Msg("job done")
 	case IsSkipRetry(err) || j.Attempt > j.MaxRetries:
-		t = jobstate.Dead(q, j.ID, j.Entry, j.Attempt, started, finished, truncate(err.Error(), maxErrorBytes))
+		t = jobstate.Dead(q, jobstate.DeadParams{Ran: ran, Reason: truncate(err.Error(), maxErrorBytes)})
 		jerr = &JobError{Outcome: OutcomeDead, Err: err}
 		jobEvent(w.log.Warn().Err(err), j).Msg("job failed for good; sent to the dead set")
 	default:
 		delay := w.cfg.Backoff.Delay(j.Attempt)
-		retryAt := end.Add(delay).UnixMilli() + 1 // +1: never before the backoff ends
-		t = jobstate.Retry(q, j.ID, j.Entry, j.Attempt, started, finished, truncate(err.Error(), maxErrorBytes), retryAt)
-		jerr = &JobError{Outcome: OutcomeRetry, Err: err, RetryAt: time.UnixMilli(retryAt)}
+		retryAt := time.UnixMilli(end.Add(delay).UnixMilli() + 1) // +1: never before the backoff ends
+		t = jobstate.Retry(q, jobstate.RetryParams{Ran: ran, Reason: truncate(err.Error(), maxErrorBytes), RetryAt: retryAt})
+		jerr = &JobError{Outcome: OutcomeRetry, Err: err, RetryAt: retryAt}
 		jobEvent(w.log.Info().Err(err), j).Dur("retry_in", delay.Round(time.Millisecond)).
 			Msg("job attempt failed; will retry")
 	}
@@ -952,7 +952,7 @@ func (w *Worker) poison(q *keys.Queue, msg *message.Message, reason string) erro
 	began := time.Now()
 	w.log.Warn().Str("queue", q.Name()).Str("job_id", id).Str("entry", entry).Str("reason", reason).
 		Msg("unreadable stream entry sent to the dead set")
-	t := jobstate.Poison(q, id, entry, began.UnixMilli(), reason)
+	t := jobstate.Poison(q, jobstate.PoisonParams{ID: id, Entry: entry, At: began, Reason: reason})
 	t.Type, t.Began = msg.Metadata[MetaType], began
 	return w.write(t, &JobError{Outcome: OutcomeDead, Err: errors.New(reason)})
 }
@@ -967,13 +967,13 @@ func (w *Worker) release(ctx context.Context, streamKey string, ids []string) {
 	for len(ids) > 0 {
 		chunk := ids[:min(len(ids), batchChunk)]
 		ids = ids[len(chunk):]
-		n, _, err := jobstate.Release(ctx, w.rdb, *q, time.Now().UnixMilli(), chunk)
+		rel, err := jobstate.Release(ctx, w.rdb, *q, time.Now(), chunk)
 		if err != nil {
 			w.log.Error().Err(err).Str("queue", q.Name()).Int("jobs", len(chunk)).
 				Msg("could not put back unfinished jobs; they will be recovered after the visibility timeout")
 			continue
 		}
-		released += n
+		released += rel.Jobs
 	}
 	if released > 0 {
 		w.log.Info().Str("queue", q.Name()).Int("num_released", released).Msg("put back unfinished jobs")

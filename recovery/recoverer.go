@@ -10,9 +10,9 @@
 //
 // Every worker process runs one Recoverer per queue; scans run under the queue's recovery
 // Lock, so no two overlap. A scan lists the pending entries idle for two thirds of the
-// visibility timeout or more (XPENDING with IDLE) and runs recover.lua on those idle for the
-// whole timeout whose idle time the Recoverer trusts (see Trust); the script, for each entry,
-// atomically:
+// visibility timeout or more (XPENDING with IDLE) and runs recover.lua (internal/jobstate.Recover)
+// on those idle for the whole timeout whose idle time the Recoverer trusts (see Trust); the
+// script, for each entry, atomically:
 //
 //   - re-checks that the entry is still pending and idle for the visibility timeout (its lease
 //     may have been renewed since it was listed), and that the lock still holds this
@@ -97,7 +97,6 @@ package recovery
 import (
 	"cmp"
 	"context"
-	_ "embed"
 	"errors"
 	"fmt"
 	"math"
@@ -111,20 +110,10 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/conveyorq/conveyor/internal/events"
+	"github.com/conveyorq/conveyor/internal/jobstate"
 	"github.com/conveyorq/conveyor/internal/keys"
 	"github.com/conveyorq/conveyor/internal/rediserr"
-	"github.com/conveyorq/conveyor/internal/script"
 )
-
-//go:embed recover.lua
-var recoverSrc string
-
-var recoverScript = script.New(recoverSrc)
-
-//go:embed prune.lua
-var pruneSrc string
-
-var pruneScript = script.New(pruneSrc)
 
 // Defaults of Config.
 const (
@@ -453,20 +442,20 @@ var errFenced = errors.New("recovery: lock no longer held; scan stopped")
 
 // prune deletes consumers that stopped (see prune.lua).
 func (r *Recoverer) prune(ctx context.Context, token string, idle time.Duration, res *Result) error {
-	out, err := pruneScript.Run(ctx, r.rdb, []string{r.q.Stream(), r.q.RecoveryLock()},
-		keys.Group, idle.Milliseconds(), token).Int64Slice()
+	n, err := jobstate.Prune(ctx, r.rdb, r.q, jobstate.PruneParams{Token: token, MinIdle: idle})
+	if errors.Is(err, jobstate.ErrLockLost) {
+		err = errFenced
+	}
 	r.note(ctx, err)
 	switch {
 	case rediserr.IsNoStream(err):
 		return nil
+	case errors.Is(err, errFenced):
+		return err
 	case err != nil:
 		return fmt.Errorf("prune consumers: %w", err)
-	case len(out) > 0 && out[0] == int64(script.LockLost):
-		return errFenced
-	case len(out) != 2 || out[0] != int64(script.OK):
-		return fmt.Errorf("prune consumers: unexpected reply %v", out)
 	}
-	res.Pruned += int(out[1])
+	res.Pruned += n
 	return nil
 }
 
@@ -530,26 +519,20 @@ func (r *Recoverer) scan(ctx context.Context, token string, res *Result) (truste
 
 // recover runs recover.lua on ids.
 func (r *Recoverer) recover(ctx context.Context, token string, ids []string, res *Result) error {
-	args := make([]any, 0, 7+len(ids))
-	args = append(args, keys.Group, token, r.cfg.VisibilityTimeout.Milliseconds(),
-		r.q.JobPrefix(), r.cfg.Now().UnixMilli(), events.ModeOf(ctx, r.rdb).Command(), r.q.Events())
-	for _, id := range ids {
-		args = append(args, id)
+	out, err := jobstate.Recover(ctx, r.rdb, r.q, jobstate.RecoverParams{Token: token,
+		VisibilityTimeout: r.cfg.VisibilityTimeout, Now: r.cfg.Now(), Events: events.ModeOf(ctx, r.rdb), Entries: ids})
+	if errors.Is(err, jobstate.ErrLockLost) {
+		err = errFenced
 	}
-	out, err := recoverScript.Run(ctx, r.rdb,
-		[]string{r.q.Stream(), r.q.Dead(), r.q.Stats(), r.q.RecoveryLock()}, args...).Int64Slice()
 	r.note(ctx, err)
-	if err != nil {
+	switch {
+	case errors.Is(err, errFenced):
+		return err
+	case err != nil:
 		return fmt.Errorf("recover entries: %w", err)
 	}
-	if len(out) > 0 && out[0] == int64(script.LockLost) {
-		return errFenced
-	}
-	if len(out) != 6 || out[0] != int64(script.OK) {
-		return fmt.Errorf("recover entries: unexpected reply %v", out)
-	}
-	res.add(Result{Requeued: int(out[1]), Dead: int(out[2]), Dropped: int(out[3]),
-		Skipped: int(out[4]), Poison: int(out[5])})
+	res.add(Result{Requeued: out.Requeued, Dead: out.Dead, Dropped: out.Dropped,
+		Skipped: out.Skipped, Poison: out.Poison})
 	return nil
 }
 

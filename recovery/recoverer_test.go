@@ -19,6 +19,7 @@ import (
 	"github.com/conveyorq/conveyor/internal/keys"
 	"github.com/conveyorq/conveyor/internal/rediserr"
 	"github.com/conveyorq/conveyor/internal/redistest"
+	"github.com/conveyorq/conveyor/internal/status"
 	"github.com/conveyorq/conveyor/pipeline"
 	"github.com/conveyorq/conveyor/recovery"
 )
@@ -66,7 +67,7 @@ func (b *bundle) enqueue(t *testing.T, opts ...pipeline.Option) *pipeline.Job {
 		pipeline.Task{Type: "test", Payload: []byte("payload of " + redistest.UniqueName(t)),
 			Metadata: map[string]string{"k": "v"}}, opts...)
 	require.NoError(t, err)
-	require.Equal(t, pipeline.StatusQueued, j.Status)
+	require.Equal(t, status.Queued, j.Status)
 	return j
 }
 
@@ -198,10 +199,10 @@ func (b *bundle) staleEntry(t *testing.T, f fixture) string {
 
 // seedOne seeds a job in status through the real scripts (jobtest), held by a lost consumer
 // whose entry has been idle for idle.
-func seedOne(t *testing.T, b *bundle, status pipeline.Status, idle time.Duration) fixture {
+func seedOne(t *testing.T, b *bundle, st status.Status, idle time.Duration) fixture {
 	t.Helper()
 	consumer := "lost-" + redistest.UniqueName(t)
-	s := jobtest.Seed(t, b.rdb, b.queue, status, jobtest.Opts{Consumer: consumer, Result: "done",
+	s := jobtest.Seed(t, b.rdb, b.queue, st, jobtest.Opts{Consumer: consumer, Result: "done",
 		Task: pipeline.Task{Type: "test", Payload: []byte("payload of " + consumer), Metadata: map[string]string{"k": "v"}}})
 	f := fixture{job: s.Job, consumer: consumer, entry: s.Entry, xlen: b.xlen(t)}
 	if idle > 0 {
@@ -238,7 +239,7 @@ func requireGone(t *testing.T, b *bundle, entry string) {
 func requireRequeued(t *testing.T, b *bundle, f fixture, n int) {
 	t.Helper()
 	j := b.get(t, f.job.ID)
-	require.Equal(t, pipeline.StatusQueued, j.Status)
+	require.Equal(t, status.Queued, j.Status)
 	require.NotEmpty(t, j.Entry)
 	require.NotEqual(t, f.entry, j.Entry, "no new entry")
 	require.Equal(t, n, j.Attempt, "the lost attempt is not counted")
@@ -263,7 +264,7 @@ func requireRequeued(t *testing.T, b *bundle, f fixture, n int) {
 func requireDead(t *testing.T, b *bundle, f fixture, n int) {
 	t.Helper()
 	j := b.get(t, f.job.ID)
-	require.Equal(t, pipeline.StatusFailed, j.Status)
+	require.Equal(t, status.Failed, j.Status)
 	require.Empty(t, j.Entry)
 	require.Equal(t, n, j.Attempt)
 	require.Contains(t, j.LastError, f.consumer)
@@ -317,7 +318,7 @@ func TestRecovererRunOnce(t *testing.T) {
 		{
 			name: "InProgressJobRequeued",
 			setup: func(t *testing.T, b *bundle) fixture {
-				return seedOne(t, b, pipeline.StatusInProgress, deadIdle)
+				return seedOne(t, b, status.InProgress, deadIdle)
 			},
 			want: recovery.Result{Requeued: 1},
 			check: func(t *testing.T, b *bundle, f fixture) {
@@ -384,7 +385,7 @@ func TestRecovererRunOnce(t *testing.T) {
 			setup: func(t *testing.T, b *bundle) fixture {
 				// A stale entry of a job that completed (on another entry), pending for a
 				// lost consumer.
-				f := seedOne(t, b, pipeline.StatusCompleted, 0)
+				f := seedOne(t, b, status.Completed, 0)
 				f.entry = b.staleEntry(t, f)
 				return f
 			},
@@ -392,7 +393,7 @@ func TestRecovererRunOnce(t *testing.T) {
 			check: func(t *testing.T, b *bundle, f fixture) {
 				requireGone(t, b, f.entry)
 				j := b.get(t, f.job.ID)
-				require.Equal(t, pipeline.StatusCompleted, j.Status)
+				require.Equal(t, status.Completed, j.Status)
 				require.Equal(t, "done", string(j.Result))
 				require.Empty(t, j.LastError)
 				require.Zero(t, b.xlen(t))
@@ -418,7 +419,7 @@ func TestRecovererRunOnce(t *testing.T) {
 			check: func(t *testing.T, b *bundle, f fixture) {
 				requireGone(t, b, f.entry)
 				j := b.get(t, f.job.ID)
-				require.Equal(t, pipeline.StatusQueued, j.Status)
+				require.Equal(t, status.Queued, j.Status)
 				require.Equal(t, f.record, j.Entry)
 				require.Empty(t, j.LastError)
 				require.Equal(t, int64(1), b.xlen(t))
@@ -444,7 +445,7 @@ func TestRecovererRunOnce(t *testing.T) {
 				require.Zero(t, b.xlen(t))
 				require.True(t, b.inDead(t, f.record))
 				j := b.get(t, f.record)
-				require.Equal(t, pipeline.StatusFailed, j.Status)
+				require.Equal(t, status.Failed, j.Status)
 				require.Equal(t, "oops", j.Type)
 				require.Contains(t, j.LastError, f.entry)
 				require.Contains(t, j.LastError, keys.EntryUUID)
@@ -473,7 +474,7 @@ func TestRecovererRunOnce(t *testing.T) {
 				requireGone(t, b, f.entry)
 				require.True(t, b.inDead(t, f.record))
 				j := b.get(t, f.record)
-				require.Equal(t, pipeline.StatusFailed, j.Status)
+				require.Equal(t, status.Failed, j.Status)
 				require.Contains(t, j.LastError, "no job record")
 				require.Equal(t, "boo", string(j.Payload), "the entry's own payload is kept")
 				require.Equal(t, "test", j.Type, "the entry's type is kept, so a replay runs it")
@@ -679,7 +680,7 @@ func TestRecovererConcurrent(t *testing.T) {
 			entries := map[string]bool{}
 			for _, j := range jobs {
 				got := b.get(t, j.ID)
-				require.Equal(t, pipeline.StatusQueued, got.Status)
+				require.Equal(t, status.Queued, got.Status)
 				require.Equal(t, 1, got.Attempt, "job %s recovered more than once", j.ID)
 				require.Equal(t, j.Version+1, got.Version, "job %s changed more than once", j.ID)
 				require.False(t, oldSet[got.Entry])

@@ -2,24 +2,17 @@ package recovery
 
 import (
 	"context"
-	_ "embed"
 	"errors"
 	"fmt"
-	"strconv"
 	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 	"github.com/rs/zerolog"
 
+	"github.com/conveyorq/conveyor/internal/jobstate"
 	"github.com/conveyorq/conveyor/internal/rediserr"
-	"github.com/conveyorq/conveyor/internal/script"
 )
-
-//go:embed clock.lua
-var clockSrc string
-
-var clockScript = script.New(clockSrc)
 
 // maxClockSkew bounds how far Redis's clock may move against ours between two readings before
 // the recoverer calls it a jump (for short visibility timeouts, a tenth of the timeout).
@@ -183,28 +176,13 @@ func isAnswer(err error) bool {
 // readClock reads Redis's clock (on the queue's node) and records it.
 func (r *Recoverer) readClock(ctx context.Context) error {
 	start := time.Now()
-	code, rest, err := script.Reply(clockScript.Run(ctx, r.rdb, []string{r.q.Stream()}))
+	redisNow, err := jobstate.Clock(ctx, r.rdb, r.q)
 	end := time.Now()
-	var t [2]string
-	if err == nil && (code != script.OK || len(rest) != 2) {
-		err = fmt.Errorf("unexpected reply %v %v", code, rest)
-	}
-	if err == nil {
-		t[0], _ = rest[0].(string)
-		t[1], _ = rest[1].(string)
-	}
-	var sec, usec int64
-	if err == nil {
-		sec, err = strconv.ParseInt(t[0], 10, 64)
-	}
-	if err == nil {
-		usec, err = strconv.ParseInt(t[1], 10, 64)
-	}
 	if err != nil {
 		r.note(ctx, err)
 		return fmt.Errorf("read Redis's clock: %w", err)
 	}
-	now := time.Unix(sec, usec*1000).Add(time.Duration(r.skew.Load()))
+	now := redisNow.Add(time.Duration(r.skew.Load()))
 	r.watch.clock(start, end, now)
 	return nil
 }

@@ -45,17 +45,16 @@ func SetPage(ctx context.Context, rdb redis.Scripter, key string, desc bool, aft
 	if after != nil {
 		score, member = strconv.FormatInt(after.Score, 10), after.Member
 	}
-	code, rest, err := script.Reply(zpageScript.Run(ctx, rdb, []string{key}, dir, score, member, n))
-	if err == nil && (code != script.OK || len(rest)%2 != 0) {
-		err = fmt.Errorf("zpage: unexpected reply %v %v", code, rest)
+	r, err := decode("zpage", zpageScript.Run(ctx, rdb, []string{key}, dir, score, member, n))
+	if err == nil && (r.code != script.OK || len(r.rest)%2 != 0) {
+		err = r.unexpected()
 	}
 	if err != nil {
 		return nil, err
 	}
-	items := make([]SetItem, len(rest)/2)
+	items := make([]SetItem, len(r.rest)/2)
 	for i := range items {
-		m, _ := rest[2*i].(string)
-		s, _ := rest[2*i+1].(string)
+		m, s := r.str(2*i), r.str(2*i+1)
 		f, err := strconv.ParseFloat(s, 64)
 		if err != nil {
 			return nil, fmt.Errorf("zpage: score %q of %q: %w", s, m, err)
@@ -77,47 +76,21 @@ func PurgeIDsCall(q keys.Queue, ids []string) script.Call {
 	return script.Call{Script: purgeIDsScript, Keys: ks, Args: args}
 }
 
-// Row is a script's answer about one item: a code and what the script says with it.
-type Row struct {
-	Code script.Code
-	Data string
-}
-
 // PurgeIDsReply reads the reply of a PurgeIDsCall of n ids: per id script.OK (deleted),
 // script.WrongState with the status of a job that is not dead (left alone) or script.NotFound.
 func PurgeIDsReply(cmd *redis.Cmd, n int) ([]Row, error) {
-	code, rest, err := script.Reply(cmd)
-	if err == nil && (code != script.OK || len(rest) != 2*n) {
-		err = fmt.Errorf("purge ids: unexpected reply %v %v", code, rest)
+	r, err := decode("purge ids", cmd)
+	if err == nil {
+		err = r.want(2 * n)
 	}
 	if err != nil {
 		return nil, err
 	}
 	rows := make([]Row, n)
 	for i := range rows {
-		c, _ := rest[2*i].(int64)
-		rows[i].Code = script.Code(c)
-		rows[i].Data, _ = rest[2*i+1].(string)
+		rows[i] = Row{Code: script.Code(r.int(2 * i)), Data: r.str(2*i + 1)}
 	}
 	return rows, nil
-}
-
-// ReplayCall is Replay as a call for script.Pipelined; read its reply with ReplayReply.
-func ReplayCall(q keys.Queue, id string, now int64) script.Call {
-	return script.Call{Script: replayScript, Keys: []string{q.Stream(), q.Dead(), q.Job(id)}, Args: []any{now, id}}
-}
-
-// ReplayReply reads a ReplayCall's reply as Replay answers.
-func ReplayReply(cmd *redis.Cmd) (script.Code, string, error) {
-	code, rest, err := script.Reply(cmd)
-	if err != nil {
-		return 0, "", err
-	}
-	data := ""
-	if len(rest) > 0 {
-		data, _ = rest[0].(string)
-	}
-	return code, data, nil
 }
 
 // EntryJob is the job a stream entry carries (entry_jobs.lua).
@@ -138,16 +111,16 @@ func EntryJobs(ctx context.Context, rdb redis.Scripter, q keys.Queue, entries []
 	for _, e := range entries {
 		args = append(args, e)
 	}
-	code, rest, err := script.Reply(entryJobsScript.Run(ctx, rdb, []string{q.Stream()}, args...))
-	if err == nil && (code != script.OK || len(rest) != len(entries)) {
-		err = fmt.Errorf("entry jobs: unexpected reply %v (%d rows for %d entries)", code, len(rest), len(entries))
+	r, err := decode("entry jobs", entryJobsScript.Run(ctx, rdb, []string{q.Stream()}, args...))
+	if err == nil {
+		err = r.want(len(entries))
 	}
 	if err != nil {
 		return nil, err
 	}
 	out := make([]EntryJob, len(entries))
-	for i, r := range rest {
-		row, _ := r.([]any)
+	for i, v := range r.rest {
+		row, _ := v.([]any)
 		if len(row) != 3 {
 			continue
 		}

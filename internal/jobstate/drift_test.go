@@ -14,13 +14,15 @@ import (
 	"testing"
 
 	"github.com/conveyorq/conveyor/internal/jobstate"
+	"github.com/conveyorq/conveyor/internal/status"
 )
 
 // root is the module's root, from this package's directory.
 const root = "../.."
 
 // constants returns the string constants declared in a Go file whose names match nameRE (and,
-// when typ is not empty, whose declared type is typ), by name.
+// when typ is not empty, whose declared type is typ), by name. Only internal/keys is read this
+// way: its names are plain constants, with no list to ask.
 func constants(t *testing.T, file string, nameRE *regexp.Regexp, typ string) map[string]string {
 	t.Helper()
 	f, err := parser.ParseFile(token.NewFileSet(), filepath.Join(root, file), nil, 0)
@@ -89,8 +91,8 @@ var (
 	word = regexp.MustCompile(`^[a-z_]+$`)
 )
 
-// Every lower-case word quoted in a Lua script is a name Go defines: a job status (pipeline's
-// Status constants), a job-hash field, a stream-entry field or a stats counter (internal/keys),
+// Every lower-case word quoted in a Lua script is a name Go defines: a job status
+// (status.All), a job-hash field, a stream-entry field or a stats counter (internal/keys),
 // or one of finish.lua's ops (jobstate). A status or field that a script adds or misspells
 // without a constant fails here, so the state machine cannot grow a state in Lua alone.
 func TestLuaNamesAreGoConstants(t *testing.T) {
@@ -101,7 +103,9 @@ func TestLuaNamesAreGoConstants(t *testing.T) {
 			known[v] = kind + " " + name
 		}
 	}
-	add("pipeline", constants(t, "pipeline/job.go", regexp.MustCompile(`^Status`), "Status"))
+	for _, s := range status.All() {
+		known[string(s)] = "status"
+	}
 	add("keys", constants(t, "internal/keys/keys.go", regexp.MustCompile(`^(Field|Entry|Stat)`), ""))
 	for _, op := range jobstate.OpNames() {
 		known[op] = "jobstate op"
@@ -135,12 +139,7 @@ func TestStateMachineMapMatchesCode(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	statuses := constants(t, "pipeline/job.go", regexp.MustCompile(`^Status`), "Status")
-	var want []string
-	for _, v := range statuses {
-		want = append(want, v)
-	}
-	slices.Sort(want)
+	want := statusNames()
 	// The statuses section lists each status as a heading: "### `queued`".
 	var got []string
 	for _, m := range regexp.MustCompile("(?m)^### `([a-z_]+)`").FindAllStringSubmatch(string(doc), -1) {
@@ -161,5 +160,70 @@ func TestStateMachineMapMatchesCode(t *testing.T) {
 		if !found {
 			t.Errorf("STATE_MACHINE.md names %s, which does not exist", m[1])
 		}
+	}
+}
+
+// statusNames is status.All as sorted strings.
+func statusNames() []string {
+	var out []string
+	for _, s := range status.All() {
+		out = append(out, string(s))
+	}
+	slices.Sort(out)
+	return out
+}
+
+// statusesWritten returns the statuses a script's source sets: the value after the 'status'
+// field in the arguments of an HSET, or in a list of fields built for one
+// (f[#f + 1] = 'status'; f[#f + 1] = 'scheduled', or fields[n + 1], fields[n + 2] = 'status',
+// 'failed'). A read (HMGET ... 'status', 'type') is no write.
+func statusesWritten(src string) []string {
+	var out []string
+	src = luaComment.ReplaceAllString(src, "")
+	for _, loc := range hsetCall.FindAllStringIndex(src, -1) {
+		depth, end := 0, len(src)
+		for i := loc[1] - 1; i < len(src); i++ {
+			if src[i] == '(' {
+				depth++
+			} else if src[i] == ')' {
+				if depth--; depth == 0 {
+					end = i
+					break
+				}
+			}
+		}
+		for _, m := range statusArg.FindAllStringSubmatch(src[loc[1]:end], -1) {
+			out = append(out, m[1])
+		}
+	}
+	for _, m := range statusListed.FindAllStringSubmatch(src, -1) {
+		out = append(out, m[1]+m[2])
+	}
+	return out
+}
+
+var (
+	hsetCall     = regexp.MustCompile(`redis\.call\('HSET'`)
+	statusArg    = regexp.MustCompile(`'status',\s*'([a-z_]+)'`)
+	statusListed = regexp.MustCompile(`'status'\s*;\s*[\w.]+\[[^\]]*\]\s*=\s*'([a-z_]+)'|=\s*'status',\s*'([a-z_]+)'`)
+)
+
+// The statuses the scripts write are exactly status.All: a status added to Go that no script
+// writes, or written by a script without a constant in Go, fails here.
+func TestScriptsWriteEveryStatus(t *testing.T) {
+	t.Parallel()
+	written := map[string][]string{}
+	for path, src := range luaFiles(t) {
+		for _, st := range statusesWritten(src) {
+			written[st] = append(written[st], path)
+		}
+	}
+	var got []string
+	for s := range written {
+		got = append(got, s)
+	}
+	slices.Sort(got)
+	if want := statusNames(); !slices.Equal(got, want) {
+		t.Fatalf("the scripts write statuses %v (%v); status.All is %v", got, written, want)
 	}
 }

@@ -43,7 +43,7 @@ func TestEnqueueChunkRetryIsIdempotent(t *testing.T) {
 	jobs := []jobstate.NewJob{job("", now, ""), job("chosen-1", now, ""), job("", now, ""),
 		job("", now+3_600_000, ""), job("", now, "")}
 	call := jobstate.EnqueueCall(q, now, jobs)
-	first := enqueueRows(t, call.Script.Run(ctx, rdb, call.Keys, call.Args...))
+	first := enqueueRows(t, len(jobs), call.Script.Run(ctx, rdb, call.Keys, call.Args...))
 	require.Len(t, first, 5)
 	require.Equal(t, "", first[3], "the delayed one is scheduled")
 	for _, i := range []int{0, 1, 2, 4} {
@@ -51,7 +51,7 @@ func TestEnqueueChunkRetryIsIdempotent(t *testing.T) {
 		require.NotEqual(t, "=", first[i])
 	}
 
-	again := enqueueRows(t, call.Script.Run(ctx, rdb, call.Keys, call.Args...))
+	again := enqueueRows(t, len(jobs), call.Script.Run(ctx, rdb, call.Keys, call.Args...))
 	require.Equal(t, []string{"=", "=", "=", "=", "="}, again)
 	xlen, err := rdb.XLen(ctx, q.Stream()).Result()
 	require.NoError(t, err)
@@ -62,7 +62,7 @@ func TestEnqueueChunkRetryIsIdempotent(t *testing.T) {
 
 	// A chosen id is still looked up on its own, in a chunk that is otherwise new.
 	call = jobstate.EnqueueCall(q, now, []jobstate.NewJob{job("chosen-1", now, ""), job("", now, "")})
-	mixed := enqueueRows(t, call.Script.Run(ctx, rdb, call.Keys, call.Args...))
+	mixed := enqueueRows(t, 2, call.Script.Run(ctx, rdb, call.Keys, call.Args...))
 	require.Equal(t, "=", mixed[0])
 	require.NotEqual(t, "=", mixed[1])
 
@@ -74,9 +74,9 @@ func TestEnqueueChunkRetryIsIdempotent(t *testing.T) {
 	xlen0, err := rdb.XLen(ctx, q.Stream()).Result()
 	require.NoError(t, err)
 	call = jobstate.EnqueueCall(q, now, []jobstate.NewJob{job("", now, ""), job("", now, ""), job("", now, "k")})
-	first = enqueueRows(t, call.Script.Run(ctx, rdb, call.Keys, call.Args...))
+	first = enqueueRows(t, 3, call.Script.Run(ctx, rdb, call.Keys, call.Args...))
 	require.Equal(t, "~"+holder.ID, first[2])
-	again = enqueueRows(t, call.Script.Run(ctx, rdb, call.Keys, call.Args...))
+	again = enqueueRows(t, 3, call.Script.Run(ctx, rdb, call.Keys, call.Args...))
 	require.Equal(t, []string{"=", "=", "~" + holder.ID}, again)
 	xlen, err = rdb.XLen(ctx, q.Stream()).Result()
 	require.NoError(t, err)
@@ -85,23 +85,21 @@ func TestEnqueueChunkRetryIsIdempotent(t *testing.T) {
 
 // enqueueRows reads enqueue.lua's reply as one string per job: the entry id when queued, ”
 // when scheduled, '=' when the id existed, '~<id>' when job <id> holds the unique key.
-func enqueueRows(t *testing.T, cmd *redis.Cmd) []string {
+func enqueueRows(t *testing.T, n int, cmd *redis.Cmd) []string {
 	t.Helper()
-	code, rest, err := script.Reply(cmd)
+	created, err := jobstate.EnqueueReply(cmd, n)
 	require.NoError(t, err)
-	require.Equal(t, script.OK, code)
 	var rows []string
-	for k := 0; k < len(rest); k += 2 {
-		data, _ := rest[k+1].(string)
-		switch c, _ := rest[k].(int64); script.Code(c) {
+	for _, c := range created {
+		switch c.Code {
 		case script.OK:
-			rows = append(rows, data)
+			rows = append(rows, c.Entry)
 		case script.Exists:
 			rows = append(rows, "=")
 		case script.UniqueHeld:
-			rows = append(rows, "~"+data)
+			rows = append(rows, "~"+c.Holder)
 		default:
-			t.Fatalf("code %d", c)
+			t.Fatalf("code %v", c.Code)
 		}
 	}
 	return rows

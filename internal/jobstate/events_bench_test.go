@@ -32,7 +32,7 @@ func benchFinishEvents(b *testing.B, chunk int) {
 	queue := redistest.UniqueName(b)
 	q := keys.New(keys.DefaultPrefix, queue)
 	c := pipeline.NewClient(rdb, pipeline.ClientConfig{})
-	cfg := jobstate.FinishConfig{Worker: "w1", Retention: time.Hour.Milliseconds(), MinRetention: time.Minute.Milliseconds()}
+	cfg := jobstate.FinishConfig{Worker: "w1", Retention: time.Hour, MinRetention: time.Minute}
 	if err := rdb.XGroupCreateMkStream(b.Context(), q.Stream(), keys.Group, "0").Err(); err != nil {
 		b.Fatal(err)
 	}
@@ -58,12 +58,12 @@ func benchFinishEvents(b *testing.B, chunk int) {
 		for k, m := range res[0].Messages {
 			entries[k] = m.ID
 		}
-		now := time.Now().UnixMilli()
+		now := time.Now()
 		starts := make([]jobstate.Transition, chunk)
 		dones := make([]jobstate.Transition, chunk)
 		for k, j := range jobs {
-			starts[k] = jobstate.Start(&q, j.ID, entries[k], 1, now)
-			dones[k] = jobstate.Done(&q, j.ID, entries[k], 1, now, now+1, "").WithPayload(string(tasks[k].Payload))
+			starts[k] = jobstate.Start(&q, jobstate.StartParams{ID: j.ID, Entry: entries[k], Attempt: 1, At: now})
+			dones[k] = jobstate.Done(&q, jobstate.DoneParams{Ran: ran(j.ID, entries[k], now), Result: ""}).WithPayload(string(tasks[k].Payload))
 		}
 		m := i % 3
 		cfg.Events = modes[m]

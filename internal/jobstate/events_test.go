@@ -28,7 +28,7 @@ func TestScriptsAnnounceEvents(t *testing.T) {
 		ids = append(ids, j.ID)
 	}
 	entries := f.read(len(ids))
-	now := time.Now().UnixMilli()
+	now := time.Now()
 	for _, id := range ids[:4] { // waited on (the poison record is announced all the same)
 		_, found, err := jobstate.GetWatched(ctx, f.rdb, f.q, id)
 		require.NoError(t, err)
@@ -37,17 +37,17 @@ func TestScriptsAnnounceEvents(t *testing.T) {
 
 	// Nothing is published without events: the next message is the call's below.
 	f.cfg.Events = events.None
-	require.Equal(t, []script.Code{applied}, f.run(jobstate.Start(&f.q, ids[5], entries[5], 1, now)))
+	require.Equal(t, []script.Code{applied}, f.run(jobstate.Start(&f.q, jobstate.StartParams{ID: ids[5], Entry: entries[5], Attempt: 1, At: now})))
 
 	f.cfg.Events = events.Sharded
 	codes := f.run(
-		jobstate.Start(&f.q, ids[0], entries[0], 1, now),
-		jobstate.Done(&f.q, ids[0], entries[0], 1, now, now+1, "r"),
-		jobstate.Retry(&f.q, ids[1], entries[1], 1, now, now+1, "e", now+60_000),
-		jobstate.Retry(&f.q, ids[2], entries[2], 1, now, now+1, "e", now+60_000),
-		jobstate.Dead(&f.q, ids[3], entries[3], 1, now, now+1, "e"),
-		jobstate.Poison(&f.q, ids[4], entries[4], now, "unreadable"),
-		jobstate.Done(&f.q, ids[0], entries[0], 1, now, now+1, "again"),
+		jobstate.Start(&f.q, jobstate.StartParams{ID: ids[0], Entry: entries[0], Attempt: 1, At: now}),
+		jobstate.Done(&f.q, jobstate.DoneParams{Ran: ran(ids[0], entries[0], now), Result: "r"}),
+		jobstate.Retry(&f.q, jobstate.RetryParams{Ran: ran(ids[1], entries[1], now), Reason: "e", RetryAt: now.Add(time.Minute)}),
+		jobstate.Retry(&f.q, jobstate.RetryParams{Ran: ran(ids[2], entries[2], now), Reason: "e", RetryAt: now.Add(time.Minute)}),
+		jobstate.Dead(&f.q, jobstate.DeadParams{Ran: ran(ids[3], entries[3], now), Reason: "e"}),
+		jobstate.Poison(&f.q, jobstate.PoisonParams{ID: ids[4], Entry: entries[4], At: now, Reason: "unreadable"}),
+		jobstate.Done(&f.q, jobstate.DoneParams{Ran: ran(ids[0], entries[0], now), Result: "again"}),
 	)
 	require.Equal(t, []script.Code{applied, applied, applied, died, applied, applied, refused}, codes)
 	require.Equal(t, []events.Event{
@@ -58,12 +58,14 @@ func TestScriptsAnnounceEvents(t *testing.T) {
 		{ID: ids[4], Status: "failed", Attempt: 0},
 	}, next(), "one message for the call; the start and the refused transition say nothing")
 
-	code, _, err := jobstate.Cancel(ctx, f.rdb, f.q, ids[5], now, time.Hour.Milliseconds(), time.Minute.Milliseconds(), events.Plain)
+	row, err := jobstate.Cancel(ctx, f.rdb, f.q, jobstate.CancelParams{ID: ids[5], Now: now, Retention: time.Hour,
+		MinRetention: time.Minute, Events: events.Plain})
 	require.NoError(t, err)
-	require.Equal(t, script.OK, code)
-	code, _, err = jobstate.Cancel(ctx, f.rdb, f.q, ids[1], now, time.Hour.Milliseconds(), time.Minute.Milliseconds(), events.Sharded)
+	require.Equal(t, script.OK, row.Code)
+	row, err = jobstate.Cancel(ctx, f.rdb, f.q, jobstate.CancelParams{ID: ids[1], Now: now, Retention: time.Hour,
+		MinRetention: time.Minute, Events: events.Sharded})
 	require.NoError(t, err)
-	require.Equal(t, script.OK, code)
+	require.Equal(t, script.OK, row.Code)
 	require.Equal(t, []events.Event{{ID: ids[1], Status: "canceled", Attempt: 1}}, next(),
 		"a plain PUBLISH does not reach a sharded subscriber: the first cancel's message is not this one")
 }
@@ -94,9 +96,9 @@ func TestFinishAnnouncesOnlyWatchedJobs(t *testing.T) {
 	require.NoError(t, err)
 	require.Zero(t, n, "marking an unknown job must not make a hash")
 
-	now := time.Now().UnixMilli()
-	require.Equal(t, []script.Code{applied}, f.run(jobstate.Done(&f.q, ids[0], entries[0], 1, now, now+1, "r")))
-	require.Equal(t, []script.Code{applied}, f.run(jobstate.Done(&f.q, ids[1], entries[1], 1, now, now+1, "r")))
+	now := time.Now()
+	require.Equal(t, []script.Code{applied}, f.run(jobstate.Done(&f.q, jobstate.DoneParams{Ran: ran(ids[0], entries[0], now), Result: "r"})))
+	require.Equal(t, []script.Code{applied}, f.run(jobstate.Done(&f.q, jobstate.DoneParams{Ran: ran(ids[1], entries[1], now), Result: "r"})))
 	require.Equal(t, []events.Event{{ID: ids[1], Status: "completed", Attempt: 1}}, next(),
 		"the unmarked job's outcome is not announced")
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/conveyorq/conveyor/internal/keys"
 	"github.com/conveyorq/conveyor/internal/redistest"
 	"github.com/conveyorq/conveyor/internal/script"
+	"github.com/conveyorq/conveyor/internal/status"
 	"github.com/conveyorq/conveyor/pipeline"
 )
 
@@ -31,20 +32,21 @@ func TestFinishLateStartMarkIsIgnored(t *testing.T) {
 		Streams: []string{q.Stream(), ">"}, Count: 1}).Result()
 	require.NoError(t, err)
 
-	cfg := jobstate.FinishConfig{Worker: "w1", Retention: time.Hour.Milliseconds(), MinRetention: time.Minute.Milliseconds()}
-	now := time.Now().UnixMilli()
+	cfg := jobstate.FinishConfig{Worker: "w1", Retention: time.Hour, MinRetention: time.Minute}
+	now := time.Now()
 	run := func(ts ...jobstate.Transition) []script.Code {
 		call := jobstate.FinishCall(cfg, ts)
-		return finishCodes(t, call.Script.Run(ctx, rdb, call.Keys, call.Args...))
+		return finishCodes(t, len(ts), call.Script.Run(ctx, rdb, call.Keys, call.Args...))
 	}
-	done := jobstate.Done(&q, job.ID, job.Entry, 1, now, now+5, "").WithPayload("p")
-	start := jobstate.Start(&q, job.ID, job.Entry, 1, now)
+	done := jobstate.Done(&q, jobstate.DoneParams{Ran: jobstate.Ran{ID: job.ID, Entry: job.Entry, Attempt: 1,
+		Started: now, Finished: now.Add(5 * time.Millisecond)}}).WithPayload("p")
+	start := jobstate.Start(&q, jobstate.StartParams{ID: job.ID, Entry: job.Entry, Attempt: 1, At: now})
 
 	require.Equal(t, []script.Code{applied}, run(done))
 	require.Equal(t, []script.Code{refused}, run(start), "the late start mark changes nothing")
 	got, err := c.Get(ctx, queue, job.ID)
 	require.NoError(t, err)
-	require.Equal(t, pipeline.StatusCompleted, got.Status)
+	require.Equal(t, status.Completed, got.Status)
 	st, err := c.Stats(ctx, queue)
 	require.NoError(t, err)
 	require.Zero(t, st.Refused, "a late start mark is no refusal")
@@ -73,11 +75,7 @@ func newFinishFixture(t *testing.T, retention time.Duration) *finishFixture {
 	queue := redistest.UniqueName(t)
 	f := &finishFixture{t: t, rdb: rdb, c: pipeline.NewClient(rdb, pipeline.ClientConfig{}), queue: queue,
 		q: keys.New(keys.DefaultPrefix, queue)}
-	ret := retention.Milliseconds()
-	if retention < 0 {
-		ret = 0
-	}
-	f.cfg = jobstate.FinishConfig{Worker: "w1", Retention: ret, MinRetention: time.Minute.Milliseconds()}
+	f.cfg = jobstate.FinishConfig{Worker: "w1", Retention: retention, MinRetention: time.Minute}
 	require.NoError(t, rdb.XGroupCreateMkStream(t.Context(), f.q.Stream(), keys.Group, "0").Err())
 	return f
 }
@@ -98,20 +96,20 @@ func (f *finishFixture) read(n int) []string {
 func (f *finishFixture) run(ts ...jobstate.Transition) []script.Code {
 	f.t.Helper()
 	call := jobstate.FinishCall(f.cfg, ts)
-	return finishCodes(f.t, call.Script.Run(f.t.Context(), f.rdb, call.Keys, call.Args...))
+	return finishCodes(f.t, len(ts), call.Script.Run(f.t.Context(), f.rdb, call.Keys, call.Args...))
 }
 
-// finishCodes reads finish.lua's reply: one code per transition.
-func finishCodes(t *testing.T, cmd *redis.Cmd) []script.Code {
+// finishCodes reads finish.lua's reply to n transitions: one code per transition.
+func finishCodes(t *testing.T, n int, cmd *redis.Cmd) []script.Code {
 	t.Helper()
-	code, rest, err := script.Reply(cmd)
+	codes, err := jobstate.FinishReply(cmd, n)
 	require.NoError(t, err)
-	require.Equal(t, script.OK, code)
-	out := make([]script.Code, len(rest))
-	for i, v := range rest {
-		out[i] = script.Code(v.(int64))
-	}
-	return out
+	return codes
+}
+
+// ran is attempt 1 of job id on entry, run from at for a millisecond.
+func ran(id, entry string, at time.Time) jobstate.Ran {
+	return jobstate.Ran{ID: id, Entry: entry, Attempt: 1, Started: at, Finished: at.Add(time.Millisecond)}
 }
 
 // Per-transition codes of finish.lua, as the tests read them.
@@ -122,14 +120,14 @@ const (
 )
 
 func (f *finishFixture) outcome(op jobstate.Op, id, entry string) jobstate.Transition {
-	now := time.Now().UnixMilli()
+	now := time.Now()
 	switch op {
 	case jobstate.OpDone:
-		return jobstate.Done(&f.q, id, entry, 1, now, now+1, "d")
+		return jobstate.Done(&f.q, jobstate.DoneParams{Ran: ran(id, entry, now), Result: "d"})
 	case jobstate.OpRetry:
-		return jobstate.Retry(&f.q, id, entry, 1, now, now+1, "d", now+60_000)
+		return jobstate.Retry(&f.q, jobstate.RetryParams{Ran: ran(id, entry, now), Reason: "d", RetryAt: now.Add(time.Minute)})
 	case jobstate.OpDead:
-		return jobstate.Dead(&f.q, id, entry, 1, now, now+1, "d")
+		return jobstate.Dead(&f.q, jobstate.DeadParams{Ran: ran(id, entry, now), Reason: "d"})
 	}
 	panic("no outcome " + op.String())
 }
@@ -172,9 +170,9 @@ func (f *finishFixture) inStream(entry string) bool {
 // from finish.lua's liveness check broke no test before this one.)
 func TestFinishFenceRefusesAnOldEntry(t *testing.T) {
 	t.Parallel()
-	for _, status := range []pipeline.Status{pipeline.StatusQueued, pipeline.StatusInProgress} {
+	for _, st := range []status.Status{status.Queued, status.InProgress} {
 		for _, op := range []jobstate.Op{jobstate.OpDone, jobstate.OpRetry, jobstate.OpDead} {
-			t.Run(string(status)+"/"+op.String(), func(t *testing.T) {
+			t.Run(string(st)+"/"+op.String(), func(t *testing.T) {
 				t.Parallel()
 				f := newFinishFixture(t, time.Hour)
 				job, err := f.c.Enqueue(t.Context(), f.queue, pipeline.Task{Type: "t", Payload: []byte("p")})
@@ -188,12 +186,12 @@ func TestFinishFenceRefusesAnOldEntry(t *testing.T) {
 					keys.EntryJob, keys.FormatEntryJob(2, 5, 0, "t")}}).Result()
 				require.NoError(t, err)
 				require.NoError(t, f.rdb.HSet(t.Context(), f.q.Job(job.ID), keys.FieldEntry, newer).Err())
-				if status == pipeline.StatusInProgress {
+				if st == status.InProgress {
 					require.Equal(t, []string{newer}, f.read(1))
-					require.Equal(t, []script.Code{applied}, f.run(jobstate.Start(&f.q, job.ID, newer, 2, time.Now().UnixMilli())))
+					require.Equal(t, []script.Code{applied}, f.run(jobstate.Start(&f.q, jobstate.StartParams{ID: job.ID, Entry: newer, Attempt: 2, At: time.Now()})))
 				}
 				before := f.get(job.ID)
-				require.Equal(t, status, before.Status)
+				require.Equal(t, st, before.Status)
 
 				require.Equal(t, []script.Code{refused}, f.run(f.outcome(op, job.ID, old)))
 				after := f.get(job.ID)
@@ -236,7 +234,7 @@ func TestFinishRefusalLeavesAnotherJobsEntry(t *testing.T) {
 	// The stale worker names other's entry, as if its own entry's id had been handed out again.
 	require.Equal(t, []script.Code{refused}, f.run(f.outcome(jobstate.OpDone, stale.ID, other.Entry)))
 	require.True(t, f.inStream(other.Entry), "another job's entry is left alone")
-	require.Equal(t, pipeline.StatusQueued, f.get(other.ID).Status)
+	require.Equal(t, status.Queued, f.get(other.ID).Status)
 	require.Equal(t, []string{other.Entry}, f.read(1), "and it is still delivered")
 }
 
@@ -252,14 +250,14 @@ func TestFinishDoneClearsEntry(t *testing.T) {
 	withMeta, err := f.c.Enqueue(t.Context(), f.queue, pipeline.Task{Type: "t", Payload: []byte("p"), Metadata: map[string]string{"k": "v"}})
 	require.NoError(t, err)
 	entries := f.read(3)
-	now := time.Now().UnixMilli()
+	now := time.Now()
 	fast := f.outcome(jobstate.OpDone, plain.ID, entries[0]).WithPayload("p") // the fast path: payload sent back
-	fastEmpty := jobstate.Done(&f.q, noResult.ID, entries[1], 1, now, now+1, "").WithPayload("p")
+	fastEmpty := jobstate.Done(&f.q, jobstate.DoneParams{Ran: ran(noResult.ID, entries[1], now), Result: ""}).WithPayload("p")
 	slow := f.outcome(jobstate.OpDone, withMeta.ID, entries[2])
 	require.Equal(t, []script.Code{applied, applied, applied}, f.run(fast, fastEmpty, slow))
 	for _, id := range []string{plain.ID, noResult.ID, withMeta.ID} {
 		j := f.get(id)
-		require.Equal(t, pipeline.StatusCompleted, j.Status)
+		require.Equal(t, status.Completed, j.Status)
 		require.Empty(t, j.Entry, "%s keeps no entry once completed", id)
 		require.Equal(t, "p", string(j.Payload))
 		// The retention TTL is set on both paths, near the retention.
@@ -282,11 +280,11 @@ func TestFinishDeadRecordsCompletedAt(t *testing.T) {
 	tr := f.outcome(jobstate.OpRetry, job.ID, entry) // out of retries: dies
 	require.Equal(t, []script.Code{died}, f.run(tr))
 	j := f.get(job.ID)
-	require.Equal(t, pipeline.StatusFailed, j.Status)
-	require.Equal(t, tr.Finished, j.CompletedAt.UnixMilli())
+	require.Equal(t, status.Failed, j.Status)
+	require.Equal(t, tr.FinishedAt(), j.CompletedAt)
 	score, err := f.rdb.ZScore(t.Context(), f.q.Dead(), job.ID).Result()
 	require.NoError(t, err)
-	require.EqualValues(t, tr.Finished, score)
+	require.EqualValues(t, tr.FinishedAt().UnixMilli(), score)
 	require.Empty(t, j.Entry)
 }
 
@@ -315,7 +313,7 @@ func TestEnqueueResentAfterFinish(t *testing.T) {
 		} else {
 			call := jobstate.EnqueueCall(f.q, now, []jobstate.NewJob{nj})
 			send = func() string {
-				return enqueueRows(t, call.Script.Run(t.Context(), f.rdb, call.Keys, call.Args...))[0]
+				return enqueueRows(t, 1, call.Script.Run(t.Context(), f.rdb, call.Keys, call.Args...))[0]
 			}
 		}
 		first := send()
@@ -326,7 +324,7 @@ func TestEnqueueResentAfterFinish(t *testing.T) {
 		xlen, err := f.rdb.XLen(t.Context(), f.q.Stream()).Result()
 		require.NoError(t, err)
 		require.Zero(t, xlen, "nothing was enqueued twice")
-		require.Equal(t, pipeline.StatusCompleted, f.get(nj.ID).Status)
+		require.Equal(t, status.Completed, f.get(nj.ID).Status)
 	}
 	s := f.stats()
 	require.EqualValues(t, 3, s.Enqueued)
@@ -345,14 +343,14 @@ func TestFinishPoisonNamingAnotherJobIsKept(t *testing.T) {
 		keys.EntryUUID, job.ID, keys.EntryPayload, "imposter"}}).Result()
 	require.NoError(t, err)
 	require.Equal(t, []string{bad}, f.read(1))
-	now := time.Now().UnixMilli()
-	require.Equal(t, []script.Code{applied}, f.run(jobstate.Poison(&f.q, job.ID, bad, now,
-		"unreadable stream entry "+bad+": missing conveyor field")))
+	now := time.Now()
+	require.Equal(t, []script.Code{applied}, f.run(jobstate.Poison(&f.q, jobstate.PoisonParams{ID: job.ID, Entry: bad, At: now,
+		Reason: "unreadable stream entry " + bad + ": missing conveyor field"})))
 	rec := f.get("entry-" + bad)
-	require.Equal(t, pipeline.StatusFailed, rec.Status)
+	require.Equal(t, status.Failed, rec.Status)
 	require.Equal(t, "imposter", string(rec.Payload))
 	require.Empty(t, rec.Type)
-	require.Equal(t, pipeline.StatusQueued, f.get(job.ID).Status, "the named job is untouched")
+	require.Equal(t, status.Queued, f.get(job.ID).Status, "the named job is untouched")
 	require.False(t, f.inStream(bad))
 	require.EqualValues(t, 1, f.stats().Dead)
 }
@@ -382,7 +380,7 @@ func TestCancelFinishedAndTombstone(t *testing.T) {
 	fields, err := f.rdb.HGetAll(t.Context(), f.q.Job(gone.ID)).Result()
 	require.NoError(t, err)
 	require.Len(t, fields, 2, "only a tombstone is left: %v", fields)
-	require.Equal(t, string(pipeline.StatusCanceled), fields[keys.FieldStatus])
+	require.Equal(t, string(status.Canceled), fields[keys.FieldStatus])
 	ttl, err := f.rdb.PTTL(t.Context(), f.q.Job(gone.ID)).Result()
 	require.NoError(t, err)
 	require.Greater(t, ttl, 50*time.Second)

@@ -1,18 +1,29 @@
-// Package jobstate is the job state machine: the Lua scripts that move a job from one status to
-// another, each one atomic step over a queue's keys, and the Go that builds their calls and
-// reads their replies. docs/STATE_MACHINE.md maps every status and transition; the scripts of
-// the two transitions that run outside a worker's hands, promotion (package delayed) and
-// recovery (package recovery), live beside their callers and share this package's fence
-// (cv_live in internal/script/lib.lua).
+// Package jobstate is the job state machine: every Lua script that moves a job from one status
+// to another, each one atomic step over a queue's keys, and the Go that builds their calls and
+// reads their replies. docs/STATE_MACHINE.md maps every status (package internal/status) and
+// transition.
 //
 // Every transition a worker asks for is a value made by one constructor (Start, Done, Retry,
 // Dead, Poison) and applied in batches by finish.lua, fenced by the stream entry the worker was
-// handed; Release, Cancel and Replay are calls of their own. Scripts answer {code, ...} with the
-// codes of internal/script (script.Code).
+// handed. The other transitions are calls of their own: Release, Cancel, Replay and Purge for
+// pipeline; Promote for package delayed's Scheduler; Recover, Prune and Clock for package
+// recovery's Recoverer (maintain.go). The services keep their loops, clocks and backoffs; what
+// a script does and how its reply reads is here.
 //
-// The package is internal so that pipeline (Client, Worker, Inspector) and the tests of every
-// package (internal/jobtest seeds jobs in any status through these very scripts) share it;
-// nothing outside the module builds a transition.
+// A call takes its settings as a params struct with named time.Time and time.Duration fields
+// (StartParams, DoneParams, CancelParams, RecoverParams, ...), never a run of positional
+// milliseconds, and converts them to the scripts' unix milliseconds itself. Every reply is read
+// by one decoder (reply.go) into a typed answer (Row, Created, Released, Promoted, Recovered);
+// no caller sees a raw reply.
+//
+// The reply codes (script.Code) and the fence of every transition that holds an entry (cv_live)
+// stay in internal/script, beside lib.lua, which defines both: script.New joins the library
+// functions and codes a script uses into it, and internal/script's tests keep the Go and Lua
+// code lists in step. Moving them here would split lib.lua from the runner that joins it.
+//
+// The package is internal so that pipeline (Client, Worker, Inspector), the services and the
+// tests of every package (internal/jobtest seeds jobs in any status through these very scripts)
+// share it; nothing outside the module builds a transition.
 package jobstate
 
 import (
@@ -152,21 +163,20 @@ type Created struct {
 
 // EnqueueReply reads the reply of an EnqueueCall of n jobs.
 func EnqueueReply(cmd *redis.Cmd, n int) ([]Created, error) {
-	code, rows, err := script.Reply(cmd)
-	if err == nil && code == script.WrongState {
+	r, err := decode("enqueue", cmd)
+	if err == nil && r.code == script.WrongState {
 		return nil, ErrClosed
 	}
-	if err == nil && (code != script.OK || len(rows) != 2*n) {
-		err = fmt.Errorf("unexpected reply %v %v", code, rows)
+	if err == nil {
+		err = r.want(2 * n)
 	}
 	if err != nil {
 		return nil, err
 	}
 	out := make([]Created, n)
 	for k := range out {
-		c, _ := rows[2*k].(int64)
-		data, _ := rows[2*k+1].(string)
-		out[k].Code = script.Code(c)
+		data := r.str(2*k + 1)
+		out[k].Code = script.Code(r.int(2 * k))
 		switch out[k].Code {
 		case script.OK:
 			out[k].Entry = data
@@ -176,7 +186,7 @@ func EnqueueReply(cmd *redis.Cmd, n int) ([]Created, error) {
 			out[k].Differs = data
 		case script.Exists:
 		default:
-			return nil, fmt.Errorf("unexpected reply code %v", out[k].Code)
+			return nil, fmt.Errorf("enqueue: unexpected reply code %v", out[k].Code)
 		}
 	}
 	return out, nil
@@ -187,29 +197,24 @@ func EnqueueReply(cmd *redis.Cmd, n int) ([]Created, error) {
 // {code, ...}, which costs a single publish 5% less (docs/BENCHMARKS.md). It answers as one
 // row of EnqueueReply.
 func Enqueue1(ctx context.Context, rdb redis.Scripter, q keys.Queue, now int64, j *NewJob) (Created, error) {
-	res, err := enqueue1Script.Run(ctx, rdb, []string{q.Stream(), q.Stats(), q.Job(j.ID), q.Closed()},
-		j.ID, j.Type, j.Payload, j.Metadata, j.MaxRetries, now).Result()
+	cmd := enqueue1Script.Run(ctx, rdb, []string{q.Stream(), q.Stats(), q.Job(j.ID), q.Closed()},
+		j.ID, j.Type, j.Payload, j.Metadata, j.MaxRetries, now)
+	if e, ok := cmd.Val().(string); ok {
+		return Created{Code: script.OK, Entry: e}, nil
+	}
+	row, err := decodeRow("enqueue1", cmd)
 	if err != nil {
 		return Created{}, err
 	}
-	switch v := res.(type) {
-	case string:
-		return Created{Code: script.OK, Entry: v}, nil
-	case []any:
-		if len(v) > 0 {
-			c, _ := v[0].(int64)
-			switch script.Code(c) {
-			case script.Exists:
-				return Created{Code: script.Exists}, nil
-			case script.Conflict:
-				d, _ := v[1].(string)
-				return Created{Code: script.Conflict, Differs: d}, nil
-			case script.WrongState:
-				return Created{}, ErrClosed
-			}
-		}
+	switch row.Code {
+	case script.Exists:
+		return Created{Code: script.Exists}, nil
+	case script.Conflict:
+		return Created{Code: script.Conflict, Differs: row.Data}, nil
+	case script.WrongState:
+		return Created{}, ErrClosed
 	}
-	return Created{}, fmt.Errorf("unexpected reply %v", res)
+	return Created{}, fmt.Errorf("enqueue1: unexpected reply %v", row)
 }
 
 // ---- Reading ----
@@ -221,15 +226,11 @@ func GetCall(q keys.Queue, id string) script.Call {
 
 // GetReply reads the reply of a GetCall (see Get).
 func GetReply(cmd *redis.Cmd) (flat []string, found bool, err error) {
-	code, rest, err := script.Reply(cmd)
-	if err != nil || code == script.NotFound {
+	r, err := decode("get", cmd)
+	if err != nil || r.code == script.NotFound {
 		return nil, false, err
 	}
-	flat = make([]string, len(rest))
-	for i, v := range rest {
-		flat[i], _ = v.(string)
-	}
-	return flat, true, nil
+	return r.strs(0), true, nil
 }
 
 // Get reads job id's record as a flat field/value list, with its payload and metadata from

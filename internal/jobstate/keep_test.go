@@ -11,6 +11,7 @@ import (
 	"github.com/conveyorq/conveyor/internal/jobstate"
 	"github.com/conveyorq/conveyor/internal/keys"
 	"github.com/conveyorq/conveyor/internal/script"
+	"github.com/conveyorq/conveyor/internal/status"
 	"github.com/conveyorq/conveyor/pipeline"
 	"github.com/conveyorq/conveyor/stream"
 )
@@ -36,10 +37,10 @@ func TestFinishMinRetentionHoldsTheRecord(t *testing.T) {
 		require.NoError(t, err)
 	}
 	entries := f.read(2)
-	now := time.Now().UnixMilli()
+	now := time.Now()
 	require.Equal(t, []script.Code{applied, applied}, f.run(
-		jobstate.Done(&f.q, "sent-back", entries[0], 1, now, now+1, "r").WithPayload("p"),
-		jobstate.Done(&f.q, "from-entry", entries[1], 1, now, now+1, "r")))
+		jobstate.Done(&f.q, jobstate.DoneParams{Ran: ran("sent-back", entries[0], now), Result: "r"}).WithPayload("p"),
+		jobstate.Done(&f.q, jobstate.DoneParams{Ran: ran("from-entry", entries[1], now), Result: "r"})))
 	for _, tc := range tasks {
 		id, task := tc.id, tc.task
 		ttl, err := f.rdb.PTTL(ctx, f.q.Job(id)).Result()
@@ -48,7 +49,7 @@ func TestFinishMinRetentionHoldsTheRecord(t *testing.T) {
 		again, err := f.c.Enqueue(ctx, f.queue, task, pipeline.WithID(id), pipeline.WithRetention(time.Millisecond))
 		require.NoError(t, err)
 		require.True(t, again.Duplicate, "%s: the resent publish finds the job", id)
-		require.Equal(t, pipeline.StatusCompleted, again.Status)
+		require.Equal(t, status.Completed, again.Status)
 	}
 	require.Zero(t, f.rdb.XLen(ctx, f.q.Stream()).Val(), "nothing was enqueued twice")
 }
@@ -63,21 +64,22 @@ func TestFinishRetryIsScoredAtItsDueTime(t *testing.T) {
 	job, err := f.c.Enqueue(ctx, f.queue, pipeline.Task{Type: "t", Payload: []byte("p")})
 	require.NoError(t, err)
 	entry := f.read(1)[0]
-	now := time.Now().UnixMilli()
-	due := now + time.Hour.Milliseconds()
-	require.Equal(t, []script.Code{applied}, f.run(jobstate.Retry(&f.q, job.ID, entry, 1, now, now+1, "boom", due)))
+	now := time.Now()
+	due := now.Add(time.Hour)
+	require.Equal(t, []script.Code{applied}, f.run(jobstate.Retry(&f.q, jobstate.RetryParams{Ran: ran(job.ID, entry, now),
+		Reason: "boom", RetryAt: due})))
 	score, err := f.rdb.ZScore(ctx, f.q.Scheduled(), job.ID).Result()
 	require.NoError(t, err)
-	require.EqualValues(t, due, score)
+	require.EqualValues(t, due.UnixMilli(), score)
 	j := f.get(job.ID)
-	require.Equal(t, pipeline.StatusScheduled, j.Status)
-	require.Equal(t, due, j.RunAt.UnixMilli())
+	require.Equal(t, status.Scheduled, j.Status)
+	require.Equal(t, due.UnixMilli(), j.RunAt.UnixMilli())
 
 	moved, next, _, err := delayed.New(f.rdb, delayed.Config{Queues: []string{f.queue}}).Promote(ctx, f.queue)
 	require.NoError(t, err)
 	require.Zero(t, moved, "a retry due in an hour is not promoted now")
-	require.Equal(t, due, next.UnixMilli())
-	require.Equal(t, pipeline.StatusScheduled, f.get(job.ID).Status)
+	require.Equal(t, due.UnixMilli(), next.UnixMilli())
+	require.Equal(t, status.Scheduled, f.get(job.ID).Status)
 }
 
 // The dead record of an unreadable entry keeps the entry's type only when its metadata is fit
@@ -106,16 +108,17 @@ func TestFinishPoisonRecordDropsTypeOfReservedMetadata(t *testing.T) {
 				keys.EntryJob, keys.FormatEntryJob(1, 3, 0, "t")}}).Result()
 			require.NoError(t, err)
 			require.Equal(t, []string{entry}, f.read(1))
-			now := time.Now().UnixMilli()
-			require.Equal(t, []script.Code{applied}, f.run(jobstate.Poison(&f.q, "bad-1", entry, now,
-				"unreadable stream entry "+entry+": reserved metadata key")))
+			now := time.Now()
+			require.Equal(t, []script.Code{applied}, f.run(jobstate.Poison(&f.q, jobstate.PoisonParams{ID: "bad-1", Entry: entry,
+				At: now, Reason: "unreadable stream entry " + entry + ": reserved metadata key"})))
 			rec := f.get("bad-1")
-			require.Equal(t, pipeline.StatusFailed, rec.Status)
+			require.Equal(t, status.Failed, rec.Status)
 			require.Equal(t, c.typ, rec.Type)
 			require.Equal(t, "p", string(rec.Payload))
 
-			code, _, err := jobstate.Replay(ctx, f.rdb, f.q, "bad-1", now)
+			row, err := jobstate.Replay(ctx, f.rdb, f.q, "bad-1", now)
 			require.NoError(t, err)
+			code := row.Code
 			if c.typ == "" {
 				require.Equal(t, script.NoType, code, "a record with no type cannot be replayed")
 				require.ErrorIs(t, pipeline.NewInspector(f.rdb, pipeline.InspectorConfig{}).Replay(ctx, f.queue, "bad-1"), pipeline.ErrInvalid)
@@ -131,13 +134,13 @@ func TestFinishPoisonRecordDropsTypeOfReservedMetadata(t *testing.T) {
 // only tests that freed the key incidentally.)
 func TestCancelFreesTheUniqueKey(t *testing.T) {
 	t.Parallel()
-	for _, status := range []pipeline.Status{pipeline.StatusScheduled, pipeline.StatusQueued, pipeline.StatusInProgress} {
-		t.Run(string(status), func(t *testing.T) {
+	for _, st := range []status.Status{status.Scheduled, status.Queued, status.InProgress} {
+		t.Run(string(st), func(t *testing.T) {
 			t.Parallel()
 			f := newFinishFixture(t, time.Hour)
 			ctx := t.Context()
 			var opts []pipeline.Option
-			if status == pipeline.StatusScheduled {
+			if st == status.Scheduled {
 				opts = append(opts, pipeline.WithDelay(time.Hour))
 			}
 			publish := func() *pipeline.Job {
@@ -146,11 +149,11 @@ func TestCancelFreesTheUniqueKey(t *testing.T) {
 				return j
 			}
 			first := publish()
-			if status == pipeline.StatusInProgress {
+			if st == status.InProgress {
 				entry := f.read(1)[0]
-				require.Equal(t, []script.Code{applied}, f.run(jobstate.Start(&f.q, first.ID, entry, 1, time.Now().UnixMilli())))
+				require.Equal(t, []script.Code{applied}, f.run(jobstate.Start(&f.q, jobstate.StartParams{ID: first.ID, Entry: entry, Attempt: 1, At: time.Now()})))
 			}
-			require.Equal(t, status, f.get(first.ID).Status)
+			require.Equal(t, st, f.get(first.ID).Status)
 			dup := publish()
 			require.True(t, dup.Duplicate, "the key is held")
 			require.Equal(t, first.ID, dup.ID)

@@ -2,7 +2,6 @@ package jobstate
 
 import (
 	"context"
-	"fmt"
 	"strconv"
 	"time"
 
@@ -11,6 +10,7 @@ import (
 	"github.com/conveyorq/conveyor/internal/events"
 	"github.com/conveyorq/conveyor/internal/keys"
 	"github.com/conveyorq/conveyor/internal/script"
+	"github.com/conveyorq/conveyor/internal/status"
 )
 
 // Op is a worker transition of finish.lua.
@@ -50,16 +50,16 @@ func (o Op) String() string {
 // Make one with Start, Done, Retry, Dead or Poison; the fields a constructor does not set are
 // unused by its op.
 type Transition struct {
-	Queue    *keys.Queue // shared, not copied: every job makes several transitions
-	Op       Op
-	ID       string
-	Entry    string
-	Attempt  int
-	Started  int64  // unix ms
-	Finished int64  // unix ms
-	Result   string // Done
-	Reason   string // Retry, Dead, Poison: the error
-	RetryAt  int64  // Retry: the due time, unix ms
+	Queue   *keys.Queue // shared, not copied: every job makes several transitions
+	Op      Op
+	ID      string
+	Entry   string
+	Attempt int
+	Result  string // Done
+	Reason  string // Retry, Dead, Poison: the error
+	// The times, in unix ms as finish.lua takes them: converted once, by the constructor, so a
+	// transition stays small (a worker queues one per job) and FinishCall converts nothing.
+	started, finished, retryAt int64
 	// Payload is the job's payload exactly as read from its entry, sent back with an outcome
 	// so that finish.lua need not read the entry again (WithPayload).
 	Payload     string
@@ -72,34 +72,84 @@ type Transition struct {
 	Note  uint8
 }
 
-// Start marks attempt as running since at.
-func Start(q *keys.Queue, id, entry string, attempt int, at int64) Transition {
-	return Transition{Queue: q, Op: OpStart, ID: id, Entry: entry, Attempt: attempt, Started: at}
+// StartParams is a Start: attempt Attempt of job ID, on stream entry Entry, began At.
+type StartParams struct {
+	ID, Entry string
+	Attempt   int
+	At        time.Time
 }
 
-// Done completes the job with result.
-func Done(q *keys.Queue, id, entry string, attempt int, started, finished int64, result string) Transition {
-	return Transition{Queue: q, Op: OpDone, ID: id, Entry: entry, Attempt: attempt, Started: started,
-		Finished: finished, Result: result}
+// Start marks an attempt as running.
+func Start(q *keys.Queue, p StartParams) Transition {
+	return Transition{Queue: q, Op: OpStart, ID: p.ID, Entry: p.Entry, Attempt: p.Attempt, started: p.At.UnixMilli()}
 }
 
-// Retry records a failed attempt and schedules the job for at, or sends it to the dead set when
-// the attempt was its last.
-func Retry(q *keys.Queue, id, entry string, attempt int, started, finished int64, reason string, at int64) Transition {
-	return Transition{Queue: q, Op: OpRetry, ID: id, Entry: entry, Attempt: attempt, Started: started,
-		Finished: finished, Reason: reason, RetryAt: at}
+// Ran is the attempt an outcome (Done, Retry, Dead) ends: attempt Attempt of job ID, on stream
+// entry Entry, which ran from Started to Finished.
+type Ran struct {
+	ID, Entry         string
+	Attempt           int
+	Started, Finished time.Time
+}
+
+func (r *Ran) transition(q *keys.Queue, op Op) Transition {
+	return Transition{Queue: q, Op: op, ID: r.ID, Entry: r.Entry, Attempt: r.Attempt,
+		started: r.Started.UnixMilli(), finished: r.Finished.UnixMilli()}
+}
+
+// DoneParams is a Done: the attempt and its handler's result.
+type DoneParams struct {
+	Ran
+	Result string
+}
+
+// Done completes the job with its result.
+func Done(q *keys.Queue, p DoneParams) Transition {
+	t := p.transition(q, OpDone)
+	t.Result = p.Result
+	return t
+}
+
+// RetryParams is a Retry: the attempt, why it failed, and when the job runs again.
+type RetryParams struct {
+	Ran
+	Reason  string
+	RetryAt time.Time
+}
+
+// Retry records a failed attempt and schedules the job for RetryAt, or sends it to the dead
+// set when the attempt was its last.
+func Retry(q *keys.Queue, p RetryParams) Transition {
+	t := p.transition(q, OpRetry)
+	t.Reason, t.retryAt = p.Reason, p.RetryAt.UnixMilli()
+	return t
+}
+
+// DeadParams is a Dead: the attempt and why it failed for good.
+type DeadParams struct {
+	Ran
+	Reason string
 }
 
 // Dead fails the job for good.
-func Dead(q *keys.Queue, id, entry string, attempt int, started, finished int64, reason string) Transition {
-	return Transition{Queue: q, Op: OpDead, ID: id, Entry: entry, Attempt: attempt, Started: started,
-		Finished: finished, Reason: reason}
+func Dead(q *keys.Queue, p DeadParams) Transition {
+	t := p.transition(q, OpDead)
+	t.Reason = p.Reason
+	return t
 }
 
-// Poison keeps an entry that could not be read as a dead record under id (its job's id, or
-// DeadEntryPrefix and the entry id when it names none).
-func Poison(q *keys.Queue, id, entry string, at int64, reason string) Transition {
-	return Transition{Queue: q, Op: OpPoison, ID: id, Entry: entry, Started: at, Finished: at, Reason: reason}
+// PoisonParams is a Poison: stream entry Entry, which could not be read, found At, kept as a
+// dead record under ID (its job's id, or DeadEntryPrefix and the entry id when it names none).
+type PoisonParams struct {
+	ID, Entry string
+	At        time.Time
+	Reason    string
+}
+
+// Poison keeps an entry that could not be read as a dead record.
+func Poison(q *keys.Queue, p PoisonParams) Transition {
+	at := p.At.UnixMilli()
+	return Transition{Queue: q, Op: OpPoison, ID: p.ID, Entry: p.Entry, started: at, finished: at, Reason: p.Reason}
 }
 
 // WithPayload sends the payload as read from the entry back with the outcome.
@@ -109,12 +159,12 @@ func (t Transition) WithPayload(payload string) Transition {
 }
 
 // FinishConfig is what finish.lua needs besides the transitions: the worker's name, its
-// retention settings in ms, and how to announce the changes.
+// retention settings, and how to announce the changes.
 type FinishConfig struct {
 	Worker       string
-	Retention    int64       // default retention of finished records; 0 keeps only a tombstone
-	MinRetention int64       // the shortest time any finished record is kept
-	Events       events.Mode // None publishes no events
+	Retention    time.Duration // default retention of finished records; 0 or less keeps only a tombstone
+	MinRetention time.Duration // the shortest time any finished record is kept
+	Events       events.Mode   // None publishes no events
 }
 
 // FinishCall is one finish.lua call applying ts, which must all be of one queue.
@@ -123,8 +173,8 @@ func FinishCall(cfg FinishConfig, ts []Transition) script.Call {
 	ks := make([]string, 0, 4+len(ts))
 	ks = append(ks, q.Stream(), q.Scheduled(), q.Dead(), q.Stats())
 	args := make([]any, 0, 7+10*len(ts))
-	args = append(args, keys.Group, cfg.Worker, cfg.Retention, q.Wake(), cfg.MinRetention,
-		cfg.Events.Command(), q.Events())
+	args = append(args, keys.Group, cfg.Worker, retentionMS(cfg.Retention), q.Wake(),
+		cfg.MinRetention.Milliseconds(), cfg.Events.Command(), q.Events())
 	for i := range ts {
 		t := &ts[i]
 		ks = append(ks, q.Job(t.ID))
@@ -136,11 +186,11 @@ func FinishCall(cfg FinishConfig, ts []Transition) script.Call {
 		case OpDone:
 			data = t.Result
 		case OpRetry:
-			data, extra = t.Reason, strconv.FormatInt(t.RetryAt, 10)
+			data, extra = t.Reason, strconv.FormatInt(t.retryAt, 10)
 		case OpDead, OpPoison:
 			data = t.Reason
 		}
-		args = append(args, t.Op.String(), t.ID, t.Entry, strconv.Itoa(t.Attempt), t.Started, t.Finished,
+		args = append(args, t.Op.String(), t.ID, t.Entry, strconv.Itoa(t.Attempt), t.started, t.finished,
 			data, extra, sent, t.Payload)
 	}
 	return script.Call{Script: finishScript, Keys: ks, Args: args}
@@ -150,84 +200,108 @@ func FinishCall(cfg FinishConfig, ts []Transition) script.Call {
 // script.Refused (the job moved on; for a start mark: ignored) or script.Died (a retry that
 // became dead).
 func FinishReply(cmd *redis.Cmd, n int) ([]script.Code, error) {
-	codes, err := cmd.Int64Slice()
-	if err == nil && (len(codes) != n+1 || codes[0] != int64(script.OK)) {
-		err = fmt.Errorf("finish: unexpected reply %v", codes)
+	r, err := decode("finish", cmd)
+	if err == nil {
+		err = r.want(n)
 	}
 	if err != nil {
 		return nil, err
 	}
 	out := make([]script.Code, n)
-	for i, c := range codes[1:] {
-		out[i] = script.Code(c)
+	for i := range out {
+		out[i] = script.Code(r.int(i))
 	}
 	return out, nil
 }
 
+// retentionMS is a retention in ms as the scripts take it: 0 (or less) keeps only a tombstone,
+// so a positive retention under a millisecond is one millisecond rather than none.
+func retentionMS(d time.Duration) int64 {
+	if d <= 0 {
+		return 0
+	}
+	return max(1, d.Milliseconds())
+}
+
 // Release puts back the entries a worker that shuts down still holds (release.lua), so another
-// worker starts them at once; it returns how many jobs it put back and how many entries it
-// dropped (they carried no live job).
-func Release(ctx context.Context, rdb redis.Scripter, q keys.Queue, now int64, entries []string) (released, dropped int, err error) {
+// worker starts them at once.
+func Release(ctx context.Context, rdb redis.Scripter, q keys.Queue, now time.Time, entries []string) (Released, error) {
 	args := make([]any, 0, 3+len(entries))
-	args = append(args, keys.Group, q.JobPrefix(), now)
+	args = append(args, keys.Group, q.JobPrefix(), now.UnixMilli())
 	for _, id := range entries {
 		args = append(args, id)
 	}
-	code, rest, err := script.Reply(releaseScript.Run(ctx, rdb, []string{q.Stream(), q.Stats()}, args...))
-	if err == nil && (code != script.OK || len(rest) != 2) {
-		err = fmt.Errorf("release: unexpected reply %v %v", code, rest)
+	r, err := decode("release", releaseScript.Run(ctx, rdb, []string{q.Stream(), q.Stats()}, args...))
+	if err == nil {
+		err = r.want(2)
 	}
 	if err != nil {
-		return 0, 0, err
+		return Released{}, err
 	}
-	r, _ := rest[0].(int64)
-	d, _ := rest[1].(int64)
-	return int(r), int(d), nil
+	return Released{Jobs: int(r.int(0)), Dropped: int(r.int(1))}, nil
 }
 
-// Cancel cancels job id (cancel.lua), announcing it in mode ev. It answers script.OK,
-// script.NotFound, or script.WrongState with the status of a job that already ended.
-func Cancel(ctx context.Context, rdb redis.Scripter, q keys.Queue, id string, now, retention, minRetention int64, ev events.Mode) (script.Code, string, error) {
-	code, rest, err := script.Reply(cancelScript.Run(ctx, rdb,
-		[]string{q.Stream(), q.Scheduled(), q.Stats(), q.Job(id)},
-		keys.Group, now, retention, id, minRetention, ev.Command(), q.Events()))
-	if err != nil {
-		return 0, "", err
-	}
-	status := ""
-	if len(rest) > 0 {
-		status, _ = rest[0].(string)
-	}
-	return code, status, nil
+// Released is what Release did: how many jobs it put back, and how many entries it dropped
+// (they carried no live job).
+type Released struct {
+	Jobs, Dropped int
 }
 
-// Replay moves dead job id back into the stream (replay.lua). It answers script.OK with the new
-// entry, script.NotFound, script.WrongState with the job's status, script.NoType, or
+// CancelParams is a Cancel of job ID at Now: the record is kept for its own retention or
+// Retention (0 or less keeps only a tombstone), and never less than MinRetention; the change is
+// announced in mode Events.
+type CancelParams struct {
+	ID                      string
+	Now                     time.Time
+	Retention, MinRetention time.Duration
+	Events                  events.Mode
+}
+
+// Cancel cancels a job (cancel.lua). Its Row is script.OK, script.NotFound, or
+// script.WrongState with the status of a job that already ended.
+func Cancel(ctx context.Context, rdb redis.Scripter, q keys.Queue, p CancelParams) (Row, error) {
+	return decodeRow("cancel", cancelScript.Run(ctx, rdb,
+		[]string{q.Stream(), q.Scheduled(), q.Stats(), q.Job(p.ID)},
+		keys.Group, p.Now.UnixMilli(), retentionMS(p.Retention), p.ID, p.MinRetention.Milliseconds(),
+		p.Events.Command(), q.Events()))
+}
+
+// Replay moves dead job id back into the stream at now (replay.lua). Its Row is script.OK with
+// the new entry, script.NotFound, script.WrongState with the job's status, script.NoType, or
 // script.UniqueHeld with the id of the job that holds the unique key.
-func Replay(ctx context.Context, rdb redis.Scripter, q keys.Queue, id string, now int64) (script.Code, string, error) {
-	code, rest, err := script.Reply(replayScript.Run(ctx, rdb, []string{q.Stream(), q.Dead(), q.Job(id)}, now, id))
-	if err != nil {
-		return 0, "", err
-	}
-	data := ""
-	if len(rest) > 0 {
-		data, _ = rest[0].(string)
-	}
-	return code, data, nil
+func Replay(ctx context.Context, rdb redis.Scripter, q keys.Queue, id string, now time.Time) (Row, error) {
+	c := ReplayCall(q, id, now)
+	return ReplayReply(c.Script.Run(ctx, rdb, c.Keys, c.Args...))
 }
 
-// Purge deletes up to limit of the oldest dead jobs of q that died at least olderThanMS ago by
-// Redis's clock, and returns how many.
-func Purge(ctx context.Context, rdb redis.Scripter, q keys.Queue, limit int, olderThanMS int64) (int, error) {
-	code, rest, err := script.Reply(purgeScript.Run(ctx, rdb, []string{q.Dead()}, q.JobPrefix(), limit, olderThanMS))
-	if err == nil && (code != script.OK || len(rest) != 1) {
-		err = fmt.Errorf("purge: unexpected reply %v %v", code, rest)
+// ReplayCall is Replay as a call for script.Pipelined; read its reply with ReplayReply.
+func ReplayCall(q keys.Queue, id string, now time.Time) script.Call {
+	return script.Call{Script: replayScript, Keys: []string{q.Stream(), q.Dead(), q.Job(id)},
+		Args: []any{now.UnixMilli(), id}}
+}
+
+// ReplayReply reads a ReplayCall's reply as Replay answers.
+func ReplayReply(cmd *redis.Cmd) (Row, error) { return decodeRow("replay", cmd) }
+
+// PurgeParams is a Purge: up to Limit of the oldest dead jobs that died at least OlderThan ago
+// by Redis's clock.
+type PurgeParams struct {
+	Limit     int
+	OlderThan time.Duration
+}
+
+// Purge deletes dead jobs of q (purge.lua) and returns how many; callers loop until it is below
+// the limit.
+func Purge(ctx context.Context, rdb redis.Scripter, q keys.Queue, p PurgeParams) (int, error) {
+	r, err := decode("purge", purgeScript.Run(ctx, rdb, []string{q.Dead()}, q.JobPrefix(), p.Limit,
+		p.OlderThan.Milliseconds()))
+	if err == nil {
+		err = r.want(1)
 	}
 	if err != nil {
 		return 0, err
 	}
-	n, _ := rest[0].(int64)
-	return int(n), nil
+	return int(r.int(0)), nil
 }
 
 // Foreign is a stream entry of another Watermill publisher for Adopt to make a job of.
@@ -259,19 +333,16 @@ func Adopt(ctx context.Context, rdb redis.Scripter, q keys.Queue, f Foreign, now
 	if f.UniqueKey != "" {
 		ks = append(ks, q.Unique(f.UniqueKey))
 	}
-	code, rest, err := script.Reply(foreignScript.Run(ctx, rdb, ks, f.Entry, f.Type, f.MaxRetries,
+	row, err := decodeRow("adopt", foreignScript.Run(ctx, rdb, ks, f.Entry, f.Type, f.MaxRetries,
 		f.TimeoutMS, f.CreatedAt, now, worker, f.ID, keys.Group, f.RunAt, q.Wake(), f.UniqueTTL))
 	if err != nil {
 		return Adopted{}, err
 	}
-	a := Adopted{Code: code}
-	if len(rest) > 0 {
-		s, _ := rest[0].(string)
-		if code == script.UniqueHeld {
-			a.Holder = s
-		} else {
-			a.Scheduled = s == "scheduled"
-		}
+	a := Adopted{Code: row.Code}
+	if row.Code == script.UniqueHeld {
+		a.Holder = row.Data
+	} else {
+		a.Scheduled = status.Status(row.Data) == status.Scheduled
 	}
 	return a, nil
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/conveyorq/conveyor/internal/keys"
 	"github.com/conveyorq/conveyor/internal/rediserr"
 	"github.com/conveyorq/conveyor/internal/script"
+	"github.com/conveyorq/conveyor/internal/status"
 	"github.com/conveyorq/conveyor/pipeline"
 )
 
@@ -43,10 +44,10 @@ type Seeded struct {
 
 // Retry is the status Seed takes for a job waiting for its retry after one failed attempt
 // (its status reads scheduled).
-const Retry pipeline.Status = "retry"
+const Retry status.Status = "retry"
 
-// Seed makes a job of queue in status (any pipeline status, or Retry) and returns it.
-func Seed(tb testing.TB, rdb redis.UniversalClient, queue string, status pipeline.Status, o Opts) Seeded {
+// Seed makes a job of queue in status st (any status, or Retry) and returns it.
+func Seed(tb testing.TB, rdb redis.UniversalClient, queue string, st status.Status, o Opts) Seeded {
 	tb.Helper()
 	ctx := context.Background()
 	if o.Prefix == "" {
@@ -69,7 +70,7 @@ func Seed(tb testing.TB, rdb redis.UniversalClient, queue string, status pipelin
 	}
 	client := pipeline.NewClient(rdb, pipeline.ClientConfig{Prefix: o.Prefix})
 	opts := o.Options
-	if status == pipeline.StatusScheduled {
+	if st == status.Scheduled {
 		opts = append(opts, pipeline.WithDelay(time.Hour))
 	}
 	j, err := client.Enqueue(ctx, queue, o.Task, opts...)
@@ -80,10 +81,10 @@ func Seed(tb testing.TB, rdb redis.UniversalClient, queue string, status pipelin
 		require.NoError(tb, err)
 		return out
 	}
-	switch status {
-	case pipeline.StatusScheduled, pipeline.StatusQueued:
+	switch st {
+	case status.Scheduled, status.Queued:
 		return get()
-	case pipeline.StatusCanceled:
+	case status.Canceled:
 		require.NoError(tb, client.Cancel(ctx, queue, j.ID))
 		return get()
 	}
@@ -105,21 +106,22 @@ func Seed(tb testing.TB, rdb redis.UniversalClient, queue string, status pipelin
 		}
 	}
 	out.Entry = j.Entry
-	now := time.Now().UnixMilli()
-	t := jobstate.Start(&q, j.ID, j.Entry, 1, now)
-	switch status {
-	case pipeline.StatusInProgress:
-	case pipeline.StatusCompleted:
-		t = jobstate.Done(&q, j.ID, j.Entry, 1, now, now, o.Result)
-	case pipeline.StatusFailed:
-		t = jobstate.Dead(&q, j.ID, j.Entry, 1, now, now, o.Reason)
+	now := time.Now()
+	ran := jobstate.Ran{ID: j.ID, Entry: j.Entry, Attempt: 1, Started: now, Finished: now}
+	t := jobstate.Start(&q, jobstate.StartParams{ID: j.ID, Entry: j.Entry, Attempt: 1, At: now})
+	switch st {
+	case status.InProgress:
+	case status.Completed:
+		t = jobstate.Done(&q, jobstate.DoneParams{Ran: ran, Result: o.Result})
+	case status.Failed:
+		t = jobstate.Dead(&q, jobstate.DeadParams{Ran: ran, Reason: o.Reason})
 	case Retry:
-		t = jobstate.Retry(&q, j.ID, j.Entry, 1, now, now, o.Reason, time.Now().Add(o.RetryIn).UnixMilli())
+		t = jobstate.Retry(&q, jobstate.RetryParams{Ran: ran, Reason: o.Reason, RetryAt: now.Add(o.RetryIn)})
 	default:
-		tb.Fatalf("jobtest: no such status %q", status)
+		tb.Fatalf("jobtest: no such status %q", st)
 	}
-	call := jobstate.FinishCall(jobstate.FinishConfig{Worker: o.Consumer, Retention: time.Hour.Milliseconds(),
-		MinRetention: time.Minute.Milliseconds()}, []jobstate.Transition{t})
+	call := jobstate.FinishCall(jobstate.FinishConfig{Worker: o.Consumer, Retention: time.Hour,
+		MinRetention: time.Minute}, []jobstate.Transition{t})
 	codes, err := jobstate.FinishReply(call.Script.Run(ctx, rdb, call.Keys, call.Args...), 1)
 	require.NoError(tb, err)
 	require.Equal(tb, script.OK, codes[0], "the seeded transition was refused")

@@ -8,7 +8,7 @@ import (
 
 	"github.com/conveyorq/conveyor/internal/jobtest"
 	"github.com/conveyorq/conveyor/internal/redistest"
-	"github.com/conveyorq/conveyor/pipeline"
+	"github.com/conveyorq/conveyor/internal/status"
 )
 
 func TestMain(m *testing.M) { redistest.Main(m) }
@@ -17,28 +17,28 @@ func TestMain(m *testing.M) { redistest.Main(m) }
 func TestSeedEveryStatus(t *testing.T) {
 	t.Parallel()
 	rdb := redistest.Client(t)
-	for _, status := range []pipeline.Status{pipeline.StatusScheduled, pipeline.StatusQueued,
-		pipeline.StatusInProgress, pipeline.StatusCompleted, pipeline.StatusFailed, pipeline.StatusCanceled, jobtest.Retry} {
-		t.Run(string(status), func(t *testing.T) {
+	for _, st := range []status.Status{status.Scheduled, status.Queued,
+		status.InProgress, status.Completed, status.Failed, status.Canceled, jobtest.Retry} {
+		t.Run(string(st), func(t *testing.T) {
 			t.Parallel()
 			queue := redistest.UniqueName(t)
-			s := jobtest.Seed(t, rdb, queue, status, jobtest.Opts{Result: "r"})
-			want := status
-			if status == jobtest.Retry {
-				want = pipeline.StatusScheduled
+			s := jobtest.Seed(t, rdb, queue, st, jobtest.Opts{Result: "r"})
+			want := st
+			if st == jobtest.Retry {
+				want = status.Scheduled
 				require.Equal(t, "seeded failure", s.LastError)
 				require.Greater(t, time.Until(s.RunAt), 50*time.Minute)
 			}
 			require.Equal(t, want, s.Status)
-			switch status {
-			case pipeline.StatusInProgress:
+			switch st {
+			case status.InProgress:
 				require.Equal(t, "jobtest", s.Worker)
 				require.Equal(t, s.Entry, s.Job.Entry)
 				require.Equal(t, 1, s.Attempt)
-			case pipeline.StatusCompleted:
+			case status.Completed:
 				require.Equal(t, "r", string(s.Result))
 				require.Empty(t, s.Job.Entry)
-			case pipeline.StatusFailed:
+			case status.Failed:
 				require.False(t, s.CompletedAt.IsZero())
 			}
 		})

@@ -65,22 +65,6 @@ func (c Code) String() string {
 	return "CV_" + strconv.FormatInt(int64(c), 10)
 }
 
-// Reply splits a script's reply into its code and the rest.
-func Reply(cmd *redis.Cmd) (Code, []any, error) {
-	v, err := cmd.Slice()
-	if err != nil {
-		return 0, nil, err
-	}
-	if len(v) == 0 {
-		return 0, nil, fmt.Errorf("script reply without a code")
-	}
-	c, ok := v[0].(int64)
-	if !ok {
-		return 0, nil, fmt.Errorf("script reply code %v is not a number", v[0])
-	}
-	return Code(c), v[1:], nil
-}
-
 // libFuncs splits lib.lua into its functions, each with the comment lines above it, in order.
 func libFuncs() (names []string, bodies map[string]string) {
 	bodies = map[string]string{}

@@ -1,0 +1,153 @@
+package jobstate
+
+import (
+	"context"
+	_ "embed"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/conveyorq/conveyor/internal/events"
+	"github.com/conveyorq/conveyor/internal/keys"
+	"github.com/conveyorq/conveyor/internal/script"
+)
+
+// The transitions that run outside a worker's hands, for the services that run them: promotion
+// of due jobs (package delayed's Scheduler) and recovery of lost attempts, the pruning of
+// stopped consumers and the reading of Redis's clock (package recovery's Recoverer).
+
+var (
+	//go:embed promote.lua
+	promoteSrc string
+	//go:embed recover.lua
+	recoverSrc string
+	//go:embed prune.lua
+	pruneSrc string
+	//go:embed clock.lua
+	clockSrc string
+
+	promoteScript = script.New(promoteSrc)
+	recoverScript = script.New(recoverSrc)
+	pruneScript   = script.New(pruneSrc)
+	clockScript   = script.New(clockSrc)
+)
+
+// Promoted is what a Promote did, by Redis's clock.
+type Promoted struct {
+	Moved int       // jobs moved into the stream
+	Next  time.Time // when the next job waiting is due; zero when none waits
+	Now   time.Time // Redis's clock when it looked, to the microsecond
+	// Lag is how long the most overdue job moved waited past its due time; negative when
+	// nothing was due.
+	Lag time.Duration
+}
+
+// Promote moves up to limit jobs of q that are due by Redis's clock from its scheduled set into
+// its stream (promote.lua), announcing them in mode ev.
+func Promote(ctx context.Context, rdb redis.Scripter, q keys.Queue, limit int, ev events.Mode) (Promoted, error) {
+	r, err := decode("promote", promoteScript.Run(ctx, rdb, []string{q.Scheduled(), q.Stream()},
+		limit, q.JobPrefix(), ev.Command(), q.Events()))
+	if err == nil {
+		err = r.want(4)
+	}
+	if err != nil {
+		return Promoted{}, err
+	}
+	p := Promoted{Moved: int(r.int(0)), Now: time.UnixMicro(r.int(2)), Lag: time.Duration(r.int(3)) * time.Millisecond}
+	if next := r.int(1); next >= 0 {
+		p.Next = time.UnixMilli(next)
+	}
+	return p, nil
+}
+
+// RecoverParams is a Recover of stream entries Entries of q: the fence (Token, the caller's
+// token of the queue's recovery lock; empty skips the fence), the visibility timeout an entry
+// must still be idle for, Redis-side, the time the changes are stamped with, and the events
+// mode.
+type RecoverParams struct {
+	Token             string
+	VisibilityTimeout time.Duration
+	Now               time.Time
+	Events            events.Mode
+	Entries           []string
+}
+
+// Recovered is what a Recover did with the entries it was given.
+type Recovered struct {
+	Requeued int // jobs put back into the stream (and foreign entries added again)
+	Dead     int // jobs out of retries, sent to the dead set
+	Dropped  int // entries that carried no live job, acknowledged and deleted
+	Skipped  int // entries no longer pending or idle long enough: left alone
+	Poison   int // unreadable entries, kept as dead records
+}
+
+// Recover puts back the jobs of pending entries whose worker stopped renewing its lease
+// (recover.lua). It returns ErrLockLost when the lock no longer holds p.Token.
+func Recover(ctx context.Context, rdb redis.Scripter, q keys.Queue, p RecoverParams) (Recovered, error) {
+	args := make([]any, 0, 7+len(p.Entries))
+	args = append(args, keys.Group, p.Token, p.VisibilityTimeout.Milliseconds(), q.JobPrefix(),
+		p.Now.UnixMilli(), p.Events.Command(), q.Events())
+	for _, id := range p.Entries {
+		args = append(args, id)
+	}
+	r, err := decode("recover", recoverScript.Run(ctx, rdb,
+		[]string{q.Stream(), q.Dead(), q.Stats(), q.RecoveryLock()}, args...))
+	if err == nil && r.code == script.LockLost {
+		return Recovered{}, ErrLockLost
+	}
+	if err == nil {
+		err = r.want(5)
+	}
+	if err != nil {
+		return Recovered{}, err
+	}
+	return Recovered{Requeued: int(r.int(0)), Dead: int(r.int(1)), Dropped: int(r.int(2)),
+		Skipped: int(r.int(3)), Poison: int(r.int(4))}, nil
+}
+
+// PruneParams is a Prune: the fence (Token, as in RecoverParams) and how long a consumer must
+// have been idle, with nothing pending, to be deleted.
+type PruneParams struct {
+	Token   string
+	MinIdle time.Duration
+}
+
+// Prune deletes the consumers of q's group that hold nothing and stopped (prune.lua) and
+// returns how many. It returns ErrLockLost when the lock no longer holds p.Token; the error of
+// a queue with no stream or group is Redis's own (NOGROUP, no such key).
+func Prune(ctx context.Context, rdb redis.Scripter, q keys.Queue, p PruneParams) (int, error) {
+	r, err := decode("prune", pruneScript.Run(ctx, rdb, []string{q.Stream(), q.RecoveryLock()},
+		keys.Group, p.MinIdle.Milliseconds(), p.Token))
+	if err == nil && r.code == script.LockLost {
+		return 0, ErrLockLost
+	}
+	if err == nil {
+		err = r.want(1)
+	}
+	if err != nil {
+		return 0, err
+	}
+	return int(r.int(0)), nil
+}
+
+// Clock reads Redis's clock on the node that holds q (clock.lua), to the microsecond.
+func Clock(ctx context.Context, rdb redis.Scripter, q keys.Queue) (time.Time, error) {
+	r, err := decode("clock", clockScript.Run(ctx, rdb, []string{q.Stream()}))
+	if err == nil {
+		err = r.want(2)
+	}
+	if err != nil {
+		return time.Time{}, err
+	}
+	sec, err := strconv.ParseInt(r.str(0), 10, 64)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("clock: %w", err)
+	}
+	usec, err := strconv.ParseInt(r.str(1), 10, 64)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("clock: %w", err)
+	}
+	return time.Unix(sec, usec*1000), nil
+}
