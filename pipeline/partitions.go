@@ -35,17 +35,7 @@ const closedTTL = time.Hour
 
 // setClosed sets (closed) or clears the closed flag of every partition of qs, in one pipeline.
 func setClosed(ctx context.Context, rdb redis.UniversalClient, qs []keys.Queue, closed bool) error {
-	_, err := rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		for _, q := range qs {
-			if closed {
-				p.Set(ctx, q.Closed(), "1", closedTTL)
-			} else {
-				p.Del(ctx, q.Closed())
-			}
-		}
-		return nil
-	})
-	return err
+	return jobstate.SetClosed(ctx, rdb, qs, closed, closedTTL)
 }
 
 // partitionCount reads how many partitions queue has (1 when none was set).
@@ -237,17 +227,11 @@ func (i *Inspector) CreateQueue(ctx context.Context, queue string, opts QueueOpt
 	if err := addQueue(ctx, i.rdb, i.cfg.Prefix, queue, i.cfg.MaxQueues, false); err != nil {
 		return nil, fmt.Errorf("create queue %s: %w", queue, err)
 	}
-	info := &QueueInfo{Queue: queue, Partitions: p}
-	if cc, ok := i.rdb.(*redis.ClusterClient); ok {
-		for _, q := range allPartitions(i.cfg.Prefix, queue, p) {
-			node, err := cc.MasterForKey(ctx, q.Stream())
-			if err != nil {
-				return nil, fmt.Errorf("create queue %s: find the node of %s: %w", queue, q.Tag(), err)
-			}
-			info.Nodes = append(info.Nodes, node.Options().Addr)
-		}
+	nodes, err := jobstate.Nodes(ctx, i.rdb, allPartitions(i.cfg.Prefix, queue, p))
+	if err != nil {
+		return nil, fmt.Errorf("create queue %s: %w", queue, err)
 	}
-	return info, nil
+	return &QueueInfo{Queue: queue, Partitions: p, Nodes: nodes}, nil
 }
 
 // changePartitions changes queue's layout from cur partitions to p once the old layout holds
@@ -283,19 +267,13 @@ func (i *Inspector) changePartitions(ctx context.Context, queue string, cur, p i
 		}
 	}
 	next := allPartitions(i.cfg.Prefix, queue, p)
-	if err := moveCounters(ctx, i.rdb, old, next[0]); err != nil {
+	if err := jobstate.MoveCounters(ctx, i.rdb, old, next[0]); err != nil {
 		return reopen(err)
 	}
 	if err := setClosed(ctx, i.rdb, next, false); err != nil {
 		return reopen(fmt.Errorf("open the new partitions: %w", err))
 	}
-	var err error
-	if p == 1 {
-		err = i.rdb.HDel(ctx, keys.Partitions(i.cfg.Prefix), queue).Err()
-	} else {
-		err = i.rdb.HSet(ctx, keys.Partitions(i.cfg.Prefix), queue, jobstate.StoredPartitions(p)).Err()
-	}
-	if err != nil {
+	if err := jobstate.WritePartitions(ctx, i.rdb, i.cfg.Prefix, queue, p); err != nil {
 		return reopen(fmt.Errorf("write the count: %w", err))
 	}
 	layoutChanges.Add(1)
@@ -333,9 +311,8 @@ const layoutLockTTL = 30 * time.Second
 // lockLayout takes the lock that lets one change of queue's partition count run at a time
 // (two interleaved would open a layout the other just closed), or refuses with ErrQueueBusy.
 func (i *Inspector) lockLayout(ctx context.Context, queue string) (func(), error) {
-	key := keys.Partitions(i.cfg.Prefix) + ":lock:" + queue
 	token := strconv.FormatInt(time.Now().UnixNano(), 36) + strconv.FormatUint(rand.Uint64(), 36)
-	ok, err := i.rdb.SetNX(ctx, key, token, layoutLockTTL).Result()
+	ok, err := jobstate.LockLayout(ctx, i.rdb, i.cfg.Prefix, queue, token, layoutLockTTL)
 	if err != nil {
 		return nil, err
 	}
@@ -343,45 +320,8 @@ func (i *Inspector) lockLayout(ctx context.Context, queue string) (func(), error
 		return nil, fmt.Errorf("%w: another change of its partition count is running", ErrQueueBusy)
 	}
 	return func() {
-		ctx := context.WithoutCancel(ctx)
-		if v, err := i.rdb.Get(ctx, key).Result(); err == nil && v == token {
-			_ = i.rdb.Del(ctx, key).Err() // else it expires
-		}
+		jobstate.UnlockLayout(context.WithoutCancel(ctx), i.rdb, i.cfg.Prefix, queue, token)
 	}, nil
-}
-
-// moveCounters adds the counters of the partitions from to those of to and deletes them. The
-// old layout is empty by then, so nothing changes its counters meanwhile; a failure half-way
-// can lose counts (the keys are in other slots: no one step moves them) but never counts one
-// twice, since each old hash is deleted right after it is added.
-func moveCounters(ctx context.Context, rdb redis.UniversalClient, from []keys.Queue, to keys.Queue) error {
-	for _, q := range from {
-		if q.Stats() == to.Stats() {
-			continue
-		}
-		m, err := rdb.HGetAll(ctx, q.Stats()).Result()
-		if err != nil {
-			return fmt.Errorf("read the counters: %w", err)
-		}
-		if len(m) == 0 {
-			continue
-		}
-		_, err = rdb.Pipelined(ctx, func(pl redis.Pipeliner) error {
-			for f, v := range m {
-				if n, err := strconv.ParseInt(v, 10, 64); err == nil && n != 0 {
-					pl.HIncrBy(ctx, to.Stats(), f, n)
-				}
-			}
-			return nil
-		})
-		if err == nil {
-			err = rdb.Del(ctx, q.Stats()).Err()
-		}
-		if err != nil {
-			return fmt.Errorf("move the counters: %w", err)
-		}
-	}
-	return nil
 }
 
 // Partitions returns how many partitions queue has (1 for a queue never given more).
