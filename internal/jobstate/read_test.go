@@ -1,9 +1,7 @@
 package jobstate_test
 
 import (
-	"context"
 	"strconv"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -16,43 +14,12 @@ import (
 	"github.com/conveyorq/conveyor/internal/script"
 )
 
-// roundTrips counts the commands and pipelines a client sends: a pipeline is one round trip.
-type roundTrips struct{ n atomic.Int64 }
-
-func (r *roundTrips) DialHook(next redis.DialHook) redis.DialHook { return next }
-func (r *roundTrips) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		if !connSetup[cmd.Name()] {
-			r.n.Add(1)
-		}
-		return next(ctx, cmd)
-	}
-}
-func (r *roundTrips) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error {
-		if len(cmds) == 0 || !connSetup[cmds[0].Name()] {
-			r.n.Add(1)
-		}
-		return next(ctx, cmds)
-	}
-}
-
-// connSetup are the commands go-redis sends, pipelined, on each new connection: not a read's.
-var connSetup = map[string]bool{"hello": true, "client": true, "auth": true, "select": true}
-
 // counted returns a client of the shared test server and what counts its round trips.
-func counted(t *testing.T) (*redis.Client, *roundTrips) {
+func counted(t *testing.T) (*redis.Client, *redistest.RoundTrips) {
 	rdb := redistest.Client(t)
-	rt := &roundTrips{}
+	rt := &redistest.RoundTrips{}
 	rdb.AddHook(rt)
 	return rdb, rt
-}
-
-// trips runs f and returns the round trips it took.
-func (r *roundTrips) trips(f func()) int64 {
-	before := r.n.Load()
-	f()
-	return r.n.Load() - before
 }
 
 // enqueue creates jobs in q with enqueue.lua and returns their entries ("" when scheduled).
@@ -108,7 +75,7 @@ func TestFindFirstRecordsLocate(t *testing.T) {
 	require.NoError(t, err)
 	var k int
 	var rec jobstate.Record
-	require.EqualValues(t, 1, rt.trips(func() {
+	require.EqualValues(t, 1, rt.During(func() {
 		k, rec, err = jobstate.FindFirst(ctx, rdb, []jobstate.Lookup{{Queue: a, ID: "j1"}, {Queue: b, ID: "j1"}})
 	}))
 	require.NoError(t, err)
@@ -121,18 +88,18 @@ func TestFindFirstRecordsLocate(t *testing.T) {
 	require.Equal(t, -1, k)
 
 	var recs []*jobstate.Record
-	require.EqualValues(t, 1, rt.trips(func() { recs, err = jobstate.Records(ctx, rdb, a, []string{"j2", "nope"}) }))
+	require.EqualValues(t, 1, rt.During(func() { recs, err = jobstate.Records(ctx, rdb, a, []string{"j2", "nope"}) }))
 	require.NoError(t, err)
 	require.Len(t, recs, 2)
 	require.Equal(t, "scheduled", recs[0].Status)
 	require.Equal(t, now.Add(time.Hour).UnixMilli(), recs[0].RunAt.UnixMilli())
 	require.Nil(t, recs[1])
-	require.Zero(t, rt.trips(func() { recs, err = jobstate.Records(ctx, rdb, a, nil) }), "nothing to read, no round trip")
+	require.Zero(t, rt.During(func() { recs, err = jobstate.Records(ctx, rdb, a, nil) }), "nothing to read, no round trip")
 	require.NoError(t, err)
 	require.Empty(t, recs)
 
 	var at []int
-	require.EqualValues(t, 1, rt.trips(func() { at, err = jobstate.Locate(ctx, rdb, []keys.Queue{a, b}, []string{"j1", "j2", "nope"}) }))
+	require.EqualValues(t, 1, rt.During(func() { at, err = jobstate.Locate(ctx, rdb, []keys.Queue{a, b}, []string{"j1", "j2", "nope"}) }))
 	require.NoError(t, err)
 	require.Equal(t, []int{1, 0, -1}, at)
 }
@@ -207,7 +174,7 @@ func TestStreamReads(t *testing.T) {
 	_, err = rdb.XReadGroup(ctx, &redis.XReadGroupArgs{Group: keys.Group, Consumer: "w1", Streams: []string{q.Stream(), ">"}, Count: 1}).Result()
 	require.NoError(t, err)
 
-	require.EqualValues(t, 1, rt.trips(func() { es, g, err = jobstate.StreamPage(ctx, rdb, q, entries[1], 10) }))
+	require.EqualValues(t, 1, rt.During(func() { es, g, err = jobstate.StreamPage(ctx, rdb, q, entries[1], 10) }))
 	require.NoError(t, err)
 	require.Equal(t, &jobstate.Group{LastDelivered: entries[0], Pending: 1}, g)
 	require.Len(t, es, 3)
@@ -219,7 +186,7 @@ func TestStreamReads(t *testing.T) {
 	require.NoError(t, err)
 	var recs []*jobstate.Record
 	var held map[string]bool
-	require.EqualValues(t, 1, rt.trips(func() { recs, held, err = jobstate.EntryRecords(ctx, rdb, q, all, true) }))
+	require.EqualValues(t, 1, rt.During(func() { recs, held, err = jobstate.EntryRecords(ctx, rdb, q, all, true) }))
 	require.NoError(t, err)
 	require.Equal(t, map[string]bool{entries[0]: true}, held)
 	require.Len(t, recs, 4)
@@ -252,7 +219,7 @@ func TestReadStats(t *testing.T) {
 	require.NoError(t, rdb.ZAdd(ctx, a.Dead(), redis.Z{Score: 1, Member: "d"}).Err())
 
 	var st []*jobstate.Stats
-	require.EqualValues(t, 1, rt.trips(func() { st, err = jobstate.ReadStats(ctx, rdb, []keys.Queue{a, b}) }))
+	require.EqualValues(t, 1, rt.During(func() { st, err = jobstate.ReadStats(ctx, rdb, []keys.Queue{a, b}) }))
 	require.NoError(t, err)
 	require.Equal(t, &jobstate.Stats{Queue: a.Name(), Scheduled: 1, Queued: 1, InProgress: 1, Dead: 1, Enqueued: 3}, st[0])
 	require.Equal(t, &jobstate.Stats{Queue: b.Name()}, st[1], "a queue nothing was enqueued to has all zeros")
@@ -272,7 +239,7 @@ func TestKnownQueuesAndPartitions(t *testing.T) {
 	require.NoError(t, rdb.HSet(ctx, keys.Partitions(prefix), "b", jobstate.StoredPartitions(3)).Err())
 	var names []string
 	var counts map[string]int
-	require.EqualValues(t, 1, rt.trips(func() { names, counts, err = jobstate.KnownQueues(ctx, rdb, prefix) }))
+	require.EqualValues(t, 1, rt.During(func() { names, counts, err = jobstate.KnownQueues(ctx, rdb, prefix) }))
 	require.NoError(t, err)
 	require.Equal(t, []string{"a", "b"}, names)
 	require.Equal(t, map[string]int{"b": 3}, counts)
