@@ -336,7 +336,8 @@ func EntryRecords(ctx context.Context, rdb redis.UniversalClient, q keys.Queue, 
 	return recs, held, nil
 }
 
-// Lease is an entry of the consumer group's pending entries list: a job a worker holds.
+// Lease is an entry of the consumer group's pending entries list: a job a worker holds. Its
+// fields are pipeline.Lease's, in the same order, so that one converts to the other.
 type Lease struct {
 	Entry      string
 	Worker     string        // the consumer that holds it
