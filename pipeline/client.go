@@ -17,7 +17,6 @@ import (
 	"github.com/conveyorq/conveyor/internal/events"
 	"github.com/conveyorq/conveyor/internal/jobstate"
 	"github.com/conveyorq/conveyor/internal/keys"
-	"github.com/conveyorq/conveyor/internal/rediserr"
 	"github.com/conveyorq/conveyor/internal/script"
 	"github.com/conveyorq/conveyor/stream"
 )
@@ -426,15 +425,7 @@ func (c *Client) enqueuePrepared(ctx context.Context, rdb redis.UniversalClient,
 		lo = hi
 	}
 
-	var cmds []*redis.Cmd
-	var err error
-	if len(calls) == 1 {
-		c0 := calls[0]
-		cmds = []*redis.Cmd{c0.Script.Run(ctx, rdb, c0.Keys, c0.Args...)}
-		err = cmds[0].Err()
-	} else {
-		cmds, err = script.Pipelined(ctx, rdb, calls)
-	}
+	cmds, err := jobstate.RunCalls(ctx, rdb, calls)
 	if err != nil {
 		return jobs, nil, fmt.Errorf("enqueue to %s: %w", queue, err)
 	}
@@ -729,60 +720,22 @@ func gotJob(q keys.Queue, id string, flat []string, found bool, err error) (*Job
 
 // jobFromHash builds a Job from a hash's flat field/value list.
 func jobFromHash(queue, id string, flat []string) (*Job, error) {
-	j := &Job{ID: id, Queue: queue}
-	num := func(s string) int64 { n, _ := strconv.ParseInt(s, 10, 64); return n }
-	for i := 0; i+1 < len(flat); i += 2 {
-		v := flat[i+1]
-		switch flat[i] {
-		case keys.FieldType:
-			j.Type = v
-		case keys.FieldStatus:
-			j.Status = Status(v)
-		case keys.FieldAttempt:
-			j.Attempt = int(num(v))
-		case keys.FieldMaxRetries:
-			j.MaxRetries = int(num(v))
-		case keys.FieldTimeout:
-			j.Timeout = time.Duration(num(v)) * time.Millisecond
-		case keys.FieldCreatedAt:
-			j.CreatedAt = fromMS(num(v))
-		case keys.FieldRunAt:
-			j.RunAt = fromMS(num(v))
-		case keys.FieldEnqueuedAt:
-			j.EnqueuedAt = fromMS(num(v))
-		case keys.FieldStartedAt:
-			j.StartedAt = fromMS(num(v))
-		case keys.FieldCompletedAt:
-			j.CompletedAt = fromMS(num(v))
-		case keys.FieldWorker:
-			j.Worker = v
-		case keys.FieldEntry:
-			j.Entry = v
-		case keys.FieldLastError:
-			j.LastError = v
-		case keys.FieldResult:
-			j.Result = []byte(v)
-		case keys.FieldVersion:
-			j.Version = num(v)
-		case keys.FieldPayload:
-			j.Payload = []byte(v)
-		case keys.FieldMetadata:
-			if v != "" {
-				md := map[string]string{}
-				if err := stream.DecodeMetadata(v, md); err != nil {
-					return nil, fmt.Errorf("job %s: %w", id, err)
-				}
-				j.Metadata = md
-			}
+	return jobFromRecord(queue, id, jobstate.DecodeRecord(flat))
+}
+
+// jobFromRecord builds job id of queue from its record.
+func jobFromRecord(queue, id string, r jobstate.Record) (*Job, error) {
+	j := &Job{ID: id, Queue: queue, Type: r.Type, Status: Status(r.Status), Attempt: r.Attempt,
+		MaxRetries: r.MaxRetries, Timeout: r.Timeout, CreatedAt: r.CreatedAt, RunAt: r.RunAt,
+		EnqueuedAt: r.EnqueuedAt, StartedAt: r.StartedAt, CompletedAt: r.CompletedAt,
+		Worker: r.Worker, Entry: r.Entry, LastError: r.LastError, Result: r.Result,
+		Version: r.Version, Payload: r.Payload}
+	if r.Metadata != "" {
+		md := map[string]string{}
+		if err := stream.DecodeMetadata(r.Metadata, md); err != nil {
+			return nil, fmt.Errorf("job %s: %w", id, err)
 		}
-	}
-	// A job queued at once stores neither run_at nor enqueued_at: both are created_at. (A
-	// delayed job always has run_at, and enqueued_at once it entered the stream.)
-	if j.RunAt.IsZero() {
-		j.RunAt = j.CreatedAt
-		if j.EnqueuedAt.IsZero() {
-			j.EnqueuedAt = j.CreatedAt
-		}
+		j.Metadata = md
 	}
 	return j, nil
 }
@@ -867,62 +820,15 @@ func (c *Client) Stats(ctx context.Context, queue string) (*QueueStats, error) {
 	return queueStats(ctx, c.rdb, c.cfg.Prefix, queue, p)
 }
 
-// readStats reads the gauges and counters of queues qs in one pipeline: one round trip on a
-// standalone server, one per node that holds some of the queues on a cluster.
+// readStats reads the gauges and counters of queues qs in one pipeline (jobstate.ReadStats).
 func readStats(ctx context.Context, rdb redis.UniversalClient, qs []keys.Queue) ([]*QueueStats, error) {
-	type cmds struct {
-		counters          *redis.MapStringStringCmd
-		sched, dead, xlen *redis.IntCmd
-		groups            *redis.XInfoGroupsCmd
+	st, err := jobstate.ReadStats(ctx, rdb, qs)
+	if err != nil {
+		return nil, err
 	}
-	all := make([]cmds, len(qs))
-	_, err := rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		for k, q := range qs {
-			all[k] = cmds{
-				counters: p.HGetAll(ctx, q.Stats()),
-				sched:    p.ZCard(ctx, q.Scheduled()),
-				dead:     p.ZCard(ctx, q.Dead()),
-				xlen:     p.XLen(ctx, q.Stream()),
-				groups:   p.XInfoGroups(ctx, q.Stream()),
-			}
-		}
-		return nil
-	})
-	out := make([]*QueueStats, len(qs))
-	for k, q := range qs {
-		c := &all[k]
-		for _, cmd := range []redis.Cmder{c.counters, c.sched, c.dead, c.xlen} {
-			if err := cmd.Err(); err != nil {
-				return nil, fmt.Errorf("stats %s: %w", q.Name(), err)
-			}
-		}
-		// A queue no worker has read yet has no stream or group: that is zero in flight.
-		if err := c.groups.Err(); err != nil && !isNoStream(err) {
-			return nil, fmt.Errorf("stats %s: %w", q.Name(), err)
-		}
-		s := &QueueStats{Queue: q.Name(), Scheduled: c.sched.Val(), Dead: c.dead.Val()}
-		for _, g := range c.groups.Val() {
-			if g.Name == keys.Group {
-				s.InProgress = g.Pending
-			}
-		}
-		s.Queued = max(0, c.xlen.Val()-s.InProgress)
-		m := c.counters.Val()
-		n := func(k string) int64 { v, _ := strconv.ParseInt(m[k], 10, 64); return v }
-		s.Enqueued, s.Completed, s.Failed = n(keys.StatEnqueued), n(keys.StatCompleted), n(keys.StatFailed)
-		s.Retried, s.Recovered = n(keys.StatRetried), n(keys.StatRecovered)
-		s.DeadByRecovery, s.Refused = n(keys.StatDeadByRecovery), n(keys.StatRefused)
-		s.Canceled, s.Released, s.Poison = n(keys.StatCanceled), n(keys.StatReleased), n(keys.StatPoison)
-		out[k] = s
-	}
-	if err != nil && len(qs) > 0 && !isNoStream(err) {
-		// Every command carries its own error; a pipeline error that none of them reports is
-		// still a failure.
-		return nil, fmt.Errorf("stats: %w", err)
+	out := make([]*QueueStats, len(st))
+	for k, s := range st {
+		out[k] = (*QueueStats)(s)
 	}
 	return out, nil
-}
-
-func isNoStream(err error) bool {
-	return rediserr.IsNoStream(err)
 }

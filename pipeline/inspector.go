@@ -10,7 +10,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -215,33 +214,26 @@ func (i *Inspector) Find(ctx context.Context, id string) (*Job, []string, error)
 	if err != nil {
 		return nil, nil, err
 	}
-	var calls []script.Call
-	var owner []string // the queue of each call
+	var lookups []jobstate.Lookup
 	for _, name := range names {
 		for _, q := range lookupOrder(i.cfg.Prefix, name, id, counts[name]) {
-			calls = append(calls, jobstate.GetCall(q, id))
-			owner = append(owner, name)
+			lookups = append(lookups, jobstate.Lookup{Queue: q, ID: id})
 		}
 	}
 	searched := names
-	if len(calls) == 0 {
+	if len(lookups) == 0 {
 		return nil, searched, ErrNotFound
 	}
-	cmds, err := script.Pipelined(ctx, i.rdb, calls)
-	if err != nil && !errors.Is(err, redis.Nil) {
+	k, rec, err := jobstate.FindFirst(ctx, i.rdb, lookups)
+	if err != nil {
 		return nil, searched, fmt.Errorf("find %s: %w", id, err)
 	}
-	for k, cmd := range cmds {
-		flat, found, err := jobstate.GetReply(cmd)
-		if err != nil {
-			return nil, searched, fmt.Errorf("find %s: %w", id, err)
-		}
-		if found {
-			j, err := jobFromHash(owner[k], id, flat)
-			return j, searched, err
-		}
+	if k < 0 {
+		return nil, searched, ErrNotFound
 	}
-	return nil, searched, ErrNotFound
+	// A partition's Name is its queue's.
+	j, err := jobFromRecord(lookups[k].Queue.Name(), id, rec)
+	return j, searched, err
 }
 
 // Cancel cancels a job that has not finished, as Client.Cancel: it returns ErrNotCancelable
@@ -420,10 +412,8 @@ func cursorShape(status Status, cursor string) bool {
 // listOne is List of one queue or partition.
 func (i *Inspector) listOne(ctx context.Context, q keys.Queue, status Status, cursor string, limit int) (*JobPage, error) {
 	switch status {
-	case StatusScheduled:
-		return i.listSet(ctx, q, q.Scheduled(), false, status, cursor, limit)
-	case StatusFailed:
-		return i.listSet(ctx, q, q.Dead(), true, status, cursor, limit)
+	case StatusScheduled, StatusFailed:
+		return i.listSet(ctx, q, status, cursor, limit)
 	case StatusQueued:
 		return i.listQueued(ctx, q, cursor, limit)
 	default:
@@ -469,8 +459,9 @@ func (i *Inspector) listPartitions(ctx context.Context, qs []keys.Queue, status 
 	return out, nil
 }
 
-// listSet pages through a sorted set of job ids: scheduled (ascending) or dead (descending).
-func (i *Inspector) listSet(ctx context.Context, q keys.Queue, key string, desc bool, status Status, cursor string, limit int) (*JobPage, error) {
+// listSet pages through a sorted set of job ids: scheduled (earliest due first) or dead
+// (latest death first).
+func (i *Inspector) listSet(ctx context.Context, q keys.Queue, status Status, cursor string, limit int) (*JobPage, error) {
 	var after *jobstate.SetItem
 	if cursor != "" {
 		s, id, _ := strings.Cut(cursor, ":")
@@ -481,7 +472,13 @@ func (i *Inspector) listSet(ctx context.Context, q keys.Queue, key string, desc 
 		after = &jobstate.SetItem{Score: score, Member: id}
 	}
 	// One more than the page, to know whether another page follows.
-	items, err := jobstate.SetPage(ctx, i.rdb, key, desc, after, limit+1)
+	var items []jobstate.SetItem
+	var err error
+	if status == StatusScheduled {
+		items, err = jobstate.ScheduledPage(ctx, i.rdb, q, after, limit+1)
+	} else {
+		items, err = jobstate.DeadPage(ctx, i.rdb, q, false, after, limit+1)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -491,20 +488,19 @@ func (i *Inspector) listSet(ctx context.Context, q keys.Queue, key string, desc 
 		last := items[len(items)-1]
 		p.Next = strconv.FormatInt(last.Score, 10) + ":" + last.Member
 	}
-	hashes := make([]*redis.MapStringStringCmd, len(items))
-	if err := i.pipelined(ctx, func(pl redis.Pipeliner) {
-		for k, it := range items {
-			hashes[k] = pl.HGetAll(ctx, q.Job(it.Member))
-		}
-	}); err != nil {
+	ids := make([]string, len(items))
+	for k, it := range items {
+		ids[k] = it.Member
+	}
+	recs, err := jobstate.Records(ctx, i.rdb, q, ids)
+	if err != nil {
 		return nil, err
 	}
 	for k, it := range items {
-		h := hashes[k].Val()
-		if len(h) == 0 {
+		if recs[k] == nil {
 			continue // gone since the set was read (purged, or finished and expired)
 		}
-		j, err := jobFromHash(q.Name(), it.Member, flatten(h))
+		j, err := jobFromRecord(q.Name(), it.Member, *recs[k])
 		if err != nil {
 			return nil, err
 		}
@@ -529,37 +525,21 @@ func (i *Inspector) listQueued(ctx context.Context, q keys.Queue, cursor string,
 		}
 		start = id.next().String()
 	}
-	var groups *redis.XInfoGroupsCmd
-	var msgs *redis.XMessageSliceCmd
-	// The commands carry the pipeline's errors; a queue no worker read yet has no group.
-	_, _ = i.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		groups = p.XInfoGroups(ctx, q.Stream())
-		msgs = p.XRangeN(ctx, q.Stream(), start, "+", int64(limit+1))
-		return nil
-	})
-	if err := msgs.Err(); err != nil {
+	entries, group, err := jobstate.StreamPage(ctx, i.rdb, q, start, limit+1)
+	if err != nil {
 		return nil, err
 	}
-	if err := groups.Err(); err != nil && !isNoStream(err) {
-		return nil, err
-	}
-	hasGroup := false
-	for _, g := range groups.Val() {
-		if g.Name != keys.Group {
-			continue
-		}
-		hasGroup = true
-		if last, ok := parseEntryID(g.LastDeliveredID); ok && last != (entryID{}) {
+	if group != nil {
+		if last, ok := parseEntryID(group.LastDelivered); ok && last != (entryID{}) {
 			if from, _ := parseEntryID(start); start == "-" || !last.less(from) {
 				// The cursor is at or before the delivered entries: skip them.
 				start = last.next().String()
-				if msgs = i.rdb.XRangeN(ctx, q.Stream(), start, "+", int64(limit+1)); msgs.Err() != nil {
-					return nil, msgs.Err()
+				if entries, err = jobstate.StreamRange(ctx, i.rdb, q, start, limit+1); err != nil {
+					return nil, err
 				}
 			}
 		}
 	}
-	entries := msgs.Val()
 	p := &JobPage{}
 	if len(entries) > limit {
 		entries = entries[:limit]
@@ -568,42 +548,24 @@ func (i *Inspector) listQueued(ctx context.Context, q keys.Queue, cursor string,
 	if len(entries) == 0 {
 		return p, nil
 	}
-	ids := make([]string, len(entries))
-	hashes := make([]*redis.MapStringStringCmd, len(entries))
-	var pending *redis.XPendingExtCmd
-	if err := i.pipelined(ctx, func(pl redis.Pipeliner) {
-		for k, e := range entries {
-			if id, _ := e.Values[keys.EntryUUID].(string); keys.ValidID(id) {
-				ids[k], hashes[k] = id, pl.HGetAll(ctx, q.Job(id))
-			}
-		}
-		if hasGroup {
-			pending = pl.XPendingExt(ctx, &redis.XPendingExtArgs{Stream: q.Stream(), Group: keys.Group,
-				Start: entries[0].ID, End: entries[len(entries)-1].ID, Count: int64(2 * len(entries))})
-		}
-	}); err != nil {
+	recs, held, err := jobstate.EntryRecords(ctx, i.rdb, q, entries, group != nil)
+	if err != nil {
 		return nil, err
 	}
-	held := map[string]bool{}
-	if pending != nil {
-		for _, pe := range pending.Val() {
-			held[pe.ID] = true
-		}
-	}
 	for k, e := range entries {
-		if ids[k] == "" || held[e.ID] {
+		if e.Job == "" || held[e.ID] {
 			continue // an unreadable entry (a worker will dead-letter it), or one handed out
 		}
-		h := hashes[k].Val()
 		// Only the entry that carries the job now, while the job is queued (not yet started).
-		if h[keys.FieldEntry] != e.ID || Status(h[keys.FieldStatus]) != StatusQueued {
+		r := recs[k]
+		if r == nil || r.Entry != e.ID || Status(r.Status) != StatusQueued {
 			continue
 		}
-		flat := flatten(h)
-		payload, _ := e.Values[keys.EntryPayload].(string)
-		md, _ := e.Values[keys.EntryMetadata].(string)
-		flat = append(flat, keys.FieldPayload, payload, keys.FieldMetadata, md)
-		j, err := jobFromHash(q.Name(), ids[k], flat)
+		r.Payload = []byte(e.Payload)
+		if e.Metadata != "" {
+			r.Metadata = e.Metadata
+		}
+		j, err := jobFromRecord(q.Name(), e.Job, *r)
 		if err != nil {
 			return nil, err
 		}
@@ -623,25 +585,22 @@ func (i *Inspector) listInProgress(ctx context.Context, q keys.Queue, cursor str
 		}
 		start = id.next().String()
 	}
-	pend, err := i.rdb.XPendingExt(ctx, &redis.XPendingExtArgs{Stream: q.Stream(), Group: keys.Group,
-		Start: start, End: "+", Count: int64(limit + 1)}).Result()
-	if isNoStream(err) {
-		return &JobPage{}, nil // no stream or no group yet: nothing was ever handed out
-	}
+	// No stream or no group yet reads as none: nothing was ever handed out.
+	pend, err := jobstate.PendingPage(ctx, i.rdb, q, start, limit+1)
 	if err != nil {
 		return nil, err
 	}
 	p := &JobPage{}
 	if len(pend) > limit {
 		pend = pend[:limit]
-		p.Next = pend[len(pend)-1].ID
+		p.Next = pend[len(pend)-1].Entry
 	}
 	if len(pend) == 0 {
 		return p, nil
 	}
 	entries := make([]string, len(pend))
 	for k, pe := range pend {
-		entries[k] = pe.ID
+		entries[k] = pe.Entry
 	}
 	rows, err := jobstate.EntryJobs(ctx, i.rdb, q, entries)
 	if err != nil {
@@ -657,35 +616,14 @@ func (i *Inspector) listInProgress(ctx context.Context, q keys.Queue, cursor str
 			return nil, err
 		}
 		pe := pend[k]
-		j.Status, j.Worker, j.Entry = StatusInProgress, pe.Consumer, pe.ID
+		j.Status, j.Worker, j.Entry = StatusInProgress, pe.Worker, pe.Entry
 		if row.Attempt > 0 {
 			j.Attempt = row.Attempt
 		}
 		p.Jobs = append(p.Jobs, j)
-		p.Leases[j.ID] = Lease{Entry: pe.ID, Worker: pe.Consumer, Idle: pe.Idle, Deliveries: pe.RetryCount}
+		p.Leases[j.ID] = Lease(pe)
 	}
 	return p, nil
-}
-
-// pipelined runs fill's commands in one pipeline, if it queues any, and returns the first
-// error (an empty HGETALL is no error).
-func (i *Inspector) pipelined(ctx context.Context, fill func(redis.Pipeliner)) error {
-	p := i.rdb.Pipeline()
-	fill(p)
-	if p.Len() == 0 {
-		return nil
-	}
-	_, err := p.Exec(ctx)
-	return err
-}
-
-// flatten turns a hash read as a map into the field/value list jobFromHash reads.
-func flatten(h map[string]string) []string {
-	flat := make([]string, 0, 2*len(h))
-	for k, v := range h {
-		flat = append(flat, k, v)
-	}
-	return flat
 }
 
 // entryID is a stream entry id, <ms>-<seq>.
@@ -798,16 +736,15 @@ func (i *Inspector) ReplayAll(ctx context.Context, queue string) (int, error) {
 func (i *Inspector) replayAll(ctx context.Context, q keys.Queue) (int, []error, error) {
 	queue := q.Name()
 	// The last member in the set's order now: ReplayAll stops there.
-	lastZ, err := i.rdb.ZRevRangeWithScores(ctx, q.Dead(), 0, 0).Result()
-	if err != nil || len(lastZ) == 0 {
+	last, ok, err := jobstate.LastDead(ctx, i.rdb, q)
+	if err != nil || !ok {
 		return 0, nil, wrapErr(err, "replay all %s", queue)
 	}
-	last := jobstate.SetItem{Member: fmt.Sprint(lastZ[0].Member), Score: int64(lastZ[0].Score)}
 	var after *jobstate.SetItem
 	replayed := 0
 	var stay []error
 	for {
-		items, err := jobstate.SetPage(ctx, i.rdb, q.Dead(), false, after, replayChunk)
+		items, err := jobstate.DeadPage(ctx, i.rdb, q, true, after, replayChunk)
 		if err != nil {
 			return replayed, stay, fmt.Errorf("replay all %s: %w", queue, err)
 		}
@@ -826,7 +763,7 @@ func (i *Inspector) replayAll(ctx context.Context, q keys.Queue) (int, []error, 
 		for k, it := range items {
 			calls[k] = jobstate.ReplayCall(q, it.Member, now)
 		}
-		cmds, err := script.Pipelined(ctx, i.rdb, calls)
+		cmds, err := jobstate.RunCalls(ctx, i.rdb, calls)
 		for k, cmd := range cmds {
 			row, cerr := jobstate.ReplayReply(cmd)
 			code, data := row.Code, row.Data
@@ -888,7 +825,7 @@ func (i *Inspector) Purge(ctx context.Context, queue string, ids ...string) (int
 	// pipeline of EXISTS), and one found nowhere is not found.
 	byPart := [][]string{uniq}
 	if len(qs) > 1 {
-		at, err := locateJobs(ctx, i.rdb, qs, uniq)
+		at, err := jobstate.Locate(ctx, i.rdb, qs, uniq)
 		if err != nil {
 			return 0, fmt.Errorf("purge %s: %w", queue, err)
 		}
@@ -912,7 +849,7 @@ func (i *Inspector) Purge(ctx context.Context, queue string, ids ...string) (int
 	if len(calls) == 0 {
 		return 0, errors.Join(errs...)
 	}
-	cmds, err := script.Pipelined(ctx, i.rdb, calls)
+	cmds, err := jobstate.RunCalls(ctx, i.rdb, calls)
 	n := 0
 	for c, cmd := range cmds {
 		chunk := chunks[c]
@@ -996,11 +933,10 @@ func (i *Inspector) DeleteQueue(ctx context.Context, queue string, force bool) e
 	p, err := partitionCount(ctx, i.rdb, i.cfg.Prefix, queue)
 	if errors.Is(err, errLegacyLayout) {
 		// Partitioned by the version before: its {queue#i} keys go the same way.
-		v, verr := i.rdb.HGet(ctx, keys.Partitions(i.cfg.Prefix), queue).Result()
-		if verr != nil {
-			return fmt.Errorf("delete queue %s: %w", queue, verr)
+		qs, err = jobstate.LegacyPartitions(ctx, i.rdb, i.cfg.Prefix, queue)
+		if err != nil {
+			return fmt.Errorf("delete queue %s: %w", queue, err)
 		}
-		qs, err = legacyPartitions(i.cfg.Prefix, queue, v), nil
 		p = len(qs)
 	} else if err == nil {
 		qs = allPartitions(i.cfg.Prefix, queue, p)
@@ -1019,17 +955,19 @@ func (i *Inspector) DeleteQueue(ctx context.Context, queue string, force bool) e
 				queue, ErrQueueBusy, st.Scheduled, st.Queued, st.InProgress)
 		}
 	}
-	known, err := i.rdb.SIsMember(ctx, keys.Queues(i.cfg.Prefix), queue).Result()
+	known, err := jobstate.IsKnownQueue(ctx, i.rdb, i.cfg.Prefix, queue)
 	if err != nil {
 		return fmt.Errorf("delete queue %s: %w", queue, err)
 	}
 	// The plain keys, then those of every partition of every count the queue ever had (the
 	// empty streams a change of the count leaves, the tags of the version before): on a
 	// cluster those are on every master.
-	n, err := deleteKeys(ctx, i.rdb, i.keys(queue).Base())
+	// Every key of the plain queue starts with its base, prefix:{queue}: (internal/keys), so
+	// one SCAN pattern finds them all, on the one master of their slot on a cluster.
+	n, err := jobstate.ScanKeys(ctx, i.rdb, i.keys(queue).Base(), true, false)
 	if err == nil {
 		var m int
-		m, err = scanNodes(ctx, i.rdb, i.cfg.Prefix+":{"+queue+string(keys.PartitionSep), true, true)
+		m, err = jobstate.ScanKeys(ctx, i.rdb, i.cfg.Prefix+":{"+queue+string(keys.PartitionSep), true, true)
 		n += m
 	}
 	if err != nil {
@@ -1043,120 +981,19 @@ func (i *Inspector) DeleteQueue(ctx context.Context, queue string, force bool) e
 		if err := setClosed(ctx, i.rdb, qs[:p], true); err != nil {
 			return fmt.Errorf("delete queue %s: %w", queue, err)
 		}
-		if err := i.rdb.HDel(ctx, keys.Partitions(i.cfg.Prefix), queue).Err(); err != nil {
+		if err := jobstate.ForgetPartitions(ctx, i.rdb, i.cfg.Prefix, queue); err != nil {
 			return fmt.Errorf("delete queue %s: %w", queue, err)
 		}
 		layoutChanges.Add(1)
 		n++
 	}
-	if err := i.rdb.SRem(ctx, keys.Queues(i.cfg.Prefix), queue).Err(); err != nil {
+	if err := jobstate.ForgetQueue(ctx, i.rdb, i.cfg.Prefix, queue); err != nil {
 		return fmt.Errorf("delete queue %s: %w", queue, err)
 	}
 	if !known && n == 0 {
 		return fmt.Errorf("delete queue %s: %w", queue, ErrQueueNotFound)
 	}
 	return nil
-}
-
-// deleteScanCount is the COUNT of each SCAN page of deleteKeys.
-const deleteScanCount = 1000
-
-// deleteKeys unlinks every key that starts with base and returns how many. Every key of a
-// queue starts with its base, prefix:{queue}: (internal/keys), so one SCAN pattern finds them
-// all, and on a cluster they all sit in one slot of one master: only that node is scanned.
-func deleteKeys(ctx context.Context, rdb redis.UniversalClient, base string) (int, error) {
-	return scanKeys(ctx, rdb, base, true)
-}
-
-// scanKeys counts the keys that start with prefix, which starts with a queue's base (so, on a
-// cluster, only the master of its slot is scanned), and unlinks them when unlink is true.
-func scanKeys(ctx context.Context, rdb redis.UniversalClient, prefix string, unlink bool) (int, error) {
-	return scanNodes(ctx, rdb, prefix, unlink, false)
-}
-
-// scanNodes is scanKeys, over every master of a cluster when everywhere is true: for a prefix
-// that names keys in many slots, such as every partition of a queue.
-func scanNodes(ctx context.Context, rdb redis.UniversalClient, prefix string, unlink, everywhere bool) (int, error) {
-	base, pattern := prefix, globEscape(prefix)+"*"
-	del := func(ctx context.Context, c redis.Cmdable) (int, error) {
-		n := 0
-		var cursor uint64
-		for {
-			page, next, err := c.Scan(ctx, cursor, pattern, deleteScanCount).Result()
-			if err != nil {
-				return n, err
-			}
-			if !unlink {
-				n += len(page)
-			} else if len(page) > 0 {
-				m, err := unlinkPage(ctx, c, page, everywhere)
-				n += m
-				if err != nil {
-					return n, err
-				}
-			}
-			if cursor = next; cursor == 0 {
-				return n, nil
-			}
-		}
-	}
-	var mu sync.Mutex
-	total := 0
-	sum := func(ctx context.Context, node *redis.Client) error {
-		n, err := del(ctx, node)
-		mu.Lock()
-		total += n
-		mu.Unlock()
-		return err
-	}
-	switch c := rdb.(type) {
-	case *redis.ClusterClient:
-		if everywhere {
-			err := c.ForEachMaster(ctx, sum)
-			return total, err
-		}
-		node, err := c.MasterForKey(ctx, base)
-		if err != nil {
-			return 0, err
-		}
-		return del(ctx, node)
-	case *redis.Ring:
-		err := c.ForEachShard(ctx, sum)
-		return total, err
-	}
-	return del(ctx, rdb)
-}
-
-// unlinkPage unlinks the keys of one SCAN page: with one UNLINK when they share a slot, else
-// (apart, a cluster's node refuses a command over many slots) one UNLINK each, pipelined.
-func unlinkPage(ctx context.Context, c redis.Cmdable, page []string, apart bool) (int, error) {
-	if !apart {
-		m, err := c.Unlink(ctx, page...).Result()
-		return int(m), err
-	}
-	cmds, err := c.Pipelined(ctx, func(p redis.Pipeliner) error {
-		for _, k := range page {
-			p.Unlink(ctx, k)
-		}
-		return nil
-	})
-	n := 0
-	for _, cmd := range cmds {
-		n += int(cmd.(*redis.IntCmd).Val())
-	}
-	return n, err
-}
-
-// globEscape escapes the characters that are special in a Redis MATCH pattern.
-func globEscape(s string) string {
-	var b strings.Builder
-	for _, r := range s {
-		if strings.ContainsRune(`*?[]\`, r) {
-			b.WriteByte('\\')
-		}
-		b.WriteRune(r)
-	}
-	return b.String()
 }
 
 // wrapErr wraps a non-nil err with a formatted context.

@@ -136,10 +136,3 @@ func unixMS(t time.Time) int64 {
 	}
 	return t.UnixMilli()
 }
-
-func fromMS(ms int64) time.Time {
-	if ms <= 0 {
-		return time.Time{}
-	}
-	return time.UnixMilli(ms)
-}

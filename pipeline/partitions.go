@@ -5,9 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"slices"
 	"strconv"
-	"strings"
 	"sync/atomic"
 	"time"
 
@@ -15,7 +13,6 @@ import (
 
 	"github.com/conveyorq/conveyor/internal/jobstate"
 	"github.com/conveyorq/conveyor/internal/keys"
-	"github.com/conveyorq/conveyor/internal/script"
 )
 
 // MaxPartitions bounds QueueOptions.Partitions.
@@ -38,99 +35,25 @@ const closedTTL = time.Hour
 
 // setClosed sets (closed) or clears the closed flag of every partition of qs, in one pipeline.
 func setClosed(ctx context.Context, rdb redis.UniversalClient, qs []keys.Queue, closed bool) error {
-	_, err := rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		for _, q := range qs {
-			if closed {
-				p.Set(ctx, q.Closed(), "1", closedTTL)
-			} else {
-				p.Del(ctx, q.Closed())
-			}
-		}
-		return nil
-	})
-	return err
+	return jobstate.SetClosed(ctx, rdb, qs, closed, closedTTL)
 }
 
 // partitionCount reads how many partitions queue has (1 when none was set).
 func partitionCount(ctx context.Context, rdb redis.Cmdable, prefix, queue string) (int, error) {
-	v, err := rdb.HGet(ctx, keys.Partitions(prefix), queue).Result()
-	if errors.Is(err, redis.Nil) {
-		return 1, nil
-	}
-	if err != nil {
-		return 0, fmt.Errorf("read the partition count of %s: %w", queue, err)
-	}
-	return parsePartitions(queue, v)
+	return jobstate.PartitionCount(ctx, rdb, prefix, queue)
 }
 
-// knownQueues reads the known queue names that are valid queue names (one written by hand
-// names no keys of ours), sorted, and the partition counts of those that have more than one,
-// in one round trip.
+// knownQueues reads the known queue names, sorted, and the partition counts of those that have
+// more than one, in one round trip (jobstate.KnownQueues).
 func knownQueues(ctx context.Context, rdb redis.UniversalClient, prefix string) ([]string, map[string]int, error) {
-	var names *redis.StringSliceCmd
-	var m *redis.MapStringStringCmd
-	_, _ = rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		names = p.SMembers(ctx, keys.Queues(prefix))
-		m = p.HGetAll(ctx, keys.Partitions(prefix))
-		return nil
-	})
-	if err := names.Err(); err != nil {
-		return nil, nil, fmt.Errorf("list queues: %w", err)
-	}
-	if err := m.Err(); err != nil {
-		return nil, nil, fmt.Errorf("read the partition counts: %w", err)
-	}
-	qs := slices.DeleteFunc(names.Val(), func(n string) bool { return keys.ValidateQueue(n) != nil })
-	slices.Sort(qs)
-	counts := make(map[string]int, len(m.Val()))
-	for q, v := range m.Val() {
-		p, err := parsePartitions(q, v)
-		if err != nil {
-			return nil, nil, err
-		}
-		counts[q] = p
-	}
-	return qs, counts, nil
+	return jobstate.KnownQueues(ctx, rdb, prefix)
 }
-
-// spreadScheme ends every partition count this version stores ("3/spread"): its partition
-// tags spread over the slots (keys.PartitionName). A bare count was stored by the version
-// before, whose partitions were {q#i} in whatever slot that fell in; this version does not
-// read those keys (errLegacyLayout), and the version before refuses a count with the suffix,
-// so two versions never route one queue's jobs to different keys.
-const spreadScheme = "/spread"
-
-// storedPartitions is how CreateQueue stores a count of p > 1.
-func storedPartitions(p int) string { return strconv.Itoa(p) + spreadScheme }
 
 // errLegacyLayout is the error about a queue partitioned by the version before this one.
-var errLegacyLayout = errors.New("partitioned by an older Conveyor (partition keys {queue#i}), whose keys this version does not read: drain it with that version, then delete it (conveyor queues delete, which this version can do) and create it again")
+var errLegacyLayout = jobstate.ErrLegacyLayout
 
-func parsePartitions(queue, v string) (int, error) {
-	num, spread := strings.CutSuffix(v, spreadScheme)
-	p, err := strconv.Atoi(num)
-	if err != nil || p < 1 || p > MaxPartitions || strconv.Itoa(p) != num {
-		return 0, fmt.Errorf("partition count of %s in Redis is %q, not a number in 1..%d", queue, v, MaxPartitions)
-	}
-	if !spread && p > 1 {
-		return 0, fmt.Errorf("queue %s: %w", queue, errLegacyLayout)
-	}
-	return p, nil
-}
-
-// legacyPartitions returns the partitions of a queue whose stored count v is one the version
-// before wrote ({q#i}), or nil when v is not such a count.
-func legacyPartitions(prefix, queue, v string) []keys.Queue {
-	p, err := strconv.Atoi(v)
-	if err != nil || p < 2 || p > MaxPartitions {
-		return nil
-	}
-	qs := make([]keys.Queue, p)
-	for i := range qs {
-		qs[i] = keys.New(prefix, queue+string(keys.PartitionSep)+strconv.Itoa(i))
-	}
-	return qs
-}
+// parsePartitions reads queue's stored partition count v.
+func parsePartitions(queue, v string) (int, error) { return jobstate.ParsePartitions(queue, v) }
 
 // allPartitions returns the keys of every partition of queue, in partition order.
 func allPartitions(prefix, queue string, p int) []keys.Queue {
@@ -159,63 +82,29 @@ func findJob(ctx context.Context, rdb redis.UniversalClient, qs []keys.Queue, id
 	if len(qs) == 1 || !errors.Is(err, ErrNotFound) {
 		return j, qs[0], err
 	}
-	calls := make([]script.Call, len(qs)-1)
+	lookups := make([]jobstate.Lookup, len(qs)-1)
 	for k, q := range qs[1:] {
-		calls[k] = jobstate.GetCall(q, id)
+		lookups[k] = jobstate.Lookup{Queue: q, ID: id}
 	}
-	cmds, err := script.Pipelined(ctx, rdb, calls)
-	if err != nil && !errors.Is(err, redis.Nil) {
+	k, rec, err := jobstate.FindFirst(ctx, rdb, lookups)
+	if err != nil {
 		return nil, qs[0], fmt.Errorf("get %s/%s: %w", qs[0].Name(), id, err)
 	}
-	for k, cmd := range cmds {
-		flat, found, err := jobstate.GetReply(cmd)
-		if err != nil {
-			return nil, qs[0], fmt.Errorf("get %s/%s: %w", qs[0].Name(), id, err)
-		}
-		if found {
-			j, err := jobFromHash(qs[k+1].Name(), id, flat)
-			return j, qs[k+1], err
-		}
+	if k < 0 {
+		return nil, qs[0], ErrNotFound
 	}
-	return nil, qs[0], ErrNotFound
-}
-
-// locateJobs finds which of qs holds each of ids with one pipeline of EXISTS (len(ids) x
-// len(qs) commands). A job found in none maps to -1.
-func locateJobs(ctx context.Context, rdb redis.UniversalClient, qs []keys.Queue, ids []string) ([]int, error) {
-	cmds := make([]*redis.IntCmd, len(ids)*len(qs))
-	_, err := rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		for k, id := range ids {
-			for n, q := range qs {
-				cmds[k*len(qs)+n] = p.Exists(ctx, q.Job(id))
-			}
-		}
-		return nil
-	})
-	if err != nil {
-		return nil, err
-	}
-	at := make([]int, len(ids))
-	for k := range ids {
-		at[k] = -1
-		for n := range qs {
-			if cmds[k*len(qs)+n].Val() > 0 {
-				at[k] = n
-				break
-			}
-		}
-	}
-	return at, nil
+	j, err = jobFromRecord(qs[k+1].Name(), id, rec)
+	return j, qs[k+1], err
 }
 
 // onPartition runs op on the partition of qs (lookupOrder) that holds job id: on qs[0] first,
-// and when op says ErrNotFound there, on the partition that locateJobs finds among the others.
+// and when op says ErrNotFound there, on the partition that jobstate.Locate finds among the others.
 func onPartition(ctx context.Context, rdb redis.UniversalClient, qs []keys.Queue, id string, op func(keys.Queue) error) error {
 	err := op(qs[0])
 	if len(qs) == 1 || !errors.Is(err, ErrNotFound) {
 		return err
 	}
-	at, lerr := locateJobs(ctx, rdb, qs[1:], []string{id})
+	at, lerr := jobstate.Locate(ctx, rdb, qs[1:], []string{id})
 	if lerr != nil {
 		return fmt.Errorf("find %s/%s: %w", qs[0].Name(), id, lerr)
 	}
@@ -338,17 +227,11 @@ func (i *Inspector) CreateQueue(ctx context.Context, queue string, opts QueueOpt
 	if err := addQueue(ctx, i.rdb, i.cfg.Prefix, queue, i.cfg.MaxQueues, false); err != nil {
 		return nil, fmt.Errorf("create queue %s: %w", queue, err)
 	}
-	info := &QueueInfo{Queue: queue, Partitions: p}
-	if cc, ok := i.rdb.(*redis.ClusterClient); ok {
-		for _, q := range allPartitions(i.cfg.Prefix, queue, p) {
-			node, err := cc.MasterForKey(ctx, q.Stream())
-			if err != nil {
-				return nil, fmt.Errorf("create queue %s: find the node of %s: %w", queue, q.Tag(), err)
-			}
-			info.Nodes = append(info.Nodes, node.Options().Addr)
-		}
+	nodes, err := jobstate.Nodes(ctx, i.rdb, allPartitions(i.cfg.Prefix, queue, p))
+	if err != nil {
+		return nil, fmt.Errorf("create queue %s: %w", queue, err)
 	}
-	return info, nil
+	return &QueueInfo{Queue: queue, Partitions: p, Nodes: nodes}, nil
 }
 
 // changePartitions changes queue's layout from cur partitions to p once the old layout holds
@@ -384,19 +267,13 @@ func (i *Inspector) changePartitions(ctx context.Context, queue string, cur, p i
 		}
 	}
 	next := allPartitions(i.cfg.Prefix, queue, p)
-	if err := moveCounters(ctx, i.rdb, old, next[0]); err != nil {
+	if err := jobstate.MoveCounters(ctx, i.rdb, old, next[0]); err != nil {
 		return reopen(err)
 	}
 	if err := setClosed(ctx, i.rdb, next, false); err != nil {
 		return reopen(fmt.Errorf("open the new partitions: %w", err))
 	}
-	var err error
-	if p == 1 {
-		err = i.rdb.HDel(ctx, keys.Partitions(i.cfg.Prefix), queue).Err()
-	} else {
-		err = i.rdb.HSet(ctx, keys.Partitions(i.cfg.Prefix), queue, storedPartitions(p)).Err()
-	}
-	if err != nil {
+	if err := jobstate.WritePartitions(ctx, i.rdb, i.cfg.Prefix, queue, p); err != nil {
 		return reopen(fmt.Errorf("write the count: %w", err))
 	}
 	layoutChanges.Add(1)
@@ -413,7 +290,7 @@ func oldLayoutEmpty(ctx context.Context, rdb redis.UniversalClient, queue string
 	sum := sumStats(queue, st)
 	records := 0
 	for _, q := range old {
-		n, err := scanKeys(ctx, rdb, q.JobPrefix(), false)
+		n, err := jobstate.ScanKeys(ctx, rdb, q.JobPrefix(), false, false)
 		if err != nil {
 			return fmt.Errorf("count the job records: %w", err)
 		}
@@ -434,9 +311,8 @@ const layoutLockTTL = 30 * time.Second
 // lockLayout takes the lock that lets one change of queue's partition count run at a time
 // (two interleaved would open a layout the other just closed), or refuses with ErrQueueBusy.
 func (i *Inspector) lockLayout(ctx context.Context, queue string) (func(), error) {
-	key := keys.Partitions(i.cfg.Prefix) + ":lock:" + queue
 	token := strconv.FormatInt(time.Now().UnixNano(), 36) + strconv.FormatUint(rand.Uint64(), 36)
-	ok, err := i.rdb.SetNX(ctx, key, token, layoutLockTTL).Result()
+	ok, err := jobstate.LockLayout(ctx, i.rdb, i.cfg.Prefix, queue, token, layoutLockTTL)
 	if err != nil {
 		return nil, err
 	}
@@ -444,45 +320,8 @@ func (i *Inspector) lockLayout(ctx context.Context, queue string) (func(), error
 		return nil, fmt.Errorf("%w: another change of its partition count is running", ErrQueueBusy)
 	}
 	return func() {
-		ctx := context.WithoutCancel(ctx)
-		if v, err := i.rdb.Get(ctx, key).Result(); err == nil && v == token {
-			_ = i.rdb.Del(ctx, key).Err() // else it expires
-		}
+		jobstate.UnlockLayout(context.WithoutCancel(ctx), i.rdb, i.cfg.Prefix, queue, token)
 	}, nil
-}
-
-// moveCounters adds the counters of the partitions from to those of to and deletes them. The
-// old layout is empty by then, so nothing changes its counters meanwhile; a failure half-way
-// can lose counts (the keys are in other slots: no one step moves them) but never counts one
-// twice, since each old hash is deleted right after it is added.
-func moveCounters(ctx context.Context, rdb redis.UniversalClient, from []keys.Queue, to keys.Queue) error {
-	for _, q := range from {
-		if q.Stats() == to.Stats() {
-			continue
-		}
-		m, err := rdb.HGetAll(ctx, q.Stats()).Result()
-		if err != nil {
-			return fmt.Errorf("read the counters: %w", err)
-		}
-		if len(m) == 0 {
-			continue
-		}
-		_, err = rdb.Pipelined(ctx, func(pl redis.Pipeliner) error {
-			for f, v := range m {
-				if n, err := strconv.ParseInt(v, 10, 64); err == nil && n != 0 {
-					pl.HIncrBy(ctx, to.Stats(), f, n)
-				}
-			}
-			return nil
-		})
-		if err == nil {
-			err = rdb.Del(ctx, q.Stats()).Err()
-		}
-		if err != nil {
-			return fmt.Errorf("move the counters: %w", err)
-		}
-	}
-	return nil
 }
 
 // Partitions returns how many partitions queue has (1 for a queue never given more).

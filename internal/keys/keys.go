@@ -240,6 +240,9 @@ func Queues(prefix string) string { return prefix + ":queues" }
 // Like Queues it is global and never touched by a script.
 func Partitions(prefix string) string { return prefix + ":partitions" }
 
+// LayoutLock is the lock that lets one change of queue's partition count run at a time.
+func LayoutLock(prefix, queue string) string { return Partitions(prefix) + ":lock:" + queue }
+
 // PartitionSep separates a queue's name from a partition's number in the partition's hash tag;
 // ValidateQueue refuses it in queue names, so "q#1" can name nothing but a partition.
 const PartitionSep = '#'

@@ -1,0 +1,293 @@
+package jobstate
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/conveyorq/conveyor/internal/keys"
+)
+
+// The reads (and the few plain writes) of queue state: the known-queues set, the partition
+// counts, the gauges and counters, and the keys of a queue as a whole.
+
+// Stats are a queue's (or a partition's) gauges and counters. Its fields are pipeline's
+// QueueStats's, in the same order, so that one converts to the other.
+type Stats struct {
+	Queue string
+	// Gauges: jobs in each place now.
+	Scheduled  int64
+	Queued     int64
+	InProgress int64
+	Dead       int64
+	// Counters since the queue was created (keys.Stat*).
+	Enqueued       int64
+	Completed      int64
+	Failed         int64
+	Retried        int64
+	Recovered      int64
+	DeadByRecovery int64
+	Refused        int64
+	Canceled       int64
+	Released       int64
+	Poison         int64
+}
+
+// ReadStats reads the gauges and counters of queues qs in one pipeline: one round trip on a
+// standalone server, one per node that holds some of the queues on a cluster. Queued is the
+// stream's length less the entries handed out; a queue no worker read yet has none handed out.
+func ReadStats(ctx context.Context, rdb redis.UniversalClient, qs []keys.Queue) ([]*Stats, error) {
+	type cmds struct {
+		counters          *redis.MapStringStringCmd
+		sched, dead, xlen *redis.IntCmd
+		groups            *redis.XInfoGroupsCmd
+	}
+	all := make([]cmds, len(qs))
+	_, err := rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for k, q := range qs {
+			all[k] = cmds{
+				counters: p.HGetAll(ctx, q.Stats()),
+				sched:    p.ZCard(ctx, q.Scheduled()),
+				dead:     p.ZCard(ctx, q.Dead()),
+				xlen:     p.XLen(ctx, q.Stream()),
+				groups:   p.XInfoGroups(ctx, q.Stream()),
+			}
+		}
+		return nil
+	})
+	out := make([]*Stats, len(qs))
+	for k, q := range qs {
+		c := &all[k]
+		for _, cmd := range []redis.Cmder{c.counters, c.sched, c.dead, c.xlen} {
+			if err := cmd.Err(); err != nil {
+				return nil, fmt.Errorf("stats %s: %w", q.Name(), err)
+			}
+		}
+		// A queue no worker has read yet has no stream or group: that is zero in flight.
+		if err := c.groups.Err(); err != nil && !isNoStream(err) {
+			return nil, fmt.Errorf("stats %s: %w", q.Name(), err)
+		}
+		s := &Stats{Queue: q.Name(), Scheduled: c.sched.Val(), Dead: c.dead.Val()}
+		for _, g := range c.groups.Val() {
+			if g.Name == keys.Group {
+				s.InProgress = g.Pending
+			}
+		}
+		s.Queued = max(0, c.xlen.Val()-s.InProgress)
+		m := c.counters.Val()
+		n := func(k string) int64 { v, _ := strconv.ParseInt(m[k], 10, 64); return v }
+		s.Enqueued, s.Completed, s.Failed = n(keys.StatEnqueued), n(keys.StatCompleted), n(keys.StatFailed)
+		s.Retried, s.Recovered = n(keys.StatRetried), n(keys.StatRecovered)
+		s.DeadByRecovery, s.Refused = n(keys.StatDeadByRecovery), n(keys.StatRefused)
+		s.Canceled, s.Released, s.Poison = n(keys.StatCanceled), n(keys.StatReleased), n(keys.StatPoison)
+		out[k] = s
+	}
+	if err != nil && len(qs) > 0 && !isNoStream(err) {
+		// Every command carries its own error; a pipeline error that none of them reports is
+		// still a failure.
+		return nil, fmt.Errorf("stats: %w", err)
+	}
+	return out, nil
+}
+
+// ---- The known queues and their partition counts ----
+
+// spreadScheme ends every partition count this version stores ("3/spread"): its partition
+// tags spread over the slots (keys.PartitionName). A bare count was stored by the version
+// before, whose partitions were {q#i} in whatever slot that fell in; this version does not
+// read those keys (ErrLegacyLayout), and the version before refuses a count with the suffix,
+// so two versions never route one queue's jobs to different keys.
+const spreadScheme = "/spread"
+
+// StoredPartitions is how a partition count of p > 1 is stored.
+func StoredPartitions(p int) string { return strconv.Itoa(p) + spreadScheme }
+
+// ErrLegacyLayout is the error about a queue partitioned by the version before this one.
+var ErrLegacyLayout = errors.New("partitioned by an older Conveyor (partition keys {queue#i}), whose keys this version does not read: drain it with that version, then delete it (conveyor queues delete, which this version can do) and create it again")
+
+// ParsePartitions reads queue's stored partition count v.
+func ParsePartitions(queue, v string) (int, error) {
+	num, spread := strings.CutSuffix(v, spreadScheme)
+	p, err := strconv.Atoi(num)
+	if err != nil || p < 1 || p > keys.MaxPartitions || strconv.Itoa(p) != num {
+		return 0, fmt.Errorf("partition count of %s in Redis is %q, not a number in 1..%d", queue, v, keys.MaxPartitions)
+	}
+	if !spread && p > 1 {
+		return 0, fmt.Errorf("queue %s: %w", queue, ErrLegacyLayout)
+	}
+	return p, nil
+}
+
+// PartitionCount reads how many partitions queue has (1 when none was set).
+func PartitionCount(ctx context.Context, rdb redis.Cmdable, prefix, queue string) (int, error) {
+	v, err := rdb.HGet(ctx, keys.Partitions(prefix), queue).Result()
+	if errors.Is(err, redis.Nil) {
+		return 1, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("read the partition count of %s: %w", queue, err)
+	}
+	return ParsePartitions(queue, v)
+}
+
+// LegacyPartitions returns the partitions of a queue whose stored count is one the version
+// before wrote ({q#i}), or none when it is not such a count.
+func LegacyPartitions(ctx context.Context, rdb redis.Cmdable, prefix, queue string) ([]keys.Queue, error) {
+	v, err := rdb.HGet(ctx, keys.Partitions(prefix), queue).Result()
+	if err != nil {
+		return nil, err
+	}
+	p, err := strconv.Atoi(v)
+	if err != nil || p < 2 || p > keys.MaxPartitions {
+		return nil, nil
+	}
+	qs := make([]keys.Queue, p)
+	for i := range qs {
+		qs[i] = keys.New(prefix, queue+string(keys.PartitionSep)+strconv.Itoa(i))
+	}
+	return qs, nil
+}
+
+// KnownQueues reads the known queue names that are valid queue names (one written by hand
+// names no keys of ours), sorted, and the partition counts of those that have more than one,
+// in one round trip.
+func KnownQueues(ctx context.Context, rdb redis.UniversalClient, prefix string) ([]string, map[string]int, error) {
+	var names *redis.StringSliceCmd
+	var m *redis.MapStringStringCmd
+	_, _ = rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		names = p.SMembers(ctx, keys.Queues(prefix))
+		m = p.HGetAll(ctx, keys.Partitions(prefix))
+		return nil
+	})
+	if err := names.Err(); err != nil {
+		return nil, nil, fmt.Errorf("list queues: %w", err)
+	}
+	if err := m.Err(); err != nil {
+		return nil, nil, fmt.Errorf("read the partition counts: %w", err)
+	}
+	qs := slices.DeleteFunc(names.Val(), func(n string) bool { return keys.ValidateQueue(n) != nil })
+	slices.Sort(qs)
+	counts := make(map[string]int, len(m.Val()))
+	for q, v := range m.Val() {
+		p, err := ParsePartitions(q, v)
+		if err != nil {
+			return nil, nil, err
+		}
+		counts[q] = p
+	}
+	return qs, counts, nil
+}
+
+// IsKnownQueue reports whether queue is in the known-queues set.
+func IsKnownQueue(ctx context.Context, rdb redis.UniversalClient, prefix, queue string) (bool, error) {
+	return rdb.SIsMember(ctx, keys.Queues(prefix), queue).Result()
+}
+
+// ForgetQueue removes queue from the known-queues set.
+func ForgetQueue(ctx context.Context, rdb redis.UniversalClient, prefix, queue string) error {
+	return rdb.SRem(ctx, keys.Queues(prefix), queue).Err()
+}
+
+// ForgetPartitions deletes queue's stored partition count: it has one partition again.
+func ForgetPartitions(ctx context.Context, rdb redis.UniversalClient, prefix, queue string) error {
+	return rdb.HDel(ctx, keys.Partitions(prefix), queue).Err()
+}
+
+// ---- A queue's keys as a whole ----
+
+// scanCount is the COUNT of each SCAN page of ScanKeys.
+const scanCount = 1000
+
+// ScanKeys counts the keys that start with prefix with SCAN pages of 1000 keys, and unlinks
+// them a page at a time when unlink is true. On a cluster it scans the master of prefix's slot
+// only, which holds every key of a queue (each starts with the queue's base, prefix:{queue}:),
+// unless everywhere is true: for a prefix that names keys in many slots, such as every
+// partition of a queue. A Ring's every shard is scanned.
+func ScanKeys(ctx context.Context, rdb redis.UniversalClient, prefix string, unlink, everywhere bool) (int, error) {
+	base, pattern := prefix, globEscape(prefix)+"*"
+	del := func(ctx context.Context, c redis.Cmdable) (int, error) {
+		n := 0
+		var cursor uint64
+		for {
+			page, next, err := c.Scan(ctx, cursor, pattern, scanCount).Result()
+			if err != nil {
+				return n, err
+			}
+			if !unlink {
+				n += len(page)
+			} else if len(page) > 0 {
+				m, err := unlinkPage(ctx, c, page, everywhere)
+				n += m
+				if err != nil {
+					return n, err
+				}
+			}
+			if cursor = next; cursor == 0 {
+				return n, nil
+			}
+		}
+	}
+	var mu sync.Mutex
+	total := 0
+	sum := func(ctx context.Context, node *redis.Client) error {
+		n, err := del(ctx, node)
+		mu.Lock()
+		total += n
+		mu.Unlock()
+		return err
+	}
+	switch c := rdb.(type) {
+	case *redis.ClusterClient:
+		if everywhere {
+			err := c.ForEachMaster(ctx, sum)
+			return total, err
+		}
+		node, err := c.MasterForKey(ctx, base)
+		if err != nil {
+			return 0, err
+		}
+		return del(ctx, node)
+	case *redis.Ring:
+		err := c.ForEachShard(ctx, sum)
+		return total, err
+	}
+	return del(ctx, rdb)
+}
+
+// unlinkPage unlinks the keys of one SCAN page: with one UNLINK when they share a slot, else
+// (apart, a cluster's node refuses a command over many slots) one UNLINK each, pipelined.
+func unlinkPage(ctx context.Context, c redis.Cmdable, page []string, apart bool) (int, error) {
+	if !apart {
+		m, err := c.Unlink(ctx, page...).Result()
+		return int(m), err
+	}
+	cmds, err := c.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for _, k := range page {
+			p.Unlink(ctx, k)
+		}
+		return nil
+	})
+	n := 0
+	for _, cmd := range cmds {
+		n += int(cmd.(*redis.IntCmd).Val())
+	}
+	return n, err
+}
+
+// globEscape escapes the characters that are special in a Redis MATCH pattern.
+func globEscape(s string) string {
+	var b strings.Builder
+	for _, r := range s {
+		if strings.ContainsRune(`*?[]\`, r) {
+			b.WriteByte('\\')
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
+}

@@ -1,0 +1,367 @@
+package jobstate
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/conveyorq/conveyor/internal/keys"
+	"github.com/conveyorq/conveyor/internal/rediserr"
+	"github.com/conveyorq/conveyor/internal/script"
+)
+
+// The reads of job state: what pipeline's Client and Inspector show of jobs. Each read sends
+// the commands of one round trip (one pipeline) and decodes their replies here, so a caller
+// sees Go values and no go-redis command.
+
+// Record is a job's record (its hash, keys.Field*), decoded. A field the hash lacks keeps its
+// zero value; Payload and Result stay nil unless the field is there (even empty).
+type Record struct {
+	Type        string
+	Status      string // a pipeline.Status
+	Attempt     int
+	MaxRetries  int
+	Timeout     time.Duration
+	CreatedAt   time.Time
+	RunAt       time.Time
+	EnqueuedAt  time.Time
+	StartedAt   time.Time
+	CompletedAt time.Time
+	Worker      string
+	Entry       string
+	LastError   string
+	Result      []byte
+	Version     int64
+	Payload     []byte
+	// Metadata is encoded (stream.EncodeMetadata); empty when the job has none.
+	Metadata string
+}
+
+// DecodeRecord reads a job's hash as a flat field/value list (Get, EntryJob.Flat). A later
+// field overrides an earlier one of the same name, as the entry's payload does the hash's (but
+// an empty metadata does not). A record without run_at was queued at once: its RunAt, and
+// its EnqueuedAt when unset, are its CreatedAt.
+func DecodeRecord(flat []string) Record {
+	var r Record
+	num := func(s string) int64 { n, _ := strconv.ParseInt(s, 10, 64); return n }
+	for i := 0; i+1 < len(flat); i += 2 {
+		v := flat[i+1]
+		switch flat[i] {
+		case keys.FieldType:
+			r.Type = v
+		case keys.FieldStatus:
+			r.Status = v
+		case keys.FieldAttempt:
+			r.Attempt = int(num(v))
+		case keys.FieldMaxRetries:
+			r.MaxRetries = int(num(v))
+		case keys.FieldTimeout:
+			r.Timeout = time.Duration(num(v)) * time.Millisecond
+		case keys.FieldCreatedAt:
+			r.CreatedAt = fromMS(num(v))
+		case keys.FieldRunAt:
+			r.RunAt = fromMS(num(v))
+		case keys.FieldEnqueuedAt:
+			r.EnqueuedAt = fromMS(num(v))
+		case keys.FieldStartedAt:
+			r.StartedAt = fromMS(num(v))
+		case keys.FieldCompletedAt:
+			r.CompletedAt = fromMS(num(v))
+		case keys.FieldWorker:
+			r.Worker = v
+		case keys.FieldEntry:
+			r.Entry = v
+		case keys.FieldLastError:
+			r.LastError = v
+		case keys.FieldResult:
+			r.Result = []byte(v)
+		case keys.FieldVersion:
+			r.Version = num(v)
+		case keys.FieldPayload:
+			r.Payload = []byte(v)
+		case keys.FieldMetadata:
+			if v != "" { // an entry without metadata leaves the hash's
+				r.Metadata = v
+			}
+		}
+	}
+	// A job queued at once stores neither run_at nor enqueued_at: both are created_at. (A
+	// delayed job always has run_at, and enqueued_at once it entered the stream.)
+	if r.RunAt.IsZero() {
+		r.RunAt = r.CreatedAt
+		if r.EnqueuedAt.IsZero() {
+			r.EnqueuedAt = r.CreatedAt
+		}
+	}
+	return r
+}
+
+// fromMS is the time of a record's unix-ms field; 0 (unset) is the zero time.
+func fromMS(ms int64) time.Time {
+	if ms <= 0 {
+		return time.Time{}
+	}
+	return time.UnixMilli(ms)
+}
+
+// decodeMap is DecodeRecord of a hash read as a map (HGETALL).
+func decodeMap(h map[string]string) Record {
+	flat := make([]string, 0, 2*len(h))
+	for k, v := range h {
+		flat = append(flat, k, v)
+	}
+	return DecodeRecord(flat)
+}
+
+// Lookup names one job: its id in a queue or partition.
+type Lookup struct {
+	Queue keys.Queue
+	ID    string
+}
+
+// FindFirst reads the jobs of lookups with get.lua, all in one pipeline, and returns the index
+// of the first one found and its record; -1 when none is.
+func FindFirst(ctx context.Context, rdb redis.UniversalClient, lookups []Lookup) (int, Record, error) {
+	if len(lookups) == 0 {
+		return -1, Record{}, nil
+	}
+	calls := make([]script.Call, len(lookups))
+	for k, l := range lookups {
+		calls[k] = GetCall(l.Queue, l.ID)
+	}
+	cmds, err := script.Pipelined(ctx, rdb, calls)
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return -1, Record{}, err
+	}
+	for k, cmd := range cmds {
+		flat, found, err := GetReply(cmd)
+		if err != nil {
+			return -1, Record{}, err
+		}
+		if found {
+			return k, DecodeRecord(flat), nil
+		}
+	}
+	return -1, Record{}, nil
+}
+
+// Records reads the records of jobs ids of q (their hashes alone, without the stream entry's
+// payload) in one pipeline; a job with no record has nil.
+func Records(ctx context.Context, rdb redis.UniversalClient, q keys.Queue, ids []string) ([]*Record, error) {
+	out := make([]*Record, len(ids))
+	if len(ids) == 0 {
+		return out, nil
+	}
+	p := rdb.Pipeline()
+	hashes := make([]*redis.MapStringStringCmd, len(ids))
+	for k, id := range ids {
+		hashes[k] = p.HGetAll(ctx, q.Job(id))
+	}
+	if _, err := p.Exec(ctx); err != nil {
+		return nil, err
+	}
+	for k, h := range hashes {
+		if m := h.Val(); len(m) > 0 {
+			r := decodeMap(m)
+			out[k] = &r
+		}
+	}
+	return out, nil
+}
+
+// Locate finds which of qs holds each of ids with one pipeline of EXISTS (len(ids) x len(qs)
+// commands), for a job of a partitioned queue that is not where its id routes. A job found in
+// none maps to -1.
+func Locate(ctx context.Context, rdb redis.UniversalClient, qs []keys.Queue, ids []string) ([]int, error) {
+	cmds := make([]*redis.IntCmd, len(ids)*len(qs))
+	_, err := rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for k, id := range ids {
+			for n, q := range qs {
+				cmds[k*len(qs)+n] = p.Exists(ctx, q.Job(id))
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	at := make([]int, len(ids))
+	for k := range ids {
+		at[k] = -1
+		for n := range qs {
+			if cmds[k*len(qs)+n].Val() > 0 {
+				at[k] = n
+				break
+			}
+		}
+	}
+	return at, nil
+}
+
+// ---- Sorted sets: the scheduled and dead sets ----
+
+// At is the item's score as a time: a scheduled job's due time, a dead job's death.
+func (s SetItem) At() time.Time { return time.UnixMilli(s.Score) }
+
+// ScheduledPage is SetPage of q's scheduled set, earliest due first.
+func ScheduledPage(ctx context.Context, rdb redis.Scripter, q keys.Queue, after *SetItem, n int) ([]SetItem, error) {
+	return SetPage(ctx, rdb, q.Scheduled(), false, after, n)
+}
+
+// DeadPage is SetPage of q's dead set, latest death first, or earliest first when oldest.
+func DeadPage(ctx context.Context, rdb redis.Scripter, q keys.Queue, oldest bool, after *SetItem, n int) ([]SetItem, error) {
+	return SetPage(ctx, rdb, q.Dead(), !oldest, after, n)
+}
+
+// LastDead returns the member of q's dead set that is last in the set's order (the latest
+// death, the greatest member among equal scores); ok is false when the set is empty.
+func LastDead(ctx context.Context, rdb redis.UniversalClient, q keys.Queue) (last SetItem, ok bool, err error) {
+	z, err := rdb.ZRevRangeWithScores(ctx, q.Dead(), 0, 0).Result()
+	if err != nil || len(z) == 0 {
+		return SetItem{}, false, err
+	}
+	return SetItem{Member: fmt.Sprint(z[0].Member), Score: int64(z[0].Score)}, true, nil
+}
+
+// ---- The stream and its consumer group ----
+
+// Entry is a stream entry as the Inspector shows it: the job it names and what it carries.
+type Entry struct {
+	ID string
+	// Job is the job id the entry names; empty when that is not a valid id (an unreadable
+	// entry, which a worker dead-letters).
+	Job      string
+	Payload  string
+	Metadata string
+}
+
+// Group is the state of a queue's consumer group (keys.Group).
+type Group struct {
+	// LastDelivered is the id of the last entry handed to a worker ("0-0": none yet).
+	LastDelivered string
+	// Pending counts the entries handed out and not yet acknowledged: jobs in progress.
+	Pending int64
+}
+
+// StreamPage reads up to n entries of q's stream from start ("-" or an entry id, inclusive)
+// on, and the consumer group (nil when there is none yet), in one round trip.
+func StreamPage(ctx context.Context, rdb redis.UniversalClient, q keys.Queue, start string, n int) ([]Entry, *Group, error) {
+	var groups *redis.XInfoGroupsCmd
+	var msgs *redis.XMessageSliceCmd
+	// The commands carry the pipeline's errors; a queue no worker read yet has no group.
+	_, _ = rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		groups = p.XInfoGroups(ctx, q.Stream())
+		msgs = p.XRangeN(ctx, q.Stream(), start, "+", int64(n))
+		return nil
+	})
+	if err := msgs.Err(); err != nil {
+		return nil, nil, err
+	}
+	if err := groups.Err(); err != nil && !isNoStream(err) {
+		return nil, nil, err
+	}
+	var g *Group
+	for _, gi := range groups.Val() {
+		if gi.Name == keys.Group {
+			g = &Group{LastDelivered: gi.LastDeliveredID, Pending: gi.Pending}
+		}
+	}
+	return entries(msgs.Val()), g, nil
+}
+
+// StreamRange reads up to n entries of q's stream from start (inclusive) on.
+func StreamRange(ctx context.Context, rdb redis.UniversalClient, q keys.Queue, start string, n int) ([]Entry, error) {
+	msgs, err := rdb.XRangeN(ctx, q.Stream(), start, "+", int64(n)).Result()
+	if err != nil {
+		return nil, err
+	}
+	return entries(msgs), nil
+}
+
+func entries(msgs []redis.XMessage) []Entry {
+	out := make([]Entry, len(msgs))
+	for k, m := range msgs {
+		out[k].ID = m.ID
+		if id, _ := m.Values[keys.EntryUUID].(string); keys.ValidID(id) {
+			out[k].Job = id
+		}
+		out[k].Payload, _ = m.Values[keys.EntryPayload].(string)
+		out[k].Metadata, _ = m.Values[keys.EntryMetadata].(string)
+	}
+	return out
+}
+
+// EntryRecords reads, in one pipeline, the records of the jobs that entries of q name (nil
+// for an entry that names none, or a job with no record) and, when pending, which of the
+// entries are in the consumer group's pending entries list (handed to a worker).
+func EntryRecords(ctx context.Context, rdb redis.UniversalClient, q keys.Queue, es []Entry, pending bool) ([]*Record, map[string]bool, error) {
+	recs := make([]*Record, len(es))
+	held := map[string]bool{}
+	if len(es) == 0 {
+		return recs, held, nil
+	}
+	p := rdb.Pipeline()
+	hashes := make([]*redis.MapStringStringCmd, len(es))
+	for k, e := range es {
+		if e.Job != "" {
+			hashes[k] = p.HGetAll(ctx, q.Job(e.Job))
+		}
+	}
+	var pend *redis.XPendingExtCmd
+	if pending {
+		pend = p.XPendingExt(ctx, &redis.XPendingExtArgs{Stream: q.Stream(), Group: keys.Group,
+			Start: es[0].ID, End: es[len(es)-1].ID, Count: int64(2 * len(es))})
+	}
+	if p.Len() > 0 {
+		if _, err := p.Exec(ctx); err != nil {
+			return nil, nil, err
+		}
+	}
+	for k, h := range hashes {
+		if h != nil {
+			if m := h.Val(); len(m) > 0 {
+				r := decodeMap(m)
+				recs[k] = &r
+			}
+		}
+	}
+	if pend != nil {
+		for _, pe := range pend.Val() {
+			held[pe.ID] = true
+		}
+	}
+	return recs, held, nil
+}
+
+// Lease is an entry of the consumer group's pending entries list: a job a worker holds. Its
+// fields are pipeline.Lease's, in the same order, so that one converts to the other.
+type Lease struct {
+	Entry      string
+	Worker     string        // the consumer that holds it
+	Idle       time.Duration // since it was handed out or its lease last renewed
+	Deliveries int64         // the times it was handed out
+}
+
+// PendingPage reads up to n entries of q's pending entries list from start ("-" or an entry
+// id, inclusive) on, in entry order; none when q has no stream or group yet.
+func PendingPage(ctx context.Context, rdb redis.UniversalClient, q keys.Queue, start string, n int) ([]Lease, error) {
+	pend, err := rdb.XPendingExt(ctx, &redis.XPendingExtArgs{Stream: q.Stream(), Group: keys.Group,
+		Start: start, End: "+", Count: int64(n)}).Result()
+	if isNoStream(err) {
+		return nil, nil // nothing was ever handed out
+	}
+	if err != nil {
+		return nil, err
+	}
+	out := make([]Lease, len(pend))
+	for k, pe := range pend {
+		out[k] = Lease{Entry: pe.ID, Worker: pe.Consumer, Idle: pe.Idle, Deliveries: pe.RetryCount}
+	}
+	return out, nil
+}
+
+func isNoStream(err error) bool { return rediserr.IsNoStream(err) }
