@@ -959,11 +959,10 @@ func (i *Inspector) DeleteQueue(ctx context.Context, queue string, force bool) e
 	if err != nil {
 		return fmt.Errorf("delete queue %s: %w", queue, err)
 	}
-	// The plain keys, then those of every partition of every count the queue ever had (the
-	// empty streams a change of the count leaves, the tags of the version before): on a
-	// cluster those are on every master.
-	// Every key of the plain queue starts with its base, prefix:{queue}: (internal/keys), so
-	// one SCAN pattern finds them all, on the one master of their slot on a cluster.
+	// The plain keys (all under the queue's base, prefix:{queue}:, so in one slot: one master
+	// is scanned on a cluster), then those of every partition of every count the queue ever
+	// had (the empty streams a change of the count leaves, the tags of the version before):
+	// on a cluster those are on every master.
 	n, err := jobstate.ScanKeys(ctx, i.rdb, i.keys(queue).Base(), true, false)
 	if err == nil {
 		var m int
