@@ -234,7 +234,7 @@ func (a *app) serve(ctx context.Context, sf *serveFlags) error {
 	client := pipeline.NewClient(rdb, pipeline.ClientConfig{Prefix: a.prefix, MaxQueues: sf.maxQueues,
 		RequireQueues: !sf.createQueues})
 	insp := pipeline.NewInspector(rdb, pipeline.InspectorConfig{Prefix: a.prefix, MaxQueues: sf.maxQueues})
-	warnEviction(ctx, a.log, client.Redis())
+	a.warnEviction(ctx)
 	log := a.log.With().Str("component", "api").Logger()
 	reg, err := metricsRegistry(insp, nil)
 	if err != nil {

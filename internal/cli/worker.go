@@ -103,7 +103,7 @@ has them, their jobs run again.`,
 			if err != nil {
 				return err
 			}
-			warnEviction(cmd.Context(), a.log, rdb)
+			a.warnEviction(cmd.Context())
 			cfg.Prefix, cfg.Logger = a.prefix, a.log
 			stopMetrics, err := a.workerMetrics(wf.metricsAddr, rdb, &cfg)
 			if err != nil {
