@@ -453,12 +453,8 @@ func (p purger) ids(ctx context.Context, ids []string, dryRun bool) error {
 		var err error
 		if dryRun {
 			var j *pipeline.Job
-			if j, err = p.insp.Get(ctx, p.queue, id); err == nil {
-				if j.Status == pipeline.StatusFailed {
-					dead = append(dead, j)
-				} else {
-					err = fmt.Errorf("%w (it is %s)", pipeline.ErrNotDead, j.Status)
-				}
+			if j, err = p.insp.PurgeDryRun(ctx, p.queue, id); err == nil {
+				dead = append(dead, j)
 			}
 		} else {
 			_, err = p.insp.Purge(ctx, p.queue, id)
@@ -505,43 +501,14 @@ func (p purger) ids(ctx context.Context, ids []string, dryRun bool) error {
 	return err
 }
 
-// dryRunAll lists the dead jobs that 'purge --all --older-than' would delete: those that died
-// at least olderThan ago by Redis's clock, as purge.lua measures.
+// dryRunAll lists the dead jobs that 'purge --all --older-than' would delete.
 func (p purger) dryRunAll(ctx context.Context, olderThan time.Duration) error {
-	st, err := p.insp.Stats(ctx, p.queue)
+	if err := p.a.requireQueue(ctx, p.queue, nil); err != nil {
+		return err
+	}
+	jobs, err := p.insp.PurgeAllDryRun(ctx, p.queue, olderThan)
 	if err != nil {
 		return err
-	}
-	if err := p.a.requireQueue(ctx, p.queue, st); err != nil {
-		return err
-	}
-	cutoff := time.Time{}
-	if olderThan > 0 {
-		rdb, err := p.a.redis()
-		if err != nil {
-			return err
-		}
-		now, err := rdb.Time(ctx).Result()
-		if err != nil {
-			return fmt.Errorf("read Redis's clock: %w", err)
-		}
-		cutoff = now.Add(-olderThan)
-	}
-	var jobs []*pipeline.Job
-	cursor := ""
-	for {
-		page, err := p.insp.List(ctx, p.queue, pipeline.StatusFailed, pipeline.Page{Cursor: cursor, Limit: pipeline.MaxPageLimit})
-		if err != nil {
-			return err
-		}
-		for _, j := range page.Jobs {
-			if cutoff.IsZero() || j.CompletedAt.UnixMilli() <= cutoff.UnixMilli() {
-				jobs = append(jobs, j)
-			}
-		}
-		if cursor = page.Next; cursor == "" {
-			break
-		}
 	}
 	if p.json {
 		n := len(jobs)

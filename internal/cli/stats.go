@@ -93,36 +93,25 @@ func (a *app) printQueues(ctx context.Context, insp *pipeline.Inspector, asJSON 
 	return printStats(a.stdout, stats)
 }
 
-// requireQueue refuses a queue that is not known (not in the known-queues set: nothing was
-// published to it and no worker read it) and has nothing to show (its stats all zero; st, or
-// read when nil), naming the known queues: a typo otherwise shows a queue of zeros.
+// requireQueue refuses a queue that does not exist (pipeline.Inspector.QueueExists: not known
+// and nothing to show), naming the known queues: a typo otherwise shows a queue of zeros. st
+// is the queue's stats when the caller has read them (a queue with any is there), or nil.
 func (a *app) requireQueue(ctx context.Context, queue string, st *pipeline.QueueStats) error {
-	if st == nil {
-		insp, err := a.inspector()
-		if err != nil {
-			return err
-		}
-		if st, err = insp.Stats(ctx, queue); err != nil {
-			return err
-		}
-	}
-	if *st != (pipeline.QueueStats{Queue: st.Queue}) {
+	if st != nil && *st != (pipeline.QueueStats{Queue: st.Queue}) {
 		return nil
 	}
-	rdb, err := a.redis()
+	insp, err := a.inspector()
 	if err != nil {
 		return err
 	}
-	set := keys.Queues(a.prefix)
-	known, err := rdb.SIsMember(ctx, set, queue).Result()
-	if err != nil || known {
+	exists, err := insp.QueueExists(ctx, queue)
+	if err != nil || exists {
 		return err
 	}
-	names, err := rdb.SMembers(ctx, set).Result()
+	names, err := insp.QueueNames(ctx)
 	if err != nil {
 		return err
 	}
-	names = slices.DeleteFunc(names, func(n string) bool { return keys.ValidateQueue(n) != nil })
 	return queueNotFound(queue, a.prefix, names)
 }
 

@@ -230,6 +230,28 @@ func Purge(ctx context.Context, rdb redis.Scripter, q keys.Queue, limit int, old
 	return int(n), nil
 }
 
+// PurgeDryRun returns up to limit of the ids Purge would delete now (the dead jobs of q that
+// died at least olderThanMS ago by Redis's clock), oldest first, skipping the first offset of
+// them; it deletes nothing. Callers page with offset until fewer than limit come back.
+func PurgeDryRun(ctx context.Context, rdb redis.Scripter, q keys.Queue, limit, offset int, olderThanMS int64) ([]string, error) {
+	code, rest, err := script.Reply(purgeScript.Run(ctx, rdb, []string{q.Dead()}, q.JobPrefix(), limit, olderThanMS, offset))
+	var raw []any
+	if err == nil && len(rest) == 2 {
+		raw, _ = rest[1].([]any)
+	}
+	if err == nil && (code != script.OK || len(rest) != 2 || len(raw) == 0 && rest[0] != int64(0)) {
+		err = fmt.Errorf("purge dry run: unexpected reply %v %v", code, rest)
+	}
+	if err != nil {
+		return nil, err
+	}
+	ids := make([]string, len(raw))
+	for k, v := range raw {
+		ids[k], _ = v.(string)
+	}
+	return ids, nil
+}
+
 // Foreign is a stream entry of another Watermill publisher for Adopt to make a job of.
 type Foreign struct {
 	ID, Entry, Type string
