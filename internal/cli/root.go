@@ -591,44 +591,32 @@ func flagTakesValue(cmd *cobra.Command, arg string) (takesValue, known bool) {
 	return false, true
 }
 
-// suggest returns the subcommands of cmd nearest to typed: those within two edits (a swap of
-// two neighbouring letters counts as one, so "stauts" is one from "status"), or that typed
-// begins. The nearest come first; among equally near, those of typed's length (a swap or a
+// suggest returns the subcommands of cmd nearest to typed, among cobra's suggestions (within
+// two edits, a prefix, or SuggestFor). Cobra counts edits by Levenshtein distance, where a swap
+// of two neighbouring letters is two, and lists every command within reach: "stauts" gets
+// "stats" and "status" alike (TestSuggest). This keeps the nearest by optimal string alignment
+// distance, where a swap is one, and among equally near those of typed's length (a swap or a
 // changed letter is likelier than a missing one), so "stauts" suggests "status" before
 // "stats". It returns the best one, or two when they tie.
 func suggest(cmd *cobra.Command, typed string) []string {
+	cmd.SuggestionsMinimumDistance = 2
 	type cand struct {
 		name       string
 		dist, diff int
 	}
 	var cands []cand
 	lower := strings.ToLower(typed)
-	for _, c := range cmd.Commands() {
-		if !c.IsAvailableCommand() && c.Name() != "help" {
-			continue
-		}
-		best := cand{name: c.Name(), dist: 1 << 30}
-		for _, n := range append([]string{c.Name()}, c.Aliases...) {
-			d := osaDistance(lower, strings.ToLower(n))
-			if len(lower) >= 2 && strings.HasPrefix(strings.ToLower(n), lower) {
-				d = min(d, 1)
+	for _, name := range slices.Compact(cmd.SuggestionsFor(typed)) {
+		d := osaDistance(lower, strings.ToLower(name))
+		if d > 2 { // a prefix, or the command's SuggestFor
+			if len(typed) < 2 {
+				continue
 			}
-			diff := len(n) - len(typed)
-			if diff < 0 {
-				diff = -diff
-			}
-			if d < best.dist || d == best.dist && diff < best.diff {
-				best.dist, best.diff = d, diff
-			}
+			d = 1
 		}
-		if slices.Contains(c.SuggestFor, typed) {
-			best.dist, best.diff = 0, 0
-		}
-		if best.dist <= 2 {
-			cands = append(cands, best)
-		}
+		cands = append(cands, cand{name, d, abs(len(name) - len(typed))})
 	}
-	slices.SortFunc(cands, func(x, y cand) int {
+	slices.SortStableFunc(cands, func(x, y cand) int {
 		if x.dist != y.dist {
 			return x.dist - y.dist
 		}
@@ -642,6 +630,13 @@ func suggest(cmd *cobra.Command, typed string) []string {
 		out = append(out, c.name)
 	}
 	return out
+}
+
+func abs(n int) int {
+	if n < 0 {
+		return -n
+	}
+	return n
 }
 
 // osaDistance is the optimal string alignment distance between a and b: the edits (insert,
