@@ -10,19 +10,10 @@
 package cli
 
 import (
-	"context"
 	"errors"
-	"io"
 
 	"github.com/conveyorq/conveyor/pipeline"
 )
-
-// Run executes one command line (args without the program name) and returns the process's
-// exit code: 0 ok, 1 a refusal by the system, 2 a usage error, 130 interrupted (see exitCode).
-// Cancelling ctx (SIGINT or SIGTERM) interrupts the command: a worker drains, a demo cleans up.
-func Run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer, getenv func(string) string) int {
-	return run(ctx, args, stdin, stdout, stderr, getenv)
-}
 
 // Exit codes besides 0, 1 and 2 (see exitCode).
 const exitInterrupted = 130 // SIGINT or SIGTERM ended a command before it finished (128+SIGINT)
@@ -33,7 +24,7 @@ const exitInterrupted = 130 // SIGINT or SIGTERM ended a command before it finis
 // together, or input the library refuses as invalid: pipeline.ErrInvalid, such as a bad queue
 // name, job type or id); 1 anything else, a refusal by the system (a job not found or not in
 // the expected state, a payload over the limit, a conflicting job, a busy queue, Redis down
-// or refusing). run adds 130 for an interrupted command.
+// or refusing). Run adds 130 for an interrupted command.
 func exitCode(err error) int {
 	var usage usageError
 	switch {

@@ -14,7 +14,7 @@ import (
 func execute(t *testing.T, env map[string]string, args ...string) (stdout, stderr string, code int) {
 	t.Helper()
 	var out, errOut bytes.Buffer
-	code = run(t.Context(), args, strings.NewReader(""), &out, &errOut, func(k string) string { return env[k] })
+	code = Run(t.Context(), args, strings.NewReader(""), &out, &errOut, func(k string) string { return env[k] })
 	return out.String(), errOut.String(), code
 }
 

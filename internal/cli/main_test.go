@@ -57,7 +57,7 @@ func runWithEnv(t *testing.T, env map[string]string, stdin string, args ...strin
 	t.Helper()
 	var out, errOut bytes.Buffer
 	getenv := func(k string) string { return env[k] }
-	code = run(t.Context(), args, strings.NewReader(stdin), &out, &errOut, getenv)
+	code = Run(t.Context(), args, strings.NewReader(stdin), &out, &errOut, getenv)
 	return out.String(), errOut.String(), code
 }
 
@@ -276,12 +276,12 @@ func TestRunInterrupted(t *testing.T) {
 	cancel()
 	var out, errOut bytes.Buffer
 	getenv := func(string) string { return "" }
-	code := run(ctx, []string{"stats", "--redis", noRedis}, strings.NewReader(""), &out, &errOut, getenv)
+	code := Run(ctx, []string{"stats", "--redis", noRedis}, strings.NewReader(""), &out, &errOut, getenv)
 	require.Equal(t, 130, code, errOut.String())
 	require.Equal(t, "conveyor: interrupted\n", errOut.String())
 
 	errOut.Reset()
-	code = run(ctx, []string{"worker", "--redis", noRedis}, strings.NewReader(""), &out, &errOut, getenv)
+	code = Run(ctx, []string{"worker", "--redis", noRedis}, strings.NewReader(""), &out, &errOut, getenv)
 	require.Equal(t, 0, code, errOut.String())
 	require.NotContains(t, errOut.String(), "conveyor: ")
 }

@@ -117,12 +117,12 @@ type app struct {
 	rdb redis.UniversalClient
 }
 
-// run executes one command line and returns the process's exit code (see exitCode). Errors
-// are printed as "conveyor: <message>" on stderr, followed by a hint for usage errors. When
+// Run executes one command line (args without the program's name) and returns the process's
+// exit code (see exitCode). Errors are printed as "conveyor: <message>" on stderr, followed by a hint for usage errors. When
 // ctx ends before the command returns (SIGINT or SIGTERM), the command was interrupted: exit
 // 130, except for a command whose normal end is a signal (the worker), which exits 0 once it
 // has drained.
-func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer, getenv func(string) string) int {
+func Run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer, getenv func(string) string) int {
 	a := &app{stdin: stdin, stdout: stdout, stderr: stderr, getenv: getenv, log: zerolog.Nop(),
 		redisURL: defaultRedisURL, redisSource: "the default"}
 	defer a.close()
