@@ -159,9 +159,20 @@ func (s *Server) replayAll(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
-// purge: DELETE /v1/queues/{queue}/dead/{id}.
+// purge: DELETE /v1/queues/{queue}/dead/{id}[?dry_run=true].
 func (s *Server) purge(w http.ResponseWriter, r *http.Request) error {
 	queue, id := r.PathValue("queue"), r.PathValue("id")
+	dry, err := boolParam(r, "dry_run")
+	if err != nil {
+		return err
+	}
+	if dry {
+		if _, err := s.inspector.PurgeDryRun(r.Context(), queue, id); err != nil {
+			return jobErr(err, queue, id)
+		}
+		writeJSON(w, http.StatusOK, wouldPurge{WouldPurge: 1, IDs: []string{id}})
+		return nil
+	}
 	n, err := s.inspector.Purge(r.Context(), queue, id)
 	if err != nil {
 		return jobErr(err, queue, id)
@@ -170,7 +181,13 @@ func (s *Server) purge(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
-// purgeAll: DELETE /v1/queues/{queue}/dead[?older_than=24h].
+// wouldPurge is the answer of a purge's dry run.
+type wouldPurge struct {
+	WouldPurge int      `json:"would_purge"`
+	IDs        []string `json:"ids"`
+}
+
+// purgeAll: DELETE /v1/queues/{queue}/dead[?older_than=24h][&dry_run=true].
 func (s *Server) purgeAll(w http.ResponseWriter, r *http.Request) error {
 	var age time.Duration
 	if v := r.URL.Query().Get("older_than"); v != "" {
@@ -183,11 +200,38 @@ func (s *Server) purgeAll(w http.ResponseWriter, r *http.Request) error {
 		}
 		age = d
 	}
+	dry, err := boolParam(r, "dry_run")
+	if err != nil {
+		return err
+	}
+	if dry {
+		jobs, err := s.inspector.PurgeAllDryRun(r.Context(), r.PathValue("queue"), age)
+		if err != nil {
+			return err
+		}
+		body := wouldPurge{WouldPurge: len(jobs), IDs: make([]string, len(jobs))}
+		for i, j := range jobs {
+			body.IDs[i] = j.ID
+		}
+		writeJSON(w, http.StatusOK, body)
+		return nil
+	}
 	n, err := s.inspector.PurgeAll(r.Context(), r.PathValue("queue"), age)
 	if err != nil {
 		return err
 	}
 	writeJSON(w, http.StatusOK, map[string]int{"purged": n})
+	return nil
+}
+
+// doctor: GET /v1/doctor. The checks of `conveyor doctor`; a failed check is a finding in a
+// 200 answer, not an error.
+func (s *Server) doctor(w http.ResponseWriter, r *http.Request) error {
+	report, err := s.inspector.Doctor(r.Context())
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, report)
 	return nil
 }
 

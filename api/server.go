@@ -128,6 +128,7 @@ func (s *Server) table() []route {
 		{"DELETE", "/v1/queues/{queue}/dead", authed, s.purgeAll},
 		{"GET", "/v1/jobs/{id}", authed, s.findJob},
 		{"GET", "/v1/throughput", authed, s.throughput},
+		{"GET", "/v1/doctor", authed, s.doctor},
 	}
 	if s.cfg.Metrics != nil {
 		rs = append(rs, route{"GET", "/metrics", authed, func(w http.ResponseWriter, r *http.Request) error {

@@ -116,6 +116,9 @@ func TestHostileNames(t *testing.T) {
 		{"Inspector.ReplayAll", func(ctx context.Context, q, _ string) error { _, err := insp.ReplayAll(ctx, q); return err }},
 		{"Inspector.Purge", func(ctx context.Context, q, id string) error { _, err := insp.Purge(ctx, q, id); return err }},
 		{"Inspector.PurgeAll", func(ctx context.Context, q, _ string) error { _, err := insp.PurgeAll(ctx, q, 0); return err }},
+		{"Inspector.PurgeAllDryRun", func(ctx context.Context, q, _ string) error { _, err := insp.PurgeAllDryRun(ctx, q, 0); return err }},
+		{"Inspector.PurgeDryRun", func(ctx context.Context, q, id string) error { _, err := insp.PurgeDryRun(ctx, q, id); return err }},
+		{"Inspector.QueueExists", func(ctx context.Context, q, _ string) error { _, err := insp.QueueExists(ctx, q); return err }},
 		{"Inspector.DeleteQueue", func(ctx context.Context, q, _ string) error { return insp.DeleteQueue(ctx, q, true) }},
 		{"Inspector.CreateQueue", func(ctx context.Context, q, _ string) error {
 			_, err := insp.CreateQueue(ctx, q, pipeline.QueueOptions{Partitions: 2})
@@ -130,6 +133,7 @@ func TestHostileNames(t *testing.T) {
 		{"Inspector.Cancel", func(ctx context.Context, q, id string) error { return insp.Cancel(ctx, q, id) }},
 		{"Inspector.Replay", func(ctx context.Context, q, id string) error { return insp.Replay(ctx, q, id) }},
 		{"Inspector.Purge", func(ctx context.Context, q, id string) error { _, err := insp.Purge(ctx, q, "queued", id); return err }},
+		{"Inspector.PurgeDryRun", func(ctx context.Context, q, id string) error { _, err := insp.PurgeDryRun(ctx, q, id); return err }},
 	}
 	for _, n := range hostile.BadQueues() {
 		for _, m := range byQueue {

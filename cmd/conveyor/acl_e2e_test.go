@@ -69,8 +69,9 @@ func toAny(ss []string) []any {
 
 func dialOrFail(t *testing.T, url string) redis.UniversalClient {
 	t.Helper()
-	rdb, err := dial(url, false)
+	opt, err := redis.ParseURL(url)
 	require.NoError(t, err)
+	rdb := redis.NewClient(opt)
 	t.Cleanup(func() { _ = rdb.Close() })
 	return rdb
 }

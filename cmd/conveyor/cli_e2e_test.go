@@ -55,11 +55,11 @@ func testUsageAndRefusals(t *testing.T, c *cli) {
 		{2, "did you mean redis://127.0.0.1:6379?", []string{"stats", "--redis", "127.0.0.1:6379"}},
 		{2, `$CONVEYOR_LOG_LEVEL "loud"`, []string{"stats"}},
 		{1, "cannot reach Redis at redis://127.0.0.1:1/0: connection refused; is Redis running there? set --redis or CONVEYOR_REDIS_URL",
-			[]string{"stats", "--redis", noRedis}},
+			[]string{"stats", "--redis", "redis://127.0.0.1:1/0"}},
 	} {
 		env := env(c.url)
 		if tc.args[0] == "stats" && len(tc.args) == 1 {
-			env = append(env, envLogLevel+"=loud")
+			env = append(env, "CONVEYOR_LOG_LEVEL=loud")
 		}
 		args := tc.args
 		if !slices.Contains(args, "--redis") {
@@ -194,7 +194,7 @@ func testLogsJSON(t *testing.T, c *cli) {
 // here by $CONVEYOR_LOG_FORMAT (stderr is no terminal, where JSON is the default).
 func testLogsConsole(t *testing.T, c *cli) {
 	q := redistest.UniqueName(t)
-	w := c.startEnv(t, append(env(c.url), envLogFormat+"=console", envLogLevel+"=DEBUG"), "worker", "--queue", q)
+	w := c.startEnv(t, append(env(c.url), "CONVEYOR_LOG_FORMAT=console", "CONVEYOR_LOG_LEVEL=DEBUG"), "worker", "--queue", q)
 	c.publishOne(t, "--queue", q, "--type", "echo")
 	waitFor(t, 30*time.Second, 50*time.Millisecond, "the job done line", func() bool {
 		return strings.Contains(w.output.String(), "job done")

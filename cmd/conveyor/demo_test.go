@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"encoding/json"
 	"io"
 	"net/http"
@@ -10,8 +11,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
+
+	conveyorcli "github.com/conveyorq/conveyor/internal/cli"
 )
 
 // TestDemoInProcess runs the demo inside the test binary, so that under -race the race detector
@@ -21,11 +23,12 @@ func TestDemoInProcess(t *testing.T) {
 	if testing.Short() {
 		t.Skip("takes a few seconds")
 	}
-	stdout, stderr, code := runInProcess(t, "", "demo")
-	require.Equal(t, 0, code, "stdout:\n%s\nstderr:\n%s", stdout, stderr)
-	require.Contains(t, stdout, "embedded")
-	requireDemoSummary(t, stdout)
-	require.Contains(t, stderr, "28/28 finished") // plain progress lines: stderr is no terminal
+	var stdout, stderr bytes.Buffer
+	code := conveyorcli.Run(t.Context(), []string{"demo"}, strings.NewReader(""), &stdout, &stderr, func(string) string { return "" })
+	require.Equal(t, 0, code, "stdout:\n%s\nstderr:\n%s", stdout.String(), stderr.String())
+	require.Contains(t, stdout.String(), "embedded")
+	requireDemoSummary(t, stdout.String())
+	require.Contains(t, stderr.String(), "28/28 finished") // plain progress lines: stderr is no terminal
 }
 
 // testDemoEmbedded runs `conveyor demo` as a newcomer would, with no Redis configured: it
@@ -77,7 +80,7 @@ func requireDemoSummary(t *testing.T, out string) {
 	require.NotNil(t, killed, "no worker killed holding jobs")
 	require.Regexp(t, `recovered \d+ jobs? after`, out)
 	require.Regexp(t, `(?m)^  `+killed[1]+` .*\(killed\)$`, out)
-	for i := 1; i <= demoWorkers; i++ {
+	for i := 1; i <= 3; i++ { // the demo's three workers
 		require.Contains(t, out, "demo-worker-"+string(rune('0'+i)))
 	}
 	require.Contains(t, out, "Elapsed")
@@ -92,7 +95,7 @@ var demoServeURL = regexp.MustCompile(`Still serving the dashboard at (http://12
 func testDemoServe(t *testing.T, c *cli) {
 	r := c.exec(t, "", serveEnv("", ""), "demo", "--serve", "0.0.0.0:0")
 	require.Equal(t, 2, r.code, r.stderr)
-	require.Contains(t, r.stderr, envAPIToken)
+	require.Contains(t, r.stderr, "CONVEYOR_API_TOKEN")
 	r = c.exec(t, "", env(""), "demo", "--serve", "127.0.0.1:0", "--produce-only")
 	require.Equal(t, 2, r.code, r.stderr)
 
@@ -144,28 +147,4 @@ func testDemoServe(t *testing.T, c *cli) {
 	}
 	require.Equal(t, 0, p.cmd.ProcessState.ExitCode(), p.output.String())
 	require.Contains(t, p.output.String(), "Stopping.")
-}
-
-// TestDemoEmbeddedRedisExpires: keys with a TTL expire in the demo's embedded Redis as on a
-// real server. The demo kills a worker, and when that worker held a queue's recovery lock, the
-// lock it could not release must expire for another worker to recover the queue; miniredis
-// expires nothing on its own unless told to follow the clock.
-func TestDemoEmbeddedRedisExpires(t *testing.T) {
-	t.Parallel()
-	m, err := startEmbeddedRedis()
-	require.NoError(t, err)
-	t.Cleanup(m.Close)
-	rdb := redis.NewClient(&redis.Options{Addr: m.Addr()})
-	t.Cleanup(func() { _ = rdb.Close() })
-	ctx := t.Context()
-	ok, err := rdb.SetNX(ctx, "lock", "token", 50*time.Millisecond).Result()
-	require.NoError(t, err)
-	require.True(t, ok)
-	require.Eventually(t, func() bool {
-		n, err := rdb.Exists(ctx, "lock").Result()
-		return err == nil && n == 0
-	}, 10*time.Second, 10*time.Millisecond, "a key with a 50ms TTL still exists")
-	ok, err = rdb.SetNX(ctx, "lock", "other", time.Minute).Result()
-	require.NoError(t, err)
-	require.True(t, ok, "the expired lock can be taken again")
 }

@@ -61,9 +61,11 @@
 //
 // # Layout
 //
-// main.go maps signals and errors to the process's exit code; root.go holds the global flags,
-// the logger, the Redis connection, what errors read like at the edge and output helpers; every subcommand is one file that adds itself to the root
-// from its init function, so a new subcommand (serve, say) is one new file. Commands parse,
-// validate and print; the work goes through pipeline.Client and pipeline.Worker, except the
-// removal of bench's and the demo's throwaway queues, which deletes their keys directly.
+// main.go maps signals to a context and returns internal/cli's exit code; the commands live in
+// internal/cli (root.go holds the global flags, the logger, the Redis connection, what errors
+// read like at the edge and output helpers; every subcommand is one file that adds itself to
+// the root from its init function, so a new subcommand is one new file). Commands parse,
+// validate and print; the work goes through pipeline.Client, pipeline.Worker and
+// pipeline.Inspector, which the HTTP API shares (the doctor's checks, a purge's dry run). The
+// tests here build the binary and drive it as a user would.
 package main

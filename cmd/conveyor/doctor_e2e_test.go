@@ -15,19 +15,20 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/conveyorq/conveyor/internal/redistest"
+	"github.com/conveyorq/conveyor/pipeline"
 )
 
 // doctor runs `conveyor doctor --json` and returns its exit code and findings by check.
-func (c *cli) doctor(t *testing.T, args ...string) (int, map[string]finding) {
+func (c *cli) doctor(t *testing.T, args ...string) (int, map[string]pipeline.DoctorFinding) {
 	t.Helper()
 	r := c.run(t, append([]string{"doctor", "--json"}, args...)...)
-	var fs []finding
+	var fs []pipeline.DoctorFinding
 	require.NoError(t, json.Unmarshal([]byte(r.stdout), &fs), "stdout: %s\nstderr: %s", r.stdout, r.stderr)
-	byCheck := map[string]finding{}
+	byCheck := map[string]pipeline.DoctorFinding{}
 	for _, f := range fs {
 		require.NotContains(t, byCheck, f.Check, "one finding per check on a standalone server")
-		require.Contains(t, []string{findingOK, findingWarn, findingFail}, f.Status)
-		if f.Status != findingOK {
+		require.Contains(t, []string{"ok", "warn", "fail"}, f.Status)
+		if f.Status != "ok" {
 			require.NotEmpty(t, f.Fix, "%+v", f)
 		}
 		byCheck[f.Check] = f
@@ -38,7 +39,7 @@ func (c *cli) doctor(t *testing.T, args ...string) (int, map[string]finding) {
 	return r.code, byCheck
 }
 
-func requireFinding(t *testing.T, fs map[string]finding, check, status, detail string) {
+func requireFinding(t *testing.T, fs map[string]pipeline.DoctorFinding, check, status, detail string) {
 	t.Helper()
 	require.Equal(t, status, fs[check].Status, "%+v", fs[check])
 	require.Contains(t, fs[check].Detail, detail)
@@ -61,14 +62,14 @@ func TestDoctorE2E(t *testing.T) {
 		c := &cli{bin: bin, url: srv.URL(), rdb: srv.Client(t)}
 		code, fs := c.doctor(t)
 		require.Equal(t, 1, code)
-		requireFinding(t, fs, "eviction", findingFail, "maxmemory-policy allkeys-lru: when memory is full Redis deletes keys, jobs among them")
-		require.Equal(t, evictionFix, fs["eviction"].Fix)
-		requireFinding(t, fs, "persistence", findingWarn, "appendonly no and no snapshots")
-		requireFinding(t, fs, "version", findingOK, "Redis ")
-		requireFinding(t, fs, "memory", findingOK, "of maxmemory 100.00M")
-		requireFinding(t, fs, "cluster", findingOK, "standalone")
-		requireFinding(t, fs, "acl", findingOK, "user default may run what a worker runs (ACL DRYRUN)")
-		requireFinding(t, fs, "clock", findingOK, "this host's")
+		requireFinding(t, fs, "eviction", "fail", "maxmemory-policy allkeys-lru: when memory is full Redis deletes keys, jobs among them")
+		require.Equal(t, "CONFIG SET maxmemory-policy noeviction, and maxmemory-policy noeviction in redis.conf (a managed Redis: its parameter group)", fs["eviction"].Fix)
+		requireFinding(t, fs, "persistence", "warn", "appendonly no and no snapshots")
+		requireFinding(t, fs, "version", "ok", "Redis ")
+		requireFinding(t, fs, "memory", "ok", "of maxmemory 100.00M")
+		requireFinding(t, fs, "cluster", "ok", "standalone")
+		requireFinding(t, fs, "acl", "ok", "user default may run what a worker runs (ACL DRYRUN)")
+		requireFinding(t, fs, "clock", "ok", "this host's")
 
 		r := c.run(t, "doctor")
 		require.Equal(t, 1, r.code)
@@ -97,10 +98,10 @@ func TestDoctorE2E(t *testing.T) {
 		code, fs := c.doctor(t)
 		require.Equal(t, 0, code, "%+v", fs)
 		for check, f := range fs {
-			require.Equal(t, findingOK, f.Status, "%s: %+v", check, f)
+			require.Equal(t, "ok", f.Status, "%s: %+v", check, f)
 		}
-		requireFinding(t, fs, "eviction", findingOK, "maxmemory-policy noeviction")
-		requireFinding(t, fs, "persistence", findingOK, "appendonly yes, appendfsync everysec")
+		requireFinding(t, fs, "eviction", "ok", "maxmemory-policy noeviction")
+		requireFinding(t, fs, "persistence", "ok", "appendonly yes, appendfsync everysec")
 
 		w := c.start(t, "worker", "--queue", redistest.UniqueName(t), "--log-format", "json", "--log-level", "debug")
 		waitFor(t, 20*time.Second, 20*time.Millisecond, "the worker to start", func() bool {
@@ -119,10 +120,10 @@ func TestDoctorE2E(t *testing.T) {
 		require.NoError(t, admin.Do(ctx, "ACL", "SETUSER", "reader", "on", ">pw", "~conveyor:*", "-@all", "+@connection", "+@read", "+time").Err())
 		c := &cli{bin: bin, url: fmt.Sprintf("redis://conveyor:s3cret@%s/0", srv.Addr), rdb: admin}
 		code, fs := c.doctor(t)
-		requireFinding(t, fs, "acl", findingOK, "the user may run what a worker runs (trying the commands)")
-		requireFinding(t, fs, "clock", findingOK, "this host's")
+		requireFinding(t, fs, "acl", "ok", "the user may run what a worker runs (trying the commands)")
+		requireFinding(t, fs, "clock", "ok", "this host's")
 		// Without +info, the checks that read INFO say so.
-		requireFinding(t, fs, "eviction", findingWarn, "cannot check: Redis refused INFO (NOPERM")
+		requireFinding(t, fs, "eviction", "warn", "cannot check: Redis refused INFO (NOPERM")
 		require.Contains(t, fs["eviction"].Fix, "ACL SETUSER <user> +info")
 		require.Equal(t, 0, code)
 
@@ -130,14 +131,14 @@ func TestDoctorE2E(t *testing.T) {
 		require.NoError(t, admin.Do(ctx, "ACL", "SETUSER", "conveyor", "+info").Err())
 		code, fs = c.doctor(t)
 		require.Equal(t, 0, code)
-		requireFinding(t, fs, "eviction", findingOK, "noeviction")
-		requireFinding(t, fs, "persistence", findingWarn, "snapshots unknown (CONFIG GET refused)")
+		requireFinding(t, fs, "eviction", "ok", "noeviction")
+		requireFinding(t, fs, "persistence", "warn", "snapshots unknown (CONFIG GET refused)")
 
 		// A user short of what a worker needs.
 		c.url = fmt.Sprintf("redis://reader:pw@%s/0", srv.Addr)
 		code, fs = c.doctor(t)
 		require.Equal(t, 1, code)
-		requireFinding(t, fs, "acl", findingFail, "may not run what a worker needs (trying the commands): EVAL: NOPERM")
+		requireFinding(t, fs, "acl", "fail", "may not run what a worker needs (trying the commands): EVAL: NOPERM")
 		require.Contains(t, fs["acl"].Detail, "SET: NOPERM")
 	})
 
@@ -151,7 +152,7 @@ func TestDoctorE2E(t *testing.T) {
 		// Each master is checked: the one that evicts fails.
 		r := c.run(t, "doctor", "--cluster", "--json")
 		require.Equal(t, 1, r.code, r.stderr)
-		var fs []finding
+		var fs []pipeline.DoctorFinding
 		require.NoError(t, json.Unmarshal([]byte(r.stdout), &fs), r.stdout)
 		nodes := map[string]string{} // node -> eviction status
 		for _, f := range fs {
@@ -159,11 +160,11 @@ func TestDoctorE2E(t *testing.T) {
 			case "eviction":
 				nodes[f.Node] = f.Status
 			case "cluster":
-				require.Equal(t, findingOK, f.Status, "%+v", f)
+				require.Equal(t, "ok", f.Status, "%+v", f)
 				require.Equal(t, "cluster mode", f.Detail)
 			}
 		}
-		require.Equal(t, map[string]string{cl.Addrs[0]: findingOK, evicting: findingFail, cl.Addrs[2]: findingOK}, nodes)
+		require.Equal(t, map[string]string{cl.Addrs[0]: "ok", evicting: "fail", cl.Addrs[2]: "ok"}, nodes)
 
 		// A worker warns once, for that master.
 		w := c.start(t, "worker", "--cluster", "--queue", redistest.UniqueName(t), "--log-format", "json")
@@ -178,7 +179,7 @@ func TestDoctorE2E(t *testing.T) {
 		c.url = "redis://" + cl.Addrs[0] + "/0"
 		code, one := c.doctor(t)
 		require.Equal(t, 1, code)
-		requireFinding(t, one, "cluster", findingFail, "Redis is a cluster node, but --cluster is not set")
+		requireFinding(t, one, "cluster", "fail", "Redis is a cluster node, but --cluster is not set")
 	})
 
 	t.Run("OutOfMemory", func(t *testing.T) {
@@ -219,8 +220,8 @@ func TestDoctorE2E(t *testing.T) {
 			`.*OOM command not allowed when used memory > 'maxmemory'.*; free memory \(conveyor dead purge, a shorter worker --retention\) or raise maxmemory`, r.stderr)
 		code, fs := c.doctor(t)
 		require.Equal(t, 1, code)
-		requireFinding(t, fs, "memory", findingFail, "of maxmemory 1B")
-		requireFinding(t, fs, "memory", findingFail, "Redis refuses writes, publishes fail")
+		requireFinding(t, fs, "memory", "fail", "of maxmemory 1B")
+		requireFinding(t, fs, "memory", "fail", "Redis refuses writes, publishes fail")
 
 		// The jobs end while writes are refused; their outcomes wait in the worker and are
 		// written once Redis takes writes again.

@@ -89,12 +89,12 @@ type result struct {
 func env(url string) []string {
 	var env []string
 	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, envRedisURL+"=") {
+		if !strings.HasPrefix(kv, "CONVEYOR_REDIS_URL=") {
 			env = append(env, kv)
 		}
 	}
 	if url != "" {
-		env = append(env, envRedisURL+"="+url)
+		env = append(env, "CONVEYOR_REDIS_URL="+url)
 	}
 	return env
 }

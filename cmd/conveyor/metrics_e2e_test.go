@@ -16,29 +16,6 @@ import (
 	"github.com/conveyorq/conveyor/internal/redistest"
 )
 
-// A malformed --metrics-addr or --http-allow is a usage error (exit 2), found before Redis is
-// asked anything.
-func TestWorkerMetricsAndHTTPAllowFlagsRefused(t *testing.T) {
-	t.Parallel()
-	for _, tc := range []struct {
-		args []string
-		msg  string
-	}{
-		{[]string{"--metrics-addr", "9090"}, "--metrics-addr \"9090\": want host:port"},
-		{[]string{"--metrics-addr", "127.0.0.1:http"}, "port \"http\" is not a number"},
-		{[]string{"--http-allow", "10.0.0.0/33"}, `--http-allow "10.0.0.0/33"`},
-		{[]string{"--http-allow", "127.0.0.1", "--http-allow", "hooks.internal:8080"},
-			`--http-allow "hooks.internal:8080": want a CIDR prefix, an address or a host name`},
-		{[]string{"--http-allow", ""}, "--http-allow: empty entry"},
-		{[]string{"--http-allow", "::ffff:0:0/95"}, `--http-allow "::ffff:0:0/95": an IPv4-mapped prefix shorter than /96`},
-		{[]string{"--http-allow", "2002:a00::/24"}, `--http-allow "2002:a00::/24": a 6to4`},
-	} {
-		_, stderr, code := runInProcess(t, "", append([]string{"worker", "--redis", "redis://127.0.0.1:1"}, tc.args...)...)
-		require.Equal(t, 2, code, "%v: %s", tc.args, stderr)
-		require.Contains(t, stderr, tc.msg, "%v", tc.args)
-	}
-}
-
 // metricsAddrLog matches the metrics server's address in the worker's start-up log.
 var metricsAddrLog = regexp.MustCompile(`"?url"?[=:]"?(http://127\.0\.0\.1:\d+/metrics)`)
 

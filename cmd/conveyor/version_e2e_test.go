@@ -26,7 +26,15 @@ func testVersion(t *testing.T, c *cli) {
 	b, err := exec.Command("go", "build", "-buildvcs=true", "-o", bin, ".").CombinedOutput()
 	require.NoError(t, err, "go build: %s", b)
 	vc := &cli{bin: bin, url: c.url}
-	var v versionInfo
+	// The fields of 'version --json' the test reads, by their JSON names.
+	var v struct {
+		Version    string `json:"version"`
+		Module     string `json:"module"`
+		Commit     string `json:"commit"`
+		CommitTime string `json:"commit_time"`
+		Modified   bool   `json:"modified"`
+		Go         string `json:"go"`
+	}
 	require.NoError(t, json.Unmarshal([]byte(vc.ok(t, "version", "--json")), &v))
 	require.Equal(t, "github.com/conveyorq/conveyor", v.Module)
 	require.Regexp(t, `^[0-9a-f]{40}$`, v.Commit)

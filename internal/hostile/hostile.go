@@ -1,6 +1,6 @@
 // Package hostile holds the hostile inputs that every edge taking names and sizes must refuse
 // with a clear error and without writing anything to Redis: the library (package pipeline),
-// the CLI (cmd/conveyor) and the HTTP API (package api). One table serves the three tests, so
+// the CLI (internal/cli) and the HTTP API (package api). One table serves the three tests, so
 // a rule added to one edge is checked at all of them.
 //
 // A Case is a publish: a valid job with one field made hostile. Want holds the phrases the

@@ -304,6 +304,40 @@ func Purge(ctx context.Context, rdb redis.Scripter, q keys.Queue, p PurgeParams)
 	return int(r.int(0)), nil
 }
 
+// PurgeDryRunParams is a PurgeDryRun: the Purge it previews, and how many of the ids it would
+// delete to skip (Offset), for paging.
+type PurgeDryRunParams struct {
+	PurgeParams
+	Offset int
+}
+
+// PurgeDryRun returns up to p.Limit of the ids Purge would delete now (the dead jobs of q that
+// died at least p.OlderThan ago by Redis's clock), oldest first, skipping the first p.Offset of
+// them; it deletes nothing. It runs purge.lua itself, so the preview and the purge share one age
+// rule. Callers page with Offset until fewer than Limit come back.
+func PurgeDryRun(ctx context.Context, rdb redis.Scripter, q keys.Queue, p PurgeDryRunParams) ([]string, error) {
+	r, err := decode("purge dry run", purgeScript.Run(ctx, rdb, []string{q.Dead()}, q.JobPrefix(), p.Limit,
+		p.OlderThan.Milliseconds(), p.Offset))
+	if err == nil {
+		err = r.want(2)
+	}
+	var raw []any
+	if err == nil {
+		raw, _ = r.rest[1].([]any)
+		if len(raw) == 0 && r.int(0) != 0 {
+			err = r.unexpected()
+		}
+	}
+	if err != nil {
+		return nil, err
+	}
+	ids := make([]string, len(raw))
+	for k, v := range raw {
+		ids[k], _ = v.(string)
+	}
+	return ids, nil
+}
+
 // Foreign is a stream entry of another Watermill publisher for Adopt to make a job of.
 type Foreign struct {
 	ID, Entry, Type string

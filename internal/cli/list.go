@@ -1,0 +1,135 @@
+package cli
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/conveyorq/conveyor/pipeline"
+)
+
+func init() { addCommand(newListCmd) }
+
+// listable are the statuses that an index holds, so that they can be listed.
+var listable = []pipeline.Status{pipeline.StatusScheduled, pipeline.StatusQueued,
+	pipeline.StatusInProgress, pipeline.StatusFailed}
+
+func newListCmd(a *app) *cobra.Command {
+	var queue, status, cursor string
+	var limit int
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "list [--queue Q] --status S [--limit N] [--cursor C] [--json]",
+		Short: "List a queue's jobs by status, a page at a time",
+		Long: `List the jobs of a queue that are scheduled (by due time), queued (in stream order, not yet
+handed to a worker), in_progress (held by a worker: its name and how long since it last renewed
+its lease) or failed (the dead set, newest first). Completed and canceled jobs are not indexed
+and cannot be listed; look one up with 'conveyor status ID'.
+
+It prints a page of at most --limit jobs (1 to 1000) and, on stderr, the cursor of the next page
+("next page: --cursor C"); nothing when the page is the last. A page may be short, even empty,
+before the end: jobs that changed status meanwhile are left out. With --json it prints
+{"jobs": [...], "next": "..."} with each job as 'status --json' prints it, and for in_progress
+"leases": {id: {"worker", "entry", "idle_ms", "deliveries"}}; next is "" at the end.`,
+		Example: `  conveyor list --status queued
+  conveyor list --queue emails --status failed --limit 20
+  conveyor list --status scheduled --cursor 1767225600000:01JABCDEFGHJKMNPQRSTVWXYZ0
+  conveyor list --status in_progress --json | jq '.leases'`,
+		Args: noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			s := pipeline.Status(status)
+			switch {
+			case s == pipeline.StatusCompleted || s == pipeline.StatusCanceled:
+				return usageErrorf("--status %s: %s jobs are not indexed and cannot be listed; look one up with 'conveyor status ID'", s, s)
+			case !slices.Contains(listable, s):
+				return usageErrorf("--status %q: want one of %s", status, joinStatuses(listable))
+			}
+			if limit < 1 || limit > pipeline.MaxPageLimit {
+				return usageErrorf("--limit must be 1 to %d, not %d", pipeline.MaxPageLimit, limit)
+			}
+			insp, err := a.inspector()
+			if err != nil {
+				return err
+			}
+			p, err := insp.List(cmd.Context(), queue, s, pipeline.Page{Cursor: cursor, Limit: limit})
+			if errors.Is(err, pipeline.ErrInvalid) {
+				return usageError{err} // a bad --queue or --cursor
+			}
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				return writeJSON(a.stdout, p)
+			}
+			if err := printJobs(a.stdout, queue, s, p); err != nil {
+				return err
+			}
+			if p.Next != "" {
+				fmt.Fprintf(a.stderr, "next page: --cursor %s\n", p.Next)
+			}
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringVarP(&queue, "queue", "q", pipeline.DefaultQueue, "queue whose jobs to list")
+	f.StringVar(&status, "status", "", "scheduled, queued, in_progress or failed")
+	f.IntVar(&limit, "limit", 50, "list at most this many jobs (1 to 1000)")
+	f.StringVar(&cursor, "cursor", "", "start after the page that printed this cursor")
+	f.BoolVar(&asJSON, "json", false, `print {"jobs": [...], "next": "..."}`)
+	_ = cmd.MarkFlagRequired("status")
+	return cmd
+}
+
+func joinStatuses(list []pipeline.Status) string {
+	s := make([]string, len(list))
+	for i, x := range list {
+		s[i] = string(x)
+	}
+	return strings.Join(s, ", ")
+}
+
+// printJobs writes a page of jobs as a table whose time columns suit the status.
+func printJobs(w io.Writer, queue string, status pipeline.Status, p *pipeline.JobPage) error {
+	if len(p.Jobs) == 0 {
+		what := "no " + string(status) + " jobs"
+		if p.Next != "" {
+			what = "no " + string(status) + " jobs on this page"
+		}
+		_, err := fmt.Fprintf(w, "%s in queue %s\n", what, queue)
+		return err
+	}
+	t := newTable(w)
+	switch status {
+	case pipeline.StatusScheduled:
+		fmt.Fprintln(t, "ID\tTYPE\tSTATUS\tATTEMPT\tRUN_AT\tCREATED_AT\tLAST_ERROR")
+	case pipeline.StatusQueued:
+		fmt.Fprintln(t, "ID\tTYPE\tSTATUS\tATTEMPT\tENQUEUED_AT\tCREATED_AT")
+	case pipeline.StatusInProgress:
+		fmt.Fprintln(t, "ID\tTYPE\tSTATUS\tATTEMPT\tSTARTED_AT\tWORKER\tIDLE")
+	case pipeline.StatusFailed:
+		fmt.Fprintln(t, "ID\tTYPE\tSTATUS\tATTEMPT\tDIED\tLAST_ERROR")
+	}
+	for _, j := range p.Jobs {
+		fmt.Fprintf(t, "%s\t%s\t%s\t%d\t", j.ID, orDash(j.Type), j.Status, j.Attempt)
+		switch status {
+		case pipeline.StatusScheduled:
+			fmt.Fprintf(t, "%s\t%s\t%s\n", tableTime(j.RunAt), tableTime(j.CreatedAt), oneLine(j.LastError, 60))
+		case pipeline.StatusQueued:
+			fmt.Fprintf(t, "%s\t%s\n", tableTime(j.EnqueuedAt), tableTime(j.CreatedAt))
+		case pipeline.StatusInProgress:
+			idle := "-"
+			if l, ok := p.Leases[j.ID]; ok {
+				idle = l.Idle.Round(time.Millisecond).String()
+			}
+			fmt.Fprintf(t, "%s\t%s\t%s\n", tableTime(j.StartedAt), orDash(j.Worker), idle)
+		case pipeline.StatusFailed:
+			fmt.Fprintf(t, "%s\t%s\n", tableTime(j.CompletedAt), oneLine(j.LastError, 80))
+		}
+	}
+	return t.Flush()
+}

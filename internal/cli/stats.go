@@ -1,0 +1,143 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/conveyorq/conveyor/internal/keys"
+	"github.com/conveyorq/conveyor/pipeline"
+)
+
+func init() { addCommand(newStatsCmd) }
+
+func newStatsCmd(a *app) *cobra.Command {
+	var queue string
+	var all, asJSON bool
+	cmd := &cobra.Command{
+		Use:   "stats [--queue Q | --all] [--json]",
+		Short: "Show a queue's gauges and counters",
+		Long: `Show how many jobs of a queue are scheduled, queued, in progress and dead right now, and
+how many were enqueued, completed, failed (sent to the dead set) and retried since the queue was
+created. With --json it prints one JSON object; with --all, every known queue (a JSON array).
+A queue that is not known (nothing was ever published to it or read from it) is refused
+(exit 1) with the names of the known queues.`,
+		Example: `  conveyor stats
+  conveyor stats --queue emails --json | jq .completed
+  conveyor stats --all`,
+		Args: noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if all && cmd.Flags().Changed("queue") {
+				return usageErrorf("--all and --queue cannot be used together")
+			}
+			if err := checkIDs(queue, nil); !all && err != nil {
+				return err
+			}
+			insp, err := a.inspector()
+			if err != nil {
+				return err
+			}
+			ctx := cmd.Context()
+			if !all {
+				st, err := insp.Stats(ctx, queue)
+				if err != nil {
+					return err
+				}
+				if err := a.requireQueue(ctx, queue, st); err != nil {
+					return err
+				}
+				if asJSON {
+					return writeJSON(a.stdout, st)
+				}
+				return printStats(a.stdout, []*pipeline.QueueStats{st})
+			}
+			return a.printQueues(ctx, insp, asJSON)
+		},
+	}
+	cmd.Flags().StringVarP(&queue, "queue", "q", pipeline.DefaultQueue, "queue to show")
+	cmd.Flags().BoolVar(&all, "all", false, "show every known queue")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	return cmd
+}
+
+// printStats writes one table row per queue: the gauges, then the counters.
+func printStats(w io.Writer, stats []*pipeline.QueueStats) error {
+	t := newTable(w)
+	fmt.Fprintln(t, "QUEUE\tSCHEDULED\tQUEUED\tIN_PROGRESS\tDEAD\t|\tENQUEUED\tCOMPLETED\tFAILED\tRETRIED\tRECOVERED\tCANCELED")
+	for _, s := range stats {
+		fmt.Fprintf(t, "%s\t%d\t%d\t%d\t%d\t|\t%d\t%d\t%d\t%d\t%d\t%d\n", s.Queue,
+			s.Scheduled, s.Queued, s.InProgress, s.Dead,
+			s.Enqueued, s.Completed, s.Failed, s.Retried, s.Recovered, s.Canceled)
+	}
+	return t.Flush()
+}
+
+// printQueues prints every known queue's stats: a table, or with asJSON a JSON array.
+func (a *app) printQueues(ctx context.Context, insp *pipeline.Inspector, asJSON bool) error {
+	stats, err := insp.Queues(ctx)
+	if err != nil {
+		return err
+	}
+	if asJSON {
+		return writeJSON(a.stdout, stats)
+	}
+	if len(stats) == 0 {
+		_, err := fmt.Fprintln(a.stdout, "no queues yet")
+		return err
+	}
+	return printStats(a.stdout, stats)
+}
+
+// requireQueue refuses a queue that does not exist (pipeline.Inspector.QueueExists: not known
+// and nothing to show), naming the known queues: a typo otherwise shows a queue of zeros. st
+// is the queue's stats when the caller has read them (a queue with any is there), or nil.
+func (a *app) requireQueue(ctx context.Context, queue string, st *pipeline.QueueStats) error {
+	if st != nil && *st != (pipeline.QueueStats{Queue: st.Queue}) {
+		return nil
+	}
+	insp, err := a.inspector()
+	if err != nil {
+		return err
+	}
+	exists, err := insp.QueueExists(ctx, queue)
+	if err != nil || exists {
+		return err
+	}
+	names, err := insp.QueueNames(ctx)
+	if err != nil {
+		return err
+	}
+	return queueNotFound(queue, a.prefix, names)
+}
+
+// queueNotFound is the error for a queue that does not exist, listing the known ones (at most
+// maxNamed of them).
+func queueNotFound(queue, prefix string, known []string) error {
+	if len(known) == 0 {
+		return fmt.Errorf("queue %q not found: there are no queues under prefix %q yet (publishing a job or starting a worker makes one)", queue, prefix)
+	}
+	const maxNamed = 20
+	slices.Sort(known)
+	named := strings.Join(known[:min(len(known), maxNamed)], ", ")
+	if len(known) > maxNamed {
+		named += fmt.Sprintf(" and %d more", len(known)-maxNamed)
+	}
+	return fmt.Errorf("queue %q not found; known queues: %s (see 'conveyor queues')", queue, named)
+}
+
+// checkIDs refuses a malformed queue name or job id before anything is changed.
+func checkIDs(queue string, ids []string) error {
+	errs := []error{keys.ValidateQueue(queue)}
+	for _, id := range ids {
+		errs = append(errs, keys.ValidateID(id))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return usageError{err}
+	}
+	return nil
+}

@@ -1,0 +1,229 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"maps"
+	"slices"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/conveyorq/conveyor/handlers"
+	"github.com/conveyorq/conveyor/internal/keys"
+	"github.com/conveyorq/conveyor/pipeline"
+)
+
+func init() { addCommand(newWorkerCmd) }
+
+type workerFlags struct {
+	queues           []string
+	concurrency      int
+	backoffBase      time.Duration
+	backoffMax       time.Duration
+	visibility       time.Duration
+	recoveryInterval time.Duration
+	shutdownTimeout  time.Duration
+	retention        time.Duration
+	name             string
+	waitReplicas     int           // --wait-replicas: WorkerConfig.Replicas
+	waitTimeout      time.Duration // --wait-timeout: WorkerConfig.ReplicaTimeout
+
+	queuesGiven bool // --queue was given (an empty one is an error, not the default queue)
+
+	metricsAddr string          // --metrics-addr: serve /metrics there; empty: off
+	httpAllow   []string        // --http-allow: destinations the http handler may reach
+	guard       *handlers.Guard // made from httpAllow by config
+}
+
+// checkReplicas validates --wait-replicas and --wait-timeout, which worker and publish share:
+// replicas in 0..MaxReplicas, and a timeout that is positive when replicas are awaited.
+func checkReplicas(replicas int, timeout time.Duration) error {
+	var errs []error
+	if replicas < 0 || replicas > pipeline.MaxReplicas {
+		errs = append(errs, usageErrorf("--wait-replicas must be in 0..%d, not %d", pipeline.MaxReplicas, replicas))
+	}
+	if timeout < 0 || replicas > 0 && timeout == 0 {
+		errs = append(errs, usageErrorf("--wait-timeout must be positive, not %s", timeout))
+	}
+	return errors.Join(errs...)
+}
+
+// drainNote logs, as soon as the first signal arrives, what the worker is waiting for.
+func drainNote(a *app, w *pipeline.Worker, timeout time.Duration) {
+	n := w.Running()
+	a.log.Info().Str("worker", w.Name()).Int("running", n).Dur("shutdown_timeout", timeout).
+		Msgf("draining %s (up to %s); signal again to stop now", plural(n, "job"), timeout)
+}
+
+func newWorkerCmd(a *app) *cobra.Command {
+	var wf workerFlags
+	cmd := &cobra.Command{
+		Use:   "worker [--queue Q]... [--concurrency N]",
+		Short: "Run the ready handlers on queues until SIGINT or SIGTERM",
+		Long: `Run the ready handlers (echo, sleep, fail, flaky, http, noop; 'conveyor handlers' lists
+their payloads, with examples) on the given queues until SIGINT or SIGTERM. Each worker also
+promotes due delayed jobs and recovers jobs whose worker died, so any number of workers may
+run side by side.
+
+A failed attempt is retried after a delay that doubles from --backoff-base up to --backoff-max,
+with jitter. On SIGINT or SIGTERM the worker says how many jobs it is draining, stops reading,
+lets running jobs finish for up to --shutdown-timeout, puts back what did not finish, and exits
+0: a signal is its normal way to end. A second signal ends it at once.
+
+--metrics-addr serves Prometheus metrics on GET /metrics at that address: the worker's jobs by
+outcome, durations, queue latency, scheduler, recoverer and Redis errors, and its queues' depths
+and counters (read at most every 5s, whatever the scrape rate). README's Metrics section lists
+every series.
+
+The http handler refuses loopback, private, link-local (cloud metadata) and unspecified
+destinations, checked on the address dialed; --http-allow names a CIDR prefix, an address or a
+host name it may reach all the same (repeatable).
+
+While Redis is unreachable the worker waits and retries, logging one line per backoff step and
+one line when Redis is back. Give every worker of a queue its own --name (the default is
+unique): a worker warns at start when a worker with its name was active in its queues within
+the visibility timeout.
+
+With --wait-replicas N each write of job outcomes waits until N replicas of the Redis master
+have it. Outcomes fewer replicas confirm within --wait-timeout are on the master already: they
+are logged (at most every 10s), not written again; if the master then fails before a replica
+has them, their jobs run again.`,
+		Example: `  conveyor worker
+  conveyor worker --queue emails --queue reports --concurrency 50 --backoff-max 1h`,
+		Args:        noArgs,
+		Annotations: map[string]string{annotationEndsOnSignal: ""},
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			wf.queuesGiven = cmd.Flags().Changed("queue")
+			cfg, err := wf.config()
+			if err != nil {
+				return err
+			}
+			rdb, err := a.redis()
+			if err != nil {
+				return err
+			}
+			a.warnEviction(cmd.Context())
+			cfg.Prefix, cfg.Logger = a.prefix, a.log
+			stopMetrics, err := a.workerMetrics(wf.metricsAddr, rdb, &cfg)
+			if err != nil {
+				return err
+			}
+			defer stopMetrics() // after Run: a draining worker is still scraped
+			w := pipeline.NewWorker(rdb, cfg)
+			handlers.RegisterWith(w, wf.handlerOptions(a.log))
+			a.log.Info().Str("worker", w.Name()).Str("redis", redactURL(a.redisURL)).
+				Strs("handlers", slices.Sorted(maps.Keys(handlers.All()))).
+				Msg("starting worker; SIGINT or SIGTERM stops it")
+			ctx := cmd.Context()
+			noted := make(chan struct{})
+			stopNote := context.AfterFunc(ctx, func() {
+				defer close(noted)
+				drainNote(a, w, cfg.ShutdownTimeout)
+			})
+			defer func() {
+				if !stopNote() {
+					<-noted // it ran, or runs now: the command's output ends with it
+				}
+			}()
+			return w.Run(ctx)
+		},
+	}
+	f := cmd.Flags()
+	f.StringSliceVarP(&wf.queues, "queue", "q", []string{pipeline.DefaultQueue}, "queue to consume (repeatable, or comma-separated)")
+	f.IntVarP(&wf.concurrency, "concurrency", "c", pipeline.DefaultConcurrency, "jobs run at once, across the queues")
+	f.DurationVar(&wf.backoffBase, "backoff-base", pipeline.DefaultBackoffBase, "retry delay after the first failed attempt; it doubles with each attempt")
+	f.DurationVar(&wf.backoffMax, "backoff-max", pipeline.DefaultBackoffMax, "longest retry delay")
+	f.DurationVar(&wf.visibility, "visibility-timeout", pipeline.DefaultVisibilityTimeout, "a job whose worker stops renewing its lease this long is recovered")
+	f.DurationVar(&wf.recoveryInterval, "recovery-interval", pipeline.DefaultRecoveryInterval, "time between two scans for jobs of dead workers")
+	f.DurationVar(&wf.shutdownTimeout, "shutdown-timeout", pipeline.DefaultShutdownTimeout, "on SIGINT/SIGTERM, how long running jobs may finish before they are put back")
+	f.DurationVar(&wf.retention, "retention", pipeline.DefaultRetention, "how long finished jobs' records are kept (0: delete them as jobs finish)")
+	f.StringVar(&wf.name, "name", "", "consumer name, unique among live workers (default host-pid-random)")
+	f.StringVar(&wf.metricsAddr, "metrics-addr", "", "serve Prometheus metrics on GET /metrics at this host:port (default off)")
+	f.StringArrayVar(&wf.httpAllow, "http-allow", nil, "a CIDR prefix, address or host name the http handler may reach although internal (repeatable)")
+	f.IntVar(&wf.waitReplicas, "wait-replicas", 0, "after writing job outcomes, wait until this many replicas have them (Redis WAIT); fewer are logged, not retried")
+	f.DurationVar(&wf.waitTimeout, "wait-timeout", pipeline.DefaultReplicaTimeout, "how long --wait-replicas waits for the replicas")
+	return cmd
+}
+
+// config validates the flags into a WorkerConfig (without Prefix and Logger); every error is
+// a usage error.
+func (wf *workerFlags) config() (pipeline.WorkerConfig, error) {
+	var errs []error
+	bad := func(format string, args ...any) { errs = append(errs, usageErrorf(format, args...)) }
+	if wf.queuesGiven && len(wf.queues) == 0 {
+		bad("--queue must name a queue, not be empty")
+	}
+	for _, q := range wf.queues {
+		if err := keys.ValidateQueue(q); err != nil {
+			bad("--queue %q: %v (use letters, digits, '.', '_' and '-')", q, errors.Unwrap(err))
+		}
+	}
+	if wf.name != "" {
+		if err := keys.ValidateQueue(wf.name); err != nil {
+			bad("--name %q: invalid worker name: %v (use letters, digits, '.', '_' and '-')", wf.name, errors.Unwrap(err))
+		}
+	}
+	if wf.concurrency < 1 {
+		bad("--concurrency must be at least 1, not %d", wf.concurrency)
+	}
+	if wf.backoffBase <= 0 {
+		bad("--backoff-base must be positive, not %s", wf.backoffBase)
+	}
+	if wf.backoffMax < wf.backoffBase {
+		bad("--backoff-max (%s) must be at least --backoff-base (%s)", wf.backoffMax, wf.backoffBase)
+	}
+	for _, d := range []struct {
+		flag     string
+		val, min time.Duration
+		why      string
+	}{
+		{"--visibility-timeout", wf.visibility, pipeline.MinVisibilityTimeout, "leases are renewed every third of it"},
+		{"--recovery-interval", wf.recoveryInterval, time.Millisecond, ""},
+		{"--shutdown-timeout", wf.shutdownTimeout, 0, ""},
+	} {
+		switch {
+		case d.val <= 0:
+			bad("%s must be positive, not %s", d.flag, d.val)
+		case d.val < d.min && d.why != "":
+			bad("%s is too short: at least %s (%s), not %s", d.flag, d.min, d.why, d.val)
+		case d.val < d.min:
+			bad("%s is too short: at least %s, not %s", d.flag, d.min, d.val)
+		}
+	}
+	if wf.retention < 0 {
+		bad("--retention must not be negative, not %s", wf.retention)
+	}
+	if err := checkReplicas(wf.waitReplicas, wf.waitTimeout); err != nil {
+		errs = append(errs, err)
+	}
+	if err := checkMetricsAddr(wf.metricsAddr); err != nil {
+		errs = append(errs, err)
+	}
+	if err := wf.makeGuard(); err != nil {
+		errs = append(errs, err)
+	}
+	if len(errs) > 0 {
+		return pipeline.WorkerConfig{}, errors.Join(errs...)
+	}
+	queues := wf.queues
+	if len(queues) == 0 {
+		queues = []string{pipeline.DefaultQueue}
+	}
+	retention := wf.retention
+	if retention == 0 {
+		retention = pipeline.RetainNone
+	}
+	return pipeline.WorkerConfig{
+		Queues:            slices.Compact(slices.Sorted(slices.Values(queues))),
+		Name:              wf.name,
+		Concurrency:       wf.concurrency,
+		Backoff:           pipeline.Backoff{Base: wf.backoffBase, Max: wf.backoffMax},
+		Retention:         retention,
+		VisibilityTimeout: wf.visibility,
+		RecoveryInterval:  wf.recoveryInterval,
+		ShutdownTimeout:   wf.shutdownTimeout,
+		Replicas:          wf.waitReplicas,
+		ReplicaTimeout:    wf.waitTimeout,
+	}, nil
+}
