@@ -9,6 +9,7 @@ import (
 	"github.com/conveyorq/conveyor/internal/events"
 	"github.com/conveyorq/conveyor/internal/jobstate"
 	"github.com/conveyorq/conveyor/internal/jobtest"
+	"github.com/conveyorq/conveyor/internal/keys"
 	"github.com/conveyorq/conveyor/internal/script"
 	"github.com/conveyorq/conveyor/pipeline"
 )
@@ -101,4 +102,31 @@ func TestFinishAnnouncesOnlyWatchedJobs(t *testing.T) {
 	require.Equal(t, []script.Code{applied}, f.run(jobstate.Done(&f.q, jobstate.DoneParams{Ran: ran(ids[1], entries[1], now), Result: "r"})))
 	require.Equal(t, []events.Event{{ID: ids[1], Status: "completed", Attempt: 1}}, next(),
 		"the unmarked job's outcome is not announced")
+}
+
+// finish.lua asks a job's hash for the watched mark only in a queue whose watching flag a
+// marking read (jobstate.GetWatched) set: a mark made by hand in a queue nobody waited on is
+// not read, so that outcome is not announced; once a wait marked another job, it is.
+func TestFinishReadsMarksOnlyInAWatchedQueue(t *testing.T) {
+	t.Parallel()
+	f := newFinishFixture(t, time.Hour)
+	f.cfg.Events = events.Sharded
+	next := jobtest.Listen(t, f.rdb, f.q.Events())
+	ctx := t.Context()
+	var ids []string
+	for range 3 {
+		j, err := f.c.Enqueue(ctx, f.queue, pipeline.Task{Type: "t", Payload: []byte("p")})
+		require.NoError(t, err)
+		ids = append(ids, j.ID)
+		require.NoError(t, f.rdb.HSet(ctx, f.q.Job(j.ID), keys.FieldWatched, "1").Err())
+	}
+	entries := f.read(len(ids))
+	now := time.Now().UnixMilli()
+	require.Equal(t, []script.Code{applied}, f.run(jobstate.Done(&f.q, ids[0], entries[0], 1, now, now+1, "r")))
+	_, found, err := jobstate.GetWatched(ctx, f.rdb, f.q, ids[2])
+	require.NoError(t, err)
+	require.True(t, found)
+	require.Equal(t, []script.Code{applied}, f.run(jobstate.Done(&f.q, ids[1], entries[1], 1, now, now+1, "r")))
+	require.Equal(t, []events.Event{{ID: ids[1], Status: "completed", Attempt: 1}}, next(),
+		"the first outcome, in a queue nobody waited on yet, is not announced")
 }

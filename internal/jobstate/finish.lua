@@ -1,6 +1,6 @@
 -- finish.lua: apply a batch of worker transitions to jobs of one queue.
--- KEYS[1] stream, KEYS[2] scheduled set, KEYS[3] dead set, KEYS[4] stats hash,
---   KEYS[4+i] the hash of item i
+-- KEYS[1] stream, KEYS[2] scheduled set, KEYS[3] dead set, KEYS[4] stats hash, KEYS[5] the
+--   queue's watching flag (keys.Queue.Watching), KEYS[5+i] the hash of item i
 -- ARGV[1] group, ARGV[2] worker (consumer name), ARGV[3] default retention ms (0 keeps only a
 --   tombstone), ARGV[4] wake channel, ARGV[5] the shortest retention (ms) of any finished job,
 --   ARGV[6] the events publish command ('SPUBLISH', 'PUBLISH' or '' for none), ARGV[7] the
@@ -25,13 +25,15 @@
 -- A finished job keeps its record for its retention, but never less than ARGV[5]: a publish
 -- that go-redis sends again after a lost reply must find the job and make no second one. With
 -- no retention, what is kept that long is a tombstone (status and completed_at).
--- The applied outcomes of watched jobs (a waiter marked the hash's 'watched' field, read in the
--- fence's HMGET) are announced on the events channel, all of the call's in one message
--- (cv_announce): completed, scheduled (a retry) and failed (dead). A poison record is announced
--- (failed) whether watched or not: it is rare and costs no read. An unwatched job's outcome is
+-- The applied outcomes of watched jobs (a waiter marked the hash's 'watched' field) are
+-- announced on the events channel, all of the call's in one message (cv_announce): completed,
+-- scheduled (a retry) and failed (dead). A poison record is announced (failed) whether watched
+-- or not: it is rare and costs no read. An unwatched job's outcome is
 -- not: nobody listens for it, and with small chunks (publish and consume at once) a call's
 -- SPUBLISH cost 6-8% of throughput (docs/BENCHMARKS.md). A start (in_progress) is never
--- announced: no waiter needs it.
+-- announced: no waiter needs it. The fence's HMGET asks for 'watched' only when the queue's
+-- watching flag, set by every marking read, is there (one EXISTS a call): a field the hash
+-- lacks costs HMGET a scan of the whole hash, a cost per job in a queue nobody waits on.
 -- Returns {CV_OK, then one code per item: CV_OK applied, CV_REFUSED refused (or a start mark
 -- ignored), CV_DIED a retry turned into dead}.
 --
@@ -46,6 +48,7 @@ local ev_cmd, ev_chan = ARGV[6], ARGV[7]
 -- once at the end: a string made per event would be hashed and interned by Lua, a cost per job.
 local ev, nev = nil, 0
 if ev_cmd ~= '' then ev = {} end
+local watching = ev and redis.call('EXISTS', KEYS[5]) == 1
 local function event(status_sp, attempt, id)
   ev[nev + 1], ev[nev + 2], ev[nev + 3], ev[nev + 4], ev[nev + 5] = status_sp, attempt, ' ', id, '\n'
   nev = nev + 5
@@ -66,7 +69,7 @@ for a = 8, #ARGV, 10 do
   local op, id, entry, attempt = ARGV[a], ARGV[a + 1], ARGV[a + 2], ARGV[a + 3]
   local started, finished, data, extra = ARGV[a + 4], ARGV[a + 5], ARGV[a + 6], ARGV[a + 7]
   local sent, payload = ARGV[a + 8] == '1', ARGV[a + 9]
-  local jobkey = KEYS[4 + i]
+  local jobkey = KEYS[5 + i]
   local code = CV_REFUSED
 
   if op == 'poison' then
@@ -93,8 +96,14 @@ for a = 8, #ARGV, 10 do
     drop[#drop + 1] = entry
     code = CV_OK
   elseif op == 'start' or op == 'done' or op == 'retry' or op == 'dead' then
-    local h = redis.call('HMGET', jobkey, 'entry', 'status', 'max_retries', 'retention_ms',
-      'version', 'unique', 'watched')
+    local h
+    if watching then
+      h = redis.call('HMGET', jobkey, 'entry', 'status', 'max_retries', 'retention_ms',
+        'version', 'unique', 'watched')
+    else
+      h = redis.call('HMGET', jobkey, 'entry', 'status', 'max_retries', 'retention_ms',
+        'version', 'unique')
+    end
     local live = cv_live(h, entry)
     local version = cv_num(h[5], 0) + 1
     if not live then
@@ -174,7 +183,7 @@ for a = 8, #ARGV, 10 do
       end
       drop[#drop + 1] = entry
       code = CV_OK
-      local watched = ev and h[7]
+      local watched = watching and h[7]
       if op == 'done' then
         n_done = n_done + 1
         if watched then event('completed ', attempt, id) end

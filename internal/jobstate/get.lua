@@ -1,6 +1,7 @@
 -- get.lua: read a job's record, with its payload and metadata from wherever they live now.
 -- KEYS[1] job hash, KEYS[2] stream; ARGV[1] '1' to mark the job watched (a waiter's read: the
---   job's outcome is announced from then on, see finish.lua), else absent
+--   job's outcome is announced from then on, see finish.lua), else absent; with it, KEYS[3]
+--   the queue's watching flag (keys.Queue.Watching), set with the mark
 -- Returns {CV_OK, the hash as a flat field/value list}, or {CV_NOT_FOUND}; while the job is in
 -- the stream, payload and metadata are read from its entry and appended.
 local h = redis.call('HGETALL', KEYS[1])
@@ -13,9 +14,12 @@ for i = 1, #h, 2 do
   if h[i] == 'watched' then watched = true end
 end
 -- Marked in the read itself: a finish either ran before it (the read shows the outcome) or runs
--- after it and sees the mark. Only a hash with a status is a job (HSET would make one).
-if ARGV[1] == '1' and status and not watched then
-  redis.call('HSET', KEYS[1], 'watched', '1')
+-- after it and sees the mark, and the queue's flag that makes finish.lua look for marks (set
+-- even when the job was marked already: a mark may predate the flag). Only a hash with a
+-- status is a job (HSET would make one).
+if ARGV[1] == '1' and status then
+  if not watched then redis.call('HSET', KEYS[1], 'watched', '1') end
+  redis.call('SET', KEYS[3], '1')
 end
 if entry and not has_payload then
   local f = cv_entry(KEYS[2], entry)

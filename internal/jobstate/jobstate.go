@@ -243,5 +243,5 @@ func Get(ctx context.Context, rdb redis.Scripter, q keys.Queue, id string) (flat
 // finish.lua announces the outcome of a marked job only. A waiter calls it once subscribed to
 // the job's events, so that an outcome is either in what it reads or announced after.
 func GetWatched(ctx context.Context, rdb redis.Scripter, q keys.Queue, id string) (flat []string, found bool, err error) {
-	return GetReply(getScript.Run(ctx, rdb, []string{q.Job(id), q.Stream()}, "1"))
+	return GetReply(getScript.Run(ctx, rdb, []string{q.Job(id), q.Stream(), q.Watching()}, "1"))
 }

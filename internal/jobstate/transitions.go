@@ -170,8 +170,8 @@ type FinishConfig struct {
 // FinishCall is one finish.lua call applying ts, which must all be of one queue.
 func FinishCall(cfg FinishConfig, ts []Transition) script.Call {
 	q := ts[0].Queue
-	ks := make([]string, 0, 4+len(ts))
-	ks = append(ks, q.Stream(), q.Scheduled(), q.Dead(), q.Stats())
+	ks := make([]string, 0, 5+len(ts))
+	ks = append(ks, q.Stream(), q.Scheduled(), q.Dead(), q.Stats(), q.Watching())
 	args := make([]any, 0, 7+10*len(ts))
 	args = append(args, keys.Group, cfg.Worker, retentionMS(cfg.Retention), q.Wake(),
 		cfg.MinRetention.Milliseconds(), cfg.Events.Command(), q.Events())

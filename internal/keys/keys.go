@@ -232,6 +232,12 @@ func (q Queue) Wake() string { return q.wake }
 // script stays on the node that holds the queue. It is a channel, not a key.
 func (q Queue) Events() string { return q.base + "events" }
 
+// Watching is set (for good: it goes with the queue) by the first read that marks one of the
+// queue's jobs watched (FieldWatched). finish.lua looks for the marks only in a queue that has
+// it: asking every job's hash for a field it lacks made Redis scan the whole hash, a cost per
+// job in every queue that nobody ever waited on (docs/BENCHMARKS.md).
+func (q Queue) Watching() string { return q.base + "watching" }
+
 // Queues is the set of known queue names under prefix.
 func Queues(prefix string) string { return prefix + ":queues" }
 
