@@ -121,12 +121,12 @@ func TestFinishReadsMarksOnlyInAWatchedQueue(t *testing.T) {
 		require.NoError(t, f.rdb.HSet(ctx, f.q.Job(j.ID), keys.FieldWatched, "1").Err())
 	}
 	entries := f.read(len(ids))
-	now := time.Now().UnixMilli()
-	require.Equal(t, []script.Code{applied}, f.run(jobstate.Done(&f.q, ids[0], entries[0], 1, now, now+1, "r")))
+	now := time.Now()
+	require.Equal(t, []script.Code{applied}, f.run(jobstate.Done(&f.q, jobstate.DoneParams{Ran: ran(ids[0], entries[0], now), Result: "r"})))
 	_, found, err := jobstate.GetWatched(ctx, f.rdb, f.q, ids[2])
 	require.NoError(t, err)
 	require.True(t, found)
-	require.Equal(t, []script.Code{applied}, f.run(jobstate.Done(&f.q, ids[1], entries[1], 1, now, now+1, "r")))
+	require.Equal(t, []script.Code{applied}, f.run(jobstate.Done(&f.q, jobstate.DoneParams{Ran: ran(ids[1], entries[1], now), Result: "r"})))
 	require.Equal(t, []events.Event{{ID: ids[1], Status: "completed", Attempt: 1}}, next(),
 		"the first outcome, in a queue nobody waited on yet, is not announced")
 }
