@@ -8,7 +8,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -377,7 +376,7 @@ func TestRunUsesRedisClock(t *testing.T) {
 		requireWaiting(t, b, notYet)
 		// The first pass (EVALSHA, then EVAL to load the script) and the woken one; a
 		// scheduler that waited by its own clock would have called all along.
-		require.LessOrEqual(t, h.calls.Load(), int64(3), "the scheduler spins")
+		require.LessOrEqual(t, h.Scripts(), int64(3), "the scheduler spins")
 	})
 
 	// The scheduler's clock runs an hour behind Redis's. A wake message's due time is
@@ -468,45 +467,25 @@ func TestRunManySchedulers(t *testing.T) {
 	require.Len(t, ids, n, "a job is in the stream twice")
 }
 
-// scriptHook counts script calls, so a test can tell that a scheduler finished a pass.
-type scriptHook struct{ calls atomic.Int64 }
-
-func (h *scriptHook) DialHook(next redis.DialHook) redis.DialHook { return next }
-
-func (h *scriptHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return next
-}
-
-func (h *scriptHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		err := next(ctx, cmd)
-		if n := strings.ToLower(cmd.Name()); n == "evalsha" || n == "eval" {
-			h.calls.Add(1)
-		}
-		return err
-	}
-}
-
 // idleScheduler starts a scheduler that sleeps an hour between checks and returns once it
 // listens for wake messages and has made its first pass over the queue.
-func idleScheduler(t *testing.T, b *bundle) *scriptHook {
+func idleScheduler(t *testing.T, b *bundle) *jobtest.Commands {
 	t.Helper()
 	return startedScheduler(t, delayed.Config{MaxSleep: time.Hour}, b)
 }
 
 // startedScheduler runs a scheduler for the bundles' queues and returns once it listens for
 // their wake messages and has made its first pass over them.
-func startedScheduler(t *testing.T, cfg delayed.Config, bs ...*bundle) *scriptHook {
+func startedScheduler(t *testing.T, cfg delayed.Config, bs ...*bundle) *jobtest.Commands {
 	t.Helper()
 	return startedSchedulerAt(t, redistest.Shared(t).Addr, cfg, bs...)
 }
 
 // startedSchedulerAt is startedScheduler on the Redis server at addr.
-func startedSchedulerAt(t *testing.T, addr string, cfg delayed.Config, bs ...*bundle) *scriptHook {
+func startedSchedulerAt(t *testing.T, addr string, cfg delayed.Config, bs ...*bundle) *jobtest.Commands {
 	t.Helper()
-	h := &scriptHook{}
 	rdb := redis.NewClient(&redis.Options{Addr: addr})
-	rdb.AddHook(h)
+	h := jobtest.CountCommands(rdb) // its script calls: a pass over the queues
 	t.Cleanup(func() { _ = rdb.Close() })
 	for _, b := range bs {
 		cfg.Queues = append(cfg.Queues, b.queue)
@@ -520,7 +499,7 @@ func startedSchedulerAt(t *testing.T, addr string, cfg delayed.Config, bs ...*bu
 				return false
 			}
 		}
-		return h.calls.Load() >= int64(len(bs))
+		return h.Scripts() >= int64(len(bs))
 	}, 5*time.Second, 5*time.Millisecond)
 	return h
 }
