@@ -26,21 +26,21 @@ import (
 
 func TestMain(m *testing.M) { redistest.Main(m) }
 
-// bundle is one test's queue.
-type bundle struct {
+// testBundle is one test's queue.
+type testBundle struct {
 	rdb    *redis.Client
 	client *pipeline.Client
 	queue  string
 	q      keys.Queue
 }
 
-func newBundle(tb testing.TB, rdb *redis.Client, cfg pipeline.ClientConfig) *bundle {
+func newBundle(tb testing.TB, rdb *redis.Client, cfg pipeline.ClientConfig) *testBundle {
 	queue := redistest.UniqueName(tb)
-	return &bundle{rdb: rdb, client: pipeline.NewClient(rdb, cfg), queue: queue,
+	return &testBundle{rdb: rdb, client: pipeline.NewClient(rdb, cfg), queue: queue,
 		q: keys.New(keys.DefaultPrefix, queue)}
 }
 
-func setup(tb testing.TB) *bundle {
+func setup(tb testing.TB) *testBundle {
 	tb.Helper()
 	return newBundle(tb, redistest.Client(tb), pipeline.ClientConfig{})
 }
@@ -48,12 +48,12 @@ func setup(tb testing.TB) *bundle {
 // fixedClock returns a Now that always answers t.
 func fixedClock(t time.Time) func() time.Time { return func() time.Time { return t } }
 
-func (b *bundle) scheduler(cfg delayed.Config) *delayed.Scheduler {
+func (b *testBundle) scheduler(cfg delayed.Config) *delayed.Scheduler {
 	cfg.Queues = []string{b.queue}
 	return delayed.New(b.rdb, cfg)
 }
 
-func (b *bundle) schedule(tb testing.TB, n int, opts ...pipeline.Option) []*pipeline.Job {
+func (b *testBundle) schedule(tb testing.TB, n int, opts ...pipeline.Option) []*pipeline.Job {
 	tb.Helper()
 	tasks := make([]pipeline.Task, n)
 	for i := range tasks {
@@ -68,41 +68,41 @@ func (b *bundle) schedule(tb testing.TB, n int, opts ...pipeline.Option) []*pipe
 	return jobs
 }
 
-func (b *bundle) hash(t *testing.T, id string) map[string]string {
+func (b *testBundle) hash(t *testing.T, id string) map[string]string {
 	t.Helper()
 	h, err := b.rdb.HGetAll(t.Context(), b.q.Job(id)).Result()
 	require.NoError(t, err)
 	return h
 }
 
-func (b *bundle) get(t *testing.T, id string) *pipeline.Job {
+func (b *testBundle) get(t *testing.T, id string) *pipeline.Job {
 	t.Helper()
 	j, err := b.client.Get(t.Context(), b.queue, id)
 	require.NoError(t, err)
 	return j
 }
 
-func (b *bundle) xlen(tb testing.TB) int64 {
+func (b *testBundle) xlen(tb testing.TB) int64 {
 	tb.Helper()
 	n, err := b.rdb.XLen(context.Background(), b.q.Stream()).Result()
 	require.NoError(tb, err)
 	return n
 }
 
-func (b *bundle) zcard(tb testing.TB) int64 {
+func (b *testBundle) zcard(tb testing.TB) int64 {
 	tb.Helper()
 	n, err := b.rdb.ZCard(context.Background(), b.q.Scheduled()).Result()
 	require.NoError(tb, err)
 	return n
 }
 
-func (b *bundle) status(t *testing.T, id string) pipeline.Status {
+func (b *testBundle) status(t *testing.T, id string) pipeline.Status {
 	t.Helper()
 	return pipeline.Status(b.rdb.HGet(t.Context(), b.q.Job(id), keys.FieldStatus).Val())
 }
 
 // requirePromoted checks that j left the set for the stream, carrying its payload with it.
-func requirePromoted(t *testing.T, b *bundle, j *pipeline.Job, attempt int) {
+func requirePromoted(t *testing.T, b *testBundle, j *pipeline.Job, attempt int) {
 	t.Helper()
 	h := b.hash(t, j.ID)
 	require.Equal(t, string(pipeline.StatusQueued), h[keys.FieldStatus])
@@ -127,7 +127,7 @@ func requirePromoted(t *testing.T, b *bundle, j *pipeline.Job, attempt int) {
 }
 
 // requireWaiting checks that j is still scheduled, its payload in its hash.
-func requireWaiting(t *testing.T, b *bundle, j *pipeline.Job) {
+func requireWaiting(t *testing.T, b *testBundle, j *pipeline.Job) {
 	t.Helper()
 	h := b.hash(t, j.ID)
 	require.Equal(t, string(pipeline.StatusScheduled), h[keys.FieldStatus])
@@ -145,7 +145,7 @@ func behind(d time.Duration) func() time.Time {
 }
 
 // setupBehind is setup with a producer whose clock runs d behind.
-func setupBehind(tb testing.TB, d time.Duration) *bundle {
+func setupBehind(tb testing.TB, d time.Duration) *testBundle {
 	tb.Helper()
 	return newBundle(tb, redistest.Client(tb), pipeline.ClientConfig{Now: behind(d)})
 }
@@ -328,7 +328,7 @@ func clockedRedis(t *testing.T, skew time.Duration) (*miniredis.Miniredis, *redi
 }
 
 // producerAt returns a client of b's queue whose clock says t.
-func producerAt(b *bundle, t time.Time) *bundle {
+func producerAt(b *testBundle, t time.Time) *testBundle {
 	c := *b
 	c.client = pipeline.NewClient(b.rdb, pipeline.ClientConfig{Now: fixedClock(t)})
 	return &c
@@ -469,20 +469,20 @@ func TestRunManySchedulers(t *testing.T) {
 
 // idleScheduler starts a scheduler that sleeps an hour between checks and returns once it
 // listens for wake messages and has made its first pass over the queue.
-func idleScheduler(t *testing.T, b *bundle) *jobtest.Commands {
+func idleScheduler(t *testing.T, b *testBundle) *jobtest.Commands {
 	t.Helper()
 	return startedScheduler(t, delayed.Config{MaxSleep: time.Hour}, b)
 }
 
 // startedScheduler runs a scheduler for the bundles' queues and returns once it listens for
 // their wake messages and has made its first pass over them.
-func startedScheduler(t *testing.T, cfg delayed.Config, bs ...*bundle) *jobtest.Commands {
+func startedScheduler(t *testing.T, cfg delayed.Config, bs ...*testBundle) *jobtest.Commands {
 	t.Helper()
 	return startedSchedulerAt(t, redistest.Shared(t).Addr, cfg, bs...)
 }
 
 // startedSchedulerAt is startedScheduler on the Redis server at addr.
-func startedSchedulerAt(t *testing.T, addr string, cfg delayed.Config, bs ...*bundle) *jobtest.Commands {
+func startedSchedulerAt(t *testing.T, addr string, cfg delayed.Config, bs ...*testBundle) *jobtest.Commands {
 	t.Helper()
 	rdb := redis.NewClient(&redis.Options{Addr: addr})
 	h := jobtest.CountCommands(rdb) // its script calls: a pass over the queues
@@ -555,7 +555,7 @@ func TestRunWakesEarly(t *testing.T) {
 }
 
 // requireNotEarly checks that j's entry was made no earlier than its due time.
-func requireNotEarly(t *testing.T, b *bundle, j *pipeline.Job) {
+func requireNotEarly(t *testing.T, b *testBundle, j *pipeline.Job) {
 	t.Helper()
 	entry := b.hash(t, j.ID)[keys.FieldEntry]
 	require.GreaterOrEqual(t, entryMS(t, entry), j.RunAt.UnixMilli(), "promoted before it was due")

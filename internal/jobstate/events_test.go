@@ -18,7 +18,7 @@ import (
 // published. cancel.lua announces canceled.
 func TestScriptsAnnounceEvents(t *testing.T) {
 	t.Parallel()
-	f := newFinishFixture(t, time.Hour)
+	f := setup(t, time.Hour)
 	next := jobtest.Listen(t, f.rdb, f.q.Events())
 	ctx := t.Context()
 	var ids []string
@@ -73,7 +73,7 @@ func TestScriptsAnnounceEvents(t *testing.T) {
 // the marked job's. GetWatched marks only a job that exists.
 func TestFinishAnnouncesOnlyWatchedJobs(t *testing.T) {
 	t.Parallel()
-	f := newFinishFixture(t, time.Hour)
+	f := setup(t, time.Hour)
 	f.cfg.Events = events.Sharded
 	next := jobtest.Listen(t, f.rdb, f.q.Events())
 	ctx := t.Context()

@@ -56,9 +56,9 @@ func TestFinishLateStartMarkIsIgnored(t *testing.T) {
 	require.EqualValues(t, 1, st.Completed)
 }
 
-// finishFixture drives finish.lua directly: jobs are enqueued through the client and read by
+// testBundle drives finish.lua directly: jobs are enqueued through the client and read by
 // consumer "w1", as a worker would, and transitions are applied one call at a time.
-type finishFixture struct {
+type testBundle struct {
 	t     *testing.T
 	rdb   *redis.Client
 	c     *pipeline.Client
@@ -67,11 +67,11 @@ type finishFixture struct {
 	cfg   jobstate.FinishConfig
 }
 
-func newFinishFixture(t *testing.T, retention time.Duration) *finishFixture {
+func setup(t *testing.T, retention time.Duration) *testBundle {
 	t.Helper()
 	rdb := redistest.Client(t)
 	queue := redistest.UniqueName(t)
-	f := &finishFixture{t: t, rdb: rdb, c: pipeline.NewClient(rdb, pipeline.ClientConfig{}), queue: queue,
+	f := &testBundle{t: t, rdb: rdb, c: pipeline.NewClient(rdb, pipeline.ClientConfig{}), queue: queue,
 		q: keys.New(keys.DefaultPrefix, queue)}
 	ret := retention.Milliseconds()
 	if retention < 0 {
@@ -83,7 +83,7 @@ func newFinishFixture(t *testing.T, retention time.Duration) *finishFixture {
 }
 
 // read delivers the next entries to consumer w1 and returns their ids.
-func (f *finishFixture) read(n int) []string {
+func (f *testBundle) read(n int) []string {
 	f.t.Helper()
 	res, err := f.rdb.XReadGroup(f.t.Context(), &redis.XReadGroupArgs{Group: keys.Group, Consumer: "w1",
 		Streams: []string{f.q.Stream(), ">"}, Count: int64(n), Block: -1}).Result()
@@ -95,7 +95,7 @@ func (f *finishFixture) read(n int) []string {
 	return ids
 }
 
-func (f *finishFixture) run(ts ...jobstate.Transition) []script.Code {
+func (f *testBundle) run(ts ...jobstate.Transition) []script.Code {
 	f.t.Helper()
 	call := jobstate.FinishCall(f.cfg, ts)
 	return finishCodes(f.t, call.Script.Run(f.t.Context(), f.rdb, call.Keys, call.Args...))
@@ -121,7 +121,7 @@ const (
 	died    = script.Died
 )
 
-func (f *finishFixture) outcome(op jobstate.Op, id, entry string) jobstate.Transition {
+func (f *testBundle) outcome(op jobstate.Op, id, entry string) jobstate.Transition {
 	now := time.Now().UnixMilli()
 	switch op {
 	case jobstate.OpDone:
@@ -134,21 +134,21 @@ func (f *finishFixture) outcome(op jobstate.Op, id, entry string) jobstate.Trans
 	panic("no outcome " + op.String())
 }
 
-func (f *finishFixture) get(id string) *pipeline.Job {
+func (f *testBundle) get(id string) *pipeline.Job {
 	f.t.Helper()
 	j, err := f.c.Get(f.t.Context(), f.queue, id)
 	require.NoError(f.t, err)
 	return j
 }
 
-func (f *finishFixture) stats() *pipeline.QueueStats {
+func (f *testBundle) stats() *pipeline.QueueStats {
 	f.t.Helper()
 	s, err := f.c.Stats(f.t.Context(), f.queue)
 	require.NoError(f.t, err)
 	return s
 }
 
-func (f *finishFixture) pending() []string {
+func (f *testBundle) pending() []string {
 	f.t.Helper()
 	p, err := f.rdb.XPendingExt(f.t.Context(), &redis.XPendingExtArgs{Stream: f.q.Stream(), Group: keys.Group,
 		Start: "-", End: "+", Count: 100}).Result()
@@ -160,7 +160,7 @@ func (f *finishFixture) pending() []string {
 	return ids
 }
 
-func (f *finishFixture) inStream(entry string) bool {
+func (f *testBundle) inStream(entry string) bool {
 	f.t.Helper()
 	r, err := f.rdb.XRange(f.t.Context(), f.q.Stream(), entry, entry).Result()
 	require.NoError(f.t, err)
@@ -176,7 +176,7 @@ func TestFinishFenceRefusesAnOldEntry(t *testing.T) {
 		for _, op := range []jobstate.Op{jobstate.OpDone, jobstate.OpRetry, jobstate.OpDead} {
 			t.Run(string(status)+"/"+op.String(), func(t *testing.T) {
 				t.Parallel()
-				f := newFinishFixture(t, time.Hour)
+				f := setup(t, time.Hour)
 				job, err := f.c.Enqueue(t.Context(), f.queue, pipeline.Task{Type: "t", Payload: []byte("p")})
 				require.NoError(t, err)
 				old := f.read(1)[0]
@@ -210,7 +210,7 @@ func TestFinishFenceRefusesAnOldEntry(t *testing.T) {
 // its entry: nothing else would.
 func TestFinishRefusedWithoutRecordDropsEntry(t *testing.T) {
 	t.Parallel()
-	f := newFinishFixture(t, time.Hour)
+	f := setup(t, time.Hour)
 	job, err := f.c.Enqueue(t.Context(), f.queue, pipeline.Task{Type: "t"})
 	require.NoError(t, err)
 	entry := f.read(1)[0]
@@ -227,7 +227,7 @@ func TestFinishRefusedWithoutRecordDropsEntry(t *testing.T) {
 // new job's live entry (it would stay queued forever, never pending, never recovered).
 func TestFinishRefusalLeavesAnotherJobsEntry(t *testing.T) {
 	t.Parallel()
-	f := newFinishFixture(t, time.Hour)
+	f := setup(t, time.Hour)
 	stale, err := f.c.Enqueue(t.Context(), f.queue, pipeline.Task{Type: "t"})
 	require.NoError(t, err)
 	require.NoError(t, f.c.Cancel(t.Context(), f.queue, stale.ID)) // it moved on
@@ -244,7 +244,7 @@ func TestFinishRefusalLeavesAnotherJobsEntry(t *testing.T) {
 // kept their `entry` before, on both paths of finish.lua.
 func TestFinishDoneClearsEntry(t *testing.T) {
 	t.Parallel()
-	f := newFinishFixture(t, time.Hour)
+	f := setup(t, time.Hour)
 	plain, err := f.c.Enqueue(t.Context(), f.queue, pipeline.Task{Type: "t", Payload: []byte("p")})
 	require.NoError(t, err)
 	noResult, err := f.c.Enqueue(t.Context(), f.queue, pipeline.Task{Type: "t", Payload: []byte("p")})
@@ -275,7 +275,7 @@ func TestFinishDoneClearsEntry(t *testing.T) {
 // set.
 func TestFinishDeadRecordsCompletedAt(t *testing.T) {
 	t.Parallel()
-	f := newFinishFixture(t, time.Hour)
+	f := setup(t, time.Hour)
 	job, err := f.c.Enqueue(t.Context(), f.queue, pipeline.Task{Type: "t"}, pipeline.WithMaxRetries(0))
 	require.NoError(t, err)
 	entry := f.read(1)[0]
@@ -295,7 +295,7 @@ func TestFinishDeadRecordsCompletedAt(t *testing.T) {
 // found no record and enqueued the job again.
 func TestEnqueueResentAfterFinish(t *testing.T) {
 	t.Parallel()
-	f := newFinishFixture(t, pipeline.RetainNone)
+	f := setup(t, pipeline.RetainNone)
 	now := time.Now().UnixMilli()
 	for i, nj := range []jobstate.NewJob{
 		{ID: "generated-1", Type: "t", Payload: []byte("p"), RunAt: now},
@@ -337,7 +337,7 @@ func TestEnqueueResentAfterFinish(t *testing.T) {
 // dead record of its own, under entry-<entry id>. Before, it was deleted with no record.
 func TestFinishPoisonNamingAnotherJobIsKept(t *testing.T) {
 	t.Parallel()
-	f := newFinishFixture(t, time.Hour)
+	f := setup(t, time.Hour)
 	job, err := f.c.Enqueue(t.Context(), f.queue, pipeline.Task{Type: "t"})
 	require.NoError(t, err)
 	f.read(1)
@@ -361,7 +361,7 @@ func TestFinishPoisonNamingAnotherJobIsKept(t *testing.T) {
 // retention leaves a tombstone for the shortest retention, like a completed one.
 func TestCancelFinishedAndTombstone(t *testing.T) {
 	t.Parallel()
-	f := newFinishFixture(t, time.Hour)
+	f := setup(t, time.Hour)
 	done, err := f.c.Enqueue(t.Context(), f.queue, pipeline.Task{Type: "t"})
 	require.NoError(t, err)
 	dead, err := f.c.Enqueue(t.Context(), f.queue, pipeline.Task{Type: "t"}, pipeline.WithMaxRetries(0))
