@@ -9,7 +9,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -17,26 +16,10 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/conveyorq/conveyor/internal/events"
+	"github.com/conveyorq/conveyor/internal/jobtest"
 	"github.com/conveyorq/conveyor/internal/redistest"
 	"github.com/conveyorq/conveyor/pipeline"
 )
-
-// cmdCounter counts the commands a client sends, pipelined ones included.
-type cmdCounter struct{ n atomic.Int64 }
-
-func (c *cmdCounter) DialHook(next redis.DialHook) redis.DialHook { return next }
-func (c *cmdCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		c.n.Add(1)
-		return next(ctx, cmd)
-	}
-}
-func (c *cmdCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error {
-		c.n.Add(int64(len(cmds)))
-		return next(ctx, cmds)
-	}
-}
 
 // longPolls starts a ?wait= request for each id and returns a function that waits for their
 // answers (each 200) and returns them with the time each arrived.
@@ -103,22 +86,21 @@ func TestIdleLongPollsCostBoundedCommands(t *testing.T) {
 	srv := redistest.Shared(t)
 	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr})
 	t.Cleanup(func() { _ = rdb.Close() })
-	count := &cmdCounter{}
-	rdb.AddHook(count)
+	count := jobtest.CountCommands(rdb)
 	e := apiSetup(t, apiEnvOpts{clientRdb: rdb})
 	ids := e.enqueueN(redistest.Client(t), waiters)
 
-	start := count.n.Load()
+	start := count.All()
 	answers := e.longPolls(ids, "60s")
 	require.Eventually(t, func() bool { return e.api.Waiting() == waiters }, 60*time.Second, 10*time.Millisecond,
 		"every request waits")
-	require.Eventually(t, func() bool { return count.n.Load()-start >= waiters }, 60*time.Second, 10*time.Millisecond,
+	require.Eventually(t, func() bool { return count.All()-start >= waiters }, 60*time.Second, 10*time.Millisecond,
 		"every request read its job once")
-	idle0, t0 := count.n.Load(), time.Now()
+	idle0, t0 := count.All(), time.Now()
 	// The span is what is measured, not something waited for: whatever it lasts on a loaded
 	// machine, the bound below scales with it.
 	time.Sleep(time.Second)
-	idle1, span := count.n.Load(), time.Since(t0)
+	idle1, span := count.All(), time.Since(t0)
 	idle := idle1 - idle0
 	// At most one read a waiter from its subscription's confirmation (when that came after
 	// the waiter's first read: a loaded machine), and the fallback's.
@@ -132,7 +114,7 @@ func TestIdleLongPollsCostBoundedCommands(t *testing.T) {
 	for _, j := range results {
 		require.Equal(t, "completed", j.Status)
 	}
-	total := count.n.Load() - start
+	total := count.All() - start
 	t.Logf("%d long polls in all: %d commands, %.2f a poll", waiters, total, float64(total)/waiters)
 	require.LessOrEqual(t, total, int64(3*waiters)+bound, "about two reads a long poll, three at most")
 }

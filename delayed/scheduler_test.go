@@ -8,7 +8,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -28,21 +27,21 @@ import (
 
 func TestMain(m *testing.M) { redistest.Main(m) }
 
-// bundle is one test's queue.
-type bundle struct {
+// testBundle is one test's queue.
+type testBundle struct {
 	rdb    *redis.Client
 	client *pipeline.Client
 	queue  string
 	q      keys.Queue
 }
 
-func newBundle(tb testing.TB, rdb *redis.Client, cfg pipeline.ClientConfig) *bundle {
+func newBundle(tb testing.TB, rdb *redis.Client, cfg pipeline.ClientConfig) *testBundle {
 	queue := redistest.UniqueName(tb)
-	return &bundle{rdb: rdb, client: pipeline.NewClient(rdb, cfg), queue: queue,
+	return &testBundle{rdb: rdb, client: pipeline.NewClient(rdb, cfg), queue: queue,
 		q: keys.New(keys.DefaultPrefix, queue)}
 }
 
-func setup(tb testing.TB) *bundle {
+func setup(tb testing.TB) *testBundle {
 	tb.Helper()
 	return newBundle(tb, redistest.Client(tb), pipeline.ClientConfig{})
 }
@@ -50,12 +49,12 @@ func setup(tb testing.TB) *bundle {
 // fixedClock returns a Now that always answers t.
 func fixedClock(t time.Time) func() time.Time { return func() time.Time { return t } }
 
-func (b *bundle) scheduler(cfg delayed.Config) *delayed.Scheduler {
+func (b *testBundle) scheduler(cfg delayed.Config) *delayed.Scheduler {
 	cfg.Queues = []string{b.queue}
 	return delayed.New(b.rdb, cfg)
 }
 
-func (b *bundle) schedule(tb testing.TB, n int, opts ...pipeline.Option) []*pipeline.Job {
+func (b *testBundle) schedule(tb testing.TB, n int, opts ...pipeline.Option) []*pipeline.Job {
 	tb.Helper()
 	tasks := make([]pipeline.Task, n)
 	for i := range tasks {
@@ -70,41 +69,41 @@ func (b *bundle) schedule(tb testing.TB, n int, opts ...pipeline.Option) []*pipe
 	return jobs
 }
 
-func (b *bundle) hash(t *testing.T, id string) map[string]string {
+func (b *testBundle) hash(t *testing.T, id string) map[string]string {
 	t.Helper()
 	h, err := b.rdb.HGetAll(t.Context(), b.q.Job(id)).Result()
 	require.NoError(t, err)
 	return h
 }
 
-func (b *bundle) get(t *testing.T, id string) *pipeline.Job {
+func (b *testBundle) get(t *testing.T, id string) *pipeline.Job {
 	t.Helper()
 	j, err := b.client.Get(t.Context(), b.queue, id)
 	require.NoError(t, err)
 	return j
 }
 
-func (b *bundle) xlen(tb testing.TB) int64 {
+func (b *testBundle) xlen(tb testing.TB) int64 {
 	tb.Helper()
 	n, err := b.rdb.XLen(context.Background(), b.q.Stream()).Result()
 	require.NoError(tb, err)
 	return n
 }
 
-func (b *bundle) zcard(tb testing.TB) int64 {
+func (b *testBundle) zcard(tb testing.TB) int64 {
 	tb.Helper()
 	n, err := b.rdb.ZCard(context.Background(), b.q.Scheduled()).Result()
 	require.NoError(tb, err)
 	return n
 }
 
-func (b *bundle) status(t *testing.T, id string) status.Status {
+func (b *testBundle) status(t *testing.T, id string) status.Status {
 	t.Helper()
 	return status.Status(b.rdb.HGet(t.Context(), b.q.Job(id), keys.FieldStatus).Val())
 }
 
 // requirePromoted checks that j left the set for the stream, carrying its payload with it.
-func requirePromoted(t *testing.T, b *bundle, j *pipeline.Job, attempt int) {
+func requirePromoted(t *testing.T, b *testBundle, j *pipeline.Job, attempt int) {
 	t.Helper()
 	h := b.hash(t, j.ID)
 	require.Equal(t, string(status.Queued), h[keys.FieldStatus])
@@ -129,7 +128,7 @@ func requirePromoted(t *testing.T, b *bundle, j *pipeline.Job, attempt int) {
 }
 
 // requireWaiting checks that j is still scheduled, its payload in its hash.
-func requireWaiting(t *testing.T, b *bundle, j *pipeline.Job) {
+func requireWaiting(t *testing.T, b *testBundle, j *pipeline.Job) {
 	t.Helper()
 	h := b.hash(t, j.ID)
 	require.Equal(t, string(status.Scheduled), h[keys.FieldStatus])
@@ -147,7 +146,7 @@ func behind(d time.Duration) func() time.Time {
 }
 
 // setupBehind is setup with a producer whose clock runs d behind.
-func setupBehind(tb testing.TB, d time.Duration) *bundle {
+func setupBehind(tb testing.TB, d time.Duration) *testBundle {
 	tb.Helper()
 	return newBundle(tb, redistest.Client(tb), pipeline.ClientConfig{Now: behind(d)})
 }
@@ -330,7 +329,7 @@ func clockedRedis(t *testing.T, skew time.Duration) (*miniredis.Miniredis, *redi
 }
 
 // producerAt returns a client of b's queue whose clock says t.
-func producerAt(b *bundle, t time.Time) *bundle {
+func producerAt(b *testBundle, t time.Time) *testBundle {
 	c := *b
 	c.client = pipeline.NewClient(b.rdb, pipeline.ClientConfig{Now: fixedClock(t)})
 	return &c
@@ -378,7 +377,7 @@ func TestRunUsesRedisClock(t *testing.T) {
 		requireWaiting(t, b, notYet)
 		// The first pass (EVALSHA, then EVAL to load the script) and the woken one; a
 		// scheduler that waited by its own clock would have called all along.
-		require.LessOrEqual(t, h.calls.Load(), int64(3), "the scheduler spins")
+		require.LessOrEqual(t, h.Scripts(), int64(3), "the scheduler spins")
 	})
 
 	// The scheduler's clock runs an hour behind Redis's. A wake message's due time is
@@ -469,45 +468,25 @@ func TestRunManySchedulers(t *testing.T) {
 	require.Len(t, ids, n, "a job is in the stream twice")
 }
 
-// scriptHook counts script calls, so a test can tell that a scheduler finished a pass.
-type scriptHook struct{ calls atomic.Int64 }
-
-func (h *scriptHook) DialHook(next redis.DialHook) redis.DialHook { return next }
-
-func (h *scriptHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return next
-}
-
-func (h *scriptHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		err := next(ctx, cmd)
-		if n := strings.ToLower(cmd.Name()); n == "evalsha" || n == "eval" {
-			h.calls.Add(1)
-		}
-		return err
-	}
-}
-
 // idleScheduler starts a scheduler that sleeps an hour between checks and returns once it
 // listens for wake messages and has made its first pass over the queue.
-func idleScheduler(t *testing.T, b *bundle) *scriptHook {
+func idleScheduler(t *testing.T, b *testBundle) *jobtest.Commands {
 	t.Helper()
 	return startedScheduler(t, delayed.Config{MaxSleep: time.Hour}, b)
 }
 
 // startedScheduler runs a scheduler for the bundles' queues and returns once it listens for
 // their wake messages and has made its first pass over them.
-func startedScheduler(t *testing.T, cfg delayed.Config, bs ...*bundle) *scriptHook {
+func startedScheduler(t *testing.T, cfg delayed.Config, bs ...*testBundle) *jobtest.Commands {
 	t.Helper()
 	return startedSchedulerAt(t, redistest.Shared(t).Addr, cfg, bs...)
 }
 
 // startedSchedulerAt is startedScheduler on the Redis server at addr.
-func startedSchedulerAt(t *testing.T, addr string, cfg delayed.Config, bs ...*bundle) *scriptHook {
+func startedSchedulerAt(t *testing.T, addr string, cfg delayed.Config, bs ...*testBundle) *jobtest.Commands {
 	t.Helper()
-	h := &scriptHook{}
 	rdb := redis.NewClient(&redis.Options{Addr: addr})
-	rdb.AddHook(h)
+	h := jobtest.CountCommands(rdb) // its script calls: a pass over the queues
 	t.Cleanup(func() { _ = rdb.Close() })
 	for _, b := range bs {
 		cfg.Queues = append(cfg.Queues, b.queue)
@@ -521,7 +500,7 @@ func startedSchedulerAt(t *testing.T, addr string, cfg delayed.Config, bs ...*bu
 				return false
 			}
 		}
-		return h.calls.Load() >= int64(len(bs))
+		return h.Scripts() >= int64(len(bs))
 	}, 5*time.Second, 5*time.Millisecond)
 	return h
 }
@@ -577,7 +556,7 @@ func TestRunWakesEarly(t *testing.T) {
 }
 
 // requireNotEarly checks that j's entry was made no earlier than its due time.
-func requireNotEarly(t *testing.T, b *bundle, j *pipeline.Job) {
+func requireNotEarly(t *testing.T, b *testBundle, j *pipeline.Job) {
 	t.Helper()
 	entry := b.hash(t, j.ID)[keys.FieldEntry]
 	require.GreaterOrEqual(t, entryMS(t, entry), j.RunAt.UnixMilli(), "promoted before it was due")

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -13,34 +12,11 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
+	"github.com/conveyorq/conveyor/internal/jobtest"
 	"github.com/conveyorq/conveyor/internal/redistest"
 	"github.com/conveyorq/conveyor/metrics"
 	"github.com/conveyorq/conveyor/pipeline"
 )
-
-// callCounter is a go-redis hook that counts round trips, commands and pipelines, but for
-// those that set a new connection up.
-type callCounter struct{ calls atomic.Int64 }
-
-func (c *callCounter) DialHook(next redis.DialHook) redis.DialHook { return next }
-
-func (c *callCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		if name := cmd.Name(); name != "hello" && name != "client" { // a new connection's set-up
-			c.calls.Add(1)
-		}
-		return next(ctx, cmd)
-	}
-}
-
-func (c *callCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error {
-		if cmds[0].Name() != "client" {
-			c.calls.Add(1)
-		}
-		return next(ctx, cmds)
-	}
-}
 
 // clock is a settable clock for the collector's cache.
 type clock struct {
@@ -82,8 +58,7 @@ func TestQueueCollectorBoundsRedisCalls(t *testing.T) {
 
 	counted := redis.NewClient(rdb.Options())
 	t.Cleanup(func() { _ = counted.Close() })
-	var cc callCounter
-	counted.AddHook(&cc)
+	cc := jobtest.CountCommands(counted)
 	clk := &clock{t: time.Now()}
 	qc, err := metrics.NewQueueCollector(pipeline.NewInspector(counted, pipeline.InspectorConfig{Prefix: prefix}),
 		metrics.QueueCollectorConfig{Now: clk.now})
@@ -91,7 +66,7 @@ func TestQueueCollectorBoundsRedisCalls(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	require.NoError(t, reg.Register(qc))
 	require.NoError(t, counted.Ping(t.Context()).Err()) // the connection's set-up is not the collector's
-	before := cc.calls.Load()
+	before := cc.RoundTrips()
 
 	var wg sync.WaitGroup
 	for range 5 {
@@ -105,7 +80,7 @@ func TestQueueCollectorBoundsRedisCalls(t *testing.T) {
 		_, err := reg.Gather()
 		require.NoError(t, err)
 	}
-	perRefresh := cc.calls.Load() - before
+	perRefresh := cc.RoundTrips() - before
 	require.LessOrEqual(t, perRefresh, int64(1+(queues+99)/100), "20 scrapes within MaxAge: one refresh")
 
 	require.Equal(t, 1.0, value(t, reg, "conveyor_queue_jobs", "queue", "q000", "state", "queued"))
@@ -120,7 +95,7 @@ func TestQueueCollectorBoundsRedisCalls(t *testing.T) {
 	require.Equal(t, 1.0, value(t, reg, "conveyor_queue_jobs", "queue", "q000", "state", "queued"))
 	clk.add(time.Millisecond)
 	require.Equal(t, 2.0, value(t, reg, "conveyor_queue_jobs", "queue", "q000", "state", "queued"))
-	require.Equal(t, 2*perRefresh, cc.calls.Load()-before)
+	require.Equal(t, 2*perRefresh, cc.RoundTrips()-before)
 	require.Equal(t, 0.0, value(t, reg, "conveyor_queue_stats_age_seconds"))
 
 	problems, err := testutil.GatherAndLint(reg)

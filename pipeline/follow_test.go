@@ -16,6 +16,7 @@ import (
 	"github.com/conveyorq/conveyor/internal/keys"
 	"github.com/conveyorq/conveyor/internal/redistest"
 	"github.com/conveyorq/conveyor/pipeline"
+	"github.com/conveyorq/conveyor/pipeline/pipelinetest"
 )
 
 // TestWorkerFollowsPartitionChange: a running worker reads the partitions of its queue's new
@@ -113,11 +114,7 @@ func TestWorkerKeepsPartitionsOnBadCount(t *testing.T) {
 	w := pipeline.NewWorker(rdb, pipeline.WorkerConfig{Queues: []string{queue}, Logger: zerolog.New(&logs)})
 	ran := make(chan string, 1)
 	w.Handle("t", func(_ context.Context, j *pipeline.Job) ([]byte, error) { ran <- j.ID; return nil, nil })
-	wctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- w.Run(wctx) }()
-	defer func() { cancel(); require.NoError(t, <-done) }()
-	<-w.Ready()
+	pipelinetest.StartWorker(t, w)
 
 	require.NoError(t, rdb.HSet(ctx, keys.Partitions(keys.DefaultPrefix), queue, "0").Err())
 	require.Eventually(t, func() bool { return strings.Contains(logs.String(), "partition count is unusable") },

@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/conveyorq/conveyor/pipeline"
+	"github.com/conveyorq/conveyor/pipeline/pipelinetest"
 )
 
 // Watermill's own metrics middleware (components/metrics) counts an attempt as a failure when
@@ -173,18 +174,7 @@ func TestMiddlewareRefusalIsAFailedAttempt(t *testing.T) {
 // runWorker runs w until the test ends.
 func runWorker(t *testing.T, w *pipeline.Worker) {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- w.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		require.NoError(t, <-done)
-	})
-	select {
-	case <-w.Ready():
-	case err := <-done:
-		t.Fatalf("worker stopped at start: %v", err)
-	}
+	pipelinetest.StartWorker(t, w)
 }
 
 // The payload stored with a job's outcome, and run by its next attempt, is the payload that

@@ -4,6 +4,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/conveyorq/conveyor/recovery"
@@ -26,18 +27,18 @@ func TestRecovererRequeuesAtFirstDueScan(t *testing.T) {
 	for try := 1; ; try++ {
 		require.LessOrEqual(t, try, 5, "the recoverer saw a gap in its observation of Redis at every try")
 		// Watch Redis for a lease period while the entry's worker renews it (idle 0).
-		deadline := time.Now().Add(30 * time.Second)
-		for {
+		require.Eventually(t, func() bool {
 			b.makeIdle(t, f.consumer, 0, f.entry)
 			res, ran, err := r.RunOnce(ctx)
-			require.NoError(t, err)
-			require.True(t, ran)
-			require.Zero(t, res.Requeued+res.Deferred, "a renewed entry was taken")
-			if trusted, _ := r.Watching(); trusted {
-				break
+			if !assert.NoError(t, err) || !assert.True(t, ran) {
+				return true // failed: stop waiting
 			}
-			require.True(t, time.Now().Before(deadline), "no trust in 30s")
-			time.Sleep(20 * time.Millisecond)
+			assert.Zero(t, res.Requeued+res.Deferred, "a renewed entry was taken")
+			trusted, _ := r.Watching()
+			return trusted
+		}, 30*time.Second, 20*time.Millisecond, "no trust in 30s")
+		if t.Failed() {
+			return
 		}
 		_, gaps := r.Watching()
 

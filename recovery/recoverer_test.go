@@ -31,19 +31,19 @@ const (
 	deadIdle       = time.Minute
 )
 
-// bundle is one test's queue on the shared server.
-type bundle struct {
+// testBundle is one test's queue on the shared server.
+type testBundle struct {
 	rdb    *redis.Client
 	client *pipeline.Client
 	queue  string
 	q      keys.Queue
 }
 
-func setup(t *testing.T) *bundle {
+func setup(t *testing.T) *testBundle {
 	t.Helper()
 	rdb := redistest.Client(t)
 	queue := redistest.UniqueName(t)
-	return &bundle{
+	return &testBundle{
 		rdb:    rdb,
 		client: pipeline.NewClient(rdb, pipeline.ClientConfig{}),
 		queue:  queue,
@@ -53,7 +53,7 @@ func setup(t *testing.T) *bundle {
 
 // recoverer returns a Recoverer of b's queue that skips the trust in its own observation of
 // Redis (see trust_test.go for that), so that one scan recovers what is idle.
-func (b *bundle) recoverer(cfg recovery.Config) *recovery.Recoverer {
+func (b *testBundle) recoverer(cfg recovery.Config) *recovery.Recoverer {
 	cfg.Queue = b.queue
 	if cfg.VisibilityTimeout == 0 {
 		cfg.VisibilityTimeout = testVisibility
@@ -61,7 +61,7 @@ func (b *bundle) recoverer(cfg recovery.Config) *recovery.Recoverer {
 	return recovery.NewRecoverer(b.rdb, cfg).SkipTrust()
 }
 
-func (b *bundle) enqueue(t *testing.T, opts ...pipeline.Option) *pipeline.Job {
+func (b *testBundle) enqueue(t *testing.T, opts ...pipeline.Option) *pipeline.Job {
 	t.Helper()
 	j, err := b.client.Enqueue(t.Context(), b.queue,
 		pipeline.Task{Type: "test", Payload: []byte("payload of " + redistest.UniqueName(t)),
@@ -71,7 +71,7 @@ func (b *bundle) enqueue(t *testing.T, opts ...pipeline.Option) *pipeline.Job {
 	return j
 }
 
-func (b *bundle) enqueueN(t *testing.T, n int) []*pipeline.Job {
+func (b *testBundle) enqueueN(t *testing.T, n int) []*pipeline.Job {
 	t.Helper()
 	tasks := make([]pipeline.Task, n)
 	for i := range tasks {
@@ -83,7 +83,7 @@ func (b *bundle) enqueueN(t *testing.T, n int) []*pipeline.Job {
 }
 
 // deliver reads up to n new entries as consumer, as a worker would, and returns their ids.
-func (b *bundle) deliver(t *testing.T, consumer string, n int) []string {
+func (b *testBundle) deliver(t *testing.T, consumer string, n int) []string {
 	t.Helper()
 	ctx := t.Context()
 	err := b.rdb.XGroupCreateMkStream(ctx, b.q.Stream(), keys.Group, "0").Err()
@@ -105,7 +105,7 @@ func (b *bundle) deliver(t *testing.T, consumer string, n int) []string {
 }
 
 // makeIdle sets the idle time of pending entries, as if their worker stopped renewing that long ago.
-func (b *bundle) makeIdle(t *testing.T, consumer string, idle time.Duration, ids ...string) {
+func (b *testBundle) makeIdle(t *testing.T, consumer string, idle time.Duration, ids ...string) {
 	t.Helper()
 	args := []any{"XCLAIM", b.q.Stream(), keys.Group, consumer, 0}
 	for _, id := range ids {
@@ -117,14 +117,14 @@ func (b *bundle) makeIdle(t *testing.T, consumer string, idle time.Duration, ids
 	require.Len(t, claimed, len(ids))
 }
 
-func (b *bundle) get(t *testing.T, id string) *pipeline.Job {
+func (b *testBundle) get(t *testing.T, id string) *pipeline.Job {
 	t.Helper()
 	j, err := b.client.Get(t.Context(), b.queue, id)
 	require.NoError(t, err)
 	return j
 }
 
-func (b *bundle) pending(t *testing.T) []redis.XPendingExt {
+func (b *testBundle) pending(t *testing.T) []redis.XPendingExt {
 	t.Helper()
 	p, err := b.rdb.XPendingExt(t.Context(), &redis.XPendingExtArgs{
 		Stream: b.q.Stream(), Group: keys.Group, Start: "-", End: "+", Count: 100000,
@@ -136,7 +136,7 @@ func (b *bundle) pending(t *testing.T) []redis.XPendingExt {
 	return p
 }
 
-func (b *bundle) entry(t *testing.T, id string) map[string]any {
+func (b *testBundle) entry(t *testing.T, id string) map[string]any {
 	t.Helper()
 	msgs, err := b.rdb.XRange(t.Context(), b.q.Stream(), id, id).Result()
 	require.NoError(t, err)
@@ -146,14 +146,14 @@ func (b *bundle) entry(t *testing.T, id string) map[string]any {
 	return msgs[0].Values
 }
 
-func (b *bundle) xlen(t *testing.T) int64 {
+func (b *testBundle) xlen(t *testing.T) int64 {
 	t.Helper()
 	n, err := b.rdb.XLen(t.Context(), b.q.Stream()).Result()
 	require.NoError(t, err)
 	return n
 }
 
-func (b *bundle) stat(t *testing.T, name string) int {
+func (b *testBundle) stat(t *testing.T, name string) int {
 	t.Helper()
 	v, err := b.rdb.HGet(t.Context(), b.q.Stats(), name).Result()
 	if errors.Is(err, redis.Nil) {
@@ -165,7 +165,7 @@ func (b *bundle) stat(t *testing.T, name string) int {
 	return n
 }
 
-func (b *bundle) inDead(t *testing.T, id string) bool {
+func (b *testBundle) inDead(t *testing.T, id string) bool {
 	t.Helper()
 	err := b.rdb.ZScore(t.Context(), b.q.Dead(), id).Err()
 	if errors.Is(err, redis.Nil) {
@@ -175,8 +175,8 @@ func (b *bundle) inDead(t *testing.T, id string) bool {
 	return true
 }
 
-// fixture is what a case's setup made.
-type fixture struct {
+// idleEntry is the entry a case left (idle, or not yet) for a recoverer to find, and its job.
+type idleEntry struct {
 	job      *pipeline.Job // the job whose entry went idle, if any
 	entry    string        // the idle (or not) entry
 	consumer string        // the consumer holding it
@@ -186,7 +186,7 @@ type fixture struct {
 
 // staleEntry adds an entry for f's job that its record does not name, and delivers it to f's
 // consumer, idle for deadIdle: what a worker that lost its job leaves behind.
-func (b *bundle) staleEntry(t *testing.T, f fixture) string {
+func (b *testBundle) staleEntry(t *testing.T, f idleEntry) string {
 	t.Helper()
 	e, err := b.rdb.XAdd(t.Context(), &redis.XAddArgs{Stream: b.q.Stream(),
 		Values: []any{keys.EntryUUID, f.job.ID, keys.EntryPayload, "p", keys.EntryMetadata, "",
@@ -199,12 +199,12 @@ func (b *bundle) staleEntry(t *testing.T, f fixture) string {
 
 // seedOne seeds a job in status through the real scripts (jobtest), held by a lost consumer
 // whose entry has been idle for idle.
-func seedOne(t *testing.T, b *bundle, st status.Status, idle time.Duration) fixture {
+func seedOne(t *testing.T, b *testBundle, st status.Status, idle time.Duration) idleEntry {
 	t.Helper()
 	consumer := "lost-" + redistest.UniqueName(t)
 	s := jobtest.Seed(t, b.rdb, b.queue, st, jobtest.Opts{Consumer: consumer, Result: "done",
 		Task: pipeline.Task{Type: "test", Payload: []byte("payload of " + consumer), Metadata: map[string]string{"k": "v"}}})
-	f := fixture{job: s.Job, consumer: consumer, entry: s.Entry, xlen: b.xlen(t)}
+	f := idleEntry{job: s.Job, consumer: consumer, entry: s.Entry, xlen: b.xlen(t)}
 	if idle > 0 {
 		b.makeIdle(t, f.consumer, idle, f.entry)
 	}
@@ -212,10 +212,10 @@ func seedOne(t *testing.T, b *bundle, st status.Status, idle time.Duration) fixt
 }
 
 // deliverOne enqueues a job and delivers its entry to a consumer that then goes quiet.
-func deliverOne(t *testing.T, b *bundle, idle time.Duration, opts ...pipeline.Option) fixture {
+func deliverOne(t *testing.T, b *testBundle, idle time.Duration, opts ...pipeline.Option) idleEntry {
 	t.Helper()
 	j := b.enqueue(t, opts...)
-	f := fixture{job: j, consumer: "lost-" + redistest.UniqueName(t)}
+	f := idleEntry{job: j, consumer: "lost-" + redistest.UniqueName(t)}
 	ids := b.deliver(t, f.consumer, 1)
 	require.Equal(t, []string{j.Entry}, ids)
 	f.entry = ids[0]
@@ -227,7 +227,7 @@ func deliverOne(t *testing.T, b *bundle, idle time.Duration, opts ...pipeline.Op
 }
 
 // requireGone checks that entry is neither in the stream nor pending.
-func requireGone(t *testing.T, b *bundle, entry string) {
+func requireGone(t *testing.T, b *testBundle, entry string) {
 	t.Helper()
 	require.Nil(t, b.entry(t, entry), "entry %s still in the stream", entry)
 	for _, p := range b.pending(t) {
@@ -236,7 +236,7 @@ func requireGone(t *testing.T, b *bundle, entry string) {
 }
 
 // requireRequeued checks that f's job was put back as a new entry after its lost attempt n.
-func requireRequeued(t *testing.T, b *bundle, f fixture, n int) {
+func requireRequeued(t *testing.T, b *testBundle, f idleEntry, n int) {
 	t.Helper()
 	j := b.get(t, f.job.ID)
 	require.Equal(t, status.Queued, j.Status)
@@ -261,7 +261,7 @@ func requireRequeued(t *testing.T, b *bundle, f fixture, n int) {
 }
 
 // requireDead checks that f's job is in the dead set after its lost attempt n.
-func requireDead(t *testing.T, b *bundle, f fixture, n int) {
+func requireDead(t *testing.T, b *testBundle, f idleEntry, n int) {
 	t.Helper()
 	j := b.get(t, f.job.ID)
 	require.Equal(t, status.Failed, j.Status)
@@ -281,7 +281,7 @@ func requireDead(t *testing.T, b *bundle, f fixture, n int) {
 }
 
 // requireUntouched checks that f's job and entry are as the setup left them.
-func requireUntouched(t *testing.T, b *bundle, f fixture) {
+func requireUntouched(t *testing.T, b *testBundle, f idleEntry) {
 	t.Helper()
 	j := b.get(t, f.job.ID)
 	require.Equal(t, f.entry, j.Entry)
@@ -299,17 +299,17 @@ func TestRecovererRunOnce(t *testing.T) {
 
 	for _, tc := range []struct {
 		name  string
-		setup func(t *testing.T, b *bundle) fixture
+		setup func(t *testing.T, b *testBundle) idleEntry
 		want  recovery.Result
-		check func(t *testing.T, b *bundle, f fixture)
+		check func(t *testing.T, b *testBundle, f idleEntry)
 	}{
 		{
 			name: "QueuedJobRequeued",
-			setup: func(t *testing.T, b *bundle) fixture {
+			setup: func(t *testing.T, b *testBundle) idleEntry {
 				return deliverOne(t, b, deadIdle)
 			},
 			want: recovery.Result{Requeued: 1},
-			check: func(t *testing.T, b *bundle, f fixture) {
+			check: func(t *testing.T, b *testBundle, f idleEntry) {
 				requireRequeued(t, b, f, 1)
 				require.Equal(t, 1, b.stat(t, keys.StatRecovered))
 				require.Zero(t, b.stat(t, keys.StatFailed))
@@ -317,22 +317,22 @@ func TestRecovererRunOnce(t *testing.T) {
 		},
 		{
 			name: "InProgressJobRequeued",
-			setup: func(t *testing.T, b *bundle) fixture {
+			setup: func(t *testing.T, b *testBundle) idleEntry {
 				return seedOne(t, b, status.InProgress, deadIdle)
 			},
 			want: recovery.Result{Requeued: 1},
-			check: func(t *testing.T, b *bundle, f fixture) {
+			check: func(t *testing.T, b *testBundle, f idleEntry) {
 				requireRequeued(t, b, f, 1)
 				require.Equal(t, 1, b.stat(t, keys.StatRecovered))
 			},
 		},
 		{
 			name: "NoRetriesGoesDead",
-			setup: func(t *testing.T, b *bundle) fixture {
+			setup: func(t *testing.T, b *testBundle) idleEntry {
 				return deliverOne(t, b, deadIdle, pipeline.WithMaxRetries(0))
 			},
 			want: recovery.Result{Dead: 1},
-			check: func(t *testing.T, b *bundle, f fixture) {
+			check: func(t *testing.T, b *testBundle, f idleEntry) {
 				requireDead(t, b, f, 1)
 				require.Equal(t, 1, b.stat(t, keys.StatDeadByRecovery))
 				require.Equal(t, 1, b.stat(t, keys.StatFailed))
@@ -343,7 +343,7 @@ func TestRecovererRunOnce(t *testing.T) {
 			// A job that takes down every worker that runs it: each lost attempt counts, and
 			// after max_retries+1 of them it ends in the dead set instead of looping.
 			name: "AttemptAtMaxGoesDead",
-			setup: func(t *testing.T, b *bundle) fixture {
+			setup: func(t *testing.T, b *testBundle) idleEntry {
 				f := deliverOne(t, b, deadIdle, pipeline.WithMaxRetries(2))
 				r := b.recoverer(recovery.Config{})
 				for n := 1; n <= 2; n++ {
@@ -359,7 +359,7 @@ func TestRecovererRunOnce(t *testing.T) {
 				return f
 			},
 			want: recovery.Result{Dead: 1},
-			check: func(t *testing.T, b *bundle, f fixture) {
+			check: func(t *testing.T, b *testBundle, f idleEntry) {
 				requireDead(t, b, f, 3)
 				require.Contains(t, b.get(t, f.job.ID).LastError, "attempt 3 lost")
 				require.Equal(t, 2, b.stat(t, keys.StatRecovered))
@@ -369,20 +369,20 @@ func TestRecovererRunOnce(t *testing.T) {
 		},
 		{
 			name: "NotIdleLongEnoughLeftAlone",
-			setup: func(t *testing.T, b *bundle) fixture {
+			setup: func(t *testing.T, b *testBundle) idleEntry {
 				f := deliverOne(t, b, 0)
 				b.makeIdle(t, f.consumer, testVisibility-2*time.Second, f.entry)
 				return f
 			},
 			want: recovery.Result{},
-			check: func(t *testing.T, b *bundle, f fixture) {
+			check: func(t *testing.T, b *testBundle, f idleEntry) {
 				requireUntouched(t, b, f)
 				require.Zero(t, b.stat(t, keys.StatRecovered))
 			},
 		},
 		{
 			name: "CompletedJobDropped",
-			setup: func(t *testing.T, b *bundle) fixture {
+			setup: func(t *testing.T, b *testBundle) idleEntry {
 				// A stale entry of a job that completed (on another entry), pending for a
 				// lost consumer.
 				f := seedOne(t, b, status.Completed, 0)
@@ -390,7 +390,7 @@ func TestRecovererRunOnce(t *testing.T) {
 				return f
 			},
 			want: recovery.Result{Dropped: 1},
-			check: func(t *testing.T, b *bundle, f fixture) {
+			check: func(t *testing.T, b *testBundle, f idleEntry) {
 				requireGone(t, b, f.entry)
 				j := b.get(t, f.job.ID)
 				require.Equal(t, status.Completed, j.Status)
@@ -402,7 +402,7 @@ func TestRecovererRunOnce(t *testing.T) {
 		},
 		{
 			name: "MovedOnJobDropped",
-			setup: func(t *testing.T, b *bundle) fixture {
+			setup: func(t *testing.T, b *testBundle) idleEntry {
 				f := deliverOne(t, b, deadIdle)
 				// The job now rides on another entry (it was put back meanwhile).
 				other, err := b.rdb.XAdd(t.Context(), &redis.XAddArgs{Stream: b.q.Stream(),
@@ -416,7 +416,7 @@ func TestRecovererRunOnce(t *testing.T) {
 				return f
 			},
 			want: recovery.Result{Dropped: 1},
-			check: func(t *testing.T, b *bundle, f fixture) {
+			check: func(t *testing.T, b *testBundle, f idleEntry) {
 				requireGone(t, b, f.entry)
 				j := b.get(t, f.job.ID)
 				require.Equal(t, status.Queued, j.Status)
@@ -428,8 +428,8 @@ func TestRecovererRunOnce(t *testing.T) {
 		},
 		{
 			name: "UnreadableEntryBecomesDeadRecord",
-			setup: func(t *testing.T, b *bundle) fixture {
-				f := fixture{consumer: "lost-" + redistest.UniqueName(t)}
+			setup: func(t *testing.T, b *testBundle) idleEntry {
+				f := idleEntry{consumer: "lost-" + redistest.UniqueName(t)}
 				var err error
 				f.entry, err = b.rdb.XAdd(t.Context(), &redis.XAddArgs{Stream: b.q.Stream(),
 					Values: []any{"foo", "bar", keys.EntryJob, keys.FormatEntryJob(1, 0, 0, "oops")}}).Result()
@@ -440,7 +440,7 @@ func TestRecovererRunOnce(t *testing.T) {
 				return f
 			},
 			want: recovery.Result{Poison: 1},
-			check: func(t *testing.T, b *bundle, f fixture) {
+			check: func(t *testing.T, b *testBundle, f idleEntry) {
 				requireGone(t, b, f.entry)
 				require.Zero(t, b.xlen(t))
 				require.True(t, b.inDead(t, f.record))
@@ -457,8 +457,8 @@ func TestRecovererRunOnce(t *testing.T) {
 		},
 		{
 			name: "EntryWithoutJobBecomesDeadRecord",
-			setup: func(t *testing.T, b *bundle) fixture {
-				f := fixture{consumer: "lost-" + redistest.UniqueName(t), record: "ghost-" + redistest.UniqueName(t)}
+			setup: func(t *testing.T, b *testBundle) idleEntry {
+				f := idleEntry{consumer: "lost-" + redistest.UniqueName(t), record: "ghost-" + redistest.UniqueName(t)}
 				var err error
 				f.entry, err = b.rdb.XAdd(t.Context(), &redis.XAddArgs{Stream: b.q.Stream(),
 					Values: []any{keys.EntryUUID, f.record, keys.EntryPayload, "boo", keys.EntryMetadata, "",
@@ -470,7 +470,7 @@ func TestRecovererRunOnce(t *testing.T) {
 				return f
 			},
 			want: recovery.Result{Poison: 1},
-			check: func(t *testing.T, b *bundle, f fixture) {
+			check: func(t *testing.T, b *testBundle, f idleEntry) {
 				requireGone(t, b, f.entry)
 				require.True(t, b.inDead(t, f.record))
 				j := b.get(t, f.record)
@@ -484,34 +484,34 @@ func TestRecovererRunOnce(t *testing.T) {
 		},
 		{
 			name: "DeletedButPendingEntryCleared",
-			setup: func(t *testing.T, b *bundle) fixture {
+			setup: func(t *testing.T, b *testBundle) idleEntry {
 				f := deliverOne(t, b, deadIdle)
 				require.NoError(t, b.rdb.XDel(t.Context(), b.q.Stream(), f.entry).Err())
 				require.Len(t, b.pending(t), 1)
 				return f
 			},
 			want: recovery.Result{Dropped: 1},
-			check: func(t *testing.T, b *bundle, f fixture) {
+			check: func(t *testing.T, b *testBundle, f idleEntry) {
 				require.Empty(t, b.pending(t))
 				require.Zero(t, b.xlen(t))
 			},
 		},
 		{
 			name: "NoGroupYet",
-			setup: func(t *testing.T, b *bundle) fixture {
+			setup: func(t *testing.T, b *testBundle) idleEntry {
 				b.enqueue(t)
-				return fixture{}
+				return idleEntry{}
 			},
 			want: recovery.Result{},
-			check: func(t *testing.T, b *bundle, f fixture) {
+			check: func(t *testing.T, b *testBundle, f idleEntry) {
 				require.Equal(t, int64(1), b.xlen(t))
 			},
 		},
 		{
 			name:  "NoStreamYet",
-			setup: func(t *testing.T, b *bundle) fixture { return fixture{} },
+			setup: func(t *testing.T, b *testBundle) idleEntry { return idleEntry{} },
 			want:  recovery.Result{},
-			check: func(t *testing.T, b *bundle, f fixture) {},
+			check: func(t *testing.T, b *testBundle, f idleEntry) {},
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -11,7 +11,7 @@
 #                                  `apt-get install`; returns 1, naming them, if any is still missing
 #
 # Packages: redis-server and redis-tools (the tests' private servers: never the one on 6379),
-# chromium (api/dashboard_browser_test.go drives it; $CONVEYOR_CHROMIUM names another binary,
+# chromium (e2e/dashboard/dashboard_browser_test.go drives it; $CONVEYOR_CHROMIUM names another binary,
 # CONVEYOR_BROWSER_TEST=skip skips that test and needs none).
 
 PKG_NEED=()  # packages to install

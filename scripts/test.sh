@@ -5,10 +5,12 @@
 #   0. the Debian packages the tests need, installed when missing (as root or through a
 #      password-less sudo; apt-get update once): redis-server, redis-tools and chromium for the
 #      dashboard's browser test (scripts/packages.sh; CONVEYOR_NO_INSTALL=1 installs nothing)
-#   1. formatting, vet and staticcheck, for the main module and the bench module
+#   1. formatting, vet and staticcheck, for the main module and the e2e and bench modules
 #   2. the race-enabled test suite of the main module: unit, integration (real Redis,
 #      standalone and a 3-node cluster), end-to-end (the built binary; workers SIGKILLed,
-#      SIGSTOPped and SIGTERMed) and runnable examples
+#      SIGSTOPped and SIGTERMed) and runnable examples; then the e2e module's (its own go.mod,
+#      so that the library does not require chromedp or compose-go): the dashboard in headless
+#      Chromium and the docker-compose.yml test
 #   3. a short side-by-side benchmark against asynq, watermill-redisstream and raw go-redis,
 #      so the harness cannot rot (the full run: docs/BENCHMARKS.md)
 set -euo pipefail
@@ -34,16 +36,21 @@ fi
 
 step "go vet"
 go vet ./...
+(cd e2e && go vet ./...)
 (cd bench && go vet ./...)
 
 step "staticcheck"
 # Pinned, run through the module proxy: nothing to install by hand. All checks on; none disabled.
 staticcheck="honnef.co/go/tools/cmd/staticcheck@v0.8.2"
 go run "$staticcheck" ./...
+(cd e2e && go run "$staticcheck" ./...)
 (cd bench && go run "$staticcheck" ./...)
 
 step "go test -race ./..."
 go test -race -count=1 -timeout 20m ./...
+
+step "e2e module tests"
+(cd e2e && go test -race -count=1 -timeout 10m ./...)
 
 step "bench module tests"
 (cd bench && go test -short -count=1 -timeout 10m ./...)

@@ -3,6 +3,8 @@ package events_test
 import (
 	"context"
 	"strconv"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -170,27 +172,50 @@ func TestFallbackRateBounded(t *testing.T) {
 	for i := range watches {
 		watches[i] = w.Watch(t.Context(), "ev:{q}:events", "job-"+strconv.Itoa(i))
 	}
-	// Gate on progress: the first 50 signals.
-	signals := 0
-	seen := map[*events.Watch]bool{}
-	for signals < 50 {
-		for _, wt := range watches {
-			select {
-			case <-wt.C():
-				signals++
-				seen[wt] = true
-			default:
+	// Gate on progress: wait for the first 50 signals, each watch's read by its own
+	// goroutine, then stop counting and take the span.
+	var (
+		signals  atomic.Int64
+		perWatch = make([]int, n) // each written by its watch's goroutine only
+		fifty    = make(chan struct{})
+		stop     = make(chan struct{})
+		readers  sync.WaitGroup
+	)
+	for i, wt := range watches {
+		readers.Go(func() {
+			for {
+				select {
+				case <-wt.C():
+					perWatch[i]++
+					if signals.Add(1) == 50 {
+						close(fifty)
+					}
+				case <-stop:
+					return
+				}
 			}
-		}
-		time.Sleep(time.Millisecond)
+		})
 	}
+	select {
+	case <-fifty:
+	case <-time.After(time.Minute):
+		t.Fatal("fewer than 50 signals in a minute")
+	}
+	close(stop)
+	readers.Wait()
 	span := time.Since(start)
 	for _, wt := range watches {
 		wt.Close()
 	}
+	seen := 0
+	for _, c := range perWatch {
+		if c > 0 {
+			seen++
+		}
+	}
 	bound := int(span.Seconds()*rate) + 2
-	require.LessOrEqual(t, signals, bound, "signals over %s", span)
-	require.Equal(t, signals, len(seen), "each watch once before any twice: the fallback goes round")
+	require.LessOrEqual(t, int(signals.Load()), bound, "signals over %s", span)
+	require.Equal(t, int(signals.Load()), seen, "each watch once before any twice: the fallback goes round")
 }
 
 // On a cluster, each queue's events arrive on the master that holds its hash tag: watches of

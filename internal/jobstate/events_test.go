@@ -19,7 +19,7 @@ import (
 // published. cancel.lua announces canceled.
 func TestScriptsAnnounceEvents(t *testing.T) {
 	t.Parallel()
-	f := newFinishFixture(t, time.Hour)
+	f := setup(t, time.Hour)
 	next := jobtest.Listen(t, f.rdb, f.q.Events())
 	ctx := t.Context()
 	var ids []string
@@ -76,7 +76,7 @@ func TestScriptsAnnounceEvents(t *testing.T) {
 // the marked job's. GetWatched marks only a job that exists.
 func TestFinishAnnouncesOnlyWatchedJobs(t *testing.T) {
 	t.Parallel()
-	f := newFinishFixture(t, time.Hour)
+	f := setup(t, time.Hour)
 	f.cfg.Events = events.Sharded
 	next := jobtest.Listen(t, f.rdb, f.q.Events())
 	ctx := t.Context()
@@ -109,7 +109,7 @@ func TestFinishAnnouncesOnlyWatchedJobs(t *testing.T) {
 // not read, so that outcome is not announced; once a wait marked another job, it is.
 func TestFinishReadsMarksOnlyInAWatchedQueue(t *testing.T) {
 	t.Parallel()
-	f := newFinishFixture(t, time.Hour)
+	f := setup(t, time.Hour)
 	f.cfg.Events = events.Sharded
 	next := jobtest.Listen(t, f.rdb, f.q.Events())
 	ctx := t.Context()

@@ -58,9 +58,9 @@ func TestFinishLateStartMarkIsIgnored(t *testing.T) {
 	require.EqualValues(t, 1, st.Completed)
 }
 
-// finishFixture drives finish.lua directly: jobs are enqueued through the client and read by
+// testBundle drives finish.lua directly: jobs are enqueued through the client and read by
 // consumer "w1", as a worker would, and transitions are applied one call at a time.
-type finishFixture struct {
+type testBundle struct {
 	t     *testing.T
 	rdb   *redis.Client
 	c     *pipeline.Client
@@ -69,11 +69,11 @@ type finishFixture struct {
 	cfg   jobstate.FinishConfig
 }
 
-func newFinishFixture(t *testing.T, retention time.Duration) *finishFixture {
+func setup(t *testing.T, retention time.Duration) *testBundle {
 	t.Helper()
 	rdb := redistest.Client(t)
 	queue := redistest.UniqueName(t)
-	f := &finishFixture{t: t, rdb: rdb, c: pipeline.NewClient(rdb, pipeline.ClientConfig{}), queue: queue,
+	f := &testBundle{t: t, rdb: rdb, c: pipeline.NewClient(rdb, pipeline.ClientConfig{}), queue: queue,
 		q: keys.New(keys.DefaultPrefix, queue)}
 	f.cfg = jobstate.FinishConfig{Worker: "w1", Retention: retention, MinRetention: time.Minute}
 	require.NoError(t, rdb.XGroupCreateMkStream(t.Context(), f.q.Stream(), keys.Group, "0").Err())
@@ -81,7 +81,7 @@ func newFinishFixture(t *testing.T, retention time.Duration) *finishFixture {
 }
 
 // read delivers the next entries to consumer w1 and returns their ids.
-func (f *finishFixture) read(n int) []string {
+func (f *testBundle) read(n int) []string {
 	f.t.Helper()
 	res, err := f.rdb.XReadGroup(f.t.Context(), &redis.XReadGroupArgs{Group: keys.Group, Consumer: "w1",
 		Streams: []string{f.q.Stream(), ">"}, Count: int64(n), Block: -1}).Result()
@@ -93,7 +93,7 @@ func (f *finishFixture) read(n int) []string {
 	return ids
 }
 
-func (f *finishFixture) run(ts ...jobstate.Transition) []script.Code {
+func (f *testBundle) run(ts ...jobstate.Transition) []script.Code {
 	f.t.Helper()
 	call := jobstate.FinishCall(f.cfg, ts)
 	return finishCodes(f.t, len(ts), call.Script.Run(f.t.Context(), f.rdb, call.Keys, call.Args...))
@@ -119,7 +119,7 @@ const (
 	died    = script.Died
 )
 
-func (f *finishFixture) outcome(op jobstate.Op, id, entry string) jobstate.Transition {
+func (f *testBundle) outcome(op jobstate.Op, id, entry string) jobstate.Transition {
 	now := time.Now()
 	switch op {
 	case jobstate.OpDone:
@@ -132,21 +132,21 @@ func (f *finishFixture) outcome(op jobstate.Op, id, entry string) jobstate.Trans
 	panic("no outcome " + op.String())
 }
 
-func (f *finishFixture) get(id string) *pipeline.Job {
+func (f *testBundle) get(id string) *pipeline.Job {
 	f.t.Helper()
 	j, err := f.c.Get(f.t.Context(), f.queue, id)
 	require.NoError(f.t, err)
 	return j
 }
 
-func (f *finishFixture) stats() *pipeline.QueueStats {
+func (f *testBundle) stats() *pipeline.QueueStats {
 	f.t.Helper()
 	s, err := f.c.Stats(f.t.Context(), f.queue)
 	require.NoError(f.t, err)
 	return s
 }
 
-func (f *finishFixture) pending() []string {
+func (f *testBundle) pending() []string {
 	f.t.Helper()
 	p, err := f.rdb.XPendingExt(f.t.Context(), &redis.XPendingExtArgs{Stream: f.q.Stream(), Group: keys.Group,
 		Start: "-", End: "+", Count: 100}).Result()
@@ -158,7 +158,7 @@ func (f *finishFixture) pending() []string {
 	return ids
 }
 
-func (f *finishFixture) inStream(entry string) bool {
+func (f *testBundle) inStream(entry string) bool {
 	f.t.Helper()
 	r, err := f.rdb.XRange(f.t.Context(), f.q.Stream(), entry, entry).Result()
 	require.NoError(f.t, err)
@@ -174,7 +174,7 @@ func TestFinishFenceRefusesAnOldEntry(t *testing.T) {
 		for _, op := range []jobstate.Op{jobstate.OpDone, jobstate.OpRetry, jobstate.OpDead} {
 			t.Run(string(st)+"/"+op.String(), func(t *testing.T) {
 				t.Parallel()
-				f := newFinishFixture(t, time.Hour)
+				f := setup(t, time.Hour)
 				job, err := f.c.Enqueue(t.Context(), f.queue, pipeline.Task{Type: "t", Payload: []byte("p")})
 				require.NoError(t, err)
 				old := f.read(1)[0]
@@ -208,7 +208,7 @@ func TestFinishFenceRefusesAnOldEntry(t *testing.T) {
 // its entry: nothing else would.
 func TestFinishRefusedWithoutRecordDropsEntry(t *testing.T) {
 	t.Parallel()
-	f := newFinishFixture(t, time.Hour)
+	f := setup(t, time.Hour)
 	job, err := f.c.Enqueue(t.Context(), f.queue, pipeline.Task{Type: "t"})
 	require.NoError(t, err)
 	entry := f.read(1)[0]
@@ -225,7 +225,7 @@ func TestFinishRefusedWithoutRecordDropsEntry(t *testing.T) {
 // new job's live entry (it would stay queued forever, never pending, never recovered).
 func TestFinishRefusalLeavesAnotherJobsEntry(t *testing.T) {
 	t.Parallel()
-	f := newFinishFixture(t, time.Hour)
+	f := setup(t, time.Hour)
 	stale, err := f.c.Enqueue(t.Context(), f.queue, pipeline.Task{Type: "t"})
 	require.NoError(t, err)
 	require.NoError(t, f.c.Cancel(t.Context(), f.queue, stale.ID)) // it moved on
@@ -242,7 +242,7 @@ func TestFinishRefusalLeavesAnotherJobsEntry(t *testing.T) {
 // kept their `entry` before, on both paths of finish.lua.
 func TestFinishDoneClearsEntry(t *testing.T) {
 	t.Parallel()
-	f := newFinishFixture(t, time.Hour)
+	f := setup(t, time.Hour)
 	plain, err := f.c.Enqueue(t.Context(), f.queue, pipeline.Task{Type: "t", Payload: []byte("p")})
 	require.NoError(t, err)
 	noResult, err := f.c.Enqueue(t.Context(), f.queue, pipeline.Task{Type: "t", Payload: []byte("p")})
@@ -273,7 +273,7 @@ func TestFinishDoneClearsEntry(t *testing.T) {
 // set.
 func TestFinishDeadRecordsCompletedAt(t *testing.T) {
 	t.Parallel()
-	f := newFinishFixture(t, time.Hour)
+	f := setup(t, time.Hour)
 	job, err := f.c.Enqueue(t.Context(), f.queue, pipeline.Task{Type: "t"}, pipeline.WithMaxRetries(0))
 	require.NoError(t, err)
 	entry := f.read(1)[0]
@@ -293,7 +293,7 @@ func TestFinishDeadRecordsCompletedAt(t *testing.T) {
 // found no record and enqueued the job again.
 func TestEnqueueResentAfterFinish(t *testing.T) {
 	t.Parallel()
-	f := newFinishFixture(t, pipeline.RetainNone)
+	f := setup(t, pipeline.RetainNone)
 	now := time.Now().UnixMilli()
 	for i, nj := range []jobstate.NewJob{
 		{ID: "generated-1", Type: "t", Payload: []byte("p"), RunAt: now},
@@ -335,7 +335,7 @@ func TestEnqueueResentAfterFinish(t *testing.T) {
 // dead record of its own, under entry-<entry id>. Before, it was deleted with no record.
 func TestFinishPoisonNamingAnotherJobIsKept(t *testing.T) {
 	t.Parallel()
-	f := newFinishFixture(t, time.Hour)
+	f := setup(t, time.Hour)
 	job, err := f.c.Enqueue(t.Context(), f.queue, pipeline.Task{Type: "t"})
 	require.NoError(t, err)
 	f.read(1)
@@ -359,7 +359,7 @@ func TestFinishPoisonNamingAnotherJobIsKept(t *testing.T) {
 // retention leaves a tombstone for the shortest retention, like a completed one.
 func TestCancelFinishedAndTombstone(t *testing.T) {
 	t.Parallel()
-	f := newFinishFixture(t, time.Hour)
+	f := setup(t, time.Hour)
 	done, err := f.c.Enqueue(t.Context(), f.queue, pipeline.Task{Type: "t"})
 	require.NoError(t, err)
 	dead, err := f.c.Enqueue(t.Context(), f.queue, pipeline.Task{Type: "t"}, pipeline.WithMaxRetries(0))

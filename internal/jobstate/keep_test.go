@@ -21,7 +21,7 @@ import (
 // must find the job. (Dropping finish.lua's `if ret < min_ret` broke no test before this one.)
 func TestFinishMinRetentionHoldsTheRecord(t *testing.T) {
 	t.Parallel()
-	f := newFinishFixture(t, time.Hour) // MinRetention: 1 minute
+	f := setup(t, time.Hour) // MinRetention: 1 minute
 	ctx := t.Context()
 	// A slice, not a map: the entries are read in publish order and matched to the ids by
 	// position, so the publish order must be fixed (a map's order failed CI half the time).
@@ -59,7 +59,7 @@ func TestFinishMinRetentionHoldsTheRecord(t *testing.T) {
 // the wake message hid it, and a restarted scheduler would have retried at once.)
 func TestFinishRetryIsScoredAtItsDueTime(t *testing.T) {
 	t.Parallel()
-	f := newFinishFixture(t, time.Hour)
+	f := setup(t, time.Hour)
 	ctx := t.Context()
 	job, err := f.c.Enqueue(ctx, f.queue, pipeline.Task{Type: "t", Payload: []byte("p")})
 	require.NoError(t, err)
@@ -99,7 +99,7 @@ func TestFinishPoisonRecordDropsTypeOfReservedMetadata(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
-			f := newFinishFixture(t, time.Hour)
+			f := setup(t, time.Hour)
 			ctx := t.Context()
 			md, err := stream.EncodeMetadata(c.md)
 			require.NoError(t, err)
@@ -137,7 +137,7 @@ func TestCancelFreesTheUniqueKey(t *testing.T) {
 	for _, st := range []status.Status{status.Scheduled, status.Queued, status.InProgress} {
 		t.Run(string(st), func(t *testing.T) {
 			t.Parallel()
-			f := newFinishFixture(t, time.Hour)
+			f := setup(t, time.Hour)
 			ctx := t.Context()
 			var opts []pipeline.Option
 			if st == status.Scheduled {

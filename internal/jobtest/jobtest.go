@@ -19,6 +19,7 @@ import (
 	"github.com/conveyorq/conveyor/internal/script"
 	"github.com/conveyorq/conveyor/internal/status"
 	"github.com/conveyorq/conveyor/pipeline"
+	"github.com/conveyorq/conveyor/pipeline/pipelinetest"
 )
 
 // Opts describes the job to seed. Zero fields take the defaults below.
@@ -128,22 +129,11 @@ func Seed(tb testing.TB, rdb redis.UniversalClient, queue string, st status.Stat
 	return get()
 }
 
-// RunWorker runs w until the test ends (then stops it and requires Run to return nil), and
-// returns once it consumes.
+// RunWorker runs w until the test ends (then stops it and fails the test if Run returned an
+// error), and returns once it consumes: pipelinetest.StartWorker, the users' helper.
 func RunWorker(tb testing.TB, w *pipeline.Worker) {
 	tb.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- w.Run(ctx) }()
-	tb.Cleanup(func() {
-		cancel()
-		require.NoError(tb, <-done)
-	})
-	select {
-	case <-w.Ready():
-	case err := <-done:
-		tb.Fatalf("worker stopped at start: %v", err)
-	}
+	pipelinetest.StartWorker(tb, w)
 }
 
 // Fill publishes n jobs of type typ with payload to queue, in batches of 1,000: a backlog for

@@ -1,24 +1,21 @@
-package main
+package compose_test
 
 // The test of docker-compose.yml (and of it with the test override docker-compose.e2e.yml):
 // it loads them with the Compose specification's own loader, which validates them against the
-// Compose schema, then checks every service that runs the conveyor image against this
-// package's real command tree: its command and health check parse as conveyor command lines
-// (an unknown command or flag fails), every environment variable it sets is a CONVEYOR_*
-// variable that its command reads (root.go's envVars, the binary's list), and the ports, health checks and depends_on agree with what
-// the commands listen on and connect to.
+// Compose schema, then checks every service that runs the conveyor image against the real
+// binary (binary_test.go): its command and health check are command lines the binary accepts
+// (an unknown command or flag, a stray argument or a malformed variable fails), every
+// environment variable it sets is a CONVEYOR_* variable that its command's help says it reads,
+// and the ports, health checks and depends_on agree with what the commands listen on and
+// connect to.
 //
-// It lives here, in package main, because the command tree is built by package main's
-// unexported rootCmd. That puts github.com/compose-spec/compose-go/v2 in the main module's
-// go.mod, as a test-only dependency: about a dozen small modules (no Docker engine or client
-// code), which a program importing Conveyor's packages never builds or downloads.
-// scripts/compose-e2e.sh runs the same files for real.
+// It lives in the e2e module so that github.com/compose-spec/compose-go/v2 is no requirement
+// of the library's go.mod. scripts/compose-e2e.sh runs the same files for real.
 
 import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"net/url"
 	"os"
@@ -33,9 +30,6 @@ import (
 	"github.com/compose-spec/compose-go/v2/dotenv"
 	"github.com/compose-spec/compose-go/v2/loader"
 	"github.com/compose-spec/compose-go/v2/types"
-	"github.com/rs/zerolog"
-	"github.com/spf13/cobra"
-	"github.com/spf13/pflag"
 )
 
 // composeDir is the repository's top level, where the compose files are.
@@ -88,9 +82,13 @@ func TestComposeFile(t *testing.T) {
 				}
 			}
 		}
-		for _, ev := range envVars {
-			if !strings.Contains(docker, "`"+ev.Name+"`") {
-				t.Errorf("README.md's With Docker section does not list %s (root.go's envVars)", ev.Name)
+		tr, err := commandTree()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, name := range tr.variables() {
+			if !strings.Contains(docker, "`"+name+"`") {
+				t.Errorf("README.md's With Docker section does not list %s (the binary's help names it)", name)
 			}
 		}
 	})
@@ -180,62 +178,6 @@ func loadCompose(t *testing.T, files []types.ConfigFile, env map[string]string) 
 		})
 }
 
-// composeInvocation is a conveyor command line parsed against the real command tree.
-type composeInvocation struct {
-	app  *app
-	cmd  *cobra.Command
-	help bool // --help: it prints the help and exits 0, connecting nowhere
-}
-
-// parseConveyor parses args as `conveyor args...` with the environment env, as run does, up to
-// running the command: the subcommand must exist, the flags must be its own (or global) and
-// their values well-formed, the arguments as many as it takes, the required flags given, and
-// the global settings from flags and CONVEYOR_* variables valid (setup).
-func parseConveyor(args []string, env map[string]string) (*composeInvocation, error) {
-	a := &app{stdin: strings.NewReader(""), stdout: io.Discard, stderr: io.Discard,
-		getenv: func(k string) string { return env[k] }, log: zerolog.Nop(),
-		redisURL: defaultRedisURL, redisSource: "the default"}
-	root := a.rootCmd()
-	if err := unknownCommandIn(root, args); err != nil {
-		return nil, err
-	}
-	cmd, rest, err := root.Find(args)
-	if err != nil {
-		return nil, err
-	}
-	if err := cmd.ParseFlags(rest); errors.Is(err, pflag.ErrHelp) {
-		return &composeInvocation{app: a, cmd: cmd, help: true}, nil
-	} else if err != nil {
-		return nil, err
-	}
-	if cmd.Args != nil {
-		if err := cmd.ValidateArgs(cmd.Flags().Args()); err != nil {
-			return nil, err
-		}
-	}
-	if err := cmd.ValidateFlagGroups(); err != nil {
-		return nil, err
-	}
-	if err := a.setup(cmd, cmd.Flags().Args()); err != nil {
-		return nil, err
-	}
-	return &composeInvocation{app: a, cmd: cmd}, nil
-}
-
-// envReadBy returns the flag of cmd (its own or inherited) whose help says it reads the
-// variable name ("env $NAME", which rootCmd adds from envVars), or nil.
-func envReadBy(cmd *cobra.Command, name string) *pflag.Flag {
-	var found *pflag.Flag
-	visit := func(f *pflag.Flag) {
-		if found == nil && regexp.MustCompile(`\benv \$`+regexp.QuoteMeta(name)+`\b`).MatchString(f.Usage) {
-			found = f
-		}
-	}
-	cmd.LocalFlags().VisitAll(visit)
-	cmd.InheritedFlags().VisitAll(visit)
-	return found
-}
-
 // isConveyorService reports whether s runs the image built from this repository's Dockerfile
 // (whose entrypoint is conveyor).
 func isConveyorService(p *types.Project, s types.ServiceConfig) bool {
@@ -245,6 +187,10 @@ func isConveyorService(p *types.Project, s types.ServiceConfig) bool {
 // checkCompose checks the loaded project; it returns every problem found.
 func checkCompose(p *types.Project) []error {
 	var errs []error
+	tr, err := commandTree()
+	if err != nil {
+		return []error{err}
+	}
 	bad := func(s types.ServiceConfig, format string, args ...any) {
 		errs = append(errs, fmt.Errorf("service %s: %s", s.Name, fmt.Sprintf(format, args...)))
 	}
@@ -280,7 +226,7 @@ func checkCompose(p *types.Project) []error {
 			bad(s, "does not run the conveyor image built from the Dockerfile (build: .)")
 			continue
 		}
-		checkConveyorService(s, redisSvc, redisPort, bad)
+		checkConveyorService(tr, s, redisSvc, redisPort, bad)
 	}
 	return errs
 }
@@ -315,7 +261,7 @@ func checkRedisService(s types.ServiceConfig, bad func(types.ServiceConfig, stri
 }
 
 // checkConveyorService checks one service of the conveyor image.
-func checkConveyorService(s, redisSvc types.ServiceConfig, redisPort string, bad func(types.ServiceConfig, string, ...any)) {
+func checkConveyorService(tr *cliTree, s, redisSvc types.ServiceConfig, redisPort string, bad func(types.ServiceConfig, string, ...any)) {
 	if len(s.Entrypoint) > 0 {
 		bad(s, "overrides the image's entrypoint (conveyor) with %q", s.Entrypoint)
 	}
@@ -330,30 +276,32 @@ func checkConveyorService(s, redisSvc types.ServiceConfig, redisPort string, bad
 			env[name] = *v
 		}
 	}
-	inv, err := parseConveyor(s.Command, env)
-	if err != nil {
+	inv := newInvocation(tr, s.Command, env)
+	for name := range env {
+		cmd, flag, ok := tr.owner(name)
+		switch {
+		case !ok:
+			bad(s, "sets %s, which the binary does not read (no flag's help says env $%s)", name, name)
+		case cmd != "" && cmd != inv.cmd:
+			bad(s, "sets %s, which `%s` does not read (it is `conveyor %s --%s`'s)", name, inv.path(), cmd, flag)
+		}
+	}
+	if inv.cmd == "serve" && inv.given("probe") {
+		bad(s, "runs serve --probe, which serves nothing")
+		return
+	}
+	if err := inv.usageError(); err != nil {
 		bad(s, "command %q: %v", s.Command, err)
 		return
 	}
-	cmd := inv.cmd
-	for name := range env {
-		i := slices.IndexFunc(envVars, func(ev envVar) bool { return ev.Name == name })
-		switch {
-		case i < 0:
-			bad(s, "sets %s, which the binary does not read (not in root.go's envVars)", name)
-		case envVars[i].Command != "" && envVars[i].Command != cmd.Name():
-			bad(s, "sets %s, which `%s` does not read (it is `conveyor %s --%s`'s)", name, cmd.CommandPath(), envVars[i].Command, envVars[i].Flag)
-		case envReadBy(cmd, name) == nil:
-			bad(s, "sets %s, which no flag of `%s` documents as env $%s", name, cmd.CommandPath(), name)
-		}
-	}
-	if inv.help {
-		return
+	if inv.given("help") || slices.Contains(inv.args, "-h") {
+		return // it prints the help and exits 0, connecting nowhere
 	}
 	checkRedisURL := func() {
-		u, err := url.Parse(inv.app.redisURL)
+		raw := inv.setting("redis")
+		u, err := url.Parse(raw)
 		if err != nil {
-			bad(s, "Redis URL %q: %v", inv.app.redisURL, err)
+			bad(s, "Redis URL %q: %v", raw, err)
 			return
 		}
 		port := u.Port()
@@ -378,22 +326,21 @@ func checkConveyorService(s, redisSvc types.ServiceConfig, redisPort string, bad
 	}
 	checkRedisURL()
 
-	switch cmd.Name() {
+	switch inv.cmd {
 	case "worker":
-		shutdown, _ := cmd.Flags().GetDuration("shutdown-timeout")
+		shutdown, err := time.ParseDuration(inv.setting("shutdown-timeout"))
+		if err != nil {
+			bad(s, "worker --shutdown-timeout: %v", err)
+		}
 		checkGrace(s, shutdown, bad)
 		if s.Name == "worker" && (s.Deploy == nil || s.Deploy.Replicas == nil || *s.Deploy.Replicas < 2) {
 			bad(s, "fewer than 2 replicas: recovery needs a worker left to recover on")
 		}
 	case "serve":
-		if cmd.Flags().Changed("probe") {
-			bad(s, "runs serve --probe, which serves nothing")
-			return
-		}
-		checkServe(s, cmd, env, bad)
+		checkServe(tr, s, inv, bad)
 	}
-	if hc := s.HealthCheck; hc != nil && !hc.Disable && cmd.Name() != "serve" {
-		checkProbe(s, hc, "", bad)
+	if hc := s.HealthCheck; hc != nil && !hc.Disable && inv.cmd != "serve" {
+		checkProbe(tr, s, hc, "", bad)
 	}
 }
 
@@ -409,21 +356,15 @@ func checkGrace(s types.ServiceConfig, shutdown time.Duration, bad func(types.Se
 	}
 }
 
-// checkServe checks the API service: serve accepts its address and token, the published ports
-// are the one it listens on, and its health check probes that port.
-func checkServe(s types.ServiceConfig, cmd *cobra.Command, env map[string]string, bad func(types.ServiceConfig, string, ...any)) {
-	f := cmd.Flags()
-	sf := serveFlags{tokenGiven: f.Changed("auth-token"), addrGiven: f.Changed("addr")}
-	sf.addr, _ = f.GetString("addr")
-	sf.token, _ = f.GetString("auth-token")
-	sf.insecure, _ = f.GetBool("insecure")
-	sf.maxWait, _ = f.GetDuration("max-wait")
-	if _, _, err := sf.check(func(k string) string { return env[k] }); err != nil {
-		bad(s, "serve refuses its settings: %v", err)
-		return
-	}
+// serveShutdownTimeout is how long serve finishes requests after SIGTERM (cmd/conveyor's
+// serve.go); its help does not show it.
+const serveShutdownTimeout = 30 * time.Second
+
+// checkServe checks the API service (the binary has accepted its address and token): the
+// published ports are the one it listens on, and its health check probes that port.
+func checkServe(tr *cliTree, s types.ServiceConfig, inv invocation, bad func(types.ServiceConfig, string, ...any)) {
 	checkGrace(s, serveShutdownTimeout, bad)
-	_, port, _ := net.SplitHostPort(sf.addr)
+	_, port, _ := net.SplitHostPort(inv.setting("addr"))
 	if s.NetworkMode == "host" && len(s.Ports) > 0 {
 		bad(s, "publishes ports on the host's network")
 	}
@@ -441,27 +382,27 @@ func checkServe(s types.ServiceConfig, cmd *cobra.Command, env map[string]string
 	if hc := s.HealthCheck; hc == nil || hc.Disable {
 		bad(s, "no health check")
 	} else {
-		checkProbe(s, hc, port, bad)
+		checkProbe(tr, s, hc, port, bad)
 	}
 }
 
 // checkProbe wants a health check that runs `conveyor serve --probe URL` (the image has no
-// shell or curl), parsed against the command tree; with port set, URL must be on that port.
-func checkProbe(s types.ServiceConfig, hc *types.HealthCheckConfig, port string, bad func(types.ServiceConfig, string, ...any)) {
+// shell or curl), accepted by the binary; with port set, URL must be on that port.
+func checkProbe(tr *cliTree, s types.ServiceConfig, hc *types.HealthCheckConfig, port string, bad func(types.ServiceConfig, string, ...any)) {
 	if len(hc.Test) < 2 || hc.Test[0] != "CMD" || hc.Test[1] != "conveyor" {
 		bad(s, "health check %q: the image has no shell or curl; use [CMD, conveyor, serve, --probe, URL]", hc.Test)
 		return
 	}
-	inv, err := parseConveyor(hc.Test[2:], nil)
-	if err != nil {
-		bad(s, "health check %q: %v", hc.Test, err)
-		return
-	}
-	if inv.cmd.Name() != "serve" || !inv.cmd.Flags().Changed("probe") {
+	inv := newInvocation(tr, hc.Test[2:], nil)
+	if inv.cmd != "serve" || !inv.given("probe") {
 		bad(s, "health check %q is not serve --probe", hc.Test)
 		return
 	}
-	raw, _ := inv.cmd.Flags().GetString("probe")
+	if err := inv.usageError(); err != nil {
+		bad(s, "health check %q: %v", hc.Test, err)
+		return
+	}
+	raw := inv.setting("probe")
 	u, err := url.Parse(raw)
 	if err != nil || u.Scheme != "http" {
 		bad(s, "health check probes %q, not an http:// URL", raw)

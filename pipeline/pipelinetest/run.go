@@ -1,0 +1,83 @@
+package pipelinetest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/conveyorq/conveyor/pipeline"
+)
+
+// NewJob returns a job as a handler receives it on its first attempt: a new id, queue
+// pipeline.DefaultQueue, status in progress, attempt 1, the default retries, created, enqueued
+// and started now. Change its fields to test other cases (a last attempt: Attempt =
+// MaxRetries+1; a timeout: Timeout).
+func NewJob(jobType string, payload []byte) *pipeline.Job {
+	now := time.Now().Truncate(time.Millisecond)
+	return &pipeline.Job{
+		ID: pipeline.NewID(), Queue: pipeline.DefaultQueue, Type: jobType, Payload: payload,
+		Metadata: map[string]string{}, Status: pipeline.StatusInProgress, Attempt: 1,
+		MaxRetries: pipeline.DefaultMaxRetries, CreatedAt: now, RunAt: now, EnqueuedAt: now,
+		StartedAt: now, Worker: "pipelinetest",
+	}
+}
+
+// Result is what became of one attempt that Run ran.
+type Result struct {
+	// Output is what the handler returned.
+	Output []byte
+	// Err is the attempt's error: the handler's, "panic: ..." for a panic, or one saying that
+	// the attempt timed out or that Output is over the worker's default result limit.
+	Err error
+	// Status is the job's status once a worker has written the attempt: completed; scheduled
+	// when it will be retried; failed when it went to the dead set (a SkipRetry error, the last
+	// attempt, a result over the limit).
+	Status pipeline.Status
+	// TimedOut reports that the job's Timeout passed while the handler ran.
+	TimedOut bool
+}
+
+// ErrTimedOut is the error of an attempt whose handler returned an error after the job's
+// Timeout had passed; it wraps the handler's error.
+var ErrTimedOut = errors.New("attempt timed out")
+
+// Run runs h on job once, as a worker runs an attempt, without Redis: the handler's context
+// ends when job.Timeout passes (when it is set), a panic is the attempt's error, and Result
+// says which status the worker would write. Unlike a worker, Run waits for a handler that
+// ignores its context.
+func Run(ctx context.Context, h pipeline.HandlerFunc, job *pipeline.Job) *Result {
+	if job.Timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeoutCause(ctx, job.Timeout, ErrTimedOut)
+		defer cancel()
+	}
+	out, err := call(ctx, h, job)
+	r := &Result{Output: out, Err: err, TimedOut: errors.Is(context.Cause(ctx), ErrTimedOut)}
+	switch {
+	case r.TimedOut && err != nil && !errors.Is(err, ErrTimedOut):
+		r.Err = fmt.Errorf("%w after %s: %w", ErrTimedOut, job.Timeout, err)
+	case err == nil && len(out) > pipeline.DefaultMaxResultBytes:
+		r.Err = fmt.Errorf("result of %d bytes exceeds the limit of %d", len(out), pipeline.DefaultMaxResultBytes)
+		r.Status = pipeline.StatusFailed
+		return r
+	}
+	switch {
+	case r.Err == nil:
+		r.Status = pipeline.StatusCompleted
+	case pipeline.IsSkipRetry(r.Err) || job.Attempt > job.MaxRetries:
+		r.Status = pipeline.StatusFailed
+	default:
+		r.Status = pipeline.StatusScheduled
+	}
+	return r
+}
+
+func call(ctx context.Context, h pipeline.HandlerFunc, job *pipeline.Job) (out []byte, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			out, err = nil, fmt.Errorf("panic: %v", p)
+		}
+	}()
+	return h(ctx, job)
+}
