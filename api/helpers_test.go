@@ -52,9 +52,13 @@ func apiSetup(t *testing.T, o apiEnvOpts) *apiEnv {
 	}
 	prefix := redistest.UniqueName(t)
 	o.clientCfg.Prefix = prefix
+	insp, err := pipeline.NewInspector(rdb, pipeline.InspectorConfig{Prefix: prefix})
+	require.NoError(t, err)
+	client, err := pipeline.NewClient(cmp.Or(o.clientRdb, rdb), o.clientCfg)
+	require.NoError(t, err)
 	e := &apiEnv{t: t, rdb: rdb, prefix: prefix, queue: redistest.UniqueName(t), log: &logBuffer{},
-		client: pipeline.NewClient(cmp.Or(o.clientRdb, rdb), o.clientCfg),
-		insp:   pipeline.NewInspector(rdb, pipeline.InspectorConfig{Prefix: prefix})}
+		client: client,
+		insp:   insp}
 	o.cfg.Logger = zerolog.New(e.log).Level(zerolog.DebugLevel)
 	srv, err := api.New(e.client, e.insp, o.cfg)
 	require.NoError(t, err)

@@ -202,7 +202,8 @@ func TestMeasureLongPolls(t *testing.T) {
 
 	// Complete the jobs a few at a time, so the measure is of the wake-up, not of a worker
 	// draining 1,500 jobs at once.
-	w := pipeline.NewWorker(srv.Client(t), pipeline.WorkerConfig{Queues: []string{e.queue}, Prefix: e.prefix, Concurrency: 4})
+	w, err := pipeline.NewWorker(srv.Client(t), pipeline.WorkerConfig{Queues: []string{e.queue}, Prefix: e.prefix, Concurrency: 4})
+	require.NoError(t, err)
 	w.Handle("echo", func(_ context.Context, j *pipeline.Job) ([]byte, error) {
 		time.Sleep(2 * time.Millisecond)
 		return nil, nil

@@ -10,7 +10,6 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/conveyorq/conveyor/pipeline"
-	"github.com/conveyorq/conveyor/recovery"
 )
 
 // Namespace starts the name of every series of this package.
@@ -104,7 +103,7 @@ func (m *Worker) Hooks() pipeline.WorkerHooks {
 				m.lockHeld.WithLabelValues(queue).Dec()
 			}
 		},
-		Recovered: func(queue string, res recovery.Result) {
+		Recovered: func(queue string, res pipeline.RecoveryScan) {
 			m.scans.WithLabelValues(queue).Inc()
 			m.recovered.WithLabelValues(queue, "requeued").Add(float64(res.Requeued))
 			m.recovered.WithLabelValues(queue, "dead").Add(float64(res.Dead))

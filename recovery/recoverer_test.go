@@ -41,9 +41,11 @@ func setup(t *testing.T) *bundle {
 	t.Helper()
 	rdb := redistest.Client(t)
 	queue := redistest.UniqueName(t)
+	client, err := pipeline.NewClient(rdb, pipeline.ClientConfig{})
+	require.NoError(t, err)
 	return &bundle{
 		rdb:    rdb,
-		client: pipeline.NewClient(rdb, pipeline.ClientConfig{}),
+		client: client,
 		queue:  queue,
 		q:      keys.New(keys.DefaultPrefix, queue),
 	}
@@ -51,12 +53,15 @@ func setup(t *testing.T) *bundle {
 
 // recoverer returns a Recoverer of b's queue that skips the trust in its own observation of
 // Redis (see trust_test.go for that), so that one scan recovers what is idle.
-func (b *bundle) recoverer(cfg recovery.Config) *recovery.Recoverer {
+func (b *bundle) recoverer(t *testing.T, cfg recovery.Config) *recovery.Recoverer {
+	t.Helper()
 	cfg.Queue = b.queue
 	if cfg.VisibilityTimeout == 0 {
 		cfg.VisibilityTimeout = testVisibility
 	}
-	return recovery.NewRecoverer(b.rdb, cfg).SkipTrust()
+	r, err := recovery.NewRecoverer(b.rdb, cfg)
+	require.NoError(t, err)
+	return r.SkipTrust()
 }
 
 func (b *bundle) enqueue(t *testing.T, opts ...pipeline.Option) *pipeline.Job {
@@ -343,7 +348,7 @@ func TestRecovererRunOnce(t *testing.T) {
 			name: "AttemptAtMaxGoesDead",
 			setup: func(t *testing.T, b *bundle) fixture {
 				f := deliverOne(t, b, deadIdle, pipeline.WithMaxRetries(2))
-				r := b.recoverer(recovery.Config{})
+				r := b.recoverer(t, recovery.Config{})
 				for n := 1; n <= 2; n++ {
 					res, ran, err := r.RunOnce(t.Context())
 					require.NoError(t, err)
@@ -516,7 +521,7 @@ func TestRecovererRunOnce(t *testing.T) {
 			t.Parallel()
 			b := setup(t)
 			f := tc.setup(t, b)
-			r := b.recoverer(recovery.Config{})
+			r := b.recoverer(t, recovery.Config{})
 			res, ran, err := r.RunOnce(t.Context())
 			require.NoError(t, err)
 			require.True(t, ran)
@@ -537,7 +542,7 @@ func TestRecovererTotals(t *testing.T) {
 	b := setup(t)
 	deliverOne(t, b, deadIdle)
 	deliverOne(t, b, deadIdle, pipeline.WithMaxRetries(0))
-	r := b.recoverer(recovery.Config{})
+	r := b.recoverer(t, recovery.Config{})
 	res, _, err := r.RunOnce(t.Context())
 	require.NoError(t, err)
 	require.Equal(t, recovery.Result{Requeued: 1, Dead: 1}, res)
@@ -551,7 +556,7 @@ func TestRecovererSkipsWhileLockHeld(t *testing.T) {
 	b := setup(t)
 	f := deliverOne(t, b, deadIdle)
 	require.NoError(t, b.rdb.Set(t.Context(), b.q.RecoveryLock(), "another-process", time.Minute).Err())
-	res, ran, err := b.recoverer(recovery.Config{}).RunOnce(t.Context())
+	res, ran, err := b.recoverer(t, recovery.Config{}).RunOnce(t.Context())
 	require.NoError(t, err)
 	require.False(t, ran)
 	require.Equal(t, recovery.Result{}, res)
@@ -569,7 +574,7 @@ func TestRecovererFence(t *testing.T) {
 		// Now is read inside the scan right before the script runs: the moment to lose the
 		// lock to a stall past the TTL.
 		var stole atomic.Bool
-		r := b.recoverer(recovery.Config{Now: func() time.Time {
+		r := b.recoverer(t, recovery.Config{Now: func() time.Time {
 			require.NoError(t, b.rdb.Set(context.Background(), b.q.RecoveryLock(), "thief", time.Minute).Err())
 			stole.Store(true)
 			return time.Now()
@@ -588,7 +593,7 @@ func TestRecovererFence(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
 		f := deliverOne(t, b, deadIdle)
-		r := b.recoverer(recovery.Config{})
+		r := b.recoverer(t, recovery.Config{})
 		for _, held := range []string{"", "someone-else"} { // lock free, lock held by another
 			if held != "" {
 				require.NoError(t, b.rdb.Set(t.Context(), b.q.RecoveryLock(), held, time.Minute).Err())
@@ -612,7 +617,7 @@ func TestRecovererLeaseRenewedDuringScan(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	f := deliverOne(t, b, deadIdle)
-	r := b.recoverer(recovery.Config{Now: func() time.Time {
+	r := b.recoverer(t, recovery.Config{Now: func() time.Time {
 		require.NoError(t, b.rdb.Do(context.Background(), "XCLAIM", b.q.Stream(), keys.Group,
 			f.consumer, 0, f.entry, "JUSTID").Err())
 		return time.Now()
@@ -646,7 +651,7 @@ func TestRecovererConcurrent(t *testing.T) {
 			)
 			start := make(chan struct{})
 			for range 5 {
-				r := b.recoverer(recovery.Config{DisableLock: disableLock, BatchSize: 20})
+				r := b.recoverer(t, recovery.Config{DisableLock: disableLock, BatchSize: 20})
 				wg.Go(func() {
 					<-start
 					res, ran, err := r.RunOnce(t.Context())
@@ -724,7 +729,7 @@ func TestRecovererPagination(t *testing.T) {
 			if len(idle) > 0 {
 				b.makeIdle(t, "lost", deadIdle, idle...)
 			}
-			res, ran, err := b.recoverer(recovery.Config{BatchSize: tc.batch}).RunOnce(t.Context())
+			res, ran, err := b.recoverer(t, recovery.Config{BatchSize: tc.batch}).RunOnce(t.Context())
 			require.NoError(t, err)
 			require.True(t, ran)
 			require.Equal(t, recovery.Result{Requeued: len(idle)}, res)
@@ -803,9 +808,10 @@ func TestRecovererRun(t *testing.T) {
 		f := deliverOne(t, b, deadIdle)
 		h := &scanHook{}
 		const interval = 500 * time.Millisecond
-		r := recovery.NewRecoverer(hookedClient(t, h), recovery.Config{
+		r, err := recovery.NewRecoverer(hookedClient(t, h), recovery.Config{
 			Queue: b.queue, VisibilityTimeout: testVisibility, Interval: interval,
 		})
+		require.NoError(t, err)
 		ctx, cancel := context.WithCancel(t.Context())
 		done := make(chan error, 1)
 		begin := time.Now()
@@ -855,7 +861,8 @@ func TestRecovererRun(t *testing.T) {
 		b := setup(t)
 		const vt = 400 * time.Millisecond
 		f := deliverOne(t, b, deadIdle)
-		r := recovery.NewRecoverer(b.rdb, recovery.Config{Queue: b.queue, VisibilityTimeout: vt, Interval: vt})
+		r, err := recovery.NewRecoverer(b.rdb, recovery.Config{Queue: b.queue, VisibilityTimeout: vt, Interval: vt})
+		require.NoError(t, err)
 		ctx, cancel := context.WithCancel(t.Context())
 		done := make(chan error, 1)
 		go func() { done <- r.Run(ctx) }()
@@ -869,7 +876,7 @@ func TestRecovererRun(t *testing.T) {
 	t.Run("StopsWhenContextEndsDuringWait", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
-		r := b.recoverer(recovery.Config{Interval: time.Hour})
+		r := b.recoverer(t, recovery.Config{Interval: time.Hour})
 		ctx, cancel := context.WithCancel(t.Context())
 		done := make(chan error, 1)
 		go func() { done <- r.Run(ctx) }()
@@ -894,10 +901,11 @@ func TestRecovererRun(t *testing.T) {
 			ctx, cancel := context.WithCancel(t.Context())
 			var wg sync.WaitGroup
 			for range 2 {
-				r := recovery.NewRecoverer(hookedClient(t, h), recovery.Config{
+				r, err := recovery.NewRecoverer(hookedClient(t, h), recovery.Config{
 					Queue: b.queue, VisibilityTimeout: testVisibility, Interval: 15 * time.Millisecond,
 					LockTTL: 5 * time.Second, DisableLock: disableLock,
 				})
+				require.NoError(t, err)
 				wg.Go(func() {
 					if err := r.Run(ctx); err != nil {
 						t.Error(err)
@@ -925,7 +933,7 @@ func TestRecovererPrunesStoppedConsumers(t *testing.T) {
 	b.enqueueN(t, 1)
 	b.deliver(t, "busy", 1) // holds a pending entry: not deleted while it does
 	require.NoError(t, b.rdb.XGroupCreateConsumer(ctx, b.q.Stream(), keys.Group, "stopped").Err())
-	r := b.recoverer(recovery.Config{VisibilityTimeout: time.Hour, ConsumerTTL: 300 * time.Millisecond})
+	r := b.recoverer(t, recovery.Config{VisibilityTimeout: time.Hour, ConsumerTTL: 300 * time.Millisecond})
 	time.Sleep(400 * time.Millisecond)
 	require.NoError(t, b.rdb.XGroupCreateConsumer(ctx, b.q.Stream(), keys.Group, "fresh").Err())
 
@@ -935,7 +943,7 @@ func TestRecovererPrunesStoppedConsumers(t *testing.T) {
 	require.True(t, ran)
 	require.Zero(t, res.Pruned)
 
-	r = b.recoverer(recovery.Config{VisibilityTimeout: 100 * time.Millisecond, ConsumerTTL: 300 * time.Millisecond})
+	r = b.recoverer(t, recovery.Config{VisibilityTimeout: 100 * time.Millisecond, ConsumerTTL: 300 * time.Millisecond})
 	res, _, err = r.RunOnce(ctx)
 	require.NoError(t, err)
 	// The scan recovers busy's entry first (idle past the visibility timeout; nothing renews
@@ -959,7 +967,7 @@ func TestRecovererNeverPrunesConsumersWithPendingEntries(t *testing.T) {
 	b.deliver(t, "holder", 3)
 	require.NoError(t, b.rdb.XGroupCreateConsumer(ctx, b.q.Stream(), keys.Group, "empty").Err())
 	// Any idle time qualifies: only pending entries protect a consumer.
-	n, err := b.recoverer(recovery.Config{}).PruneOlderThan(ctx, 0)
+	n, err := b.recoverer(t, recovery.Config{}).PruneOlderThan(ctx, 0)
 	require.NoError(t, err)
 	require.Equal(t, 1, n, "only the consumer with nothing pending goes")
 	consumers, err := b.rdb.XInfoConsumers(ctx, b.q.Stream(), keys.Group).Result()
@@ -984,14 +992,14 @@ func TestRecovererHooks(t *testing.T) {
 		},
 		OnScan: func(res recovery.Result) { events = append(events, fmt.Sprintf("scan %d", res.Requeued)) },
 	}
-	_, ran, err := b.recoverer(cfg).RunOnce(t.Context())
+	_, ran, err := b.recoverer(t, cfg).RunOnce(t.Context())
 	require.NoError(t, err)
 	require.True(t, ran)
 	require.Equal(t, []string{"lock true (key set: true)", "lock false (key set: false)", "scan 1"}, events)
 
 	events = nil
 	require.NoError(t, b.rdb.Set(t.Context(), b.q.RecoveryLock(), "another-process", time.Minute).Err())
-	_, ran, err = b.recoverer(cfg).RunOnce(t.Context())
+	_, ran, err = b.recoverer(t, cfg).RunOnce(t.Context())
 	require.NoError(t, err)
 	require.False(t, ran)
 	require.Empty(t, events)
@@ -1015,7 +1023,7 @@ func TestRecoveryAnnouncesEvents(t *testing.T) {
 			b := setup(t)
 			next := jobtest.Listen(t, b.rdb, b.q.Events())
 			f := deliverOne(t, b, deadIdle, tc.opts...)
-			_, _, err := b.recoverer(recovery.Config{}).RunOnce(t.Context())
+			_, _, err := b.recoverer(t, recovery.Config{}).RunOnce(t.Context())
 			require.NoError(t, err)
 			require.Equal(t, []events.Event{{ID: f.job.ID, Status: tc.want, Attempt: 1}}, next())
 		})

@@ -21,7 +21,8 @@ func TestFinishLateStartMarkIsIgnored(t *testing.T) {
 	t.Parallel()
 	rdb := redistest.Client(t)
 	ctx := t.Context()
-	c := pipeline.NewClient(rdb, pipeline.ClientConfig{})
+	c, err := pipeline.NewClient(rdb, pipeline.ClientConfig{})
+	require.NoError(t, err)
 	queue := redistest.UniqueName(t)
 	q := keys.New(keys.DefaultPrefix, queue)
 	job, err := c.Enqueue(ctx, queue, pipeline.Task{Type: "t", Payload: []byte("p")})
@@ -71,7 +72,9 @@ func newFinishFixture(t *testing.T, retention time.Duration) *finishFixture {
 	t.Helper()
 	rdb := redistest.Client(t)
 	queue := redistest.UniqueName(t)
-	f := &finishFixture{t: t, rdb: rdb, c: pipeline.NewClient(rdb, pipeline.ClientConfig{}), queue: queue,
+	client, err := pipeline.NewClient(rdb, pipeline.ClientConfig{})
+	require.NoError(t, err)
+	f := &finishFixture{t: t, rdb: rdb, c: client, queue: queue,
 		q: keys.New(keys.DefaultPrefix, queue)}
 	ret := retention.Milliseconds()
 	if retention < 0 {
@@ -375,7 +378,8 @@ func TestCancelFinishedAndTombstone(t *testing.T) {
 	}
 	require.Zero(t, f.stats().Canceled)
 
-	c := pipeline.NewClient(f.rdb, pipeline.ClientConfig{Retention: pipeline.RetainNone, MinRetention: time.Minute})
+	c, err := pipeline.NewClient(f.rdb, pipeline.ClientConfig{Retention: pipeline.RetainNone, MinRetention: time.Minute})
+	require.NoError(t, err)
 	gone, err := c.Enqueue(t.Context(), f.queue, pipeline.Task{Type: "t", Payload: []byte("big")})
 	require.NoError(t, err)
 	require.NoError(t, c.Cancel(t.Context(), f.queue, gone.ID))
