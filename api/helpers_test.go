@@ -213,8 +213,9 @@ func (e *apiEnv) worker(queues ...string) {
 		queues = []string{e.queue}
 	}
 	rdb := redistest.Client(e.t)
-	w := pipeline.NewWorker(rdb, pipeline.WorkerConfig{Queues: queues, Prefix: e.prefix,
+	w, err := pipeline.NewWorker(rdb, pipeline.WorkerConfig{Queues: queues, Prefix: e.prefix,
 		Logger: zerolog.New(e.log).Level(zerolog.WarnLevel)})
+	require.NoError(e.t, err)
 	w.Handle("echo", func(_ context.Context, j *pipeline.Job) ([]byte, error) { return bytes.Clone(j.Payload), nil })
 	w.Handle("fail", func(context.Context, *pipeline.Job) ([]byte, error) {
 		return nil, pipeline.SkipRetry(io.ErrUnexpectedEOF)

@@ -74,7 +74,8 @@ func (e *apiEnv) longPolls(ids []string, wait string) func() ([]apiJob, []time.T
 // enqueueN publishes n echo jobs through rdb and returns their ids.
 func (e *apiEnv) enqueueN(rdb redis.UniversalClient, n int) []string {
 	e.t.Helper()
-	other := pipeline.NewClient(rdb, pipeline.ClientConfig{Prefix: e.prefix})
+	other, err := pipeline.NewClient(rdb, pipeline.ClientConfig{Prefix: e.prefix})
+	require.NoError(e.t, err)
 	ids := make([]string, 0, n)
 	for len(ids) < n {
 		tasks := make([]pipeline.Task, min(500, n-len(ids)))

@@ -165,7 +165,7 @@ func TestQueueCollectorRedisAway(t *testing.T) {
 	queue := redistest.UniqueName(t)
 	client, err := pipeline.NewClient(rdb, pipeline.ClientConfig{})
 	require.NoError(t, err)
-	_, err := client.Enqueue(t.Context(), queue, pipeline.Task{Type: "t"})
+	_, err = client.Enqueue(t.Context(), queue, pipeline.Task{Type: "t"})
 	require.NoError(t, err)
 	clk := &clock{t: time.Now()}
 	cfg := metrics.QueueCollectorConfig{Now: clk.now, Timeout: 300 * time.Millisecond}

@@ -56,7 +56,7 @@ func TestACLUser(t *testing.T) {
 	rdb := dialOrFail(t, url)
 	client, err := pipeline.NewClient(rdb, pipeline.ClientConfig{})
 	require.NoError(t, err)
-	_, err := client.EnqueueBatch(context.Background(), "acl",
+	_, err = client.EnqueueBatch(context.Background(), "acl",
 		[]pipeline.Task{{Type: "echo"}, {Type: "echo", Opts: []pipeline.Option{pipeline.WithUnique("u", time.Minute)}}})
 	require.NoError(t, err)
 }

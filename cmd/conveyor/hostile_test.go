@@ -19,7 +19,7 @@ func hostileCLI(t *testing.T) func(t *testing.T, wants []string, args ...string)
 	rdb := srv.Client(t)
 	c, err := pipeline.NewClient(rdb, pipeline.ClientConfig{})
 	require.NoError(t, err)
-	_, err := c.Enqueue(t.Context(), "hostile", pipeline.Task{Type: "echo"}, pipeline.WithID("queued"))
+	_, err = c.Enqueue(t.Context(), "hostile", pipeline.Task{Type: "echo"}, pipeline.WithID("queued"))
 	require.NoError(t, err)
 	return func(t *testing.T, wants []string, args ...string) {
 		t.Helper()

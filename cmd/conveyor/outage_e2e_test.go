@@ -462,10 +462,10 @@ func runAOFCrash(t *testing.T, bin string, args ...string) *aofCrash {
 	cancel()
 	wg.Wait()
 
-	client, err := pipeline.NewClient(r.c.rdb, pipeline.ClientConfig{})
+	reader, err := pipeline.NewClient(r.c.rdb, pipeline.ClientConfig{})
 	require.NoError(t, err)
 	for _, id := range r.ledger {
-		_, err := client.Get(t.Context(), r.queue, id)
+		_, err := reader.Get(t.Context(), r.queue, id)
 		if errors.Is(err, pipeline.ErrNotFound) {
 			r.lost = append(r.lost, id)
 			continue
