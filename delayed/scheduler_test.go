@@ -688,6 +688,19 @@ func TestNewRefusesUnusableConfig(t *testing.T) {
 	}
 }
 
+// Start runs Run in the background, as a worker's list of services does; Stop returns once it
+// has stopped.
+func TestStartStop(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	j := b.schedule(t, 1, pipeline.WithDelay(50*time.Millisecond))[0]
+	s := b.scheduler(t, delayed.Config{})
+	require.NoError(t, s.Start(t.Context()))
+	require.Eventually(t, func() bool { return b.status(t, j.ID) == pipeline.StatusQueued }, 5*time.Second, 5*time.Millisecond)
+	s.Stop()
+	s.Stop() // stopped already: nothing to do
+}
+
 // A Scheduler without queues can Promote a named queue, but neither Run nor Start.
 func TestRunNeedsQueues(t *testing.T) {
 	t.Parallel()

@@ -30,7 +30,9 @@ type WorkerHooks struct {
 	Attempts func([]Attempt)
 }
 
-// RecoveryScan counts what one recovery scan did (WorkerHooks.Recovered).
+// RecoveryScan counts what one recovery scan did (WorkerHooks.Recovered). Its fields are
+// recovery.Result's, so that the hooks expose pipeline's types only; the conversion in
+// recoverer does not compile when the two drift apart.
 type RecoveryScan struct {
 	Requeued int // jobs put back into the stream
 	Dead     int // jobs moved to the dead set, out of retries

@@ -140,7 +140,9 @@ func (c WorkerConfig) withDefaults() WorkerConfig {
 // validate checks a config that withDefaults filled in. The convention, for every config in
 // Conveyor: zero means the documented default; a negative or otherwise unusable value is an
 // error (wrapping ErrInvalid), never silently replaced; a feature is turned off by an explicit
-// Disable field. RetainNone and NoRetries are the named exceptions.
+// Disable field. RetainNone and NoRetries are the named exceptions. Every constructor that takes
+// a config (NewWorker, NewClient, NewInspector, NewPublisher, delayed.New, ...) returns that
+// error, so an unusable config fails where it is built, not at some later call.
 func (c WorkerConfig) validate() error {
 	var errs []error
 	bad := func(format string, args ...any) { errs = append(errs, invalid(format, args...)) }

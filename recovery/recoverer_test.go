@@ -873,6 +873,21 @@ func TestRecovererRun(t *testing.T) {
 		require.NoError(t, <-done)
 	})
 
+	// Start runs Run in the background, as a worker's list of services does; Stop returns
+	// once it has stopped, even in the middle of an hour's wait.
+	t.Run("StartStop", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		f := deliverOne(t, b, deadIdle)
+		r := b.recoverer(t, recovery.Config{Interval: time.Hour})
+		require.NoError(t, r.Start(t.Context()))
+		require.Eventually(t, func() bool { return b.get(t, f.job.ID).Entry != f.entry }, 30*time.Second, 10*time.Millisecond,
+			"the first scan runs at once")
+		r.Stop()
+		r.Stop() // stopped already: nothing to do
+		requireRequeued(t, b, f, 1)
+	})
+
 	t.Run("StopsWhenContextEndsDuringWait", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
