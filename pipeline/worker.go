@@ -304,18 +304,18 @@ func (w *Worker) Running() int {
 }
 
 // Run consumes until ctx ends, then shuts down gracefully: it stops reading, waits up to
-// ShutdownTimeout for running jobs, cancels and puts back those still running, stops its
-// background services, writes every pending transition, and returns nil. Its background
-// services are the delayed scheduler and a recoverer per queue (unless disabled) and the
-// partition watcher (see services.go). While Redis is unreachable at start, Run waits for it (logging) until ctx
-// ends; if Redis refuses it (a wrong password, an ACL without a needed command), Run returns
-// that error at once. A Worker runs once.
+// ShutdownTimeout for running jobs, cancels and puts back those still running, writes every
+// pending transition, and returns nil. Its background services (the delayed scheduler and a
+// recoverer per queue, unless disabled, and the partition watcher; see services.go) run while
+// it reads and stop, in reverse order, once the reading has ended. While Redis is unreachable
+// at start, Run waits for it (logging) until ctx ends; if Redis refuses it (a wrong password,
+// an ACL without a needed command), Run returns that error at once. A Worker runs once.
 //
 // Run follows a change of its queues' partition counts (Inspector.CreateQueue) by itself: it
 // reads the counts every 5 s, and when one changed it ends its reading as on a shutdown
 // (running jobs of every queue finish, or are put back after ShutdownTimeout on the same
-// attempt, and the services stop), then reads the new partitions, with their scheduler and
-// recoverers, without returning. A stored count it cannot use is logged and the partitions it reads are kept.
+// attempt), then reads the new partitions, with their scheduler and recoverers, without
+// returning. A stored count it cannot use is logged and the partitions it reads are kept.
 func (w *Worker) Run(ctx context.Context) error {
 	w.mu.Lock()
 	nHandlers := len(w.handlers)
