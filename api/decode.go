@@ -18,8 +18,9 @@ import (
 )
 
 // DefaultUniqueTTL is how long a unique key is held when the body's unique.ttl is not given
-// (the CLI's --unique-ttl default).
-const DefaultUniqueTTL = time.Hour
+// (the CLI's --unique-ttl default): the library's, so that a job published through the API
+// and one published by a Watermill Publisher hold their keys alike.
+const DefaultUniqueTTL = pipeline.DefaultUniqueTTL
 
 // jobBody is one job of a POST, as the client sends it. Durations are Go duration strings
 // ("5s", "1m30s"); run_at is unix milliseconds.

@@ -4,8 +4,10 @@
 // It is built only on pipeline.Client and pipeline.Inspector; docs/API.md is the reference of
 // every route with curl examples, and GET /v1/openapi.json the machine-readable one.
 //
-//	client := pipeline.NewClient(rdb, pipeline.ClientConfig{})
-//	inspector := pipeline.NewInspector(rdb, pipeline.InspectorConfig{})
+//	client, err := pipeline.NewClient(rdb, pipeline.ClientConfig{})
+//	...
+//	inspector, err := pipeline.NewInspector(rdb, pipeline.InspectorConfig{})
+//	...
 //	srv, err := api.New(client, inspector, api.Config{AuthToken: token})
 //	...
 //	hs := &http.Server{Addr: addr, Handler: srv, WriteTimeout: api.DefaultMaxWait + 30*time.Second}

@@ -26,8 +26,16 @@ func Example() {
 	rdb := redis.NewClient(&redis.Options{Addr: m.Addr()})
 	defer rdb.Close()
 
-	srv, err := api.New(pipeline.NewClient(rdb, pipeline.ClientConfig{}),
-		pipeline.NewInspector(rdb, pipeline.InspectorConfig{}), api.Config{})
+	insp, err := pipeline.NewInspector(rdb, pipeline.InspectorConfig{})
+	if err != nil {
+		panic(err)
+	}
+	client, err := pipeline.NewClient(rdb, pipeline.ClientConfig{})
+	if err != nil {
+		panic(err)
+	}
+	srv, err := api.New(client,
+		insp, api.Config{})
 	if err != nil {
 		panic(err)
 	}
@@ -35,7 +43,10 @@ func Example() {
 	hs := httptest.NewServer(srv) // or http.Server{Handler: srv, ...}
 	defer hs.Close()
 
-	worker := pipeline.NewWorker(rdb, pipeline.WorkerConfig{Queues: []string{"emails"}})
+	worker, err := pipeline.NewWorker(rdb, pipeline.WorkerConfig{Queues: []string{"emails"}})
+	if err != nil {
+		panic(err)
+	}
 	worker.Handle("welcome", func(context.Context, *pipeline.Job) ([]byte, error) {
 		return []byte(`{"sent":true}`), nil
 	})

@@ -52,9 +52,13 @@ func apiSetup(t *testing.T, o apiEnvOpts) *apiEnv {
 	}
 	prefix := redistest.UniqueName(t)
 	o.clientCfg.Prefix = prefix
+	insp, err := pipeline.NewInspector(rdb, pipeline.InspectorConfig{Prefix: prefix})
+	require.NoError(t, err)
+	client, err := pipeline.NewClient(cmp.Or(o.clientRdb, rdb), o.clientCfg)
+	require.NoError(t, err)
 	e := &apiEnv{t: t, rdb: rdb, prefix: prefix, queue: redistest.UniqueName(t), log: &logBuffer{},
-		client: pipeline.NewClient(cmp.Or(o.clientRdb, rdb), o.clientCfg),
-		insp:   pipeline.NewInspector(rdb, pipeline.InspectorConfig{Prefix: prefix})}
+		client: client,
+		insp:   insp}
 	o.cfg.Logger = zerolog.New(e.log).Level(zerolog.DebugLevel)
 	srv, err := api.New(e.client, e.insp, o.cfg)
 	require.NoError(t, err)
@@ -209,8 +213,9 @@ func (e *apiEnv) worker(queues ...string) {
 		queues = []string{e.queue}
 	}
 	rdb := redistest.Client(e.t)
-	w := pipeline.NewWorker(rdb, pipeline.WorkerConfig{Queues: queues, Prefix: e.prefix,
+	w, err := pipeline.NewWorker(rdb, pipeline.WorkerConfig{Queues: queues, Prefix: e.prefix,
 		Logger: zerolog.New(e.log).Level(zerolog.WarnLevel)})
+	require.NoError(e.t, err)
 	w.Handle("echo", func(_ context.Context, j *pipeline.Job) ([]byte, error) { return bytes.Clone(j.Payload), nil })
 	w.Handle("fail", func(context.Context, *pipeline.Job) ([]byte, error) {
 		return nil, pipeline.SkipRetry(io.ErrUnexpectedEOF)

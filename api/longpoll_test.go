@@ -57,7 +57,8 @@ func (e *apiEnv) longPolls(ids []string, wait string) func() ([]apiJob, []time.T
 // enqueueN publishes n echo jobs through rdb and returns their ids.
 func (e *apiEnv) enqueueN(rdb redis.UniversalClient, n int) []string {
 	e.t.Helper()
-	other := pipeline.NewClient(rdb, pipeline.ClientConfig{Prefix: e.prefix})
+	other, err := pipeline.NewClient(rdb, pipeline.ClientConfig{Prefix: e.prefix})
+	require.NoError(e.t, err)
 	ids := make([]string, 0, n)
 	for len(ids) < n {
 		tasks := make([]pipeline.Task, min(500, n-len(ids)))
@@ -184,7 +185,8 @@ func TestMeasureLongPolls(t *testing.T) {
 
 	// Complete the jobs a few at a time, so the measure is of the wake-up, not of a worker
 	// draining 1,500 jobs at once.
-	w := pipeline.NewWorker(srv.Client(t), pipeline.WorkerConfig{Queues: []string{e.queue}, Prefix: e.prefix, Concurrency: 4})
+	w, err := pipeline.NewWorker(srv.Client(t), pipeline.WorkerConfig{Queues: []string{e.queue}, Prefix: e.prefix, Concurrency: 4})
+	require.NoError(t, err)
 	w.Handle("echo", func(_ context.Context, j *pipeline.Job) ([]byte, error) {
 		time.Sleep(2 * time.Millisecond)
 		return nil, nil

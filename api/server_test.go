@@ -293,8 +293,10 @@ func TestCloseLeavesNoGoroutines(t *testing.T) {
 // every config in Conveyor, and one that names the field.
 func TestNewRefusesInvalidConfig(t *testing.T) {
 	rdb := redistest.Client(t)
-	client := pipeline.NewClient(rdb, pipeline.ClientConfig{})
-	insp := pipeline.NewInspector(rdb, pipeline.InspectorConfig{})
+	client, err := pipeline.NewClient(rdb, pipeline.ClientConfig{})
+	require.NoError(t, err)
+	insp, err := pipeline.NewInspector(rdb, pipeline.InspectorConfig{})
+	require.NoError(t, err)
 	for name, cfg := range map[string]api.Config{
 		"MaxBodyBytes":     {MaxBodyBytes: -1},
 		"PollConcurrency":  {PollConcurrency: -1},

@@ -25,11 +25,17 @@ func ExampleScheduler_Promote() {
 	defer rdb.Close()
 	ctx := context.Background()
 
-	c := pipeline.NewClient(rdb, pipeline.ClientConfig{})
+	c, err := pipeline.NewClient(rdb, pipeline.ClientConfig{})
+	if err != nil {
+		panic(err)
+	}
 	soon, _ := c.Enqueue(ctx, "emails", pipeline.Task{Type: "welcome"}, pipeline.WithDelay(time.Minute))
 	later, _ := c.Enqueue(ctx, "emails", pipeline.Task{Type: "digest"}, pipeline.WithDelay(time.Hour))
 
-	s := delayed.New(rdb, delayed.Config{Queues: []string{"emails"}})
+	s, err := delayed.New(rdb, delayed.Config{Queues: []string{"emails"}})
+	if err != nil {
+		panic(err)
+	}
 	moved, _, _, err := s.Promote(ctx, "emails")
 	if err != nil {
 		fmt.Println("error:", err)
@@ -67,8 +73,14 @@ func ExampleScheduler_Run() {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 
-	c := pipeline.NewClient(rdb, pipeline.ClientConfig{})
-	s := delayed.New(rdb, delayed.Config{Queues: []string{"emails", "reports"}})
+	c, err := pipeline.NewClient(rdb, pipeline.ClientConfig{})
+	if err != nil {
+		panic(err)
+	}
+	s, err := delayed.New(rdb, delayed.Config{Queues: []string{"emails", "reports"}})
+	if err != nil {
+		panic(err)
+	}
 	go s.Run(ctx)
 	j, _ := c.Enqueue(ctx, "reports", pipeline.Task{Type: "render"}, pipeline.WithDelay(100*time.Millisecond))
 	for ctx.Err() == nil {

@@ -69,6 +69,7 @@ import (
 	"github.com/conveyorq/conveyor/internal/jobstate"
 	"github.com/conveyorq/conveyor/internal/keys"
 	"github.com/conveyorq/conveyor/internal/outage"
+	"github.com/conveyorq/conveyor/internal/service"
 )
 
 // Defaults and limits of Config.
@@ -85,7 +86,7 @@ const (
 //
 // Every field has one meaning per value: zero means the documented default, and a negative or
 // otherwise unusable value (BatchSize < 0 or > MaxBatchSize, MaxSleep < 0, a queue name that
-// keys.ValidateQueue refuses) is an error, which Validate reports and Run and Promote return.
+// keys.ValidateQueue refuses) is an error, which New returns.
 type Config struct {
 	// Prefix starts every key. Defaults to "conveyor".
 	Prefix string
@@ -106,9 +107,9 @@ type Config struct {
 	OnPromote func(queue string, moved int, lag time.Duration)
 }
 
-// Validate reports the fields of c that are unusable (see Config); nil when every field is
+// validate reports the fields of c that are unusable (see Config); nil when every field is
 // usable. Zero values are usable: they mean the defaults.
-func (c Config) Validate() error {
+func (c Config) validate() error {
 	var errs []error
 	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf("delayed: "+format, args...)) }
 	if c.BatchSize < 0 || c.BatchSize > MaxBatchSize {
@@ -129,11 +130,11 @@ func (c Config) Validate() error {
 type Scheduler struct {
 	rdb redis.UniversalClient
 	cfg Config // with the defaults filled in
-	err error  // from cfg.Validate, before the defaults
 	log zerolog.Logger
 	// outage paces the retries and error lines of failing promotions: one line per backoff
 	// step for all the queues, and one when a promotion goes through again.
 	outage outage.Spell
+	loop   service.Loop
 }
 
 // Bounds of the backoff of failing promotions.
@@ -142,25 +143,23 @@ const (
 	maxRetryWait = 2 * time.Second
 )
 
-// New returns a Scheduler for the queues in cfg. An unusable cfg (see Config.Validate) makes
-// every Run and Promote return its error.
-func New(rdb redis.UniversalClient, cfg Config) *Scheduler {
-	err := cfg.Validate()
+// New returns a Scheduler for the queues in cfg, or the error of an unusable cfg (see Config).
+func New(rdb redis.UniversalClient, cfg Config) (*Scheduler, error) {
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
 	cfg.Prefix = cmp.Or(cfg.Prefix, keys.DefaultPrefix)
 	cfg.BatchSize = cmp.Or(cfg.BatchSize, DefaultBatchSize)
 	cfg.MaxSleep = cmp.Or(cfg.MaxSleep, DefaultMaxSleep)
-	return &Scheduler{rdb: rdb, cfg: cfg, err: err,
+	return &Scheduler{rdb: rdb, cfg: cfg,
 		log:    cfg.Logger.With().Str("component", "scheduler").Logger(),
-		outage: outage.Spell{Min: min(minRetryWait, cfg.MaxSleep), Max: maxRetryWait}}
+		outage: outage.Spell{Min: min(minRetryWait, cfg.MaxSleep), Max: maxRetryWait}}, nil
 }
 
 // Promote moves up to BatchSize jobs of queue that are due by Redis's clock into its stream.
 // It returns how many moved, when the next job is due (the zero time when none waits), and
 // Redis's clock when it looked (the time the due times were compared with).
 func (s *Scheduler) Promote(ctx context.Context, queue string) (moved int, next, redisNow time.Time, err error) {
-	if s.err != nil {
-		return 0, time.Time{}, time.Time{}, s.err
-	}
 	moved, next, redisNow, _, err = s.promote(ctx, queue, s.cfg.BatchSize)
 	return moved, next, redisNow, err
 }
@@ -176,14 +175,30 @@ func (s *Scheduler) promote(ctx context.Context, queue string, limit int) (int, 
 	return p.Moved, p.Next, p.Now, p.Lag, nil
 }
 
-// Run promotes due jobs until ctx ends; it returns nil then. Redis errors are logged and retried.
-// An unusable Config is an error at once.
-func (s *Scheduler) Run(ctx context.Context) error {
-	if s.err != nil {
-		return s.err
-	}
+// errNoQueues is Run's and Start's error for a Scheduler made without queues.
+var errNoQueues = errors.New("delayed: no queues")
+
+// Name names the Scheduler in a worker's logs.
+func (s *Scheduler) Name() string { return "scheduler" }
+
+// Start runs Run on a goroutine of its own until Stop or until ctx ends, for a worker that
+// starts its background parts from a list. It refuses a Scheduler made without queues.
+func (s *Scheduler) Start(ctx context.Context) error {
 	if len(s.cfg.Queues) == 0 {
-		return errors.New("delayed: no queues")
+		return errNoQueues
+	}
+	s.loop.Start(ctx, func(ctx context.Context) { _ = s.Run(ctx) }) // Run fails only without queues
+	return nil
+}
+
+// Stop ends what Start started and returns once it has ended.
+func (s *Scheduler) Stop() { s.loop.Stop() }
+
+// Run promotes due jobs until ctx ends; it returns nil then. Redis errors are logged and retried.
+// A Scheduler made without queues is an error at once.
+func (s *Scheduler) Run(ctx context.Context) error {
+	if len(s.cfg.Queues) == 0 {
+		return errNoQueues
 	}
 	channels := make([]string, len(s.cfg.Queues))
 	byChannel := make(map[string]int, len(s.cfg.Queues))

@@ -37,7 +37,9 @@ type testBundle struct {
 
 func newBundle(tb testing.TB, rdb *redis.Client, cfg pipeline.ClientConfig) *testBundle {
 	queue := redistest.UniqueName(tb)
-	return &testBundle{rdb: rdb, client: pipeline.NewClient(rdb, cfg), queue: queue,
+	client, err := pipeline.NewClient(rdb, cfg)
+	require.NoError(tb, err)
+	return &testBundle{rdb: rdb, client: client, queue: queue,
 		q: keys.New(keys.DefaultPrefix, queue)}
 }
 
@@ -49,9 +51,12 @@ func setup(tb testing.TB) *testBundle {
 // fixedClock returns a Now that always answers t.
 func fixedClock(t time.Time) func() time.Time { return func() time.Time { return t } }
 
-func (b *testBundle) scheduler(cfg delayed.Config) *delayed.Scheduler {
+func (b *testBundle) scheduler(tb testing.TB, cfg delayed.Config) *delayed.Scheduler {
+	tb.Helper()
 	cfg.Queues = []string{b.queue}
-	return delayed.New(b.rdb, cfg)
+	s, err := delayed.New(b.rdb, cfg)
+	require.NoError(tb, err)
+	return s
 }
 
 func (b *testBundle) schedule(tb testing.TB, n int, opts ...pipeline.Option) []*pipeline.Job {
@@ -176,7 +181,7 @@ func TestPromote(t *testing.T) {
 		soon := b.schedule(t, 2, pipeline.WithRunAt(t0.Add(10*time.Second)))
 		later := b.schedule(t, 1, pipeline.WithRunAt(t0.Add(20*time.Second)))
 		far := b.schedule(t, 1, pipeline.WithRunAt(t0.Add(2*time.Hour)))
-		s := b.scheduler(delayed.Config{})
+		s := b.scheduler(t, delayed.Config{})
 
 		moved, next, redisNow := promote(t, s, b.queue)
 		require.Equal(t, 3, moved)
@@ -199,7 +204,7 @@ func TestPromote(t *testing.T) {
 	t.Run("EmptySet", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
-		moved, next, _ := promote(t, b.scheduler(delayed.Config{}), b.queue)
+		moved, next, _ := promote(t, b.scheduler(t, delayed.Config{}), b.queue)
 		require.Zero(t, moved)
 		require.True(t, next.IsZero(), "next = %v", next)
 		require.Zero(t, b.xlen(t))
@@ -219,7 +224,7 @@ func TestPromote(t *testing.T) {
 		}
 		jobs, err := b.client.EnqueueBatch(t.Context(), b.queue, tasks)
 		require.NoError(t, err)
-		s := b.scheduler(delayed.Config{})
+		s := b.scheduler(t, delayed.Config{})
 		promoted := 0
 		for promoted < n {
 			moved, next, redisNow := promote(t, s, b.queue)
@@ -242,7 +247,7 @@ func TestPromote(t *testing.T) {
 		t.Parallel()
 		b := newBundle(t, redistest.Client(t), pipeline.ClientConfig{Now: fixedClock(t0)})
 		jobs := b.schedule(t, 25, pipeline.WithRunAt(t0.Add(time.Second)))
-		s := b.scheduler(delayed.Config{BatchSize: 10})
+		s := b.scheduler(t, delayed.Config{BatchSize: 10})
 		for _, want := range []int{10, 10, 5} {
 			moved, next, _ := promote(t, s, b.queue)
 			require.Equal(t, want, moved)
@@ -263,7 +268,7 @@ func TestPromote(t *testing.T) {
 		b := setup(t)
 		// A job due for its retry after its first attempt failed.
 		j := jobtest.Seed(t, b.rdb, b.queue, jobtest.Retry, jobtest.Opts{RetryIn: -time.Second}).Job
-		moved, _, _ := promote(t, b.scheduler(delayed.Config{}), b.queue)
+		moved, _, _ := promote(t, b.scheduler(t, delayed.Config{}), b.queue)
 		require.Equal(t, 1, moved)
 		requirePromoted(t, b, j, 2)
 		require.Equal(t, 1, b.get(t, j.ID).Attempt)
@@ -283,7 +288,7 @@ func TestPromote(t *testing.T) {
 		require.NoError(t, b.rdb.Del(ctx, b.q.Job(missing.ID)).Err())
 		require.Equal(t, int64(3), b.zcard(t))
 
-		moved, next, _ := promote(t, b.scheduler(delayed.Config{}), b.queue)
+		moved, next, _ := promote(t, b.scheduler(t, delayed.Config{}), b.queue)
 		require.Zero(t, moved)
 		require.True(t, next.IsZero())
 		require.Zero(t, b.zcard(t))
@@ -302,7 +307,7 @@ func TestPromoteLongBatch(t *testing.T) {
 	const n = 8001
 	b := setupBehind(t, 2*time.Hour)
 	jobs := b.schedule(t, n, pipeline.WithDelay(time.Hour)) // due an hour ago
-	s := b.scheduler(delayed.Config{})
+	s := b.scheduler(t, delayed.Config{})
 	moved, next, _, err := s.PromoteLimit(t.Context(), b.queue, 8000)
 	require.NoError(t, err)
 	require.Equal(t, 8000, moved)
@@ -329,9 +334,12 @@ func clockedRedis(t *testing.T, skew time.Duration) (*miniredis.Miniredis, *redi
 }
 
 // producerAt returns a client of b's queue whose clock says t.
-func producerAt(b *testBundle, t time.Time) *testBundle {
+func producerAt(tb testing.TB, b *testBundle, t time.Time) *testBundle {
+	tb.Helper()
 	c := *b
-	c.client = pipeline.NewClient(b.rdb, pipeline.ClientConfig{Now: fixedClock(t)})
+	var err error
+	c.client, err = pipeline.NewClient(b.rdb, pipeline.ClientConfig{Now: fixedClock(t)})
+	require.NoError(tb, err)
 	return &c
 }
 
@@ -341,11 +349,11 @@ func TestPromoteUsesRedisClock(t *testing.T) {
 	t.Parallel()
 	_, rdb, redisNow := clockedRedis(t, -time.Hour)
 	b := newBundle(t, rdb, pipeline.ClientConfig{Now: fixedClock(redisNow)})
-	due := producerAt(b, redisNow.Add(-time.Minute)).schedule(t, 1, pipeline.WithDelay(30*time.Second))[0]
+	due := producerAt(t, b, redisNow.Add(-time.Minute)).schedule(t, 1, pipeline.WithDelay(30*time.Second))[0]
 	// Due half an hour ago by the scheduler's clock, in half an hour by Redis's.
 	notYet := b.schedule(t, 1, pipeline.WithDelay(30*time.Minute))[0]
 
-	moved, next, gotNow, err := b.scheduler(delayed.Config{}).Promote(t.Context(), b.queue)
+	moved, next, gotNow, err := b.scheduler(t, delayed.Config{}).Promote(t.Context(), b.queue)
 	require.NoError(t, err)
 	require.Equal(t, 1, moved, "a job was promoted before it was due by Redis's clock")
 	require.True(t, gotNow.Equal(redisNow), "Redis's time %v, want %v", gotNow, redisNow)
@@ -370,7 +378,7 @@ func TestRunUsesRedisClock(t *testing.T) {
 		requireWaiting(t, b, notYet)
 
 		// A job due by Redis's clock, announced on the wake channel, is promoted at once.
-		j := producerAt(b, redisNow.Add(-time.Minute)).schedule(t, 1, pipeline.WithDelay(30*time.Second))[0]
+		j := producerAt(t, b, redisNow.Add(-time.Minute)).schedule(t, 1, pipeline.WithDelay(30*time.Second))[0]
 		require.Eventually(t, func() bool {
 			return b.status(t, j.ID) == status.Queued
 		}, 5*time.Second, 5*time.Millisecond)
@@ -390,7 +398,7 @@ func TestRunUsesRedisClock(t *testing.T) {
 		notYet := b.schedule(t, 1, pipeline.WithDelay(30*time.Minute))[0]
 		startedSchedulerAt(t, m.Addr(), delayed.Config{MaxSleep: time.Hour}, b)
 
-		j := producerAt(b, redisNow.Add(-time.Minute)).schedule(t, 1, pipeline.WithDelay(30*time.Second))[0]
+		j := producerAt(t, b, redisNow.Add(-time.Minute)).schedule(t, 1, pipeline.WithDelay(30*time.Second))[0]
 		require.Eventually(t, func() bool {
 			return b.status(t, j.ID) == status.Queued
 		}, 5*time.Second, 5*time.Millisecond, "a job due by Redis's clock waited for the scheduler's")
@@ -428,7 +436,7 @@ func TestRunManySchedulers(t *testing.T) {
 	ctx, cancel := context.WithCancel(t.Context())
 	var wg sync.WaitGroup
 	for range 5 {
-		s := b.scheduler(delayed.Config{BatchSize: 50})
+		s := b.scheduler(t, delayed.Config{BatchSize: 50})
 		wg.Go(func() {
 			<-start
 			if err := s.Run(ctx); err != nil {
@@ -491,7 +499,9 @@ func startedSchedulerAt(t *testing.T, addr string, cfg delayed.Config, bs ...*te
 	for _, b := range bs {
 		cfg.Queues = append(cfg.Queues, b.queue)
 	}
-	runScheduler(t, t.Context(), delayed.New(rdb, cfg))
+	s, err := delayed.New(rdb, cfg)
+	require.NoError(t, err)
+	runScheduler(t, t.Context(), s)
 	require.Eventually(t, func() bool {
 		for _, b := range bs {
 			subs, err := b.rdb.PubSubNumSub(t.Context(), b.q.Wake()).Result()
@@ -600,7 +610,8 @@ func TestRunMultipleQueues(t *testing.T) {
 	requireNotEarly(t, b, jb)
 }
 
-func TestConfigValidate(t *testing.T) {
+// New refuses an unusable Config, naming the field.
+func TestNewValidatesConfig(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
 		name string
@@ -620,7 +631,7 @@ func TestConfigValidate(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			err := tc.cfg.Validate()
+			_, err := delayed.New(nil, tc.cfg)
 			if tc.bad == "" {
 				require.NoError(t, err)
 				return
@@ -629,15 +640,15 @@ func TestConfigValidate(t *testing.T) {
 		})
 	}
 	// Every unusable field is named at once.
-	err := delayed.Config{BatchSize: -1, MaxSleep: -1}.Validate()
+	_, err := delayed.New(nil, delayed.Config{BatchSize: -1, MaxSleep: -1})
 	require.ErrorContains(t, err, "BatchSize")
 	require.ErrorContains(t, err, "MaxSleep")
 }
 
-// A negative or otherwise unusable value is an error from Run and Promote, not a default in
-// disguise: a negative BatchSize made ZRANGEBYSCORE's LIMIT unbounded, a negative MaxSleep
-// spun, and a batch past MaxBatchSize blocks Redis for its whole run.
-func TestRunRefusesUnusableConfig(t *testing.T) {
+// A negative or otherwise unusable value is an error from New, not a default in disguise: a
+// negative BatchSize made ZRANGEBYSCORE's LIMIT unbounded, a negative MaxSleep spun, and a
+// batch past MaxBatchSize blocks Redis for its whole run.
+func TestNewRefusesUnusableConfig(t *testing.T) {
 	t.Parallel()
 	for name, cfg := range map[string]delayed.Config{
 		"NegativeBatchSize": {BatchSize: -1},
@@ -648,23 +659,36 @@ func TestRunRefusesUnusableConfig(t *testing.T) {
 			t.Parallel()
 			b := setup(t)
 			j := b.schedule(t, 1, pipeline.WithDelay(time.Hour))[0]
-			s := b.scheduler(cfg)
-			// Run returns at once; the timeout only stops the old code, which ran on.
-			ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
-			defer cancel()
-			require.Error(t, s.Run(ctx))
-			require.NoError(t, ctx.Err(), "Run ran until its context ended")
-			_, _, _, err := s.Promote(t.Context(), b.queue)
+			cfg.Queues = []string{b.queue}
+			s, err := delayed.New(b.rdb, cfg)
 			require.Error(t, err)
+			require.Nil(t, s)
 			requireWaiting(t, b, j)
 		})
 	}
 }
 
+// Start runs Run in the background, as a worker's list of services does; Stop returns once it
+// has stopped.
+func TestStartStop(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	j := b.schedule(t, 1, pipeline.WithDelay(50*time.Millisecond))[0]
+	s := b.scheduler(t, delayed.Config{})
+	require.NoError(t, s.Start(t.Context()))
+	require.Eventually(t, func() bool { return b.status(t, j.ID) == pipeline.StatusQueued }, 5*time.Second, 5*time.Millisecond)
+	s.Stop()
+	s.Stop() // stopped already: nothing to do
+}
+
+// A Scheduler without queues can Promote a named queue, but neither Run nor Start.
 func TestRunNeedsQueues(t *testing.T) {
 	t.Parallel()
-	err := delayed.New(redistest.Client(t), delayed.Config{}).Run(t.Context())
-	require.Error(t, err)
+	s, err := delayed.New(redistest.Client(t), delayed.Config{})
+	require.NoError(t, err)
+	require.Error(t, s.Run(t.Context()))
+	require.Error(t, s.Start(t.Context()))
+	s.Stop() // never started: nothing to do
 }
 
 // syncBuffer is a log sink safe for the scheduler's goroutine and the test's.
@@ -690,7 +714,7 @@ func TestRunSurvivesRedisRestart(t *testing.T) {
 	srv := redistest.Start(t)
 	b := newBundle(t, srv.Client(t), pipeline.ClientConfig{})
 	logs := &syncBuffer{}
-	s := b.scheduler(delayed.Config{MaxSleep: 300 * time.Millisecond, Logger: zerolog.New(logs)})
+	s := b.scheduler(t, delayed.Config{MaxSleep: 300 * time.Millisecond, Logger: zerolog.New(logs)})
 	done := runScheduler(t, t.Context(), s)
 
 	j := b.schedule(t, 1, pipeline.WithDelay(50*time.Millisecond))[0]
@@ -725,7 +749,7 @@ func BenchmarkPromote(b *testing.B) {
 	for n := b.N; n > 0; n -= 10_000 {
 		bu.schedule(b, min(n, 10_000), pipeline.WithDelay(time.Hour)) // due an hour ago
 	}
-	s := bu.scheduler(delayed.Config{})
+	s := bu.scheduler(b, delayed.Config{})
 	ctx := context.Background()
 	b.ResetTimer()
 	total := 0
@@ -750,7 +774,7 @@ func BenchmarkPromote(b *testing.B) {
 // Redis serves no other client meanwhile, so this is the longest a scheduler holds it.
 func BenchmarkPromoteMaxBatch(b *testing.B) {
 	bu := setupBehind(b, 2*time.Hour)
-	s := bu.scheduler(delayed.Config{BatchSize: delayed.MaxBatchSize})
+	s := bu.scheduler(b, delayed.Config{BatchSize: delayed.MaxBatchSize})
 	tasks := make([]pipeline.Task, delayed.MaxBatchSize)
 	for i := range tasks {
 		tasks[i] = pipeline.Task{Type: "test", Payload: bytes.Repeat([]byte("x"), 100)}
@@ -781,7 +805,8 @@ func BenchmarkDelayedLateness(b *testing.B) {
 	bu := setup(b)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- bu.scheduler(delayed.Config{}).Run(ctx) }()
+	s := bu.scheduler(b, delayed.Config{})
+	go func() { done <- s.Run(ctx) }()
 	defer func() {
 		cancel()
 		if err := <-done; err != nil {
@@ -862,7 +887,7 @@ func TestOnPromoteReportsLag(t *testing.T) {
 		lag   time.Duration
 	}
 	calls := make(chan call, 10)
-	s := b.scheduler(delayed.Config{OnPromote: func(queue string, moved int, lag time.Duration) {
+	s := b.scheduler(t, delayed.Config{OnPromote: func(queue string, moved int, lag time.Duration) {
 		calls <- call{queue, moved, lag}
 	}})
 	ctx, cancel := context.WithCancel(t.Context())
@@ -886,7 +911,7 @@ func TestPromoteAnnouncesEvents(t *testing.T) {
 	b := newBundle(t, redistest.Client(t), pipeline.ClientConfig{Now: fixedClock(t0)})
 	next := jobtest.Listen(t, b.rdb, b.q.Events())
 	jobs := b.schedule(t, 2, pipeline.WithRunAt(t0.Add(time.Second)))
-	moved, _, _ := promote(t, b.scheduler(delayed.Config{}), b.queue)
+	moved, _, _ := promote(t, b.scheduler(t, delayed.Config{}), b.queue)
 	require.Equal(t, 2, moved)
 	got := next()
 	require.ElementsMatch(t, []events.Event{{ID: jobs[0].ID, Status: "queued"}, {ID: jobs[1].ID, Status: "queued"}}, got)

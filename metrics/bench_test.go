@@ -8,6 +8,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
 
 	"github.com/conveyorq/conveyor/internal/jobtest"
 	"github.com/conveyorq/conveyor/internal/redistest"
@@ -33,7 +34,8 @@ func drain(b *testing.B, withMetrics bool) {
 	rdb := redistest.Client(b)
 	q := redistest.UniqueName(b)
 	ctx := context.Background()
-	c := pipeline.NewClient(rdb, pipeline.ClientConfig{})
+	c, err := pipeline.NewClient(rdb, pipeline.ClientConfig{})
+	require.NoError(b, err)
 	jobtest.Fill(b, c, q, "noop", payload100, b.N)
 	cfg := pipeline.WorkerConfig{Queues: []string{q}, Concurrency: 200, ReadBatch: 200}
 	wctx, cancel := context.WithCancel(ctx)
@@ -47,7 +49,9 @@ func drain(b *testing.B, withMetrics bool) {
 		}
 		rdb.AddHook(m.RedisHook())
 		cfg.Hooks = m.Hooks()
-		qc, err := metrics.NewQueueCollector(pipeline.NewInspector(rdb, pipeline.InspectorConfig{}),
+		insp, err := pipeline.NewInspector(rdb, pipeline.InspectorConfig{})
+		require.NoError(b, err)
+		qc, err := metrics.NewQueueCollector(insp,
 			metrics.QueueCollectorConfig{Queues: cfg.Queues})
 		if err != nil {
 			b.Fatal(err)
@@ -66,7 +70,8 @@ func drain(b *testing.B, withMetrics bool) {
 			}
 		}()
 	}
-	w := pipeline.NewWorker(rdb, cfg)
+	w, err := pipeline.NewWorker(rdb, cfg)
+	require.NoError(b, err)
 	w.Handle("noop", func(context.Context, *pipeline.Job) ([]byte, error) { return nil, nil })
 	cpu0 := cpuTime()
 	b.ResetTimer()

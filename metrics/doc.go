@@ -12,8 +12,8 @@
 // A Worker collects them; wire it in two places:
 //
 //	m, err := metrics.NewWorker(reg)
-//	rdb.AddHook(m.RedisHook())                                            // Redis errors
-//	w := pipeline.NewWorker(rdb, pipeline.WorkerConfig{Hooks: m.Hooks()}) // jobs, scheduler, recoverer
+//	rdb.AddHook(m.RedisHook())                                                 // Redis errors
+//	w, err := pipeline.NewWorker(rdb, pipeline.WorkerConfig{Hooks: m.Hooks()}) // jobs, scheduler, recoverer
 //
 // The jobs are counted as the worker writes their outcomes, a chunk at a time, into plain
 // atomic counters that become Prometheus metrics only when scraped: no Prometheus call runs

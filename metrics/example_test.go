@@ -22,10 +22,17 @@ func ExampleNewWorker() {
 		log.Fatal(err)
 	}
 	rdb.AddHook(m.RedisHook())
-	w := pipeline.NewWorker(rdb, pipeline.WorkerConfig{Queues: []string{"emails"}, Hooks: m.Hooks()})
+	w, err := pipeline.NewWorker(rdb, pipeline.WorkerConfig{Queues: []string{"emails"}, Hooks: m.Hooks()})
+	if err != nil {
+		panic(err)
+	}
 	w.Handle("welcome", func(context.Context, *pipeline.Job) ([]byte, error) { return nil, nil })
 
-	qc, err := metrics.NewQueueCollector(pipeline.NewInspector(rdb, pipeline.InspectorConfig{}),
+	insp, err := pipeline.NewInspector(rdb, pipeline.InspectorConfig{})
+	if err != nil {
+		panic(err)
+	}
+	qc, err := metrics.NewQueueCollector(insp,
 		metrics.QueueCollectorConfig{Queues: []string{"emails"}})
 	if err != nil {
 		log.Fatal(err)

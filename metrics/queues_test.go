@@ -39,7 +39,8 @@ func TestQueueCollectorBoundsRedisCalls(t *testing.T) {
 	t.Parallel()
 	prefix := redistest.UniqueName(t)
 	rdb := redistest.Client(t)
-	client := pipeline.NewClient(rdb, pipeline.ClientConfig{Prefix: prefix})
+	client, err := pipeline.NewClient(rdb, pipeline.ClientConfig{Prefix: prefix})
+	require.NoError(t, err)
 	const queues = 250
 	var fill sync.WaitGroup
 	for w := range 10 {
@@ -60,7 +61,9 @@ func TestQueueCollectorBoundsRedisCalls(t *testing.T) {
 	t.Cleanup(func() { _ = counted.Close() })
 	cc := jobtest.CountCommands(counted)
 	clk := &clock{t: time.Now()}
-	qc, err := metrics.NewQueueCollector(pipeline.NewInspector(counted, pipeline.InspectorConfig{Prefix: prefix}),
+	insp, err := pipeline.NewInspector(counted, pipeline.InspectorConfig{Prefix: prefix})
+	require.NoError(t, err)
+	qc, err := metrics.NewQueueCollector(insp,
 		metrics.QueueCollectorConfig{Now: clk.now})
 	require.NoError(t, err)
 	reg := prometheus.NewRegistry()
@@ -109,12 +112,15 @@ func TestQueueCollectorListedQueues(t *testing.T) {
 	t.Parallel()
 	prefix := redistest.UniqueName(t)
 	rdb := redistest.Client(t)
-	client := pipeline.NewClient(rdb, pipeline.ClientConfig{Prefix: prefix})
+	client, err := pipeline.NewClient(rdb, pipeline.ClientConfig{Prefix: prefix})
+	require.NoError(t, err)
 	for _, q := range []string{"a", "b"} {
 		_, err := client.Enqueue(t.Context(), q, pipeline.Task{Type: "t"}, pipeline.WithDelay(time.Hour))
 		require.NoError(t, err)
 	}
-	qc, err := metrics.NewQueueCollector(pipeline.NewInspector(rdb, pipeline.InspectorConfig{Prefix: prefix}),
+	insp, err := pipeline.NewInspector(rdb, pipeline.InspectorConfig{Prefix: prefix})
+	require.NoError(t, err)
+	qc, err := metrics.NewQueueCollector(insp,
 		metrics.QueueCollectorConfig{Queues: []string{"b", "new"}})
 	require.NoError(t, err)
 	reg := prometheus.NewRegistry()
@@ -132,11 +138,15 @@ func TestQueueCollectorRedisAway(t *testing.T) {
 	srv := redistest.Start(t)
 	rdb := srv.Client(t)
 	queue := redistest.UniqueName(t)
-	_, err := pipeline.NewClient(rdb, pipeline.ClientConfig{}).Enqueue(t.Context(), queue, pipeline.Task{Type: "t"})
+	client, err := pipeline.NewClient(rdb, pipeline.ClientConfig{})
+	require.NoError(t, err)
+	_, err = client.Enqueue(t.Context(), queue, pipeline.Task{Type: "t"})
 	require.NoError(t, err)
 	clk := &clock{t: time.Now()}
 	cfg := metrics.QueueCollectorConfig{Now: clk.now, Timeout: 300 * time.Millisecond}
-	qc, err := metrics.NewQueueCollector(pipeline.NewInspector(rdb, pipeline.InspectorConfig{}), cfg)
+	insp, err := pipeline.NewInspector(rdb, pipeline.InspectorConfig{})
+	require.NoError(t, err)
+	qc, err := metrics.NewQueueCollector(insp, cfg)
 	require.NoError(t, err)
 	reg := prometheus.NewRegistry()
 	require.NoError(t, reg.Register(qc))
@@ -148,7 +158,7 @@ func TestQueueCollectorRedisAway(t *testing.T) {
 	require.Equal(t, 60.0, value(t, reg, "conveyor_queue_stats_age_seconds"))
 	require.Equal(t, 1.0, value(t, reg, "conveyor_queue_stats_errors_total"))
 
-	fresh, err := metrics.NewQueueCollector(pipeline.NewInspector(rdb, pipeline.InspectorConfig{}), cfg)
+	fresh, err := metrics.NewQueueCollector(insp, cfg)
 	require.NoError(t, err)
 	reg2 := prometheus.NewRegistry()
 	require.NoError(t, reg2.Register(fresh))
@@ -160,7 +170,8 @@ func TestQueueCollectorRedisAway(t *testing.T) {
 func TestNewQueueCollectorRefusesBadConfig(t *testing.T) {
 	_, err := metrics.NewQueueCollector(nil, metrics.QueueCollectorConfig{})
 	require.ErrorIs(t, err, pipeline.ErrInvalid)
-	insp := pipeline.NewInspector(redis.NewClient(&redis.Options{}), pipeline.InspectorConfig{})
+	insp, err := pipeline.NewInspector(redis.NewClient(&redis.Options{}), pipeline.InspectorConfig{})
+	require.NoError(t, err)
 	_, err = metrics.NewQueueCollector(insp, metrics.QueueCollectorConfig{MaxAge: -time.Second})
 	require.ErrorIs(t, err, pipeline.ErrInvalid)
 }

@@ -11,7 +11,6 @@ import (
 
 	"github.com/conveyorq/conveyor/internal/rediserr"
 	"github.com/conveyorq/conveyor/pipeline"
-	"github.com/conveyorq/conveyor/recovery"
 )
 
 // Namespace starts the name of every series of this package.
@@ -105,7 +104,7 @@ func (m *Worker) Hooks() pipeline.WorkerHooks {
 				m.lockHeld.WithLabelValues(queue).Dec()
 			}
 		},
-		Recovered: func(queue string, res recovery.Result) {
+		Recovered: func(queue string, res pipeline.RecoveryScan) {
 			m.scans.WithLabelValues(queue).Inc()
 			m.recovered.WithLabelValues(queue, "requeued").Add(float64(res.Requeued))
 			m.recovered.WithLabelValues(queue, "dead").Add(float64(res.Dead))

@@ -73,15 +73,17 @@ func TestWorkerMetrics(t *testing.T) {
 	rdb := redistest.Client(t)
 	queue := redistest.UniqueName(t)
 	ctx := t.Context()
-	client := pipeline.NewClient(rdb, pipeline.ClientConfig{})
+	client, err := pipeline.NewClient(rdb, pipeline.ClientConfig{})
+	require.NoError(t, err)
 
 	reg := prometheus.NewRegistry()
 	m, err := metrics.NewWorker(reg)
 	require.NoError(t, err)
 	rdb.AddHook(m.RedisHook())
-	w := pipeline.NewWorker(rdb, pipeline.WorkerConfig{Queues: []string{queue}, Logger: testLogger(t),
+	w, err := pipeline.NewWorker(rdb, pipeline.WorkerConfig{Queues: []string{queue}, Logger: testLogger(t),
 		Backoff: pipeline.Backoff{Base: 10 * time.Millisecond, Max: 20 * time.Millisecond},
 		Hooks:   m.Hooks(), RecoveryInterval: 20 * time.Millisecond})
+	require.NoError(t, err)
 	w.Use(m.Middleware)
 	w.Handle("ok", func(context.Context, *pipeline.Job) ([]byte, error) { return nil, nil })
 	w.Handle("flaky", func(_ context.Context, j *pipeline.Job) ([]byte, error) {
@@ -200,7 +202,8 @@ func TestWorkerMetricsCountRefusals(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	m, err := metrics.NewWorker(reg)
 	require.NoError(t, err)
-	w := pipeline.NewWorker(rdb, pipeline.WorkerConfig{Queues: []string{queue}, Logger: testLogger(t), Hooks: m.Hooks()})
+	w, err := pipeline.NewWorker(rdb, pipeline.WorkerConfig{Queues: []string{queue}, Logger: testLogger(t), Hooks: m.Hooks()})
+	require.NoError(t, err)
 	w.Use(func(h message.HandlerFunc) message.HandlerFunc {
 		return func(msg *message.Message) ([]*message.Message, error) {
 			if msg.Metadata.Get("refuse") == "yes" {
@@ -210,7 +213,8 @@ func TestWorkerMetricsCountRefusals(t *testing.T) {
 		}
 	})
 	w.Handle("ok", func(context.Context, *pipeline.Job) ([]byte, error) { return nil, nil })
-	client := pipeline.NewClient(rdb, pipeline.ClientConfig{})
+	client, err := pipeline.NewClient(rdb, pipeline.ClientConfig{})
+	require.NoError(t, err)
 	_, err = client.Enqueue(t.Context(), queue, pipeline.Task{Type: "ok", Metadata: map[string]string{"refuse": "yes"}},
 		pipeline.WithMaxRetries(0))
 	require.NoError(t, err)

@@ -22,7 +22,7 @@ func TestWorkerHooksAttempts(t *testing.T) {
 	ctx := t.Context()
 	var mu sync.Mutex
 	var got []pipeline.Attempt
-	w := pipeline.NewWorker(b.rdb, pipeline.WorkerConfig{Queues: []string{b.queue}, Logger: testLogger(t),
+	w, err := pipeline.NewWorker(b.rdb, pipeline.WorkerConfig{Queues: []string{b.queue}, Logger: testLogger(t),
 		Backoff:         pipeline.Backoff{Base: 10 * time.Millisecond, Max: 20 * time.Millisecond},
 		ShutdownTimeout: 10 * time.Millisecond,
 		Hooks: pipeline.WorkerHooks{Attempts: func(as []pipeline.Attempt) {
@@ -30,6 +30,7 @@ func TestWorkerHooksAttempts(t *testing.T) {
 			defer mu.Unlock()
 			got = append(got, as...)
 		}}})
+	require.NoError(t, err)
 	w.Use(refuseMarked)
 	w.Handle("ok", echo)
 	w.Handle("flaky", func(_ context.Context, j *pipeline.Job) ([]byte, error) {

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
 
 	"github.com/conveyorq/conveyor/internal/events"
 	"github.com/conveyorq/conveyor/internal/keys"
@@ -25,7 +26,8 @@ var payload100 = []byte(`{"user":12345,"action":"send-welcome-email","template":
 
 func BenchmarkEnqueue(b *testing.B) {
 	rdb := redistest.Client(b)
-	c := pipeline.NewClient(rdb, pipeline.ClientConfig{})
+	c, err := pipeline.NewClient(rdb, pipeline.ClientConfig{})
+	require.NoError(b, err)
 	q := redistest.UniqueName(b)
 	ctx := context.Background()
 	b.ReportAllocs()
@@ -40,7 +42,8 @@ func BenchmarkEnqueue(b *testing.B) {
 
 func BenchmarkEnqueueBatch(b *testing.B) {
 	rdb := redistest.Client(b)
-	c := pipeline.NewClient(rdb, pipeline.ClientConfig{})
+	c, err := pipeline.NewClient(rdb, pipeline.ClientConfig{})
+	require.NoError(b, err)
 	q := redistest.UniqueName(b)
 	ctx := context.Background()
 	tasks := make([]pipeline.Task, 1000)
@@ -81,7 +84,8 @@ func BenchmarkEndToEndEvents(b *testing.B) {
 // drain publishes b.N no-op jobs, then times one worker draining them, and reports jobs/s and
 // the server's time per job.
 func drain(b *testing.B, rdb *redis.Client) {
-	c := pipeline.NewClient(rdb, pipeline.ClientConfig{})
+	c, err := pipeline.NewClient(rdb, pipeline.ClientConfig{})
+	require.NoError(b, err)
 	q := redistest.UniqueName(b)
 	ctx := context.Background()
 	tasks := make([]pipeline.Task, 1000)
@@ -93,7 +97,8 @@ func drain(b *testing.B, rdb *redis.Client) {
 			b.Fatal(err)
 		}
 	}
-	w := pipeline.NewWorker(rdb, pipeline.WorkerConfig{Queues: []string{q}, Concurrency: 200, ReadBatch: 200})
+	w, err := pipeline.NewWorker(rdb, pipeline.WorkerConfig{Queues: []string{q}, Concurrency: 200, ReadBatch: 200})
+	require.NoError(b, err)
 	w.Handle("noop", func(context.Context, *pipeline.Job) ([]byte, error) { return nil, nil })
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()

@@ -86,7 +86,6 @@ const NoRetries = -1
 type Client struct {
 	rdb    redis.UniversalClient
 	cfg    ClientConfig
-	err    error        // an unusable config: every call returns it
 	known  sync.Map     // queue name -> *knownQueue, for queues found in the known-queues set
 	nknown atomic.Int64 // entries of known, at most cfg.MaxQueues
 	parts  sync.Map     // queue name -> *partCount, for queues enqueued to or read (bounded)
@@ -112,10 +111,10 @@ type partCount struct {
 	gen  int64 // layoutChanges when it was read
 }
 
-// NewClient returns a Client over rdb (a standalone, cluster or failover client). An unusable
-// config (a negative size or duration other than RetainNone and NoRetries) makes every call of
-// the Client return an error wrapping ErrInvalid.
-func NewClient(rdb redis.UniversalClient, cfg ClientConfig) *Client {
+// NewClient returns a Client over rdb (a standalone, cluster or failover client), or the error,
+// wrapping ErrInvalid, of an unusable config (a negative size or duration other than
+// RetainNone and NoRetries).
+func NewClient(rdb redis.UniversalClient, cfg ClientConfig) (*Client, error) {
 	if rdb == nil {
 		panic("pipeline: NewClient with a nil Redis client")
 	}
@@ -141,6 +140,9 @@ func NewClient(rdb redis.UniversalClient, cfg ClientConfig) *Client {
 	if strings.ContainsAny(cfg.Prefix, "{}") {
 		errs = append(errs, invalid("prefix %q has a brace (it would break the queues' hash tags)", cfg.Prefix))
 	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
 	cfg.Prefix = cmp.Or(cfg.Prefix, keys.DefaultPrefix)
 	cfg.MaxPayloadBytes = cmp.Or(cfg.MaxPayloadBytes, DefaultMaxPayloadBytes)
 	switch {
@@ -155,7 +157,7 @@ func NewClient(rdb redis.UniversalClient, cfg ClientConfig) *Client {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	return &Client{rdb: rdb, cfg: cfg, err: errors.Join(errs...)}
+	return &Client{rdb: rdb, cfg: cfg}, nil
 }
 
 // Redis returns the client's Redis connection.
@@ -663,13 +665,8 @@ func validate(queue, id string) error {
 	return nil
 }
 
-// check returns the config's error, or validates a queue name and, unless empty, a job id.
-func (c *Client) check(queue, id string) error {
-	if c.err != nil {
-		return c.err
-	}
-	return validate(queue, id)
-}
+// check validates a queue name and, unless empty, a job id.
+func (c *Client) check(queue, id string) error { return validate(queue, id) }
 
 // keys returns queue's key names, built once per queue that was enqueued to. Other queues'
 // names are built per call: the cache must not grow with names a caller makes up.

@@ -19,7 +19,8 @@ import (
 func TestEnqueueRefusesBadInput(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	small := pipeline.NewClient(b.rdb, pipeline.ClientConfig{MaxPayloadBytes: 10})
+	small, err := pipeline.NewClient(b.rdb, pipeline.ClientConfig{MaxPayloadBytes: 10})
+	require.NoError(t, err)
 	ok := pipeline.Task{Type: "echo", Payload: []byte("{}")}
 	cases := []struct {
 		name   string
@@ -54,7 +55,7 @@ func TestEnqueueRefusesBadInput(t *testing.T) {
 		})
 	}
 	// A batch with one bad task writes nothing at all.
-	_, err := b.client.EnqueueBatch(t.Context(), b.queue, []pipeline.Task{ok, ok, {Type: ""}})
+	_, err = b.client.EnqueueBatch(t.Context(), b.queue, []pipeline.Task{ok, ok, {Type: ""}})
 	require.ErrorIs(t, err, pipeline.ErrInvalid)
 	require.Empty(t, b.queueKeys(t), "refused input must write nothing")
 }
@@ -104,7 +105,9 @@ func TestEnqueueQueuedAndGet(t *testing.T) {
 
 	_, err = b.client.Get(ctx, b.queue, "nope")
 	require.ErrorIs(t, err, pipeline.ErrNotFound)
-	queues, err := pipeline.NewInspector(b.rdb, pipeline.InspectorConfig{}).Queues(ctx)
+	insp, err := pipeline.NewInspector(b.rdb, pipeline.InspectorConfig{})
+	require.NoError(t, err)
+	queues, err := insp.Queues(ctx)
 	require.NoError(t, err)
 	require.True(t, slices.ContainsFunc(queues, func(s *pipeline.QueueStats) bool { return s.Queue == b.queue }))
 }
@@ -283,8 +286,9 @@ func TestRedisOutageIsAnError(t *testing.T) {
 	b := setup(t)
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Second)
 	defer cancel()
-	down := pipeline.NewClient(redisAt("127.0.0.1:1"), pipeline.ClientConfig{})
-	_, err := down.Enqueue(ctx, b.queue, pipeline.Task{Type: "echo"})
+	down, err := pipeline.NewClient(redisAt("127.0.0.1:1"), pipeline.ClientConfig{})
+	require.NoError(t, err)
+	_, err = down.Enqueue(ctx, b.queue, pipeline.Task{Type: "echo"})
 	require.Error(t, err)
 	require.False(t, errors.Is(err, pipeline.ErrInvalid))
 	require.True(t, strings.Contains(err.Error(), "connect") || strings.Contains(err.Error(), "refused"), err.Error())
@@ -309,7 +313,9 @@ func TestReplayTakesUniqueKeyAgain(t *testing.T) {
 	other, err := b.client.Enqueue(ctx, b.queue, pipeline.Task{Type: "hold"}, pipeline.WithUnique("order-42", time.Hour))
 	require.NoError(t, err)
 	require.NotEqual(t, orig.ID, other.ID)
-	err = pipeline.NewInspector(b.rdb, pipeline.InspectorConfig{}).Replay(ctx, b.queue, orig.ID)
+	insp, err := pipeline.NewInspector(b.rdb, pipeline.InspectorConfig{})
+	require.NoError(t, err)
+	err = insp.Replay(ctx, b.queue, orig.ID)
 	require.ErrorIs(t, err, pipeline.ErrUniqueHeld)
 	require.ErrorContains(t, err, other.ID)
 	got, err := b.client.Get(ctx, b.queue, orig.ID)
@@ -318,7 +324,7 @@ func TestReplayTakesUniqueKeyAgain(t *testing.T) {
 
 	// Once the key is free, the replay takes it, with the TTL the job was published with.
 	require.NoError(t, b.client.Cancel(ctx, b.queue, other.ID))
-	require.NoError(t, pipeline.NewInspector(b.rdb, pipeline.InspectorConfig{}).Replay(ctx, b.queue, orig.ID))
+	require.NoError(t, insp.Replay(ctx, b.queue, orig.ID))
 	holder, err := b.rdb.Get(ctx, b.keys.Unique("order-42")).Result()
 	require.NoError(t, err)
 	require.Equal(t, orig.ID, holder)
@@ -342,15 +348,14 @@ func TestClientRefusesBadConfig(t *testing.T) {
 		{MinRetention: -time.Second},
 		{Prefix: "a{b}"},
 	} {
-		c := pipeline.NewClient(b.rdb, cfg)
-		_, err := c.Enqueue(t.Context(), b.queue, pipeline.Task{Type: "t"})
+		c, err := pipeline.NewClient(b.rdb, cfg)
 		require.ErrorIs(t, err, pipeline.ErrInvalid, "%+v", cfg)
-		_, err = c.Get(t.Context(), b.queue, "x")
-		require.ErrorIs(t, err, pipeline.ErrInvalid, "%+v", cfg)
+		require.Nil(t, c)
 	}
 	require.Empty(t, b.queueKeys(t), "nothing was written")
 	// The named exceptions are fine.
-	c := pipeline.NewClient(b.rdb, pipeline.ClientConfig{MaxRetries: pipeline.NoRetries, Retention: pipeline.RetainNone})
+	c, err := pipeline.NewClient(b.rdb, pipeline.ClientConfig{MaxRetries: pipeline.NoRetries, Retention: pipeline.RetainNone})
+	require.NoError(t, err)
 	j, err := c.Enqueue(t.Context(), b.queue, pipeline.Task{Type: "t"})
 	require.NoError(t, err)
 	require.Zero(t, j.MaxRetries)

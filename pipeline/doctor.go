@@ -63,12 +63,9 @@ type DoctorReport struct {
 // keep jobs safe: version, eviction policy, memory against maxmemory, persistence, cluster
 // mode, the commands a worker needs under the connection's ACL user, and clock skew. A check
 // Redis does not allow the user (INFO or CONFIG under a least-privilege ACL) is a warning that
-// says so. It takes at most 10 seconds. The error is the config's or a failed PING's: Redis
+// says so. It takes at most 10 seconds. The error is a failed PING's: Redis
 // unreachable or refusing the connection; a failed check is a finding, not an error.
 func (i *Inspector) Doctor(ctx context.Context) (DoctorReport, error) {
-	if i.err != nil {
-		return DoctorReport{}, i.err
-	}
 	ctx, cancel := context.WithTimeout(ctx, doctorTimeout)
 	defer cancel()
 	if err := i.rdb.Ping(ctx).Err(); err != nil {
@@ -101,9 +98,6 @@ func (m NodeMemory) Evicts() bool { return m.Policy != "" && m.Policy != "noevic
 // what a worker warns about at start, and what a refusal for lack of memory quotes. It is one
 // INFO memory per server, which a least-privilege ACL may refuse.
 func (i *Inspector) Memory(ctx context.Context) ([]NodeMemory, error) {
-	if i.err != nil {
-		return nil, i.err
-	}
 	var (
 		mu  sync.Mutex
 		out []NodeMemory

@@ -49,7 +49,8 @@ func (s *replicated) onReplica(t *testing.T, queue, id string) bool {
 // asking for more replicas than there are fails with ErrNotReplicated, the job returned.
 func TestWithReplicas(t *testing.T) {
 	s := startReplicated(t)
-	c := pipeline.NewClient(s.masterRdb, pipeline.ClientConfig{})
+	c, err := pipeline.NewClient(s.masterRdb, pipeline.ClientConfig{})
+	require.NoError(t, err)
 	ctx := t.Context()
 	q := redistest.UniqueName(t)
 
@@ -75,7 +76,8 @@ func TestWithReplicas(t *testing.T) {
 		}
 	})
 	t.Run("ClientConfig", func(t *testing.T) {
-		cc := pipeline.NewClient(s.masterRdb, pipeline.ClientConfig{Replicas: 2, ReplicaTimeout: 50 * time.Millisecond})
+		cc, err := pipeline.NewClient(s.masterRdb, pipeline.ClientConfig{Replicas: 2, ReplicaTimeout: 50 * time.Millisecond})
+		require.NoError(t, err)
 		j, err := cc.Enqueue(ctx, q, pipeline.Task{Type: "t"})
 		require.ErrorIs(t, err, pipeline.ErrNotReplicated)
 		var rerr *pipeline.ReplicationError
@@ -100,8 +102,9 @@ func TestWithReplicas(t *testing.T) {
 		// go-redis reads a pipeline's replies within ReadTimeout; a WAIT may take longer.
 		short := redis.NewClient(&redis.Options{Addr: s.master.Addr, ReadTimeout: 100 * time.Millisecond})
 		defer short.Close()
-		sc := pipeline.NewClient(short, pipeline.ClientConfig{})
-		_, err := sc.Enqueue(ctx, q, pipeline.Task{Type: "t"}, pipeline.WithReplicas(2, 300*time.Millisecond))
+		sc, err := pipeline.NewClient(short, pipeline.ClientConfig{})
+		require.NoError(t, err)
+		_, err = sc.Enqueue(ctx, q, pipeline.Task{Type: "t"}, pipeline.WithReplicas(2, 300*time.Millisecond))
 		var rerr *pipeline.ReplicationError
 		require.ErrorAs(t, err, &rerr)
 		require.NoError(t, rerr.Err)
@@ -113,7 +116,7 @@ func TestWithReplicas(t *testing.T) {
 			_, err := c.Enqueue(ctx, q, pipeline.Task{Type: "t"}, opt)
 			require.ErrorIs(t, err, pipeline.ErrInvalid)
 		}
-		_, err := pipeline.NewClient(s.masterRdb, pipeline.ClientConfig{Replicas: -1}).Enqueue(ctx, q, pipeline.Task{Type: "t"})
+		_, err := pipeline.NewClient(s.masterRdb, pipeline.ClientConfig{Replicas: -1})
 		require.ErrorIs(t, err, pipeline.ErrInvalid)
 	})
 }
@@ -123,7 +126,8 @@ func TestWithReplicas(t *testing.T) {
 // its own connection's writes, which the replica may have long had.
 func TestWithReplicasDuplicateWaitsForTheFirstWrite(t *testing.T) {
 	s := startReplicated(t)
-	c := pipeline.NewClient(s.masterRdb, pipeline.ClientConfig{})
+	c, err := pipeline.NewClient(s.masterRdb, pipeline.ClientConfig{})
+	require.NoError(t, err)
 	ctx := t.Context()
 	q := redistest.UniqueName(t)
 	// Warm the pool: every connection has written and been confirmed.
@@ -137,7 +141,8 @@ func TestWithReplicasDuplicateWaitsForTheFirstWrite(t *testing.T) {
 	t.Cleanup(func() { _ = syscall.Kill(pid, syscall.SIGCONT); <-resumed })
 
 	// Another producer's publish, not waited for: none of c's connections wrote it.
-	other := pipeline.NewClient(s.master.Client(t), pipeline.ClientConfig{})
+	other, err := pipeline.NewClient(s.master.Client(t), pipeline.ClientConfig{})
+	require.NoError(t, err)
 	first, err := other.Enqueue(ctx, q, pipeline.Task{Type: "t", Payload: []byte(`"x"`)})
 	require.NoError(t, err)
 	var continued atomic.Bool // set before the replica may run again
@@ -162,12 +167,13 @@ func TestWithReplicasDuplicateWaitsForTheFirstWrite(t *testing.T) {
 func TestWithReplicasCluster(t *testing.T) {
 	cl := redistest.StartCluster(t)
 	cc := cl.Client(t)
-	c := pipeline.NewClient(cc, pipeline.ClientConfig{})
+	c, err := pipeline.NewClient(cc, pipeline.ClientConfig{})
+	require.NoError(t, err)
 	ctx := t.Context()
 	q := redistest.UniqueName(t)
 	// Register the queue and load both enqueue scripts: a first EVALSHA answered NOSCRIPT is
 	// sent again, with its own WAIT.
-	_, err := c.Enqueue(ctx, q, pipeline.Task{Type: "t"})
+	_, err = c.Enqueue(ctx, q, pipeline.Task{Type: "t"})
 	require.NoError(t, err)
 	_, err = c.EnqueueBatch(ctx, q, []pipeline.Task{{Type: "t"}, {Type: "t"}})
 	require.NoError(t, err)
@@ -229,7 +235,9 @@ func TestWithReplicasCluster(t *testing.T) {
 			pq = name
 		}
 	}
-	_, err = pipeline.NewInspector(cc, pipeline.InspectorConfig{}).CreateQueue(ctx, pq, pipeline.QueueOptions{Partitions: 3})
+	insp, err := pipeline.NewInspector(cc, pipeline.InspectorConfig{})
+	require.NoError(t, err)
+	_, err = insp.CreateQueue(ctx, pq, pipeline.QueueOptions{Partitions: 3})
 	require.NoError(t, err)
 	tasks := make([]pipeline.Task, 30)
 	for i := range tasks {
@@ -258,7 +266,8 @@ func TestWithReplicasCluster(t *testing.T) {
 // confirm are counted, and the jobs complete all the same.
 func TestWorkerReplicas(t *testing.T) {
 	s := startReplicated(t)
-	c := pipeline.NewClient(s.masterRdb, pipeline.ClientConfig{})
+	c, err := pipeline.NewClient(s.masterRdb, pipeline.ClientConfig{})
+	require.NoError(t, err)
 	ctx := t.Context()
 	q := redistest.UniqueName(t)
 	b := &bundle{rdb: s.masterRdb, client: c, queue: q, keys: keys.New(keys.DefaultPrefix, q)}
@@ -277,7 +286,7 @@ func TestWorkerReplicas(t *testing.T) {
 	b.waitStatus(t, j.ID, pipeline.StatusCompleted)
 	require.Eventually(t, func() bool { return w.UnreplicatedWrites() > 0 }, 10*time.Second, 10*time.Millisecond)
 
-	err = pipeline.NewWorker(s.masterRdb, pipeline.WorkerConfig{Queues: []string{q}, Replicas: -1}).Run(ctx)
+	_, err = pipeline.NewWorker(s.masterRdb, pipeline.WorkerConfig{Queues: []string{q}, Replicas: -1})
 	require.ErrorIs(t, err, pipeline.ErrInvalid)
 }
 
@@ -288,7 +297,8 @@ func TestWorkerReplicas(t *testing.T) {
 //	go test -run=NONE -bench=EnqueueReplicas -benchtime=20000x ./pipeline/
 func BenchmarkEnqueueReplicas(b *testing.B) {
 	s := startReplicated(b)
-	c := pipeline.NewClient(s.masterRdb, pipeline.ClientConfig{})
+	c, err := pipeline.NewClient(s.masterRdb, pipeline.ClientConfig{})
+	require.NoError(b, err)
 	q := redistest.UniqueName(b)
 	for _, v := range []struct {
 		name string

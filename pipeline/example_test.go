@@ -29,14 +29,20 @@ func Example() {
 	defer done()
 	ctx := context.Background()
 
-	client := pipeline.NewClient(rdb, pipeline.ClientConfig{})
+	client, err := pipeline.NewClient(rdb, pipeline.ClientConfig{})
+	if err != nil {
+		panic(err)
+	}
 	job, err := client.Enqueue(ctx, "emails", pipeline.Task{Type: "welcome", Payload: []byte(`{"to":"ada@example.com"}`)})
 	if err != nil {
 		panic(err)
 	}
 	fmt.Println("submitted:", job.Status)
 
-	worker := pipeline.NewWorker(rdb, pipeline.WorkerConfig{Queues: []string{"emails"}})
+	worker, err := pipeline.NewWorker(rdb, pipeline.WorkerConfig{Queues: []string{"emails"}})
+	if err != nil {
+		panic(err)
+	}
 	worker.Handle("welcome", func(ctx context.Context, j *pipeline.Job) ([]byte, error) {
 		return []byte(`{"sent":true}`), nil
 	})
@@ -64,7 +70,10 @@ func ExampleClient_Enqueue_options() {
 	rdb, done := exampleRedis()
 	defer done()
 	ctx := context.Background()
-	client := pipeline.NewClient(rdb, pipeline.ClientConfig{})
+	client, err := pipeline.NewClient(rdb, pipeline.ClientConfig{})
+	if err != nil {
+		panic(err)
+	}
 
 	// Later, with a caller-chosen id (publishing the same job again returns it, marked
 	// Duplicate), three retries at most, a per-attempt timeout and metadata handed to the
@@ -104,7 +113,10 @@ func ExampleClient_EnqueueBatch() {
 	rdb, done := exampleRedis()
 	defer done()
 	ctx := context.Background()
-	client := pipeline.NewClient(rdb, pipeline.ClientConfig{})
+	client, err := pipeline.NewClient(rdb, pipeline.ClientConfig{})
+	if err != nil {
+		panic(err)
+	}
 
 	tasks := make([]pipeline.Task, 250)
 	for i := range tasks {

@@ -51,14 +51,16 @@ func TestWorkerStopsReadingWhileWritesFail(t *testing.T) {
 	t.Cleanup(func() { _ = rdb.Close() })
 	hook := &failFinish{}
 	rdb.AddHook(hook)
-	producer := NewClient(srv.Client(t), ClientConfig{})
+	producer, err := NewClient(srv.Client(t), ClientConfig{})
+	require.NoError(t, err)
 	queue := redistest.UniqueName(t)
 	ctx := t.Context()
 
 	var ran atomic.Int64
 	first := make(chan struct{})
-	w := NewWorker(rdb, WorkerConfig{Queues: []string{queue}, Concurrency: 10,
+	w, err := NewWorker(rdb, WorkerConfig{Queues: []string{queue}, Concurrency: 10,
 		Logger: zerolog.New(zerolog.NewTestWriter(t))})
+	require.NoError(t, err)
 	w.Handle("t", func(context.Context, *Job) ([]byte, error) {
 		if ran.Add(1) == 1 {
 			close(first)

@@ -21,9 +21,11 @@ func privateBundle(t *testing.T) (*bundle, *redistest.Server) {
 	srv := redistest.Start(t)
 	rdb := srv.Client(t)
 	q := redistest.UniqueName(t)
+	client, err := pipeline.NewClient(rdb, pipeline.ClientConfig{})
+	require.NoError(t, err)
 	return &bundle{
 		rdb:    rdb,
-		client: pipeline.NewClient(rdb, pipeline.ClientConfig{}),
+		client: client,
 		queue:  q,
 		keys:   keys.New(keys.DefaultPrefix, q),
 	}, srv

@@ -111,7 +111,8 @@ func TestWorkerKeepsPartitionsOnBadCount(t *testing.T) {
 	queue := redistest.UniqueName(t)
 	x := newPartitioned(t, rdb, queue, 1)
 	var logs lockedBuffer
-	w := pipeline.NewWorker(rdb, pipeline.WorkerConfig{Queues: []string{queue}, Logger: zerolog.New(&logs)})
+	w, err := pipeline.NewWorker(rdb, pipeline.WorkerConfig{Queues: []string{queue}, Logger: zerolog.New(&logs)})
+	require.NoError(t, err)
 	ran := make(chan string, 1)
 	w.Handle("t", func(_ context.Context, j *pipeline.Job) ([]byte, error) { ran <- j.ID; return nil, nil })
 	pipelinetest.StartWorker(t, w)

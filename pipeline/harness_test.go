@@ -27,9 +27,11 @@ func setup(t *testing.T) *bundle {
 	t.Helper()
 	rdb := redistest.Client(t)
 	q := redistest.UniqueName(t)
+	client, err := pipeline.NewClient(rdb, pipeline.ClientConfig{})
+	require.NoError(t, err)
 	return &bundle{
 		rdb:    rdb,
-		client: pipeline.NewClient(rdb, pipeline.ClientConfig{}),
+		client: client,
 		queue:  q,
 		keys:   keys.New(keys.DefaultPrefix, q),
 	}
@@ -57,7 +59,8 @@ func startWorkerOn(t *testing.T, rdb redis.UniversalClient, cfg pipeline.WorkerC
 		cfg.Backoff = pipeline.Backoff{Base: 20 * time.Millisecond, Max: 200 * time.Millisecond}
 	}
 	cfg.Logger = testLogger(t)
-	w := pipeline.NewWorker(rdb, cfg)
+	w, err := pipeline.NewWorker(rdb, cfg)
+	require.NoError(t, err)
 	for typ, h := range handlers {
 		w.Handle(typ, h)
 	}

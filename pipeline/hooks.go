@@ -23,11 +23,27 @@ type WorkerHooks struct {
 	RecoveryLock func(queue string, held bool)
 	// Recovered: a recovery scan of queue that the worker ran did res (Requeued jobs put back
 	// in the stream, Dead ones sent to the dead set, ...).
-	Recovered func(queue string, res recovery.Result)
+	Recovered func(queue string, res RecoveryScan)
 	// Attempts: attempts of the worker's jobs ended. They are told in batches, as the worker
 	// writes outcomes (see Attempt), so that counting them costs little per job; the slice is
 	// only lent for the call.
 	Attempts func([]Attempt)
+}
+
+// RecoveryScan counts what one recovery scan did (WorkerHooks.Recovered). Its fields are
+// recovery.Result's, so that the hooks expose pipeline's types only; the conversion in
+// recoverer does not compile when the two drift apart.
+type RecoveryScan struct {
+	Requeued int // jobs put back into the stream
+	Dead     int // jobs moved to the dead set, out of retries
+	Dropped  int // stale entries of finished or moved-on jobs, acknowledged and deleted
+	Skipped  int // entries renewed or settled between listing and recovery
+	Poison   int // unreadable entries recorded as dead jobs
+	Pruned   int // idle consumers with nothing pending, deleted from the group
+	// Deferred counts entries idle past the visibility timeout left for a later scan, because
+	// the recoverer has not yet watched Redis long enough to trust their idle times (see
+	// package recovery, "Trust").
+	Deferred int
 }
 
 // scheduler adds the hooks to the delayed scheduler's config.
@@ -49,7 +65,7 @@ func (h WorkerHooks) recoverer(c recovery.Config) recovery.Config {
 		c.OnLock = func(held bool) { h.RecoveryLock(name, held) }
 	}
 	if h.Recovered != nil {
-		c.OnScan = func(res recovery.Result) { h.Recovered(name, res) }
+		c.OnScan = func(res recovery.Result) { h.Recovered(name, RecoveryScan(res)) }
 	}
 	return c
 }

@@ -8,7 +8,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/conveyorq/conveyor/pipeline"
-	"github.com/conveyorq/conveyor/recovery"
 )
 
 // A worker's hooks hear its scheduler's promotions (with the queue's name and the lag) and
@@ -36,7 +35,7 @@ func TestWorkerHooks(t *testing.T) {
 			lockEvents = append(lockEvents, held)
 			queues = append(queues, q)
 		},
-		Recovered: func(q string, _ recovery.Result) {
+		Recovered: func(q string, _ pipeline.RecoveryScan) {
 			mu.Lock()
 			defer mu.Unlock()
 			scans++

@@ -93,27 +93,24 @@ func (c InspectorConfig) validate() error {
 type Inspector struct {
 	rdb redis.UniversalClient
 	cfg InspectorConfig
-	err error // the config's error, returned by every call
 }
 
-// NewInspector returns an Inspector over rdb (a standalone, cluster or failover client). A
-// config with an unusable value (a negative retention, say) makes every method return that
-// error, wrapping ErrInvalid.
-func NewInspector(rdb redis.UniversalClient, cfg InspectorConfig) *Inspector {
+// NewInspector returns an Inspector over rdb (a standalone, cluster or failover client), or
+// the error, wrapping ErrInvalid, of a config with an unusable value (a negative retention,
+// say).
+func NewInspector(rdb redis.UniversalClient, cfg InspectorConfig) (*Inspector, error) {
 	if rdb == nil {
 		panic("pipeline: NewInspector with a nil Redis client")
 	}
 	cfg = cfg.withDefaults()
-	return &Inspector{rdb: rdb, cfg: cfg, err: cfg.validate()}
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	return &Inspector{rdb: rdb, cfg: cfg}, nil
 }
 
-// check returns the config's error, or validates a queue name and, unless empty, a job id.
-func (i *Inspector) check(queue, id string) error {
-	if i.err != nil {
-		return i.err
-	}
-	return validate(queue, id)
-}
+// check validates a queue name and, unless empty, a job id.
+func (i *Inspector) check(queue, id string) error { return validate(queue, id) }
 
 func (i *Inspector) keys(queue string) keys.Queue { return keys.New(i.cfg.Prefix, queue) }
 
@@ -142,9 +139,6 @@ const statsChunk = 100
 // enqueued to or a worker read), sorted by name. It reads them in one pipeline per 100
 // queues: one round trip each on a standalone server, one per node involved on a cluster.
 func (i *Inspector) Queues(ctx context.Context) ([]*QueueStats, error) {
-	if i.err != nil {
-		return nil, i.err
-	}
 	names, counts, err := knownQueues(ctx, i.rdb, i.cfg.Prefix)
 	if err != nil {
 		return nil, err
@@ -204,9 +198,6 @@ func (i *Inspector) Get(ctx context.Context, queue, id string) (*Job, error) {
 // no queue has it. Ids are unique per queue only: when several queues have a job of that id, it
 // returns the one in the first queue by name; Get with a queue picks another.
 func (i *Inspector) Find(ctx context.Context, id string) (*Job, []string, error) {
-	if i.err != nil {
-		return nil, nil, i.err
-	}
 	if err := keys.ValidateID(id); err != nil {
 		return nil, nil, fmt.Errorf("%w: %w", ErrInvalid, err)
 	}

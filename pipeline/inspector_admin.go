@@ -116,9 +116,6 @@ func (i *Inspector) QueueExists(ctx context.Context, queue string) (bool, error)
 // QueueNames returns the names of the known queues, sorted: those Queues reports on, without
 // reading their stats.
 func (i *Inspector) QueueNames(ctx context.Context) ([]string, error) {
-	if i.err != nil {
-		return nil, i.err
-	}
 	names, _, err := knownQueues(ctx, i.rdb, i.cfg.Prefix)
 	return names, err
 }

@@ -96,7 +96,8 @@ func TestQueueExists(t *testing.T) {
 // shape and an unreachable Redis.
 func TestDoctor(t *testing.T) {
 	t.Parallel()
-	insp := pipeline.NewInspector(redistest.Client(t), pipeline.InspectorConfig{})
+	insp, err := pipeline.NewInspector(redistest.Client(t), pipeline.InspectorConfig{})
+	require.NoError(t, err)
 	r, err := insp.Doctor(t.Context())
 	require.NoError(t, err)
 	var checks []string
@@ -119,6 +120,8 @@ func TestDoctor(t *testing.T) {
 
 	down := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", MaxRetries: -1})
 	t.Cleanup(func() { _ = down.Close() })
-	_, err = pipeline.NewInspector(down, pipeline.InspectorConfig{}).Doctor(t.Context())
+	downInsp, err := pipeline.NewInspector(down, pipeline.InspectorConfig{})
+	require.NoError(t, err)
+	_, err = downInsp.Doctor(t.Context())
 	require.Error(t, err)
 }

@@ -13,7 +13,10 @@ func ExampleInspector_List() {
 	rdb, done := exampleRedis()
 	defer done()
 	ctx := context.Background()
-	client := pipeline.NewClient(rdb, pipeline.ClientConfig{})
+	client, err := pipeline.NewClient(rdb, pipeline.ClientConfig{})
+	if err != nil {
+		panic(err)
+	}
 	for i, id := range []string{"report-3", "report-1", "report-2", "report-5", "report-4"} {
 		_, err := client.Enqueue(ctx, "reports", pipeline.Task{Type: "render"},
 			pipeline.WithID(id), pipeline.WithDelay(time.Duration(5-i)*time.Hour))
@@ -23,7 +26,10 @@ func ExampleInspector_List() {
 	}
 	_, _ = client.Enqueue(ctx, "reports", pipeline.Task{Type: "render"}, pipeline.WithID("now"))
 
-	insp := pipeline.NewInspector(rdb, pipeline.InspectorConfig{})
+	insp, err := pipeline.NewInspector(rdb, pipeline.InspectorConfig{})
+	if err != nil {
+		panic(err)
+	}
 	page := pipeline.Page{Limit: 2}
 	for {
 		p, err := insp.List(ctx, "reports", pipeline.StatusScheduled, page)

@@ -73,8 +73,12 @@ type ibundle struct {
 func newIBundle(t *testing.T, rdb redis.UniversalClient) *ibundle {
 	t.Helper()
 	queue := redistest.UniqueName(t)
-	return &ibundle{rdb: rdb, client: pipeline.NewClient(rdb, pipeline.ClientConfig{}),
-		insp: pipeline.NewInspector(rdb, pipeline.InspectorConfig{}), queue: queue,
+	insp, err := pipeline.NewInspector(rdb, pipeline.InspectorConfig{})
+	require.NoError(t, err)
+	client, err := pipeline.NewClient(rdb, pipeline.ClientConfig{})
+	require.NoError(t, err)
+	return &ibundle{rdb: rdb, client: client,
+		insp: insp, queue: queue,
 		q: keys.New(keys.DefaultPrefix, queue)}
 }
 
@@ -424,23 +428,25 @@ func testListRefusals(t *testing.T, rdb redis.UniversalClient) {
 	_, err := b.insp.List(ctx, "a{b}", pipeline.StatusQueued, pipeline.Page{})
 	require.ErrorIs(t, err, pipeline.ErrInvalid)
 
-	// An unusable config makes every call fail the same way.
-	bad := pipeline.NewInspector(rdb, pipeline.InspectorConfig{Retention: -time.Hour, MinRetention: -1})
-	_, err = bad.Queues(ctx)
+	// An unusable config is NewInspector's error, naming every unusable field.
+	bad, err := pipeline.NewInspector(rdb, pipeline.InspectorConfig{Retention: -time.Hour, MinRetention: -1})
 	require.ErrorIs(t, err, pipeline.ErrInvalid)
 	require.ErrorContains(t, err, "retention -1h0m0s is negative")
 	require.ErrorContains(t, err, "min retention")
-	require.ErrorIs(t, bad.Cancel(ctx, b.queue, "x"), pipeline.ErrInvalid)
-	require.ErrorIs(t, bad.DeleteQueue(ctx, b.queue, true), pipeline.ErrInvalid)
-	_, err = pipeline.NewInspector(rdb, pipeline.InspectorConfig{Retention: pipeline.RetainNone}).Stats(ctx, b.queue)
+	require.Nil(t, bad)
+	none, err := pipeline.NewInspector(rdb, pipeline.InspectorConfig{Retention: pipeline.RetainNone})
+	require.NoError(t, err)
+	_, err = none.Stats(ctx, b.queue)
 	require.NoError(t, err, "RetainNone is no negative retention")
 }
 
 func testQueues(t *testing.T, rdb redis.UniversalClient) {
 	// A prefix of its own, so that the known queues are only this test's.
 	prefix := redistest.UniqueName(t)
-	client := pipeline.NewClient(rdb, pipeline.ClientConfig{Prefix: prefix})
-	insp := pipeline.NewInspector(rdb, pipeline.InspectorConfig{Prefix: prefix})
+	client, err := pipeline.NewClient(rdb, pipeline.ClientConfig{Prefix: prefix})
+	require.NoError(t, err)
+	insp, err := pipeline.NewInspector(rdb, pipeline.InspectorConfig{Prefix: prefix})
+	require.NoError(t, err)
 	ctx := t.Context()
 	all, err := insp.Queues(ctx)
 	require.NoError(t, err)
@@ -681,12 +687,16 @@ func testDeleteQueueEscapesPrefix(t *testing.T, rdb redis.UniversalClient) {
 	other := u + "xa!" // matched by the unescaped pattern u*[ab]?:{q}:*
 	ctx := t.Context()
 	for _, prefix := range []string{literal, other} {
-		_, err := pipeline.NewClient(rdb, pipeline.ClientConfig{Prefix: prefix}).Enqueue(ctx, queue, pipeline.Task{Type: "t"}, pipeline.WithDelay(time.Hour))
+		client, err := pipeline.NewClient(rdb, pipeline.ClientConfig{Prefix: prefix})
+		require.NoError(t, err)
+		_, err = client.Enqueue(ctx, queue, pipeline.Task{Type: "t"}, pipeline.WithDelay(time.Hour))
 		require.NoError(t, err)
 	}
 	otherKeys := queueKeys(t, rdb, other+":{*")
 	require.Len(t, otherKeys, 3, "its scheduled set, job and stats")
-	require.NoError(t, pipeline.NewInspector(rdb, pipeline.InspectorConfig{Prefix: literal}).DeleteQueue(ctx, queue, true))
+	insp, err := pipeline.NewInspector(rdb, pipeline.InspectorConfig{Prefix: literal})
+	require.NoError(t, err)
+	require.NoError(t, insp.DeleteQueue(ctx, queue, true))
 	require.Equal(t, otherKeys, queueKeys(t, rdb, other+":{*"))
 	for _, k := range queueKeys(t, rdb, u+"*") {
 		require.False(t, strings.HasPrefix(k, literal), "left: %s", k)
@@ -698,7 +708,8 @@ func testDeleteQueueEscapesPrefix(t *testing.T, rdb redis.UniversalClient) {
 func TestInspectorListInProgressWorker(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	insp := pipeline.NewInspector(b.rdb, pipeline.InspectorConfig{})
+	insp, err := pipeline.NewInspector(b.rdb, pipeline.InspectorConfig{})
+	require.NoError(t, err)
 	started, release := make(chan string, 1), make(chan struct{})
 	b.startWorker(t, pipeline.WorkerConfig{Name: "w-" + b.queue}, map[string]pipeline.HandlerFunc{
 		"block": func(ctx context.Context, j *pipeline.Job) ([]byte, error) {

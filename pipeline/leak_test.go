@@ -21,9 +21,11 @@ func TestWorkerLeavesNoGoroutines(t *testing.T) {
 	before := goleak.IgnoreCurrent()
 	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr})
 	queue := redistest.UniqueName(t)
-	c := pipeline.NewClient(rdb, pipeline.ClientConfig{})
-	w := pipeline.NewWorker(rdb, pipeline.WorkerConfig{Queues: []string{queue}, Logger: testLogger(t),
+	c, err := pipeline.NewClient(rdb, pipeline.ClientConfig{})
+	require.NoError(t, err)
+	w, err := pipeline.NewWorker(rdb, pipeline.WorkerConfig{Queues: []string{queue}, Logger: testLogger(t),
 		VisibilityTimeout: time.Second, RecoveryInterval: 100 * time.Millisecond})
+	require.NoError(t, err)
 	w.Handle("echo", echo)
 	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan error, 1)
@@ -53,9 +55,11 @@ func TestHandlerOutlivingShutdownLeavesNoGoroutine(t *testing.T) {
 	before := goleak.IgnoreCurrent()
 	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr})
 	queue := redistest.UniqueName(t)
-	c := pipeline.NewClient(rdb, pipeline.ClientConfig{})
-	w := pipeline.NewWorker(rdb, pipeline.WorkerConfig{Queues: []string{queue}, Logger: testLogger(t),
+	c, err := pipeline.NewClient(rdb, pipeline.ClientConfig{})
+	require.NoError(t, err)
+	w, err := pipeline.NewWorker(rdb, pipeline.WorkerConfig{Queues: []string{queue}, Logger: testLogger(t),
 		ShutdownTimeout: 50 * time.Millisecond, DisableScheduler: true, DisableRecovery: true})
+	require.NoError(t, err)
 	running, release := make(chan struct{}), make(chan struct{})
 	w.Handle("stubborn", func(context.Context, *pipeline.Job) ([]byte, error) {
 		close(running)
@@ -65,7 +69,7 @@ func TestHandlerOutlivingShutdownLeavesNoGoroutine(t *testing.T) {
 	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan error, 1)
 	go func() { done <- w.Run(ctx) }()
-	_, err := c.Enqueue(t.Context(), queue, pipeline.Task{Type: "stubborn"})
+	_, err = c.Enqueue(t.Context(), queue, pipeline.Task{Type: "stubborn"})
 	require.NoError(t, err)
 	<-running
 	cancel()

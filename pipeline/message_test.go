@@ -174,7 +174,9 @@ func FuzzForeignControlKeys(f *testing.F) {
 	f.Add("1h", "", "", "", "", "")
 	f.Add("", "1800000000000", "3", "1us", "k k", "2h")
 	f.Add("garbage", "2030-01-02T03:04:05Z", "-1", "x", "", "0s")
-	pub, err := NewPublisher(NewClient(redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"}), ClientConfig{}), PublisherConfig{DefaultType: "echo"})
+	client, err := NewClient(redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"}), ClientConfig{})
+	require.NoError(f, err)
+	pub, err := NewPublisher(client, PublisherConfig{DefaultType: "echo"})
 	require.NoError(f, err)
 	const entry = "1700000000000-0"
 	f.Fuzz(func(t *testing.T, delay, runAt, retries, timeout, ukey, uttl string) {

@@ -26,8 +26,9 @@ func TestWatermillMetricsMiddlewareCountsFailures(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	mw := metrics.NewPrometheusMetricsBuilder(reg, "test", "").NewRouterMiddleware().Middleware
 
-	w := pipeline.NewWorker(b.rdb, pipeline.WorkerConfig{Queues: []string{b.queue}, Logger: testLogger(t),
+	w, err := pipeline.NewWorker(b.rdb, pipeline.WorkerConfig{Queues: []string{b.queue}, Logger: testLogger(t),
 		Backoff: pipeline.Backoff{Base: 10 * time.Millisecond, Max: 20 * time.Millisecond}})
+	require.NoError(t, err)
 	w.Use(mw)
 	w.Handle("ok", echo)
 	w.Handle("flaky", func(_ context.Context, j *pipeline.Job) ([]byte, error) {
@@ -99,8 +100,9 @@ func TestMiddlewareSeesOutcomes(t *testing.T) {
 	var mu sync.Mutex
 	var got []seen
 	handlerErr := errors.New("handler said no")
-	w := pipeline.NewWorker(b.rdb, pipeline.WorkerConfig{Queues: []string{b.queue}, Logger: testLogger(t),
+	w, err := pipeline.NewWorker(b.rdb, pipeline.WorkerConfig{Queues: []string{b.queue}, Logger: testLogger(t),
 		Backoff: pipeline.Backoff{Base: time.Hour}})
+	require.NoError(t, err)
 	w.Use(func(h message.HandlerFunc) message.HandlerFunc {
 		return func(msg *message.Message) ([]*message.Message, error) {
 			start := time.Now()
@@ -155,8 +157,9 @@ func TestMiddlewareRefusalIsAFailedAttempt(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	ctx := t.Context()
-	w := pipeline.NewWorker(b.rdb, pipeline.WorkerConfig{Queues: []string{b.queue}, Logger: testLogger(t),
+	w, err := pipeline.NewWorker(b.rdb, pipeline.WorkerConfig{Queues: []string{b.queue}, Logger: testLogger(t),
 		Backoff: pipeline.Backoff{Base: 10 * time.Millisecond, Max: 20 * time.Millisecond}})
+	require.NoError(t, err)
 	w.Use(refuseMarked)
 	w.Handle("ok", echo)
 	j, err := b.client.Enqueue(ctx, b.queue, pipeline.Task{Type: "ok", Metadata: map[string]string{"refuse": "yes"}},
@@ -185,8 +188,9 @@ func TestStoredPayloadIsThePublishedOne(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	ctx := t.Context()
-	w := pipeline.NewWorker(b.rdb, pipeline.WorkerConfig{Queues: []string{b.queue}, Logger: testLogger(t),
+	w, err := pipeline.NewWorker(b.rdb, pipeline.WorkerConfig{Queues: []string{b.queue}, Logger: testLogger(t),
 		Backoff: pipeline.Backoff{Base: 10 * time.Millisecond, Max: 20 * time.Millisecond}})
+	require.NoError(t, err)
 	w.Use(func(h message.HandlerFunc) message.HandlerFunc {
 		return func(msg *message.Message) ([]*message.Message, error) {
 			for i := range msg.Payload { // "decodes" in place

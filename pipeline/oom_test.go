@@ -15,11 +15,12 @@ import (
 func TestEnqueueOutOfMemory(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)
-	client := pipeline.NewClient(srv.Client(t), pipeline.ClientConfig{})
+	client, err := pipeline.NewClient(srv.Client(t), pipeline.ClientConfig{})
+	require.NoError(t, err)
 	ctx := t.Context()
 	q := redistest.UniqueName(t)
 	// The queue is known already, so the refusal comes from the enqueue script itself.
-	_, err := client.Enqueue(ctx, q, pipeline.Task{Type: "echo"})
+	_, err = client.Enqueue(ctx, q, pipeline.Task{Type: "echo"})
 	require.NoError(t, err)
 
 	restore := srv.RefuseWrites(t)
@@ -31,7 +32,7 @@ func TestEnqueueOutOfMemory(t *testing.T) {
 	_, err = client.EnqueueBatch(ctx, q, []pipeline.Task{{Type: "echo"}, {Type: "echo"}})
 	require.ErrorIs(t, err, pipeline.ErrOutOfMemory)
 	// A new client registers the queue first: that write is refused the same way.
-	_, err = pipeline.NewClient(srv.Client(t), pipeline.ClientConfig{}).Enqueue(ctx, redistest.UniqueName(t)+"-new", pipeline.Task{Type: "echo"})
+	_, err = client.Enqueue(ctx, redistest.UniqueName(t)+"-new", pipeline.Task{Type: "echo"})
 	require.ErrorIs(t, err, pipeline.ErrOutOfMemory)
 
 	_, err = client.Get(ctx, q, "plain")

@@ -29,11 +29,14 @@ type partitioned struct {
 
 func newPartitioned(t *testing.T, rdb redis.UniversalClient, queue string, p int) *partitioned {
 	t.Helper()
-	insp := pipeline.NewInspector(rdb, pipeline.InspectorConfig{})
+	insp, err := pipeline.NewInspector(rdb, pipeline.InspectorConfig{})
+	require.NoError(t, err)
 	info, err := insp.CreateQueue(t.Context(), queue, pipeline.QueueOptions{Partitions: p})
 	require.NoError(t, err)
 	require.Equal(t, max(1, p), info.Partitions)
-	return &partitioned{rdb: rdb, client: pipeline.NewClient(rdb, pipeline.ClientConfig{}), insp: insp, queue: queue, p: max(1, p)}
+	client, err := pipeline.NewClient(rdb, pipeline.ClientConfig{})
+	require.NoError(t, err)
+	return &partitioned{rdb: rdb, client: client, insp: insp, queue: queue, p: max(1, p)}
 }
 
 // parts are the keys of every partition.
@@ -270,7 +273,8 @@ func partitionFeatures(t *testing.T, x *partitioned) {
 func TestPartitionsLandOnEveryMaster(t *testing.T) {
 	t.Parallel()
 	cc := redistest.StartCluster(t).Client(t)
-	insp := pipeline.NewInspector(cc, pipeline.InspectorConfig{})
+	insp, err := pipeline.NewInspector(cc, pipeline.InspectorConfig{})
+	require.NoError(t, err)
 	names := []string{"hot", "emails", "default"}
 	for k := range 20 {
 		names = append(names, fmt.Sprint("q", k))
@@ -394,7 +398,8 @@ func TestCreateQueuePartitions(t *testing.T) {
 		require.ErrorIs(t, err, pipeline.ErrInvalid, "cursor %q", bad)
 	}
 	// A cursor of no form at all is refused before Redis is asked.
-	down := pipeline.NewInspector(redisAt("127.0.0.1:1"), pipeline.InspectorConfig{})
+	down, err := pipeline.NewInspector(redisAt("127.0.0.1:1"), pipeline.InspectorConfig{})
+	require.NoError(t, err)
 	_, err = down.List(ctx, queue, pipeline.StatusScheduled, pipeline.Page{Cursor: "x"})
 	require.ErrorIs(t, err, pipeline.ErrInvalid)
 	_, err = x.insp.CreateQueue(ctx, queue, pipeline.QueueOptions{Partitions: 4})
@@ -508,17 +513,20 @@ func TestStoredPartitionCountRefused(t *testing.T) {
 			t.Parallel()
 			queue := redistest.UniqueName(t)
 			require.NoError(t, rdb.HSet(ctx, keys.Partitions(keys.DefaultPrefix), queue, tc.stored).Err())
-			client := pipeline.NewClient(rdb, pipeline.ClientConfig{})
-			_, err := client.Enqueue(ctx, queue, pipeline.Task{Type: "t"})
+			client, err := pipeline.NewClient(rdb, pipeline.ClientConfig{})
+			require.NoError(t, err)
+			_, err = client.Enqueue(ctx, queue, pipeline.Task{Type: "t"})
 			require.ErrorContains(t, err, tc.want, "Enqueue")
 			_, err = client.EnqueueBatch(ctx, queue, []pipeline.Task{{Type: "t"}, {Type: "t"}})
 			require.ErrorContains(t, err, tc.want, "EnqueueBatch")
-			insp := pipeline.NewInspector(rdb, pipeline.InspectorConfig{})
+			insp, err := pipeline.NewInspector(rdb, pipeline.InspectorConfig{})
+			require.NoError(t, err)
 			_, err = insp.Stats(ctx, queue)
 			require.ErrorContains(t, err, tc.want, "Stats")
 			_, err = insp.Queues(ctx)
 			require.ErrorContains(t, err, tc.want, "Queues")
-			w := pipeline.NewWorker(rdb, pipeline.WorkerConfig{Queues: []string{queue}, Logger: testLogger(t)})
+			w, err := pipeline.NewWorker(rdb, pipeline.WorkerConfig{Queues: []string{queue}, Logger: testLogger(t)})
+			require.NoError(t, err)
 			w.Handle("t", func(context.Context, *pipeline.Job) ([]byte, error) { return nil, nil })
 			err = w.Run(ctx) // returns at once: waiting cannot fix the stored count
 			require.ErrorIs(t, err, pipeline.ErrInvalid)
@@ -548,8 +556,9 @@ func TestDeleteLegacyPartitionedQueue(t *testing.T) {
 		require.NoError(t, rdb.HSet(ctx, q.Job("old"), "status", "completed").Err())
 		require.NoError(t, rdb.HSet(ctx, q.Stats(), "completed", 1).Err())
 	}
-	insp := pipeline.NewInspector(rdb, pipeline.InspectorConfig{})
-	_, err := insp.CreateQueue(ctx, queue, pipeline.QueueOptions{Partitions: 3})
+	insp, err := pipeline.NewInspector(rdb, pipeline.InspectorConfig{})
+	require.NoError(t, err)
+	_, err = insp.CreateQueue(ctx, queue, pipeline.QueueOptions{Partitions: 3})
 	require.ErrorContains(t, err, "older Conveyor")
 	require.NoError(t, insp.DeleteQueue(ctx, queue, false))
 	require.Zero(t, rdb.Exists(ctx, legacy...).Val(), "the old partitions' keys are deleted")
@@ -572,7 +581,9 @@ func TestOwnPartitionChangeSeenAtOnce(t *testing.T) {
 	require.NoError(t, err)
 	_, err = x.insp.CreateQueue(ctx, queue, pipeline.QueueOptions{Partitions: 3})
 	require.NoError(t, err)
-	j, err := pipeline.NewClient(rdb, pipeline.ClientConfig{}).Enqueue(ctx, queue, pipeline.Task{Type: "t"}, pipeline.WithID("in-a-partition"))
+	fresh, err := pipeline.NewClient(rdb, pipeline.ClientConfig{})
+	require.NoError(t, err)
+	j, err := fresh.Enqueue(ctx, queue, pipeline.Task{Type: "t"}, pipeline.WithID("in-a-partition"))
 	require.NoError(t, err)
 	got, err := x.client.Get(ctx, queue, j.ID)
 	require.NoError(t, err, "the client that cached 1 partition finds a job of the new layout")
@@ -594,8 +605,9 @@ func TestPartitionCountCacheExpires(t *testing.T) {
 	var mu sync.Mutex
 	now := time.Now()
 	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
-	client := pipeline.NewClient(rdb, pipeline.ClientConfig{Now: clock})
-	_, err := client.Enqueue(ctx, queue, pipeline.Task{Type: "t"})
+	client, err := pipeline.NewClient(rdb, pipeline.ClientConfig{Now: clock})
+	require.NoError(t, err)
+	_, err = client.Enqueue(ctx, queue, pipeline.Task{Type: "t"})
 	require.NoError(t, err)
 	st, err := client.Stats(ctx, queue)
 	require.NoError(t, err)

@@ -20,7 +20,10 @@ func ExamplePublisher() {
 	defer done()
 	ctx := context.Background()
 
-	client := pipeline.NewClient(rdb, pipeline.ClientConfig{})
+	client, err := pipeline.NewClient(rdb, pipeline.ClientConfig{})
+	if err != nil {
+		panic(err)
+	}
 	pub, err := pipeline.NewPublisher(client, pipeline.PublisherConfig{DefaultType: "notify"})
 	if err != nil {
 		panic(err)
@@ -73,7 +76,10 @@ func ExamplePublisher_router() {
 	ctx, stop := context.WithCancel(context.Background())
 	defer stop()
 
-	client := pipeline.NewClient(rdb, pipeline.ClientConfig{})
+	client, err := pipeline.NewClient(rdb, pipeline.ClientConfig{})
+	if err != nil {
+		panic(err)
+	}
 	jobs, err := pipeline.NewPublisher(client, pipeline.PublisherConfig{})
 	if err != nil {
 		panic(err)
@@ -94,7 +100,10 @@ func ExamplePublisher_router() {
 	go func() { _ = router.Run(ctx) }()
 	<-router.Running()
 
-	worker := pipeline.NewWorker(rdb, pipeline.WorkerConfig{Queues: []string{"shipping"}})
+	worker, err := pipeline.NewWorker(rdb, pipeline.WorkerConfig{Queues: []string{"shipping"}})
+	if err != nil {
+		panic(err)
+	}
 	worker.Handle("ship", func(ctx context.Context, j *pipeline.Job) ([]byte, error) {
 		return []byte("shipped " + string(j.Payload)), nil
 	})

@@ -105,7 +105,9 @@ func (s queueSubscriber) Subscribe(ctx context.Context, queue string) (<-chan *m
 func newPublisherPubSub(t *testing.T, prefix, group string, concurrency int) (message.Publisher, message.Subscriber) {
 	// The Publisher does not close its client's connection, so both sides may share it.
 	rdb := redistest.Client(t)
-	pub, err := pipeline.NewPublisher(pipeline.NewClient(rdb, pipeline.ClientConfig{Prefix: prefix}),
+	client, err := pipeline.NewClient(rdb, pipeline.ClientConfig{Prefix: prefix})
+	require.NoError(t, err)
+	pub, err := pipeline.NewPublisher(client,
 		pipeline.PublisherConfig{DefaultType: "suite"})
 	require.NoError(t, err)
 	sub, err := stream.NewSubscriber(stream.Config{
@@ -322,7 +324,9 @@ func setupPublisher(t *testing.T, ccfg pipeline.ClientConfig) *publisherBundle {
 	b := setup(t)
 	now := time.Now().Truncate(time.Millisecond)
 	ccfg.Now = func() time.Time { return now }
-	b.client = pipeline.NewClient(b.rdb, ccfg)
+	var err error
+	b.client, err = pipeline.NewClient(b.rdb, ccfg)
+	require.NoError(t, err)
 	return &publisherBundle{bundle: b, now: now}
 }
 
@@ -513,7 +517,9 @@ func TestPublisherRefusesInvalidMessages(t *testing.T) {
 			require.Contains(t, err.Error(), fmt.Sprintf("message 1 (uuid %q)", uuid))
 			require.Contains(t, err.Error(), tc.errContains)
 			require.Empty(t, b.queueKeys(t), "nothing is written")
-			queues, err := pipeline.NewInspector(b.rdb, pipeline.InspectorConfig{}).Queues(t.Context())
+			insp, err := pipeline.NewInspector(b.rdb, pipeline.InspectorConfig{})
+			require.NoError(t, err)
+			queues, err := insp.Queues(t.Context())
 			require.NoError(t, err)
 			for _, s := range queues {
 				require.NotEqual(t, b.queue, s.Queue)
@@ -690,7 +696,8 @@ func TestPublisherConfig(t *testing.T) {
 	t.Parallel()
 	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"}) // never used: config errors come first
 	defer rdb.Close()
-	c := pipeline.NewClient(rdb, pipeline.ClientConfig{})
+	c, err := pipeline.NewClient(rdb, pipeline.ClientConfig{})
+	require.NoError(t, err)
 	for _, cfg := range []pipeline.PublisherConfig{
 		{DefaultType: "has space"},
 		{DefaultType: strings.Repeat("t", keys.MaxNameLen+1)},
@@ -699,7 +706,7 @@ func TestPublisherConfig(t *testing.T) {
 		_, err := pipeline.NewPublisher(c, cfg)
 		require.ErrorIs(t, err, pipeline.ErrInvalid, "%+v", cfg)
 	}
-	_, err := pipeline.NewPublisher(c, pipeline.PublisherConfig{})
+	_, err = pipeline.NewPublisher(c, pipeline.PublisherConfig{})
 	require.NoError(t, err, "no DefaultType: every message names its type")
 	require.Panics(t, func() { _, _ = pipeline.NewPublisher(nil, pipeline.PublisherConfig{}) })
 }

@@ -19,7 +19,8 @@ func TestKnownQueuesCacheBounded(t *testing.T) {
 	rdb := redistest.Client(t)
 	prefix := redistest.UniqueName(t)
 	const most = 3
-	c := NewClient(rdb, ClientConfig{Prefix: prefix, MaxQueues: most})
+	c, err := NewClient(rdb, ClientConfig{Prefix: prefix, MaxQueues: most})
+	require.NoError(t, err)
 	for i := range 4 * most {
 		queue := fmt.Sprintf("q%d", i)
 		_, err := c.Enqueue(t.Context(), queue, Task{Type: "t"})
@@ -39,7 +40,8 @@ func TestMadeUpQueuesLeaveCachesBounded(t *testing.T) {
 	t.Parallel()
 	rdb := redistest.Client(t)
 	const most, names = 3, maxReadCounts + 500
-	c := NewClient(rdb, ClientConfig{Prefix: redistest.UniqueName(t), MaxQueues: most})
+	c, err := NewClient(rdb, ClientConfig{Prefix: redistest.UniqueName(t), MaxQueues: most})
+	require.NoError(t, err)
 	for i := range names {
 		_, err := c.Enqueue(t.Context(), fmt.Sprintf("q%d", i), Task{Type: "t"})
 		if i >= most {
@@ -64,10 +66,13 @@ func TestKnownQueueDeletedElsewhere(t *testing.T) {
 	now := time.Now()
 	var mu sync.Mutex
 	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
-	insp := NewInspector(rdb, InspectorConfig{Prefix: prefix})
-	strict := NewClient(rdb, ClientConfig{Prefix: prefix, RequireQueues: true, Now: clock})
-	loose := NewClient(rdb, ClientConfig{Prefix: prefix, Now: clock})
-	_, err := insp.CreateQueue(t.Context(), "q", QueueOptions{})
+	insp, err := NewInspector(rdb, InspectorConfig{Prefix: prefix})
+	require.NoError(t, err)
+	strict, err := NewClient(rdb, ClientConfig{Prefix: prefix, RequireQueues: true, Now: clock})
+	require.NoError(t, err)
+	loose, err := NewClient(rdb, ClientConfig{Prefix: prefix, Now: clock})
+	require.NoError(t, err)
+	_, err = insp.CreateQueue(t.Context(), "q", QueueOptions{})
 	require.NoError(t, err)
 	for _, c := range []*Client{strict, loose} {
 		_, err = c.Enqueue(t.Context(), "q", Task{Type: "t"})

@@ -26,7 +26,8 @@ func TestMaxQueues(t *testing.T) {
 	for i := range errs {
 		wg.Go(func() {
 			// A client each, so that no cache answers for another.
-			c := pipeline.NewClient(rdb, pipeline.ClientConfig{Prefix: prefix, MaxQueues: most})
+			c, err := pipeline.NewClient(rdb, pipeline.ClientConfig{Prefix: prefix, MaxQueues: most})
+			require.NoError(t, err)
 			_, errs[i] = c.Enqueue(t.Context(), fmt.Sprintf("q%d", i), pipeline.Task{Type: "t"})
 		})
 	}
@@ -44,18 +45,22 @@ func TestMaxQueues(t *testing.T) {
 	require.NoError(t, err)
 	require.EqualValues(t, most, n)
 
-	c := pipeline.NewClient(rdb, pipeline.ClientConfig{Prefix: prefix, MaxQueues: most})
+	c, err := pipeline.NewClient(rdb, pipeline.ClientConfig{Prefix: prefix, MaxQueues: most})
+	require.NoError(t, err)
 	known, err := rdb.SRandMember(t.Context(), set).Result()
 	require.NoError(t, err)
 	_, err = c.EnqueueBatch(t.Context(), known, []pipeline.Task{{Type: "t"}, {Type: "t"}})
 	require.NoError(t, err, "a known queue takes jobs")
 	_, err = c.EnqueueBatch(t.Context(), "new", []pipeline.Task{{Type: "t"}})
 	require.ErrorIs(t, err, pipeline.ErrTooManyQueues)
-	st, err := pipeline.NewInspector(rdb, pipeline.InspectorConfig{Prefix: prefix}).Stats(t.Context(), "new")
+	reader, err := pipeline.NewInspector(rdb, pipeline.InspectorConfig{Prefix: prefix})
+	require.NoError(t, err)
+	st, err := reader.Stats(t.Context(), "new")
 	require.NoError(t, err)
 	require.Zero(t, st.Enqueued, "nothing written")
 
-	insp := pipeline.NewInspector(rdb, pipeline.InspectorConfig{Prefix: prefix, MaxQueues: most})
+	insp, err := pipeline.NewInspector(rdb, pipeline.InspectorConfig{Prefix: prefix, MaxQueues: most})
+	require.NoError(t, err)
 	_, err = insp.CreateQueue(t.Context(), "new", pipeline.QueueOptions{})
 	require.ErrorIs(t, err, pipeline.ErrTooManyQueues)
 	_, err = insp.CreateQueue(t.Context(), known, pipeline.QueueOptions{})
@@ -64,7 +69,7 @@ func TestMaxQueues(t *testing.T) {
 	_, err = c.Enqueue(t.Context(), "new", pipeline.Task{Type: "t"})
 	require.NoError(t, err, "deleting a queue makes room")
 
-	_, err = pipeline.NewClient(rdb, pipeline.ClientConfig{MaxQueues: -1}).Enqueue(t.Context(), "q", pipeline.Task{Type: "t"})
+	_, err = pipeline.NewClient(rdb, pipeline.ClientConfig{MaxQueues: -1})
 	require.ErrorIs(t, err, pipeline.ErrInvalid)
 }
 
@@ -74,9 +79,11 @@ func TestRequireQueues(t *testing.T) {
 	t.Parallel()
 	rdb := redistest.Client(t)
 	prefix := redistest.UniqueName(t)
-	c := pipeline.NewClient(rdb, pipeline.ClientConfig{Prefix: prefix, RequireQueues: true})
-	insp := pipeline.NewInspector(rdb, pipeline.InspectorConfig{Prefix: prefix})
-	_, err := c.Enqueue(t.Context(), "q", pipeline.Task{Type: "t"})
+	c, err := pipeline.NewClient(rdb, pipeline.ClientConfig{Prefix: prefix, RequireQueues: true})
+	require.NoError(t, err)
+	insp, err := pipeline.NewInspector(rdb, pipeline.InspectorConfig{Prefix: prefix})
+	require.NoError(t, err)
+	_, err = c.Enqueue(t.Context(), "q", pipeline.Task{Type: "t"})
 	require.ErrorIs(t, err, pipeline.ErrQueueNotFound)
 	require.ErrorContains(t, err, "conveyor queues create q")
 	_, err = c.EnqueueBatch(t.Context(), "q", []pipeline.Task{{Type: "t"}})

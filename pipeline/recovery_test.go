@@ -52,7 +52,7 @@ func TestWorkerKilledHoldingRecoveryLock(t *testing.T) {
 				ttl time.Duration // of the lock, read as the victim died holding it
 			}
 			killed := make(chan kill, 1)
-			victim := pipeline.NewWorker(victimRDB, pipeline.WorkerConfig{
+			victim, err := pipeline.NewWorker(victimRDB, pipeline.WorkerConfig{
 				Queues: []string{b.queue}, Name: "victim", VisibilityTimeout: vt,
 				RecoveryInterval: 100 * time.Millisecond, RecoveryLockTTL: tc.lockTTL,
 				ShutdownTimeout: 100 * time.Millisecond, Logger: testLogger(t),
@@ -70,6 +70,7 @@ func TestWorkerKilledHoldingRecoveryLock(t *testing.T) {
 					})
 				}},
 			})
+			require.NoError(t, err)
 			victim.Handle("hold", func(ctx context.Context, _ *pipeline.Job) ([]byte, error) {
 				select {
 				case started <- struct{}{}:
@@ -207,8 +208,9 @@ func TestWorkerOutcomesAfterItsClientClosed(t *testing.T) {
 	t.Cleanup(func() { _ = rdb.Close() })
 	var started atomic.Int64
 	release := make(chan struct{})
-	w := pipeline.NewWorker(rdb, pipeline.WorkerConfig{Queues: []string{b.queue}, Concurrency: n,
+	w, err := pipeline.NewWorker(rdb, pipeline.WorkerConfig{Queues: []string{b.queue}, Concurrency: n,
 		DisableRecovery: true, DisableScheduler: true, ShutdownTimeout: 10 * time.Second})
+	require.NoError(t, err)
 	w.Handle("hold", func(context.Context, *pipeline.Job) ([]byte, error) {
 		started.Add(1)
 		<-release
@@ -222,7 +224,7 @@ func TestWorkerOutcomesAfterItsClientClosed(t *testing.T) {
 	for i := range tasks {
 		tasks[i] = pipeline.Task{Type: "hold"}
 	}
-	_, err := b.client.EnqueueBatch(t.Context(), b.queue, tasks)
+	_, err = b.client.EnqueueBatch(t.Context(), b.queue, tasks)
 	require.NoError(t, err)
 	require.Eventually(t, func() bool { return started.Load() == n }, 60*time.Second, 10*time.Millisecond)
 	require.NoError(t, rdb.Close())

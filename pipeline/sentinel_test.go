@@ -43,14 +43,16 @@ func runFailover(t *testing.T, durable bool) failoverResult {
 	set := redistest.StartSentinel(t)
 	ctx := t.Context()
 	q := redistest.UniqueName(t)
-	client := pipeline.NewClient(set.Client(t), pipeline.ClientConfig{})
+	client, err := pipeline.NewClient(set.Client(t), pipeline.ClientConfig{})
+	require.NoError(t, err)
 	var opts []pipeline.Option
 	if durable {
 		opts = append(opts, pipeline.WithReplicas(1, 500*time.Millisecond))
 	}
 
-	w := pipeline.NewWorker(set.Client(t), pipeline.WorkerConfig{Queues: []string{q}, Concurrency: 20,
+	w, err := pipeline.NewWorker(set.Client(t), pipeline.WorkerConfig{Queues: []string{q}, Concurrency: 20,
 		VisibilityTimeout: time.Second, RecoveryInterval: 200 * time.Millisecond, Logger: testLogger(t)})
+	require.NoError(t, err)
 	w.Handle("echo", echo)
 	wctx, stopWorker := context.WithCancel(context.Background())
 	workerDone := make(chan error, 1)
@@ -137,7 +139,8 @@ func runFailover(t *testing.T, durable bool) failoverResult {
 	}
 	nm := redisAt(newMaster)
 	defer nm.Close()
-	reader := pipeline.NewClient(nm, pipeline.ClientConfig{})
+	reader, err := pipeline.NewClient(nm, pipeline.ClientConfig{})
+	require.NoError(t, err)
 	var kept []string
 	for _, a := range acks {
 		res.acked++

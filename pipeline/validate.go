@@ -131,17 +131,7 @@ func validateJob(queue, id string) error {
 }
 
 // checkJob is Client.check for a call that names a job.
-func (c *Client) checkJob(queue, id string) error {
-	if c.err != nil {
-		return c.err
-	}
-	return validateJob(queue, id)
-}
+func (c *Client) checkJob(queue, id string) error { return validateJob(queue, id) }
 
 // checkJob is Inspector.check for a call that names a job.
-func (i *Inspector) checkJob(queue, id string) error {
-	if i.err != nil {
-		return i.err
-	}
-	return validateJob(queue, id)
-}
+func (i *Inspector) checkJob(queue, id string) error { return validateJob(queue, id) }

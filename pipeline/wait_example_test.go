@@ -15,13 +15,19 @@ func ExampleClient_Wait() {
 	defer done()
 	ctx := context.Background()
 
-	client := pipeline.NewClient(rdb, pipeline.ClientConfig{})
+	client, err := pipeline.NewClient(rdb, pipeline.ClientConfig{})
+	if err != nil {
+		panic(err)
+	}
 	job, err := client.Enqueue(ctx, "thumbnails", pipeline.Task{Type: "resize", Payload: []byte(`{"w":128}`)})
 	if err != nil {
 		panic(err)
 	}
 
-	worker := pipeline.NewWorker(rdb, pipeline.WorkerConfig{Queues: []string{"thumbnails"}})
+	worker, err := pipeline.NewWorker(rdb, pipeline.WorkerConfig{Queues: []string{"thumbnails"}})
+	if err != nil {
+		panic(err)
+	}
 	worker.Handle("resize", func(ctx context.Context, j *pipeline.Job) ([]byte, error) {
 		return []byte(`{"ok":true}`), nil
 	})

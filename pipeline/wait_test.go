@@ -52,7 +52,8 @@ func waitOnNewJob(t *testing.T, payload string) (*pipeline.Client, *pipeline.Wai
 	t.Helper()
 	prefix, queue := redistest.UniqueName(t), "waits"
 	rdb := redistest.Client(t)
-	client := pipeline.NewClient(rdb, pipeline.ClientConfig{Prefix: prefix})
+	client, err := pipeline.NewClient(rdb, pipeline.ClientConfig{Prefix: prefix})
+	require.NoError(t, err)
 	waiter := client.NewWaiter()
 	t.Cleanup(waiter.Close)
 	job, err := client.Enqueue(t.Context(), queue, pipeline.Task{Type: "echo", Payload: []byte(payload)})
@@ -81,7 +82,8 @@ func TestWaitWokenByEvent(t *testing.T) {
 	client, waiter, prefix, job, res := waitOnNewJob(t, `"hi"`)
 	queue := job.Queue
 
-	w := pipeline.NewWorker(redistest.Client(t), pipeline.WorkerConfig{Queues: []string{queue}, Prefix: prefix})
+	w, err := pipeline.NewWorker(redistest.Client(t), pipeline.WorkerConfig{Queues: []string{queue}, Prefix: prefix})
+	require.NoError(t, err)
 	w.Handle("echo", func(_ context.Context, j *pipeline.Job) ([]byte, error) { return j.Payload, nil })
 	jobtest.RunWorker(t, w)
 	j := waited(t, res)
@@ -90,7 +92,7 @@ func TestWaitWokenByEvent(t *testing.T) {
 	require.GreaterOrEqual(t, pipeline.WaiterDelivered(waiter), int64(1), "an event woke the wait")
 
 	// A wait on a job that ended already answers at once, and on no job with ErrNotFound.
-	j, err := client.Wait(t.Context(), queue, job.ID)
+	j, err = client.Wait(t.Context(), queue, job.ID)
 	require.NoError(t, err)
 	require.Equal(t, pipeline.StatusCompleted, j.Status)
 	_, err = client.Wait(t.Context(), queue, "nope")
@@ -107,7 +109,8 @@ func TestWaitCatchesMissedEvent(t *testing.T) {
 
 	silent := redistest.Client(t)
 	events.SetMode(silent, events.None)
-	w := pipeline.NewWorker(silent, pipeline.WorkerConfig{Queues: []string{queue}, Prefix: prefix})
+	w, err := pipeline.NewWorker(silent, pipeline.WorkerConfig{Queues: []string{queue}, Prefix: prefix})
+	require.NoError(t, err)
 	w.Handle("echo", func(_ context.Context, j *pipeline.Job) ([]byte, error) { return nil, nil })
 	jobtest.RunWorker(t, w)
 	require.Equal(t, pipeline.StatusCompleted, waited(t, res).Status)
@@ -123,8 +126,10 @@ func TestWaitClusterEvents(t *testing.T) {
 	cc := c.Client(t)
 	ctx := t.Context()
 	prefix := redistest.UniqueName(t)
-	client := pipeline.NewClient(cc, pipeline.ClientConfig{Prefix: prefix})
-	insp := pipeline.NewInspector(cc, pipeline.InspectorConfig{Prefix: prefix})
+	client, err := pipeline.NewClient(cc, pipeline.ClientConfig{Prefix: prefix})
+	require.NoError(t, err)
+	insp, err := pipeline.NewInspector(cc, pipeline.InspectorConfig{Prefix: prefix})
+	require.NoError(t, err)
 	waiter := client.NewWaiter()
 	t.Cleanup(waiter.Close)
 
@@ -144,7 +149,7 @@ func TestWaitClusterEvents(t *testing.T) {
 	}
 	// A partitioned queue, with a job routed to each partition.
 	const parts = 3
-	_, err := insp.CreateQueue(ctx, "parted", pipeline.QueueOptions{Partitions: parts})
+	_, err = insp.CreateQueue(ctx, "parted", pipeline.QueueOptions{Partitions: parts})
 	require.NoError(t, err)
 	for p := range parts {
 		for i := 0; ; i++ {
@@ -195,7 +200,8 @@ func TestWaitClusterEvents(t *testing.T) {
 func TestWaitContextEnds(t *testing.T) {
 	t.Parallel()
 	rdb := redistest.Client(t)
-	client := pipeline.NewClient(rdb, pipeline.ClientConfig{Prefix: redistest.UniqueName(t)})
+	client, err := pipeline.NewClient(rdb, pipeline.ClientConfig{Prefix: redistest.UniqueName(t)})
+	require.NoError(t, err)
 	job, err := client.Enqueue(t.Context(), "waits", pipeline.Task{Type: "t", Payload: []byte(`1`)})
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(t.Context())
@@ -220,10 +226,12 @@ func TestWaitSurvivesDroppedSubscription(t *testing.T) {
 	rdb := redis.NewClient(&redis.Options{Addr: proxy.Addr(), MaxRetries: -1})
 	t.Cleanup(func() { _ = rdb.Close() })
 	prefix, queue := redistest.UniqueName(t), "waits"
-	client := pipeline.NewClient(rdb, pipeline.ClientConfig{Prefix: prefix})
+	client, err := pipeline.NewClient(rdb, pipeline.ClientConfig{Prefix: prefix})
+	require.NoError(t, err)
 	waiter := client.NewWaiter()
 	t.Cleanup(waiter.Close)
-	direct := pipeline.NewClient(redistest.Client(t), pipeline.ClientConfig{Prefix: prefix})
+	direct, err := pipeline.NewClient(redistest.Client(t), pipeline.ClientConfig{Prefix: prefix})
+	require.NoError(t, err)
 	job, err := direct.Enqueue(t.Context(), queue, pipeline.Task{Type: "echo", Payload: []byte(`1`)})
 	require.NoError(t, err)
 	res := startWait(t.Context(), waiter, queue, job.ID)

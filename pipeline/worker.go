@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"maps"
 	"runtime/debug"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -16,12 +15,12 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/rs/zerolog"
 
-	"github.com/conveyorq/conveyor/delayed"
 	"github.com/conveyorq/conveyor/internal/jobstate"
 	"github.com/conveyorq/conveyor/internal/keys"
 	"github.com/conveyorq/conveyor/internal/outage"
 	"github.com/conveyorq/conveyor/internal/rediserr"
 	"github.com/conveyorq/conveyor/internal/script"
+	"github.com/conveyorq/conveyor/internal/service"
 	"github.com/conveyorq/conveyor/recovery"
 	"github.com/conveyorq/conveyor/stream"
 )
@@ -142,7 +141,9 @@ func (c WorkerConfig) withDefaults() WorkerConfig {
 // validate checks a config that withDefaults filled in. The convention, for every config in
 // Conveyor: zero means the documented default; a negative or otherwise unusable value is an
 // error (wrapping ErrInvalid), never silently replaced; a feature is turned off by an explicit
-// Disable field. RetainNone and NoRetries are the named exceptions.
+// Disable field. RetainNone and NoRetries are the named exceptions. Every constructor that takes
+// a config (NewWorker, NewClient, NewInspector, NewPublisher, delayed.New, ...) returns that
+// error, so an unusable config fails where it is built, not at some later call.
 func (c WorkerConfig) validate() error {
 	var errs []error
 	bad := func(format string, args ...any) { errs = append(errs, invalid(format, args...)) }
@@ -182,15 +183,8 @@ func (c WorkerConfig) validate() error {
 	if c.VisibilityTimeout < MinVisibilityTimeout {
 		bad("visibility timeout %s is under %s (lease renewal runs every third of it)", c.VisibilityTimeout, MinVisibilityTimeout)
 	}
-	if !c.DisableScheduler {
-		if err := c.scheduler(c.Queues).Validate(); err != nil {
-			errs = append(errs, fmt.Errorf("%w: %w", ErrInvalid, err))
-		}
-	}
-	if !c.DisableRecovery && len(c.Queues) > 0 {
-		if err := c.recoverer(c.Queues[0]).Validate(); err != nil {
-			errs = append(errs, fmt.Errorf("%w: %w", ErrInvalid, err))
-		}
+	if err := c.validateServices(); err != nil {
+		errs = append(errs, fmt.Errorf("%w: %w", ErrInvalid, err))
 	}
 	return errors.Join(errs...)
 }
@@ -201,16 +195,6 @@ const (
 	// MinVisibilityTimeout bounds WorkerConfig.VisibilityTimeout from below.
 	MinVisibilityTimeout = 300 * time.Millisecond
 )
-
-// scheduler is the delayed scheduler's config for queues, which are queue or partition names.
-func (c WorkerConfig) scheduler(queues []string) delayed.Config {
-	return c.Hooks.scheduler(delayed.Config{Prefix: c.Prefix, Queues: queues, Logger: c.Logger.With().Str("worker", c.Name).Logger()})
-}
-
-func (c WorkerConfig) recoverer(queue string) recovery.Config {
-	return c.Hooks.recoverer(recovery.Config{Prefix: c.Prefix, Queue: queue, VisibilityTimeout: c.VisibilityTimeout,
-		Interval: c.RecoveryInterval, LockTTL: c.RecoveryLockTTL, Logger: c.Logger.With().Str("worker", c.Name).Logger()})
-}
 
 // Worker runs handlers for the jobs of its queues. Register handlers with Handle, then call
 // Run. Jobs are read from each queue's stream in consumer group "conveyor" by a batching
@@ -243,12 +227,16 @@ type Worker struct {
 	sub      *stream.Subscriber // the current session's, under mu
 }
 
-// NewWorker returns a Worker over rdb (a standalone, cluster or failover client).
-func NewWorker(rdb redis.UniversalClient, cfg WorkerConfig) *Worker {
+// NewWorker returns a Worker over rdb (a standalone, cluster or failover client), or the error,
+// wrapping ErrInvalid, of an unusable config.
+func NewWorker(rdb redis.UniversalClient, cfg WorkerConfig) (*Worker, error) {
 	if rdb == nil {
 		panic("pipeline: NewWorker with a nil Redis client")
 	}
 	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
 	w := &Worker{
 		rdb:      rdb,
 		cfg:      cfg,
@@ -257,7 +245,7 @@ func NewWorker(rdb redis.UniversalClient, cfg WorkerConfig) *Worker {
 		ready:    make(chan struct{}),
 	}
 	w.replicas = newOutcomeReplicas(cfg.Replicas, cfg.ReplicaTimeout)
-	return w
+	return w, nil
 }
 
 // Name is the worker's consumer name.
@@ -318,20 +306,18 @@ func (w *Worker) Running() int {
 
 // Run consumes until ctx ends, then shuts down gracefully: it stops reading, waits up to
 // ShutdownTimeout for running jobs, cancels and puts back those still running, writes every
-// pending transition, and returns nil. It runs the delayed scheduler and a recoverer per queue
-// unless disabled. While Redis is unreachable at start, Run waits for it (logging) until ctx
-// ends; if Redis refuses it (a wrong password, an ACL without a needed command), Run returns
-// that error at once. A Worker runs once.
+// pending transition, and returns nil. Its background services (the delayed scheduler and a
+// recoverer per queue, unless disabled, and the partition watcher; see services.go) run while
+// it reads and stop, in reverse order, once the reading has ended. While Redis is unreachable
+// at start, Run waits for it (logging) until ctx ends; if Redis refuses it (a wrong password,
+// an ACL without a needed command), Run returns that error at once. A Worker runs once.
 //
 // Run follows a change of its queues' partition counts (Inspector.CreateQueue) by itself: it
 // reads the counts every 5 s, and when one changed it ends its reading as on a shutdown
 // (running jobs of every queue finish, or are put back after ShutdownTimeout on the same
-// attempt), then reads the new partitions, with their schedulers and recoverers, without
+// attempt), then reads the new partitions, with their scheduler and recoverers, without
 // returning. A stored count it cannot use is logged and the partitions it reads are kept.
 func (w *Worker) Run(ctx context.Context) error {
-	if err := w.cfg.validate(); err != nil {
-		return err
-	}
 	w.mu.Lock()
 	nHandlers := len(w.handlers)
 	w.mu.Unlock()
@@ -464,33 +450,18 @@ func (w *Worker) session(ctx context.Context) ([]int, error) {
 
 	sctx, endSession := context.WithCancel(ctx)
 	defer endSession()
-	bg, stopBG := context.WithCancel(sctx)
-	var wg sync.WaitGroup
-	defer func() { stopBG(); wg.Wait() }()
-	if !w.cfg.DisableScheduler {
-		s := delayed.New(w.rdb, w.cfg.scheduler(w.parts))
-		wg.Go(func() {
-			if err := s.Run(bg); err != nil {
-				w.log.Error().Err(err).Msg("the delayed-job scheduler stopped")
-			}
-		})
+	// The services run with the session: they end with it, and stopServices waits for them
+	// once the reading has ended.
+	watcher := &partitionWatcher{w: w, changed: endSession}
+	services, err := w.services(watcher)
+	if err != nil {
+		return nil, err
 	}
-	if !w.cfg.DisableRecovery {
-		for _, name := range w.parts {
-			r := recovery.NewRecoverer(w.rdb, w.cfg.recoverer(name))
-			wg.Go(func() {
-				if err := r.Run(bg); err != nil {
-					w.log.Error().Err(err).Str("queue", name).Msg("the recoverer stopped")
-				}
-			})
-		}
+	stopServices, err := service.StartAll(sctx, services...)
+	if err != nil {
+		return nil, fmt.Errorf("pipeline: %w", err)
 	}
-	var next []int
-	wg.Go(func() {
-		if next = w.watchPartitions(bg); next != nil {
-			endSession()
-		}
-	})
+	defer stopServices()
 	go func() {
 		select {
 		case <-router.Running():
@@ -499,12 +470,11 @@ func (w *Worker) session(ctx context.Context) ([]int, error) {
 		}
 	}()
 	err = router.Run(sctx)
-	stopBG()
-	wg.Wait() // next is written
+	stopServices()
 	if err != nil {
 		return nil, fmt.Errorf("pipeline: router: %w", err)
 	}
-	return next, nil
+	return watcher.next, nil // written before its Stop returned
 }
 
 // warnSharedName warns when this worker's name is the consumer name of a worker that was
@@ -658,44 +628,6 @@ func (w *Worker) partitionQueues() {
 func (w *Worker) queue(streamKey string) (*keys.Queue, bool) {
 	q, ok := (*w.queues.Load())[streamKey]
 	return q, ok
-}
-
-// partitionsCheckEvery is how often a running worker reads its queues' partition counts again
-// (one HMGET): the lifetime of the producers' cached counts, so that a worker follows a change
-// about as soon as the last producer does.
-const partitionsCheckEvery = 5 * time.Second
-
-// watchPartitions reads the queues' partition counts every partitionsCheckEvery until ctx ends
-// (it returns nil) or a count differs from w.counts (it returns the new counts). A count that
-// cannot be used (not a number, 0, over MaxPartitions) is logged and otherwise ignored: the
-// worker keeps reading the partitions it has.
-func (w *Worker) watchPartitions(ctx context.Context) []int {
-	t := time.NewTicker(partitionsCheckEvery)
-	defer t.Stop()
-	var logged string
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-t.C:
-		}
-		counts, err := w.readCounts(ctx)
-		if errors.Is(err, ErrInvalid) {
-			if err.Error() != logged { // once per bad value, not every few seconds
-				logged = err.Error()
-				w.log.Error().Err(err).Ints("partitions", w.counts).
-					Msg("a queue's stored partition count is unusable; this worker keeps reading the partitions it has")
-			}
-			continue
-		}
-		if err != nil {
-			continue // an outage is logged by the parts that need Redis
-		}
-		logged = ""
-		if !slices.Equal(counts, w.counts) {
-			return counts
-		}
-	}
 }
 
 // errTimeout is the cause of a handler context whose job ran past its timeout.

@@ -131,10 +131,12 @@ func TestRetriesExhaustedGoesDeadWithGrowingDelays(t *testing.T) {
 	require.EqualValues(t, 2, s.Retried)
 
 	// Replay gives the job a fresh set of attempts.
-	require.NoError(t, pipeline.NewInspector(b.rdb, pipeline.InspectorConfig{}).Replay(t.Context(), b.queue, j.ID))
+	insp, err := pipeline.NewInspector(b.rdb, pipeline.InspectorConfig{})
+	require.NoError(t, err)
+	require.NoError(t, insp.Replay(t.Context(), b.queue, j.ID))
 	require.Eventually(t, func() bool { mu.Lock(); defer mu.Unlock(); return len(starts) >= 4 }, 10*time.Second, 10*time.Millisecond)
-	require.ErrorIs(t, pipeline.NewInspector(b.rdb, pipeline.InspectorConfig{}).Replay(t.Context(), b.queue, "unknown"), pipeline.ErrNotFound)
-	require.ErrorIs(t, pipeline.NewInspector(b.rdb, pipeline.InspectorConfig{}).Replay(t.Context(), b.queue, j.ID), pipeline.ErrNotDead, "it is queued again now")
+	require.ErrorIs(t, insp.Replay(t.Context(), b.queue, "unknown"), pipeline.ErrNotFound)
+	require.ErrorIs(t, insp.Replay(t.Context(), b.queue, j.ID), pipeline.ErrNotDead, "it is queued again now")
 }
 
 func TestFailureKinds(t *testing.T) {
@@ -252,7 +254,9 @@ func TestUnreadableEntriesGoDeadAndConsumptionGoesOn(t *testing.T) {
 		require.NoError(t, b.rdb.XAdd(ctx, &redis.XAddArgs{Stream: b.keys.Stream(), Values: v}).Err())
 	}
 	require.Eventually(t, func() bool { return b.stats(t).Dead == int64(len(garbage)) }, 10*time.Second, 10*time.Millisecond)
-	page, err := pipeline.NewInspector(b.rdb, pipeline.InspectorConfig{}).List(ctx, b.queue, pipeline.StatusFailed, pipeline.Page{Limit: 10})
+	insp, err := pipeline.NewInspector(b.rdb, pipeline.InspectorConfig{})
+	require.NoError(t, err)
+	page, err := insp.List(ctx, b.queue, pipeline.StatusFailed, pipeline.Page{Limit: 10})
 	require.NoError(t, err)
 	dead := page.Jobs
 	require.Len(t, dead, len(garbage))
@@ -274,11 +278,11 @@ func TestUnreadableEntriesGoDeadAndConsumptionGoesOn(t *testing.T) {
 	require.EqualValues(t, len(garbage), b.stats(t).Poison)
 
 	// A dead record of an unreadable entry has nothing to run; replay says so.
-	require.ErrorIs(t, pipeline.NewInspector(b.rdb, pipeline.InspectorConfig{}).Replay(ctx, b.queue, dead[0].ID), pipeline.ErrInvalid)
-	n, err := pipeline.NewInspector(b.rdb, pipeline.InspectorConfig{}).PurgeAll(ctx, b.queue, time.Hour)
+	require.ErrorIs(t, insp.Replay(ctx, b.queue, dead[0].ID), pipeline.ErrInvalid)
+	n, err := insp.PurgeAll(ctx, b.queue, time.Hour)
 	require.NoError(t, err)
 	require.Zero(t, n, "they died just now")
-	n, err = pipeline.NewInspector(b.rdb, pipeline.InspectorConfig{}).PurgeAll(ctx, b.queue, 0)
+	n, err = insp.PurgeAll(ctx, b.queue, 0)
 	require.NoError(t, err)
 	require.Equal(t, len(garbage), n)
 	require.Zero(t, b.stats(t).Dead)
@@ -434,11 +438,12 @@ func TestWorkerRefusesBadConfig(t *testing.T) {
 		{"negative backoff", pipeline.WorkerConfig{Backoff: pipeline.Backoff{Base: -time.Second}}},
 	}
 	for _, tc := range cases {
-		w := pipeline.NewWorker(b.rdb, tc.cfg)
-		w.Handle("echo", echo)
-		require.ErrorIs(t, w.Run(t.Context()), pipeline.ErrInvalid, tc.name)
+		w, err := pipeline.NewWorker(b.rdb, tc.cfg)
+		require.ErrorIs(t, err, pipeline.ErrInvalid, tc.name)
+		require.Nil(t, w)
 	}
-	w := pipeline.NewWorker(b.rdb, pipeline.WorkerConfig{Queues: []string{b.queue}})
+	w, err := pipeline.NewWorker(b.rdb, pipeline.WorkerConfig{Queues: []string{b.queue}})
+	require.NoError(t, err)
 	require.ErrorContains(t, w.Run(t.Context()), "no handlers")
 	require.Panics(t, func() { w.Handle("", echo) })
 	w.Handle("echo", echo)
@@ -449,7 +454,8 @@ func TestWorkerWaitsForRedis(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(t.Context(), 500*time.Millisecond)
 	defer cancel()
-	w := pipeline.NewWorker(redisAt("127.0.0.1:1"), pipeline.WorkerConfig{Logger: testLogger(t)})
+	w, err := pipeline.NewWorker(redisAt("127.0.0.1:1"), pipeline.WorkerConfig{Logger: testLogger(t)})
+	require.NoError(t, err)
 	w.Handle("echo", echo)
 	start := time.Now()
 	require.NoError(t, w.Run(ctx), "an unreachable Redis at start is waited for, not a crash")
@@ -461,7 +467,8 @@ func TestMiddlewareSeesJobs(t *testing.T) {
 	b := setup(t)
 	var seen sync.Map
 	cfg := pipeline.WorkerConfig{Queues: []string{b.queue}, Logger: testLogger(t)}
-	w := pipeline.NewWorker(b.rdb, cfg)
+	w, err := pipeline.NewWorker(b.rdb, cfg)
+	require.NoError(t, err)
 	w.Handle("echo", echo)
 	w.Use(func(h message.HandlerFunc) message.HandlerFunc {
 		return func(m *message.Message) ([]*message.Message, error) {
@@ -513,11 +520,12 @@ func TestWorkerFailsFastWhenRefused(t *testing.T) {
 	require.NoError(t, admin.Do(t.Context(), "ACL", "SETUSER", "noscript", "on", ">pw", "~*", "+@all", "-@scripting").Err())
 	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr, Username: "noscript", Password: "pw"})
 	defer rdb.Close()
-	w := pipeline.NewWorker(rdb, pipeline.WorkerConfig{Logger: testLogger(t)})
+	w, err := pipeline.NewWorker(rdb, pipeline.WorkerConfig{Logger: testLogger(t)})
+	require.NoError(t, err)
 	w.Handle("echo", echo)
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 	defer cancel()
-	err := w.Run(ctx)
+	err = w.Run(ctx)
 	require.ErrorContains(t, err, "NOPERM", "a refusal is reported, not waited out")
 	require.NoError(t, ctx.Err(), "it returned at once")
 }

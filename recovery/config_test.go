@@ -9,7 +9,8 @@ import (
 	"github.com/conveyorq/conveyor/recovery"
 )
 
-func TestConfigValidate(t *testing.T) {
+// NewRecoverer refuses an unusable Config, naming every unusable field at once.
+func TestNewRecovererValidatesConfig(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
 		name string
@@ -40,7 +41,7 @@ func TestConfigValidate(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			err := tc.cfg.Validate()
+			_, err := recovery.NewRecoverer(nil, tc.cfg)
 			if len(tc.bad) == 0 {
 				require.NoError(t, err)
 				return
@@ -53,7 +54,7 @@ func TestConfigValidate(t *testing.T) {
 	}
 }
 
-// An invalid Config is an error from Run and RunOnce, never silently replaced by defaults.
+// An invalid Config is an error from NewRecoverer, never silently replaced by defaults.
 func TestRecovererInvalidConfig(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
@@ -64,19 +65,10 @@ func TestRecovererInvalidConfig(t *testing.T) {
 		{LockTTL: -1},
 		{BatchSize: recovery.MaxBatchSize + 1},
 	} {
-		r := b.recoverer(cfg)
-		res, ran, err := r.RunOnce(t.Context())
+		cfg.Queue = b.queue
+		r, err := recovery.NewRecoverer(b.rdb, cfg)
 		require.ErrorIs(t, err, recovery.ErrInvalidConfig)
-		require.False(t, ran)
-		require.Equal(t, recovery.Result{}, res)
-		done := make(chan error, 1)
-		go func() { done <- r.Run(t.Context()) }()
-		select {
-		case err := <-done:
-			require.ErrorIs(t, err, recovery.ErrInvalidConfig)
-		case <-time.After(10 * time.Second):
-			t.Fatal("Run of an invalid Config did not return")
-		}
+		require.Nil(t, r)
 	}
 	requireUntouched(t, b, f)
 }

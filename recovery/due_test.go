@@ -23,7 +23,8 @@ func TestRecovererRequeuesAtFirstDueScan(t *testing.T) {
 	f := deliverOne(t, b, 0)
 	// Interval 1s: a gap is a silence of 1.5s (half the timeout), which the steps below, one
 	// call after another, stay far from even on a loaded host.
-	r := recovery.NewRecoverer(b.rdb, recovery.Config{Queue: b.queue, VisibilityTimeout: vt, Interval: time.Second})
+	r, err := recovery.NewRecoverer(b.rdb, recovery.Config{Queue: b.queue, VisibilityTimeout: vt, Interval: time.Second})
+	require.NoError(t, err)
 	for try := 1; ; try++ {
 		require.LessOrEqual(t, try, 5, "the recoverer saw a gap in its observation of Redis at every try")
 		// Watch Redis for a lease period while the entry's worker renews it (idle 0).

@@ -65,7 +65,10 @@ func ExampleRecoverer_RunOnce() {
 	defer rdb.Close()
 	ctx := context.Background()
 
-	c := pipeline.NewClient(rdb, pipeline.ClientConfig{})
+	c, err := pipeline.NewClient(rdb, pipeline.ClientConfig{})
+	if err != nil {
+		panic(err)
+	}
 	j, _ := c.Enqueue(ctx, "emails", pipeline.Task{Type: "welcome"})
 	// A worker reads the job, then dies before it finishes.
 	q := keys.New(keys.DefaultPrefix, "emails")
@@ -74,8 +77,11 @@ func ExampleRecoverer_RunOnce() {
 		Streams: []string{q.Stream(), ">"}, Count: 1})
 	time.Sleep(350 * time.Millisecond)
 
-	r := recovery.NewRecoverer(rdb, recovery.Config{Queue: "emails",
+	r, err := recovery.NewRecoverer(rdb, recovery.Config{Queue: "emails",
 		VisibilityTimeout: 300 * time.Millisecond, Interval: 100 * time.Millisecond})
+	if err != nil {
+		panic(err)
+	}
 	res, scanned, err := r.RunOnce(ctx)
 	if err != nil {
 		fmt.Println("error:", err)

@@ -5,6 +5,9 @@ import (
 	"time"
 )
 
+// MinVisibilityTimeout is minVisibilityTimeout, for tests.
+const MinVisibilityTimeout = minVisibilityTimeout
+
 // ErrFenced is errFenced, for tests.
 var ErrFenced = errFenced
 

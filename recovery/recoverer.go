@@ -113,6 +113,7 @@ import (
 	"github.com/conveyorq/conveyor/internal/jobstate"
 	"github.com/conveyorq/conveyor/internal/keys"
 	"github.com/conveyorq/conveyor/internal/rediserr"
+	"github.com/conveyorq/conveyor/internal/service"
 )
 
 // Defaults of Config.
@@ -132,22 +133,24 @@ const (
 
 // Limits of Config.
 const (
-	// MinVisibilityTimeout is the shortest visibility timeout: workers renew leases every third
-	// of it, and Redis keeps idle times in milliseconds.
-	MinVisibilityTimeout = 3 * time.Millisecond
+	// minVisibilityTimeout is the shortest visibility timeout a Recoverer takes: workers renew
+	// leases every third of it, and Redis keeps idle times in milliseconds. A pipeline.Worker
+	// asks more (pipeline.MinVisibilityTimeout); this lower bound lets tests of this package
+	// recover within milliseconds.
+	minVisibilityTimeout = 3 * time.Millisecond
 	// MaxBatchSize bounds BatchSize: the recover script takes a batch's entry ids as arguments
 	// and holds Redis while it works through them.
 	MaxBatchSize = 1000
 )
 
-// ErrInvalidConfig is wrapped by the errors of Config.Validate.
+// ErrInvalidConfig is wrapped by NewRecoverer's errors about its Config.
 var ErrInvalidConfig = errors.New("recovery: invalid config")
 
 // Config configures a Recoverer.
 //
 // Every field has one meaning per value: zero means the documented default; a negative or
-// otherwise unusable value makes Validate, and so Run and RunOnce, return an error (wrapping
-// ErrInvalidConfig) instead of being replaced; and a feature is turned off by a boolean field
+// otherwise unusable value makes NewRecoverer return an error (wrapping ErrInvalidConfig)
+// instead of being replaced; and a feature is turned off by a boolean field
 // of its own (DisableLock), never by a special value of another field.
 type Config struct {
 	// Prefix starts every key. Defaults to "conveyor".
@@ -159,7 +162,7 @@ type Config struct {
 	// VisibilityTimeout is how long an entry may go without a lease renewal before its job
 	// may be recovered: by the first scan after that, if this Recoverer has watched Redis
 	// without a gap for a third of it (see Trust in the package documentation). Workers must
-	// renew their leases at least every third of it. At least MinVisibilityTimeout. Defaults
+	// renew their leases at least every third of it. At least 3ms. Defaults
 	// to DefaultVisibilityTimeout.
 	VisibilityTimeout time.Duration
 	// Interval is the time between scans, at least a millisecond. A recovery comes up to an
@@ -197,9 +200,9 @@ type Config struct {
 	OnScan func(Result)
 }
 
-// Validate reports what in c is unusable (see Config), all of it at once; nil if nothing.
+// validate reports what in c is unusable (see Config), all of it at once; nil if nothing.
 // Zero values are fine: they mean the defaults.
-func (c Config) Validate() error {
+func (c Config) validate() error {
 	var errs []error
 	bad := func(format string, args ...any) {
 		errs = append(errs, fmt.Errorf("%w: "+format, append([]any{ErrInvalidConfig}, args...)...))
@@ -207,9 +210,9 @@ func (c Config) Validate() error {
 	if err := keys.ValidatePartition(c.Queue); err != nil {
 		bad("Queue: %v", err)
 	}
-	if c.VisibilityTimeout < 0 || c.VisibilityTimeout > 0 && c.VisibilityTimeout < MinVisibilityTimeout {
+	if c.VisibilityTimeout < 0 || c.VisibilityTimeout > 0 && c.VisibilityTimeout < minVisibilityTimeout {
 		bad("VisibilityTimeout is %v; it must be at least %v, so that workers can renew leases every third of it (zero means %v)",
-			c.VisibilityTimeout, MinVisibilityTimeout, DefaultVisibilityTimeout)
+			c.VisibilityTimeout, minVisibilityTimeout, DefaultVisibilityTimeout)
 	}
 	for _, d := range []struct {
 		name string
@@ -282,11 +285,11 @@ func (r *Result) add(o Result) {
 type Recoverer struct {
 	rdb   redis.UniversalClient
 	cfg   Config
-	err   error // from Config.Validate: Run and RunOnce return it
 	q     keys.Queue
 	lock  *Lock
 	log   zerolog.Logger
 	watch *watch
+	loop  service.Loop
 
 	requeued atomic.Int64
 	dead     atomic.Int64
@@ -295,37 +298,47 @@ type Recoverer struct {
 	skew      atomic.Int64 // tests only: added to Redis's clock readings (ns)
 }
 
-// NewRecoverer returns a Recoverer for cfg.Queue. If cfg is not valid (Config.Validate), the
-// Recoverer does nothing: its Run and RunOnce return the error.
-func NewRecoverer(rdb redis.UniversalClient, cfg Config) *Recoverer {
-	r := &Recoverer{rdb: rdb, err: cfg.Validate()}
+// NewRecoverer returns a Recoverer for cfg.Queue, or the error (wrapping ErrInvalidConfig) of
+// an unusable cfg.
+func NewRecoverer(rdb redis.UniversalClient, cfg Config) (*Recoverer, error) {
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	r := &Recoverer{rdb: rdb}
 	lq := keys.New("", cfg.Queue)
 	lc := cfg.Logger.With().Str("component", "recoverer").Str("queue", lq.Name())
 	if lq.Tag() != lq.Name() {
 		lc = lc.Int("partition", lq.Partition()) // job lines name the user's queue, and where
 	}
 	r.log = lc.Logger()
-	if r.err != nil {
-		return r
-	}
 	r.cfg = cfg.withDefaults()
 	r.q = keys.New(r.cfg.Prefix, r.cfg.Queue)
 	r.lock = NewLock(rdb, r.q.RecoveryLock(), r.cfg.LockTTL)
 	r.watch = newWatch(r.cfg, &r.log)
-	return r
+	return r, nil
 }
 
 // Totals returns how many jobs this Recoverer put back and moved to the dead set so far.
 func (r *Recoverer) Totals() (requeued, dead int64) { return r.requeued.Load(), r.dead.Load() }
 
+// Name names the Recoverer in a worker's logs.
+func (r *Recoverer) Name() string { return "recoverer " + r.cfg.Queue }
+
+// Start runs Run on a goroutine of its own until Stop or until ctx ends, for a worker that
+// starts its background parts from a list.
+func (r *Recoverer) Start(ctx context.Context) error {
+	r.loop.Start(ctx, func(ctx context.Context) { _ = r.Run(ctx) }) // Run returns nil
+	return nil
+}
+
+// Stop ends what Start started and returns once it has ended.
+func (r *Recoverer) Stop() { r.loop.Stop() }
+
 // Run scans at once, then every Interval (with a little jitter so replicas do not fire
-// together), until ctx ends; it returns nil then, or at once the error of an invalid Config.
-// When Interval is longer than a quarter of the visibility timeout, Run also reads Redis's
-// clock between scans, so that its observation of Redis has no gap (see Trust).
+// together), until ctx ends; it returns nil then. When Interval is longer than a quarter of
+// the visibility timeout, Run also reads Redis's clock between scans, so that its observation
+// of Redis has no gap (see Trust).
 func (r *Recoverer) Run(ctx context.Context) error {
-	if r.err != nil {
-		return r.err
-	}
 	probe := r.watch.probeEvery()
 	var failingSince time.Time // the first of the scans failing in a row, if any
 	for {
@@ -374,9 +387,6 @@ func (r *Recoverer) Run(ctx context.Context) error {
 // have no gap, call RunOnce at least every Interval, as Run does.
 func (r *Recoverer) RunOnce(ctx context.Context) (Result, bool, error) {
 	var res Result
-	if r.err != nil {
-		return res, false, r.err
-	}
 	if err := r.readClock(ctx); err != nil {
 		return res, false, err
 	}

@@ -43,9 +43,11 @@ func setup(t *testing.T) *testBundle {
 	t.Helper()
 	rdb := redistest.Client(t)
 	queue := redistest.UniqueName(t)
+	client, err := pipeline.NewClient(rdb, pipeline.ClientConfig{})
+	require.NoError(t, err)
 	return &testBundle{
 		rdb:    rdb,
-		client: pipeline.NewClient(rdb, pipeline.ClientConfig{}),
+		client: client,
 		queue:  queue,
 		q:      keys.New(keys.DefaultPrefix, queue),
 	}
@@ -53,12 +55,15 @@ func setup(t *testing.T) *testBundle {
 
 // recoverer returns a Recoverer of b's queue that skips the trust in its own observation of
 // Redis (see trust_test.go for that), so that one scan recovers what is idle.
-func (b *testBundle) recoverer(cfg recovery.Config) *recovery.Recoverer {
+func (b *testBundle) recoverer(t *testing.T, cfg recovery.Config) *recovery.Recoverer {
+	t.Helper()
 	cfg.Queue = b.queue
 	if cfg.VisibilityTimeout == 0 {
 		cfg.VisibilityTimeout = testVisibility
 	}
-	return recovery.NewRecoverer(b.rdb, cfg).SkipTrust()
+	r, err := recovery.NewRecoverer(b.rdb, cfg)
+	require.NoError(t, err)
+	return r.SkipTrust()
 }
 
 func (b *testBundle) enqueue(t *testing.T, opts ...pipeline.Option) *pipeline.Job {
@@ -345,7 +350,7 @@ func TestRecovererRunOnce(t *testing.T) {
 			name: "AttemptAtMaxGoesDead",
 			setup: func(t *testing.T, b *testBundle) idleEntry {
 				f := deliverOne(t, b, deadIdle, pipeline.WithMaxRetries(2))
-				r := b.recoverer(recovery.Config{})
+				r := b.recoverer(t, recovery.Config{})
 				for n := 1; n <= 2; n++ {
 					res, ran, err := r.RunOnce(t.Context())
 					require.NoError(t, err)
@@ -518,7 +523,7 @@ func TestRecovererRunOnce(t *testing.T) {
 			t.Parallel()
 			b := setup(t)
 			f := tc.setup(t, b)
-			r := b.recoverer(recovery.Config{})
+			r := b.recoverer(t, recovery.Config{})
 			res, ran, err := r.RunOnce(t.Context())
 			require.NoError(t, err)
 			require.True(t, ran)
@@ -539,7 +544,7 @@ func TestRecovererTotals(t *testing.T) {
 	b := setup(t)
 	deliverOne(t, b, deadIdle)
 	deliverOne(t, b, deadIdle, pipeline.WithMaxRetries(0))
-	r := b.recoverer(recovery.Config{})
+	r := b.recoverer(t, recovery.Config{})
 	res, _, err := r.RunOnce(t.Context())
 	require.NoError(t, err)
 	require.Equal(t, recovery.Result{Requeued: 1, Dead: 1}, res)
@@ -553,7 +558,7 @@ func TestRecovererSkipsWhileLockHeld(t *testing.T) {
 	b := setup(t)
 	f := deliverOne(t, b, deadIdle)
 	require.NoError(t, b.rdb.Set(t.Context(), b.q.RecoveryLock(), "another-process", time.Minute).Err())
-	res, ran, err := b.recoverer(recovery.Config{}).RunOnce(t.Context())
+	res, ran, err := b.recoverer(t, recovery.Config{}).RunOnce(t.Context())
 	require.NoError(t, err)
 	require.False(t, ran)
 	require.Equal(t, recovery.Result{}, res)
@@ -571,7 +576,7 @@ func TestRecovererFence(t *testing.T) {
 		// Now is read inside the scan right before the script runs: the moment to lose the
 		// lock to a stall past the TTL.
 		var stole atomic.Bool
-		r := b.recoverer(recovery.Config{Now: func() time.Time {
+		r := b.recoverer(t, recovery.Config{Now: func() time.Time {
 			require.NoError(t, b.rdb.Set(context.Background(), b.q.RecoveryLock(), "thief", time.Minute).Err())
 			stole.Store(true)
 			return time.Now()
@@ -590,7 +595,7 @@ func TestRecovererFence(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
 		f := deliverOne(t, b, deadIdle)
-		r := b.recoverer(recovery.Config{})
+		r := b.recoverer(t, recovery.Config{})
 		for _, held := range []string{"", "someone-else"} { // lock free, lock held by another
 			if held != "" {
 				require.NoError(t, b.rdb.Set(t.Context(), b.q.RecoveryLock(), held, time.Minute).Err())
@@ -614,7 +619,7 @@ func TestRecovererLeaseRenewedDuringScan(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	f := deliverOne(t, b, deadIdle)
-	r := b.recoverer(recovery.Config{Now: func() time.Time {
+	r := b.recoverer(t, recovery.Config{Now: func() time.Time {
 		require.NoError(t, b.rdb.Do(context.Background(), "XCLAIM", b.q.Stream(), keys.Group,
 			f.consumer, 0, f.entry, "JUSTID").Err())
 		return time.Now()
@@ -648,7 +653,7 @@ func TestRecovererConcurrent(t *testing.T) {
 			)
 			start := make(chan struct{})
 			for range 5 {
-				r := b.recoverer(recovery.Config{DisableLock: disableLock, BatchSize: 20})
+				r := b.recoverer(t, recovery.Config{DisableLock: disableLock, BatchSize: 20})
 				wg.Go(func() {
 					<-start
 					res, ran, err := r.RunOnce(t.Context())
@@ -726,7 +731,7 @@ func TestRecovererPagination(t *testing.T) {
 			if len(idle) > 0 {
 				b.makeIdle(t, "lost", deadIdle, idle...)
 			}
-			res, ran, err := b.recoverer(recovery.Config{BatchSize: tc.batch}).RunOnce(t.Context())
+			res, ran, err := b.recoverer(t, recovery.Config{BatchSize: tc.batch}).RunOnce(t.Context())
 			require.NoError(t, err)
 			require.True(t, ran)
 			require.Equal(t, recovery.Result{Requeued: len(idle)}, res)
@@ -805,9 +810,10 @@ func TestRecovererRun(t *testing.T) {
 		f := deliverOne(t, b, deadIdle)
 		h := &scanHook{}
 		const interval = 500 * time.Millisecond
-		r := recovery.NewRecoverer(hookedClient(t, h), recovery.Config{
+		r, err := recovery.NewRecoverer(hookedClient(t, h), recovery.Config{
 			Queue: b.queue, VisibilityTimeout: testVisibility, Interval: interval,
 		})
+		require.NoError(t, err)
 		ctx, cancel := context.WithCancel(t.Context())
 		done := make(chan error, 1)
 		begin := time.Now()
@@ -857,7 +863,8 @@ func TestRecovererRun(t *testing.T) {
 		b := setup(t)
 		const vt = 400 * time.Millisecond
 		f := deliverOne(t, b, deadIdle)
-		r := recovery.NewRecoverer(b.rdb, recovery.Config{Queue: b.queue, VisibilityTimeout: vt, Interval: vt})
+		r, err := recovery.NewRecoverer(b.rdb, recovery.Config{Queue: b.queue, VisibilityTimeout: vt, Interval: vt})
+		require.NoError(t, err)
 		ctx, cancel := context.WithCancel(t.Context())
 		done := make(chan error, 1)
 		go func() { done <- r.Run(ctx) }()
@@ -868,10 +875,25 @@ func TestRecovererRun(t *testing.T) {
 		require.NoError(t, <-done)
 	})
 
+	// Start runs Run in the background, as a worker's list of services does; Stop returns
+	// once it has stopped, even in the middle of an hour's wait.
+	t.Run("StartStop", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		f := deliverOne(t, b, deadIdle)
+		r := b.recoverer(t, recovery.Config{Interval: time.Hour})
+		require.NoError(t, r.Start(t.Context()))
+		require.Eventually(t, func() bool { return b.get(t, f.job.ID).Entry != f.entry }, 30*time.Second, 10*time.Millisecond,
+			"the first scan runs at once")
+		r.Stop()
+		r.Stop() // stopped already: nothing to do
+		requireRequeued(t, b, f, 1)
+	})
+
 	t.Run("StopsWhenContextEndsDuringWait", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
-		r := b.recoverer(recovery.Config{Interval: time.Hour})
+		r := b.recoverer(t, recovery.Config{Interval: time.Hour})
 		ctx, cancel := context.WithCancel(t.Context())
 		done := make(chan error, 1)
 		go func() { done <- r.Run(ctx) }()
@@ -896,10 +918,11 @@ func TestRecovererRun(t *testing.T) {
 			ctx, cancel := context.WithCancel(t.Context())
 			var wg sync.WaitGroup
 			for range 2 {
-				r := recovery.NewRecoverer(hookedClient(t, h), recovery.Config{
+				r, err := recovery.NewRecoverer(hookedClient(t, h), recovery.Config{
 					Queue: b.queue, VisibilityTimeout: testVisibility, Interval: 15 * time.Millisecond,
 					LockTTL: 5 * time.Second, DisableLock: disableLock,
 				})
+				require.NoError(t, err)
 				wg.Go(func() {
 					if err := r.Run(ctx); err != nil {
 						t.Error(err)
@@ -927,7 +950,7 @@ func TestRecovererPrunesStoppedConsumers(t *testing.T) {
 	b.enqueueN(t, 1)
 	b.deliver(t, "busy", 1) // holds a pending entry: not deleted while it does
 	require.NoError(t, b.rdb.XGroupCreateConsumer(ctx, b.q.Stream(), keys.Group, "stopped").Err())
-	r := b.recoverer(recovery.Config{VisibilityTimeout: time.Hour, ConsumerTTL: 300 * time.Millisecond})
+	r := b.recoverer(t, recovery.Config{VisibilityTimeout: time.Hour, ConsumerTTL: 300 * time.Millisecond})
 	time.Sleep(400 * time.Millisecond)
 	require.NoError(t, b.rdb.XGroupCreateConsumer(ctx, b.q.Stream(), keys.Group, "fresh").Err())
 
@@ -937,7 +960,7 @@ func TestRecovererPrunesStoppedConsumers(t *testing.T) {
 	require.True(t, ran)
 	require.Zero(t, res.Pruned)
 
-	r = b.recoverer(recovery.Config{VisibilityTimeout: 100 * time.Millisecond, ConsumerTTL: 300 * time.Millisecond})
+	r = b.recoverer(t, recovery.Config{VisibilityTimeout: 100 * time.Millisecond, ConsumerTTL: 300 * time.Millisecond})
 	res, _, err = r.RunOnce(ctx)
 	require.NoError(t, err)
 	// The scan recovers busy's entry first (idle past the visibility timeout; nothing renews
@@ -961,7 +984,7 @@ func TestRecovererNeverPrunesConsumersWithPendingEntries(t *testing.T) {
 	b.deliver(t, "holder", 3)
 	require.NoError(t, b.rdb.XGroupCreateConsumer(ctx, b.q.Stream(), keys.Group, "empty").Err())
 	// Any idle time qualifies: only pending entries protect a consumer.
-	n, err := b.recoverer(recovery.Config{}).PruneOlderThan(ctx, 0)
+	n, err := b.recoverer(t, recovery.Config{}).PruneOlderThan(ctx, 0)
 	require.NoError(t, err)
 	require.Equal(t, 1, n, "only the consumer with nothing pending goes")
 	consumers, err := b.rdb.XInfoConsumers(ctx, b.q.Stream(), keys.Group).Result()
@@ -986,14 +1009,14 @@ func TestRecovererHooks(t *testing.T) {
 		},
 		OnScan: func(res recovery.Result) { events = append(events, fmt.Sprintf("scan %d", res.Requeued)) },
 	}
-	_, ran, err := b.recoverer(cfg).RunOnce(t.Context())
+	_, ran, err := b.recoverer(t, cfg).RunOnce(t.Context())
 	require.NoError(t, err)
 	require.True(t, ran)
 	require.Equal(t, []string{"lock true (key set: true)", "lock false (key set: false)", "scan 1"}, events)
 
 	events = nil
 	require.NoError(t, b.rdb.Set(t.Context(), b.q.RecoveryLock(), "another-process", time.Minute).Err())
-	_, ran, err = b.recoverer(cfg).RunOnce(t.Context())
+	_, ran, err = b.recoverer(t, cfg).RunOnce(t.Context())
 	require.NoError(t, err)
 	require.False(t, ran)
 	require.Empty(t, events)
@@ -1017,7 +1040,7 @@ func TestRecoveryAnnouncesEvents(t *testing.T) {
 			b := setup(t)
 			next := jobtest.Listen(t, b.rdb, b.q.Events())
 			f := deliverOne(t, b, deadIdle, tc.opts...)
-			_, _, err := b.recoverer(recovery.Config{}).RunOnce(t.Context())
+			_, _, err := b.recoverer(t, recovery.Config{}).RunOnce(t.Context())
 			require.NoError(t, err)
 			require.Equal(t, []events.Event{{ID: f.job.ID, Status: tc.want, Attempt: 1}}, next())
 		})

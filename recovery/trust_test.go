@@ -150,9 +150,10 @@ func startLive(t *testing.T, rdb *redis.Client, addr string, hooks ...redis.Hook
 		t.Cleanup(func() { _ = c.Close() })
 		return c
 	}
-	l := &live{rdb: rdb, jobs: pipeline.NewClient(rdb, pipeline.ClientConfig{}), queue: redistest.UniqueName(t)}
+	jobs, err := pipeline.NewClient(rdb, pipeline.ClientConfig{})
+	require.NoError(t, err)
+	l := &live{rdb: rdb, jobs: jobs, queue: redistest.UniqueName(t)}
 	l.q = keys.New(keys.DefaultPrefix, l.queue)
-	var err error
 	l.job, err = l.jobs.Enqueue(ctx, l.queue, pipeline.Task{Type: "test"})
 	require.NoError(t, err)
 	require.NoError(t, rdb.XGroupCreateMkStream(ctx, l.q.Stream(), keys.Group, "0").Err())
@@ -176,8 +177,9 @@ func startLive(t *testing.T, rdb *redis.Client, addr string, hooks ...redis.Hook
 	for _, h := range hooks {
 		rc.AddHook(h)
 	}
-	l.r = recovery.NewRecoverer(rc, recovery.Config{Queue: l.queue, VisibilityTimeout: liveVT,
+	l.r, err = recovery.NewRecoverer(rc, recovery.Config{Queue: l.queue, VisibilityTimeout: liveVT,
 		Interval: 100 * time.Millisecond})
+	require.NoError(t, err)
 	var rctx context.Context
 	rctx, l.stopRecoverer = context.WithCancel(ctx)
 	t.Cleanup(l.stopRecoverer)
@@ -334,7 +336,8 @@ func TestRecovererFirstScansDefer(t *testing.T) {
 	b := setup(t)
 	const vt = 600 * time.Millisecond
 	f := deliverOne(t, b, deadIdle)
-	r := recovery.NewRecoverer(b.rdb, recovery.Config{Queue: b.queue, VisibilityTimeout: vt, Interval: 100 * time.Millisecond})
+	r, err := recovery.NewRecoverer(b.rdb, recovery.Config{Queue: b.queue, VisibilityTimeout: vt, Interval: 100 * time.Millisecond})
+	require.NoError(t, err)
 	begin := time.Now()
 	res, ran, err := r.RunOnce(t.Context())
 	require.NoError(t, err)
@@ -365,8 +368,9 @@ func TestRecovererPrunesOnlyOnceTrusted(t *testing.T) {
 	b.deliver(t, "busy", 1)
 	require.NoError(t, b.rdb.XGroupCreateConsumer(t.Context(), b.q.Stream(), keys.Group, "stopped").Err())
 	time.Sleep(4 * vt) // "stopped" idles past ConsumerTTL
-	r := recovery.NewRecoverer(b.rdb, recovery.Config{Queue: b.queue, VisibilityTimeout: vt,
+	r, err := recovery.NewRecoverer(b.rdb, recovery.Config{Queue: b.queue, VisibilityTimeout: vt,
 		Interval: 100 * time.Millisecond, ConsumerTTL: time.Millisecond})
+	require.NoError(t, err)
 	res, ran, err := r.RunOnce(t.Context())
 	require.NoError(t, err)
 	require.True(t, ran)

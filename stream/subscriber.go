@@ -20,7 +20,10 @@ import (
 
 // Defaults of Config.
 const (
-	DefaultConcurrency     = 100
+	// defaultConcurrency is unexported: pipeline.Worker, which sets Concurrency itself, has a
+	// default of its own (pipeline.DefaultConcurrency), and two exported defaults for one
+	// setting would disagree.
+	defaultConcurrency     = 100
 	DefaultBatchSize       = 100
 	DefaultBlockTime       = 250 * time.Millisecond
 	DefaultLeaseInterval   = 10 * time.Second
@@ -63,7 +66,7 @@ type Config struct {
 	// is a hard bound: a reader reserves its slots before each XREADGROUP (COUNT is what it
 	// reserved) and gives back what the read did not use. A topic whose last read found
 	// nothing reserves one slot while its read blocks, and readers waiting for slots are
-	// served in turn, so no topic starves another. Defaults to DefaultConcurrency.
+	// served in turn, so no topic starves another. Defaults to 100.
 	Concurrency int
 	// BatchSize bounds the COUNT of one XREADGROUP. Defaults to DefaultBatchSize.
 	BatchSize int
@@ -120,7 +123,7 @@ func (c Config) withDefaults() Config {
 	if c.Unmarshaller == nil {
 		c.Unmarshaller = DefaultUnmarshaller{}
 	}
-	c.Concurrency = cmp.Or(c.Concurrency, DefaultConcurrency)
+	c.Concurrency = cmp.Or(c.Concurrency, defaultConcurrency)
 	c.BatchSize = cmp.Or(c.BatchSize, DefaultBatchSize)
 	c.BlockTime = cmp.Or(c.BlockTime, DefaultBlockTime)
 	c.LeaseInterval = cmp.Or(c.LeaseInterval, DefaultLeaseInterval)
@@ -144,7 +147,7 @@ func (c Config) validate() error {
 		bad("Config.Group is empty")
 	}
 	if c.Concurrency < 0 {
-		bad("Config.Concurrency is %d; it must be positive (zero means %d)", c.Concurrency, DefaultConcurrency)
+		bad("Config.Concurrency is %d; it must be positive (zero means %d)", c.Concurrency, defaultConcurrency)
 	}
 	if c.BatchSize < 0 {
 		bad("Config.BatchSize is %d; it must be positive (zero means %d)", c.BatchSize, DefaultBatchSize)

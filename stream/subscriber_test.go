@@ -836,7 +836,7 @@ func TestConfig(t *testing.T) {
 			} {
 				assert.Equal(t, cmp.Or(d.set, d.wantDflt), d.got, d.name)
 			}
-			assert.Equal(t, cmp.Or(tc.cfg.Concurrency, DefaultConcurrency), sub.cfg.Concurrency)
+			assert.Equal(t, cmp.Or(tc.cfg.Concurrency, defaultConcurrency), sub.cfg.Concurrency)
 			assert.Equal(t, cmp.Or(tc.cfg.BatchSize, DefaultBatchSize), sub.cfg.BatchSize)
 			require.NoError(t, sub.Close())
 			require.NoError(t, sub.Close())

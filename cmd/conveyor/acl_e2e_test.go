@@ -54,7 +54,9 @@ func TestACLUser(t *testing.T) {
 
 	// And the library's Client directly, as an application would use it.
 	rdb := dialOrFail(t, url)
-	_, err := pipeline.NewClient(rdb, pipeline.ClientConfig{}).EnqueueBatch(context.Background(), "acl",
+	client, err := pipeline.NewClient(rdb, pipeline.ClientConfig{})
+	require.NoError(t, err)
+	_, err = client.EnqueueBatch(context.Background(), "acl",
 		[]pipeline.Task{{Type: "echo"}, {Type: "echo", Opts: []pipeline.Option{pipeline.WithUnique("u", time.Minute)}}})
 	require.NoError(t, err)
 }

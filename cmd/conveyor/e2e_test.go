@@ -344,7 +344,8 @@ func testFailing(t *testing.T, c *cli) {
 	// Attempt n's started_at stays visible until attempt n+1 starts, at least one backoff
 	// delay (375ms or more) later; polling Redis directly every 10ms sees every attempt (a
 	// `conveyor status` process per poll could miss one on a loaded machine).
-	client := pipeline.NewClient(c.rdb, pipeline.ClientConfig{})
+	client, err := pipeline.NewClient(c.rdb, pipeline.ClientConfig{})
+	require.NoError(t, err)
 	starts := map[int]int64{}
 	waitFor(t, 30*time.Second, 10*time.Millisecond, "the job to fail for good", func() bool {
 		got, err := client.Get(t.Context(), q, id)

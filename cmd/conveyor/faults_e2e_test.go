@@ -119,7 +119,8 @@ func (f *faultRun) startWorkers(t *testing.T) {
 func (f *faultRun) produce(t *testing.T, fault func(ctx context.Context)) {
 	rdb := redis.NewClient(mustParseURL(t, f.c.url))
 	defer rdb.Close()
-	client := pipeline.NewClient(rdb, pipeline.ClientConfig{})
+	client, err := pipeline.NewClient(rdb, pipeline.ClientConfig{})
+	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
 	faultDone := make(chan struct{})
@@ -170,7 +171,8 @@ func mustParseURL(t *testing.T, url string) *redis.Options {
 // check waits until every acknowledged job is final, then compares each with what its
 // handler earned.
 func (f *faultRun) check(t *testing.T) {
-	client := pipeline.NewClient(f.direct, pipeline.ClientConfig{})
+	client, err := pipeline.NewClient(f.direct, pipeline.ClientConfig{})
+	require.NoError(t, err)
 	ctx := t.Context()
 	var wrong []string
 	waitFor(t, 90*time.Second, 200*time.Millisecond, "every job final", func() bool {

@@ -99,7 +99,8 @@ func runOutage(t *testing.T, bin string, srv *redistest.Server, partitions int, 
 		})
 	}
 	prod := startProducer(t, c, q)
-	client := pipeline.NewClient(c.rdb, pipeline.ClientConfig{})
+	client, err := pipeline.NewClient(c.rdb, pipeline.ClientConfig{})
+	require.NoError(t, err)
 	waitFor(t, 20*time.Second, 50*time.Millisecond, "jobs to flow", func() bool {
 		s, err := client.Stats(t.Context(), q)
 		return err == nil && s.Completed >= 10
@@ -398,7 +399,8 @@ func runAOFCrash(t *testing.T, bin string, args ...string) *aofCrash {
 	r := &aofCrash{c: &cli{bin: bin, url: srv.URL(), rdb: srv.Client(t)}, queue: redistest.UniqueName(t)}
 	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr, DialTimeout: time.Second})
 	defer rdb.Close()
-	client := pipeline.NewClient(rdb, pipeline.ClientConfig{})
+	client, err := pipeline.NewClient(rdb, pipeline.ClientConfig{})
+	require.NoError(t, err)
 
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
@@ -460,8 +462,10 @@ func runAOFCrash(t *testing.T, bin string, args ...string) *aofCrash {
 	cancel()
 	wg.Wait()
 
+	reader, err := pipeline.NewClient(r.c.rdb, pipeline.ClientConfig{})
+	require.NoError(t, err)
 	for _, id := range r.ledger {
-		_, err := pipeline.NewClient(r.c.rdb, pipeline.ClientConfig{}).Get(t.Context(), r.queue, id)
+		_, err := reader.Get(t.Context(), r.queue, id)
 		if errors.Is(err, pipeline.ErrNotFound) {
 			r.lost = append(r.lost, id)
 			continue
@@ -487,7 +491,9 @@ func (r *aofCrash) complete(t *testing.T) {
 			kept = append(kept, id)
 		}
 	}
-	waitLedgerFinal(t, pipeline.NewClient(r.c.rdb, pipeline.ClientConfig{}), r.queue, kept)
+	client, err := pipeline.NewClient(r.c.rdb, pipeline.ClientConfig{})
+	require.NoError(t, err)
+	waitLedgerFinal(t, client, r.queue, kept)
 	require.Equal(t, 0, w.stop(t))
 }
 
@@ -505,7 +511,8 @@ func BenchmarkEnqueueAppendfsync(b *testing.B) {
 			srv := redistest.Start(b, redistest.WithArgs("--appendonly", s.appendonly, "--appendfsync", s.fsync))
 			rdb := redis.NewClient(&redis.Options{Addr: srv.Addr, PoolSize: 32})
 			defer rdb.Close()
-			client := pipeline.NewClient(rdb, pipeline.ClientConfig{})
+			client, err := pipeline.NewClient(rdb, pipeline.ClientConfig{})
+			require.NoError(b, err)
 			task := pipeline.Task{Type: handlers.TypeEcho, Payload: bytes.Repeat([]byte("x"), 100)}
 			ctx := context.Background()
 			b.Run("Serial", func(b *testing.B) {

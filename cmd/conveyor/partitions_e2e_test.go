@@ -71,12 +71,14 @@ func testPartitions(t *testing.T, c *cli) {
 func testPartitionChangeUnderLoad(t *testing.T, c *cli) {
 	ctx := t.Context()
 	queue := redistest.UniqueName(t)
-	insp := pipeline.NewInspector(c.rdb, pipeline.InspectorConfig{})
+	insp, err := pipeline.NewInspector(c.rdb, pipeline.InspectorConfig{})
+	require.NoError(t, err)
 	var ran sync.Map      // job ids the worker ran
 	var ranN atomic.Int64 // how many
-	w := pipeline.NewWorker(c.rdb, pipeline.WorkerConfig{Queues: []string{queue}, Concurrency: 20,
+	w, err := pipeline.NewWorker(c.rdb, pipeline.WorkerConfig{Queues: []string{queue}, Concurrency: 20,
 		Retention: pipeline.RetainNone, MinRetention: time.Millisecond, FlushInterval: time.Millisecond,
 		Logger: zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.InfoLevel)})
+	require.NoError(t, err)
 	w.Handle("t", func(_ context.Context, j *pipeline.Job) ([]byte, error) {
 		ran.Store(j.ID, true)
 		ranN.Add(1)

@@ -77,11 +77,16 @@ func publishIDs(t *testing.T, c *cli, args ...string) []string {
 	return ids
 }
 
-func (c *cli) client() *pipeline.Client { return pipeline.NewClient(c.rdb, pipeline.ClientConfig{}) }
+func (c *cli) client(t *testing.T) *pipeline.Client {
+	t.Helper()
+	client, err := pipeline.NewClient(c.rdb, pipeline.ClientConfig{})
+	require.NoError(t, err)
+	return client
+}
 
 func (c *cli) job(t *testing.T, q, id string) *pipeline.Job {
 	t.Helper()
-	j, err := c.client().Get(context.Background(), q, id)
+	j, err := c.client(t).Get(context.Background(), q, id)
 	require.NoError(t, err)
 	return j
 }
@@ -148,7 +153,7 @@ func testChaos(t *testing.T, c *cli) {
 	require.Zero(t, st.Dead, "no job may die: each kill costs a job one attempt at most")
 	require.Zero(t, st.Queued+st.InProgress+st.Scheduled, "nothing left over")
 	reexec := 0
-	client := c.client()
+	client := c.client(t)
 	for _, id := range ids {
 		j, err := client.Get(context.Background(), q, id)
 		require.NoError(t, err, "job %s is missing", id)

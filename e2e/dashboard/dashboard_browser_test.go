@@ -100,14 +100,17 @@ func newDashFixture(t *testing.T) *dashFixture {
 	t.Helper()
 	srv := redistest.Start(t)
 	rdb := srv.Client(t)
-	client := pipeline.NewClient(rdb, pipeline.ClientConfig{})
-	f := &dashFixture{insp: pipeline.NewInspector(rdb, pipeline.InspectorConfig{}), client: client}
+	client, err := pipeline.NewClient(rdb, pipeline.ClientConfig{})
+	require.NoError(t, err)
+	insp, err := pipeline.NewInspector(rdb, pipeline.InspectorConfig{})
+	require.NoError(t, err)
+	f := &dashFixture{insp: insp, client: client}
 	f.failing.Store(true)
 	// The worker serves orders and imports: echo completes, charge fails while failing is set
 	// (with no retries: a poison job goes straight to the dead set), hold runs until the test
 	// ends, flaky fails its first attempt, reject always fails for good.
 	release := make(chan struct{})
-	w := pipeline.NewWorker(rdb, pipeline.WorkerConfig{
+	w, err := pipeline.NewWorker(rdb, pipeline.WorkerConfig{
 		Queues:          []string{dashOrders, dashImports},
 		Name:            "dash-worker-1",
 		Concurrency:     4,
@@ -115,6 +118,7 @@ func newDashFixture(t *testing.T) *dashFixture {
 		ShutdownTimeout: 2 * time.Second,
 		Logger:          zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel),
 	})
+	require.NoError(t, err)
 	w.Handle("echo", func(_ context.Context, j *pipeline.Job) ([]byte, error) { return j.Payload, nil })
 	w.Handle("charge", func(_ context.Context, j *pipeline.Job) ([]byte, error) {
 		if f.failing.Load() {

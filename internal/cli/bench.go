@@ -142,9 +142,15 @@ func (a *app) bench(ctx context.Context, o benchOptions) (err error) {
 			err = errors.Join(err, deleteQueue(cctx, rdb, a.prefix, queue))
 		}()
 	}
-	client := pipeline.NewClient(rdb, pipeline.ClientConfig{Prefix: a.prefix})
+	client, err := pipeline.NewClient(rdb, pipeline.ClientConfig{Prefix: a.prefix})
+	if err != nil {
+		return err
+	}
 	if o.partitions > 1 {
-		insp := pipeline.NewInspector(rdb, pipeline.InspectorConfig{Prefix: a.prefix})
+		insp, err := pipeline.NewInspector(rdb, pipeline.InspectorConfig{Prefix: a.prefix})
+		if err != nil {
+			return err
+		}
 		if _, err := insp.CreateQueue(ctx, queue, pipeline.QueueOptions{Partitions: o.partitions}); err != nil {
 			return err
 		}
@@ -153,9 +159,12 @@ func (a *app) bench(ctx context.Context, o benchOptions) (err error) {
 	// Each job's payload starts with its publish time, so the handler can measure latency.
 	latencies := make([]int64, o.jobs)
 	var seen atomic.Int64
-	worker := pipeline.NewWorker(rdb, pipeline.WorkerConfig{
+	worker, err := pipeline.NewWorker(rdb, pipeline.WorkerConfig{
 		Queues: []string{queue}, Prefix: a.prefix, Concurrency: o.concurrency, Logger: a.log,
 	})
+	if err != nil {
+		return err
+	}
 	worker.Handle("bench", func(_ context.Context, j *pipeline.Job) ([]byte, error) {
 		if len(j.Payload) >= 8 {
 			sent := int64(binary.BigEndian.Uint64(j.Payload))

@@ -125,7 +125,8 @@ func (a *app) completionInspector() (_ *pipeline.Inspector, done func(), _ error
 	if err != nil {
 		return nil, nil, err
 	}
-	return pipeline.NewInspector(rdb, pipeline.InspectorConfig{Prefix: a.prefix}), func() { _ = rdb.Close() }, nil
+	insp, err := pipeline.NewInspector(rdb, pipeline.InspectorConfig{Prefix: a.prefix})
+	return insp, func() { _ = rdb.Close() }, err
 }
 
 // quickTry makes parsed Redis options try once, within completionTimeout.

@@ -184,7 +184,9 @@ func (a *app) demo(ctx context.Context, logs zerolog.Logger, serve demoServe) (e
 			}
 		}()
 	}
-	d.client = pipeline.NewClient(rdb, pipeline.ClientConfig{Prefix: d.prefix})
+	if d.client, err = pipeline.NewClient(rdb, pipeline.ClientConfig{Prefix: d.prefix}); err != nil {
+		return err
+	}
 	return d.run(ctx)
 }
 
@@ -373,7 +375,7 @@ func (d *demoRun) startWorkers(ctx context.Context) (names []string, attempts []
 				e.Discard()
 			}
 		}))
-		w := pipeline.NewWorker(rdb, pipeline.WorkerConfig{
+		w, err := pipeline.NewWorker(rdb, pipeline.WorkerConfig{
 			Queues:            []string{d.queue},
 			Prefix:            d.prefix,
 			Name:              fmt.Sprintf("demo-worker-%d", i),
@@ -384,6 +386,10 @@ func (d *demoRun) startWorkers(ctx context.Context) (names []string, attempts []
 			ShutdownTimeout:   2 * time.Second,
 			Logger:            logs,
 		})
+		if err != nil {
+			stop()
+			return nil, nil, nil, nil, err
+		}
 		n := new(atomic.Int64)
 		handlers.Register(countAttempts{w, n, i, c})
 		names, attempts = append(names, w.Name()), append(attempts, n)
@@ -624,7 +630,11 @@ func (d *demoRun) closeConns() {
 // deleteQueue deletes a throwaway queue (the demo's, the benchmark's) with all its keys, busy or
 // not; a queue that never got a key is no error.
 func deleteQueue(ctx context.Context, rdb redis.UniversalClient, prefix, queue string) error {
-	err := pipeline.NewInspector(rdb, pipeline.InspectorConfig{Prefix: prefix}).DeleteQueue(ctx, queue, true)
+	insp, err := pipeline.NewInspector(rdb, pipeline.InspectorConfig{Prefix: prefix})
+	if err != nil {
+		return err
+	}
+	err = insp.DeleteQueue(ctx, queue, true)
 	if errors.Is(err, pipeline.ErrQueueNotFound) {
 		return nil
 	}

@@ -44,7 +44,10 @@ func checkDemoServe(addr string, getenv func(string) string) (token string, err 
 // startDemoServer listens on addr and serves the API over the demo's client. It returns once
 // the listener is open, so the URL it prints answers.
 func startDemoServer(addr, token string, client *pipeline.Client, log zerolog.Logger) (*demoServer, error) {
-	insp := pipeline.NewInspector(client.Redis(), pipeline.InspectorConfig{Prefix: client.Prefix()})
+	insp, err := pipeline.NewInspector(client.Redis(), pipeline.InspectorConfig{Prefix: client.Prefix()})
+	if err != nil {
+		return nil, err
+	}
 	srv, err := api.New(client, insp, api.Config{AuthToken: token, Logger: log, Dashboard: api.Dashboard()})
 	if err != nil {
 		return nil, err

@@ -93,7 +93,11 @@ func (a *app) workerMetrics(addr string, rdb redis.UniversalClient, cfg *pipelin
 	if addr == "" {
 		return func() {}, nil
 	}
-	reg, err := metricsRegistry(pipeline.NewInspector(rdb, pipeline.InspectorConfig{Prefix: cfg.Prefix}), cfg.Queues)
+	insp, err := pipeline.NewInspector(rdb, pipeline.InspectorConfig{Prefix: cfg.Prefix})
+	if err != nil {
+		return nil, err
+	}
+	reg, err := metricsRegistry(insp, cfg.Queues)
 	if err != nil {
 		return nil, err
 	}

@@ -379,7 +379,7 @@ func (a *app) client() (*pipeline.Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	return pipeline.NewClient(rdb, pipeline.ClientConfig{Prefix: a.prefix}), nil
+	return pipeline.NewClient(rdb, pipeline.ClientConfig{Prefix: a.prefix})
 }
 
 // inspector returns a pipeline.Inspector over the configured server: what every command that
@@ -389,7 +389,7 @@ func (a *app) inspector() (*pipeline.Inspector, error) {
 	if err != nil {
 		return nil, err
 	}
-	return pipeline.NewInspector(rdb, pipeline.InspectorConfig{Prefix: a.prefix}), nil
+	return pipeline.NewInspector(rdb, pipeline.InspectorConfig{Prefix: a.prefix})
 }
 
 func (a *app) close() {

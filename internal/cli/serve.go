@@ -231,9 +231,15 @@ func (a *app) serve(ctx context.Context, sf *serveFlags) error {
 	if err != nil {
 		return err
 	}
-	client := pipeline.NewClient(rdb, pipeline.ClientConfig{Prefix: a.prefix, MaxQueues: sf.maxQueues,
+	client, err := pipeline.NewClient(rdb, pipeline.ClientConfig{Prefix: a.prefix, MaxQueues: sf.maxQueues,
 		RequireQueues: !sf.createQueues})
-	insp := pipeline.NewInspector(rdb, pipeline.InspectorConfig{Prefix: a.prefix, MaxQueues: sf.maxQueues})
+	if err != nil {
+		return err
+	}
+	insp, err := pipeline.NewInspector(rdb, pipeline.InspectorConfig{Prefix: a.prefix, MaxQueues: sf.maxQueues})
+	if err != nil {
+		return err
+	}
 	a.warnEviction(ctx)
 	log := a.log.With().Str("component", "api").Logger()
 	reg, err := metricsRegistry(insp, nil)

@@ -110,7 +110,10 @@ has them, their jobs run again.`,
 				return err
 			}
 			defer stopMetrics() // after Run: a draining worker is still scraped
-			w := pipeline.NewWorker(rdb, cfg)
+			w, err := pipeline.NewWorker(rdb, cfg)
+			if err != nil {
+				return err
+			}
 			handlers.RegisterWith(w, wf.handlerOptions(a.log))
 			a.log.Info().Str("worker", w.Name()).Str("redis", redactURL(a.redisURL)).
 				Strs("handlers", slices.Sorted(maps.Keys(handlers.All()))).

@@ -20,7 +20,8 @@ import (
 func TestEnqueueChunkRetryIsIdempotent(t *testing.T) {
 	t.Parallel()
 	rdb := redistest.Client(t)
-	c := pipeline.NewClient(rdb, pipeline.ClientConfig{})
+	c, err := pipeline.NewClient(rdb, pipeline.ClientConfig{})
+	require.NoError(t, err)
 	queue := redistest.UniqueName(t)
 	q := keys.New(keys.DefaultPrefix, queue)
 	ctx := t.Context()

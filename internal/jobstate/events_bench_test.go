@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
 
 	"github.com/conveyorq/conveyor/internal/events"
 	"github.com/conveyorq/conveyor/internal/jobstate"
@@ -31,7 +32,8 @@ func benchFinishEvents(b *testing.B, chunk int) {
 	rdb := redistest.Client(b)
 	queue := redistest.UniqueName(b)
 	q := keys.New(keys.DefaultPrefix, queue)
-	c := pipeline.NewClient(rdb, pipeline.ClientConfig{})
+	c, err := pipeline.NewClient(rdb, pipeline.ClientConfig{})
+	require.NoError(b, err)
 	cfg := jobstate.FinishConfig{Worker: "w1", Retention: time.Hour, MinRetention: time.Minute}
 	if err := rdb.XGroupCreateMkStream(b.Context(), q.Stream(), keys.Group, "0").Err(); err != nil {
 		b.Fatal(err)

@@ -22,7 +22,8 @@ func TestFinishLateStartMarkIsIgnored(t *testing.T) {
 	t.Parallel()
 	rdb := redistest.Client(t)
 	ctx := t.Context()
-	c := pipeline.NewClient(rdb, pipeline.ClientConfig{})
+	c, err := pipeline.NewClient(rdb, pipeline.ClientConfig{})
+	require.NoError(t, err)
 	queue := redistest.UniqueName(t)
 	q := keys.New(keys.DefaultPrefix, queue)
 	job, err := c.Enqueue(ctx, queue, pipeline.Task{Type: "t", Payload: []byte("p")})
@@ -73,7 +74,9 @@ func setup(t *testing.T, retention time.Duration) *testBundle {
 	t.Helper()
 	rdb := redistest.Client(t)
 	queue := redistest.UniqueName(t)
-	f := &testBundle{t: t, rdb: rdb, c: pipeline.NewClient(rdb, pipeline.ClientConfig{}), queue: queue,
+	client, err := pipeline.NewClient(rdb, pipeline.ClientConfig{})
+	require.NoError(t, err)
+	f := &testBundle{t: t, rdb: rdb, c: client, queue: queue,
 		q: keys.New(keys.DefaultPrefix, queue)}
 	f.cfg = jobstate.FinishConfig{Worker: "w1", Retention: retention, MinRetention: time.Minute}
 	require.NoError(t, rdb.XGroupCreateMkStream(t.Context(), f.q.Stream(), keys.Group, "0").Err())
@@ -373,7 +376,8 @@ func TestCancelFinishedAndTombstone(t *testing.T) {
 	}
 	require.Zero(t, f.stats().Canceled)
 
-	c := pipeline.NewClient(f.rdb, pipeline.ClientConfig{Retention: pipeline.RetainNone, MinRetention: time.Minute})
+	c, err := pipeline.NewClient(f.rdb, pipeline.ClientConfig{Retention: pipeline.RetainNone, MinRetention: time.Minute})
+	require.NoError(t, err)
 	gone, err := c.Enqueue(t.Context(), f.queue, pipeline.Task{Type: "t", Payload: []byte("big")})
 	require.NoError(t, err)
 	require.NoError(t, c.Cancel(t.Context(), f.queue, gone.ID))

@@ -75,7 +75,9 @@ func TestFinishRetryIsScoredAtItsDueTime(t *testing.T) {
 	require.Equal(t, status.Scheduled, j.Status)
 	require.Equal(t, due.UnixMilli(), j.RunAt.UnixMilli())
 
-	moved, next, _, err := delayed.New(f.rdb, delayed.Config{Queues: []string{f.queue}}).Promote(ctx, f.queue)
+	s, err := delayed.New(f.rdb, delayed.Config{Queues: []string{f.queue}})
+	require.NoError(t, err)
+	moved, next, _, err := s.Promote(ctx, f.queue)
 	require.NoError(t, err)
 	require.Zero(t, moved, "a retry due in an hour is not promoted now")
 	require.Equal(t, due.UnixMilli(), next.UnixMilli())
@@ -121,7 +123,9 @@ func TestFinishPoisonRecordDropsTypeOfReservedMetadata(t *testing.T) {
 			code := row.Code
 			if c.typ == "" {
 				require.Equal(t, script.NoType, code, "a record with no type cannot be replayed")
-				require.ErrorIs(t, pipeline.NewInspector(f.rdb, pipeline.InspectorConfig{}).Replay(ctx, f.queue, "bad-1"), pipeline.ErrInvalid)
+				insp, err := pipeline.NewInspector(f.rdb, pipeline.InspectorConfig{})
+				require.NoError(t, err)
+				require.ErrorIs(t, insp.Replay(ctx, f.queue, "bad-1"), pipeline.ErrInvalid)
 			} else {
 				require.Equal(t, script.OK, code)
 			}

@@ -69,7 +69,8 @@ func Seed(tb testing.TB, rdb redis.UniversalClient, queue string, st status.Stat
 	if o.RetryIn == 0 {
 		o.RetryIn = time.Hour
 	}
-	client := pipeline.NewClient(rdb, pipeline.ClientConfig{Prefix: o.Prefix})
+	client, err := pipeline.NewClient(rdb, pipeline.ClientConfig{Prefix: o.Prefix})
+	require.NoError(tb, err)
 	opts := o.Options
 	if st == status.Scheduled {
 		opts = append(opts, pipeline.WithDelay(time.Hour))

@@ -55,10 +55,11 @@ type testBundle struct {
 func setup(t *testing.T) (context.Context, *testBundle) {
 	t.Helper()
 	rdb := redistest.Start(t).Client(t)
-	return context.Background(), &testBundle{
-		client: pipeline.NewClient(rdb, pipeline.ClientConfig{}),
-		insp:   pipeline.NewInspector(rdb, pipeline.InspectorConfig{}),
-	}
+	client, err := pipeline.NewClient(rdb, pipeline.ClientConfig{})
+	require.NoError(t, err)
+	insp, err := pipeline.NewInspector(rdb, pipeline.InspectorConfig{})
+	require.NoError(t, err)
+	return context.Background(), &testBundle{client: client, insp: insp}
 }
 
 func TestRequireEnqueued(t *testing.T) {
@@ -162,7 +163,8 @@ func TestRun(t *testing.T) {
 
 func TestWork(t *testing.T) {
 	ctx, b := setup(t)
-	w := pipeline.NewWorker(b.client.Redis(), pipeline.WorkerConfig{Queues: []string{"emails"}})
+	w, err := pipeline.NewWorker(b.client.Redis(), pipeline.WorkerConfig{Queues: []string{"emails"}})
+	require.NoError(t, err)
 	w.Handle("welcome", func(_ context.Context, j *pipeline.Job) ([]byte, error) {
 		return []byte(`{"sent_to":` + string(j.Payload) + `}`), nil
 	})

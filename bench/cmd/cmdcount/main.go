@@ -102,7 +102,10 @@ func run(mode string, n, conc, batch int, addr, prof string) error {
 	defer prdb.Close()
 	pubSent, workSent := newCounter(), newCounter()
 	prdb.AddHook(pubSent)
-	client := pipeline.NewClient(prdb, pipeline.ClientConfig{})
+	client, err := pipeline.NewClient(prdb, pipeline.ClientConfig{})
+	if err != nil {
+		return err
+	}
 	stats := keys.New(client.Prefix(), queue).Stats()
 	payload := []byte(strings.Repeat("x", 100))
 
@@ -230,13 +233,17 @@ func publish(ctx context.Context, c *pipeline.Client, queue string, n, size, g i
 func startWorker(ctx context.Context, addr, queue string, conc, batch int, handled *atomic.Int64, sent *counter) (func() error, error) {
 	rdb := redis.NewClient(&redis.Options{Addr: addr})
 	rdb.AddHook(sent)
-	w := pipeline.NewWorker(rdb, pipeline.WorkerConfig{
+	w, err := pipeline.NewWorker(rdb, pipeline.WorkerConfig{
 		Queues:          []string{queue},
 		Concurrency:     conc,
 		ReadBatch:       batch,
 		ShutdownTimeout: 5 * time.Second,
 		Logger:          zerolog.New(os.Stderr).Level(zerolog.WarnLevel),
 	})
+	if err != nil {
+		_ = rdb.Close()
+		return nil, err
+	}
 	w.Handle("noop", func(context.Context, *pipeline.Job) ([]byte, error) {
 		handled.Add(1)
 		return nil, nil

@@ -44,7 +44,12 @@ func (s *conveyorSystem) NewProducer(ctx context.Context, addr, queue string) (P
 		rdb.Close()
 		return nil, err
 	}
-	return &conveyorProducer{rdb: rdb, c: pipeline.NewClient(rdb, pipeline.ClientConfig{}), queue: queue}, nil
+	c, err := pipeline.NewClient(rdb, pipeline.ClientConfig{})
+	if err != nil {
+		rdb.Close()
+		return nil, err
+	}
+	return &conveyorProducer{rdb: rdb, c: c, queue: queue}, nil
 }
 
 type conveyorProducer struct {
@@ -185,7 +190,10 @@ type conveyorConsumer struct {
 
 func (c *conveyorConsumer) Start(ctx context.Context, handle func([]byte)) error {
 	c.rdb = redis.NewClient(&redis.Options{Addr: c.addr})
-	c.client = pipeline.NewClient(c.rdb, pipeline.ClientConfig{})
+	var err error
+	if c.client, err = pipeline.NewClient(c.rdb, pipeline.ClientConfig{}); err != nil {
+		return err
+	}
 	logger := zerolog.New(os.Stderr).Level(zerolog.WarnLevel).With().Timestamp().Logger()
 	cfg := pipeline.WorkerConfig{
 		Queues:          []string{c.queue},
@@ -201,7 +209,11 @@ func (c *conveyorConsumer) Start(ctx context.Context, handle func([]byte)) error
 			return err
 		}
 	}
-	w := pipeline.NewWorker(c.rdb, cfg)
+	w, err := pipeline.NewWorker(c.rdb, cfg)
+	if err != nil {
+		cancel()
+		return err
+	}
 	w.Handle(conveyorJobType, func(_ context.Context, j *pipeline.Job) ([]byte, error) {
 		handle(j.Payload)
 		return nil, nil
@@ -258,8 +270,11 @@ func instrument(ctx context.Context, rdb *redis.Client, cfg *pipeline.WorkerConf
 	if err != nil {
 		return err
 	}
-	qc, err := metrics.NewQueueCollector(pipeline.NewInspector(rdb, pipeline.InspectorConfig{}),
-		metrics.QueueCollectorConfig{Queues: cfg.Queues})
+	insp, err := pipeline.NewInspector(rdb, pipeline.InspectorConfig{})
+	if err != nil {
+		return err
+	}
+	qc, err := metrics.NewQueueCollector(insp, metrics.QueueCollectorConfig{Queues: cfg.Queues})
 	if err != nil {
 		return err
 	}

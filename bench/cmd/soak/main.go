@@ -230,7 +230,10 @@ func soak(ctx context.Context, o options, stderr io.Writer) (*report, error) {
 	s.logf("private redis-server %s on %s (pid %d), used_memory %d; %d jobs, retention %s",
 		s.rep.Redis, srv.Addr, srv.PID(), s.base, o.jobs, o.retention)
 
-	client := pipeline.NewClient(rdb, pipeline.ClientConfig{})
+	client, err := pipeline.NewClient(rdb, pipeline.ClientConfig{})
+	if err != nil {
+		return s.rep, err
+	}
 	t0 := time.Now()
 	if err := s.publish(ctx, client); err != nil {
 		return s.rep, err
@@ -241,11 +244,14 @@ func soak(ctx context.Context, o options, stderr io.Writer) (*report, error) {
 		return s.rep, err
 	}
 
-	w := pipeline.NewWorker(rdb, pipeline.WorkerConfig{
+	w, err := pipeline.NewWorker(rdb, pipeline.WorkerConfig{
 		Queues: []string{queueName}, Concurrency: o.concurrency, ReadBatch: o.readBatch,
 		Retention: o.retention, MinRetention: o.minRetention, ShutdownTimeout: 5 * time.Second,
 		Logger: zerolog.New(stderr).Level(zerolog.WarnLevel).With().Timestamp().Logger(),
 	})
+	if err != nil {
+		return s.rep, err
+	}
 	w.Handle(jobType, func(context.Context, *pipeline.Job) ([]byte, error) { return nil, nil })
 	wctx, stopWorker := context.WithCancel(ctx)
 	done := make(chan error, 1)
