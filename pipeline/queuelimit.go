@@ -7,8 +7,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/conveyorq/conveyor/internal/keys"
-	"github.com/conveyorq/conveyor/internal/script"
+	"github.com/conveyorq/conveyor/internal/jobstate"
 )
 
 // DefaultMaxQueues is the default of ClientConfig.MaxQueues and InspectorConfig.MaxQueues.
@@ -26,33 +25,17 @@ const DefaultMaxQueues = 2000
 // (Inspector.DeleteQueue, `conveyor queues delete`), or raise the maximum in every client.
 var ErrTooManyQueues = errors.New("pipeline: too many queues")
 
-// addQueueScript adds a queue to the known-queues set unless the set is full: the check and
-// the add in one step, so that concurrent publishers cannot overshoot the bound.
-// KEYS[1] the known-queues set; ARGV[1] the queue; ARGV[2] the most queues; ARGV[3] "1" to add
-// nothing (only known queues pass). It returns 1 (known or added), 0 (full) or -1 (unknown,
-// with ARGV[3] "1").
-var addQueueScript = script.New(`
-if redis.call('SISMEMBER', KEYS[1], ARGV[1]) == 1 then return 1 end
-if ARGV[3] == '1' then return -1 end
-if redis.call('SCARD', KEYS[1]) >= tonumber(ARGV[2]) then return 0 end
-redis.call('SADD', KEYS[1], ARGV[1])
-return 1`)
-
 // addQueue makes queue a known queue, refusing a new one past max (ErrTooManyQueues) or, with
 // existing, any new one (ErrQueueNotFound).
 func addQueue(ctx context.Context, rdb redis.UniversalClient, prefix, queue string, max int, existing bool) error {
-	only := "0"
-	if existing {
-		only = "1"
-	}
-	n, err := addQueueScript.Run(ctx, rdb, []string{keys.Queues(prefix)}, queue, max, only).Int()
+	added, err := jobstate.AddQueue(ctx, rdb, prefix, jobstate.AddQueueParams{Queue: queue, MaxQueues: max, KnownOnly: existing})
 	switch {
 	case err != nil:
 		return fmt.Errorf("register queue %s: %w", queue, outOfMemory(err))
-	case n == 0:
+	case added == jobstate.QueuesFull:
 		return fmt.Errorf("%w: queue %s is new and there are %d queues already, the maximum: delete unused queues "+
 			"(conveyor queues delete) or raise the maximum (MaxQueues, conveyor serve --max-queues)", ErrTooManyQueues, queue, max)
-	case n < 0:
+	case added == jobstate.QueueUnknown:
 		return fmt.Errorf("%w: %s: publishing does not create queues here; create it first (conveyor queues create %s)",
 			ErrQueueNotFound, queue, queue)
 	}

@@ -2,6 +2,7 @@ package jobstate
 
 import (
 	"context"
+	_ "embed"
 	"errors"
 	"fmt"
 	"slices"
@@ -12,6 +13,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/conveyorq/conveyor/internal/keys"
+	"github.com/conveyorq/conveyor/internal/script"
 )
 
 // The reads (and the few plain writes) of queue state: the known-queues set, the partition
@@ -290,4 +292,46 @@ func globEscape(s string) string {
 		b.WriteRune(r)
 	}
 	return b.String()
+}
+
+//go:embed addqueue.lua
+var addQueueSrc string
+
+var addQueueScript = script.New(addQueueSrc)
+
+// AddQueueParams is an AddQueue: the queue, the most known queues there may be, and whether only
+// a queue already known may pass (nothing is added).
+type AddQueueParams struct {
+	Queue     string
+	MaxQueues int
+	KnownOnly bool
+}
+
+// Added is AddQueue's answer.
+type Added int
+
+// AddQueue's answers.
+const (
+	QueueKnown   Added = iota // known already, or added now
+	QueuesFull                // new, and the known queues number MaxQueues already
+	QueueUnknown              // new, and KnownOnly was asked
+)
+
+// AddQueue makes p.Queue a known queue of prefix (addqueue.lua), refusing a new one past
+// p.MaxQueues or, with p.KnownOnly, any new one.
+func AddQueue(ctx context.Context, rdb redis.Scripter, prefix string, p AddQueueParams) (Added, error) {
+	only := "0"
+	if p.KnownOnly {
+		only = "1"
+	}
+	n, err := addQueueScript.Run(ctx, rdb, []string{keys.Queues(prefix)}, p.Queue, p.MaxQueues, only).Int()
+	switch {
+	case err != nil:
+		return 0, err
+	case n == 0:
+		return QueuesFull, nil
+	case n < 0:
+		return QueueUnknown, nil
+	}
+	return QueueKnown, nil
 }
