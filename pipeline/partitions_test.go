@@ -498,7 +498,10 @@ func TestCreateQueueRefusesToOrphanRecords(t *testing.T) {
 // publish would route jobs to keys no worker reads.
 func TestStoredPartitionCountRefused(t *testing.T) {
 	t.Parallel()
-	rdb := redistest.Client(t)
+	// A server of its own: the unusable counts are in the default prefix's partition counts,
+	// where parallel tests that list every known queue would read them (see
+	// TestWorkerKeepsPartitionsOnBadCount).
+	rdb := redistest.Start(t).Client(t)
 	ctx := t.Context()
 	for _, tc := range []struct{ stored, want string }{
 		{"0/spread", "not a number in 1..1024"},
@@ -544,7 +547,8 @@ func TestStoredPartitionCountRefused(t *testing.T) {
 // name is a plain queue again.
 func TestDeleteLegacyPartitionedQueue(t *testing.T) {
 	t.Parallel()
-	rdb := redistest.Client(t)
+	rdb := redistest.Start(t).Client(t) // its own server: a legacy count fails every listing of the known queues
+
 	ctx := t.Context()
 	queue := redistest.UniqueName(t)
 	require.NoError(t, rdb.HSet(ctx, keys.Partitions(keys.DefaultPrefix), queue, "2").Err())
