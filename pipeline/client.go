@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -188,7 +187,7 @@ func (c *Client) Enqueue(ctx context.Context, queue string, task Task, opts ...O
 		return nil, err
 	}
 	rw := c.replicasFor(opts, nil).writer(c.rdb) // durable.go
-	if !nj.Plain(now.UnixMilli()) {
+	if !nj.Plain(now) {
 		jobs, err := c.publish(ctx, rw.scripter(c.rdb), queue, []*Job{j}, []jobstate.NewJob{nj}, now)
 		if err != nil {
 			return nil, err
@@ -326,7 +325,7 @@ func (c *Client) closedWait(ctx context.Context, queue string, start time.Time, 
 // script (it costs Redis half, and a router's publish often is one job), else enqueuePrepared.
 // It returns the indexes of the jobs refused by a closed partition.
 func (c *Client) publishOnce(ctx context.Context, rdb redis.UniversalClient, queue string, p int, jobs []*Job, njs []jobstate.NewJob, now time.Time) ([]*Job, []int, error) {
-	if len(jobs) == 1 && njs[0].Plain(now.UnixMilli()) {
+	if len(jobs) == 1 && njs[0].Plain(now) {
 		j, err := c.enqueuePlain(ctx, rdb, c.partition(queue, &njs[0], p), jobs[0], &njs[0])
 		if errors.Is(err, jobstate.ErrClosed) {
 			return jobs, []int{0}, nil
@@ -422,7 +421,7 @@ func (c *Client) enqueuePrepared(ctx context.Context, rdb redis.UniversalClient,
 			bytes += len(njs[hi].Payload)
 			hi++
 		}
-		calls = append(calls, jobstate.EnqueueCall(q, now.UnixMilli(), njs[lo:hi]))
+		calls = append(calls, jobstate.EnqueueCall(q, now, njs[lo:hi]))
 		spans = append(spans, [2]int{lo, hi})
 		lo = hi
 	}
@@ -519,7 +518,7 @@ func (c *Client) enqueuePlain(ctx context.Context, rdb redis.UniversalClient, q 
 	if err := c.registerQueue(ctx, queue); err != nil {
 		return nil, err
 	}
-	row, err := jobstate.Enqueue1(ctx, rdb, q, j.CreatedAt.UnixMilli(), nj)
+	row, err := jobstate.Enqueue1(ctx, rdb, q, j.CreatedAt, nj)
 	if err != nil {
 		return nil, fmt.Errorf("enqueue to %s: %w", queue, err)
 	}
@@ -593,27 +592,18 @@ func (c *Client) prepare(queue string, t *Task, now time.Time, common []Option, 
 		maxRetries = o.maxRetries
 	}
 	*nj = jobstate.NewJob{ID: id, Type: t.Type, Payload: t.Payload, Metadata: encMD,
-		MaxRetries: maxRetries, TimeoutMS: timeoutMS(o.timeout), RunAt: runAt.UnixMilli(),
-		ChosenID: chosen}
+		MaxRetries: maxRetries, Timeout: o.timeout, RunAt: runAt, ChosenID: chosen}
 	if o.hasRetain {
-		nj.Retention = strconv.FormatInt(retentionMS(o.retention), 10)
+		nj.Retention, nj.KeepOwn = o.retention, true
 	}
 	if o.hasUnique {
-		nj.UniqueKey, nj.UniqueTTL = o.uniqueKey, max(1, o.uniqueTTL.Milliseconds())
+		nj.UniqueKey, nj.UniqueTTL = o.uniqueKey, o.uniqueTTL
 	}
 	return &Job{
 		ID: id, Queue: queue, Type: t.Type, Payload: t.Payload, Metadata: md,
 		MaxRetries: maxRetries, Timeout: time.Duration(timeoutMS(o.timeout)) * time.Millisecond,
 		CreatedAt: now, RunAt: runAt, Version: 1,
 	}, nil
-}
-
-// retentionMS turns a retention setting into the scripts' form: 0 deletes at once.
-func retentionMS(d time.Duration) int64 {
-	if d <= 0 {
-		return 0
-	}
-	return max(1, d.Milliseconds())
 }
 
 func (c *Client) registerQueue(ctx context.Context, queue string) error {

@@ -124,7 +124,7 @@ func TestStockPublisherMessagesAreRecovered(t *testing.T) {
 	require.Len(t, entries, 2)
 	// The lost worker adopted the first before it died.
 	_, err = jobstate.Adopt(ctx, b.rdb, b.keys, jobstate.Foreign{ID: adopted.UUID, Entry: entries[0].ID,
-		Type: "echo", MaxRetries: 5, CreatedAt: time.Now().UnixMilli()}, time.Now().UnixMilli(), "lost")
+		Type: "echo", MaxRetries: 5, CreatedAt: time.Now()}, time.Now(), "lost")
 	require.NoError(t, err)
 
 	b.startWorker(t, pipeline.WorkerConfig{VisibilityTimeout: 600 * time.Millisecond, RecoveryInterval: 50 * time.Millisecond},

@@ -850,8 +850,9 @@ func (w *Worker) adopt(msg *message.Message) bool {
 	ctx, cancel := context.WithTimeout(msg.Context(), 10*time.Second)
 	defer cancel()
 	res, err := jobstate.Adopt(ctx, w.rdb, *q, jobstate.Foreign{ID: msg.UUID, Entry: entry, Type: typ,
-		MaxRetries: maxRetries, TimeoutMS: timeout, CreatedAt: stream.EntryTime(entry).UnixMilli(),
-		RunAt: a.runAt, UniqueKey: a.uniqueKey, UniqueTTL: a.uniqueTTL}, time.Now().UnixMilli(), w.cfg.Name)
+		MaxRetries: maxRetries, Timeout: time.Duration(timeout) * time.Millisecond, CreatedAt: stream.EntryTime(entry),
+		RunAt: a.due(), UniqueKey: a.uniqueKey, UniqueTTL: time.Duration(a.uniqueTTL) * time.Millisecond},
+		time.Now(), w.cfg.Name)
 	log := func(e *zerolog.Event) *zerolog.Event {
 		return e.Str("queue", q.Name()).Str("job_id", msg.UUID).Str("type", typ).Str("entry", entry)
 	}

@@ -25,9 +25,9 @@ func TestEnqueueChunkRetryIsIdempotent(t *testing.T) {
 	queue := redistest.UniqueName(t)
 	q := keys.New(keys.DefaultPrefix, queue)
 	ctx := t.Context()
-	now := time.Now().UnixMilli()
+	now := time.Now()
 	gen := 0
-	job := func(chosen string, runAt int64, unique string) jobstate.NewJob {
+	job := func(chosen string, runAt time.Time, unique string) jobstate.NewJob {
 		gen++
 		j := jobstate.NewJob{ID: "gen-" + strconv.Itoa(gen), Type: "t", Payload: []byte{byte('a' + gen)}, RunAt: runAt}
 		if chosen != "" {
@@ -36,13 +36,13 @@ func TestEnqueueChunkRetryIsIdempotent(t *testing.T) {
 			j.ID, j.ChosenID, j.Payload = chosen, true, []byte(chosen)
 		}
 		if unique != "" {
-			j.UniqueKey, j.UniqueTTL = unique, 3_600_000
+			j.UniqueKey, j.UniqueTTL = unique, time.Hour
 		}
 		return j
 	}
 
 	jobs := []jobstate.NewJob{job("", now, ""), job("chosen-1", now, ""), job("", now, ""),
-		job("", now+3_600_000, ""), job("", now, "")}
+		job("", now.Add(time.Hour), ""), job("", now, "")}
 	call := jobstate.EnqueueCall(q, now, jobs)
 	first := enqueueRows(t, len(jobs), call.Script.Run(ctx, rdb, call.Keys, call.Args...))
 	require.Len(t, first, 5)
@@ -113,7 +113,7 @@ func TestEnqueueRefusedWhenClosed(t *testing.T) {
 	rdb := redistest.Client(t)
 	ctx := t.Context()
 	q := keys.New(keys.DefaultPrefix, redistest.UniqueName(t))
-	now := time.Now().UnixMilli()
+	now := time.Now()
 	existing := jobstate.NewJob{ID: "there", Type: "t", Payload: []byte("x"), RunAt: now}
 	_, err := jobstate.Enqueue1(ctx, rdb, q, now, &existing)
 	require.NoError(t, err)
@@ -123,7 +123,7 @@ func TestEnqueueRefusedWhenClosed(t *testing.T) {
 		j := jobstate.NewJob{ID: id, Type: "t", Payload: []byte("x"), RunAt: now}
 		_, err := jobstate.Enqueue1(ctx, rdb, q, now, &j)
 		require.ErrorIs(t, err, jobstate.ErrClosed, "enqueue1 of %s", id)
-		call := jobstate.EnqueueCall(q, now, []jobstate.NewJob{j, {ID: "later", Type: "t", RunAt: now + 60_000, UniqueKey: "u", UniqueTTL: 60_000}})
+		call := jobstate.EnqueueCall(q, now, []jobstate.NewJob{j, {ID: "later", Type: "t", RunAt: now.Add(time.Minute), UniqueKey: "u", UniqueTTL: time.Minute}})
 		_, err = jobstate.EnqueueReply(call.Script.Run(ctx, rdb, call.Keys, call.Args...), 2)
 		require.ErrorIs(t, err, jobstate.ErrClosed, "enqueue of %s", id)
 	}

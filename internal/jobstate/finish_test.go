@@ -297,10 +297,10 @@ func TestFinishDeadRecordsCompletedAt(t *testing.T) {
 func TestEnqueueResentAfterFinish(t *testing.T) {
 	t.Parallel()
 	f := setup(t, pipeline.RetainNone)
-	now := time.Now().UnixMilli()
+	now := time.Now()
 	for i, nj := range []jobstate.NewJob{
 		{ID: "generated-1", Type: "t", Payload: []byte("p"), RunAt: now},
-		{ID: "generated-2", Type: "t", Payload: []byte("p"), RunAt: now, UniqueKey: "u", UniqueTTL: 3_600_000},
+		{ID: "generated-2", Type: "t", Payload: []byte("p"), RunAt: now, UniqueKey: "u", UniqueTTL: time.Hour},
 		{ID: "chosen", Type: "t", Payload: []byte("p"), RunAt: now, ChosenID: true},
 	} {
 		var send func() string

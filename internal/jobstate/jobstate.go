@@ -33,6 +33,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -94,18 +95,21 @@ type NewJob struct {
 	Payload    []byte
 	Metadata   string // encoded (stream.EncodeMetadata), or empty
 	MaxRetries int
-	TimeoutMS  int64
-	RunAt      int64  // unix ms; at or before now queues the job, later schedules it
-	Retention  string // ms as a decimal string; empty: the worker's default
-	UniqueKey  string // the caller's unique key (not the Redis key); empty: none
-	UniqueTTL  int64  // ms, with UniqueKey
-	ChosenID   bool   // the caller chose the id: it is looked up on its own
+	Timeout    time.Duration // 0: none; under a millisecond counts as one
+	RunAt      time.Time     // at or before now queues the job, later schedules it
+	// Retention is how long the finished job is kept, when KeepOwn says the job has a retention
+	// of its own (0: deleted at once); without KeepOwn the worker's default applies.
+	Retention time.Duration
+	KeepOwn   bool
+	UniqueKey string        // the caller's unique key (not the Redis key); empty: none
+	UniqueTTL time.Duration // with UniqueKey; under a millisecond counts as one
+	ChosenID  bool          // the caller chose the id: it is looked up on its own
 }
 
-// Plain reports whether Enqueue1 can create j: a job to run at once (RunAt at or before now)
-// with no unique key, timeout or retention of its own.
-func (j *NewJob) Plain(now int64) bool {
-	return j.Retention == "" && j.UniqueKey == "" && j.TimeoutMS == 0 && j.RunAt <= now
+// Plain reports whether Enqueue1 can create j: a job to run at once (RunAt at or before now,
+// to the millisecond) with no unique key, timeout or retention of its own.
+func (j *NewJob) Plain(now time.Time) bool {
+	return !j.KeepOwn && j.UniqueKey == "" && j.Timeout <= 0 && j.RunAt.UnixMilli() <= now.UnixMilli()
 }
 
 // ErrClosed is what EnqueueReply and Enqueue1 return when the queue or partition written to is
@@ -113,7 +117,7 @@ func (j *NewJob) Plain(now int64) bool {
 var ErrClosed = errors.New("the queue's partition layout is closed: its partition count changed")
 
 // EnqueueCall is one enqueue.lua call creating jobs in q (see the script for what it answers).
-func EnqueueCall(q keys.Queue, now int64, jobs []NewJob) script.Call {
+func EnqueueCall(q keys.Queue, now time.Time, jobs []NewJob) script.Call {
 	ks := make([]string, 0, 4+2*len(jobs))
 	ks = append(ks, q.Stream(), q.Scheduled(), q.Stats())
 	args := make([]any, 0, 4+9*len(jobs))
@@ -137,15 +141,18 @@ func EnqueueCall(q keys.Queue, now int64, jobs []NewJob) script.Call {
 		}
 	}
 	ks = append(ks, q.Closed())
-	args = append(args, now, q.Wake(), witness, string(chosen))
+	args = append(args, now.UnixMilli(), q.Wake(), witness, string(chosen))
 	for i := range jobs {
 		j := &jobs[i]
-		uttl := ""
+		uttl, ret := "", ""
 		if j.UniqueKey != "" {
-			uttl = strconv.FormatInt(j.UniqueTTL, 10)
+			uttl = strconv.FormatInt(max(1, j.UniqueTTL.Milliseconds()), 10)
 		}
-		args = append(args, j.ID, j.Type, j.Payload, j.Metadata, j.MaxRetries, j.TimeoutMS, j.RunAt,
-			j.Retention, uttl)
+		if j.KeepOwn {
+			ret = strconv.FormatInt(retentionMS(j.Retention), 10)
+		}
+		args = append(args, j.ID, j.Type, j.Payload, j.Metadata, j.MaxRetries, retentionMS(j.Timeout),
+			j.RunAt.UnixMilli(), ret, uttl)
 	}
 	return script.Call{Script: enqueueScript, Keys: ks, Args: args}
 }
@@ -196,9 +203,9 @@ func EnqueueReply(cmd *redis.Cmd, n int) ([]Created, error) {
 // of what enqueue.lua does for a single publish, and answers with a bare entry id instead of
 // {code, ...}, which costs a single publish 5% less (docs/BENCHMARKS.md). It answers as one
 // row of EnqueueReply.
-func Enqueue1(ctx context.Context, rdb redis.Scripter, q keys.Queue, now int64, j *NewJob) (Created, error) {
+func Enqueue1(ctx context.Context, rdb redis.Scripter, q keys.Queue, now time.Time, j *NewJob) (Created, error) {
 	cmd := enqueue1Script.Run(ctx, rdb, []string{q.Stream(), q.Stats(), q.Job(j.ID), q.Closed()},
-		j.ID, j.Type, j.Payload, j.Metadata, j.MaxRetries, now)
+		j.ID, j.Type, j.Payload, j.Metadata, j.MaxRetries, now.UnixMilli())
 	if e, ok := cmd.Val().(string); ok {
 		return Created{Code: script.OK, Entry: e}, nil
 	}

@@ -25,7 +25,7 @@ func counted(t *testing.T) (*redis.Client, *redistest.RoundTrips) {
 // enqueue creates jobs in q with enqueue.lua and returns their entries ("" when scheduled).
 func enqueue(t *testing.T, rdb redis.UniversalClient, q keys.Queue, now time.Time, jobs ...jobstate.NewJob) []string {
 	t.Helper()
-	cmds, err := jobstate.RunCalls(t.Context(), rdb, []script.Call{jobstate.EnqueueCall(q, now.UnixMilli(), jobs)})
+	cmds, err := jobstate.RunCalls(t.Context(), rdb, []script.Call{jobstate.EnqueueCall(q, now, jobs)})
 	require.NoError(t, err)
 	rows, err := jobstate.EnqueueReply(cmds[0], len(jobs))
 	require.NoError(t, err)
@@ -67,8 +67,8 @@ func TestFindFirstRecordsLocate(t *testing.T) {
 	name := redistest.UniqueName(t)
 	a, b := keys.New(keys.DefaultPrefix, name+"-a"), keys.New(keys.DefaultPrefix, name+"-b")
 	now := time.Now()
-	enqueue(t, rdb, b, now, jobstate.NewJob{ID: "j1", Type: "t", Payload: []byte("p1"), RunAt: now.UnixMilli(), ChosenID: true})
-	enqueue(t, rdb, a, now, jobstate.NewJob{ID: "j2", Type: "t", Payload: []byte("p2"), RunAt: now.Add(time.Hour).UnixMilli(), ChosenID: true})
+	enqueue(t, rdb, b, now, jobstate.NewJob{ID: "j1", Type: "t", Payload: []byte("p1"), RunAt: now, ChosenID: true})
+	enqueue(t, rdb, a, now, jobstate.NewJob{ID: "j2", Type: "t", Payload: []byte("p2"), RunAt: now.Add(time.Hour), ChosenID: true})
 
 	// get.lua's first EVALSHA on a server may meet NOSCRIPT and be sent again: load it first.
 	_, _, err := jobstate.FindFirst(ctx, rdb, []jobstate.Lookup{{Queue: a, ID: "j0"}})
@@ -155,7 +155,7 @@ func TestStreamReads(t *testing.T) {
 	var jobs []jobstate.NewJob
 	for i := range 3 {
 		id := "j" + strconv.Itoa(i)
-		jobs = append(jobs, jobstate.NewJob{ID: id, Type: "t", Payload: []byte("p-" + id), RunAt: now.UnixMilli(), ChosenID: true})
+		jobs = append(jobs, jobstate.NewJob{ID: id, Type: "t", Payload: []byte("p-" + id), RunAt: now, ChosenID: true})
 	}
 	entries := enqueue(t, rdb, q, now, jobs...)
 	// An entry that names no valid job.
@@ -210,9 +210,9 @@ func TestReadStats(t *testing.T) {
 	a, b := keys.New(keys.DefaultPrefix, name+"-a"), keys.New(keys.DefaultPrefix, name+"-b")
 	now := time.Now()
 	enqueue(t, rdb, a, now,
-		jobstate.NewJob{ID: "1", Type: "t", RunAt: now.UnixMilli(), ChosenID: true},
-		jobstate.NewJob{ID: "2", Type: "t", RunAt: now.UnixMilli(), ChosenID: true},
-		jobstate.NewJob{ID: "3", Type: "t", RunAt: now.Add(time.Hour).UnixMilli(), ChosenID: true})
+		jobstate.NewJob{ID: "1", Type: "t", RunAt: now, ChosenID: true},
+		jobstate.NewJob{ID: "2", Type: "t", RunAt: now, ChosenID: true},
+		jobstate.NewJob{ID: "3", Type: "t", RunAt: now.Add(time.Hour), ChosenID: true})
 	require.NoError(t, rdb.XGroupCreate(ctx, a.Stream(), keys.Group, "0").Err())
 	_, err := rdb.XReadGroup(ctx, &redis.XReadGroupArgs{Group: keys.Group, Consumer: "w", Streams: []string{a.Stream(), ">"}, Count: 1}).Result()
 	require.NoError(t, err)

@@ -214,8 +214,9 @@ func FinishReply(cmd *redis.Cmd, n int) ([]script.Code, error) {
 	return out, nil
 }
 
-// retentionMS is a retention in ms as the scripts take it: 0 (or less) keeps only a tombstone,
-// so a positive retention under a millisecond is one millisecond rather than none.
+// retentionMS is a duration in the scripts' milliseconds, for retentions and timeouts alike: 0
+// or less is 0 (a retention of 0 keeps only a tombstone; a timeout of 0 is none), anything
+// positive at least 1, so a microsecond is not taken for none.
 func retentionMS(d time.Duration) int64 {
 	if d <= 0 {
 		return 0
@@ -342,11 +343,11 @@ func PurgeDryRun(ctx context.Context, rdb redis.Scripter, q keys.Queue, p PurgeD
 type Foreign struct {
 	ID, Entry, Type string
 	MaxRetries      int
-	TimeoutMS       int64
-	CreatedAt       int64 // unix ms: the entry's time
-	RunAt           int64 // unix ms: a time after Adopt's now schedules the job
+	Timeout         time.Duration
+	CreatedAt       time.Time // the entry's time
+	RunAt           time.Time // after Adopt's now schedules the job; zero: at once
 	UniqueKey       string
-	UniqueTTL       int64 // ms, with UniqueKey
+	UniqueTTL       time.Duration // with UniqueKey
 }
 
 // Adopted is what Adopt did: Code is script.OK (adopted: in progress on its entry, or
@@ -362,13 +363,20 @@ type Adopted struct {
 // Adopt makes a job of an entry of another Watermill publisher on its first delivery to worker
 // (foreign.lua), under the rules of a publish: a unique key is taken or the message refused, a
 // due time after now schedules the job.
-func Adopt(ctx context.Context, rdb redis.Scripter, q keys.Queue, f Foreign, now int64, worker string) (Adopted, error) {
+func Adopt(ctx context.Context, rdb redis.Scripter, q keys.Queue, f Foreign, now time.Time, worker string) (Adopted, error) {
 	ks := []string{q.Stats(), q.Job(f.ID), q.Stream(), q.Scheduled()}
 	if f.UniqueKey != "" {
 		ks = append(ks, q.Unique(f.UniqueKey))
 	}
+	var runAt, uttl int64
+	if !f.RunAt.IsZero() {
+		runAt = f.RunAt.UnixMilli()
+	}
+	if f.UniqueKey != "" {
+		uttl = max(1, f.UniqueTTL.Milliseconds())
+	}
 	row, err := decodeRow("adopt", foreignScript.Run(ctx, rdb, ks, f.Entry, f.Type, f.MaxRetries,
-		f.TimeoutMS, f.CreatedAt, now, worker, f.ID, keys.Group, f.RunAt, q.Wake(), f.UniqueTTL))
+		retentionMS(f.Timeout), f.CreatedAt.UnixMilli(), now.UnixMilli(), worker, f.ID, keys.Group, runAt, q.Wake(), uttl))
 	if err != nil {
 		return Adopted{}, err
 	}
