@@ -13,6 +13,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/conveyorq/conveyor/internal/keys"
+	"github.com/conveyorq/conveyor/internal/rediserr"
 	"github.com/conveyorq/conveyor/internal/script"
 )
 
@@ -72,7 +73,7 @@ func ReadStats(ctx context.Context, rdb redis.UniversalClient, qs []keys.Queue) 
 			}
 		}
 		// A queue no worker has read yet has no stream or group: that is zero in flight.
-		if err := c.groups.Err(); err != nil && !isNoStream(err) {
+		if err := c.groups.Err(); err != nil && !rediserr.IsNoStream(err) {
 			return nil, fmt.Errorf("stats %s: %w", q.Name(), err)
 		}
 		s := &Stats{Queue: q.Name(), Scheduled: c.sched.Val(), Dead: c.dead.Val()}
@@ -90,7 +91,7 @@ func ReadStats(ctx context.Context, rdb redis.UniversalClient, qs []keys.Queue) 
 		s.Canceled, s.Released, s.Poison = n(keys.StatCanceled), n(keys.StatReleased), n(keys.StatPoison)
 		out[k] = s
 	}
-	if err != nil && len(qs) > 0 && !isNoStream(err) {
+	if err != nil && len(qs) > 0 && !rediserr.IsNoStream(err) {
 		// Every command carries its own error; a pipeline error that none of them reports is
 		// still a failure.
 		return nil, fmt.Errorf("stats: %w", err)

@@ -261,7 +261,7 @@ func StreamPage(ctx context.Context, rdb redis.UniversalClient, q keys.Queue, st
 	if err := msgs.Err(); err != nil {
 		return nil, nil, err
 	}
-	if err := groups.Err(); err != nil && !isNoStream(err) {
+	if err := groups.Err(); err != nil && !rediserr.IsNoStream(err) {
 		return nil, nil, err
 	}
 	var g *Group
@@ -351,7 +351,7 @@ type Lease struct {
 func PendingPage(ctx context.Context, rdb redis.UniversalClient, q keys.Queue, start string, n int) ([]Lease, error) {
 	pend, err := rdb.XPendingExt(ctx, &redis.XPendingExtArgs{Stream: q.Stream(), Group: keys.Group,
 		Start: start, End: "+", Count: int64(n)}).Result()
-	if isNoStream(err) {
+	if rediserr.IsNoStream(err) {
 		return nil, nil // nothing was ever handed out
 	}
 	if err != nil {
@@ -363,5 +363,3 @@ func PendingPage(ctx context.Context, rdb redis.UniversalClient, q keys.Queue, s
 	}
 	return out, nil
 }
-
-func isNoStream(err error) bool { return rediserr.IsNoStream(err) }
