@@ -27,7 +27,7 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request) error {
 	defer cancel()
 	if err := s.client.Redis().Ping(ctx).Err(); err != nil {
 		return &apiError{Status: http.StatusServiceUnavailable, Code: CodeUnavailable,
-			Message: "Redis is unreachable", cause: err}
+			Message: "Redis is unreachable", Op: "ping", cause: err}
 	}
 	writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
 	return nil

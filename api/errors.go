@@ -43,7 +43,11 @@ type apiError struct {
 	Code    string `json:"code"`
 	Message string `json:"message"`
 	Reason  string `json:"reason,omitempty"`
-	cause   error  // logged, never sent
+	// Op is the operation that Redis failed, on a 5xx answer of a Redis failure: the
+	// rediserr.Error.Op of the cause ("enqueue", "get", "stats", "list", "replay", "purge",
+	// ...), a short stable word a client may log or branch on; empty otherwise.
+	Op    string `json:"op,omitempty"`
+	cause error  // logged, never sent
 }
 
 func (e *apiError) Error() string { return e.Message }
@@ -62,8 +66,10 @@ func badArg(format string, args ...any) *apiError {
 }
 
 // toAPIError maps an error of the pipeline, of Redis or of reading a body to what the client is
-// told. Messages of pipeline's input errors are the client's own mistakes and are shown; Redis
-// errors and anything unexpected are not (the log has them).
+// told, by its kind (rediserr.Classify) and operation (rediserr.OpOf), never by its text.
+// Messages of pipeline's input errors are the client's own mistakes and are shown; Redis
+// errors and anything unexpected are not (the log has them), but the operation Redis failed
+// is (Op).
 func toAPIError(err error) *apiError {
 	var ae *apiError
 	if errors.As(err, &ae) {
@@ -96,16 +102,17 @@ func toAPIError(err error) *apiError {
 		return &apiError{Status: http.StatusBadRequest, Code: CodeInvalidArgument, Message: message(err)}
 	case noAnswer(err):
 		return &apiError{Status: http.StatusServiceUnavailable, Code: CodeUnavailable,
-			Message: "Redis is unreachable; try again later", cause: err}
+			Message: "Redis is unreachable; try again later", Op: rediserr.OpOf(err), cause: err}
 	case errors.Is(err, context.Canceled):
 		// The client went away (or the server is closing): nobody reads this answer.
 		return &apiError{Status: http.StatusServiceUnavailable, Code: CodeUnavailable, Message: "request canceled"}
 	case refusing(err):
 		return &apiError{Status: http.StatusServiceUnavailable, Code: CodeUnavailable,
-			Message: "Redis is refusing commands (loading, read-only or out of memory); try again later", cause: err}
+			Message: "Redis is refusing commands (loading, read-only or out of memory); try again later",
+			Op:      rediserr.OpOf(err), cause: err}
 	}
 	return &apiError{Status: http.StatusInternalServerError, Code: CodeInternal,
-		Message: "internal error; the server's log has the details", cause: err}
+		Message: "internal error; the server's log has the details", Op: rediserr.OpOf(err), cause: err}
 }
 
 // jobErr names the job in a not-found error.

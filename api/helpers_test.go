@@ -113,6 +113,7 @@ type apiErrView struct {
 	Code    string `json:"code"`
 	Message string `json:"message"`
 	Reason  string `json:"reason"`
+	Op      string `json:"op"`
 }
 
 // apiJob is the job JSON (the `status --json` contract).

@@ -136,7 +136,7 @@ func TestCrossSite(t *testing.T) {
 }
 
 // With Redis gone, /readyz and every Redis-backed route answer 503 "Redis is unreachable",
-// without Redis's own error text; /healthz stays 200.
+// without Redis's own error text but with the operation that failed (op); /healthz stays 200.
 func TestRedisUnreachable(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)
@@ -149,28 +149,50 @@ func TestRedisUnreachable(t *testing.T) {
 
 	r := e.do("GET", "/healthz", "")
 	require.Equal(t, http.StatusOK, r.status)
-	for _, tc := range []struct{ method, path, body string }{
-		{"GET", "/readyz", ""},
-		{"POST", e.jobs(), `{"type":"echo"}`},
-		{"POST", e.jobs() + ":batch", `{"jobs":[{"type":"echo"},{"type":"echo"}]}`},
-		{"GET", e.jobs() + "/" + id, ""},
-		{"GET", e.jobs() + "/" + id + "?wait=1s", ""},
-		{"DELETE", e.jobs() + "/" + id, ""},
-		{"GET", "/v1/jobs/" + id, ""},
-		{"GET", "/v1/queues", ""},
-		{"GET", e.jobs() + "?status=queued", ""},
+	for _, tc := range []struct{ method, path, body, op string }{
+		{"GET", "/readyz", "", "ping"},
+		{"POST", e.jobs(), `{"type":"echo"}`, "enqueue"},
+		{"POST", e.jobs() + ":batch", `{"jobs":[{"type":"echo"},{"type":"echo"}]}`, "enqueue"},
+		{"GET", e.jobs() + "/" + id, "", "get"},
+		{"GET", e.jobs() + "/" + id + "?wait=1s", "", "get"},
+		// Which partitions the queue has is read first.
+		{"DELETE", e.jobs() + "/" + id, "", "queues"},
+		{"GET", "/v1/jobs/" + id, "", "queues"},
+		{"GET", "/v1/queues", "", "queues"},
+		{"GET", e.jobs() + "?status=queued", "", "queues"},
 	} {
 		r := e.do(tc.method, tc.path, tc.body)
 		require.Equal(t, http.StatusServiceUnavailable, r.status, "%s %s: %s", tc.method, tc.path, r.body)
 		ae := r.apiErr(t)
 		require.Equal(t, api.CodeUnavailable, ae.Code)
 		require.Contains(t, ae.Message, "Redis is unreachable")
+		require.Equal(t, tc.op, ae.Op, "%s %s: %s", tc.method, tc.path, r.body)
 		for _, leak := range []string{"dial", "refused", "127.0.0.1", "tcp", "goroutine"} {
 			require.NotContains(t, string(r.body), leak)
 		}
 	}
 	require.Contains(t, e.log.String(), `"level":"error"`, "the cause is logged")
 	require.Contains(t, e.log.String(), "connection refused")
+}
+
+// A Redis that refuses writes (out of memory) answers a publish 503 with the operation it
+// refused (op "enqueue"), by the error's kind and op, not its text; reads still go through.
+func TestRedisRefusingCarriesOp(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	e := apiSetup(t, apiEnvOpts{rdb: srv.Client(t)})
+	id := e.post(`{"type":"echo"}`, http.StatusAccepted).job(t).ID // the queue is known
+	restore := srv.RefuseWrites(t)
+	defer restore()
+
+	r := e.do("POST", e.jobs(), `{"type":"echo"}`)
+	require.Equal(t, http.StatusServiceUnavailable, r.status, "%s", r.body)
+	ae := r.apiErr(t)
+	require.Equal(t, api.CodeUnavailable, ae.Code)
+	require.Equal(t, "enqueue", ae.Op)
+	require.Contains(t, ae.Message, "out of memory")
+	require.NotContains(t, string(r.body), "maxmemory", "Redis's own text stays in the log")
+	require.Equal(t, http.StatusOK, e.do("GET", e.jobs()+"/"+id, "").status)
 }
 
 // Many long polls share one Client's waits: 200 requests waiting at once use at most

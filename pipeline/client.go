@@ -16,6 +16,7 @@ import (
 	"github.com/conveyorq/conveyor/internal/events"
 	"github.com/conveyorq/conveyor/internal/jobstate"
 	"github.com/conveyorq/conveyor/internal/keys"
+	"github.com/conveyorq/conveyor/internal/rediserr"
 	"github.com/conveyorq/conveyor/internal/script"
 	"github.com/conveyorq/conveyor/stream"
 )
@@ -428,7 +429,7 @@ func (c *Client) enqueuePrepared(ctx context.Context, rdb redis.UniversalClient,
 
 	cmds, err := jobstate.RunCalls(ctx, rdb, calls)
 	if err != nil {
-		return jobs, nil, fmt.Errorf("enqueue to %s: %w", queue, err)
+		return jobs, nil, fmt.Errorf("enqueue to %s: %w", queue, rediserr.Wrap("enqueue", err))
 	}
 	var existing, closed []int
 	var conflicts []error

@@ -69,7 +69,7 @@ func (i *Inspector) Doctor(ctx context.Context) (DoctorReport, error) {
 	ctx, cancel := context.WithTimeout(ctx, doctorTimeout)
 	defer cancel()
 	if err := i.rdb.Ping(ctx).Err(); err != nil {
-		return DoctorReport{}, err
+		return DoctorReport{}, rediserr.Wrap("doctor", err)
 	}
 	r := DoctorReport{Findings: diagnose(ctx, i.rdb, i.cfg.Prefix)}
 	for _, f := range r.Findings {

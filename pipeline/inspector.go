@@ -16,6 +16,7 @@ import (
 
 	"github.com/conveyorq/conveyor/internal/jobstate"
 	"github.com/conveyorq/conveyor/internal/keys"
+	"github.com/conveyorq/conveyor/internal/rediserr"
 	"github.com/conveyorq/conveyor/internal/script"
 )
 
@@ -755,6 +756,7 @@ func (i *Inspector) replayAll(ctx context.Context, q keys.Queue) (int, []error, 
 			calls[k] = jobstate.ReplayCall(q, it.Member, now)
 		}
 		cmds, err := jobstate.RunCalls(ctx, i.rdb, calls)
+		err = rediserr.Wrap("replay", err)
 		for k, cmd := range cmds {
 			row, cerr := jobstate.ReplayReply(cmd)
 			code, data := row.Code, row.Data
@@ -841,6 +843,7 @@ func (i *Inspector) Purge(ctx context.Context, queue string, ids ...string) (int
 		return 0, errors.Join(errs...)
 	}
 	cmds, err := jobstate.RunCalls(ctx, i.rdb, calls)
+	err = rediserr.Wrap("purge", err)
 	n := 0
 	for c, cmd := range cmds {
 		chunk := chunks[c]

@@ -8,6 +8,7 @@ import (
 
 	"github.com/conveyorq/conveyor/internal/jobstate"
 	"github.com/conveyorq/conveyor/internal/keys"
+	"github.com/conveyorq/conveyor/internal/rediserr"
 	"github.com/conveyorq/conveyor/internal/script"
 )
 
@@ -77,7 +78,7 @@ func (i *Inspector) deadJobs(ctx context.Context, q keys.Queue, ids []string) ([
 		}
 		cmds, err := script.Pipelined(ctx, i.rdb, calls)
 		if err != nil {
-			return nil, err
+			return nil, rediserr.Wrap("purge", err)
 		}
 		for k, cmd := range cmds {
 			flat, found, err := jobstate.GetReply(cmd)

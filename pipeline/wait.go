@@ -12,6 +12,7 @@ import (
 	"github.com/conveyorq/conveyor/internal/events"
 	"github.com/conveyorq/conveyor/internal/jobstate"
 	"github.com/conveyorq/conveyor/internal/keys"
+	"github.com/conveyorq/conveyor/internal/rediserr"
 )
 
 // maxWaitReads bounds the reads a Waiter runs at once, so that however many wait (a burst of
@@ -143,7 +144,7 @@ func (w *Waiter) status(ctx context.Context, q keys.Queue, id string) (string, e
 	if errors.Is(err, redis.Nil) {
 		return "", nil
 	}
-	return s, err
+	return s, rediserr.Wrap("get", err)
 }
 
 // waitOn is Wait on the partition q that holds the job.

@@ -9,6 +9,8 @@ import (
 
 	"github.com/bsm/redislock"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/conveyorq/conveyor/internal/rediserr"
 )
 
 // Lock is a Redis lock for "only one at a time" duties: SET NX PX with a random token to
@@ -61,7 +63,7 @@ func (l *Lock) Acquire(ctx context.Context) (bool, error) {
 		return false, nil
 	}
 	if err != nil {
-		return false, fmt.Errorf("acquire lock %s: %w", l.key, err)
+		return false, rediserr.Wrap("lock", fmt.Errorf("acquire lock %s: %w", l.key, err))
 	}
 	l.held = lk
 	return true, nil
@@ -85,7 +87,7 @@ func (l *Lock) extendLocked(ctx context.Context) (bool, error) {
 		return false, nil
 	}
 	if err != nil {
-		return false, fmt.Errorf("extend lock %s: %w", l.key, err)
+		return false, rediserr.Wrap("lock", fmt.Errorf("extend lock %s: %w", l.key, err))
 	}
 	return true, nil
 }
@@ -101,7 +103,7 @@ func (l *Lock) Release(ctx context.Context) (bool, error) {
 	err := l.held.Release(ctx)
 	if err != nil && !errors.Is(err, redislock.ErrLockNotHeld) {
 		// Keep the token: the lock may still be ours, and a later Release can free it.
-		return false, fmt.Errorf("release lock %s: %w", l.key, err)
+		return false, rediserr.Wrap("lock", fmt.Errorf("release lock %s: %w", l.key, err))
 	}
 	l.held = nil
 	return err == nil, nil

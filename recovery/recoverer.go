@@ -494,7 +494,7 @@ func (r *Recoverer) scan(ctx context.Context, token string, res *Result) (truste
 				complete = true
 				return trusted, nil // no worker has read this queue yet
 			}
-			return trusted, fmt.Errorf("list idle entries: %w", err)
+			return trusted, rediserr.Wrap("recover", fmt.Errorf("list idle entries: %w", err))
 		}
 		if len(pend) == 0 {
 			complete = true

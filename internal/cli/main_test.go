@@ -140,7 +140,7 @@ func TestRunExitCodes(t *testing.T) {
 		{"DemoClusterNoURL", []string{"demo", "--cluster"}, 2, "--cluster needs a Redis URL"},
 
 		// Refusals by the system: exit 1, saying what to do next.
-		{"RedisRefused", []string{"stats"}, 1, "conveyor: cannot reach Redis at redis://127.0.0.1:1/0: connection refused; is Redis running there? set --redis or CONVEYOR_REDIS_URL\n"},
+		{"RedisRefused", []string{"stats"}, 1, "conveyor: queues: cannot reach Redis at redis://127.0.0.1:1/0: connection refused; is Redis running there? set --redis or CONVEYOR_REDIS_URL\n"},
 		{"RedisRefusedRedacted", []string{"stats", "--redis", "redis://u:hunter2@127.0.0.1:1/0"}, 1, "cannot reach Redis at redis://u:xxxxx@127.0.0.1:1/0: connection refused"},
 		{"LogLevelAnyCase", []string{"--log-level", "INFO", "stats"}, 1, "cannot reach Redis at"},
 	} {

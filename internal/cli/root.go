@@ -704,23 +704,30 @@ func (f *logFormat) Set(s string) error {
 
 // Errors at the edge.
 
-// describe turns a command's error into what the user reads: an unreachable or refusing Redis
-// is named (redacted) with what to check, and the library's package prefixes ("pipeline:
-// invalid argument: ", "pipeline: ") are dropped, since they mean nothing on the command line.
+// describe turns a command's error into what the user reads, from its kind and operation
+// (rediserr.Classify, rediserr.OpOf), never its text: an unreachable or refusing Redis is named
+// (redacted) with what to check, after the operation that failed ("stats: cannot reach Redis
+// at ..."), and the library's package prefixes ("pipeline: invalid argument: ", "pipeline: ")
+// are dropped, since they mean nothing on the command line. Any other error's text names its
+// operation already (rediserr.Error's text begins with it).
 func (a *app) describe(err error) string {
 	url := redactURL(a.redisURL)
 	if msg := tlsRefusal(err, url); msg != "" {
 		return msg
 	}
+	op := ""
+	if o := rediserr.OpOf(err); o != "" {
+		op = o + ": "
+	}
 	if errors.Is(err, pipeline.ErrOutOfMemory) {
-		return a.outOfMemory(err, url)
+		return op + a.outOfMemory(err, url)
 	}
 	if cause := unreachableCause(err); cause != "" {
-		return fmt.Sprintf("cannot reach Redis at %s: %s; is Redis running there? set --redis or %s", url, cause, envRedisURL)
+		return fmt.Sprintf("%scannot reach Redis at %s: %s; is Redis running there? set --redis or %s", op, url, cause, envRedisURL)
 	}
 	if rediserr.IsAuth(err) {
-		return fmt.Sprintf("Redis at %s refused the credentials: %s; check the user and password in --redis or %s",
-			url, redisMessage(err), envRedisURL)
+		return fmt.Sprintf("%sRedis at %s refused the credentials: %s; check the user and password in --redis or %s",
+			op, url, redisMessage(err), envRedisURL)
 	}
 	return rediserr.Message(err)
 }

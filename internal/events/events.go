@@ -170,7 +170,7 @@ func Detect(ctx context.Context, rdb redis.UniversalClient) (Mode, error) {
 	if errors.As(err, &reply) {
 		return None, nil
 	}
-	return None, err
+	return None, rediserr.Wrap("events", err)
 }
 
 // retryDetect is how long ModeOf answers None after a failed Detect before it asks again.

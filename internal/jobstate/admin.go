@@ -45,7 +45,7 @@ func SetPage(ctx context.Context, rdb redis.Scripter, key string, desc bool, aft
 	if after != nil {
 		score, member = strconv.FormatInt(after.Score, 10), after.Member
 	}
-	r, err := decode("zpage", zpageScript.Run(ctx, rdb, []string{key}, dir, score, member, n))
+	r, err := decode("list", zpageScript.Run(ctx, rdb, []string{key}, dir, score, member, n))
 	if err == nil && (r.code != script.OK || len(r.rest)%2 != 0) {
 		err = r.unexpected()
 	}
@@ -79,7 +79,7 @@ func PurgeIDsCall(q keys.Queue, ids []string) script.Call {
 // PurgeIDsReply reads the reply of a PurgeIDsCall of n ids: per id script.OK (deleted),
 // script.WrongState with the status of a job that is not dead (left alone) or script.NotFound.
 func PurgeIDsReply(cmd *redis.Cmd, n int) ([]Row, error) {
-	r, err := decode("purge ids", cmd)
+	r, err := decode("purge", cmd)
 	if err == nil {
 		err = r.want(2 * n)
 	}
@@ -111,7 +111,7 @@ func EntryJobs(ctx context.Context, rdb redis.Scripter, q keys.Queue, entries []
 	for _, e := range entries {
 		args = append(args, e)
 	}
-	r, err := decode("entry jobs", entryJobsScript.Run(ctx, rdb, []string{q.Stream()}, args...))
+	r, err := decode("list", entryJobsScript.Run(ctx, rdb, []string{q.Stream()}, args...))
 	if err == nil {
 		err = r.want(len(entries))
 	}

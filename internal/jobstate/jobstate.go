@@ -209,7 +209,7 @@ func Enqueue1(ctx context.Context, rdb redis.Scripter, q keys.Queue, now time.Ti
 	if e, ok := cmd.Val().(string); ok {
 		return Created{Code: script.OK, Entry: e}, nil
 	}
-	row, err := decodeRow("enqueue1", cmd)
+	row, err := decodeRow("enqueue", cmd)
 	if err != nil {
 		return Created{}, err
 	}

@@ -9,6 +9,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/conveyorq/conveyor/internal/keys"
+	"github.com/conveyorq/conveyor/internal/rediserr"
 )
 
 // The partition layout's plain commands: what a change of a queue's partition count
@@ -27,7 +28,7 @@ func SetClosed(ctx context.Context, rdb redis.UniversalClient, qs []keys.Queue, 
 		}
 		return nil
 	})
-	return err
+	return rediserr.Wrap("partitions", err)
 }
 
 // WritePartitions stores queue's partition count p (1 deletes it: the plain queue).
@@ -35,13 +36,14 @@ func WritePartitions(ctx context.Context, rdb redis.UniversalClient, prefix, que
 	if p == 1 {
 		return ForgetPartitions(ctx, rdb, prefix, queue)
 	}
-	return rdb.HSet(ctx, keys.Partitions(prefix), queue, StoredPartitions(p)).Err()
+	return rediserr.Wrap("partitions", rdb.HSet(ctx, keys.Partitions(prefix), queue, StoredPartitions(p)).Err())
 }
 
 // LockLayout takes queue's layout lock (keys.LayoutLock) for ttl with token; ok is false when
 // another holds it.
 func LockLayout(ctx context.Context, rdb redis.UniversalClient, prefix, queue, token string, ttl time.Duration) (ok bool, err error) {
-	return rdb.SetNX(ctx, keys.LayoutLock(prefix, queue), token, ttl).Result()
+	ok, err = rdb.SetNX(ctx, keys.LayoutLock(prefix, queue), token, ttl).Result()
+	return ok, rediserr.Wrap("partitions", err)
 }
 
 // UnlockLayout releases queue's layout lock if token still holds it; else it expires.
@@ -63,7 +65,7 @@ func MoveCounters(ctx context.Context, rdb redis.UniversalClient, from []keys.Qu
 		}
 		m, err := rdb.HGetAll(ctx, q.Stats()).Result()
 		if err != nil {
-			return fmt.Errorf("read the counters: %w", err)
+			return rediserr.Wrap("partitions", fmt.Errorf("read the counters: %w", err))
 		}
 		if len(m) == 0 {
 			continue
@@ -80,7 +82,7 @@ func MoveCounters(ctx context.Context, rdb redis.UniversalClient, from []keys.Qu
 			err = rdb.Del(ctx, q.Stats()).Err()
 		}
 		if err != nil {
-			return fmt.Errorf("move the counters: %w", err)
+			return rediserr.Wrap("partitions", fmt.Errorf("move the counters: %w", err))
 		}
 	}
 	return nil
@@ -97,7 +99,7 @@ func Nodes(ctx context.Context, rdb redis.UniversalClient, qs []keys.Queue) ([]s
 	for k, q := range qs {
 		node, err := cc.MasterForKey(ctx, q.Stream())
 		if err != nil {
-			return nil, fmt.Errorf("find the node of %s: %w", q.Tag(), err)
+			return nil, rediserr.Wrap("partitions", fmt.Errorf("find the node of %s: %w", q.Tag(), err))
 		}
 		out[k] = node.Options().Addr
 	}

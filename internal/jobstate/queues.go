@@ -69,12 +69,12 @@ func ReadStats(ctx context.Context, rdb redis.UniversalClient, qs []keys.Queue) 
 		c := &all[k]
 		for _, cmd := range []redis.Cmder{c.counters, c.sched, c.dead, c.xlen} {
 			if err := cmd.Err(); err != nil {
-				return nil, fmt.Errorf("stats %s: %w", q.Name(), err)
+				return nil, rediserr.Wrap("stats", fmt.Errorf("stats %s: %w", q.Name(), err))
 			}
 		}
 		// A queue no worker has read yet has no stream or group: that is zero in flight.
 		if err := c.groups.Err(); err != nil && !rediserr.IsNoStream(err) {
-			return nil, fmt.Errorf("stats %s: %w", q.Name(), err)
+			return nil, rediserr.Wrap("stats", fmt.Errorf("stats %s: %w", q.Name(), err))
 		}
 		s := &Stats{Queue: q.Name(), Scheduled: c.sched.Val(), Dead: c.dead.Val()}
 		for _, g := range c.groups.Val() {
@@ -94,7 +94,7 @@ func ReadStats(ctx context.Context, rdb redis.UniversalClient, qs []keys.Queue) 
 	if err != nil && len(qs) > 0 && !rediserr.IsNoStream(err) {
 		// Every command carries its own error; a pipeline error that none of them reports is
 		// still a failure.
-		return nil, fmt.Errorf("stats: %w", err)
+		return nil, rediserr.Wrap("stats", fmt.Errorf("stats: %w", err))
 	}
 	return out, nil
 }
@@ -134,7 +134,7 @@ func PartitionCount(ctx context.Context, rdb redis.Cmdable, prefix, queue string
 		return 1, nil
 	}
 	if err != nil {
-		return 0, fmt.Errorf("read the partition count of %s: %w", queue, err)
+		return 0, rediserr.Wrap("queues", fmt.Errorf("read the partition count of %s: %w", queue, err))
 	}
 	return ParsePartitions(queue, v)
 }
@@ -144,7 +144,7 @@ func PartitionCount(ctx context.Context, rdb redis.Cmdable, prefix, queue string
 func LegacyPartitions(ctx context.Context, rdb redis.Cmdable, prefix, queue string) ([]keys.Queue, error) {
 	v, err := rdb.HGet(ctx, keys.Partitions(prefix), queue).Result()
 	if err != nil {
-		return nil, err
+		return nil, rediserr.Wrap("queues", err)
 	}
 	p, err := strconv.Atoi(v)
 	if err != nil || p < 2 || p > keys.MaxPartitions {
@@ -169,10 +169,10 @@ func KnownQueues(ctx context.Context, rdb redis.UniversalClient, prefix string) 
 		return nil
 	})
 	if err := names.Err(); err != nil {
-		return nil, nil, fmt.Errorf("list queues: %w", err)
+		return nil, nil, rediserr.Wrap("queues", fmt.Errorf("list queues: %w", err))
 	}
 	if err := m.Err(); err != nil {
-		return nil, nil, fmt.Errorf("read the partition counts: %w", err)
+		return nil, nil, rediserr.Wrap("queues", fmt.Errorf("read the partition counts: %w", err))
 	}
 	qs := slices.DeleteFunc(names.Val(), func(n string) bool { return keys.ValidateQueue(n) != nil })
 	slices.Sort(qs)
@@ -189,17 +189,18 @@ func KnownQueues(ctx context.Context, rdb redis.UniversalClient, prefix string) 
 
 // IsKnownQueue reports whether queue is in the known-queues set.
 func IsKnownQueue(ctx context.Context, rdb redis.UniversalClient, prefix, queue string) (bool, error) {
-	return rdb.SIsMember(ctx, keys.Queues(prefix), queue).Result()
+	ok, err := rdb.SIsMember(ctx, keys.Queues(prefix), queue).Result()
+	return ok, rediserr.Wrap("queues", err)
 }
 
 // ForgetQueue removes queue from the known-queues set.
 func ForgetQueue(ctx context.Context, rdb redis.UniversalClient, prefix, queue string) error {
-	return rdb.SRem(ctx, keys.Queues(prefix), queue).Err()
+	return rediserr.Wrap("delete queue", rdb.SRem(ctx, keys.Queues(prefix), queue).Err())
 }
 
 // ForgetPartitions deletes queue's stored partition count: it has one partition again.
 func ForgetPartitions(ctx context.Context, rdb redis.UniversalClient, prefix, queue string) error {
-	return rdb.HDel(ctx, keys.Partitions(prefix), queue).Err()
+	return rediserr.Wrap("delete queue", rdb.HDel(ctx, keys.Partitions(prefix), queue).Err())
 }
 
 // ---- A queue's keys as a whole ----
@@ -213,6 +214,11 @@ const scanCount = 1000
 // unless everywhere is true: for a prefix that names keys in many slots, such as every
 // partition of a queue. A Ring's every shard is scanned.
 func ScanKeys(ctx context.Context, rdb redis.UniversalClient, prefix string, unlink, everywhere bool) (int, error) {
+	n, err := scanKeys(ctx, rdb, prefix, unlink, everywhere)
+	return n, rediserr.Wrap("scan", err)
+}
+
+func scanKeys(ctx context.Context, rdb redis.UniversalClient, prefix string, unlink, everywhere bool) (int, error) {
 	base, pattern := prefix, globEscape(prefix)+"*"
 	del := func(ctx context.Context, c redis.Cmdable) (int, error) {
 		n := 0
@@ -328,7 +334,7 @@ func AddQueue(ctx context.Context, rdb redis.Scripter, prefix string, p AddQueue
 	n, err := addQueueScript.Run(ctx, rdb, []string{keys.Queues(prefix)}, p.Queue, p.MaxQueues, only).Int()
 	switch {
 	case err != nil:
-		return 0, err
+		return 0, rediserr.Wrap("add queue", err)
 	case n == 0:
 		return QueuesFull, nil
 	case n < 0:

@@ -135,7 +135,7 @@ func FindFirst(ctx context.Context, rdb redis.UniversalClient, lookups []Lookup)
 	}
 	cmds, err := script.Pipelined(ctx, rdb, calls)
 	if err != nil && !errors.Is(err, redis.Nil) {
-		return -1, Record{}, err
+		return -1, Record{}, rediserr.Wrap("get", err)
 	}
 	for k, cmd := range cmds {
 		flat, found, err := GetReply(cmd)
@@ -162,7 +162,7 @@ func Records(ctx context.Context, rdb redis.UniversalClient, q keys.Queue, ids [
 		hashes[k] = p.HGetAll(ctx, q.Job(id))
 	}
 	if _, err := p.Exec(ctx); err != nil {
-		return nil, err
+		return nil, rediserr.Wrap("get", err)
 	}
 	for k, h := range hashes {
 		if m := h.Val(); len(m) > 0 {
@@ -187,7 +187,7 @@ func Locate(ctx context.Context, rdb redis.UniversalClient, qs []keys.Queue, ids
 		return nil
 	})
 	if err != nil {
-		return nil, err
+		return nil, rediserr.Wrap("get", err)
 	}
 	at := make([]int, len(ids))
 	for k := range ids {
@@ -222,7 +222,7 @@ func DeadPage(ctx context.Context, rdb redis.Scripter, q keys.Queue, oldest bool
 func LastDead(ctx context.Context, rdb redis.UniversalClient, q keys.Queue) (last SetItem, ok bool, err error) {
 	z, err := rdb.ZRevRangeWithScores(ctx, q.Dead(), 0, 0).Result()
 	if err != nil || len(z) == 0 {
-		return SetItem{}, false, err
+		return SetItem{}, false, rediserr.Wrap("list", err)
 	}
 	return SetItem{Member: fmt.Sprint(z[0].Member), Score: int64(z[0].Score)}, true, nil
 }
@@ -259,10 +259,10 @@ func StreamPage(ctx context.Context, rdb redis.UniversalClient, q keys.Queue, st
 		return nil
 	})
 	if err := msgs.Err(); err != nil {
-		return nil, nil, err
+		return nil, nil, rediserr.Wrap("list", err)
 	}
 	if err := groups.Err(); err != nil && !rediserr.IsNoStream(err) {
-		return nil, nil, err
+		return nil, nil, rediserr.Wrap("list", err)
 	}
 	var g *Group
 	for _, gi := range groups.Val() {
@@ -277,7 +277,7 @@ func StreamPage(ctx context.Context, rdb redis.UniversalClient, q keys.Queue, st
 func StreamRange(ctx context.Context, rdb redis.UniversalClient, q keys.Queue, start string, n int) ([]Entry, error) {
 	msgs, err := rdb.XRangeN(ctx, q.Stream(), start, "+", int64(n)).Result()
 	if err != nil {
-		return nil, err
+		return nil, rediserr.Wrap("list", err)
 	}
 	return entries(msgs), nil
 }
@@ -318,7 +318,7 @@ func EntryRecords(ctx context.Context, rdb redis.UniversalClient, q keys.Queue, 
 	}
 	if p.Len() > 0 {
 		if _, err := p.Exec(ctx); err != nil {
-			return nil, nil, err
+			return nil, nil, rediserr.Wrap("list", err)
 		}
 	}
 	for k, h := range hashes {
@@ -355,7 +355,7 @@ func PendingPage(ctx context.Context, rdb redis.UniversalClient, q keys.Queue, s
 		return nil, nil // nothing was ever handed out
 	}
 	if err != nil {
-		return nil, err
+		return nil, rediserr.Wrap("list", err)
 	}
 	out := make([]Lease, len(pend))
 	for k, pe := range pend {

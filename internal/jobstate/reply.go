@@ -6,6 +6,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/conveyorq/conveyor/internal/rediserr"
 	"github.com/conveyorq/conveyor/internal/script"
 )
 
@@ -20,12 +21,14 @@ type reply struct {
 	rest []any
 }
 
-// decode splits cmd's reply. cmd.Slice hands back the reply as go-redis parsed it, without a
+// decode splits cmd's reply. A failure of Redis (of the call, not of its reply's shape) is
+// returned as rediserr.Wrap(op, err), so op must be one of the short stable operation names
+// the API and the CLI show (rediserr.Error.Op). cmd.Slice hands back the reply as go-redis parsed it, without a
 // copy, so reading a reply costs no allocation of its own (the worker reads one per chunk).
 func decode(op string, cmd *redis.Cmd) (reply, error) {
 	v, err := cmd.Slice()
 	if err != nil {
-		return reply{}, err
+		return reply{}, rediserr.Wrap(op, err)
 	}
 	if len(v) == 0 {
 		return reply{}, fmt.Errorf("%s: script reply without a code", op)

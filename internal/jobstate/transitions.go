@@ -317,7 +317,7 @@ type PurgeDryRunParams struct {
 // them; it deletes nothing. It runs purge.lua itself, so the preview and the purge share one age
 // rule. Callers page with Offset until fewer than Limit come back.
 func PurgeDryRun(ctx context.Context, rdb redis.Scripter, q keys.Queue, p PurgeDryRunParams) ([]string, error) {
-	r, err := decode("purge dry run", purgeScript.Run(ctx, rdb, []string{q.Dead()}, q.JobPrefix(), p.Limit,
+	r, err := decode("purge", purgeScript.Run(ctx, rdb, []string{q.Dead()}, q.JobPrefix(), p.Limit,
 		p.OlderThan.Milliseconds(), p.Offset))
 	if err == nil {
 		err = r.want(2)

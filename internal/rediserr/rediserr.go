@@ -225,25 +225,57 @@ func IsRedirect(err error) bool { return Classify(err) == Redirect }
 // IsUnreachable reports whether err is a failure to reach Redis (see Unreachable).
 func IsUnreachable(err error) bool { return Classify(err) == Unreachable }
 
-// Error is an error with its kind and the operation that failed.
+// Error is an error with its kind and the operation that failed. Conveyor's calls to Redis
+// (the storage layer internal/jobstate, the pipeline's own reads, the scheduler, the
+// recoverers, the event watcher) return their Redis failures as an *Error, so that the HTTP API
+// and the CLI render a failure from its Kind and Op (Classify and OpOf, or errors.As) and never
+// from its text.
 type Error struct {
 	Kind Kind
-	// Op names the operation, as the caller would in front of the error ("stats",
-	// "create group"); it is part of Error's text.
+	// Op names the operation, a short stable word the caller would put in front of the error
+	// ("enqueue", "finish", "get", "stats", "list", "replay", "purge", "promote", "recover");
+	// it is part of Error's text, and the API's error body carries it as "op".
 	Op  string
 	Err error
 }
 
-// Wrap returns err with its kind (Classify) and the operation op, or nil for a nil err.
+// Wrap returns err with its kind (Classify) and the operation op. It returns nil for a nil err
+// and redis.Nil as it is (no value, not a failure: callers compare it).
+//
+// Wrapping does not nest: an err that already carries an *Error with an Op (anywhere in its
+// chain, as errors.As finds it) is returned unchanged, so the innermost operation, the one
+// nearest Redis, names the failure and the text says it once ("get: OOM ...", never
+// "get: get: OOM ..."). A caller that wants more context adds it with fmt.Errorf, which
+// keeps the *Error reachable. An *Error without an Op in err gets wrapped by one that has it.
 func Wrap(op string, err error) error {
-	if err == nil {
-		return nil
+	if err == nil || err == redis.Nil {
+		return err
+	}
+	if OpOf(err) != "" {
+		return err
 	}
 	return &Error{Kind: Classify(err), Op: op, Err: err}
 }
 
+// OpOf returns the Op of the first *Error with an Op in err's chain, or "" when there is none
+// (the error did not come from a call to Redis, or its caller named no operation).
+func OpOf(err error) string {
+	for e := err; e != nil; {
+		var ce *Error
+		if !errors.As(e, &ce) {
+			return ""
+		}
+		if ce.Op != "" {
+			return ce.Op
+		}
+		e = ce.Err
+	}
+	return ""
+}
+
 // Error is "op: err", or err's text without an Op; the kind is left out, so wrapping keeps
-// the text a caller would have written with fmt.Errorf("op: %w", err).
+// the text a caller would have written with fmt.Errorf("op: %w", err). The op is said once:
+// a text that begins with it already ("stats orders: ...") is left as it is.
 func (e *Error) Error() string {
 	var s string
 	if e.Err != nil {
@@ -254,6 +286,8 @@ func (e *Error) Error() string {
 		return s
 	case s == "":
 		return e.Op
+	case strings.HasPrefix(s, e.Op) && (strings.HasPrefix(s[len(e.Op):], ":") || strings.HasPrefix(s[len(e.Op):], " ")):
+		return s
 	}
 	return e.Op + ": " + s
 }

@@ -295,6 +295,35 @@ func TestError(t *testing.T) {
 	require.False(t, rediserr.Unreachable.Reply())
 }
 
+// TestWrapDoesNotNest: a Wrap of an error that already names its operation keeps the inner
+// op (the one nearest Redis) and the text says it once; context added with fmt.Errorf in
+// between keeps the *Error reachable; an *Error without an Op is wrapped by one with it.
+func TestWrapDoesNotNest(t *testing.T) {
+	inner := rediserr.Wrap("get", reply("OOM command not allowed"))
+	require.Same(t, inner, rediserr.Wrap("enqueue", inner))
+	ctx := fmt.Errorf("get q/1: %w", inner)
+	got := rediserr.Wrap("status", ctx)
+	require.Same(t, ctx, got)
+	require.EqualError(t, got, "get q/1: get: OOM command not allowed")
+	require.Equal(t, "get", rediserr.OpOf(got))
+	var e *rediserr.Error
+	require.ErrorAs(t, got, &e)
+	require.Equal(t, rediserr.OOM, e.Kind)
+
+	bare := &rediserr.Error{Kind: rediserr.Busy, Err: reply("BUSY x")}
+	w := rediserr.Wrap("promote", bare)
+	require.Equal(t, "promote", rediserr.OpOf(w))
+	require.Equal(t, rediserr.Busy, rediserr.Classify(w))
+	require.EqualError(t, w, "promote: BUSY x")
+
+	require.EqualError(t, rediserr.Wrap("stats", fmt.Errorf("stats q: %w", reply("OOM x"))), "stats q: OOM x",
+		"the op is said once")
+	require.EqualError(t, rediserr.Wrap("stats", reply("statsx")), "stats: statsx")
+	require.Equal(t, redis.Nil, rediserr.Wrap("get", redis.Nil), "redis.Nil is no failure: returned as it is")
+	require.Empty(t, rediserr.OpOf(errors.New("x")))
+	require.Empty(t, rediserr.OpOf(nil))
+}
+
 func TestMessage(t *testing.T) {
 	for in, want := range map[string]string{
 		"pipeline: job not found":                                          "job not found",
