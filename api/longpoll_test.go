@@ -16,7 +16,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/conveyorq/conveyor/internal/events"
-	"github.com/conveyorq/conveyor/internal/jobtest"
 	"github.com/conveyorq/conveyor/internal/redistest"
 	"github.com/conveyorq/conveyor/pipeline"
 )
@@ -87,7 +86,7 @@ func TestIdleLongPollsCostBoundedCommands(t *testing.T) {
 	srv := redistest.Shared(t)
 	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr})
 	t.Cleanup(func() { _ = rdb.Close() })
-	count := jobtest.CountCommands(rdb)
+	count := redistest.CountCommands(rdb)
 	e := apiSetup(t, apiEnvOpts{clientRdb: rdb})
 	ids := e.enqueueN(redistest.Client(t), waiters)
 

@@ -478,23 +478,23 @@ func TestRunManySchedulers(t *testing.T) {
 
 // idleScheduler starts a scheduler that sleeps an hour between checks and returns once it
 // listens for wake messages and has made its first pass over the queue.
-func idleScheduler(t *testing.T, b *testBundle) *jobtest.Commands {
+func idleScheduler(t *testing.T, b *testBundle) *redistest.Commands {
 	t.Helper()
 	return startedScheduler(t, delayed.Config{MaxSleep: time.Hour}, b)
 }
 
 // startedScheduler runs a scheduler for the bundles' queues and returns once it listens for
 // their wake messages and has made its first pass over them.
-func startedScheduler(t *testing.T, cfg delayed.Config, bs ...*testBundle) *jobtest.Commands {
+func startedScheduler(t *testing.T, cfg delayed.Config, bs ...*testBundle) *redistest.Commands {
 	t.Helper()
 	return startedSchedulerAt(t, redistest.Shared(t).Addr, cfg, bs...)
 }
 
 // startedSchedulerAt is startedScheduler on the Redis server at addr.
-func startedSchedulerAt(t *testing.T, addr string, cfg delayed.Config, bs ...*testBundle) *jobtest.Commands {
+func startedSchedulerAt(t *testing.T, addr string, cfg delayed.Config, bs ...*testBundle) *redistest.Commands {
 	t.Helper()
 	rdb := redis.NewClient(&redis.Options{Addr: addr})
-	h := jobtest.CountCommands(rdb) // its script calls: a pass over the queues
+	h := redistest.CountCommands(rdb) // its script calls: a pass over the queues
 	t.Cleanup(func() { _ = rdb.Close() })
 	for _, b := range bs {
 		cfg.Queues = append(cfg.Queues, b.queue)

@@ -12,7 +12,6 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
-	"github.com/conveyorq/conveyor/internal/jobtest"
 	"github.com/conveyorq/conveyor/internal/redistest"
 	"github.com/conveyorq/conveyor/metrics"
 	"github.com/conveyorq/conveyor/pipeline"
@@ -59,7 +58,7 @@ func TestQueueCollectorBoundsRedisCalls(t *testing.T) {
 
 	counted := redis.NewClient(rdb.Options())
 	t.Cleanup(func() { _ = counted.Close() })
-	cc := jobtest.CountCommands(counted)
+	cc := redistest.CountCommands(counted)
 	clk := &clock{t: time.Now()}
 	insp, err := pipeline.NewInspector(counted, pipeline.InspectorConfig{Prefix: prefix})
 	require.NoError(t, err)

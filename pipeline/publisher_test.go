@@ -593,57 +593,11 @@ func TestPublisherRepublishIsIdempotent(t *testing.T) {
 	require.EqualValues(t, 4, b.stats(t).Enqueued)
 }
 
-// roundTrips is a go-redis hook that records each round trip: a command, or a pipeline.
-type roundTrips struct {
-	mu    sync.Mutex
-	trips [][]string // command names per round trip
-}
-
-func (r *roundTrips) DialHook(next redis.DialHook) redis.DialHook { return next }
-
-func (r *roundTrips) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		r.add(cmd)
-		return next(ctx, cmd)
-	}
-}
-
-func (r *roundTrips) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error {
-		r.add(cmds...)
-		return next(ctx, cmds)
-	}
-}
-
-func (r *roundTrips) add(cmds ...redis.Cmder) {
-	names := make([]string, len(cmds))
-	for i, c := range cmds {
-		names[i] = c.Name()
-		// go-redis sets up each new pooled connection with HELLO and CLIENT SETINFO through
-		// the hooks too: that is the connection's cost, not the call's.
-		if names[i] == "hello" || names[i] == "client" {
-			return
-		}
-	}
-	r.mu.Lock()
-	r.trips = append(r.trips, names)
-	r.mu.Unlock()
-}
-
-func (r *roundTrips) take() [][]string {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	t := r.trips
-	r.trips = nil
-	return t
-}
-
 // A call with many messages is one round trip: one EnqueueBatch, its script calls pipelined.
 func TestPublisherBatchIsOneRoundTrip(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	rt := &roundTrips{}
-	b.rdb.AddHook(rt)
+	rt := redistest.CountCommands(b.rdb).Record()
 	pub := newTestPublisher(t, b.client, pipeline.PublisherConfig{DefaultType: "echo"})
 	batch := func(n int) []*message.Message {
 		msgs := make([]*message.Message, n)
@@ -656,12 +610,12 @@ func TestPublisherBatchIsOneRoundTrip(t *testing.T) {
 	// since one plain job goes through enqueue1's script instead, and the batch's would then be
 	// loaded below (evalsha, NOSCRIPT, eval) unless another test on the server loaded it first.
 	require.NoError(t, pub.Publish(b.queue, batch(2)...))
-	rt.take()
+	rt.Take()
 
 	const n = 1000
 	msgs := batch(n)
 	require.NoError(t, pub.Publish(b.queue, msgs...))
-	trips := rt.take()
+	trips := rt.Take()
 	require.Len(t, trips, 1, "round trips: %v", trips)
 	require.Len(t, trips[0], n/100, "one script call per 100 jobs")
 	for _, name := range trips[0] {

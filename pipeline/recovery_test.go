@@ -15,7 +15,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
-	"github.com/conveyorq/conveyor/internal/jobtest"
+	"github.com/conveyorq/conveyor/internal/redistest"
 	"github.com/conveyorq/conveyor/pipeline"
 )
 
@@ -140,7 +140,7 @@ func TestWorkerRenewsLeasesWithinVisibilityTimeout(t *testing.T) {
 		renewed []time.Time // when each renewal that kept it returned
 		enough  = make(chan struct{})
 	)
-	jobtest.CountCommands(wrdb).Observe(func(cmd redis.Cmder) {
+	redistest.CountCommands(wrdb).Observe(func(cmd redis.Cmder) {
 		args := cmd.Args()
 		if !strings.EqualFold(cmd.Name(), "evalsha") || len(args) < 2 || args[1] != renewSHA {
 			return

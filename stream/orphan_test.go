@@ -1,9 +1,7 @@
 package stream
 
 import (
-	"context"
 	"fmt"
-	"io"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -19,75 +17,15 @@ import (
 	"github.com/conveyorq/conveyor/internal/redistest"
 )
 
-// replyLoser is a go-redis hook that lets an XREADGROUP run on the server and then loses its
-// reply, for reads that return at least min entries, while lose is positive (each loss counts
-// it down; negative means forever, every every-th such read). With resend it sends the read
-// again and returns the second reply, as go-redis does after a lost reply; without, it
-// returns io.EOF, as go-redis does once its retries are used up.
-type replyLoser struct {
-	resend bool
-	min    int
-	every  int64
-	lose   atomic.Int64
-	n      atomic.Int64
-	mu     sync.Mutex
-	lost   []string // ids of the lost replies
-	sweeps atomic.Int64
-}
-
-func (*replyLoser) DialHook(next redis.DialHook) redis.DialHook { return next }
-func (*replyLoser) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return next
-}
-
-func (l *replyLoser) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		if cmd.Name() == "xpending" {
-			l.sweeps.Add(1)
-		}
-		x, ok := cmd.(*redis.XStreamSliceCmd)
-		if !ok || cmd.Name() != "xreadgroup" {
-			return next(ctx, cmd)
-		}
-		err := next(ctx, cmd)
-		if err != nil || len(x.Val()) == 0 || len(x.Val()[0].Messages) < l.min || l.lose.Load() == 0 {
-			return err
-		}
-		if l.every > 1 && l.n.Add(1)%l.every != 0 {
-			return err
-		}
-		if l.lose.Add(-1) < 0 {
-			l.lose.Store(-1)
-		}
-		l.mu.Lock()
-		for _, m := range x.Val()[0].Messages {
-			l.lost = append(l.lost, m.ID)
-		}
-		l.mu.Unlock()
-		if l.resend {
-			return next(ctx, cmd)
-		}
-		x.SetVal(nil)
-		x.SetErr(io.EOF)
-		return io.EOF
-	}
-}
-
-func (l *replyLoser) lostIDs() []string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return append([]string(nil), l.lost...)
-}
-
 // sweepsWithout waits for n more orphan sweeps (XPENDING commands) to begin, failing with
 // what if msgs hands anything out meanwhile.
-func (l *replyLoser) sweepsWithout(t *testing.T, n int64, msgs <-chan *message.Message, what string) {
+func sweepsWithout(t *testing.T, l *redistest.LoseReplies, n int64, msgs <-chan *message.Message, what string) {
 	t.Helper()
-	target := l.sweeps.Load() + n
+	target := l.Sweeps() + n
 	tick := time.NewTicker(time.Millisecond)
 	defer tick.Stop()
 	timeout := time.After(10 * time.Second)
-	for l.sweeps.Load() < target {
+	for l.Sweeps() < target {
 		select {
 		case m := <-msgs:
 			t.Fatalf("%s: entry %s", what, m.Metadata.Get(EntryIDKey))
@@ -109,8 +47,8 @@ func TestOrphans(t *testing.T) {
 				// The entries of a lost reply are adopted and handed out, each once.
 				t.Parallel()
 				const lease = 100 * time.Millisecond
-				loser := &replyLoser{resend: resend, min: 2}
-				loser.lose.Store(1)
+				loser := &redistest.LoseReplies{Resend: resend, Min: 2}
+				loser.Lose.Store(1)
 				rdb := redistest.Client(t)
 				rdb.AddHook(loser)
 				topic := redistest.UniqueName(t)
@@ -128,7 +66,7 @@ func TestOrphans(t *testing.T) {
 					require.NotContains(t, got, id, "entry %s handed out twice", id)
 					got[id] = m
 				}
-				lost := loser.lostIDs()
+				lost := loser.Lost()
 				require.NotEmpty(t, lost, "no reply was lost")
 				require.Subset(t, ids, lost)
 				for _, id := range lost {
@@ -142,7 +80,7 @@ func TestOrphans(t *testing.T) {
 					assert.Equal(t, int64(1), p.RetryCount, "entry %s", p.ID)
 				}
 				// Nothing comes twice: let a few more sweeps run.
-				loser.sweepsWithout(t, 3, msgs, "entry handed out again")
+				sweepsWithout(t, loser, 3, msgs, "entry handed out again")
 				for _, m := range got {
 					if manual {
 						sub.Settle(m)
@@ -158,7 +96,7 @@ func TestOrphans(t *testing.T) {
 		// Entries pending for the same consumer name from before the subscription are an
 		// earlier process's: the application's recovery takes them and counts the attempt.
 		t.Parallel()
-		var rec replyLoser // counts sweeps only
+		var rec redistest.LoseReplies // counts sweeps only
 		rdb := redistest.Client(t)
 		rdb.AddHook(&rec)
 		topic := redistest.UniqueName(t)
@@ -180,7 +118,7 @@ func TestOrphans(t *testing.T) {
 		fresh := publish(t, rdb, topic, "new", 2)
 		got := receiveN(t, msgs, 2, 5*time.Second)
 		assert.ElementsMatch(t, fresh, entryIDs(got))
-		rec.sweepsWithout(t, 3, msgs, "an earlier process's entry was adopted")
+		sweepsWithout(t, &rec, 3, msgs, "an earlier process's entry was adopted")
 		for _, p := range pending(t, rdb, topic) {
 			if slices.Contains(old, p.ID) {
 				assert.Equal(t, int64(1), p.RetryCount)
@@ -197,7 +135,7 @@ func TestOrphans(t *testing.T) {
 		// not ack (a middleware refused the job, say) stays pending for this consumer, and is
 		// no orphan: the application's recovery takes it, counting the attempt.
 		t.Parallel()
-		var rec replyLoser // counts sweeps only
+		var rec redistest.LoseReplies // counts sweeps only
 		rdb := redistest.Client(t)
 		rdb.AddHook(&rec)
 		topic := redistest.UniqueName(t)
@@ -208,7 +146,7 @@ func TestOrphans(t *testing.T) {
 		for _, m := range receiveN(t, msgs, 5, 5*time.Second) {
 			sub.Settle(m)
 		}
-		rec.sweepsWithout(t, 3, msgs, "a settled entry was handed out again")
+		sweepsWithout(t, &rec, 3, msgs, "a settled entry was handed out again")
 		require.Len(t, pending(t, rdb, topic), len(ids))
 	})
 
@@ -222,8 +160,8 @@ func TestOrphans(t *testing.T) {
 				t.Parallel()
 				const total, concurrency = 300, 8
 				subs := 2
-				loser := &replyLoser{resend: resend, min: 1, every: 3}
-				loser.lose.Store(-1)
+				loser := &redistest.LoseReplies{Resend: resend, Min: 1, Every: 3}
+				loser.Lose.Store(-1)
 				rdb := redistest.Client(t)
 				rdb.AddHook(loser)
 				topic := redistest.UniqueName(t)
@@ -265,7 +203,7 @@ func TestOrphans(t *testing.T) {
 				for id, n := range seen {
 					assert.Equal(t, 1, n, "entry %s handed out %d times", id, n)
 				}
-				assert.NotEmpty(t, loser.lostIDs())
+				assert.NotEmpty(t, loser.Lost())
 				assert.LessOrEqual(t, maxRunning.Load(), int64(concurrency))
 			})
 		}
@@ -279,8 +217,8 @@ func TestOrphansOnMiniredis(t *testing.T) {
 	mr := miniredis.RunT(t)
 	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
 	t.Cleanup(func() { _ = rdb.Close() })
-	loser := &replyLoser{min: 2}
-	loser.lose.Store(1)
+	loser := &redistest.LoseReplies{Min: 2}
+	loser.Lose.Store(1)
 	rdb.AddHook(loser)
 	ids := publish(t, rdb, "q", "m", 5)
 	sub := newTestSubscriber(t, rdb, Config{LeaseInterval: 50 * time.Millisecond})
@@ -288,7 +226,7 @@ func TestOrphansOnMiniredis(t *testing.T) {
 	require.NoError(t, err)
 	got := receiveN(t, msgs, len(ids), 5*time.Second)
 	assert.ElementsMatch(t, ids, entryIDs(got))
-	require.NotEmpty(t, loser.lostIDs())
+	require.NotEmpty(t, loser.Lost())
 	for _, m := range got {
 		m.Ack()
 	}

@@ -15,11 +15,9 @@ import (
 )
 
 // counted returns a client of the shared test server and what counts its round trips.
-func counted(t *testing.T) (*redis.Client, *redistest.RoundTrips) {
+func counted(t *testing.T) (*redis.Client, *redistest.Commands) {
 	rdb := redistest.Client(t)
-	rt := &redistest.RoundTrips{}
-	rdb.AddHook(rt)
-	return rdb, rt
+	return rdb, redistest.CountCommands(rdb)
 }
 
 // enqueue creates jobs in q with enqueue.lua and returns their entries ("" when scheduled).
