@@ -27,7 +27,9 @@ import (
 
 func TestMain(m *testing.M) { redistest.Main(m) }
 
-// testBundle is one test's queue.
+// testBundle is what a test of the Scheduler needs around it (the package's one test bundle,
+// after river's maintenance tests): the Redis client, a Client that publishes to the test's
+// queue, the queue and its keys.
 type testBundle struct {
 	rdb    *redis.Client
 	client *pipeline.Client
@@ -35,17 +37,29 @@ type testBundle struct {
 	q      keys.Queue
 }
 
-func newBundle(tb testing.TB, rdb *redis.Client, cfg pipeline.ClientConfig) *testBundle {
-	queue := redistest.UniqueName(tb)
-	client, err := pipeline.NewClient(rdb, cfg)
-	require.NoError(tb, err)
-	return &testBundle{rdb: rdb, client: client, queue: queue,
-		q: keys.New(keys.DefaultPrefix, queue)}
+// setupOpts changes what setup makes; the zero value is the usual test.
+type setupOpts struct {
+	rdb    *redis.Client         // default: a client of the package's shared server
+	client pipeline.ClientConfig // the bundle's Client's (its Now, for a producer's clock)
+	cfg    delayed.Config        // the Scheduler's; its Queues is the bundle's queue
 }
 
-func setup(tb testing.TB) *testBundle {
+// setup returns a Scheduler of a queue of the test's own (made, not started) and the bundle
+// around it.
+func setup(tb testing.TB, opts ...setupOpts) (*delayed.Scheduler, *testBundle) {
 	tb.Helper()
-	return newBundle(tb, redistest.Client(tb), pipeline.ClientConfig{})
+	var o setupOpts
+	if len(opts) > 0 {
+		o = opts[0]
+	}
+	if o.rdb == nil {
+		o.rdb = redistest.Client(tb)
+	}
+	queue := redistest.UniqueName(tb)
+	client, err := pipeline.NewClient(o.rdb, o.client)
+	require.NoError(tb, err)
+	b := &testBundle{rdb: o.rdb, client: client, queue: queue, q: keys.New(keys.DefaultPrefix, queue)}
+	return b.scheduler(tb, o.cfg), b
 }
 
 // fixedClock returns a Now that always answers t.
@@ -150,12 +164,6 @@ func behind(d time.Duration) func() time.Time {
 	return func() time.Time { return time.Now().Add(-d) }
 }
 
-// setupBehind is setup with a producer whose clock runs d behind.
-func setupBehind(tb testing.TB, d time.Duration) *testBundle {
-	tb.Helper()
-	return newBundle(tb, redistest.Client(tb), pipeline.ClientConfig{Now: behind(d)})
-}
-
 // promote runs s.Promote, checks that the Redis time it returns is Redis's clock (the same
 // host's, so this process's), and returns the rest.
 func promote(t *testing.T, s *delayed.Scheduler, queue string) (int, time.Time, time.Time) {
@@ -177,11 +185,10 @@ func TestPromote(t *testing.T) {
 
 	t.Run("MovesDueJobsOnly", func(t *testing.T) {
 		t.Parallel()
-		b := newBundle(t, redistest.Client(t), pipeline.ClientConfig{Now: fixedClock(t0)})
+		s, b := setup(t, setupOpts{client: pipeline.ClientConfig{Now: fixedClock(t0)}})
 		soon := b.schedule(t, 2, pipeline.WithRunAt(t0.Add(10*time.Second)))
 		later := b.schedule(t, 1, pipeline.WithRunAt(t0.Add(20*time.Second)))
 		far := b.schedule(t, 1, pipeline.WithRunAt(t0.Add(2*time.Hour)))
-		s := b.scheduler(t, delayed.Config{})
 
 		moved, next, redisNow := promote(t, s, b.queue)
 		require.Equal(t, 3, moved)
@@ -203,8 +210,8 @@ func TestPromote(t *testing.T) {
 
 	t.Run("EmptySet", func(t *testing.T) {
 		t.Parallel()
-		b := setup(t)
-		moved, next, _ := promote(t, b.scheduler(t, delayed.Config{}), b.queue)
+		s, b := setup(t)
+		moved, next, _ := promote(t, s, b.queue)
 		require.Zero(t, moved)
 		require.True(t, next.IsZero(), "next = %v", next)
 		require.Zero(t, b.xlen(t))
@@ -215,7 +222,7 @@ func TestPromote(t *testing.T) {
 	t.Run("NeverEarly", func(t *testing.T) {
 		t.Parallel()
 		const n = 40
-		b := setupBehind(t, time.Minute) // so that every job is scheduled, not run at once
+		_, b := setup(t, setupOpts{client: pipeline.ClientConfig{Now: behind(time.Minute)}}) // so that every job is scheduled, not run at once
 		base := time.Now().Add(20 * time.Millisecond).Truncate(time.Millisecond)
 		tasks := make([]pipeline.Task, n)
 		for i := range tasks {
@@ -245,9 +252,8 @@ func TestPromote(t *testing.T) {
 
 	t.Run("BatchSizeBoundsOneCall", func(t *testing.T) {
 		t.Parallel()
-		b := newBundle(t, redistest.Client(t), pipeline.ClientConfig{Now: fixedClock(t0)})
+		s, b := setup(t, setupOpts{client: pipeline.ClientConfig{Now: fixedClock(t0)}, cfg: delayed.Config{BatchSize: 10}})
 		jobs := b.schedule(t, 25, pipeline.WithRunAt(t0.Add(time.Second)))
-		s := b.scheduler(t, delayed.Config{BatchSize: 10})
 		for _, want := range []int{10, 10, 5} {
 			moved, next, _ := promote(t, s, b.queue)
 			require.Equal(t, want, moved)
@@ -265,10 +271,10 @@ func TestPromote(t *testing.T) {
 
 	t.Run("RetryGetsNextAttempt", func(t *testing.T) {
 		t.Parallel()
-		b := setup(t)
+		s, b := setup(t)
 		// A job due for its retry after its first attempt failed.
 		j := jobtest.Seed(t, b.rdb, b.queue, jobtest.Retry, jobtest.Opts{RetryIn: -time.Second}).Job
-		moved, _, _ := promote(t, b.scheduler(t, delayed.Config{}), b.queue)
+		moved, _, _ := promote(t, s, b.queue)
 		require.Equal(t, 1, moved)
 		requirePromoted(t, b, j, 2)
 		require.Equal(t, 1, b.get(t, j.ID).Attempt)
@@ -276,7 +282,7 @@ func TestPromote(t *testing.T) {
 
 	t.Run("CanceledOrMissingJobLeavesSet", func(t *testing.T) {
 		t.Parallel()
-		b := newBundle(t, redistest.Client(t), pipeline.ClientConfig{Now: fixedClock(t0)})
+		s, b := setup(t, setupOpts{client: pipeline.ClientConfig{Now: fixedClock(t0)}})
 		jobs := b.schedule(t, 3, pipeline.WithRunAt(t0.Add(time.Second)))
 		canceled, raced, missing := jobs[0], jobs[1], jobs[2]
 		ctx := t.Context()
@@ -288,7 +294,7 @@ func TestPromote(t *testing.T) {
 		require.NoError(t, b.rdb.Del(ctx, b.q.Job(missing.ID)).Err())
 		require.Equal(t, int64(3), b.zcard(t))
 
-		moved, next, _ := promote(t, b.scheduler(t, delayed.Config{}), b.queue)
+		moved, next, _ := promote(t, s, b.queue)
 		require.Zero(t, moved)
 		require.True(t, next.IsZero())
 		require.Zero(t, b.zcard(t))
@@ -305,9 +311,8 @@ func TestPromote(t *testing.T) {
 func TestPromoteLongBatch(t *testing.T) {
 	t.Parallel()
 	const n = 8001
-	b := setupBehind(t, 2*time.Hour)
+	s, b := setup(t, setupOpts{client: pipeline.ClientConfig{Now: behind(2 * time.Hour)}})
 	jobs := b.schedule(t, n, pipeline.WithDelay(time.Hour)) // due an hour ago
-	s := b.scheduler(t, delayed.Config{})
 	moved, next, _, err := s.PromoteLimit(t.Context(), b.queue, 8000)
 	require.NoError(t, err)
 	require.Equal(t, 8000, moved)
@@ -348,7 +353,7 @@ func producerAt(tb testing.TB, b *testBundle, t time.Time) *testBundle {
 func TestPromoteUsesRedisClock(t *testing.T) {
 	t.Parallel()
 	_, rdb, redisNow := clockedRedis(t, -time.Hour)
-	b := newBundle(t, rdb, pipeline.ClientConfig{Now: fixedClock(redisNow)})
+	_, b := setup(t, setupOpts{rdb: rdb, client: pipeline.ClientConfig{Now: fixedClock(redisNow)}})
 	due := producerAt(t, b, redisNow.Add(-time.Minute)).schedule(t, 1, pipeline.WithDelay(30*time.Second))[0]
 	// Due half an hour ago by the scheduler's clock, in half an hour by Redis's.
 	notYet := b.schedule(t, 1, pipeline.WithDelay(30*time.Minute))[0]
@@ -372,7 +377,7 @@ func TestRunUsesRedisClock(t *testing.T) {
 	t.Run("LocalClockAhead", func(t *testing.T) {
 		t.Parallel()
 		m, rdb, redisNow := clockedRedis(t, -time.Hour)
-		b := newBundle(t, rdb, pipeline.ClientConfig{Now: fixedClock(redisNow)})
+		_, b := setup(t, setupOpts{rdb: rdb, client: pipeline.ClientConfig{Now: fixedClock(redisNow)}})
 		notYet := b.schedule(t, 1, pipeline.WithDelay(30*time.Minute))[0]
 		h := startedSchedulerAt(t, m.Addr(), delayed.Config{MaxSleep: time.Hour}, b)
 		requireWaiting(t, b, notYet)
@@ -394,7 +399,7 @@ func TestRunUsesRedisClock(t *testing.T) {
 	t.Run("LocalClockBehind", func(t *testing.T) {
 		t.Parallel()
 		m, rdb, redisNow := clockedRedis(t, time.Hour)
-		b := newBundle(t, rdb, pipeline.ClientConfig{Now: fixedClock(redisNow)})
+		_, b := setup(t, setupOpts{rdb: rdb, client: pipeline.ClientConfig{Now: fixedClock(redisNow)}})
 		notYet := b.schedule(t, 1, pipeline.WithDelay(30*time.Minute))[0]
 		startedSchedulerAt(t, m.Addr(), delayed.Config{MaxSleep: time.Hour}, b)
 
@@ -430,13 +435,16 @@ func TestRunManySchedulers(t *testing.T) {
 	t.Parallel()
 	const n = 2000
 	// The producer's clock runs two hours behind, so every job is due an hour ago.
-	b := setupBehind(t, 2*time.Hour)
+	s, b := setup(t, setupOpts{client: pipeline.ClientConfig{Now: behind(2 * time.Hour)}, cfg: delayed.Config{BatchSize: 50}})
 	jobs := b.schedule(t, n, pipeline.WithDelay(time.Hour))
 	start := make(chan struct{})
 	ctx, cancel := context.WithCancel(t.Context())
 	var wg sync.WaitGroup
-	for range 5 {
-		s := b.scheduler(t, delayed.Config{BatchSize: 50})
+	for k := range 5 {
+		s := s
+		if k > 0 {
+			s = b.scheduler(t, delayed.Config{BatchSize: 50}) // five schedulers, one queue
+		}
 		wg.Go(func() {
 			<-start
 			if err := s.Run(ctx); err != nil {
@@ -520,7 +528,7 @@ func TestRunWakesEarly(t *testing.T) {
 
 	t.Run("Enqueue", func(t *testing.T) {
 		t.Parallel()
-		b := setup(t)
+		_, b := setup(t)
 		idleScheduler(t, b)
 		j := b.schedule(t, 1, pipeline.WithDelay(200*time.Millisecond))[0]
 		require.Eventually(t, func() bool {
@@ -539,7 +547,7 @@ func TestRunWakesEarly(t *testing.T) {
 
 	t.Run("EarlierThanKnownNext", func(t *testing.T) {
 		t.Parallel()
-		b := setup(t)
+		_, b := setup(t)
 		b.schedule(t, 1, pipeline.WithDelay(30*time.Minute))
 		idleScheduler(t, b)
 		j := b.schedule(t, 1, pipeline.WithDelay(150*time.Millisecond))[0]
@@ -551,7 +559,7 @@ func TestRunWakesEarly(t *testing.T) {
 
 	t.Run("Retry", func(t *testing.T) {
 		t.Parallel()
-		b := setup(t)
+		_, b := setup(t)
 		idleScheduler(t, b)
 		// A failed first attempt, retried 200ms later (a wake message tells the scheduler).
 		j := jobtest.Seed(t, b.rdb, b.queue, jobtest.Retry, jobtest.Opts{RetryIn: 200 * time.Millisecond,
@@ -584,7 +592,7 @@ func entryMS(tb testing.TB, id string) int64 {
 // even while the next job the scheduler knows of is much further off.
 func TestRunMissedWakeBoundedByMaxSleep(t *testing.T) {
 	t.Parallel()
-	b := setup(t)
+	_, b := setup(t)
 	b.schedule(t, 1, pipeline.WithDelay(time.Hour))
 	startedScheduler(t, delayed.Config{MaxSleep: 200 * time.Millisecond}, b)
 	j := b.schedule(t, 1, pipeline.WithDelay(time.Hour))[0]
@@ -599,7 +607,8 @@ func TestRunMissedWakeBoundedByMaxSleep(t *testing.T) {
 func TestRunMultipleQueues(t *testing.T) {
 	t.Parallel()
 	rdb := redistest.Client(t)
-	a, b := newBundle(t, rdb, pipeline.ClientConfig{}), newBundle(t, rdb, pipeline.ClientConfig{})
+	_, a := setup(t, setupOpts{rdb: rdb})
+	_, b := setup(t, setupOpts{rdb: rdb})
 	startedScheduler(t, delayed.Config{MaxSleep: time.Hour}, a, b)
 	ja := a.schedule(t, 1, pipeline.WithDelay(100*time.Millisecond))[0]
 	jb := b.schedule(t, 1, pipeline.WithDelay(300*time.Millisecond))[0]
@@ -657,7 +666,7 @@ func TestNewRefusesUnusableConfig(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
-			b := setup(t)
+			_, b := setup(t)
 			j := b.schedule(t, 1, pipeline.WithDelay(time.Hour))[0]
 			cfg.Queues = []string{b.queue}
 			s, err := delayed.New(b.rdb, cfg)
@@ -672,9 +681,8 @@ func TestNewRefusesUnusableConfig(t *testing.T) {
 // has stopped.
 func TestStartStop(t *testing.T) {
 	t.Parallel()
-	b := setup(t)
+	s, b := setup(t)
 	j := b.schedule(t, 1, pipeline.WithDelay(50*time.Millisecond))[0]
-	s := b.scheduler(t, delayed.Config{})
 	require.NoError(t, s.Start(t.Context()))
 	require.Eventually(t, func() bool { return b.status(t, j.ID) == pipeline.StatusQueued }, 5*time.Second, 5*time.Millisecond)
 	s.Stop()
@@ -712,9 +720,9 @@ func (s *syncBuffer) String() string {
 func TestRunSurvivesRedisRestart(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)
-	b := newBundle(t, srv.Client(t), pipeline.ClientConfig{})
 	logs := &syncBuffer{}
-	s := b.scheduler(t, delayed.Config{MaxSleep: 300 * time.Millisecond, Logger: zerolog.New(logs)})
+	s, b := setup(t, setupOpts{rdb: srv.Client(t),
+		cfg: delayed.Config{MaxSleep: 300 * time.Millisecond, Logger: zerolog.New(logs)}})
 	done := runScheduler(t, t.Context(), s)
 
 	j := b.schedule(t, 1, pipeline.WithDelay(50*time.Millisecond))[0]
@@ -745,7 +753,7 @@ func TestRunSurvivesRedisRestart(t *testing.T) {
 
 // BenchmarkPromote promotes b.N due jobs, BatchSize at a time.
 func BenchmarkPromote(b *testing.B) {
-	bu := setupBehind(b, 2*time.Hour)
+	_, bu := setup(b, setupOpts{client: pipeline.ClientConfig{Now: behind(2 * time.Hour)}})
 	for n := b.N; n > 0; n -= 10_000 {
 		bu.schedule(b, min(n, 10_000), pipeline.WithDelay(time.Hour)) // due an hour ago
 	}
@@ -773,8 +781,7 @@ func BenchmarkPromote(b *testing.B) {
 // BenchmarkPromoteMaxBatch times one promotion of MaxBatchSize due jobs (100-byte payloads):
 // Redis serves no other client meanwhile, so this is the longest a scheduler holds it.
 func BenchmarkPromoteMaxBatch(b *testing.B) {
-	bu := setupBehind(b, 2*time.Hour)
-	s := bu.scheduler(b, delayed.Config{BatchSize: delayed.MaxBatchSize})
+	s, bu := setup(b, setupOpts{client: pipeline.ClientConfig{Now: behind(2 * time.Hour)}, cfg: delayed.Config{BatchSize: delayed.MaxBatchSize}})
 	tasks := make([]pipeline.Task, delayed.MaxBatchSize)
 	for i := range tasks {
 		tasks[i] = pipeline.Task{Type: "test", Payload: bytes.Repeat([]byte("x"), 100)}
@@ -802,10 +809,9 @@ func BenchmarkPromoteMaxBatch(b *testing.B) {
 // a scheduler running as workers run it: per round ~1000 jobs due over ~1s.
 func BenchmarkDelayedLateness(b *testing.B) {
 	const jobs = 1000
-	bu := setup(b)
+	s, bu := setup(b)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	s := bu.scheduler(b, delayed.Config{})
 	go func() { done <- s.Run(ctx) }()
 	defer func() {
 		cancel()
@@ -879,7 +885,7 @@ func BenchmarkDelayedLateness(b *testing.B) {
 // due an hour ago (by a producer's clock an hour behind) are promoted about an hour late.
 func TestOnPromoteReportsLag(t *testing.T) {
 	t.Parallel()
-	b := setupBehind(t, time.Hour)
+	_, b := setup(t, setupOpts{client: pipeline.ClientConfig{Now: behind(time.Hour)}})
 	b.schedule(t, 3, pipeline.WithDelay(time.Second))
 	type call struct {
 		queue string
@@ -908,10 +914,10 @@ func TestOnPromoteReportsLag(t *testing.T) {
 func TestPromoteAnnouncesEvents(t *testing.T) {
 	t.Parallel()
 	t0 := time.Now().Add(-time.Hour).Truncate(time.Millisecond)
-	b := newBundle(t, redistest.Client(t), pipeline.ClientConfig{Now: fixedClock(t0)})
+	s, b := setup(t, setupOpts{client: pipeline.ClientConfig{Now: fixedClock(t0)}})
 	next := jobtest.Listen(t, b.rdb, b.q.Events())
 	jobs := b.schedule(t, 2, pipeline.WithRunAt(t0.Add(time.Second)))
-	moved, _, _ := promote(t, b.scheduler(t, delayed.Config{}), b.queue)
+	moved, _, _ := promote(t, s, b.queue)
 	require.Equal(t, 2, moved)
 	got := next()
 	require.ElementsMatch(t, []events.Event{{ID: jobs[0].ID, Status: "queued"}, {ID: jobs[1].ID, Status: "queued"}}, got)
