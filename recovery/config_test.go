@@ -57,7 +57,7 @@ func TestNewRecovererValidatesConfig(t *testing.T) {
 // An invalid Config is an error from NewRecoverer, never silently replaced by defaults.
 func TestRecovererInvalidConfig(t *testing.T) {
 	t.Parallel()
-	b := setup(t)
+	_, b := setup(t)
 	f := deliverOne(t, b, deadIdle)
 	for _, cfg := range []recovery.Config{
 		{Interval: -time.Second},

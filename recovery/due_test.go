@@ -18,7 +18,7 @@ import (
 func TestRecovererRequeuesAtFirstDueScan(t *testing.T) {
 	t.Parallel()
 	const vt = 3 * time.Second
-	b := setup(t)
+	_, b := setup(t)
 	ctx := t.Context()
 	f := deliverOne(t, b, 0)
 	// Interval 1s: a gap is a silence of 1.5s (half the timeout), which the steps below, one

@@ -31,7 +31,9 @@ const (
 	deadIdle       = time.Minute
 )
 
-// testBundle is one test's queue on the shared server.
+// testBundle is what a test of the Recoverer needs around it (the package's one test bundle,
+// after river's maintenance tests): the shared server's client, a Client that publishes to the
+// test's queue, the queue and its keys.
 type testBundle struct {
 	rdb    *redis.Client
 	client *pipeline.Client
@@ -39,18 +41,30 @@ type testBundle struct {
 	q      keys.Queue
 }
 
-func setup(t *testing.T) *testBundle {
+// setupOpts changes what setup makes; the zero value is the usual test.
+type setupOpts struct {
+	cfg recovery.Config // the Recoverer's (see testBundle.recoverer for its defaults)
+}
+
+// setup returns a Recoverer of a queue of the test's own (made, not started; see
+// testBundle.recoverer) and the bundle around it.
+func setup(t *testing.T, opts ...setupOpts) (*recovery.Recoverer, *testBundle) {
 	t.Helper()
+	var o setupOpts
+	if len(opts) > 0 {
+		o = opts[0]
+	}
 	rdb := redistest.Client(t)
 	queue := redistest.UniqueName(t)
 	client, err := pipeline.NewClient(rdb, pipeline.ClientConfig{})
 	require.NoError(t, err)
-	return &testBundle{
+	b := &testBundle{
 		rdb:    rdb,
 		client: client,
 		queue:  queue,
 		q:      keys.New(keys.DefaultPrefix, queue),
 	}
+	return b.recoverer(t, o.cfg), b
 }
 
 // recoverer returns a Recoverer of b's queue that skips the trust in its own observation of
@@ -521,9 +535,8 @@ func TestRecovererRunOnce(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			b := setup(t)
+			r, b := setup(t)
 			f := tc.setup(t, b)
-			r := b.recoverer(t, recovery.Config{})
 			res, ran, err := r.RunOnce(t.Context())
 			require.NoError(t, err)
 			require.True(t, ran)
@@ -541,10 +554,9 @@ func TestRecovererRunOnce(t *testing.T) {
 
 func TestRecovererTotals(t *testing.T) {
 	t.Parallel()
-	b := setup(t)
+	r, b := setup(t)
 	deliverOne(t, b, deadIdle)
 	deliverOne(t, b, deadIdle, pipeline.WithMaxRetries(0))
-	r := b.recoverer(t, recovery.Config{})
 	res, _, err := r.RunOnce(t.Context())
 	require.NoError(t, err)
 	require.Equal(t, recovery.Result{Requeued: 1, Dead: 1}, res)
@@ -555,10 +567,10 @@ func TestRecovererTotals(t *testing.T) {
 
 func TestRecovererSkipsWhileLockHeld(t *testing.T) {
 	t.Parallel()
-	b := setup(t)
+	r, b := setup(t)
 	f := deliverOne(t, b, deadIdle)
 	require.NoError(t, b.rdb.Set(t.Context(), b.q.RecoveryLock(), "another-process", time.Minute).Err())
-	res, ran, err := b.recoverer(t, recovery.Config{}).RunOnce(t.Context())
+	res, ran, err := r.RunOnce(t.Context())
 	require.NoError(t, err)
 	require.False(t, ran)
 	require.Equal(t, recovery.Result{}, res)
@@ -571,7 +583,7 @@ func TestRecovererFence(t *testing.T) {
 
 	t.Run("LockStolenDuringScan", func(t *testing.T) {
 		t.Parallel()
-		b := setup(t)
+		_, b := setup(t)
 		f := deliverOne(t, b, deadIdle)
 		// Now is read inside the scan right before the script runs: the moment to lose the
 		// lock to a stall past the TTL.
@@ -593,9 +605,8 @@ func TestRecovererFence(t *testing.T) {
 
 	t.Run("WrongToken", func(t *testing.T) {
 		t.Parallel()
-		b := setup(t)
+		r, b := setup(t)
 		f := deliverOne(t, b, deadIdle)
-		r := b.recoverer(t, recovery.Config{})
 		for _, held := range []string{"", "someone-else"} { // lock free, lock held by another
 			if held != "" {
 				require.NoError(t, b.rdb.Set(t.Context(), b.q.RecoveryLock(), held, time.Minute).Err())
@@ -617,7 +628,7 @@ func TestRecovererFence(t *testing.T) {
 // leaves the job with it.
 func TestRecovererLeaseRenewedDuringScan(t *testing.T) {
 	t.Parallel()
-	b := setup(t)
+	_, b := setup(t)
 	f := deliverOne(t, b, deadIdle)
 	r := b.recoverer(t, recovery.Config{Now: func() time.Time {
 		require.NoError(t, b.rdb.Do(context.Background(), "XCLAIM", b.q.Stream(), keys.Group,
@@ -639,7 +650,7 @@ func TestRecovererConcurrent(t *testing.T) {
 		t.Run(fmt.Sprintf("DisableLock=%v", disableLock), func(t *testing.T) {
 			t.Parallel()
 			const n = 300
-			b := setup(t)
+			_, b := setup(t)
 			jobs := b.enqueueN(t, n)
 			old := b.deliver(t, "lost", n)
 			require.Len(t, old, n)
@@ -718,7 +729,7 @@ func TestRecovererPagination(t *testing.T) {
 	} {
 		t.Run(fmt.Sprintf("%d/batch%d", tc.total, tc.batch), func(t *testing.T) {
 			t.Parallel()
-			b := setup(t)
+			_, b := setup(t)
 			jobs := b.enqueueN(t, tc.total)
 			ids := b.deliver(t, "lost", tc.total)
 			require.Len(t, ids, tc.total)
@@ -806,7 +817,7 @@ func TestRecovererRun(t *testing.T) {
 
 	t.Run("AtStartThenEveryInterval", func(t *testing.T) {
 		t.Parallel()
-		b := setup(t)
+		_, b := setup(t)
 		f := deliverOne(t, b, deadIdle)
 		h := &scanHook{}
 		const interval = 500 * time.Millisecond
@@ -860,7 +871,7 @@ func TestRecovererRun(t *testing.T) {
 	// between scans, so that its observation of Redis has no gap and it recovers at all.
 	t.Run("LongIntervalStillWatches", func(t *testing.T) {
 		t.Parallel()
-		b := setup(t)
+		_, b := setup(t)
 		const vt = 400 * time.Millisecond
 		f := deliverOne(t, b, deadIdle)
 		r, err := recovery.NewRecoverer(b.rdb, recovery.Config{Queue: b.queue, VisibilityTimeout: vt, Interval: vt})
@@ -879,9 +890,8 @@ func TestRecovererRun(t *testing.T) {
 	// once it has stopped, even in the middle of an hour's wait.
 	t.Run("StartStop", func(t *testing.T) {
 		t.Parallel()
-		b := setup(t)
+		r, b := setup(t, setupOpts{cfg: recovery.Config{Interval: time.Hour}})
 		f := deliverOne(t, b, deadIdle)
-		r := b.recoverer(t, recovery.Config{Interval: time.Hour})
 		require.NoError(t, r.Start(t.Context()))
 		require.Eventually(t, func() bool { return b.get(t, f.job.ID).Entry != f.entry }, 30*time.Second, 10*time.Millisecond,
 			"the first scan runs at once")
@@ -892,8 +902,7 @@ func TestRecovererRun(t *testing.T) {
 
 	t.Run("StopsWhenContextEndsDuringWait", func(t *testing.T) {
 		t.Parallel()
-		b := setup(t)
-		r := b.recoverer(t, recovery.Config{Interval: time.Hour})
+		r, _ := setup(t, setupOpts{cfg: recovery.Config{Interval: time.Hour}})
 		ctx, cancel := context.WithCancel(t.Context())
 		done := make(chan error, 1)
 		go func() { done <- r.Run(ctx) }()
@@ -911,7 +920,7 @@ func TestRecovererRun(t *testing.T) {
 	for _, disableLock := range []bool{false, true} {
 		t.Run(fmt.Sprintf("OneScanAtATime/DisableLock=%v", disableLock), func(t *testing.T) {
 			t.Parallel()
-			b := setup(t)
+			_, b := setup(t)
 			b.enqueue(t)
 			b.deliver(t, "live", 1) // a group and a live entry, so scans have something to list
 			h := &scanHook{hold: 40 * time.Millisecond}
@@ -945,12 +954,11 @@ func TestRecovererRun(t *testing.T) {
 
 func TestRecovererPrunesStoppedConsumers(t *testing.T) {
 	t.Parallel()
-	b := setup(t)
+	r, b := setup(t, setupOpts{cfg: recovery.Config{VisibilityTimeout: time.Hour, ConsumerTTL: 300 * time.Millisecond}})
 	ctx := t.Context()
 	b.enqueueN(t, 1)
 	b.deliver(t, "busy", 1) // holds a pending entry: not deleted while it does
 	require.NoError(t, b.rdb.XGroupCreateConsumer(ctx, b.q.Stream(), keys.Group, "stopped").Err())
-	r := b.recoverer(t, recovery.Config{VisibilityTimeout: time.Hour, ConsumerTTL: 300 * time.Millisecond})
 	time.Sleep(400 * time.Millisecond)
 	require.NoError(t, b.rdb.XGroupCreateConsumer(ctx, b.q.Stream(), keys.Group, "fresh").Err())
 
@@ -978,13 +986,13 @@ func TestRecovererPrunesStoppedConsumers(t *testing.T) {
 
 func TestRecovererNeverPrunesConsumersWithPendingEntries(t *testing.T) {
 	t.Parallel()
-	b := setup(t)
+	r, b := setup(t)
 	ctx := t.Context()
 	b.enqueueN(t, 3)
 	b.deliver(t, "holder", 3)
 	require.NoError(t, b.rdb.XGroupCreateConsumer(ctx, b.q.Stream(), keys.Group, "empty").Err())
 	// Any idle time qualifies: only pending entries protect a consumer.
-	n, err := b.recoverer(t, recovery.Config{}).PruneOlderThan(ctx, 0)
+	n, err := r.PruneOlderThan(ctx, 0)
 	require.NoError(t, err)
 	require.Equal(t, 1, n, "only the consumer with nothing pending goes")
 	consumers, err := b.rdb.XInfoConsumers(ctx, b.q.Stream(), keys.Group).Result()
@@ -999,7 +1007,7 @@ func TestRecovererNeverPrunesConsumersWithPendingEntries(t *testing.T) {
 // process holds the lock tells neither.
 func TestRecovererHooks(t *testing.T) {
 	t.Parallel()
-	b := setup(t)
+	_, b := setup(t)
 	deliverOne(t, b, deadIdle)
 	var events []string
 	cfg := recovery.Config{
@@ -1037,10 +1045,10 @@ func TestRecoveryAnnouncesEvents(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			b := setup(t)
+			r, b := setup(t)
 			next := jobtest.Listen(t, b.rdb, b.q.Events())
 			f := deliverOne(t, b, deadIdle, tc.opts...)
-			_, _, err := b.recoverer(t, recovery.Config{}).RunOnce(t.Context())
+			_, _, err := r.RunOnce(t.Context())
 			require.NoError(t, err)
 			require.Equal(t, []events.Event{{ID: f.job.ID, Status: tc.want, Attempt: 1}}, next())
 		})

@@ -333,7 +333,7 @@ func TestRecovererTrustsNoIdleTimeAcrossAClockJump(t *testing.T) {
 // period; then the first scan recovers the entry its earlier scans listed.
 func TestRecovererFirstScansDefer(t *testing.T) {
 	t.Parallel()
-	b := setup(t)
+	_, b := setup(t)
 	const vt = 600 * time.Millisecond
 	f := deliverOne(t, b, deadIdle)
 	r, err := recovery.NewRecoverer(b.rdb, recovery.Config{Queue: b.queue, VisibilityTimeout: vt, Interval: 100 * time.Millisecond})
@@ -362,7 +362,7 @@ func TestRecovererFirstScansDefer(t *testing.T) {
 // Consumers' idle times are Redis's too: a Recoverer prunes none before it trusts what it sees.
 func TestRecovererPrunesOnlyOnceTrusted(t *testing.T) {
 	t.Parallel()
-	b := setup(t)
+	_, b := setup(t)
 	const vt = 300 * time.Millisecond // ConsumerTTL is raised to 3x this
 	b.enqueue(t)
 	b.deliver(t, "busy", 1)
