@@ -21,7 +21,7 @@ func (e *apiEnv) seed(status pipeline.Status, opts ...pipeline.Option) string {
 
 func TestQueues(t *testing.T) {
 	t.Parallel()
-	e := apiSetup(t, apiEnvOpts{})
+	e := setup(t)
 	var empty struct {
 		Queues []pipeline.QueueStats `json:"queues"`
 	}
@@ -52,7 +52,7 @@ func TestQueues(t *testing.T) {
 // while a job is unfinished a 409 queue_busy; jobs are found without naming a partition.
 func TestCreateQueue(t *testing.T) {
 	t.Parallel()
-	e := apiSetup(t, apiEnvOpts{})
+	e := setup(t)
 	for range 2 {
 		r := e.do("PUT", "/v1/queues/"+e.queue, `{"partitions":3}`)
 		require.Equal(t, http.StatusOK, r.status, "%s", r.body)
@@ -79,7 +79,7 @@ func TestCreateQueue(t *testing.T) {
 
 func TestList(t *testing.T) {
 	t.Parallel()
-	e := apiSetup(t, apiEnvOpts{})
+	e := setup(t)
 	dead := []string{e.seed(pipeline.StatusFailed), e.seed(pipeline.StatusFailed)}
 	sched := e.seed(pipeline.StatusScheduled)
 
@@ -125,7 +125,7 @@ func TestDeadJobs(t *testing.T) {
 
 	t.Run("ReplayOne", func(t *testing.T) {
 		t.Parallel()
-		e := apiSetup(t, apiEnvOpts{})
+		e := setup(t)
 		id := e.seed(pipeline.StatusFailed)
 		r := e.do("POST", "/v1/queues/"+e.queue+"/dead/"+id+"/replay", "")
 		require.Equal(t, http.StatusOK, r.status, "%s", r.body)
@@ -143,7 +143,7 @@ func TestDeadJobs(t *testing.T) {
 
 	t.Run("ReplayUniqueHeld", func(t *testing.T) {
 		t.Parallel()
-		e := apiSetup(t, apiEnvOpts{})
+		e := setup(t)
 		id := e.seed(pipeline.StatusFailed, pipeline.WithUnique("k", time.Hour))
 		e.post(`{"type":"echo","unique":{"key":"k"}}`, http.StatusAccepted)
 		r := e.do("POST", "/v1/queues/"+e.queue+"/dead/"+id+"/replay", "")
@@ -167,7 +167,7 @@ func TestDeadJobs(t *testing.T) {
 
 	t.Run("ReplayAll", func(t *testing.T) {
 		t.Parallel()
-		e := apiSetup(t, apiEnvOpts{})
+		e := setup(t)
 		for range 3 {
 			e.seed(pipeline.StatusFailed)
 		}
@@ -180,7 +180,7 @@ func TestDeadJobs(t *testing.T) {
 
 	t.Run("PurgeOne", func(t *testing.T) {
 		t.Parallel()
-		e := apiSetup(t, apiEnvOpts{})
+		e := setup(t)
 		id := e.seed(pipeline.StatusFailed)
 		r := e.do("DELETE", "/v1/queues/"+e.queue+"/dead/"+id, "")
 		require.Equal(t, http.StatusOK, r.status, "%s", r.body)
@@ -196,7 +196,7 @@ func TestDeadJobs(t *testing.T) {
 
 	t.Run("PurgeAll", func(t *testing.T) {
 		t.Parallel()
-		e := apiSetup(t, apiEnvOpts{})
+		e := setup(t)
 		e.seed(pipeline.StatusFailed)
 		e.seed(pipeline.StatusFailed)
 		r := e.do("DELETE", "/v1/queues/"+e.queue+"/dead?older_than=1h", "")
@@ -211,7 +211,7 @@ func TestDeadJobs(t *testing.T) {
 
 func TestDeleteQueue(t *testing.T) {
 	t.Parallel()
-	e := apiSetup(t, apiEnvOpts{})
+	e := setup(t)
 	e.post(`{"type":"echo"}`, http.StatusAccepted)
 	r := e.do("DELETE", "/v1/queues/"+e.queue, "")
 	require.Equal(t, http.StatusConflict, r.status, "%s", r.body)

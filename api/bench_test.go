@@ -31,6 +31,9 @@ const (
 	benchParallelism = 8
 )
 
+// benchEnv is the benchmarks' own environment, apart from the tests' bundle (apiEnv): a Redis
+// server of its own, no request log and a wide connection pool, so that the figures measure
+// the API and Redis alone.
 type benchEnv struct {
 	url    string
 	http   *http.Client

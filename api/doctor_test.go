@@ -13,7 +13,7 @@ import (
 // GET /v1/doctor answers the Inspector's report: every check, and how many failed.
 func TestDoctor(t *testing.T) {
 	t.Parallel()
-	e := apiSetup(t, apiEnvOpts{})
+	e := setup(t)
 	r := e.do("GET", "/v1/doctor", "")
 	require.Equal(t, http.StatusOK, r.status, "%s", r.body)
 	var report pipeline.DoctorReport
@@ -34,7 +34,7 @@ func TestDoctor(t *testing.T) {
 // dry_run on the purge routes answers what a purge would delete and deletes nothing.
 func TestPurgeDryRun(t *testing.T) {
 	t.Parallel()
-	e := apiSetup(t, apiEnvOpts{})
+	e := setup(t)
 	dead := e.seed(pipeline.StatusFailed)
 	live := e.seed(pipeline.StatusQueued)
 	base := "/v1/queues/" + e.queue + "/dead"

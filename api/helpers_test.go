@@ -22,9 +22,12 @@ import (
 	"github.com/conveyorq/conveyor/pipeline"
 )
 
-// env is one API server over the package's shared Redis, under a key prefix of its own, so
-// that listings of every queue (GET /v1/queues, GET /v1/jobs/{id}, the throughput sampler) see
-// only the test's queues.
+// apiEnv is the package's test bundle (river's maintenance tests' shape; setup makes it): one
+// API server over the package's shared Redis, under a key prefix of its own, so that listings
+// of every queue (GET /v1/queues, GET /v1/jobs/{id}, the throughput sampler) see only the
+// test's queues, with the Client and Inspector it serves, the Redis client, a queue of the
+// test's own and the server's log. The benchmarks keep benchEnv (bench_test.go): no request
+// log and a wide connection pool, so that their figures (docs/API.md) measure the API alone.
 type apiEnv struct {
 	t      *testing.T
 	http   *httptest.Server
@@ -37,15 +40,21 @@ type apiEnv struct {
 	log    *logBuffer
 }
 
-type apiEnvOpts struct {
+// setupOpts changes what setup makes; the zero value is the usual test.
+type setupOpts struct {
 	cfg       api.Config
 	rdb       redis.UniversalClient // default: a new client of the shared server
 	clientRdb redis.UniversalClient // the Client's, when not rdb (the Inspector keeps rdb)
 	clientCfg pipeline.ClientConfig
 }
 
-func apiSetup(t *testing.T, o apiEnvOpts) *apiEnv {
+// setup returns the bundle of a test: the first of opts, if any, says how it differs.
+func setup(t *testing.T, opts ...setupOpts) *apiEnv {
 	t.Helper()
+	var o setupOpts
+	if len(opts) > 0 {
+		o = opts[0]
+	}
 	rdb := o.rdb
 	if rdb == nil {
 		rdb = redistest.Client(t)

@@ -17,7 +17,7 @@ import (
 func hostileAPI(t *testing.T) (*apiEnv, func(t *testing.T, code string, wants []string, method, path, body string)) {
 	t.Helper()
 	rdb := redistest.Start(t).Client(t)
-	e := apiSetup(t, apiEnvOpts{rdb: rdb})
+	e := setup(t, setupOpts{rdb: rdb})
 	_, err := e.client.Enqueue(t.Context(), "hostile", pipeline.Task{Type: "echo"}, pipeline.WithID("queued"))
 	require.NoError(t, err)
 	return e, func(t *testing.T, code string, wants []string, method, path, body string) {

@@ -25,7 +25,7 @@ func TestEnqueue(t *testing.T) {
 
 	t.Run("AcceptedWithLocationAndJobJSON", func(t *testing.T) {
 		t.Parallel()
-		e := apiSetup(t, apiEnvOpts{})
+		e := setup(t)
 		r := e.post(`{"type":"echo","payload":{"n": 1, "s": "x"}}`, http.StatusAccepted)
 		j := r.job(t)
 		require.Equal(t, "/v1/queues/"+e.queue+"/jobs/"+j.ID, r.header.Get("Location"))
@@ -55,7 +55,7 @@ func TestEnqueue(t *testing.T) {
 
 	t.Run("AnyJSONPayload", func(t *testing.T) {
 		t.Parallel()
-		e := apiSetup(t, apiEnvOpts{})
+		e := setup(t)
 		for _, p := range []string{`"text"`, `42`, `[1,2]`, `true`, `{"a":{"b":[null]}}`} {
 			j := e.post(`{"type":"echo","payload":`+p+`}`, http.StatusAccepted).job(t)
 			require.JSONEq(t, p, string(j.Payload))
@@ -68,7 +68,7 @@ func TestEnqueue(t *testing.T) {
 
 	t.Run("Options", func(t *testing.T) {
 		t.Parallel()
-		e := apiSetup(t, apiEnvOpts{})
+		e := setup(t)
 		before := time.Now()
 		j := e.post(`{"type":"echo","delay":"1h","max_retries":2,"timeout":"30s","metadata":{"tenant":"acme"}}`,
 			http.StatusAccepted).job(t)
@@ -91,7 +91,7 @@ func TestEnqueue(t *testing.T) {
 
 	t.Run("IdempotencyKey", func(t *testing.T) {
 		t.Parallel()
-		e := apiSetup(t, apiEnvOpts{})
+		e := setup(t)
 		first := e.post(`{"type":"echo","payload":{"n":1}}`, http.StatusAccepted, "Idempotency-Key: pay-7").job(t)
 		require.Equal(t, "pay-7", first.ID)
 		// The same request again (formatted differently): the same job, 200, nothing new.
@@ -119,7 +119,7 @@ func TestEnqueue(t *testing.T) {
 
 	t.Run("Unique", func(t *testing.T) {
 		t.Parallel()
-		e := apiSetup(t, apiEnvOpts{})
+		e := setup(t)
 		first := e.post(`{"type":"echo","unique":{"key":"user-1","ttl":"1m"},"delay":"1h"}`, http.StatusAccepted).job(t)
 		again := e.post(`{"type":"echo","payload":"other","unique":{"key":"user-1"}}`, http.StatusOK).job(t)
 		require.Equal(t, first.ID, again.ID)
@@ -128,7 +128,7 @@ func TestEnqueue(t *testing.T) {
 
 func TestEnqueueRefusals(t *testing.T) {
 	t.Parallel()
-	e := apiSetup(t, apiEnvOpts{cfg: api.Config{MaxBodyBytes: 4096}, clientCfg: pipeline.ClientConfig{MaxPayloadBytes: 1000}})
+	e := setup(t, setupOpts{cfg: api.Config{MaxBodyBytes: 4096}, clientCfg: pipeline.ClientConfig{MaxPayloadBytes: 1000}})
 	long := strings.Repeat("x", 129)
 	for _, tc := range []struct {
 		name, body string
@@ -196,7 +196,7 @@ func TestEnqueueRefusals(t *testing.T) {
 
 func TestBatch(t *testing.T) {
 	t.Parallel()
-	e := apiSetup(t, apiEnvOpts{})
+	e := setup(t)
 	path := e.jobs() + ":batch"
 
 	r := e.do("POST", path, `{"jobs":[{"type":"echo","payload":1},{"type":"echo","payload":2,"delay":"1h"},{"type":"echo","id":"b-3"}]}`)
@@ -252,7 +252,7 @@ func TestGetAndWait(t *testing.T) {
 
 	t.Run("WaitReturnsCompletedJob", func(t *testing.T) {
 		t.Parallel()
-		e := apiSetup(t, apiEnvOpts{})
+		e := setup(t)
 		e.worker()
 		id := e.post(`{"type":"echo","payload":{"hello":"world"}}`, http.StatusAccepted).job(t).ID
 		r := e.do("GET", e.jobs()+"/"+id+"?wait=10s", "")
@@ -265,7 +265,7 @@ func TestGetAndWait(t *testing.T) {
 
 	t.Run("WaitReturnsFailedJob", func(t *testing.T) {
 		t.Parallel()
-		e := apiSetup(t, apiEnvOpts{})
+		e := setup(t)
 		e.worker()
 		id := e.post(`{"type":"fail"}`, http.StatusAccepted).job(t).ID
 		j := e.do("GET", e.jobs()+"/"+id+"?wait=10s", "").job(t)
@@ -275,7 +275,7 @@ func TestGetAndWait(t *testing.T) {
 
 	t.Run("WaitEndsWithJobAsItIs", func(t *testing.T) {
 		t.Parallel()
-		e := apiSetup(t, apiEnvOpts{})
+		e := setup(t)
 		id := e.post(`{"type":"echo","delay":"1h"}`, http.StatusAccepted).job(t).ID
 		r := e.do("GET", e.jobs()+"/"+id+"?wait=150ms", "")
 		require.Equal(t, http.StatusOK, r.status, "%s", r.body)
@@ -284,7 +284,7 @@ func TestGetAndWait(t *testing.T) {
 
 	t.Run("WaitIsCutToMaxWait", func(t *testing.T) {
 		t.Parallel()
-		e := apiSetup(t, apiEnvOpts{cfg: api.Config{MaxWait: 100 * time.Millisecond}})
+		e := setup(t, setupOpts{cfg: api.Config{MaxWait: 100 * time.Millisecond}})
 		id := e.post(`{"type":"echo","delay":"1h"}`, http.StatusAccepted).job(t).ID
 		r := e.getWithin(pollDeadline, e.jobs()+"/"+id+"?wait=1h", "?wait=1h is not cut to MaxWait (100ms)")
 		require.Equal(t, http.StatusOK, r.status, "%s", r.body)
@@ -293,7 +293,7 @@ func TestGetAndWait(t *testing.T) {
 
 	t.Run("WaitOnFinalJobAnswersAtOnce", func(t *testing.T) {
 		t.Parallel()
-		e := apiSetup(t, apiEnvOpts{})
+		e := setup(t)
 		id := e.post(`{"type":"echo","delay":"1h"}`, http.StatusAccepted).job(t).ID
 		e.do("DELETE", e.jobs()+"/"+id, "")
 		j := e.getWithin(pollDeadline, e.jobs()+"/"+id+"?wait=60s", "a long poll on a final job waits").job(t)
@@ -302,7 +302,7 @@ func TestGetAndWait(t *testing.T) {
 
 	t.Run("NotFound", func(t *testing.T) {
 		t.Parallel()
-		e := apiSetup(t, apiEnvOpts{})
+		e := setup(t)
 		for _, q := range []string{"", "?wait=60s"} {
 			r := e.do("GET", e.jobs()+"/nope"+q, "")
 			require.Equal(t, http.StatusNotFound, r.status, "%s", r.body)
@@ -312,7 +312,7 @@ func TestGetAndWait(t *testing.T) {
 
 	t.Run("BadArguments", func(t *testing.T) {
 		t.Parallel()
-		e := apiSetup(t, apiEnvOpts{})
+		e := setup(t)
 		for _, path := range []string{e.jobs() + "/x?wait=soon", e.jobs() + "/x?wait=-1s",
 			e.jobs() + "/a%20b", "/v1/queues/a%7Bb/jobs/x", "/v1/queues/a%7Bb/jobs/x?wait=1s"} {
 			r := e.do("GET", path, "")
@@ -324,7 +324,7 @@ func TestGetAndWait(t *testing.T) {
 
 func TestCancel(t *testing.T) {
 	t.Parallel()
-	e := apiSetup(t, apiEnvOpts{})
+	e := setup(t)
 	id := e.post(`{"type":"echo","delay":"1h"}`, http.StatusAccepted).job(t).ID
 	r := e.do("DELETE", e.jobs()+"/"+id, "")
 	require.Equal(t, http.StatusOK, r.status, "%s", r.body)
@@ -342,7 +342,7 @@ func TestCancel(t *testing.T) {
 
 func TestFind(t *testing.T) {
 	t.Parallel()
-	e := apiSetup(t, apiEnvOpts{})
+	e := setup(t)
 	id := e.post(`{"type":"echo","delay":"1h"}`, http.StatusAccepted).job(t).ID
 	r := e.do("GET", "/v1/jobs/"+id, "")
 	require.Equal(t, http.StatusOK, r.status, "%s", r.body)

@@ -87,7 +87,7 @@ func TestIdleLongPollsCostBoundedCommands(t *testing.T) {
 	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr})
 	t.Cleanup(func() { _ = rdb.Close() })
 	count := redistest.CountCommands(rdb)
-	e := apiSetup(t, apiEnvOpts{clientRdb: rdb})
+	e := setup(t, setupOpts{clientRdb: rdb})
 	ids := e.enqueueN(redistest.Client(t), waiters)
 
 	start := count.All()
@@ -135,7 +135,7 @@ func TestMeasureLongPolls(t *testing.T) {
 	}
 	const waiters = 1500
 	srv := redistest.Start(t)
-	e := apiSetup(t, apiEnvOpts{rdb: srv.Client(t)})
+	e := setup(t, setupOpts{rdb: srv.Client(t)})
 	ids := e.enqueueN(srv.Client(t), waiters)
 	info := srv.Client(t)
 	commands := func() int64 {

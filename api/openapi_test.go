@@ -43,7 +43,7 @@ var httpMethods = []string{"get", "put", "post", "delete", "options", "head", "p
 // status that the document lists), and every $ref resolves.
 func TestOpenAPI(t *testing.T) {
 	t.Parallel()
-	e := apiSetup(t, apiEnvOpts{cfg: api.Config{Metrics: okHandler("# metrics\n")}})
+	e := setup(t, setupOpts{cfg: api.Config{Metrics: okHandler("# metrics\n")}})
 	r := e.do("GET", "/v1/openapi.json", "")
 	require.Equal(t, http.StatusOK, r.status)
 	require.Equal(t, "application/json", r.header.Get("Content-Type"))
@@ -155,7 +155,7 @@ func TestOpenAPI(t *testing.T) {
 func TestEveryAuthedRouteNeedsToken(t *testing.T) {
 	t.Parallel()
 	const token = "route-token"
-	e := apiSetup(t, apiEnvOpts{cfg: api.Config{AuthToken: token, Metrics: okHandler("# metrics\n"),
+	e := setup(t, setupOpts{cfg: api.Config{AuthToken: token, Metrics: okHandler("# metrics\n"),
 		Dashboard: okHandler("dashboard")}})
 	var doc struct {
 		Paths map[string]map[string]json.RawMessage `json:"paths"`

@@ -29,7 +29,7 @@ const madeUpQueues = 10_000
 func TestMadeUpQueuesBounded(t *testing.T) {
 	t.Parallel()
 	reg := prometheus.NewRegistry()
-	e := apiSetup(t, apiEnvOpts{cfg: api.Config{Metrics: promhttp.HandlerFor(reg, promhttp.HandlerOpts{})}})
+	e := setup(t, setupOpts{cfg: api.Config{Metrics: promhttp.HandlerFor(reg, promhttp.HandlerOpts{})}})
 	// Each scrape an hour after the last: a fresh reading, not the cached one.
 	var hours atomic.Int64
 	qc, err := metrics.NewQueueCollector(e.insp, metrics.QueueCollectorConfig{
@@ -81,7 +81,7 @@ func TestMadeUpQueuesBounded(t *testing.T) {
 // the queue is created (PUT /v1/queues/{queue}) it takes jobs.
 func TestRequireQueuesOverHTTP(t *testing.T) {
 	t.Parallel()
-	e := apiSetup(t, apiEnvOpts{clientCfg: pipeline.ClientConfig{RequireQueues: true}})
+	e := setup(t, setupOpts{clientCfg: pipeline.ClientConfig{RequireQueues: true}})
 	before := redisContents(t, e)
 	for _, tc := range []struct{ path, body string }{
 		{e.jobs(), `{"type":"echo"}`},

@@ -1,12 +1,10 @@
 package api_test
 
 import (
-	"context"
 	"io"
 	"net"
 	"net/http"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -21,7 +19,7 @@ import (
 
 func TestRouting(t *testing.T) {
 	t.Parallel()
-	e := apiSetup(t, apiEnvOpts{})
+	e := setup(t)
 
 	for _, path := range []string{"/v1/nope", "/v1/queues/q/jobs/x/y", "/nope", "/"} {
 		r := e.do("GET", path, "")
@@ -48,7 +46,7 @@ func TestRouting(t *testing.T) {
 func TestAuth(t *testing.T) {
 	t.Parallel()
 	const token = "s3cret-token"
-	e := apiSetup(t, apiEnvOpts{cfg: api.Config{AuthToken: token, Metrics: okHandler("metrics"),
+	e := setup(t, setupOpts{cfg: api.Config{AuthToken: token, Metrics: okHandler("metrics"),
 		Dashboard: okHandler("dashboard")}})
 	for _, path := range []string{"/v1/queues", "/v1/jobs/x", e.jobs() + "/x", "/v1/throughput", "/metrics", "/v1/nope"} {
 		for _, auth := range []string{"", "Bearer wrong", "Bearer " + token + "x", "Basic " + token, token} {
@@ -91,7 +89,7 @@ func okHandler(body string) http.Handler {
 
 func TestCrossSite(t *testing.T) {
 	t.Parallel()
-	e := apiSetup(t, apiEnvOpts{})
+	e := setup(t)
 	id := e.seed(pipeline.StatusFailed)
 	host := strings.TrimPrefix(e.http.URL, "http://")
 
@@ -142,7 +140,7 @@ func TestRedisUnreachable(t *testing.T) {
 	srv := redistest.Start(t)
 	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr, MaxRetries: -1})
 	t.Cleanup(func() { _ = rdb.Close() })
-	e := apiSetup(t, apiEnvOpts{rdb: rdb})
+	e := setup(t, setupOpts{rdb: rdb})
 	id := e.post(`{"type":"echo","delay":"1h"}`, http.StatusAccepted).job(t).ID
 	require.Equal(t, http.StatusOK, e.do("GET", "/readyz", "").status)
 	require.NoError(t, srv.Stop())
@@ -180,7 +178,7 @@ func TestRedisUnreachable(t *testing.T) {
 func TestRedisRefusingCarriesOp(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)
-	e := apiSetup(t, apiEnvOpts{rdb: srv.Client(t)})
+	e := setup(t, setupOpts{rdb: srv.Client(t)})
 	id := e.post(`{"type":"echo"}`, http.StatusAccepted).job(t).ID // the queue is known
 	restore := srv.RefuseWrites(t)
 	defer restore()
@@ -206,16 +204,15 @@ func TestManyWaitersShareConnections(t *testing.T) {
 	srv := redistest.Shared(t)
 	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr})
 	t.Cleanup(func() { _ = rdb.Close() })
-	dials := &dialCounter{}
-	rdb.AddHook(dials)
-	e := apiSetup(t, apiEnvOpts{clientRdb: rdb})
+	dials := redistest.CountCommands(rdb)
+	e := setup(t, setupOpts{clientRdb: rdb})
 
 	// Publish through another connection, so that the API's count only has the polls.
 	ids := e.enqueueN(redistest.Client(t), waiters)
 	answers := e.longPolls(ids, "60s")
 	require.Eventually(t, func() bool { return e.api.Waiting() == waiters }, 30*time.Second, 10*time.Millisecond,
 		"every request waits")
-	waitingDials := dials.n()
+	waitingDials := dials.Dials()
 
 	e.worker()
 	results, _ := answers()
@@ -224,40 +221,14 @@ func TestManyWaitersShareConnections(t *testing.T) {
 		require.Equal(t, ids[i], results[i].ID)
 	}
 	t.Logf("Redis connections opened by the API: %d while %d requests waited, %d in all (pool: %+v)",
-		waitingDials, waiters, dials.n(), *rdb.PoolStats())
-	require.LessOrEqual(t, dials.n(), int64(api.DefaultPollConcurrency)+1)
-}
-
-// dialCounter counts the connections a go-redis client opens.
-type dialCounter struct {
-	mu    sync.Mutex
-	dials int64
-}
-
-func (d *dialCounter) n() int64 {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	return d.dials
-}
-
-func (d *dialCounter) DialHook(next redis.DialHook) redis.DialHook {
-	return func(ctx context.Context, network, addr string) (net.Conn, error) {
-		d.mu.Lock()
-		d.dials++
-		d.mu.Unlock()
-		return next(ctx, network, addr)
-	}
-}
-
-func (d *dialCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
-func (d *dialCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return next
+		waitingDials, waiters, dials.Dials(), *rdb.PoolStats())
+	require.LessOrEqual(t, dials.Dials(), int64(api.DefaultPollConcurrency)+1)
 }
 
 // Close answers every long poll at once with its job as it is; later polls do not wait.
 func TestCloseEndsLongPolls(t *testing.T) {
 	t.Parallel()
-	e := apiSetup(t, apiEnvOpts{})
+	e := setup(t)
 	id := e.post(`{"type":"echo","delay":"1h"}`, http.StatusAccepted).job(t).ID
 	done := make(chan apiResp, 1)
 	go func() {
@@ -287,7 +258,7 @@ func TestCloseEndsLongPolls(t *testing.T) {
 // Every request is logged at debug with its method, path, status and duration (with a unit).
 func TestRequestLog(t *testing.T) {
 	t.Parallel()
-	e := apiSetup(t, apiEnvOpts{})
+	e := setup(t)
 	e.do("GET", "/v1/queues/"+e.queue+"/jobs/nope", "")
 	log := e.log.String()
 	require.Regexp(t, `"level":"debug","method":"GET","path":"/v1/queues/[^"]+/jobs/nope","route":"/v1/queues/\{queue\}/jobs/\{id\}","status":404,"duration":"[0-9.]+(µs|ms|s)"`, log)
@@ -298,7 +269,7 @@ func TestRequestLog(t *testing.T) {
 func TestCloseLeavesNoGoroutines(t *testing.T) {
 	srv := redistest.Shared(t)
 	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr})
-	e := apiSetup(t, apiEnvOpts{rdb: rdb, cfg: api.Config{ThroughputInterval: 20 * time.Millisecond}})
+	e := setup(t, setupOpts{rdb: rdb, cfg: api.Config{ThroughputInterval: 20 * time.Millisecond}})
 	e.http.Config.SetKeepAlivesEnabled(false)
 	before := goleak.IgnoreCurrent()
 	id := e.post(`{"type":"echo","delay":"1h"}`, http.StatusAccepted).job(t).ID
@@ -340,7 +311,7 @@ func TestNewRefusesInvalidConfig(t *testing.T) {
 // or written.
 func TestDNSRebinding(t *testing.T) {
 	t.Parallel()
-	e := apiSetup(t, apiEnvOpts{})
+	e := setup(t)
 	_, port, err := net.SplitHostPort(strings.TrimPrefix(e.http.URL, "http://"))
 	require.NoError(t, err)
 	evil := "evil.example:" + port
@@ -382,19 +353,19 @@ func TestDNSRebinding(t *testing.T) {
 
 	t.Run("AllowedHosts", func(t *testing.T) {
 		t.Parallel()
-		e := apiSetup(t, apiEnvOpts{cfg: api.Config{AllowedHosts: []string{"Proxy.Example:443", "10.0.0.7"}}})
+		e := setup(t, setupOpts{cfg: api.Config{AllowedHosts: []string{"Proxy.Example:443", "10.0.0.7"}}})
 		for host, want := range map[string]int{"proxy.example": 200, "proxy.example.:8080": 200, "10.0.0.7:80": 200,
 			"localhost:1": 200, "evil.example": 421, "sub.proxy.example": 421} {
 			r := e.hostRequest(host, "GET", "/v1/queues", "")
 			require.Equal(t, want, r.status, "%s: %s", host, r.body)
 		}
-		e = apiSetup(t, apiEnvOpts{cfg: api.Config{AllowedHosts: []string{"*"}}})
+		e = setup(t, setupOpts{cfg: api.Config{AllowedHosts: []string{"*"}}})
 		require.Equal(t, http.StatusOK, e.hostRequest("evil.example", "GET", "/v1/queues", "").status)
 	})
 	// With a token the Host is not checked: the token is what a rebinding page cannot send.
 	t.Run("Token", func(t *testing.T) {
 		t.Parallel()
-		e := apiSetup(t, apiEnvOpts{cfg: api.Config{AuthToken: "tok"}})
+		e := setup(t, setupOpts{cfg: api.Config{AuthToken: "tok"}})
 		require.Equal(t, http.StatusUnauthorized, e.hostRequest(evil, "GET", "/v1/queues", "").status)
 		require.Equal(t, http.StatusOK, e.hostRequest(evil, "GET", "/v1/queues", "", "Authorization: Bearer tok").status)
 	})

@@ -25,7 +25,7 @@ type throughputView struct {
 // Jobs completed by a worker show up in the chart's samples, summed and per queue.
 func TestThroughput(t *testing.T) {
 	t.Parallel()
-	e := apiSetup(t, apiEnvOpts{cfg: api.Config{ThroughputInterval: 50 * time.Millisecond}})
+	e := setup(t, setupOpts{cfg: api.Config{ThroughputInterval: 50 * time.Millisecond}})
 	r := e.do("GET", "/v1/throughput", "")
 	require.Equal(t, http.StatusOK, r.status, "%s", r.body)
 	var tp throughputView

@@ -3,6 +3,7 @@ package redistest
 import (
 	"context"
 	"io"
+	"net"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -20,6 +21,7 @@ import (
 // something (a script call, a read). CountCommands adds one to a client.
 type Commands struct {
 	all, trips, scripts atomic.Int64
+	dials               atomic.Int64
 	mu                  sync.Mutex
 	named               map[string]int64 // lower-case command name -> count
 	recording           bool
@@ -114,8 +116,16 @@ func (c *Commands) count(cmds []redis.Cmder) {
 	}
 }
 
+// Dials is how many connections the client opened.
+func (c *Commands) Dials() int64 { return c.dials.Load() }
+
 // DialHook is part of redis.Hook.
-func (c *Commands) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (c *Commands) DialHook(next redis.DialHook) redis.DialHook {
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		c.dials.Add(1)
+		return next(ctx, network, addr)
+	}
+}
 
 // ProcessHook is part of redis.Hook.
 func (c *Commands) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
