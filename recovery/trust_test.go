@@ -19,25 +19,6 @@ import (
 	"github.com/conveyorq/conveyor/recovery"
 )
 
-// callCounter counts the commands of a client that got an answer from Redis.
-type callCounter struct{ ok atomic.Int64 }
-
-func (c *callCounter) DialHook(next redis.DialHook) redis.DialHook { return next }
-
-func (c *callCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return next
-}
-
-func (c *callCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		err := next(ctx, cmd)
-		if err == nil || rediserr.IsNoStream(err) || err == redis.Nil {
-			c.ok.Add(1)
-		}
-		return err
-	}
-}
-
 // holder renews the lease of one entry every period, as a live worker does, and counts the
 // renewals that kept it.
 type holder struct {
@@ -126,7 +107,7 @@ type live struct {
 	job   *pipeline.Job
 	h     *holder
 	r     *recovery.Recoverer
-	calls *callCounter // the recoverer's answered calls
+	calls atomic.Int64 // the recoverer's answered calls
 
 	stopHolder    context.CancelFunc
 	holderDone    chan struct{}
@@ -171,9 +152,12 @@ func startLive(t *testing.T, rdb *redis.Client, addr string, hooks ...redis.Hook
 	l.holderDone = make(chan struct{})
 	go func() { defer close(l.holderDone); l.h.run(hctx) }()
 
-	l.calls = &callCounter{}
 	rc := client()
-	rc.AddHook(l.calls)
+	redistest.CountCommands(rc).Observe(func(cmd redis.Cmder) {
+		if err := cmd.Err(); err == nil || rediserr.IsNoStream(err) || err == redis.Nil {
+			l.calls.Add(1)
+		}
+	})
 	for _, h := range hooks {
 		rc.AddHook(h)
 	}
@@ -210,9 +194,9 @@ func (l *live) requireUntouched(t *testing.T) {
 // the lease renewed several times since), then checks that it did not.
 func (l *live) requireKept(t *testing.T) {
 	t.Helper()
-	calls, renewed := l.calls.ok.Load(), l.h.renewed.Load()
+	calls, renewed := l.calls.Load(), l.h.renewed.Load()
 	require.Eventually(t, func() bool {
-		return l.h.lost.Load() || (l.h.renewed.Load() >= renewed+4 && l.calls.ok.Load() >= calls+40)
+		return l.h.lost.Load() || (l.h.renewed.Load() >= renewed+4 && l.calls.Load() >= calls+40)
 	}, 60*time.Second, 10*time.Millisecond)
 	l.requireUntouched(t)
 }
