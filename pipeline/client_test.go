@@ -90,14 +90,14 @@ func TestEnqueueQueuedAndGet(t *testing.T) {
 	require.True(t, got.StartedAt.IsZero())
 
 	// The payload is stored once: in the entry while queued, not in the hash.
-	fields, err := b.rdb.HKeys(ctx, b.keys.Job(j.ID)).Result()
+	fields, err := b.rdb.HKeys(ctx, b.q.Job(j.ID)).Result()
 	require.NoError(t, err)
 	require.NotContains(t, fields, keys.FieldPayload)
-	enc, err := b.rdb.ObjectEncoding(ctx, b.keys.Job(j.ID)).Result()
+	enc, err := b.rdb.ObjectEncoding(ctx, b.q.Job(j.ID)).Result()
 	require.NoError(t, err)
 	require.Equal(t, "listpack", enc, "a queued job's hash must stay compact")
 
-	xlen, err := b.rdb.XLen(ctx, b.keys.Stream()).Result()
+	xlen, err := b.rdb.XLen(ctx, b.q.Stream()).Result()
 	require.NoError(t, err)
 	require.EqualValues(t, 1, xlen)
 	require.EqualValues(t, 1, b.stats(t).Enqueued)
@@ -119,7 +119,7 @@ func TestEnqueueDelayed(t *testing.T) {
 	j, err := b.client.Enqueue(ctx, b.queue, pipeline.Task{Type: "echo", Payload: []byte("p")}, pipeline.WithDelay(time.Hour))
 	require.NoError(t, err)
 	require.Equal(t, pipeline.StatusScheduled, j.Status)
-	score, err := b.rdb.ZScore(ctx, b.keys.Scheduled(), j.ID).Result()
+	score, err := b.rdb.ZScore(ctx, b.q.Scheduled(), j.ID).Result()
 	require.NoError(t, err)
 	require.EqualValues(t, j.RunAt.UnixMilli(), score)
 	require.InDelta(t, time.Hour.Seconds(), j.RunAt.Sub(j.CreatedAt).Seconds(), 0.01)
@@ -141,7 +141,7 @@ func TestEnqueueDelayed(t *testing.T) {
 	last, err := b.client.Enqueue(ctx, b.queue, pipeline.Task{Type: "echo"}, pipeline.WithRunAt(farAt.Add(-time.Millisecond)))
 	require.NoError(t, err)
 	require.Equal(t, pipeline.StatusScheduled, last.Status)
-	score, err = b.rdb.ZScore(ctx, b.keys.Scheduled(), last.ID).Result()
+	score, err = b.rdb.ZScore(ctx, b.q.Scheduled(), last.ID).Result()
 	require.NoError(t, err)
 	require.EqualValues(t, farAt.UnixMilli(), score, "rounded up to the next millisecond, never early")
 	got, err = b.client.Get(ctx, b.queue, far.ID)
@@ -167,7 +167,7 @@ func TestEnqueueSameIDTwiceMakesOneJob(t *testing.T) {
 	require.Equal(t, "first", string(second.Payload))
 	require.Equal(t, first.Entry, second.Entry)
 	require.EqualValues(t, 1, b.stats(t).Enqueued)
-	xlen, _ := b.rdb.XLen(ctx, b.keys.Stream()).Result()
+	xlen, _ := b.rdb.XLen(ctx, b.q.Stream()).Result()
 	require.EqualValues(t, 1, xlen)
 }
 
@@ -247,7 +247,7 @@ func TestCancel(t *testing.T) {
 		require.Equal(t, pipeline.StatusCanceled, j.Status)
 		require.NotEmpty(t, j.Payload, "a canceled job keeps its payload")
 		require.False(t, j.CompletedAt.IsZero())
-		ttl, err := b.rdb.PTTL(ctx, b.keys.Job(id)).Result()
+		ttl, err := b.rdb.PTTL(ctx, b.q.Job(id)).Result()
 		require.NoError(t, err)
 		require.Greater(t, ttl, time.Hour, "canceled records expire after the retention time")
 	}
@@ -325,10 +325,10 @@ func TestReplayTakesUniqueKeyAgain(t *testing.T) {
 	// Once the key is free, the replay takes it, with the TTL the job was published with.
 	require.NoError(t, b.client.Cancel(ctx, b.queue, other.ID))
 	require.NoError(t, insp.Replay(ctx, b.queue, orig.ID))
-	holder, err := b.rdb.Get(ctx, b.keys.Unique("order-42")).Result()
+	holder, err := b.rdb.Get(ctx, b.q.Unique("order-42")).Result()
 	require.NoError(t, err)
 	require.Equal(t, orig.ID, holder)
-	ttl, err := b.rdb.PTTL(ctx, b.keys.Unique("order-42")).Result()
+	ttl, err := b.rdb.PTTL(ctx, b.q.Unique("order-42")).Result()
 	require.NoError(t, err)
 	require.Greater(t, ttl, 59*time.Minute)
 	again, err := b.client.Enqueue(ctx, b.queue, pipeline.Task{Type: "fail"}, pipeline.WithUnique("order-42", time.Hour))

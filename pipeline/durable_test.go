@@ -266,11 +266,8 @@ func TestWithReplicasCluster(t *testing.T) {
 // confirm are counted, and the jobs complete all the same.
 func TestWorkerReplicas(t *testing.T) {
 	s := startReplicated(t)
-	c, err := pipeline.NewClient(s.masterRdb, pipeline.ClientConfig{})
-	require.NoError(t, err)
-	ctx := t.Context()
-	q := redistest.UniqueName(t)
-	b := &bundle{rdb: s.masterRdb, client: c, queue: q, keys: keys.New(keys.DefaultPrefix, q)}
+	b := setup(t, setupOpts{rdb: s.masterRdb})
+	c, q, ctx := b.client, b.queue, t.Context()
 	w, stop := b.startWorker(t, pipeline.WorkerConfig{Queues: []string{q}, Replicas: 1, ReplicaTimeout: 50 * time.Millisecond},
 		map[string]pipeline.HandlerFunc{"echo": echo})
 	defer func() { require.NoError(t, stop()) }()

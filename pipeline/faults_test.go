@@ -9,31 +9,21 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
-	"github.com/conveyorq/conveyor/internal/keys"
 	"github.com/conveyorq/conveyor/internal/redistest"
 	"github.com/conveyorq/conveyor/pipeline"
 )
 
 // privateBundle is a bundle on a server of the test's own, for tests that change the server's
 // configuration (maxmemory) or stop it.
-func privateBundle(t *testing.T) (*bundle, *redistest.Server) {
+func privateBundle(t *testing.T) (*testBundle, *redistest.Server) {
 	t.Helper()
 	srv := redistest.Start(t)
-	rdb := srv.Client(t)
-	q := redistest.UniqueName(t)
-	client, err := pipeline.NewClient(rdb, pipeline.ClientConfig{})
-	require.NoError(t, err)
-	return &bundle{
-		rdb:    rdb,
-		client: client,
-		queue:  q,
-		keys:   keys.New(keys.DefaultPrefix, q),
-	}, srv
+	return setup(t, setupOpts{rdb: srv.Client(t)}), srv
 }
 
 // refuseWrites makes the server answer every write that needs memory with OOM until the
 // returned function is called.
-func refuseWrites(t *testing.T, rdb *redis.Client) (restore func()) {
+func refuseWrites(t *testing.T, rdb redis.UniversalClient) (restore func()) {
 	t.Helper()
 	ctx := context.Background()
 	require.NoError(t, rdb.ConfigSet(ctx, "maxmemory-policy", "noeviction").Err())

@@ -23,11 +23,11 @@ import (
 
 // stockPublish publishes msgs into queue's stream with the stock watermill-redisstream
 // Publisher, as a service that knows nothing of Conveyor would.
-func (b *bundle) stockPublish(t *testing.T, msgs ...*message.Message) {
+func (b *testBundle) stockPublish(t *testing.T, msgs ...*message.Message) {
 	t.Helper()
 	pub, err := redisstream.NewPublisher(redisstream.PublisherConfig{Client: b.rdb}, watermill.NopLogger{})
 	require.NoError(t, err)
-	require.NoError(t, pub.Publish(b.keys.Stream(), msgs...))
+	require.NoError(t, pub.Publish(b.q.Stream(), msgs...))
 }
 
 func stockMessage(payload string, md map[string]string) *message.Message {
@@ -116,14 +116,14 @@ func TestStockPublisherMessagesAreRecovered(t *testing.T) {
 	adopted := stockMessage("adopted", map[string]string{pipeline.MetaKeyType: "echo"})
 	taken := stockMessage("taken", map[string]string{pipeline.MetaKeyType: "echo"})
 	b.stockPublish(t, adopted, taken)
-	require.NoError(t, b.rdb.XGroupCreateMkStream(ctx, b.keys.Stream(), keys.Group, "0").Err())
+	require.NoError(t, b.rdb.XGroupCreateMkStream(ctx, b.q.Stream(), keys.Group, "0").Err())
 	res, err := b.rdb.XReadGroup(ctx, &redis.XReadGroupArgs{Group: keys.Group, Consumer: "lost",
-		Streams: []string{b.keys.Stream(), ">"}, Count: 2, Block: -1}).Result()
+		Streams: []string{b.q.Stream(), ">"}, Count: 2, Block: -1}).Result()
 	require.NoError(t, err)
 	entries := res[0].Messages
 	require.Len(t, entries, 2)
 	// The lost worker adopted the first before it died.
-	_, err = jobstate.Adopt(ctx, b.rdb, b.keys, jobstate.Foreign{ID: adopted.UUID, Entry: entries[0].ID,
+	_, err = jobstate.Adopt(ctx, b.rdb, b.q, jobstate.Foreign{ID: adopted.UUID, Entry: entries[0].ID,
 		Type: "echo", MaxRetries: 5, CreatedAt: time.Now()}, time.Now(), "lost")
 	require.NoError(t, err)
 
@@ -140,9 +140,9 @@ func TestStockPublisherMessagesAreRecovered(t *testing.T) {
 }
 
 // entryOf returns the stream entry that carries message uuid.
-func (b *bundle) entryOf(t *testing.T, uuid string) redis.XMessage {
+func (b *testBundle) entryOf(t *testing.T, uuid string) redis.XMessage {
 	t.Helper()
-	all, err := b.rdb.XRange(t.Context(), b.keys.Stream(), "-", "+").Result()
+	all, err := b.rdb.XRange(t.Context(), b.q.Stream(), "-", "+").Result()
 	require.NoError(t, err)
 	for _, e := range all {
 		if e.Values[keys.EntryUUID] == uuid {
@@ -221,7 +221,7 @@ func TestStockPublisherControlKeys(t *testing.T) {
 		m, e := msgs[i], entries[i]
 		if c.status == refused {
 			require.Eventually(t, func() bool {
-				left, err := b.rdb.XRange(ctx, b.keys.Stream(), e.ID, e.ID).Result()
+				left, err := b.rdb.XRange(ctx, b.q.Stream(), e.ID, e.ID).Result()
 				require.NoError(t, err)
 				return len(left) == 0
 			}, 15*time.Second, 5*time.Millisecond, "%s: the refused message's entry stays", c.name)
@@ -234,16 +234,16 @@ func TestStockPublisherControlKeys(t *testing.T) {
 		case pipeline.StatusScheduled:
 			due := c.runAt(stream.EntryTime(e.ID)).UnixMilli()
 			require.Equal(t, due, j.RunAt.UnixMilli(), c.name)
-			score, err := b.rdb.ZScore(ctx, b.keys.Scheduled(), m.UUID).Result()
+			score, err := b.rdb.ZScore(ctx, b.q.Scheduled(), m.UUID).Result()
 			require.NoError(t, err, c.name)
 			require.EqualValues(t, due, score, c.name)
 			require.Equal(t, c.name, string(j.Payload), "%s: the payload moves into the job's record", c.name)
 			require.Equal(t, "echo", j.Type, c.name)
-			left, err := b.rdb.XRange(ctx, b.keys.Stream(), e.ID, e.ID).Result()
+			left, err := b.rdb.XRange(ctx, b.q.Stream(), e.ID, e.ID).Result()
 			require.NoError(t, err)
 			require.Empty(t, left, "%s: the entry leaves the stream", c.name)
 			if c.unique != "" {
-				require.Equal(t, m.UUID, b.rdb.Get(ctx, b.keys.Unique(c.unique)).Val(), c.name)
+				require.Equal(t, m.UUID, b.rdb.Get(ctx, b.q.Unique(c.unique)).Val(), c.name)
 			}
 		case pipeline.StatusFailed:
 			require.Contains(t, j.LastError, c.reason, c.name)
@@ -254,7 +254,7 @@ func TestStockPublisherControlKeys(t *testing.T) {
 		_, ok := ran.Load(msgs[i].UUID)
 		require.False(t, ok, "%s: the handler ran", c.name)
 	}
-	require.Equal(t, holder.ID, b.rdb.Get(ctx, b.keys.Unique("taken")).Val(), "the holder keeps its key")
+	require.Equal(t, holder.ID, b.rdb.Get(ctx, b.q.Unique("taken")).Val(), "the holder keeps its key")
 	s := b.stats(t)
 	require.EqualValues(t, 1+4, s.Enqueued, "the holder and the four scheduled messages")
 }
@@ -303,21 +303,21 @@ func TestStockPublisherUniqueKeyHeldWhileRunning(t *testing.T) {
 	first := stockMessage("first", md)
 	b.stockPublish(t, first)
 	require.Equal(t, first.UUID, <-running)
-	require.Equal(t, first.UUID, b.rdb.Get(ctx, b.keys.Unique("report-7")).Val())
-	pttl := b.rdb.PTTL(ctx, b.keys.Unique("report-7")).Val()
+	require.Equal(t, first.UUID, b.rdb.Get(ctx, b.q.Unique("report-7")).Val())
+	pttl := b.rdb.PTTL(ctx, b.q.Unique("report-7")).Val()
 	require.Greater(t, pttl, pipeline.DefaultUniqueTTL-time.Minute, "held for DefaultUniqueTTL")
 
 	dup := stockMessage("dup", md)
 	b.stockPublish(t, dup)
 	// Only the running job's entry is left once the duplicate's is dropped.
-	require.Eventually(t, func() bool { return b.rdb.XLen(ctx, b.keys.Stream()).Val() == 1 },
+	require.Eventually(t, func() bool { return b.rdb.XLen(ctx, b.q.Stream()).Val() == 1 },
 		15*time.Second, 5*time.Millisecond, "the duplicate's entry stays")
 	_, err := b.client.Get(ctx, b.queue, dup.UUID)
 	require.ErrorIs(t, err, pipeline.ErrNotFound)
 
 	free()
 	b.waitStatus(t, first.UUID, pipeline.StatusCompleted)
-	require.Zero(t, b.rdb.Exists(ctx, b.keys.Unique("report-7")).Val(), "freed when the job ends")
+	require.Zero(t, b.rdb.Exists(ctx, b.q.Unique("report-7")).Val(), "freed when the job ends")
 	again := stockMessage("again", md)
 	b.stockPublish(t, again)
 	require.Equal(t, again.UUID, <-running)

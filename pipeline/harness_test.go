@@ -15,26 +15,57 @@ import (
 	"github.com/conveyorq/conveyor/pipeline"
 )
 
-// bundle is what most tests need: a private Redis client, a client and a queue of their own.
-type bundle struct {
-	rdb    *redis.Client
+// testBundle is the package's one test bundle (river's maintenance tests' shape): a Redis
+// client, a Client and an Inspector over it, and a queue of the test's own with its keys.
+type testBundle struct {
+	rdb    redis.UniversalClient
 	client *pipeline.Client
+	insp   *pipeline.Inspector
 	queue  string
-	keys   keys.Queue
+	q      keys.Queue
+	// now is the Client's clock with setupOpts.fixedClock, which stands still so that due
+	// times can be compared exactly; zero otherwise.
+	now time.Time
 }
 
-func setup(t *testing.T) *bundle {
+// setupOpts changes what setup makes; the zero value is the usual test.
+type setupOpts struct {
+	rdb        redis.UniversalClient // default: a client of the package's shared server
+	client     pipeline.ClientConfig // the Client's
+	fixedClock bool                  // the Client's Now answers testBundle.now
+}
+
+// setup returns the bundle of a test: the first of opts, if any, says how it differs.
+func setup(t *testing.T, opts ...setupOpts) *testBundle {
 	t.Helper()
-	rdb := redistest.Client(t)
-	q := redistest.UniqueName(t)
-	client, err := pipeline.NewClient(rdb, pipeline.ClientConfig{})
-	require.NoError(t, err)
-	return &bundle{
-		rdb:    rdb,
-		client: client,
-		queue:  q,
-		keys:   keys.New(keys.DefaultPrefix, q),
+	var o setupOpts
+	if len(opts) > 0 {
+		o = opts[0]
 	}
+	if o.rdb == nil {
+		o.rdb = redistest.Client(t)
+	}
+	b := &testBundle{rdb: o.rdb, queue: redistest.UniqueName(t)}
+	b.q = keys.New(keys.DefaultPrefix, b.queue)
+	if o.fixedClock {
+		b.now = time.Now().Truncate(time.Millisecond)
+		o.client.Now = func() time.Time { return b.now }
+	}
+	var err error
+	b.client, err = pipeline.NewClient(o.rdb, o.client)
+	require.NoError(t, err)
+	b.insp, err = pipeline.NewInspector(o.rdb, pipeline.InspectorConfig{})
+	require.NoError(t, err)
+	return b
+}
+
+// addr is the address of the bundle's server; its client must be a plain one (not a
+// cluster's or a failover one).
+func (b *testBundle) addr(t *testing.T) string {
+	t.Helper()
+	c, ok := b.rdb.(*redis.Client)
+	require.True(t, ok, "the bundle's client is a %T", b.rdb)
+	return c.Options().Addr
 }
 
 // testLogger writes the worker's logs to the test log, so a failing test shows them.
@@ -44,7 +75,7 @@ func testLogger(t *testing.T) zerolog.Logger {
 
 // startWorker runs a worker on the bundle's queue until the test ends and waits until it consumes.
 // It returns a stop function that shuts the worker down and reports Run's error.
-func (b *bundle) startWorker(t *testing.T, cfg pipeline.WorkerConfig, handlers map[string]pipeline.HandlerFunc) (*pipeline.Worker, func() error) {
+func (b *testBundle) startWorker(t *testing.T, cfg pipeline.WorkerConfig, handlers map[string]pipeline.HandlerFunc) (*pipeline.Worker, func() error) {
 	t.Helper()
 	if cfg.Queues == nil {
 		cfg.Queues = []string{b.queue}
@@ -96,7 +127,7 @@ func startWorkerOn(t *testing.T, rdb redis.UniversalClient, cfg pipeline.WorkerC
 }
 
 // waitStatus waits until the job reaches status and returns it.
-func (b *bundle) waitStatus(t *testing.T, id string, status pipeline.Status) *pipeline.Job {
+func (b *testBundle) waitStatus(t *testing.T, id string, status pipeline.Status) *pipeline.Job {
 	t.Helper()
 	var last *pipeline.Job
 	require.Eventually(t, func() bool {
@@ -110,7 +141,7 @@ func (b *bundle) waitStatus(t *testing.T, id string, status pipeline.Status) *pi
 	return last
 }
 
-func (b *bundle) stats(t *testing.T) *pipeline.QueueStats {
+func (b *testBundle) stats(t *testing.T) *pipeline.QueueStats {
 	t.Helper()
 	s, err := b.client.Stats(context.Background(), b.queue)
 	require.NoError(t, err)
@@ -118,7 +149,7 @@ func (b *bundle) stats(t *testing.T) *pipeline.QueueStats {
 }
 
 // queueKeys lists every key of the bundle's queue.
-func (b *bundle) queueKeys(t *testing.T) []string {
+func (b *testBundle) queueKeys(t *testing.T) []string {
 	t.Helper()
 	var out []string
 	iter := b.rdb.Scan(context.Background(), 0, keys.DefaultPrefix+":{"+b.queue+"}:*", 1000).Iterator()

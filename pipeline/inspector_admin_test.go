@@ -15,7 +15,7 @@ import (
 // across script pages (1100 dead jobs, 500 a page).
 func TestPurgeAllDryRun(t *testing.T) {
 	t.Parallel()
-	b := newIBundle(t, redistest.Client(t))
+	b := setup(t)
 	ctx := t.Context()
 	b.enqueue(t, 1100, nil)
 	now := time.Now().UnixMilli()
@@ -56,7 +56,7 @@ func TestPurgeAllDryRun(t *testing.T) {
 
 func TestPurgeDryRun(t *testing.T) {
 	t.Parallel()
-	b := newIBundle(t, redistest.Client(t))
+	b := setup(t)
 	ctx := t.Context()
 	jobs := b.enqueue(t, 2, nil)
 	b.kill(t, b.deliver(t, "w1", 1), func(int) int64 { return time.Now().UnixMilli() })
@@ -73,7 +73,7 @@ func TestPurgeDryRun(t *testing.T) {
 
 func TestQueueExists(t *testing.T) {
 	t.Parallel()
-	b := newIBundle(t, redistest.Client(t))
+	b := setup(t)
 	ctx := t.Context()
 	ok, err := b.insp.QueueExists(ctx, b.queue)
 	require.NoError(t, err)

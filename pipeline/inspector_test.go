@@ -60,30 +60,8 @@ func TestInspector(t *testing.T) {
 	}
 }
 
-// ibundle is what an Inspector test needs: a client and an inspector over one Redis, and a
-// queue of its own.
-type ibundle struct {
-	rdb    redis.UniversalClient
-	client *pipeline.Client
-	insp   *pipeline.Inspector
-	queue  string
-	q      keys.Queue
-}
-
-func newIBundle(t *testing.T, rdb redis.UniversalClient) *ibundle {
-	t.Helper()
-	queue := redistest.UniqueName(t)
-	insp, err := pipeline.NewInspector(rdb, pipeline.InspectorConfig{})
-	require.NoError(t, err)
-	client, err := pipeline.NewClient(rdb, pipeline.ClientConfig{})
-	require.NoError(t, err)
-	return &ibundle{rdb: rdb, client: client,
-		insp: insp, queue: queue,
-		q: keys.New(keys.DefaultPrefix, queue)}
-}
-
 // enqueue publishes n jobs of type "t" with payload "p<i>", with opts(i) each.
-func (b *ibundle) enqueue(t *testing.T, n int, opts func(i int) []pipeline.Option) []*pipeline.Job {
+func (b *testBundle) enqueue(t *testing.T, n int, opts func(i int) []pipeline.Option) []*pipeline.Job {
 	t.Helper()
 	tasks := make([]pipeline.Task, n)
 	for i := range tasks {
@@ -99,7 +77,7 @@ func (b *ibundle) enqueue(t *testing.T, n int, opts func(i int) []pipeline.Optio
 
 // deliver hands up to n queued entries to consumer, as a worker's read would (the jobs stay
 // in progress: nobody runs them).
-func (b *ibundle) deliver(t *testing.T, consumer string, n int) []redis.XMessage {
+func (b *testBundle) deliver(t *testing.T, consumer string, n int) []redis.XMessage {
 	t.Helper()
 	ctx := t.Context()
 	err := b.rdb.XGroupCreateMkStream(ctx, b.q.Stream(), keys.Group, "0").Err()
@@ -117,7 +95,7 @@ func (b *ibundle) deliver(t *testing.T, consumer string, n int) []redis.XMessage
 
 // kill fails the delivered entries for good through finish.lua, as a worker would, entry i at
 // died(i) (unix ms).
-func (b *ibundle) kill(t *testing.T, msgs []redis.XMessage, died func(i int) int64) {
+func (b *testBundle) kill(t *testing.T, msgs []redis.XMessage, died func(i int) int64) {
 	t.Helper()
 	var calls []script.Call
 	var ns []int
@@ -187,7 +165,7 @@ func byEntry(a, b *pipeline.Job) int {
 }
 
 func testListScheduled(t *testing.T, rdb redis.UniversalClient) {
-	b := newIBundle(t, rdb)
+	b := setup(t, setupOpts{rdb: rdb})
 	ctx := t.Context()
 	base := time.Now().Add(time.Hour).Truncate(time.Millisecond)
 	// Ties: jobs 0-9 share one due time, 10-19 another; ids chosen so that their byte order
@@ -241,7 +219,7 @@ func listAll2(t *testing.T, insp *pipeline.Inspector, queue string, status pipel
 }
 
 func testListQueuedAndInProgress(t *testing.T, rdb redis.UniversalClient) {
-	b := newIBundle(t, rdb)
+	b := setup(t, setupOpts{rdb: rdb})
 	ctx := t.Context()
 	// Nothing yet: no stream, no group.
 	for _, s := range []pipeline.Status{pipeline.StatusQueued, pipeline.StatusInProgress} {
@@ -327,7 +305,7 @@ func testListQueuedAndInProgress(t *testing.T, rdb redis.UniversalClient) {
 }
 
 func testListFailed(t *testing.T, rdb redis.UniversalClient) {
-	b := newIBundle(t, rdb)
+	b := setup(t, setupOpts{rdb: rdb})
 	jobs := b.enqueue(t, 30, nil)
 	msgs := b.deliver(t, "w1", 30)
 	base := time.Now().UnixMilli()
@@ -354,7 +332,7 @@ func testListFailed(t *testing.T, rdb redis.UniversalClient) {
 // in order.
 func testPaginate10000(t *testing.T, rdb redis.UniversalClient) {
 	const n = 10_000
-	b := newIBundle(t, rdb)
+	b := setup(t, setupOpts{rdb: rdb})
 	jobs := b.enqueue(t, n, nil)
 	want := slices.Clone(jobs)
 	slices.SortFunc(want, byEntry)
@@ -389,7 +367,7 @@ func testPaginate10000(t *testing.T, rdb redis.UniversalClient) {
 
 func testPaginateScheduled10000(t *testing.T, rdb redis.UniversalClient) {
 	const n = 10_000
-	b := newIBundle(t, rdb)
+	b := setup(t, setupOpts{rdb: rdb})
 	base := time.Now().Add(time.Hour).Truncate(time.Millisecond)
 	// Many share a due time: 100 distinct times, 100 jobs each, published out of order.
 	jobs := b.enqueue(t, n, func(i int) []pipeline.Option {
@@ -405,7 +383,7 @@ func testPaginateScheduled10000(t *testing.T, rdb redis.UniversalClient) {
 }
 
 func testListRefusals(t *testing.T, rdb redis.UniversalClient) {
-	b := newIBundle(t, rdb)
+	b := setup(t, setupOpts{rdb: rdb})
 	ctx := t.Context()
 	for _, tc := range []struct {
 		status pipeline.Status
@@ -481,7 +459,7 @@ func testQueues(t *testing.T, rdb redis.UniversalClient) {
 }
 
 func testReplayAll(t *testing.T, rdb redis.UniversalClient) {
-	b := newIBundle(t, rdb)
+	b := setup(t, setupOpts{rdb: rdb})
 	ctx := t.Context()
 	n, err := b.insp.ReplayAll(ctx, b.queue)
 	require.NoError(t, err)
@@ -521,7 +499,7 @@ func testReplayAll(t *testing.T, rdb redis.UniversalClient) {
 	require.Equal(t, []string{gid}, ids(left))
 }
 
-func stats(t *testing.T, b *ibundle) *pipeline.QueueStats {
+func stats(t *testing.T, b *testBundle) *pipeline.QueueStats {
 	t.Helper()
 	st, err := b.insp.Stats(t.Context(), b.queue)
 	require.NoError(t, err)
@@ -529,7 +507,7 @@ func stats(t *testing.T, b *ibundle) *pipeline.QueueStats {
 }
 
 func testPurgeByID(t *testing.T, rdb redis.UniversalClient) {
-	b := newIBundle(t, rdb)
+	b := setup(t, setupOpts{rdb: rdb})
 	ctx := t.Context()
 	jobs := b.enqueue(t, 5, nil)
 	msgs := b.deliver(t, "w1", 3)
@@ -563,7 +541,7 @@ func testPurgeByID(t *testing.T, rdb redis.UniversalClient) {
 	require.Zero(t, n)
 
 	// More ids than one script call takes.
-	b = newIBundle(t, rdb)
+	b = setup(t, setupOpts{rdb: rdb})
 	more := b.enqueue(t, 1200, nil)
 	b.kill(t, b.deliver(t, "w1", 1200), func(int) int64 { return time.Now().UnixMilli() })
 	n, err = b.insp.Purge(ctx, b.queue, ids(more[2:])...)
@@ -574,7 +552,7 @@ func testPurgeByID(t *testing.T, rdb redis.UniversalClient) {
 }
 
 func testPurgeAll(t *testing.T, rdb redis.UniversalClient) {
-	b := newIBundle(t, rdb)
+	b := setup(t, setupOpts{rdb: rdb})
 	ctx := t.Context()
 	b.enqueue(t, 1100, nil)
 	now := time.Now().UnixMilli()
@@ -620,12 +598,12 @@ func queueKeys(t *testing.T, rdb redis.UniversalClient, pattern string) []string
 }
 
 func testDeleteQueue(t *testing.T, rdb redis.UniversalClient) {
-	b := newIBundle(t, rdb)
+	b := setup(t, setupOpts{rdb: rdb})
 	ctx := t.Context()
 	// A neighbour whose name extends this queue's, with keys of every kind: it must keep them.
-	nb := &ibundle{rdb: rdb, client: b.client, insp: b.insp, queue: b.queue + "x",
+	nb := &testBundle{rdb: rdb, client: b.client, insp: b.insp, queue: b.queue + "x",
 		q: keys.New(keys.DefaultPrefix, b.queue+"x")}
-	fill := func(b *ibundle) {
+	fill := func(b *testBundle) {
 		b.enqueue(t, 5, nil)
 		b.enqueue(t, 2, func(int) []pipeline.Option { return []pipeline.Option{pipeline.WithDelay(time.Hour)} })
 		b.enqueue(t, 1, func(int) []pipeline.Option {
@@ -668,7 +646,7 @@ func testDeleteQueue(t *testing.T, rdb redis.UniversalClient) {
 	require.ErrorIs(t, b.insp.DeleteQueue(ctx, b.queue, false), pipeline.ErrQueueNotFound)
 
 	// A queue with only finished work (dead and canceled jobs) is no busy one.
-	c := newIBundle(t, rdb)
+	c := setup(t, setupOpts{rdb: rdb})
 	c.enqueue(t, 3, nil)
 	c.kill(t, c.deliver(t, "w1", 2), func(int) int64 { return time.Now().UnixMilli() })
 	l, err := c.insp.List(ctx, c.queue, pipeline.StatusQueued, pipeline.Page{})

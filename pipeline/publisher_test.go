@@ -178,7 +178,7 @@ func TestPublisherEntryCarriesMessage(t *testing.T) {
 	defer sub.Close()
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 	defer cancel()
-	ch, err := sub.Subscribe(ctx, b.keys.Stream())
+	ch, err := sub.Subscribe(ctx, b.q.Stream())
 	require.NoError(t, err)
 	var got *message.Message
 	select {
@@ -312,24 +312,6 @@ func TestPublisherForwarder(t *testing.T) {
 	require.Equal(t, time.Minute, j.Timeout)
 }
 
-// publisherBundle is a bundle whose client's clock stands still, so due times can be compared
-// exactly.
-type publisherBundle struct {
-	*bundle
-	now time.Time
-}
-
-func setupPublisher(t *testing.T, ccfg pipeline.ClientConfig) *publisherBundle {
-	t.Helper()
-	b := setup(t)
-	now := time.Now().Truncate(time.Millisecond)
-	ccfg.Now = func() time.Time { return now }
-	var err error
-	b.client, err = pipeline.NewClient(b.rdb, ccfg)
-	require.NoError(t, err)
-	return &publisherBundle{bundle: b, now: now}
-}
-
 func newMessage(uuid, payload string, md map[string]string) *message.Message {
 	m := message.NewMessage(uuid, []byte(payload))
 	for k, v := range md {
@@ -394,7 +376,7 @@ func TestPublisherControlKeys(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			b := setupPublisher(t, pipeline.ClientConfig{})
+			b := setup(t, setupOpts{fixedClock: true})
 			pub := newTestPublisher(t, b.client, pipeline.PublisherConfig{DefaultType: "default-type"})
 			md := tc.md(b.now)
 			if md == nil {
@@ -415,7 +397,7 @@ func TestPublisherControlKeys(t *testing.T) {
 			require.Equal(t, w.maxRetries, j.MaxRetries)
 			require.Equal(t, w.timeout, j.Timeout)
 
-			ukey := b.keys.Unique(w.uniqueKey)
+			ukey := b.q.Unique(w.uniqueKey)
 			if w.uniqueKey == "" {
 				require.NotContains(t, strings.Join(b.queueKeys(t), " "), ":unique:")
 				return
@@ -492,7 +474,7 @@ func TestPublisherRefusesInvalidMessages(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			b := setupPublisher(t, pipeline.ClientConfig{MaxPayloadBytes: tc.maxPayload})
+			b := setup(t, setupOpts{client: pipeline.ClientConfig{MaxPayloadBytes: tc.maxPayload}, fixedClock: true})
 			cfg := pipeline.PublisherConfig{DefaultType: "default-type"}
 			if tc.noDefault {
 				cfg.DefaultType = ""
@@ -550,7 +532,7 @@ func TestPublisherRefusesInvalidMessages(t *testing.T) {
 // and makes no second job; neither does a message repeated within one call.
 func TestPublisherRepublishIsIdempotent(t *testing.T) {
 	t.Parallel()
-	b := setupPublisher(t, pipeline.ClientConfig{})
+	b := setup(t, setupOpts{fixedClock: true})
 	pub := newTestPublisher(t, b.client, pipeline.PublisherConfig{DefaultType: "echo"})
 	msgs := []*message.Message{
 		newMessage(watermill.NewUUID(), "queued", map[string]string{"k": "v"}),
@@ -564,7 +546,7 @@ func TestPublisherRepublishIsIdempotent(t *testing.T) {
 		require.NoError(t, err)
 		before[m.UUID] = j
 	}
-	xlen := b.rdb.XLen(t.Context(), b.keys.Stream()).Val()
+	xlen := b.rdb.XLen(t.Context(), b.q.Stream()).Val()
 
 	// Again, the same messages: nothing new, no error.
 	again := make([]*message.Message, len(msgs))
@@ -585,7 +567,7 @@ func TestPublisherRepublishIsIdempotent(t *testing.T) {
 		require.Equal(t, before[m.UUID], j)
 	}
 	require.EqualValues(t, 3, b.stats(t).Enqueued)
-	require.Equal(t, xlen, b.rdb.XLen(t.Context(), b.keys.Stream()).Val(), "no second stream entry")
+	require.Equal(t, xlen, b.rdb.XLen(t.Context(), b.q.Stream()).Val(), "no second stream entry")
 
 	// One message twice in one call is one job.
 	twice := newMessage(watermill.NewUUID(), "twice", nil)

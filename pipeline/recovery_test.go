@@ -42,7 +42,7 @@ func TestWorkerKilledHoldingRecoveryLock(t *testing.T) {
 			job, err := b.client.Enqueue(ctx, b.queue, pipeline.Task{Type: "hold"})
 			require.NoError(t, err)
 
-			victimRDB := redis.NewClient(&redis.Options{Addr: b.rdb.Options().Addr, MaxRetries: -1})
+			victimRDB := redis.NewClient(&redis.Options{Addr: b.addr(t), MaxRetries: -1})
 			t.Cleanup(func() { _ = victimRDB.Close() })
 			started := make(chan struct{}, 1)
 			var armed atomic.Bool
@@ -63,7 +63,7 @@ func TestWorkerKilledHoldingRecoveryLock(t *testing.T) {
 					// Runs on the recoverer's goroutine, the lock held: the scan and the release
 					// that follow fail, as in a crash.
 					once.Do(func() {
-						ttl, err := b.rdb.PTTL(context.Background(), b.keys.RecoveryLock()).Result()
+						ttl, err := b.rdb.PTTL(context.Background(), b.q.RecoveryLock()).Result()
 						require.NoError(t, err)
 						_ = victimRDB.Close()
 						killed <- kill{at: time.Now(), ttl: ttl}
@@ -132,7 +132,7 @@ func TestWorkerRenewsLeasesWithinVisibilityTimeout(t *testing.T) {
 	renewSrc, err := os.ReadFile("../stream/renew.lua")
 	require.NoError(t, err)
 	renewSHA := fmt.Sprintf("%x", sha1.Sum(renewSrc))
-	wrdb := redis.NewClient(&redis.Options{Addr: b.rdb.Options().Addr})
+	wrdb := redis.NewClient(&redis.Options{Addr: b.addr(t)})
 	t.Cleanup(func() { _ = wrdb.Close() })
 	var (
 		mu      sync.Mutex
@@ -204,7 +204,7 @@ func TestWorkerOutcomesAfterItsClientClosed(t *testing.T) {
 	t.Parallel()
 	const n = 400
 	b := setup(t)
-	rdb := redis.NewClient(&redis.Options{Addr: b.rdb.Options().Addr})
+	rdb := redis.NewClient(&redis.Options{Addr: b.addr(t)})
 	t.Cleanup(func() { _ = rdb.Close() })
 	var started atomic.Int64
 	release := make(chan struct{})

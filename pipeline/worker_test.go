@@ -56,12 +56,12 @@ func TestWorkerCompletesJobs(t *testing.T) {
 		require.False(t, got.StartedAt.IsZero())
 		require.False(t, got.CompletedAt.Before(got.StartedAt))
 		require.Empty(t, got.LastError)
-		ttl, err := b.rdb.PTTL(ctx, b.keys.Job(j.ID)).Result()
+		ttl, err := b.rdb.PTTL(ctx, b.q.Job(j.ID)).Result()
 		require.NoError(t, err)
 		require.Greater(t, ttl, 23*time.Hour, "finished jobs expire after the default retention")
 	}
 	// The stream holds only unfinished work, and nothing is left pending.
-	xlen, err := b.rdb.XLen(ctx, b.keys.Stream()).Result()
+	xlen, err := b.rdb.XLen(ctx, b.q.Stream()).Result()
 	require.NoError(t, err)
 	require.Zero(t, xlen)
 	s := b.stats(t)
@@ -114,9 +114,9 @@ func TestRetriesExhaustedGoesDeadWithGrowingDelays(t *testing.T) {
 	require.Equal(t, 3, got.Attempt)
 	require.Equal(t, "always fails", got.LastError)
 	require.Equal(t, "p", string(got.Payload))
-	_, err = b.rdb.ZScore(t.Context(), b.keys.Dead(), j.ID).Result()
+	_, err = b.rdb.ZScore(t.Context(), b.q.Dead(), j.ID).Result()
 	require.NoError(t, err, "the job is in the dead set")
-	ttl, _ := b.rdb.PTTL(t.Context(), b.keys.Job(j.ID)).Result()
+	ttl, _ := b.rdb.PTTL(t.Context(), b.q.Job(j.ID)).Result()
 	require.Equal(t, time.Duration(-1), ttl, "dead jobs are kept until replayed or purged")
 
 	mu.Lock()
@@ -251,7 +251,7 @@ func TestUnreadableEntriesGoDeadAndConsumptionGoesOn(t *testing.T) {
 		{keys.EntryUUID: "\x00\xff", "payload": "\xff\xfe"},
 	}
 	for _, v := range garbage {
-		require.NoError(t, b.rdb.XAdd(ctx, &redis.XAddArgs{Stream: b.keys.Stream(), Values: v}).Err())
+		require.NoError(t, b.rdb.XAdd(ctx, &redis.XAddArgs{Stream: b.q.Stream(), Values: v}).Err())
 	}
 	require.Eventually(t, func() bool { return b.stats(t).Dead == int64(len(garbage)) }, 10*time.Second, 10*time.Millisecond)
 	insp, err := pipeline.NewInspector(b.rdb, pipeline.InspectorConfig{})
@@ -273,7 +273,7 @@ func TestUnreadableEntriesGoDeadAndConsumptionGoesOn(t *testing.T) {
 	j, err := b.client.Enqueue(ctx, b.queue, pipeline.Task{Type: "echo"})
 	require.NoError(t, err)
 	b.waitStatus(t, j.ID, pipeline.StatusCompleted)
-	xlen, _ := b.rdb.XLen(ctx, b.keys.Stream()).Result()
+	xlen, _ := b.rdb.XLen(ctx, b.q.Stream()).Result()
 	require.Zero(t, xlen, "unreadable entries are acknowledged and deleted")
 	require.EqualValues(t, len(garbage), b.stats(t).Poison)
 
@@ -324,12 +324,12 @@ func TestRetentionZeroKeepsOnlyATombstone(t *testing.T) {
 	kept, err := b.client.Enqueue(t.Context(), b.queue, pipeline.Task{Type: "echo"}, pipeline.WithRetention(time.Minute))
 	require.NoError(t, err)
 	require.Eventually(t, func() bool { return b.stats(t).Completed == 2 }, 10*time.Second, 10*time.Millisecond)
-	fields, err := b.rdb.HGetAll(t.Context(), b.keys.Job(j.ID)).Result()
+	fields, err := b.rdb.HGetAll(t.Context(), b.q.Job(j.ID)).Result()
 	require.NoError(t, err)
 	if len(fields) > 0 { // unless the tombstone expired already
 		require.Equal(t, []string{keys.FieldCompletedAt, keys.FieldStatus}, slices.Sorted(maps.Keys(fields)))
 		require.Equal(t, string(pipeline.StatusCompleted), fields[keys.FieldStatus])
-		ttl, err := b.rdb.PTTL(t.Context(), b.keys.Job(j.ID)).Result()
+		ttl, err := b.rdb.PTTL(t.Context(), b.q.Job(j.ID)).Result()
 		require.NoError(t, err)
 		require.Positive(t, ttl)
 		require.LessOrEqual(t, ttl, 300*time.Millisecond)
@@ -340,7 +340,7 @@ func TestRetentionZeroKeepsOnlyATombstone(t *testing.T) {
 	}, 5*time.Second, 20*time.Millisecond)
 	got, err := b.client.Get(t.Context(), b.queue, kept.ID)
 	require.NoError(t, err, "a per-job retention overrides the worker's")
-	ttl, _ := b.rdb.PTTL(t.Context(), b.keys.Job(kept.ID)).Result()
+	ttl, _ := b.rdb.PTTL(t.Context(), b.q.Job(kept.ID)).Result()
 	require.LessOrEqual(t, ttl, time.Minute)
 	require.Equal(t, pipeline.StatusCompleted, got.Status)
 }
