@@ -675,6 +675,14 @@
       j.last_error ? h('section', { class: 'card last-error', 'aria-labelledby': 'j-err' }, h('h2', { id: 'j-err' }, 'Last error'),
         j.status === 'failed' ? null : h('p', { class: 'muted small' }, 'From an earlier attempt.'),
         h('pre', { class: 'code error-text' }, j.last_error)) : null,
+      // A debounced job's window: its key, first publish, the latest it is due, and how many
+      // publishes it took (the job JSON's debounce object).
+      j.debounce ? h('section', { class: 'card debounce', 'aria-labelledby': 'j-db' }, h('h2', { id: 'j-db' }, 'Debounce'),
+        h('dl', { class: 'fields' },
+          field('Key', j.debounce.key, 'debounce_key'),
+          field('First publish', timeEl(j.debounce.first_at), 'debounce_first'),
+          field('Due at the latest', timeEl(j.debounce.until), 'debounce_until'),
+          field('Publishes', fmtInt(j.debounce.publishes), 'debounce_publishes'))) : null,
       h('section', { class: 'card payload', 'aria-labelledby': 'j-pl' }, h('h2', { id: 'j-pl' }, 'Payload'), prettyValue(j.payload)),
       h('section', { class: 'card result', 'aria-labelledby': 'j-res' }, h('h2', { id: 'j-res' }, 'Result'), prettyValue(j.result)),
       md.length ? h('section', { class: 'card', 'aria-labelledby': 'j-md' }, h('h2', { id: 'j-md' }, 'Metadata'),
