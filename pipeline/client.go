@@ -169,7 +169,8 @@ func (c *Client) Prefix() string { return c.cfg.Prefix }
 // the job as stored. When WithID names a job that exists, or WithUnique a key that a live job
 // holds, nothing new is written and that existing job is returned with Duplicate set; when the
 // job WithID names has another type or payload, Enqueue refuses with ErrConflict, saying what
-// differs, and writes nothing.
+// differs, and writes nothing. With WithDebounce it returns the job of the key's window,
+// scheduled, with Debounced set when the publish joined a pending job (see WithDebounce).
 //
 // In a queue of several partitions (Inspector.CreateQueue) the job goes to the partition its
 // id routes to (keys.PartitionOf), or, with WithUnique, the one its unique key routes to, so
@@ -223,7 +224,9 @@ func (c *Client) Enqueue(ctx context.Context, queue string, task Task, opts ...O
 // set; a task whose id names a job with another type or payload is not written, and the error
 // (wrapping ErrConflict, one per such task) comes back with the other jobs, which were. In a
 // partitioned queue the jobs are grouped by partition, each group chunked as above, all chunks
-// still in one pipeline.
+// still in one pipeline. Tasks with a debounce key (WithDebounce) are one script call each, in
+// the batch's order: a later task of a key joins the job of an earlier one, and the last
+// one's payload wins.
 func (c *Client) EnqueueBatch(ctx context.Context, queue string, tasks []Task, opts ...Option) (_ []*Job, err error) {
 	defer func() { err = outOfMemory(err) }()
 	if err := c.check(queue, ""); err != nil {
