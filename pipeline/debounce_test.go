@@ -303,21 +303,6 @@ func TestDebounce(t *testing.T) {
 	}
 }
 
-// waitJob waits until job id of queue reaches status and returns it.
-func waitJob(t *testing.T, c *pipeline.Client, queue, id string, status pipeline.Status) *pipeline.Job {
-	t.Helper()
-	var last *pipeline.Job
-	require.Eventually(t, func() bool {
-		j, err := c.Get(context.Background(), queue, id)
-		if err != nil {
-			return false
-		}
-		last = j
-		return j.Status == status
-	}, 30*time.Second, 2*time.Millisecond, "job %s never reached %s (last: %+v)", id, status, last)
-	return last
-}
-
 func TestDebounceOptionsRefused(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
