@@ -25,16 +25,24 @@ const DefaultUniqueTTL = pipeline.DefaultUniqueTTL
 // jobBody is one job of a POST, as the client sends it. Durations are Go duration strings
 // ("5s", "1m30s"); run_at is unix milliseconds.
 type jobBody struct {
-	Type       string       `json:"type"`
-	Payload    payloadBody  `json:"payload"`
-	Delay      *string      `json:"delay"`
-	RunAt      *int64       `json:"run_at"`
-	MaxRetries *int         `json:"max_retries"`
-	ID         string       `json:"id"`
-	Timeout    *string      `json:"timeout"`
-	Unique     *uniqueBody  `json:"unique"`
-	Metadata   metadataBody `json:"metadata"`
-	Retention  *string      `json:"retention"`
+	Type       string        `json:"type"`
+	Payload    payloadBody   `json:"payload"`
+	Delay      *string       `json:"delay"`
+	RunAt      *int64        `json:"run_at"`
+	MaxRetries *int          `json:"max_retries"`
+	ID         string        `json:"id"`
+	Timeout    *string       `json:"timeout"`
+	Unique     *uniqueBody   `json:"unique"`
+	Metadata   metadataBody  `json:"metadata"`
+	Retention  *string       `json:"retention"`
+	Debounce   *debounceBody `json:"debounce"`
+}
+
+// debounceBody is a job's debounce (pipeline.WithDebounce): durations as Go duration strings.
+type debounceBody struct {
+	Key     string `json:"key"`
+	Quiet   string `json:"quiet"`
+	MaxWait string `json:"max_wait"`
 }
 
 type uniqueBody struct {
@@ -393,6 +401,16 @@ func (b *jobBody) request(idemKey string) (*jobRequest, error) {
 	if id != "" {
 		req.opts = append(req.opts, pipeline.WithID(id))
 	}
+	if b.Debounce != nil {
+		switch {
+		case id != "":
+			return nil, badArg("debounce with id or an Idempotency-Key header: a debounced job's id is its window's, chosen by the window's first publish")
+		case b.Delay != nil || b.RunAt != nil:
+			return nil, badArg("debounce with delay or run_at: the debounce window decides when the job runs")
+		case b.Unique != nil:
+			return nil, badArg("debounce with unique: a debounce key already makes one job of many publishes")
+		}
+	}
 	if b.Delay != nil && b.RunAt != nil {
 		return nil, badArg("delay and run_at together: send one")
 	}
@@ -452,7 +470,34 @@ func (b *jobBody) request(idemKey string) (*jobRequest, error) {
 		}
 		req.opts = append(req.opts, pipeline.WithUnique(u.Key, ttl))
 	}
+	if d := b.Debounce; d != nil {
+		opt, err := d.option()
+		if err != nil {
+			return nil, err
+		}
+		req.opts = append(req.opts, opt)
+	}
 	return req, nil
+}
+
+// option checks a debounce body; the pipeline checks the key's characters and the ranges, and
+// refuses it beside id, delay, run_at or unique.
+func (d *debounceBody) option() (pipeline.Option, error) {
+	if d.Key == "" {
+		return nil, badArg("debounce.key is required with debounce")
+	}
+	if d.Quiet == "" || d.MaxWait == "" {
+		return nil, badArg("debounce.quiet and debounce.max_wait are required with debounce (say \"2s\" and \"1m\")")
+	}
+	quiet, err := duration("debounce.quiet", d.Quiet)
+	if err != nil {
+		return nil, err
+	}
+	maxWait, err := duration("debounce.max_wait", d.MaxWait)
+	if err != nil {
+		return nil, err
+	}
+	return pipeline.WithDebounce(d.Key, quiet, maxWait), nil
 }
 
 // duration parses a Go duration string of field.

@@ -25,6 +25,8 @@ import (
 //	go test -fuzz=FuzzDecodeJob ./api/
 func FuzzDecodeJob(f *testing.F) {
 	f.Add([]byte(`{"type":"echo","payload":{"n":1}}`))
+	f.Add([]byte(`{"type":"echo","debounce":{"key":"doc-1","quiet":"2s","max_wait":"30s"}}`))
+	f.Add([]byte(`{"type":"echo","debounce":{"key":"","quiet":"-1s","max_wait":"x"},"delay":"1s"}`))
 	f.Fuzz(func(t *testing.T, body []byte) {
 		req, err := decodeJob(bytes.NewReader(body), "")
 		checkDecoded(t, req, err)
@@ -165,6 +167,31 @@ func TestDecodeJob(t *testing.T) {
 	require.Equal(t, `{"a":[1,2]}`, string(req.task.Payload))
 	require.Equal(t, map[string]string{"k": "v"}, req.task.Metadata)
 	require.Len(t, req.opts, 6, "id, delay, max_retries, timeout, retention, unique")
+}
+
+// TestDecodeDebounce: the debounce object's refusals at the edge, each naming the field.
+func TestDecodeDebounce(t *testing.T) {
+	t.Parallel()
+	req, err := decodeJob(strings.NewReader(`{"type":"echo","debounce":{"key":"doc-1","quiet":"2s","max_wait":"30s"}}`), "")
+	require.NoError(t, err)
+	require.Len(t, req.opts, 1)
+	for body, want := range map[string]string{
+		`{"type":"e","debounce":{"quiet":"1s","max_wait":"1s"}}`:                                "debounce.key is required",
+		`{"type":"e","debounce":{"key":"k","max_wait":"1s"}}`:                                   "debounce.quiet and debounce.max_wait are required",
+		`{"type":"e","debounce":{"key":"k","quiet":"1s"}}`:                                      "debounce.quiet and debounce.max_wait are required",
+		`{"type":"e","debounce":{"key":"k","quiet":"soon","max_wait":"1s"}}`:                    `debounce.quiet "soon" is not a duration`,
+		`{"type":"e","debounce":{"key":"k","quiet":"1s","max_wait":"1"}}`:                       `debounce.max_wait "1" is not a duration`,
+		`{"type":"e","debounce":{"key":"k","quiet":"1s","max_wait":"1s","extra":1}}`:            "extra",
+		`{"type":"e","debounce":{"key":"k","quiet":"1s","max_wait":"1s"},"id":"x"}`:             "debounce with id",
+		`{"type":"e","debounce":{"key":"k","quiet":"1s","max_wait":"1s"},"run_at":1}`:           "debounce with delay or run_at",
+		`{"type":"e","debounce":{"key":"k","quiet":"1s","max_wait":"1s"},"unique":{"key":"u"}}`: "debounce with unique",
+		`{"type":"e","debounce":"k"}`:                                                           "debounce",
+	} {
+		_, err := decodeJob(strings.NewReader(body), "")
+		require.ErrorContains(t, err, want, body)
+	}
+	_, err = decodeJob(strings.NewReader(`{"type":"e","debounce":{"key":"k","quiet":"1s","max_wait":"1s"}}`), "idem")
+	require.ErrorContains(t, err, "Idempotency-Key")
 }
 
 // A batch body is refused at its 1,001st job, and decoding any body of up to the batch limit

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -376,4 +377,47 @@ func (e *apiEnv) getWithin(d time.Duration, path, why string) apiResp {
 	}
 	require.NoError(e.t, err)
 	return r
+}
+
+// TestEnqueueDebounce: publishes with one debounce key answer one job, the later ones with
+// debounced true and the last payload; the job page's JSON carries the window.
+func TestEnqueueDebounce(t *testing.T) {
+	t.Parallel()
+	e := apiSetup(t, apiEnvOpts{})
+	type answer struct {
+		ID        string `json:"id"`
+		Status    string `json:"status"`
+		RunAt     int64  `json:"run_at"`
+		Debounced bool   `json:"debounced"`
+		Debounce  *struct {
+			Key       string `json:"key"`
+			FirstAt   int64  `json:"first_at"`
+			Until     int64  `json:"until"`
+			Publishes int    `json:"publishes"`
+		} `json:"debounce"`
+		Payload json.RawMessage `json:"payload"`
+	}
+	var first answer
+	for n := range 3 {
+		var a answer
+		e.post(`{"type":"echo","payload":{"n":`+strconv.Itoa(n)+`},"debounce":{"key":"doc-1","quiet":"1h","max_wait":"2h"}}`,
+			http.StatusAccepted).json(t, &a)
+		require.Equal(t, n > 0, a.Debounced)
+		require.Equal(t, "scheduled", a.Status)
+		require.NotNil(t, a.Debounce)
+		require.Equal(t, "doc-1", a.Debounce.Key)
+		require.Equal(t, n+1, a.Debounce.Publishes)
+		require.Equal(t, a.Debounce.FirstAt+2*3600_000, a.Debounce.Until)
+		if n == 0 {
+			first = a
+		}
+		require.Equal(t, first.ID, a.ID)
+	}
+	var stored answer
+	got := e.do("GET", e.jobs()+"/"+first.ID, "")
+	require.Equal(t, http.StatusOK, got.status, "%s", got.body)
+	got.json(t, &stored)
+	require.JSONEq(t, `{"n":2}`, string(stored.Payload))
+	require.False(t, stored.Debounced, "debounced is a publish's answer, not stored")
+	require.Equal(t, 3, stored.Debounce.Publishes)
 }

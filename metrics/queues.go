@@ -77,6 +77,7 @@ var (
 		{counterDesc("retried", "Failed attempts scheduled to run again."), func(s *pipeline.QueueStats) int64 { return s.Retried }},
 		{counterDesc("recovered", "Jobs put back after their worker died."), func(s *pipeline.QueueStats) int64 { return s.Recovered }},
 		{counterDesc("canceled", "Jobs canceled."), func(s *pipeline.QueueStats) int64 { return s.Canceled }},
+		{counterDesc("debounced", "Publishes that joined a pending debounced job instead of creating one."), func(s *pipeline.QueueStats) int64 { return s.Debounced }},
 	}
 )
 

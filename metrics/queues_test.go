@@ -174,3 +174,26 @@ func TestNewQueueCollectorRefusesBadConfig(t *testing.T) {
 	_, err = metrics.NewQueueCollector(insp, metrics.QueueCollectorConfig{MaxAge: -time.Second})
 	require.ErrorIs(t, err, pipeline.ErrInvalid)
 }
+
+// conveyor_queue_debounced_total counts the publishes that joined a pending debounced job;
+// the job they made counts once in conveyor_queue_enqueued_total.
+func TestQueueCollectorDebounced(t *testing.T) {
+	t.Parallel()
+	prefix := redistest.UniqueName(t)
+	rdb := redistest.Client(t)
+	client, err := pipeline.NewClient(rdb, pipeline.ClientConfig{Prefix: prefix})
+	require.NoError(t, err)
+	for range 4 {
+		_, err := client.Enqueue(t.Context(), "d", pipeline.Task{Type: "t"}, pipeline.WithDebounce("k", time.Hour, time.Hour))
+		require.NoError(t, err)
+	}
+	insp, err := pipeline.NewInspector(rdb, pipeline.InspectorConfig{Prefix: prefix})
+	require.NoError(t, err)
+	qc, err := metrics.NewQueueCollector(insp, metrics.QueueCollectorConfig{Queues: []string{"d"}})
+	require.NoError(t, err)
+	reg := prometheus.NewRegistry()
+	require.NoError(t, reg.Register(qc))
+	require.Equal(t, 3.0, value(t, reg, "conveyor_queue_debounced_total", "queue", "d"))
+	require.Equal(t, 1.0, value(t, reg, "conveyor_queue_enqueued_total", "queue", "d"))
+	require.Equal(t, 1.0, value(t, reg, "conveyor_queue_jobs", "queue", "d", "state", "scheduled"))
+}

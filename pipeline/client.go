@@ -170,7 +170,8 @@ func (c *Client) Prefix() string { return c.cfg.Prefix }
 // the job as stored. When WithID names a job that exists, or WithUnique a key that a live job
 // holds, nothing new is written and that existing job is returned with Duplicate set; when the
 // job WithID names has another type or payload, Enqueue refuses with ErrConflict, saying what
-// differs, and writes nothing.
+// differs, and writes nothing. With WithDebounce it returns the job of the key's window,
+// scheduled, with Debounced set when the publish joined a pending job (see WithDebounce).
 //
 // In a queue of several partitions (Inspector.CreateQueue) the job goes to the partition its
 // id routes to (keys.PartitionOf), or, with WithUnique, the one its unique key routes to, so
@@ -224,7 +225,9 @@ func (c *Client) Enqueue(ctx context.Context, queue string, task Task, opts ...O
 // set; a task whose id names a job with another type or payload is not written, and the error
 // (wrapping ErrConflict, one per such task) comes back with the other jobs, which were. In a
 // partitioned queue the jobs are grouped by partition, each group chunked as above, all chunks
-// still in one pipeline.
+// still in one pipeline. Tasks with a debounce key (WithDebounce) are one script call each, in
+// the batch's order: a later task of a key joins the job of an earlier one, and the last
+// one's payload wins.
 func (c *Client) EnqueueBatch(ctx context.Context, queue string, tasks []Task, opts ...Option) (_ []*Job, err error) {
 	defer func() { err = outOfMemory(err) }()
 	if err := c.check(queue, ""); err != nil {
@@ -367,9 +370,12 @@ func (c *Client) partitions(ctx context.Context, queue string, publish bool) (in
 	return p, nil
 }
 
-// routeKey is what picks a new job's partition: its unique key when it has one, so that every
-// job of one unique key meets the same de-duplication key, and its id otherwise.
+// routeKey is what picks a new job's partition: its debounce or unique key when it has one, so
+// that every job of one key meets the same debounce or de-duplication key, and its id otherwise.
 func routeKey(nj *jobstate.NewJob) string {
+	if nj.Debounce != "" {
+		return nj.Debounce
+	}
 	if nj.UniqueKey != "" {
 		return nj.UniqueKey
 	}
@@ -416,9 +422,18 @@ func (c *Client) enqueuePrepared(ctx context.Context, rdb redis.UniversalClient,
 	var spans [][2]int // njs[lo:hi] per call
 	for lo := 0; lo < len(njs); {
 		q := c.partition(queue, &njs[lo], p)
+		if njs[lo].Debounce != "" {
+			// One debounce.lua call per debounced job, in the batch's order (one key's calls
+			// share a slot, so a pipeline keeps their order): a later task of the same key joins
+			// the job of an earlier one.
+			calls = append(calls, jobstate.DebounceCall(q, &njs[lo]))
+			spans = append(spans, [2]int{lo, lo + 1})
+			lo++
+			continue
+		}
 		hi, bytes := lo, 0
 		for hi < len(njs) && hi-lo < batchChunk && (hi == lo || bytes+len(njs[hi].Payload) <= batchBytes) &&
-			(p <= 1 || part[hi] == part[lo]) {
+			(p <= 1 || part[hi] == part[lo]) && njs[hi].Debounce == "" {
 			bytes += len(njs[hi].Payload)
 			hi++
 		}
@@ -435,6 +450,18 @@ func (c *Client) enqueuePrepared(ctx context.Context, rdb redis.UniversalClient,
 	var conflicts []error
 	for ci, cmd := range cmds {
 		lo, hi := spans[ci][0], spans[ci][1]
+		if njs[lo].Debounce != "" {
+			d, err := jobstate.DebounceReply(cmd)
+			if errors.Is(err, jobstate.ErrClosed) {
+				closed = append(closed, at(lo))
+				continue
+			}
+			if err != nil {
+				return jobs, nil, fmt.Errorf("enqueue to %s: %w", queue, err)
+			}
+			debounced(jobs[at(lo)], &njs[lo], d)
+			continue
+		}
 		rows, err := jobstate.EnqueueReply(cmd, hi-lo)
 		if errors.Is(err, jobstate.ErrClosed) {
 			for k := lo; k < hi; k++ {
@@ -481,6 +508,12 @@ func (c *Client) enqueuePrepared(ctx context.Context, rdb redis.UniversalClient,
 		jobs[i] = got
 	}
 	return jobs, closed, errors.Join(conflicts...)
+}
+
+// debounced sets what debounce.lua answered for job j, published as nj.
+func debounced(j *Job, nj *jobstate.NewJob, d jobstate.Debounced) {
+	j.ID, j.Status, j.RunAt, j.CreatedAt, j.Version, j.Debounced = d.ID, StatusScheduled, d.RunAt, d.CreatedAt, d.Version, d.Joined
+	j.Debounce = &DebounceWindow{Key: nj.Debounce, First: d.CreatedAt, Until: d.Until, Publishes: d.Publishes}
 }
 
 // byPartition orders jobs by the partition, of p, each goes to (keeping their order within a
@@ -554,6 +587,9 @@ func (c *Client) prepare(queue string, t *Task, now time.Time, common []Option, 
 	if len(o.errs) > 0 {
 		return nil, errors.Join(o.errs...)
 	}
+	if err := o.debounceConflict(); err != nil {
+		return nil, err
+	}
 	if err := validateType(t.Type); err != nil {
 		return nil, err
 	}
@@ -599,6 +635,9 @@ func (c *Client) prepare(queue string, t *Task, now time.Time, common []Option, 
 	}
 	if o.hasUnique {
 		nj.UniqueKey, nj.UniqueTTL = o.uniqueKey, o.uniqueTTL
+	}
+	if o.hasDebounce {
+		nj.Debounce, nj.DebounceQuiet, nj.DebounceMaxWait = o.debounceKey, o.debounceQuiet, o.debounceMaxWait
 	}
 	return &Job{
 		ID: id, Queue: queue, Type: t.Type, Payload: t.Payload, Metadata: md,
@@ -718,6 +757,10 @@ func jobFromRecord(queue, id string, r jobstate.Record) (*Job, error) {
 		EnqueuedAt: r.EnqueuedAt, StartedAt: r.StartedAt, CompletedAt: r.CompletedAt,
 		Worker: r.Worker, Entry: r.Entry, LastError: r.LastError, Result: r.Result,
 		Version: r.Version, Payload: r.Payload}
+	if r.Debounce != "" {
+		j.Debounce = &DebounceWindow{Key: keys.DebounceKeyOf(r.Debounce), First: r.DebounceFirst,
+			Until: r.DebounceUntil, Publishes: r.DebouncePubs}
+	}
 	if r.Metadata != "" {
 		md := map[string]string{}
 		if err := stream.DecodeMetadata(r.Metadata, md); err != nil {
@@ -786,6 +829,9 @@ type QueueStats struct {
 	Canceled       int64 `json:"canceled"`
 	Released       int64 `json:"released"`
 	Poison         int64 `json:"poison"`
+	// Debounced counts the publishes that joined a pending debounced job (WithDebounce)
+	// instead of creating one: each created job counts in Enqueued.
+	Debounced int64 `json:"debounced"`
 }
 
 // Stats reads a queue's gauges and counters in one round trip (one per node involved on a

@@ -162,3 +162,42 @@ func ExampleBackoff() {
 	// 7 1m0s true
 	// 8 1m0s true
 }
+
+// WithDebounce makes one job of a burst of publishes: each publish while the key's job waits
+// replaces its payload, and the job runs once, with the last payload, a quiet period after the
+// last publish or the max wait after the first, whichever comes first.
+func ExampleWithDebounce() {
+	rdb, done := exampleRedis()
+	defer done()
+	ctx := context.Background()
+	client, err := pipeline.NewClient(rdb, pipeline.ClientConfig{})
+	if err != nil {
+		panic(err)
+	}
+
+	// Three edits of one document: one reindex job, with the last edit's payload.
+	var jobs []*pipeline.Job
+	for _, rev := range []string{"1", "2", "3"} {
+		j, err := client.Enqueue(ctx, "search", pipeline.Task{Type: "reindex", Payload: []byte(`{"doc":7,"rev":` + rev + `}`)},
+			pipeline.WithDebounce("doc-7", 2*time.Second, 30*time.Second))
+		if err != nil {
+			panic(err)
+		}
+		jobs = append(jobs, j)
+	}
+	for _, j := range jobs {
+		fmt.Println(j.ID == jobs[0].ID, j.Debounced, j.Debounce.Publishes)
+	}
+	stored, err := client.Get(ctx, "search", jobs[0].ID)
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println(stored.Status, string(stored.Payload))
+	fmt.Println(!stored.RunAt.After(stored.Debounce.Until))
+	// Output:
+	// true false 1
+	// true true 2
+	// true true 3
+	// scheduled {"doc":7,"rev":3}
+	// true
+}

@@ -129,15 +129,21 @@ func startWorkerOn(t *testing.T, rdb redis.UniversalClient, cfg pipeline.WorkerC
 // waitStatus waits until the job reaches status and returns it.
 func (b *testBundle) waitStatus(t *testing.T, id string, status pipeline.Status) *pipeline.Job {
 	t.Helper()
+	return waitJob(t, b.client, b.queue, id, status)
+}
+
+// waitJob waits until job id of queue reaches status and returns it.
+func waitJob(t *testing.T, c *pipeline.Client, queue, id string, status pipeline.Status) *pipeline.Job {
+	t.Helper()
 	var last *pipeline.Job
 	require.Eventually(t, func() bool {
-		j, err := b.client.Get(context.Background(), b.queue, id)
+		j, err := c.Get(context.Background(), queue, id)
 		if err != nil {
 			return false
 		}
 		last = j
 		return j.Status == status
-	}, 15*time.Second, 5*time.Millisecond, "job %s never reached %s (last: %+v)", id, status, last)
+	}, 20*time.Second, 2*time.Millisecond, "job %s never reached %s (last: %+v)", id, status, last)
 	return last
 }
 

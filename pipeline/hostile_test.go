@@ -41,6 +41,9 @@ func hostileTask(j hostile.Job) (pipeline.Task, []pipeline.Option) {
 	if j.UniqueKey != "" || j.HasUnique {
 		opts = append(opts, pipeline.WithUnique(j.UniqueKey, j.UniqueTTL))
 	}
+	if j.DebounceKey != "" || j.HasDebounce {
+		opts = append(opts, pipeline.WithDebounce(j.DebounceKey, j.DebounceQuiet, j.DebounceMaxWait))
+	}
 	return t, opts
 }
 

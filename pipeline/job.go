@@ -75,8 +75,31 @@ type Job struct {
 	// Duplicate is set on a job that Enqueue or EnqueueBatch returned without writing it: its
 	// id (WithID) or unique key (WithUnique) named this existing job. It is not stored.
 	Duplicate bool
+	// Debounce is the debounce window of a job published WithDebounce; nil for other jobs.
+	Debounce *DebounceWindow
+	// Debounced is set on the job Enqueue or EnqueueBatch returned when the publish joined the
+	// pending job of its debounce key (replacing its payload) instead of creating one. It is
+	// not stored.
+	Debounced bool
 
 	entry map[string]any // a handler's job: the stream entry's fields as read (stream.EntryValues)
+}
+
+// DebounceWindow is the debounce window of a job published WithDebounce, by Redis's clock: the
+// job is due (RunAt) at the earliest of its last publish + quiet and Until.
+type DebounceWindow struct {
+	Key       string    // the caller's debounce key
+	First     time.Time // the window's first publish
+	Until     time.Time // first + max wait: the latest the job is due
+	Publishes int       // the publishes the window took, the first included
+}
+
+// debounceJSON is the wire form of a DebounceWindow.
+type debounceJSON struct {
+	Key       string `json:"key"`
+	FirstAt   int64  `json:"first_at"`
+	Until     int64  `json:"until"`
+	Publishes int    `json:"publishes"`
 }
 
 // jobJSON is the wire form of a job: the CLI's `status --json` contract and the HTTP API's.
@@ -100,6 +123,8 @@ type jobJSON struct {
 	EnqueuedAt  int64             `json:"enqueued_at"`
 	StartedAt   int64             `json:"started_at"`
 	CompletedAt int64             `json:"completed_at"`
+	Debounce    *debounceJSON     `json:"debounce,omitempty"`
+	Debounced   bool              `json:"debounced,omitempty"`
 }
 
 // MarshalJSON writes the job with times as unix milliseconds (0 when not yet), and payload and
@@ -109,7 +134,12 @@ func (j *Job) MarshalJSON() ([]byte, error) {
 	if md == nil {
 		md = map[string]string{}
 	}
+	var db *debounceJSON
+	if d := j.Debounce; d != nil {
+		db = &debounceJSON{Key: d.Key, FirstAt: unixMS(d.First), Until: unixMS(d.Until), Publishes: d.Publishes}
+	}
 	return json.Marshal(jobJSON{
+		Debounce: db, Debounced: j.Debounced,
 		ID: j.ID, Queue: j.Queue, Type: j.Type, Status: j.Status,
 		Attempt: j.Attempt, MaxRetries: j.MaxRetries, TimeoutMS: j.Timeout.Milliseconds(),
 		Payload: rawOrString(j.Payload), Metadata: md, Result: rawOrString(j.Result),

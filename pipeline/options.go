@@ -22,6 +22,10 @@ type enqueueOptions struct {
 	errs       []error
 	hasDelay   bool
 	hasRunAt   bool
+	// WithDebounce's.
+	debounceKey                    string
+	debounceQuiet, debounceMaxWait time.Duration
+	hasDebounce                    bool
 	// replicas is WithReplicas's (durable.go).
 	replicas    replicas
 	hasReplicas bool
@@ -153,4 +157,54 @@ func WithMetadata(md map[string]string) Option {
 			o.metadata[k] = v
 		}
 	}
+}
+
+// MaxDebounceWait bounds WithDebounce's quiet and max wait.
+const MaxDebounceWait = 365 * 24 * time.Hour
+
+// WithDebounce debounces publishes (trailing edge, with a maximum wait): publishes with the same
+// key to the same queue while the key's job has not started become one job, which runs once,
+// quiet after the last of them or maxWait after the first, whichever is sooner, with the last
+// one's type, payload, metadata, max retries, timeout and retention. Enqueue returns that job
+// with Debounced set when the publish joined it (so every publish of a window gets the id of
+// the job that will run), and Job.Debounce describes the window. Once the job is promoted to
+// run (or canceled), the key's next publish starts a new window and a new job.
+//
+// The times are measured by Redis's clock, in whole milliseconds rounded up, so the job never
+// runs before min(last + quiet, first + maxWait). quiet must be positive, maxWait at least
+// quiet, both at most MaxDebounceWait. The key is 1 to 128 bytes of UTF-8 without control
+// characters, like a unique key; in a partitioned queue it picks the job's partition.
+// WithDebounce cannot be combined with WithUnique, WithID, WithDelay or WithRunAt.
+func WithDebounce(key string, quiet, maxWait time.Duration) Option {
+	return func(o *enqueueOptions) {
+		if err := validateKeyText("debounce key", key); err != nil {
+			o.errs = append(o.errs, err)
+		}
+		switch {
+		case quiet <= 0 || quiet > MaxDebounceWait:
+			o.errs = append(o.errs, invalid("debounce quiet %s outside (0, %s]", quiet, MaxDebounceWait))
+		case maxWait < quiet || maxWait > MaxDebounceWait:
+			o.errs = append(o.errs, invalid("debounce max wait %s outside [quiet %s, %s]", maxWait, quiet, MaxDebounceWait))
+		}
+		o.debounceKey, o.debounceQuiet, o.debounceMaxWait, o.hasDebounce = key, quiet, maxWait, true
+	}
+}
+
+// debounceConflict is the error of an option that WithDebounce cannot be combined with, or nil.
+func (o *enqueueOptions) debounceConflict() error {
+	if !o.hasDebounce {
+		return nil
+	}
+	var with string
+	switch {
+	case o.hasUnique:
+		with = "WithUnique (a debounce key already makes one job of many publishes)"
+	case o.id != "":
+		with = "WithID (the job's id is the window's, chosen by its first publish)"
+	case o.hasDelay, o.hasRunAt:
+		with = "WithDelay or WithRunAt (the window decides when the job runs)"
+	default:
+		return nil
+	}
+	return invalid("WithDebounce cannot be combined with %s", with)
 }

@@ -57,16 +57,7 @@ func (x *partitioned) startWorker(t *testing.T, cfg pipeline.WorkerConfig, handl
 
 func (x *partitioned) waitStatus(t *testing.T, id string, status pipeline.Status) *pipeline.Job {
 	t.Helper()
-	var last *pipeline.Job
-	require.Eventually(t, func() bool {
-		j, err := x.client.Get(context.Background(), x.queue, id)
-		if err != nil {
-			return false
-		}
-		last = j
-		return j.Status == status
-	}, 20*time.Second, 5*time.Millisecond, "job %s never reached %s (last: %+v)", id, status, last)
-	return last
+	return waitJob(t, x.client, x.queue, id, status)
 }
 
 // TestPartitionFeatures runs the features of a queue over a plain queue and a queue of three

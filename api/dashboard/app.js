@@ -674,12 +674,20 @@
             field(finishedLabel, timeEl(j.completed_at), 'completed_at')))),
       j.last_error ? h('section', { class: 'card last-error', 'aria-labelledby': 'j-err' }, h('h2', { id: 'j-err' }, 'Last error'),
         j.status === 'failed' ? null : h('p', { class: 'muted small' }, 'From an earlier attempt.'),
-        h('pre', { class: 'code error-text' }, j.last_error)) : null,
+        h('pre', { class: 'code error-text' }, j.last_error)) : '', // '', not null: replaceChildren would show "null"
+      // A debounced job's window: its key, first publish, the latest it is due, and how many
+      // publishes it took (the job JSON's debounce object).
+      j.debounce ? h('section', { class: 'card debounce', 'aria-labelledby': 'j-db' }, h('h2', { id: 'j-db' }, 'Debounce'),
+        h('dl', { class: 'fields' },
+          field('Key', j.debounce.key, 'debounce_key'),
+          field('First publish', timeEl(j.debounce.first_at), 'debounce_first'),
+          field('Due at the latest', timeEl(j.debounce.until), 'debounce_until'),
+          field('Publishes', fmtInt(j.debounce.publishes), 'debounce_publishes'))) : '',
       h('section', { class: 'card payload', 'aria-labelledby': 'j-pl' }, h('h2', { id: 'j-pl' }, 'Payload'), prettyValue(j.payload)),
       h('section', { class: 'card result', 'aria-labelledby': 'j-res' }, h('h2', { id: 'j-res' }, 'Result'), prettyValue(j.result)),
       md.length ? h('section', { class: 'card', 'aria-labelledby': 'j-md' }, h('h2', { id: 'j-md' }, 'Metadata'),
         h('table', { class: 'kv' }, h('thead', {}, h('tr', {}, h('th', { scope: 'col' }, 'Key'), h('th', { scope: 'col' }, 'Value'))),
-          h('tbody', {}, md.map(([k, v]) => h('tr', {}, h('th', { scope: 'row' }, k), h('td', {}, v)))))) : null);
+          h('tbody', {}, md.map(([k, v]) => h('tr', {}, h('th', { scope: 'row' }, k), h('td', {}, v)))))) : '');
   }
 
   // find: a job by id in any queue (the search box); it opens the job's page.

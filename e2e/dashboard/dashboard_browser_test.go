@@ -519,6 +519,25 @@ func TestDashboardBrowser(t *testing.T) {
 		 document.querySelector('table.kv').textContent.includes('dashboard-test')`)
 	b.shot("desktop-job-search")
 
+	// A debounced job's page shows its window: two publishes with one key, one job.
+	var db *pipeline.Job
+	for _, rev := range []string{"1", "2"} {
+		j, err := f.client.Enqueue(t.Context(), dashReports, pipeline.Task{Type: "render", Payload: []byte(`{"rev":` + rev + `}`)},
+			pipeline.WithDebounce("doc-7", time.Hour, 2*time.Hour))
+		require.NoError(t, err)
+		db = j
+	}
+	require.True(t, db.Debounced)
+	b.route("#/jobs/reports/" + db.ID)
+	b.do("open a debounced job", chromedp.WaitVisible(css(".debounce dl")))
+	b.poll("the debounced job shows its key, window and publishes",
+		`document.querySelector('[data-field="debounce_key"] dd').textContent === 'doc-7' &&
+		 document.querySelector('[data-field="debounce_publishes"] dd').textContent === '2' &&
+		 /UTC[+-]\d\d:\d\d/.test(document.querySelector('[data-field="debounce_until"] dd').textContent) &&
+		 document.querySelector('.payload pre').textContent.includes('"rev": 2') &&
+		 !document.body.innerText.includes('null')`) // a card left out is not written as "null"
+	b.shot("desktop-job-debounced")
+
 	// A phone's width: readable, nothing scrolls sideways.
 	b.do("phone viewport", chromedp.EmulateViewport(390, 844, chromedp.EmulatePortrait, chromedp.EmulateMobile))
 	b.route("#/queues")

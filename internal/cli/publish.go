@@ -39,6 +39,10 @@ type publishFlags struct {
 	// waitReplicas and waitTimeout are --wait-replicas and --wait-timeout (WithReplicas).
 	waitReplicas int
 	waitTimeout  time.Duration
+	// debounce, debounceQuiet and debounceMaxWait are --debounce, --debounce-quiet and
+	// --debounce-max-wait (WithDebounce).
+	debounce                       string
+	debounceQuiet, debounceMaxWait time.Duration
 
 	asJSON bool
 
@@ -67,10 +71,17 @@ refused: exit 1, saying what differs. A --unique key that a live job holds works
 With --wait-replicas N the command succeeds only once N replicas of the Redis master have the
 jobs (Redis WAIT, in the same round trip as the publish), so that a failover cannot lose them.
 When fewer confirm within --wait-timeout, the ids are printed all the same (the jobs are on the
-master) and the command exits 1 saying how many confirmed.`,
+master) and the command exits 1 saying how many confirmed.
+
+With --debounce KEY (and --debounce-quiet, --debounce-max-wait) publishes with the same key
+become one job: a publish while the key's job waits replaces its payload and prints that job's
+id ("created":false,"debounced":true with --json, a note on stderr without), and the job runs
+--debounce-quiet after the last publish or --debounce-max-wait after the first, whichever is
+sooner. It cannot be combined with --id, --delay or --unique.`,
 		Example: `  conveyor publish --type echo --payload '{"hello":"world"}'
   conveyor publish --queue emails --type http --payload @hook.json --max-retries 10
-  conveyor publish --type sleep --payload '{"ms":500}' --delay 1m --count 100`,
+  conveyor publish --type sleep --payload '{"ms":500}' --delay 1m --count 100
+  conveyor publish --type reindex --payload '{"doc":42}' --debounce doc-42 --debounce-quiet 2s --debounce-max-wait 30s`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			pf.payloadGiven = cmd.Flags().Changed("payload")
@@ -94,6 +105,9 @@ master) and the command exits 1 saying how many confirmed.`,
 	f.StringArrayVar(&pf.meta, "meta", nil, "metadata pair key=value (repeatable)")
 	f.IntVar(&pf.waitReplicas, "wait-replicas", 0, "succeed only once this many replicas have the jobs (Redis WAIT); exit 1 when fewer confirm within --wait-timeout")
 	f.DurationVar(&pf.waitTimeout, "wait-timeout", pipeline.DefaultReplicaTimeout, "how long --wait-replicas waits for the replicas")
+	f.StringVar(&pf.debounce, "debounce", "", "debounce key: publishes with it while its job waits replace that job's payload (needs --debounce-quiet and --debounce-max-wait)")
+	f.DurationVar(&pf.debounceQuiet, "debounce-quiet", 0, "with --debounce: run the job this long after the key's last publish")
+	f.DurationVar(&pf.debounceMaxWait, "debounce-max-wait", 0, "with --debounce: run the job at most this long after the key's first publish of its window")
 	f.BoolVar(&pf.asJSON, "json", false, `print one {"id":..,"created":true|false} object per job`)
 	_ = cmd.MarkFlagRequired("type")
 	return cmd
@@ -133,6 +147,14 @@ func (pf *publishFlags) request(stdin io.Reader) (*publishRequest, error) {
 	case pf.unique != "" && pf.count > 1:
 		bad("--unique lets only one job hold its key: it cannot be used with --count %d", pf.count)
 	}
+	switch {
+	case pf.debounce == "" && (pf.debounceQuiet != 0 || pf.debounceMaxWait != 0):
+		bad("--debounce-quiet and --debounce-max-wait need --debounce KEY")
+	case pf.debounce != "" && (pf.debounceQuiet == 0 || pf.debounceMaxWait == 0):
+		bad("--debounce needs --debounce-quiet and --debounce-max-wait")
+	case pf.debounce != "" && (pf.id != "" || pf.delay != 0 || pf.unique != ""):
+		bad("--debounce cannot be combined with --id, --delay or --unique: the debounce window names the job and decides when it runs")
+	}
 	if err := checkReplicas(pf.waitReplicas, pf.waitTimeout); err != nil {
 		errs = append(errs, err)
 	} else if pf.waitTimeoutGiven && pf.waitReplicas == 0 {
@@ -170,6 +192,9 @@ func (pf *publishFlags) request(stdin io.Reader) (*publishRequest, error) {
 	}
 	if pf.unique != "" {
 		opts = append(opts, pipeline.WithUnique(pf.unique, pf.uniqueTTL))
+	}
+	if pf.debounce != "" {
+		opts = append(opts, pipeline.WithDebounce(pf.debounce, pf.debounceQuiet, pf.debounceMaxWait))
 	}
 	if pf.waitReplicas > 0 {
 		opts = append(opts, pipeline.WithReplicas(pf.waitReplicas, pf.waitTimeout))
@@ -223,8 +248,12 @@ func (a *app) publish(cmd *cobra.Command, pf *publishFlags) error {
 				}
 				fmt.Fprintf(a.stderr, "conveyor: job %s not published again: %s\n", j.ID, what)
 			}
+			if j.Debounced {
+				fmt.Fprintf(a.stderr, "conveyor: job %s debounced: this publish replaced its payload (publish %d of its window, due %s)\n",
+					j.ID, j.Debounce.Publishes, j.RunAt.UTC().Format(time.RFC3339Nano))
+			}
 			if pf.asJSON {
-				if err := writeJSON(out, publishedJob{ID: j.ID, Created: !j.Duplicate}); err != nil {
+				if err := writeJSON(out, publishedJob{ID: j.ID, Created: !j.Duplicate && !j.Debounced, Debounced: j.Debounced}); err != nil {
 					return err
 				}
 				continue
@@ -247,6 +276,8 @@ func (a *app) publish(cmd *cobra.Command, pf *publishFlags) error {
 type publishedJob struct {
 	ID      string `json:"id"`
 	Created bool   `json:"created"`
+	// Debounced: the publish joined the pending job of its --debounce key.
+	Debounced bool `json:"debounced,omitempty"`
 }
 
 // unwrapConflict strips a batch task's position from a conflict error: publish sends one job.

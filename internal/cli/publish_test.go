@@ -11,6 +11,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/conveyorq/conveyor/internal/redistest"
 	"github.com/conveyorq/conveyor/pipeline"
 )
 
@@ -161,6 +162,16 @@ func TestPublishRequest(t *testing.T) {
 		{name: "MetaNoEquals", edit: func(pf *publishFlags) { pf.meta = []string{"a"} }, err: `--meta "a": want key=value`},
 		{name: "MetaEmptyKey", edit: func(pf *publishFlags) { pf.meta = []string{"=v"} }, err: `--meta "=v": want key=value`},
 		{name: "MetaTwice", edit: func(pf *publishFlags) { pf.meta = []string{"a=1", "a=2"} }, err: `key "a" given twice`},
+		{name: "Debounce", edit: func(pf *publishFlags) {
+			pf.debounce, pf.debounceQuiet, pf.debounceMaxWait = "doc-1", time.Second, time.Minute
+		}, check: func(t *testing.T, r *publishRequest) {
+			require.Len(t, r.opts, 1)
+		}},
+		{name: "DebounceQuietAlone", edit: func(pf *publishFlags) { pf.debounceQuiet = time.Second }, err: "--debounce-quiet and --debounce-max-wait need --debounce KEY"},
+		{name: "DebounceWithoutQuiet", edit: func(pf *publishFlags) { pf.debounce, pf.debounceMaxWait = "k", time.Second }, err: "--debounce needs --debounce-quiet"},
+		{name: "DebounceWithID", edit: func(pf *publishFlags) {
+			pf.debounce, pf.debounceQuiet, pf.debounceMaxWait, pf.id = "k", time.Second, time.Second, "x"
+		}, err: "--debounce cannot be combined with --id"},
 		{name: "MalformedPayload", edit: func(pf *publishFlags) { pf.payloadGiven, pf.payload = true, "{" }, err: "not valid JSON"},
 		{name: "FlagErrorsComeFirst", edit: func(pf *publishFlags) {
 			pf.payloadGiven, pf.payload, pf.count = true, "@-", 0
@@ -180,4 +191,30 @@ func TestPublishRequest(t *testing.T) {
 			tc.check(t, r)
 		})
 	}
+}
+
+// TestPublishDebounce: publishes with one --debounce key print one id; the later ones say on
+// stderr (and with --json) that they joined the pending job.
+func TestPublishDebounce(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	args := []string{"--redis", srv.URL(), "publish", "--queue", "dq", "--type", "reindex",
+		"--debounce", "doc-1", "--debounce-quiet", "1h", "--debounce-max-wait", "2h", "--json"}
+	out1, stderr, code := runInProcess(t, "", append(args, "--payload", `{"rev":1}`)...)
+	require.Zero(t, code, stderr)
+	out2, stderr, code := runInProcess(t, "", append(args, "--payload", `{"rev":2}`)...)
+	require.Zero(t, code, stderr)
+	require.Contains(t, stderr, "debounced: this publish replaced its payload (publish 2 of its window")
+	var a, b struct {
+		ID        string `json:"id"`
+		Created   bool   `json:"created"`
+		Debounced bool   `json:"debounced"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(out1), &a))
+	require.NoError(t, json.Unmarshal([]byte(out2), &b))
+	require.Equal(t, a.ID, b.ID)
+	require.True(t, a.Created)
+	require.False(t, a.Debounced)
+	require.False(t, b.Created)
+	require.True(t, b.Debounced)
 }

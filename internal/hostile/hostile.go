@@ -52,6 +52,11 @@ type Job struct {
 	UniqueKey  string
 	UniqueTTL  time.Duration // given with UniqueKey, or alone when HasUnique
 	HasUnique  bool
+	// DebounceKey, DebounceQuiet and DebounceMaxWait are a debounce (WithDebounce), given
+	// when HasDebounce or DebounceKey is set.
+	DebounceKey                    string
+	DebounceQuiet, DebounceMaxWait time.Duration
+	HasDebounce                    bool
 	// Raw are an edge's own spellings of a value the others cannot hold (a duration string
 	// past time.Duration's range): CLI flags ("--delay=..."), or HTTP body fields
 	// ("delay": "..."), used instead of the typed field.
@@ -283,6 +288,27 @@ func Cases(queue string) []Case {
 	add(Case{Name: "Unique/InvalidUTF8Key", Want: []string{"unique key", "UTF-8"},
 		Override: map[Edge][]string{HTTP: {"UTF-8"}}, HTTPCode: "invalid_body"},
 		func(j *Job) { j.UniqueKey, j.UniqueTTL = "a\xffb", time.Minute })
+
+	// Debounce: a name inside a Redis key, two durations, and options it excludes.
+	debounce := func(j *Job) { j.DebounceKey, j.DebounceQuiet, j.DebounceMaxWait = "k", time.Second, time.Minute }
+	add(Case{Name: "Debounce/EmptyKey", Want: []string{"debounce", "key"}},
+		func(j *Job) { debounce(j); j.DebounceKey, j.HasDebounce = "", true })
+	add(Case{Name: "Debounce/KeyTooLong", Want: []string{"debounce key", "128"}},
+		func(j *Job) { debounce(j); j.DebounceKey = strings.Repeat("d", MaxNameLen+1) })
+	add(Case{Name: "Debounce/ControlInKey", Want: []string{"debounce key", "control character"}},
+		func(j *Job) { debounce(j); j.DebounceKey = "a\x00b" })
+	add(Case{Name: "Debounce/ZeroQuiet", Want: []string{"debounce", "quiet"}},
+		func(j *Job) { debounce(j); j.DebounceQuiet = 0 })
+	add(Case{Name: "Debounce/NegativeQuiet", Want: []string{"debounce", "quiet"}},
+		func(j *Job) { debounce(j); j.DebounceQuiet = -time.Second })
+	add(Case{Name: "Debounce/MaxWaitBelowQuiet", Want: []string{"debounce", "max wait"}},
+		func(j *Job) { debounce(j); j.DebounceQuiet, j.DebounceMaxWait = time.Minute, time.Second })
+	add(Case{Name: "Debounce/WithID", Want: []string{"debounce", "id"}},
+		func(j *Job) { debounce(j); j.ID = "job-1" })
+	add(Case{Name: "Debounce/WithDelay", Want: []string{"debounce", "delay"}},
+		func(j *Job) { debounce(j); j.Delay = time.Minute })
+	add(Case{Name: "Debounce/WithUnique", Want: []string{"debounce", "unique"}},
+		func(j *Job) { debounce(j); j.UniqueKey, j.UniqueTTL = "u", time.Minute })
 	return cs
 }
 
@@ -325,6 +351,9 @@ func Extremes(queue string) []Extreme {
 	add("TimeoutSubMillisecond", nil, func(j *Job) { j.Timeout = 300 * time.Microsecond })
 	add("UniqueMaxTTL", nil, func(j *Job) { j.UniqueKey, j.UniqueTTL = "user@example.com {x}:#1", time.Duration(1<<63-1) })
 	add("UniqueKeyAtMaxLen", nil, func(j *Job) { j.UniqueKey, j.UniqueTTL = strings.Repeat("u", MaxNameLen), time.Minute })
+	add("DebounceKeyAtMaxLen", nil, func(j *Job) {
+		j.DebounceKey, j.DebounceQuiet, j.DebounceMaxWait = "user@example.com {x}:#"+strings.Repeat("d", MaxNameLen-22), time.Millisecond, time.Millisecond
+	})
 	return es
 }
 
@@ -359,6 +388,12 @@ func (j Job) CLIArgs() []string {
 	}
 	if j.UniqueKey != "" || j.HasUnique {
 		args = append(args, "--unique-ttl", j.UniqueTTL.String())
+	}
+	if j.DebounceKey != "" {
+		args = append(args, "--debounce", j.DebounceKey)
+	}
+	if j.DebounceKey != "" || j.HasDebounce {
+		args = append(args, "--debounce-quiet", j.DebounceQuiet.String(), "--debounce-max-wait", j.DebounceMaxWait.String())
 	}
 	return append(args, j.RawCLI...)
 }
@@ -404,6 +439,10 @@ func (j Job) HTTPBody() string {
 	}
 	if j.UniqueKey != "" || j.HasUnique {
 		b.WriteString(`,"unique":{"key":` + JSONString(j.UniqueKey) + `,"ttl":` + JSONString(j.UniqueTTL.String()) + `}`)
+	}
+	if j.DebounceKey != "" || j.HasDebounce {
+		b.WriteString(`,"debounce":{"key":` + JSONString(j.DebounceKey) + `,"quiet":` + JSONString(j.DebounceQuiet.String()) +
+			`,"max_wait":` + JSONString(j.DebounceMaxWait.String()) + `}`)
 	}
 	raw := make([]string, 0, len(j.RawHTTP))
 	for k := range j.RawHTTP {

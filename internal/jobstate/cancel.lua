@@ -9,7 +9,7 @@
 -- refused by fencing. The change is announced on the events channel (canceled).
 -- Returns {CV_OK} canceled, {CV_WRONG_STATE, status} already finished (nothing changed),
 -- {CV_NOT_FOUND} no such job.
-local h = redis.call('HMGET', KEYS[4], 'status', 'entry', 'retention_ms', 'attempt')
+local h = redis.call('HMGET', KEYS[4], 'status', 'entry', 'retention_ms', 'attempt', 'debounce')
 local status = h[1]
 if not status then return {CV_NOT_FOUND} end
 if status == 'completed' or status == 'failed' or status == 'canceled' then return {CV_WRONG_STATE, status} end
@@ -23,6 +23,8 @@ redis.call('HSET', KEYS[4], 'status', 'canceled', 'completed_at', ARGV[2])
 redis.call('HDEL', KEYS[4], 'entry')
 redis.call('HINCRBY', KEYS[4], 'version', 1)
 cv_release_unique(KEYS[4], ARGV[4])
+-- A canceled debounced job ends its window: the key's next publish starts a new one.
+if h[5] and redis.call('GET', h[5]) == ARGV[4] then redis.call('DEL', h[5]) end
 local ret = cv_num(h[3], tonumber(ARGV[3]))
 if ret <= 0 then
   redis.call('DEL', KEYS[4])

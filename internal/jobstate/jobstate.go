@@ -60,6 +60,8 @@ var (
 	purgeSrc string
 	//go:embed foreign.lua
 	foreignSrc string
+	//go:embed debounce.lua
+	debounceSrc string
 
 	enqueueScript  = script.New(enqueueSrc)
 	enqueue1Script = script.New(enqueue1Src)
@@ -70,6 +72,7 @@ var (
 	replayScript   = script.New(replaySrc)
 	purgeScript    = script.New(purgeSrc)
 	foreignScript  = script.New(foreignSrc)
+	debounceScript = script.New(debounceSrc)
 )
 
 // WorkerScripts are the scripts a worker runs pipelined, which must be loaded first (a
@@ -104,12 +107,17 @@ type NewJob struct {
 	UniqueKey string        // the caller's unique key (not the Redis key); empty: none
 	UniqueTTL time.Duration // with UniqueKey; under a millisecond counts as one
 	ChosenID  bool          // the caller chose the id: it is looked up on its own
+	// Debounce is the caller's debounce key (pipeline.WithDebounce): the job is published by
+	// DebounceCall (debounce.lua), never by EnqueueCall or Enqueue1. Empty: none.
+	Debounce                       string
+	DebounceQuiet, DebounceMaxWait time.Duration
 }
 
 // Plain reports whether Enqueue1 can create j: a job to run at once (RunAt at or before now,
 // to the millisecond) with no unique key, timeout or retention of its own.
 func (j *NewJob) Plain(now time.Time) bool {
-	return !j.KeepOwn && j.UniqueKey == "" && j.Timeout <= 0 && j.RunAt.UnixMilli() <= now.UnixMilli()
+	return !j.KeepOwn && j.UniqueKey == "" && j.Timeout <= 0 && j.RunAt.UnixMilli() <= now.UnixMilli() &&
+		j.Debounce == ""
 }
 
 // ErrClosed is what EnqueueReply and Enqueue1 return when the queue or partition written to is

@@ -8,8 +8,10 @@
 -- A due job gets a new stream entry (status queued, new `entry`, its payload moves from the hash
 -- into the entry) and leaves the set. An id whose job is gone or no longer scheduled (canceled
 -- meanwhile) just leaves the set. Any number of schedulers may run this at once: each promotion
--- happens once because the whole move is one script. The promoted jobs are announced (queued)
--- on the events channel in one message.
+-- happens once because the whole move is one script. A debounced job's debounce key
+-- (keys.Queue.Debounce) is deleted when it still names the job, in the same step, so that the
+-- key's next publish starts a new window. The promoted jobs are announced (queued) on the events
+-- channel in one message.
 -- Returns {CV_OK, moved, next due time in unix ms or -1 when the set is empty, Redis's time in unix
 -- us, lag in ms or -1 when nothing was due}. The time is in microseconds so that the caller's wait
 -- (next due - Redis's time) does not round up by as much as a millisecond. The lag is how long
@@ -24,8 +26,10 @@ local moved, ev = 0, {}
 for _, id in ipairs(ids) do
   local jobkey = ARGV[2] .. id
   local h = redis.call('HMGET', jobkey, 'status', 'type', 'payload', 'metadata', 'attempt',
-    'max_retries', 'timeout_ms')
+    'max_retries', 'timeout_ms', 'debounce')
   if h[1] == 'scheduled' then
+    -- A debounced job's window ends here: the key's next publish starts a new one.
+    if h[8] and redis.call('GET', h[8]) == id then redis.call('DEL', h[8]) end
     local e = cv_xadd(KEYS[2], id, h[3], h[4], h[2], cv_num(h[5], 0) + 1, h[6], h[7])
     redis.call('HSET', jobkey, 'status', 'queued', 'entry', e, 'enqueued_at', now)
     redis.call('HDEL', jobkey, 'payload', 'metadata')

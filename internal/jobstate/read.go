@@ -39,6 +39,12 @@ type Record struct {
 	Payload     []byte
 	// Metadata is encoded (stream.EncodeMetadata); empty when the job has none.
 	Metadata string
+	// The debounce window of a job published with a debounce key: the key's full name
+	// (keys.Queue.Debounce; empty for other jobs), the first publish, the latest due time, and
+	// the publishes it took.
+	Debounce                     string
+	DebounceFirst, DebounceUntil time.Time
+	DebouncePubs                 int
 }
 
 // DecodeRecord reads a job's hash as a flat field/value list (Get, EntryJob.Flat). A later
@@ -87,6 +93,14 @@ func DecodeRecord(flat []string) Record {
 			if v != "" { // an entry without metadata leaves the hash's
 				r.Metadata = v
 			}
+		case keys.FieldDebounce:
+			r.Debounce = v
+		case keys.FieldDebounceFirst:
+			r.DebounceFirst = fromMS(num(v))
+		case keys.FieldDebounceUntil:
+			r.DebounceUntil = fromMS(num(v))
+		case keys.FieldDebouncePubs:
+			r.DebouncePubs = int(num(v))
 		}
 	}
 	// A job queued at once stores neither run_at nor enqueued_at: both are created_at. (A

@@ -68,6 +68,14 @@ const (
 	// FieldWatched marks a job someone waits on (pipeline.Waiter): finish.lua announces the
 	// outcome of a marked job only, sparing every other job its share of an SPUBLISH.
 	FieldWatched = "watched"
+	// The debounce window of a job published with a debounce key (pipeline.WithDebounce):
+	// the debounce key's full name (Queue.Debounce), the window's first publish and the latest
+	// time the job may be due (first + max wait), both unix ms by Redis's clock, and how many
+	// publishes the window took (the first included).
+	FieldDebounce      = "debounce"
+	FieldDebounceFirst = "debounce_first"
+	FieldDebounceUntil = "debounce_until"
+	FieldDebouncePubs  = "debounce_pubs"
 )
 
 // Stream-entry field names. The first three are watermill-redisstream's layout, so the stock
@@ -141,6 +149,10 @@ const (
 	StatReleased       = "released" // put back by a worker shutting down
 	StatPoison         = "poison"   // unreadable stream entries sent to the dead set
 )
+
+// StatDebounced counts the publishes that joined a pending debounced job (pipeline.WithDebounce)
+// instead of creating one.
+const StatDebounced = "debounced"
 
 // Queue names the keys of one queue, or of one partition of a partitioned queue. New builds
 // the names once, so a Queue kept by a client or worker costs no string building per job.
@@ -222,6 +234,21 @@ func (q Queue) UniquePrefix() string { return q.base + "unique:" }
 
 // Unique is the de-duplication key for a caller's unique key.
 func (q Queue) Unique(key string) string { return q.base + "unique:" + key }
+
+// Debounce is the key naming the pending job of a caller's debounce key (pipeline.WithDebounce):
+// its value is the id of the scheduled job that the key's next publish replaces. It shares
+// the queue's hash tag, and so the slot of the job it names.
+func (q Queue) Debounce(key string) string { return q.base + "debounce:" + key }
+
+// DebounceKeyOf is the caller's debounce key in a debounce key's full name (Queue.Debounce),
+// or "" when name is not one.
+func DebounceKeyOf(name string) string {
+	_, k, ok := strings.Cut(name, "}:debounce:")
+	if !ok {
+		return ""
+	}
+	return k
+}
 
 // Wake is the Pub/Sub channel on which scripts announce a new earliest due time, so delayed
 // schedulers sleeping until a later time wake early. It is a channel, not a key.
