@@ -383,7 +383,7 @@ func (e *apiEnv) getWithin(d time.Duration, path, why string) apiResp {
 // debounced true and the last payload; the job page's JSON carries the window.
 func TestEnqueueDebounce(t *testing.T) {
 	t.Parallel()
-	e := apiSetup(t, apiEnvOpts{})
+	e := setup(t)
 	type answer struct {
 		ID        string `json:"id"`
 		Status    string `json:"status"`
