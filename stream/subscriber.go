@@ -188,6 +188,9 @@ type Subscriber struct {
 	queue  []*waiter // readers waiting for slots, first come first served
 	turn   *waiter   // the reader woken to take slots next; nobody else takes any meanwhile
 	paused bool      // no slot is given for a read (see Pause)
+	// pausedTopics are the streams whose readers get no slot (see PauseTopic); a waiter of
+	// one stays in line without holding up the others.
+	pausedTopics map[string]bool
 
 	closing      chan struct{}
 	wg           sync.WaitGroup // topic goroutines and maintain
@@ -204,8 +207,9 @@ func NewSubscriber(cfg Config) (*Subscriber, error) {
 		cfg:     cfg,
 		rdb:     cfg.Client,
 		logger:  cfg.Logger.With(watermill.LogFields{"consumer": cfg.Consumer}),
-		streams: map[string]*streamState{},
-		closing: make(chan struct{}),
+		streams:      map[string]*streamState{},
+		pausedTopics: map[string]bool{},
+		closing:      make(chan struct{}),
 	}, nil
 }
 
@@ -320,20 +324,57 @@ func (s *Subscriber) Resume() {
 	s.mu.Unlock()
 }
 
+// PauseTopic stops reading the stream topic, as Pause does for every stream: no XREADGROUP
+// is issued on it, and no orphan of it adopted, until ResumeTopic, whether it is subscribed
+// now or later. A read under way may finish. A reader of a paused topic holds no slot while it
+// waits: the other topics' readers take the slots as if it were not there. Held messages of
+// the topic go on as under Pause. Topics are named as in Subscribe; pausing one that is
+// already paused, or resuming one that is not, does nothing.
+func (s *Subscriber) PauseTopic(topic string) {
+	s.mu.Lock()
+	s.pausedTopics[topic] = true
+	s.mu.Unlock()
+}
+
+// ResumeTopic undoes PauseTopic.
+func (s *Subscriber) ResumeTopic(topic string) {
+	s.mu.Lock()
+	delete(s.pausedTopics, topic)
+	s.wakeLocked()
+	s.mu.Unlock()
+}
+
+// TopicPaused reports whether PauseTopic holds topic (Pause is not counted).
+func (s *Subscriber) TopicPaused(topic string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.pausedTopics[topic]
+}
+
 // waiter is a reader waiting for slots; ready closes when its turn comes.
-type waiter struct{ ready chan struct{} }
+type waiter struct {
+	topic string // the stream it reads
+	ready chan struct{}
+}
+
+// mayReadLocked reports whether w's reader may take slots now that reading is not paused:
+// neither everything (Pause) nor its topic (PauseTopic).
+func (s *Subscriber) mayReadLocked(w *waiter) bool {
+	return !s.paused && !s.pausedTopics[w.topic]
+}
 
 // reserve takes up to want slots for a read (at least one), waiting while none is free, and
 // returns how many it took; the reader gives back what it does not use. Readers that must wait
-// are served in turn (first come, first served): when slots free up, the first waiter is woken
-// and takes what is free then (up to its want), then the next is woken if any slot is left.
-// Taking what is free when the reader runs, not when it is woken, keeps batches large. A
-// reader that is not waiting in line never takes slots ahead of those that are. While the
-// Subscriber is paused, every reader waits. reserve returns 0 when stop closes.
+// are served in turn (first come, first served): when slots free up, the first waiter that may
+// read is woken and takes what is free then (up to its want), then the next is woken if any
+// slot is left. Taking what is free when the reader runs, not when it is woken, keeps batches
+// large. A reader that is not waiting in line never takes slots ahead of those that are and
+// may read. While the Subscriber is paused, every reader waits; while its topic is paused, a
+// reader waits and is passed over. reserve returns 0 when stop closes.
 func (s *Subscriber) reserve(w *waiter, stop <-chan struct{}, want int) int {
 	s.mu.Lock()
 	for {
-		if free := s.cfg.Concurrency - s.taken; free > 0 && !s.paused && (s.turn == w || s.turn == nil && len(s.queue) == 0) {
+		if free := s.cfg.Concurrency - s.taken; free > 0 && s.mayReadLocked(w) && (s.turn == w || s.turn == nil && s.nextLocked() < 0) {
 			n := min(free, want)
 			s.taken += n
 			if s.turn == w {
@@ -344,9 +385,10 @@ func (s *Subscriber) reserve(w *waiter, stop <-chan struct{}, want int) int {
 			return n
 		}
 		w.ready = make(chan struct{})
-		if s.turn == w { // woken, but paused since: first in line again
+		if s.turn == w { // woken, but paused since: first in line again, and the turn passes on
 			s.turn = nil
 			s.queue = slices.Insert(s.queue, 0, w)
+			s.wakeLocked()
 		} else {
 			s.queue = append(s.queue, w)
 		}
@@ -379,14 +421,23 @@ func (s *Subscriber) release(n int) {
 	s.mu.Unlock()
 }
 
-// wakeLocked wakes the first waiting reader when a slot is free, reading is not paused and no
-// other reader's turn is pending.
+// nextLocked is the index in queue of the waiter to serve next: the first that may read, or -1.
+func (s *Subscriber) nextLocked() int {
+	return slices.IndexFunc(s.queue, s.mayReadLocked)
+}
+
+// wakeLocked wakes the next waiting reader (nextLocked) when a slot is free and no other
+// reader's turn is pending.
 func (s *Subscriber) wakeLocked() {
 	if s.turn != nil || len(s.queue) == 0 || s.taken >= s.cfg.Concurrency || s.paused {
 		return
 	}
-	s.turn = s.queue[0]
-	s.queue = slices.Delete(s.queue, 0, 1)
+	i := s.nextLocked()
+	if i < 0 {
+		return
+	}
+	s.turn = s.queue[i]
+	s.queue = slices.Delete(s.queue, i, i+1)
 	close(s.turn.ready)
 }
 

@@ -153,7 +153,7 @@ func (t *topic) running() int {
 func (t *topic) read(ctx context.Context) {
 	defer close(t.readDone)
 	cfg := t.s.cfg
-	var w waiter
+	w := waiter{topic: t.name}
 	// A topic whose last read found nothing waits for entries with one slot reserved, so that
 	// a blocked read does not keep slots from busy topics. A new subscription starts so.
 	idle := true
