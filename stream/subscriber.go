@@ -204,9 +204,9 @@ func NewSubscriber(cfg Config) (*Subscriber, error) {
 	}
 	cfg = cfg.withDefaults()
 	return &Subscriber{
-		cfg:     cfg,
-		rdb:     cfg.Client,
-		logger:  cfg.Logger.With(watermill.LogFields{"consumer": cfg.Consumer}),
+		cfg:          cfg,
+		rdb:          cfg.Client,
+		logger:       cfg.Logger.With(watermill.LogFields{"consumer": cfg.Consumer}),
 		streams:      map[string]*streamState{},
 		pausedTopics: map[string]bool{},
 		closing:      make(chan struct{}),
