@@ -785,6 +785,9 @@ type QueueStats struct {
 	Canceled       int64 `json:"canceled"`
 	Released       int64 `json:"released"`
 	Poison         int64 `json:"poison"`
+	// Paused: the queue is paused (Inspector.Pause); workers do not read it. Set by the
+	// Inspector's Queues and Stats; Client.Stats leaves it false.
+	Paused bool `json:"paused"`
 }
 
 // Stats reads a queue's gauges and counters in one round trip (one per node involved on a

@@ -112,6 +112,10 @@ type WorkerConfig struct {
 	// set zerolog.DurationFieldFormat to zerolog.DurationFormatString, as the conveyor
 	// command does, to log them with their units (retry_in=756ms).
 	Logger zerolog.Logger
+	// PauseCheckInterval is how often the worker reads which queues are paused
+	// (Inspector.Pause), besides when a notice says they changed. Defaults to
+	// DefaultPauseCheckInterval (1s).
+	PauseCheckInterval time.Duration
 	// Hooks are told about the worker's background work (promotions, recoveries, the recovery
 	// lock), for metrics; see package metrics. The zero value tells nobody.
 	Hooks WorkerHooks
@@ -135,6 +139,7 @@ func (c WorkerConfig) withDefaults() WorkerConfig {
 	c.ShutdownTimeout = cmp.Or(c.ShutdownTimeout, DefaultShutdownTimeout)
 	c.FlushInterval = cmp.Or(c.FlushInterval, DefaultFlushInterval)
 	c.MaxResultBytes = cmp.Or(c.MaxResultBytes, DefaultMaxResultBytes)
+	c.PauseCheckInterval = cmp.Or(c.PauseCheckInterval, DefaultPauseCheckInterval)
 	return c
 }
 
@@ -171,7 +176,7 @@ func (c WorkerConfig) validate() error {
 		name string
 		d    time.Duration
 	}{{"shutdown timeout", c.ShutdownTimeout}, {"recovery interval", c.RecoveryInterval}, {"recovery lock TTL", c.RecoveryLockTTL},
-		{"flush interval", c.FlushInterval}, {"min retention", c.MinRetention},
+		{"flush interval", c.FlushInterval}, {"min retention", c.MinRetention}, {"pause check interval", c.PauseCheckInterval},
 		{"backoff base", c.Backoff.Base}, {"backoff max", c.Backoff.Max}} {
 		if d.d < 0 {
 			bad("%s %s is negative", d.name, d.d)
