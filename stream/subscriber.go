@@ -85,7 +85,8 @@ type Config struct {
 	Priority func(topic string) (class string, weight int)
 	// StrictPriority, with Priority, makes the weights ranks: a reader is served only when no
 	// reader of a higher-ranked class may read (not paused) and is either waiting for slots
-	// or had a full last read (as many entries as it asked for: its stream likely has more);
+	// or had a full last read (as many entries as it asked for: its stream likely has more),
+	// or has not read yet;
 	// among equals, first come, first served. So while a higher class has work, no lower
 	// class reads; once its last read came back short (its streams are empty), the lower
 	// classes read, each entry at most until the higher class's next read, which jumps the
@@ -415,6 +416,9 @@ func (s *Subscriber) newWaiter(topic string) *waiter {
 		s.classes[name] = c
 	}
 	w.cls = c
+	if s.cfg.StrictPriority {
+		s.hungry[w] = true // until its first read says otherwise, a reader may have work
+	}
 	return w
 }
 
