@@ -78,19 +78,20 @@ type Config struct {
 	// all have entries to read take slots in proportion to their weights, while a class whose
 	// streams are empty leaves its share to the others. The weights divide the slots when
 	// readers wait for them (the handlers hold every slot); while slots are free every reader
-	// takes them at once, since holding one back would only idle the handlers. A class that comes back from waiting
-	// keeps a credit of at most one batch (BatchSize / weight of pass), so an idle class does
+	// takes them at once, since holding one back would only idle the handlers. A class keeps
+	// its pass while its readers are away reading; one whose streams were empty comes back
+	// with a credit of at most one batch (BatchSize / weight of pass), so an idle class does
 	// not store up a burst. Reads stay batched: the reader served takes every slot free then,
 	// up to BatchSize. Nil: first come, first served.
 	Priority func(topic string) (class string, weight int)
 	// StrictPriority, with Priority, makes the weights ranks: a reader is served only when no
 	// reader of a higher-ranked class may read (not paused) and is either waiting for slots
 	// or had a full last read (as many entries as it asked for: its stream likely has more),
-	// or has not read yet;
-	// among equals, first come, first served. So while a higher class has work, no lower
-	// class reads; once its last read came back short (its streams are empty), the lower
-	// classes read, each entry at most until the higher class's next read, which jumps the
-	// line.
+	// or has not read yet; among equals, first come, first served. So while a higher class
+	// has work, no lower class reads; once its last read came back short (its streams are
+	// empty), the lower classes read until the higher class waits for slots again, which
+	// puts it first in line. A lower reader's read under way when the higher class's work
+	// arrives may finish.
 	StrictPriority bool
 	// BatchSize bounds the COUNT of one XREADGROUP. Defaults to DefaultBatchSize.
 	BatchSize int
@@ -389,6 +390,9 @@ func (s *Subscriber) TopicPaused(topic string) bool {
 type waiter struct {
 	topic string // the stream it reads
 	cls   *class // its class under Config.Priority, else nil
+	// idle: the reader's last read found nothing. Set by the reader before reserve; a class
+	// coming back from idle keeps a credit of at most one batch (see reserve).
+	idle  bool
 	ready chan struct{}
 }
 
@@ -474,14 +478,8 @@ func (s *Subscriber) tookLocked(w *waiter, n int) {
 	w.cls.pass += float64(n) / float64(w.cls.weight)
 }
 
-// joinLocked puts w in line; under Config.Priority its class keeps a credit of at most one
-// batch over the last hand-out.
-func (s *Subscriber) joinLocked(w *waiter) {
-	if w.cls != nil {
-		w.cls.pass = max(w.cls.pass, s.vtime-float64(s.cfg.BatchSize)/float64(w.cls.weight))
-	}
-	s.queue = append(s.queue, w)
-}
+// joinLocked puts w in line.
+func (s *Subscriber) joinLocked(w *waiter) { s.queue = append(s.queue, w) }
 
 // reserve takes up to want slots for a read (at least one), waiting while none is free, and
 // returns how many it took; the reader gives back what it does not use. Readers that must wait
@@ -493,6 +491,12 @@ func (s *Subscriber) joinLocked(w *waiter) {
 // reader waits and is passed over. reserve returns 0 when stop closes.
 func (s *Subscriber) reserve(w *waiter, stop <-chan struct{}, want int) int {
 	s.mu.Lock()
+	if w.cls != nil && w.idle {
+		// Back from empty streams: the class's pass catches up with the hand-outs it did not
+		// compete for, but for a batch, so that it does not take a burst of stored credit. A
+		// busy class keeps its pass while its reader is away reading.
+		w.cls.pass = max(w.cls.pass, s.vtime-float64(s.cfg.BatchSize)/float64(w.cls.weight))
+	}
 	for {
 		if free := s.cfg.Concurrency - s.taken; free > 0 && s.mayTakeLocked(w) && (s.turn == w || s.turn == nil && s.nextLocked() < 0) {
 			n := min(free, want)

@@ -175,6 +175,7 @@ func (t *topic) read(ctx context.Context) {
 		if idle {
 			want = 1
 		}
+		w.idle = idle
 		// No sweep of the stream runs from before the read is sent until its entries are
 		// held (see streamState.gate). Taken before the slots: a sweep holds the gate while
 		// it waits for slots, and must not wait for ours.
