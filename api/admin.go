@@ -260,3 +260,29 @@ func (s *Server) throughput(w http.ResponseWriter, r *http.Request) error {
 		WindowSeconds: s.cfg.ThroughputWindow.Seconds(), Queue: queue, Samples: points})
 	return nil
 }
+
+// pauseQueue: POST /v1/queues/{queue}/pause. Workers stop taking the queue's jobs
+// (pipeline.Inspector.Pause); 404 for a queue that does not exist.
+func (s *Server) pauseQueue(w http.ResponseWriter, r *http.Request) error {
+	return s.setPaused(w, r, true)
+}
+
+// resumeQueue: POST /v1/queues/{queue}/resume.
+func (s *Server) resumeQueue(w http.ResponseWriter, r *http.Request) error {
+	return s.setPaused(w, r, false)
+}
+
+func (s *Server) setPaused(w http.ResponseWriter, r *http.Request, pause bool) error {
+	queue := r.PathValue("queue")
+	var err error
+	if pause {
+		err = s.inspector.Pause(r.Context(), queue)
+	} else {
+		err = s.inspector.Resume(r.Context(), queue)
+	}
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"queue": queue, "paused": pause})
+	return nil
+}

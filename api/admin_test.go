@@ -1,6 +1,7 @@
 package api_test
 
 import (
+	"encoding/json"
 	"net/http"
 	"testing"
 	"time"
@@ -223,4 +224,37 @@ func TestDeleteQueue(t *testing.T) {
 	require.Equal(t, http.StatusNotFound, r.status, "%s", r.body)
 	r = e.do("DELETE", "/v1/queues/"+e.queue+"?force=maybe", "")
 	require.Equal(t, http.StatusBadRequest, r.status, "%s", r.body)
+}
+
+// A queue is paused and resumed over HTTP; its stats say so, in the listing too.
+func TestPauseResumeQueue(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	r := e.do("POST", "/v1/queues/"+e.queue+"/pause", "")
+	require.Equal(t, http.StatusNotFound, r.status, "%s", r.body)
+	e.post(`{"type":"echo"}`, http.StatusAccepted)
+	for range 2 { // pausing a paused queue does nothing
+		r = e.do("POST", "/v1/queues/"+e.queue+"/pause", "")
+		require.Equal(t, http.StatusOK, r.status, "%s", r.body)
+		require.JSONEq(t, `{"queue":"`+e.queue+`","paused":true}`, string(r.body))
+	}
+	var st pipeline.QueueStats
+	r = e.do("GET", "/v1/queues/"+e.queue, "")
+	require.NoError(t, json.Unmarshal(r.body, &st))
+	require.True(t, st.Paused)
+	r = e.do("GET", "/v1/queues", "")
+	require.Contains(t, string(r.body), `"queue":"`+e.queue+`"`)
+	require.Regexp(t, `"queue":"`+e.queue+`"[^}]*"paused":true`, string(r.body))
+	paused, err := e.insp.Paused(t.Context())
+	require.NoError(t, err)
+	require.Contains(t, paused, e.queue)
+
+	r = e.do("POST", "/v1/queues/"+e.queue+"/resume", "")
+	require.Equal(t, http.StatusOK, r.status, "%s", r.body)
+	require.JSONEq(t, `{"queue":"`+e.queue+`","paused":false}`, string(r.body))
+	r = e.do("GET", "/v1/queues/"+e.queue, "")
+	require.NoError(t, json.Unmarshal(r.body, &st))
+	require.False(t, st.Paused)
+	r = e.do("POST", "/v1/queues/no-such-queue-"+e.queue+"/resume", "")
+	require.Equal(t, http.StatusNotFound, r.status, "%s", r.body)
 }

@@ -117,6 +117,8 @@ func (s *Server) table() []route {
 		{"GET", "/v1/queues/{queue}", authed, s.queueStats},
 		{"PUT", "/v1/queues/{queue}", authed, s.createQueue},
 		{"DELETE", "/v1/queues/{queue}", authed, s.deleteQueue},
+		{"POST", "/v1/queues/{queue}/pause", authed, s.pauseQueue},
+		{"POST", "/v1/queues/{queue}/resume", authed, s.resumeQueue},
 		{"POST", "/v1/queues/{queue}/jobs", authed, s.enqueue},
 		{"GET", "/v1/queues/{queue}/jobs", authed, s.listJobs},
 		{"POST", "/v1/queues/{queue}/jobs:batch", authed, s.enqueueBatch},

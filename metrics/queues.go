@@ -62,6 +62,9 @@ var (
 	descJobs = prometheus.NewDesc(Namespace+"_queue_jobs",
 		"Jobs in the queue now, by state: scheduled (waiting for their time), queued (in the stream, not started), in_progress (held by a worker), dead.",
 		[]string{"queue", "state"}, nil)
+	descPaused = prometheus.NewDesc(Namespace+"_queue_paused",
+		"1 while the queue is paused (conveyor pause): workers do not take its jobs; 0 otherwise.",
+		[]string{"queue"}, nil)
 	descAge = prometheus.NewDesc(Namespace+"_queue_stats_age_seconds",
 		"Age of the queue reading served (it is cached, and served while a refresh fails).", nil, nil)
 	descErrors = prometheus.NewDesc(Namespace+"_queue_stats_errors_total",
@@ -112,6 +115,7 @@ func NewQueueCollector(insp *pipeline.Inspector, cfg QueueCollectorConfig) (*Que
 // Describe sends the descriptions of every series the collector makes.
 func (c *QueueCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- descJobs
+	ch <- descPaused
 	ch <- descAge
 	ch <- descErrors
 	for _, qc := range queueCounters {
@@ -145,6 +149,11 @@ func (c *QueueCollector) Collect(ch chan<- prometheus.Metric) {
 		for _, qc := range queueCounters {
 			ch <- prometheus.MustNewConstMetric(qc.desc, prometheus.CounterValue, float64(qc.val(s)), s.Queue)
 		}
+		paused := 0.0
+		if s.Paused {
+			paused = 1
+		}
+		ch <- prometheus.MustNewConstMetric(descPaused, prometheus.GaugeValue, paused, s.Queue)
 	}
 }
 

@@ -128,6 +128,29 @@ func TestQueueCollectorListedQueues(t *testing.T) {
 	require.Equal(t, 8, testutil.CollectAndCount(qc, "conveyor_queue_jobs"), "4 states of b and new")
 	require.Equal(t, 0.0, value(t, reg, "conveyor_queue_enqueued_total", "queue", "new"))
 	require.Equal(t, 1.0, value(t, reg, "conveyor_queue_enqueued_total", "queue", "b"))
+	require.Equal(t, 0.0, value(t, reg, "conveyor_queue_paused", "queue", "b"))
+}
+
+// conveyor_queue_paused is 1 for a paused queue, read in the same refresh as the rest.
+func TestQueueCollectorPaused(t *testing.T) {
+	t.Parallel()
+	prefix := redistest.UniqueName(t)
+	rdb := redistest.Client(t)
+	client, err := pipeline.NewClient(rdb, pipeline.ClientConfig{Prefix: prefix})
+	require.NoError(t, err)
+	for _, q := range []string{"a", "b"} {
+		_, err := client.Enqueue(t.Context(), q, pipeline.Task{Type: "t"})
+		require.NoError(t, err)
+	}
+	insp, err := pipeline.NewInspector(rdb, pipeline.InspectorConfig{Prefix: prefix})
+	require.NoError(t, err)
+	require.NoError(t, insp.Pause(t.Context(), "b"))
+	qc, err := metrics.NewQueueCollector(insp, metrics.QueueCollectorConfig{})
+	require.NoError(t, err)
+	reg := prometheus.NewRegistry()
+	require.NoError(t, reg.Register(qc))
+	require.Equal(t, 0.0, value(t, reg, "conveyor_queue_paused", "queue", "a"))
+	require.Equal(t, 1.0, value(t, reg, "conveyor_queue_paused", "queue", "b"))
 }
 
 // While Redis is away the last reading is served, its age growing, and the failures are

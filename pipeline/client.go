@@ -832,6 +832,9 @@ type QueueStats struct {
 	// Debounced counts the publishes that joined a pending debounced job (WithDebounce)
 	// instead of creating one: each created job counts in Enqueued.
 	Debounced int64 `json:"debounced"`
+	// Paused: the queue is paused (Inspector.Pause); workers do not read it. Set by the
+	// Inspector's Queues and Stats; Client.Stats leaves it false.
+	Paused bool `json:"paused"`
 }
 
 // Stats reads a queue's gauges and counters in one round trip (one per node involved on a

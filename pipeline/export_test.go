@@ -13,3 +13,7 @@ func WaiterReady(w *Waiter, partition string) bool {
 
 // WaiterReads is how many whole reads of a job w's waits made.
 func WaiterReads(w *Waiter) int64 { return w.nread.Load() }
+
+// PausedTopics reports which of w's queues its current reading session does not read
+// (Inspector.Pause), every partition of each.
+func PausedTopics(w *Worker) map[string]bool { return w.pausedTopics() }

@@ -140,7 +140,7 @@ const statsChunk = 100
 // enqueued to or a worker read), sorted by name. It reads them in one pipeline per 100
 // queues: one round trip each on a standalone server, one per node involved on a cluster.
 func (i *Inspector) Queues(ctx context.Context) ([]*QueueStats, error) {
-	names, counts, err := knownQueues(ctx, i.rdb, i.cfg.Prefix)
+	names, counts, paused, err := jobstate.KnownQueuesPaused(ctx, i.rdb, i.cfg.Prefix)
 	if err != nil {
 		return nil, err
 	}
@@ -160,7 +160,9 @@ func (i *Inspector) Queues(ctx context.Context) ([]*QueueStats, error) {
 	out := make([]*QueueStats, 0, len(names))
 	for _, n := range names {
 		p := max(1, counts[n])
-		out = append(out, sumStats(n, parts[:p]))
+		st := sumStats(n, parts[:p])
+		st.Paused = paused[n]
+		out = append(out, st)
 		parts = parts[p:]
 	}
 	return out, nil
@@ -177,7 +179,14 @@ func (i *Inspector) Stats(ctx context.Context, queue string) (*QueueStats, error
 	if err != nil {
 		return nil, err
 	}
-	return queueStats(ctx, i.rdb, i.cfg.Prefix, queue, p)
+	st, err := queueStats(ctx, i.rdb, i.cfg.Prefix, queue, p)
+	if err != nil {
+		return nil, err
+	}
+	if st.Paused, err = jobstate.IsPausedQueue(ctx, i.rdb, i.cfg.Prefix, queue); err != nil {
+		return nil, fmt.Errorf("read whether queue %s is paused: %w", queue, err)
+	}
+	return st, nil
 }
 
 // Get returns the job's current state, or ErrNotFound, as Client.Get (in any partition).
@@ -981,6 +990,10 @@ func (i *Inspector) DeleteQueue(ctx context.Context, queue string, force bool) e
 		n++
 	}
 	if err := jobstate.ForgetQueue(ctx, i.rdb, i.cfg.Prefix, queue); err != nil {
+		return fmt.Errorf("delete queue %s: %w", queue, err)
+	}
+	// A queue made again under the name starts unpaused.
+	if _, err := jobstate.ResumeQueue(ctx, i.rdb, i.cfg.Prefix, queue); err != nil {
 		return fmt.Errorf("delete queue %s: %w", queue, err)
 	}
 	if !known && n == 0 {

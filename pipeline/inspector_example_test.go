@@ -57,3 +57,35 @@ func ExampleInspector_List() {
 	// queued: now
 	// scheduled 5 queued 1
 }
+
+// Pause a queue: every worker stops taking its jobs, which wait, queued, until Resume.
+func ExampleInspector_Pause() {
+	rdb, done := exampleRedis()
+	defer done()
+	ctx := context.Background()
+	client, err := pipeline.NewClient(rdb, pipeline.ClientConfig{})
+	if err != nil {
+		panic(err)
+	}
+	if _, err := client.Enqueue(ctx, "exports", pipeline.Task{Type: "export"}); err != nil {
+		panic(err)
+	}
+	insp, err := pipeline.NewInspector(rdb, pipeline.InspectorConfig{})
+	if err != nil {
+		panic(err)
+	}
+	if err := insp.Pause(ctx, "exports"); err != nil {
+		panic(err)
+	}
+	paused, _ := insp.Paused(ctx)
+	st, _ := insp.Stats(ctx, "exports")
+	fmt.Println("paused:", paused, st.Paused, "queued:", st.Queued)
+	if err := insp.Resume(ctx, "exports"); err != nil {
+		panic(err)
+	}
+	st, _ = insp.Stats(ctx, "exports")
+	fmt.Println("paused:", st.Paused)
+	// Output:
+	// paused: [exports] true queued: 1
+	// paused: false
+}

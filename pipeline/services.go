@@ -12,11 +12,14 @@ import (
 )
 
 // services lists the background services of one reading session over w.parts, in start order
-// (Run stops them in reverse): the delayed scheduler and a recoverer per partition, unless
-// disabled, then watcher. A new service is a type with Name, Start and Stop
+// (Run stops them in reverse): the pause watcher (pause.go), which applies the paused queues
+// to the session's subscriber before anything is read, the delayed scheduler and a recoverer
+// per partition, unless disabled, then watcher. A new service is a type with Name, Start and Stop
 // (internal/service) and one entry here.
 func (w *Worker) services(watcher *partitionWatcher) ([]service.Service, error) {
-	var list []service.Service
+	w.mu.Lock()
+	list := []service.Service{&pauseWatcher{w: w, sub: w.sub}}
+	w.mu.Unlock()
 	if !w.cfg.DisableScheduler {
 		s, err := delayed.New(w.rdb, w.cfg.scheduler(w.parts))
 		if err != nil {

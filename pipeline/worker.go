@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"maps"
 	"runtime/debug"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -44,6 +45,19 @@ const (
 type WorkerConfig struct {
 	// Queues to consume. Defaults to ["default"].
 	Queues []string
+	// QueueWeights weighs the queues against each other when they compete for the worker's
+	// slots (every slot taken by running jobs, readers waiting): each queue gets a share of the
+	// jobs started in proportion to its weight (at least 1; a queue of Queues missing here
+	// weighs 1), so a low queue under a flood of high work still gets its share. A queue's
+	// partitions share its weight. While slots are free every queue is read at once; reads
+	// stay batched. See stream.Config.Priority. Empty: queues are served first come, first
+	// served.
+	QueueWeights map[string]int
+	// StrictPriority makes QueueWeights ranks: while a queue of a higher weight has work (its
+	// last read filled what it asked for, or it waits for slots), no queue of a lower weight
+	// is read; equal weights are served first come, first served. See
+	// stream.Config.StrictPriority.
+	StrictPriority bool
 	// Prefix starts every key. Defaults to "conveyor".
 	Prefix string
 	// Name is the worker's consumer name in each queue's group; it shows as a job's `worker`.
@@ -112,6 +126,10 @@ type WorkerConfig struct {
 	// set zerolog.DurationFieldFormat to zerolog.DurationFormatString, as the conveyor
 	// command does, to log them with their units (retry_in=756ms).
 	Logger zerolog.Logger
+	// PauseCheckInterval is how often the worker reads which queues are paused
+	// (Inspector.Pause), besides when a notice says they changed. Defaults to
+	// DefaultPauseCheckInterval (1s).
+	PauseCheckInterval time.Duration
 	// Hooks are told about the worker's background work (promotions, recoveries, the recovery
 	// lock), for metrics; see package metrics. The zero value tells nobody.
 	Hooks WorkerHooks
@@ -135,6 +153,7 @@ func (c WorkerConfig) withDefaults() WorkerConfig {
 	c.ShutdownTimeout = cmp.Or(c.ShutdownTimeout, DefaultShutdownTimeout)
 	c.FlushInterval = cmp.Or(c.FlushInterval, DefaultFlushInterval)
 	c.MaxResultBytes = cmp.Or(c.MaxResultBytes, DefaultMaxResultBytes)
+	c.PauseCheckInterval = cmp.Or(c.PauseCheckInterval, DefaultPauseCheckInterval)
 	return c
 }
 
@@ -155,6 +174,14 @@ func (c WorkerConfig) validate() error {
 	if err := keys.ValidateQueue(c.Name); err != nil {
 		bad("invalid worker name: %v", err)
 	}
+	for q, wt := range c.QueueWeights {
+		if !slices.Contains(c.Queues, q) {
+			bad("queue weight for %q, which is not one of the worker's queues", q)
+		}
+		if wt < 1 {
+			bad("queue weight %d of %q must be at least 1", wt, q)
+		}
+	}
 	if c.Concurrency < 1 {
 		bad("concurrency %d must be at least 1", c.Concurrency)
 	}
@@ -171,7 +198,7 @@ func (c WorkerConfig) validate() error {
 		name string
 		d    time.Duration
 	}{{"shutdown timeout", c.ShutdownTimeout}, {"recovery interval", c.RecoveryInterval}, {"recovery lock TTL", c.RecoveryLockTTL},
-		{"flush interval", c.FlushInterval}, {"min retention", c.MinRetention},
+		{"flush interval", c.FlushInterval}, {"min retention", c.MinRetention}, {"pause check interval", c.PauseCheckInterval},
 		{"backoff base", c.Backoff.Base}, {"backoff max", c.Backoff.Max}} {
 		if d.d < 0 {
 			bad("%s %s is negative", d.name, d.d)
@@ -424,6 +451,9 @@ func (w *Worker) session(ctx context.Context) ([]int, error) {
 		CloseTimeout:  w.cfg.ShutdownTimeout,
 		OnRelease:     w.release,
 		Logger:        subscriberLogger(w.log.With().Str("component", "subscriber").Logger()),
+		// QueueWeights and StrictPriority: one class per queue, its partitions included.
+		Priority:       w.priority(),
+		StrictPriority: w.cfg.StrictPriority,
 	})
 	if err != nil {
 		return nil, err

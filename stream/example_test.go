@@ -57,3 +57,39 @@ func Example() {
 	// unreadable: missing _watermill_message_uuid
 	// m2 world
 }
+
+// Pause one stream while the others are read on, then resume it. (An in-process Redis stands
+// in for yours.)
+func ExampleSubscriber_PauseTopic() {
+	m, err := miniredis.Run()
+	if err != nil {
+		panic(err)
+	}
+	defer m.Close()
+	rdb := redis.NewClient(&redis.Options{Addr: m.Addr()})
+	defer rdb.Close()
+	ctx := context.Background()
+	for _, topic := range []string{"orders", "reports"} {
+		rdb.XAdd(ctx, &redis.XAddArgs{Stream: topic, Values: []any{
+			stream.FieldUUID, topic + "-1", stream.FieldPayload, "", stream.FieldMetadata, ""}})
+	}
+
+	sub, err := stream.NewSubscriber(stream.Config{Client: rdb, Group: "app"})
+	if err != nil {
+		panic(err)
+	}
+	defer sub.Close()
+	sub.PauseTopic("reports") // before or after Subscribe
+	orders, _ := sub.Subscribe(ctx, "orders")
+	reports, _ := sub.Subscribe(ctx, "reports")
+	msg := <-orders
+	msg.Ack()
+	fmt.Println(msg.UUID, "paused:", sub.TopicPaused("reports"))
+	sub.ResumeTopic("reports")
+	msg = <-reports
+	msg.Ack()
+	fmt.Println(msg.UUID)
+	// Output:
+	// orders-1 paused: true
+	// reports-1
+}

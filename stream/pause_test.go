@@ -2,6 +2,8 @@ package stream
 
 import (
 	"context"
+	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -32,6 +34,29 @@ func (w *readWatch) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 			defer w.ended.Add(1)
 		case "evalsha", "eval":
 			w.scripts.Add(1)
+		}
+		return next(ctx, cmd)
+	}
+}
+
+// streamReads is a go-redis hook that counts the XREADGROUPs begun on each stream of reads.
+type streamReads struct{ reads map[string]*atomic.Int64 }
+
+func (*streamReads) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (*streamReads) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+func (h *streamReads) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if cmd.Name() == "xreadgroup" {
+			for _, a := range cmd.Args() {
+				if s, ok := a.(string); ok {
+					if n := h.reads[s]; n != nil {
+						n.Add(1)
+					}
+				}
+			}
 		}
 		return next(ctx, cmd)
 	}
@@ -99,6 +124,75 @@ func TestPause(t *testing.T) {
 				sub.Settle(m)
 			}
 			assert.ElementsMatch(t, c.ids, entryIDs(got))
+		}
+	})
+
+	// A paused topic takes no slot and issues no read while the other topics go on, even
+	// when there is one slot only: its reader waits aside, not in the way.
+	t.Run("PauseTopic", func(t *testing.T) {
+		t.Parallel()
+		rdb := redistest.Client(t)
+		topicA, topicB := redistest.UniqueName(t), redistest.UniqueName(t)
+		reads := map[string]*atomic.Int64{topicA: {}, topicB: {}}
+		rdb.AddHook(&streamReads{reads: reads})
+		sub := newTestSubscriber(t, rdb, Config{Concurrency: 1, ManualSettle: true})
+		sub.PauseTopic(topicA)
+		sub.PauseTopic(topicA) // idempotent
+		require.True(t, sub.TopicPaused(topicA))
+		require.False(t, sub.TopicPaused(topicB))
+		msgsA, err := sub.Subscribe(t.Context(), topicA)
+		require.NoError(t, err)
+		msgsB, err := sub.Subscribe(t.Context(), topicB)
+		require.NoError(t, err)
+		idsA := publish(t, rdb, topicA, "a", 3)
+		// B's reader reads on and on (its reads find nothing, then its entries); A's waits.
+		for k := range 3 {
+			idsB := publish(t, rdb, topicB, fmt.Sprintf("b%d", k), 2)
+			var got []*message.Message
+			for range idsB { // one slot: settle each before the next
+				m := receive(t, msgsB, 5*time.Second)
+				sub.Settle(m)
+				got = append(got, m)
+			}
+			assert.ElementsMatch(t, idsB, entryIDs(got))
+		}
+		before := reads[topicB].Load()
+		require.Eventually(t, func() bool { return reads[topicB].Load() >= before+3 }, 5*time.Second, time.Millisecond)
+		assert.Zero(t, reads[topicA].Load(), "XREADGROUP on a paused topic")
+		assert.Zero(t, pendingCount(t, rdb, topicA), "entries of a paused topic read")
+		select {
+		case m := <-msgsA:
+			t.Fatalf("message %s of a paused topic handed out", m.UUID)
+		default:
+		}
+
+		sub.ResumeTopic(topicA)
+		sub.ResumeTopic(topicA) // idempotent
+		require.False(t, sub.TopicPaused(topicA))
+		var got []*message.Message
+		for range idsA {
+			m := receive(t, msgsA, 5*time.Second)
+			sub.Settle(m)
+			got = append(got, m)
+		}
+		assert.ElementsMatch(t, idsA, entryIDs(got))
+
+		// Paused while subscribed: a read under way may finish, then none begins. B's reader
+		// waiting in line is not reading.
+		sub.PauseTopic(topicB)
+		require.Eventually(t, func() bool {
+			sub.mu.Lock()
+			defer sub.mu.Unlock()
+			return slices.ContainsFunc(sub.queue, func(w *waiter) bool { return w.topic == topicB })
+		}, 5*time.Second, time.Millisecond)
+		before = reads[topicB].Load()
+		publish(t, rdb, topicB, "late", 2)
+		beforeA := reads[topicA].Load()
+		require.Eventually(t, func() bool { return reads[topicA].Load() >= beforeA+3 }, 5*time.Second, time.Millisecond)
+		assert.Equal(t, before, reads[topicB].Load(), "XREADGROUP on a topic paused while subscribed")
+		sub.ResumeTopic(topicB)
+		for range 2 {
+			sub.Settle(receive(t, msgsB, 5*time.Second))
 		}
 	})
 

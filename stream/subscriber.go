@@ -68,6 +68,31 @@ type Config struct {
 	// nothing reserves one slot while its read blocks, and readers waiting for slots are
 	// served in turn, so no topic starves another. Defaults to 100.
 	Concurrency int
+	// Priority, when set, orders the hand-out of free slots among the readers waiting for
+	// them, by class, instead of first come, first served. It gives each topic (a stream key)
+	// a class and the class's weight, at least 1; topics of one class share the class's
+	// weight and rank (the partitions of one queue, say); the first topic subscribed in a
+	// class sets its weight. Without StrictPriority the weights are shares (stride
+	// scheduling): each class has a pass, advanced by slots taken / weight at every hand-out,
+	// and the waiting reader of the class with the smallest pass is served, so classes that
+	// all have entries to read take slots in proportion to their weights, while a class whose
+	// streams are empty leaves its share to the others. The weights divide the slots when
+	// readers wait for them (the handlers hold every slot); while slots are free every reader
+	// takes them at once, since holding one back would only idle the handlers. A class keeps
+	// its pass while its readers are away reading; one whose streams were empty comes back
+	// with a credit of at most one batch (BatchSize / weight of pass), so an idle class does
+	// not store up a burst. Reads stay batched: the reader served takes every slot free then,
+	// up to BatchSize. Nil: first come, first served.
+	Priority func(topic string) (class string, weight int)
+	// StrictPriority, with Priority, makes the weights ranks: a reader is served only when no
+	// reader of a higher-ranked class may read (not paused) and is either waiting for slots
+	// or had a full last read (as many entries as it asked for: its stream likely has more),
+	// or has not read yet; among equals, first come, first served. So while a higher class
+	// has work, no lower class reads; once its last read came back short (its streams are
+	// empty), the lower classes read until the higher class waits for slots again, which
+	// puts it first in line. A lower reader's read under way when the higher class's work
+	// arrives may finish.
+	StrictPriority bool
 	// BatchSize bounds the COUNT of one XREADGROUP. Defaults to DefaultBatchSize.
 	BatchSize int
 	// BlockTime is how long one XREADGROUP waits for new entries, at least a millisecond. It
@@ -149,6 +174,9 @@ func (c Config) validate() error {
 	if c.Concurrency < 0 {
 		bad("Config.Concurrency is %d; it must be positive (zero means %d)", c.Concurrency, defaultConcurrency)
 	}
+	if c.StrictPriority && c.Priority == nil {
+		bad("Config.StrictPriority needs Config.Priority")
+	}
 	if c.BatchSize < 0 {
 		bad("Config.BatchSize is %d; it must be positive (zero means %d)", c.BatchSize, DefaultBatchSize)
 	}
@@ -188,6 +216,14 @@ type Subscriber struct {
 	queue  []*waiter // readers waiting for slots, first come first served
 	turn   *waiter   // the reader woken to take slots next; nobody else takes any meanwhile
 	paused bool      // no slot is given for a read (see Pause)
+	// pausedTopics are the streams whose readers get no slot (see PauseTopic); a waiter of
+	// one stays in line without holding up the others.
+	pausedTopics map[string]bool
+	// With Config.Priority: the classes by name, the pass of the last hand-out (vtime), and
+	// under StrictPriority the readers whose last read was full (hungry).
+	classes map[string]*class
+	vtime   float64
+	hungry  map[*waiter]bool
 
 	closing      chan struct{}
 	wg           sync.WaitGroup // topic goroutines and maintain
@@ -201,11 +237,14 @@ func NewSubscriber(cfg Config) (*Subscriber, error) {
 	}
 	cfg = cfg.withDefaults()
 	return &Subscriber{
-		cfg:     cfg,
-		rdb:     cfg.Client,
-		logger:  cfg.Logger.With(watermill.LogFields{"consumer": cfg.Consumer}),
-		streams: map[string]*streamState{},
-		closing: make(chan struct{}),
+		cfg:          cfg,
+		rdb:          cfg.Client,
+		logger:       cfg.Logger.With(watermill.LogFields{"consumer": cfg.Consumer}),
+		streams:      map[string]*streamState{},
+		pausedTopics: map[string]bool{},
+		classes:      map[string]*class{},
+		hungry:       map[*waiter]bool{},
+		closing:      make(chan struct{}),
 	}, nil
 }
 
@@ -320,22 +359,149 @@ func (s *Subscriber) Resume() {
 	s.mu.Unlock()
 }
 
+// PauseTopic stops reading the stream topic, as Pause does for every stream: no XREADGROUP
+// is issued on it, and no orphan of it adopted, until ResumeTopic, whether it is subscribed
+// now or later. A read under way may finish. A reader of a paused topic holds no slot while it
+// waits: the other topics' readers take the slots as if it were not there. Held messages of
+// the topic go on as under Pause. Topics are named as in Subscribe; pausing one that is
+// already paused, or resuming one that is not, does nothing.
+func (s *Subscriber) PauseTopic(topic string) {
+	s.mu.Lock()
+	s.pausedTopics[topic] = true
+	s.mu.Unlock()
+}
+
+// ResumeTopic undoes PauseTopic.
+func (s *Subscriber) ResumeTopic(topic string) {
+	s.mu.Lock()
+	delete(s.pausedTopics, topic)
+	s.wakeLocked()
+	s.mu.Unlock()
+}
+
+// TopicPaused reports whether PauseTopic holds topic (Pause is not counted).
+func (s *Subscriber) TopicPaused(topic string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.pausedTopics[topic]
+}
+
 // waiter is a reader waiting for slots; ready closes when its turn comes.
-type waiter struct{ ready chan struct{} }
+type waiter struct {
+	topic string // the stream it reads
+	cls   *class // its class under Config.Priority, else nil
+	// idle: the reader's last read found nothing. Set by the reader before reserve; a class
+	// coming back from idle keeps a credit of at most one batch (see reserve).
+	idle  bool
+	ready chan struct{}
+}
+
+// class is a priority class of topics (Config.Priority).
+type class struct {
+	weight int
+	pass   float64
+}
+
+// newWaiter is the waiter of topic's reader, in its class under Config.Priority.
+func (s *Subscriber) newWaiter(topic string) *waiter {
+	w := &waiter{topic: topic}
+	if s.cfg.Priority == nil {
+		return w
+	}
+	name, weight := s.cfg.Priority(topic)
+	if name == "" {
+		name = "\x00" + topic // a class of its own
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	c := s.classes[name]
+	if c == nil {
+		c = &class{weight: max(1, weight), pass: s.vtime}
+		s.classes[name] = c
+	}
+	w.cls = c
+	if s.cfg.StrictPriority {
+		s.hungry[w] = true // until its first read says otherwise, a reader may have work
+	}
+	return w
+}
+
+// mayReadLocked reports whether w's reader may take slots now that reading is not paused:
+// neither everything (Pause) nor its topic (PauseTopic).
+func (s *Subscriber) mayReadLocked(w *waiter) bool {
+	return !s.paused && !s.pausedTopics[w.topic]
+}
+
+// mayTakeLocked is mayReadLocked and, under StrictPriority, no reader of a higher class that
+// may read is hungry (its last read was full) or waiting.
+func (s *Subscriber) mayTakeLocked(w *waiter) bool {
+	if !s.mayReadLocked(w) {
+		return false
+	}
+	if !s.cfg.StrictPriority {
+		return true
+	}
+	for h := range s.hungry {
+		if h.cls.weight > w.cls.weight && s.mayReadLocked(h) {
+			return false
+		}
+	}
+	for _, h := range s.queue {
+		if h.cls.weight > w.cls.weight && s.mayReadLocked(h) {
+			return false
+		}
+	}
+	return true
+}
+
+// setHungry records, under StrictPriority, whether w's last read was full.
+func (s *Subscriber) setHungry(w *waiter, full bool) {
+	if !s.cfg.StrictPriority {
+		return
+	}
+	s.mu.Lock()
+	if full {
+		s.hungry[w] = true
+	} else if s.hungry[w] {
+		delete(s.hungry, w)
+		s.wakeLocked()
+	}
+	s.mu.Unlock()
+}
+
+// tookLocked accounts n slots taken by w's reader: its class's pass advances by n / weight.
+func (s *Subscriber) tookLocked(w *waiter, n int) {
+	if w.cls == nil || s.cfg.StrictPriority {
+		return
+	}
+	s.vtime = max(s.vtime, w.cls.pass)
+	w.cls.pass += float64(n) / float64(w.cls.weight)
+}
+
+// joinLocked puts w in line.
+func (s *Subscriber) joinLocked(w *waiter) { s.queue = append(s.queue, w) }
 
 // reserve takes up to want slots for a read (at least one), waiting while none is free, and
 // returns how many it took; the reader gives back what it does not use. Readers that must wait
-// are served in turn (first come, first served): when slots free up, the first waiter is woken
-// and takes what is free then (up to its want), then the next is woken if any slot is left.
-// Taking what is free when the reader runs, not when it is woken, keeps batches large. A
-// reader that is not waiting in line never takes slots ahead of those that are. While the
-// Subscriber is paused, every reader waits. reserve returns 0 when stop closes.
+// are served in turn (first come, first served): when slots free up, the first waiter that may
+// read is woken and takes what is free then (up to its want), then the next is woken if any
+// slot is left. Taking what is free when the reader runs, not when it is woken, keeps batches
+// large. A reader that is not waiting in line never takes slots ahead of those that are and
+// may read. While the Subscriber is paused, every reader waits; while its topic is paused, a
+// reader waits and is passed over. reserve returns 0 when stop closes.
 func (s *Subscriber) reserve(w *waiter, stop <-chan struct{}, want int) int {
 	s.mu.Lock()
+	if w.cls != nil && w.idle {
+		// Back from empty streams: the class's pass catches up with the hand-outs it did not
+		// compete for, but for a batch, so that it does not take a burst of stored credit. A
+		// busy class keeps its pass while its reader is away reading.
+		w.cls.pass = max(w.cls.pass, s.vtime-float64(s.cfg.BatchSize)/float64(w.cls.weight))
+	}
 	for {
-		if free := s.cfg.Concurrency - s.taken; free > 0 && !s.paused && (s.turn == w || s.turn == nil && len(s.queue) == 0) {
+		if free := s.cfg.Concurrency - s.taken; free > 0 && s.mayTakeLocked(w) && (s.turn == w || s.turn == nil && s.nextLocked() < 0) {
 			n := min(free, want)
 			s.taken += n
+			s.tookLocked(w, n)
 			if s.turn == w {
 				s.turn = nil
 				s.wakeLocked()
@@ -344,11 +510,12 @@ func (s *Subscriber) reserve(w *waiter, stop <-chan struct{}, want int) int {
 			return n
 		}
 		w.ready = make(chan struct{})
-		if s.turn == w { // woken, but paused since: first in line again
+		if s.turn == w { // woken, but paused since: first in line again, and the turn passes on
 			s.turn = nil
 			s.queue = slices.Insert(s.queue, 0, w)
+			s.wakeLocked()
 		} else {
-			s.queue = append(s.queue, w)
+			s.joinLocked(w)
 		}
 		s.mu.Unlock()
 		select {
@@ -379,14 +546,34 @@ func (s *Subscriber) release(n int) {
 	s.mu.Unlock()
 }
 
-// wakeLocked wakes the first waiting reader when a slot is free, reading is not paused and no
-// other reader's turn is pending.
+// nextLocked is the index in queue of the waiter to serve next, or -1: the first that may
+// take slots (mayTakeLocked), or under Config.Priority without StrictPriority the one of the
+// class with the smallest pass (the first of those).
+func (s *Subscriber) nextLocked() int {
+	if s.cfg.Priority == nil || s.cfg.StrictPriority {
+		return slices.IndexFunc(s.queue, s.mayTakeLocked)
+	}
+	best := -1
+	for i, w := range s.queue {
+		if s.mayReadLocked(w) && (best < 0 || w.cls.pass < s.queue[best].cls.pass) {
+			best = i
+		}
+	}
+	return best
+}
+
+// wakeLocked wakes the next waiting reader (nextLocked) when a slot is free and no other
+// reader's turn is pending.
 func (s *Subscriber) wakeLocked() {
 	if s.turn != nil || len(s.queue) == 0 || s.taken >= s.cfg.Concurrency || s.paused {
 		return
 	}
-	s.turn = s.queue[0]
-	s.queue = slices.Delete(s.queue, 0, 1)
+	i := s.nextLocked()
+	if i < 0 {
+		return
+	}
+	s.turn = s.queue[i]
+	s.queue = slices.Delete(s.queue, i, i+1)
 	close(s.turn.ready)
 }
 

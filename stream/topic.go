@@ -153,7 +153,8 @@ func (t *topic) running() int {
 func (t *topic) read(ctx context.Context) {
 	defer close(t.readDone)
 	cfg := t.s.cfg
-	var w waiter
+	w := t.s.newWaiter(t.name)
+	defer t.s.setHungry(w, false)
 	// A topic whose last read found nothing waits for entries with one slot reserved, so that
 	// a blocked read does not keep slots from busy topics. A new subscription starts so.
 	idle := true
@@ -166,7 +167,7 @@ func (t *topic) read(ctx context.Context) {
 		}
 		if sweep {
 			sweep = false
-			if !t.adoptOrphans(ctx, &w) {
+			if !t.adoptOrphans(ctx, w) {
 				return
 			}
 		}
@@ -174,11 +175,12 @@ func (t *topic) read(ctx context.Context) {
 		if idle {
 			want = 1
 		}
+		w.idle = idle
 		// No sweep of the stream runs from before the read is sent until its entries are
 		// held (see streamState.gate). Taken before the slots: a sweep holds the gate while
 		// it waits for slots, and must not wait for ours.
 		t.st.gate.RLock()
-		n := t.s.reserve(&w, t.stopping, want)
+		n := t.s.reserve(w, t.stopping, want)
 		if n == 0 {
 			t.st.gate.RUnlock()
 			return
@@ -192,6 +194,7 @@ func (t *topic) read(ctx context.Context) {
 		}).Result()
 		if err != nil && !errors.Is(err, redis.Nil) {
 			t.st.gate.RUnlock()
+			t.s.setHungry(w, false)
 			t.s.release(n)
 			if rediserr.IsNoStream(err) {
 				// The stream or group was deleted under us: make them again and go on.
@@ -220,6 +223,7 @@ func (t *topic) read(ctx context.Context) {
 			t.logger.Info("reconnected to Redis after "+lasted.String(), watermill.LogFields{"after": lasted})
 		}
 		idle = len(res) == 0 || len(res[0].Messages) == 0
+		t.s.setHungry(w, !idle && len(res[0].Messages) >= n)
 		if idle {
 			t.st.gate.RUnlock()
 			t.s.release(n)

@@ -412,7 +412,7 @@
       h('thead', {}, h('tr', {}, h('th', { scope: 'col' }, 'Queue'),
         cols.map(([, name, st]) => h('th', { scope: 'col', class: 'num' + (st ? ' gauge' : '') }, name)))),
       h('tbody', {}, queues.map((q) => h('tr', { data: { queue: q.queue } },
-        h('th', { scope: 'row', class: 'name' }, h('a', { href: queueHref(q.queue) }, q.queue)),
+        h('th', { scope: 'row', class: 'name' }, h('a', { href: queueHref(q.queue) }, q.queue), q.paused ? [' ', pausedBadge()] : null),
         cols.map(([k, name, st]) => h('td', { class: 'num' + (st ? ' gauge' : '') + (k === 'dead' && num(q[k]) > 0 ? ' has-dead' : ''), data: { label: name, field: k } },
           st ? h('a', { href: queueHref(q.queue, st), 'aria-label': name + ' jobs of ' + q.queue + ': ' + fmtInt(q[k]) }, fmtInt(q[k]))
             : fmtInt(q[k])))))));
@@ -425,7 +425,8 @@
     const chartFig = chartBox(q + ': jobs per second over the last 15 minutes');
     const counters = h('dl', { class: 'counters' });
     const err = h('div', {});
-    main().replaceChildren(heading('Queue ' + q), tabs(q, '', null), err,
+    const pause = h('div', { class: 'pause-box' });
+    main().replaceChildren(heading('Queue ' + q), tabs(q, '', null), err, pause,
       h('section', { class: 'card', 'aria-labelledby': 'c-h' }, h('h2', { id: 'c-h' }, 'Counters'), counters),
       h('section', { class: 'card', 'aria-labelledby': 'tp-h' }, h('h2', { id: 'tp-h' }, 'Throughput'), chartFig.el));
     const refresh = async () => {
@@ -438,6 +439,7 @@
         }
         err.replaceChildren();
         updateTabCounts(st);
+        renderPause(pause, q, !!st.paused, refresh);
         counters.replaceChildren(...ALL_COUNTERS.map(([k, name]) =>
           h('div', { data: { field: k } }, h('dt', {}, name), h('dd', {}, fmtInt(st[k])))));
         chartFig.update(tp);
@@ -448,6 +450,28 @@
     };
     refresh();
     return { refresh, resize: chartFig.redraw };
+  }
+
+  const pausedBadge = () => h('span', { class: 'badge paused', data: { paused: 'true' } }, 'paused');
+
+  // renderPause shows whether queue q is paused and a button that pauses or resumes it
+  // (POST /v1/queues/{q}/pause or /resume); then refresh runs again.
+  function renderPause(box, q, paused, refresh) {
+    const btn = h('button', {
+      type: 'button', class: 'pause-btn' + (paused ? '' : ' danger'), data: { action: paused ? 'resume' : 'pause' },
+      onclick: async () => {
+        btn.disabled = true;
+        try {
+          await api('POST', 'queues/' + enc(q) + (paused ? '/resume' : '/pause'));
+          notify('ok', (paused ? 'Resumed ' : 'Paused ') + q + (paused ? ': workers take its jobs again.' : ': workers take none of its jobs until it is resumed.'));
+        } catch (e) {
+          notify('bad', 'Could not ' + (paused ? 'resume ' : 'pause ') + q + ': ' + e.message);
+        }
+        refresh();
+      },
+    }, paused ? 'Resume' : 'Pause');
+    box.replaceChildren(...(paused ? [pausedBadge(), ' '] : []), btn,
+      paused ? h('span', { class: 'muted' }, ' Workers take none of its jobs; they wait, and scheduled ones are promoted when due.') : null);
   }
 
   // Paging cursors of each list, kept while the tab lives so Back returns to the same page.

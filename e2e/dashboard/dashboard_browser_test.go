@@ -457,6 +457,36 @@ func TestDashboardBrowser(t *testing.T) {
 	b.do("previous page", chromedp.Click(css("button.prev")))
 	b.poll("back on the first page", rows+`.length === 25 && `+rows+`[0].dataset.job === 'report-1'`)
 
+	// Pause and resume a queue from its page: the badge and the button follow, and Redis has
+	// the state.
+	paused := func(want bool) {
+		t.Helper()
+		s, err := f.insp.Stats(context.Background(), dashReports)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if s.Paused != want {
+			t.Errorf("queue %s paused = %v, want %v", dashReports, s.Paused, want)
+		}
+	}
+	b.route("#/queues/" + dashReports)
+	b.do("pause reports", chromedp.WaitVisible(css(`.pause-box button[data-action="pause"]`)),
+		chromedp.Click(css(`.pause-box button[data-action="pause"]`)),
+		chromedp.WaitVisible(css(`.pause-box .badge.paused`)),
+		chromedp.WaitVisible(css(`.pause-box button[data-action="resume"]`)))
+	paused(true)
+	b.shot("desktop-queue-paused")
+	b.route("#/queues")
+	b.poll("the queue table marks reports paused",
+		`document.querySelector('tr[data-queue="`+dashReports+`"] .badge.paused') !== null &&
+		 document.querySelector('tr[data-queue="`+dashOrders+`"] .badge.paused') === null`)
+	b.route("#/queues/" + dashReports)
+	b.do("resume reports", chromedp.WaitVisible(css(`.pause-box button[data-action="resume"]`)),
+		chromedp.Click(css(`.pause-box button[data-action="resume"]`)),
+		chromedp.WaitVisible(css(`.pause-box button[data-action="pause"]`)))
+	b.poll("the paused badge is gone", `document.querySelector('.pause-box .badge.paused') === null`)
+	paused(false)
+
 	// The running job shows its worker and lease.
 	b.route("#/queues/orders/in_progress")
 	b.poll("the in-progress list shows the worker",

@@ -61,6 +61,8 @@ func TestHostileCLINames(t *testing.T) {
 		"dead purge":    func(q string) []string { return []string{"dead", "purge", "--queue", q, "--all"} },
 		"queues delete": func(q string) []string { return []string{"queues", "delete", "--force", q} },
 		"queues create": func(q string) []string { return []string{"queues", "create", q, "--partitions", "2"} },
+		"pause":         func(q string) []string { return []string{"pause", q} },
+		"resume":        func(q string) []string { return []string{"resume", q} },
 	}
 	byID := map[string]func(id string) []string{
 		"status":      func(id string) []string { return []string{"status", "--queue", "hostile", id} },

@@ -70,7 +70,11 @@ func printStats(w io.Writer, stats []*pipeline.QueueStats) error {
 	t := newTable(w)
 	fmt.Fprintln(t, "QUEUE\tSCHEDULED\tQUEUED\tIN_PROGRESS\tDEAD\t|\tENQUEUED\tCOMPLETED\tFAILED\tRETRIED\tRECOVERED\tCANCELED")
 	for _, s := range stats {
-		fmt.Fprintf(t, "%s\t%d\t%d\t%d\t%d\t|\t%d\t%d\t%d\t%d\t%d\t%d\n", s.Queue,
+		name := s.Queue
+		if s.Paused { // conveyor pause: workers do not read it
+			name += " (paused)"
+		}
+		fmt.Fprintf(t, "%s\t%d\t%d\t%d\t%d\t|\t%d\t%d\t%d\t%d\t%d\t%d\n", name,
 			s.Scheduled, s.Queued, s.InProgress, s.Dead,
 			s.Enqueued, s.Completed, s.Failed, s.Retried, s.Recovered, s.Canceled)
 	}

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"maps"
 	"slices"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -16,8 +18,12 @@ import (
 
 func init() { addCommand(newWorkerCmd) }
 
+// maxQueueWeight bounds a --queue weight.
+const maxQueueWeight = 1000
+
 type workerFlags struct {
 	queues           []string
+	strictPriority   bool // --strict-priority: WorkerConfig.StrictPriority
 	concurrency      int
 	backoffBase      time.Duration
 	backoffMax       time.Duration
@@ -88,9 +94,17 @@ the visibility timeout.
 With --wait-replicas N each write of job outcomes waits until N replicas of the Redis master
 have it. Outcomes fewer replicas confirm within --wait-timeout are on the master already: they
 are logged (at most every 10s), not written again; if the master then fails before a replica
-has them, their jobs run again.`,
+has them, their jobs run again.
+
+--queue NAME=WEIGHT weighs the queues against each other when they compete for the worker's
+slots: under a flood of work each gets a share of the jobs started in proportion to its weight
+(a plain --queue NAME weighs 1), so a low queue still gets its share; while slots are free every
+queue is read at once. With --strict-priority the weights are ranks: no queue is read while one
+of a higher weight has work. A paused queue ('conveyor pause') is not read at all.`,
 		Example: `  conveyor worker
-  conveyor worker --queue emails --queue reports --concurrency 50 --backoff-max 1h`,
+  conveyor worker --queue emails --queue reports --concurrency 50 --backoff-max 1h
+  conveyor worker --queue critical=6 --queue default=3 --queue low=1
+  conveyor worker --queue critical=3 --queue low=1 --strict-priority`,
 		Args:        noArgs,
 		Annotations: map[string]string{annotationEndsOnSignal: ""},
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -133,7 +147,8 @@ has them, their jobs run again.`,
 		},
 	}
 	f := cmd.Flags()
-	f.StringSliceVarP(&wf.queues, "queue", "q", []string{pipeline.DefaultQueue}, "queue to consume (repeatable, or comma-separated)")
+	f.StringSliceVarP(&wf.queues, "queue", "q", []string{pipeline.DefaultQueue}, "queue to consume, NAME or NAME=WEIGHT (repeatable, or comma-separated); weights share the worker's slots among its queues")
+	f.BoolVar(&wf.strictPriority, "strict-priority", false, "read the queue of the highest --queue weight first, the next only while it has no work")
 	f.IntVarP(&wf.concurrency, "concurrency", "c", pipeline.DefaultConcurrency, "jobs run at once, across the queues")
 	f.DurationVar(&wf.backoffBase, "backoff-base", pipeline.DefaultBackoffBase, "retry delay after the first failed attempt; it doubles with each attempt")
 	f.DurationVar(&wf.backoffMax, "backoff-max", pipeline.DefaultBackoffMax, "longest retry delay")
@@ -157,10 +172,29 @@ func (wf *workerFlags) config() (pipeline.WorkerConfig, error) {
 	if wf.queuesGiven && len(wf.queues) == 0 {
 		bad("--queue must name a queue, not be empty")
 	}
-	for _, q := range wf.queues {
+	var names []string
+	weights := map[string]int{}
+	for _, arg := range wf.queues {
+		q, weight, hasWeight := strings.Cut(arg, "=")
 		if err := keys.ValidateQueue(q); err != nil {
-			bad("--queue %q: %v (use letters, digits, '.', '_' and '-')", q, errors.Unwrap(err))
+			bad("--queue %q: %v (use letters, digits, '.', '_' and '-')", arg, errors.Unwrap(err))
+			continue
 		}
+		w := 1
+		if hasWeight {
+			n, err := strconv.Atoi(weight)
+			if err != nil || n < 1 || n > maxQueueWeight {
+				bad("--queue %q: the weight must be a whole number from 1 to %d", arg, maxQueueWeight)
+				continue
+			}
+			w = n
+		}
+		if old, dup := weights[q]; dup && old != w {
+			bad("--queue %s is given twice with different weights (%d and %d)", q, old, w)
+			continue
+		}
+		weights[q] = w
+		names = append(names, q)
 	}
 	if wf.name != "" {
 		if err := keys.ValidateQueue(wf.name); err != nil {
@@ -209,9 +243,16 @@ func (wf *workerFlags) config() (pipeline.WorkerConfig, error) {
 	if len(errs) > 0 {
 		return pipeline.WorkerConfig{}, errors.Join(errs...)
 	}
-	queues := wf.queues
+	queues := names
 	if len(queues) == 0 {
 		queues = []string{pipeline.DefaultQueue}
+	}
+	var queueWeights map[string]int // none unless a weight was given: first come, first served
+	for _, arg := range wf.queues {
+		if strings.Contains(arg, "=") {
+			queueWeights = weights
+			break
+		}
 	}
 	retention := wf.retention
 	if retention == 0 {
@@ -219,6 +260,8 @@ func (wf *workerFlags) config() (pipeline.WorkerConfig, error) {
 	}
 	return pipeline.WorkerConfig{
 		Queues:            slices.Compact(slices.Sorted(slices.Values(queues))),
+		QueueWeights:      queueWeights,
+		StrictPriority:    wf.strictPriority,
 		Name:              wf.name,
 		Concurrency:       wf.concurrency,
 		Backoff:           pipeline.Backoff{Base: wf.backoffBase, Max: wf.backoffMax},

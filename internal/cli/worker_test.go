@@ -49,6 +49,21 @@ func TestWorkerConfig(t *testing.T) {
 		{name: "EqualBackoff", edit: func(wf *workerFlags) { wf.backoffMax = wf.backoffBase }, check: func(t *testing.T, c pipeline.WorkerConfig) {
 			require.Equal(t, c.Backoff.Base, c.Backoff.Max)
 		}},
+		{name: "QueueWeights", edit: func(wf *workerFlags) {
+			wf.queues = []string{"critical=6", "default=3", "low"}
+			wf.strictPriority = true
+		}, check: func(t *testing.T, c pipeline.WorkerConfig) {
+			require.Equal(t, []string{"critical", "default", "low"}, c.Queues)
+			require.Equal(t, map[string]int{"critical": 6, "default": 3, "low": 1}, c.QueueWeights)
+			require.True(t, c.StrictPriority)
+		}},
+		{name: "NoWeightsNoWeighting", edit: func(wf *workerFlags) { wf.queues = []string{"a", "b"} }, check: func(t *testing.T, c pipeline.WorkerConfig) {
+			require.Nil(t, c.QueueWeights)
+			require.False(t, c.StrictPriority)
+		}},
+		{name: "QueueWeightZero", edit: func(wf *workerFlags) { wf.queues = []string{"a=0"} }, err: `--queue "a=0": the weight must be a whole number from 1 to 1000`},
+		{name: "QueueWeightNotANumber", edit: func(wf *workerFlags) { wf.queues = []string{"a=x"} }, err: `--queue "a=x": the weight must be`},
+		{name: "QueueWeightTwice", edit: func(wf *workerFlags) { wf.queues = []string{"a=2", "a=3"} }, err: "--queue a is given twice with different weights (2 and 3)"},
 		{name: "ConcurrencyZero", edit: func(wf *workerFlags) { wf.concurrency = 0 }, err: "--concurrency must be at least 1, not 0"},
 		{name: "BackoffBaseZero", edit: func(wf *workerFlags) { wf.backoffBase = 0 }, err: "--backoff-base must be positive, not 0s"},
 		{name: "BackoffMaxBelowBase", edit: func(wf *workerFlags) { wf.backoffMax = time.Millisecond }, err: "--backoff-max (1ms) must be at least --backoff-base (1s)"},

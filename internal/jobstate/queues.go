@@ -41,6 +41,9 @@ type Stats struct {
 	Released       int64
 	Poison         int64
 	Debounced      int64 // publishes that joined a pending debounced job
+	// Paused is not read by ReadStats (see KnownQueuesPaused, IsPausedQueue); it is here so
+	// that pipeline.QueueStats converts from Stats.
+	Paused bool
 }
 
 // ReadStats reads the gauges and counters of queues qs in one pipeline: one round trip on a
@@ -163,18 +166,29 @@ func LegacyPartitions(ctx context.Context, rdb redis.Cmdable, prefix, queue stri
 // names no keys of ours), sorted, and the partition counts of those that have more than one,
 // in one round trip.
 func KnownQueues(ctx context.Context, rdb redis.UniversalClient, prefix string) ([]string, map[string]int, error) {
-	var names *redis.StringSliceCmd
+	names, counts, _, err := KnownQueuesPaused(ctx, rdb, prefix)
+	return names, counts, err
+}
+
+// KnownQueuesPaused is KnownQueues that also reads the paused queues (PausedQueues), in the
+// same round trip.
+func KnownQueuesPaused(ctx context.Context, rdb redis.UniversalClient, prefix string) ([]string, map[string]int, map[string]bool, error) {
+	var names, paused *redis.StringSliceCmd
 	var m *redis.MapStringStringCmd
 	_, _ = rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		names = p.SMembers(ctx, keys.Queues(prefix))
 		m = p.HGetAll(ctx, keys.Partitions(prefix))
+		paused = p.SMembers(ctx, keys.Paused(prefix))
 		return nil
 	})
 	if err := names.Err(); err != nil {
-		return nil, nil, rediserr.Wrap("queues", fmt.Errorf("list queues: %w", err))
+		return nil, nil, nil, rediserr.Wrap("queues", fmt.Errorf("list queues: %w", err))
 	}
 	if err := m.Err(); err != nil {
-		return nil, nil, rediserr.Wrap("queues", fmt.Errorf("read the partition counts: %w", err))
+		return nil, nil, nil, rediserr.Wrap("queues", fmt.Errorf("read the partition counts: %w", err))
+	}
+	if err := paused.Err(); err != nil {
+		return nil, nil, nil, rediserr.Wrap("queues", fmt.Errorf("read the paused queues: %w", err))
 	}
 	qs := slices.DeleteFunc(names.Val(), func(n string) bool { return keys.ValidateQueue(n) != nil })
 	slices.Sort(qs)
@@ -182,11 +196,54 @@ func KnownQueues(ctx context.Context, rdb redis.UniversalClient, prefix string) 
 	for q, v := range m.Val() {
 		p, err := ParsePartitions(q, v)
 		if err != nil {
-			return nil, nil, err
+			return nil, nil, nil, err
 		}
 		counts[q] = p
 	}
-	return qs, counts, nil
+	return qs, counts, pausedSet(paused.Val()), nil
+}
+
+func pausedSet(names []string) map[string]bool {
+	set := make(map[string]bool, len(names))
+	for _, n := range names {
+		set[n] = true
+	}
+	return set
+}
+
+// PauseQueue adds queue to the paused queues and announces it on keys.PausedChannel; it
+// reports whether the queue was not paused before. The set is written first, so a worker
+// that hears the notice reads the new state.
+func PauseQueue(ctx context.Context, rdb redis.UniversalClient, prefix, queue string) (bool, error) {
+	n, err := rdb.SAdd(ctx, keys.Paused(prefix), queue).Result()
+	if err != nil {
+		return false, err
+	}
+	return n == 1, rdb.Publish(ctx, keys.PausedChannel(prefix), queue).Err()
+}
+
+// ResumeQueue removes queue from the paused queues and announces it; it reports whether the
+// queue was paused.
+func ResumeQueue(ctx context.Context, rdb redis.UniversalClient, prefix, queue string) (bool, error) {
+	n, err := rdb.SRem(ctx, keys.Paused(prefix), queue).Result()
+	if err != nil {
+		return false, err
+	}
+	return n == 1, rdb.Publish(ctx, keys.PausedChannel(prefix), queue).Err()
+}
+
+// PausedQueues reads the set of paused queues (one SMEMBERS).
+func PausedQueues(ctx context.Context, rdb redis.UniversalClient, prefix string) (map[string]bool, error) {
+	names, err := rdb.SMembers(ctx, keys.Paused(prefix)).Result()
+	if err != nil {
+		return nil, err
+	}
+	return pausedSet(names), nil
+}
+
+// IsPausedQueue reports whether queue is paused.
+func IsPausedQueue(ctx context.Context, rdb redis.UniversalClient, prefix, queue string) (bool, error) {
+	return rdb.SIsMember(ctx, keys.Paused(prefix), queue).Result()
 }
 
 // IsKnownQueue reports whether queue is in the known-queues set.

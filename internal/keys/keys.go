@@ -273,6 +273,17 @@ func Queues(prefix string) string { return prefix + ":queues" }
 // Like Queues it is global and never touched by a script.
 func Partitions(prefix string) string { return prefix + ":partitions" }
 
+// Paused is the set of the names of the paused queues under prefix (Inspector.Pause): a worker
+// issues no read on any partition of a queue in it. Like Queues it is global, one key read
+// whole by every worker (every second, and when a notice on PausedChannel says it changed),
+// never touched by a script, and kept across restarts like any key.
+func Paused(prefix string) string { return prefix + ":paused" }
+
+// PausedChannel is the Pub/Sub channel on which a pause or resume is announced (the message is
+// the queue's name), so that workers need not wait for their next read of Paused. A notice is a
+// hint; Paused is the state.
+func PausedChannel(prefix string) string { return prefix + ":paused:notices" }
+
 // LayoutLock is the lock that lets one change of queue's partition count run at a time.
 func LayoutLock(prefix, queue string) string { return Partitions(prefix) + ":lock:" + queue }
 

@@ -1,0 +1,264 @@
+package pipeline_test
+
+import (
+	"context"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/conveyorq/conveyor/internal/redistest"
+	"github.com/conveyorq/conveyor/pipeline"
+)
+
+// queueReads is a go-redis hook that counts the XREADGROUPs begun and ended on the streams of
+// each queue (by the queue's name in the stream key's hash tag, partitions included).
+type queueReads struct {
+	mu            sync.Mutex
+	begun, ended  map[string]int
+	prefix        string
+	queues        []string
+	anyInProgress atomic.Int64
+}
+
+func newQueueReads(prefix string, queues ...string) *queueReads {
+	return &queueReads{begun: map[string]int{}, ended: map[string]int{}, prefix: prefix, queues: queues}
+}
+
+func (*queueReads) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (*queueReads) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+func (h *queueReads) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if cmd.Name() != "xreadgroup" {
+			return next(ctx, cmd)
+		}
+		q := ""
+		for _, a := range cmd.Args() {
+			s, ok := a.(string)
+			if !ok || !strings.HasPrefix(s, h.prefix+":{") {
+				continue
+			}
+			tag := strings.TrimPrefix(s, h.prefix+":{")
+			tag = tag[:strings.IndexByte(tag, '}')]
+			q, _, _ = strings.Cut(tag, "#")
+		}
+		h.mu.Lock()
+		h.begun[q]++
+		h.mu.Unlock()
+		defer func() {
+			h.mu.Lock()
+			h.ended[q]++
+			h.mu.Unlock()
+		}()
+		return next(ctx, cmd)
+	}
+}
+
+// reads is how many reads of queue began, and whether none is under way.
+func (h *queueReads) reads(queue string) (begun int, idle bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.begun[queue], h.begun[queue] == h.ended[queue]
+}
+
+// hookedClient is a new client to the same Redis as rdb (standalone or cluster), with hook.
+func hookedClient(t *testing.T, rdb redis.UniversalClient, hook redis.Hook) redis.UniversalClient {
+	t.Helper()
+	var c redis.UniversalClient
+	switch r := rdb.(type) {
+	case *redis.Client:
+		c = redis.NewClient(r.Options())
+	case *redis.ClusterClient:
+		c = redis.NewClusterClient(r.Options())
+	default:
+		t.Fatalf("client %T", rdb)
+	}
+	c.AddHook(hook)
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+// TestPauseResume pauses a partitioned queue under a running worker, on a standalone server and
+// on the 3-master cluster: the worker stops reading it (and only it) within one read, the job
+// running when the pause landed finishes, a job due during the pause is promoted and waits,
+// and after Resume every job runs. The state outlives the worker: a new worker started on the
+// paused queue reads nothing of it until Resume.
+func TestPauseResume(t *testing.T) {
+	t.Parallel()
+	cl := redistest.StartCluster(t)
+	for _, be := range []struct {
+		name string
+		rdb  redis.UniversalClient
+	}{{"Standalone", redistest.Client(t)}, {"Cluster", cl.Client(t)}} {
+		t.Run(be.name, func(t *testing.T) {
+			t.Parallel()
+			testPauseResume(t, be.rdb)
+		})
+	}
+}
+
+func testPauseResume(t *testing.T, rdb redis.UniversalClient) {
+	ctx := t.Context()
+	prefix := redistest.UniqueName(t)
+	const q, other = "paused", "other"
+	insp, err := pipeline.NewInspector(rdb, pipeline.InspectorConfig{Prefix: prefix})
+	require.NoError(t, err)
+	require.ErrorIs(t, insp.Pause(ctx, q), pipeline.ErrQueueNotFound)
+	_, err = insp.CreateQueue(ctx, q, pipeline.QueueOptions{Partitions: 3})
+	require.NoError(t, err)
+	client, err := pipeline.NewClient(rdb, pipeline.ClientConfig{Prefix: prefix})
+	require.NoError(t, err)
+
+	started := make(chan string, 100) // ids of the jobs of q that started
+	ran := make(chan string, 100)     // ids of the jobs of other that ran
+	gate := make(chan struct{})
+	var opened sync.Once
+	open := func() { opened.Do(func() { close(gate) }) }
+	t.Cleanup(open) // before the worker's stop, which waits for the job
+	blocking := make(chan struct{}, 1)
+	handlers := map[string]pipeline.HandlerFunc{
+		"block": func(ctx context.Context, j *pipeline.Job) ([]byte, error) {
+			blocking <- struct{}{}
+			<-gate
+			return nil, nil
+		},
+		"run": func(_ context.Context, j *pipeline.Job) ([]byte, error) {
+			if j.Queue == q {
+				started <- j.ID
+			} else {
+				ran <- j.ID
+			}
+			return nil, nil
+		},
+	}
+	cfg := pipeline.WorkerConfig{Prefix: prefix, Queues: []string{q, other}, Concurrency: 4,
+		PauseCheckInterval: 100 * time.Millisecond}
+
+	// waitPaused waits until the worker has the pause and no read of q is under way (one
+	// under way when the pause landed may finish), and returns q's read count then.
+	waitPaused := func(t *testing.T, w *pipeline.Worker, h *queueReads) int {
+		t.Helper()
+		require.Eventually(t, func() bool { return pipeline.PausedTopics(w)[q] }, 10*time.Second, time.Millisecond)
+		var qReads int
+		require.Eventually(t, func() bool {
+			var idle bool
+			qReads, idle = h.reads(q)
+			return idle
+		}, 10*time.Second, time.Millisecond)
+		return qReads
+	}
+	// noneStarts checks that the worker reads q no more while it reads other on: a job of
+	// other runs, and other's reads go on, while q's read count stays at qReads and no job
+	// of q starts.
+	noneStarts := func(t *testing.T, h *queueReads, qReads int) {
+		t.Helper()
+		j, err := client.Enqueue(ctx, other, pipeline.Task{Type: "run"})
+		require.NoError(t, err)
+		select {
+		case id := <-ran:
+			require.Equal(t, j.ID, id)
+		case <-time.After(10 * time.Second):
+			t.Fatal("a job of the queue not paused did not run")
+		}
+		otherReads, _ := h.reads(other)
+		require.Eventually(t, func() bool { n, _ := h.reads(other); return n >= otherReads+3 }, 10*time.Second, time.Millisecond)
+		now, _ := h.reads(q)
+		assert.Equal(t, qReads, now, "XREADGROUP on a paused queue")
+		select {
+		case id := <-started:
+			t.Fatalf("job %s of the paused queue started", id)
+		default:
+		}
+	}
+
+	h := newQueueReads(prefix, q, other)
+	w, stop := startWorkerOn(t, hookedClient(t, rdb, h), cfg, handlers)
+	running, err := client.Enqueue(ctx, q, pipeline.Task{Type: "block"})
+	require.NoError(t, err)
+	<-blocking
+
+	require.NoError(t, insp.Pause(ctx, q))
+	require.NoError(t, insp.Pause(ctx, q)) // idempotent
+	qReads := waitPaused(t, w, h)
+	paused, err := insp.Paused(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, []string{q}, paused)
+	var queued []string
+	for range 5 {
+		j, err := client.Enqueue(ctx, q, pipeline.Task{Type: "run"})
+		require.NoError(t, err)
+		queued = append(queued, j.ID)
+	}
+	due, err := client.Enqueue(ctx, q, pipeline.Task{Type: "run"}, pipeline.WithDelay(50*time.Millisecond))
+	require.NoError(t, err)
+	queued = append(queued, due.ID)
+	// The scheduler goes on: the job due during the pause is promoted and waits, queued.
+	require.Eventually(t, func() bool {
+		j, err := client.Get(ctx, q, due.ID)
+		return err == nil && j.Status == pipeline.StatusQueued
+	}, 10*time.Second, time.Millisecond)
+	noneStarts(t, h, qReads)
+
+	st, err := insp.Stats(ctx, q)
+	require.NoError(t, err)
+	assert.True(t, st.Paused)
+	assert.EqualValues(t, 6, st.Queued)
+	all, err := insp.Queues(ctx)
+	require.NoError(t, err)
+	for _, s := range all {
+		assert.Equal(t, s.Queue == q, s.Paused, s.Queue)
+	}
+
+	// The job running when the pause landed finishes.
+	open()
+	require.Eventually(t, func() bool {
+		j, err := client.Get(ctx, q, running.ID)
+		return err == nil && j.Status == pipeline.StatusCompleted
+	}, 10*time.Second, time.Millisecond)
+
+	require.NoError(t, insp.Resume(ctx, q))
+	require.NoError(t, insp.Resume(ctx, q)) // idempotent
+	assert.ElementsMatch(t, queued, receiveIDs(t, started, len(queued)))
+	st, err = insp.Stats(ctx, q)
+	require.NoError(t, err)
+	assert.False(t, st.Paused)
+
+	// The state is in Redis: a worker started on a paused queue takes nothing of it.
+	require.NoError(t, stop())
+	require.NoError(t, insp.Pause(ctx, q))
+	queued = queued[:0]
+	for range 3 {
+		j, err := client.Enqueue(ctx, q, pipeline.Task{Type: "run"})
+		require.NoError(t, err)
+		queued = append(queued, j.ID)
+	}
+	h = newQueueReads(prefix, q, other)
+	w, _ = startWorkerOn(t, hookedClient(t, rdb, h), cfg, handlers)
+	require.Zero(t, waitPaused(t, w, h), "a worker started on a paused queue read it")
+	noneStarts(t, h, 0)
+	require.NoError(t, insp.Resume(ctx, q))
+	assert.ElementsMatch(t, queued, receiveIDs(t, started, len(queued)))
+}
+
+// receiveIDs receives n ids from ch.
+func receiveIDs(t *testing.T, ch <-chan string, n int) []string {
+	t.Helper()
+	var ids []string
+	for range n {
+		select {
+		case id := <-ch:
+			ids = append(ids, id)
+		case <-time.After(15 * time.Second):
+			t.Fatalf("%d of %d jobs started", len(ids), n)
+		}
+	}
+	return ids
+}

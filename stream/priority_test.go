@@ -1,0 +1,154 @@
+package stream
+
+import (
+	"context"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/conveyorq/conveyor/internal/redistest"
+)
+
+// weightsOf is a Config.Priority of topics named "<class>/<anything>", weighted by weights.
+func weightsOf(weights map[string]int) func(string) (string, int) {
+	return func(topic string) (string, int) {
+		class, _, _ := strings.Cut(topic, "/")
+		return class, weights[class]
+	}
+}
+
+// merge receives from every channel of chs onto one, each message with its channel's index.
+func merge(t testing.TB, chs []<-chan *message.Message) <-chan struct {
+	k   int
+	msg *message.Message
+} {
+	out := make(chan struct {
+		k   int
+		msg *message.Message
+	})
+	for k, ch := range chs {
+		go func() {
+			for m := range ch {
+				select {
+				case out <- struct {
+					k   int
+					msg *message.Message
+				}{k, m}:
+				case <-t.Context().Done():
+					return
+				}
+			}
+		}()
+	}
+	return out
+}
+
+// With weights 6:3:1 and every topic flooded, the messages handed out split 6:3:1 within 3%
+// of each share over 10,000 (counted while every topic still has entries); partitions of a
+// class (two topics here) share its weight. The weights divide contended slots: the consumer
+// holds every slot and frees half of them at a time (as a worker's outcome writer does,
+// in batches), so the readers always wait for slots.
+func TestPriorityWeightedShares(t *testing.T) {
+	t.Parallel()
+	rdb := redistest.Client(t)
+	base := redistest.UniqueName(t)
+	weights := map[string]int{"critical": 6, "default": 3, "low": 1}
+	classes := []string{"critical", "critical", "default", "low"} // critical has two partitions
+	backlog := []int{4500, 4500, 5000, 2000}                      // more than 10,000's shares of each
+	sub := newTestSubscriber(t, rdb, Config{Concurrency: 20, BatchSize: 20, ManualSettle: true,
+		Priority: weightsOf(weights), CloseTimeout: time.Second})
+	var chs []<-chan *message.Message
+	for k, c := range classes {
+		topic := c + "/" + base + "-" + string(rune('a'+k))
+		publish(t, rdb, topic, c, backlog[k])
+		msgs, err := sub.Subscribe(t.Context(), topic)
+		require.NoError(t, err)
+		chs = append(chs, msgs)
+	}
+	const total = 10_000
+	got := map[string]int{}
+	left := append([]int(nil), backlog...)
+	in := merge(t, chs)
+	var held []*message.Message
+	for n := 0; n < total; n++ {
+		select {
+		case m := <-in:
+			if held = append(held, m.msg); len(held) == 20 {
+				for _, h := range held[:10] {
+					sub.Settle(h)
+				}
+				held = append(held[:0], held[10:]...)
+			}
+			got[classes[m.k]]++
+			left[m.k]--
+			require.Positive(t, left[m.k], "topic %d ran dry before %d messages: raise its backlog (got %v after %d)", m.k, total, got, n)
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%d messages of %d; got %v", n, total, got)
+		}
+	}
+	for _, h := range held {
+		sub.Settle(h)
+	}
+	t.Logf("shares of %d: %v", total, got)
+	for c, w := range weights {
+		want := float64(total) * float64(w) / 10
+		assert.InDelta(t, want, float64(got[c]), want*0.03, "class %s (weight %d)", c, w)
+	}
+}
+
+// With StrictPriority no entry of the lower class is handed out while the higher class has
+// entries to read: the first low message comes once every high entry was read.
+func TestPriorityStrict(t *testing.T) {
+	t.Parallel()
+	rdb := redistest.Client(t)
+	base := redistest.UniqueName(t)
+	high, low := "high/"+base, "low/"+base
+	publish(t, rdb, high, "h", 3000)
+	publish(t, rdb, low, "l", 200)
+	sub := newTestSubscriber(t, rdb, Config{Concurrency: 20, BatchSize: 20, ManualSettle: true,
+		Priority: weightsOf(map[string]int{"high": 2, "low": 1}), StrictPriority: true})
+	msgsH, err := sub.Subscribe(t.Context(), high)
+	require.NoError(t, err)
+	// The high reader's first read is under way or done before the low one subscribes: from
+	// there on it is hungry or waiting, and the low reader waits for it.
+	first := receive(t, msgsH, 5*time.Second)
+	sub.Settle(first)
+	msgsL, err := sub.Subscribe(t.Context(), low)
+	require.NoError(t, err)
+	in := merge(t, []<-chan *message.Message{msgsH, msgsL})
+	highs, lows := 1, 0
+	var lagAtFirstLow atomic.Int64
+	lagAtFirstLow.Store(-1)
+	for highs+lows < 3200 {
+		select {
+		case m := <-in:
+			if m.k == 1 {
+				if lows == 0 {
+					g, err := rdb.XInfoGroups(context.Background(), high).Result()
+					require.NoError(t, err)
+					lagAtFirstLow.Store(g[0].Lag)
+				}
+				lows++
+			} else {
+				highs++
+			}
+			sub.Settle(m.msg)
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%d high and %d low messages", highs, lows)
+		}
+	}
+	assert.Equal(t, int64(0), lagAtFirstLow.Load(), "a low entry was handed out while high entries were unread")
+	assert.Equal(t, 3000, highs)
+	assert.Equal(t, 200, lows)
+}
+
+// Without Priority, StrictPriority is refused.
+func TestPriorityConfig(t *testing.T) {
+	_, err := NewSubscriber(Config{Client: redistest.Client(t), Group: "g", StrictPriority: true})
+	require.ErrorContains(t, err, "StrictPriority needs Config.Priority")
+}
