@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"sort"
 	"strings"
 	"time"
 
@@ -107,22 +106,7 @@ func ReadLimits(ctx context.Context, rdb redis.Cmdable, q keys.Queue) ([]Limit, 
 	if err != nil {
 		return nil, rediserr.Wrap("limits", err)
 	}
-	out := make([]Limit, 0, len(m))
-	for f, v := range m {
-		l, err := DecodeLimit(f, v)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, l)
-	}
-	sort.Slice(out, func(i, j int) bool {
-		a, b := out[i], out[j]
-		if a.Type != b.Type {
-			return a.Type < b.Type
-		}
-		return !a.PerKey && b.PerKey
-	})
-	return out, nil
+	return decodeLimits(m)
 }
 
 // SetLimit stores l in q's limits hash, replacing the limit of the same scope.
