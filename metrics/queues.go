@@ -188,15 +188,10 @@ func (c *QueueCollector) refresh() {
 	}
 	if c.only != nil {
 		stats = slices.DeleteFunc(stats, func(s *pipeline.QueueStats) bool { return !c.only[s.Queue] })
-		// A listed queue nothing was enqueued to yet is not known: it is all zeros.
-		for q := range c.only {
-			if !slices.ContainsFunc(stats, func(s *pipeline.QueueStats) bool { return s.Queue == q }) {
-				stats = append(stats, &pipeline.QueueStats{Queue: q})
-			}
-		}
-		slices.SortFunc(stats, func(a, b *pipeline.QueueStats) int { return cmp.Compare(a.Queue, b.Queue) })
 	}
-	// The limits of the same queues, in one more round trip (one per node on a cluster).
+	// The limits of the known queues read, in one more round trip (one per node on a cluster):
+	// a listed queue that is not known has none (limits are set on existing queues only), and
+	// its name, which nothing checked, is not sent.
 	names := make([]string, len(stats))
 	for k, s := range stats {
 		names[k] = s.Queue
@@ -206,6 +201,15 @@ func (c *QueueCollector) refresh() {
 		c.errors++
 		c.lastEr = err
 		return
+	}
+	if c.only != nil {
+		// A listed queue nothing was enqueued to yet is not known: it is all zeros.
+		for q := range c.only {
+			if !slices.ContainsFunc(stats, func(s *pipeline.QueueStats) bool { return s.Queue == q }) {
+				stats = append(stats, &pipeline.QueueStats{Queue: q})
+			}
+		}
+		slices.SortFunc(stats, func(a, b *pipeline.QueueStats) int { return cmp.Compare(a.Queue, b.Queue) })
 	}
 	c.stats, c.limits, c.read, c.lastEr = stats, limits, now, nil
 }

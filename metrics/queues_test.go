@@ -134,12 +134,12 @@ func TestQueueCollectorListedQueues(t *testing.T) {
 	insp, err := pipeline.NewInspector(rdb, pipeline.InspectorConfig{Prefix: prefix})
 	require.NoError(t, err)
 	qc, err := metrics.NewQueueCollector(insp,
-		metrics.QueueCollectorConfig{Queues: []string{"b", "new"}})
+		metrics.QueueCollectorConfig{Queues: []string{"b", "new", "not{valid}"}})
 	require.NoError(t, err)
 	reg := prometheus.NewRegistry()
 	require.NoError(t, reg.Register(qc))
 	require.Equal(t, 1.0, value(t, reg, "conveyor_queue_jobs", "queue", "b", "state", "scheduled"))
-	require.Equal(t, 8, testutil.CollectAndCount(qc, "conveyor_queue_jobs"), "4 states of b and new")
+	require.Equal(t, 12, testutil.CollectAndCount(qc, "conveyor_queue_jobs"), "4 states of b, new and not{valid}")
 	require.Equal(t, 0.0, value(t, reg, "conveyor_queue_enqueued_total", "queue", "new"))
 	require.Equal(t, 1.0, value(t, reg, "conveyor_queue_enqueued_total", "queue", "b"))
 }
