@@ -76,6 +76,9 @@ func TestHostileAPINames(t *testing.T) {
 		"purge":      {"DELETE", "/v1/queues/{q}/dead/queued", ""},
 		"replay all": {"POST", "/v1/queues/{q}/dead:replay", ""},
 		"purge all":  {"DELETE", "/v1/queues/{q}/dead", ""},
+		"limits":     {"GET", "/v1/queues/{q}/limits", ""},
+		"set limit":  {"PUT", "/v1/queues/{q}/limits", `{"concurrency":1}`},
+		"del limit":  {"DELETE", "/v1/queues/{q}/limits", ""},
 	}
 	byID := map[string]route{
 		"get":    {"GET", "/v1/queues/hostile/jobs/{id}", ""},

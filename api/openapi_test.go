@@ -108,17 +108,22 @@ func TestOpenAPI(t *testing.T) {
 		"POST /v1/queues/{queue}/jobs":       `{"type":"echo"}`,
 		"POST /v1/queues/{queue}/jobs:batch": `{"jobs":[{"type":"echo"}]}`,
 		"PUT /v1/queues/{queue}":             `{"partitions":3}`,
+		"PUT /v1/queues/{queue}/limits":      `{"concurrency":1}`,
 	}
-	// Whole-queue deletions last, so that the others still find their jobs.
-	last := func(k string) bool {
-		return k == "DELETE /v1/queues/{queue}/dead" || k == "DELETE /v1/queues/{queue}"
+	// Whole-queue deletions last, so that the others still find their jobs; the limit's
+	// deletion after the PUT that sets it.
+	last := func(k string) int {
+		switch k {
+		case "DELETE /v1/queues/{queue}/limits":
+			return 1
+		case "DELETE /v1/queues/{queue}/dead", "DELETE /v1/queues/{queue}":
+			return 2
+		}
+		return 0
 	}
 	slices.SortFunc(documented, func(a, b string) int {
 		if last(a) != last(b) {
-			if last(a) {
-				return 1
-			}
-			return -1
+			return last(a) - last(b)
 		}
 		return strings.Compare(a, b)
 	})
@@ -172,6 +177,7 @@ func TestEveryAuthedRouteNeedsToken(t *testing.T) {
 		"POST /v1/queues/{queue}/jobs":       `{"type":"echo"}`,
 		"POST /v1/queues/{queue}/jobs:batch": `{"jobs":[{"type":"echo"}]}`,
 		"PUT /v1/queues/{queue}":             `{"partitions":3}`,
+		"PUT /v1/queues/{queue}/limits":      `{"concurrency":1}`,
 	}
 	authed := 0
 	for path, item := range doc.Paths {

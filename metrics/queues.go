@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strconv"
 	"sync"
 	"time"
 
@@ -38,8 +39,9 @@ type QueueCollectorConfig struct {
 	Now func() time.Time
 }
 
-// QueueCollector is a prometheus.Collector of the queues' gauges and counters, read through
-// an Inspector (Inspector.Queues: one round trip for the queue list and one per 100 queues).
+// QueueCollector is a prometheus.Collector of the queues' gauges and counters, and of their
+// configured flow-control limits, read through an Inspector (Inspector.Queues: one round trip
+// for the queue list and one per 100 queues; Inspector.LimitsOf: one more for the limits).
 // It caches a reading for MaxAge: however many queues there are and however often it is
 // scraped, it refreshes at most once per MaxAge, and concurrent scrapes share one refresh.
 // When a refresh fails, the last reading is served (conveyor_queue_stats_age_seconds says how
@@ -52,8 +54,9 @@ type QueueCollector struct {
 
 	mu     sync.Mutex
 	stats  []*pipeline.QueueStats
-	read   time.Time // when stats were read; zero before the first reading
-	tried  time.Time // the last refresh, successful or not
+	limits map[string][]pipeline.Limit // the queues' limits, read with stats
+	read   time.Time                   // when stats were read; zero before the first reading
+	tried  time.Time                   // the last refresh, successful or not
 	lastEr error
 	errors float64
 }
@@ -69,6 +72,12 @@ var (
 		"Age of the queue reading served (it is cached, and served while a refresh fails).", nil, nil)
 	descErrors = prometheus.NewDesc(Namespace+"_queue_stats_errors_total",
 		"Refreshes of the queue reading that failed.", nil, nil)
+	descLimitRate = prometheus.NewDesc(Namespace+"_queue_limit_rate",
+		"A configured rate limit of the queue (pipeline.Limit), in jobs started per second, by scope: type (empty for every type) and per_key (each limit key separately).",
+		[]string{"queue", "type", "per_key"}, nil)
+	descLimitConcurrency = prometheus.NewDesc(Namespace+"_queue_limit_concurrency",
+		"A configured concurrency limit of the queue (pipeline.Limit), in jobs running at once, by scope: type (empty for every type) and per_key (each limit key separately).",
+		[]string{"queue", "type", "per_key"}, nil)
 	// queueCounters are the queues' counters exported, with what they count.
 	queueCounters = []struct {
 		desc *prometheus.Desc
@@ -118,6 +127,8 @@ func (c *QueueCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- descPaused
 	ch <- descAge
 	ch <- descErrors
+	ch <- descLimitRate
+	ch <- descLimitConcurrency
 	for _, qc := range queueCounters {
 		ch <- qc.desc
 	}
@@ -128,7 +139,7 @@ func (c *QueueCollector) Describe(ch chan<- *prometheus.Desc) {
 func (c *QueueCollector) Collect(ch chan<- prometheus.Metric) {
 	c.mu.Lock()
 	c.refresh()
-	stats, read, errs, lastErr := c.stats, c.read, c.errors, c.lastEr
+	stats, limits, read, errs, lastErr := c.stats, c.limits, c.read, c.errors, c.lastEr
 	now := c.cfg.Now()
 	c.mu.Unlock()
 
@@ -154,6 +165,17 @@ func (c *QueueCollector) Collect(ch chan<- prometheus.Metric) {
 			paused = 1
 		}
 		ch <- prometheus.MustNewConstMetric(descPaused, prometheus.GaugeValue, paused, s.Queue)
+		for _, l := range limits[s.Queue] {
+			perKey := strconv.FormatBool(l.PerKey)
+			if l.Rate > 0 {
+				ch <- prometheus.MustNewConstMetric(descLimitRate, prometheus.GaugeValue,
+					float64(l.Rate)/l.Interval.Seconds(), s.Queue, l.Type, perKey)
+			}
+			if l.Concurrency > 0 {
+				ch <- prometheus.MustNewConstMetric(descLimitConcurrency, prometheus.GaugeValue,
+					float64(l.Concurrency), s.Queue, l.Type, perKey)
+			}
+		}
 	}
 }
 
@@ -176,6 +198,21 @@ func (c *QueueCollector) refresh() {
 	}
 	if c.only != nil {
 		stats = slices.DeleteFunc(stats, func(s *pipeline.QueueStats) bool { return !c.only[s.Queue] })
+	}
+	// The limits of the known queues read, in one more round trip (one per node on a cluster):
+	// a listed queue that is not known has none (limits are set on existing queues only), and
+	// its name, which nothing checked, is not sent.
+	names := make([]string, len(stats))
+	for k, s := range stats {
+		names[k] = s.Queue
+	}
+	limits, err := c.insp.LimitsOf(ctx, names)
+	if err != nil {
+		c.errors++
+		c.lastEr = err
+		return
+	}
+	if c.only != nil {
 		// A listed queue nothing was enqueued to yet is not known: it is all zeros.
 		for q := range c.only {
 			if !slices.ContainsFunc(stats, func(s *pipeline.QueueStats) bool { return s.Queue == q }) {
@@ -184,5 +221,5 @@ func (c *QueueCollector) refresh() {
 		}
 		slices.SortFunc(stats, func(a, b *pipeline.QueueStats) int { return cmp.Compare(a.Queue, b.Queue) })
 	}
-	c.stats, c.read, c.lastEr = stats, now, nil
+	c.stats, c.limits, c.read, c.lastEr = stats, limits, now, nil
 }

@@ -55,6 +55,11 @@ func TestQueueCollectorBoundsRedisCalls(t *testing.T) {
 		})
 	}
 	fill.Wait()
+	setter, err := pipeline.NewInspector(rdb, pipeline.InspectorConfig{Prefix: prefix})
+	require.NoError(t, err)
+	require.NoError(t, setter.SetLimit(t.Context(), "q000", pipeline.Limit{Rate: 90, Interval: time.Minute}))
+	require.NoError(t, setter.SetLimit(t.Context(), "q000", pipeline.Limit{Type: "t", PerKey: true, Concurrency: 3}))
+	require.NoError(t, setter.SetLimit(t.Context(), "q249", pipeline.Limit{Type: "t", Rate: 5, Interval: 500 * time.Millisecond, Concurrency: 7}))
 
 	counted := redis.NewClient(rdb.Options())
 	t.Cleanup(func() { _ = counted.Close() })
@@ -83,12 +88,20 @@ func TestQueueCollectorBoundsRedisCalls(t *testing.T) {
 		require.NoError(t, err)
 	}
 	perRefresh := cc.RoundTrips() - before
-	require.LessOrEqual(t, perRefresh, int64(1+(queues+99)/100), "20 scrapes within MaxAge: one refresh")
+	// The queue list, one stats pipeline per 100 queues, and one for every queue's limits.
+	require.LessOrEqual(t, perRefresh, int64(2+(queues+99)/100), "20 scrapes within MaxAge: one refresh")
 
 	require.Equal(t, 1.0, value(t, reg, "conveyor_queue_jobs", "queue", "q000", "state", "queued"))
 	require.Equal(t, 3.0, value(t, reg, "conveyor_queue_jobs", "queue", "q002", "state", "queued"))
 	require.Equal(t, 2.0, value(t, reg, "conveyor_queue_enqueued_total", "queue", "q001"))
 	require.Equal(t, float64(queues), float64(testutil.CollectAndCount(qc, "conveyor_queue_completed_total")))
+	// The configured limits, rates in jobs per second; a queue without limits has no series.
+	require.Equal(t, 1.5, value(t, reg, "conveyor_queue_limit_rate", "queue", "q000", "type", "", "per_key", "false"))
+	require.Equal(t, 3.0, value(t, reg, "conveyor_queue_limit_concurrency", "queue", "q000", "type", "t", "per_key", "true"))
+	require.Equal(t, 10.0, value(t, reg, "conveyor_queue_limit_rate", "queue", "q249", "type", "t", "per_key", "false"))
+	require.Equal(t, 7.0, value(t, reg, "conveyor_queue_limit_concurrency", "queue", "q249", "type", "t", "per_key", "false"))
+	require.Equal(t, 2, testutil.CollectAndCount(qc, "conveyor_queue_limit_rate"))
+	require.Equal(t, 2, testutil.CollectAndCount(qc, "conveyor_queue_limit_concurrency"))
 
 	// Within MaxAge a new job is not seen; after it, one more refresh sees it.
 	_, err = client.Enqueue(t.Context(), "q000", pipeline.Task{Type: "t"})
@@ -120,12 +133,12 @@ func TestQueueCollectorListedQueues(t *testing.T) {
 	insp, err := pipeline.NewInspector(rdb, pipeline.InspectorConfig{Prefix: prefix})
 	require.NoError(t, err)
 	qc, err := metrics.NewQueueCollector(insp,
-		metrics.QueueCollectorConfig{Queues: []string{"b", "new"}})
+		metrics.QueueCollectorConfig{Queues: []string{"b", "new", "not{valid}"}})
 	require.NoError(t, err)
 	reg := prometheus.NewRegistry()
 	require.NoError(t, reg.Register(qc))
 	require.Equal(t, 1.0, value(t, reg, "conveyor_queue_jobs", "queue", "b", "state", "scheduled"))
-	require.Equal(t, 8, testutil.CollectAndCount(qc, "conveyor_queue_jobs"), "4 states of b and new")
+	require.Equal(t, 12, testutil.CollectAndCount(qc, "conveyor_queue_jobs"), "4 states of b, new and not{valid}")
 	require.Equal(t, 0.0, value(t, reg, "conveyor_queue_enqueued_total", "queue", "new"))
 	require.Equal(t, 1.0, value(t, reg, "conveyor_queue_enqueued_total", "queue", "b"))
 	require.Equal(t, 0.0, value(t, reg, "conveyor_queue_paused", "queue", "b"))

@@ -89,3 +89,41 @@ func ExampleInspector_Pause() {
 	// paused: [exports] true queued: 1
 	// paused: false
 }
+
+// Limit a queue's jobs of one type, live: every worker obeys the limits stored in Redis.
+func ExampleInspector_SetLimit() {
+	rdb, done := exampleRedis()
+	defer done()
+	ctx := context.Background()
+	client, err := pipeline.NewClient(rdb, pipeline.ClientConfig{})
+	if err != nil {
+		panic(err)
+	}
+	if _, err := client.Enqueue(ctx, "emails", pipeline.Task{Type: "send"}); err != nil {
+		panic(err)
+	}
+	insp, err := pipeline.NewInspector(rdb, pipeline.InspectorConfig{})
+	if err != nil {
+		panic(err)
+	}
+	// At most 100 sends a minute, and each limit key's sends one at a time.
+	if err := insp.SetLimit(ctx, "emails", pipeline.Limit{Type: "send", Rate: 100, Interval: time.Minute}); err != nil {
+		panic(err)
+	}
+	if err := insp.SetLimit(ctx, "emails", pipeline.Limit{Type: "send", PerKey: true, Concurrency: 1}); err != nil {
+		panic(err)
+	}
+	all, err := insp.AllLimits(ctx)
+	if err != nil {
+		panic(err)
+	}
+	for _, l := range all["emails"] {
+		fmt.Printf("type=%s per_key=%v rate=%d/%v concurrency=%d\n", l.Type, l.PerKey, l.Rate, l.Interval, l.Concurrency)
+	}
+	deleted, _ := insp.DeleteLimit(ctx, "emails", "send", true)
+	fmt.Println("deleted:", deleted)
+	// Output:
+	// type=send per_key=false rate=100/1m0s concurrency=0
+	// type=send per_key=true rate=0/0s concurrency=1
+	// deleted: true
+}

@@ -155,14 +155,17 @@
   try { token = sessionStorage.getItem(TOKEN_KEY) || ''; } catch (_) { /* storage disabled */ }
   let tokenPrompt = null; // a Promise while the token form is showing
 
-  async function api(method, path) {
+  // api calls the API; body, when given, is sent as JSON.
+  async function api(method, path, body) {
     for (;;) {
       const sent = token;
       const headers = { Accept: 'application/json', 'X-Conveyor-Request': '1' };
       if (sent) headers.Authorization = 'Bearer ' + sent;
+      if (body !== undefined) headers['Content-Type'] = 'application/json';
       let res;
       try {
-        res = await fetch(API + path, { method, headers, cache: 'no-store', credentials: 'same-origin' });
+        res = await fetch(API + path, { method, headers, cache: 'no-store', credentials: 'same-origin',
+          body: body === undefined ? undefined : JSON.stringify(body) });
       } catch (e) {
         throw new APIError(0, 'network', 'Cannot reach the Conveyor API (' + e.message + ').');
       }
@@ -171,13 +174,13 @@
         continue; // with the token the user gave (or another request got meanwhile)
       }
       const text = await res.text();
-      let body = null;
-      try { body = text ? JSON.parse(text) : null; } catch (_) { body = null; }
+      let answer = null;
+      try { answer = text ? JSON.parse(text) : null; } catch (_) { answer = null; }
       if (!res.ok) {
-        const e = (body && body.error) || {};
+        const e = (answer && answer.error) || {};
         throw new APIError(res.status, e.code || 'http_' + res.status, e.message || ('HTTP ' + res.status + ' ' + res.statusText));
       }
-      return body;
+      return answer;
     }
   }
 
@@ -428,7 +431,8 @@
     const pause = h('div', { class: 'pause-box' });
     main().replaceChildren(heading('Queue ' + q), tabs(q, '', null), err, pause,
       h('section', { class: 'card', 'aria-labelledby': 'c-h' }, h('h2', { id: 'c-h' }, 'Counters'), counters),
-      h('section', { class: 'card', 'aria-labelledby': 'tp-h' }, h('h2', { id: 'tp-h' }, 'Throughput'), chartFig.el));
+      h('section', { class: 'card', 'aria-labelledby': 'tp-h' }, h('h2', { id: 'tp-h' }, 'Throughput'), chartFig.el),
+      limitsCard(q, g));
     const refresh = async () => {
       try {
         const [st, tp] = await Promise.all([queueStats(q), throughput(q)]);
@@ -472,6 +476,100 @@
     }, paused ? 'Resume' : 'Pause');
     box.replaceChildren(...(paused ? [pausedBadge(), ' '] : []), btn,
       paused ? h('span', { class: 'muted' }, ' Workers take none of its jobs; they wait, and scheduled ones are promoted when due.') : null);
+  }
+
+  // ---- Limits: a queue's flow-control limits (GET, PUT, DELETE v1/queues/Q/limits) ----
+
+  const UNITS = [['ms', 'milliseconds', 1], ['s', 'seconds', 1000], ['m', 'minutes', 60000], ['h', 'hours', 3600000]];
+
+  // fmtInterval shows interval_ms in the largest unit that divides it: 1s, 90s, 500ms, 2h.
+  function fmtInterval(ms) {
+    for (const [u, , f] of UNITS.slice().reverse()) if (ms % f === 0) return (ms / f) + u;
+    return ms + 'ms';
+  }
+
+  // limitsCard lists the queue's limits, each with a delete button, and a form that sets one.
+  // It loads when the page opens and after each change, not on every refresh: rows do not move
+  // under the pointer.
+  function limitsCard(q, g) {
+    const base = 'queues/' + enc(q) + '/limits';
+    const list = h('div', { class: 'limits-list' }, h('p', { class: 'loading' }, 'Loading…'));
+    const field = (id, label, input) => h('div', { class: 'field' }, h('label', { for: id }, label), input);
+    const typ = h('input', { id: 'limit-type', name: 'type', type: 'text', maxlength: '128', spellcheck: 'false', autocomplete: 'off', placeholder: 'every type' });
+    const perKey = h('input', { id: 'limit-per-key', name: 'per_key', type: 'checkbox' });
+    const rate = h('input', { id: 'limit-rate', name: 'rate', type: 'number', min: '0', step: '1', inputmode: 'numeric' });
+    const every = h('input', { id: 'limit-interval', name: 'interval', type: 'number', min: '1', step: '1', value: '1', inputmode: 'numeric' });
+    const unit = h('select', { id: 'limit-unit', name: 'unit', 'aria-label': 'Rate interval unit' },
+      UNITS.map(([u, name]) => h('option', { value: u, selected: u === 's' }, name)));
+    const conc = h('input', { id: 'limit-concurrency', name: 'concurrency', type: 'number', min: '0', step: '1', inputmode: 'numeric' });
+    const form = h('form', { id: 'limit-form', class: 'limit-form', 'aria-labelledby': 'lf-h' },
+      h('h3', { id: 'lf-h' }, 'Set a limit'),
+      h('p', { class: 'muted' }, 'A limit replaces the one of the same scope. A job is held to every limit whose scope it is in; limits apply to every worker at once.'),
+      field('limit-type', 'Job type', typ),
+      h('div', { class: 'field check' }, perKey, h('label', { for: 'limit-per-key' }, 'Each limit key separately')),
+      h('fieldset', { class: 'field rate' }, h('legend', {}, 'Rate: jobs started per interval'),
+        h('label', { for: 'limit-rate', class: 'visually-hidden' }, 'Jobs'), rate, ' per ',
+        h('label', { for: 'limit-interval', class: 'visually-hidden' }, 'Interval'), every, ' ', unit),
+      field('limit-concurrency', 'Concurrency: jobs running at once', conc),
+      h('button', { type: 'submit' }, 'Set limit'));
+    const load = async () => {
+      try {
+        const body = await api('GET', base);
+        if (live(g)) renderLimits(list, q, (body && body.limits) || [], load);
+      } catch (e) {
+        if (live(g)) list.replaceChildren(errorBox('Could not load the limits', e));
+      }
+    };
+    form.addEventListener('submit', async (ev) => {
+      ev.preventDefault();
+      const n = Math.trunc(num(rate.value)), c = Math.trunc(num(conc.value));
+      const f = (UNITS.find(([u]) => u === unit.value) || UNITS[1])[2];
+      const limit = { type: typ.value.trim(), per_key: perKey.checked, rate: n, interval_ms: n > 0 ? Math.trunc(num(every.value)) * f : 0, concurrency: c };
+      try {
+        await api('PUT', base, limit);
+        notify('ok', 'Set the limit for ' + scopeText(limit) + '.');
+        await load();
+      } catch (e) {
+        notify('bad', 'Could not set the limit: ' + e.message);
+      }
+    });
+    load();
+    return h('section', { class: 'card limits', 'aria-labelledby': 'l-h' }, h('h2', { id: 'l-h' }, 'Limits'), list, form);
+  }
+
+  function scopeText(l) {
+    return (l.type ? 'type ' + l.type : 'every job') + (l.per_key ? ', per limit key' : '');
+  }
+
+  function renderLimits(wrap, q, limits, reload) {
+    if (limits.length === 0) {
+      wrap.replaceChildren(h('p', { class: 'muted' }, 'No limits: jobs start as fast as workers take them.'));
+      return;
+    }
+    const table = h('table', { class: 'grid-table limits-table' },
+      h('caption', { class: 'visually-hidden' }, 'Limits of queue ' + q),
+      h('thead', {}, h('tr', {}, ['Job type', 'Per key', 'Rate', 'Concurrency', ''].map((c) => h('th', { scope: 'col' }, c)))),
+      h('tbody', {}, limits.map((l) => {
+        const act = h('td', { class: 'actions' });
+        const tr = h('tr', { data: { type: l.type, perKey: String(l.per_key) } },
+          h('td', { data: { label: 'Job type', field: 'type' } }, l.type || 'every type'),
+          h('td', { data: { label: 'Per key', field: 'per_key' } }, l.per_key ? 'yes' : 'no'),
+          h('td', { data: { label: 'Rate', field: 'rate' } }, l.rate > 0 ? fmtInt(l.rate) + ' / ' + fmtInterval(l.interval_ms) : '—'),
+          h('td', { data: { label: 'Concurrency', field: 'concurrency' } }, l.concurrency > 0 ? fmtInt(l.concurrency) : '—'),
+          act);
+        act.append(h('button', { type: 'button', class: 'danger delete-limit', 'aria-label': 'Delete the limit for ' + scopeText(l), onclick: async () => {
+          if (!(await confirmInline(act, 'Delete this limit?', 'Delete'))) return;
+          try {
+            await api('DELETE', 'queues/' + enc(q) + '/limits?type=' + enc(l.type) + '&per_key=' + l.per_key);
+            notify('ok', 'Deleted the limit for ' + scopeText(l) + '.');
+          } catch (e) {
+            notify('bad', 'Could not delete the limit: ' + e.message);
+          }
+          await reload();
+        } }, 'Delete'));
+        return tr;
+      })));
+    wrap.replaceChildren(table);
   }
 
   // Paging cursors of each list, kept while the tab lives so Back returns to the same page.

@@ -41,6 +41,7 @@ func TestE2E(t *testing.T) {
 	t.Run("CancelReplayPurge", func(t *testing.T) { t.Parallel(); testCancelReplayPurge(t, c) })
 	t.Run("Queues", func(t *testing.T) { t.Parallel(); testQueuesCmd(t, c) })
 	t.Run("QueuesDelete", func(t *testing.T) { t.Parallel(); testQueuesDeleteCmd(t, c) })
+	t.Run("Limits", func(t *testing.T) { t.Parallel(); testLimitsCmd(t, c) })
 	t.Run("Partitions", func(t *testing.T) { t.Parallel(); testPartitions(t, c) })
 	t.Run("PartitionChangeUnderLoad", func(t *testing.T) { t.Parallel(); testPartitionChangeUnderLoad(t, c) })
 	t.Run("List", func(t *testing.T) { t.Parallel(); testListCmd(t, c) })

@@ -530,6 +530,40 @@ func TestDashboardBrowser(t *testing.T) {
 		t.Errorf("charge-8 after purge: %v, want ErrNotFound", err)
 	}
 
+	// The queue page's limits: set one from the form, see it listed (and stored), delete it.
+	// Per key, on a type: it holds no job of the fixture (none has a limit key).
+	b.route("#/queues/orders")
+	b.do("the limits card shows no limits", chromedp.WaitVisible(css(`#limit-form`)),
+		chromedp.WaitVisible(css(`.limits-list .muted`)))
+	b.do("set a limit from the form",
+		chromedp.SendKeys(css("#limit-type"), "charge"),
+		chromedp.Click(css("#limit-per-key")),
+		chromedp.SendKeys(css("#limit-rate"), "10"),
+		chromedp.SetValue(css("#limit-unit"), "m"),
+		chromedp.SendKeys(css("#limit-concurrency"), "2"),
+		chromedp.Click(css(`#limit-form button[type=submit]`)),
+		chromedp.WaitVisible(css(`tr[data-type="charge"][data-per-key="true"]`)))
+	b.poll("the limit is listed as set",
+		`(() => {
+			const tr = document.querySelector('tr[data-type="charge"][data-per-key="true"]');
+			return tr.querySelector('td[data-field="rate"]').textContent === '10 / 1m' &&
+				tr.querySelector('td[data-field="concurrency"]').textContent === '2';
+		})()`)
+	if ls, err := f.insp.Limits(context.Background(), dashOrders); err != nil || len(ls) != 1 ||
+		ls[0] != (pipeline.Limit{Type: "charge", PerKey: true, Rate: 10, Interval: time.Minute, Concurrency: 2}) {
+		t.Errorf("limits after the form: %+v, %v", ls, err)
+	}
+	b.noSideScroll("desktop queue limits")
+	b.shot("desktop-limits")
+	b.do("delete the limit",
+		chromedp.Click(css(`tr[data-type="charge"] button.delete-limit`)),
+		chromedp.WaitVisible(css(`tr[data-type="charge"] button.confirm-yes`)),
+		chromedp.Click(css(`tr[data-type="charge"] button.confirm-yes`)),
+		chromedp.WaitNotPresent(css(`tr[data-type="charge"]`)))
+	if ls, err := f.insp.Limits(context.Background(), dashOrders); err != nil || len(ls) != 0 {
+		t.Errorf("limits after the delete: %+v, %v", ls, err)
+	}
+
 	// The search box finds a job in any queue by id.
 	b.do("search a job by id",
 		chromedp.SendKeys(css("#search-id"), "report-2"),
@@ -579,6 +613,10 @@ func TestDashboardBrowser(t *testing.T) {
 	b.do("phone dead list", chromedp.WaitVisible(css(`tr[data-job="charge-9"] button.replay`)))
 	b.noSideScroll("phone dead list")
 	b.shot("phone-dead")
+	b.route("#/queues/orders")
+	b.do("phone queue page", chromedp.WaitVisible(css(`#limit-form`)), chromedp.WaitVisible(css(`.limits-list .muted`)))
+	b.noSideScroll("phone queue page")
+	b.shot("phone-queue")
 	b.route("#/jobs/orders/charge-7")
 	b.do("phone job page", chromedp.WaitVisible(css(`.badge[data-status="completed"]`)))
 	b.noSideScroll("phone job page")

@@ -54,15 +54,19 @@ func registerCompletions(a *app, root *cobra.Command) {
 	for name, values := range map[string][]string{"log-level": logLevels, "log-format": logFormats} {
 		_ = root.RegisterFlagCompletionFunc(name, cobra.FixedCompletions(values, cobra.ShellCompDirectiveNoFileComp))
 	}
+	firstQueue := func(cmd *cobra.Command, args []string, toComplete string) ([]cobra.Completion, cobra.ShellCompDirective) {
+		if len(args) > 0 {
+			return nil, cobra.ShellCompDirectiveNoFileComp
+		}
+		return a.completeQueues(cmd, args, toComplete)
+	}
 	args := map[string]cobra.CompletionFunc{
-		"conveyor queues delete": func(cmd *cobra.Command, args []string, toComplete string) ([]cobra.Completion, cobra.ShellCompDirective) {
-			if len(args) > 0 {
-				return nil, cobra.ShellCompDirectiveNoFileComp
-			}
-			return a.completeQueues(cmd, args, toComplete)
-		},
-		"conveyor dead replay": a.completeDeadIDs,
-		"conveyor dead purge":  a.completeDeadIDs,
+		"conveyor queues delete": firstQueue,
+		"conveyor limits set":    firstQueue,
+		"conveyor limits list":   firstQueue,
+		"conveyor limits delete": firstQueue,
+		"conveyor dead replay":   a.completeDeadIDs,
+		"conveyor dead purge":    a.completeDeadIDs,
 	}
 	walk(root, func(c *cobra.Command) {
 		if fn, ok := args[c.CommandPath()]; ok && c.ValidArgsFunction == nil {

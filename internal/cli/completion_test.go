@@ -52,6 +52,9 @@ func TestFlagCompletion(t *testing.T) {
 		{[]string{"worker", "--redis", noRedis, "-q", "a,"}, []string{}},
 		{[]string{"dead", "purge", "--redis", noRedis, ""}, []string{}},
 		{[]string{"queues", "delete", "--redis", noRedis, ""}, []string{}},
+		{[]string{"limits", "set", "--redis", noRedis, ""}, []string{}},
+		{[]string{"limits", "list", "--redis", noRedis, ""}, []string{}},
+		{[]string{"limits", "delete", "--redis", noRedis, ""}, []string{}},
 	} {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
 			t.Parallel()

@@ -105,6 +105,12 @@ func TestRunExitCodes(t *testing.T) {
 		{"QueuesUnknown", []string{"queues", "bogus"}, 2, `unknown command "bogus" for "conveyor queues"`},
 		{"QueuesDeleteNoName", []string{"queues", "delete"}, 2, "want exactly one queue name, got 0"},
 		{"ReplayAllWithIDs", []string{"dead", "replay", "--all", "x"}, 2, "--all takes no job ids"},
+		{"LimitsUnknown", []string{"limits", "lsit"}, 2, `unknown command "lsit" for "conveyor limits" (did you mean "list"?)`},
+		{"LimitsSetNoQueue", []string{"limits", "set", "--rate", "1/s"}, 2, "want exactly one queue name, got 0"},
+		{"LimitsSetNothing", []string{"limits", "set", "q"}, 2, "give --rate, --concurrency or both"},
+		{"LimitsSetBadRate", []string{"limits", "set", "q", "--rate", "fast"}, 2, `invalid argument "fast" for "--rate" flag: want N/INTERVAL, such as 100/1s, 10/m or 5/500ms`},
+		{"LimitsSetBadQueue", []string{"limits", "set", "a{b}", "--concurrency", "1"}, 2, `invalid queue name "a{b}"`},
+		{"LimitsDeleteNoQueue", []string{"limits", "delete"}, 2, "want exactly one queue name, got 0"},
 		{"PurgeIDsAndAge", []string{"dead", "purge", "--older-than", "1h", "x"}, 2, "--older-than and job ids cannot be used together"},
 		{"DeadOffsetAndCursor", []string{"dead", "list", "--offset", "1", "--cursor", "1:x"}, 2, "--offset and --cursor cannot be used together"},
 

@@ -76,6 +76,8 @@ const (
 	FieldDebounceFirst = "debounce_first"
 	FieldDebounceUntil = "debounce_until"
 	FieldDebouncePubs  = "debounce_pubs"
+	// FieldLimitKey is the key a job's per-key limits count it under (pipeline.WithLimitKey).
+	FieldLimitKey = "limit_key"
 )
 
 // Stream-entry field names. The first three are watermill-redisstream's layout, so the stock
@@ -264,6 +266,17 @@ func (q Queue) Events() string { return q.base + "events" }
 // it: asking every job's hash for a field it lacks made Redis scan the whole hash, a cost per
 // job in every queue that nobody ever waited on (docs/BENCHMARKS.md).
 func (q Queue) Watching() string { return q.base + "watching" }
+
+// Limits is the hash of the queue's flow-control limits (pipeline.Limit), set by an operator
+// and read by every worker: field LimitField(type, perKey), value the limit's JSON
+// (jobstate.LimitConfig). Limits live in Redis, not in worker flags, so all workers obey the
+// same ones and a change applies to all of them.
+func (q Queue) Limits() string { return q.base + "limits" }
+
+// LimitPrefix is the prefix of the keys that hold limits' state (a rate limit's clock, the
+// jobs holding a concurrency limit's slots, the jobs waiting for one), all in the queue's hash
+// tag so that the scripts that take and give back a limit are atomic with the job's move.
+func (q Queue) LimitPrefix() string { return q.base + "limit:" }
 
 // Queues is the set of known queue names under prefix.
 func Queues(prefix string) string { return prefix + ":queues" }
