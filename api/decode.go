@@ -35,6 +35,7 @@ type jobBody struct {
 	Unique     *uniqueBody  `json:"unique"`
 	Metadata   metadataBody `json:"metadata"`
 	Retention  *string      `json:"retention"`
+	LimitKey   *string      `json:"limit_key"`
 }
 
 type uniqueBody struct {
@@ -451,6 +452,9 @@ func (b *jobBody) request(idemKey string) (*jobRequest, error) {
 			ttl = d
 		}
 		req.opts = append(req.opts, pipeline.WithUnique(u.Key, ttl))
+	}
+	if b.LimitKey != nil {
+		req.opts = append(req.opts, pipeline.WithLimitKey(*b.LimitKey))
 	}
 	return req, nil
 }

@@ -599,6 +599,7 @@ func (c *Client) prepare(queue string, t *Task, now time.Time, common []Option, 
 	if o.hasUnique {
 		nj.UniqueKey, nj.UniqueTTL = o.uniqueKey, o.uniqueTTL
 	}
+	nj.LimitKey = o.limitKey
 	return &Job{
 		ID: id, Queue: queue, Type: t.Type, Payload: t.Payload, Metadata: md,
 		MaxRetries: maxRetries, Timeout: time.Duration(timeoutMS(o.timeout)) * time.Millisecond,
