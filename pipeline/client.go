@@ -786,6 +786,9 @@ type QueueStats struct {
 	Canceled       int64 `json:"canceled"`
 	Released       int64 `json:"released"`
 	Poison         int64 `json:"poison"`
+	// Limited counts the jobs a flow-control limit deferred (Limit): each waited, and was no
+	// attempt.
+	Limited int64 `json:"limited"`
 }
 
 // Stats reads a queue's gauges and counters in one round trip (one per node involved on a

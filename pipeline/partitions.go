@@ -135,6 +135,7 @@ func sumStats(queue string, parts []*QueueStats) *QueueStats {
 		s.Canceled += p.Canceled
 		s.Released += p.Released
 		s.Poison += p.Poison
+		s.Limited += p.Limited
 	}
 	return s
 }

@@ -16,7 +16,8 @@ import (
 // disabled, then watcher. A new service is a type with Name, Start and Stop
 // (internal/service) and one entry here.
 func (w *Worker) services(watcher *partitionWatcher) ([]service.Service, error) {
-	var list []service.Service
+	// The limits watcher first: its Start reads the limits before the reading begins.
+	list := []service.Service{&limitsWatcher{w: w, parts: slices.Clone(w.parts)}}
 	if !w.cfg.DisableScheduler {
 		s, err := delayed.New(w.rdb, w.cfg.scheduler(w.parts))
 		if err != nil {

@@ -40,6 +40,7 @@ type Stats struct {
 	Canceled       int64
 	Released       int64
 	Poison         int64
+	Limited        int64 // deferrals by a flow-control limit
 }
 
 // ReadStats reads the gauges and counters of queues qs in one pipeline: one round trip on a
@@ -89,6 +90,7 @@ func ReadStats(ctx context.Context, rdb redis.UniversalClient, qs []keys.Queue) 
 		s.Retried, s.Recovered = n(keys.StatRetried), n(keys.StatRecovered)
 		s.DeadByRecovery, s.Refused = n(keys.StatDeadByRecovery), n(keys.StatRefused)
 		s.Canceled, s.Released, s.Poison = n(keys.StatCanceled), n(keys.StatReleased), n(keys.StatPoison)
+		s.Limited = n(keys.StatLimited)
 		out[k] = s
 	}
 	if err != nil && len(qs) > 0 && !rediserr.IsNoStream(err) {
