@@ -254,12 +254,11 @@ func TestLimitReleases(t *testing.T) {
 		t.Run(how, func(t *testing.T) {
 			t.Parallel()
 			b := setup(t)
-			publishN(t, b.client, b.queue, 1)
+			ids := publishN(t, b.client, b.queue, 2, pipeline.WithMaxRetries(0))
 			setLimit(t, b.rdb, b.queue, pipeline.Limit{Concurrency: 1})
 			g := newGate()
 			g.fail = how == "failure"
 			h := map[string]pipeline.HandlerFunc{"t": g.handler(func(*pipeline.Job) string { return "" })}
-			ids := publishN(t, b.client, b.queue, 2, pipeline.WithMaxRetries(0))
 			_, stop := b.startWorker(t, pipeline.WorkerConfig{Concurrency: 10, ShutdownTimeout: 50 * time.Millisecond}, h)
 			first := g.next(t)
 			waitLimited(t, b.rdb, b.queue, 1)
@@ -321,4 +320,41 @@ func onBoth(t *testing.T, test func(*testing.T, redis.UniversalClient)) {
 		t.Parallel()
 		test(t, redistest.StartCluster(t).Client(t))
 	})
+}
+
+// A worker that dies holding a slot: recovery gives the slot back with the job, and the job
+// waiting for it runs.
+func TestLimitReleaseOnRecovery(t *testing.T) {
+	t.Parallel()
+	const vt = 1500 * time.Millisecond
+	b := setup(t)
+	ctx := t.Context()
+	ids := publishN(t, b.client, b.queue, 2)
+	setLimit(t, b.rdb, b.queue, pipeline.Limit{Concurrency: 1})
+
+	victimRDB := redis.NewClient(&redis.Options{Addr: b.rdb.Options().Addr, MaxRetries: -1})
+	t.Cleanup(func() { _ = victimRDB.Close() })
+	victim, err := pipeline.NewWorker(victimRDB, pipeline.WorkerConfig{Queues: []string{b.queue}, Name: "victim",
+		VisibilityTimeout: vt, ShutdownTimeout: 100 * time.Millisecond, DisableRecovery: true, Logger: testLogger(t)})
+	require.NoError(t, err)
+	g := newGate()
+	victim.Handle("t", g.handler(func(*pipeline.Job) string { return "" }))
+	vctx, stopVictim := context.WithCancel(context.Background())
+	victimDone := make(chan struct{})
+	go func() { defer close(victimDone); _ = victim.Run(vctx) }()
+	t.Cleanup(func() { stopVictim(); <-victimDone })
+	g.next(t)
+	waitLimited(t, b.rdb, b.queue, 1)
+	_ = victimRDB.Close() // the victim dies: no renewal, no put-back
+
+	b.startWorker(t, pipeline.WorkerConfig{Name: "rescuer", VisibilityTimeout: vt, RecoveryInterval: 100 * time.Millisecond},
+		map[string]pipeline.HandlerFunc{"t": echo})
+	for _, id := range ids {
+		j := b.waitFinal(t, id)
+		require.Equal(t, pipeline.StatusCompleted, j.Status)
+		require.Equal(t, "rescuer", j.Worker)
+	}
+	n, err := b.rdb.SCard(ctx, b.keys.LimitPrefix()+"c:q").Result()
+	require.NoError(t, err)
+	require.Zero(t, n, "every slot given back")
 }
