@@ -137,8 +137,8 @@ func WithUnique(key string, ttl time.Duration) Option {
 // characters, like WithUnique's.
 func WithLimitKey(key string) Option {
 	return func(o *enqueueOptions) {
-		if err := validateUniqueKey(key); err != nil {
-			o.errs = append(o.errs, invalid("limit key: %s", reasonOf(err)))
+		if err := validateKey("limit key", key); err != nil {
+			o.errs = append(o.errs, err)
 		}
 		o.limitKey = key
 	}

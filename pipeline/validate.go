@@ -70,15 +70,19 @@ func validateMetadata(md map[string]string) error {
 
 // validateUniqueKey checks a WithUnique key: 1 to 128 bytes of UTF-8 with no control
 // characters (it is part of a Redis key name, and printed).
-func validateUniqueKey(key string) error {
+func validateUniqueKey(key string) error { return validateKey("unique key", key) }
+
+// validateKey checks a key of kind what (a unique key, a limit key): 1 to keys.MaxNameLen
+// bytes of UTF-8 without control characters.
+func validateKey(what, key string) error {
 	if key == "" || len(key) > keys.MaxNameLen {
-		return invalid("unique key must be 1 to %d bytes", keys.MaxNameLen)
+		return invalid("%s must be 1 to %d bytes", what, keys.MaxNameLen)
 	}
 	switch textProblem(key, true) {
 	case notUTF8:
-		return invalid("unique key %q is not valid UTF-8", key)
+		return invalid("%s %q is not valid UTF-8", what, key)
 	case hasControl:
-		return invalid("unique key %q has a control character", key)
+		return invalid("%s %q has a control character", what, key)
 	}
 	return nil
 }

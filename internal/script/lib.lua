@@ -250,12 +250,16 @@ end
 -- back into the stream. Returns whether one was woken.
 local function cv_wake(lp, inst, stream, jprefix, now)
   local w = lp .. 'w:' .. inst
+  local skipped = false
   while true do
     local id = redis.call('LPOP', w)
     if not id then
-      redis.call('SREM', lp .. 'ws:', inst)
+      -- An instance leaves the set as its list empties (below); only skipped ids can have
+      -- emptied it here. The common case, a release with nobody waiting, costs one LPOP.
+      if skipped then redis.call('SREM', lp .. 'ws:', inst) end
       return false
     end
+    skipped = true
     if cv_requeue(stream, jprefix .. id, id, inst, now) then
       if redis.call('EXISTS', w) == 0 then redis.call('SREM', lp .. 'ws:', inst) end
       return true
