@@ -36,6 +36,7 @@ type jobBody struct {
 	Metadata   metadataBody  `json:"metadata"`
 	Retention  *string       `json:"retention"`
 	Debounce   *debounceBody `json:"debounce"`
+	LimitKey   *string       `json:"limit_key"`
 }
 
 // debounceBody is a job's debounce (pipeline.WithDebounce): durations as Go duration strings.
@@ -476,6 +477,9 @@ func (b *jobBody) request(idemKey string) (*jobRequest, error) {
 			return nil, err
 		}
 		req.opts = append(req.opts, opt)
+	}
+	if b.LimitKey != nil {
+		req.opts = append(req.opts, pipeline.WithLimitKey(*b.LimitKey))
 	}
 	return req, nil
 }

@@ -81,9 +81,38 @@ func BenchmarkEndToEndEvents(b *testing.B) {
 	}
 }
 
+// BenchmarkLimitsNotLimiting is BenchmarkEndToEnd without limits (plain) and with a rate and
+// a concurrency limit on the queue that the drain never reaches (limits): what admission
+// costs when it defers nothing. Run both in one process, alternating (docs/BENCHMARKS.md,
+// "Issue 18: limits").
+func BenchmarkLimitsNotLimiting(b *testing.B) {
+	for _, limited := range []bool{false, true} {
+		name := "plain"
+		if limited {
+			name = "limits"
+		}
+		b.Run(name, func(b *testing.B) {
+			rdb := redistest.Client(b)
+			drainWith(b, rdb, func(q string) {
+				if !limited {
+					return
+				}
+				in, err := pipeline.NewInspector(rdb, pipeline.InspectorConfig{})
+				require.NoError(b, err)
+				require.NoError(b, in.SetLimit(context.Background(), q, pipeline.Limit{
+					Rate: pipeline.MaxLimitRate, Interval: time.Second, Concurrency: 100_000}))
+			})
+		})
+	}
+}
+
 // drain publishes b.N no-op jobs, then times one worker draining them, and reports jobs/s and
 // the server's time per job.
-func drain(b *testing.B, rdb *redis.Client) {
+func drain(b *testing.B, rdb *redis.Client) { drainWith(b, rdb, nil) }
+
+// drainWith is drain calling prepare with the queue once its jobs are published, before the
+// worker starts.
+func drainWith(b *testing.B, rdb *redis.Client, prepare func(q string)) {
 	c, err := pipeline.NewClient(rdb, pipeline.ClientConfig{})
 	require.NoError(b, err)
 	q := redistest.UniqueName(b)
@@ -96,6 +125,9 @@ func drain(b *testing.B, rdb *redis.Client) {
 		if _, err := c.EnqueueBatch(ctx, q, tasks[:min(len(tasks), b.N-done)]); err != nil {
 			b.Fatal(err)
 		}
+	}
+	if prepare != nil {
+		prepare(q)
 	}
 	w, err := pipeline.NewWorker(rdb, pipeline.WorkerConfig{Queues: []string{q}, Concurrency: 200, ReadBatch: 200})
 	require.NoError(b, err)

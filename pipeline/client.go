@@ -639,6 +639,7 @@ func (c *Client) prepare(queue string, t *Task, now time.Time, common []Option, 
 	if o.hasDebounce {
 		nj.Debounce, nj.DebounceQuiet, nj.DebounceMaxWait = o.debounceKey, o.debounceQuiet, o.debounceMaxWait
 	}
+	nj.LimitKey = o.limitKey
 	return &Job{
 		ID: id, Queue: queue, Type: t.Type, Payload: t.Payload, Metadata: md,
 		MaxRetries: maxRetries, Timeout: time.Duration(timeoutMS(o.timeout)) * time.Millisecond,
@@ -835,6 +836,9 @@ type QueueStats struct {
 	// Paused: the queue is paused (Inspector.Pause); workers do not read it. Set by the
 	// Inspector's Queues and Stats; Client.Stats leaves it false.
 	Paused bool `json:"paused"`
+	// Limited counts the jobs a flow-control limit deferred (Limit): each waited, and was no
+	// attempt.
+	Limited int64 `json:"limited"`
 }
 
 // Stats reads a queue's gauges and counters in one round trip (one per node involved on a

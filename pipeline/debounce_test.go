@@ -66,6 +66,34 @@ func TestDebounce(t *testing.T) {
 			rdb := tc.rdb
 			client, err := pipeline.NewClient(rdb, pipeline.ClientConfig{})
 			require.NoError(t, err)
+			t.Run("KeepsTheLastLimitKey", func(t *testing.T) {
+				// A debounced job is counted by per-key limits under the limit key of the
+				// window's last publish (written by debounce.lua, not the enqueue scripts).
+				t.Parallel()
+				ctx := t.Context()
+				q := redistest.UniqueName(t)
+				qk := keys.New(keys.DefaultPrefix, q)
+				var id string
+				for n, lk := range []string{"tenant-1", "tenant-2", ""} {
+					opts := []pipeline.Option{pipeline.WithDebounce("k", time.Hour, 2*time.Hour)}
+					if lk != "" {
+						opts = append(opts, pipeline.WithLimitKey(lk))
+					}
+					j, err := client.Enqueue(ctx, q, pipeline.Task{Type: "d"}, opts...)
+					require.NoError(t, err)
+					if n == 0 {
+						id = j.ID
+					}
+					require.Equal(t, id, j.ID)
+					got, err := rdb.HGet(ctx, qk.Job(id), keys.FieldLimitKey).Result()
+					if lk == "" {
+						require.ErrorIs(t, err, redis.Nil, "the last publish had no limit key")
+						continue
+					}
+					require.NoError(t, err)
+					require.Equal(t, lk, got)
+				}
+			})
 			t.Run("TenPublishesRunOnceWithTheLast", func(t *testing.T) {
 				t.Parallel()
 				ctx := t.Context()

@@ -96,9 +96,11 @@ func (i *Inspector) limitQueue(ctx context.Context, queue string) error {
 	return nil
 }
 
-// SetLimit stores l as queue's limit for its scope (Type, PerKey), replacing the one there;
-// every worker applies it from its next read of the queue's limits. The queue must exist and
-// must not be partitioned.
+// SetLimit stores l as queue's limit for its scope (Type, PerKey), replacing the one there.
+// Workers apply a change of a queue that has limits at once (admission reads them); the first
+// limit of a queue within LimitsRefresh (each worker's read of which queues have limits). Jobs
+// waiting for a concurrency slot of the scope are woken to be admitted again under the new
+// limit. The queue must exist and must not be partitioned.
 func (i *Inspector) SetLimit(ctx context.Context, queue string, l Limit) error {
 	if err := l.validate(); err != nil {
 		return err
@@ -106,7 +108,7 @@ func (i *Inspector) SetLimit(ctx context.Context, queue string, l Limit) error {
 	if err := i.limitQueue(ctx, queue); err != nil {
 		return err
 	}
-	return jobstate.SetLimit(ctx, i.rdb, i.keys(queue), l.stored())
+	return jobstate.SetLimit(ctx, i.rdb, i.keys(queue), l.stored(), time.Now())
 }
 
 // Limits returns queue's limits, the whole queue's first, then by type.
@@ -126,7 +128,8 @@ func (i *Inspector) Limits(ctx context.Context, queue string) ([]Limit, error) {
 }
 
 // DeleteLimit removes queue's limit of the scope (typ, perKey) and reports whether there was
-// one. Jobs waiting for it run as they would without it.
+// one. Jobs waiting for one of its concurrency slots are woken at once and run as they would
+// without it; jobs a rate deferred keep their due times.
 func (i *Inspector) DeleteLimit(ctx context.Context, queue, typ string, perKey bool) (bool, error) {
 	if err := i.check(queue, ""); err != nil {
 		return false, err
@@ -136,5 +139,5 @@ func (i *Inspector) DeleteLimit(ctx context.Context, queue, typ string, perKey b
 			return false, err
 		}
 	}
-	return jobstate.DeleteLimit(ctx, i.rdb, i.keys(queue), typ, perKey)
+	return jobstate.DeleteLimit(ctx, i.rdb, i.keys(queue), typ, perKey, time.Now())
 }

@@ -16,6 +16,7 @@ type enqueueOptions struct {
 	uniqueKey  string
 	uniqueTTL  time.Duration
 	hasUnique  bool
+	limitKey   string
 	retention  time.Duration
 	hasRetain  bool
 	metadata   map[string]string
@@ -131,6 +132,19 @@ func WithUnique(key string, ttl time.Duration) Option {
 			o.errs = append(o.errs, invalid("unique ttl %s must be positive", ttl))
 		}
 		o.uniqueKey, o.uniqueTTL, o.hasUnique = key, ttl, true
+	}
+}
+
+// WithLimitKey sets the key the queue's per-key limits count the job under (Limit.PerKey,
+// Inspector.SetLimit): a tenant, a customer, an API account. Jobs without a key are held to the
+// queue's and their type's limits only. Keys are 1 to 128 bytes of UTF-8 without control
+// characters, like WithUnique's.
+func WithLimitKey(key string) Option {
+	return func(o *enqueueOptions) {
+		if err := validateKeyText("limit key", key); err != nil {
+			o.errs = append(o.errs, err)
+		}
+		o.limitKey = key
 	}
 }
 

@@ -136,6 +136,7 @@ func sumStats(queue string, parts []*QueueStats) *QueueStats {
 		s.Released += p.Released
 		s.Poison += p.Poison
 		s.Debounced += p.Debounced
+		s.Limited += p.Limited
 	}
 	return s
 }

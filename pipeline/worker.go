@@ -252,6 +252,9 @@ type Worker struct {
 	// replicas is the outcome writes' replica wait (WorkerConfig.Replicas; durable.go).
 	replicas *outcomeReplicas
 	sub      *stream.Subscriber // the current session's, under mu
+	// adm admits the jobs of queues with limits, which limited names by stream key (admit.go).
+	adm     *admitter
+	limited atomic.Pointer[map[string]bool]
 }
 
 // NewWorker returns a Worker over rdb (a standalone, cluster or failover client), or the error,
@@ -383,6 +386,9 @@ func (w *Worker) Run(ctx context.Context) error {
 	}
 	go w.comp.run()
 	defer w.comp.close() // after the last session closed its subscriber: every message is settled or released
+	w.adm = newAdmitter(w.rdb, w.log)
+	go w.adm.run()
+	defer w.adm.close() // after the last session: no message waits for an admission
 
 	w.partitionQueues()
 	w.warnSharedName(ctx)
@@ -548,6 +554,9 @@ func (w *Worker) settleAfter(sub *stream.Subscriber) message.HandlerMiddleware {
 			defer sub.Settle(msg)
 			if msg.Metadata[metaForeign] != "" && !w.adopt(msg) {
 				return nil, nil
+			}
+			if !w.admit(msg) {
+				return nil, nil // deferred by a limit (no attempt), or not to run
 			}
 			if _, err := h(msg); err != nil && !errors.As(err, new(*JobError)) {
 				w.refused(msg, err)
@@ -800,6 +809,7 @@ func (w *Worker) outcome(ctx context.Context, q *keys.Queue, j *Job, start time.
 	}
 	t = sendBack(t, j)
 	t.Type, t.Began, t.Note = j.Type, start, note
+	t.Slots = admitted(ctx)
 	if jerr != nil {
 		jerr.Timeout = errors.Is(context.Cause(ctx), errTimeout) || errors.Is(err, errTimeout)
 	}

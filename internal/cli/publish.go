@@ -35,6 +35,7 @@ type publishFlags struct {
 	timeout    time.Duration
 	unique     string
 	uniqueTTL  time.Duration
+	limitKey   string
 	meta       []string
 	// waitReplicas and waitTimeout are --wait-replicas and --wait-timeout (WithReplicas).
 	waitReplicas int
@@ -102,6 +103,7 @@ sooner. It cannot be combined with --id, --delay or --unique.`,
 	f.DurationVar(&pf.timeout, "timeout", 0, "bound each attempt's run time (0: no bound)")
 	f.StringVar(&pf.unique, "unique", "", "de-duplication key: while a live job holds it, publish returns that job")
 	f.DurationVar(&pf.uniqueTTL, "unique-ttl", defaultUniqueTTL, "how long --unique holds its key at most")
+	f.StringVar(&pf.limitKey, "limit-key", "", "the key the queue's per-key limits count the job under (a tenant, an account)")
 	f.StringArrayVar(&pf.meta, "meta", nil, "metadata pair key=value (repeatable)")
 	f.IntVar(&pf.waitReplicas, "wait-replicas", 0, "succeed only once this many replicas have the jobs (Redis WAIT); exit 1 when fewer confirm within --wait-timeout")
 	f.DurationVar(&pf.waitTimeout, "wait-timeout", pipeline.DefaultReplicaTimeout, "how long --wait-replicas waits for the replicas")
@@ -195,6 +197,9 @@ func (pf *publishFlags) request(stdin io.Reader) (*publishRequest, error) {
 	}
 	if pf.debounce != "" {
 		opts = append(opts, pipeline.WithDebounce(pf.debounce, pf.debounceQuiet, pf.debounceMaxWait))
+	}
+	if pf.limitKey != "" {
+		opts = append(opts, pipeline.WithLimitKey(pf.limitKey))
 	}
 	if pf.waitReplicas > 0 {
 		opts = append(opts, pipeline.WithReplicas(pf.waitReplicas, pf.waitTimeout))

@@ -19,6 +19,9 @@ elseif h[2] and h[2] ~= '' then
   cv_keep_payload(KEYS[4], cv_entry(KEYS[1], h[2]))
   cv_drop(KEYS[1], ARGV[1], {h[2]})
 end
+-- A running job gives back its concurrency slots (waking their waiters); a job waiting for one
+-- is skipped when its turn comes (its status is no longer scheduled).
+cv_release_slots(KEYS[4], ARGV[4], KEYS[1], string.sub(KEYS[4], 1, #KEYS[4] - #ARGV[4]), ARGV[2])
 redis.call('HSET', KEYS[4], 'status', 'canceled', 'completed_at', ARGV[2])
 redis.call('HDEL', KEYS[4], 'entry')
 redis.call('HINCRBY', KEYS[4], 'version', 1)

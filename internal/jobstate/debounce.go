@@ -37,7 +37,7 @@ func DebounceCall(q keys.Queue, j *NewJob) script.Call {
 	return script.Call{Script: debounceScript,
 		Keys: []string{q.Scheduled(), q.Stats(), q.Job(j.ID), q.Debounce(j.Debounce), q.Closed()},
 		Args: []any{j.ID, j.Type, j.Payload, j.Metadata, j.MaxRetries, retentionMS(j.Timeout), ret,
-			max(1, ceilMS(j.DebounceQuiet)), max(1, ceilMS(j.DebounceMaxWait)), q.JobPrefix(), q.Wake()}}
+			max(1, ceilMS(j.DebounceQuiet)), max(1, ceilMS(j.DebounceMaxWait)), q.JobPrefix(), q.Wake(), j.LimitKey}}
 }
 
 // ceilMS is d in whole milliseconds, rounded up: a window is never shorter than asked.

@@ -4,7 +4,8 @@
 --   (keys.Queue.Debounce: the id of the window's pending job), KEYS[5] the closed flag
 -- ARGV[1] new id, ARGV[2] type, ARGV[3] payload, ARGV[4] metadata, ARGV[5] max_retries,
 --   ARGV[6] timeout_ms, ARGV[7] retention_ms ('' = the queue default), ARGV[8] quiet ms,
---   ARGV[9] max wait ms, ARGV[10] job key prefix, ARGV[11] wake channel
+--   ARGV[9] max wait ms, ARGV[10] job key prefix, ARGV[11] wake channel, ARGV[12] limit key
+--   ('' = none: a join drops the earlier publish's, as the last publish wins)
 -- Times are Redis's (TIME), rounded up to the millisecond, so that no caller's clock makes a job
 -- due early. A window's job is due min(last publish + quiet, first publish + max wait), each
 -- publish's own quiet and max wait applying.
@@ -37,6 +38,8 @@ if cur then
     else redis.call('HDEL', jobkey, 'timeout_ms') end
     if retention ~= '' then f[#f + 1] = 'retention_ms'; f[#f + 1] = retention
     else redis.call('HDEL', jobkey, 'retention_ms') end
+    if ARGV[12] ~= '' then f[#f + 1] = 'limit_key'; f[#f + 1] = ARGV[12]
+    else redis.call('HDEL', jobkey, 'limit_key') end
     redis.call('HSET', jobkey, unpack(f))
     local v = redis.call('HINCRBY', jobkey, 'version', 1)
     redis.call('ZADD', KEYS[1], due, cur)
@@ -52,6 +55,7 @@ local f = {'type', ARGV[2], 'status', 'scheduled', 'max_retries', ARGV[5], 'crea
   'debounce', KEYS[4], 'debounce_first', now, 'debounce_until', now + maxwait, 'debounce_pubs', '1'}
 if tmo ~= '0' then f[#f + 1] = 'timeout_ms'; f[#f + 1] = tmo end
 if retention ~= '' then f[#f + 1] = 'retention_ms'; f[#f + 1] = retention end
+if ARGV[12] ~= '' then f[#f + 1] = 'limit_key'; f[#f + 1] = ARGV[12] end
 redis.call('HSET', KEYS[3], unpack(f))
 redis.call('SET', KEYS[4], id)
 redis.call('ZADD', KEYS[1], due, id)

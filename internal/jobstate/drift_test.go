@@ -110,6 +110,10 @@ func TestLuaNamesAreGoConstants(t *testing.T) {
 	for _, op := range jobstate.OpNames() {
 		known[op] = "jobstate op"
 	}
+	// The scopes of the limits hash that name no type (admit.lua).
+	for _, perKey := range []bool{false, true} {
+		known[jobstate.LimitField("", perKey)] = "limit scope"
+	}
 	// Not Conveyor's names: fields of Redis's own replies (XINFO CONSUMERS) and Lua's type names.
 	for _, w := range []string{"name", "pending", "idle", "string", "table"} {
 		known[w] = "redis or lua"

@@ -4,10 +4,13 @@
 -- ARGV[1] group, ARGV[2] worker (consumer name), ARGV[3] default retention ms (0 keeps only a
 --   tombstone), ARGV[4] wake channel, ARGV[5] the shortest retention (ms) of any finished job,
 --   ARGV[6] the events publish command ('SPUBLISH', 'PUBLISH' or '' for none), ARGV[7] the
---   events channel, then 10 values per item:
---   op, id, entry, attempt, started_at, finished_at, data, extra, sent, payload
+--   events channel, then 11 values per item:
+--   op, id, entry, attempt, started_at, finished_at, data, extra, sent, payload, slots
 -- sent is '1' when the worker sends the job's payload back (a small job with no metadata:
 -- that spares an XRANGE of the entry), '' to read payload and metadata from the entry.
+-- slots is '1' when admit.lua admitted the job (its queue has limits): an outcome then gives
+-- back the concurrency slots the job holds and wakes their waiters (cv_release_slots); ''
+-- spares every job of a queue without limits the read.
 -- ops:
 --   start   the attempt began (status in_progress); the entry stays pending
 --   done    data = result
@@ -64,11 +67,11 @@ local function str(n)
 end
 local n_done, n_retried, n_failed, n_refused, n_poison = 0, 0, 0, 0, 0
 local i = 0
-for a = 8, #ARGV, 10 do
+for a = 8, #ARGV, 11 do
   i = i + 1
   local op, id, entry, attempt = ARGV[a], ARGV[a + 1], ARGV[a + 2], ARGV[a + 3]
   local started, finished, data, extra = ARGV[a + 4], ARGV[a + 5], ARGV[a + 6], ARGV[a + 7]
-  local sent, payload = ARGV[a + 8] == '1', ARGV[a + 9]
+  local sent, payload, slots = ARGV[a + 8] == '1', ARGV[a + 9], ARGV[a + 10] == '1'
   local jobkey = KEYS[5 + i]
   local code = CV_REFUSED
 
@@ -123,6 +126,9 @@ for a = 8, #ARGV, 10 do
       local ret_s = h[4] or ARGV[3]
       if ret < min_ret then ret_s = min_ret_s end
       local dies = op == 'dead' or (op == 'retry' and tonumber(attempt) > cv_num(h[3], 0))
+      if slots then
+        cv_release_slots(jobkey, id, stream, string.sub(jobkey, 1, #jobkey - #id), finished)
+      end
       if h[6] and (op == 'done' or dies) and redis.call('GET', h[6]) == id then
         redis.call('DEL', h[6]) -- the job ends: free its unique key
       end

@@ -77,7 +77,9 @@ var (
 
 // WorkerScripts are the scripts a worker runs pipelined, which must be loaded first (a
 // pipelined EVALSHA does not fall back to EVAL by itself).
-func WorkerScripts() []*redis.Script { return []*redis.Script{finishScript, releaseScript} }
+func WorkerScripts() []*redis.Script {
+	return []*redis.Script{finishScript, releaseScript, admitScript}
+}
 
 // IsFinishCall reports whether a command's arguments are an EVALSHA of finish.lua, for tests
 // that make its writes fail.
@@ -111,12 +113,13 @@ type NewJob struct {
 	// DebounceCall (debounce.lua), never by EnqueueCall or Enqueue1. Empty: none.
 	Debounce                       string
 	DebounceQuiet, DebounceMaxWait time.Duration
+	LimitKey                       string // the key per-key limits count the job under; empty: none
 }
 
 // Plain reports whether Enqueue1 can create j: a job to run at once (RunAt at or before now,
-// to the millisecond) with no unique key, timeout or retention of its own.
+// to the millisecond) with no unique key, limit key, timeout or retention of its own.
 func (j *NewJob) Plain(now time.Time) bool {
-	return !j.KeepOwn && j.UniqueKey == "" && j.Timeout <= 0 && j.RunAt.UnixMilli() <= now.UnixMilli() &&
+	return !j.KeepOwn && j.UniqueKey == "" && j.LimitKey == "" && j.Timeout <= 0 && j.RunAt.UnixMilli() <= now.UnixMilli() &&
 		j.Debounce == ""
 }
 
@@ -128,7 +131,7 @@ var ErrClosed = errors.New("the queue's partition layout is closed: its partitio
 func EnqueueCall(q keys.Queue, now time.Time, jobs []NewJob) script.Call {
 	ks := make([]string, 0, 4+2*len(jobs))
 	ks = append(ks, q.Stream(), q.Scheduled(), q.Stats())
-	args := make([]any, 0, 4+9*len(jobs))
+	args := make([]any, 0, 4+10*len(jobs))
 	chosen := make([]byte, len(jobs))
 	witness := 0
 	// A job with a unique key may be refused (its key held) and so never created; it cannot
@@ -160,7 +163,7 @@ func EnqueueCall(q keys.Queue, now time.Time, jobs []NewJob) script.Call {
 			ret = strconv.FormatInt(retentionMS(j.Retention), 10)
 		}
 		args = append(args, j.ID, j.Type, j.Payload, j.Metadata, j.MaxRetries, retentionMS(j.Timeout),
-			j.RunAt.UnixMilli(), ret, uttl)
+			j.RunAt.UnixMilli(), ret, uttl, j.LimitKey)
 	}
 	return script.Call{Script: enqueueScript, Keys: ks, Args: args}
 }

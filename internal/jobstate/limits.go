@@ -2,6 +2,7 @@ package jobstate
 
 import (
 	"context"
+	_ "embed"
 	"encoding/json"
 	"fmt"
 	"strings"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/conveyorq/conveyor/internal/keys"
 	"github.com/conveyorq/conveyor/internal/rediserr"
+	"github.com/conveyorq/conveyor/internal/script"
 )
 
 // A queue's flow-control limits are stored in its limits hash (keys.Queue.Limits): one field
@@ -109,15 +111,35 @@ func ReadLimits(ctx context.Context, rdb redis.Cmdable, q keys.Queue) ([]Limit, 
 	return decodeLimits(m)
 }
 
-// SetLimit stores l in q's limits hash, replacing the limit of the same scope.
-func SetLimit(ctx context.Context, rdb redis.Cmdable, q keys.Queue, l Limit) error {
+//go:embed limitset.lua
+var limitSetSrc string
+
+var limitSetScript = script.New(limitSetSrc)
+
+// SetLimit stores l in q's limits hash, replacing the limit of the same scope, and wakes the
+// jobs waiting for a concurrency slot of that scope, to be admitted again under it
+// (limitset.lua).
+func SetLimit(ctx context.Context, rdb redis.Scripter, q keys.Queue, l Limit, now time.Time) error {
 	f, v := EncodeLimit(l)
-	return rediserr.Wrap("limits set", rdb.HSet(ctx, q.Limits(), f, v).Err())
+	_, err := setLimit(ctx, rdb, q, f, v, now)
+	return err
 }
 
 // DeleteLimit removes the limit of one scope from q's limits hash and reports whether there
-// was one.
-func DeleteLimit(ctx context.Context, rdb redis.Cmdable, q keys.Queue, typ string, perKey bool) (bool, error) {
-	n, err := rdb.HDel(ctx, q.Limits(), LimitField(typ, perKey)).Result()
-	return n > 0, rediserr.Wrap("limits delete", err)
+// was one; the jobs waiting for a slot of that scope are woken.
+func DeleteLimit(ctx context.Context, rdb redis.Scripter, q keys.Queue, typ string, perKey bool, now time.Time) (bool, error) {
+	return setLimit(ctx, rdb, q, LimitField(typ, perKey), "", now)
+}
+
+func setLimit(ctx context.Context, rdb redis.Scripter, q keys.Queue, field, value string, now time.Time) (bool, error) {
+	cmd := limitSetScript.Run(ctx, rdb, []string{q.Limits(), q.Stream()}, field, value, q.LimitPrefix(),
+		q.JobPrefix(), now.UnixMilli())
+	r, err := decode("limits", cmd)
+	if err == nil {
+		err = r.want(2)
+	}
+	if err != nil {
+		return false, rediserr.Wrap("limits", err)
+	}
+	return r.int(0) > 0, nil
 }

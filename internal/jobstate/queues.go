@@ -43,7 +43,8 @@ type Stats struct {
 	Debounced      int64 // publishes that joined a pending debounced job
 	// Paused is not read by ReadStats (see KnownQueuesPaused, IsPausedQueue); it is here so
 	// that pipeline.QueueStats converts from Stats.
-	Paused bool
+	Paused  bool
+	Limited int64 // deferrals by a flow-control limit
 }
 
 // ReadStats reads the gauges and counters of queues qs in one pipeline: one round trip on a
@@ -94,6 +95,7 @@ func ReadStats(ctx context.Context, rdb redis.UniversalClient, qs []keys.Queue) 
 		s.DeadByRecovery, s.Refused = n(keys.StatDeadByRecovery), n(keys.StatRefused)
 		s.Canceled, s.Released, s.Poison = n(keys.StatCanceled), n(keys.StatReleased), n(keys.StatPoison)
 		s.Debounced = n(keys.StatDebounced)
+		s.Limited = n(keys.StatLimited)
 		out[k] = s
 	}
 	if err != nil && len(qs) > 0 && !rediserr.IsNoStream(err) {

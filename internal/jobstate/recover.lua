@@ -67,6 +67,8 @@ for a = 8, #ARGV do
         dropped = dropped + 1
       else
         local n = cv_entry_attempt(f, jobkey)
+        -- The lost worker's concurrency slots come back with its job (waking their waiters).
+        cv_release_slots(jobkey, id, stream, prefix, now)
         local why = 'attempt ' .. n .. ' lost: worker ' .. consumer ..
           ' stopped renewing its lease (idle ' .. idle .. ' ms)'
         if n > cv_num(h[3], 0) then

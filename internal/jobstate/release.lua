@@ -5,7 +5,8 @@
 -- Fenced like every worker transition: a job is put back only while its `entry` is the given
 -- entry and it is queued or in_progress. The interrupted attempt does not count: the new entry
 -- starts the same attempt number again. An entry that carries no live job is acknowledged and
--- deleted; one that cannot be read is left pending for recovery to dead-letter.
+-- deleted; one that cannot be read is left pending for recovery to dead-letter. A job put back
+-- gives back the concurrency slots it held (cv_release_slots): admission takes them again.
 -- Returns {CV_OK, released, dropped}.
 local stream, group, prefix, now = KEYS[1], ARGV[1], ARGV[2], ARGV[3]
 local released, dropped = 0, 0
@@ -18,6 +19,7 @@ for a = 4, #ARGV do
     local h = redis.call('HMGET', jobkey, 'entry', 'status')
     if cv_live(h, old) then
       local n = cv_entry_attempt(f, jobkey)
+      cv_release_slots(jobkey, id, stream, prefix, now)
       cv_replace(stream, group, jobkey, id, old, f, n, n - 1, nil, now)
       released = released + 1
     elseif redis.call('EXISTS', jobkey) == 1 then

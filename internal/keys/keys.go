@@ -78,6 +78,16 @@ const (
 	FieldDebouncePubs  = "debounce_pubs"
 	// FieldLimitKey is the key a job's per-key limits count it under (pipeline.WithLimitKey).
 	FieldLimitKey = "limit_key"
+	// FieldLimitSlots names the concurrency slots a running job holds (admit.lua): the queue's
+	// limit prefix, then each scope instance, newline-joined. Every way the job stops running
+	// gives them back (lib.lua cv_release_slots).
+	FieldLimitSlots = "limit_slots"
+	// FieldLimitWait is the scope instance whose concurrency slot a deferred job waits for
+	// (it is then scheduled, out of the scheduled set, in that instance's wait list).
+	FieldLimitWait = "limit_wait"
+	// FieldAdmittedAt is when (Redis's clock, unix ms) admit.lua last let the job of a limited
+	// scope start.
+	FieldAdmittedAt = "admitted_at"
 )
 
 // Stream-entry field names. The first three are watermill-redisstream's layout, so the stock
@@ -150,6 +160,7 @@ const (
 	StatCanceled       = "canceled"
 	StatReleased       = "released" // put back by a worker shutting down
 	StatPoison         = "poison"   // unreadable stream entries sent to the dead set
+	StatLimited        = "limited"  // deferrals by a flow-control limit (admit.lua): no attempt
 )
 
 // StatDebounced counts the publishes that joined a pending debounced job (pipeline.WithDebounce)

@@ -21,6 +21,7 @@ local CV_NO_TYPE = 6
 local CV_LOCK_LOST = 7
 local CV_DIED = 8
 local CV_CONFLICT = 9
+local CV_DEFERRED = 10
 
 -- The fields of stream entry `id` as a table, or nil when the entry is gone.
 local function cv_entry(stream, id)
@@ -217,4 +218,69 @@ local function cv_replace(stream, group, jobkey, id, old, f, next_attempt, attem
   redis.call('XACK', stream, group, old)
   redis.call('XDEL', stream, old)
   return e
+end
+
+-- Flow-control limits (internal/jobstate/limits.go; admit.lua admits, these give back). A
+-- limit's state lives under the queue's limit prefix lp (keys.Queue.LimitPrefix), per scope
+-- instance inst ('q', 'qk:<key>', 't:<type>', 'tk:<type> <key>': a type has no space):
+--   lp..'c:'..inst  the set of the ids of the jobs holding one of its concurrency slots
+--   lp..'w:'..inst  the list of the ids of the jobs waiting for one, first come first woken
+--   lp..'r:'..inst  its rate's GCRA theoretical arrival time (unix us)
+--   lp..'h:'..inst  the latest due time (unix us) handed to a job its rate deferred
+--   lp..'ws:'       the set of the instances that have waiting jobs
+-- A job holding slots names them in its hash field 'limit_slots' (lp, then each instance,
+-- '\n'-joined: keys have no control character); a waiting job is 'scheduled', out of the
+-- scheduled set, with 'limit_wait' naming the instance it waits for.
+
+-- Moves a waiting job back into the stream as promote.lua moves a due one: the new entry starts
+-- attempt + 1, the same attempt the job was deferred from (a deferral is no attempt). Returns
+-- whether the job was still waiting for inst.
+local function cv_requeue(stream, jobkey, id, inst, now)
+  local h = redis.call('HMGET', jobkey, 'limit_wait', 'type', 'payload', 'metadata', 'attempt',
+    'max_retries', 'timeout_ms', 'status')
+  if h[8] ~= 'scheduled' or h[1] ~= inst then return false end
+  local e = cv_xadd(stream, id, h[3], h[4], h[2], cv_num(h[5], 0) + 1, h[6], h[7])
+  redis.call('HSET', jobkey, 'status', 'queued', 'entry', e, 'enqueued_at', now)
+  redis.call('HDEL', jobkey, 'payload', 'metadata', 'limit_wait')
+  redis.call('HINCRBY', jobkey, 'version', 1)
+  return true
+end
+
+-- Wakes the first job still waiting in inst's wait list (jobs canceled meanwhile are skipped)
+-- back into the stream. Returns whether one was woken.
+local function cv_wake(lp, inst, stream, jprefix, now)
+  local w = lp .. 'w:' .. inst
+  local skipped = false
+  while true do
+    local id = redis.call('LPOP', w)
+    if not id then
+      -- An instance leaves the set as its list empties (below); only skipped ids can have
+      -- emptied it here. The common case, a release with nobody waiting, costs one LPOP.
+      if skipped then redis.call('SREM', lp .. 'ws:', inst) end
+      return false
+    end
+    skipped = true
+    if cv_requeue(stream, jprefix .. id, id, inst, now) then
+      if redis.call('EXISTS', w) == 0 then redis.call('SREM', lp .. 'ws:', inst) end
+      return true
+    end
+  end
+end
+
+-- Gives back the concurrency slots job id holds (its 'limit_slots' field, or held when the
+-- caller read it already) and wakes one waiting job for each slot freed. Every way a job that
+-- was admitted stops running comes here (finish.lua's outcomes, cancel, release, recover), so
+-- a slot is held exactly while its job runs. jprefix is the job key prefix.
+local function cv_release_slots(jobkey, id, stream, jprefix, now, held)
+  held = held or redis.call('HGET', jobkey, 'limit_slots')
+  if not held or held == '' then return end
+  local lp = nil
+  for part in string.gmatch(held, '[^\n]+') do
+    if not lp then
+      lp = part
+    elseif redis.call('SREM', lp .. 'c:' .. part, id) == 1 then
+      cv_wake(lp, part, stream, jprefix, now)
+    end
+  end
+  redis.call('HDEL', jobkey, 'limit_slots')
 end

@@ -41,22 +41,24 @@ type Code int64
 
 // The reply codes, as lib.lua names them.
 const (
-	OK         Code = 0 // done
-	NotFound   Code = 1 // no such job
-	Exists     Code = 2 // the job exists already (enqueue with a known id)
-	UniqueHeld Code = 3 // another job holds the unique key; the reply names it
-	Refused    Code = 4 // a fenced transition was refused: the job moved on
-	WrongState Code = 5 // the job is not in a state the call applies to; the reply names it
-	NoType     Code = 6 // a dead record with no type to run
-	LockLost   Code = 7 // the caller's lock token no longer holds the lock
-	Died       Code = 8 // a retry became dead: no retries left
-	Conflict   Code = 9 // the id names a job with another type or payload; the reply says which
+	OK         Code = 0  // done
+	NotFound   Code = 1  // no such job
+	Exists     Code = 2  // the job exists already (enqueue with a known id)
+	UniqueHeld Code = 3  // another job holds the unique key; the reply names it
+	Refused    Code = 4  // a fenced transition was refused: the job moved on
+	WrongState Code = 5  // the job is not in a state the call applies to; the reply names it
+	NoType     Code = 6  // a dead record with no type to run
+	LockLost   Code = 7  // the caller's lock token no longer holds the lock
+	Died       Code = 8  // a retry became dead: no retries left
+	Conflict   Code = 9  // the id names a job with another type or payload; the reply says which
+	Deferred   Code = 10 // a job over a flow-control limit was deferred (admit.lua): no attempt
 )
 
 // codeNames maps each Code to its name in lib.lua.
 var codeNames = map[Code]string{OK: "CV_OK", NotFound: "CV_NOT_FOUND", Exists: "CV_EXISTS",
 	UniqueHeld: "CV_UNIQUE_HELD", Refused: "CV_REFUSED", WrongState: "CV_WRONG_STATE",
-	NoType: "CV_NO_TYPE", LockLost: "CV_LOCK_LOST", Died: "CV_DIED", Conflict: "CV_CONFLICT"}
+	NoType: "CV_NO_TYPE", LockLost: "CV_LOCK_LOST", Died: "CV_DIED", Conflict: "CV_CONFLICT",
+	Deferred: "CV_DEFERRED"}
 
 func (c Code) String() string {
 	if n, ok := codeNames[c]; ok {

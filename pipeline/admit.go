@@ -1,0 +1,259 @@
+package pipeline
+
+import (
+	"context"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/redis/go-redis/v9"
+	"github.com/rs/zerolog"
+
+	"github.com/conveyorq/conveyor/internal/jobstate"
+	"github.com/conveyorq/conveyor/internal/keys"
+	"github.com/conveyorq/conveyor/internal/script"
+	"github.com/conveyorq/conveyor/internal/service"
+	"github.com/conveyorq/conveyor/stream"
+)
+
+// LimitsRefresh is how often a worker reads which of its queues have limits (Inspector.SetLimit):
+// a limit set on a queue without one applies within this time, and a queue whose last limit
+// was deleted stops paying for admission within it. Changes to a queue that has limits apply
+// at once: admission reads the limits in the same script that applies them.
+const LimitsRefresh = time.Second
+
+// admitBatch bounds the jobs of one admit.lua call: Redis serves no other client while a
+// script runs.
+const admitBatch = 100
+
+// Admission holds every job of a queue with limits to them before its handler runs
+// (admit.lua): granted, it runs; deferred, its entry is gone and it is scheduled again, so the
+// worker settles the message without running it (no attempt, no outcome). Jobs are admitted in
+// batches: the admitter takes every request waiting when it starts a call, so under load one
+// call admits as many jobs as arrived while the previous one ran, and an idle worker's lone
+// job waits for no timer.
+
+// admitRequest is one job waiting for its admission.
+type admitRequest struct {
+	q    *keys.Queue
+	item jobstate.AdmitItem
+	done chan admitAnswer
+}
+
+type admitAnswer struct {
+	code script.Code
+	err  error
+}
+
+// admitter runs the admission calls of a worker.
+type admitter struct {
+	rdb  redis.UniversalClient
+	reqs chan *admitRequest
+	log  zerolog.Logger
+	stop chan struct{}
+	done chan struct{}
+}
+
+func newAdmitter(rdb redis.UniversalClient, log zerolog.Logger) *admitter {
+	return &admitter{rdb: rdb, reqs: make(chan *admitRequest, 1024), log: log,
+		stop: make(chan struct{}), done: make(chan struct{})}
+}
+
+func (a *admitter) run() {
+	defer close(a.done)
+	batch := make([]*admitRequest, 0, 4*admitBatch)
+	for {
+		select {
+		case r := <-a.reqs:
+			batch = append(batch[:0], r)
+		case <-a.stop:
+			return
+		}
+	more:
+		for len(batch) < cap(batch) {
+			select {
+			case r := <-a.reqs:
+				batch = append(batch, r)
+			default:
+				break more
+			}
+		}
+		a.flush(batch)
+	}
+}
+
+func (a *admitter) close() {
+	close(a.stop)
+	<-a.done
+}
+
+// flush admits batch: one admit.lua call per queue and chunk, pipelined.
+func (a *admitter) flush(batch []*admitRequest) {
+	var calls []script.Call
+	var groups [][]*admitRequest
+	byQueue := map[*keys.Queue]int{} // the open group of each queue
+	for _, r := range batch {
+		g, ok := byQueue[r.q]
+		if !ok || len(groups[g]) == admitBatch {
+			g = len(groups)
+			groups = append(groups, nil)
+			byQueue[r.q] = g
+		}
+		groups[g] = append(groups[g], r)
+	}
+	for _, g := range groups {
+		items := make([]jobstate.AdmitItem, len(g))
+		for k, r := range g {
+			items[k] = r.item
+		}
+		calls = append(calls, jobstate.AdmitCall(g[0].q, items))
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	cmds, _ := jobstate.RunCalls(ctx, a.rdb, calls)
+	cancel()
+	for k, g := range groups {
+		var ans []jobstate.Admission
+		var err error
+		if k < len(cmds) && cmds[k] != nil {
+			ans, err = jobstate.AdmitReply(cmds[k], len(g))
+		} else {
+			err = context.DeadlineExceeded
+		}
+		for i, r := range g {
+			if err != nil {
+				r.done <- admitAnswer{err: err}
+			} else {
+				r.done <- admitAnswer{code: ans[i].Code}
+			}
+		}
+	}
+}
+
+// admittedKey marks a message's context: its job was admitted, so its outcome gives back the
+// concurrency slots it holds.
+type admittedKey struct{}
+
+// admitted reports whether ctx is the context of a message whose job was admitted.
+func admitted(ctx context.Context) bool {
+	v, _ := ctx.Value(admittedKey{}).(bool)
+	return v
+}
+
+// admit holds msg's job to its queue's limits, when the queue has any. It reports whether the
+// job is to run; when it is, and was admitted, msg's context says so (admitted). A job that is
+// not to run was deferred (its entry is gone, it waits for its limit) or moved on; or the
+// message's context ended (shutdown, lost lease) before an answer, and the subscriber puts the
+// entry back (release.lua gives back any slot a lost answer took). An admission that fails
+// (Redis) is asked again after a pause: the job may not run unadmitted.
+func (w *Worker) admit(msg *message.Message) bool {
+	if w.adm == nil || msg.Metadata[stream.PoisonKey] != "" {
+		return true
+	}
+	q, ok := w.queue(msg.Metadata[stream.StreamKey])
+	if !ok || !w.limitedQueue(q) {
+		return true
+	}
+	attempt, _, _, typ, _ := keys.ParseEntryJob(msg.Metadata[MetaJob])
+	r := &admitRequest{q: q, item: jobstate.AdmitItem{ID: msg.UUID, Entry: msg.Metadata[stream.EntryIDKey],
+		Type: typ, Attempt: attempt}, done: make(chan admitAnswer, 1)}
+	ctx := msg.Context()
+	pause := 50 * time.Millisecond
+	for {
+		select {
+		case w.adm.reqs <- r:
+		case <-ctx.Done():
+			return false
+		}
+		var ans admitAnswer
+		select {
+		case ans = <-r.done:
+		case <-ctx.Done():
+			return false
+		}
+		if ans.err == nil {
+			switch ans.code {
+			case script.OK:
+				msg.SetContext(context.WithValue(ctx, admittedKey{}, true))
+				return true
+			case script.Deferred:
+				w.log.Debug().Str("queue", q.Name()).Str("job_id", msg.UUID).Msg("job deferred by a limit")
+			}
+			return false
+		}
+		w.log.Warn().Err(ans.err).Str("queue", q.Name()).Str("job_id", msg.UUID).Dur("retry_in", pause).
+			Msg("could not admit the job under its queue's limits; asking again")
+		select {
+		case <-time.After(pause):
+		case <-ctx.Done():
+			return false
+		}
+		pause = min(2*pause, 2*time.Second)
+	}
+}
+
+// limitedQueue reports whether q had limits at the last read (limitsWatcher).
+func (w *Worker) limitedQueue(q *keys.Queue) bool {
+	m := w.limited.Load()
+	return m != nil && (*m)[q.Stream()]
+}
+
+// limitsWatcher is the service that reads, every LimitsRefresh, which of the worker's queues
+// have limits, so that a queue without any pays nothing for admission.
+type limitsWatcher struct {
+	w     *Worker
+	parts []string // the partitions of the session
+	loop  service.Loop
+}
+
+func (l *limitsWatcher) Name() string { return "limits watcher" }
+
+// Start reads the limits once before it returns, so that the session's first reads are
+// admitted under them.
+func (l *limitsWatcher) Start(ctx context.Context) error {
+	l.w.readLimited(ctx, l.parts)
+	l.loop.Start(ctx, func(ctx context.Context) {
+		t := time.NewTicker(LimitsRefresh)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				l.w.readLimited(ctx, l.parts)
+			}
+		}
+	})
+	return nil
+}
+
+func (l *limitsWatcher) Stop() { l.loop.Stop() }
+
+// readLimited reads whether each partition the worker reads has limits. On an error the last
+// answer stays.
+func (w *Worker) readLimited(ctx context.Context, names []string) {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	parts := make([]keys.Queue, len(names))
+	for k, n := range names {
+		parts[k] = keys.New(w.cfg.Prefix, n)
+	}
+	cmds := make([]*redis.IntCmd, len(parts))
+	_, err := w.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for k, q := range parts {
+			cmds[k] = p.Exists(ctx, q.Limits())
+		}
+		return nil
+	})
+	if err != nil {
+		return
+	}
+	m := make(map[string]bool, len(parts))
+	for k, q := range parts {
+		if cmds[k].Val() > 0 {
+			m[q.Stream()] = true
+		}
+	}
+	if old := w.limited.Load(); old != nil && len(*old) == 0 && len(m) == 0 {
+		return
+	}
+	w.limited.Store(&m)
+}

@@ -1,0 +1,360 @@
+package pipeline_test
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+
+	"github.com/conveyorq/conveyor/internal/keys"
+	"github.com/conveyorq/conveyor/internal/redistest"
+	"github.com/conveyorq/conveyor/pipeline"
+)
+
+// gate is a handler that blocks each job until the test lets it go, and counts what runs: the
+// jobs running now per group (the limit key, or "" for all), the most ever seen, and the
+// starts in order.
+type gate struct {
+	mu      sync.Mutex
+	running map[string]int
+	most    map[string]int
+	started chan string // job ids, as they start
+	release chan struct{}
+	fail    bool
+}
+
+func newGate() *gate {
+	return &gate{running: map[string]int{}, most: map[string]int{}, started: make(chan string, 1000),
+		release: make(chan struct{}, 1000)}
+}
+
+func (g *gate) handler(group func(*pipeline.Job) string) pipeline.HandlerFunc {
+	return func(ctx context.Context, j *pipeline.Job) ([]byte, error) {
+		k := group(j)
+		g.mu.Lock()
+		g.running[k]++
+		g.most[k] = max(g.most[k], g.running[k])
+		g.mu.Unlock()
+		g.started <- j.ID
+		select {
+		case <-g.release:
+		case <-ctx.Done():
+		}
+		g.mu.Lock()
+		g.running[k]--
+		fail := g.fail
+		g.mu.Unlock()
+		if fail {
+			return nil, pipeline.SkipRetry(errors.New("failing on purpose"))
+		}
+		return nil, nil
+	}
+}
+
+func (g *gate) mostOf(k string) int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.most[k]
+}
+
+// next waits for the next start.
+func (g *gate) next(t *testing.T) string {
+	t.Helper()
+	select {
+	case id := <-g.started:
+		return id
+	case <-time.After(20 * time.Second):
+		t.Fatal("no job started within 20s")
+		return ""
+	}
+}
+
+// none asserts that no job has started (after the test made sure the worker had the chance:
+// the jobs it would start were read and admitted or deferred, see waitLimited).
+func (g *gate) none(t *testing.T) {
+	t.Helper()
+	select {
+	case id := <-g.started:
+		t.Fatalf("job %s started over the limit", id)
+	default:
+	}
+}
+
+func setLimit(t *testing.T, rdb redis.UniversalClient, queue string, l pipeline.Limit) {
+	t.Helper()
+	in, err := pipeline.NewInspector(rdb, pipeline.InspectorConfig{})
+	require.NoError(t, err)
+	require.NoError(t, in.SetLimit(context.Background(), queue, l))
+}
+
+// waitLimited waits until n deferrals were counted in queue.
+func waitLimited(t *testing.T, rdb redis.UniversalClient, queue string, n int64) {
+	t.Helper()
+	q := keys.New(keys.DefaultPrefix, queue)
+	require.Eventually(t, func() bool {
+		v, _ := rdb.HGet(context.Background(), q.Stats(), keys.StatLimited).Int64()
+		return v >= n
+	}, 20*time.Second, 5*time.Millisecond)
+}
+
+func publishN(t *testing.T, c *pipeline.Client, queue string, n int, opts ...pipeline.Option) []string {
+	t.Helper()
+	ids := make([]string, n)
+	for i := range ids {
+		j, err := c.Enqueue(context.Background(), queue, pipeline.Task{Type: "t"}, opts...)
+		require.NoError(t, err)
+		ids[i] = j.ID
+	}
+	return ids
+}
+
+func requireDoneOnce(t *testing.T, c *pipeline.Client, queue string, ids []string, want pipeline.Status) {
+	t.Helper()
+	for _, id := range ids {
+		var j *pipeline.Job
+		require.Eventually(t, func() bool {
+			var err error
+			j, err = c.Get(context.Background(), queue, id)
+			return err == nil && j.Status == want
+		}, 20*time.Second, 5*time.Millisecond, "job %s", id)
+		require.Equal(t, 1, j.Attempt, "job %s: a deferral is no attempt", id)
+	}
+}
+
+// A concurrency limit of M: never more than M run at once, the (M+1)th starts only after one
+// finishes, the deferred jobs are no attempts, and the slots are all given back.
+func TestLimitConcurrency(t *testing.T) {
+	t.Parallel()
+	onBoth(t, testLimitConcurrency)
+}
+
+func testLimitConcurrency(t *testing.T, rdb redis.UniversalClient) {
+	ctx := context.Background()
+	queue := redistest.UniqueName(t)
+	c, err := pipeline.NewClient(rdb, pipeline.ClientConfig{})
+	require.NoError(t, err)
+	publishN(t, c, queue, 1) // the queue exists
+	const m = 2
+	setLimit(t, rdb, queue, pipeline.Limit{Concurrency: m})
+	g := newGate()
+	ids := publishN(t, c, queue, 5)
+	startWorkerOn(t, rdb, pipeline.WorkerConfig{Queues: []string{queue}, Concurrency: 10},
+		map[string]pipeline.HandlerFunc{"t": g.handler(func(*pipeline.Job) string { return "" })})
+	g.next(t)
+	g.next(t)
+	waitLimited(t, rdb, queue, 4) // the other four were read and deferred
+	g.none(t)
+	for range 4 {
+		g.release <- struct{}{}
+		g.next(t)
+	}
+	g.release <- struct{}{}
+	g.release <- struct{}{}
+	requireDoneOnce(t, c, queue, ids, pipeline.StatusCompleted)
+	require.Equal(t, m, g.mostOf(""))
+	q := keys.New(keys.DefaultPrefix, queue)
+	n, err := rdb.SCard(ctx, q.LimitPrefix()+"c:q").Result()
+	require.NoError(t, err)
+	require.Zero(t, n, "every slot given back")
+	st, err := c.Stats(ctx, queue)
+	require.NoError(t, err)
+	require.GreaterOrEqual(t, st.Limited, int64(4))
+}
+
+// Per-key: each key gets its own M.
+func TestLimitConcurrencyPerKey(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	var keyOf sync.Map
+	var ids []string
+	for _, k := range []string{"a", "b"} {
+		for _, id := range publishN(t, b.client, b.queue, 3, pipeline.WithLimitKey(k)) {
+			keyOf.Store(id, k)
+			ids = append(ids, id)
+		}
+	}
+	setLimit(t, b.rdb, b.queue, pipeline.Limit{PerKey: true, Concurrency: 1})
+	g := newGate()
+	b.startWorker(t, pipeline.WorkerConfig{Concurrency: 10}, map[string]pipeline.HandlerFunc{"t": g.handler(func(j *pipeline.Job) string {
+		k, _ := keyOf.Load(j.ID)
+		s, _ := k.(string)
+		return s
+	})})
+	first := []string{g.next(t), g.next(t)}
+	ka, _ := keyOf.Load(first[0])
+	kb, _ := keyOf.Load(first[1])
+	require.NotEqual(t, ka, kb, "one job of each key runs")
+	waitLimited(t, b.rdb, b.queue, 4)
+	g.none(t)
+	for range 4 {
+		g.release <- struct{}{}
+		g.next(t)
+	}
+	g.release <- struct{}{}
+	g.release <- struct{}{}
+	requireDoneOnce(t, b.client, b.queue, ids, pipeline.StatusCompleted)
+	require.Equal(t, 1, g.mostOf("a"))
+	require.Equal(t, 1, g.mostOf("b"))
+}
+
+// A rate limit: the admission times (Redis's clock, admitted_at) obey GCRA's bound, jobs are
+// no attempts and none fails; four workers share the limit.
+func TestLimitRate(t *testing.T) {
+	t.Parallel()
+	onBoth(t, testLimitRate)
+}
+
+func testLimitRate(t *testing.T, rdb redis.UniversalClient) {
+	ctx := context.Background()
+	queue := redistest.UniqueName(t)
+	c, err := pipeline.NewClient(rdb, pipeline.ClientConfig{})
+	require.NoError(t, err)
+	publishN(t, c, queue, 1)
+	const rate, interval = 5, 250 * time.Millisecond
+	setLimit(t, rdb, queue, pipeline.Limit{Rate: rate, Interval: interval})
+	ids := publishN(t, c, queue, 24)
+	for range 4 {
+		startWorkerOn(t, rdb, pipeline.WorkerConfig{Queues: []string{queue}, Concurrency: 10},
+			map[string]pipeline.HandlerFunc{"t": echo})
+	}
+	requireDoneOnce(t, c, queue, ids, pipeline.StatusCompleted)
+	q := keys.New(keys.DefaultPrefix, queue)
+	var at []int64
+	for _, id := range ids {
+		v, err := rdb.HGet(ctx, q.Job(id), keys.FieldAdmittedAt).Int64()
+		require.NoError(t, err)
+		at = append(at, v)
+	}
+	// The first job, published before the limit, may or may not have been admitted under it.
+	slices.Sort(at)
+	tMS := float64(interval.Milliseconds()) / rate
+	for i := range at {
+		for j := i + 1; j < len(at); j++ {
+			// GCRA with a burst of rate: at most rate + (t_j - t_i)/T starts in [t_i, t_j]
+			// (+1 ms: the times are whole milliseconds).
+			bound := rate + float64(at[j]-at[i]+1)/tMS
+			require.LessOrEqual(t, float64(j-i+1), bound, "starts %d..%d at %v", i, j, at)
+		}
+	}
+	st, err := c.Stats(ctx, queue)
+	require.NoError(t, err)
+	require.Positive(t, st.Limited)
+	require.Zero(t, st.Failed)
+}
+
+// The slots of a job come back when it fails, is canceled, or its worker shuts down.
+func TestLimitReleases(t *testing.T) {
+	t.Parallel()
+	for _, how := range []string{"failure", "cancel", "shutdown", "delete", "raise"} {
+		t.Run(how, func(t *testing.T) {
+			t.Parallel()
+			b := setup(t)
+			ids := publishN(t, b.client, b.queue, 2, pipeline.WithMaxRetries(0))
+			setLimit(t, b.rdb, b.queue, pipeline.Limit{Concurrency: 1})
+			g := newGate()
+			g.fail = how == "failure"
+			h := map[string]pipeline.HandlerFunc{"t": g.handler(func(*pipeline.Job) string { return "" })}
+			_, stop := b.startWorker(t, pipeline.WorkerConfig{Concurrency: 10, ShutdownTimeout: 50 * time.Millisecond}, h)
+			first := g.next(t)
+			waitLimited(t, b.rdb, b.queue, 1)
+			g.none(t)
+			in, err := pipeline.NewInspector(b.rdb, pipeline.InspectorConfig{})
+			require.NoError(t, err)
+			switch how {
+			case "failure":
+				g.release <- struct{}{}
+			case "cancel":
+				require.NoError(t, b.client.Cancel(context.Background(), b.queue, first))
+			case "shutdown":
+				require.NoError(t, stop())
+				b.startWorker(t, pipeline.WorkerConfig{Concurrency: 10}, h)
+			case "delete":
+				ok, err := in.DeleteLimit(context.Background(), b.queue, "", false)
+				require.NoError(t, err)
+				require.True(t, ok)
+			case "raise":
+				require.NoError(t, in.SetLimit(context.Background(), b.queue, pipeline.Limit{Concurrency: 2}))
+			}
+			second := g.next(t)
+			if how == "shutdown" {
+				// The put-back job and the waiting one both run on the new worker, one at a time.
+				g.release <- struct{}{}
+				g.next(t)
+			}
+			_ = second
+			close(g.release)
+			for _, id := range ids {
+				b.waitFinal(t, id)
+			}
+			n, err := b.rdb.SCard(context.Background(), b.q.LimitPrefix()+"c:q").Result()
+			require.NoError(t, err)
+			require.Zero(t, n, "every slot given back")
+		})
+	}
+}
+
+// waitFinal waits until job id is final.
+func (b *testBundle) waitFinal(t *testing.T, id string) *pipeline.Job {
+	t.Helper()
+	var j *pipeline.Job
+	require.Eventually(t, func() bool {
+		var err error
+		j, err = b.client.Get(context.Background(), b.queue, id)
+		return err == nil && j.Status.Final()
+	}, 20*time.Second, 5*time.Millisecond, "job %s", id)
+	return j
+}
+
+// onBoth runs test on a standalone server and on the 3-master cluster.
+func onBoth(t *testing.T, test func(*testing.T, redis.UniversalClient)) {
+	t.Run("standalone", func(t *testing.T) {
+		t.Parallel()
+		test(t, redistest.Client(t))
+	})
+	t.Run("cluster", func(t *testing.T) {
+		t.Parallel()
+		test(t, redistest.StartCluster(t).Client(t))
+	})
+}
+
+// A worker that dies holding a slot: recovery gives the slot back with the job, and the job
+// waiting for it runs.
+func TestLimitReleaseOnRecovery(t *testing.T) {
+	t.Parallel()
+	const vt = 1500 * time.Millisecond
+	b := setup(t)
+	ctx := t.Context()
+	ids := publishN(t, b.client, b.queue, 2)
+	setLimit(t, b.rdb, b.queue, pipeline.Limit{Concurrency: 1})
+
+	victimRDB := redis.NewClient(&redis.Options{Addr: b.addr(t), MaxRetries: -1})
+	t.Cleanup(func() { _ = victimRDB.Close() })
+	victim, err := pipeline.NewWorker(victimRDB, pipeline.WorkerConfig{Queues: []string{b.queue}, Name: "victim",
+		VisibilityTimeout: vt, ShutdownTimeout: 100 * time.Millisecond, DisableRecovery: true, Logger: testLogger(t)})
+	require.NoError(t, err)
+	g := newGate()
+	victim.Handle("t", g.handler(func(*pipeline.Job) string { return "" }))
+	vctx, stopVictim := context.WithCancel(context.Background())
+	victimDone := make(chan struct{})
+	go func() { defer close(victimDone); _ = victim.Run(vctx) }()
+	t.Cleanup(func() { stopVictim(); <-victimDone })
+	g.next(t)
+	waitLimited(t, b.rdb, b.queue, 1)
+	_ = victimRDB.Close() // the victim dies: no renewal, no put-back
+
+	b.startWorker(t, pipeline.WorkerConfig{Name: "rescuer", VisibilityTimeout: vt, RecoveryInterval: 100 * time.Millisecond},
+		map[string]pipeline.HandlerFunc{"t": echo})
+	for _, id := range ids {
+		j := b.waitFinal(t, id)
+		require.Equal(t, pipeline.StatusCompleted, j.Status)
+		require.Equal(t, "rescuer", j.Worker)
+	}
+	n, err := b.rdb.SCard(ctx, b.q.LimitPrefix()+"c:q").Result()
+	require.NoError(t, err)
+	require.Zero(t, n, "every slot given back")
+}
