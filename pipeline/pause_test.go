@@ -4,7 +4,6 @@ import (
 	"context"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -19,11 +18,10 @@ import (
 // queueReads is a go-redis hook that counts the XREADGROUPs begun and ended on the streams of
 // each queue (by the queue's name in the stream key's hash tag, partitions included).
 type queueReads struct {
-	mu            sync.Mutex
-	begun, ended  map[string]int
-	prefix        string
-	queues        []string
-	anyInProgress atomic.Int64
+	mu           sync.Mutex
+	begun, ended map[string]int
+	prefix       string
+	queues       []string
 }
 
 func newQueueReads(prefix string, queues ...string) *queueReads {
