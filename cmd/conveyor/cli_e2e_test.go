@@ -79,10 +79,15 @@ func testUsageAndRefusals(t *testing.T, c *cli) {
 	require.NoError(t, c.rdb.Do(t.Context(), "ACL", "SETUSER", user, "on", ">right", "~*", "+@all").Err())
 	t.Cleanup(func() { c.rdb.Do(context.Background(), "ACL", "DELUSER", user) })
 	wrong := strings.Replace(c.url, "redis://", "redis://"+user+":hunter2@", 1)
-	for _, args := range [][]string{{"stats"}, {"worker"}} {
-		r := c.exec(t, "", env(""), append(args, "--redis", wrong)...)
+	// The message names the operation that failed where there is one (stats reads the queues;
+	// the worker's first check of the server is no operation of the storage layer).
+	for _, tc := range []struct {
+		args []string
+		op   string
+	}{{[]string{"stats"}, "queues: "}, {[]string{"worker"}, ""}} {
+		r := c.exec(t, "", env(""), append(tc.args, "--redis", wrong)...)
 		require.Equal(t, 1, r.code, r.stderr)
-		require.Contains(t, r.stderr, "conveyor: Redis at "+strings.Replace(wrong, "hunter2", "xxxxx", 1)+
+		require.Contains(t, r.stderr, "conveyor: "+tc.op+"Redis at "+strings.Replace(wrong, "hunter2", "xxxxx", 1)+
 			" refused the credentials: WRONGPASS")
 		require.Contains(t, r.stderr, "check the user and password in --redis or CONVEYOR_REDIS_URL")
 		require.NotContains(t, r.stderr, "hunter2")

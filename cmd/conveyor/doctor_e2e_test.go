@@ -216,7 +216,7 @@ func TestDoctorE2E(t *testing.T) {
 		r := c.run(t, "publish", "--queue", queue, "--type", "echo")
 		require.Equal(t, 1, r.code, r.stderr)
 		require.Empty(t, r.stdout)
-		require.Regexp(t, `^conveyor: Redis at `+srv.URL()+` refused the write: out of memory \(maxmemory 1B, used [0-9.]+[KM]\): `+
+		require.Regexp(t, `^conveyor: enqueue: Redis at `+srv.URL()+` refused the write: out of memory \(maxmemory 1B, used [0-9.]+[KM]\): `+
 			`.*OOM command not allowed when used memory > 'maxmemory'.*; free memory \(conveyor dead purge, a shorter worker --retention\) or raise maxmemory`, r.stderr)
 		code, fs := c.doctor(t)
 		require.Equal(t, 1, code)
