@@ -294,6 +294,13 @@ func TestLimitReleases(t *testing.T) {
 			n, err := b.rdb.SCard(context.Background(), b.q.LimitPrefix()+"c:q").Result()
 			require.NoError(t, err)
 			require.Zero(t, n, "every slot given back")
+			for _, id := range ids {
+				held, err := b.rdb.HGet(context.Background(), b.q.Job(id), keys.FieldLimitSlots).Result()
+				if !errors.Is(err, redis.Nil) {
+					require.NoError(t, err)
+				}
+				require.Empty(t, held, "job %s names no slot once it stopped", id)
+			}
 		})
 	}
 }

@@ -77,6 +77,9 @@ local function get_tat(inst) return cached(tat, 'GET', 'r:', inst) end
 local function get_used(inst) return cached(used, 'SCARD', 'c:', inst) end
 local function get_horizon(inst) return cached(horizon, 'GET', 'h:', inst) end
 
+-- The ids each concurrency instance gains, added with one SADD per instance at the end: the
+-- counts (used) are kept here meanwhile, and nothing in this call reads the sets' members.
+local adds = {}
 local out, drop = {CV_OK}, {}
 local n_deferred, n_refused = 0, 0
 local i = 0
@@ -129,7 +132,9 @@ for a = 5, #ARGV, 4 do
         local inst, l = s[1], s[2]
         if l.rate > 0 then tat[inst] = math.max(get_tat(inst), now) + l.T end
         if l.conc > 0 then
-          redis.call('SADD', lp .. 'c:' .. inst, id)
+          local ad = adds[inst]
+          if not ad then ad = {}; adds[inst] = ad end
+          ad[#ad + 1] = id
           used[inst] = get_used(inst) + 1
           if held then held = held .. '\n' .. inst else held = lp .. '\n' .. inst end
         end
@@ -178,6 +183,7 @@ for a = 5, #ARGV, 4 do
     end
   end
 end
+for inst, ad in pairs(adds) do redis.call('SADD', lp .. 'c:' .. inst, unpack(ad)) end
 cv_drop(stream, group, drop)
 -- The rate state, kept until it no longer matters (once now passes it, now is used instead).
 for inst, v in pairs(tat) do

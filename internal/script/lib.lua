@@ -267,20 +267,39 @@ local function cv_wake(lp, inst, stream, jprefix, now)
   end
 end
 
--- Gives back the concurrency slots job id holds (its 'limit_slots' field, or held when the
--- caller read it already) and wakes one waiting job for each slot freed. Every way a job that
--- was admitted stops running comes here (finish.lua's outcomes, cancel, release, recover), so
--- a slot is held exactly while its job runs. jprefix is the job key prefix.
-local function cv_release_slots(jobkey, id, stream, jprefix, now, held)
-  held = held or redis.call('HGET', jobkey, 'limit_slots')
-  if not held or held == '' then return end
+-- Gives back the slots named by held (a 'limit_slots' value, read by the caller, who also clears
+-- the field: finish.lua reads it in its fence's HMGET and clears it in its HSET) and wakes one
+-- waiting job for each slot freed. nowait, when given, is a table the caller keeps for one script
+-- call: it remembers, per limit prefix, that no instance had waiting jobs (lp..'ws:' absent), so
+-- a release then costs no LPOP. Only a script that adds no waiter may pass one (admit.lua adds
+-- them and calls no release).
+local function cv_give_slots(held, id, stream, jprefix, now, nowait)
   local lp = nil
+  local waiters = true
   for part in string.gmatch(held, '[^\n]+') do
     if not lp then
       lp = part
-    elseif redis.call('SREM', lp .. 'c:' .. part, id) == 1 then
+      if nowait then
+        local none = nowait[lp]
+        if none == nil then
+          none = redis.call('EXISTS', lp .. 'ws:') == 0
+          nowait[lp] = none
+        end
+        waiters = not none
+      end
+    elseif redis.call('SREM', lp .. 'c:' .. part, id) == 1 and waiters then
       cv_wake(lp, part, stream, jprefix, now)
     end
   end
+end
+
+-- Gives back the concurrency slots job id holds (its 'limit_slots' field) and wakes one waiting
+-- job for each slot freed. Every way a job that was admitted stops running comes here (finish.lua's
+-- outcomes through cv_give_slots, cancel, release, recover), so a slot is held exactly while its
+-- job runs. jprefix is the job key prefix.
+local function cv_release_slots(jobkey, id, stream, jprefix, now)
+  local held = redis.call('HGET', jobkey, 'limit_slots')
+  if not held or held == '' then return end
+  cv_give_slots(held, id, stream, jprefix, now, nil)
   redis.call('HDEL', jobkey, 'limit_slots')
 end
