@@ -14,7 +14,7 @@
 -- (the hash, not the worker, is the authority: a job put back and admitted again holds the
 -- slots of its last admission) and 'limit_slots' is cleared (emptied) in the outcome's own HSET.
 -- Whether anyone waits for a slot is read once per call and limit prefix (lp..'ws:'): with
--- nobody waiting, a release is one SREM per slot and no LPOP.
+-- nobody waiting, no LPOP, and the call's releases are one SREM per slot set at its end.
 -- ops:
 --   start   the attempt began (status in_progress); the entry stays pending
 --   done    data = result
@@ -61,7 +61,7 @@ local function event(status_sp, attempt, id)
   nev = nev + 5
 end
 local drop, out = {}, {CV_OK}
-local nowait = {} -- cv_give_slots: the limit prefixes with nobody waiting for a slot
+local slots_batch = {} -- cv_give_slots: whether anyone waits for a slot; the ids to remove
 -- Numbers go to redis.call as strings made once per distinct value: Redis formats a Lua number
 -- with snprintf, a cost per argument, and every job writes its version.
 local vstr = {}
@@ -142,7 +142,7 @@ for a = 8, #ARGV, 11 do
       if ret < min_ret then ret_s = min_ret_s end
       local dies = op == 'dead' or (op == 'retry' and tonumber(attempt) > cv_num(h[3], 0))
       if held then
-        cv_give_slots(held, id, stream, string.sub(jobkey, 1, #jobkey - #id), finished, nowait)
+        cv_give_slots(held, id, stream, string.sub(jobkey, 1, #jobkey - #id), finished, slots_batch)
       end
       if h[6] and (op == 'done' or dies) and redis.call('GET', h[6]) == id then
         redis.call('DEL', h[6]) -- the job ends: free its unique key
@@ -235,6 +235,7 @@ for a = 8, #ARGV, 11 do
   end
   out[i + 1] = code
 end
+cv_give_slots_end(slots_batch)
 cv_drop(stream, group, drop)
 if n_done > 0 then redis.call('HINCRBY', stats, 'completed', n_done) end
 if n_retried > 0 then redis.call('HINCRBY', stats, 'retried', n_retried) end
