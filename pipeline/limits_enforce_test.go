@@ -294,6 +294,13 @@ func TestLimitReleases(t *testing.T) {
 			n, err := b.rdb.SCard(context.Background(), b.q.LimitPrefix()+"c:q").Result()
 			require.NoError(t, err)
 			require.Zero(t, n, "every slot given back")
+			for _, id := range ids {
+				held, err := b.rdb.HGet(context.Background(), b.q.Job(id), keys.FieldLimitSlots).Result()
+				if !errors.Is(err, redis.Nil) {
+					require.NoError(t, err)
+				}
+				require.Empty(t, held, "job %s names no slot once it stopped", id)
+			}
 		})
 	}
 }
@@ -357,4 +364,36 @@ func TestLimitReleaseOnRecovery(t *testing.T) {
 	n, err := b.rdb.SCard(ctx, b.q.LimitPrefix()+"c:q").Result()
 	require.NoError(t, err)
 	require.Zero(t, n, "every slot given back")
+}
+
+// Many jobs under a concurrency limit they never reach, finished in batches while nobody waits
+// for a slot (finish.lua gathers the releases and removes them with one SREM per set at the end
+// of each call), with a per-key limit beside it: every slot is given back, no job names one.
+func TestLimitReleasesInBatches(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	var ids []string
+	for _, k := range []string{"a", "b"} {
+		ids = append(ids, publishN(t, b.client, b.queue, 60, pipeline.WithLimitKey(k))...)
+	}
+	setLimit(t, b.rdb, b.queue, pipeline.Limit{Concurrency: 1000})
+	setLimit(t, b.rdb, b.queue, pipeline.Limit{PerKey: true, Concurrency: 1000})
+	h := map[string]pipeline.HandlerFunc{"t": func(context.Context, *pipeline.Job) ([]byte, error) { return nil, nil }}
+	b.startWorker(t, pipeline.WorkerConfig{Concurrency: 50}, h)
+	for _, id := range ids {
+		require.Equal(t, pipeline.StatusCompleted, b.waitFinal(t, id).Status)
+	}
+	ctx := context.Background()
+	for _, inst := range []string{"q", "qk:a", "qk:b"} {
+		n, err := b.rdb.SCard(ctx, b.q.LimitPrefix()+"c:"+inst).Result()
+		require.NoError(t, err)
+		require.Zero(t, n, "every slot of %s given back", inst)
+	}
+	for _, id := range ids {
+		held, err := b.rdb.HGet(ctx, b.q.Job(id), keys.FieldLimitSlots).Result()
+		if !errors.Is(err, redis.Nil) {
+			require.NoError(t, err)
+		}
+		require.Empty(t, held, "job %s names no slot once it completed", id)
+	}
 }

@@ -77,6 +77,39 @@ local function get_tat(inst) return cached(tat, 'GET', 'r:', inst) end
 local function get_used(inst) return cached(used, 'SCARD', 'c:', inst) end
 local function get_horizon(inst) return cached(horizon, 'GET', 'h:', inst) end
 
+-- The scopes that apply to a job of type typ and limit key key (or none), as {instance, limit},
+-- and the 'limit_slots' value of a grant (nil without a concurrency scope): made once per
+-- distinct type and key in a call, not per job.
+local scope_cache = {}
+local function scopes(typ, key)
+  local ck = typ
+  if key and key ~= '' then ck = typ .. ' ' .. key else key = nil end -- a type has no space
+  local e = scope_cache[ck]
+  if e then return e[1], e[2] end
+  local sc = {}
+  local function add(field, inst)
+    local l = limits[field]
+    if l then sc[#sc + 1] = {inst, l} end
+  end
+  add('q', 'q')
+  add('t:' .. typ, 't:' .. typ)
+  if key then
+    add('qk', 'qk:' .. key)
+    add('tk:' .. typ, 'tk:' .. typ .. ' ' .. key)
+  end
+  local held = nil
+  for _, s in ipairs(sc) do
+    if s[2].conc > 0 then
+      if held then held = held .. '\n' .. s[1] else held = lp .. '\n' .. s[1] end
+    end
+  end
+  scope_cache[ck] = {sc, held}
+  return sc, held
+end
+
+-- The ids each concurrency instance gains, added with one SADD per instance at the end: the
+-- counts (used) are kept here meanwhile, and nothing in this call reads the sets' members.
+local adds = {}
 local out, drop = {CV_OK}, {}
 local n_deferred, n_refused = 0, 0
 local i = 0
@@ -98,19 +131,7 @@ for a = 5, #ARGV, 4 do
   elseif h[3] and h[3] ~= '' then
     out[#out + 1] = CV_OK; out[#out + 1] = '' -- granted before: the reply was lost
   else
-    -- The scopes that apply, as {instance, limit}.
-    local sc = {}
-    local function add(field, inst)
-      local l = limits[field]
-      if l then sc[#sc + 1] = {inst, l} end
-    end
-    add('q', 'q')
-    add('t:' .. typ, 't:' .. typ)
-    local key = h[4]
-    if key and key ~= '' then
-      add('qk', 'qk:' .. key)
-      add('tk:' .. typ, 'tk:' .. typ .. ' ' .. key)
-    end
+    local sc, held = scopes(typ, h[4])
     local due, full = nil, nil -- the latest rate due time (us); the first full instance
     for _, s in ipairs(sc) do
       local inst, l = s[1], s[2]
@@ -124,14 +145,14 @@ for a = 5, #ARGV, 4 do
       if l.conc > 0 and not full and get_used(inst) >= l.conc then full = inst end
     end
     if not due and not full then
-      local held = nil
       for _, s in ipairs(sc) do
         local inst, l = s[1], s[2]
         if l.rate > 0 then tat[inst] = math.max(get_tat(inst), now) + l.T end
         if l.conc > 0 then
-          redis.call('SADD', lp .. 'c:' .. inst, id)
+          local ad = adds[inst]
+          if not ad then ad = {}; adds[inst] = ad end
+          ad[#ad + 1] = id
           used[inst] = get_used(inst) + 1
-          if held then held = held .. '\n' .. inst else held = lp .. '\n' .. inst end
         end
       end
       if held then
@@ -178,6 +199,7 @@ for a = 5, #ARGV, 4 do
     end
   end
 end
+for inst, ad in pairs(adds) do redis.call('SADD', lp .. 'c:' .. inst, unpack(ad)) end
 cv_drop(stream, group, drop)
 -- The rate state, kept until it no longer matters (once now passes it, now is used instead).
 for inst, v in pairs(tat) do

@@ -267,20 +267,82 @@ local function cv_wake(lp, inst, stream, jprefix, now)
   end
 end
 
--- Gives back the concurrency slots job id holds (its 'limit_slots' field, or held when the
--- caller read it already) and wakes one waiting job for each slot freed. Every way a job that
--- was admitted stops running comes here (finish.lua's outcomes, cancel, release, recover), so
--- a slot is held exactly while its job runs. jprefix is the job key prefix.
-local function cv_release_slots(jobkey, id, stream, jprefix, now, held)
-  held = held or redis.call('HGET', jobkey, 'limit_slots')
-  if not held or held == '' then return end
-  local lp = nil
-  for part in string.gmatch(held, '[^\n]+') do
-    if not lp then
-      lp = part
-    elseif redis.call('SREM', lp .. 'c:' .. part, id) == 1 then
-      cv_wake(lp, part, stream, jprefix, now)
+-- Gives back the slots named by held (a 'limit_slots' value, read by the caller, who also clears
+-- the field: finish.lua reads it in its fence's HMGET and clears it in its HSET) and wakes one
+-- waiting job for each slot freed. batch, when given, is a table the caller makes for one script
+-- call ({}) and hands to cv_give_slots_end before the call returns: it remembers, per limit
+-- prefix, whether any instance has waiting jobs (lp..'ws:' exists, read once), and while none
+-- has, the ids to take out of each slot set are gathered and removed with one SREM per set at
+-- the end (nobody is woken, so no SREM's answer is needed). Only a script that adds no waiter
+-- and reads no slot set between the two may pass one (admit.lua adds waiters and releases none).
+local function cv_give_slots(held, id, stream, jprefix, now, batch)
+  local p = batch and batch.parsed and batch.parsed[held]
+  if not p then
+    p = {}
+    local lp = nil
+    for part in string.gmatch(held, '[^\n]+') do
+      if not lp then lp = part else p[#p + 1] = part end
+    end
+    p.lp = lp
+    if batch then
+      if not batch.parsed then
+        batch.parsed, batch.none, batch.ids, batch.sets = {}, {}, {}, {}
+      end
+      local none = batch.none[lp]
+      if none == nil then
+        none = redis.call('EXISTS', lp .. 'ws:') == 0
+        batch.none[lp] = none
+      end
+      if none then
+        -- Nobody to wake: p names the id lists of its sets instead of its instances.
+        for k, inst in ipairs(p) do
+          local set = lp .. 'c:' .. inst
+          local ids = batch.ids[set]
+          if not ids then
+            ids = {}
+            batch.ids[set] = ids
+            batch.sets[#batch.sets + 1] = set
+          end
+          p[k] = ids
+        end
+        p.gather = true
+      end
+      batch.parsed[held] = p
     end
   end
+  if p.gather then
+    for k = 1, #p do
+      local ids = p[k]
+      ids[#ids + 1] = id
+    end
+    return
+  end
+  local lp = p.lp
+  for k = 1, #p do
+    if redis.call('SREM', lp .. 'c:' .. p[k], id) == 1 then
+      cv_wake(lp, p[k], stream, jprefix, now)
+    end
+  end
+end
+
+-- Removes the ids cv_give_slots gathered in batch (see there).
+local function cv_give_slots_end(batch)
+  if not batch.sets then return end
+  for _, set in ipairs(batch.sets) do
+    local ids = batch.ids[set]
+    for a = 1, #ids, 1000 do
+      redis.call('SREM', set, unpack(ids, a, math.min(a + 999, #ids)))
+    end
+  end
+end
+
+-- Gives back the concurrency slots job id holds (its 'limit_slots' field) and wakes one waiting
+-- job for each slot freed. Every way a job that was admitted stops running comes here (finish.lua's
+-- outcomes through cv_give_slots, cancel, release, recover), so a slot is held exactly while its
+-- job runs. jprefix is the job key prefix.
+local function cv_release_slots(jobkey, id, stream, jprefix, now)
+  local held = redis.call('HGET', jobkey, 'limit_slots')
+  if not held or held == '' then return end
+  cv_give_slots(held, id, stream, jprefix, now, nil)
   redis.call('HDEL', jobkey, 'limit_slots')
 end
