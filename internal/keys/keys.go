@@ -80,7 +80,8 @@ const (
 	FieldLimitKey = "limit_key"
 	// FieldLimitSlots names the concurrency slots a running job holds (admit.lua): the queue's
 	// limit prefix, then each scope instance, newline-joined. Every way the job stops running
-	// gives them back (lib.lua cv_release_slots).
+	// gives them back (lib.lua: cv_give_slots in finish.lua, batched per call; cv_release_slots on
+	// the other paths). Empty or absent: it holds none.
 	FieldLimitSlots = "limit_slots"
 	// FieldLimitWait is the scope instance whose concurrency slot a deferred job waits for
 	// (it is then scheduled, out of the scheduled set, in that instance's wait list).
