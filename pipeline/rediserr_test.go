@@ -13,13 +13,14 @@ import (
 
 // requireRedisErr checks that err carries a *rediserr.Error of kind and op (errors.As), the
 // operation the API's error body ("op") and the CLI's message name.
-func requireRedisErr(t *testing.T, err error, kind rediserr.Kind, op string) {
+// A call that makes more than one read names the read that failed: ops lists those it may be.
+func requireRedisErr(t *testing.T, err error, kind rediserr.Kind, ops ...string) {
 	t.Helper()
 	var re *rediserr.Error
 	require.True(t, errors.As(err, &re), "no *rediserr.Error in %v", err)
 	require.Equal(t, kind, re.Kind, "%v", err)
-	require.Equal(t, op, re.Op, "%v", err)
-	require.Equal(t, op, rediserr.OpOf(err))
+	require.Contains(t, ops, re.Op, "%v", err)
+	require.Equal(t, re.Op, rediserr.OpOf(err))
 	require.Equal(t, kind, rediserr.Classify(err))
 }
 
@@ -76,8 +77,10 @@ func TestRedisErrorsCarryOpUnreachable(t *testing.T) {
 
 	_, err = client.Get(ctx, q, j.ID)
 	requireRedisErr(t, err, rediserr.Unreachable, "get")
+	// Stats reads the queue's partition count first unless the client's cache of it is fresh
+	// (it expires: under load it has by now), so either read may be the one that fails.
 	_, err = client.Stats(ctx, q)
-	requireRedisErr(t, err, rediserr.Unreachable, "stats")
+	requireRedisErr(t, err, rediserr.Unreachable, "stats", "queues")
 	_, err = insp.Queues(ctx)
 	requireRedisErr(t, err, rediserr.Unreachable, "queues")
 	_, err = insp.List(ctx, q, pipeline.StatusQueued, pipeline.Page{})
