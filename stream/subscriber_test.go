@@ -378,6 +378,10 @@ func TestSubscriber(t *testing.T) {
 				running := receiveN(t, msgs, 2, 5*time.Second)
 				require.Eventually(t, func() bool { return pendingCount(t, rdb, topic) == 4 },
 					5*time.Second, 10*time.Millisecond)
+				// And the two waiting ones at the hand-out (marked, at the send) before shutdown
+				// begins: one still on its way there could be caught by a read below in the
+				// instant between its check of shutdown and its send, which is no fault.
+				require.Eventually(t, func() bool { return handingOut(sub) == 4 }, 5*time.Second, time.Millisecond)
 
 				start := time.Now()
 				closed := make(chan struct{})
@@ -765,6 +769,18 @@ func notPending(t *testing.T, rdb *redis.Client, topic string, ids []string) []s
 }
 
 // shuttingDown reports whether every subscription of sub has begun to shut down.
+// handingOut counts sub's messages handed out or waiting at the hand-out, over its topics.
+func handingOut(sub *Subscriber) int {
+	sub.mu.Lock()
+	topics := slices.Clone(sub.topics)
+	sub.mu.Unlock()
+	n := 0
+	for _, t := range topics {
+		n += t.running()
+	}
+	return n
+}
+
 func shuttingDown(sub *Subscriber) bool {
 	sub.mu.Lock()
 	topics := slices.Clone(sub.topics)

@@ -320,17 +320,20 @@ func (t *topic) dispatch(fresh []*delivery) bool {
 // handOut sends d's message to the router unless the subscription is stopping, and reports
 // whether it did.
 func (t *topic) handOut(d *delivery) bool {
-	// A select between a ready reader and a closed stopping picks at random: check first, so
-	// nothing is handed out once shutdown has begun.
-	select {
-	case <-t.stopping:
-		return false
-	default:
-	}
 	// Marked before the send: the handler may settle it before the send returns here.
 	t.st.mu.Lock()
 	d.delivered = true
 	t.st.mu.Unlock()
+	// A select between a ready reader and a closed stopping picks at random: check first, so
+	// nothing is handed out once shutdown has begun. Nothing but this check comes between the
+	// mark and the select: a goroutine parked on the mutex above must not be caught halfway
+	// when shutdown begins.
+	select {
+	case <-t.stopping:
+		t.unhand(d)
+		return false
+	default:
+	}
 	select {
 	case t.out <- d.msg:
 		return true
