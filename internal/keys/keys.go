@@ -89,6 +89,19 @@ const (
 	// FieldAdmittedAt is when (Redis's clock, unix ms) admit.lua last let the job of a limited
 	// scope start.
 	FieldAdmittedAt = "admitted_at"
+	// FieldPriority is a job's priority level within its queue (pipeline.WithPriority), 2 to
+	// MaxPriority; absent means 1, the first served, which is also every job published without
+	// one. The level picks the stream that carries the job (Queue.LevelStream).
+	FieldPriority = "priority"
+	// FieldGroup is a job's fair group within its queue (pipeline.WithGroup); absent means none.
+	FieldGroup = "group"
+)
+
+// Priority levels within a queue (pipeline.WithPriority): 1 is served first and is the
+// default; River's levels.
+const (
+	MinPriority = 1
+	MaxPriority = 4
 )
 
 // Stream-entry field names. The first three are watermill-redisstream's layout, so the stock
@@ -217,6 +230,17 @@ func (q Queue) Base() string { return q.base }
 
 // Stream is the stream of jobs ready to run.
 func (q Queue) Stream() string { return q.stream }
+
+// LevelStream is the stream that carries the queue's jobs of priority level p (FieldPriority):
+// Stream itself for level 1 (and for any p out of range), Stream + ":p<level>" for the others,
+// so a queue whose jobs never name a level has the one stream it always had. lib.lua's
+// cv_level_stream builds the same names.
+func (q Queue) LevelStream(p int) string {
+	if p <= MinPriority || p > MaxPriority {
+		return q.stream
+	}
+	return q.stream + ":p" + strconv.Itoa(p)
+}
 
 // Scheduled is the sorted set of job ids waiting for a time, scored by due time in unix ms.
 func (q Queue) Scheduled() string { return q.scheduled }

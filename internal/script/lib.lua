@@ -41,6 +41,14 @@ local function cv_xadd(stream, id, payload, metadata, typ, attempt, max_retries,
     'conveyor', attempt .. ' ' .. (max_retries or 0) .. ' ' .. (timeout_ms or 0) .. ' ' .. (typ or ''))
 end
 
+-- The stream of priority level p (a job hash's 'priority' field: nil, '' or '1' is level 1)
+-- of the queue whose level-1 stream is `stream`; keys.Queue.LevelStream names the same keys.
+local function cv_level_stream(stream, p)
+  local n = tonumber(p)
+  if n == nil or n <= 1 or n > 4 then return stream end
+  return stream .. ':p' .. n
+end
+
 -- The parts of an entry's 'conveyor' field: attempt, max_retries, timeout_ms (numbers) and
 -- type, or nil when the field is missing or malformed.
 local function cv_job(f)
