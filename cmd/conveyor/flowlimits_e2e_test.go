@@ -327,24 +327,28 @@ func testGlobalConcurrency(t *testing.T, c *cli) {
 	require.Zero(t, empty, "every slot given back")
 }
 
-// heldServer serves the http jobs of testGlobalConcurrency: each request at /job/<i> is held
+// heldServer serves the http jobs of testGlobalConcurrency: each request at /job/<id> is held
 // (the job's id) for hold, or until its client goes away as a SIGKILLed worker's does, while
 // the server counts the requests in flight, in total and per job.
 type heldServer struct {
 	*httptest.Server
+	hold       time.Duration
 	mu         sync.Mutex
-	inFlight   map[string]int // by job id
+	inFlight   map[string]int       // by job id
+	since      map[string]time.Time // when the job's latest request came
 	total, max int
 	twice      []string       // jobs seen in two requests at once
 	runs, done map[string]int // requests started and held to the end, by job id
 }
 
 func newHeldServer(hold time.Duration) *heldServer {
-	hs := &heldServer{inFlight: map[string]int{}, runs: map[string]int{}, done: map[string]int{}}
+	hs := &heldServer{hold: hold, inFlight: map[string]int{}, since: map[string]time.Time{},
+		runs: map[string]int{}, done: map[string]int{}}
 	hs.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		job := strings.TrimPrefix(r.URL.Path, "/job/")
 		hs.mu.Lock()
 		hs.inFlight[job]++
+		hs.since[job] = time.Now()
 		hs.runs[job]++
 		if hs.inFlight[job] > 1 {
 			hs.twice = append(hs.twice, job)
@@ -370,11 +374,12 @@ func newHeldServer(hold time.Duration) *heldServer {
 	return hs
 }
 
-// running reports whether the request of the job with id is in flight.
+// running reports whether a request of the job with id is in flight and has most of its hold
+// ahead of it: a worker killed now dies in the middle of the job, not at its end.
 func (hs *heldServer) running(id string) bool {
 	hs.mu.Lock()
 	defer hs.mu.Unlock()
-	return hs.inFlight[id] > 0
+	return hs.inFlight[id] > 0 && time.Since(hs.since[id]) < hs.hold/2
 }
 
 // report returns the most requests in flight at once, the jobs seen twice at once, and the
