@@ -105,9 +105,10 @@ func BenchmarkLimitsNotLimiting(b *testing.B) {
 //
 //	go test -run XXX -bench BenchmarkFlowNotLimiting -benchtime 20000x -count 3 ./pipeline/
 func BenchmarkFlowNotLimiting(b *testing.B) {
+	// Two scopes, so each job is held to both: the queue's rate and its type's concurrency.
 	notLimiting := []pipeline.Limit{
 		{Rate: pipeline.MaxLimitRate, Interval: time.Second},
-		{Concurrency: 100_000},
+		{Type: "noop", Concurrency: 100_000},
 	}
 	flow := flowSpec{queues: 3, weights: []int{6, 3, 1}, limits: notLimiting}
 	for _, live := range []bool{false, true} {
