@@ -39,12 +39,17 @@ const admitBatch = 100
 // followed from slots held longer (docs/BENCHMARKS.md, "Issue 18: limits").
 //
 // What admitRead leaves unmarked is admitted in the middleware (admit), message by message:
-// a message adopted or of another publisher, and every message of a batch whose admission
-// failed (Redis) or whose reply was lost. Asking again is safe: admit.lua grants a job that
-// holds its slots already as it is, and a grant whose answer never came is given back with
-// the job (release.lua when the worker puts it back, recover.lua after its death). The
-// admitter batches the middleware's requests: it takes every request waiting when it starts a
-// call, so an idle worker's lone job waits for no timer.
+// a message of another publisher (foreign.lua adopts it first), and every message of a batch
+// whose admission failed (Redis) or whose reply was lost. Asking again keeps the limits: a job
+// that holds its slots already is granted as it is (admit.lua), so a concurrency slot is
+// never taken twice; a job under a rate alone holds no slot, and asking again counts it
+// against the rate a second time, which can only slow the rate, never exceed it; a job the
+// lost call deferred has moved on, and is refused. A grant whose answer never came, or that
+// a closing subscription never handed out (admitRead's context ends when the subscription
+// starts closing), is given back with the job: release.lua when the worker puts it back,
+// recover.lua after the worker's death. The admitter batches the middleware's requests: it
+// takes every request waiting when it starts a call, so an idle worker's lone job waits for
+// no timer.
 
 // admitRequest is one job waiting for its admission.
 type admitRequest struct {
