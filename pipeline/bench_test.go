@@ -100,8 +100,9 @@ func BenchmarkLimitsNotLimiting(b *testing.B) {
 // BenchmarkFlowNotLimiting is the benchmark (a): a worker on 3 queues weighted 6, 3
 // and 1, each with a rate limit and a concurrency limit that are never reached, against the
 // plain worker on one queue, both draining b.N no-op jobs published first (drain) and
-// consuming them while 4 goroutines publish them (live). The ratios flow/plain are the
-// numbers to read (the target: 0.9 or more):
+// consuming them while 4 goroutines publish them (live); drain-no-limits is the drain of the
+// 3 queues without limits, to tell the queues' cost from the limits'. The ratios flow/plain
+// are the numbers to read (the target: 0.9 or more):
 //
 //	go test -run XXX -bench BenchmarkFlowNotLimiting -benchtime 20000x -count 3 ./pipeline/
 func BenchmarkFlowNotLimiting(b *testing.B) {
@@ -121,6 +122,10 @@ func BenchmarkFlowNotLimiting(b *testing.B) {
 				limits: flow.limits, live: live}, "flow/plain")
 		})
 	}
+	// The same drain without the limits: what the 3 weighted queues cost alone.
+	b.Run("drain-no-limits", func(b *testing.B) {
+		pairedDrains(b, flowSpec{queues: 1}, flowSpec{queues: flow.queues, weights: flow.weights}, "flow/plain")
+	})
 }
 
 // flowSpec is one side of a paired benchmark: how many queues the worker reads (the jobs
