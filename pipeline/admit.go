@@ -27,10 +27,29 @@ const admitBatch = 100
 
 // Admission holds every job of a queue with limits to them before its handler runs
 // (admit.lua): granted, it runs; deferred, its entry is gone and it is scheduled again, so the
-// worker settles the message without running it (no attempt, no outcome). Jobs are admitted in
-// batches: the admitter takes every request waiting when it starts a call, so under load one
-// call admits as many jobs as arrived while the previous one ran, and an idle worker's lone
-// job waits for no timer.
+// worker settles the message without running it (no attempt, no outcome).
+//
+// A batch the subscriber read is admitted whole, before any of it is handed out
+// (admitRead, the subscriber's Config.Prepare): one round trip for the batch, its chunks
+// pipelined, so the batch reaches the handlers together and the reads, outcomes and their
+// batches keep the shape they have without limits. Admitting message by message in the
+// middleware instead (each message's goroutine asking and waiting for the answer while it
+// holds its slot) cost the limited drain a third of the plain one's throughput: the
+// requests, wake-ups and smaller admit calls, and the smaller reads and outcome chunks that
+// followed from slots held longer (docs/BENCHMARKS.md, "Issue 18: limits").
+//
+// What admitRead leaves unmarked is admitted in the middleware (admit), message by message:
+// a message of another publisher (foreign.lua adopts it first), and every message of a batch
+// whose admission failed (Redis) or whose reply was lost. Asking again keeps the limits: a job
+// that holds its slots already is granted as it is (admit.lua), so a concurrency slot is
+// never taken twice; a job under a rate alone holds no slot, and asking again counts it
+// against the rate a second time, which can only slow the rate, never exceed it; a job the
+// lost call deferred has moved on, and is refused. A grant whose answer never came, or that
+// a closing subscription never handed out (admitRead's context ends when the subscription
+// starts closing), is given back with the job: release.lua when the worker puts it back,
+// recover.lua after the worker's death. The admitter batches the middleware's requests: it
+// takes every request waiting when it starts a call, so an idle worker's lone job waits for
+// no timer.
 
 // admitRequest is one job waiting for its admission.
 type admitRequest struct {
@@ -128,6 +147,65 @@ func (a *admitter) flush(batch []*admitRequest) {
 	}
 }
 
+// admitRead admits the jobs of msgs, a batch the subscriber read from topic, when their queue
+// has limits, and reports which messages are not to run (deferred by a limit, or moved on);
+// those granted are marked admitted. On a failure it marks nothing, and the middleware asks
+// for each message again (admit).
+func (w *Worker) admitRead(ctx context.Context, topic string, msgs []*message.Message) []bool {
+	q, ok := w.queue(topic)
+	if !ok || !w.limitedQueue(q) {
+		return nil
+	}
+	items := make([]jobstate.AdmitItem, 0, len(msgs))
+	idx := make([]int, 0, len(msgs)) // the index in msgs of each item
+	for k, msg := range msgs {
+		if msg.Metadata[stream.PoisonKey] != "" || msg.Metadata[metaForeign] != "" {
+			continue // dead-lettered or adopted first, in the middleware
+		}
+		attempt, _, _, typ, _ := keys.ParseEntryJob(msg.Metadata[MetaJob])
+		items = append(items, jobstate.AdmitItem{ID: msg.UUID, Entry: msg.Metadata[stream.EntryIDKey],
+			Type: typ, Attempt: attempt})
+		idx = append(idx, k)
+	}
+	if len(items) == 0 {
+		return nil
+	}
+	calls := make([]script.Call, 0, (len(items)+admitBatch-1)/admitBatch)
+	for k := 0; k < len(items); k += admitBatch {
+		calls = append(calls, jobstate.AdmitCall(q, items[k:min(k+admitBatch, len(items))]))
+	}
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	cmds, _ := jobstate.RunCalls(ctx, w.rdb, calls)
+	cancel()
+	skip := make([]bool, len(msgs))
+	for c := range calls {
+		lo, hi := c*admitBatch, min((c+1)*admitBatch, len(items))
+		var ans []jobstate.Admission
+		err := context.DeadlineExceeded
+		if c < len(cmds) && cmds[c] != nil {
+			ans, err = jobstate.AdmitReply(cmds[c], hi-lo)
+		}
+		if err != nil {
+			w.log.Debug().Err(err).Str("queue", q.Name()).Int("jobs", hi-lo).
+				Msg("could not admit a read batch; admitting its jobs one by one")
+			continue
+		}
+		for i, a := range ans {
+			msg := msgs[idx[lo+i]]
+			switch a.Code {
+			case script.OK:
+				msg.SetContext(context.WithValue(msg.Context(), admittedKey{}, true))
+			case script.Deferred:
+				w.log.Debug().Str("queue", q.Name()).Str("job_id", msg.UUID).Msg("job deferred by a limit")
+				skip[idx[lo+i]] = true
+			default: // refused: the job moved on
+				skip[idx[lo+i]] = true
+			}
+		}
+	}
+	return skip
+}
+
 // admittedKey marks a message's context: its job was admitted, so its outcome gives back the
 // concurrency slots it holds.
 type admittedKey struct{}
@@ -145,8 +223,8 @@ func admitted(ctx context.Context) bool {
 // entry back (release.lua gives back any slot a lost answer took). An admission that fails
 // (Redis) is asked again after a pause: the job may not run unadmitted.
 func (w *Worker) admit(msg *message.Message) bool {
-	if w.adm == nil || msg.Metadata[stream.PoisonKey] != "" {
-		return true
+	if w.adm == nil || msg.Metadata[stream.PoisonKey] != "" || admitted(msg.Context()) {
+		return true // admitted already with its read batch (admitRead)
 	}
 	q, ok := w.queue(msg.Metadata[stream.StreamKey])
 	if !ok || !w.limitedQueue(q) {

@@ -3,8 +3,10 @@ package pipeline_test
 import (
 	"context"
 	"errors"
+	"io"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -396,4 +398,75 @@ func TestLimitReleasesInBatches(t *testing.T) {
 		}
 		require.Empty(t, held, "job %s names no slot once it completed", id)
 	}
+}
+
+// loseAdmits is a go-redis hook that lets the admission scripts (the calls that name the
+// queue's limits hash) run on the server and loses their replies while lose is positive.
+type loseAdmits struct {
+	limits     string
+	lose, lost atomic.Int64
+}
+
+func (*loseAdmits) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (l *loseAdmits) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if err := next(ctx, cmd); err != nil || !l.lost1(cmd) {
+			return err
+		}
+		return io.EOF
+	}
+}
+
+func (l *loseAdmits) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		err := next(ctx, cmds)
+		for _, c := range cmds {
+			if l.lost1(c) {
+				err = io.EOF
+			}
+		}
+		return err
+	}
+}
+
+// lost1 loses cmd's reply when it is an admission and replies are still to be lost.
+func (l *loseAdmits) lost1(cmd redis.Cmder) bool {
+	if cmd.Err() != nil || cmd.Name() != "evalsha" && cmd.Name() != "eval" ||
+		!slices.Contains(cmd.Args(), any(l.limits)) || l.lose.Add(-1) < 0 {
+		return false
+	}
+	l.lost.Add(1)
+	cmd.SetErr(io.EOF)
+	return true
+}
+
+// Admission whose reply is lost (the script ran: a grant took its slot, a deferral moved the
+// job on): the worker asks again message by message, a granted job is granted as it was and
+// runs once, a deferred one is refused and runs when its slot frees; the limit is never
+// exceeded and every slot comes back.
+func TestLimitAdmissionReplyLost(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := t.Context()
+	ids := publishN(t, b.client, b.queue, 4)
+	setLimit(t, b.rdb, b.queue, pipeline.Limit{Concurrency: 1})
+	hook := &loseAdmits{limits: b.q.Limits()}
+	hook.lose.Store(3)
+	hooked := redis.NewClient(&redis.Options{Addr: b.addr(t)})
+	t.Cleanup(func() { _ = hooked.Close() })
+	hooked.AddHook(hook)
+	g := newGate()
+	startWorkerOn(t, hooked, pipeline.WorkerConfig{Queues: []string{b.queue}, Concurrency: 10},
+		map[string]pipeline.HandlerFunc{"t": g.handler(func(*pipeline.Job) string { return "" })})
+	for range ids {
+		g.next(t)
+		g.release <- struct{}{}
+	}
+	requireDoneOnce(t, b.client, b.queue, ids, pipeline.StatusCompleted)
+	require.Equal(t, 1, g.mostOf(""))
+	require.Positive(t, hook.lost.Load())
+	n, err := b.rdb.SCard(ctx, b.q.LimitPrefix()+"c:q").Result()
+	require.NoError(t, err)
+	require.Zero(t, n, "every slot given back")
 }

@@ -456,6 +456,7 @@ func (w *Worker) session(ctx context.Context) ([]int, error) {
 		ManualSettle:  true,
 		CloseTimeout:  w.cfg.ShutdownTimeout,
 		OnRelease:     w.release,
+		Prepare:       w.admitRead,
 		Logger:        subscriberLogger(w.log.With().Str("component", "subscriber").Logger()),
 		// QueueWeights and StrictPriority: one class per queue, its partitions included.
 		Priority:       w.priority(),

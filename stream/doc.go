@@ -39,7 +39,10 @@
 //   - EntryValues(msg.Context()) gives the entry's fields exactly as read, whatever middleware
 //     and handlers did to the message's payload and metadata;
 //   - Subscriber.Pause stops reading on every topic (for example while Redis refuses writes)
-//     without giving up what is held: leases are still renewed, and Resume reads on.
+//     without giving up what is held: leases are still renewed, and Resume reads on;
+//   - Config.Prepare sees each batch read before it is handed out, so an application can do
+//     one call for the batch (and keep back messages it has dealt with) instead of one per
+//     message.
 //
 // The stream format is watermill-redisstream's (_watermill_message_uuid, payload, metadata as
 // msgpack), so either Subscriber reads what the stock Publisher or Conveyor writes.

@@ -128,6 +128,16 @@ type Config struct {
 	// never acked: not yet handed out, or still running after CloseTimeout), for example to put
 	// them back at once. Without it they stay pending for the application's recovery.
 	OnRelease func(ctx context.Context, stream string, ids []string)
+	// Prepare, when set, sees each batch of messages a subscription read (or adopted) before
+	// any of them is handed out, in the subscription's reader, and may keep some back: a true
+	// in skip (at a message's index; nil keeps none back) means the application is done with
+	// that message, which is then settled as Settle would (its slot freed, its lease no longer
+	// renewed) and never handed out or acknowledged; its entry is the application's to deal
+	// with. It is where an application makes one call for a batch that it would otherwise make
+	// once per message (holding the batch to a shared limit, say), and it may give a message a
+	// context derived from the message's own. ctx ends when the subscription starts closing,
+	// whose shutdown waits for Prepare to return; while it runs the topic reads nothing more.
+	Prepare func(ctx context.Context, topic string, msgs []*message.Message) (skip []bool)
 	// Logger defaults to a no-op logger.
 	Logger watermill.LoggerAdapter
 }

@@ -30,6 +30,8 @@ type topic struct {
 	renewing  sync.Mutex    // held by renew, so that shutdown can wait for one under way
 
 	stopping chan struct{} // closed when the subscription starts shutting down
+	// stopCtx ends when stopping closes: Config.Prepare's context.
+	stopCtx  context.Context
 	abandon  chan struct{} // closed when CloseTimeout passed: stop waiting for acks
 	readDone chan struct{}
 	settled  chan struct{} // signalled when a handed-out message settles
@@ -76,6 +78,8 @@ func (t *topic) run(ctx context.Context) {
 	// each has its own cancel. Their parent must not be cancelable: every child of a cancelable
 	// context is registered in, and on cancel removed from, a mutex-guarded map of its parent,
 	// a cost on every message (docs/BENCHMARKS.md, "What each change bought").
+	var stop context.CancelFunc
+	t.stopCtx, stop = context.WithCancel(context.WithoutCancel(ctx))
 	go t.read(context.WithoutCancel(ctx))
 	ackDone := make(chan struct{})
 	if !t.s.cfg.DeferAck {
@@ -89,6 +93,7 @@ func (t *topic) run(ctx context.Context) {
 	case <-t.s.closing:
 	}
 	close(t.stopping)
+	stop()
 	<-t.readDone
 
 	// Wait for handed-out messages to settle, up to CloseTimeout.
@@ -293,6 +298,7 @@ func (t *topic) take(ctx context.Context, entries []redis.XMessage, adopted bool
 
 // dispatch hands fresh deliveries out and reports false when the subscription is stopping.
 func (t *topic) dispatch(fresh []*delivery) bool {
+	fresh = t.prepare(fresh)
 	if t.s.cfg.ManualSettle {
 		// No goroutine waits on the message: hand it to the router here. The router takes
 		// each message at once (it runs each on a goroutine of its own).
@@ -315,6 +321,34 @@ func (t *topic) dispatch(fresh []*delivery) bool {
 	default:
 		return true
 	}
+}
+
+// prepare passes fresh to Config.Prepare, settles the deliveries it keeps back and returns the
+// others.
+func (t *topic) prepare(fresh []*delivery) []*delivery {
+	if t.s.cfg.Prepare == nil || len(fresh) == 0 {
+		return fresh
+	}
+	msgs := make([]*message.Message, len(fresh))
+	for i, d := range fresh {
+		msgs[i] = d.msg
+	}
+	skip := t.s.cfg.Prepare(t.stopCtx, t.name, msgs)
+	if skip == nil {
+		return fresh
+	}
+	kept := fresh[:0]
+	for i, d := range fresh {
+		if i >= len(skip) || !skip[i] {
+			kept = append(kept, d)
+			continue
+		}
+		t.settle(d, false, nil)
+		if !t.s.cfg.ManualSettle {
+			t.inflight.Done() // take counted it for a deliver goroutine that will not run
+		}
+	}
+	return kept
 }
 
 // handOut sends d's message to the router unless the subscription is stopping, and reports
