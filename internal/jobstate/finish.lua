@@ -91,6 +91,7 @@ for a = 8, #ARGV, 11 do
     if cur == entry then
       cv_keep_payload(jobkey, f)
       cv_to_dead(jobkey, dead, id, finished, data)
+      if grouped then cv_group_out(jobkey, id, stream, string.sub(jobkey, 1, #jobkey - #id), finished) end
       n_failed = n_failed + 1
       if ev then event('failed ', attempt, id) end
     else
