@@ -37,6 +37,7 @@ type jobBody struct {
 	Retention  *string       `json:"retention"`
 	Debounce   *debounceBody `json:"debounce"`
 	LimitKey   *string       `json:"limit_key"`
+	Group      *string       `json:"group"`
 }
 
 // debounceBody is a job's debounce (pipeline.WithDebounce): durations as Go duration strings.
@@ -480,6 +481,9 @@ func (b *jobBody) request(idemKey string) (*jobRequest, error) {
 	}
 	if b.LimitKey != nil {
 		req.opts = append(req.opts, pipeline.WithLimitKey(*b.LimitKey))
+	}
+	if b.Group != nil {
+		req.opts = append(req.opts, pipeline.WithGroup(*b.Group))
 	}
 	return req, nil
 }

@@ -109,6 +109,7 @@ func TestOpenAPI(t *testing.T) {
 		"POST /v1/queues/{queue}/jobs:batch": `{"jobs":[{"type":"echo"}]}`,
 		"PUT /v1/queues/{queue}":             `{"partitions":3}`,
 		"PUT /v1/queues/{queue}/limits":      `{"concurrency":1}`,
+		"PUT /v1/queues/{queue}/groups":      `{"window":5,"weights":{"tenant-42":2}}`,
 	}
 	// Whole-queue deletions last, so that the others still find their jobs; the limit's
 	// deletion after the PUT that sets it.
@@ -178,6 +179,7 @@ func TestEveryAuthedRouteNeedsToken(t *testing.T) {
 		"POST /v1/queues/{queue}/jobs:batch": `{"jobs":[{"type":"echo"}]}`,
 		"PUT /v1/queues/{queue}":             `{"partitions":3}`,
 		"PUT /v1/queues/{queue}/limits":      `{"concurrency":1}`,
+		"PUT /v1/queues/{queue}/groups":      `{"window":5,"weights":{"tenant-42":2}}`,
 	}
 	authed := 0
 	for path, item := range doc.Paths {

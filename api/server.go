@@ -122,6 +122,8 @@ func (s *Server) table() []route {
 		{"GET", "/v1/queues/{queue}/limits", authed, s.listLimits},
 		{"PUT", "/v1/queues/{queue}/limits", authed, s.setLimit},
 		{"DELETE", "/v1/queues/{queue}/limits", authed, s.deleteLimit},
+		{"GET", "/v1/queues/{queue}/groups", authed, s.listGroups},
+		{"PUT", "/v1/queues/{queue}/groups", authed, s.setGroups},
 		{"POST", "/v1/queues/{queue}/jobs", authed, s.enqueue},
 		{"GET", "/v1/queues/{queue}/jobs", authed, s.listJobs},
 		{"POST", "/v1/queues/{queue}/jobs:batch", authed, s.enqueueBatch},

@@ -68,6 +68,9 @@ var (
 	descPaused = prometheus.NewDesc(Namespace+"_queue_paused",
 		"1 while the queue is paused (conveyor pause): workers do not take its jobs; 0 otherwise.",
 		[]string{"queue"}, nil)
+	descGroupWaiting = prometheus.NewDesc(Namespace+"_queue_group_waiting",
+		"Jobs queued but waiting for a place in their fair group's window (WithGroup), not yet in the stream; they count in conveyor_queue_jobs{state=\"queued\"} too.",
+		[]string{"queue"}, nil)
 	descAge = prometheus.NewDesc(Namespace+"_queue_stats_age_seconds",
 		"Age of the queue reading served (it is cached, and served while a refresh fails).", nil, nil)
 	descErrors = prometheus.NewDesc(Namespace+"_queue_stats_errors_total",
@@ -125,6 +128,7 @@ func NewQueueCollector(insp *pipeline.Inspector, cfg QueueCollectorConfig) (*Que
 func (c *QueueCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- descJobs
 	ch <- descPaused
+	ch <- descGroupWaiting
 	ch <- descAge
 	ch <- descErrors
 	ch <- descLimitRate
@@ -165,6 +169,7 @@ func (c *QueueCollector) Collect(ch chan<- prometheus.Metric) {
 			paused = 1
 		}
 		ch <- prometheus.MustNewConstMetric(descPaused, prometheus.GaugeValue, paused, s.Queue)
+		ch <- prometheus.MustNewConstMetric(descGroupWaiting, prometheus.GaugeValue, float64(s.GroupWaiting), s.Queue)
 		for _, l := range limits[s.Queue] {
 			perKey := strconv.FormatBool(l.PerKey)
 			if l.Rate > 0 {

@@ -233,3 +233,28 @@ func TestQueueCollectorDebounced(t *testing.T) {
 	require.Equal(t, 1.0, value(t, reg, "conveyor_queue_enqueued_total", "queue", "d"))
 	require.Equal(t, 1.0, value(t, reg, "conveyor_queue_jobs", "queue", "d", "state", "scheduled"))
 }
+
+// conveyor_queue_group_waiting counts a queue's jobs waiting for a place in their group's
+// window; they are queued jobs too.
+func TestQueueCollectorGroupWaiting(t *testing.T) {
+	t.Parallel()
+	prefix := redistest.UniqueName(t)
+	rdb := redistest.Client(t)
+	client, err := pipeline.NewClient(rdb, pipeline.ClientConfig{Prefix: prefix})
+	require.NoError(t, err)
+	insp, err := pipeline.NewInspector(rdb, pipeline.InspectorConfig{Prefix: prefix})
+	require.NoError(t, err)
+	_, err = client.Enqueue(t.Context(), "a", pipeline.Task{Type: "t"}, pipeline.WithGroup("g"))
+	require.NoError(t, err)
+	require.NoError(t, insp.SetGroups(t.Context(), "a", pipeline.GroupChange{Window: 1}))
+	for range 3 {
+		_, err = client.Enqueue(t.Context(), "a", pipeline.Task{Type: "t"}, pipeline.WithGroup("g"))
+		require.NoError(t, err)
+	}
+	qc, err := metrics.NewQueueCollector(insp, metrics.QueueCollectorConfig{})
+	require.NoError(t, err)
+	reg := prometheus.NewRegistry()
+	require.NoError(t, reg.Register(qc))
+	require.Equal(t, 3.0, value(t, reg, "conveyor_queue_group_waiting", "queue", "a"))
+	require.Equal(t, 4.0, value(t, reg, "conveyor_queue_jobs", "queue", "a", "state", "queued"))
+}

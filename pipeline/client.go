@@ -476,8 +476,10 @@ func (c *Client) enqueuePrepared(ctx context.Context, rdb redis.UniversalClient,
 			j := jobs[at(lo+k)]
 			switch row.Code {
 			case script.OK:
-				if row.Entry == "" {
+				if row.Entry == "" && (njs[lo+k].Group == "" || j.RunAt.After(now)) {
 					j.Status = StatusScheduled
+				} else if row.Entry == "" {
+					j.Status, j.EnqueuedAt = StatusQueued, now // waiting for a place in its group's window
 				} else {
 					j.Status, j.Entry, j.EnqueuedAt = StatusQueued, row.Entry, now
 				}
@@ -639,8 +641,8 @@ func (c *Client) prepare(queue string, t *Task, now time.Time, common []Option, 
 	if o.hasDebounce {
 		nj.Debounce, nj.DebounceQuiet, nj.DebounceMaxWait = o.debounceKey, o.debounceQuiet, o.debounceMaxWait
 	}
-	nj.LimitKey = o.limitKey
-	return &Job{
+	nj.LimitKey, nj.Group = o.limitKey, o.group
+	return &Job{Group: o.group,
 		ID: id, Queue: queue, Type: t.Type, Payload: t.Payload, Metadata: md,
 		MaxRetries: maxRetries, Timeout: time.Duration(timeoutMS(o.timeout)) * time.Millisecond,
 		CreatedAt: now, RunAt: runAt, Version: 1,
@@ -757,7 +759,7 @@ func jobFromRecord(queue, id string, r jobstate.Record) (*Job, error) {
 		MaxRetries: r.MaxRetries, Timeout: r.Timeout, CreatedAt: r.CreatedAt, RunAt: r.RunAt,
 		EnqueuedAt: r.EnqueuedAt, StartedAt: r.StartedAt, CompletedAt: r.CompletedAt,
 		Worker: r.Worker, Entry: r.Entry, LastError: r.LastError, Result: r.Result,
-		Version: r.Version, Payload: r.Payload}
+		Version: r.Version, Payload: r.Payload, Group: r.Group}
 	if r.Debounce != "" {
 		j.Debounce = &DebounceWindow{Key: keys.DebounceKeyOf(r.Debounce), First: r.DebounceFirst,
 			Until: r.DebounceUntil, Publishes: r.DebouncePubs}
@@ -839,6 +841,9 @@ type QueueStats struct {
 	// Limited counts the jobs a flow-control limit deferred (Limit): each waited, and was no
 	// attempt.
 	Limited int64 `json:"limited"`
+	// GroupWaiting is how many of the Queued jobs wait for a place in their fair group's window
+	// (WithGroup): queued, but not yet in the stream for a worker to read.
+	GroupWaiting int64 `json:"group_waiting"`
 }
 
 // Stats reads a queue's gauges and counters in one round trip (one per node involved on a

@@ -81,6 +81,10 @@ type Job struct {
 	// pending job of its debounce key (replacing its payload) instead of creating one. It is
 	// not stored.
 	Debounced bool
+	// Group is the fair group the job was published in (WithGroup); empty for none. Set on
+	// jobs read back (Client.Get, Inspector.List); a handler's job, decoded from its stream
+	// entry, leaves it empty.
+	Group string
 
 	entry map[string]any // a handler's job: the stream entry's fields as read (stream.EntryValues)
 }
@@ -125,6 +129,7 @@ type jobJSON struct {
 	CompletedAt int64             `json:"completed_at"`
 	Debounce    *debounceJSON     `json:"debounce,omitempty"`
 	Debounced   bool              `json:"debounced,omitempty"`
+	Group       string            `json:"group,omitempty"`
 }
 
 // MarshalJSON writes the job with times as unix milliseconds (0 when not yet), and payload and
@@ -139,7 +144,7 @@ func (j *Job) MarshalJSON() ([]byte, error) {
 		db = &debounceJSON{Key: d.Key, FirstAt: unixMS(d.First), Until: unixMS(d.Until), Publishes: d.Publishes}
 	}
 	return json.Marshal(jobJSON{
-		Debounce: db, Debounced: j.Debounced,
+		Debounce: db, Debounced: j.Debounced, Group: j.Group,
 		ID: j.ID, Queue: j.Queue, Type: j.Type, Status: j.Status,
 		Attempt: j.Attempt, MaxRetries: j.MaxRetries, TimeoutMS: j.Timeout.Milliseconds(),
 		Payload: rawOrString(j.Payload), Metadata: md, Result: rawOrString(j.Result),

@@ -1,6 +1,10 @@
 package pipeline
 
-import "time"
+import (
+	"time"
+
+	"github.com/conveyorq/conveyor/internal/keys"
+)
 
 // Option sets how one job is enqueued. Options are checked when Enqueue runs: a bad value is
 // an error wrapping ErrInvalid and nothing is written.
@@ -17,6 +21,7 @@ type enqueueOptions struct {
 	uniqueTTL  time.Duration
 	hasUnique  bool
 	limitKey   string
+	group      string
 	retention  time.Duration
 	hasRetain  bool
 	metadata   map[string]string
@@ -148,6 +153,23 @@ func WithLimitKey(key string) Option {
 	}
 }
 
+// WithGroup puts the job in a fair group of its queue: a tenant, a customer, an account.
+// Within a queue, groups are served round-robin: at most a window of each group's jobs are in
+// the queue's stream or running at once (Inspector.SetGroups: the window, DefaultGroupWindow
+// unless set, times the group's weight), and the group's other jobs wait, queued, in the
+// group's own first-in-first-out list, each moved into the stream when one of the group's jobs
+// finishes. One group's flood so never has more than a window of jobs ahead of another group's
+// next job. Jobs without a group are not held to any window. Names follow job ids' rules: 1 to
+// 128 characters from [A-Za-z0-9._:-]. A partitioned queue keeps a window per partition.
+func WithGroup(group string) Option {
+	return func(o *enqueueOptions) {
+		if err := keys.ValidateGroup(group); err != nil {
+			o.errs = append(o.errs, invalid("%v", err))
+		}
+		o.group = group
+	}
+}
+
 // WithRetention sets how long the job's record is kept after it completes or is canceled,
 // overriding the worker's default. Zero deletes it when it finishes.
 func WithRetention(d time.Duration) Option {
@@ -217,6 +239,8 @@ func (o *enqueueOptions) debounceConflict() error {
 		with = "WithID (the job's id is the window's, chosen by its first publish)"
 	case o.hasDelay, o.hasRunAt:
 		with = "WithDelay or WithRunAt (the window decides when the job runs)"
+	case o.group != "":
+		with = "WithGroup (a debounced job is not held to a group's window)"
 	default:
 		return nil
 	}

@@ -137,6 +137,7 @@ func sumStats(queue string, parts []*QueueStats) *QueueStats {
 		s.Poison += p.Poison
 		s.Debounced += p.Debounced
 		s.Limited += p.Limited
+		s.GroupWaiting += p.GroupWaiting
 	}
 	return s
 }

@@ -432,7 +432,7 @@
     main().replaceChildren(heading('Queue ' + q), tabs(q, '', null), err, pause,
       h('section', { class: 'card', 'aria-labelledby': 'c-h' }, h('h2', { id: 'c-h' }, 'Counters'), counters),
       h('section', { class: 'card', 'aria-labelledby': 'tp-h' }, h('h2', { id: 'tp-h' }, 'Throughput'), chartFig.el),
-      limitsCard(q, g));
+      limitsCard(q, g), groupsCard(q, g));
     const refresh = async () => {
       try {
         const [st, tp] = await Promise.all([queueStats(q), throughput(q)]);
@@ -570,6 +570,75 @@
         return tr;
       })));
     wrap.replaceChildren(table);
+  }
+
+  // ---- Groups: a queue's fair groups (GET, PUT v1/queues/Q/groups) ----
+
+  // groupsCard shows the queue's group window and its groups (weight, jobs in the window and
+  // waiting), and a form that sets the window or a group's weight. Like the limits, it loads
+  // when the page opens and after each change.
+  function groupsCard(q, g) {
+    const base = 'queues/' + enc(q) + '/groups';
+    const list = h('div', { class: 'groups-list' }, h('p', { class: 'loading' }, 'Loading…'));
+    const field = (id, label, input) => h('div', { class: 'field' }, h('label', { for: id }, label), input);
+    const win = h('input', { id: 'group-window', name: 'window', type: 'number', min: '1', step: '1', inputmode: 'numeric' });
+    const name = h('input', { id: 'group-name', name: 'group', type: 'text', maxlength: '128', spellcheck: 'false', autocomplete: 'off', placeholder: 'tenant-42' });
+    const weight = h('input', { id: 'group-weight', name: 'weight', type: 'number', min: '0', step: '1', inputmode: 'numeric' });
+    const form = h('form', { id: 'group-form', class: 'limit-form', 'aria-labelledby': 'gf-h' },
+      h('h3', { id: 'gf-h' }, 'Set the window or a weight'),
+      h('p', { class: 'muted' }, 'At most the window of each group\'s jobs (times its weight) are in the stream or running at once; the others wait in their group\'s order. A weight of 0 sets a group back to 1.'),
+      field('group-window', 'Window: jobs of each group at once', win),
+      field('group-name', 'Group', name),
+      field('group-weight', 'Weight', weight),
+      h('button', { type: 'submit' }, 'Set'));
+    const load = async () => {
+      try {
+        const body = await api('GET', base);
+        if (live(g)) renderGroups(list, q, body || { groups: [] });
+      } catch (e) {
+        if (live(g)) list.replaceChildren(errorBox('Could not load the groups', e));
+      }
+    };
+    form.addEventListener('submit', async (ev) => {
+      ev.preventDefault();
+      const change = {};
+      const w = Math.trunc(num(win.value));
+      if (w > 0) change.window = w;
+      const gname = name.value.trim();
+      if (gname !== '') change.weights = { [gname]: Math.trunc(num(weight.value)) };
+      if (change.window === undefined && change.weights === undefined) {
+        notify('bad', 'Give a window, or a group and its weight.');
+        return;
+      }
+      try {
+        await api('PUT', base, change);
+        notify('ok', 'Set the groups of ' + q + '.');
+        await load();
+      } catch (e) {
+        notify('bad', 'Could not set the groups: ' + e.message);
+      }
+    });
+    load();
+    return h('section', { class: 'card groups', 'aria-labelledby': 'g-h' }, h('h2', { id: 'g-h' }, 'Groups'), list, form);
+  }
+
+  function renderGroups(wrap, q, body) {
+    const win = h('p', { class: 'group-window', data: { window: String(body.window) } },
+      'Window: ' + fmtInt(body.window) + ' jobs of each group at once' + (body.window_set ? '' : ' (the default)') + '.');
+    const groups = body.groups || [];
+    if (groups.length === 0) {
+      wrap.replaceChildren(win, h('p', { class: 'muted' }, 'No groups: no job of this queue has one now.'));
+      return;
+    }
+    const table = h('table', { class: 'grid-table groups-table' },
+      h('caption', { class: 'visually-hidden' }, 'Groups of queue ' + q),
+      h('thead', {}, h('tr', {}, ['Group', 'Weight', 'In the window', 'Waiting'].map((c) => h('th', { scope: 'col' }, c)))),
+      h('tbody', {}, groups.map((gr) => h('tr', { data: { group: gr.group } },
+        h('td', { data: { label: 'Group', field: 'group' } }, gr.group),
+        h('td', { data: { label: 'Weight', field: 'weight' } }, fmtInt(gr.weight)),
+        h('td', { data: { label: 'In the window', field: 'in_window' } }, fmtInt(gr.in_window)),
+        h('td', { data: { label: 'Waiting', field: 'waiting' } }, fmtInt(gr.waiting))))));
+    wrap.replaceChildren(win, table);
   }
 
   // Paging cursors of each list, kept while the tab lives so Back returns to the same page.

@@ -564,6 +564,37 @@ func TestDashboardBrowser(t *testing.T) {
 		t.Errorf("limits after the delete: %+v, %v", ls, err)
 	}
 
+	// The queue page's groups: set the window and a weight from the form (stored), then two
+	// held jobs of one group: the window holds one, the other waits, and the card shows both.
+	b.do("the groups card shows the default window", chromedp.WaitVisible(css(`#group-form`)),
+		chromedp.WaitVisible(css(`.groups-list .group-window[data-window="20"]`)))
+	b.do("set the window and a weight from the form",
+		chromedp.SendKeys(css("#group-window"), "1"),
+		chromedp.SendKeys(css("#group-name"), "tenant-7"),
+		chromedp.SendKeys(css("#group-weight"), "2"),
+		chromedp.Click(css(`#group-form button[type=submit]`)),
+		chromedp.WaitVisible(css(`.groups-list .group-window[data-window="1"]`)),
+		chromedp.WaitVisible(css(`tr[data-group="tenant-7"]`)))
+	if gs, err := f.insp.Groups(context.Background(), dashOrders); err != nil || gs.Window != 1 ||
+		len(gs.Groups) != 1 || gs.Groups[0] != (pipeline.GroupInfo{Group: "tenant-7", Weight: 2}) {
+		t.Errorf("groups after the form: %+v, %v", gs, err)
+	}
+	for _, id := range []string{"tenant-job-1", "tenant-job-2"} {
+		f.publish(t, dashOrders, id, "hold", `{"seconds":3600}`, pipeline.WithGroup("tenant-42"))
+	}
+	b.route("#/queues/reports")
+	b.do("leave the queue page", chromedp.WaitVisible(css(`.groups-list .group-window[data-window="20"]`)))
+	b.route("#/queues/orders")
+	b.poll("the groups card lists the group's jobs in the window and waiting",
+		`(() => {
+			const tr = document.querySelector('tr[data-group="tenant-42"]');
+			return tr !== null && tr.querySelector('td[data-field="in_window"]').textContent === '1' &&
+				tr.querySelector('td[data-field="waiting"]').textContent === '1' &&
+				tr.querySelector('td[data-field="weight"]').textContent === '1';
+		})()`)
+	b.noSideScroll("desktop queue groups")
+	b.shot("desktop-groups")
+
 	// The search box finds a job in any queue by id.
 	b.do("search a job by id",
 		chromedp.SendKeys(css("#search-id"), "report-2"),

@@ -36,6 +36,7 @@ type publishFlags struct {
 	unique     string
 	uniqueTTL  time.Duration
 	limitKey   string
+	group      string
 	meta       []string
 	// waitReplicas and waitTimeout are --wait-replicas and --wait-timeout (WithReplicas).
 	waitReplicas int
@@ -104,6 +105,7 @@ sooner. It cannot be combined with --id, --delay or --unique.`,
 	f.StringVar(&pf.unique, "unique", "", "de-duplication key: while a live job holds it, publish returns that job")
 	f.DurationVar(&pf.uniqueTTL, "unique-ttl", defaultUniqueTTL, "how long --unique holds its key at most")
 	f.StringVar(&pf.limitKey, "limit-key", "", "the key the queue's per-key limits count the job under (a tenant, an account)")
+	f.StringVar(&pf.group, "group", "", "the job's fair group (a tenant, an account): the queue serves its groups round-robin")
 	f.StringArrayVar(&pf.meta, "meta", nil, "metadata pair key=value (repeatable)")
 	f.IntVar(&pf.waitReplicas, "wait-replicas", 0, "succeed only once this many replicas have the jobs (Redis WAIT); exit 1 when fewer confirm within --wait-timeout")
 	f.DurationVar(&pf.waitTimeout, "wait-timeout", pipeline.DefaultReplicaTimeout, "how long --wait-replicas waits for the replicas")
@@ -200,6 +202,9 @@ func (pf *publishFlags) request(stdin io.Reader) (*publishRequest, error) {
 	}
 	if pf.limitKey != "" {
 		opts = append(opts, pipeline.WithLimitKey(pf.limitKey))
+	}
+	if pf.group != "" {
+		opts = append(opts, pipeline.WithGroup(pf.group))
 	}
 	if pf.waitReplicas > 0 {
 		opts = append(opts, pipeline.WithReplicas(pf.waitReplicas, pf.waitTimeout))

@@ -6,7 +6,9 @@
 --   'PUBLISH' or ''), ARGV[7] the events channel
 -- A queued or running job's entry is acknowledged and deleted; the worker running it finds its
 -- lease gone at its next renewal, which cancels the handler's context, and its late result is
--- refused by fencing. The change is announced on the events channel (canceled).
+-- refused by fencing. The change is announced on the events channel (canceled). A job of a fair
+-- group waiting for a place leaves its group's list; one in the window gives its place back and
+-- moves the group's next waiting job into the stream (cv_group_cancel).
 -- Returns {CV_OK} canceled, {CV_WRONG_STATE, status} already finished (nothing changed),
 -- {CV_NOT_FOUND} no such job.
 local h = redis.call('HMGET', KEYS[4], 'status', 'entry', 'retention_ms', 'attempt', 'debounce')
@@ -22,6 +24,7 @@ end
 -- A running job gives back its concurrency slots (waking their waiters); a job waiting for one
 -- is skipped when its turn comes (its status is no longer scheduled).
 cv_release_slots(KEYS[4], ARGV[4], KEYS[1], string.sub(KEYS[4], 1, #KEYS[4] - #ARGV[4]), ARGV[2])
+cv_group_cancel(KEYS[4], ARGV[4], KEYS[1], string.sub(KEYS[4], 1, #KEYS[4] - #ARGV[4]), ARGV[2], status, h[2])
 redis.call('HSET', KEYS[4], 'status', 'canceled', 'completed_at', ARGV[2])
 redis.call('HDEL', KEYS[4], 'entry')
 redis.call('HINCRBY', KEYS[4], 'version', 1)

@@ -1,6 +1,7 @@
 -- finish.lua: apply a batch of worker transitions to jobs of one queue.
 -- KEYS[1] stream, KEYS[2] scheduled set, KEYS[3] dead set, KEYS[4] stats hash, KEYS[5] the
---   queue's watching flag (keys.Queue.Watching), KEYS[5+i] the hash of item i
+--   queue's watching flag (keys.Queue.Watching), KEYS[5+i] the hash of item i, last the
+--   queue's grouped flag (keys.Queue.Grouped)
 -- ARGV[1] group, ARGV[2] worker (consumer name), ARGV[3] default retention ms (0 keeps only a
 --   tombstone), ARGV[4] wake channel, ARGV[5] the shortest retention (ms) of any finished job,
 --   ARGV[6] the events publish command ('SPUBLISH', 'PUBLISH' or '' for none), ARGV[7] the
@@ -41,6 +42,9 @@
 -- announced: no waiter needs it. The fence's HMGET asks for 'watched' only when the queue's
 -- watching flag, set by every marking read, is there (one EXISTS a call): a field the hash
 -- lacks costs HMGET a scan of the whole hash, a cost per job in a queue nobody waits on.
+-- In a queue that has had jobs of fair groups (the grouped flag, one EXISTS a call), an outcome
+-- of a job with a group gives back its place in the group's window and moves the group's next
+-- waiting job into the stream (cv_group_out: one HGET a job); other queues read nothing more.
 -- Returns {CV_OK, then one code per item: CV_OK applied, CV_REFUSED refused (or a start mark
 -- ignored), CV_DIED a retry turned into dead}.
 --
@@ -56,6 +60,7 @@ local ev_cmd, ev_chan = ARGV[6], ARGV[7]
 local ev, nev = nil, 0
 if ev_cmd ~= '' then ev = {} end
 local watching = ev and redis.call('EXISTS', KEYS[5]) == 1
+local grouped = redis.call('EXISTS', KEYS[#KEYS]) == 1
 local function event(status_sp, attempt, id)
   ev[nev + 1], ev[nev + 2], ev[nev + 3], ev[nev + 4], ev[nev + 5] = status_sp, attempt, ' ', id, '\n'
   nev = nev + 5
@@ -86,6 +91,7 @@ for a = 8, #ARGV, 11 do
     if cur == entry then
       cv_keep_payload(jobkey, f)
       cv_to_dead(jobkey, dead, id, finished, data)
+      if grouped then cv_group_out(jobkey, id, stream, string.sub(jobkey, 1, #jobkey - #id), finished) end
       n_failed = n_failed + 1
       if ev then event('failed ', attempt, id) end
     else
@@ -144,6 +150,7 @@ for a = 8, #ARGV, 11 do
       if held then
         cv_give_slots(held, id, stream, string.sub(jobkey, 1, #jobkey - #id), finished, slots_batch)
       end
+      if grouped then cv_group_out(jobkey, id, stream, string.sub(jobkey, 1, #jobkey - #id), finished) end
       if h[6] and (op == 'done' or dies) and redis.call('GET', h[6]) == id then
         redis.call('DEL', h[6]) -- the job ends: free its unique key
       end

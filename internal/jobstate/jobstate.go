@@ -114,13 +114,17 @@ type NewJob struct {
 	Debounce                       string
 	DebounceQuiet, DebounceMaxWait time.Duration
 	LimitKey                       string // the key per-key limits count the job under; empty: none
+	// Group is the job's fair group (pipeline.WithGroup; keys.FieldGroup); empty: none. A
+	// grouped job to run at once enters its group's window or waits for a place (queued with
+	// no entry: Created.Entry is empty).
+	Group string
 }
 
 // Plain reports whether Enqueue1 can create j: a job to run at once (RunAt at or before now,
 // to the millisecond) with no unique key, limit key, timeout or retention of its own.
 func (j *NewJob) Plain(now time.Time) bool {
 	return !j.KeepOwn && j.UniqueKey == "" && j.LimitKey == "" && j.Timeout <= 0 && j.RunAt.UnixMilli() <= now.UnixMilli() &&
-		j.Debounce == ""
+		j.Debounce == "" && j.Group == ""
 }
 
 // ErrClosed is what EnqueueReply and Enqueue1 return when the queue or partition written to is
@@ -131,7 +135,7 @@ var ErrClosed = errors.New("the queue's partition layout is closed: its partitio
 func EnqueueCall(q keys.Queue, now time.Time, jobs []NewJob) script.Call {
 	ks := make([]string, 0, 4+2*len(jobs))
 	ks = append(ks, q.Stream(), q.Scheduled(), q.Stats())
-	args := make([]any, 0, 4+10*len(jobs))
+	args := make([]any, 0, 5+11*len(jobs))
 	chosen := make([]byte, len(jobs))
 	witness := 0
 	// A job with a unique key may be refused (its key held) and so never created; it cannot
@@ -152,7 +156,7 @@ func EnqueueCall(q keys.Queue, now time.Time, jobs []NewJob) script.Call {
 		}
 	}
 	ks = append(ks, q.Closed())
-	args = append(args, now.UnixMilli(), q.Wake(), witness, string(chosen))
+	args = append(args, now.UnixMilli(), q.Wake(), witness, string(chosen), q.JobPrefix())
 	for i := range jobs {
 		j := &jobs[i]
 		uttl, ret := "", ""
@@ -163,13 +167,13 @@ func EnqueueCall(q keys.Queue, now time.Time, jobs []NewJob) script.Call {
 			ret = strconv.FormatInt(retentionMS(j.Retention), 10)
 		}
 		args = append(args, j.ID, j.Type, j.Payload, j.Metadata, j.MaxRetries, retentionMS(j.Timeout),
-			j.RunAt.UnixMilli(), ret, uttl, j.LimitKey)
+			j.RunAt.UnixMilli(), ret, uttl, j.LimitKey, j.Group)
 	}
 	return script.Call{Script: enqueueScript, Keys: ks, Args: args}
 }
 
 // Created is what enqueue.lua did with one job: Code is script.OK (Entry is the new stream
-// entry, or empty when the job was scheduled), script.Exists (the id exists already, with the
+// entry, or empty when the job was scheduled or waits for a place in its group's window), script.Exists (the id exists already, with the
 // same type and payload), script.Conflict (the id names a job with another type or payload:
 // Differs says which) or script.UniqueHeld (Holder holds the unique key).
 type Created struct {

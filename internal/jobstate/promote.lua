@@ -11,7 +11,8 @@
 -- happens once because the whole move is one script. A debounced job's debounce key
 -- (keys.Queue.Debounce) is deleted when it still names the job, in the same step, so that the
 -- key's next publish starts a new window. The promoted jobs are announced (queued) on the events
--- channel in one message.
+-- channel in one message. A job of a fair group passes its group's gate (cv_group_enter): with
+-- no place free it becomes 'queued' with no entry and waits in its group's list.
 -- Returns {CV_OK, moved, next due time in unix ms or -1 when the set is empty, Redis's time in unix
 -- us, lag in ms or -1 when nothing was due}. The time is in microseconds so that the caller's wait
 -- (next due - Redis's time) does not round up by as much as a millisecond. The lag is how long
@@ -23,11 +24,19 @@ local ids = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, ARGV[1
 local lag = -1
 if #ids > 0 then lag = now - tonumber(redis.call('ZSCORE', KEYS[1], ids[1])) end
 local moved, ev = 0, {}
+local gp = cv_group_prefix(ARGV[2])
 for _, id in ipairs(ids) do
   local jobkey = ARGV[2] .. id
   local h = redis.call('HMGET', jobkey, 'status', 'type', 'payload', 'metadata', 'attempt',
-    'max_retries', 'timeout_ms', 'debounce')
-  if h[1] == 'scheduled' then
+    'max_retries', 'timeout_ms', 'debounce', 'group')
+  if h[1] == 'scheduled' and h[9] and not cv_group_enter(gp, h[9], id) then
+    if h[8] and redis.call('GET', h[8]) == id then redis.call('DEL', h[8]) end
+    redis.call('HSET', jobkey, 'status', 'queued', 'enqueued_at', now)
+    redis.call('HINCRBY', jobkey, 'version', 1)
+    cv_group_wait(gp, h[9], id)
+    moved = moved + 1
+    ev[moved] = 'queued ' .. cv_num(h[5], 0) .. ' ' .. id
+  elseif h[1] == 'scheduled' then
     -- A debounced job's window ends here: the key's next publish starts a new one.
     if h[8] and redis.call('GET', h[8]) == id then redis.call('DEL', h[8]) end
     local e = cv_xadd(KEYS[2], id, h[3], h[4], h[2], cv_num(h[5], 0) + 1, h[6], h[7])

@@ -45,11 +45,15 @@ type Stats struct {
 	// that pipeline.QueueStats converts from Stats.
 	Paused  bool
 	Limited int64 // deferrals by a flow-control limit
+	// GroupWaiting is how many of the Queued jobs wait for a place in their fair group's
+	// window (keys.StatGroupWaiting): queued, not yet in the stream.
+	GroupWaiting int64
 }
 
 // ReadStats reads the gauges and counters of queues qs in one pipeline: one round trip on a
 // standalone server, one per node that holds some of the queues on a cluster. Queued is the
-// stream's length less the entries handed out; a queue no worker read yet has none handed out.
+// stream's length less the entries handed out, plus the jobs waiting in fair groups (queued
+// too, not yet in the stream); a queue no worker read yet has none handed out.
 func ReadStats(ctx context.Context, rdb redis.UniversalClient, qs []keys.Queue) ([]*Stats, error) {
 	type cmds struct {
 		counters          *redis.MapStringStringCmd
@@ -96,6 +100,8 @@ func ReadStats(ctx context.Context, rdb redis.UniversalClient, qs []keys.Queue) 
 		s.Canceled, s.Released, s.Poison = n(keys.StatCanceled), n(keys.StatReleased), n(keys.StatPoison)
 		s.Debounced = n(keys.StatDebounced)
 		s.Limited = n(keys.StatLimited)
+		s.GroupWaiting = max(0, n(keys.StatGroupWaiting))
+		s.Queued += s.GroupWaiting
 		out[k] = s
 	}
 	if err != nil && len(qs) > 0 && !rediserr.IsNoStream(err) {

@@ -45,6 +45,7 @@ type Record struct {
 	Debounce                     string
 	DebounceFirst, DebounceUntil time.Time
 	DebouncePubs                 int
+	Group                        string // the job's fair group (keys.FieldGroup); empty: none
 }
 
 // DecodeRecord reads a job's hash as a flat field/value list (Get, EntryJob.Flat). A later
@@ -95,6 +96,8 @@ func DecodeRecord(flat []string) Record {
 			}
 		case keys.FieldDebounce:
 			r.Debounce = v
+		case keys.FieldGroup:
+			r.Group = v
 		case keys.FieldDebounceFirst:
 			r.DebounceFirst = fromMS(num(v))
 		case keys.FieldDebounceUntil:

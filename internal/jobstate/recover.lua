@@ -12,7 +12,9 @@
 --   - acknowledge and delete it when its job finished or moved on to another entry;
 --   - otherwise the attempt was lost with its worker and counts: the job goes back into the
 --     stream as a new entry (last_error names the lost worker), or to the dead set when it has
---     no retries left, so a job that kills every worker that runs it does not loop forever;
+--     no retries left, so a job that kills every worker that runs it does not loop forever
+--     (a job of a fair group keeps its place in the window when put back, and gives it back,
+--     moving the group's next waiting job into the stream, when sent to the dead set);
 --   - an entry that cannot be read becomes a dead record, as a worker would have made it;
 --   - an entry of another Watermill publisher (a valid id, no 'conveyor' field) that no worker
 --     adopted yet is added again unchanged, for the next worker to adopt.
@@ -75,6 +77,7 @@ for a = 8, #ARGV do
           cv_keep_payload(jobkey, f)
           redis.call('HSET', jobkey, 'attempt', n)
           cv_to_dead(jobkey, dead, id, now, why .. '; no retries left')
+          cv_group_out(jobkey, id, stream, prefix, now)
           cv_drop(stream, group, {old})
           n_dead = n_dead + 1
           ev[#ev + 1] = 'failed ' .. n .. ' ' .. id

@@ -4,6 +4,8 @@
 -- A job published with a unique key takes its key again (for the TTL it was published with), so
 -- that a publish with the same key finds the replayed job instead of making a second one; when
 -- another job holds the key now, the replay is refused and nothing changes.
+-- A job of a fair group passes its group's gate (cv_group_enter): with no place free it is
+-- 'queued' with no entry, waiting in its group's list, and the reply's entry is ''.
 -- Returns {CV_OK, new entry id}; {CV_WRONG_STATE, status} when the job is not in the dead set;
 -- {CV_NO_TYPE} when its record cannot be run again (an unreadable entry kept as a dead record
 -- has no type); {CV_NOT_FOUND} when there is no such job; {CV_UNIQUE_HELD, id} when job id
@@ -14,7 +16,7 @@ if not redis.call('ZSCORE', KEYS[2], ARGV[2]) then
   return {CV_WRONG_STATE, status}
 end
 local h = redis.call('HMGET', KEYS[3], 'status', 'type', 'payload', 'metadata', 'max_retries',
-  'timeout_ms', 'unique', 'unique_ttl_ms')
+  'timeout_ms', 'unique', 'unique_ttl_ms', 'group')
 if h[1] ~= 'failed' or not h[2] or h[2] == '' then return {CV_NO_TYPE} end
 if h[7] then
   local holder = redis.call('GET', h[7])
@@ -22,6 +24,7 @@ if h[7] then
   -- Records written before unique_ttl_ms existed hold the key for a day.
   redis.call('SET', h[7], ARGV[2], 'PX', h[8] or '86400000')
 end
+if h[9] and cv_group_replay_held(KEYS[3], ARGV[2], h[9], ARGV[1], KEYS[2]) then return {CV_OK, ''} end
 local e = cv_xadd(KEYS[1], ARGV[2], h[3], h[4], h[2], 1, h[5], h[6])
 redis.call('HSET', KEYS[3], 'status', 'queued', 'entry', e, 'enqueued_at', ARGV[1], 'attempt', 0,
   'run_at', ARGV[1])

@@ -173,7 +173,7 @@ type FinishConfig struct {
 // FinishCall is one finish.lua call applying ts, which must all be of one queue.
 func FinishCall(cfg FinishConfig, ts []Transition) script.Call {
 	q := ts[0].Queue
-	ks := make([]string, 0, 5+len(ts))
+	ks := make([]string, 0, 6+len(ts))
 	ks = append(ks, q.Stream(), q.Scheduled(), q.Dead(), q.Stats(), q.Watching())
 	args := make([]any, 0, 7+11*len(ts))
 	args = append(args, keys.Group, cfg.Worker, retentionMS(cfg.Retention), q.Wake(),
@@ -199,6 +199,7 @@ func FinishCall(cfg FinishConfig, ts []Transition) script.Call {
 		args = append(args, t.Op.String(), t.ID, t.Entry, strconv.Itoa(t.Attempt), t.started, t.finished,
 			data, extra, sent, t.Payload, slots)
 	}
+	ks = append(ks, q.Grouped())
 	return script.Call{Script: finishScript, Keys: ks, Args: args}
 }
 

@@ -181,6 +181,38 @@ const (
 // instead of creating one.
 const StatDebounced = "debounced"
 
+// StatGroupWaiting is a gauge kept in the stats hash: how many of the queue's jobs wait, queued,
+// for a place in their fair group's window (pipeline.WithGroup). The scripts that add to and
+// take from the groups' wait lists move it in the same step.
+const StatGroupWaiting = "group_waiting"
+
+// DefaultGroupWindow is a fair group's window when none is set (Queue.GroupConfig): how many of
+// a group's jobs may be in the stream or running at once (times its weight). Twice the worker's
+// default concurrency, so that one worker serving one group alone stays busy while its finished
+// jobs' refills are on their way (an outcome is written a flush interval after the handler
+// returns), and a new group's job waits behind at most 20 jobs of each other group. lib.lua's
+// cv_group_room holds the same number.
+const DefaultGroupWindow = 20
+
+// The fields of a queue's group settings (Queue.GroupConfig): the window, and each group's
+// weight under GroupWeightPrefix + group.
+const (
+	GroupWindowField  = "window"
+	GroupWeightPrefix = "weight:"
+)
+
+// The names of a queue's group keys after GroupPrefix, and of its stats hash after Base:
+// lib.lua builds the keys from them ("Fair groups"), so they are named once here.
+const (
+	GroupKeyConfig   = "cfg"
+	GroupKeyFlag     = "on"
+	GroupKeyWindow   = "in:" // + group
+	GroupKeyWaiting  = "w:"  // + group
+	GroupKeyWaiters  = "ws"
+	GroupKeyActive   = "as"
+	GroupKeyStatsKey = "stats"
+)
+
 // Queue names the keys of one queue, or of one partition of a partitioned queue. New builds
 // the names once, so a Queue kept by a client or worker costs no string building per job.
 type Queue struct {
@@ -212,7 +244,7 @@ func New(prefix, queue string) Queue {
 	return Queue{
 		name: name, tag: queue, part: part, base: base,
 		stream: base + "stream", scheduled: base + "scheduled", jobPrefix: base + "job:",
-		dead: base + "dead", stats: base + "stats", wake: base + "wake", closed: base + "closed",
+		dead: base + "dead", stats: base + GroupKeyStatsKey, wake: base + "wake", closed: base + "closed",
 	}
 }
 
@@ -313,6 +345,42 @@ func (q Queue) Limits() string { return q.base + "limits" }
 // jobs holding a concurrency limit's slots, the jobs waiting for one), all in the queue's hash
 // tag so that the scripts that take and give back a limit are atomic with the job's move.
 func (q Queue) LimitPrefix() string { return q.base + "limit:" }
+
+// GroupPrefix is the prefix of the keys of the queue's fair groups (pipeline.WithGroup): the
+// settings, the set of each group's jobs in its window, each group's wait list, and the sets of
+// the groups with waiting and with running jobs (lib.lua, "Fair groups", which builds the same
+// names from JobPrefix).
+func (q Queue) GroupPrefix() string { return q.base + "group:" }
+
+// GroupConfig is the hash of the queue's group settings, set by an operator
+// (pipeline.Inspector.SetGroups): GroupWindowField, and GroupWeightPrefix + group for each
+// weighted group.
+func (q Queue) GroupConfig() string { return q.GroupPrefix() + GroupKeyConfig }
+
+// Grouped is set by the queue's first job with a group: finish.lua looks for jobs' groups only
+// in a queue that has it, so a queue without groups pays one EXISTS a call and no read a job.
+func (q Queue) Grouped() string { return q.GroupPrefix() + GroupKeyFlag }
+
+// GroupWindow is the set of the ids of group g's jobs in its window.
+func (q Queue) GroupWindow(g string) string { return q.GroupPrefix() + GroupKeyWindow + g }
+
+// GroupWaiting is the list of the ids of group g's jobs waiting for a place, oldest first.
+func (q Queue) GroupWaiting(g string) string { return q.GroupPrefix() + GroupKeyWaiting + g }
+
+// GroupsWaiting is the set of the groups that have waiting jobs.
+func (q Queue) GroupsWaiting() string { return q.GroupPrefix() + GroupKeyWaiters }
+
+// GroupsActive is the set of the groups that have jobs in their window.
+func (q Queue) GroupsActive() string { return q.GroupPrefix() + GroupKeyActive }
+
+// ValidateGroup reports whether g can be a fair group's name (pipeline.WithGroup): the rules of
+// a job id, 1 to MaxNameLen characters from [A-Za-z0-9._:-].
+func ValidateGroup(g string) error {
+	if err := validName(g, true); err != nil {
+		return fmt.Errorf("invalid group %q: %w", g, err)
+	}
+	return nil
+}
 
 // Queues is the set of known queue names under prefix.
 func Queues(prefix string) string { return prefix + ":queues" }

@@ -1,0 +1,175 @@
+package jobstate
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/conveyorq/conveyor/internal/keys"
+	"github.com/conveyorq/conveyor/internal/rediserr"
+)
+
+// Fair groups (pipeline.WithGroup): the scripts keep each group's window and wait list
+// (lib.lua, "Fair groups"); here are the settings an operator writes and the reads of the
+// groups' counts. The settings are plain hash fields: a script reads them whenever a job enters
+// or leaves a window, so a change applies from the next one on (a window raised fills as the
+// group's jobs leave it: each leave refills up to the window).
+
+// GroupSettings are a queue's group settings: Window (0: keys.DefaultGroupWindow) and the
+// weights of the groups that have one (a group without one weighs 1).
+type GroupSettings struct {
+	Window  int64
+	Weights map[string]int64
+}
+
+// GroupChange is a change of a queue's group settings: Window when above 0; each group of
+// Weights to its weight, or back to 1 (the field deleted) when 0; ResetWindow deletes the
+// window setting (back to the default).
+type GroupChange struct {
+	Window      int64
+	ResetWindow bool
+	Weights     map[string]int64
+}
+
+// ReadGroupSettings reads q's group settings.
+func ReadGroupSettings(ctx context.Context, rdb redis.Cmdable, q keys.Queue) (GroupSettings, error) {
+	m, err := rdb.HGetAll(ctx, q.GroupConfig()).Result()
+	if err != nil {
+		return GroupSettings{}, rediserr.Wrap("groups", err)
+	}
+	return decodeGroupSettings(m), nil
+}
+
+func decodeGroupSettings(m map[string]string) GroupSettings {
+	s := GroupSettings{Weights: map[string]int64{}}
+	for f, v := range m {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || n < 1 {
+			continue // not written by SetGroupSettings; the scripts read it as the default too
+		}
+		if f == keys.GroupWindowField {
+			s.Window = n
+		} else if g, ok := strings.CutPrefix(f, keys.GroupWeightPrefix); ok {
+			s.Weights[g] = n
+		}
+	}
+	return s
+}
+
+// SetGroupSettings applies c to the group settings of each of qs (a queue's partitions: each
+// keeps its own windows, in its own hash tag) in one MULTI per partition.
+func SetGroupSettings(ctx context.Context, rdb redis.UniversalClient, qs []keys.Queue, c GroupChange) error {
+	var set []any
+	var del []string
+	if c.Window > 0 {
+		set = append(set, keys.GroupWindowField, c.Window)
+	} else if c.ResetWindow {
+		del = append(del, keys.GroupWindowField)
+	}
+	groups := make([]string, 0, len(c.Weights))
+	for g := range c.Weights {
+		groups = append(groups, g)
+	}
+	slices.Sort(groups)
+	for _, g := range groups {
+		if w := c.Weights[g]; w > 0 {
+			set = append(set, keys.GroupWeightPrefix+g, w)
+		} else {
+			del = append(del, keys.GroupWeightPrefix+g)
+		}
+	}
+	if len(set) == 0 && len(del) == 0 {
+		return nil
+	}
+	for _, q := range qs {
+		_, err := rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+			if len(set) > 0 {
+				p.HSet(ctx, q.GroupConfig(), set...)
+			}
+			if len(del) > 0 {
+				p.HDel(ctx, q.GroupConfig(), del...)
+			}
+			return nil
+		})
+		if err != nil {
+			return rediserr.Wrap("groups", fmt.Errorf("set groups of %s: %w", q.Tag(), err))
+		}
+	}
+	return nil
+}
+
+// GroupCount is one group's jobs in a queue: InWindow in its window (in the stream, running, or
+// deferred by a limit), Waiting for a place.
+type GroupCount struct {
+	Group    string
+	InWindow int64
+	Waiting  int64
+}
+
+// ReadGroups reads the counts of every group of qs (a queue's partitions, summed) that has jobs
+// in its window or waiting, or has a weight set, by name. Two round trips: the groups, then
+// their counts.
+func ReadGroups(ctx context.Context, rdb redis.UniversalClient, qs []keys.Queue) ([]GroupCount, error) {
+	type names struct{ active, waiting, cfg *redis.StringSliceCmd }
+	ns := make([]names, len(qs))
+	_, err := rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for k, q := range qs {
+			ns[k] = names{p.SMembers(ctx, q.GroupsActive()), p.SMembers(ctx, q.GroupsWaiting()),
+				p.HKeys(ctx, q.GroupConfig())}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, rediserr.Wrap("groups", err)
+	}
+	per := make([][]string, len(qs))
+	for k := range qs {
+		seen := map[string]bool{}
+		for _, g := range append(ns[k].active.Val(), ns[k].waiting.Val()...) {
+			seen[g] = true
+		}
+		for _, f := range ns[k].cfg.Val() {
+			if g, ok := strings.CutPrefix(f, keys.GroupWeightPrefix); ok {
+				seen[g] = true
+			}
+		}
+		for g := range seen {
+			per[k] = append(per[k], g)
+		}
+	}
+	type counts struct{ in, wait *redis.IntCmd }
+	cs := make([][]counts, len(qs))
+	_, err = rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for k, q := range qs {
+			for _, g := range per[k] {
+				cs[k] = append(cs[k], counts{p.SCard(ctx, q.GroupWindow(g)), p.LLen(ctx, q.GroupWaiting(g))})
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, rediserr.Wrap("groups", err)
+	}
+	sum := map[string]*GroupCount{}
+	for k := range qs {
+		for j, g := range per[k] {
+			c := sum[g]
+			if c == nil {
+				c = &GroupCount{Group: g}
+				sum[g] = c
+			}
+			c.InWindow += cs[k][j].in.Val()
+			c.Waiting += cs[k][j].wait.Val()
+		}
+	}
+	out := make([]GroupCount, 0, len(sum))
+	for _, c := range sum {
+		out = append(out, *c)
+	}
+	slices.SortFunc(out, func(a, b GroupCount) int { return strings.Compare(a.Group, b.Group) })
+	return out, nil
+}

@@ -1,0 +1,138 @@
+package pipeline
+
+import (
+	"context"
+
+	"github.com/conveyorq/conveyor/internal/jobstate"
+	"github.com/conveyorq/conveyor/internal/keys"
+)
+
+// DefaultGroupWindow is a queue's group window when none is set (Inspector.SetGroups): twice
+// DefaultConcurrency, so that one worker serving one group alone stays busy while its finished
+// jobs' places are handed on (an outcome is written a flush interval after its handler
+// returns), while another group's new job waits behind at most 20 jobs of each group.
+const DefaultGroupWindow = keys.DefaultGroupWindow
+
+// MaxGroupWindow bounds GroupChange.Window and MaxGroupWeight a weight: a window times a weight
+// stays far below what a script's arithmetic holds exactly.
+const (
+	MaxGroupWindow = 1_000_000
+	MaxGroupWeight = 1_000
+)
+
+// GroupChange is a change of a queue's fair-group settings (Inspector.SetGroups). Fields left
+// zero change nothing.
+type GroupChange struct {
+	// Window is how many jobs of each group may be in the queue's stream or running at once
+	// (times the group's weight); 0 leaves it.
+	Window int
+	// ResetWindow sets the window back to DefaultGroupWindow.
+	ResetWindow bool
+	// Weights sets groups' weights: a group of weight w gets w times the window, so w times the
+	// share of a group of weight 1 while both have jobs waiting. A weight of 0 sets it back to 1.
+	Weights map[string]int
+}
+
+// Groups is a queue's fair groups: the window, and every group that has jobs in its window or
+// waiting, or a weight set.
+type Groups struct {
+	Queue string `json:"queue"`
+	// Window is the window (DefaultGroupWindow unless set); WindowSet says whether it is set.
+	Window    int         `json:"window"`
+	WindowSet bool        `json:"window_set"`
+	Groups    []GroupInfo `json:"groups"`
+}
+
+// GroupInfo is one group of a queue.
+type GroupInfo struct {
+	Group string `json:"group"`
+	// Weight is the group's weight (1 unless set); its window is Window times Weight.
+	Weight int `json:"weight"`
+	// InWindow counts the group's jobs in its window: in the stream, running, or deferred by a
+	// flow-control limit. Waiting counts those waiting for a place (status queued).
+	InWindow int64 `json:"in_window"`
+	Waiting  int64 `json:"waiting"`
+}
+
+// validate checks c as given.
+func (c GroupChange) validate() error {
+	switch {
+	case c.Window < 0 || c.Window > MaxGroupWindow:
+		return invalid("group window %d outside [1, %d]", c.Window, MaxGroupWindow)
+	case c.Window > 0 && c.ResetWindow:
+		return invalid("a group window and its reset at once")
+	}
+	for g, w := range c.Weights {
+		if err := keys.ValidateGroup(g); err != nil {
+			return invalid("%v", err)
+		}
+		if w < 0 || w > MaxGroupWeight {
+			return invalid("weight %d of group %q outside [1, %d] (0 sets it back to 1)", w, g, MaxGroupWeight)
+		}
+	}
+	return nil
+}
+
+// groupQueue checks that queue is a valid name of an existing queue and returns its partitions.
+func (i *Inspector) groupQueue(ctx context.Context, queue string) ([]keys.Queue, error) {
+	if err := i.check(queue, ""); err != nil {
+		return nil, err
+	}
+	ok, err := i.QueueExists(ctx, queue)
+	if err != nil {
+		return nil, err
+	}
+	if !ok {
+		return nil, ErrQueueNotFound
+	}
+	return i.partitions(ctx, queue)
+}
+
+// SetGroups changes queue's fair-group settings, kept in Redis for every publisher and worker.
+// They apply from the next job that enters or leaves a window: a raised window fills as the
+// group's jobs finish (each finish moves as many waiting jobs in as the window has room for),
+// a lowered one empties to its new size the same way. A partitioned queue gets the same
+// settings in every partition, each of which keeps its own windows. The queue must exist.
+func (i *Inspector) SetGroups(ctx context.Context, queue string, c GroupChange) error {
+	if err := c.validate(); err != nil {
+		return err
+	}
+	qs, err := i.groupQueue(ctx, queue)
+	if err != nil {
+		return err
+	}
+	ch := jobstate.GroupChange{Window: int64(c.Window), ResetWindow: c.ResetWindow,
+		Weights: make(map[string]int64, len(c.Weights))}
+	for g, w := range c.Weights {
+		ch.Weights[g] = int64(w)
+	}
+	return jobstate.SetGroupSettings(ctx, i.rdb, qs, ch)
+}
+
+// Groups returns queue's fair groups, by name, with their counts summed over its partitions.
+func (i *Inspector) Groups(ctx context.Context, queue string) (*Groups, error) {
+	qs, err := i.groupQueue(ctx, queue)
+	if err != nil {
+		return nil, err
+	}
+	set, err := jobstate.ReadGroupSettings(ctx, i.rdb, qs[0])
+	if err != nil {
+		return nil, err
+	}
+	counts, err := jobstate.ReadGroups(ctx, i.rdb, qs)
+	if err != nil {
+		return nil, err
+	}
+	out := &Groups{Queue: queue, Window: DefaultGroupWindow, Groups: make([]GroupInfo, len(counts))}
+	if set.Window > 0 {
+		out.Window, out.WindowSet = int(set.Window), true
+	}
+	for k, c := range counts {
+		w := 1
+		if n, ok := set.Weights[c.Group]; ok {
+			w = int(n)
+		}
+		out.Groups[k] = GroupInfo{Group: c.Group, Weight: w, InWindow: c.InWindow, Waiting: c.Waiting}
+	}
+	return out, nil
+}
