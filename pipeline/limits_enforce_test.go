@@ -470,3 +470,35 @@ func TestLimitAdmissionReplyLost(t *testing.T) {
 	require.NoError(t, err)
 	require.Zero(t, n, "every slot given back")
 }
+
+// Jobs deferred by a rate are scheduled T apart (T = interval/rate), not a whole millisecond
+// apart: rounding each deferred job's due time up to the millisecond used to space them at
+// least 1 ms apart, capping any rate at about 1,000/s per scope and halving rates whose T is
+// not a whole millisecond (900/s ran at 501/s).
+func TestLimitRateDefersTApart(t *testing.T) {
+	t.Parallel()
+	rdb := redistest.Client(t)
+	ctx := context.Background()
+	queue := redistest.UniqueName(t)
+	c, err := pipeline.NewClient(rdb, pipeline.ClientConfig{})
+	require.NoError(t, err)
+	publishN(t, c, queue, 1)
+	const rate, interval, n = 10, 15 * time.Millisecond, 150
+	setLimit(t, rdb, queue, pipeline.Limit{Rate: rate, Interval: interval})
+	publishN(t, c, queue, n)
+	// No scheduler: the deferred jobs stay in the scheduled set for the test to read.
+	startWorkerOn(t, rdb, pipeline.WorkerConfig{Queues: []string{queue}, Concurrency: 10, DisableScheduler: true},
+		map[string]pipeline.HandlerFunc{"t": echo})
+	q := keys.New(keys.DefaultPrefix, queue)
+	require.Eventually(t, func() bool {
+		l, _ := rdb.XLen(ctx, q.Stream()).Result()
+		st, _ := c.Stats(ctx, queue)
+		return l == 0 && st != nil && st.Limited+st.Completed == n+1
+	}, 20*time.Second, 5*time.Millisecond)
+	due, err := rdb.ZRangeWithScores(ctx, q.Scheduled(), 0, -1).Result()
+	require.NoError(t, err)
+	require.Greater(t, len(due), 50)
+	span := due[len(due)-1].Score - due[0].Score
+	perMS := float64(interval.Milliseconds()) / rate
+	require.LessOrEqual(t, span, float64(len(due)-1)*perMS+2, "%d deferred jobs due over %.0f ms", len(due), span)
+}

@@ -174,7 +174,9 @@ for a = 5, #ARGV, 4 do
         for _, s in ipairs(sc) do
           local inst, l = s[1], s[2]
           if l.rate > 0 and get_tat(inst) - now > l.interval - l.T then
-            horizon[inst] = math.max(horizon[inst] or 0, due_ms * 1000)
+            -- The exact due time, not due_ms: rounded up, each deferred job would push the next
+            -- a whole millisecond on, capping the rate at 1,000/s per scope.
+            horizon[inst] = math.max(horizon[inst] or 0, due)
           end
         end
         redis.call('HSET', jobkey, 'run_at', tostring(due_ms))
