@@ -474,8 +474,8 @@
         refresh();
       },
     }, paused ? 'Resume' : 'Pause');
-    box.replaceChildren(...(paused ? [pausedBadge(), ' '] : []), btn,
-      paused ? h('span', { class: 'muted' }, ' Workers take none of its jobs; they wait, and scheduled ones are promoted when due.') : null);
+    box.replaceChildren(...(paused ? [pausedBadge(), ' ', btn,
+      h('span', { class: 'muted' }, ' Workers take none of its jobs; they wait, and scheduled ones are promoted when due.')] : [btn]));
   }
 
   // ---- Limits: a queue's flow-control limits (GET, PUT, DELETE v1/queues/Q/limits) ----

@@ -485,6 +485,9 @@ func TestDashboardBrowser(t *testing.T) {
 		chromedp.Click(css(`.pause-box button[data-action="resume"]`)),
 		chromedp.WaitVisible(css(`.pause-box button[data-action="pause"]`)))
 	b.poll("the paused badge is gone", `document.querySelector('.pause-box .badge.paused') === null`)
+	// replaceChildren renders a null child as the text "null": the running queue's box once
+	// showed it beside its button.
+	b.poll("the pause box says only its button", `document.querySelector('.pause-box').textContent.trim() === 'Pause'`)
 	paused(false)
 
 	// The running job shows its worker and lease.
