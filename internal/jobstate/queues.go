@@ -403,3 +403,28 @@ func AddQueue(ctx context.Context, rdb redis.Scripter, prefix string, p AddQueue
 	}
 	return QueueKnown, nil
 }
+
+// QueueLevels reads, for each of qs, the priority levels above 1 its jobs were published with
+// (keys.Queue.Levels), sorted: one pipelined SMEMBERS per queue or partition.
+func QueueLevels(ctx context.Context, rdb redis.UniversalClient, qs []keys.Queue) ([][]int, error) {
+	cmds := make([]*redis.StringSliceCmd, len(qs))
+	_, err := rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for k, q := range qs {
+			cmds[k] = p.SMembers(ctx, q.Levels())
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, rediserr.Wrap("levels", err)
+	}
+	out := make([][]int, len(qs))
+	for k, c := range cmds {
+		for _, v := range c.Val() {
+			if n, err := strconv.Atoi(v); err == nil && n > keys.MinPriority && n <= keys.MaxPriority {
+				out[k] = append(out[k], n)
+			}
+		}
+		slices.Sort(out[k])
+	}
+	return out, nil
+}

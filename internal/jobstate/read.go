@@ -45,6 +45,7 @@ type Record struct {
 	Debounce                     string
 	DebounceFirst, DebounceUntil time.Time
 	DebouncePubs                 int
+	Priority                     int // keys.FieldPriority; absent: keys.MinPriority
 }
 
 // DecodeRecord reads a job's hash as a flat field/value list (Get, EntryJob.Flat). A later
@@ -59,6 +60,8 @@ func DecodeRecord(flat []string) Record {
 		switch flat[i] {
 		case keys.FieldType:
 			r.Type = v
+		case keys.FieldPriority:
+			r.Priority = int(num(v))
 		case keys.FieldStatus:
 			r.Status = v
 		case keys.FieldAttempt:
@@ -110,6 +113,9 @@ func DecodeRecord(flat []string) Record {
 		if r.EnqueuedAt.IsZero() {
 			r.EnqueuedAt = r.CreatedAt
 		}
+	}
+	if r.Priority < keys.MinPriority || r.Priority > keys.MaxPriority {
+		r.Priority = keys.MinPriority
 	}
 	return r
 }
