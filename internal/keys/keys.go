@@ -16,6 +16,16 @@
 // A queue of one partition keeps the plain {q} keys. The counts live in the global hash
 // Partitions, which, like Queues, no script touches.
 //
+// # Priority levels
+//
+// A job of priority level p (FieldPriority, 2 to MaxPriority) is queued in its level's stream,
+// Queue.LevelStream(p) = "prefix:{q}:stream:p<p>", beside the queue's (or partition's) level-1
+// stream "prefix:{q}:stream", in the same hash tag; each level stream has its own consumer
+// group Group. The set Queue.Levels ("prefix:{q}:stream:levels") names the levels above 1 that
+// jobs of the queue were published with: workers read a level's stream, and the recoverer scans
+// it, only once it is there, so a queue that never used a level has its one stream. A worker
+// reads each level stream under the view Queue.AtLevel(p), whose Stream is that level's.
+//
 // # Memory
 //
 // Job hashes stay small on purpose: a queued job's hash holds only short fields so Redis keeps
