@@ -461,19 +461,24 @@ func (i *Inspector) listLevels(ctx context.Context, q keys.Queue, cursor string,
 		if err != nil {
 			return nil, err
 		}
-		out.Jobs = append(out.Jobs, p.Jobs...)
-		if p.Leases != nil {
-			if out.Leases == nil {
-				out.Leases = make(map[string]Lease, len(p.Leases))
-			}
-			maps.Copy(out.Leases, p.Leases)
-		}
+		out.add(p)
 		if p.Next != "" {
 			out.Next = levelCursor(l, p.Next)
 			return out, nil
 		}
 	}
 	return out, nil
+}
+
+// add appends the jobs and leases of p, a page of a part of a listing, to the listing's page.
+func (out *JobPage) add(p *JobPage) {
+	out.Jobs = append(out.Jobs, p.Jobs...)
+	if p.Leases != nil {
+		if out.Leases == nil {
+			out.Leases = make(map[string]Lease, len(p.Leases))
+		}
+		maps.Copy(out.Leases, p.Leases)
+	}
 }
 
 // levelCursor is the cursor of listLevels at level (see there).
@@ -521,13 +526,7 @@ func (i *Inspector) listPartitions(ctx context.Context, qs []keys.Queue, status 
 		if err != nil {
 			return nil, err
 		}
-		out.Jobs = append(out.Jobs, p.Jobs...)
-		if p.Leases != nil {
-			if out.Leases == nil {
-				out.Leases = make(map[string]Lease, len(p.Leases))
-			}
-			maps.Copy(out.Leases, p.Leases)
-		}
+		out.add(p)
 		if p.Next != "" {
 			out.Next = strconv.Itoa(n) + "/" + p.Next
 			return out, nil

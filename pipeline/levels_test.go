@@ -38,6 +38,17 @@ func (s *starts) snapshot() ([]string, int) {
 	return append([]string(nil), s.order...), s.high
 }
 
+// levelBackends are the servers the priority level tests run on: standalone and a 3-master
+// cluster (the level streams and the set of levels are computed in the scripts, in the queue's
+// hash tag).
+var levelBackends = []struct {
+	name string
+	rdb  func(t *testing.T) redis.UniversalClient
+}{
+	{"standalone", func(t *testing.T) redis.UniversalClient { return redistest.Client(t) }},
+	{"cluster", func(t *testing.T) redis.UniversalClient { return redistest.StartCluster(t).Client(t) }},
+}
+
 // TestPriorityLevels is issue 18's test of priority within a queue: 5,000 low jobs (level 4),
 // then 50 high ones (level 1): every high job starts before the low backlog's next read batch.
 // The low handlers hold the worker's slots (a gate) while the high jobs are published, so that
@@ -46,13 +57,7 @@ func (s *starts) snapshot() ([]string, int) {
 // its slots before the high reader's came back full.
 func TestPriorityLevels(t *testing.T) {
 	t.Parallel()
-	for _, tc := range []struct {
-		name string
-		rdb  func(t *testing.T) redis.UniversalClient
-	}{
-		{"standalone", func(t *testing.T) redis.UniversalClient { return redistest.Client(t) }},
-		{"cluster", func(t *testing.T) redis.UniversalClient { return redistest.StartCluster(t).Client(t) }},
-	} {
+	for _, tc := range levelBackends {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			rdb := tc.rdb(t)
@@ -148,13 +153,7 @@ func TestWithPriorityRefusesOutOfRange(t *testing.T) {
 // in the scripts, in the queue's hash tag).
 func TestPriorityLevelLifecycle(t *testing.T) {
 	t.Parallel()
-	for _, tc := range []struct {
-		name string
-		rdb  func(t *testing.T) redis.UniversalClient
-	}{
-		{"standalone", func(t *testing.T) redis.UniversalClient { return redistest.Client(t) }},
-		{"cluster", func(t *testing.T) redis.UniversalClient { return redistest.StartCluster(t).Client(t) }},
-	} {
+	for _, tc := range levelBackends {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			rdb := tc.rdb(t)
