@@ -38,6 +38,7 @@ type jobBody struct {
 	Debounce   *debounceBody `json:"debounce"`
 	LimitKey   *string       `json:"limit_key"`
 	Group      *string       `json:"group"`
+	Priority   *int          `json:"priority"`
 }
 
 // debounceBody is a job's debounce (pipeline.WithDebounce): durations as Go duration strings.
@@ -484,6 +485,12 @@ func (b *jobBody) request(idemKey string) (*jobRequest, error) {
 	}
 	if b.Group != nil {
 		req.opts = append(req.opts, pipeline.WithGroup(*b.Group))
+	}
+	if b.Priority != nil {
+		if p := *b.Priority; p < pipeline.MinPriority || p > pipeline.MaxPriority {
+			return nil, badArg("priority %d is out of range: levels are %d (served first, the default) to %d", p, pipeline.MinPriority, pipeline.MaxPriority)
+		}
+		req.opts = append(req.opts, pipeline.WithPriority(*b.Priority))
 	}
 	return req, nil
 }

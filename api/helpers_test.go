@@ -133,6 +133,7 @@ type apiJob struct {
 	Status      string            `json:"status"`
 	Attempt     int               `json:"attempt"`
 	MaxRetries  int               `json:"max_retries"`
+	Priority    int               `json:"priority"`
 	TimeoutMS   int64             `json:"timeout_ms"`
 	Payload     json.RawMessage   `json:"payload"`
 	Metadata    map[string]string `json:"metadata"`

@@ -17,7 +17,7 @@ import (
 )
 
 // jobContractFields are the fields of the job JSON (`status --json`).
-var jobContractFields = []string{"id", "queue", "type", "status", "attempt", "max_retries", "timeout_ms",
+var jobContractFields = []string{"id", "queue", "type", "status", "attempt", "max_retries", "priority", "timeout_ms",
 	"payload", "metadata", "result", "last_error", "worker", "entry", "version", "created_at", "run_at",
 	"enqueued_at", "started_at", "completed_at"}
 
@@ -52,6 +52,20 @@ func TestEnqueue(t *testing.T) {
 		got := e.do("GET", r.header.Get("Location"), "")
 		require.Equal(t, http.StatusOK, got.status, "%s", got.body)
 		require.JSONEq(t, string(want), string(got.body))
+	})
+
+	t.Run("Priority", func(t *testing.T) {
+		t.Parallel()
+		e := setup(t)
+		j := e.post(`{"type":"echo","priority":3}`, http.StatusAccepted).job(t)
+		require.Equal(t, 3, j.Priority)
+		stored, err := e.client.Get(t.Context(), e.queue, j.ID)
+		require.NoError(t, err)
+		require.Equal(t, 3, stored.Priority)
+		got := e.do("GET", "/v1/queues/"+e.queue+"/jobs/"+j.ID, "")
+		require.Equal(t, http.StatusOK, got.status, "%s", got.body)
+		require.Equal(t, 3, got.job(t).Priority)
+		require.Equal(t, 1, e.post(`{"type":"echo"}`, http.StatusAccepted).job(t).Priority, "the default level")
 	})
 
 	t.Run("AnyJSONPayload", func(t *testing.T) {
@@ -140,7 +154,10 @@ func TestEnqueueRefusals(t *testing.T) {
 		{"Syntax", `{"type" "echo"}`, 400, api.CodeInvalidBody, "malformed JSON"},
 		{"Empty", ``, 400, api.CodeInvalidBody, "empty"},
 		{"NotAnObject", `[1]`, 400, api.CodeInvalidBody, "want a JSON object"},
-		{"UnknownField", `{"type":"echo","priority":1}`, 400, api.CodeInvalidBody, `unknown field "priority"`},
+		{"UnknownField", `{"type":"echo","urgency":1}`, 400, api.CodeInvalidBody, `unknown field "urgency"`},
+		{"PriorityTooLow", `{"type":"echo","priority":0}`, 400, api.CodeInvalidArgument, "priority 0 is out of range"},
+		{"PriorityTooHigh", `{"type":"echo","priority":5}`, 400, api.CodeInvalidArgument, "levels are 1"},
+		{"PriorityNotANumber", `{"type":"echo","priority":"high"}`, 400, api.CodeInvalidBody, "priority"},
 		{"WrongType", `{"type":"echo","max_retries":"3"}`, 400, api.CodeInvalidBody, "max_retries"},
 		{"MetadataNotStrings", `{"type":"echo","metadata":{"a":1}}`, 400, api.CodeInvalidBody, "metadata"},
 		{"TwoValues", `{"type":"echo"}{"type":"echo"}`, 400, api.CodeInvalidBody, "more than one"},

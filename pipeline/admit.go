@@ -268,10 +268,12 @@ func (w *Worker) admit(msg *message.Message) bool {
 	}
 }
 
-// limitedQueue reports whether q had limits at the last read (limitsWatcher).
+// limitedQueue reports whether q had limits at the last read (limitsWatcher). q may be a view
+// of one of its priority levels (keys.Queue.AtLevel): the limits are the queue's, found by its
+// level-1 stream, so a job of any level is held to them.
 func (w *Worker) limitedQueue(q *keys.Queue) bool {
 	m := w.limited.Load()
-	return m != nil && (*m)[q.Stream()]
+	return m != nil && (*m)[q.LevelStream(keys.MinPriority)]
 }
 
 // limitsWatcher is the service that reads, every LimitsRefresh, which of the worker's queues

@@ -642,8 +642,9 @@ func (c *Client) prepare(queue string, t *Task, now time.Time, common []Option, 
 		nj.Debounce, nj.DebounceQuiet, nj.DebounceMaxWait = o.debounceKey, o.debounceQuiet, o.debounceMaxWait
 	}
 	nj.LimitKey, nj.Group = o.limitKey, o.group
-	return &Job{Group: o.group,
-		ID: id, Queue: queue, Type: t.Type, Payload: t.Payload, Metadata: md,
+	nj.Priority = o.priority()
+	return &Job{
+		ID: id, Queue: queue, Type: t.Type, Payload: t.Payload, Metadata: md, Priority: nj.Priority, Group: o.group,
 		MaxRetries: maxRetries, Timeout: time.Duration(timeoutMS(o.timeout)) * time.Millisecond,
 		CreatedAt: now, RunAt: runAt, Version: 1,
 	}, nil
@@ -759,7 +760,7 @@ func jobFromRecord(queue, id string, r jobstate.Record) (*Job, error) {
 		MaxRetries: r.MaxRetries, Timeout: r.Timeout, CreatedAt: r.CreatedAt, RunAt: r.RunAt,
 		EnqueuedAt: r.EnqueuedAt, StartedAt: r.StartedAt, CompletedAt: r.CompletedAt,
 		Worker: r.Worker, Entry: r.Entry, LastError: r.LastError, Result: r.Result,
-		Version: r.Version, Payload: r.Payload, Group: r.Group}
+		Version: r.Version, Payload: r.Payload, Priority: r.Priority, Group: r.Group}
 	if r.Debounce != "" {
 		j.Debounce = &DebounceWindow{Key: keys.DebounceKeyOf(r.Debounce), First: r.DebounceFirst,
 			Until: r.DebounceUntil, Publishes: r.DebouncePubs}

@@ -386,10 +386,10 @@ func (c *completer) refusedAgain(entry string) bool {
 // recovery. Start marks are never sent again: they are only informational (the outcome carries
 // started_at), and one sent late must not land after the outcome.
 func (c *completer) write(ctx context.Context, batch []transition) ([]transition, error) {
-	// Group by queue, keeping order; a batch usually has one queue, which needs no copy.
+	// Group by stream, keeping order; a batch usually has one, which needs no copy.
 	groups := [][]transition{batch}
 	for i := 1; i < len(batch); i++ {
-		if batch[i].Queue.Base() != batch[0].Queue.Base() {
+		if batch[i].Queue.Stream() != batch[0].Queue.Stream() {
 			groups = groupByQueue(batch)
 			break
 		}
@@ -462,16 +462,18 @@ func transitionEvent(e *zerolog.Event, t transition) *zerolog.Event {
 		Stringer("op", t.Op)
 }
 
-// groupByQueue splits transitions by queue, keeping their order within each queue. The
-// partitions of a queue are queues of their own here: one script call touches one hash slot.
+// groupByQueue splits transitions by the stream of their entries, keeping their order within
+// each. The partitions of a queue are queues of their own here (one script call touches one
+// hash slot), and so are its priority levels (finish.lua acknowledges the entries of one
+// stream: keys.Queue.AtLevel).
 func groupByQueue(batch []transition) [][]transition {
 	index := map[string]int{}
 	var groups [][]transition
 	for _, t := range batch {
-		i, ok := index[t.Queue.Base()]
+		i, ok := index[t.Queue.Stream()]
 		if !ok {
 			i = len(groups)
-			index[t.Queue.Base()] = i
+			index[t.Queue.Stream()] = i
 			groups = append(groups, nil)
 		}
 		groups[i] = append(groups[i], t)

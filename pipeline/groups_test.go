@@ -444,3 +444,33 @@ func TestGroupFairness(t *testing.T) {
 		})
 	}
 }
+
+// A grouped job of a priority level above 1 that waited for its group's place goes into its
+// level's stream when the place frees, not into the queue's level-1 stream.
+func TestGroupRefillKeepsLevel(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := t.Context()
+	_, err := b.client.Enqueue(ctx, b.queue, pipeline.Task{Type: "noop"})
+	require.NoError(t, err)
+	require.NoError(t, b.insp.SetGroups(ctx, b.queue, pipeline.GroupChange{Window: 1}))
+	var ids []string
+	for range 2 {
+		j, err := b.client.Enqueue(ctx, b.queue, pipeline.Task{Type: "gate"}, pipeline.WithGroup("a"), pipeline.WithPriority(3))
+		require.NoError(t, err)
+		ids = append(ids, j.ID)
+	}
+	second, err := b.client.Get(ctx, b.queue, ids[1])
+	require.NoError(t, err)
+	require.Empty(t, second.Entry, "the group's one place is taken")
+
+	require.NoError(t, b.client.Cancel(ctx, b.queue, ids[0]))
+	second, err = b.client.Get(ctx, b.queue, ids[1])
+	require.NoError(t, err)
+	require.Equal(t, pipeline.StatusQueued, second.Status)
+	require.Equal(t, 3, second.Priority)
+	require.NotEmpty(t, second.Entry, "moved in when the canceled job gave its place back")
+	entries, err := b.rdb.XRange(ctx, b.q.LevelStream(3), second.Entry, second.Entry).Result()
+	require.NoError(t, err)
+	require.Len(t, entries, 1, "in level 3's stream")
+}

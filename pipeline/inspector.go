@@ -405,7 +405,14 @@ func cursorShape(status Status, cursor string) bool {
 		_, err := strconv.ParseInt(s, 10, 64)
 		return err == nil && keys.ValidID(id)
 	default:
-		_, ok := parseEntryID(cursor)
+		_, inner, ok := cutLevelCursor(cursor)
+		if !ok {
+			return false
+		}
+		if inner == "" {
+			return true
+		}
+		_, ok = parseEntryID(inner)
 		return ok
 	}
 }
@@ -416,10 +423,84 @@ func (i *Inspector) listOne(ctx context.Context, q keys.Queue, status Status, cu
 	case StatusScheduled, StatusFailed:
 		return i.listSet(ctx, q, status, cursor, limit)
 	case StatusQueued:
-		return i.listQueued(ctx, q, cursor, limit)
+		return i.listLevels(ctx, q, cursor, limit, i.listQueued)
 	default:
-		return i.listInProgress(ctx, q, cursor, limit)
+		return i.listLevels(ctx, q, cursor, limit, i.listInProgress)
 	}
+}
+
+// listLevels is a listing of stream entries (queued, in progress) of one queue or partition
+// through the streams of its priority levels in level order, the order workers read them:
+// list lists one level's stream (a keys.Queue.AtLevel view). A cursor in a level above 1 is
+// "p<level>:" and the level's own cursor (nothing: from the level's start); a level-1 cursor
+// is the stream's own, as for a queue that never had levels.
+func (i *Inspector) listLevels(ctx context.Context, q keys.Queue, cursor string, limit int,
+	list func(context.Context, keys.Queue, string, int) (*JobPage, error)) (*JobPage, error) {
+	level, inner, ok := cutLevelCursor(cursor)
+	if !ok {
+		return nil, invalid("cursor %q is not one of a stream listing", cursor)
+	}
+	found, err := jobstate.QueueLevels(ctx, i.rdb, []keys.Queue{q})
+	if err != nil {
+		return nil, err
+	}
+	levels := append([]int{MinPriority}, found[0]...)
+	out := &JobPage{}
+	for _, l := range levels {
+		if l < level {
+			continue
+		}
+		if l > level {
+			inner = ""
+		}
+		if len(out.Jobs) >= limit {
+			out.Next = levelCursor(l, "")
+			return out, nil
+		}
+		p, err := list(ctx, q.AtLevel(l), inner, limit-len(out.Jobs))
+		if err != nil {
+			return nil, err
+		}
+		out.add(p)
+		if p.Next != "" {
+			out.Next = levelCursor(l, p.Next)
+			return out, nil
+		}
+	}
+	return out, nil
+}
+
+// add appends the jobs and leases of p, a page of a part of a listing, to the listing's page.
+func (out *JobPage) add(p *JobPage) {
+	out.Jobs = append(out.Jobs, p.Jobs...)
+	if p.Leases != nil {
+		if out.Leases == nil {
+			out.Leases = make(map[string]Lease, len(p.Leases))
+		}
+		maps.Copy(out.Leases, p.Leases)
+	}
+}
+
+// levelCursor is the cursor of listLevels at level (see there).
+func levelCursor(level int, inner string) string {
+	if level <= MinPriority {
+		return inner
+	}
+	return "p" + strconv.Itoa(level) + ":" + inner
+}
+
+// cutLevelCursor reads a cursor of listLevels: the level and the level's own cursor.
+func cutLevelCursor(cursor string) (level int, inner string, ok bool) {
+	rest, found := strings.CutPrefix(cursor, "p")
+	if !found {
+		return MinPriority, cursor, true
+	}
+	num, inner, ok := strings.Cut(rest, ":")
+	level, err := strconv.Atoi(num)
+	if !ok || err != nil || level <= MinPriority || level > MaxPriority || strconv.Itoa(level) != num {
+		return 0, "", false
+	}
+	return level, inner, true
 }
 
 // listPartitions is List of a partitioned queue: it fills the page from partition after
@@ -445,13 +526,7 @@ func (i *Inspector) listPartitions(ctx context.Context, qs []keys.Queue, status 
 		if err != nil {
 			return nil, err
 		}
-		out.Jobs = append(out.Jobs, p.Jobs...)
-		if p.Leases != nil {
-			if out.Leases == nil {
-				out.Leases = make(map[string]Lease, len(p.Leases))
-			}
-			maps.Copy(out.Leases, p.Leases)
-		}
+		out.add(p)
 		if p.Next != "" {
 			out.Next = strconv.Itoa(n) + "/" + p.Next
 			return out, nil

@@ -75,6 +75,9 @@ type Job struct {
 	// Duplicate is set on a job that Enqueue or EnqueueBatch returned without writing it: its
 	// id (WithID) or unique key (WithUnique) named this existing job. It is not stored.
 	Duplicate bool
+	// Priority is the job's level within its queue (WithPriority), MinPriority (served first,
+	// the default) to MaxPriority.
+	Priority int
 	// Debounce is the debounce window of a job published WithDebounce; nil for other jobs.
 	Debounce *DebounceWindow
 	// Debounced is set on the job Enqueue or EnqueueBatch returned when the publish joined the
@@ -114,6 +117,7 @@ type jobJSON struct {
 	Status      Status            `json:"status"`
 	Attempt     int               `json:"attempt"`
 	MaxRetries  int               `json:"max_retries"`
+	Priority    int               `json:"priority"`
 	TimeoutMS   int64             `json:"timeout_ms"`
 	Payload     json.RawMessage   `json:"payload"`
 	Metadata    map[string]string `json:"metadata"`
@@ -146,7 +150,7 @@ func (j *Job) MarshalJSON() ([]byte, error) {
 	return json.Marshal(jobJSON{
 		Debounce: db, Debounced: j.Debounced, Group: j.Group,
 		ID: j.ID, Queue: j.Queue, Type: j.Type, Status: j.Status,
-		Attempt: j.Attempt, MaxRetries: j.MaxRetries, TimeoutMS: j.Timeout.Milliseconds(),
+		Attempt: j.Attempt, MaxRetries: j.MaxRetries, Priority: max(j.Priority, MinPriority), TimeoutMS: j.Timeout.Milliseconds(),
 		Payload: rawOrString(j.Payload), Metadata: md, Result: rawOrString(j.Result),
 		LastError: j.LastError, Worker: j.Worker, Entry: j.Entry, Version: j.Version,
 		CreatedAt: unixMS(j.CreatedAt), RunAt: unixMS(j.RunAt), EnqueuedAt: unixMS(j.EnqueuedAt),

@@ -132,19 +132,25 @@ func requireDoneOnce(t *testing.T, c *pipeline.Client, queue string, ids []strin
 // finishes, the deferred jobs are no attempts, and the slots are all given back.
 func TestLimitConcurrency(t *testing.T) {
 	t.Parallel()
-	onBoth(t, testLimitConcurrency)
+	onBoth(t, func(t *testing.T, rdb redis.UniversalClient) { testLimitConcurrency(t, rdb) })
+	// A job of a level above 1 is read from its level's stream, under a view of the queue
+	// (keys.Queue.AtLevel), and is held to the queue's limits all the same.
+	t.Run("Level3", func(t *testing.T) {
+		t.Parallel()
+		testLimitConcurrency(t, redistest.Client(t), pipeline.WithPriority(3))
+	})
 }
 
-func testLimitConcurrency(t *testing.T, rdb redis.UniversalClient) {
+func testLimitConcurrency(t *testing.T, rdb redis.UniversalClient, opts ...pipeline.Option) {
 	ctx := context.Background()
 	queue := redistest.UniqueName(t)
 	c, err := pipeline.NewClient(rdb, pipeline.ClientConfig{})
 	require.NoError(t, err)
-	publishN(t, c, queue, 1) // the queue exists
+	publishN(t, c, queue, 1, opts...) // the queue exists
 	const m = 2
 	setLimit(t, rdb, queue, pipeline.Limit{Concurrency: m})
 	g := newGate()
-	ids := publishN(t, c, queue, 5)
+	ids := publishN(t, c, queue, 5, opts...)
 	startWorkerOn(t, rdb, pipeline.WorkerConfig{Queues: []string{queue}, Concurrency: 10},
 		map[string]pipeline.HandlerFunc{"t": g.handler(func(*pipeline.Job) string { return "" })})
 	g.next(t)

@@ -22,6 +22,7 @@ type enqueueOptions struct {
 	hasUnique  bool
 	limitKey   string
 	group      string
+	prio       int // WithPriority's; 0: MinPriority
 	retention  time.Duration
 	hasRetain  bool
 	metadata   map[string]string
@@ -169,6 +170,35 @@ func WithGroup(group string) Option {
 		o.group = group
 	}
 }
+
+// Priority levels within a queue (WithPriority), River's: MinPriority is served first and is
+// every job's level unless WithPriority says otherwise.
+const (
+	MinPriority = keys.MinPriority
+	MaxPriority = keys.MaxPriority
+)
+
+// WithPriority sets the job's priority level within its queue, MinPriority (1, the default,
+// served first) to MaxPriority (4): a worker reads a queue's jobs of level 1 before any of
+// level 2, and so on, so a job published later at a higher priority (a lower number) starts
+// before queued jobs of lower priority; within a level, jobs start in the order they were
+// queued. Levels order jobs within one queue only; between queues, WorkerConfig.QueueWeights
+// and StrictPriority apply. A job keeps its level through retries, recovery and replay. Each
+// level above 1 is a stream of its own in the queue's hash tag (keys.Queue.LevelStream), read
+// by a worker once a job of that level was published: the first job of a new level in a
+// queue may wait up to LevelsRefresh (1 s) for a running worker to start reading it.
+func WithPriority(p int) Option {
+	return func(o *enqueueOptions) {
+		if p < MinPriority || p > MaxPriority {
+			o.errs = append(o.errs, invalid("priority %d is out of range: levels are %d (first) to %d", p, MinPriority, MaxPriority))
+			return
+		}
+		o.prio = p
+	}
+}
+
+// priority is the job's level: WithPriority's, else MinPriority.
+func (o *enqueueOptions) priority() int { return max(o.prio, MinPriority) }
 
 // WithRetention sets how long the job's record is kept after it completes or is canceled,
 // overriding the worker's default. Zero deletes it when it finishes.

@@ -138,10 +138,14 @@ func (p *pauseWatcher) check(ctx context.Context) {
 	p.spell.OK(time.Now())
 	for _, part := range p.w.parts {
 		q := keys.New(p.w.cfg.Prefix, part)
-		if paused[q.Name()] {
-			p.sub.PauseTopic(q.Stream())
-		} else {
-			p.sub.ResumeTopic(q.Stream())
+		// Every level's stream (pausing a topic not subscribed yet holds its reader when a
+		// level is found later).
+		for level := keys.MinPriority; level <= keys.MaxPriority; level++ {
+			if paused[q.Name()] {
+				p.sub.PauseTopic(q.LevelStream(level))
+			} else {
+				p.sub.ResumeTopic(q.LevelStream(level))
+			}
 		}
 	}
 	for _, name := range p.w.cfg.Queues {

@@ -16,11 +16,11 @@ import (
 // to the session's subscriber before anything is read, the delayed scheduler and a recoverer
 // per partition, unless disabled, then watcher. A new service is a type with Name, Start and Stop
 // (internal/service) and one entry here.
-func (w *Worker) services(watcher *partitionWatcher) ([]service.Service, error) {
-	// The limits and pause watchers first: their Start reads the limits and the paused queues
-	// before the reading begins.
+func (w *Worker) services(watcher *partitionWatcher, levels *levelsWatcher) ([]service.Service, error) {
+	// The limits, pause and levels watchers first: their Start reads the limits, the paused
+	// queues and the queues' priority levels before the reading begins.
 	w.mu.Lock()
-	list := []service.Service{&limitsWatcher{w: w, parts: slices.Clone(w.parts)}, &pauseWatcher{w: w, sub: w.sub}}
+	list := []service.Service{&limitsWatcher{w: w, parts: slices.Clone(w.parts)}, &pauseWatcher{w: w, sub: w.sub}, levels}
 	w.mu.Unlock()
 	if !w.cfg.DisableScheduler {
 		s, err := delayed.New(w.rdb, w.cfg.scheduler(w.parts))

@@ -461,6 +461,8 @@ func (w *Worker) session(ctx context.Context) ([]int, error) {
 		// QueueWeights and StrictPriority: one class per queue, its partitions included.
 		Priority:       w.priority(),
 		StrictPriority: w.cfg.StrictPriority,
+		// A queue's priority levels: its level streams are read in level order.
+		Levels: w.levels,
 	})
 	if err != nil {
 		return nil, err
@@ -490,7 +492,7 @@ func (w *Worker) session(ctx context.Context) ([]int, error) {
 	// The services run with the session: they end with it, and stopServices waits for them
 	// once the reading has ended.
 	watcher := &partitionWatcher{w: w, changed: endSession}
-	services, err := w.services(watcher)
+	services, err := w.services(watcher, newLevelsWatcher(w, router, sub))
 	if err != nil {
 		return nil, err
 	}
@@ -659,6 +661,7 @@ func (w *Worker) partitionQueues() {
 			q := keys.New(w.cfg.Prefix, tag)
 			w.parts = append(w.parts, tag)
 			queues[q.Stream()] = &q
+			levelViews(queues, q)
 		}
 	}
 	w.queues.Store(&queues)
@@ -689,6 +692,7 @@ func (w *Worker) handleMessage(msg *message.Message) error {
 		return w.poison(q, msg, reason)
 	}
 	j := jobFromMessage(q.Name(), msg)
+	j.Priority = q.Level() // the level of the stream it was read from
 	j.entry, _ = stream.EntryValues(msg.Context())
 	h, ok := w.handlers[j.Type]
 	if !ok {

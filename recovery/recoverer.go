@@ -451,30 +451,37 @@ func (r *Recoverer) report(res Result) {
 var errFenced = errors.New("recovery: lock no longer held; scan stopped")
 
 // prune deletes consumers that stopped (see prune.lua).
+// Every priority level's stream has a group of its own, pruned alike.
 func (r *Recoverer) prune(ctx context.Context, token string, idle time.Duration, res *Result) error {
-	n, err := jobstate.Prune(ctx, r.rdb, r.q, jobstate.PruneParams{Token: token, MinIdle: idle})
-	if errors.Is(err, jobstate.ErrLockLost) {
-		err = errFenced
-	}
-	r.note(ctx, err)
-	switch {
-	case rediserr.IsNoStream(err):
-		return nil
-	case errors.Is(err, errFenced):
+	views, err := r.views(ctx)
+	if err != nil {
 		return err
-	case err != nil:
-		return fmt.Errorf("prune consumers: %w", err)
 	}
-	res.Pruned += n
+	for _, q := range views {
+		n, err := jobstate.Prune(ctx, r.rdb, q, jobstate.PruneParams{Token: token, MinIdle: idle})
+		if errors.Is(err, jobstate.ErrLockLost) {
+			err = errFenced
+		}
+		r.note(ctx, err)
+		switch {
+		case rediserr.IsNoStream(err):
+			continue
+		case errors.Is(err, errFenced):
+			return err
+		case err != nil:
+			return fmt.Errorf("prune consumers: %w", err)
+		}
+		res.Pruned += n
+	}
 	return nil
 }
 
 // scan lists the pending entries idle for two thirds of the visibility timeout or more and
 // recovers, with recover.lua, those idle for the whole of it that an earlier scan of the same
 // observation listed too, if this Recoverer has watched Redis for a lease period (see Trust).
-// It reports whether it trusted what it saw.
+// It scans the queue's stream and the stream of every priority level its jobs used
+// (keys.Queue.Levels, read at each scan). It reports whether it trusted what it saw.
 func (r *Recoverer) scan(ctx context.Context, token string, res *Result) (trusted bool, err error) {
-	vt := r.cfg.VisibilityTimeout
 	epoch, trusted, seen := r.watch.sightings(time.Now())
 	if r.skipTrust {
 		trusted = true
@@ -482,54 +489,91 @@ func (r *Recoverer) scan(ctx context.Context, token string, res *Result) (truste
 	listed := map[string]struct{}{}
 	complete := false
 	defer func() { r.watch.remember(epoch, listed, complete) }()
+	views, err := r.views(ctx)
+	if err != nil {
+		return trusted, err
+	}
+	for _, q := range views {
+		if err := r.scanStream(ctx, q, token, epoch, &trusted, seen, listed, res); err != nil {
+			return trusted, err
+		}
+	}
+	complete = true
+	return trusted, nil
+}
+
+// views is the queue and its view at each priority level its jobs used (keys.Queue.Levels,
+// AtLevel): the streams a scan and a prune go through.
+func (r *Recoverer) views(ctx context.Context) ([]keys.Queue, error) {
+	views := []keys.Queue{r.q}
+	levels, err := jobstate.QueueLevels(ctx, r.rdb, views)
+	r.note(ctx, err)
+	if err != nil {
+		return nil, rediserr.Wrap("recover", fmt.Errorf("read the priority levels: %w", err))
+	}
+	for _, level := range levels[0] {
+		views = append(views, r.q.AtLevel(level))
+	}
+	return views, nil
+}
+
+// scanStream is scan's work on one stream: q's (a level's view, keys.Queue.AtLevel). Entry
+// ids are remembered (listed, seen) as they are for level 1, and prefixed with the level for
+// the others: two streams may hand out the same id.
+func (r *Recoverer) scanStream(ctx context.Context, q keys.Queue, token string, epoch int, trusted *bool,
+	seen, listed map[string]struct{}, res *Result) error {
+	vt := r.cfg.VisibilityTimeout
+	mark := func(id string) string { return id }
+	if q.Level() > keys.MinPriority {
+		prefix := strconv.Itoa(q.Level()) + ":"
+		mark = func(id string) string { return prefix + id }
+	}
 	start := "-"
 	for {
 		pend, err := r.rdb.XPendingExt(ctx, &redis.XPendingExtArgs{
-			Stream: r.q.Stream(), Group: keys.Group, Idle: vt - r.watch.lease,
+			Stream: q.Stream(), Group: keys.Group, Idle: vt - r.watch.lease,
 			Start: start, End: "+", Count: int64(r.cfg.BatchSize),
 		}).Result()
 		r.note(ctx, err)
 		if err != nil {
 			if rediserr.IsNoStream(err) || errors.Is(err, redis.Nil) {
-				complete = true
-				return trusted, nil // no worker has read this queue yet
+				return nil // no worker has read this stream yet
 			}
-			return trusted, rediserr.Wrap("recover", fmt.Errorf("list idle entries: %w", err))
+			return rediserr.Wrap("recover", fmt.Errorf("list idle entries: %w", err))
 		}
 		if len(pend) == 0 {
-			complete = true
-			return trusted, nil
+			return nil
 		}
 		// A gap during the scan (a slow answer) takes the trust back.
-		trusted = trusted && (r.skipTrust || r.watch.valid(epoch))
+		*trusted = *trusted && (r.skipTrust || r.watch.valid(epoch))
 		ids := make([]string, 0, len(pend))
 		for _, p := range pend {
-			listed[p.ID] = struct{}{}
+			key := mark(p.ID)
+			listed[key] = struct{}{}
 			if p.Idle < vt {
 				continue // not due yet: listed so that the scan that finds it due has seen it before
 			}
-			if _, before := seen[p.ID]; trusted && (before || r.skipTrust) {
+			if _, before := seen[key]; *trusted && (before || r.skipTrust) {
 				ids = append(ids, p.ID)
 			} else {
 				res.Deferred++
 			}
 		}
 		if len(ids) > 0 {
-			if err := r.recover(ctx, token, ids, res); err != nil {
-				return trusted, err
+			if err := r.recover(ctx, q, token, ids, res); err != nil {
+				return err
 			}
 		}
 		if len(pend) < r.cfg.BatchSize {
-			complete = true
-			return trusted, nil
+			return nil
 		}
 		start = nextID(pend[len(pend)-1].ID)
 	}
 }
 
-// recover runs recover.lua on ids.
-func (r *Recoverer) recover(ctx context.Context, token string, ids []string, res *Result) error {
-	out, err := jobstate.Recover(ctx, r.rdb, r.q, jobstate.RecoverParams{Token: token,
+// recover runs recover.lua on ids, entries of q.Stream().
+func (r *Recoverer) recover(ctx context.Context, q keys.Queue, token string, ids []string, res *Result) error {
+	out, err := jobstate.Recover(ctx, r.rdb, q, jobstate.RecoverParams{Token: token,
 		VisibilityTimeout: r.cfg.VisibilityTimeout, Now: r.cfg.Now(), Events: events.ModeOf(ctx, r.rdb), Entries: ids})
 	if errors.Is(err, jobstate.ErrLockLost) {
 		err = errFenced

@@ -152,3 +152,62 @@ func TestPriorityConfig(t *testing.T) {
 	_, err := NewSubscriber(Config{Client: redistest.Client(t), Group: "g", StrictPriority: true})
 	require.ErrorContains(t, err, "StrictPriority needs Config.Priority")
 }
+
+// levelsOf is a Config.Levels of topics named "<family>/<level>".
+func levelsOf(topic string) (string, int) {
+	fam, l, ok := strings.Cut(topic, "/")
+	if !ok {
+		return "", 0
+	}
+	n := 0
+	for _, c := range l {
+		n = n*10 + int(c-'0')
+	}
+	return fam, n
+}
+
+// With Levels, a family's lower level is read first: no entry of level 2 is handed out while
+// level 1 has entries to read, without Priority (levels are within a class, here each
+// family's own), while a topic of another family reads alongside.
+func TestLevelsReadInOrder(t *testing.T) {
+	t.Parallel()
+	rdb := redistest.Client(t)
+	base := redistest.UniqueName(t)
+	l1, l2 := base+"/1", base+"/2"
+	publish(t, rdb, l1, "a", 2000)
+	publish(t, rdb, l2, "b", 200)
+	sub := newTestSubscriber(t, rdb, Config{Concurrency: 20, BatchSize: 20, ManualSettle: true,
+		Levels: levelsOf})
+	msgs1, err := sub.Subscribe(t.Context(), l1)
+	require.NoError(t, err)
+	// Level 1's first read is under way or done before level 2 subscribes: from there on it
+	// is hungry or waiting, and level 2 waits for it.
+	first := receive(t, msgs1, 5*time.Second)
+	sub.Settle(first)
+	msgs2, err := sub.Subscribe(t.Context(), l2)
+	require.NoError(t, err)
+	in := merge(t, []<-chan *message.Message{msgs1, msgs2})
+	ones, twos := 1, 0
+	lagAtFirstTwo := int64(-1)
+	for ones+twos < 2200 {
+		select {
+		case m := <-in:
+			if m.k == 1 {
+				if twos == 0 {
+					g, err := rdb.XInfoGroups(context.Background(), l1).Result()
+					require.NoError(t, err)
+					lagAtFirstTwo = g[0].Lag
+				}
+				twos++
+			} else {
+				ones++
+			}
+			sub.Settle(m.msg)
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%d level-1 and %d level-2 messages", ones, twos)
+		}
+	}
+	assert.Equal(t, int64(0), lagAtFirstTwo, "a level-2 entry was handed out while level-1 entries were unread")
+	assert.Equal(t, 2000, ones)
+	assert.Equal(t, 200, twos)
+}

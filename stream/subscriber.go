@@ -93,6 +93,15 @@ type Config struct {
 	// puts it first in line. A lower reader's read under way when the higher class's work
 	// arrives may finish.
 	StrictPriority bool
+	// Levels, when set, makes topics of one family (a stream split into levels, such as a
+	// queue's priority levels) strict levels within their class: it gives each topic a family
+	// (empty: none) and its level in it, the lowest first. A reader may take slots only while
+	// no reader of a lower level of its family that may read (not paused) is waiting for slots
+	// or had a full last read (or has not read yet), so entries of a lower level are read
+	// before any of a higher level's next read; a higher level's read under way may finish.
+	// The class hand-out (Priority, StrictPriority) is unchanged: the family's topics share
+	// their class. Nil: no families.
+	Levels func(topic string) (family string, level int)
 	// BatchSize bounds the COUNT of one XREADGROUP. Defaults to DefaultBatchSize.
 	BatchSize int
 	// BlockTime is how long one XREADGROUP waits for new entries, at least a millisecond. It
@@ -234,6 +243,8 @@ type Subscriber struct {
 	classes map[string]*class
 	vtime   float64
 	hungry  map[*waiter]bool
+	// With Config.Levels: the readers of each family. Its readers' hunger is in hungry too.
+	families map[string][]*waiter
 
 	closing      chan struct{}
 	wg           sync.WaitGroup // topic goroutines and maintain
@@ -254,6 +265,7 @@ func NewSubscriber(cfg Config) (*Subscriber, error) {
 		pausedTopics: map[string]bool{},
 		classes:      map[string]*class{},
 		hungry:       map[*waiter]bool{},
+		families:     map[string][]*waiter{},
 		closing:      make(chan struct{}),
 	}, nil
 }
@@ -404,6 +416,9 @@ type waiter struct {
 	// coming back from idle keeps a credit of at most one batch (see reserve).
 	idle  bool
 	ready chan struct{}
+	// fam is its family under Config.Levels ("" for none), level its level there.
+	fam   string
+	level int
 }
 
 // class is a priority class of topics (Config.Priority).
@@ -415,6 +430,15 @@ type class struct {
 // newWaiter is the waiter of topic's reader, in its class under Config.Priority.
 func (s *Subscriber) newWaiter(topic string) *waiter {
 	w := &waiter{topic: topic}
+	if s.cfg.Levels != nil {
+		w.fam, w.level = s.cfg.Levels(topic)
+		if w.fam != "" {
+			s.mu.Lock()
+			s.families[w.fam] = append(s.families[w.fam], w)
+			s.hungry[w] = true // until its first read says otherwise
+			s.mu.Unlock()
+		}
+	}
 	if s.cfg.Priority == nil {
 		return w
 	}
@@ -442,10 +466,45 @@ func (s *Subscriber) mayReadLocked(w *waiter) bool {
 	return !s.paused && !s.pausedTopics[w.topic]
 }
 
+// leaveFamily drops an ended reader from its family (Config.Levels).
+func (s *Subscriber) leaveFamily(w *waiter) {
+	if w.fam == "" {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	m := s.families[w.fam]
+	if i := slices.Index(m, w); i >= 0 {
+		m = slices.Delete(m, i, i+1)
+	}
+	if len(m) == 0 {
+		delete(s.families, w.fam)
+	} else {
+		s.families[w.fam] = m
+	}
+	delete(s.hungry, w)
+	s.wakeLocked()
+}
+
+// lowerLevelWantsLocked reports whether a reader of a lower level of w's family
+// (Config.Levels) that may read is hungry or waiting for slots.
+func (s *Subscriber) lowerLevelWantsLocked(w *waiter) bool {
+	for _, h := range s.families[w.fam] {
+		if h.level < w.level && s.mayReadLocked(h) && (s.hungry[h] || slices.Contains(s.queue, h)) {
+			return true
+		}
+	}
+	return false
+}
+
 // mayTakeLocked is mayReadLocked and, under StrictPriority, no reader of a higher class that
-// may read is hungry (its last read was full) or waiting.
+// may read is hungry (its last read was full) or waiting; under Config.Levels, no reader of a
+// lower level of its family either.
 func (s *Subscriber) mayTakeLocked(w *waiter) bool {
 	if !s.mayReadLocked(w) {
+		return false
+	}
+	if w.fam != "" && s.lowerLevelWantsLocked(w) {
 		return false
 	}
 	if !s.cfg.StrictPriority {
@@ -464,9 +523,10 @@ func (s *Subscriber) mayTakeLocked(w *waiter) bool {
 	return true
 }
 
-// setHungry records, under StrictPriority, whether w's last read was full.
+// setHungry records, under StrictPriority or for a reader of a family (Config.Levels), whether
+// w's last read was full.
 func (s *Subscriber) setHungry(w *waiter, full bool) {
-	if !s.cfg.StrictPriority {
+	if !s.cfg.StrictPriority && w.fam == "" {
 		return
 	}
 	s.mu.Lock()
@@ -565,7 +625,7 @@ func (s *Subscriber) nextLocked() int {
 	}
 	best := -1
 	for i, w := range s.queue {
-		if s.mayReadLocked(w) && (best < 0 || w.cls.pass < s.queue[best].cls.pass) {
+		if s.mayTakeLocked(w) && (best < 0 || w.cls.pass < s.queue[best].cls.pass) {
 			best = i
 		}
 	}

@@ -851,6 +851,8 @@
           h('dl', { class: 'fields' },
             field('Queue', h('a', { href: queueHref(q) }, q), 'queue'),
             field('Type', j.type, 'type'),
+            // River's levels: 1 is served first (and the default), 4 last.
+            field('Priority', fmtInt(num(j.priority) || 1) + ({ 1: ' (first)', 4: ' (last)' }[num(j.priority) || 1] || ''), 'priority'),
             field('Attempts', fmtInt(j.attempt) + ' of ' + fmtInt(num(j.max_retries) + 1) + ' (max retries ' + fmtInt(j.max_retries) + ')', 'attempt'),
             field('Timeout', num(j.timeout_ms) ? fmtDur(j.timeout_ms) : 'none', 'timeout'),
             field('Worker', j.worker || '—', 'worker'),

@@ -37,6 +37,7 @@ type publishFlags struct {
 	uniqueTTL  time.Duration
 	limitKey   string
 	group      string
+	priority   int
 	meta       []string
 	// waitReplicas and waitTimeout are --wait-replicas and --wait-timeout (WithReplicas).
 	waitReplicas int
@@ -106,6 +107,7 @@ sooner. It cannot be combined with --id, --delay or --unique.`,
 	f.DurationVar(&pf.uniqueTTL, "unique-ttl", defaultUniqueTTL, "how long --unique holds its key at most")
 	f.StringVar(&pf.limitKey, "limit-key", "", "the key the queue's per-key limits count the job under (a tenant, an account)")
 	f.StringVar(&pf.group, "group", "", "the job's fair group (a tenant, an account): the queue serves its groups round-robin")
+	f.IntVar(&pf.priority, "priority", pipeline.MinPriority, "the job's priority level within its queue, 1 (served first, the default) to 4: workers start a queue's level-1 jobs before its level-2 ones, and so on")
 	f.StringArrayVar(&pf.meta, "meta", nil, "metadata pair key=value (repeatable)")
 	f.IntVar(&pf.waitReplicas, "wait-replicas", 0, "succeed only once this many replicas have the jobs (Redis WAIT); exit 1 when fewer confirm within --wait-timeout")
 	f.DurationVar(&pf.waitTimeout, "wait-timeout", pipeline.DefaultReplicaTimeout, "how long --wait-replicas waits for the replicas")
@@ -142,6 +144,9 @@ func (pf *publishFlags) request(stdin io.Reader) (*publishRequest, error) {
 	}
 	if pf.timeout < 0 {
 		bad("--timeout must not be negative, not %s", pf.timeout)
+	}
+	if pf.priority < pipeline.MinPriority || pf.priority > pipeline.MaxPriority {
+		bad("--priority must be %d (served first) to %d, not %d", pipeline.MinPriority, pipeline.MaxPriority, pf.priority)
 	}
 	switch {
 	case pf.unique == "" && pf.uniqueTTLGiven:
@@ -205,6 +210,9 @@ func (pf *publishFlags) request(stdin io.Reader) (*publishRequest, error) {
 	}
 	if pf.group != "" {
 		opts = append(opts, pipeline.WithGroup(pf.group))
+	}
+	if pf.priority > pipeline.MinPriority {
+		opts = append(opts, pipeline.WithPriority(pf.priority))
 	}
 	if pf.waitReplicas > 0 {
 		opts = append(opts, pipeline.WithReplicas(pf.waitReplicas, pf.waitTimeout))

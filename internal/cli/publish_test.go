@@ -121,7 +121,7 @@ func FuzzPayloadArg(f *testing.F) {
 func TestPublishRequest(t *testing.T) {
 	t.Parallel()
 	base := func() publishFlags {
-		return publishFlags{queue: "q", jobType: "echo", count: 1, maxRetries: 5, uniqueTTL: defaultUniqueTTL}
+		return publishFlags{queue: "q", jobType: "echo", count: 1, maxRetries: 5, uniqueTTL: defaultUniqueTTL, priority: 1}
 	}
 	for _, tc := range []struct {
 		name  string
@@ -153,6 +153,14 @@ func TestPublishRequest(t *testing.T) {
 		{name: "NegativeDelay", edit: func(pf *publishFlags) { pf.delay = -time.Second }, err: "--delay must not be negative, not -1s"},
 		{name: "NegativeRetries", edit: func(pf *publishFlags) { pf.maxRetriesGiven, pf.maxRetries = true, -1 }, err: "--max-retries must not be negative"},
 		{name: "NegativeTimeout", edit: func(pf *publishFlags) { pf.timeout = -1 }, err: "--timeout must not be negative"},
+		{name: "Priority", edit: func(pf *publishFlags) { pf.priority = 4 }, check: func(t *testing.T, r *publishRequest) {
+			require.Len(t, r.opts, 1)
+		}},
+		{name: "PriorityOneIsTheDefault", edit: func(pf *publishFlags) { pf.priority = 1 }, check: func(t *testing.T, r *publishRequest) {
+			require.Empty(t, r.opts)
+		}},
+		{name: "PriorityZero", edit: func(pf *publishFlags) { pf.priority = 0 }, err: "--priority must be 1 (served first) to 4, not 0"},
+		{name: "PriorityTooHigh", edit: func(pf *publishFlags) { pf.priority = 5 }, err: "--priority must be 1 (served first) to 4, not 5"},
 		{name: "CountZero", edit: func(pf *publishFlags) { pf.count = 0 }, err: "--count must be at least 1, not 0"},
 		{name: "CountNegative", edit: func(pf *publishFlags) { pf.count = -3 }, err: "--count must be at least 1, not -3"},
 		{name: "IDWithCount", edit: func(pf *publishFlags) { pf.id, pf.count = "x", 2 }, err: "--id names one job"},
@@ -217,4 +225,25 @@ func TestPublishDebounce(t *testing.T) {
 	require.False(t, a.Debounced)
 	require.False(t, b.Created)
 	require.True(t, b.Debounced)
+}
+
+// TestPublishPriority: --priority sets the job's level, which status shows; a level out of
+// range is a usage error (exit 2) and writes nothing.
+func TestPublishPriority(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	out, stderr, code := runInProcess(t, "", "--redis", srv.URL(), "publish", "--queue", "pq", "--type", "echo", "--priority", "3")
+	require.Zero(t, code, stderr)
+	id := strings.TrimSpace(out)
+	out, stderr, code = runInProcess(t, "", "--redis", srv.URL(), "status", "--queue", "pq", id)
+	require.Zero(t, code, stderr)
+	require.Regexp(t, `(?m)^priority:\s+3$`, out)
+	for _, p := range []string{"0", "5", "high"} {
+		_, stderr, code = runInProcess(t, "", "--redis", srv.URL(), "publish", "--queue", "pq", "--type", "echo", "--priority", p)
+		require.Equal(t, 2, code, stderr)
+		require.Contains(t, stderr, "priority")
+	}
+	out, stderr, code = runInProcess(t, "", "--redis", srv.URL(), "stats", "--queue", "pq", "--json")
+	require.Zero(t, code, stderr)
+	require.Contains(t, out, `"enqueued":1`, "the refused publishes wrote nothing")
 }

@@ -24,7 +24,7 @@ func newStatusCmd(a *app) *cobra.Command {
 		Use:   "status [--queue Q] ID",
 		Short: "Show a job's status, attempts, result and last error",
 		Long: `Show a job's state. With --json it prints one JSON object with the fields id, queue, type,
-status, attempt, max_retries, payload, result, last_error, worker, created_at, run_at,
+status, attempt, max_retries, priority, payload, result, last_error, worker, created_at, run_at,
 enqueued_at, started_at and completed_at (times in unix milliseconds, 0 when not yet), and a
 few more. Status is one of scheduled, queued, in_progress, completed, failed, canceled.
 Without --queue the job is looked up in every known queue (one lookup per queue) and the
@@ -82,6 +82,7 @@ func printJob(w io.Writer, j *pipeline.Job, now time.Time) error {
 	row("status", string(j.Status))
 	row("attempt", strconv.Itoa(j.Attempt))
 	row("max_retries", strconv.Itoa(j.MaxRetries))
+	row("priority", strconv.Itoa(max(j.Priority, pipeline.MinPriority)))
 	if j.Timeout > 0 {
 		row("timeout", j.Timeout.String())
 	}

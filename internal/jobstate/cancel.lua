@@ -1,5 +1,6 @@
 -- cancel.lua: cancel a job that has not finished.
--- KEYS[1] stream, KEYS[2] scheduled set, KEYS[3] stats hash, KEYS[4] job hash
+-- KEYS[1] stream (level 1: a job's entry is in its level's stream, cv_level_stream of its
+--   'priority' field), KEYS[2] scheduled set, KEYS[3] stats hash, KEYS[4] job hash
 -- ARGV[1] group, ARGV[2] now (unix ms), ARGV[3] default retention ms (0 keeps only a
 --   tombstone), ARGV[4] id, ARGV[5] the shortest retention ms (see finish.lua: a publish sent
 --   again after a lost reply must find the job), ARGV[6] the events publish command ('SPUBLISH',
@@ -11,15 +12,17 @@
 -- moves the group's next waiting job into the stream (cv_group_cancel).
 -- Returns {CV_OK} canceled, {CV_WRONG_STATE, status} already finished (nothing changed),
 -- {CV_NOT_FOUND} no such job.
-local h = redis.call('HMGET', KEYS[4], 'status', 'entry', 'retention_ms', 'attempt', 'debounce')
+local h = redis.call('HMGET', KEYS[4], 'status', 'entry', 'retention_ms', 'attempt', 'debounce',
+  'priority')
 local status = h[1]
 if not status then return {CV_NOT_FOUND} end
 if status == 'completed' or status == 'failed' or status == 'canceled' then return {CV_WRONG_STATE, status} end
 if status == 'scheduled' then
   redis.call('ZREM', KEYS[2], ARGV[4])
 elseif h[2] and h[2] ~= '' then
-  cv_keep_payload(KEYS[4], cv_entry(KEYS[1], h[2]))
-  cv_drop(KEYS[1], ARGV[1], {h[2]})
+  local stream = cv_level_stream(KEYS[1], h[6])
+  cv_keep_payload(KEYS[4], cv_entry(stream, h[2]))
+  cv_drop(stream, ARGV[1], {h[2]})
 end
 -- A running job gives back its concurrency slots (waking their waiters); a job waiting for one
 -- is skipped when its turn comes (its status is no longer scheduled).

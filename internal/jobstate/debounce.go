@@ -35,9 +35,9 @@ func DebounceCall(q keys.Queue, j *NewJob) script.Call {
 		ret = strconv.FormatInt(retentionMS(j.Retention), 10)
 	}
 	return script.Call{Script: debounceScript,
-		Keys: []string{q.Scheduled(), q.Stats(), q.Job(j.ID), q.Debounce(j.Debounce), q.Closed()},
+		Keys: []string{q.Scheduled(), q.Stats(), q.Job(j.ID), q.Debounce(j.Debounce), q.Closed(), q.Levels()},
 		Args: []any{j.ID, j.Type, j.Payload, j.Metadata, j.MaxRetries, retentionMS(j.Timeout), ret,
-			max(1, ceilMS(j.DebounceQuiet)), max(1, ceilMS(j.DebounceMaxWait)), q.JobPrefix(), q.Wake(), j.LimitKey}}
+			max(1, ceilMS(j.DebounceQuiet)), max(1, ceilMS(j.DebounceMaxWait)), q.JobPrefix(), q.Wake(), j.LimitKey, priorityArg(j.Priority)}}
 }
 
 // ceilMS is d in whole milliseconds, rounded up: a window is never shorter than asked.

@@ -1,11 +1,14 @@
 -- debounce.lua: publish one job with a debounce key (pipeline.WithDebounce), in one step: join
 -- the key's pending job, or start a new window with a new scheduled job.
 -- KEYS[1] scheduled set, KEYS[2] stats hash, KEYS[3] the new job's hash, KEYS[4] the debounce key
---   (keys.Queue.Debounce: the id of the window's pending job), KEYS[5] the closed flag
+--   (keys.Queue.Debounce: the id of the window's pending job), KEYS[5] the closed flag, KEYS[6]
+--   the queue's set of priority levels (keys.Queue.Levels)
 -- ARGV[1] new id, ARGV[2] type, ARGV[3] payload, ARGV[4] metadata, ARGV[5] max_retries,
 --   ARGV[6] timeout_ms, ARGV[7] retention_ms ('' = the queue default), ARGV[8] quiet ms,
 --   ARGV[9] max wait ms, ARGV[10] job key prefix, ARGV[11] wake channel, ARGV[12] limit key
---   ('' = none: a join drops the earlier publish's, as the last publish wins)
+--   ('' = none: a join drops the earlier publish's, as the last publish wins), ARGV[13] priority
+--   ('' = level 1, else '2'..'4': kept in the hash, for promote.lua to queue the job in its
+--   level's stream, and added to the queue's set of levels; a join takes the last publish's)
 -- Times are Redis's (TIME), rounded up to the millisecond, so that no caller's clock makes a job
 -- due early. A window's job is due min(last publish + quiet, first publish + max wait), each
 -- publish's own quiet and max wait applying.
@@ -24,6 +27,7 @@ local now = tonumber(t[1]) * 1000 + math.ceil(tonumber(t[2]) / 1000)
 local quiet, maxwait = tonumber(ARGV[8]), tonumber(ARGV[9])
 local tmo, retention = ARGV[6], ARGV[7]
 local cur = redis.call('GET', KEYS[4])
+local function add_level() redis.call('SADD', KEYS[6], ARGV[13]) end
 if cur then
   local jobkey = ARGV[10] .. cur
   local h = redis.call('HMGET', jobkey, 'status', 'attempt', 'debounce', 'debounce_first',
@@ -40,6 +44,8 @@ if cur then
     else redis.call('HDEL', jobkey, 'retention_ms') end
     if ARGV[12] ~= '' then f[#f + 1] = 'limit_key'; f[#f + 1] = ARGV[12]
     else redis.call('HDEL', jobkey, 'limit_key') end
+    if ARGV[13] ~= '' then f[#f + 1] = 'priority'; f[#f + 1] = ARGV[13]; add_level()
+    else redis.call('HDEL', jobkey, 'priority') end
     redis.call('HSET', jobkey, unpack(f))
     local v = redis.call('HINCRBY', jobkey, 'version', 1)
     redis.call('ZADD', KEYS[1], due, cur)
@@ -56,6 +62,7 @@ local f = {'type', ARGV[2], 'status', 'scheduled', 'max_retries', ARGV[5], 'crea
 if tmo ~= '0' then f[#f + 1] = 'timeout_ms'; f[#f + 1] = tmo end
 if retention ~= '' then f[#f + 1] = 'retention_ms'; f[#f + 1] = retention end
 if ARGV[12] ~= '' then f[#f + 1] = 'limit_key'; f[#f + 1] = ARGV[12] end
+if ARGV[13] ~= '' then f[#f + 1] = 'priority'; f[#f + 1] = ARGV[13]; add_level() end
 redis.call('HSET', KEYS[3], unpack(f))
 redis.call('SET', KEYS[4], id)
 redis.call('ZADD', KEYS[1], due, id)

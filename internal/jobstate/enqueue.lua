@@ -4,12 +4,14 @@
 -- ARGV[1] now (unix ms), ARGV[2] wake channel, ARGV[3] the KEYS index of the witness (0 for
 --   none), ARGV[4] one character per job, '1' when the job is looked up on its own (its id was
 --   chosen by the caller, or the chunk has unique keys), '0' otherwise, ARGV[5] the job key
---   prefix, then 11 values per job:
+--   prefix, then 12 values per job:
 --   id, type, payload, metadata (msgpack or ''), max_retries, timeout_ms, run_at (unix ms),
 --   retention_ms ('' = the queue default), unique_ttl_ms ('' = no unique key), limit_key (''
 --   = none: the key per-key limits count the job under, kept in the hash for admit.lua), group
 --   ('' = none: a job of a fair group to run at once enters its window or waits,
---   cv_group_enter; it is then 'queued' with no entry and the reply's entry is '')
+--   cv_group_enter; it is then 'queued' with no entry and the reply's entry is ''), priority
+--   ('' = level 1; '2'..'4': the job's entry goes into its level's stream, cv_level_stream,
+--   the level is kept in the hash and added to the queue's set of levels)
 -- Returns {CV_WRONG_STATE} when the closed flag is set (the queue's partition count
 -- changed: nothing written), else {CV_OK, then two values per job: CV_OK and the new entry id when it was queued, or ''
 -- when it was scheduled; CV_EXISTS and '' when the id exists already (nothing written);
@@ -40,12 +42,13 @@ local k = 4
 local n = 0
 local earliest, earliest_id = nil, nil
 local gp = cv_group_prefix(ARGV[5])
-for a = 6, #ARGV, 11 do
+for a = 6, #ARGV, 12 do
   n = n + 1
   local id, typ, payload, md = ARGV[a], ARGV[a + 1], ARGV[a + 2], ARGV[a + 3]
   local mr, tmo, run_at_s = ARGV[a + 4], ARGV[a + 5], ARGV[a + 6]
   local run_at = tonumber(run_at_s)
   local retention, uttl, lkey, grp = ARGV[a + 7], ARGV[a + 8], ARGV[a + 9], ARGV[a + 10]
+  local prio = ARGV[a + 11]
   local jobkey = KEYS[k]
   local ukey = nil
   k = k + 1
@@ -66,7 +69,7 @@ for a = 6, #ARGV, 11 do
     if held then
       out[#out + 1] = CV_UNIQUE_HELD; out[#out + 1] = held
     else
-      local plain = tmo == '0' and retention == '' and not ukey and lkey == '' and grp == ''
+      local plain = tmo == '0' and retention == '' and not ukey and lkey == '' and grp == '' and prio == ''
       if plain and run_at <= now then
         -- The common case, spelled out: one HSET with its arguments in place.
         local e = cv_xadd(KEYS[1], id, payload, md, typ, '1', mr, tmo)
@@ -83,6 +86,10 @@ for a = 6, #ARGV, 11 do
           f[#f + 1] = 'unique'; f[#f + 1] = ukey
           f[#f + 1] = 'unique_ttl_ms'; f[#f + 1] = uttl -- for a replay to take the key again
         end
+        if prio ~= '' then
+          f[#f + 1] = 'priority'; f[#f + 1] = prio
+          cv_add_level(KEYS[1], prio)
+        end
         if grp ~= '' then f[#f + 1] = 'group'; f[#f + 1] = grp end
         if run_at <= now and grp ~= '' and not cv_group_enter(gp, grp, id) then
           f[#f + 1] = 'status'; f[#f + 1] = 'queued'
@@ -91,7 +98,7 @@ for a = 6, #ARGV, 11 do
           cv_group_wait(gp, grp, id)
           out[#out + 1] = CV_OK; out[#out + 1] = ''
         elseif run_at <= now then
-          local e = cv_xadd(KEYS[1], id, payload, md, typ, '1', mr, tmo)
+          local e = cv_xadd(cv_level_stream(KEYS[1], prio), id, payload, md, typ, '1', mr, tmo)
           f[#f + 1] = 'status'; f[#f + 1] = 'queued'
           f[#f + 1] = 'entry'; f[#f + 1] = e
           out[#out + 1] = CV_OK; out[#out + 1] = e

@@ -118,13 +118,26 @@ type NewJob struct {
 	// grouped job to run at once enters its group's window or waits for a place (queued with
 	// no entry: Created.Entry is empty).
 	Group string
+	// Priority is the job's level within its queue, keys.MinPriority (the default; 0 counts as
+	// it) to keys.MaxPriority: a job above level 1 is queued in its level's stream.
+	Priority int
 }
 
 // Plain reports whether Enqueue1 can create j: a job to run at once (RunAt at or before now,
-// to the millisecond) with no unique key, limit key, timeout or retention of its own.
+// to the millisecond) with no unique key, limit key, timeout or retention of its own, at
+// priority level 1 (enqueue1.lua writes to the queue's level-1 stream only).
 func (j *NewJob) Plain(now time.Time) bool {
 	return !j.KeepOwn && j.UniqueKey == "" && j.LimitKey == "" && j.Timeout <= 0 && j.RunAt.UnixMilli() <= now.UnixMilli() &&
-		j.Debounce == "" && j.Group == ""
+		j.Debounce == "" && j.Group == "" && j.Priority <= keys.MinPriority
+}
+
+// priorityArg is a job's priority level as enqueue.lua and debounce.lua take it: empty for
+// level 1, which writes no field.
+func priorityArg(p int) string {
+	if p <= keys.MinPriority || p > keys.MaxPriority {
+		return ""
+	}
+	return strconv.Itoa(p)
 }
 
 // ErrClosed is what EnqueueReply and Enqueue1 return when the queue or partition written to is
@@ -135,7 +148,7 @@ var ErrClosed = errors.New("the queue's partition layout is closed: its partitio
 func EnqueueCall(q keys.Queue, now time.Time, jobs []NewJob) script.Call {
 	ks := make([]string, 0, 4+2*len(jobs))
 	ks = append(ks, q.Stream(), q.Scheduled(), q.Stats())
-	args := make([]any, 0, 5+11*len(jobs))
+	args := make([]any, 0, 5+12*len(jobs))
 	chosen := make([]byte, len(jobs))
 	witness := 0
 	// A job with a unique key may be refused (its key held) and so never created; it cannot
@@ -167,7 +180,7 @@ func EnqueueCall(q keys.Queue, now time.Time, jobs []NewJob) script.Call {
 			ret = strconv.FormatInt(retentionMS(j.Retention), 10)
 		}
 		args = append(args, j.ID, j.Type, j.Payload, j.Metadata, j.MaxRetries, retentionMS(j.Timeout),
-			j.RunAt.UnixMilli(), ret, uttl, j.LimitKey, j.Group)
+			j.RunAt.UnixMilli(), ret, uttl, j.LimitKey, j.Group, priorityArg(j.Priority))
 	}
 	return script.Call{Script: enqueueScript, Keys: ks, Args: args}
 }

@@ -54,11 +54,14 @@ type Stats struct {
 // standalone server, one per node that holds some of the queues on a cluster. Queued is the
 // stream's length less the entries handed out, plus the jobs waiting in fair groups (queued
 // too, not yet in the stream); a queue no worker read yet has none handed out.
+// Queued and InProgress count the jobs of every priority level (keys.Queue.LevelStream): the
+// streams of levels no job used are missing, which reads as empty.
 func ReadStats(ctx context.Context, rdb redis.UniversalClient, qs []keys.Queue) ([]*Stats, error) {
 	type cmds struct {
-		counters          *redis.MapStringStringCmd
-		sched, dead, xlen *redis.IntCmd
-		groups            *redis.XInfoGroupsCmd
+		counters    *redis.MapStringStringCmd
+		sched, dead *redis.IntCmd
+		xlen        [keys.MaxPriority]*redis.IntCmd
+		groups      [keys.MaxPriority]*redis.XInfoGroupsCmd
 	}
 	all := make([]cmds, len(qs))
 	_, err := rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
@@ -67,8 +70,10 @@ func ReadStats(ctx context.Context, rdb redis.UniversalClient, qs []keys.Queue) 
 				counters: p.HGetAll(ctx, q.Stats()),
 				sched:    p.ZCard(ctx, q.Scheduled()),
 				dead:     p.ZCard(ctx, q.Dead()),
-				xlen:     p.XLen(ctx, q.Stream()),
-				groups:   p.XInfoGroups(ctx, q.Stream()),
+			}
+			for l := range keys.MaxPriority {
+				all[k].xlen[l] = p.XLen(ctx, q.LevelStream(l+1))
+				all[k].groups[l] = p.XInfoGroups(ctx, q.LevelStream(l+1))
 			}
 		}
 		return nil
@@ -76,22 +81,26 @@ func ReadStats(ctx context.Context, rdb redis.UniversalClient, qs []keys.Queue) 
 	out := make([]*Stats, len(qs))
 	for k, q := range qs {
 		c := &all[k]
-		for _, cmd := range []redis.Cmder{c.counters, c.sched, c.dead, c.xlen} {
+		for _, cmd := range []redis.Cmder{c.counters, c.sched, c.dead, c.xlen[0], c.xlen[1], c.xlen[2], c.xlen[3]} {
 			if err := cmd.Err(); err != nil {
 				return nil, rediserr.Wrap("stats", fmt.Errorf("stats %s: %w", q.Name(), err))
 			}
 		}
-		// A queue no worker has read yet has no stream or group: that is zero in flight.
-		if err := c.groups.Err(); err != nil && !rediserr.IsNoStream(err) {
-			return nil, rediserr.Wrap("stats", fmt.Errorf("stats %s: %w", q.Name(), err))
-		}
 		s := &Stats{Queue: q.Name(), Scheduled: c.sched.Val(), Dead: c.dead.Val()}
-		for _, g := range c.groups.Val() {
-			if g.Name == keys.Group {
-				s.InProgress = g.Pending
+		for l := range keys.MaxPriority {
+			// A stream no worker has read yet has no group: that is zero in flight.
+			if err := c.groups[l].Err(); err != nil && !rediserr.IsNoStream(err) {
+				return nil, rediserr.Wrap("stats", fmt.Errorf("stats %s: %w", q.Name(), err))
 			}
+			var pending int64
+			for _, g := range c.groups[l].Val() {
+				if g.Name == keys.Group {
+					pending = g.Pending
+				}
+			}
+			s.InProgress += pending
+			s.Queued += max(0, c.xlen[l].Val()-pending)
 		}
-		s.Queued = max(0, c.xlen.Val()-s.InProgress)
 		m := c.counters.Val()
 		n := func(k string) int64 { v, _ := strconv.ParseInt(m[k], 10, 64); return v }
 		s.Enqueued, s.Completed, s.Failed = n(keys.StatEnqueued), n(keys.StatCompleted), n(keys.StatFailed)
@@ -408,4 +417,29 @@ func AddQueue(ctx context.Context, rdb redis.Scripter, prefix string, p AddQueue
 		return QueueUnknown, nil
 	}
 	return QueueKnown, nil
+}
+
+// QueueLevels reads, for each of qs, the priority levels above 1 its jobs were published with
+// (keys.Queue.Levels), sorted: one pipelined SMEMBERS per queue or partition.
+func QueueLevels(ctx context.Context, rdb redis.UniversalClient, qs []keys.Queue) ([][]int, error) {
+	cmds := make([]*redis.StringSliceCmd, len(qs))
+	_, err := rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for k, q := range qs {
+			cmds[k] = p.SMembers(ctx, q.Levels())
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, rediserr.Wrap("levels", err)
+	}
+	out := make([][]int, len(qs))
+	for k, c := range cmds {
+		for _, v := range c.Val() {
+			if n, err := strconv.Atoi(v); err == nil && n > keys.MinPriority && n <= keys.MaxPriority {
+				out[k] = append(out[k], n)
+			}
+		}
+		slices.Sort(out[k])
+	}
+	return out, nil
 }

@@ -46,6 +46,7 @@ type Record struct {
 	DebounceFirst, DebounceUntil time.Time
 	DebouncePubs                 int
 	Group                        string // the job's fair group (keys.FieldGroup); empty: none
+	Priority                     int    // keys.FieldPriority; absent: keys.MinPriority
 }
 
 // DecodeRecord reads a job's hash as a flat field/value list (Get, EntryJob.Flat). A later
@@ -60,6 +61,8 @@ func DecodeRecord(flat []string) Record {
 		switch flat[i] {
 		case keys.FieldType:
 			r.Type = v
+		case keys.FieldPriority:
+			r.Priority = int(num(v))
 		case keys.FieldStatus:
 			r.Status = v
 		case keys.FieldAttempt:
@@ -113,6 +116,9 @@ func DecodeRecord(flat []string) Record {
 		if r.EnqueuedAt.IsZero() {
 			r.EnqueuedAt = r.CreatedAt
 		}
+	}
+	if r.Priority < keys.MinPriority || r.Priority > keys.MaxPriority {
+		r.Priority = keys.MinPriority
 	}
 	return r
 }

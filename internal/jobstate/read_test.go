@@ -49,7 +49,7 @@ func TestDecodeRecord(t *testing.T) {
 	require.Equal(t, jobstate.Record{Type: "email", Status: "queued", Attempt: 2, MaxRetries: 5,
 		Timeout: 1500 * time.Millisecond, CreatedAt: created, RunAt: created, EnqueuedAt: created,
 		StartedAt: time.UnixMilli(1700000000500), Entry: "1-0", Version: 3, Result: []byte{},
-		Payload: []byte("from the entry"), Metadata: "md"}, r)
+		Payload: []byte("from the entry"), Metadata: "md", Priority: 1}, r)
 
 	// A delayed job has run_at; its enqueued_at stays unset until it enters the stream.
 	r = jobstate.DecodeRecord([]string{keys.FieldCreatedAt, "1000", keys.FieldRunAt, "2000"})

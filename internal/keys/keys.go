@@ -16,6 +16,16 @@
 // A queue of one partition keeps the plain {q} keys. The counts live in the global hash
 // Partitions, which, like Queues, no script touches.
 //
+// # Priority levels
+//
+// A job of priority level p (FieldPriority, 2 to MaxPriority) is queued in its level's stream,
+// Queue.LevelStream(p) = "prefix:{q}:stream:p<p>", beside the queue's (or partition's) level-1
+// stream "prefix:{q}:stream", in the same hash tag; each level stream has its own consumer
+// group Group. The set Queue.Levels ("prefix:{q}:stream:levels") names the levels above 1 that
+// jobs of the queue were published with: workers read a level's stream, and the recoverer scans
+// it, only once it is there, so a queue that never used a level has its one stream. A worker
+// reads each level stream under the view Queue.AtLevel(p), whose Stream is that level's.
+//
 // # Memory
 //
 // Job hashes stay small on purpose: a queued job's hash holds only short fields so Redis keeps
@@ -227,6 +237,7 @@ type Queue struct {
 	stats     string
 	wake      string
 	closed    string
+	level     int // the priority level of stream (AtLevel); 0 means 1
 }
 
 // New returns the keys of queue under prefix. queue is a queue name, or the name of one of its
@@ -264,15 +275,41 @@ func (q Queue) Base() string { return q.base }
 func (q Queue) Stream() string { return q.stream }
 
 // LevelStream is the stream that carries the queue's jobs of priority level p (FieldPriority):
-// Stream itself for level 1 (and for any p out of range), Stream + ":p<level>" for the others,
+// the queue's level-1 stream for level 1 (and for any p out of range), that + ":p<level>" for
+// the others, on a level's view (AtLevel) as on the queue,
 // so a queue whose jobs never name a level has the one stream it always had. lib.lua's
 // cv_level_stream builds the same names.
 func (q Queue) LevelStream(p int) string {
 	if p <= MinPriority || p > MaxPriority {
-		return q.stream
+		return q.base + "stream"
 	}
-	return q.stream + ":p" + strconv.Itoa(p)
+	return q.base + "stream:p" + strconv.Itoa(p)
 }
+
+// AtLevel is the queue seen from its priority level p: the same keys, but Stream is
+// LevelStream(p), the stream its entries of that level are in. A worker reads each level
+// stream under such a view, so that every script it runs with an entry in hand (finish,
+// release, admit, recover) is given the stream that holds the entry. Level 1 (or any p out of
+// range) is the queue itself.
+func (q Queue) AtLevel(p int) Queue {
+	if p <= MinPriority || p > MaxPriority {
+		p = MinPriority
+	}
+	q.level = p
+	q.stream = q.LevelStream(p)
+	return q
+}
+
+// Level is the priority level whose stream Stream is: 1 but for a view made by AtLevel.
+func (q Queue) Level() int { return max(q.level, MinPriority) }
+
+// Levels is the set of the priority levels above 1 (FieldPriority) that jobs of the queue were
+// published with (enqueue.lua, debounce.lua add to it; it is never emptied but with the queue).
+// A worker reads a level's stream only once the level is in the set, so a queue whose jobs
+// never named a level costs no reader, no slot and no call more than it did before levels.
+// Its name is the level-1 stream's and ":levels", so that a script given any level's stream
+// finds it (lib.lua's cv_add_level).
+func (q Queue) Levels() string { return q.base + "stream:levels" }
 
 // Scheduled is the sorted set of job ids waiting for a time, scored by due time in unix ms.
 func (q Queue) Scheduled() string { return q.scheduled }

@@ -43,10 +43,21 @@ end
 
 -- The stream of priority level p (a job hash's 'priority' field: nil, '' or '1' is level 1)
 -- of the queue whose level-1 stream is `stream`; keys.Queue.LevelStream names the same keys.
+-- `stream` may be any level's stream of the queue (a script with an entry in hand is given the
+-- stream the entry is in): its level suffix is dropped first. A level-1 stream ends in
+-- 'stream', so the suffix never matches one.
 local function cv_level_stream(stream, p)
+  if string.byte(stream, #stream - 2) == 58 then stream = string.gsub(stream, ':p[2-4]$', '') end
   local n = tonumber(p)
   if n == nil or n <= 1 or n > 4 then return stream end
   return stream .. ':p' .. n
+end
+
+-- Records that the queue of `stream` (any level's) has jobs of level p > 1, in the set
+-- keys.Queue.Levels (the level-1 stream's name .. ':levels'), which workers read to learn
+-- which level streams to read.
+local function cv_add_level(stream, p)
+  redis.call('SADD', cv_level_stream(stream, 1) .. ':levels', p)
 end
 
 -- The parts of an entry's 'conveyor' field: attempt, max_retries, timeout_ms (numbers) and
@@ -245,9 +256,9 @@ end
 -- whether the job was still waiting for inst.
 local function cv_requeue(stream, jobkey, id, inst, now)
   local h = redis.call('HMGET', jobkey, 'limit_wait', 'type', 'payload', 'metadata', 'attempt',
-    'max_retries', 'timeout_ms', 'status')
-  if h[8] ~= 'scheduled' or h[1] ~= inst then return false end
-  local e = cv_xadd(stream, id, h[3], h[4], h[2], cv_num(h[5], 0) + 1, h[6], h[7])
+    'max_retries', 'timeout_ms', 'priority', 'status')
+  if h[9] ~= 'scheduled' or h[1] ~= inst then return false end
+  local e = cv_xadd(cv_level_stream(stream, h[8]), id, h[3], h[4], h[2], cv_num(h[5], 0) + 1, h[6], h[7])
   redis.call('HSET', jobkey, 'status', 'queued', 'entry', e, 'enqueued_at', now)
   redis.call('HDEL', jobkey, 'payload', 'metadata', 'limit_wait')
   redis.call('HINCRBY', jobkey, 'version', 1)

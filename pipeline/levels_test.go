@@ -1,0 +1,330 @@
+package pipeline_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/conveyorq/conveyor/internal/keys"
+	"github.com/conveyorq/conveyor/internal/redistest"
+	"github.com/conveyorq/conveyor/pipeline"
+)
+
+// starts records the order in which a worker's handlers start jobs.
+type starts struct {
+	mu    sync.Mutex
+	order []string // the type of each job started, in order
+	high  int      // the "high" jobs started
+}
+
+func (s *starts) add(typ string) {
+	s.mu.Lock()
+	s.order = append(s.order, typ)
+	if typ == "high" {
+		s.high++
+	}
+	s.mu.Unlock()
+}
+
+func (s *starts) snapshot() ([]string, int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]string(nil), s.order...), s.high
+}
+
+// levelBackends are the servers the priority level tests run on: standalone and a 3-master
+// cluster (the level streams and the set of levels are computed in the scripts, in the queue's
+// hash tag).
+var levelBackends = []struct {
+	name string
+	rdb  func(t *testing.T) redis.UniversalClient
+}{
+	{"standalone", func(t *testing.T) redis.UniversalClient { return redistest.Client(t) }},
+	{"cluster", func(t *testing.T) redis.UniversalClient { return redistest.StartCluster(t).Client(t) }},
+}
+
+// TestPriorityLevels is issue 18's test of priority within a queue: 5,000 low jobs (level 4),
+// then 50 high ones (level 1): every high job starts before the low backlog's next read batch.
+// The low handlers hold the worker's slots (a gate) while the high jobs are published, so that
+// no low read is under way then; after the gate opens, at most one low read (ReadBatch
+// entries) may start between the first and the last high job: the read of a reader that took
+// its slots before the high reader's came back full.
+func TestPriorityLevels(t *testing.T) {
+	t.Parallel()
+	for _, tc := range levelBackends {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			rdb := tc.rdb(t)
+			b := setup(t, setupOpts{rdb: rdb})
+			ctx := t.Context()
+			const lows, highs, concurrency, batch = 5000, 50, 8, 10
+			tasks := make([]pipeline.Task, 100)
+			for k := range tasks {
+				tasks[k] = pipeline.Task{Type: "low"}
+			}
+			for range lows / len(tasks) {
+				_, err := b.client.EnqueueBatch(ctx, b.queue, tasks, pipeline.WithPriority(4))
+				require.NoError(t, err)
+			}
+			var rec starts
+			gate := make(chan struct{})
+			running := make(chan struct{}, lows)
+			_, _ = b.startWorker(t, pipeline.WorkerConfig{Concurrency: concurrency, ReadBatch: batch},
+				map[string]pipeline.HandlerFunc{
+					"low": func(ctx context.Context, j *pipeline.Job) ([]byte, error) {
+						assert.Equal(t, 4, j.Priority)
+						rec.add("low")
+						running <- struct{}{}
+						select {
+						case <-gate:
+						case <-ctx.Done():
+						}
+						return nil, nil
+					},
+					"high": func(_ context.Context, j *pipeline.Job) ([]byte, error) {
+						assert.Equal(t, 1, j.Priority)
+						rec.add("high")
+						return nil, nil
+					},
+				})
+			// Every slot but the one the idle level-1 reader may hold is taken by a low job.
+			for range concurrency - 1 {
+				select {
+				case <-running:
+				case <-time.After(30 * time.Second):
+					t.Fatal("the low jobs did not start")
+				}
+			}
+			before, _ := rec.snapshot()
+			mark := len(before)
+			for range highs {
+				_, err := b.client.Enqueue(ctx, b.queue, pipeline.Task{Type: "high"}, pipeline.WithPriority(1))
+				require.NoError(t, err)
+			}
+			close(gate)
+			require.Eventually(t, func() bool {
+				_, n := rec.snapshot()
+				return n == highs
+			}, 30*time.Second, 5*time.Millisecond, "the high jobs did not all start")
+			order, _ := rec.snapshot()
+			last := 0
+			for k, typ := range order {
+				if typ == "high" {
+					last = k
+				}
+			}
+			lowBetween := 0
+			for _, typ := range order[mark:last] {
+				if typ == "low" {
+					lowBetween++
+				}
+			}
+			t.Logf("low jobs started between the high publish and the last high start: %d", lowBetween)
+			// One batch, and the low job that may have taken the last slot while the level-1
+			// reader was between two idle reads.
+			assert.LessOrEqual(t, lowBetween, batch+1,
+				"low jobs started between the high publish and the last high job's start: more than one read batch")
+		})
+	}
+}
+
+// TestWithPriorityRefusesOutOfRange: levels are 1 to 4; anything else is ErrInvalid and
+// nothing is written.
+func TestWithPriorityRefusesOutOfRange(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	for _, p := range []int{0, -1, 5, 100} {
+		_, err := b.client.Enqueue(t.Context(), b.queue, pipeline.Task{Type: "t"}, pipeline.WithPriority(p))
+		require.ErrorIs(t, err, pipeline.ErrInvalid)
+		assert.ErrorContains(t, err, "priority")
+	}
+	assert.Empty(t, b.queueKeys(t))
+}
+
+// TestPriorityLevelLifecycle follows jobs of levels above 1 through every transition that
+// moves an entry: each one stays in its level's stream (keys.Queue.LevelStream) and keeps its
+// level, on standalone and on a cluster (the level streams and the set of levels are computed
+// in the scripts, in the queue's hash tag).
+func TestPriorityLevelLifecycle(t *testing.T) {
+	t.Parallel()
+	for _, tc := range levelBackends {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			rdb := tc.rdb(t)
+			xlen := func(t *testing.T, b *testBundle, p int) int64 {
+				n, err := rdb.XLen(t.Context(), b.q.LevelStream(p)).Result()
+				require.NoError(t, err)
+				return n
+			}
+
+			t.Run("StatsAndListCountEveryLevel", func(t *testing.T) {
+				t.Parallel()
+				b := setup(t, setupOpts{rdb: rdb})
+				ctx := t.Context()
+				want := map[string]int{}
+				for _, p := range []int{4, 1, 2, 2, 1, 3, 4} {
+					j, err := b.client.Enqueue(ctx, b.queue, pipeline.Task{Type: "t"}, pipeline.WithPriority(p))
+					require.NoError(t, err)
+					require.Equal(t, p, j.Priority)
+					want[j.ID] = p
+				}
+				for p, n := range map[int]int64{1: 2, 2: 2, 3: 1, 4: 2} {
+					assert.Equal(t, n, xlen(t, b, p), "level %d", p)
+				}
+				assert.EqualValues(t, 7, b.stats(t).Queued)
+				// Paged two at a time: every job once, in level order.
+				var got []*pipeline.Job
+				cursor := ""
+				for range 10 {
+					page, err := b.insp.List(ctx, b.queue, pipeline.StatusQueued, pipeline.Page{Cursor: cursor, Limit: 2})
+					require.NoError(t, err)
+					got = append(got, page.Jobs...)
+					if cursor = page.Next; cursor == "" {
+						break
+					}
+				}
+				require.Len(t, got, 7)
+				for k, j := range got {
+					assert.Equal(t, want[j.ID], j.Priority, "job %s", j.ID)
+					if k > 0 {
+						assert.LessOrEqual(t, got[k-1].Priority, j.Priority, "listed in level order")
+					}
+				}
+				j, err := b.client.Get(ctx, b.queue, got[6].ID)
+				require.NoError(t, err)
+				assert.Equal(t, 4, j.Priority)
+			})
+
+			t.Run("NewLevelWhileRunning", func(t *testing.T) {
+				// A running worker starts reading a level's stream once a job of the level is
+				// published (the levels watcher, every LevelsRefresh).
+				t.Parallel()
+				b := setup(t, setupOpts{rdb: rdb})
+				ctx := t.Context()
+				b.startWorker(t, pipeline.WorkerConfig{}, map[string]pipeline.HandlerFunc{"t": echo})
+				first, err := b.client.Enqueue(ctx, b.queue, pipeline.Task{Type: "t"})
+				require.NoError(t, err)
+				b.waitStatus(t, first.ID, pipeline.StatusCompleted)
+				for _, p := range []int{2, 4} {
+					j, err := b.client.Enqueue(ctx, b.queue, pipeline.Task{Type: "t"}, pipeline.WithPriority(p))
+					require.NoError(t, err)
+					assert.Equal(t, p, b.waitStatus(t, j.ID, pipeline.StatusCompleted).Priority)
+				}
+			})
+
+			t.Run("CancelQueued", func(t *testing.T) {
+				t.Parallel()
+				b := setup(t, setupOpts{rdb: rdb})
+				ctx := t.Context()
+				j, err := b.client.Enqueue(ctx, b.queue, pipeline.Task{Type: "t", Payload: []byte("keep")}, pipeline.WithPriority(3))
+				require.NoError(t, err)
+				require.EqualValues(t, 1, xlen(t, b, 3))
+				require.NoError(t, b.client.Cancel(ctx, b.queue, j.ID))
+				assert.EqualValues(t, 0, xlen(t, b, 3), "the entry left its level's stream")
+				got, err := b.client.Get(ctx, b.queue, j.ID)
+				require.NoError(t, err)
+				assert.Equal(t, pipeline.StatusCanceled, got.Status)
+				assert.Equal(t, "keep", string(got.Payload))
+				assert.EqualValues(t, 0, b.stats(t).Queued)
+			})
+
+			t.Run("RetryAndReplayKeepTheLevel", func(t *testing.T) {
+				t.Parallel()
+				b := setup(t, setupOpts{rdb: rdb})
+				ctx := t.Context()
+				var mu sync.Mutex
+				var seen []int // the level of each attempt, as the handler saw it
+				_, stop := b.startWorker(t, pipeline.WorkerConfig{}, map[string]pipeline.HandlerFunc{
+					"fail": func(_ context.Context, j *pipeline.Job) ([]byte, error) {
+						mu.Lock()
+						seen = append(seen, j.Priority)
+						mu.Unlock()
+						return nil, errors.New("no")
+					},
+				})
+				j, err := b.client.Enqueue(ctx, b.queue, pipeline.Task{Type: "fail"}, pipeline.WithPriority(2),
+					pipeline.WithMaxRetries(1))
+				require.NoError(t, err)
+				dead := b.waitStatus(t, j.ID, pipeline.StatusFailed)
+				assert.Equal(t, 2, dead.Priority)
+				assert.Equal(t, 2, dead.Attempt)
+				mu.Lock()
+				assert.Equal(t, []int{2, 2}, seen, "the retry ran from the level's stream")
+				mu.Unlock()
+				require.NoError(t, stop())
+				require.NoError(t, b.insp.Replay(ctx, b.queue, j.ID))
+				assert.EqualValues(t, 1, xlen(t, b, 2), "replayed into its level's stream")
+				assert.EqualValues(t, 0, xlen(t, b, 1))
+			})
+
+			t.Run("ReleaseAtShutdown", func(t *testing.T) {
+				t.Parallel()
+				b := setup(t, setupOpts{rdb: rdb})
+				ctx := t.Context()
+				started := make(chan struct{}, 1)
+				_, stop := b.startWorker(t, pipeline.WorkerConfig{ShutdownTimeout: 50 * time.Millisecond},
+					map[string]pipeline.HandlerFunc{
+						"hold": func(ctx context.Context, _ *pipeline.Job) ([]byte, error) {
+							started <- struct{}{}
+							<-ctx.Done()
+							return nil, ctx.Err()
+						},
+					})
+				j, err := b.client.Enqueue(ctx, b.queue, pipeline.Task{Type: "hold"}, pipeline.WithPriority(4))
+				require.NoError(t, err)
+				select {
+				case <-started:
+				case <-time.After(20 * time.Second):
+					t.Fatal("the level-4 job never started")
+				}
+				require.NoError(t, stop())
+				got := b.waitStatus(t, j.ID, pipeline.StatusQueued)
+				assert.Equal(t, 4, got.Priority)
+				assert.EqualValues(t, 1, xlen(t, b, 4), "put back into its level's stream")
+				st := b.stats(t)
+				assert.EqualValues(t, 1, st.Queued)
+				assert.EqualValues(t, 0, st.InProgress)
+				assert.EqualValues(t, 1, st.Released)
+			})
+
+			t.Run("RecoveryOfALostWorker", func(t *testing.T) {
+				t.Parallel()
+				b := setup(t, setupOpts{rdb: rdb})
+				ctx := t.Context()
+				j, err := b.client.Enqueue(ctx, b.queue, pipeline.Task{Type: "t"}, pipeline.WithPriority(3))
+				require.NoError(t, err)
+				// A worker that read the entry and died: its entry stays pending, idle.
+				s := b.q.LevelStream(3)
+				require.NoError(t, rdb.XGroupCreateMkStream(ctx, s, keys.Group, "0").Err())
+				res, err := rdb.XReadGroup(ctx, &redis.XReadGroupArgs{Group: keys.Group, Consumer: "ghost",
+					Streams: []string{s, ">"}, Count: 1, Block: -1}).Result()
+				require.NoError(t, err)
+				require.Len(t, res[0].Messages, 1)
+				var attempts []int
+				var mu sync.Mutex
+				b.startWorker(t, pipeline.WorkerConfig{VisibilityTimeout: 600 * time.Millisecond,
+					RecoveryInterval: 50 * time.Millisecond}, map[string]pipeline.HandlerFunc{
+					"t": func(_ context.Context, j *pipeline.Job) ([]byte, error) {
+						mu.Lock()
+						attempts = append(attempts, j.Attempt)
+						mu.Unlock()
+						return nil, nil
+					},
+				})
+				done := b.waitStatus(t, j.ID, pipeline.StatusCompleted)
+				assert.Equal(t, 3, done.Priority)
+				assert.Contains(t, done.LastError, "ghost")
+				mu.Lock()
+				assert.Equal(t, []int{2}, attempts, "the lost attempt counts")
+				mu.Unlock()
+				assert.EqualValues(t, 1, b.stats(t).Recovered)
+			})
+		})
+	}
+}
