@@ -2,36 +2,17 @@ package cli
 
 import (
 	"encoding/json"
-	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/conveyorq/conveyor/internal/redistest"
 	"github.com/conveyorq/conveyor/pipeline"
 )
 
 func TestGroupsCommands(t *testing.T) {
 	t.Parallel()
-	srv := redistest.Shared(t)
-	prefix := redistest.UniqueName(t)
-	run := func(args ...string) (string, string, int) {
-		return runInProcess(t, "", append(args, "--redis", srv.URL(), "--prefix", prefix)...)
-	}
-	ok := func(args ...string) string {
-		t.Helper()
-		stdout, stderr, code := run(args...)
-		require.Equal(t, 0, code, "conveyor %s: %s", strings.Join(args, " "), stderr)
-		require.Empty(t, stderr)
-		return stdout
-	}
-	refused := func(want int, msg string, args ...string) {
-		t.Helper()
-		stdout, stderr, code := run(args...)
-		require.Equal(t, want, code, "conveyor %s: %s", strings.Join(args, " "), stderr)
-		require.Empty(t, stdout)
-		require.Contains(t, stderr, msg)
-	}
+	c := newCmdRunner(t)
+	ok, refused := c.ok, c.refused
 
 	refused(1, `queue "reports" not found`, "groups", "set", "reports", "--window", "2")
 	ok("publish", "-q", "reports", "--type", "build", "--group", "tenant-1")

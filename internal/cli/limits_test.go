@@ -2,13 +2,11 @@ package cli
 
 import (
 	"encoding/json"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/conveyorq/conveyor/internal/redistest"
 	"github.com/conveyorq/conveyor/pipeline"
 )
 
@@ -95,26 +93,8 @@ func FuzzParseRate(f *testing.F) {
 
 func TestLimitsCommands(t *testing.T) {
 	t.Parallel()
-	srv := redistest.Shared(t)
-	prefix := redistest.UniqueName(t)
-	run := func(args ...string) (string, string, int) {
-		return runInProcess(t, "", append(args, "--redis", srv.URL(), "--prefix", prefix)...)
-	}
-	ok := func(args ...string) string {
-		t.Helper()
-		stdout, stderr, code := run(args...)
-		require.Equal(t, 0, code, "conveyor %s: %s", strings.Join(args, " "), stderr)
-		require.Empty(t, stderr)
-		return stdout
-	}
-	refused := func(want int, msg string, args ...string) {
-		t.Helper()
-		stdout, stderr, code := run(args...)
-		require.Equal(t, want, code, "conveyor %s: %s", strings.Join(args, " "), stderr)
-		require.Empty(t, stdout)
-		require.Contains(t, stderr, msg)
-		require.NotContains(t, stderr, "pipeline:")
-	}
+	c := newCmdRunner(t)
+	ok, refused := c.ok, c.refused
 
 	require.Equal(t, "no limits set\n", ok("limits", "list"))
 	require.Equal(t, "[]\n", ok("limits", "list", "--json"))

@@ -316,3 +316,37 @@ func TestSuggest(t *testing.T) {
 	require.Equal(t, 1, osaDistance("stauts", "stats"))
 	require.Equal(t, 1, osaDistance("ab", "ba"))
 }
+
+// cmdRunner runs command lines in-process against a private Redis under a key prefix of its own.
+type cmdRunner struct {
+	t           *testing.T
+	url, prefix string
+}
+
+func newCmdRunner(t *testing.T) *cmdRunner {
+	return &cmdRunner{t: t, url: redistest.Shared(t).URL(), prefix: redistest.UniqueName(t)}
+}
+
+func (c *cmdRunner) run(args ...string) (stdout, stderr string, code int) {
+	return runInProcess(c.t, "", append(args, "--redis", c.url, "--prefix", c.prefix)...)
+}
+
+// ok runs args, requires exit 0 and nothing on stderr, and returns stdout.
+func (c *cmdRunner) ok(args ...string) string {
+	c.t.Helper()
+	stdout, stderr, code := c.run(args...)
+	require.Equal(c.t, 0, code, "conveyor %s: %s", strings.Join(args, " "), stderr)
+	require.Empty(c.t, stderr)
+	return stdout
+}
+
+// refused runs args and requires exit code want, nothing on stdout and msg on stderr, which
+// must not leak a Go package's prefix ("pipeline:").
+func (c *cmdRunner) refused(want int, msg string, args ...string) {
+	c.t.Helper()
+	stdout, stderr, code := c.run(args...)
+	require.Equal(c.t, want, code, "conveyor %s: %s", strings.Join(args, " "), stderr)
+	require.Empty(c.t, stdout)
+	require.Contains(c.t, stderr, msg)
+	require.NotContains(c.t, stderr, "pipeline:")
+}
