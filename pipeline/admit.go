@@ -291,16 +291,7 @@ func (l *limitsWatcher) Name() string { return "limits watcher" }
 func (l *limitsWatcher) Start(ctx context.Context) error {
 	l.w.readLimited(ctx, l.parts)
 	l.loop.Start(ctx, func(ctx context.Context) {
-		t := time.NewTicker(LimitsRefresh)
-		defer t.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-				l.w.readLimited(ctx, l.parts)
-			}
-		}
+		service.Every(ctx, LimitsRefresh, func(ctx context.Context) { l.w.readLimited(ctx, l.parts) })
 	})
 	return nil
 }

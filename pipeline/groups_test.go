@@ -77,13 +77,7 @@ func (g *groupGate) mostOf(grp string) int {
 // next waits for the next start.
 func (g *groupGate) next(t *testing.T) string {
 	t.Helper()
-	select {
-	case id := <-g.started:
-		return id
-	case <-time.After(20 * time.Second):
-		t.Fatal("no job started within 20s")
-		return ""
-	}
+	return nextStart(t, g.started)
 }
 
 // publishGroup publishes n jobs of type "gate" in group grp, payload grp, and returns their ids

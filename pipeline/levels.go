@@ -60,21 +60,15 @@ func (l *levelsWatcher) Start(ctx context.Context) error {
 			return
 		case <-l.router.Running():
 		}
-		t := time.NewTicker(LevelsRefresh)
-		defer t.Stop()
-		for {
-			select {
-			case <-ctx.Done():
+		service.Every(ctx, LevelsRefresh, func(ctx context.Context) {
+			if !l.check(ctx) {
 				return
-			case <-t.C:
-				if l.check(ctx) {
-					// Subscribes only the handlers added since the router started.
-					if err := l.router.RunHandlers(ctx); err != nil && ctx.Err() == nil {
-						l.w.log.Error().Err(err).Msg("could not start reading a priority level's stream")
-					}
-				}
 			}
-		}
+			// Subscribes only the handlers added since the router started.
+			if err := l.router.RunHandlers(ctx); err != nil && ctx.Err() == nil {
+				l.w.log.Error().Err(err).Msg("could not start reading a priority level's stream")
+			}
+		})
 	})
 	return nil
 }

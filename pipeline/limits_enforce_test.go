@@ -67,8 +67,14 @@ func (g *gate) mostOf(k string) int {
 // next waits for the next start.
 func (g *gate) next(t *testing.T) string {
 	t.Helper()
+	return nextStart(t, g.started)
+}
+
+// nextStart waits for the next job id on started, the starts a test's gate handler reports.
+func nextStart(t *testing.T, started <-chan string) string {
+	t.Helper()
 	select {
-	case id := <-g.started:
+	case id := <-started:
 		return id
 	case <-time.After(20 * time.Second):
 		t.Fatal("no job started within 20s")

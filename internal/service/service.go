@@ -9,6 +9,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"time"
 )
 
 // Service is one background part of a worker.
@@ -80,5 +81,20 @@ func StartAll(ctx context.Context, services ...Service) (stopAll func(), err err
 func stopReverse(services []Service) {
 	for k := len(services) - 1; k >= 0; k-- {
 		services[k].Stop()
+	}
+}
+
+// Every calls f every d until ctx ends: the body of a Loop whose work is a periodic check
+// (pipeline's limits and levels watchers). The first call is d after the start.
+func Every(ctx context.Context, d time.Duration, f func(ctx context.Context)) {
+	t := time.NewTicker(d)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			f(ctx)
+		}
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -124,4 +125,31 @@ func TestLoop(t *testing.T) {
 	<-runs
 	l.Stop()
 	require.Empty(t, runs)
+}
+
+// Every calls f on each tick with its own context and returns once that context ends.
+func TestEvery(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	calls := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		service.Every(ctx, time.Millisecond, func(c context.Context) {
+			if c != ctx {
+				t.Error("f got another context")
+			}
+			select {
+			case calls <- struct{}{}:
+			case <-c.Done():
+			}
+		})
+	}()
+	<-calls
+	<-calls
+	cancel()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Every did not return after its context ended")
+	}
 }
