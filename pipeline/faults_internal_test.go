@@ -77,10 +77,14 @@ func TestWorkerStopsReadingWhileWritesFail(t *testing.T) {
 	j, err := producer.Enqueue(ctx, queue, Task{Type: "t"})
 	require.NoError(t, err)
 	<-first // its outcome cannot be written: the worker pauses reading
+	// Gate on the pause itself (set with the subscriber's Pause, under w.mu) and on the end of
+	// any read sent before it: from then on no read may start, so not one more job may run.
+	// Gating on the completer's failure alone raced the Pause call: a loaded machine ran a
+	// read in between and took a job (TestWorkerStopsReadingWhileWritesFail, CI at 5fd75cc).
 	require.Eventually(t, func() bool {
-		w.comp.mu.Lock()
-		defer w.comp.mu.Unlock()
-		return w.comp.outage.Failing()
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		return w.troubled && w.sub != nil && w.sub.Reads() == 0
 	}, 5*time.Second, time.Millisecond)
 	var later []string
 	for range 5 {
@@ -89,10 +93,9 @@ func TestWorkerStopsReadingWhileWritesFail(t *testing.T) {
 		later = append(later, j.ID)
 	}
 	// Nothing would tell us that a read did not happen; give the reader ample time to take
-	// the jobs (it takes them within milliseconds when it reads). A read already waiting when
-	// the pause began may still bring one (an idle reader holds one slot).
+	// the jobs (it takes them within milliseconds when it reads).
 	time.Sleep(500 * time.Millisecond)
-	require.LessOrEqual(t, ran.Load(), int64(2), "no new job ran while outcomes could not be written")
+	require.EqualValues(t, 1, ran.Load(), "no new job ran while outcomes could not be written")
 
 	hook.on.Store(false)
 	for _, id := range append(later, j.ID) {

@@ -79,6 +79,9 @@ func TestPause(t *testing.T) {
 		require.NoError(t, err)
 		held := receive(t, msgsA, 5*time.Second)
 		require.Equal(t, first[0], held.Metadata.Get(EntryIDKey))
+		// Both readers wait in XREADGROUP most of the time (the streams are empty): Reads
+		// counts them.
+		require.Eventually(t, func() bool { return sub.Reads() == 2 }, 5*time.Second, time.Millisecond)
 
 		sub.Pause()
 		sub.Pause() // idempotent
@@ -90,6 +93,7 @@ func TestPause(t *testing.T) {
 			defer sub.mu.Unlock()
 			return len(sub.queue) == 2 && watch.begun.Load() == watch.ended.Load()
 		}, 5*time.Second, time.Millisecond)
+		require.Zero(t, sub.Reads(), "Reads still counts a read that ended")
 		reads := watch.begun.Load()
 		idsA := publish(t, rdb, topicA, "a", 2)
 		idsB := publish(t, rdb, topicB, "b", 2)

@@ -235,6 +235,7 @@ type Subscriber struct {
 	queue  []*waiter // readers waiting for slots, first come first served
 	turn   *waiter   // the reader woken to take slots next; nobody else takes any meanwhile
 	paused bool      // no slot is given for a read (see Pause)
+	reads  int       // reads under way: slots reserved, reply not yet back (see Reads)
 	// pausedTopics are the streams whose readers get no slot (see PauseTopic); a waiter of
 	// one stays in line without holding up the others.
 	pausedTopics map[string]bool
@@ -371,6 +372,15 @@ func (s *Subscriber) Pause() {
 	s.mu.Lock()
 	s.paused = true
 	s.mu.Unlock()
+}
+
+// Reads counts the reads under way on every topic: XREADGROUPs and orphan adoptions whose
+// slots are reserved and whose replies are not back yet. After Pause, once Reads is 0, no
+// entry is read until Resume: Pause has taken its full effect.
+func (s *Subscriber) Reads() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.reads
 }
 
 // Resume undoes Pause.
@@ -571,6 +581,7 @@ func (s *Subscriber) reserve(w *waiter, stop <-chan struct{}, want int) int {
 		if free := s.cfg.Concurrency - s.taken; free > 0 && s.mayTakeLocked(w) && (s.turn == w || s.turn == nil && s.nextLocked() < 0) {
 			n := min(free, want)
 			s.taken += n
+			s.reads++ // with the slots, so that no read is under way uncounted
 			s.tookLocked(w, n)
 			if s.turn == w {
 				s.turn = nil
@@ -603,6 +614,14 @@ func (s *Subscriber) reserve(w *waiter, stop <-chan struct{}, want int) int {
 			return 0
 		}
 	}
+}
+
+// endRead ends a read counted by reserve: its reply (or error) is back, so it can bring no
+// more entries.
+func (s *Subscriber) endRead() {
+	s.mu.Lock()
+	s.reads--
+	s.mu.Unlock()
 }
 
 // release gives back n slots.

@@ -198,6 +198,7 @@ func (t *topic) read(ctx context.Context) {
 			Count:    int64(n),
 			Block:    cfg.BlockTime,
 		}).Result()
+		t.s.endRead()
 		if err != nil && !errors.Is(err, redis.Nil) {
 			t.st.gate.RUnlock()
 			t.s.setHungry(w, false)
