@@ -2,8 +2,11 @@ package pipeline
 
 import (
 	"context"
+	"maps"
+	"sync"
 	"time"
 
+	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/redis/go-redis/v9"
 	"github.com/rs/zerolog"
@@ -15,249 +18,559 @@ import (
 	"github.com/conveyorq/conveyor/stream"
 )
 
-// LimitsRefresh is how often a worker reads which of its queues have limits (Inspector.SetLimit):
-// a limit set on a queue without one applies within this time, and a queue whose last limit
-// was deleted stops paying for admission within it. Changes to a queue that has limits apply
-// at once: admission reads the limits in the same script that applies them.
+// LimitsRefresh is how often a worker reads its queues' limits (Inspector.SetLimit): a limit
+// set, changed or deleted applies to the jobs the worker reads within this time. The scripts
+// that lease the limits read them at once, so a lease is never granted past a limit.
 const LimitsRefresh = time.Second
 
-// admitBatch bounds the jobs of one admit.lua call: Redis serves no other client while a
-// script runs.
-const admitBatch = 100
-
-// Admission holds every job of a queue with limits to them before its handler runs
-// (admit.lua): granted, it runs; deferred, its entry is gone and it is scheduled again, so the
-// worker settles the message without running it (no attempt, no outcome).
+// Admission holds every job of a queue with limits to them before its handler runs, from
+// leases: each worker session is a holder (jobstate.Holder) that leases concurrency slots and
+// rate tokens from Redis in blocks (admit.lua) and admits the jobs it reads from them, in
+// memory. A job takes a slot of each of its concurrency limits and a token of each of its
+// rates; its slots come back to the worker when its handler returns, to run the next job. So
+// a limit that is not limiting costs no Redis call per job or per read, only one per lease:
+// admitting in a script per read batch cost a limited drain a quarter of the plain one's
+// throughput, most of it the round trip before a batch could start (docs/BENCHMARKS.md,
+// "Issue 18: leases").
 //
-// A batch the subscriber read is admitted whole, before any of it is handed out
-// (admitRead, the subscriber's Config.Prepare): one round trip for the batch, its chunks
-// pipelined, so the batch reaches the handlers together and the reads, outcomes and their
-// batches keep the shape they have without limits. Admitting message by message in the
-// middleware instead (each message's goroutine asking and waiting for the answer while it
-// holds its slot) cost the limited drain a third of the plain one's throughput: the
-// requests, wake-ups and smaller admit calls, and the smaller reads and outcome chunks that
-// followed from slots held longer (docs/BENCHMARKS.md, "Issue 18: limits").
+// What a worker's leases cannot cover goes to admit.lua, in one call for the read batch
+// (admitRead, the subscriber's Config.Prepare), which leases more (a block: what the batch
+// lacks and as much again, so that the next batches run from memory) and defers the jobs it
+// still cannot admit: a deferred job is scheduled again, not failed and no attempt. Spare
+// slots and tokens go back to Redis in bulk (leases.lua, from the lease keeper): slots unused
+// for leaseIdle, tokens unused for tokenLife (a token is a start granted now, not later), and
+// at once every spare slot of an instance that jobs wait for, which a worker takes no more of
+// without asking, so that slots do not idle in one worker while jobs wait in Redis.
 //
-// What admitRead leaves unmarked is admitted in the middleware (admit), message by message:
-// a message of another publisher (foreign.lua adopts it first), and every message of a batch
-// whose admission failed (Redis) or whose reply was lost. Asking again keeps the limits: a job
-// that holds its slots already is granted as it is (admit.lua), so a concurrency slot is
-// never taken twice; a job under a rate alone holds no slot, and asking again counts it
-// against the rate a second time, which can only slow the rate, never exceed it; a job the
-// lost call deferred has moved on, and is refused. A grant whose answer never came, or that
-// a closing subscription never handed out (admitRead's context ends when the subscription
-// starts closing), is given back with the job: release.lua when the worker puts it back,
-// recover.lua after the worker's death. The admitter batches the middleware's requests: it
-// takes every request waiting when it starts a call, so an idle worker's lone job waits for
-// no timer.
+// A worker's leases live while it renews them (every keeperTick while it holds any, within
+// VisibilityTimeout): a worker that dies, or is cut off from Redis for longer, loses them
+// (cv_reap_holders), and its jobs come back through recovery, as before. A grant whose reply
+// is lost is harmless: the slot numbers asked for are given back by the keeper, the tokens
+// are lost (which can only slow a rate), and the jobs are asked about again, fenced, in the
+// middleware (admit): one that the lost call deferred has moved on and is refused.
+const (
+	keeperTick = 100 * time.Millisecond
+	leaseProbe = time.Second
+	leaseIdle  = 250 * time.Millisecond
+	tokenLife  = 100 * time.Millisecond
+)
 
-// admitRequest is one job waiting for its admission.
-type admitRequest struct {
-	q    *keys.Queue
-	item jobstate.AdmitItem
-	done chan admitAnswer
+// admitted is the context value of a message whose job was admitted: the slots it holds.
+type admittedKey struct{}
+
+// grant is what one admitted job holds: a slot of each of its concurrency instances, of the
+// lease generation gen of its queue (a lost lease's slots are not given back).
+type grant struct {
+	book  *leaseBook
+	ql    *queueLease
+	gen   int
+	slots []heldSlot
 }
 
-type admitAnswer struct {
-	code script.Code
-	err  error
+type heldSlot struct {
+	il *instLease
+	n  int
 }
 
-// admitter runs the admission calls of a worker.
-type admitter struct {
-	rdb  redis.UniversalClient
-	reqs chan *admitRequest
-	log  zerolog.Logger
-	stop chan struct{}
-	done chan struct{}
+// grantOf returns the grant on ctx, or nil.
+func grantOf(ctx context.Context) *grant {
+	g, _ := ctx.Value(admittedKey{}).(*grant)
+	return g
 }
 
-func newAdmitter(rdb redis.UniversalClient, log zerolog.Logger) *admitter {
-	return &admitter{rdb: rdb, reqs: make(chan *admitRequest, 1024), log: log,
-		stop: make(chan struct{}), done: make(chan struct{})}
+// leaseBook is one worker session's leases, per queue.
+type leaseBook struct {
+	rdb    redis.UniversalClient
+	log    zerolog.Logger
+	holder string
+	lease  time.Duration
+	conc   int // the worker's concurrency: no instance is leased more slots than that
+	batch  int // the worker's read batch
+
+	mu     sync.Mutex
+	queues map[string]*queueLease // by the queue's level-1 stream key
+	kick   chan struct{}
+	loop   service.Loop
 }
 
-func (a *admitter) run() {
-	defer close(a.done)
-	batch := make([]*admitRequest, 0, 4*admitBatch)
-	for {
-		select {
-		case r := <-a.reqs:
-			batch = append(batch[:0], r)
-		case <-a.stop:
+// queueLease is a session's lease of one queue's limits.
+type queueLease struct {
+	q      keys.Queue // level 1
+	limits map[string]jobstate.Limit
+	insts  map[string]*instLease
+	scopes map[string]map[string][]scope // by type, then limit key: made once each
+	known  bool                          // a call of the holder went through (admit.lua's lost check)
+	gen    int                           // bumped when the lease was lost
+	called time.Time                     // the keeper's last call
+}
+
+// scope is one limit a job is held to: its instance's lease, and what it limits.
+type scope struct {
+	il         *instLease
+	conc, rate bool
+}
+
+// instLease is the lease of one scope instance: slot numbers held (free or running a job),
+// numbers to ask for again, and rate tokens.
+type instLease struct {
+	inst      string
+	free      []int // held, not running a job
+	inUse     int
+	fresh     int   // the next number never asked for
+	reuse     []int // numbers not held, to ask for again
+	tokens    int
+	tokensAt  time.Time // when the tokens held were granted (the oldest)
+	used      time.Time // when a slot or token was last taken
+	waiters   bool      // jobs wait in Redis for a slot of it (the keeper's last answer)
+	back      []int     // held numbers to give back at the next keeper call
+	unsure    []int     // numbers asked for in a call whose reply was lost
+	backToken int       // tokens to give back
+	calls     int       // admit.lua calls under way that ask for it
+	limit     jobstate.Limit
+}
+
+func newLeaseBook(w *Worker) *leaseBook {
+	return &leaseBook{rdb: w.rdb, log: w.log, holder: w.cfg.Name + "/" + watermill.NewShortUUID()[:8],
+		lease: w.cfg.VisibilityTimeout, conc: w.cfg.Concurrency, batch: w.cfg.ReadBatch,
+		queues: map[string]*queueLease{}, kick: make(chan struct{}, 1)}
+}
+
+// setLimits records the limits of queue q (level 1) read by the limits watcher. When they
+// changed, the spare slots and tokens held under the old ones go back, and the jobs are held
+// to the new ones from then on.
+func (b *leaseBook) setLimits(q keys.Queue, limits map[string]jobstate.Limit) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	ql := b.queues[q.Stream()]
+	if ql != nil && maps.Equal(ql.limits, limits) {
+		return
+	}
+	if ql == nil {
+		if len(limits) == 0 {
 			return
 		}
-	more:
-		for len(batch) < cap(batch) {
-			select {
-			case r := <-a.reqs:
-				batch = append(batch, r)
-			default:
-				break more
+		ql = &queueLease{q: q, insts: map[string]*instLease{}}
+		b.queues[q.Stream()] = ql
+	}
+	ql.limits = limits
+	ql.scopes = map[string]map[string][]scope{}
+	for _, il := range ql.insts {
+		il.back = append(il.back, il.free...)
+		il.free = nil
+		il.backToken += il.tokens
+		il.tokens = 0
+	}
+	b.kickLocked()
+}
+
+func (b *leaseBook) kickLocked() {
+	select {
+	case b.kick <- struct{}{}:
+	default:
+	}
+}
+
+// queue returns the lease of q's queue (any level's view), nil when it has no limits.
+func (b *leaseBook) queue(q *keys.Queue) *queueLease {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	ql := b.queues[q.LevelStream(keys.MinPriority)]
+	if ql == nil || len(ql.limits) == 0 {
+		return nil
+	}
+	return ql
+}
+
+// scopesOf returns the limits that hold a job of type typ and limit key key. Under b.mu.
+func (ql *queueLease) scopesOf(typ, key string) []scope {
+	byKey := ql.scopes[typ]
+	if sc, ok := byKey[key]; ok {
+		return sc
+	}
+	var sc []scope
+	add := func(field string) {
+		l, ok := ql.limits[field]
+		if !ok || l.Rate == 0 && l.Concurrency == 0 {
+			return
+		}
+		inst := jobstate.LimitInstance(field, typ, key)
+		il := ql.insts[inst]
+		if il == nil {
+			il = &instLease{inst: inst}
+			ql.insts[inst] = il
+		}
+		il.limit = l
+		sc = append(sc, scope{il: il, conc: l.Concurrency > 0, rate: l.Rate > 0})
+	}
+	add(jobstate.LimitField("", false))
+	add(jobstate.LimitField(typ, false))
+	if key != "" {
+		add(jobstate.LimitField("", true))
+		add(jobstate.LimitField(typ, true))
+	}
+	if byKey == nil {
+		byKey = map[string][]scope{}
+		ql.scopes[typ] = byKey
+	}
+	byKey[key] = sc
+	return sc
+}
+
+// take admits a job held to sc from the lease alone, if it covers every limit (and no
+// instance has jobs waiting in Redis, which go first). Under b.mu.
+func (b *leaseBook) take(ql *queueLease, sc []scope, now time.Time) *grant {
+	for _, s := range sc {
+		if s.conc && (s.il.waiters || len(s.il.free) == 0) {
+			return nil
+		}
+		if s.rate && (s.il.tokens == 0 || now.Sub(s.il.tokensAt) > tokenLife) {
+			return nil
+		}
+	}
+	g := &grant{book: b, ql: ql, gen: ql.gen}
+	for _, s := range sc {
+		il := s.il
+		if s.conc {
+			n := il.free[len(il.free)-1]
+			il.free = il.free[:len(il.free)-1]
+			il.inUse++
+			g.slots = append(g.slots, heldSlot{il, n})
+		}
+		if s.rate {
+			il.tokens--
+		}
+		il.used = now
+	}
+	return g
+}
+
+// giveBack returns g's slots to their lease when the job's handler returned (g may be nil:
+// the job held none).
+func (g *grant) giveBack() {
+	if g == nil || len(g.slots) == 0 {
+		return
+	}
+	b := g.book
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	kick := false
+	for _, s := range g.slots {
+		s.il.inUse--
+		switch {
+		case g.gen != g.ql.gen: // the lease was lost: the slot is gone already
+			s.il.reuse = append(s.il.reuse, s.n)
+		case s.il.waiters:
+			s.il.back = append(s.il.back, s.n)
+			kick = true
+		default:
+			s.il.free = append(s.il.free, s.n)
+		}
+	}
+	if kick {
+		b.kickLocked()
+	}
+}
+
+// lose forgets what the lease held: it ran out, and Redis took it back. Under b.mu.
+func (ql *queueLease) lose() {
+	ql.gen++
+	for _, il := range ql.insts {
+		il.reuse = append(il.reuse, il.free...)
+		il.reuse = append(il.reuse, il.back...)
+		il.free, il.back, il.tokens, il.backToken = nil, nil, 0, 0
+	}
+}
+
+// number returns a slot number to ask for. Under b.mu.
+func (il *instLease) number() int {
+	if n := len(il.reuse); n > 0 {
+		k := il.reuse[n-1]
+		il.reuse = il.reuse[:n-1]
+		return k
+	}
+	il.fresh++
+	return il.fresh - 1
+}
+
+// admitJob is one job to admit: its message and what admit.lua needs of it.
+type admitJob struct {
+	msg  *message.Message
+	item jobstate.AdmitItem
+}
+
+// admitOutcome is what became of a job asked about.
+type admitOutcome int8
+
+const (
+	admitFailed   admitOutcome = iota // no answer (Redis): ask again, fenced
+	admitGranted                      // run it
+	admitDeferred                     // deferred by a limit: not to run now
+	admitRefused                      // it moved on: not to run
+)
+
+// call is one instance's part of an admit.lua call.
+type callPart struct {
+	il          *instLease
+	need        int
+	conc, rate  bool
+	aside       []int // free slots set aside for the call's jobs
+	asked       []int // numbers asked for
+	tokensAside int
+	tokensAsked int
+}
+
+// admit admits jobs of ql's queue q (the level view they were read from): from the lease
+// where it covers them, else in one admit.lua call. It returns each job's outcome, and the
+// grant of those granted.
+func (b *leaseBook) admit(ctx context.Context, ql *queueLease, q *keys.Queue, jobs []admitJob) ([]admitOutcome, []*grant) {
+	outs := make([]admitOutcome, len(jobs))
+	grants := make([]*grant, len(jobs))
+	now := time.Now()
+	b.mu.Lock()
+	var pending []int
+	scs := make([][]scope, len(jobs))
+	for k := range jobs {
+		it := &jobs[k].item
+		scs[k] = ql.scopesOf(it.Type, it.LimitKey)
+		if !it.Fence {
+			if g := b.take(ql, scs[k], now); g != nil {
+				outs[k], grants[k] = admitGranted, g
+				continue
 			}
 		}
-		a.flush(batch)
+		pending = append(pending, k)
 	}
-}
-
-func (a *admitter) close() {
-	close(a.stop)
-	<-a.done
-}
-
-// flush admits batch: one admit.lua call per queue and chunk, pipelined.
-func (a *admitter) flush(batch []*admitRequest) {
-	var calls []script.Call
-	var groups [][]*admitRequest
-	byQueue := map[*keys.Queue]int{} // the open group of each queue
-	for _, r := range batch {
-		g, ok := byQueue[r.q]
-		if !ok || len(groups[g]) == admitBatch {
-			g = len(groups)
-			groups = append(groups, nil)
-			byQueue[r.q] = g
-		}
-		groups[g] = append(groups[g], r)
+	if len(pending) == 0 {
+		b.mu.Unlock()
+		return outs, grants
 	}
-	for _, g := range groups {
-		items := make([]jobstate.AdmitItem, len(g))
-		for k, r := range g {
-			items[k] = r.item
+	var parts []*callPart
+	byInst := map[*instLease]*callPart{}
+	for _, k := range pending {
+		for _, s := range scs[k] {
+			p := byInst[s.il]
+			if p == nil {
+				p = &callPart{il: s.il}
+				byInst[s.il] = p
+				parts = append(parts, p)
+			}
+			p.need++
+			p.conc = p.conc || s.conc
+			p.rate = p.rate || s.rate
 		}
-		calls = append(calls, jobstate.AdmitCall(g[0].q, items))
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	cmds, _ := jobstate.RunCalls(ctx, a.rdb, calls)
-	cancel()
-	for k, g := range groups {
-		var ans []jobstate.Admission
-		var err error
-		if k < len(cmds) && cmds[k] != nil {
-			ans, err = jobstate.AdmitReply(cmds[k], len(g))
-		} else {
-			err = context.DeadlineExceeded
+	reqs := make([]jobstate.LeaseRequest, len(parts))
+	for i, p := range parts {
+		il := p.il
+		r := jobstate.LeaseRequest{Inst: il.inst}
+		l := il.limit
+		if p.conc {
+			p.aside, il.free = il.free, nil
+			if want := p.need - len(p.aside); want > 0 && !il.waiters {
+				// A block: what the jobs lack and as much again, within the worker's
+				// concurrency and the limit.
+				k := min(2*want, b.conc-il.inUse-len(p.aside), int(l.Concurrency)-il.inUse-len(p.aside))
+				for range max(k, want) {
+					p.asked = append(p.asked, il.number())
+				}
+			} else if want > 0 {
+				for range want {
+					p.asked = append(p.asked, il.number())
+				}
+			}
+			r.Names, r.SlotsAside = p.asked, len(p.aside)
 		}
-		for i, r := range g {
-			if err != nil {
-				r.done <- admitAnswer{err: err}
+		if p.rate {
+			if now.Sub(il.tokensAt) <= tokenLife {
+				p.tokensAside = il.tokens
 			} else {
-				r.done <- admitAnswer{code: ans[i].Code}
+				il.backToken += il.tokens
 			}
+			il.tokens = 0
+			if want := p.need - p.tokensAside; want > 0 {
+				p.tokensAsked = min(want+3*b.batch, max(int(l.Rate), want))
+			}
+			r.Tokens, r.TokensAside = p.tokensAsked, p.tokensAside
+		}
+		reqs[i] = r
+	}
+	items := make([]jobstate.AdmitItem, len(pending))
+	for i, k := range pending {
+		items[i] = jobs[k].item
+	}
+	for _, p := range parts {
+		p.il.calls++
+	}
+	h := jobstate.Holder{Name: b.holder, Lease: b.lease, Known: ql.known}
+	b.mu.Unlock()
+
+	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	call := jobstate.AdmitCall(q, h, reqs, items)
+	cmd := call.Script.Run(cctx, b.rdb, call.Keys, call.Args...)
+	res, err := jobstate.AdmitReply(cmd, len(reqs), len(items))
+	cancel()
+
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for _, p := range parts {
+		p.il.calls--
+	}
+	if err != nil {
+		b.log.Debug().Err(err).Str("queue", q.Name()).Int("jobs", len(items)).
+			Msg("could not admit jobs under their queue's limits; asking again")
+		for _, p := range parts {
+			p.il.unsure = append(p.il.unsure, p.asked...)
+			p.il.free = append(p.il.free, p.aside...)
+			p.il.tokens += p.tokensAside
+		}
+		b.kickLocked()
+		return outs, grants // pending ones: admitFailed
+	}
+	ql.known = true
+	if res.Lost {
+		b.log.Warn().Str("queue", q.Name()).Msg("this worker's lease of its queue's limits ran out (cut off from Redis for longer than the visibility timeout); leasing again")
+		for _, p := range parts {
+			p.il.reuse = append(p.il.reuse, p.aside...)
+			p.aside, p.tokensAside = nil, 0
+		}
+		ql.lose()
+	}
+	// Each part's pool for the call's jobs: what was set aside and what was granted.
+	for i, p := range parts {
+		gr := res.Grants[i]
+		p.il.waiters = gr.Waiting
+		got := min(gr.Names, len(p.asked))
+		p.aside = append(p.aside, p.asked[:got]...)
+		p.il.reuse = append(p.il.reuse, p.asked[got:]...)
+		p.tokensAside += gr.Tokens
+	}
+	for i, k := range pending {
+		switch res.Jobs[i].Code {
+		case script.OK:
+			g := &grant{book: b, ql: ql, gen: ql.gen}
+			for _, s := range scs[k] {
+				p := byInst[s.il]
+				if s.conc && len(p.aside) > 0 {
+					n := p.aside[len(p.aside)-1]
+					p.aside = p.aside[:len(p.aside)-1]
+					s.il.inUse++
+					g.slots = append(g.slots, heldSlot{s.il, n})
+				}
+				if s.rate && p.tokensAside > 0 {
+					p.tokensAside--
+				}
+				s.il.used = now
+			}
+			outs[k], grants[k] = admitGranted, g
+		case script.Deferred:
+			outs[k] = admitDeferred
+		default:
+			outs[k] = admitRefused
 		}
 	}
+	for _, p := range parts {
+		il := p.il
+		if il.waiters {
+			il.back = append(il.back, p.aside...)
+		} else {
+			il.free = append(il.free, p.aside...)
+		}
+		if p.tokensAside > 0 {
+			if il.tokens == 0 {
+				il.tokensAt = now
+			}
+			il.tokens += p.tokensAside
+		}
+		il.used = now
+	}
+	return outs, grants
 }
 
 // admitRead admits the jobs of msgs, a batch the subscriber read from topic, when their queue
 // has limits, and reports which messages are not to run (deferred by a limit, or moved on);
-// those granted are marked admitted. On a failure it marks nothing, and the middleware asks
-// for each message again (admit).
+// those granted carry their grant. What it could not get an answer for is left unmarked, and
+// the middleware asks again for each (admit).
 func (w *Worker) admitRead(ctx context.Context, topic string, msgs []*message.Message) []bool {
 	q, ok := w.queue(topic)
-	if !ok || !w.limitedQueue(q) {
+	b := w.leases.Load()
+	if !ok || b == nil || !w.limitedQueue(q) {
 		return nil
 	}
-	items := make([]jobstate.AdmitItem, 0, len(msgs))
-	idx := make([]int, 0, len(msgs)) // the index in msgs of each item
+	ql := b.queue(q)
+	if ql == nil {
+		return nil
+	}
+	jobs := make([]admitJob, 0, len(msgs))
+	idx := make([]int, 0, len(msgs)) // the index in msgs of each job
 	for k, msg := range msgs {
 		if msg.Metadata[stream.PoisonKey] != "" || msg.Metadata[metaForeign] != "" {
 			continue // dead-lettered or adopted first, in the middleware
 		}
-		attempt, _, _, typ, _ := keys.ParseEntryJob(msg.Metadata[MetaJob])
-		items = append(items, jobstate.AdmitItem{ID: msg.UUID, Entry: msg.Metadata[stream.EntryIDKey],
-			Type: typ, Attempt: attempt})
+		jobs = append(jobs, admitJob{msg: msg, item: admitItem(msg, false)})
 		idx = append(idx, k)
 	}
-	if len(items) == 0 {
+	if len(jobs) == 0 {
 		return nil
 	}
-	calls := make([]script.Call, 0, (len(items)+admitBatch-1)/admitBatch)
-	for k := 0; k < len(items); k += admitBatch {
-		calls = append(calls, jobstate.AdmitCall(q, items[k:min(k+admitBatch, len(items))]))
-	}
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	cmds, _ := jobstate.RunCalls(ctx, w.rdb, calls)
-	cancel()
+	outs, grants := b.admit(ctx, ql, q, jobs)
 	skip := make([]bool, len(msgs))
-	for c := range calls {
-		lo, hi := c*admitBatch, min((c+1)*admitBatch, len(items))
-		var ans []jobstate.Admission
-		err := context.DeadlineExceeded
-		if c < len(cmds) && cmds[c] != nil {
-			ans, err = jobstate.AdmitReply(cmds[c], hi-lo)
-		}
-		if err != nil {
-			w.log.Debug().Err(err).Str("queue", q.Name()).Int("jobs", hi-lo).
-				Msg("could not admit a read batch; admitting its jobs one by one")
-			continue
-		}
-		for i, a := range ans {
-			msg := msgs[idx[lo+i]]
-			switch a.Code {
-			case script.OK:
-				msg.SetContext(context.WithValue(msg.Context(), admittedKey{}, true))
-			case script.Deferred:
-				w.log.Debug().Str("queue", q.Name()).Str("job_id", msg.UUID).Msg("job deferred by a limit")
-				skip[idx[lo+i]] = true
-			default: // refused: the job moved on
-				skip[idx[lo+i]] = true
-			}
+	for i, o := range outs {
+		msg := msgs[idx[i]]
+		switch o {
+		case admitGranted:
+			msg.SetContext(context.WithValue(msg.Context(), admittedKey{}, grants[i]))
+		case admitDeferred:
+			w.log.Debug().Str("queue", q.Name()).Str("job_id", msg.UUID).Msg("job deferred by a limit")
+			skip[idx[i]] = true
+		case admitRefused:
+			skip[idx[i]] = true
 		}
 	}
 	return skip
 }
 
-// admittedKey marks a message's context: its job was admitted, so its outcome gives back the
-// concurrency slots it holds.
-type admittedKey struct{}
-
-// admitted reports whether ctx is the context of a message whose job was admitted.
-func admitted(ctx context.Context) bool {
-	v, _ := ctx.Value(admittedKey{}).(bool)
-	return v
+// admitItem is what admit.lua needs of msg's job.
+func admitItem(msg *message.Message, fence bool) jobstate.AdmitItem {
+	attempt, _, _, typ, _ := keys.ParseEntryJob(msg.Metadata[MetaJob])
+	return jobstate.AdmitItem{ID: msg.UUID, Entry: msg.Metadata[stream.EntryIDKey], Type: typ,
+		Attempt: attempt, LimitKey: msg.Metadata[metaLimitKey], Fence: fence}
 }
 
-// admit holds msg's job to its queue's limits, when the queue has any. It reports whether the
-// job is to run; when it is, and was admitted, msg's context says so (admitted). A job that is
-// not to run was deferred (its entry is gone, it waits for its limit) or moved on; or the
-// message's context ended (shutdown, lost lease) before an answer, and the subscriber puts the
-// entry back (release.lua gives back any slot a lost answer took). An admission that fails
-// (Redis) is asked again after a pause: the job may not run unadmitted.
+// admit holds msg's job to its queue's limits, when the queue has any and admitRead did not
+// admit it already. It reports whether the job is to run; when it is, msg's context carries
+// its grant. A job that is not to run was deferred (its entry is gone, it waits for its limit)
+// or moved on; or the message's context ended (shutdown, lost lease) before an answer, and
+// the subscriber puts the entry back. A job asked about here is fenced (it may be one whose
+// answer was lost, and deferred since). An admission that fails (Redis) is asked again after
+// a pause: the job may not run unadmitted.
 func (w *Worker) admit(msg *message.Message) bool {
-	if w.adm == nil || msg.Metadata[stream.PoisonKey] != "" || admitted(msg.Context()) {
-		return true // admitted already with its read batch (admitRead)
-	}
-	q, ok := w.queue(msg.Metadata[stream.StreamKey])
-	if !ok || !w.limitedQueue(q) {
+	if msg.Metadata[stream.PoisonKey] != "" || grantOf(msg.Context()) != nil {
 		return true
 	}
-	attempt, _, _, typ, _ := keys.ParseEntryJob(msg.Metadata[MetaJob])
-	r := &admitRequest{q: q, item: jobstate.AdmitItem{ID: msg.UUID, Entry: msg.Metadata[stream.EntryIDKey],
-		Type: typ, Attempt: attempt}, done: make(chan admitAnswer, 1)}
+	b := w.leases.Load()
+	q, ok := w.queue(msg.Metadata[stream.StreamKey])
+	if b == nil || !ok || !w.limitedQueue(q) {
+		return true
+	}
 	ctx := msg.Context()
 	pause := 50 * time.Millisecond
 	for {
-		select {
-		case w.adm.reqs <- r:
-		case <-ctx.Done():
+		ql := b.queue(q)
+		if ql == nil {
+			return true // its limits were deleted meanwhile
+		}
+		outs, grants := b.admit(ctx, ql, q, []admitJob{{msg: msg, item: admitItem(msg, true)}})
+		switch outs[0] {
+		case admitGranted:
+			msg.SetContext(context.WithValue(ctx, admittedKey{}, grants[0]))
+			return true
+		case admitDeferred:
+			w.log.Debug().Str("queue", q.Name()).Str("job_id", msg.UUID).Msg("job deferred by a limit")
+			return false
+		case admitRefused:
 			return false
 		}
-		var ans admitAnswer
-		select {
-		case ans = <-r.done:
-		case <-ctx.Done():
-			return false
-		}
-		if ans.err == nil {
-			switch ans.code {
-			case script.OK:
-				msg.SetContext(context.WithValue(ctx, admittedKey{}, true))
-				return true
-			case script.Deferred:
-				w.log.Debug().Str("queue", q.Name()).Str("job_id", msg.UUID).Msg("job deferred by a limit")
-			}
-			return false
-		}
-		w.log.Warn().Err(ans.err).Str("queue", q.Name()).Str("job_id", msg.UUID).Dur("retry_in", pause).
+		w.log.Warn().Str("queue", q.Name()).Str("job_id", msg.UUID).Dur("retry_in", pause).
 			Msg("could not admit the job under its queue's limits; asking again")
 		select {
 		case <-time.After(pause):
@@ -276,10 +589,141 @@ func (w *Worker) limitedQueue(q *keys.Queue) bool {
 	return m != nil && (*m)[q.LevelStream(keys.MinPriority)]
 }
 
-// limitsWatcher is the service that reads, every LimitsRefresh, which of the worker's queues
-// have limits, so that a queue without any pays nothing for admission.
+// Name, Start and Stop make the lease book the session's lease keeper (a service): every
+// keeperTick while it holds a lease of a queue, and at once when kicked, it gives back what
+// is spare (leases.lua), renews the lease and learns which instances jobs wait for; when the
+// session ends it gives everything back.
+func (b *leaseBook) Name() string { return "lease keeper" }
+
+func (b *leaseBook) Start(ctx context.Context) error {
+	b.loop.Start(ctx, func(ctx context.Context) {
+		service.EveryOr(ctx, keeperTick, b.kick, func(ctx context.Context) { b.keep(ctx, false) })
+	})
+	return nil
+}
+
+// Stop ends the keeper and then the session's leases: every slot goes back. A worker that
+// cannot reach Redis now leaves them to run out (VisibilityTimeout).
+func (b *leaseBook) Stop() {
+	b.loop.Stop()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	b.keep(ctx, true)
+}
+
+// keep makes one leases.lua call for each queue whose lease has something to give back or to
+// renew (all of them when end).
+func (b *leaseBook) keep(ctx context.Context, end bool) {
+	type pending struct {
+		ql   *queueLease
+		rets []jobstate.LeaseReturn
+	}
+	now := time.Now()
+	b.mu.Lock()
+	var work []pending
+	for _, ql := range b.queues {
+		if end && !ql.known {
+			continue // nothing leased
+		}
+		var rets []jobstate.LeaseReturn
+		holds := false
+		for _, il := range ql.insts {
+			r := jobstate.LeaseReturn{Inst: il.inst}
+			r.Names = append(r.Names, il.back...)
+			r.Names = append(r.Names, il.unsure...)
+			il.back, il.unsure = nil, nil
+			if end || il.waiters || now.Sub(il.used) > leaseIdle {
+				r.Names = append(r.Names, il.free...)
+				il.free = nil
+			}
+			r.Tokens, il.backToken = il.backToken, 0
+			if il.tokens > 0 && (end || now.Sub(il.tokensAt) > tokenLife) {
+				r.Tokens += il.tokens
+				il.tokens = 0
+			}
+			// An instance the session holds nothing of, unused a while, is forgotten here and
+			// in Redis: a worker sees limit keys come and go (tenants), and neither its map
+			// nor its lease record may grow with all it ever saw.
+			if !end && il.inUse == 0 && len(il.free) == 0 && il.tokens == 0 && il.calls == 0 &&
+				now.Sub(il.used) > leaseIdle {
+				r.Forget = true
+				delete(ql.insts, il.inst)
+				ql.scopes = map[string]map[string][]scope{} // none may point at it
+			}
+			if len(r.Names) > 0 || r.Tokens > 0 || r.Forget {
+				rets = append(rets, r)
+			}
+			holds = holds || il.inUse > 0 || len(il.free) > 0 || il.tokens > 0
+		}
+		// A queue whose lease holds nothing is still called now and then (leaseProbe): the call
+		// takes back the slots of dead holders, which nothing else might (jobs waiting for
+		// them, none read).
+		if end || holds || len(rets) > 0 || len(ql.limits) > 0 && now.Sub(ql.called) >= leaseProbe {
+			ql.called = now
+			work = append(work, pending{ql, rets})
+		}
+		if end {
+			ql.known = false
+		}
+	}
+	h := jobstate.Holder{Name: b.holder, Lease: b.lease}
+	b.mu.Unlock()
+
+	for _, p := range work {
+		call := jobstate.LeasesCall(&p.ql.q, h, end, p.rets)
+		lost, waiting, err := jobstate.LeasesReply(call.Script.Run(ctx, b.rdb, call.Keys, call.Args...))
+		b.mu.Lock()
+		if err != nil {
+			if !end {
+				// Given back at the next call: giving a slot back twice does nothing.
+				for _, r := range p.rets {
+					il := p.ql.insts[r.Inst]
+					if il == nil { // forgotten in this call: kept until the call goes through
+						il = &instLease{inst: r.Inst}
+						p.ql.insts[r.Inst] = il
+					}
+					il.unsure = append(il.unsure, r.Names...)
+					il.backToken += r.Tokens
+				}
+			}
+			b.mu.Unlock()
+			if ctx.Err() == nil {
+				b.log.Debug().Err(err).Str("queue", p.ql.q.Name()).Msg("could not renew or give back leases of the queue's limits; trying again")
+			}
+			continue
+		}
+		for _, r := range p.rets {
+			if il := p.ql.insts[r.Inst]; il != nil {
+				il.reuse = append(il.reuse, r.Names...)
+			}
+		}
+		if lost && !end && p.ql.known {
+			b.log.Warn().Str("queue", p.ql.q.Name()).Msg("this worker's lease of its queue's limits ran out (cut off from Redis for longer than the visibility timeout); leasing again")
+			p.ql.lose()
+		}
+		again := false
+		for _, il := range p.ql.insts {
+			il.waiters = false
+		}
+		for _, inst := range waiting {
+			if il := p.ql.insts[inst]; il != nil {
+				il.waiters = true
+				again = again || len(il.free) > 0
+			}
+		}
+		if again {
+			b.kickLocked() // give their free slots back now
+		}
+		b.mu.Unlock()
+	}
+}
+
+// limitsWatcher is the service that reads, every LimitsRefresh, the limits of the worker's
+// queues, so that a queue without any pays nothing for admission and the lease keeper holds
+// jobs to the current ones.
 type limitsWatcher struct {
 	w     *Worker
+	book  *leaseBook
 	parts []string // the partitions of the session
 	loop  service.Loop
 }
@@ -289,28 +733,28 @@ func (l *limitsWatcher) Name() string { return "limits watcher" }
 // Start reads the limits once before it returns, so that the session's first reads are
 // admitted under them.
 func (l *limitsWatcher) Start(ctx context.Context) error {
-	l.w.readLimited(ctx, l.parts)
+	l.w.readLimits(ctx, l.book, l.parts)
 	l.loop.Start(ctx, func(ctx context.Context) {
-		service.Every(ctx, LimitsRefresh, func(ctx context.Context) { l.w.readLimited(ctx, l.parts) })
+		service.Every(ctx, LimitsRefresh, func(ctx context.Context) { l.w.readLimits(ctx, l.book, l.parts) })
 	})
 	return nil
 }
 
 func (l *limitsWatcher) Stop() { l.loop.Stop() }
 
-// readLimited reads whether each partition the worker reads has limits. On an error the last
-// answer stays.
-func (w *Worker) readLimited(ctx context.Context, names []string) {
+// readLimits reads the limits of each partition the worker reads. On an error the last answer
+// stays; a limit that does not decode is logged and left out (the scripts ignore it too).
+func (w *Worker) readLimits(ctx context.Context, book *leaseBook, names []string) {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	parts := make([]keys.Queue, len(names))
 	for k, n := range names {
 		parts[k] = keys.New(w.cfg.Prefix, n)
 	}
-	cmds := make([]*redis.IntCmd, len(parts))
+	cmds := make([]*redis.MapStringStringCmd, len(parts))
 	_, err := w.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for k, q := range parts {
-			cmds[k] = p.Exists(ctx, q.Limits())
+			cmds[k] = p.HGetAll(ctx, q.Limits())
 		}
 		return nil
 	})
@@ -319,11 +763,21 @@ func (w *Worker) readLimited(ctx context.Context, names []string) {
 	}
 	m := make(map[string]bool, len(parts))
 	for k, q := range parts {
-		if cmds[k].Val() > 0 {
+		limits := map[string]jobstate.Limit{}
+		for f, v := range cmds[k].Val() {
+			l, err := jobstate.DecodeLimit(f, v)
+			if err != nil {
+				w.log.Debug().Err(err).Str("queue", q.Name()).Msg("a limit of the queue cannot be read; it is not applied")
+				continue
+			}
+			limits[f] = l
+		}
+		if len(limits) > 0 {
 			m[q.Stream()] = true
 		}
+		book.setLimits(q, limits)
 	}
-	if old := w.limited.Load(); old != nil && len(*old) == 0 && len(m) == 0 {
+	if old := w.limited.Load(); old != nil && maps.Equal(*old, m) {
 		return
 	}
 	w.limited.Store(&m)

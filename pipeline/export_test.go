@@ -17,3 +17,6 @@ func WaiterReads(w *Waiter) int64 { return w.nread.Load() }
 // PausedTopics reports which of w's queues its current reading session does not read
 // (Inspector.Pause), every partition of each.
 func PausedTopics(w *Worker) map[string]bool { return w.pausedTopics() }
+
+// TokenLife is how long a worker keeps a leased rate token before it gives it back.
+const TokenLife = tokenLife

@@ -23,6 +23,9 @@ const (
 	// field, no job record yet), which the worker adopts as a job before its handler runs; its
 	// value is what adopting it takes (adoption).
 	metaForeign = "_conveyor_foreign"
+	// metaLimitKey holds the job's limit key (WithLimitKey), from its entry, when it has one:
+	// admission holds the job to its per-key limits by it.
+	metaLimitKey = "_conveyor_limit_key"
 )
 
 // reservedMeta counts the metadata keys every readable message carries besides the job's own.
@@ -88,6 +91,9 @@ func (u entryUnmarshaller) Unmarshal(streamName, id string, values map[string]an
 	}
 	md[MetaJob] = job
 	md[MetaType] = typ
+	if k, ok := str(keys.EntryLimitKey); ok && k != "" {
+		md[metaLimitKey] = k
+	}
 	return msg
 }
 
@@ -176,8 +182,12 @@ func jobFromMessage(queue string, msg *message.Message) *Job {
 		Timeout: msToDuration(timeout), Entry: md[stream.EntryIDKey],
 		EnqueuedAt: stream.EntryTime(md[stream.EntryIDKey]),
 	}
-	if len(md) > reservedMeta {
-		j.Metadata = make(map[string]string, len(md)-reservedMeta)
+	reserved := reservedMeta
+	if _, ok := md[metaLimitKey]; ok {
+		reserved++
+	}
+	if len(md) > reserved {
+		j.Metadata = make(map[string]string, len(md)-reserved)
 		for k, v := range md {
 			if len(k) == 0 || k[0] != '_' {
 				j.Metadata[k] = v

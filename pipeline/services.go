@@ -18,9 +18,13 @@ import (
 // (internal/service) and one entry here.
 func (w *Worker) services(watcher *partitionWatcher, levels *levelsWatcher) ([]service.Service, error) {
 	// The limits, pause and levels watchers first: their Start reads the limits, the paused
-	// queues and the queues' priority levels before the reading begins.
+	// queues and the queues' priority levels before the reading begins. The session's leases
+	// of the limits are kept by a service of their own, which gives them back as it stops.
+	book := newLeaseBook(w)
+	w.leases.Store(book)
 	w.mu.Lock()
-	list := []service.Service{&limitsWatcher{w: w, parts: slices.Clone(w.parts)}, &pauseWatcher{w: w, sub: w.sub}, levels}
+	list := []service.Service{book, &limitsWatcher{w: w, book: book, parts: slices.Clone(w.parts)},
+		&pauseWatcher{w: w, sub: w.sub}, levels}
 	w.mu.Unlock()
 	if !w.cfg.DisableScheduler {
 		s, err := delayed.New(w.rdb, w.cfg.scheduler(w.parts))

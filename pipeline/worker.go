@@ -252,8 +252,9 @@ type Worker struct {
 	// replicas is the outcome writes' replica wait (WorkerConfig.Replicas; durable.go).
 	replicas *outcomeReplicas
 	sub      *stream.Subscriber // the current session's, under mu
-	// adm admits the jobs of queues with limits, which limited names by stream key (admit.go).
-	adm     *admitter
+	// leases are the current session's leases of its queues' limits, which limited names by
+	// stream key (admit.go).
+	leases  atomic.Pointer[leaseBook]
 	limited atomic.Pointer[map[string]bool]
 }
 
@@ -386,9 +387,6 @@ func (w *Worker) Run(ctx context.Context) error {
 	}
 	go w.comp.run()
 	defer w.comp.close() // after the last session closed its subscriber: every message is settled or released
-	w.adm = newAdmitter(w.rdb, w.log)
-	go w.adm.run()
-	defer w.adm.close() // after the last session: no message waits for an admission
 
 	w.partitionQueues()
 	w.warnSharedName(ctx)
@@ -561,6 +559,8 @@ func (w *Worker) settleAfter(sub *stream.Subscriber) message.HandlerMiddleware {
 			if !w.admit(msg) {
 				return nil, nil // deferred by a limit (no attempt), or not to run
 			}
+			// Its slots go back to the worker's lease once its outcome is written.
+			defer grantOf(msg.Context()).giveBack()
 			if _, err := h(msg); err != nil && !errors.As(err, new(*JobError)) {
 				w.refused(msg, err)
 			}
@@ -814,7 +814,6 @@ func (w *Worker) outcome(ctx context.Context, q *keys.Queue, j *Job, start time.
 	}
 	t = sendBack(t, j)
 	t.Type, t.Began, t.Note = j.Type, start, note
-	t.Slots = admitted(ctx)
 	if jerr != nil {
 		jerr.Timeout = errors.Is(context.Cause(ctx), errTimeout) || errors.Is(err, errTimeout)
 	}

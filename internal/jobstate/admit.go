@@ -4,6 +4,7 @@ import (
 	_ "embed"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -19,61 +20,195 @@ var (
 )
 
 // AdmitItem is one job a worker read and holds the stream entry of, to admit before its
-// handler runs: its id, entry, type and the attempt the entry starts.
+// handler runs: its id, entry, type, the attempt the entry starts and its limit key (the
+// entry's keys.EntryLimitKey). Fence asks admit.lua to check that the job is still live before
+// granting it (a job asked about again after a lost reply, which may have been deferred).
 type AdmitItem struct {
 	ID, Entry, Type string
 	Attempt         int
+	LimitKey        string
+	Fence           bool
 }
 
-// Admission is admit.lua's answer for one job: Code script.OK (granted: run it; its
-// concurrency slots are taken), script.Deferred (over a limit: the job is scheduled again
-// and its entry gone, so the worker settles the message without running it; Due is when a
-// rate frees, zero when it waits for a concurrency slot) or script.Refused (the job moved on;
-// nothing to run).
+// LeaseRequest asks admit.lua for more of one scope instance's limits (LimitInstance) for a
+// worker session: the slot numbers Names (granted in order, as far as the concurrency has
+// room) and Tokens rate tokens, to go with the SlotsAside and TokensAside the worker already
+// holds and sets aside for the call's jobs.
+type LeaseRequest struct {
+	Inst        string
+	Names       []int
+	SlotsAside  int
+	Tokens      int
+	TokensAside int
+}
+
+// LeaseGrant is what admit.lua granted of a LeaseRequest: the first Names slot numbers asked
+// for, and Tokens tokens; Waiting says jobs wait in Redis for a slot of the instance.
+type LeaseGrant struct {
+	Names, Tokens int
+	Waiting       bool
+}
+
+// Admission is admit.lua's answer for one job: Code script.OK (granted: run it on the
+// worker's leases), script.Deferred (over a limit: the job is scheduled again and its entry
+// gone, so the worker settles the message without running it; Due is when a rate frees, zero
+// when it waits for a concurrency slot) or script.Refused (the job moved on; nothing to run).
 type Admission struct {
 	Code script.Code
 	Due  time.Time
 }
 
-// AdmitCall is one admit.lua call holding items, all of queue q, to q's limits.
-func AdmitCall(q *keys.Queue, items []AdmitItem) script.Call {
+// AdmitResult is an AdmitCall's reply: Lost (the holder's lease had run out: what it held
+// before is gone), a grant per request and an answer per item, in order.
+type AdmitResult struct {
+	Lost   bool
+	Grants []LeaseGrant
+	Jobs   []Admission
+}
+
+// Holder is one worker session's name in the lease records: Lease is how long its leases last
+// unrenewed (a dead worker's slots come back after it), Known whether a call of it went
+// through before.
+type Holder struct {
+	Name  string
+	Lease time.Duration
+	Known bool
+}
+
+// AdmitCall is one admit.lua call of holder h on queue q: the lease requests reqs, then items,
+// all of q, to hold to q's limits.
+func AdmitCall(q *keys.Queue, h Holder, reqs []LeaseRequest, items []AdmitItem) script.Call {
 	ks := make([]string, 0, 4+len(items))
 	ks = append(ks, q.Stream(), q.Scheduled(), q.Stats(), q.Limits())
-	args := make([]any, 0, 4+4*len(items))
-	args = append(args, keys.Group, q.LimitPrefix(), q.Wake(), q.JobPrefix())
+	args := make([]any, 0, 8+5*len(reqs)+6*len(items))
+	known := ""
+	if h.Known {
+		known = "1"
+	}
+	args = append(args, keys.Group, q.LimitPrefix(), q.Wake(), q.JobPrefix(), h.Name,
+		strconv.FormatInt(max(h.Lease.Milliseconds(), 1), 10), known, strconv.Itoa(len(reqs)))
+	for _, r := range reqs {
+		args = append(args, r.Inst, joinNumbers(r.Names), strconv.Itoa(r.SlotsAside),
+			strconv.Itoa(r.Tokens), strconv.Itoa(r.TokensAside))
+	}
 	for i := range items {
 		it := &items[i]
 		ks = append(ks, q.Job(it.ID))
-		args = append(args, it.ID, it.Entry, it.Type, strconv.Itoa(it.Attempt))
+		fence := ""
+		if it.Fence {
+			fence = "1"
+		}
+		args = append(args, it.ID, it.Entry, it.Type, strconv.Itoa(it.Attempt), it.LimitKey, fence)
 	}
 	return script.Call{Script: admitScript, Keys: ks, Args: args}
 }
 
-// AdmitReply reads the reply of an AdmitCall of n items.
-func AdmitReply(cmd *redis.Cmd, n int) ([]Admission, error) {
+// joinNumbers is ns ','-joined.
+func joinNumbers(ns []int) string {
+	b := make([]byte, 0, 4*len(ns))
+	for k, n := range ns {
+		if k > 0 {
+			b = append(b, ',')
+		}
+		b = strconv.AppendInt(b, int64(n), 10)
+	}
+	return string(b)
+}
+
+// AdmitReply reads the reply of an AdmitCall of nreq requests and n items.
+func AdmitReply(cmd *redis.Cmd, nreq, n int) (AdmitResult, error) {
 	r, err := decode("admit", cmd)
 	if err == nil {
-		err = r.want(2 * n)
+		err = r.want(1 + 3*nreq + 2*n)
 	}
 	if err != nil {
-		return nil, err
+		return AdmitResult{}, err
 	}
-	out := make([]Admission, n)
-	for k := range out {
-		out[k].Code = script.Code(r.int(2 * k))
-		switch out[k].Code {
+	res := AdmitResult{Lost: r.int(0) == 1, Grants: make([]LeaseGrant, nreq), Jobs: make([]Admission, n)}
+	for k := range res.Grants {
+		res.Grants[k] = LeaseGrant{Names: int(r.int(1 + 3*k)), Tokens: int(r.int(2 + 3*k)), Waiting: r.int(3+3*k) == 1}
+	}
+	base := 1 + 3*nreq
+	for k := range res.Jobs {
+		a := &res.Jobs[k]
+		a.Code = script.Code(r.int(base + 2*k))
+		switch a.Code {
 		case script.OK, script.Refused:
 		case script.Deferred:
-			if s := r.str(2*k + 1); s != "" {
+			if s := r.str(base + 2*k + 1); s != "" {
 				ms, err := strconv.ParseInt(s, 10, 64)
 				if err != nil {
-					return nil, fmt.Errorf("admit: due time %q: %w", s, err)
+					return AdmitResult{}, fmt.Errorf("admit: due time %q: %w", s, err)
 				}
-				out[k].Due = time.UnixMilli(ms)
+				a.Due = time.UnixMilli(ms)
 			}
 		default:
-			return nil, fmt.Errorf("admit: unexpected reply code %v", out[k].Code)
+			return AdmitResult{}, fmt.Errorf("admit: unexpected reply code %v", a.Code)
 		}
 	}
-	return out, nil
+	return res, nil
+}
+
+var (
+	//go:embed leases.lua
+	leasesSrc    string
+	leasesScript = script.New(leasesSrc)
+)
+
+// LeaseReturn gives back part of a worker session's lease of one scope instance: the slot
+// numbers Names and Tokens unused rate tokens. Forget says the session holds nothing of the
+// instance any more, so that its lease record forgets it.
+type LeaseReturn struct {
+	Inst   string
+	Names  []int
+	Tokens int
+	Forget bool
+}
+
+// LeasesCall is one leases.lua call of holder h on queue q: it gives back rets, renews h's
+// lease (or, when end is true, gives back every slot h holds and ends its lease), and takes
+// back the slots of holders whose lease ran out.
+func LeasesCall(q *keys.Queue, h Holder, end bool, rets []LeaseReturn) script.Call {
+	lease := strconv.FormatInt(max(h.Lease.Milliseconds(), 1), 10)
+	if end {
+		lease = "0"
+	}
+	args := make([]any, 0, 4+4*len(rets))
+	args = append(args, q.LimitPrefix(), q.JobPrefix(), h.Name, lease)
+	for _, r := range rets {
+		forget := ""
+		if r.Forget {
+			forget = "1"
+		}
+		args = append(args, r.Inst, joinNumbers(r.Names), strconv.Itoa(r.Tokens), forget)
+	}
+	return script.Call{Script: leasesScript, Keys: []string{q.Stream(), q.Limits()}, Args: args}
+}
+
+// LeasesReply reads a LeasesCall's reply: whether h's lease had run out (lost: its slots were
+// taken back), and the instances h has slots of that jobs wait for.
+func LeasesReply(cmd *redis.Cmd) (lost bool, waiting []string, err error) {
+	r, err := decode("leases", cmd)
+	if err == nil && (r.code != script.OK || len(r.rest) < 1) {
+		err = r.unexpected()
+	}
+	if err != nil {
+		return false, nil, err
+	}
+	return r.int(0) == 1, r.strs(1), nil
+}
+
+// LimitInstance names the scope instance of limit field (LimitField) that holds a job of type
+// typ and limit key key (per-key fields only hold jobs with a key), as admit.lua names it.
+func LimitInstance(field, typ, key string) string {
+	switch {
+	case field == "q":
+		return "q"
+	case field == "qk":
+		return "qk:" + key
+	case strings.HasPrefix(field, "tk:"):
+		return field + " " + key
+	default:
+		return field
+	}
 }

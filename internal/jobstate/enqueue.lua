@@ -98,7 +98,7 @@ for a = 6, #ARGV, 12 do
           cv_group_wait(gp, grp, id)
           out[#out + 1] = CV_OK; out[#out + 1] = ''
         elseif run_at <= now then
-          local e = cv_xadd(cv_level_stream(KEYS[1], prio), id, payload, md, typ, '1', mr, tmo)
+          local e = cv_xadd(cv_level_stream(KEYS[1], prio), id, payload, md, typ, '1', mr, tmo, lkey)
           f[#f + 1] = 'status'; f[#f + 1] = 'queued'
           f[#f + 1] = 'entry'; f[#f + 1] = e
           out[#out + 1] = CV_OK; out[#out + 1] = e

@@ -5,17 +5,12 @@
 -- ARGV[1] group, ARGV[2] worker (consumer name), ARGV[3] default retention ms (0 keeps only a
 --   tombstone), ARGV[4] wake channel, ARGV[5] the shortest retention (ms) of any finished job,
 --   ARGV[6] the events publish command ('SPUBLISH', 'PUBLISH' or '' for none), ARGV[7] the
---   events channel, then 11 values per item:
---   op, id, entry, attempt, started_at, finished_at, data, extra, sent, payload, slots
+--   events channel, then 10 values per item:
+--   op, id, entry, attempt, started_at, finished_at, data, extra, sent, payload
 -- sent is '1' when the worker sends the job's payload back (a small job with no metadata:
 -- that spares an XRANGE of the entry), '' to read payload and metadata from the entry.
--- slots is '1' when admit.lua admitted the job (its queue has limits): an outcome then gives
--- back the concurrency slots the job holds and wakes their waiters (cv_give_slots); ''
--- spares every job of a queue without limits the read. The slots are read in the fence's HMGET
--- (the hash, not the worker, is the authority: a job put back and admitted again holds the
--- slots of its last admission) and 'limit_slots' is cleared (emptied) in the outcome's own HSET.
--- Whether anyone waits for a slot is read once per call and limit prefix (lp..'ws:'): with
--- nobody waiting, no LPOP, and the call's releases are one SREM per slot set at its end.
+-- An outcome gives back no flow-control slot: a job's slots are its worker's lease's, which the
+-- worker takes back when the handler returns (admit.lua).
 -- ops:
 --   start   the attempt began (status in_progress); the entry stays pending
 --   done    data = result
@@ -66,7 +61,6 @@ local function event(status_sp, attempt, id)
   nev = nev + 5
 end
 local drop, out = {}, {CV_OK}
-local slots_batch = {} -- cv_give_slots: whether anyone waits for a slot; the ids to remove
 -- Numbers go to redis.call as strings made once per distinct value: Redis formats a Lua number
 -- with snprintf, a cost per argument, and every job writes its version.
 local vstr = {}
@@ -77,11 +71,11 @@ local function str(n)
 end
 local n_done, n_retried, n_failed, n_refused, n_poison = 0, 0, 0, 0, 0
 local i = 0
-for a = 8, #ARGV, 11 do
+for a = 8, #ARGV, 10 do
   i = i + 1
   local op, id, entry, attempt = ARGV[a], ARGV[a + 1], ARGV[a + 2], ARGV[a + 3]
   local started, finished, data, extra = ARGV[a + 4], ARGV[a + 5], ARGV[a + 6], ARGV[a + 7]
-  local sent, payload, slots = ARGV[a + 8] == '1', ARGV[a + 9], ARGV[a + 10] == '1'
+  local sent, payload = ARGV[a + 8] == '1', ARGV[a + 9]
   local jobkey = KEYS[5 + i]
   local code = CV_REFUSED
 
@@ -111,23 +105,15 @@ for a = 8, #ARGV, 11 do
     code = CV_OK
   elseif op == 'start' or op == 'done' or op == 'retry' or op == 'dead' then
     local h
-    -- h[7] the slots (when slots), then 'watched' (when watching)
-    if slots and watching then
-      h = redis.call('HMGET', jobkey, 'entry', 'status', 'max_retries', 'retention_ms',
-        'version', 'unique', 'limit_slots', 'watched')
-    elseif slots then
-      h = redis.call('HMGET', jobkey, 'entry', 'status', 'max_retries', 'retention_ms',
-        'version', 'unique', 'limit_slots')
-    elseif watching then
+    -- h[7] 'watched' (when watching)
+    if watching then
       h = redis.call('HMGET', jobkey, 'entry', 'status', 'max_retries', 'retention_ms',
         'version', 'unique', 'watched')
     else
       h = redis.call('HMGET', jobkey, 'entry', 'status', 'max_retries', 'retention_ms',
         'version', 'unique')
     end
-    local held = slots and h[7] ~= '' and h[7]
     local watched_f = h[7]
-    if slots then watched_f = h[8] end
     local live = cv_live(h, entry)
     local version = cv_num(h[5], 0) + 1
     if not live then
@@ -147,9 +133,6 @@ for a = 8, #ARGV, 11 do
       local ret_s = h[4] or ARGV[3]
       if ret < min_ret then ret_s = min_ret_s end
       local dies = op == 'dead' or (op == 'retry' and tonumber(attempt) > cv_num(h[3], 0))
-      if held then
-        cv_give_slots(held, id, stream, string.sub(jobkey, 1, #jobkey - #id), finished, slots_batch)
-      end
       if grouped then cv_group_out(jobkey, id, stream, string.sub(jobkey, 1, #jobkey - #id), finished) end
       if h[6] and (op == 'done' or dies) and redis.call('GET', h[6]) == id then
         redis.call('DEL', h[6]) -- the job ends: free its unique key
@@ -162,16 +145,7 @@ for a = 8, #ARGV, 11 do
         -- The common case, spelled out: one HSET with its arguments in place (no table to
         -- build and unpack), and no empty fields.
         -- The entry is cleared in the same HSET (empty means none): an HDEL costs a call.
-        if held and data == '' then
-          redis.call('HSET', jobkey, 'status', 'completed', 'attempt', attempt,
-            'started_at', started, 'completed_at', finished, 'worker', worker,
-            'version', str(version), 'payload', payload, 'entry', '', 'limit_slots', '')
-        elseif held then
-          redis.call('HSET', jobkey, 'status', 'completed', 'attempt', attempt,
-            'started_at', started, 'completed_at', finished, 'worker', worker,
-            'version', str(version), 'payload', payload, 'result', data, 'entry', '',
-            'limit_slots', '')
-        elseif data == '' then
+        if data == '' then
           redis.call('HSET', jobkey, 'status', 'completed', 'attempt', attempt,
             'started_at', started, 'completed_at', finished, 'worker', worker,
             'version', str(version), 'payload', payload, 'entry', '')
@@ -191,10 +165,6 @@ for a = 8, #ARGV, 11 do
         local fields = {'attempt', attempt, 'started_at', started, 'worker', worker,
           'version', str(version), 'payload', f['payload'] or '', 'metadata', f['metadata'] or ''}
         local n = #fields
-        if held then
-          fields[n + 1], fields[n + 2] = 'limit_slots', ''
-          n = n + 2
-        end
         if op == 'done' then
           fields[n + 1], fields[n + 2] = 'status', 'completed'
           fields[n + 3], fields[n + 4] = 'result', data
@@ -242,7 +212,6 @@ for a = 8, #ARGV, 11 do
   end
   out[i + 1] = code
 end
-cv_give_slots_end(slots_batch)
 cv_drop(stream, group, drop)
 if n_done > 0 then redis.call('HINCRBY', stats, 'completed', n_done) end
 if n_retried > 0 then redis.call('HINCRBY', stats, 'retried', n_retried) end

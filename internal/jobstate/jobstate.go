@@ -78,7 +78,7 @@ var (
 // WorkerScripts are the scripts a worker runs pipelined, which must be loaded first (a
 // pipelined EVALSHA does not fall back to EVAL by itself).
 func WorkerScripts() []*redis.Script {
-	return []*redis.Script{finishScript, releaseScript, admitScript}
+	return []*redis.Script{finishScript, releaseScript, admitScript, leasesScript}
 }
 
 // IsFinishCall reports whether a command's arguments are an EVALSHA of finish.lua, for tests

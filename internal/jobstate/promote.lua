@@ -29,7 +29,7 @@ local gp = cv_group_prefix(ARGV[2])
 for _, id in ipairs(ids) do
   local jobkey = ARGV[2] .. id
   local h = redis.call('HMGET', jobkey, 'status', 'type', 'payload', 'metadata', 'attempt',
-    'max_retries', 'timeout_ms', 'debounce', 'group', 'priority')
+    'max_retries', 'timeout_ms', 'debounce', 'group', 'priority', 'limit_key')
   if h[1] == 'scheduled' and h[9] and not cv_group_enter(gp, h[9], id) then
     if h[8] and redis.call('GET', h[8]) == id then redis.call('DEL', h[8]) end
     redis.call('HSET', jobkey, 'status', 'queued', 'enqueued_at', now)
@@ -40,7 +40,7 @@ for _, id in ipairs(ids) do
   elseif h[1] == 'scheduled' then
     -- A debounced job's window ends here: the key's next publish starts a new one.
     if h[8] and redis.call('GET', h[8]) == id then redis.call('DEL', h[8]) end
-    local e = cv_xadd(cv_level_stream(KEYS[2], h[10]), id, h[3], h[4], h[2], cv_num(h[5], 0) + 1, h[6], h[7])
+    local e = cv_xadd(cv_level_stream(KEYS[2], h[10]), id, h[3], h[4], h[2], cv_num(h[5], 0) + 1, h[6], h[7], h[11])
     redis.call('HSET', jobkey, 'status', 'queued', 'entry', e, 'enqueued_at', now)
     redis.call('HDEL', jobkey, 'payload', 'metadata')
     redis.call('HINCRBY', jobkey, 'version', 1)

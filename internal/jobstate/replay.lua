@@ -17,7 +17,7 @@ if not redis.call('ZSCORE', KEYS[2], ARGV[2]) then
   return {CV_WRONG_STATE, status}
 end
 local h = redis.call('HMGET', KEYS[3], 'status', 'type', 'payload', 'metadata', 'max_retries',
-  'timeout_ms', 'unique', 'unique_ttl_ms', 'group', 'priority')
+  'timeout_ms', 'unique', 'unique_ttl_ms', 'group', 'priority', 'limit_key')
 if h[1] ~= 'failed' or not h[2] or h[2] == '' then return {CV_NO_TYPE} end
 if h[7] then
   local holder = redis.call('GET', h[7])
@@ -26,7 +26,7 @@ if h[7] then
   redis.call('SET', h[7], ARGV[2], 'PX', h[8] or '86400000')
 end
 if h[9] and cv_group_replay_held(KEYS[3], ARGV[2], h[9], ARGV[1], KEYS[2]) then return {CV_OK, ''} end
-local e = cv_xadd(cv_level_stream(KEYS[1], h[10]), ARGV[2], h[3], h[4], h[2], 1, h[5], h[6])
+local e = cv_xadd(cv_level_stream(KEYS[1], h[10]), ARGV[2], h[3], h[4], h[2], 1, h[5], h[6], h[11])
 redis.call('HSET', KEYS[3], 'status', 'queued', 'entry', e, 'enqueued_at', ARGV[1], 'attempt', 0,
   'run_at', ARGV[1])
 redis.call('HDEL', KEYS[3], 'payload', 'metadata', 'completed_at', 'result')

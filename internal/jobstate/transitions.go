@@ -64,9 +64,6 @@ type Transition struct {
 	// so that finish.lua need not read the entry again (WithPayload).
 	Payload     string
 	PayloadSent bool
-	// Slots says the job was admitted (admit.lua): its outcome gives back the concurrency
-	// slots it holds.
-	Slots bool
 	// Type is the job's type, for log lines only: it is not sent to Redis.
 	Type string
 	// Began (when the worker began handling the attempt) and Note (what else its hooks need
@@ -175,18 +172,15 @@ func FinishCall(cfg FinishConfig, ts []Transition) script.Call {
 	q := ts[0].Queue
 	ks := make([]string, 0, 6+len(ts))
 	ks = append(ks, q.Stream(), q.Scheduled(), q.Dead(), q.Stats(), q.Watching())
-	args := make([]any, 0, 7+11*len(ts))
+	args := make([]any, 0, 7+10*len(ts))
 	args = append(args, keys.Group, cfg.Worker, retentionMS(cfg.Retention), q.Wake(),
 		cfg.MinRetention.Milliseconds(), cfg.Events.Command(), q.Events())
 	for i := range ts {
 		t := &ts[i]
 		ks = append(ks, q.Job(t.ID))
-		sent, data, extra, slots := "", "", "", ""
+		sent, data, extra := "", "", ""
 		if t.PayloadSent {
 			sent = "1"
-		}
-		if t.Slots {
-			slots = "1"
 		}
 		switch t.Op {
 		case OpDone:
@@ -197,7 +191,7 @@ func FinishCall(cfg FinishConfig, ts []Transition) script.Call {
 			data = t.Reason
 		}
 		args = append(args, t.Op.String(), t.ID, t.Entry, strconv.Itoa(t.Attempt), t.started, t.finished,
-			data, extra, sent, t.Payload, slots)
+			data, extra, sent, t.Payload)
 	}
 	ks = append(ks, q.Grouped())
 	return script.Call{Script: finishScript, Keys: ks, Args: args}

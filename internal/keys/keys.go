@@ -88,17 +88,15 @@ const (
 	FieldDebouncePubs  = "debounce_pubs"
 	// FieldLimitKey is the key a job's per-key limits count it under (pipeline.WithLimitKey).
 	FieldLimitKey = "limit_key"
-	// FieldLimitSlots names the concurrency slots a running job holds (admit.lua): the queue's
-	// limit prefix, then each scope instance, newline-joined. Every way the job stops running
-	// gives them back (lib.lua: cv_give_slots in finish.lua, batched per call; cv_release_slots on
-	// the other paths). Empty or absent: it holds none.
+	// FieldLimitSlots names the concurrency slots a running job holds, in jobs admitted before
+	// leases (the queue's limit prefix, then each scope instance, newline-joined): cancel,
+	// release and recovery still give them back (lib.lua: cv_release_slots), so that the jobs of
+	// a worker of an older version leave no slot taken. Admission writes it no more: a job's
+	// slots are its worker's lease's (pipeline's admit.go).
 	FieldLimitSlots = "limit_slots"
 	// FieldLimitWait is the scope instance whose concurrency slot a deferred job waits for
 	// (it is then scheduled, out of the scheduled set, in that instance's wait list).
 	FieldLimitWait = "limit_wait"
-	// FieldAdmittedAt is when (Redis's clock, unix ms) admit.lua last let the job of a limited
-	// scope start.
-	FieldAdmittedAt = "admitted_at"
 	// FieldPriority is a job's priority level within its queue (pipeline.WithPriority), 2 to
 	// MaxPriority; absent means 1, the first served, which is also every job published without
 	// one. The level picks the stream that carries the job (Queue.LevelStream).
@@ -126,6 +124,10 @@ const (
 	// two more strings for every reader of every entry to parse, and more work for XADD and
 	// XREADGROUP in Redis (docs/BENCHMARKS.md, "What each change bought").
 	EntryJob = "conveyor"
+	// EntryLimitKey is the job's limit key (pipeline.WithLimitKey), after the other fields and
+	// only in the entries of jobs that have one: a worker holds the job to its per-key limits
+	// from the entry alone, without reading the job's hash.
+	EntryLimitKey = "limit_key"
 )
 
 // FormatEntryJob is the value of a stream entry's EntryJob field: "<attempt> <max_retries>

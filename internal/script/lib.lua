@@ -35,7 +35,15 @@ end
 -- Appends the stream entry that carries job `id` and returns the entry's id. Every entry has the
 -- same fields in the same order (Redis then stores the names once per listpack node); the
 -- 'conveyor' field packs "<attempt> <max_retries> <timeout_ms> <type>" (keys.FormatEntryJob).
-local function cv_xadd(stream, id, payload, metadata, typ, attempt, max_retries, timeout_ms)
+-- A job with a limit key (pipeline.WithLimitKey) also carries it, last ('limit_key'), so that
+-- a worker holds it to its per-key limits from the entry alone (admission reads no hash).
+local function cv_xadd(stream, id, payload, metadata, typ, attempt, max_retries, timeout_ms, lkey)
+  if lkey and lkey ~= '' then
+    return redis.call('XADD', stream, '*',
+      '_watermill_message_uuid', id, 'payload', payload or '', 'metadata', metadata or '',
+      'conveyor', attempt .. ' ' .. (max_retries or 0) .. ' ' .. (timeout_ms or 0) .. ' ' .. (typ or ''),
+      'limit_key', lkey)
+  end
   return redis.call('XADD', stream, '*',
     '_watermill_message_uuid', id, 'payload', payload or '', 'metadata', metadata or '',
     'conveyor', attempt .. ' ' .. (max_retries or 0) .. ' ' .. (timeout_ms or 0) .. ' ' .. (typ or ''))
@@ -229,7 +237,7 @@ local function cv_replace(stream, group, jobkey, id, old, f, next_attempt, attem
     typ, max_retries, timeout_ms = h[1], h[2], h[3]
   end
   local e = cv_xadd(stream, id, f['payload'], f['metadata'], typ, next_attempt,
-    max_retries, timeout_ms)
+    max_retries, timeout_ms, f['limit_key'])
   redis.call('HSET', jobkey, 'status', 'queued', 'entry', e, 'enqueued_at', now,
     'attempt', attempt)
   if reason then redis.call('HSET', jobkey, 'last_error', reason) end
@@ -239,26 +247,79 @@ local function cv_replace(stream, group, jobkey, id, old, f, next_attempt, attem
   return e
 end
 
--- Flow-control limits (internal/jobstate/limits.go; admit.lua admits, these give back). A
--- limit's state lives under the queue's limit prefix lp (keys.Queue.LimitPrefix), per scope
--- instance inst ('q', 'qk:<key>', 't:<type>', 'tk:<type> <key>': a type has no space):
---   lp..'c:'..inst  the set of the ids of the jobs holding one of its concurrency slots
+-- Flow-control limits (internal/jobstate/limits.go; admit.lua leases and admits, leases.lua
+-- gives back). A limit's state lives under the queue's limit prefix lp (keys.Queue.LimitPrefix),
+-- per scope instance inst ('q', 'qk:<key>', 't:<type>', 'tk:<type> <key>': a type has no space):
+--   lp..'c:'..inst  its concurrency slots taken: '<holder>#<n>' names leased by workers (and,
+--                   from before leases, the ids of jobs that name it in 'limit_slots')
 --   lp..'w:'..inst  the list of the ids of the jobs waiting for one, first come first woken
 --   lp..'r:'..inst  its rate's GCRA theoretical arrival time (unix us)
 --   lp..'h:'..inst  the latest due time (unix us) handed to a job its rate deferred
 --   lp..'ws:'       the set of the instances that have waiting jobs
--- A job holding slots names them in its hash field 'limit_slots' (lp, then each instance,
--- '\n'-joined: keys have no control character); a waiting job is 'scheduled', out of the
--- scheduled set, with 'limit_wait' naming the instance it waits for.
+--   lp..'hz:'       the holders (worker sessions) with a lease, scored by when it runs out
+--   lp..'hs:'..h    the instances holder h has taken slots of
+-- A waiting job is 'scheduled', out of the scheduled set, with 'limit_wait' naming the instance
+-- it waits for.
+
+-- The limits of a limits hash, by scope field: {rate, interval (us), T (us per job), conc}
+-- (jobstate.LimitConfig's JSON names, read as fields: rate, interval_ms, concurrency). A field
+-- that does not decode, or sets nothing, is no limit.
+local function cv_read_limits(key)
+  local limits = {}
+  local flat = redis.call('HGETALL', key)
+  for i = 1, #flat, 2 do
+    local ok, c = pcall(cjson.decode, flat[i + 1])
+    if ok and type(c) == 'table' then
+      local l = {rate = tonumber(c.rate) or 0, interval = (tonumber(c.interval_ms) or 0) * 1000,
+        conc = tonumber(c.concurrency) or 0}
+      if l.rate > 0 and l.interval > 0 then l.T = l.interval / l.rate else l.rate = 0 end
+      if l.rate > 0 or l.conc > 0 then limits[flat[i]] = l end
+    end
+  end
+  return limits
+end
+
+-- The scope field (the limits hash's) of instance inst.
+local function cv_limit_field(inst)
+  local b = string.byte(inst, 2)
+  if b == 107 then -- 'qk:<key>', 'tk:<type> <key>'
+    if string.byte(inst, 1) == 113 then return 'qk' end
+    local sp = string.find(inst, ' ', 4, true)
+    if sp then return string.sub(inst, 1, sp - 1) end
+  end
+  return inst -- 'q', 't:<type>'
+end
+
+-- The scopes that hold a job of type typ and limit key key ('' for none), as {instance, limit}
+-- pairs, made once per distinct type and key in a call (cache is the call's table).
+local function cv_limit_scopes(limits, typ, key, cache)
+  local ck = typ
+  if key ~= '' then ck = typ .. ' ' .. key end -- a type has no space
+  local sc = cache[ck]
+  if sc then return sc end
+  sc = {}
+  local function add(field, inst)
+    local l = limits[field]
+    if l then sc[#sc + 1] = {inst, l} end
+  end
+  add('q', 'q')
+  add('t:' .. typ, 't:' .. typ)
+  if key ~= '' then
+    add('qk', 'qk:' .. key)
+    add('tk:' .. typ, 'tk:' .. typ .. ' ' .. key)
+  end
+  cache[ck] = sc
+  return sc
+end
 
 -- Moves a waiting job back into the stream as promote.lua moves a due one: the new entry starts
 -- attempt + 1, the same attempt the job was deferred from (a deferral is no attempt). Returns
 -- whether the job was still waiting for inst.
 local function cv_requeue(stream, jobkey, id, inst, now)
   local h = redis.call('HMGET', jobkey, 'limit_wait', 'type', 'payload', 'metadata', 'attempt',
-    'max_retries', 'timeout_ms', 'priority', 'status')
+    'max_retries', 'timeout_ms', 'priority', 'status', 'limit_key')
   if h[9] ~= 'scheduled' or h[1] ~= inst then return false end
-  local e = cv_xadd(cv_level_stream(stream, h[8]), id, h[3], h[4], h[2], cv_num(h[5], 0) + 1, h[6], h[7])
+  local e = cv_xadd(cv_level_stream(stream, h[8]), id, h[3], h[4], h[2], cv_num(h[5], 0) + 1, h[6], h[7], h[10])
   redis.call('HSET', jobkey, 'status', 'queued', 'entry', e, 'enqueued_at', now)
   redis.call('HDEL', jobkey, 'payload', 'metadata', 'limit_wait')
   redis.call('HINCRBY', jobkey, 'version', 1)
@@ -286,83 +347,72 @@ local function cv_wake(lp, inst, stream, jprefix, now)
   end
 end
 
--- Gives back the slots named by held (a 'limit_slots' value, read by the caller, who also clears
--- the field: finish.lua reads it in its fence's HMGET and clears it in its HSET) and wakes one
--- waiting job for each slot freed. batch, when given, is a table the caller makes for one script
--- call ({}) and hands to cv_give_slots_end before the call returns: it remembers, per limit
--- prefix, whether any instance has waiting jobs (lp..'ws:' exists, read once), and while none
--- has, the ids to take out of each slot set are gathered and removed with one SREM per set at
--- the end (nobody is woken, so no SREM's answer is needed). Only a script that adds no waiter
--- and reads no slot set between the two may pass one (admit.lua adds waiters and releases none).
-local function cv_give_slots(held, id, stream, jprefix, now, batch)
-  local p = batch and batch.parsed and batch.parsed[held]
-  if not p then
-    p = {}
-    local lp = nil
-    for part in string.gmatch(held, '[^\n]+') do
-      if not lp then lp = part else p[#p + 1] = part end
-    end
-    p.lp = lp
-    if batch then
-      if not batch.parsed then
-        batch.parsed, batch.none, batch.ids, batch.sets = {}, {}, {}, {}
-      end
-      local none = batch.none[lp]
-      if none == nil then
-        none = redis.call('EXISTS', lp .. 'ws:') == 0
-        batch.none[lp] = none
-      end
-      if none then
-        -- Nobody to wake: p names the id lists of its sets instead of its instances.
-        for k, inst in ipairs(p) do
-          local set = lp .. 'c:' .. inst
-          local ids = batch.ids[set]
-          if not ids then
-            ids = {}
-            batch.ids[set] = ids
-            batch.sets[#batch.sets + 1] = set
-          end
-          p[k] = ids
-        end
-        p.gather = true
-      end
-      batch.parsed[held] = p
+-- Takes holder's slot names out of inst's slot set, those numbered in nums (a Lua array of
+-- strings), or all of them when nums is nil, and wakes one waiting job for each slot freed.
+-- Returns how many were freed.
+local function cv_give_names(lp, inst, holder, nums, stream, jprefix, now)
+  local set = lp .. 'c:' .. inst
+  local names = {}
+  if nums then
+    for k = 1, #nums do names[k] = holder .. '#' .. nums[k] end
+  else
+    local pat = string.gsub(holder, '[%*%?%[%]\\]', '\\%0') .. '#*'
+    local cursor = '0'
+    repeat
+      local r = redis.call('SSCAN', set, cursor, 'MATCH', pat, 'COUNT', 1000)
+      cursor = r[1]
+      for _, m in ipairs(r[2]) do names[#names + 1] = m end
+    until cursor == '0'
+  end
+  local freed = 0
+  for a = 1, #names, 1000 do
+    freed = freed + redis.call('SREM', set, unpack(names, a, math.min(a + 999, #names)))
+  end
+  if freed > 0 and redis.call('EXISTS', lp .. 'w:' .. inst) == 1 then
+    for _ = 1, freed do
+      if not cv_wake(lp, inst, stream, jprefix, now) then break end
     end
   end
-  if p.gather then
-    for k = 1, #p do
-      local ids = p[k]
-      ids[#ids + 1] = id
-    end
-    return
+  return freed
+end
+
+-- Gives back every slot of holder h and forgets the instances it had slots of.
+local function cv_reap_holder(lp, h, stream, jprefix, now)
+  local hs = lp .. 'hs:' .. h
+  for _, inst in ipairs(redis.call('SMEMBERS', hs)) do
+    cv_give_names(lp, inst, h, nil, stream, jprefix, now)
   end
-  local lp = p.lp
-  for k = 1, #p do
-    if redis.call('SREM', lp .. 'c:' .. p[k], id) == 1 then
-      cv_wake(lp, p[k], stream, jprefix, now)
-    end
+  redis.call('DEL', hs)
+end
+
+-- Gives back every slot of the holders whose lease ran out by now_ms (a worker that died, or
+-- lost Redis for longer than its lease), a few holders a call, and wakes the jobs waiting for
+-- them. Their jobs come back through recovery.
+local function cv_reap_holders(lp, stream, jprefix, now_ms, now)
+  local hz = lp .. 'hz:'
+  for _, h in ipairs(redis.call('ZRANGEBYSCORE', hz, '-inf', now_ms, 'LIMIT', 0, 8)) do
+    cv_reap_holder(lp, h, stream, jprefix, now)
+    redis.call('ZREM', hz, h)
   end
 end
 
--- Removes the ids cv_give_slots gathered in batch (see there).
-local function cv_give_slots_end(batch)
-  if not batch.sets then return end
-  for _, set in ipairs(batch.sets) do
-    local ids = batch.ids[set]
-    for a = 1, #ids, 1000 do
-      redis.call('SREM', set, unpack(ids, a, math.min(a + 999, #ids)))
-    end
-  end
-end
-
--- Gives back the concurrency slots job id holds (its 'limit_slots' field) and wakes one waiting
--- job for each slot freed. Every way a job that was admitted stops running comes here (finish.lua's
--- outcomes through cv_give_slots, cancel, release, recover), so a slot is held exactly while its
--- job runs. jprefix is the job key prefix.
+-- Gives back the concurrency slots a job admitted before leases holds (its 'limit_slots'
+-- field: lp, then each instance, '\n'-joined; the slot set's member is the job's id) and wakes
+-- one waiting job for each slot freed. Cancel, release and recovery call it, so that the jobs
+-- of a worker of an older version leave no slot taken; a job admitted from a lease holds none
+-- in its hash (its slots are its worker's), and this costs it one HGET. jprefix is the job key
+-- prefix.
 local function cv_release_slots(jobkey, id, stream, jprefix, now)
   local held = redis.call('HGET', jobkey, 'limit_slots')
   if not held or held == '' then return end
-  cv_give_slots(held, id, stream, jprefix, now, nil)
+  local lp = nil
+  for inst in string.gmatch(held, '[^\n]+') do
+    if not lp then
+      lp = inst
+    elseif redis.call('SREM', lp .. 'c:' .. inst, id) == 1 then
+      cv_wake(lp, inst, stream, jprefix, now)
+    end
+  end
   redis.call('HDEL', jobkey, 'limit_slots')
 end
 
@@ -422,10 +472,10 @@ end
 -- the entry starts attempt + 1. Returns false, moving nothing, when the job no longer waits.
 local function cv_group_start(stream, jobkey, id, now)
   local h = redis.call('HMGET', jobkey, 'status', 'entry', 'type', 'payload', 'metadata',
-    'attempt', 'max_retries', 'timeout_ms', 'priority')
+    'attempt', 'max_retries', 'timeout_ms', 'priority', 'limit_key')
   if h[1] ~= 'queued' or (h[2] and h[2] ~= '') then return false end
   local e = cv_xadd(cv_level_stream(stream, h[9]), id, h[4], h[5], h[3], cv_num(h[6], 0) + 1,
-    h[7], h[8])
+    h[7], h[8], h[10])
   redis.call('HSET', jobkey, 'entry', e, 'enqueued_at', now)
   redis.call('HDEL', jobkey, 'payload', 'metadata')
   redis.call('HINCRBY', jobkey, 'version', 1)

@@ -87,6 +87,12 @@ func stopReverse(services []Service) {
 // Every calls f every d until ctx ends: the body of a Loop whose work is a periodic check
 // (pipeline's limits and levels watchers). The first call is d after the start.
 func Every(ctx context.Context, d time.Duration, f func(ctx context.Context)) {
+	EveryOr(ctx, d, nil, f)
+}
+
+// EveryOr is Every that also calls f at once whenever kick delivers (pipeline's lease keeper,
+// kicked when a slot should go back now); a nil kick never does.
+func EveryOr(ctx context.Context, d time.Duration, kick <-chan struct{}, f func(ctx context.Context)) {
 	t := time.NewTicker(d)
 	defer t.Stop()
 	for {
@@ -94,7 +100,8 @@ func Every(ctx context.Context, d time.Duration, f func(ctx context.Context)) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-			f(ctx)
+		case <-kick:
 		}
+		f(ctx)
 	}
 }

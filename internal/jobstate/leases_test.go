@@ -1,0 +1,235 @@
+package jobstate_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+
+	"github.com/conveyorq/conveyor/internal/jobstate"
+	"github.com/conveyorq/conveyor/internal/keys"
+	"github.com/conveyorq/conveyor/internal/redistest"
+	"github.com/conveyorq/conveyor/internal/script"
+)
+
+// leaseQueue is a queue with limits and jobs read by a consumer, for admit.lua and leases.lua.
+type leaseQueue struct {
+	t   *testing.T
+	rdb redis.UniversalClient
+	q   keys.Queue
+}
+
+func newLeaseQueue(t *testing.T, limits ...jobstate.Limit) *leaseQueue {
+	t.Helper()
+	lq := &leaseQueue{t: t, rdb: redistest.Client(t), q: keys.New(keys.DefaultPrefix, redistest.UniqueName(t))}
+	ctx := t.Context()
+	require.NoError(t, lq.rdb.XGroupCreateMkStream(ctx, lq.q.Stream(), keys.Group, "0").Err())
+	for _, l := range limits {
+		require.NoError(t, jobstate.SetLimit(ctx, lq.rdb, lq.q, l, time.Now()))
+	}
+	return lq
+}
+
+// read publishes jobs with ids (limit key key) and reads them as consumer c: the items to admit.
+func (lq *leaseQueue) read(key string, ids ...string) []jobstate.AdmitItem {
+	lq.t.Helper()
+	ctx := lq.t.Context()
+	now := time.Now()
+	jobs := make([]jobstate.NewJob, len(ids))
+	for k, id := range ids {
+		jobs[k] = jobstate.NewJob{ID: id, Type: "t", RunAt: now, ChosenID: true, LimitKey: key}
+	}
+	c := jobstate.EnqueueCall(lq.q, now, jobs)
+	_, err := jobstate.EnqueueReply(c.Script.Run(ctx, lq.rdb, c.Keys, c.Args...), len(jobs))
+	require.NoError(lq.t, err)
+	res, err := lq.rdb.XReadGroup(ctx, &redis.XReadGroupArgs{Group: keys.Group, Consumer: "c",
+		Streams: []string{lq.q.Stream(), ">"}, Count: int64(len(ids))}).Result()
+	require.NoError(lq.t, err)
+	items := make([]jobstate.AdmitItem, 0, len(ids))
+	for _, m := range res[0].Messages {
+		k, _ := m.Values[keys.EntryLimitKey].(string)
+		require.Equal(lq.t, key, k, "the entry carries the limit key")
+		items = append(items, jobstate.AdmitItem{ID: m.Values[keys.EntryUUID].(string), Entry: m.ID, Type: "t",
+			Attempt: 1, LimitKey: k})
+	}
+	return items
+}
+
+func (lq *leaseQueue) admit(h jobstate.Holder, reqs []jobstate.LeaseRequest, items []jobstate.AdmitItem) jobstate.AdmitResult {
+	lq.t.Helper()
+	c := jobstate.AdmitCall(&lq.q, h, reqs, items)
+	res, err := jobstate.AdmitReply(c.Script.Run(lq.t.Context(), lq.rdb, c.Keys, c.Args...), len(reqs), len(items))
+	require.NoError(lq.t, err)
+	return res
+}
+
+func (lq *leaseQueue) keep(h jobstate.Holder, end bool, rets ...jobstate.LeaseReturn) (lost bool, waiting []string) {
+	lq.t.Helper()
+	c := jobstate.LeasesCall(&lq.q, h, end, rets)
+	lost, waiting, err := jobstate.LeasesReply(c.Script.Run(lq.t.Context(), lq.rdb, c.Keys, c.Args...))
+	require.NoError(lq.t, err)
+	return lost, waiting
+}
+
+func (lq *leaseQueue) taken(inst string) int64 {
+	lq.t.Helper()
+	n, err := lq.rdb.SCard(lq.t.Context(), lq.q.LimitPrefix()+"c:"+inst).Result()
+	require.NoError(lq.t, err)
+	return n
+}
+
+func (lq *leaseQueue) status(id string) string {
+	lq.t.Helper()
+	return lq.rdb.HGet(lq.t.Context(), lq.q.Job(id), keys.FieldStatus).Val()
+}
+
+// A lease grants slot numbers by name, up to the limit, in the order asked; asking for the
+// same names again (a call repeated after a lost reply) counts nothing twice; jobs are granted
+// from what the call set aside and granted, and the rest wait for a slot.
+func TestLeaseGrantsByName(t *testing.T) {
+	t.Parallel()
+	lq := newLeaseQueue(t, jobstate.Limit{Concurrency: 2})
+	a := jobstate.Holder{Name: "a/1", Lease: time.Minute}
+	res := lq.admit(a, []jobstate.LeaseRequest{{Inst: "q", Names: []int{0, 1, 2}}}, nil)
+	require.False(t, res.Lost)
+	require.Equal(t, []jobstate.LeaseGrant{{Names: 2}}, res.Grants)
+	require.EqualValues(t, 2, lq.taken("q"))
+	a.Known = true
+	res = lq.admit(a, []jobstate.LeaseRequest{{Inst: "q", Names: []int{0, 1}}}, nil)
+	require.EqualValues(t, 2, lq.taken("q"), "the same names again take nothing more")
+
+	// Two jobs on the two slots the worker holds, a third over the limit: it waits.
+	items := lq.read("", "j1", "j2", "j3")
+	res = lq.admit(a, []jobstate.LeaseRequest{{Inst: "q", SlotsAside: 2, Names: []int{2}}}, items)
+	require.Equal(t, []jobstate.LeaseGrant{{Names: 0, Waiting: true}}, res.Grants)
+	require.Equal(t, []script.Code{script.OK, script.OK, script.Deferred}, codes(res.Jobs))
+	require.True(t, res.Jobs[2].Due.IsZero(), "waiting for a slot, not for a time")
+	require.Equal(t, "scheduled", lq.status("j3"))
+	require.Equal(t, "queued", lq.status("j1"), "a granted job's hash is not touched")
+	// The holder learns that a job waits, and giving a slot back wakes it into the stream.
+	_, waiting := lq.keep(a, false)
+	require.Equal(t, []string{"q"}, waiting)
+	lq.keep(a, false, jobstate.LeaseReturn{Inst: "q", Names: []int{1}})
+	require.EqualValues(t, 1, lq.taken("q"))
+	require.Equal(t, "queued", lq.status("j3"))
+	_, waiting = lq.keep(a, false)
+	require.Empty(t, waiting)
+}
+
+func codes(as []jobstate.Admission) []script.Code {
+	out := make([]script.Code, len(as))
+	for k, a := range as {
+		out[k] = a.Code
+	}
+	return out
+}
+
+// A holder whose lease ran out (a dead worker) loses its slots to the next call that needs
+// them, which takes them back and grants them; the holder, if it comes back, is told.
+func TestLeaseOfADeadHolderIsTakenBack(t *testing.T) {
+	t.Parallel()
+	lq := newLeaseQueue(t, jobstate.Limit{Concurrency: 1}, jobstate.Limit{PerKey: true, Concurrency: 1})
+	dead := jobstate.Holder{Name: "dead/1", Lease: time.Millisecond}
+	res := lq.admit(dead, []jobstate.LeaseRequest{{Inst: "q", Names: []int{0}}, {Inst: "qk:k", Names: []int{0}}}, nil)
+	require.Equal(t, []jobstate.LeaseGrant{{Names: 1}, {Names: 1}}, res.Grants)
+	// Its lease runs out by Redis's clock.
+	hz := lq.q.LimitPrefix() + "hz:"
+	require.Eventually(t, func() bool {
+		score := lq.rdb.ZScore(t.Context(), hz, dead.Name).Val()
+		now, err := lq.rdb.Time(t.Context()).Result()
+		return err == nil && score < float64(now.UnixMilli())
+	}, 5*time.Second, time.Millisecond)
+
+	live := jobstate.Holder{Name: "live/1", Lease: time.Minute}
+	items := lq.read("k", "j1")
+	res = lq.admit(live, []jobstate.LeaseRequest{{Inst: "q", Names: []int{0}}, {Inst: "qk:k", Names: []int{0}}}, items)
+	require.Equal(t, []jobstate.LeaseGrant{{Names: 1}, {Names: 1}}, res.Grants, "the dead holder's slots taken back")
+	require.Equal(t, []script.Code{script.OK}, codes(res.Jobs))
+	members := lq.rdb.SMembers(t.Context(), lq.q.LimitPrefix()+"c:qk:k").Val()
+	require.Equal(t, []string{"live/1#0"}, members)
+	require.Zero(t, lq.rdb.Exists(t.Context(), lq.q.LimitPrefix()+"hs:"+dead.Name).Val())
+
+	dead.Known = true
+	lost, _ := lq.keep(dead, false)
+	require.True(t, lost, "a holder whose lease was taken back is told")
+}
+
+// Rate tokens are leased as far as the GCRA allows; a job the tokens do not cover is deferred
+// to when the rate frees; tokens given back make room again.
+func TestLeaseTokens(t *testing.T) {
+	t.Parallel()
+	lq := newLeaseQueue(t, jobstate.Limit{Rate: 5, Interval: time.Hour})
+	a := jobstate.Holder{Name: "a/1", Lease: time.Minute}
+	res := lq.admit(a, []jobstate.LeaseRequest{{Inst: "q", Tokens: 8}}, nil)
+	require.Equal(t, []jobstate.LeaseGrant{{Tokens: 5}}, res.Grants, "a burst of the rate")
+	a.Known = true
+	b := jobstate.Holder{Name: "b/1", Lease: time.Minute}
+	items := lq.read("", "j1")
+	res = lq.admit(b, []jobstate.LeaseRequest{{Inst: "q", Tokens: 1}}, items)
+	require.Equal(t, []jobstate.LeaseGrant{{}}, res.Grants)
+	require.Equal(t, []script.Code{script.Deferred}, codes(res.Jobs))
+	require.WithinDuration(t, time.Now().Add(12*time.Minute), res.Jobs[0].Due, time.Minute,
+		"due when the rate frees: one T (12 min) on")
+	lq.keep(a, false, jobstate.LeaseReturn{Inst: "q", Tokens: 3})
+	res = lq.admit(b, []jobstate.LeaseRequest{{Inst: "q", Tokens: 5}}, nil)
+	require.Equal(t, []jobstate.LeaseGrant{{Tokens: 3}}, res.Grants, "the three given back")
+}
+
+// A holder that ends gives back every slot it holds, in every instance, and its lease record
+// goes.
+func TestLeaseEnd(t *testing.T) {
+	t.Parallel()
+	lq := newLeaseQueue(t, jobstate.Limit{Concurrency: 5}, jobstate.Limit{Type: "t", Concurrency: 5})
+	a := jobstate.Holder{Name: "a/1", Lease: time.Minute}
+	lq.admit(a, []jobstate.LeaseRequest{{Inst: "q", Names: []int{0, 1, 2}}, {Inst: "t:t", Names: []int{0, 1}}}, nil)
+	require.EqualValues(t, 3, lq.taken("q"))
+	require.EqualValues(t, 2, lq.taken("t:t"))
+	a.Known = true
+	lost, _ := lq.keep(a, true)
+	require.False(t, lost)
+	require.Zero(t, lq.taken("q"))
+	require.Zero(t, lq.taken("t:t"))
+	ctx := context.Background()
+	require.Zero(t, lq.rdb.Exists(ctx, lq.q.LimitPrefix()+"hs:"+a.Name, lq.q.LimitPrefix()+"hz:").Val())
+}
+
+// A job admitted before leases names its slots in its hash ('limit_slots', the job's id in the
+// slot set): releasing it (a worker of an older version putting it back) still gives them back
+// and wakes the job waiting for one.
+func TestReleaseGivesBackSlotsOfJobsAdmittedBeforeLeases(t *testing.T) {
+	t.Parallel()
+	lq := newLeaseQueue(t, jobstate.Limit{Concurrency: 1})
+	ctx := t.Context()
+	items := lq.read("", "old", "waiting")
+	lp := lq.q.LimitPrefix()
+	require.NoError(t, lq.rdb.SAdd(ctx, lp+"c:q", "old").Err())
+	require.NoError(t, lq.rdb.HSet(ctx, lq.q.Job("old"), keys.FieldLimitSlots, lp+"\nq").Err())
+	// The second job waits for the slot the old one holds.
+	res := lq.admit(jobstate.Holder{Name: "a/1", Lease: time.Minute}, []jobstate.LeaseRequest{{Inst: "q", Names: []int{0}}}, items[1:])
+	require.Equal(t, []script.Code{script.Deferred}, codes(res.Jobs))
+	_, err := jobstate.Release(ctx, lq.rdb, lq.q, time.Now(), []string{items[0].Entry})
+	require.NoError(t, err)
+	require.Zero(t, lq.taken("q"))
+	require.Empty(t, lq.rdb.HGet(ctx, lq.q.Job("old"), keys.FieldLimitSlots).Val())
+	require.Equal(t, "queued", lq.status("waiting"), "woken by the slot given back")
+}
+
+// A holder done with an instance leaves its lease record (so that the record does not grow
+// with every limit key a worker saw), unless one of its names is still there.
+func TestLeaseForget(t *testing.T) {
+	t.Parallel()
+	lq := newLeaseQueue(t, jobstate.Limit{PerKey: true, Concurrency: 5})
+	a := jobstate.Holder{Name: "a/1", Lease: time.Minute}
+	lq.admit(a, []jobstate.LeaseRequest{{Inst: "qk:x", Names: []int{0, 1}}, {Inst: "qk:y", Names: []int{0}}}, nil)
+	a.Known = true
+	hs := lq.q.LimitPrefix() + "hs:" + a.Name
+	require.ElementsMatch(t, []string{"qk:x", "qk:y"}, lq.rdb.SMembers(t.Context(), hs).Val())
+	// x: one name given back, the other still held: it stays. y: all back: it goes.
+	lq.keep(a, false, jobstate.LeaseReturn{Inst: "qk:x", Names: []int{0}, Forget: true},
+		jobstate.LeaseReturn{Inst: "qk:y", Names: []int{0}, Forget: true})
+	require.Equal(t, []string{"qk:x"}, lq.rdb.SMembers(t.Context(), hs).Val())
+	require.EqualValues(t, 1, lq.taken("qk:x"))
+	require.Zero(t, lq.taken("qk:y"))
+}
