@@ -51,11 +51,26 @@ func Parse(spec string) (Spec, error) {
 	if !strings.HasPrefix(spec, "CRON_TZ=") && !strings.HasPrefix(spec, "TZ=") {
 		spec = "CRON_TZ=UTC " + spec
 	}
-	s, err := parser.Parse(spec)
+	s, err := parseCron(spec)
 	if err != nil {
 		return Spec{}, fmt.Errorf("spec %q: %w", spec, err)
 	}
+	if _, ok := s.(cron.ConstantDelaySchedule); ok {
+		// "CRON_TZ=... @every 1s": robfig's @every, which counts from when it is asked.
+		return Spec{}, fmt.Errorf("spec %q: @every takes no time zone", spec)
+	}
 	return Spec{cron: s}, nil
+}
+
+// parseCron is robfig's Parse, which panics on some input (a "TZ=" with nothing after it,
+// found by FuzzParse): specs come from the HTTP API.
+func parseCron(spec string) (s cron.Schedule, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			s, err = nil, fmt.Errorf("unreadable spec: %v", r)
+		}
+	}()
+	return parser.Parse(spec)
 }
 
 // Next is the first tick strictly after t, or the zero time when there is none (a cron spec

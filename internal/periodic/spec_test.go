@@ -41,7 +41,7 @@ func TestParseNext(t *testing.T) {
 		}
 	}
 	for _, bad := range []string{"", "@every", "@every 0s", "@every 1500ms", "@every -1s", "@every x", "* * *",
-		"61 * * * *", "CRON_TZ=Nowhere/Land * * * * *", "@yearlyish"} {
+		"61 * * * *", "CRON_TZ=Nowhere/Land * * * * *", "@yearlyish", "TZ=", "CRON_TZ=UTC @every 1s"} {
 		if _, err := Parse(bad); err == nil {
 			t.Errorf("Parse(%q) accepted", bad)
 		}
