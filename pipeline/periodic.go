@@ -96,6 +96,17 @@ type Schedule struct {
 	NextRunAt time.Time
 }
 
+// ParseSpec checks a schedule's spec (Periodic.Spec) and returns its next tick after now, or
+// the error, wrapping ErrInvalid, of a spec that cannot be read. A spec with no tick within
+// five years (30 February) answers the zero time.
+func ParseSpec(spec string) (time.Time, error) {
+	s, err := periodic.Parse(spec)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
+	return s.Next(time.Now()), nil
+}
+
 func (p Periodic) def() periodic.Def {
 	return periodic.Def{Name: p.Name, Spec: p.Spec, Queue: p.Queue, Type: p.Type, Payload: p.Payload, Missed: string(p.Missed)}
 }
@@ -137,9 +148,9 @@ func scheduleOf(s periodic.Schedule) Schedule {
 	return out
 }
 
-func notFound(err error) error {
+func notFound(err error, name string) error {
 	if errors.Is(err, periodic.ErrNotFound) {
-		return fmt.Errorf("%w: %w", ErrScheduleNotFound, err)
+		return fmt.Errorf("%w: %q", ErrScheduleNotFound, name)
 	}
 	return err
 }
@@ -176,7 +187,7 @@ func (i *Inspector) GetSchedule(ctx context.Context, name string) (*Schedule, er
 	}
 	s, err := periodic.NewStore(i.rdb, i.cfg.Prefix).Get(ctx, name)
 	if err != nil {
-		return nil, notFound(err)
+		return nil, notFound(err, name)
 	}
 	out := scheduleOf(s)
 	return &out, nil
@@ -189,7 +200,7 @@ func (i *Inspector) DeleteSchedule(ctx context.Context, name string) error {
 	if err := keys.ValidateSchedule(name); err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
-	return notFound(periodic.NewStore(i.rdb, i.cfg.Prefix).Delete(ctx, name))
+	return notFound(periodic.NewStore(i.rdb, i.cfg.Prefix).Delete(ctx, name), name)
 }
 
 // PauseSchedule stops schedule name's ticks until ResumeSchedule; a worker registering the
@@ -198,7 +209,7 @@ func (i *Inspector) PauseSchedule(ctx context.Context, name string) error {
 	if err := keys.ValidateSchedule(name); err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
-	return notFound(periodic.NewStore(i.rdb, i.cfg.Prefix).Pause(ctx, name))
+	return notFound(periodic.NewStore(i.rdb, i.cfg.Prefix).Pause(ctx, name), name)
 }
 
 // ResumeSchedule undoes PauseSchedule. The ticks of the pause are dropped, whatever the
@@ -207,7 +218,7 @@ func (i *Inspector) ResumeSchedule(ctx context.Context, name string) error {
 	if err := keys.ValidateSchedule(name); err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
-	return notFound(periodic.NewStore(i.rdb, i.cfg.Prefix).Resume(ctx, name, i.cfg.Now()))
+	return notFound(periodic.NewStore(i.rdb, i.cfg.Prefix).Resume(ctx, name, i.cfg.Now()), name)
 }
 
 // periodicScheduler is the config's periodic scheduler (internal/periodic) over rdb: it stores
