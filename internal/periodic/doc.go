@@ -20,7 +20,7 @@
 // comes of it, on a partitioned queue too (the id picks the partition). The lock
 // (keys.SchedulesLock) is an efficiency: its holder runs ticks on time, and the others run a
 // tick only once it is Takeover (500 ms) late, so that normally one scheduler writes and a
-// leader's death (SIGKILL; its lock lives on for LockTTL) costs at most about Takeover of
+// leader's death (SIGKILL; its lock lives on for LockTTL, 3 s) costs at most about Takeover of
 // lateness.
 //
 // Last is the guarantee beyond the job's life: a tick at or before Last is never enqueued

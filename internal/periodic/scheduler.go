@@ -19,7 +19,7 @@ import (
 
 // Defaults of Config.
 const (
-	DefaultLockTTL  = 5 * time.Second
+	DefaultLockTTL  = 3 * time.Second
 	DefaultTakeover = 500 * time.Millisecond
 	DefaultGrace    = time.Minute
 	DefaultRefresh  = time.Second
@@ -47,7 +47,7 @@ type Config struct {
 	// Register is stored (Store.Put, SourceWorker) at Start: the worker's own schedules.
 	Register []Def
 	// LockTTL is the TTL of the lock whose holder runs ticks on time. Defaults to
-	// DefaultLockTTL. A holder that dies leaves it for up to LockTTL, which Takeover covers.
+	// DefaultLockTTL (3 s). A holder that dies leaves it for up to LockTTL, which Takeover covers.
 	LockTTL time.Duration
 	// Takeover is how late a tick may be before a scheduler that does not hold the lock
 	// enqueues it: a leader's death costs a tick at most about this much lateness, not
@@ -92,6 +92,9 @@ func (c Config) validate() error {
 	}
 	if c.LockTTL < time.Millisecond {
 		errs = append(errs, errors.New("periodic: lock TTL under a millisecond"))
+	}
+	if c.LockTTL <= c.Refresh {
+		errs = append(errs, fmt.Errorf("periodic: lock TTL %s must exceed refresh %s (the holder extends it every pass)", c.LockTTL, c.Refresh))
 	}
 	if c.Grace < c.Takeover {
 		errs = append(errs, fmt.Errorf("periodic: grace %s is shorter than takeover %s", c.Grace, c.Takeover))
