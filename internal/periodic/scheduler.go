@@ -47,7 +47,8 @@ type Config struct {
 	// Register is stored (Store.Put, SourceWorker) at Start: the worker's own schedules.
 	Register []Def
 	// LockTTL is the TTL of the lock whose holder runs ticks on time. Defaults to
-	// DefaultLockTTL (3 s). A holder that dies leaves it for up to LockTTL, which Takeover covers.
+	// DefaultLockTTL (3 s). A holder that dies leaves it for up to LockTTL, which Takeover
+	// covers. The holder extends it every pass, at most Refresh apart: it must exceed Refresh.
 	LockTTL time.Duration
 	// Takeover is how late a tick may be before a scheduler that does not hold the lock
 	// enqueues it: a leader's death costs a tick at most about this much lateness, not
