@@ -123,6 +123,10 @@ type Scheduler struct {
 	lock  *redislock.Lock
 	log   zerolog.Logger
 	loop  service.Loop
+	// failing is the last error of each schedule whose ticks fail (its queue refuses the
+	// job, say), so that it is logged when it begins or changes, not every pass; the loop's
+	// goroutine only.
+	failing map[string]string
 }
 
 // New returns a Scheduler, or the error of an unusable config.
@@ -131,7 +135,7 @@ func New(rdb redis.UniversalClient, cfg Config) (*Scheduler, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	s := &Scheduler{cfg: cfg, rdb: rdb, log: cfg.Logger.With().Str("component", "periodic").Logger()}
+	s := &Scheduler{cfg: cfg, rdb: rdb, log: cfg.Logger.With().Str("component", "periodic").Logger(), failing: map[string]string{}}
 	if rdb != nil {
 		s.store = NewStore(rdb, cfg.Prefix)
 		s.locks = redislock.New(rdb)
@@ -247,7 +251,7 @@ func (s *Scheduler) RunOnce(ctx context.Context) (time.Time, error) {
 		if !due.IsZero() && !now.Before(due.Add(delay)) {
 			var last time.Time
 			last, err = s.tick(ctx, sc, spec, now, read)
-			errs = append(errs, err)
+			s.report(sc.Name, err)
 			due = spec.Next(last)
 		}
 		if !due.IsZero() && due.Add(delay).Before(next) {
@@ -255,6 +259,21 @@ func (s *Scheduler) RunOnce(ctx context.Context) (time.Time, error) {
 		}
 	}
 	return next, errors.Join(errs...)
+}
+
+// report logs a schedule's failed ticks when the failure begins or changes, and its end. One
+// schedule's failure is not the pass's: the others' ticks go on, without the backoff of a
+// failed pass, and the failing one is tried again at the next pass.
+func (s *Scheduler) report(name string, err error) {
+	prev, was := s.failing[name]
+	switch {
+	case err == nil && was:
+		delete(s.failing, name)
+		s.log.Info().Str("schedule", name).Msg("schedule's ticks are enqueued again")
+	case err != nil && err.Error() != prev:
+		s.failing[name] = err.Error()
+		s.log.Error().Err(err).Str("schedule", name).Msg("cannot enqueue a schedule's tick; trying again every pass")
+	}
 }
 
 // tick enqueues sc's due ticks up to now, each followed by the compare-and-set of its Last,

@@ -2,6 +2,7 @@ package periodic
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -224,6 +225,30 @@ func TestSchedulerTicks(t *testing.T) {
 				all, err := b.store.List(ctx)
 				require.NoError(t, err)
 				require.Empty(t, all)
+			})
+
+			t.Run("OneFailingScheduleDoesNotStopTheOthers", func(t *testing.T) {
+				b := setup(t, rdb, at(7000))
+				for _, n := range []string{"bad", "good"} {
+					require.NoError(t, b.store.Put(ctx, Def{Name: n, Spec: "@every 1s", Queue: "q", Type: "t"}, b.clock.Now()))
+				}
+				fail := func(ctx context.Context, d Def, tick time.Time, id string, missed bool) error {
+					if d.Name == "bad" {
+						return errors.New("refused")
+					}
+					return b.jobs.enqueue(ctx, d, tick, id, missed)
+				}
+				s, err := New(rdb, Config{Prefix: b.prefix, Enqueue: fail, Now: b.clock.Now})
+				require.NoError(t, err)
+				t.Cleanup(s.release)
+				b.clock.Set(at(7002))
+				_, err = s.RunOnce(ctx)
+				require.NoError(t, err, "a schedule's failure is not the pass's")
+				require.Equal(t, map[string]int{"cron:good:7001": 1, "cron:good:7002": 1}, b.jobs.ids())
+				require.Contains(t, s.failing, "bad")
+				got, err := b.store.Get(ctx, "bad")
+				require.NoError(t, err)
+				require.Equal(t, at(7000), got.State.Last, "a failed tick is tried again")
 			})
 
 			t.Run("RegisterKeepsStateAndPause", func(t *testing.T) {
