@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"time"
 
 	"github.com/bsm/redislock"
@@ -233,6 +234,11 @@ func (s *Scheduler) RunOnce(ctx context.Context) (time.Time, error) {
 	now := s.cfg.Now()
 	next := now.Add(s.cfg.Refresh)
 	var errs []error
+	for name := range s.failing {
+		if !slices.ContainsFunc(all, func(sc Schedule) bool { return sc.Name == name }) {
+			delete(s.failing, name) // deleted while failing
+		}
+	}
 	for _, sc := range all {
 		if sc.Paused {
 			continue
