@@ -10,6 +10,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
 
 	"github.com/conveyorq/conveyor/internal/keys"
 	"github.com/conveyorq/conveyor/internal/redistest"
@@ -294,4 +295,24 @@ func TestConfigValidate(t *testing.T) {
 		_, err := New(nil, tc.cfg)
 		require.Equal(t, tc.ok, err == nil, "%s: %v", tc.name, err)
 	}
+}
+
+// Stop ends the loop, and gives the lock back: the next scheduler leads at once.
+// Not parallel: goleak would see the goroutines of tests running beside it.
+func TestSchedulerStopLeaksNothing(t *testing.T) {
+	rdb := redistest.Client(t)
+	b := setup(t, rdb, time.Now())
+	before := goleak.IgnoreCurrent()
+	s := b.scheduler(t)
+	require.NoError(t, s.Start(t.Context()))
+	require.Eventually(t, func() bool {
+		n, err := rdb.Exists(t.Context(), keys.SchedulesLock(b.prefix)).Result()
+		return err == nil && n == 1
+	}, 10*time.Second, 5*time.Millisecond, "the lock is taken")
+	s.Stop()
+	s.Stop() // idempotent
+	n, err := rdb.Exists(t.Context(), keys.SchedulesLock(b.prefix)).Result()
+	require.NoError(t, err)
+	require.Zero(t, n, "Stop gives the lock back")
+	goleak.VerifyNone(t, before)
 }
