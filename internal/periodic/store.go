@@ -146,24 +146,24 @@ func (s *Store) Resume(ctx context.Context, name string, now time.Time) error {
 var advanceSrc string
 var advanceScript = redis.NewScript(advanceSrc)
 
-//go:embed resume.lua
-var resumeSrc string
-var resumeScript = redis.NewScript(resumeSrc)
+//go:embed pause.lua
+var pauseSrc string
+var pauseScript = redis.NewScript(pauseSrc)
 
 func (s *Store) setPaused(ctx context.Context, name string, pause bool, now time.Time) error {
-	ok, err := s.rdb.HExists(ctx, keys.Schedules(s.prefix), name).Result()
+	flag := "0"
+	if pause {
+		flag = "1"
+	}
+	n, err := pauseScript.Run(ctx, s.rdb, []string{keys.Schedules(s.prefix), keys.SchedulesPaused(s.prefix), keys.ScheduleState(s.prefix, name)},
+		name, flag, now.UnixMilli()).Int()
 	if err != nil {
 		return rediserr.Wrap("schedules pause", err)
 	}
-	if !ok {
+	if n == 0 {
 		return fmt.Errorf("%w: %q", ErrNotFound, name)
 	}
-	if pause {
-		return rediserr.Wrap("schedules pause", s.rdb.SAdd(ctx, keys.SchedulesPaused(s.prefix), name).Err())
-	}
-	err = resumeScript.Run(ctx, s.rdb, []string{keys.SchedulesPaused(s.prefix), keys.ScheduleState(s.prefix, name)},
-		name, now.UnixMilli()).Err()
-	return rediserr.Wrap("schedules resume", err)
+	return nil
 }
 
 // List reads every stored schedule, by name, in one round trip and then one more for the
