@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -205,8 +206,9 @@ func newSchedulesDeleteCmd(a *app) *cobra.Command {
 		Short: "Delete a schedule (the jobs it enqueued stay)",
 		Long: `Delete schedule NAME, its last run and its pause; the jobs it enqueued stay. A schedule that is
 not stored exits 1. A worker started with the schedule (--cron, or in code) stores it again.`,
-		Example: `  conveyor schedules delete nightly`,
-		Args:    exactlyOne("schedule name"),
+		Example:           `  conveyor schedules delete nightly`,
+		Args:              exactlyOne("schedule name"),
+		ValidArgsFunction: a.completeSchedules,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := keys.ValidateSchedule(args[0]); err != nil {
 				return usageError{err}
@@ -235,11 +237,12 @@ exits 1.`
 dropped, whatever --missed says. A schedule that is not stored exits 1.`
 	}
 	return &cobra.Command{
-		Use:     use + " NAME",
-		Short:   short,
-		Long:    long,
-		Example: "  conveyor schedules " + use + " nightly",
-		Args:    exactlyOne("schedule name"),
+		Use:               use + " NAME",
+		Short:             short,
+		Long:              long,
+		Example:           "  conveyor schedules " + use + " nightly",
+		Args:              exactlyOne("schedule name"),
+		ValidArgsFunction: a.completeSchedules,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := keys.ValidateSchedule(args[0]); err != nil {
 				return usageError{err}
@@ -259,6 +262,38 @@ dropped, whatever --missed says. A schedule that is not stored exits 1.`
 			return err
 		},
 	}
+}
+
+// completeSchedules offers the stored schedules' names (the argument of 'schedules delete',
+// 'pause' and 'resume'), each with its spec and state, or nothing when Redis does not answer
+// within completionTimeout.
+func (a *app) completeSchedules(cmd *cobra.Command, args []string, toComplete string) ([]cobra.Completion, cobra.ShellCompDirective) {
+	const directive = cobra.ShellCompDirectiveNoFileComp
+	if len(args) > 0 {
+		return nil, directive
+	}
+	insp, done, err := a.completionInspector()
+	if err != nil {
+		return nil, directive
+	}
+	defer done()
+	ctx, cancel := context.WithTimeout(cmd.Context(), completionTimeout)
+	defer cancel()
+	list, err := insp.Schedules(ctx)
+	if err != nil {
+		return nil, directive
+	}
+	var out []cobra.Completion
+	for _, sc := range list {
+		if strings.HasPrefix(sc.Name, toComplete) {
+			desc := sc.Spec + " -> " + sc.Queue
+			if sc.Paused {
+				desc += " (paused)"
+			}
+			out = append(out, cobra.CompletionWithDesc(sc.Name, desc))
+		}
+	}
+	return out, directive
 }
 
 // parseCronFlag reads a worker's --cron 'SPEC TYPE [PAYLOAD]' into a schedule of queue: SPEC

@@ -103,6 +103,15 @@ func TestSchedulesCommands(t *testing.T) {
 	refused(1, `schedule not found: "beat"`, "schedules", "pause", "beat")
 	refused(1, `schedule not found: "beat"`, "schedules", "resume", "beat")
 
+	// The names complete, with spec, queue and state; nothing when Redis does not answer.
+	got, _ := completeInProcess(t, "schedules", "pause", "--redis", c.url, "--prefix", c.prefix, "")
+	require.Equal(t, []string{"nightly\t0 0 3 * * * -> reports"}, got)
+	ok("schedules", "pause", "nightly")
+	got, _ = completeInProcess(t, "schedules", "delete", "--redis", c.url, "--prefix", c.prefix, "ni")
+	require.Equal(t, []string{"nightly\t0 0 3 * * * -> reports (paused)"}, got)
+	got, _ = completeInProcess(t, "schedules", "resume", "--redis", noRedis, "")
+	require.Empty(t, got)
+
 	// Refused as written: exit 2.
 	refused(2, "--spec is required", "schedules", "create", "x", "--type", "t")
 	refused(2, "--type is required", "schedules", "create", "x", "--spec", "@daily")
