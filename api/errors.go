@@ -98,6 +98,8 @@ func toAPIError(err error) *apiError {
 		return &apiError{Status: http.StatusNotFound, Code: CodeNotFound, Message: "job not found"}
 	case errors.Is(err, pipeline.ErrQueueNotFound):
 		return &apiError{Status: http.StatusNotFound, Code: CodeNotFound, Message: "queue not found"}
+	case errors.Is(err, pipeline.ErrScheduleNotFound):
+		return &apiError{Status: http.StatusNotFound, Code: CodeNotFound, Message: message(err)}
 	case errors.Is(err, pipeline.ErrInvalid):
 		return &apiError{Status: http.StatusBadRequest, Code: CodeInvalidArgument, Message: message(err)}
 	case noAnswer(err):

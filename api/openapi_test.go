@@ -110,12 +110,14 @@ func TestOpenAPI(t *testing.T) {
 		"PUT /v1/queues/{queue}":             `{"partitions":3}`,
 		"PUT /v1/queues/{queue}/limits":      `{"concurrency":1}`,
 		"PUT /v1/queues/{queue}/groups":      `{"window":5,"weights":{"tenant-42":2}}`,
+		"POST /v1/schedules":                 `{"name":"nightly","spec":"0 0 3 * * *","type":"echo"}`,
 	}
+	require.NoError(t, e.insp.CreateSchedule(t.Context(), pipeline.Periodic{Name: "nightly", Spec: "@daily", Queue: e.queue, Type: "echo"}))
 	// Whole-queue deletions last, so that the others still find their jobs; the limit's
 	// deletion after the PUT that sets it.
 	last := func(k string) int {
 		switch k {
-		case "DELETE /v1/queues/{queue}/limits":
+		case "DELETE /v1/queues/{queue}/limits", "DELETE /v1/schedules/{name}":
 			return 1
 		case "DELETE /v1/queues/{queue}/dead", "DELETE /v1/queues/{queue}":
 			return 2
@@ -135,7 +137,7 @@ func TestOpenAPI(t *testing.T) {
 		if id == "" {
 			id = queued
 		}
-		url := strings.NewReplacer("{queue}", e.queue, "{id}", id).Replace(path)
+		url := strings.NewReplacer("{queue}", e.queue, "{id}", id, "{name}", "nightly").Replace(path)
 		var query []string
 		for _, p := range op.Parameters {
 			if p.In == "query" && p.Required {
@@ -180,6 +182,7 @@ func TestEveryAuthedRouteNeedsToken(t *testing.T) {
 		"PUT /v1/queues/{queue}":             `{"partitions":3}`,
 		"PUT /v1/queues/{queue}/limits":      `{"concurrency":1}`,
 		"PUT /v1/queues/{queue}/groups":      `{"window":5,"weights":{"tenant-42":2}}`,
+		"POST /v1/schedules":                 `{"name":"nightly","spec":"0 0 3 * * *","type":"echo"}`,
 	}
 	authed := 0
 	for path, item := range doc.Paths {
@@ -200,7 +203,7 @@ func TestEveryAuthedRouteNeedsToken(t *testing.T) {
 			if strings.Contains(path, "/dead") {
 				id = dead
 			}
-			url := strings.NewReplacer("{queue}", e.queue, "{id}", id).Replace(path)
+			url := strings.NewReplacer("{queue}", e.queue, "{id}", id, "{name}", "nightly").Replace(path)
 			if method == "get" && strings.HasSuffix(path, "/jobs") {
 				url += "?status=queued"
 			}

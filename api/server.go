@@ -136,6 +136,12 @@ func (s *Server) table() []route {
 		{"GET", "/v1/jobs/{id}", authed, s.findJob},
 		{"GET", "/v1/throughput", authed, s.throughput},
 		{"GET", "/v1/doctor", authed, s.doctor},
+		{"GET", "/v1/schedules", authed, s.listSchedules},
+		{"POST", "/v1/schedules", authed, s.createSchedule},
+		{"GET", "/v1/schedules/{name}", authed, s.getSchedule},
+		{"DELETE", "/v1/schedules/{name}", authed, s.deleteSchedule},
+		{"POST", "/v1/schedules/{name}/pause", authed, s.pauseSchedule},
+		{"POST", "/v1/schedules/{name}/resume", authed, s.resumeSchedule},
 	}
 	if s.cfg.Metrics != nil {
 		rs = append(rs, route{"GET", "/metrics", authed, func(w http.ResponseWriter, r *http.Request) error {

@@ -33,6 +33,13 @@ func (w *Worker) services(watcher *partitionWatcher, levels *levelsWatcher) ([]s
 		}
 		list = append(list, s)
 	}
+	if !w.cfg.DisablePeriodic {
+		s, err := w.cfg.periodicScheduler(w.rdb)
+		if err != nil {
+			return nil, err
+		}
+		list = append(list, s)
+	}
 	if !w.cfg.DisableRecovery {
 		for _, name := range w.parts {
 			r, err := recovery.NewRecoverer(w.rdb, w.cfg.recoverer(name))
@@ -51,6 +58,10 @@ func (c WorkerConfig) validateServices() error {
 	var errs []error
 	if !c.DisableScheduler {
 		_, err := delayed.New(nil, c.scheduler(c.Queues))
+		errs = append(errs, err)
+	}
+	if !c.DisablePeriodic {
+		_, err := c.periodicScheduler(nil)
 		errs = append(errs, err)
 	}
 	if !c.DisableRecovery && len(c.Queues) > 0 {

@@ -113,6 +113,14 @@ type WorkerConfig struct {
 	// recoverer (another process must run them).
 	DisableScheduler bool
 	DisableRecovery  bool
+	// Periodic are the worker's own periodic schedules, stored in Redis when the worker
+	// starts (replacing definitions of their names, keeping their progress and pause) and
+	// run, with every other stored schedule, by the periodic scheduler of every worker that
+	// does not DisablePeriodic. See Periodic.
+	Periodic []Periodic
+	// DisablePeriodic leaves the periodic scheduler off this worker: it neither registers
+	// Periodic nor enqueues any schedule's ticks.
+	DisablePeriodic bool
 	// Replicas makes the worker wait, after writing job outcomes, until this many replicas
 	// have them (ReplicaTimeout bounds the wait, default DefaultReplicaTimeout; zero waits
 	// for none). Outcomes that fewer replicas confirm are not written again, since the master

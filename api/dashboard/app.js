@@ -901,12 +901,82 @@
     return {};
   }
 
+  // ---- Schedules: periodic schedules (GET v1/schedules; POST v1/schedules/N/pause, /resume) ----
+
+  // schedulesPage lists the stored schedules with their last and next runs, the last run's
+  // job (linked) and a button that pauses or resumes each.
+  function schedulesPage() {
+    const g = gen;
+    const wrap = h('div', {}, h('p', { class: 'loading' }, 'Loading…'));
+    const err = h('div', {});
+    main().replaceChildren(heading('Schedules'), err,
+      h('section', { class: 'card', 'aria-labelledby': 's-h' }, h('h2', { id: 's-h' }, 'Periodic schedules'),
+        h('p', { class: 'muted' }, 'Each tick enqueues one job however many workers run. Add one with conveyor schedules create or POST /v1/schedules.'),
+        wrap));
+    const refresh = async () => {
+      try {
+        const body = await api('GET', 'schedules');
+        if (!live(g)) return;
+        err.replaceChildren();
+        renderSchedules(wrap, (body && body.schedules) || [], refresh);
+        stamp();
+      } catch (e) {
+        if (live(g)) err.replaceChildren(errorBox('Could not load the schedules', e));
+      }
+    };
+    refresh();
+    return { refresh };
+  }
+
+  const isoMs = (v) => (v ? Date.parse(v) : 0);
+
+  function renderSchedules(wrap, list, reload) {
+    if (list.length === 0) {
+      wrap.replaceChildren(h('p', { class: 'muted' }, 'No schedules yet.'));
+      return;
+    }
+    const cols = ['Name', 'Spec', 'Queue', 'Type', 'Missed ticks', 'Last run', 'Last job', 'Next run', ''];
+    const table = h('table', { class: 'grid-table schedules' },
+      h('caption', { class: 'visually-hidden' }, 'Periodic schedules'),
+      h('thead', {}, h('tr', {}, cols.map((c) => h('th', { scope: 'col' }, c)))),
+      h('tbody', {}, list.map((sc) => {
+        const act = h('td', { class: 'actions' });
+        const btn = h('button', {
+          type: 'button', class: 'pause-btn' + (sc.paused ? '' : ' danger'), data: { action: sc.paused ? 'resume' : 'pause' },
+          'aria-label': (sc.paused ? 'Resume' : 'Pause') + ' schedule ' + sc.name,
+          onclick: async () => {
+            btn.disabled = true;
+            try {
+              await api('POST', 'schedules/' + enc(sc.name) + (sc.paused ? '/resume' : '/pause'));
+              notify('ok', (sc.paused ? 'Resumed ' : 'Paused ') + sc.name + '.');
+            } catch (e) {
+              notify('bad', 'Could not ' + (sc.paused ? 'resume ' : 'pause ') + sc.name + ': ' + e.message);
+            }
+            await reload();
+          },
+        }, sc.paused ? 'Resume' : 'Pause');
+        act.append(btn);
+        return h('tr', { data: { schedule: sc.name, paused: String(sc.paused) } },
+          h('th', { scope: 'row', class: 'name', data: { label: 'Name', field: 'name' } }, sc.name, sc.paused ? [' ', pausedBadge()] : null),
+          h('td', { data: { label: 'Spec', field: 'spec' } }, h('code', {}, sc.spec)),
+          h('td', { data: { label: 'Queue', field: 'queue' } }, h('a', { href: queueHref(sc.queue) }, sc.queue)),
+          h('td', { data: { label: 'Type', field: 'type' } }, sc.type),
+          h('td', { data: { label: 'Missed ticks', field: 'missed' } }, sc.missed === 'once' ? 'run once' : 'skip'),
+          h('td', { data: { label: 'Last run', field: 'last_run_at' } }, timeEl(isoMs(sc.last_run_at), true)),
+          h('td', { data: { label: 'Last job', field: 'last_job' } },
+            sc.last_job ? h('a', { class: 'id', href: jobHref(sc.queue, sc.last_job) }, sc.last_job) : h('span', { class: 'muted' }, '—')),
+          h('td', { data: { label: 'Next run', field: 'next_run_at' } }, timeEl(isoMs(sc.next_run_at), true)),
+          act);
+      })));
+    wrap.replaceChildren(table);
+  }
+
   function notFound() {
     main().replaceChildren(heading('Not found'), h('p', {}, 'This page does not exist. ', h('a', { href: '#/queues' }, 'See the queues.')));
     return {};
   }
 
-  // ---- Routing: #/queues, #/queues/Q, #/queues/Q/<state>, #/jobs/Q/ID, #/jobs/ID ----
+  // ---- Routing: #/queues, #/queues/Q, #/queues/Q/<state>, #/jobs/Q/ID, #/jobs/ID, #/schedules ----
 
   function parts() {
     try {
@@ -927,9 +997,11 @@
     else if (p[0] === 'queues' && p.length === 3 && (states.has(p[2]) || p[2] === 'dead')) v = jobList(p[1], p[2] === 'dead' ? 'failed' : p[2]);
     else if (p[0] === 'jobs' && p.length === 3) v = jobPage(p[1], p[2]);
     else if (p[0] === 'jobs' && p.length === 2) v = find(p[1]);
+    else if (p[0] === 'schedules' && p.length === 1) v = schedulesPage();
     else v = notFound();
     view = v;
     $('#nav-queues').setAttribute('aria-current', p && (p.length === 0 || p[0] === 'queues') ? 'page' : 'false');
+    $('#nav-schedules').setAttribute('aria-current', p && p[0] === 'schedules' ? 'page' : 'false');
   }
 
   function navigated() {

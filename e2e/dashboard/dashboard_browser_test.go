@@ -40,6 +40,7 @@ const (
 	dashOrders  = "orders"  // a queue a worker serves
 	dashReports = "reports" // a queue no worker reads: its jobs stay queued
 	dashImports = "imports" // a queue a worker serves, for the chart's failures and retries
+	dashTicks   = "ticks"   // a queue no worker reads, where the schedules test's heartbeat enqueues
 
 	dashReportsQueued = 30 // a page and a bit
 )
@@ -597,6 +598,66 @@ func TestDashboardBrowser(t *testing.T) {
 		})()`)
 	b.noSideScroll("desktop queue groups")
 	b.shot("desktop-groups")
+
+	// The schedules page: a running @every 1s schedule shows its last job (linked) and next
+	// run, a paused one its badge; pause and resume from the page reach Redis.
+	schedule := func(name string) *pipeline.Schedule {
+		t.Helper()
+		sc, err := f.insp.GetSchedule(context.Background(), name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return sc
+	}
+	if err := f.insp.CreateSchedule(context.Background(), pipeline.Periodic{Name: "heartbeat", Spec: "@every 1s",
+		Queue: dashTicks, Type: "echo", Payload: []byte(`{"beat":true}`)}); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.insp.CreateSchedule(context.Background(), pipeline.Periodic{Name: "nightly-report",
+		Spec: "CRON_TZ=Europe/Berlin 0 0 3 * * *", Queue: dashReports, Type: "render", Missed: pipeline.MissedRunOnce}); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.insp.PauseSchedule(context.Background(), "nightly-report"); err != nil {
+		t.Fatal(err)
+	}
+	b.do("open the schedules", chromedp.Click(css(`#nav-schedules`)), chromedp.WaitVisible(css(`tr[data-schedule="heartbeat"]`)))
+	b.poll("the schedules list shows both, the running one with its last job",
+		`(() => {
+			const hb = document.querySelector('tr[data-schedule="heartbeat"]');
+			const nr = document.querySelector('tr[data-schedule="nightly-report"]');
+			if (!hb || !nr) return false;
+			const job = hb.querySelector('td[data-field="last_job"] a');
+			return document.querySelector('#nav-schedules').getAttribute('aria-current') === 'page' &&
+				hb.querySelector('td[data-field="spec"]').textContent === '@every 1s' &&
+				hb.querySelector('td[data-field="queue"] a').getAttribute('href') === '#/queues/`+dashTicks+`' &&
+				job !== null && /^cron:heartbeat:\d+$/.test(job.textContent) &&
+				hb.querySelector('td[data-field="next_run_at"] time') !== null &&
+				hb.querySelector('.badge.paused') === null &&
+				nr.querySelector('.badge.paused') !== null &&
+				nr.querySelector('td[data-field="missed"]').textContent === 'run once' &&
+				nr.querySelector('td[data-field="last_job"]').textContent === '—' &&
+				nr.querySelector('td[data-field="next_run_at"]').textContent === '—';
+		})()`)
+	b.noSideScroll("desktop schedules")
+	b.shot("desktop-schedules")
+	b.do("pause the heartbeat",
+		chromedp.Click(css(`tr[data-schedule="heartbeat"] button[data-action="pause"]`)),
+		chromedp.WaitVisible(css(`tr[data-schedule="heartbeat"] .badge.paused`)))
+	if !schedule("heartbeat").Paused {
+		t.Error("heartbeat is not paused in Redis after the page paused it")
+	}
+	b.do("resume the nightly report",
+		chromedp.Click(css(`tr[data-schedule="nightly-report"] button[data-action="resume"]`)),
+		chromedp.WaitVisible(css(`tr[data-schedule="nightly-report"] button[data-action="pause"]`)))
+	if sc := schedule("nightly-report"); sc.Paused || sc.NextRunAt.IsZero() {
+		t.Errorf("nightly-report after the page resumed it: paused %v, next run %v", sc.Paused, sc.NextRunAt)
+	}
+	b.do("open the heartbeat's last job", chromedp.Click(css(`tr[data-schedule="heartbeat"] td[data-field="last_job"] a`)),
+		chromedp.WaitVisible(css(".payload pre")))
+	b.poll("the last job's page shows its payload and schedule metadata",
+		`location.hash.startsWith('#/jobs/`+dashTicks+`/cron%3Aheartbeat%3A') &&
+		 document.querySelector('.payload pre').textContent.includes('"beat": true') &&
+		 document.querySelector('table.kv').textContent.includes('schedule_tick')`)
 
 	// The search box finds a job in any queue by id.
 	b.do("search a job by id",

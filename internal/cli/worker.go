@@ -35,6 +35,8 @@ type workerFlags struct {
 	waitReplicas     int           // --wait-replicas: WorkerConfig.Replicas
 	waitTimeout      time.Duration // --wait-timeout: WorkerConfig.ReplicaTimeout
 
+	cron []string // --cron 'SPEC TYPE PAYLOAD': schedules into the first --queue (schedules.go)
+
 	queuesGiven bool // --queue was given (an empty one is an error, not the default queue)
 
 	metricsAddr string          // --metrics-addr: serve /metrics there; empty: off
@@ -100,11 +102,18 @@ has them, their jobs run again.
 slots: under a flood of work each gets a share of the jobs started in proportion to its weight
 (a plain --queue NAME weighs 1), so a low queue still gets its share; while slots are free every
 queue is read at once. With --strict-priority the weights are ranks: no queue is read while one
-of a higher weight has work. A paused queue ('conveyor pause') is not read at all.`,
+of a higher weight has work. A paused queue ('conveyor pause') is not read at all.
+
+--cron 'SPEC TYPE [PAYLOAD]' (repeatable) is a periodic schedule into the first --queue: SPEC is a
+cron expression (6 fields, seconds first, or 5; CRON_TZ=Zone first for a time zone), a
+descriptor (@daily) or @every D; then the job type; then the JSON payload, if any. The worker
+stores it in Redis at start, named cron-TYPE-HASH, and every worker runs the stored schedules:
+each tick makes one job however many workers run ('conveyor schedules').`,
 		Example: `  conveyor worker
   conveyor worker --queue emails --queue reports --concurrency 50 --backoff-max 1h
   conveyor worker --queue critical=6 --queue default=3 --queue low=1
-  conveyor worker --queue critical=3 --queue low=1 --strict-priority`,
+  conveyor worker --queue critical=3 --queue low=1 --strict-priority
+  conveyor worker --queue reports --cron '0 0 3 * * * echo {"report":"nightly"}' --cron '@every 30s noop'`,
 		Args:        noArgs,
 		Annotations: map[string]string{annotationEndsOnSignal: ""},
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -161,6 +170,7 @@ of a higher weight has work. A paused queue ('conveyor pause') is not read at al
 	f.StringArrayVar(&wf.httpAllow, "http-allow", nil, "a CIDR prefix, address or host name the http handler may reach although internal (repeatable)")
 	f.IntVar(&wf.waitReplicas, "wait-replicas", 0, "after writing job outcomes, wait until this many replicas have them (Redis WAIT); fewer are logged, not retried")
 	f.DurationVar(&wf.waitTimeout, "wait-timeout", pipeline.DefaultReplicaTimeout, "how long --wait-replicas waits for the replicas")
+	f.StringArrayVar(&wf.cron, "cron", nil, "a periodic schedule 'SPEC TYPE [PAYLOAD]' into the first --queue, stored for every worker to run (repeatable; see 'conveyor schedules')")
 	return cmd
 }
 
@@ -240,6 +250,19 @@ func (wf *workerFlags) config() (pipeline.WorkerConfig, error) {
 	if err := wf.makeGuard(); err != nil {
 		errs = append(errs, err)
 	}
+	first := pipeline.DefaultQueue
+	if len(names) > 0 {
+		first = names[0]
+	}
+	var periodic []pipeline.Periodic
+	for _, v := range wf.cron {
+		p, err := parseCronFlag(v, first)
+		if err != nil {
+			bad("%v", err)
+			continue
+		}
+		periodic = append(periodic, p)
+	}
 	if len(errs) > 0 {
 		return pipeline.WorkerConfig{}, errors.Join(errs...)
 	}
@@ -271,5 +294,6 @@ func (wf *workerFlags) config() (pipeline.WorkerConfig, error) {
 		ShutdownTimeout:   wf.shutdownTimeout,
 		Replicas:          wf.waitReplicas,
 		ReplicaTimeout:    wf.waitTimeout,
+		Periodic:          periodic,
 	}, nil
 }

@@ -440,6 +440,47 @@ func Paused(prefix string) string { return prefix + ":paused" }
 // hint; Paused is the state.
 func PausedChannel(prefix string) string { return prefix + ":paused:notices" }
 
+// The keys of periodic schedules (pipeline.Periodic, internal/periodic) share one hash tag,
+// "{:schedules}", which no queue's tag can equal (':' is not allowed in a queue name), so that a
+// script or transaction may touch a schedule's definition, state and pause together on a
+// cluster, and so that they never meet a queue's keys.
+func schedulesBase(prefix string) string { return prefix + ":{:schedules}:" }
+
+// Schedules is the hash of the stored periodic schedules under prefix: field the schedule's
+// name, value its definition's JSON (periodic.Def). Every worker's scheduler runs what it
+// holds, so a schedule added here needs no deploy.
+func Schedules(prefix string) string { return schedulesBase(prefix) + "defs" }
+
+// SchedulesPaused is the set of the names of the paused schedules under prefix. It is kept
+// apart from the definitions so that a worker registering its own schedules again at start
+// does not resume one an operator paused.
+func SchedulesPaused(prefix string) string { return schedulesBase(prefix) + "paused" }
+
+// ScheduleState is the hash of one schedule's progress: the last tick handled, the last job
+// enqueued and when (periodic.State).
+func ScheduleState(prefix, name string) string { return schedulesBase(prefix) + "state:" + name }
+
+// SchedulesLock is the lock whose holder runs schedules' ticks on time; the others step in
+// only when a tick is overdue (internal/periodic: the lock is an efficiency, the per-tick job
+// id is the guarantee).
+func SchedulesLock(prefix string) string { return schedulesBase(prefix) + "lock" }
+
+// MaxScheduleLen bounds a schedule's name, so that its per-tick job id ("cron:" name ":" unix
+// seconds) fits a job id's MaxNameLen.
+const MaxScheduleLen = 64
+
+// ValidateSchedule reports whether name can be a schedule's name: 1 to MaxScheduleLen
+// characters from [A-Za-z0-9._-] (no ':', which separates the parts of the per-tick job id).
+func ValidateSchedule(name string) error {
+	if err := validName(name, false); err != nil {
+		return fmt.Errorf("invalid schedule name %q: %w", name, err)
+	}
+	if len(name) > MaxScheduleLen {
+		return fmt.Errorf("invalid schedule name %q: longer than %d bytes", name, MaxScheduleLen)
+	}
+	return nil
+}
+
 // LayoutLock is the lock that lets one change of queue's partition count run at a time.
 func LayoutLock(prefix, queue string) string { return Partitions(prefix) + ":lock:" + queue }
 

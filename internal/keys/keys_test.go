@@ -243,3 +243,26 @@ func BenchmarkSuffixTable(b *testing.B) {
 		buildSuffixTable()
 	}
 }
+
+func TestScheduleKeys(t *testing.T) {
+	t.Parallel()
+	// A schedule's keys share one slot, and no queue (or partition) can name that tag.
+	want := Slot(Schedules("p"))
+	for _, k := range []string{SchedulesPaused("p"), ScheduleState("p", "nightly"), SchedulesLock("p")} {
+		if Slot(k) != want {
+			t.Fatalf("%s is in slot %d, not %d", k, Slot(k), want)
+		}
+	}
+	if ValidateQueue(":schedules") == nil || ValidatePartition(":schedules") == nil {
+		t.Fatal("a queue may take the schedules' hash tag")
+	}
+	for _, tc := range []struct {
+		name string
+		ok   bool
+	}{{"nightly", true}, {"a.b-c_d", true}, {strings.Repeat("x", MaxScheduleLen), true}, {"", false},
+		{strings.Repeat("x", MaxScheduleLen+1), false}, {"a:b", false}, {"a b", false}, {"{x}", false}} {
+		if err := ValidateSchedule(tc.name); (err == nil) != tc.ok {
+			t.Errorf("ValidateSchedule(%q) = %v, want ok=%v", tc.name, err, tc.ok)
+		}
+	}
+}

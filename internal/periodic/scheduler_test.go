@@ -1,0 +1,318 @@
+package periodic
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"github.com/conveyorq/conveyor/internal/keys"
+	"github.com/conveyorq/conveyor/internal/redistest"
+)
+
+func TestMain(m *testing.M) { redistest.Main(m) }
+
+// clock is a settable clock shared by a test's schedulers.
+type clock struct{ ns atomic.Int64 }
+
+func (c *clock) Now() time.Time      { return time.Unix(0, c.ns.Load()).UTC() }
+func (c *clock) Set(t time.Time)     { c.ns.Store(t.UnixNano()) }
+func (c *clock) Add(d time.Duration) { c.ns.Add(int64(d)) }
+func newClock(t time.Time) *clock    { c := &clock{}; c.Set(t); return c }
+func at(sec int64) time.Time         { return time.Unix(sec, 0).UTC() }
+func atMs(sec int64, ms int) time.Time {
+	return time.Unix(sec, int64(ms)*int64(time.Millisecond)).UTC()
+}
+
+// jobs is an idempotent enqueue by id, as pipeline's: a SET NX per id in Redis. It counts the
+// calls and the jobs made.
+type jobs struct {
+	rdb    redis.UniversalClient
+	prefix string
+	calls  atomic.Int64
+	mu     sync.Mutex
+	made   map[string]int // id -> jobs made (must stay 1)
+	missed map[string]bool
+}
+
+func newJobs(rdb redis.UniversalClient, prefix string) *jobs {
+	return &jobs{rdb: rdb, prefix: prefix, made: map[string]int{}, missed: map[string]bool{}}
+}
+
+func (j *jobs) enqueue(ctx context.Context, d Def, tick time.Time, id string, missed bool) error {
+	j.calls.Add(1)
+	if id != TickID(d.Name, tick) {
+		panic("id is not the tick's")
+	}
+	ok, err := j.rdb.SetNX(ctx, j.prefix+":{"+d.Queue+"}:job:"+id, "1", 0).Result()
+	if err != nil {
+		return err
+	}
+	if ok {
+		j.mu.Lock()
+		j.made[id]++
+		j.missed[id] = missed
+		j.mu.Unlock()
+	}
+	return nil
+}
+
+func (j *jobs) ids() map[string]int {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	out := make(map[string]int, len(j.made))
+	for k, v := range j.made {
+		out[k] = v
+	}
+	return out
+}
+
+type bundle struct {
+	rdb    redis.UniversalClient
+	prefix string
+	clock  *clock
+	jobs   *jobs
+	store  *Store
+}
+
+func setup(t *testing.T, rdb redis.UniversalClient, start time.Time) *bundle {
+	t.Helper()
+	prefix := redistest.UniqueName(t)
+	return &bundle{rdb: rdb, prefix: prefix, clock: newClock(start), jobs: newJobs(rdb, prefix), store: NewStore(rdb, prefix)}
+}
+
+func (b *bundle) scheduler(t *testing.T) *Scheduler {
+	t.Helper()
+	s, err := New(b.rdb, Config{Prefix: b.prefix, Enqueue: b.jobs.enqueue, Now: b.clock.Now})
+	require.NoError(t, err)
+	t.Cleanup(s.release)
+	return s
+}
+
+func TestSchedulerTicks(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	for _, tc := range []struct {
+		name string
+		rdb  func(t *testing.T) redis.UniversalClient
+	}{
+		{"Standalone", func(t *testing.T) redis.UniversalClient { return redistest.Client(t) }},
+		{"Cluster", func(t *testing.T) redis.UniversalClient { return redistest.StartCluster(t).Client(t) }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			rdb := tc.rdb(t)
+
+			t.Run("LeaderOnTimeFollowerAfterTakeover", func(t *testing.T) {
+				b := setup(t, rdb, atMs(1000, 500))
+				require.NoError(t, b.store.Put(ctx, Def{Name: "s", Spec: "@every 1s", Queue: "q", Type: "t"}, b.clock.Now()))
+				lead, follow := b.scheduler(t), b.scheduler(t)
+				next, err := lead.RunOnce(ctx) // takes the lock; nothing due before 1001
+				require.NoError(t, err)
+				require.Equal(t, at(1001), next)
+				b.clock.Set(at(1001))
+				next, err = follow.RunOnce(ctx)
+				require.NoError(t, err)
+				require.Zero(t, b.jobs.calls.Load(), "a follower ran a tick that is not late")
+				require.Equal(t, atMs(1001, 500), next, "a follower comes back at the tick plus Takeover")
+				_, err = lead.RunOnce(ctx)
+				require.NoError(t, err)
+				require.Equal(t, map[string]int{"cron:s:1001": 1}, b.jobs.ids())
+
+				// The leader dies holding the lock: the follower runs the next tick Takeover late.
+				b.clock.Set(atMs(1002, 499))
+				_, err = follow.RunOnce(ctx)
+				require.NoError(t, err)
+				require.Len(t, b.jobs.ids(), 1)
+				b.clock.Set(atMs(1002, 500))
+				_, err = follow.RunOnce(ctx)
+				require.NoError(t, err)
+				require.Equal(t, map[string]int{"cron:s:1001": 1, "cron:s:1002": 1}, b.jobs.ids())
+
+				got, err := b.store.Get(ctx, "s")
+				require.NoError(t, err)
+				require.Equal(t, "cron:s:1002", got.State.LastJob)
+				require.Equal(t, at(1002).UTC(), got.State.LastTick)
+				require.Equal(t, at(1002).UTC(), got.State.Last)
+			})
+
+			t.Run("ManySchedulersOneJobPerTick", func(t *testing.T) {
+				b := setup(t, rdb, at(2000))
+				require.NoError(t, b.store.Put(ctx, Def{Name: "a", Spec: "@every 1s", Queue: "q", Type: "t"}, b.clock.Now()))
+				require.NoError(t, b.store.Put(ctx, Def{Name: "b", Spec: "*/2 * * * * *", Queue: "q2", Type: "t"}, b.clock.Now()))
+				ss := make([]*Scheduler, 5)
+				for k := range ss {
+					ss[k] = b.scheduler(t)
+				}
+				for range 20 {
+					b.clock.Add(time.Second) // every scheduler is past Takeover: all of them may run each tick
+					var wg sync.WaitGroup
+					for _, s := range ss {
+						wg.Go(func() {
+							_, err := s.RunOnce(ctx)
+							require.NoError(t, err)
+						})
+					}
+					wg.Wait()
+				}
+				// Pass k's schedulers run the ticks up to 2000+k+1... the last second's tick is
+				// due exactly at the clock, so all of 2001..2020 ran, and b's even seconds.
+				ids := b.jobs.ids()
+				require.Len(t, ids, 20+10)
+				for id, n := range ids {
+					require.Equal(t, 1, n, id)
+				}
+			})
+
+			t.Run("Missed", func(t *testing.T) {
+				for _, policy := range []string{MissedSkip, MissedOnce} {
+					b := setup(t, rdb, at(3000))
+					require.NoError(t, b.store.Put(ctx, Def{Name: "m", Spec: "@every 10s", Queue: "q", Type: "t", Missed: policy}, b.clock.Now()))
+					s := b.scheduler(t)
+					// Down for ten minutes: ticks 3010..3540 are older than Grace (1m), 3550..3600 are not.
+					b.clock.Set(at(3600))
+					_, err := s.RunOnce(ctx)
+					require.NoError(t, err)
+					ids := b.jobs.ids()
+					late := []string{"cron:m:3550", "cron:m:3560", "cron:m:3570", "cron:m:3580", "cron:m:3590", "cron:m:3600"}
+					for _, id := range late {
+						require.Equal(t, 1, ids[id], policy+" "+id)
+					}
+					if policy == MissedOnce {
+						require.Len(t, ids, len(late)+1, policy)
+						require.Equal(t, 1, ids["cron:m:3010"], "the missed ticks' one job has the first one's id")
+						require.True(t, b.jobs.missed["cron:m:3010"])
+					} else {
+						require.Len(t, ids, len(late), policy)
+					}
+				}
+			})
+
+			t.Run("PauseDropsItsTicks", func(t *testing.T) {
+				b := setup(t, rdb, at(4000))
+				require.NoError(t, b.store.Put(ctx, Def{Name: "p", Spec: "@every 1s", Queue: "q", Type: "t", Missed: MissedOnce}, b.clock.Now()))
+				s := b.scheduler(t)
+				require.NoError(t, b.store.Pause(ctx, "p"))
+				b.clock.Set(at(4005))
+				_, err := s.RunOnce(ctx)
+				require.NoError(t, err)
+				require.Empty(t, b.jobs.ids())
+				require.NoError(t, b.store.Resume(ctx, "p", b.clock.Now()))
+				b.clock.Set(at(4006))
+				_, err = s.RunOnce(ctx)
+				require.NoError(t, err)
+				require.Equal(t, map[string]int{"cron:p:4006": 1}, b.jobs.ids())
+				require.ErrorIs(t, b.store.Pause(ctx, "nope"), ErrNotFound)
+				require.ErrorIs(t, b.store.Resume(ctx, "nope", b.clock.Now()), ErrNotFound)
+			})
+
+			t.Run("DeleteRemovesEverything", func(t *testing.T) {
+				b := setup(t, rdb, at(5000))
+				require.NoError(t, b.store.Put(ctx, Def{Name: "d", Spec: "@every 1s", Queue: "q", Type: "t"}, b.clock.Now()))
+				require.NoError(t, b.store.Pause(ctx, "d"))
+				require.NoError(t, b.store.Delete(ctx, "d"))
+				require.ErrorIs(t, b.store.Delete(ctx, "d"), ErrNotFound)
+				for _, k := range []string{keys.Schedules(b.prefix), keys.SchedulesPaused(b.prefix), keys.ScheduleState(b.prefix, "d")} {
+					n, err := rdb.Exists(ctx, k).Result()
+					require.NoError(t, err)
+					require.Zero(t, n, k)
+				}
+				all, err := b.store.List(ctx)
+				require.NoError(t, err)
+				require.Empty(t, all)
+			})
+
+			t.Run("OneFailingScheduleDoesNotStopTheOthers", func(t *testing.T) {
+				b := setup(t, rdb, at(7000))
+				for _, n := range []string{"bad", "good"} {
+					require.NoError(t, b.store.Put(ctx, Def{Name: n, Spec: "@every 1s", Queue: "q", Type: "t"}, b.clock.Now()))
+				}
+				fail := func(ctx context.Context, d Def, tick time.Time, id string, missed bool) error {
+					if d.Name == "bad" {
+						return errors.New("refused")
+					}
+					return b.jobs.enqueue(ctx, d, tick, id, missed)
+				}
+				s, err := New(rdb, Config{Prefix: b.prefix, Enqueue: fail, Now: b.clock.Now})
+				require.NoError(t, err)
+				t.Cleanup(s.release)
+				b.clock.Set(at(7002))
+				_, err = s.RunOnce(ctx)
+				require.NoError(t, err, "a schedule's failure is not the pass's")
+				require.Equal(t, map[string]int{"cron:good:7001": 1, "cron:good:7002": 1}, b.jobs.ids())
+				require.Contains(t, s.failing, "bad")
+				got, err := b.store.Get(ctx, "bad")
+				require.NoError(t, err)
+				require.Equal(t, at(7000), got.State.Last, "a failed tick is tried again")
+			})
+
+			t.Run("RegisterKeepsStateAndPause", func(t *testing.T) {
+				b := setup(t, rdb, at(6000))
+				d := Def{Name: "r", Spec: "@every 1s", Queue: "q", Type: "t"}
+				s, err := New(rdb, Config{Prefix: b.prefix, Enqueue: b.jobs.enqueue, Now: b.clock.Now, Register: []Def{d}})
+				require.NoError(t, err)
+				require.NoError(t, s.Start(ctx))
+				s.Stop()
+				require.NoError(t, b.store.Pause(ctx, "r"))
+				b.clock.Set(at(6100))
+				require.NoError(t, s.Start(ctx)) // a restart registers again
+				s.Stop()
+				got, err := b.store.Get(ctx, "r")
+				require.NoError(t, err)
+				require.True(t, got.Paused, "registering again resumed a paused schedule")
+				require.Equal(t, at(6000).UTC(), got.State.Last, "registering again moved the state")
+				require.Equal(t, SourceWorker, got.Source)
+			})
+		})
+	}
+}
+
+func TestConfigValidate(t *testing.T) {
+	t.Parallel()
+	noop := func(context.Context, Def, time.Time, string, bool) error { return nil }
+	good := Def{Name: "a", Spec: "@every 1s", Queue: "q", Type: "t"}
+	for _, tc := range []struct {
+		name string
+		cfg  Config
+		ok   bool
+	}{
+		{"Defaults", Config{Enqueue: noop}, true},
+		{"NoEnqueue", Config{}, false},
+		{"NegativeTakeover", Config{Enqueue: noop, Takeover: -1}, false},
+		{"GraceUnderTakeover", Config{Enqueue: noop, Takeover: time.Second, Grace: time.Millisecond}, false},
+		{"Register", Config{Enqueue: noop, Register: []Def{good}}, true},
+		{"RegisterTwice", Config{Enqueue: noop, Register: []Def{good, good}}, false},
+		{"BadSpec", Config{Enqueue: noop, Register: []Def{{Name: "a", Spec: "@every 1ms", Queue: "q", Type: "t"}}}, false},
+		{"BadPolicy", Config{Enqueue: noop, Register: []Def{{Name: "a", Spec: "@daily", Queue: "q", Type: "t", Missed: "twice"}}}, false},
+		{"BadName", Config{Enqueue: noop, Register: []Def{{Name: "a:b", Spec: "@daily", Queue: "q", Type: "t"}}}, false},
+	} {
+		_, err := New(nil, tc.cfg)
+		require.Equal(t, tc.ok, err == nil, "%s: %v", tc.name, err)
+	}
+}
+
+// Stop ends the loop, and gives the lock back: the next scheduler leads at once.
+// Not parallel: goleak would see the goroutines of tests running beside it.
+func TestSchedulerStopLeaksNothing(t *testing.T) {
+	rdb := redistest.Client(t)
+	b := setup(t, rdb, time.Now())
+	before := goleak.IgnoreCurrent()
+	s := b.scheduler(t)
+	require.NoError(t, s.Start(t.Context()))
+	require.Eventually(t, func() bool {
+		n, err := rdb.Exists(t.Context(), keys.SchedulesLock(b.prefix)).Result()
+		return err == nil && n == 1
+	}, 10*time.Second, 5*time.Millisecond, "the lock is taken")
+	s.Stop()
+	s.Stop() // idempotent
+	n, err := rdb.Exists(t.Context(), keys.SchedulesLock(b.prefix)).Result()
+	require.NoError(t, err)
+	require.Zero(t, n, "Stop gives the lock back")
+	goleak.VerifyNone(t, before)
+}

@@ -1,0 +1,258 @@
+package pipeline
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/conveyorq/conveyor/internal/keys"
+	"github.com/conveyorq/conveyor/internal/periodic"
+)
+
+// Periodic is a periodic schedule: a job of Type with Payload enqueued into Queue at every
+// tick of Spec. Register schedules in code with WorkerConfig.Periodic, or store them without a
+// deploy with Inspector.CreateSchedule (the CLI's `conveyor schedules create`, the HTTP API's
+// POST /v1/schedules). Either way a schedule lives in Redis under the prefix and every worker
+// runs it, however many workers run and whichever of them has it in code.
+//
+// Each tick makes exactly one job, whose id is "cron:" + Name + ":" + the tick's Unix
+// seconds: any number of workers may enqueue a tick, and a repeated enqueue of an id writes
+// nothing (WithID). One worker at a time holds a lock and enqueues ticks on time; when it
+// dies the others enqueue a tick once it is PeriodicTakeover late. See internal/periodic for
+// the model, and README's "Periodic jobs".
+type Periodic struct {
+	// Name names the schedule: 1 to 64 characters from [A-Za-z0-9._-]. A schedule stored
+	// again under a name replaces that one's definition and keeps its progress and pause.
+	Name string
+	// Spec says when ticks fall: a cron expression in robfig/cron/v3's syntax of 5 fields
+	// (minute first) or 6 (second first), a descriptor (@hourly, @daily, ...), or "@every D"
+	// with D a whole number of seconds (@every ticks at the multiples of D since the Unix
+	// epoch). Cron specs are read in UTC unless they start with CRON_TZ=Zone (an IANA zone:
+	// "CRON_TZ=Europe/Berlin 0 0 9 * * 1-5").
+	Spec string
+	// Queue receives the jobs.
+	Queue string
+	// Type and Payload are the job's. Each job also carries the metadata MetaSchedule (the
+	// schedule's name) and MetaScheduleTick (the tick, RFC 3339).
+	Type    string
+	Payload []byte
+	// Missed says what becomes of ticks missed while no worker ran (ticks later than
+	// PeriodicGrace): MissedSkip (the default) drops them, MissedRunOnce runs them as one job.
+	Missed MissedPolicy
+}
+
+// MissedPolicy is what a schedule's missed ticks become (Periodic.Missed).
+type MissedPolicy string
+
+// The missed-tick policies.
+const (
+	// MissedSkip drops missed ticks; the schedule goes on with its next tick.
+	MissedSkip MissedPolicy = periodic.MissedSkip
+	// MissedRunOnce enqueues one job for all the missed ticks, with the first one's id.
+	MissedRunOnce MissedPolicy = periodic.MissedOnce
+)
+
+// Timings of the periodic scheduler every worker runs (internal/periodic).
+const (
+	// PeriodicTakeover is how late a tick may be before a worker that does not hold the
+	// schedules' lock enqueues it: what a leader's death costs a tick in lateness.
+	PeriodicTakeover = periodic.DefaultTakeover
+	// PeriodicGrace is how late a tick may be and still be enqueued as itself; older ticks
+	// are missed (Periodic.Missed).
+	PeriodicGrace = periodic.DefaultGrace
+	// PeriodicRefresh bounds how long a new or changed schedule takes to reach the workers.
+	PeriodicRefresh = periodic.DefaultRefresh
+)
+
+// Metadata keys set on the jobs of schedules.
+const (
+	MetaSchedule     = "schedule"
+	MetaScheduleTick = "schedule_tick"
+	// MetaScheduleMissed is "true" on the one job that stands for missed ticks
+	// (MissedRunOnce).
+	MetaScheduleMissed = "schedule_missed"
+)
+
+// ErrScheduleNotFound is the error of an operation on a schedule that is not stored.
+var ErrScheduleNotFound = errors.New("pipeline: schedule not found")
+
+// Schedule is a stored schedule as listed (Inspector.Schedules).
+type Schedule struct {
+	Periodic
+	// Source is "worker" for a schedule a worker registered (WorkerConfig.Periodic, the
+	// worker's --cron), "api" for one stored by CreateSchedule.
+	Source string
+	Paused bool
+	// LastRunAt is when the last job was enqueued, LastTick the tick it was for, LastJob its
+	// id; zero and empty before the first.
+	LastRunAt time.Time
+	LastTick  time.Time
+	LastJob   string
+	// NextRunAt is the next tick due: in the past while a tick is overdue. Zero for a paused
+	// schedule and for a spec with no more ticks.
+	NextRunAt time.Time
+}
+
+// ParseSpec checks a schedule's spec (Periodic.Spec) and returns its next tick after now, or
+// the error, wrapping ErrInvalid, of a spec that cannot be read. A spec with no tick within
+// five years (30 February) answers the zero time.
+func ParseSpec(spec string) (time.Time, error) {
+	s, err := periodic.Parse(spec)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
+	return s.Next(time.Now()), nil
+}
+
+func (p Periodic) def() periodic.Def {
+	return periodic.Def{Name: p.Name, Spec: p.Spec, Queue: p.Queue, Type: p.Type, Payload: p.Payload, Missed: string(p.Missed)}
+}
+
+// validate checks a schedule with the rules of its parts: names, spec, policy, and the job's
+// type and payload as Enqueue would.
+func (p Periodic) validate() error {
+	var errs []error
+	if err := p.def().Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	if err := validateType(p.Type); err != nil {
+		errs = append(errs, err)
+	}
+	if len(p.Payload) > DefaultMaxPayloadBytes {
+		errs = append(errs, fmt.Errorf("%w: schedule %q's payload is %d bytes, the limit is %d", ErrPayloadTooLarge, p.Name, len(p.Payload), DefaultMaxPayloadBytes))
+	}
+	if err := errors.Join(errs...); err != nil {
+		if errors.Is(err, ErrPayloadTooLarge) || errors.Is(err, ErrInvalid) {
+			return err
+		}
+		return fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
+	return nil
+}
+
+func scheduleOf(s periodic.Schedule) Schedule {
+	out := Schedule{
+		Periodic: Periodic{Name: s.Name, Spec: s.Spec, Queue: s.Queue, Type: s.Type, Payload: s.Payload, Missed: MissedPolicy(s.Missed)},
+		Source:   s.Source, Paused: s.Paused,
+		LastRunAt: s.State.LastRunAt, LastTick: s.State.LastTick, LastJob: s.State.LastJob,
+	}
+	if out.Missed == "" {
+		out.Missed = MissedSkip
+	}
+	if spec, err := periodic.Parse(s.Spec); err == nil && !s.Paused && !s.State.Last.IsZero() {
+		out.NextRunAt = spec.Next(s.State.Last)
+	}
+	return out
+}
+
+func notFound(err error, name string) error {
+	if errors.Is(err, periodic.ErrNotFound) {
+		return fmt.Errorf("%w: %q", ErrScheduleNotFound, name)
+	}
+	return err
+}
+
+// CreateSchedule stores p (replacing a schedule of its name: its progress and pause are
+// kept). Workers run it from their next read of the schedules, within PeriodicRefresh; its
+// first tick is the first after now. A bad schedule is an error wrapping ErrInvalid.
+func (i *Inspector) CreateSchedule(ctx context.Context, p Periodic) error {
+	if err := p.validate(); err != nil {
+		return err
+	}
+	d := p.def()
+	d.Source = periodic.SourceAPI
+	return periodic.NewStore(i.rdb, i.cfg.Prefix).Put(ctx, d, i.cfg.Now())
+}
+
+// Schedules returns the stored schedules, by name, with their last and next runs.
+func (i *Inspector) Schedules(ctx context.Context) ([]Schedule, error) {
+	all, err := periodic.NewStore(i.rdb, i.cfg.Prefix).List(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]Schedule, len(all))
+	for k, s := range all {
+		out[k] = scheduleOf(s)
+	}
+	return out, nil
+}
+
+// GetSchedule returns schedule name, or ErrScheduleNotFound.
+func (i *Inspector) GetSchedule(ctx context.Context, name string) (*Schedule, error) {
+	if err := keys.ValidateSchedule(name); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
+	s, err := periodic.NewStore(i.rdb, i.cfg.Prefix).Get(ctx, name)
+	if err != nil {
+		return nil, notFound(err, name)
+	}
+	out := scheduleOf(s)
+	return &out, nil
+}
+
+// DeleteSchedule removes schedule name, its progress and its pause, or reports
+// ErrScheduleNotFound. Jobs it enqueued stay. A schedule a worker registers comes back when
+// such a worker starts: remove it from the worker's code or flags too.
+func (i *Inspector) DeleteSchedule(ctx context.Context, name string) error {
+	if err := keys.ValidateSchedule(name); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
+	return notFound(periodic.NewStore(i.rdb, i.cfg.Prefix).Delete(ctx, name), name)
+}
+
+// PauseSchedule stops schedule name's ticks until ResumeSchedule; a worker registering the
+// schedule again does not resume it. Pausing a paused schedule does nothing.
+func (i *Inspector) PauseSchedule(ctx context.Context, name string) error {
+	if err := keys.ValidateSchedule(name); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
+	return notFound(periodic.NewStore(i.rdb, i.cfg.Prefix).Pause(ctx, name), name)
+}
+
+// ResumeSchedule undoes PauseSchedule. The ticks of the pause are dropped, whatever the
+// schedule's Missed: its next job is its first tick after now.
+func (i *Inspector) ResumeSchedule(ctx context.Context, name string) error {
+	if err := keys.ValidateSchedule(name); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
+	return notFound(periodic.NewStore(i.rdb, i.cfg.Prefix).Resume(ctx, name, i.cfg.Now()), name)
+}
+
+// periodicScheduler is the config's periodic scheduler (internal/periodic) over rdb: it stores
+// the worker's own schedules at start and enqueues every stored schedule's ticks. A nil rdb
+// builds it only to check the config.
+func (c WorkerConfig) periodicScheduler(rdb redis.UniversalClient) (*periodic.Scheduler, error) {
+	defs := make([]periodic.Def, len(c.Periodic))
+	for k, p := range c.Periodic {
+		if err := p.validate(); err != nil {
+			return nil, fmt.Errorf("periodic schedule %q: %w", p.Name, err)
+		}
+		defs[k] = p.def()
+	}
+	cfg := periodic.Config{Prefix: c.Prefix, Register: defs, Logger: c.Logger.With().Str("worker", c.Name).Logger(),
+		Enqueue: func(context.Context, periodic.Def, time.Time, string, bool) error { return nil }}
+	if rdb == nil {
+		return periodic.New(nil, cfg)
+	}
+	cl, err := NewClient(rdb, ClientConfig{Prefix: c.Prefix})
+	if err != nil {
+		return nil, err
+	}
+	cfg.Enqueue = func(ctx context.Context, d periodic.Def, tick time.Time, id string, missed bool) error {
+		md := map[string]string{MetaSchedule: d.Name, MetaScheduleTick: tick.UTC().Format(time.RFC3339)}
+		if missed {
+			md[MetaScheduleMissed] = "true"
+		}
+		_, err := cl.Enqueue(ctx, d.Queue, Task{Type: d.Type, Payload: d.Payload, Metadata: md}, WithID(id))
+		if errors.Is(err, ErrConflict) {
+			// The tick's job exists with another type or payload: the schedule was changed
+			// after that job was written. The tick has its job.
+			return nil
+		}
+		return err
+	}
+	return periodic.New(rdb, cfg)
+}
