@@ -23,7 +23,7 @@
 // Its series:
 //
 //   - conveyor_jobs_total{queue,type,outcome}: attempts by outcome: completed, retry, dead,
-//     canceled, lost, abandoned (pipeline.Outcome), or error (a middleware refused the job:
+//     canceled, lost, abandoned, snoozed (pipeline.Outcome), or error (a middleware refused the job:
 //     it returned an error of its own).
 //   - conveyor_job_duration_seconds{queue,type}: histogram of attempts, from the start of
 //     their handling until their outcome is written.

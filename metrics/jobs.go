@@ -47,14 +47,15 @@ type series struct {
 // outcomes are the outcome label values, indexed by pipeline.Outcome (0: completed), then
 // OutcomeError: every (queue, type) gets them all at once, at zero, so rate() sees the first.
 var outcomes = [...]string{OutcomeCompleted, pipeline.OutcomeRetry.String(), pipeline.OutcomeDead.String(),
-	pipeline.OutcomeCanceled.String(), pipeline.OutcomeLost.String(), pipeline.OutcomeAbandoned.String(), OutcomeError}
+	pipeline.OutcomeCanceled.String(), pipeline.OutcomeLost.String(), pipeline.OutcomeAbandoned.String(),
+	pipeline.OutcomeSnoozed.String(), OutcomeError}
 
 const outcomeErrorIndex = len(outcomes) - 1
 
 func newJobsCollector() *jobsCollector {
 	c := &jobsCollector{
 		jobs: prometheus.NewDesc(Namespace+"_jobs_total",
-			"Job attempts by outcome: completed, retry, dead, canceled, lost, abandoned, or error (refused by a middleware).",
+			"Job attempts by outcome: completed, retry, dead, canceled, lost, abandoned, snoozed, or error (refused by a middleware).",
 			[]string{"queue", "type", "outcome"}, nil),
 		duration: prometheus.NewDesc(Namespace+"_job_duration_seconds",
 			"Job attempts from the start of their handling until their outcome is written.", []string{"queue", "type"}, nil),

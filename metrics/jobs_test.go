@@ -27,7 +27,7 @@ type oldJobSeries struct {
 func newOldJobSeries(reg prometheus.Registerer) *oldJobSeries {
 	o := &oldJobSeries{
 		jobs: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: metrics.Namespace, Name: "jobs_total",
-			Help: "Job attempts by outcome: completed, retry, dead, canceled, lost, abandoned, or error (refused by a middleware)."},
+			Help: "Job attempts by outcome: completed, retry, dead, canceled, lost, abandoned, snoozed, or error (refused by a middleware)."},
 			[]string{"queue", "type", "outcome"}),
 		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: metrics.Namespace, Name: "job_duration_seconds",
 			Help: "Job attempts from the start of their handling until their outcome is written.", Buckets: metrics.DurationBuckets},
@@ -40,7 +40,7 @@ func newOldJobSeries(reg prometheus.Registerer) *oldJobSeries {
 	return o
 }
 
-var outcomeNames = []string{"completed", "retry", "dead", "canceled", "lost", "abandoned", "error"}
+var outcomeNames = []string{"completed", "retry", "dead", "canceled", "lost", "abandoned", "snoozed", "error"}
 
 // observe is the old middleware's work for one attempt; like it, it binds every outcome of a
 // (queue, type) at zero on its first attempt.

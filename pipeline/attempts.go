@@ -78,6 +78,8 @@ func (r *attempts) written(ts []transition, codes []script.Code, at time.Time) {
 		switch t.Op {
 		case jobstate.OpRetry:
 			a.Outcome = OutcomeRetry
+		case jobstate.OpSnooze:
+			a.Outcome = OutcomeSnoozed
 		case jobstate.OpDead, jobstate.OpPoison:
 			a.Outcome = OutcomeDead
 		}

@@ -760,7 +760,8 @@ func jobFromRecord(queue, id string, r jobstate.Record) (*Job, error) {
 		MaxRetries: r.MaxRetries, Timeout: r.Timeout, CreatedAt: r.CreatedAt, RunAt: r.RunAt,
 		EnqueuedAt: r.EnqueuedAt, StartedAt: r.StartedAt, CompletedAt: r.CompletedAt,
 		Worker: r.Worker, Entry: r.Entry, LastError: r.LastError, Result: r.Result,
-		Version: r.Version, Payload: r.Payload, Priority: r.Priority, Group: r.Group}
+		Version: r.Version, Payload: r.Payload, Priority: r.Priority, Group: r.Group,
+		ScheduledFor: r.ScheduledFor, Snoozes: r.Snoozes}
 	if r.Debounce != "" {
 		j.Debounce = &DebounceWindow{Key: keys.DebounceKeyOf(r.Debounce), First: r.DebounceFirst,
 			Until: r.DebounceUntil, Publishes: r.DebouncePubs}

@@ -90,6 +90,45 @@ func IsSkipRetry(err error) bool {
 	return errors.As(err, &s)
 }
 
+// snoozeError is a handler's request to run its job again later (Snooze, RetryAt).
+type snoozeError struct {
+	after time.Duration // from the attempt's end, when at is zero
+	at    time.Time
+}
+
+func (e *snoozeError) Error() string {
+	if e.at.IsZero() {
+		return "snoozed for " + e.after.String()
+	}
+	return "snoozed until " + e.at.UTC().Format(time.RFC3339Nano)
+}
+
+// due is when the job runs again, for an attempt that ended at end: never before end.
+func (e *snoozeError) due(end time.Time) time.Time {
+	if e.at.IsZero() {
+		return end.Add(max(e.after, 0))
+	}
+	return maxTime(e.at, end)
+}
+
+func maxTime(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
+}
+
+// Snooze, returned by a handler (as its error, alone or wrapped), runs the job again d after
+// the attempt ends, without counting the attempt or recording an error: the job is
+// `scheduled`, with ScheduledFor "snooze", and keeps its retries. For work that is not ready
+// yet (a resource still being made, a rate the job obeys itself). A job may snooze
+// WorkerConfig.MaxSnoozes times (DefaultMaxSnoozes); the next snooze fails it, so one that
+// would snooze forever ends in the dead set with the reason.
+func Snooze(d time.Duration) error { return &snoozeError{after: d} }
+
+// RetryAt is Snooze until t (at once when t has passed).
+func RetryAt(t time.Time) error { return &snoozeError{at: t} }
+
 // Outcome is what became of a job attempt that did not complete; see JobError.
 type Outcome uint8
 
@@ -109,6 +148,9 @@ const (
 	// OutcomeAbandoned: the worker shut down before the attempt ended; the job was put back
 	// in the stream to start again.
 	OutcomeAbandoned
+	// OutcomeSnoozed: the handler asked to run the job again later (Snooze, RetryAt); it runs
+	// at JobError.RetryAt, and the attempt was not counted.
+	OutcomeSnoozed
 )
 
 func (o Outcome) String() string {
@@ -123,6 +165,8 @@ func (o Outcome) String() string {
 		return "lost"
 	case OutcomeAbandoned:
 		return "abandoned"
+	case OutcomeSnoozed:
+		return "snoozed"
 	}
 	return "outcome(" + strconv.Itoa(int(o)) + ")"
 }
@@ -135,7 +179,7 @@ type JobError struct {
 	Outcome Outcome
 	// Timeout reports that the attempt ran past the job's timeout.
 	Timeout bool
-	// RetryAt is when the job runs again, for OutcomeRetry.
+	// RetryAt is when the job runs again, for OutcomeRetry and OutcomeSnoozed.
 	RetryAt time.Time
 	// Err is the handler's error, or the reason the worker gave up on the job.
 	Err error

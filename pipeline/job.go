@@ -88,6 +88,11 @@ type Job struct {
 	// jobs read back (Client.Get, Inspector.List); a handler's job, decoded from its stream
 	// entry, leaves it empty.
 	Group string
+	// ScheduledFor says why a scheduled job waits, when it is not the delay it was published
+	// with: "retry" (a failed attempt's backoff) or "snooze" (its handler's Snooze or RetryAt).
+	ScheduledFor string
+	// Snoozes counts the times the job's handler snoozed it (bounded: WorkerConfig.MaxSnoozes).
+	Snoozes int
 
 	entry map[string]any // a handler's job: the stream entry's fields as read (stream.EntryValues)
 }
@@ -134,6 +139,9 @@ type jobJSON struct {
 	Debounce    *debounceJSON     `json:"debounce,omitempty"`
 	Debounced   bool              `json:"debounced,omitempty"`
 	Group       string            `json:"group,omitempty"`
+	// ScheduledFor is "retry" or "snooze" (Job.ScheduledFor), omitted otherwise.
+	ScheduledFor string `json:"scheduled_for,omitempty"`
+	Snoozes      int    `json:"snoozes,omitempty"`
 }
 
 // MarshalJSON writes the job with times as unix milliseconds (0 when not yet), and payload and
@@ -148,7 +156,7 @@ func (j *Job) MarshalJSON() ([]byte, error) {
 		db = &debounceJSON{Key: d.Key, FirstAt: unixMS(d.First), Until: unixMS(d.Until), Publishes: d.Publishes}
 	}
 	return json.Marshal(jobJSON{
-		Debounce: db, Debounced: j.Debounced, Group: j.Group,
+		Debounce: db, Debounced: j.Debounced, Group: j.Group, ScheduledFor: j.ScheduledFor, Snoozes: j.Snoozes,
 		ID: j.ID, Queue: j.Queue, Type: j.Type, Status: j.Status,
 		Attempt: j.Attempt, MaxRetries: j.MaxRetries, Priority: max(j.Priority, MinPriority), TimeoutMS: j.Timeout.Milliseconds(),
 		Payload: rawOrString(j.Payload), Metadata: md, Result: rawOrString(j.Result),

@@ -35,6 +35,7 @@ const (
 	DefaultShutdownTimeout   = 30 * time.Second
 	DefaultFlushInterval     = 2 * time.Millisecond
 	DefaultMaxResultBytes    = 1 << 20
+	DefaultMaxSnoozes        = 100
 	maxErrorBytes            = 4 << 10
 	// sendBackBytes bounds the payloads a worker sends back with a job's outcome, so the
 	// finish script need not read the stream entry again; larger ones are read in Redis.
@@ -104,6 +105,9 @@ type WorkerConfig struct {
 	// MaxResultBytes bounds a handler's result; a larger one fails the job. Defaults to
 	// DefaultMaxResultBytes (1 MiB).
 	MaxResultBytes int
+	// MaxSnoozes bounds the times a job may snooze (Snooze, RetryAt); the next snooze fails it.
+	// Defaults to DefaultMaxSnoozes (100).
+	MaxSnoozes int
 	// DefaultType is the job type of a message that another Watermill publisher (the stock
 	// watermill-redisstream Publisher, say) wrote into one of the worker's queues without a
 	// MetaKeyType metadata key. Such a message is adopted as a job on its first delivery (see
@@ -161,6 +165,7 @@ func (c WorkerConfig) withDefaults() WorkerConfig {
 	c.ShutdownTimeout = cmp.Or(c.ShutdownTimeout, DefaultShutdownTimeout)
 	c.FlushInterval = cmp.Or(c.FlushInterval, DefaultFlushInterval)
 	c.MaxResultBytes = cmp.Or(c.MaxResultBytes, DefaultMaxResultBytes)
+	c.MaxSnoozes = cmp.Or(c.MaxSnoozes, DefaultMaxSnoozes)
 	c.PauseCheckInterval = cmp.Or(c.PauseCheckInterval, DefaultPauseCheckInterval)
 	return c
 }
@@ -799,6 +804,7 @@ func (w *Worker) outcome(ctx context.Context, q *keys.Queue, j *Job, start time.
 	ran := jobstate.Ran{ID: j.ID, Entry: j.Entry, Attempt: j.Attempt, Started: start, Finished: end}
 	var t transition
 	var jerr *JobError
+	var snooze *snoozeError
 	switch {
 	case err == nil && len(result) > w.cfg.MaxResultBytes:
 		reason := fmt.Sprintf("result of %d bytes exceeds the limit of %d", len(result), w.cfg.MaxResultBytes)
@@ -808,6 +814,11 @@ func (w *Worker) outcome(ctx context.Context, q *keys.Queue, j *Job, start time.
 	case err == nil:
 		t = jobstate.Done(q, jobstate.DoneParams{Ran: ran, Result: string(result)})
 		jobEvent(w.log.Debug(), j).Dur("took", outage.Round(end.Sub(start))).Msg("job done")
+	case errors.As(err, &snooze):
+		at := snooze.due(end)
+		t = jobstate.Snooze(q, jobstate.SnoozeParams{Ran: ran, RunAt: at, Max: w.cfg.MaxSnoozes})
+		jerr = &JobError{Outcome: OutcomeSnoozed, Err: err, RetryAt: at}
+		jobEvent(w.log.Debug(), j).Time("run_at", at).Msg("job snoozed")
 	case IsSkipRetry(err) || j.Attempt > j.MaxRetries:
 		t = jobstate.Dead(q, jobstate.DeadParams{Ran: ran, Reason: truncate(err.Error(), maxErrorBytes)})
 		jerr = &JobError{Outcome: OutcomeDead, Err: err}

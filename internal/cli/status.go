@@ -95,6 +95,12 @@ func printJob(w io.Writer, j *pipeline.Job, now time.Time) error {
 	row("payload", orDash(string(j.Payload)))
 	row("result", orDash(string(j.Result)))
 	row("last_error", orDash(j.LastError))
+	if j.Status == pipeline.StatusScheduled && j.ScheduledFor != "" {
+		row("scheduled_for", j.ScheduledFor)
+	}
+	if j.Snoozes > 0 {
+		row("snoozes", strconv.Itoa(j.Snoozes))
+	}
 	for _, k := range slices.Sorted(maps.Keys(j.Metadata)) {
 		row("meta."+k, j.Metadata[k])
 	}

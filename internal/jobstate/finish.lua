@@ -16,6 +16,10 @@
 --   done    data = result
 --   retry   data = error, extra = due time (unix ms); dead instead when retries are exhausted
 --   dead    data = error; straight to the dead set
+--   snooze  data = the most snoozes a job may take, extra = due time (unix ms): scheduled
+--           again without counting the attempt ('attempt' back to the executions before it,
+--           as a deferral does) or writing an error, 'scheduled_for' = 'snooze', 'snoozes' + 1;
+--           dead instead (code CV_DIED) once 'snoozes' passes the bound
 --   poison  data = reason; the entry could not be read, and id names the record to keep it
 --           under (it may name no job; when it names a job whose entry is another, the record
 --           is kept under 'entry-<entry>' instead)
@@ -103,7 +107,7 @@ for a = 8, #ARGV, 10 do
     n_poison = n_poison + 1
     drop[#drop + 1] = entry
     code = CV_OK
-  elseif op == 'start' or op == 'done' or op == 'retry' or op == 'dead' then
+  elseif op == 'start' or op == 'done' or op == 'retry' or op == 'dead' or op == 'snooze' then
     local h
     -- h[7] 'watched' (when watching)
     if watching then
@@ -133,6 +137,16 @@ for a = 8, #ARGV, 10 do
       local ret_s = h[4] or ARGV[3]
       if ret < min_ret then ret_s = min_ret_s end
       local dies = op == 'dead' or (op == 'retry' and tonumber(attempt) > cv_num(h[3], 0))
+      if op == 'snooze' then
+        local n = redis.call('HINCRBY', jobkey, 'snoozes', 1)
+        if n > tonumber(data) then
+          dies = true
+          data = 'snoozed ' .. n .. ' times, more than the ' .. data .. ' a job may'
+        end
+      end
+      -- The executions the hash records: a snooze does not count the attempt it ends.
+      local counted = attempt
+      if op == 'snooze' and not dies then counted = tostring(tonumber(attempt) - 1) end
       if grouped then cv_group_out(jobkey, id, stream, string.sub(jobkey, 1, #jobkey - #id), finished) end
       if h[6] and (op == 'done' or dies) and redis.call('GET', h[6]) == id then
         redis.call('DEL', h[6]) -- the job ends: free its unique key
@@ -162,7 +176,7 @@ for a = 8, #ARGV, 10 do
         else
           f = cv_entry(stream, entry) or {}
         end
-        local fields = {'attempt', attempt, 'started_at', started, 'worker', worker,
+        local fields = {'attempt', counted, 'started_at', started, 'worker', worker,
           'version', str(version), 'payload', f['payload'] or '', 'metadata', f['metadata'] or ''}
         local n = #fields
         if op == 'done' then
@@ -174,10 +188,15 @@ for a = 8, #ARGV, 10 do
           fields[n + 1], fields[n + 2] = 'status', 'failed'
           fields[n + 3], fields[n + 4] = 'last_error', data
           fields[n + 5], fields[n + 6] = 'completed_at', finished
+        elseif op == 'snooze' then
+          fields[n + 1], fields[n + 2] = 'status', 'scheduled'
+          fields[n + 3], fields[n + 4] = 'scheduled_for', 'snooze'
+          fields[n + 5], fields[n + 6] = 'run_at', extra
         else
           fields[n + 1], fields[n + 2] = 'status', 'scheduled'
           fields[n + 3], fields[n + 4] = 'last_error', data
           fields[n + 5], fields[n + 6] = 'run_at', extra
+          fields[n + 7], fields[n + 8] = 'scheduled_for', 'retry'
         end
         redis.call('HSET', jobkey, unpack(fields))
         if op == 'done' then
@@ -200,8 +219,10 @@ for a = 8, #ARGV, 10 do
         if watched then event('completed ', attempt, id) end
       elseif dies then
         n_failed = n_failed + 1
-        if op == 'retry' then code = CV_DIED end
+        if op == 'retry' or op == 'snooze' then code = CV_DIED end
         if watched then event('failed ', attempt, id) end
+      elseif op == 'snooze' then
+        if watched then event('scheduled ', counted, id) end
       else
         n_retried = n_retried + 1
         if watched then event('scheduled ', attempt, id) end

@@ -46,6 +46,8 @@ type Record struct {
 	DebounceFirst, DebounceUntil time.Time
 	DebouncePubs                 int
 	Group                        string // the job's fair group (keys.FieldGroup); empty: none
+	Snoozes                      int    // keys.FieldSnoozes
+	ScheduledFor                 string // keys.FieldScheduledFor: "retry", "snooze" or empty
 	Priority                     int    // keys.FieldPriority; absent: keys.MinPriority
 }
 
@@ -101,6 +103,10 @@ func DecodeRecord(flat []string) Record {
 			r.Debounce = v
 		case keys.FieldGroup:
 			r.Group = v
+		case keys.FieldSnoozes:
+			r.Snoozes = int(num(v))
+		case keys.FieldScheduledFor:
+			r.ScheduledFor = v
 		case keys.FieldDebounceFirst:
 			r.DebounceFirst = fromMS(num(v))
 		case keys.FieldDebounceUntil:

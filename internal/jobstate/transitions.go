@@ -23,10 +23,12 @@ const (
 	OpRetry                // the attempt failed: scheduled for RetryAt, or failed when out of retries
 	OpDead                 // the attempt failed for good: failed, in the dead set
 	OpPoison               // the entry could not be read: a dead record
+	OpSnooze               // the handler asked to run later: scheduled, no attempt counted
 )
 
 // opNames are finish.lua's names of the ops.
-var opNames = [...]string{OpStart: "start", OpDone: "done", OpRetry: "retry", OpDead: "dead", OpPoison: "poison"}
+var opNames = [...]string{OpStart: "start", OpDone: "done", OpRetry: "retry", OpDead: "dead", OpPoison: "poison",
+	OpSnooze: "snooze"}
 
 // OpNames are finish.lua's names of the ops, for tests that check the scripts.
 func OpNames() []string {
@@ -125,6 +127,22 @@ func Retry(q *keys.Queue, p RetryParams) Transition {
 	return t
 }
 
+// SnoozeParams is a Snooze: the attempt, when the job runs again, and how many snoozes a job
+// may take (Max) before it fails instead.
+type SnoozeParams struct {
+	Ran
+	RunAt time.Time
+	Max   int
+}
+
+// Snooze schedules the job for RunAt without counting the attempt or recording an error (its
+// handler asked to run later), or fails it when it snoozed more than Max times (script.Died).
+func Snooze(q *keys.Queue, p SnoozeParams) Transition {
+	t := p.transition(q, OpSnooze)
+	t.Reason, t.retryAt = strconv.Itoa(p.Max), p.RunAt.UnixMilli()
+	return t
+}
+
 // DeadParams is a Dead: the attempt and why it failed for good.
 type DeadParams struct {
 	Ran
@@ -185,7 +203,7 @@ func FinishCall(cfg FinishConfig, ts []Transition) script.Call {
 		switch t.Op {
 		case OpDone:
 			data = t.Result
-		case OpRetry:
+		case OpRetry, OpSnooze:
 			data, extra = t.Reason, strconv.FormatInt(t.retryAt, 10)
 		case OpDead, OpPoison:
 			data = t.Reason

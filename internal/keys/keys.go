@@ -97,6 +97,12 @@ const (
 	// FieldLimitWait is the scope instance whose concurrency slot a deferred job waits for
 	// (it is then scheduled, out of the scheduled set, in that instance's wait list).
 	FieldLimitWait = "limit_wait"
+	// FieldSnoozes counts the times a job's handler snoozed it (pipeline.Snooze): bounded, so
+	// that a job snoozing forever ends failed instead.
+	FieldSnoozes = "snoozes"
+	// FieldScheduledFor says why a scheduled job waits when it is not a delay it was published
+	// with: "retry" (a failed attempt's backoff) or "snooze" (its handler asked to run later).
+	FieldScheduledFor = "scheduled_for"
 	// FieldPriority is a job's priority level within its queue (pipeline.WithPriority), 2 to
 	// MaxPriority; absent means 1, the first served, which is also every job published without
 	// one. The level picks the stream that carries the job (Queue.LevelStream).
