@@ -34,15 +34,14 @@ func enqueueN(t *testing.T, client *pipeline.Client, queue, typ string, n int) {
 	}
 }
 
-// With QueueWeights 6:3:1 and every queue flooded, the jobs started split 6:3:1 over 10,000
-// (counted while every queue still has jobs); the critical queue has two partitions, which
-// share its weight. The handlers hold every slot and are let go half at a time, so the queues
-// compete for slots. The bound, 3% of each share, is held where the hand-out is
-// contended by construction: stream's TestPriorityWeightedShares. Here, end to end, a slot
-// freed while the readers of the busier queues are away reading goes to the one waiting (the
-// hand-out is work-conserving), which a loaded machine makes common: the smallest share was
-// seen 5.7% over (1057 of 1000) with the CPU busy, 0.3% on a quiet one. So this test bounds
-// each share at 8%.
+// With QueueWeights 6:3:1 and every queue flooded, the jobs started split 6:3:1 within 3% of
+// each share over 10,000 (counted while every queue still has jobs); the critical queue has
+// two partitions, which share its weight. The handlers hold every slot and are let go half at
+// a time, so the queues compete for slots. The slots free one at a time, as each handler's
+// outcome is written, while the readers run: free slots wait for a queue owed them whose
+// reader is away reading (see stream.Config.Priority). Without that, every queue waiting took
+// a slot in turn, whatever its weight: on a fast machine the low queue ran through its whole
+// backlog, half of the jobs started.
 func TestWorkerQueueWeights(t *testing.T) {
 	t.Parallel()
 	rdb := redistest.Client(t)
@@ -61,7 +60,6 @@ func TestWorkerQueueWeights(t *testing.T) {
 	starts := make(chan start, 100)
 	stopped := make(chan struct{})
 	var stopOnce sync.Once
-	t.Cleanup(func() { stopOnce.Do(func() { close(stopped) }) })
 	const concurrency = 20
 	startWorkerOn(t, rdb, pipeline.WorkerConfig{Prefix: prefix, Queues: []string{"critical", "default", "low"},
 		QueueWeights: weights, Concurrency: concurrency, ShutdownTimeout: 5 * time.Second},
@@ -78,6 +76,9 @@ func TestWorkerQueueWeights(t *testing.T) {
 			}
 			return nil, nil
 		}})
+	// After startWorkerOn's cleanup, so run before it: a failed test lets the handlers go
+	// before the worker's shutdown waits for them.
+	t.Cleanup(func() { stopOnce.Do(func() { close(stopped) }) })
 
 	const total = 10_000
 	got := map[string]int{}
@@ -101,7 +102,7 @@ func TestWorkerQueueWeights(t *testing.T) {
 	t.Logf("shares of %d: %v", total, got)
 	for q, w := range weights {
 		want := float64(total) * float64(w) / 10
-		assert.InDelta(t, want, float64(got[q]), want*0.08, "queue %s (weight %d)", q, w)
+		assert.InDelta(t, want, float64(got[q]), want*0.03, "queue %s (weight %d)", q, w)
 	}
 }
 

@@ -51,17 +51,47 @@ func merge(t testing.TB, chs []<-chan *message.Message) <-chan struct {
 // With weights 6:3:1 and every topic flooded, the messages handed out split 6:3:1 within 3%
 // of each share over 10,000 (counted while every topic still has entries); partitions of a
 // class (two topics here) share its weight. The weights divide contended slots: the consumer
-// holds every slot and frees half of them at a time (as a worker's outcome writer does,
-// in batches), so the readers always wait for slots.
+// holds every slot and frees half of them at a time, so the readers always wait for slots.
+// It frees them in a row, or each from a goroutine of its own as a worker's handlers do: the
+// slots then free one at a time while the readers run, and each reader woken takes one slot
+// and goes to read it; a slot freed while the classes owed the most are away reading must
+// wait for them (Subscriber.holdLocked), or every class waiting takes a slot in turn,
+// whatever its weight (the low class's share was 50% on a fast machine before the hold).
 func TestPriorityWeightedShares(t *testing.T) {
 	t.Parallel()
+	for _, tc := range []struct {
+		name  string
+		apart bool
+	}{{"settled in a row", false}, {"settled apart", true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			got, reads := weightedShares(t, tc.apart)
+			t.Logf("shares of %d: %v in %d reads", weightedTotal, got, reads)
+			for c, w := range weights631 {
+				want := float64(weightedTotal) * float64(w) / 10
+				assert.InDelta(t, want, float64(got[c]), want*0.03, "class %s (weight %d)", c, w)
+			}
+			// Reads stay batched: no fall back to one read per message.
+			assert.Less(t, reads, weightedTotal/2, "reads of %d messages", weightedTotal)
+		})
+	}
+}
+
+var weights631 = map[string]int{"critical": 6, "default": 3, "low": 1}
+
+const weightedTotal = 10_000
+
+// weightedShares runs TestPriorityWeightedShares's flood and returns the messages handed out
+// by class and how many reads brought them.
+func weightedShares(t *testing.T, apart bool) (map[string]int, int) {
 	rdb := redistest.Client(t)
 	base := redistest.UniqueName(t)
-	weights := map[string]int{"critical": 6, "default": 3, "low": 1}
 	classes := []string{"critical", "critical", "default", "low"} // critical has two partitions
 	backlog := []int{4500, 4500, 5000, 2000}                      // more than 10,000's shares of each
+	var reads atomic.Int64
 	sub := newTestSubscriber(t, rdb, Config{Concurrency: 20, BatchSize: 20, ManualSettle: true,
-		Priority: weightsOf(weights), CloseTimeout: time.Second})
+		Priority: weightsOf(weights631), CloseTimeout: time.Second,
+		Prepare: func(context.Context, string, []*message.Message) []bool { reads.Add(1); return nil }})
 	var chs []<-chan *message.Message
 	for k, c := range classes {
 		topic := c + "/" + base + "-" + string(rune('a'+k))
@@ -70,34 +100,67 @@ func TestPriorityWeightedShares(t *testing.T) {
 		require.NoError(t, err)
 		chs = append(chs, msgs)
 	}
-	const total = 10_000
 	got := map[string]int{}
 	left := append([]int(nil), backlog...)
 	in := merge(t, chs)
 	var held []*message.Message
-	for n := 0; n < total; n++ {
+	for n := 0; n < weightedTotal; n++ {
 		select {
 		case m := <-in:
 			if held = append(held, m.msg); len(held) == 20 {
 				for _, h := range held[:10] {
-					sub.Settle(h)
+					if apart {
+						go sub.Settle(h)
+					} else {
+						sub.Settle(h)
+					}
 				}
 				held = append(held[:0], held[10:]...)
 			}
 			got[classes[m.k]]++
 			left[m.k]--
-			require.Positive(t, left[m.k], "topic %d ran dry before %d messages: raise its backlog (got %v after %d)", m.k, total, got, n)
+			require.Positive(t, left[m.k], "topic %d ran dry before %d messages: raise its backlog (got %v after %d)", m.k, weightedTotal, got, n)
 		case <-time.After(10 * time.Second):
-			t.Fatalf("%d messages of %d; got %v", n, total, got)
+			t.Fatalf("%d messages of %d; got %v", n, weightedTotal, got)
 		}
 	}
 	for _, h := range held {
 		sub.Settle(h)
 	}
-	t.Logf("shares of %d: %v", total, got)
-	for c, w := range weights {
-		want := float64(total) * float64(w) / 10
-		assert.InDelta(t, want, float64(got[c]), want*0.03, "class %s (weight %d)", c, w)
+	return got, int(reads.Load())
+}
+
+// A hold ends when the class it waits for has no more work: here the critical class's stream
+// runs dry after full reads, so its reader's next read blocks (for BlockTime, 2s) while the
+// free slots are held for it. They go to the low class after at most maxHold, and every
+// message is handed out well before that read ends; a hold until the read came back would
+// stall the low class for BlockTime when the critical stream ran dry.
+func TestPriorityWeightedHoldEnds(t *testing.T) {
+	t.Parallel()
+	rdb := redistest.Client(t)
+	base := redistest.UniqueName(t)
+	topics := []string{"critical/" + base, "low/" + base}
+	backlog := []int{40, 400}
+	sub := newTestSubscriber(t, rdb, Config{Concurrency: 4, BatchSize: 2, ManualSettle: true,
+		BlockTime: 2 * time.Second, Priority: weightsOf(map[string]int{"critical": 6, "low": 1})})
+	var chs []<-chan *message.Message
+	for k, topic := range topics {
+		publish(t, rdb, topic, "m", backlog[k])
+		msgs, err := sub.Subscribe(t.Context(), topic)
+		require.NoError(t, err)
+		chs = append(chs, msgs)
+	}
+	in := merge(t, chs)
+	deadline := time.After(1500 * time.Millisecond)
+	got := []int{0, 0}
+	for got[0]+got[1] < backlog[0]+backlog[1] {
+		select {
+		case m := <-in:
+			got[m.k]++
+			go sub.Settle(m.msg)
+		case <-deadline:
+			t.Fatalf("handed out %v of %v in 1.5s", got, backlog)
+		}
 	}
 }
 

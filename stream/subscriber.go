@@ -77,12 +77,17 @@ type Config struct {
 	// and the waiting reader of the class with the smallest pass is served, so classes that
 	// all have entries to read take slots in proportion to their weights, while a class whose
 	// streams are empty leaves its share to the others. The weights divide the slots when
-	// readers wait for them (the handlers hold every slot); while slots are free every reader
-	// takes them at once, since holding one back would only idle the handlers. A class keeps
-	// its pass while its readers are away reading; one whose streams were empty comes back
-	// with a credit of at most one batch (BatchSize / weight of pass), so an idle class does
-	// not store up a burst. Reads stay batched: the reader served takes every slot free then,
-	// up to BatchSize. Nil: first come, first served.
+	// readers wait for them (the handlers hold every slot); while slots are free and nobody
+	// waits, every reader takes them at once. A class keeps its pass while its readers are
+	// away reading (they took slots and have not asked again): slots freed meanwhile are held
+	// for a class of a smaller pass than the readers waiting, if its reader's last read was
+	// full, until that reader asks again, its read comes back short, or 10ms (BlockTime if
+	// shorter) have passed since it took its slots, so a class that has run out of work holds
+	// no slot for long. Otherwise, with slots freed one at a time (as handlers finish), every
+	// class waiting would take one in turn, whatever its weight. A class whose streams were
+	// empty comes back with a credit of at most one batch (BatchSize / weight of pass), so an
+	// idle class does not store up a burst. Reads stay batched: the reader served takes every
+	// slot free then (held ones included), up to BatchSize. Nil: first come, first served.
 	Priority func(topic string) (class string, weight int)
 	// StrictPriority, with Priority, makes the weights ranks: a reader is served only when no
 	// reader of a higher-ranked class may read (not paused) and is either waiting for slots
@@ -246,6 +251,11 @@ type Subscriber struct {
 	hungry  map[*waiter]bool
 	// With Config.Levels: the readers of each family. Its readers' hunger is in hungry too.
 	families map[string][]*waiter
+	// With Config.Priority and not StrictPriority: every reader (see holdLocked), and the
+	// timer that ends a hold (holdAt: when it fires; zero when it is not set).
+	readers   []*waiter
+	holdTimer *time.Timer
+	holdAt    time.Time
 
 	closing      chan struct{}
 	wg           sync.WaitGroup // topic goroutines and maintain
@@ -357,6 +367,9 @@ func (s *Subscriber) Close() error {
 	}
 	s.closed = true
 	close(s.closing)
+	if s.holdTimer != nil {
+		s.holdTimer.Stop()
+	}
 	s.mu.Unlock()
 	s.wg.Wait()
 	return nil
@@ -429,6 +442,13 @@ type waiter struct {
 	// fam is its family under Config.Levels ("" for none), level its level there.
 	fam   string
 	level int
+	// Weighted (Config.Priority, not StrictPriority), under the Subscriber's mu: away, the
+	// reader took slots at awayAt and has not asked again (it is reading, or handing out what
+	// it read); more, its last read (not a one-slot read of an idle reader) filled what it
+	// asked for, so its stream likely has more.
+	away   bool
+	awayAt time.Time
+	more   bool
 }
 
 // class is a priority class of topics (Config.Priority).
@@ -466,9 +486,15 @@ func (s *Subscriber) newWaiter(topic string) *waiter {
 	w.cls = c
 	if s.cfg.StrictPriority {
 		s.hungry[w] = true // until its first read says otherwise, a reader may have work
+	} else {
+		s.readers = append(s.readers, w)
 	}
 	return w
 }
+
+// weighted reports whether w's reader is served by its class's pass: Config.Priority without
+// StrictPriority.
+func (s *Subscriber) weighted(w *waiter) bool { return w.cls != nil && !s.cfg.StrictPriority }
 
 // mayReadLocked reports whether w's reader may take slots now that reading is not paused:
 // neither everything (Pause) nor its topic (PauseTopic).
@@ -476,13 +502,21 @@ func (s *Subscriber) mayReadLocked(w *waiter) bool {
 	return !s.paused && !s.pausedTopics[w.topic]
 }
 
-// leaveFamily drops an ended reader from its family (Config.Levels).
-func (s *Subscriber) leaveFamily(w *waiter) {
-	if w.fam == "" {
+// leave drops an ended reader from its family (Config.Levels) and from the weighted readers
+// that slots may be held for.
+func (s *Subscriber) leave(w *waiter) {
+	if w.fam == "" && !s.weighted(w) {
 		return
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if i := slices.Index(s.readers, w); i >= 0 {
+		s.readers = slices.Delete(s.readers, i, i+1)
+	}
+	if w.fam == "" {
+		s.wakeLocked()
+		return
+	}
 	m := s.families[w.fam]
 	if i := slices.Index(m, w); i >= 0 {
 		m = slices.Delete(m, i, i+1)
@@ -534,16 +568,32 @@ func (s *Subscriber) mayTakeLocked(w *waiter) bool {
 }
 
 // setHungry records, under StrictPriority or for a reader of a family (Config.Levels), whether
-// w's last read was full.
+// w's last read was full; for a weighted reader, whether slots may be held for it (waiter.more).
+// The reader calls it before it next reserves, so w.idle still says whether that read was an
+// idle reader's one-slot read.
 func (s *Subscriber) setHungry(w *waiter, full bool) {
-	if !s.cfg.StrictPriority && w.fam == "" {
+	tracked, weighted := s.cfg.StrictPriority || w.fam != "", s.weighted(w)
+	if !tracked && !weighted {
 		return
 	}
 	s.mu.Lock()
-	if full {
-		s.hungry[w] = true
-	} else if s.hungry[w] {
-		delete(s.hungry, w)
+	wake := false
+	if tracked {
+		if full {
+			s.hungry[w] = true
+		} else if s.hungry[w] {
+			delete(s.hungry, w)
+			wake = true
+		}
+	}
+	if weighted {
+		// One entry read by an idle reader's one-slot read says nothing of a next one: holding
+		// slots for its next read would idle them while that read blocks on an empty stream.
+		more := full && !w.idle
+		wake = wake || w.more && !more
+		w.more = more
+	}
+	if wake {
 		s.wakeLocked()
 	}
 	s.mu.Unlock()
@@ -577,12 +627,17 @@ func (s *Subscriber) reserve(w *waiter, stop <-chan struct{}, want int) int {
 		// busy class keeps its pass while its reader is away reading.
 		w.cls.pass = max(w.cls.pass, s.vtime-float64(s.cfg.BatchSize)/float64(w.cls.weight))
 	}
+	weighted := s.weighted(w)
+	w.away = false // back: no slot is held for it now, it takes them or waits in line
 	for {
-		if free := s.cfg.Concurrency - s.taken; free > 0 && s.mayTakeLocked(w) && (s.turn == w || s.turn == nil && s.nextLocked() < 0) {
+		if free := s.cfg.Concurrency - s.taken; free > 0 && s.mayTakeLocked(w) && (s.turn == w || s.turn == nil && s.firstLocked(w)) {
 			n := min(free, want)
 			s.taken += n
 			s.reads++ // with the slots, so that no read is under way uncounted
 			s.tookLocked(w, n)
+			if weighted {
+				w.away, w.awayAt = true, time.Now()
+			}
 			if s.turn == w {
 				s.turn = nil
 				s.wakeLocked()
@@ -597,6 +652,11 @@ func (s *Subscriber) reserve(w *waiter, stop <-chan struct{}, want int) int {
 			s.wakeLocked()
 		} else {
 			s.joinLocked(w)
+			if weighted {
+				// Slots may be free and held for this reader, which no longer takes them
+				// here: they go to the next in line (or to this reader, woken at once).
+				s.wakeLocked()
+			}
 		}
 		s.mu.Unlock()
 		select {
@@ -637,7 +697,8 @@ func (s *Subscriber) release(n int) {
 
 // nextLocked is the index in queue of the waiter to serve next, or -1: the first that may
 // take slots (mayTakeLocked), or under Config.Priority without StrictPriority the one of the
-// class with the smallest pass (the first of those).
+// class with the smallest pass (the first of those), unless the free slots are held for a
+// reader away reading (holdLocked).
 func (s *Subscriber) nextLocked() int {
 	if s.cfg.Priority == nil || s.cfg.StrictPriority {
 		return slices.IndexFunc(s.queue, s.mayTakeLocked)
@@ -648,7 +709,79 @@ func (s *Subscriber) nextLocked() int {
 			best = i
 		}
 	}
+	if best >= 0 && s.holdLocked(s.queue[best].cls.pass) {
+		return -1
+	}
 	return best
+}
+
+// firstLocked reports whether w's reader, which is not in line, may take free slots ahead of
+// the readers in line. First come, first served (and under StrictPriority): when none of
+// them may take slots. Weighted: when none of them, nor a reader the slots are held for, has
+// a class of a smaller pass.
+func (s *Subscriber) firstLocked(w *waiter) bool {
+	if !s.weighted(w) {
+		return s.nextLocked() < 0
+	}
+	for _, h := range s.queue {
+		if h.cls.pass < w.cls.pass && s.mayTakeLocked(h) {
+			return false
+		}
+	}
+	return !s.holdLocked(w.cls.pass)
+}
+
+// maxHold bounds how long free slots are held for a reader away reading (holdLocked), and
+// with it how long they can sit idle when the read finds its stream empty after all. A read
+// of a stream with entries comes back in well under a millisecond; the bound is for a
+// machine whose CPU is busy, where the reader may wait a while to run again.
+const maxHold = 10 * time.Millisecond
+
+// holdLocked reports whether the free slots are held for a weighted reader that is away
+// reading (it took slots and has not asked again), whose class's pass is smaller than pass,
+// that may take slots and whose last read was full (waiter.more). Without the hold, a slot
+// freed while the readers of the classes owed the most slots are away would go to the one
+// waiting, whatever its pass: when handlers settle one at a time, every class waiting would
+// take one slot in turn, whatever its weight (and read one entry at a time). A hold lasts
+// until the reader asks again, its read comes back short, or maxHold (BlockTime if shorter)
+// has passed since it took its slots: a class that truly has no work does not keep slots
+// idle. The timer that ends a hold is set here.
+func (s *Subscriber) holdLocked(pass float64) bool {
+	var now time.Time
+	for _, r := range s.readers {
+		if !r.away || !r.more || r.cls.pass >= pass || !s.mayTakeLocked(r) {
+			continue
+		}
+		if now.IsZero() {
+			now = time.Now()
+		}
+		until := r.awayAt.Add(min(maxHold, s.cfg.BlockTime))
+		if !now.Before(until) {
+			continue
+		}
+		s.endHoldAtLocked(until)
+		return true
+	}
+	return false
+}
+
+// endHoldAtLocked makes sure the hand-out is looked at again by at (wakeLocked), when a hold
+// ends at the latest.
+func (s *Subscriber) endHoldAtLocked(at time.Time) {
+	if !s.holdAt.IsZero() && !s.holdAt.After(at) {
+		return // set for then or earlier; that wake sets the next one if need be
+	}
+	s.holdAt = at
+	if s.holdTimer == nil {
+		s.holdTimer = time.AfterFunc(time.Until(at), func() {
+			s.mu.Lock()
+			s.holdAt = time.Time{}
+			s.wakeLocked()
+			s.mu.Unlock()
+		})
+		return
+	}
+	s.holdTimer.Reset(time.Until(at))
 }
 
 // wakeLocked wakes the next waiting reader (nextLocked) when a slot is free and no other

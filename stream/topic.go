@@ -159,7 +159,7 @@ func (t *topic) read(ctx context.Context) {
 	defer close(t.readDone)
 	cfg := t.s.cfg
 	w := t.s.newWaiter(t.name)
-	defer t.s.leaveFamily(w)
+	defer t.s.leave(w)
 	defer t.s.setHungry(w, false)
 	// A topic whose last read found nothing waits for entries with one slot reserved, so that
 	// a blocked read does not keep slots from busy topics. A new subscription starts so.
