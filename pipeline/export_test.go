@@ -17,3 +17,6 @@ func WaiterReads(w *Waiter) int64 { return w.nread.Load() }
 // PausedTopics reports which of w's queues its current reading session does not read
 // (Inspector.Pause), every partition of each.
 func PausedTopics(w *Worker) map[string]bool { return w.pausedTopics() }
+
+// ProgressWrites is how many progress reports w wrote (Job.Progress).
+func ProgressWrites(w *Worker) int64 { return w.progressWrites.Load() }

@@ -88,8 +88,22 @@ type Job struct {
 	// jobs read back (Client.Get, Inspector.List); a handler's job, decoded from its stream
 	// entry, leaves it empty.
 	Group string
+	// Reported is the last progress the job's handler reported (Job.Progress) for the attempt
+	// that Attempt counts: set while that attempt runs, and kept once the job finished (the
+	// last report of its last attempt, which need not be 100). Nil when that attempt reported
+	// nothing, and on a handler's own job.
+	Reported *Progress
 
-	entry map[string]any // a handler's job: the stream entry's fields as read (stream.EntryValues)
+	entry    map[string]any    // a handler's job: the stream entry's fields as read (stream.EntryValues)
+	progress *progressReporter // a handler's job: writes its Progress reports
+}
+
+// Progress is a progress report of a job's handler (Job.Progress).
+type Progress struct {
+	Percent int    // 0 to 100
+	Message string // at most MaxProgressMessage bytes
+	// At is when the report was written, by Redis's clock.
+	At time.Time
 }
 
 // DebounceWindow is the debounce window of a job published WithDebounce, by Redis's clock: the
@@ -134,6 +148,10 @@ type jobJSON struct {
 	Debounce    *debounceJSON     `json:"debounce,omitempty"`
 	Debounced   bool              `json:"debounced,omitempty"`
 	Group       string            `json:"group,omitempty"`
+	// Progress fields: absent when the job's attempt reported none (Job.Reported).
+	Progress        *int   `json:"progress,omitempty"`
+	ProgressMessage string `json:"progress_message,omitempty"`
+	ProgressAt      int64  `json:"progress_at,omitempty"`
 }
 
 // MarshalJSON writes the job with times as unix milliseconds (0 when not yet), and payload and
@@ -147,7 +165,14 @@ func (j *Job) MarshalJSON() ([]byte, error) {
 	if d := j.Debounce; d != nil {
 		db = &debounceJSON{Key: d.Key, FirstAt: unixMS(d.First), Until: unixMS(d.Until), Publishes: d.Publishes}
 	}
+	var pct *int
+	var pmsg string
+	var pat int64
+	if p := j.Reported; p != nil {
+		pct, pmsg, pat = &p.Percent, p.Message, unixMS(p.At)
+	}
 	return json.Marshal(jobJSON{
+		Progress: pct, ProgressMessage: pmsg, ProgressAt: pat,
 		Debounce: db, Debounced: j.Debounced, Group: j.Group,
 		ID: j.ID, Queue: j.Queue, Type: j.Type, Status: j.Status,
 		Attempt: j.Attempt, MaxRetries: j.MaxRetries, Priority: max(j.Priority, MinPriority), TimeoutMS: j.Timeout.Milliseconds(),
