@@ -18,6 +18,7 @@ import (
 	"github.com/conveyorq/conveyor/api"
 	"github.com/conveyorq/conveyor/handlers"
 	"github.com/conveyorq/conveyor/internal/jobtest"
+	"github.com/conveyorq/conveyor/internal/keys"
 	"github.com/conveyorq/conveyor/internal/redistest"
 	"github.com/conveyorq/conveyor/pipeline"
 )
@@ -295,7 +296,11 @@ func TestLongPollUntilProgress(t *testing.T) {
 	e.waitStatus(id, "in_progress")
 	answer := make(chan apiJob, 1)
 	go func() { answer <- e.do("GET", e.jobs()+"/"+id+"?wait=20s&until=progress", "").job(t) }()
-	require.Eventually(t, func() bool { return e.api.Waiting() == 1 }, 10*time.Second, 5*time.Millisecond)
+	// The wait's first read marks the job watched: the job as it was then is what it waits to
+	// change from.
+	require.Eventually(t, func() bool {
+		return e.rdb.HExists(context.Background(), keys.New(e.prefix, e.queue).Job(id), keys.FieldWatched).Val()
+	}, 10*time.Second, 5*time.Millisecond)
 	steps <- 40
 	got := <-answer
 	require.Equal(t, "in_progress", got.Status)

@@ -24,20 +24,26 @@ func progressOf(j *pipeline.Job) (int, string) {
 
 // A handler's progress is in the job while it runs (Get), Follow sees each report and the
 // final status, and the completed job keeps its last report, held by the rate limit and
-// written before the outcome. On a standalone server and on a cluster.
+// written before the outcome. On a standalone server, and on a cluster with a queue of three
+// partitions (Follow finds the job's partition, whose events channel is on its own shard).
 func TestProgressWhileRunning(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
-		name string
-		rdb  func(t *testing.T) redis.UniversalClient
+		name       string
+		rdb        func(t *testing.T) redis.UniversalClient
+		partitions int
 	}{
-		{"standalone", func(t *testing.T) redis.UniversalClient { return redistest.Client(t) }},
-		{"cluster", func(t *testing.T) redis.UniversalClient { return redistest.StartCluster(t).Client(t) }},
+		{"standalone", func(t *testing.T) redis.UniversalClient { return redistest.Client(t) }, 1},
+		{"cluster", func(t *testing.T) redis.UniversalClient { return redistest.StartCluster(t).Client(t) }, 3},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			b := setup(t, setupOpts{rdb: tc.rdb(t)})
 			ctx := t.Context()
+			if tc.partitions > 1 {
+				_, err := b.insp.CreateQueue(ctx, b.queue, pipeline.QueueOptions{Partitions: tc.partitions})
+				require.NoError(t, err)
+			}
 			step := make(chan struct{})
 			var handlerErrs []error
 			w, _ := b.startWorker(t, pipeline.WorkerConfig{Retention: time.Hour}, map[string]pipeline.HandlerFunc{
@@ -91,7 +97,10 @@ func TestProgressWhileRunning(t *testing.T) {
 			for _, e := range handlerErrs {
 				require.NoError(t, e)
 			}
-			require.Equal(t, int64(2), pipeline.ProgressWrites(w), "81 reports, 2 writes: the first and the last")
+			// The first and the last; and one between when the first of the loop came an
+			// interval after the first (a loaded machine).
+			writes := pipeline.ProgressWrites(w)
+			require.True(t, writes == 2 || writes == 3, "81 reports, %d writes", writes)
 
 			done, err := b.client.Get(ctx, b.queue, j.ID)
 			require.NoError(t, err)
