@@ -14,8 +14,9 @@ import (
 const maxSleep = 24 * time.Hour
 
 // Sleep is the "sleep" handler: for a payload {"ms":N} it sleeps N milliseconds and returns
-// {"slept_ms":N}, reporting its progress (Job.Progress) as it goes and 100% at the end. N must be an integer from 0 to 86400000 (24 hours); a payload that is not
-// such an object is a pipeline.SkipRetry error. When ctx ends first it returns at once with an
+// {"slept_ms":N}, reporting its progress (Job.Progress) as it goes and 100% at the end. N must
+// be an integer from 0 to 86400000 (24 hours); a payload that is not such an object is a
+// pipeline.SkipRetry error. When ctx ends first it returns at once with an
 // error that wraps ctx.Err() (context.Canceled or context.DeadlineExceeded) and, when it
 // differs, context.Cause(ctx).
 func Sleep(ctx context.Context, job *pipeline.Job) ([]byte, error) {

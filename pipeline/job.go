@@ -88,10 +88,11 @@ type Job struct {
 	// jobs read back (Client.Get, Inspector.List); a handler's job, decoded from its stream
 	// entry, leaves it empty.
 	Group string
-	// Reported is the last progress the job's handler reported (Job.Progress) for the attempt
-	// that Attempt counts: set while that attempt runs, and kept once the job finished (the
-	// last report of its last attempt, which need not be 100). Nil when that attempt reported
-	// nothing, and on a handler's own job.
+	// Reported is the last progress report of the job's handler (Job.Progress): the running
+	// attempt's while the job runs (nil until it reports: a retry or a recovered job does not
+	// show the attempt before's), the failed attempt's while a retry waits, and the last
+	// attempt's once the job finished (which need not be 100: it says where a failed job
+	// stopped). Nil on a handler's own job.
 	Reported *Progress
 
 	entry    map[string]any    // a handler's job: the stream entry's fields as read (stream.EntryValues)
