@@ -114,6 +114,9 @@ func (s *Server) jobEvents(w http.ResponseWriter, r *http.Request) error {
 	h.Set("Cache-Control", "no-cache")
 	h.Set("X-Accel-Buffering", "no") // nginx: do not buffer the stream
 	w.WriteHeader(http.StatusOK)
+	if r.Method == http.MethodHead {
+		return nil // the headers say what a GET would get; a HEAD must not wait for the job's end
+	}
 	var last *pipeline.Job
 	beat := time.NewTicker(eq.heartbeat)
 	defer beat.Stop()

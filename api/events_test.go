@@ -279,6 +279,10 @@ func TestJobEventsRefused(t *testing.T) {
 		require.Equal(t, http.StatusBadRequest, r.status, q)
 		require.Equal(t, "invalid_argument", r.apiErr(t).Code, q)
 	}
+	// A HEAD answers with the stream's headers at once, not at the job's end.
+	head := e.do("HEAD", e.jobs()+"/"+id+"/events", "")
+	require.Equal(t, http.StatusOK, head.status)
+	require.Equal(t, "text/event-stream", head.header.Get("Content-Type"))
 	for _, q := range []string{"wait=1s&until=soon", "wait=1s&until=final&until=progress"} {
 		r := e.do("GET", e.jobs()+"/"+id+"?"+q, "")
 		require.Equal(t, http.StatusBadRequest, r.status, q)
