@@ -819,7 +819,7 @@
     const bar = h('progress', { max: '100', value: String(num(j.progress)), 'aria-labelledby': 'j-prog' });
     const text = h('p', { class: 'progress-text' });
     const card = h('section', { class: 'card progress-card', 'aria-labelledby': 'j-prog' },
-      h('h2', { id: 'j-prog' }, 'Progress'), bar, text);
+      h('h2', { id: 'j-prog' }, FINAL.has(j.status) ? 'Last progress' : 'Progress'), bar, text);
     setProgress(card, j);
     return card;
   }

@@ -675,6 +675,7 @@ func TestDashboardBrowser(t *testing.T) {
 		`document.querySelector('.badge[data-status="completed"]') !== null &&
 		 document.querySelector('.job').dataset.live === undefined &&
 		 document.querySelector('.progress-card progress').dataset.progress === '70' &&
+		 document.querySelector('#j-prog').textContent === 'Last progress' &&
 		 document.querySelector('.result pre').textContent.includes('stepped')`)
 	b.noSideScroll("desktop job progress")
 	b.shot("desktop-job-progress-done")
