@@ -237,3 +237,39 @@ func TestProgressBelongsToItsAttempt(t *testing.T) {
 	require.Equal(t, pipeline.StatusCompleted, done.Status)
 	require.Nil(t, done.Reported, "the completed attempt reported nothing")
 }
+
+// A handler that ignores its timeout and goes on reporting after the worker gave up on it is
+// refused: no report lands after the attempt's outcome.
+func TestProgressAfterTimeoutIsRefused(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := t.Context()
+	refused := make(chan error, 1)
+	b.startWorker(t, pipeline.WorkerConfig{Retention: time.Hour}, map[string]pipeline.HandlerFunc{
+		"stubborn": func(_ context.Context, j *pipeline.Job) ([]byte, error) {
+			deadline := time.Now().Add(30 * time.Second)
+			for i := 0; time.Now().Before(deadline); i++ {
+				if err := j.Progress(context.Background(), i%100, "ignoring my context"); err != nil {
+					refused <- err
+					return nil, err
+				}
+				time.Sleep(5 * time.Millisecond)
+			}
+			refused <- nil
+			return nil, nil
+		},
+	})
+	j, err := b.client.Enqueue(ctx, b.queue, pipeline.Task{Type: "stubborn"},
+		pipeline.WithTimeout(50*time.Millisecond), pipeline.WithMaxRetries(0))
+	require.NoError(t, err)
+	require.ErrorIs(t, <-refused, pipeline.ErrProgressRefused)
+	done, err := b.client.Wait(ctx, b.queue, j.ID)
+	require.NoError(t, err)
+	require.Equal(t, pipeline.StatusFailed, done.Status)
+	require.Contains(t, done.LastError, "timed out")
+	before := done.Reported
+	time.Sleep(2 * pipeline.ProgressInterval) // a stray trailing write would land by now
+	after, err := b.client.Get(ctx, b.queue, j.ID)
+	require.NoError(t, err)
+	require.Equal(t, before, after.Reported, "nothing written after the outcome")
+}
