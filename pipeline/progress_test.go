@@ -45,9 +45,12 @@ func TestProgressWhileRunning(t *testing.T) {
 				require.NoError(t, err)
 			}
 			step := make(chan struct{})
+			var mu sync.Mutex // the handler's errors, read after the job ended
 			var handlerErrs []error
 			w, _ := b.startWorker(t, pipeline.WorkerConfig{Retention: time.Hour}, map[string]pipeline.HandlerFunc{
 				"t": func(ctx context.Context, j *pipeline.Job) ([]byte, error) {
+					mu.Lock()
+					defer mu.Unlock()
 					handlerErrs = append(handlerErrs, j.Progress(ctx, 10, "first"))
 					select { // the test saw 10
 					case <-step:
@@ -94,9 +97,11 @@ func TestProgressWhileRunning(t *testing.T) {
 				saw10 = saw10 || g.pct == 10 && g.msg == "first" && !g.status.Final()
 			}
 			require.True(t, saw10, "%v", got) // queued or in_progress: the start mark may come after it
+			mu.Lock()
 			for _, e := range handlerErrs {
 				require.NoError(t, e)
 			}
+			mu.Unlock()
 			// The first and the last; and one between when the first of the loop came an
 			// interval after the first (a loaded machine).
 			writes := pipeline.ProgressWrites(w)
@@ -116,10 +121,13 @@ func TestProgressRateLimit(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	ctx := t.Context()
+	var mu sync.Mutex // ran and calls, read after the job ended
 	var ran time.Duration
 	var calls int
 	w, _ := b.startWorker(t, pipeline.WorkerConfig{Retention: time.Hour}, map[string]pipeline.HandlerFunc{
 		"chatty": func(ctx context.Context, j *pipeline.Job) ([]byte, error) {
+			mu.Lock()
+			defer mu.Unlock()
 			start := time.Now()
 			for time.Since(start) < 3*pipeline.ProgressInterval {
 				calls++
@@ -138,6 +146,8 @@ func TestProgressRateLimit(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, pipeline.StatusCompleted, done.Status, done.LastError)
 	writes := pipeline.ProgressWrites(w)
+	mu.Lock()
+	defer mu.Unlock()
 	require.LessOrEqual(t, writes, int64(ran/pipeline.ProgressInterval)+2,
 		"%d calls in %s: at most one write per interval, and the last", calls, ran)
 	require.GreaterOrEqual(t, writes, int64(2))
