@@ -64,7 +64,17 @@
 // ends. Waiting requests hold no Redis connection and cost no reads while they wait but a
 // bounded fallback (a few reads a second for all of them, whatever their number), so any number
 // of waiters costs Redis about nothing (docs/BENCHMARKS.md, "Job events and long polls"). Close
-// wakes them all.
+// wakes them all. With &until=progress a wait answers at the job's next change too (its
+// status, attempt or progress report).
+//
+// # Job events stream
+//
+// GET .../jobs/{id}/events is a Server-Sent Events stream of the job's status changes and its
+// handler's progress reports (pipeline.Job.Progress), ending after the final status; it follows
+// the job with pipeline.Waiter.Follow over the same subscriptions as the long polls, sends a
+// heartbeat comment after each quiet ?heartbeat= (DefaultHeartbeat), and moves the connection's
+// write deadline on at every write, so that an http.Server's WriteTimeout does not cut it.
+// Close ends every stream.
 //
 // # Throughput
 //

@@ -27,3 +27,12 @@ func (s *Server) ThroughputQueues() int {
 	}
 	return n
 }
+
+// ParseEventsQuery is parseEventsQuery, reporting the heartbeat it read.
+func ParseEventsQuery(q map[string][]string) (heartbeat int64, err error) {
+	e, err := parseEventsQuery(q)
+	return int64(e.heartbeat), err
+}
+
+// UntilParam is untilParam.
+func UntilParam(q map[string][]string) (bool, error) { return untilParam(q) }

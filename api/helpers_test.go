@@ -145,6 +145,9 @@ type apiJob struct {
 	EnqueuedAt  int64             `json:"enqueued_at"`
 	StartedAt   int64             `json:"started_at"`
 	CompletedAt int64             `json:"completed_at"`
+	// Progress and ProgressMessage are absent (nil, "") when the attempt reported none.
+	Progress        *int   `json:"progress"`
+	ProgressMessage string `json:"progress_message"`
 }
 
 // request sends a request with the headers given as "Name: value" strings, and none other.

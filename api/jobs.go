@@ -92,15 +92,22 @@ func (s *Server) enqueueBatch(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
-// getJob: GET /v1/queues/{queue}/jobs/{id}[?wait=30s].
+// getJob: GET /v1/queues/{queue}/jobs/{id}[?wait=30s[&until=progress]].
 func (s *Server) getJob(w http.ResponseWriter, r *http.Request) error {
 	queue, id := r.PathValue("queue"), r.PathValue("id")
 	wait, err := s.waitParam(r)
 	if err != nil {
 		return err
 	}
+	onChange, err := untilParam(r.URL.Query())
+	if err != nil {
+		return err
+	}
 	var job *pipeline.Job
-	if wait > 0 {
+	switch {
+	case wait > 0 && onChange:
+		job, err = s.waits.waitChange(r.Context(), jobRef{queue, id}, wait)
+	case wait > 0:
 		job, err = s.wait(r, jobRef{queue, id}, wait)
 	}
 	if job == nil && err == nil {

@@ -103,6 +103,8 @@ func TestOpenAPI(t *testing.T) {
 	ids := map[string]string{
 		"POST /v1/queues/{queue}/dead/{id}/replay": e.seed(pipeline.StatusFailed),
 		"DELETE /v1/queues/{queue}/dead/{id}":      e.seed(pipeline.StatusFailed),
+		// A finished job's stream ends at once, after its status event.
+		"GET /v1/queues/{queue}/jobs/{id}/events": e.seed(pipeline.StatusCompleted),
 	}
 	bodies := map[string]string{
 		"POST /v1/queues/{queue}/jobs":       `{"type":"echo"}`,

@@ -128,6 +128,7 @@ func (s *Server) table() []route {
 		{"GET", "/v1/queues/{queue}/jobs", authed, s.listJobs},
 		{"POST", "/v1/queues/{queue}/jobs:batch", authed, s.enqueueBatch},
 		{"GET", "/v1/queues/{queue}/jobs/{id}", authed, s.getJob},
+		{"GET", "/v1/queues/{queue}/jobs/{id}/events", authed, s.jobEvents},
 		{"DELETE", "/v1/queues/{queue}/jobs/{id}", authed, s.cancel},
 		{"POST", "/v1/queues/{queue}/dead/{id}/replay", authed, s.replay},
 		{"DELETE", "/v1/queues/{queue}/dead/{id}", authed, s.purge},

@@ -14,8 +14,9 @@ import (
 const maxSleep = 24 * time.Hour
 
 // Sleep is the "sleep" handler: for a payload {"ms":N} it sleeps N milliseconds and returns
-// {"slept_ms":N}. N must be an integer from 0 to 86400000 (24 hours); a payload that is not
-// such an object is a pipeline.SkipRetry error. When ctx ends first it returns at once with an
+// {"slept_ms":N}, reporting its progress (Job.Progress) as it goes and 100% at the end. N must
+// be an integer from 0 to 86400000 (24 hours); a payload that is not such an object is a
+// pipeline.SkipRetry error. When ctx ends first it returns at once with an
 // error that wraps ctx.Err() (context.Canceled or context.DeadlineExceeded) and, when it
 // differs, context.Cause(ctx).
 func Sleep(ctx context.Context, job *pipeline.Job) ([]byte, error) {
@@ -39,14 +40,33 @@ func Sleep(ctx context.Context, job *pipeline.Job) ([]byte, error) {
 	if ctx.Err() == nil && d > 0 {
 		t := time.NewTimer(d)
 		defer t.Stop()
-		select {
-		case <-t.C:
-		case <-ctx.Done():
+		// Progress every twentieth of the sleep (Job.Progress writes at most 4 a second of
+		// them), so that a demo's job page shows its bar move.
+		tick := time.NewTicker(max(d/20, 10*time.Millisecond))
+		defer tick.Stop()
+	sleep:
+		for {
+			select {
+			case <-t.C:
+				break sleep
+			case <-ctx.Done():
+				break sleep
+			case <-tick.C:
+				slept := time.Since(start)
+				pct := int(min(99, 100*slept/d))
+				if err := job.Progress(ctx, pct, fmt.Sprintf("slept %s of %s", slept.Round(time.Millisecond), d)); errors.Is(err, pipeline.ErrProgressRefused) {
+					// The job moved on: stop early, the context ends soon anyway.
+					t.Reset(0)
+				}
+			}
 		}
 	}
 	if ctx.Err() != nil {
 		return nil, fmt.Errorf("sleep: interrupted after %s of %s: %w",
 			time.Since(start).Round(time.Millisecond), d, ctxError(ctx))
+	}
+	if d > 0 {
+		_ = job.Progress(ctx, 100, fmt.Sprintf("slept %s", d))
 	}
 	return json.Marshal(struct {
 		SleptMS int64 `json:"slept_ms"`

@@ -766,6 +766,9 @@ func jobFromRecord(queue, id string, r jobstate.Record) (*Job, error) {
 		j.Debounce = &DebounceWindow{Key: keys.DebounceKeyOf(r.Debounce), First: r.DebounceFirst,
 			Until: r.DebounceUntil, Publishes: r.DebouncePubs}
 	}
+	if p := r.Progress; p != nil && p.Shown(r.Status, r.Attempt, r.Entry) {
+		j.Reported = &Progress{Percent: p.Percent, Message: p.Message, At: p.At}
+	}
 	if r.Metadata != "" {
 		md := map[string]string{}
 		if err := stream.DecodeMetadata(r.Metadata, md); err != nil {

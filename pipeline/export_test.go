@@ -20,3 +20,6 @@ func PausedTopics(w *Worker) map[string]bool { return w.pausedTopics() }
 
 // TokenLife is how long a worker keeps a leased rate token before it gives it back.
 const TokenLife = tokenLife
+
+// ProgressWrites is how many progress reports w wrote (Job.Progress).
+func ProgressWrites(w *Worker) int64 { return w.progressWrites.Load() }

@@ -93,8 +93,23 @@ type Job struct {
 	ScheduledFor string
 	// Snoozes counts the times the job's handler snoozed it (bounded: WorkerConfig.MaxSnoozes).
 	Snoozes int
+	// Reported is the last progress report of the job's handler (Job.Progress): the running
+	// attempt's while the job runs (nil until it reports: a retry or a recovered job does not
+	// show the attempt before's), the failed attempt's while a retry waits, and the last
+	// attempt's once the job finished (which need not be 100: it says where a failed job
+	// stopped). Nil on a handler's own job.
+	Reported *Progress
 
-	entry map[string]any // a handler's job: the stream entry's fields as read (stream.EntryValues)
+	entry    map[string]any    // a handler's job: the stream entry's fields as read (stream.EntryValues)
+	progress *progressReporter // a handler's job: writes its Progress reports
+}
+
+// Progress is a progress report of a job's handler (Job.Progress).
+type Progress struct {
+	Percent int    // 0 to 100
+	Message string // at most MaxProgressMessage bytes
+	// At is when the report was written, by Redis's clock.
+	At time.Time
 }
 
 // DebounceWindow is the debounce window of a job published WithDebounce, by Redis's clock: the
@@ -142,6 +157,10 @@ type jobJSON struct {
 	// ScheduledFor is "retry" or "snooze" (Job.ScheduledFor), omitted otherwise.
 	ScheduledFor string `json:"scheduled_for,omitempty"`
 	Snoozes      int    `json:"snoozes,omitempty"`
+	// Progress fields: absent when the job's attempt reported none (Job.Reported).
+	Progress        *int   `json:"progress,omitempty"`
+	ProgressMessage string `json:"progress_message,omitempty"`
+	ProgressAt      int64  `json:"progress_at,omitempty"`
 }
 
 // MarshalJSON writes the job with times as unix milliseconds (0 when not yet), and payload and
@@ -155,7 +174,14 @@ func (j *Job) MarshalJSON() ([]byte, error) {
 	if d := j.Debounce; d != nil {
 		db = &debounceJSON{Key: d.Key, FirstAt: unixMS(d.First), Until: unixMS(d.Until), Publishes: d.Publishes}
 	}
+	var pct *int
+	var pmsg string
+	var pat int64
+	if p := j.Reported; p != nil {
+		pct, pmsg, pat = &p.Percent, p.Message, unixMS(p.At)
+	}
 	return json.Marshal(jobJSON{
+		Progress: pct, ProgressMessage: pmsg, ProgressAt: pat,
 		Debounce: db, Debounced: j.Debounced, Group: j.Group, ScheduledFor: j.ScheduledFor, Snoozes: j.Snoozes,
 		ID: j.ID, Queue: j.Queue, Type: j.Type, Status: j.Status,
 		Attempt: j.Attempt, MaxRetries: j.MaxRetries, Priority: max(j.Priority, MinPriority), TimeoutMS: j.Timeout.Milliseconds(),

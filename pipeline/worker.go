@@ -269,6 +269,8 @@ type Worker struct {
 	// stream key (admit.go).
 	leases  atomic.Pointer[leaseBook]
 	limited atomic.Pointer[map[string]bool]
+	// progressWrites counts the progress reports written (Job.Progress), for tests.
+	progressWrites atomic.Int64
 }
 
 // NewWorker returns a Worker over rdb (a standalone, cluster or failover client), or the error,
@@ -713,6 +715,7 @@ func (w *Worker) handleMessage(msg *message.Message) error {
 	}
 	start := w.started(q, j)
 	ctx := msg.Context()
+	j.progress = w.newProgressReporter(q, j)
 	var result []byte
 	var err error
 	if j.Timeout > 0 {
@@ -720,7 +723,16 @@ func (w *Worker) handleMessage(msg *message.Message) error {
 	} else {
 		result, err = call(ctx, h, j, &w.log)
 	}
+	endProgress(ctx, j.progress)
 	return w.outcome(ctx, q, j, start, result, err, 0)
+}
+
+// endProgress ends the attempt's progress reports before its outcome is written, writing the
+// last one held unless the attempt was abandoned (the job moved on, or goes back on shutdown:
+// the fence would refuse it, or the next run reports its own).
+func endProgress(ctx context.Context, r *progressReporter) {
+	cause := context.Cause(ctx)
+	r.end(!errors.Is(cause, stream.ErrClosed) && !errors.Is(cause, stream.ErrLeaseLost))
 }
 
 // sendBack adds to t the payload exactly as read from the job's entry (stream.EntryValues),

@@ -782,7 +782,62 @@
     }
   }
 
-  // jobPage: everything about one job; it refreshes until the job is finished.
+  // streamEvents reads an events stream (Server-Sent Events) of the API and calls onEvent(name,
+  // data) with each event's name and parsed JSON data; it resolves when the stream ends. It
+  // reads with fetch, not EventSource: EventSource cannot send the Authorization header the
+  // API may need. A 401 or another refusal rejects it (the page falls back to polling).
+  async function streamEvents(path, signal, onEvent) {
+    const headers = { Accept: 'text/event-stream' };
+    if (token) headers.Authorization = 'Bearer ' + token;
+    const res = await fetch(API + path, { headers, cache: 'no-store', credentials: 'same-origin', signal });
+    if (!res.ok || !res.body) throw new APIError(res.status, 'http_' + res.status, 'HTTP ' + res.status);
+    const reader = res.body.pipeThrough(new TextDecoderStream()).getReader();
+    let buf = '';
+    for (;;) {
+      const { value, done } = await reader.read();
+      if (done) return;
+      buf += value.replace(/\r\n?/g, '\n');
+      let end;
+      while ((end = buf.indexOf('\n\n')) >= 0) {
+        const block = buf.slice(0, end);
+        buf = buf.slice(end + 2);
+        let name = 'message', data = '';
+        for (const line of block.split('\n')) {
+          if (line.startsWith('event:')) name = line.slice(6).trim();
+          else if (line.startsWith('data:')) data += (data ? '\n' : '') + line.slice(5).replace(/^ /, '');
+        }
+        if (!data) continue; // a heartbeat comment
+        let v;
+        try { v = JSON.parse(data); } catch (_) { continue; }
+        onEvent(name, v);
+      }
+    }
+  }
+
+  // progressCard shows a job's last progress report: a bar, the percent and the message.
+  function progressCard(j) {
+    const bar = h('progress', { max: '100', value: String(num(j.progress)), 'aria-labelledby': 'j-prog' });
+    const text = h('p', { class: 'progress-text' });
+    const card = h('section', { class: 'card progress-card', 'aria-labelledby': 'j-prog' },
+      h('h2', { id: 'j-prog' }, FINAL.has(j.status) ? 'Last progress' : 'Progress'), bar, text);
+    setProgress(card, j);
+    return card;
+  }
+
+  // setProgress updates a progress card in place (the bar moves, nothing is rebuilt).
+  function setProgress(card, j) {
+    const p = Math.max(0, Math.min(100, num(j.progress)));
+    const bar = card.querySelector('progress');
+    bar.value = p;
+    bar.dataset.progress = String(p);
+    const text = card.querySelector('.progress-text');
+    text.replaceChildren(h('strong', {}, p + '%'), j.progress_message ? ' ' + j.progress_message : '',
+      num(j.progress_at) ? h('span', { class: 'muted small' }, ' · ', timeEl(j.progress_at, true)) : '');
+  }
+
+  // jobPage: everything about one job; it refreshes until the job is finished. While the job
+  // runs, its events stream keeps the page live (status changes, the progress bar) and the
+  // polling waits; when the stream cannot be had, the page polls.
   function jobPage(q, id) {
     const g = gen;
     const content = h('div', { class: 'job' }, h('p', { class: 'loading' }, 'Loading…'));
@@ -792,15 +847,48 @@
       heading('Job ' + id),
       content);
     let status = '';
+    let cur = null; // the job as last shown
+    let stream = null; // the events stream's AbortController while it is open
+    const show = (j) => {
+      cur = j;
+      status = j.status;
+      if (content.querySelector('.confirm')) return; // the next event or poll shows it
+      const card = content.querySelector('.progress-card');
+      const badgeEl = content.querySelector('.job-status .badge');
+      if (card && badgeEl && j.progress !== undefined && j.progress !== null && !FINAL.has(j.status) &&
+          badgeEl.dataset.status === j.status) {
+        setProgress(card, j); // the bar moves; the page stays as it is
+      } else {
+        renderJob(content, j);
+      }
+      stamp();
+    };
+    const follow = () => {
+      if (stream || FINAL.has(status) || !live(g)) return;
+      const ctl = new AbortController();
+      stream = ctl;
+      content.dataset.live = 'on';
+      streamEvents('queues/' + enc(q) + '/jobs/' + enc(id) + '/events', ctl.signal, (name, d) => {
+        if (!live(g)) { ctl.abort(); return; }
+        if (name === 'status') show(d);
+        else if (name === 'progress' && cur) {
+          show(Object.assign({}, cur, { status: d.status, attempt: d.attempt, progress: d.progress,
+            progress_message: d.progress_message, progress_at: d.progress_at }));
+        }
+      }).catch(() => { /* closed, refused or cut: polling takes over */ }).finally(() => {
+        if (stream === ctl) stream = null;
+        delete content.dataset.live;
+      });
+    };
     const refresh = async () => {
-      // Not once the job is finished, nor under a question the user is answering.
-      if (FINAL.has(status) || content.querySelector('.confirm')) return;
+      // Not once the job is finished, nor under a question the user is answering, nor while
+      // the events stream keeps the page live.
+      if (FINAL.has(status) || stream || content.querySelector('.confirm')) return;
       try {
         const j = await api('GET', 'queues/' + enc(q) + '/jobs/' + enc(id));
         if (!live(g)) return;
-        status = j.status;
-        renderJob(content, j);
-        stamp();
+        show(j);
+        follow();
       } catch (e) {
         if (!live(g)) return;
         if (e.status === 404) {
@@ -813,7 +901,7 @@
       }
     };
     refresh();
-    return { refresh };
+    return { refresh, leave: () => { if (stream) stream.abort(); } };
   }
 
   function renderJob(content, j) {
@@ -865,6 +953,8 @@
             field('Enqueued', timeEl(j.enqueued_at), 'enqueued_at'),
             field('Started', timeEl(j.started_at), 'started_at'),
             field(finishedLabel, timeEl(j.completed_at), 'completed_at')))),
+      // The handler's last progress report (Job.Progress), live while the job runs.
+      j.progress !== undefined && j.progress !== null ? progressCard(j) : '',
       j.last_error ? h('section', { class: 'card last-error', 'aria-labelledby': 'j-err' }, h('h2', { id: 'j-err' }, 'Last error'),
         j.status === 'failed' ? null : h('p', { class: 'muted small' }, 'From an earlier attempt.'),
         h('pre', { class: 'code error-text' }, j.last_error)) : '', // '', not null: replaceChildren would show "null"
@@ -987,6 +1077,7 @@
   }
 
   function route() {
+    if (view && view.leave) view.leave();
     gen++;
     const p = parts();
     const states = new Set(STATES.map(([st]) => st));

@@ -91,6 +91,7 @@ func artifactDir(t *testing.T) string {
 
 // dashFixture is a private Redis with jobs in every state, a worker and the API server.
 type dashFixture struct {
+	steps   chan int // the "steps" handler reports each percent sent, and returns when it closes
 	insp    *pipeline.Inspector
 	client  *pipeline.Client
 	failing atomic.Bool // the "charge" handler fails while set
@@ -105,7 +106,7 @@ func newDashFixture(t *testing.T) *dashFixture {
 	require.NoError(t, err)
 	insp, err := pipeline.NewInspector(rdb, pipeline.InspectorConfig{})
 	require.NoError(t, err)
-	f := &dashFixture{insp: insp, client: client}
+	f := &dashFixture{insp: insp, client: client, steps: make(chan int)}
 	f.failing.Store(true)
 	// The worker serves orders and imports: echo completes, charge fails while failing is set
 	// (with no retries: a poison job goes straight to the dead set), hold runs until the test
@@ -142,6 +143,21 @@ func newDashFixture(t *testing.T) *dashFixture {
 		case <-ctx.Done():
 		}
 		return nil, ctx.Err()
+	})
+	w.Handle("steps", func(ctx context.Context, j *pipeline.Job) ([]byte, error) {
+		for {
+			select {
+			case p, ok := <-f.steps:
+				if !ok {
+					return []byte(`"stepped"`), nil
+				}
+				if err := j.Progress(ctx, p, fmt.Sprintf("step %d of 100", p)); err != nil {
+					return nil, err
+				}
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			}
+		}
 	})
 	jobtest.RunWorker(t, w)
 	// Cleanups run last-in first-out: the held job is released before the worker is stopped.
@@ -696,6 +712,34 @@ func TestDashboardBrowser(t *testing.T) {
 		 document.querySelector('.payload pre').textContent.includes('"rev": 2') &&
 		 !document.body.innerText.includes('null')`) // a card left out is not written as "null"
 	b.shot("desktop-job-debounced")
+
+	// A running job's page shows a live progress bar, fed by the job's events stream: each
+	// report moves the bar in place (the page is not rebuilt, and polling waits while the
+	// stream is open), and the end shows the final status with the last report.
+	f.publish(t, dashOrders, "progress-1", "steps", `{"steps":2}`)
+	f.steps <- 30
+	b.route("#/jobs/orders/progress-1")
+	b.poll("the running job's page follows its events",
+		`document.querySelector('.job')?.dataset.live === 'on' &&
+		 document.querySelector('.progress-card progress')?.dataset.progress === '30' &&
+		 document.querySelector('.progress-text').textContent.includes('step 30 of 100')`)
+	evalJS[bool](b, `(window.__bar = document.querySelector('.progress-card progress'), true)`)
+	b.shot("desktop-job-progress")
+	f.steps <- 70
+	b.poll("the bar moves live, in place",
+		`document.querySelector('.progress-card progress').dataset.progress === '70' &&
+		 document.querySelector('.progress-card progress') === window.__bar &&
+		 document.querySelector('.progress-card progress').value === 70 &&
+		 document.querySelector('.progress-text').textContent.includes('step 70 of 100')`)
+	close(f.steps)
+	b.poll("the end arrives live, with the last report",
+		`document.querySelector('.badge[data-status="completed"]') !== null &&
+		 document.querySelector('.job').dataset.live === undefined &&
+		 document.querySelector('.progress-card progress').dataset.progress === '70' &&
+		 document.querySelector('#j-prog').textContent === 'Last progress' &&
+		 document.querySelector('.result pre').textContent.includes('stepped')`)
+	b.noSideScroll("desktop job progress")
+	b.shot("desktop-job-progress-done")
 
 	// A phone's width: readable, nothing scrolls sideways.
 	b.do("phone viewport", chromedp.EmulateViewport(390, 844, chromedp.EmulatePortrait, chromedp.EmulateMobile))

@@ -19,9 +19,9 @@ func init() { addCommand(newStatusCmd) }
 
 func newStatusCmd(a *app) *cobra.Command {
 	var queue string
-	var asJSON bool
+	var asJSON, follow bool
 	cmd := &cobra.Command{
-		Use:   "status [--queue Q] ID",
+		Use:   "status [--queue Q] [--follow] ID",
 		Short: "Show a job's status, attempts, result and last error",
 		Long: `Show a job's state. With --json it prints one JSON object with the fields id, queue, type,
 status, attempt, max_retries, priority, payload, result, last_error, worker, created_at, run_at,
@@ -29,14 +29,25 @@ enqueued_at, started_at and completed_at (times in unix milliseconds, 0 when not
 few more. Status is one of scheduled, queued, in_progress, completed, failed, canceled.
 Without --queue the job is looked up in every known queue (one lookup per queue) and the
 output names the queue it was found in. An unknown id (or one whose record expired after the
-retention time) exits 1, saying which queues were searched.`,
+retention time) exits 1, saying which queues were searched.
+
+A running job whose handler reports progress (Job.Progress; the ready "sleep" handler does)
+shows it as progress (0-100), progress_message and progress_at; a finished job keeps its last
+attempt's last report. These rows and JSON fields are absent when the attempt reported none.
+With --follow the command prints the job, then a line (with --json, a JSON object) each time
+its status, attempt or progress changes, until it is completed, failed or canceled; it exits 0
+then, whatever the status (read it from the last line), and 1 when the job goes or Redis fails.`,
 		Example: `  conveyor status 01JABCDEFGHJKMNPQRSTVWXYZ0
-  conveyor status --queue emails 01JABCDEFGHJKMNPQRSTVWXYZ0 --json | jq -r .status`,
+  conveyor status --queue emails 01JABCDEFGHJKMNPQRSTVWXYZ0 --json | jq -r .status
+  conveyor status --follow 01JABCDEFGHJKMNPQRSTVWXYZ0`,
 		Args: oneArg,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			j, err := a.findJob(cmd, queue, args[0])
 			if err != nil {
 				return err
+			}
+			if follow {
+				return a.followJob(cmd, j, asJSON)
 			}
 			if asJSON {
 				return writeJSON(a.stdout, j)
@@ -46,7 +57,48 @@ retention time) exits 1, saying which queues were searched.`,
 	}
 	cmd.Flags().StringVarP(&queue, "queue", "q", "", "queue of the job (default: look in every known queue)")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the job as one JSON object")
+	cmd.Flags().BoolVarP(&follow, "follow", "f", false, "print each change of the job's status and progress until it ends")
 	return cmd
+}
+
+// followJob prints j, then a line per change (status, attempt, progress) until it is final.
+func (a *app) followJob(cmd *cobra.Command, j *pipeline.Job, asJSON bool) error {
+	client, err := a.client()
+	if err != nil {
+		return err
+	}
+	if !asJSON {
+		if err := printJob(a.stdout, j, time.Now()); err != nil {
+			return err
+		}
+	}
+	err = client.Follow(cmd.Context(), j.Queue, j.ID, func(j *pipeline.Job) error {
+		if asJSON {
+			return writeJSON(a.stdout, j)
+		}
+		_, err := fmt.Fprintln(a.stdout, followLine(j))
+		return err
+	})
+	if errors.Is(err, pipeline.ErrNotFound) {
+		return fmt.Errorf("job %s is gone from queue %s (its retention ended)", j.ID, j.Queue)
+	}
+	return err
+}
+
+// followLine is one line of status --follow: the job's status and attempt, and its progress
+// when it has any.
+func followLine(j *pipeline.Job) string {
+	line := time.Now().Format("15:04:05.000") + " " + string(j.Status) + " attempt " + strconv.Itoa(j.Attempt)
+	if p := j.Reported; p != nil {
+		line += " progress " + strconv.Itoa(p.Percent) + "%"
+		if p.Message != "" {
+			line += " " + p.Message
+		}
+	}
+	if j.Status.Final() && j.LastError != "" && j.Status != pipeline.StatusCompleted {
+		line += " last_error " + j.LastError
+	}
+	return line
 }
 
 // findJob reads job id from queue, or, when queue is empty, from whichever known queue has it.
@@ -80,6 +132,11 @@ func printJob(w io.Writer, j *pipeline.Job, now time.Time) error {
 	row("queue", j.Queue)
 	row("type", j.Type)
 	row("status", string(j.Status))
+	if p := j.Reported; p != nil {
+		row("progress", strconv.Itoa(p.Percent)+"%")
+		row("progress_message", orDash(p.Message))
+		row("progress_at", formatTime(p.At, now))
+	}
 	row("attempt", strconv.Itoa(j.Attempt))
 	row("max_retries", strconv.Itoa(j.MaxRetries))
 	row("priority", strconv.Itoa(max(j.Priority, pipeline.MinPriority)))

@@ -46,12 +46,18 @@ import (
 	"github.com/conveyorq/conveyor/internal/rediserr"
 )
 
-// Event is one job's change of status.
+// Event is one job's change of status, or a progress report of its handler.
 type Event struct {
-	ID      string
-	Status  string // a job status: scheduled, queued, in_progress, completed, failed, canceled
-	Attempt int    // the job's attempt count after the change (0 when the script does not know it)
+	ID string
+	// Status is a job status (scheduled, queued, in_progress, completed, failed, canceled), or
+	// Progress: the job's handler reported progress (progress.lua), which is in the job's hash.
+	Status  string
+	Attempt int // the job's attempt count after the change (0 when the script does not know it)
 }
+
+// Progress is the Status of an event that says a job's handler reported progress; the job's
+// status did not change. It is never Final.
+const Progress = "progress"
 
 // Final reports whether the event's status is one a job never leaves (but by a replay).
 func (e Event) Final() bool { return Final(e.Status) }
@@ -61,9 +67,9 @@ func Final(status string) bool {
 	return status == "completed" || status == "failed" || status == "canceled"
 }
 
-// statuses are the statuses an event may carry.
+// statuses are the statuses an event may carry (Progress is none, but travels as one).
 var statuses = map[string]bool{"scheduled": true, "queued": true, "in_progress": true,
-	"completed": true, "failed": true, "canceled": true}
+	"completed": true, "failed": true, "canceled": true, Progress: true}
 
 // maxAttempt bounds an event's attempt: more digits are not a count any job reaches.
 const maxAttempt = 1_000_000_000

@@ -26,6 +26,7 @@ func TestParse(t *testing.T) {
 		{name: "every status", msg: "scheduled 1 a\nqueued 1 a\nin_progress 1 a\ncompleted 1 a\nfailed 1 a\ncanceled 1 a",
 			want: []events.Event{{"a", "scheduled", 1}, {"a", "queued", 1}, {"a", "in_progress", 1},
 				{"a", "completed", 1}, {"a", "failed", 1}, {"a", "canceled", 1}}},
+		{name: "progress", msg: "progress 2 a\ncompleted 2 a", want: []events.Event{{"a", events.Progress, 2}, {"a", "completed", 2}}},
 		{name: "empty", msg: "", err: "empty"},
 		{name: "empty line", msg: "completed 1 a\n", err: "not \"status attempt id\""},
 		{name: "two fields", msg: "completed 1", err: "not \"status attempt id\""},
@@ -58,7 +59,7 @@ func TestParse(t *testing.T) {
 // well formed and written back exactly by Format.
 func FuzzParse(f *testing.F) {
 	for _, s := range []string{"completed 1 a", "in_progress 2 a\nfailed 0 entry-1-0", "", "\n", "x 1 a",
-		"completed 1 a b", "queued 00 a", "canceled 1000000000 x:y"} {
+		"completed 1 a b", "queued 00 a", "canceled 1000000000 x:y", "progress 3 a"} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, msg string) {

@@ -49,6 +49,9 @@ type Record struct {
 	Snoozes                      int    // keys.FieldSnoozes
 	ScheduledFor                 string // keys.FieldScheduledFor: "retry", "snooze" or empty
 	Priority                     int    // keys.FieldPriority; absent: keys.MinPriority
+	// Progress is the last progress report (keys.FieldProgress), nil when there is none or it
+	// is malformed; ProgressReport.Shown says whether it belongs to the job as it is now.
+	Progress *ProgressReport
 }
 
 // DecodeRecord reads a job's hash as a flat field/value list (Get, EntryJob.Flat). A later
@@ -113,6 +116,12 @@ func DecodeRecord(flat []string) Record {
 			r.DebounceUntil = fromMS(num(v))
 		case keys.FieldDebouncePubs:
 			r.DebouncePubs = int(num(v))
+		case keys.FieldProgress:
+			if p, ok := ParseProgress(v); ok {
+				r.Progress = &p
+			} else {
+				r.Progress = nil
+			}
 		}
 	}
 	// A job queued at once stores neither run_at nor enqueued_at: both are created_at. (A

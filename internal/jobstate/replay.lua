@@ -25,6 +25,9 @@ if h[7] then
   -- Records written before unique_ttl_ms existed hold the key for a day.
   redis.call('SET', h[7], ARGV[2], 'PX', h[8] or '86400000')
 end
+-- The last run's progress report goes: the attempts count from 1 again, and a report of the
+-- old attempt 1 would pass for the new one's.
+redis.call('HDEL', KEYS[3], 'progress')
 if h[9] and cv_group_replay_held(KEYS[3], ARGV[2], h[9], ARGV[1], KEYS[2]) then return {CV_OK, ''} end
 local e = cv_xadd(cv_level_stream(KEYS[1], h[10]), ARGV[2], h[3], h[4], h[2], 1, h[5], h[6], h[11])
 redis.call('HSET', KEYS[3], 'status', 'queued', 'entry', e, 'enqueued_at', ARGV[1], 'attempt', 0,

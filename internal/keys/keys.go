@@ -109,6 +109,11 @@ const (
 	FieldPriority = "priority"
 	// FieldGroup is a job's fair group within its queue (pipeline.WithGroup); absent means none.
 	FieldGroup = "group"
+	// FieldProgress is the last progress a job's handler reported (pipeline.Job.Progress,
+	// progress.lua): "<attempt> <entry> <at unix ms> <percent> <message>", one field so that a
+	// report is written and read whole. It stays when the attempt ends; readers show it only
+	// for the attempt the job's attempt field counts (jobstate.ParseProgress).
+	FieldProgress = "progress"
 )
 
 // Priority levels within a queue (pipeline.WithPriority): 1 is served first and is the

@@ -1,0 +1,255 @@
+package api
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"time"
+
+	"github.com/conveyorq/conveyor/pipeline"
+)
+
+// The events stream's heartbeat: a comment line sent when no event was, so that proxies and
+// load balancers, which cut a connection idle for a minute or so, keep the stream open, and a
+// client learns of a dead connection.
+const (
+	DefaultHeartbeat = 15 * time.Second
+	MinHeartbeat     = 100 * time.Millisecond
+	MaxHeartbeat     = time.Minute
+)
+
+// eventsWriteSlack is how long past the next heartbeat a write of the stream may take: each
+// write moves the connection's write deadline on (a server's WriteTimeout bounds a whole
+// response, which would cut every stream).
+const eventsWriteSlack = 30 * time.Second
+
+// eventsQuery is what GET .../jobs/{id}/events takes from its query.
+type eventsQuery struct {
+	heartbeat time.Duration
+}
+
+// parseEventsQuery reads the events stream's query: heartbeat, a duration from MinHeartbeat to
+// MaxHeartbeat (default DefaultHeartbeat). Other parameters are ignored, as on every route.
+func parseEventsQuery(q url.Values) (eventsQuery, error) {
+	e := eventsQuery{heartbeat: DefaultHeartbeat}
+	if vs, ok := q["heartbeat"]; ok {
+		if len(vs) != 1 {
+			return e, badArg("heartbeat is given %d times: give it once", len(vs))
+		}
+		d, err := duration("heartbeat", vs[0])
+		if err != nil {
+			return e, err
+		}
+		if d < MinHeartbeat || d > MaxHeartbeat {
+			return e, badArg("heartbeat %s is out of range: from %s to %s", vs[0], MinHeartbeat, MaxHeartbeat)
+		}
+		e.heartbeat = d
+	}
+	return e, nil
+}
+
+// progressEvent is the data of a progress event: the job's progress and where it is.
+type progressEvent struct {
+	ID              string          `json:"id"`
+	Queue           string          `json:"queue"`
+	Status          pipeline.Status `json:"status"`
+	Attempt         int             `json:"attempt"`
+	Progress        int             `json:"progress"`
+	ProgressMessage string          `json:"progress_message"`
+	ProgressAt      int64           `json:"progress_at"`
+}
+
+// jobEvents: GET /v1/queues/{queue}/jobs/{id}/events[?heartbeat=15s], Server-Sent Events.
+//
+// The stream opens with a status event (the job, as GET returns it) and a progress event when
+// the running attempt reported any; then a status event each time the job's status or attempt
+// changes and a progress event each time its handler's report does; it ends after the status
+// event of the final status (completed, failed, canceled). Reports made between two reads
+// arrive as the latest only. A stream ends at once when the client goes or the server closes.
+// An unknown job is a 404 before any event.
+func (s *Server) jobEvents(w http.ResponseWriter, r *http.Request) error {
+	queue, id := r.PathValue("queue"), r.PathValue("id")
+	eq, err := parseEventsQuery(r.URL.Query())
+	if err != nil {
+		return err
+	}
+	if s.waits.ctx.Err() != nil {
+		return errorf(http.StatusServiceUnavailable, CodeUnavailable, "the server is shutting down")
+	}
+	ctx, cancel := context.WithCancel(r.Context())
+	defer cancel()
+	stop := context.AfterFunc(s.waits.ctx, cancel) // Close ends the streams, as the long polls
+	defer stop()
+
+	jobs := make(chan *pipeline.Job)
+	done := make(chan error, 1)
+	go func() {
+		done <- s.waits.waiter.Follow(ctx, queue, id, func(j *pipeline.Job) error {
+			select {
+			case jobs <- j:
+				return nil
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		})
+	}()
+	// The job as it is, or why not, before any header: an unknown job is a plain 404.
+	var j *pipeline.Job
+	select {
+	case j = <-jobs:
+	case err := <-done:
+		if err == nil || ctx.Err() != nil {
+			return nil // the client went, or the server closed: nobody to answer
+		}
+		return jobErr(err, queue, id)
+	}
+	s.waits.n.Add(1)
+	defer s.waits.n.Add(-1)
+	es := &eventStream{w: w, rc: http.NewResponseController(w), heartbeat: eq.heartbeat}
+	h := w.Header()
+	h.Set("Content-Type", "text/event-stream")
+	h.Set("Cache-Control", "no-cache")
+	h.Set("X-Accel-Buffering", "no") // nginx: do not buffer the stream
+	w.WriteHeader(http.StatusOK)
+	if r.Method == http.MethodHead {
+		return nil // the headers say what a GET would get; a HEAD must not wait for the job's end
+	}
+	var last *pipeline.Job
+	beat := time.NewTicker(eq.heartbeat)
+	defer beat.Stop()
+	for {
+		if j != nil {
+			if err := es.job(last, j); err != nil {
+				return nil // the client went
+			}
+			if j.Status.Final() {
+				return nil
+			}
+			last, j = j, nil
+			beat.Reset(eq.heartbeat)
+		}
+		select {
+		case j = <-jobs:
+		case <-beat.C:
+			if es.write(": heartbeat\n\n") != nil {
+				return nil
+			}
+		case err := <-done:
+			if err != nil && ctx.Err() == nil {
+				// Gone while followed (its retention ended), or a bug: say so, then end.
+				msg := message(err)
+				if errors.Is(err, pipeline.ErrNotFound) {
+					msg = fmt.Sprintf("job %s is gone from queue %s", id, queue)
+				}
+				b, _ := json.Marshal(map[string]string{"message": msg})
+				_ = es.write("event: error\ndata: " + string(b) + "\n\n")
+			}
+			return nil
+		}
+	}
+}
+
+// eventStream writes one events response.
+type eventStream struct {
+	w         http.ResponseWriter
+	rc        *http.ResponseController
+	heartbeat time.Duration
+}
+
+// job writes the events that j's change from last (nil: none sent yet) makes.
+func (es *eventStream) job(last, j *pipeline.Job) error {
+	if last == nil || last.Status != j.Status || last.Attempt != j.Attempt || j.Status.Final() {
+		b, err := json.Marshal(j)
+		if err != nil {
+			return err
+		}
+		if err := es.write("event: status\ndata: " + string(b) + "\n\n"); err != nil {
+			return err
+		}
+	}
+	p := j.Reported
+	if p == nil || j.Status.Final() || (last != nil && last.Reported != nil && *last.Reported == *p) {
+		return nil
+	}
+	b, err := json.Marshal(progressEvent{ID: j.ID, Queue: j.Queue, Status: j.Status, Attempt: j.Attempt,
+		Progress: p.Percent, ProgressMessage: p.Message, ProgressAt: p.At.UnixMilli()})
+	if err != nil {
+		return err
+	}
+	return es.write("event: progress\ndata: " + string(b) + "\n\n")
+}
+
+// write sends s and flushes it, with the write deadline moved past the next heartbeat.
+func (es *eventStream) write(s string) error {
+	// Not every ResponseWriter has deadlines (httptest's has none): without, none is needed.
+	_ = es.rc.SetWriteDeadline(time.Now().Add(es.heartbeat + eventsWriteSlack))
+	if _, err := es.w.Write([]byte(s)); err != nil {
+		return err
+	}
+	return es.rc.Flush()
+}
+
+// untilParam reads ?until=: "final" (the default: a wait returns when the job ends) or
+// "progress" (it returns at the job's next change too: a status, an attempt, a progress
+// report).
+func untilParam(q url.Values) (progress bool, err error) {
+	vs, ok := q["until"]
+	if !ok {
+		return false, nil
+	}
+	if len(vs) != 1 {
+		return false, badArg("until is given %d times: give it once", len(vs))
+	}
+	switch vs[0] {
+	case "final", "":
+		return false, nil
+	case "progress":
+		return true, nil
+	}
+	return false, badArg("until %q: want final or progress", vs[0])
+}
+
+// errChanged stops a Follow at the job's first change.
+var errChanged = errors.New("changed")
+
+// waitChange waits up to d for job ref to change from what it is when the wait starts (its
+// status, attempt or progress) or end, like waitFor. It returns the job as it is then, or nil
+// (the caller reads it) when the wait ended first.
+func (p *poller) waitChange(ctx context.Context, ref jobRef, d time.Duration) (*pipeline.Job, error) {
+	if p.ctx.Err() != nil {
+		return nil, nil
+	}
+	p.n.Add(1)
+	defer p.n.Add(-1)
+	wctx, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
+	stop := context.AfterFunc(p.ctx, cancel)
+	defer stop()
+	var first, got *pipeline.Job
+	err := p.waiter.Follow(wctx, ref.queue, ref.id, func(j *pipeline.Job) error {
+		if first == nil {
+			first = j
+			return nil
+		}
+		got = j
+		return errChanged
+	})
+	switch {
+	case got != nil:
+		return got, nil
+	case err == nil && first != nil: // it was final already
+		return first, nil
+	case ctx.Err() != nil:
+		return nil, ctx.Err()
+	case wctx.Err() != nil:
+		return first, nil // no change: the job as it is
+	case errors.Is(err, pipeline.ErrNotFound), errors.Is(err, pipeline.ErrInvalid):
+		return nil, err
+	default:
+		p.log.Warn().Err(err).Str("queue", ref.queue).Str("job_id", ref.id).Msg("long poll failed")
+		return nil, err
+	}
+}

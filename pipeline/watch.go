@@ -1,0 +1,97 @@
+package pipeline
+
+import (
+	"context"
+	"errors"
+
+	"github.com/conveyorq/conveyor/internal/keys"
+)
+
+// Follow calls fn with the job as it is, then again each time it changes (its status, attempt
+// or progress: Job.Reported), until it is final: fn's last call has the final job, and Follow
+// returns nil. It returns early with ctx's error when ctx ends, fn's error when fn returns
+// one, and ErrNotFound when there is no such job (or its record goes while followed).
+//
+// It learns of changes the way Wait does, from job events with a bounded fallback read, and
+// reads the job once per event that names it: a running job's progress costs a read per
+// report written (at most one per ProgressInterval). Changes between two reads are seen
+// together (fn gets the latest state, never a stale one), and the start of an attempt is not
+// announced, so fn sees in_progress with the attempt's first progress report or outcome.
+// fn runs on Follow's goroutine.
+func (w *Waiter) Follow(ctx context.Context, queue, id string, fn func(*Job) error) error {
+	c := w.c
+	if err := c.checkJob(queue, id); err != nil {
+		return err
+	}
+	if err := w.acquire(ctx); err != nil {
+		return err
+	}
+	p, err := c.partitions(ctx, queue, false)
+	q := c.keys(queue)
+	if err == nil && p > 1 {
+		// Find the job's partition first: its events come on that partition's channel.
+		_, q, err = findJob(ctx, c.rdb, lookupOrder(c.cfg.Prefix, queue, id, p), id)
+	}
+	w.release()
+	if err != nil {
+		return err
+	}
+	return w.followOn(ctx, q, id, fn)
+}
+
+// Follow is Waiter.Follow with the Client's own Waiter (see Client.Wait).
+func (c *Client) Follow(ctx context.Context, queue, id string, fn func(*Job) error) error {
+	c.waiter.once.Do(func() { c.waiter.w = c.NewWaiter() })
+	return c.waiter.w.Follow(ctx, queue, id, fn)
+}
+
+// followOn is Follow on the partition q that holds the job.
+func (w *Waiter) followOn(ctx context.Context, q keys.Queue, id string, fn func(*Job) error) error {
+	// As waitOn: watch, then read (marking the job watched, so that its outcome is announced).
+	wt := w.w.Watch(ctx, q.Events(), id)
+	defer wt.Close()
+	wt.WaitReady(ctx, readyWait)
+	j, err := w.read(ctx, q, id, true)
+	if err != nil {
+		return err
+	}
+	if err := fn(j); err != nil || j.Status.Final() {
+		return err
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-wt.C():
+		}
+		wt.Take() // every wake reads: a progress report is in the hash, not in the event
+		got, err := w.read(ctx, q, id, false)
+		switch {
+		case ctx.Err() != nil:
+			return ctx.Err()
+		case errors.Is(err, ErrNotFound):
+			return err
+		case err != nil:
+			continue // Redis unreachable: the next wake (the fallback's at worst) reads again
+		}
+		if !changed(j, got) {
+			continue
+		}
+		j = got
+		if err := fn(j); err != nil || j.Status.Final() {
+			return err
+		}
+	}
+}
+
+// changed reports whether b differs from a in what Follow follows.
+func changed(a, b *Job) bool {
+	if a.Status != b.Status || a.Attempt != b.Attempt || a.Version != b.Version {
+		return true
+	}
+	pa, pb := a.Reported, b.Reported
+	if (pa == nil) != (pb == nil) {
+		return true
+	}
+	return pa != nil && *pa != *pb
+}
