@@ -42,8 +42,8 @@ var ErrJobCanceled = errors.New("pipeline: job canceled")
 // queued or scheduled jobs, which no worker runs).
 const recentMax = 4096
 
-// runKey names a running job: its partition's name and its id.
-type runKey struct{ queue, id string }
+// runKey names a running job: its partition's events channel and its id.
+type runKey struct{ channel, id string }
 
 // runJob is a running job's delivery, for Revoke.
 type runJob struct {
@@ -75,7 +75,7 @@ func (c *cancels) keepRecent() time.Duration { return c.w.cfg.VisibilityTimeout 
 
 // register notes msg's job as running until done; a cancel heard just before is acted on now.
 func (c *cancels) register(q *keys.Queue, sub *stream.Subscriber, msg *message.Message) *runJob {
-	k := runKey{q.Name(), msg.UUID}
+	k := runKey{q.Events(), msg.UUID}
 	rj := &runJob{k: k, q: *q, sub: sub, stream: msg.Metadata[stream.StreamKey], entry: msg.Metadata[stream.EntryIDKey]}
 	c.mu.Lock()
 	c.running[k] = rj
@@ -97,9 +97,9 @@ func (c *cancels) done(rj *runJob) {
 	c.mu.Unlock()
 }
 
-// heard returns the events function of partition q's channel: it runs on the channel's
+// heard returns the events function of a partition's channel: it runs on the channel's
 // receiving goroutine, so the checks go on their own.
-func (c *cancels) heard(q string) func([]events.Event) {
+func (c *cancels) heard(channel string) func([]events.Event) {
 	return func(evs []events.Event) {
 		c.mu.Lock()
 		defer c.mu.Unlock()
@@ -108,7 +108,7 @@ func (c *cancels) heard(q string) func([]events.Event) {
 			if e.Status != string(StatusCanceled) {
 				continue
 			}
-			k := runKey{q, e.ID}
+			k := runKey{channel, e.ID}
 			if rj := c.running[k]; rj != nil {
 				if !rj.checking {
 					rj.checking = true
@@ -151,11 +151,11 @@ func (c *cancels) check(k runKey, rj *runJob) {
 	c.mu.Unlock()
 	switch {
 	case err != nil:
-		c.w.log.Warn().Err(err).Str("queue", k.queue).Str("job_id", k.id).
+		c.w.log.Warn().Err(err).Str("queue", rj.q.Name()).Str("job_id", k.id).
 			Msg("could not read a job announced canceled; its handler is stopped at the next lease renewal")
 	case Status(st) == StatusCanceled:
 		if rj.sub.Revoke(rj.stream, rj.entry, ErrJobCanceled) {
-			c.w.log.Debug().Str("queue", k.queue).Str("job_id", k.id).Msg("job canceled while it ran; its handler's context is cancelled")
+			c.w.log.Debug().Str("queue", rj.q.Name()).Str("job_id", k.id).Msg("job canceled while it ran; its handler's context is cancelled")
 		}
 	}
 }

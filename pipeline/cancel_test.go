@@ -72,26 +72,33 @@ func (o *outcomes) next(t *testing.T, id string) pipeline.Outcome {
 // before any lease renewal: the handler's context ends with ErrJobCanceled, and the job ends
 // canceled whatever the handler returns then, a late result or an error, and also when it
 // ignored its context (then its late result is refused). Never a retry, never a failure. On a
-// standalone server (sharded Pub/Sub, and plain) and on a cluster.
+// standalone server (sharded Pub/Sub, and plain) and on a cluster, where a queue of three
+// partitions has its events on three masters.
 func TestCancelRunningJob(t *testing.T) {
 	t.Parallel()
 	backends := []struct {
-		name string
-		rdb  func(t *testing.T) redis.UniversalClient
+		name       string
+		rdb        func(t *testing.T) redis.UniversalClient
+		partitions int
 	}{
-		{"standalone", func(t *testing.T) redis.UniversalClient { return redistest.Client(t) }},
+		{"standalone", func(t *testing.T) redis.UniversalClient { return redistest.Client(t) }, 0},
 		{"standalone-plain", func(t *testing.T) redis.UniversalClient {
 			rdb := redistest.Client(t)
 			events.SetMode(rdb, events.Plain)
 			return rdb
-		}},
-		{"cluster", func(t *testing.T) redis.UniversalClient { return redistest.StartCluster(t).Client(t) }},
+		}, 0},
+		{"cluster", func(t *testing.T) redis.UniversalClient { return redistest.StartCluster(t).Client(t) }, 0},
+		{"cluster-3-partitions", func(t *testing.T) redis.UniversalClient { return redistest.StartCluster(t).Client(t) }, 3},
 	}
 	for _, be := range backends {
 		t.Run(be.name, func(t *testing.T) {
 			t.Parallel()
 			b := setup(t, setupOpts{rdb: be.rdb(t)})
 			ctx := t.Context()
+			if be.partitions > 0 {
+				_, err := b.insp.CreateQueue(ctx, b.queue, pipeline.QueueOptions{Partitions: be.partitions})
+				require.NoError(t, err)
+			}
 			started := make(chan string, 10)
 			causes := make(chan error, 10)
 			release := make(chan struct{}) // the context-ignoring handler returns when closed
@@ -116,8 +123,10 @@ func TestCancelRunningJob(t *testing.T) {
 			w, _ := b.startWorkerWith(t, pipeline.WorkerConfig{VisibilityTimeout: cancelVT},
 				map[string]pipeline.HandlerFunc{"honors": handler, "result": handler, "ignores": handler}, oc.middleware)
 
-			for _, typ := range []string{"honors", "result", "ignores"} {
-				j, err := b.client.Enqueue(ctx, b.queue, pipeline.Task{Type: typ}, pipeline.WithMaxRetries(5))
+			for i, typ := range []string{"honors", "result", "ignores", "honors", "result", "honors"} {
+				// Each priority level is a stream of its own; the queue's events are one channel.
+				j, err := b.client.Enqueue(ctx, b.queue, pipeline.Task{Type: typ}, pipeline.WithMaxRetries(5),
+					pipeline.WithPriority(1+i%4))
 				require.NoError(t, err)
 				require.Equal(t, j.ID, <-started)
 				require.NoError(t, b.client.Cancel(ctx, b.queue, j.ID))
@@ -142,7 +151,7 @@ func TestCancelRunningJob(t *testing.T) {
 			}
 			st, err := b.client.Stats(ctx, b.queue)
 			require.NoError(t, err)
-			require.EqualValues(t, 3, st.Canceled)
+			require.EqualValues(t, 6, st.Canceled)
 			require.Zero(t, st.Failed)
 			require.Zero(t, st.Retried)
 			require.Zero(t, st.Completed)

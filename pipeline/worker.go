@@ -500,7 +500,7 @@ func (w *Worker) session(ctx context.Context) ([]int, error) {
 		q := keys.New(w.cfg.Prefix, name)
 		router.AddConsumerHandler("conveyor:"+name, q.Stream(), sub, w.handleMessage)
 		var once sync.Once
-		stop := w.evw.ListenGaps(ctx, q.Events(), w.cancels.heard(name), func() {
+		stop := w.evw.ListenGaps(ctx, q.Events(), w.cancels.heard(q.Events()), func() {
 			sub.RenewNow()
 			once.Do(func() { confirmed <- struct{}{} })
 		})
