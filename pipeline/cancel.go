@@ -42,31 +42,34 @@ var ErrJobCanceled = errors.New("pipeline: job canceled")
 // queued or scheduled jobs, which no worker runs).
 const recentMax = 4096
 
-// runKey names a running job: its partition's events channel and its id.
+// runKey names a job of a partition: its events channel and its id.
 type runKey struct{ channel, id string }
 
 // runJob is a running job's delivery, for Revoke.
 type runJob struct {
-	k        runKey
-	q        keys.Queue
+	id       string
+	q        *keys.Queue // its partition (at the level it was read from)
 	sub      *stream.Subscriber
 	stream   string
 	entry    string
-	checking bool // a check of its record is under way (cancels.mu)
+	next     *runJob // another running job of the same id, in another queue (rare)
+	checking bool    // a check of its record is under way (cancels.mu)
 }
 
 // cancels is a worker's running jobs and recent cancels.
 type cancels struct {
 	w *Worker
 
-	mu      sync.Mutex
-	running map[runKey]*runJob
+	mu sync.Mutex
+	// running is keyed by job id alone, which spares every job the making of its channel's
+	// name: ids are unique within a queue, and jobs of one id in several queues chain.
+	running map[string]*runJob
 	recent  map[runKey]time.Time // canceled events of jobs not running here, by arrival
 	order   []runKey             // recent's keys, oldest first
 }
 
 func newCancels(w *Worker) *cancels {
-	return &cancels{w: w, running: map[runKey]*runJob{}, recent: map[runKey]time.Time{}}
+	return &cancels{w: w, running: map[string]*runJob{}, recent: map[runKey]time.Time{}}
 }
 
 // keepRecent is how long a canceled event of a job not running here is kept: a lease interval,
@@ -75,14 +78,17 @@ func (c *cancels) keepRecent() time.Duration { return c.w.cfg.VisibilityTimeout 
 
 // register notes msg's job as running until done; a cancel heard just before is acted on now.
 func (c *cancels) register(q *keys.Queue, sub *stream.Subscriber, msg *message.Message) *runJob {
-	k := runKey{q.Events(), msg.UUID}
-	rj := &runJob{k: k, q: *q, sub: sub, stream: msg.Metadata[stream.StreamKey], entry: msg.Metadata[stream.EntryIDKey]}
+	rj := &runJob{id: msg.UUID, q: q, sub: sub, stream: msg.Metadata[stream.StreamKey], entry: msg.Metadata[stream.EntryIDKey]}
 	c.mu.Lock()
-	c.running[k] = rj
-	if at, ok := c.recent[k]; ok && time.Since(at) < c.keepRecent() {
-		delete(c.recent, k)
-		rj.checking = true
-		go c.check(k, rj)
+	rj.next = c.running[rj.id]
+	c.running[rj.id] = rj
+	if len(c.recent) > 0 {
+		k := runKey{q.Events(), rj.id}
+		if at, ok := c.recent[k]; ok && time.Since(at) < c.keepRecent() {
+			delete(c.recent, k)
+			rj.checking = true
+			go c.check(rj)
+		}
 	}
 	c.mu.Unlock()
 	return rj
@@ -91,10 +97,22 @@ func (c *cancels) register(q *keys.Queue, sub *stream.Subscriber, msg *message.M
 // done forgets a job register noted, once its attempt has ended.
 func (c *cancels) done(rj *runJob) {
 	c.mu.Lock()
-	if c.running[rj.k] == rj {
-		delete(c.running, rj.k)
+	defer c.mu.Unlock()
+	head := c.running[rj.id]
+	if head == rj {
+		if rj.next == nil {
+			delete(c.running, rj.id)
+		} else {
+			c.running[rj.id] = rj.next
+		}
+		return
 	}
-	c.mu.Unlock()
+	for p := head; p != nil; p = p.next {
+		if p.next == rj {
+			p.next = rj.next
+			return
+		}
+	}
 }
 
 // heard returns the events function of a partition's channel: it runs on the channel's
@@ -108,15 +126,20 @@ func (c *cancels) heard(channel string) func([]events.Event) {
 			if e.Status != string(StatusCanceled) {
 				continue
 			}
-			k := runKey{channel, e.ID}
-			if rj := c.running[k]; rj != nil {
+			found := false
+			for rj := c.running[e.ID]; rj != nil; rj = rj.next {
+				if rj.q.Events() != channel {
+					continue
+				}
+				found = true
 				if !rj.checking {
 					rj.checking = true
-					go c.check(k, rj)
+					go c.check(rj)
 				}
-				continue
 			}
-			c.rememberLocked(k, now)
+			if !found {
+				c.rememberLocked(runKey{channel, e.ID}, now)
+			}
 		}
 	}
 }
@@ -142,20 +165,20 @@ func (c *cancels) rememberLocked(k runKey, now time.Time) {
 
 // check reads the job's status and, when it is canceled, revokes its delivery. A failed read
 // leaves the job to the lease renewal.
-func (c *cancels) check(k runKey, rj *runJob) {
+func (c *cancels) check(rj *runJob) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	st, err := c.w.rdb.HGet(ctx, rj.q.Job(k.id), keys.FieldStatus).Result()
+	st, err := c.w.rdb.HGet(ctx, rj.q.Job(rj.id), keys.FieldStatus).Result()
 	c.mu.Lock()
 	rj.checking = false
 	c.mu.Unlock()
 	switch {
 	case err != nil:
-		c.w.log.Warn().Err(err).Str("queue", rj.q.Name()).Str("job_id", k.id).
+		c.w.log.Warn().Err(err).Str("queue", rj.q.Name()).Str("job_id", rj.id).
 			Msg("could not read a job announced canceled; its handler is stopped at the next lease renewal")
 	case Status(st) == StatusCanceled:
 		if rj.sub.Revoke(rj.stream, rj.entry, ErrJobCanceled) {
-			c.w.log.Debug().Str("queue", rj.q.Name()).Str("job_id", k.id).Msg("job canceled while it ran; its handler's context is cancelled")
+			c.w.log.Debug().Str("queue", rj.q.Name()).Str("job_id", rj.id).Msg("job canceled while it ran; its handler's context is cancelled")
 		}
 	}
 }
