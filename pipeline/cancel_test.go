@@ -330,3 +330,70 @@ func TestCancelJobNotRunning(t *testing.T) {
 	require.EqualValues(t, 3, st.Canceled)
 	require.Zero(t, st.Failed)
 }
+
+// hgetHook reports each HGET the client sends, once answered, by key.
+type hgetHook struct{ keys chan string }
+
+func (h hgetHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h hgetHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+func (h hgetHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		err := next(ctx, cmd)
+		if args := cmd.Args(); len(args) >= 2 && cmd.Name() == "hget" {
+			select {
+			case h.keys <- args[1].(string):
+			default:
+			}
+		}
+		return err
+	}
+}
+
+// A "canceled" message on the channel is untrusted (anyone who may publish there can send
+// one): the worker reads the job's record and leaves a job that is not canceled running.
+func TestCancelSpoofedEventIgnored(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := t.Context()
+	hook := hgetHook{keys: make(chan string, 10)}
+	wrdb := redis.NewClient(&redis.Options{Addr: b.addr(t)})
+	wrdb.AddHook(hook)
+	t.Cleanup(func() { _ = wrdb.Close() })
+	started := make(chan struct{}, 1)
+	cause := make(chan error, 1)
+	var oc outcomes
+	startWorkerOn(t, wrdb, pipeline.WorkerConfig{Queues: []string{b.queue}, VisibilityTimeout: cancelVT},
+		map[string]pipeline.HandlerFunc{"block": func(ctx context.Context, _ *pipeline.Job) ([]byte, error) {
+			started <- struct{}{}
+			<-ctx.Done()
+			cause <- context.Cause(ctx)
+			return nil, ctx.Err()
+		}}, oc.middleware)
+	j, err := b.client.Enqueue(ctx, b.queue, pipeline.Task{Type: "block"})
+	require.NoError(t, err)
+	<-started
+	require.NoError(t, b.rdb.SPublish(ctx, b.q.Events(), "canceled 1 "+j.ID).Err())
+	for read := false; !read; {
+		select {
+		case key := <-hook.keys:
+			read = key == b.q.Job(j.ID) // the worker read the record: in_progress
+		case <-time.After(within):
+			t.Fatal("the worker did not check the event against the job's record")
+		}
+	}
+	select {
+	case err := <-cause:
+		t.Fatalf("a spoofed event stopped the handler (%v)", err)
+	default:
+	}
+	require.NoError(t, b.client.Cancel(ctx, b.queue, j.ID))
+	select {
+	case err := <-cause:
+		require.ErrorIs(t, err, pipeline.ErrJobCanceled)
+	case <-time.After(within):
+		t.Fatal("the real cancel did not stop the handler")
+	}
+	require.Equal(t, pipeline.OutcomeCanceled, oc.next(t, j.ID))
+}
