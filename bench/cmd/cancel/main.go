@@ -4,7 +4,8 @@
 // A pipeline.Worker runs -cancels jobs at once (its Concurrency is -cancels), each handler
 // blocking until its context ends. Once all have started, a Client on a Redis client of its own
 // (what another process, `conveyor cancel` or the HTTP API, would be) cancels them one at a
-// time, each cancel waiting for the previous one's attempt to end. For each it records
+// time, each cancel waiting for the previous one's attempt to end (with -burst: all at once,
+// from 16 goroutines). For each it records
 //
 //   - cancel-to-context: from just before Client.Cancel to the handler seeing its context
 //     end (the worker heard the job's canceled event, checked the job's record and revoked
@@ -23,6 +24,7 @@
 //
 //	go run ./cmd/cancel                  # 100 cancels, standalone
 //	go run ./cmd/cancel -cluster         # on a 3-master cluster (sharded Pub/Sub)
+//	go run ./cmd/cancel -burst           # the 100 cancels at once
 //	go run ./cmd/cancel -no-events -visibility-timeout 3s
 //
 // It exits 1 on an error (a handler that never stopped within -timeout is one), 2 on bad flags;
@@ -60,6 +62,7 @@ type options struct {
 	cancels    int
 	cluster    bool
 	noEvents   bool
+	burst      bool
 	visibility time.Duration
 	jsonOut    string
 	timeout    time.Duration
@@ -78,6 +81,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.SetOutput(stderr)
 	fs.IntVar(&o.cancels, "cancels", 100, "running jobs canceled, one at a time")
 	fs.BoolVar(&o.cluster, "cluster", false, "run on a private 3-master cluster instead of one server")
+	fs.BoolVar(&o.burst, "burst", false, "cancel all the jobs at once (16 goroutines) rather than one at a time")
 	fs.BoolVar(&o.noEvents, "no-events", false, "the canceling client publishes no events: the lease renewal alone stops the handlers")
 	fs.DurationVar(&o.visibility, "visibility-timeout", pipeline.DefaultVisibilityTimeout, "the worker's visibility timeout (a lease renewal every third of it)")
 	fs.StringVar(&o.jsonOut, "json-out", "", "also write the report as JSON to this file")
@@ -118,6 +122,7 @@ type report struct {
 	Backend          string `json:"backend"`
 	Cancels          int    `json:"cancels"`
 	Events           bool   `json:"events"`
+	Burst            bool   `json:"burst"`
 	VisibilityMS     int64  `json:"visibility_timeout_ms"`
 	CancelToContext  stats  `json:"cancel_to_context"`
 	CancelToCanceled stats  `json:"cancel_to_canceled"`
@@ -264,37 +269,83 @@ func measure(ctx context.Context, o options, log io.Writer) (*report, error) {
 	}
 	fmt.Fprintf(log, "cancel: %d jobs running; canceling them one at a time\n", o.cancels)
 
-	rep := &report{Backend: "standalone", Cancels: o.cancels, Events: !o.noEvents, VisibilityMS: o.visibility.Milliseconds()}
+	rep := &report{Backend: "standalone", Cancels: o.cancels, Events: !o.noEvents, Burst: o.burst, VisibilityMS: o.visibility.Milliseconds()}
 	if o.cluster {
 		rep.Backend = "cluster (3 masters)"
 	}
-	var toCtx, toEnd, call []time.Duration
-	for _, j := range jobs {
-		a := get(j.ID)
-		begin := time.Now()
-		if err := client.Cancel(ctx, queue, j.ID); err != nil {
-			return nil, fmt.Errorf("cancel %s: %w", j.ID, err)
+	begins := make([]time.Time, len(jobs))
+	call := make([]time.Duration, len(jobs))
+	cancelOne := func(i int) error {
+		begins[i] = time.Now()
+		if err := client.Cancel(ctx, queue, jobs[i].ID); err != nil {
+			return fmt.Errorf("cancel %s: %w", jobs[i].ID, err)
 		}
-		call = append(call, time.Since(begin))
+		call[i] = time.Since(begins[i])
+		return nil
+	}
+	ended := func(i int) error {
+		a := get(jobs[i].ID)
 		var jerr error
 		select {
 		case jerr = <-a.ended:
 		case <-ctx.Done():
-			return nil, fmt.Errorf("job %s: the attempt did not end: %w", j.ID, ctx.Err())
+			return fmt.Errorf("job %s: the attempt did not end: %w", jobs[i].ID, ctx.Err())
 		}
 		<-a.stopped // closed before the attempt ended
 		var je *pipeline.JobError
 		if !errors.As(jerr, &je) || je.Outcome != pipeline.OutcomeCanceled {
-			return nil, fmt.Errorf("job %s: the attempt ended with %v, not canceled", j.ID, jerr)
+			return fmt.Errorf("job %s: the attempt ended with %v, not canceled", jobs[i].ID, jerr)
 		}
+		return nil
+	}
+	if o.burst {
+		next := make(chan int)
+		errs := make(chan error, len(jobs))
+		var wg sync.WaitGroup
+		for range 16 {
+			wg.Go(func() {
+				for i := range next {
+					errs <- cancelOne(i)
+				}
+			})
+		}
+		for i := range jobs {
+			next <- i
+		}
+		close(next)
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			if err != nil {
+				return nil, err
+			}
+		}
+		for i := range jobs {
+			if err := ended(i); err != nil {
+				return nil, err
+			}
+		}
+	} else {
+		for i := range jobs {
+			if err := cancelOne(i); err != nil {
+				return nil, err
+			}
+			if err := ended(i); err != nil {
+				return nil, err
+			}
+		}
+	}
+	var toCtx, toEnd []time.Duration
+	for i, j := range jobs {
+		a := get(j.ID)
 		switch {
 		case errors.Is(a.cause, pipeline.ErrJobCanceled):
 			rep.ByEvent++
 		case errors.Is(a.cause, stream.ErrLeaseLost):
 			rep.ByRenewal++
 		}
-		toCtx = append(toCtx, a.stoppedT.Sub(begin))
-		toEnd = append(toEnd, a.endedT.Sub(begin))
+		toCtx = append(toCtx, a.stoppedT.Sub(begins[i]))
+		toEnd = append(toEnd, a.endedT.Sub(begins[i]))
 	}
 	st, err := client.Stats(ctx, queue)
 	if err != nil {
@@ -314,6 +365,9 @@ func printReport(w io.Writer, r *report) {
 	how := "events"
 	if !r.Events {
 		how = "no events (lease renewal only)"
+	}
+	if r.Burst {
+		how += ", all at once"
 	}
 	fmt.Fprintf(w, "%d cancels of running jobs, %s, %s, visibility timeout %s\n", r.Cancels, r.Backend, how,
 		time.Duration(r.VisibilityMS)*time.Millisecond)
