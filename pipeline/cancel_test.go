@@ -398,3 +398,35 @@ func TestCancelSpoofedEventIgnored(t *testing.T) {
 	}
 	require.Equal(t, pipeline.OutcomeCanceled, oc.next(t, j.ID))
 }
+
+// A job with a timeout runs its handler on a goroutine of its own, so a handler that ignores
+// its context does not hold the slot after a cancel: the attempt ends canceled (100 ms after the
+// cancel at most) while the handler still runs, and its late return changes nothing.
+func TestCancelIgnoringHandlerWithTimeout(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := t.Context()
+	started := make(chan struct{}, 1)
+	release := make(chan struct{})
+	returned := make(chan struct{})
+	var oc outcomes
+	w, _ := b.startWorkerWith(t, pipeline.WorkerConfig{VisibilityTimeout: cancelVT},
+		map[string]pipeline.HandlerFunc{"deaf": func(context.Context, *pipeline.Job) ([]byte, error) {
+			defer close(returned)
+			started <- struct{}{}
+			<-release
+			return []byte("late"), nil
+		}}, oc.middleware)
+	j, err := b.client.Enqueue(ctx, b.queue, pipeline.Task{Type: "deaf"}, pipeline.WithTimeout(time.Hour))
+	require.NoError(t, err)
+	<-started
+	require.NoError(t, b.client.Cancel(ctx, b.queue, j.ID))
+	require.Equal(t, pipeline.OutcomeCanceled, oc.next(t, j.ID), "ended while the handler still runs")
+	require.Eventually(t, func() bool { return w.Running() == 0 }, 10*time.Second, time.Millisecond, "the slot is free")
+	close(release)
+	<-returned
+	got, err := b.client.Get(ctx, b.queue, j.ID)
+	require.NoError(t, err)
+	require.Equal(t, pipeline.StatusCanceled, got.Status)
+	require.Empty(t, got.Result)
+}
