@@ -15,23 +15,37 @@ import (
 // within a second: the worker hears the cancel on the queue's job events (its lease renewal,
 // every 40 s here, comes far too late to explain it), logs the attempt canceled, and the job
 // stays canceled: no retry, no failure. Without --queue the job is looked up, and --json says
-// what was canceled.
+// what was canceled. On one server and on a 3-master cluster.
 func TestCancelRunningE2E(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and runs the binary")
 	}
-	srv := redistest.Shared(t)
-	c := &cli{bin: buildCLI(t), url: srv.URL(), rdb: srv.Client(t)}
+	bin := buildCLI(t)
+	t.Run("standalone", func(t *testing.T) {
+		t.Parallel()
+		srv := redistest.Shared(t)
+		testCancelRunning(t, &cli{bin: bin, url: srv.URL(), rdb: srv.Client(t)})
+	})
+	t.Run("cluster", func(t *testing.T) {
+		t.Parallel()
+		cl := redistest.StartCluster(t)
+		testCancelRunning(t, &cli{bin: bin, url: "redis://" + cl.Addrs[0] + "?addr=" + cl.Addrs[1] + "&addr=" + cl.Addrs[2]},
+			"--cluster")
+	})
+}
+
+func testCancelRunning(t *testing.T, c *cli, flags ...string) {
 	q := redistest.UniqueName(t)
-	w := c.start(t, "worker", "--queue", q, "--visibility-timeout", "2m", "--log-format", "json")
+	with := func(args ...string) []string { return append(args, flags...) }
+	w := c.start(t, with("worker", "--queue", q, "--visibility-timeout", "2m", "--log-format", "json")...)
 
 	for i, args := range [][]string{{"cancel", "--queue", q}, {"cancel", "--json"}} {
-		id := c.publishOne(t, "--queue", q, "--type", "sleep", "--payload", `{"ms":600000}`, "--max-retries", "3")
+		id := c.publishOne(t, with("--queue", q, "--type", "sleep", "--payload", `{"ms":600000}`, "--max-retries", "3")...)
 		waitFor(t, 30*time.Second, 20*time.Millisecond, "the job in progress", func() bool {
-			return c.status(t, "--queue", q, id).Status == "in_progress"
+			return c.status(t, with("--queue", q, id)...).Status == "in_progress"
 		})
 		begin := time.Now()
-		out := c.ok(t, append(args, id)...)
+		out := c.ok(t, with(append(args, id)...)...)
 		if i == 0 {
 			require.Equal(t, "canceled "+id+" in queue "+q+"\n", out)
 		} else {
@@ -49,12 +63,12 @@ func TestCancelRunningE2E(t *testing.T) {
 			return canceledLine(w.output.String(), id)
 		})
 		t.Logf("cancel %d: the worker ended the attempt %v after the command started", i, time.Since(begin).Round(time.Millisecond))
-		j := c.status(t, "--queue", q, id)
+		j := c.status(t, with("--queue", q, id)...)
 		require.Equal(t, "canceled", j.Status)
 		require.LessOrEqual(t, j.Attempt, 1)
-		c.refused(t, 1, "already finished: it is canceled", "cancel", "--queue", q, id)
+		c.refused(t, 1, "already finished: it is canceled", with("cancel", "--queue", q, id)...)
 	}
-	st := c.stats(t, "--queue", q)
+	st := c.stats(t, with("--queue", q)...)
 	require.EqualValues(t, 2, st.Canceled)
 	require.Zero(t, st.Failed)
 	require.Zero(t, st.Retried)
