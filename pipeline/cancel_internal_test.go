@@ -1,13 +1,17 @@
 package pipeline
 
 import (
+	"context"
 	"testing"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
+	"github.com/conveyorq/conveyor/internal/events"
 	"github.com/conveyorq/conveyor/internal/keys"
+	"github.com/conveyorq/conveyor/internal/redistest"
 	"github.com/conveyorq/conveyor/stream"
 )
 
@@ -41,4 +45,38 @@ func TestCancelsBookkeeping(t *testing.T) {
 	require.Len(t, c.recent, recentMax)
 	c.rememberLocked(runKey{qa.Events(), "late"}, now.Add(c.keepRecent()))
 	require.Len(t, c.recent, 1, "older than a lease interval: dropped")
+}
+
+// A cancel heard before its job was handed to its handler (the read and the event race on two
+// connections) is acted on when the job registers: its record is read, and its delivery
+// revoked with ErrJobCanceled.
+func TestCancelHeardBeforeRegister(t *testing.T) {
+	t.Parallel()
+	rdb := redistest.Client(t)
+	ctx := t.Context()
+	q := keys.New(keys.DefaultPrefix, redistest.UniqueName(t))
+	c := newCancels(&Worker{rdb: rdb, cfg: WorkerConfig{VisibilityTimeout: 30 * time.Second}})
+	require.NoError(t, rdb.XAdd(ctx, &redis.XAddArgs{Stream: q.Stream(), Values: []any{
+		stream.FieldUUID, "job-1", stream.FieldPayload, "", stream.FieldMetadata, ""}}).Err())
+	sub, err := stream.NewSubscriber(stream.Config{Client: rdb, Group: keys.Group, ManualSettle: true})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = sub.Close() })
+	msgs, err := sub.Subscribe(ctx, q.Stream())
+	require.NoError(t, err)
+	msg := <-msgs
+	require.NoError(t, rdb.HSet(ctx, q.Job("job-1"), keys.FieldStatus, string(StatusCanceled)).Err())
+
+	c.heard(q.Events())([]events.Event{{ID: "job-1", Status: "canceled", Attempt: 1}})
+	c.heard(q.Events())([]events.Event{{ID: "job-2", Status: "completed", Attempt: 1}}) // not a cancel: not kept
+	require.Len(t, c.recent, 1)
+	rj := c.register(&q, sub, msg)
+	defer c.done(rj)
+	select {
+	case <-msg.Context().Done():
+		require.ErrorIs(t, context.Cause(msg.Context()), ErrJobCanceled)
+	case <-time.After(10 * time.Second):
+		t.Fatal("the cancel heard before was not acted on")
+	}
+	require.Empty(t, c.recent)
+	sub.Settle(msg)
 }
