@@ -14,19 +14,20 @@ import (
 )
 
 // ErrJobCanceled is the cause (context.Cause) of a handler's context when its job is canceled
-// while it runs (Client.Cancel, Inspector.Cancel, `conveyor cancel`, DELETE /v1/jobs/{id}), as
-// the worker learns from the queue's job events, in milliseconds. When the worker missed that
-// event (its subscription was down), its next lease renewal finds the job's entry gone and the
-// cause is stream.ErrLeaseLost instead. Either way the job stays canceled: whatever the
-// handler returns afterwards is discarded, never retried nor failed.
+// while it runs (Client.Cancel, Inspector.Cancel, `conveyor cancel`,
+// DELETE /v1/queues/{queue}/jobs/{id}), as the worker learns from the queue's job events, in
+// milliseconds. When the worker missed that event (its subscription was down), its next lease
+// renewal finds the job's entry gone and the cause is stream.ErrLeaseLost instead. Either way
+// the job stays canceled: whatever the handler returns afterwards is discarded, never retried
+// nor failed.
 var ErrJobCanceled = errors.New("pipeline: job canceled")
 
 // Cancel's path to a running handler.
 //
 // cancel.lua marks the job canceled, deletes its stream entry and announces "canceled" on the
 // queue's events channel. Each worker listens on the channels of the partitions it reads, one
-// subscription per channel (events.Watcher), and keeps its running jobs by queue and id
-// (register, in settleAfter). A canceled event of a running job is checked against the job's
+// subscription per channel (events.Watcher), and keeps its running jobs by id (register, in
+// settleAfter). A canceled event of a running job is checked against the job's
 // record (one HGET: a message on the channel is untrusted, and a replayed job may run under
 // the same id) and the job's delivery is revoked (stream.Subscriber.Revoke), which cancels the
 // handler's context with ErrJobCanceled; outcome then writes nothing.
