@@ -780,8 +780,12 @@ func jobFromRecord(queue, id string, r jobstate.Record) (*Job, error) {
 }
 
 // Cancel cancels a job that has not finished: a scheduled or queued job never runs; a running
-// job's handler has its context cancelled at the worker's next lease renewal and its result is
-// refused. It returns ErrNotCancelable for a finished job and ErrNotFound for an unknown one.
+// job's handler has its context cancelled within milliseconds, with cause ErrJobCanceled (the
+// worker hears the cancel on the queue's job events; when it missed it, at its next lease
+// renewal, with cause stream.ErrLeaseLost), and whatever the handler returns is discarded: the
+// job stays canceled, never retried. The job is canceled when Cancel returns; Wait on it
+// returns at once. It returns ErrNotCancelable for a finished job and ErrNotFound for an
+// unknown one.
 func (c *Client) Cancel(ctx context.Context, queue, id string) error {
 	if err := c.checkJob(queue, id); err != nil {
 		return err

@@ -37,6 +37,11 @@
 // canceled; a final one is announced on the queue's events channel to whoever waits on the
 // job, which wakes [Client.Wait] and the HTTP API's long polls without polling Redis.
 //
+// A job canceled while it runs ([Client.Cancel], from any process) has its handler's context
+// cancelled within milliseconds, with cause [ErrJobCanceled]: its worker listens on the
+// queue's events channel, and its lease renewal stands in for a missed message. The attempt
+// ends canceled whatever the handler returns afterwards.
+//
 // # Guarantees
 //
 // Nothing accepted is lost while Redis keeps its data. Execution is at least once; state

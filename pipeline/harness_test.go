@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/redis/go-redis/v9"
 	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
@@ -83,8 +84,9 @@ func (b *testBundle) startWorker(t *testing.T, cfg pipeline.WorkerConfig, handle
 	return startWorkerOn(t, b.rdb, cfg, handlers)
 }
 
-// startWorkerOn is startWorker on any client (a cluster's too) and cfg's queues.
-func startWorkerOn(t *testing.T, rdb redis.UniversalClient, cfg pipeline.WorkerConfig, handlers map[string]pipeline.HandlerFunc) (*pipeline.Worker, func() error) {
+// startWorkerOn is startWorker on any client (a cluster's too) and cfg's queues, with mw (Use).
+func startWorkerOn(t *testing.T, rdb redis.UniversalClient, cfg pipeline.WorkerConfig, handlers map[string]pipeline.HandlerFunc,
+	mw ...message.HandlerMiddleware) (*pipeline.Worker, func() error) {
 	t.Helper()
 	if cfg.Backoff.Base == 0 {
 		cfg.Backoff = pipeline.Backoff{Base: 20 * time.Millisecond, Max: 200 * time.Millisecond}
@@ -95,6 +97,7 @@ func startWorkerOn(t *testing.T, rdb redis.UniversalClient, cfg pipeline.WorkerC
 	for typ, h := range handlers {
 		w.Handle(typ, h)
 	}
+	w.Use(mw...)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- w.Run(ctx) }()

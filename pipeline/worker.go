@@ -16,6 +16,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/rs/zerolog"
 
+	"github.com/conveyorq/conveyor/internal/events"
 	"github.com/conveyorq/conveyor/internal/jobstate"
 	"github.com/conveyorq/conveyor/internal/keys"
 	"github.com/conveyorq/conveyor/internal/outage"
@@ -271,6 +272,10 @@ type Worker struct {
 	limited atomic.Pointer[map[string]bool]
 	// progressWrites counts the progress reports written (Job.Progress), for tests.
 	progressWrites atomic.Int64
+	// cancels stops the handlers of jobs canceled while they run (cancel.go); evw holds its
+	// events subscriptions, one per partition read.
+	cancels *cancels
+	evw     *events.Watcher
 }
 
 // NewWorker returns a Worker over rdb (a standalone, cluster or failover client), or the error,
@@ -291,6 +296,7 @@ func NewWorker(rdb redis.UniversalClient, cfg WorkerConfig) (*Worker, error) {
 		ready:    make(chan struct{}),
 	}
 	w.replicas = newOutcomeReplicas(cfg.Replicas, cfg.ReplicaTimeout)
+	w.cancels = newCancels(w)
 	return w, nil
 }
 
@@ -334,7 +340,9 @@ func (w *Worker) Use(mw ...message.HandlerMiddleware) {
 	w.middleware = append(w.middleware, mw...)
 }
 
-// Ready is closed once the worker is consuming.
+// Ready is closed once the worker is consuming and hears cancels: its subscriptions to its
+// queues' job events are confirmed (or eventsReadyWait, 2 s, passed without; the lease renewal
+// then stands in for them).
 func (w *Worker) Ready() <-chan struct{} { return w.ready }
 
 // Running counts the jobs whose handlers run now (their messages were handed to the router
@@ -402,6 +410,8 @@ func (w *Worker) Run(ctx context.Context) error {
 	}
 	go w.comp.run()
 	defer w.comp.close() // after the last session closed its subscriber: every message is settled or released
+	w.evw = events.NewWatcher(w.rdb, events.Config{})
+	defer w.evw.Close()
 
 	w.partitionQueues()
 	w.warnSharedName(ctx)
@@ -495,9 +505,19 @@ func (w *Worker) session(ctx context.Context) ([]int, error) {
 	router.AddMiddleware(w.settleAfter(sub)) // outermost: it sees whatever the chain did
 	router.AddMiddleware(w.middleware...)
 	w.mu.Unlock()
+	// Cancels reach the handlers through the partitions' events; a confirmation of a
+	// subscription after a drop renews the leases at once, which finds the jobs canceled
+	// meanwhile (cancel.go). The worker is Ready once they are confirmed.
+	confirmed := make(chan struct{}, len(w.parts))
 	for _, name := range w.parts {
 		q := keys.New(w.cfg.Prefix, name)
 		router.AddConsumerHandler("conveyor:"+name, q.Stream(), sub, w.handleMessage)
+		var once sync.Once
+		stop := w.evw.ListenGaps(ctx, q.Events(), w.cancels.heard(q.Events()), func() {
+			sub.RenewNow()
+			once.Do(func() { confirmed <- struct{}{} })
+		})
+		defer stop()
 	}
 
 	sctx, endSession := context.WithCancel(ctx)
@@ -517,9 +537,26 @@ func (w *Worker) session(ctx context.Context) ([]int, error) {
 	go func() {
 		select {
 		case <-router.Running():
-			w.readyOnce.Do(func() { close(w.ready) })
 		case <-sctx.Done():
+			return
 		}
+		if events.ModeOf(sctx, w.rdb) != events.None {
+			// Bounded: a server that refuses the subscriptions leaves cancels to the lease
+			// renewal, and must not keep the worker from being ready.
+			limit := time.NewTimer(eventsReadyWait)
+			defer limit.Stop()
+			for range w.parts {
+				select {
+				case <-confirmed:
+				case <-limit.C:
+					w.readyOnce.Do(func() { close(w.ready) })
+					return
+				case <-sctx.Done():
+					return
+				}
+			}
+		}
+		w.readyOnce.Do(func() { close(w.ready) })
 	}()
 	err = router.Run(sctx)
 	stopServices()
@@ -576,6 +613,9 @@ func (w *Worker) settleAfter(sub *stream.Subscriber) message.HandlerMiddleware {
 			}
 			// Its slots go back to the worker's lease once its outcome is written.
 			defer grantOf(msg.Context()).giveBack()
+			if q, ok := w.queue(msg.Metadata[stream.StreamKey]); ok {
+				defer w.cancels.done(w.cancels.register(q, sub, msg))
+			}
 			if _, err := h(msg); err != nil && !errors.As(err, new(*JobError)) {
 				w.refused(msg, err)
 			}
@@ -688,6 +728,9 @@ func (w *Worker) queue(streamKey string) (*keys.Queue, bool) {
 	return q, ok
 }
 
+// eventsReadyWait bounds how long a worker's readiness waits for its events subscriptions.
+const eventsReadyWait = 2 * time.Second
+
 // errTimeout is the cause of a handler context whose job ran past its timeout.
 var errTimeout = errors.New("attempt timed out")
 
@@ -797,19 +840,27 @@ func (w *Worker) refused(msg *message.Message, err error) {
 // outcome writes what the attempt came to and returns what handleMessage returns (see Use);
 // an abandoned attempt writes nothing. note is the transition's Note, for the hooks.
 func (w *Worker) outcome(ctx context.Context, q *keys.Queue, j *Job, start time.Time, result []byte, err error, note uint8) error {
-	if err != nil {
-		if cause := context.Cause(ctx); errors.Is(cause, stream.ErrClosed) || errors.Is(cause, stream.ErrLeaseLost) {
-			// The attempt was abandoned, not failed: on shutdown the entry is put back; on a
-			// lost lease the job was canceled or another worker owns it now.
-			w.comp.forget(j.Entry)
-			jerr := &JobError{Outcome: OutcomeAbandoned}
-			if errors.Is(cause, stream.ErrLeaseLost) {
-				jerr.Outcome = w.lostWhy(q, j)
+	if cause := context.Cause(ctx); cause != nil {
+		// A canceled job's attempt ends canceled whatever its handler returned (a handler
+		// that ignored its context may return a result, or an error, late): the job's record
+		// says canceled already and fencing would refuse any write.
+		var why Outcome
+		switch {
+		case errors.Is(cause, ErrJobCanceled):
+			why = OutcomeCanceled
+		case errors.Is(cause, stream.ErrLeaseLost):
+			// On a lost lease the job was canceled (and its event missed) or another
+			// worker owns it now; a result returned anyway is written in the second case
+			// only, for fencing to judge.
+			if lost := w.lostWhy(q, j); err != nil || lost == OutcomeCanceled {
+				why = lost
 			}
-			jobEvent(w.log.Info(), j).Stringer("outcome", jerr.Outcome).Msg("job attempt abandoned")
-			w.comp.attempts.ended(Attempt{Queue: q.Name(), Type: j.Type, Outcome: jerr.Outcome, Began: start,
-				Took: time.Since(start), Entered: stream.EntryTime(j.Entry)})
-			return jerr
+		case errors.Is(cause, stream.ErrClosed) && err != nil:
+			// Abandoned, not failed: on shutdown the entry is put back.
+			why = OutcomeAbandoned
+		}
+		if why != 0 {
+			return w.ended(q, j, start, why)
 		}
 	}
 	end := time.Now()
@@ -849,6 +900,20 @@ func (w *Worker) outcome(ctx context.Context, q *keys.Queue, j *Job, start time.
 		jerr.Timeout = errors.Is(context.Cause(ctx), errTimeout) || errors.Is(err, errTimeout)
 	}
 	return w.write(t, jerr)
+}
+
+// ended records an attempt that writes nothing: canceled, lost or abandoned.
+func (w *Worker) ended(q *keys.Queue, j *Job, start time.Time, why Outcome) error {
+	w.comp.forget(j.Entry)
+	jerr := &JobError{Outcome: why}
+	msg := "job attempt abandoned"
+	if why == OutcomeCanceled {
+		msg = "job canceled while it ran; its outcome is discarded"
+	}
+	jobEvent(w.log.Info(), j).Stringer("outcome", why).Msg(msg)
+	w.comp.attempts.ended(Attempt{Queue: q.Name(), Type: j.Type, Outcome: why, Began: start,
+		Took: time.Since(start), Entered: stream.EntryTime(j.Entry)})
+	return jerr
 }
 
 // lostWhy tells a job canceled while it ran from one recovered elsewhere, for the record.

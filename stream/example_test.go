@@ -2,6 +2,7 @@ package stream_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/alicebob/miniredis/v2"
@@ -92,4 +93,36 @@ func ExampleSubscriber_PauseTopic() {
 	// Output:
 	// orders-1 paused: true
 	// reports-1
+}
+
+// Stop a message's handler because the application learned that its entry was taken away (a
+// job canceled elsewhere): Revoke cancels the message's context with the cause given, and the
+// entry is neither renewed nor handed out again. (An in-process Redis stands in for yours.)
+func ExampleSubscriber_Revoke() {
+	m, err := miniredis.Run()
+	if err != nil {
+		panic(err)
+	}
+	defer m.Close()
+	rdb := redis.NewClient(&redis.Options{Addr: m.Addr()})
+	defer rdb.Close()
+	ctx := context.Background()
+	rdb.XAdd(ctx, &redis.XAddArgs{Stream: "jobs", Values: []any{
+		stream.FieldUUID, "job-1", stream.FieldPayload, "", stream.FieldMetadata, ""}})
+
+	sub, err := stream.NewSubscriber(stream.Config{Client: rdb, Group: "app", ManualSettle: true})
+	if err != nil {
+		panic(err)
+	}
+	defer sub.Close()
+	msgs, _ := sub.Subscribe(ctx, "jobs")
+	msg := <-msgs
+	errCanceled := errors.New("canceled by the user")
+	fmt.Println(sub.Revoke("jobs", msg.Metadata[stream.EntryIDKey], errCanceled))
+	<-msg.Context().Done() // what a handler watches
+	fmt.Println(context.Cause(msg.Context()))
+	sub.Settle(msg) // frees its slot
+	// Output:
+	// true
+	// canceled by the user
 }

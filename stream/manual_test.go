@@ -74,6 +74,53 @@ func TestManualSettle(t *testing.T) {
 		sub.Settle(msg)
 	})
 
+	t.Run("RevokeCancelsContextWithCause", func(t *testing.T) {
+		t.Parallel()
+		rdb := redistest.Client(t)
+		topic := redistest.UniqueName(t)
+		ids := publish(t, rdb, topic, "m", 2)
+		var rel releases
+		sub := newTestSubscriber(t, rdb, Config{Concurrency: 2, ManualSettle: true, OnRelease: rel.onRelease,
+			CloseTimeout: 100 * time.Millisecond})
+		msgs, err := sub.Subscribe(t.Context(), topic)
+		require.NoError(t, err)
+		got := receiveN(t, msgs, 2, 5*time.Second)
+		revoked := got[0]
+		cause := errors.New("job canceled")
+		require.False(t, sub.Revoke("other-stream", revoked.Metadata[EntryIDKey], cause))
+		require.True(t, sub.Revoke(topic, revoked.Metadata[EntryIDKey], cause))
+		require.False(t, sub.Revoke(topic, revoked.Metadata[EntryIDKey], cause), "once")
+		<-revoked.Context().Done()
+		require.ErrorIs(t, context.Cause(revoked.Context()), cause)
+		require.NoError(t, got[1].Context().Err(), "the other message runs on")
+		// The revoked message keeps its slot until it settles, and is not released at close.
+		requireNothing(t, msgs, 100*time.Millisecond)
+		sub.Settle(revoked)
+		require.NoError(t, sub.Close())
+		require.Equal(t, []string{got[1].Metadata[EntryIDKey]}, rel.get(topic))
+		require.ElementsMatch(t, ids, entryIDs(got))
+	})
+
+	t.Run("RenewNowFindsLostLeaseBeforeInterval", func(t *testing.T) {
+		t.Parallel()
+		rdb := redistest.Client(t)
+		topic := redistest.UniqueName(t)
+		ids := publish(t, rdb, topic, "m", 1)
+		sub := newTestSubscriber(t, rdb, Config{Concurrency: 2, ManualSettle: true, LeaseInterval: time.Hour})
+		msgs, err := sub.Subscribe(t.Context(), topic)
+		require.NoError(t, err)
+		msg := receive(t, msgs, 5*time.Second)
+		require.NoError(t, rdb.XAck(t.Context(), topic, testGroup, ids[0]).Err())
+		sub.RenewNow()
+		select {
+		case <-msg.Context().Done():
+			require.ErrorIs(t, context.Cause(msg.Context()), ErrLeaseLost)
+		case <-time.After(10 * time.Second):
+			t.Fatal("RenewNow did not renew: the lease interval is an hour")
+		}
+		sub.Settle(msg)
+	})
+
 	t.Run("SettleFindsTheSubscriptionHoldingTheEntry", func(t *testing.T) {
 		t.Parallel()
 		rdb := redistest.Client(t)

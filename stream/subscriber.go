@@ -258,6 +258,7 @@ type Subscriber struct {
 	holdAt    time.Time
 
 	closing      chan struct{}
+	renewNow     chan struct{}  // RenewNow's request to maintain
 	wg           sync.WaitGroup // topic goroutines and maintain
 	maintainOnce sync.Once
 }
@@ -278,6 +279,7 @@ func NewSubscriber(cfg Config) (*Subscriber, error) {
 		hungry:       map[*waiter]bool{},
 		families:     map[string][]*waiter{},
 		closing:      make(chan struct{}),
+		renewNow:     make(chan struct{}, 1),
 	}, nil
 }
 
@@ -831,10 +833,13 @@ func (s *Subscriber) maintain() {
 	tick := time.NewTicker(s.cfg.LeaseInterval)
 	defer tick.Stop()
 	for {
+		sweep := true
 		select {
 		case <-s.closing:
 			return
 		case <-tick.C:
+		case <-s.renewNow:
+			sweep = false
 		}
 		s.mu.Lock()
 		topics := append([]*topic(nil), s.topics...)
@@ -843,12 +848,56 @@ func (s *Subscriber) maintain() {
 			if !s.cfg.DisableLeaseRenewal {
 				t.renew()
 			}
+			if !sweep {
+				continue
+			}
 			select {
 			case t.sweep <- struct{}{}:
 			default:
 			}
 		}
 	}
+}
+
+// RenewNow asks for a lease renewal now, ahead of the next LeaseInterval, without an orphan
+// sweep: for an application that may have missed word that some of its entries were deleted
+// (a notification channel that was down), so that their messages' contexts are cancelled
+// with ErrLeaseLost soon rather than at the next interval. Requests made while one waits are
+// one request. It does nothing with DisableLeaseRenewal, or before the first Subscribe.
+func (s *Subscriber) RenewNow() {
+	select {
+	case s.renewNow <- struct{}{}:
+	default:
+	}
+}
+
+// Revoke gives up the lease of entry id of topic (a stream key) held by this subscriber, as a
+// renewal that found the entry gone would: the message's context is cancelled with cause (or
+// ErrLeaseLost when cause is nil), the entry is no longer renewed, nor released at shutdown,
+// nor handed out again after a nack. The message still holds its slot until it settles. It is
+// for an application that learned that the entry was deleted or taken (its job was
+// canceled), so that its handler stops now rather than at the next renewal. It reports
+// whether the entry was held.
+func (s *Subscriber) Revoke(topic, id string, cause error) bool {
+	if cause == nil {
+		cause = ErrLeaseLost
+	}
+	s.mu.Lock()
+	st := s.streams[topic]
+	s.mu.Unlock()
+	if st == nil {
+		return false
+	}
+	st.mu.Lock()
+	d := st.heldLocked(id)
+	if d == nil || d.lost {
+		st.mu.Unlock()
+		return false
+	}
+	d.lost = true
+	st.mu.Unlock()
+	d.cancel(cause)
+	return true
 }
 
 // Settle tells a ManualSettle subscriber that the application is done with msg: its slot is

@@ -18,7 +18,9 @@ func newCancelCmd(a *app) *cobra.Command {
 		Use:   "cancel [--queue Q] ID",
 		Short: "Cancel a job that has not finished",
 		Long: `Cancel a job that has not finished: a scheduled or queued job never runs; a running job's
-handler is cancelled at its worker's next lease renewal and its result is discarded. Without
+handler has its context cancelled within a second, from any process (its worker hears the
+cancel on the queue's job events, or at its next lease renewal when it missed them), and
+whatever it returns is discarded: the job ends canceled, never retried. Without
 --queue the job is looked up in every known queue. An unknown id, or a job that already
 finished, exits 1 with the reason. With --json it prints {"id":..,"queue":..,"canceled":true}.`,
 		Args: oneArg,

@@ -355,6 +355,17 @@ func (w *Watcher) run(ctx context.Context, s *sub) {
 // wait in WaitReady: they read after it.
 func (w *Watcher) recheckAll(s *sub) {
 	w.mu.Lock()
+	var gaps []func()
+	for l := range s.listens {
+		if l.gap != nil {
+			gaps = append(gaps, l.gap)
+		}
+	}
+	defer func() {
+		for _, gap := range gaps {
+			gap()
+		}
+	}()
 	defer w.mu.Unlock()
 	first := !s.ready
 	if first {
@@ -390,15 +401,29 @@ func (w *Watcher) deliver(s *sub, evs []Event) {
 }
 
 // listen is one Listen.
-type listen struct{ fn func([]Event) }
+type listen struct {
+	fn  func([]Event)
+	gap func() // ListenGaps'
+}
 
 // Listen hands fn every message's events on channel, for a view of a whole queue (a live
 // dashboard). fn runs on the channel's receiving goroutine, one message at a time: it must
 // return quickly, and events it misses while the subscription is down are not replayed (read
 // the state again when it matters). Call stop to end it.
 func (w *Watcher) Listen(ctx context.Context, channel string, fn func([]Event)) (stop func()) {
+	return w.ListenGaps(ctx, channel, fn, nil)
+}
+
+// ListenGaps is Listen for a caller that must make up for the events it missed: gap is called
+// on every confirmation of the channel's subscription (the first, made now or earlier, and
+// each after a reconnect), from the receiving goroutine, and it must return quickly too. Every
+// event sent after a confirmation is handed to fn until the next gap; events sent before the
+// first one or between a drop and the next confirmation are not. With no subscription to make
+// (Mode None, or a closed Watcher) gap is never called: the caller's own fallback is all
+// there is.
+func (w *Watcher) ListenGaps(ctx context.Context, channel string, fn func([]Event), gap func()) (stop func()) {
 	mode := w.cfg.Mode(ctx)
-	l := &listen{fn: fn}
+	l := &listen{fn: fn, gap: gap}
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.closed || mode == None {
@@ -407,6 +432,10 @@ func (w *Watcher) Listen(ctx context.Context, channel string, fn func([]Event)) 
 	s := w.hold(channel, mode)
 	s.listens[l] = struct{}{}
 	s.n++
+	if gap != nil && s.ready {
+		// Confirmed before this listen joined: that confirmation is its first.
+		go gap()
+	}
 	var once sync.Once
 	return func() {
 		once.Do(func() {

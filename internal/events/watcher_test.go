@@ -279,3 +279,59 @@ func TestListen(t *testing.T) {
 	require.Eventually(t, func() bool { return w.Subscriptions() == 0 }, 30*time.Second, time.Millisecond,
 		"the subscription ends after its linger once nobody listens")
 }
+
+// ListenGaps tells its caller of every confirmation of the subscription: the first, and the
+// one after a dropped connection, while which an event was lost; a listen that joins a
+// subscription confirmed earlier is told at once. Events after a gap reach fn again.
+func TestListenGaps(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Shared(t)
+	proxy := faultproxy.Start(t, srv.Addr)
+	rdb := redis.NewClient(&redis.Options{Addr: proxy.Addr(), MaxRetries: -1})
+	t.Cleanup(func() { _ = rdb.Close() })
+	w := events.NewWatcher(rdb, events.Config{Fallback: never})
+	t.Cleanup(w.Close)
+	ctx := t.Context()
+	ch := keys.New("ev", redistest.UniqueName(t)).Events()
+	got := make(chan []events.Event, 10)
+	gaps := make(chan struct{}, 10)
+	gapped := func(why string) {
+		t.Helper()
+		select {
+		case <-gaps:
+		case <-time.After(30 * time.Second):
+			t.Fatal("no gap: " + why)
+		}
+	}
+	stop := w.ListenGaps(ctx, ch, func(evs []events.Event) { got <- evs }, func() { gaps <- struct{}{} })
+	defer stop()
+	gapped("the first confirmation")
+	late := make(chan struct{}, 1)
+	stopLate := w.ListenGaps(ctx, ch, func([]events.Event) {}, func() { late <- struct{}{} })
+	select {
+	case <-late:
+	case <-time.After(30 * time.Second):
+		t.Fatal("a listen joining a confirmed subscription is not told")
+	}
+	stopLate()
+
+	proxy.Refuse(true)
+	proxy.CutAll()
+	direct := redistest.Client(t)
+	n, err := direct.SPublish(ctx, ch, "canceled 1 job-1").Result()
+	require.NoError(t, err)
+	require.Zero(t, n, "the message is lost")
+	proxy.Refuse(false)
+	gapped("the subscription made again")
+
+	require.Eventually(t, func() bool {
+		n, err := direct.SPublish(ctx, ch, "canceled 1 job-2").Result()
+		return err == nil && n == 1
+	}, 30*time.Second, time.Millisecond)
+	select {
+	case evs := <-got:
+		require.Equal(t, []events.Event{{ID: "job-2", Status: "canceled", Attempt: 1}}, evs)
+	case <-time.After(30 * time.Second):
+		t.Fatal("no events after the gap")
+	}
+}

@@ -5,9 +5,11 @@
 --   tombstone), ARGV[4] id, ARGV[5] the shortest retention ms (see finish.lua: a publish sent
 --   again after a lost reply must find the job), ARGV[6] the events publish command ('SPUBLISH',
 --   'PUBLISH' or ''), ARGV[7] the events channel
--- A queued or running job's entry is acknowledged and deleted; the worker running it finds its
--- lease gone at its next renewal, which cancels the handler's context, and its late result is
--- refused by fencing. The change is announced on the events channel (canceled). A job of a fair
+-- A queued or running job's entry is acknowledged and deleted, and its late result is refused
+-- by fencing. The change is announced on the events channel (canceled), for every job and not
+-- only for watched ones (finish.lua's rule): the worker running the job listens on the channel
+-- and cancels its handler's context when it hears it (pipeline/cancel.go); a worker that missed
+-- the message finds the lease gone at its next renewal, which does the same. A job of a fair
 -- group waiting for a place leaves its group's list; one in the window gives its place back and
 -- moves the group's next waiting job into the stream (cv_group_cancel).
 -- Returns {CV_OK} canceled, {CV_WRONG_STATE, status} already finished (nothing changed),
