@@ -52,8 +52,9 @@ type WorkerConfig struct {
 	// jobs started in proportion to its weight (at least 1; a queue of Queues missing here
 	// weighs 1), so a low queue under a flood of high work still gets its share. A queue's
 	// partitions share its weight. While slots are free every queue is read at once; reads
-	// stay batched. See stream.Config.Priority. Empty: queues are served first come, first
-	// served.
+	// stay batched. A slot that frees while a queue owed it is away reading waits for that
+	// queue's read, up to 10 ms. See stream.Config.Priority. Empty: queues are served first
+	// come, first served.
 	QueueWeights map[string]int
 	// StrictPriority makes QueueWeights ranks: while a queue of a higher weight has work (its
 	// last read filled what it asked for, or it waits for slots), no queue of a lower weight

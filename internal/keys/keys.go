@@ -471,6 +471,15 @@ func SchedulesPaused(prefix string) string { return schedulesBase(prefix) + "pau
 // enqueued and when (periodic.State).
 func ScheduleState(prefix, name string) string { return schedulesBase(prefix) + "state:" + name }
 
+// The fields of a ScheduleState hash (advance.lua writes them): the last tick handled, and the
+// last job enqueued, its tick and when (unix ms each, but the job's id).
+const (
+	ScheduleFieldLast = "last"
+	ScheduleFieldJob  = "job"
+	ScheduleFieldTick = "tick"
+	ScheduleFieldAt   = "at"
+)
+
 // SchedulesLock is the lock whose holder runs schedules' ticks on time; the others step in
 // only when a tick is overdue (internal/periodic: the lock is an efficiency, the per-tick job
 // id is the guarantee).

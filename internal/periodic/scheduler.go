@@ -249,7 +249,7 @@ func (s *Scheduler) RunOnce(ctx context.Context) (time.Time, error) {
 		}
 		if sc.State.raw == "" {
 			// Stored without a state (by hand, or deleted between two reads): start now.
-			err := s.rdb.HSetNX(ctx, keys.ScheduleState(s.cfg.Prefix, sc.Name), "last", ms(now)).Err()
+			err := s.rdb.HSetNX(ctx, keys.ScheduleState(s.cfg.Prefix, sc.Name), keys.ScheduleFieldLast, ms(now)).Err()
 			errs = append(errs, err)
 			continue
 		}

@@ -105,7 +105,7 @@ func (s *Store) Put(ctx context.Context, d Def, now time.Time) error {
 	}
 	_, err = s.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
 		p.HSet(ctx, keys.Schedules(s.prefix), d.Name, b)
-		p.HSetNX(ctx, keys.ScheduleState(s.prefix, d.Name), "last", ms(now))
+		p.HSetNX(ctx, keys.ScheduleState(s.prefix, d.Name), keys.ScheduleFieldLast, ms(now))
 		return nil
 	})
 	return rediserr.Wrap("schedules put", err)
@@ -234,7 +234,8 @@ func parseState(h map[string]string) State {
 		}
 		return time.UnixMilli(n).UTC()
 	}
-	return State{Last: at("last"), LastTick: at("tick"), LastJob: h["job"], LastRunAt: at("at"), raw: h["last"]}
+	return State{Last: at(keys.ScheduleFieldLast), LastTick: at(keys.ScheduleFieldTick), LastJob: h[keys.ScheduleFieldJob],
+		LastRunAt: at(keys.ScheduleFieldAt), raw: h[keys.ScheduleFieldLast]}
 }
 
 // advance moves schedule name's Last from st's (compare and set) to last, recording job, its
