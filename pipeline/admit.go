@@ -31,7 +31,7 @@ const LimitsRefresh = time.Second
 // a limit that is not limiting costs no Redis call per job or per read, only one per lease:
 // admitting in a script per read batch cost a limited drain a quarter of the plain one's
 // throughput, most of it the round trip before a batch could start (docs/BENCHMARKS.md,
-// "Issue 18: leases").
+// "Issue 18, third round: leases").
 //
 // What a worker's leases cannot cover goes to admit.lua, in one call for the read batch
 // (admitRead, the subscriber's Config.Prepare), which leases more (a block: what the batch
