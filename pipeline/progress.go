@@ -138,7 +138,7 @@ func (r *progressReporter) trail() {
 		r.mu.Unlock()
 		return
 	}
-	if wait := r.last.Add(ProgressInterval).Sub(time.Now()); wait > 0 {
+	if wait := time.Until(r.last.Add(ProgressInterval)); wait > 0 {
 		// A write in flight when the timer fired started a new interval.
 		r.timer = time.AfterFunc(wait, r.trail)
 		r.mu.Unlock()
