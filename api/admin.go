@@ -60,11 +60,21 @@ func (s *Server) listQueues(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
-// queueStats: GET /v1/queues/{queue}. A queue nothing was enqueued to has all zeros.
+// queueStats: GET /v1/queues/{queue}. A queue that does not exist (Inspector.QueueExists) is a
+// 404, as in /v1/throughput: all zeros would read as an idle queue, and hide a typo.
 func (s *Server) queueStats(w http.ResponseWriter, r *http.Request) error {
 	st, err := s.inspector.Stats(r.Context(), r.PathValue("queue"))
 	if err != nil {
 		return err
+	}
+	if *st == (pipeline.QueueStats{Queue: st.Queue}) {
+		ok, err := s.inspector.QueueExists(r.Context(), r.PathValue("queue"))
+		if err != nil {
+			return err
+		}
+		if !ok {
+			return pipeline.ErrQueueNotFound
+		}
 	}
 	writeJSON(w, http.StatusOK, st)
 	return nil

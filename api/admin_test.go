@@ -47,6 +47,18 @@ func TestQueues(t *testing.T) {
 	var one pipeline.QueueStats
 	r.json(t, &one)
 	require.Equal(t, q, one)
+
+	// A queue that does not exist is a 404, as in /v1/throughput (it answered 200 with zeros,
+	// which reads as an idle queue); one that exists with nothing in it is all zeros.
+	r = e.do("GET", "/v1/queues/never-seen", "")
+	require.Equal(t, http.StatusNotFound, r.status, "%s", r.body)
+	require.Equal(t, api.CodeNotFound, r.apiErr(t).Code)
+	r = e.do("PUT", "/v1/queues/made-empty", `{"partitions":1}`)
+	require.Equal(t, http.StatusOK, r.status, "%s", r.body)
+	r = e.do("GET", "/v1/queues/made-empty", "")
+	require.Equal(t, http.StatusOK, r.status, "%s", r.body)
+	r.json(t, &one)
+	require.Equal(t, pipeline.QueueStats{Queue: "made-empty"}, one)
 }
 
 // PUT /v1/queues/{queue} sets the partition count: the same count again is a 200, a change
@@ -113,8 +125,10 @@ func TestList(t *testing.T) {
 	require.Equal(t, http.StatusOK, r.status, "%s", r.body)
 	require.JSONEq(t, `{"jobs":[],"next":""}`, string(r.body))
 
+	// limit over the OpenAPI document's maximum (1,000) is refused, not accepted.
 	for _, q := range []string{"", "?status=completed", "?status=bogus", "?status=failed&limit=0",
-		"?status=failed&limit=x", "?status=failed&cursor=nonsense"} {
+		"?status=failed&limit=x", "?status=failed&limit=1001", "?status=failed&limit=100000",
+		"?status=failed&cursor=nonsense"} {
 		r = e.do("GET", e.jobs()+q, "")
 		require.Equal(t, http.StatusBadRequest, r.status, "%s: %s", q, r.body)
 		require.Equal(t, api.CodeInvalidArgument, r.apiErr(t).Code)
