@@ -195,8 +195,8 @@ func (s *Server) listJobs(w http.ResponseWriter, r *http.Request) error {
 	page := pipeline.Page{Cursor: q.Get("cursor")}
 	if v := q.Get("limit"); v != "" {
 		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 {
-			return badArg("limit %q: want a positive integer (at most %d)", v, pipeline.MaxPageLimit)
+		if err != nil || n < 1 || n > pipeline.MaxPageLimit {
+			return badArg("limit %q: want 1 to %d", v, pipeline.MaxPageLimit)
 		}
 		page.Limit = n
 	}
