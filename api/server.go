@@ -246,8 +246,10 @@ func (s *Server) admit(rt route, r *http.Request) error {
 				"send the API token as the header Authorization: Bearer <token>")
 		}
 	}
-	if r.Method == http.MethodPost || r.Method == http.MethodDelete || r.Method == http.MethodPut ||
-		r.Method == http.MethodPatch {
+	// The fallbacks (no method: 405, 404) change nothing, so a method they refuse is told so,
+	// not refused as a cross-site write first.
+	if rt.method != "" && (r.Method == http.MethodPost || r.Method == http.MethodDelete || r.Method == http.MethodPut ||
+		r.Method == http.MethodPatch) {
 		return crossSite(r)
 	}
 	return nil
