@@ -63,6 +63,13 @@ before the end: jobs that changed status meanwhile are left out. With --json it 
 			if err != nil {
 				return err
 			}
+			if len(p.Jobs) == 0 && cursor == "" {
+				// Nothing listed: a queue that does not exist is an error, as in stats and
+				// dead list, not an empty page (a typo would look like an idle queue).
+				if err := a.requireQueue(cmd.Context(), queue, nil); err != nil {
+					return err
+				}
+			}
 			if asJSON {
 				return writeJSON(a.stdout, p)
 			}

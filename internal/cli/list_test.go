@@ -1,0 +1,21 @@
+package cli
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// A list of a queue that does not exist is an error naming the known queues, as stats and
+// dead list are: an empty page would read as an idle queue and hide the typo. A queue that
+// exists with nothing in that state is an empty page, exit 0. (Before, `list --queue nosuch`
+// printed nothing and exited 0.)
+func TestListUnknownQueue(t *testing.T) {
+	t.Parallel()
+	c := newCmdRunner(t)
+	c.ok("publish", "-q", "emails", "--type", "welcome")
+	c.refused(1, `queue "emials" not found; known queues: emails`, "list", "-q", "emials", "--status", "queued")
+	c.refused(1, `queue "emials" not found`, "list", "-q", "emials", "--status", "failed", "--json")
+	require.Contains(t, c.ok("list", "-q", "emails", "--status", "queued"), "welcome")
+	c.ok("list", "-q", "emails", "--status", "failed")
+}
