@@ -6,10 +6,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
 	"github.com/conveyorq/conveyor/api"
 	"github.com/conveyorq/conveyor/internal/jobtest"
+	"github.com/conveyorq/conveyor/internal/redistest"
 	"github.com/conveyorq/conveyor/pipeline"
 )
 
@@ -271,4 +273,20 @@ func TestPauseResumeQueue(t *testing.T) {
 	require.False(t, st.Paused)
 	r = e.do("POST", "/v1/queues/no-such-queue-"+e.queue+"/resume", "")
 	require.Equal(t, http.StatusNotFound, r.status, "%s", r.body)
+}
+
+// A server whose Redis credentials are wrong answers 503 with the reason, not an empty list of
+// queues (it answered 200 {"queues":[]}, the wrong password read as an empty system).
+func TestQueuesWrongCredentials(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	require.NoError(t, srv.Client(t).Do(t.Context(), "ACL", "SETUSER", "u", "on", ">right", "~*", "+@all").Err())
+	wrong := redis.NewClient(&redis.Options{Addr: srv.Addr, Username: "u", Password: "wrong", MaxRetries: -1})
+	t.Cleanup(func() { _ = wrong.Close() })
+	e := setup(t, setupOpts{rdb: wrong})
+	for _, path := range []string{"/v1/queues", "/v1/queues/" + e.queue + "/jobs?status=queued"} {
+		r := e.do("GET", path, "")
+		require.Equal(t, http.StatusServiceUnavailable, r.status, "%s: %s", path, r.body)
+		require.Contains(t, r.apiErr(t).Message, "credentials", path)
+	}
 }

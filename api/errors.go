@@ -108,6 +108,12 @@ func toAPIError(err error) *apiError {
 	case errors.Is(err, context.Canceled):
 		// The client went away (or the server is closing): nobody reads this answer.
 		return &apiError{Status: http.StatusServiceUnavailable, Code: CodeUnavailable, Message: "request canceled"}
+	case rediserr.IsAuth(err):
+		// Wrong credentials or database: the server is up and says why; an empty answer
+		// would read as an empty system.
+		return &apiError{Status: http.StatusServiceUnavailable, Code: CodeUnavailable,
+			Message: "Redis refused this server's credentials (check its --redis user and password)",
+			Op:      rediserr.OpOf(err), cause: err}
 	case refusing(err):
 		return &apiError{Status: http.StatusServiceUnavailable, Code: CodeUnavailable,
 			Message: "Redis is refusing commands (loading, read-only or out of memory); try again later",

@@ -84,7 +84,9 @@ func testUsageAndRefusals(t *testing.T, c *cli) {
 	for _, tc := range []struct {
 		args []string
 		op   string
-	}{{[]string{"stats"}, "queues: "}, {[]string{"worker"}, ""}} {
+	}{{[]string{"stats"}, "queues: "}, {[]string{"worker"}, ""},
+		// Every command that lists the queues: they said "no queues yet" and exited 0.
+		{[]string{"queues"}, "queues: "}, {[]string{"queues", "--json"}, "queues: "}, {[]string{"stats", "--all"}, "queues: "}} {
 		r := c.exec(t, "", env(""), append(tc.args, "--redis", wrong)...)
 		require.Equal(t, 1, r.code, r.stderr)
 		require.Contains(t, r.stderr, "conveyor: "+tc.op+"Redis at "+strings.Replace(wrong, "hunter2", "xxxxx", 1)+

@@ -2,6 +2,7 @@ package jobstate
 
 import (
 	"context"
+	"errors"
 
 	"github.com/redis/go-redis/v9"
 
@@ -19,4 +20,20 @@ func RunCalls(ctx context.Context, rdb redis.UniversalClient, calls []script.Cal
 		return []*redis.Cmd{cmd}, cmd.Err()
 	}
 	return script.Pipelined(ctx, rdb, calls)
+}
+
+// pipelineErr is a pipeline's error when none of its commands carries it: go-redis leaves the
+// commands of a pipeline whose connection could not be set up (a refused AUTH, a SELECT of a
+// database that does not exist) without an error of their own, so a reader that looks only at
+// its commands sees empty answers, and an empty system. nil when some command carries it.
+func pipelineErr(err error, cmds ...redis.Cmder) error {
+	if err == nil || errors.Is(err, redis.Nil) {
+		return nil
+	}
+	for _, c := range cmds {
+		if c.Err() != nil {
+			return nil
+		}
+	}
+	return err
 }

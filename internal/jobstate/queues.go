@@ -192,12 +192,15 @@ func KnownQueues(ctx context.Context, rdb redis.UniversalClient, prefix string) 
 func KnownQueuesPaused(ctx context.Context, rdb redis.UniversalClient, prefix string) ([]string, map[string]int, map[string]bool, error) {
 	var names, paused *redis.StringSliceCmd
 	var m *redis.MapStringStringCmd
-	_, _ = rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+	_, err := rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		names = p.SMembers(ctx, keys.Queues(prefix))
 		m = p.HGetAll(ctx, keys.Partitions(prefix))
 		paused = p.SMembers(ctx, keys.Paused(prefix))
 		return nil
 	})
+	if err := pipelineErr(err, names, m, paused); err != nil {
+		return nil, nil, nil, rediserr.Wrap("queues", fmt.Errorf("list queues: %w", err))
+	}
 	if err := names.Err(); err != nil {
 		return nil, nil, nil, rediserr.Wrap("queues", fmt.Errorf("list queues: %w", err))
 	}

@@ -290,12 +290,16 @@ type Group struct {
 func StreamPage(ctx context.Context, rdb redis.UniversalClient, q keys.Queue, start string, n int) ([]Entry, *Group, error) {
 	var groups *redis.XInfoGroupsCmd
 	var msgs *redis.XMessageSliceCmd
-	// The commands carry the pipeline's errors; a queue no worker read yet has no group.
-	_, _ = rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+	// The commands carry the pipeline's errors, but for a connection that could not be set
+	// up (pipelineErr); a queue no worker read yet has no group.
+	_, err := rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		groups = p.XInfoGroups(ctx, q.Stream())
 		msgs = p.XRangeN(ctx, q.Stream(), start, "+", int64(n))
 		return nil
 	})
+	if err := pipelineErr(err, groups, msgs); err != nil {
+		return nil, nil, rediserr.Wrap("list", err)
+	}
 	if err := msgs.Err(); err != nil {
 		return nil, nil, rediserr.Wrap("list", err)
 	}
