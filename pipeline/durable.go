@@ -189,14 +189,16 @@ func (w *replicaWriter) check(err error) error {
 // Eval runs through a waiting pipeline (Script.Run falls back to it after NOSCRIPT).
 func (w *replicaWriter) Eval(ctx context.Context, script string, keys []string, args ...any) *redis.Cmd {
 	var cmd *redis.Cmd
-	_, _ = w.Pipelined(ctx, func(p redis.Pipeliner) error { cmd = p.Eval(ctx, script, keys, args...); return nil })
+	_, err := w.Pipelined(ctx, func(p redis.Pipeliner) error { cmd = p.Eval(ctx, script, keys, args...); return nil })
+	carryErr(err, cmd)
 	return cmd
 }
 
 // EvalSha runs through a waiting pipeline (Script.Run sends it first).
 func (w *replicaWriter) EvalSha(ctx context.Context, sha string, keys []string, args ...any) *redis.Cmd {
 	var cmd *redis.Cmd
-	_, _ = w.Pipelined(ctx, func(p redis.Pipeliner) error { cmd = p.EvalSha(ctx, sha, keys, args...); return nil })
+	_, err := w.Pipelined(ctx, func(p redis.Pipeliner) error { cmd = p.EvalSha(ctx, sha, keys, args...); return nil })
+	carryErr(err, cmd)
 	return cmd
 }
 
@@ -280,7 +282,7 @@ func (w *replicaWriter) runOn(ctx context.Context, rdb redis.UniversalClient, cm
 		rdb = withWaitTimeout(c, w.want.timeout)
 	}
 	var wait *redis.IntCmd
-	_, _ = rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+	_, perr := rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for _, cmd := range cmds {
 			_ = p.Process(ctx, cmd)
 		}
@@ -297,6 +299,7 @@ func (w *replicaWriter) runOn(ctx context.Context, rdb redis.UniversalClient, cm
 		_ = p.Process(ctx, wait)
 		return nil
 	})
+	carryErr(perr, append(slices.Clip(cmds), wait)...)
 	n, err := wait.Result()
 	w.waited = true
 	if err != nil {
@@ -433,4 +436,25 @@ func (w *Worker) UnreplicatedWrites() int64 {
 		return 0
 	}
 	return w.replicas.count.Load()
+}
+
+// carryErr gives the commands of a pipeline that failed as a whole the pipeline's error: when
+// the connection could not be set up (a refused AUTH, a SELECT of a database that does not
+// exist), go-redis leaves every command without an error of its own, and a command with neither
+// an error nor a value would read as a write that went through. When any command carries an
+// error, the others answered and keep their answers.
+func carryErr(err error, cmds ...redis.Cmder) {
+	if err == nil || errors.Is(err, redis.Nil) {
+		return
+	}
+	for _, c := range cmds {
+		if c != nil && c.Err() != nil {
+			return
+		}
+	}
+	for _, c := range cmds {
+		if c != nil {
+			c.SetErr(err)
+		}
+	}
 }
