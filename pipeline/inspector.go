@@ -993,8 +993,9 @@ func (i *Inspector) PurgeAll(ctx context.Context, queue string, olderThan time.D
 // DeleteQueue deletes every key of queue (its stream, scheduled and dead sets, job records,
 // counters, unique keys and lock) and removes it from the known queues. Unless force is true,
 // it refuses with ErrQueueBusy, deleting nothing, while the queue has unfinished jobs
-// (scheduled, queued, or held by a worker); dead jobs and finished records do not count. It
-// returns ErrQueueNotFound for a queue that is neither known nor has any key.
+// (scheduled, queued, or held by a worker) or dead jobs (failed for good, kept for a replay:
+// deleting them loses them); finished records do not count. It returns ErrQueueNotFound for a
+// queue that is neither known nor has any key.
 //
 // The keys are found with SCAN pages (1000 keys a page) over "prefix:{queue}:*" on the one
 // node that holds the queue's hash slot (every node of a Ring), and unlinked a page at a time;
@@ -1028,9 +1029,9 @@ func (i *Inspector) DeleteQueue(ctx context.Context, queue string, force bool) e
 			return fmt.Errorf("delete queue %s: %w", queue, err)
 		}
 		st := sumStats(queue, parts)
-		if st.Scheduled+st.Queued+st.InProgress > 0 {
-			return fmt.Errorf("delete queue %s: %w: %d scheduled, %d queued, %d in progress",
-				queue, ErrQueueBusy, st.Scheduled, st.Queued, st.InProgress)
+		if st.Scheduled+st.Queued+st.InProgress+st.Dead > 0 {
+			return fmt.Errorf("delete queue %s: %w: %d scheduled, %d queued, %d in progress, %d dead",
+				queue, ErrQueueBusy, st.Scheduled, st.Queued, st.InProgress, st.Dead)
 		}
 	}
 	known, err := jobstate.IsKnownQueue(ctx, i.rdb, i.cfg.Prefix, queue)

@@ -622,7 +622,7 @@ func testDeleteQueue(t *testing.T, rdb redis.UniversalClient) {
 	// Busy: queued, scheduled and in-progress jobs.
 	err := b.insp.DeleteQueue(ctx, b.queue, false)
 	require.ErrorIs(t, err, pipeline.ErrQueueBusy)
-	require.ErrorContains(t, err, "2 scheduled, 3 queued, 1 in progress")
+	require.ErrorContains(t, err, "2 scheduled, 3 queued, 1 in progress, 2 dead")
 	// Still busy with only the in-progress job left (its entry is held by a worker).
 	p, err := b.insp.List(ctx, b.queue, pipeline.StatusScheduled, pipeline.Page{})
 	require.NoError(t, err)
@@ -633,7 +633,7 @@ func testDeleteQueue(t *testing.T, rdb redis.UniversalClient) {
 	}
 	err = b.insp.DeleteQueue(ctx, b.queue, false)
 	require.ErrorIs(t, err, pipeline.ErrQueueBusy)
-	require.ErrorContains(t, err, "0 scheduled, 0 queued, 1 in progress")
+	require.ErrorContains(t, err, "0 scheduled, 0 queued, 1 in progress, 2 dead")
 	require.NotEmpty(t, queueKeys(t, rdb, "conveyor:{"+b.queue+"}:*"), "a refusal deletes nothing")
 
 	require.NoError(t, b.insp.DeleteQueue(ctx, b.queue, true))
@@ -645,14 +645,20 @@ func testDeleteQueue(t *testing.T, rdb redis.UniversalClient) {
 	require.Contains(t, known, nb.queue)
 	require.ErrorIs(t, b.insp.DeleteQueue(ctx, b.queue, false), pipeline.ErrQueueNotFound)
 
-	// A queue with only finished work (dead and canceled jobs) is no busy one.
+	// Dead jobs keep a queue from being deleted without force: they are kept for a replay, and
+	// deleting the queue loses them (they were deleted silently before). Canceled ones do not.
 	c := setup(t, setupOpts{rdb: rdb})
 	c.enqueue(t, 3, nil)
 	c.kill(t, c.deliver(t, "w1", 2), func(int) int64 { return time.Now().UnixMilli() })
 	l, err := c.insp.List(ctx, c.queue, pipeline.StatusQueued, pipeline.Page{})
 	require.NoError(t, err)
 	require.NoError(t, c.insp.Cancel(ctx, c.queue, l.Jobs[0].ID))
-	require.NoError(t, c.insp.DeleteQueue(ctx, c.queue, false))
+	err = c.insp.DeleteQueue(ctx, c.queue, false)
+	require.ErrorIs(t, err, pipeline.ErrQueueBusy)
+	require.ErrorContains(t, err, "0 scheduled, 0 queued, 0 in progress, 2 dead")
+	_, err = c.insp.PurgeAll(ctx, c.queue, 0)
+	require.NoError(t, err)
+	require.NoError(t, c.insp.DeleteQueue(ctx, c.queue, false), "only finished work left")
 	require.Empty(t, queueKeys(t, rdb, "conveyor:{"+c.queue+"}:*"))
 }
 

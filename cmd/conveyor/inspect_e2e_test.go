@@ -103,7 +103,7 @@ func testQueuesDeleteCmd(t *testing.T, c *cli) {
 	require.NotEmpty(t, before)
 	require.NotEmpty(t, neighbour)
 
-	c.refused(t, 1, "unfinished jobs: 1 scheduled, 3 queued, 0 in progress; let it drain, or delete them too with --force",
+	c.refused(t, 1, "unfinished jobs: 1 scheduled, 3 queued, 0 in progress, 0 dead; let it drain, or delete them too with --force",
 		"queues", "delete", "old", "--prefix", p)
 	require.ElementsMatch(t, before, keysOf(p+":{old}:*"), "a refusal deletes nothing")
 

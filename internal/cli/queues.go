@@ -104,8 +104,8 @@ func newQueuesDeleteCmd(a *app) *cobra.Command {
 		Short: "Delete a queue with all its jobs, dead jobs, records and counters",
 		Long: `Delete every key of a queue (its stream, scheduled and dead sets, job records, counters and
 unique keys) and remove it from the known queues. While the queue has unfinished jobs
-(scheduled, queued, or held by a worker) it refuses, exits 1 and says how many; --force deletes
-them too. Stop the queue's producers and workers first: a worker still running recreates the
+(scheduled, queued, or held by a worker) or dead jobs (kept for a replay) it refuses, exits 1
+and says how many; --force deletes them too. Stop the queue's producers and workers first: a worker still running recreates the
 stream it reads, and a job published meanwhile may be lost half-written.`,
 		Example: `  conveyor queues delete old-emails
   conveyor queues delete old-emails --force`,
