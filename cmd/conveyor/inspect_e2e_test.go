@@ -164,7 +164,11 @@ func testListCmd(t *testing.T, c *cli) {
 	table, _ := c.listTable(t, "--prefix", p, "--queue", "idle", "--status", "queued")
 	require.Regexp(t, `(?m)^ID +TYPE +STATUS +ATTEMPT +ENQUEUED_AT +CREATED_AT$`, table)
 	for _, s := range []string{"in_progress", "failed"} {
-		require.Equal(t, "no "+s+" jobs in queue idle\n", c.ok(t, "list", "--prefix", p, "--queue", "idle", "--status", s))
+		// The empty message goes to stderr, as every command's "nothing" does (it went to stdout).
+		r := c.run(t, "list", "--prefix", p, "--queue", "idle", "--status", s)
+		require.Equal(t, 0, r.code, r.stderr)
+		require.Empty(t, r.stdout)
+		require.Equal(t, "no "+s+" jobs in queue idle\n", r.stderr)
 		require.Equal(t, `{"jobs":[],"next":""}`+"\n", c.ok(t, "list", "--prefix", p, "--queue", "idle", "--status", s, "--json"))
 	}
 

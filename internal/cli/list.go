@@ -73,7 +73,15 @@ before the end: jobs that changed status meanwhile are left out. With --json it 
 			if asJSON {
 				return writeJSON(a.stdout, p)
 			}
-			if err := printJobs(a.stdout, queue, s, p); err != nil {
+			if len(p.Jobs) == 0 {
+				// Said on stderr, as every other command says "nothing": stdout holds rows
+				// only, for a pipe.
+				what := "no " + string(s) + " jobs"
+				if p.Next != "" {
+					what += " on this page"
+				}
+				fmt.Fprintf(a.stderr, "%s in queue %s\n", what, queue)
+			} else if err := printJobs(a.stdout, queue, s, p); err != nil {
 				return err
 			}
 			if p.Next != "" {
@@ -102,14 +110,6 @@ func joinStatuses(list []pipeline.Status) string {
 
 // printJobs writes a page of jobs as a table whose time columns suit the status.
 func printJobs(w io.Writer, queue string, status pipeline.Status, p *pipeline.JobPage) error {
-	if len(p.Jobs) == 0 {
-		what := "no " + string(status) + " jobs"
-		if p.Next != "" {
-			what = "no " + string(status) + " jobs on this page"
-		}
-		_, err := fmt.Fprintf(w, "%s in queue %s\n", what, queue)
-		return err
-	}
 	t := newTable(w)
 	switch status {
 	case pipeline.StatusScheduled:

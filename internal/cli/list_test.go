@@ -9,7 +9,7 @@ import (
 // A list of a queue that does not exist is an error naming the known queues, as stats and
 // dead list are: an empty page would read as an idle queue and hide the typo. A queue that
 // exists with nothing in that state is an empty page, exit 0. (Before, `list --queue nosuch`
-// printed nothing and exited 0.)
+// printed nothing and exited 0.) The empty message goes to stderr (it went to stdout).
 func TestListUnknownQueue(t *testing.T) {
 	t.Parallel()
 	c := newCmdRunner(t)
@@ -17,5 +17,9 @@ func TestListUnknownQueue(t *testing.T) {
 	c.refused(1, `queue "emials" not found; known queues: emails`, "list", "-q", "emials", "--status", "queued")
 	c.refused(1, `queue "emials" not found`, "list", "-q", "emials", "--status", "failed", "--json")
 	require.Contains(t, c.ok("list", "-q", "emails", "--status", "queued"), "welcome")
-	c.ok("list", "-q", "emails", "--status", "failed")
+	// An empty listing of a queue that exists: exit 0, nothing on stdout, the message on stderr.
+	stdout, stderr, code := c.run("list", "-q", "emails", "--status", "failed")
+	require.Zero(t, code, stderr)
+	require.Empty(t, stdout)
+	require.Equal(t, "no failed jobs in queue emails\n", stderr)
 }
