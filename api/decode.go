@@ -23,12 +23,12 @@ import (
 const DefaultUniqueTTL = pipeline.DefaultUniqueTTL
 
 // jobBody is one job of a POST, as the client sends it. Durations are Go duration strings
-// ("5s", "1m30s"); run_at is unix milliseconds.
+// ("5s", "1m30s"); run_at is unix milliseconds or an RFC 3339 time (runAtBody).
 type jobBody struct {
 	Type       string        `json:"type"`
 	Payload    payloadBody   `json:"payload"`
 	Delay      *string       `json:"delay"`
-	RunAt      *int64        `json:"run_at"`
+	RunAt      *runAtBody    `json:"run_at"`
 	MaxRetries *int          `json:"max_retries"`
 	ID         string        `json:"id"`
 	Timeout    *string       `json:"timeout"`
@@ -39,6 +39,33 @@ type jobBody struct {
 	LimitKey   *string       `json:"limit_key"`
 	Group      *string       `json:"group"`
 	Priority   *int          `json:"priority"`
+}
+
+// runAtBody is a job's run_at: unix milliseconds (a JSON integer), or an RFC 3339 time (a JSON
+// string such as "2026-12-01T09:00:00Z" or with an offset), read to the millisecond and
+// rounded up: never before the time sent.
+type runAtBody struct{ ms int64 }
+
+func (r *runAtBody) UnmarshalJSON(b []byte) error {
+	if len(b) > 0 && b[0] == '"' {
+		var s string
+		if err := json.Unmarshal(b, &s); err != nil {
+			return err
+		}
+		t, err := time.Parse(time.RFC3339Nano, s)
+		if err != nil {
+			return badArg("run_at %q: want unix milliseconds or an RFC 3339 time such as 2026-12-01T09:00:00Z", s)
+		}
+		r.ms = t.UnixMilli()
+		if t.Nanosecond()%int(time.Millisecond) != 0 {
+			r.ms++
+		}
+		return nil
+	}
+	if err := json.Unmarshal(b, &r.ms); err != nil {
+		return badBody("field run_at: want unix milliseconds (an integer) or an RFC 3339 time (a string), got %s", b)
+	}
+	return nil
 }
 
 // debounceBody is a job's debounce (pipeline.WithDebounce): durations as Go duration strings.
@@ -428,10 +455,10 @@ func (b *jobBody) request(idemKey string) (*jobRequest, error) {
 		req.opts = append(req.opts, pipeline.WithDelay(d))
 	}
 	if b.RunAt != nil {
-		if *b.RunAt <= 0 {
-			return nil, badArg("run_at %d: want a time in unix milliseconds", *b.RunAt)
+		if b.RunAt.ms <= 0 {
+			return nil, badArg("run_at %d: want a time in unix milliseconds (after 1970), or RFC 3339", b.RunAt.ms)
 		}
-		req.opts = append(req.opts, pipeline.WithRunAt(time.UnixMilli(*b.RunAt)))
+		req.opts = append(req.opts, pipeline.WithRunAt(time.UnixMilli(b.RunAt.ms)))
 	}
 	if b.MaxRetries != nil {
 		req.opts = append(req.opts, pipeline.WithMaxRetries(*b.MaxRetries))

@@ -27,6 +27,8 @@ func FuzzDecodeJob(f *testing.F) {
 	f.Add([]byte(`{"type":"echo","payload":{"n":1}}`))
 	f.Add([]byte(`{"type":"echo","debounce":{"key":"doc-1","quiet":"2s","max_wait":"30s"}}`))
 	f.Add([]byte(`{"type":"echo","debounce":{"key":"","quiet":"-1s","max_wait":"x"},"delay":"1s"}`))
+	f.Add([]byte(`{"type":"echo","run_at":"2026-12-01T09:00:00.0005+02:00"}`))
+	f.Add([]byte(`{"type":"echo","run_at":1767225600000}`))
 	f.Fuzz(func(t *testing.T, body []byte) {
 		req, err := decodeJob(bytes.NewReader(body), "")
 		checkDecoded(t, req, err)

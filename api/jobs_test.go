@@ -98,6 +98,13 @@ func TestEnqueue(t *testing.T) {
 		require.Equal(t, "scheduled", j.Status)
 		require.Equal(t, at, j.RunAt)
 
+		// run_at as RFC 3339 too (it took unix milliseconds only), with an offset, rounded up
+		// to the millisecond: never before the time sent.
+		rfc := time.UnixMilli(at).Add(time.Hour + 500*time.Microsecond).In(time.FixedZone("", 2*3600))
+		j = e.post(fmt.Sprintf(`{"type":"echo","run_at":%q}`, rfc.Format(time.RFC3339Nano)), http.StatusAccepted).job(t)
+		require.Equal(t, "scheduled", j.Status)
+		require.Equal(t, at+3_600_000+1, j.RunAt)
+
 		j = e.post(`{"type":"echo","id":"order:42.a-b_c"}`, http.StatusAccepted).job(t)
 		require.Equal(t, "order:42.a-b_c", j.ID)
 		got := e.do("GET", e.jobs()+"/order:42.a-b_c", "")
@@ -167,6 +174,9 @@ func TestEnqueueRefusals(t *testing.T) {
 		{"NegativeDelay", `{"type":"echo","delay":"-1s"}`, 400, api.CodeInvalidArgument, "negative"},
 		{"DelayAndRunAt", `{"type":"echo","delay":"1s","run_at":1}`, 400, api.CodeInvalidArgument, "together"},
 		{"BadRunAt", `{"type":"echo","run_at":-5}`, 400, api.CodeInvalidArgument, "run_at"},
+		{"RunAtNotRFC3339", `{"type":"echo","run_at":"tomorrow"}`, 400, api.CodeInvalidArgument, "RFC 3339"},
+		{"RunAtFloat", `{"type":"echo","run_at":1.5}`, 400, api.CodeInvalidBody, "run_at"},
+		{"RunAtBool", `{"type":"echo","run_at":true}`, 400, api.CodeInvalidBody, "run_at"},
 		{"RunAtTooLate", `{"type":"echo","run_at":9000000000000000}`, 400, api.CodeInvalidArgument, "after"},
 		{"BadTimeout", `{"type":"echo","timeout":"30"}`, 400, api.CodeInvalidArgument, "timeout"},
 		{"TooManyRetries", `{"type":"echo","max_retries":5000}`, 400, api.CodeInvalidArgument, "max retries"},
