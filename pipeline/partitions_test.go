@@ -517,8 +517,11 @@ func TestStoredPartitionCountRefused(t *testing.T) {
 			require.NoError(t, err)
 			_, err = insp.Stats(ctx, queue)
 			require.ErrorContains(t, err, tc.want, "Stats")
+			// Queues reads every queue's count, the other subtests' unusable ones too (one server
+			// for all, in parallel): it is refused for one of them, the first by name.
 			_, err = insp.Queues(ctx)
-			require.ErrorContains(t, err, tc.want, "Queues")
+			require.Error(t, err, "Queues")
+			require.Regexp(t, "not a number in 1..1024|older Conveyor", err.Error(), "Queues")
 			w, err := pipeline.NewWorker(rdb, pipeline.WorkerConfig{Queues: []string{queue}, Logger: testLogger(t)})
 			require.NoError(t, err)
 			w.Handle("t", func(context.Context, *pipeline.Job) ([]byte, error) { return nil, nil })

@@ -5,6 +5,7 @@ import (
 	_ "embed"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -213,7 +214,9 @@ func KnownQueuesPaused(ctx context.Context, rdb redis.UniversalClient, prefix st
 	qs := slices.DeleteFunc(names.Val(), func(n string) bool { return keys.ValidateQueue(n) != nil })
 	slices.Sort(qs)
 	counts := make(map[string]int, len(m.Val()))
-	for q, v := range m.Val() {
+	// In name order, so that of several unusable counts the same one is reported each time.
+	for _, q := range slices.Sorted(maps.Keys(m.Val())) {
+		v := m.Val()[q]
 		p, err := ParsePartitions(q, v)
 		if err != nil {
 			return nil, nil, nil, err
