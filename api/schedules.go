@@ -5,48 +5,9 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
-	"time"
 
 	"github.com/conveyorq/conveyor/pipeline"
 )
-
-// scheduleBody is a schedule as the API shows it: the fields of 'conveyor schedules list
-// --json'. Times are RFC 3339, null for none.
-type scheduleBody struct {
-	Name      string          `json:"name"`
-	Spec      string          `json:"spec"`
-	Queue     string          `json:"queue"`
-	Type      string          `json:"type"`
-	Payload   json.RawMessage `json:"payload,omitempty"`
-	Missed    string          `json:"missed"`
-	Source    string          `json:"source"`
-	Paused    bool            `json:"paused"`
-	LastRunAt *time.Time      `json:"last_run_at"`
-	LastTick  *time.Time      `json:"last_tick"`
-	LastJob   string          `json:"last_job"`
-	NextRunAt *time.Time      `json:"next_run_at"`
-}
-
-func timeOrNull(t time.Time) *time.Time {
-	if t.IsZero() {
-		return nil
-	}
-	t = t.UTC()
-	return &t
-}
-
-func scheduleView(s pipeline.Schedule) scheduleBody {
-	b := scheduleBody{Name: s.Name, Spec: s.Spec, Queue: s.Queue, Type: s.Type, Missed: string(s.Missed), Source: s.Source,
-		Paused: s.Paused, LastRunAt: timeOrNull(s.LastRunAt), LastTick: timeOrNull(s.LastTick), LastJob: s.LastJob,
-		NextRunAt: timeOrNull(s.NextRunAt)}
-	if json.Valid(s.Payload) {
-		b.Payload = s.Payload
-	} else if len(s.Payload) > 0 {
-		// A schedule registered in code may carry a payload that is not JSON: shown as a string.
-		b.Payload, _ = json.Marshal(string(s.Payload))
-	}
-	return b
-}
 
 // maxScheduleBody bounds a POST's body: a payload of the library's default limit and a few
 // short fields.
@@ -80,13 +41,12 @@ func (s *Server) listSchedules(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	body := struct {
-		Schedules []scheduleBody `json:"schedules"`
-	}{make([]scheduleBody, len(list))}
-	for k, sc := range list {
-		body.Schedules[k] = scheduleView(sc)
+	if list == nil {
+		list = []pipeline.Schedule{}
 	}
-	writeJSON(w, http.StatusOK, body)
+	writeJSON(w, http.StatusOK, struct {
+		Schedules []pipeline.Schedule `json:"schedules"`
+	}{list})
 	return nil
 }
 
@@ -112,7 +72,7 @@ func (s *Server) answerSchedule(w http.ResponseWriter, r *http.Request, name str
 	if err != nil {
 		return err
 	}
-	writeJSON(w, status, scheduleView(*sc))
+	writeJSON(w, status, sc)
 	return nil
 }
 

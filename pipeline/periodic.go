@@ -2,6 +2,7 @@ package pipeline
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -94,6 +95,42 @@ type Schedule struct {
 	// NextRunAt is the next tick due: in the past while a tick is overdue. Zero for a paused
 	// schedule and for a spec with no more ticks.
 	NextRunAt time.Time
+}
+
+// scheduleJSON is the wire form of a schedule: `conveyor schedules list --json` and the HTTP
+// API's. Times are RFC 3339 in UTC, null for none; a payload that is not JSON (one registered
+// in code) is a JSON string, and no payload is left out.
+type scheduleJSON struct {
+	Name      string          `json:"name"`
+	Spec      string          `json:"spec"`
+	Queue     string          `json:"queue"`
+	Type      string          `json:"type"`
+	Payload   json.RawMessage `json:"payload,omitempty"`
+	Missed    string          `json:"missed"`
+	Source    string          `json:"source"`
+	Paused    bool            `json:"paused"`
+	LastRunAt *time.Time      `json:"last_run_at"`
+	LastTick  *time.Time      `json:"last_tick"`
+	LastJob   string          `json:"last_job"`
+	NextRunAt *time.Time      `json:"next_run_at"`
+}
+
+// MarshalJSON writes the schedule in its wire form (the CLI's and the API's).
+func (s Schedule) MarshalJSON() ([]byte, error) {
+	utc := func(t time.Time) *time.Time {
+		if t.IsZero() {
+			return nil
+		}
+		t = t.UTC()
+		return &t
+	}
+	var payload json.RawMessage
+	if len(s.Payload) > 0 {
+		payload = rawOrString(s.Payload)
+	}
+	return json.Marshal(scheduleJSON{Name: s.Name, Spec: s.Spec, Queue: s.Queue, Type: s.Type, Payload: payload,
+		Missed: string(s.Missed), Source: s.Source, Paused: s.Paused, LastRunAt: utc(s.LastRunAt),
+		LastTick: utc(s.LastTick), LastJob: s.LastJob, NextRunAt: utc(s.NextRunAt)})
 }
 
 // ParseSpec checks a schedule's spec (Periodic.Spec) and returns its next tick after now, or

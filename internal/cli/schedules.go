@@ -104,41 +104,6 @@ A schedule stored again under its name is replaced, keeping its last run and its
 	return cmd
 }
 
-// scheduleRow is one schedule in 'schedules list --json' and in the HTTP API's listing.
-type scheduleRow struct {
-	Name      string          `json:"name"`
-	Spec      string          `json:"spec"`
-	Queue     string          `json:"queue"`
-	Type      string          `json:"type"`
-	Payload   json.RawMessage `json:"payload,omitempty"`
-	Missed    string          `json:"missed"`
-	Source    string          `json:"source"`
-	Paused    bool            `json:"paused"`
-	LastRunAt *time.Time      `json:"last_run_at"`
-	LastTick  *time.Time      `json:"last_tick"`
-	LastJob   string          `json:"last_job"`
-	NextRunAt *time.Time      `json:"next_run_at"`
-}
-
-func timePtr(t time.Time) *time.Time {
-	if t.IsZero() {
-		return nil
-	}
-	t = t.UTC()
-	return &t
-}
-
-func scheduleRowOf(s pipeline.Schedule) scheduleRow {
-	r := scheduleRow{Name: s.Name, Spec: s.Spec, Queue: s.Queue, Type: s.Type, Missed: string(s.Missed), Source: s.Source,
-		Paused: s.Paused, LastRunAt: timePtr(s.LastRunAt), LastTick: timePtr(s.LastTick), LastJob: s.LastJob, NextRunAt: timePtr(s.NextRunAt)}
-	if json.Valid(s.Payload) {
-		r.Payload = s.Payload
-	} else if len(s.Payload) > 0 {
-		r.Payload, _ = json.Marshal(string(s.Payload)) // a payload stored in code need not be JSON
-	}
-	return r
-}
-
 // timeText shows a time in the list: UTC to the second, or "-".
 func timeText(t time.Time) string {
 	if t.IsZero() {
@@ -169,14 +134,13 @@ last_job and next_run_at (times in RFC 3339, null for none).`,
 			if err != nil {
 				return err
 			}
-			rows := make([]scheduleRow, len(list))
-			for k, s := range list {
-				rows[k] = scheduleRowOf(s)
-			}
 			if asJSON {
-				return writeJSON(a.stdout, rows)
+				if list == nil {
+					list = []pipeline.Schedule{}
+				}
+				return writeJSON(a.stdout, list)
 			}
-			if len(rows) == 0 {
+			if len(list) == 0 {
 				_, err := fmt.Fprintln(a.stdout, "no schedules")
 				return err
 			}
