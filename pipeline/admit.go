@@ -366,15 +366,15 @@ func (b *leaseBook) admit(ctx context.Context, ql *queueLease, q *keys.Queue, jo
 		l := il.limit
 		if p.conc {
 			p.aside, il.free = il.free, nil
-			if want := p.need - len(p.aside); want > 0 && !il.waiters {
-				// A block: what the jobs lack and as much again, within the worker's
-				// concurrency and the limit.
-				k := min(2*want, b.conc-il.inUse-len(p.aside), int(l.Concurrency)-il.inUse-len(p.aside))
-				for range max(k, want) {
-					p.asked = append(p.asked, il.number())
+			if want := p.need - len(p.aside); want > 0 {
+				n := want
+				if !il.waiters {
+					// A block: what the jobs lack and as much again, within the worker's
+					// concurrency and the limit. While jobs wait, only what is lacking.
+					held := il.inUse + len(p.aside)
+					n = max(want, min(2*want, b.conc-held, int(l.Concurrency)-held))
 				}
-			} else if want > 0 {
-				for range want {
+				for range n {
 					p.asked = append(p.asked, il.number())
 				}
 			}

@@ -81,7 +81,7 @@ before the end: jobs that changed status meanwhile are left out. With --json it 
 					what += " on this page"
 				}
 				fmt.Fprintf(a.stderr, "%s in queue %s\n", what, queue)
-			} else if err := printJobs(a.stdout, queue, s, p); err != nil {
+			} else if err := printJobs(a.stdout, s, p); err != nil {
 				return err
 			}
 			if p.Next != "" {
@@ -109,7 +109,7 @@ func joinStatuses(list []pipeline.Status) string {
 }
 
 // printJobs writes a page of jobs as a table whose time columns suit the status.
-func printJobs(w io.Writer, queue string, status pipeline.Status, p *pipeline.JobPage) error {
+func printJobs(w io.Writer, status pipeline.Status, p *pipeline.JobPage) error {
 	t := newTable(w)
 	switch status {
 	case pipeline.StatusScheduled:
