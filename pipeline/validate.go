@@ -6,6 +6,7 @@ import (
 	"unicode"
 	"unicode/utf8"
 
+	"github.com/conveyorq/conveyor/internal/jobstate"
 	"github.com/conveyorq/conveyor/internal/keys"
 )
 
@@ -139,3 +140,19 @@ func (c *Client) checkJob(queue, id string) error { return validateJob(queue, id
 
 // checkJob is Inspector.check for a call that names a job.
 func (i *Inspector) checkJob(queue, id string) error { return validateJob(queue, id) }
+
+// Validate checks a publish without making it: the queue name, the task (type, metadata, the
+// size of payload and metadata against DefaultMaxPayloadBytes) and the options, as Enqueue
+// checks them before it writes anything. The errors wrap ErrInvalid or ErrPayloadTooLarge.
+// It is for a publish made later by someone else (package outbox checks a job when it is
+// written to the outbox table, not when the relay sends it); a Client with a larger
+// MaxPayloadBytes accepts more than Validate does.
+func Validate(queue string, task Task, opts ...Option) error {
+	if err := validate(queue, ""); err != nil {
+		return err
+	}
+	c := &Client{cfg: ClientConfig{MaxPayloadBytes: DefaultMaxPayloadBytes, MaxRetries: DefaultMaxRetries}}
+	var nj jobstate.NewJob
+	_, err := c.prepare(queue, &task, time.Now(), opts, &nj)
+	return err
+}
