@@ -1,0 +1,306 @@
+package outbox_test
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	_ "github.com/jackc/pgx/v5/stdlib" // database/sql driver "pgx"
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+
+	"github.com/conveyorq/conveyor/internal/pgtest"
+	"github.com/conveyorq/conveyor/internal/redistest"
+	"github.com/conveyorq/conveyor/outbox"
+	"github.com/conveyorq/conveyor/pipeline"
+)
+
+func TestMain(m *testing.M) { pgtest.Main(m) }
+
+// testBundle is what a test works with: a database of its own with the outbox table, a Redis
+// of its own, a Client over it and a queue.
+type testBundle struct {
+	pgURL  string
+	db     *sql.DB
+	redis  *redistest.Server
+	rdb    *redis.Client
+	client *pipeline.Client
+	queue  string
+}
+
+type setupOpts struct {
+	redisArgs []string // redis-server arguments (persistence for a restart)
+}
+
+func setup(t *testing.T, opts ...setupOpts) *testBundle {
+	t.Helper()
+	var o setupOpts
+	if len(opts) > 0 {
+		o = opts[0]
+	}
+	url := pgtest.Shared(t).NewDatabase(t)
+	db, err := sql.Open("pgx", url)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = db.Close() })
+	require.NoError(t, outbox.Migrate(context.Background(), db))
+	srv := redistest.Start(t, redistest.WithArgs(o.redisArgs...))
+	rdb := srv.Client(t)
+	client, err := pipeline.NewClient(rdb, pipeline.ClientConfig{})
+	require.NoError(t, err)
+	return &testBundle{pgURL: url, db: db, redis: srv, rdb: rdb, client: client, queue: "orders"}
+}
+
+// relay starts a relay over the bundle's database and Redis, stopped (and its Run waited
+// for) in t.Cleanup.
+func (b *testBundle) relay(t *testing.T, cfg outbox.RelayConfig) *outbox.Relay {
+	t.Helper()
+	cfg.Postgres, cfg.Client = b.pgURL, b.client
+	r, err := outbox.NewRelay(cfg)
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- r.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		require.NoError(t, <-done)
+		require.NoError(t, r.Close())
+	})
+	return r
+}
+
+// enqueue commits one transaction that enqueues each task of tasks (with opts) and returns
+// the ids.
+func (b *testBundle) enqueue(t *testing.T, n int, opts func(i int) []outbox.Option) []string {
+	t.Helper()
+	ctx := context.Background()
+	tx, err := b.db.BeginTx(ctx, nil)
+	require.NoError(t, err)
+	ids := make([]string, n)
+	for i := range n {
+		var o []outbox.Option
+		if opts != nil {
+			o = opts(i)
+		}
+		ids[i], err = outbox.Enqueue(ctx, tx, b.queue, pipeline.Task{Type: "email", Payload: []byte(fmt.Sprint(i))}, o...)
+		require.NoError(t, err)
+	}
+	require.NoError(t, tx.Commit())
+	return ids
+}
+
+// rows counts the outbox table's rows, set aside or not.
+func (b *testBundle) rows(t *testing.T) int {
+	t.Helper()
+	var n int
+	require.NoError(t, b.db.QueryRow(`SELECT count(*) FROM `+outbox.Table).Scan(&n))
+	return n
+}
+
+// waitEmpty waits until the relay has sent and deleted every row.
+func (b *testBundle) waitEmpty(t *testing.T) {
+	t.Helper()
+	require.Eventually(t, func() bool { return b.rows(t) == 0 }, time.Minute, 10*time.Millisecond)
+}
+
+// requireJobs checks that each id is a job of the queue, and that the queue holds no other.
+func (b *testBundle) requireJobs(t *testing.T, ids []string) {
+	t.Helper()
+	ctx := context.Background()
+	for _, id := range ids {
+		_, err := b.client.Get(ctx, b.queue, id)
+		require.NoError(t, err, "job %s", id)
+	}
+	st, err := b.client.Stats(ctx, b.queue)
+	require.NoError(t, err)
+	require.EqualValues(t, len(ids), st.Enqueued, "jobs created")
+	require.EqualValues(t, len(ids), st.Queued+st.Scheduled, "jobs waiting")
+}
+
+func TestCommitQueuesTheJob(t *testing.T) {
+	b := setup(t)
+	ctx := context.Background()
+	b.relay(t, outbox.RelayConfig{})
+	runAt := time.Now().Add(time.Hour).Truncate(time.Millisecond)
+	tx, err := b.db.BeginTx(ctx, nil)
+	require.NoError(t, err)
+	id, err := outbox.Enqueue(ctx, tx, b.queue, pipeline.Task{Type: "email", Payload: []byte(`{"order":1}`), Metadata: map[string]string{"a": "1"}},
+		outbox.WithID("order-1"), outbox.WithMaxRetries(2), outbox.WithPriority(3), outbox.WithTimeout(1500*time.Millisecond),
+		outbox.WithMetadata(map[string]string{"b": "2"}), outbox.WithRunAt(runAt), outbox.WithGroup("tenant-a"))
+	require.NoError(t, err)
+	require.Equal(t, "order-1", id)
+	require.NoError(t, tx.Commit())
+	var j *pipeline.Job
+	require.Eventually(t, func() bool {
+		j, err = b.client.Get(ctx, b.queue, id)
+		return err == nil
+	}, time.Minute, 10*time.Millisecond)
+	require.Equal(t, "email", j.Type)
+	require.Equal(t, `{"order":1}`, string(j.Payload))
+	require.Equal(t, map[string]string{"a": "1", "b": "2"}, j.Metadata)
+	require.Equal(t, 2, j.MaxRetries)
+	require.Equal(t, 3, j.Priority)
+	require.Equal(t, "tenant-a", j.Group)
+	require.Equal(t, 1500*time.Millisecond, j.Timeout)
+	require.True(t, j.RunAt.Equal(runAt), "run at %s, want %s", j.RunAt, runAt)
+	require.Equal(t, pipeline.StatusScheduled, j.Status)
+	b.waitEmpty(t)
+}
+
+func TestGeneratedID(t *testing.T) {
+	b := setup(t)
+	r := b.relay(t, outbox.RelayConfig{})
+	ids := b.enqueue(t, 3, nil)
+	b.waitEmpty(t)
+	b.requireJobs(t, ids)
+	require.Equal(t, outbox.RelayStats{Relayed: 3}, r.Stats())
+}
+
+func TestRollbackPublishesNothing(t *testing.T) {
+	b := setup(t)
+	ctx := context.Background()
+	b.relay(t, outbox.RelayConfig{})
+	tx, err := b.db.BeginTx(ctx, nil)
+	require.NoError(t, err)
+	_, err = outbox.Enqueue(ctx, tx, b.queue, pipeline.Task{Type: "email"}, outbox.WithID("rolled-back"))
+	require.NoError(t, err)
+	require.NoError(t, tx.Rollback())
+	// A committed row after it: once it is queued, the relay has looked past the other.
+	ids := b.enqueue(t, 1, nil)
+	b.waitEmpty(t)
+	b.requireJobs(t, ids)
+	_, err = b.client.Get(ctx, b.queue, "rolled-back")
+	require.ErrorIs(t, err, pipeline.ErrNotFound)
+}
+
+func TestEnqueueValidates(t *testing.T) {
+	b := setup(t)
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name  string
+		queue string
+		task  pipeline.Task
+		opts  []outbox.Option
+		want  error
+	}{
+		{"bad queue", "no spaces", pipeline.Task{Type: "t"}, nil, pipeline.ErrInvalid},
+		{"no type", "q", pipeline.Task{}, nil, pipeline.ErrInvalid},
+		{"bad id", "q", pipeline.Task{Type: "t"}, []outbox.Option{outbox.WithID("a b")}, pipeline.ErrInvalid},
+		{"negative delay", "q", pipeline.Task{Type: "t"}, []outbox.Option{outbox.WithDelay(-time.Second)}, pipeline.ErrInvalid},
+		{"priority", "q", pipeline.Task{Type: "t"}, []outbox.Option{outbox.WithPriority(9)}, pipeline.ErrInvalid},
+		{"retries", "q", pipeline.Task{Type: "t"}, []outbox.Option{outbox.WithMaxRetries(-1)}, pipeline.ErrInvalid},
+		{"pipeline options", "q", pipeline.Task{Type: "t", Opts: []pipeline.Option{pipeline.WithPriority(2)}}, nil, pipeline.ErrInvalid},
+		{"too large", "q", pipeline.Task{Type: "t", Payload: make([]byte, pipeline.DefaultMaxPayloadBytes+1)}, nil, pipeline.ErrPayloadTooLarge},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := outbox.Enqueue(ctx, b.db, tc.queue, tc.task, tc.opts...)
+			require.ErrorIs(t, err, tc.want)
+			require.Zero(t, b.rows(t))
+		})
+	}
+}
+
+func TestEnqueueSameIDAbsorbed(t *testing.T) {
+	b := setup(t)
+	ctx := context.Background()
+	for range 2 {
+		_, err := outbox.Enqueue(ctx, b.db, b.queue, pipeline.Task{Type: "email"}, outbox.WithID("twice"))
+		require.NoError(t, err)
+	}
+	require.Equal(t, 1, b.rows(t))
+}
+
+// A relay that sent a batch and died before deleting it: the next relay sends the rows again
+// and the queue absorbs them.
+func TestResendAbsorbed(t *testing.T) {
+	b := setup(t)
+	ctx := context.Background()
+	ids := b.enqueue(t, 5, nil)
+	for i, id := range ids[:3] {
+		_, err := b.client.Enqueue(ctx, b.queue, pipeline.Task{Type: "email", Payload: []byte(fmt.Sprint(i))}, pipeline.WithID(id))
+		require.NoError(t, err)
+	}
+	r := b.relay(t, outbox.RelayConfig{})
+	b.waitEmpty(t)
+	b.requireJobs(t, ids)
+	require.Equal(t, outbox.RelayStats{Relayed: 5, Duplicates: 3}, r.Stats())
+}
+
+// A row whose id names a job with another payload is set aside with the reason; the others
+// of its batch are sent.
+func TestConflictSetAside(t *testing.T) {
+	b := setup(t)
+	ctx := context.Background()
+	ids := b.enqueue(t, 3, nil)
+	_, err := b.client.Enqueue(ctx, b.queue, pipeline.Task{Type: "email", Payload: []byte("other")}, pipeline.WithID(ids[1]))
+	require.NoError(t, err)
+	r := b.relay(t, outbox.RelayConfig{})
+	require.Eventually(t, func() bool { return r.Stats().Relayed == 2 }, time.Minute, 10*time.Millisecond)
+	require.Equal(t, outbox.RelayStats{Relayed: 2, Failed: 1}, r.Stats())
+	var id, reason string
+	require.NoError(t, b.db.QueryRow(`SELECT id, error FROM `+outbox.Table).Scan(&id, &reason))
+	require.Equal(t, ids[1], id)
+	require.Contains(t, reason, "different payload")
+	pending, err := r.Pending(ctx)
+	require.NoError(t, err)
+	require.Zero(t, pending)
+}
+
+func TestPgxTx(t *testing.T) {
+	b := setup(t)
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, b.pgURL)
+	require.NoError(t, err)
+	defer conn.Close(ctx)
+	tx, err := conn.Begin(ctx)
+	require.NoError(t, err)
+	_, err = outbox.Enqueue(ctx, outbox.Pgx(tx), b.queue, pipeline.Task{Type: "email"}, outbox.WithID("via-pgx"))
+	require.NoError(t, err)
+	require.NoError(t, tx.Commit(ctx))
+	b.relay(t, outbox.RelayConfig{})
+	b.waitEmpty(t)
+	b.requireJobs(t, []string{"via-pgx"})
+}
+
+// Several relays at once: every row becomes one job, sent by one relay.
+func TestTwoRelays(t *testing.T) {
+	b := setup(t)
+	const n = 400
+	r1 := b.relay(t, outbox.RelayConfig{BatchSize: 10})
+	r2 := b.relay(t, outbox.RelayConfig{BatchSize: 10})
+	var ids []string
+	for range n / 20 {
+		ids = append(ids, b.enqueue(t, 20, nil)...)
+	}
+	b.waitEmpty(t)
+	b.requireJobs(t, ids)
+	s1, s2 := r1.Stats(), r2.Stats()
+	require.EqualValues(t, n, s1.Relayed+s2.Relayed, "%+v %+v", s1, s2)
+	require.Zero(t, s1.Duplicates+s2.Duplicates, "a row sent by both relays")
+}
+
+// Redis killed and restarted (with its append-only file) while the relay sends: every row is
+// one job, none lost, none twice.
+func TestRedisRestart(t *testing.T) {
+	b := setup(t, setupOpts{redisArgs: []string{"--appendonly", "yes", "--appendfsync", "always"}})
+	r := b.relay(t, outbox.RelayConfig{BatchSize: 20, PollInterval: 10 * time.Millisecond})
+	var ids []string
+	ids = append(ids, b.enqueue(t, 100, nil)...)
+	require.Eventually(t, func() bool { return r.Stats().Relayed > 0 }, time.Minute, time.Millisecond)
+	require.NoError(t, b.redis.Kill())
+	ids = append(ids, b.enqueue(t, 100, nil)...) // written while Redis is down
+	require.NoError(t, b.redis.Restart())
+	ids = append(ids, b.enqueue(t, 100, nil)...)
+	b.waitEmpty(t)
+	b.requireJobs(t, ids)
+	require.EqualValues(t, len(ids), r.Stats().Relayed)
+}
+
+func TestNewRelayValidates(t *testing.T) {
+	_, err := outbox.NewRelay(outbox.RelayConfig{})
+	require.ErrorIs(t, err, pipeline.ErrInvalid)
+	_, err = outbox.NewRelay(outbox.RelayConfig{Postgres: "postgres://x/y", BatchSize: -1, Client: &pipeline.Client{}})
+	require.ErrorIs(t, err, pipeline.ErrInvalid)
+}

@@ -1,0 +1,349 @@
+package outbox
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/stdlib"
+	"github.com/rs/zerolog"
+
+	"github.com/conveyorq/conveyor/pipeline"
+)
+
+// Defaults of RelayConfig.
+const (
+	DefaultBatchSize    = 500
+	DefaultPollInterval = time.Second
+	// batchTimeout bounds one batch: its select, its sends to Redis and its delete. A batch
+	// in flight when Run's context ends still finishes, within this bound.
+	batchTimeout = 30 * time.Second
+	// Backoff after a failed batch or a lost listening connection.
+	minBackoff = 100 * time.Millisecond
+	maxBackoff = 5 * time.Second
+)
+
+// RelayConfig configures a Relay.
+type RelayConfig struct {
+	// Postgres is the database's URL or DSN (pgx's syntax:
+	// postgres://user:pass@host:5432/db?sslmode=disable). Required.
+	Postgres string
+	// Client sends the jobs (its Prefix says which Conveyor). Required.
+	Client *pipeline.Client
+	// BatchSize bounds the rows one batch locks, sends and deletes. Defaults to
+	// DefaultBatchSize.
+	BatchSize int
+	// PollInterval is how often the relay looks for rows when no notification woke it.
+	// Defaults to DefaultPollInterval.
+	PollInterval time.Duration
+	// NoMigrate skips Migrate at Run's start: the schema is managed elsewhere (Schema).
+	NoMigrate bool
+	// Logger receives the relay's logs; the zero Logger discards them.
+	Logger zerolog.Logger
+}
+
+// Relay moves committed outbox rows into their queues. Several relays may run over one
+// table (see the package doc). Run it, then Close it.
+type Relay struct {
+	cfg RelayConfig
+	pg  *pgx.ConnConfig
+	db  *sql.DB
+	log zerolog.Logger
+
+	relayed, duplicates, failed atomic.Int64
+}
+
+// RelayStats counts what a Relay did since it was made.
+type RelayStats struct {
+	// Relayed counts rows sent and deleted, Duplicates those of them whose job existed
+	// already (a row sent again after a relay died with it), Failed the rows set aside
+	// with an error (see the package doc).
+	Relayed, Duplicates, Failed int64
+}
+
+// NewRelay checks cfg and returns a Relay; it connects to nothing yet.
+func NewRelay(cfg RelayConfig) (*Relay, error) {
+	var errs []error
+	if cfg.Client == nil {
+		errs = append(errs, errors.New("no Client"))
+	}
+	if cfg.BatchSize < 0 {
+		errs = append(errs, fmt.Errorf("batch size %d is negative", cfg.BatchSize))
+	}
+	if cfg.PollInterval < 0 {
+		errs = append(errs, fmt.Errorf("poll interval %s is negative", cfg.PollInterval))
+	}
+	var pg *pgx.ConnConfig
+	if cfg.Postgres == "" {
+		errs = append(errs, errors.New("no Postgres URL"))
+	} else {
+		var err error
+		if pg, err = pgx.ParseConfig(cfg.Postgres); err != nil {
+			errs = append(errs, fmt.Errorf("postgres URL: %w", err))
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, fmt.Errorf("outbox: %w: %w", pipeline.ErrInvalid, err)
+	}
+	if cfg.BatchSize == 0 {
+		cfg.BatchSize = DefaultBatchSize
+	}
+	if cfg.PollInterval == 0 {
+		cfg.PollInterval = DefaultPollInterval
+	}
+	return &Relay{cfg: cfg, pg: pg, db: stdlib.OpenDB(*pg.Copy()), log: cfg.Logger.With().Str("component", "relay").Logger()}, nil
+}
+
+// Close closes the relay's connections. Call it after Run returned.
+func (r *Relay) Close() error { return r.db.Close() }
+
+// Stats returns the relay's counts.
+func (r *Relay) Stats() RelayStats {
+	return RelayStats{Relayed: r.relayed.Load(), Duplicates: r.duplicates.Load(), Failed: r.failed.Load()}
+}
+
+// Pending counts the rows waiting to be sent (not set aside with an error), committed ones
+// only.
+func (r *Relay) Pending(ctx context.Context) (int, error) {
+	var n int
+	err := r.db.QueryRowContext(ctx, `SELECT count(*) FROM `+Table+` WHERE error IS NULL`).Scan(&n)
+	return n, err
+}
+
+// Run relays rows until ctx ends, then finishes the batch in flight and returns nil. It
+// returns an error only when the table cannot be created (Migrate) at its start; other errors
+// (PostgreSQL or Redis unreachable) are logged and retried with a backoff.
+func (r *Relay) Run(ctx context.Context) error {
+	if !r.cfg.NoMigrate {
+		if err := Migrate(ctx, r.db); err != nil {
+			return err
+		}
+	}
+	wake := make(chan struct{}, 1)
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() { defer wg.Done(); r.listen(ctx, wake) }()
+	defer wg.Wait()
+	r.log.Info().Int("batch", r.cfg.BatchSize).Dur("poll", r.cfg.PollInterval).Msg("relay started")
+	backoff, failing := time.Duration(0), false
+	poll := time.NewTimer(0)
+	defer poll.Stop()
+	for ctx.Err() == nil {
+		n, err := r.batch(ctx)
+		switch {
+		case err != nil && ctx.Err() == nil:
+			backoff = min(max(2*backoff, minBackoff), maxBackoff)
+			if !failing {
+				r.log.Error().Err(err).Dur("retry_in", backoff).Msg("relay failing")
+			} else {
+				r.log.Debug().Err(err).Dur("retry_in", backoff).Msg("relay still failing")
+			}
+			failing = true
+			select {
+			case <-ctx.Done():
+			case <-time.After(backoff):
+			}
+			continue
+		case err == nil && failing:
+			r.log.Info().Msg("relay back")
+			failing, backoff = false, 0
+		}
+		if n == r.cfg.BatchSize {
+			continue // more rows are likely waiting
+		}
+		poll.Reset(r.cfg.PollInterval)
+		select {
+		case <-ctx.Done():
+		case <-wake:
+		case <-poll.C:
+		}
+	}
+	r.log.Info().Msg("relay stopped")
+	return nil
+}
+
+// listen LISTENs on Channel until ctx ends and wakes Run at each notification, and once each
+// time it (re)connects (notifications sent while it was away are lost).
+func (r *Relay) listen(ctx context.Context, wake chan<- struct{}) {
+	signal := func() {
+		select {
+		case wake <- struct{}{}:
+		default:
+		}
+	}
+	backoff := time.Duration(0)
+	for ctx.Err() == nil {
+		err := func() error {
+			conn, err := pgx.ConnectConfig(ctx, r.pg)
+			if err != nil {
+				return err
+			}
+			defer func() { _ = conn.Close(context.WithoutCancel(ctx)) }()
+			if _, err := conn.Exec(ctx, "LISTEN "+Channel); err != nil {
+				return err
+			}
+			backoff = 0
+			signal()
+			for {
+				if _, err := conn.WaitForNotification(ctx); err != nil {
+					return err
+				}
+				signal()
+			}
+		}()
+		if ctx.Err() != nil {
+			return
+		}
+		backoff = min(max(2*backoff, minBackoff), maxBackoff)
+		r.log.Debug().Err(err).Dur("retry_in", backoff).Msg("listening connection lost; polling meanwhile")
+		select {
+		case <-ctx.Done():
+		case <-time.After(backoff):
+		}
+	}
+}
+
+// row is one outbox row of a batch.
+type row struct {
+	id, queue, typ string
+	payload        []byte
+	spec           spec
+	bad            error // the spec column does not parse
+}
+
+// batch locks up to BatchSize rows, sends them and deletes them (or sets aside those Redis
+// refuses for good) in one transaction, and returns how many rows it locked. It is not
+// interrupted by ctx: a batch begun is finished (within batchTimeout) or rolled back.
+func (r *Relay) batch(ctx context.Context) (int, error) {
+	bctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), batchTimeout)
+	defer cancel()
+	tx, err := r.db.BeginTx(bctx, nil)
+	if err != nil {
+		return 0, fmt.Errorf("begin: %w", err)
+	}
+	defer func() { _ = tx.Rollback() }()
+	rows, err := r.lock(bctx, tx)
+	if err != nil || len(rows) == 0 {
+		return 0, err
+	}
+	// By queue, in the order of each queue's first row.
+	var queues []string
+	byQueue := make(map[string][]*row)
+	for i := range rows {
+		q := rows[i].queue
+		if _, ok := byQueue[q]; !ok {
+			queues = append(queues, q)
+		}
+		byQueue[q] = append(byQueue[q], &rows[i])
+	}
+	var done []string
+	failed := make(map[string]string)
+	dups := 0
+	for _, q := range queues {
+		var tasks []pipeline.Task
+		var sent []*row
+		for _, rw := range byQueue[q] {
+			t := pipeline.Task{Type: rw.typ, Payload: rw.payload, Opts: rw.spec.options(rw.id)}
+			if rw.bad == nil {
+				rw.bad = pipeline.Validate(q, t)
+			}
+			if rw.bad != nil {
+				failed[rw.id] = rw.bad.Error()
+				continue
+			}
+			tasks, sent = append(tasks, t), append(sent, rw)
+		}
+		if len(tasks) == 0 {
+			continue
+		}
+		jobs, err := r.cfg.Client.EnqueueBatch(bctx, q, tasks)
+		if refused(err) {
+			// Some task was refused for good: a conflict (EnqueueBatch wrote the others),
+			// or a Client stricter than Validate (it wrote nothing). Which ones: send them
+			// one by one (those written already come back as duplicates).
+			for _, rw := range sent {
+				_, err := r.cfg.Client.Enqueue(bctx, q, pipeline.Task{Type: rw.typ, Payload: rw.payload}, rw.spec.options(rw.id)...)
+				if refused(err) {
+					failed[rw.id] = err.Error()
+					continue
+				}
+				if err != nil {
+					return 0, fmt.Errorf("enqueue to %s: %w", q, err)
+				}
+				// Not counted as a duplicate when it comes back as one: EnqueueBatch wrote it.
+				done = append(done, rw.id)
+			}
+			continue
+		}
+		if err != nil {
+			return 0, fmt.Errorf("enqueue to %s: %w", q, err)
+		}
+		for i, j := range jobs {
+			if j != nil && j.Duplicate {
+				dups++
+			}
+			done = append(done, sent[i].id)
+		}
+	}
+	if len(done) > 0 {
+		if _, err := tx.ExecContext(bctx, `DELETE FROM `+Table+` WHERE id = ANY($1)`, done); err != nil {
+			return 0, fmt.Errorf("delete: %w", err)
+		}
+	}
+	for id, msg := range failed {
+		if _, err := tx.ExecContext(bctx, `UPDATE `+Table+` SET error = $2 WHERE id = $1`, id, msg); err != nil {
+			return 0, fmt.Errorf("set aside %s: %w", id, err)
+		}
+	}
+	if err := tx.Commit(); err != nil {
+		return 0, fmt.Errorf("commit: %w", err)
+	}
+	for id, msg := range failed {
+		r.log.Error().Str("job_id", id).Str("reason", msg).Msg("outbox row set aside")
+	}
+	r.relayed.Add(int64(len(done)))
+	r.duplicates.Add(int64(dups))
+	r.failed.Add(int64(len(failed)))
+	if len(done) > 0 {
+		r.log.Debug().Int("jobs", len(done)).Int("duplicates", dups).Msg("relayed")
+	}
+	return len(rows), nil
+}
+
+// refused reports whether err is Redis's or the Client's final answer for a job, which
+// sending it again would not change.
+func refused(err error) bool {
+	return errors.Is(err, pipeline.ErrConflict) || errors.Is(err, pipeline.ErrInvalid) || errors.Is(err, pipeline.ErrPayloadTooLarge)
+}
+
+// lock selects and locks the batch's rows, oldest first, skipping those another relay holds.
+func (r *Relay) lock(ctx context.Context, tx *sql.Tx) ([]row, error) {
+	res, err := tx.QueryContext(ctx, `SELECT id, queue, type, payload, spec FROM `+Table+`
+WHERE error IS NULL ORDER BY seq LIMIT $1 FOR UPDATE SKIP LOCKED`, r.cfg.BatchSize)
+	if err != nil {
+		return nil, fmt.Errorf("select: %w", err)
+	}
+	defer res.Close()
+	var rows []row
+	for res.Next() {
+		var rw row
+		var sp []byte
+		if err := res.Scan(&rw.id, &rw.queue, &rw.typ, &rw.payload, &sp); err != nil {
+			return nil, fmt.Errorf("select: %w", err)
+		}
+		if err := json.Unmarshal(sp, &rw.spec); err != nil {
+			rw.bad = fmt.Errorf("spec: %w", err)
+		}
+		rows = append(rows, rw)
+	}
+	if err := res.Err(); err != nil {
+		return nil, fmt.Errorf("select: %w", err)
+	}
+	return rows, nil
+}
