@@ -68,6 +68,7 @@ var envVars = []envVar{
 	{envAPIAllowedHosts, "serve", "allowed-host"},
 	{envAPIMaxQueues, "serve", "max-queues"},
 	{envAPICreateQueues, "serve", "create-queues"},
+	{envPostgres, "relay", "postgres"},
 }
 
 // commands builds the subcommands. Each subcommand's file adds itself from its init, so a new

@@ -1,0 +1,85 @@
+package cli
+
+import (
+	"errors"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/conveyorq/conveyor/outbox"
+)
+
+func init() { addCommand(newRelayCmd) }
+
+// envPostgres is --postgres's variable.
+const envPostgres = "CONVEYOR_POSTGRES"
+
+type relayFlags struct {
+	postgres  string
+	batch     int
+	poll      time.Duration
+	noMigrate bool
+}
+
+func newRelayCmd(a *app) *cobra.Command {
+	var rf relayFlags
+	cmd := &cobra.Command{
+		Use:   "relay --postgres URL",
+		Short: "Move jobs committed to a PostgreSQL outbox table into their queues, until SIGINT or SIGTERM",
+		Long: `Relay jobs from PostgreSQL: applications write jobs into the table ` + outbox.Table + ` inside their
+own transactions (Go: outbox.Enqueue), and the relay sends each committed row to its queue, then
+deletes it. A rolled-back transaction leaves no row, so its job is never sent.
+
+Each row is one job, whatever happens to the relay: the row's id is the job's id, a row is
+deleted only after Redis took its job, and a row sent again (after a relay was killed between the
+two) is absorbed by the queue. Several relays may run over one database: each row is locked by
+one of them (FOR UPDATE SKIP LOCKED). The relay wakes on the table's notifications (LISTEN
+` + outbox.Channel + `) and polls every --poll as well.
+
+At start it creates the table, its index and its trigger when missing (--no-migrate: the schema
+is managed elsewhere). Rows Redis refuses for good (an id already used by another job) stay in
+the table with the reason in their error column. On SIGINT or SIGTERM it finishes the batch in
+flight and exits 0.`,
+		Example: `  conveyor relay --postgres postgres://app@db:5432/shop
+  CONVEYOR_POSTGRES=postgres://app@db/shop conveyor relay --redis redis://redis:6379/0 --batch 1000`,
+		Args:        noArgs,
+		Annotations: map[string]string{annotationEndsOnSignal: ""},
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if !cmd.Flags().Changed("postgres") {
+				rf.postgres = a.getenv(envPostgres)
+			}
+			var errs []error
+			if rf.postgres == "" {
+				errs = append(errs, usageErrorf("--postgres (or $%s) is required: the database of the outbox table", envPostgres))
+			}
+			if rf.batch < 1 {
+				errs = append(errs, usageErrorf("--batch must be at least 1, not %d", rf.batch))
+			}
+			if rf.poll <= 0 {
+				errs = append(errs, usageErrorf("--poll must be positive, not %s", rf.poll))
+			}
+			if err := errors.Join(errs...); err != nil {
+				return err
+			}
+			client, err := a.client()
+			if err != nil {
+				return err
+			}
+			r, err := outbox.NewRelay(outbox.RelayConfig{Postgres: rf.postgres, Client: client, BatchSize: rf.batch,
+				PollInterval: rf.poll, NoMigrate: rf.noMigrate, Logger: a.log})
+			if err != nil {
+				return usageErrorf("%v", err)
+			}
+			defer func() { _ = r.Close() }()
+			a.log.Info().Str("postgres", redactURL(rf.postgres)).Str("redis", redactURL(a.redisURL)).
+				Msg("starting relay; SIGINT or SIGTERM stops it")
+			return r.Run(cmd.Context())
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&rf.postgres, "postgres", "", "PostgreSQL URL of the database holding the outbox table; env $"+envPostgres)
+	f.IntVar(&rf.batch, "batch", outbox.DefaultBatchSize, "most rows one batch locks, sends and deletes")
+	f.DurationVar(&rf.poll, "poll", outbox.DefaultPollInterval, "look for rows this often when no notification came")
+	f.BoolVar(&rf.noMigrate, "no-migrate", false, "do not create the table, index and trigger at start")
+	return cmd
+}
