@@ -12,12 +12,20 @@
 #
 # Packages: redis-server and redis-tools (the tests' private servers: never the one on 6379),
 # chromium (e2e/dashboard/dashboard_browser_test.go drives it; $CONVEYOR_CHROMIUM names another binary,
-# CONVEYOR_BROWSER_TEST=skip skips that test and needs none).
+# CONVEYOR_BROWSER_TEST=skip skips that test and needs none), postgresql (internal/pgtest starts
+# private servers with its initdb and postgres, under /usr/lib/postgresql/VERSION/bin, for the
+# outbox's tests; $CONVEYOR_PG_BIN names another directory; never the cluster on 5432).
 
 PKG_NEED=()  # packages to install
 PKG_CHECK=() # what must exist once they are: commands or absolute paths
 
-have() { case "$1" in /*) [ -x "$1" ] ;; *) command -v "$1" >/dev/null 2>&1 ;; esac; }
+have() {
+  case "$1" in
+    *'*'*) compgen -G "$1" >/dev/null ;; # a pattern: some version of a versioned path
+    /*) [ -x "$1" ] ;;
+    *) command -v "$1" >/dev/null 2>&1 ;;
+  esac
+}
 
 need() {
   PKG_CHECK+=("$1")
@@ -34,6 +42,11 @@ need_test_packages() {
     else
       need /usr/bin/chromium chromium
     fi
+  fi
+  if [ -n "${CONVEYOR_PG_BIN:-}" ]; then
+    PKG_CHECK+=("$CONVEYOR_PG_BIN/postgres") # the user's choice: not ours to install
+  else
+    need '/usr/lib/postgresql/*/bin/postgres' postgresql
   fi
 }
 

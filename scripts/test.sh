@@ -3,8 +3,9 @@
 # redis-server processes on free ports and never touch a server already running on 6379.
 #
 #   0. the Debian packages the tests need, installed when missing (as root or through a
-#      password-less sudo; apt-get update once): redis-server, redis-tools and chromium for the
-#      dashboard's browser test (scripts/packages.sh; CONVEYOR_NO_INSTALL=1 installs nothing)
+#      password-less sudo; apt-get update once): redis-server, redis-tools, chromium for the
+#      dashboard's browser test and postgresql for the outbox's (private servers, internal/pgtest)
+#      (scripts/packages.sh; CONVEYOR_NO_INSTALL=1 installs nothing)
 #   1. formatting, vet and staticcheck, for the main module and the e2e and bench modules
 #   2. the race-enabled test suite of the main module: unit, integration (real Redis,
 #      standalone and a 3-node cluster), end-to-end (the built binary; workers SIGKILLed,
@@ -23,7 +24,7 @@ step "packages"
 . scripts/packages.sh
 need_test_packages
 if ! install_needed; then
-  echo "as root: apt-get update && apt-get install -y redis-server redis-tools chromium" \
+  echo "as root: apt-get update && apt-get install -y redis-server redis-tools chromium postgresql" \
     "(CONVEYOR_CHROMIUM names another Chromium; CONVEYOR_BROWSER_TEST=skip skips the browser test)"
   exit 1
 fi
