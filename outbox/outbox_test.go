@@ -304,3 +304,16 @@ func TestNewRelayValidates(t *testing.T) {
 	_, err = outbox.NewRelay(outbox.RelayConfig{Postgres: "postgres://x/y", BatchSize: -1, Client: &pipeline.Client{}})
 	require.ErrorIs(t, err, pipeline.ErrInvalid)
 }
+
+// The relay wakes on the commit's notification, not on its poll (an hour here).
+func TestNotifyWakesRelay(t *testing.T) {
+	b := setup(t)
+	r := b.relay(t, outbox.RelayConfig{PollInterval: time.Hour})
+	// Its first look (at start) finds nothing; from then on only a notification wakes it.
+	for i := range 3 {
+		ids := b.enqueue(t, 1, nil)
+		require.Eventually(t, func() bool { return r.Stats().Relayed == int64(i+1) }, time.Minute, time.Millisecond)
+		_, err := b.client.Get(context.Background(), b.queue, ids[0])
+		require.NoError(t, err)
+	}
+}
