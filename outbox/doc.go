@@ -20,6 +20,12 @@
 // (retention; at least pipeline's MinRetention, one minute by default, even for RetainNone)
 // before its row was sent again would run again. A rolled-back transaction leaves no row.
 //
+// The options are pipeline's that serialize into a row (the spec column, JSON): WithID,
+// WithDelay (counted from Enqueue), WithRunAt, WithMaxRetries, WithTimeout, WithUnique,
+// WithLimitKey, WithGroup, WithPriority, WithRetention, WithMetadata. pipeline.WithDebounce has
+// no counterpart: a debounced job's id is its window's, not the row's, so a re-send could not
+// be absorbed. WithReplicas neither: it is the relay's Client's (ClientConfig.Replicas).
+//
 // An Enqueue of an id that is still in the table writes nothing (ON CONFLICT DO NOTHING): the
 // first row's job is the one sent. An Enqueue of an id already relayed writes a row that the
 // queue then absorbs, as pipeline.WithID says.

@@ -317,3 +317,33 @@ func TestNotifyWakesRelay(t *testing.T) {
 		require.NoError(t, err)
 	}
 }
+
+// A queue the relay cannot send to (RequireQueues, and it does not exist) keeps its rows; the
+// other queues' rows of the same batch are sent; once the queue exists, its rows follow.
+func TestQueueFailureKeepsItsRows(t *testing.T) {
+	b := setup(t)
+	ctx := context.Background()
+	insp, err := pipeline.NewInspector(b.rdb, pipeline.InspectorConfig{})
+	require.NoError(t, err)
+	_, err = insp.CreateQueue(ctx, b.queue, pipeline.QueueOptions{})
+	require.NoError(t, err)
+	strict, err := pipeline.NewClient(b.rdb, pipeline.ClientConfig{RequireQueues: true})
+	require.NoError(t, err)
+	tx, err := b.db.BeginTx(ctx, nil)
+	require.NoError(t, err)
+	_, err = outbox.Enqueue(ctx, tx, "later", pipeline.Task{Type: "t"}, outbox.WithID("to-later"))
+	require.NoError(t, err)
+	_, err = outbox.Enqueue(ctx, tx, b.queue, pipeline.Task{Type: "t"}, outbox.WithID("to-orders"))
+	require.NoError(t, err)
+	require.NoError(t, tx.Commit())
+	b.client = strict
+	r := b.relay(t, outbox.RelayConfig{PollInterval: 10 * time.Millisecond})
+	require.Eventually(t, func() bool { return r.Stats().Relayed == 1 }, time.Minute, time.Millisecond)
+	b.requireJobs(t, []string{"to-orders"})
+	require.Equal(t, 1, b.rows(t))
+	_, err = insp.CreateQueue(ctx, "later", pipeline.QueueOptions{})
+	require.NoError(t, err)
+	b.waitEmpty(t)
+	_, err = strict.Get(ctx, "later", "to-later")
+	require.NoError(t, err)
+}

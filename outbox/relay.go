@@ -218,8 +218,10 @@ type row struct {
 }
 
 // batch locks up to BatchSize rows, sends them and deletes them (or sets aside those Redis
-// refuses for good) in one transaction, and returns how many rows it locked. It is not
-// interrupted by ctx: a batch begun is finished (within batchTimeout) or rolled back.
+// refuses for good) in one transaction, and returns how many rows it locked. A queue whose
+// send fails (Redis unreachable, a queue RequireQueues refuses) keeps its rows for a later
+// batch, and its error is returned once the others' rows are deleted. It is not interrupted
+// by ctx: a batch begun is finished (within batchTimeout) or rolled back.
 func (r *Relay) batch(ctx context.Context) (int, error) {
 	bctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), batchTimeout)
 	defer cancel()
@@ -243,6 +245,7 @@ func (r *Relay) batch(ctx context.Context) (int, error) {
 		byQueue[q] = append(byQueue[q], &rows[i])
 	}
 	var done []string
+	var errs []error // of queues whose rows stay for a later batch
 	failed := make(map[string]string)
 	dups := 0
 	for _, q := range queues {
@@ -274,7 +277,8 @@ func (r *Relay) batch(ctx context.Context) (int, error) {
 					continue
 				}
 				if err != nil {
-					return 0, fmt.Errorf("enqueue to %s: %w", q, err)
+					errs = append(errs, fmt.Errorf("enqueue to %s: %w", q, err))
+					break
 				}
 				// Not counted as a duplicate when it comes back as one: EnqueueBatch wrote it.
 				done = append(done, rw.id)
@@ -282,7 +286,10 @@ func (r *Relay) batch(ctx context.Context) (int, error) {
 			continue
 		}
 		if err != nil {
-			return 0, fmt.Errorf("enqueue to %s: %w", q, err)
+			// This queue's rows stay (unlocked at the commit) for the next batch; the other
+			// queues' rows are sent and deleted all the same.
+			errs = append(errs, fmt.Errorf("enqueue to %s: %w", q, err))
+			continue
 		}
 		for i, j := range jobs {
 			if j != nil && j.Duplicate {
@@ -313,7 +320,7 @@ func (r *Relay) batch(ctx context.Context) (int, error) {
 	if len(done) > 0 {
 		r.log.Debug().Int("jobs", len(done)).Int("duplicates", dups).Msg("relayed")
 	}
-	return len(rows), nil
+	return len(rows), errors.Join(errs...)
 }
 
 // refused reports whether err is Redis's or the Client's final answer for a job, which
