@@ -223,6 +223,7 @@ type row struct {
 // batch, and its error is returned once the others' rows are deleted. It is not interrupted
 // by ctx: a batch begun is finished (within batchTimeout) or rolled back.
 func (r *Relay) batch(ctx context.Context) (int, error) {
+	start := time.Now()
 	bctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), batchTimeout)
 	defer cancel()
 	tx, err := r.db.BeginTx(bctx, nil)
@@ -234,6 +235,7 @@ func (r *Relay) batch(ctx context.Context) (int, error) {
 	if err != nil || len(rows) == 0 {
 		return 0, err
 	}
+	locked := time.Since(start)
 	// By queue, in the order of each queue's first row.
 	var queues []string
 	byQueue := make(map[string][]*row)
@@ -318,7 +320,7 @@ func (r *Relay) batch(ctx context.Context) (int, error) {
 	r.duplicates.Add(int64(dups))
 	r.failed.Add(int64(len(failed)))
 	if len(done) > 0 {
-		r.log.Debug().Int("jobs", len(done)).Int("duplicates", dups).Msg("relayed")
+		r.log.Debug().Int("jobs", len(done)).Int("duplicates", dups).Dur("lock", locked).Dur("took", time.Since(start)).Msg("relayed")
 	}
 	return len(rows), errors.Join(errs...)
 }
