@@ -162,6 +162,8 @@ func WithTimeout(d time.Duration) Option {
 }
 
 // WithUnique de-duplicates by key (pipeline.WithUnique); ttl is counted from the relay's send.
+// A row whose key a live job holds when it is sent makes no job of its own: the relay deletes
+// it and counts it in RelayStats.Duplicates.
 func WithUnique(key string, ttl time.Duration) Option {
 	return func(o *options) {
 		o.spec.UniqueKey, o.spec.UniqueTTLMS = key, ceilMS(ttl)

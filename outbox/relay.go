@@ -184,7 +184,11 @@ func (r *Relay) listen(ctx context.Context, wake chan<- struct{}) {
 			if err != nil {
 				return err
 			}
-			defer func() { _ = conn.Close(context.WithoutCancel(ctx)) }()
+			defer func() {
+				cctx, cancel := context.WithTimeout(context.Background(), time.Second)
+				defer cancel()
+				_ = conn.Close(cctx)
+			}()
 			if _, err := conn.Exec(ctx, "LISTEN "+Channel); err != nil {
 				return err
 			}
