@@ -118,6 +118,7 @@ func newDashFixture(t *testing.T) *dashFixture {
 		Concurrency:     4,
 		Backoff:         pipeline.Backoff{Base: 20 * time.Millisecond, Max: 200 * time.Millisecond},
 		ShutdownTimeout: 2 * time.Second,
+		HistoryInterval: 100 * time.Millisecond, // the chart's history: in Redis within 0.1 s
 		Logger:          zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel),
 	})
 	require.NoError(t, err)
