@@ -81,6 +81,8 @@ func TestDashboardChartAfterRestart(t *testing.T) {
 		const dd = (k) => { const e = document.querySelector('.latency [data-field="' + k + '"] dd'); return e ? e.textContent : ''; };
 		return ['wait_p50_ms', 'wait_p99_ms', 'exec_p50_ms', 'exec_p99_ms'].every((k) => dd(k) !== '' && dd(k) !== '–');
 	})()`)
+	// The chart and the percentiles under it in the one screenshot.
+	b.do("scroll to the throughput card", chromedp.Evaluate[chromedp.Void](`document.querySelector('.latency').scrollIntoView({block: 'end'})`))
 	b.shot("chart-after-restart")
 	b.mu.Lock()
 	defer b.mu.Unlock()
