@@ -194,13 +194,12 @@ func (h *history) close() {
 func (h *history) flush() {
 	h.mu.Lock()
 	bins := h.bins
-	if len(bins) > 0 {
-		h.bins = make(map[histBin]*histAgg, len(bins))
-	}
-	h.mu.Unlock()
-	if len(bins) == 0 {
+	if len(bins) == 0 { // asked under the lock: the map stays the completer's
+		h.mu.Unlock()
 		return
 	}
+	h.bins = make(map[histBin]*histAgg, len(bins))
+	h.mu.Unlock()
 	ctx, cancel := context.WithTimeout(context.Background(), max(h.every, time.Second))
 	defer cancel()
 	now := time.Now()
