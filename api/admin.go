@@ -245,32 +245,6 @@ func (s *Server) doctor(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
-// throughputBody is the JSON of GET /v1/throughput.
-type throughputBody struct {
-	IntervalSeconds float64 `json:"interval_seconds"`
-	WindowSeconds   float64 `json:"window_seconds"`
-	Queue           string  `json:"queue,omitempty"`
-	Samples         []rate  `json:"samples"`
-}
-
-// throughput: GET /v1/throughput[?queue=Q]. The first request waits for the sampler's first
-// read (started by the Server's first request).
-func (s *Server) throughput(w http.ResponseWriter, r *http.Request) error {
-	select {
-	case <-s.sampler.first:
-	case <-r.Context().Done():
-		return r.Context().Err()
-	}
-	queue := r.URL.Query().Get("queue")
-	points, known := s.sampler.rates(queue)
-	if !known {
-		return errorf(http.StatusNotFound, CodeNotFound, "queue %q not found: no counter sample has it (a sample keeps the first %d queues by name)", queue, s.cfg.ThroughputQueues)
-	}
-	writeJSON(w, http.StatusOK, throughputBody{IntervalSeconds: s.cfg.ThroughputInterval.Seconds(),
-		WindowSeconds: s.cfg.ThroughputWindow.Seconds(), Queue: queue, Samples: points})
-	return nil
-}
-
 // pauseQueue: POST /v1/queues/{queue}/pause. Workers stop taking the queue's jobs
 // (pipeline.Inspector.Pause); 404 for a queue that does not exist.
 func (s *Server) pauseQueue(w http.ResponseWriter, r *http.Request) error {

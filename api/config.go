@@ -33,14 +33,18 @@ const (
 	//
 	// Deprecated: Config.PollConcurrency is ignored.
 	DefaultPollConcurrency = 4
-	// DefaultThroughputInterval is how often the throughput sampler reads the queues' counters.
+	// DefaultThroughputInterval was how often the throughput sampler read the queues'
+	// counters; the history is now the workers' (pipeline.Inspector.History), in buckets of
+	// pipeline.HistoryStepFine.
+	//
+	// Deprecated: Config.ThroughputInterval is ignored.
 	DefaultThroughputInterval = 5 * time.Second
-	// DefaultThroughputWindow is how far back GET /v1/throughput reaches.
+	// DefaultThroughputWindow is how far back GET /v1/throughput reaches at the 5 s
+	// resolution unless asked (?window=).
 	DefaultThroughputWindow = 15 * time.Minute
-	// DefaultThroughputQueues bounds the queues whose counters a throughput sample keeps
-	// apart (the others are summed): the known queues' own default bound,
-	// pipeline.DefaultMaxQueues, so that a sample costs at most about 48 KB, and the window's
-	// 181 samples about 9 MB, however many queues Redis lists.
+	// DefaultThroughputQueues bounded the queues a throughput sample kept apart.
+	//
+	// Deprecated: Config.ThroughputQueues is ignored; the history of all queues is one read.
 	DefaultThroughputQueues = pipeline.DefaultMaxQueues
 	// MaxBatchJobs bounds the jobs of one batch POST.
 	MaxBatchJobs = 1000
@@ -80,15 +84,18 @@ type Config struct {
 	//
 	// Deprecated: ignored since job events.
 	PollConcurrency int
-	// ThroughputInterval is how often the throughput sampler reads every queue's counters.
-	// Defaults to DefaultThroughputInterval.
+	// ThroughputInterval was how often the server sampled every queue's counters; GET
+	// /v1/throughput now reads the history the workers keep in Redis.
+	//
+	// Deprecated: ignored.
 	ThroughputInterval time.Duration
-	// ThroughputWindow is how much history GET /v1/throughput keeps. Defaults to
+	// ThroughputWindow is how far back GET /v1/throughput reaches at the 5 s resolution
+	// when the request does not say (?window=), at most pipeline.HistorySpanFine. Defaults to
 	// DefaultThroughputWindow.
 	ThroughputWindow time.Duration
-	// ThroughputQueues bounds the queues each throughput sample keeps apart: the first by
-	// name; the others count in the total only, and GET /v1/throughput?queue= of one of them
-	// answers 404. Defaults to DefaultThroughputQueues.
+	// ThroughputQueues bounded the queues a throughput sample kept apart.
+	//
+	// Deprecated: ignored.
 	ThroughputQueues int
 	// Logger receives one debug line per request and one error line per failure the client
 	// is not told the details of. Defaults to a disabled logger.
@@ -146,8 +153,8 @@ func (c Config) validate() error {
 	if c.ThroughputQueues < 0 {
 		bad("ThroughputQueues %d is negative", c.ThroughputQueues)
 	}
-	if c.ThroughputWindow < c.ThroughputInterval {
-		bad("ThroughputWindow %s is shorter than ThroughputInterval %s", c.ThroughputWindow, c.ThroughputInterval)
+	if c.ThroughputWindow < 0 || c.ThroughputWindow > pipeline.HistorySpanFine {
+		bad("ThroughputWindow %s is outside 0..%s (the history's 5 s buckets are kept that long)", c.ThroughputWindow, pipeline.HistorySpanFine)
 	}
 	return errors.Join(errs...)
 }

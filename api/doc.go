@@ -78,10 +78,8 @@
 //
 // # Throughput
 //
-// A sampler reads every queue's counters (Inspector.Queues, one call for all queues) every
-// Config.ThroughputInterval into a ring that spans Config.ThroughputWindow; rates are the
-// differences of consecutive samples. A sample keeps at most Config.ThroughputQueues queues
-// apart and sums the others. It starts with the Server's first request and stops with
-// Close, so a Server that is never mounted costs nothing; one that is mounted and never closed
-// keeps sampling.
+// GET /v1/throughput reads the history the workers keep in Redis (pipeline.Inspector.History):
+// per queue and for all queues, completed, dead and retried jobs with queue wait and execution
+// time percentiles, in 5 s buckets kept an hour and 1 min buckets kept a day. The server keeps
+// nothing of its own, so a restart loses nothing, and several servers answer alike.
 package api

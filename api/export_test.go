@@ -1,7 +1,5 @@
 package api
 
-import "context"
-
 // Waiting returns how many long polls wait now.
 func (s *Server) Waiting() int { return s.waits.waiting() }
 
@@ -12,20 +10,6 @@ func (s *Server) Routes() []string {
 		out[i] = rt.method + " " + rt.pattern
 	}
 	return out
-}
-
-// SampleThroughput takes one throughput sample now.
-func (s *Server) SampleThroughput() { s.sampler.sample(context.Background()) }
-
-// ThroughputQueues returns the most queues one retained throughput sample holds.
-func (s *Server) ThroughputQueues() int {
-	s.sampler.mu.Lock()
-	defer s.sampler.mu.Unlock()
-	n := 0
-	for _, snap := range s.sampler.ring {
-		n = max(n, len(snap.names))
-	}
-	return n
 }
 
 // ParseEventsQuery is parseEventsQuery, reporting the heartbeat it read.

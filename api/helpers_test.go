@@ -11,6 +11,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 	"github.com/rs/zerolog"
@@ -227,7 +228,7 @@ func (e *apiEnv) worker(queues ...string) {
 		queues = []string{e.queue}
 	}
 	rdb := redistest.Client(e.t)
-	w, err := pipeline.NewWorker(rdb, pipeline.WorkerConfig{Queues: queues, Prefix: e.prefix,
+	w, err := pipeline.NewWorker(rdb, pipeline.WorkerConfig{Queues: queues, Prefix: e.prefix, HistoryInterval: 50 * time.Millisecond,
 		Logger: zerolog.New(e.log).Level(zerolog.WarnLevel)})
 	require.NoError(e.t, err)
 	w.Handle("echo", func(_ context.Context, j *pipeline.Job) ([]byte, error) { return bytes.Clone(j.Payload), nil })

@@ -33,9 +33,8 @@ type Server struct {
 	mux       *http.ServeMux
 	routes    []route
 
-	waits   *poller
-	sampler *sampler
-	closed  atomic.Bool
+	waits  *poller
+	closed atomic.Bool
 }
 
 // New returns the API over client (publishing, reading and cancelling jobs) and inspector
@@ -43,7 +42,7 @@ type Server struct {
 // returns an error for a nil client or inspector and for an unusable config.
 //
 // Call Close when the server that mounts the handler shuts down: it ends the long polls at once
-// (each answers with its job as it is) and stops the throughput sampler.
+// (each answers with its job as it is).
 func New(client *pipeline.Client, inspector *pipeline.Inspector, cfg Config) (*Server, error) {
 	if client == nil || inspector == nil {
 		return nil, errors.New("api: New needs a pipeline.Client and a pipeline.Inspector")
@@ -63,16 +62,14 @@ func New(client *pipeline.Client, inspector *pipeline.Inspector, cfg Config) (*S
 		}
 	}
 	s.waits = newPoller(client.NewWaiter(), s.log.With().Str("component", "long_poll").Logger())
-	s.sampler = newSampler(inspector.Queues, cfg.ThroughputInterval, cfg.ThroughputWindow, cfg.ThroughputQueues,
-		s.log.With().Str("component", "throughput").Logger())
 	s.routes = s.table()
 	s.register()
 	return s, nil
 }
 
 // Close ends every long poll at once (each answers 200 with its job as it is; later polls do
-// not wait) and stops the throughput sampler, waiting for both. Requests are still served
-// after Close, without waiting and with the throughput history it had. It is idempotent.
+// not wait), waiting for them. Requests are still served after Close, without waiting. It is
+// idempotent.
 //
 // With an http.Server, call it when shutting down, before or alongside Shutdown (for
 // instance with RegisterOnShutdown), so that Shutdown does not wait for long polls to end by
@@ -80,15 +77,11 @@ func New(client *pipeline.Client, inspector *pipeline.Inspector, cfg Config) (*S
 func (s *Server) Close() error {
 	s.closed.Store(true)
 	s.waits.close()
-	s.sampler.close()
 	return nil
 }
 
 // ServeHTTP answers a request.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if !s.closed.Load() {
-		s.sampler.start()
-	}
 	s.mux.ServeHTTP(w, r)
 }
 

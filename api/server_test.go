@@ -304,7 +304,7 @@ func TestNewRefusesInvalidConfig(t *testing.T) {
 	for name, cfg := range map[string]api.Config{
 		"MaxBodyBytes":     {MaxBodyBytes: -1},
 		"PollConcurrency":  {PollConcurrency: -1},
-		"ThroughputWindow": {ThroughputInterval: time.Minute, ThroughputWindow: time.Second},
+		"ThroughputWindow": {ThroughputWindow: 2 * time.Hour},
 		"AllowedHosts":     {AllowedHosts: []string{"http://proxy.example/"}},
 	} {
 		t.Run(name, func(t *testing.T) {

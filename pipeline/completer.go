@@ -74,6 +74,10 @@ type completer struct {
 	// attempts, when set, is told of the outcomes written or given up (WorkerHooks.Attempts):
 	// here they come in chunks, so counting them costs a clock read per chunk, not per job.
 	attempts *attempts
+
+	// history, when set, counts the outcomes written for the queues' history in Redis
+	// (history.go), a chunk at a time like attempts.
+	history *history
 }
 
 // Bounds of the writers' shared backoff while writes fail.
@@ -414,7 +418,7 @@ func (c *completer) write(ctx context.Context, batch []transition) ([]transition
 	rdb := c.replicas.writer(c.rdb)
 	cmds, _ := script.Pipelined(ctx, rdb, calls)
 	var at time.Time
-	if c.attempts != nil {
+	if c.attempts != nil || c.history != nil {
 		at = time.Now()
 	}
 
@@ -439,6 +443,7 @@ func (c *completer) write(ctx context.Context, batch []transition) ([]transition
 			continue
 		}
 		c.attempts.written(groups[i], codes, at)
+		c.history.written(groups[i], codes, at)
 		for k, code := range codes {
 			// Refusals are counted by finish.lua in the queue's stats (refused). A start
 			// mark that came too late (the job finished or moved on) is not a refusal.

@@ -144,6 +144,13 @@ type WorkerConfig struct {
 	// (Inspector.Pause), besides when a notice says they changed. Defaults to
 	// DefaultPauseCheckInterval (1s).
 	PauseCheckInterval time.Duration
+	// HistoryInterval is how often the worker adds the outcomes it wrote to its queues'
+	// history in Redis (Inspector.History), in one pipelined call; it counts them in memory
+	// meanwhile, so a job costs no call more. A worker that stops abruptly loses at most one
+	// interval of the history (not of the counters). Defaults to DefaultHistoryInterval (5s).
+	HistoryInterval time.Duration
+	// DisableHistory leaves the worker's outcomes out of the history.
+	DisableHistory bool
 	// Hooks are told about the worker's background work (promotions, recoveries, the recovery
 	// lock), for metrics; see package metrics. The zero value tells nobody.
 	Hooks WorkerHooks
@@ -169,6 +176,7 @@ func (c WorkerConfig) withDefaults() WorkerConfig {
 	c.MaxResultBytes = cmp.Or(c.MaxResultBytes, DefaultMaxResultBytes)
 	c.MaxSnoozes = cmp.Or(c.MaxSnoozes, DefaultMaxSnoozes)
 	c.PauseCheckInterval = cmp.Or(c.PauseCheckInterval, DefaultPauseCheckInterval)
+	c.HistoryInterval = cmp.Or(c.HistoryInterval, DefaultHistoryInterval)
 	return c
 }
 
@@ -214,6 +222,7 @@ func (c WorkerConfig) validate() error {
 		d    time.Duration
 	}{{"shutdown timeout", c.ShutdownTimeout}, {"recovery interval", c.RecoveryInterval}, {"recovery lock TTL", c.RecoveryLockTTL},
 		{"flush interval", c.FlushInterval}, {"min retention", c.MinRetention}, {"pause check interval", c.PauseCheckInterval},
+		{"history interval", c.HistoryInterval},
 		{"backoff base", c.Backoff.Base}, {"backoff max", c.Backoff.Max}} {
 		if d.d < 0 {
 			bad("%s %s is negative", d.name, d.d)
@@ -393,6 +402,13 @@ func (w *Worker) Run(ctx context.Context) error {
 		MinRetention: w.cfg.MinRetention}, w.cfg.FlushInterval, finishChunk, w.cfg.Concurrency, w.log)
 	w.comp.replicas = w.replicas
 	w.comp.attempts = newAttempts(w.cfg.Hooks.Attempts)
+	if !w.cfg.DisableHistory {
+		w.comp.history = newHistory(w.rdb, w.cfg.Prefix, w.cfg.HistoryInterval, w.log)
+		go w.comp.history.run()
+		// Deferred before the completer's close, so it runs after it: the last outcomes
+		// the completer writes are counted and flushed too.
+		defer w.comp.history.close()
+	}
 	// While Redis refuses the outcomes, new jobs are not read: they would run only to wait,
 	// holding their slots, for writes that may not come back soon. The state outlives a
 	// reading session, so the next one starts paused when the completer still has trouble.

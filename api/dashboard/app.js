@@ -184,7 +184,8 @@
     }
   }
 
-  // throughput reads the chart's samples; a queue the sampler has not seen yet (404) has none.
+  // throughput reads the chart's samples from the workers' history; a queue that does not
+  // exist (404) has none.
   function throughput(queue) {
     return api('GET', 'throughput' + (queue ? '?queue=' + enc(queue) : '')).catch((e) => {
       if (e.status === 404) return { samples: [] };
@@ -341,6 +342,32 @@
     return { el: fig, update: (data) => { last = data; draw(); }, redraw: draw };
   }
 
+  // fmtMs shows a latency percentile in milliseconds (the API's *_ms fields): absent without
+  // attempts; 0.5 stands for anything under a millisecond.
+  function fmtMs(v) {
+    const n = num(v);
+    if (!(n > 0)) return '–';
+    if (n < 1) return '<1 ms';
+    if (n < 1000) return (n < 10 ? n.toFixed(1) : Math.round(n)) + ' ms';
+    if (n < 60000) return (n / 1000).toFixed(n < 10000 ? 2 : 1) + ' s';
+    return (n / 60000).toFixed(1) + ' min';
+  }
+
+  // latencyBox shows a queue's queue wait (publish to start) and execution time percentiles
+  // over the chart's window, from the same GET /v1/throughput answer (its total).
+  function latencyBox() {
+    const dl = h('dl', { class: 'counters latency', 'aria-label': 'Latency over the last 15 minutes' });
+    const FIELDS = [['wait_p50_ms', 'Queue wait p50'], ['wait_p99_ms', 'Queue wait p99'],
+      ['exec_p50_ms', 'Execution p50'], ['exec_p99_ms', 'Execution p99']];
+    const update = (data) => {
+      const t = (data && data.total) || {};
+      dl.replaceChildren(...FIELDS.map(([k, name]) =>
+        h('div', { data: { field: k } }, h('dt', {}, name), h('dd', {}, fmtMs(t[k])))));
+    };
+    update(null);
+    return { el: dl, update };
+  }
+
   // ---- Views ----
   //
   // A view renders into #main and may have refresh() (run every REFRESH_MS while it shows)
@@ -426,12 +453,13 @@
   function queuePage(q) {
     const g = gen;
     const chartFig = chartBox(q + ': jobs per second over the last 15 minutes');
+    const lat = latencyBox();
     const counters = h('dl', { class: 'counters' });
     const err = h('div', {});
     const pause = h('div', { class: 'pause-box' });
     main().replaceChildren(heading('Queue ' + q), tabs(q, '', null), err, pause,
       h('section', { class: 'card', 'aria-labelledby': 'c-h' }, h('h2', { id: 'c-h' }, 'Counters'), counters),
-      h('section', { class: 'card', 'aria-labelledby': 'tp-h' }, h('h2', { id: 'tp-h' }, 'Throughput'), chartFig.el),
+      h('section', { class: 'card', 'aria-labelledby': 'tp-h' }, h('h2', { id: 'tp-h' }, 'Throughput'), chartFig.el, lat.el),
       limitsCard(q, g), groupsCard(q, g));
     const refresh = async () => {
       try {
@@ -447,6 +475,7 @@
         counters.replaceChildren(...ALL_COUNTERS.map(([k, name]) =>
           h('div', { data: { field: k } }, h('dt', {}, name), h('dd', {}, fmtInt(st[k])))));
         chartFig.update(tp);
+        lat.update(tp);
         stamp();
       } catch (e) {
         if (live(g)) err.replaceChildren(errorBox('Could not load the queue', e));

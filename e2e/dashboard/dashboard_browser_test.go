@@ -118,6 +118,7 @@ func newDashFixture(t *testing.T) *dashFixture {
 		Concurrency:     4,
 		Backoff:         pipeline.Backoff{Base: 20 * time.Millisecond, Max: 200 * time.Millisecond},
 		ShutdownTimeout: 2 * time.Second,
+		HistoryInterval: 100 * time.Millisecond, // the chart's history: in Redis within 0.1 s
 		Logger:          zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel),
 	})
 	require.NoError(t, err)
@@ -236,14 +237,13 @@ func (f *dashFixture) waitStats(t *testing.T, queue string, ok func(*pipeline.Qu
 	}, 15*time.Second, 20*time.Millisecond, "queue %s never settled", queue)
 }
 
-// dashboardAPI is the API handler with the dashboard, behind dashToken, sampling throughput
-// often so the chart has points at once.
+// dashboardAPI is the API handler with the dashboard, behind dashToken. Its chart reads the
+// history the fixture's workers keep in Redis (flushed every 100 ms: HistoryInterval).
 func dashboardAPI(t *testing.T, client *pipeline.Client, insp *pipeline.Inspector) http.Handler {
 	t.Helper()
 	s, err := api.New(client, insp, api.Config{
-		AuthToken:          dashToken,
-		Dashboard:          api.Dashboard(),
-		ThroughputInterval: 250 * time.Millisecond,
+		AuthToken: dashToken,
+		Dashboard: api.Dashboard(),
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -438,8 +438,8 @@ func TestDashboardBrowser(t *testing.T) {
 	b.poll("the throughput chart has axes and a legend",
 		`document.querySelector('svg.chart .axis text') && document.querySelectorAll('.legend li').length === 3`)
 
-	// Traffic shows on the chart: the API samples counters every 250 ms, the page redraws
-	// every 3 s.
+	// Traffic shows on the chart: the worker adds to the history every 100 ms, the API reads
+	// its whole 5 s buckets, the page redraws every 3 s.
 	f.burst(t)
 	b.poll("the chart draws completions, failures and retries", `(() => {
 		const d = document.querySelector('svg.chart desc');

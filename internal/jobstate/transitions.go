@@ -176,6 +176,15 @@ func (t Transition) WithPayload(payload string) Transition {
 	return t
 }
 
+// Took is how long the attempt an outcome ends ran, from its start to its end, to the
+// millisecond the transition keeps; 0 for a start mark. The worker's history counts it.
+func (t *Transition) Took() time.Duration {
+	if t.finished < t.started {
+		return 0
+	}
+	return time.Duration(t.finished-t.started) * time.Millisecond
+}
+
 // FinishConfig is what finish.lua needs besides the transitions: the worker's name, its
 // retention settings, and how to announce the changes.
 type FinishConfig struct {

@@ -722,3 +722,33 @@ func validName(s string, colon bool) error {
 	}
 	return nil
 }
+
+// The fields of a history bucket (Queue.History, HistoryAll): the outcomes the workers wrote
+// in the bucket's time, and two histograms, queue wait and execution time, one field per
+// non-empty cell: HistoryWait or HistoryExec followed by the cell's number
+// (pipeline's histogram: log-scale cells of milliseconds, four to a doubling). Short names:
+// a bucket is a small hash and there are many of them.
+const (
+	HistoryCompleted = "c"
+	HistoryFailed    = "f" // went to the dead set
+	HistoryRetried   = "r"
+	HistoryWait      = "w" // + cell: publish (or promotion) to handler start
+	HistoryExec      = "x" // + cell: handler start to end
+)
+
+// History is the hash of the queue's outcomes in one bucket of its history: res names the
+// resolution ("5s", "1m") and start is the bucket's start in unix seconds. One small hash a
+// bucket, with an expiry, keeps the history bounded without any pruning: a bucket's key
+// expires when it leaves its resolution's span. It is under the queue's own hash tag (the
+// queue's, not a partition's: the history is the queue's), so a cluster spreads the
+// histories with the queues.
+func (q Queue) History(res string, start int64) string {
+	return q.base + "history:" + res + ":" + strconv.FormatInt(start, 10)
+}
+
+// HistoryAll is History summed over every queue, which the workers write beside each queue's,
+// so that the history of all queues is one read however many queues there are. Its hash tag
+// "{:history}" is no queue's (':' is not allowed in a queue name).
+func HistoryAll(prefix, res string, start int64) string {
+	return prefix + ":{:history}:" + res + ":" + strconv.FormatInt(start, 10)
+}
