@@ -70,7 +70,7 @@ func testQueuesCmd(t *testing.T, c *cli) {
 	table := c.ok(t, "queues", "--prefix", p)
 	lines := strings.Split(strings.TrimSpace(table), "\n")
 	require.Len(t, lines, 3, table)
-	require.Regexp(t, `^QUEUE +SCHEDULED +QUEUED +IN_PROGRESS +DEAD +\| +ENQUEUED +COMPLETED +FAILED`, lines[0])
+	require.Regexp(t, `^QUEUE +SCHEDULED +QUEUED +IN_PROGRESS +DEAD +\| +ENQUEUED +COMPLETED +DIED`, lines[0])
 	require.Regexp(t, `^billing +0 +1 +0 +0 +\| +1 `, lines[1])
 	require.Regexp(t, `^emails +1 +1 +0 +0 +\| +2 `, lines[2])
 
