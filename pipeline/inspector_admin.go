@@ -149,7 +149,7 @@ func (i *Inspector) RunNow(ctx context.Context, queue, id string) error {
 			if row.Data == "limited" {
 				return fmt.Errorf("%w (it waits for a concurrency slot of a limit, and runs when one frees)", ErrNotScheduled)
 			}
-			return fmt.Errorf("%w (it is %s)", ErrNotScheduled, row.Data)
+			return fmt.Errorf("%w (it is %s)", ErrNotScheduled, StatusWord(Status(row.Data)))
 		}
 		return fmt.Errorf("run now %s/%s: unexpected reply %v", queue, id, row.Code)
 	})
@@ -182,7 +182,7 @@ func (i *Inspector) Delete(ctx context.Context, queue, id string) error {
 		case script.NotFound:
 			return ErrNotFound
 		case script.WrongState:
-			return fmt.Errorf("%w (it is %s)", ErrNotDeletable, row.Data)
+			return fmt.Errorf("%w (it is %s)", ErrNotDeletable, StatusWord(Status(row.Data)))
 		}
 		return fmt.Errorf("delete %s/%s: unexpected reply %v", queue, id, row.Code)
 	})

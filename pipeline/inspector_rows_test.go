@@ -76,7 +76,7 @@ func TestInspectorDelete(t *testing.T) {
 	for _, s := range []jobtest.Seeded{running, dead, done} {
 		err := b.insp.Delete(ctx, b.queue, s.ID)
 		require.ErrorIs(t, err, pipeline.ErrNotDeletable)
-		require.ErrorContains(t, err, "(it is "+string(s.Status)+")")
+		require.ErrorContains(t, err, "(it is "+pipeline.StatusWord(s.Status)+")", "a dead job is said dead")
 		j, err := b.insp.Get(ctx, b.queue, s.ID)
 		require.NoError(t, err)
 		require.Equal(t, s.Status, j.Status, "a refused delete changes nothing")

@@ -89,7 +89,7 @@ func (a *app) followJob(cmd *cobra.Command, j *pipeline.Job, asJSON bool) error 
 // followLine is one line of status --follow: the job's status and attempt, and its progress
 // when it has any.
 func followLine(j *pipeline.Job) string {
-	line := time.Now().Format("15:04:05.000") + " " + string(j.Status) + " attempt " + strconv.Itoa(j.Attempt)
+	line := time.Now().Format("15:04:05.000") + " " + pipeline.StatusWord(j.Status) + " attempt " + strconv.Itoa(j.Attempt)
 	if p := j.Reported; p != nil {
 		line += " progress " + strconv.Itoa(p.Percent) + "%"
 		if p.Message != "" {
