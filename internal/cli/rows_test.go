@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"encoding/json"
 	"strings"
 	"testing"
 
@@ -41,4 +42,29 @@ func TestDeadWord(t *testing.T) {
 	require.Regexp(t, dead.ID+` +test +dead `, out)
 	require.Contains(t, c.ok("list", "-q", "emails", "--status", "failed", "--json"), `"status":"failed"`)
 	require.Regexp(t, `(?m)^status: +dead$`, c.ok("status", "-q", "emails", dead.ID))
+}
+
+// conveyor redis prints the server and the queue's memory; --json is RedisInfo.
+func TestRedisCmd(t *testing.T) {
+	t.Parallel()
+	c := newCmdRunner(t)
+	c.ok("publish", "-q", "emails", "--type", "welcome")
+	out := c.ok("redis")
+	require.Regexp(t, `(?m)^version: +\d+\.\d+`, out)
+	require.Regexp(t, `(?m)^eviction: +\S+`, out)
+	require.Regexp(t, `(?m)^emails +\d+(\.\d)? K?i?B `, out)
+	var info struct {
+		Nodes  []struct{ Version string } `json:"nodes"`
+		Queues []struct {
+			Queue string `json:"queue"`
+			Bytes int64  `json:"bytes"`
+			Jobs  int64  `json:"jobs"`
+		} `json:"queues"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(c.ok("redis", "--json")), &info))
+	require.Len(t, info.Nodes, 1)
+	require.Len(t, info.Queues, 1)
+	require.Equal(t, "emails", info.Queues[0].Queue)
+	require.Positive(t, info.Queues[0].Bytes)
+	require.Equal(t, int64(1), info.Queues[0].Jobs)
 }
