@@ -128,30 +128,12 @@ func (i *Inspector) QueueNames(ctx context.Context) ([]string, error) {
 // keeps its attempt count. It returns ErrNotScheduled for a job in any other status, or one
 // that waits for a concurrency slot of a limit, and ErrNotFound for an unknown one.
 func (i *Inspector) RunNow(ctx context.Context, queue, id string) error {
-	if err := i.checkJob(queue, id); err != nil {
-		return err
-	}
-	qs, err := i.lookup(ctx, queue, id)
-	if err != nil {
-		return err
-	}
-	return onPartition(ctx, i.rdb, qs, id, func(q keys.Queue) error {
+	return i.onJob(ctx, queue, id, func(q keys.Queue) error {
 		row, err := jobstate.RunNow(ctx, i.rdb, q, id, events.ModeOf(ctx, i.rdb))
-		if err != nil {
-			return fmt.Errorf("run now %s/%s: %w", queue, id, err)
+		if err == nil && row.Code == script.WrongState && row.Data == "limited" {
+			return fmt.Errorf("%w (it waits for a concurrency slot of a limit, and runs when one frees)", ErrNotScheduled)
 		}
-		switch row.Code {
-		case script.OK:
-			return nil
-		case script.NotFound:
-			return ErrNotFound
-		case script.WrongState:
-			if row.Data == "limited" {
-				return fmt.Errorf("%w (it waits for a concurrency slot of a limit, and runs when one frees)", ErrNotScheduled)
-			}
-			return fmt.Errorf("%w (it is %s)", ErrNotScheduled, StatusWord(Status(row.Data)))
-		}
-		return fmt.Errorf("run now %s/%s: unexpected reply %v", queue, id, row.Code)
+		return rowError("run now", queue, id, row, err, ErrNotScheduled)
 	})
 }
 
@@ -162,6 +144,17 @@ func (i *Inspector) RunNow(ctx context.Context, queue, id string) error {
 // them) and its waiters hear "canceled". It returns ErrNotDeletable for a job in any other
 // status (cancel a running job, purge a dead one) and ErrNotFound for an unknown one.
 func (i *Inspector) Delete(ctx context.Context, queue, id string) error {
+	now := i.cfg.Now()
+	return i.onJob(ctx, queue, id, func(q keys.Queue) error {
+		row, err := jobstate.Cancel(ctx, i.rdb, q, jobstate.CancelParams{ID: id, Now: now,
+			MinRetention: i.cfg.MinRetention, Events: events.ModeOf(ctx, i.rdb), Delete: true})
+		return rowError("delete", queue, id, row, err, ErrNotDeletable)
+	})
+}
+
+// onJob runs op on the partition of queue that holds job id (a plain queue's only one), after
+// checking the names.
+func (i *Inspector) onJob(ctx context.Context, queue, id string, op func(keys.Queue) error) error {
 	if err := i.checkJob(queue, id); err != nil {
 		return err
 	}
@@ -169,21 +162,22 @@ func (i *Inspector) Delete(ctx context.Context, queue, id string) error {
 	if err != nil {
 		return err
 	}
-	now := i.cfg.Now()
-	return onPartition(ctx, i.rdb, qs, id, func(q keys.Queue) error {
-		row, err := jobstate.Cancel(ctx, i.rdb, q, jobstate.CancelParams{ID: id, Now: now,
-			MinRetention: i.cfg.MinRetention, Events: events.ModeOf(ctx, i.rdb), Delete: true})
-		if err != nil {
-			return fmt.Errorf("delete %s/%s: %w", queue, id, err)
-		}
-		switch row.Code {
-		case script.OK:
-			return nil
-		case script.NotFound:
-			return ErrNotFound
-		case script.WrongState:
-			return fmt.Errorf("%w (it is %s)", ErrNotDeletable, StatusWord(Status(row.Data)))
-		}
-		return fmt.Errorf("delete %s/%s: unexpected reply %v", queue, id, row.Code)
-	})
+	return onPartition(ctx, i.rdb, qs, id, op)
+}
+
+// rowError is the error of a job's script reply: nil for script.OK, ErrNotFound, and wrong
+// wrapped with the job's status (as a person reads it: dead for failed) for script.WrongState.
+func rowError(op, queue, id string, row jobstate.Row, err error, wrong error) error {
+	if err != nil {
+		return fmt.Errorf("%s %s/%s: %w", op, queue, id, err)
+	}
+	switch row.Code {
+	case script.OK:
+		return nil
+	case script.NotFound:
+		return ErrNotFound
+	case script.WrongState:
+		return fmt.Errorf("%w (it is %s)", wrong, StatusWord(Status(row.Data)))
+	}
+	return fmt.Errorf("%s %s/%s: unexpected reply %v", op, queue, id, row.Code)
 }
