@@ -116,3 +116,32 @@ func TestInspectorRedisInfo(t *testing.T) {
 	require.Positive(t, qm.Records)
 	require.Equal(t, qm.Keys+qm.Records, qm.Bytes)
 }
+
+// A scheduled job that waits for a concurrency slot of a limit is refused by RunNow: only a
+// freed slot moves it (it is in no scheduled set to move it from).
+func TestInspectorRunNowLimited(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := t.Context()
+	ids := publishN(t, b.client, b.queue, 1) // the queue exists
+	setLimit(t, b.rdb, b.queue, pipeline.Limit{Concurrency: 1})
+	g := newGate()
+	ids = append(ids, publishN(t, b.client, b.queue, 1)...)
+	startWorkerOn(t, b.rdb, pipeline.WorkerConfig{Queues: []string{b.queue}, Concurrency: 10},
+		map[string]pipeline.HandlerFunc{"t": g.handler(func(*pipeline.Job) string { return "" })})
+	running := g.next(t)
+	waitLimited(t, b.rdb, b.queue, 1)
+	waiting := ids[0]
+	if waiting == running {
+		waiting = ids[1]
+	}
+	j, err := b.insp.Get(ctx, b.queue, waiting)
+	require.NoError(t, err)
+	require.Equal(t, pipeline.StatusScheduled, j.Status)
+	err = b.insp.RunNow(ctx, b.queue, waiting)
+	require.ErrorIs(t, err, pipeline.ErrNotScheduled)
+	require.ErrorContains(t, err, "concurrency slot")
+	g.release <- struct{}{}
+	require.Equal(t, waiting, g.next(t), "the freed slot moves it")
+	g.release <- struct{}{}
+}
