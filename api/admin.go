@@ -245,6 +245,26 @@ func (s *Server) doctor(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
+// redisBody is the JSON of GET /v1/redis: Inspector.RedisInfo and the doctor's findings.
+type redisBody struct {
+	*pipeline.RedisInfo
+	Doctor pipeline.DoctorReport `json:"doctor"`
+}
+
+// redisInfo: GET /v1/redis. The dashboard's Redis page.
+func (s *Server) redisInfo(w http.ResponseWriter, r *http.Request) error {
+	info, err := s.inspector.RedisInfo(r.Context())
+	if err != nil {
+		return err
+	}
+	report, err := s.inspector.Doctor(r.Context())
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, redisBody{RedisInfo: info, Doctor: report})
+	return nil
+}
+
 // pauseQueue: POST /v1/queues/{queue}/pause. Workers stop taking the queue's jobs
 // (pipeline.Inspector.Pause); 404 for a queue that does not exist.
 func (s *Server) pauseQueue(w http.ResponseWriter, r *http.Request) error {

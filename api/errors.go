@@ -35,6 +35,8 @@ const (
 	ReasonUniqueHeld    = "unique_held"     // another live job holds the job's unique key
 	ReasonQueueBusy     = "queue_busy"      // the queue has unfinished jobs
 	ReasonTooManyQueues = "too_many_queues" // the queue is new and the known queues are at their maximum
+	ReasonNotScheduled  = "not_scheduled"   // run now of a job that is not scheduled (or waits for a limit's slot)
+	ReasonNotDeletable  = "not_deletable"   // delete of a job that is not scheduled or queued
 )
 
 // apiError is an error with the status and body it is answered with.
@@ -88,6 +90,10 @@ func toAPIError(err error) *apiError {
 		return &apiError{Status: http.StatusConflict, Code: CodeConflict, Reason: ReasonNotCancelable, Message: message(err)}
 	case errors.Is(err, pipeline.ErrNotDead):
 		return &apiError{Status: http.StatusConflict, Code: CodeConflict, Reason: ReasonNotDead, Message: message(err)}
+	case errors.Is(err, pipeline.ErrNotScheduled):
+		return &apiError{Status: http.StatusConflict, Code: CodeConflict, Reason: ReasonNotScheduled, Message: message(err)}
+	case errors.Is(err, pipeline.ErrNotDeletable):
+		return &apiError{Status: http.StatusConflict, Code: CodeConflict, Reason: ReasonNotDeletable, Message: message(err)}
 	case errors.Is(err, pipeline.ErrUniqueHeld):
 		return &apiError{Status: http.StatusConflict, Code: CodeConflict, Reason: ReasonUniqueHeld, Message: message(err)}
 	case errors.Is(err, pipeline.ErrTooManyQueues):

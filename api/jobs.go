@@ -190,7 +190,7 @@ func (s *Server) listJobs(w http.ResponseWriter, r *http.Request) error {
 	q := r.URL.Query()
 	status := q.Get("status")
 	if status == "" {
-		return badArg("status is required: scheduled, queued, in_progress or failed")
+		return badArg("status is required: scheduled, queued, in_progress or failed (dead)")
 	}
 	page := pipeline.Page{Cursor: q.Get("cursor")}
 	if v := q.Get("limit"); v != "" {
@@ -200,10 +200,37 @@ func (s *Server) listJobs(w http.ResponseWriter, r *http.Request) error {
 		}
 		page.Limit = n
 	}
-	p, err := s.inspector.List(r.Context(), r.PathValue("queue"), pipeline.Status(status), page)
+	p, err := s.inspector.List(r.Context(), r.PathValue("queue"), pipeline.ParseStatus(status), page)
 	if err != nil {
 		return err
 	}
 	writeJSON(w, http.StatusOK, p)
+	return nil
+}
+
+// runNow: POST /v1/queues/{queue}/jobs/{id}/run. A scheduled job (delayed, a retry, snoozed)
+// goes into its stream now; any other is a 409 not_scheduled.
+func (s *Server) runNow(w http.ResponseWriter, r *http.Request) error {
+	queue, id := r.PathValue("queue"), r.PathValue("id")
+	if err := s.inspector.RunNow(r.Context(), queue, id); err != nil {
+		return jobErr(err, queue, id)
+	}
+	job, err := s.client.Get(r.Context(), queue, id)
+	if err != nil {
+		return jobErr(err, queue, id)
+	}
+	writeJSON(w, http.StatusOK, job)
+	return nil
+}
+
+// deleteJob: POST /v1/queues/{queue}/jobs/{id}/delete. A scheduled or queued job is removed
+// with its record (DELETE on the job is a cancel, which keeps the record); any other is a 409
+// not_deletable.
+func (s *Server) deleteJob(w http.ResponseWriter, r *http.Request) error {
+	queue, id := r.PathValue("queue"), r.PathValue("id")
+	if err := s.inspector.Delete(r.Context(), queue, id); err != nil {
+		return jobErr(err, queue, id)
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"queue": queue, "id": id, "deleted": true})
 	return nil
 }

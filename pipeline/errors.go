@@ -25,6 +25,12 @@ var (
 	ErrNotCancelable = errors.New("pipeline: job already finished")
 	// ErrNotDead is returned by Replay for a job that is not in the dead set.
 	ErrNotDead = errors.New("pipeline: job is not in the dead set")
+	// ErrNotScheduled is returned by Inspector.RunNow for a job that is not scheduled, or that
+	// waits for a concurrency slot of a limit (only a freed slot moves it).
+	ErrNotScheduled = errors.New("pipeline: job is not scheduled")
+	// ErrNotDeletable is returned by Inspector.Delete for a job that is not scheduled or queued:
+	// a running job is canceled (Cancel), a dead one purged (Purge), a finished one expires.
+	ErrNotDeletable = errors.New("pipeline: job is not scheduled or queued")
 	// ErrNoHandler is wrapped by the error of an attempt of a job whose type the worker that
 	// took it has no handler for; the attempt is retried like any failed one.
 	ErrNoHandler = errors.New("pipeline: no handler")

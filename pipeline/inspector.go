@@ -327,7 +327,8 @@ func (p *JobPage) MarshalJSON() ([]byte, error) {
 //     JobPage.Leases has its lease (idle time since the last renewal). A job a worker was just
 //     handed is listed here before the worker records its start. The cursor is the last entry
 //     id seen.
-//   - StatusFailed: the dead set, newest death first. The cursor is "<death unix ms>:<id>".
+//   - StatusFailed (or "dead", its alias: ParseStatus): the dead set, newest death first. The
+//     cursor is "<death unix ms>:<id>".
 //
 // Completed and canceled jobs cannot be listed: no index holds them (their records only wait
 // to expire); ask for them by id with Get. Asking for them, or for an unknown status, returns
@@ -357,6 +358,7 @@ func (i *Inspector) List(ctx context.Context, queue string, status Status, page 
 	case limit > MaxPageLimit:
 		limit = MaxPageLimit
 	}
+	status = ParseStatus(string(status)) // "dead" is failed's word
 	switch status {
 	case StatusScheduled, StatusFailed, StatusQueued, StatusInProgress:
 	case StatusCompleted, StatusCanceled:

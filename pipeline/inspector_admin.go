@@ -6,6 +6,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/conveyorq/conveyor/internal/events"
 	"github.com/conveyorq/conveyor/internal/jobstate"
 	"github.com/conveyorq/conveyor/internal/keys"
 	"github.com/conveyorq/conveyor/internal/rediserr"
@@ -119,4 +120,64 @@ func (i *Inspector) QueueExists(ctx context.Context, queue string) (bool, error)
 func (i *Inspector) QueueNames(ctx context.Context) ([]string, error) {
 	names, _, err := knownQueues(ctx, i.rdb, i.cfg.Prefix)
 	return names, err
+}
+
+// RunNow moves a scheduled job (delayed, a retry waiting for its backoff, or snoozed) into its
+// queue's stream now, as the scheduler would at its due time: the move is one script
+// (run_now.lua), so a scheduler promoting the job at the same moment moves it once. A retry
+// keeps its attempt count. It returns ErrNotScheduled for a job in any other status, or one
+// that waits for a concurrency slot of a limit, and ErrNotFound for an unknown one.
+func (i *Inspector) RunNow(ctx context.Context, queue, id string) error {
+	return i.onJob(ctx, queue, id, func(q keys.Queue) error {
+		row, err := jobstate.RunNow(ctx, i.rdb, q, id, events.ModeOf(ctx, i.rdb))
+		if err == nil && row.Code == script.WrongState && row.Data == "limited" {
+			return fmt.Errorf("%w (it waits for a concurrency slot of a limit, and runs when one frees)", ErrNotScheduled)
+		}
+		return rowError("run now", queue, id, row, err, ErrNotScheduled)
+	})
+}
+
+// Delete removes a scheduled or queued job entirely: its record, its place in the scheduled set
+// or its stream entry, its unique and debounce keys and its place in a fair group, in one step
+// (cancel.lua's, with no record kept). Unlike Cancel it leaves no canceled record behind; the
+// job still counts as canceled in the queue's counters (every published job ends in one of
+// them) and its waiters hear "canceled". It returns ErrNotDeletable for a job in any other
+// status (cancel a running job, purge a dead one) and ErrNotFound for an unknown one.
+func (i *Inspector) Delete(ctx context.Context, queue, id string) error {
+	now := i.cfg.Now()
+	return i.onJob(ctx, queue, id, func(q keys.Queue) error {
+		row, err := jobstate.Cancel(ctx, i.rdb, q, jobstate.CancelParams{ID: id, Now: now,
+			MinRetention: i.cfg.MinRetention, Events: events.ModeOf(ctx, i.rdb), Delete: true})
+		return rowError("delete", queue, id, row, err, ErrNotDeletable)
+	})
+}
+
+// onJob runs op on the partition of queue that holds job id (a plain queue's only one), after
+// checking the names.
+func (i *Inspector) onJob(ctx context.Context, queue, id string, op func(keys.Queue) error) error {
+	if err := i.checkJob(queue, id); err != nil {
+		return err
+	}
+	qs, err := i.lookup(ctx, queue, id)
+	if err != nil {
+		return err
+	}
+	return onPartition(ctx, i.rdb, qs, id, op)
+}
+
+// rowError is the error of a job's script reply: nil for script.OK, ErrNotFound, and wrong
+// wrapped with the job's status (as a person reads it: dead for failed) for script.WrongState.
+func rowError(op, queue, id string, row jobstate.Row, err error, wrong error) error {
+	if err != nil {
+		return fmt.Errorf("%s %s/%s: %w", op, queue, id, err)
+	}
+	switch row.Code {
+	case script.OK:
+		return nil
+	case script.NotFound:
+		return ErrNotFound
+	case script.WrongState:
+		return fmt.Errorf("%w (it is %s)", wrong, StatusWord(Status(row.Data)))
+	}
+	return fmt.Errorf("%s %s/%s: unexpected reply %v", op, queue, id, row.Code)
 }

@@ -22,7 +22,7 @@
   const MAIN_COUNTERS = [
     ['enqueued', 'Enqueued'],
     ['completed', 'Completed'],
-    ['failed', 'Failed'],
+    ['failed', 'Died'],
     ['retried', 'Retried'],
   ];
   const ALL_COUNTERS = MAIN_COUNTERS.concat([
@@ -35,10 +35,30 @@
   ]);
   const SERIES = [
     ['completed', 'Completed'],
-    ['failed', 'Failed'],
+    ['failed', 'Died'],
     ['retried', 'Retried'],
   ];
   const FINAL = new Set(['completed', 'failed', 'canceled']);
+  // HELP says in plain words what each gauge and counter counts: the title (tooltip) of its
+  // heading and the help text under the counters. "failed" is the wire name of a dead job.
+  const HELP = {
+    scheduled: 'Jobs waiting for their time now: a delay, a retry\'s backoff or a snooze.',
+    queued: 'Jobs waiting for a worker now.',
+    in_progress: 'Jobs a worker holds now.',
+    dead: 'Dead jobs now: failed for good, kept for a replay or a purge.',
+    enqueued: 'Jobs published since the queue was created.',
+    completed: 'Jobs that succeeded.',
+    failed: 'Jobs that died (went to the dead list), for any reason: retries used up, a SkipRetry error, a worker lost on the last attempt, an unreadable entry. Its API name is "failed".',
+    retried: 'Failed attempts scheduled to run again: a retry, not a death.',
+    recovered: 'Jobs taken back from a worker that stopped renewing its lease (it crashed or lost Redis) and queued again; the lost attempt counts.',
+    dead_by_recovery: 'Jobs whose worker was lost on their last attempt, so recovery sent them to the dead list (also counted in Died).',
+    poison: 'Stream entries that could not be read as a job, sent to the dead list (also counted in Died).',
+    refused: 'Late writes refused: a worker reported on a job that had moved on (canceled, recovered, put back) and nothing changed. A steady count means workers lose their leases: is the visibility timeout shorter than the work?',
+    canceled: 'Jobs canceled or deleted before they finished.',
+    released: 'Jobs a worker put back unfinished as it shut down, for another worker; not an attempt.',
+  };
+  const PREVIEW_CHARS = 60; // a payload preview's length in a list
+  const FOLD_CHARS = 120; // an error longer than this (or of several lines) is folded
 
   // ---- DOM helpers ----
 
@@ -139,7 +159,8 @@
     return h('pre', { class: 'code json' }, JSON.stringify(v, null, 2));
   }
 
-  const badge = (status) => h('span', { class: 'badge st-' + status, data: { status } }, status.replace('_', ' '));
+  // A dead job's status is "failed" on the wire; a person reads "dead".
+  const badge = (status) => h('span', { class: 'badge st-' + status, data: { status } }, status === 'failed' ? 'dead' : status.replace('_', ' '));
 
   // ---- API client ----
 
@@ -440,7 +461,7 @@
     const table = h('table', { class: 'grid-table queues' },
       h('caption', { class: 'visually-hidden' }, 'Jobs in each state and counters, by queue'),
       h('thead', {}, h('tr', {}, h('th', { scope: 'col' }, 'Queue'),
-        cols.map(([, name, st]) => h('th', { scope: 'col', class: 'num' + (st ? ' gauge' : '') }, name)))),
+        cols.map(([k, name, st]) => h('th', { scope: 'col', class: 'num' + (st ? ' gauge' : ''), title: HELP[k] || null }, name)))),
       h('tbody', {}, queues.map((q) => h('tr', { data: { queue: q.queue } },
         h('th', { scope: 'row', class: 'name' }, h('a', { href: queueHref(q.queue) }, q.queue), q.paused ? [' ', pausedBadge()] : null),
         cols.map(([k, name, st]) => h('td', { class: 'num' + (st ? ' gauge' : '') + (k === 'dead' && num(q[k]) > 0 ? ' has-dead' : ''), data: { label: name, field: k } },
@@ -458,7 +479,7 @@
     const err = h('div', {});
     const pause = h('div', { class: 'pause-box' });
     main().replaceChildren(heading('Queue ' + q), tabs(q, '', null), err, pause,
-      h('section', { class: 'card', 'aria-labelledby': 'c-h' }, h('h2', { id: 'c-h' }, 'Counters'), counters),
+      h('section', { class: 'card', 'aria-labelledby': 'c-h' }, h('h2', { id: 'c-h' }, 'Counters'), counters, countersHelp()),
       h('section', { class: 'card', 'aria-labelledby': 'tp-h' }, h('h2', { id: 'tp-h' }, 'Throughput'), chartFig.el, lat.el),
       limitsCard(q, g), groupsCard(q, g));
     const refresh = async () => {
@@ -473,7 +494,7 @@
         updateTabCounts(st);
         renderPause(pause, q, !!st.paused, refresh);
         counters.replaceChildren(...ALL_COUNTERS.map(([k, name]) =>
-          h('div', { data: { field: k } }, h('dt', {}, name), h('dd', {}, fmtInt(st[k])))));
+          h('div', { data: { field: k }, title: HELP[k] || null }, h('dt', {}, name), h('dd', {}, fmtInt(st[k])))));
         chartFig.update(tp);
         lat.update(tp);
         stamp();
@@ -483,6 +504,12 @@
     };
     refresh();
     return { refresh, resize: chartFig.redraw };
+  }
+
+  // countersHelp explains every counter in plain words, folded under the counters.
+  function countersHelp() {
+    return h('details', { class: 'counters-help' }, h('summary', {}, 'What do these count?'),
+      h('dl', {}, ALL_COUNTERS.map(([k, name]) => [h('dt', {}, name), h('dd', {}, HELP[k])])));
   }
 
   const pausedBadge = () => h('span', { class: 'badge paused', data: { paused: 'true' } }, 'paused');
@@ -681,6 +708,7 @@
     if (!cursorStacks.has(key)) cursorStacks.set(key, ['']);
     const stack = cursorStacks.get(key);
     const dead = state === 'failed';
+    const selected = new Set(); // the dead rows checked, by job id
     const title = (STATES.find(([st]) => st === state) || [state, state])[1];
     const err = h('div', {});
     const body = h('div', { class: 'list-body' });
@@ -689,12 +717,15 @@
     const next = h('button', { type: 'button', class: 'next', onclick: () => { if (nextCursor) { stack.push(nextCursor); load(); } } }, 'Next →');
     const tools = h('div', { class: 'toolbar' },
       h('button', { type: 'button', onclick: () => load() }, 'Refresh'));
+    let selTools = null; // the dead list's purge all and selection buttons
+    const refreshSelection = () => { if (selTools) selTools.update(); };
     if (dead) {
+      selTools = deadTools(q, selected, () => deadCount, () => { stack.length = 1; load(); });
       const all = h('span', { class: 'replay-all' });
       all.append(h('button', {
         type: 'button', class: 'replay-all-btn',
         onclick: async () => {
-          if (!(await confirmInline(all, 'Replay every dead job of ' + q + '?', 'Replay all'))) return;
+          if (!(await confirmInline(all, 'Replay all ' + fmtInt(deadCount) + ' dead jobs of ' + q + '?', 'Replay all'))) return;
           try {
             const r = await api('POST', 'queues/' + enc(q) + '/dead:replay');
             notify('ok', 'Replayed ' + fmtInt(r && r.replayed) + ' dead jobs of ' + q + '.');
@@ -705,9 +736,10 @@
           load();
         },
       }, 'Replay all'));
-      tools.append(all);
+      tools.append(all, selTools.el);
     }
     let nextCursor = '';
+    let deadCount = 0; // the dead gauge when the page last loaded: the count "all" confirms
     const pager = h('div', { class: 'pager' }, prev, pageNo, next);
     main().replaceChildren(heading('Queue ' + q), tabs(q, state, null),
       h('section', { class: 'card', 'aria-labelledby': 'l-h' },
@@ -715,9 +747,10 @@
         err, body,
         pager));
 
-    const cols = [['Job'], ['Type'], ['Attempt']];
-    if (state === 'scheduled') cols.push(['Runs']);
-    if (state === 'queued') cols.push(['Enqueued']);
+    const cols = [['Job'], ['Type'], ['Payload'], ['Attempt']];
+    if (dead) cols.unshift(['Select']);
+    if (state === 'scheduled') cols.push(['Runs'], ['Why'], ['Last error'], ['Actions']);
+    if (state === 'queued') cols.push(['Enqueued'], ['Actions']);
     if (state === 'in_progress') cols.push(['Worker'], ['Started'], ['Lease idle'], ['Deliveries']);
     if (dead) cols.push(['Reason'], ['Died'], ['Actions']);
 
@@ -725,10 +758,22 @@
       const cells = [
         h('td', { class: 'id', data: { label: 'Job' } }, h('a', { href: jobHref(q, j.id) }, j.id)),
         h('td', { data: { label: 'Type' } }, j.type),
+        h('td', { class: 'payload', data: { label: 'Payload' } }, payloadPreview(j.payload)),
         h('td', { class: 'num', data: { label: 'Attempt' } }, fmtInt(j.attempt) + ' of ' + fmtInt(num(j.max_retries) + 1)),
       ];
-      if (state === 'scheduled') cells.push(h('td', { data: { label: 'Runs' } }, timeEl(j.run_at, true)));
-      if (state === 'queued') cells.push(h('td', { data: { label: 'Enqueued' } }, timeEl(j.enqueued_at, true)));
+      if (state === 'scheduled') {
+        const tr = h('tr', { data: { job: j.id, scheduledFor: j.scheduled_for || 'delay' }, class: j.scheduled_for ? 'is-' + j.scheduled_for : null });
+        cells.push(h('td', { data: { label: 'Runs' } }, timeEl(j.run_at, true)),
+          h('td', { class: 'why', data: { label: 'Why' } }, whyBadge(j)),
+          h('td', { class: 'reason', data: { label: 'Last error' } }, fold(j.last_error)),
+          rowActions(q, j, tr, true));
+        return put(tr, cells);
+      }
+      if (state === 'queued') {
+        const tr = h('tr', { data: { job: j.id } });
+        cells.push(h('td', { data: { label: 'Enqueued' } }, timeEl(j.enqueued_at, true)), rowActions(q, j, tr, false));
+        return put(tr, cells);
+      }
       if (state === 'in_progress') {
         const l = (leases && leases[j.id]) || {};
         cells.push(h('td', { class: 'wrap', data: { label: 'Worker' } }, l.worker || j.worker || '—'),
@@ -742,7 +787,10 @@
         actions.append(
           h('button', { type: 'button', class: 'replay', 'aria-label': 'Replay job ' + j.id, onclick: () => replayJob(q, j.id, tr) }, 'Replay'), ' ',
           h('button', { type: 'button', class: 'purge danger', 'aria-label': 'Purge job ' + j.id, onclick: () => purgeJob(q, j.id, actions, tr) }, 'Purge'));
-        cells.push(h('td', { class: 'reason', data: { label: 'Reason' } }, j.last_error || '—'),
+        const box = h('input', { type: 'checkbox', class: 'select', 'aria-label': 'Select job ' + j.id, checked: selected.has(j.id),
+          onchange: (ev) => { if (ev.target.checked) selected.add(j.id); else selected.delete(j.id); refreshSelection(); } });
+        cells.unshift(h('td', { class: 'select-cell', data: { label: 'Select' } }, box));
+        cells.push(h('td', { class: 'reason', data: { label: 'Reason' } }, fold(j.last_error)),
           h('td', { data: { label: 'Died' } }, timeEl(j.completed_at, true)), actions);
         put(tr, cells);
         return tr;
@@ -759,7 +807,13 @@
         if (!live(g)) return;
         err.replaceChildren();
         updateTabCounts(st);
+        deadCount = num(st && st.dead);
         const jobs = (page && page.jobs) || [];
+        if (dead) { // a selection holds only rows that show
+          const shown = new Set(jobs.map((j) => j.id));
+          for (const id of selected) if (!shown.has(id)) selected.delete(id);
+          refreshSelection();
+        }
         nextCursor = (page && page.next) || '';
         next.disabled = !nextCursor;
         pageNo.textContent = 'Page ' + stack.length;
@@ -782,6 +836,115 @@
     load();
     // Lists reload on Refresh, paging and actions only: rows do not move under the pointer.
     return { refresh: async () => { try { updateTabCounts(await queueStats(q)); } catch (_) { /* shown on load */ } } };
+  }
+
+  // payloadPreview is a list cell's look at a job's payload: its first characters, with the
+  // whole (up to a limit) as the title.
+  function payloadPreview(v) {
+    if (v === null || v === undefined || v === '') return h('span', { class: 'muted' }, '—');
+    const text = typeof v === 'string' ? v : JSON.stringify(v);
+    const short = text.length > PREVIEW_CHARS ? text.slice(0, PREVIEW_CHARS) + '…' : text;
+    return h('code', { class: 'preview', title: text.slice(0, 2000) }, short);
+  }
+
+  // whyBadge says why a scheduled job waits: a retry after a failed attempt, a snooze, or the
+  // delay it was published with (the job's scheduled_for).
+  function whyBadge(j) {
+    const why = j.scheduled_for === 'retry' ? 'retry' : j.scheduled_for === 'snooze' ? 'snoozed' : 'delayed';
+    const tip = why === 'retry' ? 'A retry: an attempt failed, and the job waits for its backoff. Its last error is beside it.'
+      : why === 'snoozed' ? 'Snoozed by its handler: it runs again at its time, and keeps its retries.'
+        : 'Published with a delay or a time to run at.';
+    return h('span', { class: 'why-badge why-' + why, title: tip, data: { why } }, why);
+  }
+
+  // fold shows an error: a short one as it is, a long one (or one of several lines) folded to
+  // its first line, the whole shown on a click.
+  function fold(text) {
+    if (!text) return h('span', { class: 'muted' }, '—');
+    const first = text.split('\n')[0];
+    if (text.length <= FOLD_CHARS && first === text) return text;
+    return h('details', { class: 'fold' },
+      h('summary', {}, first.length > FOLD_CHARS ? first.slice(0, FOLD_CHARS) + '…' : first + ' …'),
+      h('pre', { class: 'code' }, text));
+  }
+
+  // rowActions are a scheduled or queued row's buttons: run now (scheduled only: into the
+  // stream at once), cancel (a canceled record stays) and delete (nothing stays). The row goes
+  // once done.
+  function rowActions(q, j, tr, scheduled) {
+    const td = h('td', { class: 'actions', data: { label: 'Actions' } });
+    const base = 'queues/' + enc(q) + '/jobs/' + enc(j.id);
+    const act = async (what, verb, method, path, confirmQ, yes) => {
+      if (confirmQ && !(await confirmInline(td, confirmQ, yes))) return;
+      try {
+        await api(method, path);
+        tr.remove();
+        notify('ok', what + ' job ', h('a', { href: jobHref(q, j.id), class: 'id' }, j.id), '.');
+        try { updateTabCounts(await queueStats(q)); } catch (_) { /* next refresh */ }
+      } catch (e) {
+        notify('bad', 'Could not ' + verb + ' ' + j.id + ': ' + e.message);
+      }
+    };
+    if (scheduled) {
+      td.append(h('button', { type: 'button', class: 'run-now', 'aria-label': 'Run job ' + j.id + ' now',
+        title: 'Move it into the stream now: a worker takes it at once',
+        onclick: () => act('Moved into the stream', 'run now', 'POST', base + '/run') }, 'Run now'), ' ');
+    }
+    td.append(
+      h('button', { type: 'button', class: 'cancel', 'aria-label': 'Cancel job ' + j.id, title: 'It never runs; a canceled record stays to read',
+        onclick: () => act('Canceled', 'cancel', 'DELETE', base, 'Cancel ' + j.id + '?', 'Cancel job') }, 'Cancel'), ' ',
+      h('button', { type: 'button', class: 'delete danger', 'aria-label': 'Delete job ' + j.id, title: 'It never runs, and no record stays',
+        onclick: () => act('Deleted', 'delete', 'POST', base + '/delete', 'Delete ' + j.id + ', leaving no record?', 'Delete') }, 'Delete'));
+    return td;
+  }
+
+  // deadTools are the dead list's bulk actions: purge all, and replay or purge the rows
+  // selected. Each asks first, saying how many; a selection is done one job at a time (the API
+  // takes one id a call) and ends with a summary. update() follows the selection.
+  function deadTools(q, selected, count, reload) {
+    const el = h('span', { class: 'dead-tools' });
+    const purgeAll = h('button', { type: 'button', class: 'purge-all-btn danger', onclick: async () => {
+      if (!(await confirmInline(el, 'Purge all ' + fmtInt(count()) + ' dead jobs of ' + q + ' for good?', 'Purge all'))) return;
+      try {
+        const r = await api('DELETE', 'queues/' + enc(q) + '/dead');
+        notify('ok', 'Purged ' + fmtInt(r && r.purged) + ' dead jobs of ' + q + '.');
+      } catch (e) {
+        notify('bad', 'Purge all failed: ' + e.message);
+      }
+      reload();
+    } }, 'Purge all');
+    const bulk = (verb, method, path) => async () => {
+      const ids = Array.from(selected);
+      if (ids.length === 0) return;
+      const n = ids.length + ' selected dead job' + (ids.length === 1 ? '' : 's');
+      if (!(await confirmInline(el, verb + ' the ' + n + (verb === 'Purge' ? ' for good?' : '?'), verb + ' ' + ids.length))) return;
+      const failed = [];
+      for (const id of ids) {
+        try {
+          await api(method, path(id));
+        } catch (e) {
+          failed.push(id + ': ' + e.message);
+        }
+      }
+      const done = ids.length - failed.length;
+      notify(failed.length ? 'bad' : 'ok', (verb === 'Replay' ? 'Replayed ' : 'Purged ') + done + ' of the ' + n + '.' +
+        (failed.length ? ' Not done: ' + failed.join('; ') : ''));
+      selected.clear();
+      reload();
+    };
+    const base = 'queues/' + enc(q) + '/dead/';
+    const replaySel = h('button', { type: 'button', class: 'replay-selected', onclick: bulk('Replay', 'POST', (id) => base + enc(id) + '/replay') });
+    const purgeSel = h('button', { type: 'button', class: 'purge-selected danger', onclick: bulk('Purge', 'DELETE', (id) => base + enc(id)) });
+    const update = () => {
+      for (const id of Array.from(selected)) if (!document.querySelector('tr[data-job="' + CSS.escape(id) + '"]')) selected.delete(id);
+      const n = selected.size;
+      replaySel.textContent = 'Replay selected (' + n + ')';
+      purgeSel.textContent = 'Purge selected (' + n + ')';
+      replaySel.disabled = purgeSel.disabled = n === 0;
+    };
+    update();
+    el.append(purgeAll, ' ', replaySel, ' ', purgeSel);
+    return { el, update };
   }
 
   async function replayJob(q, id, tr) {
@@ -1090,6 +1253,98 @@
     wrap.replaceChildren(table);
   }
 
+  // ---- Redis: each server's state, each queue's memory and the doctor's findings (GET v1/redis) ----
+
+  function fmtBytes(v) {
+    v = num(v);
+    const units = ['B', 'KiB', 'MiB', 'GiB', 'TiB'];
+    let i = 0;
+    while (v >= 1024 && i < units.length - 1) { v /= 1024; i++; }
+    return (i === 0 ? String(v) : v.toFixed(v >= 100 ? 0 : 1)) + ' ' + units[i];
+  }
+
+  // redisPage loads when it opens and on Refresh, not every few seconds: INFO and MEMORY USAGE
+  // on every master are not worth a poll.
+  function redisPage() {
+    const g = gen;
+    const err = h('div', {});
+    const nodes = h('div', { class: 'redis-nodes' }, h('p', { class: 'loading' }, 'Loading…'));
+    const queues = h('div', { class: 'redis-queues' });
+    const findings = h('div', { class: 'redis-doctor' });
+    const load = async () => {
+      try {
+        const r = await api('GET', 'redis');
+        if (!live(g)) return;
+        err.replaceChildren();
+        renderRedisNodes(nodes, r.nodes || []);
+        renderQueueMemory(queues, r.queues || []);
+        renderFindings(findings, (r.doctor && r.doctor.findings) || []);
+        stamp();
+      } catch (e) {
+        if (live(g)) err.replaceChildren(errorBox('Could not read Redis', e));
+      }
+    };
+    main().replaceChildren(heading('Redis', h('button', { type: 'button', onclick: () => load() }, 'Refresh')), err,
+      h('section', { class: 'card', 'aria-labelledby': 'rn-h' }, h('h2', { id: 'rn-h' }, 'Servers'), nodes),
+      h('section', { class: 'card', 'aria-labelledby': 'rq-h' }, h('h2', { id: 'rq-h' }, 'Memory by queue'),
+        h('p', { class: 'muted small' }, 'MEMORY USAGE of each queue\'s streams, scheduled and dead sets (Redis samples 5 elements of each, so a big queue costs what a small one does), and an estimate of its job records: its jobs times the mean size of a few records. Finished records kept for their retention are not counted.'),
+        queues),
+      h('section', { class: 'card', 'aria-labelledby': 'rd-h' }, h('h2', { id: 'rd-h' }, 'Doctor'),
+        h('p', { class: 'muted small' }, 'What conveyor doctor finds: is this Redis set up to keep jobs safe?'), findings));
+    load();
+    return {};
+  }
+
+  function renderRedisNodes(wrap, nodes) {
+    wrap.replaceChildren(...nodes.map((n) => {
+      const row = (k, label, v, bad) => h('div', { data: { field: k }, class: bad ? 'bad' : null }, h('dt', {}, label), h('dd', {}, v));
+      const persist = (n.aof ? 'AOF on (fsync ' + (n.appendfsync || '?') + ')' : 'AOF off') + '; last RDB save ' +
+        (n.rdb_last_save ? fmtAgo(n.rdb_last_save * 1000) + ' (' + (n.rdb_last_save_status || '?') + ')' : 'never') +
+        ', ' + fmtInt(n.rdb_changes_since_save) + ' writes since';
+      return h('div', { class: 'redis-node', data: { node: n.node } },
+        h('h3', {}, n.node || 'Redis'),
+        n.error ? h('p', { class: 'error' }, n.error) : null,
+        h('dl', { class: 'counters' },
+          row('version', 'Version', n.version + ' (' + n.mode + ')'),
+          row('uptime', 'Up for', fmtDur(num(n.uptime_seconds) * 1000)),
+          row('memory', 'Memory used', fmtBytes(n.used_memory) + ' of ' + (num(n.max_memory) ? fmtBytes(n.max_memory) : 'no limit'),
+            num(n.max_memory) && num(n.used_memory) > 0.8 * num(n.max_memory)),
+          row('eviction', 'Eviction policy', n.eviction_policy, n.eviction_policy && n.eviction_policy !== 'noeviction'),
+          row('clients', 'Clients', fmtInt(n.connected_clients) + ' of ' + fmtInt(n.max_clients)),
+          row('persistence', 'Persistence', persist, !n.aof && n.rdb_last_save_status === 'err')));
+    }));
+  }
+
+  function renderQueueMemory(wrap, queues) {
+    if (queues.length === 0) {
+      wrap.replaceChildren(h('p', { class: 'muted' }, 'No queues yet.'));
+      return;
+    }
+    queues = queues.slice().sort((a, b) => num(b.bytes) - num(a.bytes));
+    wrap.replaceChildren(h('table', { class: 'grid-table queue-memory' },
+      h('caption', { class: 'visually-hidden' }, 'Memory of each queue'),
+      h('thead', {}, h('tr', {}, ['Queue', 'Total', 'Keys', 'Job records (estimate)', 'Jobs'].map((c) => h('th', { scope: 'col' }, c)))),
+      h('tbody', {}, queues.map((m) => h('tr', { data: { queue: m.queue } },
+        h('th', { scope: 'row', class: 'name' }, h('a', { href: queueHref(m.queue) }, m.queue)),
+        h('td', { class: 'num', data: { label: 'Total', field: 'bytes' } }, fmtBytes(m.bytes)),
+        h('td', { class: 'num', data: { label: 'Keys', field: 'keys' } }, fmtBytes(m.keys)),
+        h('td', { class: 'num', data: { label: 'Job records', field: 'records' } }, fmtBytes(m.records),
+          h('span', { class: 'muted small' }, ' (' + fmtInt(m.sampled) + ' sampled)')),
+        h('td', { class: 'num', data: { label: 'Jobs', field: 'jobs' } }, fmtInt(m.jobs)))))));
+  }
+
+  function renderFindings(wrap, findings) {
+    wrap.replaceChildren(h('table', { class: 'grid-table findings' },
+      h('caption', { class: 'visually-hidden' }, 'The doctor\'s findings'),
+      h('thead', {}, h('tr', {}, ['Check', 'Server', 'Status', 'Found', 'Fix'].map((c) => h('th', { scope: 'col' }, c)))),
+      h('tbody', {}, findings.map((f) => h('tr', { data: { check: f.check, status: f.status } },
+        h('td', { data: { label: 'Check' } }, f.check),
+        h('td', { data: { label: 'Server' } }, f.node || '—'),
+        h('td', { data: { label: 'Status' } }, h('span', { class: 'badge doctor-' + f.status }, f.status)),
+        h('td', { class: 'wrap', data: { label: 'Found' } }, f.detail),
+        h('td', { class: 'wrap', data: { label: 'Fix' } }, f.fix || '—'))))));
+  }
+
   function notFound() {
     main().replaceChildren(heading('Not found'), h('p', {}, 'This page does not exist. ', h('a', { href: '#/queues' }, 'See the queues.')));
     return {};
@@ -1118,10 +1373,13 @@
     else if (p[0] === 'jobs' && p.length === 3) v = jobPage(p[1], p[2]);
     else if (p[0] === 'jobs' && p.length === 2) v = find(p[1]);
     else if (p[0] === 'schedules' && p.length === 1) v = schedulesPage();
+    else if (p[0] === 'redis' && p.length === 1) v = redisPage();
     else v = notFound();
     view = v;
     $('#nav-queues').setAttribute('aria-current', p && (p.length === 0 || p[0] === 'queues') ? 'page' : 'false');
     $('#nav-schedules').setAttribute('aria-current', p && p[0] === 'schedules' ? 'page' : 'false');
+    const navRedis = $('#nav-redis');
+    if (navRedis) navRedis.setAttribute('aria-current', p && p[0] === 'redis' ? 'page' : 'false');
   }
 
   function navigated() {

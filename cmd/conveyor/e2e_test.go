@@ -59,6 +59,7 @@ func TestE2E(t *testing.T) {
 	t.Run("Version", func(t *testing.T) { t.Parallel(); testVersion(t, c) })
 	t.Run("Completion", func(t *testing.T) { t.Parallel(); testCompletion(t, c) })
 	t.Run("ProduceOnly", func(t *testing.T) { t.Parallel(); testProduceOnly(t, c) })
+	t.Run("RunNowDelete", func(t *testing.T) { t.Parallel(); testRunNowDelete(t, c) })
 }
 
 // buildCLI builds the binary into the test's temporary directory. It is built without the

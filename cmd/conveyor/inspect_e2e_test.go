@@ -70,7 +70,7 @@ func testQueuesCmd(t *testing.T, c *cli) {
 	table := c.ok(t, "queues", "--prefix", p)
 	lines := strings.Split(strings.TrimSpace(table), "\n")
 	require.Len(t, lines, 3, table)
-	require.Regexp(t, `^QUEUE +SCHEDULED +QUEUED +IN_PROGRESS +DEAD +\| +ENQUEUED +COMPLETED +FAILED`, lines[0])
+	require.Regexp(t, `^QUEUE +SCHEDULED +QUEUED +IN_PROGRESS +DEAD +\| +ENQUEUED +COMPLETED +DIED`, lines[0])
 	require.Regexp(t, `^billing +0 +1 +0 +0 +\| +1 `, lines[1])
 	require.Regexp(t, `^emails +1 +1 +0 +0 +\| +2 `, lines[2])
 
@@ -168,7 +168,7 @@ func testListCmd(t *testing.T, c *cli) {
 		r := c.run(t, "list", "--prefix", p, "--queue", "idle", "--status", s)
 		require.Equal(t, 0, r.code, r.stderr)
 		require.Empty(t, r.stdout)
-		require.Equal(t, "no "+s+" jobs in queue idle\n", r.stderr)
+		require.Equal(t, "no "+pipeline.StatusWord(pipeline.Status(s))+" jobs in queue idle\n", r.stderr, "failed reads dead")
 		require.Equal(t, `{"jobs":[],"next":""}`+"\n", c.ok(t, "list", "--prefix", p, "--queue", "idle", "--status", s, "--json"))
 	}
 
@@ -197,7 +197,7 @@ func testListCmd(t *testing.T, c *cli) {
 	require.ElementsMatch(t, failing, jobIDs(page.Jobs))
 	table, _ = c.listTable(t, "--prefix", p, "--queue", "busy", "--status", "failed")
 	require.Regexp(t, `(?m)^ID +TYPE +STATUS +ATTEMPT +DIED +LAST_ERROR$`, table)
-	require.Regexp(t, `(?m)^`+failing[0]+` +fail +failed +1 +\d{4}-`, table)
+	require.Regexp(t, `(?m)^`+failing[0]+` +fail +dead +1 +\d{4}-`, table, "failed reads dead")
 
 	// dead purge by id deletes the dead job and refuses the running one; dead replay --all
 	// replays what is left.

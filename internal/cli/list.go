@@ -28,7 +28,8 @@ func newListCmd(a *app) *cobra.Command {
 		Short: "List a queue's jobs by status, a page at a time",
 		Long: `List the jobs of a queue that are scheduled (by due time), queued (in stream order, not yet
 handed to a worker), in_progress (held by a worker: its name and how long since it last renewed
-its lease) or failed (the dead set, newest first). Completed and canceled jobs are not indexed
+its lease) or failed (dead: the dead set, newest first; --status dead says the same: failed is
+the wire name of a dead job, in --json and the API). Completed and canceled jobs are not indexed
 and cannot be listed; look one up with 'conveyor status ID'.
 
 It prints a page of at most --limit jobs (1 to 1000) and, on stderr, the cursor of the next page
@@ -37,12 +38,12 @@ before the end: jobs that changed status meanwhile are left out. With --json it 
 {"jobs": [...], "next": "..."} with each job as 'status --json' prints it, and for in_progress
 "leases": {id: {"worker", "entry", "idle_ms", "deliveries"}}; next is "" at the end.`,
 		Example: `  conveyor list --status queued
-  conveyor list --queue emails --status failed --limit 20
+  conveyor list --queue emails --status dead --limit 20
   conveyor list --status scheduled --cursor 1767225600000:01JABCDEFGHJKMNPQRSTVWXYZ0
   conveyor list --status in_progress --json | jq '.leases'`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			s := pipeline.Status(status)
+			s := pipeline.ParseStatus(status) // "dead" is failed's word
 			switch {
 			case s == pipeline.StatusCompleted || s == pipeline.StatusCanceled:
 				return usageErrorf("--status %s: %s jobs are not indexed and cannot be listed; look one up with 'conveyor status ID'", s, s)
@@ -76,7 +77,7 @@ before the end: jobs that changed status meanwhile are left out. With --json it 
 			if len(p.Jobs) == 0 {
 				// Said on stderr, as every other command says "nothing": stdout holds rows
 				// only, for a pipe.
-				what := "no " + string(s) + " jobs"
+				what := "no " + pipeline.StatusWord(s) + " jobs"
 				if p.Next != "" {
 					what += " on this page"
 				}
@@ -92,7 +93,7 @@ before the end: jobs that changed status meanwhile are left out. With --json it 
 	}
 	f := cmd.Flags()
 	f.StringVarP(&queue, "queue", "q", pipeline.DefaultQueue, "queue whose jobs to list")
-	f.StringVar(&status, "status", "", "scheduled, queued, in_progress or failed")
+	f.StringVar(&status, "status", "", "scheduled, queued, in_progress or failed (dead)")
 	f.IntVar(&limit, "limit", 50, "list at most this many jobs (1 to 1000)")
 	f.StringVar(&cursor, "cursor", "", "start after the page that printed this cursor")
 	f.BoolVar(&asJSON, "json", false, `print {"jobs": [...], "next": "..."}`)
@@ -122,7 +123,7 @@ func printJobs(w io.Writer, status pipeline.Status, p *pipeline.JobPage) error {
 		fmt.Fprintln(t, "ID\tTYPE\tSTATUS\tATTEMPT\tDIED\tLAST_ERROR")
 	}
 	for _, j := range p.Jobs {
-		fmt.Fprintf(t, "%s\t%s\t%s\t%d\t", j.ID, orDash(j.Type), j.Status, j.Attempt)
+		fmt.Fprintf(t, "%s\t%s\t%s\t%d\t", j.ID, orDash(j.Type), pipeline.StatusWord(j.Status), j.Attempt)
 		switch status {
 		case pipeline.StatusScheduled:
 			fmt.Fprintf(t, "%s\t%s\t%s\n", tableTime(j.RunAt), tableTime(j.CreatedAt), oneLine(j.LastError, 60))

@@ -21,5 +21,8 @@ func TestListUnknownQueue(t *testing.T) {
 	stdout, stderr, code := c.run("list", "-q", "emails", "--status", "failed")
 	require.Zero(t, code, stderr)
 	require.Empty(t, stdout)
-	require.Equal(t, "no failed jobs in queue emails\n", stderr)
+	require.Equal(t, "no dead jobs in queue emails\n", stderr)
+	_, stderr, code = c.run("list", "-q", "emails", "--status", "dead")
+	require.Zero(t, code, stderr)
+	require.Equal(t, "no dead jobs in queue emails\n", stderr, "dead is failed's alias")
 }

@@ -23,8 +23,33 @@ func newStatsCmd(a *app) *cobra.Command {
 		Use:   "stats [--queue Q | --all] [--json]",
 		Short: "Show a queue's gauges and counters",
 		Long: `Show how many jobs of a queue are scheduled, queued, in progress and dead right now, and
-how many were enqueued, completed, failed (sent to the dead set) and retried since the queue was
+how many were enqueued, completed, died (sent to the dead set) and retried since the queue was
 created. With --json it prints one JSON object; with --all, every known queue (a JSON array).
+
+The gauges (now):
+  scheduled         waiting for their time: a delay, a retry's backoff, a snooze
+  queued            waiting for a worker
+  in_progress       held by a worker
+  dead              failed for good, kept in the dead set for a replay or a purge
+The counters (since the queue was created; --json has them all):
+  enqueued          jobs published
+  completed         jobs that succeeded
+  died (failed)     jobs sent to the dead set, for any reason; "failed" is its JSON name, the
+                    wire name of a dead job
+  retried           failed attempts scheduled to run again (a retry is not a death)
+  recovered         jobs taken back from a worker that stopped renewing its lease (crashed,
+                    or lost Redis) and queued again
+  dead_by_recovery  jobs whose worker was lost on their last attempt, so recovery sent them
+                    to the dead set (also counted in failed)
+  refused           late writes refused: a worker reported on a job that had moved on
+                    (canceled, recovered, put back) and nothing changed; a steady count means
+                    workers lose their leases (a visibility timeout shorter than the work?)
+  canceled          jobs canceled or deleted before they finished
+  released          jobs a worker put back unfinished as it shut down; not an attempt
+  poison            stream entries that could not be read as a job, sent to the dead set
+                    (also counted in failed)
+  debounced         publishes that joined a pending debounced job instead of making one
+  limited           times a flow-control limit made a job wait; not an attempt
 A queue that is not known (nothing was ever published to it or read from it) is refused
 (exit 1) with the names of the known queues.`,
 		Example: `  conveyor stats
@@ -68,7 +93,8 @@ A queue that is not known (nothing was ever published to it or read from it) is 
 // printStats writes one table row per queue: the gauges, then the counters.
 func printStats(w io.Writer, stats []*pipeline.QueueStats) error {
 	t := newTable(w)
-	fmt.Fprintln(t, "QUEUE\tSCHEDULED\tQUEUED\tIN_PROGRESS\tDEAD\t|\tENQUEUED\tCOMPLETED\tFAILED\tRETRIED\tRECOVERED\tCANCELED")
+	// DIED counts the jobs that went to the dead set (the counter "failed" in JSON).
+	fmt.Fprintln(t, "QUEUE\tSCHEDULED\tQUEUED\tIN_PROGRESS\tDEAD\t|\tENQUEUED\tCOMPLETED\tDIED\tRETRIED\tRECOVERED\tCANCELED")
 	for _, s := range stats {
 		name := s.Queue
 		if s.Paused { // conveyor pause: workers do not read it

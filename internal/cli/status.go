@@ -26,7 +26,8 @@ func newStatusCmd(a *app) *cobra.Command {
 		Long: `Show a job's state. With --json it prints one JSON object with the fields id, queue, type,
 status, attempt, max_retries, priority, payload, result, last_error, worker, created_at, run_at,
 enqueued_at, started_at and completed_at (times in unix milliseconds, 0 when not yet), and a
-few more. Status is one of scheduled, queued, in_progress, completed, failed, canceled.
+few more. Status is one of scheduled, queued, in_progress, completed, failed, canceled; the
+table says "dead" for failed (failed is the wire name of a dead job, as in --json).
 Without --queue the job is looked up in every known queue (one lookup per queue) and the
 output names the queue it was found in. An unknown id (or one whose record expired after the
 retention time) exits 1, saying which queues were searched.
@@ -88,7 +89,7 @@ func (a *app) followJob(cmd *cobra.Command, j *pipeline.Job, asJSON bool) error 
 // followLine is one line of status --follow: the job's status and attempt, and its progress
 // when it has any.
 func followLine(j *pipeline.Job) string {
-	line := time.Now().Format("15:04:05.000") + " " + string(j.Status) + " attempt " + strconv.Itoa(j.Attempt)
+	line := time.Now().Format("15:04:05.000") + " " + pipeline.StatusWord(j.Status) + " attempt " + strconv.Itoa(j.Attempt)
 	if p := j.Reported; p != nil {
 		line += " progress " + strconv.Itoa(p.Percent) + "%"
 		if p.Message != "" {
@@ -131,7 +132,7 @@ func printJob(w io.Writer, j *pipeline.Job, now time.Time) error {
 	row("id", j.ID)
 	row("queue", j.Queue)
 	row("type", j.Type)
-	row("status", string(j.Status))
+	row("status", pipeline.StatusWord(j.Status)) // "dead" for failed, the wire name (--json)
 	if p := j.Reported; p != nil {
 		row("progress", strconv.Itoa(p.Percent)+"%")
 		row("progress_message", orDash(p.Message))

@@ -4,7 +4,10 @@
 -- ARGV[1] group, ARGV[2] now (unix ms), ARGV[3] default retention ms (0 keeps only a
 --   tombstone), ARGV[4] id, ARGV[5] the shortest retention ms (see finish.lua: a publish sent
 --   again after a lost reply must find the job), ARGV[6] the events publish command ('SPUBLISH',
---   'PUBLISH' or ''), ARGV[7] the events channel
+--   'PUBLISH' or ''), ARGV[7] the events channel, ARGV[8] '1' to delete the job instead (the
+--   operator's delete, pipeline.Inspector.Delete): only a scheduled or queued job, whose record
+--   then goes at once with no tombstone (counted and announced as a cancel all the same, so a
+--   waiter wakes and the counters still add up)
 -- A queued or running job's entry is acknowledged and deleted, and its late result is refused
 -- by fencing. The change is announced on the events channel (canceled), for every job and not
 -- only for watched ones (finish.lua's rule): the worker running the job listens on the channel
@@ -12,13 +15,16 @@
 -- the message finds the lease gone at its next renewal, which does the same. A job of a fair
 -- group waiting for a place leaves its group's list; one in the window gives its place back and
 -- moves the group's next waiting job into the stream (cv_group_cancel).
--- Returns {CV_OK} canceled, {CV_WRONG_STATE, status} already finished (nothing changed),
+-- Returns {CV_OK} canceled, {CV_WRONG_STATE, status} already finished, or running when deleting
+-- (nothing changed),
 -- {CV_NOT_FOUND} no such job.
 local h = redis.call('HMGET', KEYS[4], 'status', 'entry', 'retention_ms', 'attempt', 'debounce',
   'priority')
 local status = h[1]
 if not status then return {CV_NOT_FOUND} end
 if status == 'completed' or status == 'failed' or status == 'canceled' then return {CV_WRONG_STATE, status} end
+local delete = ARGV[8] == '1'
+if delete and status ~= 'scheduled' and status ~= 'queued' then return {CV_WRONG_STATE, status} end
 if status == 'scheduled' then
   redis.call('ZREM', KEYS[2], ARGV[4])
 elseif h[2] and h[2] ~= '' then
@@ -37,11 +43,13 @@ cv_release_unique(KEYS[4], ARGV[4])
 -- A canceled debounced job ends its window: the key's next publish starts a new one.
 if h[5] and redis.call('GET', h[5]) == ARGV[4] then redis.call('DEL', h[5]) end
 local ret = cv_num(h[3], tonumber(ARGV[3]))
-if ret <= 0 then
+if delete then
+  redis.call('DEL', KEYS[4])
+elseif ret <= 0 then
   redis.call('DEL', KEYS[4])
   redis.call('HSET', KEYS[4], 'status', 'canceled', 'completed_at', ARGV[2])
 end
-redis.call('PEXPIRE', KEYS[4], math.max(ret, tonumber(ARGV[5])))
+if not delete then redis.call('PEXPIRE', KEYS[4], math.max(ret, tonumber(ARGV[5]))) end
 redis.call('HINCRBY', KEYS[3], 'canceled', 1)
 cv_announce(ARGV[6], ARGV[7], {'canceled ' .. (h[4] or '0') .. ' ' .. ARGV[4]})
 return {CV_OK}

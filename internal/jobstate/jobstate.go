@@ -60,6 +60,8 @@ var (
 	purgeSrc string
 	//go:embed foreign.lua
 	foreignSrc string
+	//go:embed run_now.lua
+	runNowSrc string
 	//go:embed debounce.lua
 	debounceSrc string
 
@@ -73,6 +75,7 @@ var (
 	purgeScript    = script.New(purgeSrc)
 	foreignScript  = script.New(foreignSrc)
 	debounceScript = script.New(debounceSrc)
+	runNowScript   = script.New(runNowSrc)
 )
 
 // WorkerScripts are the scripts a worker runs pipelined, which must be loaded first (a

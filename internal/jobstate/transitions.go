@@ -278,21 +278,37 @@ type Released struct {
 
 // CancelParams is a Cancel of job ID at Now: the record is kept for its own retention or
 // Retention (0 or less keeps only a tombstone), and never less than MinRetention; the change is
-// announced in mode Events.
+// announced in mode Events. Delete deletes the job instead: only a scheduled or queued one, and
+// its record goes at once (no tombstone, no retention).
 type CancelParams struct {
 	ID                      string
 	Now                     time.Time
 	Retention, MinRetention time.Duration
 	Events                  events.Mode
+	Delete                  bool
 }
 
 // Cancel cancels a job (cancel.lua). Its Row is script.OK, script.NotFound, or
-// script.WrongState with the status of a job that already ended.
+// script.WrongState with the status of a job that already ended (with Delete: of a job that is
+// not scheduled or queued).
 func Cancel(ctx context.Context, rdb redis.Scripter, q keys.Queue, p CancelParams) (Row, error) {
-	return decodeRow("cancel", cancelScript.Run(ctx, rdb,
+	op, del := "cancel", ""
+	if p.Delete {
+		op, del = "delete", "1"
+	}
+	return decodeRow(op, cancelScript.Run(ctx, rdb,
 		[]string{q.Stream(), q.Scheduled(), q.Stats(), q.Job(p.ID)},
 		keys.Group, p.Now.UnixMilli(), retentionMS(p.Retention), p.ID, p.MinRetention.Milliseconds(),
-		p.Events.Command(), q.Events()))
+		p.Events.Command(), q.Events(), del))
+}
+
+// RunNow moves scheduled job id of q into its stream now (run_now.lua), announcing it in mode
+// ev. Its Row is script.OK, script.NotFound, or script.WrongState with the job's status
+// ("limited" for a scheduled job waiting for a concurrency slot, which only a freed slot
+// moves).
+func RunNow(ctx context.Context, rdb redis.Scripter, q keys.Queue, id string, ev events.Mode) (Row, error) {
+	return decodeRow("run now", runNowScript.Run(ctx, rdb,
+		[]string{q.Scheduled(), q.Stream(), q.Job(id)}, id, q.JobPrefix(), ev.Command(), q.Events()))
 }
 
 // Replay moves dead job id back into the stream at now (replay.lua). Its Row is script.OK with

@@ -1,0 +1,229 @@
+package pipeline
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"slices"
+	"strconv"
+	"sync"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/conveyorq/conveyor/internal/jobstate"
+	"github.com/conveyorq/conveyor/internal/rediserr"
+)
+
+// RedisInfo is what the operator's Redis page shows: each server's settings and state, and
+// what each queue takes of its memory.
+type RedisInfo struct {
+	// Nodes has one entry per server (each master of a cluster), in address order.
+	Nodes []RedisNode `json:"nodes"`
+	// Queues has the memory of each known queue, by name.
+	Queues []QueueMemory `json:"queues"`
+}
+
+// RedisNode is one server's state, from INFO (server, memory, clients, persistence) and
+// CONFIG GET appendfsync. A least-privilege ACL user may be refused either: Error then says
+// so and the fields it would have filled stay empty.
+type RedisNode struct {
+	// Node is the server's address ("" for a client of another kind, such as a Ring).
+	Node    string `json:"node"`
+	Version string `json:"version"`
+	// Mode is redis_mode: standalone, cluster or sentinel.
+	Mode          string `json:"mode"`
+	UptimeSeconds int64  `json:"uptime_seconds"`
+	// UsedMemory and MaxMemory are in bytes; MaxMemory 0 is no limit.
+	UsedMemory int64 `json:"used_memory"`
+	MaxMemory  int64 `json:"max_memory"`
+	// EvictionPolicy is maxmemory-policy: anything but noeviction deletes jobs when full.
+	EvictionPolicy   string `json:"eviction_policy"`
+	ConnectedClients int64  `json:"connected_clients"`
+	MaxClients       int64  `json:"max_clients"`
+	// AOF is whether the append-only file is on; AppendFsync its fsync policy (always,
+	// everysec, no; "" when CONFIG was refused).
+	AOF         bool   `json:"aof"`
+	AppendFsync string `json:"appendfsync,omitempty"`
+	// RDBLastSaveStatus is the last snapshot's outcome (ok or err), RDBLastSave its time in
+	// unix seconds, RDBChangesSinceSave the writes a crash now would lose without AOF.
+	RDBLastSaveStatus   string `json:"rdb_last_save_status"`
+	RDBLastSave         int64  `json:"rdb_last_save"`
+	RDBChangesSinceSave int64  `json:"rdb_changes_since_save"`
+	// Error says what Redis refused (INFO or CONFIG), when it did.
+	Error string `json:"error,omitempty"`
+}
+
+// QueueMemory is what one queue takes of Redis's memory, in bytes, as MEMORY USAGE reports it.
+type QueueMemory struct {
+	Queue string `json:"queue"`
+	// Bytes is the sum of Keys and Records.
+	Bytes int64 `json:"bytes"`
+	// Keys is the memory of the queue's structures: its streams (every priority level and
+	// partition; they hold queued jobs' payloads), scheduled and dead sets and stats.
+	Keys int64 `json:"keys"`
+	// Records estimates the job records of the scheduled, queued, running and dead jobs: their
+	// number (Jobs) times the mean size of the records sampled (Sampled, at most 5 a partition,
+	// from its dead and scheduled sets). Finished records kept for their retention are not in
+	// any index and not counted.
+	Records int64 `json:"records"`
+	Jobs    int64 `json:"jobs"`
+	Sampled int   `json:"sampled"`
+}
+
+// memorySamples is MEMORY USAGE's SAMPLES: how many elements of a stream, set or hash Redis
+// looks at to estimate the whole (its own default). A large queue so costs what a small one does.
+const memorySamples = 5
+
+// recordSamples bounds the job records measured per partition for the records estimate.
+const recordSamples = 5
+
+// RedisInfo reads each server's state (INFO and CONFIG GET appendfsync, per master of a
+// cluster) and what each known queue takes of memory. The memory is measured with MEMORY USAGE
+// SAMPLES 5 on a bounded set of keys per queue (a key per stream level, the scheduled and dead
+// sets, the stats hash, and at most 5 job records a partition), in one pipeline: Redis
+// estimates a big stream or set from 5 of its elements, so a queue of millions of jobs costs
+// what an empty one does and nothing blocks Redis. The error is a failed pipeline's (Redis
+// unreachable, or refusing MEMORY); what a server refuses of INFO and CONFIG is in its node's
+// Error.
+func (i *Inspector) RedisInfo(ctx context.Context) (*RedisInfo, error) {
+	ctx, cancel := context.WithTimeout(ctx, doctorTimeout)
+	defer cancel()
+	if err := i.rdb.Ping(ctx).Err(); err != nil {
+		return nil, rediserr.Wrap("redis info", err)
+	}
+	out := &RedisInfo{Nodes: []RedisNode{}, Queues: []QueueMemory{}}
+	var mu sync.Mutex
+	err := forEachNode(ctx, i.rdb, func(ctx context.Context, node string, c redis.Cmdable) error {
+		n := readNode(ctx, node, c)
+		mu.Lock()
+		out.Nodes = append(out.Nodes, n)
+		mu.Unlock()
+		return nil
+	})
+	if err != nil {
+		return nil, rediserr.Wrap("redis info", err)
+	}
+	slices.SortFunc(out.Nodes, func(x, y RedisNode) int { return cmp.Compare(x.Node, y.Node) })
+	names, err := i.QueueNames(ctx)
+	if err != nil {
+		return nil, err
+	}
+	for _, name := range names {
+		qm, err := i.queueMemory(ctx, name)
+		if err != nil {
+			return nil, err
+		}
+		out.Queues = append(out.Queues, qm)
+	}
+	return out, nil
+}
+
+// readNode reads one server's state; what Redis refuses goes into Error.
+func readNode(ctx context.Context, node string, c redis.Cmdable) RedisNode {
+	n := RedisNode{Node: node}
+	raw, err := c.Info(ctx, "server", "memory", "clients", "persistence").Result()
+	if err != nil {
+		n.Error = "INFO refused: " + redisMessage(err)
+		return n
+	}
+	info := parseInfo(raw)
+	num := func(k string) int64 { v, _ := strconv.ParseInt(info[k], 10, 64); return v }
+	n.Version, n.Mode = info["redis_version"], info["redis_mode"]
+	n.UptimeSeconds = num("uptime_in_seconds")
+	n.UsedMemory, n.MaxMemory = num("used_memory"), num("maxmemory")
+	n.EvictionPolicy = info["maxmemory_policy"]
+	n.ConnectedClients, n.MaxClients = num("connected_clients"), num("maxclients")
+	n.AOF = info["aof_enabled"] == "1"
+	n.RDBLastSaveStatus = info["rdb_last_bgsave_status"]
+	n.RDBLastSave, n.RDBChangesSinceSave = num("rdb_last_save_time"), num("rdb_changes_since_last_save")
+	cfg, err := c.ConfigGet(ctx, "appendfsync").Result()
+	if err != nil {
+		n.Error = "CONFIG GET refused: " + redisMessage(err)
+	} else {
+		n.AppendFsync = cfg["appendfsync"]
+	}
+	return n
+}
+
+// queueMemory measures one queue (QueueMemory), in two pipelines: the sizes of its keys, its
+// gauges and a few record ids, then the sampled records' sizes.
+func (i *Inspector) queueMemory(ctx context.Context, queue string) (QueueMemory, error) {
+	qm := QueueMemory{Queue: queue}
+	qs, err := i.partitions(ctx, queue)
+	if err != nil {
+		return qm, err
+	}
+	levels, err := jobstate.QueueLevels(ctx, i.rdb, qs)
+	if err != nil {
+		return qm, err
+	}
+	st, err := i.Stats(ctx, queue)
+	if err != nil {
+		return qm, err
+	}
+	qm.Jobs = st.Scheduled + st.Queued + st.InProgress + st.Dead
+	var sizes []*redis.IntCmd
+	var picks []*redis.StringSliceCmd
+	_, err = i.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for k, q := range qs {
+			ks := []string{q.Stream(), q.Scheduled(), q.Dead(), q.Stats()}
+			for _, l := range levels[k] {
+				ks = append(ks, q.LevelStream(l))
+			}
+			for _, key := range ks {
+				sizes = append(sizes, p.MemoryUsage(ctx, key, memorySamples))
+			}
+			picks = append(picks, p.ZRange(ctx, q.Dead(), 0, recordSamples-1),
+				p.ZRange(ctx, q.Scheduled(), 0, recordSamples-1))
+		}
+		return nil
+	})
+	if err = pipeErr(err, sizes); err != nil {
+		return qm, err
+	}
+	for _, c := range sizes {
+		qm.Keys += c.Val() // a key that does not exist answers nil: 0
+	}
+	var records []*redis.IntCmd
+	_, err = i.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for k, q := range qs {
+			ids := append(picks[2*k].Val(), picks[2*k+1].Val()...)
+			for _, id := range ids[:min(recordSamples, len(ids))] {
+				records = append(records, p.MemoryUsage(ctx, q.Job(id), memorySamples))
+			}
+		}
+		return nil
+	})
+	if err = pipeErr(err, records); err != nil {
+		return qm, err
+	}
+	var sum int64
+	for _, c := range records {
+		if c.Err() == nil {
+			sum += c.Val()
+			qm.Sampled++
+		}
+	}
+	if qm.Sampled > 0 {
+		qm.Records = sum / int64(qm.Sampled) * qm.Jobs
+	}
+	qm.Bytes = qm.Keys + qm.Records
+	return qm, nil
+}
+
+// pipeErr is the first error of a pipeline of MEMORY USAGE calls other than a key's absence
+// (nil: the key is gone, as a job record may be by now).
+func pipeErr(err error, cmds []*redis.IntCmd) error {
+	if err == nil {
+		return nil
+	}
+	for _, c := range cmds {
+		if e := c.Err(); e != nil && !errors.Is(e, redis.Nil) {
+			return rediserr.Wrap("memory usage", e)
+		}
+	}
+	if errors.Is(err, redis.Nil) {
+		return nil
+	}
+	return rediserr.Wrap("memory usage", err)
+}

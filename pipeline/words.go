@@ -1,0 +1,25 @@
+package pipeline
+
+// DeadWord is what a person reads for StatusFailed: a job that failed for good is "dead" in
+// every table, heading and help text of the CLI and the dashboard, and in the dead set it sits
+// in. "failed" stays its status on the wire (JSON, the API's status values), which scripts
+// depend on; wherever a status is given, "dead" is accepted as an alias of it (ParseStatus).
+const DeadWord = "dead"
+
+// ParseStatus reads a status as a person gives it: "dead" is StatusFailed; any other text is
+// taken as it is (Inspector.List refuses an unknown one).
+func ParseStatus(s string) Status {
+	if s == DeadWord {
+		return StatusFailed
+	}
+	return Status(s)
+}
+
+// StatusWord is how a person reads status s: "dead" for StatusFailed, the status itself
+// otherwise.
+func StatusWord(s Status) string {
+	if s == StatusFailed {
+		return DeadWord
+	}
+	return string(s)
+}
