@@ -68,6 +68,8 @@ var envVars = []envVar{
 	{envAPIAllowedHosts, "serve", "allowed-host"},
 	{envAPIMaxQueues, "serve", "max-queues"},
 	{envAPICreateQueues, "serve", "create-queues"},
+	{envTraceparent, "publish", "traceparent"},
+	{envTracestate, "publish", "tracestate"},
 }
 
 // commands builds the subcommands. Each subcommand's file adds itself from its init, so a new
