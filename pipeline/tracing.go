@@ -135,7 +135,7 @@ func startProcess(ctx context.Context, tr trace.Tracer, queue string, j *Job) (c
 	if !j.EnqueuedAt.IsZero() && j.EnqueuedAt.Before(now) {
 		wait = now.Sub(j.EnqueuedAt)
 	}
-	if traced && wait > 0 {
+	if traced { // zero long when the clocks of Redis and the worker disagree
 		_, ws := tr.Start(parent, "wait "+queue, trace.WithSpanKind(trace.SpanKindInternal),
 			trace.WithTimestamp(now.Add(-wait)), trace.WithAttributes(
 				tracing.SystemAttr, tracing.Destination(queue), tracing.MessageID(j.ID), tracing.AttrAttempt.Int(j.Attempt)))
