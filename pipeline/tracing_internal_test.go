@@ -4,11 +4,13 @@ import (
 	"context"
 	"testing"
 
+	"github.com/stretchr/testify/require"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/conveyorq/conveyor/internal/keys"
+	"github.com/conveyorq/conveyor/internal/redistest"
 	"github.com/conveyorq/conveyor/internal/tracing"
 )
 
@@ -85,4 +87,30 @@ func BenchmarkTracing(b *testing.B) {
 			}
 		})
 	}
+}
+
+// TestEnqueueTracingOffAllocatesNothingMore: on real Redis, Enqueue with no tracer provider
+// allocates what its untraced core (enqueue) allocates, not one allocation more: the task
+// stays on the stack and no metadata is made.
+func TestEnqueueTracingOffAllocatesNothingMore(t *testing.T) {
+	c, err := NewClient(redistest.Client(t), ClientConfig{})
+	require.NoError(t, err)
+	queue := redistest.UniqueName(t)
+	ctx := context.Background()
+	task := Task{Type: "t", Payload: []byte("p")}
+	_, err = c.Enqueue(ctx, queue, task) // registers the queue and warms the connection
+	require.NoError(t, err)
+	measure := func(f func()) float64 {
+		best := -1.0
+		for range 3 { // the least of three: go-redis's pool may allocate now and then
+			if n := testing.AllocsPerRun(200, f); best < 0 || n < best {
+				best = n
+			}
+		}
+		return best
+	}
+	core := measure(func() { _, _ = c.enqueue(ctx, queue, &task, nil, nil) })
+	full := measure(func() { _, _ = c.Enqueue(ctx, queue, task) })
+	require.LessOrEqual(t, full, core, "Enqueue without tracing allocates more than its core")
+	t.Logf("allocations per Enqueue: %.0f (its core: %.0f)", full, core)
 }
