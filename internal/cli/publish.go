@@ -89,8 +89,8 @@ sooner. It cannot be combined with --id, --delay or --unique.
 
 With --traceparent (or $TRACEPARENT, as a CI system or a traced script passes it on) the jobs
 carry that W3C trace context to their handlers, as the traceparent header does over HTTP: a
-worker with a tracer provider records each attempt in that trace. A malformed value is
-refused.`,
+worker with a tracer provider records each attempt in that trace. A malformed --traceparent
+is refused; a malformed $TRACEPARENT is ignored with a note on stderr.`,
 		Example: `  conveyor publish --type echo --payload '{"hello":"world"}'
   conveyor publish --queue emails --type http --payload @hook.json --max-retries 10
   conveyor publish --type sleep --payload '{"ms":500}' --delay 1m --count 100
@@ -315,7 +315,9 @@ const (
 )
 
 // traceContext is the command's context with the trace context of --traceparent (else
-// $TRACEPARENT) and --tracestate (else $TRACESTATE), refused when malformed.
+// $TRACEPARENT) and --tracestate (else $TRACESTATE). A malformed --traceparent is refused; a
+// malformed $TRACEPARENT, inherited from whatever started the command, is ignored with a note
+// on stderr.
 func (a *app) traceContext(cmd *cobra.Command, pf *publishFlags) (context.Context, error) {
 	tp, from := pf.traceparent, "--traceparent"
 	if !cmd.Flags().Changed("traceparent") {
@@ -329,8 +331,13 @@ func (a *app) traceContext(cmd *cobra.Command, pf *publishFlags) (context.Contex
 		return cmd.Context(), nil
 	}
 	ctx, ok := tracing.FromHeaders(cmd.Context(), tp, ts)
-	if !ok {
+	switch {
+	case ok:
+	case from == "--traceparent":
 		return nil, usageErrorf("%s %q is not a W3C traceparent (00-<32 hex trace id>-<16 hex span id>-<2 hex flags>)", from, tp)
+	default:
+		// Inherited from whatever started the command: a broken one must not stop publishing.
+		fmt.Fprintf(a.stderr, "conveyor: ignoring %s %q: not a W3C traceparent; the jobs carry no trace context\n", from, tp)
 	}
 	return ctx, nil
 }
