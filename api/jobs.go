@@ -1,6 +1,7 @@
 package api
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net/http"
@@ -9,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/conveyorq/conveyor/internal/tracing"
 	"github.com/conveyorq/conveyor/pipeline"
 )
 
@@ -28,7 +30,7 @@ func (s *Server) enqueue(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	job, err := s.client.Enqueue(r.Context(), queue, req.task, req.opts...)
+	job, err := s.client.Enqueue(traceContext(r), queue, req.task, req.opts...)
 	if err != nil {
 		return publishError(err, queue)
 	}
@@ -39,6 +41,15 @@ func (s *Server) enqueue(w http.ResponseWriter, r *http.Request) error {
 	}
 	writeJSON(w, status, job)
 	return nil
+}
+
+// traceContext is the request's context with the W3C trace context of its traceparent and
+// tracestate headers, which the published jobs carry to their handlers (and, under a tracer
+// provider, their publish span's parent). A malformed traceparent is ignored, as Trace Context
+// asks of a receiver.
+func traceContext(r *http.Request) context.Context {
+	ctx, _ := tracing.FromHeaders(r.Context(), r.Header.Get("traceparent"), r.Header.Get("tracestate"))
+	return ctx
 }
 
 // publishError names the queue to create when a publish was refused for want of it: a Client
@@ -73,7 +84,7 @@ func (s *Server) enqueueBatch(w http.ResponseWriter, r *http.Request) error {
 		tasks[i] = req.task
 		tasks[i].Opts = req.opts
 	}
-	jobs, err := s.client.EnqueueBatch(r.Context(), queue, tasks)
+	jobs, err := s.client.EnqueueBatch(traceContext(r), queue, tasks)
 	if err != nil {
 		if errors.Is(err, pipeline.ErrConflict) && !noAnswer(err) {
 			return &apiError{Status: http.StatusConflict, Code: CodeConflict, Reason: ReasonIDTaken,

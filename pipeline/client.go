@@ -12,12 +12,14 @@ import (
 
 	"github.com/oklog/ulid/v2"
 	"github.com/redis/go-redis/v9"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/conveyorq/conveyor/internal/events"
 	"github.com/conveyorq/conveyor/internal/jobstate"
 	"github.com/conveyorq/conveyor/internal/keys"
 	"github.com/conveyorq/conveyor/internal/rediserr"
 	"github.com/conveyorq/conveyor/internal/script"
+	"github.com/conveyorq/conveyor/internal/tracing"
 	"github.com/conveyorq/conveyor/stream"
 )
 
@@ -75,6 +77,11 @@ type ClientConfig struct {
 	// ErrQueueNotFound, instead of adding it: for a publisher whose queue names come from
 	// others (conveyor serve --create-queues=false).
 	RequireQueues bool
+	// TracerProvider records the spans of publishes (see "Tracing" in the README) and gives
+	// the trace context the jobs carry to their handlers. Defaults to OpenTelemetry's global
+	// provider (otel.GetTracerProvider) as it is at each publish: until the application sets
+	// one, nothing is recorded and a publish costs nothing more.
+	TracerProvider trace.TracerProvider
 }
 
 // NoRetries, as ClientConfig.MaxRetries, makes jobs run once unless WithMaxRetries says more.
@@ -92,6 +99,7 @@ type Client struct {
 	nread  atomic.Int64 // queues that calls which only read added to parts
 	tags   sync.Map     // queue -> *[]keys.Queue, the partitions of the count last enqueued with
 	waiter clientWaiter // job events, for Wait
+	tracer tracing.Tracer
 }
 
 // knownQueue is a queue found in the known-queues set at a time, with its key names.
@@ -157,7 +165,7 @@ func NewClient(rdb redis.UniversalClient, cfg ClientConfig) (*Client, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	return &Client{rdb: rdb, cfg: cfg}, nil
+	return &Client{rdb: rdb, cfg: cfg, tracer: tracing.New(cfg.TracerProvider)}, nil
 }
 
 // Redis returns the client's Redis connection.
@@ -177,14 +185,32 @@ func (c *Client) Prefix() string { return c.cfg.Prefix }
 // id routes to (keys.PartitionOf), or, with WithUnique, the one its unique key routes to, so
 // that a unique key is held in one place across partitions. Ids are then unique per partition:
 // a job id sent again must carry the same unique key (or none again) to find its first copy.
-func (c *Client) Enqueue(ctx context.Context, queue string, task Task, opts ...Option) (_ *Job, err error) {
+//
+// The job carries the trace context of ctx, or of the publish span it records under a tracer
+// provider (ClientConfig.TracerProvider), in its metadata: see "Tracing" in the README.
+func (c *Client) Enqueue(ctx context.Context, queue string, task Task, opts ...Option) (*Job, error) {
+	ctx, pt := c.startPublish(ctx, queue, &task, nil)
+	if pt == nil {
+		return c.enqueue(ctx, queue, &task, nil, opts)
+	}
+	j, err := c.enqueue(ctx, queue, &task, pt, opts)
+	if j != nil {
+		pt.end([]*Job{j}, err)
+	} else {
+		pt.end(nil, err)
+	}
+	return j, err
+}
+
+// enqueue is Enqueue with the publish's tracing (nil for none).
+func (c *Client) enqueue(ctx context.Context, queue string, task *Task, pt *publishTrace, opts []Option) (_ *Job, err error) {
 	defer func() { err = outOfMemory(err) }()
 	if err := c.check(queue, ""); err != nil {
 		return nil, err
 	}
 	now := c.cfg.Now()
 	var nj jobstate.NewJob
-	j, err := c.prepare(queue, &task, now, opts, &nj)
+	j, err := c.prepare(queue, task, now, opts, pt.forTask(task), &nj)
 	if err != nil {
 		return nil, err
 	}
@@ -228,7 +254,24 @@ func (c *Client) Enqueue(ctx context.Context, queue string, task Task, opts ...O
 // still in one pipeline. Tasks with a debounce key (WithDebounce) are one script call each, in
 // the batch's order: a later task of a key joins the job of an earlier one, and the last
 // one's payload wins.
-func (c *Client) EnqueueBatch(ctx context.Context, queue string, tasks []Task, opts ...Option) (_ []*Job, err error) {
+//
+// The jobs carry the trace context of ctx, or of the one publish span the call records under a
+// tracer provider, as Enqueue's do.
+func (c *Client) EnqueueBatch(ctx context.Context, queue string, tasks []Task, opts ...Option) ([]*Job, error) {
+	if len(tasks) == 0 {
+		return c.enqueueBatch(ctx, queue, tasks, nil, opts)
+	}
+	ctx, pt := c.startPublish(ctx, queue, nil, tasks)
+	if pt == nil {
+		return c.enqueueBatch(ctx, queue, tasks, nil, opts)
+	}
+	jobs, err := c.enqueueBatch(ctx, queue, tasks, pt, opts)
+	pt.end(jobs, err)
+	return jobs, err
+}
+
+// enqueueBatch is EnqueueBatch with the publish's tracing (nil for none).
+func (c *Client) enqueueBatch(ctx context.Context, queue string, tasks []Task, pt *publishTrace, opts []Option) (_ []*Job, err error) {
 	defer func() { err = outOfMemory(err) }()
 	if err := c.check(queue, ""); err != nil {
 		return nil, err
@@ -240,7 +283,7 @@ func (c *Client) EnqueueBatch(ctx context.Context, queue string, tasks []Task, o
 	jobs := make([]*Job, len(tasks))
 	njs := make([]jobstate.NewJob, len(tasks))
 	for i := range tasks {
-		j, err := c.prepare(queue, &tasks[i], now, opts, &njs[i])
+		j, err := c.prepare(queue, &tasks[i], now, opts, pt.forTask(&tasks[i]), &njs[i])
 		if err != nil {
 			if len(tasks) > 1 {
 				return nil, fmt.Errorf("task %d: %w", i, err)
@@ -577,8 +620,9 @@ func (c *Client) enqueuePlain(ctx context.Context, rdb redis.UniversalClient, q 
 }
 
 // prepare validates a task and its options, fills nj with what the enqueue script writes and
-// returns the job as it will be stored.
-func (c *Client) prepare(queue string, t *Task, now time.Time, common []Option, nj *jobstate.NewJob) (*Job, error) {
+// returns the job as it will be stored. tc, when not nil, is the trace context the job carries
+// (startPublish), set over the metadata's own.
+func (c *Client) prepare(queue string, t *Task, now time.Time, common []Option, tc map[string]string, nj *jobstate.NewJob) (*Job, error) {
 	var o enqueueOptions
 	for _, opt := range common {
 		opt(&o)
@@ -602,13 +646,21 @@ func (c *Client) prepare(queue string, t *Task, now time.Time, common []Option, 
 		return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
 	md := t.Metadata
-	if len(o.metadata) > 0 {
-		merged := make(map[string]string, len(md)+len(o.metadata))
+	if len(o.metadata) > 0 || tc != nil {
+		merged := make(map[string]string, len(md)+len(o.metadata)+len(tc))
 		for k, v := range md {
 			merged[k] = v
 		}
 		for k, v := range o.metadata {
 			merged[k] = v
+		}
+		if tc != nil {
+			// The publish span's trace context replaces one the task carried (a batch's
+			// span links to it; a single task's was the span's parent).
+			delete(merged, tracing.KeyTracestate)
+			for k, v := range tc {
+				merged[k] = v
+			}
 		}
 		md = merged
 	}

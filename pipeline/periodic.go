@@ -274,7 +274,8 @@ func (c WorkerConfig) periodicScheduler(rdb redis.UniversalClient) (*periodic.Sc
 	if rdb == nil {
 		return periodic.New(nil, cfg)
 	}
-	cl, err := NewClient(rdb, ClientConfig{Prefix: c.Prefix})
+	// The worker's tracer provider: each tick's publish is a trace of its own.
+	cl, err := NewClient(rdb, ClientConfig{Prefix: c.Prefix, TracerProvider: c.TracerProvider})
 	if err != nil {
 		return nil, err
 	}

@@ -9,8 +9,10 @@ import (
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/conveyorq/conveyor/internal/keys"
+	"github.com/conveyorq/conveyor/internal/tracing"
 	"github.com/conveyorq/conveyor/stream"
 )
 
@@ -124,6 +126,11 @@ func (c PublisherConfig) withDefaults() PublisherConfig {
 // The Redis call runs under the first message's context (Message.Context): a call is one
 // batch, not one write per message.
 //
+// Tracing: the call is one publish span (see "Tracing" in the README), child of the span of
+// the first message's context. A message that carries a W3C traceparent in its metadata, or
+// whose context carries a span, is linked from it; with no tracer provider set, a message's
+// traceparent (its metadata's, else its context's) reaches the job's handler unchanged.
+//
 // The jobs' stream entries keep watermill-redisstream's layout, so a Watermill subscriber
 // (package stream's, or watermill-redisstream's) reading stream key
 // "<prefix>:{<queue>}:stream" receives the messages with their UUID, payload and metadata
@@ -217,6 +224,16 @@ func (p *Publisher) task(msg *message.Message) (Task, error) {
 				md = make(map[string]string, len(msg.Metadata))
 			}
 			md[k] = v
+		}
+	}
+	if md[tracing.KeyTraceparent] == "" {
+		// A message whose context carries a span (a Watermill handler's, say) carries its
+		// trace context, as a message of watermill's OpenTelemetry middleware would.
+		if ctx := msg.Context(); trace.SpanContextFromContext(ctx).IsValid() {
+			if md == nil {
+				md = make(map[string]string, 2)
+			}
+			tracing.Inject(ctx, md)
 		}
 	}
 	if err := validateMetadata(md); err != nil {

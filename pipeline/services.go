@@ -79,7 +79,8 @@ func (c WorkerConfig) scheduler(queues []string) delayed.Config {
 // recoverer is the config of the recoverer of queue, a queue or partition name.
 func (c WorkerConfig) recoverer(queue string) recovery.Config {
 	return c.Hooks.recoverer(recovery.Config{Prefix: c.Prefix, Queue: queue, VisibilityTimeout: c.VisibilityTimeout,
-		Interval: c.RecoveryInterval, LockTTL: c.RecoveryLockTTL, Logger: c.Logger.With().Str("worker", c.Name).Logger()})
+		Interval: c.RecoveryInterval, LockTTL: c.RecoveryLockTTL, Logger: c.Logger.With().Str("worker", c.Name).Logger(),
+		TracerProvider: c.TracerProvider})
 }
 
 // partitionWatcher is the service that ends a reading session when one of the worker's queues

@@ -153,6 +153,6 @@ func Validate(queue string, task Task, opts ...Option) error {
 	}
 	c := &Client{cfg: ClientConfig{MaxPayloadBytes: DefaultMaxPayloadBytes, MaxRetries: DefaultMaxRetries}}
 	var nj jobstate.NewJob
-	_, err := c.prepare(queue, &task, time.Now(), opts, &nj)
+	_, err := c.prepare(queue, &task, time.Now(), opts, nil, &nj)
 	return err
 }

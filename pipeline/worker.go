@@ -15,6 +15,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/redis/go-redis/v9"
 	"github.com/rs/zerolog"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/conveyorq/conveyor/internal/events"
 	"github.com/conveyorq/conveyor/internal/jobstate"
@@ -23,6 +24,7 @@ import (
 	"github.com/conveyorq/conveyor/internal/rediserr"
 	"github.com/conveyorq/conveyor/internal/script"
 	"github.com/conveyorq/conveyor/internal/service"
+	"github.com/conveyorq/conveyor/internal/tracing"
 	"github.com/conveyorq/conveyor/recovery"
 	"github.com/conveyorq/conveyor/stream"
 )
@@ -154,6 +156,12 @@ type WorkerConfig struct {
 	// Hooks are told about the worker's background work (promotions, recoveries, the recovery
 	// lock), for metrics; see package metrics. The zero value tells nobody.
 	Hooks WorkerHooks
+	// TracerProvider records a span per attempt, child of the job's publish span, which the
+	// handler's context carries, and the recoverer's spans (see "Tracing" in the README).
+	// Defaults to OpenTelemetry's global provider (otel.GetTracerProvider) as it is at each
+	// attempt: until the application sets one, nothing is recorded, and a job that carries a
+	// trace context gives it to its handler as a remote span context.
+	TracerProvider trace.TracerProvider
 }
 
 func (c WorkerConfig) withDefaults() WorkerConfig {
@@ -286,6 +294,7 @@ type Worker struct {
 	// events subscriptions, one per partition read.
 	cancels *cancels
 	evw     *events.Watcher
+	tracer  tracing.Tracer
 }
 
 // NewWorker returns a Worker over rdb (a standalone, cluster or failover client), or the error,
@@ -304,6 +313,7 @@ func NewWorker(rdb redis.UniversalClient, cfg WorkerConfig) (*Worker, error) {
 		log:      cfg.Logger.With().Str("worker", cfg.Name).Logger(),
 		handlers: make(map[string]HandlerFunc),
 		ready:    make(chan struct{}),
+		tracer:   tracing.New(cfg.TracerProvider),
 	}
 	w.replicas = newOutcomeReplicas(cfg.Replicas, cfg.ReplicaTimeout)
 	w.cancels = newCancels(w)
@@ -769,12 +779,16 @@ func (w *Worker) handleMessage(msg *message.Message) error {
 	j := jobFromMessage(q.Name(), msg)
 	j.Priority = q.Level() // the level of the stream it was read from
 	j.entry, _ = stream.EntryValues(msg.Context())
+	ctx, span := w.traceAttempt(msg.Context(), q, j) // tracing.go
 	h, ok := w.handlers[j.Type]
 	if !ok {
-		return w.noHandler(msg.Context(), q, j)
+		err := w.noHandler(ctx, q, j)
+		if span != nil {
+			endAttempt(span, err)
+		}
+		return err
 	}
 	start := w.started(q, j)
-	ctx := msg.Context()
 	j.progress = w.newProgressReporter(q, j)
 	var result []byte
 	var err error
@@ -784,7 +798,11 @@ func (w *Worker) handleMessage(msg *message.Message) error {
 		result, err = call(ctx, h, j, &w.log)
 	}
 	endProgress(ctx, j.progress)
-	return w.outcome(ctx, q, j, start, result, err, 0)
+	err = w.outcome(ctx, q, j, start, result, err, 0)
+	if span != nil {
+		endAttempt(span, err)
+	}
+	return err
 }
 
 // endProgress ends the attempt's progress reports before its outcome is written, writing the

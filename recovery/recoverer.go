@@ -108,12 +108,14 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/rs/zerolog"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/conveyorq/conveyor/internal/events"
 	"github.com/conveyorq/conveyor/internal/jobstate"
 	"github.com/conveyorq/conveyor/internal/keys"
 	"github.com/conveyorq/conveyor/internal/rediserr"
 	"github.com/conveyorq/conveyor/internal/service"
+	"github.com/conveyorq/conveyor/internal/tracing"
 )
 
 // Defaults of Config.
@@ -198,6 +200,12 @@ type Config struct {
 	// run on RunOnce's goroutine and must return quickly.
 	OnLock func(held bool)
 	OnScan func(Result)
+	// TracerProvider records a span per job put back or sent to the dead set whose metadata
+	// carries a W3C trace context: "recover <queue>", a PRODUCER span of the recoverer's own
+	// (a root, or a child of the span of RunOnce's context), linked to the job's publish span.
+	// Defaults to OpenTelemetry's global provider as it is at each scan; nothing is recorded
+	// until the application sets one.
+	TracerProvider trace.TracerProvider
 }
 
 // validate reports what in c is unusable (see Config), all of it at once; nil if nothing.
@@ -294,6 +302,8 @@ type Recoverer struct {
 	requeued atomic.Int64
 	dead     atomic.Int64
 
+	tracer tracing.Tracer
+
 	skipTrust bool         // tests only: recover what is idle, as if watched long enough
 	skew      atomic.Int64 // tests only: added to Redis's clock readings (ns)
 }
@@ -315,6 +325,7 @@ func NewRecoverer(rdb redis.UniversalClient, cfg Config) (*Recoverer, error) {
 	r.q = keys.New(r.cfg.Prefix, r.cfg.Queue)
 	r.lock = NewLock(rdb, r.q.RecoveryLock(), r.cfg.LockTTL)
 	r.watch = newWatch(r.cfg, &r.log)
+	r.tracer = tracing.New(cfg.TracerProvider)
 	return r, nil
 }
 
@@ -573,6 +584,7 @@ func (r *Recoverer) scanStream(ctx context.Context, q keys.Queue, token string, 
 
 // recover runs recover.lua on ids, entries of q.Stream().
 func (r *Recoverer) recover(ctx context.Context, q keys.Queue, token string, ids []string, res *Result) error {
+	start := time.Now()
 	out, err := jobstate.Recover(ctx, r.rdb, q, jobstate.RecoverParams{Token: token,
 		VisibilityTimeout: r.cfg.VisibilityTimeout, Now: r.cfg.Now(), Events: events.ModeOf(ctx, r.rdb), Entries: ids})
 	if errors.Is(err, jobstate.ErrLockLost) {
@@ -587,7 +599,29 @@ func (r *Recoverer) recover(ctx context.Context, q keys.Queue, token string, ids
 	}
 	res.add(Result{Requeued: out.Requeued, Dead: out.Dead, Dropped: out.Dropped,
 		Skipped: out.Skipped, Poison: out.Poison})
+	if len(out.Traced) > 0 {
+		r.trace(ctx, out.Traced, start)
+	}
 	return nil
+}
+
+// trace records the recover span of each job of traced: a span of the recoverer's (its
+// context's, or a root), linked to the job's publish span, from the start of the recover call
+// to now.
+func (r *Recoverer) trace(ctx context.Context, traced []jobstate.RecoveredJob, start time.Time) {
+	tr := r.tracer.Get()
+	if tr == nil {
+		return
+	}
+	queue := keys.New("", r.cfg.Queue).Name()
+	for _, j := range traced {
+		link := tracing.SpanContextOf(j.Traceparent, j.Tracestate)
+		attrs := append(tracing.Messaging(tracing.OpSend, "recover", queue), tracing.MessageID(j.ID),
+			tracing.AttrRecovery.String(string(j.Status)))
+		_, span := tr.Start(ctx, "recover "+queue, trace.WithSpanKind(trace.SpanKindProducer),
+			trace.WithTimestamp(start), trace.WithLinks(trace.Link{SpanContext: link}), trace.WithAttributes(attrs...))
+		span.End()
+	}
 }
 
 // nextID returns the smallest stream id after id ("ms-seq" -> "ms-(seq+1)").

@@ -3,6 +3,7 @@ package cli
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/conveyorq/conveyor/internal/tracing"
 	"github.com/conveyorq/conveyor/pipeline"
 )
 
@@ -46,6 +48,9 @@ type publishFlags struct {
 	// --debounce-max-wait (WithDebounce).
 	debounce                       string
 	debounceQuiet, debounceMaxWait time.Duration
+	// traceparent and tracestate are --traceparent and --tracestate (or $TRACEPARENT and
+	// $TRACESTATE): the W3C trace context the jobs carry to their handlers.
+	traceparent, tracestate string
 
 	asJSON bool
 
@@ -80,11 +85,17 @@ With --debounce KEY (and --debounce-quiet, --debounce-max-wait) publishes with t
 become one job: a publish while the key's job waits replaces its payload and prints that job's
 id ("created":false,"debounced":true with --json, a note on stderr without), and the job runs
 --debounce-quiet after the last publish or --debounce-max-wait after the first, whichever is
-sooner. It cannot be combined with --id, --delay or --unique.`,
+sooner. It cannot be combined with --id, --delay or --unique.
+
+With --traceparent (or $TRACEPARENT, as a CI system or a traced script passes it on) the jobs
+carry that W3C trace context to their handlers, as the traceparent header does over HTTP: a
+worker with a tracer provider records each attempt in that trace. A malformed --traceparent
+is refused; a malformed $TRACEPARENT is ignored with a note on stderr.`,
 		Example: `  conveyor publish --type echo --payload '{"hello":"world"}'
   conveyor publish --queue emails --type http --payload @hook.json --max-retries 10
   conveyor publish --type sleep --payload '{"ms":500}' --delay 1m --count 100
-  conveyor publish --type reindex --payload '{"doc":42}' --debounce doc-42 --debounce-quiet 2s --debounce-max-wait 30s`,
+  conveyor publish --type reindex --payload '{"doc":42}' --debounce doc-42 --debounce-quiet 2s --debounce-max-wait 30s
+  conveyor publish --type echo --traceparent 00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			pf.payloadGiven = cmd.Flags().Changed("payload")
@@ -114,6 +125,8 @@ sooner. It cannot be combined with --id, --delay or --unique.`,
 	f.StringVar(&pf.debounce, "debounce", "", "debounce key: publishes with it while its job waits replace that job's payload (needs --debounce-quiet and --debounce-max-wait)")
 	f.DurationVar(&pf.debounceQuiet, "debounce-quiet", 0, "with --debounce: run the job this long after the key's last publish")
 	f.DurationVar(&pf.debounceMaxWait, "debounce-max-wait", 0, "with --debounce: run the job at most this long after the key's first publish of its window")
+	f.StringVar(&pf.traceparent, "traceparent", "", "W3C trace context the jobs carry to their handlers (00-<trace id>-<span id>-<flags>); env $"+envTraceparent)
+	f.StringVar(&pf.tracestate, "tracestate", "", "W3C tracestate that goes with --traceparent; env $"+envTracestate)
 	f.BoolVar(&pf.asJSON, "json", false, `print one {"id":..,"created":true|false} object per job`)
 	_ = cmd.MarkFlagRequired("type")
 	return cmd
@@ -229,6 +242,10 @@ func (a *app) publish(cmd *cobra.Command, pf *publishFlags) error {
 	if err != nil {
 		return err
 	}
+	ctx, err := a.traceContext(cmd, pf)
+	if err != nil {
+		return err
+	}
 	c, err := a.client()
 	if err != nil {
 		return err
@@ -241,7 +258,7 @@ func (a *app) publish(cmd *cobra.Command, pf *publishFlags) error {
 		for i := range tasks {
 			tasks[i] = req.task
 		}
-		jobs, err := c.EnqueueBatch(cmd.Context(), pf.queue, tasks, req.opts...)
+		jobs, err := c.EnqueueBatch(ctx, pf.queue, tasks, req.opts...)
 		var unconfirmed error
 		if errors.Is(err, pipeline.ErrNotReplicated) && !errors.Is(err, pipeline.ErrConflict) {
 			// The jobs are on the master: print their ids as usual (they run unless the master
@@ -288,6 +305,41 @@ func (a *app) publish(cmd *cobra.Command, pf *publishFlags) error {
 		}
 	}
 	return out.Flush()
+}
+
+// The trace context of a publish, after the environment variable carriers of OpenTelemetry's
+// proposal (OTEP 258): the W3C header names in capitals.
+const (
+	envTraceparent = "TRACEPARENT"
+	envTracestate  = "TRACESTATE"
+)
+
+// traceContext is the command's context with the trace context of --traceparent (else
+// $TRACEPARENT) and --tracestate (else $TRACESTATE). A malformed --traceparent is refused; a
+// malformed $TRACEPARENT, inherited from whatever started the command, is ignored with a note
+// on stderr.
+func (a *app) traceContext(cmd *cobra.Command, pf *publishFlags) (context.Context, error) {
+	tp, from := pf.traceparent, "--traceparent"
+	if !cmd.Flags().Changed("traceparent") {
+		tp, from = a.getenv(envTraceparent), "$"+envTraceparent
+	}
+	ts := pf.tracestate
+	if !cmd.Flags().Changed("tracestate") {
+		ts = a.getenv(envTracestate)
+	}
+	if tp == "" {
+		return cmd.Context(), nil
+	}
+	ctx, ok := tracing.FromHeaders(cmd.Context(), tp, ts)
+	switch {
+	case ok:
+	case from == "--traceparent":
+		return nil, usageErrorf("%s %q is not a W3C traceparent (00-<32 hex trace id>-<16 hex span id>-<2 hex flags>)", from, tp)
+	default:
+		// Inherited from whatever started the command: a broken one must not stop publishing.
+		fmt.Fprintf(a.stderr, "conveyor: ignoring %s %q: not a W3C traceparent; the jobs carry no trace context\n", from, tp)
+	}
+	return ctx, nil
 }
 
 // publishedJob is a line of publish --json.

@@ -247,3 +247,40 @@ func TestPublishPriority(t *testing.T) {
 	require.Zero(t, code, stderr)
 	require.Contains(t, out, `"enqueued":1`, "the refused publishes wrote nothing")
 }
+
+// TestPublishTraceparent: --traceparent, else $TRACEPARENT (with $TRACESTATE), is the trace
+// context the job carries in its metadata (the flag wins); a malformed flag is a usage error
+// and writes nothing, a malformed variable is ignored with a note.
+func TestPublishTraceparent(t *testing.T) {
+	t.Parallel()
+	const (
+		flagTP = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+		envTP  = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+	)
+	srv := redistest.Start(t)
+	publish := func(env map[string]string, extra ...string) map[string]string {
+		t.Helper()
+		out, stderr, code := runWithEnv(t, env, "", append([]string{"--redis", srv.URL(), "publish", "--queue", "tq", "--type", "echo"}, extra...)...)
+		require.Zero(t, code, stderr)
+		out, stderr, code = runInProcess(t, "", "--redis", srv.URL(), "status", "--queue", "tq", "--json", strings.TrimSpace(out))
+		require.Zero(t, code, stderr)
+		var j struct {
+			Metadata map[string]string `json:"metadata"`
+		}
+		require.NoError(t, json.Unmarshal([]byte(out), &j))
+		return j.Metadata
+	}
+	require.Equal(t, flagTP, publish(nil, "--traceparent", flagTP)["traceparent"])
+	md := publish(map[string]string{"TRACEPARENT": envTP, "TRACESTATE": "v=1"})
+	require.Equal(t, envTP, md["traceparent"])
+	require.Equal(t, "v=1", md["tracestate"])
+	require.Equal(t, flagTP, publish(map[string]string{"TRACEPARENT": envTP}, "--traceparent", flagTP)["traceparent"], "the flag wins")
+	require.NotContains(t, publish(nil), "traceparent")
+
+	_, stderr, code := runInProcess(t, "", "--redis", srv.URL(), "publish", "--queue", "tq", "--type", "echo", "--traceparent", "nonsense")
+	require.Equal(t, 2, code, stderr)
+	require.Contains(t, stderr, "not a W3C traceparent")
+	_, stderr, code = runWithEnv(t, map[string]string{"TRACEPARENT": "00-zz"}, "", "--redis", srv.URL(), "publish", "--queue", "tq", "--type", "echo")
+	require.Zero(t, code, stderr)
+	require.Contains(t, stderr, "ignoring $TRACEPARENT")
+}

@@ -69,6 +69,8 @@ var envVars = []envVar{
 	{envAPIMaxQueues, "serve", "max-queues"},
 	{envAPICreateQueues, "serve", "create-queues"},
 	{envPostgres, "relay", "postgres"},
+	{envTraceparent, "publish", "traceparent"},
+	{envTracestate, "publish", "tracestate"},
 }
 
 // commands builds the subcommands. Each subcommand's file adds itself from its init, so a new

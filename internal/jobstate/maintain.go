@@ -12,6 +12,7 @@ import (
 	"github.com/conveyorq/conveyor/internal/events"
 	"github.com/conveyorq/conveyor/internal/keys"
 	"github.com/conveyorq/conveyor/internal/script"
+	"github.com/conveyorq/conveyor/internal/status"
 )
 
 // The transitions that run outside a worker's hands, for the services that run them: promotion
@@ -81,6 +82,18 @@ type Recovered struct {
 	Dropped  int // entries that carried no live job, acknowledged and deleted
 	Skipped  int // entries no longer pending or idle long enough: left alone
 	Poison   int // unreadable entries, kept as dead records
+	// Traced are the jobs put back or sent to the dead set whose metadata carries a W3C trace
+	// context (keys.EntryTraceparent), for the recoverer's spans.
+	Traced []RecoveredJob
+}
+
+// RecoveredJob is a job a Recover put back (Status queued) or sent to the dead set (failed),
+// with the W3C trace context its metadata carries.
+type RecoveredJob struct {
+	ID          string
+	Status      status.Status
+	Traceparent string
+	Tracestate  string
 }
 
 // Recover puts back the jobs of pending entries whose worker stopped renewing its lease
@@ -98,13 +111,21 @@ func Recover(ctx context.Context, rdb redis.Scripter, q keys.Queue, p RecoverPar
 		return Recovered{}, ErrLockLost
 	}
 	if err == nil {
-		err = r.want(5)
+		err = r.want(6)
 	}
 	if err != nil {
 		return Recovered{}, err
 	}
-	return Recovered{Requeued: int(r.int(0)), Dead: int(r.int(1)), Dropped: int(r.int(2)),
-		Skipped: int(r.int(3)), Poison: int(r.int(4))}, nil
+	out := Recovered{Requeued: int(r.int(0)), Dead: int(r.int(1)), Dropped: int(r.int(2)),
+		Skipped: int(r.int(3)), Poison: int(r.int(4))}
+	if traced, _ := r.rest[5].([]any); len(traced) >= 4 {
+		out.Traced = make([]RecoveredJob, 0, len(traced)/4)
+		for i := 0; i+3 < len(traced); i += 4 {
+			s := func(k int) string { v, _ := traced[i+k].(string); return v }
+			out.Traced = append(out.Traced, RecoveredJob{ID: s(0), Status: status.Status(s(1)), Traceparent: s(2), Tracestate: s(3)})
+		}
+	}
+	return out, nil
 }
 
 // PruneParams is a Prune: the fence (Token, as in RecoverParams) and how long a consumer must

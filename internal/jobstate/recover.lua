@@ -20,13 +20,27 @@
 --     adopted yet is added again unchanged, for the next worker to adopt.
 -- Each job put back (queued) or sent to the dead set (failed) is announced on the events channel,
 -- all of the call's in one message.
--- Returns {CV_OK, requeued, dead, dropped, skipped, poison}, or {CV_LOCK_LOST} when the lock is
--- not held.
+-- Returns {CV_OK, requeued, dead, dropped, skipped, poison, traced}, or {CV_LOCK_LOST} when the
+-- lock is not held. traced lists, flat, {job id, status ('queued' or 'failed'), traceparent,
+-- tracestate} for each job put back or sent to the dead set whose metadata carries a W3C trace
+-- context, for the recoverer's spans (empty for jobs without one: no unpacking of theirs).
 local stream, dead, stats = KEYS[1], KEYS[2], KEYS[3]
 local group, vt, prefix, now = ARGV[1], tonumber(ARGV[3]), ARGV[4], tonumber(ARGV[5])
 if ARGV[2] ~= '' and redis.call('GET', KEYS[4]) ~= ARGV[2] then return {CV_LOCK_LOST} end
 local requeued, n_dead, dropped, skipped, poison = 0, 0, 0, 0, 0
 local ev_cmd, ev_chan, ev = ARGV[6], ARGV[7], {}
+local traced = {}
+-- The msgpack of the metadata key traceparent: a fixstr of 11 bytes (0xab), then the name.
+local tp_key = '\171traceparent'
+local function trace(id, st, f)
+  local raw = f['metadata']
+  if not raw or not string.find(raw, tp_key, 1, true) then return end
+  local ok, md = pcall(cmsgpack.unpack, raw)
+  if ok and type(md) == 'table' and md['traceparent'] then
+    traced[#traced + 1] = id; traced[#traced + 1] = st
+    traced[#traced + 1] = md['traceparent']; traced[#traced + 1] = md.tracestate or ''
+  end
+end
 for a = 8, #ARGV do
   local old = ARGV[a]
   local p = redis.call('XPENDING', stream, group, 'IDLE', vt, old, old, 1)
@@ -81,10 +95,12 @@ for a = 8, #ARGV do
           cv_drop(stream, group, {old})
           n_dead = n_dead + 1
           ev[#ev + 1] = 'failed ' .. n .. ' ' .. id
+          trace(id, 'failed', f)
         else
           cv_replace(stream, group, jobkey, id, old, f, n + 1, n, why, now)
           requeued = requeued + 1
           ev[#ev + 1] = 'queued ' .. n .. ' ' .. id
+          trace(id, 'queued', f)
         end
       end
     end
@@ -97,4 +113,4 @@ if n_dead > 0 then
 end
 if poison > 0 then redis.call('HINCRBY', stats, 'poison', poison) end
 cv_announce(ev_cmd, ev_chan, ev)
-return {CV_OK, requeued, n_dead, dropped, skipped, poison}
+return {CV_OK, requeued, n_dead, dropped, skipped, poison, traced}

@@ -131,6 +131,10 @@ const (
 	EntryUUID     = "_watermill_message_uuid" // the job id
 	EntryPayload  = "payload"
 	EntryMetadata = "metadata" // msgpack map of strings, or empty
+	// EntryTraceparent is not a field but a key inside EntryMetadata: a job's W3C trace
+	// context (its publish span's), which recover.lua reads to report the jobs it put back
+	// to the recoverer's tracing. The header's name, as Trace Context spells it.
+	EntryTraceparent = "traceparent"
 	// EntryJob packs the rest, see FormatEntryJob. One field instead of four: each field is
 	// two more strings for every reader of every entry to parse, and more work for XADD and
 	// XREADGROUP in Redis (docs/BENCHMARKS.md, "What each change bought").

@@ -1,0 +1,168 @@
+// Package tracing is what pipeline and recovery share of OpenTelemetry: the tracer a
+// configured (or the global) provider gives, the fast path that keeps tracing free when no
+// provider is set, the W3C trace context in a job's metadata, and the messaging attributes.
+//
+// Free when off: Tracer.Get is an atomic load and a comparison when no provider was set (the
+// global provider is still OpenTelemetry's default, which records nothing), and the callers
+// touch a job's metadata only when a tracer is on or the context carries a valid span
+// context already (one they forward without recording).
+package tracing
+
+import (
+	"context"
+
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/propagation"
+	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
+	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
+
+	"github.com/conveyorq/conveyor/internal/keys"
+)
+
+// ScopeName is the instrumentation scope of Conveyor's spans.
+const ScopeName = "github.com/conveyorq/conveyor"
+
+// System is the value of messaging.system on Conveyor's spans.
+const System = "conveyor"
+
+// The metadata keys of a job's W3C trace context: the header names of Trace Context.
+const (
+	KeyTraceparent = keys.EntryTraceparent
+	KeyTracestate  = "tracestate"
+)
+
+// Attribute keys of Conveyor's own, beside the messaging semantic conventions'.
+const (
+	AttrAttempt  = attribute.Key("conveyor.job.attempt")  // the attempt's number, 1 for the first run
+	AttrType     = attribute.Key("conveyor.job.type")     // the job's type
+	AttrOutcome  = attribute.Key("conveyor.job.outcome")  // what the attempt came to: retry, dead, snoozed, ...
+	AttrRetryAt  = attribute.Key("conveyor.job.retry_at") // when a failed attempt's retry is due (RFC 3339)
+	AttrWaitMS   = attribute.Key("conveyor.job.wait_ms")  // time in the stream before the attempt started
+	AttrWorker   = attribute.Key("conveyor.worker")       // the worker (stream consumer) of the lost attempt
+	AttrRecovery = attribute.Key("conveyor.recovery.outcome")
+)
+
+// propagator is the one format Conveyor carries: W3C Trace Context, whatever the global
+// propagator is (OpenTelemetry's default global propagator carries nothing).
+var propagator = propagation.TraceContext{}
+
+// initial is OpenTelemetry's global provider as it is before an application sets one: it
+// records nothing. Read at package init, before any main can set another.
+var initial = otel.GetTracerProvider()
+
+// global is the tracer of the global provider. OpenTelemetry's default provider hands out
+// tracers that delegate to the provider the application sets later, so one is enough.
+var global = initial.Tracer(ScopeName)
+
+// Tracer resolves a configured tracer provider: the one given, or, when none was, the global
+// one as it is at each call. The zero value follows the global provider.
+type Tracer struct {
+	tr       trace.Tracer
+	explicit bool
+}
+
+// New returns the Tracer of tp; nil tp follows the global provider.
+func New(tp trace.TracerProvider) Tracer {
+	if tp == nil {
+		return Tracer{}
+	}
+	if _, ok := tp.(noop.TracerProvider); ok {
+		return Tracer{explicit: true}
+	}
+	return Tracer{tr: tp.Tracer(ScopeName), explicit: true}
+}
+
+// Get returns the tracer to record spans with, or nil when no provider records: none was
+// given and the application set no global one, or the one set is OpenTelemetry's no-op. It
+// allocates nothing.
+func (t Tracer) Get() trace.Tracer {
+	if t.explicit {
+		return t.tr
+	}
+	switch p := otel.GetTracerProvider(); p.(type) {
+	case noop.TracerProvider:
+		return nil
+	default:
+		if p == initial {
+			return nil
+		}
+	}
+	return global
+}
+
+// Inject writes the span context of ctx into md as W3C traceparent (and tracestate, when it
+// has one).
+func Inject(ctx context.Context, md map[string]string) {
+	propagator.Inject(ctx, propagation.MapCarrier(md))
+}
+
+// Extract returns ctx with the remote span context that md carries (traceparent), and whether
+// md carried a valid one.
+func Extract(ctx context.Context, md map[string]string) (context.Context, bool) {
+	if md[KeyTraceparent] == "" {
+		return ctx, false
+	}
+	out := propagator.Extract(ctx, propagation.MapCarrier(md))
+	return out, trace.SpanContextFromContext(out).IsValid()
+}
+
+// SpanContextOf reads the W3C trace context traceparent and tracestate; the zero SpanContext
+// when traceparent is not valid.
+func SpanContextOf(traceparent, tracestate string) trace.SpanContext {
+	if traceparent == "" {
+		return trace.SpanContext{}
+	}
+	md := map[string]string{KeyTraceparent: traceparent}
+	if tracestate != "" {
+		md[KeyTracestate] = tracestate
+	}
+	return trace.SpanContextFromContext(propagator.Extract(context.Background(), propagation.MapCarrier(md)))
+}
+
+// FromHeaders returns ctx with the remote span context of W3C traceparent and tracestate
+// values (an HTTP request's headers, a CLI flag), or ctx unchanged when traceparent is empty
+// or not valid: the Trace Context specification has a receiver ignore a malformed one. ok
+// reports whether it was valid.
+func FromHeaders(ctx context.Context, traceparent, tracestate string) (context.Context, bool) {
+	sc := SpanContextOf(traceparent, tracestate)
+	if !sc.IsValid() {
+		return ctx, false
+	}
+	return trace.ContextWithRemoteSpanContext(ctx, sc), true
+}
+
+// Messaging returns the messaging attributes of an operation on queue.
+func Messaging(opType attribute.KeyValue, opName, queue string) []attribute.KeyValue {
+	return []attribute.KeyValue{
+		semconv.MessagingSystemKey.String(System),
+		opType,
+		semconv.MessagingOperationName(opName),
+		semconv.MessagingDestinationName(queue),
+	}
+}
+
+// SystemAttr is the messaging.system attribute.
+var SystemAttr = semconv.MessagingSystemKey.String(System)
+
+// Destination is the messaging.destination.name attribute: a queue's name.
+func Destination(queue string) attribute.KeyValue { return semconv.MessagingDestinationName(queue) }
+
+// MessageID is the messaging.message.id attribute: a job's id.
+func MessageID(id string) attribute.KeyValue { return semconv.MessagingMessageID(id) }
+
+// BatchCount is the messaging.batch.message_count attribute.
+func BatchCount(n int) attribute.KeyValue { return semconv.MessagingBatchMessageCount(n) }
+
+// ConsumerGroup is the messaging.consumer.group.name attribute.
+func ConsumerGroup(g string) attribute.KeyValue { return semconv.MessagingConsumerGroupName(g) }
+
+// The messaging.operation.type values Conveyor uses.
+var (
+	OpSend    = semconv.MessagingOperationTypeSend
+	OpProcess = semconv.MessagingOperationTypeProcess
+)
+
+// ErrorType is the error.type attribute.
+func ErrorType(t string) attribute.KeyValue { return semconv.ErrorTypeKey.String(t) }

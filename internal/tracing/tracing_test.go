@@ -1,0 +1,67 @@
+package tracing
+
+import (
+	"context"
+	"testing"
+
+	"go.opentelemetry.io/otel"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
+)
+
+// TestGlobalProvider: a zero Tracer records nothing until the application sets a global
+// provider, follows it from then on (tracers handed out before delegate to it), and stops at
+// OpenTelemetry's no-op. Not parallel: it sets the process's global provider.
+func TestGlobalProvider(t *testing.T) {
+	var tr Tracer
+	if tr.Get() != nil {
+		t.Fatal("a tracer with no provider set")
+	}
+	rec := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
+	otel.SetTracerProvider(tp)
+	t.Cleanup(func() { otel.SetTracerProvider(noop.NewTracerProvider()) })
+	got := tr.Get()
+	if got == nil {
+		t.Fatal("no tracer after otel.SetTracerProvider")
+	}
+	_, span := got.Start(context.Background(), "s")
+	span.End()
+	if n := len(rec.Ended()); n != 1 {
+		t.Fatalf("the global provider recorded %d spans, want 1", n)
+	}
+	otel.SetTracerProvider(noop.NewTracerProvider())
+	if tr.Get() != nil {
+		t.Fatal("a tracer under the no-op provider")
+	}
+	if New(noop.NewTracerProvider()).Get() != nil {
+		t.Fatal("a tracer of the no-op provider given")
+	}
+}
+
+// TestTraceContext: what Inject writes, Extract and FromHeaders read back; a malformed
+// traceparent is no trace context.
+func TestTraceContext(t *testing.T) {
+	t.Parallel()
+	sc := trace.NewSpanContext(trace.SpanContextConfig{TraceID: trace.TraceID{1}, SpanID: trace.SpanID{2},
+		TraceFlags: trace.FlagsSampled})
+	md := map[string]string{}
+	Inject(trace.ContextWithSpanContext(context.Background(), sc), md)
+	if md[KeyTraceparent] != "00-01000000000000000000000000000000-0200000000000000-01" {
+		t.Fatalf("traceparent %q", md[KeyTraceparent])
+	}
+	ctx, ok := Extract(context.Background(), md)
+	if got := trace.SpanContextFromContext(ctx); !ok || got.TraceID() != sc.TraceID() || got.SpanID() != sc.SpanID() || !got.IsRemote() {
+		t.Fatalf("extracted %v, %v", got, ok)
+	}
+	for _, bad := range []string{"", "nonsense", "00-00000000000000000000000000000000-0200000000000000-01", "00-zz-02-01"} {
+		if _, ok := FromHeaders(context.Background(), bad, ""); ok {
+			t.Errorf("traceparent %q read as valid", bad)
+		}
+		if _, ok := Extract(context.Background(), map[string]string{KeyTraceparent: bad}); ok {
+			t.Errorf("metadata traceparent %q read as valid", bad)
+		}
+	}
+}

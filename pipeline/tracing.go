@@ -1,0 +1,180 @@
+package pipeline
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/conveyorq/conveyor/internal/keys"
+	"github.com/conveyorq/conveyor/internal/tracing"
+)
+
+// Tracing (README, "Tracing"). A job carries the W3C trace context of its publish in its
+// metadata (the keys traceparent and tracestate), from the publish to every attempt:
+//
+//   - publish: a PRODUCER span "publish <queue>" per Enqueue or EnqueueBatch call, child of
+//     the span of the caller's context (or, when that has none, of the traceparent a single
+//     task's metadata carries); its context is what the jobs carry. A batch's tasks that carry
+//     a traceparent of their own are the span's links.
+//   - wait: an INTERNAL span "wait <queue>", child of the publish span, from the moment the
+//     job's stream entry was written (by Redis's clock; a retry's or a delayed job's entry is
+//     written when it becomes due) to the attempt's start.
+//   - process: a CONSUMER span "process <queue>" per attempt, child of the publish span, which
+//     the handler's context carries. A failed attempt records the error; one with retries
+//     left has the outcome "retry" and a "retry" event saying when. The next attempt's span is
+//     again a child of the publish span: every attempt of a job is in the publish's trace,
+//     told apart by conveyor.job.attempt.
+//   - recover: the recoverer's PRODUCER span "recover <queue>" per job it puts back or sends
+//     to the dead set, in the recoverer's own trace, linked to the job's publish span
+//     (package recovery).
+//
+// With no tracer provider (none in the config and none set globally) nothing is recorded and
+// a publish adds nothing to the job, unless the caller's context carries a valid span context
+// (an HTTP request's traceparent, say), which is forwarded as it is; a worker then gives its
+// handler the job's trace context as a remote span context, recording nothing.
+
+// publishTrace is a publish's tracing: its span (nil when no tracer records) and the trace
+// context its jobs carry.
+type publishTrace struct {
+	span trace.Span
+	md   map[string]string // traceparent, and tracestate if any
+}
+
+// forTask is the trace context task is to carry: the publish's, or nil to leave its metadata
+// as it is (no tracing, or a forward without a span to a task that carries its own).
+func (pt *publishTrace) forTask(t *Task) map[string]string {
+	if pt == nil || pt.span == nil && t.Metadata[tracing.KeyTraceparent] != "" {
+		return nil
+	}
+	return pt.md
+}
+
+// startPublish starts the tracing of a publish of one (Enqueue) or many (EnqueueBatch) tasks
+// to queue. It returns ctx and nil, allocating nothing, when no tracer records and ctx carries
+// no span context.
+func (c *Client) startPublish(ctx context.Context, queue string, one *Task, many []Task) (context.Context, *publishTrace) {
+	tr := c.tracer.Get()
+	if tr == nil {
+		if !trace.SpanContextFromContext(ctx).IsValid() {
+			return ctx, nil
+		}
+		pt := &publishTrace{md: make(map[string]string, 2)}
+		tracing.Inject(ctx, pt.md)
+		return ctx, pt
+	}
+	parent := ctx
+	var links []trace.Link
+	if one != nil {
+		if sc := taskTrace(one); sc.IsValid() {
+			if trace.SpanContextFromContext(ctx).IsValid() {
+				links = append(links, trace.Link{SpanContext: sc})
+			} else {
+				parent = trace.ContextWithRemoteSpanContext(ctx, sc)
+			}
+		}
+	}
+	for i := range many {
+		if sc := taskTrace(&many[i]); sc.IsValid() {
+			links = append(links, trace.Link{SpanContext: sc})
+		}
+	}
+	attrs := tracing.Messaging(tracing.OpSend, "publish", queue)
+	if one == nil {
+		attrs = append(attrs, tracing.BatchCount(len(many)))
+	}
+	ctx, span := tr.Start(parent, "publish "+queue, trace.WithSpanKind(trace.SpanKindProducer),
+		trace.WithAttributes(attrs...), trace.WithLinks(links...))
+	pt := &publishTrace{span: span, md: make(map[string]string, 2)}
+	tracing.Inject(ctx, pt.md)
+	return ctx, pt
+}
+
+// taskTrace is the trace context a task's own metadata carries, if any.
+func taskTrace(t *Task) trace.SpanContext {
+	return tracing.SpanContextOf(t.Metadata[tracing.KeyTraceparent], t.Metadata[tracing.KeyTracestate])
+}
+
+// end ends the publish's span with what the publish came to.
+func (pt *publishTrace) end(jobs []*Job, err error) {
+	if pt.span == nil {
+		return
+	}
+	if len(jobs) == 1 && jobs[0] != nil {
+		pt.span.SetAttributes(tracing.MessageID(jobs[0].ID))
+	}
+	if err != nil {
+		pt.span.RecordError(err)
+		pt.span.SetStatus(codes.Error, err.Error())
+	}
+	pt.span.End()
+}
+
+// traceAttempt gives an attempt's context its tracing: the process span when a tracer records
+// (nil otherwise), else the job's trace context as a remote span context when it carries one.
+// A job without trace context under no tracer costs a map lookup.
+func (w *Worker) traceAttempt(ctx context.Context, q *keys.Queue, j *Job) (context.Context, trace.Span) {
+	tr := w.tracer.Get()
+	if tr == nil {
+		if j.Metadata[tracing.KeyTraceparent] != "" {
+			ctx, _ = tracing.Extract(ctx, j.Metadata)
+		}
+		return ctx, nil
+	}
+	return startProcess(ctx, tr, q.Name(), j)
+}
+
+// startProcess starts an attempt's process span, child of the job's publish span, and records
+// the wait before it.
+func startProcess(ctx context.Context, tr trace.Tracer, queue string, j *Job) (context.Context, trace.Span) {
+	parent, traced := tracing.Extract(ctx, j.Metadata)
+	now := time.Now()
+	wait := time.Duration(0)
+	if !j.EnqueuedAt.IsZero() && j.EnqueuedAt.Before(now) {
+		wait = now.Sub(j.EnqueuedAt)
+	}
+	if traced { // zero long when the clocks of Redis and the worker disagree
+		_, ws := tr.Start(parent, "wait "+queue, trace.WithSpanKind(trace.SpanKindInternal),
+			trace.WithTimestamp(now.Add(-wait)), trace.WithAttributes(
+				tracing.SystemAttr, tracing.Destination(queue), tracing.MessageID(j.ID), tracing.AttrAttempt.Int(j.Attempt)))
+		ws.End(trace.WithTimestamp(now))
+	}
+	attrs := append(tracing.Messaging(tracing.OpProcess, "process", queue),
+		tracing.MessageID(j.ID), tracing.ConsumerGroup(keys.Group),
+		tracing.AttrAttempt.Int(j.Attempt), tracing.AttrType.String(j.Type),
+		tracing.AttrWaitMS.Int64(wait.Milliseconds()))
+	return tr.Start(parent, "process "+queue, trace.WithSpanKind(trace.SpanKindConsumer),
+		trace.WithTimestamp(now), trace.WithAttributes(attrs...))
+}
+
+// endAttempt ends an attempt's process span with what handleMessage returned: nil (done) or
+// the *JobError of every other outcome.
+func endAttempt(span trace.Span, err error) {
+	var jerr *JobError
+	if errors.As(err, &jerr) {
+		span.SetAttributes(tracing.AttrOutcome.String(jerr.Outcome.String()))
+		if jerr.Err != nil {
+			span.RecordError(jerr.Err)
+		}
+		switch jerr.Outcome {
+		case OutcomeRetry:
+			span.AddEvent("retry", trace.WithAttributes(tracing.AttrRetryAt.String(jerr.RetryAt.UTC().Format(time.RFC3339Nano))))
+			span.SetStatus(codes.Error, errText(jerr))
+		case OutcomeDead, OutcomeLost:
+			span.SetStatus(codes.Error, errText(jerr))
+		}
+	} else if err != nil {
+		span.RecordError(err)
+		span.SetStatus(codes.Error, err.Error())
+	}
+	span.End()
+}
+
+func errText(jerr *JobError) string {
+	if jerr.Err != nil {
+		return jerr.Err.Error()
+	}
+	return jerr.Outcome.String()
+}
