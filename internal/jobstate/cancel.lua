@@ -4,7 +4,10 @@
 -- ARGV[1] group, ARGV[2] now (unix ms), ARGV[3] default retention ms (0 keeps only a
 --   tombstone), ARGV[4] id, ARGV[5] the shortest retention ms (see finish.lua: a publish sent
 --   again after a lost reply must find the job), ARGV[6] the events publish command ('SPUBLISH',
---   'PUBLISH' or ''), ARGV[7] the events channel
+--   'PUBLISH' or ''), ARGV[7] the events channel, ARGV[8] the most entries the index of
+--   canceled jobs keeps (keys.FinishedIndexCap; 0 indexes nothing)
+-- KEYS[5] the index of canceled jobs (keys.Queue.Canceled): the job is added, scored by now,
+--   unless kept only as a tombstone, and the index trimmed as finish.lua's (cv_index)
 -- A queued or running job's entry is acknowledged and deleted, and its late result is refused
 -- by fencing. The change is announced on the events channel (canceled), for every job and not
 -- only for watched ones (finish.lua's rule): the worker running the job listens on the channel
@@ -40,6 +43,9 @@ local ret = cv_num(h[3], tonumber(ARGV[3]))
 if ret <= 0 then
   redis.call('DEL', KEYS[4])
   redis.call('HSET', KEYS[4], 'status', 'canceled', 'completed_at', ARGV[2])
+elseif tonumber(ARGV[8]) > 0 then
+  cv_index(KEYS[5], {ARGV[2], ARGV[4]}, tonumber(ARGV[2]) - math.max(tonumber(ARGV[3]), tonumber(ARGV[5])),
+    tonumber(ARGV[8]))
 end
 redis.call('PEXPIRE', KEYS[4], math.max(ret, tonumber(ARGV[5])))
 redis.call('HINCRBY', KEYS[3], 'canceled', 1)
