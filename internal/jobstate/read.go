@@ -295,6 +295,16 @@ func DeadPage(ctx context.Context, rdb redis.Scripter, q keys.Queue, oldest bool
 	return SetPage(ctx, rdb, q.Dead(), !oldest, after, n)
 }
 
+// CompletedPage is SetPage of q's index of completed jobs (keys.Queue.Completed), latest first.
+func CompletedPage(ctx context.Context, rdb redis.Scripter, q keys.Queue, after *SetItem, n int) ([]SetItem, error) {
+	return SetPage(ctx, rdb, q.Completed(), true, after, n)
+}
+
+// CanceledPage is SetPage of q's index of canceled jobs (keys.Queue.Canceled), latest first.
+func CanceledPage(ctx context.Context, rdb redis.Scripter, q keys.Queue, after *SetItem, n int) ([]SetItem, error) {
+	return SetPage(ctx, rdb, q.Canceled(), true, after, n)
+}
+
 // LastDead returns the member of q's dead set that is last in the set's order (the latest
 // death, the greatest member among equal scores); ok is false when the set is empty.
 func LastDead(ctx context.Context, rdb redis.UniversalClient, q keys.Queue) (last SetItem, ok bool, err error) {
