@@ -9,8 +9,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
+	"github.com/conveyorq/conveyor/internal/redistest"
 	"github.com/conveyorq/conveyor/pipeline"
 )
 
@@ -183,4 +185,43 @@ func TestListCompletedAndCanceled(t *testing.T) {
 	require.NoError(t, err)
 	require.Contains(t, string(raw), `"next":""`)
 	require.False(t, errors.Is(err, pipeline.ErrInvalid))
+}
+
+// A partitioned queue's completed and canceled jobs are listed partition after partition, on
+// a standalone server and on a cluster (each partition's index in its own slot).
+func TestListFinishedPartitioned(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		rdb  func(t *testing.T) redis.UniversalClient
+	}{
+		{"Standalone", func(t *testing.T) redis.UniversalClient { return redistest.Client(t) }},
+		{"Cluster", func(t *testing.T) redis.UniversalClient { return redistest.StartCluster(t).Client(t) }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			x := newPartitioned(t, tc.rdb(t), redistest.UniqueName(t), 3)
+			x.startWorker(t, pipeline.WorkerConfig{}, map[string]pipeline.HandlerFunc{
+				"t": func(ctx context.Context, j *pipeline.Job) ([]byte, error) { return nil, nil },
+			})
+			var done, canceled []string
+			for k := range 9 {
+				j, err := x.client.Enqueue(t.Context(), x.queue, pipeline.Task{Type: "t"}, pipeline.WithID(fmt.Sprintf("done-%d", k)))
+				require.NoError(t, err)
+				done = append(done, j.ID)
+				c, err := x.client.Enqueue(t.Context(), x.queue, pipeline.Task{Type: "t"}, pipeline.WithID(fmt.Sprintf("cancel-%d", k)),
+					pipeline.WithDelay(time.Hour))
+				require.NoError(t, err)
+				require.NoError(t, x.client.Cancel(t.Context(), x.queue, c.ID))
+				canceled = append(canceled, c.ID)
+			}
+			for _, id := range done {
+				x.waitStatus(t, id, pipeline.StatusCompleted)
+			}
+			got, _ := listAll(t, x.insp, x.queue, pipeline.StatusCompleted, 2)
+			require.ElementsMatch(t, done, ids(got))
+			got, _ = listAll(t, x.insp, x.queue, pipeline.StatusCanceled, 4)
+			require.ElementsMatch(t, canceled, ids(got))
+		})
+	}
 }
