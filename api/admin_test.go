@@ -128,7 +128,7 @@ func TestList(t *testing.T) {
 	require.JSONEq(t, `{"jobs":[],"next":""}`, string(r.body))
 
 	// limit over the OpenAPI document's maximum (1,000) is refused, not accepted.
-	for _, q := range []string{"", "?status=completed", "?status=bogus", "?status=failed&limit=0",
+	for _, q := range []string{"", "?status=completed&cursor=1-0", "?status=bogus", "?status=failed&limit=0",
 		"?status=failed&limit=x", "?status=failed&limit=1001", "?status=failed&limit=100000",
 		"?status=failed&cursor=nonsense"} {
 		r = e.do("GET", e.jobs()+q, "")

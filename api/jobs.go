@@ -201,7 +201,7 @@ func (s *Server) listJobs(w http.ResponseWriter, r *http.Request) error {
 	q := r.URL.Query()
 	status := q.Get("status")
 	if status == "" {
-		return badArg("status is required: scheduled, queued, in_progress or failed (dead)")
+		return badArg("status is required: scheduled, queued, in_progress, failed (dead), completed or canceled")
 	}
 	page := pipeline.Page{Cursor: q.Get("cursor")}
 	if v := q.Get("limit"); v != "" {

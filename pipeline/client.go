@@ -813,7 +813,7 @@ func jobFromRecord(queue, id string, r jobstate.Record) (*Job, error) {
 		EnqueuedAt: r.EnqueuedAt, StartedAt: r.StartedAt, CompletedAt: r.CompletedAt,
 		Worker: r.Worker, Entry: r.Entry, LastError: r.LastError, Result: r.Result,
 		Version: r.Version, Payload: r.Payload, Priority: r.Priority, Group: r.Group,
-		ScheduledFor: r.ScheduledFor, Snoozes: r.Snoozes}
+		ScheduledFor: r.ScheduledFor, Snoozes: r.Snoozes, Attempts: attemptsOf(r)}
 	if r.Debounce != "" {
 		j.Debounce = &DebounceWindow{Key: keys.DebounceKeyOf(r.Debounce), First: r.DebounceFirst,
 			Until: r.DebounceUntil, Publishes: r.DebouncePubs}

@@ -329,10 +329,14 @@ func (p *JobPage) MarshalJSON() ([]byte, error) {
 //     id seen.
 //   - StatusFailed (or "dead", its alias: ParseStatus): the dead set, newest death first. The
 //     cursor is "<death unix ms>:<id>".
+//   - StatusCompleted, StatusCanceled: the queue's index of completed (or canceled) jobs,
+//     newest first, while their records are retained. The cursor is "<unix ms>:<id>". The
+//     index keeps the jobs of the queue's default retention (a job kept longer by its own
+//     WithRetention leaves the listing sooner, and is still found by id) and at most
+//     keys.FinishedIndexCap (10,000) a partition, the newest; a job kept only as a tombstone
+//     (RetainNone) is not indexed.
 //
-// Completed and canceled jobs cannot be listed: no index holds them (their records only wait
-// to expire); ask for them by id with Get. Asking for them, or for an unknown status, returns
-// ErrInvalid, as does a cursor that is not one of this status's.
+// An unknown status returns ErrInvalid, as does a cursor that is not one of this status's.
 //
 // A page costs Redis at most Page.Limit job records (read in one pipelined round trip, or one
 // script for in_progress) besides the index it pages through, whose read starts at the cursor
@@ -360,12 +364,10 @@ func (i *Inspector) List(ctx context.Context, queue string, status Status, page 
 	}
 	status = ParseStatus(string(status)) // "dead" is failed's word
 	switch status {
-	case StatusScheduled, StatusFailed, StatusQueued, StatusInProgress:
-	case StatusCompleted, StatusCanceled:
-		return nil, invalid("%s jobs cannot be listed: no index holds them (their records only wait to expire); get one by id", status)
+	case StatusScheduled, StatusFailed, StatusQueued, StatusInProgress, StatusCompleted, StatusCanceled:
 	default:
-		return nil, invalid("unknown status %q: want %s, %s, %s or %s", status,
-			StatusScheduled, StatusQueued, StatusInProgress, StatusFailed)
+		return nil, invalid("unknown status %q: want %s, %s, %s, %s, %s or %s", status,
+			StatusScheduled, StatusQueued, StatusInProgress, StatusFailed, StatusCompleted, StatusCanceled)
 	}
 	// A malformed cursor is the caller's mistake whether or not Redis answers: refuse it before
 	// reading the partition count (which says which of the two forms it must be).
@@ -402,7 +404,7 @@ func cursorShape(status Status, cursor string) bool {
 		return true
 	}
 	switch status {
-	case StatusScheduled, StatusFailed:
+	case StatusScheduled, StatusFailed, StatusCompleted, StatusCanceled:
 		s, id, _ := strings.Cut(cursor, ":")
 		_, err := strconv.ParseInt(s, 10, 64)
 		return err == nil && keys.ValidID(id)
@@ -422,7 +424,7 @@ func cursorShape(status Status, cursor string) bool {
 // listOne is List of one queue or partition.
 func (i *Inspector) listOne(ctx context.Context, q keys.Queue, status Status, cursor string, limit int) (*JobPage, error) {
 	switch status {
-	case StatusScheduled, StatusFailed:
+	case StatusScheduled, StatusFailed, StatusCompleted, StatusCanceled:
 		return i.listSet(ctx, q, status, cursor, limit)
 	case StatusQueued:
 		return i.listLevels(ctx, q, cursor, limit, i.listQueued)
@@ -537,8 +539,9 @@ func (i *Inspector) listPartitions(ctx context.Context, qs []keys.Queue, status 
 	return out, nil
 }
 
-// listSet pages through a sorted set of job ids: scheduled (earliest due first) or dead
-// (latest death first).
+// listSet pages through a sorted set of job ids: scheduled (earliest due first), dead (latest
+// death first), or the index of completed or canceled jobs (latest first). An indexed id whose
+// record expired is skipped; the index's trim (finish.lua, cancel.lua) removes it in time.
 func (i *Inspector) listSet(ctx context.Context, q keys.Queue, status Status, cursor string, limit int) (*JobPage, error) {
 	var after *jobstate.SetItem
 	if cursor != "" {
@@ -552,9 +555,14 @@ func (i *Inspector) listSet(ctx context.Context, q keys.Queue, status Status, cu
 	// One more than the page, to know whether another page follows.
 	var items []jobstate.SetItem
 	var err error
-	if status == StatusScheduled {
+	switch status {
+	case StatusScheduled:
 		items, err = jobstate.ScheduledPage(ctx, i.rdb, q, after, limit+1)
-	} else {
+	case StatusCompleted:
+		items, err = jobstate.CompletedPage(ctx, i.rdb, q, after, limit+1)
+	case StatusCanceled:
+		items, err = jobstate.CanceledPage(ctx, i.rdb, q, after, limit+1)
+	default:
 		items, err = jobstate.DeadPage(ctx, i.rdb, q, false, after, limit+1)
 	}
 	if err != nil {

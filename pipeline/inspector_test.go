@@ -390,8 +390,8 @@ func testListRefusals(t *testing.T, rdb redis.UniversalClient) {
 		page   pipeline.Page
 		msg    string
 	}{
-		{pipeline.StatusCompleted, pipeline.Page{}, "completed jobs cannot be listed"},
-		{pipeline.StatusCanceled, pipeline.Page{}, "canceled jobs cannot be listed"},
+		{pipeline.StatusCompleted, pipeline.Page{Cursor: "1-0"}, "cursor"},
+		{pipeline.StatusCanceled, pipeline.Page{Cursor: "12:bad id"}, "cursor"},
 		{"done", pipeline.Page{}, `unknown status "done"`},
 		{pipeline.StatusQueued, pipeline.Page{Limit: -1}, "negative"},
 		{pipeline.StatusQueued, pipeline.Page{Cursor: "12:x"}, "cursor"},

@@ -99,6 +99,11 @@ type Job struct {
 	// attempt's once the job finished (which need not be 100: it says where a failed job
 	// stopped). Nil on a handler's own job.
 	Reported *Progress
+	// Attempts are the job's attempts, oldest first, the last MaxAttempts (20): each one's
+	// worker, start, end, outcome and error. Set on jobs read back (Client.Get,
+	// Inspector.Get, Inspector.List); empty for a job that never started, and on a handler's
+	// own job.
+	Attempts []JobAttempt
 
 	entry    map[string]any    // a handler's job: the stream entry's fields as read (stream.EntryValues)
 	progress *progressReporter // a handler's job: writes its Progress reports
@@ -161,6 +166,8 @@ type jobJSON struct {
 	Progress        *int   `json:"progress,omitempty"`
 	ProgressMessage string `json:"progress_message,omitempty"`
 	ProgressAt      int64  `json:"progress_at,omitempty"`
+	// Attempts is Job.Attempts, oldest first; an empty array when the job never started.
+	Attempts []attemptJSON `json:"attempts"`
 }
 
 // MarshalJSON writes the job with times as unix milliseconds (0 when not yet), and payload and
@@ -181,7 +188,7 @@ func (j *Job) MarshalJSON() ([]byte, error) {
 		pct, pmsg, pat = &p.Percent, p.Message, unixMS(p.At)
 	}
 	return json.Marshal(jobJSON{
-		Progress: pct, ProgressMessage: pmsg, ProgressAt: pat,
+		Progress: pct, ProgressMessage: pmsg, ProgressAt: pat, Attempts: attemptsJSON(j.Attempts),
 		Debounce: db, Debounced: j.Debounced, Group: j.Group, ScheduledFor: j.ScheduledFor, Snoozes: j.Snoozes,
 		ID: j.ID, Queue: j.Queue, Type: j.Type, Status: j.Status,
 		Attempt: j.Attempt, MaxRetries: j.MaxRetries, Priority: max(j.Priority, MinPriority), TimeoutMS: j.Timeout.Milliseconds(),

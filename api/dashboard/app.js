@@ -17,6 +17,9 @@
     ['queued', 'Queued'],
     ['in_progress', 'In progress'],
     ['failed', 'Dead'],
+    // Issue 20: finished jobs, listed from the queue's indexes while retained (no gauge).
+    ['completed', 'Completed'],
+    ['canceled', 'Canceled'],
   ];
   const GAUGE = { scheduled: 'scheduled', queued: 'queued', in_progress: 'in_progress', failed: 'dead' };
   const MAIN_COUNTERS = [
@@ -414,7 +417,7 @@
     return h('nav', { class: 'tabs', 'aria-label': 'Queue ' + q },
       h('a', { href: queueHref(q), 'aria-current': current === '' ? 'page' : null }, 'Overview'),
       STATES.map(([st, name]) => h('a', { href: queueHref(q, st), 'aria-current': current === st ? 'page' : null, data: { state: st } },
-        name, ' ', h('span', { class: 'count', data: { field: GAUGE[st] } }, stats ? fmtInt(stats[GAUGE[st]]) : '…'))));
+        name, GAUGE[st] ? [' ', h('span', { class: 'count', data: { field: GAUGE[st] } }, stats ? fmtInt(stats[GAUGE[st]]) : '…')] : '')));
   }
 
   function updateTabCounts(stats) {
@@ -753,6 +756,8 @@
     if (state === 'queued') cols.push(['Enqueued'], ['Actions']);
     if (state === 'in_progress') cols.push(['Worker'], ['Started'], ['Lease idle'], ['Deliveries']);
     if (dead) cols.push(['Reason'], ['Died'], ['Actions']);
+    if (state === 'completed') cols.push(['Worker'], ['Completed'], ['Created']);
+    if (state === 'canceled') cols.push(['Canceled'], ['Created']);
 
     function row(j, leases) {
       const cells = [
@@ -773,6 +778,15 @@
         const tr = h('tr', { data: { job: j.id } });
         cells.push(h('td', { data: { label: 'Enqueued' } }, timeEl(j.enqueued_at, true)), rowActions(q, j, tr, false));
         return put(tr, cells);
+      }
+      if (state === 'completed') {
+        cells.push(h('td', { class: 'wrap', data: { label: 'Worker' } }, j.worker || '—'),
+          h('td', { data: { label: 'Completed' } }, timeEl(j.completed_at, true)),
+          h('td', { data: { label: 'Created' } }, timeEl(j.created_at, true)));
+      }
+      if (state === 'canceled') {
+        cells.push(h('td', { data: { label: 'Canceled' } }, timeEl(j.completed_at, true)),
+          h('td', { data: { label: 'Created' } }, timeEl(j.created_at, true)));
       }
       if (state === 'in_progress') {
         const l = (leases && leases[j.id]) || {};
@@ -1140,13 +1154,14 @@
             field('Version', fmtInt(j.version), 'version'))),
         h('section', { class: 'card', 'aria-labelledby': 'j-times' }, h('h2', { id: 'j-times' }, 'Times'),
           h('dl', { class: 'fields' },
-            field('Created', timeEl(j.created_at), 'created_at'),
+            field('Created (first publish)', timeEl(j.created_at), 'created_at'),
             field('Due', timeEl(j.run_at), 'run_at'),
-            field('Enqueued', timeEl(j.enqueued_at), 'enqueued_at'),
+            field('Last enqueued', timeEl(j.enqueued_at), 'enqueued_at'),
             field('Started', timeEl(j.started_at), 'started_at'),
             field(finishedLabel, timeEl(j.completed_at), 'completed_at')))),
       // The handler's last progress report (Job.Progress), live while the job runs.
       j.progress !== undefined && j.progress !== null ? progressCard(j) : '',
+      attemptsCard(j),
       j.last_error ? h('section', { class: 'card last-error', 'aria-labelledby': 'j-err' }, h('h2', { id: 'j-err' }, 'Last error'),
         j.status === 'failed' ? null : h('p', { class: 'muted small' }, 'From an earlier attempt.'),
         h('pre', { class: 'code error-text' }, j.last_error)) : '', // '', not null: replaceChildren would show "null"
@@ -1163,6 +1178,29 @@
       md.length ? h('section', { class: 'card', 'aria-labelledby': 'j-md' }, h('h2', { id: 'j-md' }, 'Metadata'),
         h('table', { class: 'kv' }, h('thead', {}, h('tr', {}, h('th', { scope: 'col' }, 'Key'), h('th', { scope: 'col' }, 'Value'))),
           h('tbody', {}, md.map(([k, v]) => h('tr', {}, h('th', { scope: 'row' }, k), h('td', {}, v)))))) : '');
+  }
+
+  // attemptsCard: the job's attempts (the job JSON's attempts, oldest first, the last 20):
+  // each one's worker, start, end, how long it ran, outcome and error. '' for a job that never
+  // started.
+  function attemptsCard(j) {
+    const as = j.attempts || [];
+    if (as.length === 0) return '';
+    const outcome = { retry: 'Retried', snooze: 'Snoozed', lost: 'Worker lost', failed: 'Failed', completed: 'Completed', canceled: 'Canceled', running: 'Running' };
+    return h('section', { class: 'card attempts', 'aria-labelledby': 'j-att' },
+      h('h2', { id: 'j-att' }, 'Attempts'),
+      num(j.attempt) > as.length ? h('p', { class: 'muted small' }, 'The last ' + fmtInt(as.length) + ' attempts.') : null,
+      h('table', { class: 'grid-table attempts-table' },
+        h('caption', { class: 'visually-hidden' }, 'Attempts of job ' + j.id + ', oldest first'),
+        h('thead', {}, h('tr', {}, ['#', 'Outcome', 'Worker', 'Started', 'Ended', 'Took', 'Error'].map((c) => h('th', { scope: 'col' }, c)))),
+        h('tbody', {}, as.map((a) => h('tr', { data: { attempt: String(a.attempt), outcome: a.outcome } },
+          h('td', { class: 'num', data: { label: '#' } }, fmtInt(a.attempt)),
+          h('td', { data: { label: 'Outcome', field: 'outcome' } }, outcome[a.outcome] || a.outcome),
+          h('td', { class: 'wrap', data: { label: 'Worker' } }, a.worker || '—'),
+          h('td', { data: { label: 'Started' } }, timeEl(a.started_at, true)),
+          h('td', { data: { label: 'Ended' } }, timeEl(a.ended_at, true)),
+          h('td', { class: 'num', data: { label: 'Took' } }, num(a.started_at) && num(a.ended_at) ? fmtDur(a.ended_at - a.started_at) : '—'),
+          h('td', { class: a.error ? 'reason' : '', data: { label: 'Error', field: 'error' } }, a.error || '—'))))));
   }
 
   // find: a job by id in any queue (the search box); it opens the job's page.

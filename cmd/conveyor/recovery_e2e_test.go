@@ -277,6 +277,18 @@ func testAllKilled(t *testing.T, c *cli) {
 		j := c.job(t, q, id)
 		require.Equal(t, 2, j.Attempt)
 		require.Contains(t, j.LastError, "victim")
+		// The attempt history: the lost attempt, recorded by recovery with its worker, and the
+		// one running on the rescuer.
+		require.Len(t, j.Attempts, 2, "%+v", j.Attempts)
+		lost, now := j.Attempts[0], j.Attempts[1]
+		require.Equal(t, 1, lost.Number)
+		require.Equal(t, pipeline.AttemptLost, lost.Outcome)
+		require.Contains(t, []string{"victim-a", "victim-b"}, lost.Worker)
+		require.Contains(t, lost.Error, lost.Worker)
+		require.False(t, lost.StartedAt.IsZero(), "the start mark was written: the job was in progress")
+		require.False(t, lost.EndedAt.Before(lost.StartedAt))
+		require.Equal(t, pipeline.JobAttempt{Number: 2, Worker: "rescuer", StartedAt: j.StartedAt,
+			Outcome: pipeline.AttemptRunning}, now)
 	}
 	require.EqualValues(t, 6, c.stats(t, "--queue", q).Recovered)
 }

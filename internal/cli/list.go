@@ -17,7 +17,7 @@ func init() { addCommand(newListCmd) }
 
 // listable are the statuses that an index holds, so that they can be listed.
 var listable = []pipeline.Status{pipeline.StatusScheduled, pipeline.StatusQueued,
-	pipeline.StatusInProgress, pipeline.StatusFailed}
+	pipeline.StatusInProgress, pipeline.StatusFailed, pipeline.StatusCompleted, pipeline.StatusCanceled}
 
 func newListCmd(a *app) *cobra.Command {
 	var queue, status, cursor string
@@ -28,9 +28,10 @@ func newListCmd(a *app) *cobra.Command {
 		Short: "List a queue's jobs by status, a page at a time",
 		Long: `List the jobs of a queue that are scheduled (by due time), queued (in stream order, not yet
 handed to a worker), in_progress (held by a worker: its name and how long since it last renewed
-its lease) or failed (dead: the dead set, newest first; --status dead says the same: failed is
-the wire name of a dead job, in --json and the API). Completed and canceled jobs are not indexed
-and cannot be listed; look one up with 'conveyor status ID'.
+its lease), failed (dead: the dead set, newest first; --status dead says the same: failed is
+the wire name of a dead job, in --json and the API), completed or canceled (newest first, while
+retained: the queue's default retention, at most the newest 10,000 a partition; a job kept
+longer by its own retention is still found with 'conveyor status ID').
 
 It prints a page of at most --limit jobs (1 to 1000) and, on stderr, the cursor of the next page
 ("next page: --cursor C"); nothing when the page is the last. A page may be short, even empty,
@@ -40,14 +41,12 @@ before the end: jobs that changed status meanwhile are left out. With --json it 
 		Example: `  conveyor list --status queued
   conveyor list --queue emails --status dead --limit 20
   conveyor list --status scheduled --cursor 1767225600000:01JABCDEFGHJKMNPQRSTVWXYZ0
-  conveyor list --status in_progress --json | jq '.leases'`,
+  conveyor list --status in_progress --json | jq '.leases'
+  conveyor list --status completed --limit 20 --json | jq -r '.jobs[].id'`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			s := pipeline.ParseStatus(status) // "dead" is failed's word
-			switch {
-			case s == pipeline.StatusCompleted || s == pipeline.StatusCanceled:
-				return usageErrorf("--status %s: %s jobs are not indexed and cannot be listed; look one up with 'conveyor status ID'", s, s)
-			case !slices.Contains(listable, s):
+			if !slices.Contains(listable, s) {
 				return usageErrorf("--status %q: want one of %s", status, joinStatuses(listable))
 			}
 			if limit < 1 || limit > pipeline.MaxPageLimit {
@@ -93,7 +92,7 @@ before the end: jobs that changed status meanwhile are left out. With --json it 
 	}
 	f := cmd.Flags()
 	f.StringVarP(&queue, "queue", "q", pipeline.DefaultQueue, "queue whose jobs to list")
-	f.StringVar(&status, "status", "", "scheduled, queued, in_progress or failed (dead)")
+	f.StringVar(&status, "status", "", "scheduled, queued, in_progress, failed (dead), completed or canceled")
 	f.IntVar(&limit, "limit", 50, "list at most this many jobs (1 to 1000)")
 	f.StringVar(&cursor, "cursor", "", "start after the page that printed this cursor")
 	f.BoolVar(&asJSON, "json", false, `print {"jobs": [...], "next": "..."}`)
@@ -121,6 +120,10 @@ func printJobs(w io.Writer, status pipeline.Status, p *pipeline.JobPage) error {
 		fmt.Fprintln(t, "ID\tTYPE\tSTATUS\tATTEMPT\tSTARTED_AT\tWORKER\tIDLE")
 	case pipeline.StatusFailed:
 		fmt.Fprintln(t, "ID\tTYPE\tSTATUS\tATTEMPT\tDIED\tLAST_ERROR")
+	case pipeline.StatusCompleted:
+		fmt.Fprintln(t, "ID\tTYPE\tSTATUS\tATTEMPT\tCOMPLETED_AT\tWORKER\tCREATED_AT")
+	case pipeline.StatusCanceled:
+		fmt.Fprintln(t, "ID\tTYPE\tSTATUS\tATTEMPT\tCANCELED_AT\tCREATED_AT")
 	}
 	for _, j := range p.Jobs {
 		fmt.Fprintf(t, "%s\t%s\t%s\t%d\t", j.ID, orDash(j.Type), pipeline.StatusWord(j.Status), j.Attempt)
@@ -137,6 +140,10 @@ func printJobs(w io.Writer, status pipeline.Status, p *pipeline.JobPage) error {
 			fmt.Fprintf(t, "%s\t%s\t%s\n", tableTime(j.StartedAt), orDash(j.Worker), idle)
 		case pipeline.StatusFailed:
 			fmt.Fprintf(t, "%s\t%s\n", tableTime(j.CompletedAt), oneLine(j.LastError, 80))
+		case pipeline.StatusCompleted:
+			fmt.Fprintf(t, "%s\t%s\t%s\n", tableTime(j.CompletedAt), orDash(j.Worker), tableTime(j.CreatedAt))
+		case pipeline.StatusCanceled:
+			fmt.Fprintf(t, "%s\t%s\n", tableTime(j.CompletedAt), tableTime(j.CreatedAt))
 		}
 	}
 	return t.Flush()

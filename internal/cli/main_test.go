@@ -97,7 +97,7 @@ func TestRunExitCodes(t *testing.T) {
 		{"StatsAllAndQueue", []string{"stats", "--all", "--queue", "q"}, 2, "--all and --queue cannot be used together"},
 		{"ListNoStatus", []string{"list"}, 2, "required flag --status not set"},
 		{"ListBadStatus", []string{"list", "--status", "done"}, 2, `--status "done": want one of scheduled, queued, in_progress, failed`},
-		{"ListCompleted", []string{"list", "--status", "completed"}, 2, "completed jobs are not indexed and cannot be listed"},
+		{"ListDone", []string{"list", "--status", "done"}, 2, "want one of scheduled, queued, in_progress, failed, completed, canceled"},
 		{"ListLimitZero", []string{"list", "--status", "queued", "--limit", "0"}, 2, "--limit must be 1 to 1000"},
 		{"ListLimitHuge", []string{"list", "--status", "queued", "--limit", "1001"}, 2, "--limit must be 1 to 1000"},
 		{"ListBadCursor", []string{"list", "--status", "scheduled", "--cursor", "x"}, 2, `cursor "x" is not one of a scheduled listing`},

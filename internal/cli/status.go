@@ -25,8 +25,13 @@ func newStatusCmd(a *app) *cobra.Command {
 		Short: "Show a job's status, attempts, result and last error",
 		Long: `Show a job's state. With --json it prints one JSON object with the fields id, queue, type,
 status, attempt, max_retries, priority, payload, result, last_error, worker, created_at, run_at,
-enqueued_at, started_at and completed_at (times in unix milliseconds, 0 when not yet), and a
-few more. Status is one of scheduled, queued, in_progress, completed, failed, canceled; the
+enqueued_at, started_at and completed_at (times in unix milliseconds, 0 when not yet), attempts,
+and a few more. created_at is the job's first publish (a retry or a replay does not change
+it); enqueued_at is its last entry into the stream; started_at, worker and completed_at are
+its last attempt's. attempts lists the last 20 attempts, oldest first, each
+{"attempt", "worker", "started_at", "ended_at", "outcome", "error"} with outcome retry,
+snooze, lost (its worker died), failed, completed, canceled or running; the human output
+prints them as a table. Status is one of scheduled, queued, in_progress, completed, failed, canceled; the
 table says "dead" for failed (failed is the wire name of a dead job, as in --json).
 Without --queue the job is looked up in every known queue (one lookup per queue) and the
 output names the queue it was found in. An unknown id (or one whose record expired after the
@@ -161,6 +166,25 @@ func printJob(w io.Writer, j *pipeline.Job, now time.Time) error {
 	}
 	for _, k := range slices.Sorted(maps.Keys(j.Metadata)) {
 		row("meta."+k, j.Metadata[k])
+	}
+	if err := t.Flush(); err != nil {
+		return err
+	}
+	return printAttempts(w, j.Attempts)
+}
+
+// printAttempts writes a job's attempts (Job.Attempts) as a table under "attempts:"; nothing
+// for a job that never started.
+func printAttempts(w io.Writer, as []pipeline.JobAttempt) error {
+	if len(as) == 0 {
+		return nil
+	}
+	fmt.Fprintln(w, "attempts:")
+	t := newTable(w)
+	fmt.Fprintln(t, "  #\tOUTCOME\tWORKER\tSTARTED\tENDED\tERROR")
+	for _, a := range as {
+		fmt.Fprintf(t, "  %d\t%s\t%s\t%s\t%s\t%s\n", a.Number, a.Outcome, orDash(a.Worker),
+			tableTime(a.StartedAt), tableTime(a.EndedAt), oneLine(a.Error, 80))
 	}
 	return t.Flush()
 }

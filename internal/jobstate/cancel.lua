@@ -4,10 +4,13 @@
 -- ARGV[1] group, ARGV[2] now (unix ms), ARGV[3] default retention ms (0 keeps only a
 --   tombstone), ARGV[4] id, ARGV[5] the shortest retention ms (see finish.lua: a publish sent
 --   again after a lost reply must find the job), ARGV[6] the events publish command ('SPUBLISH',
---   'PUBLISH' or ''), ARGV[7] the events channel, ARGV[8] '1' to delete the job instead (the
---   operator's delete, pipeline.Inspector.Delete): only a scheduled or queued job, whose record
---   then goes at once with no tombstone (counted and announced as a cancel all the same, so a
---   waiter wakes and the counters still add up)
+--   'PUBLISH' or ''), ARGV[7] the events channel, ARGV[8] the most entries the index of
+--   canceled jobs keeps (keys.FinishedIndexCap; 0 indexes nothing), ARGV[9] '1' to delete the
+--   job instead (the operator's delete, pipeline.Inspector.Delete): only a scheduled or queued
+--   job, whose record then goes at once with no tombstone and no index entry (counted and
+--   announced as a cancel all the same, so a waiter wakes and the counters still add up)
+-- KEYS[5] the index of canceled jobs (keys.Queue.Canceled): the job is added, scored by now,
+--   unless kept only as a tombstone, and the index trimmed as finish.lua's (cv_index)
 -- A queued or running job's entry is acknowledged and deleted, and its late result is refused
 -- by fencing. The change is announced on the events channel (canceled), for every job and not
 -- only for watched ones (finish.lua's rule): the worker running the job listens on the channel
@@ -23,7 +26,7 @@ local h = redis.call('HMGET', KEYS[4], 'status', 'entry', 'retention_ms', 'attem
 local status = h[1]
 if not status then return {CV_NOT_FOUND} end
 if status == 'completed' or status == 'failed' or status == 'canceled' then return {CV_WRONG_STATE, status} end
-local delete = ARGV[8] == '1'
+local delete = ARGV[9] == '1'
 if delete and status ~= 'scheduled' and status ~= 'queued' then return {CV_WRONG_STATE, status} end
 if status == 'scheduled' then
   redis.call('ZREM', KEYS[2], ARGV[4])
@@ -48,6 +51,9 @@ if delete then
 elseif ret <= 0 then
   redis.call('DEL', KEYS[4])
   redis.call('HSET', KEYS[4], 'status', 'canceled', 'completed_at', ARGV[2])
+elseif tonumber(ARGV[8]) > 0 then
+  cv_index(KEYS[5], {ARGV[2], ARGV[4]}, tonumber(ARGV[2]) - math.max(tonumber(ARGV[3]), tonumber(ARGV[5])),
+    tonumber(ARGV[8]))
 end
 if not delete then redis.call('PEXPIRE', KEYS[4], math.max(ret, tonumber(ARGV[5]))) end
 redis.call('HINCRBY', KEYS[3], 'canceled', 1)

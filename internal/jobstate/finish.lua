@@ -1,11 +1,13 @@
 -- finish.lua: apply a batch of worker transitions to jobs of one queue.
 -- KEYS[1] stream, KEYS[2] scheduled set, KEYS[3] dead set, KEYS[4] stats hash, KEYS[5] the
---   queue's watching flag (keys.Queue.Watching), KEYS[5+i] the hash of item i, last the
---   queue's grouped flag (keys.Queue.Grouped)
+--   queue's watching flag (keys.Queue.Watching), KEYS[5+i] the hash of item i, then the
+--   queue's grouped flag (keys.Queue.Grouped), last the index of completed jobs
+--   (keys.Queue.Completed)
 -- ARGV[1] group, ARGV[2] worker (consumer name), ARGV[3] default retention ms (0 keeps only a
 --   tombstone), ARGV[4] wake channel, ARGV[5] the shortest retention (ms) of any finished job,
 --   ARGV[6] the events publish command ('SPUBLISH', 'PUBLISH' or '' for none), ARGV[7] the
---   events channel, then 10 values per item:
+--   events channel, ARGV[8] the most entries the index of completed jobs keeps
+--   (keys.FinishedIndexCap; 0 indexes nothing), then 10 values per item:
 --   op, id, entry, attempt, started_at, finished_at, data, extra, sent, payload
 -- sent is '1' when the worker sends the job's payload back (a small job with no metadata:
 -- that spares an XRANGE of the entry), '' to read payload and metadata from the entry.
@@ -44,6 +46,11 @@
 -- In a queue that has had jobs of fair groups (the grouped flag, one EXISTS a call), an outcome
 -- of a job with a group gives back its place in the group's window and moves the group's next
 -- waiting job into the stream (cv_group_out: one HGET a job); other queues read nothing more.
+-- A completed job (unless kept only as a tombstone) is added to the index of completed jobs,
+-- all of the call's in one ZADD, scored by when it finished; the index is trimmed to the
+-- default retention (by the batch's latest finish) and the cap, a bounded number of entries a
+-- call (cv_index). An attempt that ends otherwise (retry, snooze, dead) is appended to the
+-- job's attempt history (cv_attempt): one HGET and a longer HSET, off the happy path.
 -- Returns {CV_OK, then one code per item: CV_OK applied, CV_REFUSED refused (or a start mark
 -- ignored), CV_DIED a retry turned into dead}.
 --
@@ -54,12 +61,15 @@ local stream, scheduled, dead, stats = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local group, worker, default_ret, wake = ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[4]
 local min_ret, min_ret_s = tonumber(ARGV[5]), ARGV[5]
 local ev_cmd, ev_chan = ARGV[6], ARGV[7]
+local index_cap = tonumber(ARGV[8])
+-- The completed jobs to index, as ZADD's {score, id, ...}, and the batch's latest finish.
+local idx, latest = {}, 0
 -- The events, when they are published, as pieces ('completed ', attempt, ' ', id, '\n') joined
 -- once at the end: a string made per event would be hashed and interned by Lua, a cost per job.
 local ev, nev = nil, 0
 if ev_cmd ~= '' then ev = {} end
 local watching = ev and redis.call('EXISTS', KEYS[5]) == 1
-local grouped = redis.call('EXISTS', KEYS[#KEYS]) == 1
+local grouped = redis.call('EXISTS', KEYS[#KEYS - 1]) == 1
 local function event(status_sp, attempt, id)
   ev[nev + 1], ev[nev + 2], ev[nev + 3], ev[nev + 4], ev[nev + 5] = status_sp, attempt, ' ', id, '\n'
   nev = nev + 5
@@ -75,7 +85,7 @@ local function str(n)
 end
 local n_done, n_retried, n_failed, n_refused, n_poison = 0, 0, 0, 0, 0
 local i = 0
-for a = 8, #ARGV, 10 do
+for a = 9, #ARGV, 10 do
   i = i + 1
   local op, id, entry, attempt = ARGV[a], ARGV[a + 1], ARGV[a + 2], ARGV[a + 3]
   local started, finished, data, extra = ARGV[a + 4], ARGV[a + 5], ARGV[a + 6], ARGV[a + 7]
@@ -169,6 +179,7 @@ for a = 8, #ARGV, 10 do
             'version', str(version), 'payload', payload, 'result', data, 'entry', '')
         end
         redis.call('PEXPIRE', jobkey, ret_s)
+        if index_cap > 0 then idx[#idx + 1] = finished; idx[#idx + 1] = id end
       else
         local f
         if sent then
@@ -201,7 +212,15 @@ for a = 8, #ARGV, 10 do
         redis.call('HSET', jobkey, unpack(fields))
         if op == 'done' then
           redis.call('PEXPIRE', jobkey, ret_s)
+          if index_cap > 0 then idx[#idx + 1] = finished; idx[#idx + 1] = id end
         else
+          if dies then
+            cv_attempt(jobkey, attempt, worker, started, finished, 'failed', data)
+          elseif op == 'snooze' then
+            cv_attempt(jobkey, attempt, worker, started, finished, 'snooze', '')
+          else
+            cv_attempt(jobkey, attempt, worker, started, finished, 'retry', data)
+          end
           redis.call('HDEL', jobkey, 'entry')
           if dies then
             redis.call('ZADD', dead, finished, id)
@@ -234,6 +253,13 @@ for a = 8, #ARGV, 10 do
   out[i + 1] = code
 end
 cv_drop(stream, group, drop)
+if #idx > 0 then
+  for k = 1, #idx, 2 do
+    local t = tonumber(idx[k])
+    if t > latest then latest = t end
+  end
+  cv_index(KEYS[#KEYS], idx, latest - math.max(default_ret, min_ret), index_cap)
+end
 if n_done > 0 then redis.call('HINCRBY', stats, 'completed', n_done) end
 if n_retried > 0 then redis.call('HINCRBY', stats, 'retried', n_retried) end
 if n_failed > 0 then redis.call('HINCRBY', stats, 'failed', n_failed) end

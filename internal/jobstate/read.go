@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -52,6 +53,43 @@ type Record struct {
 	// Progress is the last progress report (keys.FieldProgress), nil when there is none or it
 	// is malformed; ProgressReport.Shown says whether it belongs to the job as it is now.
 	Progress *ProgressReport
+	// Attempts is the attempt history (keys.FieldAttempts), oldest first: the attempts that
+	// ended without completing the job. The last attempt of a job that completed, was
+	// canceled or runs is not in it (AttemptRecord's doc).
+	Attempts []AttemptRecord
+}
+
+// AttemptRecord is one attempt of a job's attempt history (keys.FieldAttempts).
+type AttemptRecord struct {
+	Attempt int
+	Worker  string
+	Started time.Time // zero when unknown (a worker lost before its start mark)
+	Ended   time.Time
+	Outcome string // keys.AttemptRetry, AttemptSnooze, AttemptLost or AttemptFailed
+	Error   string
+}
+
+// ParseAttempts reads a job's attempt history field; a malformed line is skipped.
+func ParseAttempts(v string) []AttemptRecord {
+	if v == "" {
+		return nil
+	}
+	var out []AttemptRecord
+	for line := range strings.SplitSeq(v, "\n") {
+		f := strings.SplitN(line, "\t", 6)
+		if len(f) != 6 {
+			continue
+		}
+		n, err1 := strconv.Atoi(f[0])
+		s, err2 := strconv.ParseInt(f[2], 10, 64)
+		e, err3 := strconv.ParseInt(f[3], 10, 64)
+		if err1 != nil || err2 != nil || err3 != nil {
+			continue
+		}
+		out = append(out, AttemptRecord{Attempt: n, Worker: f[1], Started: fromMS(s), Ended: fromMS(e),
+			Outcome: f[4], Error: f[5]})
+	}
+	return out
 }
 
 // DecodeRecord reads a job's hash as a flat field/value list (Get, EntryJob.Flat). A later
@@ -116,6 +154,8 @@ func DecodeRecord(flat []string) Record {
 			r.DebounceUntil = fromMS(num(v))
 		case keys.FieldDebouncePubs:
 			r.DebouncePubs = int(num(v))
+		case keys.FieldAttempts:
+			r.Attempts = ParseAttempts(v)
 		case keys.FieldProgress:
 			if p, ok := ParseProgress(v); ok {
 				r.Progress = &p
@@ -253,6 +293,16 @@ func ScheduledPage(ctx context.Context, rdb redis.Scripter, q keys.Queue, after 
 // DeadPage is SetPage of q's dead set, latest death first, or earliest first when oldest.
 func DeadPage(ctx context.Context, rdb redis.Scripter, q keys.Queue, oldest bool, after *SetItem, n int) ([]SetItem, error) {
 	return SetPage(ctx, rdb, q.Dead(), !oldest, after, n)
+}
+
+// CompletedPage is SetPage of q's index of completed jobs (keys.Queue.Completed), latest first.
+func CompletedPage(ctx context.Context, rdb redis.Scripter, q keys.Queue, after *SetItem, n int) ([]SetItem, error) {
+	return SetPage(ctx, rdb, q.Completed(), true, after, n)
+}
+
+// CanceledPage is SetPage of q's index of canceled jobs (keys.Queue.Canceled), latest first.
+func CanceledPage(ctx context.Context, rdb redis.Scripter, q keys.Queue, after *SetItem, n int) ([]SetItem, error) {
+	return SetPage(ctx, rdb, q.Canceled(), true, after, n)
 }
 
 // LastDead returns the member of q's dead set that is last in the set's order (the latest

@@ -18,6 +18,9 @@
 --   - an entry that cannot be read becomes a dead record, as a worker would have made it;
 --   - an entry of another Watermill publisher (a valid id, no 'conveyor' field) that no worker
 --     adopted yet is added again unchanged, for the next worker to adopt.
+-- A lost attempt is appended to its job's attempt history (cv_attempt: outcome lost, or failed
+-- when it was the last), with the lost worker and the attempt's start when the worker's start
+-- mark recorded it ('0', unknown, otherwise).
 -- Each job put back (queued) or sent to the dead set (failed) is announced on the events channel,
 -- all of the call's in one message.
 -- Returns {CV_OK, requeued, dead, dropped, skipped, poison, traced}, or {CV_LOCK_LOST} when the
@@ -56,7 +59,8 @@ for a = 8, #ARGV do
     else
       local id = f['_watermill_message_uuid']
       local jobkey = cv_valid_id(id) and (prefix .. id) or nil
-      local h = jobkey and redis.call('HMGET', jobkey, 'entry', 'status', 'max_retries')
+      local h = jobkey and redis.call('HMGET', jobkey, 'entry', 'status', 'max_retries', 'attempt',
+        'started_at')
       if (not h or not h[2]) and jobkey and not f['conveyor'] then
         -- An entry of another Watermill publisher that its worker lost before adopting it (no
         -- attempt ran): put it back unchanged for the next worker to adopt.
@@ -87,9 +91,12 @@ for a = 8, #ARGV do
         cv_release_slots(jobkey, id, stream, prefix, now)
         local why = 'attempt ' .. n .. ' lost: worker ' .. consumer ..
           ' stopped renewing its lease (idle ' .. idle .. ' ms)'
+        local started = '0'
+        if cv_num(h[4], 0) == n and h[5] then started = h[5] end
         if n > cv_num(h[3], 0) then
           cv_keep_payload(jobkey, f)
           redis.call('HSET', jobkey, 'attempt', n)
+          cv_attempt(jobkey, n, consumer, started, now, 'failed', why .. '; no retries left')
           cv_to_dead(jobkey, dead, id, now, why .. '; no retries left')
           cv_group_out(jobkey, id, stream, prefix, now)
           cv_drop(stream, group, {old})
@@ -97,6 +104,7 @@ for a = 8, #ARGV do
           ev[#ev + 1] = 'failed ' .. n .. ' ' .. id
           trace(id, 'failed', f)
         else
+          cv_attempt(jobkey, n, consumer, started, now, 'lost', why)
           cv_replace(stream, group, jobkey, id, old, f, n + 1, n, why, now)
           requeued = requeued + 1
           ev[#ev + 1] = 'queued ' .. n .. ' ' .. id

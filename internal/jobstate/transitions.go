@@ -192,16 +192,30 @@ type FinishConfig struct {
 	Retention    time.Duration // default retention of finished records; 0 or less keeps only a tombstone
 	MinRetention time.Duration // the shortest time any finished record is kept
 	Events       events.Mode   // None publishes no events
+	// IndexCap bounds the queue's index of completed jobs (keys.Queue.Completed): 0 is
+	// keys.FinishedIndexCap, negative indexes nothing. Tests set a small one.
+	IndexCap int
+}
+
+// indexCap is the cap a FinishConfig's or CancelParams' IndexCap means.
+func indexCap(n int) int {
+	switch {
+	case n == 0:
+		return keys.FinishedIndexCap
+	case n < 0:
+		return 0
+	}
+	return n
 }
 
 // FinishCall is one finish.lua call applying ts, which must all be of one queue.
 func FinishCall(cfg FinishConfig, ts []Transition) script.Call {
 	q := ts[0].Queue
-	ks := make([]string, 0, 6+len(ts))
+	ks := make([]string, 0, 7+len(ts))
 	ks = append(ks, q.Stream(), q.Scheduled(), q.Dead(), q.Stats(), q.Watching())
-	args := make([]any, 0, 7+10*len(ts))
+	args := make([]any, 0, 8+10*len(ts))
 	args = append(args, keys.Group, cfg.Worker, retentionMS(cfg.Retention), q.Wake(),
-		cfg.MinRetention.Milliseconds(), cfg.Events.Command(), q.Events())
+		cfg.MinRetention.Milliseconds(), cfg.Events.Command(), q.Events(), indexCap(cfg.IndexCap))
 	for i := range ts {
 		t := &ts[i]
 		ks = append(ks, q.Job(t.ID))
@@ -220,7 +234,7 @@ func FinishCall(cfg FinishConfig, ts []Transition) script.Call {
 		args = append(args, t.Op.String(), t.ID, t.Entry, strconv.Itoa(t.Attempt), t.started, t.finished,
 			data, extra, sent, t.Payload)
 	}
-	ks = append(ks, q.Grouped())
+	ks = append(ks, q.Grouped(), q.Completed())
 	return script.Call{Script: finishScript, Keys: ks, Args: args}
 }
 
@@ -286,6 +300,9 @@ type CancelParams struct {
 	Retention, MinRetention time.Duration
 	Events                  events.Mode
 	Delete                  bool
+	// IndexCap bounds the queue's index of canceled jobs (keys.Queue.Canceled), as
+	// FinishConfig.IndexCap.
+	IndexCap int
 }
 
 // Cancel cancels a job (cancel.lua). Its Row is script.OK, script.NotFound, or
@@ -297,9 +314,9 @@ func Cancel(ctx context.Context, rdb redis.Scripter, q keys.Queue, p CancelParam
 		op, del = "delete", "1"
 	}
 	return decodeRow(op, cancelScript.Run(ctx, rdb,
-		[]string{q.Stream(), q.Scheduled(), q.Stats(), q.Job(p.ID)},
+		[]string{q.Stream(), q.Scheduled(), q.Stats(), q.Job(p.ID), q.Canceled()},
 		keys.Group, p.Now.UnixMilli(), retentionMS(p.Retention), p.ID, p.MinRetention.Milliseconds(),
-		p.Events.Command(), q.Events(), del))
+		p.Events.Command(), q.Events(), indexCap(p.IndexCap), del))
 }
 
 // RunNow moves scheduled job id of q into its stream now (run_now.lua), announcing it in mode

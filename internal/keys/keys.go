@@ -114,7 +114,41 @@ const (
 	// report is written and read whole. It stays when the attempt ends; readers show it only
 	// for the attempt the job's attempt field counts (jobstate.ParseProgress).
 	FieldProgress = "progress"
+	// FieldAttempts is a job's attempt history: the attempts that ended without ending the job
+	// (a retry, a snooze, a worker lost) and the one that sent it to the dead set, as they end
+	// (finish.lua, recover.lua: lib.lua's cv_attempt), oldest first, the last MaxAttemptHistory.
+	// One line an attempt, "<attempt>\t<worker>\t<started ms>\t<ended ms>\t<outcome>\t<error>",
+	// tabs and newlines in the worker and error made spaces, the error cut to
+	// MaxAttemptError bytes. A completed job's last attempt is not written: the hash's own
+	// worker, started_at and completed_at tell it, and the happy path writes nothing more.
+	FieldAttempts = "attempts"
 )
+
+// The outcomes of an attempt in a job's attempt history (FieldAttempts): retried after a
+// failure, snoozed by its handler, lost with its worker (recovery), or failed for good.
+const (
+	AttemptRetry  = "retry"
+	AttemptSnooze = "snooze"
+	AttemptLost   = "lost"
+	AttemptFailed = "failed"
+)
+
+// Bounds of a job's attempt history (FieldAttempts): the attempts kept, and the bytes of each
+// one's error (the last error is whole in FieldLastError). lib.lua's cv_attempt holds the same
+// numbers. 20 attempts of at most 512 bytes bound the field near 11 KB, and are more retries
+// than most jobs are given.
+const (
+	MaxAttemptHistory = 20
+	MaxAttemptError   = 512
+)
+
+// FinishedIndexCap bounds each of a queue's (or partition's) indexes of finished jobs,
+// Queue.Completed and Queue.Canceled, in entries; lib.lua's cv_index trims the oldest beyond it.
+// The indexes exist for an operator to page through recent jobs: 10,000 a partition is more
+// pages than anyone reads, and bounds an index near 1 MB whatever the throughput and retention
+// (a completing queue at 1,000 jobs a second would otherwise index 86 million jobs a day of
+// retention). The records themselves stay for their retention, found by id.
+const FinishedIndexCap = 10000
 
 // Priority levels within a queue (pipeline.WithPriority): 1 is served first and is the
 // default; River's levels.
@@ -340,6 +374,15 @@ func (q Queue) Job(id string) string { return q.jobPrefix + id }
 
 // Dead is the sorted set of ids of jobs that failed for good, scored by time of death.
 func (q Queue) Dead() string { return q.dead }
+
+// Completed is the sorted set of the ids of the queue's completed jobs, scored by when they
+// completed (unix ms), for listing (pipeline.Inspector.List): finish.lua adds each job it
+// completes (but not those kept only as a tombstone) and trims the set to the retention and
+// FinishedIndexCap (lib.lua: cv_index). An id whose record expired is skipped when read.
+func (q Queue) Completed() string { return q.base + "completed" }
+
+// Canceled is Completed's twin for canceled jobs: cancel.lua adds each job it cancels.
+func (q Queue) Canceled() string { return q.base + "canceled" }
 
 // RecoveryLock is the key of the lock that lets one recoverer at a time scan the queue.
 func (q Queue) RecoveryLock() string { return q.base + "lock:recovery" }

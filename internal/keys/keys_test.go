@@ -266,3 +266,19 @@ func TestScheduleKeys(t *testing.T) {
 		}
 	}
 }
+
+// The indexes of finished jobs share the queue's (or partition's) hash tag, so finish.lua and
+// cancel.lua write them in the step that finishes the job.
+func TestFinishedIndexKeys(t *testing.T) {
+	t.Parallel()
+	for _, q := range []Queue{New("cv", "emails"), New("cv", PartitionName("emails", 2, 3))} {
+		for _, k := range []string{q.Completed(), q.Canceled()} {
+			if Slot(k) != Slot(q.Stream()) || !strings.HasPrefix(k, q.Base()) {
+				t.Errorf("%s is not in the slot of %s", k, q.Stream())
+			}
+		}
+	}
+	if got := New("cv", "emails").Completed(); got != "cv:{emails}:completed" {
+		t.Errorf("Completed() = %q", got)
+	}
+}

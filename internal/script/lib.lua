@@ -247,6 +247,45 @@ local function cv_replace(stream, group, jobkey, id, old, f, next_attempt, attem
   return e
 end
 
+-- Appends an attempt that ended without completing its job to the job's attempt history
+-- (keys.FieldAttempts): its number, worker, start and end (unix ms; start '0' when unknown),
+-- outcome (keys.Attempt*: retry, snooze, lost, failed) and error. One line an attempt, tabs and
+-- newlines in the worker and the error made spaces, the error cut to 512 bytes
+-- (keys.MaxAttemptError); the last 20 kept (keys.MaxAttemptHistory). Only the paths off the
+-- happy one call it (a retry, a snooze, a death, a lost worker): a completed attempt is the
+-- hash's own worker, started_at and completed_at, and costs nothing more.
+local function cv_attempt(jobkey, attempt, worker, started, ended, outcome, err)
+  local w = string.gsub(worker or '', '[\t\r\n]', ' ')
+  local e = string.gsub(string.sub(err or '', 1, 512), '[\t\r\n]', ' ')
+  local rec = attempt .. '\t' .. w .. '\t' .. (started or '0') .. '\t' .. ended .. '\t' ..
+    outcome .. '\t' .. e
+  local cur = redis.call('HGET', jobkey, 'attempts')
+  if cur and cur ~= '' then
+    local n = 1
+    for _ in string.gmatch(cur, '\n') do n = n + 1 end
+    if n >= 20 then cur = string.sub(cur, string.find(cur, '\n', 1, true) + 1) end
+    rec = cur .. '\n' .. rec
+  end
+  redis.call('HSET', jobkey, 'attempts', rec)
+end
+
+-- Adds finished jobs to one of a queue's indexes of them (keys.Queue.Completed, Canceled), a
+-- sorted set of ids scored by when they finished, with one ZADD: items is {score, id, ...}.
+-- Then trims it, oldest first, of the entries finished before cutoff (unix ms: the retention
+-- ended, so their records expired) and of those beyond cap (keys.FinishedIndexCap), but at
+-- most 100 more than it added: a backlog (a retention or cap lowered) goes away over a few
+-- calls, and no call does more than O(log N + added + 100) work. An id whose record expired
+-- sooner (a job with a shorter retention of its own) is skipped by the listing until then.
+local function cv_index(key, items, cutoff, cap)
+  if #items == 0 then return end
+  redis.call('ZADD', key, unpack(items))
+  local drop = redis.call('ZCOUNT', key, '-inf', '(' .. cutoff)
+  local over = redis.call('ZCARD', key) - cap
+  if over > drop then drop = over end
+  drop = math.min(drop, #items / 2 + 100)
+  if drop > 0 then redis.call('ZREMRANGEBYRANK', key, 0, drop - 1) end
+end
+
 -- Flow-control limits (internal/jobstate/limits.go; admit.lua leases and admits, leases.lua
 -- gives back). A limit's state lives under the queue's limit prefix lp (keys.Queue.LimitPrefix),
 -- per scope instance inst ('q', 'qk:<key>', 't:<type>', 'tk:<type> <key>': a type has no space):

@@ -45,8 +45,9 @@ type Want struct {
 }
 
 // Enqueued returns the jobs of queue that match want, in the order Inspector.List gives them
-// (by status: scheduled, queued, in_progress, failed). Completed and canceled jobs are in no
-// index that can be listed: they are found by Want.ID only.
+// (by status: scheduled, queued, in_progress, failed). Completed and canceled jobs, which
+// Inspector.List also lists, are not looked through (they are no longer enqueued): they are
+// found by Want.ID only.
 func Enqueued(ctx context.Context, insp *pipeline.Inspector, queue string, want Want) ([]*pipeline.Job, error) {
 	if want.Type == "" {
 		return nil, fmt.Errorf("pipelinetest: Want.Type is required")

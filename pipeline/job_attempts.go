@@ -1,0 +1,109 @@
+package pipeline
+
+import (
+	"time"
+
+	"github.com/conveyorq/conveyor/internal/jobstate"
+	"github.com/conveyorq/conveyor/internal/keys"
+)
+
+// The outcomes of an attempt (JobAttempt.Outcome). The first four are recorded as the attempt
+// ends; the others are read from the job itself, for its last attempt.
+const (
+	// AttemptRetried: the handler failed and the job was scheduled to run again.
+	AttemptRetried = keys.AttemptRetry
+	// AttemptSnoozed: the handler asked to run later (Snooze, RetryAt); no attempt is counted.
+	AttemptSnoozed = keys.AttemptSnooze
+	// AttemptLost: the worker stopped renewing its lease (it died, or was cut off) and recovery
+	// put the job back.
+	AttemptLost = keys.AttemptLost
+	// AttemptFailed: the attempt failed the job for good (out of retries, SkipRetry, lost on the
+	// last attempt).
+	AttemptFailed = keys.AttemptFailed
+	// AttemptCompleted: the handler returned without error.
+	AttemptCompleted = "completed"
+	// AttemptCanceled: the job was canceled while this attempt was its last.
+	AttemptCanceled = "canceled"
+	// AttemptRunning: the attempt runs now.
+	AttemptRunning = "running"
+)
+
+// MaxAttempts is how many attempts Job.Attempts holds at most: the latest.
+const MaxAttempts = keys.MaxAttemptHistory
+
+// JobAttempt is one execution of a job, as Job.Attempts lists them.
+type JobAttempt struct {
+	// Number is the attempt's number (Job.Attempt then). A snoozed attempt is not counted, so
+	// the next run has its number too; a replay counts from 1 again.
+	Number int
+	// Worker is the worker (its consumer name) that ran it.
+	Worker string
+	// StartedAt is when it started; zero when unknown (a worker lost before it recorded the
+	// start).
+	StartedAt time.Time
+	// EndedAt is when it ended; zero while it runs.
+	EndedAt time.Time
+	// Outcome is how it ended: one of the Attempt* constants.
+	Outcome string
+	// Error is the error it ended with, if any (cut to 512 bytes, newlines made spaces: the
+	// whole last error is Job.LastError).
+	Error string
+}
+
+// attemptJSON is the wire form of a JobAttempt.
+type attemptJSON struct {
+	Attempt   int    `json:"attempt"`
+	Worker    string `json:"worker"`
+	StartedAt int64  `json:"started_at"`
+	EndedAt   int64  `json:"ended_at"`
+	Outcome   string `json:"outcome"`
+	Error     string `json:"error"`
+}
+
+func attemptsJSON(as []JobAttempt) []attemptJSON {
+	out := make([]attemptJSON, len(as))
+	for k, a := range as {
+		out[k] = attemptJSON{Attempt: a.Number, Worker: a.Worker, StartedAt: unixMS(a.StartedAt),
+			EndedAt: unixMS(a.EndedAt), Outcome: a.Outcome, Error: a.Error}
+	}
+	return out
+}
+
+// attemptsOf is a job's attempts, oldest first, the last MaxAttempts: the history its hash
+// records (the attempts that ended without completing it, as they ended) and, for a job that
+// runs, completed or was canceled (or failed, when its history lacks the attempt: a job that
+// failed before histories were kept), its last attempt read from the hash itself (worker,
+// started_at, completed_at), unless the history has it already (the same start).
+func attemptsOf(r jobstate.Record) []JobAttempt {
+	out := make([]JobAttempt, 0, len(r.Attempts)+1)
+	seen := false
+	for _, a := range r.Attempts {
+		out = append(out, JobAttempt{Number: a.Attempt, Worker: a.Worker, StartedAt: a.Started,
+			EndedAt: a.Ended, Outcome: a.Outcome, Error: a.Error})
+		if !a.Started.IsZero() && a.Started.Equal(r.StartedAt) {
+			seen = true
+		}
+	}
+	if !r.StartedAt.IsZero() && !seen {
+		last := JobAttempt{Number: r.Attempt, Worker: r.Worker, StartedAt: r.StartedAt, EndedAt: r.CompletedAt}
+		switch Status(r.Status) {
+		case StatusInProgress:
+			last.Outcome, last.EndedAt = AttemptRunning, time.Time{}
+		case StatusCompleted:
+			last.Outcome = AttemptCompleted
+		case StatusCanceled:
+			last.Outcome = AttemptCanceled
+		case StatusFailed:
+			last.Outcome, last.Error = AttemptFailed, r.LastError
+		default:
+			last.Outcome = ""
+		}
+		if last.Outcome != "" {
+			out = append(out, last)
+		}
+	}
+	if len(out) > MaxAttempts {
+		out = out[len(out)-MaxAttempts:]
+	}
+	return out
+}
