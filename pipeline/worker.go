@@ -144,6 +144,15 @@ type WorkerConfig struct {
 	// (Inspector.Pause), besides when a notice says they changed. Defaults to
 	// DefaultPauseCheckInterval (1s).
 	PauseCheckInterval time.Duration
+	// HeartbeatInterval is how often the worker writes its heartbeat record, which
+	// Inspector.Workers (`conveyor workers`, GET /v1/workers, the dashboard's Workers page)
+	// lists: name, host, pid, version, queues, concurrency, running jobs. The record expires
+	// after three intervals without a beat and is removed when the worker stops. Defaults to
+	// DefaultHeartbeatInterval (5s).
+	HeartbeatInterval time.Duration
+	// DisableHeartbeat leaves the heartbeat off: the worker is not listed by Inspector.Workers,
+	// and `queues delete` cannot warn that it reads the queue.
+	DisableHeartbeat bool
 	// Hooks are told about the worker's background work (promotions, recoveries, the recovery
 	// lock), for metrics; see package metrics. The zero value tells nobody.
 	Hooks WorkerHooks
@@ -169,6 +178,7 @@ func (c WorkerConfig) withDefaults() WorkerConfig {
 	c.MaxResultBytes = cmp.Or(c.MaxResultBytes, DefaultMaxResultBytes)
 	c.MaxSnoozes = cmp.Or(c.MaxSnoozes, DefaultMaxSnoozes)
 	c.PauseCheckInterval = cmp.Or(c.PauseCheckInterval, DefaultPauseCheckInterval)
+	c.HeartbeatInterval = cmp.Or(c.HeartbeatInterval, DefaultHeartbeatInterval)
 	return c
 }
 
@@ -214,6 +224,7 @@ func (c WorkerConfig) validate() error {
 		d    time.Duration
 	}{{"shutdown timeout", c.ShutdownTimeout}, {"recovery interval", c.RecoveryInterval}, {"recovery lock TTL", c.RecoveryLockTTL},
 		{"flush interval", c.FlushInterval}, {"min retention", c.MinRetention}, {"pause check interval", c.PauseCheckInterval},
+		{"heartbeat interval", c.HeartbeatInterval},
 		{"backoff base", c.Backoff.Base}, {"backoff max", c.Backoff.Max}} {
 		if d.d < 0 {
 			bad("%s %s is negative", d.name, d.d)
@@ -277,6 +288,8 @@ type Worker struct {
 	// events subscriptions, one per partition read.
 	cancels *cancels
 	evw     *events.Watcher
+	// startedAt is when Run began, for the heartbeat record.
+	startedAt time.Time
 }
 
 // NewWorker returns a Worker over rdb (a standalone, cluster or failover client), or the error,
@@ -382,6 +395,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	if !w.running.CompareAndSwap(false, true) {
 		return errors.New("pipeline: worker already ran")
 	}
+	w.startedAt = time.Now()
 	if err := w.waitForRedis(ctx); err != nil {
 		if ctx.Err() != nil {
 			return nil // ctx ended while waiting: nothing ran, nothing to drain
