@@ -5,16 +5,19 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 
 	"github.com/conveyorq/conveyor/internal/faultproxy"
 	"github.com/conveyorq/conveyor/internal/keys"
 	"github.com/conveyorq/conveyor/internal/redistest"
 	"github.com/conveyorq/conveyor/pipeline"
+	"github.com/conveyorq/conveyor/pipeline/pipelinetest"
 )
 
 // beatEvery is the tests' heartbeat interval: the record expires after three.
@@ -234,4 +237,39 @@ func TestWorkerInfoJSON(t *testing.T) {
 	require.NoError(t, json.Unmarshal(b, &back))
 	w.Queues = []string{}
 	require.Equal(t, fmt.Sprint(w), fmt.Sprint(back))
+}
+
+// Deleting a queue a live worker reads: QueueReaders names the worker (what `queues delete`
+// warns with), and the worker, whose blocked read Redis ends with "UNBLOCKED the stream key no
+// longer exists", makes the stream and its group again, saying so, without an error line or a
+// "reconnected" one (Redis never went away), and runs the queue's next job.
+func TestDeleteQueueWhileWorkerReads(t *testing.T) {
+	t.Parallel()
+	rdb := redistest.Client(t)
+	prefix, client, insp := workersOf(t, rdb)
+	ctx := t.Context()
+	var logs lockedBuffer
+	w, err := pipeline.NewWorker(rdb, pipeline.WorkerConfig{Prefix: prefix, Queues: []string{"dq"}, Name: "reader",
+		HeartbeatInterval: beatEvery, Logger: zerolog.New(&logs)})
+	require.NoError(t, err)
+	w.Handle("echo", echo)
+	pipelinetest.StartWorker(t, w)
+	j, err := client.Enqueue(ctx, "dq", pipeline.Task{Type: "echo"})
+	require.NoError(t, err)
+	waitJob(t, client, "dq", j.ID, pipeline.StatusCompleted)
+	waitWorkers(t, insp, "the worker is listed", func(ws []pipeline.WorkerInfo) bool { return len(ws) == 1 })
+
+	require.NoError(t, insp.DeleteQueue(ctx, "dq", true))
+	readers, err := insp.QueueReaders(ctx, "dq")
+	require.NoError(t, err)
+	require.Len(t, readers, 1)
+	require.Equal(t, "reader", readers[0].Name)
+	require.Eventually(t, func() bool { return strings.Contains(logs.String(), "made them again") },
+		20*time.Second, 10*time.Millisecond, "the worker says it made the stream again")
+
+	j, err = client.Enqueue(ctx, "dq", pipeline.Task{Type: "echo"})
+	require.NoError(t, err)
+	waitJob(t, client, "dq", j.ID, pipeline.StatusCompleted)
+	require.NotContains(t, logs.String(), "reconnected")
+	require.NotContains(t, logs.String(), `"level":"error"`)
 }
