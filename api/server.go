@@ -137,6 +137,7 @@ func (s *Server) table() []route {
 		{"GET", "/v1/jobs/{id}", authed, s.findJob},
 		{"GET", "/v1/throughput", authed, s.throughput},
 		{"GET", "/v1/doctor", authed, s.doctor},
+		{"GET", "/v1/workers", authed, s.listWorkers},
 		{"GET", "/v1/schedules", authed, s.listSchedules},
 		{"POST", "/v1/schedules", authed, s.createSchedule},
 		{"GET", "/v1/schedules/{name}", authed, s.getSchedule},
