@@ -273,3 +273,34 @@ func TestDeleteQueueWhileWorkerReads(t *testing.T) {
 	require.NotContains(t, logs.String(), "reconnected")
 	require.NotContains(t, logs.String(), `"level":"error"`)
 }
+
+// On a cluster the workers' keys share one slot ({:workers}): the beat's MULTI and the
+// listing's pipeline run there, and a graceful stop removes the record.
+func TestWorkersHeartbeatCluster(t *testing.T) {
+	t.Parallel()
+	rdb := redistest.StartCluster(t).Client(t)
+	prefix, client, insp := workersOf(t, rdb)
+	require.Equal(t, keys.Slot(keys.Workers(prefix)), keys.Slot(keys.WorkerBeat(prefix, "any-name")))
+
+	started := make(chan struct{}, 1)
+	release := make(chan struct{})
+	cfg := pipeline.WorkerConfig{Prefix: prefix, Queues: []string{"hb"}, Name: "cluster-worker", HeartbeatInterval: beatEvery}
+	_, stop := startWorkerOn(t, rdb, cfg, map[string]pipeline.HandlerFunc{"block": func(context.Context, *pipeline.Job) ([]byte, error) {
+		started <- struct{}{}
+		<-release
+		return nil, nil
+	}})
+	j, err := client.Enqueue(t.Context(), "hb", pipeline.Task{Type: "block"})
+	require.NoError(t, err)
+	<-started
+	ws := waitWorkers(t, insp, "the worker is listed with its job", func(ws []pipeline.WorkerInfo) bool {
+		return len(ws) == 1 && len(ws[0].Running) == 1
+	})
+	require.Equal(t, "cluster-worker", ws[0].Name)
+	require.Equal(t, j.ID, ws[0].Running[0].ID)
+	close(release)
+	require.NoError(t, stop())
+	ws, err = insp.Workers(t.Context())
+	require.NoError(t, err)
+	require.Empty(t, ws)
+}
