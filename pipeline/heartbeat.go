@@ -241,8 +241,9 @@ var version = sync.OnceValue(func() string {
 // HeartbeatInterval, with a TTL of heartbeatBeats beats, and keeps its name in the workers'
 // index (keys.Workers), both in one MULTI (one hash tag); a beat also prunes the index of
 // members expired over a minute ago. Stop deletes the record and the member. One write of a
-// small string every few seconds per worker: nothing a job's path pays for, but the copy of
-// at most MaxHeartbeatRunning running jobs under the cancels' lock once a beat.
+// small string every few seconds per worker. A job's path pays only for its type and start
+// time, noted where cancels registers it (a map lookup and a time.Now); a beat copies the
+// running jobs under the cancels' lock, O(concurrency) once every few seconds.
 //
 // It beats on after its session's context ends, until Stop: a session ends (a shutdown, a new
 // partition count) before its running jobs have drained, and the record must list them while
