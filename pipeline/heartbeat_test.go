@@ -197,6 +197,7 @@ func TestWorkersHeartbeatBounded(t *testing.T) {
 	}
 	rec, err := rdb.Get(ctx, keys.WorkerBeat(prefix, "busy")).Result()
 	require.NoError(t, err)
+	t.Logf("a record listing %d running jobs: %d bytes", pipeline.MaxHeartbeatRunning, len(rec))
 	require.Less(t, len(rec), 16<<10, "the record's size is bounded by the cap")
 	members, err := rdb.ZRange(ctx, index, 0, -1).Result()
 	require.NoError(t, err)
