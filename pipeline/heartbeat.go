@@ -239,8 +239,11 @@ var version = sync.OnceValue(func() string {
 
 // heartbeat is the worker's service that writes its heartbeat record (keys.WorkerBeat) every
 // HeartbeatInterval, with a TTL of heartbeatBeats beats, and keeps its name in the workers'
-// index (keys.Workers), both in one MULTI (one hash tag); a beat also prunes the index of
-// members expired over a minute ago. Stop deletes the record and the member. One write of a
+// index (keys.Workers), both in one pipelined round trip (one hash tag, so one node of a
+// cluster); a beat also prunes the index of members expired over a minute ago. Not a MULTI:
+// the least-privilege ACL (docs/OPERATIONS.md) grants no @transaction, and nothing needs the
+// two writes together. A record without its member waits for the next beat to be listed; a
+// member without its record is pruned by the next listing. Stop deletes the record and the member. One write of a
 // small string every few seconds per worker. A job's path pays only for its type and start
 // time, noted where cancels registers it (a map lookup and a time.Now); a beat copies the
 // running jobs under the cancels' lock, O(concurrency) once every few seconds.
@@ -273,7 +276,7 @@ func (h *heartbeat) Stop() {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	prefix, name := h.w.cfg.Prefix, h.w.cfg.Name
-	_, err := h.w.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+	_, err := h.w.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		p.Del(ctx, keys.WorkerBeat(prefix, name))
 		p.ZRem(ctx, keys.Workers(prefix), name)
 		return nil
@@ -293,7 +296,7 @@ func (h *heartbeat) beat(ctx context.Context) {
 	ttl := heartbeatBeats * h.w.cfg.HeartbeatInterval
 	prefix := h.w.cfg.Prefix
 	cctx, cancel := context.WithTimeout(ctx, max(h.w.cfg.HeartbeatInterval, time.Second))
-	_, err = h.w.rdb.TxPipelined(cctx, func(p redis.Pipeliner) error {
+	_, err = h.w.rdb.Pipelined(cctx, func(p redis.Pipeliner) error {
 		p.Set(cctx, keys.WorkerBeat(prefix, h.w.cfg.Name), rec, ttl)
 		p.ZAdd(cctx, keys.Workers(prefix), redis.Z{Score: float64(now.Add(ttl).UnixMilli()), Member: h.w.cfg.Name})
 		p.ZRemRangeByScore(cctx, keys.Workers(prefix), "-inf", fmt.Sprint(now.Add(-heartbeatPruneAfter).UnixMilli()))

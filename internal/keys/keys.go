@@ -487,8 +487,8 @@ func SchedulesLock(prefix string) string { return schedulesBase(prefix) + "lock"
 
 // The keys of the workers' heartbeat records (pipeline.Inspector.Workers) share one hash tag,
 // "{:workers}", which no queue's tag can equal (':' is not allowed in a queue name), so that a
-// worker's beat writes its record and the index in one MULTI on a cluster too, and a listing
-// reads every record from one node.
+// worker's beat writes its record and the index in one pipeline to one node of a cluster, and
+// a listing reads every record from that node.
 func workersBase(prefix string) string { return prefix + ":{:workers}:" }
 
 // Workers is the sorted set of the workers that beat under prefix: member a worker's name,
