@@ -4,8 +4,10 @@ import (
 	"context"
 	_ "embed"
 	"errors"
+	"fmt"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/conveyorq/conveyor/internal/keys"
@@ -115,7 +117,32 @@ func (s *Server) deleteQueue(w http.ResponseWriter, r *http.Request) error {
 		}
 		return err
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"queue": queue, "deleted": true})
+	body := map[string]any{"queue": queue, "deleted": true}
+	// Live workers that still read the queue make it again at their next read: say so. The
+	// lookup is advice; its failure leaves the warning out.
+	if readers, err := s.inspector.QueueReaders(r.Context(), queue); err == nil && len(readers) > 0 {
+		names := make([]string, len(readers))
+		for k, wk := range readers {
+			names[k] = wk.Name
+		}
+		body["readers"] = names
+		body["warning"] = fmt.Sprintf("%d live worker(s) still read queue %s (%s): each makes its stream and consumer group "+
+			"again, empty, at its next read, and runs any job published to it; stop them or restart them without the queue",
+			len(readers), queue, strings.Join(names, ", "))
+	}
+	writeJSON(w, http.StatusOK, body)
+	return nil
+}
+
+// listWorkers: GET /v1/workers.
+func (s *Server) listWorkers(w http.ResponseWriter, r *http.Request) error {
+	ws, err := s.inspector.Workers(r.Context())
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, struct {
+		Workers []pipeline.WorkerInfo `json:"workers"`
+	}{ws})
 	return nil
 }
 

@@ -133,6 +133,7 @@ func (s *Server) table() []route {
 		{"GET", "/v1/throughput", authed, s.throughput},
 		{"GET", "/v1/doctor", authed, s.doctor},
 		{"GET", "/v1/redis", authed, s.redisInfo},
+		{"GET", "/v1/workers", authed, s.listWorkers},
 		{"GET", "/v1/schedules", authed, s.listSchedules},
 		{"POST", "/v1/schedules", authed, s.createSchedule},
 		{"GET", "/v1/schedules/{name}", authed, s.getSchedule},

@@ -54,7 +54,9 @@ type runJob struct {
 	stream   string
 	entry    string
 	next     *runJob // another running job of the same id, in another queue (rare)
-	checking bool    // a check of its record is under way (cancels.mu)
+	typ      string  // its type, and when it was handed to its handler: for the heartbeat
+	start    time.Time
+	checking bool // a check of its record is under way (cancels.mu)
 }
 
 // cancels is a worker's running jobs and recent cancels.
@@ -79,7 +81,8 @@ func (c *cancels) keepRecent() time.Duration { return c.w.cfg.VisibilityTimeout 
 
 // register notes msg's job as running until done; a cancel heard just before is acted on now.
 func (c *cancels) register(q *keys.Queue, sub *stream.Subscriber, msg *message.Message) *runJob {
-	rj := &runJob{id: msg.UUID, q: q, sub: sub, stream: msg.Metadata[stream.StreamKey], entry: msg.Metadata[stream.EntryIDKey]}
+	rj := &runJob{id: msg.UUID, q: q, sub: sub, stream: msg.Metadata[stream.StreamKey], entry: msg.Metadata[stream.EntryIDKey],
+		typ: msg.Metadata[MetaType], start: time.Now()}
 	c.mu.Lock()
 	rj.next = c.running[rj.id]
 	c.running[rj.id] = rj

@@ -348,6 +348,9 @@ func workerCommands(prefix string) [][]string {
 		{"SADD", keys.Queues(prefix), "q"}, {"SMEMBERS", keys.Queues(prefix)},
 		{"SET", key, "v", "PX", "1000", "NX"}, {"DEL", key}, {"PEXPIRE", key, "1000"},
 		{"SUBSCRIBE", q.Wake()}, {"PUBLISH", q.Wake(), "0"},
+		// The heartbeat (heartbeat.go) and its listing.
+		{"ZREMRANGEBYSCORE", keys.Workers(prefix), "-inf", "0"}, {"ZREM", keys.Workers(prefix), "m"},
+		{"GET", keys.WorkerBeat(prefix, "doctor")}, {"PTTL", keys.WorkerBeat(prefix, "doctor")},
 	}
 }
 

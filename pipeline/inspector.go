@@ -1014,6 +1014,15 @@ func (i *Inspector) PurgeAll(ctx context.Context, queue string, olderThan time.D
 // it (a queue made again later has one partition unless CreateQueue says more).
 // It is not atomic with what else runs: stop the queue's producers and workers first, or a job
 // published meanwhile may be deleted half-way and a worker recreates the stream it reads.
+//
+// Live workers that read the queue do not make it refuse: QueueReaders names them, and the CLI
+// and the API warn with it after the deletion. Such a worker's blocked read ends (Redis says
+// the stream no longer exists); it makes the stream and its consumer group again, empty, logs
+// that once at info, and runs any job published to the queue afterwards. Refusing on the
+// heartbeat alone would be wrong both ways: a worker without one (DisableHeartbeat, an older
+// version) is invisible, and a killed worker's record lingers for three beats; and force
+// already means "drop the unfinished jobs", which is not what a caller who stops the workers
+// next means. So deleting a read queue works, and says who still reads it.
 func (i *Inspector) DeleteQueue(ctx context.Context, queue string, force bool) error {
 	if err := i.check(queue, ""); err != nil {
 		return err

@@ -127,3 +127,34 @@ func ExampleInspector_SetLimit() {
 	// type=send per_key=true rate=0/0s concurrency=1
 	// deleted: true
 }
+
+// List the live workers: each running Worker writes a heartbeat record every few seconds
+// (WorkerConfig.HeartbeatInterval) with what it reads and runs.
+func ExampleInspector_Workers() {
+	rdb, done := exampleRedis()
+	defer done()
+	ctx, stop := context.WithCancel(context.Background())
+	defer stop()
+
+	worker, err := pipeline.NewWorker(rdb, pipeline.WorkerConfig{Name: "worker-1", Queues: []string{"emails"}, Concurrency: 5})
+	if err != nil {
+		panic(err)
+	}
+	worker.Handle("welcome", func(context.Context, *pipeline.Job) ([]byte, error) { return nil, nil })
+	go func() { _ = worker.Run(ctx) }()
+	<-worker.Ready()
+
+	insp, err := pipeline.NewInspector(rdb, pipeline.InspectorConfig{})
+	if err != nil {
+		panic(err)
+	}
+	workers, err := insp.Workers(ctx)
+	if err != nil {
+		panic(err)
+	}
+	for _, w := range workers {
+		fmt.Println(w.Name, w.Queues, w.Concurrency, "running:", len(w.Running))
+	}
+	// Output:
+	// worker-1 [emails] 5 running: 0
+}

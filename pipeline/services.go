@@ -13,8 +13,8 @@ import (
 
 // services lists the background services of one reading session over w.parts, in start order
 // (Run stops them in reverse): the pause watcher (pause.go), which applies the paused queues
-// to the session's subscriber before anything is read, the delayed scheduler and a recoverer
-// per partition, unless disabled, then watcher. A new service is a type with Name, Start and Stop
+// to the session's subscriber before anything is read, the heartbeat (heartbeat.go), the
+// delayed scheduler and a recoverer per partition, unless disabled, then watcher. A new service is a type with Name, Start and Stop
 // (internal/service) and one entry here.
 func (w *Worker) services(watcher *partitionWatcher, levels *levelsWatcher) ([]service.Service, error) {
 	// The limits, pause and levels watchers first: their Start reads the limits, the paused
@@ -26,6 +26,9 @@ func (w *Worker) services(watcher *partitionWatcher, levels *levelsWatcher) ([]s
 	list := []service.Service{book, &limitsWatcher{w: w, book: book, parts: slices.Clone(w.parts)},
 		&pauseWatcher{w: w, sub: w.sub}, levels}
 	w.mu.Unlock()
+	if !w.cfg.DisableHeartbeat {
+		list = append(list, &heartbeat{w: w})
+	}
 	if !w.cfg.DisableScheduler {
 		s, err := delayed.New(w.rdb, w.cfg.scheduler(w.parts))
 		if err != nil {

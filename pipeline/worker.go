@@ -153,6 +153,15 @@ type WorkerConfig struct {
 	HistoryInterval time.Duration
 	// DisableHistory leaves the worker's outcomes out of the history.
 	DisableHistory bool
+	// HeartbeatInterval is how often the worker writes its heartbeat record, which
+	// Inspector.Workers (`conveyor workers`, GET /v1/workers, the dashboard's Workers page)
+	// lists: name, host, pid, version, queues, concurrency, running jobs. The record expires
+	// after three intervals without a beat and is removed when the worker stops. Defaults to
+	// DefaultHeartbeatInterval (5s).
+	HeartbeatInterval time.Duration
+	// DisableHeartbeat leaves the heartbeat off: the worker is not listed by Inspector.Workers,
+	// and `queues delete` cannot warn that it reads the queue.
+	DisableHeartbeat bool
 	// Hooks are told about the worker's background work (promotions, recoveries, the recovery
 	// lock), for metrics; see package metrics. The zero value tells nobody.
 	Hooks WorkerHooks
@@ -185,6 +194,7 @@ func (c WorkerConfig) withDefaults() WorkerConfig {
 	c.MaxSnoozes = cmp.Or(c.MaxSnoozes, DefaultMaxSnoozes)
 	c.PauseCheckInterval = cmp.Or(c.PauseCheckInterval, DefaultPauseCheckInterval)
 	c.HistoryInterval = cmp.Or(c.HistoryInterval, DefaultHistoryInterval)
+	c.HeartbeatInterval = cmp.Or(c.HeartbeatInterval, DefaultHeartbeatInterval)
 	return c
 }
 
@@ -231,6 +241,7 @@ func (c WorkerConfig) validate() error {
 	}{{"shutdown timeout", c.ShutdownTimeout}, {"recovery interval", c.RecoveryInterval}, {"recovery lock TTL", c.RecoveryLockTTL},
 		{"flush interval", c.FlushInterval}, {"min retention", c.MinRetention}, {"pause check interval", c.PauseCheckInterval},
 		{"history interval", c.HistoryInterval},
+		{"heartbeat interval", c.HeartbeatInterval},
 		{"backoff base", c.Backoff.Base}, {"backoff max", c.Backoff.Max}} {
 		if d.d < 0 {
 			bad("%s %s is negative", d.name, d.d)
@@ -295,6 +306,8 @@ type Worker struct {
 	cancels *cancels
 	evw     *events.Watcher
 	tracer  tracing.Tracer
+	// startedAt is when Run began, for the heartbeat record.
+	startedAt time.Time
 }
 
 // NewWorker returns a Worker over rdb (a standalone, cluster or failover client), or the error,
@@ -401,6 +414,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	if !w.running.CompareAndSwap(false, true) {
 		return errors.New("pipeline: worker already ran")
 	}
+	w.startedAt = time.Now()
 	if err := w.waitForRedis(ctx); err != nil {
 		if ctx.Err() != nil {
 			return nil // ctx ended while waiting: nothing ran, nothing to drain

@@ -204,9 +204,13 @@ func (t *topic) read(ctx context.Context) {
 			t.s.setHungry(w, false)
 			t.s.release(n)
 			if rediserr.IsNoStream(err) {
-				// The stream or group was deleted under us: make them again and go on.
+				// The stream or group was deleted under us (`conveyor queues delete` while
+				// this worker runs): make them again and go on. Redis never went away, so
+				// this is no outage and no reconnect.
 				err = t.s.rdb.XGroupCreateMkStream(ctx, t.name, cfg.Group, "0").Err()
 				if err == nil || rediserr.IsGroupExists(err) {
+					t.logger.Info("the stream or its consumer group was deleted while this worker read it; made them again, empty",
+						watermill.LogFields{"stream": t.name})
 					continue
 				}
 			}

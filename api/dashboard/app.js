@@ -1383,6 +1383,66 @@
         h('td', { class: 'wrap', data: { label: 'Fix' } }, f.fix || '—'))))));
   }
 
+  // ---- Workers: the live workers from their heartbeat records (GET v1/workers) ----
+
+  // workersPage lists every live worker (name, host, pid, version, queues, concurrency, started,
+  // last heartbeat) and the jobs each runs, linked to their pages.
+  function workersPage() {
+    const g = gen;
+    const wrap = h('div', {}, h('p', { class: 'loading' }, 'Loading…'));
+    const err = h('div', {});
+    main().replaceChildren(heading('Workers'), err,
+      h('section', { class: 'card', 'aria-labelledby': 'w-h' }, h('h2', { id: 'w-h' }, 'Live workers'),
+        h('p', { class: 'muted' }, 'Each running worker writes a heartbeat every few seconds; one that misses three drops out, one that stops leaves at once. Also conveyor workers and GET /v1/workers.'),
+        wrap));
+    const refresh = async () => {
+      try {
+        const body = await api('GET', 'workers');
+        if (!live(g)) return;
+        err.replaceChildren();
+        renderWorkers(wrap, (body && body.workers) || []);
+        stamp();
+      } catch (e) {
+        if (live(g)) err.replaceChildren(errorBox('Could not load the workers', e));
+      }
+    };
+    refresh();
+    return { refresh };
+  }
+
+  function renderWorkers(wrap, list) {
+    if (list.length === 0) {
+      wrap.replaceChildren(h('p', { class: 'muted' }, 'No live workers. Start one with conveyor worker.'));
+      return;
+    }
+    const cols = ['Name', 'Host', 'PID', 'Version', 'Queues', 'Running', 'Started', 'Last heartbeat', 'Running jobs'];
+    const table = h('table', { class: 'grid-table workers' },
+      h('caption', { class: 'visually-hidden' }, 'Live workers'),
+      h('thead', {}, h('tr', {}, cols.map((c) => h('th', { scope: 'col' }, c)))),
+      h('tbody', {}, list.map((wk) => {
+        const running = (wk.running || []);
+        const count = running.length + num(wk.running_more);
+        const jobs = running.length === 0 ? h('span', { class: 'muted' }, 'none') :
+          h('ul', { class: 'running-jobs' }, running.map((r) => h('li', { data: { job: r.id } },
+            h('a', { class: 'id', href: jobHref(r.queue, r.id) }, r.id), ' ',
+            h('span', { class: 'muted' }, r.type + ' on ' + r.queue + ', '), timeEl(r.started_at, true))),
+          num(wk.running_more) > 0 ? h('li', { class: 'muted' }, 'and ' + fmtInt(wk.running_more) + ' more') : null);
+        return h('tr', { data: { worker: wk.name } },
+          h('th', { scope: 'row', class: 'name', data: { label: 'Name', field: 'name' } }, wk.name),
+          h('td', { data: { label: 'Host', field: 'host' } }, wk.host),
+          h('td', { class: 'num', data: { label: 'PID', field: 'pid' } }, String(wk.pid)),
+          h('td', { data: { label: 'Version', field: 'version' } }, h('code', {}, wk.version)),
+          h('td', { data: { label: 'Queues', field: 'queues' } },
+            (wk.queues || []).map((q, k) => [k ? ', ' : '', h('a', { href: queueHref(q) }, q)])),
+          h('td', { class: 'num', data: { label: 'Running', field: 'running' } }, fmtInt(count) + ' / ' + fmtInt(wk.concurrency)),
+          h('td', { data: { label: 'Started', field: 'started_at' } }, timeEl(wk.started_at, true)),
+          h('td', { data: { label: 'Last heartbeat', field: 'heartbeat' } },
+            h('span', { title: 'by Redis\'s clock; a beat every ' + fmtDur(wk.heartbeat_interval_ms) }, fmtDur(wk.heartbeat_age_ms) + ' ago')),
+          h('td', { data: { label: 'Running jobs', field: 'jobs' } }, jobs));
+      })));
+    wrap.replaceChildren(table);
+  }
+
   function notFound() {
     main().replaceChildren(heading('Not found'), h('p', {}, 'This page does not exist. ', h('a', { href: '#/queues' }, 'See the queues.')));
     return {};
@@ -1412,12 +1472,14 @@
     else if (p[0] === 'jobs' && p.length === 2) v = find(p[1]);
     else if (p[0] === 'schedules' && p.length === 1) v = schedulesPage();
     else if (p[0] === 'redis' && p.length === 1) v = redisPage();
+    else if (p[0] === 'workers' && p.length === 1) v = workersPage();
     else v = notFound();
     view = v;
     $('#nav-queues').setAttribute('aria-current', p && (p.length === 0 || p[0] === 'queues') ? 'page' : 'false');
     $('#nav-schedules').setAttribute('aria-current', p && p[0] === 'schedules' ? 'page' : 'false');
     const navRedis = $('#nav-redis');
     if (navRedis) navRedis.setAttribute('aria-current', p && p[0] === 'redis' ? 'page' : 'false');
+    $('#nav-workers').setAttribute('aria-current', p && p[0] === 'workers' ? 'page' : 'false');
   }
 
   function navigated() {

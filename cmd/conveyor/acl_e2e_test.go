@@ -46,6 +46,7 @@ func TestACLUser(t *testing.T) {
 	require.Len(t, dead, 1)
 	c.ok(t, "dead", "replay", "--queue", "acl", failing)
 	c.ok(t, "stats", "--all", "--json")
+	require.Contains(t, c.ok(t, "workers", "--json"), `"queues":["acl"]`, "the worker's heartbeat, written and read as the ACL user")
 	later := c.publishOne(t, "--queue", "acl", "--type", "echo", "--delay", "1h")
 	c.ok(t, "cancel", "--queue", "acl", later)
 	c.ok(t, "bench", "--jobs", "200", "--json")

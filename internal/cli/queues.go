@@ -106,7 +106,9 @@ func newQueuesDeleteCmd(a *app) *cobra.Command {
 unique keys) and remove it from the known queues. While the queue has unfinished jobs
 (scheduled, queued, or held by a worker) or dead jobs (kept for a replay) it refuses, exits 1
 and says how many; --force deletes them too. Stop the queue's producers and workers first: a worker still running recreates the
-stream it reads, and a job published meanwhile may be lost half-written.`,
+stream it reads, and a job published meanwhile may be lost half-written. When live workers
+('conveyor workers') still read the queue, it is deleted all the same and a warning on stderr
+names them.`,
 		Example: `  conveyor queues delete old-emails
   conveyor queues delete old-emails --force`,
 		Args: exactlyOne("queue name"),
@@ -126,9 +128,23 @@ stream it reads, and a job published meanwhile may be lost half-written.`,
 				return err
 			}
 			_, err = fmt.Fprintf(a.stdout, "deleted queue %s\n", queue)
+			if readers, rerr := insp.QueueReaders(cmd.Context(), queue); rerr == nil && len(readers) > 0 {
+				fmt.Fprintln(a.stderr, readersWarning(queue, readers))
+			}
 			return err
 		},
 	}
 	cmd.Flags().BoolVar(&force, "force", false, "delete the queue even while it has unfinished jobs")
 	return cmd
+}
+
+// readersWarning is the warning of a deleted queue that live workers still read.
+func readersWarning(queue string, readers []pipeline.WorkerInfo) string {
+	names := make([]string, len(readers))
+	for k, w := range readers {
+		names[k] = w.Name
+	}
+	return fmt.Sprintf("warning: %d live worker(s) still read queue %s: %s. Each makes the queue's stream and "+
+		"consumer group again, empty, at its next read, and runs any job published to %s; stop them, or "+
+		"restart them without --queue %s.", len(readers), queue, strings.Join(names, ", "), queue, queue)
 }

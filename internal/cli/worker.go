@@ -35,7 +35,8 @@ type workerFlags struct {
 	waitReplicas     int           // --wait-replicas: WorkerConfig.Replicas
 	waitTimeout      time.Duration // --wait-timeout: WorkerConfig.ReplicaTimeout
 
-	cron []string // --cron 'SPEC TYPE PAYLOAD': schedules into the first --queue (schedules.go)
+	heartbeat time.Duration // --heartbeat-interval; 0 turns the heartbeat off
+	cron      []string      // --cron 'SPEC TYPE PAYLOAD': schedules into the first --queue (schedules.go)
 
 	queuesGiven bool // --queue was given (an empty one is an error, not the default queue)
 
@@ -170,6 +171,7 @@ each tick makes one job however many workers run ('conveyor schedules').`,
 	f.StringArrayVar(&wf.httpAllow, "http-allow", nil, "a CIDR prefix, address or host name the http handler may reach although internal (repeatable)")
 	f.IntVar(&wf.waitReplicas, "wait-replicas", 0, "after writing job outcomes, wait until this many replicas have them (Redis WAIT); fewer are logged, not retried")
 	f.DurationVar(&wf.waitTimeout, "wait-timeout", pipeline.DefaultReplicaTimeout, "how long --wait-replicas waits for the replicas")
+	f.DurationVar(&wf.heartbeat, "heartbeat-interval", pipeline.DefaultHeartbeatInterval, "how often the worker writes its heartbeat record for 'conveyor workers' (0: none)")
 	f.StringArrayVar(&wf.cron, "cron", nil, "a periodic schedule 'SPEC TYPE [PAYLOAD]' into the first --queue, stored for every worker to run (repeatable; see 'conveyor schedules')")
 	return cmd
 }
@@ -238,6 +240,9 @@ func (wf *workerFlags) config() (pipeline.WorkerConfig, error) {
 			bad("%s is too short: at least %s, not %s", d.flag, d.min, d.val)
 		}
 	}
+	if wf.heartbeat < 0 {
+		bad("--heartbeat-interval must not be negative, not %s (0 turns the heartbeat off)", wf.heartbeat)
+	}
 	if wf.retention < 0 {
 		bad("--retention must not be negative, not %s", wf.retention)
 	}
@@ -295,5 +300,7 @@ func (wf *workerFlags) config() (pipeline.WorkerConfig, error) {
 		Replicas:          wf.waitReplicas,
 		ReplicaTimeout:    wf.waitTimeout,
 		Periodic:          periodic,
+		HeartbeatInterval: wf.heartbeat,
+		DisableHeartbeat:  wf.heartbeat == 0,
 	}, nil
 }

@@ -532,6 +532,22 @@ const (
 // id is the guarantee).
 func SchedulesLock(prefix string) string { return schedulesBase(prefix) + "lock" }
 
+// The keys of the workers' heartbeat records (pipeline.Inspector.Workers) share one hash tag,
+// "{:workers}", which no queue's tag can equal (':' is not allowed in a queue name), so that a
+// worker's beat writes its record and the index in one pipeline to one node of a cluster, and
+// a listing reads every record from that node.
+func workersBase(prefix string) string { return prefix + ":{:workers}:" }
+
+// Workers is the sorted set of the workers that beat under prefix: member a worker's name,
+// score the unix ms (the writer's clock) at which its record expires. It only points at the
+// records: a beat prunes members expired a minute ago, a listing those whose record is gone.
+func Workers(prefix string) string { return workersBase(prefix) + "index" }
+
+// WorkerBeat is the heartbeat record of the worker named name: a string holding its JSON,
+// written every beat with a TTL of a few beats (Redis's clock expires it) and deleted when the
+// worker stops.
+func WorkerBeat(prefix, name string) string { return workersBase(prefix) + "w:" + name }
+
 // MaxScheduleLen bounds a schedule's name, so that its per-tick job id ("cron:" name ":" unix
 // seconds) fits a job id's MaxNameLen.
 const MaxScheduleLen = 64

@@ -178,6 +178,10 @@ func replyKind(msg string) Kind {
 	switch {
 	case strings.Contains(msg, "NOGROUP") || strings.Contains(strings.ToLower(msg), "no such key"):
 		return NoStream
+	case code == "UNBLOCKED" && strings.Contains(msg, "no longer exists"):
+		// A blocked XREADGROUP whose stream was deleted (Redis 7: "UNBLOCKED the stream key
+		// no longer exists"): Redis is fine, the stream is gone.
+		return NoStream
 	case strings.Contains(msg, "unknown command"):
 		return UnknownCommand
 	}

@@ -228,6 +228,9 @@ func TestClassifyFakeReplies(t *testing.T) {
 		// Redis 6 wraps a script's error in its own.
 		{"-ERR Error running script (call to f_0123): @user_script:1: NOGROUP No such key 's' or consumer group 'g' in XREADGROUP with GROUP option", rediserr.NoStream},
 		{"-ERR unknown command `SPUBLISH`, with args beginning with: ", rediserr.UnknownCommand},
+		// A blocked XREADGROUP whose stream was deleted (Redis 7), and CLIENT UNBLOCK's error.
+		{"-UNBLOCKED the stream key no longer exists", rediserr.NoStream},
+		{"-UNBLOCKED client unblocked via CLIENT UNBLOCK", rediserr.Other},
 	}
 	var cases []classifyCase
 	for _, r := range replies {

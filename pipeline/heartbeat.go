@@ -1,0 +1,342 @@
+package pipeline
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"runtime/debug"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/conveyorq/conveyor/internal/keys"
+	"github.com/conveyorq/conveyor/internal/outage"
+	"github.com/conveyorq/conveyor/internal/rediserr"
+	"github.com/conveyorq/conveyor/internal/service"
+)
+
+// DefaultHeartbeatInterval is how often a worker writes its heartbeat record
+// (WorkerConfig.HeartbeatInterval).
+const DefaultHeartbeatInterval = 5 * time.Second
+
+// heartbeatBeats is the heartbeat record's TTL in beats: a worker that stops beating (killed,
+// frozen, cut off from Redis) drops out of Inspector.Workers after this many missed beats.
+const heartbeatBeats = 3
+
+// MaxHeartbeatRunning bounds the running jobs a heartbeat record lists (the longest-running
+// first); WorkerInfo.RunningMore counts the rest.
+const MaxHeartbeatRunning = 100
+
+// heartbeatPruneAfter is how long past its expiry (by the writer's clock) a member of the
+// workers' index is kept before a beat prunes it: a margin for the clocks of the hosts to
+// differ, so that a host whose clock runs ahead never prunes a live worker of another.
+const heartbeatPruneAfter = time.Minute
+
+// modulePath is the library's module path, looked for in the binary's build information.
+const modulePath = "github.com/conveyorq/conveyor"
+
+// WorkerInfo is a live worker as its heartbeat record says (Inspector.Workers): what it reads,
+// what it runs now, and when it last said so.
+//
+// Liveness is Redis's clock: the record expires (a TTL of three beats, set by Redis) when the
+// worker stops beating, and HeartbeatAge is measured by Redis too (the record's TTL minus
+// what is left of it), so hosts whose clocks differ cannot make a dead worker look alive or a
+// live one dead. Started, LastHeartbeat and each running job's Started are the worker host's
+// clock, as it wrote them.
+type WorkerInfo struct {
+	// Name is the worker's consumer name (WorkerConfig.Name): a job's Worker.
+	Name    string
+	Host    string
+	PID     int
+	Version string // the Conveyor module's version the worker was built with; "(devel)" when unknown
+	// Queues are the queues it reads (WorkerConfig.Queues), Concurrency its bound of jobs at once.
+	Queues      []string
+	Concurrency int
+	// Running are the jobs its handlers run now, longest-running first, at most
+	// MaxHeartbeatRunning; RunningMore counts those not listed.
+	Running     []RunningJob
+	RunningMore int
+	// Started is when the worker's Run began; LastHeartbeat when it wrote this record.
+	Started       time.Time
+	LastHeartbeat time.Time
+	// HeartbeatAge is how long ago Redis received the record, by Redis's clock.
+	HeartbeatAge time.Duration
+	// HeartbeatInterval is the worker's time between beats; the record expires after three.
+	HeartbeatInterval time.Duration
+}
+
+// RunningJob is a job a worker runs now, in its heartbeat record.
+type RunningJob struct {
+	ID, Queue, Type string
+	// Started is when the worker handed it to its handler (the worker host's clock).
+	Started time.Time
+}
+
+// workerJSON is WorkerInfo's wire form, in the record in Redis and in the CLI's and the API's
+// JSON: times as unix milliseconds, as a Job's.
+type workerJSON struct {
+	Name              string           `json:"name"`
+	Host              string           `json:"host"`
+	PID               int              `json:"pid"`
+	Version           string           `json:"version"`
+	Queues            []string         `json:"queues"`
+	Concurrency       int              `json:"concurrency"`
+	Running           []runningJobJSON `json:"running"`
+	RunningMore       int              `json:"running_more"`
+	StartedAt         int64            `json:"started_at"`
+	HeartbeatAt       int64            `json:"heartbeat_at"`
+	HeartbeatAgeMS    int64            `json:"heartbeat_age_ms"`
+	HeartbeatInterval int64            `json:"heartbeat_interval_ms"`
+}
+
+type runningJobJSON struct {
+	ID        string `json:"id"`
+	Queue     string `json:"queue"`
+	Type      string `json:"type"`
+	StartedAt int64  `json:"started_at"`
+}
+
+// MarshalJSON writes {"name", "host", "pid", "version", "queues", "concurrency", "running":
+// [{"id", "queue", "type", "started_at"}], "running_more", "started_at", "heartbeat_at",
+// "heartbeat_age_ms", "heartbeat_interval_ms"}, times as unix milliseconds, running and queues
+// arrays (never null).
+func (w WorkerInfo) MarshalJSON() ([]byte, error) { return json.Marshal(w.wire()) }
+
+// UnmarshalJSON reads what MarshalJSON writes.
+func (w *WorkerInfo) UnmarshalJSON(b []byte) error {
+	var v workerJSON
+	if err := json.Unmarshal(b, &v); err != nil {
+		return err
+	}
+	*w = WorkerInfo{Name: v.Name, Host: v.Host, PID: v.PID, Version: v.Version, Queues: v.Queues,
+		Concurrency: v.Concurrency, RunningMore: v.RunningMore, Started: fromUnixMS(v.StartedAt),
+		LastHeartbeat: fromUnixMS(v.HeartbeatAt), HeartbeatAge: time.Duration(v.HeartbeatAgeMS) * time.Millisecond,
+		HeartbeatInterval: time.Duration(v.HeartbeatInterval) * time.Millisecond}
+	for _, r := range v.Running {
+		w.Running = append(w.Running, RunningJob{ID: r.ID, Queue: r.Queue, Type: r.Type, Started: fromUnixMS(r.StartedAt)})
+	}
+	return nil
+}
+
+func (w WorkerInfo) wire() workerJSON {
+	v := workerJSON{Name: w.Name, Host: w.Host, PID: w.PID, Version: w.Version, Queues: w.Queues,
+		Concurrency: w.Concurrency, Running: make([]runningJobJSON, 0, len(w.Running)), RunningMore: w.RunningMore,
+		StartedAt: unixMS(w.Started), HeartbeatAt: unixMS(w.LastHeartbeat), HeartbeatAgeMS: w.HeartbeatAge.Milliseconds(),
+		HeartbeatInterval: w.HeartbeatInterval.Milliseconds()}
+	if v.Queues == nil {
+		v.Queues = []string{}
+	}
+	for _, r := range w.Running {
+		v.Running = append(v.Running, runningJobJSON{ID: r.ID, Queue: r.Queue, Type: r.Type, StartedAt: unixMS(r.Started)})
+	}
+	return v
+}
+
+func fromUnixMS(ms int64) time.Time {
+	if ms == 0 {
+		return time.Time{}
+	}
+	return time.UnixMilli(ms)
+}
+
+// Workers returns the live workers, those whose heartbeat record has not expired, sorted by
+// name. Two round trips whatever their number: the index (keys.Workers) and, pipelined, each
+// record with its TTL. Index members whose record expired are removed as they are found. A
+// worker with DisableHeartbeat, or of a version before heartbeats, is not listed: the list
+// says who is alive and beating, not that nobody else reads.
+func (i *Inspector) Workers(ctx context.Context) ([]WorkerInfo, error) {
+	index := keys.Workers(i.cfg.Prefix)
+	names, err := i.rdb.ZRange(ctx, index, 0, -1).Result()
+	if err != nil {
+		return nil, rediserr.Wrap("workers", err)
+	}
+	if len(names) == 0 {
+		return []WorkerInfo{}, nil
+	}
+	type reply struct {
+		rec *redis.StringCmd
+		ttl *redis.DurationCmd
+	}
+	replies := make([]reply, len(names))
+	_, err = i.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for k, n := range names {
+			key := keys.WorkerBeat(i.cfg.Prefix, n)
+			replies[k] = reply{p.Get(ctx, key), p.PTTL(ctx, key)}
+		}
+		return nil
+	})
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return nil, rediserr.Wrap("workers", err)
+	}
+	out := make([]WorkerInfo, 0, len(names))
+	var gone []any
+	for k, r := range replies {
+		s, err := r.rec.Result()
+		if errors.Is(err, redis.Nil) {
+			gone = append(gone, names[k])
+			continue
+		}
+		if err != nil {
+			return nil, rediserr.Wrap("workers", err)
+		}
+		var w WorkerInfo
+		if err := json.Unmarshal([]byte(s), &w); err != nil {
+			continue // not a record this version can read: leave it to expire
+		}
+		if left, err := r.ttl.Result(); err == nil && left > 0 {
+			w.HeartbeatAge = max(heartbeatBeats*w.HeartbeatInterval-left, 0)
+		}
+		out = append(out, w)
+	}
+	if len(gone) > 0 {
+		// Pruning is housekeeping: a failure leaves it to the next listing or beat.
+		_ = i.rdb.ZRem(ctx, index, gone...).Err()
+	}
+	slices.SortFunc(out, func(a, b WorkerInfo) int { return strings.Compare(a.Name, b.Name) })
+	return out, nil
+}
+
+// QueueReaders returns the live workers (Workers) that read queue, sorted by name: what
+// DeleteQueue's callers warn about (the CLI's `queues delete`, the API's DELETE).
+func (i *Inspector) QueueReaders(ctx context.Context, queue string) ([]WorkerInfo, error) {
+	all, err := i.Workers(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return slices.DeleteFunc(all, func(w WorkerInfo) bool { return !slices.Contains(w.Queues, queue) }), nil
+}
+
+// Version returns the version of the Conveyor module in the running binary, as the Go
+// toolchain recorded it: the main module's when the binary is Conveyor's own (a tag, or a
+// pseudo-version of the commit; "(devel)" for 'go run' and tests), else the dependency's. A
+// binary without build information reports "(unknown)". Workers write it in their heartbeat.
+func Version() string { return version() }
+
+var version = sync.OnceValue(func() string {
+	bi, ok := debug.ReadBuildInfo()
+	if !ok {
+		return "(unknown)"
+	}
+	if bi.Main.Path == modulePath {
+		return cmp.Or(bi.Main.Version, "(devel)")
+	}
+	for _, d := range bi.Deps {
+		if d.Path == modulePath {
+			if d.Replace != nil && d.Replace.Version != "" {
+				return d.Replace.Version
+			}
+			return cmp.Or(d.Version, "(devel)")
+		}
+	}
+	return "(devel)"
+})
+
+// heartbeat is the worker's service that writes its heartbeat record (keys.WorkerBeat) every
+// HeartbeatInterval, with a TTL of heartbeatBeats beats, and keeps its name in the workers'
+// index (keys.Workers), both in one pipelined round trip (one hash tag, so one node of a
+// cluster); a beat also prunes the index of members expired over a minute ago. Not a MULTI:
+// the least-privilege ACL (docs/OPERATIONS.md) grants no @transaction, and nothing needs the
+// two writes together. A record without its member waits for the next beat to be listed; a
+// member without its record is pruned by the next listing. Stop deletes the record and the member. One write of a
+// small string every few seconds per worker. A job's path pays only for its type and start
+// time, noted where cancels registers it (a map lookup and a time.Now); a beat copies the
+// running jobs under the cancels' lock, O(concurrency) once every few seconds.
+//
+// It beats on after its session's context ends, until Stop: a session ends (a shutdown, a new
+// partition count) before its running jobs have drained, and the record must list them while
+// they run.
+type heartbeat struct {
+	w     *Worker
+	loop  service.Loop
+	spell outage.Spell
+}
+
+func (h *heartbeat) Name() string { return "heartbeat" }
+
+func (h *heartbeat) Start(ctx context.Context) error {
+	h.spell = outage.Spell{Min: h.w.cfg.HeartbeatInterval, Max: time.Minute}
+	ctx = context.WithoutCancel(ctx) // see the type's comment: Stop ends it
+	h.beat(ctx)
+	h.loop.Start(ctx, func(ctx context.Context) {
+		service.Every(ctx, h.w.cfg.HeartbeatInterval, h.beat)
+	})
+	return nil
+}
+
+// Stop ends the beats and removes the record: a worker that stops says so at once rather than
+// after its TTL.
+func (h *heartbeat) Stop() {
+	h.loop.Stop()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	prefix, name := h.w.cfg.Prefix, h.w.cfg.Name
+	_, err := h.w.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		p.Del(ctx, keys.WorkerBeat(prefix, name))
+		p.ZRem(ctx, keys.Workers(prefix), name)
+		return nil
+	})
+	if err != nil {
+		h.w.log.Debug().Err(err).Str("component", "heartbeat").Msg("could not remove the heartbeat record; it expires by itself")
+	}
+}
+
+// beat writes the record once.
+func (h *heartbeat) beat(ctx context.Context) {
+	now := time.Now()
+	rec, err := json.Marshal(h.w.info(now).wire())
+	if err != nil {
+		return
+	}
+	ttl := heartbeatBeats * h.w.cfg.HeartbeatInterval
+	prefix := h.w.cfg.Prefix
+	cctx, cancel := context.WithTimeout(ctx, max(h.w.cfg.HeartbeatInterval, time.Second))
+	_, err = h.w.rdb.Pipelined(cctx, func(p redis.Pipeliner) error {
+		p.Set(cctx, keys.WorkerBeat(prefix, h.w.cfg.Name), rec, ttl)
+		p.ZAdd(cctx, keys.Workers(prefix), redis.Z{Score: float64(now.Add(ttl).UnixMilli()), Member: h.w.cfg.Name})
+		p.ZRemRangeByScore(cctx, keys.Workers(prefix), "-inf", fmt.Sprint(now.Add(-heartbeatPruneAfter).UnixMilli()))
+		return nil
+	})
+	cancel()
+	if err != nil {
+		if step := h.spell.Failed(time.Now()); step.Log {
+			h.w.log.Warn().Err(err).Str("component", "heartbeat").Int("tries", step.Tries).
+				Msg("cannot write the worker's heartbeat; it drops out of 'conveyor workers' until a beat gets through")
+		}
+		return
+	}
+	h.spell.OK(time.Now())
+}
+
+// info is the worker's heartbeat record as of now.
+func (w *Worker) info(now time.Time) WorkerInfo {
+	host, _ := os.Hostname()
+	running, more := w.cancels.snapshot(MaxHeartbeatRunning)
+	return WorkerInfo{Name: w.cfg.Name, Host: host, PID: os.Getpid(), Version: Version(), Queues: w.cfg.Queues,
+		Concurrency: w.cfg.Concurrency, Running: running, RunningMore: more, Started: w.startedAt,
+		LastHeartbeat: now, HeartbeatInterval: w.cfg.HeartbeatInterval}
+}
+
+// snapshot returns the running jobs, longest-running first, at most limit, and how many more run.
+func (c *cancels) snapshot(limit int) ([]RunningJob, int) {
+	c.mu.Lock()
+	all := make([]RunningJob, 0, len(c.running))
+	for _, head := range c.running {
+		for rj := head; rj != nil; rj = rj.next {
+			all = append(all, RunningJob{ID: rj.id, Queue: rj.q.Name(), Type: rj.typ, Started: rj.start})
+		}
+	}
+	c.mu.Unlock()
+	slices.SortFunc(all, func(a, b RunningJob) int {
+		return cmp.Or(a.Started.Compare(b.Started), strings.Compare(a.Queue, b.Queue), strings.Compare(a.ID, b.ID))
+	})
+	if len(all) > limit {
+		return all[:limit], len(all) - limit
+	}
+	return all, 0
+}
