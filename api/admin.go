@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/conveyorq/conveyor/internal/keys"
+	"github.com/conveyorq/conveyor/internal/rediserr"
 	"github.com/conveyorq/conveyor/pipeline"
 )
 
@@ -26,6 +27,11 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request) error {
 	ctx, cancel := context.WithTimeout(r.Context(), readyTimeout)
 	defer cancel()
 	if err := s.client.Redis().Ping(ctx).Err(); err != nil {
+		if rediserr.IsAuth(err) {
+			// Redis answered, with WRONGPASS or NOAUTH: "unreachable" would send the reader
+			// to the network. toAPIError names the credentials.
+			return toAPIError(rediserr.Wrap("ping", err))
+		}
 		return &apiError{Status: http.StatusServiceUnavailable, Code: CodeUnavailable,
 			Message: "Redis is unreachable", Op: "ping", cause: err}
 	}

@@ -290,3 +290,21 @@ func TestQueuesWrongCredentials(t *testing.T) {
 		require.Contains(t, r.apiErr(t).Message, "credentials", path)
 	}
 }
+
+// /readyz with wrong credentials names the credentials: it said "Redis is unreachable", which
+// sends the on-call engineer to the network while Redis answers every PING with WRONGPASS.
+func TestReadyzWrongCredentials(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	require.NoError(t, srv.Client(t).Do(t.Context(), "ACL", "SETUSER", "u", "on", ">right", "~*", "+@all").Err())
+	wrong := redis.NewClient(&redis.Options{Addr: srv.Addr, Username: "u", Password: "wrong", MaxRetries: -1})
+	t.Cleanup(func() { _ = wrong.Close() })
+	e := setup(t, setupOpts{rdb: wrong})
+	r := e.do("GET", "/readyz", "")
+	require.Equal(t, http.StatusServiceUnavailable, r.status, "%s", r.body)
+	ae := r.apiErr(t)
+	require.Equal(t, api.CodeUnavailable, ae.Code)
+	require.Contains(t, ae.Message, "credentials")
+	require.NotContains(t, ae.Message, "unreachable")
+	require.Equal(t, "ping", ae.Op)
+}
