@@ -48,6 +48,8 @@ type publishFlags struct {
 	debounceQuiet, debounceMaxWait time.Duration
 
 	asJSON bool
+	// jsonl is --jsonl: a file of jobs, one a line ("-": standard input); see publish_jsonl.go.
+	jsonl string
 
 	// set by the command from the flag set: which optional flags were given
 	payloadGiven, maxRetriesGiven, uniqueTTLGiven, waitTimeoutGiven bool
@@ -56,7 +58,7 @@ type publishFlags struct {
 func newPublishCmd(a *app) *cobra.Command {
 	var pf publishFlags
 	cmd := &cobra.Command{
-		Use:   "publish --type T [--payload JSON | --payload @file]",
+		Use:   "publish (--type T [--payload JSON | --payload @file] | --jsonl FILE|-)",
 		Short: "Publish jobs and print their ids, one per line",
 		Long: `Publish one job (or --count copies of it) and print each job's id on its own line
 (with --json, one {"id":..,"created":true|false} object per line).
@@ -80,17 +82,47 @@ With --debounce KEY (and --debounce-quiet, --debounce-max-wait) publishes with t
 become one job: a publish while the key's job waits replaces its payload and prints that job's
 id ("created":false,"debounced":true with --json, a note on stderr without), and the job runs
 --debounce-quiet after the last publish or --debounce-max-wait after the first, whichever is
-sooner. It cannot be combined with --id, --delay or --unique.`,
+sooner. It cannot be combined with --id, --delay or --unique.
+
+With --jsonl FILE (or - for standard input) it publishes one job per line of the file, each line
+a JSON object with the fields of the API's job body (POST /v1/queues/{queue}/jobs: type,
+payload, id, delay, run_at, max_retries, timeout, unique, metadata, retention, debounce,
+limit_key, group, priority), into --queue, in batches of 1000. Blank lines are skipped. A line
+that is not a job, or that Redis refuses (an id taken by another job), is reported on stderr as
+"line N: REASON" and the other lines are published all the same; a summary ("published N jobs
+from M lines") goes to stderr, and the command exits 1 when any line failed. It prints each
+published job's id; with --json, one {"line":N,"id":..,"created":..} or {"line":N,"error":..}
+object per line. The job flags (--type, --payload, --id, ...) cannot be used with it.`,
 		Example: `  conveyor publish --type echo --payload '{"hello":"world"}'
   conveyor publish --queue emails --type http --payload @hook.json --max-retries 10
   conveyor publish --type sleep --payload '{"ms":500}' --delay 1m --count 100
-  conveyor publish --type reindex --payload '{"doc":42}' --debounce doc-42 --debounce-quiet 2s --debounce-max-wait 30s`,
+  conveyor publish --type reindex --payload '{"doc":42}' --debounce doc-42 --debounce-quiet 2s --debounce-max-wait 30s
+  conveyor publish --queue emails --jsonl jobs.jsonl
+  jq -c '{type:"email", payload:.}' users.json | conveyor publish --queue emails --jsonl - --json`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			pf.payloadGiven = cmd.Flags().Changed("payload")
 			pf.maxRetriesGiven = cmd.Flags().Changed("max-retries")
 			pf.uniqueTTLGiven = cmd.Flags().Changed("unique-ttl")
 			pf.waitTimeoutGiven = cmd.Flags().Changed("wait-timeout")
+			if cmd.Flags().Changed("jsonl") {
+				var given []string
+				for _, name := range jsonlFlagsRefused {
+					if cmd.Flags().Changed(name) {
+						given = append(given, "--"+name)
+					}
+				}
+				if len(given) > 0 {
+					return usageErrorf("--jsonl takes each job's fields from its line: %s cannot be used with it", strings.Join(given, ", "))
+				}
+				if pf.jsonl == "" {
+					return usageErrorf("--jsonl needs a file name, or - for standard input")
+				}
+				return a.publishJSONL(cmd.Context(), &pf)
+			}
+			if !cmd.Flags().Changed("type") {
+				return usageErrorf("required flag --type not set")
+			}
 			return a.publish(cmd, &pf)
 		},
 	}
@@ -115,7 +147,7 @@ sooner. It cannot be combined with --id, --delay or --unique.`,
 	f.DurationVar(&pf.debounceQuiet, "debounce-quiet", 0, "with --debounce: run the job this long after the key's last publish")
 	f.DurationVar(&pf.debounceMaxWait, "debounce-max-wait", 0, "with --debounce: run the job at most this long after the key's first publish of its window")
 	f.BoolVar(&pf.asJSON, "json", false, `print one {"id":..,"created":true|false} object per job`)
-	_ = cmd.MarkFlagRequired("type")
+	f.StringVar(&pf.jsonl, "jsonl", "", "publish the jobs of this file (- for standard input), one JSON object a line with the fields of the API's job body")
 	return cmd
 }
 
