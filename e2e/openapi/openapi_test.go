@@ -1,6 +1,7 @@
-// Package openapi_test checks the HTTP API against its OpenAPI document with a validator
+// Package openapi_test checks the HTTP API against its OpenAPI document with validators
 // nobody here wrote: kin-openapi's openapi3filter, on the document's 3.0 copy
-// (api/openapi-3.0.json, generated from api/openapi.json). The real api.Server runs on a
+// (api/openapi-3.0.json, generated from api/openapi.json), and pb33f's libopenapi-validator,
+// on the 3.1 document itself. The real api.Server runs on a
 // private Redis with a worker; every operation of the document is called (its success and its
 // main errors), and each request and response is validated. An operation of the document that
 // no case calls fails the test: a new route needs its rows in cases.
@@ -25,6 +26,9 @@ import (
 	"github.com/getkin/kin-openapi/openapi3filter"
 	"github.com/getkin/kin-openapi/routers"
 	"github.com/getkin/kin-openapi/routers/gorillamux"
+	"github.com/pb33f/libopenapi"
+	validator "github.com/pb33f/libopenapi-validator"
+	verrors "github.com/pb33f/libopenapi-validator/errors"
 	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 
@@ -46,6 +50,8 @@ type fixture struct {
 	seed func(t *testing.T, st pipeline.Status) string
 	// publish publishes a job to the worker's queue, live, and returns its id.
 	publish func(t *testing.T) string
+	// v31 validates against the 3.1 document, api/openapi.json.
+	v31 validator.Validator
 }
 
 // tc is one call: the operation it is a case of (as the document writes it, "GET
@@ -173,6 +179,7 @@ func published(t *testing.T, f *fixture) string { return f.publish(t) }
 func TestOperationsValidate(t *testing.T) {
 	doc := loadDoc(t)
 	f := newFixture(t)
+	f.v31 = loadDoc31(t)
 	doc.Servers = openapi3.Servers{{URL: f.url}}
 	router, err := gorillamux.NewRouter(doc)
 	require.NoError(t, err)
@@ -247,6 +254,42 @@ func (f *fixture) call(t *testing.T, router routers.Router, c tc) {
 		Options: &openapi3filter.Options{IncludeResponseStatus: true, AuthenticationFunc: openapi3filter.NoopAuthenticationFunc}}
 	out.SetBodyBytes(got)
 	require.NoError(t, openapi3filter.ValidateResponse(t.Context(), out), "the response: %s", got)
+
+	// The same with libopenapi-validator, on the 3.1 document, which also checks the
+	// security requirement: a case without the token is invalid there by design.
+	if !c.invalid && !c.noToken {
+		ok, errs := f.v31.ValidateHttpRequest(newReq())
+		require.True(t, ok, "the request of the case, 3.1: %s", describe(errs))
+	}
+	resp31 := &http.Response{StatusCode: resp.StatusCode, Header: resp.Header, Body: io.NopCloser(bytes.NewReader(got))}
+	ok, errs := f.v31.ValidateHttpResponse(newReq(), resp31)
+	require.True(t, ok, "the response, 3.1: %s\n%s", describe(errs), got)
+}
+
+// describe is libopenapi-validator's errors in words.
+func describe(errs []*verrors.ValidationError) string {
+	var b strings.Builder
+	for _, e := range errs {
+		fmt.Fprintf(&b, "\n- %s: %s", e.Message, e.Reason)
+		for _, se := range e.SchemaValidationErrors {
+			fmt.Fprintf(&b, "\n    %s at %s", se.Reason, se.FieldPath)
+		}
+	}
+	return b.String()
+}
+
+// loadDoc31 builds libopenapi-validator's validator of the 3.1 document.
+func loadDoc31(t *testing.T) validator.Validator {
+	t.Helper()
+	raw, err := os.ReadFile(filepath.Join("..", "..", "api", "openapi.json"))
+	require.NoError(t, err)
+	doc, err := libopenapi.NewDocument(raw)
+	require.NoError(t, err)
+	v, errs := validator.NewValidator(doc)
+	require.Empty(t, errs)
+	ok, verrs := v.ValidateDocument()
+	require.True(t, ok, "the 3.1 document itself: %s", describe(verrs))
+	return v
 }
 
 // loadDoc reads and checks the 3.0 copy of the document.
