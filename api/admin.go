@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/conveyorq/conveyor/internal/keys"
+	"github.com/conveyorq/conveyor/internal/rediserr"
 	"github.com/conveyorq/conveyor/pipeline"
 )
 
@@ -28,6 +29,11 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request) error {
 	ctx, cancel := context.WithTimeout(r.Context(), readyTimeout)
 	defer cancel()
 	if err := s.client.Redis().Ping(ctx).Err(); err != nil {
+		if rediserr.IsAuth(err) {
+			// Redis answered, with WRONGPASS or NOAUTH: "unreachable" would send the reader
+			// to the network. toAPIError names the credentials.
+			return toAPIError(rediserr.Wrap("ping", err))
+		}
 		return &apiError{Status: http.StatusServiceUnavailable, Code: CodeUnavailable,
 			Message: "Redis is unreachable", Op: "ping", cause: err}
 	}
@@ -44,6 +50,21 @@ func (s *Server) openapi(w http.ResponseWriter, _ *http.Request) error {
 	h.Set("Content-Type", "application/json")
 	h.Set("X-Content-Type-Options", "nosniff")
 	_, _ = w.Write(openAPI)
+	return nil
+}
+
+// openAPI30 is openapi.json in OpenAPI 3.0.3 form, for the tools that read only 3.0: generated
+// from openapi.json by the api package's tests (TestOpenAPI30, which fails when it is stale).
+//
+//go:embed openapi-3.0.json
+var openAPI30 []byte
+
+// openapi30: GET /v1/openapi-3.0.json.
+func (s *Server) openapi30(w http.ResponseWriter, _ *http.Request) error {
+	h := w.Header()
+	h.Set("Content-Type", "application/json")
+	h.Set("X-Content-Type-Options", "nosniff")
+	_, _ = w.Write(openAPI30)
 	return nil
 }
 

@@ -290,3 +290,45 @@ func TestQueuesWrongCredentials(t *testing.T) {
 		require.Contains(t, r.apiErr(t).Message, "credentials", path)
 	}
 }
+
+// /readyz with wrong credentials names the credentials: it said "Redis is unreachable", which
+// sends the on-call engineer to the network while Redis answers every PING with WRONGPASS.
+func TestReadyzWrongCredentials(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	require.NoError(t, srv.Client(t).Do(t.Context(), "ACL", "SETUSER", "u", "on", ">right", "~*", "+@all").Err())
+	wrong := redis.NewClient(&redis.Options{Addr: srv.Addr, Username: "u", Password: "wrong", MaxRetries: -1})
+	t.Cleanup(func() { _ = wrong.Close() })
+	e := setup(t, setupOpts{rdb: wrong})
+	r := e.do("GET", "/readyz", "")
+	require.Equal(t, http.StatusServiceUnavailable, r.status, "%s", r.body)
+	ae := r.apiErr(t)
+	require.Equal(t, api.CodeUnavailable, ae.Code)
+	require.Contains(t, ae.Message, "credentials")
+	require.NotContains(t, ae.Message, "unreachable")
+	require.Equal(t, "ping", ae.Op)
+}
+
+// A server whose client is a plain one on a Redis Cluster node: a key of another node's slot
+// is a MOVED, which the answer explains ("start the server with --cluster") instead of an
+// internal error. Of ten queues, some hash to the two other masters.
+func TestMovedSaysCluster(t *testing.T) {
+	t.Parallel()
+	cl := redistest.StartCluster(t)
+	plain := redis.NewClient(&redis.Options{Addr: cl.Addrs[0], MaxRetries: -1})
+	t.Cleanup(func() { _ = plain.Close() })
+	e := setup(t, setupOpts{rdb: plain})
+	var moved *apiResp
+	for i := 0; i < 10 && moved == nil; i++ {
+		r := e.do("POST", "/v1/queues/"+e.queue+string(rune('a'+i))+"/jobs", `{"type":"echo"}`)
+		if r.status != http.StatusAccepted {
+			moved = &r
+		}
+	}
+	require.NotNil(t, moved, "no publish was sent to another node")
+	require.Equal(t, http.StatusServiceUnavailable, moved.status, "%s", moved.body)
+	ae := moved.apiErr(t)
+	require.Equal(t, api.CodeUnavailable, ae.Code)
+	require.Contains(t, ae.Message, "start the server with --cluster")
+	require.NotEmpty(t, ae.Op)
+}

@@ -321,6 +321,24 @@ func decodeJob(r io.Reader, idemKey string) (*jobRequest, error) {
 	return b.request(idemKey)
 }
 
+// DecodeJob reads one job as POST /v1/queues/{queue}/jobs takes its body (the same fields and
+// checks: unknown fields, bytes that are not UTF-8 and anything after the object are refused)
+// and returns it as a task whose Opts carry the body's options, and the id the body names
+// ("" for none). It is the CLI's reading of a line of 'publish --jsonl', so that a line and an
+// HTTP body mean the same job. Its errors are the client's, in the API's words.
+func DecodeJob(body []byte) (pipeline.Task, string, error) {
+	var b jobBody
+	if err := decodeJSON(bytes.NewReader(body), &b); err != nil {
+		return pipeline.Task{}, "", err
+	}
+	req, err := b.request("")
+	if err != nil {
+		return pipeline.Task{}, "", err
+	}
+	req.task.Opts = req.opts
+	return req.task, b.ID, nil
+}
+
 // decodeBatch reads and checks the body of a batch POST. With idemKey, a job that names no
 // id gets "<idemKey>.<index>", so the whole batch can be sent again safely.
 //

@@ -32,8 +32,8 @@
 //
 // # Authentication and the cross-site rule
 //
-// With Config.AuthToken set, every route but /healthz, /readyz, /v1/openapi.json and the
-// dashboard's files needs "Authorization: Bearer <token>" (compared in constant time). The
+// With Config.AuthToken set, every route but /healthz, /readyz, /v1/openapi.json (and its 3.0
+// copy, /v1/openapi-3.0.json) and the dashboard's files needs "Authorization: Bearer <token>" (compared in constant time). The
 // dashboard's page holds no data; its calls to /v1 carry the token.
 //
 // A mutating request (POST, DELETE) must carry Content-Type: application/json or the header

@@ -120,6 +120,12 @@ func toAPIError(err error) *apiError {
 		return &apiError{Status: http.StatusServiceUnavailable, Code: CodeUnavailable,
 			Message: "Redis refused this server's credentials (check its --redis user and password)",
 			Op:      rediserr.OpOf(err), cause: err}
+	case rediserr.IsRedirect(err):
+		// A cluster node sent a key of another node's slot on (MOVED): the server's client is
+		// a plain one, which does not follow it. Every request on such a key fails alike.
+		return &apiError{Status: http.StatusServiceUnavailable, Code: CodeUnavailable,
+			Message: "Redis is a Redis Cluster node and sent the command to another node (MOVED): start the server with --cluster",
+			Op:      rediserr.OpOf(err), cause: err}
 	case refusing(err):
 		return &apiError{Status: http.StatusServiceUnavailable, Code: CodeUnavailable,
 			Message: "Redis is refusing commands (loading, read-only or out of memory); try again later",

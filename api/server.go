@@ -106,6 +106,7 @@ func (s *Server) table() []route {
 		{"GET", "/healthz", open, s.healthz},
 		{"GET", "/readyz", open, s.readyz},
 		{"GET", "/v1/openapi.json", open, s.openapi},
+		{"GET", "/v1/openapi-3.0.json", open, s.openapi30},
 		{"GET", "/v1/queues", authed, s.listQueues},
 		{"GET", "/v1/queues/{queue}", authed, s.queueStats},
 		{"PUT", "/v1/queues/{queue}", authed, s.createQueue},

@@ -68,10 +68,23 @@ type DoctorReport struct {
 func (i *Inspector) Doctor(ctx context.Context) (DoctorReport, error) {
 	ctx, cancel := context.WithTimeout(ctx, doctorTimeout)
 	defer cancel()
-	if err := i.rdb.Ping(ctx).Err(); err != nil {
-		return DoctorReport{}, rediserr.Wrap("doctor", err)
+	rdb, cluster := i.rdb, false
+	if err := rdb.Ping(ctx).Err(); err != nil {
+		// A cluster client on a standalone server fails every command (its CLUSTER SLOTS is
+		// refused): check the seed server itself, whose cluster finding then says to drop
+		// --cluster, rather than answer with Redis's "cluster support disabled".
+		cc, ok := rdb.(*redis.ClusterClient)
+		if !ok {
+			return DoctorReport{}, rediserr.Wrap("doctor", err)
+		}
+		seed := standaloneSeed(ctx, cc)
+		if seed == nil {
+			return DoctorReport{}, rediserr.Wrap("doctor", err)
+		}
+		defer func() { _ = seed.Close() }()
+		rdb, cluster = seed, true
 	}
-	r := DoctorReport{Findings: diagnose(ctx, i.rdb, i.cfg.Prefix)}
+	r := DoctorReport{Findings: diagnose(ctx, rdb, i.cfg.Prefix, cluster)}
 	for _, f := range r.Findings {
 		if f.Status == DoctorFail {
 			r.Failed++
@@ -121,13 +134,37 @@ func (i *Inspector) Memory(ctx context.Context) ([]NodeMemory, error) {
 	return out, err
 }
 
-// diagnose runs every check. Per-node checks run on each master of a cluster.
-func diagnose(ctx context.Context, rdb redis.UniversalClient, prefix string) []DoctorFinding {
+// standaloneSeed returns a plain client on the first seed address of cc when that server
+// answers and is not a cluster node (INFO cluster says cluster_enabled:0), nil otherwise. The
+// caller closes it.
+func standaloneSeed(ctx context.Context, cc *redis.ClusterClient) *redis.Client {
+	o := cc.Options()
+	if len(o.Addrs) == 0 {
+		return nil
+	}
+	c := redis.NewClient(&redis.Options{
+		Addr: o.Addrs[0], Username: o.Username, Password: o.Password, TLSConfig: o.TLSConfig,
+		Dialer: o.Dialer, Protocol: o.Protocol, DialTimeout: o.DialTimeout,
+		ReadTimeout: o.ReadTimeout, WriteTimeout: o.WriteTimeout, MaxRetries: -1,
+	})
+	raw, err := c.Info(ctx, "cluster").Result()
+	if err != nil || parseInfo(raw)["cluster_enabled"] == "1" {
+		_ = c.Close()
+		return nil
+	}
+	return c
+}
+
+// diagnose runs every check. Per-node checks run on each master of a cluster. wantCluster
+// says the user asked for a cluster (--cluster) though rdb is a plain client: a cluster
+// client given a standalone server (see Doctor).
+func diagnose(ctx context.Context, rdb redis.UniversalClient, prefix string, wantCluster bool) []DoctorFinding {
 	var (
 		mu sync.Mutex
 		fs []DoctorFinding
 	)
 	_, cluster := rdb.(*redis.ClusterClient)
+	cluster = cluster || wantCluster
 	_ = forEachNode(ctx, rdb, func(ctx context.Context, node string, c redis.Cmdable) error {
 		nf := checkNode(ctx, c, cluster)
 		if !cluster {
@@ -295,6 +332,9 @@ func checkCluster(info map[string]string, cluster bool) DoctorFinding {
 			Fix: "add --cluster (or CONVEYOR_CLUSTER=true) with a seed URL: redis://h1:p1?addr=h2:p2"}
 	case enabled:
 		return DoctorFinding{Check: "cluster", Status: DoctorOK, Detail: "cluster mode"}
+	case cluster:
+		return DoctorFinding{Check: "cluster", Status: DoctorFail, Detail: "Redis is standalone, but --cluster is set",
+			Fix: "drop --cluster (and CONVEYOR_CLUSTER): a standalone server takes a plain redis://host:port/db URL"}
 	default:
 		return DoctorFinding{Check: "cluster", Status: DoctorOK, Detail: "standalone"}
 	}

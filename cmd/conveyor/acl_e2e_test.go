@@ -41,9 +41,9 @@ func TestACLUser(t *testing.T) {
 			c.status(t, "--queue", "acl", failing).Status == "failed" &&
 			c.status(t, "--queue", "acl", delayed).Status == "completed"
 	})
-	var dead []json.RawMessage
+	var dead struct{ Jobs []json.RawMessage }
 	require.NoError(t, json.Unmarshal([]byte(c.ok(t, "dead", "list", "--queue", "acl", "--json")), &dead))
-	require.Len(t, dead, 1)
+	require.Len(t, dead.Jobs, 1)
 	c.ok(t, "dead", "replay", "--queue", "acl", failing)
 	c.ok(t, "stats", "--all", "--json")
 	require.Contains(t, c.ok(t, "workers", "--json"), `"queues":["acl"]`, "the worker's heartbeat, written and read as the ACL user")

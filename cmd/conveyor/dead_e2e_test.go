@@ -56,6 +56,15 @@ func testDeadList(t *testing.T, c *cli) {
 	require.Contains(t, r.stderr, "jobs 1-2 of 3\n")
 	_, next, ok := strings.Cut(r.stderr, "next page: --cursor ")
 	require.True(t, ok, r.stderr)
+	// --json: the shape of every list, {"jobs", "next"}, with the same cursor.
+	var page struct {
+		Jobs []struct{ ID string }
+		Next string
+	}
+	require.NoError(t, json.Unmarshal([]byte(c.ok(t, "dead", "list", "--prefix", p, "-q", "q", "--limit", "2", "--json")), &page))
+	require.Len(t, page.Jobs, 2)
+	require.Equal(t, dead[2], page.Jobs[0].ID)
+	require.Equal(t, strings.TrimSpace(next), page.Next)
 	r = c.run(t, "dead", "list", "--prefix", p, "-q", "q", "--limit", "2", "--cursor", strings.TrimSpace(next))
 	require.Equal(t, 0, r.code, r.stderr)
 	require.Equal(t, dead[0], strings.Fields(r.stdout)[0])
@@ -78,7 +87,7 @@ func testDeadList(t *testing.T, c *cli) {
 	require.Equal(t, 0, r.code, r.stderr)
 	require.Empty(t, r.stdout)
 	require.Equal(t, "no dead jobs in queue q\n", r.stderr)
-	require.Equal(t, "[]\n", c.ok(t, "dead", "list", "--prefix", p, "-q", "q", "--json"))
+	require.Equal(t, `{"jobs":[],"next":""}`+"\n", c.ok(t, "dead", "list", "--prefix", p, "-q", "q", "--json"))
 	c.refused(t, 1, `queue "qq" not found; known queues: q (see 'conveyor queues')`, "dead", "list", "--prefix", p, "-q", "qq")
 	c.refused(t, 2, "--limit must be at least 1", "dead", "list", "--prefix", p, "--limit", "0")
 }
@@ -149,6 +158,8 @@ func testDeadPurge(t *testing.T, c *cli) {
 	require.Equal(t, "would purge 4 dead jobs", lines[4])
 	require.Regexp(t, `^ID +TYPE`, r.stderr)
 	require.Equal(t, "would purge 0 dead jobs\n", c.ok(t, "dead", "purge", "--prefix", p, "-q", "q", "--all", "--older-than", "1h", "--dry-run"))
+	// --json keeps a form's keys when its lists are empty (the README's contract).
+	require.Equal(t, `{"would_purge":0,"ids":[]}`+"\n", c.ok(t, "dead", "purge", "--prefix", p, "-q", "q", "--all", "--older-than", "1h", "--dry-run", "--json"))
 	r = c.run(t, "dead", "purge", "--prefix", p, "-q", "q", "--dry-run", "--json", dead[0], queued)
 	require.Equal(t, 1, r.code, r.stderr)
 	require.JSONEq(t, `{"would_purge":1,"ids":["`+dead[0]+`"],"failed":[{"id":"`+queued+`","error":"job `+queued+` is queued, not dead"}]}`, r.stdout)
@@ -157,7 +168,7 @@ func testDeadPurge(t *testing.T, c *cli) {
 
 	// By age (Redis's clock), then by id, then the rest.
 	require.Equal(t, "purged 0 dead jobs\n", c.ok(t, "dead", "purge", "--prefix", p, "-q", "q", "--all", "--older-than", "1h"))
-	require.Equal(t, `{"purged":1,"ids":["`+dead[0]+`"]}`+"\n", c.ok(t, "dead", "purge", "--prefix", p, "-q", "q", "--json", dead[0]))
+	require.Equal(t, `{"purged":1,"ids":["`+dead[0]+`"],"failed":[]}`+"\n", c.ok(t, "dead", "purge", "--prefix", p, "-q", "q", "--json", dead[0]))
 	r = c.run(t, "dead", "purge", "--prefix", p, "-q", "q", dead[1], queued)
 	require.Equal(t, 1, r.code, r.stderr)
 	require.Equal(t, "purged 1 dead job\n", r.stdout)

@@ -368,11 +368,11 @@ func testFailing(t *testing.T, c *cli) {
 	require.GreaterOrEqual(t, gap1, 370*time.Millisecond, "first retry delay (base 500ms, jitter ±25%)")
 	require.Greater(t, gap2, gap1, "delays grow")
 
-	var dead []jobView
+	var dead struct{ Jobs []jobView }
 	require.NoError(t, json.Unmarshal([]byte(c.ok(t, "dead", "list", "--queue", q, "--json")), &dead))
-	require.Len(t, dead, 1)
-	require.Equal(t, id, dead[0].ID)
-	require.Equal(t, "failed", dead[0].Status)
+	require.Len(t, dead.Jobs, 1)
+	require.Equal(t, id, dead.Jobs[0].ID)
+	require.Equal(t, "failed", dead.Jobs[0].Status)
 	st := c.stats(t, "--queue", q)
 	require.EqualValues(t, 1, st.Dead)
 	require.EqualValues(t, 1, st.Failed)
@@ -396,10 +396,10 @@ func testGarbage(t *testing.T, c *cli) {
 		return st.Dead == 2
 	})
 	require.EqualValues(t, 2, st.Poison)
-	var dead []jobView
+	var dead struct{ Jobs []jobView }
 	require.NoError(t, json.Unmarshal([]byte(c.ok(t, "dead", "list", "--prefix", prefix, "--json")), &dead))
-	require.Len(t, dead, 2)
-	for _, j := range dead {
+	require.Len(t, dead.Jobs, 2)
+	for _, j := range dead.Jobs {
 		require.Equal(t, "failed", j.Status)
 		require.Contains(t, j.LastError, "unreadable stream entry")
 	}
@@ -527,7 +527,7 @@ func testCancelReplayPurge(t *testing.T, c *cli) {
 	require.Equal(t, "purged 0 dead jobs\n", c.ok(t, "dead", "purge", "--queue", q, "--all", "--older-than", "1h"))
 	require.Equal(t, "purged 2 dead jobs\n", c.ok(t, "dead", "purge", "--queue", q, "--all"))
 	require.Zero(t, c.stats(t, "--queue", q).Dead)
-	require.Equal(t, "[]\n", c.ok(t, "dead", "list", "--queue", q, "--json"))
+	require.Equal(t, `{"jobs":[],"next":""}`+"\n", c.ok(t, "dead", "list", "--queue", q, "--json"))
 	c.refused(t, 1, "not found", "status", "--queue", q, failing)
 }
 

@@ -49,8 +49,9 @@ next page's cursor go to stderr, so that 'awk '{print $1}'' gets the ids alone. 
 where the previous page ended, which costs less than a deep --offset (skipped jobs are read
 too). A queue with no dead jobs says so on stderr and exits 0; a queue that is not known exits 1.
 
-With --json it prints a JSON array of jobs (as 'status --json'); 'conveyor list --status
-failed --json' is the same listing with its cursor in the JSON.`,
+With --json it prints {"jobs": [...], "next": "..."}, the shape of every list ('conveyor list
+--json', the API): each job as 'status --json' prints it, and next the cursor of the next page
+("" on the last one).`,
 		Example: `  conveyor dead list --queue emails
   conveyor dead list --queue emails --limit 20 --cursor 1767225600000:01JABCDEFGHJKMNPQRSTVWXYZ0
   conveyor dead list --queue emails | awk '{print $1}' | xargs conveyor dead replay --queue emails`,
@@ -109,10 +110,13 @@ failed --json' is the same listing with its cursor in the JSON.`,
 				}
 			}
 			if asJSON {
-				if jobs == nil {
-					jobs = []*pipeline.Job{}
+				// The shape of every list (list --json, the API): the next page's cursor in
+				// the JSON, "" on the last page.
+				next := ""
+				if more {
+					next = cursor
 				}
-				return writeJSON(a.stdout, jobs)
+				return writeJSON(a.stdout, &pipeline.JobPage{Jobs: jobs, Next: next})
 			}
 			switch {
 			case len(jobs) > 0:
@@ -145,7 +149,7 @@ failed --json' is the same listing with its cursor in the JSON.`,
 	f.IntVar(&limit, "limit", 50, "list at most this many jobs")
 	f.IntVar(&offset, "offset", 0, "skip this many of the newest jobs")
 	f.StringVar(&cursor, "cursor", "", "start after the page that printed this cursor")
-	f.BoolVar(&asJSON, "json", false, "print a JSON array of jobs")
+	f.BoolVar(&asJSON, "json", false, `print {"jobs": [...], "next": "..."}`)
 	return cmd
 }
 
@@ -334,12 +338,22 @@ count being how many were replayed; empty fields are left out.`,
 	return cmd
 }
 
-// purgeReport is the --json output of 'dead purge'.
+// purgeReport is the --json output of 'dead purge': the keys a form has are always there (an
+// empty list is [], not left out), so that 'jq .ids[]' works on every answer; the forms have
+// different keys (see the command's help).
 type purgeReport struct {
-	Purged     *int      `json:"purged,omitempty"`
-	WouldPurge *int      `json:"would_purge,omitempty"`
-	IDs        []string  `json:"ids,omitempty"`
-	Failed     []idError `json:"failed,omitempty"`
+	Purged     *int       `json:"purged,omitempty"`
+	WouldPurge *int       `json:"would_purge,omitempty"`
+	IDs        *[]string  `json:"ids,omitempty"`
+	Failed     *[]idError `json:"failed,omitempty"`
+}
+
+// listOf returns a pointer to s, an empty list rather than nil, for purgeReport.
+func listOf[T any](s []T) *[]T {
+	if s == nil {
+		s = []T{}
+	}
+	return &s
 }
 
 func newDeadPurgeCmd(a *app) *cobra.Command {
@@ -358,11 +372,11 @@ nothing is deleted. Bare 'dead purge' is a usage error too: name the jobs, or sa
 --dry-run deletes nothing: it prints the jobs that would be deleted as 'dead list' does (the
 rows on stdout, the header on stderr) and then "would purge N dead jobs".
 
-With --json it prints one JSON object:
-  ids:       {"purged": N, "ids": [ID...], "failed": [{"id": ID, "error": MESSAGE}...]}
-  --all:     {"purged": N}
-  --dry-run: {"would_purge": N, "ids": [ID...]} (and "failed" for ids)
-empty lists being left out.`,
+With --json it prints one JSON object, its lists [] when empty:
+  ids:             {"purged": N, "ids": [ID...], "failed": [{"id": ID, "error": MESSAGE}...]}
+  ids --dry-run:   {"would_purge": N, "ids": [ID...], "failed": [...]}
+  --all:           {"purged": N}
+  --all --dry-run: {"would_purge": N, "ids": [ID...]}`,
 		Example: `  conveyor dead purge --queue emails 01JABCDEFGHJKMNPQRSTVWXYZ0
   conveyor dead purge --queue emails --all --older-than 168h --dry-run
   conveyor dead purge --queue emails --all --older-than 168h`,
@@ -482,7 +496,7 @@ func (p purger) ids(ctx context.Context, ids []string, dryRun bool) error {
 		err = fmt.Errorf("%d of %d jobs %s", len(failed), len(ids), what)
 	}
 	if p.json {
-		r := purgeReport{Purged: &n, IDs: done, Failed: failed}
+		r := purgeReport{Purged: &n, IDs: listOf(done), Failed: listOf(failed)}
 		if dryRun {
 			r.Purged, r.WouldPurge = nil, &n
 		}
@@ -516,7 +530,7 @@ func (p purger) dryRunAll(ctx context.Context, olderThan time.Duration) error {
 		for i, j := range jobs {
 			ids[i] = j.ID
 		}
-		return writeJSON(p.a.stdout, purgeReport{WouldPurge: &n, IDs: ids})
+		return writeJSON(p.a.stdout, purgeReport{WouldPurge: &n, IDs: listOf(ids)})
 	}
 	return p.printWouldPurge(jobs)
 }

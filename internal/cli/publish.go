@@ -53,6 +53,8 @@ type publishFlags struct {
 	traceparent, tracestate string
 
 	asJSON bool
+	// jsonl is --jsonl: a file of jobs, one a line ("-": standard input); see publish_jsonl.go.
+	jsonl string
 
 	// set by the command from the flag set: which optional flags were given
 	payloadGiven, maxRetriesGiven, uniqueTTLGiven, waitTimeoutGiven bool
@@ -61,7 +63,7 @@ type publishFlags struct {
 func newPublishCmd(a *app) *cobra.Command {
 	var pf publishFlags
 	cmd := &cobra.Command{
-		Use:   "publish --type T [--payload JSON | --payload @file]",
+		Use:   "publish (--type T [--payload JSON | --payload @file] | --jsonl FILE|-)",
 		Short: "Publish jobs and print their ids, one per line",
 		Long: `Publish one job (or --count copies of it) and print each job's id on its own line
 (with --json, one {"id":..,"created":true|false} object per line).
@@ -90,18 +92,54 @@ sooner. It cannot be combined with --id, --delay or --unique.
 With --traceparent (or $TRACEPARENT, as a CI system or a traced script passes it on) the jobs
 carry that W3C trace context to their handlers, as the traceparent header does over HTTP: a
 worker with a tracer provider records each attempt in that trace. A malformed --traceparent
-is refused; a malformed $TRACEPARENT is ignored with a note on stderr.`,
+is refused; a malformed $TRACEPARENT is ignored with a note on stderr.
+
+
+With --jsonl FILE (or - for standard input) it publishes one job per line of the file, each line
+a JSON object with the fields of the API's job body (POST /v1/queues/{queue}/jobs: type,
+payload, id, delay, run_at, max_retries, timeout, unique, metadata, retention, debounce,
+limit_key, group, priority), into --queue, in batches of 1000. Blank lines are skipped. A line
+that is not a job, or that Redis refuses (an id taken by another job), is reported on stderr as
+"line N: REASON" and the other lines are published all the same; a summary ("published N jobs
+from M lines") goes to stderr, and the command exits 1 when any line failed. It prints each
+published job's id; with --json, one {"line":N,"id":..,"created":..} or {"line":N,"error":..}
+object per line. The job flags (--type, --payload, --id, ...) cannot be used with it.`,
 		Example: `  conveyor publish --type echo --payload '{"hello":"world"}'
   conveyor publish --queue emails --type http --payload @hook.json --max-retries 10
   conveyor publish --type sleep --payload '{"ms":500}' --delay 1m --count 100
   conveyor publish --type reindex --payload '{"doc":42}' --debounce doc-42 --debounce-quiet 2s --debounce-max-wait 30s
-  conveyor publish --type echo --traceparent 00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`,
+  conveyor publish --type echo --traceparent 00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01
+  conveyor publish --queue emails --jsonl jobs.jsonl
+  jq -c '{type:"email", payload:.}' users.json | conveyor publish --queue emails --jsonl - --json`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			pf.payloadGiven = cmd.Flags().Changed("payload")
 			pf.maxRetriesGiven = cmd.Flags().Changed("max-retries")
 			pf.uniqueTTLGiven = cmd.Flags().Changed("unique-ttl")
 			pf.waitTimeoutGiven = cmd.Flags().Changed("wait-timeout")
+			if cmd.Flags().Changed("jsonl") {
+				var given []string
+				for _, name := range jsonlFlagsRefused {
+					if cmd.Flags().Changed(name) {
+						given = append(given, "--"+name)
+					}
+				}
+				if len(given) > 0 {
+					return usageErrorf("--jsonl takes each job's fields from its line: %s cannot be used with it", strings.Join(given, ", "))
+				}
+				if pf.jsonl == "" {
+					return usageErrorf("--jsonl needs a file name, or - for standard input")
+				}
+				// The lines' jobs carry --traceparent (or $TRACEPARENT) like the flags' jobs.
+				ctx, err := a.traceContext(cmd, &pf)
+				if err != nil {
+					return err
+				}
+				return a.publishJSONL(ctx, &pf)
+			}
+			if !cmd.Flags().Changed("type") {
+				return usageErrorf("required flag --type not set")
+			}
 			return a.publish(cmd, &pf)
 		},
 	}
@@ -128,7 +166,7 @@ is refused; a malformed $TRACEPARENT is ignored with a note on stderr.`,
 	f.StringVar(&pf.traceparent, "traceparent", "", "W3C trace context the jobs carry to their handlers (00-<trace id>-<span id>-<flags>); env $"+envTraceparent)
 	f.StringVar(&pf.tracestate, "tracestate", "", "W3C tracestate that goes with --traceparent; env $"+envTracestate)
 	f.BoolVar(&pf.asJSON, "json", false, `print one {"id":..,"created":true|false} object per job`)
-	_ = cmd.MarkFlagRequired("type")
+	f.StringVar(&pf.jsonl, "jsonl", "", "publish the jobs of this file (- for standard input), one JSON object a line with the fields of the API's job body")
 	return cmd
 }
 

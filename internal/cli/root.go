@@ -333,6 +333,9 @@ func consoleValue(v any) string {
 // checkRedisURL checks that raw parses as a Redis URL (or, with cluster, a cluster seed URL);
 // a malformed one is a usage error that says what a good one looks like.
 func checkRedisURL(raw, source string, cluster bool) error {
+	if err := checkAddrs(raw, source, cluster); err != nil {
+		return err
+	}
 	_, err := parseRedisURL(raw, cluster)
 	if err == nil {
 		return nil
@@ -342,6 +345,27 @@ func checkRedisURL(raw, source string, cluster bool) error {
 	}
 	msg := strings.TrimPrefix(err.Error(), "redis: ")
 	return usageErrorf("%s %s: %s (want redis://host:port/db, rediss:// for TLS, unix:///path or redis://sentinel:26379?master_name=NAME&addr=sentinel2:26379)", source, redactURL(raw), msg)
+}
+
+// checkAddrs refuses a URL that names several servers where it cannot: addr parameters (a
+// cluster seed list) without --cluster, which go-redis calls an "unexpected option", and a
+// comma in the host (redis://a:1,b:2), which go-redis takes as one host name that no DNS knows.
+// A Sentinel URL (master_name) takes addr parameters as its other sentinels.
+func checkAddrs(raw, source string, cluster bool) error {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return nil // parseRedisURL says what is wrong
+	}
+	q := u.Query()
+	if strings.Contains(u.Host, ",") {
+		return usageErrorf("%s %s names several addresses in its host; a Redis Cluster takes one there and the others as addr parameters, with --cluster (or %s=true): redis://h1:p1?addr=h2:p2",
+			source, redactURL(raw), envCluster)
+	}
+	if q.Has("addr") && !q.Has("master_name") && !cluster {
+		return usageErrorf("%s %s names several addresses (addr=), which is a Redis Cluster's seed list: add --cluster (or %s=true); a Sentinel URL also names master_name",
+			source, redactURL(raw), envCluster)
+	}
+	return nil
 }
 
 // quoteRedacted shows a URL without a scheme, hiding what may be a password (user:secret@host).
@@ -731,6 +755,12 @@ func (a *app) describe(err error) string {
 	if rediserr.IsAuth(err) {
 		return fmt.Sprintf("%sRedis at %s refused the credentials: %s; check the user and password in --redis or %s",
 			op, url, redisMessage(err), envRedisURL)
+	}
+	if rediserr.IsRedirect(err) && !a.cluster {
+		// A cluster node answers a key of another node's slot with MOVED; only a cluster
+		// client follows it.
+		return fmt.Sprintf("%sRedis at %s is a Redis Cluster node and sent the command to another node (%s): add --cluster (or %s=true)",
+			op, url, redisMessage(err), envCluster)
 	}
 	return rediserr.Message(err)
 }
