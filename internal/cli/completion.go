@@ -172,12 +172,13 @@ func completeJobTypes(*cobra.Command, []string, string) ([]cobra.Completion, cob
 	return out, cobra.ShellCompDirectiveNoFileComp
 }
 
-// completeStatuses offers the statuses 'list --status' takes.
+// completeStatuses offers the statuses 'list --status' takes, and "dead", failed's word.
 func completeStatuses(*cobra.Command, []string, string) ([]cobra.Completion, cobra.ShellCompDirective) {
-	out := make([]cobra.Completion, len(listable))
-	for i, s := range listable {
-		out[i] = string(s)
+	out := make([]cobra.Completion, 0, len(listable)+1)
+	for _, s := range listable {
+		out = append(out, string(s))
 	}
+	out = append(out, cobra.CompletionWithDesc("dead", "the same as failed"))
 	return out, cobra.ShellCompDirectiveNoFileComp
 }
 
