@@ -1,11 +1,12 @@
 package jobstate_test
 
 import (
+	"slices"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
 	"github.com/conveyorq/conveyor/internal/jobstate"
@@ -14,11 +15,21 @@ import (
 	"github.com/conveyorq/conveyor/pipeline"
 )
 
-// indexed returns the ids of an index of finished jobs, oldest first.
+// indexed returns the ids of an index of finished jobs, oldest first, and checks the count
+// the index keeps beside it (key:n).
 func (f *testBundle) indexed(key string) []string {
 	f.t.Helper()
-	ids, err := f.rdb.ZRange(f.t.Context(), key, 0, -1).Result()
+	chunks, err := f.rdb.ZRange(f.t.Context(), key, 0, -1).Result()
 	require.NoError(f.t, err)
+	var ids []string
+	for _, c := range chunks {
+		ids = append(ids, strings.Fields(c)...)
+	}
+	if len(chunks) > 0 {
+		n, err := f.rdb.Get(f.t.Context(), key+":n").Int()
+		require.NoError(f.t, err)
+		require.Equal(f.t, len(ids), n, "the count beside the index")
+	}
 	return ids
 }
 
@@ -46,35 +57,72 @@ func (f *testBundle) complete(n int, at func(k int) time.Time) []string {
 	return ids
 }
 
-// finish.lua indexes every completed job, scored by its finish, and trims the index to the
-// cap, the oldest first, by at most 100 more entries than a call adds.
+// finish.lua indexes a call's completed jobs as one chunk, scored by the call's latest finish,
+// and trims the index to the cap by whole chunks, the oldest first, at most 4 a call and never
+// the chunk just added.
 func TestCompletedIndexCap(t *testing.T) {
 	t.Parallel()
 	f := setup(t, time.Hour)
 	f.cfg.IndexCap = 5
 	now := time.Now()
-	ids := f.complete(8, func(k int) time.Time { return now.Add(time.Duration(k) * time.Millisecond) })
-	require.Equal(t, ids[3:], f.indexed(f.q.Completed()), "the newest 5 are kept")
-	s, err := f.rdb.ZScore(t.Context(), f.q.Completed(), ids[7]).Result()
+	at := func(base time.Duration) func(k int) time.Time {
+		return func(k int) time.Time { return now.Add(base + time.Duration(k)*time.Millisecond) }
+	}
+	first := f.complete(3, at(0))
+	second := f.complete(3, at(time.Second))
+	require.Equal(t, second, f.indexed(f.q.Completed()), "6 over the cap of 5: the oldest chunk went")
+	require.NotEmpty(t, first)
+	third := f.complete(2, at(2*time.Second))
+	require.Equal(t, append(append([]string{}, second...), third...), f.indexed(f.q.Completed()), "5: at the cap")
+	chunks, err := f.rdb.ZRangeWithScores(t.Context(), f.q.Completed(), 0, -1).Result()
 	require.NoError(t, err)
-	require.EqualValues(t, now.Add(7*time.Millisecond).UnixMilli(), s, "scored by the finish")
+	require.EqualValues(t, now.Add(2*time.Second+time.Millisecond).UnixMilli(), chunks[len(chunks)-1].Score, "scored by the call's latest finish")
 
-	// A lowered cap is reached over calls, each removing at most 100 more than it adds.
-	f.cfg.IndexCap = 200
-	more := f.complete(300, func(k int) time.Time { return now.Add(time.Second + time.Duration(k)*time.Millisecond) })
-	require.Len(t, f.indexed(f.q.Completed()), 200)
-	require.Equal(t, more[100:], f.indexed(f.q.Completed()))
-	f.cfg.IndexCap = 10
-	f.complete(1, func(int) time.Time { return now.Add(time.Minute) })
-	require.Len(t, f.indexed(f.q.Completed()), 100, "200 + 1 - (1 + 100)")
-	f.complete(1, func(int) time.Time { return now.Add(time.Minute) })
-	require.Len(t, f.indexed(f.q.Completed()), 10)
+	// A call bigger than the cap keeps its own chunk.
+	big := f.complete(8, at(3*time.Second))
+	require.Equal(t, big, f.indexed(f.q.Completed()))
+
+	// A lowered cap is reached over calls, each removing at most 4 chunks.
+	f.cfg.IndexCap = 100
+	for k := range 10 {
+		f.complete(1, at(4*time.Second+time.Duration(k)*time.Millisecond))
+	}
+	require.Len(t, f.indexed(f.q.Completed()), 18)
+	f.cfg.IndexCap = 1
+	f.complete(1, at(5*time.Second))
+	require.Len(t, f.indexed(f.q.Completed()), 8, "4 chunks a call: the 8 and three 1s went, 18 + 1 - 8 - 3")
+	f.complete(1, at(6*time.Second))
+	require.Len(t, f.indexed(f.q.Completed()), 5)
+	f.complete(1, at(7*time.Second))
+	require.Len(t, f.indexed(f.q.Completed()), 2)
+	f.complete(1, at(7*time.Second+time.Millisecond))
+	require.Len(t, f.indexed(f.q.Completed()), 1, "the cap, the chunk just added")
 
 	// No cap (a negative IndexCap) indexes nothing.
 	f.cfg.IndexCap = -1
-	none := f.complete(1, func(int) time.Time { return now.Add(time.Hour) })
-	_, err = f.rdb.ZScore(t.Context(), f.q.Completed(), none[0]).Result()
-	require.ErrorIs(t, err, redis.Nil)
+	none := f.complete(1, at(time.Hour))
+	require.NotContains(t, f.indexed(f.q.Completed()), none[0])
+
+	// Pages, newest first, resume after their cursor, also inside a chunk.
+	f.cfg.IndexCap = 0
+	page1 := f.complete(5, at(8*time.Second))
+	page2 := f.complete(5, at(9*time.Second))
+	var got []string
+	var after *jobstate.SetItem
+	for {
+		items, err := jobstate.CompletedPage(t.Context(), f.rdb, f.q, after, 3)
+		require.NoError(t, err)
+		for _, it := range items {
+			got = append(got, it.Member)
+		}
+		if len(items) < 3 {
+			break
+		}
+		after = &items[len(items)-1]
+	}
+	want := append(append([]string{}, page1...), page2...)
+	slices.Reverse(want)
+	require.Equal(t, want, got[:10], "newest first: the last call's last id first")
 }
 
 // The index is trimmed to the retention: entries that finished longer ago than the retention

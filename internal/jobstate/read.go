@@ -295,14 +295,60 @@ func DeadPage(ctx context.Context, rdb redis.Scripter, q keys.Queue, oldest bool
 	return SetPage(ctx, rdb, q.Dead(), !oldest, after, n)
 }
 
-// CompletedPage is SetPage of q's index of completed jobs (keys.Queue.Completed), latest first.
-func CompletedPage(ctx context.Context, rdb redis.Scripter, q keys.Queue, after *SetItem, n int) ([]SetItem, error) {
-	return SetPage(ctx, rdb, q.Completed(), true, after, n)
+// CompletedPage is IndexPage of q's index of completed jobs (keys.Queue.Completed).
+func CompletedPage(ctx context.Context, rdb redis.Cmdable, q keys.Queue, after *SetItem, n int) ([]SetItem, error) {
+	return IndexPage(ctx, rdb, q.Completed(), after, n)
 }
 
-// CanceledPage is SetPage of q's index of canceled jobs (keys.Queue.Canceled), latest first.
-func CanceledPage(ctx context.Context, rdb redis.Scripter, q keys.Queue, after *SetItem, n int) ([]SetItem, error) {
-	return SetPage(ctx, rdb, q.Canceled(), true, after, n)
+// CanceledPage is IndexPage of q's index of canceled jobs (keys.Queue.Canceled).
+func CanceledPage(ctx context.Context, rdb redis.Cmdable, q keys.Queue, after *SetItem, n int) ([]SetItem, error) {
+	return IndexPage(ctx, rdb, q.Canceled(), after, n)
+}
+
+// indexRead is how many chunks of an index IndexPage reads a round: a worker's finish call
+// puts up to 50 ids in one, so a page of 100 is a round or two.
+const indexRead = 16
+
+// IndexPage reads up to n ids of an index of finished jobs (lib.lua's cv_index: a sorted set
+// of chunks, each the space-separated ids of one call, scored by its latest finish), latest
+// chunk first and, within a chunk, last id first; each item's Score is its chunk's. A nil
+// after starts at the newest; otherwise the page starts after that item, found among the
+// chunks of its score (when it is gone, trimmed, the page starts at the next lower score).
+func IndexPage(ctx context.Context, rdb redis.Cmdable, key string, after *SetItem, n int) ([]SetItem, error) {
+	max, skipping := "+inf", after != nil
+	if after != nil {
+		max = strconv.FormatInt(after.Score, 10)
+	}
+	var out []SetItem
+	for offset := int64(0); len(out) < n; {
+		chunks, err := rdb.ZRevRangeByScoreWithScores(ctx, key, &redis.ZRangeBy{Max: max, Min: "-inf", Offset: offset, Count: indexRead}).Result()
+		if err != nil {
+			return nil, rediserr.Wrap("list", err)
+		}
+		for _, z := range chunks {
+			member, _ := z.Member.(string)
+			ids := strings.Fields(member)
+			score := int64(z.Score)
+			for k := len(ids) - 1; k >= 0; k-- {
+				if skipping {
+					if score >= after.Score {
+						skipping = ids[k] != after.Member
+						continue
+					}
+					skipping = false
+				}
+				out = append(out, SetItem{Member: ids[k], Score: score})
+				if len(out) == n {
+					return out, nil
+				}
+			}
+		}
+		if len(chunks) < indexRead {
+			break
+		}
+		offset += int64(len(chunks))
+	}
+	return out, nil
 }
 
 // LastDead returns the member of q's dead set that is last in the set's order (the latest

@@ -143,7 +143,8 @@ const (
 )
 
 // FinishedIndexCap bounds each of a queue's (or partition's) indexes of finished jobs,
-// Queue.Completed and Queue.Canceled, in entries; lib.lua's cv_index trims the oldest beyond it.
+// Queue.Completed and Queue.Canceled, in ids; lib.lua's cv_index trims the oldest chunks beyond
+// it (keeping the chunk a call just added, so an index holds at most the cap plus one call's).
 // The indexes exist for an operator to page through recent jobs: 10,000 a partition is more
 // pages than anyone reads, and bounds an index near 1 MB whatever the throughput and retention
 // (a completing queue at 1,000 jobs a second would otherwise index 86 million jobs a day of
@@ -375,10 +376,11 @@ func (q Queue) Job(id string) string { return q.jobPrefix + id }
 // Dead is the sorted set of ids of jobs that failed for good, scored by time of death.
 func (q Queue) Dead() string { return q.dead }
 
-// Completed is the sorted set of the ids of the queue's completed jobs, scored by when they
-// completed (unix ms), for listing (pipeline.Inspector.List): finish.lua adds each job it
-// completes (but not those kept only as a tombstone) and trims the set to the retention and
-// FinishedIndexCap (lib.lua: cv_index). An id whose record expired is skipped when read.
+// Completed is the index of the queue's completed jobs, for listing (pipeline.Inspector.List):
+// a sorted set of chunks, each the space-separated ids of one finish.lua call (but not those
+// kept only as a tombstone), scored by the call's latest finish (unix ms), with the count of
+// its ids at Completed()+":n"; finish.lua trims it to the retention and FinishedIndexCap
+// (lib.lua: cv_index). An id whose record expired is skipped when read.
 func (q Queue) Completed() string { return q.base + "completed" }
 
 // Canceled is Completed's twin for canceled jobs: cancel.lua adds each job it cancels.

@@ -269,21 +269,38 @@ local function cv_attempt(jobkey, attempt, worker, started, ended, outcome, err)
   redis.call('HSET', jobkey, 'attempts', rec)
 end
 
--- Adds finished jobs to one of a queue's indexes of them (keys.Queue.Completed, Canceled), a
--- sorted set of ids scored by when they finished, with one ZADD: items is {score, id, ...}.
--- Then trims it, oldest first, of the entries finished before cutoff (unix ms: the retention
--- ended, so their records expired) and of those beyond cap (keys.FinishedIndexCap), but at
--- most 100 more than it added: a backlog (a retention or cap lowered) goes away over a few
--- calls, and no call does more than O(log N + added + 100) work. An id whose record expired
--- sooner (a job with a shorter retention of its own) is skipped by the listing until then.
+-- Adds finished jobs to one of a queue's indexes of them (keys.Queue.Completed, Canceled): a
+-- sorted set whose members are chunks, each the ids of one call (items is {score, id, ...}),
+-- space-separated in the order given, scored by the call's latest finish. One ZADD a call, not
+-- one a job, is what keeps the index off the hot path's bill: a worker's finish call completes
+-- up to 50 jobs, and an insert into (and, once full, a delete from) a sorted set of 10,000 ids
+-- cost Redis 1-2 us a job (docs/BENCHMARKS.md, issue 20). key..':n' counts the ids held. Then
+-- it trims, oldest chunk first, the chunks finished before cutoff (unix ms: the retention ended,
+-- so their records expired) and those that take the count beyond cap (keys.FinishedIndexCap),
+-- at most 4 chunks a call (a backlog, a retention or cap lowered, goes over a few calls) and
+-- never the chunk just added: the index holds at most cap ids plus one call's. An id whose
+-- record expired sooner (a job with a shorter retention of its own) is skipped by the listing
+-- until its chunk goes.
 local function cv_index(key, items, cutoff, cap)
   if #items == 0 then return end
-  redis.call('ZADD', key, unpack(items))
-  local drop = redis.call('ZCOUNT', key, '-inf', '(' .. cutoff)
-  local over = redis.call('ZCARD', key) - cap
-  if over > drop then drop = over end
-  drop = math.min(drop, #items / 2 + 100)
-  if drop > 0 then redis.call('ZREMRANGEBYRANK', key, 0, drop - 1) end
+  local ids, top = {}, 0
+  for k = 1, #items, 2 do
+    local t = tonumber(items[k])
+    if t > top then top = t end
+    ids[#ids + 1] = items[k + 1]
+  end
+  local member = table.concat(ids, ' ')
+  redis.call('ZADD', key, top, member)
+  local nkey = key .. ':n'
+  local n = redis.call('INCRBY', nkey, #ids)
+  for _ = 1, 4 do
+    local old = redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')
+    if #old == 0 or old[1] == member then break end
+    if tonumber(old[2]) >= cutoff and n <= cap then break end
+    local _, spaces = string.gsub(old[1], ' ', '')
+    redis.call('ZREM', key, old[1])
+    n = redis.call('DECRBY', nkey, spaces + 1)
+  end
 end
 
 -- Flow-control limits (internal/jobstate/limits.go; admit.lua leases and admits, leases.lua
