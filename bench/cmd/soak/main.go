@@ -247,6 +247,10 @@ func soak(ctx context.Context, o options, stderr io.Writer) (*report, error) {
 	w, err := pipeline.NewWorker(rdb, pipeline.WorkerConfig{
 		Queues: []string{queueName}, Concurrency: o.concurrency, ReadBatch: o.readBatch,
 		Retention: o.retention, MinRetention: o.minRetention, ShutdownTimeout: 5 * time.Second,
+		// The soak measures the jobs' memory and waits for every key with a TTL to expire: the
+		// queue's history buckets (kept an hour and a day, a few hundred bytes each) and the
+		// worker's heartbeat record would hold that wait for a day.
+		DisableHistory: true, DisableHeartbeat: true,
 		Logger: zerolog.New(stderr).Level(zerolog.WarnLevel).With().Timestamp().Logger(),
 	})
 	if err != nil {
