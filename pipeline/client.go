@@ -814,6 +814,11 @@ func jobFromRecord(queue, id string, r jobstate.Record) (*Job, error) {
 		Worker: r.Worker, Entry: r.Entry, LastError: r.LastError, Result: r.Result,
 		Version: r.Version, Payload: r.Payload, Priority: r.Priority, Group: r.Group,
 		ScheduledFor: r.ScheduledFor, Snoozes: r.Snoozes, Attempts: attemptsOf(r)}
+	if r.WorkflowKey != "" {
+		// The key is <prefix>:{<queue>}:wf:<id>: a queue name holds no '}', an id may hold ':'.
+		_, j.Workflow, _ = strings.Cut(r.WorkflowKey, "}:wf:")
+		j.Task = r.Task
+	}
 	if r.Debounce != "" {
 		j.Debounce = &DebounceWindow{Key: keys.DebounceKeyOf(r.Debounce), First: r.DebounceFirst,
 			Until: r.DebounceUntil, Publishes: r.DebouncePubs}

@@ -15,6 +15,8 @@ type Status = status.Status
 // failed or canceled; a failed attempt with retries left goes back to scheduled. Status.Final
 // reports whether a status is an end state.
 const (
+	// StatusWaiting: a task of a workflow waiting for its dependencies (Client.Workflow).
+	StatusWaiting = status.Waiting
 	// StatusScheduled: waiting in the queue's scheduled set for its due time (a delayed job or
 	// a retry).
 	StatusScheduled = status.Scheduled
@@ -88,6 +90,9 @@ type Job struct {
 	// jobs read back (Client.Get, Inspector.List); a handler's job, decoded from its stream
 	// entry, leaves it empty.
 	Group string
+	// Workflow and Task name the workflow the job is a task of (Client.Workflow,
+	// Client.Batch) and its name there; empty for other jobs. Set on jobs read back, as Group.
+	Workflow, Task string
 	// ScheduledFor says why a scheduled job waits, when it is not the delay it was published
 	// with: "retry" (a failed attempt's backoff) or "snooze" (its handler's Snooze or RetryAt).
 	ScheduledFor string
@@ -159,6 +164,8 @@ type jobJSON struct {
 	Debounce    *debounceJSON     `json:"debounce,omitempty"`
 	Debounced   bool              `json:"debounced,omitempty"`
 	Group       string            `json:"group,omitempty"`
+	Workflow    string            `json:"workflow,omitempty"`
+	Task        string            `json:"task,omitempty"`
 	// ScheduledFor is "retry" or "snooze" (Job.ScheduledFor), omitted otherwise.
 	ScheduledFor string `json:"scheduled_for,omitempty"`
 	Snoozes      int    `json:"snoozes,omitempty"`
@@ -189,7 +196,7 @@ func (j *Job) MarshalJSON() ([]byte, error) {
 	}
 	return json.Marshal(jobJSON{
 		Progress: pct, ProgressMessage: pmsg, ProgressAt: pat, Attempts: attemptsJSON(j.Attempts),
-		Debounce: db, Debounced: j.Debounced, Group: j.Group, ScheduledFor: j.ScheduledFor, Snoozes: j.Snoozes,
+		Debounce: db, Debounced: j.Debounced, Group: j.Group, Workflow: j.Workflow, Task: j.Task, ScheduledFor: j.ScheduledFor, Snoozes: j.Snoozes,
 		ID: j.ID, Queue: j.Queue, Type: j.Type, Status: j.Status,
 		Attempt: j.Attempt, MaxRetries: j.MaxRetries, Priority: max(j.Priority, MinPriority), TimeoutMS: j.Timeout.Milliseconds(),
 		Payload: rawOrString(j.Payload), Metadata: md, Result: rawOrString(j.Result),

@@ -18,6 +18,8 @@
 -- the message finds the lease gone at its next renewal, which does the same. A job of a fair
 -- group waiting for a place leaves its group's list; one in the window gives its place back and
 -- moves the group's next waiting job into the stream (cv_group_cancel).
+-- A task of a workflow that waits for its dependencies ('waiting': no entry, in no set) is
+-- canceled like a queued one.
 -- Returns {CV_OK} canceled, {CV_WRONG_STATE, status} already finished, or running when deleting
 -- (nothing changed),
 -- {CV_NOT_FOUND} no such job.
@@ -39,6 +41,10 @@ end
 -- is skipped when its turn comes (its status is no longer scheduled).
 cv_release_slots(KEYS[4], ARGV[4], KEYS[1], string.sub(KEYS[4], 1, #KEYS[4] - #ARGV[4]), ARGV[2])
 cv_group_cancel(KEYS[4], ARGV[4], KEYS[1], string.sub(KEYS[4], 1, #KEYS[4] - #ARGV[4]), ARGV[2], status, h[2])
+-- A task of a workflow cancels the tasks that wait for it (and theirs), or counts for a
+-- Finally task (cv_wf_end); their events go out with this one's.
+local wfev = {}
+cv_wf_end(KEYS[4], ARGV[4], 'X', nil, nil, ARGV[2], KEYS[1], KEYS[3], wfev)
 redis.call('HSET', KEYS[4], 'status', 'canceled', 'completed_at', ARGV[2])
 redis.call('HDEL', KEYS[4], 'entry')
 redis.call('HINCRBY', KEYS[4], 'version', 1)
@@ -57,5 +63,6 @@ elseif tonumber(ARGV[8]) > 0 then
 end
 if not delete then redis.call('PEXPIRE', KEYS[4], math.max(ret, tonumber(ARGV[5]))) end
 redis.call('HINCRBY', KEYS[3], 'canceled', 1)
-cv_announce(ARGV[6], ARGV[7], {'canceled ' .. (h[4] or '0') .. ' ' .. ARGV[4]})
+wfev[#wfev + 1] = 'canceled ' .. (h[4] or '0') .. ' ' .. ARGV[4]
+cv_announce(ARGV[6], ARGV[7], wfev)
 return {CV_OK}

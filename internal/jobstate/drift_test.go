@@ -186,7 +186,7 @@ func statusesWritten(src string) []string {
 	src = luaComment.ReplaceAllString(src, "")
 	for _, loc := range hsetCall.FindAllStringIndex(src, -1) {
 		depth, end := 0, len(src)
-		for i := loc[1] - 1; i < len(src); i++ {
+		for i := loc[0] + len("redis.call"); i < len(src); i++ { // from the call's own "("
 			if src[i] == '(' {
 				depth++
 			} else if src[i] == ')' {

@@ -1,7 +1,8 @@
 -- finish.lua: apply a batch of worker transitions to jobs of one queue.
 -- KEYS[1] stream, KEYS[2] scheduled set, KEYS[3] dead set, KEYS[4] stats hash, KEYS[5] the
 --   queue's watching flag (keys.Queue.Watching), KEYS[5+i] the hash of item i, then the
---   queue's grouped flag (keys.Queue.Grouped), last the index of completed jobs
+--   queue's workflows flag (keys.Queue.Workflows), the queue's grouped flag
+--   (keys.Queue.Grouped), last the index of completed jobs
 --   (keys.Queue.Completed)
 -- ARGV[1] group, ARGV[2] worker (consumer name), ARGV[3] default retention ms (0 keeps only a
 --   tombstone), ARGV[4] wake channel, ARGV[5] the shortest retention (ms) of any finished job,
@@ -43,6 +44,10 @@
 -- announced: no waiter needs it. The fence's HMGET asks for 'watched' only when the queue's
 -- watching flag, set by every marking read, is there (one EXISTS a call): a field the hash
 -- lacks costs HMGET a scan of the whole hash, a cost per job in a queue nobody waits on.
+-- In a queue that has had workflows (the workflows flag, one EXISTS a call), a job that
+-- completes or dies is ended in its workflow first (cv_wf_end: one HMGET a job; for a task,
+-- its dependents counted, released into the stream or canceled in this same call, so a
+-- task's fan-in is as atomic and fenced as the outcome that triggers it).
 -- In a queue that has had jobs of fair groups (the grouped flag, one EXISTS a call), an outcome
 -- of a job with a group gives back its place in the group's window and moves the group's next
 -- waiting job into the stream (cv_group_out: one HGET a job); other queues read nothing more.
@@ -70,6 +75,9 @@ local ev, nev = nil, 0
 if ev_cmd ~= '' then ev = {} end
 local watching = ev and redis.call('EXISTS', KEYS[5]) == 1
 local grouped = redis.call('EXISTS', KEYS[#KEYS - 1]) == 1
+local wfq = redis.call('EXISTS', KEYS[#KEYS - 2]) == 1
+-- The events of tasks a workflow canceled (cv_wf_end), announced whether watched or not.
+local wfev = {}
 local function event(status_sp, attempt, id)
   ev[nev + 1], ev[nev + 2], ev[nev + 3], ev[nev + 4], ev[nev + 5] = status_sp, attempt, ' ', id, '\n'
   nev = nev + 5
@@ -160,6 +168,11 @@ for a = 9, #ARGV, 10 do
       if grouped then cv_group_out(jobkey, id, stream, string.sub(jobkey, 1, #jobkey - #id), finished) end
       if h[6] and (op == 'done' or dies) and redis.call('GET', h[6]) == id then
         redis.call('DEL', h[6]) -- the job ends: free its unique key
+      end
+      if wfq and op == 'done' then
+        cv_wf_end(jobkey, id, 'C', data, nil, finished, stream, stats, wfev)
+      elseif wfq and dies then
+        cv_wf_end(jobkey, id, 'F', nil, data, finished, stream, stats, wfev)
       end
       if op == 'done' and ret <= 0 then
         redis.call('DEL', jobkey)
@@ -269,4 +282,5 @@ if nev > 0 then
   ev[nev] = nil -- the last '\n'
   cv_announce(ev_cmd, ev_chan, {table.concat(ev)})
 end
+if ev then cv_announce(ev_cmd, ev_chan, wfev) end
 return out

@@ -6,9 +6,12 @@
 -- Returns {CV_OK, then two values per job}: CV_OK and '' (deleted), CV_WRONG_STATE and the
 -- job's status (not dead: nothing changed), or CV_NOT_FOUND and '' (no such job).
 local dead, out = KEYS[1], {CV_OK}
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 for i = 1, #ARGV do
   local id, jobkey = ARGV[i], KEYS[1 + i]
   if redis.call('ZSCORE', dead, id) then
+    cv_wf_purged(jobkey, id, now) -- a workflow's task: counted purged (lib.lua)
     redis.call('DEL', jobkey)
     redis.call('ZREM', dead, id)
     out[#out + 1] = CV_OK

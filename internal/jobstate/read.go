@@ -47,9 +47,12 @@ type Record struct {
 	DebounceFirst, DebounceUntil time.Time
 	DebouncePubs                 int
 	Group                        string // the job's fair group (keys.FieldGroup); empty: none
-	Snoozes                      int    // keys.FieldSnoozes
-	ScheduledFor                 string // keys.FieldScheduledFor: "retry", "snooze" or empty
-	Priority                     int    // keys.FieldPriority; absent: keys.MinPriority
+	// WorkflowKey is the hash of the workflow the job is a task of (keys.FieldWorkflow), and
+	// Task its name there; both empty for a job of no workflow.
+	WorkflowKey, Task string
+	Snoozes           int    // keys.FieldSnoozes
+	ScheduledFor      string // keys.FieldScheduledFor: "retry", "snooze" or empty
+	Priority          int    // keys.FieldPriority; absent: keys.MinPriority
 	// Progress is the last progress report (keys.FieldProgress), nil when there is none or it
 	// is malformed; ProgressReport.Shown says whether it belongs to the job as it is now.
 	Progress *ProgressReport
@@ -144,6 +147,10 @@ func DecodeRecord(flat []string) Record {
 			r.Debounce = v
 		case keys.FieldGroup:
 			r.Group = v
+		case keys.FieldWorkflow:
+			r.WorkflowKey = v
+		case keys.FieldWfTask:
+			r.Task = v
 		case keys.FieldSnoozes:
 			r.Snoozes = int(num(v))
 		case keys.FieldScheduledFor:

@@ -21,6 +21,7 @@
 -- A lost attempt is appended to its job's attempt history (cv_attempt: outcome lost, or failed
 -- when it was the last), with the lost worker and the attempt's start when the worker's start
 -- mark recorded it ('0', unknown, otherwise).
+-- A task of a workflow sent to the dead set cancels the tasks waiting for it (cv_wf_end).
 -- Each job put back (queued) or sent to the dead set (failed) is announced on the events channel,
 -- all of the call's in one message.
 -- Returns {CV_OK, requeued, dead, dropped, skipped, poison, traced}, or {CV_LOCK_LOST} when the
@@ -97,6 +98,7 @@ for a = 8, #ARGV do
           cv_keep_payload(jobkey, f)
           redis.call('HSET', jobkey, 'attempt', n)
           cv_attempt(jobkey, n, consumer, started, now, 'failed', why .. '; no retries left')
+          cv_wf_end(jobkey, id, 'F', nil, why .. '; no retries left', now, stream, stats, ev)
           cv_to_dead(jobkey, dead, id, now, why .. '; no retries left')
           cv_group_out(jobkey, id, stream, prefix, now)
           cv_drop(stream, group, {old})

@@ -35,4 +35,6 @@ redis.call('HSET', KEYS[3], 'status', 'queued', 'entry', e, 'enqueued_at', ARGV[
 redis.call('HDEL', KEYS[3], 'payload', 'metadata', 'completed_at', 'result')
 redis.call('HINCRBY', KEYS[3], 'version', 1)
 redis.call('ZREM', KEYS[2], ARGV[2])
+-- A task of a workflow resumes it: the tasks its death canceled wait again (cv_wf_resume).
+cv_wf_resume(KEYS[3], ARGV[2])
 return {CV_OK, e}

@@ -211,7 +211,7 @@ func indexCap(n int) int {
 // FinishCall is one finish.lua call applying ts, which must all be of one queue.
 func FinishCall(cfg FinishConfig, ts []Transition) script.Call {
 	q := ts[0].Queue
-	ks := make([]string, 0, 7+len(ts))
+	ks := make([]string, 0, 8+len(ts))
 	ks = append(ks, q.Stream(), q.Scheduled(), q.Dead(), q.Stats(), q.Watching())
 	args := make([]any, 0, 8+10*len(ts))
 	args = append(args, keys.Group, cfg.Worker, retentionMS(cfg.Retention), q.Wake(),
@@ -234,7 +234,7 @@ func FinishCall(cfg FinishConfig, ts []Transition) script.Call {
 		args = append(args, t.Op.String(), t.ID, t.Entry, strconv.Itoa(t.Attempt), t.started, t.finished,
 			data, extra, sent, t.Payload)
 	}
-	ks = append(ks, q.Grouped(), q.Completed())
+	ks = append(ks, q.Workflows(), q.Grouped(), q.Completed())
 	return script.Call{Script: finishScript, Keys: ks, Args: args}
 }
 

@@ -47,7 +47,8 @@ type Seeded struct {
 // (its status reads scheduled).
 const Retry status.Status = "retry"
 
-// Seed makes a job of queue in status st (any status, or Retry) and returns it.
+// Seed makes a job of queue in status st (any status, or Retry) and returns it. A waiting job
+// is the second task of a chain of two (o.Task), the first queued (Options do not apply).
 func Seed(tb testing.TB, rdb redis.UniversalClient, queue string, st status.Status, o Opts) Seeded {
 	tb.Helper()
 	ctx := context.Background()
@@ -71,6 +72,15 @@ func Seed(tb testing.TB, rdb redis.UniversalClient, queue string, st status.Stat
 	}
 	client, err := pipeline.NewClient(rdb, pipeline.ClientConfig{Prefix: o.Prefix})
 	require.NoError(tb, err)
+	if st == status.Waiting {
+		// A chain of two tasks: the second waits for the first, which stays queued.
+		first := pipeline.Task{Type: o.Task.Type}
+		wf, err := client.Workflow(ctx, queue, pipeline.Chain(first, o.Task))
+		require.NoError(tb, err)
+		j, err := client.Get(ctx, queue, wf.Tasks[1].JobID)
+		require.NoError(tb, err)
+		return Seeded{Job: j, Consumer: o.Consumer}
+	}
 	opts := o.Options
 	if st == status.Scheduled {
 		opts = append(opts, pipeline.WithDelay(time.Hour))

@@ -17,8 +17,7 @@ func TestMain(m *testing.M) { redistest.Main(m) }
 func TestSeedEveryStatus(t *testing.T) {
 	t.Parallel()
 	rdb := redistest.Client(t)
-	for _, st := range []status.Status{status.Scheduled, status.Queued,
-		status.InProgress, status.Completed, status.Failed, status.Canceled, jobtest.Retry} {
+	for _, st := range append(status.All(), jobtest.Retry) {
 		t.Run(string(st), func(t *testing.T) {
 			t.Parallel()
 			queue := redistest.UniqueName(t)
@@ -40,6 +39,10 @@ func TestSeedEveryStatus(t *testing.T) {
 				require.Empty(t, s.Job.Entry)
 			case status.Failed:
 				require.False(t, s.CompletedAt.IsZero())
+			case status.Waiting:
+				require.NotEmpty(t, s.Workflow)
+				require.Equal(t, "2", s.Task)
+				require.Empty(t, s.Job.Entry)
 			}
 		})
 	}

@@ -122,6 +122,52 @@ const (
 	// MaxAttemptError bytes. A completed job's last attempt is not written: the hash's own
 	// worker, started_at and completed_at tell it, and the happy path writes nothing more.
 	FieldAttempts = "attempts"
+	// The fields of a workflow's task (pipeline.Client.Workflow, pipeline.Client.Batch; lib.lua's
+	// cv_wf_* functions). FieldWorkflow is the full name of the workflow's hash (Queue.Workflow,
+	// in the queue's hash tag), FieldWfTask the task's name in it, FieldWfDeps and FieldWfNext
+	// the ids of the tasks it waits for and of those that wait for it (space-separated),
+	// FieldWfLeft how many of its dependencies have not completed (or, for a Finally task, are
+	// not final), FieldWfMode '1' for a Finally task, FieldWfTopo its place in a topological
+	// order of the workflow (a replay restores canceled tasks in that order), FieldWfDone,
+	// FieldWfFailed and FieldWfCanceled the outcomes a Finally task's dependencies had, and
+	// FieldCanceledBy the id of the task whose failure canceled it (absent when a caller
+	// canceled it: only the workflow's own cancels are undone by a replay).
+	FieldWorkflow   = "wf"
+	FieldWfTask     = "wf_task"
+	FieldWfDeps     = "wf_deps"
+	FieldWfNext     = "wf_next"
+	FieldWfLeft     = "wf_left"
+	FieldWfMode     = "wf_mode"
+	FieldWfTopo     = "wf_topo"
+	FieldWfDone     = "wf_done"
+	FieldWfFailed   = "wf_failed"
+	FieldWfCanceled = "wf_canceled"
+	FieldCanceledBy = "canceled_by"
+)
+
+// The fields of a workflow's hash (Queue.Workflow): its name, kind (WorkflowKindWorkflow or
+// WorkflowKindBatch), the JSON of its tasks and their dependencies as published (for readers),
+// when it was created and finished (unix ms), the retention its hash takes once it finished
+// without a dead task, and the counts of its tasks: in all, and now completed, dead (failed),
+// canceled and purged (a dead task purged). Besides these, one field per finished task,
+// WorkflowTaskStatus + name ('C' completed, 'F' dead, 'X' canceled or 'P' purged), and one per completed task that others
+// wait for, WorkflowTaskResult + name (its result, for Job.Dependencies).
+const (
+	FieldWorkflowName      = "name"
+	FieldWorkflowKind      = "kind"
+	FieldWorkflowDoc       = "doc"
+	FieldWorkflowCreated   = "created_at"
+	FieldWorkflowFinished  = "finished_at"
+	FieldWorkflowRetention = "retention_ms"
+	FieldWorkflowTasks     = "tasks"
+	FieldWorkflowCompleted = "completed"
+	FieldWorkflowFailed    = "failed"
+	FieldWorkflowCanceled  = "canceled"
+	FieldWorkflowPurged    = "purged"
+	WorkflowTaskStatus     = "s:"
+	WorkflowTaskResult     = "r:"
+	WorkflowKindWorkflow   = "workflow"
+	WorkflowKindBatch      = "batch"
 )
 
 // The outcomes of an attempt in a job's attempt history (FieldAttempts): retried after a
@@ -385,6 +431,16 @@ func (q Queue) Completed() string { return q.base + "completed" }
 
 // Canceled is Completed's twin for canceled jobs: cancel.lua adds each job it cancels.
 func (q Queue) Canceled() string { return q.base + "canceled" }
+
+// Workflow is the hash of workflow id (pipeline.Client.Workflow): its definition and counts.
+// Its tasks are jobs of the same queue (partition), so one script reaches the workflow and
+// every task in one cluster slot.
+func (q Queue) Workflow(id string) string { return q.base + "wf:" + id }
+
+// Workflows is the flag set by the first workflow published into the queue: finish.lua reads
+// a finished job's workflow fields only in a queue that has it (one EXISTS a call), sparing
+// every other queue's jobs a read.
+func (q Queue) Workflows() string { return q.base + "workflows" }
 
 // RecoveryLock is the key of the lock that lets one recoverer at a time scan the queue.
 func (q Queue) RecoveryLock() string { return q.base + "lock:recovery" }

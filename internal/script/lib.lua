@@ -603,3 +603,199 @@ local function cv_group_replay_held(jobkey, id, g, now, dead)
   cv_group_wait(gp, g, id)
   return true
 end
+
+-- Workflows (docs/STATE_MACHINE.md, "Workflows"). A workflow's tasks are jobs of one queue
+-- (partition) whose hashes name the workflow's hash ('wf', keys.Queue.Workflow), their name in
+-- it ('wf_task'), the tasks they wait for and that wait for them ('wf_deps', 'wf_next': ids,
+-- space-separated), and how many of their dependencies are still to complete ('wf_left'). A
+-- task with dependencies is published 'waiting'; the script that ends its last dependency puts
+-- it into the stream, in the same call. The workflow's hash counts its tasks' outcomes.
+
+-- Puts waiting task `id` into `stream`: the transition that starts it like any queued job.
+local function cv_wf_release(jprefix, id, stream, now)
+  local k = jprefix .. id
+  local h = redis.call('HMGET', k, 'type', 'payload', 'metadata', 'max_retries', 'timeout_ms')
+  local e = cv_xadd(cv_level_stream(stream, 1), id, h[2], h[3], h[1], '1', h[4], h[5])
+  redis.call('HSET', k, 'status', 'queued', 'entry', e, 'enqueued_at', now, 'run_at', now)
+  redis.call('HDEL', k, 'payload', 'metadata')
+  redis.call('HINCRBY', k, 'version', 1)
+end
+
+-- Lets a workflow's hash expire once every task is final and none is dead (a dead task may
+-- still be replayed, and the workflow then resumes), stamping when it finished.
+local function cv_wf_settle(wfkey, now)
+  local h = redis.call('HMGET', wfkey, 'tasks', 'completed', 'failed', 'canceled', 'purged',
+    'retention_ms')
+  if cv_num(h[3], 0) > 0 then return end
+  if cv_num(h[2], 0) + cv_num(h[4], 0) + cv_num(h[5], 0) < cv_num(h[1], 0) then return end
+  redis.call('HSET', wfkey, 'finished_at', now)
+  redis.call('PEXPIRE', wfkey, h[6] or '86400000')
+end
+
+-- Ends task `id` (its hash `jobkey`) in its workflow, if it is a task: o is 'C' (completed,
+-- with `result`), 'F' (dead, with the error `why`) or 'X' (canceled by a caller). Called by
+-- every script that ends a job (finish, recover, cancel) before it rewrites the job's hash.
+-- A completed task counts for each task waiting for it, and each whose count reaches zero
+-- goes into the stream (cv_wf_release). A dead or canceled task cancels every task that waits
+-- for it, and theirs in turn (marked 'canceled_by' the first task, its reason in
+-- 'last_error'), except a Finally task, which counts the outcome and runs once all its
+-- dependencies are final. The tasks a dead task canceled keep their hashes (no TTL) for a
+-- replay of it to restore (cv_wf_resume); those a caller's cancel canceled expire with the
+-- workflow's retention. `stats` is the queue's stats hash (the cascade's cancels are counted
+-- there as every cancel is); `ev` gets one 'canceled' event line per canceled task. Returns
+-- the number of tasks released into the stream.
+local function cv_wf_end(jobkey, id, o, result, why, now, stream, stats, ev)
+  local w = redis.call('HMGET', jobkey, 'wf', 'wf_task', 'wf_next')
+  if not w[1] then return 0 end
+  local wfkey = w[1]
+  local jprefix = string.sub(jobkey, 1, #jobkey - #id)
+  local keep = redis.call('HGET', wfkey, 'retention_ms') or '86400000'
+  local released, canceled = 0, 0
+  local todo, i = {{id, w[2], w[3], o}}, 1
+  while i <= #todo do
+    local cid, cname, cnext, co = todo[i][1], todo[i][2], todo[i][3], todo[i][4]
+    i = i + 1
+    if co == 'C' then
+      if cnext and cnext ~= '' and result and result ~= '' then
+        redis.call('HSET', wfkey, 's:' .. cname, co, 'r:' .. cname, result)
+      else
+        redis.call('HSET', wfkey, 's:' .. cname, co)
+      end
+      redis.call('HINCRBY', wfkey, 'completed', 1)
+    elseif co == 'F' then
+      redis.call('HSET', wfkey, 's:' .. cname, co)
+      redis.call('HINCRBY', wfkey, 'failed', 1)
+    else
+      redis.call('HSET', wfkey, 's:' .. cname, co)
+      redis.call('HINCRBY', wfkey, 'canceled', 1)
+    end
+    if cnext and cnext ~= '' then
+      local reason
+      if co == 'F' then
+        reason = 'dependency ' .. cname .. ' failed: ' .. string.sub(why or '', 1, 200)
+      else
+        reason = 'dependency ' .. cname .. ' was canceled'
+      end
+      for d in string.gmatch(cnext, '%S+') do
+        local dk = jprefix .. d
+        local s = redis.call('HMGET', dk, 'status', 'wf_mode', 'wf_task', 'wf_next')
+        if s[2] == '1' then
+          if s[1] == 'waiting' then
+            if co == 'C' then
+              redis.call('HINCRBY', dk, 'wf_done', 1)
+            elseif co == 'F' then
+              redis.call('HINCRBY', dk, 'wf_failed', 1)
+            else
+              redis.call('HINCRBY', dk, 'wf_canceled', 1)
+            end
+            if redis.call('HINCRBY', dk, 'wf_left', -1) <= 0 then
+              cv_wf_release(jprefix, d, stream, now)
+              released = released + 1
+            end
+          end
+        elseif co == 'C' then
+          -- Counted whatever the task's status, so that a task a replay restores waits for
+          -- exactly the dependencies that have not completed.
+          if redis.call('HINCRBY', dk, 'wf_left', -1) <= 0 and s[1] == 'waiting' then
+            cv_wf_release(jprefix, d, stream, now)
+            released = released + 1
+          end
+        elseif s[1] == 'waiting' then
+          redis.call('HSET', dk, 'status', 'canceled', 'completed_at', now, 'last_error', reason,
+            'canceled_by', id)
+          redis.call('HINCRBY', dk, 'version', 1)
+          if o == 'X' then redis.call('PEXPIRE', dk, keep) end
+          canceled = canceled + 1
+          ev[#ev + 1] = 'canceled 0 ' .. d
+          todo[#todo + 1] = {d, s[3], s[4], 'X'}
+        end
+      end
+    end
+  end
+  if canceled > 0 then redis.call('HINCRBY', stats, 'canceled', canceled) end
+  cv_wf_settle(wfkey, now)
+  return released
+end
+
+-- The tasks canceled because of task `id` (the dependents, transitively, whose 'canceled_by'
+-- is set), in topological order ('wf_topo'), each as {id, hash fields}.
+local function cv_wf_canceled_after(jprefix, next_ids)
+  local seen, out, todo, i = {}, {}, {next_ids}, 1
+  while i <= #todo do
+    local nx = todo[i]
+    i = i + 1
+    if nx and nx ~= '' then
+      for d in string.gmatch(nx, '%S+') do
+        if not seen[d] then
+          seen[d] = true
+          local s = redis.call('HMGET', jprefix .. d, 'status', 'canceled_by', 'wf_topo',
+            'wf_next', 'wf_deps', 'wf_task')
+          if s[1] == 'canceled' and s[2] then
+            out[#out + 1] = {d, s}
+            todo[#todo + 1] = s[4]
+          end
+        end
+      end
+    end
+  end
+  table.sort(out, function(a, b) return cv_num(a[2][3], 0) < cv_num(b[2][3], 0) end)
+  return out
+end
+
+-- Resumes the workflow of dead task `id`, which a replay has just put back into the stream:
+-- the tasks its death canceled wait again, in topological order, each unless another of its
+-- dependencies is dead or canceled still; the Finally tasks still waiting forget the outcomes
+-- they counted of the task and of those restored.
+local function cv_wf_resume(jobkey, id)
+  local w = redis.call('HMGET', jobkey, 'wf', 'wf_task', 'wf_next')
+  if not w[1] then return end
+  local wfkey = w[1]
+  local jprefix = string.sub(jobkey, 1, #jobkey - #id)
+  redis.call('HINCRBY', wfkey, 'failed', -1)
+  redis.call('HDEL', wfkey, 's:' .. w[2], 'finished_at')
+  local restored = {{id, w[3], 'wf_failed'}}
+  for _, c in ipairs(cv_wf_canceled_after(jprefix, w[3])) do
+    local ok = true
+    for dep in string.gmatch(c[2][5] or '', '%S+') do
+      local st = redis.call('HGET', jprefix .. dep, 'status')
+      if st == 'failed' or st == 'canceled' then ok = false; break end
+    end
+    if ok then
+      local dk = jprefix .. c[1]
+      redis.call('HSET', dk, 'status', 'waiting')
+      redis.call('HDEL', dk, 'canceled_by', 'last_error', 'completed_at')
+      redis.call('HINCRBY', dk, 'version', 1)
+      redis.call('HINCRBY', wfkey, 'canceled', -1)
+      redis.call('HDEL', wfkey, 's:' .. c[2][6])
+      restored[#restored + 1] = {c[1], c[2][4], 'wf_canceled'}
+    end
+  end
+  for _, r in ipairs(restored) do
+    for d in string.gmatch(r[2] or '', '%S+') do
+      local dk = jprefix .. d
+      local s = redis.call('HMGET', dk, 'status', 'wf_mode')
+      if s[1] == 'waiting' and s[2] == '1' then
+        redis.call('HINCRBY', dk, r[3], -1)
+        redis.call('HINCRBY', dk, 'wf_left', 1)
+      end
+    end
+  end
+end
+
+-- Task `id`, dead, is being purged: the workflow counts it purged instead of dead, and the
+-- tasks its death canceled (kept for a replay that can no longer come) expire with the
+-- workflow's retention.
+local function cv_wf_purged(jobkey, id, now)
+  local w = redis.call('HMGET', jobkey, 'wf', 'wf_task', 'wf_next')
+  if not w[1] then return end
+  local wfkey = w[1]
+  local keep = redis.call('HGET', wfkey, 'retention_ms') or '86400000'
+  for _, c in ipairs(cv_wf_canceled_after(string.sub(jobkey, 1, #jobkey - #id), w[3])) do
+    redis.call('PEXPIRE', string.sub(jobkey, 1, #jobkey - #id) .. c[1], keep)
+  end
+  if redis.call('EXISTS', wfkey) == 0 then return end
+  redis.call('HINCRBY', wfkey, 'failed', -1)
+  redis.call('HINCRBY', wfkey, 'purged', 1)
+  redis.call('HSET', wfkey, 's:' .. w[2], 'P')
+  cv_wf_settle(wfkey, now)
+end

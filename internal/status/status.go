@@ -12,6 +12,10 @@ type Status string
 // The statuses of a job. A job moves Scheduled -> Queued -> InProgress and ends Completed,
 // Failed or Canceled; a failed attempt with retries left goes back to Scheduled.
 const (
+	// Waiting: a task of a workflow whose dependencies have not all completed (or, for a
+	// Finally task, are not all final). The script that ends its last dependency puts it into
+	// the stream.
+	Waiting Status = "waiting"
 	// Scheduled: waiting in the queue's scheduled set for its due time (a delayed job or a
 	// retry).
 	Scheduled Status = "scheduled"
@@ -30,7 +34,7 @@ const (
 
 // All returns every status, in the order of a job's life.
 func All() []Status {
-	return []Status{Scheduled, Queued, InProgress, Completed, Failed, Canceled}
+	return []Status{Waiting, Scheduled, Queued, InProgress, Completed, Failed, Canceled}
 }
 
 // Final reports whether s is an end state.

@@ -1,0 +1,552 @@
+package pipeline
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/conveyorq/conveyor/internal/jobstate"
+	"github.com/conveyorq/conveyor/internal/keys"
+)
+
+// MaxWorkflowTasks bounds the tasks of one workflow (or the jobs of one batch, with its
+// callback): a workflow is published by one script call, and Redis serves no other client
+// while a script runs (5,000 tasks take it about 20 ms; docs/BENCHMARKS.md).
+const MaxWorkflowTasks = 5000
+
+// MaxTaskName bounds a workflow task's name, in bytes.
+const MaxTaskName = 64
+
+// Workflow is a DAG of tasks published as one unit (Client.Workflow): each task is a job of
+// the workflow's queue that runs once every task it names in After has completed. A task
+// with no After runs at once. A task's job id is the workflow's id, a dot and the task's name.
+//
+// A dead task (its retries exhausted) cancels the tasks that wait for it, and theirs in turn,
+// with the reason in their LastError; replaying it (Inspector.Replay) resumes the workflow:
+// the tasks it canceled wait again. A task canceled by a caller cancels its dependents alike,
+// for good.
+type Workflow struct {
+	// ID names the workflow; NewID() when empty. Publishing the same workflow again with the
+	// same ID (after a lost reply) finds it and writes nothing.
+	ID string
+	// Name is a label for people (the dashboard, conveyor workflows); optional.
+	Name  string
+	Tasks []WorkflowTask
+}
+
+// WorkflowTask is one task of a Workflow.
+type WorkflowTask struct {
+	// Name is the task's name in its workflow: 1 to MaxTaskName characters from
+	// [A-Za-z0-9_-], unique in the workflow.
+	Name string
+	// Task is the job to run. Its options may set retries (WithMaxRetries), a timeout
+	// (WithTimeout), a retention (WithRetention) and metadata (WithMetadata); options that
+	// choose when or where a job runs (WithID, WithDelay, WithRunAt, WithUnique, WithDebounce,
+	// WithGroup, WithPriority, WithLimitKey) are refused with ErrInvalid: the workflow decides.
+	Task
+	// After names the tasks this one waits for.
+	After []string
+	// Finally makes the task run once every task in After is final (completed, dead or
+	// canceled), whatever the outcome, instead of once all completed: a batch's callback, or a
+	// workflow's clean-up step. It is never canceled by its dependencies' failures; its
+	// handler reads their outcomes with Job.Dependencies.
+	Finally bool
+}
+
+// Chain is the workflow of tasks run one after the other: task i+1 waits for task i. The tasks
+// are named "1", "2", ... in order.
+func Chain(tasks ...Task) Workflow {
+	wf := Workflow{Tasks: make([]WorkflowTask, len(tasks))}
+	for i, t := range tasks {
+		wf.Tasks[i] = WorkflowTask{Name: strconv.Itoa(i + 1), Task: t}
+		if i > 0 {
+			wf.Tasks[i].After = []string{strconv.Itoa(i)}
+		}
+	}
+	return wf
+}
+
+// Batch is a group of jobs published as one unit (Client.Batch), with an optional callback
+// job that runs once, when every job of the batch is final (completed, dead or canceled). The
+// callback's handler reads the counts of completed, dead and canceled jobs, and the results
+// of those that completed, with Job.Dependencies. A batch is a workflow of kind "batch": its
+// jobs are tasks named "1", "2", ... and its callback is the Finally task "callback"; its
+// progress is read with Client.GetWorkflow like any workflow's.
+type Batch struct {
+	ID   string // as Workflow.ID
+	Name string
+	Jobs []Task
+	// Callback, when not nil, runs once all Jobs are final. Its options are a task's
+	// (WorkflowTask.Task).
+	Callback *Task
+}
+
+// BatchCallback is the name of a batch's callback task.
+const BatchCallback = "callback"
+
+// WorkflowStatus is where a workflow is: running until every task is final, then completed
+// (every task completed), failed (a task is dead: a replay of it resumes the workflow) or
+// canceled (a task was canceled, none is dead).
+type WorkflowStatus string
+
+// The statuses of a workflow.
+const (
+	WorkflowRunning   WorkflowStatus = "running"
+	WorkflowCompleted WorkflowStatus = "completed"
+	WorkflowFailed    WorkflowStatus = "failed"
+	WorkflowCanceled  WorkflowStatus = "canceled"
+)
+
+// WorkflowState is a workflow (or batch) as Client.GetWorkflow reads it, and as
+// Client.Workflow and Client.Batch return it.
+type WorkflowState struct {
+	ID    string
+	Queue string
+	Name  string
+	// Kind is "workflow" or "batch".
+	Kind   string
+	Status WorkflowStatus
+	// CreatedAt is when it was published; FinishedAt when its last task ended (zero while it
+	// runs, and while a dead task may still be replayed).
+	CreatedAt, FinishedAt time.Time
+	// Counts of its tasks: in all, and now completed, dead, canceled and purged (a dead task
+	// purged from the dead set). Total minus those is the tasks still to finish.
+	Total, Completed, Failed, Canceled, Purged int
+	// Tasks are its tasks in a topological order (every task after those it waits for).
+	Tasks []WorkflowTaskState
+	// Duplicate is set when Client.Workflow or Client.Batch found the workflow published
+	// already (the same ID and tasks) and wrote nothing. It is not stored.
+	Duplicate bool
+}
+
+// WorkflowTaskState is one task of a WorkflowState.
+type WorkflowTaskState struct {
+	Name    string
+	JobID   string
+	Type    string
+	After   []string
+	Finally bool
+	// Status is the task's job's status: waiting until its dependencies allow it to run, then
+	// as any job's. A task whose job's record expired (a completed task past its retention)
+	// shows the outcome its workflow recorded.
+	Status    Status
+	Attempt   int
+	LastError string
+	StartedAt time.Time
+	// FinishedAt is when the task completed, died or was canceled.
+	FinishedAt time.Time
+}
+
+// Dependencies is what a task's handler knows of the tasks it waits for (Job.Dependencies).
+type Dependencies struct {
+	// Workflow is the id of the job's workflow.
+	Workflow string
+	// Completed, Failed and Canceled count the dependencies by outcome. For a task that is not
+	// Finally, every dependency completed.
+	Completed, Failed, Canceled int
+	// Results are the results of the dependencies that completed, by task name (a task with
+	// an empty result is absent). The workflow keeps them while it lives.
+	Results map[string][]byte
+}
+
+// Workflow publishes wf into queue as one unit, in one script call: each task without
+// dependencies is queued at once, the others wait (StatusWaiting) until the script that
+// completes their last dependency puts them into the stream. It validates every task first
+// (names, dependencies, no cycle, the options a task may take) and writes nothing on bad
+// input (ErrInvalid). Publishing again a workflow with the same ID and tasks writes nothing and
+// returns it with Duplicate set; the same ID with other tasks is an error wrapping ErrConflict.
+// In a partitioned queue a workflow lives in the partition its ID routes to, so that every
+// task is in one hash tag.
+//
+// The tasks carry the trace context of ctx, or of the one publish span the call records under
+// a tracer provider, as EnqueueBatch's do: a workflow is one trace.
+func (c *Client) Workflow(ctx context.Context, queue string, wf Workflow) (*WorkflowState, error) {
+	return c.publishWorkflow(ctx, queue, wf, keys.WorkflowKindWorkflow)
+}
+
+// Batch publishes b into queue as one unit (see Batch and Workflow).
+func (c *Client) Batch(ctx context.Context, queue string, b Batch) (*WorkflowState, error) {
+	wf := Workflow{ID: b.ID, Name: b.Name, Tasks: make([]WorkflowTask, 0, len(b.Jobs)+1)}
+	names := make([]string, len(b.Jobs))
+	for i, t := range b.Jobs {
+		names[i] = strconv.Itoa(i + 1)
+		wf.Tasks = append(wf.Tasks, WorkflowTask{Name: names[i], Task: t})
+	}
+	if b.Callback != nil {
+		wf.Tasks = append(wf.Tasks, WorkflowTask{Name: BatchCallback, Task: *b.Callback, After: names, Finally: true})
+	}
+	return c.publishWorkflow(ctx, queue, wf, keys.WorkflowKindBatch)
+}
+
+func (c *Client) publishWorkflow(ctx context.Context, queue string, wf Workflow, kind string) (_ *WorkflowState, err error) {
+	defer func() { err = outOfMemory(err) }()
+	if err := c.check(queue, ""); err != nil {
+		return nil, err
+	}
+	order, err := checkWorkflow(&wf)
+	if err != nil {
+		return nil, err
+	}
+	tasks := make([]Task, len(wf.Tasks))
+	for i := range wf.Tasks {
+		tasks[i] = wf.Tasks[i].Task
+	}
+	ctx, pt := c.startPublish(ctx, queue, nil, tasks)
+	end := func(jobs []*Job, err error) {
+		if pt != nil {
+			pt.end(jobs, err)
+		}
+	}
+	now := c.cfg.Now()
+	nw := jobstate.NewWorkflow{ID: wf.ID, Name: wf.Name, Kind: kind, Retention: max(c.cfg.Retention, c.cfg.MinRetention),
+		Tasks: make([]jobstate.NewTask, len(order))}
+	ids := make(map[string]string, len(wf.Tasks))
+	for _, t := range wf.Tasks {
+		ids[t.Name] = wf.ID + "." + t.Name
+	}
+	jobs := make([]*Job, len(order))
+	for k, i := range order {
+		t := &wf.Tasks[i]
+		nt := &nw.Tasks[k]
+		j, err := c.prepare(queue, &t.Task, now, nil, pt.forTask(&t.Task), &nt.Job)
+		if err != nil {
+			end(nil, err)
+			return nil, fmt.Errorf("task %s: %w", t.Name, err)
+		}
+		if err := taskOptions(&nt.Job, now); err != nil {
+			end(nil, err)
+			return nil, fmt.Errorf("task %s: %w", t.Name, err)
+		}
+		nt.Job.ID, j.ID = ids[t.Name], ids[t.Name]
+		nt.Name, nt.Finally = t.Name, t.Finally
+		for _, a := range t.After {
+			nt.Deps = append(nt.Deps, ids[a])
+		}
+		jobs[k] = j
+	}
+	for k := range nw.Tasks {
+		for _, dep := range nw.Tasks[k].Deps {
+			for m := range nw.Tasks {
+				if nw.Tasks[m].Job.ID == dep {
+					nw.Tasks[m].Next = append(nw.Tasks[m].Next, nw.Tasks[k].Job.ID)
+				}
+			}
+		}
+	}
+	if err := c.registerQueue(ctx, queue); err != nil {
+		end(nil, err)
+		return nil, err
+	}
+	start := time.Now()
+	for wait := time.Millisecond; ; wait = min(2*wait, 100*time.Millisecond) {
+		p, err := c.partitions(ctx, queue, true)
+		if err != nil {
+			end(nil, err)
+			return nil, err
+		}
+		q := allPartitions(c.cfg.Prefix, queue, p)[keys.PartitionOf(wf.ID, p)]
+		existed, _, err := jobstate.PublishWorkflow(ctx, c.rdb, q, now, &nw)
+		if errors.Is(err, jobstate.ErrClosed) {
+			if err := c.closedWait(ctx, queue, start, wait, len(jobs)); err != nil {
+				end(nil, err)
+				return nil, err
+			}
+			continue
+		}
+		if errors.Is(err, jobstate.ErrWorkflowConflict) {
+			err = fmt.Errorf("%w: workflow %s: %w", ErrConflict, wf.ID, err)
+		}
+		end(jobs, err)
+		if err != nil {
+			return nil, err
+		}
+		st, err := readWorkflow(ctx, c.rdb, q, wf.ID)
+		if err != nil {
+			return nil, err
+		}
+		st.Duplicate = existed
+		return st, nil
+	}
+}
+
+// checkWorkflow validates wf, giving it an ID when it has none, and returns the indexes of its
+// tasks in a topological order (Kahn's, stable: tasks keep their given order where they can).
+func checkWorkflow(wf *Workflow) ([]int, error) {
+	if wf.ID == "" {
+		wf.ID = NewID()
+	}
+	n := len(wf.Tasks)
+	switch {
+	case n == 0:
+		return nil, fmt.Errorf("%w: a workflow needs a task", ErrInvalid)
+	case n > MaxWorkflowTasks:
+		return nil, fmt.Errorf("%w: %d tasks, more than the %d of a workflow", ErrInvalid, n, MaxWorkflowTasks)
+	case len(wf.Name) > keys.MaxNameLen:
+		return nil, fmt.Errorf("%w: workflow name longer than %d bytes", ErrInvalid, keys.MaxNameLen)
+	}
+	at := make(map[string]int, n)
+	longest := 0
+	for i, t := range wf.Tasks {
+		if err := validTaskName(t.Name); err != nil {
+			return nil, err
+		}
+		if _, dup := at[t.Name]; dup {
+			return nil, fmt.Errorf("%w: two tasks are named %q", ErrInvalid, t.Name)
+		}
+		at[t.Name] = i
+		longest = max(longest, len(t.Name))
+	}
+	if err := keys.ValidateID(wf.ID); err != nil {
+		return nil, fmt.Errorf("%w: workflow id: %w", ErrInvalid, err)
+	}
+	if l := len(wf.ID) + 1 + longest; l > keys.MaxNameLen {
+		return nil, fmt.Errorf("%w: workflow id %q and task names make job ids of %d bytes, more than %d", ErrInvalid, wf.ID, l, keys.MaxNameLen)
+	}
+	indeg := make([]int, n)
+	next := make([][]int, n)
+	for i, t := range wf.Tasks {
+		seen := map[string]bool{}
+		if t.Finally && len(t.After) == 0 {
+			return nil, fmt.Errorf("%w: task %s is Finally but waits for no task", ErrInvalid, t.Name)
+		}
+		for _, a := range t.After {
+			d, ok := at[a]
+			switch {
+			case !ok:
+				return nil, fmt.Errorf("%w: task %s waits for %q, which is no task of the workflow", ErrInvalid, t.Name, a)
+			case d == i:
+				return nil, fmt.Errorf("%w: task %s waits for itself", ErrInvalid, t.Name)
+			case seen[a]:
+				return nil, fmt.Errorf("%w: task %s names %q twice", ErrInvalid, t.Name, a)
+			}
+			seen[a] = true
+			indeg[i]++
+			next[d] = append(next[d], i)
+		}
+	}
+	order := make([]int, 0, n)
+	for i := range n {
+		if indeg[i] == 0 {
+			order = append(order, i)
+		}
+	}
+	for k := 0; k < len(order); k++ {
+		for _, j := range next[order[k]] {
+			if indeg[j]--; indeg[j] == 0 {
+				order = append(order, j)
+			}
+		}
+	}
+	if len(order) < n {
+		var cyc []string
+		for i := range n {
+			if indeg[i] > 0 {
+				cyc = append(cyc, wf.Tasks[i].Name)
+			}
+		}
+		return nil, fmt.Errorf("%w: the workflow has a cycle through tasks %s", ErrInvalid, strings.Join(cyc, ", "))
+	}
+	return order, nil
+}
+
+func validTaskName(name string) error {
+	if name == "" || len(name) > MaxTaskName {
+		return fmt.Errorf("%w: task name %q: want 1 to %d characters", ErrInvalid, name, MaxTaskName)
+	}
+	for i := 0; i < len(name); i++ {
+		c := name[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-') {
+			return fmt.Errorf("%w: task name %q: character %q not allowed (want [A-Za-z0-9_-])", ErrInvalid, name, c)
+		}
+	}
+	return nil
+}
+
+// taskOptions refuses the options a workflow's task may not take (WorkflowTask.Task).
+func taskOptions(nj *jobstate.NewJob, now time.Time) error {
+	var bad []string
+	if nj.ChosenID {
+		bad = append(bad, "WithID (a task's id is the workflow's id and its name)")
+	}
+	if nj.RunAt.UnixMilli() > now.UnixMilli() {
+		bad = append(bad, "WithDelay or WithRunAt")
+	}
+	if nj.UniqueKey != "" {
+		bad = append(bad, "WithUnique")
+	}
+	if nj.Debounce != "" {
+		bad = append(bad, "WithDebounce")
+	}
+	if nj.Group != "" {
+		bad = append(bad, "WithGroup")
+	}
+	if nj.Priority > keys.MinPriority {
+		bad = append(bad, "WithPriority")
+	}
+	if nj.LimitKey != "" {
+		bad = append(bad, "WithLimitKey")
+	}
+	if len(bad) > 0 {
+		return fmt.Errorf("%w: a workflow's task cannot take %s", ErrInvalid, strings.Join(bad, ", "))
+	}
+	return nil
+}
+
+// GetWorkflow reads workflow (or batch) id of queue with each task's status. It returns
+// ErrNotFound for an unknown id, or a workflow whose retention ended.
+func (c *Client) GetWorkflow(ctx context.Context, queue, id string) (*WorkflowState, error) {
+	return getWorkflow(ctx, c.rdb, c.cfg.Prefix, queue, id, c.partitions)
+}
+
+// Workflow reads workflow (or batch) id of queue, as Client.GetWorkflow.
+func (i *Inspector) Workflow(ctx context.Context, queue, id string) (*WorkflowState, error) {
+	return getWorkflow(ctx, i.rdb, i.cfg.Prefix, queue, id, func(ctx context.Context, queue string, _ bool) (int, error) {
+		return partitionCount(ctx, i.rdb, i.cfg.Prefix, queue)
+	})
+}
+
+func getWorkflow(ctx context.Context, rdb redis.UniversalClient, prefix, queue, id string, parts func(context.Context, string, bool) (int, error)) (*WorkflowState, error) {
+	if err := validate(queue, id); err != nil {
+		return nil, err
+	}
+	p, err := parts(ctx, queue, false)
+	if err != nil {
+		return nil, err
+	}
+	// The partition the id routes to under today's count first, then the others: a count
+	// changed since the workflow was published leaves it where it was.
+	for _, q := range lookupOrder(prefix, queue, id, p) {
+		st, err := readWorkflow(ctx, rdb, q, id)
+		if !errors.Is(err, ErrNotFound) {
+			return st, err
+		}
+	}
+	return nil, ErrNotFound
+}
+
+func readWorkflow(ctx context.Context, rdb redis.UniversalClient, q keys.Queue, id string) (*WorkflowState, error) {
+	rec, rows, found, err := jobstate.ReadWorkflow(ctx, rdb, q, id)
+	if err != nil {
+		return nil, fmt.Errorf("workflow %s/%s: %w", q.Name(), id, err)
+	}
+	if !found {
+		return nil, ErrNotFound
+	}
+	st := &WorkflowState{ID: id, Queue: q.Name(), Name: rec.Name, Kind: rec.Kind, CreatedAt: rec.CreatedAt,
+		FinishedAt: rec.FinishedAt, Total: rec.Total, Completed: rec.Completed, Failed: rec.Failed,
+		Canceled: rec.Canceled, Purged: rec.Purged, Tasks: make([]WorkflowTaskState, len(rec.Tasks))}
+	for i, t := range rec.Tasks {
+		r := rows[i]
+		ts := WorkflowTaskState{Name: t.Name, JobID: t.ID, Type: t.Type, After: t.After, Finally: t.Finally,
+			Status: Status(r.Status), Attempt: r.Attempt, LastError: r.LastError, StartedAt: r.StartedAt,
+			FinishedAt: r.Finished}
+		if !r.Found {
+			switch rec.TaskStatus[t.Name] {
+			case "C":
+				ts.Status = StatusCompleted
+			case "F":
+				ts.Status = StatusFailed
+			case "X":
+				ts.Status = StatusCanceled
+			case "P":
+				ts.Status = "purged"
+			}
+		}
+		st.Tasks[i] = ts
+	}
+	st.Status = WorkflowRunning
+	switch final := st.Completed + st.Failed + st.Canceled + st.Purged; {
+	case st.Completed == st.Total:
+		st.Status = WorkflowCompleted
+	case final < st.Total:
+	case st.Failed > 0:
+		st.Status = WorkflowFailed
+	default:
+		st.Status = WorkflowCanceled
+	}
+	return st, nil
+}
+
+// Dependencies reads what the job's handler may know of the tasks it waits for: their
+// outcomes' counts and the results of those that completed. The job must be a task of a
+// workflow or a batch's callback handed to its handler by a Worker; otherwise it returns an
+// error wrapping ErrInvalid.
+func (j *Job) Dependencies(ctx context.Context) (*Dependencies, error) {
+	if j.progress == nil {
+		return nil, fmt.Errorf("%w: job %s was not handed to a handler by a Worker", ErrInvalid, j.ID)
+	}
+	rdb, q := j.progress.w.rdb, *j.progress.q
+	d, err := jobstate.ReadTaskDeps(ctx, rdb, q, j.ID)
+	if err != nil {
+		return nil, err
+	}
+	if d.Workflow == "" {
+		return nil, fmt.Errorf("%w: job %s is no task of a workflow", ErrInvalid, j.ID)
+	}
+	wfID := strings.TrimPrefix(d.Workflow, q.Workflow(""))
+	names := make([]string, len(d.Deps))
+	for i, dep := range d.Deps {
+		names[i] = strings.TrimPrefix(dep, wfID+".")
+	}
+	res, err := jobstate.TaskResults(ctx, rdb, d.Workflow, names)
+	if err != nil {
+		return nil, err
+	}
+	return &Dependencies{Workflow: wfID, Completed: d.Completed, Failed: d.Failed, Canceled: d.Canceled, Results: res}, nil
+}
+
+// workflowJSON is the wire form of a WorkflowState: the CLI's `workflows get --json` and the
+// HTTP API's.
+type workflowJSON struct {
+	ID         string             `json:"id"`
+	Queue      string             `json:"queue"`
+	Name       string             `json:"name"`
+	Kind       string             `json:"kind"`
+	Status     WorkflowStatus     `json:"status"`
+	CreatedAt  int64              `json:"created_at"`
+	FinishedAt int64              `json:"finished_at"`
+	Total      int                `json:"total"`
+	Completed  int                `json:"completed"`
+	Failed     int                `json:"failed"`
+	Canceled   int                `json:"canceled"`
+	Purged     int                `json:"purged"`
+	Duplicate  bool               `json:"duplicate,omitempty"`
+	Tasks      []workflowTaskJSON `json:"tasks"`
+}
+
+type workflowTaskJSON struct {
+	Name       string   `json:"name"`
+	JobID      string   `json:"job_id"`
+	Type       string   `json:"type"`
+	After      []string `json:"after"`
+	Finally    bool     `json:"finally"`
+	Status     Status   `json:"status"`
+	Attempt    int      `json:"attempt"`
+	LastError  string   `json:"last_error"`
+	StartedAt  int64    `json:"started_at"`
+	FinishedAt int64    `json:"finished_at"`
+}
+
+// MarshalJSON writes the workflow with times as unix milliseconds (0 when not yet).
+func (s *WorkflowState) MarshalJSON() ([]byte, error) {
+	w := workflowJSON{ID: s.ID, Queue: s.Queue, Name: s.Name, Kind: s.Kind, Status: s.Status,
+		CreatedAt: unixMS(s.CreatedAt), FinishedAt: unixMS(s.FinishedAt), Total: s.Total,
+		Completed: s.Completed, Failed: s.Failed, Canceled: s.Canceled, Purged: s.Purged,
+		Duplicate: s.Duplicate, Tasks: make([]workflowTaskJSON, len(s.Tasks))}
+	for i, t := range s.Tasks {
+		after := t.After
+		if after == nil {
+			after = []string{}
+		}
+		w.Tasks[i] = workflowTaskJSON{Name: t.Name, JobID: t.JobID, Type: t.Type, After: after,
+			Finally: t.Finally, Status: t.Status, Attempt: t.Attempt, LastError: t.LastError,
+			StartedAt: unixMS(t.StartedAt), FinishedAt: unixMS(t.FinishedAt)}
+	}
+	return json.Marshal(w)
+}
