@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -460,17 +461,61 @@ func readWorkflow(ctx context.Context, rdb redis.UniversalClient, q keys.Queue, 
 		}
 		st.Tasks[i] = ts
 	}
-	st.Status = WorkflowRunning
-	switch final := st.Completed + st.Failed + st.Canceled + st.Purged; {
-	case st.Completed == st.Total:
-		st.Status = WorkflowCompleted
-	case final < st.Total:
-	case st.Failed > 0:
-		st.Status = WorkflowFailed
-	default:
-		st.Status = WorkflowCanceled
-	}
+	st.Status = st.derive()
 	return st, nil
+}
+
+// derive is the workflow's status from its counts.
+func (s *WorkflowState) derive() WorkflowStatus {
+	switch final := s.Completed + s.Failed + s.Canceled + s.Purged; {
+	case s.Completed == s.Total:
+		return WorkflowCompleted
+	case final < s.Total:
+		return WorkflowRunning
+	case s.Failed > 0:
+		return WorkflowFailed
+	default:
+		return WorkflowCanceled
+	}
+}
+
+// MaxWorkflowList bounds Inspector.Workflows' limit.
+const MaxWorkflowList = 1000
+
+// Workflows lists the newest workflows (and batches) of queue, newest first, at most limit
+// (1 to MaxWorkflowList), without their tasks (Tasks is nil: Workflow reads one whole). Each
+// queue (partition) indexes its last keys.WorkflowIndexCap (10,000) workflows; those whose
+// retention ended are skipped.
+func (i *Inspector) Workflows(ctx context.Context, queue string, limit int) ([]*WorkflowState, error) {
+	if err := validate(queue, ""); err != nil {
+		return nil, err
+	}
+	if limit < 1 || limit > MaxWorkflowList {
+		return nil, fmt.Errorf("%w: limit %d: want 1 to %d", ErrInvalid, limit, MaxWorkflowList)
+	}
+	qs, err := i.partitions(ctx, queue)
+	if err != nil {
+		return nil, err
+	}
+	var out []*WorkflowState
+	for _, q := range qs {
+		sums, err := jobstate.ListWorkflows(ctx, i.rdb, q, limit)
+		if err != nil {
+			return nil, fmt.Errorf("workflows of %s: %w", queue, err)
+		}
+		for _, w := range sums {
+			st := &WorkflowState{ID: w.ID, Queue: queue, Name: w.Name, Kind: w.Kind, CreatedAt: w.CreatedAt,
+				FinishedAt: w.FinishedAt, Total: w.Total, Completed: w.Completed, Failed: w.Failed,
+				Canceled: w.Canceled, Purged: w.Purged}
+			st.Status = st.derive()
+			out = append(out, st)
+		}
+	}
+	slices.SortStableFunc(out, func(a, b *WorkflowState) int { return b.CreatedAt.Compare(a.CreatedAt) })
+	if len(out) > limit {
+		out = out[:limit]
+	}
+	return out, nil
 }
 
 // Dependencies reads what the job's handler may know of the tasks it waits for: their
@@ -504,20 +549,21 @@ func (j *Job) Dependencies(ctx context.Context) (*Dependencies, error) {
 // workflowJSON is the wire form of a WorkflowState: the CLI's `workflows get --json` and the
 // HTTP API's.
 type workflowJSON struct {
-	ID         string             `json:"id"`
-	Queue      string             `json:"queue"`
-	Name       string             `json:"name"`
-	Kind       string             `json:"kind"`
-	Status     WorkflowStatus     `json:"status"`
-	CreatedAt  int64              `json:"created_at"`
-	FinishedAt int64              `json:"finished_at"`
-	Total      int                `json:"total"`
-	Completed  int                `json:"completed"`
-	Failed     int                `json:"failed"`
-	Canceled   int                `json:"canceled"`
-	Purged     int                `json:"purged"`
-	Duplicate  bool               `json:"duplicate,omitempty"`
-	Tasks      []workflowTaskJSON `json:"tasks"`
+	ID         string         `json:"id"`
+	Queue      string         `json:"queue"`
+	Name       string         `json:"name"`
+	Kind       string         `json:"kind"`
+	Status     WorkflowStatus `json:"status"`
+	CreatedAt  int64          `json:"created_at"`
+	FinishedAt int64          `json:"finished_at"`
+	Total      int            `json:"total"`
+	Completed  int            `json:"completed"`
+	Failed     int            `json:"failed"`
+	Canceled   int            `json:"canceled"`
+	Purged     int            `json:"purged"`
+	Duplicate  bool           `json:"duplicate,omitempty"`
+	// Tasks is absent from a listing's summaries (Inspector.Workflows).
+	Tasks []workflowTaskJSON `json:"tasks,omitempty"`
 }
 
 type workflowTaskJSON struct {
@@ -539,6 +585,9 @@ func (s *WorkflowState) MarshalJSON() ([]byte, error) {
 		CreatedAt: unixMS(s.CreatedAt), FinishedAt: unixMS(s.FinishedAt), Total: s.Total,
 		Completed: s.Completed, Failed: s.Failed, Canceled: s.Canceled, Purged: s.Purged,
 		Duplicate: s.Duplicate, Tasks: make([]workflowTaskJSON, len(s.Tasks))}
+	if s.Tasks == nil {
+		w.Tasks = nil // a listing's summary: no tasks read
+	}
 	for i, t := range s.Tasks {
 		after := t.After
 		if after == nil {

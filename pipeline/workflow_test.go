@@ -278,3 +278,25 @@ func TestWorkflowRefusesBadInput(t *testing.T) {
 	}
 	require.Empty(t, b.queueKeys(t), "nothing written")
 }
+
+// The queue's workflows are listed newest first, without their tasks.
+func TestInspectorWorkflowsNewestFirst(t *testing.T) {
+	t.Parallel()
+	b := setup(t, setupOpts{fixedClock: true})
+	ctx := context.Background()
+	for i := range 3 {
+		_, err := b.client.Workflow(ctx, b.queue, pipeline.Workflow{ID: fmt.Sprintf("wf-%d", i), Name: fmt.Sprintf("n%d", i),
+			Tasks: []pipeline.WorkflowTask{{Name: "a", Task: pipeline.Task{Type: "t"}}}})
+		require.NoError(t, err)
+		b.now = b.now.Add(time.Second) // distinct publish times: the index's order
+	}
+	got, err := b.insp.Workflows(ctx, b.queue, 2)
+	require.NoError(t, err)
+	require.Len(t, got, 2)
+	require.Equal(t, "wf-2", got[0].ID)
+	require.Equal(t, "wf-1", got[1].ID)
+	require.Nil(t, got[0].Tasks)
+	require.Equal(t, pipeline.WorkflowRunning, got[0].Status)
+	_, err = b.insp.Workflows(ctx, b.queue, 0)
+	require.ErrorIs(t, err, pipeline.ErrInvalid)
+}

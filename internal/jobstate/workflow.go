@@ -85,10 +85,11 @@ var ErrWorkflowConflict = errors.New("workflow conflicts with what exists")
 // the tasks it queued (by index; "" for a waiting one), ErrClosed when the queue's partition
 // layout is closed, and an error wrapping ErrWorkflowConflict on a conflict.
 func PublishWorkflow(ctx context.Context, rdb redis.Scripter, q keys.Queue, now time.Time, wf *NewWorkflow) (existed bool, entries []string, err error) {
-	ks := make([]string, 0, 5+len(wf.Tasks))
-	ks = append(ks, q.Stream(), q.Stats(), q.Workflow(wf.ID), q.Closed(), q.Workflows())
-	args := make([]any, 0, 5+11*len(wf.Tasks))
-	args = append(args, now.UnixMilli(), wf.Name, wf.Kind, wf.Doc(), retentionMS(wf.Retention))
+	ks := make([]string, 0, 6+len(wf.Tasks))
+	ks = append(ks, q.Stream(), q.Stats(), q.Workflow(wf.ID), q.Closed(), q.Workflows(), q.WorkflowIndex())
+	args := make([]any, 0, 7+11*len(wf.Tasks))
+	args = append(args, now.UnixMilli(), wf.Name, wf.Kind, wf.Doc(), retentionMS(wf.Retention),
+		keys.WorkflowIndexCap, wf.ID)
 	for i := range wf.Tasks {
 		t := &wf.Tasks[i]
 		j := &t.Job
@@ -259,6 +260,53 @@ func TaskResults(ctx context.Context, rdb redis.UniversalClient, wfKey string, n
 		if s, ok := x.(string); ok {
 			out[names[i]] = []byte(s)
 		}
+	}
+	return out, nil
+}
+
+// WorkflowSummary is a workflow's hash without its tasks (ListWorkflows).
+type WorkflowSummary struct {
+	ID                                         string
+	Name, Kind                                 string
+	CreatedAt                                  time.Time
+	FinishedAt                                 time.Time
+	Total, Completed, Failed, Canceled, Purged int
+}
+
+// ListWorkflows reads the newest workflows of q, newest first, at most n (those expired are
+// skipped), from the queue's index of workflows.
+func ListWorkflows(ctx context.Context, rdb redis.UniversalClient, q keys.Queue, n int) ([]WorkflowSummary, error) {
+	// Read twice what is asked: ids whose workflow expired are skipped, not deleted.
+	ids, err := rdb.ZRevRangeWithScores(ctx, q.WorkflowIndex(), 0, int64(2*n-1)).Result()
+	if err != nil {
+		return nil, rediserr.Wrap("workflows", err)
+	}
+	pipe := rdb.Pipeline()
+	cmds := make([]*redis.SliceCmd, len(ids))
+	for i, z := range ids {
+		id, _ := z.Member.(string)
+		cmds[i] = pipe.HMGet(ctx, q.Workflow(id), keys.FieldWorkflowName, keys.FieldWorkflowKind,
+			keys.FieldWorkflowCreated, keys.FieldWorkflowFinished, keys.FieldWorkflowTasks,
+			keys.FieldWorkflowCompleted, keys.FieldWorkflowFailed, keys.FieldWorkflowCanceled,
+			keys.FieldWorkflowPurged)
+	}
+	if len(cmds) > 0 {
+		if _, err := pipe.Exec(ctx); err != nil {
+			return nil, rediserr.Wrap("workflows", err)
+		}
+	}
+	out := make([]WorkflowSummary, 0, min(n, len(ids)))
+	for i, c := range cmds {
+		v := c.Val()
+		if v[4] == nil || len(out) == n {
+			continue
+		}
+		s := func(k int) string { x, _ := v[k].(string); return x }
+		num := func(k int) int { x, _ := strconv.Atoi(s(k)); return x }
+		id, _ := ids[i].Member.(string)
+		out = append(out, WorkflowSummary{ID: id, Name: s(0), Kind: s(1), CreatedAt: fromMS(int64(num(2))),
+			FinishedAt: fromMS(int64(num(3))), Total: num(4), Completed: num(5), Failed: num(6),
+			Canceled: num(7), Purged: num(8)})
 	}
 	return out, nil
 }

@@ -1,13 +1,16 @@
 -- workflow.lua: publish a workflow (or a batch): its hash and every task, in one call.
 -- KEYS[1] stream, KEYS[2] stats hash, KEYS[3] the workflow's hash (keys.Queue.Workflow),
 --   KEYS[4] the closed flag (keys.Closed), KEYS[5] the queue's workflows flag
---   (keys.Queue.Workflows), then KEYS[5+i] the hash of task i
+--   (keys.Queue.Workflows), KEYS[6] the queue's index of workflows (keys.Queue.WorkflowIndex),
+--   then KEYS[6+i] the hash of task i
 -- ARGV[1] now (unix ms), ARGV[2] name, ARGV[3] kind, ARGV[4] the tasks as JSON (what readers
 --   show; the scripts never parse it), ARGV[5] the retention (ms) the workflow's hash takes
 --   once it finished, then 11 values per task, in a topological order:
 --   id, name, type, payload, metadata, max_retries, timeout_ms, retention_ms ('' = the queue
 --   default), the ids it waits for, the ids that wait for it (both space-separated), then
---   '1' for a Finally task ('' otherwise)
+--   '1' for a Finally task ('' otherwise); before the tasks, ARGV[6] the index's cap
+--   (keys.WorkflowIndexCap) and ARGV[7] the workflow's id, so the tasks' values start at
+--   ARGV[8]
 -- A task that waits for none is queued at once (a stream entry); the others are 'waiting',
 -- with their payload and metadata in their hash, until the script that ends their last
 -- dependency puts them into the stream (lib.lua's cv_wf_end).
@@ -22,9 +25,9 @@ if redis.call('EXISTS', KEYS[3]) == 1 then
   return {CV_CONFLICT, 'workflow exists with other tasks'}
 end
 local n = 0
-for a = 6, #ARGV, 11 do
+for a = 8, #ARGV, 11 do
   n = n + 1
-  if redis.call('EXISTS', KEYS[5 + n]) == 1 then
+  if redis.call('EXISTS', KEYS[6 + n]) == 1 then
     return {CV_CONFLICT, 'job ' .. ARGV[a] .. ' exists'}
   end
 end
@@ -35,7 +38,7 @@ redis.call('HSET', wfkey, 'name', ARGV[2], 'kind', ARGV[3], 'doc', ARGV[4], 'cre
   'retention_ms', ARGV[5], 'tasks', n, 'completed', 0, 'failed', 0, 'canceled', 0, 'purged', 0)
 local out = {CV_OK}
 local i = 0
-for a = 6, #ARGV, 11 do
+for a = 8, #ARGV, 11 do
   i = i + 1
   local id, name, typ, payload, md = ARGV[a], ARGV[a + 1], ARGV[a + 2], ARGV[a + 3], ARGV[a + 4]
   local mr, tmo, ret = ARGV[a + 5], ARGV[a + 6], ARGV[a + 7]
@@ -60,7 +63,10 @@ for a = 6, #ARGV, 11 do
     f[#f + 1] = 'metadata'; f[#f + 1] = md
     out[#out + 1] = ''
   end
-  redis.call('HSET', KEYS[5 + i], unpack(f))
+  redis.call('HSET', KEYS[6 + i], unpack(f))
 end
 redis.call('HINCRBY', KEYS[2], 'enqueued', n)
+redis.call('ZADD', KEYS[6], now, ARGV[7]) -- the index of workflows, trimmed to its cap
+local over = redis.call('ZCARD', KEYS[6]) - tonumber(ARGV[6])
+if over > 0 then redis.call('ZREMRANGEBYRANK', KEYS[6], 0, over - 1) end
 return out

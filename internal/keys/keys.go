@@ -442,6 +442,14 @@ func (q Queue) Workflow(id string) string { return q.base + "wf:" + id }
 // every other queue's jobs a read.
 func (q Queue) Workflows() string { return q.base + "workflows" }
 
+// WorkflowIndex lists the queue's workflows newest first: a sorted set of workflow ids scored
+// by when each was published, trimmed to WorkflowIndexCap by workflow.lua. An id whose
+// workflow expired stays until trimmed; readers skip it.
+func (q Queue) WorkflowIndex() string { return q.base + "workflows:index" }
+
+// WorkflowIndexCap bounds a queue's (partition's) WorkflowIndex, in ids.
+const WorkflowIndexCap = 10000
+
 // RecoveryLock is the key of the lock that lets one recoverer at a time scan the queue.
 func (q Queue) RecoveryLock() string { return q.base + "lock:recovery" }
 
