@@ -42,6 +42,15 @@ type apiWorkflow struct {
 // waitFor and tick bound the waits for a workflow's worker: events, not margins.
 const waitFor, tick = 10 * time.Second, 5 * time.Millisecond
 
+// workflow publishes a workflow of one task into the env's queue and returns its id.
+func (e *apiEnv) workflow() string {
+	e.t.Helper()
+	st, err := e.client.Workflow(e.t.Context(), e.queue, pipeline.Workflow{Tasks: []pipeline.WorkflowTask{
+		{Name: "a", Task: pipeline.Task{Type: "echo"}}}})
+	require.NoError(e.t, err)
+	return st.ID
+}
+
 func (e *apiEnv) workflows() string { return "/v1/queues/" + e.queue + "/workflows" }
 func (e *apiEnv) batches() string   { return "/v1/queues/" + e.queue + "/batches" }
 
