@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
+	"runtime"
 	"strings"
 	"testing"
 
@@ -118,4 +119,37 @@ func TestDecodeWorkflowTooManyTasks(t *testing.T) {
 	body.WriteString(`]}`)
 	_, err := DecodeWorkflow(&body)
 	require.ErrorContains(t, err, "tasks has at least 5001 elements, the limit is 5000")
+}
+
+// A workflow body is read one task at a time, as a batch's: 16 MiB of {} or of tasks past the
+// limit allocates a small multiple of the body at most. Not parallel: it reads the process's
+// allocation counters.
+func TestDecodeWorkflowMemoryBounded(t *testing.T) {
+	const limit = DefaultMaxBatchBodyBytes
+	fill := func(head, elem, tail string) []byte {
+		n := (limit - len(head) - len(tail) + 1) / (len(elem) + 1)
+		b := append([]byte(head), bytes.Repeat([]byte(elem+","), n)...)
+		return append(b[:len(b)-1], tail...)
+	}
+	for _, tc := range []struct {
+		name string
+		body []byte
+		want string
+	}{
+		{"EmptyObjects", fill(`{"tasks":[`, `{}`, `]}`), "tasks[0]: type is required"},
+		{"Tasks", fill(`{"tasks":[`, `{"name":"a","type":"e"}`, `]}`), "tasks has at least 5001 elements"},
+		{"Numbers", fill(`{"tasks":[`, `1`, `]}`), "tasks[0]: want a JSON object"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			runtime.GC()
+			var before, after runtime.MemStats
+			runtime.ReadMemStats(&before)
+			_, err := DecodeWorkflow(bytes.NewReader(tc.body))
+			runtime.ReadMemStats(&after)
+			require.ErrorContains(t, err, tc.want)
+			ratio := float64(after.TotalAlloc-before.TotalAlloc) / float64(len(tc.body))
+			t.Logf("%d bytes of body, %.2fx allocated", len(tc.body), ratio)
+			require.LessOrEqual(t, ratio, 1.0)
+		})
+	}
 }
