@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/conveyorq/conveyor/api"
+	"github.com/conveyorq/conveyor/internal/keys"
 	"github.com/conveyorq/conveyor/pipeline"
 )
 
@@ -56,6 +57,10 @@ started_at, finished_at}], as GET /v1/queues/{queue}/workflows/{id} answers. An 
 		Example: "  conveyor " + what + "s get --queue builds release-42\n  conveyor " + what + "s get release-42 --json | jq -r .status",
 		Args:    exactlyOne(what + " id"),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			// The library takes "" for no id; on the command line it is a mistake.
+			if err := keys.ValidateID(args[0]); err != nil {
+				return usageError{err}
+			}
 			insp, err := a.inspector()
 			if err != nil {
 				return err
