@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -54,8 +55,9 @@ status, created_at, finished_at (unix milliseconds, 0 when not yet), total, comp
 canceled, purged and tasks [{name, job_id, type, after, finally, status, attempt, last_error,
 started_at, finished_at}], as GET /v1/queues/{queue}/workflows/{id} answers. An unknown id
 (or one whose retention ended) exits 1.`,
-		Example: "  conveyor " + what + "s get --queue builds release-42\n  conveyor " + what + "s get release-42 --json | jq -r .status",
-		Args:    exactlyOne(what + " id"),
+		Example:           "  conveyor " + what + "s get --queue builds release-42\n  conveyor " + what + "s get release-42 --json | jq -r .status",
+		Args:              exactlyOne(what + " id"),
+		ValidArgsFunction: a.completeWorkflowIDs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			// The library takes "" for no id; on the command line it is a mistake.
 			if err := keys.ValidateID(args[0]); err != nil {
@@ -276,4 +278,33 @@ func (a *app) printPublished(st *pipeline.WorkflowState, asJSON bool) error {
 	}
 	_, err := fmt.Fprintln(a.stdout, st.ID)
 	return err
+}
+
+// completeWorkflowIDs offers the ids of the 100 newest workflows and batches of the --queue
+// being completed (the argument of 'workflows get' and 'batches get'), with their name and
+// status, or nothing when Redis does not answer within completionTimeout.
+func (a *app) completeWorkflowIDs(cmd *cobra.Command, args []string, toComplete string) ([]cobra.Completion, cobra.ShellCompDirective) {
+	const directive = cobra.ShellCompDirectiveNoFileComp
+	if len(args) > 0 {
+		return nil, directive
+	}
+	queue, _ := cmd.Flags().GetString("queue")
+	insp, done, err := a.completionInspector()
+	if err != nil {
+		return nil, directive
+	}
+	defer done()
+	ctx, cancel := context.WithTimeout(cmd.Context(), completionTimeout)
+	defer cancel()
+	list, err := insp.Workflows(ctx, queue, 100)
+	if err != nil {
+		return nil, directive
+	}
+	var out []cobra.Completion
+	for _, st := range list {
+		if strings.HasPrefix(st.ID, toComplete) {
+			out = append(out, cobra.CompletionWithDesc(st.ID, st.Kind+" "+orDash(st.Name)+": "+string(st.Status)))
+		}
+	}
+	return out, directive
 }

@@ -127,3 +127,14 @@ func TestPrintWorkflowDead(t *testing.T) {
 	require.Regexp(t, `(?m)^b +dead +a +3 +boom at line 2$`, out)
 	require.Regexp(t, `(?m)^c +purged +a +1 +-$`, out)
 }
+
+// 'workflows get' completes the ids of the queue's newest workflows.
+func TestWorkflowIDCompletion(t *testing.T) {
+	t.Parallel()
+	c := newCmdRunner(t)
+	c.ok("workflows", "publish", "-q", "q", "--file", writeFile(t, `{"id":"wf-7","name":"nightly","tasks":[{"name":"a","type":"echo"}]}`))
+	// The word to complete comes last: the connection's flags go before it.
+	stdout, stderr, code := runInProcess(t, "", "__complete", "--redis", c.url, "--prefix", c.prefix, "workflows", "get", "-q", "q", "wf")
+	require.Equal(t, 0, code, stderr)
+	require.Equal(t, "wf-7\tworkflow nightly: running\n:4\n", stdout)
+}
