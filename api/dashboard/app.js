@@ -1453,6 +1453,10 @@
 
   const WF_LIST_LIMIT = 100;
   const DAG_COLLAPSE = 30; // a layer of more tasks than this is drawn as one box of counts
+  // Past this many boxes, every layer of several tasks is one box, and past this many layers
+  // only the first DAG_MAX_LAYERS are drawn: a chain of thousands is read in the table.
+  const DAG_MAX_NODES = 150;
+  const DAG_MAX_LAYERS = 40;
   const TASKS_SHOWN = 100; // task rows shown before "Show all"
   const AFTER_SHOWN = 5; // dependency names shown in a task row before "and N more"
   const wfHref = (q, id) => queueHref(q, 'workflows') + (id ? '/' + enc(id) : '');
@@ -1637,7 +1641,8 @@
 
   // dagLayout places the tasks in layers (a task's layer is one more than its dependencies'
   // deepest) and each layer in a column. A layer of more than DAG_COLLAPSE tasks becomes one
-  // group node: a fan-out of a thousand is read as counts, not drawn.
+  // group node: a fan-out of a thousand is read as counts, not drawn. Too many boxes still, and
+  // every layer of several tasks is one; too many layers, and the first DAG_MAX_LAYERS show.
   function dagLayout(tasks) {
     const at = new Map(tasks.map((t, i) => [t.name, i]));
     const layer = tasks.map(() => 0);
@@ -1654,11 +1659,14 @@
     }
     const byLayer = [];
     tasks.forEach((t, i) => { (byLayer[layer[i]] = byLayer[layer[i]] || []).push(i); });
+    const boxes = (at) => byLayer.reduce((a, m) => a + (m.length > at ? 1 : m.length), 0);
+    const collapseAt = boxes(DAG_COLLAPSE) > DAG_MAX_NODES ? 1 : DAG_COLLAPSE;
+    const shown = boxes(collapseAt) > DAG_MAX_NODES ? Math.min(byLayer.length, DAG_MAX_LAYERS) : byLayer.length;
     const nodes = [];
     const nodeOf = tasks.map(() => -1);
-    const columns = byLayer.map((members, l) => {
+    const columns = byLayer.slice(0, shown).map((members, l) => {
       members = members || [];
-      if (members.length > DAG_COLLAPSE) {
+      if (members.length > collapseAt) {
         const counts = {};
         for (const i of members) counts[tasks[i].status] = (counts[tasks[i].status] || 0) + 1;
         const n = nodes.push({ group: true, layer: l, tasks: members, counts }) - 1;
@@ -1675,7 +1683,7 @@
         const d = at.get(a);
         if (d === undefined) continue;
         const from = nodeOf[d], to = nodeOf[i], key = from + '>' + to;
-        if (from === to || seen.has(key)) continue;
+        if (from < 0 || to < 0 || from === to || seen.has(key)) continue;
         seen.add(key);
         edges.push({ from, to });
         preds[to].push(from);
@@ -1691,7 +1699,8 @@
       columns[l] = keyed.map((x) => x[2]);
       columns[l].forEach((n, k) => { pos[n] = k; });
     }
-    return { nodes, edges, columns };
+    const hidden = byLayer.slice(shown).reduce((a, m) => a + m.length, 0);
+    return { nodes, edges, columns, layers: byLayer.length, hidden };
   }
 
   // dagDrawing draws the workflow's tasks as an SVG: boxes in columns by layer, colored by
@@ -1700,7 +1709,7 @@
   function dagDrawing(q, tasks) {
     if (tasks.length === 0) return h('p', { class: 'muted' }, 'No tasks.');
     const NW = 168, NH = 42, GAP_X = 64, GAP_Y = 14, PAD = 12, LINE = 16;
-    const { nodes, edges, columns } = dagLayout(tasks);
+    const { nodes, edges, columns, layers, hidden } = dagLayout(tasks);
     const height = (n) => (nodes[n].group ? 30 + LINE * Object.keys(nodes[n].counts).length : NH);
     const colH = columns.map((col) => col.reduce((a, n) => a + height(n), 0) + GAP_Y * Math.max(0, col.length - 1));
     const maxH = Math.max(...colH);
@@ -1751,7 +1760,10 @@
       s('text', { class: 'node-status', x: x + 10, y: y + 33 }, statusWord(t.status) + (t.finally ? ' · finally' : ''))));
     });
     svg.append(eg, ng);
-    return svg;
+    if (hidden === 0) return svg;
+    return h('div', {}, h('p', { class: 'muted small dag-cut', data: { layers: String(layers), hidden: String(hidden) } },
+      'The first ' + fmtInt(columns.length) + ' of ' + fmtInt(layers) + ' layers; the ' + fmtInt(hidden) +
+      ' tasks of the others are in the table below.'), svg);
   }
 
   // taskTable lists the workflow's tasks in its order, the first TASKS_SHOWN unless all.

@@ -28,6 +28,8 @@ const (
 	wfIdle      = "flows-idle" // no worker reads it
 	wfETL       = "etl-1"
 	etlWidth    = 8 // extract and transform tasks
+	wfChain     = "chain-1"
+	chainLen    = 200 // more layers than the page draws (40)
 )
 
 // etlWorkflow has 4 layers: etlWidth extracts, etlWidth transforms each after two extracts,
@@ -134,6 +136,14 @@ func newWFFixture(t *testing.T) *wfFixture {
 
 	// A wider workflow in a queue no worker reads: its roots stay queued, the rest waiting.
 	_, err = client.Workflow(ctx, wfIdle, etlWorkflow())
+	require.NoError(t, err)
+	links := make([]pipeline.Task, chainLen)
+	for k := range links {
+		links[k] = step(fmt.Sprintf(`{"link":%d}`, k+1))
+	}
+	chain := pipeline.Chain(links...)
+	chain.ID, chain.Name = wfChain, "long chain"
+	_, err = client.Workflow(ctx, wfIdle, chain)
 	require.NoError(t, err)
 
 	ts := httptest.NewServer(dashboardAPI(t, client, insp))
@@ -281,6 +291,17 @@ func TestDashboardWorkflowBrowser(t *testing.T) {
 	b.noSideScroll("workflow etl")
 	b.do("scroll to the graph", chromedp.ScrollIntoView(css("section.dag-card")))
 	b.shot("workflow-etl")
+
+	// A chain of 200: its first 40 layers are drawn, the rest are in the table.
+	b.route("#/queues/" + wfIdle + "/workflows/" + wfChain)
+	b.poll("the long chain is drawn in part", fmt.Sprintf(`(() => {
+		const cut = document.querySelector('.dag-cut');
+		return document.querySelectorAll('svg.dag a.node').length === 40 &&
+			document.querySelectorAll('svg.dag path.edge').length === 39 &&
+			cut !== null && cut.dataset.layers === '%d' && cut.dataset.hidden === '%d' &&
+			document.querySelectorAll('table.wf-task-table tbody tr').length === 100;
+	})()`, chainLen, chainLen-40))
+	b.noSideScroll("workflow chain")
 
 	// A phone's width: the graph scrolls in its box, the page does not scroll sideways.
 	b.do("phone viewport", chromedp.EmulateViewport(390, 844, chromedp.EmulatePortrait, chromedp.EmulateMobile))
