@@ -77,6 +77,7 @@ func newWFFixture(t *testing.T) *wfFixture {
 	require.NoError(t, err)
 	f := &wfFixture{client: client, release: make(chan struct{})}
 	started := make(chan struct{})
+	var startedOnce sync.Once // a second attempt of B (a lost lease) must not close it twice
 	w, err := pipeline.NewWorker(rdb, pipeline.WorkerConfig{
 		Queues:          []string{wfQueue},
 		Name:            "wf-worker-1",
@@ -87,7 +88,7 @@ func newWFFixture(t *testing.T) *wfFixture {
 	require.NoError(t, err)
 	w.Handle("step", func(_ context.Context, j *pipeline.Job) ([]byte, error) { return j.Payload, nil })
 	w.Handle("gate", func(ctx context.Context, _ *pipeline.Job) ([]byte, error) {
-		close(started) // once: the diamond's B is its only job
+		startedOnce.Do(func() { close(started) }) // the diamond's B is its only job
 		select {
 		case <-f.release:
 			return []byte(`"released"`), nil
