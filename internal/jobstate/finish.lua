@@ -16,7 +16,8 @@
 -- worker takes back when the handler returns (admit.lua).
 -- ops:
 --   start   the attempt began (status in_progress); the entry stays pending
---   done    data = result
+--   done    data = result, extra = the attempt's process span's W3C traceparent ('' when
+--           not traced): a workflow's task keeps it for the spans of the tasks it releases
 --   retry   data = error, extra = due time (unix ms); dead instead when retries are exhausted
 --   dead    data = error; straight to the dead set
 --   snooze  data = the most snoozes a job may take, extra = due time (unix ms): scheduled
@@ -170,7 +171,7 @@ for a = 9, #ARGV, 10 do
         redis.call('DEL', h[6]) -- the job ends: free its unique key
       end
       if wfq and op == 'done' then
-        cv_wf_end(jobkey, id, 'C', data, nil, finished, stream, stats, wfev)
+        cv_wf_end(jobkey, id, 'C', data, extra, finished, stream, stats, wfev)
       elseif wfq and dies then
         cv_wf_end(jobkey, id, 'F', nil, data, finished, stream, stats, wfev)
       end

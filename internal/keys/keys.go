@@ -216,6 +216,10 @@ const (
 	// context (its publish span's), which recover.lua reads to report the jobs it put back
 	// to the recoverer's tracing. The header's name, as Trace Context spells it.
 	EntryTraceparent = "traceparent"
+	// EntryTracelinks is another key inside EntryMetadata: the W3C trace contexts of the
+	// process spans of the workflow tasks a task waited for (space-separated, at most 32),
+	// written by the script that releases it; its process span links to them.
+	EntryTracelinks = "tracelinks"
 	// EntryJob packs the rest, see FormatEntryJob. One field instead of four: each field is
 	// two more strings for every reader of every entry to parse, and more work for XADD and
 	// XREADGROUP in Redis (docs/BENCHMARKS.md, "What each change bought").
