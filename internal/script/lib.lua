@@ -274,14 +274,14 @@ end
 -- space-separated in the order given, scored by the call's latest finish. One ZADD a call, not
 -- one a job, is what keeps the index off the hot path's bill: a worker's finish call completes
 -- up to 50 jobs, and an insert into (and, once full, a delete from) a sorted set of 10,000 ids
--- cost Redis 1-2 us a job (docs/BENCHMARKS.md, issue 20). key..':n' counts the ids held. Then
+-- cost Redis 1-2 us a job (docs/BENCHMARKS.md, issue 20). nkey (keys.IndexCount) counts the ids held. Then
 -- it trims, oldest chunk first, the chunks finished before cutoff (unix ms: the retention ended,
 -- so their records expired) and those that take the count beyond cap (keys.FinishedIndexCap),
 -- at most 4 chunks a call (a backlog, a retention or cap lowered, goes over a few calls) and
 -- never the chunk just added: the index holds at most cap ids plus one call's. An id whose
 -- record expired sooner (a job with a shorter retention of its own) is skipped by the listing
 -- until its chunk goes.
-local function cv_index(key, items, cutoff, cap)
+local function cv_index(key, nkey, items, cutoff, cap)
   if #items == 0 then return end
   local ids, top = {}, 0
   for k = 1, #items, 2 do
@@ -291,7 +291,6 @@ local function cv_index(key, items, cutoff, cap)
   end
   local member = table.concat(ids, ' ')
   redis.call('ZADD', key, top, member)
-  local nkey = key .. ':n'
   local n = redis.call('INCRBY', nkey, #ids)
   for _ = 1, 4 do
     local old = redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')
