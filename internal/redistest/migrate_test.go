@@ -3,6 +3,7 @@ package redistest_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/redis/go-redis/v9"
@@ -108,5 +109,76 @@ func TestMigrateSlot(t *testing.T) {
 	readAll()
 	if err := c.MigrateSlot(ctx, slot, "127.0.0.1:1", redistest.SlotMove{}); err == nil {
 		t.Fatal("a move to a non-member succeeded")
+	}
+}
+
+// TestHalfMovedSlotRules pins what Redis Cluster does to scripts while a slot is half-moved,
+// which docs/RELIABILITY.md ("a cluster slot migrated under load") builds on: a script whose
+// declared keys are split between the nodes, or partly absent, is refused (TRYAGAIN); one that
+// touches an undeclared key already moved fails there, after its earlier writes, which stay.
+func TestHalfMovedSlotRules(t *testing.T) {
+	t.Parallel()
+	c := redistest.StartCluster(t)
+	ctx := t.Context()
+	cc := c.Client(t)
+	a, b := "{a}rules:1", "{a}rules:2"
+	for _, k := range []string{a, b} {
+		if err := cc.Set(ctx, k, "v", 0).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	slot := int(cc.ClusterKeySlot(ctx, a).Val())
+	from, err := redistest.MasterOf(ctx, cc, a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	to := c.Addrs[0]
+	if to == from {
+		to = c.Addrs[1]
+	}
+	src := redis.NewClient(&redis.Options{Addr: from, MaxRetries: -1})
+	t.Cleanup(func() { _ = src.Close() })
+	checked := false
+	err = c.MigrateSlot(ctx, slot, to, redistest.SlotMove{Batch: 1, Between: func(ctx context.Context, moved int) error {
+		if moved != 1 {
+			return nil
+		}
+		checked = true
+		here, gone := a, b // one of the two moved
+		if n, _ := src.Exists(ctx, a).Result(); n == 0 {
+			here, gone = b, a
+		}
+		errText := func(e error) string {
+			if e == nil {
+				return "<nil>"
+			}
+			return e.Error()
+		}
+		// Declared keys split between the nodes: refused before the script runs.
+		err := src.Eval(ctx, "return redis.call('GET', KEYS[1])", []string{here, gone}).Err()
+		if !strings.HasPrefix(errText(err), "TRYAGAIN") {
+			t.Errorf("split keys: %v, want TRYAGAIN", err)
+		}
+		// A declared key that exists nowhere yet (a new job's record): refused alike.
+		err = src.Eval(ctx, "return redis.call('GET', KEYS[1])", []string{here, "{a}rules:new"}).Err()
+		if !strings.HasPrefix(errText(err), "TRYAGAIN") {
+			t.Errorf("an absent declared key: %v, want TRYAGAIN", err)
+		}
+		// An undeclared key already moved: the script fails there, its first write kept.
+		err = src.Eval(ctx, "redis.call('SET', KEYS[1], 'written'); return redis.call('GET', ARGV[1])",
+			[]string{here}, gone).Err()
+		if !strings.Contains(errText(err), "non local key") {
+			t.Errorf("an undeclared moved key: %v, want a non local key error", err)
+		}
+		if v, _ := src.Get(ctx, here).Result(); v != "written" {
+			t.Errorf("the write before the failing command: %q, want it kept", v)
+		}
+		return nil
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !checked {
+		t.Fatal("no half-moved state seen")
 	}
 }
