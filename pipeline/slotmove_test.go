@@ -31,7 +31,7 @@ var slotmoveRedirects = flag.Int("slotmove.redirects", 3, "the cluster client's 
 // every handler run, so that the check after the migration does not trust the queue's state.
 type slotLedger struct {
 	mu      sync.Mutex
-	acked   map[string]string // id -> kind ("plain", "delayed", "flaky")
+	acked   map[string]string // id -> kind ("plain", "delayed", "flaky", "unique")
 	pubErrs []string          // publishes that returned an error (their jobs may or may not exist)
 	runs    map[string]int    // handler starts per id
 	done    map[string]int    // successful handler returns per id
@@ -69,7 +69,7 @@ func (l *slotLedger) handler(_ context.Context, j *pipeline.Job) ([]byte, error)
 }
 
 // produce publishes until ctx ends: plain jobs, delayed ones (due within 200 ms), jobs whose
-// first attempt fails, and batches of three; at most the ledger's in-flight bound unfinished.
+// first attempt fails, jobs with a unique key, and batches of three; at most the ledger's in-flight bound unfinished.
 func (l *slotLedger) produce(ctx context.Context, c *pipeline.Client, queue string) {
 	for i := 0; ; i++ {
 		select {
@@ -79,6 +79,9 @@ func (l *slotLedger) produce(ctx context.Context, c *pipeline.Client, queue stri
 		}
 		kind, opts := "plain", []pipeline.Option{pipeline.WithRetention(time.Hour)}
 		switch i % 10 {
+		case 5:
+			kind = "unique" // its unique key, freed by finish.lua, is built inside Lua
+			opts = append(opts, pipeline.WithUnique(fmt.Sprint("u", i), time.Hour))
 		case 6, 7:
 			kind = "delayed"
 			opts = append(opts, pipeline.WithDelay(time.Duration(i%5)*50*time.Millisecond))
@@ -212,7 +215,7 @@ func slotMigration(t *testing.T, live bool, batch int) {
 		Logger:  zerolog.New(zerolog.MultiLevelWriter(zerolog.NewTestWriter(t), logs)).Level(zerolog.WarnLevel),
 	})
 	require.NoError(t, err)
-	for _, typ := range []string{"plain", "delayed", "flaky"} {
+	for _, typ := range []string{"plain", "delayed", "flaky", "unique"} {
 		w.Handle(typ, led.handler)
 	}
 	wctx, stopWorker := context.WithCancel(context.Background())
@@ -355,6 +358,11 @@ func slotMigration(t *testing.T, live bool, batch int) {
 			stray[addr] = ks
 		}
 	}
+	// Every job ended, so finish.lua freed every unique key (keys it finds inside Lua).
+	owner := redis.NewClient(&redis.Options{Addr: home})
+	uniques, err := owner.Keys(ctx, q.UniquePrefix()+"*").Result()
+	_ = owner.Close()
+	require.NoError(t, err)
 	logs.mu.Lock()
 	warnings := append([]string(nil), logs.lines...)
 	logs.mu.Unlock()
@@ -399,6 +407,7 @@ func slotMigration(t *testing.T, live bool, batch int) {
 	require.Empty(t, short(notCompleted), "jobs not completed in Redis")
 	require.Empty(t, short(partial), "job records missing fields")
 	require.Empty(t, stray, "keys of the slot on a master that does not own it")
+	require.Empty(t, short(uniques), "unique keys of ended jobs")
 	require.EqualValues(t, 0, pending.Count, "pending entries")
 	require.Zero(t, st.Queued+st.InProgress+st.Scheduled+st.Dead, "jobs left waiting: %+v", *st)
 	flaky := 0
