@@ -48,6 +48,9 @@ func TestWorkflowFanOutFanIn1000(t *testing.T) {
 	var rootDone atomic.Bool
 	joinSaw := make(chan *pipeline.WorkflowState, 1)
 	joinDeps := make(chan *pipeline.Dependencies, 1)
+	lastGate := make(chan struct{})
+	var gateOnce sync.Once
+	openGate := func() { gateOnce.Do(func() { close(lastGate) }) }
 	b.startWorker(t, pipeline.WorkerConfig{Concurrency: 32}, map[string]pipeline.HandlerFunc{
 		"root": func(context.Context, *pipeline.Job) ([]byte, error) {
 			rootRuns.Add(1)
@@ -63,6 +66,9 @@ func TestWorkflowFanOutFanIn1000(t *testing.T) {
 				rootDone.Store(true)
 			}
 			fanRuns.Add(1)
+			if string(j.Payload) == strconv.Itoa(width-1) {
+				<-lastGate // the test checks the join waits for this one
+			}
 			return []byte(`"r` + string(j.Payload) + `"`), nil
 		},
 		"join": func(ctx context.Context, j *pipeline.Job) ([]byte, error) {
@@ -83,10 +89,23 @@ func TestWorkflowFanOutFanIn1000(t *testing.T) {
 			return nil, nil
 		},
 	})
+	t.Cleanup(openGate) // before the worker's stop: cleanups run last first
 	st, err := b.client.Workflow(ctx, b.queue, fanWorkflow(id, width))
 	require.NoError(t, err)
 	require.Equal(t, width+2, st.Total)
 	require.Equal(t, "join", st.Tasks[width+1].Name)
+
+	// Everything but the last fan task completed (it is held): the join still waits.
+	var held *pipeline.WorkflowState
+	require.Eventually(t, func() bool {
+		held, err = b.client.GetWorkflow(ctx, b.queue, id)
+		return err == nil && held.Completed == width
+	}, 60*time.Second, 5*time.Millisecond)
+	join, err := b.client.Get(ctx, b.queue, id+".join")
+	require.NoError(t, err)
+	require.Equal(t, pipeline.StatusWaiting, join.Status, "the join waits for the last of %d", width)
+	require.EqualValues(t, 0, joinRuns.Load())
+	openGate()
 
 	done := b.waitWorkflow(t, id, pipeline.WorkflowCompleted)
 	require.Equal(t, width+2, done.Completed)
