@@ -548,3 +548,68 @@ func requireRanAfterDeps(t *testing.T, st *pipeline.WorkflowState) {
 		}
 	}
 }
+
+// Client.Wait on the tasks a cascade cancels returns with them canceled, whether a dead task
+// (finish.lua) or a caller's cancel (cancel.lua) started the cascade. (The wait wakes on the
+// first task's own event as well, so this does not show that the cascade's events are sent.)
+func TestWorkflowWaitOnCascade(t *testing.T) {
+	t.Parallel()
+	for _, trigger := range []string{"dead", "cancel"} {
+		t.Run(trigger, func(t *testing.T) {
+			t.Parallel()
+			b := setup(t)
+			ctx := t.Context()
+			release := make(chan struct{})
+			b.startWorker(t, pipeline.WorkerConfig{Concurrency: 2}, map[string]pipeline.HandlerFunc{
+				"gate": func(ctx context.Context, j *pipeline.Job) ([]byte, error) {
+					select {
+					case <-release:
+					case <-ctx.Done():
+						return nil, ctx.Err()
+					}
+					return nil, pipeline.SkipRetry(errors.New("gate failed"))
+				},
+				"ok": echo,
+			})
+			wf := pipeline.Workflow{Tasks: []pipeline.WorkflowTask{
+				{Name: "a", Task: pipeline.Task{Type: "gate"}},
+				{Name: "b", Task: pipeline.Task{Type: "ok"}, After: []string{"a"}},
+				{Name: "c", Task: pipeline.Task{Type: "ok"}, After: []string{"b"}},
+			}}
+			st, err := b.client.Workflow(ctx, b.queue, wf)
+			require.NoError(t, err)
+			b.waitStatus(t, st.ID+".a", pipeline.StatusInProgress)
+			type waited struct {
+				j   *pipeline.Job
+				err error
+			}
+			got := make(chan waited, 2)
+			var started sync.WaitGroup
+			for _, n := range []string{"b", "c"} {
+				started.Add(1)
+				go func() {
+					wctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+					defer cancel()
+					started.Done()
+					j, err := b.client.Wait(wctx, b.queue, st.ID+"."+n)
+					got <- waited{j, err}
+				}()
+			}
+			started.Wait()
+			// The waits subscribe before their first read; a read finds b and c waiting.
+			require.Eventually(t, func() bool {
+				n, err := b.rdb.Exists(ctx, b.q.Watching()).Result()
+				return err == nil && n == 1
+			}, 10*time.Second, 5*time.Millisecond)
+			if trigger == "cancel" {
+				require.NoError(t, b.client.Cancel(ctx, b.queue, st.ID+".a"))
+			}
+			close(release)
+			for range 2 {
+				w := <-got
+				require.NoError(t, w.err)
+				require.Equal(t, pipeline.StatusCanceled, w.j.Status, w.j.ID)
+			}
+		})
+	}
+}
