@@ -92,8 +92,8 @@ type Batch struct {
 const BatchCallback = "callback"
 
 // WorkflowStatus is where a workflow is: running until every task is final, then completed
-// (every task completed), failed (a task is dead: a replay of it resumes the workflow) or
-// canceled (a task was canceled, none is dead).
+// (every task completed), failed (a task is dead: a replay of it resumes the workflow; or a
+// task died and was purged) or canceled (a task was canceled, none died).
 type WorkflowStatus string
 
 // The statuses of a workflow.
@@ -475,7 +475,8 @@ func (s *WorkflowState) derive() WorkflowStatus {
 		return WorkflowCompleted
 	case final < s.Total:
 		return WorkflowRunning
-	case s.Failed > 0:
+	case s.Failed > 0 || s.Purged > 0:
+		// A purged task died: purging it ends the workflow, it does not make it canceled.
 		return WorkflowFailed
 	default:
 		return WorkflowCanceled

@@ -613,3 +613,37 @@ func TestWorkflowWaitOnCascade(t *testing.T) {
 		})
 	}
 }
+
+// Purging a workflow's dead task ends the workflow: it counts the task purged, stamps the
+// end, and gives the workflow and the tasks the death canceled a retention. The workflow had
+// a task die: it failed, whether the dead task is still there or purged.
+func TestWorkflowPurgedDeadTask(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := t.Context()
+	b.startWorker(t, pipeline.WorkerConfig{Concurrency: 2}, map[string]pipeline.HandlerFunc{
+		"ok":  echo,
+		"bad": func(context.Context, *pipeline.Job) ([]byte, error) { return nil, pipeline.SkipRetry(errors.New("bad")) },
+	})
+	wf := pipeline.Workflow{Tasks: []pipeline.WorkflowTask{
+		{Name: "a", Task: pipeline.Task{Type: "ok"}},
+		{Name: "b", Task: pipeline.Task{Type: "bad"}, After: []string{"a"}},
+		{Name: "c", Task: pipeline.Task{Type: "ok"}, After: []string{"b"}},
+	}}
+	st, err := b.client.Workflow(ctx, b.queue, wf)
+	require.NoError(t, err)
+	b.waitWorkflow(t, st.ID, pipeline.WorkflowFailed)
+	require.Equal(t, time.Duration(-1), b.rdb.PTTL(ctx, b.q.Job(st.ID+".c")).Val(), "kept for a replay")
+	n, err := b.insp.Purge(ctx, b.queue, st.ID+".b")
+	require.NoError(t, err)
+	require.Equal(t, 1, n)
+	end, err := b.client.GetWorkflow(ctx, b.queue, st.ID)
+	require.NoError(t, err)
+	require.Equal(t, 1, end.Purged)
+	require.Zero(t, end.Failed)
+	require.Equal(t, 1, end.Canceled)
+	require.False(t, end.FinishedAt.IsZero(), "finished once the dead task is purged")
+	require.Positive(t, b.rdb.PTTL(ctx, b.q.Workflow(st.ID)).Val(), "the workflow's retention")
+	require.Positive(t, b.rdb.PTTL(ctx, b.q.Job(st.ID+".c")).Val(), "the canceled task's retention")
+	require.Equal(t, pipeline.WorkflowFailed, end.Status, "a task died: purging it does not make the workflow canceled")
+}
