@@ -647,3 +647,51 @@ func TestWorkflowPurgedDeadTask(t *testing.T) {
 	require.Positive(t, b.rdb.PTTL(ctx, b.q.Job(st.ID+".c")).Val(), "the canceled task's retention")
 	require.Equal(t, pipeline.WorkflowFailed, end.Status, "a task died: purging it does not make the workflow canceled")
 }
+
+// Two dependencies of a task die; one is purged, the other replayed. The task they canceled
+// must stay canceled: one of its dependencies will never complete. (Restored, it would wait
+// for the purged task for ever, on a hash the purge gave a retention, and the workflow would
+// never end.) The workflow ends once the replayed task completes.
+func TestWorkflowReplayAfterPurgedSibling(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := t.Context()
+	var healed atomic.Bool
+	b.startWorker(t, pipeline.WorkerConfig{Concurrency: 2}, map[string]pipeline.HandlerFunc{
+		"ok": echo,
+		"bad": func(context.Context, *pipeline.Job) ([]byte, error) {
+			if healed.Load() {
+				return nil, nil
+			}
+			return nil, pipeline.SkipRetry(errors.New("bad"))
+		},
+	})
+	wf := pipeline.Workflow{Tasks: []pipeline.WorkflowTask{
+		{Name: "b", Task: pipeline.Task{Type: "bad"}},
+		{Name: "c", Task: pipeline.Task{Type: "bad"}},
+		{Name: "d", Task: pipeline.Task{Type: "ok"}, After: []string{"b", "c"}},
+	}}
+	st, err := b.client.Workflow(ctx, b.queue, wf)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		s, err := b.client.GetWorkflow(ctx, b.queue, st.ID)
+		return err == nil && s.Failed == 2
+	}, 30*time.Second, 5*time.Millisecond)
+	n, err := b.insp.Purge(ctx, b.queue, st.ID+".c")
+	require.NoError(t, err)
+	require.Equal(t, 1, n)
+	healed.Store(true)
+	require.NoError(t, b.insp.Replay(ctx, b.queue, st.ID+".b"))
+	b.waitStatus(t, st.ID+".b", pipeline.StatusCompleted)
+
+	d, err := b.client.Get(ctx, b.queue, st.ID+".d")
+	require.NoError(t, err)
+	require.Equal(t, pipeline.StatusCanceled, d.Status, "d waits for c, purged: it cannot run")
+	end, err := b.client.GetWorkflow(ctx, b.queue, st.ID)
+	require.NoError(t, err)
+	require.Equal(t, pipeline.WorkflowFailed, end.Status)
+	require.False(t, end.FinishedAt.IsZero(), "every task is final: the workflow ended")
+	require.Equal(t, 1, end.Completed)
+	require.Equal(t, 1, end.Purged)
+	require.Equal(t, 1, end.Canceled)
+}
