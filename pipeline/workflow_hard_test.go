@@ -695,3 +695,47 @@ func TestWorkflowReplayAfterPurgedSibling(t *testing.T) {
 	require.Equal(t, 1, end.Purged)
 	require.Equal(t, 1, end.Canceled)
 }
+
+// A dependency that completes after a canceled dependent's record expired writes nothing for
+// it: the decrement of the dependent's count must not make a hash of that one field, which
+// would have no TTL and outlive everything (a leak a key per such task).
+func TestWorkflowNoHashForExpiredDependent(t *testing.T) {
+	t.Parallel()
+	b := setup(t, setupOpts{client: pipeline.ClientConfig{Retention: 300 * time.Millisecond, MinRetention: 300 * time.Millisecond}})
+	ctx := t.Context()
+	release := make(chan struct{})
+	b.startWorker(t, pipeline.WorkerConfig{Concurrency: 2}, map[string]pipeline.HandlerFunc{
+		"hold": func(ctx context.Context, j *pipeline.Job) ([]byte, error) {
+			select {
+			case <-release:
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			}
+			return nil, nil
+		},
+		"ok": echo,
+	})
+	wf := pipeline.Workflow{Tasks: []pipeline.WorkflowTask{
+		{Name: "a", Task: pipeline.Task{Type: "hold"}},
+		{Name: "b", Task: pipeline.Task{Type: "ok"}, After: []string{"a"}},
+		{Name: "c", Task: pipeline.Task{Type: "ok"}, After: []string{"a", "b"}},
+	}}
+	st, err := b.client.Workflow(ctx, b.queue, wf)
+	require.NoError(t, err)
+	b.waitStatus(t, st.ID+".a", pipeline.StatusInProgress)
+	require.NoError(t, b.client.Cancel(ctx, b.queue, st.ID+".b"))
+	// b and c (canceled with b) expire with the retention while a still runs.
+	for _, n := range []string{"b", "c"} {
+		require.Eventually(t, func() bool { return b.rdb.Exists(ctx, b.q.Job(st.ID+"."+n)).Val() == 0 },
+			10*time.Second, 10*time.Millisecond, "%s expired", n)
+	}
+	close(release)
+	b.waitStatus(t, st.ID+".a", pipeline.StatusCompleted)
+	for _, n := range []string{"b", "c"} {
+		k := b.q.Job(st.ID + "." + n)
+		if b.rdb.Exists(ctx, k).Val() == 1 {
+			require.NotEqual(t, time.Duration(-1), b.rdb.PTTL(ctx, k).Val(),
+				"%s's hash, made again with no TTL: %v", n, b.rdb.HGetAll(ctx, k).Val())
+		}
+	}
+}

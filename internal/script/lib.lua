@@ -695,8 +695,10 @@ local function cv_wf_end(jobkey, id, o, result, why, now, stream, stats, ev)
           end
         elseif co == 'C' then
           -- Counted whatever the task's status, so that a task a replay restores waits for
-          -- exactly the dependencies that have not completed.
-          if redis.call('HINCRBY', dk, 'wf_left', -1) <= 0 and s[1] == 'waiting' then
+          -- exactly the dependencies that have not completed; but not for a task whose record
+          -- is gone (canceled, its retention ended): HINCRBY would make a hash of that one
+          -- field, with no TTL.
+          if s[1] and redis.call('HINCRBY', dk, 'wf_left', -1) <= 0 and s[1] == 'waiting' then
             cv_wf_release(jprefix, d, stream, now)
             released = released + 1
           end
