@@ -18,7 +18,7 @@ import (
 
 // MaxWorkflowTasks bounds the tasks of one workflow (or the jobs of one batch, with its
 // callback): a workflow is published by one script call, and Redis serves no other client
-// while a script runs (5,000 tasks take it about 20 ms; docs/BENCHMARKS.md).
+// while a script runs (5,000 tasks take it about 45 ms on a 2-core machine; docs/BENCHMARKS.md).
 const MaxWorkflowTasks = 5000
 
 // MaxTaskName bounds a workflow task's name, in bytes.
