@@ -622,8 +622,10 @@ func TestWorkflowPurgedDeadTask(t *testing.T) {
 	b := setup(t)
 	ctx := t.Context()
 	b.startWorker(t, pipeline.WorkerConfig{Concurrency: 2}, map[string]pipeline.HandlerFunc{
-		"ok":  echo,
-		"bad": func(context.Context, *pipeline.Job) ([]byte, error) { return nil, pipeline.SkipRetry(errors.New("bad")) },
+		"ok": echo,
+		"bad": func(context.Context, *pipeline.Job) ([]byte, error) {
+			return nil, pipeline.SkipRetry(errors.New("bad"))
+		},
 	})
 	wf := pipeline.Workflow{Tasks: []pipeline.WorkflowTask{
 		{Name: "a", Task: pipeline.Task{Type: "ok"}},
