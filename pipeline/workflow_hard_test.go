@@ -219,6 +219,7 @@ func TestWorkflowCluster(t *testing.T) {
 				require.NoError(t, err)
 			}
 			var dRuns atomic.Int32
+			var healed atomic.Bool
 			var cbDeps atomic.Pointer[pipeline.Dependencies]
 			b.startWorker(t, pipeline.WorkerConfig{Concurrency: 4}, map[string]pipeline.HandlerFunc{
 				"step": func(ctx context.Context, j *pipeline.Job) ([]byte, error) {
@@ -241,6 +242,16 @@ func TestWorkflowCluster(t *testing.T) {
 					}
 					cbDeps.Store(d)
 					return nil, nil
+				},
+				"flaky": func(context.Context, *pipeline.Job) ([]byte, error) {
+					if !healed.Load() {
+						return nil, pipeline.SkipRetry(errors.New("not yet"))
+					}
+					return nil, nil
+				},
+				"hold": func(ctx context.Context, _ *pipeline.Job) ([]byte, error) {
+					<-ctx.Done() // until canceled
+					return nil, ctx.Err()
 				},
 			})
 			step := pipeline.Task{Type: "step"}
@@ -298,6 +309,35 @@ func TestWorkflowCluster(t *testing.T) {
 			list, err := b.insp.Workflows(ctx, b.queue, 100)
 			require.NoError(t, err)
 			require.Len(t, list, len(wfs), "listed across partitions")
+
+			// The other scripts that end a task, on the cluster: death (finish.lua), replay
+			// (replay.lua), a cancel of a running task (cancel.lua) and a purge.
+			for i := range 3 {
+				id := fmt.Sprintf("fail-%d", i)
+				_, err := b.client.Workflow(ctx, b.queue, pipeline.Workflow{ID: id, Tasks: []pipeline.WorkflowTask{
+					{Name: "a", Task: pipeline.Task{Type: "flaky"}},
+					{Name: "b", Task: step, After: []string{"a"}},
+					{Name: "h", Task: pipeline.Task{Type: "hold"}},
+					{Name: "c", Task: step, After: []string{"h"}},
+				}})
+				require.NoError(t, err)
+				b.waitStatus(t, id+".a", pipeline.StatusFailed)
+				b.waitStatus(t, id+".h", pipeline.StatusInProgress)
+				require.NoError(t, b.client.Cancel(ctx, b.queue, id+".h"))
+				b.waitStatus(t, id+".c", pipeline.StatusCanceled)
+			}
+			b.waitWorkflow(t, "fail-0", pipeline.WorkflowFailed)
+			n, err := b.insp.Purge(ctx, b.queue, "fail-0.a")
+			require.NoError(t, err)
+			require.Equal(t, 1, n)
+			healed.Store(true)
+			require.NoError(t, b.insp.Replay(ctx, b.queue, "fail-1.a"))
+			b.waitStatus(t, "fail-1.b", pipeline.StatusCompleted)
+			purged := b.waitWorkflow(t, "fail-0", pipeline.WorkflowFailed)
+			require.Equal(t, 1, purged.Purged)
+			require.False(t, purged.FinishedAt.IsZero())
+			replayed := b.waitWorkflow(t, "fail-1", pipeline.WorkflowCanceled) // h and c canceled
+			require.Equal(t, 2, replayed.Completed)
 		})
 	}
 }
