@@ -145,8 +145,13 @@ func startProcess(ctx context.Context, tr trace.Tracer, queue string, j *Job) (c
 		tracing.MessageID(j.ID), tracing.ConsumerGroup(keys.Group),
 		tracing.AttrAttempt.Int(j.Attempt), tracing.AttrType.String(j.Type),
 		tracing.AttrWaitMS.Int64(wait.Milliseconds()))
-	return tr.Start(parent, "process "+queue, trace.WithSpanKind(trace.SpanKindConsumer),
-		trace.WithTimestamp(now), trace.WithAttributes(attrs...))
+	opts := []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindConsumer),
+		trace.WithTimestamp(now), trace.WithAttributes(attrs...)}
+	if v := j.Metadata[tracing.KeyTracelinks]; v != "" {
+		// A workflow's task: linked to the process spans of the tasks it waited for.
+		opts = append(opts, trace.WithLinks(tracing.Links(v)...))
+	}
+	return tr.Start(parent, "process "+queue, opts...)
 }
 
 // endAttempt ends an attempt's process span with what handleMessage returned: nil (done) or
@@ -177,4 +182,14 @@ func errText(jerr *JobError) string {
 		return jerr.Err.Error()
 	}
 	return jerr.Outcome.String()
+}
+
+// doneTrace is the traceparent a completed attempt hands to finish.lua: its process span's,
+// which a workflow's task keeps for the spans of the tasks waiting for it. Only a traced job
+// has one; for the others it costs a map lookup.
+func doneTrace(ctx context.Context, j *Job) string {
+	if j.Metadata[tracing.KeyTraceparent] == "" {
+		return ""
+	}
+	return tracing.Traceparent(ctx)
 }

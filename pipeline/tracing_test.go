@@ -266,3 +266,46 @@ func TestTracingPublisher(t *testing.T) {
 		require.Equal(t, span.SpanContext.SpanID(), p.Parent.SpanID(), "each job's attempt is a child of the publish span")
 	}
 }
+
+// TestTracingWorkflowDependency: a workflow is one trace (every task's process span a child of
+// the workflow's publish span), and a task's process span links to the process spans of the
+// tasks it waited for: D's to B's and C's in a diamond.
+func TestTracingWorkflowDependency(t *testing.T) {
+	t.Parallel()
+	rec := newRecorder(t)
+	b := setup(t, setupOpts{client: pipeline.ClientConfig{TracerProvider: rec.tp}})
+	b.startWorker(t, pipeline.WorkerConfig{TracerProvider: rec.tp, Concurrency: 4}, map[string]pipeline.HandlerFunc{"step": echo})
+	task := pipeline.Task{Type: "step", Metadata: map[string]string{"k": "v"}}
+	st, err := b.client.Workflow(t.Context(), b.queue, pipeline.Workflow{Tasks: []pipeline.WorkflowTask{
+		{Name: "A", Task: task},
+		{Name: "B", Task: task, After: []string{"A"}},
+		{Name: "C", Task: task, After: []string{"A"}},
+		{Name: "D", Task: task, After: []string{"B", "C"}},
+	}})
+	require.NoError(t, err)
+	b.waitWorkflow(t, st.ID, pipeline.WorkflowCompleted)
+
+	pub := rec.spans(t, "publish "+b.queue, 1)[0]
+	procs := map[string]tracetest.SpanStub{}
+	for _, p := range rec.spans(t, "process "+b.queue, 4) {
+		procs[attr(p, "messaging.message.id").AsString()] = p
+	}
+	require.Len(t, procs, 4)
+	for id, p := range procs {
+		require.Equal(t, pub.SpanContext.TraceID(), p.SpanContext.TraceID(), "%s in the workflow's trace", id)
+		require.Equal(t, pub.SpanContext.SpanID(), p.Parent.SpanID(), "%s a child of the workflow's publish", id)
+	}
+	linked := func(id string) []trace.SpanID {
+		var out []trace.SpanID
+		for _, l := range procs[st.ID+"."+id].Links {
+			out = append(out, l.SpanContext.SpanID())
+		}
+		return out
+	}
+	require.Empty(t, linked("A"), "A waited for nothing")
+	require.Equal(t, []trace.SpanID{procs[st.ID+".A"].SpanContext.SpanID()}, linked("B"))
+	require.ElementsMatch(t, []trace.SpanID{procs[st.ID+".B"].SpanContext.SpanID(), procs[st.ID+".C"].SpanContext.SpanID()}, linked("D"))
+	j, err := b.client.Get(t.Context(), b.queue, st.ID+".D")
+	require.NoError(t, err)
+	require.Equal(t, "v", j.Metadata["k"], "the task's own metadata kept beside the links")
+}

@@ -924,7 +924,7 @@ func (w *Worker) outcome(ctx context.Context, q *keys.Queue, j *Job, start time.
 		jerr = &JobError{Outcome: OutcomeDead, Err: errors.New(reason)}
 		jobEvent(w.log.Warn(), j).Str("reason", reason).Msg("job failed for good; sent to the dead set")
 	case err == nil:
-		t = jobstate.Done(q, jobstate.DoneParams{Ran: ran, Result: string(result)})
+		t = jobstate.Done(q, jobstate.DoneParams{Ran: ran, Result: string(result), Traceparent: doneTrace(ctx, j)})
 		jobEvent(w.log.Debug(), j).Dur("took", outage.Round(end.Sub(start))).Msg("job done")
 	case errors.As(err, &snooze):
 		at := snooze.due(end)

@@ -58,7 +58,7 @@ type Transition struct {
 	Entry   string
 	Attempt int
 	Result  string // Done
-	Reason  string // Retry, Dead, Poison: the error
+	Reason  string // Retry, Dead, Poison: the error; Done: the process span's traceparent
 	// The times, in unix ms as finish.lua takes them: converted once, by the constructor, so a
 	// transition stays small (a worker queues one per job) and FinishCall converts nothing.
 	started, finished, retryAt int64
@@ -103,12 +103,16 @@ func (r *Ran) transition(q *keys.Queue, op Op) Transition {
 type DoneParams struct {
 	Ran
 	Result string
+	// Traceparent is the W3C trace context of the attempt's process span, when it has one: a
+	// workflow's task keeps it for the tasks that wait for it, whose process spans link to it
+	// (lib.lua's cv_wf_end and cv_wf_release). Empty when tracing is off.
+	Traceparent string
 }
 
 // Done completes the job with its result.
 func Done(q *keys.Queue, p DoneParams) Transition {
 	t := p.transition(q, OpDone)
-	t.Result = p.Result
+	t.Result, t.Reason = p.Result, p.Traceparent
 	return t
 }
 
@@ -225,7 +229,7 @@ func FinishCall(cfg FinishConfig, ts []Transition) script.Call {
 		}
 		switch t.Op {
 		case OpDone:
-			data = t.Result
+			data, extra = t.Result, t.Reason
 		case OpRetry, OpSnooze:
 			data, extra = t.Reason, strconv.FormatInt(t.retryAt, 10)
 		case OpDead, OpPoison:
@@ -234,7 +238,7 @@ func FinishCall(cfg FinishConfig, ts []Transition) script.Call {
 		args = append(args, t.Op.String(), t.ID, t.Entry, strconv.Itoa(t.Attempt), t.started, t.finished,
 			data, extra, sent, t.Payload)
 	}
-	ks = append(ks, q.Workflows(), q.Grouped(), q.Completed())
+	ks = append(ks, q.Workflows(), q.Grouped(), q.Completed(), keys.IndexCount(q.Completed()))
 	return script.Call{Script: finishScript, Keys: ks, Args: args}
 }
 
@@ -314,7 +318,7 @@ func Cancel(ctx context.Context, rdb redis.Scripter, q keys.Queue, p CancelParam
 		op, del = "delete", "1"
 	}
 	return decodeRow(op, cancelScript.Run(ctx, rdb,
-		[]string{q.Stream(), q.Scheduled(), q.Stats(), q.Job(p.ID), q.Canceled()},
+		[]string{q.Stream(), q.Scheduled(), q.Stats(), q.Job(p.ID), q.Canceled(), keys.IndexCount(q.Canceled())},
 		keys.Group, p.Now.UnixMilli(), retentionMS(p.Retention), p.ID, p.MinRetention.Milliseconds(),
 		p.Events.Command(), q.Events(), indexCap(p.IndexCap), del))
 }

@@ -216,6 +216,10 @@ const (
 	// context (its publish span's), which recover.lua reads to report the jobs it put back
 	// to the recoverer's tracing. The header's name, as Trace Context spells it.
 	EntryTraceparent = "traceparent"
+	// EntryTracelinks is another key inside EntryMetadata: the W3C trace contexts of the
+	// process spans of the workflow tasks a task waited for (space-separated, at most 32),
+	// written by the script that releases it; its process span links to them.
+	EntryTracelinks = "tracelinks"
 	// EntryJob packs the rest, see FormatEntryJob. One field instead of four: each field is
 	// two more strings for every reader of every entry to parse, and more work for XADD and
 	// XREADGROUP in Redis (docs/BENCHMARKS.md, "What each change bought").
@@ -425,12 +429,16 @@ func (q Queue) Dead() string { return q.dead }
 // Completed is the index of the queue's completed jobs, for listing (pipeline.Inspector.List):
 // a sorted set of chunks, each the space-separated ids of one finish.lua call (but not those
 // kept only as a tombstone), scored by the call's latest finish (unix ms), with the count of
-// its ids at Completed()+":n"; finish.lua trims it to the retention and FinishedIndexCap
+// its ids at IndexCount(Completed()); finish.lua trims it to the retention and FinishedIndexCap
 // (lib.lua: cv_index). An id whose record expired is skipped when read.
 func (q Queue) Completed() string { return q.base + "completed" }
 
 // Canceled is Completed's twin for canceled jobs: cancel.lua adds each job it cancels.
 func (q Queue) Canceled() string { return q.base + "canceled" }
+
+// IndexCount is the key that counts the ids of index (Queue.Completed or Queue.Canceled),
+// passed to the scripts beside it: a key in the same hash tag.
+func IndexCount(index string) string { return index + ":n" }
 
 // Workflow is the hash of workflow id (pipeline.Client.Workflow): its definition and counts.
 // Its tasks are jobs of the same queue (partition), so one script reaches the workflow and

@@ -274,14 +274,14 @@ end
 -- space-separated in the order given, scored by the call's latest finish. One ZADD a call, not
 -- one a job, is what keeps the index off the hot path's bill: a worker's finish call completes
 -- up to 50 jobs, and an insert into (and, once full, a delete from) a sorted set of 10,000 ids
--- cost Redis 1-2 us a job (docs/BENCHMARKS.md, issue 20). key..':n' counts the ids held. Then
+-- cost Redis 1-2 us a job (docs/BENCHMARKS.md, issue 20). nkey (keys.IndexCount) counts the ids held. Then
 -- it trims, oldest chunk first, the chunks finished before cutoff (unix ms: the retention ended,
 -- so their records expired) and those that take the count beyond cap (keys.FinishedIndexCap),
 -- at most 4 chunks a call (a backlog, a retention or cap lowered, goes over a few calls) and
 -- never the chunk just added: the index holds at most cap ids plus one call's. An id whose
 -- record expired sooner (a job with a shorter retention of its own) is skipped by the listing
 -- until its chunk goes.
-local function cv_index(key, items, cutoff, cap)
+local function cv_index(key, nkey, items, cutoff, cap)
   if #items == 0 then return end
   local ids, top = {}, 0
   for k = 1, #items, 2 do
@@ -291,7 +291,6 @@ local function cv_index(key, items, cutoff, cap)
   end
   local member = table.concat(ids, ' ')
   redis.call('ZADD', key, top, member)
-  local nkey = key .. ':n'
   local n = redis.call('INCRBY', nkey, #ids)
   for _ = 1, 4 do
     local old = redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')
@@ -612,10 +611,32 @@ end
 -- it into the stream, in the same call. The workflow's hash counts its tasks' outcomes.
 
 -- Puts waiting task `id` into `stream`: the transition that starts it like any queued job.
-local function cv_wf_release(jprefix, id, stream, now)
+-- When its dependencies' process spans were traced (their traceparents kept in the workflow's
+-- hash, 't:' .. id, by cv_wf_end), the first 32 of them go into the task's metadata under
+-- 'tracelinks' (keys.EntryTracelinks, space-separated): its process span links to them.
+local function cv_wf_release(jprefix, id, stream, now, wfkey)
   local k = jprefix .. id
-  local h = redis.call('HMGET', k, 'type', 'payload', 'metadata', 'max_retries', 'timeout_ms')
-  local e = cv_xadd(cv_level_stream(stream, 1), id, h[2], h[3], h[1], '1', h[4], h[5])
+  local h = redis.call('HMGET', k, 'type', 'payload', 'metadata', 'max_retries', 'timeout_ms',
+    'wf_deps')
+  local md = h[3]
+  if h[6] then
+    local f = {}
+    for dep in string.gmatch(h[6], '%S+') do
+      f[#f + 1] = 't:' .. dep
+      if #f == 32 then break end
+    end
+    local links = {}
+    for _, v in ipairs(redis.call('HMGET', wfkey, unpack(f))) do
+      if v then links[#links + 1] = v end
+    end
+    if #links > 0 then
+      local t = {}
+      if md and md ~= '' then t = cmsgpack.unpack(md) end
+      t['tracelinks'] = table.concat(links, ' ')
+      md = cmsgpack.pack(t)
+    end
+  end
+  local e = cv_xadd(cv_level_stream(stream, 1), id, h[2], md, h[1], '1', h[4], h[5])
   redis.call('HSET', k, 'status', 'queued', 'entry', e, 'enqueued_at', now, 'run_at', now)
   redis.call('HDEL', k, 'payload', 'metadata')
   redis.call('HINCRBY', k, 'version', 1)
@@ -633,7 +654,8 @@ local function cv_wf_settle(wfkey, now)
 end
 
 -- Ends task `id` (its hash `jobkey`) in its workflow, if it is a task: o is 'C' (completed,
--- with `result`), 'F' (dead, with the error `why`) or 'X' (canceled by a caller). Called by
+-- with `result`, and `why` its process span's traceparent or ''), 'F' (dead, with the error
+-- `why`) or 'X' (canceled by a caller). Called by
 -- every script that ends a job (finish, recover, cancel) before it rewrites the job's hash.
 -- A completed task counts for each task waiting for it, and each whose count reaches zero
 -- goes into the stream (cv_wf_release). A dead or canceled task cancels every task that waits
@@ -660,6 +682,9 @@ local function cv_wf_end(jobkey, id, o, result, why, now, stream, stats, ev)
         redis.call('HSET', wfkey, 's:' .. cname, co, 'r:' .. cname, result)
       else
         redis.call('HSET', wfkey, 's:' .. cname, co)
+      end
+      if cnext and cnext ~= '' and why and why ~= '' then
+        redis.call('HSET', wfkey, 't:' .. cid, why)
       end
       redis.call('HINCRBY', wfkey, 'completed', 1)
     elseif co == 'F' then
@@ -689,7 +714,7 @@ local function cv_wf_end(jobkey, id, o, result, why, now, stream, stats, ev)
               redis.call('HINCRBY', dk, 'wf_canceled', 1)
             end
             if redis.call('HINCRBY', dk, 'wf_left', -1) <= 0 then
-              cv_wf_release(jprefix, d, stream, now)
+              cv_wf_release(jprefix, d, stream, now, wfkey)
               released = released + 1
             end
           end
@@ -699,7 +724,7 @@ local function cv_wf_end(jobkey, id, o, result, why, now, stream, stats, ev)
           -- is gone (canceled, its retention ended): HINCRBY would make a hash of that one
           -- field, with no TTL.
           if s[1] and redis.call('HINCRBY', dk, 'wf_left', -1) <= 0 and s[1] == 'waiting' then
-            cv_wf_release(jprefix, d, stream, now)
+            cv_wf_release(jprefix, d, stream, now, wfkey)
             released = released + 1
           end
         elseif s[1] == 'waiting' then

@@ -10,6 +10,7 @@ package tracing
 
 import (
 	"context"
+	"strings"
 
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
@@ -31,7 +32,34 @@ const System = "conveyor"
 const (
 	KeyTraceparent = keys.EntryTraceparent
 	KeyTracestate  = "tracestate"
+	// KeyTracelinks holds the traceparents of the process spans a workflow task's own process
+	// span links to: its dependencies' (written by the script that released it).
+	KeyTracelinks = keys.EntryTracelinks
 )
+
+// Traceparent is the W3C traceparent of the span context of ctx, or "" when it has none
+// (tracing off: a context lookup, no allocation).
+func Traceparent(ctx context.Context) string {
+	sc := trace.SpanContextFromContext(ctx)
+	if !sc.IsValid() {
+		return ""
+	}
+	md := make(map[string]string, 2)
+	propagator.Inject(ctx, propagation.MapCarrier(md))
+	return md[KeyTraceparent]
+}
+
+// Links are the span links of a job's KeyTracelinks value (space-separated traceparents); the
+// malformed ones are skipped.
+func Links(v string) []trace.Link {
+	var out []trace.Link
+	for _, tp := range strings.Fields(v) {
+		if sc := SpanContextOf(tp, ""); sc.IsValid() {
+			out = append(out, trace.Link{SpanContext: sc, Attributes: []attribute.KeyValue{AttrLinkDependency}})
+		}
+	}
+	return out
+}
 
 // Attribute keys of Conveyor's own, beside the messaging semantic conventions'.
 const (
@@ -43,6 +71,10 @@ const (
 	AttrWorker   = attribute.Key("conveyor.worker")       // the worker (stream consumer) of the lost attempt
 	AttrRecovery = attribute.Key("conveyor.recovery.outcome")
 )
+
+// AttrLinkDependency marks a process span's link to the process span of a workflow task it
+// waited for.
+var AttrLinkDependency = attribute.String("conveyor.link", "dependency")
 
 // propagator is the one format Conveyor carries: W3C Trace Context, whatever the global
 // propagator is (OpenTelemetry's default global propagator carries nothing).
