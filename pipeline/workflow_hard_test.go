@@ -13,6 +13,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/conveyorq/conveyor/internal/keys"
 	"github.com/conveyorq/conveyor/internal/redistest"
@@ -524,28 +526,42 @@ func TestWorkflowCancelCascades(t *testing.T) {
 
 // A workflow published under a tracer provider is one trace: the one publish span (under the
 // caller's) is the parent of every task's process span, whichever script put the task into
-// the stream (workflow.lua at once, or cv_wf_end when its last dependency completed, which
-// copies the traceparent the task was published with).
-//
-// Not asserted: a span link from a dependent's process span to its dependencies' process
-// spans. The worker would need each dependency's span context at the dependent's start, and
-// nothing records it: cv_wf_end keeps a completed task's outcome and result in the workflow's
-// hash, not the trace context of the attempt that completed it.
+// the stream (workflow.lua at once, or cv_wf_end when its last dependency completed), across
+// a producer and a worker with providers of their own. A task's process span links to the
+// span of the attempt that completed each dependency (the second, for B, whose first failed),
+// a Finally task's too, and a join's to its first 32 dependencies (the cap cv_wf_release
+// keeps).
 func TestWorkflowOneTrace(t *testing.T) {
 	t.Parallel()
 	producer, consumer := newRecorder(t), newRecorder(t)
 	b := setup(t, setupOpts{client: pipeline.ClientConfig{TracerProvider: producer.tp}})
+	var bRuns atomic.Int32
 	b.startWorker(t, pipeline.WorkerConfig{Concurrency: 4, TracerProvider: consumer.tp},
-		map[string]pipeline.HandlerFunc{"step": echo})
+		map[string]pipeline.HandlerFunc{
+			"step": echo,
+			"retry": func(context.Context, *pipeline.Job) ([]byte, error) {
+				if bRuns.Add(1) == 1 {
+					return nil, errors.New("first attempt fails")
+				}
+				return nil, nil
+			},
+		})
 	ctx, root := producer.tp.Tracer("test").Start(t.Context(), "request")
 	step := pipeline.Task{Type: "step"}
 	wf := pipeline.Workflow{Tasks: []pipeline.WorkflowTask{
 		{Name: "A", Task: step},
-		{Name: "B", Task: step, After: []string{"A"}},
+		{Name: "B", Task: pipeline.Task{Type: "retry", Opts: []pipeline.Option{pipeline.WithMaxRetries(2)}}, After: []string{"A"}},
 		{Name: "C", Task: step, After: []string{"A"}},
 		{Name: "D", Task: step, After: []string{"B", "C"}},
 		{Name: "E", Task: step, After: []string{"D"}, Finally: true},
 	}}
+	var wide []string
+	for i := range 40 {
+		n := "w" + strconv.Itoa(i)
+		wide = append(wide, n)
+		wf.Tasks = append(wf.Tasks, pipeline.WorkflowTask{Name: n, Task: step, After: []string{"A"}})
+	}
+	wf.Tasks = append(wf.Tasks, pipeline.WorkflowTask{Name: "join", Task: step, After: wide})
 	st, err := b.client.Workflow(ctx, b.queue, wf)
 	require.NoError(t, err)
 	root.End()
@@ -555,15 +571,38 @@ func TestWorkflowOneTrace(t *testing.T) {
 	require.Len(t, pubs, 1, "one publish span for the workflow")
 	pub := pubs[0]
 	require.Equal(t, root.SpanContext().SpanID(), pub.Parent.SpanID())
-	procs := consumer.spans(t, "process "+b.queue, len(wf.Tasks))
-	byTask := map[string]int{}
-	for i, p := range procs {
+	procs := consumer.spans(t, "process "+b.queue, len(wf.Tasks)+1) // B twice
+	last := map[string]tracetest.SpanStub{}                         // the last attempt's span, by task
+	for _, p := range procs {
 		id := attr(p, "messaging.message.id").AsString()
 		require.Equal(t, pub.SpanContext.TraceID(), p.SpanContext.TraceID(), "%s in the workflow's trace", id)
 		require.Equal(t, pub.SpanContext.SpanID(), p.Parent.SpanID(), "%s a child of the publish span", id)
-		byTask[id[strings.LastIndexByte(id, '.')+1:]] = i
+		n := id[strings.LastIndexByte(id, '.')+1:]
+		if prev, ok := last[n]; !ok || attr(p, "conveyor.job.attempt").AsInt64() > attr(prev, "conveyor.job.attempt").AsInt64() {
+			last[n] = p
+		}
 	}
-	require.Len(t, byTask, len(wf.Tasks), "one process span a task")
+	require.Len(t, last, len(wf.Tasks), "every task ran")
+	require.EqualValues(t, 2, attr(last["B"], "conveyor.job.attempt").AsInt64())
+	links := func(n string) []trace.SpanID {
+		var out []trace.SpanID
+		for _, l := range last[n].Links {
+			require.Equal(t, pub.SpanContext.TraceID(), l.SpanContext.TraceID())
+			out = append(out, l.SpanContext.SpanID())
+		}
+		return out
+	}
+	span := func(n string) trace.SpanID { return last[n].SpanContext.SpanID() }
+	require.Empty(t, links("A"))
+	require.Equal(t, []trace.SpanID{span("A")}, links("B"))
+	require.ElementsMatch(t, []trace.SpanID{span("B"), span("C")}, links("D"), "B's link is its completing attempt's")
+	require.Equal(t, []trace.SpanID{span("D")}, links("E"), "a Finally task links too")
+	want := make([]trace.SpanID, 32)
+	for i := range want {
+		want[i] = span(wide[i])
+	}
+	require.ElementsMatch(t, want, links("join"), "the join links to its first 32 dependencies")
+
 	// The spans' times do not show the order: a process span covers the done transition, in
 	// which the task's dependents are released, so a dependent's span may start before its
 	// dependency's ends. The records do (Redis's clock, started_at after finished_at).
