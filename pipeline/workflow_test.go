@@ -305,3 +305,21 @@ func TestInspectorWorkflowsNewestFirst(t *testing.T) {
 	_, err = b.insp.Workflows(ctx, b.queue, 0)
 	require.ErrorIs(t, err, pipeline.ErrInvalid)
 }
+
+// A workflow id sent again is the same workflow only with the same tasks and payloads (a job's
+// rule: the same type and payload); other options do not count, as for a job.
+func TestWorkflowRepublishComparesPayloads(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	wf := func(payload string, opts ...pipeline.Option) pipeline.Workflow {
+		return pipeline.Workflow{ID: "w", Tasks: []pipeline.WorkflowTask{{Name: "a", Task: pipeline.Task{Type: "t", Payload: []byte(payload), Opts: opts}}}}
+	}
+	_, err := b.client.Workflow(ctx, b.queue, wf("ada"))
+	require.NoError(t, err)
+	_, err = b.client.Workflow(ctx, b.queue, wf("bob"))
+	require.ErrorIs(t, err, pipeline.ErrConflict)
+	again, err := b.client.Workflow(ctx, b.queue, wf("ada", pipeline.WithMaxRetries(0)))
+	require.NoError(t, err)
+	require.True(t, again.Duplicate)
+}

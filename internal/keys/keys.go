@@ -148,14 +148,19 @@ const (
 // The fields of a workflow's hash (Queue.Workflow): its name, kind (WorkflowKindWorkflow or
 // WorkflowKindBatch), the JSON of its tasks and their dependencies as published (for readers),
 // when it was created and finished (unix ms), the retention its hash takes once it finished
-// without a dead task, and the counts of its tasks: in all, and now completed, dead (failed),
+// without a dead task, a digest of what was published, and the counts of its tasks: in all, and now completed, dead (failed),
 // canceled and purged (a dead task purged). Besides these, one field per finished task,
 // WorkflowTaskStatus + name ('C' completed, 'F' dead, 'X' canceled or 'P' purged), and one per completed task that others
 // wait for, WorkflowTaskResult + name (its result, for Job.Dependencies).
 const (
-	FieldWorkflowName      = "name"
-	FieldWorkflowKind      = "kind"
-	FieldWorkflowDoc       = "doc"
+	FieldWorkflowName = "name"
+	FieldWorkflowKind = "kind"
+	FieldWorkflowDoc  = "doc"
+	// FieldWorkflowDigest identifies what was published: a hash of the tasks' names, types,
+	// dependencies and payloads (jobstate.NewWorkflow.Digest), which a publish of the same id
+	// must match to be the same workflow (as a job's id must come with the same type and
+	// payload).
+	FieldWorkflowDigest    = "digest"
 	FieldWorkflowCreated   = "created_at"
 	FieldWorkflowFinished  = "finished_at"
 	FieldWorkflowRetention = "retention_ms"
