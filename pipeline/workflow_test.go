@@ -19,15 +19,20 @@ import (
 func (b *testBundle) waitWorkflow(t *testing.T, id string, status pipeline.WorkflowStatus) *pipeline.WorkflowState {
 	t.Helper()
 	var last *pipeline.WorkflowState
-	require.Eventually(t, func() bool {
+	var lastErr error
+	// Not require.Eventually: its message's arguments are read when it is called, and would
+	// show the first state (none), not the last.
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
 		st, err := b.client.GetWorkflow(context.Background(), b.queue, id)
-		if err != nil {
-			return false
+		if lastErr = err; err != nil {
+			continue
 		}
-		last = st
-		return st.Status == status
-	}, 30*time.Second, 5*time.Millisecond, "workflow %s never reached %s (last: %+v)", id, status, last)
-	return last
+		if last = st; st.Status == status {
+			return st
+		}
+	}
+	t.Fatalf("workflow %s never reached %s (last: %+v, error: %v)", id, status, last, lastErr)
+	return nil
 }
 
 // order records the order handlers ran in.

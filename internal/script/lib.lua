@@ -720,8 +720,10 @@ local function cv_wf_end(jobkey, id, o, result, why, now, stream, stats, ev)
           end
         elseif co == 'C' then
           -- Counted whatever the task's status, so that a task a replay restores waits for
-          -- exactly the dependencies that have not completed.
-          if redis.call('HINCRBY', dk, 'wf_left', -1) <= 0 and s[1] == 'waiting' then
+          -- exactly the dependencies that have not completed; but not for a task whose record
+          -- is gone (canceled, its retention ended): HINCRBY would make a hash of that one
+          -- field, with no TTL.
+          if s[1] and redis.call('HINCRBY', dk, 'wf_left', -1) <= 0 and s[1] == 'waiting' then
             cv_wf_release(jprefix, d, stream, now, wfkey)
             released = released + 1
           end
@@ -769,7 +771,7 @@ end
 
 -- Resumes the workflow of dead task `id`, which a replay has just put back into the stream:
 -- the tasks its death canceled wait again, in topological order, each unless another of its
--- dependencies is dead or canceled still; the Finally tasks still waiting forget the outcomes
+-- dependencies is dead, purged or canceled still; the Finally tasks still waiting forget the outcomes
 -- they counted of the task and of those restored.
 local function cv_wf_resume(jobkey, id)
   local w = redis.call('HMGET', jobkey, 'wf', 'wf_task', 'wf_next')
@@ -780,10 +782,13 @@ local function cv_wf_resume(jobkey, id)
   redis.call('HDEL', wfkey, 's:' .. w[2], 'finished_at')
   local restored = {{id, w[3], 'wf_failed'}}
   for _, c in ipairs(cv_wf_canceled_after(jprefix, w[3])) do
+    -- A dependency's outcome is read from the workflow's hash, not its job's status: a task
+    -- purged from the dead set has no hash left ('P'), and one restored just before has its
+    -- outcome cleared.
     local ok = true
     for dep in string.gmatch(c[2][5] or '', '%S+') do
-      local st = redis.call('HGET', jprefix .. dep, 'status')
-      if st == 'failed' or st == 'canceled' then ok = false; break end
+      local o = redis.call('HGET', wfkey, 's:' .. string.match(dep, '([^.]+)$'))
+      if o == 'F' or o == 'X' or o == 'P' then ok = false; break end
     end
     if ok then
       local dk = jprefix .. c[1]
