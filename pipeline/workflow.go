@@ -264,7 +264,7 @@ func (c *Client) publishWorkflow(ctx context.Context, queue string, wf Workflow,
 			continue
 		}
 		if errors.Is(err, jobstate.ErrWorkflowConflict) {
-			err = fmt.Errorf("%w: workflow %s: %w", ErrConflict, wf.ID, err)
+			err = &workflowConflict{id: wf.ID, what: strings.TrimPrefix(err.Error(), jobstate.ErrWorkflowConflict.Error()+": ")}
 		}
 		end(jobs, err)
 		if err != nil {
@@ -603,3 +603,14 @@ func (s *WorkflowState) MarshalJSON() ([]byte, error) {
 	}
 	return json.Marshal(w)
 }
+
+// workflowConflict is ErrConflict for a workflow: its id names a workflow with other tasks or
+// payloads, or a task's id names a job of its own. Its message says which, in a workflow's
+// words rather than a job's.
+type workflowConflict struct{ id, what string }
+
+func (e *workflowConflict) Error() string {
+	return "pipeline: workflow " + e.id + " conflicts with what exists: " + e.what
+}
+
+func (e *workflowConflict) Unwrap() error { return ErrConflict }
