@@ -1,0 +1,519 @@
+package torture
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/conveyorq/conveyor/internal/faultproxy"
+	"github.com/conveyorq/conveyor/internal/keys"
+	"github.com/conveyorq/conveyor/internal/redisproc"
+	"github.com/conveyorq/conveyor/pipeline"
+)
+
+// Queue is the queue every scenario works in (each run has a redis-server of its own).
+const Queue = "torture"
+
+// Options are what a run needs besides its scenario and size.
+type Options struct {
+	// Bin is the conveyor binary whose `worker` command the worker processes run.
+	Bin string
+	// Seed seeds the workload and the nemeses' schedule (0: 1).
+	Seed uint64
+	// Nemeses replaces the scenario's nemeses when not empty.
+	Nemeses []string
+	// Workers and Concurrency: worker processes and the concurrency of each (3 and 4).
+	Workers, Concurrency int
+	// Visibility is the workers' visibility timeout (2s).
+	Visibility time.Duration
+	// Drain bounds the wait for every job to end once the nemeses stopped (60s).
+	Drain time.Duration
+	// Keep keeps the run's directory (ledgers, logs, the AOF); otherwise it is removed when
+	// the run passed.
+	Keep bool
+	// Log hears a line for each step of the run; nil: none.
+	Log io.Writer
+}
+
+// Result is one scenario's figures, as `conveyor torture --json` prints them, and the report
+// behind them.
+type Result struct {
+	Name                string `json:"name"`
+	Jobs                int    `json:"jobs"`
+	Faults              int    `json:"faults"`
+	Lost                int    `json:"lost"`
+	DuplicateCommits    int    `json:"duplicate_commits"`
+	DuplicateExecutions int    `json:"duplicate_executions"`
+	Early               int    `json:"early"`
+	MaxRecoveryMS       int64  `json:"max_recovery_ms"`
+
+	Nemeses  []string      `json:"-"`
+	Duration time.Duration `json:"-"`
+	Report   Report        `json:"-"`
+	Dir      string        `json:"-"` // the run's directory, when kept
+}
+
+// run is one scenario's run: its processes and its state.
+type run struct {
+	opt     Options
+	sc      Scenario
+	size    Size
+	nemeses []string
+	dir     string
+	ledger  string // the ledger directory
+	rng     *rand.Rand
+	log     func(format string, args ...any)
+
+	redis   *redisproc.Server
+	proxy   *faultproxy.Proxy
+	url     string        // what workers and the producer connect to
+	admin   *redis.Client // straight to Redis, for the checks
+	workers []*worker
+	gen     int
+}
+
+// Run runs scenario sc at size, with its nemeses (or opt.Nemeses), and checks it. An error is
+// a failure to run (no redis-server, a ledger that cannot be written); a run that breaks an
+// invariant returns a Result whose Report has Violations.
+func Run(ctx context.Context, sc Scenario, size Size, opt Options) (*Result, error) {
+	opt.Seed = max(opt.Seed, 1)
+	opt.Workers = cmpPos(opt.Workers, 3)
+	opt.Concurrency = cmpPos(opt.Concurrency, 4)
+	opt.Visibility = cmpPos(opt.Visibility, 2*time.Second)
+	opt.Drain = cmpPos(opt.Drain, time.Minute)
+	if opt.Bin == "" {
+		return nil, errors.New("torture: no conveyor binary to run workers with")
+	}
+	r := &run{opt: opt, sc: sc, size: size, nemeses: sc.Nemeses, rng: rand.New(rand.NewPCG(opt.Seed, 0x70727475))}
+	if len(opt.Nemeses) > 0 {
+		r.nemeses = opt.Nemeses
+	}
+	r.log = func(format string, args ...any) {
+		if opt.Log != nil {
+			fmt.Fprintf(opt.Log, "torture %s: %s\n", sc.Name, fmt.Sprintf(format, args...))
+		}
+	}
+	dir, err := os.MkdirTemp("", "conveyor-torture-"+sc.Name+"-")
+	if err != nil {
+		return nil, err
+	}
+	r.dir, r.ledger = dir, filepath.Join(dir, "ledger")
+	res, err := r.run(ctx)
+	if res != nil && (opt.Keep || res.Report.Failed()) {
+		res.Dir = dir
+		r.log("kept %s", dir)
+	} else {
+		_ = os.RemoveAll(dir)
+	}
+	return res, err
+}
+
+func (r *run) run(ctx context.Context) (*Result, error) {
+	var err error
+	// appendfsync always: a reply means the write is on disk, so a SIGKILL of the server
+	// loses no acknowledged job; everysec may lose the last second's writes on a crash of
+	// the host (a crash of the process alone loses nothing either way: the kernel has them).
+	r.redis, err = redisproc.Start(filepath.Join(r.dir, "redis"), "--appendonly", "yes", "--appendfsync", "always")
+	if err != nil {
+		return nil, err
+	}
+	defer r.redis.Stop()
+	target := r.redis.Addr
+	if slices.Contains(r.nemeses, NemesisProxyReset) {
+		if r.proxy, err = faultproxy.New(r.redis.Addr); err != nil {
+			return nil, err
+		}
+		defer r.proxy.Close()
+		target = r.proxy.Addr()
+	}
+	r.url = "redis://" + target + "/0"
+	r.admin = redis.NewClient(&redis.Options{Addr: r.redis.Addr})
+	defer r.admin.Close()
+	producerRDB := redis.NewClient(&redis.Options{Addr: target})
+	defer producerRDB.Close()
+	client, err := pipeline.NewClient(producerRDB, pipeline.ClientConfig{})
+	if err != nil {
+		return nil, err
+	}
+	led, err := OpenWriter(r.ledger, "producer")
+	if err != nil {
+		return nil, err
+	}
+	defer led.Close()
+
+	for range r.opt.Workers {
+		w, err := r.startWorker()
+		if err != nil {
+			return nil, err
+		}
+		r.workers = append(r.workers, w)
+	}
+	defer func() {
+		for _, w := range r.workers {
+			w.kill()
+		}
+	}()
+	r.log("redis pid %d, workers %s, nemeses %s, %d jobs over %s", r.redis.PID(), r.pids(),
+		strings.Join(r.nemeses, ","), r.size.Jobs, r.size.Duration)
+
+	begin := time.Now()
+	// The producer publishes over the first 70% of the run; delayed jobs are due by 90% of it.
+	var acked []string
+	var perr error
+	var pwg sync.WaitGroup
+	pwg.Go(func() {
+		pctx, cancel := context.WithTimeout(ctx, r.size.Duration+r.opt.Drain)
+		defer cancel()
+		acked, perr = r.produce(pctx, client, led, begin)
+	})
+
+	faults, maxRecovery, bound, err := r.strikeUntil(ctx, begin)
+	if err != nil {
+		return nil, err
+	}
+	if r.proxy != nil {
+		r.proxy.DropNextReplies(0)
+	}
+	pwg.Wait()
+	if perr != nil {
+		return nil, perr
+	}
+	r.log("%d faults; %d jobs acknowledged; draining", faults, len(acked))
+	if err := r.drain(ctx, len(acked)); err != nil {
+		r.log("drain: %v", err)
+	}
+	for _, w := range r.workers {
+		w.term()
+	}
+	r.workers = nil
+
+	end, err := r.observe(ctx, acked, led)
+	if err != nil {
+		return nil, err
+	}
+	if err := led.Close(); err != nil {
+		return nil, err
+	}
+	recs, torn, err := ReadDir(r.ledger)
+	if err != nil {
+		return nil, err
+	}
+	if torn > 0 {
+		r.log("%d torn ledger lines skipped", torn)
+	}
+	rep := Check(recs, end, bound)
+	r.log("checked: %d ok of %d, %d dead as designed, %d final outcomes without a commit record, %d indeterminate publishes, %d keys (bound %d)",
+		rep.OK, rep.Jobs, len(end.Dead), rep.Unwitnessed, rep.Indeterminate, end.Keys, end.KeyBound)
+	return &Result{
+		Name: r.sc.Name, Jobs: rep.Jobs, Faults: faults, Lost: len(rep.Lost),
+		DuplicateCommits: len(rep.DuplicateCommits), DuplicateExecutions: rep.DuplicateExecutions,
+		Early: len(rep.Early), MaxRecoveryMS: maxRecovery.Milliseconds(),
+		Nemeses: r.nemeses, Duration: time.Since(begin), Report: rep,
+	}, nil
+}
+
+// produce publishes the workload's jobs, each retried under its own id until acknowledged,
+// and records each acknowledgement. It returns the acknowledged ids.
+func (r *run) produce(ctx context.Context, client *pipeline.Client, led *Writer, begin time.Time) ([]string, error) {
+	rng := rand.New(rand.NewPCG(r.opt.Seed, 0x70726f64))
+	n := r.size.Jobs
+	spread := r.size.Duration * 7 / 10
+	acked := make([]string, 0, n)
+	for i := range n {
+		if at := begin.Add(spread * time.Duration(i) / time.Duration(n)); time.Until(at) > 0 {
+			sleep(ctx, time.Until(at))
+		}
+		id := fmt.Sprintf("%s-%d-%d", r.sc.Name, r.opt.Seed, i)
+		work := Work{MS: 5 + rng.IntN(25)}
+		ack := Record{Kind: Ack, ID: id, Expect: "completed", Need: 1}
+		opts := []pipeline.Option{pipeline.WithID(id), pipeline.WithMaxRetries(20)}
+		switch p := rng.IntN(100); {
+		case p < 20: // delayed, due by 90% of the run
+			left := max(begin.Add(r.size.Duration*9/10).Sub(time.Now()), 0)
+			ack.Due = time.Now().Add(time.Duration(rng.Int64N(int64(left) + 1))).UnixMilli()
+			opts = append(opts, pipeline.WithRunAt(time.UnixMilli(ack.Due)))
+		case p < 32: // fails 1 or 2 times, then succeeds
+			work.Fail = 1 + rng.IntN(2)
+			ack.Need = work.Fail + 1
+		case p < 38: // always fails: two attempts, then the dead set
+			work.Dead = true
+			ack.Expect, ack.Need = "failed", 2
+			opts[1] = pipeline.WithMaxRetries(1)
+		}
+		payload, _ := json.Marshal(work)
+		for {
+			_, err := client.Enqueue(ctx, Queue, pipeline.Task{Type: JobType, Payload: payload}, opts...)
+			if err == nil {
+				break
+			}
+			if errors.Is(err, pipeline.ErrInvalid) {
+				return nil, err
+			}
+			if ctx.Err() != nil {
+				if werr := led.Write(Record{Kind: Indeterminate, ID: id, At: time.Now().UnixMicro()}); werr != nil {
+					return nil, werr
+				}
+				return acked, nil
+			}
+			sleep(ctx, 20*time.Millisecond)
+		}
+		ack.At = time.Now().UnixMicro()
+		if err := led.Write(ack); err != nil {
+			return nil, err
+		}
+		acked = append(acked, id)
+	}
+	return acked, nil
+}
+
+// strikeUntil runs the nemeses on their seeded schedule until the run's duration is over. It
+// returns the faults made, the longest recovery (from a fault's start until Redis counts a
+// completion after it healed) and the duplicate executions they allow.
+func (r *run) strikeUntil(ctx context.Context, begin time.Time) (faults int, maxRecovery time.Duration, bound int, err error) {
+	lo, hi := time.Second, 3*time.Second
+	if r.size.Duration < 10*time.Second {
+		lo, hi = 500*time.Millisecond, 1500*time.Millisecond
+	}
+	for {
+		wait := lo + time.Duration(r.rng.Int64N(int64(hi-lo)))
+		if time.Since(begin)+wait >= r.size.Duration || len(r.nemeses) == 0 {
+			sleep(ctx, max(r.size.Duration-time.Since(begin), 0))
+			return faults, maxRecovery, bound, ctx.Err()
+		}
+		sleep(ctx, wait)
+		if ctx.Err() != nil {
+			return faults, maxRecovery, bound, ctx.Err()
+		}
+		n := r.nemeses[r.rng.IntN(len(r.nemeses))]
+		struck := time.Now()
+		touched, err := r.strike(ctx, n)
+		if err != nil {
+			return faults, maxRecovery, bound, fmt.Errorf("nemesis %s: %w", n, err)
+		}
+		faults++
+		bound += touched * r.opt.Concurrency
+		rec := r.recovery(ctx, struck)
+		maxRecovery = max(maxRecovery, rec)
+		r.log("%s at %s, recovered in %s", n, struck.Sub(begin).Round(time.Millisecond), rec.Round(time.Millisecond))
+	}
+}
+
+// recovery waits until Redis counts a completion made after now (the fault healed), and
+// returns how long that was after struck; 0 when no job is waiting to run, or after 30 s.
+func (r *run) recovery(ctx context.Context, struck time.Time) time.Duration {
+	var before int64 = -1
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) && ctx.Err() == nil {
+		st, err := r.stats(ctx)
+		if err == nil {
+			if before < 0 {
+				before = st.Completed
+				if st.Queued+st.InProgress == 0 {
+					return 0
+				}
+			} else if st.Completed > before {
+				return time.Since(struck)
+			}
+		}
+		sleep(ctx, 10*time.Millisecond)
+	}
+	return 0
+}
+
+func (r *run) stats(ctx context.Context) (*pipeline.QueueStats, error) {
+	c, err := pipeline.NewClient(r.admin, pipeline.ClientConfig{})
+	if err != nil {
+		return nil, err
+	}
+	cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	return c.Stats(cctx, Queue)
+}
+
+// drain waits until no job is scheduled, queued or running and as many have ended as were
+// acknowledged, or opt.Drain passed.
+func (r *run) drain(ctx context.Context, acked int) error {
+	deadline := time.Now().Add(r.opt.Drain)
+	for {
+		st, err := r.stats(ctx)
+		if err == nil && st.Scheduled+st.Queued+st.InProgress == 0 && st.Completed+st.Dead >= int64(acked) {
+			return nil
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			if err != nil {
+				return err
+			}
+			return fmt.Errorf("not drained after %s: %d scheduled, %d queued, %d in progress, %d completed, %d dead of %d",
+				r.opt.Drain, st.Scheduled, st.Queued, st.InProgress, st.Completed, st.Dead, acked)
+		}
+		sleep(ctx, 50*time.Millisecond)
+	}
+}
+
+// observe reads every acknowledged job's final state into the producer's ledger, and the end
+// state of Redis.
+func (r *run) observe(ctx context.Context, acked []string, led *Writer) (EndState, error) {
+	client, err := pipeline.NewClient(r.admin, pipeline.ClientConfig{})
+	if err != nil {
+		return EndState{}, err
+	}
+	for _, id := range acked {
+		rec := Record{Kind: Observed, ID: id, Outcome: "missing"}
+		j, err := client.Get(ctx, Queue, id)
+		switch {
+		case errors.Is(err, pipeline.ErrNotFound):
+		case err != nil:
+			return EndState{}, err
+		default:
+			rec.Outcome, rec.Attempt = string(j.Status), j.Attempt
+		}
+		rec.At = time.Now().UnixMicro()
+		if err := led.Write(rec); err != nil {
+			return EndState{}, err
+		}
+	}
+	var end EndState
+	st, err := client.Stats(ctx, Queue)
+	if err != nil {
+		return end, err
+	}
+	end.Queued, end.InProgress, end.Scheduled = st.Queued, st.InProgress, st.Scheduled
+	q := keys.New(keys.DefaultPrefix, Queue)
+	p, err := r.admin.XPending(ctx, q.Stream(), keys.Group).Result()
+	if err != nil && !strings.Contains(err.Error(), "NOGROUP") {
+		return end, err
+	}
+	if p != nil {
+		end.Pending = p.Count
+	}
+	insp, err := pipeline.NewInspector(r.admin, pipeline.InspectorConfig{})
+	if err != nil {
+		return end, err
+	}
+	page := pipeline.Page{Limit: 1000}
+	for {
+		jp, err := insp.List(ctx, Queue, pipeline.StatusFailed, page)
+		if err != nil {
+			return end, err
+		}
+		for _, j := range jp.Jobs {
+			end.Dead = append(end.Dead, j.ID)
+		}
+		if jp.Next == "" {
+			break
+		}
+		page.Cursor = jp.Next
+	}
+	if end.Keys, err = r.admin.DBSize(ctx).Result(); err != nil {
+		return end, err
+	}
+	// Every acknowledged job's record is kept for the workers' retention; the rest is the
+	// queue's own keys.
+	end.KeyBound = int64(len(acked)) + KeysPerQueue
+	return end, nil
+}
+
+// worker is one worker process, signalled by its recorded pid only.
+type worker struct {
+	name string
+	cmd  *exec.Cmd
+	done chan struct{}
+	out  string // its log file
+}
+
+// startWorker starts a worker process: the conveyor binary's worker command, with the torture
+// handler writing to the run's ledger.
+func (r *run) startWorker() (*worker, error) {
+	r.gen++
+	name := fmt.Sprintf("w%d", r.gen)
+	out := filepath.Join(r.dir, "logs", name+".log")
+	if err := os.MkdirAll(filepath.Dir(out), 0o700); err != nil {
+		return nil, err
+	}
+	f, err := os.Create(out)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	cmd := exec.Command(r.opt.Bin, "worker", "--redis", r.url, "--prefix", keys.DefaultPrefix,
+		"--queue", Queue, "--name", name, "--concurrency", fmt.Sprint(r.opt.Concurrency),
+		"--visibility-timeout", r.opt.Visibility.String(), "--recovery-interval", "500ms",
+		"--backoff-base", "100ms", "--backoff-max", "400ms", "--shutdown-timeout", "1s",
+		"--heartbeat-interval", "0", "--log-level", "info", "--log-format", "json",
+		"--torture-ledger", r.ledger)
+	cmd.Env = slices.DeleteFunc(os.Environ(), func(kv string) bool { return strings.HasPrefix(kv, "CONVEYOR_") })
+	cmd.Stdout, cmd.Stderr = f, f
+	cmd.SysProcAttr = redisproc.SysProcAttr() // dies with this process
+	if err := redisproc.StartCmd(cmd); err != nil {
+		return nil, fmt.Errorf("torture: starting a worker: %w", err)
+	}
+	w := &worker{name: name, cmd: cmd, done: make(chan struct{}), out: out}
+	go func() {
+		_ = cmd.Wait()
+		close(w.done)
+	}()
+	return w, nil
+}
+
+// kill SIGKILLs the worker (resuming it first is not needed: SIGKILL ends a stopped process)
+// and waits until it is reaped.
+func (w *worker) kill() {
+	select {
+	case <-w.done:
+		return
+	default:
+	}
+	_ = w.cmd.Process.Signal(syscall.SIGKILL)
+	<-w.done
+}
+
+// term SIGTERMs the worker once it has installed its signal handler (its first log line), and
+// waits for it to drain and exit; after 15 s it is killed.
+func (w *worker) term() {
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		if b, _ := os.ReadFile(w.out); strings.Contains(string(b), "starting worker") {
+			break
+		}
+		select {
+		case <-w.done:
+			return
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	_ = w.cmd.Process.Signal(syscall.SIGCONT)
+	_ = w.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-w.done:
+	case <-time.After(15 * time.Second):
+		w.kill()
+	}
+}
+
+func (r *run) pids() string {
+	var s []string
+	for _, w := range r.workers {
+		s = append(s, fmt.Sprint(w.cmd.Process.Pid))
+	}
+	return strings.Join(s, ",")
+}
+
+func cmpPos[T int | time.Duration](v, def T) T {
+	if v > 0 {
+		return v
+	}
+	return def
+}
