@@ -5,6 +5,9 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
+
+	"github.com/conveyorq/conveyor/pipeline"
 )
 
 // ClockSkew is how much earlier than its due time a delayed job may start and still not count
@@ -31,10 +34,19 @@ type EndState struct {
 	Goroutines []string
 }
 
-// KeysPerQueue is the allowance of keys a queue may hold beside its job records: its stream,
-// scheduled and dead sets, stats, the known-queue set, wake and lock keys, history buckets,
-// worker records, ... counted generously so that only growth with the jobs breaks it.
-const KeysPerQueue = 40
+// KeysPerQueue is the allowance of keys a queue may hold beside its job records and its
+// throughput history: its stream, scheduled, dead and completed sets, stats, the known-queue
+// set, wake and lock keys, ... counted generously so that only growth with the jobs breaks it.
+const KeysPerQueue = 20
+
+// HistoryKeys bounds the throughput history's keys a run of length d leaves: buckets of 5 s
+// kept an hour and of 1 min kept a day (pipeline's HistoryStepFine and its neighbours), each
+// for the queue and for all queues, each with one bucket begun at either end of the run. They
+// grow with time, not with jobs, and expire with their span.
+func HistoryKeys(d time.Duration) int64 {
+	buckets := func(step, span time.Duration) int64 { return int64(min(d, span)/step) + 2 }
+	return 2 * (buckets(pipeline.HistoryStepFine, pipeline.HistorySpanFine) + buckets(pipeline.HistoryStepCoarse, pipeline.HistorySpanCoarse))
+}
 
 // Report is what Check found.
 type Report struct {

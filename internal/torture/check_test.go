@@ -3,6 +3,7 @@ package torture
 import (
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 )
@@ -92,9 +93,12 @@ func TestCheck(t *testing.T) {
 			check: func(t *testing.T, r Report) { require.Zero(t, r.DuplicateExecutions) },
 		},
 		{
-			name:      "unexpected: run but never published",
-			recs:      []Record{start("ghost", 1, 10, 5), commit("ghost", "completed", 1, 10)},
-			check:     func(t *testing.T, r Report) { require.Equal(t, []string{"ghost"}, r.Unexpected); require.Zero(t, r.Jobs) },
+			name: "unexpected: run but never published",
+			recs: []Record{start("ghost", 1, 10, 5), commit("ghost", "completed", 1, 10)},
+			check: func(t *testing.T, r Report) {
+				require.Equal(t, []string{"ghost"}, r.Unexpected)
+				require.Zero(t, r.Jobs)
+			},
 			violation: "1 unexpected (run or committed, never published): ghost",
 		},
 		{
@@ -193,4 +197,11 @@ func TestCheckNamesTenJobs(t *testing.T) {
 	require.Len(t, r.Lost, 12)
 	require.Len(t, r.Violations, 1)
 	require.True(t, strings.HasSuffix(r.Violations[0], "and 2 more"), r.Violations[0])
+}
+
+// The history's keys grow with the run's length, to their spans, never with its jobs.
+func TestHistoryKeys(t *testing.T) {
+	require.EqualValues(t, 2*((0+2)+(0+2)), HistoryKeys(0))
+	require.EqualValues(t, 2*((24+2)+(2+2)), HistoryKeys(2*time.Minute))
+	require.EqualValues(t, 2*((720+2)+(1440+2)), HistoryKeys(48*time.Hour))
 }

@@ -200,7 +200,7 @@ func (r *run) run(ctx context.Context) (*Result, error) {
 	}
 	r.workers = nil
 
-	end, err := r.observe(ctx, acked, led)
+	end, err := r.observe(ctx, acked, led, time.Since(begin))
 	if err != nil {
 		return nil, err
 	}
@@ -307,7 +307,11 @@ func (r *run) strikeUntil(ctx context.Context, begin time.Time) (faults int, max
 		bound += touched * r.opt.Concurrency
 		rec := r.recovery(ctx, struck)
 		maxRecovery = max(maxRecovery, rec)
-		r.log("%s at %s, recovered in %s", n, struck.Sub(begin).Round(time.Millisecond), rec.Round(time.Millisecond))
+		if rec > 0 {
+			r.log("%s at %s, a job completed %s after it struck", n, struck.Sub(begin).Round(time.Millisecond), rec.Round(time.Millisecond))
+		} else {
+			r.log("%s at %s, with no job waiting to run", n, struck.Sub(begin).Round(time.Millisecond))
+		}
 	}
 }
 
@@ -365,7 +369,7 @@ func (r *run) drain(ctx context.Context, acked int) error {
 
 // observe reads every acknowledged job's final state into the producer's ledger, and the end
 // state of Redis.
-func (r *run) observe(ctx context.Context, acked []string, led *Writer) (EndState, error) {
+func (r *run) observe(ctx context.Context, acked []string, led *Writer, elapsed time.Duration) (EndState, error) {
 	client, err := pipeline.NewClient(r.admin, pipeline.ClientConfig{})
 	if err != nil {
 		return EndState{}, err
@@ -421,8 +425,8 @@ func (r *run) observe(ctx context.Context, acked []string, led *Writer) (EndStat
 		return end, err
 	}
 	// Every acknowledged job's record is kept for the workers' retention; the rest is the
-	// queue's own keys.
-	end.KeyBound = int64(len(acked)) + KeysPerQueue
+	// queue's own keys and its throughput history, which grows with time only.
+	end.KeyBound = int64(len(acked)) + KeysPerQueue + HistoryKeys(elapsed)
 	return end, nil
 }
 
