@@ -16,7 +16,8 @@ import (
 // Redis nemesis and the mixed one) as a user would: the binary starts its own redis-server,
 // its own worker processes (itself, re-executed) and its producer, and must exit 0 with each
 // scenario's figures in exactly the documented JSON shape. The other scenarios' short runs
-// take as long again; `conveyor torture --short` runs them all.
+// take as long again; `conveyor torture --short` runs them all. Then the self-test nemesis must
+// make a run fail.
 func TestTortureE2E(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the binary and runs the torture suite's processes")
@@ -71,6 +72,23 @@ func TestTortureE2E(t *testing.T) {
 		require.GreaterOrEqual(t, s.MaxRecoveryMS, int64(0))
 	}
 	require.Contains(t, stderr.String(), "torture kill-worker: kill-worker at", "the nemesis struck and said so")
+
+	// The self-test nemesis deletes scheduled jobs behind Conveyor's back: the run must fail
+	// (exit 1), count them lost and name them.
+	tmp := t.TempDir()
+	cmd = exec.Command(bin, "torture", "kill-worker", "--short", "--json", "--nemesis", "lose-job")
+	cmd.Env = append(withoutConveyorEnv(), "TMPDIR="+tmp)
+	stdout.Reset()
+	stderr.Reset()
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err = cmd.Run()
+	require.True(t, errors.As(err, &exit), "%v\n%s", err, stderr.String())
+	require.Equal(t, 1, exit.ExitCode(), stderr.String())
+	require.NoError(t, json.Unmarshal(stdout.Bytes(), &out), stdout.String())
+	require.Len(t, out.Scenarios, 1)
+	require.Positive(t, out.Scenarios[0].Lost, stderr.String())
+	require.Regexp(t, `FAILED: \d+ lost \(acknowledged, never committed\): kill-worker-1-\d+ \(observed missing`, stderr.String())
+	require.Contains(t, stderr.String(), "its ledgers and logs are in "+tmp, "a failed run's directory is kept")
 }
 
 // withoutConveyorEnv is the environment without CONVEYOR_ variables, so the run is the

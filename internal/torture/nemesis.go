@@ -4,6 +4,8 @@ import (
 	"context"
 	"syscall"
 	"time"
+
+	"github.com/conveyorq/conveyor/internal/keys"
 )
 
 // The nemeses. Each strikes once per tick of the run's schedule and heals before it returns
@@ -31,6 +33,12 @@ const (
 	// with NOSCRIPT until the client sends the script again.
 	NemesisScriptFlush = "script-flush"
 )
+
+// NemesisLoseJob is the suite's self-test, not a fault Conveyor is meant to survive: it
+// deletes the latest-due scheduled job behind Conveyor's back (ZPOPMAX of the scheduled set,
+// DEL of its record), so the checker must find one job lost and the run must fail. It proves
+// the checks are not vacuous; no scenario uses it.
+const NemesisLoseJob = "lose-job"
 
 // Nemeses names every nemesis, for --nemesis.
 var Nemeses = []string{NemesisKillWorker, NemesisStopWorker, NemesisTermWorker,
@@ -72,6 +80,15 @@ func (r *run) strike(ctx context.Context, n string) (touched int, err error) {
 		return len(r.workers), nil
 	case NemesisScriptFlush:
 		return len(r.workers), r.admin.ScriptFlush(ctx).Err()
+	case NemesisLoseJob:
+		q := keys.New(keys.DefaultPrefix, Queue)
+		zs, err := r.admin.ZPopMax(ctx, q.Scheduled()).Result()
+		if err != nil || len(zs) == 0 {
+			return 0, err
+		}
+		id, _ := zs[0].Member.(string)
+		r.log("lose-job deleted scheduled job %s", id)
+		return 0, r.admin.Del(ctx, q.Job(id)).Err()
 	}
 	return 0, nil
 }

@@ -348,13 +348,24 @@ func (r *run) stats(ctx context.Context) (*pipeline.QueueStats, error) {
 }
 
 // drain waits until no job is scheduled, queued or running and as many have ended as were
-// acknowledged, or opt.Drain passed.
+// acknowledged, or until nothing was scheduled, queued or running for 2 s (nothing more can
+// happen: jobs are missing, which the checker will say), or opt.Drain passed.
 func (r *run) drain(ctx context.Context, acked int) error {
 	deadline := time.Now().Add(r.opt.Drain)
+	var idleSince time.Time
 	for {
 		st, err := r.stats(ctx)
-		if err == nil && st.Scheduled+st.Queued+st.InProgress == 0 && st.Completed+st.Dead >= int64(acked) {
+		idle := err == nil && st.Scheduled+st.Queued+st.InProgress == 0
+		if idle && st.Completed+st.Dead >= int64(acked) {
 			return nil
+		}
+		switch {
+		case !idle:
+			idleSince = time.Time{}
+		case idleSince.IsZero():
+			idleSince = time.Now()
+		case time.Since(idleSince) > 2*time.Second:
+			return fmt.Errorf("idle with %d completed and %d dead of %d acknowledged", st.Completed, st.Dead, acked)
 		}
 		if time.Now().After(deadline) || ctx.Err() != nil {
 			if err != nil {

@@ -66,7 +66,7 @@ func ParseNemeses(list []string) ([]string, error) {
 			if n == "" {
 				continue
 			}
-			if !slices.Contains(Nemeses, n) {
+			if !slices.Contains(Nemeses, n) && n != NemesisLoseJob {
 				return nil, fmt.Errorf("no nemesis %q (there are %s)", n, strings.Join(Nemeses, ", "))
 			}
 			if !slices.Contains(out, n) {
