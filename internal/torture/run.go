@@ -7,10 +7,12 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -195,6 +197,7 @@ func (r *run) run(ctx context.Context) (*Result, error) {
 	if err := r.drain(ctx, len(acked)); err != nil {
 		r.log("drain: %v", err)
 	}
+	leaks := r.goroutines(ctx)
 	for _, w := range r.workers {
 		w.term()
 	}
@@ -204,6 +207,7 @@ func (r *run) run(ctx context.Context) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
+	end.Goroutines = leaks
 	if err := led.Close(); err != nil {
 		return nil, err
 	}
@@ -443,10 +447,11 @@ func (r *run) observe(ctx context.Context, acked []string, led *Writer, elapsed 
 
 // worker is one worker process, signalled by its recorded pid only.
 type worker struct {
-	name string
-	cmd  *exec.Cmd
-	done chan struct{}
-	out  string // its log file
+	name    string
+	metrics string // its --metrics-addr, where go_goroutines is read
+	cmd     *exec.Cmd
+	done    chan struct{}
+	out     string // its log file
 }
 
 // startWorker starts a worker process: the conveyor binary's worker command, with the torture
@@ -454,6 +459,11 @@ type worker struct {
 func (r *run) startWorker() (*worker, error) {
 	r.gen++
 	name := fmt.Sprintf("w%d", r.gen)
+	port, err := redisproc.FreePort()
+	if err != nil {
+		return nil, err
+	}
+	metrics := fmt.Sprintf("127.0.0.1:%d", port)
 	out := filepath.Join(r.dir, "logs", name+".log")
 	if err := os.MkdirAll(filepath.Dir(out), 0o700); err != nil {
 		return nil, err
@@ -468,14 +478,14 @@ func (r *run) startWorker() (*worker, error) {
 		"--visibility-timeout", r.opt.Visibility.String(), "--recovery-interval", "500ms",
 		"--backoff-base", "100ms", "--backoff-max", "400ms", "--shutdown-timeout", "1s",
 		"--heartbeat-interval", "0", "--log-level", "info", "--log-format", "json",
-		"--torture-ledger", r.ledger)
+		"--metrics-addr", metrics, "--torture-ledger", r.ledger)
 	cmd.Env = slices.DeleteFunc(os.Environ(), func(kv string) bool { return strings.HasPrefix(kv, "CONVEYOR_") })
 	cmd.Stdout, cmd.Stderr = f, f
 	cmd.SysProcAttr = redisproc.SysProcAttr() // dies with this process
 	if err := redisproc.StartCmd(cmd); err != nil {
 		return nil, fmt.Errorf("torture: starting a worker: %w", err)
 	}
-	w := &worker{name: name, cmd: cmd, done: make(chan struct{}), out: out}
+	w := &worker{name: name, metrics: metrics, cmd: cmd, done: make(chan struct{}), out: out}
 	go func() {
 		_ = cmd.Wait()
 		close(w.done)
@@ -531,4 +541,84 @@ func cmpPos[T int | time.Duration](v, def T) T {
 		return v
 	}
 	return def
+}
+
+// GoroutineSlack is how many more goroutines than a fresh worker's a worker that lived
+// through the run may have, idle, before it counts as leaking: its connections and
+// subscriptions may differ in number, a goroutine per fault would not stay within it for long.
+const GoroutineSlack = 25
+
+// goroutines compares each surviving worker's goroutines, idle after the drain, with those of
+// a fresh worker started now and idle too (each read from go_goroutines on its /metrics until
+// two reads 200 ms apart agree). It returns a line for each worker over the slack, or for a
+// reading that failed.
+func (r *run) goroutines(ctx context.Context) []string {
+	control, err := r.startWorker()
+	if err != nil {
+		return []string{fmt.Sprintf("no control worker: %v", err)}
+	}
+	defer control.term()
+	base, err := control.steadyGoroutines(ctx)
+	if err != nil {
+		return []string{fmt.Sprintf("control worker: %v", err)}
+	}
+	var out []string
+	for _, w := range r.workers {
+		n, err := w.steadyGoroutines(ctx)
+		switch {
+		case err != nil:
+			out = append(out, fmt.Sprintf("%s: %v", w.name, err))
+		case n > base+GoroutineSlack:
+			out = append(out, fmt.Sprintf("%s has %d goroutines idle, a fresh worker %d (slack %d)", w.name, n, base, GoroutineSlack))
+		default:
+			r.log("%s has %d goroutines idle, a fresh worker %d", w.name, n, base)
+		}
+	}
+	return out
+}
+
+// steadyGoroutines reads go_goroutines from the worker's /metrics until two reads 200 ms
+// apart agree, for up to 10 s.
+func (w *worker) steadyGoroutines(ctx context.Context) (int, error) {
+	last := -1
+	var err error
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); sleep(ctx, 200*time.Millisecond) {
+		var n int
+		n, err = w.readGoroutines(ctx)
+		if err != nil {
+			continue
+		}
+		if n == last {
+			return n, nil
+		}
+		last = n
+	}
+	if err == nil {
+		err = errors.New("go_goroutines did not settle in 10s")
+	}
+	return 0, err
+}
+
+func (w *worker) readGoroutines(ctx context.Context) (int, error) {
+	cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(cctx, http.MethodGet, "http://"+w.metrics+"/metrics", nil)
+	if err != nil {
+		return 0, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return 0, err
+	}
+	for line := range strings.Lines(string(body)) {
+		if v, ok := strings.CutPrefix(line, "go_goroutines "); ok {
+			return strconv.Atoi(strings.TrimSpace(v))
+		}
+	}
+	return 0, errors.New("no go_goroutines in /metrics")
 }
