@@ -2,15 +2,17 @@ package torture
 
 import (
 	"context"
+	"math/rand/v2"
 	"syscall"
 	"time"
 
 	"github.com/conveyorq/conveyor/internal/keys"
 )
 
-// The nemeses. Each strikes once per tick of the run's schedule and heals before it returns
-// (a killed process restarted, a stopped one resumed), so that they compose: a scenario's
-// nemeses take turns, drawn by the seeded generator.
+// The nemeses. Each strikes when the run's schedule says and heals before it returns (a
+// killed process restarted, a stopped one resumed), so that they compose: a scenario's
+// nemeses are drawn by the seeded generator, one a tick, and one tick in three a worker
+// nemesis and a Redis or network one strike at once.
 const (
 	// NemesisKillWorker SIGKILLs one worker process and starts another in its place.
 	NemesisKillWorker = "kill-worker"
@@ -47,10 +49,10 @@ var Nemeses = []string{NemesisKillWorker, NemesisStopWorker, NemesisTermWorker,
 // strike applies nemesis n once and heals it. It returns how many processes whose attempts
 // it may have cut short it touched: a worker fault one worker, a Redis or network fault every
 // worker.
-func (r *run) strike(ctx context.Context, n string) (touched int, err error) {
+func (r *run) strike(ctx context.Context, n string, rng *rand.Rand) (touched int, err error) {
 	switch n {
 	case NemesisKillWorker, NemesisTermWorker, NemesisStopWorker:
-		i := r.rng.IntN(len(r.workers))
+		i := rng.IntN(len(r.workers))
 		w := r.workers[i]
 		switch n {
 		case NemesisKillWorker:
@@ -72,10 +74,10 @@ func (r *run) strike(ctx context.Context, n string) (touched int, err error) {
 		if err := r.redis.Signal(syscall.SIGSTOP); err != nil {
 			return 0, err
 		}
-		sleep(ctx, time.Second+time.Duration(r.rng.IntN(1500))*time.Millisecond)
+		sleep(ctx, time.Second+time.Duration(rng.IntN(1500))*time.Millisecond)
 		return len(r.workers), r.redis.Signal(syscall.SIGCONT)
 	case NemesisProxyReset:
-		r.proxy.DropNextReplies(1 + r.rng.IntN(5))
+		r.proxy.DropNextReplies(1 + rng.IntN(5))
 		r.proxy.CutAll()
 		return len(r.workers), nil
 	case NemesisScriptFlush:
@@ -91,6 +93,12 @@ func (r *run) strike(ctx context.Context, n string) (touched int, err error) {
 		return 0, r.admin.Del(ctx, q.Job(id)).Err()
 	}
 	return 0, nil
+}
+
+// workerNemesis tells the nemeses that strike one worker from those that strike Redis or
+// the network (every worker at once).
+func workerNemesis(n string) bool {
+	return n == NemesisKillWorker || n == NemesisStopWorker || n == NemesisTermWorker
 }
 
 // sleep waits d or until ctx ends.

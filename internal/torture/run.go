@@ -301,14 +301,46 @@ func (r *run) strikeUntil(ctx context.Context, begin time.Time) (faults int, max
 		if ctx.Err() != nil {
 			return faults, maxRecovery, bound, ctx.Err()
 		}
-		n := r.nemeses[r.rng.IntN(len(r.nemeses))]
-		struck := time.Now()
-		touched, err := r.strike(ctx, n)
-		if err != nil {
-			return faults, maxRecovery, bound, fmt.Errorf("nemesis %s: %w", n, err)
+		// One nemesis a tick; one tick in three, when the scenario has both kinds, a worker
+		// nemesis and a Redis or network one strike at once. Each strike draws from its own
+		// generator, seeded here, so that the two need not share one.
+		names := []string{r.nemeses[r.rng.IntN(len(r.nemeses))]}
+		if r.rng.IntN(3) == 0 {
+			var others []string
+			for _, m := range r.nemeses {
+				if workerNemesis(m) != workerNemesis(names[0]) {
+					others = append(others, m)
+				}
+			}
+			if len(others) > 0 {
+				names = append(names, others[r.rng.IntN(len(others))])
+			}
 		}
-		faults++
-		bound += touched * r.opt.Concurrency
+		rngs := make([]*rand.Rand, len(names))
+		for i := range rngs {
+			rngs[i] = rand.New(rand.NewPCG(r.rng.Uint64(), r.rng.Uint64()))
+		}
+		struck := time.Now()
+		touched := make([]int, len(names))
+		errs := make([]error, len(names))
+		var wg sync.WaitGroup
+		for i, n := range names {
+			wg.Go(func() {
+				touched[i], errs[i] = r.strike(ctx, n, rngs[i])
+				if errs[i] != nil {
+					errs[i] = fmt.Errorf("nemesis %s: %w", n, errs[i])
+				}
+			})
+		}
+		wg.Wait()
+		if err := errors.Join(errs...); err != nil {
+			return faults, maxRecovery, bound, err
+		}
+		for _, t := range touched {
+			faults++
+			bound += t * r.opt.Concurrency
+		}
+		n := strings.Join(names, "+")
 		rec := r.recovery(ctx, struck)
 		maxRecovery = max(maxRecovery, rec)
 		if rec > 0 {
