@@ -246,7 +246,7 @@ func (r *run) produce(ctx context.Context, client *pipeline.Client, led *Writer,
 		opts := []pipeline.Option{pipeline.WithID(id), pipeline.WithMaxRetries(20)}
 		switch p := rng.IntN(100); {
 		case p < 20: // delayed, due by 90% of the run
-			left := max(begin.Add(r.size.Duration*9/10).Sub(time.Now()), 0)
+			left := max(time.Until(begin.Add(r.size.Duration*9/10)), 0)
 			ack.Due = time.Now().Add(time.Duration(rng.Int64N(int64(left) + 1))).UnixMilli()
 			opts = append(opts, pipeline.WithRunAt(time.UnixMilli(ack.Due)))
 		case p < 32: // fails 1 or 2 times, then succeeds
