@@ -1,6 +1,7 @@
 package torture
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -196,6 +197,9 @@ func (r *run) run(ctx context.Context) (*Result, error) {
 	r.log("%d faults; %d jobs acknowledged; draining", faults, len(acked))
 	if err := r.drain(ctx, len(acked)); err != nil {
 		r.log("drain: %v", err)
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
 	}
 	leaks := r.goroutines(ctx)
 	for _, w := range r.workers {
@@ -614,7 +618,7 @@ func (r *run) goroutines(ctx context.Context) []string {
 func (w *worker) steadyGoroutines(ctx context.Context) (int, error) {
 	last := -1
 	var err error
-	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); sleep(ctx, 200*time.Millisecond) {
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline) && ctx.Err() == nil; sleep(ctx, 200*time.Millisecond) {
 		var n int
 		n, err = w.readGoroutines(ctx)
 		if err != nil {
@@ -626,7 +630,7 @@ func (w *worker) steadyGoroutines(ctx context.Context) (int, error) {
 		last = n
 	}
 	if err == nil {
-		err = errors.New("go_goroutines did not settle in 10s")
+		err = cmp.Or(ctx.Err(), errors.New("go_goroutines did not settle in 10s"))
 	}
 	return 0, err
 }
