@@ -25,6 +25,7 @@ type EndState struct {
 	InProgress int64
 	Scheduled  int64
 	Dead       []string // the ids in the dead set
+	UniqueKeys int64    // unique keys still held: every job ended, so none may be
 	Keys       int64    // keys in the database
 	// KeyBound is the most keys the end state may hold: the job records kept for their
 	// retention plus a fixed allowance for the queue's own keys (KeysPerQueue).
@@ -222,6 +223,9 @@ func Check(recs []Record, end EndState, bound int) Report {
 	if len(extraDead) > 0 || len(missingDead) > 0 {
 		v("the dead set is not the expected one: %d there unexpectedly %s, %d expected missing %s",
 			len(extraDead), some(extraDead, nil), len(missingDead), some(missingDead, nil))
+	}
+	if end.UniqueKeys != 0 {
+		v("%d unique keys still held at the end, every job having ended", end.UniqueKeys)
 	}
 	if end.KeyBound > 0 && end.Keys > end.KeyBound {
 		v("%d keys at the end, over the bound of %d", end.Keys, end.KeyBound)

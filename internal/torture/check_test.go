@@ -156,6 +156,12 @@ func TestCheck(t *testing.T) {
 			violation: "jobs left over at the end: 1 queued, 2 in progress, 3 scheduled",
 		},
 		{
+			name:      "unique keys left held",
+			recs:      []Record{ack("a"), observed("a", "completed")},
+			end:       EndState{UniqueKeys: 2},
+			violation: "2 unique keys still held at the end",
+		},
+		{
 			name:      "keys over the bound",
 			recs:      []Record{ack("a"), observed("a", "completed")},
 			end:       EndState{Keys: 50, KeyBound: 41},

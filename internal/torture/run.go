@@ -86,6 +86,8 @@ type run struct {
 	admin   *redis.Client // straight to Redis, for the checks
 	workers []*worker
 	gen     int
+
+	uniqueJoined int // republished unique keys that returned the first job (the producer's)
 }
 
 // Run runs scenario sc at size, with its nemeses (or opt.Nemeses), and checks it. An error is
@@ -194,7 +196,8 @@ func (r *run) run(ctx context.Context) (*Result, error) {
 	if perr != nil {
 		return nil, perr
 	}
-	r.log("%d faults; %d jobs acknowledged; draining", faults, len(acked))
+	r.log("%d faults; %d jobs acknowledged; %d unique keys published again returned their first job; draining",
+		faults, len(acked), r.uniqueJoined)
 	if err := r.drain(ctx, len(acked)); err != nil {
 		r.log("drain: %v", err)
 	}
@@ -248,6 +251,7 @@ func (r *run) produce(ctx context.Context, client *pipeline.Client, led *Writer,
 		work := Work{MS: 5 + rng.IntN(25)}
 		ack := Record{Kind: Ack, ID: id, Expect: "completed", Need: 1}
 		opts := []pipeline.Option{pipeline.WithID(id), pipeline.WithMaxRetries(20)}
+		unique := ""
 		switch p := rng.IntN(100); {
 		case p < 20: // delayed, due by 90% of the run
 			left := max(time.Until(begin.Add(r.size.Duration*9/10)), 0)
@@ -260,31 +264,67 @@ func (r *run) produce(ctx context.Context, client *pipeline.Client, led *Writer,
 			work.Dead = true
 			ack.Expect, ack.Need = "failed", 2
 			opts[1] = pipeline.WithMaxRetries(1)
+		case p < 43: // a unique key, due at least 500 ms on: published twice (below)
+			unique = "u-" + id
+			left := max(time.Until(begin.Add(r.size.Duration*9/10)), 0)
+			ack.Due = time.Now().Add(500*time.Millisecond + time.Duration(rng.Int64N(int64(left)+1))).UnixMilli()
+			opts = append(opts, pipeline.WithRunAt(time.UnixMilli(ack.Due)), pipeline.WithUnique(unique, time.Hour))
 		}
 		payload, _ := json.Marshal(work)
-		for {
-			_, err := client.Enqueue(ctx, Queue, pipeline.Task{Type: JobType, Payload: payload}, opts...)
-			if err == nil {
-				break
-			}
-			if errors.Is(err, pipeline.ErrInvalid) {
+		task := pipeline.Task{Type: JobType, Payload: payload}
+		if _, err := r.publish(ctx, client, task, opts); err != nil {
+			if ctx.Err() == nil {
 				return nil, err
 			}
-			if ctx.Err() != nil {
-				if werr := led.Write(Record{Kind: Indeterminate, ID: id, At: time.Now().UnixMicro()}); werr != nil {
-					return nil, werr
-				}
-				return acked, nil
+			if werr := led.Write(Record{Kind: Indeterminate, ID: id, At: time.Now().UnixMicro()}); werr != nil {
+				return nil, werr
 			}
-			sleep(ctx, 20*time.Millisecond)
+			return acked, nil
 		}
 		ack.At = time.Now().UnixMicro()
 		if err := led.Write(ack); err != nil {
 			return nil, err
 		}
 		acked = append(acked, id)
+		if unique != "" {
+			// The same unique key again under another id while the first job waits for its
+			// due time: the publish must return the first job, and make none. A second job
+			// would run unacknowledged, which the checker reports as unexpected. Once the due
+			// time has passed before the answer, the first may have ended and freed the key:
+			// either answer is right then.
+			again := id + "-again"
+			j, err := r.publish(ctx, client, task, []pipeline.Option{pipeline.WithID(again),
+				pipeline.WithUnique(unique, time.Hour), pipeline.WithRunAt(time.UnixMilli(ack.Due)), pipeline.WithMaxRetries(20)})
+			switch {
+			case err != nil && ctx.Err() == nil:
+				return nil, err
+			case err != nil || time.Now().UnixMilli() >= ack.Due:
+				if werr := led.Write(Record{Kind: Indeterminate, ID: again, At: time.Now().UnixMicro()}); werr != nil {
+					return nil, werr
+				}
+			case j.ID != id:
+				r.log("unique key %s held by %s made a second job %s", unique, id, j.ID)
+			default:
+				r.uniqueJoined++
+			}
+		}
 	}
 	return acked, nil
+}
+
+// publish enqueues one job, sending it again after an error (the same id: a copy that was
+// applied is found, not made twice) until it is acknowledged or ctx ends.
+func (r *run) publish(ctx context.Context, client *pipeline.Client, task pipeline.Task, opts []pipeline.Option) (*pipeline.Job, error) {
+	for {
+		j, err := client.Enqueue(ctx, Queue, task, opts...)
+		if err == nil {
+			return j, nil
+		}
+		if errors.Is(err, pipeline.ErrInvalid) || ctx.Err() != nil {
+			return nil, err
+		}
+		sleep(ctx, 20*time.Millisecond)
+	}
 }
 
 // strikeUntil runs the nemeses on their seeded schedule until the run's duration is over. It
@@ -472,6 +512,11 @@ func (r *run) observe(ctx context.Context, acked []string, led *Writer, elapsed 
 		}
 		page.Cursor = jp.Next
 	}
+	uniq, err := r.admin.Keys(ctx, q.UniquePrefix()+"*").Result() // its own small server
+	if err != nil {
+		return end, err
+	}
+	end.UniqueKeys = int64(len(uniq))
 	if end.Keys, err = r.admin.DBSize(ctx).Result(); err != nil {
 		return end, err
 	}
