@@ -17,7 +17,8 @@
 //   - duplicate commit: two final outcomes stored for one job (fencing failed);
 //   - duplicate execution: more handler starts than the job's design needs; allowed up to
 //     the stated bound (faults x processes each can cut short x concurrency);
-//   - unexpected: a job the handlers ran or committed that no publish was sent for;
+//   - unexpected: a job the handlers ran or committed that no publish was acknowledged for
+//     (among them a second job made for a unique key held by the first);
 //   - early: a delayed job started before its due time, less ClockSkew.
 //
 // Scenarios are a table (scenarios.go): a name, its nemeses and its short and long sizes. A
