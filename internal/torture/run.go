@@ -179,11 +179,10 @@ func (r *run) run(ctx context.Context) (*Result, error) {
 	var acked []string
 	var perr error
 	var pwg sync.WaitGroup
-	pwg.Go(func() {
-		pctx, cancel := context.WithTimeout(ctx, r.size.Duration+r.opt.Drain)
-		defer cancel()
-		acked, perr = r.produce(pctx, client, led, begin)
-	})
+	pctx, pcancel := context.WithTimeout(ctx, r.size.Duration+r.opt.Drain)
+	defer pwg.Wait()
+	defer pcancel() // first: a run that ends early ends its producer too
+	pwg.Go(func() { acked, perr = r.produce(pctx, client, led, begin) })
 
 	faults, maxRecovery, bound, err := r.strikeUntil(ctx, begin)
 	if err != nil {
