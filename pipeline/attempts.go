@@ -88,6 +88,9 @@ func (r *attempts) written(ts []transition, codes []script.Code, at time.Time) {
 		switch t.Op {
 		case jobstate.OpRetry:
 			a.Outcome = OutcomeRetry
+			if codes != nil && codes[i] == script.Died { // no retry left by the job's count (a lost attempt counted meanwhile)
+				a.Outcome = OutcomeDead
+			}
 		case jobstate.OpSnooze:
 			a.Outcome = OutcomeSnoozed
 		case jobstate.OpDead, jobstate.OpPoison:

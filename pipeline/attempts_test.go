@@ -39,7 +39,7 @@ func TestAttemptsWritten(t *testing.T) {
 	entered := time.UnixMilli(1_789_999_999_990)
 	want := []Attempt{
 		{Type: "send", Stored: true},
-		{Type: "send", Outcome: OutcomeRetry, Stored: true}, // Died: stored, as a death
+		{Type: "send", Outcome: OutcomeDead, Stored: true}, // a retry finish.lua turned into a death (Died)
 		{Type: "send", Outcome: OutcomeDead, Stored: true},
 		{Type: "", Outcome: OutcomeDead, Stored: true},
 		{Type: "nope", Outcome: OutcomeRetry, NoHandler: true}, // fenced off: not stored
