@@ -23,6 +23,7 @@ type tortureFlags struct {
 	seed                    uint64
 	nemeses                 []string
 	workers, concurrency    int
+	appendFsync             string
 }
 
 func newTortureCmd(a *app) *cobra.Command {
@@ -64,6 +65,7 @@ names the jobs and why. docs/RELIABILITY.md, "Torture suite", has the figures of
 	f.StringSliceVar(&tf.nemeses, "nemesis", nil, "nemeses to use instead of the scenario's (comma-separated)")
 	f.IntVar(&tf.workers, "workers", 3, "worker processes")
 	f.IntVar(&tf.concurrency, "concurrency", 4, "concurrency of each worker")
+	f.StringVar(&tf.appendFsync, "appendfsync", "always", "the redis-server's appendfsync: always, or everysec (which a crash of the host, not of the process, can lose the last second of)")
 	return cmd
 }
 
@@ -85,6 +87,8 @@ func (a *app) torture(cmd *cobra.Command, args []string, tf tortureFlags) error 
 		return usageErrorf("--duration and --jobs must not be negative")
 	case tf.workers < 1 || tf.concurrency < 1:
 		return usageErrorf("--workers and --concurrency must be at least 1")
+	case tf.appendFsync != "always" && tf.appendFsync != "everysec":
+		return usageErrorf("--appendfsync must be always or everysec, not %q", tf.appendFsync)
 	}
 	var scs []torture.Scenario
 	if len(args) == 0 {
@@ -102,7 +106,7 @@ func (a *app) torture(cmd *cobra.Command, args []string, tf tortureFlags) error 
 		return err
 	}
 	opt := torture.Options{Bin: bin, Seed: tf.seed, Nemeses: nemeses, Workers: tf.workers,
-		Concurrency: tf.concurrency, Keep: tf.keep, Log: a.stderr}
+		Concurrency: tf.concurrency, AppendFsync: tf.appendFsync, Keep: tf.keep, Log: a.stderr}
 	var results []*torture.Result
 	failed := 0
 	for _, s := range scs {

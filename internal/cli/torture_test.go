@@ -26,6 +26,7 @@ func TestTortureUsage(t *testing.T) {
 		{[]string{"torture", "--short", "--nemesis", "kill-worker,bogus"}, `--nemesis: no nemesis "bogus"`},
 		{[]string{"torture", "--short", "--duration", "-1s"}, "--duration and --jobs must not be negative"},
 		{[]string{"torture", "--short", "--workers", "0"}, "--workers and --concurrency must be at least 1"},
+		{[]string{"torture", "--short", "--appendfsync", "no"}, `--appendfsync must be always or everysec, not "no"`},
 	} {
 		_, stderr, code := runInProcess(t, "", c.args...)
 		require.Equal(t, 2, code, "%v: %s", c.args, stderr)

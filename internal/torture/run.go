@@ -44,6 +44,8 @@ type Options struct {
 	Visibility time.Duration
 	// Drain bounds the wait for every job to end once the nemeses stopped (60s).
 	Drain time.Duration
+	// AppendFsync is the redis-server's appendfsync: "always" (the default) or "everysec".
+	AppendFsync string
 	// Keep keeps the run's directory (ledgers, logs, the AOF); otherwise it is removed when
 	// the run passed.
 	Keep bool
@@ -99,6 +101,10 @@ func Run(ctx context.Context, sc Scenario, size Size, opt Options) (*Result, err
 	opt.Concurrency = cmpPos(opt.Concurrency, 4)
 	opt.Visibility = cmpPos(opt.Visibility, 2*time.Second)
 	opt.Drain = cmpPos(opt.Drain, time.Minute)
+	opt.AppendFsync = cmp.Or(opt.AppendFsync, "always")
+	if opt.AppendFsync != "always" && opt.AppendFsync != "everysec" {
+		return nil, fmt.Errorf("torture: appendfsync %q: always or everysec", opt.AppendFsync)
+	}
 	if opt.Bin == "" {
 		return nil, errors.New("torture: no conveyor binary to run workers with")
 	}
@@ -131,7 +137,7 @@ func (r *run) run(ctx context.Context) (*Result, error) {
 	// appendfsync always: a reply means the write is on disk, so a SIGKILL of the server
 	// loses no acknowledged job; everysec may lose the last second's writes on a crash of
 	// the host (a crash of the process alone loses nothing either way: the kernel has them).
-	r.redis, err = redisproc.Start(filepath.Join(r.dir, "redis"), "--appendonly", "yes", "--appendfsync", "always")
+	r.redis, err = redisproc.Start(filepath.Join(r.dir, "redis"), "--appendonly", "yes", "--appendfsync", r.opt.AppendFsync)
 	if err != nil {
 		return nil, err
 	}
@@ -171,8 +177,8 @@ func (r *run) run(ctx context.Context) (*Result, error) {
 			w.kill()
 		}
 	}()
-	r.log("redis pid %d, workers %s, nemeses %s, %d jobs over %s", r.redis.PID(), r.pids(),
-		strings.Join(r.nemeses, ","), r.size.Jobs, r.size.Duration)
+	r.log("redis pid %d (appendfsync %s), workers %s, nemeses %s, %d jobs over %s", r.redis.PID(), r.opt.AppendFsync,
+		r.pids(), strings.Join(r.nemeses, ","), r.size.Jobs, r.size.Duration)
 
 	begin := time.Now()
 	// The producer publishes over the first 70% of the run; delayed jobs are due by 90% of it.
