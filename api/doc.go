@@ -22,7 +22,10 @@
 // /v1/queues/{queue}/dead. GET /v1/jobs/{id} finds a job in every known queue. GET /v1/queues
 // and GET /v1/queues/{queue} answer statistics as `conveyor stats --json` does, and
 // GET /v1/throughput the rates of the dashboard's chart. A job is always Job.MarshalJSON's
-// JSON: the CLI's `status --json` contract.
+// JSON: the CLI's `status --json` contract. Workflows and batches are published with POST
+// /v1/queues/{queue}/workflows and .../batches (their bodies read by DecodeWorkflow and
+// DecodeBatch, which the CLI shares; each task a job body) and read under .../workflows, as
+// pipeline.WorkflowState's JSON.
 //
 // # Errors
 //

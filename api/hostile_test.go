@@ -79,13 +79,18 @@ func TestHostileAPINames(t *testing.T) {
 		"limits":     {"GET", "/v1/queues/{q}/limits", ""},
 		"set limit":  {"PUT", "/v1/queues/{q}/limits", `{"concurrency":1}`},
 		"del limit":  {"DELETE", "/v1/queues/{q}/limits", ""},
+		"workflows":  {"GET", "/v1/queues/{q}/workflows", ""},
+		"workflow":   {"GET", "/v1/queues/{q}/workflows/wf", ""},
+		"publish wf": {"POST", "/v1/queues/{q}/workflows", `{"tasks":[{"name":"a","type":"echo"}]}`},
+		"batch":      {"POST", "/v1/queues/{q}/batches", `{"jobs":[{"type":"echo"}]}`},
 	}
 	byID := map[string]route{
-		"get":    {"GET", "/v1/queues/hostile/jobs/{id}", ""},
-		"cancel": {"DELETE", "/v1/queues/hostile/jobs/{id}", ""},
-		"replay": {"POST", "/v1/queues/hostile/dead/{id}/replay", ""},
-		"purge":  {"DELETE", "/v1/queues/hostile/dead/{id}", ""},
-		"find":   {"GET", "/v1/jobs/{id}", ""},
+		"get":      {"GET", "/v1/queues/hostile/jobs/{id}", ""},
+		"cancel":   {"DELETE", "/v1/queues/hostile/jobs/{id}", ""},
+		"replay":   {"POST", "/v1/queues/hostile/dead/{id}/replay", ""},
+		"purge":    {"DELETE", "/v1/queues/hostile/dead/{id}", ""},
+		"find":     {"GET", "/v1/jobs/{id}", ""},
+		"workflow": {"GET", "/v1/queues/hostile/workflows/{id}", ""},
 	}
 	for _, n := range hostile.BadQueues() {
 		for name, rt := range byQueue {

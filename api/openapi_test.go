@@ -105,6 +105,7 @@ func TestOpenAPI(t *testing.T) {
 		"DELETE /v1/queues/{queue}/dead/{id}":      e.seed(pipeline.StatusFailed),
 		// A finished job's stream ends at once, after its status event.
 		"GET /v1/queues/{queue}/jobs/{id}/events": e.seed(pipeline.StatusCompleted),
+		"GET /v1/queues/{queue}/workflows/{id}":   e.workflow(),
 	}
 	bodies := map[string]string{
 		"POST /v1/queues/{queue}/jobs":       `{"type":"echo"}`,
@@ -113,6 +114,8 @@ func TestOpenAPI(t *testing.T) {
 		"PUT /v1/queues/{queue}/limits":      `{"concurrency":1}`,
 		"PUT /v1/queues/{queue}/groups":      `{"window":5,"weights":{"tenant-42":2}}`,
 		"POST /v1/schedules":                 `{"name":"nightly","spec":"0 0 3 * * *","type":"echo"}`,
+		"POST /v1/queues/{queue}/workflows":  `{"tasks":[{"name":"a","type":"echo"},{"name":"b","type":"echo","after":["a"]}]}`,
+		"POST /v1/queues/{queue}/batches":    `{"jobs":[{"type":"echo"}],"callback":{"type":"echo"}}`,
 	}
 	require.NoError(t, e.insp.CreateSchedule(t.Context(), pipeline.Periodic{Name: "nightly", Spec: "@daily", Queue: e.queue, Type: "echo"}))
 	// Whole-queue deletions last, so that the others still find their jobs; the limit's
@@ -185,6 +188,8 @@ func TestEveryAuthedRouteNeedsToken(t *testing.T) {
 		"PUT /v1/queues/{queue}/limits":      `{"concurrency":1}`,
 		"PUT /v1/queues/{queue}/groups":      `{"window":5,"weights":{"tenant-42":2}}`,
 		"POST /v1/schedules":                 `{"name":"nightly","spec":"0 0 3 * * *","type":"echo"}`,
+		"POST /v1/queues/{queue}/workflows":  `{"tasks":[{"name":"a","type":"echo"},{"name":"b","type":"echo","after":["a"]}]}`,
+		"POST /v1/queues/{queue}/batches":    `{"jobs":[{"type":"echo"}],"callback":{"type":"echo"}}`,
 	}
 	authed := 0
 	for path, item := range doc.Paths {

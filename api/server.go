@@ -141,6 +141,10 @@ func (s *Server) table() []route {
 		{"DELETE", "/v1/schedules/{name}", authed, s.deleteSchedule},
 		{"POST", "/v1/schedules/{name}/pause", authed, s.pauseSchedule},
 		{"POST", "/v1/schedules/{name}/resume", authed, s.resumeSchedule},
+		{"POST", "/v1/queues/{queue}/workflows", authed, s.publishWorkflow},
+		{"GET", "/v1/queues/{queue}/workflows", authed, s.listWorkflows},
+		{"GET", "/v1/queues/{queue}/workflows/{id}", authed, s.getWorkflow},
+		{"POST", "/v1/queues/{queue}/batches", authed, s.publishBatch},
 	}
 	if s.cfg.Metrics != nil {
 		rs = append(rs, route{"GET", "/metrics", authed, func(w http.ResponseWriter, r *http.Request) error {

@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/conveyorq/conveyor/internal/tracing"
 	"github.com/conveyorq/conveyor/pipeline"
 )
 
@@ -265,6 +266,20 @@ func Enqueue(ctx context.Context, tx Execer, queue string, task pipeline.Task, o
 			merged[k] = v
 		}
 		o.spec.Metadata = merged
+	}
+	// The caller's trace context (its span: the request that commits the row) goes with the
+	// row, so that the job's spans join the caller's trace however late the relay sends it.
+	// A task that carries its own is left alone.
+	if o.spec.Metadata[tracing.KeyTraceparent] == "" {
+		tc := map[string]string{}
+		if tracing.Inject(ctx, tc); tc[tracing.KeyTraceparent] != "" {
+			if o.spec.Metadata == nil {
+				o.spec.Metadata = map[string]string{}
+			}
+			for k, v := range tc {
+				o.spec.Metadata[k] = v
+			}
+		}
 	}
 	sp, err := json.Marshal(o.spec)
 	if err != nil {

@@ -4,13 +4,19 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"io"
+	"net"
+	"net/url"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	_ "github.com/jackc/pgx/v5/stdlib" // database/sql driver "pgx"
 	"github.com/redis/go-redis/v9"
+	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/conveyorq/conveyor/internal/pgtest"
 	"github.com/conveyorq/conveyor/internal/redistest"
@@ -346,4 +352,103 @@ func TestQueueFailureKeepsItsRows(t *testing.T) {
 	b.waitEmpty(t)
 	_, err = strict.Get(ctx, "later", "to-later")
 	require.NoError(t, err)
+}
+
+// The caller's span (the request whose transaction writes the row) is the job's trace
+// context, however late the relay sends it; a task that carries its own keeps it.
+func TestEnqueueCarriesTheCallersTrace(t *testing.T) {
+	b := setup(t)
+	b.relay(t, outbox.RelayConfig{})
+	sc := trace.NewSpanContext(trace.SpanContextConfig{TraceID: trace.TraceID{1, 2, 3}, SpanID: trace.SpanID{4, 5, 6},
+		TraceFlags: trace.FlagsSampled})
+	ctx := trace.ContextWithSpanContext(context.Background(), sc)
+	own := "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+	tx, err := b.db.BeginTx(ctx, nil)
+	require.NoError(t, err)
+	traced, err := outbox.Enqueue(ctx, tx, b.queue, pipeline.Task{Type: "email"})
+	require.NoError(t, err)
+	kept, err := outbox.Enqueue(ctx, tx, b.queue, pipeline.Task{Type: "email", Metadata: map[string]string{"traceparent": own}})
+	require.NoError(t, err)
+	plain, err := outbox.Enqueue(context.Background(), tx, b.queue, pipeline.Task{Type: "email"})
+	require.NoError(t, err)
+	require.NoError(t, tx.Commit())
+	get := func(id string) *pipeline.Job {
+		var j *pipeline.Job
+		require.Eventually(t, func() bool {
+			j, err = b.client.Get(context.Background(), b.queue, id)
+			return err == nil
+		}, time.Minute, 10*time.Millisecond)
+		return j
+	}
+	require.Equal(t, "00-01020300000000000000000000000000-0405060000000000-01", get(traced).Metadata["traceparent"])
+	require.Equal(t, own, get(kept).Metadata["traceparent"])
+	require.Empty(t, get(plain).Metadata)
+}
+
+// logLines is a zerolog writer that hands each line to a channel, for a test to wait on.
+type logLines chan string
+
+func (l logLines) Write(p []byte) (int, error) {
+	select {
+	case l <- string(p):
+	default:
+	}
+	return len(p), nil
+}
+
+// A relay started before its PostgreSQL waits for it instead of exiting (a container's start
+// order): it logs once, retries, and relays once the database answers. It failed on the old
+// code, whose Run returned Migrate's connection error.
+func TestRelayWaitsForPostgres(t *testing.T) {
+	b := setup(t)
+	u, err := url.Parse(b.pgURL)
+	require.NoError(t, err)
+	// A port nothing listens on yet; later a forwarder to the real server opens on it.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	port := ln.Addr().String()
+	require.NoError(t, ln.Close())
+	target := u.Host
+	u.Host = port
+	logs := make(logLines, 100)
+	r, err := outbox.NewRelay(outbox.RelayConfig{Postgres: u.String(), Client: b.client, Logger: zerolog.New(logs)})
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- r.Run(ctx) }()
+	t.Cleanup(func() { _ = r.Close() })
+	for waiting := true; waiting; {
+		select {
+		case line := <-logs:
+			waiting = !strings.Contains(line, "relay cannot reach PostgreSQL")
+		case err := <-done:
+			t.Fatalf("Run returned before PostgreSQL could be reached: %v", err)
+		}
+	}
+	fwd, err := net.Listen("tcp", port)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = fwd.Close() })
+	go func() {
+		for {
+			c, err := fwd.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				s, err := net.Dial("tcp", target)
+				if err != nil {
+					_ = c.Close()
+					return
+				}
+				go func() { _, _ = io.Copy(s, c); _ = s.Close() }()
+				_, _ = io.Copy(c, s)
+				_ = c.Close()
+			}()
+		}
+	}()
+	ids := b.enqueue(t, 3, nil)
+	b.waitEmpty(t)
+	b.requireJobs(t, ids)
+	cancel()
+	require.NoError(t, <-done)
 }

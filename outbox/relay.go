@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/stdlib"
 	"github.com/rs/zerolog"
 
@@ -46,6 +47,23 @@ type RelayConfig struct {
 	NoMigrate bool
 	// Logger receives the relay's logs; the zero Logger discards them.
 	Logger zerolog.Logger
+	// OnBatch, when set, hears of each batch that locked rows, after its transaction ended
+	// (metrics.Relay turns these into Prometheus series). It runs on the relay's goroutine:
+	// keep it quick.
+	OnBatch func(RelayBatch)
+}
+
+// RelayBatch is what one batch did (RelayConfig.OnBatch).
+type RelayBatch struct {
+	// Relayed counts rows sent and deleted, Duplicates those of them whose job existed already,
+	// SetAside the rows Redis refused for good (left with their error).
+	Relayed, Duplicates, SetAside int
+	// Lags are the relayed rows' commit-to-queued times: each row's age when the batch
+	// locked it, by PostgreSQL's clock (from its insert, which its commit follows closely),
+	// plus the batch's own time, from its start to its commit.
+	Lags []time.Duration
+	// Err is the batch's error: its rows (or a queue's) stay for a later batch.
+	Err error
 }
 
 // Relay moves committed outbox rows into their queues. Several relays may run over one
@@ -117,11 +135,13 @@ func (r *Relay) Pending(ctx context.Context) (int, error) {
 }
 
 // Run relays rows until ctx ends, then finishes the batch in flight and returns nil. It
-// returns an error only when the table cannot be created (Migrate) at its start; other errors
-// (PostgreSQL or Redis unreachable) are logged and retried with a backoff.
+// returns an error only when PostgreSQL refuses to create the table (Migrate) at its start (a
+// missing permission, a wrong database); other errors, PostgreSQL or Redis unreachable at the
+// start as later, are logged and retried with a backoff: a relay started before its database
+// (a container's start order) waits for it.
 func (r *Relay) Run(ctx context.Context) error {
 	if !r.cfg.NoMigrate {
-		if err := Migrate(ctx, r.db); err != nil {
+		if err := r.migrate(ctx); err != nil {
 			return err
 		}
 	}
@@ -218,7 +238,8 @@ type row struct {
 	id, queue, typ string
 	payload        []byte
 	spec           spec
-	bad            error // the spec column does not parse
+	bad            error         // the spec column does not parse
+	age            time.Duration // since its insert, when locked (PostgreSQL's clock)
 }
 
 // batch locks up to BatchSize rows, sends them and deletes them (or sets aside those Redis
@@ -226,8 +247,18 @@ type row struct {
 // send fails (Redis unreachable, a queue RequireQueues refuses) keeps its rows for a later
 // batch, and its error is returned once the others' rows are deleted. It is not interrupted
 // by ctx: a batch begun is finished (within batchTimeout) or rolled back.
-func (r *Relay) batch(ctx context.Context) (int, error) {
+func (r *Relay) batch(ctx context.Context) (n int, err error) {
 	start := time.Now()
+	var report *RelayBatch
+	if r.cfg.OnBatch != nil {
+		report = &RelayBatch{}
+		defer func() {
+			if n > 0 || err != nil {
+				report.Err = err
+				r.cfg.OnBatch(*report)
+			}
+		}()
+	}
 	bctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), batchTimeout)
 	defer cancel()
 	tx, err := r.db.BeginTx(bctx, nil)
@@ -320,6 +351,19 @@ func (r *Relay) batch(ctx context.Context) (int, error) {
 	for id, msg := range failed {
 		r.log.Error().Str("job_id", id).Str("reason", msg).Msg("outbox row set aside")
 	}
+	if report != nil {
+		took := time.Since(start)
+		report.Relayed, report.Duplicates, report.SetAside = len(done), dups, len(failed)
+		sent := make(map[string]bool, len(done))
+		for _, id := range done {
+			sent[id] = true
+		}
+		for i := range rows {
+			if sent[rows[i].id] {
+				report.Lags = append(report.Lags, rows[i].age+took)
+			}
+		}
+	}
 	r.relayed.Add(int64(len(done)))
 	r.duplicates.Add(int64(dups))
 	r.failed.Add(int64(len(failed)))
@@ -337,7 +381,8 @@ func refused(err error) bool {
 
 // lock selects and locks the batch's rows, oldest first, skipping those another relay holds.
 func (r *Relay) lock(ctx context.Context, tx *sql.Tx) ([]row, error) {
-	res, err := tx.QueryContext(ctx, `SELECT id, queue, type, payload, spec FROM `+Table+`
+	res, err := tx.QueryContext(ctx, `SELECT id, queue, type, payload, spec,
+EXTRACT(EPOCH FROM clock_timestamp() - created_at)::float8 FROM `+Table+`
 WHERE error IS NULL ORDER BY seq LIMIT $1 FOR UPDATE SKIP LOCKED`, r.cfg.BatchSize)
 	if err != nil {
 		return nil, fmt.Errorf("select: %w", err)
@@ -347,9 +392,11 @@ WHERE error IS NULL ORDER BY seq LIMIT $1 FOR UPDATE SKIP LOCKED`, r.cfg.BatchSi
 	for res.Next() {
 		var rw row
 		var sp []byte
-		if err := res.Scan(&rw.id, &rw.queue, &rw.typ, &rw.payload, &sp); err != nil {
+		var age float64
+		if err := res.Scan(&rw.id, &rw.queue, &rw.typ, &rw.payload, &sp, &age); err != nil {
 			return nil, fmt.Errorf("select: %w", err)
 		}
+		rw.age = time.Duration(max(age, 0) * float64(time.Second))
 		if err := json.Unmarshal(sp, &rw.spec); err != nil {
 			rw.bad = fmt.Errorf("spec: %w", err)
 		}
@@ -359,4 +406,34 @@ WHERE error IS NULL ORDER BY seq LIMIT $1 FOR UPDATE SKIP LOCKED`, r.cfg.BatchSi
 		return nil, fmt.Errorf("select: %w", err)
 	}
 	return rows, nil
+}
+
+// migrate runs Migrate until it succeeds, ctx ends (nil: Run then stops) or PostgreSQL
+// answers with an error of its own (returned: trying again would not help), with the batches'
+// backoff between tries while it cannot be reached.
+func (r *Relay) migrate(ctx context.Context) error {
+	for backoff := time.Duration(0); ; {
+		err := Migrate(ctx, r.db)
+		var pgErr *pgconn.PgError
+		switch {
+		case err == nil:
+			if backoff > 0 {
+				r.log.Info().Msg("relay reached PostgreSQL")
+			}
+			return nil
+		case ctx.Err() != nil:
+			return nil
+		case errors.As(err, &pgErr):
+			return err
+		}
+		if backoff == 0 {
+			r.log.Error().Err(err).Msg("relay cannot reach PostgreSQL; retrying")
+		}
+		backoff = min(max(2*backoff, minBackoff), maxBackoff)
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(backoff):
+		}
+	}
 }

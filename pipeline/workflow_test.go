@@ -19,15 +19,20 @@ import (
 func (b *testBundle) waitWorkflow(t *testing.T, id string, status pipeline.WorkflowStatus) *pipeline.WorkflowState {
 	t.Helper()
 	var last *pipeline.WorkflowState
-	require.Eventually(t, func() bool {
+	var lastErr error
+	// Not require.Eventually: its message's arguments are read when it is called, and would
+	// show the first state (none), not the last.
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
 		st, err := b.client.GetWorkflow(context.Background(), b.queue, id)
-		if err != nil {
-			return false
+		if lastErr = err; err != nil {
+			continue
 		}
-		last = st
-		return st.Status == status
-	}, 30*time.Second, 5*time.Millisecond, "workflow %s never reached %s (last: %+v)", id, status, last)
-	return last
+		if last = st; st.Status == status {
+			return st
+		}
+	}
+	t.Fatalf("workflow %s never reached %s (last: %+v, error: %v)", id, status, last, lastErr)
+	return nil
 }
 
 // order records the order handlers ran in.
@@ -299,4 +304,22 @@ func TestInspectorWorkflowsNewestFirst(t *testing.T) {
 	require.Equal(t, pipeline.WorkflowRunning, got[0].Status)
 	_, err = b.insp.Workflows(ctx, b.queue, 0)
 	require.ErrorIs(t, err, pipeline.ErrInvalid)
+}
+
+// A workflow id sent again is the same workflow only with the same tasks and payloads (a job's
+// rule: the same type and payload); other options do not count, as for a job.
+func TestWorkflowRepublishComparesPayloads(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	wf := func(payload string, opts ...pipeline.Option) pipeline.Workflow {
+		return pipeline.Workflow{ID: "w", Tasks: []pipeline.WorkflowTask{{Name: "a", Task: pipeline.Task{Type: "t", Payload: []byte(payload), Opts: opts}}}}
+	}
+	_, err := b.client.Workflow(ctx, b.queue, wf("ada"))
+	require.NoError(t, err)
+	_, err = b.client.Workflow(ctx, b.queue, wf("bob"))
+	require.ErrorIs(t, err, pipeline.ErrConflict)
+	again, err := b.client.Workflow(ctx, b.queue, wf("ada", pipeline.WithMaxRetries(0)))
+	require.NoError(t, err)
+	require.True(t, again.Duplicate)
 }

@@ -417,7 +417,8 @@
     return h('nav', { class: 'tabs', 'aria-label': 'Queue ' + q },
       h('a', { href: queueHref(q), 'aria-current': current === '' ? 'page' : null }, 'Overview'),
       STATES.map(([st, name]) => h('a', { href: queueHref(q, st), 'aria-current': current === st ? 'page' : null, data: { state: st } },
-        name, GAUGE[st] ? [' ', h('span', { class: 'count', data: { field: GAUGE[st] } }, stats ? fmtInt(stats[GAUGE[st]]) : '…')] : '')));
+        name, GAUGE[st] ? [' ', h('span', { class: 'count', data: { field: GAUGE[st] } }, stats ? fmtInt(stats[GAUGE[st]]) : '…')] : '')),
+      h('a', { href: queueHref(q, 'workflows'), 'aria-current': current === 'workflows' ? 'page' : null, data: { state: 'workflows' } }, 'Workflows'));
   }
 
   function updateTabCounts(stats) {
@@ -1140,11 +1141,16 @@
     const md = Object.entries(j.metadata || {});
     content.replaceChildren(
       h('div', { class: 'job-status' }, 'Status ', badge(j.status), actions),
+      j.status === 'waiting' ? h('p', { class: 'muted wait-note' },
+        'It waits for the tasks it runs after in its workflow: it is queued once they are done.') : '',
       h('div', { class: 'cols' },
         h('section', { class: 'card', 'aria-labelledby': 'j-sum' }, h('h2', { id: 'j-sum' }, 'Summary'),
           h('dl', { class: 'fields' },
             field('Queue', h('a', { href: queueHref(q) }, q), 'queue'),
             field('Type', j.type, 'type'),
+            // A task of a workflow (or a batch's job or callback): its workflow's page.
+            j.workflow ? field('Workflow', [h('a', { class: 'id wf-link', href: wfHref(q, j.workflow) }, j.workflow),
+              j.task ? h('span', { class: 'muted' }, ' · task ' + j.task) : null], 'workflow') : null,
             // River's levels: 1 is served first (and the default), 4 last.
             field('Priority', fmtInt(num(j.priority) || 1) + ({ 1: ' (first)', 4: ' (last)' }[num(j.priority) || 1] || ''), 'priority'),
             field('Attempts', fmtInt(j.attempt) + ' of ' + fmtInt(num(j.max_retries) + 1) + ' (max retries ' + fmtInt(j.max_retries) + ')', 'attempt'),
@@ -1443,6 +1449,355 @@
     wrap.replaceChildren(table);
   }
 
+  // ---- Workflows: a queue's workflows and batches (GET v1/queues/Q/workflows, .../workflows/ID) ----
+
+  const WF_LIST_LIMIT = 100;
+  const DAG_COLLAPSE = 30; // a layer of more tasks than this is drawn as one box of counts
+  // Past this many boxes, every layer of several tasks is one box, and past this many layers
+  // only the first DAG_MAX_LAYERS are drawn: a chain of thousands is read in the table.
+  const DAG_MAX_NODES = 150;
+  const DAG_MAX_LAYERS = 40;
+  const TASKS_SHOWN = 100; // task rows shown before "Show all"
+  const AFTER_SHOWN = 5; // dependency names shown in a task row before "and N more"
+  const wfHref = (q, id) => queueHref(q, 'workflows') + (id ? '/' + enc(id) : '');
+  // A workflow's status, in the colors of the job statuses: running as a job in progress.
+  const WF_COLOR = { running: 'in_progress', completed: 'completed', failed: 'failed', canceled: 'canceled' };
+  const wfBadge = (st) => h('span', { class: 'badge wf-status st-' + (WF_COLOR[st] || 'canceled'), data: { wfStatus: st } }, st);
+  const wfFinal = (w) => num(w.completed) + num(w.failed) + num(w.canceled) + num(w.purged);
+  // A task's status as people read it: a dead job's wire name is "failed".
+  const statusWord = (st) => (st === 'failed' ? 'dead' : String(st || 'unknown').replace('_', ' '));
+  // The order the per-status counts of a collapsed layer are listed in.
+  const TASK_STATES = ['waiting', 'scheduled', 'queued', 'in_progress', 'completed', 'failed', 'canceled', 'purged'];
+
+  // wfCounts is a workflow's outcome counts in words: "3 completed, 1 dead".
+  function wfCounts(w) {
+    const parts = [['completed', 'completed'], ['failed', 'dead'], ['canceled', 'canceled'], ['purged', 'purged']]
+      .filter(([k]) => num(w[k]) > 0).map(([k, word]) => fmtInt(w[k]) + ' ' + word);
+    return parts.length ? parts.join(', ') : 'none final yet';
+  }
+
+  // wfBar is a workflow's progress as a stacked bar: completed, dead, canceled and purged tasks
+  // out of all.
+  function wfBar(w) {
+    const total = Math.max(1, num(w.total));
+    const W = 1000, H = 12;
+    const svg = s('svg', { class: 'wf-bar', viewBox: '0 0 ' + W + ' ' + H, preserveAspectRatio: 'none', role: 'img',
+      'aria-label': fmtInt(wfFinal(w)) + ' of ' + fmtInt(w.total) + ' tasks final: ' + wfCounts(w) },
+    s('rect', { class: 'wf-bar-bg', x: 0, y: 0, width: W, height: H }));
+    let x = 0;
+    for (const k of ['completed', 'failed', 'canceled', 'purged']) {
+      const wd = (num(w[k]) / total) * W;
+      if (wd > 0) svg.append(s('rect', { class: 'wf-seg st-' + k, x: x.toFixed(2), y: 0, width: wd.toFixed(2), height: H, data: { seg: k } }));
+      x += wd;
+    }
+    return svg;
+  }
+
+  // workflowList: a queue's workflows and batches, newest first. It refreshes in place; when
+  // newer workflows appear it offers them instead of moving the rows under the pointer.
+  function workflowList(q) {
+    const g = gen;
+    const body = h('div', {}, h('p', { class: 'loading' }, 'Loading…'));
+    const err = h('div', {});
+    const newer = h('span', { class: 'wf-newer' });
+    main().replaceChildren(heading('Queue ' + q), tabs(q, 'workflows', null),
+      h('section', { class: 'card', 'aria-labelledby': 'wl-h' },
+        h('div', { class: 'list-head' }, h('h2', { id: 'wl-h' }, 'Workflows and batches'), newer),
+        h('p', { class: 'muted small' }, 'The newest ' + WF_LIST_LIMIT + ', newest first. Publish one with pipeline.Client.Workflow or Client.Batch.'),
+        err, body));
+    let shown = null; // the ids shown, in order
+    const draw = (list) => {
+      shown = list.map((w) => w.id).join('\n');
+      newer.replaceChildren();
+      renderWorkflows(body, q, list);
+    };
+    const refresh = async () => {
+      try {
+        const [list, st] = await Promise.all([api('GET', 'queues/' + enc(q) + '/workflows?limit=' + WF_LIST_LIMIT), queueStats(q)]);
+        if (!live(g)) return;
+        err.replaceChildren();
+        updateTabCounts(st);
+        const ws = (list && list.workflows) || [];
+        if (shown === null || shown === ws.map((w) => w.id).join('\n')) {
+          draw(ws);
+        } else {
+          const known = new Set(shown.split('\n'));
+          const n = ws.filter((w) => !known.has(w.id)).length;
+          newer.replaceChildren(h('button', { type: 'button', class: 'wf-show-newer', onclick: () => draw(ws) },
+            n > 0 ? 'Show ' + fmtInt(n) + ' newer' : 'Show the latest'));
+        }
+        stamp();
+      } catch (e) {
+        if (live(g)) err.replaceChildren(errorBox('Could not load the workflows', e));
+      }
+    };
+    refresh();
+    return { refresh };
+  }
+
+  function renderWorkflows(wrap, q, list) {
+    if (list.length === 0) {
+      wrap.replaceChildren(h('p', { class: 'muted empty' }, 'No workflows or batches in ' + q + '.'));
+      return;
+    }
+    const cols = ['Workflow', 'Kind', 'Status', 'Progress', 'Dead', 'Canceled', 'Created'];
+    wrap.replaceChildren(h('table', { class: 'grid-table workflows' },
+      h('caption', { class: 'visually-hidden' }, 'Workflows and batches of ' + q + ', newest first'),
+      h('thead', {}, h('tr', {}, cols.map((c) => h('th', { scope: 'col', class: ['Dead', 'Canceled'].includes(c) ? 'num' : null }, c)))),
+      h('tbody', {}, list.map((w) => h('tr', { data: { workflow: w.id, status: w.status } },
+        h('th', { scope: 'row', class: 'name', data: { label: 'Workflow' } },
+          h('a', { href: wfHref(q, w.id) }, w.name || w.id),
+          w.name ? h('div', { class: 'id muted small' }, w.id) : null),
+        h('td', { data: { label: 'Kind', field: 'kind' } }, w.kind),
+        h('td', { data: { label: 'Status', field: 'status' } }, wfBadge(w.status)),
+        h('td', { data: { label: 'Progress', field: 'progress' } },
+          h('span', { class: 'wf-progress' },
+            h('progress', { max: String(Math.max(1, num(w.total))), value: String(num(w.completed)), 'aria-label': 'Completed tasks of ' + (w.name || w.id) }),
+            ' ', h('span', { class: 'wf-frac' }, fmtInt(w.completed) + '/' + fmtInt(w.total)))),
+        h('td', { class: 'num' + (num(w.failed) > 0 ? ' has-dead' : ''), data: { label: 'Dead', field: 'failed' } }, fmtInt(w.failed)),
+        h('td', { class: 'num', data: { label: 'Canceled', field: 'canceled' } }, fmtInt(w.canceled)),
+        h('td', { data: { label: 'Created', field: 'created_at' } }, timeEl(w.created_at, true)))))));
+  }
+
+  // workflowPage: one workflow or batch: its status and counts, a drawing of its tasks and
+  // their dependencies, and its tasks. It polls like the job page until the workflow is
+  // completed or canceled (a failed one may resume: a replay of its dead task).
+  function workflowPage(q, id) {
+    const g = gen;
+    const head = h('div', { class: 'wf-head' }, h('p', { class: 'loading' }, 'Loading…'));
+    const dag = h('div', { class: 'dag-wrap' });
+    const tasksBox = h('div', { class: 'wf-tasks' });
+    const err = h('div', {});
+    const graphCard = h('section', { class: 'card dag-card', 'aria-labelledby': 'wg-h' }, h('h2', { id: 'wg-h' }, 'Graph'), dag);
+    const tasksCard = h('section', { class: 'card', 'aria-labelledby': 'wt-h' }, h('h2', { id: 'wt-h' }, 'Tasks'), tasksBox);
+    main().replaceChildren(
+      h('nav', { class: 'crumbs', 'aria-label': 'Breadcrumb' },
+        h('a', { href: '#/queues' }, 'Queues'), ' › ', h('a', { href: queueHref(q) }, q), ' › ',
+        h('a', { href: wfHref(q) }, 'Workflows'), ' › ', h('span', { class: 'id' }, id)),
+      heading('Workflow ' + id), err, head, graphCard, tasksCard);
+    let done = false;
+    let last = ''; // the answer last drawn: an unchanged one is not drawn again
+    let showAll = false;
+    let cur = null;
+    const draw = () => {
+      const w = cur;
+      head.replaceChildren(...wfHeader(w));
+      dag.replaceChildren(dagDrawing(q, w.tasks || []));
+      tasksBox.replaceChildren(...taskTable(q, w, showAll, () => { showAll = true; draw(); }));
+    };
+    const refresh = async () => {
+      if (done) return;
+      try {
+        const w = await api('GET', 'queues/' + enc(q) + '/workflows/' + enc(id));
+        if (!live(g)) return;
+        err.replaceChildren();
+        done = w.status === 'completed' || w.status === 'canceled';
+        const text = JSON.stringify(w);
+        if (text !== last) {
+          last = text;
+          cur = w;
+          draw();
+        }
+        stamp();
+      } catch (e) {
+        if (!live(g)) return;
+        if (e.status === 404) {
+          done = true;
+          head.replaceChildren(h('div', { class: 'error-box', role: 'alert' },
+            'No workflow ' + id + ' in queue ' + q + '. A finished workflow is kept for the retention time only.'));
+          graphCard.hidden = tasksCard.hidden = true;
+        } else {
+          err.replaceChildren(errorBox('Could not load the workflow', e));
+        }
+      }
+    };
+    refresh();
+    return { refresh };
+  }
+
+  function wfHeader(w) {
+    const total = num(w.total), fin = wfFinal(w);
+    const field = (k, name, v) => h('div', { data: { field: k } }, h('dt', {}, name), h('dd', {}, v));
+    return [
+      h('div', { class: 'job-status' }, w.kind === 'batch' ? 'Batch ' : 'Workflow ', wfBadge(w.status),
+        w.name ? h('span', { class: 'wf-name' }, w.name) : null),
+      h('div', { class: 'wf-progress-box' }, wfBar(w),
+        h('p', { class: 'wf-bar-text', data: { final: String(fin), total: String(total) } },
+          h('strong', {}, fmtInt(fin) + ' of ' + fmtInt(total)), ' tasks final: ' + wfCounts(w) + '.')),
+      h('dl', { class: 'counters wf-counts' },
+        field('total', 'Tasks', fmtInt(total)),
+        field('completed', 'Completed', fmtInt(w.completed)),
+        field('failed', 'Dead', fmtInt(w.failed)),
+        field('canceled', 'Canceled', fmtInt(w.canceled)),
+        num(w.purged) > 0 ? field('purged', 'Purged', fmtInt(w.purged)) : null,
+        field('left', 'To finish', fmtInt(total - fin))),
+      h('dl', { class: 'fields wf-times' },
+        field('queue', 'Queue', h('a', { href: queueHref(w.queue) }, w.queue)),
+        field('kind', 'Kind', w.kind),
+        field('created_at', 'Created', timeEl(w.created_at)),
+        field('finished_at', 'Finished', timeEl(w.finished_at))),
+    ];
+  }
+
+  // dagLayout places the tasks in layers (a task's layer is one more than its dependencies'
+  // deepest) and each layer in a column. A layer of more than DAG_COLLAPSE tasks becomes one
+  // group node: a fan-out of a thousand is read as counts, not drawn. Too many boxes still, and
+  // every layer of several tasks is one; too many layers, and the first DAG_MAX_LAYERS show.
+  function dagLayout(tasks) {
+    const at = new Map(tasks.map((t, i) => [t.name, i]));
+    const layer = tasks.map(() => 0);
+    // Tasks come in a topological order, so one pass settles; more guard against one that
+    // is not.
+    for (let pass = 0, moved = true; moved && pass < tasks.length; pass++) {
+      moved = false;
+      tasks.forEach((t, i) => {
+        for (const a of t.after || []) {
+          const d = at.get(a);
+          if (d !== undefined && layer[d] + 1 > layer[i]) { layer[i] = layer[d] + 1; moved = true; }
+        }
+      });
+    }
+    const byLayer = [];
+    tasks.forEach((t, i) => { (byLayer[layer[i]] = byLayer[layer[i]] || []).push(i); });
+    const boxes = (at) => byLayer.reduce((a, m) => a + (m.length > at ? 1 : m.length), 0);
+    const collapseAt = boxes(DAG_COLLAPSE) > DAG_MAX_NODES ? 1 : DAG_COLLAPSE;
+    const shown = boxes(collapseAt) > DAG_MAX_NODES ? Math.min(byLayer.length, DAG_MAX_LAYERS) : byLayer.length;
+    const nodes = [];
+    const nodeOf = tasks.map(() => -1);
+    const columns = byLayer.slice(0, shown).map((members, l) => {
+      members = members || [];
+      if (members.length > collapseAt) {
+        const counts = {};
+        for (const i of members) counts[tasks[i].status] = (counts[tasks[i].status] || 0) + 1;
+        const n = nodes.push({ group: true, layer: l, tasks: members, counts }) - 1;
+        for (const i of members) nodeOf[i] = n;
+        return [n];
+      }
+      return members.map((i) => { nodeOf[i] = nodes.push({ task: tasks[i], layer: l }) - 1; return nodeOf[i]; });
+    });
+    const seen = new Set();
+    const edges = [];
+    const preds = nodes.map(() => []);
+    tasks.forEach((t, i) => {
+      for (const a of t.after || []) {
+        const d = at.get(a);
+        if (d === undefined) continue;
+        const from = nodeOf[d], to = nodeOf[i], key = from + '>' + to;
+        if (from < 0 || to < 0 || from === to || seen.has(key)) continue;
+        seen.add(key);
+        edges.push({ from, to });
+        preds[to].push(from);
+      }
+    });
+    // Fewer crossings: each column in the mean order of its nodes' dependencies (barycenters).
+    const pos = nodes.map(() => 0);
+    columns.forEach((col) => col.forEach((n, k) => { pos[n] = k; }));
+    for (let l = 1; l < columns.length; l++) {
+      const bary = (n) => (preds[n].length ? preds[n].reduce((a, p) => a + pos[p], 0) / preds[n].length : pos[n]);
+      const keyed = columns[l].map((n, k) => [bary(n), k, n]);
+      keyed.sort((a, b) => a[0] - b[0] || a[1] - b[1]);
+      columns[l] = keyed.map((x) => x[2]);
+      columns[l].forEach((n, k) => { pos[n] = k; });
+    }
+    const hidden = byLayer.slice(shown).reduce((a, m) => a + m.length, 0);
+    return { nodes, edges, columns, layers: byLayer.length, hidden };
+  }
+
+  // dagDrawing draws the workflow's tasks as an SVG: boxes in columns by layer, colored by
+  // status and linked to their jobs, and an arrow from each dependency to the task that
+  // waits for it.
+  function dagDrawing(q, tasks) {
+    if (tasks.length === 0) return h('p', { class: 'muted' }, 'No tasks.');
+    const NW = 168, NH = 42, GAP_X = 64, GAP_Y = 14, PAD = 12, LINE = 16;
+    const { nodes, edges, columns, layers, hidden } = dagLayout(tasks);
+    const height = (n) => (nodes[n].group ? 30 + LINE * Object.keys(nodes[n].counts).length : NH);
+    const colH = columns.map((col) => col.reduce((a, n) => a + height(n), 0) + GAP_Y * Math.max(0, col.length - 1));
+    const maxH = Math.max(...colH);
+    const W = PAD * 2 + columns.length * NW + (columns.length - 1) * GAP_X;
+    const H = PAD * 2 + maxH;
+    const box = nodes.map(() => null);
+    columns.forEach((col, l) => {
+      let y = PAD + (maxH - colH[l]) / 2;
+      for (const n of col) {
+        box[n] = { x: PAD + l * (NW + GAP_X), y, h: height(n) };
+        y += height(n) + GAP_Y;
+      }
+    });
+    const cut = (text, n) => (text.length > n ? text.slice(0, n - 1) + '…' : text);
+    const svg = s('svg', { class: 'dag', width: W, height: H, viewBox: '0 0 ' + W + ' ' + H, role: 'group',
+      'aria-label': 'Graph of ' + fmtInt(tasks.length) + ' tasks in ' + fmtInt(columns.length) + ' layers' },
+    s('defs', {}, s('marker', { id: 'dag-arrow', viewBox: '0 0 10 10', refX: 10, refY: 5, markerWidth: 7, markerHeight: 7, orient: 'auto' },
+      s('path', { class: 'dag-arrow', d: 'M0 0 L10 5 L0 10 z' }))));
+    const eg = s('g', { class: 'edges' });
+    for (const e of edges) {
+      const a = box[e.from], b = box[e.to];
+      const x1 = a.x + NW, y1 = a.y + a.h / 2, x2 = b.x - 2, y2 = b.y + b.h / 2, mx = (x1 + x2) / 2;
+      const src = nodes[e.from];
+      const name = (n) => (nodes[n].group ? 'layer ' + (nodes[n].layer + 1) : nodes[n].task.name);
+      eg.append(s('path', { class: 'edge' + (!src.group && src.task.status === 'completed' ? ' edge-done' : ''),
+        d: 'M' + x1 + ' ' + y1 + ' C' + mx + ' ' + y1 + ' ' + mx + ' ' + y2 + ' ' + x2 + ' ' + y2,
+        'marker-end': 'url(#dag-arrow)', data: { from: name(e.from), to: name(e.to) } }));
+    }
+    const ng = s('g', { class: 'nodes' });
+    nodes.forEach((n, k) => {
+      const { x, y, h: bh } = box[k];
+      if (n.group) {
+        const states = Object.keys(n.counts).sort((p, r) => TASK_STATES.indexOf(p) - TASK_STATES.indexOf(r));
+        ng.append(s('g', { class: 'node group', data: { layer: String(n.layer + 1), count: String(n.tasks.length) } },
+          s('title', {}, fmtInt(n.tasks.length) + ' tasks in layer ' + (n.layer + 1) + '; each is in the table below'),
+          s('rect', { x, y, width: NW, height: bh, rx: 8, ry: 8 }),
+          s('text', { class: 'node-name', x: x + 10, y: y + 18 }, fmtInt(n.tasks.length) + ' tasks'),
+          states.map((st, i) => s('text', { class: 'node-count st-' + st, x: x + 10, y: y + 18 + LINE * (i + 1), data: { status: st } },
+            fmtInt(n.counts[st]) + ' ' + statusWord(st)))));
+        return;
+      }
+      const t = n.task;
+      ng.append(s('a', { class: 'node st-' + t.status + (t.finally ? ' finally' : ''), href: jobHref(q, t.job_id),
+        'aria-label': 'Task ' + t.name + ': ' + statusWord(t.status), data: { task: t.name, status: t.status } },
+      s('title', {}, t.name + ' (' + statusWord(t.status) + ')' + (t.type ? ', type ' + t.type : '') + (t.finally ? ', runs finally' : '')),
+      s('rect', { x, y, width: NW, height: bh, rx: 8, ry: 8 }),
+      s('text', { class: 'node-name', x: x + 10, y: y + 17 }, cut(t.name, 20)),
+      s('text', { class: 'node-status', x: x + 10, y: y + 33 }, statusWord(t.status) + (t.finally ? ' · finally' : ''))));
+    });
+    svg.append(eg, ng);
+    if (hidden === 0) return svg;
+    return h('div', {}, h('p', { class: 'muted small dag-cut', data: { layers: String(layers), hidden: String(hidden) } },
+      'The first ' + fmtInt(columns.length) + ' of ' + fmtInt(layers) + ' layers; the ' + fmtInt(hidden) +
+      ' tasks of the others are in the table below.'), svg);
+  }
+
+  // taskTable lists the workflow's tasks in its order, the first TASKS_SHOWN unless all.
+  function taskTable(q, w, all, showAll) {
+    const tasks = w.tasks || [];
+    const rows = all ? tasks : tasks.slice(0, TASKS_SHOWN);
+    const after = (names) => {
+      if (!names || names.length === 0) return h('span', { class: 'muted' }, '—');
+      const shown = names.slice(0, AFTER_SHOWN).join(', ');
+      return names.length > AFTER_SHOWN
+        ? h('span', { title: names.slice(0, 200).join(', ') }, shown + ' and ' + fmtInt(names.length - AFTER_SHOWN) + ' more')
+        : shown;
+    };
+    const cols = ['Task', 'Type', 'Status', 'After', 'Attempt', 'Started', 'Finished', 'Last error'];
+    return [
+      h('table', { class: 'grid-table wf-task-table' },
+        h('caption', { class: 'visually-hidden' }, 'Tasks of ' + w.id + ', in the order they can run'),
+        h('thead', {}, h('tr', {}, cols.map((c) => h('th', { scope: 'col', class: c === 'Attempt' ? 'num' : null }, c)))),
+        h('tbody', {}, rows.map((t) => h('tr', { data: { task: t.name, status: t.status } },
+          h('td', { class: 'id', data: { label: 'Task' } }, h('a', { href: jobHref(q, t.job_id) }, t.name)),
+          h('td', { data: { label: 'Type' } }, t.type || '—'),
+          h('td', { data: { label: 'Status', field: 'status' } }, badge(t.status || 'unknown'), t.finally ? h('span', { class: 'muted small' }, ' finally') : null),
+          h('td', { class: 'wrap', data: { label: 'After', field: 'after' } }, after(t.after)),
+          h('td', { class: 'num', data: { label: 'Attempt' } }, fmtInt(t.attempt)),
+          h('td', { data: { label: 'Started' } }, timeEl(t.started_at, true)),
+          h('td', { data: { label: 'Finished' } }, timeEl(t.finished_at, true)),
+          h('td', { class: 'reason', data: { label: 'Last error', field: 'last_error' } }, fold(t.last_error)))))),
+      rows.length < tasks.length
+        ? h('p', { class: 'wf-more' }, 'The first ' + fmtInt(rows.length) + ' of ' + fmtInt(tasks.length) + ' tasks. ',
+          h('button', { type: 'button', class: 'wf-show-all', onclick: showAll }, 'Show all ' + fmtInt(tasks.length)))
+        : '',
+    ];
+  }
+
   function notFound() {
     main().replaceChildren(heading('Not found'), h('p', {}, 'This page does not exist. ', h('a', { href: '#/queues' }, 'See the queues.')));
     return {};
@@ -1468,6 +1823,8 @@
     else if (p.length === 0 || (p.length === 1 && p[0] === 'queues')) v = overview();
     else if (p[0] === 'queues' && p.length === 2) v = queuePage(p[1]);
     else if (p[0] === 'queues' && p.length === 3 && (states.has(p[2]) || p[2] === 'dead')) v = jobList(p[1], p[2] === 'dead' ? 'failed' : p[2]);
+    else if (p[0] === 'queues' && p.length === 3 && p[2] === 'workflows') v = workflowList(p[1]);
+    else if (p[0] === 'queues' && p.length === 4 && p[2] === 'workflows') v = workflowPage(p[1], p[3]);
     else if (p[0] === 'jobs' && p.length === 3) v = jobPage(p[1], p[2]);
     else if (p[0] === 'jobs' && p.length === 2) v = find(p[1]);
     else if (p[0] === 'schedules' && p.length === 1) v = schedulesPage();

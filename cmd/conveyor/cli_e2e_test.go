@@ -52,6 +52,8 @@ func testUsageAndRefusals(t *testing.T, c *cli) {
 		{2, `invalid queue name "a b"`, []string{"publish", "--type", "echo", "--queue", "a b"}},
 		{2, "empty job type", []string{"publish", "--type", ""}},
 		{2, "--unique-ttl needs --unique", []string{"publish", "--type", "echo", "--unique-ttl", "1m"}},
+		{2, "required flag --file not set", []string{"workflows", "publish"}},
+		{1, `workflow nosuch not found in queue "default"`, []string{"workflows", "get", "nosuch"}},
 		{2, "did you mean redis://127.0.0.1:6379?", []string{"stats", "--redis", "127.0.0.1:6379"}},
 		{2, `$CONVEYOR_LOG_LEVEL "loud"`, []string{"stats"}},
 		{1, "cannot reach Redis at redis://127.0.0.1:1/0: connection refused; is Redis running there? set --redis or CONVEYOR_REDIS_URL",

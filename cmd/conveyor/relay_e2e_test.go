@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"database/sql"
+	"strconv"
 	"testing"
 	"time"
 
@@ -72,9 +73,17 @@ func TestRelayE2E(t *testing.T) {
 	require.Greater(t, int(sent)+left, n, "the kill did not land mid-batch: %d jobs, %d rows left", sent, left)
 
 	c = &cli{bin: bin, url: srv.URL(), rdb: rdb}
-	second := c.start(t, "relay", "--postgres", pgURL, "--batch", "10")
+	second := c.start(t, "relay", "--postgres", pgURL, "--batch", "10", "--metrics-addr", "127.0.0.1:0")
 	require.Eventually(t, func() bool { return rows() == 0 }, time.Minute, 10*time.Millisecond)
 	require.EqualValues(t, n, enqueued(), "jobs created")
+	// The second relay's series: what it relayed (some rows as duplicates of the killed
+	// relay's sends), and nothing waiting.
+	body := scrape(t, logged(t, second, metricsAddrLog, "the relay's metrics address"), "")
+	relayed, err := strconv.Atoi(seriesValue(body, `conveyor_relay_rows_total{result="relayed"}`))
+	require.NoError(t, err, "%s", body)
+	require.Equal(t, left, relayed, "the rows the first relay left")
+	require.Equal(t, "0", seriesValue(body, "conveyor_relay_pending"))
+	require.NotEmpty(t, seriesValue(body, "conveyor_relay_lag_seconds_count"))
 	for _, id := range ids {
 		_, err := client.Get(ctx, queue, id)
 		require.NoError(t, err, "job %s", id)

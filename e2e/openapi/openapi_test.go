@@ -150,6 +150,24 @@ var cases = []tc{
 	{op: "GET /v1/queues/{queue}/groups", url: "/v1/queues/{queue}/groups", status: 200},
 	{op: "GET /v1/queues/{queue}/groups", url: "/v1/queues/nosuch/groups", status: 404},
 
+	// Workflows and batches.
+	{op: "POST /v1/queues/{queue}/workflows", url: "/v1/queues/{queue}/workflows", status: 201,
+		body: `{"id":"wf-1","name":"diamond","tasks":[{"name":"a","type":"echo","payload":{"n":1}},{"name":"b","type":"echo","after":["a"],"max_retries":2},{"name":"c","type":"echo","after":["a"]},{"name":"d","type":"echo","after":["b","c"],"finally":true}]}`},
+	{op: "POST /v1/queues/{queue}/workflows", url: "/v1/queues/{queue}/workflows", status: 200,
+		body: `{"id":"wf-1","name":"diamond","tasks":[{"name":"a","type":"echo","payload":{"n":1}},{"name":"b","type":"echo","after":["a"],"max_retries":2},{"name":"c","type":"echo","after":["a"]},{"name":"d","type":"echo","after":["b","c"],"finally":true}]}`},
+	{op: "POST /v1/queues/{queue}/workflows", url: "/v1/queues/{queue}/workflows", status: 409, body: `{"id":"wf-1","tasks":[{"name":"x","type":"echo"}]}`},
+	{op: "POST /v1/queues/{queue}/workflows", url: "/v1/queues/{queue}/workflows", status: 400,
+		body: `{"tasks":[{"name":"a","type":"echo","after":["b"]},{"name":"b","type":"echo","after":["a"]}]}`},
+	{op: "POST /v1/queues/{queue}/workflows", url: "/v1/queues/{queue}/workflows", status: 400, body: `{"tasks":[]}`, invalid: true},
+	{op: "POST /v1/queues/{queue}/batches", url: "/v1/queues/{queue}/batches", status: 201,
+		body: `{"id":"b-1","jobs":[{"type":"echo","payload":1},{"type":"echo"}],"callback":{"type":"echo"}}`},
+	{op: "POST /v1/queues/{queue}/batches", url: "/v1/queues/{queue}/batches", status: 400, body: `{"jobs":[{"type":"echo","delay":"1h"}]}`},
+	{op: "GET /v1/queues/{queue}/workflows", url: "/v1/queues/{queue}/workflows?limit=10", status: 200},
+	{op: "GET /v1/queues/{queue}/workflows", url: "/v1/queues/{queue}/workflows?limit=0", status: 400, invalid: true},
+	{op: "GET /v1/queues/{queue}/workflows/{id}", url: "/v1/queues/{queue}/workflows/wf-1", status: 200},
+	{op: "GET /v1/queues/{queue}/workflows/{id}", url: "/v1/queues/{queue}/workflows/b-1", status: 200},
+	{op: "GET /v1/queues/{queue}/workflows/{id}", url: "/v1/queues/{queue}/workflows/nosuch", status: 404},
+
 	// Schedules.
 	{op: "POST /v1/schedules", url: "/v1/schedules", status: 201, body: `{"name":"nightly","spec":"0 0 3 * * *","queue":"{queue}","type":"echo","payload":{"a":1}}`},
 	{op: "POST /v1/schedules", url: "/v1/schedules", status: 400, body: `{"name":"bad","spec":"every day","type":"echo"}`},

@@ -55,6 +55,8 @@ func TestFlagCompletion(t *testing.T) {
 		{[]string{"limits", "set", "--redis", noRedis, ""}, []string{}},
 		{[]string{"limits", "list", "--redis", noRedis, ""}, []string{}},
 		{[]string{"limits", "delete", "--redis", noRedis, ""}, []string{}},
+		{[]string{"workflows", "get", "--redis", noRedis, ""}, []string{}},
+		{[]string{"batches", "get", "--redis", noRedis, "-q", "q", ""}, []string{}},
 	} {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
 			t.Parallel()

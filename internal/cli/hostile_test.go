@@ -51,6 +51,7 @@ func TestHostileCLIPublish(t *testing.T) {
 func TestHostileCLINames(t *testing.T) {
 	t.Parallel()
 	refused := hostileCLI(t)
+	wfFile := writeFile(t, `{"tasks":[{"name":"a","type":"echo"}]}`)
 	byQueue := map[string]func(q string) []string{
 		"status":        func(q string) []string { return []string{"status", "--queue", q, "queued"} },
 		"cancel":        func(q string) []string { return []string{"cancel", "--queue", q, "queued"} },
@@ -63,6 +64,10 @@ func TestHostileCLINames(t *testing.T) {
 		"queues create": func(q string) []string { return []string{"queues", "create", q, "--partitions", "2"} },
 		"pause":         func(q string) []string { return []string{"pause", q} },
 		"resume":        func(q string) []string { return []string{"resume", q} },
+		"workflows get": func(q string) []string { return []string{"workflows", "get", "--queue", q, "wf"} },
+		"workflows ls":  func(q string) []string { return []string{"workflows", "list", "--queue", q} },
+		"workflows pub": func(q string) []string { return []string{"workflows", "publish", "--queue", q, "--file", wfFile} },
+		"batches get":   func(q string) []string { return []string{"batches", "get", "--queue", q, "b"} },
 	}
 	byID := map[string]func(id string) []string{
 		"status":      func(id string) []string { return []string{"status", "--queue", "hostile", id} },
@@ -71,6 +76,7 @@ func TestHostileCLINames(t *testing.T) {
 		"cancel find": func(id string) []string { return []string{"cancel", id} },
 		"dead replay": func(id string) []string { return []string{"dead", "replay", "--queue", "hostile", id} },
 		"dead purge":  func(id string) []string { return []string{"dead", "purge", "--queue", "hostile", "queued", id} },
+		"workflow":    func(id string) []string { return []string{"workflows", "get", "--queue", "hostile", id} },
 	}
 	for _, n := range hostile.BadQueues() {
 		for name, args := range byQueue {

@@ -113,6 +113,13 @@ func TestRunExitCodes(t *testing.T) {
 		{"LimitsDeleteNoQueue", []string{"limits", "delete"}, 2, "want exactly one queue name, got 0"},
 		{"PurgeIDsAndAge", []string{"dead", "purge", "--older-than", "1h", "x"}, 2, "--older-than and job ids cannot be used together"},
 		{"DeadOffsetAndCursor", []string{"dead", "list", "--offset", "1", "--cursor", "1:x"}, 2, "--offset and --cursor cannot be used together"},
+		{"WorkflowsGetNoID", []string{"workflows", "get"}, 2, "want exactly one workflow id, got 0"},
+		{"BatchesGetNoID", []string{"batches", "get"}, 2, "want exactly one batch id, got 0"},
+		{"WorkflowsUnknown", []string{"workflows", "lsit"}, 2, `unknown command "lsit" for "conveyor workflows" (did you mean "list"?)`},
+		{"WorkflowsListLimit", []string{"workflows", "list", "--limit", "1001"}, 2, "--limit must be 1 to 1000, not 1001"},
+		{"WorkflowsPublishNoFile", []string{"workflows", "publish"}, 2, "required flag --file not set"},
+		{"BatchesPublishNoFile", []string{"batches", "publish"}, 2, "required flag --file not set"},
+		{"WorkflowsPublishMalformed", []string{"workflows", "publish", "--file", "-"}, 2, "standard input (--file -): malformed JSON at byte 1"},
 
 		{"MalformedPayload", []string{"publish", "--type", "echo", "--payload", "{"}, 2, "--payload is not valid JSON"},
 		{"EmptyPayload", []string{"publish", "--type", "echo", "--payload", ""}, 2, "--payload is empty"},

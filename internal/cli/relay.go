@@ -4,8 +4,11 @@ import (
 	"errors"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/spf13/cobra"
 
+	"github.com/conveyorq/conveyor/metrics"
 	"github.com/conveyorq/conveyor/outbox"
 )
 
@@ -19,6 +22,8 @@ type relayFlags struct {
 	batch     int
 	poll      time.Duration
 	noMigrate bool
+	// metricsAddr serves the relay's Prometheus series (metrics.Relay) there; empty: off.
+	metricsAddr string
 }
 
 func newRelayCmd(a *app) *cobra.Command {
@@ -39,7 +44,11 @@ one of them (FOR UPDATE SKIP LOCKED). The relay wakes on the table's notificatio
 At start it creates the table, its index and its trigger when missing (--no-migrate: the schema
 is managed elsewhere). Rows Redis refuses for good (an id already used by another job) stay in
 the table with the reason in their error column. On SIGINT or SIGTERM it finishes the batch in
-flight and exits 0.`,
+flight and exits 0.
+
+--metrics-addr serves Prometheus metrics on GET /metrics: rows relayed, found sent already
+or set aside (conveyor_relay_rows_total), the commit-to-queued lag (conveyor_relay_lag_seconds),
+failed batches, and the rows waiting (conveyor_relay_pending, counted at each scrape).`,
 		Example: `  conveyor relay --postgres postgres://app@db:5432/shop
   CONVEYOR_POSTGRES=postgres://app@db/shop conveyor relay --redis redis://redis:6379/0 --batch 1000`,
 		Args:        noArgs,
@@ -58,6 +67,9 @@ flight and exits 0.`,
 			if rf.poll <= 0 {
 				errs = append(errs, usageErrorf("--poll must be positive, not %s", rf.poll))
 			}
+			if err := checkMetricsAddr(rf.metricsAddr); err != nil {
+				errs = append(errs, err)
+			}
 			if err := errors.Join(errs...); err != nil {
 				return err
 			}
@@ -65,12 +77,31 @@ flight and exits 0.`,
 			if err != nil {
 				return err
 			}
-			r, err := outbox.NewRelay(outbox.RelayConfig{Postgres: rf.postgres, Client: client, BatchSize: rf.batch,
-				PollInterval: rf.poll, NoMigrate: rf.noMigrate, Logger: a.log})
+			cfg := outbox.RelayConfig{Postgres: rf.postgres, Client: client, BatchSize: rf.batch,
+				PollInterval: rf.poll, NoMigrate: rf.noMigrate, Logger: a.log}
+			var m *metrics.Relay
+			if rf.metricsAddr != "" {
+				cfg.OnBatch = func(b outbox.RelayBatch) { m.Batch(b.Relayed, b.Duplicates, b.SetAside, b.Lags, b.Err != nil) }
+			}
+			r, err := outbox.NewRelay(cfg)
 			if err != nil {
 				return usageErrorf("%v", err)
 			}
 			defer func() { _ = r.Close() }()
+			if rf.metricsAddr != "" {
+				reg := prometheus.NewRegistry()
+				if err := reg.Register(collectors.NewGoCollector()); err != nil {
+					return err
+				}
+				if m, err = metrics.NewRelay(reg, r.Pending); err != nil {
+					return err
+				}
+				stop, err := a.serveMetrics(rf.metricsAddr, reg)
+				if err != nil {
+					return err
+				}
+				defer stop()
+			}
 			a.log.Info().Str("postgres", redactURL(rf.postgres)).Str("redis", redactURL(a.redisURL)).
 				Msg("starting relay; SIGINT or SIGTERM stops it")
 			return r.Run(cmd.Context())
@@ -81,5 +112,6 @@ flight and exits 0.`,
 	f.IntVar(&rf.batch, "batch", outbox.DefaultBatchSize, "most rows one batch locks, sends and deletes")
 	f.DurationVar(&rf.poll, "poll", outbox.DefaultPollInterval, "look for rows this often when no notification came")
 	f.BoolVar(&rf.noMigrate, "no-migrate", false, "do not create the table, index and trigger at start")
+	f.StringVar(&rf.metricsAddr, "metrics-addr", "", "serve the relay's Prometheus metrics on GET /metrics at this host:port (default off)")
 	return cmd
 }

@@ -12,16 +12,48 @@ import (
 )
 
 func init() {
+	addCommand(newCancelCmd)
 	addCommand(newRunNowCmd)
 	addCommand(newDeleteCmd)
 }
 
-// rowAction is what run-now and delete share: the job's queue found when not given, the
-// Inspector's action, and the line or JSON that says it was done.
+// rowAction is what the actions on one job share (cancel, run-now, delete: the dashboard's
+// row actions): the job's queue found when not given, the Inspector's action, and the line or
+// JSON that says it was done.
 type rowAction struct {
 	use, short, long, done, jsonKey string
 	act                             func(ctx context.Context, insp *pipeline.Inspector, queue, id string) error
 	refused                         error // the action's wrong-state error
+	// refusal, when set, words the refused error (it may read the job); otherwise the
+	// error's own message follows the id.
+	refusal func(ctx context.Context, insp *pipeline.Inspector, queue, id string) error
+}
+
+func newCancelCmd(a *app) *cobra.Command {
+	return a.rowCmd(rowAction{
+		use:   "cancel [--queue Q] ID",
+		short: "Cancel a job that has not finished",
+		long: `Cancel a job that has not finished: a scheduled or queued job never runs; a running job's
+handler has its context cancelled within a second, from any process (its worker hears the
+cancel on the queue's job events, or at its next lease renewal when it missed them), and
+whatever it returns is discarded: the job ends canceled, never retried. A task of a workflow
+that waits for its dependencies is canceled too, and so are the tasks that wait for a
+canceled task. Without --queue the job is looked up in every known queue. An unknown id, or a
+job that already finished, exits 1 with the reason. With --json it prints
+{"id":..,"queue":..,"canceled":true}.`,
+		done:    "canceled %s in queue %s",
+		jsonKey: "canceled",
+		act: func(ctx context.Context, insp *pipeline.Inspector, queue, id string) error {
+			return insp.Cancel(ctx, queue, id)
+		},
+		refused: pipeline.ErrNotCancelable,
+		refusal: func(ctx context.Context, insp *pipeline.Inspector, queue, id string) error {
+			if j, err := insp.Get(ctx, queue, id); err == nil {
+				return fmt.Errorf("job %s already finished: it is %s", id, j.Status)
+			}
+			return fmt.Errorf("job %s already finished", id)
+		},
+	})
 }
 
 func newRunNowCmd(a *app) *cobra.Command {
@@ -85,6 +117,9 @@ func (a *app) rowCmd(r rowAction) *cobra.Command {
 			}
 			if err := r.act(ctx, insp, queue, id); err != nil {
 				if errors.Is(err, r.refused) {
+					if r.refusal != nil {
+						return r.refusal(ctx, insp, queue, id)
+					}
 					return fmt.Errorf("job %s: %s", id, rediserr.Message(err))
 				}
 				return notFound(err, queue, id)

@@ -9,7 +9,8 @@
 --   job instead (the operator's delete, pipeline.Inspector.Delete): only a scheduled or queued
 --   job, whose record then goes at once with no tombstone and no index entry (counted and
 --   announced as a cancel all the same, so a waiter wakes and the counters still add up)
--- KEYS[5] the index of canceled jobs (keys.Queue.Canceled): the job is added, scored by now,
+-- KEYS[5] the index of canceled jobs (keys.Queue.Canceled), KEYS[6] its count (keys.IndexCount):
+--   the job is added, scored by now,
 --   unless kept only as a tombstone, and the index trimmed as finish.lua's (cv_index)
 -- A queued or running job's entry is acknowledged and deleted, and its late result is refused
 -- by fencing. The change is announced on the events channel (canceled), for every job and not
@@ -58,7 +59,7 @@ elseif ret <= 0 then
   redis.call('DEL', KEYS[4])
   redis.call('HSET', KEYS[4], 'status', 'canceled', 'completed_at', ARGV[2])
 elseif tonumber(ARGV[8]) > 0 then
-  cv_index(KEYS[5], {ARGV[2], ARGV[4]}, tonumber(ARGV[2]) - math.max(tonumber(ARGV[3]), tonumber(ARGV[5])),
+  cv_index(KEYS[5], KEYS[6], {ARGV[2], ARGV[4]}, tonumber(ARGV[2]) - math.max(tonumber(ARGV[3]), tonumber(ARGV[5])),
     tonumber(ARGV[8]))
 end
 if not delete then redis.call('PEXPIRE', KEYS[4], math.max(ret, tonumber(ARGV[5]))) end

@@ -2,8 +2,8 @@
 -- KEYS[1] stream, KEYS[2] scheduled set, KEYS[3] dead set, KEYS[4] stats hash, KEYS[5] the
 --   queue's watching flag (keys.Queue.Watching), KEYS[5+i] the hash of item i, then the
 --   queue's workflows flag (keys.Queue.Workflows), the queue's grouped flag
---   (keys.Queue.Grouped), last the index of completed jobs
---   (keys.Queue.Completed)
+--   (keys.Queue.Grouped), the index of completed jobs (keys.Queue.Completed), last its count
+--   (keys.IndexCount)
 -- ARGV[1] group, ARGV[2] worker (consumer name), ARGV[3] default retention ms (0 keeps only a
 --   tombstone), ARGV[4] wake channel, ARGV[5] the shortest retention (ms) of any finished job,
 --   ARGV[6] the events publish command ('SPUBLISH', 'PUBLISH' or '' for none), ARGV[7] the
@@ -75,8 +75,8 @@ local idx, latest = {}, 0
 local ev, nev = nil, 0
 if ev_cmd ~= '' then ev = {} end
 local watching = ev and redis.call('EXISTS', KEYS[5]) == 1
-local grouped = redis.call('EXISTS', KEYS[#KEYS - 1]) == 1
-local wfq = redis.call('EXISTS', KEYS[#KEYS - 2]) == 1
+local grouped = redis.call('EXISTS', KEYS[#KEYS - 2]) == 1
+local wfq = redis.call('EXISTS', KEYS[#KEYS - 3]) == 1
 -- The events of tasks a workflow canceled (cv_wf_end), announced whether watched or not.
 local wfev = {}
 local function event(status_sp, attempt, id)
@@ -272,7 +272,7 @@ if #idx > 0 then
     local t = tonumber(idx[k])
     if t > latest then latest = t end
   end
-  cv_index(KEYS[#KEYS], idx, latest - math.max(default_ret, min_ret), index_cap)
+  cv_index(KEYS[#KEYS - 1], KEYS[#KEYS], idx, latest - math.max(default_ret, min_ret), index_cap)
 end
 if n_done > 0 then redis.call('HINCRBY', stats, 'completed', n_done) end
 if n_retried > 0 then redis.call('HINCRBY', stats, 'retried', n_retried) end

@@ -26,7 +26,7 @@ func (f *testBundle) indexed(key string) []string {
 		ids = append(ids, strings.Fields(c)...)
 	}
 	if len(chunks) > 0 {
-		n, err := f.rdb.Get(f.t.Context(), key+":n").Int()
+		n, err := f.rdb.Get(f.t.Context(), keys.IndexCount(key)).Int()
 		require.NoError(f.t, err)
 		require.Equal(f.t, len(ids), n, "the count beside the index")
 	}

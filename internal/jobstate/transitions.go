@@ -238,7 +238,7 @@ func FinishCall(cfg FinishConfig, ts []Transition) script.Call {
 		args = append(args, t.Op.String(), t.ID, t.Entry, strconv.Itoa(t.Attempt), t.started, t.finished,
 			data, extra, sent, t.Payload)
 	}
-	ks = append(ks, q.Workflows(), q.Grouped(), q.Completed())
+	ks = append(ks, q.Workflows(), q.Grouped(), q.Completed(), keys.IndexCount(q.Completed()))
 	return script.Call{Script: finishScript, Keys: ks, Args: args}
 }
 
@@ -318,7 +318,7 @@ func Cancel(ctx context.Context, rdb redis.Scripter, q keys.Queue, p CancelParam
 		op, del = "delete", "1"
 	}
 	return decodeRow(op, cancelScript.Run(ctx, rdb,
-		[]string{q.Stream(), q.Scheduled(), q.Stats(), q.Job(p.ID), q.Canceled()},
+		[]string{q.Stream(), q.Scheduled(), q.Stats(), q.Job(p.ID), q.Canceled(), keys.IndexCount(q.Canceled())},
 		keys.Group, p.Now.UnixMilli(), retentionMS(p.Retention), p.ID, p.MinRetention.Milliseconds(),
 		p.Events.Command(), q.Events(), indexCap(p.IndexCap), del))
 }

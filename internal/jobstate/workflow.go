@@ -2,7 +2,10 @@ package jobstate
 
 import (
 	"context"
+	"crypto/sha256"
 	_ "embed"
+	"encoding/binary"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -75,6 +78,34 @@ func (wf *NewWorkflow) Doc() string {
 	return string(b)
 }
 
+// Digest identifies what wf publishes: a SHA-256 of its tasks' names, types, dependencies and
+// payloads, in order. A publish of an existing workflow id is the same workflow when the
+// digests match (a publish sent again); options and metadata are not part of it, as a job's id
+// sent again is the same job when its type and payload match (metadata carries a trace
+// context, which differs from one call to the next).
+func (wf *NewWorkflow) Digest() string {
+	h := sha256.New()
+	var n [8]byte
+	field := func(b []byte) {
+		binary.BigEndian.PutUint64(n[:], uint64(len(b)))
+		h.Write(n[:])
+		h.Write(b)
+	}
+	for i := range wf.Tasks {
+		t := &wf.Tasks[i]
+		field([]byte(t.Name))
+		field([]byte(t.Job.Type))
+		field(t.Job.Payload)
+		field([]byte(strings.Join(t.Deps, " ")))
+		if t.Finally {
+			field([]byte{1})
+		} else {
+			field(nil)
+		}
+	}
+	return hex.EncodeToString(h.Sum(nil))
+}
+
 // ErrWorkflowConflict is returned by PublishWorkflow when the workflow's id names a workflow
 // with other tasks, or a task's id names a job that exists.
 var ErrWorkflowConflict = errors.New("workflow conflicts with what exists")
@@ -89,7 +120,7 @@ func PublishWorkflow(ctx context.Context, rdb redis.Scripter, q keys.Queue, now 
 	ks = append(ks, q.Stream(), q.Stats(), q.Workflow(wf.ID), q.Closed(), q.Workflows(), q.WorkflowIndex())
 	args := make([]any, 0, 7+11*len(wf.Tasks))
 	args = append(args, now.UnixMilli(), wf.Name, wf.Kind, wf.Doc(), retentionMS(wf.Retention),
-		keys.WorkflowIndexCap, wf.ID)
+		keys.WorkflowIndexCap, wf.ID, wf.Digest())
 	for i := range wf.Tasks {
 		t := &wf.Tasks[i]
 		j := &t.Job

@@ -5,27 +5,27 @@
 --   then KEYS[6+i] the hash of task i
 -- ARGV[1] now (unix ms), ARGV[2] name, ARGV[3] kind, ARGV[4] the tasks as JSON (what readers
 --   show; the scripts never parse it), ARGV[5] the retention (ms) the workflow's hash takes
---   once it finished, then 11 values per task, in a topological order:
+--   once it finished, ARGV[6] the index's cap (keys.WorkflowIndexCap), ARGV[7] the workflow's
+--   id, ARGV[8] its digest (jobstate.NewWorkflow.Digest: the tasks' names, types,
+--   dependencies and payloads), then 11 values per task, in a topological order:
 --   id, name, type, payload, metadata, max_retries, timeout_ms, retention_ms ('' = the queue
 --   default), the ids it waits for, the ids that wait for it (both space-separated), then
---   '1' for a Finally task ('' otherwise); before the tasks, ARGV[6] the index's cap
---   (keys.WorkflowIndexCap) and ARGV[7] the workflow's id, so the tasks' values start at
---   ARGV[8]
+--   '1' for a Finally task ('' otherwise)
 -- A task that waits for none is queued at once (a stream entry); the others are 'waiting',
 -- with their payload and metadata in their hash, until the script that ends their last
 -- dependency puts them into the stream (lib.lua's cv_wf_end).
 -- Returns {CV_WRONG_STATE} when the closed flag is set (the queue's partition count changed:
--- nothing written); {CV_EXISTS} when the workflow exists with the same tasks, {CV_CONFLICT,
--- what} when it exists with others or a task's id names a job that exists (nothing written);
--- else {CV_OK, then the entry id of each task queued at once ('' for a waiting one)}.
+-- nothing written); {CV_EXISTS} when the workflow exists with the same digest (a publish sent
+-- again: as a job's id with the same type and payload), {CV_CONFLICT, what} when it exists
+-- with another or a task's id names a job that exists (nothing written); else {CV_OK, then
+-- the entry id of each task queued at once ('' for a waiting one)}.
 if redis.call('EXISTS', KEYS[4]) == 1 then return {CV_WRONG_STATE} end
 if redis.call('EXISTS', KEYS[3]) == 1 then
-  local doc = redis.call('HGET', KEYS[3], 'doc')
-  if doc == ARGV[4] then return {CV_EXISTS} end
-  return {CV_CONFLICT, 'workflow exists with other tasks'}
+  if redis.call('HGET', KEYS[3], 'digest') == ARGV[8] then return {CV_EXISTS} end
+  return {CV_CONFLICT, 'the workflow exists with other tasks or payloads'}
 end
 local n = 0
-for a = 8, #ARGV, 11 do
+for a = 9, #ARGV, 11 do
   n = n + 1
   if redis.call('EXISTS', KEYS[6 + n]) == 1 then
     return {CV_CONFLICT, 'job ' .. ARGV[a] .. ' exists'}
@@ -34,11 +34,12 @@ end
 local now = ARGV[1]
 local wfkey = KEYS[3]
 redis.call('SET', KEYS[5], '1')
-redis.call('HSET', wfkey, 'name', ARGV[2], 'kind', ARGV[3], 'doc', ARGV[4], 'created_at', now,
+redis.call('HSET', wfkey, 'name', ARGV[2], 'kind', ARGV[3], 'doc', ARGV[4], 'digest', ARGV[8],
+  'created_at', now,
   'retention_ms', ARGV[5], 'tasks', n, 'completed', 0, 'failed', 0, 'canceled', 0, 'purged', 0)
 local out = {CV_OK}
 local i = 0
-for a = 8, #ARGV, 11 do
+for a = 9, #ARGV, 11 do
   i = i + 1
   local id, name, typ, payload, md = ARGV[a], ARGV[a + 1], ARGV[a + 2], ARGV[a + 3], ARGV[a + 4]
   local mr, tmo, ret = ARGV[a + 5], ARGV[a + 6], ARGV[a + 7]

@@ -148,14 +148,19 @@ const (
 // The fields of a workflow's hash (Queue.Workflow): its name, kind (WorkflowKindWorkflow or
 // WorkflowKindBatch), the JSON of its tasks and their dependencies as published (for readers),
 // when it was created and finished (unix ms), the retention its hash takes once it finished
-// without a dead task, and the counts of its tasks: in all, and now completed, dead (failed),
+// without a dead task, a digest of what was published, and the counts of its tasks: in all, and now completed, dead (failed),
 // canceled and purged (a dead task purged). Besides these, one field per finished task,
 // WorkflowTaskStatus + name ('C' completed, 'F' dead, 'X' canceled or 'P' purged), and one per completed task that others
 // wait for, WorkflowTaskResult + name (its result, for Job.Dependencies).
 const (
-	FieldWorkflowName      = "name"
-	FieldWorkflowKind      = "kind"
-	FieldWorkflowDoc       = "doc"
+	FieldWorkflowName = "name"
+	FieldWorkflowKind = "kind"
+	FieldWorkflowDoc  = "doc"
+	// FieldWorkflowDigest identifies what was published: a hash of the tasks' names, types,
+	// dependencies and payloads (jobstate.NewWorkflow.Digest), which a publish of the same id
+	// must match to be the same workflow (as a job's id must come with the same type and
+	// payload).
+	FieldWorkflowDigest    = "digest"
 	FieldWorkflowCreated   = "created_at"
 	FieldWorkflowFinished  = "finished_at"
 	FieldWorkflowRetention = "retention_ms"
@@ -429,12 +434,16 @@ func (q Queue) Dead() string { return q.dead }
 // Completed is the index of the queue's completed jobs, for listing (pipeline.Inspector.List):
 // a sorted set of chunks, each the space-separated ids of one finish.lua call (but not those
 // kept only as a tombstone), scored by the call's latest finish (unix ms), with the count of
-// its ids at Completed()+":n"; finish.lua trims it to the retention and FinishedIndexCap
+// its ids at IndexCount(Completed()); finish.lua trims it to the retention and FinishedIndexCap
 // (lib.lua: cv_index). An id whose record expired is skipped when read.
 func (q Queue) Completed() string { return q.base + "completed" }
 
 // Canceled is Completed's twin for canceled jobs: cancel.lua adds each job it cancels.
 func (q Queue) Canceled() string { return q.base + "canceled" }
+
+// IndexCount is the key that counts the ids of index (Queue.Completed or Queue.Canceled),
+// passed to the scripts beside it: a key in the same hash tag.
+func IndexCount(index string) string { return index + ":n" }
 
 // Workflow is the hash of workflow id (pipeline.Client.Workflow): its definition and counts.
 // Its tasks are jobs of the same queue (partition), so one script reaches the workflow and

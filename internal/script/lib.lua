@@ -274,14 +274,14 @@ end
 -- space-separated in the order given, scored by the call's latest finish. One ZADD a call, not
 -- one a job, is what keeps the index off the hot path's bill: a worker's finish call completes
 -- up to 50 jobs, and an insert into (and, once full, a delete from) a sorted set of 10,000 ids
--- cost Redis 1-2 us a job (docs/BENCHMARKS.md, issue 20). key..':n' counts the ids held. Then
+-- cost Redis 1-2 us a job (docs/BENCHMARKS.md, issue 20). nkey (keys.IndexCount) counts the ids held. Then
 -- it trims, oldest chunk first, the chunks finished before cutoff (unix ms: the retention ended,
 -- so their records expired) and those that take the count beyond cap (keys.FinishedIndexCap),
 -- at most 4 chunks a call (a backlog, a retention or cap lowered, goes over a few calls) and
 -- never the chunk just added: the index holds at most cap ids plus one call's. An id whose
 -- record expired sooner (a job with a shorter retention of its own) is skipped by the listing
 -- until its chunk goes.
-local function cv_index(key, items, cutoff, cap)
+local function cv_index(key, nkey, items, cutoff, cap)
   if #items == 0 then return end
   local ids, top = {}, 0
   for k = 1, #items, 2 do
@@ -291,7 +291,6 @@ local function cv_index(key, items, cutoff, cap)
   end
   local member = table.concat(ids, ' ')
   redis.call('ZADD', key, top, member)
-  local nkey = key .. ':n'
   local n = redis.call('INCRBY', nkey, #ids)
   for _ = 1, 4 do
     local old = redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')
@@ -721,8 +720,10 @@ local function cv_wf_end(jobkey, id, o, result, why, now, stream, stats, ev)
           end
         elseif co == 'C' then
           -- Counted whatever the task's status, so that a task a replay restores waits for
-          -- exactly the dependencies that have not completed.
-          if redis.call('HINCRBY', dk, 'wf_left', -1) <= 0 and s[1] == 'waiting' then
+          -- exactly the dependencies that have not completed; but not for a task whose record
+          -- is gone (canceled, its retention ended): HINCRBY would make a hash of that one
+          -- field, with no TTL.
+          if s[1] and redis.call('HINCRBY', dk, 'wf_left', -1) <= 0 and s[1] == 'waiting' then
             cv_wf_release(jprefix, d, stream, now, wfkey)
             released = released + 1
           end
@@ -770,7 +771,7 @@ end
 
 -- Resumes the workflow of dead task `id`, which a replay has just put back into the stream:
 -- the tasks its death canceled wait again, in topological order, each unless another of its
--- dependencies is dead or canceled still; the Finally tasks still waiting forget the outcomes
+-- dependencies is dead, purged or canceled still; the Finally tasks still waiting forget the outcomes
 -- they counted of the task and of those restored.
 local function cv_wf_resume(jobkey, id)
   local w = redis.call('HMGET', jobkey, 'wf', 'wf_task', 'wf_next')
@@ -781,10 +782,13 @@ local function cv_wf_resume(jobkey, id)
   redis.call('HDEL', wfkey, 's:' .. w[2], 'finished_at')
   local restored = {{id, w[3], 'wf_failed'}}
   for _, c in ipairs(cv_wf_canceled_after(jprefix, w[3])) do
+    -- A dependency's outcome is read from the workflow's hash, not its job's status: a task
+    -- purged from the dead set has no hash left ('P'), and one restored just before has its
+    -- outcome cleared.
     local ok = true
     for dep in string.gmatch(c[2][5] or '', '%S+') do
-      local st = redis.call('HGET', jprefix .. dep, 'status')
-      if st == 'failed' or st == 'canceled' then ok = false; break end
+      local o = redis.call('HGET', wfkey, 's:' .. string.match(dep, '([^.]+)$'))
+      if o == 'F' or o == 'X' or o == 'P' then ok = false; break end
     end
     if ok then
       local dk = jprefix .. c[1]
