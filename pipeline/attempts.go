@@ -33,6 +33,15 @@ type Attempt struct {
 	// Entered is the time of the job's stream entry (Redis's clock): its enqueue, or its
 	// promotion when it was due. Zero when the entry id carries none.
 	Entered time.Time
+	// ID is the job's id and Number the attempt's (Job.Attempt as its handler saw it).
+	ID     string
+	Number int
+	// Stored: Redis stored this outcome (finish.lua answered OK, or turned a retry without
+	// retries left into a death). False for an outcome it refused because the job had moved on
+	// (recovered, canceled or finished elsewhere: fencing), and for one never written (a
+	// canceled, lost or abandoned attempt, or one given up at shutdown). The torture suite's
+	// ledger records it as the commit of the outcome.
+	Stored bool
 }
 
 // Notes of a transition (jobstate.Transition.Note) for its Attempt.
@@ -74,10 +83,14 @@ func (r *attempts) written(ts []transition, codes []script.Code, at time.Time) {
 			continue
 		}
 		a := Attempt{Queue: t.Queue.Name(), Type: t.Type, NoHandler: t.Note == noteNoHandler,
-			Refused: t.Note == noteRefused, Began: t.Began, Took: at.Sub(t.Began), Entered: stream.EntryTime(t.Entry)}
+			Refused: t.Note == noteRefused, Began: t.Began, Took: at.Sub(t.Began), Entered: stream.EntryTime(t.Entry),
+			ID: t.ID, Number: t.Attempt, Stored: codes != nil && (codes[i] == script.OK || codes[i] == script.Died)}
 		switch t.Op {
 		case jobstate.OpRetry:
 			a.Outcome = OutcomeRetry
+			if codes != nil && codes[i] == script.Died { // no retry left by the job's count (a lost attempt counted meanwhile)
+				a.Outcome = OutcomeDead
+			}
 		case jobstate.OpSnooze:
 			a.Outcome = OutcomeSnoozed
 		case jobstate.OpDead, jobstate.OpPoison:

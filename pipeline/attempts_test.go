@@ -19,7 +19,7 @@ func TestAttemptsWritten(t *testing.T) {
 	began := time.UnixMilli(1_790_000_000_000)
 	at := began.Add(1500 * time.Microsecond)
 	tr := func(op jobstate.Op, typ string, note uint8) transition {
-		return transition{Queue: &q, Op: op, Entry: "1789999999990-3", Type: typ, Began: began, Note: note}
+		return transition{Queue: &q, Op: op, ID: "j-" + typ, Attempt: 2, Entry: "1789999999990-3", Type: typ, Began: began, Note: note}
 	}
 	ts := []transition{
 		tr(jobstate.OpStart, "", 0),
@@ -31,29 +31,34 @@ func TestAttemptsWritten(t *testing.T) {
 		tr(jobstate.OpDead, "send", noteRefused),
 		tr(jobstate.OpRetry, "send", noteRefused), // fenced off below
 	}
-	codes := []script.Code{script.OK, script.OK, script.OK, script.OK, script.OK, script.OK, script.OK, script.Refused}
+	codes := []script.Code{script.OK, script.OK, script.Died, script.OK, script.OK, script.Refused, script.OK, script.Refused}
 	var got []Attempt
 	r := newAttempts(func(as []Attempt) { got = append(got, as...) })
 	r.written(ts, codes, at)
 
 	entered := time.UnixMilli(1_789_999_999_990)
 	want := []Attempt{
-		{Type: "send"},
-		{Type: "send", Outcome: OutcomeRetry},
-		{Type: "send", Outcome: OutcomeDead},
-		{Type: "", Outcome: OutcomeDead},
-		{Type: "nope", Outcome: OutcomeRetry, NoHandler: true},
-		{Type: "send", Outcome: OutcomeDead, Refused: true},
+		{Type: "send", Stored: true},
+		{Type: "send", Outcome: OutcomeDead, Stored: true}, // a retry finish.lua turned into a death (Died)
+		{Type: "send", Outcome: OutcomeDead, Stored: true},
+		{Type: "", Outcome: OutcomeDead, Stored: true},
+		{Type: "nope", Outcome: OutcomeRetry, NoHandler: true}, // fenced off: not stored
+		{Type: "send", Outcome: OutcomeDead, Refused: true, Stored: true},
 	}
 	for i := range want {
 		want[i].Queue, want[i].Began, want[i].Took, want[i].Entered = "emails", began, 1500*time.Microsecond, entered
+		want[i].ID, want[i].Number = "j-"+want[i].Type, 2
 	}
 	require.Equal(t, want, got)
 
-	// Outcomes given up (no codes) are told, refusals too: nothing says they were fenced.
+	// Outcomes given up (no codes) are told, refusals too: nothing says they were fenced, and
+	// none was stored.
 	got = nil
 	r.written(ts[6:], nil, at)
 	require.Len(t, got, 2)
+	for _, a := range got {
+		require.False(t, a.Stored)
+	}
 	got = nil
 	r.written(ts[:1], codes[:1], at)
 	require.Empty(t, got, "a chunk of start marks alone tells nothing")

@@ -961,7 +961,7 @@ func (w *Worker) ended(q *keys.Queue, j *Job, start time.Time, why Outcome) erro
 	}
 	jobEvent(w.log.Info(), j).Stringer("outcome", why).Msg(msg)
 	w.comp.attempts.ended(Attempt{Queue: q.Name(), Type: j.Type, Outcome: why, Began: start,
-		Took: time.Since(start), Entered: stream.EntryTime(j.Entry)})
+		Took: time.Since(start), Entered: stream.EntryTime(j.Entry), ID: j.ID, Number: j.Attempt})
 	return jerr
 }
 

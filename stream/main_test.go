@@ -22,7 +22,7 @@ func checkLeaks(t *testing.T, opts ...goleak.Option) {
 		goleak.IgnoreCurrent(),
 		// redistest's process spawner and the shared server's reaper live as long as the binary.
 		goleak.IgnoreAnyFunction("github.com/conveyorq/conveyor/internal/redistest.(*Server).launch.func1"),
-		goleak.IgnoreAnyFunction("github.com/conveyorq/conveyor/internal/redistest.startCmd.func1.1"),
+		goleak.IgnoreAnyFunction("github.com/conveyorq/conveyor/internal/redisproc.StartCmd.func1.1"),
 	)
 	t.Cleanup(func() {
 		// goleak retries for about half a second; goroutines that end on their own may take

@@ -43,6 +43,8 @@ type workerFlags struct {
 	metricsAddr string          // --metrics-addr: serve /metrics there; empty: off
 	httpAllow   []string        // --http-allow: destinations the http handler may reach
 	guard       *handlers.Guard // made from httpAllow by config
+
+	tortureLedger string // hidden --torture-ledger: run the torture handler, writing there (torture.go)
 }
 
 // checkReplicas validates --wait-replicas and --wait-timeout, which worker and publish share:
@@ -134,11 +136,17 @@ each tick makes one job however many workers run ('conveyor schedules').`,
 				return err
 			}
 			defer stopMetrics() // after Run: a draining worker is still scraped
+			ledger, err := wf.openTortureLedger(&cfg)
+			if err != nil {
+				return err
+			}
+			defer ledger.close()
 			w, err := pipeline.NewWorker(rdb, cfg)
 			if err != nil {
 				return err
 			}
 			handlers.RegisterWith(w, wf.handlerOptions(a.log))
+			ledger.register(w)
 			a.log.Info().Str("worker", w.Name()).Str("redis", redactURL(a.redisURL)).
 				Strs("handlers", slices.Sorted(maps.Keys(handlers.All()))).
 				Msg("starting worker; SIGINT or SIGTERM stops it")
@@ -173,6 +181,8 @@ each tick makes one job however many workers run ('conveyor schedules').`,
 	f.DurationVar(&wf.waitTimeout, "wait-timeout", pipeline.DefaultReplicaTimeout, "how long --wait-replicas waits for the replicas")
 	f.DurationVar(&wf.heartbeat, "heartbeat-interval", pipeline.DefaultHeartbeatInterval, "how often the worker writes its heartbeat record for 'conveyor workers' (0: none)")
 	f.StringArrayVar(&wf.cron, "cron", nil, "a periodic schedule 'SPEC TYPE [PAYLOAD]' into the first --queue, stored for every worker to run (repeatable; see 'conveyor schedules')")
+	f.StringVar(&wf.tortureLedger, "torture-ledger", "", "run the torture handler, writing its ledger into this directory (for 'conveyor torture')")
+	_ = f.MarkHidden("torture-ledger")
 	return cmd
 }
 

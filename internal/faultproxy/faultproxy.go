@@ -37,7 +37,6 @@ import (
 	"net"
 	"sync"
 	"sync/atomic"
-	"testing"
 	"time"
 )
 
@@ -81,9 +80,18 @@ func New(target string) (*Proxy, error) {
 	return p, nil
 }
 
+// TB is the part of testing.TB that Start uses. It is an interface of its own so that the
+// package does not import testing: the torture suite (internal/torture) links the proxy into
+// the conveyor binary.
+type TB interface {
+	Helper()
+	Fatal(args ...any)
+	Cleanup(func())
+}
+
 // Start is New for a test: it fails the test (tb.Fatal) if the proxy cannot
 // start and closes the proxy in tb.Cleanup.
-func Start(tb testing.TB, target string) *Proxy {
+func Start(tb TB, target string) *Proxy {
 	tb.Helper()
 	p, err := New(target)
 	if err != nil {

@@ -18,7 +18,7 @@ import (
 func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m,
 		// redistest's process spawner lives as long as the test binary.
-		goleak.IgnoreAnyFunction("github.com/conveyorq/conveyor/internal/redistest.startCmd.func1.1"),
+		goleak.IgnoreAnyFunction("github.com/conveyorq/conveyor/internal/redisproc.StartCmd.func1.1"),
 	)
 }
 

@@ -1,11 +1,8 @@
 package redistest
 
 import (
-	"bufio"
-	"crypto/tls"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -17,6 +14,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/conveyorq/conveyor/internal/redisproc"
 )
 
 const (
@@ -124,14 +123,14 @@ func StartProcess(opts ...Option) (*Server, error) {
 	defer s.mu.Unlock()
 	var lastErr error
 	for range startAttempts {
-		port, err := freePort()
+		port, err := redisproc.FreePort()
 		if err != nil {
 			lastErr = err
 			break
 		}
 		bus := 0
 		if cfg.clusterBus {
-			if bus, err = freePort(); err != nil {
+			if bus, err = redisproc.FreePort(); err != nil {
 				lastErr = err
 				break
 			}
@@ -259,7 +258,7 @@ func (s *Server) stopLocked() {
 		return
 	default:
 	}
-	_ = terminate(p.cmd.Process)
+	_ = redisproc.Terminate(p.cmd.Process)
 	select {
 	case <-p.done:
 	case <-time.After(stopTimeout):
@@ -274,7 +273,7 @@ func killProc(p *process) {
 		return
 	default:
 	}
-	_ = kill(p.cmd.Process)
+	_ = redisproc.Kill(p.cmd.Process)
 	<-p.done
 }
 
@@ -339,8 +338,8 @@ func (s *Server) launch(port, bus int) error {
 	cmd.Dir = s.Dir
 	cmd.Stdout = out
 	cmd.Stderr = out
-	cmd.SysProcAttr = sysProcAttr()
-	if err := startCmd(cmd); err != nil {
+	cmd.SysProcAttr = redisproc.SysProcAttr()
+	if err := redisproc.StartCmd(cmd); err != nil {
 		return fmt.Errorf("redistest: starting redis-server: %w", err)
 	}
 	p := &process{cmd: cmd, done: make(chan struct{})}
@@ -378,7 +377,7 @@ func (s *Server) waitReady(p *process) error {
 				s.Port, p.cmd.ProcessState, tail)
 		default:
 		}
-		got, err := probePID(s.Addr, s.cfg.tls)
+		got, err := redisproc.ProbePID(s.Addr, s.cfg.tls.clientConfig())
 		if err == nil {
 			if got == pid {
 				return nil
@@ -392,50 +391,6 @@ func (s *Server) waitReady(p *process) error {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-}
-
-// probePID sends INFO server over a raw connection (TLS if t is not nil)
-// and returns the process_id the server reports.
-func probePID(addr string, t *tlsSetup) (int, error) {
-	var conn net.Conn
-	var err error
-	d := &net.Dialer{Timeout: 500 * time.Millisecond}
-	if t != nil {
-		conn, err = tls.DialWithDialer(d, "tcp", addr, t.client)
-	} else {
-		conn, err = d.Dial("tcp", addr)
-	}
-	if err != nil {
-		return 0, err
-	}
-	defer conn.Close()
-	_ = conn.SetDeadline(time.Now().Add(time.Second))
-	if _, err := io.WriteString(conn, "*2\r\n$4\r\nINFO\r\n$6\r\nserver\r\n"); err != nil {
-		return 0, err
-	}
-	r := bufio.NewReader(conn)
-	line, err := r.ReadString('\n')
-	if err != nil {
-		return 0, err
-	}
-	line = strings.TrimSpace(line)
-	if !strings.HasPrefix(line, "$") {
-		return 0, fmt.Errorf("INFO: %s", line)
-	}
-	n, err := strconv.Atoi(line[1:])
-	if err != nil || n < 0 {
-		return 0, fmt.Errorf("INFO: bad reply %q", line)
-	}
-	body := make([]byte, n+2)
-	if _, err := io.ReadFull(r, body); err != nil {
-		return 0, err
-	}
-	for l := range strings.SplitSeq(string(body), "\n") {
-		if v, ok := strings.CutPrefix(strings.TrimSpace(l), "process_id:"); ok {
-			return strconv.Atoi(v)
-		}
-	}
-	return 0, errors.New("INFO: no process_id")
 }
 
 // logTail returns the last lines of redis.log and of redis-server's
@@ -454,21 +409,4 @@ func (s *Server) logTail() string {
 		fmt.Fprintf(&b, "--- %s (tail) ---\n%s\n", filepath.Base(path), strings.Join(lines, "\n"))
 	}
 	return b.String()
-}
-
-// freePort returns a TCP port on 127.0.0.1 that was free a moment ago
-// (never 6379, the shared Redis).
-func freePort() (int, error) {
-	for range 10 {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return 0, fmt.Errorf("redistest: finding a free port: %w", err)
-		}
-		port := l.Addr().(*net.TCPAddr).Port
-		_ = l.Close()
-		if port != 6379 {
-			return port, nil
-		}
-	}
-	return 0, errors.New("redistest: no free port")
 }

@@ -204,3 +204,11 @@ func writePEM(path, typ string, der []byte) error {
 	}
 	return nil
 }
+
+// clientConfig is the client TLS config of t, nil for a plain server (t nil).
+func (t *tlsSetup) clientConfig() *tls.Config {
+	if t == nil {
+		return nil
+	}
+	return t.client
+}

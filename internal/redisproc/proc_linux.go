@@ -1,6 +1,6 @@
 //go:build linux
 
-package redistest
+package redisproc
 
 import (
 	"os"
@@ -10,17 +10,17 @@ import (
 	"syscall"
 )
 
-// sysProcAttr puts the server in its own process group and makes the kernel
+// SysProcAttr puts the server in its own process group and makes the kernel
 // SIGKILL it when the test binary dies.
-func sysProcAttr() *syscall.SysProcAttr {
+func SysProcAttr() *syscall.SysProcAttr {
 	return &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 }
 
-// terminate asks the process group led by p to shut down.
-func terminate(p *os.Process) error { return syscall.Kill(-p.Pid, syscall.SIGTERM) }
+// Terminate asks the process group led by p to shut down.
+func Terminate(p *os.Process) error { return syscall.Kill(-p.Pid, syscall.SIGTERM) }
 
-// kill kills the process group led by p at once.
-func kill(p *os.Process) error { return syscall.Kill(-p.Pid, syscall.SIGKILL) }
+// Kill kills the process group led by p at once.
+func Kill(p *os.Process) error { return syscall.Kill(-p.Pid, syscall.SIGKILL) }
 
 // spawnReq asks the spawner goroutine to start a command.
 type spawnReq struct {
@@ -33,11 +33,11 @@ var (
 	spawnCh   chan spawnReq
 )
 
-// startCmd starts cmd from one goroutine locked to its OS thread for the
+// StartCmd starts cmd from one goroutine locked to its OS thread for the
 // life of the process. Pdeathsig fires when the thread that started the
 // child exits, not the process; Go may end threads (a goroutine that exits
 // while locked), so children are started from a thread that never ends.
-func startCmd(cmd *exec.Cmd) error {
+func StartCmd(cmd *exec.Cmd) error {
 	spawnOnce.Do(func() {
 		spawnCh = make(chan spawnReq)
 		go func() {

@@ -1,0 +1,43 @@
+package cli
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// --list names the scenarios one a line; a bad request is a usage error (exit 2) before any
+// process starts. The runs themselves are tried with the binary (cmd/conveyor
+// TestTortureE2E): here the test binary is no conveyor to start workers from.
+func TestTortureUsage(t *testing.T) {
+	t.Parallel()
+	stdout, stderr, code := runInProcess(t, "", "torture", "--list")
+	require.Equal(t, 0, code, stderr)
+	require.Equal(t, []string{"kill-worker", "stop-worker", "term-worker", "redis-restart", "redis-stop", "proxy-reset", "mixed"},
+		strings.Fields(stdout))
+
+	for _, c := range []struct {
+		args []string
+		msg  string
+	}{
+		{[]string{"torture"}, "name a scenario (--list names them) or give --short"},
+		{[]string{"torture", "nope"}, `no scenario "nope" (there are kill-worker, stop-worker`},
+		{[]string{"torture", "--short", "--nemesis", "kill-worker,bogus"}, `--nemesis: no nemesis "bogus"`},
+		{[]string{"torture", "--short", "--duration", "-1s"}, "--duration and --jobs must not be negative"},
+		{[]string{"torture", "--short", "--workers", "0"}, "--workers and --concurrency must be at least 1"},
+		{[]string{"torture", "--short", "--appendfsync", "no"}, `--appendfsync must be always or everysec, not "no"`},
+	} {
+		_, stderr, code := runInProcess(t, "", c.args...)
+		require.Equal(t, 2, code, "%v: %s", c.args, stderr)
+		require.Contains(t, stderr, c.msg, c.args)
+	}
+}
+
+// The worker's --torture-ledger flag is hidden: it is the suite's, not an operator's.
+func TestTortureLedgerFlagHidden(t *testing.T) {
+	t.Parallel()
+	stdout, _, code := runInProcess(t, "", "worker", "--help")
+	require.Equal(t, 0, code)
+	require.NotContains(t, stdout, "torture")
+}

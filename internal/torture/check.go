@@ -1,0 +1,254 @@
+package torture
+
+import (
+	"cmp"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/conveyorq/conveyor/pipeline"
+)
+
+// ClockSkew is how much earlier than its due time a delayed job may start and still not count
+// as early. The due time is kept in Redis's milliseconds and promotion goes by Redis's clock
+// (TIME), while the handler's start is stamped by the worker's clock: on one host both are the
+// same clock, read at different moments and rounded to the millisecond, so a few milliseconds
+// cover it. A clock nemesis (a later one) would state its own.
+const ClockSkew = 5 // milliseconds
+
+// EndState is what the runner reads of Redis once the run has drained, for the checks that a
+// ledger cannot make.
+type EndState struct {
+	Pending    int64 // entries pending in the queue's consumer group (XPENDING)
+	Queued     int64 // gauges of the queue's stats
+	InProgress int64
+	Scheduled  int64
+	Dead       []string // the ids in the dead set
+	UniqueKeys int64    // unique keys still held: every job ended, so none may be
+	Keys       int64    // keys in the database
+	// KeyBound is the most keys the end state may hold: the job records kept for their
+	// retention plus a fixed allowance for the queue's own keys (KeysPerQueue).
+	KeyBound int64
+	// Goroutines notes surviving worker processes whose goroutines grew past the bound, if
+	// the runner checked.
+	Goroutines []string
+}
+
+// KeysPerQueue is the allowance of keys a queue may hold beside its job records and its
+// throughput history: its stream, scheduled, dead and completed sets, stats, the known-queue
+// set, wake and lock keys, ... counted generously so that only growth with the jobs breaks it.
+const KeysPerQueue = 20
+
+// HistoryKeys bounds the throughput history's keys a run of length d leaves: buckets of 5 s
+// kept an hour and of 1 min kept a day (pipeline's HistoryStepFine and its neighbours), each
+// for the queue and for all queues, each with one bucket begun at either end of the run. They
+// grow with time, not with jobs, and expire with their span.
+func HistoryKeys(d time.Duration) int64 {
+	buckets := func(step, span time.Duration) int64 { return int64(min(d, span)/step) + 2 }
+	return 2 * (buckets(pipeline.HistoryStepFine, pipeline.HistorySpanFine) + buckets(pipeline.HistoryStepCoarse, pipeline.HistorySpanCoarse))
+}
+
+// Report is what Check found.
+type Report struct {
+	Jobs                int // acknowledged jobs
+	OK                  int
+	Lost                []string
+	DuplicateCommits    []string
+	DuplicateExecutions int // extra handler starts, over all jobs
+	ExecutionBound      int // the extra starts allowed
+	Duplicated          []string
+	Unexpected          []string
+	Early               []string
+	WrongOutcome        []string // final status other than the designed one
+	Indeterminate       int
+	Unwitnessed         int // final outcomes the ledger has no commit record of (worker killed after the write)
+	Violations          []string
+}
+
+// Failed reports whether the run broke an invariant.
+func (r *Report) Failed() bool { return len(r.Violations) > 0 }
+
+// Check classifies every job of the ledger recs and checks the end state. bound is the number
+// of duplicate executions the run's faults allow.
+func Check(recs []Record, end EndState, bound int) Report {
+	type job struct {
+		ack, indet     bool
+		due            int64
+		expect         string
+		need           int
+		starts         []Record
+		commits        []Record
+		observed       string
+		observedAtt    int
+		observedExists bool
+	}
+	jobs := map[string]*job{}
+	get := func(id string) *job {
+		j := jobs[id]
+		if j == nil {
+			j = &job{}
+			jobs[id] = j
+		}
+		return j
+	}
+	for _, r := range recs {
+		j := get(r.ID)
+		switch r.Kind {
+		case Ack:
+			j.ack, j.due, j.expect, j.need = true, r.Due, r.Expect, max(r.Need, 1)
+		case Indeterminate:
+			j.indet = true
+		case Start:
+			j.starts = append(j.starts, r)
+		case Commit:
+			j.commits = append(j.commits, r)
+		case Observed:
+			j.observed, j.observedAtt, j.observedExists = r.Outcome, r.Attempt, true
+		}
+	}
+	rep := Report{ExecutionBound: bound}
+	ids := make([]string, 0, len(jobs))
+	for id := range jobs {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	expectedDead := map[string]bool{}
+	for _, id := range ids {
+		j := jobs[id]
+		if !j.ack {
+			if j.indet {
+				rep.Indeterminate++
+			} else if len(j.starts) > 0 || len(j.commits) > 0 {
+				rep.Unexpected = append(rep.Unexpected, id)
+			}
+			continue
+		}
+		rep.Jobs++
+		if j.expect == "failed" {
+			expectedDead[id] = true
+		}
+		final := 0
+		for _, c := range j.commits {
+			if c.Outcome == "completed" || c.Outcome == "dead" {
+				final++
+			}
+		}
+		good := true
+		switch {
+		case j.observed != "completed" && j.observed != "failed":
+			rep.Lost = append(rep.Lost, id)
+			good = false
+		case j.observed != cmp.Or(j.expect, "completed"):
+			rep.WrongOutcome = append(rep.WrongOutcome, id)
+			good = false
+		}
+		if final > 1 {
+			rep.DuplicateCommits = append(rep.DuplicateCommits, id)
+			good = false
+		}
+		if final == 0 && good {
+			rep.Unwitnessed++
+		}
+		if extra := len(j.starts) - j.need; extra > 0 {
+			rep.DuplicateExecutions += extra
+			rep.Duplicated = append(rep.Duplicated, id)
+		}
+		if j.due > 0 {
+			for _, s := range j.starts {
+				if s.At/1000 < j.due-ClockSkew {
+					rep.Early = append(rep.Early, id)
+					good = false
+					break
+				}
+			}
+		}
+		if good {
+			rep.OK++
+		}
+	}
+	v := func(format string, args ...any) {
+		rep.Violations = append(rep.Violations, fmt.Sprintf(format, args...))
+	}
+	if len(rep.Lost) > 0 {
+		v("%d lost (acknowledged, never committed): %s", len(rep.Lost), some(rep.Lost, func(id string) string {
+			return fmt.Sprintf("%s (observed %s, %d starts)", id, cmp.Or(jobs[id].observed, "nothing"), len(jobs[id].starts))
+		}))
+	}
+	if len(rep.DuplicateCommits) > 0 {
+		v("%d committed twice: %s", len(rep.DuplicateCommits), some(rep.DuplicateCommits, func(id string) string {
+			var cs []string
+			for _, c := range jobs[id].commits {
+				cs = append(cs, fmt.Sprintf("%s@%d by pid %d", c.Outcome, c.Attempt, c.PID))
+			}
+			return id + " (" + strings.Join(cs, ", ") + ")"
+		}))
+	}
+	if rep.DuplicateExecutions > bound {
+		v("%d duplicate executions, over the bound of %d: %s", rep.DuplicateExecutions, bound, some(rep.Duplicated, nil))
+	}
+	if len(rep.Unexpected) > 0 {
+		v("%d unexpected (run or committed, never published): %s", len(rep.Unexpected), some(rep.Unexpected, nil))
+	}
+	if len(rep.Early) > 0 {
+		v("%d started early (before due - %d ms): %s", len(rep.Early), ClockSkew, some(rep.Early, func(id string) string {
+			return fmt.Sprintf("%s (due %d, first start %d ms)", id, jobs[id].due, jobs[id].starts[0].At/1000)
+		}))
+	}
+	if len(rep.WrongOutcome) > 0 {
+		v("%d ended otherwise than designed: %s", len(rep.WrongOutcome), some(rep.WrongOutcome, func(id string) string {
+			return fmt.Sprintf("%s (%s, want %s)", id, jobs[id].observed, cmp.Or(jobs[id].expect, "completed"))
+		}))
+	}
+	if end.Pending != 0 {
+		v("%d entries still pending at the end", end.Pending)
+	}
+	if end.Queued != 0 || end.InProgress != 0 || end.Scheduled != 0 {
+		v("jobs left over at the end: %d queued, %d in progress, %d scheduled", end.Queued, end.InProgress, end.Scheduled)
+	}
+	var extraDead, missingDead []string
+	dead := map[string]bool{}
+	for _, id := range end.Dead {
+		dead[id] = true
+		if !expectedDead[id] {
+			extraDead = append(extraDead, id)
+		}
+	}
+	for id := range expectedDead {
+		if !dead[id] {
+			missingDead = append(missingDead, id)
+		}
+	}
+	slices.Sort(missingDead)
+	if len(extraDead) > 0 || len(missingDead) > 0 {
+		v("the dead set is not the expected one: %d there unexpectedly %s, %d expected missing %s",
+			len(extraDead), some(extraDead, nil), len(missingDead), some(missingDead, nil))
+	}
+	if end.UniqueKeys != 0 {
+		v("%d unique keys still held at the end, every job having ended", end.UniqueKeys)
+	}
+	if end.KeyBound > 0 && end.Keys > end.KeyBound {
+		v("%d keys at the end, over the bound of %d", end.Keys, end.KeyBound)
+	}
+	for _, g := range end.Goroutines {
+		v("goroutines: %s", g)
+	}
+	return rep
+}
+
+// some renders up to 10 ids, each with describe's words when given.
+func some(ids []string, describe func(string) string) string {
+	const most = 10
+	var parts []string
+	for i, id := range ids {
+		if i == most {
+			parts = append(parts, fmt.Sprintf("and %d more", len(ids)-most))
+			break
+		}
+		if describe != nil {
+			id = describe(id)
+		}
+		parts = append(parts, id)
+	}
+	return strings.Join(parts, ", ")
+}

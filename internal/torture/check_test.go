@@ -1,0 +1,213 @@
+package torture
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// Synthetic ledgers, one per class of job, each checked for its count and for the violation
+// it makes (or does not make).
+func TestCheck(t *testing.T) {
+	const due = 1_790_000_000_000 // ms
+	ack := func(id string) Record { return Record{Kind: Ack, ID: id, Expect: "completed", Need: 1, At: 1} }
+	start := func(id string, attempt, pid int, atMS int64) Record {
+		return Record{Kind: Start, ID: id, Attempt: attempt, PID: pid, At: atMS * 1000}
+	}
+	commit := func(id, outcome string, attempt, pid int) Record {
+		return Record{Kind: Commit, ID: id, Attempt: attempt, PID: pid, Outcome: outcome}
+	}
+	observed := func(id, status string) Record { return Record{Kind: Observed, ID: id, Outcome: status} }
+	clean := EndState{}
+	cases := []struct {
+		name      string
+		recs      []Record
+		end       EndState
+		bound     int
+		check     func(t *testing.T, r Report)
+		violation string // a substring of the one violation expected; "" for none
+	}{
+		{
+			name: "ok",
+			recs: []Record{ack("a"), start("a", 1, 10, 5), commit("a", "completed", 1, 10), observed("a", "completed")},
+			end:  clean,
+			check: func(t *testing.T, r Report) {
+				require.Equal(t, 1, r.OK)
+				require.Zero(t, r.Unwitnessed)
+			},
+		},
+		{
+			name:  "ok without a commit record (worker killed after its write)",
+			recs:  []Record{ack("a"), start("a", 1, 10, 5), observed("a", "completed")},
+			check: func(t *testing.T, r Report) { require.Equal(t, 1, r.OK); require.Equal(t, 1, r.Unwitnessed) },
+		},
+		{
+			name:      "lost: acknowledged, never committed",
+			recs:      []Record{ack("a"), start("a", 1, 10, 5), observed("a", "missing")},
+			check:     func(t *testing.T, r Report) { require.Equal(t, []string{"a"}, r.Lost) },
+			violation: "1 lost (acknowledged, never committed): a (observed missing, 1 starts)",
+		},
+		{
+			name:      "lost: left queued",
+			recs:      []Record{ack("a"), observed("a", "queued")},
+			check:     func(t *testing.T, r Report) { require.Equal(t, []string{"a"}, r.Lost) },
+			violation: "1 lost",
+		},
+		{
+			name: "duplicate commit",
+			recs: []Record{ack("a"), start("a", 1, 10, 5), start("a", 2, 11, 6),
+				commit("a", "completed", 1, 10), commit("a", "completed", 2, 11), observed("a", "completed")},
+			bound:     4,
+			check:     func(t *testing.T, r Report) { require.Equal(t, []string{"a"}, r.DuplicateCommits) },
+			violation: "1 committed twice: a (completed@1 by pid 10, completed@2 by pid 11)",
+		},
+		{
+			name: "retries then completion is one commit",
+			recs: []Record{{Kind: Ack, ID: "a", Expect: "completed", Need: 2}, start("a", 1, 10, 5), commit("a", "retry", 1, 10),
+				start("a", 2, 10, 6), commit("a", "completed", 2, 10), observed("a", "completed")},
+			check: func(t *testing.T, r Report) { require.Equal(t, 1, r.OK); require.Empty(t, r.DuplicateCommits) },
+		},
+		{
+			name: "duplicate executions within the bound",
+			recs: []Record{ack("a"), start("a", 1, 10, 5), start("a", 2, 11, 6), start("a", 3, 12, 7),
+				commit("a", "completed", 3, 12), observed("a", "completed")},
+			bound: 2,
+			check: func(t *testing.T, r Report) {
+				require.Equal(t, 2, r.DuplicateExecutions)
+				require.Equal(t, 1, r.OK, "a re-execution within the bound is no fault of the job")
+			},
+		},
+		{
+			name: "duplicate executions over the bound",
+			recs: []Record{ack("a"), start("a", 1, 10, 5), start("a", 2, 11, 6), start("a", 3, 12, 7),
+				commit("a", "completed", 3, 12), observed("a", "completed")},
+			bound:     1,
+			violation: "2 duplicate executions, over the bound of 1: a",
+		},
+		{
+			name: "a designed retry is no duplicate execution",
+			recs: []Record{{Kind: Ack, ID: "a", Expect: "completed", Need: 3}, start("a", 1, 10, 5), start("a", 2, 10, 6),
+				start("a", 3, 10, 7), commit("a", "completed", 3, 10), observed("a", "completed")},
+			check: func(t *testing.T, r Report) { require.Zero(t, r.DuplicateExecutions) },
+		},
+		{
+			name: "unexpected: run but never published",
+			recs: []Record{start("ghost", 1, 10, 5), commit("ghost", "completed", 1, 10)},
+			check: func(t *testing.T, r Report) {
+				require.Equal(t, []string{"ghost"}, r.Unexpected)
+				require.Zero(t, r.Jobs)
+			},
+			violation: "1 unexpected (run or committed, never published): ghost",
+		},
+		{
+			name:  "indeterminate publish that ran is not unexpected",
+			recs:  []Record{{Kind: Indeterminate, ID: "maybe"}, start("maybe", 1, 10, 5), commit("maybe", "completed", 1, 10)},
+			check: func(t *testing.T, r Report) { require.Equal(t, 1, r.Indeterminate); require.Empty(t, r.Unexpected) },
+		},
+		{
+			name: "early: started before its due time",
+			recs: []Record{{Kind: Ack, ID: "d", Due: due, Expect: "completed", Need: 1}, start("d", 1, 10, due-ClockSkew-1),
+				commit("d", "completed", 1, 10), observed("d", "completed")},
+			check:     func(t *testing.T, r Report) { require.Equal(t, []string{"d"}, r.Early) },
+			violation: "1 started early",
+		},
+		{
+			name: "on time within the clock skew",
+			recs: []Record{{Kind: Ack, ID: "d", Due: due, Expect: "completed", Need: 1}, start("d", 1, 10, due-ClockSkew),
+				commit("d", "completed", 1, 10), observed("d", "completed")},
+			check: func(t *testing.T, r Report) { require.Empty(t, r.Early); require.Equal(t, 1, r.OK) },
+		},
+		{
+			name: "designed to fail, dead as expected",
+			recs: []Record{{Kind: Ack, ID: "x", Expect: "failed", Need: 2}, start("x", 1, 10, 5), start("x", 2, 10, 6),
+				commit("x", "retry", 1, 10), commit("x", "dead", 2, 10), observed("x", "failed")},
+			end:   EndState{Dead: []string{"x"}},
+			check: func(t *testing.T, r Report) { require.Equal(t, 1, r.OK) },
+		},
+		{
+			name:      "wrong outcome: completed a job designed to fail",
+			recs:      []Record{{Kind: Ack, ID: "x", Expect: "failed", Need: 2}, observed("x", "completed")},
+			end:       EndState{Dead: []string{"x"}},
+			violation: "1 ended otherwise than designed: x (completed, want failed)",
+		},
+		{
+			name:      "dead set: an unexpected member",
+			recs:      []Record{ack("a"), observed("a", "completed")},
+			end:       EndState{Dead: []string{"zzz"}},
+			violation: "the dead set is not the expected one: 1 there unexpectedly zzz, 0 expected missing",
+		},
+		{
+			name:      "dead set: an expected member missing",
+			recs:      []Record{{Kind: Ack, ID: "x", Expect: "failed", Need: 2}, observed("x", "failed")},
+			violation: "0 there unexpectedly , 1 expected missing x",
+		},
+		{
+			name:      "pending entries left",
+			recs:      []Record{ack("a"), observed("a", "completed")},
+			end:       EndState{Pending: 3},
+			violation: "3 entries still pending at the end",
+		},
+		{
+			name:      "jobs left over",
+			recs:      []Record{ack("a"), observed("a", "completed")},
+			end:       EndState{Queued: 1, InProgress: 2, Scheduled: 3},
+			violation: "jobs left over at the end: 1 queued, 2 in progress, 3 scheduled",
+		},
+		{
+			name:      "unique keys left held",
+			recs:      []Record{ack("a"), observed("a", "completed")},
+			end:       EndState{UniqueKeys: 2},
+			violation: "2 unique keys still held at the end",
+		},
+		{
+			name:      "keys over the bound",
+			recs:      []Record{ack("a"), observed("a", "completed")},
+			end:       EndState{Keys: 50, KeyBound: 41},
+			violation: "50 keys at the end, over the bound of 41",
+		},
+		{
+			name:      "leaked goroutines",
+			recs:      []Record{ack("a"), observed("a", "completed")},
+			end:       EndState{Goroutines: []string{"w3: 90 goroutines, a fresh worker has 40"}},
+			violation: "goroutines: w3: 90",
+		},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			r := Check(c.recs, c.end, c.bound)
+			if c.check != nil {
+				c.check(t, r)
+			}
+			if c.violation == "" {
+				require.Empty(t, r.Violations)
+				require.False(t, r.Failed())
+				return
+			}
+			require.Len(t, r.Violations, 1, "%q", r.Violations)
+			require.Contains(t, r.Violations[0], c.violation)
+			require.True(t, r.Failed())
+		})
+	}
+}
+
+// A report names at most ten jobs of a class, and how many more there are.
+func TestCheckNamesTenJobs(t *testing.T) {
+	var recs []Record
+	for i := range 12 {
+		id := "j" + string(rune('a'+i))
+		recs = append(recs, Record{Kind: Ack, ID: id, Expect: "completed", Need: 1}, Record{Kind: Observed, ID: id, Outcome: "missing"})
+	}
+	r := Check(recs, EndState{}, 0)
+	require.Len(t, r.Lost, 12)
+	require.Len(t, r.Violations, 1)
+	require.True(t, strings.HasSuffix(r.Violations[0], "and 2 more"), r.Violations[0])
+}
+
+// The history's keys grow with the run's length, to their spans, never with its jobs.
+func TestHistoryKeys(t *testing.T) {
+	require.EqualValues(t, 2*((0+2)+(0+2)), HistoryKeys(0))
+	require.EqualValues(t, 2*((24+2)+(2+2)), HistoryKeys(2*time.Minute))
+	require.EqualValues(t, 2*((720+2)+(1440+2)), HistoryKeys(48*time.Hour))
+}

@@ -1,0 +1,112 @@
+package torture
+
+import (
+	"context"
+	"math/rand/v2"
+	"syscall"
+	"time"
+
+	"github.com/conveyorq/conveyor/internal/keys"
+)
+
+// The nemeses. Each strikes when the run's schedule says and heals before it returns (a
+// killed process restarted, a stopped one resumed), so that they compose: a scenario's
+// nemeses are drawn by the seeded generator, one a tick, and one tick in three a worker
+// nemesis and a Redis or network one strike at once.
+const (
+	// NemesisKillWorker SIGKILLs one worker process and starts another in its place.
+	NemesisKillWorker = "kill-worker"
+	// NemesisStopWorker SIGSTOPs one worker for longer than the visibility timeout, then
+	// SIGCONTs it: its jobs run elsewhere meanwhile, and its late outcomes must be refused.
+	NemesisStopWorker = "stop-worker"
+	// NemesisTermWorker SIGTERMs one worker (it drains for its shutdown timeout and puts back
+	// what did not finish) and starts another in its place.
+	NemesisTermWorker = "term-worker"
+	// NemesisRedisRestart SIGKILLs the redis-server and starts it again on the same port and
+	// AOF (appendfsync always: every acknowledged write is on disk before its reply).
+	NemesisRedisRestart = "redis-restart"
+	// NemesisRedisStop SIGSTOPs the redis-server for 1 to 2.5 s, then SIGCONTs it.
+	NemesisRedisStop = "redis-stop"
+	// NemesisProxyReset makes the proxy between Redis and every client (workers and producer)
+	// lose the next replies (the command applied, its answer never seen) and cut every
+	// connection.
+	NemesisProxyReset = "proxy-reset"
+	// NemesisScriptFlush empties Redis's script cache (SCRIPT FLUSH): every EVALSHA fails
+	// with NOSCRIPT until the client sends the script again.
+	NemesisScriptFlush = "script-flush"
+)
+
+// NemesisLoseJob is the suite's self-test, not a fault Conveyor is meant to survive: it
+// deletes the latest-due scheduled job behind Conveyor's back (ZPOPMAX of the scheduled set,
+// DEL of its record), so the checker must find one job lost and the run must fail. It proves
+// the checks are not vacuous; no scenario uses it.
+const NemesisLoseJob = "lose-job"
+
+// Nemeses names every nemesis, for --nemesis.
+var Nemeses = []string{NemesisKillWorker, NemesisStopWorker, NemesisTermWorker,
+	NemesisRedisRestart, NemesisRedisStop, NemesisProxyReset, NemesisScriptFlush}
+
+// strike applies nemesis n once and heals it. It returns how many processes whose attempts
+// it may have cut short it touched: a worker fault one worker, a Redis or network fault every
+// worker.
+func (r *run) strike(ctx context.Context, n string, rng *rand.Rand) (touched int, err error) {
+	switch n {
+	case NemesisKillWorker, NemesisTermWorker, NemesisStopWorker:
+		i := rng.IntN(len(r.workers))
+		w := r.workers[i]
+		switch n {
+		case NemesisKillWorker:
+			w.kill()
+			r.workers[i], err = r.startWorker()
+		case NemesisTermWorker:
+			w.term()
+			r.workers[i], err = r.startWorker()
+		case NemesisStopWorker:
+			_ = w.cmd.Process.Signal(syscall.SIGSTOP)
+			sleep(ctx, r.opt.Visibility+time.Second)
+			_ = w.cmd.Process.Signal(syscall.SIGCONT)
+		}
+		return 1, err
+	case NemesisRedisRestart:
+		r.redis.Kill()
+		return len(r.workers), r.redis.Restart()
+	case NemesisRedisStop:
+		if err := r.redis.Signal(syscall.SIGSTOP); err != nil {
+			return 0, err
+		}
+		sleep(ctx, time.Second+time.Duration(rng.IntN(1500))*time.Millisecond)
+		return len(r.workers), r.redis.Signal(syscall.SIGCONT)
+	case NemesisProxyReset:
+		r.proxy.DropNextReplies(1 + rng.IntN(5))
+		r.proxy.CutAll()
+		return len(r.workers), nil
+	case NemesisScriptFlush:
+		return len(r.workers), r.admin.ScriptFlush(ctx).Err()
+	case NemesisLoseJob:
+		q := keys.New(keys.DefaultPrefix, Queue)
+		zs, err := r.admin.ZPopMax(ctx, q.Scheduled()).Result()
+		if err != nil || len(zs) == 0 {
+			return 0, err
+		}
+		id, _ := zs[0].Member.(string)
+		r.log("lose-job deleted scheduled job %s", id)
+		return 0, r.admin.Del(ctx, q.Job(id)).Err()
+	}
+	return 0, nil
+}
+
+// workerNemesis tells the nemeses that strike one worker from those that strike Redis or
+// the network (every worker at once).
+func workerNemesis(n string) bool {
+	return n == NemesisKillWorker || n == NemesisStopWorker || n == NemesisTermWorker
+}
+
+// sleep waits d or until ctx ends.
+func sleep(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+	}
+}

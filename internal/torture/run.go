@@ -1,0 +1,710 @@
+package torture
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/conveyorq/conveyor/internal/faultproxy"
+	"github.com/conveyorq/conveyor/internal/keys"
+	"github.com/conveyorq/conveyor/internal/redisproc"
+	"github.com/conveyorq/conveyor/pipeline"
+)
+
+// Queue is the queue every scenario works in (each run has a redis-server of its own).
+const Queue = "torture"
+
+// Options are what a run needs besides its scenario and size.
+type Options struct {
+	// Bin is the conveyor binary whose `worker` command the worker processes run.
+	Bin string
+	// Seed seeds the workload and the nemeses' schedule (0: 1).
+	Seed uint64
+	// Nemeses replaces the scenario's nemeses when not empty.
+	Nemeses []string
+	// Workers and Concurrency: worker processes and the concurrency of each (3 and 4).
+	Workers, Concurrency int
+	// Visibility is the workers' visibility timeout (2s).
+	Visibility time.Duration
+	// Drain bounds the wait for every job to end once the nemeses stopped (60s).
+	Drain time.Duration
+	// AppendFsync is the redis-server's appendfsync: "always" (the default) or "everysec".
+	AppendFsync string
+	// Keep keeps the run's directory (ledgers, logs, the AOF); otherwise it is removed when
+	// the run passed.
+	Keep bool
+	// Log hears a line for each step of the run; nil: none.
+	Log io.Writer
+}
+
+// Result is one scenario's figures, as `conveyor torture --json` prints them, and the report
+// behind them.
+type Result struct {
+	Name                string `json:"name"`
+	Jobs                int    `json:"jobs"`
+	Faults              int    `json:"faults"`
+	Lost                int    `json:"lost"`
+	DuplicateCommits    int    `json:"duplicate_commits"`
+	DuplicateExecutions int    `json:"duplicate_executions"`
+	Early               int    `json:"early"`
+	MaxRecoveryMS       int64  `json:"max_recovery_ms"`
+
+	Nemeses  []string      `json:"-"`
+	Duration time.Duration `json:"-"`
+	Report   Report        `json:"-"`
+	Dir      string        `json:"-"` // the run's directory, when kept
+}
+
+// run is one scenario's run: its processes and its state.
+type run struct {
+	opt     Options
+	sc      Scenario
+	size    Size
+	nemeses []string
+	dir     string
+	ledger  string // the ledger directory
+	rng     *rand.Rand
+	log     func(format string, args ...any)
+
+	redis   *redisproc.Server
+	proxy   *faultproxy.Proxy
+	url     string        // what workers and the producer connect to
+	admin   *redis.Client // straight to Redis, for the checks
+	workers []*worker
+	gen     int
+
+	uniqueJoined int // republished unique keys that returned the first job (the producer's)
+}
+
+// Run runs scenario sc at size, with its nemeses (or opt.Nemeses), and checks it. An error is
+// a failure to run (no redis-server, a ledger that cannot be written); a run that breaks an
+// invariant returns a Result whose Report has Violations.
+func Run(ctx context.Context, sc Scenario, size Size, opt Options) (*Result, error) {
+	opt.Seed = max(opt.Seed, 1)
+	opt.Workers = cmpPos(opt.Workers, 3)
+	opt.Concurrency = cmpPos(opt.Concurrency, 4)
+	opt.Visibility = cmpPos(opt.Visibility, 2*time.Second)
+	opt.Drain = cmpPos(opt.Drain, time.Minute)
+	opt.AppendFsync = cmp.Or(opt.AppendFsync, "always")
+	if opt.AppendFsync != "always" && opt.AppendFsync != "everysec" {
+		return nil, fmt.Errorf("torture: appendfsync %q: always or everysec", opt.AppendFsync)
+	}
+	if opt.Bin == "" {
+		return nil, errors.New("torture: no conveyor binary to run workers with")
+	}
+	r := &run{opt: opt, sc: sc, size: size, nemeses: sc.Nemeses, rng: rand.New(rand.NewPCG(opt.Seed, 0x70727475))}
+	if len(opt.Nemeses) > 0 {
+		r.nemeses = opt.Nemeses
+	}
+	r.log = func(format string, args ...any) {
+		if opt.Log != nil {
+			fmt.Fprintf(opt.Log, "torture %s: %s\n", sc.Name, fmt.Sprintf(format, args...))
+		}
+	}
+	dir, err := os.MkdirTemp("", "conveyor-torture-"+sc.Name+"-")
+	if err != nil {
+		return nil, err
+	}
+	r.dir, r.ledger = dir, filepath.Join(dir, "ledger")
+	res, err := r.run(ctx)
+	if res != nil && (opt.Keep || res.Report.Failed()) {
+		res.Dir = dir
+		r.log("kept %s", dir)
+	} else {
+		_ = os.RemoveAll(dir)
+	}
+	return res, err
+}
+
+func (r *run) run(ctx context.Context) (*Result, error) {
+	var err error
+	// appendfsync always: a reply means the write is on disk, so a SIGKILL of the server
+	// loses no acknowledged job; everysec may lose the last second's writes on a crash of
+	// the host (a crash of the process alone loses nothing either way: the kernel has them).
+	r.redis, err = redisproc.Start(filepath.Join(r.dir, "redis"), "--appendonly", "yes", "--appendfsync", r.opt.AppendFsync)
+	if err != nil {
+		return nil, err
+	}
+	defer r.redis.Stop()
+	target := r.redis.Addr
+	if slices.Contains(r.nemeses, NemesisProxyReset) {
+		if r.proxy, err = faultproxy.New(r.redis.Addr); err != nil {
+			return nil, err
+		}
+		defer r.proxy.Close()
+		target = r.proxy.Addr()
+	}
+	r.url = "redis://" + target + "/0"
+	r.admin = redis.NewClient(&redis.Options{Addr: r.redis.Addr})
+	defer r.admin.Close()
+	producerRDB := redis.NewClient(&redis.Options{Addr: target})
+	defer producerRDB.Close()
+	client, err := pipeline.NewClient(producerRDB, pipeline.ClientConfig{})
+	if err != nil {
+		return nil, err
+	}
+	led, err := OpenWriter(r.ledger, "producer")
+	if err != nil {
+		return nil, err
+	}
+	defer led.Close()
+
+	for range r.opt.Workers {
+		w, err := r.startWorker()
+		if err != nil {
+			return nil, err
+		}
+		r.workers = append(r.workers, w)
+	}
+	defer func() {
+		for _, w := range r.workers {
+			w.kill()
+		}
+	}()
+	r.log("redis pid %d (appendfsync %s), workers %s, nemeses %s, %d jobs over %s", r.redis.PID(), r.opt.AppendFsync,
+		r.pids(), strings.Join(r.nemeses, ","), r.size.Jobs, r.size.Duration)
+
+	begin := time.Now()
+	// The producer publishes over the first 70% of the run; delayed jobs are due by 90% of it.
+	var acked []string
+	var perr error
+	var pwg sync.WaitGroup
+	pctx, pcancel := context.WithTimeout(ctx, r.size.Duration+r.opt.Drain)
+	defer pwg.Wait()
+	defer pcancel() // first: a run that ends early ends its producer too
+	pwg.Go(func() { acked, perr = r.produce(pctx, client, led, begin) })
+
+	faults, maxRecovery, bound, err := r.strikeUntil(ctx, begin)
+	if err != nil {
+		return nil, err
+	}
+	if r.proxy != nil {
+		r.proxy.DropNextReplies(0)
+	}
+	pwg.Wait()
+	if perr != nil {
+		return nil, perr
+	}
+	r.log("%d faults; %d jobs acknowledged; %d unique keys published again returned their first job; draining",
+		faults, len(acked), r.uniqueJoined)
+	if err := r.drain(ctx, len(acked)); err != nil {
+		r.log("drain: %v", err)
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	leaks := r.goroutines(ctx)
+	for _, w := range r.workers {
+		w.term()
+	}
+	r.workers = nil
+
+	end, err := r.observe(ctx, acked, led, time.Since(begin))
+	if err != nil {
+		return nil, err
+	}
+	end.Goroutines = leaks
+	if err := led.Close(); err != nil {
+		return nil, err
+	}
+	recs, torn, err := ReadDir(r.ledger)
+	if err != nil {
+		return nil, err
+	}
+	if torn > 0 {
+		r.log("%d torn ledger lines skipped", torn)
+	}
+	rep := Check(recs, end, bound)
+	r.log("checked: %d ok of %d, %d dead as designed, %d final outcomes without a commit record, %d indeterminate publishes, %d keys (bound %d)",
+		rep.OK, rep.Jobs, len(end.Dead), rep.Unwitnessed, rep.Indeterminate, end.Keys, end.KeyBound)
+	return &Result{
+		Name: r.sc.Name, Jobs: rep.Jobs, Faults: faults, Lost: len(rep.Lost),
+		DuplicateCommits: len(rep.DuplicateCommits), DuplicateExecutions: rep.DuplicateExecutions,
+		Early: len(rep.Early), MaxRecoveryMS: maxRecovery.Milliseconds(),
+		Nemeses: r.nemeses, Duration: time.Since(begin), Report: rep,
+	}, nil
+}
+
+// produce publishes the workload's jobs, each retried under its own id until acknowledged,
+// and records each acknowledgement. It returns the acknowledged ids.
+func (r *run) produce(ctx context.Context, client *pipeline.Client, led *Writer, begin time.Time) ([]string, error) {
+	rng := rand.New(rand.NewPCG(r.opt.Seed, 0x70726f64))
+	n := r.size.Jobs
+	spread := r.size.Duration * 7 / 10
+	acked := make([]string, 0, n)
+	for i := range n {
+		if at := begin.Add(spread * time.Duration(i) / time.Duration(n)); time.Until(at) > 0 {
+			sleep(ctx, time.Until(at))
+		}
+		id := fmt.Sprintf("%s-%d-%d", r.sc.Name, r.opt.Seed, i)
+		work := Work{MS: 5 + rng.IntN(25)}
+		ack := Record{Kind: Ack, ID: id, Expect: "completed", Need: 1}
+		opts := []pipeline.Option{pipeline.WithID(id), pipeline.WithMaxRetries(20)}
+		unique := ""
+		switch p := rng.IntN(100); {
+		case p < 20: // delayed, due by 90% of the run
+			left := max(time.Until(begin.Add(r.size.Duration*9/10)), 0)
+			ack.Due = time.Now().Add(time.Duration(rng.Int64N(int64(left) + 1))).UnixMilli()
+			opts = append(opts, pipeline.WithRunAt(time.UnixMilli(ack.Due)))
+		case p < 32: // fails 1 or 2 times, then succeeds
+			work.Fail = 1 + rng.IntN(2)
+			ack.Need = work.Fail + 1
+		case p < 38: // always fails: two attempts, then the dead set
+			work.Dead = true
+			ack.Expect, ack.Need = "failed", 2
+			opts[1] = pipeline.WithMaxRetries(1)
+		case p < 43: // a unique key, due at least 500 ms on: published twice (below)
+			unique = "u-" + id
+			left := max(time.Until(begin.Add(r.size.Duration*9/10)), 0)
+			ack.Due = time.Now().Add(500*time.Millisecond + time.Duration(rng.Int64N(int64(left)+1))).UnixMilli()
+			opts = append(opts, pipeline.WithRunAt(time.UnixMilli(ack.Due)), pipeline.WithUnique(unique, time.Hour))
+		}
+		payload, _ := json.Marshal(work)
+		task := pipeline.Task{Type: JobType, Payload: payload}
+		if _, err := r.publish(ctx, client, task, opts); err != nil {
+			if ctx.Err() == nil {
+				return nil, err
+			}
+			if werr := led.Write(Record{Kind: Indeterminate, ID: id, At: time.Now().UnixMicro()}); werr != nil {
+				return nil, werr
+			}
+			return acked, nil
+		}
+		ack.At = time.Now().UnixMicro()
+		if err := led.Write(ack); err != nil {
+			return nil, err
+		}
+		acked = append(acked, id)
+		if unique != "" {
+			// The same unique key again under another id while the first job waits for its
+			// due time: the publish must return the first job, and make none. A second job
+			// would run unacknowledged, which the checker reports as unexpected. Once the due
+			// time has passed before the answer, the first may have ended and freed the key:
+			// either answer is right then.
+			again := id + "-again"
+			j, err := r.publish(ctx, client, task, []pipeline.Option{pipeline.WithID(again),
+				pipeline.WithUnique(unique, time.Hour), pipeline.WithRunAt(time.UnixMilli(ack.Due)), pipeline.WithMaxRetries(20)})
+			switch {
+			case err != nil && ctx.Err() == nil:
+				return nil, err
+			case err != nil || time.Now().UnixMilli() >= ack.Due:
+				if werr := led.Write(Record{Kind: Indeterminate, ID: again, At: time.Now().UnixMicro()}); werr != nil {
+					return nil, werr
+				}
+			case j.ID != id:
+				r.log("unique key %s held by %s made a second job %s", unique, id, j.ID)
+			default:
+				r.uniqueJoined++
+			}
+		}
+	}
+	return acked, nil
+}
+
+// publish enqueues one job, sending it again after an error (the same id: a copy that was
+// applied is found, not made twice) until it is acknowledged or ctx ends.
+func (r *run) publish(ctx context.Context, client *pipeline.Client, task pipeline.Task, opts []pipeline.Option) (*pipeline.Job, error) {
+	for {
+		j, err := client.Enqueue(ctx, Queue, task, opts...)
+		if err == nil {
+			return j, nil
+		}
+		if errors.Is(err, pipeline.ErrInvalid) || ctx.Err() != nil {
+			return nil, err
+		}
+		sleep(ctx, 20*time.Millisecond)
+	}
+}
+
+// strikeUntil runs the nemeses on their seeded schedule until the run's duration is over. It
+// returns the faults made, the longest recovery (from a fault's start until Redis counts a
+// completion after it healed) and the duplicate executions they allow.
+func (r *run) strikeUntil(ctx context.Context, begin time.Time) (faults int, maxRecovery time.Duration, bound int, err error) {
+	lo, hi := time.Second, 3*time.Second
+	if r.size.Duration < 10*time.Second {
+		lo, hi = 500*time.Millisecond, 1500*time.Millisecond
+	}
+	for {
+		wait := lo + time.Duration(r.rng.Int64N(int64(hi-lo)))
+		if time.Since(begin)+wait >= r.size.Duration || len(r.nemeses) == 0 {
+			sleep(ctx, max(r.size.Duration-time.Since(begin), 0))
+			return faults, maxRecovery, bound, ctx.Err()
+		}
+		sleep(ctx, wait)
+		if ctx.Err() != nil {
+			return faults, maxRecovery, bound, ctx.Err()
+		}
+		// One nemesis a tick; one tick in three, when the scenario has both kinds, a worker
+		// nemesis and a Redis or network one strike at once. Each strike draws from its own
+		// generator, seeded here, so that the two need not share one.
+		names := []string{r.nemeses[r.rng.IntN(len(r.nemeses))]}
+		if r.rng.IntN(3) == 0 {
+			var others []string
+			for _, m := range r.nemeses {
+				if workerNemesis(m) != workerNemesis(names[0]) {
+					others = append(others, m)
+				}
+			}
+			if len(others) > 0 {
+				names = append(names, others[r.rng.IntN(len(others))])
+			}
+		}
+		rngs := make([]*rand.Rand, len(names))
+		for i := range rngs {
+			rngs[i] = rand.New(rand.NewPCG(r.rng.Uint64(), r.rng.Uint64()))
+		}
+		struck := time.Now()
+		touched := make([]int, len(names))
+		errs := make([]error, len(names))
+		var wg sync.WaitGroup
+		for i, n := range names {
+			wg.Go(func() {
+				touched[i], errs[i] = r.strike(ctx, n, rngs[i])
+				if errs[i] != nil {
+					errs[i] = fmt.Errorf("nemesis %s: %w", n, errs[i])
+				}
+			})
+		}
+		wg.Wait()
+		if err := errors.Join(errs...); err != nil {
+			return faults, maxRecovery, bound, err
+		}
+		for _, t := range touched {
+			faults++
+			bound += t * r.opt.Concurrency
+		}
+		n := strings.Join(names, "+")
+		rec := r.recovery(ctx, struck)
+		maxRecovery = max(maxRecovery, rec)
+		if rec > 0 {
+			r.log("%s at %s, a job completed %s after it struck", n, struck.Sub(begin).Round(time.Millisecond), rec.Round(time.Millisecond))
+		} else {
+			r.log("%s at %s, with no job waiting to run", n, struck.Sub(begin).Round(time.Millisecond))
+		}
+	}
+}
+
+// recovery waits until Redis counts a completion made after now (the fault healed), and
+// returns how long that was after struck; 0 when no job is waiting to run, or after 30 s.
+func (r *run) recovery(ctx context.Context, struck time.Time) time.Duration {
+	var before int64 = -1
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) && ctx.Err() == nil {
+		st, err := r.stats(ctx)
+		if err == nil {
+			if before < 0 {
+				before = st.Completed
+				if st.Queued+st.InProgress == 0 {
+					return 0
+				}
+			} else if st.Completed > before {
+				return time.Since(struck)
+			}
+		}
+		sleep(ctx, 10*time.Millisecond)
+	}
+	return 0
+}
+
+func (r *run) stats(ctx context.Context) (*pipeline.QueueStats, error) {
+	c, err := pipeline.NewClient(r.admin, pipeline.ClientConfig{})
+	if err != nil {
+		return nil, err
+	}
+	cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	return c.Stats(cctx, Queue)
+}
+
+// drain waits until no job is scheduled, queued or running and as many have ended as were
+// acknowledged, or until nothing was scheduled, queued or running for 2 s (nothing more can
+// happen: jobs are missing, which the checker will say), or opt.Drain passed.
+func (r *run) drain(ctx context.Context, acked int) error {
+	deadline := time.Now().Add(r.opt.Drain)
+	var idleSince time.Time
+	for {
+		st, err := r.stats(ctx)
+		idle := err == nil && st.Scheduled+st.Queued+st.InProgress == 0
+		if idle && st.Completed+st.Dead >= int64(acked) {
+			return nil
+		}
+		switch {
+		case !idle:
+			idleSince = time.Time{}
+		case idleSince.IsZero():
+			idleSince = time.Now()
+		case time.Since(idleSince) > 2*time.Second:
+			return fmt.Errorf("idle with %d completed and %d dead of %d acknowledged", st.Completed, st.Dead, acked)
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			if err != nil {
+				return err
+			}
+			return fmt.Errorf("not drained after %s: %d scheduled, %d queued, %d in progress, %d completed, %d dead of %d",
+				r.opt.Drain, st.Scheduled, st.Queued, st.InProgress, st.Completed, st.Dead, acked)
+		}
+		sleep(ctx, 50*time.Millisecond)
+	}
+}
+
+// observe reads every acknowledged job's final state into the producer's ledger, and the end
+// state of Redis.
+func (r *run) observe(ctx context.Context, acked []string, led *Writer, elapsed time.Duration) (EndState, error) {
+	client, err := pipeline.NewClient(r.admin, pipeline.ClientConfig{})
+	if err != nil {
+		return EndState{}, err
+	}
+	for _, id := range acked {
+		rec := Record{Kind: Observed, ID: id, Outcome: "missing"}
+		j, err := client.Get(ctx, Queue, id)
+		switch {
+		case errors.Is(err, pipeline.ErrNotFound):
+		case err != nil:
+			return EndState{}, err
+		default:
+			rec.Outcome, rec.Attempt = string(j.Status), j.Attempt
+		}
+		rec.At = time.Now().UnixMicro()
+		if err := led.Write(rec); err != nil {
+			return EndState{}, err
+		}
+	}
+	var end EndState
+	st, err := client.Stats(ctx, Queue)
+	if err != nil {
+		return end, err
+	}
+	end.Queued, end.InProgress, end.Scheduled = st.Queued, st.InProgress, st.Scheduled
+	q := keys.New(keys.DefaultPrefix, Queue)
+	p, err := r.admin.XPending(ctx, q.Stream(), keys.Group).Result()
+	if err != nil && !strings.Contains(err.Error(), "NOGROUP") {
+		return end, err
+	}
+	if p != nil {
+		end.Pending = p.Count
+	}
+	insp, err := pipeline.NewInspector(r.admin, pipeline.InspectorConfig{})
+	if err != nil {
+		return end, err
+	}
+	page := pipeline.Page{Limit: 1000}
+	for {
+		jp, err := insp.List(ctx, Queue, pipeline.StatusFailed, page)
+		if err != nil {
+			return end, err
+		}
+		for _, j := range jp.Jobs {
+			end.Dead = append(end.Dead, j.ID)
+		}
+		if jp.Next == "" {
+			break
+		}
+		page.Cursor = jp.Next
+	}
+	uniq, err := r.admin.Keys(ctx, q.UniquePrefix()+"*").Result() // its own small server
+	if err != nil {
+		return end, err
+	}
+	end.UniqueKeys = int64(len(uniq))
+	if end.Keys, err = r.admin.DBSize(ctx).Result(); err != nil {
+		return end, err
+	}
+	// Every acknowledged job's record is kept for the workers' retention; the rest is the
+	// queue's own keys and its throughput history, which grows with time only.
+	end.KeyBound = int64(len(acked)) + KeysPerQueue + HistoryKeys(elapsed)
+	return end, nil
+}
+
+// worker is one worker process, signalled by its recorded pid only.
+type worker struct {
+	name    string
+	metrics string // its --metrics-addr, where go_goroutines is read
+	cmd     *exec.Cmd
+	done    chan struct{}
+	out     string // its log file
+}
+
+// startWorker starts a worker process: the conveyor binary's worker command, with the torture
+// handler writing to the run's ledger.
+func (r *run) startWorker() (*worker, error) {
+	r.gen++
+	name := fmt.Sprintf("w%d", r.gen)
+	port, err := redisproc.FreePort()
+	if err != nil {
+		return nil, err
+	}
+	metrics := fmt.Sprintf("127.0.0.1:%d", port)
+	out := filepath.Join(r.dir, "logs", name+".log")
+	if err := os.MkdirAll(filepath.Dir(out), 0o700); err != nil {
+		return nil, err
+	}
+	f, err := os.Create(out)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	cmd := exec.Command(r.opt.Bin, "worker", "--redis", r.url, "--prefix", keys.DefaultPrefix,
+		"--queue", Queue, "--name", name, "--concurrency", fmt.Sprint(r.opt.Concurrency),
+		"--visibility-timeout", r.opt.Visibility.String(), "--recovery-interval", "500ms",
+		"--backoff-base", "100ms", "--backoff-max", "400ms", "--shutdown-timeout", "1s",
+		"--heartbeat-interval", "0", "--log-level", "info", "--log-format", "json",
+		"--metrics-addr", metrics, "--torture-ledger", r.ledger)
+	cmd.Env = slices.DeleteFunc(os.Environ(), func(kv string) bool { return strings.HasPrefix(kv, "CONVEYOR_") })
+	cmd.Stdout, cmd.Stderr = f, f
+	cmd.SysProcAttr = redisproc.SysProcAttr() // dies with this process
+	if err := redisproc.StartCmd(cmd); err != nil {
+		return nil, fmt.Errorf("torture: starting a worker: %w", err)
+	}
+	w := &worker{name: name, metrics: metrics, cmd: cmd, done: make(chan struct{}), out: out}
+	go func() {
+		_ = cmd.Wait()
+		close(w.done)
+	}()
+	return w, nil
+}
+
+// kill SIGKILLs the worker (resuming it first is not needed: SIGKILL ends a stopped process)
+// and waits until it is reaped.
+func (w *worker) kill() {
+	select {
+	case <-w.done:
+		return
+	default:
+	}
+	_ = w.cmd.Process.Signal(syscall.SIGKILL)
+	<-w.done
+}
+
+// term SIGTERMs the worker once it has installed its signal handler (its first log line), and
+// waits for it to drain and exit; after 15 s it is killed.
+func (w *worker) term() {
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		if b, _ := os.ReadFile(w.out); strings.Contains(string(b), "starting worker") {
+			break
+		}
+		select {
+		case <-w.done:
+			return
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	_ = w.cmd.Process.Signal(syscall.SIGCONT)
+	_ = w.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-w.done:
+	case <-time.After(15 * time.Second):
+		w.kill()
+	}
+}
+
+func (r *run) pids() string {
+	var s []string
+	for _, w := range r.workers {
+		s = append(s, fmt.Sprint(w.cmd.Process.Pid))
+	}
+	return strings.Join(s, ",")
+}
+
+func cmpPos[T int | time.Duration](v, def T) T {
+	if v > 0 {
+		return v
+	}
+	return def
+}
+
+// GoroutineSlack is how many more goroutines than a fresh worker's a worker that lived
+// through the run may have, idle, before it counts as leaking: its connections and
+// subscriptions may differ in number, a goroutine per fault would not stay within it for long.
+const GoroutineSlack = 25
+
+// goroutines compares each surviving worker's goroutines, idle after the drain, with those of
+// a fresh worker started now and idle too (each read from go_goroutines on its /metrics until
+// two reads 200 ms apart agree). It returns a line for each worker over the slack, or for a
+// reading that failed.
+func (r *run) goroutines(ctx context.Context) []string {
+	control, err := r.startWorker()
+	if err != nil {
+		return []string{fmt.Sprintf("no control worker: %v", err)}
+	}
+	defer control.term()
+	base, err := control.steadyGoroutines(ctx)
+	if err != nil {
+		return []string{fmt.Sprintf("control worker: %v", err)}
+	}
+	var out []string
+	for _, w := range r.workers {
+		n, err := w.steadyGoroutines(ctx)
+		switch {
+		case err != nil:
+			out = append(out, fmt.Sprintf("%s: %v", w.name, err))
+		case n > base+GoroutineSlack:
+			out = append(out, fmt.Sprintf("%s has %d goroutines idle, a fresh worker %d (slack %d)", w.name, n, base, GoroutineSlack))
+		default:
+			r.log("%s has %d goroutines idle, a fresh worker %d", w.name, n, base)
+		}
+	}
+	return out
+}
+
+// steadyGoroutines reads go_goroutines from the worker's /metrics until two reads 200 ms
+// apart agree, for up to 10 s.
+func (w *worker) steadyGoroutines(ctx context.Context) (int, error) {
+	last := -1
+	var err error
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline) && ctx.Err() == nil; sleep(ctx, 200*time.Millisecond) {
+		var n int
+		n, err = w.readGoroutines(ctx)
+		if err != nil {
+			continue
+		}
+		if n == last {
+			return n, nil
+		}
+		last = n
+	}
+	if err == nil {
+		err = cmp.Or(ctx.Err(), errors.New("go_goroutines did not settle in 10s"))
+	}
+	return 0, err
+}
+
+func (w *worker) readGoroutines(ctx context.Context) (int, error) {
+	cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(cctx, http.MethodGet, "http://"+w.metrics+"/metrics", nil)
+	if err != nil {
+		return 0, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return 0, err
+	}
+	for line := range strings.Lines(string(body)) {
+		if v, ok := strings.CutPrefix(line, "go_goroutines "); ok {
+			return strconv.Atoi(strings.TrimSpace(v))
+		}
+	}
+	return 0, errors.New("no go_goroutines in /metrics")
+}
