@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 
@@ -125,7 +126,16 @@ func (a *app) rowCmd(r rowAction) *cobra.Command {
 				return notFound(err, queue, id)
 			}
 			if asJSON {
-				return writeJSON(a.stdout, map[string]any{"id": id, "queue": queue, r.jsonKey: true})
+				// {"id":..,"queue":..,"<key>":true}, in that order: scripts compare the line.
+				b, err := json.Marshal(struct {
+					ID    string `json:"id"`
+					Queue string `json:"queue"`
+				}{id, queue})
+				if err != nil {
+					return err
+				}
+				_, err = fmt.Fprintf(a.stdout, "%s,%q:true}\n", b[:len(b)-1], r.jsonKey)
+				return err
 			}
 			_, err = fmt.Fprintf(a.stdout, r.done+"\n", id, queue)
 			return err
