@@ -184,6 +184,7 @@ func (wf *workerFlags) openTortureLedger(cfg *pipeline.WorkerConfig) (*tortureLe
 func (l *tortureLedger) register(r pipeline.Registrar) {
 	if l != nil {
 		r.Handle(torture.JobType, torture.Handler(l.w))
+		r.Handle(torture.LimitedType, torture.Handler(l.w))
 	}
 }
 

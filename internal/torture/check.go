@@ -30,6 +30,9 @@ type EndState struct {
 	// KeyBound is the most keys the end state may hold: the job records kept for their
 	// retention plus a fixed allowance for the queue's own keys (KeysPerQueue).
 	KeyBound int64
+	// ConcurrencyLimit is the limit on LimitedType's running jobs the run set (0: none), which
+	// the checker holds the ledger's attempts of that type to.
+	ConcurrencyLimit int
 	// Goroutines notes surviving worker processes whose goroutines grew past the bound, if
 	// the runner checked.
 	Goroutines []string
@@ -63,6 +66,7 @@ type Report struct {
 	WrongOutcome        []string // final status other than the designed one
 	Indeterminate       int
 	Unwitnessed         int // final outcomes the ledger has no commit record of (worker killed after the write)
+	MaxConcurrent       int // the most attempts of LimitedType the ledger saw running at once
 	Violations          []string
 }
 
@@ -77,7 +81,9 @@ func Check(recs []Record, end EndState, bound int) Report {
 		due            int64
 		expect         string
 		need           int
+		typ            string
 		starts         []Record
+		finishes       []Record
 		commits        []Record
 		observed       string
 		observedAtt    int
@@ -96,11 +102,13 @@ func Check(recs []Record, end EndState, bound int) Report {
 		j := get(r.ID)
 		switch r.Kind {
 		case Ack:
-			j.ack, j.due, j.expect, j.need = true, r.Due, r.Expect, max(r.Need, 1)
+			j.ack, j.due, j.expect, j.need, j.typ = true, r.Due, r.Expect, max(r.Need, 1), r.Type
 		case Indeterminate:
 			j.indet = true
 		case Start:
 			j.starts = append(j.starts, r)
+		case Finish:
+			j.finishes = append(j.finishes, r)
 		case Commit:
 			j.commits = append(j.commits, r)
 		case Observed:
@@ -200,6 +208,19 @@ func Check(recs []Record, end EndState, bound int) Report {
 			return fmt.Sprintf("%s (%s, want %s)", id, jobs[id].observed, cmp.Or(jobs[id].expect, "completed"))
 		}))
 	}
+	if end.ConcurrencyLimit > 0 {
+		var limited []attemptSpan
+		for _, id := range ids {
+			if j := jobs[id]; j.ack && j.typ == LimitedType {
+				limited = append(limited, spans(id, j.starts, j.finishes)...)
+			}
+		}
+		most, at, who := maxOverlap(limited)
+		rep.MaxConcurrent = most
+		if most > end.ConcurrencyLimit {
+			v("%d attempts of %s ran at once (limit %d) at %d µs: %s", most, LimitedType, end.ConcurrencyLimit, at, some(who, nil))
+		}
+	}
 	if end.Pending != 0 {
 		v("%d entries still pending at the end", end.Pending)
 	}
@@ -234,6 +255,77 @@ func Check(recs []Record, end EndState, bound int) Report {
 		v("goroutines: %s", g)
 	}
 	return rep
+}
+
+// attemptSpan is one attempt's time in its handler, by the ledger.
+type attemptSpan struct {
+	name       string // id@attempt
+	start, end int64  // unix µs
+}
+
+// spans are a job's attempts from their start records to their finish records. The ledger's
+// span lies inside the one the limit counts (a slot is taken before the handler starts and
+// given back when the outcome is stored, after the handler's finish record), so an overlap
+// the ledger sees, the limit saw too. An attempt cut short has no finish record: a worker
+// SIGKILLed mid-job holds its slot until its lease is recovered, and the job's next start
+// comes after that, so the span is taken to end there (and to end there at the latest for
+// an attempt of a SIGSTOPped worker whose lease was taken over: its slot went with the
+// lease, though its handler may go on once resumed). An attempt without either ends at its
+// start.
+func spans(id string, starts, finishes []Record) []attemptSpan {
+	out := make([]attemptSpan, 0, len(starts))
+	for _, s := range starts {
+		end := int64(-1)
+		for _, f := range finishes {
+			if f.Attempt == s.Attempt && f.PID == s.PID && f.At >= s.At {
+				end = f.At
+				break
+			}
+		}
+		for _, next := range starts {
+			if next.At > s.At && (end < 0 || next.At < end) {
+				end = next.At
+			}
+		}
+		if end < 0 {
+			end = s.At
+		}
+		out = append(out, attemptSpan{name: fmt.Sprintf("%s@%d", id, s.Attempt), start: s.At, end: end})
+	}
+	return out
+}
+
+// maxOverlap returns the most spans open at once, when (the latest start that made it so) and
+// which. A span ending when another starts does not overlap it.
+func maxOverlap(ss []attemptSpan) (most int, at int64, who []string) {
+	type event struct {
+		t     int64
+		delta int
+		i     int
+	}
+	evs := make([]event, 0, 2*len(ss))
+	for i, s := range ss {
+		if s.end > s.start {
+			evs = append(evs, event{s.start, 1, i}, event{s.end, -1, i})
+		}
+	}
+	slices.SortFunc(evs, func(a, b event) int { return cmp.Or(cmp.Compare(a.t, b.t), cmp.Compare(a.delta, b.delta)) })
+	open := map[int]bool{}
+	for _, e := range evs {
+		if e.delta < 0 {
+			delete(open, e.i)
+			continue
+		}
+		open[e.i] = true
+		if len(open) > most {
+			most, at, who = len(open), e.t, who[:0]
+			for i := range open {
+				who = append(who, ss[i].name)
+			}
+			slices.Sort(who)
+		}
+	}
+	return most, at, who
 }
 
 // some renders up to 10 ids, each with describe's words when given.

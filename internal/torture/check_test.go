@@ -211,3 +211,68 @@ func TestHistoryKeys(t *testing.T) {
 	require.EqualValues(t, 2*((24+2)+(2+2)), HistoryKeys(2*time.Minute))
 	require.EqualValues(t, 2*((720+2)+(1440+2)), HistoryKeys(48*time.Hour))
 }
+
+// The flow-control check: attempts of LimitedType overlapping in the ledger, against the
+// limit, with an attempt cut short ending at its job's next start.
+func TestCheckConcurrencyLimit(t *testing.T) {
+	ack := func(id string) Record {
+		return Record{Kind: Ack, ID: id, Expect: "completed", Need: 1, Type: LimitedType, At: 1}
+	}
+	start := func(id string, attempt, pid int, atMS int64) Record {
+		return Record{Kind: Start, ID: id, Attempt: attempt, PID: pid, At: atMS * 1000}
+	}
+	finish := func(id string, attempt, pid int, atMS int64) Record {
+		return Record{Kind: Finish, ID: id, Attempt: attempt, PID: pid, At: atMS * 1000, Outcome: "ok"}
+	}
+	done := func(id string) []Record {
+		return []Record{{Kind: Commit, ID: id, Attempt: 1, PID: 1, Outcome: "completed"}, {Kind: Observed, ID: id, Outcome: "completed"}}
+	}
+	job := func(id string, recs ...Record) []Record { return append(append([]Record{ack(id)}, recs...), done(id)...) }
+	cases := []struct {
+		name      string
+		recs      [][]Record
+		most      int
+		violation string
+	}{
+		{name: "two at once, then a third after one finished", most: 2, recs: [][]Record{
+			job("a", start("a", 1, 1, 0), finish("a", 1, 1, 10)),
+			job("b", start("b", 1, 2, 5), finish("b", 1, 2, 20)),
+			job("c", start("c", 1, 1, 10), finish("c", 1, 1, 30)),
+		}},
+		{name: "three at once", most: 3, violation: "3 attempts of torture-limited ran at once (limit 2) at 8000 µs: a@1, b@1, c@1", recs: [][]Record{
+			job("a", start("a", 1, 1, 0), finish("a", 1, 1, 10)),
+			job("b", start("b", 1, 2, 5), finish("b", 1, 2, 20)),
+			job("c", start("c", 1, 3, 8), finish("c", 1, 3, 30)),
+		}},
+		{name: "a killed attempt ends at its job's next start", most: 2, recs: [][]Record{
+			job("a", start("a", 1, 1, 0), start("a", 2, 2, 50), finish("a", 2, 2, 60)),
+			job("b", start("b", 1, 3, 5), finish("b", 1, 3, 20)),
+			job("c", start("c", 1, 3, 20), finish("c", 1, 3, 40)),
+		}},
+		{name: "a killed attempt holds its slot until then", most: 3, violation: "3 attempts", recs: [][]Record{
+			job("a", start("a", 1, 1, 0), start("a", 2, 2, 50), finish("a", 2, 2, 60)),
+			job("b", start("b", 1, 3, 5), finish("b", 1, 3, 20)),
+			job("c", start("c", 1, 4, 10), finish("c", 1, 4, 40)),
+		}},
+		{name: "a stopped worker's late attempt stops counting at the next start", most: 1, recs: [][]Record{
+			job("a", start("a", 1, 1, 0), start("a", 2, 2, 50), finish("a", 2, 2, 60), finish("a", 1, 1, 100)),
+			job("b", start("b", 1, 3, 70), finish("b", 1, 3, 90)),
+		}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			var recs []Record
+			for _, r := range tc.recs {
+				recs = append(recs, r...)
+			}
+			rep := Check(recs, EndState{ConcurrencyLimit: LimitConcurrency}, 10)
+			require.Equal(t, tc.most, rep.MaxConcurrent)
+			if tc.violation == "" {
+				require.Empty(t, rep.Violations)
+				return
+			}
+			require.Len(t, rep.Violations, 1)
+			require.Contains(t, rep.Violations[0], tc.violation)
+		})
+	}
+}

@@ -56,6 +56,7 @@ type Record struct {
 	Outcome string `json:"o,omitempty"`
 	Expect  string `json:"x,omitempty"`
 	Need    int    `json:"n,omitempty"`
+	Type    string `json:"ty,omitempty"` // Ack: the job's type, when not JobType
 }
 
 // The outcomes a record may carry, by kind.

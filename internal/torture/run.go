@@ -164,6 +164,9 @@ func (r *run) run(ctx context.Context) (*Result, error) {
 		return nil, err
 	}
 	defer led.Close()
+	if err := r.setupWorkload(ctx); err != nil {
+		return nil, err
+	}
 
 	for range r.opt.Workers {
 		w, err := r.startWorker()
@@ -233,6 +236,9 @@ func (r *run) run(ctx context.Context) (*Result, error) {
 	rep := Check(recs, end, bound)
 	r.log("checked: %d ok of %d, %d dead as designed, %d final outcomes without a commit record, %d indeterminate publishes, %d keys (bound %d)",
 		rep.OK, rep.Jobs, len(end.Dead), rep.Unwitnessed, rep.Indeterminate, end.Keys, end.KeyBound)
+	if end.ConcurrencyLimit > 0 {
+		r.log("%s: at most %d attempts running at once by the ledger (limit %d)", LimitedType, rep.MaxConcurrent, end.ConcurrencyLimit)
+	}
 	return &Result{
 		Name: r.sc.Name, Jobs: rep.Jobs, Faults: faults, Lost: len(rep.Lost),
 		DuplicateCommits: len(rep.DuplicateCommits), DuplicateExecutions: rep.DuplicateExecutions,
@@ -257,6 +263,10 @@ func (r *run) produce(ctx context.Context, client *pipeline.Client, led *Writer,
 		ack := Record{Kind: Ack, ID: id, Expect: "completed", Need: 1}
 		opts := []pipeline.Option{pipeline.WithID(id), pipeline.WithMaxRetries(20)}
 		unique := ""
+		task := pipeline.Task{Type: JobType}
+		if r.sc.Workload.Limits && rng.IntN(4) == 0 {
+			task.Type, ack.Type = LimitedType, LimitedType
+		}
 		switch p := rng.IntN(100); {
 		case p < 20: // delayed, due by 90% of the run
 			left := max(time.Until(begin.Add(r.size.Duration*9/10)), 0)
@@ -275,8 +285,7 @@ func (r *run) produce(ctx context.Context, client *pipeline.Client, led *Writer,
 			ack.Due = time.Now().Add(500*time.Millisecond + time.Duration(rng.Int64N(int64(left)+1))).UnixMilli()
 			opts = append(opts, pipeline.WithRunAt(time.UnixMilli(ack.Due)), pipeline.WithUnique(unique, time.Hour))
 		}
-		payload, _ := json.Marshal(work)
-		task := pipeline.Task{Type: JobType, Payload: payload}
+		task.Payload, _ = json.Marshal(work)
 		if _, err := r.publish(ctx, client, task, opts); err != nil {
 			if ctx.Err() == nil {
 				return nil, err
@@ -491,13 +500,14 @@ func (r *run) observe(ctx context.Context, acked []string, led *Writer, elapsed 
 		return end, err
 	}
 	end.Queued, end.InProgress, end.Scheduled = st.Queued, st.InProgress, st.Scheduled
-	q := keys.New(keys.DefaultPrefix, Queue)
-	p, err := r.admin.XPending(ctx, q.Stream(), keys.Group).Result()
-	if err != nil && !strings.Contains(err.Error(), "NOGROUP") {
-		return end, err
-	}
-	if p != nil {
-		end.Pending = p.Count
+	for _, q := range r.partitions() {
+		p, err := r.admin.XPending(ctx, q.Stream(), keys.Group).Result()
+		if err != nil && !strings.Contains(err.Error(), "NOGROUP") {
+			return end, err
+		}
+		if p != nil {
+			end.Pending += p.Count
+		}
 	}
 	insp, err := pipeline.NewInspector(r.admin, pipeline.InspectorConfig{})
 	if err != nil {
@@ -517,18 +527,57 @@ func (r *run) observe(ctx context.Context, acked []string, led *Writer, elapsed 
 		}
 		page.Cursor = jp.Next
 	}
-	uniq, err := r.admin.Keys(ctx, q.UniquePrefix()+"*").Result() // its own small server
-	if err != nil {
-		return end, err
+	for _, q := range r.partitions() {
+		uniq, err := r.admin.Keys(ctx, q.UniquePrefix()+"*").Result() // its own small server
+		if err != nil {
+			return end, err
+		}
+		end.UniqueKeys += int64(len(uniq))
 	}
-	end.UniqueKeys = int64(len(uniq))
 	if end.Keys, err = r.admin.DBSize(ctx).Result(); err != nil {
 		return end, err
 	}
 	// Every acknowledged job's record is kept for the workers' retention; the rest is the
 	// queue's own keys and its throughput history, which grows with time only.
-	end.KeyBound = int64(len(acked)) + KeysPerQueue + HistoryKeys(elapsed)
+	end.KeyBound = int64(len(acked)) + KeysPerQueue*int64(len(r.partitions())) + HistoryKeys(elapsed)
+	if r.sc.Workload.Limits {
+		end.ConcurrencyLimit = LimitConcurrency
+	}
 	return end, nil
+}
+
+// setupWorkload creates the queue with the scenario's partitions and sets its limits, before
+// any worker or producer uses it.
+func (r *run) setupWorkload(ctx context.Context) error {
+	w := r.sc.Workload
+	if w.Partitions <= 1 && !w.Limits {
+		return nil
+	}
+	insp, err := pipeline.NewInspector(r.admin, pipeline.InspectorConfig{})
+	if err != nil {
+		return err
+	}
+	// A limit needs its queue to exist.
+	if _, err := insp.CreateQueue(ctx, Queue, pipeline.QueueOptions{Partitions: max(w.Partitions, 1)}); err != nil {
+		return fmt.Errorf("torture: creating the queue (%d partitions): %w", w.Partitions, err)
+	}
+	if w.Limits {
+		l := pipeline.Limit{Type: LimitedType, Concurrency: LimitConcurrency, Rate: LimitRate, Interval: time.Second}
+		if err := insp.SetLimit(ctx, Queue, l); err != nil {
+			return fmt.Errorf("torture: setting the limit: %w", err)
+		}
+	}
+	return nil
+}
+
+// partitions are the keys of every partition of the queue (the queue alone when it has none).
+func (r *run) partitions() []keys.Queue {
+	p := max(r.sc.Workload.Partitions, 1)
+	qs := make([]keys.Queue, p)
+	for i := range qs {
+		qs[i] = keys.New(keys.DefaultPrefix, keys.PartitionName(Queue, i, p))
+	}
+	return qs
 }
 
 // worker is one worker process, signalled by its recorded pid only.
