@@ -33,6 +33,8 @@ type EndState struct {
 	// ConcurrencyLimit is the limit on LimitedType's running jobs the run set (0: none), which
 	// the checker holds the ledger's attempts of that type to.
 	ConcurrencyLimit int
+	// Workflows notes workflows whose end status is not the designed one.
+	Workflows []string
 	// Goroutines notes surviving worker processes whose goroutines grew past the bound, if
 	// the runner checked.
 	Goroutines []string
@@ -65,8 +67,9 @@ type Report struct {
 	Early               []string
 	WrongOutcome        []string // final status other than the designed one
 	Indeterminate       int
-	Unwitnessed         int // final outcomes the ledger has no commit record of (worker killed after the write)
-	MaxConcurrent       int // the most attempts of LimitedType the ledger saw running at once
+	Unwitnessed         int      // final outcomes the ledger has no commit record of (worker killed after the write)
+	MaxConcurrent       int      // the most attempts of LimitedType the ledger saw running at once
+	OutOfOrder          []string // workflow tasks started before their dependencies allowed
 	Violations          []string
 }
 
@@ -82,6 +85,8 @@ func Check(recs []Record, end EndState, bound int) Report {
 		expect         string
 		need           int
 		typ            string
+		after          []string
+		finally        bool
 		starts         []Record
 		finishes       []Record
 		commits        []Record
@@ -103,6 +108,7 @@ func Check(recs []Record, end EndState, bound int) Report {
 		switch r.Kind {
 		case Ack:
 			j.ack, j.due, j.expect, j.need, j.typ = true, r.Due, r.Expect, max(r.Need, 1), r.Type
+			j.after, j.finally = r.After, r.Finally
 		case Indeterminate:
 			j.indet = true
 		case Start:
@@ -144,6 +150,11 @@ func Check(recs []Record, end EndState, bound int) Report {
 		}
 		good := true
 		switch {
+		case j.expect == "canceled" && j.observed == "canceled":
+			if len(j.starts) > 0 {
+				rep.WrongOutcome = append(rep.WrongOutcome, id)
+				good = false
+			}
 		case j.observed != "completed" && j.observed != "failed":
 			rep.Lost = append(rep.Lost, id)
 			good = false
@@ -155,7 +166,7 @@ func Check(recs []Record, end EndState, bound int) Report {
 			rep.DuplicateCommits = append(rep.DuplicateCommits, id)
 			good = false
 		}
-		if final == 0 && good {
+		if final == 0 && good && j.expect != "canceled" {
 			rep.Unwitnessed++
 		}
 		if extra := len(j.starts) - j.need; extra > 0 {
@@ -208,6 +219,23 @@ func Check(recs []Record, end EndState, bound int) Report {
 			return fmt.Sprintf("%s (%s, want %s)", id, jobs[id].observed, cmp.Or(jobs[id].expect, "completed"))
 		}))
 	}
+	for _, id := range ids {
+		if j := jobs[id]; j.ack {
+			rep.OutOfOrder = append(rep.OutOfOrder, outOfOrder(id, j.after, j.finally, j.starts, func(dep string) (int64, bool) {
+				d := jobs[dep]
+				if d == nil || (!j.finally && d.observed != "completed") {
+					return 0, false
+				}
+				return finalFinish(d.finishes, d.observed, d.need)
+			})...)
+		}
+	}
+	if len(rep.OutOfOrder) > 0 {
+		v("%d workflow tasks started before their dependencies ended: %s", len(rep.OutOfOrder), some(rep.OutOfOrder, nil))
+	}
+	for _, w := range end.Workflows {
+		v("workflow: %s", w)
+	}
 	if end.ConcurrencyLimit > 0 {
 		var limited []attemptSpan
 		for _, id := range ids {
@@ -255,6 +283,39 @@ func Check(recs []Record, end EndState, bound int) Report {
 		v("goroutines: %s", g)
 	}
 	return rep
+}
+
+// outOfOrder checks a workflow task's starts against its dependencies (after): each start
+// must come after every dependency's finish record of the attempt that made it final
+// (finalAt), written before that outcome was stored and so before the task could be released.
+// A task that is not Finally needs its dependencies completed; a Finally task only final (a
+// canceled dependency, which never ran, has no time to wait for).
+func outOfOrder(id string, after []string, finally bool, starts []Record, finalAt func(dep string) (int64, bool)) []string {
+	var out []string
+	for _, s := range starts {
+		for _, dep := range after {
+			at, ok := finalAt(dep)
+			switch {
+			case !ok && !finally:
+				out = append(out, fmt.Sprintf("%s@%d (%s never finished)", id, s.Attempt, dep))
+			case ok && s.At < at:
+				out = append(out, fmt.Sprintf("%s@%d at %d µs (%s final at %d µs)", id, s.Attempt, s.At, dep, at))
+			}
+		}
+	}
+	return out
+}
+
+// finalFinish is when the attempt that made a job final finished, by its finish records: the
+// first that succeeded for a completed job, the first failure of its last allowed attempt
+// for a dead one; false for a job that ended otherwise or has no such record.
+func finalFinish(finishes []Record, observed string, need int) (int64, bool) {
+	for _, f := range finishes {
+		if (observed == "completed" && f.Outcome == "ok") || (observed == "failed" && f.Outcome == "error" && f.Attempt >= need) {
+			return f.At, true
+		}
+	}
+	return 0, false
 }
 
 // attemptSpan is one attempt's time in its handler, by the ledger.

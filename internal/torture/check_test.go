@@ -227,7 +227,9 @@ func TestCheckConcurrencyLimit(t *testing.T) {
 	done := func(id string) []Record {
 		return []Record{{Kind: Commit, ID: id, Attempt: 1, PID: 1, Outcome: "completed"}, {Kind: Observed, ID: id, Outcome: "completed"}}
 	}
-	job := func(id string, recs ...Record) []Record { return append(append([]Record{ack(id)}, recs...), done(id)...) }
+	job := func(id string, recs ...Record) []Record {
+		return append(append([]Record{ack(id)}, recs...), done(id)...)
+	}
 	cases := []struct {
 		name      string
 		recs      [][]Record
@@ -272,6 +274,81 @@ func TestCheckConcurrencyLimit(t *testing.T) {
 				return
 			}
 			require.Len(t, rep.Violations, 1)
+			require.Contains(t, rep.Violations[0], tc.violation)
+		})
+	}
+}
+
+// The workflow checks: a task's starts against its dependencies' finish records, a Finally
+// task against their final ones, a task canceled by design that ran, and the end status.
+func TestCheckWorkflows(t *testing.T) {
+	ack := func(id, expect string, need int, finally bool, after ...string) Record {
+		return Record{Kind: Ack, ID: id, Expect: expect, Need: need, At: 1, After: after, Finally: finally}
+	}
+	start := func(id string, attempt int, atMS int64) Record {
+		return Record{Kind: Start, ID: id, Attempt: attempt, PID: 1, At: atMS * 1000}
+	}
+	finish := func(id string, attempt int, atMS int64, outcome string) Record {
+		return Record{Kind: Finish, ID: id, Attempt: attempt, PID: 1, At: atMS * 1000, Outcome: outcome}
+	}
+	ended := func(id, commit, status string, attempt int) []Record {
+		return []Record{{Kind: Commit, ID: id, Attempt: attempt, PID: 1, Outcome: commit}, {Kind: Observed, ID: id, Outcome: status}}
+	}
+	ran := func(id string, s, f int64) []Record {
+		return append([]Record{start(id, 1, s), finish(id, 1, f, "ok")}, ended(id, "completed", "completed", 1)...)
+	}
+	died := func(id string, s int64) []Record {
+		return append([]Record{start(id, 1, s), finish(id, 1, s+1, "error"), start(id, 2, s+2), finish(id, 2, s+3, "error")},
+			ended(id, "dead", "failed", 2)...)
+	}
+	cases := []struct {
+		name      string
+		recs      [][]Record
+		end       EndState
+		violation string
+	}{
+		{name: "a diamond in order", recs: [][]Record{
+			{ack("w.a", "completed", 1, false)}, ran("w.a", 0, 10),
+			{ack("w.b", "completed", 1, false, "w.a")}, ran("w.b", 11, 20),
+			{ack("w.c", "completed", 1, false, "w.a")}, ran("w.c", 12, 30),
+			{ack("w.d", "completed", 1, false, "w.b", "w.c")}, ran("w.d", 31, 40),
+		}},
+		{name: "a join started before a dependency finished", violation: "1 workflow tasks started before their dependencies ended: w.d@1 at 25000 µs (w.c final at 30000 µs)", recs: [][]Record{
+			{ack("w.b", "completed", 1, false)}, ran("w.b", 11, 20),
+			{ack("w.c", "completed", 1, false)}, ran("w.c", 12, 30),
+			{ack("w.d", "completed", 1, false, "w.b", "w.c")}, ran("w.d", 25, 40),
+		}},
+		{name: "a task run though its dependency died", violation: "w.d@1 (w.b never finished)", recs: [][]Record{
+			{ack("w.b", "failed", 2, false)}, died("w.b", 0),
+			{ack("w.d", "completed", 1, false, "w.b")}, ran("w.d", 25, 40),
+		}, end: EndState{Dead: []string{"w.b"}}},
+		{name: "a canceled dependent and a callback after the dead member", recs: [][]Record{
+			{ack("w.b", "failed", 2, false)}, died("w.b", 0),
+			{ack("w.d", "canceled", 1, false, "w.b"), {Kind: Observed, ID: "w.d", Outcome: "canceled"}},
+			{ack("w.callback", "completed", 1, true, "w.b", "w.d")}, ran("w.callback", 4, 10),
+		}, end: EndState{Dead: []string{"w.b"}}},
+		{name: "a callback before the dead member's last attempt", violation: "w.callback@1 at 2000 µs (w.b final at 3000 µs)", recs: [][]Record{
+			{ack("w.b", "failed", 2, false)}, died("w.b", 0),
+			{ack("w.callback", "completed", 1, true, "w.b")}, ran("w.callback", 2, 10),
+		}, end: EndState{Dead: []string{"w.b"}}},
+		{name: "a task canceled by design that ran", violation: "1 ended otherwise than designed", recs: [][]Record{
+			{ack("w.d", "canceled", 1, false), start("w.d", 1, 3), {Kind: Observed, ID: "w.d", Outcome: "canceled"}},
+		}},
+		{name: "a workflow's end status", violation: "workflow: w ended running, designed to end completed",
+			end: EndState{Workflows: []string{"w ended running, designed to end completed"}}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			var recs []Record
+			for _, r := range tc.recs {
+				recs = append(recs, r...)
+			}
+			rep := Check(recs, tc.end, 10)
+			if tc.violation == "" {
+				require.Empty(t, rep.Violations)
+				return
+			}
+			require.Len(t, rep.Violations, 1, "%q", rep.Violations)
 			require.Contains(t, rep.Violations[0], tc.violation)
 		})
 	}

@@ -37,6 +37,10 @@ type Workload struct {
 	// running at once across every worker and LimitRate starts a second; the checker counts
 	// their overlapping attempts in the ledger.
 	Limits bool
+	// Workflows publishes, every 30th job, a workflow in turn: a diamond, a diamond whose
+	// second task dies by design (its join canceled), a fan-out of 50 tasks and their join,
+	// and a batch of 10 (one dying by design) with a callback.
+	Workflows bool
 }
 
 var (
@@ -62,6 +66,9 @@ var scenarios = []Scenario{
 	{Name: "limits-kill-worker", Summary: "a job type limited to 2 running at once and a rate, its workers SIGKILLed, SIGSTOPped and restarted",
 		Nemeses: []string{NemesisKillWorker, NemesisStopWorker}, Short: short, Long: long,
 		Workload: Workload{Limits: true}},
+	{Name: "workflows-mixed", Summary: "workflows, fan-outs and batches under worker SIGKILLs, Redis SIGKILLs, connection resets and script flushes",
+		Nemeses: []string{NemesisKillWorker, NemesisRedisRestart, NemesisProxyReset, NemesisScriptFlush}, Short: short, Long: long,
+		Workload: Workload{Workflows: true}},
 }
 
 // Scenarios returns the named scenarios, in their order.
