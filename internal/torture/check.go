@@ -33,6 +33,9 @@ type EndState struct {
 	// ConcurrencyLimit is the limit on LimitedType's running jobs the run set (0: none), which
 	// the checker holds the ledger's attempts of that type to.
 	ConcurrencyLimit int
+	// SlotLease is how long a worker's concurrency slots outlive its last call to Redis (its
+	// visibility timeout): a SIGKILLed or SIGSTOPped worker's slots come back then.
+	SlotLease time.Duration
 	// Workflows notes workflows whose end status is not the designed one.
 	Workflows []string
 	// Goroutines notes surviving worker processes whose goroutines grew past the bound, if
@@ -240,7 +243,7 @@ func Check(recs []Record, end EndState, bound int) Report {
 		var limited []attemptSpan
 		for _, id := range ids {
 			if j := jobs[id]; j.ack && j.typ == LimitedType {
-				limited = append(limited, spans(id, j.starts, j.finishes)...)
+				limited = append(limited, spans(id, j.starts, j.finishes, end.SlotLease)...)
 			}
 		}
 		most, at, who := maxOverlap(limited)
@@ -327,13 +330,15 @@ type attemptSpan struct {
 // spans are a job's attempts from their start records to their finish records. The ledger's
 // span lies inside the one the limit counts (a slot is taken before the handler starts and
 // given back when the outcome is stored, after the handler's finish record), so an overlap
-// the ledger sees, the limit saw too. An attempt cut short has no finish record: a worker
-// SIGKILLed mid-job holds its slot until its lease is recovered, and the job's next start
-// comes after that, so the span is taken to end there (and to end there at the latest for
-// an attempt of a SIGSTOPped worker whose lease was taken over: its slot went with the
-// lease, though its handler may go on once resumed). An attempt without either ends at its
-// start.
-func spans(id string, starts, finishes []Record) []attemptSpan {
+// the ledger sees, the limit saw too. A worker's slots are also given back when its lease
+// runs out (lease after its last call to Redis, which comes after the attempt's start): a
+// worker SIGKILLed mid-job holds its slot until then, one SIGSTOPped loses it then though its
+// handler goes on once resumed. So a span ends at the earliest of its finish record, the
+// job's next start (the slot went with the lease before the job could be run again), and its
+// start + lease: shorter than the slot's hold, never longer, which can only miss an overlap,
+// not invent one. (A live attempt longer than the lease, its lease renewed, would be cut
+// short too: the workload's attempts last at most 30 ms.)
+func spans(id string, starts, finishes []Record, lease time.Duration) []attemptSpan {
 	out := make([]attemptSpan, 0, len(starts))
 	for _, s := range starts {
 		end := int64(-1)
@@ -348,8 +353,8 @@ func spans(id string, starts, finishes []Record) []attemptSpan {
 				end = next.At
 			}
 		}
-		if end < 0 {
-			end = s.At
+		if end < 0 || (lease > 0 && end > s.At+lease.Microseconds()) {
+			end = s.At + lease.Microseconds()
 		}
 		out = append(out, attemptSpan{name: fmt.Sprintf("%s@%d", id, s.Attempt), start: s.At, end: end})
 	}

@@ -260,6 +260,22 @@ func TestCheckConcurrencyLimit(t *testing.T) {
 			job("a", start("a", 1, 1, 0), start("a", 2, 2, 50), finish("a", 2, 2, 60), finish("a", 1, 1, 100)),
 			job("b", start("b", 1, 3, 70), finish("b", 1, 3, 90)),
 		}},
+		// As seen in a run: a stopped worker's two attempts and two killed ones, whose jobs
+		// waited long for their next start; their slots came back with their leases.
+		{name: "a stopped or killed worker's slots come back with its lease", most: 2, recs: [][]Record{
+			job("a", start("a", 1, 1, 0), finish("a", 1, 1, 2900), start("a", 2, 2, 9000), finish("a", 2, 2, 9010)),
+			job("b", start("b", 1, 1, 1), finish("b", 1, 1, 2900)),
+			job("d", start("d", 1, 3, 2101), finish("d", 1, 3, 2110)),
+			job("e", start("e", 1, 3, 2102), finish("e", 1, 3, 2120)),
+			job("c", start("c", 1, 4, 2150), start("c", 2, 2, 9100), finish("c", 2, 2, 9110)),
+			job("f", start("f", 1, 3, 4150), finish("f", 1, 3, 4200)),
+			job("g", start("g", 1, 3, 4160), finish("g", 1, 3, 4300)),
+		}},
+		{name: "within the lease they still count", most: 3, violation: "3 attempts", recs: [][]Record{
+			job("a", start("a", 1, 1, 0), finish("a", 1, 1, 2900), start("a", 2, 2, 9000), finish("a", 2, 2, 9010)),
+			job("b", start("b", 1, 1, 1), finish("b", 1, 1, 2900)),
+			job("d", start("d", 1, 3, 1999), finish("d", 1, 3, 2110)),
+		}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -267,7 +283,7 @@ func TestCheckConcurrencyLimit(t *testing.T) {
 			for _, r := range tc.recs {
 				recs = append(recs, r...)
 			}
-			rep := Check(recs, EndState{ConcurrencyLimit: LimitConcurrency}, 10)
+			rep := Check(recs, EndState{ConcurrencyLimit: LimitConcurrency, SlotLease: 2 * time.Second}, 10)
 			require.Equal(t, tc.most, rep.MaxConcurrent)
 			if tc.violation == "" {
 				require.Empty(t, rep.Violations)

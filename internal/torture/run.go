@@ -563,7 +563,7 @@ func (r *run) observe(ctx context.Context, acked []string, led *Writer, elapsed 
 		}
 	}
 	if r.sc.Workload.Limits {
-		end.ConcurrencyLimit = LimitConcurrency
+		end.ConcurrencyLimit, end.SlotLease = LimitConcurrency, r.opt.Visibility
 	}
 	return end, nil
 }
