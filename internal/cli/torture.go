@@ -45,7 +45,7 @@ designed to fail, and nothing may be left pending, queued, in progress or schedu
 --list names the scenarios; --short runs each named scenario (all when none is named) at its
 short size, a few seconds; a named scenario without --short runs at its long size. --duration
 and --jobs set the size, --nemesis replaces the scenario's nemeses (kill-worker, stop-worker,
-term-worker, redis-restart, redis-stop, proxy-reset, script-flush), --seed changes the
+term-worker, redis-restart, redis-stop, proxy-reset, script-flush, maxmemory), --seed changes the
 workload and the schedule. The exit code is 1 when any scenario broke an invariant; the report
 names the jobs and why. docs/RELIABILITY.md, "Torture suite", has the figures of recent runs.`,
 		Example: `  conveyor torture --list
@@ -184,6 +184,7 @@ func (wf *workerFlags) openTortureLedger(cfg *pipeline.WorkerConfig) (*tortureLe
 func (l *tortureLedger) register(r pipeline.Registrar) {
 	if l != nil {
 		r.Handle(torture.JobType, torture.Handler(l.w))
+		r.Handle(torture.LimitedType, torture.Handler(l.w))
 	}
 }
 

@@ -30,6 +30,14 @@ type EndState struct {
 	// KeyBound is the most keys the end state may hold: the job records kept for their
 	// retention plus a fixed allowance for the queue's own keys (KeysPerQueue).
 	KeyBound int64
+	// ConcurrencyLimit is the limit on LimitedType's running jobs the run set (0: none), which
+	// the checker holds the ledger's attempts of that type to.
+	ConcurrencyLimit int
+	// SlotLease is how long a worker's concurrency slots outlive its last call to Redis (its
+	// visibility timeout): a SIGKILLed or SIGSTOPped worker's slots come back then.
+	SlotLease time.Duration
+	// Workflows notes workflows whose end status is not the designed one.
+	Workflows []string
 	// Goroutines notes surviving worker processes whose goroutines grew past the bound, if
 	// the runner checked.
 	Goroutines []string
@@ -62,7 +70,9 @@ type Report struct {
 	Early               []string
 	WrongOutcome        []string // final status other than the designed one
 	Indeterminate       int
-	Unwitnessed         int // final outcomes the ledger has no commit record of (worker killed after the write)
+	Unwitnessed         int      // final outcomes the ledger has no commit record of (worker killed after the write)
+	MaxConcurrent       int      // the most attempts of LimitedType the ledger saw running at once
+	OutOfOrder          []string // workflow tasks started before their dependencies allowed
 	Violations          []string
 }
 
@@ -77,7 +87,11 @@ func Check(recs []Record, end EndState, bound int) Report {
 		due            int64
 		expect         string
 		need           int
+		typ            string
+		after          []string
+		finally        bool
 		starts         []Record
+		finishes       []Record
 		commits        []Record
 		observed       string
 		observedAtt    int
@@ -96,11 +110,14 @@ func Check(recs []Record, end EndState, bound int) Report {
 		j := get(r.ID)
 		switch r.Kind {
 		case Ack:
-			j.ack, j.due, j.expect, j.need = true, r.Due, r.Expect, max(r.Need, 1)
+			j.ack, j.due, j.expect, j.need, j.typ = true, r.Due, r.Expect, max(r.Need, 1), r.Type
+			j.after, j.finally = r.After, r.Finally
 		case Indeterminate:
 			j.indet = true
 		case Start:
 			j.starts = append(j.starts, r)
+		case Finish:
+			j.finishes = append(j.finishes, r)
 		case Commit:
 			j.commits = append(j.commits, r)
 		case Observed:
@@ -136,6 +153,11 @@ func Check(recs []Record, end EndState, bound int) Report {
 		}
 		good := true
 		switch {
+		case j.expect == "canceled" && j.observed == "canceled":
+			if len(j.starts) > 0 {
+				rep.WrongOutcome = append(rep.WrongOutcome, id)
+				good = false
+			}
 		case j.observed != "completed" && j.observed != "failed":
 			rep.Lost = append(rep.Lost, id)
 			good = false
@@ -147,7 +169,7 @@ func Check(recs []Record, end EndState, bound int) Report {
 			rep.DuplicateCommits = append(rep.DuplicateCommits, id)
 			good = false
 		}
-		if final == 0 && good {
+		if final == 0 && good && j.expect != "canceled" {
 			rep.Unwitnessed++
 		}
 		if extra := len(j.starts) - j.need; extra > 0 {
@@ -200,6 +222,36 @@ func Check(recs []Record, end EndState, bound int) Report {
 			return fmt.Sprintf("%s (%s, want %s)", id, jobs[id].observed, cmp.Or(jobs[id].expect, "completed"))
 		}))
 	}
+	for _, id := range ids {
+		if j := jobs[id]; j.ack {
+			rep.OutOfOrder = append(rep.OutOfOrder, outOfOrder(id, j.after, j.finally, j.starts, func(dep string) (int64, bool) {
+				d := jobs[dep]
+				if d == nil || (!j.finally && d.observed != "completed") {
+					return 0, false
+				}
+				return finalFinish(d.finishes, d.observed, d.need)
+			})...)
+		}
+	}
+	if len(rep.OutOfOrder) > 0 {
+		v("%d workflow tasks started before their dependencies ended: %s", len(rep.OutOfOrder), some(rep.OutOfOrder, nil))
+	}
+	for _, w := range end.Workflows {
+		v("workflow: %s", w)
+	}
+	if end.ConcurrencyLimit > 0 {
+		var limited []attemptSpan
+		for _, id := range ids {
+			if j := jobs[id]; j.ack && j.typ == LimitedType {
+				limited = append(limited, spans(id, j.starts, j.finishes, end.SlotLease)...)
+			}
+		}
+		most, at, who := maxOverlap(limited)
+		rep.MaxConcurrent = most
+		if most > end.ConcurrencyLimit {
+			v("%d attempts of %s ran at once (limit %d) at %d µs: %s", most, LimitedType, end.ConcurrencyLimit, at, some(who, nil))
+		}
+	}
 	if end.Pending != 0 {
 		v("%d entries still pending at the end", end.Pending)
 	}
@@ -234,6 +286,112 @@ func Check(recs []Record, end EndState, bound int) Report {
 		v("goroutines: %s", g)
 	}
 	return rep
+}
+
+// outOfOrder checks a workflow task's starts against its dependencies (after): each start
+// must come after every dependency's finish record of the attempt that made it final
+// (finalAt), written before that outcome was stored and so before the task could be released.
+// A task that is not Finally needs its dependencies completed; a Finally task only final (a
+// canceled dependency, which never ran, has no time to wait for).
+func outOfOrder(id string, after []string, finally bool, starts []Record, finalAt func(dep string) (int64, bool)) []string {
+	var out []string
+	for _, s := range starts {
+		for _, dep := range after {
+			at, ok := finalAt(dep)
+			switch {
+			case !ok && !finally:
+				out = append(out, fmt.Sprintf("%s@%d (%s never finished)", id, s.Attempt, dep))
+			case ok && s.At < at:
+				out = append(out, fmt.Sprintf("%s@%d at %d µs (%s final at %d µs)", id, s.Attempt, s.At, dep, at))
+			}
+		}
+	}
+	return out
+}
+
+// finalFinish is when the attempt that made a job final finished, by its finish records: the
+// first that succeeded for a completed job, the first failure of its last allowed attempt
+// for a dead one; false for a job that ended otherwise or has no such record.
+func finalFinish(finishes []Record, observed string, need int) (int64, bool) {
+	for _, f := range finishes {
+		if (observed == "completed" && f.Outcome == "ok") || (observed == "failed" && f.Outcome == "error" && f.Attempt >= need) {
+			return f.At, true
+		}
+	}
+	return 0, false
+}
+
+// attemptSpan is one attempt's time in its handler, by the ledger.
+type attemptSpan struct {
+	name       string // id@attempt
+	start, end int64  // unix µs
+}
+
+// spans are a job's attempts from their start records to their finish records. The ledger's
+// span lies inside the one the limit counts (a slot is taken before the handler starts and
+// given back when the outcome is stored, after the handler's finish record), so an overlap
+// the ledger sees, the limit saw too. A worker's slots are also given back when its lease
+// runs out (lease after its last call to Redis, which comes after the attempt's start): a
+// worker SIGKILLed mid-job holds its slot until then, one SIGSTOPped loses it then though its
+// handler goes on once resumed. So a span ends at the earliest of its finish record, the
+// job's next start (the slot went with the lease before the job could be run again), and its
+// start + lease: shorter than the slot's hold, never longer, which can only miss an overlap,
+// not invent one. (A live attempt longer than the lease, its lease renewed, would be cut
+// short too: the workload's attempts last at most 30 ms.)
+func spans(id string, starts, finishes []Record, lease time.Duration) []attemptSpan {
+	out := make([]attemptSpan, 0, len(starts))
+	for _, s := range starts {
+		end := int64(-1)
+		for _, f := range finishes {
+			if f.Attempt == s.Attempt && f.PID == s.PID && f.At >= s.At {
+				end = f.At
+				break
+			}
+		}
+		for _, next := range starts {
+			if next.At > s.At && (end < 0 || next.At < end) {
+				end = next.At
+			}
+		}
+		if end < 0 || (lease > 0 && end > s.At+lease.Microseconds()) {
+			end = s.At + lease.Microseconds()
+		}
+		out = append(out, attemptSpan{name: fmt.Sprintf("%s@%d", id, s.Attempt), start: s.At, end: end})
+	}
+	return out
+}
+
+// maxOverlap returns the most spans open at once, when (the latest start that made it so) and
+// which. A span ending when another starts does not overlap it.
+func maxOverlap(ss []attemptSpan) (most int, at int64, who []string) {
+	type event struct {
+		t     int64
+		delta int
+		i     int
+	}
+	evs := make([]event, 0, 2*len(ss))
+	for i, s := range ss {
+		if s.end > s.start {
+			evs = append(evs, event{s.start, 1, i}, event{s.end, -1, i})
+		}
+	}
+	slices.SortFunc(evs, func(a, b event) int { return cmp.Or(cmp.Compare(a.t, b.t), cmp.Compare(a.delta, b.delta)) })
+	open := map[int]bool{}
+	for _, e := range evs {
+		if e.delta < 0 {
+			delete(open, e.i)
+			continue
+		}
+		open[e.i] = true
+		if len(open) > most {
+			most, at, who = len(open), e.t, who[:0]
+			for i := range open {
+				who = append(who, ss[i].name)
+			}
+			slices.Sort(who)
+		}
+	}
+	return most, at, who
 }
 
 // some renders up to 10 ids, each with describe's words when given.

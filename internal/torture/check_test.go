@@ -211,3 +211,161 @@ func TestHistoryKeys(t *testing.T) {
 	require.EqualValues(t, 2*((24+2)+(2+2)), HistoryKeys(2*time.Minute))
 	require.EqualValues(t, 2*((720+2)+(1440+2)), HistoryKeys(48*time.Hour))
 }
+
+// The flow-control check: attempts of LimitedType overlapping in the ledger, against the
+// limit, with an attempt cut short ending at its job's next start.
+func TestCheckConcurrencyLimit(t *testing.T) {
+	ack := func(id string) Record {
+		return Record{Kind: Ack, ID: id, Expect: "completed", Need: 1, Type: LimitedType, At: 1}
+	}
+	start := func(id string, attempt, pid int, atMS int64) Record {
+		return Record{Kind: Start, ID: id, Attempt: attempt, PID: pid, At: atMS * 1000}
+	}
+	finish := func(id string, attempt, pid int, atMS int64) Record {
+		return Record{Kind: Finish, ID: id, Attempt: attempt, PID: pid, At: atMS * 1000, Outcome: "ok"}
+	}
+	done := func(id string) []Record {
+		return []Record{{Kind: Commit, ID: id, Attempt: 1, PID: 1, Outcome: "completed"}, {Kind: Observed, ID: id, Outcome: "completed"}}
+	}
+	job := func(id string, recs ...Record) []Record {
+		return append(append([]Record{ack(id)}, recs...), done(id)...)
+	}
+	cases := []struct {
+		name      string
+		recs      [][]Record
+		most      int
+		violation string
+	}{
+		{name: "two at once, then a third after one finished", most: 2, recs: [][]Record{
+			job("a", start("a", 1, 1, 0), finish("a", 1, 1, 10)),
+			job("b", start("b", 1, 2, 5), finish("b", 1, 2, 20)),
+			job("c", start("c", 1, 1, 10), finish("c", 1, 1, 30)),
+		}},
+		{name: "three at once", most: 3, violation: "3 attempts of torture-limited ran at once (limit 2) at 8000 µs: a@1, b@1, c@1", recs: [][]Record{
+			job("a", start("a", 1, 1, 0), finish("a", 1, 1, 10)),
+			job("b", start("b", 1, 2, 5), finish("b", 1, 2, 20)),
+			job("c", start("c", 1, 3, 8), finish("c", 1, 3, 30)),
+		}},
+		{name: "a killed attempt ends at its job's next start", most: 2, recs: [][]Record{
+			job("a", start("a", 1, 1, 0), start("a", 2, 2, 50), finish("a", 2, 2, 60)),
+			job("b", start("b", 1, 3, 5), finish("b", 1, 3, 20)),
+			job("c", start("c", 1, 3, 20), finish("c", 1, 3, 40)),
+		}},
+		{name: "a killed attempt holds its slot until then", most: 3, violation: "3 attempts", recs: [][]Record{
+			job("a", start("a", 1, 1, 0), start("a", 2, 2, 50), finish("a", 2, 2, 60)),
+			job("b", start("b", 1, 3, 5), finish("b", 1, 3, 20)),
+			job("c", start("c", 1, 4, 10), finish("c", 1, 4, 40)),
+		}},
+		{name: "a stopped worker's late attempt stops counting at the next start", most: 1, recs: [][]Record{
+			job("a", start("a", 1, 1, 0), start("a", 2, 2, 50), finish("a", 2, 2, 60), finish("a", 1, 1, 100)),
+			job("b", start("b", 1, 3, 70), finish("b", 1, 3, 90)),
+		}},
+		// As seen in a run: a stopped worker's two attempts and two killed ones, whose jobs
+		// waited long for their next start; their slots came back with their leases.
+		{name: "a stopped or killed worker's slots come back with its lease", most: 2, recs: [][]Record{
+			job("a", start("a", 1, 1, 0), finish("a", 1, 1, 2900), start("a", 2, 2, 9000), finish("a", 2, 2, 9010)),
+			job("b", start("b", 1, 1, 1), finish("b", 1, 1, 2900)),
+			job("d", start("d", 1, 3, 2101), finish("d", 1, 3, 2110)),
+			job("e", start("e", 1, 3, 2102), finish("e", 1, 3, 2120)),
+			job("c", start("c", 1, 4, 2150), start("c", 2, 2, 9100), finish("c", 2, 2, 9110)),
+			job("f", start("f", 1, 3, 4150), finish("f", 1, 3, 4200)),
+			job("g", start("g", 1, 3, 4160), finish("g", 1, 3, 4300)),
+		}},
+		{name: "within the lease they still count", most: 3, violation: "3 attempts", recs: [][]Record{
+			job("a", start("a", 1, 1, 0), finish("a", 1, 1, 2900), start("a", 2, 2, 9000), finish("a", 2, 2, 9010)),
+			job("b", start("b", 1, 1, 1), finish("b", 1, 1, 2900)),
+			job("d", start("d", 1, 3, 1999), finish("d", 1, 3, 2110)),
+		}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			var recs []Record
+			for _, r := range tc.recs {
+				recs = append(recs, r...)
+			}
+			rep := Check(recs, EndState{ConcurrencyLimit: LimitConcurrency, SlotLease: 2 * time.Second}, 10)
+			require.Equal(t, tc.most, rep.MaxConcurrent)
+			if tc.violation == "" {
+				require.Empty(t, rep.Violations)
+				return
+			}
+			require.Len(t, rep.Violations, 1)
+			require.Contains(t, rep.Violations[0], tc.violation)
+		})
+	}
+}
+
+// The workflow checks: a task's starts against its dependencies' finish records, a Finally
+// task against their final ones, a task canceled by design that ran, and the end status.
+func TestCheckWorkflows(t *testing.T) {
+	ack := func(id, expect string, need int, finally bool, after ...string) Record {
+		return Record{Kind: Ack, ID: id, Expect: expect, Need: need, At: 1, After: after, Finally: finally}
+	}
+	start := func(id string, attempt int, atMS int64) Record {
+		return Record{Kind: Start, ID: id, Attempt: attempt, PID: 1, At: atMS * 1000}
+	}
+	finish := func(id string, attempt int, atMS int64, outcome string) Record {
+		return Record{Kind: Finish, ID: id, Attempt: attempt, PID: 1, At: atMS * 1000, Outcome: outcome}
+	}
+	ended := func(id, commit, status string, attempt int) []Record {
+		return []Record{{Kind: Commit, ID: id, Attempt: attempt, PID: 1, Outcome: commit}, {Kind: Observed, ID: id, Outcome: status}}
+	}
+	ran := func(id string, s, f int64) []Record {
+		return append([]Record{start(id, 1, s), finish(id, 1, f, "ok")}, ended(id, "completed", "completed", 1)...)
+	}
+	died := func(id string, s int64) []Record {
+		return append([]Record{start(id, 1, s), finish(id, 1, s+1, "error"), start(id, 2, s+2), finish(id, 2, s+3, "error")},
+			ended(id, "dead", "failed", 2)...)
+	}
+	cases := []struct {
+		name      string
+		recs      [][]Record
+		end       EndState
+		violation string
+	}{
+		{name: "a diamond in order", recs: [][]Record{
+			{ack("w.a", "completed", 1, false)}, ran("w.a", 0, 10),
+			{ack("w.b", "completed", 1, false, "w.a")}, ran("w.b", 11, 20),
+			{ack("w.c", "completed", 1, false, "w.a")}, ran("w.c", 12, 30),
+			{ack("w.d", "completed", 1, false, "w.b", "w.c")}, ran("w.d", 31, 40),
+		}},
+		{name: "a join started before a dependency finished", violation: "1 workflow tasks started before their dependencies ended: w.d@1 at 25000 µs (w.c final at 30000 µs)", recs: [][]Record{
+			{ack("w.b", "completed", 1, false)}, ran("w.b", 11, 20),
+			{ack("w.c", "completed", 1, false)}, ran("w.c", 12, 30),
+			{ack("w.d", "completed", 1, false, "w.b", "w.c")}, ran("w.d", 25, 40),
+		}},
+		{name: "a task run though its dependency died", violation: "w.d@1 (w.b never finished)", recs: [][]Record{
+			{ack("w.b", "failed", 2, false)}, died("w.b", 0),
+			{ack("w.d", "completed", 1, false, "w.b")}, ran("w.d", 25, 40),
+		}, end: EndState{Dead: []string{"w.b"}}},
+		{name: "a canceled dependent and a callback after the dead member", recs: [][]Record{
+			{ack("w.b", "failed", 2, false)}, died("w.b", 0),
+			{ack("w.d", "canceled", 1, false, "w.b"), {Kind: Observed, ID: "w.d", Outcome: "canceled"}},
+			{ack("w.callback", "completed", 1, true, "w.b", "w.d")}, ran("w.callback", 4, 10),
+		}, end: EndState{Dead: []string{"w.b"}}},
+		{name: "a callback before the dead member's last attempt", violation: "w.callback@1 at 2000 µs (w.b final at 3000 µs)", recs: [][]Record{
+			{ack("w.b", "failed", 2, false)}, died("w.b", 0),
+			{ack("w.callback", "completed", 1, true, "w.b")}, ran("w.callback", 2, 10),
+		}, end: EndState{Dead: []string{"w.b"}}},
+		{name: "a task canceled by design that ran", violation: "1 ended otherwise than designed", recs: [][]Record{
+			{ack("w.d", "canceled", 1, false), start("w.d", 1, 3), {Kind: Observed, ID: "w.d", Outcome: "canceled"}},
+		}},
+		{name: "a workflow's end status", violation: "workflow: w ended running, designed to end completed",
+			end: EndState{Workflows: []string{"w ended running, designed to end completed"}}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			var recs []Record
+			for _, r := range tc.recs {
+				recs = append(recs, r...)
+			}
+			rep := Check(recs, tc.end, 10)
+			if tc.violation == "" {
+				require.Empty(t, rep.Violations)
+				return
+			}
+			require.Len(t, rep.Violations, 1, "%q", rep.Violations)
+			require.Contains(t, rep.Violations[0], tc.violation)
+		})
+	}
+}

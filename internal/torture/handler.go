@@ -14,6 +14,16 @@ import (
 // given a ledger directory (the worker command's hidden --torture-ledger flag).
 const JobType = "torture"
 
+// LimitedType is the job type of the flow-control workload: the same handler as JobType's,
+// under the queue's limit for the type (LimitConcurrency at once, LimitRate a second).
+const LimitedType = "torture-limited"
+
+// The flow-control workload's limit on LimitedType.
+const (
+	LimitConcurrency = 2
+	LimitRate        = 100 // starts a second
+)
+
 // Work is a torture job's payload: sleep MS milliseconds, then fail attempts 1 to Fail, or
 // every attempt when Dead (the job is meant for the dead set).
 type Work struct {
@@ -65,7 +75,7 @@ func CommitHook(w *Writer, next func([]pipeline.Attempt)) func([]pipeline.Attemp
 	return func(as []pipeline.Attempt) {
 		now := time.Now().UnixMicro()
 		for _, a := range as {
-			if !a.Stored || a.Type != JobType {
+			if !a.Stored || (a.Type != JobType && a.Type != LimitedType) {
 				continue
 			}
 			o := "completed"

@@ -56,6 +56,11 @@ type Record struct {
 	Outcome string `json:"o,omitempty"`
 	Expect  string `json:"x,omitempty"`
 	Need    int    `json:"n,omitempty"`
+	Type    string `json:"ty,omitempty"` // Ack: the job's type, when not JobType
+	// Ack of a workflow's task: the job ids of the tasks it waits for, and whether it is a
+	// Finally task (it waits for them to be final, not completed).
+	After   []string `json:"after,omitempty"`
+	Finally bool     `json:"fin,omitempty"`
 }
 
 // The outcomes a record may carry, by kind.
@@ -65,7 +70,7 @@ var outcomes = map[Kind][]string{
 	Start:         {""},
 	Finish:        {"ok", "error"},
 	Commit:        {"completed", "retry", "dead"},
-	Observed:      {"missing", "scheduled", "queued", "in_progress", "completed", "failed", "canceled"},
+	Observed:      {"missing", "scheduled", "queued", "in_progress", "completed", "failed", "canceled", "waiting"},
 }
 
 // ParseLine reads one ledger line (without its newline). It refuses anything a writer of this
@@ -92,7 +97,7 @@ func ParseLine(line []byte) (Record, error) {
 		return Record{}, fmt.Errorf("ledger: outcome %q is not one of a %s record", r.Outcome, r.Kind)
 	case r.Attempt < 0 || r.PID < 0 || r.At < 0 || r.Due < 0 || r.Need < 0:
 		return Record{}, errors.New("ledger: negative number")
-	case r.Expect != "" && r.Expect != "completed" && r.Expect != "failed":
+	case r.Expect != "" && r.Expect != "completed" && r.Expect != "failed" && r.Expect != "canceled":
 		return Record{}, fmt.Errorf("ledger: expected status %q", r.Expect)
 	}
 	if err := keys.ValidateID(r.ID); err != nil {

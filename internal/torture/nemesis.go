@@ -1,8 +1,11 @@
 package torture
 
 import (
+	"cmp"
 	"context"
+	"fmt"
 	"math/rand/v2"
+	"strconv"
 	"syscall"
 	"time"
 
@@ -34,6 +37,10 @@ const (
 	// NemesisScriptFlush empties Redis's script cache (SCRIPT FLUSH): every EVALSHA fails
 	// with NOSCRIPT until the client sends the script again.
 	NemesisScriptFlush = "script-flush"
+	// NemesisMaxmemory sets Redis's maxmemory just above its used_memory (policy noeviction)
+	// for 1 to 3 s, so that writes are refused with OOM, then restores it: workers must keep
+	// their outcomes and write them again, the producer publish again, nothing lost.
+	NemesisMaxmemory = "maxmemory"
 )
 
 // NemesisLoseJob is the suite's self-test, not a fault Conveyor is meant to survive: it
@@ -45,6 +52,8 @@ const NemesisLoseJob = "lose-job"
 // Nemeses names every nemesis, for --nemesis.
 var Nemeses = []string{NemesisKillWorker, NemesisStopWorker, NemesisTermWorker,
 	NemesisRedisRestart, NemesisRedisStop, NemesisProxyReset, NemesisScriptFlush}
+
+func init() { Nemeses = append(Nemeses, NemesisMaxmemory) }
 
 // strike applies nemesis n once and heals it. It returns how many processes whose attempts
 // it may have cut short it touched: a worker fault one worker, a Redis or network fault every
@@ -82,6 +91,8 @@ func (r *run) strike(ctx context.Context, n string, rng *rand.Rand) (touched int
 		return len(r.workers), nil
 	case NemesisScriptFlush:
 		return len(r.workers), r.admin.ScriptFlush(ctx).Err()
+	case NemesisMaxmemory:
+		return len(r.workers), r.maxmemorySpell(ctx, rng)
 	case NemesisLoseJob:
 		q := keys.New(keys.DefaultPrefix, Queue)
 		zs, err := r.admin.ZPopMax(ctx, q.Scheduled()).Result()
@@ -93,6 +104,41 @@ func (r *run) strike(ctx context.Context, n string, rng *rand.Rand) (touched int
 		return 0, r.admin.Del(ctx, q.Job(id)).Err()
 	}
 	return 0, nil
+}
+
+// maxmemorySpell sets maxmemory a little above used_memory, so that the next writes are
+// refused (OOM command not allowed when used memory > 'maxmemory'), for 1 to 3 s, then sets
+// it back to unlimited. A restart of Redis meanwhile (another nemesis) forgets the setting,
+// which only ends the spell early.
+func (r *run) maxmemorySpell(ctx context.Context, rng *rand.Rand) error {
+	info, err := r.admin.InfoMap(ctx, "memory").Result()
+	if err != nil {
+		return err
+	}
+	used, err := strconv.ParseInt(info["Memory"]["used_memory"], 10, 64)
+	if err != nil {
+		return fmt.Errorf("used_memory: %w", err)
+	}
+	if err := r.admin.ConfigSet(ctx, "maxmemory-policy", "noeviction").Err(); err != nil {
+		return err
+	}
+	if err := r.admin.ConfigSet(ctx, "maxmemory", strconv.FormatInt(used+64<<10, 10)).Err(); err != nil {
+		return err
+	}
+	sleep(ctx, time.Second+time.Duration(rng.IntN(2000))*time.Millisecond)
+	if st, err := r.admin.InfoMap(ctx, "errorstats").Result(); err == nil {
+		r.log("maxmemory spell: %s", cmp.Or(st["Errorstats"]["errorstat_OOM"], "no write refused yet"))
+	}
+	// The restore must not give up with the run's context: a spell left on fails the drain.
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	for {
+		err := r.admin.ConfigSet(rctx, "maxmemory", "0").Err()
+		if err == nil || rctx.Err() != nil {
+			return err
+		}
+		sleep(rctx, 50*time.Millisecond)
+	}
 }
 
 // workerNemesis tells the nemeses that strike one worker from those that strike Redis or

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"math/rand/v2"
 	"net/http"
 	"os"
@@ -89,7 +90,9 @@ type run struct {
 	workers []*worker
 	gen     int
 
-	uniqueJoined int // republished unique keys that returned the first job (the producer's)
+	uniqueJoined int                                // republished unique keys that returned the first job (the producer's)
+	workflows    map[string]pipeline.WorkflowStatus // published workflows and the end status designed
+	canceled     int                                // workflow tasks canceled by design
 }
 
 // Run runs scenario sc at size, with its nemeses (or opt.Nemeses), and checks it. An error is
@@ -164,6 +167,9 @@ func (r *run) run(ctx context.Context) (*Result, error) {
 		return nil, err
 	}
 	defer led.Close()
+	if err := r.setupWorkload(ctx); err != nil {
+		return nil, err
+	}
 
 	for range r.opt.Workers {
 		w, err := r.startWorker()
@@ -203,7 +209,7 @@ func (r *run) run(ctx context.Context) (*Result, error) {
 	}
 	r.log("%d faults; %d jobs acknowledged; %d unique keys published again returned their first job; draining",
 		faults, len(acked), r.uniqueJoined)
-	if err := r.drain(ctx, len(acked)); err != nil {
+	if err := r.drain(ctx, len(acked)-r.canceled); err != nil {
 		r.log("drain: %v", err)
 	}
 	if err := ctx.Err(); err != nil {
@@ -233,6 +239,12 @@ func (r *run) run(ctx context.Context) (*Result, error) {
 	rep := Check(recs, end, bound)
 	r.log("checked: %d ok of %d, %d dead as designed, %d final outcomes without a commit record, %d indeterminate publishes, %d keys (bound %d)",
 		rep.OK, rep.Jobs, len(end.Dead), rep.Unwitnessed, rep.Indeterminate, end.Keys, end.KeyBound)
+	if len(r.workflows) > 0 {
+		r.log("%d workflows, %d of them ended otherwise than designed; %d tasks out of order", len(r.workflows), len(end.Workflows), len(rep.OutOfOrder))
+	}
+	if end.ConcurrencyLimit > 0 {
+		r.log("%s: at most %d attempts running at once by the ledger (limit %d)", LimitedType, rep.MaxConcurrent, end.ConcurrencyLimit)
+	}
 	return &Result{
 		Name: r.sc.Name, Jobs: rep.Jobs, Faults: faults, Lost: len(rep.Lost),
 		DuplicateCommits: len(rep.DuplicateCommits), DuplicateExecutions: rep.DuplicateExecutions,
@@ -257,6 +269,10 @@ func (r *run) produce(ctx context.Context, client *pipeline.Client, led *Writer,
 		ack := Record{Kind: Ack, ID: id, Expect: "completed", Need: 1}
 		opts := []pipeline.Option{pipeline.WithID(id), pipeline.WithMaxRetries(20)}
 		unique := ""
+		task := pipeline.Task{Type: JobType}
+		if r.sc.Workload.Limits && rng.IntN(4) == 0 {
+			task.Type, ack.Type = LimitedType, LimitedType
+		}
 		switch p := rng.IntN(100); {
 		case p < 20: // delayed, due by 90% of the run
 			left := max(time.Until(begin.Add(r.size.Duration*9/10)), 0)
@@ -275,8 +291,7 @@ func (r *run) produce(ctx context.Context, client *pipeline.Client, led *Writer,
 			ack.Due = time.Now().Add(500*time.Millisecond + time.Duration(rng.Int64N(int64(left)+1))).UnixMilli()
 			opts = append(opts, pipeline.WithRunAt(time.UnixMilli(ack.Due)), pipeline.WithUnique(unique, time.Hour))
 		}
-		payload, _ := json.Marshal(work)
-		task := pipeline.Task{Type: JobType, Payload: payload}
+		task.Payload, _ = json.Marshal(work)
 		if _, err := r.publish(ctx, client, task, opts); err != nil {
 			if ctx.Err() == nil {
 				return nil, err
@@ -291,6 +306,13 @@ func (r *run) produce(ctx context.Context, client *pipeline.Client, led *Writer,
 			return nil, err
 		}
 		acked = append(acked, id)
+		if r.sc.Workload.Workflows && i%30 == 29 {
+			ids, err := r.publishWorkflow(ctx, client, led, rng, fmt.Sprintf("%s-%d-wf%d", r.sc.Name, r.opt.Seed, i/30))
+			if err != nil {
+				return nil, err
+			}
+			acked = append(acked, ids...)
+		}
 		if unique != "" {
 			// The same unique key again under another id while the first job waits for its
 			// due time: the publish must return the first job, and make none. A second job
@@ -491,13 +513,14 @@ func (r *run) observe(ctx context.Context, acked []string, led *Writer, elapsed 
 		return end, err
 	}
 	end.Queued, end.InProgress, end.Scheduled = st.Queued, st.InProgress, st.Scheduled
-	q := keys.New(keys.DefaultPrefix, Queue)
-	p, err := r.admin.XPending(ctx, q.Stream(), keys.Group).Result()
-	if err != nil && !strings.Contains(err.Error(), "NOGROUP") {
-		return end, err
-	}
-	if p != nil {
-		end.Pending = p.Count
+	for _, q := range r.partitions() {
+		p, err := r.admin.XPending(ctx, q.Stream(), keys.Group).Result()
+		if err != nil && !strings.Contains(err.Error(), "NOGROUP") {
+			return end, err
+		}
+		if p != nil {
+			end.Pending += p.Count
+		}
 	}
 	insp, err := pipeline.NewInspector(r.admin, pipeline.InspectorConfig{})
 	if err != nil {
@@ -517,18 +540,166 @@ func (r *run) observe(ctx context.Context, acked []string, led *Writer, elapsed 
 		}
 		page.Cursor = jp.Next
 	}
-	uniq, err := r.admin.Keys(ctx, q.UniquePrefix()+"*").Result() // its own small server
-	if err != nil {
-		return end, err
+	for _, q := range r.partitions() {
+		uniq, err := r.admin.Keys(ctx, q.UniquePrefix()+"*").Result() // its own small server
+		if err != nil {
+			return end, err
+		}
+		end.UniqueKeys += int64(len(uniq))
 	}
-	end.UniqueKeys = int64(len(uniq))
 	if end.Keys, err = r.admin.DBSize(ctx).Result(); err != nil {
 		return end, err
 	}
 	// Every acknowledged job's record is kept for the workers' retention; the rest is the
 	// queue's own keys and its throughput history, which grows with time only.
-	end.KeyBound = int64(len(acked)) + KeysPerQueue + HistoryKeys(elapsed)
+	end.KeyBound = int64(len(acked)) + KeysPerQueue*int64(len(r.partitions())) + HistoryKeys(elapsed) + int64(len(r.workflows))
+	for _, id := range slices.Sorted(maps.Keys(r.workflows)) {
+		ws, err := client.GetWorkflow(ctx, Queue, id)
+		switch {
+		case err != nil:
+			end.Workflows = append(end.Workflows, fmt.Sprintf("%s: %v", id, err))
+		case ws.Status != r.workflows[id]:
+			end.Workflows = append(end.Workflows, fmt.Sprintf("%s ended %s, designed to end %s", id, ws.Status, r.workflows[id]))
+		}
+	}
+	if r.sc.Workload.Limits {
+		end.ConcurrencyLimit, end.SlotLease = LimitConcurrency, r.opt.Visibility
+	}
 	return end, nil
+}
+
+// publishWorkflow publishes workflow id, of the next kind in turn, sending it again after an
+// error (the same id: a copy applied is found, not made twice) until acknowledged, and
+// records each task's acknowledgement with its dependencies. It returns the tasks' job ids.
+func (r *run) publishWorkflow(ctx context.Context, client *pipeline.Client, led *Writer, rng *rand.Rand, id string) ([]string, error) {
+	work := func(w Work) pipeline.Task {
+		p, _ := json.Marshal(w)
+		return pipeline.Task{Type: JobType, Payload: p, Opts: []pipeline.Option{pipeline.WithMaxRetries(20)}}
+	}
+	ok := func() pipeline.Task { return work(Work{MS: 5 + rng.IntN(25)}) }
+	dead := work(Work{MS: 5, Dead: true})
+	dead.Opts = []pipeline.Option{pipeline.WithMaxRetries(1)}
+	status := pipeline.WorkflowCompleted
+	expect := map[string]string{} // task name: designed end, when not completed
+	var wf pipeline.Workflow
+	batch := false
+	switch kind := len(r.workflows) % 4; kind {
+	case 0, 1: // a diamond; the second one's b dies, and d, waiting for it, is canceled
+		b := ok()
+		if kind == 1 {
+			b, status = dead, pipeline.WorkflowFailed
+			expect["b"], expect["d"] = "failed", "canceled"
+		}
+		wf = pipeline.Workflow{Tasks: []pipeline.WorkflowTask{
+			{Name: "a", Task: ok()}, {Name: "b", Task: b, After: []string{"a"}},
+			{Name: "c", Task: ok(), After: []string{"a"}}, {Name: "d", Task: ok(), After: []string{"b", "c"}}}}
+	case 2: // a fan-out of 50 and their join
+		wf.Tasks = append(wf.Tasks, pipeline.WorkflowTask{Name: "root", Task: ok()})
+		var all []string
+		for k := range 50 {
+			n := fmt.Sprintf("f%d", k)
+			all = append(all, n)
+			wf.Tasks = append(wf.Tasks, pipeline.WorkflowTask{Name: n, Task: ok(), After: []string{"root"}})
+		}
+		wf.Tasks = append(wf.Tasks, pipeline.WorkflowTask{Name: "join", Task: ok(), After: all})
+	case 3: // a batch of 10, the 4th dying, and its callback
+		batch, status = true, pipeline.WorkflowFailed
+		expect["4"] = "failed"
+		b := pipeline.Batch{ID: id}
+		var all []string
+		for k := range 10 {
+			t := ok()
+			if k == 3 {
+				t = dead
+			}
+			b.Jobs = append(b.Jobs, t)
+			all = append(all, strconv.Itoa(k+1))
+		}
+		cb := ok()
+		b.Callback = &cb
+		for k, t := range b.Jobs {
+			wf.Tasks = append(wf.Tasks, pipeline.WorkflowTask{Name: strconv.Itoa(k + 1), Task: t})
+		}
+		wf.Tasks = append(wf.Tasks, pipeline.WorkflowTask{Name: pipeline.BatchCallback, Task: cb, After: all, Finally: true})
+		for {
+			_, err := client.Batch(ctx, Queue, b)
+			if err == nil {
+				break
+			}
+			if errors.Is(err, pipeline.ErrInvalid) || ctx.Err() != nil {
+				return nil, err
+			}
+			sleep(ctx, 20*time.Millisecond)
+		}
+	}
+	wf.ID = id
+	for !batch {
+		_, err := client.Workflow(ctx, Queue, wf)
+		if err == nil {
+			break
+		}
+		if errors.Is(err, pipeline.ErrInvalid) || ctx.Err() != nil {
+			return nil, err
+		}
+		sleep(ctx, 20*time.Millisecond)
+	}
+	if r.workflows == nil {
+		r.workflows = map[string]pipeline.WorkflowStatus{}
+	}
+	r.workflows[id] = status
+	at := time.Now().UnixMicro()
+	ids := make([]string, 0, len(wf.Tasks))
+	for _, t := range wf.Tasks {
+		ack := Record{Kind: Ack, ID: id + "." + t.Name, At: at, Expect: cmp.Or(expect[t.Name], "completed"), Need: 1, Finally: t.Finally}
+		switch ack.Expect {
+		case "failed":
+			ack.Need = 2
+		case "canceled":
+			r.canceled++
+		}
+		for _, a := range t.After {
+			ack.After = append(ack.After, id+"."+a)
+		}
+		if err := led.Write(ack); err != nil {
+			return nil, err
+		}
+		ids = append(ids, ack.ID)
+	}
+	return ids, nil
+}
+
+// setupWorkload creates the queue with the scenario's partitions and sets its limits, before
+// any worker or producer uses it.
+func (r *run) setupWorkload(ctx context.Context) error {
+	w := r.sc.Workload
+	if w.Partitions <= 1 && !w.Limits {
+		return nil
+	}
+	insp, err := pipeline.NewInspector(r.admin, pipeline.InspectorConfig{})
+	if err != nil {
+		return err
+	}
+	// A limit needs its queue to exist.
+	if _, err := insp.CreateQueue(ctx, Queue, pipeline.QueueOptions{Partitions: max(w.Partitions, 1)}); err != nil {
+		return fmt.Errorf("torture: creating the queue (%d partitions): %w", w.Partitions, err)
+	}
+	if w.Limits {
+		l := pipeline.Limit{Type: LimitedType, Concurrency: LimitConcurrency, Rate: LimitRate, Interval: time.Second}
+		if err := insp.SetLimit(ctx, Queue, l); err != nil {
+			return fmt.Errorf("torture: setting the limit: %w", err)
+		}
+	}
+	return nil
+}
+
+// partitions are the keys of every partition of the queue (the queue alone when it has none).
+func (r *run) partitions() []keys.Queue {
+	p := max(r.sc.Workload.Partitions, 1)
+	qs := make([]keys.Queue, p)
+	for i := range qs {
+		qs[i] = keys.New(keys.DefaultPrefix, keys.PartitionName(Queue, i, p))
+	}
+	return qs
 }
 
 // worker is one worker process, signalled by its recorded pid only.

@@ -21,6 +21,26 @@ type Scenario struct {
 	Nemeses []string
 	Short   Size // a few seconds: `conveyor torture --short`, and CI
 	Long    Size // the documented run (docs/RELIABILITY.md, "Torture suite")
+
+	// Workload opts into the workloads beyond the plain one (plain, delayed, retries and
+	// dead, unique keys), which every scenario runs.
+	Workload Workload
+}
+
+// Workload is the optional part of a scenario's workload.
+type Workload struct {
+	// Partitions creates the queue with this many partitions (0 or 1: a plain queue); the
+	// end-state checks read every partition.
+	Partitions int
+	// Limits (not with Partitions: a partitioned queue takes no limits) publishes a quarter
+	// of the jobs as LimitedType, limited to LimitConcurrency
+	// running at once across every worker and LimitRate starts a second; the checker counts
+	// their overlapping attempts in the ledger.
+	Limits bool
+	// Workflows publishes, every 30th job, a workflow in turn: a diamond, a diamond whose
+	// second task dies by design (its join canceled), a fan-out of 50 tasks and their join,
+	// and a batch of 10 (one dying by design) with a callback.
+	Workflows bool
 }
 
 var (
@@ -38,6 +58,17 @@ var scenarios = []Scenario{
 	{Name: "proxy-reset", Summary: "every connection cut, and the next replies lost, by the proxy", Nemeses: []string{NemesisProxyReset}, Short: short, Long: long},
 	{Name: "mixed", Summary: "worker SIGKILLs, Redis SIGKILLs, connection resets and script flushes, drawn at random",
 		Nemeses: []string{NemesisKillWorker, NemesisRedisRestart, NemesisProxyReset, NemesisScriptFlush}, Short: short, Long: long},
+	{Name: "maxmemory", Summary: "Redis refusing writes (OOM) for 1-3 s: maxmemory set just above used_memory, then restored",
+		Nemeses: []string{NemesisMaxmemory}, Short: short, Long: long},
+	{Name: "partitions-mixed", Summary: "a queue of 4 partitions under worker SIGKILLs, Redis SIGKILLs and connection resets",
+		Nemeses: []string{NemesisKillWorker, NemesisRedisRestart, NemesisProxyReset}, Short: short, Long: long,
+		Workload: Workload{Partitions: 4}},
+	{Name: "limits-kill-worker", Summary: "a job type limited to 2 running at once and a rate, its workers SIGKILLed, SIGSTOPped and restarted",
+		Nemeses: []string{NemesisKillWorker, NemesisStopWorker}, Short: short, Long: long,
+		Workload: Workload{Limits: true}},
+	{Name: "workflows-mixed", Summary: "workflows, fan-outs and batches under worker SIGKILLs, Redis SIGKILLs, connection resets and script flushes",
+		Nemeses: []string{NemesisKillWorker, NemesisRedisRestart, NemesisProxyReset, NemesisScriptFlush}, Short: short, Long: long,
+		Workload: Workload{Workflows: true}},
 }
 
 // Scenarios returns the named scenarios, in their order.
