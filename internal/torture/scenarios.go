@@ -21,6 +21,9 @@ type Scenario struct {
 	Nemeses []string
 	Short   Size // a few seconds: `conveyor torture --short`, and CI
 	Long    Size // the documented run (docs/RELIABILITY.md, "Torture suite")
+	// Topology is the Redis the scenario runs on: TopologyStandalone ("" too) or
+	// TopologyCluster (topology.go).
+	Topology string
 }
 
 var (
@@ -38,7 +41,17 @@ var scenarios = []Scenario{
 	{Name: "proxy-reset", Summary: "every connection cut, and the next replies lost, by the proxy", Nemeses: []string{NemesisProxyReset}, Short: short, Long: long},
 	{Name: "mixed", Summary: "worker SIGKILLs, Redis SIGKILLs, connection resets and script flushes, drawn at random",
 		Nemeses: []string{NemesisKillWorker, NemesisRedisRestart, NemesisProxyReset, NemesisScriptFlush}, Short: short, Long: long},
+	{Name: "cluster-slot-move", Summary: "the queue's slot migrated between cluster masters under load, in one batch or four",
+		Nemeses: []string{NemesisSlotMove}, Short: clusterShort, Long: long, Topology: TopologyCluster},
+	{Name: "cluster-failover", Summary: "the queue's cluster master failed over: CLUSTER FAILOVER on its replica, or SIGKILLed",
+		Nemeses: []string{NemesisReplicaPromote, NemesisMasterKill}, Short: clusterShort, Long: long, Topology: TopologyCluster},
+	{Name: "cluster-mixed", Summary: "slot migrations, replica promotions and worker SIGKILLs on a cluster, drawn at random",
+		Nemeses: []string{NemesisSlotMove, NemesisKillWorker, NemesisReplicaPromote}, Short: clusterShort, Long: long, Topology: TopologyCluster},
 }
+
+// clusterShort is a cluster scenario's short size: a cluster takes seconds to start and a
+// failover seconds to heal, so fewer faults fit; the run stays under half a minute.
+var clusterShort = Size{Duration: 6 * time.Second, Jobs: 300}
 
 // Scenarios returns the named scenarios, in their order.
 func Scenarios() []Scenario { return slices.Clone(scenarios) }
