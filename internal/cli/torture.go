@@ -101,6 +101,15 @@ func (a *app) torture(cmd *cobra.Command, args []string, tf tortureFlags) error 
 		}
 		scs = append(scs, s)
 	}
+	for _, s := range scs {
+		ns := s.Nemeses
+		if len(nemeses) > 0 {
+			ns = nemeses
+		}
+		if err := torture.CheckTopology(s.Topology, ns); err != nil {
+			return usageErrorf("scenario %s: %v", s.Name, strings.TrimPrefix(err.Error(), "torture: "))
+		}
+	}
 	bin, err := os.Executable()
 	if err != nil {
 		return err
