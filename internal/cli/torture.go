@@ -47,7 +47,15 @@ short size, a few seconds; a named scenario without --short runs at its long siz
 and --jobs set the size, --nemesis replaces the scenario's nemeses (kill-worker, stop-worker,
 term-worker, redis-restart, redis-stop, proxy-reset, script-flush), --seed changes the
 workload and the schedule. The exit code is 1 when any scenario broke an invariant; the report
-names the jobs and why. docs/RELIABILITY.md, "Torture suite", has the figures of recent runs.`,
+names the jobs and why. docs/RELIABILITY.md, "Torture suite", has the figures of recent runs.
+
+The cluster-* scenarios run on a Redis Cluster of 3 masters with a replica each (appendfsync
+always; the producer publishes durably, waiting for the replica) with the cluster nemeses
+slot-move (the queue's slot migrated to another master under load), replica-promote (CLUSTER
+FAILOVER on the replica of the queue's master) and master-kill (that master SIGKILLed, its
+replica takes over, the node restarts as a replica). A nemesis a scenario's topology cannot
+take (proxy-reset, redis-restart or redis-stop on a cluster; a cluster nemesis on one server)
+is refused (exit 2).`,
 		Example: `  conveyor torture --list
   conveyor torture --short --json
   conveyor torture mixed --duration 30m --jobs 200000
