@@ -128,6 +128,11 @@ func Run(ctx context.Context, sc Scenario, size Size, opt Options) (*Result, err
 	}
 	r.dir, r.ledger = dir, filepath.Join(dir, "ledger")
 	res, err := r.run(ctx)
+	if err != nil && ctx.Err() == nil {
+		// A nemesis or a process that failed mid-run: its logs and AOFs are the evidence.
+		r.log("kept %s", dir)
+		return res, fmt.Errorf("%w (its logs are in %s)", err, dir)
+	}
 	if res != nil && (opt.Keep || res.Report.Failed()) {
 		res.Dir = dir
 		r.log("kept %s", dir)
