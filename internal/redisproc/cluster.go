@@ -19,6 +19,8 @@ import (
 // changes with failovers: ask CLUSTER NODES).
 type Cluster struct {
 	Nodes []*Server
+
+	replicas int // masters x replicas each: how many replica lines a settled view shows
 }
 
 // StartCluster starts masters*(1+replicas) servers in subdirectories of dir, each with
@@ -27,7 +29,7 @@ type Cluster struct {
 // slots covered. The caller must call Stop. A node restarted (Server.Restart) rejoins from
 // its nodes.conf.
 func StartCluster(dir string, masters, replicas int, nodeTimeout time.Duration, args ...string) (*Cluster, error) {
-	c := &Cluster{}
+	c := &Cluster{replicas: masters * replicas}
 	for i := range masters * (1 + replicas) {
 		bus, err := FreePort()
 		if err != nil {
@@ -85,7 +87,8 @@ func (c *Cluster) Node(addr string) *Server {
 }
 
 // WaitHealthy waits until every node answers with cluster_state:ok, all slots ok, every node
-// known and no node flagged failing, and every replica's link to its master up.
+// known and no node flagged failing, every replica seen as one, and every replica's link to
+// its master up.
 func (c *Cluster) WaitHealthy(ctx context.Context) error {
 	var last error
 	for {
@@ -123,6 +126,10 @@ func (c *Cluster) healthy(ctx context.Context) error {
 			}
 			if strings.Contains(nodes, "fail") {
 				return fmt.Errorf("%s: a node is flagged failing", s.Addr)
+			}
+			// Roles spread by gossip: a node may see a replica as a master for a while.
+			if n := strings.Count(nodes, "slave"); n != c.replicas {
+				return fmt.Errorf("%s: sees %d replicas, not %d", s.Addr, n, c.replicas)
 			}
 			repl, err := n.Info(cctx, "replication").Result()
 			if err != nil {
