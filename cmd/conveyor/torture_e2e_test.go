@@ -47,7 +47,10 @@ func TestTortureE2E(t *testing.T) {
 	var raw map[string][]map[string]json.RawMessage
 	require.NoError(t, json.Unmarshal(stdout.Bytes(), &raw), stdout.String())
 	require.Len(t, raw, 1)
-	require.Len(t, raw["scenarios"], len(names))
+	// A scenario that finds a known defect is left out, and the run says so
+	// (TestTortureClusterE2E runs those with -known-defects).
+	skipped := strings.Count(stderr.String(), "torture: skipped ")
+	require.Len(t, raw["scenarios"], len(names)-skipped)
 	for _, s := range raw["scenarios"] {
 		var keys []string
 		for k := range s {
@@ -69,7 +72,13 @@ func TestTortureE2E(t *testing.T) {
 		} `json:"scenarios"`
 	}
 	require.NoError(t, json.Unmarshal(stdout.Bytes(), &out))
-	for i, name := range names {
+	ran := names[:0:0]
+	for _, name := range names {
+		if !strings.Contains(stderr.String(), "torture: skipped "+name+":") {
+			ran = append(ran, name)
+		}
+	}
+	for i, name := range ran {
 		s := out.Scenarios[i]
 		require.Equal(t, name, s.Name)
 		require.GreaterOrEqual(t, s.Jobs, 300, "every job of the short size acknowledged (and a workflow's tasks)")

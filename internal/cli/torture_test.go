@@ -14,7 +14,8 @@ func TestTortureUsage(t *testing.T) {
 	t.Parallel()
 	stdout, stderr, code := runInProcess(t, "", "torture", "--list")
 	require.Equal(t, 0, code, stderr)
-	require.Equal(t, []string{"kill-worker", "stop-worker", "term-worker", "redis-restart", "redis-stop", "proxy-reset", "mixed"},
+	require.Equal(t, []string{"kill-worker", "stop-worker", "term-worker", "redis-restart", "redis-stop", "proxy-reset", "mixed",
+		"maxmemory", "partitions-mixed", "limits-kill-worker", "workflows-mixed", "cluster-slot-move", "cluster-failover", "cluster-mixed"},
 		strings.Fields(stdout))
 
 	for _, c := range []struct {
@@ -27,6 +28,8 @@ func TestTortureUsage(t *testing.T) {
 		{[]string{"torture", "--short", "--duration", "-1s"}, "--duration and --jobs must not be negative"},
 		{[]string{"torture", "--short", "--workers", "0"}, "--workers and --concurrency must be at least 1"},
 		{[]string{"torture", "--short", "--appendfsync", "no"}, `--appendfsync must be always or everysec, not "no"`},
+		{[]string{"torture", "cluster-failover", "--nemesis", "proxy-reset"}, "scenario cluster-failover: nemesis proxy-reset needs the standalone topology"},
+		{[]string{"torture", "kill-worker", "--nemesis", "slot-move"}, "scenario kill-worker: nemesis slot-move needs a cluster"},
 	} {
 		_, stderr, code := runInProcess(t, "", c.args...)
 		require.Equal(t, 2, code, "%v: %s", c.args, stderr)

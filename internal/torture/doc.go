@@ -24,4 +24,11 @@
 // Scenarios are a table (scenarios.go): a name, its nemeses and its short and long sizes. A
 // cluster slot migration, a Sentinel failover or a clock nemesis is one more nemesis in
 // nemesis.go and, when it needs another topology, one more kind of Redis in run.go.
+//
+// A scenario's Topology says which Redis it runs on (topology.go): one redis-server, or a
+// Redis Cluster of 3 masters with a replica each (redisproc.StartCluster), which the workers
+// reach with --cluster and the producer with a cluster client publishing durably (WAIT for one
+// replica, so that a failover loses no acknowledged job), and whose end state is read from
+// every master. The cluster nemeses (slot-move, replica-promote, master-kill) strike the
+// queue's slot and its master; CheckTopology refuses those a topology cannot take.
 package torture

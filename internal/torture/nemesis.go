@@ -93,6 +93,8 @@ func (r *run) strike(ctx context.Context, n string, rng *rand.Rand) (touched int
 		return len(r.workers), r.admin.ScriptFlush(ctx).Err()
 	case NemesisMaxmemory:
 		return len(r.workers), r.maxmemorySpell(ctx, rng)
+	case NemesisSlotMove, NemesisReplicaPromote, NemesisMasterKill:
+		return r.strikeCluster(ctx, n, rng)
 	case NemesisLoseJob:
 		q := keys.New(keys.DefaultPrefix, Queue)
 		zs, err := r.admin.ZPopMax(ctx, q.Scheduled()).Result()

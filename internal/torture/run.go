@@ -83,10 +83,12 @@ type run struct {
 	rng     *rand.Rand
 	log     func(format string, args ...any)
 
-	redis   *redisproc.Server
+	redis   *redisproc.Server  // standalone
+	cluster *redisproc.Cluster // TopologyCluster
 	proxy   *faultproxy.Proxy
-	url     string        // what workers and the producer connect to
-	admin   *redis.Client // straight to Redis, for the checks
+	url     string                // what workers and the producer connect to
+	admin   redis.UniversalClient // straight to Redis, for the checks
+	moves   int                   // slot moves made, to alternate their batch sizes
 	workers []*worker
 	gen     int
 
@@ -115,6 +117,9 @@ func Run(ctx context.Context, sc Scenario, size Size, opt Options) (*Result, err
 	if len(opt.Nemeses) > 0 {
 		r.nemeses = opt.Nemeses
 	}
+	if err := CheckTopology(sc.Topology, r.nemeses); err != nil {
+		return nil, err
+	}
 	r.log = func(format string, args ...any) {
 		if opt.Log != nil {
 			fmt.Fprintf(opt.Log, "torture %s: %s\n", sc.Name, fmt.Sprintf(format, args...))
@@ -126,6 +131,11 @@ func Run(ctx context.Context, sc Scenario, size Size, opt Options) (*Result, err
 	}
 	r.dir, r.ledger = dir, filepath.Join(dir, "ledger")
 	res, err := r.run(ctx)
+	if err != nil && ctx.Err() == nil {
+		// A nemesis or a process that failed mid-run: its logs and AOFs are the evidence.
+		r.log("kept %s", dir)
+		return res, fmt.Errorf("%w (its logs are in %s)", err, dir)
+	}
 	if res != nil && (opt.Keep || res.Report.Failed()) {
 		res.Dir = dir
 		r.log("kept %s", dir)
@@ -136,6 +146,9 @@ func Run(ctx context.Context, sc Scenario, size Size, opt Options) (*Result, err
 }
 
 func (r *run) run(ctx context.Context) (*Result, error) {
+	if r.sc.Topology == TopologyCluster {
+		return r.runCluster(ctx)
+	}
 	var err error
 	// appendfsync always: a reply means the write is on disk, so a SIGKILL of the server
 	// loses no acknowledged job; everysec may lose the last second's writes on a crash of
@@ -171,6 +184,14 @@ func (r *run) run(ctx context.Context) (*Result, error) {
 		return nil, err
 	}
 
+	r.log("redis pid %d (appendfsync %s), nemeses %s, %d jobs over %s", r.redis.PID(), r.opt.AppendFsync,
+		strings.Join(r.nemeses, ","), r.size.Jobs, r.size.Duration)
+	return r.work(ctx, client, led)
+}
+
+// work starts the workers, runs the producer and the nemeses, drains and checks: the run on
+// whichever topology its caller started.
+func (r *run) work(ctx context.Context, client *pipeline.Client, led *Writer) (*Result, error) {
 	for range r.opt.Workers {
 		w, err := r.startWorker()
 		if err != nil {
@@ -183,8 +204,7 @@ func (r *run) run(ctx context.Context) (*Result, error) {
 			w.kill()
 		}
 	}()
-	r.log("redis pid %d (appendfsync %s), workers %s, nemeses %s, %d jobs over %s", r.redis.PID(), r.opt.AppendFsync,
-		r.pids(), strings.Join(r.nemeses, ","), r.size.Jobs, r.size.Duration)
+	r.log("workers %s", r.pids())
 
 	begin := time.Now()
 	// The producer publishes over the first 70% of the run; delayed jobs are due by 90% of it.
@@ -342,6 +362,12 @@ func (r *run) produce(ctx context.Context, client *pipeline.Client, led *Writer,
 // publish enqueues one job, sending it again after an error (the same id: a copy that was
 // applied is found, not made twice) until it is acknowledged or ctx ends.
 func (r *run) publish(ctx context.Context, client *pipeline.Client, task pipeline.Task, opts []pipeline.Option) (*pipeline.Job, error) {
+	if r.cluster != nil {
+		// Durable publish: acknowledged only once the queue's master's replica has the job,
+		// so that a failover (the replica promoted, the master killed) loses no acknowledged
+		// job; without it Redis's asynchronous replication may lose the last writes.
+		opts = append(slices.Clone(opts), pipeline.WithReplicas(1, time.Second))
+	}
 	for {
 		j, err := client.Enqueue(ctx, Queue, task, opts...)
 		if err == nil {
@@ -540,14 +566,29 @@ func (r *run) observe(ctx context.Context, acked []string, led *Writer, elapsed 
 		}
 		page.Cursor = jp.Next
 	}
-	for _, q := range r.partitions() {
-		uniq, err := r.admin.Keys(ctx, q.UniquePrefix()+"*").Result() // its own small server
-		if err != nil {
-			return end, err
+	// Its own small server, or cluster: every master's keys, and every partition's unique
+	// keys on whichever master holds them.
+	var mu sync.Mutex
+	err = r.eachMaster(ctx, func(ctx context.Context, m *redis.Client) error {
+		var held int64
+		for _, q := range r.partitions() {
+			uniq, err := m.Keys(ctx, q.UniquePrefix()+"*").Result()
+			if err != nil {
+				return err
+			}
+			held += int64(len(uniq))
 		}
-		end.UniqueKeys += int64(len(uniq))
-	}
-	if end.Keys, err = r.admin.DBSize(ctx).Result(); err != nil {
+		n, err := m.DBSize(ctx).Result()
+		if err != nil {
+			return err
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		end.UniqueKeys += held
+		end.Keys += n
+		return nil
+	})
+	if err != nil {
 		return end, err
 	}
 	// Every acknowledged job's record is kept for the workers' retention; the rest is the
@@ -730,12 +771,16 @@ func (r *run) startWorker() (*worker, error) {
 		return nil, err
 	}
 	defer f.Close()
-	cmd := exec.Command(r.opt.Bin, "worker", "--redis", r.url, "--prefix", keys.DefaultPrefix,
+	args := []string{"worker", "--redis", r.url}
+	if r.cluster != nil {
+		args = append(args, "--cluster")
+	}
+	cmd := exec.Command(r.opt.Bin, append(args, "--prefix", keys.DefaultPrefix,
 		"--queue", Queue, "--name", name, "--concurrency", fmt.Sprint(r.opt.Concurrency),
 		"--visibility-timeout", r.opt.Visibility.String(), "--recovery-interval", "500ms",
 		"--backoff-base", "100ms", "--backoff-max", "400ms", "--shutdown-timeout", "1s",
 		"--heartbeat-interval", "0", "--log-level", "info", "--log-format", "json",
-		"--metrics-addr", metrics, "--torture-ledger", r.ledger)
+		"--metrics-addr", metrics, "--torture-ledger", r.ledger)...)
 	cmd.Env = slices.DeleteFunc(os.Environ(), func(kv string) bool { return strings.HasPrefix(kv, "CONVEYOR_") })
 	cmd.Stdout, cmd.Stderr = f, f
 	cmd.SysProcAttr = redisproc.SysProcAttr() // dies with this process
