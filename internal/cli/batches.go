@@ -1,9 +1,13 @@
 package cli
 
 import (
+	"context"
+	"io"
+
 	"github.com/spf13/cobra"
 
 	"github.com/conveyorq/conveyor/api"
+	"github.com/conveyorq/conveyor/pipeline"
 )
 
 func init() { addCommand(newBatchesCmd) }
@@ -27,41 +31,17 @@ shows it too.`,
 }
 
 func newBatchesPublishCmd(a *app) *cobra.Command {
-	var queue, file string
-	var asJSON bool
-	cmd := &cobra.Command{
-		Use:   "publish [--queue Q] --file F|- [--json]",
-		Short: "Publish a batch from a JSON file",
-		Long: `Publish the batch of --file (- for standard input): the JSON document that POST
+	return a.publishCmd("batch", "Publish a batch from a JSON file", `Publish the batch of --file (- for standard input): the JSON document that POST
 /v1/queues/{queue}/batches takes, {"id"?, "name"?, "jobs": [job...], "callback"?: job}, each
 job with the fields of POST /v1/queues/{queue}/jobs except those that choose when or where it
 runs (id, delay, run_at, unique, debounce, group, priority, limit_key), which are refused.
 Unknown fields are refused. It prints the batch's id, or with --json the batch as 'batches get
---json' does. Exit codes as 'workflows publish'.`,
-		Example: `  conveyor batches publish --queue emails --file newsletter.json
+--json' does. Exit codes as 'workflows publish'.`, `  conveyor batches publish --queue emails --file newsletter.json
   echo '{"jobs":[{"type":"echo","payload":1},{"type":"echo","payload":2}],"callback":{"type":"echo"}}' | conveyor batches publish --file -`,
-		Args: noArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			r, done, err := a.openFile(file)
-			if err != nil {
-				return err
-			}
-			defer done()
+		func(r io.Reader) (publishFunc, error) {
 			b, err := api.DecodeBatch(r)
-			if err != nil {
-				return fileError(file, err)
-			}
-			client, err := a.client()
-			if err != nil {
-				return err
-			}
-			st, err := client.Batch(cmd.Context(), queue, b)
-			if err != nil {
-				return err
-			}
-			return a.printPublished(st, asJSON)
-		},
-	}
-	workflowPublishFlags(cmd, &queue, &file, &asJSON, "batch")
-	return cmd
+			return func(ctx context.Context, c *pipeline.Client, queue string) (*pipeline.WorkflowState, error) {
+				return c.Batch(ctx, queue, b)
+			}, err
+		})
 }

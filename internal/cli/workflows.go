@@ -174,29 +174,44 @@ as 'workflows get --json' without its tasks.`,
 }
 
 func newWorkflowsPublishCmd(a *app) *cobra.Command {
-	var queue, file string
-	var asJSON bool
-	cmd := &cobra.Command{
-		Use:   "publish [--queue Q] --file F|- [--json]",
-		Short: "Publish a workflow from a JSON file",
-		Long: `Publish the workflow of --file (- for standard input): the JSON document that POST
+	return a.publishCmd("workflow", "Publish a workflow from a JSON file", `Publish the workflow of --file (- for standard input): the JSON document that POST
 /v1/queues/{queue}/workflows takes, {"id"?, "name"?, "tasks": [{"name", "after"?: [names],
 "finally"?: bool, "type", "payload"?, "metadata"?, "max_retries"?, "timeout"?, "retention"?}]}.
 Unknown fields are refused. It prints the workflow's id, or with --json the workflow as
 'workflows get --json' does (with "duplicate": true when it was published before under the
 same id with the same tasks, which writes nothing). A body the library refuses (a cycle, an
 unknown dependency, a bad name, an option a task may not take) exits 2; the same id with
-other tasks exits 1.`,
-		Example: `  conveyor workflows publish --queue builds --file pipeline.json
+other tasks exits 1.`, `  conveyor workflows publish --queue builds --file pipeline.json
   echo '{"tasks":[{"name":"a","type":"echo"},{"name":"b","type":"echo","after":["a"]}]}' | conveyor workflows publish --file -`,
-		Args: noArgs,
+		func(r io.Reader) (publishFunc, error) {
+			wf, err := api.DecodeWorkflow(r)
+			return func(ctx context.Context, c *pipeline.Client, queue string) (*pipeline.WorkflowState, error) {
+				return c.Workflow(ctx, queue, wf)
+			}, err
+		})
+}
+
+// publishFunc publishes what a --file held.
+type publishFunc func(ctx context.Context, c *pipeline.Client, queue string) (*pipeline.WorkflowState, error)
+
+// publishCmd is 'workflows publish' and 'batches publish': --file decoded (before any call to
+// Redis, so a bad file is a usage error whatever Redis does), published, the result printed.
+func (a *app) publishCmd(what, short, long, example string, decode func(io.Reader) (publishFunc, error)) *cobra.Command {
+	var queue, file string
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:     "publish [--queue Q] --file F|- [--json]",
+		Short:   short,
+		Long:    long,
+		Example: example,
+		Args:    noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			r, done, err := a.openFile(file)
 			if err != nil {
 				return err
 			}
 			defer done()
-			wf, err := api.DecodeWorkflow(r)
+			publish, err := decode(r)
 			if err != nil {
 				return fileError(file, err)
 			}
@@ -204,14 +219,14 @@ other tasks exits 1.`,
 			if err != nil {
 				return err
 			}
-			st, err := client.Workflow(cmd.Context(), queue, wf)
+			st, err := publish(cmd.Context(), client, queue)
 			if err != nil {
 				return err
 			}
 			return a.printPublished(st, asJSON)
 		},
 	}
-	workflowPublishFlags(cmd, &queue, &file, &asJSON, "workflow")
+	workflowPublishFlags(cmd, &queue, &file, &asJSON, what)
 	return cmd
 }
 
