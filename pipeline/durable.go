@@ -16,6 +16,7 @@ import (
 
 	"github.com/conveyorq/conveyor/internal/keys"
 	"github.com/conveyorq/conveyor/internal/rediserr"
+	"github.com/conveyorq/conveyor/internal/script"
 )
 
 // Durable writes. Redis acknowledges a write once the master has it; its replicas get it a
@@ -160,6 +161,10 @@ type replicaWriter struct {
 	confirmed int   // the least any node's WAIT answered, over the last pipeline
 	waitErr   error // a WAIT that failed in the last pipeline
 }
+
+// IsCluster says whether the client w wraps is a cluster client, so that scripts sent
+// through w take their cluster form (script.Script).
+func (w *replicaWriter) IsCluster() bool { return script.IsCluster(w.UniversalClient) }
 
 // scripter returns what to send scripts through: w, or rdb when w is nil.
 func (w *replicaWriter) scripter(rdb redis.UniversalClient) redis.UniversalClient {

@@ -80,14 +80,14 @@ var (
 
 // WorkerScripts are the scripts a worker runs pipelined, which must be loaded first (a
 // pipelined EVALSHA does not fall back to EVAL by itself).
-func WorkerScripts() []*redis.Script {
-	return []*redis.Script{finishScript, releaseScript, admitScript, leasesScript}
+func WorkerScripts() []*script.Script {
+	return []*script.Script{finishScript, releaseScript, admitScript, leasesScript}
 }
 
 // IsFinishCall reports whether a command's arguments are an EVALSHA of finish.lua, for tests
 // that make its writes fail.
 func IsFinishCall(args []any) bool {
-	return len(args) > 1 && args[1] == finishScript.Hash()
+	return len(args) > 1 && finishScript.Is(args[1])
 }
 
 // DeadEntryPrefix starts the id of the dead record kept for a stream entry that names no job

@@ -1,7 +1,8 @@
 package jobstate_test
 
 import (
-	"flag"
+	"context"
+	"errors"
 	"testing"
 	"time"
 
@@ -11,12 +12,10 @@ import (
 	"github.com/conveyorq/conveyor/internal/events"
 	"github.com/conveyorq/conveyor/internal/jobstate"
 	"github.com/conveyorq/conveyor/internal/keys"
+	"github.com/conveyorq/conveyor/internal/rediserr"
 	"github.com/conveyorq/conveyor/internal/redistest"
 	"github.com/conveyorq/conveyor/pipeline"
 )
-
-// knownDefects runs the tests that fail on a known, not yet fixed defect.
-var knownDefects = flag.Bool("known-defects", false, "run the tests that show known, not yet fixed defects")
 
 // TestPromoteDuringSlotMigrationKeepsTheJob is what `conveyor torture cluster-slot-move`
 // found (its AOFs showed the ZREM on the importing node): while the queue's slot migrates in
@@ -27,12 +26,11 @@ var knownDefects = flag.Bool("known-defects", false, "run the tests that show kn
 // script on the importing node read a single missing key), takes the job for gone and removes
 // it from the set. Once the hash moves too, the job is 'scheduled' in no set and never runs.
 //
-// Known defect, not fixed here: the scripts read job hashes they do not declare, which Redis
-// Cluster does not route or guard during a migration.
+// Fixed by the cluster guard (internal/script): on a cluster every script first checks that
+// its node is neither migrating nor importing its slot, and is refused with TRYAGAIN (before it
+// reads anything) while it is; the caller retries until the move ends. This test failed before
+// the guard (the job dropped from the set).
 func TestPromoteDuringSlotMigrationKeepsTheJob(t *testing.T) {
-	if !*knownDefects {
-		t.Skip("shows a known defect, not yet fixed (issue 22): go test -run TestPromoteDuringSlotMigrationKeepsTheJob ./internal/jobstate/ -args -known-defects")
-	}
 	t.Parallel()
 	c := redistest.StartCluster(t)
 	ctx := t.Context()
@@ -48,19 +46,7 @@ func TestPromoteDuringSlotMigrationKeepsTheJob(t *testing.T) {
 		pipeline.WithID("j1"), pipeline.WithRunAt(due))
 	require.NoError(t, err)
 
-	slot := int(cc.ClusterKeySlot(ctx, q.Scheduled()).Val())
-	from, err := redistest.MasterOf(ctx, cc, q.Scheduled())
-	require.NoError(t, err)
-	to := c.Addrs[0]
-	if to == from {
-		to = c.Addrs[1]
-	}
-	node := func(addr string) *redis.Client {
-		r := redis.NewClient(&redis.Options{Addr: addr})
-		t.Cleanup(func() { _ = r.Close() })
-		return r
-	}
-	src, dst := node(from), node(to)
+	src, dst, slot := c.SlotNodes(t, cc, q.Scheduled())
 	id := func(r *redis.Client) string { return r.ClusterMyID(ctx).Val() }
 	require.NoError(t, dst.Do(ctx, "CLUSTER", "SETSLOT", slot, "IMPORTING", id(src)).Err())
 	require.NoError(t, src.Do(ctx, "CLUSTER", "SETSLOT", slot, "MIGRATING", id(dst)).Err())
@@ -72,11 +58,15 @@ func TestPromoteDuringSlotMigrationKeepsTheJob(t *testing.T) {
 		tm, err := src.Time(ctx).Result()
 		return err == nil && !tm.Before(due)
 	}, 5*time.Second, 10*time.Millisecond)
-	// As a worker's scheduler does: the cluster client follows the source's ASK.
-	_, err = jobstate.Promote(ctx, cc, q, 100, events.None)
-	if err != nil {
-		t.Logf("promote refused during the migration (%v): retried after it", err)
-	}
+	// As a worker's scheduler does: the cluster client follows the source's ASK, and the
+	// target refuses the script while it imports the slot. The call retries until its
+	// context ends (or script.RetryFor), then hands back the refusal.
+	pctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	_, err = jobstate.Promote(pctx, cc, q, 100, events.None)
+	cancel()
+	require.Error(t, err, "promote ran on a half-moved slot")
+	// Refused, or cut by the deadline while a retry was in flight.
+	require.True(t, rediserr.Classify(err) == rediserr.ClusterDown || errors.Is(err, context.DeadlineExceeded), "%v", err)
 
 	// Either promoted or still waiting in the set: never dropped from the set while its hash
 	// says 'scheduled'.
@@ -87,4 +77,16 @@ func TestPromoteDuringSlotMigrationKeepsTheJob(t *testing.T) {
 	st := src.HGet(ctx, q.Job("j1"), "status").Val()
 	require.False(t, left.Err() == redis.Nil && st == "scheduled",
 		"the job's hash says %q on the source and the scheduled set on the target lost it", st)
+
+	// The move ends (the job's hash too, then the slot is the target's): the retried
+	// promotion moves the job into the stream.
+	require.NoError(t, src.Do(ctx, "MIGRATE", host, port, "", 0, 5000, "KEYS", q.Job("j0"), q.Job("j1")).Err())
+	for _, n := range []*redis.Client{dst, src} {
+		require.NoError(t, n.Do(ctx, "CLUSTER", "SETSLOT", slot, "NODE", id(dst)).Err())
+	}
+	require.Eventually(t, func() bool {
+		_, err := jobstate.Promote(ctx, cc, q, 100, events.None)
+		return err == nil && dst.HGet(ctx, q.Job("j1"), "status").Val() == "queued"
+	}, 10*time.Second, 20*time.Millisecond, "the job was not promoted after the move")
+	require.Equal(t, int64(2), dst.XLen(ctx, q.Stream()).Val(), "j0's entry and j1's")
 }

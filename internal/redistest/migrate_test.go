@@ -27,21 +27,8 @@ func TestMigrateSlot(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	slot := int(cc.ClusterKeySlot(ctx, key(0)).Val())
-	from, err := redistest.MasterOf(ctx, cc, key(0))
-	if err != nil {
-		t.Fatal(err)
-	}
-	to := c.Addrs[0]
-	if to == from {
-		to = c.Addrs[1]
-	}
-	node := func(addr string) *redis.Client {
-		r := redis.NewClient(&redis.Options{Addr: addr})
-		t.Cleanup(func() { _ = r.Close() })
-		return r
-	}
-	src, dst := node(from), node(to)
+	src, dst, slot := c.SlotNodes(t, cc, key(0))
+	from, to := src.Options().Addr, dst.Options().Addr
 	countIn := func(r *redis.Client) int64 {
 		k, err := r.ClusterCountKeysInSlot(ctx, slot).Result()
 		if err != nil {
@@ -65,7 +52,7 @@ func TestMigrateSlot(t *testing.T) {
 	}
 
 	batches := 0
-	err = c.MigrateSlot(ctx, slot, to, redistest.SlotMove{Batch: 4, Between: func(_ context.Context, moved int) error {
+	err := c.MigrateSlot(ctx, slot, to, redistest.SlotMove{Batch: 4, Between: func(_ context.Context, moved int) error {
 		batches++
 		extra := int64(0) // the new key, on the target from the first batch on
 		if batches > 1 {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"testing"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -31,4 +32,25 @@ func MasterOf(ctx context.Context, cc *redis.ClusterClient, key string) (string,
 		}
 	}
 	return "", fmt.Errorf("redistest: no master holds slot %d", slot)
+}
+
+// SlotNodes returns clients of the master that holds key's slot and of another master of c,
+// for a test that moves the slot between them (closed in tb.Cleanup), and the slot.
+func (c *Cluster) SlotNodes(tb testing.TB, cc *redis.ClusterClient, key string) (own, other *redis.Client, slot int) {
+	tb.Helper()
+	ctx := context.Background()
+	from, err := MasterOf(ctx, cc, key)
+	if err != nil {
+		tb.Fatalf("redistest: %v", err)
+	}
+	to := c.Addrs[0]
+	if to == from {
+		to = c.Addrs[1]
+	}
+	node := func(addr string) *redis.Client {
+		r := redis.NewClient(&redis.Options{Addr: addr})
+		tb.Cleanup(func() { _ = r.Close() })
+		return r
+	}
+	return node(from), node(to), int(cc.ClusterKeySlot(ctx, key).Val())
 }

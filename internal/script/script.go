@@ -14,6 +14,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -26,8 +27,141 @@ var lib string
 // New returns a script whose source is the parts of the shared library that src uses
 // (transitively), followed by src. Only those: every `local function` of the library runs (makes
 // a closure) on every call of the script, a cost a single-job call notices (docs/BENCHMARKS.md).
-func New(src string) *redis.Script {
-	return redis.NewScript(withLib(src))
+// On a Redis Cluster the script runs behind clusterGuard (Script).
+func New(src string) *Script {
+	full := withLib(src)
+	return &Script{plain: redis.NewScript(full), guarded: redis.NewScript(clusterGuard + full)}
+}
+
+// Script is one of Conveyor's scripts in its two forms: as written, run on one server or
+// through Sentinel, and behind clusterGuard, run on a Redis Cluster. Which one a call sends is
+// chosen by the client it is given (IsCluster).
+//
+// Why the guard: the scripts find job records, group lists, workflow hashes and lease keys by
+// names they build from their arguments and from what they read, so Redis Cluster cannot
+// check those keys when it routes the call. While the queue's hash slot migrates between
+// masters (CLUSTER SETSLOT MIGRATING/IMPORTING and MIGRATE in batches) its keys are split
+// between the two nodes: a script that ran on the importing node (sent there by ASK) read a
+// job hash still on the other node as missing and dropped a delayed job (issue 22's torture
+// suite found it), and one on the migrating node stops at the first key already moved, with
+// its earlier writes applied. The guard refuses the whole call, before anything is read,
+// while this node migrates or imports the slot of the script's first key: Redis's own
+// TRYAGAIN, which the caller retries (Run, Pipelined) until the move ends.
+type Script struct {
+	plain, guarded *redis.Script
+}
+
+// clusterGuard refuses a script, before it touches anything, while this node is migrating
+// or importing the slot of its first key. It asks for two keys that never exist in that slot
+// (named after its hash tag) in one command, which Redis Cluster itself refuses while the
+// slot is in migration: on the migrating node a missing key is the importing node's (ASK),
+// and on the importing node a multi-key command with missing keys is TRYAGAIN; a script's
+// command meeting either fails instead of running. On a stable slot the two lookups are all
+// it costs (docs/BENCHMARKS.md, "Issue 22: the cluster guard"). A script's keys are in one
+// slot (Redis Cluster refuses the call otherwise), so the first key's slot is the script's.
+// (CLUSTER NODES shows the migration too, but costs Redis ten times the script's own work.)
+const clusterGuard = `if #KEYS > 0 then
+  local k, tag = KEYS[1], KEYS[1]
+  local s = string.find(k, '{', 1, true)
+  if s then
+    local e = string.find(k, '}', s + 1, true)
+    if e and e > s + 1 then tag = string.sub(k, s + 1, e - 1) end
+  end
+  local r = redis.pcall('EXISTS', '{' .. tag .. '}:cv-guard-a', '{' .. tag .. '}:cv-guard-b')
+  if type(r) == 'table' and r.err then
+    return redis.error_reply('TRYAGAIN Conveyor: the hash slot of ' .. k .. ' is migrating between cluster nodes (' .. r.err .. '); retry when it is done')
+  end
+end
+`
+
+// Clustered is implemented by a client that wraps another and can say whether that one is a
+// cluster client (the durable publisher's waiting writer).
+type Clustered interface {
+	IsCluster() bool
+}
+
+// IsCluster reports whether c sends to a Redis Cluster.
+func IsCluster(c any) bool {
+	switch c := c.(type) {
+	case *redis.ClusterClient:
+		return true
+	case Clustered:
+		return c.IsCluster()
+	}
+	return false
+}
+
+// For returns the form of the script to send through c.
+func (s *Script) For(c any) *redis.Script {
+	if IsCluster(c) {
+		return s.guarded
+	}
+	return s.plain
+}
+
+// Hash is the SHA1 of the script as written.
+func (s *Script) Hash() string { return s.plain.Hash() }
+
+// Is reports whether sha is either form's SHA1.
+func (s *Script) Is(sha any) bool { return sha == s.plain.Hash() || sha == s.guarded.Hash() }
+
+// Run runs the script through c (EVALSHA, then EVAL after NOSCRIPT). On a cluster, a call
+// refused because its slot is migrating (TRYAGAIN, CLUSTERDOWN: it did not run) is sent again
+// with a backoff for up to RetryFor, or until ctx ends.
+func (s *Script) Run(ctx context.Context, c redis.Scripter, keys []string, args ...any) *redis.Cmd {
+	r := s.For(c)
+	cmd := r.Run(ctx, c, keys, args...)
+	if !IsCluster(c) {
+		return cmd
+	}
+	for b := newBackoff(); refusedForNow(cmd.Err()) && b.wait(ctx); {
+		cmd = r.Run(ctx, c, keys, args...)
+	}
+	return cmd
+}
+
+// Load loads the script into Redis (each master of a cluster), in the form c sends.
+func (s *Script) Load(ctx context.Context, c redis.Scripter) *redis.StringCmd {
+	return s.For(c).Load(ctx, c)
+}
+
+// RetryFor is how long a cluster call refused while its slot migrates is retried. A move of
+// a slot holding a busy queue takes a few seconds (docs/OPERATIONS.md, "Resharding a
+// queue"); a longer one hands the caller the TRYAGAIN error, which it treats as any passing
+// Redis fault (a worker keeps its outcome and writes it again, a publisher publishes again).
+const RetryFor = 10 * time.Second
+
+// refusedForNow reports an error that says the call did not run and may run soon: TRYAGAIN
+// (a slot in migration, by the guard or by Redis itself for split multi-key calls) or
+// CLUSTERDOWN.
+func refusedForNow(err error) bool {
+	return err != nil && rediserr.Classify(err) == rediserr.ClusterDown
+}
+
+// backoff spaces retries: 5 ms doubling to 250 ms, for RetryFor in all.
+type backoff struct {
+	next time.Duration
+	end  time.Time
+}
+
+func newBackoff() *backoff {
+	return &backoff{next: 5 * time.Millisecond, end: time.Now().Add(RetryFor)}
+}
+
+// wait sleeps the next interval and reports whether to try again.
+func (b *backoff) wait(ctx context.Context) bool {
+	if !time.Now().Add(b.next).Before(b.end) {
+		return false
+	}
+	t := time.NewTimer(b.next)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+	}
+	b.next = min(2*b.next, 250*time.Millisecond)
+	return true
 }
 
 var (
@@ -132,7 +266,7 @@ func withLib(src string) string {
 
 // Call is one script invocation in a pipeline.
 type Call struct {
-	Script *redis.Script
+	Script *Script
 	Keys   []string
 	Args   []any
 }
@@ -144,7 +278,7 @@ func IsNoScript(err error) bool {
 }
 
 // Load loads scripts into Redis (every master of a cluster), so pipelined EVALSHA finds them.
-func Load(ctx context.Context, rdb redis.Scripter, scripts ...*redis.Script) error {
+func Load(ctx context.Context, rdb redis.Scripter, scripts ...*Script) error {
 	for _, s := range scripts {
 		if err := s.Load(ctx, rdb).Err(); err != nil {
 			return fmt.Errorf("load script: %w", err)
@@ -155,39 +289,65 @@ func Load(ctx context.Context, rdb redis.Scripter, scripts ...*redis.Script) err
 
 // Pipelined runs calls in one round trip with EVALSHA. A pipelined EVALSHA does not fall back
 // to EVAL by itself, so when Redis answers NOSCRIPT the calls that failed are run again with
-// EVAL (which also caches the script for the next time). The returned commands are in the
-// order of calls; the error is the first command error, if any.
+// EVAL (which also caches the script for the next time). On a cluster, the calls refused
+// while their slot migrates are sent again as Script.Run does. The returned commands are in
+// the order of calls; the error is the first command error, if any.
 func Pipelined(ctx context.Context, rdb redis.UniversalClient, calls []Call) ([]*redis.Cmd, error) {
 	cmds := make([]*redis.Cmd, len(calls))
+	all := make([]int, len(calls))
+	for i := range all {
+		all[i] = i
+	}
+	err := pipelined(ctx, rdb, calls, cmds, all)
+	if err == nil || !IsCluster(rdb) {
+		return cmds, err
+	}
+	for b := newBackoff(); ; {
+		var again []int
+		for i, cmd := range cmds {
+			if refusedForNow(cmd.Err()) {
+				again = append(again, i)
+			}
+		}
+		if len(again) == 0 || !b.wait(ctx) {
+			return cmds, firstErr(cmds, err)
+		}
+		err = pipelined(ctx, rdb, calls, cmds, again)
+	}
+}
+
+// pipelined runs the calls at idx, storing their commands in cmds at the same places.
+func pipelined(ctx context.Context, rdb redis.UniversalClient, calls []Call, cmds []*redis.Cmd, idx []int) error {
 	_, err := rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		for i, c := range calls {
-			cmds[i] = c.Script.EvalSha(ctx, p, c.Keys, c.Args...)
+		for _, i := range idx {
+			c := calls[i]
+			cmds[i] = c.Script.For(rdb).EvalSha(ctx, p, c.Keys, c.Args...)
 		}
 		return nil
 	})
 	if err == nil {
-		return cmds, nil
+		return nil
 	}
 	var retry []int
-	for i, cmd := range cmds {
-		if IsNoScript(cmd.Err()) {
+	for _, i := range idx {
+		if IsNoScript(cmds[i].Err()) {
 			retry = append(retry, i)
 		}
 	}
 	if len(retry) == 0 {
-		return cmds, firstErr(cmds, err)
+		return firstErr(cmds, err)
 	}
 	_, err = rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for _, i := range retry {
 			c := calls[i]
-			cmds[i] = c.Script.Eval(ctx, p, c.Keys, c.Args...)
+			cmds[i] = c.Script.For(rdb).Eval(ctx, p, c.Keys, c.Args...)
 		}
 		return nil
 	})
 	if err != nil {
-		return cmds, firstErr(cmds, err)
+		return firstErr(cmds, err)
 	}
-	return cmds, nil
+	return nil
 }
 
 func firstErr(cmds []*redis.Cmd, err error) error {

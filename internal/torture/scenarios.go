@@ -56,13 +56,6 @@ var (
 	long  = Size{Duration: 2 * time.Minute, Jobs: 20000}
 )
 
-// slotMoveDefect is what the slot-move scenarios find: during a migration, promote.lua runs on
-// the importing node (sent there by ASK), reads a job hash not yet migrated as missing and
-// drops the delayed job from the scheduled set; the job never runs. Scripts that build job
-// keys inside Lua cannot see a half-moved slot (internal/jobstate
-// TestPromoteDuringSlotMigrationKeepsTheJob, -known-defects).
-const slotMoveDefect = "promote.lua drops a delayed job whose record is not yet migrated (issue 22)"
-
 // scenarios is the table of named scenarios, in the order `--list` prints them.
 var scenarios = []Scenario{
 	{Name: "kill-worker", Summary: "workers SIGKILLed and restarted", Nemeses: []string{NemesisKillWorker}, Short: short, Long: long},
@@ -85,11 +78,11 @@ var scenarios = []Scenario{
 		Nemeses: []string{NemesisKillWorker, NemesisRedisRestart, NemesisProxyReset, NemesisScriptFlush}, Short: short, Long: long,
 		Workload: Workload{Workflows: true}},
 	{Name: "cluster-slot-move", Summary: "the queue's slot migrated between cluster masters under load, in one batch or four",
-		Nemeses: []string{NemesisSlotMove}, Short: clusterShort, Long: long, Topology: TopologyCluster, Defect: slotMoveDefect},
+		Nemeses: []string{NemesisSlotMove}, Short: clusterShort, Long: long, Topology: TopologyCluster},
 	{Name: "cluster-failover", Summary: "the queue's cluster master failed over: CLUSTER FAILOVER on its replica, or SIGKILLed",
 		Nemeses: []string{NemesisReplicaPromote, NemesisMasterKill}, Short: clusterShort, Long: long, Topology: TopologyCluster},
 	{Name: "cluster-mixed", Summary: "slot migrations, replica promotions and worker SIGKILLs on a cluster, drawn at random",
-		Nemeses: []string{NemesisSlotMove, NemesisKillWorker, NemesisReplicaPromote}, Short: clusterShort, Long: long, Topology: TopologyCluster, Defect: slotMoveDefect},
+		Nemeses: []string{NemesisSlotMove, NemesisKillWorker, NemesisReplicaPromote}, Short: clusterShort, Long: long, Topology: TopologyCluster},
 }
 
 // clusterShort is a cluster scenario's short size: a cluster takes seconds to start and a
