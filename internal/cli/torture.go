@@ -55,7 +55,15 @@ slot-move (the queue's slot migrated to another master under load), replica-prom
 FAILOVER on the replica of the queue's master) and master-kill (that master SIGKILLed, its
 replica takes over, the node restarts as a replica). A nemesis a scenario's topology cannot
 take (proxy-reset, redis-restart or redis-stop on a cluster; a cluster nemesis on one server)
-is refused (exit 2).`,
+is refused (exit 2).
+
+The sentinel-* scenarios run on a Redis Sentinel set (a master and a replica, appendfsync always
+and min-replicas-to-write 1, three sentinels; the producer publishes durably, the workers get a
+Sentinel URL) with the Sentinel nemeses sentinel-failover (a coordinated SENTINEL FAILOVER: the
+master's writes paused until its replica has them) and sentinel-master-kill (the master
+SIGKILLed, the sentinels promote the replica, the node restarts and rejoins as a replica). Those
+two are refused elsewhere, and proxy-reset, redis-restart, redis-stop and the cluster nemeses on
+a Sentinel set.`,
 		Example: `  conveyor torture --list
   conveyor torture --short --json
   conveyor torture mixed --duration 30m --jobs 200000

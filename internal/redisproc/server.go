@@ -32,6 +32,7 @@ type Server struct {
 	Dir  string
 
 	args []string
+	conf string // a Sentinel's config file content; "" for a data node
 
 	mu   sync.Mutex
 	cmd  *exec.Cmd
@@ -42,10 +43,15 @@ type Server struct {
 // needed) and the extra args (after the defaults, so they win: e.g. "--appendonly", "yes").
 // The caller must call Stop.
 func Start(dir string, args ...string) (*Server, error) {
+	return start(dir, "", args)
+}
+
+// start starts a data node (conf empty) or a Sentinel whose config file starts as conf.
+func start(dir, conf string, args []string) (*Server, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("redisproc: %w", err)
 	}
-	s := &Server{Dir: dir, args: args}
+	s := &Server{Dir: dir, args: args, conf: conf}
 	var last error
 	for range 6 {
 		port, err := FreePort()
@@ -144,7 +150,19 @@ func (s *Server) launchLocked() error {
 		return fmt.Errorf("redisproc: %w", err)
 	}
 	defer out.Close()
-	args := append([]string{
+	var args []string
+	if s.conf != "" {
+		// A Sentinel rewrites its config file with what it learns (the current master, the
+		// replicas, the other sentinels, its epoch): a restart keeps it.
+		conf := filepath.Join(s.Dir, "sentinel.conf")
+		if _, err := os.Stat(conf); errors.Is(err, os.ErrNotExist) {
+			if err := os.WriteFile(conf, []byte(s.conf), 0o600); err != nil {
+				return fmt.Errorf("redisproc: %w", err)
+			}
+		}
+		args = []string{conf, "--sentinel"}
+	}
+	args = append(args, []string{
 		"--port", strconv.Itoa(s.Port),
 		"--bind", "127.0.0.1",
 		"--dir", s.Dir,
@@ -152,7 +170,8 @@ func (s *Server) launchLocked() error {
 		"--daemonize", "no",
 		"--logfile", filepath.Join(s.Dir, "redis.log"),
 		"--protected-mode", "no",
-	}, s.args...)
+	}...)
+	args = append(args, s.args...)
 	cmd := exec.Command(bin, args...)
 	cmd.Dir = s.Dir
 	cmd.Stdout, cmd.Stderr = out, out

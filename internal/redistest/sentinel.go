@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/conveyorq/conveyor/internal/redisproc"
 )
 
 const (
@@ -25,8 +27,8 @@ const (
 	// sentinelDownAfter and sentinelFailoverTimeout are the sentinels'
 	// down-after-milliseconds and failover-timeout: short, so that a
 	// failover completes within a few seconds.
-	sentinelDownAfter       = 1000
-	sentinelFailoverTimeout = 3000
+	sentinelDownAfter       = time.Second
+	sentinelFailoverTimeout = 3 * time.Second
 )
 
 // SentinelSet is a Redis Sentinel topology of private servers: one master,
@@ -93,12 +95,7 @@ func StartSentinelProcess(opts ...Option) (*SentinelSet, error) {
 		return nil, err
 	}
 
-	conf := fmt.Sprintf(
-		"sentinel monitor %[1]s 127.0.0.1 %[2]d 2\n"+
-			"sentinel down-after-milliseconds %[1]s %[3]d\n"+
-			"sentinel failover-timeout %[1]s %[4]d\n"+
-			"sentinel parallel-syncs %[1]s 1\n",
-		s.MasterName, s.Master.Port, sentinelDownAfter, sentinelFailoverTimeout)
+	conf := redisproc.SentinelConf(s.MasterName, s.Master.Port, sentinelDownAfter, sentinelFailoverTimeout)
 	for range 3 {
 		sn, err := StartProcess(withSentinel(conf))
 		if err != nil {
@@ -215,30 +212,13 @@ func (s *SentinelSet) Client(tb testing.TB) *redis.Client {
 // it (SENTINEL GET-MASTER-ADDR-BY-NAME), or an error if one cannot be asked
 // or they disagree.
 func (s *SentinelSet) MasterAddr(ctx context.Context) (string, error) {
-	addr := ""
+	var running []string
 	for _, sn := range s.Sentinels {
-		if sn.PID() == 0 {
-			continue
+		if sn.PID() != 0 {
+			running = append(running, sn.Addr)
 		}
-		sc := redis.NewSentinelClient(&redis.Options{Addr: sn.Addr, MaxRetries: -1})
-		hp, err := sc.GetMasterAddrByName(ctx, s.MasterName).Result()
-		_ = sc.Close()
-		if err != nil {
-			return "", fmt.Errorf("sentinel %s: %w", sn.Addr, err)
-		}
-		if len(hp) != 2 {
-			return "", fmt.Errorf("sentinel %s: GET-MASTER-ADDR-BY-NAME = %v", sn.Addr, hp)
-		}
-		a := hp[0] + ":" + hp[1]
-		if addr != "" && a != addr {
-			return "", fmt.Errorf("sentinels disagree: %s and %s", addr, a)
-		}
-		addr = a
 	}
-	if addr == "" {
-		return "", errors.New("no sentinel is running")
-	}
-	return addr, nil
+	return redisproc.SentinelMasterAddr(ctx, s.MasterName, running)
 }
 
 // WaitFailover waits until every running sentinel reports the same master,

@@ -31,4 +31,10 @@
 // replica, so that a failover loses no acknowledged job), and whose end state is read from
 // every master. The cluster nemeses (slot-move, replica-promote, master-kill) strike the
 // queue's slot and its master; CheckTopology refuses those a topology cannot take.
+//
+// A Sentinel set (TopologySentinel, sentinel.go: a master, one replica and three sentinels,
+// redisproc.StartSentinel) is reached by the workers with a Sentinel URL and by the producer
+// and the checks with failover clients; the producer publishes durably there too. Its nemeses
+// fail the master over: sentinel-failover coordinated (writes paused until the replica has
+// them), sentinel-master-kill by SIGKILL, the killed node restarted and rejoining as a replica.
 package torture

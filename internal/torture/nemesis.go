@@ -95,6 +95,8 @@ func (r *run) strike(ctx context.Context, n string, rng *rand.Rand) (touched int
 		return len(r.workers), r.maxmemorySpell(ctx, rng)
 	case NemesisSlotMove, NemesisReplicaPromote, NemesisMasterKill:
 		return r.strikeCluster(ctx, n, rng)
+	case NemesisSentinelFailover, NemesisSentinelMasterKill:
+		return r.strikeSentinel(ctx, n)
 	case NemesisLoseJob:
 		q := keys.New(keys.DefaultPrefix, Queue)
 		zs, err := r.admin.ZPopMax(ctx, q.Scheduled()).Result()

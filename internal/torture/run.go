@@ -92,6 +92,8 @@ type run struct {
 	workers []*worker
 	gen     int
 
+	sentinel *redisproc.SentinelSet // TopologySentinel
+
 	uniqueJoined int                                // republished unique keys that returned the first job (the producer's)
 	workflows    map[string]pipeline.WorkflowStatus // published workflows and the end status designed
 	canceled     int                                // workflow tasks canceled by design
@@ -148,6 +150,9 @@ func Run(ctx context.Context, sc Scenario, size Size, opt Options) (*Result, err
 func (r *run) run(ctx context.Context) (*Result, error) {
 	if r.sc.Topology == TopologyCluster {
 		return r.runCluster(ctx)
+	}
+	if r.sc.Topology == TopologySentinel {
+		return r.runSentinel(ctx)
 	}
 	var err error
 	// appendfsync always: a reply means the write is on disk, so a SIGKILL of the server
@@ -362,7 +367,7 @@ func (r *run) produce(ctx context.Context, client *pipeline.Client, led *Writer,
 // publish enqueues one job, sending it again after an error (the same id: a copy that was
 // applied is found, not made twice) until it is acknowledged or ctx ends.
 func (r *run) publish(ctx context.Context, client *pipeline.Client, task pipeline.Task, opts []pipeline.Option) (*pipeline.Job, error) {
-	if r.cluster != nil {
+	if r.cluster != nil || r.sentinel != nil {
 		// Durable publish: acknowledged only once the queue's master's replica has the job,
 		// so that a failover (the replica promoted, the master killed) loses no acknowledged
 		// job; without it Redis's asynchronous replication may lose the last writes.

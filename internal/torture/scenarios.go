@@ -83,6 +83,8 @@ var scenarios = []Scenario{
 		Nemeses: []string{NemesisReplicaPromote, NemesisMasterKill}, Short: clusterShort, Long: long, Topology: TopologyCluster},
 	{Name: "cluster-mixed", Summary: "slot migrations, replica promotions and worker SIGKILLs on a cluster, drawn at random",
 		Nemeses: []string{NemesisSlotMove, NemesisKillWorker, NemesisReplicaPromote}, Short: clusterShort, Long: long, Topology: TopologyCluster},
+	{Name: "sentinel-failover", Summary: "the Sentinel-managed master failed over: SENTINEL FAILOVER, or SIGKILLed and restarted; workers SIGKILLed",
+		Nemeses: []string{NemesisSentinelFailover, NemesisSentinelMasterKill, NemesisKillWorker}, Short: clusterShort, Long: long, Topology: TopologySentinel},
 }
 
 // clusterShort is a cluster scenario's short size: a cluster takes seconds to start and a

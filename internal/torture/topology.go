@@ -62,9 +62,12 @@ func init() {
 // single server's own faults need the standalone server, the cluster ones a cluster.
 func CheckTopology(topology string, nemeses []string) error {
 	switch topology {
-	case "", TopologyStandalone, TopologyCluster:
+	case "", TopologyStandalone, TopologyCluster, TopologySentinel:
 	default:
-		return fmt.Errorf("torture: no topology %q (there are %s, %s)", topology, TopologyStandalone, TopologyCluster)
+		return fmt.Errorf("torture: no topology %q (there are %s, %s, %s)", topology, TopologyStandalone, TopologyCluster, TopologySentinel)
+	}
+	if err := checkSentinelTopology(topology, nemeses); err != nil {
+		return err
 	}
 	cluster := topology == TopologyCluster
 	for _, n := range nemeses {
