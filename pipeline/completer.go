@@ -133,11 +133,13 @@ type startMark struct {
 	q       *keys.Queue
 	id      string
 	attempt int
-	at      int64 // unix ms
+	at      int64     // unix ms, by the worker's clock (WorkerConfig.Now): what is stored
+	noted   time.Time // when it was noted, for its wait before the write: monotonic, not at
 }
 
 // started records that the attempt on entry began.
 func (c *completer) started(entry string, m startMark) {
+	m.noted = time.Now()
 	c.mu.Lock()
 	c.starts[entry] = m
 	c.mu.Unlock()
@@ -305,9 +307,8 @@ func (c *completer) flush(ctx context.Context, all bool) (wait time.Duration) {
 		}
 		var batch []transition
 		if first {
-			cutoff := c.now().Add(-c.interval).UnixMilli()
 			for e, m := range c.starts {
-				if all || m.at <= cutoff {
+				if all || time.Since(m.noted) >= c.interval {
 					batch = append(batch, jobstate.Start(m.q, jobstate.StartParams{ID: m.id, Entry: e, Attempt: m.attempt,
 						At: time.UnixMilli(m.at)}))
 					delete(c.starts, e)
