@@ -55,7 +55,13 @@ slot-move (the queue's slot migrated to another master under load), replica-prom
 FAILOVER on the replica of the queue's master) and master-kill (that master SIGKILLed, its
 replica takes over, the node restarts as a replica). A nemesis a scenario's topology cannot
 take (proxy-reset, redis-restart or redis-stop on a cluster; a cluster nemesis on one server)
-is refused (exit 2).`,
+is refused (exit 2).
+
+The clock-step nemesis steps one worker's wall clock 2 to 30 s forward or back (the worker reads
+an offset from a file the suite writes, every 100 ms), holds it a tick or two, then sets it
+right: what the worker stamps moves (attempt times, a retry's due time), while due times,
+promotion, recovery and leases go by Redis's clock. The ledger keeps the true time, so a job
+that starts before the due time its producer set is still early.`,
 		Example: `  conveyor torture --list
   conveyor torture --short --json
   conveyor torture mixed --duration 30m --jobs 200000
@@ -202,6 +208,20 @@ func (wf *workerFlags) openTortureLedger(cfg *pipeline.WorkerConfig) (*tortureLe
 	}
 	cfg.Hooks.Attempts = torture.CommitHook(w, cfg.Hooks.Attempts)
 	return &tortureLedger{w: w}, nil
+}
+
+// openTortureClock sets cfg.Now to the clock the clock-step nemesis steps, when the worker
+// was given one; the returned function stops its reads. Without the flag nothing is read.
+func (wf *workerFlags) openTortureClock(cfg *pipeline.WorkerConfig) (func(), error) {
+	if wf.tortureClock == "" {
+		return func() {}, nil
+	}
+	c, err := torture.OpenClock(wf.tortureClock, torture.ClockPoll)
+	if err != nil {
+		return nil, err
+	}
+	cfg.Now = c.Now
+	return c.Close, nil
 }
 
 func (l *tortureLedger) register(r pipeline.Registrar) {
