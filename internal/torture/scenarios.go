@@ -90,6 +90,8 @@ var scenarios = []Scenario{
 		Nemeses: []string{NemesisReplicaPromote, NemesisMasterKill}, Short: clusterShort, Long: long, Topology: TopologyCluster},
 	{Name: "cluster-mixed", Summary: "slot migrations, replica promotions and worker SIGKILLs on a cluster, drawn at random",
 		Nemeses: []string{NemesisSlotMove, NemesisKillWorker, NemesisReplicaPromote}, Short: clusterShort, Long: long, Topology: TopologyCluster, Defect: slotMoveDefect},
+	{Name: "clock-step", Summary: "a worker's wall clock stepped 2-30 s forward or back and healed, and workers SIGKILLed, at once one tick in three",
+		Nemeses: []string{NemesisClockStep, NemesisKillWorker}, Short: short, Long: long},
 }
 
 // clusterShort is a cluster scenario's short size: a cluster takes seconds to start and a
