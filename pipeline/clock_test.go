@@ -3,6 +3,8 @@ package pipeline_test
 import (
 	"context"
 	"errors"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -68,4 +70,35 @@ func TestWorkerClockStampsRetry(t *testing.T) {
 			}
 		})
 	}
+}
+
+// A running job's start is written after the flush interval by the monotonic clock: a worker
+// clock stepped back an hour once the start is stamped does not hold it unwritten for the hour
+// (the job would read queued while it runs).
+func TestWorkerClockStepBackWritesStart(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := t.Context()
+	var off atomic.Int64
+	release := make(chan struct{})
+	h := map[string]pipeline.HandlerFunc{"t": func(context.Context, *pipeline.Job) ([]byte, error) {
+		off.Store(int64(-time.Hour)) // the start is stamped; its write waits a second yet
+		<-release
+		return nil, nil
+	}}
+	b.startWorker(t, pipeline.WorkerConfig{
+		Now:              func() time.Time { return time.Now().Add(time.Duration(off.Load())) },
+		FlushInterval:    time.Second,
+		DisableHistory:   true,
+		DisableHeartbeat: true,
+	}, h)
+	var once sync.Once
+	free := func() { once.Do(func() { close(release) }) }
+	t.Cleanup(free) // before the worker's stop, which waits for the handler
+	j, err := b.client.Enqueue(ctx, b.queue, pipeline.Task{Type: "t"})
+	require.NoError(t, err)
+	got := b.waitStatus(t, j.ID, pipeline.StatusInProgress)
+	free()
+	require.Less(t, time.Until(got.StartedAt), time.Minute, "the start stamped before the step")
+	b.waitStatus(t, j.ID, pipeline.StatusCompleted)
 }
