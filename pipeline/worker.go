@@ -176,8 +176,9 @@ type WorkerConfig struct {
 	// backoff), a snooze's, the history's buckets, the heartbeat record, the times given to
 	// release and adoption. Due times, promotion, recovery's idle times and flow-control
 	// leases go by Redis's clock, and waits, timeouts and intervals by the monotonic clock,
-	// whatever Now says. A host clock that steps moves only what Now stamps; tests and the
-	// torture suite step it here. Defaults to time.Now.
+	// whatever Now says. A host clock that steps moves only what Now stamps (and an attempt's
+	// Took, in the hooks, when a step falls inside it); tests and the torture suite step it
+	// here. Defaults to time.Now.
 	Now func() time.Time
 }
 

@@ -50,8 +50,8 @@ func OpenClock(path string, every time.Duration) (*Clock, error) {
 }
 
 // Now is the true time plus the offset. Time.Add moves the monotonic reading too, so a
-// duration between two readings an offset apart includes the step: the worker measures its
-// durations with time.Now, not with this.
+// duration between two readings on either side of a step includes it, as one measured on a
+// host's wall clock would: the worker's waits and timeouts use time.Now, not this.
 func (c *Clock) Now() time.Time { return time.Now().Add(c.Offset()) }
 
 // Offset is the offset last read.
