@@ -82,7 +82,7 @@ func (c *cancels) keepRecent() time.Duration { return c.w.cfg.VisibilityTimeout 
 // register notes msg's job as running until done; a cancel heard just before is acted on now.
 func (c *cancels) register(q *keys.Queue, sub *stream.Subscriber, msg *message.Message) *runJob {
 	rj := &runJob{id: msg.UUID, q: q, sub: sub, stream: msg.Metadata[stream.StreamKey], entry: msg.Metadata[stream.EntryIDKey],
-		typ: msg.Metadata[MetaType], start: time.Now()}
+		typ: msg.Metadata[MetaType], start: c.w.cfg.Now()} // the heartbeat lists it
 	c.mu.Lock()
 	rj.next = c.running[rj.id]
 	c.running[rj.id] = rj

@@ -20,7 +20,7 @@ import (
 // interval only.
 func TestCancelsBookkeeping(t *testing.T) {
 	t.Parallel()
-	c := newCancels(&Worker{cfg: WorkerConfig{VisibilityTimeout: 30 * time.Second}})
+	c := newCancels(&Worker{cfg: WorkerConfig{VisibilityTimeout: 30 * time.Second, Now: time.Now}})
 	qa, qb := keys.New("p", "a"), keys.New("p", "b")
 	msg := func(q keys.Queue) *message.Message {
 		m := message.NewMessage("job-1", nil)
@@ -55,7 +55,7 @@ func TestCancelHeardBeforeRegister(t *testing.T) {
 	rdb := redistest.Client(t)
 	ctx := t.Context()
 	q := keys.New(keys.DefaultPrefix, redistest.UniqueName(t))
-	c := newCancels(&Worker{rdb: rdb, cfg: WorkerConfig{VisibilityTimeout: 30 * time.Second}})
+	c := newCancels(&Worker{rdb: rdb, cfg: WorkerConfig{VisibilityTimeout: 30 * time.Second, Now: time.Now}})
 	require.NoError(t, rdb.XAdd(ctx, &redis.XAddArgs{Stream: q.Stream(), Values: []any{
 		stream.FieldUUID, "job-1", stream.FieldPayload, "", stream.FieldMetadata, ""}}).Err())
 	sub, err := stream.NewSubscriber(stream.Config{Client: rdb, Group: keys.Group, ManualSettle: true})

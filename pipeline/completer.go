@@ -50,6 +50,9 @@ type completer struct {
 	chunks  []*chunk
 	pending int                  // outcomes in chunks
 	starts  map[string]startMark // unwritten "started" marks by entry
+	// now is the worker's wall clock (WorkerConfig.Now): the start marks' times are its, and
+	// the hooks and the history measure from them. Deadlines and backoffs stay monotonic.
+	now     func() time.Time
 	arm     chan struct{}
 	full    chan struct{}
 	stop    chan struct{}
@@ -102,6 +105,7 @@ func newCompleter(rdb redis.UniversalClient, cfg jobstate.FinishConfig, interval
 		slots:  max(1, slots),
 		log:    log.With().Str("component", "completer").Logger(),
 		starts: make(map[string]startMark),
+		now:    time.Now,
 		outage: outage.Spell{Min: minWriteBackoff, Max: maxWriteBackoff},
 		arm:    make(chan struct{}, 1),
 		full:   make(chan struct{}, 1),
@@ -129,11 +133,13 @@ type startMark struct {
 	q       *keys.Queue
 	id      string
 	attempt int
-	at      int64 // unix ms
+	at      int64     // unix ms, by the worker's clock (WorkerConfig.Now): what is stored
+	noted   time.Time // when it was noted, for its wait before the write: monotonic, not at
 }
 
 // started records that the attempt on entry began.
 func (c *completer) started(entry string, m startMark) {
+	m.noted = time.Now()
 	c.mu.Lock()
 	c.starts[entry] = m
 	c.mu.Unlock()
@@ -151,7 +157,7 @@ func (c *completer) finish(t transition) <-chan struct{} {
 		c.mu.Unlock()
 		transitionEvent(c.log.Warn(), t).
 			Msg("job outcome arrived after the worker shut down; it is not written and the job will run again")
-		c.attempts.written([]transition{t}, nil, time.Now())
+		c.attempts.written([]transition{t}, nil, c.now())
 		return closedChan
 	}
 	delete(c.starts, t.Entry)
@@ -204,7 +210,7 @@ func (c *completer) run() {
 	for _, ch := range late {
 		c.log.Warn().Int("transitions", len(ch.items)).
 			Msg("job outcomes arrived as the worker shut down; they are not written and their jobs will run again")
-		c.attempts.written(ch.items, nil, time.Now())
+		c.attempts.written(ch.items, nil, c.now())
 		close(ch.done)
 	}
 }
@@ -262,7 +268,7 @@ func (c *completer) final() {
 			c.chunks, c.pending = nil, 0
 			c.mu.Unlock()
 			for _, ch := range chunks {
-				c.attempts.written(ch.items, nil, time.Now())
+				c.attempts.written(ch.items, nil, c.now())
 				close(ch.done)
 			}
 			return
@@ -301,9 +307,8 @@ func (c *completer) flush(ctx context.Context, all bool) (wait time.Duration) {
 		}
 		var batch []transition
 		if first {
-			cutoff := time.Now().Add(-c.interval).UnixMilli()
 			for e, m := range c.starts {
-				if all || m.at <= cutoff {
+				if all || time.Since(m.noted) >= c.interval {
 					batch = append(batch, jobstate.Start(m.q, jobstate.StartParams{ID: m.id, Entry: e, Attempt: m.attempt,
 						At: time.UnixMilli(m.at)}))
 					delete(c.starts, e)
@@ -419,7 +424,7 @@ func (c *completer) write(ctx context.Context, batch []transition) ([]transition
 	cmds, _ := script.Pipelined(ctx, rdb, calls)
 	var at time.Time
 	if c.attempts != nil || c.history != nil {
-		at = time.Now()
+		at = c.now()
 	}
 
 	var retry, gaveUp []transition

@@ -245,7 +245,7 @@ var version = sync.OnceValue(func() string {
 // two writes together. A record without its member waits for the next beat to be listed; a
 // member without its record is pruned by the next listing. Stop deletes the record and the member. One write of a
 // small string every few seconds per worker. A job's path pays only for its type and start
-// time, noted where cancels registers it (a map lookup and a time.Now); a beat copies the
+// time, noted where cancels registers it (a map lookup and a reading of WorkerConfig.Now); a beat copies the
 // running jobs under the cancels' lock, O(concurrency) once every few seconds.
 //
 // It beats on after its session's context ends, until Stop: a session ends (a shutdown, a new
@@ -288,7 +288,7 @@ func (h *heartbeat) Stop() {
 
 // beat writes the record once.
 func (h *heartbeat) beat(ctx context.Context) {
-	now := time.Now()
+	now := h.w.cfg.Now()
 	rec, err := json.Marshal(h.w.info(now).wire())
 	if err != nil {
 		return

@@ -97,6 +97,9 @@ type history struct {
 	prefix string
 	every  time.Duration
 	log    zerolog.Logger
+	// now is the worker's wall clock (WorkerConfig.Now), which the bins' starts come from:
+	// a bin's expiry is judged by it too.
+	now func() time.Time
 
 	mu   sync.Mutex
 	bins map[histBin]*histAgg
@@ -108,7 +111,7 @@ type history struct {
 }
 
 func newHistory(rdb redis.UniversalClient, prefix string, every time.Duration, log zerolog.Logger) *history {
-	return &history{rdb: rdb, prefix: prefix, every: every, log: log.With().Str("component", "history").Logger(),
+	return &history{rdb: rdb, prefix: prefix, every: every, log: log.With().Str("component", "history").Logger(), now: time.Now,
 		bins: make(map[histBin]*histAgg), stop: make(chan struct{}), done: make(chan struct{})}
 }
 
@@ -202,7 +205,7 @@ func (h *history) flush() {
 	h.mu.Unlock()
 	ctx, cancel := context.WithTimeout(context.Background(), max(h.every, time.Second))
 	defer cancel()
-	now := time.Now()
+	now := h.now()
 	pipe := h.rdb.Pipeline()
 	all := make(map[int64]*histAgg, 1)
 	for b, a := range bins {

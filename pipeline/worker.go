@@ -171,6 +171,15 @@ type WorkerConfig struct {
 	// attempt: until the application sets one, nothing is recorded, and a job that carries a
 	// trace context gives it to its handler as a remote span context.
 	TracerProvider trace.TracerProvider
+	// Now is the worker's wall clock, read for the times it stores or sends to Redis: an
+	// attempt's started and finished times, a retry's due time (the attempt's end + the
+	// backoff), a snooze's, the history's buckets, the heartbeat record, the times given to
+	// release and adoption. Due times, promotion, recovery's idle times and flow-control
+	// leases go by Redis's clock, and waits, timeouts and intervals by the monotonic clock,
+	// whatever Now says. A host clock that steps moves only what Now stamps (and an attempt's
+	// Took, in the hooks, when a step falls inside it); tests and the torture suite step it
+	// here. Defaults to time.Now.
+	Now func() time.Time
 }
 
 func (c WorkerConfig) withDefaults() WorkerConfig {
@@ -195,6 +204,9 @@ func (c WorkerConfig) withDefaults() WorkerConfig {
 	c.PauseCheckInterval = cmp.Or(c.PauseCheckInterval, DefaultPauseCheckInterval)
 	c.HistoryInterval = cmp.Or(c.HistoryInterval, DefaultHistoryInterval)
 	c.HeartbeatInterval = cmp.Or(c.HeartbeatInterval, DefaultHeartbeatInterval)
+	if c.Now == nil {
+		c.Now = time.Now
+	}
 	return c
 }
 
@@ -414,7 +426,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	if !w.running.CompareAndSwap(false, true) {
 		return errors.New("pipeline: worker already ran")
 	}
-	w.startedAt = time.Now()
+	w.startedAt = w.cfg.Now()
 	if err := w.waitForRedis(ctx); err != nil {
 		if ctx.Err() != nil {
 			return nil // ctx ended while waiting: nothing ran, nothing to drain
@@ -425,9 +437,11 @@ func (w *Worker) Run(ctx context.Context) error {
 	w.comp = newCompleter(w.rdb, jobstate.FinishConfig{Worker: w.cfg.Name, Retention: w.cfg.Retention,
 		MinRetention: w.cfg.MinRetention}, w.cfg.FlushInterval, finishChunk, w.cfg.Concurrency, w.log)
 	w.comp.replicas = w.replicas
+	w.comp.now = w.cfg.Now
 	w.comp.attempts = newAttempts(w.cfg.Hooks.Attempts)
 	if !w.cfg.DisableHistory {
 		w.comp.history = newHistory(w.rdb, w.cfg.Prefix, w.cfg.HistoryInterval, w.log)
+		w.comp.history.now = w.cfg.Now
 		go w.comp.history.run()
 		// Deferred before the completer's close, so it runs after it: the last outcomes
 		// the completer writes are counted and flushed too.
@@ -844,7 +858,7 @@ func sendBack(t transition, j *Job) transition {
 
 // started marks the attempt as started (written later, if the job is still running then).
 func (w *Worker) started(q *keys.Queue, j *Job) time.Time {
-	start := time.Now()
+	start := w.cfg.Now()
 	w.comp.started(j.Entry, startMark{q: q, id: j.ID, attempt: j.Attempt, at: start.UnixMilli()})
 	return start
 }
@@ -863,7 +877,7 @@ func (w *Worker) write(t transition, jerr *JobError) error {
 // version must not kill jobs meant for the new one, which may pick the retry up. It goes to
 // the dead set only after its retries.
 func (w *Worker) noHandler(ctx context.Context, q *keys.Queue, j *Job) error {
-	return w.outcome(ctx, q, j, time.Now(), nil, &noHandlerError{typ: j.Type, worker: w.cfg.Name}, noteNoHandler)
+	return w.outcome(ctx, q, j, w.cfg.Now(), nil, &noHandlerError{typ: j.Type, worker: w.cfg.Name}, noteNoHandler)
 }
 
 // noHandlerError is the error of an attempt with no handler; it is ErrNoHandler.
@@ -883,7 +897,7 @@ func (w *Worker) refused(msg *message.Message, err error) {
 	}
 	j := jobFromMessage(q.Name(), msg)
 	jobEvent(w.log.Warn().Err(err), j).Msg("a middleware refused the job; counted as a failed attempt")
-	_ = w.outcome(msg.Context(), q, j, time.Now(), nil, fmt.Errorf("refused by middleware: %w", err), noteRefused)
+	_ = w.outcome(msg.Context(), q, j, w.cfg.Now(), nil, fmt.Errorf("refused by middleware: %w", err), noteRefused)
 }
 
 // outcome writes what the attempt came to and returns what handleMessage returns (see Use);
@@ -912,7 +926,7 @@ func (w *Worker) outcome(ctx context.Context, q *keys.Queue, j *Job, start time.
 			return w.ended(q, j, start, why)
 		}
 	}
-	end := time.Now()
+	end := w.cfg.Now()
 	ran := jobstate.Ran{ID: j.ID, Entry: j.Entry, Attempt: j.Attempt, Started: start, Finished: end}
 	var t transition
 	var jerr *JobError
@@ -961,7 +975,7 @@ func (w *Worker) ended(q *keys.Queue, j *Job, start time.Time, why Outcome) erro
 	}
 	jobEvent(w.log.Info(), j).Stringer("outcome", why).Msg(msg)
 	w.comp.attempts.ended(Attempt{Queue: q.Name(), Type: j.Type, Outcome: why, Began: start,
-		Took: time.Since(start), Entered: stream.EntryTime(j.Entry), ID: j.ID, Number: j.Attempt})
+		Took: w.cfg.Now().Sub(start), Entered: stream.EntryTime(j.Entry), ID: j.ID, Number: j.Attempt})
 	return jerr
 }
 
@@ -1041,7 +1055,7 @@ func (w *Worker) adopt(msg *message.Message) bool {
 	res, err := jobstate.Adopt(ctx, w.rdb, *q, jobstate.Foreign{ID: msg.UUID, Entry: entry, Type: typ,
 		MaxRetries: maxRetries, Timeout: time.Duration(timeout) * time.Millisecond, CreatedAt: stream.EntryTime(entry),
 		RunAt: a.due(), UniqueKey: a.uniqueKey, UniqueTTL: time.Duration(a.uniqueTTL) * time.Millisecond},
-		time.Now(), w.cfg.Name)
+		w.cfg.Now(), w.cfg.Name)
 	log := func(e *zerolog.Event) *zerolog.Event {
 		return e.Str("queue", q.Name()).Str("job_id", msg.UUID).Str("type", typ).Str("entry", entry)
 	}
@@ -1071,7 +1085,7 @@ func (w *Worker) poison(q *keys.Queue, msg *message.Message, reason string) erro
 	if !keys.ValidID(id) {
 		id = jobstate.DeadEntryPrefix + entry
 	}
-	began := time.Now()
+	began := w.cfg.Now()
 	w.log.Warn().Str("queue", q.Name()).Str("job_id", id).Str("entry", entry).Str("reason", reason).
 		Msg("unreadable stream entry sent to the dead set")
 	t := jobstate.Poison(q, jobstate.PoisonParams{ID: id, Entry: entry, At: began, Reason: reason})
@@ -1089,7 +1103,7 @@ func (w *Worker) release(ctx context.Context, streamKey string, ids []string) {
 	for len(ids) > 0 {
 		chunk := ids[:min(len(ids), batchChunk)]
 		ids = ids[len(chunk):]
-		rel, err := jobstate.Release(ctx, w.rdb, *q, time.Now(), chunk)
+		rel, err := jobstate.Release(ctx, w.rdb, *q, w.cfg.Now(), chunk)
 		if err != nil {
 			w.log.Error().Err(err).Str("queue", q.Name()).Int("jobs", len(chunk)).
 				Msg("could not put back unfinished jobs; they will be recovered after the visibility timeout")

@@ -63,7 +63,13 @@ Sentinel URL) with the Sentinel nemeses sentinel-failover (a coordinated SENTINE
 master's writes paused until its replica has them) and sentinel-master-kill (the master
 SIGKILLed, the sentinels promote the replica, the node restarts and rejoins as a replica). Those
 two are refused elsewhere, and proxy-reset, redis-restart, redis-stop and the cluster nemeses on
-a Sentinel set.`,
+a Sentinel set.
+
+The clock-step nemesis steps one worker's wall clock 2 to 30 s forward or back (the worker reads
+an offset from a file the suite writes, every 100 ms), holds it a tick or two, then sets it
+right: what the worker stamps moves (attempt times, a retry's due time), while due times,
+promotion, recovery and leases go by Redis's clock. The ledger keeps the true time, so a job
+that starts before the due time its producer set is still early.`,
 		Example: `  conveyor torture --list
   conveyor torture --short --json
   conveyor torture mixed --duration 30m --jobs 200000
@@ -210,6 +216,20 @@ func (wf *workerFlags) openTortureLedger(cfg *pipeline.WorkerConfig) (*tortureLe
 	}
 	cfg.Hooks.Attempts = torture.CommitHook(w, cfg.Hooks.Attempts)
 	return &tortureLedger{w: w}, nil
+}
+
+// openTortureClock sets cfg.Now to the clock the clock-step nemesis steps, when the worker
+// was given one; the returned function stops its reads. Without the flag nothing is read.
+func (wf *workerFlags) openTortureClock(cfg *pipeline.WorkerConfig) (func(), error) {
+	if wf.tortureClock == "" {
+		return func() {}, nil
+	}
+	c, err := torture.OpenClock(wf.tortureClock, torture.ClockPoll)
+	if err != nil {
+		return nil, err
+	}
+	cfg.Now = c.Now
+	return c.Close, nil
 }
 
 func (l *tortureLedger) register(r pipeline.Registrar) {

@@ -1,10 +1,16 @@
 package cli
 
 import (
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/conveyorq/conveyor/internal/torture"
+	"github.com/conveyorq/conveyor/pipeline"
 )
 
 // --list names the scenarios one a line; a bad request is a usage error (exit 2) before any
@@ -15,7 +21,7 @@ func TestTortureUsage(t *testing.T) {
 	stdout, stderr, code := runInProcess(t, "", "torture", "--list")
 	require.Equal(t, 0, code, stderr)
 	require.Equal(t, []string{"kill-worker", "stop-worker", "term-worker", "redis-restart", "redis-stop", "proxy-reset", "mixed",
-		"maxmemory", "partitions-mixed", "limits-kill-worker", "workflows-mixed", "cluster-slot-move", "cluster-failover", "cluster-mixed"},
+		"maxmemory", "partitions-mixed", "limits-kill-worker", "workflows-mixed", "cluster-slot-move", "cluster-failover", "cluster-mixed", "clock-step"},
 		strings.Fields(stdout))
 
 	for _, c := range []struct {
@@ -43,4 +49,29 @@ func TestTortureLedgerFlagHidden(t *testing.T) {
 	stdout, _, code := runInProcess(t, "", "worker", "--help")
 	require.Equal(t, 0, code)
 	require.NotContains(t, stdout, "torture")
+}
+
+// The hidden --torture-clock-file gives the worker the clock the clock-step nemesis steps;
+// without it the worker keeps WorkerConfig's default and reads no file.
+func TestTortureClockFlag(t *testing.T) {
+	t.Parallel()
+	var cfg pipeline.WorkerConfig
+	stop, err := (&workerFlags{}).openTortureClock(&cfg)
+	require.NoError(t, err)
+	stop()
+	require.Nil(t, cfg.Now)
+
+	path := filepath.Join(t.TempDir(), "w1")
+	require.NoError(t, torture.WriteOffset(path, -time.Hour))
+	stop, err = (&workerFlags{tortureClock: path}).openTortureClock(&cfg)
+	require.NoError(t, err)
+	defer stop()
+	require.NotNil(t, cfg.Now)
+	behind := time.Until(cfg.Now())
+	require.Less(t, behind, -59*time.Minute, "the worker's clock reads the file's offset")
+	require.Greater(t, behind, -61*time.Minute)
+
+	require.NoError(t, os.WriteFile(path, []byte("later"), 0o600))
+	_, err = (&workerFlags{tortureClock: path}).openTortureClock(&cfg)
+	require.Error(t, err, "an unreadable clock file stops the worker before it starts")
 }

@@ -45,6 +45,7 @@ type workerFlags struct {
 	guard       *handlers.Guard // made from httpAllow by config
 
 	tortureLedger string // hidden --torture-ledger: run the torture handler, writing there (torture.go)
+	tortureClock  string // hidden --torture-clock-file: the worker's clock offset, for the clock-step nemesis
 }
 
 // checkReplicas validates --wait-replicas and --wait-timeout, which worker and publish share:
@@ -141,6 +142,11 @@ each tick makes one job however many workers run ('conveyor schedules').`,
 				return err
 			}
 			defer ledger.close()
+			stopClock, err := wf.openTortureClock(&cfg)
+			if err != nil {
+				return err
+			}
+			defer stopClock()
 			w, err := pipeline.NewWorker(rdb, cfg)
 			if err != nil {
 				return err
@@ -183,6 +189,8 @@ each tick makes one job however many workers run ('conveyor schedules').`,
 	f.StringArrayVar(&wf.cron, "cron", nil, "a periodic schedule 'SPEC TYPE [PAYLOAD]' into the first --queue, stored for every worker to run (repeatable; see 'conveyor schedules')")
 	f.StringVar(&wf.tortureLedger, "torture-ledger", "", "run the torture handler, writing its ledger into this directory (for 'conveyor torture')")
 	_ = f.MarkHidden("torture-ledger")
+	f.StringVar(&wf.tortureClock, "torture-clock-file", "", "offset the worker's clock by the milliseconds this file says, read every 100ms (for 'conveyor torture' clock-step)")
+	_ = f.MarkHidden("torture-clock-file")
 	return cmd
 }
 

@@ -55,6 +55,41 @@ var Nemeses = []string{NemesisKillWorker, NemesisStopWorker, NemesisTermWorker,
 
 func init() { Nemeses = append(Nemeses, NemesisMaxmemory) }
 
+// NemesisClockStep steps one worker's wall clock (WorkerConfig.Now, through its clock file:
+// Clock) forward or back by 2 to 30 s, holds it a tick or two, then steps it back to the
+// true time. What the worker stamps moves (attempt times, retry due times, history); due
+// times, promotion, recovery and leases are Redis's clock and must not. It cuts nothing
+// short: it allows no duplicate execution.
+const NemesisClockStep = "clock-step"
+
+// MaxClockStep is the largest step NemesisClockStep makes.
+const MaxClockStep = 30 * time.Second
+
+func init() { Nemeses = append(Nemeses, NemesisClockStep) }
+
+// clockStep is NemesisClockStep. It runs beside a worker nemesis, which may replace the
+// stepped worker meanwhile: the step then ends with its process, and the heal writes to a
+// file nobody reads.
+func (r *run) clockStep(ctx context.Context, rng *rand.Rand) error {
+	r.wmu.Lock()
+	w := r.workers[rng.IntN(len(r.workers))]
+	r.wmu.Unlock()
+	step := 2*time.Second + time.Duration(rng.Int64N(int64(MaxClockStep-2*time.Second)+1)).Truncate(time.Millisecond)
+	if rng.IntN(2) == 0 {
+		step = -step
+	}
+	if err := WriteOffset(w.clock, step); err != nil {
+		return err
+	}
+	r.log("clock-step: %s's clock %+.3fs", w.name, step.Seconds())
+	lo, hi := time.Second, 3*time.Second // a tick or two of strikeUntil's schedule
+	if r.size.Duration < 10*time.Second {
+		lo, hi = 500*time.Millisecond, 1500*time.Millisecond
+	}
+	sleep(ctx, lo+time.Duration(rng.Int64N(int64(2*hi-lo))))
+	return WriteOffset(w.clock, 0) // the heal, whether or not ctx ended
+}
+
 // strike applies nemesis n once and heals it. It returns how many processes whose attempts
 // it may have cut short it touched: a worker fault one worker, a Redis or network fault every
 // worker.
@@ -66,10 +101,10 @@ func (r *run) strike(ctx context.Context, n string, rng *rand.Rand) (touched int
 		switch n {
 		case NemesisKillWorker:
 			w.kill()
-			r.workers[i], err = r.startWorker()
+			err = r.replaceWorker(i)
 		case NemesisTermWorker:
 			w.term()
-			r.workers[i], err = r.startWorker()
+			err = r.replaceWorker(i)
 		case NemesisStopWorker:
 			_ = w.cmd.Process.Signal(syscall.SIGSTOP)
 			sleep(ctx, r.opt.Visibility+time.Second)
@@ -93,6 +128,8 @@ func (r *run) strike(ctx context.Context, n string, rng *rand.Rand) (touched int
 		return len(r.workers), r.admin.ScriptFlush(ctx).Err()
 	case NemesisMaxmemory:
 		return len(r.workers), r.maxmemorySpell(ctx, rng)
+	case NemesisClockStep:
+		return 0, r.clockStep(ctx, rng)
 	case NemesisSlotMove, NemesisReplicaPromote, NemesisMasterKill:
 		return r.strikeCluster(ctx, n, rng)
 	case NemesisSentinelFailover, NemesisSentinelMasterKill:
@@ -143,6 +180,16 @@ func (r *run) maxmemorySpell(ctx context.Context, rng *rand.Rand) error {
 		}
 		sleep(rctx, 50*time.Millisecond)
 	}
+}
+
+// replaceWorker starts a worker in slot i, under wmu: clock-step, which may strike at once,
+// reads the slots.
+func (r *run) replaceWorker(i int) error {
+	w, err := r.startWorker()
+	r.wmu.Lock()
+	r.workers[i] = w
+	r.wmu.Unlock()
+	return err
 }
 
 // workerNemesis tells the nemeses that strike one worker from those that strike Redis or

@@ -90,6 +90,7 @@ type run struct {
 	admin   redis.UniversalClient // straight to Redis, for the checks
 	moves   int                   // slot moves made, to alternate their batch sizes
 	workers []*worker
+	wmu     sync.Mutex // guards workers' slots while clock-step and a worker nemesis strike at once
 	gen     int
 
 	sentinel *redisproc.SentinelSet // TopologySentinel
@@ -598,7 +599,13 @@ func (r *run) observe(ctx context.Context, acked []string, led *Writer, elapsed 
 	}
 	// Every acknowledged job's record is kept for the workers' retention; the rest is the
 	// queue's own keys and its throughput history, which grows with time only.
-	end.KeyBound = int64(len(acked)) + KeysPerQueue*int64(len(r.partitions())) + HistoryKeys(elapsed) + int64(len(r.workflows))
+	span := elapsed
+	if slices.Contains(r.nemeses, NemesisClockStep) {
+		// A stepped worker bins its outcomes by its own clock: up to a step before the run's
+		// start or after its end.
+		span += 2 * MaxClockStep
+	}
+	end.KeyBound = int64(len(acked)) + KeysPerQueue*int64(len(r.partitions())) + HistoryKeys(span) + int64(len(r.workflows))
 	for _, id := range slices.Sorted(maps.Keys(r.workflows)) {
 		ws, err := client.GetWorkflow(ctx, Queue, id)
 		switch {
@@ -755,6 +762,7 @@ type worker struct {
 	cmd     *exec.Cmd
 	done    chan struct{}
 	out     string // its log file
+	clock   string // its clock file (--torture-clock-file), with the clock-step nemesis
 }
 
 // startWorker starts a worker process: the conveyor binary's worker command, with the torture
@@ -786,13 +794,21 @@ func (r *run) startWorker() (*worker, error) {
 		"--backoff-base", "100ms", "--backoff-max", "400ms", "--shutdown-timeout", "1s",
 		"--heartbeat-interval", "0", "--log-level", "info", "--log-format", "json",
 		"--metrics-addr", metrics, "--torture-ledger", r.ledger)...)
+	clock := ""
+	if slices.Contains(r.nemeses, NemesisClockStep) {
+		clock = filepath.Join(r.dir, "clock", name)
+		if err := os.MkdirAll(filepath.Dir(clock), 0o700); err != nil {
+			return nil, err
+		}
+		cmd.Args = append(cmd.Args, "--torture-clock-file", clock)
+	}
 	cmd.Env = slices.DeleteFunc(os.Environ(), func(kv string) bool { return strings.HasPrefix(kv, "CONVEYOR_") })
 	cmd.Stdout, cmd.Stderr = f, f
 	cmd.SysProcAttr = redisproc.SysProcAttr() // dies with this process
 	if err := redisproc.StartCmd(cmd); err != nil {
 		return nil, fmt.Errorf("torture: starting a worker: %w", err)
 	}
-	w := &worker{name: name, metrics: metrics, cmd: cmd, done: make(chan struct{}), out: out}
+	w := &worker{name: name, metrics: metrics, cmd: cmd, done: make(chan struct{}), out: out, clock: clock}
 	go func() {
 		_ = cmd.Wait()
 		close(w.done)

@@ -85,6 +85,8 @@ var scenarios = []Scenario{
 		Nemeses: []string{NemesisSlotMove, NemesisKillWorker, NemesisReplicaPromote}, Short: clusterShort, Long: long, Topology: TopologyCluster},
 	{Name: "sentinel-failover", Summary: "the Sentinel-managed master failed over: SENTINEL FAILOVER, or SIGKILLed and restarted; workers SIGKILLed",
 		Nemeses: []string{NemesisSentinelFailover, NemesisSentinelMasterKill, NemesisKillWorker}, Short: clusterShort, Long: long, Topology: TopologySentinel},
+	{Name: "clock-step", Summary: "a worker's wall clock stepped 2-30 s forward or back and healed, and workers SIGKILLed, at once one tick in three",
+		Nemeses: []string{NemesisClockStep, NemesisKillWorker}, Short: short, Long: long},
 }
 
 // clusterShort is a cluster scenario's short size: a cluster takes seconds to start and a
