@@ -394,12 +394,15 @@ func caPool(t *testing.T, file string) *x509.CertPool {
 }
 
 // tlsGet runs GET key with a new client made from opt.
+// The timeouts are generous on purpose: they bound a hang, never the answer. A 2 s dial
+// timeout failed "without the CA" on a loaded machine (two busy loops beside the suite): the
+// handshake had not finished, so the error was the deadline, not the certificate.
 func tlsGet(opt *redis.Options, key string) (string, error) {
-	opt.DialTimeout = 2 * time.Second
+	opt.DialTimeout = 30 * time.Second
 	opt.DialerRetries = 1 // fail fast on certificate errors
 	c := redis.NewClient(opt)
 	defer c.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	return c.Get(ctx, key).Result()
 }
