@@ -2,6 +2,8 @@ package redisproc
 
 import (
 	"context"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -17,10 +19,15 @@ func TestSentinelSet(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts five redis-server processes and fails over twice")
 	}
-	s, err := StartSentinel(t.TempDir(), "torture", 1, time.Second, 3*time.Second, "--appendonly", "yes", "--appendfsync", "always",
+	dir := t.TempDir()
+	// down-after 5 s, not the torture's 1 s: the test claims which node is master at the end,
+	// and on a loaded machine a master that answers no PING for 1 s (an fsync of its AOF or
+	// config behind a busy disk) is failed over by the sentinels, as they are configured to.
+	s, err := StartSentinel(dir, "torture", 1, 5*time.Second, 3*time.Second, "--appendonly", "yes", "--appendfsync", "always",
 		"--min-replicas-to-write", "1", "--min-replicas-max-lag", "10")
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = s.Stop() })
+	t.Cleanup(func() { logsOnFailure(t, dir) }) // before the TempDir goes
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	first, err := s.MasterAddr(ctx)
@@ -65,4 +72,20 @@ func TestSentinelSet(t *testing.T) {
 	require.NoError(t, s.WaitHealthy(ctx))
 	require.Equal(t, "slave", roleOf(promoted))
 	require.EqualValues(t, 2, c.Exists(ctx, "before-failover", "before-kill").Val())
+}
+
+// logsOnFailure prints the redis.log of every process under dir when t failed: what the
+// sentinels saw and decided is the only account of a failover they made.
+func logsOnFailure(t *testing.T, dir string) {
+	if !t.Failed() {
+		return
+	}
+	logs, _ := filepath.Glob(filepath.Join(dir, "*", "redis.log"))
+	for _, l := range logs {
+		b, err := os.ReadFile(l)
+		if err != nil {
+			continue
+		}
+		t.Logf("== %s\n%s", l, b)
+	}
 }
