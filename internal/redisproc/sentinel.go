@@ -134,13 +134,18 @@ func (s *SentinelSet) Node(addr string) *Server {
 // MasterAddr is the master's address as every running sentinel reports it (SENTINEL
 // GET-MASTER-ADDR-BY-NAME); an error if one cannot be asked or they disagree.
 func (s *SentinelSet) MasterAddr(ctx context.Context) (string, error) {
+	return SentinelMasterAddr(ctx, s.MasterName, s.running())
+}
+
+// running are the addresses of the sentinels running now.
+func (s *SentinelSet) running() []string {
 	var addrs []string
 	for _, sn := range s.Sentinels {
 		if sn.PID() != 0 {
 			addrs = append(addrs, sn.Addr)
 		}
 	}
-	return SentinelMasterAddr(ctx, s.MasterName, addrs)
+	return addrs
 }
 
 // SentinelMasterAddr asks each sentinel at addrs for the address of the master it monitors as
@@ -385,9 +390,16 @@ func (s *SentinelSet) caughtUp(ctx context.Context, m *redis.Client, master stri
 // WaitNewMaster waits until every running sentinel names the same master, other than old, and
 // that master answers ROLE master; it returns its address.
 func (s *SentinelSet) WaitNewMaster(ctx context.Context, old string) (string, error) {
+	return WaitSentinelFailover(ctx, s.MasterName, s.running, old)
+}
+
+// WaitSentinelFailover waits until every sentinel that sentinels names (asked again at each
+// try: one may stop meanwhile) names the same master of name, other than old, and that master
+// answers ROLE master; it returns its address, or ctx's error with the last reason.
+func WaitSentinelFailover(ctx context.Context, name string, sentinels func() []string, old string) (string, error) {
 	var addr string
 	err := poll(ctx, "failover from "+old, func() error {
-		a, err := s.MasterAddr(ctx)
+		a, err := SentinelMasterAddr(ctx, name, sentinels())
 		if err != nil {
 			return err
 		}

@@ -212,13 +212,18 @@ func (s *SentinelSet) Client(tb testing.TB) *redis.Client {
 // it (SENTINEL GET-MASTER-ADDR-BY-NAME), or an error if one cannot be asked
 // or they disagree.
 func (s *SentinelSet) MasterAddr(ctx context.Context) (string, error) {
-	var running []string
+	return redisproc.SentinelMasterAddr(ctx, s.MasterName, s.running())
+}
+
+// running are the addresses of the sentinels running now.
+func (s *SentinelSet) running() []string {
+	var addrs []string
 	for _, sn := range s.Sentinels {
 		if sn.PID() != 0 {
-			running = append(running, sn.Addr)
+			addrs = append(addrs, sn.Addr)
 		}
 	}
-	return redisproc.SentinelMasterAddr(ctx, s.MasterName, running)
+	return addrs
 }
 
 // WaitFailover waits until every running sentinel reports the same master,
@@ -233,27 +238,7 @@ func (s *SentinelSet) WaitFailover(tb testing.TB, oldMasterAddr string) string {
 	tb.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), sentinelTimeout)
 	defer cancel()
-	var addr string
-	err := poll(ctx, "failover from "+oldMasterAddr, func() error {
-		a, err := s.MasterAddr(ctx)
-		if err != nil {
-			return err
-		}
-		if a == oldMasterAddr {
-			return fmt.Errorf("sentinels still report %s", a)
-		}
-		c := redis.NewClient(&redis.Options{Addr: a, MaxRetries: -1})
-		defer c.Close()
-		info, err := c.Info(ctx, "replication").Result()
-		if err != nil {
-			return fmt.Errorf("new master %s: %w", a, err)
-		}
-		if !strings.Contains(info, "role:master\r\n") {
-			return fmt.Errorf("new master %s is not a master yet", a)
-		}
-		addr = a
-		return nil
-	})
+	addr, err := redisproc.WaitSentinelFailover(ctx, s.MasterName, s.running, oldMasterAddr)
 	if err != nil {
 		tb.Fatalf("redistest: %v", err)
 	}

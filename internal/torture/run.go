@@ -177,6 +177,13 @@ func (r *run) run(ctx context.Context) (*Result, error) {
 	defer r.admin.Close()
 	producerRDB := redis.NewClient(&redis.Options{Addr: target})
 	defer producerRDB.Close()
+	return r.start(ctx, producerRDB, fmt.Sprintf("redis pid %d (appendfsync %s)", r.redis.PID(), r.opt.AppendFsync))
+}
+
+// start runs the scenario once its topology is up: the producer's client on producerRDB (its
+// own connections, which the caller closes) and ledger, the queue's partitions and limits,
+// then work. topology says what runs, for the log.
+func (r *run) start(ctx context.Context, producerRDB redis.UniversalClient, topology string) (*Result, error) {
 	client, err := pipeline.NewClient(producerRDB, pipeline.ClientConfig{})
 	if err != nil {
 		return nil, err
@@ -189,9 +196,7 @@ func (r *run) run(ctx context.Context) (*Result, error) {
 	if err := r.setupWorkload(ctx); err != nil {
 		return nil, err
 	}
-
-	r.log("redis pid %d (appendfsync %s), nemeses %s, %d jobs over %s", r.redis.PID(), r.opt.AppendFsync,
-		strings.Join(r.nemeses, ","), r.size.Jobs, r.size.Duration)
+	r.log("%s, nemeses %s, %d jobs over %s", topology, strings.Join(r.nemeses, ","), r.size.Jobs, r.size.Duration)
 	return r.work(ctx, client, led)
 }
 

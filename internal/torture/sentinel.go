@@ -10,7 +10,6 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/conveyorq/conveyor/internal/redisproc"
-	"github.com/conveyorq/conveyor/pipeline"
 )
 
 // TopologySentinel is a Redis Sentinel set: a master and one replica, every data node with
@@ -105,25 +104,11 @@ func (r *run) runSentinel(ctx context.Context) (*Result, error) {
 	defer admin.Close()
 	producerRDB := redis.NewFailoverClient(r.sentinel.FailoverOptions())
 	defer producerRDB.Close()
-	client, err := pipeline.NewClient(producerRDB, pipeline.ClientConfig{})
-	if err != nil {
-		return nil, err
-	}
-	led, err := OpenWriter(r.ledger, "producer")
-	if err != nil {
-		return nil, err
-	}
-	defer led.Close()
-	if err := r.setupWorkload(ctx); err != nil {
-		return nil, err
-	}
 	var pids []string
 	for _, s := range append(r.sentinel.Data, r.sentinel.Sentinels...) {
 		pids = append(pids, fmt.Sprint(s.PID()))
 	}
-	r.log("sentinel set of a master, a replica and 3 sentinels, pids %s (appendfsync always), nemeses %s, %d jobs over %s",
-		strings.Join(pids, ","), strings.Join(r.nemeses, ","), r.size.Jobs, r.size.Duration)
-	return r.work(ctx, client, led)
+	return r.start(ctx, producerRDB, fmt.Sprintf("sentinel set of a master, a replica and 3 sentinels, pids %s (appendfsync always)", strings.Join(pids, ",")))
 }
 
 // strikeSentinel strikes one Sentinel nemesis and waits until the set is whole again. Every

@@ -14,7 +14,6 @@ import (
 
 	"github.com/conveyorq/conveyor/internal/keys"
 	"github.com/conveyorq/conveyor/internal/redisproc"
-	"github.com/conveyorq/conveyor/pipeline"
 )
 
 // The topologies a scenario's Redis takes.
@@ -97,22 +96,11 @@ func (r *run) runCluster(ctx context.Context) (*Result, error) {
 	defer admin.Close()
 	producerRDB := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs})
 	defer producerRDB.Close()
-	client, err := pipeline.NewClient(producerRDB, pipeline.ClientConfig{})
-	if err != nil {
-		return nil, err
-	}
-	led, err := OpenWriter(r.ledger, "producer")
-	if err != nil {
-		return nil, err
-	}
-	defer led.Close()
 	var pids []string
 	for _, s := range r.cluster.Nodes {
 		pids = append(pids, fmt.Sprint(s.PID()))
 	}
-	r.log("cluster of 3 masters and 3 replicas, pids %s (appendfsync always), nemeses %s, %d jobs over %s",
-		strings.Join(pids, ","), strings.Join(r.nemeses, ","), r.size.Jobs, r.size.Duration)
-	return r.work(ctx, client, led)
+	return r.start(ctx, producerRDB, fmt.Sprintf("cluster of 3 masters and 3 replicas, pids %s (appendfsync always)", strings.Join(pids, ",")))
 }
 
 // eachMaster runs fn on every master: the server itself, or each master of the cluster.
