@@ -18,6 +18,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/conveyorq/conveyor/internal/keys"
 	"github.com/conveyorq/conveyor/internal/pgtest"
 	"github.com/conveyorq/conveyor/internal/redistest"
 	"github.com/conveyorq/conveyor/outbox"
@@ -451,4 +452,28 @@ func TestRelayWaitsForPostgres(t *testing.T) {
 	b.requireJobs(t, ids)
 	cancel()
 	require.NoError(t, <-done)
+}
+
+// A row's limit key, unique key and retention are the job's: each is stored in the job's
+// record, where the limits, the unique key's release and the expiry after finishing read them.
+func TestRowCarriesLimitUniqueRetention(t *testing.T) {
+	b := setup(t)
+	ctx := context.Background()
+	b.relay(t, outbox.RelayConfig{})
+	ids := b.enqueue(t, 1, func(int) []outbox.Option {
+		return []outbox.Option{outbox.WithLimitKey("tenant-7"), outbox.WithUnique("order-7", time.Hour),
+			outbox.WithRetention(2 * time.Hour)}
+	})
+	b.waitEmpty(t)
+	b.requireJobs(t, ids)
+	q := keys.New(b.client.Prefix(), b.queue)
+	rec, err := b.rdb.HGetAll(ctx, q.Job(ids[0])).Result()
+	require.NoError(t, err)
+	require.Equal(t, "tenant-7", rec[keys.FieldLimitKey], "limit key")
+	require.Equal(t, q.Unique("order-7"), rec[keys.FieldUnique], "unique key")
+	require.Equal(t, "3600000", rec[keys.FieldUniqueTTL], "unique key's TTL")
+	require.Equal(t, "7200000", rec[keys.FieldRetention], "retention")
+	holder, err := b.rdb.Get(ctx, q.Unique("order-7")).Result()
+	require.NoError(t, err)
+	require.Equal(t, ids[0], holder, "the unique key names the job")
 }
