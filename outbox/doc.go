@@ -62,7 +62,9 @@
 // Migrate creates the table, its index and its trigger if they are missing (CREATE ... IF NOT
 // EXISTS, under an advisory lock, so concurrent calls are safe); NewRelay's Run calls it
 // unless RelayConfig.NoMigrate says the schema is managed elsewhere (the statements are
-// Schema). An application that may Enqueue before any relay ran calls Migrate at start.
+// Schema). An application that may Enqueue before any relay ran calls Migrate at start: an
+// Enqueue into a database without the table fails with ErrNoTable (PostgreSQL's
+// undefined_table, 42P01, as pgx reports it), which says how to create it.
 // PostgreSQL 14 or newer (CREATE OR REPLACE TRIGGER).
 //
 // # Why not watermill-sql

@@ -46,6 +46,26 @@ $$`,
 	FOR EACH STATEMENT EXECUTE FUNCTION ` + Table + `_notify()`,
 }
 
+// ErrNoTable is the error (wrapped with PostgreSQL's) of an Enqueue, or of a relay's batch,
+// in a database where the outbox table does not exist: Migrate (or a relay started without
+// RelayConfig.NoMigrate, `conveyor relay` without --no-migrate) creates it.
+var ErrNoTable = errors.New("the outbox table " + Table + " does not exist: create it with outbox.Migrate(ctx, db) " +
+	"at the application's start, or start conveyor relay (without --no-migrate) first, or apply outbox.Schema")
+
+// undefinedTable is PostgreSQL's SQLSTATE for a relation that does not exist.
+const undefinedTable = "42P01"
+
+// noTable wraps err with ErrNoTable when PostgreSQL answered that a relation is missing (as
+// pgx reports it: *pgconn.PgError), so that the first Enqueue of a new application says what
+// to do instead of only PostgreSQL's words.
+func noTable(err error) error {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == undefinedTable {
+		return fmt.Errorf("%w: %w", ErrNoTable, err)
+	}
+	return err
+}
+
 // migrateLock is the advisory lock Migrate holds: concurrent CREATE ... IF NOT EXISTS of one
 // table can fail on a unique index of the catalog.
 const migrateLock = 0x636f6e76 // "conv"
@@ -290,7 +310,7 @@ func Enqueue(ctx context.Context, tx Execer, queue string, task pipeline.Task, o
 		payload = []byte{}
 	}
 	if _, err := tx.ExecContext(ctx, insertRow, o.id, queue, task.Type, payload, string(sp)); err != nil {
-		return "", fmt.Errorf("outbox: enqueue to %s: %w", queue, err)
+		return "", fmt.Errorf("outbox: enqueue to %s: %w", queue, noTable(err))
 	}
 	return o.id, nil
 }

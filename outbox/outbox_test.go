@@ -477,3 +477,50 @@ func TestRowCarriesLimitUniqueRetention(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, ids[0], holder, "the unique key names the job")
 }
+
+// An Enqueue into a database where the table was never created says how to create it.
+func TestEnqueueBeforeMigrateSaysHow(t *testing.T) {
+	db, err := sql.Open("pgx", pgtest.Shared(t).NewDatabase(t))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = db.Close() })
+	_, err = outbox.Enqueue(context.Background(), db, "orders", pipeline.Task{Type: "email"})
+	require.ErrorIs(t, err, outbox.ErrNoTable)
+	require.Contains(t, err.Error(), "outbox.Migrate")
+	require.Contains(t, err.Error(), "conveyor relay")
+	require.Contains(t, err.Error(), `relation "conveyor_outbox" does not exist`, "PostgreSQL's own words stay")
+}
+
+// A relay stopped while it waits for its PostgreSQL says it never connected: no "relay
+// started" before its "stopped".
+func TestRelayStoppedBeforeConnecting(t *testing.T) {
+	b := setup(t)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	port := ln.Addr().String()
+	require.NoError(t, ln.Close()) // nothing listens there now
+	u, err := url.Parse(b.pgURL)
+	require.NoError(t, err)
+	u.Host = port
+	logs := make(logLines, 100)
+	r, err := outbox.NewRelay(outbox.RelayConfig{Postgres: u.String(), Client: b.client, Logger: zerolog.New(logs)})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = r.Close() })
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- r.Run(ctx) }()
+	var seen []string
+	for waiting := true; waiting; {
+		line := <-logs
+		seen = append(seen, line)
+		waiting = !strings.Contains(line, "relay cannot reach PostgreSQL")
+	}
+	cancel()
+	require.NoError(t, <-done)
+	close(logs)
+	for line := range logs {
+		seen = append(seen, line)
+	}
+	all := strings.Join(seen, "")
+	require.NotContains(t, all, "relay started")
+	require.Contains(t, all, "relay stopped before connecting to PostgreSQL")
+}

@@ -75,6 +75,8 @@ type Relay struct {
 	log zerolog.Logger
 
 	relayed, duplicates, failed atomic.Int64
+	// reached says PostgreSQL answered once (Migrate, or a batch's select): Run's goroutine only.
+	reached bool
 }
 
 // RelayStats counts what a Relay did since it was made.
@@ -144,6 +146,12 @@ func (r *Relay) Run(ctx context.Context) error {
 		if err := r.migrate(ctx); err != nil {
 			return err
 		}
+		if ctx.Err() != nil {
+			// Stopped while waiting for PostgreSQL: it never started relaying, and says so.
+			r.log.Info().Msg("relay stopped before connecting to PostgreSQL")
+			return nil
+		}
+		r.reached = true
 	}
 	wake := make(chan struct{}, 1)
 	var wg sync.WaitGroup
@@ -183,6 +191,10 @@ func (r *Relay) Run(ctx context.Context) error {
 		case <-wake:
 		case <-poll.C:
 		}
+	}
+	if !r.reached {
+		r.log.Info().Msg("relay stopped before connecting to PostgreSQL")
+		return nil
 	}
 	r.log.Info().Msg("relay stopped")
 	return nil
@@ -266,6 +278,7 @@ func (r *Relay) batch(ctx context.Context) (n int, err error) {
 		return 0, fmt.Errorf("begin: %w", err)
 	}
 	defer func() { _ = tx.Rollback() }()
+	r.reached = true
 	rows, err := r.lock(bctx, tx)
 	if err != nil || len(rows) == 0 {
 		return 0, err
@@ -385,7 +398,7 @@ func (r *Relay) lock(ctx context.Context, tx *sql.Tx) ([]row, error) {
 EXTRACT(EPOCH FROM clock_timestamp() - created_at)::float8 FROM `+Table+`
 WHERE error IS NULL ORDER BY seq LIMIT $1 FOR UPDATE SKIP LOCKED`, r.cfg.BatchSize)
 	if err != nil {
-		return nil, fmt.Errorf("select: %w", err)
+		return nil, fmt.Errorf("select: %w", noTable(err))
 	}
 	defer res.Close()
 	var rows []row
