@@ -23,7 +23,9 @@ const (
 )
 
 // Schema is the statements Migrate runs, in order, for those who manage the schema with
-// their own migrations.
+// their own migrations. They upgrade a table made by an older Migrate as well: its columns
+// for rows held back (attempts, retry_at, last_error, failed_at) and the index the relay
+// selects with (retry_at, seq) replacing the old one on seq alone.
 var Schema = []string{
 	`CREATE TABLE IF NOT EXISTS ` + Table + ` (
 	seq        BIGINT GENERATED ALWAYS AS IDENTITY,
@@ -33,9 +35,15 @@ var Schema = []string{
 	payload    BYTEA NOT NULL DEFAULT ''::bytea,
 	spec       JSONB NOT NULL DEFAULT '{}'::jsonb,
 	created_at TIMESTAMPTZ NOT NULL DEFAULT clock_timestamp(),
-	error      TEXT
+	error      TEXT,
+	attempts   INTEGER NOT NULL DEFAULT 0,
+	retry_at   TIMESTAMPTZ NOT NULL DEFAULT '-infinity',
+	last_error TEXT,
+	failed_at  TIMESTAMPTZ
 )`,
-	`CREATE INDEX IF NOT EXISTS ` + Table + `_pending ON ` + Table + ` (seq) WHERE error IS NULL`,
+	addColumns,
+	`CREATE INDEX IF NOT EXISTS ` + Table + `_due ON ` + Table + ` (retry_at, seq) WHERE error IS NULL`,
+	`DROP INDEX IF EXISTS ` + Table + `_pending`,
 	`CREATE OR REPLACE FUNCTION ` + Table + `_notify() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
 	PERFORM pg_notify('` + Channel + `', '');
@@ -45,6 +53,21 @@ $$`,
 	`CREATE OR REPLACE TRIGGER ` + Table + `_notify AFTER INSERT ON ` + Table + `
 	FOR EACH STATEMENT EXECUTE FUNCTION ` + Table + `_notify()`,
 }
+
+// addColumns upgrades a table made before rows could be held back. Migrate runs it only when
+// a column is missing: ALTER TABLE takes the table's strongest lock even when it has nothing
+// to add, and would queue every Enqueue behind the longest open transaction that wrote a row.
+// The defaults are constants, so PostgreSQL adds the columns without rewriting the table.
+const addColumns = `ALTER TABLE ` + Table + `
+	ADD COLUMN IF NOT EXISTS attempts INTEGER NOT NULL DEFAULT 0,
+	ADD COLUMN IF NOT EXISTS retry_at TIMESTAMPTZ NOT NULL DEFAULT '-infinity',
+	ADD COLUMN IF NOT EXISTS last_error TEXT,
+	ADD COLUMN IF NOT EXISTS failed_at TIMESTAMPTZ`
+
+// columnsMissing counts the columns of addColumns the table lacks.
+const columnsMissing = `SELECT 4 - count(*) FROM pg_attribute
+WHERE attrelid = to_regclass('` + Table + `') AND NOT attisdropped
+AND attname IN ('attempts', 'retry_at', 'last_error', 'failed_at')`
 
 // ErrNoTable is the error (wrapped with PostgreSQL's) of an Enqueue, or of a relay's batch,
 // in a database where the outbox table does not exist: Migrate (or a relay started without
@@ -70,8 +93,9 @@ func noTable(err error) error {
 // table can fail on a unique index of the catalog.
 const migrateLock = 0x636f6e76 // "conv"
 
-// Migrate creates the outbox table, its index and its trigger when they are missing. It is
-// safe to call from several processes at once and again at every start.
+// Migrate creates the outbox table, its index and its trigger when they are missing, and
+// upgrades a table an older Migrate made (see Schema). It is safe to call from several
+// processes at once and again at every start.
 func Migrate(ctx context.Context, db *sql.DB) error {
 	tx, err := db.BeginTx(ctx, nil)
 	if err != nil {
@@ -82,6 +106,15 @@ func Migrate(ctx context.Context, db *sql.DB) error {
 		return fmt.Errorf("outbox: migrate: %w", err)
 	}
 	for _, q := range Schema {
+		if q == addColumns {
+			var missing int
+			if err := tx.QueryRowContext(ctx, columnsMissing).Scan(&missing); err != nil {
+				return fmt.Errorf("outbox: migrate: %w", err)
+			}
+			if missing == 0 {
+				continue
+			}
+		}
 		if _, err := tx.ExecContext(ctx, q); err != nil {
 			return fmt.Errorf("outbox: migrate: %w", err)
 		}

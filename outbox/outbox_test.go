@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/url"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -523,4 +524,178 @@ func TestRelayStoppedBeforeConnecting(t *testing.T) {
 	all := strings.Join(seen, "")
 	require.NotContains(t, all, "relay started")
 	require.Contains(t, all, "relay stopped before connecting to PostgreSQL")
+}
+
+// heldBackCase is a queue refusal that must not hold back the rows behind it.
+type heldBackCase struct {
+	name   string
+	client pipeline.ClientConfig // the relay's Client
+	reason string                // outbox.Reason*
+}
+
+var heldBackCases = []heldBackCase{
+	// The queue cap reached: the rows' queues are new and there is room for none.
+	{"TooManyQueues", pipeline.ClientConfig{MaxQueues: 1}, "too_many_queues"},
+	// Publishing does not create queues, and theirs does not exist.
+	{"QueueNotFound", pipeline.ClientConfig{RequireQueues: true}, "queue_not_found"},
+}
+
+// Rows the relay cannot send, more than a batch of them and the oldest of the table, do not
+// hold back the rows of a queue it can send to. It failed on the old code, whose every batch
+// locked the same oldest 500 rows: 0 of the 10 were sent.
+func TestRowsThatCannotBeSentHoldBackNoOthers(t *testing.T) {
+	for _, tc := range heldBackCases {
+		t.Run(tc.name, func(t *testing.T) {
+			b := setup(t)
+			ctx := context.Background()
+			insp, err := pipeline.NewInspector(b.rdb, pipeline.InspectorConfig{})
+			require.NoError(t, err)
+			_, err = insp.CreateQueue(ctx, b.queue, pipeline.QueueOptions{})
+			require.NoError(t, err)
+			b.client, err = pipeline.NewClient(b.rdb, tc.client)
+			require.NoError(t, err)
+			const bad = 600 // more than a batch (500)
+			tx, err := b.db.BeginTx(ctx, nil)
+			require.NoError(t, err)
+			for i := range bad {
+				_, err := outbox.Enqueue(ctx, tx, fmt.Sprintf("over-%d", i%3), pipeline.Task{Type: "email"})
+				require.NoError(t, err)
+			}
+			require.NoError(t, tx.Commit())
+			ids := b.enqueue(t, 10, nil)
+			logs := make(logLines, 1000)
+			var mu sync.Mutex
+			heldBy := map[string]int{}
+			r := b.relay(t, outbox.RelayConfig{Logger: zerolog.New(logs), OnBatch: func(rb outbox.RelayBatch) {
+				mu.Lock()
+				defer mu.Unlock()
+				for k, v := range rb.HeldBackBy {
+					heldBy[k] += v
+				}
+			}})
+			require.Eventually(t, func() bool { return b.rows(t) == bad }, time.Minute, 10*time.Millisecond)
+			b.requireJobs(t, ids)
+			// Each held-back row says why and when it is tried again; none is set aside.
+			require.Eventually(t, func() bool { return r.Stats().HeldBack >= bad }, time.Minute, 10*time.Millisecond)
+			var n, tried, later int
+			var reason string
+			require.NoError(t, b.db.QueryRow(`SELECT count(*), count(*) FILTER (WHERE attempts > 0 AND failed_at IS NOT NULL),
+count(*) FILTER (WHERE retry_at > failed_at), max(last_error) FROM `+outbox.Table+` WHERE error IS NULL`).Scan(&n, &tried, &later, &reason))
+			require.Equal(t, bad, n, "none set aside")
+			require.Equal(t, bad, tried, "every row tried, and held back")
+			require.Equal(t, bad, later, "every row due after its failure")
+			require.Contains(t, reason, "enqueue to over-")
+			mu.Lock()
+			require.Equal(t, map[string]int{tc.reason: int(r.Stats().HeldBack)}, heldBy)
+			mu.Unlock()
+			for waiting := true; waiting; {
+				line := <-logs
+				waiting = !(strings.Contains(line, `"level":"warn"`) && strings.Contains(line, "outbox rows held back") &&
+					strings.Contains(line, `"reason":"`+tc.reason+`"`) && strings.Contains(line, `"over-0"`))
+			}
+			if tc.reason == outbox.ReasonQueueNotFound {
+				// Once the queues exist, their rows follow: the relay wakes when their backoff ends.
+				insp, err := pipeline.NewInspector(b.rdb, pipeline.InspectorConfig{})
+				require.NoError(t, err)
+				for i := range 3 {
+					_, err = insp.CreateQueue(ctx, fmt.Sprintf("over-%d", i), pipeline.QueueOptions{})
+					require.NoError(t, err)
+				}
+				require.Eventually(t, func() bool { return r.Stats().Relayed == int64(bad+len(ids)) }, time.Minute, 10*time.Millisecond)
+				require.Zero(t, b.rows(t))
+			}
+		})
+	}
+}
+
+// Redis not answering at all holds back no queue: the rows stay as they were (no attempt
+// written to each at every backoff) and the relay backs off as a whole; once Redis is back,
+// they are sent.
+func TestRedisDownHoldsBackNoQueue(t *testing.T) {
+	b := setup(t, setupOpts{redisArgs: []string{"--appendonly", "yes", "--appendfsync", "always"}})
+	logs := make(logLines, 1000)
+	require.NoError(t, b.redis.Kill())
+	ids := b.enqueue(t, 20, nil)
+	r := b.relay(t, outbox.RelayConfig{Logger: zerolog.New(logs), PollInterval: 10 * time.Millisecond})
+	for waiting := true; waiting; {
+		waiting = !strings.Contains(<-logs, "relay failing")
+	}
+	var tried int
+	require.NoError(t, b.db.QueryRow(`SELECT count(*) FROM `+outbox.Table+` WHERE attempts > 0 OR retry_at > '-infinity'`).Scan(&tried))
+	require.Zero(t, tried, "rows held back while Redis was away")
+	require.Zero(t, r.Stats().HeldBack)
+	require.NoError(t, b.redis.Restart())
+	b.waitEmpty(t)
+	b.requireJobs(t, ids)
+}
+
+// oldSchema is the table, index and trigger as Migrate made them before rows could be held
+// back (attempts, retry_at, last_error, failed_at; the index on seq alone).
+var oldSchema = []string{
+	`CREATE TABLE conveyor_outbox (
+	seq        BIGINT GENERATED ALWAYS AS IDENTITY,
+	id         TEXT PRIMARY KEY,
+	queue      TEXT NOT NULL,
+	type       TEXT NOT NULL,
+	payload    BYTEA NOT NULL DEFAULT ''::bytea,
+	spec       JSONB NOT NULL DEFAULT '{}'::jsonb,
+	created_at TIMESTAMPTZ NOT NULL DEFAULT clock_timestamp(),
+	error      TEXT
+)`,
+	`CREATE INDEX conveyor_outbox_pending ON conveyor_outbox (seq) WHERE error IS NULL`,
+	`CREATE OR REPLACE FUNCTION conveyor_outbox_notify() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+	PERFORM pg_notify('conveyor_outbox', '');
+	RETURN NULL;
+END
+$$`,
+	`CREATE OR REPLACE TRIGGER conveyor_outbox_notify AFTER INSERT ON conveyor_outbox
+	FOR EACH STATEMENT EXECUTE FUNCTION conveyor_outbox_notify()`,
+}
+
+// A table an older Migrate made, with rows in it (one set aside), is upgraded by Migrate, once
+// and again, and its rows are relayed.
+func TestMigrateUpgradesOldTable(t *testing.T) {
+	b := setup(t)
+	ctx := context.Background()
+	_, err := b.db.Exec(`DROP TABLE ` + outbox.Table)
+	require.NoError(t, err)
+	for _, q := range oldSchema {
+		_, err := b.db.Exec(q)
+		require.NoError(t, err)
+	}
+	_, err = b.db.Exec(`INSERT INTO conveyor_outbox (id, queue, type) VALUES ('old-1', 'orders', 'email'), ('old-2', 'orders', 'email')`)
+	require.NoError(t, err)
+	_, err = b.db.Exec(`INSERT INTO conveyor_outbox (id, queue, type, error) VALUES ('old-bad', 'orders', 'email', 'set aside before')`)
+	require.NoError(t, err)
+	for range 2 {
+		require.NoError(t, outbox.Migrate(ctx, b.db))
+	}
+	var cols []string
+	res, err := b.db.Query(`SELECT column_name FROM information_schema.columns WHERE table_name = $1 ORDER BY ordinal_position`, outbox.Table)
+	require.NoError(t, err)
+	for res.Next() {
+		var c string
+		require.NoError(t, res.Scan(&c))
+		cols = append(cols, c)
+	}
+	require.NoError(t, res.Err())
+	require.Equal(t, []string{"seq", "id", "queue", "type", "payload", "spec", "created_at", "error",
+		"attempts", "retry_at", "last_error", "failed_at"}, cols)
+	var indexes []string
+	res, err = b.db.Query(`SELECT indexname FROM pg_indexes WHERE tablename = $1 ORDER BY indexname`, outbox.Table)
+	require.NoError(t, err)
+	for res.Next() {
+		var c string
+		require.NoError(t, res.Scan(&c))
+		indexes = append(indexes, c)
+	}
+	require.NoError(t, res.Err())
+	require.Equal(t, []string{outbox.Table + "_due", outbox.Table + "_pkey"}, indexes)
+	b.relay(t, outbox.RelayConfig{})
+	require.Eventually(t, func() bool { return b.rows(t) == 1 }, time.Minute, 10*time.Millisecond)
+	b.requireJobs(t, []string{"old-1", "old-2"})
+	var left string
+	require.NoError(t, b.db.QueryRow(`SELECT id FROM `+outbox.Table).Scan(&left))
+	require.Equal(t, "old-bad", left)
 }

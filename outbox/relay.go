@@ -25,9 +25,51 @@ const (
 	// batchTimeout bounds one batch: its select, its sends to Redis and its delete. A batch
 	// in flight when Run's context ends still finishes, within this bound.
 	batchTimeout = 30 * time.Second
-	// Backoff after a failed batch or a lost listening connection.
+	// Backoff after a failed batch or a lost listening connection, and the first and the
+	// longest of a queue held back because Redis failed for it while answering a PING.
 	minBackoff = 100 * time.Millisecond
 	maxBackoff = 5 * time.Second
+	// maxRefusedBackoff is the longest backoff of a queue Redis refuses (too many queues, not
+	// created): an operator's action ends it, so its rows are tried at least this often.
+	maxRefusedBackoff = 30 * time.Second
+	// maxHeldQueues bounds the queues a relay remembers holding back (their backoffs). A queue
+	// past it is held back all the same, with the first backoff each time.
+	maxHeldQueues = 10000
+	// logNames bounds the queues and ids one log line names.
+	logNames = 10
+)
+
+// The reasons a row is held back (tried again later) or set aside (left with its error), in
+// RelayBatch.HeldBackBy and SetAsideBy, the relay's logs and the conveyor_relay_held_back_total
+// and conveyor_relay_set_aside_total series: a fixed set, so that series stay few whatever the
+// queues are called.
+const (
+	// ReasonTooManyQueues: the row's queue is new and the known queues are at the maximum
+	// (pipeline.ErrTooManyQueues). Held back.
+	ReasonTooManyQueues = "too_many_queues"
+	// ReasonQueueNotFound: the relay's Client publishes only to existing queues
+	// (ClientConfig.RequireQueues) and the row's does not exist (pipeline.ErrQueueNotFound).
+	// Held back.
+	ReasonQueueNotFound = "queue_not_found"
+	// ReasonRedis: Redis failed for the row's queue (a cluster node down, out of memory, a
+	// timeout) while it answered a PING. Held back. (Redis not answering at all holds back no
+	// queue: the whole relay backs off, as for PostgreSQL.)
+	ReasonRedis = "redis"
+	// ReasonConflict: the row's id names a job with another type or payload
+	// (pipeline.ErrConflict). Set aside.
+	ReasonConflict = "conflict"
+	// ReasonInvalid: the row's queue, type, spec or options are invalid (pipeline.ErrInvalid).
+	// Set aside.
+	ReasonInvalid = "invalid"
+	// ReasonTooLarge: the row's payload is over the Client's limit (pipeline.ErrPayloadTooLarge).
+	// Set aside.
+	ReasonTooLarge = "too_large"
+)
+
+// HeldBackReasons and SetAsideReasons list the reasons of each kind.
+var (
+	HeldBackReasons = []string{ReasonTooManyQueues, ReasonQueueNotFound, ReasonRedis}
+	SetAsideReasons = []string{ReasonConflict, ReasonInvalid, ReasonTooLarge}
 )
 
 // RelayConfig configures a Relay.
@@ -56,13 +98,17 @@ type RelayConfig struct {
 // RelayBatch is what one batch did (RelayConfig.OnBatch).
 type RelayBatch struct {
 	// Relayed counts rows sent and deleted, Duplicates those of them whose job existed already,
-	// SetAside the rows Redis refused for good (left with their error).
-	Relayed, Duplicates, SetAside int
+	// SetAside the rows Redis refused for good (left with their error), HeldBack the rows
+	// put back for a later try (their queue refused or failed, see the package doc).
+	Relayed, Duplicates, SetAside, HeldBack int
+	// HeldBackBy and SetAsideBy count the HeldBack and SetAside rows by reason (Reason*).
+	HeldBackBy, SetAsideBy map[string]int
 	// Lags are the relayed rows' commit-to-queued times: each row's age when the batch
 	// locked it, by PostgreSQL's clock (from its insert, which its commit follows closely),
 	// plus the batch's own time, from its start to its commit.
 	Lags []time.Duration
-	// Err is the batch's error: its rows (or a queue's) stay for a later batch.
+	// Err is the batch's error (PostgreSQL failed, or Redis did not answer): its rows, or
+	// those it had not sent, stay as they were for a later batch.
 	Err error
 }
 
@@ -74,17 +120,29 @@ type Relay struct {
 	db  *sql.DB
 	log zerolog.Logger
 
-	relayed, duplicates, failed atomic.Int64
-	// reached says PostgreSQL answered once (Migrate, or a batch's select): Run's goroutine only.
+	relayed, duplicates, failed, heldBack atomic.Int64
+	// reached says PostgreSQL answered once (Migrate, or a batch's select); held is the queues
+	// held back, by name (at most maxHeldQueues). Both are Run's goroutine's only.
 	reached bool
+	held    map[string]*hold
+}
+
+// hold is a queue the relay holds back: its rows wait until until, and a failure after it
+// doubles backoff.
+type hold struct {
+	until   time.Time
+	backoff time.Duration
+	reason  string
+	err     string
 }
 
 // RelayStats counts what a Relay did since it was made.
 type RelayStats struct {
 	// Relayed counts rows sent and deleted, Duplicates those of them whose job existed
 	// already (a row sent again after a relay died with it), Failed the rows set aside
-	// with an error (see the package doc).
-	Relayed, Duplicates, Failed int64
+	// with an error, HeldBack the times rows were put back for a later try (see the package
+	// doc).
+	Relayed, Duplicates, Failed, HeldBack int64
 }
 
 // NewRelay checks cfg and returns a Relay; it connects to nothing yet.
@@ -117,7 +175,8 @@ func NewRelay(cfg RelayConfig) (*Relay, error) {
 	if cfg.PollInterval == 0 {
 		cfg.PollInterval = DefaultPollInterval
 	}
-	return &Relay{cfg: cfg, pg: pg, db: stdlib.OpenDB(*pg.Copy()), log: cfg.Logger.With().Str("component", "relay").Logger()}, nil
+	return &Relay{cfg: cfg, pg: pg, db: stdlib.OpenDB(*pg.Copy()), log: cfg.Logger.With().Str("component", "relay").Logger(),
+		held: make(map[string]*hold)}, nil
 }
 
 // Close closes the relay's connections. Call it after Run returned.
@@ -125,11 +184,12 @@ func (r *Relay) Close() error { return r.db.Close() }
 
 // Stats returns the relay's counts.
 func (r *Relay) Stats() RelayStats {
-	return RelayStats{Relayed: r.relayed.Load(), Duplicates: r.duplicates.Load(), Failed: r.failed.Load()}
+	return RelayStats{Relayed: r.relayed.Load(), Duplicates: r.duplicates.Load(), Failed: r.failed.Load(),
+		HeldBack: r.heldBack.Load()}
 }
 
-// Pending counts the rows waiting to be sent (not set aside with an error), committed ones
-// only.
+// Pending counts the rows waiting to be sent (not set aside with an error; held back ones
+// included), committed ones only.
 func (r *Relay) Pending(ctx context.Context) (int, error) {
 	var n int
 	err := r.db.QueryRowContext(ctx, `SELECT count(*) FROM `+Table+` WHERE error IS NULL`).Scan(&n)
@@ -185,7 +245,15 @@ func (r *Relay) Run(ctx context.Context) error {
 		if n == r.cfg.BatchSize {
 			continue // more rows are likely waiting
 		}
-		poll.Reset(r.cfg.PollInterval)
+		// The rows this relay held back are due again when their queue's backoff ends: it
+		// looks then, rather than a poll later.
+		wait := r.cfg.PollInterval
+		for _, h := range r.held {
+			if d := time.Until(h.until); d > 0 {
+				wait = min(wait, d)
+			}
+		}
+		poll.Reset(wait)
 		select {
 		case <-ctx.Done():
 		case <-wake:
@@ -254,11 +322,25 @@ type row struct {
 	age            time.Duration // since its insert, when locked (PostgreSQL's clock)
 }
 
-// batch locks up to BatchSize rows, sends them and deletes them (or sets aside those Redis
-// refuses for good) in one transaction, and returns how many rows it locked. A queue whose
-// send fails (Redis unreachable, a queue RequireQueues refuses) keeps its rows for a later
-// batch, and its error is returned once the others' rows are deleted. It is not interrupted
-// by ctx: a batch begun is finished (within batchTimeout) or rolled back.
+// refusal is why a row is set aside.
+type refusal struct{ reason, msg string }
+
+// heldRows are the rows of one queue a batch holds back.
+type heldRows struct {
+	queue string
+	ids   []string
+	h     *hold
+	fresh bool // the queue was not held back before: said at warn level, later tries at debug
+}
+
+// batch locks up to BatchSize rows that are due (not held back), sends them and deletes them
+// in one PostgreSQL transaction, and returns how many rows it locked. A row Redis refuses for
+// good is set aside (its error column). A queue Redis refuses or fails for while it answers
+// (too many queues, a queue not created under RequireQueues, a cluster node down) is held
+// back: its rows get a retry_at after the queue's backoff, and the batches until then select
+// the rows behind them. Redis not answering at all stops the batch, leaves its untried rows as
+// they were and returns the error (Run then backs off). It is not interrupted by ctx: a batch
+// begun is finished (within batchTimeout) or rolled back.
 func (r *Relay) batch(ctx context.Context) (n int, err error) {
 	start := time.Now()
 	var report *RelayBatch
@@ -284,6 +366,8 @@ func (r *Relay) batch(ctx context.Context) (n int, err error) {
 		return 0, err
 	}
 	locked := time.Since(start)
+	now := time.Now()
+	r.forget(now)
 	// By queue, in the order of each queue's first row.
 	var queues []string
 	byQueue := make(map[string][]*row)
@@ -295,8 +379,11 @@ func (r *Relay) batch(ctx context.Context) (n int, err error) {
 		byQueue[q] = append(byQueue[q], &rows[i])
 	}
 	var done []string
-	var errs []error // of queues whose rows stay for a later batch
-	failed := make(map[string]string)
+	failed := make(map[string]refusal)
+	var holds []heldRows
+	var back []string // queues held back before, sent to now
+	var downErr error // Redis does not answer: the batch stops there
+	pinged, up := false, false
 	dups := 0
 	for _, q := range queues {
 		var tasks []pipeline.Task
@@ -307,7 +394,7 @@ func (r *Relay) batch(ctx context.Context) (n int, err error) {
 				rw.bad = pipeline.Validate(q, t)
 			}
 			if rw.bad != nil {
-				failed[rw.id] = rw.bad.Error()
+				failed[rw.id] = refusal{setAsideReason(rw.bad), rw.bad.Error()}
 				continue
 			}
 			tasks, sent = append(tasks, t), append(sent, rw)
@@ -315,58 +402,109 @@ func (r *Relay) batch(ctx context.Context) (n int, err error) {
 		if len(tasks) == 0 {
 			continue
 		}
+		if h := r.held[q]; h != nil && now.Before(h.until) {
+			// Held back by an earlier failure: these rows wait out the queue's backoff
+			// without a try (a queue whose rows keep coming costs Redis one try per backoff).
+			holds = append(holds, heldRows{queue: q, ids: ids(sent), h: h})
+			continue
+		}
+		var left []*row // rows of q without a final answer
+		var sendErr error
 		jobs, err := r.cfg.Client.EnqueueBatch(bctx, q, tasks)
-		if refused(err) {
+		switch {
+		case refused(err):
 			// Some task was refused for good: a conflict (EnqueueBatch wrote the others),
 			// or a Client stricter than Validate (it wrote nothing). Which ones: send them
 			// one by one (those written already come back as duplicates).
-			for _, rw := range sent {
+			for i, rw := range sent {
 				_, err := r.cfg.Client.Enqueue(bctx, q, pipeline.Task{Type: rw.typ, Payload: rw.payload}, rw.spec.options(rw.id)...)
 				if refused(err) {
-					failed[rw.id] = err.Error()
+					failed[rw.id] = refusal{setAsideReason(err), err.Error()}
 					continue
 				}
 				if err != nil {
-					errs = append(errs, fmt.Errorf("enqueue to %s: %w", q, err))
+					left, sendErr = sent[i:], err
 					break
 				}
 				// Not counted as a duplicate when it comes back as one: EnqueueBatch wrote it.
 				done = append(done, rw.id)
 			}
-			continue
-		}
-		if err != nil {
-			// This queue's rows stay (unlocked at the commit) for the next batch; the other
-			// queues' rows are sent and deleted all the same.
-			errs = append(errs, fmt.Errorf("enqueue to %s: %w", q, err))
-			continue
-		}
-		for i, j := range jobs {
-			if j != nil && j.Duplicate {
-				dups++
+		case err != nil:
+			left, sendErr = sent, err
+		default:
+			for i, j := range jobs {
+				if j != nil && j.Duplicate {
+					dups++
+				}
+				done = append(done, sent[i].id)
 			}
-			done = append(done, sent[i].id)
 		}
+		if len(left) == 0 {
+			if _, ok := r.held[q]; ok {
+				delete(r.held, q)
+				back = append(back, q)
+			}
+			continue
+		}
+		reason := heldReason(sendErr)
+		if reason == ReasonRedis {
+			// Redis away altogether, or only this queue's part of it? Holding back every
+			// queue of an unreachable Redis would rewrite every row at each backoff: it is
+			// the whole relay that waits then, its rows untouched.
+			if !pinged {
+				pinged, up = true, r.cfg.Client.Redis().Ping(bctx).Err() == nil
+			}
+			if !up {
+				downErr = fmt.Errorf("enqueue to %s: %w", q, sendErr)
+				break
+			}
+		}
+		h, fresh := r.holdQueue(q, reason, fmt.Sprintf("enqueue to %s: %v", q, sendErr), now)
+		holds = append(holds, heldRows{queue: q, ids: ids(left), h: h, fresh: fresh})
 	}
 	if len(done) > 0 {
 		if _, err := tx.ExecContext(bctx, `DELETE FROM `+Table+` WHERE id = ANY($1)`, done); err != nil {
 			return 0, fmt.Errorf("delete: %w", err)
 		}
 	}
-	for id, msg := range failed {
-		if _, err := tx.ExecContext(bctx, `UPDATE `+Table+` SET error = $2 WHERE id = $1`, id, msg); err != nil {
+	for id, f := range failed {
+		if _, err := tx.ExecContext(bctx, `UPDATE `+Table+` SET error = $2, last_error = $2, failed_at = clock_timestamp(),
+attempts = attempts + 1 WHERE id = $1`, id, f.msg); err != nil {
 			return 0, fmt.Errorf("set aside %s: %w", id, err)
+		}
+	}
+	for _, hr := range holds {
+		// retry_at by PostgreSQL's clock, which the selection compares it with.
+		wait := max(time.Until(hr.h.until), time.Millisecond)
+		if _, err := tx.ExecContext(bctx, `UPDATE `+Table+` SET retry_at = clock_timestamp() + $2::float8 * interval '1 millisecond',
+last_error = $3, failed_at = clock_timestamp(), attempts = attempts + 1 WHERE id = ANY($1)`,
+			hr.ids, wait.Milliseconds(), hr.h.err); err != nil {
+			return 0, fmt.Errorf("hold back %s: %w", hr.queue, err)
 		}
 	}
 	if err := tx.Commit(); err != nil {
 		return 0, fmt.Errorf("commit: %w", err)
 	}
-	for id, msg := range failed {
-		r.log.Error().Str("job_id", id).Str("reason", msg).Msg("outbox row set aside")
+	heldBack := 0
+	for _, hr := range holds {
+		heldBack += len(hr.ids)
 	}
+	r.logBatch(failed, holds, back)
 	if report != nil {
 		took := time.Since(start)
-		report.Relayed, report.Duplicates, report.SetAside = len(done), dups, len(failed)
+		report.Relayed, report.Duplicates, report.SetAside, report.HeldBack = len(done), dups, len(failed), heldBack
+		if len(failed) > 0 {
+			report.SetAsideBy = make(map[string]int)
+			for _, f := range failed {
+				report.SetAsideBy[f.reason]++
+			}
+		}
+		if len(holds) > 0 {
+			report.HeldBackBy = make(map[string]int)
+			for _, hr := range holds {
+				report.HeldBackBy[hr.h.reason] += len(hr.ids)
+			}
+		}
 		sent := make(map[string]bool, len(done))
 		for _, id := range done {
 			sent[id] = true
@@ -380,10 +518,101 @@ func (r *Relay) batch(ctx context.Context) (n int, err error) {
 	r.relayed.Add(int64(len(done)))
 	r.duplicates.Add(int64(dups))
 	r.failed.Add(int64(len(failed)))
+	r.heldBack.Add(int64(heldBack))
 	if len(done) > 0 {
 		r.log.Debug().Int("jobs", len(done)).Int("duplicates", dups).Dur("lock", locked).Dur("took", time.Since(start)).Msg("relayed")
 	}
-	return len(rows), errors.Join(errs...)
+	return len(rows), downErr
+}
+
+// ids returns the rows' ids.
+func ids(rows []*row) []string {
+	out := make([]string, len(rows))
+	for i, rw := range rows {
+		out[i] = rw.id
+	}
+	return out
+}
+
+// holdQueue holds queue back after a failed try: its backoff doubles from minBackoff, up to
+// maxBackoff for Redis's failures and maxRefusedBackoff for its refusals (an operator ends
+// those). fresh says the queue was not held back already.
+func (r *Relay) holdQueue(queue, reason, msg string, now time.Time) (h *hold, fresh bool) {
+	limit := maxBackoff
+	if reason != ReasonRedis {
+		limit = maxRefusedBackoff
+	}
+	h, ok := r.held[queue]
+	if !ok {
+		h = &hold{}
+		if len(r.held) < maxHeldQueues {
+			r.held[queue] = h
+		}
+	}
+	h.backoff = min(max(2*h.backoff, minBackoff), limit)
+	h.until, h.reason, h.err = now.Add(h.backoff), reason, msg
+	return h, !ok
+}
+
+// forget drops the queues whose backoff ended long ago: their rows went (another relay sent
+// them, or an operator deleted them), or a failure now starts from the first backoff again.
+func (r *Relay) forget(now time.Time) {
+	for q, h := range r.held {
+		if now.Sub(h.until) > 2*maxRefusedBackoff {
+			delete(r.held, q)
+		}
+	}
+}
+
+// logBatch says which rows a batch set aside or held back and why, and which queues it sent
+// to again. Held-back rows are said once per batch and reason (up to logNames queues and ids),
+// at warn level when a queue is newly held back and at debug level for the tries after.
+func (r *Relay) logBatch(failed map[string]refusal, holds []heldRows, back []string) {
+	for id, f := range failed {
+		r.log.Error().Str("job_id", id).Str("reason", f.reason).Str("error", f.msg).Msg("outbox row set aside")
+	}
+	type key struct {
+		reason string
+		fresh  bool
+	}
+	var order []key
+	groups := make(map[key][]heldRows)
+	for _, hr := range holds {
+		k := key{hr.h.reason, hr.fresh}
+		if _, ok := groups[k]; !ok {
+			order = append(order, k)
+		}
+		groups[k] = append(groups[k], hr)
+	}
+	for _, k := range order {
+		g := groups[k]
+		var queues, someIDs []string
+		rows := 0
+		retry := time.Duration(0)
+		for _, hr := range g {
+			if len(queues) < logNames {
+				queues = append(queues, hr.queue)
+			}
+			for _, id := range hr.ids {
+				if len(someIDs) < logNames {
+					someIDs = append(someIDs, id)
+				}
+			}
+			rows += len(hr.ids)
+			retry = max(retry, time.Until(hr.h.until))
+		}
+		ev := r.log.Debug()
+		if k.fresh {
+			ev = r.log.Warn()
+		}
+		ev.Str("reason", k.reason).Strs("queues", queues).Int("queue_count", len(g)).Int("rows", rows).
+			Strs("job_ids", someIDs).Str("error", g[0].h.err).Dur("retry_in", retry.Round(time.Millisecond)).
+			Msg("outbox rows held back; the rows of other queues go on")
+	}
+	if len(back) > 0 {
+		r.log.Info().Strs("queues", back[:min(len(back), logNames)]).Int("queue_count", len(back)).
+			Msg("outbox queues held back before took their rows")
+	}
 }
 
 // refused reports whether err is Redis's or the Client's final answer for a job, which
@@ -392,11 +621,35 @@ func refused(err error) bool {
 	return errors.Is(err, pipeline.ErrConflict) || errors.Is(err, pipeline.ErrInvalid) || errors.Is(err, pipeline.ErrPayloadTooLarge)
 }
 
-// lock selects and locks the batch's rows, oldest first, skipping those another relay holds.
+// setAsideReason is the Reason* of a refusal for good.
+func setAsideReason(err error) string {
+	switch {
+	case errors.Is(err, pipeline.ErrConflict):
+		return ReasonConflict
+	case errors.Is(err, pipeline.ErrPayloadTooLarge):
+		return ReasonTooLarge
+	}
+	return ReasonInvalid
+}
+
+// heldReason is the Reason* of a send's error that is not a refusal for good.
+func heldReason(err error) string {
+	switch {
+	case errors.Is(err, pipeline.ErrTooManyQueues):
+		return ReasonTooManyQueues
+	case errors.Is(err, pipeline.ErrQueueNotFound):
+		return ReasonQueueNotFound
+	}
+	return ReasonRedis
+}
+
+// lock selects and locks the batch's rows, skipping those another relay holds: the rows due
+// (retry_at passed; never held back: -infinity), those never held back first, in insertion
+// order. The index on (retry_at, seq) makes rows held back cost the selection nothing.
 func (r *Relay) lock(ctx context.Context, tx *sql.Tx) ([]row, error) {
 	res, err := tx.QueryContext(ctx, `SELECT id, queue, type, payload, spec,
 EXTRACT(EPOCH FROM clock_timestamp() - created_at)::float8 FROM `+Table+`
-WHERE error IS NULL ORDER BY seq LIMIT $1 FOR UPDATE SKIP LOCKED`, r.cfg.BatchSize)
+WHERE error IS NULL AND retry_at <= now() ORDER BY retry_at, seq LIMIT $1 FOR UPDATE SKIP LOCKED`, r.cfg.BatchSize)
 	if err != nil {
 		return nil, fmt.Errorf("select: %w", noTable(err))
 	}
