@@ -11,9 +11,11 @@ import (
 // found already sent, or set aside; the commit-to-queued lag; failed batches; and the rows
 // waiting, read at each scrape. Feed it from outbox.RelayConfig.OnBatch with Batch.
 type Relay struct {
-	rows    *prometheus.CounterVec
-	lag     prometheus.Histogram
-	failing prometheus.Counter
+	rows     *prometheus.CounterVec
+	lag      prometheus.Histogram
+	failing  prometheus.Counter
+	heldBack *prometheus.CounterVec
+	setAside *prometheus.CounterVec
 }
 
 // The result labels of conveyor_relay_rows_total.
@@ -37,9 +39,18 @@ func NewRelay(reg prometheus.Registerer, pending func(context.Context) (int, err
 		lag: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: Namespace, Name: "relay_lag_seconds",
 			Help: "Per relayed row, from its insert (PostgreSQL's clock) to the commit of the batch that queued its job.", Buckets: LatencyBuckets}),
 		failing: prometheus.NewCounter(prometheus.CounterOpts{Namespace: Namespace, Name: "relay_batch_errors_total",
-			Help: "Relay batches that failed (PostgreSQL or Redis unreachable, a queue refused): their rows stay for a later batch."}),
+			Help: "Relay batches that failed (PostgreSQL or Redis unreachable): their rows stay for a later batch."}),
+		// By reason only, not by queue: the queues of rows held back for too many queues are
+		// by nature ones Redis does not know, named by whoever wrote the rows. The log and the
+		// table name them.
+		heldBack: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: Namespace, Name: "relay_held_back_total",
+			Help: "Outbox rows the relay put back for a later try, by reason: their queue was refused (too_many_queues, queue_not_found) or Redis failed for it (redis); the rows behind them go on."},
+			[]string{"reason"}),
+		setAside: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: Namespace, Name: "relay_set_aside_total",
+			Help: "Outbox rows Redis refused for good, left in the table with their error, by reason (conflict, invalid, too_large)."},
+			[]string{"reason"}),
 	}
-	cs := []prometheus.Collector{m.rows, m.lag, m.failing}
+	cs := []prometheus.Collector{m.rows, m.lag, m.failing, m.heldBack, m.setAside}
 	if pending != nil {
 		cs = append(cs, &pendingCollector{count: pending, desc: prometheus.NewDesc(Namespace+"_relay_pending",
 			"Outbox rows committed and waiting for the relay (not set aside).", nil, nil)})
@@ -65,6 +76,17 @@ func (m *Relay) Batch(relayed, duplicates, setAside int, lags []time.Duration, f
 	}
 	if failed {
 		m.failing.Inc()
+	}
+}
+
+// Refused records a batch's rows held back and set aside, counted by reason (outbox.Reason*:
+// a fixed set). A reason given with 0 is shown at 0, so that rate() sees its first rows.
+func (m *Relay) Refused(heldBack, setAside map[string]int) {
+	for r, n := range heldBack {
+		m.heldBack.WithLabelValues(r).Add(float64(n))
+	}
+	for r, n := range setAside {
+		m.setAside.WithLabelValues(r).Add(float64(n))
 	}
 }
 

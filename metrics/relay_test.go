@@ -22,8 +22,18 @@ func TestRelayMetrics(t *testing.T) {
 	require.NoError(t, err)
 	m.Batch(3, 1, 2, []time.Duration{10 * time.Millisecond, 20 * time.Millisecond, 3 * time.Second}, false)
 	m.Batch(0, 0, 0, nil, true)
+	m.Refused(map[string]int{"too_many_queues": 0, "redis": 0}, map[string]int{"conflict": 0})
+	m.Refused(map[string]int{"too_many_queues": 500}, map[string]int{"conflict": 2})
+	m.Refused(map[string]int{"too_many_queues": 100}, nil)
 	require.NoError(t, testutil.GatherAndCompare(reg, strings.NewReader(`
-# HELP conveyor_relay_batch_errors_total Relay batches that failed (PostgreSQL or Redis unreachable, a queue refused): their rows stay for a later batch.
+# HELP conveyor_relay_held_back_total Outbox rows the relay put back for a later try, by reason: their queue was refused (too_many_queues, queue_not_found) or Redis failed for it (redis); the rows behind them go on.
+# TYPE conveyor_relay_held_back_total counter
+conveyor_relay_held_back_total{reason="redis"} 0
+conveyor_relay_held_back_total{reason="too_many_queues"} 600
+# HELP conveyor_relay_set_aside_total Outbox rows Redis refused for good, left in the table with their error, by reason (conflict, invalid, too_large).
+# TYPE conveyor_relay_set_aside_total counter
+conveyor_relay_set_aside_total{reason="conflict"} 2
+# HELP conveyor_relay_batch_errors_total Relay batches that failed (PostgreSQL or Redis unreachable): their rows stay for a later batch.
 # TYPE conveyor_relay_batch_errors_total counter
 conveyor_relay_batch_errors_total 1
 # HELP conveyor_relay_pending Outbox rows committed and waiting for the relay (not set aside).
@@ -34,7 +44,8 @@ conveyor_relay_pending 7
 conveyor_relay_rows_total{result="duplicate"} 1
 conveyor_relay_rows_total{result="relayed"} 3
 conveyor_relay_rows_total{result="set_aside"} 2
-`), "conveyor_relay_batch_errors_total", "conveyor_relay_pending", "conveyor_relay_rows_total"))
+`), "conveyor_relay_batch_errors_total", "conveyor_relay_pending", "conveyor_relay_rows_total",
+		"conveyor_relay_held_back_total", "conveyor_relay_set_aside_total"))
 	fams, err := reg.Gather()
 	require.NoError(t, err)
 	var lags uint64

@@ -35,9 +35,9 @@
 // Relays take their batches with SELECT ... FOR UPDATE SKIP LOCKED: each row is locked by one
 // relay at a time, so any number of relays may run over one table and each row is sent by the
 // one holding it (a row is sent twice only after a relay died with it, see above, and the
-// queue absorbs that). Rows are taken oldest first (by insertion order), but several relays,
-// or a batch sent again, do not keep a strict order across queues: order within a queue is
-// not a promise of the outbox.
+// queue absorbs that). Rows are taken oldest first (by insertion order; a row held back after
+// the rows never held back), but several relays, a batch sent again or a queue held back do
+// not keep a strict order: order within a queue is not a promise of the outbox.
 //
 // # Wake-up
 //
@@ -50,17 +50,43 @@
 //
 // # Rows that cannot be sent
 //
+// A row the relay cannot send never holds back the rows behind it. There are three cases.
+//
 // A row whose job Redis refuses for good (the id names a job with another type or payload,
-// ErrConflict; a row written by hand with an invalid queue, type or options) is not deleted:
-// the relay writes the reason in its error column and skips it from then on. They are for an
-// operator to read (SELECT id, queue, error FROM conveyor_outbox WHERE error IS NOT NULL),
-// fix (UPDATE ... SET error = NULL sends it again) or delete. Other errors (Redis down, a
-// queue that does not exist under RequireQueues) are retried with a backoff.
+// ErrConflict; a row written by hand with an invalid queue, type or options; a payload over
+// the limit) is set aside, never deleted: the relay writes the reason in its error column (and
+// failed_at) and skips it from then on. They are for an operator to read (SELECT id, queue,
+// error, failed_at FROM conveyor_outbox WHERE error IS NOT NULL), fix (UPDATE ... SET error =
+// NULL sends it again) or delete.
+//
+// A row whose queue Redis refuses for now (the known queues at their maximum,
+// pipeline.ErrTooManyQueues; a queue not created while the relay's Client has RequireQueues,
+// pipeline.ErrQueueNotFound) or fails for while it answers a PING (a cluster node down, out
+// of memory) is held back: the relay holds its queue back with a backoff of its own (100 ms,
+// doubling up to 30 s for a refusal, which an operator's action ends, and 5 s for a failure),
+// and writes into each of the queue's rows it locked when it is due again (retry_at), why
+// (last_error), when (failed_at) and how often (attempts). Batches select only rows that are
+// due (retry_at passed; a row never held back has -infinity), never-held-back ones first, in
+// insertion order, on an index of (retry_at, seq): the rows held back cost them nothing, and
+// the rows behind them are sent. The queue's rows that arrive during its backoff are held
+// back without a try. Once the queue takes its rows again the relay says so. Rows held back
+// stay pending: Pending counts them.
+//
+// Redis not answering at all (not even a PING) holds back no queue: the batch stops, the
+// rows it had not sent stay as they were (no row is rewritten at every backoff), and the
+// relay backs off as a whole, as for PostgreSQL, logging once.
+//
+// The relay's log says which queues and rows (up to ten of each per line) and why, at warn
+// level when a queue is first held back; RelayBatch and the conveyor_relay_held_back_total
+// and conveyor_relay_set_aside_total series (metrics.Relay) count the rows by reason (Reason*,
+// a fixed set: the queues of rows refused for too many queues are ones Redis does not know,
+// so they are not a label).
 //
 // # The table
 //
 // Migrate creates the table, its index and its trigger if they are missing (CREATE ... IF NOT
-// EXISTS, under an advisory lock, so concurrent calls are safe); NewRelay's Run calls it
+// EXISTS, under an advisory lock, so concurrent calls are safe) and upgrades a table an older
+// Migrate made (the columns of rows held back, added only when missing, and the index); NewRelay's Run calls it
 // unless RelayConfig.NoMigrate says the schema is managed elsewhere (the statements are
 // Schema). An application that may Enqueue before any relay ran calls Migrate at start: an
 // Enqueue into a database without the table fails with ErrNoTable (PostgreSQL's

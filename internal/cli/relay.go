@@ -43,12 +43,16 @@ one of them (FOR UPDATE SKIP LOCKED). The relay wakes on the table's notificatio
 
 At start it creates the table, its index and its trigger when missing (--no-migrate: the schema
 is managed elsewhere). Rows Redis refuses for good (an id already used by another job) stay in
-the table with the reason in their error column. On SIGINT or SIGTERM it finishes the batch in
-flight and exits 0.
+the table with the reason in their error column. Rows whose queue Redis refuses for now (too
+many queues, a queue not created) or fails for (a cluster node down) are held back with a
+backoff per queue (retry_at, last_error), and the rows behind them go on. On SIGINT or SIGTERM
+it finishes the batch in flight and exits 0.
 
 --metrics-addr serves Prometheus metrics on GET /metrics: rows relayed, found sent already
-or set aside (conveyor_relay_rows_total), the commit-to-queued lag (conveyor_relay_lag_seconds),
-failed batches, and the rows waiting (conveyor_relay_pending, counted at each scrape).`,
+or set aside (conveyor_relay_rows_total), rows held back and set aside by reason
+(conveyor_relay_held_back_total, conveyor_relay_set_aside_total), the commit-to-queued lag
+(conveyor_relay_lag_seconds), failed batches, and the rows waiting (conveyor_relay_pending,
+counted at each scrape).`,
 		Example: `  conveyor relay --postgres postgres://app@db:5432/shop
   CONVEYOR_POSTGRES=postgres://app@db/shop conveyor relay --redis redis://redis:6379/0 --batch 1000`,
 		Args:        noArgs,
@@ -81,7 +85,10 @@ failed batches, and the rows waiting (conveyor_relay_pending, counted at each sc
 				PollInterval: rf.poll, NoMigrate: rf.noMigrate, Logger: a.log}
 			var m *metrics.Relay
 			if rf.metricsAddr != "" {
-				cfg.OnBatch = func(b outbox.RelayBatch) { m.Batch(b.Relayed, b.Duplicates, b.SetAside, b.Lags, b.Err != nil) }
+				cfg.OnBatch = func(b outbox.RelayBatch) {
+					m.Batch(b.Relayed, b.Duplicates, b.SetAside, b.Lags, b.Err != nil)
+					m.Refused(b.HeldBackBy, b.SetAsideBy)
+				}
 			}
 			r, err := outbox.NewRelay(cfg)
 			if err != nil {
@@ -96,6 +103,7 @@ failed batches, and the rows waiting (conveyor_relay_pending, counted at each sc
 				if m, err = metrics.NewRelay(reg, r.Pending); err != nil {
 					return err
 				}
+				m.Refused(zeroes(outbox.HeldBackReasons), zeroes(outbox.SetAsideReasons))
 				stop, err := a.serveMetrics(rf.metricsAddr, reg)
 				if err != nil {
 					return err
@@ -114,4 +122,13 @@ failed batches, and the rows waiting (conveyor_relay_pending, counted at each sc
 	f.BoolVar(&rf.noMigrate, "no-migrate", false, "do not create the table, index and trigger at start")
 	f.StringVar(&rf.metricsAddr, "metrics-addr", "", "serve the relay's Prometheus metrics on GET /metrics at this host:port (default off)")
 	return cmd
+}
+
+// zeroes maps each reason to 0: the series of each reason are shown from the start.
+func zeroes(reasons []string) map[string]int {
+	m := make(map[string]int, len(reasons))
+	for _, r := range reasons {
+		m[r] = 0
+	}
+	return m
 }
