@@ -467,19 +467,33 @@ func (r *Relay) batch(ctx context.Context) (n int, err error) {
 			return 0, fmt.Errorf("delete: %w", err)
 		}
 	}
-	for id, f := range failed {
-		if _, err := tx.ExecContext(bctx, `UPDATE `+Table+` SET error = $2, last_error = $2, failed_at = clock_timestamp(),
-attempts = attempts + 1 WHERE id = $1`, id, f.msg); err != nil {
-			return 0, fmt.Errorf("set aside %s: %w", id, err)
+	if len(failed) > 0 {
+		var fids, msgs []string
+		for id, f := range failed {
+			fids, msgs = append(fids, id), append(msgs, f.msg)
+		}
+		if _, err := tx.ExecContext(bctx, `UPDATE `+Table+` t SET error = u.msg, last_error = u.msg,
+failed_at = clock_timestamp(), attempts = t.attempts + 1
+FROM unnest($1::text[], $2::text[]) AS u(id, msg) WHERE t.id = u.id`, fids, msgs); err != nil {
+			return 0, fmt.Errorf("set aside: %w", err)
 		}
 	}
-	for _, hr := range holds {
-		// retry_at by PostgreSQL's clock, which the selection compares it with.
-		wait := max(time.Until(hr.h.until), time.Millisecond)
-		if _, err := tx.ExecContext(bctx, `UPDATE `+Table+` SET retry_at = clock_timestamp() + $2::float8 * interval '1 millisecond',
-last_error = $3, failed_at = clock_timestamp(), attempts = attempts + 1 WHERE id = ANY($1)`,
-			hr.ids, wait.Milliseconds(), hr.h.err); err != nil {
-			return 0, fmt.Errorf("hold back %s: %w", hr.queue, err)
+	if len(holds) > 0 {
+		// One statement for every queue held back: a batch of 500 rows of 500 queues the cap
+		// refuses is one UPDATE, not 500. retry_at is by PostgreSQL's clock, which the
+		// selection compares it with.
+		var hids, msgs []string
+		var waits []int64
+		for _, hr := range holds {
+			wait := max(time.Until(hr.h.until), time.Millisecond).Milliseconds()
+			for _, id := range hr.ids {
+				hids, msgs, waits = append(hids, id), append(msgs, hr.h.err), append(waits, wait)
+			}
+		}
+		if _, err := tx.ExecContext(bctx, `UPDATE `+Table+` t SET retry_at = clock_timestamp() + u.ms * interval '1 millisecond',
+last_error = u.msg, failed_at = clock_timestamp(), attempts = t.attempts + 1
+FROM unnest($1::text[], $2::float8[], $3::text[]) AS u(id, ms, msg) WHERE t.id = u.id`, hids, waits, msgs); err != nil {
+			return 0, fmt.Errorf("hold back: %w", err)
 		}
 	}
 	if err := tx.Commit(); err != nil {
