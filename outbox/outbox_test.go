@@ -699,3 +699,22 @@ func TestMigrateUpgradesOldTable(t *testing.T) {
 	require.NoError(t, b.db.QueryRow(`SELECT id FROM `+outbox.Table).Scan(&left))
 	require.Equal(t, "old-bad", left)
 }
+
+// A relay that held a queue back looks again when the queue's backoff ends, not a poll later
+// (an hour here): the queue created meanwhile gets its rows.
+func TestHeldBackRowsTriedWhenBackoffEnds(t *testing.T) {
+	b := setup(t)
+	ctx := context.Background()
+	var err error
+	b.client, err = pipeline.NewClient(b.rdb, pipeline.ClientConfig{RequireQueues: true})
+	require.NoError(t, err)
+	ids := b.enqueue(t, 3, nil)
+	r := b.relay(t, outbox.RelayConfig{PollInterval: time.Hour})
+	require.Eventually(t, func() bool { return r.Stats().HeldBack >= 3 }, time.Minute, time.Millisecond)
+	insp, err := pipeline.NewInspector(b.rdb, pipeline.InspectorConfig{})
+	require.NoError(t, err)
+	_, err = insp.CreateQueue(ctx, b.queue, pipeline.QueueOptions{})
+	require.NoError(t, err)
+	b.waitEmpty(t)
+	b.requireJobs(t, ids)
+}

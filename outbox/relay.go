@@ -330,7 +330,16 @@ type heldRows struct {
 	queue string
 	ids   []string
 	h     *hold
-	fresh bool // the queue was not held back before: said at warn level, later tries at debug
+	fresh bool          // the queue was not held back before: said at warn level, later tries at debug
+	wait  time.Duration // its rows' retry_at, from the UPDATE's clock
+}
+
+// later returns the later of a and b.
+func later(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
 }
 
 // batch locks up to BatchSize rows that are due (not held back), sends them and deletes them
@@ -484,8 +493,10 @@ FROM unnest($1::text[], $2::text[]) AS u(id, msg) WHERE t.id = u.id`, fids, msgs
 		// selection compares it with.
 		var hids, msgs []string
 		var waits []int64
-		for _, hr := range holds {
-			wait := max(time.Until(hr.h.until), time.Millisecond).Milliseconds()
+		for i := range holds {
+			hr := &holds[i]
+			hr.wait = max(time.Until(hr.h.until), time.Millisecond)
+			wait := hr.wait.Milliseconds()
 			for _, id := range hr.ids {
 				hids, msgs, waits = append(hids, id), append(msgs, hr.h.err), append(waits, wait)
 			}
@@ -498,6 +509,11 @@ FROM unnest($1::text[], $2::float8[], $3::text[]) AS u(id, ms, msg) WHERE t.id =
 	}
 	if err := tx.Commit(); err != nil {
 		return 0, fmt.Errorf("commit: %w", err)
+	}
+	for _, hr := range holds {
+		// Run wakes at until for the rows: not before their retry_at, which PostgreSQL's
+		// clock set a little after the wait was taken, before this commit.
+		hr.h.until = later(hr.h.until, time.Now().Add(hr.wait))
 	}
 	heldBack := 0
 	for _, hr := range holds {
