@@ -84,6 +84,9 @@ func TestRelayE2E(t *testing.T) {
 	require.Equal(t, left, relayed, "the rows the first relay left")
 	require.Equal(t, "0", seriesValue(body, "conveyor_relay_pending"))
 	require.NotEmpty(t, seriesValue(body, "conveyor_relay_lag_seconds_count"))
+	// Every reason's series from the start, at 0 here.
+	require.Equal(t, "0", seriesValue(body, `conveyor_relay_held_back_total{reason="too_many_queues"}`))
+	require.Equal(t, "0", seriesValue(body, `conveyor_relay_set_aside_total{reason="conflict"}`))
 	for _, id := range ids {
 		_, err := client.Get(ctx, queue, id)
 		require.NoError(t, err, "job %s", id)
