@@ -3,6 +3,7 @@ package pipeline_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -326,5 +327,50 @@ func TestPriorityLevelLifecycle(t *testing.T) {
 				assert.EqualValues(t, 1, b.stats(t).Recovered)
 			})
 		})
+	}
+}
+
+// TestPriorityLevelsIdleQueue is issue 30's starvation: a queue with jobs of levels 1 to 4, at
+// concurrency 1 (and 3), otherwise idle, runs a job of any level published to it, on a
+// standalone server and on a cluster (where a level's read checks the lower levels' streams in
+// one script call, in the queue's hash tag). Before the fix an idle level-1 reader waiting for
+// the one slot counted as wanting it, levels 1 and 2 took it in turn and the level-4 jobs
+// waited minutes. The figure is in docs/RELIABILITY.md ("Priority levels of an idle queue").
+func TestPriorityLevelsIdleQueue(t *testing.T) {
+	t.Parallel()
+	for _, tc := range levelBackends {
+		for _, concurrency := range []int{1, 3} {
+			if tc.name == "cluster" && concurrency != 1 {
+				continue
+			}
+			t.Run(fmt.Sprintf("%s/Concurrency%d", tc.name, concurrency), func(t *testing.T) {
+				t.Parallel()
+				b := setup(t, setupOpts{rdb: tc.rdb(t)})
+				ctx := t.Context()
+				enqueue := func(level int) string {
+					j, err := b.client.Enqueue(ctx, b.queue, pipeline.Task{Type: "t"}, pipeline.WithPriority(level))
+					require.NoError(t, err)
+					return j.ID
+				}
+				completed := func(id string) bool {
+					j, err := b.client.Get(ctx, b.queue, id)
+					return err == nil && j.Status == pipeline.StatusCompleted
+				}
+				// Every level is in use before the worker starts, so that it reads all four.
+				var warm []string
+				for level := 1; level <= 4; level++ {
+					warm = append(warm, enqueue(level))
+				}
+				b.startWorker(t, pipeline.WorkerConfig{Concurrency: concurrency}, map[string]pipeline.HandlerFunc{"t": echo})
+				for _, id := range warm {
+					require.Eventually(t, func() bool { return completed(id) }, 60*time.Second, 5*time.Millisecond)
+				}
+				for _, level := range []int{4, 3, 2} {
+					id := enqueue(level)
+					require.Eventually(t, func() bool { return completed(id) }, 60*time.Second, 5*time.Millisecond,
+						"the level-%d job of an idle queue did not run", level)
+				}
+			})
+		}
 	}
 }
