@@ -374,3 +374,87 @@ func TestPriorityLevelsIdleQueue(t *testing.T) {
 		}
 	}
 }
+
+// TestPriorityLevelsAfterResume is the newcomer's case of issue 30 through a worker: jobs of
+// levels 1 and 4 published while their queue is paused; at resume no level-4 job starts while
+// level-1 jobs are still unread. Each level-4 job notes, as it starts, the level-1 entries the
+// group has not been delivered yet; the first jobs to start hold both slots until two have
+// started, so that a level-4 job that took a slot early would find level-1 jobs unread. (The
+// subscriber's own test, stream's TestLevelsLowestFirstAfterResume, is the one that failed
+// before the fix; this one keeps the pause watcher's resume in level order.)
+func TestPriorityLevelsAfterResume(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := t.Context()
+	enqueue := func(typ string, level int) string {
+		j, err := b.client.Enqueue(ctx, b.queue, pipeline.Task{Type: typ}, pipeline.WithPriority(level))
+		require.NoError(t, err)
+		return j.ID
+	}
+	var mu sync.Mutex
+	var lags []int64 // level 1's undelivered entries as each level-4 job started
+	started := make(chan struct{}, 100)
+	gate := make(chan struct{})
+	hold := func(ctx context.Context) {
+		started <- struct{}{}
+		select {
+		case <-gate:
+		case <-ctx.Done():
+		}
+	}
+	var ids []string
+	for _, level := range []int{1, 4} {
+		ids = append(ids, enqueue("t", level))
+	}
+	w, _ := b.startWorker(t, pipeline.WorkerConfig{Concurrency: 2, PauseCheckInterval: 50 * time.Millisecond},
+		map[string]pipeline.HandlerFunc{
+			"t": echo,
+			"one": func(ctx context.Context, _ *pipeline.Job) ([]byte, error) {
+				hold(ctx)
+				return nil, nil
+			},
+			"four": func(ctx context.Context, _ *pipeline.Job) ([]byte, error) {
+				// Not the group's lag, which Redis cannot tell once entries were deleted.
+				g, err := b.rdb.XInfoGroups(ctx, b.q.Stream()).Result()
+				if !assert.NoError(t, err) {
+					return nil, err
+				}
+				unread, err := b.rdb.XRange(ctx, b.q.Stream(), "("+g[0].LastDeliveredID, "+").Result()
+				if !assert.NoError(t, err) {
+					return nil, err
+				}
+				mu.Lock()
+				lags = append(lags, int64(len(unread)))
+				mu.Unlock()
+				hold(ctx)
+				return nil, nil
+			},
+		})
+	for _, id := range ids {
+		b.waitStatus(t, id, pipeline.StatusCompleted)
+	}
+	require.NoError(t, b.insp.Pause(ctx, b.queue))
+	require.Eventually(t, func() bool { return pipeline.PausedTopics(w)[b.queue] }, 10*time.Second, time.Millisecond)
+	ids = ids[:0]
+	for range 3 {
+		ids = append(ids, enqueue("four", 4))
+	}
+	for range 10 {
+		ids = append(ids, enqueue("one", 1))
+	}
+	require.NoError(t, b.insp.Resume(ctx, b.queue))
+	for range 2 {
+		select {
+		case <-started:
+		case <-time.After(30 * time.Second):
+			t.Fatal("no job started after the resume")
+		}
+	}
+	close(gate)
+	for _, id := range ids {
+		b.waitStatus(t, id, pipeline.StatusCompleted)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	assert.Equal(t, []int64{0, 0, 0}, lags, "a level-4 job started while level-1 jobs were unread")
+}

@@ -1,7 +1,9 @@
 package stream
 
 import (
+	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -171,46 +173,93 @@ func TestLevelsLowestFirst(t *testing.T) {
 // published during the pause are handed out in level order. Issue 30: the level-1 reader, idle
 // before the pause, took a slot at ResumeTopic and was away reading when level 4 was resumed,
 // neither waiting nor hungry, so level 4 read too: a level-4 entry was handed out in the same
-// millisecond as the first level-1 one, while level-1 entries were still unread.
+// millisecond as the first level-1 one, while level-1 entries were still unread (with levels
+// 1 and 4 subscribed; with all four, levels 3 and 4 were not even read before the pause).
 func TestLevelsLowestFirstAfterResume(t *testing.T) {
 	t.Parallel()
-	srv := redistest.Client(t)
-	rdb := redis.NewClient(srv.Options())
-	t.Cleanup(func() { _ = rdb.Close() })
-	reads := watchLevelReads(rdb)
-	fam := redistest.UniqueName(t)
-	topics := make([]string, 4)
-	for k := range topics {
-		topics[k] = fmt.Sprintf("%s/%d", fam, k+1)
-	}
-	sub := newTestSubscriber(t, rdb, Config{Concurrency: 2, ManualSettle: true, Levels: levelsOf})
-	in := subscribeLevels(t, sub, fam, 4)
-	// Every reader has read its empty stream at least twice: each is idle, none hungry.
-	require.Eventually(t, func() bool {
-		for _, s := range topics {
-			if reads.of(s) < 2 {
-				return false
+	for _, levels := range [][]int{{1, 4}, {1, 2, 3, 4}} {
+		t.Run(fmt.Sprint(len(levels)), func(t *testing.T) {
+			t.Parallel()
+			srv := redistest.Client(t)
+			rdb := redis.NewClient(srv.Options())
+			t.Cleanup(func() { _ = rdb.Close() })
+			reads := watchLevelReads(rdb)
+			fam := redistest.UniqueName(t)
+			// Each read of a level above 1 notes, before its messages are handed out, how many
+			// entries of the lower levels the group was not delivered yet. A read holds its
+			// slots until then, so no lower level can read in between at this concurrency
+			// unless a slot was free, which the level order would have given the lower level.
+			var mu sync.Mutex
+			unread := map[int]int{} // by the level that read
+			prepare := func(ctx context.Context, topic string, _ []*message.Message) []bool {
+				_, level := levelsOf(topic)
+				n := 0
+				for _, l := range levels {
+					if l < level {
+						n += undelivered(t, rdb, fmt.Sprintf("%s/%d", fam, l))
+					}
+				}
+				mu.Lock()
+				unread[level] += n
+				mu.Unlock()
+				return nil
 			}
-		}
-		return true
-	}, 30*time.Second, time.Millisecond)
-	for _, s := range topics {
-		sub.PauseTopic(s)
+			sub := newTestSubscriber(t, rdb, Config{Concurrency: 2, ManualSettle: true, Levels: levelsOf, Prepare: prepare})
+			in := make(chan levelMsg)
+			var topics []string
+			for _, level := range levels {
+				topic := fmt.Sprintf("%s/%d", fam, level)
+				topics = append(topics, topic)
+				ch, err := sub.Subscribe(t.Context(), topic)
+				require.NoError(t, err)
+				go func() {
+					for m := range ch {
+						select {
+						case in <- levelMsg{level, m}:
+						case <-t.Context().Done():
+							return
+						}
+					}
+				}()
+			}
+			// Every reader has read its empty stream at least twice: each is idle, none hungry.
+			require.Eventually(t, func() bool {
+				for _, s := range topics {
+					if reads.of(s) < 2 {
+						return false
+					}
+				}
+				return true
+			}, 30*time.Second, time.Millisecond)
+			for _, s := range topics {
+				sub.PauseTopic(s)
+			}
+			require.Eventually(t, func() bool { return sub.Reads() == 0 }, 10*time.Second, time.Millisecond)
+			var want []int
+			for k := len(topics) - 1; k >= 0; k-- {
+				publish(t, rdb, topics[k], fmt.Sprint(levels[k]), 3)
+			}
+			for _, level := range levels {
+				want = append(want, level, level, level)
+			}
+			for _, s := range topics {
+				sub.ResumeTopic(s)
+			}
+			var order []int
+			for range want {
+				m := receiveLevel(t, in, 30*time.Second)
+				order = append(order, m.level)
+				sub.Settle(m.msg)
+			}
+			slices.Sort(order)
+			assert.Equal(t, want, order)
+			mu.Lock()
+			defer mu.Unlock()
+			for _, level := range levels[1:] {
+				assert.Zero(t, unread[level], "level %d read while lower levels had entries", level)
+			}
+		})
 	}
-	require.Eventually(t, func() bool { return sub.Reads() == 0 }, 10*time.Second, time.Millisecond)
-	for k := len(topics) - 1; k >= 0; k-- {
-		publish(t, rdb, topics[k], fmt.Sprint(k+1), 3)
-	}
-	for _, s := range topics {
-		sub.ResumeTopic(s)
-	}
-	var order []int
-	for range 12 {
-		m := receiveLevel(t, in, 30*time.Second)
-		order = append(order, m.level)
-		sub.Settle(m.msg)
-	}
-	assert.Equal(t, []int{1, 1, 1, 2, 2, 2, 3, 3, 3, 4, 4, 4}, order)
 }
 
 // An idle family makes no more reads than one per level per lowest-level read, at any
@@ -236,4 +285,15 @@ func TestLevelsIdleFamilyCost(t *testing.T) {
 			}
 		})
 	}
+}
+
+// undelivered counts the entries of stream past the group's last delivered id.
+func undelivered(t *testing.T, rdb redis.UniversalClient, stream string) int {
+	groups, err := rdb.XInfoGroups(context.Background(), stream).Result()
+	if !assert.NoError(t, err) || len(groups) == 0 {
+		return 0
+	}
+	rest, err := rdb.XRange(context.Background(), stream, "("+groups[0].LastDeliveredID, "+").Result()
+	assert.NoError(t, err)
+	return len(rest)
 }

@@ -682,7 +682,9 @@ func (s *Subscriber) setHungry(w *waiter, full bool) {
 	s.mu.Lock()
 	wake := false
 	if tracked {
-		if full {
+		// A read that ends while its topic is paused says nothing of what the pause lets pile
+		// up: the reader stays hungry (see pausedHungryLocked).
+		if full || !s.mayReadLocked(w) {
 			s.hungry[w] = true
 		} else if s.hungry[w] {
 			delete(s.hungry, w)
