@@ -260,3 +260,69 @@ func receiveIDs(t *testing.T, ch <-chan string, n int) []string {
 	}
 	return ids
 }
+
+// TestPausePriorityLevels: a paused queue starts no job of any level, 2 to 4 included (the
+// pause watcher pauses every level's stream of every partition, not only the queue's level-1
+// stream), whether the jobs were queued before the worker started or during the pause; after
+// Resume every one runs.
+func TestPausePriorityLevels(t *testing.T) {
+	t.Parallel()
+	rdb := redistest.Client(t)
+	ctx := t.Context()
+	prefix := redistest.UniqueName(t)
+	const q, other = "paused", "other"
+	insp, err := pipeline.NewInspector(rdb, pipeline.InspectorConfig{Prefix: prefix})
+	require.NoError(t, err)
+	_, err = insp.CreateQueue(ctx, q, pipeline.QueueOptions{Partitions: 2})
+	require.NoError(t, err)
+	client, err := pipeline.NewClient(rdb, pipeline.ClientConfig{Prefix: prefix})
+	require.NoError(t, err)
+	var queued []string
+	enqueue := func(level int) {
+		j, err := client.Enqueue(ctx, q, pipeline.Task{Type: "run"}, pipeline.WithPriority(level))
+		require.NoError(t, err)
+		queued = append(queued, j.ID)
+	}
+	for level := 2; level <= 4; level++ {
+		enqueue(level)
+		enqueue(level)
+	}
+	require.NoError(t, insp.Pause(ctx, q))
+
+	started := make(chan string, 100)
+	ran := make(chan string, 100)
+	h := newQueueReads(prefix, q, other)
+	w, _ := startWorkerOn(t, hookedClient(t, rdb, h), pipeline.WorkerConfig{Prefix: prefix, Queues: []string{q, other},
+		Concurrency: 4, PauseCheckInterval: 100 * time.Millisecond},
+		map[string]pipeline.HandlerFunc{"run": func(_ context.Context, j *pipeline.Job) ([]byte, error) {
+			if j.Queue == q {
+				started <- j.ID
+			} else {
+				ran <- j.ID
+			}
+			return nil, nil
+		}})
+	require.Eventually(t, func() bool { return pipeline.PausedTopics(w)[q] }, 10*time.Second, time.Millisecond)
+	for level := 2; level <= 4; level++ {
+		enqueue(level)
+	}
+	// The worker reads on: a job of the other queue runs, and three more reads of it end,
+	// while no job of the paused queue starts.
+	j, err := client.Enqueue(ctx, other, pipeline.Task{Type: "run"})
+	require.NoError(t, err)
+	select {
+	case id := <-ran:
+		require.Equal(t, j.ID, id)
+	case <-time.After(10 * time.Second):
+		t.Fatal("a job of the queue not paused did not run")
+	}
+	otherReads, _ := h.reads(other)
+	require.Eventually(t, func() bool { n, _ := h.reads(other); return n >= otherReads+3 }, 10*time.Second, time.Millisecond)
+	select {
+	case id := <-started:
+		t.Fatalf("job %s of the paused queue started", id)
+	default:
+	}
+	require.NoError(t, insp.Resume(ctx, q))
+	assert.ElementsMatch(t, queued, receiveIDs(t, started, len(queued)))
+}
