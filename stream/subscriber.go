@@ -247,6 +247,8 @@ type Subscriber struct {
 	turn   *waiter   // the reader woken to take slots next; nobody else takes any meanwhile
 	paused bool      // no slot is given for a read (see Pause)
 	reads  int       // reads under way: slots reserved, reply not yet back (see Reads)
+	// topicReads counts the reads under way by stream (see TopicReads).
+	topicReads map[string]int
 	// pausedTopics are the streams whose readers get no slot (see PauseTopic); a waiter of
 	// one stays in line without holding up the others.
 	pausedTopics map[string]bool
@@ -281,6 +283,7 @@ func NewSubscriber(cfg Config) (*Subscriber, error) {
 		logger:       cfg.Logger.With(watermill.LogFields{"consumer": cfg.Consumer}),
 		streams:      map[string]*streamState{},
 		pausedTopics: map[string]bool{},
+		topicReads:   map[string]int{},
 		classes:      map[string]*class{},
 		hungry:       map[*waiter]bool{},
 		families:     map[string][]*waiter{},
@@ -403,6 +406,15 @@ func (s *Subscriber) Reads() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.reads
+}
+
+// TopicReads counts the reads of topic under way, as Reads does for every topic. After
+// PauseTopic, once TopicReads is 0, no entry of topic is read until ResumeTopic: the pause has
+// taken its full effect on that topic.
+func (s *Subscriber) TopicReads(topic string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.topicReads[topic]
 }
 
 // Resume undoes Pause.
@@ -739,6 +751,7 @@ func (s *Subscriber) reserve(w *waiter, stop <-chan struct{}, want int) int {
 			n := min(free, want)
 			s.taken += n
 			s.reads++ // with the slots, so that no read is under way uncounted
+			s.topicReads[w.topic]++
 			w.check = s.checkLocked(w)
 			w.reading, w.empty = true, false
 			s.tookLocked(w, n)
@@ -788,6 +801,9 @@ func (s *Subscriber) reserve(w *waiter, stop <-chan struct{}, want int) int {
 func (s *Subscriber) endRead(w *waiter, empty bool) {
 	s.mu.Lock()
 	s.reads--
+	if s.topicReads[w.topic]--; s.topicReads[w.topic] <= 0 {
+		delete(s.topicReads, w.topic)
+	}
 	w.reading, w.empty = false, empty
 	s.mu.Unlock()
 }
