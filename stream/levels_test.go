@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -296,4 +297,28 @@ func undelivered(t *testing.T, rdb redis.UniversalClient, stream string) int {
 	rest, err := rdb.XRange(context.Background(), stream, "("+groups[0].LastDeliveredID, "+").Result()
 	assert.NoError(t, err)
 	return len(rest)
+}
+
+// Levels work on miniredis, the embedded server of Conveyor's demo: levelread.lua's commands
+// (XINFO GROUPS, XRANGE with an exclusive start, XREADGROUP) run in its Lua, and level 1 goes
+// first at concurrency 1.
+func TestLevelsOnMiniredis(t *testing.T) {
+	mr := miniredis.RunT(t)
+	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
+	t.Cleanup(func() { _ = rdb.Close() })
+	sub := newTestSubscriber(t, rdb, Config{Concurrency: 1, ManualSettle: true, Levels: levelsOf})
+	in := subscribeLevels(t, sub, "m", 2)
+	xadd(t, rdb, "m/2", FieldUUID, "a", FieldPayload, "p")
+	hold := receiveLevel(t, in, 10*time.Second)
+	require.Equal(t, 2, hold.level)
+	publish(t, rdb, "m/2", "b", 2)
+	publish(t, rdb, "m/1", "c", 2)
+	sub.Settle(hold.msg)
+	var order []int
+	for range 4 {
+		m := receiveLevel(t, in, 10*time.Second)
+		order = append(order, m.level)
+		sub.Settle(m.msg)
+	}
+	assert.Equal(t, []int{1, 1, 2, 2}, order)
 }
