@@ -3,6 +3,7 @@ package pipeline_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -327,4 +328,133 @@ func TestPriorityLevelLifecycle(t *testing.T) {
 			})
 		})
 	}
+}
+
+// TestPriorityLevelsIdleQueue is issue 30's starvation: a queue with jobs of levels 1 to 4, at
+// concurrency 1 (and 3), otherwise idle, runs a job of any level published to it, on a
+// standalone server and on a cluster (where a level's read checks the lower levels' streams in
+// one script call, in the queue's hash tag). Before the fix an idle level-1 reader waiting for
+// the one slot counted as wanting it, levels 1 and 2 took it in turn and the level-4 jobs
+// waited minutes. The figure is in docs/RELIABILITY.md ("Priority levels of an idle queue").
+func TestPriorityLevelsIdleQueue(t *testing.T) {
+	t.Parallel()
+	for _, tc := range levelBackends {
+		for _, concurrency := range []int{1, 3} {
+			if tc.name == "cluster" && concurrency != 1 {
+				continue
+			}
+			t.Run(fmt.Sprintf("%s/Concurrency%d", tc.name, concurrency), func(t *testing.T) {
+				t.Parallel()
+				b := setup(t, setupOpts{rdb: tc.rdb(t)})
+				ctx := t.Context()
+				enqueue := func(level int) string {
+					j, err := b.client.Enqueue(ctx, b.queue, pipeline.Task{Type: "t"}, pipeline.WithPriority(level))
+					require.NoError(t, err)
+					return j.ID
+				}
+				completed := func(id string) bool {
+					j, err := b.client.Get(ctx, b.queue, id)
+					return err == nil && j.Status == pipeline.StatusCompleted
+				}
+				// Every level is in use before the worker starts, so that it reads all four.
+				var warm []string
+				for level := 1; level <= 4; level++ {
+					warm = append(warm, enqueue(level))
+				}
+				b.startWorker(t, pipeline.WorkerConfig{Concurrency: concurrency}, map[string]pipeline.HandlerFunc{"t": echo})
+				for _, id := range warm {
+					require.Eventually(t, func() bool { return completed(id) }, 60*time.Second, 5*time.Millisecond)
+				}
+				for _, level := range []int{4, 3, 2} {
+					id := enqueue(level)
+					require.Eventually(t, func() bool { return completed(id) }, 60*time.Second, 5*time.Millisecond,
+						"the level-%d job of an idle queue did not run", level)
+				}
+			})
+		}
+	}
+}
+
+// TestPriorityLevelsAfterResume is the newcomer's case of issue 30 through a worker: jobs of
+// levels 1 and 4 published while their queue is paused; at resume no level-4 job starts while
+// level-1 jobs are still unread. Each level-4 job notes, as it starts, the level-1 entries the
+// group has not been delivered yet; the first jobs to start hold both slots until two have
+// started, so that a level-4 job that took a slot early would find level-1 jobs unread. (The
+// subscriber's own test, stream's TestLevelsLowestFirstAfterResume, is the one that failed
+// before the fix; this one keeps the pause watcher's resume in level order.)
+func TestPriorityLevelsAfterResume(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := t.Context()
+	enqueue := func(typ string, level int) string {
+		j, err := b.client.Enqueue(ctx, b.queue, pipeline.Task{Type: typ}, pipeline.WithPriority(level))
+		require.NoError(t, err)
+		return j.ID
+	}
+	var mu sync.Mutex
+	var lags []int64 // level 1's undelivered entries as each level-4 job started
+	started := make(chan struct{}, 100)
+	gate := make(chan struct{})
+	hold := func(ctx context.Context) {
+		started <- struct{}{}
+		select {
+		case <-gate:
+		case <-ctx.Done():
+		}
+	}
+	var ids []string
+	for _, level := range []int{1, 4} {
+		ids = append(ids, enqueue("t", level))
+	}
+	w, _ := b.startWorker(t, pipeline.WorkerConfig{Concurrency: 2, PauseCheckInterval: 50 * time.Millisecond},
+		map[string]pipeline.HandlerFunc{
+			"t": echo,
+			"one": func(ctx context.Context, _ *pipeline.Job) ([]byte, error) {
+				hold(ctx)
+				return nil, nil
+			},
+			"four": func(ctx context.Context, _ *pipeline.Job) ([]byte, error) {
+				// Not the group's lag, which Redis cannot tell once entries were deleted.
+				g, err := b.rdb.XInfoGroups(ctx, b.q.Stream()).Result()
+				if !assert.NoError(t, err) {
+					return nil, err
+				}
+				unread, err := b.rdb.XRange(ctx, b.q.Stream(), "("+g[0].LastDeliveredID, "+").Result()
+				if !assert.NoError(t, err) {
+					return nil, err
+				}
+				mu.Lock()
+				lags = append(lags, int64(len(unread)))
+				mu.Unlock()
+				hold(ctx)
+				return nil, nil
+			},
+		})
+	for _, id := range ids {
+		b.waitStatus(t, id, pipeline.StatusCompleted)
+	}
+	require.NoError(t, b.insp.Pause(ctx, b.queue))
+	require.Eventually(t, func() bool { return pipeline.PausedTopics(w)[b.queue] }, 10*time.Second, time.Millisecond)
+	ids = ids[:0]
+	for range 3 {
+		ids = append(ids, enqueue("four", 4))
+	}
+	for range 10 {
+		ids = append(ids, enqueue("one", 1))
+	}
+	require.NoError(t, b.insp.Resume(ctx, b.queue))
+	for range 2 {
+		select {
+		case <-started:
+		case <-time.After(30 * time.Second):
+			t.Fatal("no job started after the resume")
+		}
+	}
+	close(gate)
+	for _, id := range ids {
+		b.waitStatus(t, id, pipeline.StatusCompleted)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	assert.Equal(t, []int64{0, 0, 0}, lags, "a level-4 job started while level-1 jobs were unread")
 }

@@ -6,6 +6,8 @@ import (
 	"slices"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/conveyorq/conveyor/internal/jobstate"
 	"github.com/conveyorq/conveyor/internal/keys"
 	"github.com/conveyorq/conveyor/internal/outage"
@@ -17,22 +19,88 @@ import (
 // (WorkerConfig.PauseCheckInterval).
 const DefaultPauseCheckInterval = time.Second
 
-// Pause pauses queue: every worker stops reading it (all its partitions) within one read of
-// the change. Jobs running when the pause lands finish as usual; queued jobs stay queued;
-// scheduled and retried jobs are still promoted when due and wait, queued, for Resume;
-// recovery goes on. Nothing is lost. The state lives in Redis (the set keys.Paused), shared
-// by every worker and kept across restarts: a worker started on a paused queue takes nothing
-// from it. Workers learn of the change from a Pub/Sub notice at once, and by reading the set
-// every PauseCheckInterval (1 s) should the notice be missed. Pausing a paused queue does
-// nothing. A queue that does not exist (QueueExists) is ErrQueueNotFound.
+// DefaultPauseConfirmTimeout is how long Pause waits for the live workers reading the queue to
+// confirm the pause (PauseConfirmed).
+const DefaultPauseConfirmTimeout = 5 * time.Second
+
+// Pause pauses queue and waits, up to DefaultPauseConfirmTimeout, until every live worker
+// that reads it (Workers) has confirmed: it has paused the queue's streams and its reads of
+// them under way have ended, so that it starts no job published after Pause returns until
+// Resume. Jobs read before that (running, or read and about to start) go on as usual; queued
+// jobs stay queued; scheduled and retried jobs are still promoted when due and wait, queued,
+// for Resume; recovery goes on. Nothing is lost. The state lives in Redis (the set
+// keys.Paused), shared by every worker and kept across restarts: a worker started on a paused
+// queue takes nothing from it. Workers learn of the change from a Pub/Sub notice at once, and
+// by reading the set every PauseCheckInterval (1 s) should the notice be missed (they then
+// stop reading within that second and a read, but confirm nothing). Pause returns nil whether
+// or not every worker confirmed; PauseConfirmed says which did not. Pausing a paused queue
+// changes nothing and waits for the confirmations alike. A queue that does not exist
+// (QueueExists) is ErrQueueNotFound.
 func (i *Inspector) Pause(ctx context.Context, queue string) error {
+	_, err := i.PauseConfirmed(ctx, queue, DefaultPauseConfirmTimeout)
+	return err
+}
+
+// PauseConfirmation is what PauseConfirmed found: the live workers that read the queue when
+// the pause was set (by name, sorted), and those of them that did not confirm it in time (a
+// worker that stopped without removing its record, one that missed the notice, or one too
+// busy to answer; it stops reading the queue within PauseCheckInterval of reading the set).
+type PauseConfirmation struct {
+	Workers     []string
+	Unconfirmed []string
+}
+
+// PauseConfirmed is Pause waiting up to timeout (at least a millisecond) for the
+// confirmations, and telling which live workers reading the queue did not confirm. Waiting
+// ends early when ctx does (the pause is set; the workers not heard from yet are Unconfirmed).
+//
+// Why confirmations rather than a check at the read in Redis: a worker's idle read of a queue
+// is a blocking XREADGROUP, which no script can make conditional, and which, sent before the
+// pause, hands out a job published after it; checking the pause in Redis after every read
+// would add a round trip per read batch to every queue. A confirmation costs only the pause.
+func (i *Inspector) PauseConfirmed(ctx context.Context, queue string, timeout time.Duration) (PauseConfirmation, error) {
+	var pc PauseConfirmation
+	if timeout < time.Millisecond {
+		return pc, invalid("pause confirmation timeout %v: it must be at least 1ms", timeout)
+	}
 	if err := i.mustExist(ctx, queue); err != nil {
-		return err
+		return pc, err
 	}
-	if _, err := jobstate.PauseQueue(ctx, i.rdb, i.cfg.Prefix, queue); err != nil {
-		return fmt.Errorf("pause queue %s: %w", queue, err)
+	readers, err := i.QueueReaders(ctx, queue)
+	if err != nil {
+		return pc, fmt.Errorf("pause queue %s: %w", queue, err)
 	}
-	return nil
+	for _, w := range readers {
+		pc.Workers = append(pc.Workers, w.Name)
+	}
+	token := NewID()
+	if _, err := jobstate.PauseQueue(ctx, i.rdb, i.cfg.Prefix, queue, token); err != nil {
+		return pc, fmt.Errorf("pause queue %s: %w", queue, err)
+	}
+	pc.Unconfirmed = pc.Workers
+	if len(pc.Workers) == 0 {
+		return pc, nil
+	}
+	deadline := time.NewTimer(timeout)
+	defer deadline.Stop()
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		acks, err := jobstate.PauseAcks(ctx, i.rdb, i.cfg.Prefix, queue)
+		if err == nil {
+			pc.Unconfirmed = slices.DeleteFunc(slices.Clone(pc.Workers), func(w string) bool { return acks[w] == token })
+			if len(pc.Unconfirmed) == 0 {
+				return pc, nil
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return pc, nil
+		case <-deadline.C:
+			return pc, nil
+		case <-tick.C:
+		}
+	}
 }
 
 // Resume undoes Pause: workers read queue again, within one read of the change. Resuming a
@@ -107,22 +175,65 @@ func (p *pauseWatcher) Start(ctx context.Context) error {
 		tick := time.NewTicker(p.w.cfg.PauseCheckInterval)
 		defer tick.Stop()
 		for {
+			var notice *redis.Message
 			select {
 			case <-ctx.Done():
 				return
 			case <-tick.C:
-			case <-notices:
+			case notice = <-notices:
 			}
-			p.check(ctx)
+			paused := p.check(ctx)
+			if notice != nil {
+				if q, token := jobstate.PauseNotice(notice.Payload); token != "" && paused[q] {
+					p.confirm(ctx, q, token)
+				}
+			}
 		}
 	})
 	return nil
 }
 
+// confirm tells the pause of queue with token (Inspector.PauseConfirmed) that this worker
+// applied it, once the reads of the queue's streams that were under way when it landed have
+// ended: a read sent before the pause may bring entries published after it, and they would
+// start. A read lasts a BlockTime at most (250 ms), bar a slow Redis; past 5 s the worker does
+// not confirm, and Pause says so.
+func (p *pauseWatcher) confirm(ctx context.Context, queue, token string) {
+	var topics []string
+	for _, part := range p.w.parts {
+		q := keys.New(p.w.cfg.Prefix, part)
+		if q.Name() != queue {
+			continue
+		}
+		for level := keys.MinPriority; level <= keys.MaxPriority; level++ {
+			topics = append(topics, q.LevelStream(level))
+		}
+	}
+	if len(topics) == 0 {
+		return
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for slices.ContainsFunc(topics, func(t string) bool { return p.sub.TopicReads(t) > 0 }) {
+		if time.Now().After(deadline) {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(time.Millisecond):
+		}
+	}
+	if err := jobstate.AckPause(ctx, p.w.rdb, p.w.cfg.Prefix, queue, p.w.cfg.Name, token); err != nil && ctx.Err() == nil {
+		p.w.log.Warn().Err(err).Str("component", "pause watcher").Str("queue", queue).
+			Msg("cannot confirm the pause; the queue is paused here all the same")
+	}
+}
+
 func (p *pauseWatcher) Stop() { p.loop.Stop() }
 
-// check reads the paused queues and applies them to the subscriber.
-func (p *pauseWatcher) check(ctx context.Context) {
+// check reads the paused queues and applies them to the subscriber; it returns them (nil when
+// it could not read them).
+func (p *pauseWatcher) check(ctx context.Context) map[string]bool {
 	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	paused, err := jobstate.PausedQueues(cctx, p.w.rdb, p.w.cfg.Prefix)
 	cancel()
@@ -133,7 +244,7 @@ func (p *pauseWatcher) check(ctx context.Context) {
 					Msg("cannot read the paused queues; keeping the pauses as they are")
 			}
 		}
-		return
+		return nil
 	}
 	p.spell.OK(time.Now())
 	for _, part := range p.w.parts {
@@ -158,6 +269,7 @@ func (p *pauseWatcher) check(ctx context.Context) {
 			p.w.log.Info().Str("queue", name).Msg(msg)
 		}
 	}
+	return paused
 }
 
 // pausedTopics reports, for tests, which of w's queues the current session's subscriber has

@@ -132,7 +132,7 @@ func (t *topic) adoptOrphans(ctx context.Context, w *waiter) bool {
 			return false
 		}
 		entries, err := t.adopt(ctx, ids[:n])
-		t.s.endRead()
+		t.s.endRead(w, false)
 		if err != nil {
 			t.s.release(n)
 			t.logRedisError("adopt orphaned entries", err, watermill.LogFields{"count": n, "retry_in": t.s.cfg.LeaseInterval})

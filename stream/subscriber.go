@@ -101,11 +101,17 @@ type Config struct {
 	// Levels, when set, makes topics of one family (a stream split into levels, such as a
 	// queue's priority levels) strict levels within their class: it gives each topic a family
 	// (empty: none) and its level in it, the lowest first. A reader may take slots only while
-	// no reader of a lower level of its family that may read (not paused) is waiting for slots
-	// or had a full last read (or has not read yet), so entries of a lower level are read
-	// before any of a higher level's next read; a higher level's read under way may finish.
-	// The class hand-out (Priority, StrictPriority) is unchanged: the family's topics share
-	// their class. Nil: no families.
+	// no reader of a lower level of its family that may read (not paused) is hungry: its last
+	// read was full, it has not read yet, its topic was paused since, or a higher level found
+	// entries in its stream. And a higher level's read checks, in the same script call
+	// (levelread.lua), that no lower level's stream has entries the group was not delivered
+	// yet, and reads nothing if one has (that level is then hungry). So whenever entries of
+	// two levels wait, the lower level's are read first, also right after a pause; a higher
+	// level's blocking read under way when a lower level's entries arrive may finish. An idle
+	// lower level does not hold up a higher one: however few the slots, an entry of any level
+	// of an idle family is read within about a BlockTime (see Subscriber.checkLocked). On a
+	// cluster a family's streams must share a hash slot. The class hand-out (Priority,
+	// StrictPriority) is unchanged: the family's topics share their class. Nil: no families.
 	Levels func(topic string) (family string, level int)
 	// BatchSize bounds the COUNT of one XREADGROUP. Defaults to DefaultBatchSize.
 	BatchSize int
@@ -241,6 +247,8 @@ type Subscriber struct {
 	turn   *waiter   // the reader woken to take slots next; nobody else takes any meanwhile
 	paused bool      // no slot is given for a read (see Pause)
 	reads  int       // reads under way: slots reserved, reply not yet back (see Reads)
+	// topicReads counts the reads under way by stream (see TopicReads).
+	topicReads map[string]int
 	// pausedTopics are the streams whose readers get no slot (see PauseTopic); a waiter of
 	// one stays in line without holding up the others.
 	pausedTopics map[string]bool
@@ -275,6 +283,7 @@ func NewSubscriber(cfg Config) (*Subscriber, error) {
 		logger:       cfg.Logger.With(watermill.LogFields{"consumer": cfg.Consumer}),
 		streams:      map[string]*streamState{},
 		pausedTopics: map[string]bool{},
+		topicReads:   map[string]int{},
 		classes:      map[string]*class{},
 		hungry:       map[*waiter]bool{},
 		families:     map[string][]*waiter{},
@@ -386,6 +395,7 @@ func (s *Subscriber) Close() error {
 func (s *Subscriber) Pause() {
 	s.mu.Lock()
 	s.paused = true
+	s.pausedHungryLocked("")
 	s.mu.Unlock()
 }
 
@@ -396,6 +406,15 @@ func (s *Subscriber) Reads() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.reads
+}
+
+// TopicReads counts the reads of topic under way, as Reads does for every topic. After
+// PauseTopic, once TopicReads is 0, no entry of topic is read until ResumeTopic: the pause has
+// taken its full effect on that topic.
+func (s *Subscriber) TopicReads(topic string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.topicReads[topic]
 }
 
 // Resume undoes Pause.
@@ -415,6 +434,7 @@ func (s *Subscriber) Resume() {
 func (s *Subscriber) PauseTopic(topic string) {
 	s.mu.Lock()
 	s.pausedTopics[topic] = true
+	s.pausedHungryLocked(topic)
 	s.mu.Unlock()
 }
 
@@ -444,6 +464,13 @@ type waiter struct {
 	// fam is its family under Config.Levels ("" for none), level its level there.
 	fam   string
 	level int
+	// Under the Subscriber's mu: reading, its slots are taken and its read's reply is not
+	// back; empty, its last read came back empty (so, when it is not reading, it is on its
+	// way to ask for a slot again). For a reader of a family: check, the streams of the lower
+	// levels its read must check first (levelread.lua), set by reserve; nil for a plain read.
+	reading bool
+	empty   bool
+	check   []string
 	// Weighted (Config.Priority, not StrictPriority), under the Subscriber's mu: away, the
 	// reader took slots at awayAt and has not asked again (it is reading, or handing out what
 	// it read); more, its last read (not a one-slot read of an idle reader) filled what it
@@ -533,14 +560,100 @@ func (s *Subscriber) leave(w *waiter) {
 }
 
 // lowerLevelWantsLocked reports whether a reader of a lower level of w's family
-// (Config.Levels) that may read is hungry or waiting for slots.
+// (Config.Levels) that may read is hungry: its last read was full, it has not read yet, its
+// topic was paused since it last read, or a higher level's read found entries in its stream.
+//
+// A lower-level reader that merely waits for slots does not count. Most of the time it is an
+// idle one waiting to block on its empty stream, and counting it kept the slots from every
+// higher level for good when the slots were fewer than the levels (issue 30: at concurrency
+// 1, levels 1 and 2 took the one slot in turn and level 4 waited minutes). What it would
+// have told, whether the lower level has entries now, the higher level's read finds out in
+// Redis instead, in the same call as the read (levelread.lua, see checkLocked).
 func (s *Subscriber) lowerLevelWantsLocked(w *waiter) bool {
 	for _, h := range s.families[w.fam] {
-		if h.level < w.level && s.mayReadLocked(h) && (s.hungry[h] || slices.Contains(s.queue, h)) {
+		if h.level < w.level && s.mayReadLocked(h) && s.hungry[h] {
 			return true
 		}
 	}
 	return false
+}
+
+// checkLocked returns the streams of the lower levels of w's family (Config.Levels), lowest
+// first, that w's next read must check before it reads (levelread.lua), or nil for a plain
+// read of its stream. Only readers that may read count: a paused level holds up nobody.
+//
+// The check and the read are one script call, so that no lower-level entry can arrive
+// between them, and a read costs one round trip whether or not it checks: the levels of a
+// queue need no extra call per read. A script cannot block, though, so a reader whose stream
+// was empty reads plainly, blocking on its stream for new entries, when every lower level's
+// reader is reading itself (each one's own blocking read sees its stream's new entries) or
+// handing out what it read: its blocking read keeps no slot from a lower level then. When a
+// lower level's reader waits for a slot, or is on its way to ask for one after an empty read,
+// a blocking read here would keep that slot from it for a whole BlockTime: the reader checks
+// and reads without blocking instead, and the slot goes back to the line at once, which is
+// first come, first served: the lower reader's turn comes within a round of the line, and its
+// own read, having no lower level in line, blocks. So an idle family makes about one read
+// per level per BlockTime however few the slots, never a loop of reads that do not block,
+// and a new entry of any level is read within about a BlockTime.
+func (s *Subscriber) checkLocked(w *waiter) []string {
+	if w.fam == "" {
+		return nil
+	}
+	var lower []*waiter
+	for _, h := range s.families[w.fam] {
+		if h.level < w.level && s.mayReadLocked(h) {
+			lower = append(lower, h)
+		}
+	}
+	if len(lower) == 0 {
+		return nil
+	}
+	need := !w.idle // a reader that expects entries checks before every read
+	for _, h := range lower {
+		if need {
+			break
+		}
+		need = !h.reading && (h.empty || s.turn == h || slices.Contains(s.queue, h))
+	}
+	if !need {
+		return nil
+	}
+	slices.SortStableFunc(lower, func(a, b *waiter) int { return cmp.Compare(a.level, b.level) })
+	check := make([]string, len(lower))
+	for k, h := range lower {
+		check[k] = h.topic
+	}
+	return check
+}
+
+// lowerHasWork records that w's read found entries in stream, a lower level's of its family,
+// and read nothing (levelread.lua): that level's readers are hungry, so that w waits for them,
+// and the n slots w took go back.
+func (s *Subscriber) lowerHasWork(w *waiter, stream string, n int) {
+	s.mu.Lock()
+	for _, h := range s.families[w.fam] {
+		if h.topic == stream {
+			s.hungry[h] = true
+		}
+	}
+	s.taken -= n
+	s.wakeLocked()
+	s.mu.Unlock()
+}
+
+// pausedHungryLocked marks the readers of a family (Config.Levels) of topic (every topic when
+// topic is empty) as hungry: entries may arrive while they read nothing, so that when they
+// may read again, a lower level reads before a higher one takes slots. Without it, a lower
+// level idle before the pause was away on its first read, neither waiting nor hungry, when a
+// higher level was resumed, and the higher level read alongside it.
+func (s *Subscriber) pausedHungryLocked(topic string) {
+	for _, m := range s.families {
+		for _, h := range m {
+			if topic == "" || h.topic == topic {
+				s.hungry[h] = true
+			}
+		}
+	}
 }
 
 // mayTakeLocked is mayReadLocked and, under StrictPriority, no reader of a higher class that
@@ -581,7 +694,9 @@ func (s *Subscriber) setHungry(w *waiter, full bool) {
 	s.mu.Lock()
 	wake := false
 	if tracked {
-		if full {
+		// A read that ends while its topic is paused says nothing of what the pause lets pile
+		// up: the reader stays hungry (see pausedHungryLocked).
+		if full || !s.mayReadLocked(w) {
 			s.hungry[w] = true
 		} else if s.hungry[w] {
 			delete(s.hungry, w)
@@ -636,6 +751,9 @@ func (s *Subscriber) reserve(w *waiter, stop <-chan struct{}, want int) int {
 			n := min(free, want)
 			s.taken += n
 			s.reads++ // with the slots, so that no read is under way uncounted
+			s.topicReads[w.topic]++
+			w.check = s.checkLocked(w)
+			w.reading, w.empty = true, false
 			s.tookLocked(w, n)
 			if weighted {
 				w.away, w.awayAt = true, time.Now()
@@ -678,11 +796,15 @@ func (s *Subscriber) reserve(w *waiter, stop <-chan struct{}, want int) int {
 	}
 }
 
-// endRead ends a read counted by reserve: its reply (or error) is back, so it can bring no
-// more entries.
-func (s *Subscriber) endRead() {
+// endRead ends w's read counted by reserve: its reply (or error) is back, so it can bring no
+// more entries; empty says that it found its stream empty.
+func (s *Subscriber) endRead(w *waiter, empty bool) {
 	s.mu.Lock()
 	s.reads--
+	if s.topicReads[w.topic]--; s.topicReads[w.topic] <= 0 {
+		delete(s.topicReads, w.topic)
+	}
+	w.reading, w.empty = false, empty
 	s.mu.Unlock()
 }
 

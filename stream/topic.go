@@ -2,7 +2,9 @@ package stream
 
 import (
 	"context"
+	_ "embed"
 	"errors"
+	"fmt"
 	"sync"
 	"time"
 
@@ -191,14 +193,26 @@ func (t *topic) read(ctx context.Context) {
 			t.st.gate.RUnlock()
 			return
 		}
-		res, err := t.s.rdb.XReadGroup(ctx, &redis.XReadGroupArgs{
-			Group:    cfg.Group,
-			Consumer: cfg.Consumer,
-			Streams:  []string{t.name, ">"},
-			Count:    int64(n),
-			Block:    cfg.BlockTime,
-		}).Result()
-		t.s.endRead()
+		var res []redis.XStream
+		var err error
+		lower := ""
+		if w.check != nil {
+			res, lower, err = t.readAbove(ctx, n, w.check)
+		} else {
+			res, err = t.s.rdb.XReadGroup(ctx, &redis.XReadGroupArgs{
+				Group:    cfg.Group,
+				Consumer: cfg.Consumer,
+				Streams:  []string{t.name, ">"},
+				Count:    int64(n),
+				Block:    cfg.BlockTime,
+			}).Result()
+		}
+		t.s.endRead(w, lower == "" && (err == nil || errors.Is(err, redis.Nil)) && (len(res) == 0 || len(res[0].Messages) == 0))
+		if lower != "" {
+			t.st.gate.RUnlock()
+			t.s.lowerHasWork(w, lower, n)
+			continue
+		}
 		if err != nil && !errors.Is(err, redis.Nil) {
 			t.st.gate.RUnlock()
 			t.s.setHungry(w, false)
@@ -500,4 +514,68 @@ func (t *topic) flushAcks(ctx context.Context) {
 	if lasted, ended := t.ackOutage.OK(time.Now()); ended {
 		t.logger.Debug("acks go through again", watermill.LogFields{"after": lasted.Round(time.Millisecond)})
 	}
+}
+
+//go:embed levelread.lua
+var levelReadSrc string
+var levelReadScript = redis.NewScript(levelReadSrc)
+
+// readAbove is the read of a level above others of its family (Config.Levels, see
+// Subscriber.checkLocked): up to n entries of t's stream, without blocking, unless a stream of
+// lower (those of lower levels, lowest first) has entries the group was not delivered yet; it
+// then reads nothing and returns that stream.
+func (t *topic) readAbove(ctx context.Context, n int, lower []string) ([]redis.XStream, string, error) {
+	cfg := t.s.cfg
+	v, err := levelReadScript.Run(ctx, t.s.rdb, append([]string{t.name}, lower...), cfg.Group, cfg.Consumer, n).Result()
+	if err != nil {
+		return nil, "", err
+	}
+	if k, ok := v.(int64); ok {
+		if k < 1 || int(k) > len(lower) {
+			return nil, "", fmt.Errorf("stream: levelread.lua answered %d for %d lower levels", k, len(lower))
+		}
+		return nil, lower[k-1], nil
+	}
+	res, err := xStreams(v)
+	return res, "", err
+}
+
+// xStreams decodes an XREADGROUP reply returned by a script (nested arrays).
+func xStreams(v any) ([]redis.XStream, error) {
+	bad := fmt.Errorf("stream: unexpected read reply %T", v)
+	streams, ok := v.([]any)
+	if !ok {
+		return nil, bad
+	}
+	out := make([]redis.XStream, 0, len(streams))
+	for _, sv := range streams {
+		pair, ok := sv.([]any)
+		if !ok || len(pair) != 2 {
+			return nil, bad
+		}
+		name, _ := pair[0].(string)
+		entries, ok := pair[1].([]any)
+		if !ok {
+			return nil, bad
+		}
+		xs := redis.XStream{Stream: name, Messages: make([]redis.XMessage, 0, len(entries))}
+		for _, ev := range entries {
+			e, ok := ev.([]any)
+			if !ok || len(e) != 2 {
+				return nil, bad
+			}
+			id, _ := e[0].(string)
+			m := redis.XMessage{ID: id}
+			if fields, ok := e[1].([]any); ok {
+				m.Values = make(map[string]any, len(fields)/2)
+				for i := 0; i+1 < len(fields); i += 2 {
+					f, _ := fields[i].(string)
+					m.Values[f] = fields[i+1]
+				}
+			}
+			xs.Messages = append(xs.Messages, m)
+		}
+		out = append(out, xs)
+	}
+	return out, nil
 }

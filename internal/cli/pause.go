@@ -20,13 +20,20 @@ func newPauseCmd(a *app, pause bool) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "pause QUEUE [--json]",
 		Short: "Pause a queue: every worker stops taking its jobs",
-		Long: `Pause a queue: every worker stops reading it (all its partitions) within one read, and
-until 'conveyor resume' takes none of its jobs. Jobs running when the pause lands finish;
-queued jobs wait; scheduled and retried jobs are still promoted when due and wait, queued;
-recovery goes on; nothing is lost. The state is in Redis, shared by every worker and kept
-across restarts: a worker started on a paused queue takes nothing from it. 'conveyor queues'
-and 'stats' show the queue as paused. Pausing a paused queue does nothing and exits 0; a
-queue that does not exist exits 1. With --json it prints {"queue":..,"paused":true}.`,
+		Long: `Pause a queue: every worker stops reading it (all its partitions), and until 'conveyor
+resume' takes none of its jobs. The command returns once every live worker that reads the
+queue (those 'conveyor workers' lists) has confirmed that its reads of the queue under way have
+ended, or after 5 seconds: from then on, no job published to the queue starts on a worker that
+confirmed. A worker that did not confirm in time is named on stderr; it stops reading the queue
+within a second of reading the pause (or has stopped without removing its record). Jobs running
+or already read when the pause lands finish; queued jobs wait; scheduled and retried jobs are
+still promoted when due and wait, queued; recovery goes on; nothing is lost. The state is in
+Redis, shared by every worker and kept across restarts: a worker started on a paused queue
+takes nothing from it. 'conveyor queues' and 'stats' show the queue as paused. Pausing a paused
+queue changes nothing, waits for the confirmations alike and exits 0, as does a pause that not
+every worker confirmed; a queue that does not exist exits 1. With --json it prints
+{"queue":..,"paused":true,"workers":[..],"unconfirmed":[..]}: the live workers reading the
+queue and those that did not confirm.`,
 		Example: `  conveyor pause emails
   conveyor resume emails`,
 		Args: exactlyOne("queue name"),
@@ -40,8 +47,9 @@ queue that does not exist exits 1. With --json it prints {"queue":..,"paused":tr
 				return err
 			}
 			verb := "paused"
+			var pc pipeline.PauseConfirmation
 			if pause {
-				err = insp.Pause(cmd.Context(), queue)
+				pc, err = insp.PauseConfirmed(cmd.Context(), queue, pipeline.DefaultPauseConfirmTimeout)
 			} else {
 				verb = "resumed"
 				err = insp.Resume(cmd.Context(), queue)
@@ -56,13 +64,31 @@ queue that does not exist exits 1. With --json it prints {"queue":..,"paused":tr
 			if err != nil {
 				return err
 			}
-			if asJSON {
-				return writeJSON(a.stdout, struct {
-					Queue  string `json:"queue"`
-					Paused bool   `json:"paused"`
-				}{queue, pause})
+			if pause {
+				for _, w := range pc.Unconfirmed {
+					fmt.Fprintf(a.stderr, "worker %s did not confirm the pause within %v: it stops reading the queue within a second of reading the pause, or it is gone\n",
+						w, pipeline.DefaultPauseConfirmTimeout)
+				}
 			}
-			_, err = fmt.Fprintf(a.stdout, "%s queue %s\n", verb, queue)
+			if asJSON {
+				if !pause {
+					return writeJSON(a.stdout, struct {
+						Queue  string `json:"queue"`
+						Paused bool   `json:"paused"`
+					}{queue, pause})
+				}
+				return writeJSON(a.stdout, struct {
+					Queue       string   `json:"queue"`
+					Paused      bool     `json:"paused"`
+					Workers     []string `json:"workers"`
+					Unconfirmed []string `json:"unconfirmed"`
+				}{queue, pause, nonNil(pc.Workers), nonNil(pc.Unconfirmed)})
+			}
+			if !pause {
+				_, err = fmt.Fprintf(a.stdout, "%s queue %s\n", verb, queue)
+				return err
+			}
+			_, err = fmt.Fprintf(a.stdout, "paused queue %s: %s\n", queue, pauseSummary(pc))
 			return err
 		},
 	}
@@ -76,4 +102,25 @@ exits 0; a queue that does not exist exits 1. With --json it prints {"queue":..,
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, `print {"queue":..,"paused":..}`)
 	return cmd
+}
+
+// pauseSummary says what a pause of a queue took effect on (pipeline.PauseConfirmed).
+func pauseSummary(pc pipeline.PauseConfirmation) string {
+	switch n, ok := len(pc.Workers), len(pc.Workers)-len(pc.Unconfirmed); {
+	case n == 0:
+		return "no live worker reads it; none takes its jobs until it is resumed"
+	case ok == n:
+		return fmt.Sprintf("%s reading it confirmed; none starts a job published from now on until it is resumed",
+			plural(n, "live worker"))
+	default:
+		return fmt.Sprintf("%d of the %d live workers reading it confirmed (the others are named above)", ok, n)
+	}
+}
+
+// nonNil is s, or an empty slice for nil, so that JSON shows [] rather than null.
+func nonNil(s []string) []string {
+	if s == nil {
+		return []string{}
+	}
+	return s
 }

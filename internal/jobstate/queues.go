@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -237,12 +238,44 @@ func pausedSet(names []string) map[string]bool {
 // PauseQueue adds queue to the paused queues and announces it on keys.PausedChannel; it
 // reports whether the queue was not paused before. The set is written first, so a worker
 // that hears the notice reads the new state.
-func PauseQueue(ctx context.Context, rdb redis.UniversalClient, prefix, queue string) (bool, error) {
+func PauseQueue(ctx context.Context, rdb redis.UniversalClient, prefix, queue, token string) (bool, error) {
 	n, err := rdb.SAdd(ctx, keys.Paused(prefix), queue).Result()
 	if err != nil {
 		return false, err
 	}
-	return n == 1, rdb.Publish(ctx, keys.PausedChannel(prefix), queue).Err()
+	msg := queue
+	if token != "" {
+		msg += " " + token
+	}
+	return n == 1, rdb.Publish(ctx, keys.PausedChannel(prefix), msg).Err()
+}
+
+// PauseNotice reads a notice of keys.PausedChannel: the queue it names and, for a pause that
+// waits for confirmations, its token.
+func PauseNotice(msg string) (queue, token string) {
+	queue, token, _ = strings.Cut(msg, " ")
+	return queue, token
+}
+
+// pauseAcksTTL is how long a queue's pause confirmations outlive the last one.
+const pauseAcksTTL = time.Minute
+
+// AckPause records that worker applied the pause of queue with token: it reads the queue no
+// more.
+func AckPause(ctx context.Context, rdb redis.UniversalClient, prefix, queue, worker, token string) error {
+	k := keys.PauseAcks(prefix, queue)
+	_, err := rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		p.HSet(ctx, k, worker, token)
+		p.PExpire(ctx, k, pauseAcksTTL)
+		return nil
+	})
+	return rediserr.Wrap("confirm pause", err)
+}
+
+// PauseAcks reads the confirmations of queue's pauses: the token each worker last confirmed.
+func PauseAcks(ctx context.Context, rdb redis.UniversalClient, prefix, queue string) (map[string]string, error) {
+	m, err := rdb.HGetAll(ctx, keys.PauseAcks(prefix, queue)).Result()
+	return m, rediserr.Wrap("pause confirmations", err)
 }
 
 // ResumeQueue removes queue from the paused queues and announces it; it reports whether the

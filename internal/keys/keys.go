@@ -573,9 +573,15 @@ func Partitions(prefix string) string { return prefix + ":partitions" }
 func Paused(prefix string) string { return prefix + ":paused" }
 
 // PausedChannel is the Pub/Sub channel on which a pause or resume is announced (the message is
-// the queue's name), so that workers need not wait for their next read of Paused. A notice is a
-// hint; Paused is the state.
+// the queue's name, followed for a pause by a space and the pause's token, PauseAcks), so that
+// workers need not wait for their next read of Paused. A notice is a hint; Paused is the state.
 func PausedChannel(prefix string) string { return prefix + ":paused:notices" }
+
+// PauseAcks is the hash in which the workers that read queue confirm a pause of it
+// (Inspector.Pause): field the worker's name, value the token of the pause it applied (from
+// the notice), written once its reads of the queue under way have ended. Global like Paused,
+// and short-lived: it expires a minute after the last confirmation.
+func PauseAcks(prefix, queue string) string { return prefix + ":paused:acks:" + queue }
 
 // The keys of periodic schedules (pipeline.Periodic, internal/periodic) share one hash tag,
 // "{:schedules}", which no queue's tag can equal (':' is not allowed in a queue name), so that a
