@@ -21,6 +21,15 @@ import (
 // while a script runs (5,000 tasks take it about 45 ms on a 2-core machine; docs/BENCHMARKS.md).
 const MaxWorkflowTasks = 5000
 
+// MaxWorkflowDependencies bounds the dependencies of one workflow: the sum over its tasks of
+// the tasks each waits for (After). The tasks alone do not bound them (5,000 tasks can name
+// 12.5 million), and a workflow's publish, a task's fan-in and a death's cascade each cost
+// Redis work per dependency. 20,000 is twice the largest usual shape of MaxWorkflowTasks (a
+// fan-out and fan-in of 5,000: about 10,000; a batch with its callback: 5,000), and keeps the
+// publish of a maximal workflow within a few milliseconds of what its tasks cost
+// (docs/RELIABILITY.md, "Issue 30: a workflow's dependencies and cascades").
+const MaxWorkflowDependencies = 20000
+
 // MaxTaskName bounds a workflow task's name, in bytes.
 const MaxTaskName = 64
 
@@ -293,6 +302,13 @@ func checkWorkflow(wf *Workflow) ([]int, error) {
 		return nil, fmt.Errorf("%w: %d tasks, more than the %d of a workflow", ErrInvalid, n, MaxWorkflowTasks)
 	case len(wf.Name) > keys.MaxNameLen:
 		return nil, fmt.Errorf("%w: workflow name longer than %d bytes", ErrInvalid, keys.MaxNameLen)
+	}
+	edges := 0
+	for _, t := range wf.Tasks {
+		edges += len(t.After)
+	}
+	if edges > MaxWorkflowDependencies {
+		return nil, fmt.Errorf("%w: %d dependencies, more than the %d of a workflow", ErrInvalid, edges, MaxWorkflowDependencies)
 	}
 	at := make(map[string]int, n)
 	longest := 0

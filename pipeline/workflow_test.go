@@ -323,3 +323,48 @@ func TestWorkflowRepublishComparesPayloads(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, again.Duplicate)
 }
+
+// denseWorkflow is two layers of width tasks, every task of the second waiting for every task
+// of the first: width*width dependencies.
+func denseWorkflow(width int) pipeline.Workflow {
+	var wf pipeline.Workflow
+	top := make([]string, width)
+	for i := range width {
+		top[i] = fmt.Sprintf("a%d", i)
+		wf.Tasks = append(wf.Tasks, pipeline.WorkflowTask{Name: top[i], Task: pipeline.Task{Type: "t"}})
+	}
+	for i := range width {
+		wf.Tasks = append(wf.Tasks, pipeline.WorkflowTask{Name: fmt.Sprintf("b%d", i), Task: pipeline.Task{Type: "t"}, After: top})
+	}
+	return wf
+}
+
+// A workflow's dependencies are bounded as its tasks are: a few thousand tasks can name
+// millions of them (issue 30: 5,000 tasks and 2.06M dependencies were accepted, and publishing
+// and canceling them held Redis for seconds to minutes). One over the bound is refused, naming
+// it, before anything is written; the bound itself is accepted.
+func TestWorkflowRefusesTooManyDependencies(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	over := denseWorkflow(142) // 20,164 dependencies
+	_, err := b.client.Workflow(ctx, b.queue, over)
+	require.ErrorIs(t, err, pipeline.ErrInvalid)
+	require.ErrorContains(t, err, "20164 dependencies, more than the 20000 of a workflow")
+	require.Empty(t, b.queueKeys(t), "nothing written")
+
+	// The bound exactly: a batch-like fan-in of 20,000 would need more tasks than a workflow
+	// holds, so two layers of 100 and 200 (100*200 = 20,000).
+	var at pipeline.Workflow
+	top := make([]string, 100)
+	for i := range top {
+		top[i] = fmt.Sprintf("a%d", i)
+		at.Tasks = append(at.Tasks, pipeline.WorkflowTask{Name: top[i], Task: pipeline.Task{Type: "t"}})
+	}
+	for i := range 200 {
+		at.Tasks = append(at.Tasks, pipeline.WorkflowTask{Name: fmt.Sprintf("b%d", i), Task: pipeline.Task{Type: "t"}, After: top})
+	}
+	st, err := b.client.Workflow(ctx, b.queue, at)
+	require.NoError(t, err)
+	require.Equal(t, 300, st.Total)
+}
