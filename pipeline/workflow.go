@@ -12,6 +12,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/conveyorq/conveyor/internal/events"
 	"github.com/conveyorq/conveyor/internal/jobstate"
 	"github.com/conveyorq/conveyor/internal/keys"
 )
@@ -564,6 +565,19 @@ func (j *Job) Dependencies(ctx context.Context) (*Dependencies, error) {
 		return nil, err
 	}
 	return &Dependencies{Workflow: wfID, Completed: d.Completed, Failed: d.Failed, Canceled: d.Canceled, Results: res}, nil
+}
+
+// followCascade goes on with the workflow cascades of q (jobstate.FollowCascade) until none is
+// left: what a cancel's script left past the edges one call follows, in calls that each block
+// Redis a few ms at most. Its error is the caller's to ignore: the cancel that left the rest
+// is done, and the queue's recoverer follows what is left at its next scan.
+func followCascade(ctx context.Context, rdb redis.UniversalClient, q keys.Queue, now time.Time) error {
+	for {
+		r, err := jobstate.FollowCascade(ctx, rdb, q, jobstate.CascadeParams{Now: now, Events: events.ModeOf(ctx, rdb)})
+		if err != nil || r.Left == 0 {
+			return err
+		}
+	}
 }
 
 // workflowJSON is the wire form of a WorkflowState: the CLI's `workflows get --json` and the
