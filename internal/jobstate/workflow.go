@@ -35,7 +35,7 @@ var (
 // (lib.lua's cv_wf_budget) before they leave the rest of a cascade on the queue's work list
 // (keys.Queue.WorkflowCascade): a call costs Redis a few ms at most, whatever the workflow's
 // width.
-const CascadeStep = 256
+const CascadeStep = 128
 
 // CascadeParams says how FollowCascade follows a queue's cascades.
 type CascadeParams struct {

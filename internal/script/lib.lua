@@ -767,12 +767,14 @@ local function cv_wf_follow(ctx)
     i = i + 1
   end
   -- What the budget left: the item begun (its ids from where it stopped) and those after it.
+  local rest = {}
   for k = i, #todo do
     local it = todo[k]
-    if string.find(it[5], '%S') then
-      redis.call('RPUSH', list, table.concat(it, '\n'))
-      empty = false
-    end
+    if string.find(it[5], '%S') then rest[#rest + 1] = table.concat(it, '\n') end
+  end
+  if #rest > 0 then
+    cv_call_list('RPUSH', list, {}, rest)
+    empty = false
   end
   if canceled > 0 then redis.call('HINCRBY', ctx.stats, 'canceled', canceled) end
   for wfkey in pairs(touched) do cv_wf_settle(wfkey, ctx.now) end
@@ -782,11 +784,12 @@ end
 
 -- The edges a script call may follow (cv_wf_follow) before it leaves the rest on the work
 -- list, shared by every task the call ends (ev carries it: the one table of a call's events).
--- 256 edges cost Redis about 1-3 ms (docs/RELIABILITY.md, "Issue 30: a workflow's
+-- 128 edges cost Redis about 1-3 ms (docs/RELIABILITY.md, "Issue 30: a workflow's
 -- dependencies and cascades"), so no call that ends tasks blocks it for longer on their
--- account; a workflow of usual width ends within that, with no call more.
+-- account; a workflow of usual width ends within that, with no call more. jobstate.CascadeStep
+-- is the same number.
 local function cv_wf_budget(ev)
-  if not ev.cv_wf_budget then ev.cv_wf_budget = 256 end
+  if not ev.cv_wf_budget then ev.cv_wf_budget = 128 end
   return ev.cv_wf_budget
 end
 
