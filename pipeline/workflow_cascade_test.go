@@ -8,8 +8,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
+	"github.com/conveyorq/conveyor/internal/faultproxy"
 	"github.com/conveyorq/conveyor/internal/jobstate"
 	"github.com/conveyorq/conveyor/internal/redistest"
 	"github.com/conveyorq/conveyor/internal/script"
@@ -194,4 +196,44 @@ func TestWorkflowReplayWhileCascadeLeft(t *testing.T) {
 		t.Fatalf("the Finally task ran twice: %+v", d)
 	default:
 	}
+}
+
+// A cancel that was applied answers success even when the calls that follow its cascade fail
+// (issue 30: the API answered 503 for a cancel Redis had applied, because the one call that
+// followed the whole cascade outlasted the client's read timeout). Here every reply to a
+// cascade call is lost: Cancel still returns nil, the root is canceled, and what is left of the
+// cascade waits on the queue's work list for the recoverer, which a later FollowCascade (the
+// recoverer's call) finishes.
+func TestWorkflowCancelAppliedIsSuccessWhenCascadeCallsFail(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	proxy := faultproxy.Start(t, srv.Addr)
+	prdb := redis.NewClient(&redis.Options{Addr: proxy.Addr(), MaxRetries: -1})
+	t.Cleanup(func() { _ = prdb.Close() })
+	b := setup(t, setupOpts{rdb: prdb})
+	ctx := t.Context()
+	const width = 600
+	_, err := b.client.Workflow(ctx, b.queue, wideWorkflow("wide", width))
+	require.NoError(t, err)
+
+	proxy.DropOnly(faultproxy.RequestContains(b.q.WorkflowCascade()))
+	proxy.DropRepliesRandomly(1)
+	require.NoError(t, b.client.Cancel(ctx, b.queue, "wide.root"), "the cancel was applied")
+	require.Positive(t, proxy.Dropped(), "a cascade call's reply was lost")
+	proxy.DropRepliesRandomly(0)
+
+	root, err := b.client.Get(ctx, b.queue, "wide.root")
+	require.NoError(t, err)
+	require.Equal(t, pipeline.StatusCanceled, root.Status)
+	for {
+		r, err := jobstate.FollowCascade(ctx, srv.Client(t), b.q, jobstate.CascadeParams{Now: time.Now()})
+		require.NoError(t, err)
+		if r.Left == 0 {
+			break
+		}
+	}
+	st, err := b.client.GetWorkflow(ctx, b.queue, "wide")
+	require.NoError(t, err)
+	require.Equal(t, 1+width, st.Canceled, "every task canceled once")
+	require.Equal(t, 1+width, canceledTasks(st))
 }
