@@ -25,11 +25,13 @@ const MaxWorkflowTasks = 5000
 // MaxWorkflowDependencies bounds the dependencies of one workflow: the sum over its tasks of
 // the tasks each waits for (After). The tasks alone do not bound them (5,000 tasks can name
 // 12.5 million), and a workflow's publish, a task's fan-in and a death's cascade each cost
-// Redis work per dependency. 20,000 is twice the largest usual shape of MaxWorkflowTasks (a
-// fan-out and fan-in of 5,000: about 10,000; a batch with its callback: 5,000), and keeps the
-// publish of a maximal workflow within a few milliseconds of what its tasks cost
-// (docs/RELIABILITY.md, "Issue 30: a workflow's dependencies and cascades").
-const MaxWorkflowDependencies = 20000
+// Redis work per dependency: about 2.5 us each in the publish's one call, beside about 9 us a
+// task. 10,000 holds the largest usual shapes of MaxWorkflowTasks tasks (a fan-out and fan-in
+// of 5,000: 9,996; a batch with its callback: 5,000) and adds at most about half of what the
+// tasks cost to a publish (docs/RELIABILITY.md, "Issue 30: a workflow's dependencies and
+// cascades"). A cascade is followed in bounded steps whatever the count (docs/STATE_MACHINE.md,
+// "Workflows").
+const MaxWorkflowDependencies = 10000
 
 // MaxTaskName bounds a workflow task's name, in bytes.
 const MaxTaskName = 64

@@ -349,26 +349,16 @@ func TestWorkflowRefusesTooManyDependencies(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	ctx := context.Background()
-	over := denseWorkflow(142) // 20,164 dependencies
+	over := denseWorkflow(101) // 10,201 dependencies
 	_, err := b.client.Workflow(ctx, b.queue, over)
 	require.ErrorIs(t, err, pipeline.ErrInvalid)
-	require.ErrorContains(t, err, "20164 dependencies, more than the 20000 of a workflow")
+	require.ErrorContains(t, err, "10201 dependencies, more than the 10000 of a workflow")
 	require.Empty(t, b.queueKeys(t), "nothing written")
 
-	// The bound exactly: a batch-like fan-in of 20,000 would need more tasks than a workflow
-	// holds, so two layers of 100 and 200 (100*200 = 20,000).
-	var at pipeline.Workflow
-	top := make([]string, 100)
-	for i := range top {
-		top[i] = fmt.Sprintf("a%d", i)
-		at.Tasks = append(at.Tasks, pipeline.WorkflowTask{Name: top[i], Task: pipeline.Task{Type: "t"}})
-	}
-	for i := range 200 {
-		at.Tasks = append(at.Tasks, pipeline.WorkflowTask{Name: fmt.Sprintf("b%d", i), Task: pipeline.Task{Type: "t"}, After: top})
-	}
-	st, err := b.client.Workflow(ctx, b.queue, at)
+	// The bound exactly: two layers of 100 (100*100 = 10,000).
+	st, err := b.client.Workflow(ctx, b.queue, denseWorkflow(100))
 	require.NoError(t, err)
-	require.Equal(t, 300, st.Total)
+	require.Equal(t, 200, st.Total)
 }
 
 // A task keeps the retention its options gave it: its job's record, once completed, expires

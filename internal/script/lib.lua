@@ -784,7 +784,7 @@ end
 
 -- The edges a script call may follow (cv_wf_follow) before it leaves the rest on the work
 -- list, shared by every task the call ends (ev carries it: the one table of a call's events).
--- 128 edges cost Redis about 1-3 ms (docs/RELIABILITY.md, "Issue 30: a workflow's
+-- 128 edges cost Redis about 1.5-6 ms on a loaded 2-core machine (docs/RELIABILITY.md, "Issue 30: a workflow's
 -- dependencies and cascades"), so no call that ends tasks blocks it for longer on their
 -- account; a workflow of usual width ends within that, with no call more. jobstate.CascadeStep
 -- is the same number.
