@@ -39,11 +39,18 @@ func DecodeWorkflow(r io.Reader) (pipeline.Workflow, error) {
 			return decodeString(dec, key, &wf.Name)
 		case strings.EqualFold(key, "tasks"):
 			seen = true
+			// Counted as the tasks are read, so that a body of millions of dependencies is
+			// refused at the first task past the bound, not once all are in memory.
+			edges := 0
 			var err error
 			tasks, err = decodeArray(dec, "tasks", func(dec *json.Decoder, i int) (pipeline.WorkflowTask, error) {
 				var b taskBody
 				if err := dec.Decode(&b); err != nil {
 					return pipeline.WorkflowTask{}, err
+				}
+				if edges += len(b.After); edges > pipeline.MaxWorkflowDependencies {
+					return pipeline.WorkflowTask{}, badArg("the tasks up to this one wait for %d tasks in all, more than the %d dependencies of a workflow",
+						edges, pipeline.MaxWorkflowDependencies)
 				}
 				task, err := b.task()
 				if err != nil {

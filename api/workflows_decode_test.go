@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"runtime"
 	"strings"
@@ -152,4 +153,29 @@ func TestDecodeWorkflowMemoryBounded(t *testing.T) {
 			require.LessOrEqual(t, ratio, 1.0)
 		})
 	}
+}
+
+// A body naming more dependencies than a workflow may have is refused while it is read, naming
+// the bound, before its tasks are built (issue 30: 2.06M dependencies in a 16 MB body were
+// decoded, checked and published, 11.6 s and 455 MB of the server's memory).
+func TestDecodeWorkflowRefusesTooManyDependencies(t *testing.T) {
+	t.Parallel()
+	var sb strings.Builder
+	sb.WriteString(`{"tasks":[`)
+	top := make([]string, 142)
+	for i := range top {
+		top[i] = fmt.Sprintf(`"a%d"`, i)
+		fmt.Fprintf(&sb, `{"name":"a%d","type":"t"},`, i)
+	}
+	after := strings.Join(top, ",")
+	for i := range 142 {
+		if i > 0 {
+			sb.WriteByte(',')
+		}
+		fmt.Fprintf(&sb, `{"name":"b%d","type":"t","after":[%s]}`, i, after)
+	}
+	sb.WriteString(`]}`)
+	_, err := DecodeWorkflow(strings.NewReader(sb.String()))
+	checkWorkflowRefusal(t, err)
+	require.ErrorContains(t, err, fmt.Sprintf("more than the %d dependencies of a workflow", pipeline.MaxWorkflowDependencies))
 }

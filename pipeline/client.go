@@ -861,7 +861,9 @@ func (c *Client) Cancel(ctx context.Context, queue, id string) error {
 }
 
 // cancelJob cancels job id of q (Client.Cancel and Inspector.Cancel); a canceled record is kept
-// for retention, but at least minRetention.
+// for retention, but at least minRetention. A task of a workflow cancels the tasks that wait
+// for it in the same call up to jobstate.CascadeStep of their dependencies, and the rest in
+// calls of that size after it, before cancelJob returns.
 func cancelJob(ctx context.Context, rdb redis.UniversalClient, q keys.Queue, id string, now time.Time, retention, minRetention time.Duration) error {
 	row, err := jobstate.Cancel(ctx, rdb, q, jobstate.CancelParams{ID: id, Now: now, Retention: retention,
 		MinRetention: minRetention, Events: events.ModeOf(ctx, rdb)})
@@ -870,6 +872,11 @@ func cancelJob(ctx context.Context, rdb redis.UniversalClient, q keys.Queue, id 
 	}
 	switch row.Code {
 	case script.OK:
+		if row.Data != "" && row.Data != "0" {
+			// The cancel is done: what is left is the cascade's rest (a wide workflow), which
+			// the queue's recoverer finishes should these calls fail or the process die.
+			_ = followCascade(ctx, rdb, q, now)
+		}
 		return nil
 	case script.WrongState:
 		return fmt.Errorf("%w (%s)", ErrNotCancelable, row.Data)

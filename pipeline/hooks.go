@@ -44,6 +44,9 @@ type RecoveryScan struct {
 	// the recoverer has not yet watched Redis long enough to trust their idle times (see
 	// package recovery, "Trust").
 	Deferred int
+	// Cascaded counts the tasks of workflows canceled or released by following the cascades
+	// a script left to later calls (a wide workflow's) and no later call followed.
+	Cascaded int
 }
 
 // scheduler adds the hooks to the delayed scheduler's config.

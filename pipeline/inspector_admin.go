@@ -148,6 +148,9 @@ func (i *Inspector) Delete(ctx context.Context, queue, id string) error {
 	return i.onJob(ctx, queue, id, func(q keys.Queue) error {
 		row, err := jobstate.Cancel(ctx, i.rdb, q, jobstate.CancelParams{ID: id, Now: now,
 			MinRetention: i.cfg.MinRetention, Events: events.ModeOf(ctx, i.rdb), Delete: true})
+		if err == nil && row.Code == script.OK && row.Data != "" && row.Data != "0" {
+			_ = followCascade(ctx, i.rdb, q, now) // as cancelJob: the delete is done
+		}
 		return rowError("delete", queue, id, row, err, ErrNotDeletable)
 	})
 }

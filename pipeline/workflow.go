@@ -12,6 +12,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/conveyorq/conveyor/internal/events"
 	"github.com/conveyorq/conveyor/internal/jobstate"
 	"github.com/conveyorq/conveyor/internal/keys"
 )
@@ -20,6 +21,17 @@ import (
 // callback): a workflow is published by one script call, and Redis serves no other client
 // while a script runs (5,000 tasks take it about 45 ms on a 2-core machine; docs/BENCHMARKS.md).
 const MaxWorkflowTasks = 5000
+
+// MaxWorkflowDependencies bounds the dependencies of one workflow: the sum over its tasks of
+// the tasks each waits for (After). The tasks alone do not bound them (5,000 tasks can name
+// 12.5 million), and a workflow's publish, a task's fan-in and a death's cascade each cost
+// Redis work per dependency: about 2.5 us each in the publish's one call, beside about 9 us a
+// task. 10,000 holds the largest usual shapes of MaxWorkflowTasks tasks (a fan-out and fan-in
+// of 5,000: 9,996; a batch with its callback: 5,000) and adds at most about half of what the
+// tasks cost to a publish (docs/RELIABILITY.md, "Issue 30: a workflow's dependencies and
+// cascades"). A cascade is followed in bounded steps whatever the count (docs/STATE_MACHINE.md,
+// "Workflows").
+const MaxWorkflowDependencies = 10000
 
 // MaxTaskName bounds a workflow task's name, in bytes.
 const MaxTaskName = 64
@@ -294,6 +306,13 @@ func checkWorkflow(wf *Workflow) ([]int, error) {
 	case len(wf.Name) > keys.MaxNameLen:
 		return nil, fmt.Errorf("%w: workflow name longer than %d bytes", ErrInvalid, keys.MaxNameLen)
 	}
+	edges := 0
+	for _, t := range wf.Tasks {
+		edges += len(t.After)
+	}
+	if edges > MaxWorkflowDependencies {
+		return nil, fmt.Errorf("%w: %d dependencies, more than the %d of a workflow", ErrInvalid, edges, MaxWorkflowDependencies)
+	}
 	at := make(map[string]int, n)
 	longest := 0
 	for i, t := range wf.Tasks {
@@ -548,6 +567,19 @@ func (j *Job) Dependencies(ctx context.Context) (*Dependencies, error) {
 		return nil, err
 	}
 	return &Dependencies{Workflow: wfID, Completed: d.Completed, Failed: d.Failed, Canceled: d.Canceled, Results: res}, nil
+}
+
+// followCascade goes on with the workflow cascades of q (jobstate.FollowCascade) until none is
+// left: what a cancel's script left past the edges one call follows, in calls that each block
+// Redis a few ms at most. Its error is the caller's to ignore: the cancel that left the rest
+// is done, and the queue's recoverer follows what is left at its next scan.
+func followCascade(ctx context.Context, rdb redis.UniversalClient, q keys.Queue, now time.Time) error {
+	for {
+		r, err := jobstate.FollowCascade(ctx, rdb, q, jobstate.CascadeParams{Now: now, Events: events.ModeOf(ctx, rdb)})
+		if err != nil || r.Left == 0 {
+			return err
+		}
+	}
 }
 
 // workflowJSON is the wire form of a WorkflowState: the CLI's `workflows get --json` and the

@@ -274,6 +274,8 @@ func TestWorkflowRefusesBadInput(t *testing.T) {
 		{"unique", pipeline.Workflow{Tasks: []pipeline.WorkflowTask{{Name: "a", Task: pipeline.Task{Type: "t",
 			Opts: []pipeline.Option{pipeline.WithUnique("k", time.Hour)}}}}}, "WithUnique"},
 		{"no type", pipeline.Workflow{Tasks: []pipeline.WorkflowTask{{Name: "a"}}}, "type"},
+		{"limit key", pipeline.Workflow{Tasks: []pipeline.WorkflowTask{{Name: "a", Task: pipeline.Task{Type: "t",
+			Opts: []pipeline.Option{pipeline.WithLimitKey("tenant-1")}}}}}, "WithLimitKey"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := b.client.Workflow(ctx, b.queue, tc.wf)
@@ -322,4 +324,102 @@ func TestWorkflowRepublishComparesPayloads(t *testing.T) {
 	again, err := b.client.Workflow(ctx, b.queue, wf("ada", pipeline.WithMaxRetries(0)))
 	require.NoError(t, err)
 	require.True(t, again.Duplicate)
+}
+
+// denseWorkflow is two layers of width tasks, every task of the second waiting for every task
+// of the first: width*width dependencies.
+func denseWorkflow(width int) pipeline.Workflow {
+	var wf pipeline.Workflow
+	top := make([]string, width)
+	for i := range width {
+		top[i] = fmt.Sprintf("a%d", i)
+		wf.Tasks = append(wf.Tasks, pipeline.WorkflowTask{Name: top[i], Task: pipeline.Task{Type: "t"}})
+	}
+	for i := range width {
+		wf.Tasks = append(wf.Tasks, pipeline.WorkflowTask{Name: fmt.Sprintf("b%d", i), Task: pipeline.Task{Type: "t"}, After: top})
+	}
+	return wf
+}
+
+// A workflow's dependencies are bounded as its tasks are: a few thousand tasks can name
+// millions of them (issue 30: 5,000 tasks and 2.06M dependencies were accepted, and publishing
+// and canceling them held Redis for seconds to minutes). One over the bound is refused, naming
+// it, before anything is written; the bound itself is accepted.
+func TestWorkflowRefusesTooManyDependencies(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	over := denseWorkflow(101) // 10,201 dependencies
+	_, err := b.client.Workflow(ctx, b.queue, over)
+	require.ErrorIs(t, err, pipeline.ErrInvalid)
+	require.ErrorContains(t, err, "10201 dependencies, more than the 10000 of a workflow")
+	require.Empty(t, b.queueKeys(t), "nothing written")
+
+	// The bound exactly: two layers of 100 (100*100 = 10,000).
+	st, err := b.client.Workflow(ctx, b.queue, denseWorkflow(100))
+	require.NoError(t, err)
+	require.Equal(t, 200, st.Total)
+}
+
+// A task keeps the retention its options gave it: its job's record, once completed, expires
+// after that retention, not the queue's default (a mutant that dropped the task's retention_ms
+// from workflow.lua's write survived every test).
+func TestWorkflowTaskKeepsItsRetention(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := t.Context()
+	b.startWorker(t, pipeline.WorkerConfig{}, map[string]pipeline.HandlerFunc{"t": echo})
+	const keep = 7 * time.Minute
+	st, err := b.client.Workflow(ctx, b.queue, pipeline.Workflow{ID: "w", Tasks: []pipeline.WorkflowTask{
+		{Name: "a", Task: pipeline.Task{Type: "t", Opts: []pipeline.Option{pipeline.WithRetention(keep)}}},
+		{Name: "b", Task: pipeline.Task{Type: "t"}, After: []string{"a"}},
+	}})
+	require.NoError(t, err)
+	b.waitWorkflow(t, st.ID, pipeline.WorkflowCompleted)
+	ttl, err := b.rdb.PTTL(ctx, b.q.Job("w.a")).Result()
+	require.NoError(t, err)
+	require.LessOrEqual(t, ttl, keep, "the task's own retention")
+	require.Greater(t, ttl, keep-time.Minute)
+	ttl, err = b.rdb.PTTL(ctx, b.q.Job("w.b")).Result()
+	require.NoError(t, err)
+	require.Greater(t, ttl, keep, "a task without one keeps the default")
+}
+
+// A task's id that names a job of its own (a plain job published with that id) makes the
+// workflow a conflict: ErrConflict naming the job, nothing of the workflow written, the job
+// unchanged. The other way round, a plain job published with a task's id and another payload
+// is ErrConflict too, and the task unchanged.
+func TestWorkflowTaskIDOfAPlainJobConflicts(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := t.Context()
+	_, err := b.client.Enqueue(ctx, b.queue, pipeline.Task{Type: "plain", Payload: []byte(`{"n":1}`)}, pipeline.WithID("w.a"))
+	require.NoError(t, err)
+	before, err := b.rdb.HGetAll(ctx, b.q.Job("w.a")).Result()
+	require.NoError(t, err)
+	_, err = b.client.Workflow(ctx, b.queue, pipeline.Workflow{ID: "w", Tasks: []pipeline.WorkflowTask{
+		{Name: "z", Task: pipeline.Task{Type: "t"}},
+		{Name: "a", Task: pipeline.Task{Type: "t", Payload: []byte(`{"n":2}`)}, After: []string{"z"}},
+	}})
+	require.ErrorIs(t, err, pipeline.ErrConflict)
+	require.ErrorContains(t, err, "job w.a exists")
+	after, err := b.rdb.HGetAll(ctx, b.q.Job("w.a")).Result()
+	require.NoError(t, err)
+	require.Equal(t, before, after, "the plain job unchanged")
+	_, err = b.client.GetWorkflow(ctx, b.queue, "w")
+	require.ErrorIs(t, err, pipeline.ErrNotFound, "nothing of the workflow written")
+	n, err := b.rdb.Exists(ctx, b.q.Job("w.z")).Result()
+	require.NoError(t, err)
+	require.Zero(t, n, "no task written")
+
+	_, err = b.client.Workflow(ctx, b.queue, pipeline.Workflow{ID: "v", Tasks: []pipeline.WorkflowTask{
+		{Name: "a", Task: pipeline.Task{Type: "t", Payload: []byte(`{"n":3}`)}}}})
+	require.NoError(t, err)
+	task, err := b.rdb.HGetAll(ctx, b.q.Job("v.a")).Result()
+	require.NoError(t, err)
+	_, err = b.client.Enqueue(ctx, b.queue, pipeline.Task{Type: "plain", Payload: []byte(`{"n":4}`)}, pipeline.WithID("v.a"))
+	require.ErrorIs(t, err, pipeline.ErrConflict)
+	again, err := b.rdb.HGetAll(ctx, b.q.Job("v.a")).Result()
+	require.NoError(t, err)
+	require.Equal(t, task, again, "the task unchanged")
 }

@@ -277,6 +277,9 @@ type Result struct {
 	// Recoverer has not yet watched Redis for a lease period since it started or since a gap
 	// in its observation, or no earlier scan of that observation listed them (see Trust).
 	Deferred int
+	// Cascaded counts the tasks of workflows canceled or released by following the queue's
+	// cascades left unfinished (Recoverer.followCascades).
+	Cascaded int
 }
 
 func (r *Result) add(o Result) {
@@ -287,6 +290,7 @@ func (r *Result) add(o Result) {
 	r.Poison += o.Poison
 	r.Pruned += o.Pruned
 	r.Deferred += o.Deferred
+	r.Cascaded += o.Cascaded
 }
 
 // Recoverer recovers one queue; see the package documentation.
@@ -432,12 +436,36 @@ func (r *Recoverer) RunOnce(ctx context.Context) (Result, bool, error) {
 
 // scanAndPrune scans, then prunes stopped consumers if the scan went through and this
 // Recoverer trusts what it sees (consumers' idle times are Redis's, like entries').
+// Then it follows the queue's workflow cascades left unfinished (followCascades).
 func (r *Recoverer) scanAndPrune(ctx context.Context, token string, res *Result) error {
 	trusted, err := r.scan(ctx, token, res)
 	if err == nil && trusted {
 		err = r.prune(ctx, token, r.cfg.ConsumerTTL, res)
 	}
+	if err == nil {
+		err = r.followCascades(ctx, res)
+	}
 	return err
+}
+
+// followCascades follows what is left of the queue's workflow cascades (jobstate.FollowCascade,
+// in calls of jobstate.CascadeStep edges) until none is: the dependents of a dead or canceled
+// task of a wide workflow that the script which ended it left past its budget, when no later
+// call went on with them (the canceling process died, or the death was a worker's outcome).
+// Each edge is followed once whoever follows it, so it needs no lock; it costs one call a
+// scan when nothing is left.
+func (r *Recoverer) followCascades(ctx context.Context, res *Result) error {
+	for {
+		c, err := jobstate.FollowCascade(ctx, r.rdb, r.q, jobstate.CascadeParams{Now: r.cfg.Now(), Events: events.ModeOf(ctx, r.rdb)})
+		r.note(ctx, err)
+		if err != nil {
+			return fmt.Errorf("workflow cascades: %w", err)
+		}
+		res.Cascaded += c.Canceled + c.Released
+		if c.Left == 0 {
+			return nil
+		}
+	}
 }
 
 func (r *Recoverer) report(res Result) {
@@ -456,6 +484,9 @@ func (r *Recoverer) report(res Result) {
 	}
 	if res.Pruned > 0 {
 		r.log.Info().Int("num_pruned", res.Pruned).Msg("deleted idle consumers with nothing pending")
+	}
+	if res.Cascaded > 0 {
+		r.log.Info().Int("num_tasks", res.Cascaded).Msg("followed workflow cascades left unfinished")
 	}
 }
 

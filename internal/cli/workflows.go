@@ -179,7 +179,7 @@ func newWorkflowsPublishCmd(a *app) *cobra.Command {
 "finally"?: bool, "type", "payload"?, "metadata"?, "max_retries"?, "timeout"?, "retention"?}]}.
 Unknown fields are refused. It prints the workflow's id, or with --json the workflow as
 'workflows get --json' does (with "duplicate": true when it was published before under the
-same id with the same tasks, which writes nothing). A body the library refuses (a cycle, an
+same id with the same tasks, which writes nothing, and exits 0 saying so on stderr). A body the library refuses (a cycle, an
 unknown dependency, a bad name, an option a task may not take) exits 2; the same id with
 other tasks exits 1.`, `  conveyor workflows publish --queue builds --file pipeline.json
   echo '{"tasks":[{"name":"a","type":"echo"},{"name":"b","type":"echo","after":["a"]}]}' | conveyor workflows publish --file -`,
@@ -286,8 +286,17 @@ func fileError(name string, err error) error {
 	return usageErrorf("%s: %s", what, err.Error())
 }
 
-// printPublished prints a published workflow's id, or the workflow with --json.
+// printPublished prints a published workflow's id, or the workflow with --json; one published
+// before (the same id and tasks: nothing written) is said on stderr, as 'conveyor publish' says
+// a job's, and is no error.
 func (a *app) printPublished(st *pipeline.WorkflowState, asJSON bool) error {
+	if st.Duplicate {
+		what := "tasks"
+		if st.Kind == keys.WorkflowKindBatch {
+			what = "jobs"
+		}
+		fmt.Fprintf(a.stderr, "conveyor: %s %s not published again: it exists already, with the same %s and payloads\n", st.Kind, st.ID, what)
+	}
 	if asJSON {
 		return writeJSON(a.stdout, st)
 	}

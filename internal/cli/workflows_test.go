@@ -62,7 +62,10 @@ func TestWorkflowsCommands(t *testing.T) {
 	require.Equal(t, "waiting", st.Tasks[3].Status)
 
 	// Again: the same workflow, nothing written.
-	require.NoError(t, json.Unmarshal([]byte(ok("workflows", "publish", "-q", "q", "--file", diamond, "--json")), &st))
+	again, stderr, code := c.run("workflows", "publish", "-q", "q", "--file", diamond, "--json")
+	require.Equal(t, 0, code, stderr)
+	require.Contains(t, stderr, "not published again")
+	require.NoError(t, json.Unmarshal([]byte(again), &st))
 	require.True(t, st.Duplicate)
 	// A task is a job: status reads it.
 	require.Contains(t, ok("status", "-q", "q", "wf-1.b"), "waiting")
@@ -137,4 +140,30 @@ func TestWorkflowIDCompletion(t *testing.T) {
 	stdout, stderr, code := runInProcess(t, "", "__complete", "--redis", c.url, "--prefix", c.prefix, "workflows", "get", "-q", "q", "wf")
 	require.Equal(t, 0, code, stderr)
 	require.Equal(t, "wf-7\tworkflow nightly: running\n:4\n", stdout)
+}
+
+// A workflow (or batch) published again under its id with the same tasks writes nothing and
+// says so, as 'conveyor publish' does for a job: the id on stdout, exit 0, and on stderr that
+// it was not published again (issue 30: it exited 0 saying nothing).
+func TestWorkflowsPublishDuplicateSaysSo(t *testing.T) {
+	t.Parallel()
+	c := newCmdRunner(t)
+	doc := writeFile(t, `{"id":"wf-d","tasks":[{"name":"a","type":"echo"}]}`)
+	stdout, stderr, code := c.run("workflows", "publish", "-q", "q", "--file", doc)
+	require.Equal(t, 0, code, stderr)
+	require.Equal(t, "wf-d\n", stdout)
+	require.Empty(t, stderr)
+
+	stdout, stderr, code = c.run("workflows", "publish", "-q", "q", "--file", doc)
+	require.Equal(t, 0, code, stderr)
+	require.Equal(t, "wf-d\n", stdout)
+	require.Equal(t, "conveyor: workflow wf-d not published again: it exists already, with the same tasks and payloads\n", stderr)
+
+	batch := writeFile(t, `{"id":"b-d","jobs":[{"type":"echo"}]}`)
+	_, _, code = c.run("batches", "publish", "-q", "q", "--file", batch)
+	require.Equal(t, 0, code)
+	stdout, stderr, code = c.run("batches", "publish", "-q", "q", "--file", batch, "--json")
+	require.Equal(t, 0, code, stderr)
+	require.Contains(t, stdout, `"duplicate":true`)
+	require.Equal(t, "conveyor: batch b-d not published again: it exists already, with the same jobs and payloads\n", stderr)
 }

@@ -21,7 +21,11 @@
 -- moves the group's next waiting job into the stream (cv_group_cancel).
 -- A task of a workflow that waits for its dependencies ('waiting': no entry, in no set) is
 -- canceled like a queued one.
--- Returns {CV_OK} canceled, {CV_WRONG_STATE, status} already finished, or running when deleting
+-- A workflow's cascade past the edges one call follows (lib.lua's cv_wf_budget) is left on the
+-- queue's work list (keys.Queue.WorkflowCascade), for the caller to go on with
+-- (jobstate.FollowCascade).
+-- Returns {CV_OK, the items on that work list (a string; '0': no cascade left)} canceled,
+-- {CV_WRONG_STATE, status} already finished, or running when deleting
 -- (nothing changed),
 -- {CV_NOT_FOUND} no such job.
 local h = redis.call('HMGET', KEYS[4], 'status', 'entry', 'retention_ms', 'attempt', 'debounce',
@@ -66,4 +70,4 @@ if not delete then redis.call('PEXPIRE', KEYS[4], math.max(ret, tonumber(ARGV[5]
 redis.call('HINCRBY', KEYS[3], 'canceled', 1)
 wfev[#wfev + 1] = 'canceled ' .. (h[4] or '0') .. ' ' .. ARGV[4]
 cv_announce(ARGV[6], ARGV[7], wfev)
-return {CV_OK}
+return {CV_OK, tostring(wfev.cv_wf_left or 0)}

@@ -36,5 +36,5 @@ redis.call('HDEL', KEYS[3], 'payload', 'metadata', 'completed_at', 'result')
 redis.call('HINCRBY', KEYS[3], 'version', 1)
 redis.call('ZREM', KEYS[2], ARGV[2])
 -- A task of a workflow resumes it: the tasks its death canceled wait again (cv_wf_resume).
-cv_wf_resume(KEYS[3], ARGV[2])
+cv_wf_resume(KEYS[3], ARGV[2], ARGV[1])
 return {CV_OK, e}

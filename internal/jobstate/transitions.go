@@ -309,7 +309,8 @@ type CancelParams struct {
 	IndexCap int
 }
 
-// Cancel cancels a job (cancel.lua). Its Row is script.OK, script.NotFound, or
+// Cancel cancels a job (cancel.lua). Its Row is script.OK (its Data the items of the queue's
+// workflow cascades left to follow, "0" when none: FollowCascade), script.NotFound, or
 // script.WrongState with the status of a job that already ended (with Delete: of a job that is
 // not scheduled or queued).
 func Cancel(ctx context.Context, rdb redis.Scripter, q keys.Queue, p CancelParams) (Row, error) {

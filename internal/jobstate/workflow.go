@@ -15,6 +15,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/conveyorq/conveyor/internal/events"
 	"github.com/conveyorq/conveyor/internal/keys"
 	"github.com/conveyorq/conveyor/internal/rediserr"
 	"github.com/conveyorq/conveyor/internal/script"
@@ -24,7 +25,53 @@ var (
 	//go:embed workflow.lua
 	workflowSrc    string
 	workflowScript = script.New(workflowSrc)
+	//go:embed wf_cascade.lua
+	cascadeSrc    string
+	cascadeScript = script.New(cascadeSrc)
 )
+
+// CascadeStep is the most edges of a workflow (a task and one of its dependents) one
+// FollowCascade call follows, as the scripts that end tasks follow at most that many
+// (lib.lua's cv_wf_budget) before they leave the rest of a cascade on the queue's work list
+// (keys.Queue.WorkflowCascade): a call costs Redis a few ms at most, whatever the workflow's
+// width.
+const CascadeStep = 128
+
+// CascadeParams says how FollowCascade follows a queue's cascades.
+type CascadeParams struct {
+	Now time.Time
+	// Edges is the most edges to follow; CascadeStep when 0.
+	Edges  int
+	Events events.Mode
+}
+
+// CascadeResult is what one FollowCascade call did.
+type CascadeResult struct {
+	// Left is the items (tasks whose dependents are still to follow) the work list holds after
+	// the call: 0 once every cascade of the queue is over.
+	Left int
+	// Canceled and Released count the tasks the call canceled and put into the stream.
+	Canceled, Released int
+}
+
+// FollowCascade follows up to p.Edges edges of q's workflow cascades (wf_cascade.lua): the
+// dependents of ended tasks that the scripts which ended them left past their budget. Each
+// edge is followed once, whichever callers run it at once; call it until Left is 0.
+func FollowCascade(ctx context.Context, rdb redis.Scripter, q keys.Queue, p CascadeParams) (CascadeResult, error) {
+	edges := p.Edges
+	if edges <= 0 {
+		edges = CascadeStep
+	}
+	r, err := decode("cascade", cascadeScript.Run(ctx, rdb, []string{q.WorkflowCascade(), q.Stream(), q.Stats()},
+		p.Now.UnixMilli(), edges, q.JobPrefix(), p.Events.Command(), q.Events()))
+	if err != nil {
+		return CascadeResult{}, err
+	}
+	if err := r.want(3); err != nil {
+		return CascadeResult{}, err
+	}
+	return CascadeResult{Left: int(r.int(0)), Canceled: int(r.int(1)), Released: int(r.int(2))}, nil
+}
 
 // NewWorkflow is a workflow (or a batch) to publish with PublishWorkflow: its tasks in a
 // topological order (every task after the tasks it waits for).

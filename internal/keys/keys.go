@@ -460,6 +460,12 @@ func (q Queue) Workflows() string { return q.base + "workflows" }
 // workflow expired stays until trimmed; readers skip it.
 func (q Queue) WorkflowIndex() string { return q.base + "workflows:index" }
 
+// WorkflowCascade is the queue's work list of workflow cascades: the dependents of ended tasks
+// that the script which ended them left to later calls, past the edges one call may follow
+// (lib.lua's cv_wf_follow, which builds the same name from the job prefix; jobstate's
+// FollowCascade goes on with it).
+func (q Queue) WorkflowCascade() string { return q.base + "workflows:cascade" }
+
 // WorkflowIndexCap bounds a queue's (partition's) WorkflowIndex, in ids.
 const WorkflowIndexCap = 10000
 

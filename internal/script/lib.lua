@@ -653,95 +653,208 @@ local function cv_wf_settle(wfkey, now)
   redis.call('PEXPIRE', wfkey, h[6] or '86400000')
 end
 
--- Ends task `id` (its hash `jobkey`) in its workflow, if it is a task: o is 'C' (completed,
--- with `result`, and `why` its process span's traceparent or ''), 'F' (dead, with the error
--- `why`) or 'X' (canceled by a caller). Called by
--- every script that ends a job (finish, recover, cancel) before it rewrites the job's hash.
--- A completed task counts for each task waiting for it, and each whose count reaches zero
--- goes into the stream (cv_wf_release). A dead or canceled task cancels every task that waits
--- for it, and theirs in turn (marked 'canceled_by' the first task, its reason in
--- 'last_error'), except a Finally task, which counts the outcome and runs once all its
--- dependencies are final. The tasks a dead task canceled keep their hashes (no TTL) for a
--- replay of it to restore (cv_wf_resume); those a caller's cancel canceled expire with the
--- workflow's retention. `stats` is the queue's stats hash (the cascade's cancels are counted
--- there as every cancel is); `ev` gets one 'canceled' event line per canceled task. Returns
--- the number of tasks released into the stream.
-local function cv_wf_end(jobkey, id, o, result, why, now, stream, stats, ev)
-  local w = redis.call('HMGET', jobkey, 'wf', 'wf_task', 'wf_next')
-  if not w[1] then return 0 end
-  local wfkey = w[1]
-  local jprefix = string.sub(jobkey, 1, #jobkey - #id)
-  local keep = redis.call('HGET', wfkey, 'retention_ms') or '86400000'
+-- The cascade's work list of the queue whose job key prefix is jprefix ('...:job:';
+-- keys.Queue.WorkflowCascade): the edges of ended tasks still to follow, each item one
+-- task's, as lines: its outcome ('C', 'F' or 'X'), the outcome of the task the cascade began
+-- with, that task's id (the 'canceled_by' of what it cancels), the workflow's hash, the ids
+-- still to follow (space-separated), then the reason a task it cancels is given (the rest,
+-- which may hold newlines). The ids are in the item, not read again from the task's hash,
+-- which may be gone by then (a completed task kept only as a tombstone).
+local function cv_wf_list(jprefix)
+  return string.sub(jprefix, 1, #jprefix - 4) .. 'workflows:cascade'
+end
+
+-- Follows up to the budget left in ctx of the edges of the items in ctx.todo (tables {e, o,
+-- origin, wfkey, ids, reason}, ids a string), then of the queue's work list (cv_wf_list),
+-- and puts what is left on the list. One edge costs one HMGET of two fields; a dependent it
+-- cancels costs a few calls more, and one HMGET of its own dependents, read once, when it is
+-- canceled: a death's cascade costs Redis work in proportion to its edges and tasks, never
+-- to an edge times a task's dependents. A dependent of a completed task is counted down and
+-- goes into the stream at zero (cv_wf_release); one of a dead or canceled task is canceled
+-- (marked 'canceled_by' the task the cascade began with, its reason in 'last_error'), and
+-- its own dependents become an item, unless it is a Finally task, which counts the outcome
+-- and runs once all its dependencies are final. The tasks a dead task canceled keep their
+-- hashes (no TTL) for a replay of it to restore (cv_wf_resume); those a caller's cancel
+-- canceled expire with the workflow's retention. ctx: jprefix, stream, stats (the queue's
+-- stats hash: the cascade's cancels are counted there as every cancel is), now, ev (one
+-- 'canceled' event line per canceled task), budget (edges), todo; all = true follows every
+-- edge whatever the budget (a replay or a purge must see a workflow whose cascade is over).
+-- Sets ctx.left to the items left on the list and returns the tasks released.
+local function cv_wf_follow(ctx)
+  local jprefix, list = ctx.jprefix, cv_wf_list(ctx.jprefix)
   local released, canceled = 0, 0
-  local todo, i = {{id, w[2], w[3], o}}, 1
-  while i <= #todo do
-    local cid, cname, cnext, co = todo[i][1], todo[i][2], todo[i][3], todo[i][4]
-    i = i + 1
-    if co == 'C' then
-      if cnext and cnext ~= '' and result and result ~= '' then
-        redis.call('HSET', wfkey, 's:' .. cname, co, 'r:' .. cname, result)
-      else
-        redis.call('HSET', wfkey, 's:' .. cname, co)
+  local keeps, touched = {}, ctx.touched or {}
+  local todo, i = ctx.todo, 1
+  local empty = false -- the list was found empty, and nothing was put on it since
+  while true do
+    if i > #todo then
+      if ctx.budget <= 0 and not ctx.all then break end
+      local raw = redis.call('LPOP', list)
+      if not raw then empty = true; break end
+      local f, p = {}, 1
+      for k = 1, 5 do
+        local q = string.find(raw, '\n', p, true)
+        f[k] = string.sub(raw, p, q - 1)
+        p = q + 1
       end
-      if cnext and cnext ~= '' and why and why ~= '' then
-        redis.call('HSET', wfkey, 't:' .. cid, why)
-      end
-      redis.call('HINCRBY', wfkey, 'completed', 1)
-    elseif co == 'F' then
-      redis.call('HSET', wfkey, 's:' .. cname, co)
-      redis.call('HINCRBY', wfkey, 'failed', 1)
-    else
-      redis.call('HSET', wfkey, 's:' .. cname, co)
-      redis.call('HINCRBY', wfkey, 'canceled', 1)
+      todo[#todo + 1] = {f[1], f[2], f[3], f[4], f[5], string.sub(raw, p)}
     end
-    if cnext and cnext ~= '' then
-      local reason
-      if co == 'F' then
-        reason = 'dependency ' .. cname .. ' failed: ' .. string.sub(why or '', 1, 200)
-      else
-        reason = 'dependency ' .. cname .. ' was canceled'
-      end
-      for d in string.gmatch(cnext, '%S+') do
+    local it = todo[i]
+    local e, o, origin, wfkey, reason = it[1], it[2], it[3], it[4], it[6]
+    touched[wfkey] = true
+    local ids, p = it[5], 1
+    while true do
+      if ctx.budget <= 0 and not ctx.all then break end
+      local a, b = string.find(ids, '%S+', p)
+      if not a then p = #ids + 1; break end
+      p = b + 1
+      ctx.budget = ctx.budget - 1
+      local d = string.sub(ids, a, b)
+      -- The job the calling script is ending (cv_wf_end's): its own end is the caller's.
+      if d ~= ctx.skip then
         local dk = jprefix .. d
-        local s = redis.call('HMGET', dk, 'status', 'wf_mode', 'wf_task', 'wf_next')
+        local s = redis.call('HMGET', dk, 'status', 'wf_mode')
         if s[2] == '1' then
           if s[1] == 'waiting' then
-            if co == 'C' then
+            if e == 'C' then
               redis.call('HINCRBY', dk, 'wf_done', 1)
-            elseif co == 'F' then
+            elseif e == 'F' then
               redis.call('HINCRBY', dk, 'wf_failed', 1)
             else
               redis.call('HINCRBY', dk, 'wf_canceled', 1)
             end
             if redis.call('HINCRBY', dk, 'wf_left', -1) <= 0 then
-              cv_wf_release(jprefix, d, stream, now, wfkey)
+              cv_wf_release(jprefix, d, ctx.stream, ctx.now, wfkey)
               released = released + 1
             end
           end
-        elseif co == 'C' then
+        elseif e == 'C' then
           -- Counted whatever the task's status, so that a task a replay restores waits for
           -- exactly the dependencies that have not completed; but not for a task whose record
           -- is gone (canceled, its retention ended): HINCRBY would make a hash of that one
           -- field, with no TTL.
           if s[1] and redis.call('HINCRBY', dk, 'wf_left', -1) <= 0 and s[1] == 'waiting' then
-            cv_wf_release(jprefix, d, stream, now, wfkey)
+            cv_wf_release(jprefix, d, ctx.stream, ctx.now, wfkey)
             released = released + 1
           end
         elseif s[1] == 'waiting' then
-          redis.call('HSET', dk, 'status', 'canceled', 'completed_at', now, 'last_error', reason,
-            'canceled_by', id)
+          redis.call('HSET', dk, 'status', 'canceled', 'completed_at', ctx.now, 'last_error', reason,
+            'canceled_by', origin)
           redis.call('HINCRBY', dk, 'version', 1)
-          if o == 'X' then redis.call('PEXPIRE', dk, keep) end
+          if o == 'X' then
+            local keep = keeps[wfkey]
+            if not keep then
+              keep = redis.call('HGET', wfkey, 'retention_ms') or '86400000'
+              keeps[wfkey] = keep
+            end
+            redis.call('PEXPIRE', dk, keep)
+          end
           canceled = canceled + 1
-          ev[#ev + 1] = 'canceled 0 ' .. d
-          todo[#todo + 1] = {d, s[3], s[4], 'X'}
+          ctx.ev[#ctx.ev + 1] = 'canceled 0 ' .. d
+          local t = redis.call('HMGET', dk, 'wf_task', 'wf_next')
+          redis.call('HSET', wfkey, 's:' .. t[1], 'X')
+          redis.call('HINCRBY', wfkey, 'canceled', 1)
+          if t[2] and t[2] ~= '' then
+            todo[#todo + 1] = {'X', o, origin, wfkey, t[2], 'dependency ' .. t[1] .. ' was canceled'}
+          end
         end
       end
     end
+    if p <= #ids then
+      it[5] = string.sub(ids, p)
+      break
+    end
+    i = i + 1
   end
-  if canceled > 0 then redis.call('HINCRBY', stats, 'canceled', canceled) end
-  cv_wf_settle(wfkey, now)
+  -- What the budget left: the item begun (its ids from where it stopped) and those after it.
+  local rest = {}
+  for k = i, #todo do
+    local it = todo[k]
+    if string.find(it[5], '%S') then rest[#rest + 1] = table.concat(it, '\n') end
+  end
+  if #rest > 0 then
+    cv_call_list('RPUSH', list, {}, rest)
+    empty = false
+  end
+  if canceled > 0 then redis.call('HINCRBY', ctx.stats, 'canceled', canceled) end
+  for wfkey in pairs(touched) do cv_wf_settle(wfkey, ctx.now) end
+  if empty then ctx.left = 0 else ctx.left = redis.call('LLEN', list) end
   return released
+end
+
+-- The edges a script call may follow (cv_wf_follow) before it leaves the rest on the work
+-- list, shared by every task the call ends (ev carries it: the one table of a call's events).
+-- 128 edges cost Redis about 1.5-6 ms on a loaded 2-core machine (docs/RELIABILITY.md, "Issue 30: a workflow's
+-- dependencies and cascades"), so no call that ends tasks blocks it for longer on their
+-- account; a workflow of usual width ends within that, with no call more. jobstate.CascadeStep
+-- is the same number.
+local function cv_wf_budget(ev)
+  if not ev.cv_wf_budget then ev.cv_wf_budget = 128 end
+  return ev.cv_wf_budget
+end
+
+-- Ends task `id` (its hash `jobkey`) in its workflow, if it is a task: o is 'C' (completed,
+-- with `result`, and `why` its process span's traceparent or ''), 'F' (dead, with the error
+-- `why`) or 'X' (canceled by a caller). Called by every script that ends a job (finish,
+-- recover, cancel) before it rewrites the job's hash. The workflow counts the outcome, and
+-- the task's dependents are followed (cv_wf_follow) within the call's budget
+-- (cv_wf_budget); the rest of the cascade is left on the queue's work list, which the next
+-- calls that end tasks of the queue, the wf_cascade.lua calls of the canceling client and
+-- the queue's recoverer at each scan go on with (jobstate.FollowCascade). `stats` is the
+-- queue's stats hash; `ev` gets one 'canceled' event line per canceled task, and its field
+-- cv_wf_left the items the work list holds after the call, 0 when it could not hold any.
+-- Returns the number of tasks released into the stream.
+local function cv_wf_end(jobkey, id, o, result, why, now, stream, stats, ev)
+  local w = redis.call('HMGET', jobkey, 'wf', 'wf_task', 'wf_next')
+  if not w[1] then return 0 end
+  local wfkey, cname, cnext = w[1], w[2], w[3]
+  local jprefix = string.sub(jobkey, 1, #jobkey - #id)
+  if o == 'C' then
+    if cnext and cnext ~= '' and result and result ~= '' then
+      redis.call('HSET', wfkey, 's:' .. cname, o, 'r:' .. cname, result)
+    else
+      redis.call('HSET', wfkey, 's:' .. cname, o)
+    end
+    if cnext and cnext ~= '' and why and why ~= '' then
+      redis.call('HSET', wfkey, 't:' .. id, why)
+    end
+    redis.call('HINCRBY', wfkey, 'completed', 1)
+  elseif o == 'F' then
+    redis.call('HSET', wfkey, 's:' .. cname, o)
+    redis.call('HINCRBY', wfkey, 'failed', 1)
+  else
+    redis.call('HSET', wfkey, 's:' .. cname, o)
+    redis.call('HINCRBY', wfkey, 'canceled', 1)
+  end
+  local todo = {}
+  if cnext and cnext ~= '' then
+    local reason = ''
+    if o == 'F' then
+      reason = 'dependency ' .. cname .. ' failed: ' .. string.sub(why or '', 1, 200)
+    elseif o == 'X' then
+      reason = 'dependency ' .. cname .. ' was canceled'
+    end
+    todo[1] = {o, o, id, wfkey, cnext, reason}
+  end
+  local ctx = {jprefix = jprefix, stream = stream, stats = stats, now = now, ev = ev,
+    budget = cv_wf_budget(ev), todo = todo, touched = {[wfkey] = true}, skip = id}
+  local released = cv_wf_follow(ctx)
+  ev.cv_wf_budget, ev.cv_wf_left = ctx.budget, ctx.left
+  return released
+end
+
+-- Follows the whole of the queue's cascade work list (cv_wf_follow with no budget): a replay
+-- or a purge of a task must find every cascade of its workflow over, since it undoes or ends
+-- what the cascade did. The list holds edges only between the calls that follow them (a few
+-- ms), or after a crash until the queue's recoverer's next scan: this is rare, and then as
+-- long as what is left. The tasks it cancels are not announced (a waiter finds them on its
+-- fallback read).
+local function cv_wf_catch_up(jprefix, now)
+  if redis.call('LLEN', cv_wf_list(jprefix)) == 0 then return end
+  -- The queue's level-1 stream and stats hash (keys.Queue.Stream, Stats): '...:job:' less 'job:'.
+  local base = string.sub(jprefix, 1, #jprefix - 5)
+  cv_wf_follow({jprefix = jprefix, stream = base .. ':stream', stats = base .. ':stats', now = now,
+    ev = {}, budget = 0, all = true, todo = {}})
 end
 
 -- The tasks canceled because of task `id` (the dependents, transitively, whose 'canceled_by'
@@ -769,15 +882,17 @@ local function cv_wf_canceled_after(jprefix, next_ids)
   return out
 end
 
--- Resumes the workflow of dead task `id`, which a replay has just put back into the stream:
--- the tasks its death canceled wait again, in topological order, each unless another of its
--- dependencies is dead, purged or canceled still; the Finally tasks still waiting forget the outcomes
--- they counted of the task and of those restored.
-local function cv_wf_resume(jobkey, id)
+-- Resumes the workflow of dead task `id`, which a replay has just put back into the stream at
+-- `now`: the tasks its death canceled wait again, in topological order, each unless another of
+-- its dependencies is dead, purged or canceled still; the Finally tasks still waiting forget
+-- the outcomes they counted of the task and of those restored. The queue's cascades still on
+-- its work list are followed first (cv_wf_catch_up).
+local function cv_wf_resume(jobkey, id, now)
   local w = redis.call('HMGET', jobkey, 'wf', 'wf_task', 'wf_next')
   if not w[1] then return end
   local wfkey = w[1]
   local jprefix = string.sub(jobkey, 1, #jobkey - #id)
+  cv_wf_catch_up(jprefix, now)
   redis.call('HINCRBY', wfkey, 'failed', -1)
   redis.call('HDEL', wfkey, 's:' .. w[2], 'finished_at')
   local restored = {{id, w[3], 'wf_failed'}}
@@ -814,11 +929,13 @@ end
 
 -- Task `id`, dead, is being purged: the workflow counts it purged instead of dead, and the
 -- tasks its death canceled (kept for a replay that can no longer come) expire with the
--- workflow's retention.
+-- workflow's retention. The queue's cascades still on its work list are followed first
+-- (cv_wf_catch_up).
 local function cv_wf_purged(jobkey, id, now)
   local w = redis.call('HMGET', jobkey, 'wf', 'wf_task', 'wf_next')
   if not w[1] then return end
   local wfkey = w[1]
+  cv_wf_catch_up(string.sub(jobkey, 1, #jobkey - #id), now)
   local keep = redis.call('HGET', wfkey, 'retention_ms') or '86400000'
   for _, c in ipairs(cv_wf_canceled_after(string.sub(jobkey, 1, #jobkey - #id), w[3])) do
     redis.call('PEXPIRE', string.sub(jobkey, 1, #jobkey - #id) .. c[1], keep)
