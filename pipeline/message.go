@@ -108,6 +108,9 @@ func (u entryUnmarshaller) foreign(md message.Metadata, entry string) (job, typ,
 			if !isControlKey(k) {
 				return "", "", "", reasonOf(unknownControlKey(k))
 			}
+			if publisherOnly(k) {
+				return "", "", "", k + ": set by Conveyor's Publisher only; a message of another publisher cannot carry it (its entry is written already)"
+			}
 			ctrl[k] = v
 		}
 	}
