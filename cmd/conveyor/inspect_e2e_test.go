@@ -70,7 +70,7 @@ func testQueuesCmd(t *testing.T, c *cli) {
 	table := c.ok(t, "queues", "--prefix", p)
 	lines := strings.Split(strings.TrimSpace(table), "\n")
 	require.Len(t, lines, 3, table)
-	require.Regexp(t, `^QUEUE +SCHEDULED +QUEUED +IN_PROGRESS +DEAD +\| +ENQUEUED +COMPLETED +DIED`, lines[0])
+	require.Regexp(t, `^QUEUE +SCHEDULED +QUEUED +IN_PROGRESS +DEAD +\| +ENQUEUED +COMPLETED +WENT_DEAD +RETRIED`, lines[0])
 	require.Regexp(t, `^billing +0 +1 +0 +0 +\| +1 `, lines[1])
 	require.Regexp(t, `^emails +1 +1 +0 +0 +\| +2 `, lines[2])
 
@@ -196,7 +196,7 @@ func testListCmd(t *testing.T, c *cli) {
 	page = c.list(t, "--prefix", p, "--queue", "busy", "--status", "failed")
 	require.ElementsMatch(t, failing, jobIDs(page.Jobs))
 	table, _ = c.listTable(t, "--prefix", p, "--queue", "busy", "--status", "failed")
-	require.Regexp(t, `(?m)^ID +TYPE +STATUS +ATTEMPT +DIED +LAST_ERROR$`, table)
+	require.Regexp(t, `(?m)^ID +TYPE +STATUS +ATTEMPT +DEAD_SINCE +LAST_ERROR$`, table)
 	require.Regexp(t, `(?m)^`+failing[0]+` +fail +dead +1 +\d{4}-`, table, "failed reads dead")
 
 	// dead purge by id deletes the dead job and refuses the running one; dead replay --all

@@ -119,7 +119,7 @@ func printJobs(w io.Writer, status pipeline.Status, p *pipeline.JobPage) error {
 	case pipeline.StatusInProgress:
 		fmt.Fprintln(t, "ID\tTYPE\tSTATUS\tATTEMPT\tSTARTED_AT\tWORKER\tIDLE")
 	case pipeline.StatusFailed:
-		fmt.Fprintln(t, "ID\tTYPE\tSTATUS\tATTEMPT\tDIED\tLAST_ERROR")
+		fmt.Fprintln(t, "ID\tTYPE\tSTATUS\tATTEMPT\tDEAD_SINCE\tLAST_ERROR")
 	case pipeline.StatusCompleted:
 		fmt.Fprintln(t, "ID\tTYPE\tSTATUS\tATTEMPT\tCOMPLETED_AT\tWORKER\tCREATED_AT")
 	case pipeline.StatusCanceled:

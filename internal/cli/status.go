@@ -30,8 +30,10 @@ and a few more. created_at is the job's first publish (a retry or a replay does 
 it); enqueued_at is its last entry into the stream; started_at, worker and completed_at are
 its last attempt's. attempts lists the last 20 attempts, oldest first, each
 {"attempt", "worker", "started_at", "ended_at", "outcome", "error"} with outcome retry,
-snooze, lost (its worker died), failed, completed, canceled or running; the human output
-prints them as a table. Status is one of scheduled, queued, in_progress, completed, failed, canceled; the
+snooze, lost (its worker died), failed (the attempt that sent it to the dead set: "dead" in the
+table), completed, canceled or running, and a row "replayed" (attempt 0, "-" in the table) where
+a replay from the dead set started a fresh set of attempts, numbered from 1 again; the human
+output prints them as a table. Status is one of scheduled, queued, in_progress, completed, failed, canceled; the
 table says "dead" for failed (failed is the wire name of a dead job, as in --json).
 Without --queue the job is looked up in every known queue (one lookup per queue) and the
 output names the queue it was found in. An unknown id (or one whose record expired after the
@@ -183,7 +185,11 @@ func printAttempts(w io.Writer, as []pipeline.JobAttempt) error {
 	t := newTable(w)
 	fmt.Fprintln(t, "  #\tOUTCOME\tWORKER\tSTARTED\tENDED\tERROR")
 	for _, a := range as {
-		fmt.Fprintf(t, "  %d\t%s\t%s\t%s\t%s\t%s\n", a.Number, a.Outcome, orDash(a.Worker),
+		n := strconv.Itoa(a.Number)
+		if a.Outcome == pipeline.AttemptReplayed { // a mark, no attempt: the next ones count from 1
+			n = "-"
+		}
+		fmt.Fprintf(t, "  %s\t%s\t%s\t%s\t%s\t%s\n", n, pipeline.AttemptWord(a.Outcome), orDash(a.Worker),
 			tableTime(a.StartedAt), tableTime(a.EndedAt), oneLine(a.Error, 80))
 	}
 	return t.Flush()
