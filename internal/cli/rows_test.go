@@ -41,7 +41,7 @@ func TestDeadWord(t *testing.T) {
 	c := newCmdRunner(t)
 	dead := jobtest.Seed(t, redistest.Client(t), "emails", status.Failed, jobtest.Opts{Prefix: c.prefix})
 	out := c.ok("list", "-q", "emails", "--status", "dead")
-	require.Regexp(t, `(?m)^ID +TYPE +STATUS +ATTEMPT +DEAD_SINCE +LAST_ERROR$`, out)
+	require.Regexp(t, `(?m)^ID +TYPE +STATUS +PRIORITY +ATTEMPT +DEAD_SINCE +LAST_ERROR$`, out)
 	require.Regexp(t, dead.ID+` +test +dead `, out)
 	require.Contains(t, c.ok("list", "-q", "emails", "--status", "failed", "--json"), `"status":"failed"`)
 	st := c.ok("status", "-q", "emails", dead.ID)

@@ -145,7 +145,13 @@ func printJob(w io.Writer, j *pipeline.Job, now time.Time) error {
 		row("progress_message", orDash(p.Message))
 		row("progress_at", formatTime(p.At, now))
 	}
-	row("attempt", strconv.Itoa(j.Attempt))
+	attempt := strconv.Itoa(j.Attempt)
+	if j.Snoozes > 0 {
+		// A snoozed run is no attempt (its number is the next run's too): say so beside the
+		// count, or a job that ran reads as one that never did.
+		attempt += " (snoozed runs are not counted)"
+	}
+	row("attempt", attempt)
 	row("max_retries", strconv.Itoa(j.MaxRetries))
 	row("priority", strconv.Itoa(max(j.Priority, pipeline.MinPriority)))
 	if j.Timeout > 0 {
