@@ -470,7 +470,7 @@ func (d *demoRun) watch(ctx context.Context, total int) error {
 					fmt.Fprintln(d.progress)
 				}
 			case finished || time.Since(lastLine) >= time.Second:
-				fmt.Fprintf(d.progress, "  %d/%d finished: %d completed, %d failed; %d waiting (delayed or retrying), %d queued, %d in progress\n",
+				fmt.Fprintf(d.progress, "  %d/%d finished: %d completed, %d dead; %d waiting (delayed or retrying), %d queued, %d in progress\n",
 					done, total, st.Completed, st.Failed, st.Scheduled, st.Queued, st.InProgress)
 				lastLine = time.Now()
 			}
@@ -537,7 +537,7 @@ func (d *demoRun) summary(jobs []*pipeline.Job, workers []string, attempts []*at
 	w := d.out
 	fmt.Fprintf(w, "\nJobs by type\n")
 	t := newTable(w)
-	fmt.Fprintln(t, "  TYPE\tJOBS\tCOMPLETED\tFAILED\tATTEMPTS\tWHAT IT SHOWS")
+	fmt.Fprintln(t, "  TYPE\tJOBS\tCOMPLETED\tDEAD\tATTEMPTS\tWHAT IT SHOWS")
 	for _, k := range demoMix {
 		r := byType[k.jobType]
 		if r == nil {
@@ -571,7 +571,7 @@ func (d *demoRun) summary(jobs []*pipeline.Job, workers []string, attempts []*at
 		default:
 			note = "unfinished"
 		}
-		fmt.Fprintf(t, "  %s\t%d\t%s\n", s, n, note)
+		fmt.Fprintf(t, "  %s\t%d\t%s\n", pipeline.StatusWord(s), n, note)
 	}
 	_ = t.Flush()
 
