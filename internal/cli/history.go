@@ -21,9 +21,9 @@ func newHistoryCmd(a *app) *cobra.Command {
 		Use:   "history [--queue Q | --all] [--resolution 5s|1m] [--window D] [--json]",
 		Short: "Show a queue's recent throughput, queue wait and execution time",
 		Long: `Show what a queue's workers finished recently, bucket by bucket: completed jobs, jobs that
-went dead (sent to the dead set; "failed" in --json) and retried ones, and the 50th and 99th percentiles of the queue wait (from
-publish, or from the promotion of a due or retried job, to the handler's start) and of the
-execution time. The workers keep this history in Redis (5 s buckets for an hour, 1 min buckets
+went dead (sent to the dead set; "failed" in --json) and retried ones, and the 50th and 99th
+percentiles of the queue wait (from publish, or from the promotion of a due or retried job, to
+the handler's start) and of the execution time. The workers keep this history in Redis (5 s buckets for an hour, 1 min buckets
 for a day), so it shows jobs that ran before anything was watching. Buckets without outcomes
 are left out of the table; the last line sums the window. Percentiles are within 9%; "<1ms"
 is under a millisecond. With --all, every queue together. With --json it prints one object
