@@ -175,7 +175,8 @@ func TestEntryUnmarshallerAdoption(t *testing.T) {
 // FuzzForeignControlKeys holds a Worker's reading of the control keys of another publisher's
 // message to the Publisher's: the one refuses what the other refuses, and a refusal's reason
 // names a control key; an accepted message is due no earlier than its entry and no later than
-// MaxRunAt, and keeps its unique key.
+// MaxRunAt, and keeps its unique key. (The keys only the Publisher applies, publisherOnly, are
+// not fed: adoption refuses them by design.)
 func FuzzForeignControlKeys(f *testing.F) {
 	f.Add("1h", "", "", "", "", "")
 	f.Add("", "1800000000000", "3", "1us", "k k", "2h")

@@ -29,21 +29,21 @@ import (
 // as "conveyor_delays") is refused rather than kept as plain metadata, so that a typo never
 // silently drops an option.
 //
-//	key                    value                                              option
-//	conveyor_type          the job type (1 to 128 bytes, no spaces)           Task.Type
-//	conveyor_delay         a Go duration, at least 0 ("90s", "1h30m")         WithDelay
-//	conveyor_run_at        unix milliseconds, or RFC 3339                     WithRunAt
-//	conveyor_max_retries   an integer, 0 to MaxMaxRetries                     WithMaxRetries
-//	conveyor_timeout       a Go duration, at least 0 (0: no timeout)          WithTimeout
-//	conveyor_unique_key    1 to 128 bytes                                     WithUnique
-//	conveyor_unique_ttl    a Go duration above 0; needs conveyor_unique_key   WithUnique
-//	conveyor_priority      an integer, MinPriority (1) to MaxPriority (4)     WithPriority
-//	conveyor_group         a group name, as a job id (1 to 128 bytes)         WithGroup
-//	conveyor_limit_key     1 to 128 bytes                                     WithLimitKey
-//	conveyor_retention     a Go duration, at least 0 (0: delete at the end)   WithRetention
-//	conveyor_debounce_key  1 to 128 bytes; needs the two below                WithDebounce
-//	conveyor_debounce_quiet     a Go duration, above 0                        WithDebounce
-//	conveyor_debounce_max_wait  a Go duration, at least the quiet             WithDebounce
+//	key                         value                                             option
+//	conveyor_type               the job type (1 to 128 bytes, no spaces)          Task.Type
+//	conveyor_delay              a Go duration, at least 0 ("90s", "1h30m")        WithDelay
+//	conveyor_run_at             unix milliseconds, or RFC 3339                    WithRunAt
+//	conveyor_max_retries        an integer, 0 to MaxMaxRetries                    WithMaxRetries
+//	conveyor_timeout            a Go duration, at least 0 (0: no timeout)         WithTimeout
+//	conveyor_unique_key         1 to 128 bytes                                    WithUnique
+//	conveyor_unique_ttl         a Go duration above 0; needs conveyor_unique_key  WithUnique
+//	conveyor_priority           an integer, MinPriority (1) to MaxPriority (4)    WithPriority
+//	conveyor_group              a group name, as a job id (1 to 128 bytes)        WithGroup
+//	conveyor_limit_key          1 to 128 bytes                                    WithLimitKey
+//	conveyor_retention          a Go duration, at least 0 (0: delete at the end)  WithRetention
+//	conveyor_debounce_key       1 to 128 bytes; needs the two below               WithDebounce
+//	conveyor_debounce_quiet     a Go duration above 0                             WithDebounce
+//	conveyor_debounce_max_wait  a Go duration, at least the quiet                 WithDebounce
 //
 // conveyor_delay and conveyor_run_at exclude each other. A run-at time in the past runs the
 // job at once. The three debounce keys go together, and exclude conveyor_delay,
