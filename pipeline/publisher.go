@@ -157,7 +157,9 @@ func (c PublisherConfig) withDefaults() PublisherConfig {
 // same messages again is safe.
 //
 // The Redis call runs under the first message's context (Message.Context): a call is one
-// batch, not one write per message.
+// batch, not one write per message. Options of a call rather than of a job have no control key:
+// the client's ClientConfig.Replicas is the replica wait of every call (WithReplicas), and the
+// message's UUID is the job's id (WithID).
 //
 // Tracing: the call is one publish span (see "Tracing" in the README), child of the span of
 // the first message's context. A message that carries a W3C traceparent in its metadata, or
