@@ -33,8 +33,10 @@ its last attempt's. attempts lists the last 20 attempts, oldest first, each
 snooze, lost (its worker died), failed (the attempt that sent it to the dead set: "dead" in the
 table), completed, canceled or running, and a row "replayed" (attempt 0, "-" in the table) where
 a replay from the dead set started a fresh set of attempts, numbered from 1 again; the human
-output prints them as a table. Status is one of scheduled, queued, in_progress, completed, failed, canceled; the
-table says "dead" for failed (failed is the wire name of a dead job, as in --json).
+output prints them as a table. A snoozed run is not counted in attempt (the next run has its
+number too): the table says so beside it, and lists the snoozed run. Status is one of
+scheduled, queued, in_progress, completed, failed, canceled; the table says "dead" for failed
+(failed is the wire name of a dead job, as in --json).
 Without --queue the job is looked up in every known queue (one lookup per queue) and the
 output names the queue it was found in. An unknown id (or one whose record expired after the
 retention time) exits 1, saying which queues were searched.
