@@ -8,7 +8,8 @@ import (
 )
 
 // The outcomes of an attempt (JobAttempt.Outcome). The first four are recorded as the attempt
-// ends; the others are read from the job itself, for its last attempt.
+// ends, AttemptReplayed as a replay happens; the others are read from the job itself, for its
+// last attempt.
 const (
 	// AttemptRetried: the handler failed and the job was scheduled to run again.
 	AttemptRetried = keys.AttemptRetry
@@ -18,8 +19,12 @@ const (
 	// put the job back.
 	AttemptLost = keys.AttemptLost
 	// AttemptFailed: the attempt failed the job for good (out of retries, SkipRetry, lost on the
-	// last attempt).
+	// last attempt). A person reads it as "dead" (AttemptWord), as the job's status.
 	AttemptFailed = keys.AttemptFailed
+	// AttemptReplayed is no attempt but a mark in the history: the job was replayed from the
+	// dead set then (StartedAt and EndedAt), its Number 0. The attempts after it count from 1
+	// again, with a fresh set of retries.
+	AttemptReplayed = keys.AttemptReplay
 	// AttemptCompleted: the handler returned without error.
 	AttemptCompleted = "completed"
 	// AttemptCanceled: the job was canceled while this attempt was its last.
@@ -34,7 +39,8 @@ const MaxAttempts = keys.MaxAttemptHistory
 // JobAttempt is one execution of a job, as Job.Attempts lists them.
 type JobAttempt struct {
 	// Number is the attempt's number (Job.Attempt then). A snoozed attempt is not counted, so
-	// the next run has its number too; a replay counts from 1 again.
+	// the next run has its number too; a replay counts from 1 again, after a mark of its own
+	// (AttemptReplayed, Number 0).
 	Number int
 	// Worker is the worker (its consumer name) that ran it.
 	Worker string

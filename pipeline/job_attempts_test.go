@@ -146,6 +146,42 @@ func TestAttemptHistorySnoozeAndCancel(t *testing.T) {
 	require.Equal(t, got.CompletedAt, got.Attempts[1].EndedAt)
 }
 
+// A replay starts a fresh set of attempts, numbered from 1 again: the history marks where it
+// happened, so the second attempt 1 is not read as the first one twice.
+func TestAttemptHistoryReplay(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	var runs atomic.Int32
+	b.startWorker(t, pipeline.WorkerConfig{}, map[string]pipeline.HandlerFunc{
+		"doomed": func(ctx context.Context, j *pipeline.Job) ([]byte, error) {
+			return nil, fmt.Errorf("run %d", runs.Add(1))
+		},
+	})
+	j, err := b.client.Enqueue(t.Context(), b.queue, pipeline.Task{Type: "doomed"}, pipeline.WithMaxRetries(0))
+	require.NoError(t, err)
+	dead := b.waitStatus(t, j.ID, pipeline.StatusFailed)
+	require.Len(t, dead.Attempts, 1)
+	require.NoError(t, b.insp.Replay(t.Context(), b.queue, j.ID))
+	replayed, err := b.client.Get(t.Context(), b.queue, j.ID)
+	require.NoError(t, err)
+	require.Equal(t, 0, replayed.Attempt, "a replay counts from 1 again")
+	require.Eventually(t, func() bool { return runs.Load() == 2 }, 10*time.Second, 5*time.Millisecond)
+	got := b.waitStatus(t, j.ID, pipeline.StatusFailed)
+	require.Len(t, got.Attempts, 3, "%+v", got.Attempts)
+	first, mark, second := got.Attempts[0], got.Attempts[1], got.Attempts[2]
+	require.Equal(t, pipeline.AttemptFailed, first.Outcome)
+	require.Equal(t, "run 1", first.Error)
+	require.Equal(t, "replayed", mark.Outcome)
+	require.Equal(t, 0, mark.Number, "the mark is no attempt")
+	require.False(t, mark.EndedAt.Before(first.EndedAt), "marked after the death it undid")
+	require.Equal(t, mark.StartedAt, mark.EndedAt)
+	require.Empty(t, mark.Worker)
+	require.Equal(t, pipeline.AttemptFailed, second.Outcome)
+	require.Equal(t, 1, second.Number)
+	require.Equal(t, "run 2", second.Error)
+	require.False(t, second.StartedAt.Before(mark.EndedAt))
+}
+
 // Completed and canceled jobs are listed newest first, page by page, while retained.
 func TestListCompletedAndCanceled(t *testing.T) {
 	t.Parallel()

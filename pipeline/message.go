@@ -38,8 +38,9 @@ const reservedMeta = 4 // MetaJob, MetaType, stream.EntryIDKey and stream.Stream
 // An entry of another Watermill publisher (a valid message UUID and metadata, and no conveyor
 // field) is read as a job to adopt, its control keys read as the Publisher reads them: its
 // type is its MetaKeyType metadata, else defaultType; its retries, timeout, due time and
-// unique key come from the other control keys, else the defaults. A bad control value makes
-// it unreadable, with a reason that names the key.
+// unique key come from the other control keys, else the defaults. A bad control value, or a key
+// only the Publisher can apply (publisherOnly), makes it unreadable, with a reason that names
+// the key.
 type entryUnmarshaller struct {
 	defaultType string
 }
@@ -107,6 +108,9 @@ func (u entryUnmarshaller) foreign(md message.Metadata, entry string) (job, typ,
 		if strings.HasPrefix(k, MetaKeyPrefix) {
 			if !isControlKey(k) {
 				return "", "", "", reasonOf(unknownControlKey(k))
+			}
+			if publisherOnly(k) {
+				return "", "", "", k + ": set by Conveyor's Publisher only; a message of another publisher cannot carry it (its entry is written already)"
 			}
 			ctrl[k] = v
 		}

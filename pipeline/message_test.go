@@ -1,6 +1,8 @@
 package pipeline
 
 import (
+	"errors"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -75,6 +77,10 @@ func TestEntryUnmarshaller(t *testing.T) {
 			delete(v, keys.EntryJob)
 			v[keys.EntryMetadata], _ = stream.EncodeMetadata(map[string]string{MetaKeyType: "echo", MetaKeyTimeout: "soon"})
 		}, MetaKeyTimeout},
+		{"another publisher's message with a Publisher-only key", func(v map[string]any) {
+			delete(v, keys.EntryJob)
+			v[keys.EntryMetadata], _ = stream.EncodeMetadata(map[string]string{MetaKeyType: "echo", MetaKeyPriority: "2"})
+		}, MetaKeyPriority + ": set by Conveyor's Publisher only"},
 		{"job field not a string", func(v map[string]any) { v[keys.EntryJob] = int64(3) }, "conveyor field"},
 		{"no type", func(v map[string]any) { v[keys.EntryJob] = "1 5 0 " }, "conveyor field"},
 		{"attempt zero", func(v map[string]any) { v[keys.EntryJob] = "0 5 0 echo" }, "conveyor field"},
@@ -169,7 +175,8 @@ func TestEntryUnmarshallerAdoption(t *testing.T) {
 // FuzzForeignControlKeys holds a Worker's reading of the control keys of another publisher's
 // message to the Publisher's: the one refuses what the other refuses, and a refusal's reason
 // names a control key; an accepted message is due no earlier than its entry and no later than
-// MaxRunAt, and keeps its unique key.
+// MaxRunAt, and keeps its unique key. (The keys only the Publisher applies, publisherOnly, are
+// not fed: adoption refuses them by design.)
 func FuzzForeignControlKeys(f *testing.F) {
 	f.Add("1h", "", "", "", "", "")
 	f.Add("", "1800000000000", "3", "1us", "k k", "2h")
@@ -212,6 +219,64 @@ func FuzzForeignControlKeys(f *testing.F) {
 		}
 		if a.uniqueKey != ukey || (ukey != "") != (a.uniqueTTL > 0) {
 			t.Fatalf("unique key %q, ttl %d from %q", a.uniqueKey, a.uniqueTTL, ukey)
+		}
+	})
+}
+
+// FuzzPublisherMetadata feeds the control keys of the Client's options (priority, group, limit
+// key, retention, debounce) to the Publisher: it never panics; a refusal wraps ErrInvalid and
+// names a control key; an accepted message's task is one the Client takes (Validate), keeps no
+// control key in its metadata, and is published under the message's UUID unless debounced.
+func FuzzPublisherMetadata(f *testing.F) {
+	f.Add("2", "tenant-1", "acct", "1h", "doc", "2s", "1m", "")
+	f.Add("", "", "", "", "doc", "2s", "1m", "5s")
+	f.Add("0", "a b", "\x00", "-1s", "", "1s", "", "")
+	f.Add("4", "", "k", "0s", "d", "1ms", "1ms", "")
+	f.Add(" 3", "g", "", "1e9h", "d", "0.5s", "8761h", "")
+	client, err := NewClient(redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"}), ClientConfig{})
+	require.NoError(f, err)
+	pub, err := NewPublisher(client, PublisherConfig{DefaultType: "echo"})
+	require.NoError(f, err)
+	f.Fuzz(func(t *testing.T, prio, group, limitKey, retention, dkey, dquiet, dmax, delay string) {
+		msg := message.NewMessage("01JOB", []byte("p"))
+		msg.Metadata.Set("tenant", "acme")
+		for k, v := range map[string]string{MetaKeyPriority: prio, MetaKeyGroup: group, MetaKeyLimitKey: limitKey,
+			MetaKeyRetention: retention, MetaKeyDebounceKey: dkey, MetaKeyDebounceQuiet: dquiet,
+			MetaKeyDebounceMaxWait: dmax, MetaKeyDelay: delay} {
+			if v != "" {
+				msg.Metadata.Set(k, v)
+			}
+		}
+		task, err := pub.task(msg)
+		if err != nil {
+			if !errors.Is(err, ErrInvalid) {
+				t.Fatalf("refusal %v does not wrap ErrInvalid", err)
+			}
+			if !strings.Contains(err.Error(), MetaKeyPrefix) {
+				t.Fatalf("refusal %q names no control key", err)
+			}
+			return
+		}
+		if err := Validate("q", task); err != nil {
+			t.Fatalf("the Publisher took %v, which the Client refuses: %v", msg.Metadata, err)
+		}
+		for k := range task.Metadata {
+			if strings.HasPrefix(k, MetaKeyPrefix) {
+				t.Fatalf("control key %q kept in the job's metadata", k)
+			}
+		}
+		var o enqueueOptions
+		for _, opt := range task.Opts {
+			opt(&o)
+		}
+		if o.hasDebounce == (o.id == "01JOB") {
+			t.Fatalf("debounced %v, id %q", o.hasDebounce, o.id)
+		}
+		if prio != "" && strconv.Itoa(o.priority()) != prio {
+			t.Fatalf("priority %d from %q", o.priority(), prio)
+		}
+		if o.group != group || o.limitKey != limitKey {
+			t.Fatalf("group %q limit key %q from %q %q", o.group, o.limitKey, group, limitKey)
 		}
 	})
 }

@@ -29,17 +29,31 @@ import (
 // as "conveyor_delays") is refused rather than kept as plain metadata, so that a typo never
 // silently drops an option.
 //
-//	key                    value                                              option
-//	conveyor_type          the job type (1 to 128 bytes, no spaces)           Task.Type
-//	conveyor_delay         a Go duration, at least 0 ("90s", "1h30m")         WithDelay
-//	conveyor_run_at        unix milliseconds, or RFC 3339                     WithRunAt
-//	conveyor_max_retries   an integer, 0 to MaxMaxRetries                     WithMaxRetries
-//	conveyor_timeout       a Go duration, at least 0 (0: no timeout)          WithTimeout
-//	conveyor_unique_key    1 to 128 bytes                                     WithUnique
-//	conveyor_unique_ttl    a Go duration above 0; needs conveyor_unique_key   WithUnique
+//	key                         value                                             option
+//	conveyor_type               the job type (1 to 128 bytes, no spaces)          Task.Type
+//	conveyor_delay              a Go duration, at least 0 ("90s", "1h30m")        WithDelay
+//	conveyor_run_at             unix milliseconds, or RFC 3339                    WithRunAt
+//	conveyor_max_retries        an integer, 0 to MaxMaxRetries                    WithMaxRetries
+//	conveyor_timeout            a Go duration, at least 0 (0: no timeout)         WithTimeout
+//	conveyor_unique_key         1 to 128 bytes                                    WithUnique
+//	conveyor_unique_ttl         a Go duration above 0; needs conveyor_unique_key  WithUnique
+//	conveyor_priority           an integer, MinPriority (1) to MaxPriority (4)    WithPriority
+//	conveyor_group              a group name, as a job id (1 to 128 bytes)        WithGroup
+//	conveyor_limit_key          1 to 128 bytes                                    WithLimitKey
+//	conveyor_retention          a Go duration, at least 0 (0: delete at the end)  WithRetention
+//	conveyor_debounce_key       1 to 128 bytes; needs the two below               WithDebounce
+//	conveyor_debounce_quiet     a Go duration above 0                             WithDebounce
+//	conveyor_debounce_max_wait  a Go duration, at least the quiet                 WithDebounce
 //
 // conveyor_delay and conveyor_run_at exclude each other. A run-at time in the past runs the
-// job at once.
+// job at once. The three debounce keys go together, and exclude conveyor_delay,
+// conveyor_run_at, conveyor_unique_key and conveyor_group, as WithDebounce excludes their
+// options; a debounced message's job has its window's id, not the message's UUID.
+//
+// Priority, group, limit key, retention and debounce are the Publisher's only (publisherOnly):
+// a Worker adopting a message of another publisher refuses one that carries them (the message
+// goes to the dead set, the reason naming the key), since the entry is already in its stream
+// and adopting it writes none of them.
 const (
 	// MetaKeyPrefix starts every control key; metadata keys with it are reserved.
 	MetaKeyPrefix = "conveyor_"
@@ -58,6 +72,23 @@ const (
 	// MetaKeyUniqueTTL is how long MetaKeyUniqueKey is held (a Go duration). Defaults to
 	// PublisherConfig.UniqueTTL.
 	MetaKeyUniqueTTL = "conveyor_unique_ttl"
+	// MetaKeyPriority is the job's priority level, as WithPriority (a decimal integer).
+	MetaKeyPriority = "conveyor_priority"
+	// MetaKeyGroup puts the job in a fair group of its queue, as WithGroup.
+	MetaKeyGroup = "conveyor_group"
+	// MetaKeyLimitKey is the key the queue's per-key limits count the job under, as
+	// WithLimitKey.
+	MetaKeyLimitKey = "conveyor_limit_key"
+	// MetaKeyRetention is how long the job's record is kept after it ends, as WithRetention
+	// (a Go duration).
+	MetaKeyRetention = "conveyor_retention"
+	// MetaKeyDebounceKey debounces the job, as WithDebounce; it needs MetaKeyDebounceQuiet and
+	// MetaKeyDebounceMaxWait.
+	MetaKeyDebounceKey = "conveyor_debounce_key"
+	// MetaKeyDebounceQuiet is WithDebounce's quiet (a Go duration).
+	MetaKeyDebounceQuiet = "conveyor_debounce_quiet"
+	// MetaKeyDebounceMaxWait is WithDebounce's maximum wait (a Go duration).
+	MetaKeyDebounceMaxWait = "conveyor_debounce_max_wait"
 )
 
 // Defaults of PublisherConfig.
@@ -109,7 +140,9 @@ func (c PublisherConfig) withDefaults() PublisherConfig {
 //
 //   - the message's UUID is the job id, so publishing a message again (a retry after an
 //     error, a redelivery upstream) makes no second job: the existing one stands; a message
-//     with the UUID of a job of another type or payload refuses the call (ErrConflict);
+//     with the UUID of a job of another type or payload refuses the call (ErrConflict). A
+//     debounced message (MetaKeyDebounceKey) is the exception: its job has its window's id,
+//     and publishing it again joins the window again, still one job;
 //   - the payload is the job's payload;
 //   - the metadata is the job's metadata, except the control keys (MetaKeyType and the
 //     others, see MetaKeyPrefix), which are removed from it and set the job's type and
@@ -124,7 +157,9 @@ func (c PublisherConfig) withDefaults() PublisherConfig {
 // same messages again is safe.
 //
 // The Redis call runs under the first message's context (Message.Context): a call is one
-// batch, not one write per message.
+// batch, not one write per message. Options of a call rather than of a job have no control key:
+// the client's ClientConfig.Replicas is the replica wait of every call (WithReplicas), and the
+// message's UUID is the job's id (WithID).
 //
 // Tracing: the call is one publish span (see "Tracing" in the README), child of the span of
 // the first message's context. A message that carries a W3C traceparent in its metadata, or
@@ -240,14 +275,19 @@ func (p *Publisher) task(msg *message.Message) (Task, error) {
 		return Task{}, err
 	}
 	t := Task{Type: p.cfg.DefaultType, Payload: msg.Payload, Metadata: md}
-	opts, _, err := controlOptions(ctrl, &t, p.cfg.UniqueTTL)
+	opts, o, err := controlOptions(ctrl, &t, p.cfg.UniqueTTL)
 	if err != nil {
 		return Task{}, err
 	}
 	if err := p.checkSize(&t); err != nil {
 		return Task{}, err
 	}
-	t.Opts = append(opts, WithID(msg.UUID))
+	if !o.hasDebounce {
+		// A debounced job's id is its window's, chosen by the window's first publish: a
+		// message published again joins the window again, still one job.
+		opts = append(opts, WithID(msg.UUID))
+	}
+	t.Opts = opts
 	return t, nil
 }
 
@@ -260,6 +300,17 @@ func unknownControlKey(k string) error {
 func isControlKey(k string) bool {
 	switch k {
 	case MetaKeyType, MetaKeyDelay, MetaKeyRunAt, MetaKeyMaxRetries, MetaKeyTimeout, MetaKeyUniqueKey, MetaKeyUniqueTTL:
+		return true
+	}
+	return publisherOnly(k)
+}
+
+// publisherOnly reports whether k is a control key that only the Publisher reads: a Worker
+// adopting another publisher's message cannot apply it, as the entry is already written.
+func publisherOnly(k string) bool {
+	switch k {
+	case MetaKeyPriority, MetaKeyGroup, MetaKeyLimitKey, MetaKeyRetention,
+		MetaKeyDebounceKey, MetaKeyDebounceQuiet, MetaKeyDebounceMaxWait:
 		return true
 	}
 	return false
@@ -377,7 +428,87 @@ func readControl(ctrl map[string]string, t *Task, uniqueTTL time.Duration) ([]Op
 		}
 		opts = append(opts, WithUnique(key, ttl))
 	}
+
+	if v, ok := ctrl[MetaKeyPriority]; ok {
+		n, err := strconv.Atoi(v)
+		if err != nil {
+			return nil, bad(MetaKeyPriority, v, "not an integer")
+		}
+		if n < MinPriority || n > MaxPriority {
+			return nil, bad(MetaKeyPriority, v, "outside %d (first) to %d", MinPriority, MaxPriority)
+		}
+		opts = append(opts, WithPriority(n))
+	}
+
+	if v, ok := ctrl[MetaKeyGroup]; ok {
+		if err := keys.ValidateGroup(v); err != nil {
+			return nil, invalid("%s: %v", MetaKeyGroup, err)
+		}
+		opts = append(opts, WithGroup(v))
+	}
+
+	if v, ok := ctrl[MetaKeyLimitKey]; ok {
+		if err := validateKeyText("limit key", v); err != nil {
+			return nil, invalid("%s: %s", MetaKeyLimitKey, reasonOf(err))
+		}
+		opts = append(opts, WithLimitKey(v))
+	}
+
+	if v, ok := ctrl[MetaKeyRetention]; ok {
+		d, err := duration(MetaKeyRetention, v)
+		if err != nil {
+			return nil, err
+		}
+		opts = append(opts, WithRetention(d))
+	}
+
+	dopt, err := readDebounce(ctrl, duration)
+	if err != nil {
+		return nil, err
+	}
+	if dopt != nil {
+		opts = append(opts, dopt)
+	}
 	return opts, nil
+}
+
+// readDebounce reads the three debounce keys, which go together, into WithDebounce; nil
+// without them.
+func readDebounce(ctrl map[string]string, duration func(key, v string) (time.Duration, error)) (Option, error) {
+	key, hasKey := ctrl[MetaKeyDebounceKey]
+	quietS, hasQuiet := ctrl[MetaKeyDebounceQuiet]
+	maxS, hasMax := ctrl[MetaKeyDebounceMaxWait]
+	switch {
+	case !hasKey && !hasQuiet && !hasMax:
+		return nil, nil
+	case !hasKey:
+		return nil, invalid("%s and %s need %s", MetaKeyDebounceQuiet, MetaKeyDebounceMaxWait, MetaKeyDebounceKey)
+	case !hasQuiet || !hasMax:
+		return nil, invalid("%s needs %s and %s (say \"2s\" and \"1m\")", MetaKeyDebounceKey, MetaKeyDebounceQuiet, MetaKeyDebounceMaxWait)
+	}
+	if err := validateKeyText("debounce key", key); err != nil {
+		return nil, invalid("%s: %s", MetaKeyDebounceKey, reasonOf(err))
+	}
+	for _, k := range []string{MetaKeyDelay, MetaKeyRunAt, MetaKeyUniqueKey, MetaKeyGroup} {
+		if _, ok := ctrl[k]; ok {
+			return nil, invalid("%s cannot be combined with %s (as WithDebounce)", MetaKeyDebounceKey, k)
+		}
+	}
+	quiet, err := duration(MetaKeyDebounceQuiet, quietS)
+	if err != nil {
+		return nil, err
+	}
+	if quiet == 0 || quiet > MaxDebounceWait {
+		return nil, invalid("%s %q: outside (0, %s]", MetaKeyDebounceQuiet, quietS, MaxDebounceWait)
+	}
+	maxWait, err := duration(MetaKeyDebounceMaxWait, maxS)
+	if err != nil {
+		return nil, err
+	}
+	if maxWait < quiet || maxWait > MaxDebounceWait {
+		return nil, invalid("%s %q: outside [%s %s, %s]", MetaKeyDebounceMaxWait, maxS, MetaKeyDebounceQuiet, quiet, MaxDebounceWait)
+	}
+	return WithDebounce(key, quiet, maxWait), nil
 }
 
 // parseRunAt reads unix milliseconds (digits only) or an RFC 3339 time.

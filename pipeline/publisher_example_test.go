@@ -68,6 +68,61 @@ func ExamplePublisher() {
 	// publish to emails: message 1 (uuid "user-43-welcome"): pipeline: invalid argument: conveyor_delay "tomorrow": not a Go duration (such as 90s or 1h30m)
 }
 
+// Every option of a Client publish has its control key: here a priority level, a fair group,
+// a limit key and a retention; and a debounce window, which several messages join to become
+// one job.
+func ExamplePublisher_options() {
+	rdb, done := exampleRedis()
+	defer done()
+	ctx := context.Background()
+
+	client, err := pipeline.NewClient(rdb, pipeline.ClientConfig{})
+	if err != nil {
+		panic(err)
+	}
+	pub, err := pipeline.NewPublisher(client, pipeline.PublisherConfig{DefaultType: "invoice"})
+	if err != nil {
+		panic(err)
+	}
+	defer pub.Close()
+
+	routine := message.NewMessage("invoice-7", []byte(`{"invoice":7}`))
+	routine.Metadata.Set(pipeline.MetaKeyPriority, "3")     // after the queue's levels 1 and 2
+	routine.Metadata.Set(pipeline.MetaKeyGroup, "acme")     // round-robin with other tenants
+	routine.Metadata.Set(pipeline.MetaKeyLimitKey, "acme")  // counted under acme's per-key limits
+	routine.Metadata.Set(pipeline.MetaKeyRetention, "168h") // kept a week once it completes
+	if err := pub.Publish("billing", routine); err != nil {
+		panic(err)
+	}
+	j, err := client.Get(ctx, "billing", "invoice-7")
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println(j.ID, j.Priority, j.Group, j.Metadata)
+
+	// Three edits of one document within two seconds of each other: one reindex job.
+	for i := range 3 {
+		edit := message.NewMessage(fmt.Sprintf("edit-%d", i), []byte(fmt.Sprintf(`{"doc":42,"rev":%d}`, i)))
+		edit.Metadata.Set(pipeline.MetaKeyType, "reindex")
+		edit.Metadata.Set(pipeline.MetaKeyDebounceKey, "doc-42")
+		edit.Metadata.Set(pipeline.MetaKeyDebounceQuiet, "2s")
+		edit.Metadata.Set(pipeline.MetaKeyDebounceMaxWait, "1m")
+		if err := pub.Publish("search", edit); err != nil {
+			panic(err)
+		}
+	}
+	stats, _ := client.Stats(ctx, "search")
+	fmt.Println("jobs:", stats.Enqueued, "joined:", stats.Debounced)
+
+	bad := message.NewMessage("invoice-8", nil)
+	bad.Metadata.Set(pipeline.MetaKeyPriority, "urgent")
+	fmt.Println(pub.Publish("billing", bad))
+	// Output:
+	// invoice-7 3 acme map[]
+	// jobs: 1 joined: 2
+	// publish to billing: message 0 (uuid "invoice-8"): pipeline: invalid argument: conveyor_priority "urgent": not an integer
+}
+
 // A Watermill router handler turns events into jobs through a Publisher, and a Worker runs
 // them.
 func ExamplePublisher_router() {

@@ -463,6 +463,27 @@ func TestPublisherRefusesInvalidMessages(t *testing.T) {
 		{name: "UniqueTTLWord", md: md("conveyor_unique_key", "k", "conveyor_unique_ttl", "long"), errContains: "conveyor_unique_ttl"},
 		{name: "UniqueTTLWithoutKey", md: md("conveyor_unique_ttl", "1m"), errContains: "without"},
 		{name: "UnknownControlKey", md: md("conveyor_retries", "3"), errContains: "unknown control key"},
+		{name: "PriorityWord", md: md("conveyor_priority", "high"), errContains: "conveyor_priority"},
+		{name: "PriorityZero", md: md("conveyor_priority", "0"), errContains: "conveyor_priority"},
+		{name: "PriorityFive", md: md("conveyor_priority", "5"), errContains: "conveyor_priority"},
+		{name: "GroupEmpty", md: md("conveyor_group", ""), errContains: "conveyor_group"},
+		{name: "GroupWithSpace", md: md("conveyor_group", "a b"), errContains: "conveyor_group"},
+		{name: "LimitKeyEmpty", md: md("conveyor_limit_key", ""), errContains: "conveyor_limit_key"},
+		{name: "LimitKeyControl", md: md("conveyor_limit_key", "a\nb"), errContains: "conveyor_limit_key"},
+		{name: "LimitKeyTooLong", md: md("conveyor_limit_key", strings.Repeat("k", keys.MaxNameLen+1)), errContains: "conveyor_limit_key"},
+		{name: "RetentionWord", md: md("conveyor_retention", "forever"), errContains: "conveyor_retention"},
+		{name: "RetentionNegative", md: md("conveyor_retention", "-1h"), errContains: "conveyor_retention"},
+		{name: "DebounceKeyAlone", md: md("conveyor_debounce_key", "k"), errContains: "conveyor_debounce_quiet"},
+		{name: "DebounceNoMaxWait", md: md("conveyor_debounce_key", "k", "conveyor_debounce_quiet", "1s"), errContains: "conveyor_debounce_max_wait"},
+		{name: "DebounceTimesAlone", md: md("conveyor_debounce_quiet", "1s", "conveyor_debounce_max_wait", "1m"), errContains: "need conveyor_debounce_key"},
+		{name: "DebounceKeyEmpty", md: md("conveyor_debounce_key", "", "conveyor_debounce_quiet", "1s", "conveyor_debounce_max_wait", "1m"), errContains: "conveyor_debounce_key"},
+		{name: "DebounceQuietZero", md: md("conveyor_debounce_key", "k", "conveyor_debounce_quiet", "0s", "conveyor_debounce_max_wait", "1m"), errContains: "conveyor_debounce_quiet"},
+		{name: "DebounceQuietWord", md: md("conveyor_debounce_key", "k", "conveyor_debounce_quiet", "soon", "conveyor_debounce_max_wait", "1m"), errContains: "conveyor_debounce_quiet"},
+		{name: "DebounceMaxWaitBelowQuiet", md: md("conveyor_debounce_key", "k", "conveyor_debounce_quiet", "1m", "conveyor_debounce_max_wait", "1s"), errContains: "conveyor_debounce_max_wait"},
+		{name: "DebounceMaxWaitTooLong", md: md("conveyor_debounce_key", "k", "conveyor_debounce_quiet", "1s", "conveyor_debounce_max_wait", "9000h"), errContains: "conveyor_debounce_max_wait"},
+		{name: "DebounceWithDelay", md: md("conveyor_debounce_key", "k", "conveyor_debounce_quiet", "1s", "conveyor_debounce_max_wait", "1m", "conveyor_delay", "1s"), errContains: "combined with conveyor_delay"},
+		{name: "DebounceWithUnique", md: md("conveyor_debounce_key", "k", "conveyor_debounce_quiet", "1s", "conveyor_debounce_max_wait", "1m", "conveyor_unique_key", "u"), errContains: "combined with conveyor_unique_key"},
+		{name: "DebounceWithGroup", md: md("conveyor_debounce_key", "k", "conveyor_debounce_quiet", "1s", "conveyor_debounce_max_wait", "1m", "conveyor_group", "g"), errContains: "combined with conveyor_group"},
 		{name: "ReservedMetadataKey", md: md("_stream_entry_id", "1-1"), errContains: "reserved"},
 		{name: "EmptyMetadataKey", md: md("", "v"), errContains: "non-empty"},
 		{name: "UUIDWithSpace", uuid: "a b", errContains: "job id"},
@@ -645,4 +666,90 @@ func TestPublisherConfig(t *testing.T) {
 	_, err = pipeline.NewPublisher(c, pipeline.PublisherConfig{})
 	require.NoError(t, err, "no DefaultType: every message names its type")
 	require.Panics(t, func() { _, _ = pipeline.NewPublisher(nil, pipeline.PublisherConfig{}) })
+}
+
+// The control keys of the Client's other options (priority, group, limit key, retention,
+// debounce) set them as the Client's options do, and are removed from the job's metadata.
+func TestPublisherClientOptionKeys(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		name  string
+		md    map[string]string
+		check func(t *testing.T, b *testBundle, j *pipeline.Job)
+	}{
+		{"Priority", map[string]string{"conveyor_priority": "3"},
+			func(t *testing.T, b *testBundle, j *pipeline.Job) {
+				require.Equal(t, 3, j.Priority)
+				n, err := b.rdb.XLen(t.Context(), b.q.LevelStream(3)).Result()
+				require.NoError(t, err)
+				require.EqualValues(t, 1, n, "the job is in its level's stream")
+			}},
+		{"Group", map[string]string{"conveyor_group": "tenant-7"},
+			func(t *testing.T, _ *testBundle, j *pipeline.Job) {
+				require.Equal(t, "tenant-7", j.Group)
+			}},
+		{"LimitKey", map[string]string{"conveyor_limit_key": "acct 9"},
+			func(t *testing.T, b *testBundle, j *pipeline.Job) {
+				got, err := b.rdb.HGet(t.Context(), b.q.Job(j.ID), keys.FieldLimitKey).Result()
+				require.NoError(t, err)
+				require.Equal(t, "acct 9", got)
+			}},
+		{"Retention", map[string]string{"conveyor_retention": "90s"},
+			func(t *testing.T, b *testBundle, j *pipeline.Job) {
+				got, err := b.rdb.HGet(t.Context(), b.q.Job(j.ID), keys.FieldRetention).Result()
+				require.NoError(t, err)
+				require.Equal(t, "90000", got)
+			}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			b := setup(t, setupOpts{fixedClock: true})
+			pub := newTestPublisher(t, b.client, pipeline.PublisherConfig{DefaultType: "default-type"})
+			md := map[string]string{"tenant": "acme"}
+			for k, v := range tc.md {
+				md[k] = v
+			}
+			msg := newMessage(watermill.NewUUID(), "payload", md)
+			require.NoError(t, pub.Publish(b.queue, msg))
+
+			j, err := b.client.Get(t.Context(), b.queue, msg.UUID)
+			require.NoError(t, err)
+			require.Equal(t, "default-type", j.Type)
+			require.Equal(t, map[string]string{"tenant": "acme"}, j.Metadata, "control keys are removed")
+			tc.check(t, b, j)
+		})
+	}
+}
+
+// A debounced message's job has its window's id, not the message's UUID: the message joins the
+// window of a Client publish with the same key, and publishing it again joins it again (the
+// last publish's payload and metadata win).
+func TestPublisherDebounceKeys(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	first, err := b.client.Enqueue(t.Context(), b.queue, pipeline.Task{Type: "reindex", Payload: []byte("v1")},
+		pipeline.WithDebounce("doc-42", 2*time.Second, time.Minute))
+	require.NoError(t, err)
+
+	pub := newTestPublisher(t, b.client, pipeline.PublisherConfig{DefaultType: "reindex"})
+	md := map[string]string{"tenant": "acme", "conveyor_debounce_key": "doc-42",
+		"conveyor_debounce_quiet": "2s", "conveyor_debounce_max_wait": "1m"}
+	msg := newMessage(watermill.NewUUID(), "v2", md)
+	require.NoError(t, pub.Publish(b.queue, msg))
+	require.NoError(t, pub.Publish(b.queue, newMessage(msg.UUID, "v3", md)))
+	_, err = b.client.Get(t.Context(), b.queue, msg.UUID)
+	require.ErrorIs(t, err, pipeline.ErrNotFound, "the job is the window's, not the message's")
+
+	j, err := b.client.Get(t.Context(), b.queue, first.ID)
+	require.NoError(t, err)
+	require.NotNil(t, j.Debounce)
+	require.Equal(t, "doc-42", j.Debounce.Key)
+	require.Equal(t, 3, j.Debounce.Publishes)
+	require.Equal(t, "v3", string(j.Payload))
+	require.Equal(t, map[string]string{"tenant": "acme"}, j.Metadata, "control keys are removed")
+	// The window's times are Redis's clock's.
+	require.Equal(t, time.Minute, j.Debounce.Until.Sub(j.Debounce.First), "max wait")
+	require.GreaterOrEqual(t, j.RunAt.Sub(j.Debounce.First), 2*time.Second, "quiet")
+	require.EqualValues(t, 1, b.stats(t).Enqueued)
 }

@@ -23,3 +23,13 @@ func StatusWord(s Status) string {
 	}
 	return string(s)
 }
+
+// AttemptWord is how a person reads an attempt's outcome (JobAttempt.Outcome): "dead" for
+// AttemptFailed, the attempt that sent the job to the dead set, as the job's status reads;
+// the outcome itself otherwise. "failed" stays the outcome on the wire (JSON).
+func AttemptWord(outcome string) string {
+	if outcome == AttemptFailed {
+		return DeadWord
+	}
+	return outcome
+}

@@ -25,7 +25,7 @@
   const MAIN_COUNTERS = [
     ['enqueued', 'Enqueued'],
     ['completed', 'Completed'],
-    ['failed', 'Died'],
+    ['failed', 'Went dead'],
     ['retried', 'Retried'],
   ];
   const ALL_COUNTERS = MAIN_COUNTERS.concat([
@@ -38,7 +38,7 @@
   ]);
   const SERIES = [
     ['completed', 'Completed'],
-    ['failed', 'Died'],
+    ['failed', 'Went dead'],
     ['retried', 'Retried'],
   ];
   const FINAL = new Set(['completed', 'failed', 'canceled']);
@@ -51,11 +51,11 @@
     dead: 'Dead jobs now: failed for good, kept for a replay or a purge.',
     enqueued: 'Jobs published since the queue was created.',
     completed: 'Jobs that succeeded.',
-    failed: 'Jobs that died (went to the dead list), for any reason: retries used up, a SkipRetry error, a worker lost on the last attempt, an unreadable entry. Its API name is "failed".',
-    retried: 'Failed attempts scheduled to run again: a retry, not a death.',
+    failed: 'Jobs that went dead (to the dead set), for any reason: retries used up, a SkipRetry error, a worker lost on the last attempt, an unreadable entry. Its API name is "failed".',
+    retried: 'Failed attempts scheduled to run again: a retry, not a job gone dead.',
     recovered: 'Jobs taken back from a worker that stopped renewing its lease (it crashed or lost Redis) and queued again; the lost attempt counts.',
-    dead_by_recovery: 'Jobs whose worker was lost on their last attempt, so recovery sent them to the dead list (also counted in Died).',
-    poison: 'Stream entries that could not be read as a job, sent to the dead list (also counted in Died).',
+    dead_by_recovery: 'Jobs whose worker was lost on their last attempt, so recovery sent them to the dead set (also counted in Went dead).',
+    poison: 'Stream entries that could not be read as a job, sent to the dead set (also counted in Went dead).',
     refused: 'Late writes refused: a worker reported on a job that had moved on (canceled, recovered, put back) and nothing changed. A steady count means workers lose their leases: is the visibility timeout shorter than the work?',
     canceled: 'Jobs canceled or deleted before they finished.',
     released: 'Jobs a worker put back unfinished as it shut down, for another worker; not an attempt.',
@@ -756,7 +756,7 @@
     if (state === 'scheduled') cols.push(['Runs'], ['Why'], ['Last error'], ['Actions']);
     if (state === 'queued') cols.push(['Enqueued'], ['Actions']);
     if (state === 'in_progress') cols.push(['Worker'], ['Started'], ['Lease idle'], ['Deliveries']);
-    if (dead) cols.push(['Reason'], ['Died'], ['Actions']);
+    if (dead) cols.push(['Reason'], ['Dead since'], ['Actions']);
     if (state === 'completed') cols.push(['Worker'], ['Completed'], ['Created']);
     if (state === 'canceled') cols.push(['Canceled'], ['Created']);
 
@@ -806,7 +806,7 @@
           onchange: (ev) => { if (ev.target.checked) selected.add(j.id); else selected.delete(j.id); refreshSelection(); } });
         cells.unshift(h('td', { class: 'select-cell', data: { label: 'Select' } }, box));
         cells.push(h('td', { class: 'reason', data: { label: 'Reason' } }, fold(j.last_error)),
-          h('td', { data: { label: 'Died' } }, timeEl(j.completed_at, true)), actions);
+          h('td', { data: { label: 'Dead since' } }, timeEl(j.completed_at, true)), actions);
         put(tr, cells);
         return tr;
       }
@@ -1136,7 +1136,7 @@
         h('button', { type: 'button', class: 'replay', onclick: async () => { if (await replayJob(q, j.id)) again(); } }, 'Replay'), ' ',
         h('button', { type: 'button', class: 'purge danger', onclick: async () => { if (await purgeJob(q, j.id, actions)) location.hash = queueHref(q, 'failed'); } }, 'Purge'));
     }
-    const finishedLabel = { completed: 'Completed', failed: 'Failed', canceled: 'Canceled' }[j.status] || 'Finished';
+    const finishedLabel = { completed: 'Completed', failed: 'Dead since', canceled: 'Canceled' }[j.status] || 'Finished';
     const field = (name, value, key) => h('div', { data: { field: key } }, h('dt', {}, name), h('dd', {}, value));
     const md = Object.entries(j.metadata || {});
     content.replaceChildren(
@@ -1192,7 +1192,9 @@
   function attemptsCard(j) {
     const as = j.attempts || [];
     if (as.length === 0) return '';
-    const outcome = { retry: 'Retried', snooze: 'Snoozed', lost: 'Worker lost', failed: 'Failed', completed: 'Completed', canceled: 'Canceled', running: 'Running' };
+    // "failed" is the wire name of the attempt that sent the job to the dead set; a replay's
+    // mark (attempt 0) is no attempt: the attempts after it count from 1 again.
+    const outcome = { retry: 'Retried', snooze: 'Snoozed', lost: 'Worker lost', failed: 'Dead', replayed: 'Replayed', completed: 'Completed', canceled: 'Canceled', running: 'Running' };
     return h('section', { class: 'card attempts', 'aria-labelledby': 'j-att' },
       h('h2', { id: 'j-att' }, 'Attempts'),
       num(j.attempt) > as.length ? h('p', { class: 'muted small' }, 'The last ' + fmtInt(as.length) + ' attempts.') : null,
@@ -1200,12 +1202,12 @@
         h('caption', { class: 'visually-hidden' }, 'Attempts of job ' + j.id + ', oldest first'),
         h('thead', {}, h('tr', {}, ['#', 'Outcome', 'Worker', 'Started', 'Ended', 'Took', 'Error'].map((c) => h('th', { scope: 'col' }, c)))),
         h('tbody', {}, as.map((a) => h('tr', { data: { attempt: String(a.attempt), outcome: a.outcome } },
-          h('td', { class: 'num', data: { label: '#' } }, fmtInt(a.attempt)),
+          h('td', { class: 'num', data: { label: '#' } }, a.outcome === 'replayed' ? '—' : fmtInt(a.attempt)),
           h('td', { data: { label: 'Outcome', field: 'outcome' } }, outcome[a.outcome] || a.outcome),
           h('td', { class: 'wrap', data: { label: 'Worker' } }, a.worker || '—'),
           h('td', { data: { label: 'Started' } }, timeEl(a.started_at, true)),
           h('td', { data: { label: 'Ended' } }, timeEl(a.ended_at, true)),
-          h('td', { class: 'num', data: { label: 'Took' } }, num(a.started_at) && num(a.ended_at) ? fmtDur(a.ended_at - a.started_at) : '—'),
+          h('td', { class: 'num', data: { label: 'Took' } }, num(a.started_at) && num(a.ended_at) && a.outcome !== 'replayed' ? fmtDur(a.ended_at - a.started_at) : '—'),
           h('td', { class: a.error ? 'reason' : '', data: { label: 'Error', field: 'error' } }, a.error || '—'))))));
   }
 

@@ -45,7 +45,7 @@ func testDeadList(t *testing.T, c *cli) {
 		require.Regexp(t, deadRow, row)
 		require.Equal(t, dead[2-i], strings.Fields(row)[0])
 	}
-	require.Regexp(t, `^ID +TYPE +ATTEMPTS +DIED +LAST_ERROR\njobs 1-3 of 3\n$`, r.stderr)
+	require.Regexp(t, `^ID +TYPE +ATTEMPTS +DEAD_SINCE +LAST_ERROR\njobs 1-3 of 3\n$`, r.stderr)
 	require.Equal(t, strings.Index(rows[0], " fail "), strings.Index(strings.SplitN(r.stderr, "\n", 2)[0], " TYPE "),
 		"the header on stderr is aligned with the rows")
 

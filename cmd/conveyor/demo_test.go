@@ -28,7 +28,7 @@ func TestDemoInProcess(t *testing.T) {
 	require.Equal(t, 0, code, "stdout:\n%s\nstderr:\n%s", stdout.String(), stderr.String())
 	require.Contains(t, stdout.String(), "embedded")
 	requireDemoSummary(t, stdout.String())
-	require.Contains(t, stderr.String(), "28/28 finished") // plain progress lines: stderr is no terminal
+	require.Contains(t, stderr.String(), "28/28 finished: 25 completed, 3 dead;") // plain progress lines: stderr is no terminal
 }
 
 // testDemoEmbedded runs `conveyor demo` as a newcomer would, with no Redis configured: it
@@ -73,7 +73,9 @@ func testDemoRealRedis(t *testing.T, c *cli) {
 func requireDemoSummary(t *testing.T, out string) {
 	t.Helper()
 	require.Regexp(t, `(?m)^  completed +25 `, out)
-	require.Regexp(t, `(?m)^  failed +3 +in the dead set`, out)
+	require.Regexp(t, `(?m)^  dead +3 +in the dead set`, out)
+	require.Regexp(t, `(?m)^  TYPE +JOBS +COMPLETED +DEAD +ATTEMPTS +WHAT IT SHOWS$`, out)
+	require.NotRegexp(t, `(?i)failed`, out, "a dead job reads dead")
 	require.Regexp(t, `(?m)^  flaky +5 +5 +0 +1[5-9] `, out) // 15, and more when the killed worker held one
 	require.Regexp(t, `(?m)^  fail +3 +0 +3 +9 `, out)
 	killed := regexp.MustCompile(`Recovery: (demo-worker-[1-3]) was killed .* holding [1-9]\d* jobs?\. `).FindStringSubmatch(out)

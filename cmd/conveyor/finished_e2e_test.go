@@ -104,6 +104,6 @@ func TestFinishedE2E(t *testing.T) {
 	require.ElementsMatch(t, canceled, []string{pg.Jobs[0].ID, pg.Jobs[1].ID})
 	table, next := c.listTable(t, "--prefix", p, "--queue", q, "--status", "canceled")
 	require.Empty(t, next)
-	require.Regexp(t, `^ID +TYPE +STATUS +ATTEMPT +CANCELED_AT +CREATED_AT\n`, table)
+	require.Regexp(t, `^ID +TYPE +STATUS +PRIORITY +ATTEMPT +CANCELED_AT +CREATED_AT\n`, table)
 	require.Contains(t, table, canceled[0])
 }

@@ -70,7 +70,7 @@ func testQueuesCmd(t *testing.T, c *cli) {
 	table := c.ok(t, "queues", "--prefix", p)
 	lines := strings.Split(strings.TrimSpace(table), "\n")
 	require.Len(t, lines, 3, table)
-	require.Regexp(t, `^QUEUE +SCHEDULED +QUEUED +IN_PROGRESS +DEAD +\| +ENQUEUED +COMPLETED +DIED`, lines[0])
+	require.Regexp(t, `^QUEUE +SCHEDULED +QUEUED +IN_PROGRESS +DEAD +\| +ENQUEUED +COMPLETED +WENT_DEAD +RETRIED`, lines[0])
 	require.Regexp(t, `^billing +0 +1 +0 +0 +\| +1 `, lines[1])
 	require.Regexp(t, `^emails +1 +1 +0 +0 +\| +2 `, lines[2])
 
@@ -136,9 +136,9 @@ func testListCmd(t *testing.T, c *cli) {
 	for pages := 1; ; pages++ {
 		table, next := c.listTable(t, append([]string{"--prefix", p, "--queue", "idle", "--status", "scheduled", "--limit", "2"}, args...)...)
 		lines := strings.Split(strings.TrimSpace(table), "\n")
-		require.Regexp(t, `^ID +TYPE +STATUS +ATTEMPT +RUN_AT +CREATED_AT +LAST_ERROR$`, lines[0])
+		require.Regexp(t, `^ID +TYPE +STATUS +PRIORITY +ATTEMPT +RUN_AT +CREATED_AT +LAST_ERROR$`, lines[0])
 		for _, l := range lines[1:] {
-			require.Regexp(t, `^\S+ +echo +scheduled +0 +\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3} \S+ +\d{4}-`, l)
+			require.Regexp(t, `^\S+ +echo +scheduled +1 +0 +\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3} \S+ +\d{4}-`, l)
 			seen = append(seen, strings.Fields(l)[0])
 		}
 		if next == "" {
@@ -162,7 +162,7 @@ func testListCmd(t *testing.T, c *cli) {
 	require.JSONEq(t, `{"n":1}`, string(page.Jobs[0].Payload))
 	require.Empty(t, page.Leases)
 	table, _ := c.listTable(t, "--prefix", p, "--queue", "idle", "--status", "queued")
-	require.Regexp(t, `(?m)^ID +TYPE +STATUS +ATTEMPT +ENQUEUED_AT +CREATED_AT$`, table)
+	require.Regexp(t, `(?m)^ID +TYPE +STATUS +PRIORITY +ATTEMPT +ENQUEUED_AT +CREATED_AT$`, table)
 	for _, s := range []string{"in_progress", "failed"} {
 		// The empty message goes to stderr, as every command's "nothing" does (it went to stdout).
 		r := c.run(t, "list", "--prefix", p, "--queue", "idle", "--status", s)
@@ -190,14 +190,14 @@ func testListCmd(t *testing.T, c *cli) {
 	require.NotNil(t, page.Leases[long].IdleMS)
 	require.NotEmpty(t, page.Leases[long].Entry)
 	table, _ = c.listTable(t, "--prefix", p, "--queue", "busy", "--status", "in_progress")
-	require.Regexp(t, `(?m)^ID +TYPE +STATUS +ATTEMPT +STARTED_AT +WORKER +IDLE$`, table)
-	require.Regexp(t, `(?m)^`+long+` +sleep +in_progress +1 +\d{4}-\S+ \S+ \S+ +`+name+` +\S+s$`, table)
+	require.Regexp(t, `(?m)^ID +TYPE +STATUS +PRIORITY +ATTEMPT +STARTED_AT +WORKER +IDLE$`, table)
+	require.Regexp(t, `(?m)^`+long+` +sleep +in_progress +1 +1 +\d{4}-\S+ \S+ \S+ +`+name+` +\S+s$`, table)
 
 	page = c.list(t, "--prefix", p, "--queue", "busy", "--status", "failed")
 	require.ElementsMatch(t, failing, jobIDs(page.Jobs))
 	table, _ = c.listTable(t, "--prefix", p, "--queue", "busy", "--status", "failed")
-	require.Regexp(t, `(?m)^ID +TYPE +STATUS +ATTEMPT +DIED +LAST_ERROR$`, table)
-	require.Regexp(t, `(?m)^`+failing[0]+` +fail +dead +1 +\d{4}-`, table, "failed reads dead")
+	require.Regexp(t, `(?m)^ID +TYPE +STATUS +PRIORITY +ATTEMPT +DEAD_SINCE +LAST_ERROR$`, table)
+	require.Regexp(t, `(?m)^`+failing[0]+` +fail +dead +1 +1 +\d{4}-`, table, "failed reads dead")
 
 	// dead purge by id deletes the dead job and refuses the running one; dead replay --all
 	// replays what is left.

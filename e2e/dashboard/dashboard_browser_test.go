@@ -444,7 +444,7 @@ func TestDashboardBrowser(t *testing.T) {
 	b.poll("the chart draws completions, failures and retries", `(() => {
 		const d = document.querySelector('svg.chart desc');
 		return d !== null && document.querySelectorAll('svg.chart .series').length === 3 &&
-			['completed', 'died', 'retried'].every((k) => d.textContent.includes(k + ' peaked at') &&
+			['completed', 'went dead', 'retried'].every((k) => d.textContent.includes(k + ' peaked at') &&
 				!d.textContent.includes(k + ' peaked at 0 per'));
 	})()`)
 	b.noSideScroll("desktop queues")

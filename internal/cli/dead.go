@@ -43,8 +43,8 @@ func newDeadListCmd(a *app) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "list [--queue Q] [--limit N] [--offset N | --cursor C] [--json]",
 		Short: "List dead jobs, newest first",
-		Long: `List dead jobs, newest first: a table of ID, TYPE, ATTEMPTS, DIED (local time, with its zone)
-and LAST_ERROR. Only the rows go to stdout; the header, the footer ("jobs 1-50 of 120") and the
+		Long: `List dead jobs, newest first: a table of ID, TYPE, ATTEMPTS, DEAD_SINCE (local time, with its
+zone) and LAST_ERROR. Only the rows go to stdout; the header, the footer ("jobs 1-50 of 120") and the
 next page's cursor go to stderr, so that 'awk '{print $1}'' gets the ids alone. --cursor starts
 where the previous page ended, which costs less than a deep --offset (skipped jobs are read
 too). A queue with no dead jobs says so on stderr and exits 0; a queue that is not known exits 1.
@@ -158,7 +158,7 @@ With --json it prints {"jobs": [...], "next": "..."}, the shape of every list ('
 func printDeadJobs(rows, head io.Writer, jobs []*pipeline.Job) error {
 	var buf bytes.Buffer
 	t := newTable(&buf)
-	fmt.Fprintln(t, "ID\tTYPE\tATTEMPTS\tDIED\tLAST_ERROR")
+	fmt.Fprintln(t, "ID\tTYPE\tATTEMPTS\tDEAD_SINCE\tLAST_ERROR")
 	for _, j := range jobs {
 		fmt.Fprintf(t, "%s\t%s\t%d\t%s\t%s\n", j.ID, orDash(j.Type), j.Attempt, tableTime(j.CompletedAt), oneLine(j.LastError, 80))
 	}

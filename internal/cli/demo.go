@@ -7,6 +7,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
+	"path/filepath"
+	"runtime/debug"
 	"strconv"
 	"strings"
 	"sync"
@@ -467,7 +470,7 @@ func (d *demoRun) watch(ctx context.Context, total int) error {
 					fmt.Fprintln(d.progress)
 				}
 			case finished || time.Since(lastLine) >= time.Second:
-				fmt.Fprintf(d.progress, "  %d/%d finished: %d completed, %d failed; %d waiting (delayed or retrying), %d queued, %d in progress\n",
+				fmt.Fprintf(d.progress, "  %d/%d finished: %d completed, %d dead; %d waiting (delayed or retrying), %d queued, %d in progress\n",
 					done, total, st.Completed, st.Failed, st.Scheduled, st.Queued, st.InProgress)
 				lastLine = time.Now()
 			}
@@ -534,7 +537,7 @@ func (d *demoRun) summary(jobs []*pipeline.Job, workers []string, attempts []*at
 	w := d.out
 	fmt.Fprintf(w, "\nJobs by type\n")
 	t := newTable(w)
-	fmt.Fprintln(t, "  TYPE\tJOBS\tCOMPLETED\tFAILED\tATTEMPTS\tWHAT IT SHOWS")
+	fmt.Fprintln(t, "  TYPE\tJOBS\tCOMPLETED\tDEAD\tATTEMPTS\tWHAT IT SHOWS")
 	for _, k := range demoMix {
 		r := byType[k.jobType]
 		if r == nil {
@@ -568,7 +571,7 @@ func (d *demoRun) summary(jobs []*pipeline.Job, workers []string, attempts []*at
 		default:
 			note = "unfinished"
 		}
-		fmt.Fprintf(t, "  %s\t%d\t%s\n", s, n, note)
+		fmt.Fprintf(t, "  %s\t%d\t%s\n", pipeline.StatusWord(s), n, note)
 	}
 	_ = t.Flush()
 
@@ -604,12 +607,37 @@ func (d *demoRun) summary(jobs []*pipeline.Job, workers []string, attempts []*at
 	} else {
 		fmt.Fprintf(w, "\nElapsed: %s.\n", elapsed)
 	}
-	fmt.Fprint(w, `
+	self := selfCommand(os.Args[0], buildVersion())
+	fmt.Fprintf(w, `
 Next, with a Redis of your own (CONVEYOR_REDIS_URL or --redis), in two terminals:
-  conveyor worker
-  conveyor publish --type echo --payload '{"hello":"world"}'   # prints the job id
-  conveyor status <id>
-`)
+  %[1]s worker
+  %[1]s publish --type echo --payload '{"hello":"world"}'   # prints the job id
+  %[1]s status <id>
+`, self)
+}
+
+// selfCommand is how a person runs this binary again, for the hints it prints: "conveyor", or,
+// for a binary that `go run` built (its path is in the go-build cache, argv0), the go run
+// command: "go run ./cmd/conveyor" in a checkout (version "(devel)"), else the module path at
+// the version that ran. A `go run` user has no conveyor on PATH.
+func selfCommand(argv0, version string) string {
+	dir := filepath.ToSlash(filepath.Dir(argv0))
+	if !strings.Contains(dir, "/go-build") || !strings.HasSuffix(dir, "/exe") {
+		return "conveyor"
+	}
+	if version == "" || version == "(devel)" {
+		return "go run ./cmd/conveyor"
+	}
+	return "go run github.com/conveyorq/conveyor/cmd/conveyor@" + version
+}
+
+// buildVersion is the main module's version as the build recorded it ("(devel)" in a
+// checkout); "" when unknown.
+func buildVersion() string {
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		return bi.Main.Version
+	}
+	return ""
 }
 
 func (d *demoRun) open() (redis.UniversalClient, error) {

@@ -31,3 +31,20 @@ func TestDemoEmbeddedRedisExpires(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, ok, "the expired lock can be taken again")
 }
+
+// The demo's closing hint names the command the person ran: a binary that go run built (in
+// the go-build cache) is not on PATH as conveyor. (Before, it always said conveyor.)
+func TestSelfCommand(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct{ argv0, version, want string }{
+		{"conveyor", "v1.2.0", "conveyor"},
+		{"/usr/local/bin/conveyor", "(devel)", "conveyor"},
+		{"./conveyor", "", "conveyor"},
+		{"/tmp/go-build3218/b001/exe/conveyor", "(devel)", "go run ./cmd/conveyor"},
+		{"/tmp/go-build3218/b001/exe/conveyor", "", "go run ./cmd/conveyor"},
+		{"/home/u/.cache/go-build/tmp/go-build77/b001/exe/conveyor", "v1.2.0", "go run github.com/conveyorq/conveyor/cmd/conveyor@v1.2.0"},
+		{"/tmp/go-build3218/b001/cli.test", "(devel)", "conveyor"},
+	} {
+		require.Equal(t, tc.want, selfCommand(tc.argv0, tc.version), "%s %s", tc.argv0, tc.version)
+	}
+}

@@ -20,10 +20,10 @@ func newHistoryCmd(a *app) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "history [--queue Q | --all] [--resolution 5s|1m] [--window D] [--json]",
 		Short: "Show a queue's recent throughput, queue wait and execution time",
-		Long: `Show what a queue's workers finished recently, bucket by bucket: completed, failed (sent to
-the dead set) and retried jobs, and the 50th and 99th percentiles of the queue wait (from
-publish, or from the promotion of a due or retried job, to the handler's start) and of the
-execution time. The workers keep this history in Redis (5 s buckets for an hour, 1 min buckets
+		Long: `Show what a queue's workers finished recently, bucket by bucket: completed jobs, jobs that
+went dead (sent to the dead set; "failed" in --json) and retried ones, and the 50th and 99th
+percentiles of the queue wait (from publish, or from the promotion of a due or retried job, to
+the handler's start) and of the execution time. The workers keep this history in Redis (5 s buckets for an hour, 1 min buckets
 for a day), so it shows jobs that ran before anything was watching. Buckets without outcomes
 are left out of the table; the last line sums the window. Percentiles are within 9%; "<1ms"
 is under a millisecond. With --all, every queue together. With --json it prints one object
@@ -101,7 +101,7 @@ with every bucket, empty ones too.`,
 func printHistory(w io.Writer, h *pipeline.History, what string, window time.Duration) error {
 	fmt.Fprintf(w, "%s, last %s in %s buckets (local time)\n", what, window, h.Step)
 	t := newTable(w)
-	fmt.Fprintln(t, "TIME\tCOMPLETED\tFAILED\tRETRIED\t|\tWAIT_P50\tWAIT_P99\tEXEC_P50\tEXEC_P99")
+	fmt.Fprintln(t, "TIME\tCOMPLETED\tWENT_DEAD\tRETRIED\t|\tWAIT_P50\tWAIT_P99\tEXEC_P50\tEXEC_P99")
 	row := func(label string, p pipeline.HistoryPoint) {
 		fmt.Fprintf(t, "%s\t%d\t%d\t%d\t|\t%s\t%s\t%s\t%s\n", label, p.Completed, p.Failed, p.Retried,
 			fmtLatency(p.Wait.P50, p.Wait.Count), fmtLatency(p.Wait.P99, p.Wait.Count),

@@ -67,6 +67,7 @@ func TestHistoryCommand(t *testing.T) {
 	require.Equal(t, 0, code, stderr)
 	assert.Contains(t, stdout, "queue emails, last 15m0s in 5s buckets")
 	assert.Contains(t, stdout, "WAIT_P50")
+	assert.Regexp(t, `(?m)^TIME +COMPLETED +WENT_DEAD +RETRIED +\|`, stdout, "a dead job reads dead")
 	assert.Regexp(t, `(?m)^TOTAL +4 +1 +0 +\|`, stdout)
 
 	stdout, stderr, code = run("history", "--all", "--resolution", "1m", "--window", "2h", "--json")

@@ -37,7 +37,8 @@ It prints a page of at most --limit jobs (1 to 1000) and, on stderr, the cursor 
 ("next page: --cursor C"); nothing when the page is the last. A page may be short, even empty,
 before the end: jobs that changed status meanwhile are left out. With --json it prints
 {"jobs": [...], "next": "..."} with each job as 'status --json' prints it, and for in_progress
-"leases": {id: {"worker", "entry", "idle_ms", "deliveries"}}; next is "" at the end.`,
+"leases": {id: {"worker", "entry", "idle_ms", "deliveries"}}; next is "" at the end. The table's
+PRIORITY is the job's level within its queue, 1 (served first, the default) to 4.`,
 		Example: `  conveyor list --status queued
   conveyor list --queue emails --status dead --limit 20
   conveyor list --status scheduled --cursor 1767225600000:01JABCDEFGHJKMNPQRSTVWXYZ0
@@ -113,20 +114,21 @@ func printJobs(w io.Writer, status pipeline.Status, p *pipeline.JobPage) error {
 	t := newTable(w)
 	switch status {
 	case pipeline.StatusScheduled:
-		fmt.Fprintln(t, "ID\tTYPE\tSTATUS\tATTEMPT\tRUN_AT\tCREATED_AT\tLAST_ERROR")
+		fmt.Fprintln(t, "ID\tTYPE\tSTATUS\tPRIORITY\tATTEMPT\tRUN_AT\tCREATED_AT\tLAST_ERROR")
 	case pipeline.StatusQueued:
-		fmt.Fprintln(t, "ID\tTYPE\tSTATUS\tATTEMPT\tENQUEUED_AT\tCREATED_AT")
+		fmt.Fprintln(t, "ID\tTYPE\tSTATUS\tPRIORITY\tATTEMPT\tENQUEUED_AT\tCREATED_AT")
 	case pipeline.StatusInProgress:
-		fmt.Fprintln(t, "ID\tTYPE\tSTATUS\tATTEMPT\tSTARTED_AT\tWORKER\tIDLE")
+		fmt.Fprintln(t, "ID\tTYPE\tSTATUS\tPRIORITY\tATTEMPT\tSTARTED_AT\tWORKER\tIDLE")
 	case pipeline.StatusFailed:
-		fmt.Fprintln(t, "ID\tTYPE\tSTATUS\tATTEMPT\tDIED\tLAST_ERROR")
+		fmt.Fprintln(t, "ID\tTYPE\tSTATUS\tPRIORITY\tATTEMPT\tDEAD_SINCE\tLAST_ERROR")
 	case pipeline.StatusCompleted:
-		fmt.Fprintln(t, "ID\tTYPE\tSTATUS\tATTEMPT\tCOMPLETED_AT\tWORKER\tCREATED_AT")
+		fmt.Fprintln(t, "ID\tTYPE\tSTATUS\tPRIORITY\tATTEMPT\tCOMPLETED_AT\tWORKER\tCREATED_AT")
 	case pipeline.StatusCanceled:
-		fmt.Fprintln(t, "ID\tTYPE\tSTATUS\tATTEMPT\tCANCELED_AT\tCREATED_AT")
+		fmt.Fprintln(t, "ID\tTYPE\tSTATUS\tPRIORITY\tATTEMPT\tCANCELED_AT\tCREATED_AT")
 	}
 	for _, j := range p.Jobs {
-		fmt.Fprintf(t, "%s\t%s\t%s\t%d\t", j.ID, orDash(j.Type), pipeline.StatusWord(j.Status), j.Attempt)
+		fmt.Fprintf(t, "%s\t%s\t%s\t%d\t%d\t", j.ID, orDash(j.Type), pipeline.StatusWord(j.Status),
+			max(j.Priority, pipeline.MinPriority), j.Attempt)
 		switch status {
 		case pipeline.StatusScheduled:
 			fmt.Fprintf(t, "%s\t%s\t%s\n", tableTime(j.RunAt), tableTime(j.CreatedAt), oneLine(j.LastError, 60))

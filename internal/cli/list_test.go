@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -25,4 +26,16 @@ func TestListUnknownQueue(t *testing.T) {
 	_, stderr, code = c.run("list", "-q", "emails", "--status", "dead")
 	require.Zero(t, code, stderr)
 	require.Equal(t, "no dead jobs in queue emails\n", stderr, "dead is failed's alias")
+}
+
+// list's table has each job's priority level, as its JSON has. (Before, the table had none.)
+func TestListShowsPriority(t *testing.T) {
+	t.Parallel()
+	c := newCmdRunner(t)
+	urgent := strings.TrimSpace(c.ok("publish", "-q", "emails", "--type", "welcome", "--priority", "1"))
+	later := strings.TrimSpace(c.ok("publish", "-q", "emails", "--type", "digest", "--priority", "3"))
+	out := c.ok("list", "-q", "emails", "--status", "queued")
+	require.Regexp(t, `(?m)^ID +TYPE +STATUS +PRIORITY +ATTEMPT +ENQUEUED_AT +CREATED_AT$`, out)
+	require.Regexp(t, `(?m)^`+urgent+` +welcome +queued +1 +0 `, out)
+	require.Regexp(t, `(?m)^`+later+` +digest +queued +3 +0 `, out)
 }

@@ -33,15 +33,45 @@ func TestRunNowAndDelete(t *testing.T) {
 	require.Contains(t, c.ok("status", "-q", "emails", running.ID), "in_progress", "a refused delete changes nothing")
 }
 
-// A dead job reads "dead" in the tables; its JSON keeps the wire name failed.
+// A dead job reads "dead" in the tables, and so do the attempt that sent it there, the counter
+// of such jobs and the time it went dead; its JSON keeps the wire name failed. (Before, the
+// same thing read failed, DIED and dead.)
 func TestDeadWord(t *testing.T) {
 	t.Parallel()
 	c := newCmdRunner(t)
 	dead := jobtest.Seed(t, redistest.Client(t), "emails", status.Failed, jobtest.Opts{Prefix: c.prefix})
 	out := c.ok("list", "-q", "emails", "--status", "dead")
+	require.Regexp(t, `(?m)^ID +TYPE +STATUS +PRIORITY +ATTEMPT +DEAD_SINCE +LAST_ERROR$`, out)
 	require.Regexp(t, dead.ID+` +test +dead `, out)
 	require.Contains(t, c.ok("list", "-q", "emails", "--status", "failed", "--json"), `"status":"failed"`)
-	require.Regexp(t, `(?m)^status: +dead$`, c.ok("status", "-q", "emails", dead.ID))
+	st := c.ok("status", "-q", "emails", dead.ID)
+	require.Regexp(t, `(?m)^status: +dead$`, st)
+	require.Regexp(t, `(?m)^\s+1\s+dead\s+jobtest\s+\d{4}-.*seeded failure$`, st, "the attempt that sent it there")
+	require.NotContains(t, st, "failed")
+	require.Contains(t, c.ok("status", "-q", "emails", dead.ID, "--json"), `"outcome":"failed"`)
+
+	stats := c.ok("stats", "-q", "emails")
+	require.Regexp(t, `^QUEUE +SCHEDULED +QUEUED +IN_PROGRESS +DEAD +\| +ENQUEUED +COMPLETED +WENT_DEAD +RETRIED +RECOVERED +CANCELED\n`, stats)
+	require.Regexp(t, `(?m)^emails +0 +0 +0 +1 +\| +1 +0 +1 +0 +0 +0$`, stats)
+	_, stderr, code := c.run("dead", "list", "-q", "emails")
+	require.Zero(t, code, stderr)
+	require.Regexp(t, `^ID +TYPE +ATTEMPTS +DEAD_SINCE +LAST_ERROR\n`, stderr)
+	for _, s := range []string{out, st, stats, stderr} {
+		require.NotContains(t, strings.ToLower(s), "died")
+	}
+}
+
+// A replay marks the attempt history: the attempts after it count from 1 again, and the row
+// between says why. (Before, two rows read "1" with nothing between.)
+func TestStatusShowsReplay(t *testing.T) {
+	t.Parallel()
+	c := newCmdRunner(t)
+	dead := jobtest.Seed(t, redistest.Client(t), "emails", status.Failed, jobtest.Opts{Prefix: c.prefix})
+	c.ok("dead", "replay", "-q", "emails", dead.ID)
+	st := c.ok("status", "-q", "emails", dead.ID)
+	require.Regexp(t, `(?m)^status: +queued$`, st)
+	require.Regexp(t, `(?ms)^\s+1\s+dead\s+jobtest\s.*\n\s+-\s+replayed\s+-\s+\d{4}-`, st)
+	require.Contains(t, c.ok("status", "-q", "emails", dead.ID, "--json"), `"attempt":0,"worker":"","started_at":`)
 }
 
 // conveyor redis prints the server and the queue's memory; --json is RedisInfo.

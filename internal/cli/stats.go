@@ -23,8 +23,8 @@ func newStatsCmd(a *app) *cobra.Command {
 		Use:   "stats [--queue Q | --all] [--json]",
 		Short: "Show a queue's gauges and counters",
 		Long: `Show how many jobs of a queue are scheduled, queued, in progress and dead right now, and
-how many were enqueued, completed, died (sent to the dead set) and retried since the queue was
-created. With --json it prints one JSON object; with --all, every known queue (a JSON array).
+how many were enqueued, completed, went dead (sent to the dead set) and retried since the queue
+was created. With --json it prints one JSON object; with --all, every known queue (a JSON array).
 
 The gauges (now):
   scheduled         waiting for their time: a delay, a retry's backoff, a snooze
@@ -34,8 +34,8 @@ The gauges (now):
 The counters (since the queue was created; --json has them all):
   enqueued          jobs published
   completed         jobs that succeeded
-  died (failed)     jobs sent to the dead set, for any reason; "failed" is its JSON name, the
-                    wire name of a dead job
+  went_dead         jobs sent to the dead set, for any reason; "failed" is its JSON name, the
+  (failed)          wire name of a dead job
   retried           failed attempts scheduled to run again (a retry is not a death)
   recovered         jobs taken back from a worker that stopped renewing its lease (crashed,
                     or lost Redis) and queued again
@@ -93,8 +93,9 @@ A queue that is not known (nothing was ever published to it or read from it) is 
 // printStats writes one table row per queue: the gauges, then the counters.
 func printStats(w io.Writer, stats []*pipeline.QueueStats) error {
 	t := newTable(w)
-	// DIED counts the jobs that went to the dead set (the counter "failed" in JSON).
-	fmt.Fprintln(t, "QUEUE\tSCHEDULED\tQUEUED\tIN_PROGRESS\tDEAD\t|\tENQUEUED\tCOMPLETED\tDIED\tRETRIED\tRECOVERED\tCANCELED")
+	// DEAD is the dead set now; WENT_DEAD counts the jobs that went there (the counter "failed"
+	// in JSON): "dead" is the one word a person reads for a job that failed for good.
+	fmt.Fprintln(t, "QUEUE\tSCHEDULED\tQUEUED\tIN_PROGRESS\tDEAD\t|\tENQUEUED\tCOMPLETED\tWENT_DEAD\tRETRIED\tRECOVERED\tCANCELED")
 	for _, s := range stats {
 		name := s.Queue
 		if s.Paused { // conveyor pause: workers do not read it

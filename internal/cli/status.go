@@ -30,9 +30,13 @@ and a few more. created_at is the job's first publish (a retry or a replay does 
 it); enqueued_at is its last entry into the stream; started_at, worker and completed_at are
 its last attempt's. attempts lists the last 20 attempts, oldest first, each
 {"attempt", "worker", "started_at", "ended_at", "outcome", "error"} with outcome retry,
-snooze, lost (its worker died), failed, completed, canceled or running; the human output
-prints them as a table. Status is one of scheduled, queued, in_progress, completed, failed, canceled; the
-table says "dead" for failed (failed is the wire name of a dead job, as in --json).
+snooze, lost (its worker died), failed (the attempt that sent it to the dead set: "dead" in the
+table), completed, canceled or running, and a row "replayed" (attempt 0, "-" in the table) where
+a replay from the dead set started a fresh set of attempts, numbered from 1 again; the human
+output prints them as a table. A snoozed run is not counted in attempt (the next run has its
+number too): the table says so beside it, and lists the snoozed run. Status is one of
+scheduled, queued, in_progress, completed, failed, canceled; the table says "dead" for failed
+(failed is the wire name of a dead job, as in --json).
 Without --queue the job is looked up in every known queue (one lookup per queue) and the
 output names the queue it was found in. An unknown id (or one whose record expired after the
 retention time) exits 1, saying which queues were searched.
@@ -143,7 +147,13 @@ func printJob(w io.Writer, j *pipeline.Job, now time.Time) error {
 		row("progress_message", orDash(p.Message))
 		row("progress_at", formatTime(p.At, now))
 	}
-	row("attempt", strconv.Itoa(j.Attempt))
+	attempt := strconv.Itoa(j.Attempt)
+	if j.Snoozes > 0 {
+		// A snoozed run is no attempt (its number is the next run's too): say so beside the
+		// count, or a job that ran reads as one that never did.
+		attempt += " (snoozed runs are not counted)"
+	}
+	row("attempt", attempt)
 	row("max_retries", strconv.Itoa(j.MaxRetries))
 	row("priority", strconv.Itoa(max(j.Priority, pipeline.MinPriority)))
 	if j.Timeout > 0 {
@@ -183,7 +193,11 @@ func printAttempts(w io.Writer, as []pipeline.JobAttempt) error {
 	t := newTable(w)
 	fmt.Fprintln(t, "  #\tOUTCOME\tWORKER\tSTARTED\tENDED\tERROR")
 	for _, a := range as {
-		fmt.Fprintf(t, "  %d\t%s\t%s\t%s\t%s\t%s\n", a.Number, a.Outcome, orDash(a.Worker),
+		n := strconv.Itoa(a.Number)
+		if a.Outcome == pipeline.AttemptReplayed { // a mark, no attempt: the next ones count from 1
+			n = "-"
+		}
+		fmt.Fprintf(t, "  %s\t%s\t%s\t%s\t%s\t%s\n", n, pipeline.AttemptWord(a.Outcome), orDash(a.Worker),
 			tableTime(a.StartedAt), tableTime(a.EndedAt), oneLine(a.Error, 80))
 	}
 	return t.Flush()

@@ -28,6 +28,9 @@ end
 -- The last run's progress report goes: the attempts count from 1 again, and a report of the
 -- old attempt 1 would pass for the new one's.
 redis.call('HDEL', KEYS[3], 'progress')
+-- The history keeps the old attempts; a mark (attempt 0: no attempt) says where the new set
+-- starts, so that its attempt 1 does not read as the old attempt 1 again.
+cv_attempt(KEYS[3], 0, '', ARGV[1], ARGV[1], 'replayed', '')
 if h[9] and cv_group_replay_held(KEYS[3], ARGV[2], h[9], ARGV[1], KEYS[2]) then return {CV_OK, ''} end
 local e = cv_xadd(cv_level_stream(KEYS[1], h[10]), ARGV[2], h[3], h[4], h[2], 1, h[5], h[6], h[11])
 redis.call('HSET', KEYS[3], 'status', 'queued', 'entry', e, 'enqueued_at', ARGV[1], 'attempt', 0,

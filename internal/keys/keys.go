@@ -176,12 +176,15 @@ const (
 )
 
 // The outcomes of an attempt in a job's attempt history (FieldAttempts): retried after a
-// failure, snoozed by its handler, lost with its worker (recovery), or failed for good.
+// failure, snoozed by its handler, lost with its worker (recovery), or failed for good. A
+// replay (replay.lua) writes a line of its own, attempt 0 with outcome AttemptReplay, at the
+// replay's time: the attempts after it count from 1 again.
 const (
 	AttemptRetry  = "retry"
 	AttemptSnooze = "snooze"
 	AttemptLost   = "lost"
 	AttemptFailed = "failed"
+	AttemptReplay = "replayed"
 )
 
 // Bounds of a job's attempt history (FieldAttempts): the attempts kept, and the bytes of each
