@@ -3,6 +3,8 @@ package cli
 import (
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -87,8 +89,21 @@ What is not given stays. The queue must exist (exit 1 otherwise).`,
 			if err != nil {
 				return err
 			}
-			_, err = fmt.Fprintf(a.stdout, "queue %s: group window %d%s\n", args[0], gs.Window, windowNote(gs))
-			return err
+			fmt.Fprintf(a.stdout, "queue %s: group window %d%s\n", args[0], gs.Window, windowNote(gs))
+			// Each weight given, as stored now (read back, like the window), so that a typo'd
+			// group or a 0 that meant "back to 1" shows what it did.
+			stored := make(map[string]int, len(gs.Groups))
+			for _, g := range gs.Groups {
+				stored[g.Group] = g.Weight
+			}
+			for _, g := range slices.Sorted(maps.Keys(c.Weights)) {
+				w, note := stored[g], ""
+				if w <= 1 {
+					w, note = 1, " (the default)"
+				}
+				fmt.Fprintf(a.stdout, "queue %s: group %s: weight %d%s\n", args[0], g, w, note)
+			}
+			return nil
 		},
 	}
 	cmd.Flags().IntVar(&window, "window", 0, "at most N jobs of each group in the stream or running at once")
