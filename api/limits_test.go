@@ -98,6 +98,11 @@ func TestLimitsAPI(t *testing.T) {
 	require.Equal(t, 404, r.status, "%s", r.body)
 	require.Contains(t, r.apiErr(t).Message, "has no limit for type echo, per limit key")
 	require.Equal(t, []limit{{Queue: e.queue, Rate: 100, IntervalMS: 1000}}, list())
+	// A limited queue's partitions do not change while it has limits: 400, naming them.
+	r = e.do("PUT", "/v1/queues/"+e.queue, `{"partitions":3}`)
+	require.Equal(t, 400, r.status, "%s", r.body)
+	require.Equal(t, "invalid_argument", r.apiErr(t).Code)
+	require.Contains(t, r.apiErr(t).Message, "has 1 limit (every job): limits are not supported on a partitioned queue")
 	require.Equal(t, 204, e.do("DELETE", base, "").status)
 	require.Empty(t, list())
 

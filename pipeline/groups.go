@@ -92,11 +92,19 @@ func (i *Inspector) groupQueue(ctx context.Context, queue string) ([]keys.Queue,
 // They apply from the next job that enters or leaves a window: a raised window fills as the
 // group's jobs finish (each finish moves as many waiting jobs in as the window has room for),
 // a lowered one empties to its new size the same way. A partitioned queue gets the same
-// settings in every partition, each of which keeps its own windows. The queue must exist.
+// settings in every partition, each of which keeps its own windows, and a change of the
+// partition count (CreateQueue) carries them into the new layout. The queue must exist.
 func (i *Inspector) SetGroups(ctx context.Context, queue string, c GroupChange) error {
 	if err := c.validate(); err != nil {
 		return err
 	}
+	// Under the layout lock: a change of the partition count copies the settings from the old
+	// layout, and one written there after the copy would be lost.
+	unlock, err := i.holdLayout(ctx, queue)
+	if err != nil {
+		return err
+	}
+	defer unlock()
 	qs, err := i.groupQueue(ctx, queue)
 	if err != nil {
 		return err

@@ -173,3 +173,44 @@ func ReadGroups(ctx context.Context, rdb redis.UniversalClient, qs []keys.Queue)
 	slices.SortFunc(out, func(a, b GroupCount) int { return strings.Compare(a.Group, b.Group) })
 	return out, nil
 }
+
+// CopyGroupSettings replaces the group settings of each of to with from's: a change of a
+// queue's partition count carries its settings into the new layout, whose scripts read only
+// their own partition's hash. Replaced, not merged, so that a layout left earlier and now
+// returned to keeps none of what was changed or removed since.
+func CopyGroupSettings(ctx context.Context, rdb redis.UniversalClient, from keys.Queue, to []keys.Queue) error {
+	m, err := rdb.HGetAll(ctx, from.GroupConfig()).Result()
+	if err != nil {
+		return rediserr.Wrap("groups", fmt.Errorf("read the group settings of %s: %w", from.Tag(), err))
+	}
+	fields := make([]any, 0, 2*len(m))
+	for f, v := range m {
+		fields = append(fields, f, v)
+	}
+	for _, q := range to {
+		if q.GroupConfig() == from.GroupConfig() {
+			continue
+		}
+		_, err := rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+			p.Del(ctx, q.GroupConfig())
+			if len(fields) > 0 {
+				p.HSet(ctx, q.GroupConfig(), fields...)
+			}
+			return nil
+		})
+		if err != nil {
+			return rediserr.Wrap("groups", fmt.Errorf("copy the group settings to %s: %w", q.Tag(), err))
+		}
+	}
+	return nil
+}
+
+// DeleteGroupSettings deletes the group settings of each of qs (a layout a change left).
+func DeleteGroupSettings(ctx context.Context, rdb redis.UniversalClient, qs []keys.Queue) error {
+	for _, q := range qs {
+		if err := rdb.Del(ctx, q.GroupConfig()).Err(); err != nil {
+			return rediserr.Wrap("groups", fmt.Errorf("delete the group settings of %s: %w", q.Tag(), err))
+		}
+	}
+	return nil
+}
