@@ -15,6 +15,12 @@ const (
 	MaxLimitInterval = 7 * 24 * time.Hour
 )
 
+// MaxQueueLimits bounds how many limits (scopes) one queue may have: far more job types than a
+// queue runs, and few enough that every worker's read of a queue's limits each LimitsRefresh,
+// and a listing, stay small. SetLimit refuses a new scope past it; a scope that has a limit
+// may always be set again.
+const MaxQueueLimits = 1000
+
 // Limit is a flow-control limit of a queue, stored in Redis so that every worker obeys the same
 // one and an operator changes it live (Inspector.SetLimit): a rate, "Rate jobs started per
 // Interval", and/or a concurrency, "at most Concurrency jobs running at once", over a scope.
@@ -101,7 +107,8 @@ func (i *Inspector) limitQueue(ctx context.Context, queue string) error {
 // Workers apply a change of a queue that has limits at once (admission reads them); the first
 // limit of a queue within LimitsRefresh (each worker's read of which queues have limits). Jobs
 // waiting for a concurrency slot of the scope are woken to be admitted again under the new
-// limit. The queue must exist and must not be partitioned. It waits for a change of the
+// limit. The queue must exist and must not be partitioned, and a new scope is refused (ErrInvalid)
+// while the queue has MaxQueueLimits limits. It waits for a change of the
 // queue's partition count that is running (CreateQueue) to end, for up to a few seconds, then
 // refuses with ErrQueueBusy.
 func (i *Inspector) SetLimit(ctx context.Context, queue string, l Limit) error {
@@ -117,6 +124,15 @@ func (i *Inspector) SetLimit(ctx context.Context, queue string, l Limit) error {
 	defer unlock()
 	if err := i.limitQueue(ctx, queue); err != nil {
 		return err
+	}
+	// Exact under the layout lock, which every SetLimit of the queue holds.
+	n, has, err := jobstate.CountLimits(ctx, i.rdb, i.keys(queue), l.Type, l.PerKey)
+	if err != nil {
+		return err
+	}
+	if !has && n >= MaxQueueLimits {
+		return invalid("queue %q has %d limits, the most a queue may have (MaxQueueLimits): delete one before "+
+			"adding a limit for %s, or set one on the whole queue or a scope that has one", queue, n, limitScopeText(l.Type, l.PerKey))
 	}
 	return jobstate.SetLimit(ctx, i.rdb, i.keys(queue), l.stored(), time.Now())
 }
