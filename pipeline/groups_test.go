@@ -314,6 +314,39 @@ func TestGroupWeightZeroSetsItBackToOne(t *testing.T) {
 	groupsDrained(t, b.rdb, b.insp, b.client, b.queue)
 }
 
+// A queue holds at most MaxGroupWeights weights: a change that would set more is refused
+// (ErrInvalid, naming the bound) and changes nothing, while changing or removing a weight that
+// is set goes through; a listing holds at most MaxGroupsListed groups, the first by name, and
+// says how many there are.
+func TestGroupWeightsBounded(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := t.Context()
+	_, err := b.client.Enqueue(ctx, b.queue, pipeline.Task{Type: "gate"}, pipeline.WithGroup("zz-busy"))
+	require.NoError(t, err)
+	q := keys.New(keys.DefaultPrefix, b.queue)
+	vals := []any{keys.GroupWindowField, "5"}
+	for k := range pipeline.MaxGroupWeights - 1 {
+		vals = append(vals, fmt.Sprintf("%sg%04d", keys.GroupWeightPrefix, k), "2")
+	}
+	require.NoError(t, b.rdb.HSet(ctx, q.GroupConfig(), vals...).Err())
+
+	require.NoError(t, b.insp.SetGroups(ctx, b.queue, pipeline.GroupChange{Weights: map[string]int{"new-1": 3}}), "the last one")
+	err = b.insp.SetGroups(ctx, b.queue, pipeline.GroupChange{Window: 7, Weights: map[string]int{"new-2": 3}})
+	require.ErrorIs(t, err, pipeline.ErrInvalid)
+	require.ErrorContains(t, err, fmt.Sprintf("at most %d groups with a weight", pipeline.MaxGroupWeights))
+	require.Equal(t, "5", b.rdb.HGet(ctx, q.GroupConfig(), keys.GroupWindowField).Val(), "a refused change changes nothing")
+	require.NoError(t, b.insp.SetGroups(ctx, b.queue, pipeline.GroupChange{Weights: map[string]int{"g0001": 9, "new-1": 1}}))
+	require.NoError(t, b.insp.SetGroups(ctx, b.queue, pipeline.GroupChange{Weights: map[string]int{"g0000": 0, "new-2": 3}}),
+		"one removed makes room for one")
+
+	gs, err := b.insp.Groups(ctx, b.queue)
+	require.NoError(t, err)
+	require.Equal(t, pipeline.MaxGroupsListed, len(gs.Groups))
+	require.Equal(t, pipeline.MaxGroupWeights+1, gs.Total, "every weighted group and the busy one")
+	require.Equal(t, pipeline.GroupInfo{Group: "g0001", Weight: 9}, gs.Groups[0], "the first by name")
+}
+
 // nextOf waits for the next start, which must be one of ids.
 func (g *groupGate) nextOf(t *testing.T, ids ...string) string {
 	t.Helper()
