@@ -758,7 +758,7 @@ func TestPartitionChangeKeepsLimitsAndGroups(t *testing.T) {
 	}
 
 	require.NoError(t, x.insp.SetGroups(ctx, queue, pipeline.GroupChange{Window: 2, Weights: map[string]int{"a": 3}}))
-	want := &pipeline.Groups{Queue: queue, Window: 2, WindowSet: true, Groups: []pipeline.GroupInfo{{Group: "a", Weight: 3}}}
+	want := &pipeline.Groups{Queue: queue, Window: 2, WindowSet: true, Groups: []pipeline.GroupInfo{{Group: "a", Weight: 3}}, Total: 1}
 	cfgs := func(n int) []map[string]string {
 		t.Helper()
 		out := make([]map[string]string, n)
@@ -788,5 +788,5 @@ func TestPartitionChangeKeepsLimitsAndGroups(t *testing.T) {
 	gs, err = x.insp.Groups(ctx, queue)
 	require.NoError(t, err)
 	require.Equal(t, &pipeline.Groups{Queue: queue, Window: pipeline.DefaultGroupWindow,
-		Groups: []pipeline.GroupInfo{{Group: "b", Weight: 2}}}, gs)
+		Groups: []pipeline.GroupInfo{{Group: "b", Weight: 2}}, Total: 1}, gs)
 }
