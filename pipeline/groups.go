@@ -108,8 +108,12 @@ func (i *Inspector) SetGroups(ctx context.Context, queue string, c GroupChange) 
 	if err := c.validate(); err != nil {
 		return err
 	}
-	// Under the layout lock: a change of the partition count copies the settings from the old
-	// layout, and one written there after the copy would be lost.
+	// Checked before the lock, so that a refused name or queue writes nothing, and again under
+	// it: a change of the partition count copies the settings from the old layout, and one
+	// written there after the copy would be lost.
+	if _, err := i.groupQueue(ctx, queue); err != nil {
+		return err
+	}
 	unlock, err := i.holdLayout(ctx, queue)
 	if err != nil {
 		return err

@@ -115,8 +115,12 @@ func (i *Inspector) SetLimit(ctx context.Context, queue string, l Limit) error {
 	if err := l.validate(); err != nil {
 		return err
 	}
-	// Under the layout lock, so that no change to more partitions passes its check of the
-	// limits (partitionsAllowLimits) between this check and the write.
+	// Checked before the lock, so that a refused name or queue writes nothing, and again under
+	// it, so that no change to more partitions passes its check of the limits
+	// (limitsAllowPartitions) between this check and the write.
+	if err := i.limitQueue(ctx, queue); err != nil {
+		return err
+	}
 	unlock, err := i.holdLayout(ctx, queue)
 	if err != nil {
 		return err
