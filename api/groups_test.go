@@ -1,10 +1,12 @@
 package api_test
 
 import (
+	"fmt"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/conveyorq/conveyor/internal/keys"
 	"github.com/conveyorq/conveyor/pipeline"
 )
 
@@ -33,7 +35,7 @@ func TestGroupsAPI(t *testing.T) {
 	require.Equal(t, pipeline.Groups{Queue: e.queue, Window: 1, WindowSet: true, Groups: []pipeline.GroupInfo{
 		{Group: "tenant-42", Weight: 1, InWindow: 1, Waiting: 1},
 		{Group: "tenant-7", Weight: 3},
-	}}, got)
+	}, Total: 2}, got)
 
 	// The job's group in its record, the waiting one in the queue's stats.
 	r = e.do("GET", "/v1/queues/"+e.queue, "")
@@ -55,4 +57,13 @@ func TestGroupsAPI(t *testing.T) {
 	for _, body := range []string{`{"type":"echo","group":""}`, `{"type":"echo","group":"a/b"}`} {
 		e.post(body, 400)
 	}
+	// At most pipeline.MaxGroupWeights weights: past it, 400 naming the bound.
+	vals := make([]any, 0, 2*pipeline.MaxGroupWeights)
+	for k := range pipeline.MaxGroupWeights {
+		vals = append(vals, fmt.Sprintf("%sg%d", keys.GroupWeightPrefix, k), "2")
+	}
+	require.NoError(t, e.rdb.HSet(t.Context(), keys.New(e.prefix, e.queue).GroupConfig(), vals...).Err())
+	r = e.do("PUT", base, `{"weights":{"one-more":2}}`)
+	require.Equal(t, 400, r.status, "%s", r.body)
+	require.Contains(t, r.apiErr(t).Message, "groups with a weight")
 }

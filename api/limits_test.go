@@ -1,10 +1,14 @@
 package api_test
 
 import (
+	"strconv"
 	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/conveyorq/conveyor/internal/keys"
+	"github.com/conveyorq/conveyor/pipeline"
 )
 
 func TestLimitsAPI(t *testing.T) {
@@ -98,6 +102,23 @@ func TestLimitsAPI(t *testing.T) {
 	require.Equal(t, 404, r.status, "%s", r.body)
 	require.Contains(t, r.apiErr(t).Message, "has no limit for type echo, per limit key")
 	require.Equal(t, []limit{{Queue: e.queue, Rate: 100, IntervalMS: 1000}}, list())
+	// At most pipeline.MaxQueueLimits scopes: a new one past it is a 400 naming the bound.
+	vals := make([]any, 0, 2*pipeline.MaxQueueLimits)
+	for k := range pipeline.MaxQueueLimits - 1 {
+		vals = append(vals, "t:type-"+strconv.Itoa(k), `{"concurrency":1}`)
+	}
+	require.NoError(t, e.rdb.HSet(t.Context(), keys.New(e.prefix, e.queue).Limits(), vals...).Err())
+	r = e.do("PUT", base, `{"type":"another","concurrency":1}`)
+	require.Equal(t, 400, r.status, "%s", r.body)
+	require.Contains(t, r.apiErr(t).Message, "limits, the most a queue may have")
+	require.NoError(t, e.rdb.Del(t.Context(), keys.New(e.prefix, e.queue).Limits()).Err())
+	r = e.do("PUT", base, `{"rate":100,"interval_ms":1000}`)
+	require.Equal(t, 200, r.status, "%s", r.body)
+	// A limited queue's partitions do not change while it has limits: 400, naming them.
+	r = e.do("PUT", "/v1/queues/"+e.queue, `{"partitions":3}`)
+	require.Equal(t, 400, r.status, "%s", r.body)
+	require.Equal(t, "invalid_argument", r.apiErr(t).Code)
+	require.Contains(t, r.apiErr(t).Message, "has 1 limit (every job): limits are not supported on a partitioned queue")
 	require.Equal(t, 204, e.do("DELETE", base, "").status)
 	require.Empty(t, list())
 

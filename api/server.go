@@ -249,12 +249,18 @@ func (s *Server) admit(rt route, r *http.Request) error {
 		}
 	}
 	// The fallbacks (no method: 405, 404) change nothing, so a method they refuse is told so,
-	// not refused as a cross-site write first.
-	if rt.method != "" && (r.Method == http.MethodPost || r.Method == http.MethodDelete || r.Method == http.MethodPut ||
-		r.Method == http.MethodPatch) {
+	// not refused as a cross-site write first. Every other method is held to the rule unless
+	// it is a safe one: a list of the unsafe ones would leave out the next route's method.
+	if rt.method != "" && !safeMethod(r.Method) {
 		return crossSite(r)
 	}
 	return nil
+}
+
+// safeMethod reports whether method only reads (RFC 9110's safe methods), so that a page of
+// another site gains nothing by sending it.
+func safeMethod(method string) bool {
+	return method == http.MethodGet || method == http.MethodHead || method == http.MethodOptions
 }
 
 // hostAllowed reports whether a request naming host (its Host header) may be answered without

@@ -144,6 +144,34 @@ func TestCrossSite(t *testing.T) {
 	require.Empty(t, r.header.Get("Access-Control-Allow-Origin"), "no CORS")
 }
 
+// Every mutating method is held to the cross-site rule, PUT and PATCH as well as POST and
+// DELETE: a PUT of a limit or of group weights with a JSON body from another site's Origin is
+// refused, and nothing is stored.
+func TestCrossSiteEveryMutatingMethod(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	e.post(`{"type":"echo"}`, http.StatusAccepted)
+	for _, tc := range []struct{ path, body string }{
+		{"/v1/queues/" + e.queue + "/limits", `{"concurrency":1}`},
+		{"/v1/queues/" + e.queue + "/groups", `{"weights":{"tenant":3}}`},
+	} {
+		for _, origin := range []string{"http://evil.example", "null"} {
+			r := e.do("PUT", tc.path, tc.body, "Origin: "+origin)
+			require.Equal(t, http.StatusForbidden, r.status, "PUT %s from %s: %s", tc.path, origin, r.body)
+			require.Equal(t, api.CodeForbidden, r.apiErr(t).Code)
+		}
+		// Without the JSON type or the header: refused as a write a page could send.
+		r := e.request("PUT", tc.path, tc.body, "Content-Type: text/plain")
+		require.Equal(t, http.StatusForbidden, r.status, "PUT %s as text/plain: %s", tc.path, r.body)
+	}
+	ls, err := e.insp.Limits(t.Context(), e.queue)
+	require.NoError(t, err)
+	require.Empty(t, ls, "no limit stored")
+	gs, err := e.insp.Groups(t.Context(), e.queue)
+	require.NoError(t, err)
+	require.Empty(t, gs.Groups, "no weight stored")
+}
+
 // With Redis gone, /readyz and every Redis-backed route answer 503 "Redis is unreachable",
 // without Redis's own error text but with the operation that failed (op); /healthz stays 200.
 func TestRedisUnreachable(t *testing.T) {

@@ -751,26 +751,15 @@ func (w *Worker) readLimits(ctx context.Context, book *leaseBook, names []string
 	for k, n := range names {
 		parts[k] = keys.New(w.cfg.Prefix, n)
 	}
-	cmds := make([]*redis.MapStringStringCmd, len(parts))
-	_, err := w.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		for k, q := range parts {
-			cmds[k] = p.HGetAll(ctx, q.Limits())
-		}
-		return nil
-	})
+	fields, bad, err := jobstate.ReadLimitFields(ctx, w.rdb, parts)
 	if err != nil {
 		return
 	}
 	m := make(map[string]bool, len(parts))
 	for k, q := range parts {
-		limits := map[string]jobstate.Limit{}
-		for f, v := range cmds[k].Val() {
-			l, err := jobstate.DecodeLimit(f, v)
-			if err != nil {
-				w.log.Debug().Err(err).Str("queue", q.Name()).Msg("a limit of the queue cannot be read; it is not applied")
-				continue
-			}
-			limits[f] = l
+		limits := fields[k]
+		for _, err := range bad[k] {
+			w.log.Debug().Err(err).Str("queue", q.Name()).Msg("a limit of the queue cannot be read; it is not applied")
 		}
 		if len(limits) > 0 {
 			m[q.Stream()] = true

@@ -20,6 +20,14 @@ const (
 	MaxGroupWeight = 1_000
 )
 
+// MaxGroupWeights bounds how many groups of a queue may have a weight set (SetGroups refuses
+// a change past it), and MaxGroupsListed how many groups Groups lists: both keep a queue's
+// settings, which every partition holds, and its listing small.
+const (
+	MaxGroupWeights = 1_000
+	MaxGroupsListed = 1_000
+)
+
 // GroupChange is a change of a queue's fair-group settings (Inspector.SetGroups). Fields left
 // zero change nothing.
 type GroupChange struct {
@@ -33,14 +41,16 @@ type GroupChange struct {
 	Weights map[string]int
 }
 
-// Groups is a queue's fair groups: the window, and every group that has jobs in its window or
-// waiting, or a weight set.
+// Groups is a queue's fair groups: the window, and the groups that have jobs in their window or
+// waiting, or a weight set: the first MaxGroupsListed of them by name.
 type Groups struct {
 	Queue string `json:"queue"`
 	// Window is the window (DefaultGroupWindow unless set); WindowSet says whether it is set.
 	Window    int         `json:"window"`
 	WindowSet bool        `json:"window_set"`
 	Groups    []GroupInfo `json:"groups"`
+	// Total counts the groups there are; more than len(Groups) when the listing is cut short.
+	Total int `json:"total"`
 }
 
 // GroupInfo is one group of a queue.
@@ -92,13 +102,28 @@ func (i *Inspector) groupQueue(ctx context.Context, queue string) ([]keys.Queue,
 // They apply from the next job that enters or leaves a window: a raised window fills as the
 // group's jobs finish (each finish moves as many waiting jobs in as the window has room for),
 // a lowered one empties to its new size the same way. A partitioned queue gets the same
-// settings in every partition, each of which keeps its own windows. The queue must exist.
+// settings in every partition, each of which keeps its own windows, and a change of the
+// partition count (CreateQueue) carries them into the new layout. The queue must exist.
 func (i *Inspector) SetGroups(ctx context.Context, queue string, c GroupChange) error {
 	if err := c.validate(); err != nil {
 		return err
 	}
+	// Checked before the lock, so that a refused name or queue writes nothing, and again under
+	// it: a change of the partition count copies the settings from the old layout, and one
+	// written there after the copy would be lost.
+	if _, err := i.groupQueue(ctx, queue); err != nil {
+		return err
+	}
+	unlock, err := i.holdLayout(ctx, queue)
+	if err != nil {
+		return err
+	}
+	defer unlock()
 	qs, err := i.groupQueue(ctx, queue)
 	if err != nil {
+		return err
+	}
+	if err := i.groupWeightsRoom(ctx, queue, qs[0], c.Weights); err != nil {
 		return err
 	}
 	ch := jobstate.GroupChange{Window: int64(c.Window), ResetWindow: c.ResetWindow,
@@ -119,11 +144,11 @@ func (i *Inspector) Groups(ctx context.Context, queue string) (*Groups, error) {
 	if err != nil {
 		return nil, err
 	}
-	counts, err := jobstate.ReadGroups(ctx, i.rdb, qs)
+	counts, total, err := jobstate.ReadGroups(ctx, i.rdb, qs, MaxGroupsListed)
 	if err != nil {
 		return nil, err
 	}
-	out := &Groups{Queue: queue, Window: DefaultGroupWindow, Groups: make([]GroupInfo, len(counts))}
+	out := &Groups{Queue: queue, Window: DefaultGroupWindow, Groups: make([]GroupInfo, len(counts)), Total: total}
 	if set.Window > 0 {
 		out.Window, out.WindowSet = int(set.Window), true
 	}
@@ -135,4 +160,35 @@ func (i *Inspector) Groups(ctx context.Context, queue string) (*Groups, error) {
 		out.Groups[k] = GroupInfo{Group: c.Group, Weight: w, InWindow: c.InWindow, Waiting: c.Waiting}
 	}
 	return out, nil
+}
+
+// groupWeightsRoom refuses weights that would leave queue with more than MaxGroupWeights groups
+// weighted. Every partition holds the same settings, so q (the first) tells; exact under the
+// layout lock, which every SetGroups of the queue holds.
+func (i *Inspector) groupWeightsRoom(ctx context.Context, queue string, q keys.Queue, weights map[string]int) error {
+	if len(weights) == 0 {
+		return nil
+	}
+	groups := make([]string, 0, len(weights))
+	for g := range weights {
+		groups = append(groups, g)
+	}
+	n, has, err := jobstate.CountGroupWeights(ctx, i.rdb, q, groups)
+	if err != nil {
+		return err
+	}
+	after := n
+	for k, g := range groups {
+		switch {
+		case weights[g] > 0 && !has[k]:
+			after++
+		case weights[g] == 0 && has[k]:
+			after--
+		}
+	}
+	if after > MaxGroupWeights && after > n {
+		return invalid("queue %q may have at most %d groups with a weight (MaxGroupWeights); it has %d, and the change "+
+			"would make it %d: set weights back to 1 (weight 0) first", queue, MaxGroupWeights, n, after)
+	}
+	return nil
 }

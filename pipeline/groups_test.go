@@ -280,6 +280,73 @@ func TestGroupReplayAndWeights(t *testing.T) {
 	require.False(t, gs.WindowSet)
 }
 
+// TestGroupWeightZeroSetsItBackToOne: a weight of 0 is documented to set a group back to
+// weight 1, so it is removed, not stored: a stored 0 would make the group's window hold no job,
+// and its jobs would wait for ever.
+func TestGroupWeightZeroSetsItBackToOne(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := t.Context()
+	_, err := b.client.Enqueue(ctx, b.queue, pipeline.Task{Type: "noop"})
+	require.NoError(t, err)
+	require.NoError(t, b.insp.SetGroups(ctx, b.queue, pipeline.GroupChange{Window: 1,
+		Weights: map[string]int{"tenant": 3}}))
+	require.NoError(t, b.insp.SetGroups(ctx, b.queue, pipeline.GroupChange{Weights: map[string]int{"tenant": 0}}))
+	cfg, err := b.rdb.HGetAll(ctx, keys.New(keys.DefaultPrefix, b.queue).GroupConfig()).Result()
+	require.NoError(t, err)
+	require.Equal(t, map[string]string{keys.GroupWindowField: "1"}, cfg, "the weight's field removed")
+
+	g := newGroupGate()
+	b.startWorker(t, pipeline.WorkerConfig{Concurrency: 10}, map[string]pipeline.HandlerFunc{"gate": g.handle,
+		"noop": func(context.Context, *pipeline.Job) ([]byte, error) { return nil, nil }})
+	ids := publishGroup(t, b.client, b.queue, "tenant", 2)
+	require.Equal(t, ids[0], g.next(t), "the group's first job runs")
+	gs, err := b.insp.Groups(ctx, b.queue)
+	require.NoError(t, err)
+	require.Equal(t, []pipeline.GroupInfo{{Group: "tenant", Weight: 1, InWindow: 1, Waiting: 1}}, gs.Groups,
+		"weight 1: one place")
+	g.finish(ids[0], nil)
+	require.Equal(t, ids[1], g.next(t))
+	g.finish(ids[1], nil)
+	for _, id := range ids {
+		b.waitStatus(t, id, pipeline.StatusCompleted)
+	}
+	groupsDrained(t, b.rdb, b.insp, b.client, b.queue)
+}
+
+// A queue holds at most MaxGroupWeights weights: a change that would set more is refused
+// (ErrInvalid, naming the bound) and changes nothing, while changing or removing a weight that
+// is set goes through; a listing holds at most MaxGroupsListed groups, the first by name, and
+// says how many there are.
+func TestGroupWeightsBounded(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := t.Context()
+	_, err := b.client.Enqueue(ctx, b.queue, pipeline.Task{Type: "gate"}, pipeline.WithGroup("zz-busy"))
+	require.NoError(t, err)
+	q := keys.New(keys.DefaultPrefix, b.queue)
+	vals := []any{keys.GroupWindowField, "5"}
+	for k := range pipeline.MaxGroupWeights - 1 {
+		vals = append(vals, fmt.Sprintf("%sg%04d", keys.GroupWeightPrefix, k), "2")
+	}
+	require.NoError(t, b.rdb.HSet(ctx, q.GroupConfig(), vals...).Err())
+
+	require.NoError(t, b.insp.SetGroups(ctx, b.queue, pipeline.GroupChange{Weights: map[string]int{"new-1": 3}}), "the last one")
+	err = b.insp.SetGroups(ctx, b.queue, pipeline.GroupChange{Window: 7, Weights: map[string]int{"new-2": 3}})
+	require.ErrorIs(t, err, pipeline.ErrInvalid)
+	require.ErrorContains(t, err, fmt.Sprintf("at most %d groups with a weight", pipeline.MaxGroupWeights))
+	require.Equal(t, "5", b.rdb.HGet(ctx, q.GroupConfig(), keys.GroupWindowField).Val(), "a refused change changes nothing")
+	require.NoError(t, b.insp.SetGroups(ctx, b.queue, pipeline.GroupChange{Weights: map[string]int{"g0001": 9, "new-1": 1}}))
+	require.NoError(t, b.insp.SetGroups(ctx, b.queue, pipeline.GroupChange{Weights: map[string]int{"g0000": 0, "new-2": 3}}),
+		"one removed makes room for one")
+
+	gs, err := b.insp.Groups(ctx, b.queue)
+	require.NoError(t, err)
+	require.Equal(t, pipeline.MaxGroupsListed, len(gs.Groups))
+	require.Equal(t, pipeline.MaxGroupWeights+1, gs.Total, "every weighted group and the busy one")
+	require.Equal(t, pipeline.GroupInfo{Group: "g0001", Weight: 9}, gs.Groups[0], "the first by name")
+}
+
 // nextOf waits for the next start, which must be one of ids.
 func (g *groupGate) nextOf(t *testing.T, ids ...string) string {
 	t.Helper()

@@ -2,6 +2,7 @@ package pipeline
 
 import (
 	"context"
+	"strings"
 	"time"
 
 	"github.com/conveyorq/conveyor/internal/jobstate"
@@ -13,6 +14,12 @@ const (
 	MaxLimitRate     = 1_000_000_000
 	MaxLimitInterval = 7 * 24 * time.Hour
 )
+
+// MaxQueueLimits bounds how many limits (scopes) one queue may have: far more job types than a
+// queue runs, and few enough that every worker's read of a queue's limits each LimitsRefresh,
+// and a listing, stay small. SetLimit refuses a new scope past it; a scope that has a limit
+// may always be set again.
+const MaxQueueLimits = 1000
 
 // Limit is a flow-control limit of a queue, stored in Redis so that every worker obeys the same
 // one and an operator changes it live (Inspector.SetLimit): a rate, "Rate jobs started per
@@ -100,15 +107,76 @@ func (i *Inspector) limitQueue(ctx context.Context, queue string) error {
 // Workers apply a change of a queue that has limits at once (admission reads them); the first
 // limit of a queue within LimitsRefresh (each worker's read of which queues have limits). Jobs
 // waiting for a concurrency slot of the scope are woken to be admitted again under the new
-// limit. The queue must exist and must not be partitioned.
+// limit. The queue must exist and must not be partitioned, and a new scope is refused (ErrInvalid)
+// while the queue has MaxQueueLimits limits. It waits for a change of the
+// queue's partition count that is running (CreateQueue) to end, for up to a few seconds, then
+// refuses with ErrQueueBusy.
 func (i *Inspector) SetLimit(ctx context.Context, queue string, l Limit) error {
 	if err := l.validate(); err != nil {
 		return err
 	}
+	// Checked before the lock, so that a refused name or queue writes nothing, and again under
+	// it, so that no change to more partitions passes its check of the limits
+	// (limitsAllowPartitions) between this check and the write.
 	if err := i.limitQueue(ctx, queue); err != nil {
 		return err
 	}
+	unlock, err := i.holdLayout(ctx, queue)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	if err := i.limitQueue(ctx, queue); err != nil {
+		return err
+	}
+	// Exact under the layout lock, which every SetLimit of the queue holds.
+	n, has, err := jobstate.CountLimits(ctx, i.rdb, i.keys(queue), l.Type, l.PerKey)
+	if err != nil {
+		return err
+	}
+	if !has && n >= MaxQueueLimits {
+		return invalid("queue %q has %d limits, the most a queue may have (MaxQueueLimits): delete one before "+
+			"adding a limit for %s, or set one on the whole queue or a scope that has one", queue, n, limitScopeText(l.Type, l.PerKey))
+	}
 	return jobstate.SetLimit(ctx, i.rdb, i.keys(queue), l.stored(), time.Now())
+}
+
+// limitsAllowPartitions refuses a change of queue's partition count to p > 1 while it has
+// limits, naming them: a partitioned queue cannot hold limits (limitQueue), and the change
+// would leave them listed, in the plain queue's keys, but read by no partition's admission.
+// The caller holds the layout lock.
+func (i *Inspector) limitsAllowPartitions(ctx context.Context, queue string, cur, p int) error {
+	if p <= 1 {
+		return nil
+	}
+	ls, err := jobstate.ReadLimits(ctx, i.rdb, i.keys(queue))
+	if err != nil || len(ls) == 0 {
+		return err
+	}
+	scopes := make([]string, len(ls))
+	for k, l := range ls {
+		scopes[k] = limitScopeText(l.Type, l.PerKey)
+	}
+	s := "s"
+	if len(ls) == 1 {
+		s = ""
+	}
+	return invalid("queue %q has %d limit%s (%s): limits are not supported on a partitioned queue, so its "+
+		"partitions cannot change from %d to %d while they exist: delete them first (Inspector.DeleteLimit, "+
+		"conveyor limits delete), then set them again on one partition if they are still wanted",
+		queue, len(ls), s, strings.Join(scopes, "; "), cur, p)
+}
+
+// limitScopeText names a limit's scope as the CLI does.
+func limitScopeText(typ string, perKey bool) string {
+	s := "every job"
+	if typ != "" {
+		s = "type " + typ
+	}
+	if perKey {
+		s += ", per limit key"
+	}
+	return s
 }
 
 // Limits returns queue's limits, the whole queue's first, then by type.

@@ -2,11 +2,15 @@ package pipeline_test
 
 import (
 	"context"
+	"fmt"
+	"strconv"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/conveyorq/conveyor/internal/jobstate"
+	"github.com/conveyorq/conveyor/internal/keys"
 	"github.com/conveyorq/conveyor/pipeline"
 )
 
@@ -57,4 +61,37 @@ func TestLimitsStoredAndValidated(t *testing.T) {
 	got, err = in.Limits(ctx, b.queue)
 	require.NoError(t, err)
 	require.Equal(t, want[:3], got)
+}
+
+// A queue holds at most MaxQueueLimits limits: a new scope past it is refused (ErrInvalid,
+// naming the bound), while a limit of a scope that has one is replaced as before, and a
+// deleted one makes room.
+func TestLimitsPerQueueBounded(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := t.Context()
+	_, err := b.client.Enqueue(ctx, b.queue, pipeline.Task{Type: "t"})
+	require.NoError(t, err)
+	vals := make([]any, 0, 2*pipeline.MaxQueueLimits)
+	for k := range pipeline.MaxQueueLimits - 1 {
+		f, v := jobstate.EncodeLimit(jobstate.Limit{Type: "type-" + strconv.Itoa(k), Concurrency: 1})
+		vals = append(vals, f, v)
+	}
+	q := keys.New(keys.DefaultPrefix, b.queue)
+	require.NoError(t, b.rdb.HSet(ctx, q.Limits(), vals...).Err())
+
+	require.NoError(t, b.insp.SetLimit(ctx, b.queue, pipeline.Limit{Concurrency: 5}), "the last one")
+	err = b.insp.SetLimit(ctx, b.queue, pipeline.Limit{Type: "email", Concurrency: 1})
+	require.ErrorIs(t, err, pipeline.ErrInvalid)
+	require.ErrorContains(t, err, fmt.Sprintf("has %d limits, the most a queue may have", pipeline.MaxQueueLimits))
+	require.NoError(t, b.insp.SetLimit(ctx, b.queue, pipeline.Limit{Concurrency: 7}), "a scope that has one is replaced")
+	require.NoError(t, b.insp.SetLimit(ctx, b.queue, pipeline.Limit{Type: "type-3", Rate: 1, Interval: time.Second}))
+	n, err := b.rdb.HLen(ctx, q.Limits()).Result()
+	require.NoError(t, err)
+	require.EqualValues(t, pipeline.MaxQueueLimits, n)
+
+	ok, err := b.insp.DeleteLimit(ctx, b.queue, "type-0", false)
+	require.NoError(t, err)
+	require.True(t, ok)
+	require.NoError(t, b.insp.SetLimit(ctx, b.queue, pipeline.Limit{Type: "email", Concurrency: 1}), "room again")
 }

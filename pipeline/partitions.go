@@ -188,7 +188,10 @@ type QueueInfo struct {
 // which make a resent publish a duplicate). The error says how many of each. Once they are
 // gone (the live ones run, the dead ones replayed and run or purged, the finished records
 // expired, or the queue deleted with DeleteQueue) the change goes through, and the counters
-// of the old partitions are added to the new layout's.
+// of the old partitions are added to the new layout's, and the group settings (SetGroups) are
+// carried into it. A change to more than one partition is refused with an error wrapping
+// ErrInvalid, naming them, while the queue has limits (SetLimit): a partitioned queue cannot
+// hold limits, and the new layout's admission would not read them.
 //
 // Producers need not stop: the old layout is closed to publishes before it is checked (a
 // publish refused there is sent again to the layout the count then names, see Client), and
@@ -218,7 +221,10 @@ func (i *Inspector) CreateQueue(ctx context.Context, queue string, opts QueueOpt
 		return nil, err
 	}
 	if cur != p {
-		err = i.changePartitions(ctx, queue, cur, p, opts.Drain)
+		err = i.limitsAllowPartitions(ctx, queue, cur, p)
+		if err == nil {
+			err = i.changePartitions(ctx, queue, cur, p, opts.Drain)
+		}
 	} else {
 		// The count it has: make sure its layout is open, which repairs a change that
 		// stopped half-way (the old layout closed, the count not yet written).
@@ -273,6 +279,11 @@ func (i *Inspector) changePartitions(ctx context.Context, queue string, cur, p i
 	if err := jobstate.MoveCounters(ctx, i.rdb, old, next[0]); err != nil {
 		return reopen(err)
 	}
+	// Every partition holds the same group settings (SetGroups writes them to each), and each
+	// partition's scripts read only their own: the new layout gets them all before it opens.
+	if err := jobstate.CopyGroupSettings(ctx, i.rdb, old[0], next); err != nil {
+		return reopen(err)
+	}
 	if err := setClosed(ctx, i.rdb, next, false); err != nil {
 		return reopen(fmt.Errorf("open the new partitions: %w", err))
 	}
@@ -280,6 +291,9 @@ func (i *Inspector) changePartitions(ctx context.Context, queue string, cur, p i
 		return reopen(fmt.Errorf("write the count: %w", err))
 	}
 	layoutChanges.Add(1)
+	// The change is done; a copy left behind by a failure here is harmless, since no script
+	// reads the old layout, and a change back to it replaces its settings first.
+	_ = jobstate.DeleteGroupSettings(ctx, i.rdb, old)
 	return nil
 }
 
@@ -320,11 +334,35 @@ func (i *Inspector) lockLayout(ctx context.Context, queue string) (func(), error
 		return nil, err
 	}
 	if !ok {
-		return nil, fmt.Errorf("%w: another change of its partition count is running", ErrQueueBusy)
+		return nil, fmt.Errorf("%w: another change of its partition count, limits or group settings is running", ErrQueueBusy)
 	}
 	return func() {
 		jobstate.UnlockLayout(context.WithoutCancel(ctx), i.rdb, i.cfg.Prefix, queue, token)
 	}, nil
+}
+
+// layoutWait bounds how long holdLayout waits for a change of the partition count to end: a
+// change waits at most its Drain, which publishers wait out too, and so is kept below 5 s.
+const layoutWait = 6 * time.Second
+
+// holdLayout takes queue's layout lock for a change of the settings that a change of its
+// partition count carries or checks (SetLimit, SetGroups), so that the two never interleave:
+// a setting written to the old layout after the change read it would be left behind. Unlike
+// CreateQueue, it waits for the lock, up to layoutWait; these changes hold it for a few round
+// trips.
+func (i *Inspector) holdLayout(ctx context.Context, queue string) (func(), error) {
+	deadline := time.Now().Add(layoutWait)
+	for wait := time.Millisecond; ; wait = min(2*wait, 50*time.Millisecond) {
+		unlock, err := i.lockLayout(ctx, queue)
+		if err == nil || !errors.Is(err, ErrQueueBusy) || time.Now().Add(wait).After(deadline) {
+			return unlock, err
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(wait):
+		}
+	}
 }
 
 // Partitions returns how many partitions queue has (1 for a queue never given more).

@@ -726,3 +726,67 @@ func TestDeleteQueueCleansEveryLayout(t *testing.T) {
 		})
 	}
 }
+
+// TestPartitionChangeKeepsLimitsAndGroups: a change of the partition count moved no setting, so
+// a limit stayed listed (read from the plain queue's keys) but no partition's admission read it,
+// and the group window and weights were left behind in the old layout's keys. A change to more
+// than one partition is refused while the queue has limits (a partitioned queue cannot hold
+// them), naming them, and changes nothing; the group settings move with the change, both ways.
+func TestPartitionChangeKeepsLimitsAndGroups(t *testing.T) {
+	t.Parallel()
+	rdb := redistest.Client(t)
+	ctx := t.Context()
+	queue := redistest.UniqueName(t)
+	x := newPartitioned(t, rdb, queue, 1)
+	require.NoError(t, x.insp.SetLimit(ctx, queue, pipeline.Limit{Concurrency: 1}))
+	require.NoError(t, x.insp.SetLimit(ctx, queue, pipeline.Limit{Type: "echo", PerKey: true, Rate: 5, Interval: time.Second}))
+	_, err := x.insp.CreateQueue(ctx, queue, pipeline.QueueOptions{Partitions: 3})
+	require.ErrorIs(t, err, pipeline.ErrInvalid)
+	require.ErrorContains(t, err, "has 2 limits (every job; type echo, per limit key)")
+	require.ErrorContains(t, err, "delete them first")
+	p, err := x.insp.Partitions(ctx, queue)
+	require.NoError(t, err)
+	require.Equal(t, 1, p, "a refused change changes nothing")
+	j, err := x.client.Enqueue(ctx, queue, pipeline.Task{Type: "echo"})
+	require.NoError(t, err, "the layout is open")
+	require.NoError(t, x.client.Cancel(ctx, queue, j.ID))
+	require.NoError(t, rdb.Del(ctx, keys.New(keys.DefaultPrefix, queue).Job(j.ID)).Err())
+	for _, l := range []pipeline.Limit{{}, {Type: "echo", PerKey: true}} {
+		ok, err := x.insp.DeleteLimit(ctx, queue, l.Type, l.PerKey)
+		require.NoError(t, err)
+		require.True(t, ok)
+	}
+
+	require.NoError(t, x.insp.SetGroups(ctx, queue, pipeline.GroupChange{Window: 2, Weights: map[string]int{"a": 3}}))
+	want := &pipeline.Groups{Queue: queue, Window: 2, WindowSet: true, Groups: []pipeline.GroupInfo{{Group: "a", Weight: 3}}, Total: 1}
+	cfgs := func(n int) []map[string]string {
+		t.Helper()
+		out := make([]map[string]string, n)
+		for i := range out {
+			q := keys.New(keys.DefaultPrefix, keys.PartitionName(queue, i, n))
+			out[i] = rdb.HGetAll(ctx, q.GroupConfig()).Val()
+		}
+		return out
+	}
+	_, err = x.insp.CreateQueue(ctx, queue, pipeline.QueueOptions{Partitions: 3})
+	require.NoError(t, err)
+	gs, err := x.insp.Groups(ctx, queue)
+	require.NoError(t, err)
+	require.Equal(t, want, gs)
+	three := map[string]string{keys.GroupWindowField: "2", keys.GroupWeightPrefix + "a": "3"}
+	require.Equal(t, []map[string]string{three, three, three}, cfgs(3), "every partition's scripts read them")
+	require.Empty(t, cfgs(1)[0], "the old layout's settings are gone")
+
+	// Changed while partitioned, they move back to one partition as they are now.
+	require.NoError(t, x.insp.SetGroups(ctx, queue, pipeline.GroupChange{ResetWindow: true, Weights: map[string]int{"a": 0, "b": 2}}))
+	_, err = x.insp.CreateQueue(ctx, queue, pipeline.QueueOptions{})
+	require.NoError(t, err)
+	require.Equal(t, []map[string]string{{keys.GroupWeightPrefix + "b": "2"}}, cfgs(1))
+	for _, c := range cfgs(3) {
+		require.Empty(t, c)
+	}
+	gs, err = x.insp.Groups(ctx, queue)
+	require.NoError(t, err)
+	require.Equal(t, &pipeline.Groups{Queue: queue, Window: pipeline.DefaultGroupWindow,
+		Groups: []pipeline.GroupInfo{{Group: "b", Weight: 2}}, Total: 1}, gs)
+}

@@ -3,6 +3,8 @@ package cli
 import (
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -44,8 +46,9 @@ func newGroupsSetCmd(a *app) *cobra.Command {
 		Short: "Set a queue's group window and groups' weights",
 		Long: `Set the window of QUEUE's fair groups (--window N: at most N of each group's jobs in the
 stream or running at once; --reset-window: back to the default, 20) and groups' weights
-(--weight GROUP=W, repeatable: the group's window is W times the window; W=0 sets it back to 1).
-What is not given stays. The queue must exist (exit 1 otherwise).`,
+(--weight GROUP=W, repeatable: the group's window is W times the window; W=0 sets it back to 1;
+at most 1,000 groups of a queue have a weight, exit 2 past it). What is not given stays. The
+queue must exist (exit 1 otherwise).`,
 		Example: `  conveyor groups set reports --window 10
   conveyor groups set reports --weight tenant-1=3 --weight tenant-2=0`,
 		Args: exactlyOne("queue name"),
@@ -87,8 +90,18 @@ What is not given stays. The queue must exist (exit 1 otherwise).`,
 			if err != nil {
 				return err
 			}
-			_, err = fmt.Fprintf(a.stdout, "queue %s: group window %d%s\n", args[0], gs.Window, windowNote(gs))
-			return err
+			fmt.Fprintf(a.stdout, "queue %s: group window %d%s\n", args[0], gs.Window, windowNote(gs))
+			// Each weight given, as it now is, so that a typo'd group or a 0 that meant "back to
+			// 1" shows what it did. From the change, which was applied whole: a listing holds
+			// only the first groups by name (MaxGroupsListed).
+			for _, g := range slices.Sorted(maps.Keys(c.Weights)) {
+				w, note := c.Weights[g], ""
+				if w <= 1 {
+					w, note = 1, " (the default)"
+				}
+				fmt.Fprintf(a.stdout, "queue %s: group %s: weight %d%s\n", args[0], g, w, note)
+			}
+			return nil
 		},
 	}
 	cmd.Flags().IntVar(&window, "window", 0, "at most N jobs of each group in the stream or running at once")
@@ -111,9 +124,10 @@ func newGroupsListCmd(a *app) *cobra.Command {
 		Short: "List a queue's fair groups with their weights and jobs",
 		Long: `List QUEUE's window and its groups that have jobs in their window or waiting, or a weight
 set: a table of GROUP, WEIGHT, IN_WINDOW (in the stream, running, or deferred by a limit) and
-WAITING (queued, waiting for a place). With --json it prints the object the HTTP API's GET
-/v1/queues/{queue}/groups answers: queue, window, window_set and groups (group, weight,
-in_window, waiting). A queue that is not known exits 1.`,
+WAITING (queued, waiting for a place): the first 1,000 by name, and a last line saying how
+many there are when there are more. With --json it prints the object the HTTP API's GET
+/v1/queues/{queue}/groups answers: queue, window, window_set, groups (group, weight,
+in_window, waiting) and total. A queue that is not known exits 1.`,
 		Example: `  conveyor groups list reports
   conveyor groups list reports --json | jq '.groups[] | select(.waiting > 0)'`,
 		Args: exactlyOne("queue name"),
@@ -142,7 +156,14 @@ in_window, waiting). A queue that is not known exits 1.`,
 			for _, g := range gs.Groups {
 				fmt.Fprintf(tw, "%s\t%d\t%d\t%d\n", g.Group, g.Weight, g.InWindow, g.Waiting)
 			}
-			return tw.Flush()
+			if err := tw.Flush(); err != nil {
+				return err
+			}
+			if gs.Total > len(gs.Groups) {
+				_, err := fmt.Fprintf(a.stdout, "(the first %d of %d groups, by name)\n", len(gs.Groups), gs.Total)
+				return err
+			}
+			return nil
 		},
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print a JSON object")

@@ -19,7 +19,12 @@ func TestGroupsCommands(t *testing.T) {
 	refused(1, `queue "reprots" not found; known queues: reports`, "groups", "list", "reprots")
 	require.Equal(t, "queue reports: group window 20 (the default)\nGROUP     WEIGHT  IN_WINDOW  WAITING\ntenant-1  1       1          0\n",
 		ok("groups", "list", "reports"))
-	require.Equal(t, "queue reports: group window 1\n", ok("groups", "set", "reports", "--window", "1", "--weight", "tenant-2=3"))
+	// Each weight set is confirmed, as stored, in the groups' order.
+	require.Equal(t, "queue reports: group window 1\nqueue reports: group tenant-2: weight 3\n",
+		ok("groups", "set", "reports", "--window", "1", "--weight", "tenant-2=3"))
+	require.Equal(t, "queue reports: group window 1\nqueue reports: group tenant-1: weight 1 (the default)\nqueue reports: group tenant-3: weight 2\n",
+		ok("groups", "set", "reports", "--weight", "tenant-3=2", "--weight", "tenant-1=0"))
+	ok("groups", "set", "reports", "--weight", "tenant-3=0")
 	ok("publish", "-q", "reports", "--type", "build", "--group", "tenant-1")
 	require.Equal(t, `queue reports: group window 1
 GROUP     WEIGHT  IN_WINDOW  WAITING

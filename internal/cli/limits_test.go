@@ -141,4 +141,8 @@ emails   send    yes      10/1m  2
 	ok("queues", "create", "parted", "--partitions", "2")
 	refused(2, `queue "parted" has 2 partitions: limits are not supported on a partitioned queue`,
 		"limits", "set", "parted", "--concurrency", "1")
+	// The other way round: a limited queue keeps its one partition, the limit named, until the
+	// limits are deleted.
+	refused(2, `queue "emails" has 1 limit (every job): limits are not supported on a partitioned queue, so its partitions cannot change from 1 to 3 while they exist: delete them first`,
+		"queues", "create", "emails", "--partitions", "3")
 }

@@ -60,7 +60,10 @@ Setting the count the queue has already does nothing and exits 0. Changing it is
 (exit 1, saying how many of each are left) while the queue holds anything a job left in its
 partitions: scheduled, queued, in-progress or dead jobs, or finished records (kept for their
 retention). Those live in keys the new count does not read: let them run, purge or replay
-the dead ones, wait for the records to expire, or delete the queue first. Producers need not
+the dead ones, wait for the records to expire, or delete the queue first. A change to more
+than one partition is refused (exit 2) while the queue has limits ('conveyor limits list
+QUEUE'): a partitioned queue cannot hold them; delete them first. The queue's group settings
+('conveyor groups') move to the new partitions. Producers need not
 stop: the old partitions are closed before the check, and a publish that reaches them is
 sent again to the new ones. Running workers follow the change by themselves within about
 5 s: they finish or put back their running jobs and read the new partitions. With

@@ -110,10 +110,11 @@ type GroupCount struct {
 	Waiting  int64
 }
 
-// ReadGroups reads the counts of every group of qs (a queue's partitions, summed) that has jobs
-// in its window or waiting, or has a weight set, by name. Two round trips: the groups, then
-// their counts.
-func ReadGroups(ctx context.Context, rdb redis.UniversalClient, qs []keys.Queue) ([]GroupCount, error) {
+// ReadGroups reads the counts of the groups of qs (a queue's partitions, summed) that have jobs
+// in their window or waiting, or have a weight set: the first most of them by name, and how
+// many there are in all. Two round trips: the groups' names, then the counts of those listed,
+// so that a queue with very many groups costs a listing no more than most groups' counts.
+func ReadGroups(ctx context.Context, rdb redis.UniversalClient, qs []keys.Queue, most int) ([]GroupCount, int, error) {
 	type names struct{ active, waiting, cfg *redis.StringSliceCmd }
 	ns := make([]names, len(qs))
 	_, err := rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
@@ -124,52 +125,133 @@ func ReadGroups(ctx context.Context, rdb redis.UniversalClient, qs []keys.Queue)
 		return nil
 	})
 	if err != nil {
-		return nil, rediserr.Wrap("groups", err)
+		return nil, 0, rediserr.Wrap("groups", err)
 	}
-	per := make([][]string, len(qs))
+	per := make([]map[string]bool, len(qs))
+	all := map[string]bool{}
 	for k := range qs {
-		seen := map[string]bool{}
+		per[k] = map[string]bool{}
 		for _, g := range append(ns[k].active.Val(), ns[k].waiting.Val()...) {
-			seen[g] = true
+			per[k][g] = true
 		}
 		for _, f := range ns[k].cfg.Val() {
 			if g, ok := strings.CutPrefix(f, keys.GroupWeightPrefix); ok {
-				seen[g] = true
+				per[k][g] = true
 			}
 		}
-		for g := range seen {
-			per[k] = append(per[k], g)
+		for g := range per[k] {
+			all[g] = true
 		}
 	}
+	listed := make([]string, 0, len(all))
+	for g := range all {
+		listed = append(listed, g)
+	}
+	slices.Sort(listed)
+	total := len(listed)
+	if most > 0 && len(listed) > most {
+		listed = listed[:most]
+	}
 	type counts struct{ in, wait *redis.IntCmd }
-	cs := make([][]counts, len(qs))
+	cs := make([]map[string]counts, len(qs))
 	_, err = rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for k, q := range qs {
-			for _, g := range per[k] {
-				cs[k] = append(cs[k], counts{p.SCard(ctx, q.GroupWindow(g)), p.LLen(ctx, q.GroupWaiting(g))})
+			cs[k] = map[string]counts{}
+			for _, g := range listed {
+				if per[k][g] {
+					cs[k][g] = counts{p.SCard(ctx, q.GroupWindow(g)), p.LLen(ctx, q.GroupWaiting(g))}
+				}
 			}
 		}
 		return nil
 	})
 	if err != nil {
-		return nil, rediserr.Wrap("groups", err)
+		return nil, 0, rediserr.Wrap("groups", err)
 	}
-	sum := map[string]*GroupCount{}
-	for k := range qs {
-		for j, g := range per[k] {
-			c := sum[g]
-			if c == nil {
-				c = &GroupCount{Group: g}
-				sum[g] = c
+	out := make([]GroupCount, len(listed))
+	for j, g := range listed {
+		out[j].Group = g
+		for k := range qs {
+			if c, ok := cs[k][g]; ok {
+				out[j].InWindow += c.in.Val()
+				out[j].Waiting += c.wait.Val()
 			}
-			c.InWindow += cs[k][j].in.Val()
-			c.Waiting += cs[k][j].wait.Val()
 		}
 	}
-	out := make([]GroupCount, 0, len(sum))
-	for _, c := range sum {
-		out = append(out, *c)
+	return out, total, nil
+}
+
+// CountGroupWeights says how many groups of q have a weight set, and whether each of groups
+// has one, in one round trip: for the bound on a queue's weights (pipeline.MaxGroupWeights).
+func CountGroupWeights(ctx context.Context, rdb redis.Cmdable, q keys.Queue, groups []string) (n int, has []bool, err error) {
+	var flen *redis.IntCmd
+	var window *redis.BoolCmd
+	var vals *redis.SliceCmd
+	_, err = rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		flen = p.HLen(ctx, q.GroupConfig())
+		window = p.HExists(ctx, q.GroupConfig(), keys.GroupWindowField)
+		if len(groups) > 0 {
+			fs := make([]string, len(groups))
+			for k, g := range groups {
+				fs[k] = keys.GroupWeightPrefix + g
+			}
+			vals = p.HMGet(ctx, q.GroupConfig(), fs...)
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, nil, rediserr.Wrap("groups", err)
 	}
-	slices.SortFunc(out, func(a, b GroupCount) int { return strings.Compare(a.Group, b.Group) })
-	return out, nil
+	n = int(flen.Val())
+	if window.Val() {
+		n--
+	}
+	has = make([]bool, len(groups))
+	if vals != nil {
+		for k, v := range vals.Val() {
+			has[k] = v != nil
+		}
+	}
+	return n, has, nil
+}
+
+// CopyGroupSettings replaces the group settings of each of to with from's: a change of a
+// queue's partition count carries its settings into the new layout, whose scripts read only
+// their own partition's hash. Replaced, not merged, so that a layout left earlier and now
+// returned to keeps none of what was changed or removed since.
+func CopyGroupSettings(ctx context.Context, rdb redis.UniversalClient, from keys.Queue, to []keys.Queue) error {
+	m, err := rdb.HGetAll(ctx, from.GroupConfig()).Result()
+	if err != nil {
+		return rediserr.Wrap("groups", fmt.Errorf("read the group settings of %s: %w", from.Tag(), err))
+	}
+	fields := make([]any, 0, 2*len(m))
+	for f, v := range m {
+		fields = append(fields, f, v)
+	}
+	for _, q := range to {
+		if q.GroupConfig() == from.GroupConfig() {
+			continue
+		}
+		_, err := rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+			p.Del(ctx, q.GroupConfig())
+			if len(fields) > 0 {
+				p.HSet(ctx, q.GroupConfig(), fields...)
+			}
+			return nil
+		})
+		if err != nil {
+			return rediserr.Wrap("groups", fmt.Errorf("copy the group settings to %s: %w", q.Tag(), err))
+		}
+	}
+	return nil
+}
+
+// DeleteGroupSettings deletes the group settings of each of qs (a layout a change left).
+func DeleteGroupSettings(ctx context.Context, rdb redis.UniversalClient, qs []keys.Queue) error {
+	for _, q := range qs {
+		if err := rdb.Del(ctx, q.GroupConfig()).Err(); err != nil {
+			return rediserr.Wrap("groups", fmt.Errorf("delete the group settings of %s: %w", q.Tag(), err))
+		}
+	}
+	return nil
 }

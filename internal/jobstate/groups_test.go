@@ -53,7 +53,8 @@ func TestGroupKeysMatchTheScripts(t *testing.T) {
 	set, err := jobstate.ReadGroupSettings(ctx, rdb, q)
 	require.NoError(t, err)
 	require.EqualValues(t, 1, set.Window)
-	gs, err := jobstate.ReadGroups(ctx, rdb, []keys.Queue{q})
+	gs, total, err := jobstate.ReadGroups(ctx, rdb, []keys.Queue{q}, 0)
 	require.NoError(t, err)
 	require.Equal(t, []jobstate.GroupCount{{Group: "g", InWindow: 1, Waiting: 1}}, gs)
+	require.Equal(t, 1, total)
 }

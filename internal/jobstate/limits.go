@@ -111,6 +111,22 @@ func ReadLimits(ctx context.Context, rdb redis.Cmdable, q keys.Queue) ([]Limit, 
 	return decodeLimits(m)
 }
 
+// CountLimits says how many limits q has, and whether the scope (typ, perKey) has one, in one
+// round trip: for the bound on a queue's limits (pipeline.MaxQueueLimits).
+func CountLimits(ctx context.Context, rdb redis.Cmdable, q keys.Queue, typ string, perKey bool) (n int, has bool, err error) {
+	var hlen *redis.IntCmd
+	var exists *redis.BoolCmd
+	_, err = rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		hlen = p.HLen(ctx, q.Limits())
+		exists = p.HExists(ctx, q.Limits(), LimitField(typ, perKey))
+		return nil
+	})
+	if err != nil {
+		return 0, false, rediserr.Wrap("limits", err)
+	}
+	return int(hlen.Val()), exists.Val(), nil
+}
+
 //go:embed limitset.lua
 var limitSetSrc string
 

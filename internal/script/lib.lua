@@ -316,22 +316,43 @@ end
 -- A waiting job is 'scheduled', out of the scheduled set, with 'limit_wait' naming the instance
 -- it waits for.
 
--- The limits of a limits hash, by scope field: {rate, interval (us), T (us per job), conc}
--- (jobstate.LimitConfig's JSON names, read as fields: rate, interval_ms, concurrency). A field
--- that does not decode, or sets nothing, is no limit.
+-- One limit's value in a limits hash as {rate, interval (us), T (us per job), conc}
+-- (jobstate.LimitConfig's JSON names, read as fields: rate, interval_ms, concurrency), or false
+-- when it is absent, does not decode, or sets nothing: no limit.
+local function cv_limit_decode(v)
+  if not v then return false end
+  local ok, c = pcall(cjson.decode, v)
+  if not ok or type(c) ~= 'table' then return false end
+  local l = {rate = tonumber(c.rate) or 0, interval = (tonumber(c.interval_ms) or 0) * 1000,
+    conc = tonumber(c.concurrency) or 0}
+  if l.rate > 0 and l.interval > 0 then l.T = l.interval / l.rate else l.rate = 0 end
+  if l.rate > 0 or l.conc > 0 then return l end
+  return false
+end
+
+-- The limits of a limits hash, by scope field (limits[field] is a limit as cv_limit_decode
+-- makes it, or false), read lazily: a field is read the first time a call asks for it, and
+-- cv_limit_scopes reads a job's scopes together in one HMGET. Never the whole hash: a queue may
+-- have many limits (up to pipeline.MaxQueueLimits), and a call needs only those of the scopes
+-- of its jobs and instances, so its cost does not grow with the others (docs/BENCHMARKS.md,
+-- "Admission with many limits").
 local function cv_read_limits(key)
-  local limits = {}
-  local flat = redis.call('HGETALL', key)
-  for i = 1, #flat, 2 do
-    local ok, c = pcall(cjson.decode, flat[i + 1])
-    if ok and type(c) == 'table' then
-      local l = {rate = tonumber(c.rate) or 0, interval = (tonumber(c.interval_ms) or 0) * 1000,
-        conc = tonumber(c.concurrency) or 0}
-      if l.rate > 0 and l.interval > 0 then l.T = l.interval / l.rate else l.rate = 0 end
-      if l.rate > 0 or l.conc > 0 then limits[flat[i]] = l end
+  local limits, mt = {}, {}
+  -- Reads the fields of fs not read yet, in one HMGET.
+  function mt.load(fs)
+    local want = {}
+    for _, f in ipairs(fs) do
+      if rawget(limits, f) == nil then want[#want + 1] = f end
     end
+    if #want == 0 then return end
+    local vs = redis.call('HMGET', key, unpack(want))
+    for i, f in ipairs(want) do rawset(limits, f, cv_limit_decode(vs[i])) end
   end
-  return limits
+  mt.__index = function(t, f)
+    mt.load({f})
+    return rawget(t, f)
+  end
+  return setmetatable(limits, mt)
 end
 
 -- The scope field (the limits hash's) of instance inst.
@@ -353,6 +374,14 @@ local function cv_limit_scopes(limits, typ, key, cache)
   local sc = cache[ck]
   if sc then return sc end
   sc = {}
+  local mt = getmetatable(limits)
+  if mt and mt.load then
+    if key ~= '' then
+      mt.load({'q', 't:' .. typ, 'qk', 'tk:' .. typ})
+    else
+      mt.load({'q', 't:' .. typ})
+    end
+  end
   local function add(field, inst)
     local l = limits[field]
     if l then sc[#sc + 1] = {inst, l} end
