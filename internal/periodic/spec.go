@@ -48,10 +48,12 @@ func Parse(spec string) (Spec, error) {
 	if spec == "" {
 		return Spec{}, errors.New("empty spec")
 	}
+	// The zone is added to what is parsed, not to what an error names: the user never typed it.
+	zoned := spec
 	if !strings.HasPrefix(spec, "CRON_TZ=") && !strings.HasPrefix(spec, "TZ=") {
-		spec = "CRON_TZ=UTC " + spec
+		zoned = "CRON_TZ=UTC " + spec
 	}
-	s, err := parseCron(spec)
+	s, err := parseCron(zoned)
 	if err != nil {
 		return Spec{}, fmt.Errorf("spec %q: %w", spec, err)
 	}
