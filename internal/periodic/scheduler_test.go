@@ -316,3 +316,55 @@ func TestSchedulerStopLeaksNothing(t *testing.T) {
 	require.Zero(t, n, "Stop gives the lock back")
 	goleak.VerifyNone(t, before)
 }
+
+// Two schedulers race on a schedule: A reads its state and stalls in its enqueue while B
+// enqueues the same ticks and moves Last further. When A goes on, its move of Last must fail
+// (advance.lua's compare-and-set): Last never moves backwards. The enqueue of the tests is
+// idempotent, so the jobs alone cannot show it; Last is read while A is held again.
+func TestSchedulerLastNeverMovesBackwards(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	b := setup(t, redistest.Client(t), at(8000))
+	require.NoError(t, b.store.Put(ctx, Def{Name: "r", Spec: "@every 1s", Queue: "q", Type: "t"}, b.clock.Now()))
+	entered, release := make(chan time.Time), make(chan struct{})
+	var free atomic.Bool // once set, A's enqueue holds nothing
+	held := func(ctx context.Context, d Def, tick time.Time, id string, missed bool) error {
+		if !free.Load() {
+			entered <- tick
+			<-release
+		}
+		return b.jobs.enqueue(ctx, d, tick, id, missed)
+	}
+	a, err := New(b.rdb, Config{Prefix: b.prefix, Enqueue: held, Now: b.clock.Now})
+	require.NoError(t, err)
+	t.Cleanup(a.release)
+	b.clock.Set(at(8003))
+	done := make(chan error, 1)
+	go func() {
+		_, err := a.RunOnce(ctx)
+		done <- err
+	}()
+	require.Equal(t, at(8001), <-entered, "A holds tick 8001, having read Last 8000")
+
+	_, err = b.scheduler(t).RunOnce(ctx) // 8001 is past Takeover: B runs 8001 to 8003 without the lock
+	require.NoError(t, err)
+	got, err := b.store.Get(ctx, "r")
+	require.NoError(t, err)
+	require.Equal(t, at(8003), got.State.Last)
+
+	release <- struct{}{}
+	select {
+	case err := <-done: // A saw Last moved and gave up
+		require.NoError(t, err)
+	case tick := <-entered: // A went on: read what its move did before letting it go
+		got, err := b.store.Get(ctx, "r")
+		require.NoError(t, err)
+		free.Store(true)
+		close(release)
+		require.NoError(t, <-done)
+		require.False(t, got.State.Last.Before(at(8003)), "A moved Last back to %s (holding %s next)", got.State.Last, tick)
+	}
+	got, err = b.store.Get(ctx, "r")
+	require.NoError(t, err)
+	require.Equal(t, at(8003), got.State.Last)
+}
