@@ -103,3 +103,25 @@ func (s Spec) Next(t time.Time) time.Time {
 func TickID(name string, t time.Time) string {
 	return fmt.Sprintf("cron:%s:%d", name, t.Unix())
 }
+
+// maxCount bounds Spec.count: a cron spec's ticks are counted one by one.
+const maxCount = 100_000
+
+// count is how many ticks fall in [from, to], at most maxCount.
+func (s Spec) count(from, to time.Time) int {
+	if to.Before(from) {
+		return 0
+	}
+	if s.every > 0 {
+		first := s.Next(from.Add(-time.Second))
+		if first.After(to) {
+			return 0
+		}
+		return int(min(int64(to.Sub(first)/s.every)+1, maxCount))
+	}
+	n := 0
+	for t := s.Next(from.Add(-time.Second)); !t.IsZero() && !t.After(to) && n < maxCount; t = s.Next(t) {
+		n++
+	}
+	return n
+}
