@@ -206,3 +206,47 @@ func TestPeriodicMissedAndConflictingTick(t *testing.T) {
 	require.NoError(t, err)
 	require.NotContains(t, late.Metadata, pipeline.MetaScheduleMissed)
 }
+
+// The stored schedules are bounded (InspectorConfig.MaxSchedules) and listed a page at a time.
+func TestSchedulesBoundAndPages(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	rdb := redistest.Client(t)
+	insp, err := pipeline.NewInspector(rdb, pipeline.InspectorConfig{Prefix: redistest.UniqueName(t), MaxSchedules: 5})
+	require.NoError(t, err)
+	for k := range 5 {
+		require.NoError(t, insp.CreateSchedule(ctx, pipeline.Periodic{Name: fmt.Sprintf("s%d", k), Spec: "@daily", Queue: "q", Type: "t"}))
+	}
+	err = insp.CreateSchedule(ctx, pipeline.Periodic{Name: "s5", Spec: "@daily", Queue: "q", Type: "t"})
+	require.ErrorIs(t, err, pipeline.ErrTooManySchedules)
+	require.ErrorContains(t, err, `schedule "s5" is new and 5 are stored`)
+	_, err = insp.GetSchedule(ctx, "s5")
+	require.ErrorIs(t, err, pipeline.ErrScheduleNotFound)
+	require.NoError(t, insp.CreateSchedule(ctx, pipeline.Periodic{Name: "s0", Spec: "@hourly", Queue: "q", Type: "t"}), "a replacement is no new schedule")
+
+	var names []string
+	cursor := ""
+	for pages := 1; ; pages++ {
+		p, err := insp.SchedulesPage(ctx, pipeline.Page{Cursor: cursor, Limit: 2})
+		require.NoError(t, err)
+		for _, s := range p.Schedules {
+			names = append(names, s.Name)
+		}
+		if p.Next == "" {
+			require.Equal(t, 3, pages)
+			break
+		}
+		cursor = p.Next
+	}
+	require.Equal(t, []string{"s0", "s1", "s2", "s3", "s4"}, names)
+	p, err := insp.SchedulesPage(ctx, pipeline.Page{})
+	require.NoError(t, err)
+	require.Len(t, p.Schedules, 5)
+	require.Empty(t, p.Next)
+	for _, bad := range []pipeline.Page{{Cursor: "a:b"}, {Limit: -1}, {Limit: pipeline.MaxPageLimit + 1}} {
+		_, err := insp.SchedulesPage(ctx, bad)
+		require.ErrorIs(t, err, pipeline.ErrInvalid, "%+v", bad)
+	}
+	_, err = pipeline.NewInspector(rdb, pipeline.InspectorConfig{MaxSchedules: -1})
+	require.ErrorIs(t, err, pipeline.ErrInvalid)
+}

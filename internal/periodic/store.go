@@ -139,8 +139,7 @@ func (s *Store) Put(ctx context.Context, d Def, now time.Time) error {
 		return rediserr.Wrap("schedules put", err)
 	}
 	if n < 0 {
-		return fmt.Errorf("%w: %d are stored, the most allowed; delete unused ones or raise the bound (schedule %q not stored)",
-			ErrTooMany, s.max, d.Name)
+		return fmt.Errorf("%w: %d are stored, the most allowed", ErrTooMany, s.max)
 	}
 	return nil
 }
