@@ -177,7 +177,23 @@ func TestPeriodicMissedAndConflictingTick(t *testing.T) {
 	_, err = client.Enqueue(ctx, queue, pipeline.Task{Type: "t", Payload: []byte(`{"v":1}`)}, pipeline.WithID(conflictID))
 	require.NoError(t, err)
 
-	startWorkerOn(t, rdb, pipeline.WorkerConfig{Prefix: prefix, Queues: []string{"unrelated"}}, map[string]pipeline.HandlerFunc{"t": echo})
+	var mu sync.Mutex
+	ticked, dropped := map[string]int{}, map[string]int{}
+	hooks := pipeline.WorkerHooks{
+		ScheduleTick: func(schedule string, late time.Duration) {
+			mu.Lock()
+			defer mu.Unlock()
+			ticked[schedule]++
+			assert.Positive(t, late, "a late tick's lateness")
+		},
+		ScheduleMissed: func(schedule string, ticks int, once bool) {
+			mu.Lock()
+			defer mu.Unlock()
+			dropped[schedule] += ticks
+			assert.True(t, once)
+		},
+	}
+	startWorkerOn(t, rdb, pipeline.WorkerConfig{Prefix: prefix, Queues: []string{"unrelated"}, Hooks: hooks}, map[string]pipeline.HandlerFunc{"t": echo})
 	require.Eventually(t, func() bool {
 		s, err := insp.GetSchedule(ctx, "conflict")
 		require.NoError(t, err)
@@ -205,6 +221,13 @@ func TestPeriodicMissedAndConflictingTick(t *testing.T) {
 	late, err := client.Get(ctx, queue, s.LastJob)
 	require.NoError(t, err)
 	require.NotContains(t, late.Metadata, pipeline.MetaScheduleMissed)
+	// The hooks (metrics.Worker's series) heard of both: about 12 ticks missed, 3 late each.
+	mu.Lock()
+	defer mu.Unlock()
+	for _, name := range []string{"missed", "conflict"} {
+		require.Positive(t, ticked[name], name)
+		require.GreaterOrEqual(t, dropped[name], 10, name)
+	}
 }
 
 // The stored schedules are bounded (InspectorConfig.MaxSchedules) and listed a page at a time.

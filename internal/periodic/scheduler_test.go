@@ -571,3 +571,25 @@ func TestSchedulerMigratesUnindexedSchedules(t *testing.T) {
 	require.NoError(t, err)
 	require.Contains(t, b.jobs.ids(), fmt.Sprintf("cron:y:%d", at(15001).Add(migrateEvery).Unix()))
 }
+
+// With no schedule stored, a pass is one read of the due index and takes no lock.
+func TestSchedulerIdleWithoutSchedules(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	rdb := redistest.Client(t)
+	b := setup(t, rdb, at(16000))
+	s := b.scheduler(t)
+	_, err := s.RunOnce(ctx) // the first pass checks the indexes too
+	require.NoError(t, err)
+	cmds := redistest.CountCommands(rdb)
+	for range 5 {
+		b.clock.Add(time.Second)
+		next, err := s.RunOnce(ctx)
+		require.NoError(t, err)
+		require.Equal(t, b.clock.Now().Add(DefaultRefresh), next)
+	}
+	require.Equal(t, int64(5), cmds.All(), "one command a pass")
+	n, err := rdb.Exists(ctx, keys.SchedulesLock(b.prefix)).Result()
+	require.NoError(t, err)
+	require.Zero(t, n, "no lock taken")
+}
