@@ -611,9 +611,9 @@ const (
 
 // SchedulesDue is the due index of the schedules under prefix: a sorted set of the names of
 // the schedules that are not paused, scored by when each must next be looked at (unix ms: its
-// next tick, or 0 for "now", once it was stored or resumed). A score may be early, never late:
-// a scheduler reads the schedules whose score is due, not all of them, and sets each one's
-// score again.
+// next tick, or 0 for "now", once it was stored or resumed). A score may be early, never late
+// but for a schedule whose ticks fail, put back by a second: a scheduler reads the schedules
+// whose score is due, not all of them, and sets each one's score again.
 func SchedulesDue(prefix string) string { return schedulesBase(prefix) + "due" }
 
 // SchedulesNames is the sorted set of the names of the stored schedules under prefix, all of

@@ -18,7 +18,9 @@
 // ZRANGEBYSCORE with a LIMIT) and their schedules' states, a chunk at a time, and for each
 // enqueues the ticks after Last that are due, each followed by a compare-and-set of Last that
 // also scores the schedule by its next tick (advance.lua). A score may be early, never late:
-// an early one costs a read, and the pass scores the schedule again (index.lua). So an idle
+// an early one costs a read, and the pass scores the schedule again (index.lua). The one late
+// score is deliberate: a schedule whose tick failed is scored Refresh later, so that failing
+// schedules, however many, do not fill every pass's batch ahead of the others. So an idle
 // pass costs one read and the lock's extension however many schedules are stored, and a pass
 // reads only what is due. A write that changes a schedule's definition or pause bumps its
 // state's gen, and a scheduler scores a schedule only while gen is what it read, so that it

@@ -361,8 +361,13 @@ func (s *Scheduler) pass(ctx context.Context, sc Schedule, now, read time.Time, 
 	last, stale, err := s.tick(ctx, sc, spec, now, read)
 	s.report(sc.Name, err)
 	if err != nil {
-		// Tried again at the next pass, not at once: the schedule stays due in the index.
-		return time.Time{}, false, nil
+		// Tried again a Refresh later, not at the head of every pass: failing schedules
+		// that outnumber a pass's batch must not keep the others from their ticks.
+		st := sc
+		if !last.Equal(sc.State.Last) {
+			st.State.raw = ms(last)
+		}
+		return time.Time{}, false, s.store.index(ctx, st, now.Add(s.cfg.Refresh))
 	}
 	if stale {
 		return time.Time{}, true, nil

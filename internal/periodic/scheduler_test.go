@@ -593,3 +593,38 @@ func TestSchedulerIdleWithoutSchedules(t *testing.T) {
 	require.NoError(t, err)
 	require.Zero(t, n, "no lock taken")
 }
+
+// Schedules whose ticks fail (their queue refuses the job, say) are tried again a Refresh
+// later, not at the head of every pass: more of them than a pass takes do not starve the
+// others.
+func TestSchedulerFailingSchedulesDoNotStarveOthers(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	b := setup(t, redistest.Client(t), at(17000))
+	for k := range dueBatch + 10 {
+		require.NoError(t, b.store.Put(ctx, Def{Name: fmt.Sprintf("bad%03d", k), Spec: "@every 1s", Queue: "q", Type: "t"}, b.clock.Now()))
+	}
+	require.NoError(t, b.store.Put(ctx, Def{Name: "good", Spec: "@every 1s", Queue: "q", Type: "t"}, b.clock.Now()))
+	fail := func(ctx context.Context, d Def, tick time.Time, id string, missed bool) error {
+		if d.Name != "good" {
+			return errors.New("refused")
+		}
+		return b.jobs.enqueue(ctx, d, tick, id, missed)
+	}
+	s, err := New(b.rdb, Config{Prefix: b.prefix, Enqueue: fail, Now: b.clock.Now})
+	require.NoError(t, err)
+	t.Cleanup(s.release)
+	b.clock.Set(at(17001))
+	for range 3 {
+		_, err = s.RunOnce(ctx)
+		require.NoError(t, err)
+	}
+	require.Equal(t, map[string]int{"cron:good:17001": 1}, b.jobs.ids())
+	got, err := b.store.Get(ctx, "bad000")
+	require.NoError(t, err)
+	require.Equal(t, at(17000), got.State.Last, "a failed tick is tried again")
+	b.clock.Set(at(17002)) // a Refresh later the failing ones are due again
+	_, err = s.RunOnce(ctx)
+	require.NoError(t, err)
+	require.Contains(t, s.failing, "bad000")
+}
