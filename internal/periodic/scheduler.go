@@ -381,7 +381,7 @@ func (s *Scheduler) pass(ctx context.Context, sc Schedule, now, read time.Time, 
 
 // report logs a schedule's failed ticks when the failure begins or changes, and its end. One
 // schedule's failure is not the pass's: the others' ticks go on, without the backoff of a
-// failed pass, and the failing one is tried again at the next pass.
+// failed pass, and the failing one is tried again a Refresh later.
 func (s *Scheduler) report(name string, err error) {
 	prev, was := s.failing[name]
 	switch {
@@ -390,7 +390,7 @@ func (s *Scheduler) report(name string, err error) {
 		s.log.Info().Str("schedule", name).Msg("schedule's ticks are enqueued again")
 	case err != nil && err.Error() != prev:
 		s.failing[name] = err.Error()
-		s.log.Error().Err(err).Str("schedule", name).Msg("cannot enqueue a schedule's tick; trying again every pass")
+		s.log.Error().Err(err).Str("schedule", name).Msg("cannot enqueue a schedule's tick; trying again each refresh")
 	}
 }
 
