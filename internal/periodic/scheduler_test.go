@@ -1,6 +1,7 @@
 package periodic
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -11,6 +12,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
@@ -627,4 +629,48 @@ func TestSchedulerFailingSchedulesDoNotStarveOthers(t *testing.T) {
 	_, err = s.RunOnce(ctx)
 	require.NoError(t, err)
 	require.Contains(t, s.failing, "bad000")
+}
+
+// Ticks found older than the grace by a scheduler that ran within it were not missed "while no
+// scheduler ran": the warning says the schedulers fell behind. A scheduler's first pass cannot
+// tell, and says what it says of a downtime.
+func TestSchedulerMissedWarningTellsWhetherASchedulerRan(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	b := setup(t, redistest.Client(t), at(18000))
+	var buf bytes.Buffer
+	var mu sync.Mutex
+	s, err := New(b.rdb, Config{Prefix: b.prefix, Enqueue: b.jobs.enqueue, Now: b.clock.Now,
+		Logger: zerolog.New(zerolog.SyncWriter(&lockedWriter{&mu, &buf}))})
+	require.NoError(t, err)
+	t.Cleanup(s.release)
+	require.NoError(t, b.store.Put(ctx, Def{Name: "down", Spec: "@every 10s", Queue: "q", Type: "t"}, b.clock.Now()))
+	b.clock.Set(at(18600))
+	_, err = s.RunOnce(ctx)
+	require.NoError(t, err)
+	mu.Lock()
+	require.Contains(t, buf.String(), "ticks missed while no scheduler ran")
+	buf.Reset()
+	mu.Unlock()
+
+	// Stored ten minutes back by a clock behind, while this scheduler runs: it fell behind.
+	require.NoError(t, b.store.Put(ctx, Def{Name: "behind", Spec: "@every 10s", Queue: "q", Type: "t"}, at(18000)))
+	b.clock.Set(at(18601))
+	_, err = s.RunOnce(ctx)
+	require.NoError(t, err)
+	mu.Lock()
+	defer mu.Unlock()
+	require.Contains(t, buf.String(), "enqueued later than the grace while schedulers ran")
+	require.NotContains(t, buf.String(), "while no scheduler ran")
+}
+
+type lockedWriter struct {
+	mu *sync.Mutex
+	w  *bytes.Buffer
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
 }
