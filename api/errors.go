@@ -35,8 +35,10 @@ const (
 	ReasonUniqueHeld    = "unique_held"     // another live job holds the job's unique key
 	ReasonQueueBusy     = "queue_busy"      // the queue has unfinished jobs
 	ReasonTooManyQueues = "too_many_queues" // the queue is new and the known queues are at their maximum
-	ReasonNotScheduled  = "not_scheduled"   // run now of a job that is not scheduled (or waits for a limit's slot)
-	ReasonNotDeletable  = "not_deletable"   // delete of a job that is not scheduled or queued
+	// ReasonTooManySchedules: the schedule is new and the stored schedules are at their maximum.
+	ReasonTooManySchedules = "too_many_schedules"
+	ReasonNotScheduled     = "not_scheduled" // run now of a job that is not scheduled (or waits for a limit's slot)
+	ReasonNotDeletable     = "not_deletable" // delete of a job that is not scheduled or queued
 )
 
 // apiError is an error with the status and body it is answered with.
@@ -98,6 +100,8 @@ func toAPIError(err error) *apiError {
 		return &apiError{Status: http.StatusConflict, Code: CodeConflict, Reason: ReasonUniqueHeld, Message: message(err)}
 	case errors.Is(err, pipeline.ErrTooManyQueues):
 		return &apiError{Status: http.StatusConflict, Code: CodeConflict, Reason: ReasonTooManyQueues, Message: message(err)}
+	case errors.Is(err, pipeline.ErrTooManySchedules):
+		return &apiError{Status: http.StatusConflict, Code: CodeConflict, Reason: ReasonTooManySchedules, Message: message(err)}
 	case errors.Is(err, pipeline.ErrQueueBusy):
 		return &apiError{Status: http.StatusConflict, Code: CodeConflict, Reason: ReasonQueueBusy, Message: message(err)}
 	case errors.Is(err, pipeline.ErrNotFound):

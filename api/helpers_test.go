@@ -43,10 +43,11 @@ type apiEnv struct {
 
 // setupOpts changes what setup makes; the zero value is the usual test.
 type setupOpts struct {
-	cfg       api.Config
-	rdb       redis.UniversalClient // default: a new client of the shared server
-	clientRdb redis.UniversalClient // the Client's, when not rdb (the Inspector keeps rdb)
-	clientCfg pipeline.ClientConfig
+	cfg          api.Config
+	maxSchedules int                   // the Inspector's bound on schedules (0: the default)
+	rdb          redis.UniversalClient // default: a new client of the shared server
+	clientRdb    redis.UniversalClient // the Client's, when not rdb (the Inspector keeps rdb)
+	clientCfg    pipeline.ClientConfig
 }
 
 // setup returns the bundle of a test: the first of opts, if any, says how it differs.
@@ -62,7 +63,7 @@ func setup(t *testing.T, opts ...setupOpts) *apiEnv {
 	}
 	prefix := redistest.UniqueName(t)
 	o.clientCfg.Prefix = prefix
-	insp, err := pipeline.NewInspector(rdb, pipeline.InspectorConfig{Prefix: prefix})
+	insp, err := pipeline.NewInspector(rdb, pipeline.InspectorConfig{Prefix: prefix, MaxSchedules: o.maxSchedules})
 	require.NoError(t, err)
 	client, err := pipeline.NewClient(cmp.Or(o.clientRdb, rdb), o.clientCfg)
 	require.NoError(t, err)

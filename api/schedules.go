@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"strconv"
 
 	"github.com/conveyorq/conveyor/pipeline"
 )
@@ -35,18 +36,26 @@ func decodeSchedule(r io.Reader) (pipeline.Periodic, error) {
 	return p, nil
 }
 
-// listSchedules: GET /v1/schedules.
+// listSchedules: GET /v1/schedules?cursor=C&limit=N: a page of the schedules by name, as a
+// job list's page ({"schedules":[...],"next":"..."}).
 func (s *Server) listSchedules(w http.ResponseWriter, r *http.Request) error {
-	list, err := s.inspector.Schedules(r.Context())
+	q := r.URL.Query()
+	page := pipeline.Page{Cursor: q.Get("cursor")}
+	if v := q.Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > pipeline.MaxPageLimit {
+			return badArg("limit %q: want 1 to %d", v, pipeline.MaxPageLimit)
+		}
+		page.Limit = n
+	}
+	p, err := s.inspector.SchedulesPage(r.Context(), page)
 	if err != nil {
 		return err
 	}
-	if list == nil {
-		list = []pipeline.Schedule{}
+	if p.Schedules == nil {
+		p.Schedules = []pipeline.Schedule{}
 	}
-	writeJSON(w, http.StatusOK, struct {
-		Schedules []pipeline.Schedule `json:"schedules"`
-	}{list})
+	writeJSON(w, http.StatusOK, p)
 	return nil
 }
 

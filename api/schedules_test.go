@@ -98,3 +98,47 @@ func TestSchedulesAPI(t *testing.T) {
 	require.Equal(t, http.StatusBadRequest, e.do("GET", "/v1/schedules/a%20b", "").status)
 	require.Len(t, list(), 1)
 }
+
+// GET /v1/schedules is paged as the job lists are (cursor, limit; next, "" on the last page),
+// and a new schedule past the bound is a 409 too_many_schedules.
+func TestSchedulesPagedAndBounded(t *testing.T) {
+	t.Parallel()
+	e := setup(t, setupOpts{maxSchedules: 3})
+	for _, n := range []string{"c", "a", "b"} {
+		r := e.do("POST", "/v1/schedules", `{"name":"`+n+`","spec":"@daily","type":"t"}`)
+		require.Equal(t, http.StatusCreated, r.status, "%s", r.body)
+	}
+	r := e.do("POST", "/v1/schedules", `{"name":"d","spec":"@daily","type":"t"}`)
+	require.Equal(t, http.StatusConflict, r.status, "%s", r.body)
+	require.Contains(t, string(r.body), `"reason":"too_many_schedules"`)
+	require.Contains(t, string(r.body), `schedule \"d\" is new and 3 are stored`)
+
+	type page struct {
+		Schedules []struct {
+			Name string `json:"name"`
+		} `json:"schedules"`
+		Next *string `json:"next"`
+	}
+	var names []string
+	cursor := ""
+	for pages := 1; ; pages++ {
+		r := e.do("GET", "/v1/schedules?limit=2&cursor="+cursor, "")
+		require.Equal(t, http.StatusOK, r.status, "%s", r.body)
+		var p page
+		r.json(t, &p)
+		require.NotNil(t, p.Next, "next is always there: %s", r.body)
+		for _, s := range p.Schedules {
+			names = append(names, s.Name)
+		}
+		if *p.Next == "" {
+			require.Equal(t, 2, pages)
+			break
+		}
+		cursor = *p.Next
+	}
+	require.Equal(t, []string{"a", "b", "c"}, names)
+	for _, bad := range []string{"limit=0", "limit=1001", "limit=x", "cursor=a:b"} {
+		r := e.do("GET", "/v1/schedules?"+bad, "")
+		require.Equal(t, http.StatusBadRequest, r.status, "%s: %s", bad, r.body)
+	}
+}

@@ -37,6 +37,15 @@
 //   - conveyor_recovery_scans_total{queue}, conveyor_recovered_jobs_total{queue,result}
 //     (result requeued or dead), conveyor_recovery_lock_held{queue} (1 while the worker holds
 //     the queue's recovery lock, during a scan).
+//   - conveyor_schedule_ticks_total{schedule,result}: periodic schedules' ticks the worker's
+//     scheduler handled (pipeline.WorkerHooks.ScheduleTick, ScheduleMissed): result on_time or
+//     late (enqueued within pipeline.PeriodicTakeover of the tick, or later), skipped or
+//     merged (older than pipeline.PeriodicGrace: dropped, or run as one job). The schedule label
+//     holds the first MaxScheduleLabels (100) schedules the worker saw, and ScheduleOther for
+//     the rest. Every worker runs a scheduler, and normally the one holding the schedules' lock
+//     enqueues: sum the series over workers.
+//   - conveyor_schedule_tick_delay_seconds: histogram of how long after its time each tick
+//     was enqueued.
 //   - conveyor_redis_errors_total{kind}: calls of the client that failed: kind "reply" for an
 //     error Redis answered (OOM, READONLY, LOADING, NOPERM, ...), "connection" for one that
 //     did not reach it or got no answer.

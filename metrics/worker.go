@@ -3,6 +3,7 @@ package metrics
 import (
 	"context"
 	"errors"
+	"sync"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
@@ -35,6 +36,25 @@ var (
 	LatencyBuckets  = []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 300, 1800}
 )
 
+// Results of conveyor_schedule_ticks_total: a tick enqueued as itself within
+// pipeline.PeriodicTakeover of its time (on_time) or later (late: no worker held the
+// schedules' lock, or the schedulers fell behind); ticks found older than
+// pipeline.PeriodicGrace, dropped (skipped) or run as one job (merged, MissedRunOnce).
+const (
+	TickOnTime  = "on_time"
+	TickLate    = "late"
+	TickSkipped = "skipped"
+	TickMerged  = "merged"
+)
+
+// MaxScheduleLabels bounds the schedule label of a Worker's series: the first this many
+// schedules it sees have their own, the others share ScheduleOther, so that schedules cannot
+// make series without bound (up to 100,000 can be stored).
+const MaxScheduleLabels = 100
+
+// ScheduleOther is the schedule label of the schedules past MaxScheduleLabels.
+const ScheduleOther = "_other"
+
 // Worker holds a worker's series; see the package documentation. Its methods are safe for
 // concurrent use, and one Worker may serve several pipeline.Workers (their series add up).
 type Worker struct {
@@ -45,6 +65,11 @@ type Worker struct {
 	recovered   *prometheus.CounterVec
 	lockHeld    *prometheus.GaugeVec
 	redisErrors *prometheus.CounterVec
+	ticks       *prometheus.CounterVec
+	tickDelay   prometheus.Histogram
+
+	mu        sync.Mutex
+	schedules map[string]bool // the names with a label of their own, at most MaxScheduleLabels
 }
 
 // NewWorker registers a worker's series on reg (prometheus.DefaultRegisterer, or a registry
@@ -68,8 +93,14 @@ func NewWorker(reg prometheus.Registerer) (*Worker, error) {
 		redisErrors: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: Namespace, Name: "redis_errors_total",
 			Help: "Calls (commands or pipelines) of the worker's Redis client that failed: kind=reply when Redis answered with an error, connection when no answer came."},
 			[]string{"kind"}),
+		ticks: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: Namespace, Name: "schedule_ticks_total",
+			Help: "Periodic schedules' ticks the worker's scheduler handled, by result: on_time and late (enqueued within the takeover of their time, or later), skipped and merged (missed: older than the grace, dropped or run as one job). The first 100 schedules have a label of their own, the rest share _other."},
+			[]string{"schedule", "result"}),
+		tickDelay: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: Namespace, Name: "schedule_tick_delay_seconds",
+			Help: "How long after its time each tick the worker's scheduler enqueued was enqueued (by the worker's clock).", Buckets: LatencyBuckets}),
+		schedules: map[string]bool{},
 	}
-	for _, c := range []prometheus.Collector{m.jobs, m.promoted, m.lag, m.scans, m.recovered, m.lockHeld, m.redisErrors} {
+	for _, c := range []prometheus.Collector{m.jobs, m.promoted, m.lag, m.scans, m.recovered, m.lockHeld, m.redisErrors, m.ticks, m.tickDelay} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -110,7 +141,36 @@ func (m *Worker) Hooks() pipeline.WorkerHooks {
 			m.recovered.WithLabelValues(queue, "dead").Add(float64(res.Dead))
 		},
 		Attempts: m.jobs.count,
+		ScheduleTick: func(schedule string, late time.Duration) {
+			result := TickOnTime
+			if late > pipeline.PeriodicTakeover {
+				result = TickLate
+			}
+			m.ticks.WithLabelValues(m.scheduleLabel(schedule), result).Inc()
+			m.tickDelay.Observe(late.Seconds())
+		},
+		ScheduleMissed: func(schedule string, ticks int, once bool) {
+			result := TickSkipped
+			if once {
+				result = TickMerged
+			}
+			m.ticks.WithLabelValues(m.scheduleLabel(schedule), result).Add(float64(ticks))
+		},
 	}
+}
+
+// scheduleLabel is schedule's label: its name while at most MaxScheduleLabels names have one.
+func (m *Worker) scheduleLabel(schedule string) string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.schedules[schedule] {
+		return schedule
+	}
+	if len(m.schedules) < MaxScheduleLabels {
+		m.schedules[schedule] = true
+		return schedule
+	}
+	return ScheduleOther
 }
 
 // Kinds of conveyor_redis_errors_total.

@@ -28,6 +28,13 @@ type WorkerHooks struct {
 	// writes outcomes (see Attempt), so that counting them costs little per job; the slice is
 	// only lent for the call.
 	Attempts func([]Attempt)
+	// ScheduleTick: the worker's periodic scheduler enqueued a tick of schedule (Periodic),
+	// late after the tick's time (by the worker's clock; a leader's ticks are milliseconds
+	// late, another worker's, standing in for it, at least PeriodicTakeover).
+	ScheduleTick func(schedule string, late time.Duration)
+	// ScheduleMissed: the worker's scheduler found ticks of schedule older than PeriodicGrace:
+	// ticks of them (counted up to 100,000), run as one job (once, MissedRunOnce) or dropped.
+	ScheduleMissed func(schedule string, ticks int, once bool)
 }
 
 // RecoveryScan counts what one recovery scan did (WorkerHooks.Recovered). Its fields are

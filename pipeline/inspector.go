@@ -55,6 +55,9 @@ type InspectorConfig struct {
 	// queue fails with ErrTooManyQueues once there are this many. Defaults to
 	// DefaultMaxQueues.
 	MaxQueues int
+	// MaxSchedules bounds the stored schedules: CreateSchedule of a new schedule fails with
+	// ErrTooManySchedules once there are this many. Defaults to DefaultMaxSchedules.
+	MaxSchedules int
 }
 
 func (c InspectorConfig) withDefaults() InspectorConfig {
@@ -62,6 +65,7 @@ func (c InspectorConfig) withDefaults() InspectorConfig {
 	c.Retention = cmp.Or(c.Retention, DefaultRetention)
 	c.MinRetention = cmp.Or(c.MinRetention, DefaultMinRetention)
 	c.MaxQueues = cmp.Or(c.MaxQueues, DefaultMaxQueues)
+	c.MaxSchedules = cmp.Or(c.MaxSchedules, DefaultMaxSchedules)
 	if c.Now == nil {
 		c.Now = time.Now
 	}
@@ -80,6 +84,9 @@ func (c InspectorConfig) validate() error {
 	}
 	if c.MaxQueues < 0 {
 		errs = append(errs, invalid("max queues %d is negative", c.MaxQueues))
+	}
+	if c.MaxSchedules < 0 {
+		errs = append(errs, invalid("max schedules %d is negative", c.MaxSchedules))
 	}
 	return errors.Join(errs...)
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -79,6 +80,25 @@ const (
 
 // ErrScheduleNotFound is the error of an operation on a schedule that is not stored.
 var ErrScheduleNotFound = errors.New("pipeline: schedule not found")
+
+// ErrTooManySchedules is returned by CreateSchedule for a new schedule when the stored ones
+// number the bound already (InspectorConfig.MaxSchedules). A schedule stored again under its
+// name is not a new one. A worker whose WorkerConfig.Periodic holds a new schedule past
+// DefaultMaxSchedules fails to start, saying so.
+var ErrTooManySchedules = errors.New("pipeline: too many schedules")
+
+// DefaultMaxSchedules is the default bound on the stored schedules: 100,000, the scale at
+// which docs/RELIABILITY.md measured every tick on time and the cost of an idle worker.
+const DefaultMaxSchedules = periodic.DefaultMaxSchedules
+
+// SchedulePage is one page of Inspector.SchedulesPage.
+type SchedulePage struct {
+	// Schedules are the page's schedules, by name.
+	Schedules []Schedule `json:"schedules"`
+	// Next is the cursor of the next page (the page's last name); empty when this page is the
+	// last.
+	Next string `json:"next"`
+}
 
 // Schedule is a stored schedule as listed (Inspector.Schedules).
 type Schedule struct {
@@ -192,6 +212,20 @@ func notFound(err error, name string) error {
 	return err
 }
 
+// putErr is the pipeline's error of a refused Put.
+func putErr(err error, name string) error {
+	if errors.Is(err, periodic.ErrTooMany) {
+		return fmt.Errorf("%w: schedule %q is new and %s: delete unused schedules (conveyor schedules delete) or raise the bound "+
+			"(InspectorConfig.MaxSchedules, conveyor serve --max-schedules)", ErrTooManySchedules, name,
+			strings.TrimPrefix(err.Error(), periodic.ErrTooMany.Error()+": "))
+	}
+	return err
+}
+
+func (i *Inspector) schedules() *periodic.Store {
+	return periodic.NewStore(i.rdb, i.cfg.Prefix).WithMax(i.cfg.MaxSchedules)
+}
+
 // CreateSchedule stores p (replacing a schedule of its name: its progress and pause are
 // kept). Workers run it from their next read of the schedules, within PeriodicRefresh; its
 // first tick is the first after now. A bad schedule is an error wrapping ErrInvalid.
@@ -201,12 +235,14 @@ func (i *Inspector) CreateSchedule(ctx context.Context, p Periodic) error {
 	}
 	d := p.def()
 	d.Source = periodic.SourceAPI
-	return periodic.NewStore(i.rdb, i.cfg.Prefix).Put(ctx, d, i.cfg.Now())
+	return putErr(i.schedules().Put(ctx, d, i.cfg.Now()), p.Name)
 }
 
-// Schedules returns the stored schedules, by name, with their last and next runs.
+// Schedules returns every stored schedule, by name, with their last and next runs: a page
+// at a time (SchedulesPage) until the last, so at most InspectorConfig.MaxSchedules. A
+// program that shows them to people should page instead.
 func (i *Inspector) Schedules(ctx context.Context) ([]Schedule, error) {
-	all, err := periodic.NewStore(i.rdb, i.cfg.Prefix).List(ctx)
+	all, err := i.schedules().List(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -217,12 +253,41 @@ func (i *Inspector) Schedules(ctx context.Context) ([]Schedule, error) {
 	return out, nil
 }
 
+// SchedulesPage returns a page of the stored schedules by name: those after page.Cursor (a
+// page's Next; empty for the first page), at most page.Limit (0: DefaultPageLimit; 1 to
+// MaxPageLimit). It costs Redis two round trips, whatever the number of schedules. A cursor
+// that is not a schedule's name returns ErrInvalid. Pages are not a snapshot: a schedule
+// stored or deleted while a listing goes on may be seen or not.
+func (i *Inspector) SchedulesPage(ctx context.Context, page Page) (*SchedulePage, error) {
+	limit := page.Limit
+	switch {
+	case limit == 0:
+		limit = DefaultPageLimit
+	case limit < 0 || limit > MaxPageLimit:
+		return nil, invalid("limit %d: want 1 to %d", page.Limit, MaxPageLimit)
+	}
+	if page.Cursor != "" {
+		if err := keys.ValidateSchedule(page.Cursor); err != nil {
+			return nil, invalid("cursor %q is not one of a schedules listing", page.Cursor)
+		}
+	}
+	all, next, err := i.schedules().Page(ctx, page.Cursor, limit)
+	if err != nil {
+		return nil, err
+	}
+	out := &SchedulePage{Schedules: make([]Schedule, len(all)), Next: next}
+	for k, s := range all {
+		out.Schedules[k] = scheduleOf(s)
+	}
+	return out, nil
+}
+
 // GetSchedule returns schedule name, or ErrScheduleNotFound.
 func (i *Inspector) GetSchedule(ctx context.Context, name string) (*Schedule, error) {
 	if err := keys.ValidateSchedule(name); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
-	s, err := periodic.NewStore(i.rdb, i.cfg.Prefix).Get(ctx, name)
+	s, err := i.schedules().Get(ctx, name)
 	if err != nil {
 		return nil, notFound(err, name)
 	}
@@ -237,7 +302,7 @@ func (i *Inspector) DeleteSchedule(ctx context.Context, name string) error {
 	if err := keys.ValidateSchedule(name); err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
-	return notFound(periodic.NewStore(i.rdb, i.cfg.Prefix).Delete(ctx, name), name)
+	return notFound(i.schedules().Delete(ctx, name), name)
 }
 
 // PauseSchedule stops schedule name's ticks until ResumeSchedule; a worker registering the
@@ -246,7 +311,7 @@ func (i *Inspector) PauseSchedule(ctx context.Context, name string) error {
 	if err := keys.ValidateSchedule(name); err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
-	return notFound(periodic.NewStore(i.rdb, i.cfg.Prefix).Pause(ctx, name), name)
+	return notFound(i.schedules().Pause(ctx, name), name)
 }
 
 // ResumeSchedule undoes PauseSchedule. The ticks of the pause are dropped, whatever the
@@ -255,7 +320,7 @@ func (i *Inspector) ResumeSchedule(ctx context.Context, name string) error {
 	if err := keys.ValidateSchedule(name); err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
-	return notFound(periodic.NewStore(i.rdb, i.cfg.Prefix).Resume(ctx, name, i.cfg.Now()), name)
+	return notFound(i.schedules().Resume(ctx, name, i.cfg.Now()), name)
 }
 
 // periodicScheduler is the config's periodic scheduler (internal/periodic) over rdb: it stores
@@ -270,7 +335,9 @@ func (c WorkerConfig) periodicScheduler(rdb redis.UniversalClient) (*periodic.Sc
 		defs[k] = p.def()
 	}
 	cfg := periodic.Config{Prefix: c.Prefix, Register: defs, Logger: c.Logger.With().Str("worker", c.Name).Logger(),
-		Enqueue: func(context.Context, periodic.Def, time.Time, string, bool) error { return nil }}
+		Enqueue:  func(context.Context, periodic.Def, time.Time, string, bool) error { return nil },
+		OnTick:   c.Hooks.ScheduleTick,
+		OnMissed: c.Hooks.ScheduleMissed}
 	if rdb == nil {
 		return periodic.New(nil, cfg)
 	}

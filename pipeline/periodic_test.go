@@ -147,3 +147,129 @@ func TestWorkerRefusesBadPeriodic(t *testing.T) {
 	_, err := pipeline.NewWorker(redistest.Client(t), pipeline.WorkerConfig{Periodic: []pipeline.Periodic{{Name: "x", Spec: "nope", Queue: "q", Type: "t"}}})
 	require.ErrorIs(t, err, pipeline.ErrInvalid)
 }
+
+// A worker that finds ticks missed while no worker ran: the MissedRunOnce schedule's one job
+// says so in its metadata, and a tick whose job exists already with another payload (the
+// schedule was changed after that job was written) counts as enqueued: the schedule moves on.
+func TestPeriodicMissedAndConflictingTick(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	rdb := redistest.Client(t)
+	prefix, queue := redistest.UniqueName(t), "periodic"
+	// Stored five minutes ago by the Inspector's clock: every tick since is due, those older
+	// than PeriodicGrace missed.
+	stored := time.Now().Add(-5 * time.Minute)
+	insp, err := pipeline.NewInspector(rdb, pipeline.InspectorConfig{Prefix: prefix, Now: func() time.Time { return stored }})
+	require.NoError(t, err)
+	client, err := pipeline.NewClient(rdb, pipeline.ClientConfig{Prefix: prefix})
+	require.NoError(t, err)
+	for _, name := range []string{"missed", "conflict"} {
+		require.NoError(t, insp.CreateSchedule(ctx, pipeline.Periodic{Name: name, Spec: "@every 20s", Queue: queue, Type: "t",
+			Payload: []byte(`{"v":2}`), Missed: pipeline.MissedRunOnce}))
+	}
+	first := func(name string) string {
+		s, err := insp.GetSchedule(ctx, name)
+		require.NoError(t, err)
+		return fmt.Sprintf("cron:%s:%d", name, s.NextRunAt.Unix())
+	}
+	missedID, conflictID := first("missed"), first("conflict")
+	// The conflicting schedule's missed job exists, from an older definition.
+	_, err = client.Enqueue(ctx, queue, pipeline.Task{Type: "t", Payload: []byte(`{"v":1}`)}, pipeline.WithID(conflictID))
+	require.NoError(t, err)
+
+	var mu sync.Mutex
+	ticked, dropped := map[string]int{}, map[string]int{}
+	hooks := pipeline.WorkerHooks{
+		ScheduleTick: func(schedule string, late time.Duration) {
+			mu.Lock()
+			defer mu.Unlock()
+			ticked[schedule]++
+			assert.Positive(t, late, "a late tick's lateness")
+		},
+		ScheduleMissed: func(schedule string, ticks int, once bool) {
+			mu.Lock()
+			defer mu.Unlock()
+			dropped[schedule] += ticks
+			assert.True(t, once)
+		},
+	}
+	startWorkerOn(t, rdb, pipeline.WorkerConfig{Prefix: prefix, Queues: []string{"unrelated"}, Hooks: hooks}, map[string]pipeline.HandlerFunc{"t": echo})
+	require.Eventually(t, func() bool {
+		s, err := insp.GetSchedule(ctx, "conflict")
+		require.NoError(t, err)
+		return s.LastJob != "" && s.LastJob != conflictID
+	}, 30*time.Second, 10*time.Millisecond, "the conflicting tick was absorbed and the schedule went on")
+	j, err := client.Get(ctx, queue, conflictID)
+	require.NoError(t, err)
+	require.JSONEq(t, `{"v":1}`, string(j.Payload), "the existing job is left as it was")
+
+	var missed *pipeline.Job
+	require.Eventually(t, func() bool {
+		missed, err = client.Get(ctx, queue, missedID)
+		return err == nil
+	}, 30*time.Second, 10*time.Millisecond, "the missed ticks' job")
+	require.Equal(t, "true", missed.Metadata[pipeline.MetaScheduleMissed])
+	require.Equal(t, "missed", missed.Metadata[pipeline.MetaSchedule])
+	// A late tick within the grace is a job of its own, without the mark.
+	s, err := insp.GetSchedule(ctx, "missed")
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		s, err = insp.GetSchedule(ctx, "missed")
+		require.NoError(t, err)
+		return s.LastJob != "" && s.LastJob != missedID
+	}, 30*time.Second, 10*time.Millisecond)
+	late, err := client.Get(ctx, queue, s.LastJob)
+	require.NoError(t, err)
+	require.NotContains(t, late.Metadata, pipeline.MetaScheduleMissed)
+	// The hooks (metrics.Worker's series) heard of both: about 12 ticks missed, 3 late each.
+	mu.Lock()
+	defer mu.Unlock()
+	for _, name := range []string{"missed", "conflict"} {
+		require.Positive(t, ticked[name], name)
+		require.GreaterOrEqual(t, dropped[name], 10, name)
+	}
+}
+
+// The stored schedules are bounded (InspectorConfig.MaxSchedules) and listed a page at a time.
+func TestSchedulesBoundAndPages(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	rdb := redistest.Client(t)
+	insp, err := pipeline.NewInspector(rdb, pipeline.InspectorConfig{Prefix: redistest.UniqueName(t), MaxSchedules: 5})
+	require.NoError(t, err)
+	for k := range 5 {
+		require.NoError(t, insp.CreateSchedule(ctx, pipeline.Periodic{Name: fmt.Sprintf("s%d", k), Spec: "@daily", Queue: "q", Type: "t"}))
+	}
+	err = insp.CreateSchedule(ctx, pipeline.Periodic{Name: "s5", Spec: "@daily", Queue: "q", Type: "t"})
+	require.ErrorIs(t, err, pipeline.ErrTooManySchedules)
+	require.ErrorContains(t, err, `schedule "s5" is new and 5 are stored`)
+	_, err = insp.GetSchedule(ctx, "s5")
+	require.ErrorIs(t, err, pipeline.ErrScheduleNotFound)
+	require.NoError(t, insp.CreateSchedule(ctx, pipeline.Periodic{Name: "s0", Spec: "@hourly", Queue: "q", Type: "t"}), "a replacement is no new schedule")
+
+	var names []string
+	cursor := ""
+	for pages := 1; ; pages++ {
+		p, err := insp.SchedulesPage(ctx, pipeline.Page{Cursor: cursor, Limit: 2})
+		require.NoError(t, err)
+		for _, s := range p.Schedules {
+			names = append(names, s.Name)
+		}
+		if p.Next == "" {
+			require.Equal(t, 3, pages)
+			break
+		}
+		cursor = p.Next
+	}
+	require.Equal(t, []string{"s0", "s1", "s2", "s3", "s4"}, names)
+	p, err := insp.SchedulesPage(ctx, pipeline.Page{})
+	require.NoError(t, err)
+	require.Len(t, p.Schedules, 5)
+	require.Empty(t, p.Next)
+	for _, bad := range []pipeline.Page{{Cursor: "a:b"}, {Limit: -1}, {Limit: pipeline.MaxPageLimit + 1}} {
+		_, err := insp.SchedulesPage(ctx, bad)
+		require.ErrorIs(t, err, pipeline.ErrInvalid, "%+v", bad)
+	}
+	_, err = pipeline.NewInspector(rdb, pipeline.InspectorConfig{MaxSchedules: -1})
+	require.ErrorIs(t, err, pipeline.ErrInvalid)
+}

@@ -1243,10 +1243,14 @@
         wrap));
     const refresh = async () => {
       try {
-        const body = await api('GET', 'schedules');
+        // One page of the most the API gives: past it, the CLI pages through them all.
+        const body = await api('GET', 'schedules?limit=1000');
         if (!live(g)) return;
         err.replaceChildren();
         renderSchedules(wrap, (body && body.schedules) || [], refresh);
+        if (body && body.next) {
+          wrap.append(h('p', { class: 'muted' }, 'The first 1,000 schedules by name; conveyor schedules list shows them all.'));
+        }
         stamp();
       } catch (e) {
         if (live(g)) err.replaceChildren(errorBox('Could not load the schedules', e));

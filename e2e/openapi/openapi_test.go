@@ -172,6 +172,8 @@ var cases = []tc{
 	{op: "POST /v1/schedules", url: "/v1/schedules", status: 201, body: `{"name":"nightly","spec":"0 0 3 * * *","queue":"{queue}","type":"echo","payload":{"a":1}}`},
 	{op: "POST /v1/schedules", url: "/v1/schedules", status: 400, body: `{"name":"bad","spec":"every day","type":"echo"}`},
 	{op: "GET /v1/schedules", url: "/v1/schedules", status: 200},
+	{op: "GET /v1/schedules", url: "/v1/schedules?limit=1", status: 200},
+	{op: "GET /v1/schedules", url: "/v1/schedules?limit=0", status: 400, invalid: true},
 	{op: "GET /v1/schedules/{name}", url: "/v1/schedules/nightly", status: 200},
 	{op: "GET /v1/schedules/{name}", url: "/v1/schedules/nosuch", status: 404},
 	{op: "POST /v1/schedules/{name}/pause", url: "/v1/schedules/nightly/pause", status: 200},

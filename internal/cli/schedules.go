@@ -114,29 +114,57 @@ func timeText(t time.Time) string {
 
 func newSchedulesListCmd(a *app) *cobra.Command {
 	var asJSON bool
+	var limit int
+	var cursor string
 	cmd := &cobra.Command{
-		Use:   "list [--json]",
+		Use:   "list [--limit N] [--cursor C] [--json]",
 		Short: "List the schedules with their last and next runs",
 		Long: `List the stored schedules by name: a table of NAME, SPEC, QUEUE, TYPE, MISSED, STATE (active or
 paused), LAST_RUN (when the last job was enqueued), LAST_JOB (its id) and NEXT_RUN ("-" for none;
 a paused schedule has none). With --json it prints a JSON array of objects with the fields name,
 spec, queue, type, payload, missed, source (api or worker), paused, last_run_at, last_tick,
-last_job and next_run_at (times in RFC 3339, null for none).`,
+last_job and next_run_at (times in RFC 3339, null for none).
+
+Without --limit or --cursor it lists them all, a page at a time. With either it prints one page
+of at most --limit schedules (1 to 1000, default 100) and, on stderr, the cursor of the next page
+("next page: --cursor C"), nothing when the page is the last; --json then prints
+{"schedules": [...], "next": "..."}, next "" at the end.`,
 		Example: `  conveyor schedules list
-  conveyor schedules list --json | jq '.[] | select(.paused)'`,
+  conveyor schedules list --json | jq '.[] | select(.paused)'
+  conveyor schedules list --limit 50 --cursor nightly`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			paged := cmd.Flags().Changed("limit") || cmd.Flags().Changed("cursor")
+			if paged && (limit < 1 || limit > pipeline.MaxPageLimit) {
+				return usageErrorf("--limit must be 1 to %d, not %d", pipeline.MaxPageLimit, limit)
+			}
 			insp, err := a.inspector()
 			if err != nil {
 				return err
 			}
-			list, err := insp.Schedules(cmd.Context())
-			if err != nil {
+			var list []pipeline.Schedule
+			next := ""
+			if paged {
+				p, err := insp.SchedulesPage(cmd.Context(), pipeline.Page{Cursor: cursor, Limit: limit})
+				if errors.Is(err, pipeline.ErrInvalid) {
+					return usageError{err} // a bad --cursor
+				}
+				if err != nil {
+					return err
+				}
+				list, next = p.Schedules, p.Next
+			} else if list, err = insp.Schedules(cmd.Context()); err != nil {
 				return err
 			}
+			if list == nil {
+				list = []pipeline.Schedule{}
+			}
+			if next != "" {
+				defer fmt.Fprintf(a.stderr, "next page: --cursor %s\n", next)
+			}
 			if asJSON {
-				if list == nil {
-					list = []pipeline.Schedule{}
+				if paged {
+					return writeJSON(a.stdout, pipeline.SchedulePage{Schedules: list, Next: next})
 				}
 				return writeJSON(a.stdout, list)
 			}
@@ -160,7 +188,10 @@ last_job and next_run_at (times in RFC 3339, null for none).`,
 			return tw.Flush()
 		},
 	}
-	cmd.Flags().BoolVar(&asJSON, "json", false, "print a JSON array")
+	f := cmd.Flags()
+	f.BoolVar(&asJSON, "json", false, "print a JSON array (with --limit or --cursor: {\"schedules\": [...], \"next\": \"...\"})")
+	f.IntVar(&limit, "limit", pipeline.DefaultPageLimit, "print one page of at most this many schedules (1 to 1000)")
+	f.StringVar(&cursor, "cursor", "", "print the page after the one that printed this cursor")
 	return cmd
 }
 

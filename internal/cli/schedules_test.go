@@ -122,3 +122,31 @@ func TestSchedulesCommands(t *testing.T) {
 	refused(2, "want exactly one schedule name", "schedules", "delete")
 	refused(2, `invalid schedule name "a b"`, "schedules", "pause", "a b")
 }
+
+// schedules list pages with --limit and --cursor, as list does: the next cursor on stderr.
+func TestSchedulesListPaged(t *testing.T) {
+	t.Parallel()
+	c := newCmdRunner(t)
+	for _, n := range []string{"c", "a", "b"} {
+		c.ok("schedules", "create", n, "--spec", "@daily", "--type", "t")
+	}
+	out, errOut, code := c.run("schedules", "list", "--limit", "2")
+	require.Zero(t, code, errOut)
+	require.Contains(t, out, "\na ")
+	require.Contains(t, out, "\nb ")
+	require.NotContains(t, out, "\nc ")
+	require.Equal(t, "next page: --cursor b\n", errOut)
+	var page struct {
+		Schedules []map[string]any `json:"schedules"`
+		Next      string           `json:"next"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(c.ok("schedules", "list", "--cursor", "b", "--json")), &page))
+	require.Len(t, page.Schedules, 1)
+	require.Equal(t, "c", page.Schedules[0]["name"])
+	require.Empty(t, page.Next)
+	var all []map[string]any
+	require.NoError(t, json.Unmarshal([]byte(c.ok("schedules", "list", "--json")), &all))
+	require.Len(t, all, 3, "without --limit, all of them")
+	c.refused(2, "--limit must be 1 to 1000", "schedules", "list", "--limit", "0")
+	c.refused(2, "not one of a schedules listing", "schedules", "list", "--cursor", "a:b")
+}

@@ -55,9 +55,11 @@ type serveFlags struct {
 	// allowedHosts are --allowed-host's names; check adds --addr's host to them.
 	allowedHosts []string
 	maxQueues    int
+	maxSchedules int
 	createQueues bool
 
 	tokenGiven, addrGiven, allowedGiven, maxQueuesGiven, createGiven bool
+	maxSchedulesGiven                                                bool
 }
 
 func newServeCmd(a *app) *cobra.Command {
@@ -101,6 +103,7 @@ health checks in images without curl (conveyor serve --probe http://127.0.0.1:80
 			sf.addrGiven = cmd.Flags().Changed("addr")
 			sf.allowedGiven = cmd.Flags().Changed("allowed-host")
 			sf.maxQueuesGiven = cmd.Flags().Changed("max-queues")
+			sf.maxSchedulesGiven = cmd.Flags().Changed("max-schedules")
 			sf.createGiven = cmd.Flags().Changed("create-queues")
 			if cmd.Flags().Changed("probe") {
 				return probe(cmd.Context(), sf.probe)
@@ -116,6 +119,8 @@ health checks in images without curl (conveyor serve --probe http://127.0.0.1:80
 		"(a reverse proxy's; repeatable; \"*\" for any); others but loopback get 421; env $"+envAPIAllowedHosts+", comma-separated")
 	f.IntVar(&sf.maxQueues, "max-queues", pipeline.DefaultMaxQueues, "most known queues: a POST or PUT to a new queue past it "+
 		"gets 409 (too_many_queues); env $"+envAPIMaxQueues)
+	f.IntVar(&sf.maxSchedules, "max-schedules", pipeline.DefaultMaxSchedules, "most stored schedules: a POST /v1/schedules of a new "+
+		"schedule past it gets 409 (too_many_schedules)")
 	f.BoolVar(&sf.createQueues, "create-queues", true, "a POST to a queue that does not exist creates it; false: 404 until "+
 		"it is created (PUT /v1/queues/Q, conveyor queues create); env $"+envAPICreateQueues)
 	f.DurationVar(&sf.maxWait, "max-wait", api.DefaultMaxWait, "longest long poll (GET ...?wait=)")
@@ -177,6 +182,9 @@ func (sf *serveFlags) check(getenv func(string) string) (token string, loopback 
 		sf.createQueues = b
 	}
 	// Unset (0, from a caller that builds serveFlags itself) means the library's default.
+	if sf.maxSchedulesGiven && sf.maxSchedules < 1 {
+		errs = append(errs, usageErrorf("--max-schedules must be at least 1, not %d", sf.maxSchedules))
+	}
 	if maxQueuesSet && sf.maxQueues < 1 {
 		errs = append(errs, usageErrorf("--max-queues must be at least 1, not %d", sf.maxQueues))
 	}
@@ -236,7 +244,8 @@ func (a *app) serve(ctx context.Context, sf *serveFlags) error {
 	if err != nil {
 		return err
 	}
-	insp, err := pipeline.NewInspector(rdb, pipeline.InspectorConfig{Prefix: a.prefix, MaxQueues: sf.maxQueues})
+	insp, err := pipeline.NewInspector(rdb, pipeline.InspectorConfig{Prefix: a.prefix, MaxQueues: sf.maxQueues,
+		MaxSchedules: sf.maxSchedules})
 	if err != nil {
 		return err
 	}

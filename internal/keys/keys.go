@@ -613,13 +613,27 @@ func SchedulesPaused(prefix string) string { return schedulesBase(prefix) + "pau
 func ScheduleState(prefix, name string) string { return schedulesBase(prefix) + "state:" + name }
 
 // The fields of a ScheduleState hash (advance.lua writes them): the last tick handled, and the
-// last job enqueued, its tick and when (unix ms each, but the job's id).
+// last job enqueued, its tick and when (unix ms each, but the job's id). Gen counts the
+// changes of the definition and pause, so that a scheduler does not index a schedule by what
+// it read before one.
 const (
 	ScheduleFieldLast = "last"
 	ScheduleFieldJob  = "job"
 	ScheduleFieldTick = "tick"
 	ScheduleFieldAt   = "at"
+	ScheduleFieldGen  = "gen"
 )
+
+// SchedulesDue is the due index of the schedules under prefix: a sorted set of the names of
+// the schedules that are not paused, scored by when each must next be looked at (unix ms: its
+// next tick, or 0 for "now", once it was stored or resumed). A score may be early, never late
+// but for a schedule whose ticks fail, put back by a second: a scheduler reads the schedules
+// whose score is due, not all of them, and sets each one's score again.
+func SchedulesDue(prefix string) string { return schedulesBase(prefix) + "due" }
+
+// SchedulesNames is the sorted set of the names of the stored schedules under prefix, all of
+// score 0, so that they are listed by name a page at a time (ZRANGE BYLEX).
+func SchedulesNames(prefix string) string { return schedulesBase(prefix) + "names" }
 
 // SchedulesLock is the lock whose holder runs schedules' ticks on time; the others step in
 // only when a tick is overdue (internal/periodic: the lock is an efficiency, the per-tick job

@@ -30,10 +30,23 @@ const (
 // short; the next pass goes on. At most Grace / interval ticks are ever due at once.
 const maxTicksPerPass = 1000
 
-// staleAfter is how old the state a pass read may be when it enqueues a tick. Past it the pass
-// ends and reads again: a scheduler that stalled between its read and its enqueue could
-// otherwise enqueue a tick that others handled and whose job was since pruned.
+// staleAfter is how old the state a pass read of a schedule may be when it enqueues one of
+// its ticks. Past it the pass leaves the schedule due, and the next pass, which follows at
+// once, reads it again: a scheduler that stalled between its read and its enqueue could
+// otherwise enqueue a tick that others handled and whose job was since pruned. It is counted
+// from the read of the schedule's own state (a chunk of readChunk), never from a read of all.
 const staleAfter = time.Second
+
+// dueBatch bounds the due schedules one pass takes from the due index, and readChunk those
+// whose state it reads in one round trip before enqueueing their ticks.
+const (
+	dueBatch  = 256
+	readChunk = 32
+)
+
+// migrateEvery is how often a scheduler checks that the indexes hold every stored schedule
+// (four counts), for those a version of Conveyor without the indexes stores meanwhile.
+const migrateEvery = time.Minute
 
 // EnqueueFunc enqueues the job of d's tick at tick with id id; missed says it stands for
 // ticks missed while no scheduler ran (MissedOnce). A job of that id that exists already is
@@ -63,8 +76,14 @@ type Config struct {
 	// schedule is seen within it. Defaults to DefaultRefresh.
 	Refresh time.Duration
 	// Now is the clock of the ticks. Defaults to time.Now.
-	Now    func() time.Time
-	Logger zerolog.Logger
+	Now func() time.Time
+	// OnTick, when set, is told of each tick enqueued as itself: its schedule, and how long
+	// after the tick it was enqueued (by Now).
+	OnTick func(schedule string, late time.Duration)
+	// OnMissed, when set, is told of the ticks of a schedule found older than Grace: how many
+	// (counted up to maxCount), and whether they were run as one job (MissedOnce) or dropped.
+	OnMissed func(schedule string, ticks int, once bool)
+	Logger   zerolog.Logger
 }
 
 func (c Config) withDefaults() Config {
@@ -128,6 +147,11 @@ type Scheduler struct {
 	// job, say), so that it is logged when it begins or changes, not every pass; the loop's
 	// goroutine only.
 	failing map[string]string
+	// lastPass is when (by Now) the last pass that read the due schedules ended; migrated
+	// when the indexes were last checked. The loop's goroutine only.
+	lastPass, migrated time.Time
+	// since measures a read's age for staleAfter; time.Since but in tests.
+	since func(time.Time) time.Duration
 }
 
 // New returns a Scheduler, or the error of an unusable config.
@@ -136,7 +160,8 @@ func New(rdb redis.UniversalClient, cfg Config) (*Scheduler, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	s := &Scheduler{cfg: cfg, rdb: rdb, log: cfg.Logger.With().Str("component", "periodic").Logger(), failing: map[string]string{}}
+	s := &Scheduler{cfg: cfg, rdb: rdb, log: cfg.Logger.With().Str("component", "periodic").Logger(), failing: map[string]string{},
+		since: time.Since}
 	if rdb != nil {
 		s.store = NewStore(rdb, cfg.Prefix)
 		s.locks = redislock.New(rdb)
@@ -147,9 +172,13 @@ func New(rdb redis.UniversalClient, cfg Config) (*Scheduler, error) {
 // Name is the service's name.
 func (s *Scheduler) Name() string { return "periodic scheduler" }
 
-// Start stores the registered schedules, then runs the loop until Stop.
+// Start indexes the schedules stored without the indexes (by an older version), stores the
+// registered schedules, then runs the loop until Stop.
 func (s *Scheduler) Start(ctx context.Context) error {
 	now := s.cfg.Now()
+	if err := s.migrate(ctx, now); err != nil {
+		return err
+	}
 	for _, d := range s.cfg.Register {
 		d.Source = SourceWorker
 		if err := s.store.Put(ctx, d, now); err != nil {
@@ -218,58 +247,141 @@ func (s *Scheduler) leader(ctx context.Context) bool {
 	return true
 }
 
-// RunOnce is one pass: it reads the schedules and enqueues every tick due (for a scheduler
-// without the lock: due for longer than Takeover). It returns when the next pass is due.
+func (s *Scheduler) migrate(ctx context.Context, now time.Time) error {
+	n, err := s.store.migrate(ctx)
+	if err != nil {
+		return err
+	}
+	if n > 0 {
+		s.log.Info().Int("changes", n).Msg("indexed schedules stored without the due index")
+	}
+	s.migrated = now
+	return nil
+}
+
+// RunOnce is one pass: it reads the due index and enqueues every tick due (for a scheduler
+// without the lock: due for longer than Takeover) of the schedules it names. It returns when
+// the next pass is due. An idle pass (nothing due) is one read of the index and one extension
+// of the lock; with no schedule stored, the read alone.
 func (s *Scheduler) RunOnce(ctx context.Context) (time.Time, error) {
-	lead := s.leader(ctx)
-	read := time.Now()
-	all, err := s.store.List(ctx)
+	now := s.cfg.Now()
+	next := now.Add(s.cfg.Refresh)
+	if now.Sub(s.migrated) >= migrateEvery || now.Before(s.migrated) {
+		if err := s.migrate(ctx, now); err != nil {
+			return time.Time{}, err
+		}
+	}
+	first, ok, err := s.store.first(ctx)
+	if err != nil || !ok {
+		// No schedule to run: no lock to hold either.
+		return next, err
+	}
+	// The lock is held (extended) while there are schedules, due or not, so that the same
+	// scheduler goes on running ticks on time and the others step in only once it is gone.
+	delay := s.cfg.Takeover
+	if s.leader(ctx) {
+		delay = 0
+	}
+	if first.at.Add(delay).After(now) {
+		if first.at.Add(delay).Before(next) {
+			next = first.at.Add(delay)
+		}
+		return next, nil
+	}
+	cutoff := now.Add(-delay)
+	due, after, ok, err := s.store.due(ctx, cutoff, dueBatch)
 	if err != nil {
 		return time.Time{}, err
 	}
-	delay := s.cfg.Takeover
-	if lead {
-		delay = 0
+	if ok && after.at.Add(delay).Before(next) {
+		next = after.at.Add(delay)
 	}
-	now := s.cfg.Now()
-	next := now.Add(s.cfg.Refresh)
+	// A full batch may have more due behind it: the next pass follows at once.
+	more := len(due) == dueBatch
+	names := make([]string, len(due))
+	for k, d := range due {
+		names[k] = d.name
+	}
 	var errs []error
-	for name := range s.failing {
-		if !slices.ContainsFunc(all, func(sc Schedule) bool { return sc.Name == name }) {
-			delete(s.failing, name) // deleted while failing
+	for chunk := range slices.Chunk(names, readChunk) {
+		read := time.Now()
+		scs, err := s.store.read(ctx, chunk)
+		if err != nil {
+			return time.Time{}, err
+		}
+		for _, sc := range scs {
+			at, again, err := s.pass(ctx, sc, now, read, delay)
+			errs = append(errs, err)
+			more = more || again
+			if !at.IsZero() && at.Before(next) {
+				next = at
+			}
 		}
 	}
-	for _, sc := range all {
-		if sc.Paused {
-			continue
-		}
-		spec, err := Parse(sc.Spec)
-		if err != nil || sc.Def.Validate() != nil {
-			continue // listed, and deletable, but not runnable; Put refuses such definitions
-		}
-		if sc.State.raw == "" {
-			// Stored without a state (by hand, or deleted between two reads): start now.
-			err := s.rdb.HSetNX(ctx, keys.ScheduleState(s.cfg.Prefix, sc.Name), keys.ScheduleFieldLast, ms(now)).Err()
-			errs = append(errs, err)
-			continue
-		}
-		due := spec.Next(sc.State.Last)
-		if !due.IsZero() && !now.Before(due.Add(delay)) {
-			var last time.Time
-			last, err = s.tick(ctx, sc, spec, now, read)
-			s.report(sc.Name, err)
-			due = spec.Next(last)
-		}
-		if !due.IsZero() && due.Add(delay).Before(next) {
-			next = due.Add(delay)
-		}
+	s.lastPass = s.cfg.Now()
+	if more {
+		next = now
 	}
 	return next, errors.Join(errs...)
 }
 
+// pass handles one schedule the due index names: it enqueues its due ticks, or scores it
+// again in the index when it is not due (its score was early: it was stored or resumed). It
+// returns when the schedule is next due (the zero time for no time before the next read of the
+// index) and whether it is left due, its read having gone stale.
+func (s *Scheduler) pass(ctx context.Context, sc Schedule, now, read time.Time, delay time.Duration) (time.Time, bool, error) {
+	if sc.gone || sc.Paused {
+		delete(s.failing, sc.Name) // deleted (or paused) while failing
+		return time.Time{}, false, s.store.index(ctx, sc, time.Time{})
+	}
+	spec, err := Parse(sc.Spec)
+	if err != nil || sc.Def.Validate() != nil {
+		// Listed, and deletable, but not runnable (Put refuses such definitions): out of the
+		// index until it is stored again.
+		return time.Time{}, false, s.store.index(ctx, sc, time.Time{})
+	}
+	if sc.State.raw == "" {
+		// Stored without a state (by hand, or deleted between two reads): start now.
+		err := s.rdb.HSetNX(ctx, keys.ScheduleState(s.cfg.Prefix, sc.Name), keys.ScheduleFieldLast, ms(now)).Err()
+		return time.Time{}, false, err
+	}
+	due := spec.Next(sc.State.Last)
+	if due.IsZero() || now.Before(due.Add(delay)) {
+		// Not due (yet, for a scheduler without the lock): its score was early.
+		if !due.IsZero() && now.Before(due) {
+			if err := s.store.index(ctx, sc, due); err != nil {
+				return time.Time{}, false, err
+			}
+		}
+		if due.IsZero() {
+			return time.Time{}, false, s.store.index(ctx, sc, time.Time{})
+		}
+		return due.Add(delay), false, nil
+	}
+	last, stale, err := s.tick(ctx, sc, spec, now, read)
+	s.report(sc.Name, err)
+	if err != nil {
+		// Tried again a Refresh later, not at the head of every pass: failing schedules
+		// that outnumber a pass's batch must not keep the others from their ticks.
+		st := sc
+		if !last.Equal(sc.State.Last) {
+			st.State.raw = ms(last)
+		}
+		return time.Time{}, false, s.store.index(ctx, st, now.Add(s.cfg.Refresh))
+	}
+	if stale {
+		return time.Time{}, true, nil
+	}
+	due = spec.Next(last)
+	if due.IsZero() {
+		return time.Time{}, false, nil
+	}
+	return due.Add(delay), false, nil
+}
+
 // report logs a schedule's failed ticks when the failure begins or changes, and its end. One
 // schedule's failure is not the pass's: the others' ticks go on, without the backoff of a
-// failed pass, and the failing one is tried again at the next pass.
+// failed pass, and the failing one is tried again a Refresh later.
 func (s *Scheduler) report(name string, err error) {
 	prev, was := s.failing[name]
 	switch {
@@ -278,47 +390,65 @@ func (s *Scheduler) report(name string, err error) {
 		s.log.Info().Str("schedule", name).Msg("schedule's ticks are enqueued again")
 	case err != nil && err.Error() != prev:
 		s.failing[name] = err.Error()
-		s.log.Error().Err(err).Str("schedule", name).Msg("cannot enqueue a schedule's tick; trying again every pass")
+		s.log.Error().Err(err).Str("schedule", name).Msg("cannot enqueue a schedule's tick; trying again each refresh")
 	}
 }
 
 // tick enqueues sc's due ticks up to now, each followed by the compare-and-set of its Last,
 // and returns the Last it reached. A tick older than Grace is missed: its schedule's policy
-// runs them once or drops them. It stops when another scheduler moved Last first, or when its
-// read of the state is older than staleAfter.
-func (s *Scheduler) tick(ctx context.Context, sc Schedule, spec Spec, now, read time.Time) (time.Time, error) {
+// runs them once or drops them. It stops when another scheduler moved Last first, or, saying
+// so (stale), when its read of the schedule's state is older than staleAfter.
+func (s *Scheduler) tick(ctx context.Context, sc Schedule, spec Spec, now, read time.Time) (time.Time, bool, error) {
 	st := sc.State
 	cutoff := now.Add(-s.cfg.Grace)
 	if first := spec.Next(st.Last); !first.After(cutoff) {
+		if s.since(read) > staleAfter {
+			return st.Last, true, nil
+		}
 		job := ""
 		if sc.Missed == MissedOnce {
 			job = TickID(sc.Name, first)
 			if err := s.cfg.Enqueue(ctx, sc.Def, first, job, true); err != nil {
-				return st.Last, err
+				return st.Last, false, err
 			}
 		}
-		ok, err := s.store.advance(ctx, sc.Name, st, cutoff, job, first, s.cfg.Now())
+		ok, err := s.store.advance(ctx, sc, st, cutoff, job, first, s.cfg.Now(), spec.Next(cutoff))
 		if !ok || err != nil {
-			return st.Last, err
+			return st.Last, false, err
 		}
-		s.log.Warn().Str("schedule", sc.Name).Time("from", first).Time("to", cutoff).Str("missed", cmp.Or(sc.Missed, MissedSkip)).
-			Msg("ticks missed while no scheduler ran")
+		ev := s.log.Warn().Str("schedule", sc.Name).Time("from", first).Time("to", cutoff).Str("missed", cmp.Or(sc.Missed, MissedSkip))
+		if !s.lastPass.IsZero() && now.Sub(s.lastPass) < s.cfg.Grace {
+			// This scheduler ran meanwhile: the schedulers fell behind, none was missing.
+			ev.Dur("grace", s.cfg.Grace).Msg("ticks missed: enqueued later than the grace while schedulers ran")
+		} else {
+			ev.Msg("ticks missed while no scheduler ran")
+		}
+		if s.cfg.OnMissed != nil {
+			s.cfg.OnMissed(sc.Name, spec.count(first, cutoff), sc.Missed == MissedOnce)
+		}
 		st = State{Last: cutoff, raw: ms(cutoff)}
 	}
 	for range maxTicksPerPass {
 		t := spec.Next(st.Last)
-		if t.IsZero() || t.After(now) || time.Since(read) > staleAfter {
+		if t.IsZero() || t.After(now) {
 			break
+		}
+		if s.since(read) > staleAfter {
+			return st.Last, true, nil
 		}
 		id := TickID(sc.Name, t)
 		if err := s.cfg.Enqueue(ctx, sc.Def, t, id, false); err != nil {
-			return st.Last, err
+			return st.Last, false, err
 		}
-		ok, err := s.store.advance(ctx, sc.Name, st, t, id, t, s.cfg.Now())
+		at := s.cfg.Now()
+		ok, err := s.store.advance(ctx, sc, st, t, id, t, at, spec.Next(t))
 		if !ok || err != nil {
-			return st.Last, err
+			return st.Last, false, err
+		}
+		if s.cfg.OnTick != nil {
+			s.cfg.OnTick(sc.Name, max(0, at.Sub(t)))
 		}
 		st = State{Last: t, raw: ms(t)}
 	}
-	return st.Last, nil
+	return st.Last, false, nil
 }

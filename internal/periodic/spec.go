@@ -48,10 +48,12 @@ func Parse(spec string) (Spec, error) {
 	if spec == "" {
 		return Spec{}, errors.New("empty spec")
 	}
+	// The zone is added to what is parsed, not to what an error names: the user never typed it.
+	zoned := spec
 	if !strings.HasPrefix(spec, "CRON_TZ=") && !strings.HasPrefix(spec, "TZ=") {
-		spec = "CRON_TZ=UTC " + spec
+		zoned = "CRON_TZ=UTC " + spec
 	}
-	s, err := parseCron(spec)
+	s, err := parseCron(zoned)
 	if err != nil {
 		return Spec{}, fmt.Errorf("spec %q: %w", spec, err)
 	}
@@ -100,4 +102,26 @@ func (s Spec) Next(t time.Time) time.Time {
 // enqueued twice makes one job (pipeline.WithID).
 func TickID(name string, t time.Time) string {
 	return fmt.Sprintf("cron:%s:%d", name, t.Unix())
+}
+
+// maxCount bounds Spec.count: a cron spec's ticks are counted one by one.
+const maxCount = 100_000
+
+// count is how many ticks fall in [from, to], at most maxCount.
+func (s Spec) count(from, to time.Time) int {
+	if to.Before(from) {
+		return 0
+	}
+	if s.every > 0 {
+		first := s.Next(from.Add(-time.Second))
+		if first.After(to) {
+			return 0
+		}
+		return int(min(int64(to.Sub(first)/s.every)+1, maxCount))
+	}
+	n := 0
+	for t := s.Next(from.Add(-time.Second)); !t.IsZero() && !t.After(to) && n < maxCount; t = s.Next(t) {
+		n++
+	}
+	return n
 }

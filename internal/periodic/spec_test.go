@@ -1,6 +1,8 @@
 package periodic
 
 import (
+	"fmt"
+	"strings"
 	"testing"
 	"time"
 )
@@ -45,6 +47,27 @@ func TestParseNext(t *testing.T) {
 		if _, err := Parse(bad); err == nil {
 			t.Errorf("Parse(%q) accepted", bad)
 		}
+	}
+}
+
+// An error names the spec as it was typed, not the CRON_TZ=UTC that Parse reads it with.
+func TestParseErrorNamesTheSpecAsTyped(t *testing.T) {
+	t.Parallel()
+	for _, spec := range []string{"61 * * * *", "* * *", "@yearlyish", "  0 0 30 2 * * * "} {
+		_, err := Parse(spec)
+		if err == nil {
+			t.Fatalf("Parse(%q) accepted", spec)
+		}
+		if strings.Contains(err.Error(), "CRON_TZ") {
+			t.Errorf("Parse(%q): %q names a CRON_TZ the spec has not", spec, err)
+		}
+		if want := fmt.Sprintf("%q", strings.TrimSpace(spec)); !strings.Contains(err.Error(), want) {
+			t.Errorf("Parse(%q): %q does not name %s", spec, err, want)
+		}
+	}
+	_, err := Parse("CRON_TZ=Nowhere/Land * * * * *")
+	if err == nil || !strings.Contains(err.Error(), `"CRON_TZ=Nowhere/Land * * * * *"`) {
+		t.Errorf("a spec with its own zone: %v", err)
 	}
 }
 
