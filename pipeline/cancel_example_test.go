@@ -34,6 +34,9 @@ func ExampleClient_Cancel() {
 	wctx, stop := context.WithCancel(ctx)
 	go worker.Run(wctx)
 	defer stop()
+	// Ready: the worker hears cancels. A cancel it could not hear yet still stops the
+	// handler, at its next lease renewal, but with cause stream.ErrLeaseLost.
+	<-worker.Ready()
 
 	job, err := client.Enqueue(ctx, "reports", pipeline.Task{Type: "build"})
 	if err != nil {
