@@ -2,6 +2,7 @@ package jobstate_test
 
 import (
 	"context"
+	"strconv"
 	"testing"
 	"time"
 
@@ -232,4 +233,186 @@ func TestLeaseForget(t *testing.T) {
 	require.Equal(t, []string{"qk:x"}, lq.rdb.SMembers(t.Context(), hs).Val())
 	require.EqualValues(t, 1, lq.taken("qk:x"))
 	require.Zero(t, lq.taken("qk:y"))
+}
+
+// runOut waits until holder's lease has run out by Redis's clock.
+func (lq *leaseQueue) runOut(holder string) {
+	lq.t.Helper()
+	hz := lq.q.LimitPrefix() + "hz:"
+	require.Eventually(lq.t, func() bool {
+		score, err := lq.rdb.ZScore(lq.t.Context(), hz, holder).Result()
+		if err == redis.Nil {
+			return true
+		}
+		now, terr := lq.rdb.Time(lq.t.Context()).Result()
+		return err == nil && terr == nil && score < float64(now.UnixMilli())
+	}, 5*time.Second, time.Millisecond)
+}
+
+func (lq *leaseQueue) dueOf(id string) float64 {
+	lq.t.Helper()
+	s, err := lq.rdb.ZScore(lq.t.Context(), lq.q.Scheduled(), id).Result()
+	require.NoError(lq.t, err, "job %s is in the scheduled set", id)
+	return s
+}
+
+// A holder whose lease ran out, and whose slot another holder took since, comes back with a
+// job and the slot (and token) it had set aside: what it set aside went with its lease, so
+// the job is deferred, never run beside the other holder's under a limit of 1.
+func TestLeaseLostHolderSetsNothingAside(t *testing.T) {
+	t.Parallel()
+	t.Run("slot", func(t *testing.T) {
+		t.Parallel()
+		lq := newLeaseQueue(t, jobstate.Limit{Concurrency: 1})
+		a := jobstate.Holder{Name: "a/1", Lease: time.Millisecond}
+		res := lq.admit(a, []jobstate.LeaseRequest{{Inst: "q", Names: []int{0}}}, nil)
+		require.Equal(t, []jobstate.LeaseGrant{{Names: 1}}, res.Grants)
+		lq.runOut(a.Name)
+		b := jobstate.Holder{Name: "b/1", Lease: time.Minute}
+		res = lq.admit(b, []jobstate.LeaseRequest{{Inst: "q", Names: []int{0}}}, nil)
+		require.Equal(t, []jobstate.LeaseGrant{{Names: 1}}, res.Grants, "a's slot taken back and granted to b")
+
+		a.Known, a.Lease = true, time.Minute
+		items := lq.read("", "j1")
+		res = lq.admit(a, []jobstate.LeaseRequest{{Inst: "q", SlotsAside: 1}}, items)
+		require.True(t, res.Lost)
+		require.Equal(t, []script.Code{script.Deferred}, codes(res.Jobs), "the slot a set aside is b's now")
+		require.EqualValues(t, 1, lq.taken("q"))
+	})
+	t.Run("token", func(t *testing.T) {
+		t.Parallel()
+		lq := newLeaseQueue(t, jobstate.Limit{Rate: 1, Interval: time.Hour})
+		a := jobstate.Holder{Name: "a/1", Lease: time.Millisecond}
+		res := lq.admit(a, []jobstate.LeaseRequest{{Inst: "q", Tokens: 1}}, nil)
+		require.Equal(t, []jobstate.LeaseGrant{{Tokens: 1}}, res.Grants)
+		lq.runOut(a.Name)
+		a.Known, a.Lease = true, time.Minute
+		items := lq.read("", "j1")
+		res = lq.admit(a, []jobstate.LeaseRequest{{Inst: "q", TokensAside: 1}}, items)
+		require.True(t, res.Lost)
+		require.Equal(t, []script.Code{script.Deferred}, codes(res.Jobs), "the token a set aside went with its lease")
+	})
+}
+
+// A holder whose lease ran out and that calls the keeper before anyone took its slots back
+// has them taken back by that call: it is told its lease was lost and forgets them, so they
+// must not stay taken (renewing its lease first would hide them from every reaper).
+func TestLeaseRunOutHolderIsTakenBackByItsOwnKeeper(t *testing.T) {
+	t.Parallel()
+	lq := newLeaseQueue(t, jobstate.Limit{Concurrency: 1})
+	a := jobstate.Holder{Name: "a/1", Lease: time.Millisecond}
+	lq.admit(a, []jobstate.LeaseRequest{{Inst: "q", Names: []int{0}}}, nil)
+	require.EqualValues(t, 1, lq.taken("q"))
+	lq.runOut(a.Name)
+	a.Known, a.Lease = true, time.Minute
+	lost, _ := lq.keep(a, false)
+	require.True(t, lost)
+	require.Zero(t, lq.taken("q"), "the slot a forgot is free")
+}
+
+// Any holder's keeper call takes back the slots of a holder whose lease ran out (a dead
+// worker) and wakes the jobs waiting for them: with no job read, nothing else would.
+func TestLeaseKeeperTakesBackDeadHolders(t *testing.T) {
+	t.Parallel()
+	lq := newLeaseQueue(t, jobstate.Limit{Concurrency: 1})
+	dead := jobstate.Holder{Name: "dead/1", Lease: time.Millisecond}
+	items := lq.read("", "j1", "j2")
+	res := lq.admit(dead, []jobstate.LeaseRequest{{Inst: "q", Names: []int{0}}}, items)
+	require.Equal(t, []script.Code{script.OK, script.Deferred}, codes(res.Jobs))
+	lq.runOut(dead.Name)
+
+	live := jobstate.Holder{Name: "live/1", Lease: time.Minute}
+	lost, _ := lq.keep(live, false)
+	require.True(t, lost, "live had no lease yet")
+	require.Zero(t, lq.taken("q"), "the dead holder's slot is back")
+	require.Equal(t, "queued", lq.status("j2"), "and the job waiting for it woken")
+}
+
+// Slots given back together wake a waiting job each, not one in all.
+func TestLeaseGiveBackWakesAJobPerSlot(t *testing.T) {
+	t.Parallel()
+	lq := newLeaseQueue(t, jobstate.Limit{Concurrency: 2})
+	a := jobstate.Holder{Name: "a/1", Lease: time.Minute}
+	items := lq.read("", "j1", "j2", "j3", "j4")
+	res := lq.admit(a, []jobstate.LeaseRequest{{Inst: "q", Names: []int{0, 1}}}, items)
+	require.Equal(t, []script.Code{script.OK, script.OK, script.Deferred, script.Deferred}, codes(res.Jobs))
+	a.Known = true
+	lq.keep(a, false, jobstate.LeaseReturn{Inst: "q", Names: []int{0, 1}})
+	require.Zero(t, lq.taken("q"))
+	require.Equal(t, "queued", lq.status("j3"))
+	require.Equal(t, "queued", lq.status("j4"))
+}
+
+// Room in an instance while jobs wait for it (its limit raised behind limitset.lua's back: an
+// operator's HSET, a restored hash) wakes them at the next call that asks for its slots.
+func TestLeaseRoomLeftWakesWaitingJobs(t *testing.T) {
+	t.Parallel()
+	lq := newLeaseQueue(t, jobstate.Limit{Concurrency: 1})
+	a := jobstate.Holder{Name: "a/1", Lease: time.Minute}
+	items := lq.read("", "j1", "j2")
+	res := lq.admit(a, []jobstate.LeaseRequest{{Inst: "q", Names: []int{0}}}, items)
+	require.Equal(t, []script.Code{script.OK, script.Deferred}, codes(res.Jobs))
+	f, v := jobstate.EncodeLimit(jobstate.Limit{Concurrency: 3})
+	require.NoError(t, lq.rdb.HSet(t.Context(), lq.q.Limits(), f, v).Err())
+	b := jobstate.Holder{Name: "b/1", Lease: time.Minute}
+	res = lq.admit(b, []jobstate.LeaseRequest{{Inst: "q", Names: []int{0}}}, nil)
+	require.Equal(t, []jobstate.LeaseGrant{{Names: 1}}, res.Grants)
+	require.Equal(t, "queued", lq.status("j2"), "woken into the room left")
+}
+
+// Jobs a rate defers in one call are due T apart (T = interval / rate), each T after the
+// previous, by the due times Redis stored in the scheduled set: without the horizon they
+// would all be due at the moment the rate first frees, to be deferred again together.
+func TestLeaseRateDefersEachTAfterThePrevious(t *testing.T) {
+	t.Parallel()
+	lq := newLeaseQueue(t, jobstate.Limit{Rate: 2, Interval: time.Hour})
+	a := jobstate.Holder{Name: "a/1", Lease: time.Minute}
+	items := lq.read("", "j1", "j2", "j3", "j4", "j5")
+	res := lq.admit(a, []jobstate.LeaseRequest{{Inst: "q", Tokens: 2}}, items)
+	require.Equal(t, []script.Code{script.OK, script.OK, script.Deferred, script.Deferred, script.Deferred}, codes(res.Jobs))
+	T := float64((30 * time.Minute).Milliseconds())
+	for _, id := range []string{"j4", "j5"} {
+		prev := map[string]string{"j4": "j3", "j5": "j4"}[id]
+		require.Equal(t, T, lq.dueOf(id)-lq.dueOf(prev), "%s due T after %s", id, prev)
+	}
+}
+
+// A job a rate defers that is now the earliest in the scheduled set tells the sleeping
+// schedulers on the wake channel, or it would wait out their longest sleep.
+func TestLeaseRateDeferralWakesTheScheduler(t *testing.T) {
+	t.Parallel()
+	lq := newLeaseQueue(t, jobstate.Limit{Rate: 1, Interval: time.Second})
+	sub := lq.rdb.Subscribe(t.Context(), lq.q.Wake())
+	t.Cleanup(func() { _ = sub.Close() })
+	_, err := sub.Receive(t.Context()) // subscribed
+	require.NoError(t, err)
+	a := jobstate.Holder{Name: "a/1", Lease: time.Minute}
+	items := lq.read("", "j1", "j2")
+	res := lq.admit(a, []jobstate.LeaseRequest{{Inst: "q", Tokens: 1}}, items)
+	require.Equal(t, []script.Code{script.OK, script.Deferred}, codes(res.Jobs))
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	m, err := sub.ReceiveMessage(ctx)
+	require.NoError(t, err, "no wake message")
+	require.Equal(t, strconv.FormatInt(res.Jobs[1].Due.UnixMilli(), 10), m.Payload)
+}
+
+// Raising a per-key limit (of the queue's keys, or of a type's) wakes the jobs waiting for a
+// slot of any of its keys' instances.
+func TestLimitSetWakesPerKeyWaiters(t *testing.T) {
+	t.Parallel()
+	for _, typ := range []string{"", "t"} {
+		t.Run("type="+typ, func(t *testing.T) {
+			t.Parallel()
+			lq := newLeaseQueue(t, jobstate.Limit{Type: typ, PerKey: true, Concurrency: 1})
+			inst := jobstate.LimitInstance(jobstate.LimitField(typ, true), "t", "k")
+			a := jobstate.Holder{Name: "a/1", Lease: time.Minute}
+			items := lq.read("k", "j1", "j2")
+			res := lq.admit(a, []jobstate.LeaseRequest{{Inst: inst, Names: []int{0}}}, items)
+			require.Equal(t, []script.Code{script.OK, script.Deferred}, codes(res.Jobs))
+			require.NoError(t, jobstate.SetLimit(t.Context(), lq.rdb, lq.q,
+				jobstate.Limit{Type: typ, PerKey: true, Concurrency: 2}, time.Now()))
+			require.Equal(t, "queued", lq.status("j2"))
+		})
+	}
 }
