@@ -3,6 +3,7 @@ package jobstate_test
 import (
 	"context"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -157,23 +158,24 @@ func TestLeaseOfADeadHolderIsTakenBack(t *testing.T) {
 	require.True(t, lost, "a holder whose lease was taken back is told")
 }
 
-// Rate tokens are leased as far as the GCRA allows; a job the tokens do not cover is deferred
-// to when the rate frees; tokens given back make room again.
+// Rate tokens are leased as far as the rate allows; a job the tokens do not cover is deferred
+// to when the rate frees; tokens given back (by the stamp of their grant) make room again.
 func TestLeaseTokens(t *testing.T) {
 	t.Parallel()
 	lq := newLeaseQueue(t, jobstate.Limit{Rate: 5, Interval: time.Hour})
 	a := jobstate.Holder{Name: "a/1", Lease: time.Minute}
 	res := lq.admit(a, []jobstate.LeaseRequest{{Inst: "q", Tokens: 8}}, nil)
 	require.Equal(t, []jobstate.LeaseGrant{{Tokens: 5}}, res.Grants, "a burst of the rate")
+	stamp := res.Stamp
 	a.Known = true
 	b := jobstate.Holder{Name: "b/1", Lease: time.Minute}
 	items := lq.read("", "j1")
 	res = lq.admit(b, []jobstate.LeaseRequest{{Inst: "q", Tokens: 1}}, items)
 	require.Equal(t, []jobstate.LeaseGrant{{}}, res.Grants)
 	require.Equal(t, []script.Code{script.Deferred}, codes(res.Jobs))
-	require.WithinDuration(t, time.Now().Add(12*time.Minute), res.Jobs[0].Due, time.Minute,
-		"due when the rate frees: one T (12 min) on")
-	lq.keep(a, false, jobstate.LeaseReturn{Inst: "q", Tokens: 3})
+	require.WithinDuration(t, time.Now().Add(time.Hour), res.Jobs[0].Due, time.Minute,
+		"due when the rate frees: when the five are an interval old")
+	lq.keep(a, false, jobstate.LeaseReturn{Inst: "q", Tokens: []jobstate.TokenReturn{{Stamp: stamp, N: 3}}})
 	res = lq.admit(b, []jobstate.LeaseRequest{{Inst: "q", Tokens: 5}}, nil)
 	require.Equal(t, []jobstate.LeaseGrant{{Tokens: 3}}, res.Grants, "the three given back")
 }
@@ -413,6 +415,111 @@ func TestLimitSetWakesPerKeyWaiters(t *testing.T) {
 			require.NoError(t, jobstate.SetLimit(t.Context(), lq.rdb, lq.q,
 				jobstate.Limit{Type: typ, PerKey: true, Concurrency: 2}, time.Now()))
 			require.Equal(t, "queued", lq.status("j2"))
+		})
+	}
+}
+
+// A rate of N per interval admits at most N in any window of the interval, by Redis's clock:
+// a burst of N, then the next once the first of them is an interval old (GCRA with a burst of
+// N let 2N - 1 start within one interval: N at once, then one every interval/N). Holders ask
+// for a token at a time, as fast as they can, for more than two intervals; each grant's time is
+// Redis's TIME read right after the call in the same pipeline (microseconds after the grant).
+func TestLeaseRateAtMostNInAnyInterval(t *testing.T) {
+	t.Parallel()
+	const rate, interval = 5, 200 * time.Millisecond
+	lq := newLeaseQueue(t, jobstate.Limit{Rate: rate, Interval: interval})
+	ctx := t.Context()
+	holders := []jobstate.Holder{{Name: "a/1", Lease: time.Minute}, {Name: "b/1", Lease: time.Minute}}
+	var granted []time.Time
+	var first time.Time
+	for k := 0; ; k++ {
+		h := &holders[k%2]
+		c := jobstate.AdmitCall(&lq.q, *h, []jobstate.LeaseRequest{{Inst: "q", Tokens: 1}}, nil)
+		var cmd *redis.Cmd
+		var at *redis.TimeCmd
+		_, err := lq.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+			cmd = c.Script.For(lq.rdb).Eval(ctx, p, c.Keys, c.Args...)
+			at = p.Time(ctx)
+			return nil
+		})
+		require.NoError(t, err)
+		res, err := jobstate.AdmitReply(cmd, 1, 0)
+		require.NoError(t, err)
+		h.Known = true
+		now := at.Val()
+		if first.IsZero() {
+			first = now
+		}
+		if res.Grants[0].Tokens == 1 {
+			granted = append(granted, now)
+		}
+		if now.Sub(first) > 2*interval+interval/2 {
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	require.GreaterOrEqual(t, len(granted), 2*rate, "the rate was used: %v", granted)
+	// The window is 1 ms shorter than the interval: a grant's time is read microseconds after
+	// it was made.
+	for i := range granted {
+		n := 0
+		for _, g := range granted[i:] {
+			if g.Sub(granted[i]) < interval-time.Millisecond {
+				n++
+			}
+		}
+		require.LessOrEqual(t, n, rate, "grants within %v of the one at %d: %v", interval, i, granted)
+	}
+}
+
+// A rate's log keeps at most 32 entries however many calls granted tokens: merging two keeps
+// their count (a later time, which can only hold the rate back), and a token given back by its
+// grant's stamp is found after its entry was merged.
+func TestLeaseRateLogBounded(t *testing.T) {
+	t.Parallel()
+	lq := newLeaseQueue(t, jobstate.Limit{Rate: 100, Interval: time.Hour})
+	a := jobstate.Holder{Name: "a/1", Lease: time.Minute}
+	var first string
+	for k := range 40 {
+		res := lq.admit(a, []jobstate.LeaseRequest{{Inst: "q", Tokens: 1}}, nil)
+		require.Equal(t, []jobstate.LeaseGrant{{Tokens: 1}}, res.Grants)
+		if k == 0 {
+			first = res.Stamp
+		}
+		a.Known = true
+	}
+	v, err := lq.rdb.Get(t.Context(), lq.q.LimitPrefix()+"rl:q").Result()
+	require.NoError(t, err)
+	require.LessOrEqual(t, len(strings.Fields(v)), 2*32, "the log: %s", v)
+	lq.keep(a, false, jobstate.LeaseReturn{Inst: "q", Tokens: []jobstate.TokenReturn{{Stamp: first, N: 1}}})
+	res := lq.admit(a, []jobstate.LeaseRequest{{Inst: "q", Tokens: 100}}, nil)
+	require.Equal(t, []jobstate.LeaseGrant{{Tokens: 61}}, res.Grants, "40 granted, 1 given back")
+}
+
+// A rate counts a token its call's job took from the call (the job starts now), and one left to
+// the holder from the latest its job may start (the holder's TokenLife on), so that the bound
+// holds for starts: the rate frees an interval after that.
+func TestLeaseRateCountsLeftTokensFromTheirLatestStart(t *testing.T) {
+	t.Parallel()
+	for _, withJob := range []bool{true, false} {
+		t.Run(map[bool]string{true: "taken", false: "left"}[withJob], func(t *testing.T) {
+			t.Parallel()
+			lq := newLeaseQueue(t, jobstate.Limit{Rate: 1, Interval: time.Hour})
+			a := jobstate.Holder{Name: "a/1", Lease: time.Minute, TokenLife: 10 * time.Minute}
+			var items []jobstate.AdmitItem
+			if withJob {
+				items = lq.read("", "j1")
+			}
+			res := lq.admit(a, []jobstate.LeaseRequest{{Inst: "q", Tokens: 1}}, items)
+			require.Equal(t, []jobstate.LeaseGrant{{Tokens: 1}}, res.Grants)
+			b := jobstate.Holder{Name: "b/1", Lease: time.Minute}
+			res = lq.admit(b, []jobstate.LeaseRequest{{Inst: "q", Tokens: 1}}, lq.read("", "j2"))
+			require.Equal(t, []script.Code{script.Deferred}, codes(res.Jobs))
+			want := time.Now().Add(time.Hour)
+			if !withJob {
+				want = want.Add(10 * time.Minute)
+			}
+			require.WithinDuration(t, want, res.Jobs[0].Due, time.Minute)
 		})
 	}
 }
