@@ -423,7 +423,7 @@ func TestLimitSetWakesPerKeyWaiters(t *testing.T) {
 // a burst of N, then the next once the first of them is an interval old (GCRA with a burst of
 // N let 2N - 1 start within one interval: N at once, then one every interval/N). Holders ask
 // for a token at a time, as fast as they can, for more than two intervals; each grant's time is
-// Redis's TIME read right after the call in the same pipeline (microseconds after the grant).
+// its stamp, the Redis time the call counted it at (TokenLife 0: the call's own).
 func TestLeaseRateAtMostNInAnyInterval(t *testing.T) {
 	t.Parallel()
 	const rate, interval = 5, 200 * time.Millisecond
@@ -451,7 +451,7 @@ func TestLeaseRateAtMostNInAnyInterval(t *testing.T) {
 			first = now
 		}
 		if res.Grants[0].Tokens == 1 {
-			granted = append(granted, now)
+			granted = append(granted, stampTime(t, res.Stamp))
 		}
 		if now.Sub(first) > 2*interval+interval/2 {
 			break
@@ -459,12 +459,10 @@ func TestLeaseRateAtMostNInAnyInterval(t *testing.T) {
 		time.Sleep(time.Millisecond)
 	}
 	require.GreaterOrEqual(t, len(granted), 2*rate, "the rate was used: %v", granted)
-	// The window is 1 ms shorter than the interval: a grant's time is read microseconds after
-	// it was made.
 	for i := range granted {
 		n := 0
 		for _, g := range granted[i:] {
-			if g.Sub(granted[i]) < interval-time.Millisecond {
+			if g.Sub(granted[i]) < interval {
 				n++
 			}
 		}
@@ -522,4 +520,64 @@ func TestLeaseRateCountsLeftTokensFromTheirLatestStart(t *testing.T) {
 			require.WithinDuration(t, want, res.Jobs[0].Due, time.Minute)
 		})
 	}
+}
+
+// stampTime is a grant's stamp as a time.
+func stampTime(t *testing.T, stamp string) time.Time {
+	t.Helper()
+	us, err := strconv.ParseInt(stamp, 10, 64)
+	require.NoError(t, err)
+	return time.UnixMicro(us)
+}
+
+// waitRedisTime waits until Redis's clock reaches at.
+func (lq *leaseQueue) waitRedisTime(at time.Time) {
+	lq.t.Helper()
+	require.Eventually(lq.t, func() bool {
+		now, err := lq.rdb.Time(lq.t.Context()).Result()
+		return err == nil && !now.Before(at)
+	}, 10*time.Second, time.Millisecond)
+}
+
+// A grant an interval old no longer counts, while the log lives on with newer ones.
+func TestLeaseRateForgetsGrantsAnIntervalOld(t *testing.T) {
+	t.Parallel()
+	const interval = time.Second
+	lq := newLeaseQueue(t, jobstate.Limit{Rate: 2, Interval: interval})
+	a := jobstate.Holder{Name: "a/1", Lease: time.Minute}
+	res := lq.admit(a, []jobstate.LeaseRequest{{Inst: "q", Tokens: 1}}, nil)
+	require.Equal(t, []jobstate.LeaseGrant{{Tokens: 1}}, res.Grants)
+	first := stampTime(t, res.Stamp)
+	a.Known = true
+	lq.waitRedisTime(first.Add(interval / 4))
+	res = lq.admit(a, []jobstate.LeaseRequest{{Inst: "q", Tokens: 1}}, nil)
+	require.Equal(t, []jobstate.LeaseGrant{{Tokens: 1}}, res.Grants)
+	if stampTime(t, res.Stamp).Sub(first) >= interval {
+		t.Skip("the machine was too slow to grant the second token within the interval")
+	}
+	lq.waitRedisTime(first.Add(interval + time.Millisecond))
+	res = lq.admit(a, []jobstate.LeaseRequest{{Inst: "q", Tokens: 2}}, nil)
+	require.Equal(t, []jobstate.LeaseGrant{{Tokens: 1}}, res.Grants, "the first grant is an interval old")
+}
+
+// A token goes back out of its own grant's entry, not an older holder's: the rate then frees
+// an interval after the grants that stay.
+func TestLeaseRateGivesBackByStamp(t *testing.T) {
+	t.Parallel()
+	lq := newLeaseQueue(t, jobstate.Limit{Rate: 2, Interval: time.Hour})
+	a := jobstate.Holder{Name: "a/1", Lease: time.Minute}
+	b := jobstate.Holder{Name: "b/1", Lease: time.Minute}
+	res := lq.admit(a, []jobstate.LeaseRequest{{Inst: "q", Tokens: 1}}, nil)
+	require.Equal(t, []jobstate.LeaseGrant{{Tokens: 1}}, res.Grants)
+	kept := stampTime(t, res.Stamp)
+	lq.waitRedisTime(kept.Add(50 * time.Millisecond))
+	res = lq.admit(b, []jobstate.LeaseRequest{{Inst: "q", Tokens: 1}}, nil)
+	require.Equal(t, []jobstate.LeaseGrant{{Tokens: 1}}, res.Grants)
+	b.Known = true
+	lq.keep(b, false, jobstate.LeaseReturn{Inst: "q", Tokens: []jobstate.TokenReturn{{Stamp: res.Stamp, N: 1}}})
+	res = lq.admit(b, []jobstate.LeaseRequest{{Inst: "q", Tokens: 1}}, lq.read("", "j1", "j2"))
+	require.Equal(t, []script.Code{script.OK, script.Deferred}, codes(res.Jobs))
+	due := kept.Add(time.Hour)
+	require.Equal(t, (due.UnixMicro()+999)/1000, res.Jobs[1].Due.UnixMilli(),
+		"due an interval after a's grant, the older of the two that count")
 }
