@@ -201,3 +201,29 @@ func TestLeaseTakeLeavesJobsToRedisWhileJobsWait(t *testing.T) {
 	bq.book.keep(t.Context(), false)
 	require.Nil(t, bq.takeNow(), "jobs wait in Redis: the worker asks")
 }
+
+// Rate tokens leased ahead of the reads admit jobs in memory for tokenLife only (the rate
+// counts each from then, the latest its job may start); older ones go back by the keeper,
+// out of the rate's log by their grant's stamp, for another worker to take.
+func TestLeaseTokensLiveTokenLife(t *testing.T) {
+	t.Parallel()
+	bq := newBookQueue(t, "a/1", time.Minute, Limit{Rate: 10, Interval: time.Hour})
+	outs, _ := bq.admit(bq.read(1)) // leases the whole rate: 1 for the job, 9 ahead
+	require.Equal(t, []admitOutcome{admitGranted}, outs)
+	require.NotNil(t, bq.takeNow(), "a fresh token admits a job in memory")
+	bq.book.mu.Lock()
+	for _, il := range bq.book.queues[bq.q.Stream()].insts {
+		require.Equal(t, 8, tokenCount(il.tokens))
+		for k := range il.tokens {
+			il.tokens[k].at = il.tokens[k].at.Add(-2 * tokenLife) // as if leased a while ago
+		}
+	}
+	bq.book.mu.Unlock()
+	require.Nil(t, bq.takeNow(), "a token older than tokenLife admits nothing")
+	bq.book.keep(t.Context(), false)
+	other := jobstate.Holder{Name: "b/1", Lease: time.Minute}
+	call := jobstate.AdmitCall(&bq.q, other, []jobstate.LeaseRequest{{Inst: "q", Tokens: 10}}, nil)
+	res, err := jobstate.AdmitReply(call.Script.Run(t.Context(), bq.rdb, call.Keys, call.Args...), 1, 0)
+	require.NoError(t, err)
+	require.Equal(t, []jobstate.LeaseGrant{{Tokens: 8}}, res.Grants, "the 8 unused tokens went back")
+}
