@@ -399,7 +399,7 @@ func TestLeaseRateDeferralWakesTheScheduler(t *testing.T) {
 	require.Equal(t, strconv.FormatInt(res.Jobs[1].Due.UnixMilli(), 10), m.Payload)
 }
 
-// Raising a per-key limit (of the queue's keys, or of a type's) wakes the jobs waiting for a
+// Raising a per-key limit (of the queue's keys, or of a type's) wakes every job waiting for a
 // slot of any of its keys' instances.
 func TestLimitSetWakesPerKeyWaiters(t *testing.T) {
 	t.Parallel()
@@ -409,12 +409,13 @@ func TestLimitSetWakesPerKeyWaiters(t *testing.T) {
 			lq := newLeaseQueue(t, jobstate.Limit{Type: typ, PerKey: true, Concurrency: 1})
 			inst := jobstate.LimitInstance(jobstate.LimitField(typ, true), "t", "k")
 			a := jobstate.Holder{Name: "a/1", Lease: time.Minute}
-			items := lq.read("k", "j1", "j2")
+			items := lq.read("k", "j1", "j2", "j3")
 			res := lq.admit(a, []jobstate.LeaseRequest{{Inst: inst, Names: []int{0}}}, items)
-			require.Equal(t, []script.Code{script.OK, script.Deferred}, codes(res.Jobs))
+			require.Equal(t, []script.Code{script.OK, script.Deferred, script.Deferred}, codes(res.Jobs))
 			require.NoError(t, jobstate.SetLimit(t.Context(), lq.rdb, lq.q,
-				jobstate.Limit{Type: typ, PerKey: true, Concurrency: 2}, time.Now()))
+				jobstate.Limit{Type: typ, PerKey: true, Concurrency: 3}, time.Now()))
 			require.Equal(t, "queued", lq.status("j2"))
+			require.Equal(t, "queued", lq.status("j3"), "every waiting job woken")
 		})
 	}
 }
