@@ -3,6 +3,7 @@ package pipeline
 import (
 	"context"
 	"maps"
+	"slices"
 	"sync"
 	"time"
 
@@ -113,20 +114,76 @@ type scope struct {
 // instLease is the lease of one scope instance: slot numbers held (free or running a job),
 // numbers to ask for again, and rate tokens.
 type instLease struct {
-	inst      string
-	free      []int // held, not running a job
-	inUse     int
-	fresh     int   // the next number never asked for
-	reuse     []int // numbers not held, to ask for again
-	tokens    int
-	tokensAt  time.Time // when the tokens held were granted (the oldest)
-	used      time.Time // when a slot or token was last taken
-	waiters   bool      // jobs wait in Redis for a slot of it (the keeper's last answer)
-	back      []int     // held numbers to give back at the next keeper call
-	unsure    []int     // numbers asked for in a call whose reply was lost
-	backToken int       // tokens to give back
-	calls     int       // admit.lua calls under way that ask for it
-	limit     jobstate.Limit
+	inst    string
+	free    []int // held, not running a job
+	inUse   int
+	fresh   int                    // the next number never asked for
+	reuse   []int                  // numbers not held, to ask for again
+	tokens  []tokenBatch           // held, by grant, oldest first
+	used    time.Time              // when a slot or token was last taken
+	waiters bool                   // jobs wait in Redis for a slot of it (the keeper's last answer)
+	back    []int                  // held numbers to give back at the next keeper call
+	unsure  []int                  // numbers asked for in a call whose reply was lost
+	backTok []jobstate.TokenReturn // tokens to give back
+	calls   int                    // admit.lua calls under way that ask for it
+	limit   jobstate.Limit
+}
+
+// tokenBatch is rate tokens of one admit.lua call (its stamp, by which they go back) and when
+// they were granted.
+type tokenBatch struct {
+	jobstate.TokenReturn
+	at time.Time
+}
+
+// tokenCount is how many tokens tb holds.
+func tokenCount(tb []tokenBatch) int {
+	n := 0
+	for _, b := range tb {
+		n += b.N
+	}
+	return n
+}
+
+// useToken takes one token of tb, the oldest, and returns what is left.
+func useToken(tb []tokenBatch) []tokenBatch {
+	tb[0].N--
+	if tb[0].N == 0 {
+		tb = tb[1:]
+	}
+	return tb
+}
+
+// freshTokens reports whether il holds tokens granted within tokenLife (a token is a start
+// granted now, not later): the oldest tell.
+func (il *instLease) freshTokens(now time.Time) bool {
+	return len(il.tokens) > 0 && now.Sub(il.tokens[0].at) <= tokenLife
+}
+
+// giveBackTokens moves il's tokens to those to give back: all of them, or those older than
+// tokenLife. Under b.mu.
+func (il *instLease) giveBackTokens(now time.Time, all bool) {
+	keep := il.tokens[:0]
+	for _, t := range il.tokens {
+		if all || now.Sub(t.at) > tokenLife {
+			il.backTok = append(il.backTok, t.TokenReturn)
+		} else {
+			keep = append(keep, t)
+		}
+	}
+	il.tokens = keep
+	if len(il.tokens) == 0 {
+		il.tokens = nil
+	}
+}
+
+// addTokens adds tb to the tokens il holds, keeping them oldest first. Under b.mu.
+func (il *instLease) addTokens(tb []tokenBatch) {
+	if len(tb) == 0 {
+		return
+	}
+	il.tokens = append(il.tokens, tb...)
+	slices.SortStableFunc(il.tokens, func(a, b tokenBatch) int { return a.at.Compare(b.at) })
 }
 
 func newLeaseBook(w *Worker) *leaseBook {
@@ -157,8 +214,7 @@ func (b *leaseBook) setLimits(q keys.Queue, limits map[string]jobstate.Limit) {
 	for _, il := range ql.insts {
 		il.back = append(il.back, il.free...)
 		il.free = nil
-		il.backToken += il.tokens
-		il.tokens = 0
+		il.giveBackTokens(time.Now(), true)
 	}
 	b.kickLocked()
 }
@@ -223,7 +279,7 @@ func (b *leaseBook) take(ql *queueLease, sc []scope, now time.Time) *grant {
 		if s.conc && (s.il.waiters || len(s.il.free) == 0) {
 			return nil
 		}
-		if s.rate && (s.il.tokens == 0 || now.Sub(s.il.tokensAt) > tokenLife) {
+		if s.rate && !s.il.freshTokens(now) {
 			return nil
 		}
 	}
@@ -237,7 +293,7 @@ func (b *leaseBook) take(ql *queueLease, sc []scope, now time.Time) *grant {
 			g.slots = append(g.slots, heldSlot{il, n})
 		}
 		if s.rate {
-			il.tokens--
+			il.tokens = useToken(il.tokens)
 		}
 		il.used = now
 	}
@@ -277,7 +333,7 @@ func (ql *queueLease) lose() {
 	for _, il := range ql.insts {
 		il.reuse = append(il.reuse, il.free...)
 		il.reuse = append(il.reuse, il.back...)
-		il.free, il.back, il.tokens, il.backToken = nil, nil, 0, 0
+		il.free, il.back, il.tokens, il.backTok = nil, nil, nil, nil
 	}
 }
 
@@ -313,9 +369,9 @@ type callPart struct {
 	il          *instLease
 	need        int
 	conc, rate  bool
-	aside       []int // free slots set aside for the call's jobs
-	asked       []int // numbers asked for
-	tokensAside int
+	aside       []int        // free slots set aside for the call's jobs
+	asked       []int        // numbers asked for
+	tokensAside []tokenBatch // tokens set aside for the call's jobs, then granted by it
 	tokensAsked int
 }
 
@@ -381,16 +437,13 @@ func (b *leaseBook) admit(ctx context.Context, ql *queueLease, q *keys.Queue, jo
 			r.Names, r.SlotsAside = p.asked, len(p.aside)
 		}
 		if p.rate {
-			if now.Sub(il.tokensAt) <= tokenLife {
-				p.tokensAside = il.tokens
-			} else {
-				il.backToken += il.tokens
-			}
-			il.tokens = 0
-			if want := p.need - p.tokensAside; want > 0 {
+			il.giveBackTokens(now, false)
+			p.tokensAside, il.tokens = il.tokens, nil
+			aside := tokenCount(p.tokensAside)
+			if want := p.need - aside; want > 0 {
 				p.tokensAsked = min(want+3*b.batch, max(int(l.Rate), want))
 			}
-			r.Tokens, r.TokensAside = p.tokensAsked, p.tokensAside
+			r.Tokens, r.TokensAside = p.tokensAsked, aside
 		}
 		reqs[i] = r
 	}
@@ -401,7 +454,7 @@ func (b *leaseBook) admit(ctx context.Context, ql *queueLease, q *keys.Queue, jo
 	for _, p := range parts {
 		p.il.calls++
 	}
-	h := jobstate.Holder{Name: b.holder, Lease: b.lease, Known: ql.known}
+	h := jobstate.Holder{Name: b.holder, Lease: b.lease, Known: ql.known, TokenLife: tokenLife}
 	b.mu.Unlock()
 
 	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
@@ -421,7 +474,7 @@ func (b *leaseBook) admit(ctx context.Context, ql *queueLease, q *keys.Queue, jo
 		for _, p := range parts {
 			p.il.unsure = append(p.il.unsure, p.asked...)
 			p.il.free = append(p.il.free, p.aside...)
-			p.il.tokens += p.tokensAside
+			p.il.addTokens(p.tokensAside)
 		}
 		b.kickLocked()
 		return outs, grants // pending ones: admitFailed
@@ -431,7 +484,7 @@ func (b *leaseBook) admit(ctx context.Context, ql *queueLease, q *keys.Queue, jo
 		b.log.Warn().Str("queue", q.Name()).Msg("this worker's lease of its queue's limits ran out (cut off from Redis for longer than the visibility timeout); leasing again")
 		for _, p := range parts {
 			p.il.reuse = append(p.il.reuse, p.aside...)
-			p.aside, p.tokensAside = nil, 0
+			p.aside, p.tokensAside = nil, nil
 		}
 		ql.lose()
 	}
@@ -442,7 +495,9 @@ func (b *leaseBook) admit(ctx context.Context, ql *queueLease, q *keys.Queue, jo
 		got := min(gr.Names, len(p.asked))
 		p.aside = append(p.aside, p.asked[:got]...)
 		p.il.reuse = append(p.il.reuse, p.asked[got:]...)
-		p.tokensAside += gr.Tokens
+		if gr.Tokens > 0 {
+			p.tokensAside = append(p.tokensAside, tokenBatch{jobstate.TokenReturn{Stamp: res.Stamp, N: gr.Tokens}, now})
+		}
 	}
 	for i, k := range pending {
 		switch res.Jobs[i].Code {
@@ -456,8 +511,8 @@ func (b *leaseBook) admit(ctx context.Context, ql *queueLease, q *keys.Queue, jo
 					s.il.inUse++
 					g.slots = append(g.slots, heldSlot{s.il, n})
 				}
-				if s.rate && p.tokensAside > 0 {
-					p.tokensAside--
+				if s.rate && len(p.tokensAside) > 0 {
+					p.tokensAside = useToken(p.tokensAside)
 				}
 				s.il.used = now
 			}
@@ -475,12 +530,7 @@ func (b *leaseBook) admit(ctx context.Context, ql *queueLease, q *keys.Queue, jo
 		} else {
 			il.free = append(il.free, p.aside...)
 		}
-		if p.tokensAside > 0 {
-			if il.tokens == 0 {
-				il.tokensAt = now
-			}
-			il.tokens += p.tokensAside
-		}
+		il.addTokens(p.tokensAside)
 		il.used = now
 	}
 	return outs, grants
@@ -636,24 +686,21 @@ func (b *leaseBook) keep(ctx context.Context, end bool) {
 				r.Names = append(r.Names, il.free...)
 				il.free = nil
 			}
-			r.Tokens, il.backToken = il.backToken, 0
-			if il.tokens > 0 && (end || now.Sub(il.tokensAt) > tokenLife) {
-				r.Tokens += il.tokens
-				il.tokens = 0
-			}
+			il.giveBackTokens(now, end)
+			r.Tokens, il.backTok = il.backTok, nil
 			// An instance the session holds nothing of, unused a while, is forgotten here and
 			// in Redis: a worker sees limit keys come and go (tenants), and neither its map
 			// nor its lease record may grow with all it ever saw.
-			if !end && il.inUse == 0 && len(il.free) == 0 && il.tokens == 0 && il.calls == 0 &&
+			if !end && il.inUse == 0 && len(il.free) == 0 && len(il.tokens) == 0 && il.calls == 0 &&
 				now.Sub(il.used) > leaseIdle {
 				r.Forget = true
 				delete(ql.insts, il.inst)
 				ql.scopes = map[string]map[string][]scope{} // none may point at it
 			}
-			if len(r.Names) > 0 || r.Tokens > 0 || r.Forget {
+			if len(r.Names) > 0 || len(r.Tokens) > 0 || r.Forget {
 				rets = append(rets, r)
 			}
-			holds = holds || il.inUse > 0 || len(il.free) > 0 || il.tokens > 0
+			holds = holds || il.inUse > 0 || len(il.free) > 0 || len(il.tokens) > 0
 		}
 		// A queue whose lease holds nothing is still called now and then (leaseProbe): the call
 		// takes back the slots of dead holders, which nothing else might (jobs waiting for
@@ -683,7 +730,7 @@ func (b *leaseBook) keep(ctx context.Context, end bool) {
 						p.ql.insts[r.Inst] = il
 					}
 					il.unsure = append(il.unsure, r.Names...)
-					il.backToken += r.Tokens
+					il.backTok = append(il.backTok, r.Tokens...)
 				}
 			}
 			b.mu.Unlock()

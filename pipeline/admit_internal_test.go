@@ -10,8 +10,10 @@ import (
 	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 
+	"github.com/conveyorq/conveyor/internal/jobstate"
 	"github.com/conveyorq/conveyor/internal/keys"
 	"github.com/conveyorq/conveyor/internal/redistest"
+	"github.com/conveyorq/conveyor/internal/script"
 )
 
 // A worker that ran jobs of many limit keys forgets the instances it holds nothing of, in
@@ -74,4 +76,154 @@ func TestLeaseForgetsIdleInstances(t *testing.T) {
 		}
 		require.Zero(t, got, "tenant-%d's slots back", k)
 	}
+}
+
+// bookQueue is a queue with a concurrency limit and a session's lease book of it, driven by
+// hand: the jobs admitted and the keeper's calls are the test's.
+type bookQueue struct {
+	t    *testing.T
+	rdb  redis.UniversalClient
+	q    keys.Queue
+	book *leaseBook
+	c    *Client
+}
+
+func newBookQueue(t *testing.T, holder string, lease time.Duration, l Limit) *bookQueue {
+	t.Helper()
+	rdb := redistest.Client(t)
+	ctx := t.Context()
+	queue := redistest.UniqueName(t)
+	c, err := NewClient(rdb, ClientConfig{})
+	require.NoError(t, err)
+	in, err := NewInspector(rdb, InspectorConfig{})
+	require.NoError(t, err)
+	_, err = in.CreateQueue(ctx, queue, QueueOptions{})
+	require.NoError(t, err)
+	require.NoError(t, in.SetLimit(ctx, queue, l))
+	q := keys.New(keys.DefaultPrefix, queue)
+	require.NoError(t, rdb.XGroupCreateMkStream(ctx, q.Stream(), keys.Group, "0").Err())
+	bq := &bookQueue{t: t, rdb: rdb, q: q, c: c, book: &leaseBook{rdb: rdb, log: zerolog.New(zerolog.NewTestWriter(t)),
+		holder: holder, lease: lease, conc: 10, batch: 10, queues: map[string]*queueLease{}, kick: make(chan struct{}, 1)}}
+	bq.book.setLimits(q, map[string]jobstate.Limit{jobstate.LimitField(l.Type, l.PerKey): l.stored()})
+	return bq
+}
+
+// read publishes n jobs and reads them as the worker would: the jobs to admit.
+func (bq *bookQueue) read(n int) []admitJob {
+	bq.t.Helper()
+	ctx := bq.t.Context()
+	for range n {
+		_, err := bq.c.Enqueue(ctx, bq.q.Name(), Task{Type: "t"})
+		require.NoError(bq.t, err)
+	}
+	res, err := bq.rdb.XReadGroup(ctx, &redis.XReadGroupArgs{Group: keys.Group, Consumer: "c",
+		Streams: []string{bq.q.Stream(), ">"}, Count: int64(n)}).Result()
+	require.NoError(bq.t, err)
+	var jobs []admitJob
+	for _, m := range res[0].Messages {
+		jobs = append(jobs, admitJob{item: jobstate.AdmitItem{ID: m.Values[keys.EntryUUID].(string), Entry: m.ID,
+			Type: "t", Attempt: 1}})
+	}
+	require.Len(bq.t, jobs, n)
+	return jobs
+}
+
+func (bq *bookQueue) admit(jobs []admitJob) ([]admitOutcome, []*grant) {
+	bq.t.Helper()
+	ql := bq.book.queue(&bq.q)
+	require.NotNil(bq.t, ql)
+	return bq.book.admit(bq.t.Context(), ql, &bq.q, jobs)
+}
+
+// takeNow is take for a job of type t under bq's limits, as admit tries it first.
+func (bq *bookQueue) takeNow() *grant {
+	b := bq.book
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	ql := b.queues[bq.q.Stream()]
+	return b.take(ql, ql.scopesOf("t", ""), time.Now())
+}
+
+// waitRunOut waits until holder's lease has run out by Redis's clock.
+func (bq *bookQueue) waitRunOut(holder string) {
+	bq.t.Helper()
+	hz := bq.q.LimitPrefix() + "hz:"
+	require.Eventually(bq.t, func() bool {
+		score, err := bq.rdb.ZScore(bq.t.Context(), hz, holder).Result()
+		now, terr := bq.rdb.Time(bq.t.Context()).Result()
+		return err == nil && terr == nil && score < float64(now.UnixMilli())
+	}, 5*time.Second, time.Millisecond)
+}
+
+// A worker whose lease ran out while a job ran, and another took its slot: neither the
+// keeper's answer (lost) nor the job's end may leave the worker believing it holds a slot
+// Redis no longer counts as its own, or a next job would run beside the other worker's under
+// a limit of 1.
+func TestLeaseLostSlotIsNotHandedOutAgain(t *testing.T) {
+	t.Parallel()
+	bq := newBookQueue(t, "a/1", time.Millisecond, Limit{Concurrency: 1})
+	outs, grants := bq.admit(bq.read(1))
+	require.Equal(t, []admitOutcome{admitGranted}, outs)
+	bq.waitRunOut("a/1")
+	// Another holder takes the slot back and runs a job on it.
+	other := jobstate.Holder{Name: "b/1", Lease: time.Minute}
+	call := jobstate.AdmitCall(&bq.q, other, []jobstate.LeaseRequest{{Inst: "q", Names: []int{0}}}, nil)
+	res, err := jobstate.AdmitReply(call.Script.Run(t.Context(), bq.rdb, call.Keys, call.Args...), 1, 0)
+	require.NoError(t, err)
+	require.Equal(t, []jobstate.LeaseGrant{{Names: 1}}, res.Grants)
+
+	bq.book.lease = time.Minute
+	bq.book.keep(t.Context(), false) // told: lost
+	grants[0].giveBack()             // the job that ran on the lost slot ends
+	require.Nil(t, bq.takeNow(), "a slot Redis counts as b's is handed out again")
+}
+
+// While jobs wait in Redis for a slot of an instance, a job the worker reads is not admitted
+// from its spare slots in memory: it goes to admit.lua, whose answer tells the worker whether
+// jobs still wait, so that the spare slots go back to them (leaseBook.take).
+func TestLeaseTakeLeavesJobsToRedisWhileJobsWait(t *testing.T) {
+	t.Parallel()
+	bq := newBookQueue(t, "a/1", time.Minute, Limit{Concurrency: 2})
+	outs, _ := bq.admit(bq.read(1)) // leases both slots: one runs the job, one is spare
+	require.Equal(t, []admitOutcome{admitGranted}, outs)
+	// Another worker's job waits for a slot, and the keeper learns it.
+	other := jobstate.Holder{Name: "b/1", Lease: time.Minute}
+	items := []jobstate.AdmitItem{bq.read(1)[0].item}
+	call := jobstate.AdmitCall(&bq.q, other, []jobstate.LeaseRequest{{Inst: "q", Names: []int{0}}}, items)
+	res, err := jobstate.AdmitReply(call.Script.Run(t.Context(), bq.rdb, call.Keys, call.Args...), 1, 1)
+	require.NoError(t, err)
+	require.Equal(t, script.Deferred, res.Jobs[0].Code)
+	bq.book.mu.Lock()
+	for _, il := range bq.book.queues[bq.q.Stream()].insts {
+		il.used = time.Now() // not idle: the keeper keeps the spare slot this once
+	}
+	bq.book.mu.Unlock()
+	bq.book.keep(t.Context(), false)
+	require.Nil(t, bq.takeNow(), "jobs wait in Redis: the worker asks")
+}
+
+// Rate tokens leased ahead of the reads admit jobs in memory for tokenLife only (the rate
+// counts each from then, the latest its job may start); older ones go back by the keeper,
+// out of the rate's log by their grant's stamp, for another worker to take.
+func TestLeaseTokensLiveTokenLife(t *testing.T) {
+	t.Parallel()
+	bq := newBookQueue(t, "a/1", time.Minute, Limit{Rate: 10, Interval: time.Hour})
+	outs, _ := bq.admit(bq.read(1)) // leases the whole rate: 1 for the job, 9 ahead
+	require.Equal(t, []admitOutcome{admitGranted}, outs)
+	require.NotNil(t, bq.takeNow(), "a fresh token admits a job in memory")
+	bq.book.mu.Lock()
+	for _, il := range bq.book.queues[bq.q.Stream()].insts {
+		require.Equal(t, 8, tokenCount(il.tokens))
+		for k := range il.tokens {
+			il.tokens[k].at = il.tokens[k].at.Add(-2 * tokenLife) // as if leased a while ago
+		}
+	}
+	bq.book.mu.Unlock()
+	require.Nil(t, bq.takeNow(), "a token older than tokenLife admits nothing")
+	bq.book.keep(t.Context(), false)
+	other := jobstate.Holder{Name: "b/1", Lease: time.Minute}
+	call := jobstate.AdmitCall(&bq.q, other, []jobstate.LeaseRequest{{Inst: "q", Tokens: 10}}, nil)
+	res, err := jobstate.AdmitReply(call.Script.Run(t.Context(), bq.rdb, call.Keys, call.Args...), 1, 0)
+	require.NoError(t, err)
+	require.Equal(t, []jobstate.LeaseGrant{{Tokens: 8}}, res.Grants, "the 8 unused tokens went back")
 }

@@ -22,8 +22,10 @@ const (
 const MaxQueueLimits = 1000
 
 // Limit is a flow-control limit of a queue, stored in Redis so that every worker obeys the same
-// one and an operator changes it live (Inspector.SetLimit): a rate, "Rate jobs started per
-// Interval", and/or a concurrency, "at most Concurrency jobs running at once", over a scope.
+// one and an operator changes it live (Inspector.SetLimit): a rate, "at most Rate jobs started
+// in any window of Interval", and/or a concurrency, "at most Concurrency jobs running at once",
+// over a scope. A rate lets Rate jobs start at once after a quiet Interval, then the next once
+// the first of them started an Interval ago.
 //
 // The scope is the whole queue, or one job type (Type), and either all of its jobs together or
 // each limit key's jobs separately (PerKey: the key a job was published with, WithLimitKey;
@@ -35,7 +37,7 @@ type Limit struct {
 	Type string
 	// PerKey applies the limit to each limit key separately.
 	PerKey bool
-	// Rate is how many jobs may start per Interval; zero means no rate limit.
+	// Rate is how many jobs may start in any window of Interval; zero means no rate limit.
 	Rate int
 	// Interval is the rate's period, a whole number of milliseconds, at least one.
 	Interval time.Duration

@@ -213,9 +213,9 @@ func TestLimitConcurrencyPerKey(t *testing.T) {
 	require.Equal(t, 1, g.mostOf("b"))
 }
 
-// A rate limit: the start times obey GCRA's bound, give or take the life of a leased token
-// (a worker starts a token's job within tokenLife of its grant), jobs are no attempts and none
-// fails; four workers share the limit.
+// A rate limit: at most rate starts in any window of the interval, give or take the life of a
+// leased token (a worker starts a token's job within tokenLife of its grant), jobs are no
+// attempts and none fails; four workers share the limit.
 func TestLimitRate(t *testing.T) {
 	t.Parallel()
 	onBoth(t, testLimitRate)
@@ -244,14 +244,15 @@ func testLimitRate(t *testing.T, rdb redis.UniversalClient) {
 	}
 	// The first job, published before the limit, may or may not have been admitted under it.
 	slices.Sort(at)
-	tMS := float64(interval.Milliseconds()) / rate
 	for i := range at {
 		for j := i + 1; j < len(at); j++ {
-			// GCRA with a burst of rate: at most rate + (t_j - t_i)/T tokens granted in
-			// [t_i, t_j] (+1 ms: the times are whole milliseconds), and the tokens of the starts
-			// in it were granted at most tokenLife before t_i.
-			bound := rate + float64(at[j]-at[i]+1+pipeline.TokenLife.Milliseconds())/tMS
-			require.LessOrEqual(t, float64(j-i+1), bound, "starts %d..%d at %v", i, j, at)
+			// At most rate tokens granted in any window of the interval, so at most rate per
+			// window of the windows that tile [t_i - tokenLife, t_j] (+1 ms: the times are whole
+			// milliseconds): the tokens of the starts in [t_i, t_j] were granted at most
+			// tokenLife before t_i.
+			span := at[j] - at[i] + 1 + pipeline.TokenLife.Milliseconds()
+			windows := (span + interval.Milliseconds() - 1) / interval.Milliseconds()
+			require.LessOrEqual(t, int64(j-i+1), rate*windows, "starts %d..%d at %v", i, j, at)
 		}
 	}
 	st, err := c.Stats(ctx, queue)
@@ -503,7 +504,14 @@ func TestLimitRateDefersTApart(t *testing.T) {
 	due, err := rdb.ZRangeWithScores(ctx, q.Scheduled(), 0, -1).Result()
 	require.NoError(t, err)
 	require.Greater(t, len(due), 50)
-	span := due[len(due)-1].Score - due[0].Score
+	// Each is due T after the previous, by the due times Redis stored (whole milliseconds,
+	// rounded up from the exact times, so 1 or 2 ms apart for a T of 1.5 ms, and never more
+	// than 1 ms off k T after the first).
 	perMS := float64(interval.Milliseconds()) / rate
-	require.LessOrEqual(t, span, float64(len(due)-1)*perMS+2, "%d deferred jobs due over %.0f ms", len(due), span)
+	for k := 1; k < len(due); k++ {
+		require.InDelta(t, perMS, due[k].Score-due[k-1].Score, 1, "job %d of %d: due at %.0f, the previous at %.0f",
+			k, len(due), due[k].Score, due[k-1].Score)
+		require.InDelta(t, float64(k)*perMS, due[k].Score-due[0].Score, 1, "job %d of %d: due at %.0f, the first at %.0f",
+			k, len(due), due[k].Score, due[0].Score)
+	}
 }

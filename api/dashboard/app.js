@@ -567,7 +567,7 @@
       h('p', { class: 'muted' }, 'A limit replaces the one of the same scope. A job is held to every limit whose scope it is in; limits apply to every worker at once.'),
       field('limit-type', 'Job type', typ),
       h('div', { class: 'field check' }, perKey, h('label', { for: 'limit-per-key' }, 'Each limit key separately')),
-      h('fieldset', { class: 'field rate' }, h('legend', {}, 'Rate: jobs started per interval'),
+      h('fieldset', { class: 'field rate' }, h('legend', {}, 'Rate: most jobs started in any interval'),
         h('label', { for: 'limit-rate', class: 'visually-hidden' }, 'Jobs'), rate, ' per ',
         h('label', { for: 'limit-interval', class: 'visually-hidden' }, 'Interval'), every, ' ', unit),
       field('limit-concurrency', 'Concurrency: jobs running at once', conc),

@@ -20,7 +20,8 @@ func newLimitsCmd(a *app) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "limits",
 		Short: "Set, list and delete a queue's flow-control limits (rate and concurrency)",
-		Long: `A queue's limits cap how fast its jobs start (a rate: N jobs per interval) and how many run
+		Long: `A queue's limits cap how fast its jobs start (a rate: at most N jobs start in any window of
+the interval) and how many run
 at once (a concurrency), over a scope: the whole queue or one job type (--type), and either all
 of its jobs together or each limit key's jobs separately (--per-key: the key a job was
 published with). A job is held to every limit whose scope it is in; a job over a limit waits,
@@ -57,8 +58,10 @@ func newLimitsSetCmd(a *app) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "set QUEUE [--type T] [--per-key] [--rate N/INTERVAL] [--concurrency M]",
 		Short: "Set a queue's limit for one scope, replacing the one there",
-		Long: `Set the limit of one scope of a queue: --rate N/INTERVAL lets N jobs start per INTERVAL
-(100/1s, 10/1m, 5/500ms; 100/s, 10/m and 2/h mean per one second, minute, hour), --concurrency M
+		Long: `Set the limit of one scope of a queue: --rate N/INTERVAL lets at most N jobs start in any
+window of INTERVAL: N at once after a quiet INTERVAL, then the next once the first of them
+started INTERVAL ago (100/1s, 10/1m, 5/500ms; 100/s, 10/m and 2/h mean per one second, minute,
+hour), --concurrency M
 lets M run at once; give either or both. The limit replaces the scope's limit as a whole: to
 keep a rate while setting a concurrency, give both. Every worker applies it from its next read
 of the queue's limits. The queue must exist (exit 1 otherwise) and must not be partitioned.`,
@@ -93,7 +96,7 @@ of the queue's limits. The queue must exist (exit 1 otherwise) and must not be p
 		},
 	}
 	scope.register(cmd)
-	cmd.Flags().Var(&rate, "rate", "at most N jobs start per INTERVAL: 100/1s, 10/m, 5/500ms")
+	cmd.Flags().Var(&rate, "rate", "at most N jobs start in any window of INTERVAL: 100/1s, 10/m, 5/500ms")
 	cmd.Flags().IntVar(&concurrency, "concurrency", 0, "at most M jobs run at once")
 	return cmd
 }

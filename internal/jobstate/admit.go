@@ -59,20 +59,25 @@ type Admission struct {
 }
 
 // AdmitResult is an AdmitCall's reply: Lost (the holder's lease had run out: what it held
-// before is gone), a grant per request and an answer per item, in order.
+// before is gone), Stamp (the call's time by Redis's clock: the rate tokens it granted are
+// given back by it, TokenReturn), a grant per request and an answer per item, in order.
 type AdmitResult struct {
 	Lost   bool
+	Stamp  string
 	Grants []LeaseGrant
 	Jobs   []Admission
 }
 
 // Holder is one worker session's name in the lease records: Lease is how long its leases last
 // unrenewed (a dead worker's slots come back after it), Known whether a call of it went
-// through before.
+// through before, TokenLife how long after it sent a call it may start a job on a rate token
+// the call granted (after that it gives the token back): a rate counts such a token from then,
+// so that its bound holds for starts.
 type Holder struct {
-	Name  string
-	Lease time.Duration
-	Known bool
+	Name      string
+	Lease     time.Duration
+	Known     bool
+	TokenLife time.Duration
 }
 
 // AdmitCall is one admit.lua call of holder h on queue q: the lease requests reqs, then items,
@@ -86,7 +91,8 @@ func AdmitCall(q *keys.Queue, h Holder, reqs []LeaseRequest, items []AdmitItem) 
 		known = "1"
 	}
 	args = append(args, keys.Group, q.LimitPrefix(), q.Wake(), q.JobPrefix(), h.Name,
-		strconv.FormatInt(max(h.Lease.Milliseconds(), 1), 10), known, strconv.Itoa(len(reqs)))
+		strconv.FormatInt(max(h.Lease.Milliseconds(), 1), 10), known, strconv.Itoa(len(reqs)),
+		strconv.FormatInt(max(h.TokenLife.Microseconds(), 0), 10))
 	for _, r := range reqs {
 		args = append(args, r.Inst, joinNumbers(r.Names), strconv.Itoa(r.SlotsAside),
 			strconv.Itoa(r.Tokens), strconv.Itoa(r.TokensAside))
@@ -119,16 +125,16 @@ func joinNumbers(ns []int) string {
 func AdmitReply(cmd *redis.Cmd, nreq, n int) (AdmitResult, error) {
 	r, err := decode("admit", cmd)
 	if err == nil {
-		err = r.want(1 + 3*nreq + 2*n)
+		err = r.want(2 + 3*nreq + 2*n)
 	}
 	if err != nil {
 		return AdmitResult{}, err
 	}
-	res := AdmitResult{Lost: r.int(0) == 1, Grants: make([]LeaseGrant, nreq), Jobs: make([]Admission, n)}
+	res := AdmitResult{Lost: r.int(0) == 1, Stamp: r.str(1), Grants: make([]LeaseGrant, nreq), Jobs: make([]Admission, n)}
 	for k := range res.Grants {
-		res.Grants[k] = LeaseGrant{Names: int(r.int(1 + 3*k)), Tokens: int(r.int(2 + 3*k)), Waiting: r.int(3+3*k) == 1}
+		res.Grants[k] = LeaseGrant{Names: int(r.int(2 + 3*k)), Tokens: int(r.int(3 + 3*k)), Waiting: r.int(4+3*k) == 1}
 	}
-	base := 1 + 3*nreq
+	base := 2 + 3*nreq
 	for k := range res.Jobs {
 		a := &res.Jobs[k]
 		a.Code = script.Code(r.int(base + 2*k))
@@ -156,13 +162,37 @@ var (
 )
 
 // LeaseReturn gives back part of a worker session's lease of one scope instance: the slot
-// numbers Names and Tokens unused rate tokens. Forget says the session holds nothing of the
-// instance any more, so that its lease record forgets it.
+// numbers Names and the unused rate tokens Tokens. Forget says the session holds nothing of
+// the instance any more, so that its lease record forgets it.
 type LeaseReturn struct {
 	Inst   string
 	Names  []int
-	Tokens int
+	Tokens []TokenReturn
 	Forget bool
+}
+
+// TokenReturn is N unused rate tokens of the admit.lua call whose AdmitResult.Stamp is Stamp:
+// a rate counts its grants by when they were made, so a token goes back by its grant's time.
+type TokenReturn struct {
+	Stamp string
+	N     int
+}
+
+// joinTokens is ts as leases.lua reads them: '<stamp>:<count>' pairs, ','-joined.
+func joinTokens(ts []TokenReturn) string {
+	var b strings.Builder
+	for _, t := range ts {
+		if t.N <= 0 || t.Stamp == "" {
+			continue
+		}
+		if b.Len() > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString(t.Stamp)
+		b.WriteByte(':')
+		b.WriteString(strconv.Itoa(t.N))
+	}
+	return b.String()
 }
 
 // LeasesCall is one leases.lua call of holder h on queue q: it gives back rets, renews h's
@@ -180,7 +210,7 @@ func LeasesCall(q *keys.Queue, h Holder, end bool, rets []LeaseReturn) script.Ca
 		if r.Forget {
 			forget = "1"
 		}
-		args = append(args, r.Inst, joinNumbers(r.Names), strconv.Itoa(r.Tokens), forget)
+		args = append(args, r.Inst, joinNumbers(r.Names), joinTokens(r.Tokens), forget)
 	}
 	return script.Call{Script: leasesScript, Keys: []string{q.Stream(), q.Limits()}, Args: args}
 }

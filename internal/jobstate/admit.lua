@@ -6,12 +6,15 @@
 -- ARGV[1] group, ARGV[2] limit prefix lp (keys.Queue.LimitPrefix), ARGV[3] wake channel,
 --   ARGV[4] job key prefix, ARGV[5] holder (the worker session's lease name), ARGV[6] the
 --   holder's lease (ms), ARGV[7] '1' when the holder had a lease already (a call of it went
---   through before), ARGV[8] the number of instance requests, then 5 values per request:
+--   through before), ARGV[8] the number of instance requests, ARGV[9] how long the holder may
+--   keep a rate token before it starts a job on it or gives it back (us), then 5 values per
+--   request:
 --   instance, the slot numbers asked for (','-joined, '' for none), the slots the worker sets
 --   aside for this call's jobs, the rate tokens asked for, the tokens set aside;
 --   then 6 values per job: id, entry, type, attempt (the entry's), limit key ('' for none),
 --   fence ('1': check that the job is still live before granting it)
--- Returns {CV_OK, lost, then 3 values per request: how many of the slot numbers asked for were
+-- Returns {CV_OK, lost, stamp (the time, unix us, the tokens granted and left to the holder are
+-- logged at: they are given back by it, leases.lua), then 3 values per request: how many of the slot numbers asked for were
 -- granted (the first ones), tokens granted, 1 when jobs wait for a slot of the instance (else
 -- 0: the worker then takes no more slots of it without asking, and gives back its spare ones); then 2 values per job: CV_OK and '' granted;
 -- CV_DEFERRED and the due time (unix ms) deferred by a rate, or '' waiting for a slot;
@@ -31,18 +34,20 @@
 -- its slots come back once its lease runs out (cv_reap_holders), as its jobs do through
 -- recovery. Room left while jobs wait for a slot wakes them (the jobs in hand go first).
 --
--- Rates are GCRA (the generic cell rate algorithm): one number per scope instance, its
--- theoretical arrival time (TAT), advanced by T = interval / rate for each token granted; a
--- token conforms while TAT - now <= interval - T, so a burst of up to `rate` may start at once
--- after a quiet interval, and in the long run no more than `rate` per interval. Chosen over a
--- token bucket (which allows the same) because it is one value to read and write, with no
--- refill arithmetic, and because it names the exact moment the limit next frees (TAT - interval
--- + T), which is the due time a deferred job needs: it is scheduled for that moment, never
--- polled. A token a worker does not use soon is given back (leases.lua moves TAT back by T),
--- and one whose grant's reply was lost is never used, which can only slow the rate. Jobs
--- deferred by a rate are spread T apart from the latest due time already handed out
--- (lp..'h:'..inst), so a batch deferred together does not come back together to be deferred
--- again. Times are Redis's (TIME), in microseconds: every worker shares that clock.
+-- Rates: at most `rate` jobs start in any window of the interval, by the log of the grants of
+-- the last interval (lib.lua, cv_rate_read): a burst of up to `rate` at once after a quiet
+-- interval, then the next once the first of them is an interval old. A token a job of this
+-- call takes is logged now, the job starting as the reply arrives; one left to the holder (it
+-- leases ahead of the jobs it reads) is logged at now + the token's life (ARGV[9]), the latest
+-- its job may start, so that the bound holds for starts, not grants. Under a rate that is
+-- reached every token goes to a job in hand, so the margin costs no throughput. The log names the exact
+-- moment the limit next frees, which is the due time a deferred job needs: it is scheduled for
+-- that moment, never polled. A token a worker does not use soon is given back (leases.lua takes
+-- it out of the log by the stamp of its grant), and one whose grant's reply was lost is never
+-- used, which can only slow the rate. Jobs deferred by a rate are spread T = interval / rate
+-- apart from the latest due time already handed out (lp..'h:'..inst), so a batch deferred
+-- together does not come back together to be deferred again. Times are Redis's (TIME), in
+-- microseconds: every worker shares that clock.
 --
 -- A job is granted when the slots and tokens set aside and granted by this call cover every
 -- one of its limits (in the order given). A granted job's hash is not touched: its slots are
@@ -60,6 +65,7 @@
 local stream, scheduled, stats = KEYS[1], KEYS[2], KEYS[3]
 local group, lp, wake, jprefix, holder = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]
 local lease_ms, known, nreq = tonumber(ARGV[6]), ARGV[7] == '1', tonumber(ARGV[8])
+local token_life = tonumber(ARGV[9])
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2]) -- us
 local now_ms = math.floor(now / 1000)
@@ -75,24 +81,31 @@ end
 redis.call('ZADD', lp .. 'hz:', now_ms + lease_ms, holder)
 
 -- Per-instance state read once per call and written back at the end.
-local tat, horizon = {}, {}
-local function cached(t, cmd, kind, inst)
-  local v = t[inst]
+local logs, horizon = {}, {}
+local function get_log(inst, l)
+  local v = logs[inst]
   if v == nil then
-    v = tonumber(redis.call(cmd, lp .. kind .. inst)) or 0
-    t[inst] = v
+    v = cv_rate_read(lp .. 'rl:' .. inst, now, l.interval)
+    logs[inst] = {log = v, interval = l.interval}
+    return v
+  end
+  return v.log
+end
+local function get_horizon(inst)
+  local v = horizon[inst]
+  if v == nil then
+    v = tonumber(redis.call('GET', lp .. 'h:' .. inst)) or 0
+    horizon[inst] = v
   end
   return v
 end
-local function get_tat(inst) return cached(tat, 'GET', 'r:', inst) end
-local function get_horizon(inst) return cached(horizon, 'GET', 'h:', inst) end
 
 local reaped = false
-local out = {CV_OK, lost}
+local out = {CV_OK, lost, string.format('%.0f', now + token_life)}
 local asked = {} -- the requests' instances, in order
 -- What each instance can give this call's jobs: {c = slots, r = tokens}.
 local cap = {}
-local a = 9
+local a = 10
 for _ = 1, nreq do
   local inst, names, cfree = ARGV[a], ARGV[a + 1], tonumber(ARGV[a + 2])
   local ask, rfree = tonumber(ARGV[a + 3]), tonumber(ARGV[a + 4])
@@ -125,14 +138,11 @@ for _ = 1, nreq do
     end
   end
   if ask > 0 and l and l.rate > 0 then
-    local v = get_tat(inst)
-    while gt < ask and v - now <= l.interval - l.T do
-      v = math.max(v, now) + l.T
-      gt = gt + 1
-    end
-    tat[inst] = v
+    local log = get_log(inst, l)
+    gt = math.max(0, math.min(ask, l.rate - cv_rate_count(log)))
+    if gt > 0 then cv_rate_add(log, now + token_life, gt) end
   end
-  cap[inst] = {c = cfree + gn, r = rfree + gt}
+  cap[inst] = {c = cfree + gn, r = rfree + gt, granted = gt}
   out[#out + 1] = gn; out[#out + 1] = gt; out[#out + 1] = 0 -- waiting: set at the end
   asked[#asked + 1] = inst
 end
@@ -177,8 +187,8 @@ for b = a, #ARGV, 6 do
         unasked = true
       else
         if l.rate > 0 and c.r < 1 then
-          local v = get_tat(inst)
-          local d = math.max(v - l.interval + l.T, get_horizon(inst) + l.T, now)
+          local d = math.max(cv_rate_due(get_log(inst, l), l.rate, l.interval) or now,
+            get_horizon(inst) + l.T, now)
           if not due or d > due then due = d end
         end
         if l.conc > 0 and c.c < 1 and not full and
@@ -219,16 +229,24 @@ for b = a, #ARGV, 6 do
   end
 end
 cv_drop(stream, group, drop)
+-- The tokens of this call that its jobs took (the ones set aside first) started now: logged
+-- now, not at now + the token's life.
+for inst, c in pairs(cap) do
+  local taken = c.granted - c.r
+  if taken > 0 and logs[inst] then
+    local log = logs[inst].log
+    cv_rate_give(log, now + token_life, taken)
+    cv_rate_add(log, now, taken)
+  end
+end
 -- Whether jobs wait for a slot of each instance asked about, this call's deferrals included.
 for k, inst in ipairs(asked) do
-  out[2 + 3 * k] = redis.call('EXISTS', lp .. 'w:' .. inst)
+  out[3 + 3 * k] = redis.call('EXISTS', lp .. 'w:' .. inst)
 end
--- The rate state, kept until it no longer matters (once now passes it, now is used instead).
-for inst, v in pairs(tat) do
-  if v > now then
-    redis.call('SET', lp .. 'r:' .. inst, string.format('%.0f', math.ceil(v)), 'PX',
-      math.ceil((v - now) / 1000) + 1)
-  end
+-- The rate logs, kept until their newest grant is an interval old; the horizons until now
+-- passes them (now is used instead).
+for inst, v in pairs(logs) do
+  cv_rate_save(lp .. 'rl:' .. inst, v.log, now, v.interval)
 end
 for inst, v in pairs(horizon) do
   if v > now then

@@ -5,7 +5,8 @@
 -- ARGV[1] limit prefix lp, ARGV[2] job key prefix, ARGV[3] holder, ARGV[4] the holder's lease
 --   (ms), or '0' when the holder ends (its slots all given back, its lease record deleted),
 --   then 4 values per instance: instance, the slot numbers given back (','-joined, or ''),
---   the rate tokens given back, '1' when the holder is done with the instance (it holds no
+--   the rate tokens given back ('<stamp>:<count>' pairs, ','-joined, or '': the stamp is that
+--   of the admit.lua call that granted them), '1' when the holder is done with the instance (it holds no
 --   slot of it any more: it leaves lp..'hs:'..holder, checked, so that the set does not grow
 --   with every limit key a long-lived worker ever saw)
 -- Returns {CV_OK, lost, then the instances the holder has slots of that have waiting jobs}: the
@@ -13,9 +14,9 @@
 -- that its spare slots do not sit idle while jobs wait for them. lost is 1 when the holder's
 -- lease had run out and its slots were taken back (it was cut off from Redis for longer than
 -- its lease): the worker forgets them, and leases again.
--- A slot given back wakes a waiting job (cv_give_names). A token given back moves the rate's
--- TAT back by T, as if it had not been granted: a worker leases tokens ahead of the jobs it
--- reads, and returns those it did not use soon.
+-- A slot given back wakes a waiting job (cv_give_names). A token given back leaves the rate's
+-- log, as if it had not been granted: a worker leases tokens ahead of the jobs it reads, and
+-- returns those it did not use soon.
 local stream, lp, jprefix, holder = KEYS[1], ARGV[1], ARGV[2], ARGV[3]
 local lease_ms = tonumber(ARGV[4])
 local t = redis.call('TIME')
@@ -31,7 +32,7 @@ if score and score < now_ms then
 end
 local limits = nil
 for a = 5, #ARGV, 4 do
-  local inst, names, tokens, forget = ARGV[a], ARGV[a + 1], tonumber(ARGV[a + 2]), ARGV[a + 3] == '1'
+  local inst, names, tokens, forget = ARGV[a], ARGV[a + 1], ARGV[a + 2], ARGV[a + 3] == '1'
   if names ~= '' and lost == 0 then
     local nums = {}
     for n in string.gmatch(names, '[^,]+') do nums[#nums + 1] = n end
@@ -47,17 +48,17 @@ for a = 5, #ARGV, 4 do
       if r[1] == '0' and #r[2] == 0 then redis.call('SREM', hs, inst) end
     end
   end
-  if tokens > 0 then
+  if tokens ~= '' then
     limits = limits or cv_read_limits(KEYS[2])
     local l = limits[cv_limit_field(inst)]
-    local key = lp .. 'r:' .. inst
-    local v = tonumber(redis.call('GET', key))
-    if l and l.rate > 0 and v and v > now then
-      v = v - tokens * l.T
-      if v > now then
-        redis.call('SET', key, string.format('%.0f', math.ceil(v)), 'PX', math.ceil((v - now) / 1000) + 1)
-      else
-        redis.call('DEL', key)
+    if l and l.rate > 0 then
+      local key = lp .. 'rl:' .. inst
+      local log = cv_rate_read(key, now, l.interval)
+      if #log > 0 then
+        for stamp, c in string.gmatch(tokens, '(%d+):(%d+)') do
+          cv_rate_give(log, tonumber(stamp), tonumber(c))
+        end
+        cv_rate_save(key, log, now, l.interval)
       end
     end
   end

@@ -526,7 +526,7 @@ func (q Queue) Watching() string { return q.base + "watching" }
 // same ones and a change applies to all of them.
 func (q Queue) Limits() string { return q.base + "limits" }
 
-// LimitPrefix is the prefix of the keys that hold limits' state (a rate limit's clock, the
+// LimitPrefix is the prefix of the keys that hold limits' state (a rate limit's log, the
 // jobs holding a concurrency limit's slots, the jobs waiting for one), all in the queue's hash
 // tag so that the scripts that take and give back a limit are atomic with the job's move.
 func (q Queue) LimitPrefix() string { return q.base + "limit:" }

@@ -30,8 +30,8 @@ func tryAgains(ctx context.Context, node *redis.Client) int {
 }
 
 // TestClusterGuard: on a cluster, a script is refused (TRYAGAIN, before it does anything)
-// while its node migrates or imports the slot of its first key, its caller retries, and the
-// call goes through once the slot is stable; through a plain client the script runs
+// while its node migrates or imports the slot of its first key, its caller retries (Pipelined
+// and Run alike), and the call goes through once the slot is stable; through a plain client the script runs
 // unguarded.
 func TestClusterGuard(t *testing.T) {
 	t.Parallel()
@@ -77,23 +77,40 @@ func TestClusterGuard(t *testing.T) {
 	require.Equal(t, int64(1), asking(incr.For(own)).Val(), "the unguarded script ran on the importing node")
 
 	// A pipelined call waits: refused (the node counts it) until the slot is stable again,
-	// then it runs once.
+	// then it runs once. Its client does not retry TRYAGAIN itself (go-redis's cluster client
+	// does, a few times within about a second), so that the retries seen are the library's: at
+	// least two refusals before the slot is let go.
+	bare := redis.NewClusterClient(&redis.ClusterOptions{Addrs: c.Addrs, MaxRedirects: -1})
+	t.Cleanup(func() { _ = bare.Close() })
 	seen := tryAgains(ctx, own)
 	done := make(chan error, 1)
 	go func() {
-		cmds, err := script.Pipelined(ctx, cc, []script.Call{{Script: incr, Keys: []string{key}}})
+		cmds, err := script.Pipelined(ctx, bare, []script.Call{{Script: incr, Keys: []string{key}}})
 		if err == nil {
 			err = cmds[0].Err()
 		}
 		done <- err
 	}()
-	require.Eventually(t, func() bool { return tryAgains(ctx, own) > seen }, 10*time.Second, 5*time.Millisecond)
+	require.Eventually(t, func() bool { return tryAgains(ctx, own) >= seen+2 }, 10*time.Second, 5*time.Millisecond)
 	require.Equal(t, "2", own.Get(ctx, key).Val(), "a refused call ran")
 	for _, n := range []*redis.Client{own, other} {
 		require.NoError(t, n.Do(ctx, "CLUSTER", "SETSLOT", slot, "STABLE").Err())
 	}
 	require.NoError(t, <-done)
 	require.Equal(t, "3", own.Get(ctx, key).Val(), "the call ran once after the move")
+
+	// Run waits the same way: refused until the slot is stable again, then it runs once.
+	require.NoError(t, other.Do(ctx, "CLUSTER", "SETSLOT", slot, "IMPORTING", own.ClusterMyID(ctx).Val()).Err())
+	require.NoError(t, own.Do(ctx, "CLUSTER", "SETSLOT", slot, "MIGRATING", other.ClusterMyID(ctx).Val()).Err())
+	seen = tryAgains(ctx, own)
+	go func() { done <- incr.Run(ctx, bare, []string{key}).Err() }()
+	require.Eventually(t, func() bool { return tryAgains(ctx, own) >= seen+2 }, 10*time.Second, 5*time.Millisecond)
+	require.Equal(t, "3", own.Get(ctx, key).Val(), "a refused call ran")
+	for _, n := range []*redis.Client{own, other} {
+		require.NoError(t, n.Do(ctx, "CLUSTER", "SETSLOT", slot, "STABLE").Err())
+	}
+	require.NoError(t, <-done, "Run gave up while the slot moved")
+	require.Equal(t, "4", own.Get(ctx, key).Val(), "the call ran once after the move")
 }
 
 // BenchmarkClusterGuard measures what the guard costs Redis: the server's microseconds per

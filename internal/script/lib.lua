@@ -308,7 +308,7 @@ end
 --   lp..'c:'..inst  its concurrency slots taken: '<holder>#<n>' names leased by workers (and,
 --                   from before leases, the ids of jobs that name it in 'limit_slots')
 --   lp..'w:'..inst  the list of the ids of the jobs waiting for one, first come first woken
---   lp..'r:'..inst  its rate's GCRA theoretical arrival time (unix us)
+--   lp..'rl:'..inst its rate's log: the grants of the last interval (cv_rate_read)
 --   lp..'h:'..inst  the latest due time (unix us) handed to a job its rate deferred
 --   lp..'ws:'       the set of the instances that have waiting jobs
 --   lp..'hz:'       the holders (worker sessions) with a lease, scored by when it runs out
@@ -394,6 +394,96 @@ local function cv_limit_scopes(limits, typ, key, cache)
   end
   cache[ck] = sc
   return sc
+end
+
+-- Rates. A rate of N per interval admits at most N in any window of the interval (a burst of N,
+-- then the next once the first of them is an interval old), by Redis's clock. Its state is the
+-- log of its grants within the last interval: lp..'rl:'..inst holds 'time count' pairs (unix
+-- us, oldest first, space-separated), one per call that granted tokens, at most 32: past that
+-- the two closest are merged into the later one, which can only make the limit stricter for a
+-- while, never looser. (GCRA, one number per instance, was used before; with a burst of N it let
+-- 2N - 1 start within one interval.) The log of instance key at now, without what is an
+-- interval old: an array of {time, count}.
+local function cv_rate_read(key, now, interval)
+  local log = {}
+  local v = redis.call('GET', key)
+  if not v then return log end
+  local cut, t = now - interval, nil
+  for w in string.gmatch(v, '%S+') do
+    if not t then
+      t = tonumber(w) or 0
+    else
+      local c = tonumber(w) or 0
+      if t > cut and c > 0 then log[#log + 1] = {t, c} end
+      t = nil
+    end
+  end
+  return log
+end
+
+-- The grants in log.
+local function cv_rate_count(log)
+  local n = 0
+  for _, e in ipairs(log) do n = n + e[2] end
+  return n
+end
+
+-- Records c grants at time at (the stamp leases.lua gives them back by), in time order.
+local function cv_rate_add(log, at, c)
+  local k = #log
+  while k > 0 and log[k][1] > at do k = k - 1 end
+  if k > 0 and log[k][1] == at then
+    log[k][2] = log[k][2] + c
+  else
+    table.insert(log, k + 1, {at, c})
+  end
+  if #log > 32 then
+    local best, gap = 1, nil
+    for k = 1, #log - 1 do
+      local g = log[k + 1][1] - log[k][1]
+      if not gap or g < gap then best, gap = k, g end
+    end
+    log[best + 1][2] = log[best + 1][2] + log[best][2]
+    table.remove(log, best)
+  end
+end
+
+-- When a rate of log's instance next admits one: once the grant that makes the rate-th from the
+-- newest is an interval old. nil when it admits one now.
+local function cv_rate_due(log, rate, interval)
+  local n = 0
+  for k = #log, 1, -1 do
+    n = n + log[k][2]
+    if n >= rate then return log[k][1] + interval end
+  end
+  return nil
+end
+
+-- Takes back c tokens granted at stamp (cv_rate_add's now): from the entry that holds them, the
+-- first at or after stamp (merges move counts later, never earlier). Tokens an interval old no
+-- longer count, and are not looked for.
+local function cv_rate_give(log, stamp, c)
+  for k, e in ipairs(log) do
+    if e[1] >= stamp then
+      e[2] = e[2] - math.min(c, e[2])
+      if e[2] == 0 then table.remove(log, k) end
+      return
+    end
+  end
+end
+
+-- Stores log at key, kept until its newest entry is an interval old.
+local function cv_rate_save(key, log, now, interval)
+  if #log == 0 then
+    redis.call('DEL', key)
+    return
+  end
+  local parts = {}
+  for _, e in ipairs(log) do
+    parts[#parts + 1] = string.format('%.0f', e[1])
+    parts[#parts + 1] = string.format('%.0f', e[2])
+  end
+  redis.call('SET', key, table.concat(parts, ' '), 'PX', math.max(1, math.ceil((log[#log][1] + interval - now) / 1000) + 1))
 end
 
 -- Moves a waiting job back into the stream as promote.lua moves a due one: the new entry starts
