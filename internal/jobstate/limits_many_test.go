@@ -47,12 +47,13 @@ func TestAdmitReadsOnlyTheJobsScopes(t *testing.T) {
 	tk := jobstate.LimitInstance("tk:t", "t", "acme")
 	res := lq.admit(a, []jobstate.LeaseRequest{{Inst: "q", Names: []int{0, 1, 2}}, {Inst: tk, Tokens: 3}}, nil)
 	require.Equal(t, []jobstate.LeaseGrant{{Names: 2}, {Tokens: 1}}, res.Grants, "each scope's own limit")
+	granted := res.Stamp
 	a.Known = true
 	items := lq.read("acme", "j1", "j2")
 	res = lq.admit(a, []jobstate.LeaseRequest{{Inst: "q", SlotsAside: 2}, {Inst: tk, TokensAside: 1}}, items)
 	require.Equal(t, []script.Code{script.OK, script.Deferred}, codes(res.Jobs), "the key's rate of 1 an hour")
 	require.False(t, res.Jobs[1].Due.IsZero(), "deferred by the rate, to a time")
-	lq.keep(a, false, jobstate.LeaseReturn{Inst: tk, Tokens: 1}, jobstate.LeaseReturn{Inst: "q", Names: []int{1}})
+	lq.keep(a, false, jobstate.LeaseReturn{Inst: tk, Tokens: []jobstate.TokenReturn{{Stamp: granted, N: 1}}}, jobstate.LeaseReturn{Inst: "q", Names: []int{1}})
 
 	stats, err := lq.rdb.Info(ctx, "commandstats").Result()
 	require.NoError(t, err)
