@@ -96,7 +96,7 @@ func (s *Server) queueStats(w http.ResponseWriter, r *http.Request) error {
 			return err
 		}
 		if !ok {
-			return pipeline.ErrQueueNotFound
+			return queueNotFound(r.PathValue("queue"))
 		}
 	}
 	writeJSON(w, http.StatusOK, st)

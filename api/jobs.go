@@ -211,9 +211,21 @@ func (s *Server) listJobs(w http.ResponseWriter, r *http.Request) error {
 		}
 		page.Limit = n
 	}
-	p, err := s.inspector.List(r.Context(), r.PathValue("queue"), pipeline.ParseStatus(status), page)
+	queue := r.PathValue("queue")
+	p, err := s.inspector.List(r.Context(), queue, pipeline.ParseStatus(status), page)
 	if err != nil {
 		return err
+	}
+	if len(p.Jobs) == 0 && p.Next == "" && page.Cursor == "" {
+		// Only an empty first page asks whether the queue exists: an empty page of a typo would
+		// read as an idle queue.
+		ok, err := s.inspector.QueueExists(r.Context(), queue)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			return queueNotFound(queue)
+		}
 	}
 	writeJSON(w, http.StatusOK, p)
 	return nil
