@@ -203,7 +203,7 @@ func (s *Server) listJobs(w http.ResponseWriter, r *http.Request) error {
 	if status == "" {
 		return badArg("status is required: scheduled, queued, in_progress, failed (dead), completed or canceled")
 	}
-	page := pipeline.Page{Cursor: q.Get("cursor")}
+	page := pipeline.Page{Cursor: q.Get("cursor"), MaxBytes: s.cfg.MaxPageBytes}
 	if v := q.Get("limit"); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 1 || n > pipeline.MaxPageLimit {

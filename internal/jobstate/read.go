@@ -258,6 +258,28 @@ func Records(ctx context.Context, rdb redis.UniversalClient, q keys.Queue, ids [
 	return out, nil
 }
 
+// RecordSizes returns the bytes of the payload and result fields of each of jobs ids of q (0
+// for a job with no record, or whose payload is in its stream entry), in one pipeline of
+// HSTRLENs: what reading the records would cost, without reading them.
+func RecordSizes(ctx context.Context, rdb redis.UniversalClient, q keys.Queue, ids []string) ([]int64, error) {
+	out := make([]int64, len(ids))
+	if len(ids) == 0 {
+		return out, nil
+	}
+	p := rdb.Pipeline()
+	cmds := make([]*redis.IntCmd, 0, 2*len(ids))
+	for _, id := range ids {
+		cmds = append(cmds, p.HStrLen(ctx, q.Job(id), keys.FieldPayload), p.HStrLen(ctx, q.Job(id), keys.FieldResult))
+	}
+	if _, err := p.Exec(ctx); err != nil {
+		return nil, rediserr.Wrap("list", err)
+	}
+	for k := range ids {
+		out[k] = cmds[2*k].Val() + cmds[2*k+1].Val()
+	}
+	return out, nil
+}
+
 // Locate finds which of qs holds each of ids with one pipeline of EXISTS (len(ids) x len(qs)
 // commands), for a job of a partitioned queue that is not where its id routes. A job found in
 // none maps to -1.
