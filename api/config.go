@@ -49,6 +49,9 @@ const (
 	// DefaultMaxPageBytes is the byte budget of a page of GET /v1/queues/{queue}/jobs
 	// (pipeline.Page.MaxBytes).
 	DefaultMaxPageBytes = pipeline.DefaultPageBytes
+	// DefaultMaxEventStreams bounds the open event streams (GET .../jobs/{id}/events) of a
+	// Server: each holds a connection, a goroutine and buffers, about 40 KB.
+	DefaultMaxEventStreams = 1000
 	// MaxBatchJobs bounds the jobs of one batch POST.
 	MaxBatchJobs = 1000
 )
@@ -81,6 +84,11 @@ type Config struct {
 	// costs the server about this much, not limit times the largest payload. Defaults to
 	// DefaultMaxPageBytes.
 	MaxPageBytes int64
+	// MaxEventStreams bounds the event streams open at once (GET
+	// /v1/queues/{queue}/jobs/{id}/events, about 40 KB each): one past it is answered 503
+	// unavailable with Retry-After, and a closed stream makes room. Defaults to
+	// DefaultMaxEventStreams; conveyor serve --max-event-streams.
+	MaxEventStreams int
 	// MaxWait bounds the wait of a long poll: a longer ?wait= is cut to it. Defaults to
 	// DefaultMaxWait. An http.Server's WriteTimeout must exceed it, or long polls are cut.
 	MaxWait time.Duration
@@ -122,6 +130,7 @@ func (c Config) withDefaults() Config {
 	c.MaxBatchBodyBytes = cmp.Or(c.MaxBatchBodyBytes, DefaultMaxBatchBodyBytes)
 	c.MaxPageBytes = cmp.Or(c.MaxPageBytes, DefaultMaxPageBytes)
 	c.MaxWait = cmp.Or(c.MaxWait, DefaultMaxWait)
+	c.MaxEventStreams = cmp.Or(c.MaxEventStreams, DefaultMaxEventStreams)
 	c.PollInterval = cmp.Or(c.PollInterval, DefaultPollInterval)
 	c.PollConcurrency = cmp.Or(c.PollConcurrency, DefaultPollConcurrency)
 	c.ThroughputInterval = cmp.Or(c.ThroughputInterval, DefaultThroughputInterval)
@@ -145,6 +154,9 @@ func (c Config) validate() error {
 	}
 	if c.MaxPageBytes < 0 {
 		bad("MaxPageBytes %d is negative", c.MaxPageBytes)
+	}
+	if c.MaxEventStreams < 0 {
+		bad("MaxEventStreams %d is negative", c.MaxEventStreams)
 	}
 	if c.MaxWait < 0 {
 		bad("MaxWait %s is negative", c.MaxWait)

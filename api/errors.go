@@ -53,6 +53,8 @@ type apiError struct {
 	// invalidToken marks a 401 for a bearer token that is not the API's (not a missing one):
 	// its WWW-Authenticate says error="invalid_token" (RFC 6750, section 3.1).
 	invalidToken bool
+	// retryAfter, when set, is sent as the Retry-After header (seconds).
+	retryAfter string
 }
 
 func (e *apiError) Error() string { return e.Message }
@@ -189,6 +191,9 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	if ae.Status >= 500 && r.Context().Err() == nil {
 		s.log.Error().Err(err).Str("method", r.Method).Str("path", r.URL.Path).
 			Int("status", ae.Status).Msg("request failed")
+	}
+	if ae.retryAfter != "" {
+		w.Header().Set("Retry-After", ae.retryAfter)
 	}
 	if ae.Status == http.StatusUnauthorized {
 		challenge := `Bearer realm="conveyor"`

@@ -33,8 +33,9 @@ type Server struct {
 	mux       *http.ServeMux
 	routes    []route
 
-	waits  *poller
-	closed atomic.Bool
+	waits   *poller
+	streams atomic.Int64 // event streams open now (Config.MaxEventStreams)
+	closed  atomic.Bool
 }
 
 // New returns the API over client (publishing, reading and cancelling jobs) and inspector
