@@ -10,9 +10,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
 	"github.com/conveyorq/conveyor/api"
+	"github.com/conveyorq/conveyor/internal/redistest"
 	"github.com/conveyorq/conveyor/pipeline"
 )
 
@@ -447,4 +449,41 @@ func TestEnqueueDebounce(t *testing.T) {
 	require.JSONEq(t, `{"n":2}`, string(stored.Payload))
 	require.False(t, stored.Debounced, "debounced is a publish's answer, not stored")
 	require.Equal(t, 3, stored.Debounce.Publishes)
+}
+
+// GET /v1/jobs/{id} looks through every known queue at a cost that does not grow a script call
+// per queue: which queues hold a hash of that id is asked first (EXISTS over chunks of keys),
+// and only those are read (4,003 commands with 2,000 queues, a script per queue, before).
+func TestFindCostAcrossManyQueues(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		rdb  func(*testing.T) redis.UniversalClient
+		most int64 // commands a lookup may cost
+	}{
+		{"standalone", func(t *testing.T) redis.UniversalClient { return redistest.Client(t) }, 40},
+		// A multi-key EXISTS must stay in one slot: one EXISTS per queue, still no script.
+		{"cluster", func(t *testing.T) redis.UniversalClient { return redistest.StartCluster(t).Client(t) }, 320},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			rdb := tc.rdb(t)
+			e := setup(t, setupOpts{rdb: rdb})
+			const queues = 300
+			for k := range queues {
+				_, err := e.insp.CreateQueue(t.Context(), fmt.Sprintf("q%03d", k), pipeline.QueueOptions{})
+				require.NoError(t, err)
+			}
+			id := e.do("POST", "/v1/queues/q150/jobs", `{"type":"echo","delay":"1h"}`).job(t).ID
+			cmds := redistest.CountCommands(rdb.(interface{ AddHook(redis.Hook) })).Record()
+			r := e.do("GET", "/v1/jobs/"+id, "")
+			require.Equal(t, http.StatusOK, r.status, "%s", r.body)
+			require.Equal(t, "q150", r.job(t).Queue)
+			require.LessOrEqual(t, cmds.Scripts(), int64(2), "one get script (and its EVAL if the server had not cached it)")
+			require.LessOrEqual(t, cmds.All(), tc.most, "%v", cmds.Take())
+
+			r = e.do("GET", "/v1/jobs/nope", "")
+			require.Equal(t, http.StatusNotFound, r.status, "%s", r.body)
+		})
+	}
 }

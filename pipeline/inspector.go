@@ -205,8 +205,10 @@ func (i *Inspector) Get(ctx context.Context, queue, id string) (*Job, error) {
 	return j, err
 }
 
-// Find looks job id up in every known queue, when the caller does not know its queue: one
-// lookup per queue, all in one pipeline (one round trip per node on a cluster). It returns the
+// Find looks job id up in every known queue, when the caller does not know its queue: which
+// queues hold a record of that id is asked first (EXISTS, narrowed over chunks of queues on a
+// standalone server, one per queue in one pipeline on a cluster), then the job is read from the
+// first of them. It returns the
 // job (its Queue says where it was found) and the queues it searched, sorted; ErrNotFound when
 // no queue has it. Ids are unique per queue only: when several queues have a job of that id, it
 // returns the one in the first queue by name; Get with a queue picks another.
