@@ -96,7 +96,7 @@ func (s *Server) queueStats(w http.ResponseWriter, r *http.Request) error {
 			return err
 		}
 		if !ok {
-			return pipeline.ErrQueueNotFound
+			return queueNotFound(r.PathValue("queue"))
 		}
 	}
 	writeJSON(w, http.StatusOK, st)
@@ -263,15 +263,15 @@ func (s *Server) purgeAll(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	if dry {
-		jobs, err := s.inspector.PurgeAllDryRun(r.Context(), r.PathValue("queue"), age)
+		// Ids only: the answer names no more, and reading the records cost every payload.
+		ids, err := s.inspector.PurgeAllDryRunIDs(r.Context(), r.PathValue("queue"), age)
 		if err != nil {
 			return err
 		}
-		body := wouldPurge{WouldPurge: len(jobs), IDs: make([]string, len(jobs))}
-		for i, j := range jobs {
-			body.IDs[i] = j.ID
+		if ids == nil {
+			ids = []string{}
 		}
-		writeJSON(w, http.StatusOK, body)
+		writeJSON(w, http.StatusOK, wouldPurge{WouldPurge: len(ids), IDs: ids})
 		return nil
 	}
 	n, err := s.inspector.PurgeAll(r.Context(), r.PathValue("queue"), age)

@@ -54,7 +54,9 @@ func TestQueues(t *testing.T) {
 	// which reads as an idle queue); one that exists with nothing in it is all zeros.
 	r = e.do("GET", "/v1/queues/never-seen", "")
 	require.Equal(t, http.StatusNotFound, r.status, "%s", r.body)
-	require.Equal(t, api.CodeNotFound, r.apiErr(t).Code)
+	ae := r.apiErr(t)
+	require.Equal(t, api.CodeNotFound, ae.Code)
+	require.Equal(t, "queue never-seen not found", ae.Message, "the 404 names the queue")
 	r = e.do("PUT", "/v1/queues/made-empty", `{"partitions":1}`)
 	require.Equal(t, http.StatusOK, r.status, "%s", r.body)
 	r = e.do("GET", "/v1/queues/made-empty", "")
@@ -122,8 +124,22 @@ func TestList(t *testing.T) {
 	require.Equal(t, sched, page.Jobs[0].ID)
 	require.Empty(t, page.Next)
 
-	// A page of a queue nothing was enqueued to is empty, not null.
-	r = e.do("GET", "/v1/queues/nothing-here/jobs?status=queued", "")
+	// A queue that does not exist is a 404 naming it, as GET /v1/queues/{queue} (an empty page
+	// read as an idle queue, and hid a typo); a known queue with no jobs of the status is an
+	// empty page, not null.
+	for _, st := range []string{"queued", "failed", "in_progress"} {
+		r = e.do("GET", "/v1/queues/nothing-here/jobs?status="+st, "")
+		require.Equal(t, http.StatusNotFound, r.status, "%s", r.body)
+		ae := r.apiErr(t)
+		require.Equal(t, api.CodeNotFound, ae.Code)
+		require.Equal(t, "queue nothing-here not found", ae.Message)
+	}
+	r = e.do("PUT", "/v1/queues/made-empty", `{"partitions":1}`)
+	require.Equal(t, http.StatusOK, r.status, "%s", r.body)
+	r = e.do("GET", "/v1/queues/made-empty/jobs?status=queued", "")
+	require.Equal(t, http.StatusOK, r.status, "%s", r.body)
+	require.JSONEq(t, `{"jobs":[],"next":""}`, string(r.body))
+	r = e.do("GET", e.jobs()+"?status=completed", "")
 	require.Equal(t, http.StatusOK, r.status, "%s", r.body)
 	require.JSONEq(t, `{"jobs":[],"next":""}`, string(r.body))
 

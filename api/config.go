@@ -46,6 +46,12 @@ const (
 	//
 	// Deprecated: Config.ThroughputQueues is ignored; the history of all queues is one read.
 	DefaultThroughputQueues = pipeline.DefaultMaxQueues
+	// DefaultMaxPageBytes is the byte budget of a page of GET /v1/queues/{queue}/jobs
+	// (pipeline.Page.MaxBytes).
+	DefaultMaxPageBytes = pipeline.DefaultPageBytes
+	// DefaultMaxEventStreams bounds the open event streams (GET .../jobs/{id}/events) of a
+	// Server: each holds a connection, a goroutine and buffers, about 40 KB.
+	DefaultMaxEventStreams = 1000
 	// MaxBatchJobs bounds the jobs of one batch POST.
 	MaxBatchJobs = 1000
 )
@@ -72,6 +78,17 @@ type Config struct {
 	MaxBodyBytes int64
 	// MaxBatchBodyBytes bounds the body of a batch POST. Defaults to DefaultMaxBatchBodyBytes.
 	MaxBatchBodyBytes int64
+	// MaxPageBytes is the byte budget of a page of GET /v1/queues/{queue}/jobs: a page ends
+	// early, its next cursor right after it, with the job whose payload and result bytes,
+	// added to those before it, reach it (pipeline.Page.MaxBytes), so that a page of big jobs
+	// costs the server about this much, not limit times the largest payload. Defaults to
+	// DefaultMaxPageBytes.
+	MaxPageBytes int64
+	// MaxEventStreams bounds the event streams open at once (GET
+	// /v1/queues/{queue}/jobs/{id}/events, about 40 KB each): one past it is answered 503
+	// unavailable with Retry-After, and a closed stream makes room. Defaults to
+	// DefaultMaxEventStreams; conveyor serve --max-event-streams.
+	MaxEventStreams int
 	// MaxWait bounds the wait of a long poll: a longer ?wait= is cut to it. Defaults to
 	// DefaultMaxWait. An http.Server's WriteTimeout must exceed it, or long polls are cut.
 	MaxWait time.Duration
@@ -111,7 +128,9 @@ type Config struct {
 func (c Config) withDefaults() Config {
 	c.MaxBodyBytes = cmp.Or(c.MaxBodyBytes, DefaultMaxBodyBytes)
 	c.MaxBatchBodyBytes = cmp.Or(c.MaxBatchBodyBytes, DefaultMaxBatchBodyBytes)
+	c.MaxPageBytes = cmp.Or(c.MaxPageBytes, DefaultMaxPageBytes)
 	c.MaxWait = cmp.Or(c.MaxWait, DefaultMaxWait)
+	c.MaxEventStreams = cmp.Or(c.MaxEventStreams, DefaultMaxEventStreams)
 	c.PollInterval = cmp.Or(c.PollInterval, DefaultPollInterval)
 	c.PollConcurrency = cmp.Or(c.PollConcurrency, DefaultPollConcurrency)
 	c.ThroughputInterval = cmp.Or(c.ThroughputInterval, DefaultThroughputInterval)
@@ -132,6 +151,12 @@ func (c Config) validate() error {
 	}
 	if c.MaxBatchBodyBytes < 0 {
 		bad("MaxBatchBodyBytes %d is negative", c.MaxBatchBodyBytes)
+	}
+	if c.MaxPageBytes < 0 {
+		bad("MaxPageBytes %d is negative", c.MaxPageBytes)
+	}
+	if c.MaxEventStreams < 0 {
+		bad("MaxEventStreams %d is negative", c.MaxEventStreams)
 	}
 	if c.MaxWait < 0 {
 		bad("MaxWait %s is negative", c.MaxWait)

@@ -52,6 +52,11 @@ type apiError struct {
 	// ...), a short stable word a client may log or branch on; empty otherwise.
 	Op    string `json:"op,omitempty"`
 	cause error  // logged, never sent
+	// invalidToken marks a 401 for a bearer token that is not the API's (not a missing one):
+	// its WWW-Authenticate says error="invalid_token" (RFC 6750, section 3.1).
+	invalidToken bool
+	// retryAfter, when set, is sent as the Retry-After header (seconds).
+	retryAfter string
 }
 
 func (e *apiError) Error() string { return e.Message }
@@ -139,6 +144,12 @@ func toAPIError(err error) *apiError {
 		Message: "internal error; the server's log has the details", Op: rediserr.OpOf(err), cause: err}
 }
 
+// queueNotFound is the 404 of a queue that does not exist (pipeline.Inspector.QueueExists),
+// naming it: a typo is then plain to see.
+func queueNotFound(queue string) error {
+	return &apiError{Status: http.StatusNotFound, Code: CodeNotFound, Message: fmt.Sprintf("queue %s not found", queue)}
+}
+
 // jobErr names the job in a not-found error.
 func jobErr(err error, queue, id string) error {
 	if errors.Is(err, pipeline.ErrNotFound) {
@@ -185,8 +196,15 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 		s.log.Error().Err(err).Str("method", r.Method).Str("path", r.URL.Path).
 			Int("status", ae.Status).Msg("request failed")
 	}
+	if ae.retryAfter != "" {
+		w.Header().Set("Retry-After", ae.retryAfter)
+	}
 	if ae.Status == http.StatusUnauthorized {
-		w.Header().Set("WWW-Authenticate", `Bearer realm="conveyor"`)
+		challenge := `Bearer realm="conveyor"`
+		if ae.invalidToken {
+			challenge += `, error="invalid_token"`
+		}
+		w.Header().Set("WWW-Authenticate", challenge)
 	}
 	writeJSON(w, ae.Status, errorBody{ae})
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"strconv"
 	"time"
 
 	"github.com/conveyorq/conveyor/pipeline"
@@ -20,6 +21,9 @@ const (
 	MinHeartbeat     = 100 * time.Millisecond
 	MaxHeartbeat     = time.Minute
 )
+
+// streamsRetryAfter is the Retry-After (seconds) of a stream refused past MaxEventStreams.
+const streamsRetryAfter = "5"
 
 // eventsWriteSlack is how long past the next heartbeat a write of the stream may take: each
 // write moves the connection's write deadline on (a server's WriteTimeout bounds a whole
@@ -70,12 +74,28 @@ type progressEvent struct {
 // event of the final status (completed, failed, canceled). Reports made between two reads
 // arrive as the latest only. A stream ends at once when the client goes or the server closes.
 // An unknown job is a 404 before any event.
+//
+// Every event has an id naming the state it reports (eventID). A reconnect's Last-Event-ID
+// leaves out what the client has: a 204 when that is the job's final status (an EventSource
+// then stops reconnecting), else the current state less the events of that id. What changed
+// while the client was away is not replayed: the server keeps no log of a job's events, and an
+// id of another attempt or status than the first event's tells the client it missed some.
 func (s *Server) jobEvents(w http.ResponseWriter, r *http.Request) error {
 	queue, id := r.PathValue("queue"), r.PathValue("id")
 	eq, err := parseEventsQuery(r.URL.Query())
 	if err != nil {
 		return err
 	}
+	// Each stream holds a connection, a goroutine and buffers for as long as its job runs: a
+	// bound keeps many followers from exhausting the server.
+	if n := s.streams.Add(1); n > int64(s.cfg.MaxEventStreams) {
+		s.streams.Add(-1)
+		return &apiError{Status: http.StatusServiceUnavailable, Code: CodeUnavailable, retryAfter: streamsRetryAfter,
+			Message: fmt.Sprintf("this server has %d event streams open, its most (conveyor serve --max-event-streams): "+
+				"try again later, or poll the job (GET with ?wait=)", s.cfg.MaxEventStreams)}
+	}
+	defer s.streams.Add(-1)
+	lastID := r.Header.Get("Last-Event-ID")
 	if s.waits.ctx.Err() != nil {
 		return errorf(http.StatusServiceUnavailable, CodeUnavailable, "the server is shutting down")
 	}
@@ -106,6 +126,22 @@ func (s *Server) jobEvents(w http.ResponseWriter, r *http.Request) error {
 		}
 		return jobErr(err, queue, id)
 	}
+	// What the client has, by its Last-Event-ID: the job's state as it is (no event for it),
+	// or its status without its progress.
+	var last *pipeline.Job
+	switch {
+	case lastID == "":
+	case lastID == progressEventID(j):
+		last = j
+	case lastID == statusEventID(j):
+		c := *j
+		c.Reported = nil
+		last = &c
+	}
+	if last != nil && j.Status.Final() {
+		w.WriteHeader(http.StatusNoContent) // it had the final status: nothing more will come
+		return nil
+	}
 	s.waits.n.Add(1)
 	defer s.waits.n.Add(-1)
 	es := &eventStream{w: w, rc: http.NewResponseController(w), heartbeat: eq.heartbeat}
@@ -117,7 +153,6 @@ func (s *Server) jobEvents(w http.ResponseWriter, r *http.Request) error {
 	if r.Method == http.MethodHead {
 		return nil // the headers say what a GET would get; a HEAD must not wait for the job's end
 	}
-	var last *pipeline.Job
 	beat := time.NewTicker(eq.heartbeat)
 	defer beat.Stop()
 	for {
@@ -166,7 +201,7 @@ func (es *eventStream) job(last, j *pipeline.Job) error {
 		if err != nil {
 			return err
 		}
-		if err := es.write("event: status\ndata: " + string(b) + "\n\n"); err != nil {
+		if err := es.write("id: " + statusEventID(j) + "\nevent: status\ndata: " + string(b) + "\n\n"); err != nil {
 			return err
 		}
 	}
@@ -179,7 +214,28 @@ func (es *eventStream) job(last, j *pipeline.Job) error {
 	if err != nil {
 		return err
 	}
-	return es.write("event: progress\ndata: " + string(b) + "\n\n")
+	return es.write("id: " + progressEventID(j) + "\nevent: progress\ndata: " + string(b) + "\n\n")
+}
+
+// statusEventID is the id of the status event of j's state: its attempt, status and the time
+// of its latest change ("<attempt>-<status>-<unix ms>"), so that two states differ in id.
+func statusEventID(j *pipeline.Job) string {
+	at := j.CreatedAt
+	for _, t := range []time.Time{j.EnqueuedAt, j.StartedAt, j.CompletedAt} {
+		if t.After(at) {
+			at = t
+		}
+	}
+	return fmt.Sprintf("%d-%s-%d", j.Attempt, j.Status, at.UnixMilli())
+}
+
+// progressEventID is the id of the progress event of j's state: its status event's and the
+// time of the report ("...-p<unix ms>"); its status event's when it has no report.
+func progressEventID(j *pipeline.Job) string {
+	if j.Reported == nil {
+		return statusEventID(j)
+	}
+	return statusEventID(j) + "-p" + strconv.FormatInt(j.Reported.At.UnixMilli(), 10)
 }
 
 // write sends s and flushes it, with the write deadline moved past the next heartbeat.

@@ -25,7 +25,7 @@ import (
 
 // sseEvent is one event of a stream: its name and data, or a comment (name "").
 type sseEvent struct {
-	name, data, comment string
+	name, data, comment, id string
 }
 
 // sseStream reads a job's events stream with a real HTTP client, an event at a time.
@@ -37,7 +37,16 @@ type sseStream struct {
 }
 
 // events opens the stream of job id (query: the raw query, or "") and requires a 200.
-func (e *apiEnv) events(id, query string) *sseStream {
+func (e *apiEnv) events(id, query string, headers ...string) *sseStream {
+	e.t.Helper()
+	s, status := e.openEvents(id, query, headers...)
+	require.Equal(e.t, http.StatusOK, status)
+	return s
+}
+
+// openEvents opens the stream of job id with the headers given as "Name: value", and returns
+// it (nil unless 200) and the answer's status.
+func (e *apiEnv) openEvents(id, query string, headers ...string) (*sseStream, int) {
 	e.t.Helper()
 	ctx, cancel := context.WithCancel(e.t.Context())
 	u := e.jobs() + "/" + id + "/events"
@@ -47,13 +56,20 @@ func (e *apiEnv) events(id, query string) *sseStream {
 	req, err := http.NewRequestWithContext(ctx, "GET", e.http.URL+u, nil)
 	require.NoError(e.t, err)
 	req.Header.Set("Accept", "text/event-stream")
+	for _, h := range headers {
+		k, v, ok := strings.Cut(h, ": ")
+		require.True(e.t, ok, h)
+		req.Header.Set(k, v)
+	}
 	res, err := http.DefaultClient.Do(req)
 	require.NoError(e.t, err)
 	e.t.Cleanup(func() { cancel(); res.Body.Close() })
-	require.Equal(e.t, http.StatusOK, res.StatusCode)
+	if res.StatusCode != http.StatusOK {
+		return &sseStream{t: e.t, res: res, sc: bufio.NewScanner(res.Body), cancel: cancel}, res.StatusCode
+	}
 	require.Equal(e.t, "text/event-stream", res.Header.Get("Content-Type"))
 	require.Equal(e.t, "no-cache", res.Header.Get("Cache-Control"))
-	return &sseStream{t: e.t, res: res, sc: bufio.NewScanner(res.Body), cancel: cancel}
+	return &sseStream{t: e.t, res: res, sc: bufio.NewScanner(res.Body), cancel: cancel}, res.StatusCode
 }
 
 // next reads the next event or comment; ok is false at the stream's end.
@@ -71,6 +87,8 @@ func (s *sseStream) next() (ev sseEvent, ok bool) {
 			ev.name = line[len("event: "):]
 		case strings.HasPrefix(line, "data: "):
 			ev.data += line[len("data: "):]
+		case strings.HasPrefix(line, "id: "):
+			ev.id = line[len("id: "):]
 		}
 	}
 	return ev, false

@@ -203,7 +203,7 @@ func (s *Server) listJobs(w http.ResponseWriter, r *http.Request) error {
 	if status == "" {
 		return badArg("status is required: scheduled, queued, in_progress, failed (dead), completed or canceled")
 	}
-	page := pipeline.Page{Cursor: q.Get("cursor")}
+	page := pipeline.Page{Cursor: q.Get("cursor"), MaxBytes: s.cfg.MaxPageBytes}
 	if v := q.Get("limit"); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 1 || n > pipeline.MaxPageLimit {
@@ -211,9 +211,21 @@ func (s *Server) listJobs(w http.ResponseWriter, r *http.Request) error {
 		}
 		page.Limit = n
 	}
-	p, err := s.inspector.List(r.Context(), r.PathValue("queue"), pipeline.ParseStatus(status), page)
+	queue := r.PathValue("queue")
+	p, err := s.inspector.List(r.Context(), queue, pipeline.ParseStatus(status), page)
 	if err != nil {
 		return err
+	}
+	if len(p.Jobs) == 0 && p.Next == "" && page.Cursor == "" {
+		// Only an empty first page asks whether the queue exists: an empty page of a typo would
+		// read as an idle queue.
+		ok, err := s.inspector.QueueExists(r.Context(), queue)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			return queueNotFound(queue)
+		}
 	}
 	writeJSON(w, http.StatusOK, p)
 	return nil

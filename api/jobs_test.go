@@ -3,6 +3,7 @@ package api_test
 import (
 	"context"
 	"encoding/json"
+	"flag"
 	"fmt"
 	"net/http"
 	"strconv"
@@ -10,9 +11,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
 	"github.com/conveyorq/conveyor/api"
+	"github.com/conveyorq/conveyor/internal/redistest"
 	"github.com/conveyorq/conveyor/pipeline"
 )
 
@@ -447,4 +450,51 @@ func TestEnqueueDebounce(t *testing.T) {
 	require.JSONEq(t, `{"n":2}`, string(stored.Payload))
 	require.False(t, stored.Debounced, "debounced is a publish's answer, not stored")
 	require.Equal(t, 3, stored.Debounce.Publishes)
+}
+
+// GET /v1/jobs/{id} looks through every known queue at a cost that does not grow a script call
+// per queue: which queues hold a hash of that id is asked first (EXISTS over chunks of keys),
+// and only those are read (4,003 commands with 2,000 queues, a script per queue, before).
+// findQueues is how many queues TestFindCostAcrossManyQueues makes: more to measure the cost at
+// scale (docs/BENCHMARKS.md), with bounds scaled to match.
+var findQueues = flag.Int("find-queues", 300, "queues of TestFindCostAcrossManyQueues")
+
+func TestFindCostAcrossManyQueues(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		rdb  func(*testing.T) redis.UniversalClient
+		most int64 // commands a lookup may cost, for 300 queues
+	}{
+		{"standalone", func(t *testing.T) redis.UniversalClient { return redistest.Client(t) }, 40},
+		// A multi-key EXISTS must stay in one slot: one EXISTS per queue, still no script.
+		{"cluster", func(t *testing.T) redis.UniversalClient { return redistest.StartCluster(t).Client(t) }, 320},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			rdb := tc.rdb(t)
+			e := setup(t, setupOpts{rdb: rdb})
+			queues := *findQueues
+			for k := range queues {
+				_, err := e.insp.CreateQueue(t.Context(), fmt.Sprintf("q%03d", k), pipeline.QueueOptions{})
+				require.NoError(t, err)
+			}
+			id := e.do("POST", "/v1/queues/q150/jobs", `{"type":"echo","delay":"1h"}`).job(t).ID
+			cmds := redistest.CountCommands(rdb.(interface{ AddHook(redis.Hook) })).Record()
+			r := e.do("GET", "/v1/jobs/"+id, "")
+			require.Equal(t, http.StatusOK, r.status, "%s", r.body)
+			require.Equal(t, "q150", r.job(t).Queue)
+			require.LessOrEqual(t, cmds.Scripts(), int64(2), "one get script (and its EVAL if the server had not cached it)")
+			n, trips := cmds.All(), cmds.RoundTrips()
+			t.Logf("GET /v1/jobs/{id} with %d queues: %d commands in %d round trips", queues, n, trips)
+			if queues == 300 {
+				require.LessOrEqual(t, n, tc.most, "%v", cmds.Take())
+			} else {
+				require.Less(t, n, int64(queues)+20, "no more than an EXISTS per queue: %v", cmds.Take())
+			}
+
+			r = e.do("GET", "/v1/jobs/nope", "")
+			require.Equal(t, http.StatusNotFound, r.status, "%s", r.body)
+		})
+	}
 }

@@ -33,8 +33,9 @@ type Server struct {
 	mux       *http.ServeMux
 	routes    []route
 
-	waits  *poller
-	closed atomic.Bool
+	waits   *poller
+	streams atomic.Int64 // event streams open now (Config.MaxEventStreams)
+	closed  atomic.Bool
 }
 
 // New returns the API over client (publishing, reading and cancelling jobs) and inspector
@@ -241,11 +242,17 @@ func (s *Server) admit(rt route, r *http.Request) error {
 	}
 	if rt.access == authed && s.cfg.AuthToken != "" {
 		got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-		sum := sha256.Sum256([]byte(strings.TrimSpace(got)))
-		// Hashes first: ConstantTimeCompare leaks the length of what it compares.
-		if !ok || subtle.ConstantTimeCompare(sum[:], s.token[:]) != 1 {
+		got = strings.TrimSpace(got)
+		if !ok || got == "" {
 			return errorf(http.StatusUnauthorized, CodeUnauthorized,
-				"send the API token as the header Authorization: Bearer <token>")
+				"missing token: send the API token as the header Authorization: Bearer <token>")
+		}
+		sum := sha256.Sum256([]byte(got))
+		// Hashes first: ConstantTimeCompare leaks the length of what it compares.
+		if subtle.ConstantTimeCompare(sum[:], s.token[:]) != 1 {
+			// Only "wrong" against "missing" is told: nothing of how it differs.
+			return &apiError{Status: http.StatusUnauthorized, Code: CodeUnauthorized, invalidToken: true,
+				Message: "invalid token: the bearer token sent is not this API's"}
 		}
 	}
 	// The fallbacks (no method: 405, 404) change nothing, so a method they refuse is told so,

@@ -67,8 +67,19 @@ func TestAuth(t *testing.T) {
 			}
 			r := e.do("GET", path, "", hdr...)
 			require.Equal(t, http.StatusUnauthorized, r.status, "%s with %q: %s", path, auth, r.body)
-			require.Equal(t, api.CodeUnauthorized, r.apiErr(t).Code)
+			ae := r.apiErr(t)
+			require.Equal(t, api.CodeUnauthorized, ae.Code)
 			require.Contains(t, r.header.Get("WWW-Authenticate"), "Bearer")
+			// A bearer token that is not the API's is told apart from none (no more than that),
+			// and the message is one clean sentence.
+			if strings.HasPrefix(auth, "Bearer ") {
+				require.True(t, strings.HasPrefix(ae.Message, "invalid token"), "%s with %q: %s", path, auth, ae.Message)
+				require.Contains(t, r.header.Get("WWW-Authenticate"), `error="invalid_token"`)
+			} else {
+				require.True(t, strings.HasPrefix(ae.Message, "missing token"), "%s with %q: %s", path, auth, ae.Message)
+				require.NotContains(t, r.header.Get("WWW-Authenticate"), "error=")
+			}
+			require.NotRegexp(t, `[.;:,]\s*[.;:,]|[;,]$`, ae.Message)
 		}
 	}
 	// A POST without the token writes nothing.

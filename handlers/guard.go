@@ -18,7 +18,8 @@ import (
 )
 
 // ErrDestinationRefused is wrapped by the error of an "http" job whose request would reach an
-// address the Guard refuses.
+// address the Guard refuses, or whose host name does not resolve (the two read alike, so that
+// the error tells nobody which internal names exist).
 var ErrDestinationRefused = errors.New("destination refused")
 
 // Guard decides which addresses the "http" handler may connect to. Once anyone can submit

@@ -214,3 +214,34 @@ func TestNewGuardIPv4MappedPrefixes(t *testing.T) {
 		require.ErrorContains(t, err, "IPv4 prefix", c.allow)
 	}
 }
+
+// A name that does not resolve reads exactly as a refused destination: "no such host" against
+// "destination refused" told a job's submitter which internal names exist, and the DNS error
+// named the network's resolver. A lookup that fails for a while (a timeout) stays retryable,
+// and names no resolver either.
+func TestHTTPDNSErrorIsGeneric(t *testing.T) {
+	t.Parallel()
+	dnsErr := func(notFound bool) *http.Client {
+		return &http.Client{Transport: roundTripFunc(func(r *http.Request) (*http.Response, error) {
+			return nil, &net.OpError{Op: "dial", Net: "tcp", Err: &net.DNSError{Err: "no such host", Name: r.URL.Hostname(),
+				Server: "10.0.0.2:53", IsNotFound: notFound, IsTimeout: !notFound}}
+		})}
+	}
+	g, err := NewGuard()
+	require.NoError(t, err)
+	g = g.WithLogger(zerolog.Nop())
+	_, refused := HTTP(g.Client(DefaultHTTPTimeout))(context.Background(), job(TypeHTTP, `{"url":"http://localhost:9/x"}`))
+	require.Error(t, refused)
+	_, unknown := HTTP(dnsErr(true))(context.Background(), job(TypeHTTP, `{"url":"http://localhost:9/x"}`))
+	require.Error(t, unknown)
+	require.Equal(t, refused.Error(), unknown.Error(), "a name that does not resolve reads as a refused one")
+	require.True(t, pipeline.IsSkipRetry(unknown))
+	_, later := HTTP(dnsErr(false))(context.Background(), job(TypeHTTP, `{"url":"http://db.internal/x"}`))
+	require.Error(t, later)
+	require.False(t, pipeline.IsSkipRetry(later), "a lookup that timed out is tried again")
+	for _, err := range []error{unknown, later} {
+		for _, leak := range []string{"10.0.0.2", "no such host", "lookup", ":53"} {
+			require.NotContains(t, err.Error(), leak)
+		}
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/url"
 	"strings"
@@ -58,7 +59,8 @@ type httpResult struct {
 // it refuses loopback, private, link-local and unspecified destinations (pass a Guard's
 // Client to allow some). A destination the client's Guard refuses is a pipeline.SkipRetry
 // error that names the job's URL and ErrDestinationRefused, nothing more (the Guard logs the
-// details).
+// details); so is a name that does not resolve (the two read alike), and a lookup that fails
+// for now is a retryable error that names neither the resolver nor its answer.
 //
 // A payload it cannot use (not JSON, no url, a scheme other than http and https, a bad method
 // or header) and a 4xx answer other than 408 and 429 are pipeline.SkipRetry errors; any other
@@ -74,10 +76,21 @@ func HTTP(client *http.Client) pipeline.HandlerFunc {
 		}
 		resp, err := client.Do(req)
 		if err != nil {
-			if errors.Is(err, ErrDestinationRefused) {
+			var dnsErr *net.DNSError
+			if errors.Is(err, ErrDestinationRefused) || errors.As(err, &dnsErr) && dnsErr.IsNotFound {
 				// Not err: its dial error names the address a name resolved to (the Guard
-				// logs it), and a redirect's target.
+				// logs it), and a redirect's target. A name that does not resolve reads the
+				// same: "no such host" against "refused" would tell a job's submitter which
+				// internal names exist.
 				return nil, pipeline.SkipRetry(fmt.Errorf("http: %s %s: %w", req.Method, req.URL.Redacted(), ErrDestinationRefused))
+			}
+			if dnsErr != nil {
+				// Not err either: a DNS error names the network's resolver. A lookup that
+				// failed for now is tried again.
+				if ctxErr := ctx.Err(); ctxErr != nil {
+					return nil, fmt.Errorf("http: %s %s: resolving the destination's name: %w", req.Method, req.URL.Redacted(), ctxErr)
+				}
+				return nil, fmt.Errorf("http: %s %s: the destination's name could not be resolved now", req.Method, req.URL.Redacted())
 			}
 			return nil, fmt.Errorf("http: %w", err)
 		}

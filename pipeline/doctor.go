@@ -222,24 +222,55 @@ func redisMessage(err error) string {
 	return err.Error()
 }
 
-// refusedBy says that Redis did not let the user run cmd, as a warning.
+// refusedBy says that Redis did not let the user run cmd, as a warning; or, when the server
+// does not have cmd at all (an embedded or a compatible Redis), says so: an ACL would not help.
 func refusedBy(check, cmd string, err error) DoctorFinding {
+	if unsupported(err) {
+		return notSupported(check, cmd, redisMessage(err))
+	}
 	return DoctorFinding{Check: check, Status: DoctorWarn,
 		Detail: fmt.Sprintf("cannot check: Redis refused %s (%s)", cmd, redisMessage(err)),
 		Fix:    "run 'conveyor doctor' as a user allowed " + cmd + " (an admin), or allow it: ACL SETUSER <user> +" + strings.ToLower(strings.Fields(cmd)[0])}
 }
 
+// notSupported is the warning of a check that the server cannot answer: it does not have cmd
+// (or does not report it), as an embedded Redis (the demo's) or some compatible servers.
+func notSupported(check, cmd, why string) DoctorFinding {
+	detail := "cannot check: this server does not support " + cmd
+	if why != "" {
+		detail += " (" + why + ")"
+	}
+	return DoctorFinding{Check: check, Status: DoctorWarn, Detail: detail,
+		Fix: fmt.Sprintf("an embedded or Redis-compatible server lacks it: run 'conveyor doctor' against the Redis %d.%d or later that production uses",
+			minRedisVersion[0], minRedisVersion[1])}
+}
+
 // checkNode runs the checks of one server.
 func checkNode(ctx context.Context, c redis.Cmdable, cluster bool) []DoctorFinding {
 	var fs []DoctorFinding
-	raw, err := c.Info(ctx, "server", "memory", "persistence", "cluster").Result()
+	info, err := readInfo(ctx, c, "server", "memory", "persistence", "cluster")
 	if err != nil {
 		fs = append(fs, refusedBy("version", "INFO", err), refusedBy("eviction", "INFO", err),
 			refusedBy("memory", "INFO", err), refusedBy("persistence", "INFO", err), refusedBy("cluster", "INFO", err))
-	} else {
-		info := parseInfo(raw)
-		fs = append(fs, checkVersion(info["redis_version"]), evictionFinding(info["maxmemory_policy"]),
-			checkMemory(info), checkPersistence(ctx, c, info), checkCluster(info, cluster))
+		return append(fs, checkClock(ctx, c))
+	}
+	// Each check needs its section: a server that leaves one out cannot be checked on it.
+	has := func(field string) bool { _, ok := info[field]; return ok }
+	for _, chk := range []struct {
+		check, section, field string
+		run                   func() DoctorFinding
+	}{
+		{"version", "server", "redis_version", func() DoctorFinding { return checkVersion(info["redis_version"]) }},
+		{"eviction", "memory", "maxmemory_policy", func() DoctorFinding { return evictionFinding(info["maxmemory_policy"]) }},
+		{"memory", "memory", "used_memory", func() DoctorFinding { return checkMemory(info) }},
+		{"persistence", "persistence", "aof_enabled", func() DoctorFinding { return checkPersistence(ctx, c, info) }},
+		{"cluster", "cluster", "cluster_enabled", func() DoctorFinding { return checkCluster(info, cluster) }},
+	} {
+		if has(chk.field) {
+			fs = append(fs, chk.run())
+		} else {
+			fs = append(fs, notSupported(chk.check, "INFO "+chk.section, ""))
+		}
 	}
 	return append(fs, checkClock(ctx, c))
 }

@@ -27,6 +27,9 @@ const (
 	// MaxPageLimit bounds a page: a larger Limit is reduced to it, so one call reads at most
 	// this many job records.
 	MaxPageLimit = 1000
+	// DefaultPageBytes is the byte budget of a Page with no MaxBytes: a page ends with the job
+	// whose payload and result bytes, added to those before it, reach it.
+	DefaultPageBytes = 8 << 20
 )
 
 var (
@@ -209,8 +212,10 @@ func (i *Inspector) Get(ctx context.Context, queue, id string) (*Job, error) {
 	return j, err
 }
 
-// Find looks job id up in every known queue, when the caller does not know its queue: one
-// lookup per queue, all in one pipeline (one round trip per node on a cluster). It returns the
+// Find looks job id up in every known queue, when the caller does not know its queue: which
+// queues hold a record of that id is asked first (EXISTS, narrowed over chunks of queues on a
+// standalone server, one per queue in one pipeline on a cluster), then the job is read from the
+// first of them. It returns the
 // job (its Queue says where it was found) and the queues it searched, sorted; ErrNotFound when
 // no queue has it. Ids are unique per queue only: when several queues have a job of that id, it
 // returns the one in the first queue by name; Get with a queue picks another.
@@ -268,7 +273,24 @@ func (i *Inspector) Cancel(ctx context.Context, queue, id string) error {
 type Page struct {
 	Cursor string
 	Limit  int
+	// MaxBytes is the page's byte budget: the page ends early, its Next right after it, with
+	// the job whose payload and result bytes, added to those of the jobs before it, reach
+	// MaxBytes (so a job larger than the whole budget still makes a page of its own, and a
+	// listing always moves on). 0: DefaultPageBytes; negative: ErrInvalid.
+	MaxBytes int64
 }
+
+// pageBudget is what is left of a page's byte budget (Page.MaxBytes) while List fills it.
+type pageBudget struct{ left int64 }
+
+// spent reports that the page is full by bytes: no further job goes in.
+func (b *pageBudget) spent() bool { return b.left <= 0 }
+
+// take counts n bytes of a job that went into the page.
+func (b *pageBudget) take(n int64) { b.left -= n }
+
+// jobBytes is what a job costs a page's budget: its payload and result.
+func jobBytes(j *Job) int64 { return int64(len(j.Payload) + len(j.Result)) }
 
 // JobPage is one page of List.
 type JobPage struct {
@@ -345,6 +367,13 @@ func (p *JobPage) MarshalJSON() ([]byte, error) {
 //
 // An unknown status returns ErrInvalid, as does a cursor that is not one of this status's.
 //
+// A page holds at most Page.Limit jobs and ends early at its byte budget (Page.MaxBytes: the
+// payload and result bytes of its jobs, DefaultPageBytes by default), its Next then the job
+// after the last one it holds: 300 dead jobs of 1 MB are 8 pages of 8 MB by default, not one of
+// 300 MB. Only what the page holds is read: a sorted set's page learns its jobs' sizes first
+// (HSTRLEN, no payload read), a stream's (queued, in_progress) reads entries in chunks of 16 at
+// first, then as many as the budget's rest fits at the sizes seen.
+//
 // A page costs Redis at most Page.Limit job records (read in one pipelined round trip, or one
 // script for in_progress) besides the index it pages through, whose read starts at the cursor
 // (O(log N)). Pages are not a snapshot: a job that changes status while a listing goes on may
@@ -369,6 +398,10 @@ func (i *Inspector) List(ctx context.Context, queue string, status Status, page 
 	case limit > MaxPageLimit:
 		limit = MaxPageLimit
 	}
+	if page.MaxBytes < 0 {
+		return nil, invalid("page byte budget %d is negative", page.MaxBytes)
+	}
+	bud := &pageBudget{left: cmp.Or(page.MaxBytes, DefaultPageBytes)}
 	status = ParseStatus(string(status)) // "dead" is failed's word
 	switch status {
 	case StatusScheduled, StatusFailed, StatusQueued, StatusInProgress, StatusCompleted, StatusCanceled:
@@ -390,9 +423,9 @@ func (i *Inspector) List(ctx context.Context, queue string, status Status, page 
 	}
 	var p *JobPage
 	if len(qs) == 1 {
-		p, err = i.listOne(ctx, qs[0], status, page.Cursor, limit)
+		p, err = i.listOne(ctx, qs[0], status, page.Cursor, limit, bud)
 	} else {
-		p, err = i.listPartitions(ctx, qs, status, page.Cursor, limit)
+		p, err = i.listPartitions(ctx, qs, status, page.Cursor, limit, bud)
 	}
 	if err != nil && !errors.Is(err, ErrInvalid) {
 		err = fmt.Errorf("list %s jobs of %s: %w", status, queue, err)
@@ -432,14 +465,65 @@ func cursorShape(status Status, cursor string) bool {
 }
 
 // listOne is List of one queue or partition.
-func (i *Inspector) listOne(ctx context.Context, q keys.Queue, status Status, cursor string, limit int) (*JobPage, error) {
+func (i *Inspector) listOne(ctx context.Context, q keys.Queue, status Status, cursor string, limit int, bud *pageBudget) (*JobPage, error) {
 	switch status {
 	case StatusScheduled, StatusFailed, StatusCompleted, StatusCanceled:
-		return i.listSet(ctx, q, status, cursor, limit)
+		return i.listSet(ctx, q, status, cursor, limit, bud)
 	case StatusQueued:
-		return i.listLevels(ctx, q, cursor, limit, i.listQueued)
+		return i.listLevels(ctx, q, cursor, limit, bud, bud.chunked(i.listQueued))
 	default:
-		return i.listLevels(ctx, q, cursor, limit, i.listInProgress)
+		return i.listLevels(ctx, q, cursor, limit, bud, bud.chunked(i.listInProgress))
+	}
+}
+
+// listFunc lists a page of one stream (a level of a queue or partition) from cursor.
+type listFunc func(ctx context.Context, q keys.Queue, cursor string, limit int) (*JobPage, error)
+
+// streamChunk is the first read of a stream listing under a byte budget: entries carry their
+// payloads, so a stream is read a chunk at a time and the page cut at the budget.
+const streamChunk = 16
+
+// chunked is list read a chunk at a time, the page cut at the budget: its Next is then the
+// entry of the last job it holds (a stream cursor is the last entry seen). The first chunk is
+// streamChunk entries; each next one as many as the rest of the budget fits at the mean size
+// seen, so small jobs take one or two reads and big ones never many more than fit.
+func (b *pageBudget) chunked(list listFunc) listFunc {
+	return func(ctx context.Context, q keys.Queue, cursor string, limit int) (*JobPage, error) {
+		out := &JobPage{}
+		var seen, bytes int64
+		n := min(limit, streamChunk)
+		for {
+			p, err := list(ctx, q, cursor, n)
+			if err != nil {
+				return nil, err
+			}
+			for _, j := range p.Jobs {
+				if len(out.Jobs) > 0 && b.spent() {
+					out.Next = out.Jobs[len(out.Jobs)-1].Entry
+					return out, nil
+				}
+				out.Jobs = append(out.Jobs, j)
+				if l, ok := p.Leases[j.ID]; ok {
+					if out.Leases == nil {
+						out.Leases = map[string]Lease{}
+					}
+					out.Leases[j.ID] = l
+				}
+				b.take(jobBytes(j))
+				seen, bytes = seen+1, bytes+jobBytes(j)
+			}
+			if p.Next == "" || b.spent() || len(out.Jobs) >= limit {
+				out.Next = p.Next
+				return out, nil
+			}
+			cursor = p.Next
+			rest := limit - len(out.Jobs)
+			if seen == 0 || bytes == 0 {
+				n = rest
+			} else {
+				n = int(min(int64(rest), max(streamChunk, b.left/max(1, bytes/seen)+1)))
+			}
+		}
 	}
 }
 
@@ -448,8 +532,7 @@ func (i *Inspector) listOne(ctx context.Context, q keys.Queue, status Status, cu
 // list lists one level's stream (a keys.Queue.AtLevel view). A cursor in a level above 1 is
 // "p<level>:" and the level's own cursor (nothing: from the level's start); a level-1 cursor
 // is the stream's own, as for a queue that never had levels.
-func (i *Inspector) listLevels(ctx context.Context, q keys.Queue, cursor string, limit int,
-	list func(context.Context, keys.Queue, string, int) (*JobPage, error)) (*JobPage, error) {
+func (i *Inspector) listLevels(ctx context.Context, q keys.Queue, cursor string, limit int, bud *pageBudget, list listFunc) (*JobPage, error) {
 	level, inner, ok := cutLevelCursor(cursor)
 	if !ok {
 		return nil, invalid("cursor %q is not one of a stream listing", cursor)
@@ -467,7 +550,7 @@ func (i *Inspector) listLevels(ctx context.Context, q keys.Queue, cursor string,
 		if l > level {
 			inner = ""
 		}
-		if len(out.Jobs) >= limit {
+		if len(out.Jobs) >= limit || bud.spent() {
 			out.Next = levelCursor(l, "")
 			return out, nil
 		}
@@ -519,7 +602,7 @@ func cutLevelCursor(cursor string) (level int, inner string, ok bool) {
 
 // listPartitions is List of a partitioned queue: it fills the page from partition after
 // partition, starting where the cursor "<partition>/<cursor>" says.
-func (i *Inspector) listPartitions(ctx context.Context, qs []keys.Queue, status Status, cursor string, limit int) (*JobPage, error) {
+func (i *Inspector) listPartitions(ctx context.Context, qs []keys.Queue, status Status, cursor string, limit int, bud *pageBudget) (*JobPage, error) {
 	n, inner := 0, ""
 	if cursor != "" {
 		num, rest, ok := strings.Cut(cursor, "/")
@@ -532,11 +615,11 @@ func (i *Inspector) listPartitions(ctx context.Context, qs []keys.Queue, status 
 	}
 	out := &JobPage{}
 	for ; n < len(qs); n, inner = n+1, "" {
-		if len(out.Jobs) >= limit {
+		if len(out.Jobs) >= limit || bud.spent() {
 			out.Next = strconv.Itoa(n) + "/"
 			return out, nil
 		}
-		p, err := i.listOne(ctx, qs[n], status, inner, limit-len(out.Jobs))
+		p, err := i.listOne(ctx, qs[n], status, inner, limit-len(out.Jobs), bud)
 		if err != nil {
 			return nil, err
 		}
@@ -552,7 +635,7 @@ func (i *Inspector) listPartitions(ctx context.Context, qs []keys.Queue, status 
 // listSet pages through a sorted set of job ids: scheduled (earliest due first), dead (latest
 // death first), or the index of completed or canceled jobs (latest first). An indexed id whose
 // record expired is skipped; the index's trim (finish.lua, cancel.lua) removes it in time.
-func (i *Inspector) listSet(ctx context.Context, q keys.Queue, status Status, cursor string, limit int) (*JobPage, error) {
+func (i *Inspector) listSet(ctx context.Context, q keys.Queue, status Status, cursor string, limit int, bud *pageBudget) (*JobPage, error) {
 	var after *jobstate.SetItem
 	if cursor != "" {
 		s, id, _ := strings.Cut(cursor, ":")
@@ -579,14 +662,28 @@ func (i *Inspector) listSet(ctx context.Context, q keys.Queue, status Status, cu
 		return nil, err
 	}
 	p := &JobPage{}
-	if len(items) > limit {
-		items = items[:limit]
-		last := items[len(items)-1]
-		p.Next = strconv.FormatInt(last.Score, 10) + ":" + last.Member
-	}
+	more := len(items) > limit
+	items = items[:min(limit, len(items))]
 	ids := make([]string, len(items))
 	for k, it := range items {
 		ids[k] = it.Member
+	}
+	// The budget cuts the page before any record is read: the sizes first, then only the
+	// records that fit.
+	sizes, err := jobstate.RecordSizes(ctx, i.rdb, q, ids)
+	if err != nil {
+		return nil, err
+	}
+	for k, n := range sizes {
+		if k > 0 && bud.spent() {
+			items, ids, more = items[:k], ids[:k], true
+			break
+		}
+		bud.take(n)
+	}
+	if more && len(items) > 0 {
+		last := items[len(items)-1]
+		p.Next = strconv.FormatInt(last.Score, 10) + ":" + last.Member
 	}
 	recs, err := jobstate.Records(ctx, i.rdb, q, ids)
 	if err != nil {

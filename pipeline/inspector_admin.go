@@ -32,26 +32,51 @@ func (i *Inspector) PurgeDryRun(ctx context.Context, queue, id string) (*Job, er
 
 // PurgeAllDryRun returns the dead jobs that PurgeAll(ctx, queue, olderThan) would delete now
 // (those that died at least olderThan ago by Redis's clock, picked by the script PurgeAll
-// runs), newest first within each partition as List shows them, and deletes nothing.
+// runs), newest first within each partition as List shows them, and deletes nothing. It reads
+// every such job's record; PurgeAllDryRunIDs reads their ids only.
 func (i *Inspector) PurgeAllDryRun(ctx context.Context, queue string, olderThan time.Duration) ([]*Job, error) {
+	var out []*Job
+	err := i.purgeAllDryRun(ctx, queue, olderThan, func(q keys.Queue, ids []string) error {
+		jobs, err := i.deadJobs(ctx, q, ids)
+		out = append(out, jobs...)
+		return err
+	})
+	return out, err
+}
+
+// PurgeAllDryRunIDs returns the ids of the dead jobs that PurgeAll(ctx, queue, olderThan)
+// would delete now, in PurgeAllDryRun's order, and deletes nothing. It reads the ids alone (the
+// purge script's pages of the dead set), no job record: a dry run over many big dead jobs costs
+// their ids, not their payloads.
+func (i *Inspector) PurgeAllDryRunIDs(ctx context.Context, queue string, olderThan time.Duration) ([]string, error) {
+	var out []string
+	err := i.purgeAllDryRun(ctx, queue, olderThan, func(_ keys.Queue, ids []string) error {
+		out = append(out, ids...)
+		return nil
+	})
+	return out, err
+}
+
+// purgeAllDryRun hands each partition's ids that PurgeAll would delete, newest first, to each.
+func (i *Inspector) purgeAllDryRun(ctx context.Context, queue string, olderThan time.Duration,
+	each func(q keys.Queue, ids []string) error) error {
 	if err := i.check(queue, ""); err != nil {
-		return nil, err
+		return err
 	}
 	if olderThan < 0 {
-		return nil, invalid("negative age %s", olderThan)
+		return invalid("negative age %s", olderThan)
 	}
 	qs, err := i.partitions(ctx, queue)
 	if err != nil {
-		return nil, err
+		return err
 	}
-	var out []*Job
 	for _, q := range qs {
 		var ids []string
 		for {
 			page, err := jobstate.PurgeDryRun(ctx, i.rdb, q, jobstate.PurgeDryRunParams{
 				PurgeParams: jobstate.PurgeParams{Limit: purgeAllChunk, OlderThan: olderThan}, Offset: len(ids)})
 			if err != nil {
-				return nil, fmt.Errorf("purge %s (dry run): %w", queue, err)
+				return fmt.Errorf("purge %s (dry run): %w", queue, err)
 			}
 			ids = append(ids, page...)
 			if len(page) < purgeAllChunk {
@@ -59,13 +84,11 @@ func (i *Inspector) PurgeAllDryRun(ctx context.Context, queue string, olderThan 
 			}
 		}
 		slices.Reverse(ids)
-		jobs, err := i.deadJobs(ctx, q, ids)
-		if err != nil {
-			return nil, fmt.Errorf("purge %s (dry run): %w", queue, err)
+		if err := each(q, ids); err != nil {
+			return fmt.Errorf("purge %s (dry run): %w", queue, err)
 		}
-		out = append(out, jobs...)
 	}
-	return out, nil
+	return nil
 }
 
 // deadJobs reads the dead jobs ids of q, in order, a pipeline per chunk; an id whose record is

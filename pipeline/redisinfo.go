@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"strconv"
 	"sync"
@@ -21,6 +22,10 @@ type RedisInfo struct {
 	Nodes []RedisNode `json:"nodes"`
 	// Queues has the memory of each known queue, by name.
 	Queues []QueueMemory `json:"queues"`
+	// MemoryError says why the queues' memory was not measured, when a server did not support
+	// MEMORY USAGE (an embedded or compatible Redis) or refused it (an ACL): each queue then has
+	// its Jobs and Unmeasured set.
+	MemoryError string `json:"memory_error,omitempty"`
 }
 
 // RedisNode is one server's state, from INFO (server, memory, clients, persistence) and
@@ -49,8 +54,12 @@ type RedisNode struct {
 	RDBLastSaveStatus   string `json:"rdb_last_save_status"`
 	RDBLastSave         int64  `json:"rdb_last_save"`
 	RDBChangesSinceSave int64  `json:"rdb_changes_since_save"`
-	// Error says what Redis refused (INFO or CONFIG), when it did.
+	// Error says what Redis refused (INFO or CONFIG), when it did, or what it does not support.
 	Error string `json:"error,omitempty"`
+	// Unsupported names what the server does not support or report ("INFO server", "INFO
+	// memory", "INFO persistence", "CONFIG GET"): the fields those fill stay empty. An embedded
+	// Redis (the demo's) and some compatible servers lack them; a refusal by an ACL is Error.
+	Unsupported []string `json:"unsupported,omitempty"`
 }
 
 // QueueMemory is what one queue takes of Redis's memory, in bytes, as MEMORY USAGE reports it.
@@ -68,6 +77,9 @@ type QueueMemory struct {
 	Records int64 `json:"records"`
 	Jobs    int64 `json:"jobs"`
 	Sampled int   `json:"sampled"`
+	// Unmeasured is set when the server did not measure memory (RedisInfo.MemoryError says
+	// why): Bytes, Keys and Records are 0 and only Jobs is known.
+	Unmeasured bool `json:"unmeasured,omitempty"`
 }
 
 // memorySamples is MEMORY USAGE's SAMPLES: how many elements of a stream, set or hash Redis
@@ -109,7 +121,12 @@ func (i *Inspector) RedisInfo(ctx context.Context) (*RedisInfo, error) {
 		return nil, err
 	}
 	for _, name := range names {
-		qm, err := i.queueMemory(ctx, name)
+		qm, err := i.queueMemory(ctx, name, out.MemoryError == "")
+		if err != nil && out.MemoryError == "" && (unsupported(err) || rediserr.IsNoPerm(err)) {
+			// The jobs are counted all the same; the page says why there are no bytes.
+			out.MemoryError = notRead("MEMORY USAGE", err) + ": the queues' memory is not measured"
+			qm, err = i.queueMemory(ctx, name, false)
+		}
 		if err != nil {
 			return nil, err
 		}
@@ -118,15 +135,61 @@ func (i *Inspector) RedisInfo(ctx context.Context) (*RedisInfo, error) {
 	return out, nil
 }
 
+// unsupported reports that Redis answered a command with an error because it does not have the
+// command or this form of it (an embedded Redis such as miniredis, an older or a compatible
+// server: "unknown command", "syntax error", "wrong number of arguments"), not because an ACL,
+// the credentials or the server's state refused it.
+func unsupported(err error) bool {
+	switch rediserr.Classify(err) {
+	case rediserr.UnknownCommand, rediserr.Other:
+		return true
+	}
+	return false
+}
+
+// notRead says why cmd gave nothing: the server does not support it, or refused it.
+func notRead(cmd string, err error) string {
+	if unsupported(err) {
+		return fmt.Sprintf("this server does not support %s (%s)", cmd, redisMessage(err))
+	}
+	return fmt.Sprintf("Redis refused %s (%s)", cmd, redisMessage(err))
+}
+
+// infoSections are the sections of INFO that RedisNode and the doctor read, each with a field
+// that tells whether the server reported it.
+var infoSections = []struct{ section, field string }{
+	{"server", "redis_version"}, {"memory", "used_memory"}, {"persistence", "aof_enabled"},
+}
+
+// readInfo reads INFO's sections; a server that does not take several sections (before Redis
+// 7, an embedded Redis) is asked for its default set, which holds them on a real server.
+func readInfo(ctx context.Context, c redis.Cmdable, sections ...string) (map[string]string, error) {
+	raw, err := c.Info(ctx, sections...).Result()
+	if err != nil && unsupported(err) {
+		raw, err = c.Info(ctx).Result()
+	}
+	if err != nil {
+		return nil, err
+	}
+	return parseInfo(raw), nil
+}
+
 // readNode reads one server's state; what Redis refuses goes into Error.
 func readNode(ctx context.Context, node string, c redis.Cmdable) RedisNode {
 	n := RedisNode{Node: node}
-	raw, err := c.Info(ctx, "server", "memory", "clients", "persistence").Result()
+	info, err := readInfo(ctx, c, "server", "memory", "clients", "persistence")
 	if err != nil {
-		n.Error = "INFO refused: " + redisMessage(err)
+		if unsupported(err) {
+			n.Unsupported = append(n.Unsupported, "INFO")
+		}
+		n.Error = notRead("INFO", err)
 		return n
 	}
-	info := parseInfo(raw)
+	for _, s := range infoSections {
+		if _, ok := info[s.field]; !ok {
+			n.Unsupported = append(n.Unsupported, "INFO "+s.section)
+		}
+	}
 	num := func(k string) int64 { v, _ := strconv.ParseInt(info[k], 10, 64); return v }
 	n.Version, n.Mode = info["redis_version"], info["redis_mode"]
 	n.UptimeSeconds = num("uptime_in_seconds")
@@ -137,17 +200,21 @@ func readNode(ctx context.Context, node string, c redis.Cmdable) RedisNode {
 	n.RDBLastSaveStatus = info["rdb_last_bgsave_status"]
 	n.RDBLastSave, n.RDBChangesSinceSave = num("rdb_last_save_time"), num("rdb_changes_since_last_save")
 	cfg, err := c.ConfigGet(ctx, "appendfsync").Result()
-	if err != nil {
+	switch {
+	case err != nil && unsupported(err):
+		n.Unsupported = append(n.Unsupported, "CONFIG GET")
+	case err != nil:
 		n.Error = "CONFIG GET refused: " + redisMessage(err)
-	} else {
+	default:
 		n.AppendFsync = cfg["appendfsync"]
 	}
 	return n
 }
 
 // queueMemory measures one queue (QueueMemory), in two pipelines: the sizes of its keys, its
-// gauges and a few record ids, then the sampled records' sizes.
-func (i *Inspector) queueMemory(ctx context.Context, queue string) (QueueMemory, error) {
+// gauges and a few record ids, then the sampled records' sizes. Without measure it counts the
+// jobs alone (Unmeasured): the server does not measure memory.
+func (i *Inspector) queueMemory(ctx context.Context, queue string, measure bool) (QueueMemory, error) {
 	qm := QueueMemory{Queue: queue}
 	qs, err := i.partitions(ctx, queue)
 	if err != nil {
@@ -162,6 +229,10 @@ func (i *Inspector) queueMemory(ctx context.Context, queue string) (QueueMemory,
 		return qm, err
 	}
 	qm.Jobs = st.Scheduled + st.Queued + st.InProgress + st.Dead
+	if !measure {
+		qm.Unmeasured = true
+		return qm, nil
+	}
 	var sizes []*redis.IntCmd
 	var picks []*redis.StringSliceCmd
 	_, err = i.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {

@@ -22,6 +22,10 @@
     ['canceled', 'Canceled'],
   ];
   const GAUGE = { scheduled: 'scheduled', queued: 'queued', in_progress: 'in_progress', failed: 'dead' };
+  // OVERVIEW_FIELD is the number the overview shows under each state's heading: a gauge, or for
+  // the finished states (no gauge) the counter of the same name. A counter shown there is left
+  // out of the overview's counter columns, so that no two columns share a heading.
+  const OVERVIEW_FIELD = Object.assign({ completed: 'completed', canceled: 'canceled' }, GAUGE);
   const MAIN_COUNTERS = [
     ['enqueued', 'Enqueued'],
     ['completed', 'Completed'],
@@ -461,7 +465,9 @@
       wrap.replaceChildren(h('p', { class: 'muted' }, 'No queues yet. Publish a job (conveyor publish --queue emails --type echo) and it shows here.'));
       return;
     }
-    const cols = STATES.map(([st, name]) => [GAUGE[st], name, st]).concat(MAIN_COUNTERS.map(([k, name]) => [k, name, null]));
+    const shown = new Set(Object.values(OVERVIEW_FIELD));
+    const cols = STATES.map(([st, name]) => [OVERVIEW_FIELD[st], name, st])
+      .concat(MAIN_COUNTERS.filter(([k]) => !shown.has(k)).map(([k, name]) => [k, name, null]));
     const table = h('table', { class: 'grid-table queues' },
       h('caption', { class: 'visually-hidden' }, 'Jobs in each state and counters, by queue'),
       h('thead', {}, h('tr', {}, h('th', { scope: 'col' }, 'Queue'),
@@ -1327,7 +1333,7 @@
         if (!live(g)) return;
         err.replaceChildren();
         renderRedisNodes(nodes, r.nodes || []);
-        renderQueueMemory(queues, r.queues || []);
+        renderQueueMemory(queues, r.queues || [], r.memory_error);
         renderFindings(findings, (r.doctor && r.doctor.findings) || []);
         stamp();
       } catch (e) {
@@ -1346,7 +1352,16 @@
   }
 
   function renderRedisNodes(wrap, nodes) {
+    if (nodes.length === 0) {
+      wrap.replaceChildren(h('p', { class: 'muted' }, 'No server answered.'));
+      return;
+    }
     wrap.replaceChildren(...nodes.map((n) => {
+      // What the server does not report (an embedded or Redis-compatible server) reads "not
+      // reported", not a zero or "undefined".
+      const missing = new Set(n.unsupported || []);
+      const NOT = 'not reported';
+      const from = (section, v) => (missing.has('INFO') || missing.has('INFO ' + section) ? NOT : v);
       const row = (k, label, v, bad) => h('div', { data: { field: k }, class: bad ? 'bad' : null }, h('dt', {}, label), h('dd', {}, v));
       const persist = (n.aof ? 'AOF on (fsync ' + (n.appendfsync || '?') + ')' : 'AOF off') + '; last RDB save ' +
         (n.rdb_last_save ? fmtAgo(n.rdb_last_save * 1000) + ' (' + (n.rdb_last_save_status || '?') + ')' : 'never') +
@@ -1354,20 +1369,33 @@
       return h('div', { class: 'redis-node', data: { node: n.node } },
         h('h3', {}, n.node || 'Redis'),
         n.error ? h('p', { class: 'error' }, n.error) : null,
+        missing.size ? h('p', { class: 'muted small', data: { field: 'unsupported' } },
+          'This server does not support or report ' + [...missing].join(', ') + ' (an embedded or Redis-compatible server): what those fill is not shown.') : null,
         h('dl', { class: 'counters' },
-          row('version', 'Version', n.version + ' (' + n.mode + ')'),
-          row('uptime', 'Up for', fmtDur(num(n.uptime_seconds) * 1000)),
-          row('memory', 'Memory used', fmtBytes(n.used_memory) + ' of ' + (num(n.max_memory) ? fmtBytes(n.max_memory) : 'no limit'),
+          row('version', 'Version', from('server', n.version + ' (' + n.mode + ')')),
+          row('uptime', 'Up for', from('server', fmtDur(num(n.uptime_seconds) * 1000))),
+          row('memory', 'Memory used', from('memory', fmtBytes(n.used_memory) + ' of ' + (num(n.max_memory) ? fmtBytes(n.max_memory) : 'no limit')),
             num(n.max_memory) && num(n.used_memory) > 0.8 * num(n.max_memory)),
-          row('eviction', 'Eviction policy', n.eviction_policy, n.eviction_policy && n.eviction_policy !== 'noeviction'),
-          row('clients', 'Clients', fmtInt(n.connected_clients) + ' of ' + fmtInt(n.max_clients)),
-          row('persistence', 'Persistence', persist, !n.aof && n.rdb_last_save_status === 'err')));
+          row('eviction', 'Eviction policy', from('memory', n.eviction_policy), n.eviction_policy && n.eviction_policy !== 'noeviction'),
+          row('clients', 'Clients', fmtInt(n.connected_clients) + (num(n.max_clients) ? ' of ' + fmtInt(n.max_clients) : '')),
+          row('persistence', 'Persistence', from('persistence', persist), !n.aof && n.rdb_last_save_status === 'err')));
     }));
   }
 
-  function renderQueueMemory(wrap, queues) {
+  function renderQueueMemory(wrap, queues, memoryError) {
     if (queues.length === 0) {
       wrap.replaceChildren(h('p', { class: 'muted' }, 'No queues yet.'));
+      return;
+    }
+    if (memoryError) {
+      // The server did not measure memory: the jobs of each queue, and why there are no bytes.
+      wrap.replaceChildren(h('p', { class: 'error', data: { field: 'memory_error' } }, memoryError + '.'),
+        h('table', { class: 'grid-table queue-memory' },
+          h('caption', { class: 'visually-hidden' }, 'Jobs of each queue'),
+          h('thead', {}, h('tr', {}, ['Queue', 'Jobs'].map((c) => h('th', { scope: 'col' }, c)))),
+          h('tbody', {}, queues.map((m) => h('tr', { data: { queue: m.queue } },
+            h('th', { scope: 'row', class: 'name' }, h('a', { href: queueHref(m.queue) }, m.queue)),
+            h('td', { class: 'num', data: { label: 'Jobs', field: 'jobs' } }, fmtInt(m.jobs)))))));
       return;
     }
     queues = queues.slice().sort((a, b) => num(b.bytes) - num(a.bytes));

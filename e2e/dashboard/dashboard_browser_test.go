@@ -174,6 +174,9 @@ func newDashFixture(t *testing.T) *dashFixture {
 	}
 	publish(t, dashOrders, "hold-1", "hold", `{"seconds":3600}`)
 	publish(t, dashOrders, "later-1", "echo", `{"reminder":"renew","to":"ada@example.com"}`, pipeline.WithDelay(time.Hour))
+	// A canceled job, so that the overview's Canceled column has a count to show.
+	publish(t, dashOrders, "dropped-1", "echo", `{"reminder":"dropped"}`, pipeline.WithDelay(time.Hour))
+	require.NoError(t, client.Cancel(context.Background(), dashOrders, "dropped-1"))
 	// More queued reports than a page of the dashboard's lists (25) holds.
 	for k := 1; k <= dashReportsQueued; k++ {
 		payload := fmt.Sprintf(`{"report":%d}`, k)
@@ -420,9 +423,21 @@ func TestDashboardBrowser(t *testing.T) {
 			t.Fatal(err)
 		}
 		want[q] = map[string]int64{"scheduled": s.Scheduled, "queued": s.Queued, "in_progress": s.InProgress,
-			"dead": s.Dead, "enqueued": s.Enqueued, "completed": s.Completed, "failed": s.Failed, "retried": s.Retried}
+			"dead": s.Dead, "enqueued": s.Enqueued, "completed": s.Completed, "failed": s.Failed, "retried": s.Retried,
+			"canceled": s.Canceled}
+		if q == dashOrders && (s.Completed == 0 || s.Canceled == 0) {
+			t.Fatalf("fixture: queue %s has %d completed and %d canceled jobs; the check below needs some of each", q, s.Completed, s.Canceled)
+		}
 	}
 	wantJSON, _ := json.Marshal(want)
+	// Every column reads a field (the Completed and Canceled state columns read none, and always
+	// showed 0 beside a second Completed column that read the counter), and no two share a heading.
+	b.poll("the queue table's columns each have a field and a heading of their own", `(() => {
+		const heads = [...document.querySelectorAll('table.queues thead th')].map((th) => th.textContent.trim());
+		const cells = [...document.querySelectorAll('tr[data-queue="orders"] td')];
+		return heads.length > 1 && new Set(heads).size === heads.length && cells.length === heads.length - 1 &&
+			cells.every((td) => td.dataset.field && td.dataset.field !== 'undefined');
+	})()`)
 	b.poll("queue counts match Inspector.Stats "+string(wantJSON), `(() => {
 		const want = `+string(wantJSON)+`;
 		for (const [q, fields] of Object.entries(want)) {

@@ -40,8 +40,9 @@ func TestDashboardFinished(t *testing.T) {
 	b.shot("completed")
 
 	b.do("open the Canceled tab", chromedp.Click(css(`.tabs a[data-state="canceled"]`)))
-	b.poll("the Canceled tab lists the canceled job",
-		rows+`.length === 1 && `+rows+`[0].dataset.job === 'later-1'`)
+	// Newest first: later-1, canceled here, then the fixture's dropped-1.
+	b.poll("the Canceled tab lists the canceled jobs",
+		rows+`.length === 2 && `+rows+`[0].dataset.job === 'later-1' && `+rows+`[1].dataset.job === 'dropped-1'`)
 
 	b.route("#/jobs/imports/flaky-attempts")
 	b.poll("the job page shows two attempts: retried with its error, then completed", `(() => {

@@ -109,6 +109,7 @@ var cases = []tc{
 	{op: "GET /v1/queues/{queue}/jobs", url: "/v1/queues/{queue}/jobs?status=completed", status: 200, prep: seeded(pipeline.StatusCompleted)},
 	{op: "GET /v1/queues/{queue}/jobs", url: "/v1/queues/{queue}/jobs?status=canceled", status: 200},
 	{op: "GET /v1/queues/{queue}/jobs", url: "/v1/queues/{queue}/jobs?status=nosuch", status: 400, invalid: true},
+	{op: "GET /v1/queues/{queue}/jobs", url: "/v1/queues/nosuch/jobs?status=queued", status: 404},
 	{op: "POST /v1/queues/{queue}/jobs/{id}/run", url: "/v1/queues/{queue}/jobs/{id}/run", status: 200, prep: seeded(pipeline.StatusScheduled)},
 	{op: "POST /v1/queues/{queue}/jobs/{id}/run", url: "/v1/queues/{queue}/jobs/{id}/run", status: 409, prep: seeded(pipeline.StatusQueued)},
 	{op: "POST /v1/queues/{queue}/jobs/{id}/run", url: "/v1/queues/{queue}/jobs/nosuch/run", status: 404},

@@ -51,7 +51,9 @@ type serveFlags struct {
 	token    string
 	insecure bool
 	maxWait  time.Duration
-	probe    string
+	// maxEventStreams bounds the event streams open at once (api.Config.MaxEventStreams).
+	maxEventStreams int
+	probe           string
 	// allowedHosts are --allowed-host's names; check adds --addr's host to them.
 	allowedHosts []string
 	maxQueues    int
@@ -124,6 +126,8 @@ health checks in images without curl (conveyor serve --probe http://127.0.0.1:80
 	f.BoolVar(&sf.createQueues, "create-queues", true, "a POST to a queue that does not exist creates it; false: 404 until "+
 		"it is created (PUT /v1/queues/Q, conveyor queues create); env $"+envAPICreateQueues)
 	f.DurationVar(&sf.maxWait, "max-wait", api.DefaultMaxWait, "longest long poll (GET ...?wait=)")
+	f.IntVar(&sf.maxEventStreams, "max-event-streams", api.DefaultMaxEventStreams, "most job event streams "+
+		"(GET .../jobs/ID/events) open at once, about 40 KB each; past it 503 with Retry-After")
 	f.StringVar(&sf.probe, "probe", "", "serve nothing: GET this URL and exit 0 on a 2xx answer, 1 otherwise (container health checks)")
 	return cmd
 }
@@ -187,6 +191,9 @@ func (sf *serveFlags) check(getenv func(string) string) (token string, loopback 
 	}
 	if maxQueuesSet && sf.maxQueues < 1 {
 		errs = append(errs, usageErrorf("--max-queues must be at least 1, not %d", sf.maxQueues))
+	}
+	if sf.maxEventStreams < 0 {
+		errs = append(errs, usageErrorf("--max-event-streams must not be negative, not %d (0: the default, %d)", sf.maxEventStreams, api.DefaultMaxEventStreams))
 	}
 	if sf.maxWait <= 0 {
 		errs = append(errs, usageErrorf("--max-wait must be positive, not %s", sf.maxWait))
@@ -255,7 +262,7 @@ func (a *app) serve(ctx context.Context, sf *serveFlags) error {
 	if err != nil {
 		return err
 	}
-	srv, err := api.New(client, insp, api.Config{AuthToken: token, AllowedHosts: sf.allowedHosts, MaxWait: sf.maxWait, Logger: log,
+	srv, err := api.New(client, insp, api.Config{AuthToken: token, AllowedHosts: sf.allowedHosts, MaxWait: sf.maxWait, MaxEventStreams: sf.maxEventStreams, Logger: log,
 		Dashboard: api.Dashboard(), Metrics: promhttp.HandlerFor(reg, promhttp.HandlerOpts{})})
 	if err != nil {
 		return err

@@ -1,6 +1,7 @@
 package jobstate_test
 
 import (
+	"fmt"
 	"strconv"
 	"testing"
 	"time"
@@ -348,4 +349,39 @@ func TestLayout(t *testing.T) {
 	nodes, err := jobstate.Nodes(ctx, rdb, qs)
 	require.NoError(t, err)
 	require.Nil(t, nodes, "no cluster")
+}
+
+// FindFirst over more lookups than it reads with a script each narrows them with EXISTS and
+// still answers the first in order that has the job, on a standalone server and a cluster.
+func TestFindFirstManyLookups(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		rdb  func(*testing.T) redis.UniversalClient
+	}{
+		{"standalone", func(t *testing.T) redis.UniversalClient { return redistest.Client(t) }},
+		{"cluster", func(t *testing.T) redis.UniversalClient { return redistest.StartCluster(t).Client(t) }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			rdb := tc.rdb(t)
+			ctx := t.Context()
+			name := redistest.UniqueName(t)
+			now := time.Now()
+			var lookups []jobstate.Lookup
+			for k := range 137 {
+				lookups = append(lookups, jobstate.Lookup{Queue: keys.New(keys.DefaultPrefix, fmt.Sprintf("%s-%d", name, k)), ID: "j"})
+			}
+			k, _, err := jobstate.FindFirst(ctx, rdb, lookups)
+			require.NoError(t, err)
+			require.Equal(t, -1, k)
+			for _, at := range []int{118, 41} {
+				enqueue(t, rdb, lookups[at].Queue, now, jobstate.NewJob{ID: "j", Type: "t", Payload: []byte(fmt.Sprint(at)), RunAt: now, ChosenID: true})
+			}
+			k, rec, err := jobstate.FindFirst(ctx, rdb, lookups)
+			require.NoError(t, err)
+			require.Equal(t, 41, k, "the first in order")
+			require.Equal(t, []byte("41"), rec.Payload)
+		})
+	}
 }
