@@ -45,20 +45,21 @@ func TestFlowLimitsE2E(t *testing.T) {
 }
 
 // GlobalRate: 4 worker processes share one queue's rate limit of 50 jobs a second, with a
-// backlog for the whole window. Each job's start time (started_at) is read back: over the
-// window the observed rate is within 5% of the limit, and no interval of any length holds more
-// starts than the GCRA allows (the limit's rate, plus its burst of one interval's worth:
-// admit.lua), give or take the life of a leased token (a worker starts a token's job within
-// 100 ms of its grant, pipeline's tokenLife). 50/s is far below what 4
-// workers do on a loaded 2-core machine (thousands a second), so the lower bound measures the
-// limit, not the machine.
+// backlog for the whole window. Each job's start time (started_at) is read back: no window of
+// one interval holds more than 50 starts (a rate is at most N starts in any window of its
+// interval: admit.lua's log of grants), and over the window the observed rate is between
+// N/(interval + tokenLife) and N/interval, give or take 15%: a token a worker leases ahead of
+// its read counts as granted at the end of its life (pipeline's tokenLife, 100 ms), since its
+// job may start then, so a reached rate runs up to tokenLife/interval below N per interval
+// (docs/OPERATIONS.md "Limits"). 50/s is far below what 4 workers do on a loaded 2-core machine
+// (thousands a second), so the lower bound measures the limit, not the machine.
 func testGlobalRate(t *testing.T, c *cli) {
 	const (
 		rate     = 50
 		interval = time.Second
 		workers  = 4
-		// warmup skips the first intervals, where the burst the GCRA allows after a quiet
-		// interval starts at once.
+		// warmup skips the first intervals, where the N starts a rate allows after a quiet
+		// interval start at once.
 		warmup = 2 * interval
 	)
 	window := *limitsRateWindow
@@ -93,15 +94,12 @@ func testGlobalRate(t *testing.T, c *cli) {
 	}
 
 	ms := interval.Milliseconds()
-	perJobMS := float64(ms) / rate // T, the GCRA's emission interval
-	// The most starts any span of span ms may hold: span/T, plus the burst (rate), plus one
-	// for the millisecond the stored times are truncated to, plus the tokens granted in the
-	// token life before the span.
-	const tokenLifeMS = 100
-	allowed := func(span int64) int { return int(float64(span+1+tokenLifeMS)/perJobMS) + rate }
-	for _, span := range []int64{ms / 10, ms, 5 * ms, admitted[n-1] - admitted[0]} {
+	// The most starts a span of span ms may hold: rate in each interval it touches. Stored
+	// times are truncated to the ms, so a span of one interval is checked as ms-1.
+	allowed := func(span int64) int { return rate * int((span+ms-1)/ms) }
+	for _, span := range []int64{ms / 10, ms - 1, 5*ms - 1, admitted[n-1] - admitted[0]} {
 		most, at := busiest(admitted, span)
-		t.Logf("busiest %d ms: %d starts from %d ms after the first (GCRA bound %d)", span, most, at-admitted[0], allowed(span))
+		t.Logf("busiest %d ms: %d starts from %d ms after the first (bound %d)", span, most, at-admitted[0], allowed(span))
 		require.LessOrEqual(t, most, allowed(span), "starts within %d ms from %d", span, at)
 	}
 
@@ -118,7 +116,10 @@ func testGlobalRate(t *testing.T, c *cli) {
 	want := float64(rate) / interval.Seconds()
 	t.Logf("observed %.2f jobs/s over %s against a limit of %.0f/s: ratio %.4f; per worker %v",
 		observed, window, want, observed/want, ran)
-	require.InEpsilon(t, want, observed, 0.05, "observed rate over %s", window)
+	const tokenLife = 100 * time.Millisecond
+	floor := float64(rate) / (interval + tokenLife).Seconds()
+	require.LessOrEqual(t, observed, want*1.01, "observed rate over %s: the limit never passed", window)
+	require.GreaterOrEqual(t, observed, floor*0.85, "observed rate over %s: the limit reached", window)
 }
 
 // admissions reads back the start time (unix ms) of each job, sorted, and
