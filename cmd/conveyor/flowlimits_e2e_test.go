@@ -305,7 +305,8 @@ func testGlobalConcurrency(t *testing.T, c *cli) {
 	t.Logf("at most %d slots taken (%d samples), at most %d handlers running; %d recovered jobs",
 		maxSlots.Load(), samples.Load(), maxRunning, len(held))
 	require.EqualValues(t, limit, maxSlots.Load(), "slots taken at once: the limit reached, never passed")
-	require.Equal(t, limit, maxRunning, "handlers running at once: the limit reached, never passed")
+	require.Equal(t, limit, maxRunning, "handlers running at once: the limit reached, never passed (at %s; worker killed at %s)",
+		hs.maxAtString(), killed.Format("15:04:05.000"))
 	require.Empty(t, twice, "jobs running twice at once")
 	for _, j := range jobs {
 		got := c.job(t, q, j.ID)
@@ -342,6 +343,7 @@ type heldServer struct {
 	inFlight   map[string]int       // by job id
 	since      map[string]time.Time // when the job's latest request came
 	total, max int
+	maxAt      string         // the requests in flight when max was reached: job@time of each
 	twice      []string       // jobs seen in two requests at once
 	runs, done map[string]int // requests started and held to the end, by job id
 }
@@ -359,6 +361,18 @@ func newHeldServer(hold time.Duration) *heldServer {
 			hs.twice = append(hs.twice, job)
 		}
 		hs.total++
+		if hs.total > hs.max {
+			// Which requests, since when: tells a stale request of a killed worker from a
+			// slot handed out twice when the limit is passed.
+			at := []string{}
+			for j, n := range hs.inFlight {
+				if n > 0 {
+					at = append(at, j+"@"+hs.since[j].Format("15:04:05.000"))
+				}
+			}
+			slices.Sort(at)
+			hs.maxAt = fmt.Sprintf("%s: %v", time.Now().Format("15:04:05.000"), at)
+		}
 		hs.max = max(hs.max, hs.total)
 		hs.mu.Unlock()
 		held := false
@@ -385,6 +399,13 @@ func (hs *heldServer) running(id string) bool {
 	hs.mu.Lock()
 	defer hs.mu.Unlock()
 	return hs.inFlight[id] > 0 && time.Since(hs.since[id]) < hs.hold/2
+}
+
+// maxAtString says when the most requests were in flight, and which.
+func (hs *heldServer) maxAtString() string {
+	hs.mu.Lock()
+	defer hs.mu.Unlock()
+	return hs.maxAt
 }
 
 // report returns the most requests in flight at once, the jobs seen twice at once, and the
