@@ -1,49 +1,71 @@
 #!/usr/bin/env bash
 # Build local stand-ins for the three upstream base images that Dockerfile and
-# docker-compose.yml name, for machines that reach Debian's package mirror but no image
-# registry. On a machine that can pull, you do not need this script: `docker compose up`
-# pulls the real images.
+# docker-compose.yml name, for machines that reach no image registry. On a machine that can
+# pull, you do not need this script: `docker compose up` pulls the real images.
+#
+# Each stand-in is a minimal root filesystem assembled from this machine's own files (its
+# binaries, the shared libraries `ldd` lists for them with the loader, every symlink on the
+# way) plus a few written here (/etc/passwd, /etc/group, ...), streamed as one tarball into
+# `docker import` with the upstream image's settings (ENV, USER, WORKDIR, ENTRYPOINT, CMD,
+# EXPOSE, VOLUME). Nothing is downloaded: a stand-in takes seconds, not a Debian bootstrap.
+# The host's binaries must run on the host's libraries, which is all they are given: the
+# files keep their paths (under the host's merged /usr: /bin is a symlink to usr/bin, as here).
 #
 #   golang:1.26-bookworm                       (stands in for Docker Hub's official golang image)
-#       an mmdebstrap bookworm minbase rootfs with ca-certificates and git, plus this machine's
-#       /usr/local/go (must be Go 1.26.x); GOPATH=/go, PATH and GOTOOLCHAIN=local as upstream.
-#       Differs: no gcc, make, curl, wget, openssh-client or the other buildpack-deps:scm
+#       this machine's Go (`go env GOROOT`, must be Go 1.26.x) as /usr/local/go, git with its
+#       helpers (/usr/lib/git-core: git-remote-https for `GOPROXY=direct`) and templates, bash,
+#       dash as /bin/sh and the coreutils, findutils, grep, sed, tar and gzip commands a build
+#       step uses; this machine's CA bundle as /etc/ssl/certs/ca-certificates.crt (so a
+#       TLS-intercepting egress proxy's CA the host trusts is trusted by `go mod download` in
+#       the build stage too); GOPATH=/go, PATH and GOTOOLCHAIN=local as upstream.
+#       Differs: no gcc, make, curl, wget, openssh-client, apt or the other buildpack-deps:scm
 #       packages, so cgo builds fail (the Dockerfile builds with CGO_ENABLED=0).
 #   gcr.io/distroless/static-debian12:nonroot  (stands in for Google's distroless static image)
 #       /etc/passwd and /etc/group (root, nobody, nonroot 65532), /etc/nsswitch.conf,
-#       /etc/os-release, the CA bundle /etc/ssl/certs/ca-certificates.crt (taken from the
-#       golang image above, i.e. Debian's ca-certificates), /tmp (1777), /root, /home/nonroot
-#       (owned by 65532); USER 65532, WORKDIR /home/nonroot, SSL_CERT_FILE as upstream.
+#       /etc/os-release, the CA bundle /etc/ssl/certs/ca-certificates.crt (Debian's
+#       ca-certificates as this machine has it in /usr/share/ca-certificates/mozilla, without
+#       the machine's own additions), /tmp (1777), /root, /home/nonroot (owned by 65532);
+#       USER 65532, WORKDIR /home/nonroot, SSL_CERT_FILE as upstream.
 #       Differs: no tzdata (/usr/share/zoneinfo), no base-files/netbase files, no
 #       /var/lib/dpkg/status.d package records for scanners. A static Go binary needs none.
 #   redis:7.4-bookworm                         (stands in for Docker Hub's official redis image)
-#       an mmdebstrap bookworm minbase rootfs with Debian's redis-server and redis-tools, user
-#       redis with uid/gid 999 as upstream, WORKDIR and VOLUME /data, EXPOSE 6379, and an
+#       this machine's redis-server and redis-cli (Debian's redis-server and redis-tools,
+#       installed when missing), setpriv, the same shell and commands as the golang stand-in,
+#       user redis with uid/gid 999 as upstream, WORKDIR and VOLUME /data, EXPOSE 6379, and an
 #       entrypoint that behaves like upstream's docker-entrypoint.sh: leading flags or a
 #       *.conf imply redis-server, root drops to user redis (setpriv instead of gosu) after
 #       chowning /data, umask 0077, CMD ["redis-server"].
-#       Differs: Redis is Debian's 7.0.x, not 7.4.x (no hash-field expiry, for one); upstream
-#       compiles protected mode off, Debian's binary has it on, so the entrypoint passes
-#       `--protected-mode no` right after redis-server (and after a config file, if given;
-#       a later --protected-mode on the command line still wins).
+#       Differs: Redis is the machine's (Debian bookworm: 7.0.x), not 7.4.x (no hash-field
+#       expiry, for one); upstream compiles protected mode off, Debian's binary has it on, so
+#       the entrypoint passes `--protected-mode no` right after redis-server (and after a
+#       config file, if given; a later --protected-mode on the command line still wins).
 #
-# Every stand-in carries the label org.conveyorq.standin.hash, a hash of this script (and,
-# for golang, of the Go version copied in). An image whose label matches is kept, so reruns
-# are fast; a missing or stale image is rebuilt. An image of that name WITHOUT the label is
-# assumed to be the real upstream image and is left alone (set STANDINS_FORCE=1 to replace
-# it). The rootfs packages come from the Debian mirror that apt uses on this machine
-# (/etc/apt/sources.list*), or from DEBIAN_MIRROR / DEBIAN_SECURITY_MIRROR when set.
+# Every stand-in carries the label org.conveyorq.standin.hash, a hash of this script and of
+# what it copies (the Go version; the size and time of each named binary and of the CA
+# bundles). An image whose label matches is kept, so reruns are fast; a missing or stale image
+# is rebuilt. An image of that name WITHOUT the label is assumed to be the real upstream image
+# and is left alone (set STANDINS_FORCE=1 to replace it).
 #
 # Usage: scripts/docker-standins.sh [golang|distroless|redis]...   (default: all three)
-# Needs: root (or sudo) for mmdebstrap's root mode, a running Docker engine.
+# Needs: a running Docker engine; root (or sudo) to set the files' owners and, on a machine
+# that lacks them, to install redis-server, redis-tools, git or ca-certificates (apt-get,
+# through scripts/packages.sh).
 set -euo pipefail
 
 GOLANG_IMAGE=golang:1.26-bookworm
 DISTROLESS_IMAGE=gcr.io/distroless/static-debian12:nonroot
 REDIS_IMAGE=redis:7.4-bookworm
 LABEL=org.conveyorq.standin.hash
-SUITE=bookworm
 PATH_DEFAULT=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
+# What a shell in a stand-in can run (besides bash's builtins): what the Dockerfile's RUN
+# steps use (sh, xargs, sort) and what a look inside with `docker run -it ... bash` expects.
+USERLAND=(/bin/sh /bin/dash /bin/bash
+  /bin/cat /bin/chmod /bin/chown /bin/cp /bin/date /bin/echo /bin/false /bin/true /bin/ln
+  /bin/ls /bin/mkdir /bin/mktemp /bin/mv /bin/pwd /bin/readlink /bin/rm /bin/rmdir /bin/sleep
+  /bin/touch /bin/uname /usr/bin/basename /usr/bin/dirname /usr/bin/env /usr/bin/head
+  /usr/bin/id /usr/bin/sort /usr/bin/tail /usr/bin/tee /usr/bin/tr /usr/bin/wc
+  /usr/bin/find /usr/bin/xargs /bin/grep /bin/sed /bin/tar /bin/gzip)
+HOST_CA_BUNDLE=/etc/ssl/certs/ca-certificates.crt
 
 self=$(readlink -f "$0")
 script_hash=$(sha256sum "$self" | cut -c1-16)
@@ -78,122 +100,166 @@ needs_build() {
 }
 STALE=()
 
-# apt_mirrors sets MIRROR and SECURITY_MIRROR from the host's apt sources (one-line or deb822).
-apt_mirrors() {
-  local uris f files=()
-  for f in /etc/apt/sources.list /etc/apt/sources.list.d/*.list /etc/apt/sources.list.d/*.sources; do
-    [ -f "$f" ] && files+=("$f")
+# The host's files a stand-in copies, relative to /: HOST_FILES as they are (a symlink as a
+# symlink), HOST_TREES whole. host_reset empties them.
+HOST_FILES=()
+HOST_TREES=()
+declare -A SEEN=() REALDIR=()
+host_reset() { HOST_FILES=(); HOST_TREES=(); SEEN=(); }
+
+# host_add PATH...: each PATH at its real location (its directory with every symlink resolved:
+# /bin/sh is usr/bin/sh on a merged-/usr host) and every hop of its symlink chain.
+host_add() {
+  local p d t
+  for p in "$@"; do
+    d=${p%/*}
+    [ -n "$d" ] || d=/
+    [ -n "${REALDIR[$d]:-}" ] || REALDIR[$d]=$(readlink -f "$d")
+    d=${REALDIR[$d]}
+    p=${d%/}/${p##*/}
+    [ -z "${SEEN[$p]:-}" ] || continue
+    SEEN[$p]=1
+    [ -e "$p" ] || [ -L "$p" ] || die "$p: not on this machine"
+    HOST_FILES+=("${p#/}")
+    if [ -L "$p" ]; then
+      t=$(readlink "$p")
+      case $t in /*) ;; *) t=$d/$t ;; esac
+      host_add "$t"
+    fi
   done
-  uris=$(cat "${files[@]}" /dev/null |
-    sed -n -e 's/^URIs:[[:space:]]*//p' -e 's/^deb[[:space:]]\+\(\[[^]]*\][[:space:]]\+\)\?\([^[:space:]]\+\).*/\2/p' |
-    tr ' ' '\n' | sed 's:/*$::')
-  MIRROR=${DEBIAN_MIRROR:-$(grep -m1 -E '/debian$' <<<"$uris" || true)}
-  SECURITY_MIRROR=${DEBIAN_SECURITY_MIRROR:-$(grep -m1 -E '/debian-security$' <<<"$uris" || true)}
-  [ -n "$MIRROR" ] || MIRROR=http://deb.debian.org/debian
-  [ -n "$SECURITY_MIRROR" ] || SECURITY_MIRROR=http://deb.debian.org/debian-security
 }
 
-ensure_mmdebstrap() {
-  command -v mmdebstrap >/dev/null && return
-  log "installing mmdebstrap"
-  sudo_ apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive sudo_ apt-get install -y -qq --no-install-recommends mmdebstrap >/dev/null
+# host_add_libs FILE...: the shared libraries, and the loader, that ldd lists for each ELF
+# FILE (ldd lists the whole closure; it skips scripts and static binaries).
+host_add_libs() {
+  local lib
+  while read -r lib; do host_add "$lib"; done < <(
+    ldd "$@" 2>/dev/null |
+      awk '{ for (i = 1; i <= NF; i++) if ($i ~ /^\// && $i !~ /:$/) print $i }' | sort -u)
 }
 
-# debootstrap_tar OUT PACKAGES [mmdebstrap options...]: a minbase bookworm rootfs as a tarball.
-debootstrap_tar() {
-  local out=$1 pkgs=$2; shift 2
-  ensure_mmdebstrap
-  apt_mirrors
-  log "mmdebstrap $SUITE (+$pkgs) from $MIRROR"
-  sudo_ mmdebstrap --quiet --mode=root --variant=minbase --include="$pkgs" \
-    --aptopt='Acquire::Retries "3"' \
-    --customize-hook='rm -rf "$1"/var/lib/apt/lists/* "$1"/var/cache/apt/*.bin' \
-    "$@" "$SUITE" "$out" \
-    "deb $MIRROR $SUITE main" "deb $MIRROR $SUITE-updates main" \
-    "deb $SECURITY_MIRROR $SUITE-security main"
+# host_add_bins FILE...: host_add and host_add_libs.
+host_add_bins() { host_add "$@"; host_add_libs "$@"; }
+
+# files_key FILE...: what decides whether copies of the FILEs are current: their (resolved)
+# size and modification time.
+files_key() { stat -L -c '%n %s %Y' "$@" | sha256sum | cut -c1-16; }
+
+# import_rootfs STAGE IMAGE CHANGE...: IMAGE from one tarball of STAGE (what this script
+# wrote, with its owners) and the host's HOST_FILES and HOST_TREES (root's), each CHANGE a
+# Dockerfile instruction for `docker import --change`. TAR_EXTRA: more tar options.
+import_rootfs() {
+  local stage=$1 image=$2 c f d
+  shift 2
+  local changes=()
+  for c in "$@"; do changes+=(--change "$c"); done
+  # The host's merged /usr as it is here; the parent directories of what is copied.
+  for d in bin sbin lib lib32 lib64 libx32; do
+    if [ -L "/$d" ]; then ln -sfn "$(readlink "/$d")" "$stage/$d"; fi
+  done
+  : >"$tmp/files.list"
+  : >"$tmp/trees.list"
+  for f in "${HOST_FILES[@]}"; do printf '%s\n' "$f" >>"$tmp/files.list"; done
+  for f in "${HOST_TREES[@]}"; do printf '%s\n' "$f" >>"$tmp/trees.list"; done
+  sed -n 's:/[^/]*$::p' "$tmp/files.list" "$tmp/trees.list" | sort -u |
+    (cd "$stage" && xargs -r mkdir -p)
+  sudo_ chown -R 0:0 "$stage"
+  [ -z "${STAGE_OWNERS:-}" ] || sudo_ sh -c "$STAGE_OWNERS" _ "$stage"
+  log "docker import $image ($(wc -l <"$tmp/files.list") files$( [ -s "$tmp/trees.list" ] && printf ' and %s' "$(paste -sd' ' "$tmp/trees.list")") from this machine)"
+  # shellcheck disable=SC2086 # TAR_EXTRA: options, split on purpose
+  sudo_ tar --numeric-owner ${TAR_EXTRA:-} -c -f - -C "$stage" . \
+    -C / --no-recursion -T "$tmp/files.list" --recursion -T "$tmp/trees.list" |
+    docker import "${changes[@]}" - "$image" >/dev/null
+  STAGE_OWNERS=
+  TAR_EXTRA=
 }
 
-# extra_ca DIR: write each certificate of the host's CA bundle (HOST_CA_BUNDLE, by default
-# /etc/ssl/certs/ca-certificates.crt) that Debian's ca-certificates does not ship into DIR, one
-# file each (what update-ca-certificates wants in /usr/local/share/ca-certificates). Set
-# STANDINS_EXTRA_CA=0 to add none.
-extra_ca() {
-  local dir=$1 host=${HOST_CA_BUNDLE:-/etc/ssl/certs/ca-certificates.crt}
-  mkdir -p "$dir"
-  [ "${STANDINS_EXTRA_CA:-1}" = 1 ] && [ -r "$host" ] && [ -d /usr/share/ca-certificates ] || return 0
-  # Certificates the host's bundle holds and none of Debian's certificate files (any release's
-  # ca-certificates in /usr/share/ca-certificates) holds.
-  find /usr/share/ca-certificates -name '*.crt' -exec cat {} + |
-    awk -v dir="$dir" '
-      FNR == 1 { file++ }
-      /-----BEGIN CERTIFICATE-----/ { pem = ""; inside = 1 }
-      inside { pem = pem $0 "\n" }
-      /-----END CERTIFICATE-----/ {
-        inside = 0
-        if (file == 1) { known[pem] = 1 }
-        else if (!(pem in known)) { n++; printf "%s", pem > (dir "/host-extra-" n ".crt") }
-      }' - "$host"
-  if ls "$dir"/*.crt >/dev/null 2>&1; then
-    log "adding $(ls "$dir"/*.crt | wc -l) CA certificate(s) of this machine's bundle that Debian's lacks to $GOLANG_IMAGE"
-  fi
+# userland_stage STAGE: the files every shell stand-in writes: /etc/nsswitch.conf, /tmp, /root.
+userland_stage() {
+  local stage=$1
+  mkdir -p "$stage/etc" "$stage/tmp" "$stage/root"
+  printf 'hosts: files dns\n' >"$stage/etc/nsswitch.conf"
+  chmod 1777 "$stage/tmp"
+  chmod 0700 "$stage/root"
 }
+
+# packages.sh: `need` and `install_needed`, for a machine that lacks what is copied.
+# shellcheck source=scripts/packages.sh
+. "$(dirname "$self")/packages.sh"
 
 build_golang() {
-  local gover hash
-  [ -x /usr/local/go/bin/go ] || die "/usr/local/go/bin/go not found: the golang stand-in copies this machine's Go"
-  gover=$(/usr/local/go/bin/go env GOVERSION) # go1.26.8
-  case "$gover" in go1.26|go1.26.*) ;; *) die "/usr/local/go is $gover, the image is named golang:1.26" ;; esac
-  hash=$(printf '%s %s' "$script_hash" "$gover" | sha256sum | cut -c1-16)
-  # Trust anchors this machine adds to Debian's (a TLS-intercepting egress proxy's CA, say):
-  # without them `go mod download` in the build stage fails with "x509: certificate signed by
-  # unknown authority". They are the host bundle's certificates that Debian's lacks.
-  extra_ca "$tmp/extra-ca"
-  hash=$(printf '%s %s %s' "$script_hash" "$gover" "$(cat "$tmp"/extra-ca/*.crt 2>/dev/null | sha256sum)" |
-    sha256sum | cut -c1-16)
+  local go gover goroot hash stage=$tmp/golang
+  go=$(command -v go || echo /usr/local/go/bin/go)
+  [ -x "$go" ] || die "no go on PATH nor /usr/local/go/bin/go: the golang stand-in copies this machine's Go"
+  gover=$("$go" env GOVERSION) # go1.26.8
+  case "$gover" in go1.26|go1.26.*) ;; *) die "$go is $gover, the image is named golang:1.26" ;; esac
+  goroot=$(readlink -f "$("$go" env GOROOT)")
+  need git git
+  need /usr/share/ca-certificates/mozilla ca-certificates
+  install_needed >&2 || die "the golang stand-in copies git and ca-certificates from this machine"
+  hash=$(printf '%s %s %s %s %s' "$script_hash" "$gover" "$goroot" \
+    "$(files_key "${USERLAND[@]}" /usr/bin/git /usr/lib/git-core/git-remote-https)" \
+    "$(sha256sum <"$HOST_CA_BUNDLE")" | sha256sum | cut -c1-16)
   needs_build "$GOLANG_IMAGE" "$hash" || return 0
-  debootstrap_tar "$tmp/golang.tar" ca-certificates,git \
-    --customize-hook='cp -a /usr/local/go "$1/usr/local/go"' \
-    --customize-hook="if ls '$tmp'/extra-ca/*.crt >/dev/null 2>&1; then cp '$tmp'/extra-ca/*.crt \"\$1/usr/local/share/ca-certificates/\" && chroot \"\$1\" update-ca-certificates; fi" \
-    --customize-hook='mkdir -p "$1/go/src" "$1/go/bin" && chmod -R 1777 "$1/go"'
-  log "docker import $GOLANG_IMAGE"
-  docker import \
-    --change "ENV PATH=/go/bin:/usr/local/go/bin:$PATH_DEFAULT" \
-    --change "ENV GOLANG_VERSION=${gover#go}" \
-    --change "ENV GOTOOLCHAIN=local" \
-    --change "ENV GOPATH=/go" \
-    --change "WORKDIR /go" \
-    --change 'CMD ["bash"]' \
-    --change "LABEL $LABEL=$hash" \
-    --change "LABEL org.conveyorq.standin.for=docker.io/library/golang:1.26-bookworm" \
-    "$tmp/golang.tar" "$GOLANG_IMAGE" >/dev/null
-  sudo_ rm -f "$tmp/golang.tar"
+  host_reset
+  host_add_bins "${USERLAND[@]}" /usr/bin/git
+  # git's helpers: one ldd per distinct file (most of /usr/lib/git-core is hard links to git).
+  HOST_TREES+=(usr/lib/git-core usr/share/git-core)
+  mapfile -t helpers < <(find /usr/lib/git-core -type f -printf '%i %p\n' | sort -u -k1,1 | cut -d' ' -f2-)
+  host_add_libs "${helpers[@]}"
+  # Go from go.dev is static and self-contained: its tree is copied as it is, as /usr/local/go.
+  HOST_TREES+=("${goroot#/}")
+  if [ "$goroot" != /usr/local/go ]; then
+    TAR_EXTRA="--transform=s,^$(sed 's/[.[\*^$]/\\&/g' <<<"${goroot#/}"),usr/local/go,S"
+  fi
+  userland_stage "$stage"
+  mkdir -p "$stage/etc/ssl/certs" "$stage/go/src" "$stage/go/bin"
+  cp "$HOST_CA_BUNDLE" "$stage/etc/ssl/certs/ca-certificates.crt"
+  printf 'root:x:0:0:root:/root:/bin/bash\nnobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n' >"$stage/etc/passwd"
+  printf 'root:x:0:\nnogroup:x:65534:\n' >"$stage/etc/group"
+  chmod 0644 "$stage"/etc/passwd "$stage"/etc/group "$stage/etc/ssl/certs/ca-certificates.crt"
+  chmod -R 1777 "$stage/go"
+  import_rootfs "$stage" "$GOLANG_IMAGE" \
+    "ENV PATH=/go/bin:/usr/local/go/bin:$PATH_DEFAULT" \
+    "ENV GOLANG_VERSION=${gover#go}" \
+    "ENV GOTOOLCHAIN=local" \
+    "ENV GOPATH=/go" \
+    "WORKDIR /go" \
+    'CMD ["bash"]' \
+    "LABEL $LABEL=$hash" \
+    "LABEL org.conveyorq.standin.for=docker.io/library/golang:1.26-bookworm"
+  docker run --rm --network none "$GOLANG_IMAGE" sh -c \
+    'go version && git --version && git init -q /tmp/t && echo x | xargs echo | sort >/dev/null' >&2 ||
+    die "$GOLANG_IMAGE: the stand-in does not run go and git"
 }
 
 build_distroless() {
-  local hash=$script_hash root=$tmp/distroless cid
+  local hash stage=$tmp/distroless
+  need /usr/share/ca-certificates/mozilla ca-certificates
+  install_needed >&2 || die "the distroless stand-in copies Debian's CA certificates from this machine"
+  hash=$(printf '%s %s' "$script_hash" "$(cat /usr/share/ca-certificates/mozilla/*.crt | sha256sum)" |
+    sha256sum | cut -c1-16)
   needs_build "$DISTROLESS_IMAGE" "$hash" || return 0
-  docker image inspect "$GOLANG_IMAGE" >/dev/null 2>&1 || build_golang
-  mkdir -p "$root/etc/ssl/certs" "$root/tmp" "$root/root" "$root/home/nonroot"
-  # The CA bundle of Debian's ca-certificates (the golang image's Mozilla set, without the
-  # machine's extra anchors added there): the runtime image trusts what upstream's trusts.
-  docker run --rm --network none --entrypoint sh "$GOLANG_IMAGE" -c \
-    'cat /usr/share/ca-certificates/mozilla/*.crt' >"$root/etc/ssl/certs/ca-certificates.crt"
-  [ -s "$root/etc/ssl/certs/ca-certificates.crt" ] || die "empty CA bundle"
-  cat >"$root/etc/passwd" <<'EOF'
+  host_reset
+  mkdir -p "$stage/etc/ssl/certs" "$stage/tmp" "$stage/root" "$stage/home/nonroot"
+  # The CA bundle of Debian's ca-certificates (the Mozilla set, without this machine's extra
+  # anchors): the runtime image trusts what upstream's trusts.
+  cat /usr/share/ca-certificates/mozilla/*.crt >"$stage/etc/ssl/certs/ca-certificates.crt"
+  [ -s "$stage/etc/ssl/certs/ca-certificates.crt" ] || die "empty CA bundle"
+  cat >"$stage/etc/passwd" <<'EOF'
 root:x:0:0:root:/root:/sbin/nologin
 nobody:x:65534:65534:nobody:/nonexistent:/sbin/nologin
 nonroot:x:65532:65532:nonroot:/home/nonroot:/sbin/nologin
 EOF
-  cat >"$root/etc/group" <<'EOF'
+  cat >"$stage/etc/group" <<'EOF'
 root:x:0:
 tty:x:5:
 staff:x:50:
 nobody:x:65534:
 nonroot:x:65532:
 EOF
-  printf 'hosts: files dns\n' >"$root/etc/nsswitch.conf"
-  cat >"$root/etc/os-release" <<'EOF'
+  printf 'hosts: files dns\n' >"$stage/etc/nsswitch.conf"
+  cat >"$stage/etc/os-release" <<'EOF'
 PRETTY_NAME="Distroless (local stand-in)"
 NAME="Debian GNU/Linux"
 ID="debian"
@@ -201,28 +267,36 @@ VERSION_ID="12"
 VERSION="Debian GNU/Linux 12 (bookworm)"
 HOME_URL="https://github.com/GoogleContainerTools/distroless"
 EOF
-  chmod 0644 "$root"/etc/passwd "$root"/etc/group "$root"/etc/nsswitch.conf "$root"/etc/os-release \
-    "$root/etc/ssl/certs/ca-certificates.crt"
-  chmod 1777 "$root/tmp"
-  chmod 0700 "$root/root" "$root/home/nonroot"
-  sudo_ chown -R 0:0 "$root"
-  sudo_ chown 65532:65532 "$root/home/nonroot"
-  sudo_ tar --numeric-owner -C "$root" -cf "$tmp/distroless.tar" .
-  log "docker import $DISTROLESS_IMAGE"
-  docker import \
-    --change "ENV PATH=$PATH_DEFAULT" \
-    --change "ENV SSL_CERT_FILE=/etc/ssl/certs/ca-certificates.crt" \
-    --change "USER 65532" \
-    --change "WORKDIR /home/nonroot" \
-    --change "LABEL $LABEL=$hash" \
-    --change "LABEL org.conveyorq.standin.for=gcr.io/distroless/static-debian12:nonroot" \
-    "$tmp/distroless.tar" "$DISTROLESS_IMAGE" >/dev/null
+  chmod 0644 "$stage"/etc/passwd "$stage"/etc/group "$stage"/etc/nsswitch.conf "$stage"/etc/os-release \
+    "$stage/etc/ssl/certs/ca-certificates.crt"
+  chmod 1777 "$stage/tmp"
+  chmod 0700 "$stage/root" "$stage/home/nonroot"
+  # shellcheck disable=SC2016 # expanded by that shell
+  STAGE_OWNERS='chown 65532:65532 "$1/home/nonroot"'
+  import_rootfs "$stage" "$DISTROLESS_IMAGE" \
+    "ENV PATH=$PATH_DEFAULT" \
+    "ENV SSL_CERT_FILE=/etc/ssl/certs/ca-certificates.crt" \
+    "USER 65532" \
+    "WORKDIR /home/nonroot" \
+    "LABEL $LABEL=$hash" \
+    "LABEL org.conveyorq.standin.for=gcr.io/distroless/static-debian12:nonroot"
 }
 
 build_redis() {
-  local hash=$script_hash
+  local hash stage=$tmp/redis
+  need redis-server redis-server
+  need redis-cli redis-tools
+  need setpriv util-linux
+  install_needed >&2 || die "the redis stand-in copies this machine's redis-server, redis-cli and setpriv"
+  hash=$(printf '%s %s' "$script_hash" \
+    "$(files_key "${USERLAND[@]}" "$(command -v redis-server)" "$(command -v redis-cli)" "$(command -v setpriv)")" |
+    sha256sum | cut -c1-16)
   needs_build "$REDIS_IMAGE" "$hash" || return 0
-  cat >"$tmp/docker-entrypoint.sh" <<'EOF'
+  host_reset
+  host_add_bins "${USERLAND[@]}" "$(command -v redis-server)" "$(command -v redis-cli)" "$(command -v setpriv)"
+  userland_stage "$stage"
+  mkdir -p "$stage/usr/local/bin" "$stage/data"
+  cat >"$stage/usr/local/bin/docker-entrypoint.sh" <<'EOF'
 #!/bin/sh
 # Like the official redis image's docker-entrypoint.sh (setpriv stands in for gosu).
 set -e
@@ -250,29 +324,26 @@ if [ "$um" = '0022' ]; then
 fi
 exec "$@"
 EOF
-  chmod 0755 "$tmp/docker-entrypoint.sh"
-  # uid/gid 999 as upstream: base-passwd has made /etc/passwd by the essential hook, and the
-  # packages' adduser --system keeps an existing system user.
-  debootstrap_tar "$tmp/redis.tar" redis-server,redis-tools \
-    --essential-hook='echo "redis:x:999:999::/var/lib/redis:/usr/sbin/nologin" >>"$1/etc/passwd"' \
-    --essential-hook='echo "redis:x:999:" >>"$1/etc/group"' \
-    --essential-hook='if [ -e "$1/etc/shadow" ]; then echo "redis:*:19000:0:99999:7:::" >>"$1/etc/shadow"; fi' \
-    --essential-hook='if [ -e "$1/etc/gshadow" ]; then echo "redis:!::" >>"$1/etc/gshadow"; fi' \
-    --customize-hook="cp '$tmp/docker-entrypoint.sh' \"\$1/usr/local/bin/docker-entrypoint.sh\"" \
-    --customize-hook='mkdir -p "$1/data" && chroot "$1" chown redis:redis /data' \
-    --customize-hook='chroot "$1" sh -c "command -v setpriv && redis-server --version && redis-cli --version && id redis"'
-  log "docker import $REDIS_IMAGE"
-  docker import \
-    --change "ENV PATH=$PATH_DEFAULT" \
-    --change "WORKDIR /data" \
-    --change "VOLUME /data" \
-    --change "EXPOSE 6379" \
-    --change 'ENTRYPOINT ["docker-entrypoint.sh"]' \
-    --change 'CMD ["redis-server"]' \
-    --change "LABEL $LABEL=$hash" \
-    --change "LABEL org.conveyorq.standin.for=docker.io/library/redis:7.4-bookworm" \
-    "$tmp/redis.tar" "$REDIS_IMAGE" >/dev/null
-  sudo_ rm -f "$tmp/redis.tar"
+  chmod 0755 "$stage/usr/local/bin/docker-entrypoint.sh"
+  # uid/gid 999 as upstream.
+  printf '%s\n' 'root:x:0:0:root:/root:/bin/bash' 'redis:x:999:999::/home/redis:/usr/sbin/nologin' \
+    'nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin' >"$stage/etc/passwd"
+  printf '%s\n' 'root:x:0:' 'redis:x:999:' 'nogroup:x:65534:' >"$stage/etc/group"
+  chmod 0644 "$stage"/etc/passwd "$stage"/etc/group
+  # shellcheck disable=SC2016 # expanded by that shell
+  STAGE_OWNERS='chown 999:999 "$1/data"'
+  import_rootfs "$stage" "$REDIS_IMAGE" \
+    "ENV PATH=$PATH_DEFAULT" \
+    "WORKDIR /data" \
+    "VOLUME /data" \
+    "EXPOSE 6379" \
+    'ENTRYPOINT ["docker-entrypoint.sh"]' \
+    'CMD ["redis-server"]' \
+    "LABEL $LABEL=$hash" \
+    "LABEL org.conveyorq.standin.for=docker.io/library/redis:7.4-bookworm"
+  docker run --rm --network none --entrypoint sh "$REDIS_IMAGE" -c \
+    'command -v setpriv && redis-server --version && redis-cli --version && id redis' >&2 ||
+    die "$REDIS_IMAGE: the stand-in does not run redis-server, redis-cli and setpriv"
 }
 
 [ $# -gt 0 ] || set -- golang distroless redis
