@@ -11,12 +11,15 @@
 #   engine     a Docker engine: Debian's docker.io is installed when dockerd is missing, and a
 #              dockerd is started when none answers (with --bridge=none --iptables=false
 #              --ip-forward=false: only host networking is used; stopped again at the end)
-#   compose    Docker Compose v2 as the CLI plugin ~/.docker/cli-plugins/docker-compose, built
-#              from source through the Go module proxy (3 to 12 minutes, by the machine's load;
-#              once per machine: the binary is cached) unless a `docker compose` >= 2.24 is
-#              there already (for the !reset tag)
-#   standins   local stand-ins for the base images when no registry is reachable
-#              (scripts/docker-standins.sh; cached, skipped for images pulled for real)
+#   compose    Docker Compose v2 (>= 2.24, for the !reset tag) unless a `docker compose` is
+#              there already: Debian's docker-compose package when the machine's release has
+#              v2 (Debian 13 on), else the plugin out of Debian 13's package, fetched with
+#              apt-get download into a private apt directory (about 20 s) and installed as the
+#              CLI plugin ~/.docker/cli-plugins/docker-compose; if that fails, Compose built
+#              through the Go module proxy (3 to 12 minutes, by the machine's load; cached)
+#   standins   local stand-ins for the base images when no registry is reachable, made from
+#              this machine's own binaries and libraries with `docker import` (seconds;
+#              scripts/docker-standins.sh; cached, skipped for images pulled for real)
 #   up         `docker compose up --build -d --wait` with a random project name: builds the
 #              image from the real Dockerfile (tagged conveyor:e2e-<random>, labels checked),
 #              Redis on a free loopback port, the API on another; checks: Redis healthy,
@@ -45,14 +48,18 @@
 #   E2E_REF=REV   test a committed revision (git archive REV: Dockerfile, compose files, code)
 #                 instead of the working tree, e.g. while the tree is mid-edit
 #   GOPROXY       the module proxy for the image build (default: `go env GOPROXY`)
+#   E2E_COMPOSE_FROM  where a missing Compose comes from: debian (default; source if that
+#                 fails) or source
+#   DEBIAN_MIRROR the mirror for Debian 13's docker-compose (default: the machine's apt source)
 #
-# Needs root or sudo (apt-get, dockerd, mmdebstrap), Go 1.26 on PATH or at /usr/local/go,
+# Needs root or sudo (apt-get, dockerd), Go 1.26 on PATH or at /usr/local/go,
 # curl and jq (installed from Debian's packages when missing).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="$PATH:/usr/local/go/bin"
 
-COMPOSE_VERSION=v2.29.7
+COMPOSE_DEBIAN_SUITE=trixie # Debian 13, the first release with Compose v2 as docker-compose (2.26.1)
+COMPOSE_VERSION=v2.29.7     # built from source when Debian's package cannot be had
 COMPOSE_MIN=2.24.0 # the YAML tags !reset and !override
 SLEEP_MS=20000     # length of the jobs in the recovery phase: far more than choosing and killing the victim takes
 VISIBILITY=30      # the workers' --visibility-timeout (default), in seconds
@@ -216,16 +223,55 @@ docker info -f 'storage {{.Driver}}, cgroup v{{.CgroupVersion}} ({{.CgroupDriver
 
 ###############################################################################
 phase compose
-have=$(docker compose version --short 2>/dev/null || true)
-have=${have#v}
-if [ -n "$have" ] && [[ "$have" =~ ^[0-9]+\.[0-9]+\.[0-9]+ ]] && version_ge "$have" "$COMPOSE_MIN"; then
-  log "docker compose $have is there (>= $COMPOSE_MIN)"
-else
-  [ -z "$have" ] || log "docker compose '$have' is older than $COMPOSE_MIN or unversioned: installing $COMPOSE_VERSION"
-  cache=${XDG_CACHE_HOME:-$HOME/.cache}/conveyor/compose-$COMPOSE_VERSION
+compose_ok() {
+  have=$(docker compose version --short 2>/dev/null || true)
+  have=${have#v}
+  [ -n "$have" ] && [[ "$have" =~ ^[0-9]+\.[0-9]+\.[0-9]+ ]] && version_ge "$have" "$COMPOSE_MIN"
+}
+# candidate [APT OPTIONS...]: the version of Debian's docker-compose package apt would install.
+candidate() { apt-cache "$@" policy docker-compose 2>/dev/null | sed -n 's/^ *Candidate: *//p'; }
+# compose_from_debian: Debian's docker-compose package when it is Compose v2 (Debian 13 on):
+# installed, when this machine's release has it; else the plugin taken from the package of
+# COMPOSE_DEBIAN_SUITE, fetched with apt itself (signatures checked against the machine's
+# debian-archive-keyring) into a private apt directory, nothing installed or added to the
+# machine's apt sources. Seconds, where building Compose takes minutes.
+compose_from_debian() {
+  command -v apt-get >/dev/null || return 1
+  local c d=$TMP/apt-$COMPOSE_DEBIAN_SUITE mirror opts
+  c=$(candidate)
+  if [ -n "$c" ] && [ "$c" != "(none)" ] && version_ge "$c" "$COMPOSE_MIN"; then
+    log "installing Debian's docker-compose $c"
+    DEBIAN_FRONTEND=noninteractive sudo_ apt-get install -y -qq --no-install-recommends docker-compose >/dev/null &&
+      compose_ok && return 0
+  fi
+  mirror=${DEBIAN_MIRROR:-$(cat /etc/apt/sources.list /etc/apt/sources.list.d/*.list /etc/apt/sources.list.d/*.sources 2>/dev/null |
+    grep -v '^[[:space:]]*#' | grep -oE 'https?://[^][[:space:]]+/debian/?([[:space:]]|$)' | head -n1 | tr -d '[:space:]')}
+  mirror=${mirror:-http://deb.debian.org/debian}
+  [ -r /usr/share/keyrings/debian-archive-keyring.gpg ] || return 1
+  mkdir -p "$d/lists/partial" "$d/cache/archives/partial" "$d/parts" "$d/deb"
+  echo "deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] ${mirror%/} $COMPOSE_DEBIAN_SUITE main" >"$d/sources.list"
+  opts=(-o "Dir::Etc::SourceList=$d/sources.list" -o "Dir::Etc::SourceParts=$d/parts"
+    -o "Dir::State::Lists=$d/lists" -o "Dir::Cache=$d/cache" -o Acquire::Languages=none
+    -o Acquire::IndexTargets::deb::DEP-11::DefaultEnabled=false -o APT::Sandbox::User=root)
+  log "fetching Debian $COMPOSE_DEBIAN_SUITE's docker-compose package from $mirror"
+  apt-get -qq "${opts[@]}" update >&2 || return 1
+  c=$(candidate "${opts[@]}")
+  { [ -n "$c" ] && [ "$c" != "(none)" ] && version_ge "$c" "$COMPOSE_MIN"; } ||
+    { log "Debian $COMPOSE_DEBIAN_SUITE has docker-compose '$c', not >= $COMPOSE_MIN"; return 1; }
+  (cd "$d/deb" && apt-get -qq "${opts[@]}" download docker-compose >&2) || return 1
+  dpkg-deb -x "$d"/deb/docker-compose_*.deb "$d/x" || return 1
+  mkdir -p "$HOME/.docker/cli-plugins"
+  install -m 0755 "$d/x/usr/libexec/docker/cli-plugins/docker-compose" "$HOME/.docker/cli-plugins/docker-compose"
+  compose_ok || { rm -f "$HOME/.docker/cli-plugins/docker-compose"; return 1; }
+  log "docker compose $have (Debian $COMPOSE_DEBIAN_SUITE's $c) installed as $HOME/.docker/cli-plugins/docker-compose"
+}
+# compose_from_source: Compose built through the Go module proxy (3 to 12 minutes, by the
+# machine's load); the binary is cached for the next run.
+compose_from_source() {
+  local cache=${XDG_CACHE_HOME:-$HOME/.cache}/conveyor/compose-$COMPOSE_VERSION
   if ! [ -x "$cache/cmd" ] || [ "$("$cache/cmd" version --short 2>/dev/null)" != "${COMPOSE_VERSION#v}" ]; then
     command -v go >/dev/null || fail "Go is needed to build Docker Compose"
-    log "building Docker Compose $COMPOSE_VERSION through the Go module proxy (about 3 minutes)"
+    log "building Docker Compose $COMPOSE_VERSION through the Go module proxy (3 to 12 minutes)"
     mkdir -p "$cache"
     GOBIN=$cache GOFLAGS=-buildvcs=false go install \
       -ldflags "-s -w -X github.com/docker/compose/v2/internal.Version=$COMPOSE_VERSION" \
@@ -236,6 +282,16 @@ else
   have=$(docker compose version --short)
   [ "${have#v}" = "${COMPOSE_VERSION#v}" ] || fail "docker compose answers '$have' after installing $COMPOSE_VERSION"
   log "docker compose $have installed as $HOME/.docker/cli-plugins/docker-compose"
+}
+if compose_ok; then
+  log "docker compose $have is there (>= $COMPOSE_MIN)"
+else
+  [ -z "$have" ] || log "docker compose '$have' is older than $COMPOSE_MIN or unversioned"
+  case "${E2E_COMPOSE_FROM:-debian}" in
+    debian) compose_from_debian || { log "no Compose v2 from Debian's packages: building it"; compose_from_source; } ;;
+    source) compose_from_source ;;
+    *) fail "E2E_COMPOSE_FROM is debian or source, not '$E2E_COMPOSE_FROM'" ;;
+  esac
 fi
 
 ###############################################################################
