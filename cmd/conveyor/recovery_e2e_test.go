@@ -214,14 +214,17 @@ func testRecoveryTime(t *testing.T, c *cli) {
 
 // Frozen worker: SIGSTOP a worker holding a job past the visibility timeout; the job completes
 // on another worker; SIGCONT the first: its late completion is refused and the final state is
-// the other worker's.
+// the other worker's. The job is an http call the test answers once the first worker is
+// stopped (a 1.5 s sleep job, before, could end before the SIGSTOP on a loaded machine).
 func testFrozenWorker(t *testing.T, c *cli) {
 	q := redistest.UniqueName(t)
-	id := publishIDs(t, c, "--queue", q, "--type", "sleep", "--payload", `{"ms":1500}`)[0]
-	frozen := c.start(t, workerArgs(q, "frozen")...)
+	call := newHeldCall(t)
+	id := publishIDs(t, c, "--queue", q, "--type", "http", "--payload", call.payload())[0]
+	frozen := c.start(t, workerArgs(q, "frozen", "--http-allow", "127.0.0.1")...)
 	c.waitRunning(t, q, "frozen", []string{id})
 	frozen.signal(t, syscall.SIGSTOP)
-	c.start(t, workerArgs(q, "thawed")...)
+	call.release() // the answer waits in the stopped worker's socket
+	c.start(t, workerArgs(q, "thawed", "--http-allow", "127.0.0.1")...)
 	waitFor(t, 20*time.Second, 20*time.Millisecond, "the job completed on the other worker", func() bool {
 		return c.job(t, q, id).Status == pipeline.StatusCompleted
 	})
@@ -230,7 +233,7 @@ func testFrozenWorker(t *testing.T, c *cli) {
 	require.Equal(t, 2, final.Attempt)
 
 	frozen.signal(t, syscall.SIGCONT)
-	// Its sleep ended long ago: the handler returns at once and its completion is refused.
+	// Its call was answered long ago: the handler returns at once and its completion is refused.
 	waitFor(t, 15*time.Second, 20*time.Millisecond, "the frozen worker's late transition refused or abandoned", func() bool {
 		out := frozen.output.String()
 		return strings.Contains(out, "transition refused") || strings.Contains(out, "lease lost")
