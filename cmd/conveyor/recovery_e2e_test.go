@@ -315,24 +315,29 @@ func testLongJob(t *testing.T, c *cli) {
 	require.Zero(t, st.Refused)
 }
 
-// Shutdown: SIGTERM during 20 running sleep jobs with a short shutdown timeout: the process
-// exits 0 and every job still completes elsewhere without waiting for the visibility timeout.
+// Shutdown: SIGTERM during 20 running jobs with a short shutdown timeout: the process exits 0
+// and every job still completes elsewhere without waiting for the visibility timeout. The
+// jobs are http calls the test answers only once the first worker is gone (4 s sleep jobs,
+// before, could end before the SIGTERM on a loaded machine).
 func testShutdown(t *testing.T, c *cli) {
 	q := redistest.UniqueName(t)
-	ids := publishIDs(t, c, "--queue", q, "--type", "sleep", "--payload", `{"ms":4000}`, "--count", "20")
+	call := newHeldCall(t)
+	ids := publishIDs(t, c, "--queue", q, "--type", "http", "--payload", call.payload(), "--count", "20")
 	args := func(name string) []string {
 		// A visibility timeout far longer than the test: only a put-back explains a fast finish.
 		return []string{"worker", "--queue", q, "--name", name, "--concurrency", "20",
-			"--visibility-timeout", "10m", "--shutdown-timeout", "500ms"}
+			"--visibility-timeout", "10m", "--shutdown-timeout", "500ms", "--http-allow", "127.0.0.1"}
 	}
 	first := c.start(t, args("leaving")...)
 	c.waitRunning(t, q, "leaving", ids)
 	stopped := time.Now()
 	require.Equal(t, 0, first.stop(t), "exit 0 after a graceful shutdown")
+	// 10x: the shutdown timeout is 500 ms; the exit comes within about a second here.
 	require.Less(t, time.Since(stopped), 10*time.Second)
 	st := c.stats(t, "--queue", q)
 	require.EqualValues(t, 20, st.Released)
 	require.EqualValues(t, 20, st.Queued, "put back at once")
+	call.release()
 	c.start(t, args("staying")...)
 	waitFor(t, 30*time.Second, 50*time.Millisecond, "all 20 jobs completed elsewhere", func() bool {
 		return c.stats(t, "--queue", q).Completed == 20
