@@ -102,15 +102,17 @@ func TestLock(t *testing.T) {
 		t.Parallel()
 		rdb, key := setup(t)
 		ctx := t.Context()
-		// Extended every 100ms: a stall of 400ms (a loaded machine) would still not lose it.
-		const ttl = 500 * time.Millisecond
+		// Extended every 200 ms for two TTLs. 10x: only a stall of 1.8 s between two
+		// extensions loses it (before: a TTL of 500 ms, extended every 100 ms, which a stall
+		// of 400 ms on a loaded machine would lose).
+		const ttl = 2 * time.Second
 		a, b := recovery.NewLock(rdb, key, ttl), recovery.NewLock(rdb, key, ttl)
 		ok, err := a.Acquire(ctx)
 		require.NoError(t, err)
 		require.True(t, ok)
 		token := a.Token()
-		for deadline := time.Now().Add(3 * ttl); time.Now().Before(deadline); {
-			time.Sleep(ttl / 5)
+		for deadline := time.Now().Add(2 * ttl); time.Now().Before(deadline); {
+			time.Sleep(ttl / 10)
 			ok, err := a.Extend(ctx)
 			require.NoError(t, err)
 			require.True(t, ok)
@@ -293,8 +295,9 @@ func TestLock(t *testing.T) {
 		t.Parallel()
 		rdb, key := setup(t)
 		ctx := t.Context()
-		// Extended every 200ms, which leaves room for a stall on a loaded machine.
-		const ttl = 600 * time.Millisecond
+		// Do extends it every TTL/3 (667 ms). 10x: only a stall of 1.3 s between two
+		// extensions loses it (before: a TTL of 600 ms, which a stall of 400 ms would lose).
+		const ttl = 2 * time.Second
 		a, b := recovery.NewLock(rdb, key, ttl), recovery.NewLock(rdb, key, ttl)
 		ran, err := a.Do(ctx, func(ctx context.Context) error {
 			require.Equal(t, a.Token(), value(t, rdb, key))

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -959,8 +960,15 @@ func TestRecovererPrunesStoppedConsumers(t *testing.T) {
 	b.enqueueN(t, 1)
 	b.deliver(t, "busy", 1) // holds a pending entry: not deleted while it does
 	require.NoError(t, b.rdb.XGroupCreateConsumer(ctx, b.q.Stream(), keys.Group, "stopped").Err())
-	time.Sleep(400 * time.Millisecond)
-	require.NoError(t, b.rdb.XGroupCreateConsumer(ctx, b.q.Stream(), keys.Group, "fresh").Err())
+	// Until Redis says "stopped" has idled past the TTL (before: a 400 ms sleep, and "fresh"
+	// had to be pruned within 300 ms of its creation, a margin a loaded machine missed).
+	// 10x: "fresh" is created just before the prune, tens of milliseconds apart; its TTL is 3 s.
+	const ttl = 3 * time.Second
+	require.Eventually(t, func() bool {
+		cs, err := b.rdb.XInfoConsumers(ctx, b.q.Stream(), keys.Group).Result()
+		require.NoError(t, err)
+		return slices.ContainsFunc(cs, func(c redis.XInfoConsumer) bool { return c.Name == "stopped" && c.Idle >= ttl })
+	}, time.Minute, 50*time.Millisecond)
 
 	// ConsumerTTL is raised to 3x the visibility timeout, so nothing is pruned yet.
 	res, ran, err := r.RunOnce(ctx)
@@ -968,7 +976,8 @@ func TestRecovererPrunesStoppedConsumers(t *testing.T) {
 	require.True(t, ran)
 	require.Zero(t, res.Pruned)
 
-	r = b.recoverer(t, recovery.Config{VisibilityTimeout: 100 * time.Millisecond, ConsumerTTL: 300 * time.Millisecond})
+	require.NoError(t, b.rdb.XGroupCreateConsumer(ctx, b.q.Stream(), keys.Group, "fresh").Err())
+	r = b.recoverer(t, recovery.Config{VisibilityTimeout: 100 * time.Millisecond, ConsumerTTL: ttl})
 	res, _, err = r.RunOnce(ctx)
 	require.NoError(t, err)
 	// The scan recovers busy's entry first (idle past the visibility timeout; nothing renews

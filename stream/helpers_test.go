@@ -130,6 +130,22 @@ func pending(t testing.TB, rdb redis.UniversalClient, topic string) []redis.XPen
 	return p
 }
 
+// renewedSince reports whether topic has n pending entries, each touched (its lease renewed)
+// after since: its idle time is shorter than the time since then, which an entry left alone
+// never has, however slow the machine. The time since is read before XPENDING, so a slow reply
+// cannot make an untouched entry look renewed; Redis counts whole milliseconds, hence the 2 ms.
+func renewedSince(t testing.TB, rdb redis.UniversalClient, topic string, since time.Time, n int) bool {
+	t.Helper()
+	d := time.Since(since)
+	p := pending(t, rdb, topic)
+	for _, e := range p {
+		if e.Idle+2*time.Millisecond >= d {
+			return false
+		}
+	}
+	return len(p) == n
+}
+
 func pendingCount(t testing.TB, rdb redis.UniversalClient, topic string) int64 {
 	t.Helper()
 	p, err := rdb.XPending(context.Background(), topic, testGroup).Result()

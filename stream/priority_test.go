@@ -131,18 +131,20 @@ func weightedShares(t *testing.T, apart bool) (map[string]int, int) {
 }
 
 // A hold ends when the class it waits for has no more work: here the critical class's stream
-// runs dry after full reads, so its reader's next read blocks (for BlockTime, 2s) while the
+// runs dry after full reads, so its reader's next read blocks (for BlockTime, 20 s) while the
 // free slots are held for it. They go to the low class after at most maxHold, and every
 // message is handed out well before that read ends; a hold until the read came back would
-// stall the low class for BlockTime when the critical stream ran dry.
+// stall the low class for BlockTime when the critical stream ran dry. 10x: the hand-out
+// takes well under a second here; it must end within 10 s (before: within 1.5 s of a 2 s
+// BlockTime, a margin a loaded machine missed).
 func TestPriorityWeightedHoldEnds(t *testing.T) {
 	t.Parallel()
 	rdb := redistest.Client(t)
 	base := redistest.UniqueName(t)
 	topics := []string{"critical/" + base, "low/" + base}
 	backlog := []int{40, 400}
-	sub := newTestSubscriber(t, rdb, Config{Concurrency: 4, BatchSize: 2, ManualSettle: true,
-		BlockTime: 2 * time.Second, Priority: weightsOf(map[string]int{"critical": 6, "low": 1})})
+	sub := newTestSubscriber(t, rdb, Config{Concurrency: 4, BatchSize: 2, ManualSettle: true, CloseTimeout: 100 * time.Millisecond,
+		BlockTime: 20 * time.Second, Priority: weightsOf(map[string]int{"critical": 6, "low": 1})})
 	var chs []<-chan *message.Message
 	for k, topic := range topics {
 		publish(t, rdb, topic, "m", backlog[k])
@@ -151,7 +153,7 @@ func TestPriorityWeightedHoldEnds(t *testing.T) {
 		chs = append(chs, msgs)
 	}
 	in := merge(t, chs)
-	deadline := time.After(1500 * time.Millisecond)
+	deadline := time.After(10 * time.Second)
 	got := []int{0, 0}
 	for got[0]+got[1] < backlog[0]+backlog[1] {
 		select {
@@ -159,7 +161,21 @@ func TestPriorityWeightedHoldEnds(t *testing.T) {
 			got[m.k]++
 			go sub.Settle(m.msg)
 		case <-deadline:
-			t.Fatalf("handed out %v of %v in 1.5s", got, backlog)
+			t.Fatalf("handed out %v of %v in 10s", got, backlog)
+		}
+	}
+	// Close waits for the reads under way, blocked for BlockTime on the empty streams: new
+	// entries end them at once.
+	closed := make(chan struct{})
+	go func() { defer close(closed); _ = sub.Close() }()
+	for {
+		for _, topic := range topics {
+			publish(t, rdb, topic, "wake", 1)
+		}
+		select {
+		case <-closed:
+			return
+		case <-time.After(50 * time.Millisecond):
 		}
 	}
 }

@@ -240,15 +240,22 @@ func (c *cli) startEnv(t *testing.T, env []string, args ...string) *proc {
 }
 
 // On the first SIGINT the worker says at once how many jobs it drains and for how long, lets
-// them finish and exits 0. Its log is JSON by default: stderr is no terminal.
+// them finish and exits 0. Its log is JSON by default: stderr is no terminal. The job is an
+// http call the test answers once the worker said it drains (a 2 s sleep job, before, could
+// end before the signal on a loaded machine).
 func testDrainOnSignal(t *testing.T, c *cli) {
 	q := redistest.UniqueName(t)
-	w := c.start(t, "worker", "--queue", q)
-	id := c.publishOne(t, "--queue", q, "--type", "sleep", "--payload", `{"ms":2000}`)
+	call := newHeldCall(t)
+	w := c.start(t, "worker", "--queue", q, "--http-allow", "127.0.0.1")
+	id := c.publishOne(t, "--queue", q, "--type", "http", "--payload", call.payload())
 	waitFor(t, 30*time.Second, 20*time.Millisecond, "the job in progress", func() bool {
 		return c.status(t, "--queue", q, id).Status == "in_progress"
 	})
 	require.NoError(t, w.cmd.Process.Signal(syscall.SIGINT))
+	waitFor(t, 30*time.Second, 20*time.Millisecond, "the drain line", func() bool {
+		return strings.Contains(w.output.String(), "signal again to stop now")
+	})
+	call.release()
 	select {
 	case <-w.done:
 	case <-time.After(45 * time.Second):

@@ -4,11 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net/http"
-	"net/http/httptest"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -190,26 +186,15 @@ func TestDoctorE2E(t *testing.T) {
 		// The jobs are http calls that the test answers only once writes are refused, so that
 		// they end then, however slow this machine is (sleep jobs of a fixed length could end
 		// first on a loaded one).
-		var calls atomic.Int64
-		release := make(chan struct{})
-		hook := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			calls.Add(1)
-			select {
-			case <-release:
-			case <-r.Context().Done():
-			}
-		}))
-		t.Cleanup(hook.Close)
-		answer := sync.OnceFunc(func() { close(release) })
-		t.Cleanup(answer)
+		hook := newHeldCall(t)
 		w := c.start(t, "worker", "--queue", queue, "--concurrency", "4", "--backoff-base", "50ms", "--log-level", "debug",
 			"--http-allow", "127.0.0.1")
 		var ids []string
 		for range 4 {
-			ids = append(ids, c.publishOne(t, "--queue", queue, "--type", "http", "--payload", `{"url":"`+hook.URL+`"}`))
+			ids = append(ids, c.publishOne(t, "--queue", queue, "--type", "http", "--payload", hook.payload()))
 		}
 		waitFor(t, 20*time.Second, 20*time.Millisecond, "the jobs to run", func() bool {
-			return calls.Load() == 4 && c.stats(t, "--queue", queue).InProgress == 4
+			return hook.calls.Load() == 4 && c.stats(t, "--queue", queue).InProgress == 4
 		})
 
 		restore := srv.RefuseWrites(t)
@@ -225,7 +210,7 @@ func TestDoctorE2E(t *testing.T) {
 
 		// The jobs end while writes are refused; their outcomes wait in the worker and are
 		// written once Redis takes writes again.
-		answer()
+		hook.release()
 		waitFor(t, 20*time.Second, 20*time.Millisecond, "the jobs to end", func() bool {
 			return strings.Count(w.output.String(), "job done") >= len(ids)
 		})

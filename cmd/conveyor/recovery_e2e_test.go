@@ -214,14 +214,17 @@ func testRecoveryTime(t *testing.T, c *cli) {
 
 // Frozen worker: SIGSTOP a worker holding a job past the visibility timeout; the job completes
 // on another worker; SIGCONT the first: its late completion is refused and the final state is
-// the other worker's.
+// the other worker's. The job is an http call the test answers once the first worker is
+// stopped (a 1.5 s sleep job, before, could end before the SIGSTOP on a loaded machine).
 func testFrozenWorker(t *testing.T, c *cli) {
 	q := redistest.UniqueName(t)
-	id := publishIDs(t, c, "--queue", q, "--type", "sleep", "--payload", `{"ms":1500}`)[0]
-	frozen := c.start(t, workerArgs(q, "frozen")...)
+	call := newHeldCall(t)
+	id := publishIDs(t, c, "--queue", q, "--type", "http", "--payload", call.payload())[0]
+	frozen := c.start(t, workerArgs(q, "frozen", "--http-allow", "127.0.0.1")...)
 	c.waitRunning(t, q, "frozen", []string{id})
 	frozen.signal(t, syscall.SIGSTOP)
-	c.start(t, workerArgs(q, "thawed")...)
+	call.release() // the answer waits in the stopped worker's socket
+	c.start(t, workerArgs(q, "thawed", "--http-allow", "127.0.0.1")...)
 	waitFor(t, 20*time.Second, 20*time.Millisecond, "the job completed on the other worker", func() bool {
 		return c.job(t, q, id).Status == pipeline.StatusCompleted
 	})
@@ -230,7 +233,7 @@ func testFrozenWorker(t *testing.T, c *cli) {
 	require.Equal(t, 2, final.Attempt)
 
 	frozen.signal(t, syscall.SIGCONT)
-	// Its sleep ended long ago: the handler returns at once and its completion is refused.
+	// Its call was answered long ago: the handler returns at once and its completion is refused.
 	waitFor(t, 15*time.Second, 20*time.Millisecond, "the frozen worker's late transition refused or abandoned", func() bool {
 		out := frozen.output.String()
 		return strings.Contains(out, "transition refused") || strings.Contains(out, "lease lost")
@@ -312,24 +315,29 @@ func testLongJob(t *testing.T, c *cli) {
 	require.Zero(t, st.Refused)
 }
 
-// Shutdown: SIGTERM during 20 running sleep jobs with a short shutdown timeout: the process
-// exits 0 and every job still completes elsewhere without waiting for the visibility timeout.
+// Shutdown: SIGTERM during 20 running jobs with a short shutdown timeout: the process exits 0
+// and every job still completes elsewhere without waiting for the visibility timeout. The
+// jobs are http calls the test answers only once the first worker is gone (4 s sleep jobs,
+// before, could end before the SIGTERM on a loaded machine).
 func testShutdown(t *testing.T, c *cli) {
 	q := redistest.UniqueName(t)
-	ids := publishIDs(t, c, "--queue", q, "--type", "sleep", "--payload", `{"ms":4000}`, "--count", "20")
+	call := newHeldCall(t)
+	ids := publishIDs(t, c, "--queue", q, "--type", "http", "--payload", call.payload(), "--count", "20")
 	args := func(name string) []string {
 		// A visibility timeout far longer than the test: only a put-back explains a fast finish.
 		return []string{"worker", "--queue", q, "--name", name, "--concurrency", "20",
-			"--visibility-timeout", "10m", "--shutdown-timeout", "500ms"}
+			"--visibility-timeout", "10m", "--shutdown-timeout", "500ms", "--http-allow", "127.0.0.1"}
 	}
 	first := c.start(t, args("leaving")...)
 	c.waitRunning(t, q, "leaving", ids)
 	stopped := time.Now()
 	require.Equal(t, 0, first.stop(t), "exit 0 after a graceful shutdown")
+	// 10x: the shutdown timeout is 500 ms; the exit comes within about a second here.
 	require.Less(t, time.Since(stopped), 10*time.Second)
 	st := c.stats(t, "--queue", q)
 	require.EqualValues(t, 20, st.Released)
 	require.EqualValues(t, 20, st.Queued, "put back at once")
+	call.release()
 	c.start(t, args("staying")...)
 	waitFor(t, 30*time.Second, 50*time.Millisecond, "all 20 jobs completed elsewhere", func() bool {
 		return c.stats(t, "--queue", q).Completed == 20

@@ -2,6 +2,7 @@ package tracing
 
 import (
 	"context"
+	"sync"
 	"testing"
 
 	"go.opentelemetry.io/otel"
@@ -11,6 +12,14 @@ import (
 	"go.opentelemetry.io/otel/trace/noop"
 )
 
+// globalProvider is the provider TestGlobalProvider sets: OpenTelemetry's default provider
+// delegates to the first one a process sets and never to another, so every run of the test
+// (go test -count=3) sets this same one; a new one a run failed with 0 spans recorded.
+var globalProvider = sync.OnceValues(func() (*sdktrace.TracerProvider, *tracetest.SpanRecorder) {
+	rec := tracetest.NewSpanRecorder()
+	return sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec)), rec
+})
+
 // TestGlobalProvider: a zero Tracer records nothing until the application sets a global
 // provider, follows it from then on (tracers handed out before delegate to it), and stops at
 // OpenTelemetry's no-op. Not parallel: it sets the process's global provider.
@@ -19,8 +28,8 @@ func TestGlobalProvider(t *testing.T) {
 	if tr.Get() != nil {
 		t.Fatal("a tracer with no provider set")
 	}
-	rec := tracetest.NewSpanRecorder()
-	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
+	tp, rec := globalProvider()
+	before := len(rec.Ended())
 	otel.SetTracerProvider(tp)
 	t.Cleanup(func() { otel.SetTracerProvider(noop.NewTracerProvider()) })
 	got := tr.Get()
@@ -29,7 +38,7 @@ func TestGlobalProvider(t *testing.T) {
 	}
 	_, span := got.Start(context.Background(), "s")
 	span.End()
-	if n := len(rec.Ended()); n != 1 {
+	if n := len(rec.Ended()) - before; n != 1 {
 		t.Fatalf("the global provider recorded %d spans, want 1", n)
 	}
 	otel.SetTracerProvider(noop.NewTracerProvider())
