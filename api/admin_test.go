@@ -348,3 +348,26 @@ func TestMovedSaysCluster(t *testing.T) {
 	require.Contains(t, ae.Message, "start the server with --cluster")
 	require.NotEmpty(t, ae.Op)
 }
+
+// Every route of a queue answers a queue that does not exist with a 404 naming it, as GET
+// /v1/queues/{queue} does: a bare "queue not found" hid which name was wrong (a typo, or the
+// other of two queues a script touches).
+func TestQueueRoutesNameTheMissingQueue(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	q := "no-such-" + e.queue
+	for _, rt := range []struct{ method, path, body string }{
+		{"POST", "/pause", ""},
+		{"POST", "/resume", ""},
+		{"GET", "/limits", ""},
+		{"PUT", "/limits", `{"concurrency":1}`},
+		{"GET", "/groups", ""},
+		{"PUT", "/groups", `{"window":2}`},
+	} {
+		r := e.do(rt.method, "/v1/queues/"+q+rt.path, rt.body)
+		require.Equal(t, http.StatusNotFound, r.status, "%s %s: %s", rt.method, rt.path, r.body)
+		ae := r.apiErr(t)
+		require.Equal(t, api.CodeNotFound, ae.Code, "%s %s", rt.method, rt.path)
+		require.Equal(t, "queue "+q+" not found", ae.Message, "%s %s", rt.method, rt.path)
+	}
+}

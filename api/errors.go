@@ -191,6 +191,10 @@ type errorBody struct {
 // writeError answers err. Errors the client is not told the details of (5xx) are logged at
 // error level with their cause.
 func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
+	if q := r.PathValue("queue"); q != "" && errors.Is(err, pipeline.ErrQueueNotFound) {
+		// Every route of a queue names it, whichever Inspector call found it missing.
+		err = queueNotFound(q)
+	}
 	ae := toAPIError(err)
 	if ae.Status >= 500 && r.Context().Err() == nil {
 		s.log.Error().Err(err).Str("method", r.Method).Str("path", r.URL.Path).

@@ -90,6 +90,7 @@ type leaseBook struct {
 
 	mu     sync.Mutex
 	queues map[string]*queueLease // by the queue's level-1 stream key
+	fresh  int                    // the next slot number never asked for (number)
 	kick   chan struct{}
 	loop   service.Loop
 }
@@ -117,7 +118,6 @@ type instLease struct {
 	inst    string
 	free    []int // held, not running a job
 	inUse   int
-	fresh   int                    // the next number never asked for
 	reuse   []int                  // numbers not held, to ask for again
 	tokens  []tokenBatch           // held, by grant, oldest first
 	used    time.Time              // when a slot or token was last taken
@@ -337,15 +337,22 @@ func (ql *queueLease) lose() {
 	}
 }
 
-// number returns a slot number to ask for. Under b.mu.
-func (il *instLease) number() int {
+// number returns a slot number of il to ask for: one given back, else one the session never
+// asked for, of any instance. Under b.mu.
+//
+// Not one of il's own count: the keeper forgets an idle instance in the call that gives its
+// spare slots back, and a job read meanwhile makes the instance anew. Had the new one counted
+// from 0 again, it would ask for the numbers on their way back; admit.lua, run first, grants
+// such a name (it is in the set already), the give-back then takes it out of the set while a
+// job runs on it, and another worker takes the room: a job more than the limit runs.
+func (b *leaseBook) number(il *instLease) int {
 	if n := len(il.reuse); n > 0 {
 		k := il.reuse[n-1]
 		il.reuse = il.reuse[:n-1]
 		return k
 	}
-	il.fresh++
-	return il.fresh - 1
+	b.fresh++
+	return b.fresh - 1
 }
 
 // admitJob is one job to admit: its message and what admit.lua needs of it.
@@ -431,7 +438,7 @@ func (b *leaseBook) admit(ctx context.Context, ql *queueLease, q *keys.Queue, jo
 					n = max(want, min(2*want, b.conc-held, int(l.Concurrency)-held))
 				}
 				for range n {
-					p.asked = append(p.asked, il.number())
+					p.asked = append(p.asked, b.number(il))
 				}
 			}
 			r.Names, r.SlotsAside = p.asked, len(p.aside)

@@ -3,6 +3,7 @@ package pipeline
 import (
 	"context"
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -226,4 +227,88 @@ func TestLeaseTokensLiveTokenLife(t *testing.T) {
 	res, err := jobstate.AdmitReply(call.Script.Run(t.Context(), bq.rdb, call.Keys, call.Args...), 1, 0)
 	require.NoError(t, err)
 	require.Equal(t, []jobstate.LeaseGrant{{Tokens: 8}}, res.Grants, "the 8 unused tokens went back")
+}
+
+// heldCall holds back the calls sent with its context mark until released, so that a test
+// can have Redis run another call first: the order two goroutines' calls reach Redis in is
+// otherwise up to the scheduler.
+type heldCall struct {
+	sent    chan struct{} // closed when a marked call is about to be sent
+	release chan struct{}
+	once    sync.Once
+}
+
+type heldCallKey struct{}
+
+func holdCalls(rdb *redis.Client) *heldCall {
+	h := &heldCall{sent: make(chan struct{}), release: make(chan struct{})}
+	rdb.AddHook(h)
+	return h
+}
+
+func (h *heldCall) mark(ctx context.Context) context.Context {
+	return context.WithValue(ctx, heldCallKey{}, true)
+}
+
+func (h *heldCall) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *heldCall) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+func (h *heldCall) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if ctx.Value(heldCallKey{}) != nil {
+			h.once.Do(func() { close(h.sent) })
+			<-h.release
+		}
+		return next(ctx, cmd)
+	}
+}
+
+// The keeper gives an idle instance's spare slots back and forgets the instance in one call;
+// a job read meanwhile makes the instance anew. Its slot numbers must not be the ones on
+// their way back: admit.lua, run first, grants such a name (it is in the slot set already),
+// the give-back then takes it out of the set while the job runs on it, and another worker
+// takes the room: four jobs ran under a limit of 3 (TestFlowLimitsE2E/GlobalConcurrency,
+// about 1 run in 10 on a loaded machine, with the slot set never above 3).
+func TestLeaseForgottenInstanceNumbersNotAskedAgain(t *testing.T) {
+	t.Parallel()
+	const limit = 3
+	bq := newBookQueue(t, "a/1", time.Minute, Limit{Concurrency: limit})
+	rdb, ok := bq.rdb.(*redis.Client)
+	require.True(t, ok)
+	held := holdCalls(rdb)
+	outs, grants := bq.admit(bq.read(1)) // a block of 2 slots: one runs the job, one is spare
+	require.Equal(t, []admitOutcome{admitGranted}, outs)
+	grants[0].giveBack()
+	bq.book.mu.Lock()
+	for _, il := range bq.book.queues[bq.q.Stream()].insts {
+		il.used = time.Now().Add(-2 * leaseIdle) // idle: given back and forgotten
+	}
+	bq.book.mu.Unlock()
+
+	kept := make(chan struct{})
+	go func() {
+		defer close(kept)
+		bq.book.keep(held.mark(t.Context()), false)
+	}()
+	<-held.sent // the give-back is on its way: the instance is forgotten in memory
+	outs, grants = bq.admit(bq.read(1))
+	close(held.release)
+	<-kept
+	require.Equal(t, []admitOutcome{admitGranted}, outs)
+
+	set := bq.q.LimitPrefix() + "c:q"
+	names, err := bq.rdb.SMembers(t.Context(), set).Result()
+	require.NoError(t, err)
+	for _, s := range grants[0].slots {
+		require.Contains(t, names, fmt.Sprintf("a/1#%d", s.n), "the running job's slot is counted in Redis")
+	}
+	// Another worker takes what room Redis sees: together no more than the limit run.
+	other := jobstate.Holder{Name: "b/1", Lease: time.Minute}
+	call := jobstate.AdmitCall(&bq.q, other, []jobstate.LeaseRequest{{Inst: "q", Names: []int{0, 1, 2}}}, nil)
+	res, err := jobstate.AdmitReply(call.Script.Run(t.Context(), bq.rdb, call.Keys, call.Args...), 1, 0)
+	require.NoError(t, err)
+	require.LessOrEqual(t, len(grants[0].slots)+res.Grants[0].Names, limit, "slots running jobs at once")
 }

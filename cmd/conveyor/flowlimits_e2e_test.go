@@ -305,6 +305,15 @@ func testGlobalConcurrency(t *testing.T, c *cli) {
 	t.Logf("at most %d slots taken (%d samples), at most %d handlers running; %d recovered jobs",
 		maxSlots.Load(), samples.Load(), maxRunning, len(held))
 	require.EqualValues(t, limit, maxSlots.Load(), "slots taken at once: the limit reached, never passed")
+	if maxRunning > limit {
+		// Who ran what, and when: a worker that ran two of the jobs in flight at the peak
+		// points at its lease book (a slot of its own used twice, as the keeper's forgetting
+		// once did: pipeline's TestLeaseForgottenInstanceNumbersNotAskedAgain).
+		for _, j := range jobs {
+			got := c.job(t, q, j.ID)
+			t.Logf("%s: worker %s, attempt %d, started %s", j.ID, got.Worker, got.Attempt, got.StartedAt.Format("15:04:05.000"))
+		}
+	}
 	require.Equal(t, limit, maxRunning, "handlers running at once: the limit reached, never passed (at %s; worker killed at %s)",
 		hs.maxAtString(), killed.Format("15:04:05.000"))
 	require.Empty(t, twice, "jobs running twice at once")

@@ -520,17 +520,19 @@ func (p purger) dryRunAll(ctx context.Context, olderThan time.Duration) error {
 	if err := p.a.requireQueue(ctx, p.queue, nil); err != nil {
 		return err
 	}
+	if p.json {
+		// Ids alone: no job record is read, so that a dry run over many big dead jobs costs
+		// their ids, not their payloads (as the API's dry run).
+		ids, err := p.insp.PurgeAllDryRunIDs(ctx, p.queue, olderThan)
+		if err != nil {
+			return err
+		}
+		n := len(ids)
+		return writeJSON(p.a.stdout, purgeReport{WouldPurge: &n, IDs: listOf(ids)})
+	}
 	jobs, err := p.insp.PurgeAllDryRun(ctx, p.queue, olderThan)
 	if err != nil {
 		return err
-	}
-	if p.json {
-		n := len(jobs)
-		ids := make([]string, n)
-		for i, j := range jobs {
-			ids[i] = j.ID
-		}
-		return writeJSON(p.a.stdout, purgeReport{WouldPurge: &n, IDs: listOf(ids)})
 	}
 	return p.printWouldPurge(jobs)
 }
