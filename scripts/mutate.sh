@@ -103,7 +103,7 @@ while IFS= read -r row <&3; do
 			}
 		}
 		{ print }
-		END { exit bad }' "$aside/orig" >"$file"; then
+		END { exit bad || NR < ENVIRON["LINE"] }' "$aside/orig" >"$file"; then
 		restore
 		stale=$((stale + 1))
 		printf '%-8s stale     %s:%s does not hold the original text\n' "$id" "$file" "$line"
