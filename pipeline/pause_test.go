@@ -397,11 +397,7 @@ func TestPauseConfirmed(t *testing.T) {
 	_, err := b.insp.PauseConfirmed(ctx, b.queue, 0)
 	require.ErrorIs(t, err, pipeline.ErrInvalid)
 	w, _ := b.startWorker(t, pipeline.WorkerConfig{}, map[string]pipeline.HandlerFunc{"t": echo})
-	var rec string
-	require.Eventually(t, func() bool {
-		rec, err = b.rdb.Get(ctx, keys.WorkerBeat(keys.DefaultPrefix, w.Name())).Result()
-		return err == nil
-	}, 10*time.Second, time.Millisecond)
+	rec := b.workerRecord(t, w)
 	paused, err := b.insp.Paused(ctx)
 	require.NoError(t, err)
 	assert.NotContains(t, paused, b.queue)
@@ -410,20 +406,91 @@ func TestPauseConfirmed(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, pipeline.PauseConfirmation{Workers: []string{w.Name()}, Unconfirmed: []string{}}, pc)
 
-	var fields map[string]any
-	require.NoError(t, json.Unmarshal([]byte(rec), &fields))
-	fields["name"] = "ghost-" + b.queue
-	ghost, err := json.Marshal(fields)
-	require.NoError(t, err)
-	require.NoError(t, b.rdb.Set(ctx, keys.WorkerBeat(keys.DefaultPrefix, "ghost-"+b.queue), ghost, time.Minute).Err())
-	require.NoError(t, b.rdb.ZAdd(ctx, keys.Workers(keys.DefaultPrefix),
-		redis.Z{Score: float64(time.Now().Add(time.Minute).UnixMilli()), Member: "ghost-" + b.queue}).Err())
-	t.Cleanup(func() {
-		b.rdb.ZRem(context.Background(), keys.Workers(keys.DefaultPrefix), "ghost-"+b.queue)
-		b.rdb.Del(context.Background(), keys.WorkerBeat(keys.DefaultPrefix, "ghost-"+b.queue))
-	})
+	ghost := b.addGhost(t, rec)
 	pc, err = b.insp.PauseConfirmed(ctx, b.queue, 300*time.Millisecond)
 	require.NoError(t, err)
-	assert.ElementsMatch(t, []string{w.Name(), "ghost-" + b.queue}, pc.Workers)
-	assert.Equal(t, []string{"ghost-" + b.queue}, pc.Unconfirmed)
+	assert.ElementsMatch(t, []string{w.Name(), ghost}, pc.Workers)
+	assert.Equal(t, []string{ghost}, pc.Unconfirmed)
+}
+
+// TestPauseWaitRoundTrips: PauseConfirmed learns of the confirmations from their notices
+// (keys.PauseAckChannel), reading the stored ones only every 500 ms and once at the end,
+// instead of every 10 ms as it did (about 100 reads in a 1 s wait). Two running workers and
+// one that never confirms (a live record of a worker that does not run) keep the wait to its
+// whole 1 s bound, so the count does not hang on when the workers' reads end: the queue's
+// check, its readers, the pause and its notice, and at most three reads of the
+// confirmations (two rechecks and the last one). A slower machine makes fewer reads, not
+// more. A pause the two workers confirm costs no more. Both workers confirm in each case,
+// within the wait.
+func TestPauseWaitRoundTrips(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := t.Context()
+	cmds := &redistest.Commands{}
+	insp, err := pipeline.NewInspector(hookedClient(t, b.rdb, cmds), pipeline.InspectorConfig{})
+	require.NoError(t, err)
+	var names []string
+	var rec string
+	for range 2 {
+		w, _ := b.startWorker(t, pipeline.WorkerConfig{}, map[string]pipeline.HandlerFunc{"t": echo})
+		rec = b.workerRecord(t, w)
+		names = append(names, w.Name())
+	}
+	// Fixed: QueueExists, QueueReaders, SADD, PUBLISH.
+	fixed := cmds.During(func() {
+		_, err := insp.QueueExists(ctx, b.queue)
+		require.NoError(t, err)
+		_, err = insp.QueueReaders(ctx, b.queue)
+		require.NoError(t, err)
+	}) + 2
+	const maxReads = 3
+	var pc pipeline.PauseConfirmation
+	trips := cmds.During(func() { pc, err = insp.PauseConfirmed(ctx, b.queue, 10*time.Second) })
+	require.NoError(t, err)
+	assert.ElementsMatch(t, names, pc.Workers)
+	assert.Empty(t, pc.Unconfirmed)
+	assert.LessOrEqual(t, trips, fixed+maxReads, "a pause two workers confirm")
+
+	ghost := b.addGhost(t, rec)
+	reads := cmds.Named("hgetall")
+	trips = cmds.During(func() { pc, err = insp.PauseConfirmed(ctx, b.queue, time.Second) })
+	require.NoError(t, err)
+	assert.ElementsMatch(t, append(names, ghost), pc.Workers)
+	assert.Equal(t, []string{ghost}, pc.Unconfirmed)
+	assert.LessOrEqual(t, cmds.Named("hgetall")-reads, int64(maxReads), "reads of the confirmations in a 1 s wait")
+	assert.LessOrEqual(t, trips, fixed+maxReads, "a 1 s wait for a worker that never confirms")
+}
+
+// workerRecord waits for w's heartbeat record (Inspector.Workers) and returns it.
+func (b *testBundle) workerRecord(t *testing.T, w *pipeline.Worker) string {
+	t.Helper()
+	var rec string
+	require.Eventually(t, func() bool {
+		var err error
+		rec, err = b.rdb.Get(t.Context(), keys.WorkerBeat(keys.DefaultPrefix, w.Name())).Result()
+		return err == nil
+	}, 10*time.Second, time.Millisecond)
+	return rec
+}
+
+// addGhost adds, until the test ends, a live record of a worker that does not run (rec, a
+// running worker's record, under another name) and returns its name: a reader of the same
+// queues that never confirms a pause.
+func (b *testBundle) addGhost(t *testing.T, rec string) string {
+	t.Helper()
+	ctx := t.Context()
+	name := "ghost-" + b.queue
+	var fields map[string]any
+	require.NoError(t, json.Unmarshal([]byte(rec), &fields))
+	fields["name"] = name
+	ghost, err := json.Marshal(fields)
+	require.NoError(t, err)
+	require.NoError(t, b.rdb.Set(ctx, keys.WorkerBeat(keys.DefaultPrefix, name), ghost, time.Minute).Err())
+	require.NoError(t, b.rdb.ZAdd(ctx, keys.Workers(keys.DefaultPrefix),
+		redis.Z{Score: float64(time.Now().Add(time.Minute).UnixMilli()), Member: name}).Err())
+	t.Cleanup(func() {
+		b.rdb.ZRem(context.Background(), keys.Workers(keys.DefaultPrefix), name)
+		b.rdb.Del(context.Background(), keys.WorkerBeat(keys.DefaultPrefix, name))
+	})
+	return name
 }

@@ -261,15 +261,23 @@ func PauseNotice(msg string) (queue, token string) {
 const pauseAcksTTL = time.Minute
 
 // AckPause records that worker applied the pause of queue with token: it reads the queue no
-// more.
+// more. It announces it on keys.PauseAckChannel, in the same round trip.
 func AckPause(ctx context.Context, rdb redis.UniversalClient, prefix, queue, worker, token string) error {
 	k := keys.PauseAcks(prefix, queue)
 	_, err := rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		p.HSet(ctx, k, worker, token)
 		p.PExpire(ctx, k, pauseAcksTTL)
+		p.Publish(ctx, keys.PauseAckChannel(prefix), token+" "+worker)
 		return nil
 	})
 	return rediserr.Wrap("confirm pause", err)
+}
+
+// PauseAckNotice reads a notice of keys.PauseAckChannel: the pause's token and the worker
+// that confirmed it.
+func PauseAckNotice(msg string) (token, worker string) {
+	token, worker, _ = strings.Cut(msg, " ")
+	return token, worker
 }
 
 // PauseAcks reads the confirmations of queue's pauses: the token each worker last confirmed.
