@@ -23,16 +23,8 @@ import (
 // go back meanwhile, and none of a key is left taken.
 func TestLeaseForgetsIdleInstances(t *testing.T) {
 	t.Parallel()
-	rdb := redistest.Client(t)
+	rdb, queue, c := limitedQueue(t, Limit{PerKey: true, Concurrency: 3})
 	ctx := t.Context()
-	queue := redistest.UniqueName(t)
-	c, err := NewClient(rdb, ClientConfig{})
-	require.NoError(t, err)
-	in, err := NewInspector(rdb, InspectorConfig{})
-	require.NoError(t, err)
-	_, err = in.CreateQueue(ctx, queue, QueueOptions{})
-	require.NoError(t, err)
-	require.NoError(t, in.SetLimit(ctx, queue, Limit{PerKey: true, Concurrency: 3}))
 
 	w, err := NewWorker(rdb, WorkerConfig{Queues: []string{queue}, Concurrency: 10,
 		Logger: zerolog.New(zerolog.NewTestWriter(t))})
@@ -79,6 +71,21 @@ func TestLeaseForgetsIdleInstances(t *testing.T) {
 	}
 }
 
+// limitedQueue makes a queue of the test's own with limit l, and a Client of its Redis.
+func limitedQueue(t *testing.T, l Limit) (redis.UniversalClient, string, *Client) {
+	t.Helper()
+	rdb := redistest.Client(t)
+	queue := redistest.UniqueName(t)
+	c, err := NewClient(rdb, ClientConfig{})
+	require.NoError(t, err)
+	in, err := NewInspector(rdb, InspectorConfig{})
+	require.NoError(t, err)
+	_, err = in.CreateQueue(t.Context(), queue, QueueOptions{})
+	require.NoError(t, err)
+	require.NoError(t, in.SetLimit(t.Context(), queue, l))
+	return rdb, queue, c
+}
+
 // bookQueue is a queue with a concurrency limit and a session's lease book of it, driven by
 // hand: the jobs admitted and the keeper's calls are the test's.
 type bookQueue struct {
@@ -91,16 +98,8 @@ type bookQueue struct {
 
 func newBookQueue(t *testing.T, holder string, lease time.Duration, l Limit) *bookQueue {
 	t.Helper()
-	rdb := redistest.Client(t)
+	rdb, queue, c := limitedQueue(t, l)
 	ctx := t.Context()
-	queue := redistest.UniqueName(t)
-	c, err := NewClient(rdb, ClientConfig{})
-	require.NoError(t, err)
-	in, err := NewInspector(rdb, InspectorConfig{})
-	require.NoError(t, err)
-	_, err = in.CreateQueue(ctx, queue, QueueOptions{})
-	require.NoError(t, err)
-	require.NoError(t, in.SetLimit(ctx, queue, l))
 	q := keys.New(keys.DefaultPrefix, queue)
 	require.NoError(t, rdb.XGroupCreateMkStream(ctx, q.Stream(), keys.Group, "0").Err())
 	bq := &bookQueue{t: t, rdb: rdb, q: q, c: c, book: &leaseBook{rdb: rdb, log: zerolog.New(zerolog.NewTestWriter(t)),

@@ -205,20 +205,34 @@ func TestGroupWindowServesGroupsInTurn(t *testing.T) {
 	}
 }
 
+// setupWindowOne is the bundle of a test of group weights: its queue made by a "noop" job, its
+// groups' window 1 and weights set.
+func setupWindowOne(t *testing.T, weights map[string]int) *testBundle {
+	t.Helper()
+	b := setup(t)
+	_, err := b.client.Enqueue(t.Context(), b.queue, pipeline.Task{Type: "noop"})
+	require.NoError(t, err)
+	require.NoError(t, b.insp.SetGroups(t.Context(), b.queue, pipeline.GroupChange{Window: 1, Weights: weights}))
+	return b
+}
+
+// startGateWorker starts a worker of concurrency 10 that runs "gate" jobs through the gate it
+// returns, and "noop" jobs at once.
+func (b *testBundle) startGateWorker(t *testing.T) *groupGate {
+	t.Helper()
+	g := newGroupGate()
+	b.startWorker(t, pipeline.WorkerConfig{Concurrency: 10}, map[string]pipeline.HandlerFunc{"gate": g.handle,
+		"noop": func(context.Context, *pipeline.Job) ([]byte, error) { return nil, nil }})
+	return g
+}
+
 // TestGroupReplayAndWeights: a replayed dead job of a full group waits its turn; a group of
 // weight 3 runs three times the window.
 func TestGroupReplayAndWeights(t *testing.T) {
 	t.Parallel()
-	b := setup(t)
+	b := setupWindowOne(t, map[string]int{"heavy": 3})
 	ctx := t.Context()
-	_, err := b.client.Enqueue(ctx, b.queue, pipeline.Task{Type: "noop"})
-	require.NoError(t, err)
-	require.NoError(t, b.insp.SetGroups(ctx, b.queue, pipeline.GroupChange{Window: 1,
-		Weights: map[string]int{"heavy": 3}}))
-
-	g := newGroupGate()
-	b.startWorker(t, pipeline.WorkerConfig{Concurrency: 10}, map[string]pipeline.HandlerFunc{"gate": g.handle,
-		"noop": func(context.Context, *pipeline.Job) ([]byte, error) { return nil, nil }})
+	g := b.startGateWorker(t)
 
 	heavy := publishGroup(t, b.client, b.queue, "heavy", 5)
 	got := []string{g.next(t), g.next(t), g.next(t)}
@@ -285,20 +299,14 @@ func TestGroupReplayAndWeights(t *testing.T) {
 // and its jobs would wait for ever.
 func TestGroupWeightZeroSetsItBackToOne(t *testing.T) {
 	t.Parallel()
-	b := setup(t)
+	b := setupWindowOne(t, map[string]int{"tenant": 3})
 	ctx := t.Context()
-	_, err := b.client.Enqueue(ctx, b.queue, pipeline.Task{Type: "noop"})
-	require.NoError(t, err)
-	require.NoError(t, b.insp.SetGroups(ctx, b.queue, pipeline.GroupChange{Window: 1,
-		Weights: map[string]int{"tenant": 3}}))
 	require.NoError(t, b.insp.SetGroups(ctx, b.queue, pipeline.GroupChange{Weights: map[string]int{"tenant": 0}}))
 	cfg, err := b.rdb.HGetAll(ctx, keys.New(keys.DefaultPrefix, b.queue).GroupConfig()).Result()
 	require.NoError(t, err)
 	require.Equal(t, map[string]string{keys.GroupWindowField: "1"}, cfg, "the weight's field removed")
 
-	g := newGroupGate()
-	b.startWorker(t, pipeline.WorkerConfig{Concurrency: 10}, map[string]pipeline.HandlerFunc{"gate": g.handle,
-		"noop": func(context.Context, *pipeline.Job) ([]byte, error) { return nil, nil }})
+	g := b.startGateWorker(t)
 	ids := publishGroup(t, b.client, b.queue, "tenant", 2)
 	require.Equal(t, ids[0], g.next(t), "the group's first job runs")
 	gs, err := b.insp.Groups(ctx, b.queue)

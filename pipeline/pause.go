@@ -73,35 +73,79 @@ func (i *Inspector) PauseConfirmed(ctx context.Context, queue string, timeout ti
 	for _, w := range readers {
 		pc.Workers = append(pc.Workers, w.Name)
 	}
+	if len(pc.Workers) == 0 {
+		token := NewID()
+		if _, err := jobstate.PauseQueue(ctx, i.rdb, i.cfg.Prefix, queue, token); err != nil {
+			return pc, fmt.Errorf("pause queue %s: %w", queue, err)
+		}
+		return pc, nil
+	}
+	wctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	// Subscribed, and the subscription confirmed, before the pause is announced, so that no
+	// confirmation's notice comes before it. Without it (a Redis that refuses SUBSCRIBE), the
+	// wait reads the confirmations every pauseAckRecheck alone.
+	var notices <-chan *redis.Message
+	ps := i.rdb.Subscribe(wctx, keys.PauseAckChannel(i.cfg.Prefix))
+	defer ps.Close()
+	if _, err := ps.Receive(wctx); err == nil {
+		notices = ps.Channel()
+	}
 	token := NewID()
 	if _, err := jobstate.PauseQueue(ctx, i.rdb, i.cfg.Prefix, queue, token); err != nil {
 		return pc, fmt.Errorf("pause queue %s: %w", queue, err)
 	}
 	pc.Unconfirmed = pc.Workers
-	if len(pc.Workers) == 0 {
-		return pc, nil
+	confirmed := map[string]bool{}
+	unconfirmed := func() []string {
+		return slices.DeleteFunc(slices.Clone(pc.Workers), func(w string) bool { return confirmed[w] })
 	}
-	deadline := time.NewTimer(timeout)
-	defer deadline.Stop()
-	tick := time.NewTicker(10 * time.Millisecond)
-	defer tick.Stop()
-	for {
+	// read merges the confirmations stored: the state, of which the notices are hints.
+	read := func(ctx context.Context) {
 		acks, err := jobstate.PauseAcks(ctx, i.rdb, i.cfg.Prefix, queue)
-		if err == nil {
-			pc.Unconfirmed = slices.DeleteFunc(slices.Clone(pc.Workers), func(w string) bool { return acks[w] == token })
-			if len(pc.Unconfirmed) == 0 {
-				return pc, nil
+		if err != nil {
+			return
+		}
+		for w, t := range acks {
+			if t == token {
+				confirmed[w] = true
 			}
 		}
+	}
+	recheck := time.NewTicker(pauseAckRecheck)
+	defer recheck.Stop()
+	for {
+		if pc.Unconfirmed = unconfirmed(); len(pc.Unconfirmed) == 0 {
+			return pc, nil
+		}
 		select {
-		case <-ctx.Done():
+		case <-wctx.Done():
+			if ctx.Err() == nil {
+				// Time is up: a last read, so that a confirmation whose notice was lost counts.
+				rctx, rcancel := context.WithTimeout(ctx, pauseAckRecheck)
+				read(rctx)
+				rcancel()
+				pc.Unconfirmed = unconfirmed()
+			}
 			return pc, nil
-		case <-deadline.C:
-			return pc, nil
-		case <-tick.C:
+		case m, ok := <-notices:
+			if !ok {
+				notices = nil
+				continue
+			}
+			if t, w := jobstate.PauseAckNotice(m.Payload); t == token {
+				confirmed[w] = true
+			}
+		case <-recheck.C:
+			read(wctx)
 		}
 	}
 }
+
+// pauseAckRecheck is how often PauseConfirmed reads the confirmations stored while it waits
+// for their notices (keys.PauseAckChannel): a notice lost with a connection costs that much
+// delay, and an idle wait of the full 5 s ten reads.
+const pauseAckRecheck = 500 * time.Millisecond
 
 // Resume undoes Pause: workers read queue again, within one read of the change. Resuming a
 // queue that is not paused does nothing. A queue that does not exist is ErrQueueNotFound,
@@ -195,9 +239,10 @@ func (p *pauseWatcher) Start(ctx context.Context) error {
 
 // confirm tells the pause of queue with token (Inspector.PauseConfirmed) that this worker
 // applied it, once the reads of the queue's streams that were under way when it landed have
-// ended: a read sent before the pause may bring entries published after it, and they would
-// start. A read lasts a BlockTime at most (250 ms), bar a slow Redis; past 5 s the worker does
-// not confirm, and Pause says so.
+// ended (stream.Subscriber.WaitTopicReads, woken by the last read's end): a read sent before
+// the pause may bring entries published after it, and they would start. A read lasts a
+// BlockTime at most (250 ms), bar a slow Redis; past 5 s the worker does not confirm, and
+// Pause says so.
 func (p *pauseWatcher) confirm(ctx context.Context, queue, token string) {
 	var topics []string
 	for _, part := range p.w.parts {
@@ -212,16 +257,11 @@ func (p *pauseWatcher) confirm(ctx context.Context, queue, token string) {
 	if len(topics) == 0 {
 		return
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for slices.ContainsFunc(topics, func(t string) bool { return p.sub.TopicReads(t) > 0 }) {
-		if time.Now().After(deadline) {
-			return
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(time.Millisecond):
-		}
+	wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	err := p.sub.WaitTopicReads(wctx, topics...)
+	cancel()
+	if err != nil {
+		return
 	}
 	if err := jobstate.AckPause(ctx, p.w.rdb, p.w.cfg.Prefix, queue, p.w.cfg.Name, token); err != nil && ctx.Err() == nil {
 		p.w.log.Warn().Err(err).Str("component", "pause watcher").Str("queue", queue).

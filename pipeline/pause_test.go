@@ -3,6 +3,7 @@ package pipeline_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -263,70 +264,106 @@ func receiveIDs(t *testing.T, ch <-chan string, n int) []string {
 	return ids
 }
 
+// pauseEnv is what the pause tests around one worker share: a prefix of the test's own, the
+// queue pauseQ (to be paused) beside pauseOther, an Inspector and a Client, and, once
+// startWorker ran, the ids of pauseQ's jobs that started and of pauseOther's that ran, and a
+// count of the worker's reads of each queue.
+type pauseEnv struct {
+	insp         *pipeline.Inspector
+	client       *pipeline.Client
+	started, ran chan string
+	reads        *queueReads
+	rdb          redis.UniversalClient
+	prefix       string
+}
+
+const pauseQ, pauseOther = "paused", "other"
+
+// newPauseEnv makes the env, pauseQ created with partitions.
+func newPauseEnv(t *testing.T, partitions int) *pauseEnv {
+	t.Helper()
+	e := &pauseEnv{rdb: redistest.Client(t), prefix: redistest.UniqueName(t),
+		started: make(chan string, 100), ran: make(chan string, 100)}
+	e.reads = newQueueReads(e.prefix, pauseQ, pauseOther)
+	var err error
+	e.insp, err = pipeline.NewInspector(e.rdb, pipeline.InspectorConfig{Prefix: e.prefix})
+	require.NoError(t, err)
+	_, err = e.insp.CreateQueue(t.Context(), pauseQ, pipeline.QueueOptions{Partitions: partitions})
+	require.NoError(t, err)
+	e.client, err = pipeline.NewClient(e.rdb, pipeline.ClientConfig{Prefix: e.prefix})
+	require.NoError(t, err)
+	return e
+}
+
+// startWorker runs a worker of both queues (cfg's Prefix and Queues are the env's) on a
+// client that counts its reads, whose "run" handler reports each job to started or ran.
+func (e *pauseEnv) startWorker(t *testing.T, cfg pipeline.WorkerConfig) *pipeline.Worker {
+	t.Helper()
+	cfg.Prefix, cfg.Queues = e.prefix, []string{pauseQ, pauseOther}
+	w, _ := startWorkerOn(t, hookedClient(t, e.rdb, e.reads), cfg,
+		map[string]pipeline.HandlerFunc{"run": func(_ context.Context, j *pipeline.Job) ([]byte, error) {
+			if j.Queue == pauseQ {
+				e.started <- j.ID
+			} else {
+				e.ran <- j.ID
+			}
+			return nil, nil
+		}})
+	return w
+}
+
+// enqueue publishes a "run" job to queue and returns its id.
+func (e *pauseEnv) enqueue(t *testing.T, queue string, opts ...pipeline.Option) string {
+	t.Helper()
+	j, err := e.client.Enqueue(t.Context(), queue, pipeline.Task{Type: "run"}, opts...)
+	require.NoError(t, err)
+	return j.ID
+}
+
+// readsOn checks that the worker reads on while pauseQ is paused: a job of pauseOther runs,
+// and n more reads of pauseOther begin, while no job of pauseQ starts (what says of it).
+func (e *pauseEnv) readsOn(t *testing.T, n int, what string) {
+	t.Helper()
+	id := e.enqueue(t, pauseOther)
+	select {
+	case got := <-e.ran:
+		require.Equal(t, id, got)
+	case <-time.After(10 * time.Second):
+		t.Fatal("a job of the queue not paused did not run")
+	}
+	otherReads, _ := e.reads.reads(pauseOther)
+	require.Eventually(t, func() bool { k, _ := e.reads.reads(pauseOther); return k >= otherReads+n }, 10*time.Second, time.Millisecond)
+	select {
+	case got := <-e.started:
+		t.Fatalf("job %s of the paused queue started: %s", got, what)
+	default:
+	}
+}
+
 // TestPausePriorityLevels: a paused queue starts no job of any level, 2 to 4 included (the
 // pause watcher pauses every level's stream of every partition, not only the queue's level-1
 // stream), whether the jobs were queued before the worker started or during the pause; after
 // Resume every one runs.
 func TestPausePriorityLevels(t *testing.T) {
 	t.Parallel()
-	rdb := redistest.Client(t)
+	e := newPauseEnv(t, 2)
 	ctx := t.Context()
-	prefix := redistest.UniqueName(t)
-	const q, other = "paused", "other"
-	insp, err := pipeline.NewInspector(rdb, pipeline.InspectorConfig{Prefix: prefix})
-	require.NoError(t, err)
-	_, err = insp.CreateQueue(ctx, q, pipeline.QueueOptions{Partitions: 2})
-	require.NoError(t, err)
-	client, err := pipeline.NewClient(rdb, pipeline.ClientConfig{Prefix: prefix})
-	require.NoError(t, err)
 	var queued []string
-	enqueue := func(level int) {
-		j, err := client.Enqueue(ctx, q, pipeline.Task{Type: "run"}, pipeline.WithPriority(level))
-		require.NoError(t, err)
-		queued = append(queued, j.ID)
-	}
 	for level := 2; level <= 4; level++ {
-		enqueue(level)
-		enqueue(level)
+		queued = append(queued, e.enqueue(t, pauseQ, pipeline.WithPriority(level)), e.enqueue(t, pauseQ, pipeline.WithPriority(level)))
 	}
-	require.NoError(t, insp.Pause(ctx, q))
+	require.NoError(t, e.insp.Pause(ctx, pauseQ))
 
-	started := make(chan string, 100)
-	ran := make(chan string, 100)
-	h := newQueueReads(prefix, q, other)
-	w, _ := startWorkerOn(t, hookedClient(t, rdb, h), pipeline.WorkerConfig{Prefix: prefix, Queues: []string{q, other},
-		Concurrency: 4, PauseCheckInterval: 100 * time.Millisecond},
-		map[string]pipeline.HandlerFunc{"run": func(_ context.Context, j *pipeline.Job) ([]byte, error) {
-			if j.Queue == q {
-				started <- j.ID
-			} else {
-				ran <- j.ID
-			}
-			return nil, nil
-		}})
-	require.Eventually(t, func() bool { return pipeline.PausedTopics(w)[q] }, 10*time.Second, time.Millisecond)
+	w := e.startWorker(t, pipeline.WorkerConfig{Concurrency: 4, PauseCheckInterval: 100 * time.Millisecond})
+	require.Eventually(t, func() bool { return pipeline.PausedTopics(w)[pauseQ] }, 10*time.Second, time.Millisecond)
 	for level := 2; level <= 4; level++ {
-		enqueue(level)
+		queued = append(queued, e.enqueue(t, pauseQ, pipeline.WithPriority(level)))
 	}
 	// The worker reads on: a job of the other queue runs, and three more reads of it end,
 	// while no job of the paused queue starts.
-	j, err := client.Enqueue(ctx, other, pipeline.Task{Type: "run"})
-	require.NoError(t, err)
-	select {
-	case id := <-ran:
-		require.Equal(t, j.ID, id)
-	case <-time.After(10 * time.Second):
-		t.Fatal("a job of the queue not paused did not run")
-	}
-	otherReads, _ := h.reads(other)
-	require.Eventually(t, func() bool { n, _ := h.reads(other); return n >= otherReads+3 }, 10*time.Second, time.Millisecond)
-	select {
-	case id := <-started:
-		t.Fatalf("job %s of the paused queue started", id)
-	default:
-	}
-	require.NoError(t, insp.Resume(ctx, q))
-	assert.ElementsMatch(t, queued, receiveIDs(t, started, len(queued)))
+	e.readsOn(t, 3, "queued before or during the pause")
+	require.NoError(t, e.insp.Resume(ctx, pauseQ))
+	assert.ElementsMatch(t, queued, receiveIDs(t, e.started, len(queued)))
 }
 
 // TestPauseTakesEffectBeforeReturn is the newcomer's case of issue 30: a job published right
@@ -338,51 +375,17 @@ func TestPausePriorityLevels(t *testing.T) {
 // while the worker reads another queue on; then resumes and sees it run.
 func TestPauseTakesEffectBeforeReturn(t *testing.T) {
 	t.Parallel()
-	rdb := redistest.Client(t)
+	e := newPauseEnv(t, 0)
 	ctx := t.Context()
-	prefix := redistest.UniqueName(t)
-	const q, other = "paused", "other"
-	insp, err := pipeline.NewInspector(rdb, pipeline.InspectorConfig{Prefix: prefix})
-	require.NoError(t, err)
-	_, err = insp.CreateQueue(ctx, q, pipeline.QueueOptions{})
-	require.NoError(t, err)
-	client, err := pipeline.NewClient(rdb, pipeline.ClientConfig{Prefix: prefix})
-	require.NoError(t, err)
-	started := make(chan string, 100)
-	ran := make(chan string, 100)
-	h := newQueueReads(prefix, q, other)
-	startWorkerOn(t, hookedClient(t, rdb, h), pipeline.WorkerConfig{Prefix: prefix, Queues: []string{q, other},
-		Concurrency: 4}, map[string]pipeline.HandlerFunc{"run": func(_ context.Context, j *pipeline.Job) ([]byte, error) {
-		if j.Queue == q {
-			started <- j.ID
-		} else {
-			ran <- j.ID
-		}
-		return nil, nil
-	}})
+	e.startWorker(t, pipeline.WorkerConfig{Concurrency: 4})
 	for round := range 6 {
 		// A read of q is under way.
-		require.Eventually(t, func() bool { _, idle := h.reads(q); return !idle }, 10*time.Second, time.Millisecond)
-		require.NoError(t, insp.Pause(ctx, q))
-		j, err := client.Enqueue(ctx, q, pipeline.Task{Type: "run"})
-		require.NoError(t, err)
-		o, err := client.Enqueue(ctx, other, pipeline.Task{Type: "run"})
-		require.NoError(t, err)
-		select {
-		case id := <-ran:
-			require.Equal(t, o.ID, id)
-		case <-time.After(10 * time.Second):
-			t.Fatal("a job of the queue not paused did not run")
-		}
-		otherReads, _ := h.reads(other)
-		require.Eventually(t, func() bool { n, _ := h.reads(other); return n >= otherReads+2 }, 10*time.Second, time.Millisecond)
-		select {
-		case id := <-started:
-			t.Fatalf("round %d: job %s, published after Pause returned, started", round, id)
-		default:
-		}
-		require.NoError(t, insp.Resume(ctx, q))
-		assert.Equal(t, []string{j.ID}, receiveIDs(t, started, 1))
+		require.Eventually(t, func() bool { _, idle := e.reads.reads(pauseQ); return !idle }, 10*time.Second, time.Millisecond)
+		require.NoError(t, e.insp.Pause(ctx, pauseQ))
+		id := e.enqueue(t, pauseQ)
+		e.readsOn(t, 2, fmt.Sprintf("round %d: published after Pause returned", round))
+		require.NoError(t, e.insp.Resume(ctx, pauseQ))
+		assert.Equal(t, []string{id}, receiveIDs(t, e.started, 1))
 	}
 }
 
@@ -397,11 +400,7 @@ func TestPauseConfirmed(t *testing.T) {
 	_, err := b.insp.PauseConfirmed(ctx, b.queue, 0)
 	require.ErrorIs(t, err, pipeline.ErrInvalid)
 	w, _ := b.startWorker(t, pipeline.WorkerConfig{}, map[string]pipeline.HandlerFunc{"t": echo})
-	var rec string
-	require.Eventually(t, func() bool {
-		rec, err = b.rdb.Get(ctx, keys.WorkerBeat(keys.DefaultPrefix, w.Name())).Result()
-		return err == nil
-	}, 10*time.Second, time.Millisecond)
+	rec := b.workerRecord(t, w)
 	paused, err := b.insp.Paused(ctx)
 	require.NoError(t, err)
 	assert.NotContains(t, paused, b.queue)
@@ -410,20 +409,101 @@ func TestPauseConfirmed(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, pipeline.PauseConfirmation{Workers: []string{w.Name()}, Unconfirmed: []string{}}, pc)
 
-	var fields map[string]any
-	require.NoError(t, json.Unmarshal([]byte(rec), &fields))
-	fields["name"] = "ghost-" + b.queue
-	ghost, err := json.Marshal(fields)
-	require.NoError(t, err)
-	require.NoError(t, b.rdb.Set(ctx, keys.WorkerBeat(keys.DefaultPrefix, "ghost-"+b.queue), ghost, time.Minute).Err())
-	require.NoError(t, b.rdb.ZAdd(ctx, keys.Workers(keys.DefaultPrefix),
-		redis.Z{Score: float64(time.Now().Add(time.Minute).UnixMilli()), Member: "ghost-" + b.queue}).Err())
-	t.Cleanup(func() {
-		b.rdb.ZRem(context.Background(), keys.Workers(keys.DefaultPrefix), "ghost-"+b.queue)
-		b.rdb.Del(context.Background(), keys.WorkerBeat(keys.DefaultPrefix, "ghost-"+b.queue))
-	})
+	ghost := b.addGhost(t, rec)
 	pc, err = b.insp.PauseConfirmed(ctx, b.queue, 300*time.Millisecond)
 	require.NoError(t, err)
-	assert.ElementsMatch(t, []string{w.Name(), "ghost-" + b.queue}, pc.Workers)
-	assert.Equal(t, []string{"ghost-" + b.queue}, pc.Unconfirmed)
+	assert.ElementsMatch(t, []string{w.Name(), ghost}, pc.Workers)
+	assert.Equal(t, []string{ghost}, pc.Unconfirmed)
+}
+
+// TestPauseWaitRoundTrips: PauseConfirmed learns of the confirmations from their notices
+// (keys.PauseAckChannel), reading the stored ones only every 500 ms and once at the end,
+// instead of every 10 ms as it did (about 100 reads in a 1 s wait). Two running workers and
+// one that never confirms (a live record of a worker that does not run) keep the wait to its
+// whole 1 s bound, so the count does not hang on when the workers' reads end: the queue's
+// check, its readers, the pause and its notice, and at most three reads of the
+// confirmations (two rechecks and the last one). A slower machine makes fewer reads, not
+// more. A pause the two workers confirm costs no more. Both workers confirm in each case,
+// within the wait.
+func TestPauseWaitRoundTrips(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := t.Context()
+	cmds := &redistest.Commands{}
+	insp, err := pipeline.NewInspector(hookedClient(t, b.rdb, cmds), pipeline.InspectorConfig{})
+	require.NoError(t, err)
+	var names []string
+	var rec string
+	for range 2 {
+		w, _ := b.startWorker(t, pipeline.WorkerConfig{}, map[string]pipeline.HandlerFunc{"t": echo})
+		rec = b.workerRecord(t, w)
+		names = append(names, w.Name())
+	}
+	// fixed is what a pause costs but its wait, and the reads of the confirmations among it
+	// (QueueReaders reads the worker records): QueueExists, QueueReaders, SADD, PUBLISH.
+	fixed := func() (trips, reads int64) {
+		before := cmds.Named("hgetall")
+		trips = cmds.During(func() {
+			_, err := insp.QueueExists(ctx, b.queue)
+			require.NoError(t, err)
+			_, err = insp.QueueReaders(ctx, b.queue)
+			require.NoError(t, err)
+		})
+		return trips + 2, cmds.Named("hgetall") - before
+	}
+	const maxReads = 3
+	var pc pipeline.PauseConfirmation
+	fixedTrips, _ := fixed()
+	trips := cmds.During(func() { pc, err = insp.PauseConfirmed(ctx, b.queue, 10*time.Second) })
+	require.NoError(t, err)
+	assert.ElementsMatch(t, names, pc.Workers)
+	assert.Empty(t, pc.Unconfirmed)
+	t.Logf("a pause two workers confirm: %d round trips (%d fixed)", trips, fixedTrips)
+	assert.LessOrEqual(t, trips, fixedTrips+maxReads, "a pause two workers confirm")
+
+	ghost := b.addGhost(t, rec)
+	fixedTrips, fixedReads := fixed()
+	reads := cmds.Named("hgetall")
+	trips = cmds.During(func() { pc, err = insp.PauseConfirmed(ctx, b.queue, time.Second) })
+	reads = cmds.Named("hgetall") - reads - fixedReads
+	require.NoError(t, err)
+	assert.ElementsMatch(t, append(names, ghost), pc.Workers)
+	assert.Equal(t, []string{ghost}, pc.Unconfirmed)
+	t.Logf("a 1 s wait for a worker that never confirms: %d round trips (%d fixed), %d reads of the confirmations", trips, fixedTrips, reads)
+	assert.LessOrEqual(t, reads, int64(maxReads), "reads of the confirmations in a 1 s wait")
+	assert.LessOrEqual(t, trips, fixedTrips+maxReads, "a 1 s wait for a worker that never confirms")
+}
+
+// workerRecord waits for w's heartbeat record (Inspector.Workers) and returns it.
+func (b *testBundle) workerRecord(t *testing.T, w *pipeline.Worker) string {
+	t.Helper()
+	var rec string
+	require.Eventually(t, func() bool {
+		var err error
+		rec, err = b.rdb.Get(t.Context(), keys.WorkerBeat(keys.DefaultPrefix, w.Name())).Result()
+		return err == nil
+	}, 10*time.Second, time.Millisecond)
+	return rec
+}
+
+// addGhost adds, until the test ends, a live record of a worker that does not run (rec, a
+// running worker's record, under another name) and returns its name: a reader of the same
+// queues that never confirms a pause.
+func (b *testBundle) addGhost(t *testing.T, rec string) string {
+	t.Helper()
+	ctx := t.Context()
+	name := "ghost-" + b.queue
+	var fields map[string]any
+	require.NoError(t, json.Unmarshal([]byte(rec), &fields))
+	fields["name"] = name
+	ghost, err := json.Marshal(fields)
+	require.NoError(t, err)
+	require.NoError(t, b.rdb.Set(ctx, keys.WorkerBeat(keys.DefaultPrefix, name), ghost, time.Minute).Err())
+	require.NoError(t, b.rdb.ZAdd(ctx, keys.Workers(keys.DefaultPrefix),
+		redis.Z{Score: float64(time.Now().Add(time.Minute).UnixMilli()), Member: name}).Err())
+	t.Cleanup(func() {
+		b.rdb.ZRem(context.Background(), keys.Workers(keys.DefaultPrefix), name)
+		b.rdb.Del(context.Background(), keys.WorkerBeat(keys.DefaultPrefix, name))
+	})
+	return name
 }

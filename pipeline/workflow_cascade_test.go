@@ -130,24 +130,34 @@ func TestWorkflowCascadeFinishedByRecovery(t *testing.T) {
 
 	ran := make(chan *pipeline.Dependencies, 2)
 	b.startWorker(t, pipeline.WorkerConfig{RecoveryInterval: 50 * time.Millisecond}, map[string]pipeline.HandlerFunc{
-		"t": func(ctx context.Context, j *pipeline.Job) ([]byte, error) {
-			d, err := j.Dependencies(ctx)
-			if err != nil {
-				return nil, err
-			}
-			ran <- d
-			return nil, nil
-		},
+		"t": func(ctx context.Context, j *pipeline.Job) ([]byte, error) { return nil, sendDependencies(ctx, j, ran) },
 	})
 	end := b.waitWorkflow(t, "wide", pipeline.WorkflowCanceled)
 	require.Equal(t, 1+width, end.Canceled)
-	d := <-ran
-	require.Equal(t, width, d.Canceled, "the Finally task saw every cancel")
+	require.Equal(t, width, ranOnce(t, ran).Canceled, "the Finally task saw every cancel")
+}
+
+// sendDependencies sends what j's dependencies did (Job.Dependencies) to ch.
+func sendDependencies(ctx context.Context, j *pipeline.Job, ch chan<- *pipeline.Dependencies) error {
+	d, err := j.Dependencies(ctx)
+	if err != nil {
+		return err
+	}
+	ch <- d
+	return nil
+}
+
+// ranOnce receives the dependencies a Finally task sent (sendDependencies) and fails the test
+// if it sent them twice by now.
+func ranOnce(t *testing.T, ch <-chan *pipeline.Dependencies) *pipeline.Dependencies {
+	t.Helper()
+	d := <-ch
 	select {
-	case d := <-ran:
-		t.Fatalf("a second run: %+v", d)
+	case d := <-ch:
+		t.Fatalf("the Finally task ran twice: %+v", d)
 	default:
 	}
+	return d
 }
 
 // A dead task replayed while its cascade is still partly on the queue's work list (no
@@ -169,11 +179,7 @@ func TestWorkflowReplayWhileCascadeLeft(t *testing.T) {
 					return nil, pipeline.SkipRetry(errors.New("disk full"))
 				}
 			case "fin":
-				d, err := j.Dependencies(ctx)
-				if err != nil {
-					return nil, err
-				}
-				fins <- d
+				return nil, sendDependencies(ctx, j, fins)
 			}
 			return nil, nil
 		},
@@ -189,13 +195,7 @@ func TestWorkflowReplayWhileCascadeLeft(t *testing.T) {
 	require.NoError(t, b.insp.Replay(ctx, b.queue, "wide.root"))
 	end := b.waitWorkflow(t, "wide", pipeline.WorkflowCompleted)
 	require.Equal(t, width+2, end.Completed)
-	d := <-fins
-	require.Equal(t, width, d.Canceled, "the Finally task ran after the death, with every cancel")
-	select {
-	case d := <-fins:
-		t.Fatalf("the Finally task ran twice: %+v", d)
-	default:
-	}
+	require.Equal(t, width, ranOnce(t, fins).Canceled, "the Finally task ran after the death, with every cancel")
 }
 
 // A cancel that was applied answers success even when the calls that follow its cascade fail

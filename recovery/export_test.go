@@ -15,7 +15,7 @@ var ErrFenced = errFenced
 // not, so tests can show the script's fence.
 func (r *Recoverer) ScanWithToken(ctx context.Context, token string) (Result, error) {
 	var res Result
-	_, err := r.scan(ctx, token, &res)
+	_, _, err := r.scan(ctx, token, &res)
 	return res, err
 }
 

@@ -438,11 +438,11 @@ func (r *Recoverer) RunOnce(ctx context.Context) (Result, bool, error) {
 // Recoverer trusts what it sees (consumers' idle times are Redis's, like entries').
 // Then it follows the queue's workflow cascades left unfinished (followCascades).
 func (r *Recoverer) scanAndPrune(ctx context.Context, token string, res *Result) error {
-	trusted, err := r.scan(ctx, token, res)
+	trusted, cascades, err := r.scan(ctx, token, res)
 	if err == nil && trusted {
 		err = r.prune(ctx, token, r.cfg.ConsumerTTL, res)
 	}
-	if err == nil {
+	if err == nil && cascades {
 		err = r.followCascades(ctx, res)
 	}
 	return err
@@ -452,8 +452,8 @@ func (r *Recoverer) scanAndPrune(ctx context.Context, token string, res *Result)
 // in calls of jobstate.CascadeStep edges) until none is: the dependents of a dead or canceled
 // task of a wide workflow that the script which ended it left past its budget, when no later
 // call went on with them (the canceling process died, or the death was a worker's outcome).
-// Each edge is followed once whoever follows it, so it needs no lock; it costs one call a
-// scan when nothing is left.
+// Each edge is followed once whoever follows it, so it needs no lock. A scan calls it only
+// when its first read (views) found the work list not empty: an idle scan costs no call.
 func (r *Recoverer) followCascades(ctx context.Context, res *Result) error {
 	for {
 		c, err := jobstate.FollowCascade(ctx, r.rdb, r.q, jobstate.CascadeParams{Now: r.cfg.Now(), Events: events.ModeOf(ctx, r.rdb)})
@@ -495,7 +495,7 @@ var errFenced = errors.New("recovery: lock no longer held; scan stopped")
 // prune deletes consumers that stopped (see prune.lua).
 // Every priority level's stream has a group of its own, pruned alike.
 func (r *Recoverer) prune(ctx context.Context, token string, idle time.Duration, res *Result) error {
-	views, err := r.views(ctx)
+	views, _, err := r.views(ctx)
 	if err != nil {
 		return err
 	}
@@ -522,8 +522,9 @@ func (r *Recoverer) prune(ctx context.Context, token string, idle time.Duration,
 // recovers, with recover.lua, those idle for the whole of it that an earlier scan of the same
 // observation listed too, if this Recoverer has watched Redis for a lease period (see Trust).
 // It scans the queue's stream and the stream of every priority level its jobs used
-// (keys.Queue.Levels, read at each scan). It reports whether it trusted what it saw.
-func (r *Recoverer) scan(ctx context.Context, token string, res *Result) (trusted bool, err error) {
+// (keys.Queue.Levels, read at each scan). It reports whether it trusted what it saw, and
+// whether the queue has workflow cascades left to follow (views).
+func (r *Recoverer) scan(ctx context.Context, token string, res *Result) (trusted, cascades bool, err error) {
 	epoch, trusted, seen := r.watch.sightings(time.Now())
 	if r.skipTrust {
 		trusted = true
@@ -531,32 +532,34 @@ func (r *Recoverer) scan(ctx context.Context, token string, res *Result) (truste
 	listed := map[string]struct{}{}
 	complete := false
 	defer func() { r.watch.remember(epoch, listed, complete) }()
-	views, err := r.views(ctx)
+	views, cascades, err := r.views(ctx)
 	if err != nil {
-		return trusted, err
+		return trusted, false, err
 	}
 	for _, q := range views {
 		if err := r.scanStream(ctx, q, token, epoch, &trusted, seen, listed, res); err != nil {
-			return trusted, err
+			return trusted, false, err
 		}
 	}
 	complete = true
-	return trusted, nil
+	return trusted, cascades, nil
 }
 
 // views is the queue and its view at each priority level its jobs used (keys.Queue.Levels,
 // AtLevel): the streams a scan and a prune go through.
-func (r *Recoverer) views(ctx context.Context) ([]keys.Queue, error) {
+// In the same round trip it reads whether the queue has workflow cascades to follow
+// (jobstate.ScanState).
+func (r *Recoverer) views(ctx context.Context) ([]keys.Queue, bool, error) {
 	views := []keys.Queue{r.q}
-	levels, err := jobstate.QueueLevels(ctx, r.rdb, views)
+	levels, cascades, err := jobstate.ScanState(ctx, r.rdb, r.q)
 	r.note(ctx, err)
 	if err != nil {
-		return nil, rediserr.Wrap("recover", fmt.Errorf("read the priority levels: %w", err))
+		return nil, false, rediserr.Wrap("recover", fmt.Errorf("read the priority levels: %w", err))
 	}
-	for _, level := range levels[0] {
+	for _, level := range levels {
 		views = append(views, r.q.AtLevel(level))
 	}
-	return views, nil
+	return views, cascades, nil
 }
 
 // scanStream is scan's work on one stream: q's (a level's view, keys.Queue.AtLevel). Entry

@@ -1063,3 +1063,26 @@ func TestRecoveryAnnouncesEvents(t *testing.T) {
 		})
 	}
 }
+
+// TestIdleScanCallsNoCascade: a scan of a queue with no workflow cascade left to follow sends
+// no wf_cascade.lua call; whether the work list holds anything rides in the scan's first
+// read (the levels), so an idle scan costs Redis what it did before workflows. Every scan
+// called the script once per queue before. (A scan that finds the list not empty follows it:
+// pipeline's TestWorkflowCascadeFinishedByRecovery.)
+func TestIdleScanCallsNoCascade(t *testing.T) {
+	t.Parallel()
+	r, b := setup(t)
+	b.enqueue(t)
+	var cascades atomic.Int64
+	redistest.CountCommands(b.rdb).Observe(func(cmd redis.Cmder) {
+		if slices.Contains(cmd.Args(), any(b.q.WorkflowCascade())) {
+			cascades.Add(1)
+		}
+	})
+	for range 3 {
+		_, ran, err := r.RunOnce(t.Context())
+		require.NoError(t, err)
+		require.True(t, ran)
+	}
+	require.Zero(t, cascades.Load(), "calls touching the cascade work list outside the scan's first read")
+}

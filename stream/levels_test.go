@@ -68,9 +68,24 @@ type levelMsg struct {
 // merges their messages.
 func subscribeLevels(t *testing.T, sub *Subscriber, fam string, n int) <-chan levelMsg {
 	t.Helper()
-	out := make(chan levelMsg)
+	var levels []int
 	for level := 1; level <= n; level++ {
-		ch, err := sub.Subscribe(t.Context(), fmt.Sprintf("%s/%d", fam, level))
+		levels = append(levels, level)
+	}
+	out, _ := subscribeLevelList(t, sub, fam, levels)
+	return out
+}
+
+// subscribeLevelList subscribes the given levels of family fam in their order, merges their
+// messages, and returns the topics too.
+func subscribeLevelList(t *testing.T, sub *Subscriber, fam string, levels []int) (<-chan levelMsg, []string) {
+	t.Helper()
+	out := make(chan levelMsg)
+	var topics []string
+	for _, level := range levels {
+		topic := fmt.Sprintf("%s/%d", fam, level)
+		topics = append(topics, topic)
+		ch, err := sub.Subscribe(t.Context(), topic)
 		require.NoError(t, err)
 		go func() {
 			for m := range ch {
@@ -82,7 +97,7 @@ func subscribeLevels(t *testing.T, sub *Subscriber, fam string, n int) <-chan le
 			}
 		}()
 	}
-	return out
+	return out, topics
 }
 
 // receiveLevel waits for the next message of in.
@@ -206,23 +221,7 @@ func TestLevelsLowestFirstAfterResume(t *testing.T) {
 				return nil
 			}
 			sub := newTestSubscriber(t, rdb, Config{Concurrency: 2, ManualSettle: true, Levels: levelsOf, Prepare: prepare})
-			in := make(chan levelMsg)
-			var topics []string
-			for _, level := range levels {
-				topic := fmt.Sprintf("%s/%d", fam, level)
-				topics = append(topics, topic)
-				ch, err := sub.Subscribe(t.Context(), topic)
-				require.NoError(t, err)
-				go func() {
-					for m := range ch {
-						select {
-						case in <- levelMsg{level, m}:
-						case <-t.Context().Done():
-							return
-						}
-					}
-				}()
-			}
+			in, topics := subscribeLevelList(t, sub, fam, levels)
 			// Every reader has read its empty stream at least twice: each is idle, none hungry.
 			require.Eventually(t, func() bool {
 				for _, s := range topics {

@@ -201,6 +201,38 @@ func TestPause(t *testing.T) {
 		}
 	})
 
+	// WaitTopicReads returns once the read under way when the topic was paused has ended (its
+	// XREADGROUP returned), woken by that end; a wait whose context ends leaves nothing behind.
+	t.Run("WaitTopicReads", func(t *testing.T) {
+		t.Parallel()
+		var watch readWatch
+		rdb := redistest.Client(t)
+		rdb.AddHook(&watch)
+		topic := redistest.UniqueName(t)
+		// Reads block long, so that one is under way when the test acts (5 s: far longer
+		// than the steps between, even on a machine ten times slower than this one).
+		sub := newTestSubscriber(t, rdb, Config{Concurrency: 1, BlockTime: 5 * time.Second})
+		_, err := sub.Subscribe(t.Context(), topic)
+		require.NoError(t, err)
+		underWay := func() bool { return sub.TopicReads(topic) == 1 && watch.begun.Load() > watch.ended.Load() }
+		require.Eventually(t, underWay, 10*time.Second, time.Millisecond)
+
+		canceled, cancel := context.WithCancel(t.Context())
+		cancel()
+		require.ErrorIs(t, sub.WaitTopicReads(canceled, topic), context.Canceled)
+
+		sub.PauseTopic(topic)
+		ctx, stop := context.WithTimeout(t.Context(), 30*time.Second)
+		defer stop()
+		require.NoError(t, sub.WaitTopicReads(ctx, topic, "not-subscribed"))
+		assert.Equal(t, watch.begun.Load(), watch.ended.Load(), "returned while a read was under way")
+		assert.Zero(t, sub.TopicReads(topic))
+		sub.mu.Lock()
+		assert.Empty(t, sub.readsDone, "waiters left behind")
+		sub.mu.Unlock()
+		require.NoError(t, sub.WaitTopicReads(ctx, topic), "no read under way: at once")
+	})
+
 	t.Run("ConcurrentPauseResume", func(t *testing.T) {
 		t.Parallel()
 		rdb := redistest.Client(t)

@@ -249,6 +249,8 @@ type Subscriber struct {
 	reads  int       // reads under way: slots reserved, reply not yet back (see Reads)
 	// topicReads counts the reads under way by stream (see TopicReads).
 	topicReads map[string]int
+	// readsDone are the callers of WaitTopicReads, woken by endRead.
+	readsDone []*readsWaiter
 	// pausedTopics are the streams whose readers get no slot (see PauseTopic); a waiter of
 	// one stays in line without holding up the others.
 	pausedTopics map[string]bool
@@ -415,6 +417,46 @@ func (s *Subscriber) TopicReads(topic string) int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.topicReads[topic]
+}
+
+// WaitTopicReads waits until no read of any of topics is under way (TopicReads is 0 for each),
+// and returns nil, or until ctx ends, and returns its error. After PauseTopic of each, nil
+// means that the pauses have taken their full effect. It is woken by the end of the last
+// read rather than polling, so that a pause's confirmation follows that end at once.
+func (s *Subscriber) WaitTopicReads(ctx context.Context, topics ...string) error {
+	s.mu.Lock()
+	if s.topicsIdleLocked(topics) {
+		s.mu.Unlock()
+		return nil
+	}
+	rw := &readsWaiter{topics: topics, done: make(chan struct{})}
+	s.readsDone = append(s.readsDone, rw)
+	s.mu.Unlock()
+	select {
+	case <-rw.done:
+		return nil
+	case <-ctx.Done():
+		s.mu.Lock()
+		s.readsDone = slices.DeleteFunc(s.readsDone, func(o *readsWaiter) bool { return o == rw })
+		s.mu.Unlock()
+		select {
+		case <-rw.done: // the reads ended meanwhile
+			return nil
+		default:
+			return ctx.Err()
+		}
+	}
+}
+
+// readsWaiter is a caller of WaitTopicReads: done is closed once none of topics has a read
+// under way.
+type readsWaiter struct {
+	topics []string
+	done   chan struct{}
+}
+
+func (s *Subscriber) topicsIdleLocked(topics []string) bool {
+	return !slices.ContainsFunc(topics, func(t string) bool { return s.topicReads[t] > 0 })
 }
 
 // Resume undoes Pause.
@@ -803,6 +845,15 @@ func (s *Subscriber) endRead(w *waiter, empty bool) {
 	s.reads--
 	if s.topicReads[w.topic]--; s.topicReads[w.topic] <= 0 {
 		delete(s.topicReads, w.topic)
+		if len(s.readsDone) > 0 {
+			s.readsDone = slices.DeleteFunc(s.readsDone, func(rw *readsWaiter) bool {
+				if !s.topicsIdleLocked(rw.topics) {
+					return false
+				}
+				close(rw.done)
+				return true
+			})
+		}
 	}
 	w.reading, w.empty = false, empty
 	s.mu.Unlock()

@@ -261,15 +261,23 @@ func PauseNotice(msg string) (queue, token string) {
 const pauseAcksTTL = time.Minute
 
 // AckPause records that worker applied the pause of queue with token: it reads the queue no
-// more.
+// more. It announces it on keys.PauseAckChannel, in the same round trip.
 func AckPause(ctx context.Context, rdb redis.UniversalClient, prefix, queue, worker, token string) error {
 	k := keys.PauseAcks(prefix, queue)
 	_, err := rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		p.HSet(ctx, k, worker, token)
 		p.PExpire(ctx, k, pauseAcksTTL)
+		p.Publish(ctx, keys.PauseAckChannel(prefix), token+" "+worker)
 		return nil
 	})
 	return rediserr.Wrap("confirm pause", err)
+}
+
+// PauseAckNotice reads a notice of keys.PauseAckChannel: the pause's token and the worker
+// that confirmed it.
+func PauseAckNotice(msg string) (token, worker string) {
+	token, worker, _ = strings.Cut(msg, " ")
+	return token, worker
 }
 
 // PauseAcks reads the confirmations of queue's pauses: the token each worker last confirmed.
@@ -473,12 +481,36 @@ func QueueLevels(ctx context.Context, rdb redis.UniversalClient, qs []keys.Queue
 	}
 	out := make([][]int, len(qs))
 	for k, c := range cmds {
-		for _, v := range c.Val() {
-			if n, err := strconv.Atoi(v); err == nil && n > keys.MinPriority && n <= keys.MaxPriority {
-				out[k] = append(out[k], n)
-			}
-		}
-		slices.Sort(out[k])
+		out[k] = parseLevels(c.Val())
 	}
 	return out, nil
+}
+
+// parseLevels is the levels above MinPriority of a keys.Queue.Levels set, sorted.
+func parseLevels(vals []string) []int {
+	var out []int
+	for _, v := range vals {
+		if n, err := strconv.Atoi(v); err == nil && n > keys.MinPriority && n <= keys.MaxPriority {
+			out = append(out, n)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// ScanState is what a recoverer's scan of q reads first, in one round trip: q's levels
+// (QueueLevels) and whether q's work list of workflow cascades holds anything
+// (keys.Queue.WorkflowCascade), so that an idle scan calls no FollowCascade.
+func ScanState(ctx context.Context, rdb redis.UniversalClient, q keys.Queue) (levels []int, cascades bool, err error) {
+	var lv *redis.StringSliceCmd
+	var left *redis.IntCmd
+	_, err = rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		lv = p.SMembers(ctx, q.Levels())
+		left = p.Exists(ctx, q.WorkflowCascade())
+		return nil
+	})
+	if err != nil {
+		return nil, false, rediserr.Wrap("levels", err)
+	}
+	return parseLevels(lv.Val()), left.Val() > 0, nil
 }

@@ -592,6 +592,12 @@ func PausedChannel(prefix string) string { return prefix + ":paused:notices" }
 // and short-lived: it expires a minute after the last confirmation.
 func PauseAcks(prefix, queue string) string { return prefix + ":paused:acks:" + queue }
 
+// PauseAckChannel is the Pub/Sub channel on which a worker announces each confirmation it
+// writes to PauseAcks (the message is the pause's token, a space and the worker's name), so
+// that the pause waiting for it wakes at once instead of reading PauseAcks over and over. A
+// notice is a hint; PauseAcks is the state.
+func PauseAckChannel(prefix string) string { return prefix + ":paused:acked" }
+
 // The keys of periodic schedules (pipeline.Periodic, internal/periodic) share one hash tag,
 // "{:schedules}", which no queue's tag can equal (':' is not allowed in a queue name), so that a
 // script or transaction may touch a schedule's definition, state and pause together on a
