@@ -47,6 +47,7 @@ type pkgResult struct {
 	lines   []line
 	failed  map[string]bool // tests that failed
 	ran     map[string]bool // tests that started
+	ended   map[string]bool // tests that passed, failed or skipped
 }
 
 type testResult struct {
@@ -71,7 +72,7 @@ func newReport(live io.Writer) *report {
 func (r *report) pkg(name string) *pkgResult {
 	p := r.pkgs[name]
 	if p == nil {
-		p = &pkgResult{name: name, failed: map[string]bool{}, ran: map[string]bool{}}
+		p = &pkgResult{name: name, failed: map[string]bool{}, ran: map[string]bool{}, ended: map[string]bool{}}
 		r.pkgs[name] = p
 		r.order = append(r.order, name)
 	}
@@ -123,6 +124,7 @@ func (r *report) add(e event) {
 			}
 			return
 		}
+		p.ended[e.Test] = true
 		if e.Action == "fail" {
 			p.failed[e.Test] = true
 		}
@@ -162,8 +164,10 @@ func noise(text string) bool {
 }
 
 // failures prints, in the order go test printed them, the output lines of the tests that
-// failed and the package-level lines (a panic, a timeout, "FAIL pkg") of the packages that
-// failed or never finished, then build errors. It returns how many packages it printed.
+// failed and the package-level lines (a panic, "FAIL pkg") of the packages that failed or never
+// finished, then build errors. A test that started but never ended is one that was running when
+// the test binary died (a timeout's panic is printed as its output): its lines are printed too.
+// It returns how many packages it printed.
 func (r *report) failures(w io.Writer) int {
 	n := 0
 	for _, name := range r.order {
@@ -174,18 +178,19 @@ func (r *report) failures(w io.Writer) int {
 		n++
 		fmt.Fprintf(w, "\n--- output of %s (%s)\n", name, orDied(p.action))
 		for _, l := range p.lines {
-			if (l.test == "" || p.failed[l.test]) && !noise(l.text) {
+			if (l.test == "" || p.failed[l.test] || !p.ended[l.test]) && !noise(l.text) {
 				fmt.Fprint(w, l.text)
 			}
 		}
-		if p.action == "" {
-			// The package never said how it ended (the binary was killed, or the stream was cut):
-			// the tests under way are the likely culprits, so their lines are printed too.
-			for t := range p.ran {
-				if !p.failed[t] && !finished(r.tests, name, t) {
-					fmt.Fprintf(w, "    (still running at the end: %s)\n", t)
-				}
+		var unended []string
+		for t := range p.ran {
+			if !p.ended[t] {
+				unended = append(unended, t)
 			}
+		}
+		if len(unended) > 0 {
+			sort.Strings(unended)
+			fmt.Fprintf(w, "--- never ended (running when the test binary stopped): %s\n", strings.Join(unended, " "))
 		}
 	}
 	for path, out := range r.builds {
@@ -200,15 +205,6 @@ func orDied(action string) string {
 		return "did not finish"
 	}
 	return "FAIL"
-}
-
-func finished(tests []testResult, pkg, test string) bool {
-	for _, t := range tests {
-		if t.pkg == pkg && t.test == test {
-			return true
-		}
-	}
-	return false
 }
 
 // table prints every package that has tests: seconds and result, in the order they finished.

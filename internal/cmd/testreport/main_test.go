@@ -115,3 +115,22 @@ func TestExpectNamesTestsThatRanNowhere(t *testing.T) {
 	require.NoError(t, os.WriteFile(list, []byte("FAIL\n"), 0o600))
 	require.Equal(t, 1, run(nil, &out, []string{data}, false, 15, list, "github.com/conveyorq/conveyor/a"))
 }
+
+// A timeout's panic is the output of the test that was running, which never gets a result of
+// its own: its lines are printed and it is named, or a timed-out run would say nothing.
+func TestReportPrintsTheTestATimeoutStopped(t *testing.T) {
+	const timedOut = `{"Action":"run","Package":"github.com/conveyorq/conveyor/a","Test":"TestDone"}
+{"Action":"output","Package":"github.com/conveyorq/conveyor/a","Test":"TestDone","Output":"    done chatter\n"}
+{"Action":"pass","Package":"github.com/conveyorq/conveyor/a","Test":"TestDone","Elapsed":1}
+{"Action":"run","Package":"github.com/conveyorq/conveyor/a","Test":"TestSlow"}
+{"Action":"output","Package":"github.com/conveyorq/conveyor/a","Test":"TestSlow","Output":"    slow_test.go:9: waiting for the worker\n"}
+{"Action":"output","Package":"github.com/conveyorq/conveyor/a","Test":"TestSlow","Output":"panic: test timed out after 20m0s\n"}
+{"Action":"output","Package":"github.com/conveyorq/conveyor/a","Output":"FAIL\tgithub.com/conveyorq/conveyor/a\t1200.1s\n"}
+{"Action":"fail","Package":"github.com/conveyorq/conveyor/a","Elapsed":1200.1}
+`
+	var out bytes.Buffer
+	require.Equal(t, 0, run(strings.NewReader(timedOut), &out, nil, false, 15, "", ""))
+	require.Contains(t, out.String(), "    slow_test.go:9: waiting for the worker\npanic: test timed out after 20m0s\n"+
+		"FAIL\tgithub.com/conveyorq/conveyor/a\t1200.1s\n--- never ended (running when the test binary stopped): TestSlow\n")
+	require.NotContains(t, out.String(), "done chatter")
+}
