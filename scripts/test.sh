@@ -7,9 +7,10 @@
 #      dashboard's browser test and postgresql for the outbox's (private servers, internal/pgtest)
 #      (scripts/packages.sh; CONVEYOR_NO_INSTALL=1 installs nothing)
 #   1. formatting, vet and staticcheck, for the main module and the e2e and bench modules
-#   2. the race-enabled test suite of the main module: unit, integration (real Redis,
-#      standalone and a 3-node cluster), end-to-end (the built binary; workers SIGKILLed,
-#      SIGSTOPped and SIGTERMed) and runnable examples; then the e2e module's (its own go.mod,
+#   2. the test suite of the main module, race-enabled but for the end-to-end tests of the built
+#      binary (below): unit, integration (real Redis, standalone and a 3-node cluster),
+#      end-to-end (the built binary; workers SIGKILLed, SIGSTOPped and SIGTERMed) and runnable
+#      examples; then the e2e module's (its own go.mod,
 #      so that the library does not require chromedp or compose-go): the dashboard in headless
 #      Chromium and the docker-compose.yml test
 #   3. a short side-by-side benchmark against asynq, watermill-redisstream and raw go-redis,
