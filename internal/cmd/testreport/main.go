@@ -19,6 +19,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"sort"
 	"strings"
 	"time"
@@ -41,7 +42,8 @@ type line struct {
 }
 
 type pkgResult struct {
-	name    string
+	name    string // import path
+	label   string // the file it came from: one package may be run by several invocations
 	action  string // pass, fail, skip; "" while running (or when go test died)
 	elapsed float64
 	lines   []line
@@ -63,6 +65,7 @@ type report struct {
 	builds map[string][]string // import path -> build output
 	other  []string            // lines that were not JSON
 	live   io.Writer           // a line a package as it ends; nil: quiet
+	label  string              // the file being read
 }
 
 func newReport(live io.Writer) *report {
@@ -70,13 +73,24 @@ func newReport(live io.Writer) *report {
 }
 
 func (r *report) pkg(name string) *pkgResult {
-	p := r.pkgs[name]
+	key := name + "\x00" + r.label
+	p := r.pkgs[key]
 	if p == nil {
-		p = &pkgResult{name: name, failed: map[string]bool{}, ran: map[string]bool{}, ended: map[string]bool{}}
-		r.pkgs[name] = p
-		r.order = append(r.order, name)
+		p = &pkgResult{name: name, label: r.label, failed: map[string]bool{}, ran: map[string]bool{}, ended: map[string]bool{}}
+		r.pkgs[key] = p
+		r.order = append(r.order, key)
 	}
 	return p
+}
+
+// title is how the table names a package: with the file it came from when several files ran it.
+func (r *report) title(p *pkgResult) string {
+	for _, q := range r.pkgs {
+		if q != p && q.name == p.name {
+			return short(p.name) + " (" + p.label + ")"
+		}
+	}
+	return short(p.name)
 }
 
 // read consumes one `go test -json` stream. Lines that are not JSON (a build error printed by
@@ -170,13 +184,13 @@ func noise(text string) bool {
 // It returns how many packages it printed.
 func (r *report) failures(w io.Writer) int {
 	n := 0
-	for _, name := range r.order {
-		p := r.pkgs[name]
+	for _, key := range r.order {
+		p := r.pkgs[key]
 		if p.action == "pass" || p.action == "skip" {
 			continue
 		}
 		n++
-		fmt.Fprintf(w, "\n--- output of %s (%s)\n", name, orDied(p.action))
+		fmt.Fprintf(w, "\n--- output of %s (%s)\n", r.title(p), orDied(p.action))
 		for _, l := range p.lines {
 			if (l.test == "" || p.failed[l.test] || !p.ended[l.test]) && !noise(l.text) {
 				fmt.Fprint(w, l.text)
@@ -212,14 +226,14 @@ func (r *report) table(w io.Writer) {
 	fmt.Fprintf(w, "\n%-40s %8s  %s\n", "package", "seconds", "result")
 	var total float64
 	noTests := 0
-	for _, name := range r.order {
-		p := r.pkgs[name]
+	for _, key := range r.order {
+		p := r.pkgs[key]
 		if p.action == "skip" && len(p.ran) == 0 {
 			noTests++
 			continue
 		}
 		total += p.elapsed
-		fmt.Fprintf(w, "%-40s %8.1f  %s\n", short(name), p.elapsed, resultWord(p.action))
+		fmt.Fprintf(w, "%-40s %8.1f  %s\n", r.title(p), p.elapsed, resultWord(p.action))
 	}
 	fmt.Fprintf(w, "%-40s %8.1f  (packages' own times added up; %d without tests not shown)\n", "sum", total, noTests)
 }
@@ -251,10 +265,17 @@ func (r *report) slowest(w io.Writer, n int) {
 
 // missing returns the names in want that never started in pkg.
 func (r *report) missing(pkg string, want []string) []string {
+	ran := map[string]bool{}
+	for _, p := range r.pkgs {
+		if p.name == pkg {
+			for t := range p.ran {
+				ran[t] = true
+			}
+		}
+	}
 	var out []string
-	p := r.pkgs[pkg]
 	for _, name := range want {
-		if p == nil || !p.ran[name] {
+		if !ran[name] {
 			out = append(out, name)
 		}
 	}
@@ -300,6 +321,7 @@ func run(stdin io.Reader, w io.Writer, files []string, live bool, n int, expect,
 	} else {
 		r = newReport(nil)
 		for _, f := range files {
+			r.label = strings.TrimSuffix(filepath.Base(f), ".json")
 			fh, err := os.Open(f)
 			if err != nil {
 				fmt.Fprintln(w, "testreport:", err)

@@ -51,7 +51,7 @@ func TestReportPrintsFailuresTableAndSlowest(t *testing.T) {
 
 	// The failed subtest's lines, its parent's and the package's, in go test's order; nothing of
 	// the tests that passed, and no PAUSE/CONT lines.
-	require.Contains(t, got, "--- output of github.com/conveyorq/conveyor/a (FAIL)\n"+
+	require.Contains(t, got, "--- output of a (FAIL)\n"+
 		"=== RUN   TestFail\n"+
 		"    a_test.go:6: boom\n"+
 		"--- FAIL: TestFail/Bad (7.00s)\n"+
@@ -133,4 +133,25 @@ func TestReportPrintsTheTestATimeoutStopped(t *testing.T) {
 	require.Contains(t, out.String(), "    slow_test.go:9: waiting for the worker\npanic: test timed out after 20m0s\n"+
 		"FAIL\tgithub.com/conveyorq/conveyor/a\t1200.1s\n--- never ended (running when the test binary stopped): TestSlow\n")
 	require.NotContains(t, out.String(), "done chatter")
+}
+
+// One package run by two invocations (with and without -race) has a row for each, named by
+// its file, and -expect counts the tests of both.
+func TestReportOnePackageFromTwoRuns(t *testing.T) {
+	dir := t.TempDir()
+	const one = `{"Action":"run","Package":"github.com/conveyorq/conveyor/a","Test":"TestOne"}
+{"Action":"pass","Package":"github.com/conveyorq/conveyor/a","Test":"TestOne","Elapsed":1}
+{"Action":"pass","Package":"github.com/conveyorq/conveyor/a","Elapsed":2.5}
+`
+	race, plain := filepath.Join(dir, "race.json"), filepath.Join(dir, "plain.json")
+	require.NoError(t, os.WriteFile(race, []byte(one), 0o600))
+	require.NoError(t, os.WriteFile(plain, []byte(strings.ReplaceAll(one, "TestOne", "TestTwo")), 0o600))
+	var out bytes.Buffer
+	require.Equal(t, 0, run(nil, &out, []string{race, plain}, false, 15, "", ""))
+	require.Regexp(t, `(?m)^a \(race\) +2\.5  pass\na \(plain\) +2\.5  pass$`, out.String())
+
+	list := filepath.Join(dir, "list.txt")
+	require.NoError(t, os.WriteFile(list, []byte("TestOne\nTestTwo\n"), 0o600))
+	require.Equal(t, 0, run(nil, &out, []string{race, plain}, false, 15, list, "github.com/conveyorq/conveyor/a"))
+	require.Equal(t, 1, run(nil, &out, []string{race}, false, 15, list, "github.com/conveyorq/conveyor/a"))
 }
