@@ -7,17 +7,73 @@
 #      dashboard's browser test and postgresql for the outbox's (private servers, internal/pgtest)
 #      (scripts/packages.sh; CONVEYOR_NO_INSTALL=1 installs nothing)
 #   1. formatting, vet and staticcheck, for the main module and the e2e and bench modules
-#   2. the race-enabled test suite of the main module: unit, integration (real Redis,
-#      standalone and a 3-node cluster), end-to-end (the built binary; workers SIGKILLed,
-#      SIGSTOPped and SIGTERMed) and runnable examples; then the e2e module's (its own go.mod,
+#   2. the test suite of the main module, race-enabled but for the end-to-end tests of the built
+#      binary (below): unit, integration (real Redis, standalone and a 3-node cluster),
+#      end-to-end (the built binary; workers SIGKILLed, SIGSTOPped and SIGTERMed) and runnable
+#      examples; then the e2e module's (its own go.mod,
 #      so that the library does not require chromedp or compose-go): the dashboard in headless
 #      Chromium and the docker-compose.yml test
 #   3. a short side-by-side benchmark against asynq, watermill-redisstream and raw go-redis,
 #      so the harness cannot rot (the full run: docs/BENCHMARKS.md)
+#
+# Time budget (docs/DEVELOPMENT.md, "Time budget"): every step prints its time, and at the end
+# (also when a step failed) a table of all steps. The tests run with `go test -json`: a line a
+# package as it ends, then internal/cmd/testreport prints the output of the tests that failed
+# (plain text, as `go test` prints it), a table of every package's seconds and result and the
+# 15 slowest tests. The JSON stays in $CONVEYOR_TEST_OUT (default .ci-out/) to print the report
+# again: `go run ./internal/cmd/testreport .ci-out/*.json`.
+#
+# Race detection where it can find races: the library's packages and the in-process tests of
+# cmd/conveyor run with -race; cmd/conveyor's end-to-end tests drive a binary built without the
+# race detector (buildCLI), so they run without it, in the background beside the race suite.
+# A check then asserts that every test `go test -list` names in cmd/conveyor ran in one of them.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-step() { printf '\n== %s\n' "$*"; }
+out=${CONVEYOR_TEST_OUT:-.ci-out}
+mkdir -p "$out"
+out=$(cd "$out" && pwd)
+(cd "$out" && rm -f race.json conveyor-binary.json conveyor-inprocess.json e2e.json bench.json conveyor-list.txt)
+T0=$(date +%s)
+step_name=""
+step_start=$T0
+steps=()
+end_step() {
+  if [ -n "$step_name" ]; then
+    local took=$(($(date +%s) - step_start))
+    printf '== %s: %ds (total %ds)\n' "$step_name" "$took" "$(($(date +%s) - T0))"
+    steps+=("$(printf '%-55s %6d' "$step_name" "$took")")
+  fi
+}
+step() {
+  end_step
+  step_name="$*"
+  step_start=$(date +%s)
+  printf '\n== %s\n' "$*"
+}
+step_table() {
+  local rc=$?
+  end_step
+  step_name=""
+  printf '\n%-55s %6s\n' "step" "seconds"
+  printf '%s\n' "${steps[@]}"
+  printf '%-55s %6d\n' "total" "$(($(date +%s) - T0))"
+  [ "$rc" = 0 ] || printf 'FAILED (exit %d) in the last step above\n' "$rc"
+}
+trap step_table EXIT
+
+# json NAME DIR ARGS...: `go test -json ARGS...` in DIR, its output kept in $out/NAME.json, a line
+# printed a package as it ends; returns go test's exit code.
+json() {
+  local name=$1 dir=$2
+  shift 2
+  local rc
+  set +e
+  (cd "$dir" && go test -json "$@" 2>&1) | tee "$out/$name.json" | "$out/testreport" -live
+  rc=${PIPESTATUS[0]}
+  set -e
+  return "$rc"
+}
 
 step "packages"
 # shellcheck source=scripts/packages.sh
@@ -47,16 +103,39 @@ go run "$staticcheck" ./...
 (cd e2e && go run "$staticcheck" ./...)
 (cd bench && go run "$staticcheck" ./...)
 
-step "go test -race ./..."
-go test -race -count=1 -timeout 20m ./...
+step "tests: go test -race (library), cmd/conveyor's binary tests without -race"
+go build -o "$out/testreport" ./internal/cmd/testreport
+module=$(go list -m)
+conveyor="$module/cmd/conveyor"
+# cmd/conveyor's tests that run the command inside the test binary, not the built binary: the
+# race detector can only see races there. A test added to cmd/conveyor runs without -race unless
+# it is named here; the -list check below fails if one runs in neither invocation.
+inprocess='^(TestDemoInProcess|TestBackoffSteps)$'
+mapfile -t library < <(go list ./... | grep -vxF "$conveyor")
+go test -list '.*' ./cmd/conveyor >"$out/conveyor-list.txt"
+tests=0
+json conveyor-binary . -count=1 -timeout 20m -skip "$inprocess" ./cmd/conveyor &
+binary=$!
+json race . -race -count=1 -timeout 20m "${library[@]}" || tests=$?
+json conveyor-inprocess . -race -count=1 -timeout 20m -run "$inprocess" ./cmd/conveyor || tests=$?
+wait "$binary" || tests=$?
+"$out/testreport" -expect "$out/conveyor-list.txt" -pkg "$conveyor" \
+  "$out/conveyor-binary.json" "$out/conveyor-inprocess.json" || tests=1
+"$out/testreport" "$out/race.json" "$out/conveyor-binary.json" "$out/conveyor-inprocess.json"
+[ "$tests" = 0 ] || exit "$tests"
 
 step "e2e module tests"
-(cd e2e && go test -race -count=1 -timeout 10m ./...)
+json e2e e2e -race -count=1 -timeout 10m ./... || tests=$?
+"$out/testreport" "$out/e2e.json"
+[ "$tests" = 0 ] || exit "$tests"
 
 step "bench module tests"
-(cd bench && go test -short -count=1 -timeout 10m ./...)
+json bench bench -short -count=1 -timeout 10m ./... || tests=$?
+"$out/testreport" "$out/bench.json"
+[ "$tests" = 0 ] || exit "$tests"
 
 step "short peer comparison (bench/cmd/compare -jobs 5000 -rounds 1)"
 (cd bench && go run ./cmd/compare -jobs 5000 -rounds 1)
 
 step "all tests passed"
+step_name=""

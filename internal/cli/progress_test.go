@@ -21,22 +21,23 @@ import (
 // per change until the job ends (here: canceled), then exits 0.
 func TestStatusProgress(t *testing.T) {
 	t.Parallel()
-	srv := redistest.Start(t)
+	srv := redistest.Shared(t) // a queue of its own is isolation enough
 	rdb := srv.Client(t)
+	pq := redistest.UniqueName(t)
 	ctx := t.Context()
 	c, err := pipeline.NewClient(rdb, pipeline.ClientConfig{})
 	require.NoError(t, err)
-	j, err := c.Enqueue(ctx, "pq", pipeline.Task{Type: "echo"})
+	j, err := c.Enqueue(ctx, pq, pipeline.Task{Type: "echo"})
 	require.NoError(t, err)
 
-	out, stderr, code := runInProcess(t, "", "--redis", srv.URL(), "status", "--queue", "pq", j.ID, "--json")
+	out, stderr, code := runInProcess(t, "", "--redis", srv.URL(), "status", "--queue", pq, j.ID, "--json")
 	require.Zero(t, code, stderr)
 	require.NotContains(t, out, `"progress`)
 	before := map[string]any{}
 	require.NoError(t, json.Unmarshal([]byte(out), &before))
 
 	// The handler's report, as a worker writes it (the job's entry is the fence).
-	q := keys.New(keys.DefaultPrefix, "pq")
+	q := keys.New(keys.DefaultPrefix, pq)
 	require.NoError(t, rdb.XGroupCreateMkStream(ctx, q.Stream(), keys.Group, "0").Err())
 	res, err := rdb.XReadGroup(ctx, &redis.XReadGroupArgs{Group: keys.Group, Consumer: "w1",
 		Streams: []string{q.Stream(), ">"}, Count: 1, Block: -1}).Result()
@@ -47,14 +48,14 @@ func TestStatusProgress(t *testing.T) {
 	require.NoError(t, err)
 	require.Zero(t, row.Code)
 
-	out, stderr, code = runInProcess(t, "", "--redis", srv.URL(), "status", "--queue", "pq", j.ID)
+	out, stderr, code = runInProcess(t, "", "--redis", srv.URL(), "status", "--queue", pq, j.ID)
 	require.Zero(t, code, stderr)
 	require.Regexp(t, `(?m)^progress:\s+40%$`, out)
 	require.Regexp(t, `(?m)^progress_message:\s+copying files$`, out)
 	require.Regexp(t, `(?m)^progress_at:\s+\S+`, out)
 	require.Regexp(t, `(?m)^status:\s+queued$`, out)
 
-	out, stderr, code = runInProcess(t, "", "--redis", srv.URL(), "status", "--queue", "pq", j.ID, "--json")
+	out, stderr, code = runInProcess(t, "", "--redis", srv.URL(), "status", "--queue", pq, j.ID, "--json")
 	require.Zero(t, code, stderr)
 	after := map[string]any{}
 	require.NoError(t, json.Unmarshal([]byte(out), &after))
@@ -79,7 +80,7 @@ func TestStatusProgress(t *testing.T) {
 	require.Eventually(t, func() bool {
 		return rdb.HExists(ctx, q.Job(j.ID), keys.FieldWatched).Val()
 	}, 10*time.Second, 5*time.Millisecond)
-	require.NoError(t, c.Cancel(ctx, "pq", j.ID))
+	require.NoError(t, c.Cancel(ctx, pq, j.ID))
 	var r result
 	select {
 	case r = <-done:

@@ -20,10 +20,11 @@ import (
 // object per line.
 func TestPublishJSONL(t *testing.T) {
 	t.Parallel()
-	srv := redistest.Start(t)
+	srv := redistest.Shared(t) // a queue of its own: job ids are the queue's
 	rdb := srv.Client(t)
+	jq := redistest.UniqueName(t)
 	// Line 6's id is taken by a job of another type: Redis refuses that line alone.
-	taken, stderr, code := runInProcess(t, "", "--redis", srv.URL(), "publish", "-q", "jq", "--type", "other", "--id", "taken")
+	taken, stderr, code := runInProcess(t, "", "--redis", srv.URL(), "publish", "-q", jq, "--type", "other", "--id", "taken")
 	require.Zero(t, code, stderr)
 	require.Equal(t, "taken\n", taken)
 	input := strings.Join([]string{
@@ -37,7 +38,7 @@ func TestPublishJSONL(t *testing.T) {
 		`{"type":"bad type!"}`,
 		`{"type":"echo","run_at":"2126-01-01T00:00:00Z","metadata":{"k":"v"}}`,
 	}, "\n") + "\n"
-	out, stderr, code := runInProcess(t, input, "--redis", srv.URL(), "publish", "-q", "jq", "--jsonl", "-")
+	out, stderr, code := runInProcess(t, input, "--redis", srv.URL(), "publish", "-q", jq, "--jsonl", "-")
 	require.Equal(t, 1, code, stderr)
 	ids := strings.Fields(out)
 	require.Len(t, ids, 3, out)
@@ -58,13 +59,13 @@ func TestPublishJSONL(t *testing.T) {
 	require.NotContains(t, stderr, "pipeline: ")
 	st, err := pipeline.NewInspector(rdb, pipeline.InspectorConfig{})
 	require.NoError(t, err)
-	stats, err := st.Stats(t.Context(), "jq")
+	stats, err := st.Stats(t.Context(), jq)
 	require.NoError(t, err)
 	require.EqualValues(t, 2, stats.Queued, "line 1 and taken's own job")
 	require.EqualValues(t, 2, stats.Scheduled, "lines 2 and 9")
 
 	// Again with --json: every line once, in order; the jobs with ids are there already.
-	out, stderr, code = runInProcess(t, input, "--redis", srv.URL(), "publish", "-q", "jq", "--jsonl", "-", "--json")
+	out, stderr, code = runInProcess(t, input, "--redis", srv.URL(), "publish", "-q", jq, "--jsonl", "-", "--json")
 	require.Equal(t, 1, code, stderr)
 	var got []jsonlResult
 	for line := range strings.Lines(out) {
@@ -88,7 +89,8 @@ func TestPublishJSONL(t *testing.T) {
 // others published in order.
 func TestPublishJSONLBatches(t *testing.T) {
 	t.Parallel()
-	srv := redistest.Start(t)
+	srv := redistest.Shared(t)
+	big := redistest.UniqueName(t)
 	var b strings.Builder
 	const n = publishChunk + 10
 	for i := range n {
@@ -98,12 +100,12 @@ func TestPublishJSONLBatches(t *testing.T) {
 		}
 		b.WriteString(`{"type":"echo"}` + "\r\n")
 	}
-	out, stderr, code := runInProcess(t, b.String(), "--redis", srv.URL(), "publish", "-q", "big", "--jsonl", "-")
+	out, stderr, code := runInProcess(t, b.String(), "--redis", srv.URL(), "publish", "-q", big, "--jsonl", "-")
 	require.Equal(t, 1, code, stderr)
 	require.Len(t, strings.Fields(out), n-1)
 	require.Contains(t, stderr, "conveyor: line 701: ")
 	require.Contains(t, stderr, "published 1009 jobs from 1010 lines")
-	stats, stderr, code := runInProcess(t, "", "--redis", srv.URL(), "stats", "-q", "big", "--json")
+	stats, stderr, code := runInProcess(t, "", "--redis", srv.URL(), "stats", "-q", big, "--json")
 	require.Zero(t, code, stderr)
 	require.Contains(t, stats, `"queued":1009`)
 }

@@ -205,8 +205,8 @@ func TestPublishRequest(t *testing.T) {
 // stderr (and with --json) that they joined the pending job.
 func TestPublishDebounce(t *testing.T) {
 	t.Parallel()
-	srv := redistest.Start(t)
-	args := []string{"--redis", srv.URL(), "publish", "--queue", "dq", "--type", "reindex",
+	srv := redistest.Shared(t) // a queue of its own is isolation enough
+	args := []string{"--redis", srv.URL(), "publish", "--queue", redistest.UniqueName(t), "--type", "reindex",
 		"--debounce", "doc-1", "--debounce-quiet", "1h", "--debounce-max-wait", "2h", "--json"}
 	out1, stderr, code := runInProcess(t, "", append(args, "--payload", `{"rev":1}`)...)
 	require.Zero(t, code, stderr)
@@ -231,19 +231,20 @@ func TestPublishDebounce(t *testing.T) {
 // range is a usage error (exit 2) and writes nothing.
 func TestPublishPriority(t *testing.T) {
 	t.Parallel()
-	srv := redistest.Start(t)
-	out, stderr, code := runInProcess(t, "", "--redis", srv.URL(), "publish", "--queue", "pq", "--type", "echo", "--priority", "3")
+	srv := redistest.Shared(t)
+	pq := redistest.UniqueName(t)
+	out, stderr, code := runInProcess(t, "", "--redis", srv.URL(), "publish", "--queue", pq, "--type", "echo", "--priority", "3")
 	require.Zero(t, code, stderr)
 	id := strings.TrimSpace(out)
-	out, stderr, code = runInProcess(t, "", "--redis", srv.URL(), "status", "--queue", "pq", id)
+	out, stderr, code = runInProcess(t, "", "--redis", srv.URL(), "status", "--queue", pq, id)
 	require.Zero(t, code, stderr)
 	require.Regexp(t, `(?m)^priority:\s+3$`, out)
 	for _, p := range []string{"0", "5", "high"} {
-		_, stderr, code = runInProcess(t, "", "--redis", srv.URL(), "publish", "--queue", "pq", "--type", "echo", "--priority", p)
+		_, stderr, code = runInProcess(t, "", "--redis", srv.URL(), "publish", "--queue", pq, "--type", "echo", "--priority", p)
 		require.Equal(t, 2, code, stderr)
 		require.Contains(t, stderr, "priority")
 	}
-	out, stderr, code = runInProcess(t, "", "--redis", srv.URL(), "stats", "--queue", "pq", "--json")
+	out, stderr, code = runInProcess(t, "", "--redis", srv.URL(), "stats", "--queue", pq, "--json")
 	require.Zero(t, code, stderr)
 	require.Contains(t, out, `"enqueued":1`, "the refused publishes wrote nothing")
 }
@@ -257,12 +258,13 @@ func TestPublishTraceparent(t *testing.T) {
 		flagTP = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
 		envTP  = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
 	)
-	srv := redistest.Start(t)
+	srv := redistest.Shared(t)
+	tq := redistest.UniqueName(t)
 	publish := func(env map[string]string, extra ...string) map[string]string {
 		t.Helper()
-		out, stderr, code := runWithEnv(t, env, "", append([]string{"--redis", srv.URL(), "publish", "--queue", "tq", "--type", "echo"}, extra...)...)
+		out, stderr, code := runWithEnv(t, env, "", append([]string{"--redis", srv.URL(), "publish", "--queue", tq, "--type", "echo"}, extra...)...)
 		require.Zero(t, code, stderr)
-		out, stderr, code = runInProcess(t, "", "--redis", srv.URL(), "status", "--queue", "tq", "--json", strings.TrimSpace(out))
+		out, stderr, code = runInProcess(t, "", "--redis", srv.URL(), "status", "--queue", tq, "--json", strings.TrimSpace(out))
 		require.Zero(t, code, stderr)
 		var j struct {
 			Metadata map[string]string `json:"metadata"`
@@ -277,10 +279,10 @@ func TestPublishTraceparent(t *testing.T) {
 	require.Equal(t, flagTP, publish(map[string]string{"TRACEPARENT": envTP}, "--traceparent", flagTP)["traceparent"], "the flag wins")
 	require.NotContains(t, publish(nil), "traceparent")
 
-	_, stderr, code := runInProcess(t, "", "--redis", srv.URL(), "publish", "--queue", "tq", "--type", "echo", "--traceparent", "nonsense")
+	_, stderr, code := runInProcess(t, "", "--redis", srv.URL(), "publish", "--queue", tq, "--type", "echo", "--traceparent", "nonsense")
 	require.Equal(t, 2, code, stderr)
 	require.Contains(t, stderr, "not a W3C traceparent")
-	_, stderr, code = runWithEnv(t, map[string]string{"TRACEPARENT": "00-zz"}, "", "--redis", srv.URL(), "publish", "--queue", "tq", "--type", "echo")
+	_, stderr, code = runWithEnv(t, map[string]string{"TRACEPARENT": "00-zz"}, "", "--redis", srv.URL(), "publish", "--queue", tq, "--type", "echo")
 	require.Zero(t, code, stderr)
 	require.Contains(t, stderr, "ignoring $TRACEPARENT")
 }
