@@ -62,16 +62,39 @@ func TestE2E(t *testing.T) {
 	t.Run("RunNowDelete", func(t *testing.T) { t.Parallel(); testRunNowDelete(t, c) })
 }
 
-// buildCLI builds the binary into the test's temporary directory. It is built without the
-// race detector even under -race: a race-enabled binary takes about ten times longer to start,
-// too slow for the tests that time retries by polling `status`. TestDemoInProcess runs the
-// command's concurrent code under the race detector instead.
+// buildCLI builds the binary once for the package, into a temporary directory TestMain
+// removes (removeCLI): every test runs the same source, and each build is a link of tens of
+// megabytes, half a minute on a loaded machine. It is built without the race detector even
+// under -race: a race-enabled binary takes about ten times longer to start, too slow for the
+// tests that time retries by polling `status`. TestDemoInProcess runs the command's concurrent
+// code under the race detector instead.
 func buildCLI(t *testing.T) string {
 	t.Helper()
-	bin := filepath.Join(t.TempDir(), "conveyor")
-	out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput()
-	require.NoError(t, err, "go build: %s", out)
-	return bin
+	builtCLI.once.Do(func() {
+		builtCLI.dir, builtCLI.err = os.MkdirTemp("", "conveyor-e2e-")
+		if builtCLI.err != nil {
+			return
+		}
+		builtCLI.bin = filepath.Join(builtCLI.dir, "conveyor")
+		builtCLI.out, builtCLI.err = exec.Command("go", "build", "-o", builtCLI.bin, ".").CombinedOutput()
+	})
+	require.NoError(t, builtCLI.err, "go build: %s", builtCLI.out)
+	return builtCLI.bin
+}
+
+// builtCLI is buildCLI's one build, and its failure for every test that asks after it.
+var builtCLI struct {
+	once     sync.Once
+	dir, bin string
+	out      []byte
+	err      error
+}
+
+// removeCLI removes buildCLI's directory once every test has ended.
+func removeCLI() {
+	if builtCLI.dir != "" {
+		_ = os.RemoveAll(builtCLI.dir)
+	}
 }
 
 // cli runs the built binary.

@@ -1,10 +1,13 @@
 package cli
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"strings"
+	"sync"
 	"text/tabwriter"
 	"time"
 
@@ -23,13 +26,14 @@ type tortureFlags struct {
 	seed                    uint64
 	nemeses                 []string
 	workers, concurrency    int
+	parallel                int
 	appendFsync             string
 }
 
 func newTortureCmd(a *app) *cobra.Command {
 	var tf tortureFlags
 	cmd := &cobra.Command{
-		Use:   "torture [NAME...] [--short] [--nemesis N,...] [--json]",
+		Use:   "torture [NAME...] [--short] [--parallel N] [--nemesis N,...] [--json]",
 		Short: "Run the torture suite: a workload under faults, checked against a ledger of its own",
 		Long: `Run named torture scenarios on this machine: each starts a redis-server of its own (AOF,
 appendfsync always), three worker processes (this binary's worker command) and a producer, and
@@ -46,8 +50,11 @@ designed to fail, and nothing may be left pending, queued, in progress or schedu
 short size, a few seconds; a named scenario without --short runs at its long size. --duration
 and --jobs set the size, --nemesis replaces the scenario's nemeses (kill-worker, stop-worker,
 term-worker, redis-restart, redis-stop, proxy-reset, script-flush, maxmemory), --seed changes the
-workload and the schedule. The exit code is 1 when any scenario broke an invariant; the report
-names the jobs and why. docs/RELIABILITY.md, "Torture suite", has the figures of recent runs.
+workload and the schedule. --parallel N runs up to N scenarios at once, each on servers and
+workers of its own (their log lines interleave, each naming its scenario; the report keeps the
+order the scenarios were named in). The exit code is 1 when any scenario broke an invariant; the
+report names the jobs and why. docs/RELIABILITY.md, "Torture suite", has the figures of recent
+runs.
 
 The cluster-* scenarios run on a Redis Cluster of 3 masters with a replica each (appendfsync
 always; the producer publishes durably, waiting for the replica) with the cluster nemeses
@@ -72,6 +79,7 @@ promotion, recovery and leases go by Redis's clock. The ledger keeps the true ti
 that starts before the due time its producer set is still early.`,
 		Example: `  conveyor torture --list
   conveyor torture --short --json
+  conveyor torture --short --parallel 4
   conveyor torture mixed --duration 30m --jobs 200000
   conveyor torture kill-worker --nemesis kill-worker,redis-stop --seed 7`,
 		RunE: func(cmd *cobra.Command, args []string) error { return a.torture(cmd, args, tf) },
@@ -87,6 +95,7 @@ that starts before the due time its producer set is still early.`,
 	f.StringSliceVar(&tf.nemeses, "nemesis", nil, "nemeses to use instead of the scenario's (comma-separated)")
 	f.IntVar(&tf.workers, "workers", 3, "worker processes")
 	f.IntVar(&tf.concurrency, "concurrency", 4, "concurrency of each worker")
+	f.IntVar(&tf.parallel, "parallel", 1, "scenarios run at once")
 	f.StringVar(&tf.appendFsync, "appendfsync", "always", "the redis-server's appendfsync: always, or everysec (which a crash of the host, not of the process, can lose the last second of)")
 	return cmd
 }
@@ -107,8 +116,8 @@ func (a *app) torture(cmd *cobra.Command, args []string, tf tortureFlags) error 
 		return usageErrorf("name a scenario (--list names them) or give --short")
 	case tf.duration < 0 || tf.jobs < 0:
 		return usageErrorf("--duration and --jobs must not be negative")
-	case tf.workers < 1 || tf.concurrency < 1:
-		return usageErrorf("--workers and --concurrency must be at least 1")
+	case tf.workers < 1 || tf.concurrency < 1 || tf.parallel < 1:
+		return usageErrorf("--workers, --concurrency and --parallel must be at least 1")
 	case tf.appendFsync != "always" && tf.appendFsync != "everysec":
 		return usageErrorf("--appendfsync must be always or everysec, not %q", tf.appendFsync)
 	}
@@ -143,32 +152,20 @@ func (a *app) torture(cmd *cobra.Command, args []string, tf tortureFlags) error 
 		return err
 	}
 	opt := torture.Options{Bin: bin, Seed: tf.seed, Nemeses: nemeses, Workers: tf.workers,
-		Concurrency: tf.concurrency, AppendFsync: tf.appendFsync, Keep: tf.keep, Log: a.stderr}
-	var results []*torture.Result
+		Concurrency: tf.concurrency, AppendFsync: tf.appendFsync, Keep: tf.keep, Log: &lockedWriter{w: a.stderr}}
+	results, err := runScenarios(cmd.Context(), scs, tf, opt)
+	if err != nil {
+		return err
+	}
 	failed := 0
-	for _, s := range scs {
-		size := s.Long
-		if tf.short {
-			size = s.Short
-		}
-		if tf.duration > 0 {
-			size.Duration = tf.duration
-		}
-		if tf.jobs > 0 {
-			size.Jobs = tf.jobs
-		}
-		res, err := torture.Run(cmd.Context(), s, size, opt)
-		if err != nil {
-			return fmt.Errorf("torture %s: %w", s.Name, err)
-		}
-		results = append(results, res)
+	for _, res := range results {
 		if res.Report.Failed() {
 			failed++
 			for _, v := range res.Report.Violations {
-				fmt.Fprintf(a.stderr, "torture %s: FAILED: %s\n", s.Name, v)
+				fmt.Fprintf(a.stderr, "torture %s: FAILED: %s\n", res.Name, v)
 			}
 			if res.Dir != "" {
-				fmt.Fprintf(a.stderr, "torture %s: its ledgers and logs are in %s\n", s.Name, res.Dir)
+				fmt.Fprintf(a.stderr, "torture %s: its ledgers and logs are in %s\n", res.Name, res.Dir)
 			}
 		}
 	}
@@ -198,6 +195,62 @@ func (a *app) torture(cmd *cobra.Command, args []string, tf tortureFlags) error 
 		return fmt.Errorf("%d of %d torture scenarios broke an invariant", failed, len(results))
 	}
 	return nil
+}
+
+// runScenarios runs scs, up to tf.parallel at once, and returns their results in scs's order.
+// The first scenario that cannot run (an error, not a broken invariant) stops the rest: their
+// processes are killed and their directories removed, and its error is returned.
+func runScenarios(ctx context.Context, scs []torture.Scenario, tf tortureFlags, opt torture.Options) ([]*torture.Result, error) {
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	results := make([]*torture.Result, len(scs))
+	sem := make(chan struct{}, tf.parallel)
+	var wg sync.WaitGroup
+	for i, s := range scs {
+		select {
+		case sem <- struct{}{}:
+		case <-ctx.Done():
+		}
+		if ctx.Err() != nil {
+			break
+		}
+		size := s.Long
+		if tf.short {
+			size = s.Short
+		}
+		if tf.duration > 0 {
+			size.Duration = tf.duration
+		}
+		if tf.jobs > 0 {
+			size.Jobs = tf.jobs
+		}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			res, err := torture.Run(ctx, s, size, opt)
+			if err != nil {
+				cancel(fmt.Errorf("torture %s: %w", s.Name, err))
+				return
+			}
+			results[i] = res
+		})
+	}
+	wg.Wait()
+	if err := context.Cause(ctx); err != nil {
+		return nil, err
+	}
+	return results, nil
+}
+
+// lockedWriter makes each Write whole when scenarios run at once and log to one stderr.
+type lockedWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
 }
 
 // tortureLedger is a worker's ledger when the hidden --torture-ledger flag names a directory:

@@ -28,8 +28,10 @@ var shared struct {
 //
 // The server is started lazily, by the first Shared or Client call, so
 // packages whose selected tests do not need Redis start none. After m.Run
-// Main stops the server and exits with the tests' exit code.
-func Main(m *testing.M) {
+// Main stops the server, runs cleanups (what the package's tests shared: Main
+// exits, so a TestMain's defers would not run) and exits with the tests' exit
+// code.
+func Main(m *testing.M, cleanups ...func()) {
 	shared.Lock()
 	shared.inMain = true
 	shared.Unlock()
@@ -47,6 +49,9 @@ func Main(m *testing.M) {
 				code = 1
 			}
 		}
+	}
+	for _, c := range cleanups {
+		c()
 	}
 	os.Exit(code)
 }

@@ -391,39 +391,59 @@ func (r *run) publish(ctx context.Context, client *pipeline.Client, task pipelin
 	}
 }
 
-// strikeUntil runs the nemeses on their seeded schedule until the run's duration is over. It
-// returns the faults made, the longest recovery (from a fault's start until Redis counts a
-// completion after it healed) and the duplicate executions they allow.
+// strikeUntil runs the nemeses on their seeded schedule until the run's duration is over, and
+// then each nemesis the schedule left out once, alone: a short run (CI's) has a few ticks,
+// which a random draw among three or four nemeses can spend without one of them, and the run
+// would pass without trying it. It returns the faults made, the longest recovery (from a
+// fault's start until Redis counts a completion after it healed) and the duplicate executions
+// they allow.
 func (r *run) strikeUntil(ctx context.Context, begin time.Time) (faults int, maxRecovery time.Duration, bound int, err error) {
 	lo, hi := time.Second, 3*time.Second
 	if r.size.Duration < 10*time.Second {
 		lo, hi = 500*time.Millisecond, 1500*time.Millisecond
 	}
+	struckOnce := map[string]bool{}
 	for {
 		wait := lo + time.Duration(r.rng.Int64N(int64(hi-lo)))
+		var names []string
 		if time.Since(begin)+wait >= r.size.Duration || len(r.nemeses) == 0 {
 			sleep(ctx, max(r.size.Duration-time.Since(begin), 0))
-			return faults, maxRecovery, bound, ctx.Err()
+			for _, n := range r.nemeses {
+				if !struckOnce[n] {
+					names = []string{n}
+					break
+				}
+			}
+			if names == nil || ctx.Err() != nil {
+				return faults, maxRecovery, bound, ctx.Err()
+			}
+			r.log("%s has not struck yet: it strikes once more after the run's %s", names[0], r.size.Duration)
+			sleep(ctx, lo)
+		} else {
+			sleep(ctx, wait)
+			// One nemesis a tick; one tick in three, when the scenario has both kinds, a worker
+			// nemesis and a Redis or network one strike at once.
+			names = []string{r.nemeses[r.rng.IntN(len(r.nemeses))]}
+			if r.rng.IntN(3) == 0 {
+				var others []string
+				for _, m := range r.nemeses {
+					if workerNemesis(m) != workerNemesis(names[0]) {
+						others = append(others, m)
+					}
+				}
+				if len(others) > 0 {
+					names = append(names, others[r.rng.IntN(len(others))])
+				}
+			}
 		}
-		sleep(ctx, wait)
 		if ctx.Err() != nil {
 			return faults, maxRecovery, bound, ctx.Err()
 		}
-		// One nemesis a tick; one tick in three, when the scenario has both kinds, a worker
-		// nemesis and a Redis or network one strike at once. Each strike draws from its own
-		// generator, seeded here, so that the two need not share one.
-		names := []string{r.nemeses[r.rng.IntN(len(r.nemeses))]}
-		if r.rng.IntN(3) == 0 {
-			var others []string
-			for _, m := range r.nemeses {
-				if workerNemesis(m) != workerNemesis(names[0]) {
-					others = append(others, m)
-				}
-			}
-			if len(others) > 0 {
-				names = append(names, others[r.rng.IntN(len(others))])
-			}
+		for _, n := range names {
+			struckOnce[n] = true
 		}
+		// Each strike draws from its own generator, seeded here, so that two at once need not
+		// share one.
 		rngs := make([]*rand.Rand, len(names))
 		for i := range rngs {
 			rngs[i] = rand.New(rand.NewPCG(r.rng.Uint64(), r.rng.Uint64()))
@@ -895,7 +915,7 @@ func (r *run) goroutines(ctx context.Context) []string {
 		n, err := w.steadyGoroutines(ctx)
 		switch {
 		case err != nil:
-			out = append(out, fmt.Sprintf("%s: %v", w.name, err))
+			out = append(out, fmt.Sprintf("%s: %v%s", w.name, err, w.exited()))
 		case n > base+GoroutineSlack:
 			out = append(out, fmt.Sprintf("%s has %d goroutines idle, a fresh worker %d (slack %d)", w.name, n, base, GoroutineSlack))
 		default:
@@ -903,6 +923,20 @@ func (r *run) goroutines(ctx context.Context) []string {
 		}
 	}
 	return out
+}
+
+// exited says, for a report, whether the worker's process had exited and how its log ends:
+// a survivor whose metrics cannot be read may have died without a nemesis (two loaded test runs
+// of maxmemory saw it, and the test's removed directory kept nothing else to tell why).
+func (w *worker) exited() string {
+	select {
+	case <-w.done:
+	default:
+		return " (its process is running)"
+	}
+	b, _ := os.ReadFile(w.out)
+	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+	return fmt.Sprintf(" (its process had exited: %s; its log ends: %s)", w.cmd.ProcessState, strings.Join(lines[max(len(lines)-3, 0):], " | "))
 }
 
 // steadyGoroutines reads go_goroutines from the worker's /metrics until two reads 200 ms
