@@ -534,33 +534,42 @@ func stampTime(t *testing.T, stamp string) time.Time {
 	return time.UnixMicro(us)
 }
 
-// waitRedisTime waits until Redis's clock reaches at.
+// waitRedisTime waits until Redis's clock reaches at: Redis's clock runs whatever the load, so
+// the wait is the time until at, and 10x: the 30 s more a stalled poll may take.
 func (lq *leaseQueue) waitRedisTime(at time.Time) {
 	lq.t.Helper()
 	require.Eventually(lq.t, func() bool {
 		now, err := lq.rdb.Time(lq.t.Context()).Result()
 		return err == nil && !now.Before(at)
-	}, 10*time.Second, time.Millisecond)
+	}, time.Until(at)+30*time.Second, time.Millisecond)
 }
 
 // A grant an interval old no longer counts, while the log lives on with newer ones.
 func TestLeaseRateForgetsGrantsAnIntervalOld(t *testing.T) {
 	t.Parallel()
-	const interval = time.Second
+	// The third call must run after the first grant is an interval old and before the second
+	// is. 10x: that window is half the interval, 2.5 s, where a quarter of 1 s (250 ms) was
+	// overrun on a loaded machine by the time between the wait's end and the call.
+	const interval = 5 * time.Second
 	lq := newLeaseQueue(t, jobstate.Limit{Rate: 2, Interval: interval})
 	a := jobstate.Holder{Name: "a/1", Lease: time.Minute}
 	res := lq.admit(a, []jobstate.LeaseRequest{{Inst: "q", Tokens: 1}}, nil)
 	require.Equal(t, []jobstate.LeaseGrant{{Tokens: 1}}, res.Grants)
 	first := stampTime(t, res.Stamp)
 	a.Known = true
-	lq.waitRedisTime(first.Add(interval / 4))
+	lq.waitRedisTime(first.Add(interval / 2))
 	res = lq.admit(a, []jobstate.LeaseRequest{{Inst: "q", Tokens: 1}}, nil)
 	require.Equal(t, []jobstate.LeaseGrant{{Tokens: 1}}, res.Grants)
-	if stampTime(t, res.Stamp).Sub(first) >= interval {
+	second := stampTime(t, res.Stamp)
+	if second.Sub(first) >= interval {
 		t.Skip("the machine was too slow to grant the second token within the interval")
 	}
 	lq.waitRedisTime(first.Add(interval + time.Millisecond))
 	res = lq.admit(a, []jobstate.LeaseRequest{{Inst: "q", Tokens: 2}}, nil)
+	if stampTime(t, res.Stamp).Sub(second) >= interval {
+		// By the call's own stamp, not a margin: both grants were an interval old.
+		t.Skip("the machine was too slow to call again within the second grant's interval")
+	}
 	require.Equal(t, []jobstate.LeaseGrant{{Tokens: 1}}, res.Grants, "the first grant is an interval old")
 }
 
