@@ -19,7 +19,8 @@ import (
 )
 
 // queueReads is a go-redis hook that counts the XREADGROUPs begun and ended on the streams of
-// each queue (by the queue's name in the stream key's hash tag, partitions included).
+// each queue (by the queue's name in the stream key's hash tag, partitions included), and on
+// each stream (by its key).
 type queueReads struct {
 	mu           sync.Mutex
 	begun, ended map[string]int
@@ -41,7 +42,7 @@ func (h *queueReads) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 		if cmd.Name() != "xreadgroup" {
 			return next(ctx, cmd)
 		}
-		q := ""
+		q, key := "", ""
 		for _, a := range cmd.Args() {
 			s, ok := a.(string)
 			if !ok || !strings.HasPrefix(s, h.prefix+":{") {
@@ -50,20 +51,24 @@ func (h *queueReads) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 			tag := strings.TrimPrefix(s, h.prefix+":{")
 			tag = tag[:strings.IndexByte(tag, '}')]
 			q, _, _ = strings.Cut(tag, "#")
+			key = s
 		}
 		h.mu.Lock()
 		h.begun[q]++
+		h.begun[key]++
 		h.mu.Unlock()
 		defer func() {
 			h.mu.Lock()
 			h.ended[q]++
+			h.ended[key]++
 			h.mu.Unlock()
 		}()
 		return next(ctx, cmd)
 	}
 }
 
-// reads is how many reads of queue began, and whether none is under way.
+// reads is how many reads of queue (a queue's name or a stream's key) began, and whether none
+// is under way.
 func (h *queueReads) reads(queue string) (begun int, idle bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
