@@ -312,6 +312,22 @@ func (s *Subscriber) Running() int {
 	return n
 }
 
+// ensureGroup makes the subscriber's group on topicName unless it exists. Redis refuses
+// XGROUP CREATE when it is out of memory before it looks for the group, so a refusal is
+// checked against the groups the stream has (a read, allowed then): a worker started while
+// Redis refuses writes joins the group the others made rather than failing.
+func (s *Subscriber) ensureGroup(ctx context.Context, topicName string) error {
+	err := s.rdb.XGroupCreateMkStream(ctx, topicName, s.cfg.Group, "0").Err()
+	if err == nil || rediserr.IsGroupExists(err) {
+		return nil
+	}
+	if groups, ierr := s.rdb.XInfoGroups(ctx, topicName).Result(); ierr == nil &&
+		slices.ContainsFunc(groups, func(g redis.XInfoGroup) bool { return g.Name == s.cfg.Group }) {
+		return nil
+	}
+	return fmt.Errorf("create group %s on %s: %w", s.cfg.Group, topicName, err)
+}
+
 // Subscribe starts reading topic (a stream key) and returns its messages. The channel closes
 // after ctx ends or Close is called, once the subscription has shut down (see the package doc).
 func (s *Subscriber) Subscribe(ctx context.Context, topicName string) (<-chan *message.Message, error) {
@@ -322,9 +338,8 @@ func (s *Subscriber) Subscribe(ctx context.Context, topicName string) (<-chan *m
 	}
 	s.mu.Unlock()
 
-	err := s.rdb.XGroupCreateMkStream(ctx, topicName, s.cfg.Group, "0").Err()
-	if err != nil && !rediserr.IsGroupExists(err) {
-		return nil, fmt.Errorf("create group %s on %s: %w", s.cfg.Group, topicName, err)
+	if err := s.ensureGroup(ctx, topicName); err != nil {
+		return nil, err
 	}
 
 	t := &topic{

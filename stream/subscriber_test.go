@@ -959,3 +959,29 @@ func TestGroupLostOnMiniredis(t *testing.T) {
 	}
 	msg.Ack()
 }
+
+// A worker that starts while Redis refuses writes (maxmemory) subscribes to a stream whose
+// group the others made already: XGROUP CREATE is refused (OOM comes before Redis looks for
+// the group), but there is nothing to create, so the subscription goes on. A group that does
+// not exist yet cannot be made then, and that stays an error. (The torture suite's maxmemory
+// scenario saw a late-starting worker exit 1 on "create group ... OOM".)
+func TestSubscribeWhileWritesRefused(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	rdb := srv.Client(t)
+	topic, fresh := redistest.UniqueName(t), redistest.UniqueName(t)+"-fresh"
+	ids := publish(t, rdb, topic, "before", 1)
+	require.NoError(t, rdb.XGroupCreate(t.Context(), topic, testGroup, "0").Err(), "the others made the group")
+
+	restore := srv.RefuseWrites(t)
+	late := newTestSubscriber(t, rdb, Config{})
+	msgs, err := late.Subscribe(t.Context(), topic)
+	require.NoError(t, err, "the group exists: a refused XGROUP CREATE is no failure")
+	_, err = late.Subscribe(t.Context(), fresh)
+	require.ErrorContains(t, err, "OOM", "no group to read from and none can be made")
+	restore()
+	// 30 s: a read retried after the refusal backs off for up to a few seconds; ten times that.
+	m := receive(t, msgs, 30*time.Second)
+	require.Equal(t, ids[0], m.Metadata.Get(EntryIDKey), "the late subscription reads")
+	m.Ack()
+}
