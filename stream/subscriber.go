@@ -312,6 +312,42 @@ func (s *Subscriber) Running() int {
 	return n
 }
 
+// ensureGroup makes the subscriber's group on topicName unless it exists. Redis refuses
+// XGROUP CREATE when it is out of memory before it looks for the group, so a refusal is
+// checked against the groups the stream has (a read, allowed then): a worker started while
+// Redis refuses writes joins the group the others made rather than failing. When the group
+// does not exist yet, it waits for Redis to take writes again (backing off from 100 ms to
+// 2 s), as a worker waits for a Redis it cannot reach, until ctx ends or Close.
+func (s *Subscriber) ensureGroup(ctx context.Context, topicName string) error {
+	wait := 100 * time.Millisecond
+	for warned := false; ; warned = true {
+		err := s.rdb.XGroupCreateMkStream(ctx, topicName, s.cfg.Group, "0").Err()
+		if err == nil || rediserr.IsGroupExists(err) {
+			return nil
+		}
+		if groups, ierr := s.rdb.XInfoGroups(ctx, topicName).Result(); ierr == nil &&
+			slices.ContainsFunc(groups, func(g redis.XInfoGroup) bool { return g.Name == s.cfg.Group }) {
+			return nil
+		}
+		err = fmt.Errorf("create group %s on %s: %w", s.cfg.Group, topicName, err)
+		if !rediserr.IsOOM(err) {
+			return err
+		}
+		if !warned {
+			s.logger.Error("Redis refuses writes (out of memory); waiting to create the group", err,
+				watermill.LogFields{"topic": topicName})
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%w (then: %w)", ctx.Err(), err)
+		case <-s.closing:
+			return ErrClosed
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, 2*time.Second)
+	}
+}
+
 // Subscribe starts reading topic (a stream key) and returns its messages. The channel closes
 // after ctx ends or Close is called, once the subscription has shut down (see the package doc).
 func (s *Subscriber) Subscribe(ctx context.Context, topicName string) (<-chan *message.Message, error) {
@@ -322,9 +358,8 @@ func (s *Subscriber) Subscribe(ctx context.Context, topicName string) (<-chan *m
 	}
 	s.mu.Unlock()
 
-	err := s.rdb.XGroupCreateMkStream(ctx, topicName, s.cfg.Group, "0").Err()
-	if err != nil && !rediserr.IsGroupExists(err) {
-		return nil, fmt.Errorf("create group %s on %s: %w", s.cfg.Group, topicName, err)
+	if err := s.ensureGroup(ctx, topicName); err != nil {
+		return nil, err
 	}
 
 	t := &topic{

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -958,4 +959,57 @@ func TestGroupLostOnMiniredis(t *testing.T) {
 		t.Fatal("lost group not noticed")
 	}
 	msg.Ack()
+}
+
+// A worker that starts while Redis refuses writes (maxmemory) subscribes to a stream whose
+// group the others made already: XGROUP CREATE is refused (OOM comes before Redis looks for
+// the group), but there is nothing to create, so the subscription goes on. A group that does
+// not exist yet cannot be made then: that subscription waits for writes to come back, and
+// then goes on. (The torture suite's maxmemory scenario saw a worker started during the
+// refusal exit 1 on "create group ... OOM".)
+func TestSubscribeWhileWritesRefused(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	rdb := srv.Client(t)
+	topic, fresh := redistest.UniqueName(t), redistest.UniqueName(t)+"-fresh"
+	ids := publish(t, rdb, topic, "before", 1)
+	require.NoError(t, rdb.XGroupCreate(t.Context(), topic, testGroup, "0").Err(), "the others made the group")
+
+	restore := srv.RefuseWrites(t)
+	late := newTestSubscriber(t, rdb, Config{})
+	msgs, err := late.Subscribe(t.Context(), topic)
+	require.NoError(t, err, "the group exists: a refused XGROUP CREATE is no failure")
+	waited := make(chan error, 1)
+	go func() {
+		_, err := late.Subscribe(t.Context(), fresh)
+		waited <- err
+	}()
+	// Each try at the group is refused while writes are; the event is Redis's own count.
+	require.Eventually(t, func() bool { return oomRefusals(t, rdb) >= 3 }, 30*time.Second, 10*time.Millisecond,
+		"the subscription tries again while writes are refused")
+	select {
+	case err := <-waited:
+		t.Fatalf("Subscribe returned while Redis refused writes: %v", err)
+	default:
+	}
+	restore()
+	require.NoError(t, <-waited, "the group made once writes came back")
+	// 30 s: a read retried after the refusal backs off for up to a few seconds; ten times that.
+	m := receive(t, msgs, 30*time.Second)
+	require.Equal(t, ids[0], m.Metadata.Get(EntryIDKey), "the late subscription reads")
+	m.Ack()
+}
+
+// oomRefusals is how many commands Redis refused as out of memory (INFO errorstats).
+func oomRefusals(t *testing.T, rdb redis.UniversalClient) int {
+	info, err := rdb.Info(t.Context(), "errorstats").Result()
+	require.NoError(t, err)
+	for line := range strings.Lines(info) {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "errorstat_OOM:count="); ok {
+			n, err := strconv.Atoi(v)
+			require.NoError(t, err)
+			return n
+		}
+	}
+	return 0
 }

@@ -46,18 +46,29 @@ func TestFlowLimitsE2E(t *testing.T) {
 
 // GlobalRate: 4 worker processes share one queue's rate limit of 50 jobs a second, with a
 // backlog for the whole window. Each job's start time (started_at) is read back: no window of
-// one interval holds more than 50 starts (a rate is at most N starts in any window of its
-// interval: admit.lua's log of grants), and over the window the observed rate is between
-// N/(interval + tokenLife) and N/interval, give or take 15%: a token a worker leases ahead of
+// one interval holds more than 50 starts, but for the starts granted before it (a rate is at
+// most N grants in any window of its interval by Redis's clock: admit.lua's log of grants,
+// which internal/jobstate's TestLeaseRateAtMostNInAnyInterval checks exactly), and over the
+// window the starts are at most N an interval, again but for those granted before it, and the
+// observed rate at least N/(interval + tokenLife), less 15%: a token a worker leases ahead of
 // its read counts as granted at the end of its life (pipeline's tokenLife, 100 ms), since its
 // job may start then, so a reached rate runs up to tokenLife/interval below N per interval
 // (docs/OPERATIONS.md "Limits"). 50/s is far below what 4 workers do on a loaded 2-core machine
 // (thousands a second), so the lower bound measures the limit, not the machine.
 func testGlobalRate(t *testing.T, c *cli) {
 	const (
-		rate     = 50
-		interval = time.Second
-		workers  = 4
+		rate        = 50
+		interval    = time.Second
+		workers     = 4
+		concurrency = 10
+		// started_at is the worker's clock as the handler starts, not the grant's: a worker
+		// stalled between the two (under load, for any time) starts late what Redis granted in
+		// an earlier interval, and those starts bunch with the next interval's (60 in 999 ms
+		// against 50 under two CPU hogs). How many is not a matter of time: a worker reads
+		// only into free slots of its --concurrency, so at any moment at most
+		// workers*concurrency jobs are granted and not yet started. A rate that let N more
+		// through (100 in a second), or the old GCRA's 2N-1 (99), still fails this bound (90).
+		heldGranted = workers * concurrency
 		// warmup skips the first intervals, where the N starts a rate allows after a quiet
 		// interval start at once.
 		warmup = 2 * interval
@@ -76,7 +87,7 @@ func testGlobalRate(t *testing.T, c *cli) {
 	procs := make([]*proc, workers)
 	for i := range workers {
 		names[i] = fmt.Sprintf("rate-%d", i)
-		procs[i] = c.start(t, "worker", "--queue", q, "--name", names[i], "--concurrency", "10")
+		procs[i] = c.start(t, "worker", "--queue", q, "--name", names[i], "--concurrency", strconv.Itoa(concurrency))
 	}
 	begin := time.Now()
 	waitFor(t, window+warmup+2*time.Minute, 100*time.Millisecond, fmt.Sprintf("%d completed jobs", n), func() bool {
@@ -87,19 +98,21 @@ func testGlobalRate(t *testing.T, c *cli) {
 		require.Equal(t, 0, p.stop(t))
 	}
 
-	admitted, ran := admissions(t, c.rdb, q, ids)
+	admitted, ran, by := admissions(t, c.rdb, q, ids)
 	require.Len(t, admitted, n, "every job has an admission time")
 	for _, name := range names {
 		require.Positive(t, ran[name], "worker %s ran jobs: the limit held across all %d (ran %v)", name, workers, ran)
 	}
 
 	ms := interval.Milliseconds()
-	// The most starts a span of span ms may hold: rate in each interval it touches. Stored
-	// times are truncated to the ms, so a span of one interval is checked as ms-1.
-	allowed := func(span int64) int { return rate * int((span+ms-1)/ms) }
+	// The most starts a span of span ms may hold: rate in each interval it touches, and the
+	// starts granted before it. Stored times are truncated to the ms, so a span of one
+	// interval is checked as ms-1.
+	allowed := func(span int64) int { return rate*int((span+ms-1)/ms) + heldGranted }
 	for _, span := range []int64{ms / 10, ms - 1, 5*ms - 1, admitted[n-1] - admitted[0]} {
 		most, at := busiest(admitted, span)
-		t.Logf("busiest %d ms: %d starts from %d ms after the first (bound %d)", span, most, at-admitted[0], allowed(span))
+		t.Logf("busiest %d ms: %d starts from %d ms after the first (bound %d, %d without late starts); by worker %v",
+			span, most, at-admitted[0], allowed(span), allowed(span)-heldGranted, startsBy(by, at, span))
 		require.LessOrEqual(t, most, allowed(span), "starts within %d ms from %d", span, at)
 	}
 
@@ -118,18 +131,20 @@ func testGlobalRate(t *testing.T, c *cli) {
 		observed, window, want, observed/want, ran)
 	const tokenLife = 100 * time.Millisecond
 	floor := float64(rate) / (interval + tokenLife).Seconds()
-	require.LessOrEqual(t, observed, want*1.01, "observed rate over %s: the limit never passed", window)
+	most := float64(rate)*window.Seconds()/interval.Seconds() + heldGranted
+	require.LessOrEqual(t, float64(in), most, "starts over %s: the limit never passed (observed %.2f/s)", window, observed)
 	require.GreaterOrEqual(t, observed, floor*0.85, "observed rate over %s: the limit reached", window)
 }
 
-// admissions reads back the start time (unix ms) of each job, sorted, and
-// how many jobs each worker ran.
-func admissions(t *testing.T, rdb *redis.Client, q string, ids []string) ([]int64, map[string]int) {
+// admissions reads back the start time (unix ms) of each job, sorted, how many jobs each
+// worker ran, and each worker's start times.
+func admissions(t *testing.T, rdb *redis.Client, q string, ids []string) ([]int64, map[string]int, map[string][]int64) {
 	t.Helper()
 	k := keys.New("conveyor", q)
 	ctx := t.Context()
 	var out []int64
 	ran := map[string]int{}
+	by := map[string][]int64{}
 	for chunk := range slices.Chunk(ids, 500) {
 		pipe := rdb.Pipeline()
 		cmds := make([]*redis.SliceCmd, len(chunk))
@@ -147,10 +162,32 @@ func admissions(t *testing.T, rdb *redis.Client, q string, ids []string) ([]int6
 			out = append(out, at)
 			w, _ := v[1].(string)
 			ran[w]++
+			by[w] = append(by[w], at)
 		}
 	}
 	slices.Sort(out)
-	return out, ran
+	return out, ran, by
+}
+
+// startsBy says, for each worker, how many of its starts fall in [at, at+span] and the
+// longest pause in its starts just before (a worker stalled there, then started what it held
+// at once): the evidence when a window holds more than the rate.
+func startsBy(by map[string][]int64, at, span int64) map[string]string {
+	out := map[string]string{}
+	for w, times := range by {
+		slices.Sort(times)
+		in, gap := 0, int64(0)
+		for i, a := range times {
+			if a >= at && a <= at+span {
+				in++
+			}
+			if i > 0 && a >= at && times[i-1] < at+span && a <= at+span {
+				gap = max(gap, a-times[i-1])
+			}
+		}
+		out[w] = fmt.Sprintf("%d (longest pause before one %d ms)", in, gap)
+	}
+	return out
 }
 
 // busiest returns the most of the sorted times that fall within span ms of one another

@@ -27,11 +27,14 @@ import (
 //
 // Every tick of the run must have exactly one job (its id is the tick's, and the queue's
 // enqueued counter counts one per tick), and no job may be enqueued more than
-// -periodic.max-late after its tick: a worker always lives, so the takeover (500 ms) bounds
-// a leader's death. docs/BENCHMARKS.md has the measured figures.
+// -periodic.max-late after its tick: a worker always lives (a kill waits for the last
+// restarted worker's start), so the takeover (500 ms) bounds a leader's death.
+// docs/BENCHMARKS.md has the measured figures: at most 523 ms late, so the run passes
+// -periodic.max-late 1s; the default is 10x: ten times that worst lateness, for a machine ten
+// times slower (1 s failed under two CPU hogs and a load average of 50 to 80).
 var (
 	periodicDuration = flag.Duration("periodic.duration", 15*time.Second, "how long TestPeriodicE2E kills workers")
-	periodicMaxLate  = flag.Duration("periodic.max-late", time.Second, "the most a tick's job may be enqueued after the tick")
+	periodicMaxLate  = flag.Duration("periodic.max-late", 6*time.Second, "the most a tick's job may be enqueued after the tick")
 )
 
 func TestPeriodicE2E(t *testing.T) {
@@ -70,6 +73,12 @@ func testPeriodicKills(t *testing.T, c *cli, rdb redis.UniversalClient, d time.D
 	for i := range procs {
 		start(i)
 	}
+	// started waits for p's start: a worker that has not started yet is no worker alive.
+	started := func(p *proc) {
+		waitFor(t, 30*time.Second, 10*time.Millisecond, "a restarted worker to start", func() bool {
+			return strings.Contains(p.output.String(), "starting worker")
+		})
+	}
 	began := time.Now()
 	kills := 0
 	for time.Since(began) < d {
@@ -78,12 +87,13 @@ func testPeriodicKills(t *testing.T, c *cli, rdb redis.UniversalClient, d time.D
 		procs[i].kill(t)
 		kills++
 		start(i)
+		// Under load a restart can take longer than the next kill's pause: kills in a row
+		// could then leave no worker, and ticks wait for a start rather than a takeover.
+		started(procs[i])
 	}
 	ended := time.Now()
 	for _, p := range procs {
-		waitFor(t, 30*time.Second, 10*time.Millisecond, "a restarted worker to start", func() bool {
-			return strings.Contains(p.output.String(), "starting worker")
-		})
+		started(p)
 		require.Equal(t, 0, p.stop(t), "a worker exits 0 on SIGTERM")
 	}
 

@@ -783,7 +783,7 @@ func (r *run) partitions() []keys.Queue {
 // worker is one worker process, signalled by its recorded pid only.
 type worker struct {
 	name    string
-	metrics string // its --metrics-addr, where go_goroutines is read
+	metrics string // where it serves /metrics (go_goroutines), once metricsAddr has read it
 	cmd     *exec.Cmd
 	done    chan struct{}
 	out     string // its log file
@@ -795,11 +795,6 @@ type worker struct {
 func (r *run) startWorker() (*worker, error) {
 	r.gen++
 	name := fmt.Sprintf("w%d", r.gen)
-	port, err := redisproc.FreePort()
-	if err != nil {
-		return nil, err
-	}
-	metrics := fmt.Sprintf("127.0.0.1:%d", port)
 	out := filepath.Join(r.dir, "logs", name+".log")
 	if err := os.MkdirAll(filepath.Dir(out), 0o700); err != nil {
 		return nil, err
@@ -818,7 +813,10 @@ func (r *run) startWorker() (*worker, error) {
 		"--visibility-timeout", r.opt.Visibility.String(), "--recovery-interval", "500ms",
 		"--backoff-base", "100ms", "--backoff-max", "400ms", "--shutdown-timeout", "1s",
 		"--heartbeat-interval", "0", "--log-level", "info", "--log-format", "json",
-		"--metrics-addr", metrics, "--torture-ledger", r.ledger)...)
+		// Port 0: the worker binds a port of its own and logs it (metricsAddr). A port found
+		// free here and passed on could be taken by another process before the worker bound it
+		// (scenarios run side by side): maxmemory's survivors twice had no /metrics under load.
+		"--metrics-addr", "127.0.0.1:0", "--torture-ledger", r.ledger)...)
 	clock := ""
 	if slices.Contains(r.nemeses, NemesisClockStep) {
 		clock = filepath.Join(r.dir, "clock", name)
@@ -833,7 +831,7 @@ func (r *run) startWorker() (*worker, error) {
 	if err := redisproc.StartCmd(cmd); err != nil {
 		return nil, fmt.Errorf("torture: starting a worker: %w", err)
 	}
-	w := &worker{name: name, metrics: metrics, cmd: cmd, done: make(chan struct{}), out: out, clock: clock}
+	w := &worker{name: name, cmd: cmd, done: make(chan struct{}), out: out, clock: clock}
 	go func() {
 		_ = cmd.Wait()
 		close(w.done)
@@ -961,10 +959,54 @@ func (w *worker) steadyGoroutines(ctx context.Context) (int, error) {
 	return 0, err
 }
 
+// metricsLogged is the worker's log line naming the address its /metrics listens on
+// (internal/cli's serveMetrics, with --log-format json).
+const metricsLogged = "serving Prometheus metrics"
+
+// metricsAddr returns the address the worker's /metrics listens on, from its log line: it
+// waits for that line, or for the worker's exit, for up to a minute (a worker logs it within
+// a second of its start here, so a machine ten times slower has room).
+func (w *worker) metricsAddr(ctx context.Context) (string, error) {
+	if w.metrics != "" {
+		return w.metrics, nil
+	}
+	for deadline := time.Now().Add(time.Minute); ; sleep(ctx, 20*time.Millisecond) {
+		exited := false
+		select {
+		case <-w.done:
+			exited = true // read the log once more: the line may have come before the exit
+		default:
+		}
+		b, _ := os.ReadFile(w.out)
+		for line := range strings.Lines(string(b)) {
+			var e struct {
+				Message string `json:"message"`
+				Addr    string `json:"addr"`
+			}
+			if json.Unmarshal([]byte(line), &e) == nil && e.Message == metricsLogged && e.Addr != "" {
+				w.metrics = e.Addr
+				return e.Addr, nil
+			}
+		}
+		switch {
+		case exited:
+			return "", errors.New("exited before it served /metrics")
+		case ctx.Err() != nil:
+			return "", ctx.Err()
+		case time.Now().After(deadline):
+			return "", fmt.Errorf("no %q line in its log within a minute", metricsLogged)
+		}
+	}
+}
+
 func (w *worker) readGoroutines(ctx context.Context) (int, error) {
+	addr, err := w.metricsAddr(ctx)
+	if err != nil {
+		return 0, err
+	}
 	cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
-	req, err := http.NewRequestWithContext(cctx, http.MethodGet, "http://"+w.metrics+"/metrics", nil)
+	req, err := http.NewRequestWithContext(cctx, http.MethodGet, "http://"+addr+"/metrics", nil)
 	if err != nil {
 		return 0, err
 	}
