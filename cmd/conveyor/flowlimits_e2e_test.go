@@ -133,7 +133,11 @@ func testGlobalRate(t *testing.T, c *cli) {
 	floor := float64(rate) / (interval + tokenLife).Seconds()
 	most := float64(rate)*window.Seconds()/interval.Seconds() + heldGranted
 	require.LessOrEqual(t, float64(in), most, "starts over %s: the limit never passed (observed %.2f/s)", window, observed)
-	require.GreaterOrEqual(t, observed, floor*0.85, "observed rate over %s: the limit reached", window)
+	// 10x: the floor is 0.6 of what a saturated limiter grants, not 0.85: under two CPU hogs the
+	// ratio measured 0.80, and 40 slots of 1 ms handlers still start 50 jobs a second on a
+	// machine ten times slower. 0.6 still fails a limiter that grants half its rate (one
+	// interval's tokens every two intervals, the shape of a window that never slides).
+	require.GreaterOrEqual(t, observed, floor*0.6, "observed rate over %s: the limit reached", window)
 }
 
 // admissions reads back the start time (unix ms) of each job, sorted, how many jobs each
