@@ -73,29 +73,27 @@ func (i *Inspector) PauseConfirmed(ctx context.Context, queue string, timeout ti
 	for _, w := range readers {
 		pc.Workers = append(pc.Workers, w.Name)
 	}
-	if len(pc.Workers) == 0 {
-		token := NewID()
-		if _, err := jobstate.PauseQueue(ctx, i.rdb, i.cfg.Prefix, queue, token); err != nil {
-			return pc, fmt.Errorf("pause queue %s: %w", queue, err)
-		}
-		return pc, nil
-	}
 	wctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	// Subscribed, and the subscription confirmed, before the pause is announced, so that no
 	// confirmation's notice comes before it. Without it (a Redis that refuses SUBSCRIBE), the
 	// wait reads the confirmations every pauseAckRecheck alone.
 	var notices <-chan *redis.Message
-	ps := i.rdb.Subscribe(wctx, keys.PauseAckChannel(i.cfg.Prefix))
-	defer ps.Close()
-	if _, err := ps.Receive(wctx); err == nil {
-		notices = ps.Channel()
+	if len(pc.Workers) > 0 {
+		ps := i.rdb.Subscribe(wctx, keys.PauseAckChannel(i.cfg.Prefix))
+		defer ps.Close()
+		if _, err := ps.Receive(wctx); err == nil {
+			notices = ps.Channel()
+		}
 	}
 	token := NewID()
 	if _, err := jobstate.PauseQueue(ctx, i.rdb, i.cfg.Prefix, queue, token); err != nil {
 		return pc, fmt.Errorf("pause queue %s: %w", queue, err)
 	}
 	pc.Unconfirmed = pc.Workers
+	if len(pc.Workers) == 0 {
+		return pc, nil
+	}
 	confirmed := map[string]bool{}
 	unconfirmed := func() []string {
 		return slices.DeleteFunc(slices.Clone(pc.Workers), func(w string) bool { return confirmed[w] })
