@@ -92,38 +92,21 @@ func TestPackagesHaveOwnsRow(t *testing.T) {
 
 // TestNamedTestsExist fails when the document names a test that no test file defines.
 func TestNamedTestsExist(t *testing.T) {
-	root := repoRoot(t)
-	text, err := os.ReadFile(filepath.Join(root, doc))
-	if err != nil {
-		t.Fatal(err)
-	}
+	root, text, _ := readMap(t)
 	defined := map[string]bool{}
 	decl := regexp.MustCompile(`(?m)^func ((?:Test|Fuzz|Benchmark|Example)\w*)\(`)
-	err = filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		if d.IsDir() && (strings.HasPrefix(d.Name(), ".") && path != root || d.Name() == "testdata") {
-			return filepath.SkipDir
-		}
-		if d.IsDir() || !strings.HasSuffix(path, "_test.go") {
-			return nil
-		}
+	for _, path := range repoFiles(t, root, "_test.go") {
 		b, err := os.ReadFile(path)
 		if err != nil {
-			return err
+			t.Fatal(err)
 		}
 		for _, m := range decl.FindAllSubmatch(b, -1) {
 			defined[string(m[1])] = true
 		}
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
 	}
 	named := regexp.MustCompile("`((?:Test|Fuzz)[A-Z]\\w*)`")
 	seen := map[string]bool{}
-	for _, m := range named.FindAllStringSubmatch(string(text), -1) {
+	for _, m := range named.FindAllStringSubmatch(text, -1) {
 		if name := m[1]; !defined[name] && !seen[name] {
 			seen[name] = true
 			t.Errorf("%s names %s, which no _test.go file in the repository defines; rename it or drop it", doc, name)
@@ -143,6 +126,51 @@ func readMap(t *testing.T) (root, text string, rows []row) {
 		t.Fatalf("%s: %v", doc, err)
 	}
 	return root, string(b), rows
+}
+
+// TestNamedFilesExist fails when the document names a script or a Go file by its path and
+// the repository has no such file. A bare Go file name (`worker.go`) is left alone: its
+// package is in the sentence around it.
+func TestNamedFilesExist(t *testing.T) {
+	root, text, _ := readMap(t)
+	lua := map[string]bool{}
+	for _, path := range repoFiles(t, root, ".lua") {
+		lua[filepath.Base(path)] = true
+	}
+	seen := map[string]bool{}
+	for _, m := range regexp.MustCompile(`\b[a-z0-9_]+\.lua\b`).FindAllString(text, -1) {
+		if !lua[m] && !seen[m] {
+			seen[m] = true
+			t.Errorf("%s names the script %s, which no directory of the repository holds; fix the name or the sentence", doc, m)
+		}
+	}
+	for _, m := range regexp.MustCompile("`([a-z0-9_]+(?:/[a-z0-9_]+)*/[a-z0-9_]+\\.go)`").FindAllStringSubmatch(text, -1) {
+		if _, err := os.Stat(filepath.Join(root, m[1])); err != nil && !seen[m[1]] {
+			seen[m[1]] = true
+			t.Errorf("%s names %s, which does not exist; fix the path or the sentence", doc, m[1])
+		}
+	}
+}
+
+// repoFiles are the repository's files whose names end in suffix, hidden directories left out.
+func repoFiles(t *testing.T, root, suffix string) []string {
+	t.Helper()
+	var out []string
+	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+		switch {
+		case err != nil:
+			return err
+		case d.IsDir() && path != root && strings.HasPrefix(d.Name(), "."):
+			return filepath.SkipDir
+		case !d.IsDir() && strings.HasSuffix(path, suffix):
+			out = append(out, path)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
 }
 
 // repoRoot is the directory of the library's go.mod, above this package.
