@@ -1,8 +1,8 @@
 // Package archtest holds docs/ARCHITECTURE.md to the code. The document's `archmap` table
-// names, for every package of the library module and of the binary's module (when
-// cmd/conveyor has a go.mod of its own), the module's packages it imports, whether it
-// touches Redis and whether it imports OpenTelemetry. The test compares each row with
-// `go list` and with a type check of the package's calls into go-redis.
+// has a row per package: the Conveyor packages it imports, whether it touches Redis, whether
+// it imports OpenTelemetry. It covers the library module, and the binary's once cmd/conveyor
+// has a go.mod. The test compares each row with `go list` and with a type check of the
+// package's calls into go-redis.
 package archtest
 
 import (
@@ -196,7 +196,7 @@ func repoRoot(t *testing.T) string {
 var fence = regexp.MustCompile("(?s)\n```archmap\n(.*?)\n```")
 
 // parseTable reads the archmap block. A line whose package cell is empty continues the row
-// above it: its imports and column text are appended.
+// above it with more imports.
 func parseTable(text string) ([]row, error) {
 	m := fence.FindStringSubmatchIndex(text)
 	if m == nil {
