@@ -1,9 +1,9 @@
-// Package status names where a job is in its life. It is a leaf (it imports nothing of
-// Conveyor's) so that every layer can use the statuses: the storage layer (internal/jobstate)
-// whose scripts write them, the services (delayed, recovery) and their tests, and pipeline,
-// which gives them to users as pipeline.Status. A new status goes here, in All, in the scripts
-// that write it and in docs/STATE_MACHINE.md; internal/jobstate's drift tests check that those
-// agree.
+// Package status names where a job is in its life. It is a leaf: it imports nothing of
+// Conveyor's. So every layer can use the statuses. The storage layer (internal/jobstate) has
+// scripts that write them. The services (delayed, recovery) and their tests use them. Package
+// pipeline gives them to users as pipeline.Status. A new status goes here, in All, in the
+// scripts that write it and in docs/STATE_MACHINE.md. The drift tests of internal/jobstate check
+// that those agree.
 package status
 
 // Status is where a job is in its life.
