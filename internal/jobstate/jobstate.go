@@ -65,17 +65,17 @@ var (
 	//go:embed debounce.lua
 	debounceSrc string
 
-	enqueueScript  = script.New(enqueueSrc)
-	enqueue1Script = script.New(enqueue1Src)
-	finishScript   = script.New(finishSrc)
-	getScript      = script.New(getSrc)
-	cancelScript   = script.New(cancelSrc)
-	releaseScript  = script.New(releaseSrc)
-	replayScript   = script.New(replaySrc)
-	purgeScript    = script.New(purgeSrc)
-	foreignScript  = script.New(foreignSrc)
-	debounceScript = script.New(debounceSrc)
-	runNowScript   = script.New(runNowSrc)
+	enqueueScript  = newScript(enqueueSrc)
+	enqueue1Script = newScript(enqueue1Src)
+	finishScript   = newScript(finishSrc)
+	getScript      = newScript(getSrc)
+	cancelScript   = newScript(cancelSrc)
+	releaseScript  = newScript(releaseSrc)
+	replayScript   = newScript(replaySrc)
+	purgeScript    = newScript(purgeSrc)
+	foreignScript  = newScript(foreignSrc)
+	debounceScript = newScript(debounceSrc)
+	runNowScript   = newScript(runNowSrc)
 )
 
 // WorkerScripts are the scripts a worker runs pipelined, which must be loaded first (a

@@ -24,10 +24,10 @@ import (
 var (
 	//go:embed workflow.lua
 	workflowSrc    string
-	workflowScript = script.New(workflowSrc)
+	workflowScript = newScript(workflowSrc)
 	//go:embed wf_cascade.lua
 	cascadeSrc    string
-	cascadeScript = script.New(cascadeSrc)
+	cascadeScript = newScript(cascadeSrc)
 )
 
 // CascadeStep is the most edges of a workflow (a task and one of its dependents) one
