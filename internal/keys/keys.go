@@ -90,7 +90,7 @@ const (
 	FieldLimitKey = "limit_key"
 	// FieldLimitSlots names the concurrency slots a running job holds, in jobs admitted before
 	// leases (the queue's limit prefix, then each scope instance, newline-joined): cancel,
-	// release and recovery still give them back (lib.lua: cv_release_slots), so that the jobs of
+	// release and recovery still give them back (jobstate/lua/limits.lua: cv_release_slots), so that the jobs of
 	// a worker of an older version leave no slot taken. Admission writes it no more: a job's
 	// slots are its worker's lease's (pipeline's admit.go).
 	FieldLimitSlots = "limit_slots"
@@ -116,13 +116,13 @@ const (
 	FieldProgress = "progress"
 	// FieldAttempts is a job's attempt history: the attempts that ended without ending the job
 	// (a retry, a snooze, a worker lost) and the one that sent it to the dead set, as they end
-	// (finish.lua, recover.lua: lib.lua's cv_attempt), oldest first, the last MaxAttemptHistory.
+	// (finish.lua, recover.lua: jobstate's record.lua: cv_attempt), oldest first, the last MaxAttemptHistory.
 	// One line an attempt, "<attempt>\t<worker>\t<started ms>\t<ended ms>\t<outcome>\t<error>",
 	// tabs and newlines in the worker and error made spaces, the error cut to
 	// MaxAttemptError bytes. A completed job's last attempt is not written: the hash's own
 	// worker, started_at and completed_at tell it, and the happy path writes nothing more.
 	FieldAttempts = "attempts"
-	// The fields of a workflow's task (pipeline.Client.Workflow, pipeline.Client.Batch; lib.lua's
+	// The fields of a workflow's task (pipeline.Client.Workflow, pipeline.Client.Batch; workflows.lua's
 	// cv_wf_* functions). FieldWorkflow is the full name of the workflow's hash (Queue.Workflow,
 	// in the queue's hash tag), FieldWfTask the task's name in it, FieldWfDeps and FieldWfNext
 	// the ids of the tasks it waits for and of those that wait for it (space-separated),
@@ -188,7 +188,7 @@ const (
 )
 
 // Bounds of a job's attempt history (FieldAttempts): the attempts kept, and the bytes of each
-// one's error (the last error is whole in FieldLastError). lib.lua's cv_attempt holds the same
+// one's error (the last error is whole in FieldLastError). record.lua's cv_attempt holds the same
 // numbers. 20 attempts of at most 512 bytes bound the field near 11 KB, and are more retries
 // than most jobs are given.
 const (
@@ -197,7 +197,7 @@ const (
 )
 
 // FinishedIndexCap bounds each of a queue's (or partition's) indexes of finished jobs,
-// Queue.Completed and Queue.Canceled, in ids; lib.lua's cv_index trims the oldest chunks beyond
+// Queue.Completed and Queue.Canceled, in ids; record.lua's cv_index trims the oldest chunks beyond
 // it (keeping the chunk a call just added, so an index holds at most the cap plus one call's).
 // The indexes exist for an operator to page through recent jobs: 10,000 a partition is more
 // pages than anyone reads, and bounds an index near 1 MB whatever the throughput and retention
@@ -241,7 +241,7 @@ const (
 // FormatEntryJob is the value of a stream entry's EntryJob field: "<attempt> <max_retries>
 // <timeout_ms> <type>", where attempt is the number of the attempt the entry starts
 // (1-based). The type is last because it is the only part that is not a number, and it holds
-// no spaces. internal/script/lib.lua (cv_xadd, cv_job) writes and reads the same format.
+// no spaces. internal/jobstate/lua/entry.lua (cv_xadd, cv_job) writes and reads the same format.
 func FormatEntryJob(attempt, maxRetries int, timeoutMS int64, typ string) string {
 	return strconv.Itoa(attempt) + " " + strconv.Itoa(maxRetries) + " " +
 		strconv.FormatInt(timeoutMS, 10) + " " + typ
@@ -310,7 +310,7 @@ const StatGroupWaiting = "group_waiting"
 // a group's jobs may be in the stream or running at once (times its weight). Twice the worker's
 // default concurrency, so that one worker serving one group alone stays busy while its finished
 // jobs' refills are on their way (an outcome is written a flush interval after the handler
-// returns), and a new group's job waits behind at most 20 jobs of each other group. lib.lua's
+// returns), and a new group's job waits behind at most 20 jobs of each other group. groups.lua's
 // cv_group_room holds the same number.
 const DefaultGroupWindow = 20
 
@@ -322,7 +322,7 @@ const (
 )
 
 // The names of a queue's group keys after GroupPrefix, and of its stats hash after Base:
-// lib.lua builds the keys from them ("Fair groups"), so they are named once here.
+// jobstate's groups.lua builds the keys from them ("Fair groups"), so they are named once here.
 const (
 	GroupKeyConfig   = "cfg"
 	GroupKeyFlag     = "on"
@@ -387,7 +387,7 @@ func (q Queue) Stream() string { return q.stream }
 // LevelStream is the stream that carries the queue's jobs of priority level p (FieldPriority):
 // the queue's level-1 stream for level 1 (and for any p out of range), that + ":p<level>" for
 // the others, on a level's view (AtLevel) as on the queue,
-// so a queue whose jobs never name a level has the one stream it always had. lib.lua's
+// so a queue whose jobs never name a level has the one stream it always had. entry.lua's
 // cv_level_stream builds the same names.
 func (q Queue) LevelStream(p int) string {
 	if p <= MinPriority || p > MaxPriority {
@@ -418,7 +418,7 @@ func (q Queue) Level() int { return max(q.level, MinPriority) }
 // A worker reads a level's stream only once the level is in the set, so a queue whose jobs
 // never named a level costs no reader, no slot and no call more than it did before levels.
 // Its name is the level-1 stream's and ":levels", so that a script given any level's stream
-// finds it (lib.lua's cv_add_level).
+// finds it (entry.lua's cv_add_level).
 func (q Queue) Levels() string { return q.base + "stream:levels" }
 
 // Scheduled is the sorted set of job ids waiting for a time, scored by due time in unix ms.
@@ -438,7 +438,7 @@ func (q Queue) Dead() string { return q.dead }
 // a sorted set of chunks, each the space-separated ids of one finish.lua call (but not those
 // kept only as a tombstone), scored by the call's latest finish (unix ms), with the count of
 // its ids at IndexCount(Completed()); finish.lua trims it to the retention and FinishedIndexCap
-// (lib.lua: cv_index). An id whose record expired is skipped when read.
+// (record.lua: cv_index). An id whose record expired is skipped when read.
 func (q Queue) Completed() string { return q.base + "completed" }
 
 // Canceled is Completed's twin for canceled jobs: cancel.lua adds each job it cancels.
@@ -465,7 +465,7 @@ func (q Queue) WorkflowIndex() string { return q.base + "workflows:index" }
 
 // WorkflowCascade is the queue's work list of workflow cascades: the dependents of ended tasks
 // that the script which ended them left to later calls, past the edges one call may follow
-// (lib.lua's cv_wf_follow, which builds the same name from the job prefix; jobstate's
+// (workflows.lua's cv_wf_follow, which builds the same name from the job prefix; jobstate's
 // FollowCascade goes on with it).
 func (q Queue) WorkflowCascade() string { return q.base + "workflows:cascade" }
 
@@ -533,7 +533,7 @@ func (q Queue) LimitPrefix() string { return q.base + "limit:" }
 
 // GroupPrefix is the prefix of the keys of the queue's fair groups (pipeline.WithGroup): the
 // settings, the set of each group's jobs in its window, each group's wait list, and the sets of
-// the groups with waiting and with running jobs (lib.lua, "Fair groups", which builds the same
+// the groups with waiting and with running jobs (groups.lua, "Fair groups", which builds the same
 // names from JobPrefix).
 func (q Queue) GroupPrefix() string { return q.base + "group:" }
 

@@ -42,15 +42,14 @@ func New(src string) *Script {
 // through Sentinel, and behind clusterGuard, run on a Redis Cluster. Which one a call sends is
 // chosen by the client it is given (IsCluster).
 //
-// Why the guard: the scripts find job records, group lists, workflow hashes and lease keys by
-// names they build from their arguments and from what they read, so Redis Cluster cannot
-// check those keys when it routes the call. While the queue's hash slot migrates between
-// masters (CLUSTER SETSLOT MIGRATING/IMPORTING and MIGRATE in batches) its keys are split
-// between the two nodes: a script that ran on the importing node (sent there by ASK) read a
-// job hash still on the other node as missing and dropped a delayed job (issue 22's torture
-// suite found it), and one on the migrating node stops at the first key already moved, with
-// its earlier writes applied. The guard refuses the whole call, before anything is read,
-// while this node migrates or imports the slot of the script's first key: Redis's own
+// Why the guard: the scripts build many key names from their arguments and from what they
+// read, so Redis Cluster cannot check those keys when it routes the call. While a hash slot
+// migrates between masters (CLUSTER SETSLOT MIGRATING/IMPORTING, then MIGRATE in batches), its
+// keys are split between the two nodes. A script sent to the importing node (by ASK) read a
+// hash still on the other node as missing, and dropped a delayed job (issue 22's torture suite
+// found it). One on the migrating node stops at the first key already moved, its earlier
+// writes applied. So the guard refuses the whole call, before anything is read, while this
+// node migrates or imports the slot of the script's first key. It answers Redis's own
 // TRYAGAIN, which the caller retries (Run, Pipelined) until the move ends.
 type Script struct {
 	plain, guarded *redis.Script
@@ -58,13 +57,13 @@ type Script struct {
 
 // clusterGuard refuses a script, before it touches anything, while this node is migrating
 // or importing the slot of its first key. It asks for two keys that never exist in that slot
-// (named after its hash tag) in one command, which Redis Cluster itself refuses while the
-// slot is in migration: on the migrating node a missing key is the importing node's (ASK),
-// and on the importing node a multi-key command with missing keys is TRYAGAIN; a script's
-// command meeting either fails instead of running. On a stable slot the two lookups are all
-// it costs (docs/BENCHMARKS.md, "Issue 22: the cluster guard"). A script's keys are in one
-// slot (Redis Cluster refuses the call otherwise), so the first key's slot is the script's.
-// (CLUSTER NODES shows the migration too, but costs Redis ten times the script's own work.)
+// (named after its hash tag) in one command. Redis Cluster itself refuses that while the slot
+// is in migration. On the migrating node a missing key is the importing node's (ASK). On the
+// importing node a multi-key command with missing keys is TRYAGAIN. A script's command
+// meeting either fails instead of running. On a stable slot the two lookups are all it costs
+// (docs/BENCHMARKS.md, "Issue 22: the cluster guard"). A script's keys are in one slot (Redis
+// Cluster refuses the call otherwise), so the first key's slot is the script's. CLUSTER NODES
+// shows the migration too, but costs Redis ten times the script's own work.
 const clusterGuard = `if #KEYS > 0 then
   local k, tag = KEYS[1], KEYS[1]
   local s = string.find(k, '{', 1, true)
@@ -111,8 +110,8 @@ func (s *Script) Hash() string { return s.plain.Hash() }
 func (s *Script) Is(sha any) bool { return sha == s.plain.Hash() || sha == s.guarded.Hash() }
 
 // Run runs the script through c (EVALSHA, then EVAL after NOSCRIPT). On a cluster, a call
-// refused because its slot is migrating (TRYAGAIN, CLUSTERDOWN: it did not run) is sent again
-// with a backoff for up to RetryFor, or until ctx ends.
+// refused while its slot migrates (TRYAGAIN, CLUSTERDOWN: it did not run) is sent again. It
+// backs off, for up to RetryFor or until ctx ends.
 func (s *Script) Run(ctx context.Context, c redis.Scripter, keys []string, args ...any) *redis.Cmd {
 	r := s.For(c)
 	cmd := r.Run(ctx, c, keys, args...)
@@ -131,9 +130,9 @@ func (s *Script) Load(ctx context.Context, c redis.Scripter) *redis.StringCmd {
 }
 
 // RetryFor is how long a cluster call refused while its slot migrates is retried. A move of
-// a slot holding a busy queue takes a few seconds (docs/OPERATIONS.md, "Resharding a
-// queue"); a longer one hands the caller the TRYAGAIN error, which it treats as any passing
-// Redis fault (a worker keeps its outcome and writes it again, a publisher publishes again).
+// a slot holding a busy queue takes a few seconds (docs/OPERATIONS.md, "Resharding a queue").
+// A longer one hands the caller the TRYAGAIN error. The caller treats it as any passing Redis
+// fault: a worker keeps its outcome and writes it again, a publisher publishes again.
 const RetryFor = 10 * time.Second
 
 // refusedForNow reports an error that says the call did not run and may run soon: TRYAGAIN
@@ -210,15 +209,15 @@ func (c Code) String() string {
 // base is lib.lua's helpers.
 var base = newLibrary(nil, lib)
 
-// Library is Lua functions that scripts share: each a `local function cv_<name>(` at the start
-// of a line, ending at the first `end` line after it, with the comment lines right above it.
+// Library is Lua functions that scripts share. Each starts `local function cv_<name>(` at the
+// start of a line and ends at the first `end` line. The comment lines right above it are its.
 type Library struct {
 	names  []string          // in the order of the sources
 	bodies map[string]string // by name
 }
 
 // NewLibrary cuts the functions out of srcs. It panics on a function with no end, or a name
-// defined twice or also in lib.lua: the sources are embedded, so each is a build error.
+// defined twice or also in lib.lua. The sources are embedded, so each is a build error.
 func NewLibrary(srcs ...string) *Library { return newLibrary(base, srcs...) }
 
 // newLibrary is NewLibrary, with the helpers its names must not shadow.
@@ -335,8 +334,8 @@ func Load(ctx context.Context, rdb redis.Scripter, scripts ...*Script) error {
 }
 
 // Pipelined runs calls in one round trip with EVALSHA. A pipelined EVALSHA does not fall back
-// to EVAL by itself, so when Redis answers NOSCRIPT the calls that failed are run again with
-// EVAL (which also caches the script for the next time). On a cluster, the calls refused
+// to EVAL by itself. So when Redis answers NOSCRIPT, the calls that failed run again with EVAL,
+// which also caches the script for the next time. On a cluster, the calls refused
 // while their slot migrates are sent again as Script.Run does. The returned commands are in
 // the order of calls; the error is the first command error, if any.
 func Pipelined(ctx context.Context, rdb redis.UniversalClient, calls []Call) ([]*redis.Cmd, error) {
