@@ -8,28 +8,28 @@ import (
 )
 
 // The job's Lua functions, by concern: the fence (cv_live), the stream entry, the record, the
-// dead set, limits, groups and workflows. Every status they write or test is named here, in
-// the store, and nowhere else (a drift test keeps it so).
+// dead set, limits, groups and workflows. Statuses are quoted only in this package's Lua (a
+// drift test keeps it so).
 //
-// Some keys are built inside scripts, not passed in KEYS: job hashes found through an id only
-// Redis knows (in the scheduled set, or a stream entry), and a job's unique key (named in its
-// hash). Both carry the queue's hash tag, so they live in the cluster slot of the keys passed.
+// Some keys are built inside scripts, not passed in KEYS. A job's hash may be found through an
+// id only Redis knows (in the scheduled set, or a stream entry). A job's unique key is named in
+// its hash. Both carry the queue's hash tag, so they live in the cluster slot of the keys passed.
 //
 //go:embed lua/*.lua
-var luaFiles embed.FS
+var luaFS embed.FS
 
 // jobLib is the functions of lua/*.lua, which newScript joins into the scripts that use them.
 var jobLib = script.NewLibrary(luaSources()...)
 
 // luaSources returns lua/*.lua, in name order.
 func luaSources() []string {
-	names, err := fs.Glob(luaFiles, "lua/*.lua")
+	names, err := fs.Glob(luaFS, "lua/*.lua")
 	if err != nil {
 		panic(err)
 	}
 	srcs := make([]string, len(names))
 	for i, n := range names {
-		b, err := luaFiles.ReadFile(n)
+		b, err := luaFS.ReadFile(n)
 		if err != nil {
 			panic(err)
 		}
