@@ -233,10 +233,21 @@ func (s *Scheduler) release() {
 }
 
 // leader takes or extends the lock; a Redis error counts as not holding it.
+//
+// The lock calls run detached from ctx, bounded by the lock's TTL. Stop cancels ctx, and a
+// call canceled in flight may have taken or kept the lock in Redis while the scheduler forgets
+// it; release could then not give it back, and other schedulers would wait out the TTL.
 func (s *Scheduler) leader(ctx context.Context) bool {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.LockTTL)
+	defer cancel()
 	if s.lock != nil {
-		if err := s.lock.Refresh(ctx, s.cfg.LockTTL, nil); err == nil {
+		err := s.lock.Refresh(ctx, s.cfg.LockTTL, nil)
+		if err == nil {
 			return true
+		}
+		if !errors.Is(err, redislock.ErrNotObtained) {
+			// Redis did not answer; the lock may still be ours, so keep it to refresh or release.
+			return false
 		}
 		s.lock = nil
 	}
