@@ -16,8 +16,7 @@ import (
 func init() { addCommand(newListCmd) }
 
 // listable are the statuses that an index holds, so that they can be listed.
-var listable = []pipeline.Status{pipeline.StatusScheduled, pipeline.StatusQueued,
-	pipeline.StatusInProgress, pipeline.StatusFailed, pipeline.StatusCompleted, pipeline.StatusCanceled}
+var listable = pipeline.ListableStatuses()
 
 func newListCmd(a *app) *cobra.Command {
 	var queue, status, cursor string
@@ -93,12 +92,25 @@ PRIORITY is the job's level within its queue, 1 (served first, the default) to 4
 	}
 	f := cmd.Flags()
 	f.StringVarP(&queue, "queue", "q", pipeline.DefaultQueue, "queue whose jobs to list")
-	f.StringVar(&status, "status", "", "scheduled, queued, in_progress, failed (dead), completed or canceled")
+	f.StringVar(&status, "status", "", statusChoices())
 	f.IntVar(&limit, "limit", 50, "list at most this many jobs (1 to 1000)")
 	f.StringVar(&cursor, "cursor", "", "start after the page that printed this cursor")
 	f.BoolVar(&asJSON, "json", false, `print {"jobs": [...], "next": "..."}`)
 	_ = cmd.MarkFlagRequired("status")
 	return cmd
+}
+
+// statusChoices is --status's help: the listable statuses, each with the word a person reads
+// for it where that differs, "failed (dead)".
+func statusChoices() string {
+	s := make([]string, len(listable))
+	for i, x := range listable {
+		s[i] = string(x)
+		if w := pipeline.StatusWord(x); w != string(x) {
+			s[i] += " (" + w + ")"
+		}
+	}
+	return strings.Join(s[:len(s)-1], ", ") + " or " + s[len(s)-1]
 }
 
 func joinStatuses(list []pipeline.Status) string {
