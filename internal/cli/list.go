@@ -137,6 +137,8 @@ func printJobs(w io.Writer, status pipeline.Status, p *pipeline.JobPage) error {
 		fmt.Fprintln(t, "ID\tTYPE\tSTATUS\tPRIORITY\tATTEMPT\tCOMPLETED_AT\tWORKER\tCREATED_AT")
 	case pipeline.StatusCanceled:
 		fmt.Fprintln(t, "ID\tTYPE\tSTATUS\tPRIORITY\tATTEMPT\tCANCELED_AT\tCREATED_AT")
+	default: // a status with no columns of its own
+		fmt.Fprintln(t, "ID\tTYPE\tSTATUS\tPRIORITY\tATTEMPT\tCREATED_AT")
 	}
 	for _, j := range p.Jobs {
 		fmt.Fprintf(t, "%s\t%s\t%s\t%d\t%d\t", j.ID, orDash(j.Type), pipeline.StatusWord(j.Status),
@@ -158,6 +160,8 @@ func printJobs(w io.Writer, status pipeline.Status, p *pipeline.JobPage) error {
 			fmt.Fprintf(t, "%s\t%s\t%s\n", tableTime(j.CompletedAt), orDash(j.Worker), tableTime(j.CreatedAt))
 		case pipeline.StatusCanceled:
 			fmt.Fprintf(t, "%s\t%s\n", tableTime(j.CompletedAt), tableTime(j.CreatedAt))
+		default:
+			fmt.Fprintf(t, "%s\n", tableTime(j.CreatedAt))
 		}
 	}
 	return t.Flush()
