@@ -1,12 +1,11 @@
-// Package status names where a job is in its life. It is a leaf (it imports nothing of
-// Conveyor's) so that every layer can use the statuses: the storage layer (internal/jobstate)
-// whose scripts write them, the services (delayed, recovery) and their tests, and pipeline,
-// which gives them to users as pipeline.Status.
+// Package status names where a job is in its life. It is a leaf: it imports nothing of
+// Conveyor's, so every layer can use the statuses. The store's scripts write them; the services
+// and pipeline read them; users see them as pipeline.Status.
 //
-// The list below is the one place a status is declared. The OpenAPI enums (go generate in api),
-// the dashboard's tabs and colours, the CLI's completion and lists, the events' statuses and the
-// metrics' labels all read it. docs/ARCHITECTURE.md ("Adding a status") names the few other
-// files a new status touches; drift tests fail when one is missed.
+// The list below is the one place a status is declared. The OpenAPI enums are generated from it
+// (go generate ./api). The dashboard's tabs and colours, the CLI's lists and completion, the
+// events and the metrics' labels read it at run time. docs/ARCHITECTURE.md ("Adding a status")
+// names the few other files a new status touches; drift tests fail when one is missed.
 package status
 
 // Status is where a job is in its life.
@@ -99,8 +98,8 @@ func Infos() []Info {
 	return append([]Info(nil), list...)
 }
 
-// Listable returns the statuses Inspector.List pages, as the CLI and the dashboard offer them:
-// those a gauge counts first (what the queue holds now), then the others, each in the order of All.
+// Listable returns the statuses Inspector.List pages, in the order the CLI and the dashboard
+// offer them. Those a gauge counts come first (what the queue holds now), then the others.
 func Listable() []Status {
 	var out []Status
 	for _, gauge := range []bool{true, false} {
