@@ -18,9 +18,9 @@ import (
 
 // Defaults of QueueCollectorConfig.
 const (
-	// DefaultMaxAge is how long a QueueCollector serves a reading: below Prometheus's usual
-	// scrape intervals (15s to 1m), so each scrape sees fresh numbers, and long enough that
-	// several Prometheus servers or a tight scrape interval do not multiply the reads.
+	// DefaultMaxAge is how long a QueueCollector serves a reading. It is below Prometheus's
+	// usual scrape intervals (15s to 1m), so each scrape sees fresh numbers. It is long enough
+	// that several Prometheus servers, or a tight scrape interval, do not multiply the reads.
 	DefaultMaxAge = 5 * time.Second
 	// DefaultRefreshTimeout bounds one refresh.
 	DefaultRefreshTimeout = 5 * time.Second
@@ -42,12 +42,14 @@ type QueueCollectorConfig struct {
 }
 
 // QueueCollector is a prometheus.Collector of the queues' gauges and counters, and of their
-// configured flow-control limits, read through an Inspector (Inspector.Queues: one round trip
-// for the queue list and one per 100 queues; Inspector.LimitsOf: one more for the limits).
-// It caches a reading for MaxAge: however many queues there are and however often it is
-// scraped, it refreshes at most once per MaxAge, and concurrent scrapes share one refresh.
-// When a refresh fails, the last reading is served (conveyor_queue_stats_age_seconds says how
-// old) and conveyor_queue_stats_errors_total counts the failure; with no reading yet, the
+// configured flow-control limits. It reads them through an Inspector. Inspector.Queues costs one
+// round trip for the queue list and one per 100 queues; Inspector.LimitsOf one more for the
+// limits.
+//
+// It caches a reading for MaxAge. However many queues there are and however often it is scraped,
+// it refreshes at most once per MaxAge. Concurrent scrapes share one refresh. When a refresh
+// fails, the last reading is served, and conveyor_queue_stats_errors_total counts the failure.
+// (conveyor_queue_stats_age_seconds says how old the reading is.) With no reading yet, the
 // scrape reports the error.
 type QueueCollector struct {
 	insp *pipeline.Inspector
@@ -193,7 +195,7 @@ func (c *QueueCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 }
 
-// refresh reads the queues again if the reading is older than MaxAge; a failed try is not
+// refresh reads the queues again if the reading is older than MaxAge. A failed try is not
 // repeated within MaxAge either, so a Redis that is away is not asked at every scrape. The
 // caller holds c.mu: concurrent scrapes wait for one refresh and share it.
 func (c *QueueCollector) refresh() {
@@ -213,9 +215,9 @@ func (c *QueueCollector) refresh() {
 	if c.only != nil {
 		stats = slices.DeleteFunc(stats, func(s *pipeline.QueueStats) bool { return !c.only[s.Queue] })
 	}
-	// The limits of the known queues read, in one more round trip (one per node on a cluster):
-	// a listed queue that is not known has none (limits are set on existing queues only), and
-	// its name, which nothing checked, is not sent.
+	// The limits of the known queues read, in one more round trip (one per node on a cluster). A
+	// listed queue that is not known has none, since limits are set on existing queues only. Its
+	// name, which nothing checked, is not sent.
 	names := make([]string, len(stats))
 	for k, s := range stats {
 		names[k] = s.Queue

@@ -4,8 +4,8 @@
 //
 // The list below is the one place a status is declared. The OpenAPI enums are generated from it
 // (go generate ./api). The dashboard's tabs and colours, the CLI's lists and completion, the
-// events and the metrics' labels read it at run time. docs/ARCHITECTURE.md ("Adding a status")
-// names the few other files a new status touches; drift tests fail when one is missed.
+// events and the metrics' labels read it at run time. The few other files a new status touches
+// are named in docs/ARCHITECTURE.md, "Adding a status"; drift tests fail when one is missed.
 package status
 
 // Status is where a job is in its life.
