@@ -89,7 +89,7 @@ const (
 	FieldLimitKey = "limit_key"
 	// FieldLimitSlots names the concurrency slots a running job holds, in jobs admitted before
 	// leases: the queue's limit prefix, then each scope instance, newline-joined. Cancel, release
-	// and recovery still give them back (lib.lua: cv_release_slots), so the jobs of an older
+	// and recovery still give them back (jobstate/lua/limits.lua: cv_release_slots), so the jobs of an older
 	// worker leave no slot taken. Admission no longer writes it: a job's slots are its worker's
 	// lease's (pipeline's admit.go).
 	FieldLimitSlots = "limit_slots"
@@ -116,14 +116,14 @@ const (
 	// FieldAttempts is a job's attempt history, oldest first, the last MaxAttemptHistory. It lists
 	// the attempts that ended without ending the job: a retry, a snooze, a lost worker. It also
 	// lists the one that sent the job to the dead set. The scripts finish.lua and recover.lua
-	// write it (lib.lua's cv_attempt).
+	// write it (record.lua's cv_attempt).
 	//
 	// Each line is "<attempt>\t<worker>\t<started ms>\t<ended ms>\t<outcome>\t<error>". Tabs and
 	// newlines in the worker and error become spaces; the error is cut to MaxAttemptError bytes. A
 	// completed job's last attempt is not written: the hash's worker, started_at and completed_at
 	// tell it, so the happy path writes nothing more.
 	FieldAttempts = "attempts"
-	// The fields of a workflow's task (pipeline.Client.Workflow, pipeline.Client.Batch; lib.lua's
+	// The fields of a workflow's task (pipeline.Client.Workflow, pipeline.Client.Batch; workflows.lua's
 	// cv_wf_* functions). FieldWorkflow is the full name of the workflow's hash (Queue.Workflow,
 	// in the queue's hash tag). FieldWfTask is the task's name in it. FieldWfDeps and FieldWfNext
 	// are the ids of the tasks it waits for and of those that wait for it (space-separated).
@@ -192,7 +192,7 @@ const (
 )
 
 // Bounds of a job's attempt history (FieldAttempts): the attempts kept, and the bytes of each
-// one's error. The last error is whole in FieldLastError. The function cv_attempt in lib.lua holds
+// one's error. The last error is whole in FieldLastError. The function cv_attempt in record.lua holds
 // the same numbers. 20 attempts of at most 512 bytes bound the field near 11 KB. That is more
 // retries than most jobs are given.
 const (
@@ -201,7 +201,7 @@ const (
 )
 
 // FinishedIndexCap bounds each of a queue's (or partition's) indexes of finished jobs, in ids.
-// Those are Queue.Completed and Queue.Canceled. The function cv_index in lib.lua trims the oldest
+// Those are Queue.Completed and Queue.Canceled. The function cv_index in record.lua trims the oldest
 // chunks beyond the cap, but keeps the chunk a call just added. So an index holds at most the cap
 // plus one call's.
 //
@@ -247,7 +247,7 @@ const (
 // FormatEntryJob is the value of a stream entry's EntryJob field: "<attempt> <max_retries>
 // <timeout_ms> <type>". The attempt is the 1-based number of the attempt the entry starts. The
 // type is last because it is the only part that is not a number; it holds no spaces.
-// internal/script/lib.lua (cv_xadd, cv_job) writes and reads the same format.
+// internal/jobstate/lua/entry.lua (cv_xadd, cv_job) writes and reads the same format.
 func FormatEntryJob(attempt, maxRetries int, timeoutMS int64, typ string) string {
 	return strconv.Itoa(attempt) + " " + strconv.Itoa(maxRetries) + " " +
 		strconv.FormatInt(timeoutMS, 10) + " " + typ
@@ -318,7 +318,7 @@ const StatGroupWaiting = "group_waiting"
 // It is twice the worker's default concurrency. So one worker serving one group alone stays busy
 // while its finished jobs' refills are on their way. (An outcome is written a flush interval after
 // the handler returns.) And a new group's job waits behind at most 20 jobs of each other group.
-// The function cv_group_room in lib.lua holds the same number.
+// The function cv_group_room in groups.lua holds the same number.
 const DefaultGroupWindow = 20
 
 // The fields of a queue's group settings (Queue.GroupConfig): the window, and each group's
@@ -329,7 +329,7 @@ const (
 )
 
 // The names of a queue's group keys after GroupPrefix, and of its stats hash after Base. Lua
-// builds the keys from them too (lib.lua, "Fair groups"), so they are named once here.
+// builds the keys from them too (jobstate/lua/groups.lua), so they are named once here.
 const (
 	GroupKeyConfig   = "cfg"
 	GroupKeyFlag     = "on"
@@ -394,7 +394,7 @@ func (q Queue) Stream() string { return q.stream }
 // LevelStream is the stream that carries the queue's jobs of priority level p (FieldPriority). For
 // level 1, and any p out of range, it is the queue's level-1 stream. For the others it is that +
 // ":p<level>", on a level's view (AtLevel) as on the queue. So a queue whose jobs never name a
-// level has the one stream it always had. The function cv_level_stream in lib.lua builds the same
+// level has the one stream it always had. The function cv_level_stream in entry.lua builds the same
 // names.
 func (q Queue) LevelStream(p int) string {
 	if p <= MinPriority || p > MaxPriority {
@@ -423,7 +423,7 @@ func (q Queue) Level() int { return max(q.level, MinPriority) }
 // published with. The scripts enqueue.lua and debounce.lua add to it; only deleting the queue
 // empties it. A worker reads a level's stream only once the level is in the set. So a queue whose
 // jobs never named a level pays no reader, slot or call for levels. Its name is the level-1
-// stream's plus ":levels", so a script given any level's stream finds it (lib.lua's cv_add_level).
+// stream's plus ":levels", so a script given any level's stream finds it (entry.lua's cv_add_level).
 func (q Queue) Levels() string { return q.base + "stream:levels" }
 
 // Scheduled is the sorted set of job ids waiting for a time, scored by due time in unix ms.
@@ -443,7 +443,7 @@ func (q Queue) Dead() string { return q.dead }
 // is a sorted set of chunks. Each chunk is the space-separated ids of one finish.lua call, but not
 // those kept only as a tombstone. A chunk's score is the call's latest finish (unix ms). The count
 // of its ids is at IndexCount(Completed()). The script finish.lua trims it to the retention and
-// FinishedIndexCap (lib.lua: cv_index). An id whose record expired is skipped when read.
+// FinishedIndexCap (record.lua: cv_index). An id whose record expired is skipped when read.
 func (q Queue) Completed() string { return q.base + "completed" }
 
 // Canceled is Completed's twin for canceled jobs: cancel.lua adds each job it cancels.
@@ -469,7 +469,7 @@ func (q Queue) Workflows() string { return q.base + "workflows" }
 func (q Queue) WorkflowIndex() string { return q.base + "workflows:index" }
 
 // WorkflowCascade is the queue's work list of workflow cascades. A script that ends tasks may
-// follow only so many edges in one call (lib.lua's cv_wf_follow). The dependents it did not reach
+// follow only so many edges in one call (workflows.lua's cv_wf_follow). The dependents it did not reach
 // are left here for later calls, and jobstate's FollowCascade goes on with them. The function
 // cv_wf_follow builds the same name from the job prefix.
 func (q Queue) WorkflowCascade() string { return q.base + "workflows:cascade" }
@@ -539,7 +539,7 @@ func (q Queue) LimitPrefix() string { return q.base + "limit:" }
 // GroupPrefix is the prefix of the keys of the queue's fair groups (pipeline.WithGroup). Those are
 // the settings, the set of each group's jobs in its window, and each group's wait list. Then the
 // sets of the groups with waiting and with running jobs. Lua builds the same names from JobPrefix
-// (lib.lua, "Fair groups").
+// (jobstate/lua/groups.lua).
 func (q Queue) GroupPrefix() string { return q.base + "group:" }
 
 // GroupConfig is the hash of the queue's group settings, set by an operator
