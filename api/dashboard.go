@@ -11,6 +11,8 @@ import (
 	"path"
 	"strings"
 	"time"
+
+	"github.com/conveyorq/conveyor/internal/status"
 )
 
 // The dashboard is a single page (index.html) and its assets (ui/...), embedded in the binary.
@@ -70,6 +72,8 @@ func Dashboard() http.Handler {
 	if err != nil {
 		panic(err)
 	}
+	d.assets["statuses.js"] = newDashboardAsset(statusesJS(status.Infos(), status.Listable()), "statuses.js")
+	d.assets["statuses.css"] = newDashboardAsset(statusesCSS(status.Infos()), "statuses.css")
 	index, err := fs.ReadFile(root, "index.html")
 	if err != nil {
 		panic(err)

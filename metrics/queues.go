@@ -6,11 +6,13 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/conveyorq/conveyor/internal/status"
 	"github.com/conveyorq/conveyor/pipeline"
 )
 
@@ -64,9 +66,7 @@ type QueueCollector struct {
 }
 
 var (
-	descJobs = prometheus.NewDesc(Namespace+"_queue_jobs",
-		"Jobs in the queue now, by state: scheduled (waiting for their time), queued (in the stream, not started), in_progress (held by a worker), dead.",
-		[]string{"queue", "state"}, nil)
+	descJobs   = prometheus.NewDesc(Namespace+"_queue_jobs", jobsHelp(), []string{"queue", "state"}, nil)
 	descPaused = prometheus.NewDesc(Namespace+"_queue_paused",
 		"1 while the queue is paused (conveyor pause): workers do not take its jobs; 0 otherwise.",
 		[]string{"queue"}, nil)
@@ -97,6 +97,17 @@ var (
 		{counterDesc("debounced", "Publishes that joined a pending debounced job instead of creating one."), func(s *pipeline.QueueStats) int64 { return s.Debounced }},
 	}
 )
+
+// jobsHelp is conveyor_queue_jobs's help: its state labels, one for each gauged status.
+func jobsHelp() string {
+	var states []string
+	for _, in := range status.Infos() {
+		if in.Gauge {
+			states = append(states, in.Status.Word()+" ("+in.Help+")")
+		}
+	}
+	return "Jobs in the queue now, by state: " + strings.Join(states, ", ") + "."
+}
 
 func counterDesc(name, help string) *prometheus.Desc {
 	return prometheus.NewDesc(Namespace+"_queue_"+name+"_total", help+" Kept in Redis since the queue was created.",
@@ -156,12 +167,10 @@ func (c *QueueCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	ch <- prometheus.MustNewConstMetric(descAge, prometheus.GaugeValue, now.Sub(read).Seconds())
 	for _, s := range stats {
-		for _, g := range []struct {
-			state string
-			n     int64
-		}{{string(pipeline.StatusScheduled), s.Scheduled}, {string(pipeline.StatusQueued), s.Queued},
-			{string(pipeline.StatusInProgress), s.InProgress}, {"dead", s.Dead}} {
-			ch <- prometheus.MustNewConstMetric(descJobs, prometheus.GaugeValue, float64(g.n), s.Queue, g.state)
+		for _, st := range pipeline.Statuses() {
+			if n, ok := s.Gauge(st); ok {
+				ch <- prometheus.MustNewConstMetric(descJobs, prometheus.GaugeValue, float64(n), s.Queue, st.Word())
+			}
 		}
 		for _, qc := range queueCounters {
 			ch <- prometheus.MustNewConstMetric(qc.desc, prometheus.CounterValue, float64(qc.val(s)), s.Queue)

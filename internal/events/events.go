@@ -38,6 +38,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/conveyorq/conveyor/internal/status"
 	"weak"
 
 	"github.com/redis/go-redis/v9"
@@ -62,14 +64,19 @@ const Progress = "progress"
 // Final reports whether the event's status is one a job never leaves (but by a replay).
 func (e Event) Final() bool { return Final(e.Status) }
 
-// Final reports whether status is completed, failed or canceled.
-func Final(status string) bool {
-	return status == "completed" || status == "failed" || status == "canceled"
+// Final reports whether status is an end state (internal/status).
+func Final(s string) bool {
+	return status.Status(s).Final()
 }
 
 // statuses are the statuses an event may carry (Progress is none, but travels as one).
-var statuses = map[string]bool{"scheduled": true, "queued": true, "in_progress": true,
-	"completed": true, "failed": true, "canceled": true, Progress: true}
+var statuses = func() map[string]bool {
+	out := map[string]bool{Progress: true}
+	for _, s := range status.All() {
+		out[string(s)] = true
+	}
+	return out
+}()
 
 // maxAttempt bounds an event's attempt: more digits are not a count any job reaches.
 const maxAttempt = 1_000_000_000
