@@ -123,7 +123,7 @@ func TestStockPublisherMessagesAreRecovered(t *testing.T) {
 	entries := res[0].Messages
 	require.Len(t, entries, 2)
 	// The lost worker adopted the first before it died.
-	_, err = jobstate.Adopt(ctx, b.rdb, b.q, jobstate.Foreign{ID: adopted.UUID, Entry: entries[0].ID,
+	_, err = jobstate.NewStore(b.rdb, "").Adopt(ctx, b.q, jobstate.Foreign{ID: adopted.UUID, Entry: entries[0].ID,
 		Type: "echo", MaxRetries: 5, CreatedAt: time.Now()}, time.Now(), "lost")
 	require.NoError(t, err)
 

@@ -178,7 +178,7 @@ func (r *progressReporter) end(flush bool) {
 
 // write runs progress.lua for one report.
 func (r *progressReporter) write(ctx context.Context, h heldReport) error {
-	row, err := jobstate.WriteProgress(ctx, r.w.rdb, *r.q, jobstate.ProgressParams{ID: r.id, Entry: r.entry,
+	row, err := r.w.store.WriteProgress(ctx, *r.q, jobstate.ProgressParams{ID: r.id, Entry: r.entry,
 		Attempt: r.try, Percent: h.percent, Message: h.message, Events: events.ModeOf(ctx, r.w.rdb)})
 	if err != nil {
 		return fmt.Errorf("progress %s/%s: %w", r.q.Name(), r.id, err)

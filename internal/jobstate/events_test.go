@@ -31,7 +31,7 @@ func TestScriptsAnnounceEvents(t *testing.T) {
 	entries := f.read(len(ids))
 	now := time.Now()
 	for _, id := range ids[:4] { // waited on (the poison record is announced all the same)
-		_, found, err := jobstate.GetWatched(ctx, f.rdb, f.q, id)
+		_, found, err := jobstate.NewStore(f.rdb, "").GetWatched(ctx, f.q, id)
 		require.NoError(t, err)
 		require.True(t, found)
 	}
@@ -59,11 +59,11 @@ func TestScriptsAnnounceEvents(t *testing.T) {
 		{ID: ids[4], Status: "failed", Attempt: 0},
 	}, next(), "one message for the call; the start and the refused transition say nothing")
 
-	row, err := jobstate.Cancel(ctx, f.rdb, f.q, jobstate.CancelParams{ID: ids[5], Now: now, Retention: time.Hour,
+	row, err := jobstate.NewStore(f.rdb, "").Cancel(ctx, f.q, jobstate.CancelParams{ID: ids[5], Now: now, Retention: time.Hour,
 		MinRetention: time.Minute, Events: events.Plain})
 	require.NoError(t, err)
 	require.Equal(t, script.OK, row.Code)
-	row, err = jobstate.Cancel(ctx, f.rdb, f.q, jobstate.CancelParams{ID: ids[1], Now: now, Retention: time.Hour,
+	row, err = jobstate.NewStore(f.rdb, "").Cancel(ctx, f.q, jobstate.CancelParams{ID: ids[1], Now: now, Retention: time.Hour,
 		MinRetention: time.Minute, Events: events.Sharded})
 	require.NoError(t, err)
 	require.Equal(t, script.OK, row.Code)
@@ -87,10 +87,10 @@ func TestFinishAnnouncesOnlyWatchedJobs(t *testing.T) {
 		ids = append(ids, j.ID)
 	}
 	entries := f.read(len(ids))
-	_, found, err := jobstate.GetWatched(ctx, f.rdb, f.q, ids[1])
+	_, found, err := jobstate.NewStore(f.rdb, "").GetWatched(ctx, f.q, ids[1])
 	require.NoError(t, err)
 	require.True(t, found)
-	_, found, err = jobstate.GetWatched(ctx, f.rdb, f.q, "nosuchjob")
+	_, found, err = jobstate.NewStore(f.rdb, "").GetWatched(ctx, f.q, "nosuchjob")
 	require.NoError(t, err)
 	require.False(t, found)
 	n, err := f.rdb.Exists(ctx, f.q.Job("nosuchjob")).Result()
@@ -123,7 +123,7 @@ func TestFinishReadsMarksOnlyInAWatchedQueue(t *testing.T) {
 	entries := f.read(len(ids))
 	now := time.Now()
 	require.Equal(t, []script.Code{applied}, f.run(jobstate.Done(&f.q, jobstate.DoneParams{Ran: ran(ids[0], entries[0], now), Result: "r"})))
-	_, found, err := jobstate.GetWatched(ctx, f.rdb, f.q, ids[2])
+	_, found, err := jobstate.NewStore(f.rdb, "").GetWatched(ctx, f.q, ids[2])
 	require.NoError(t, err)
 	require.True(t, found)
 	require.Equal(t, []script.Code{applied}, f.run(jobstate.Done(&f.q, jobstate.DoneParams{Ran: ran(ids[1], entries[1], now), Result: "r"})))
