@@ -131,7 +131,7 @@ func (c Config) validate() error {
 // package jobstate's conformance suite (jobstate/storetest) checks the real one.
 type promoter interface {
 	Events(ctx context.Context) events.Mode
-	Promote(ctx context.Context, q keys.Queue, limit int, ev events.Mode) (jobstate.Promoted, error)
+	Promote(ctx context.Context, q keys.Queue, p jobstate.PromoteParams) (jobstate.Promoted, error)
 }
 
 // Scheduler promotes due jobs; see the package documentation.
@@ -177,7 +177,7 @@ func (s *Scheduler) Promote(ctx context.Context, queue string) (moved int, next,
 // Config.OnPromote), negative when nothing was due.
 func (s *Scheduler) promote(ctx context.Context, queue string, limit int) (int, time.Time, time.Time, time.Duration, error) {
 	q := keys.New(s.cfg.Prefix, queue)
-	p, err := s.store.Promote(ctx, q, limit, s.store.Events(ctx))
+	p, err := s.store.Promote(ctx, q, jobstate.PromoteParams{Limit: limit, Events: s.store.Events(ctx)})
 	if err != nil {
 		return 0, time.Time{}, time.Time{}, 0, fmt.Errorf("promote %s: %w", queue, err)
 	}

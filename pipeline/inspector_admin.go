@@ -6,7 +6,6 @@ import (
 	"slices"
 	"time"
 
-	"github.com/conveyorq/conveyor/internal/events"
 	"github.com/conveyorq/conveyor/internal/jobstate"
 	"github.com/conveyorq/conveyor/internal/keys"
 	"github.com/conveyorq/conveyor/internal/rediserr"
@@ -152,7 +151,7 @@ func (i *Inspector) QueueNames(ctx context.Context) ([]string, error) {
 // that waits for a concurrency slot of a limit, and ErrNotFound for an unknown one.
 func (i *Inspector) RunNow(ctx context.Context, queue, id string) error {
 	return i.onJob(ctx, queue, id, func(q keys.Queue) error {
-		row, err := i.store.RunNow(ctx, q, id, events.ModeOf(ctx, i.rdb))
+		row, err := i.store.RunNow(ctx, q, jobstate.RunNowParams{ID: id, Events: i.store.Events(ctx)})
 		if err == nil && row.Code == script.WrongState && row.Data == "limited" {
 			return fmt.Errorf("%w (it waits for a concurrency slot of a limit, and runs when one frees)", ErrNotScheduled)
 		}
@@ -170,7 +169,7 @@ func (i *Inspector) Delete(ctx context.Context, queue, id string) error {
 	now := i.cfg.Now()
 	return i.onJob(ctx, queue, id, func(q keys.Queue) error {
 		row, err := i.store.Cancel(ctx, q, jobstate.CancelParams{ID: id, Now: now,
-			MinRetention: i.cfg.MinRetention, Events: events.ModeOf(ctx, i.rdb), Delete: true})
+			MinRetention: i.cfg.MinRetention, Events: i.store.Events(ctx), Delete: true})
 		if err == nil && row.Code == script.OK && row.Data != "" && row.Data != "0" {
 			_ = followCascade(ctx, i.store, q, now) // as cancelJob: the delete is done
 		}

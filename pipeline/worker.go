@@ -598,7 +598,7 @@ func (w *Worker) session(ctx context.Context) ([]int, error) {
 		case <-sctx.Done():
 			return
 		}
-		if events.ModeOf(sctx, w.rdb) != events.None {
+		if w.store.Events(sctx) != events.None {
 			// Bounded: a server that refuses the subscriptions leaves cancels to the lease
 			// renewal, and must not keep the worker from being ready.
 			limit := time.NewTimer(eventsReadyWait)

@@ -39,7 +39,7 @@ type Backend interface {
 	// Transitions outside a worker's batch (transitions.go).
 	Release(ctx context.Context, q keys.Queue, now time.Time, entries []string) (Released, error)
 	Cancel(ctx context.Context, q keys.Queue, p CancelParams) (Row, error)
-	RunNow(ctx context.Context, q keys.Queue, id string, ev events.Mode) (Row, error)
+	RunNow(ctx context.Context, q keys.Queue, p RunNowParams) (Row, error)
 	Replay(ctx context.Context, q keys.Queue, id string, now time.Time) (Row, error)
 	Purge(ctx context.Context, q keys.Queue, p PurgeParams) (int, error)
 	PurgeDryRun(ctx context.Context, q keys.Queue, p PurgeDryRunParams) ([]string, error)
@@ -50,7 +50,7 @@ type Backend interface {
 	Leases(ctx context.Context, p LeasesParams) (lost bool, waiting []string, err error)
 
 	// The services' scripts (maintain.go).
-	Promote(ctx context.Context, q keys.Queue, limit int, ev events.Mode) (Promoted, error)
+	Promote(ctx context.Context, q keys.Queue, p PromoteParams) (Promoted, error)
 	Recover(ctx context.Context, q keys.Queue, p RecoverParams) (Recovered, error)
 	Prune(ctx context.Context, q keys.Queue, p PruneParams) (int, error)
 	Clock(ctx context.Context, q keys.Queue) (time.Time, error)

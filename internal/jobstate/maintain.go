@@ -33,6 +33,12 @@ var (
 	clockScript   = script.New(clockSrc)
 )
 
+// PromoteParams is a Promote: move at most Limit due jobs, announcing them in Events mode.
+type PromoteParams struct {
+	Limit  int
+	Events events.Mode
+}
+
 // Promoted is what a Promote did, by Redis's clock.
 type Promoted struct {
 	Moved int       // jobs moved into the stream
@@ -43,11 +49,11 @@ type Promoted struct {
 	Lag time.Duration
 }
 
-// Promote moves up to limit jobs of q that are due by Redis's clock from its scheduled set into
-// its stream (promote.lua), announcing them in mode ev.
-func (s *Store) Promote(ctx context.Context, q keys.Queue, limit int, ev events.Mode) (Promoted, error) {
+// Promote moves up to p.Limit jobs of q that are due by Redis's clock from its scheduled set
+// into its stream (promote.lua), announcing them in mode p.Events.
+func (s *Store) Promote(ctx context.Context, q keys.Queue, pp PromoteParams) (Promoted, error) {
 	r, err := decode("promote", promoteScript.Run(ctx, s.rdb, []string{q.Scheduled(), q.Stream()},
-		limit, q.JobPrefix(), ev.Command(), q.Events()))
+		pp.Limit, q.JobPrefix(), pp.Events.Command(), q.Events()))
 	if err == nil {
 		err = r.want(4)
 	}

@@ -324,13 +324,19 @@ func (s *Store) Cancel(ctx context.Context, q keys.Queue, p CancelParams) (Row, 
 		p.Events.Command(), q.Events(), indexCap(p.IndexCap), del))
 }
 
-// RunNow moves scheduled job id of q into its stream now (run_now.lua), announcing it in mode
-// ev. Its Row is script.OK, script.NotFound, or script.WrongState with the job's status
+// RunNowParams is a RunNow: the job, and the events mode to announce it in.
+type RunNowParams struct {
+	ID     string
+	Events events.Mode
+}
+
+// RunNow moves scheduled job p.ID of q into its stream now (run_now.lua), announcing it in mode
+// p.Events. Its Row is script.OK, script.NotFound, or script.WrongState with the job's status
 // ("limited" for a scheduled job waiting for a concurrency slot, which only a freed slot
 // moves).
-func (s *Store) RunNow(ctx context.Context, q keys.Queue, id string, ev events.Mode) (Row, error) {
+func (s *Store) RunNow(ctx context.Context, q keys.Queue, p RunNowParams) (Row, error) {
 	return decodeRow("run now", runNowScript.Run(ctx, s.rdb,
-		[]string{q.Scheduled(), q.Stream(), q.Job(id)}, id, q.JobPrefix(), ev.Command(), q.Events()))
+		[]string{q.Scheduled(), q.Stream(), q.Job(p.ID)}, p.ID, q.JobPrefix(), p.Events.Command(), q.Events()))
 }
 
 // Replay moves dead job id back into the stream at now (replay.lua). Its Row is script.OK with

@@ -161,10 +161,10 @@ func testScheduledRunNow(t *testing.T, s jobstate.Backend) {
 	require.Len(t, page, 1)
 	require.Equal(t, "a", page[0].Member)
 
-	p, err := s.Promote(ctx, q, 10, s.Events(ctx))
+	p, err := s.Promote(ctx, q, jobstate.PromoteParams{Limit: 10, Events: s.Events(ctx)})
 	require.NoError(t, err)
 	require.Zero(t, p.Moved, "not due")
-	row, err := s.RunNow(ctx, q, "a", s.Events(ctx))
+	row, err := s.RunNow(ctx, q, jobstate.RunNowParams{ID: "a", Events: s.Events(ctx)})
 	require.NoError(t, err)
 	require.Equal(t, script.OK, row.Code)
 	requireStatus(t, s, q, "a", status.Queued)
