@@ -4,7 +4,7 @@
 //
 // A job that must wait (published with a delay, or a failed attempt waiting for its retry)
 // sits in the queue's scheduled sorted set, scored by its due time in unix milliseconds, with
-// its payload in its hash. The Scheduler runs promote.lua (internal/jobstate.Promote), which
+// its payload in its hash. The Scheduler runs promote.lua (internal/jobstate, Store.Promote), which
 // moves up to BatchSize due jobs into the stream (new entry, status queued, payload moved into
 // the entry) and removes them from the set in one atomic step, and returns the next due time. When more are due it runs
 // again at once; otherwise it sleeps until that time, at most MaxSleep.

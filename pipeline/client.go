@@ -593,7 +593,7 @@ func conflict(id, differs string) error {
 	return fmt.Errorf("%w: job %s exists with a different %s", ErrConflict, id, strings.ReplaceAll(differs, ",", " and "))
 }
 
-// enqueuePlain creates a plain job (jobstate.NewJob.Plain) with jobstate.Enqueue1 in q, the
+// enqueuePlain creates a plain job (jobstate.NewJob.Plain) with Store.Enqueue1 in q, the
 // queue or the partition the job goes to.
 func (c *Client) enqueuePlain(ctx context.Context, js jobstate.Backend, q keys.Queue, j *Job, nj *jobstate.NewJob) (*Job, error) {
 	queue := q.Name()
@@ -793,7 +793,7 @@ func getJob(ctx context.Context, js jobstate.Backend, q keys.Queue, id string) (
 	return gotJob(q, id, flat, found, err)
 }
 
-// gotJob is the Job of a jobstate.Get reply.
+// gotJob is the Job of a Store.Get reply.
 func gotJob(q keys.Queue, id string, flat []string, found bool, err error) (*Job, error) {
 	if err != nil {
 		return nil, fmt.Errorf("get %s/%s: %w", q.Name(), id, err)
@@ -942,7 +942,7 @@ func (c *Client) Stats(ctx context.Context, queue string) (*QueueStats, error) {
 	return queueStats(ctx, c.store, c.cfg.Prefix, queue, p)
 }
 
-// readStats reads the gauges and counters of queues qs in one pipeline (jobstate.ReadStats).
+// readStats reads the gauges and counters of queues qs in one pipeline (jobstate.Store.ReadStats).
 func readStats(ctx context.Context, js jobstate.Backend, qs []keys.Queue) ([]*QueueStats, error) {
 	st, err := js.ReadStats(ctx, qs)
 	if err != nil {

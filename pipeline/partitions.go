@@ -44,7 +44,7 @@ func partitionCount(ctx context.Context, rdb redis.Cmdable, prefix, queue string
 }
 
 // knownQueues reads the known queue names, sorted, and the partition counts of those that have
-// more than one, in one round trip (jobstate.KnownQueues).
+// more than one, in one round trip (jobstate.Store.KnownQueues).
 func knownQueues(ctx context.Context, js jobstate.Backend) ([]string, map[string]int, error) {
 	return js.KnownQueues(ctx)
 }
@@ -98,7 +98,7 @@ func findJob(ctx context.Context, js jobstate.Backend, qs []keys.Queue, id strin
 }
 
 // onPartition runs op on the partition of qs (lookupOrder) that holds job id: on qs[0] first,
-// and when op says ErrNotFound there, on the partition that jobstate.Locate finds among the others.
+// and when op says ErrNotFound there, on the partition that jobstate.Store.Locate finds among the others.
 func onPartition(ctx context.Context, js jobstate.Backend, qs []keys.Queue, id string, op func(keys.Queue) error) error {
 	err := op(qs[0])
 	if len(qs) == 1 || !errors.Is(err, ErrNotFound) {

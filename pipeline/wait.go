@@ -125,7 +125,7 @@ func (w *Waiter) read(ctx context.Context, q keys.Queue, id string, mark bool) (
 	return j, err
 }
 
-// getWatchedJob is getJob that marks the job watched (jobstate.GetWatched).
+// getWatchedJob is getJob that marks the job watched (jobstate.Store.GetWatched).
 func getWatchedJob(ctx context.Context, js jobstate.Backend, q keys.Queue, id string) (*Job, error) {
 	flat, found, err := js.GetWatched(ctx, q, id)
 	return gotJob(q, id, flat, found, err)

@@ -566,7 +566,7 @@ func (j *Job) Dependencies(ctx context.Context) (*Dependencies, error) {
 	return &Dependencies{Workflow: wfID, Completed: d.Completed, Failed: d.Failed, Canceled: d.Canceled, Results: res}, nil
 }
 
-// followCascade goes on with the workflow cascades of q (jobstate.FollowCascade) until none is
+// followCascade goes on with the workflow cascades of q (jobstate.Store.FollowCascade) until none is
 // left: what a cancel's script left past the edges one call follows, in calls that each block
 // Redis a few ms at most. Its error is the caller's to ignore: the cancel that left the rest
 // is done, and the queue's recoverer follows what is left at its next scan.

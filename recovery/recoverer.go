@@ -10,7 +10,7 @@
 //
 // Every worker process runs one Recoverer per queue; scans run under the queue's recovery
 // Lock, so no two overlap. A scan lists the pending entries idle for two thirds of the
-// visibility timeout or more (XPENDING with IDLE) and runs recover.lua (internal/jobstate.Recover)
+// visibility timeout or more (XPENDING with IDLE) and runs recover.lua (internal/jobstate, Store.Recover)
 // on those idle for the whole timeout whose idle time the Recoverer trusts (see Trust); the
 // script, for each entry, atomically:
 //
@@ -463,7 +463,7 @@ func (r *Recoverer) scanAndPrune(ctx context.Context, token string, res *Result)
 	return err
 }
 
-// followCascades follows what is left of the queue's workflow cascades (jobstate.FollowCascade,
+// followCascades follows what is left of the queue's workflow cascades (jobstate.Store.FollowCascade,
 // in calls of jobstate.CascadeStep edges) until none is: the dependents of a dead or canceled
 // task of a wide workflow that the script which ended it left past its budget, when no later
 // call went on with them (the canceling process died, or the death was a worker's outcome).
@@ -563,7 +563,7 @@ func (r *Recoverer) scan(ctx context.Context, token string, res *Result) (truste
 // views is the queue and its view at each priority level its jobs used (keys.Queue.Levels,
 // AtLevel): the streams a scan and a prune go through.
 // In the same round trip it reads whether the queue has workflow cascades to follow
-// (jobstate.ScanState).
+// (jobstate.Store.ScanState).
 func (r *Recoverer) views(ctx context.Context) ([]keys.Queue, bool, error) {
 	views := []keys.Queue{r.q}
 	levels, cascades, err := r.store.ScanState(ctx, r.q)

@@ -11,14 +11,14 @@ import (
 )
 
 // Backend is what pipeline runs on: every job-state call of a Store. It is declared here,
-// beside Store, not in pipeline, for three reasons. pipeline's Client, Worker and Inspector
-// share nearly all of it; the conformance suite (jobstate/storetest) is written against it,
-// as river's riverdrivertest is against riverdriver; and a test double (a store that fails on
-// demand) wraps a Backend whatever package it is in. Packages that need a few calls (delayed,
-// recovery) declare their own narrow interface where they use it, which a Backend satisfies.
+// beside Store, not in pipeline. pipeline's Client, Worker and Inspector share nearly all of it.
+// The conformance suite (jobstate/storetest) is written against it, as river's riverdrivertest
+// is against riverdriver. And a test double, such as a store that fails on demand, wraps a
+// Backend from any package. Packages that make a few calls (delayed, recovery) declare their
+// own narrow interface where they use it; a Backend satisfies those.
 //
 // The queue-settings calls (pause, limits, levels, partition counts, group settings) are not
-// in it yet: they are free functions until the settings record replaces them.
+// in it yet: they stay free functions until the settings record replaces them.
 type Backend interface {
 	// The store itself (store.go).
 	Via(w redis.UniversalClient) Backend

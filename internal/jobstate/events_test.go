@@ -71,7 +71,7 @@ func TestScriptsAnnounceEvents(t *testing.T) {
 		"a plain PUBLISH does not reach a sharded subscriber: the first cancel's message is not this one")
 }
 
-// finish.lua announces the outcome of a job a waiter marked (jobstate.GetWatched) and says
+// finish.lua announces the outcome of a job a waiter marked (jobstate.Store.GetWatched) and says
 // nothing of any other: the call for the unmarked job publishes nothing, so the next message is
 // the marked job's. GetWatched marks only a job that exists.
 func TestFinishAnnouncesOnlyWatchedJobs(t *testing.T) {
@@ -105,7 +105,7 @@ func TestFinishAnnouncesOnlyWatchedJobs(t *testing.T) {
 }
 
 // finish.lua asks a job's hash for the watched mark only in a queue whose watching flag a
-// marking read (jobstate.GetWatched) set: a mark made by hand in a queue nobody waited on is
+// marking read (jobstate.Store.GetWatched) set: a mark made by hand in a queue nobody waited on is
 // not read, so that outcome is not announced; once a wait marked another job, it is.
 func TestFinishReadsMarksOnlyInAWatchedQueue(t *testing.T) {
 	t.Parallel()

@@ -3,12 +3,14 @@
 // reads their replies. docs/STATE_MACHINE.md maps every status (package internal/status) and
 // transition.
 //
-// Every transition a worker asks for is a value made by one constructor (Start, Done, Retry,
-// Dead, Poison) and applied in batches by finish.lua, fenced by the stream entry the worker was
-// handed. The other transitions are calls of their own: Release, Cancel, Replay and Purge for
-// pipeline; Promote for package delayed's Scheduler; Recover, Prune and Clock for package
-// recovery's Recoverer (maintain.go). The services keep their loops, clocks and backoffs; what
-// a script does and how its reply reads is here.
+// Every call is a method of Store (store.go), which holds the client, the key prefix and the
+// cluster mode; pipeline reaches it through the Backend interface (backend.go). Every
+// transition a worker asks for is a value made by one constructor (Start, Done, Retry, Dead,
+// Poison) and applied in batches by finish.lua (Store.Finish, Batch.Finish), fenced by the
+// stream entry the worker was handed. The other transitions are methods of their own: Release,
+// Cancel, Replay and Purge for pipeline; Promote for package delayed's Scheduler; Recover,
+// Prune and Clock for package recovery's Recoverer (maintain.go). The services keep their
+// loops, clocks and backoffs; what a script does and how its reply reads is here.
 //
 // A call takes its settings as a params struct with named time.Time and time.Duration fields
 // (StartParams, DoneParams, CancelParams, RecoverParams, ...), never a run of positional
