@@ -1057,10 +1057,10 @@ func (w *Worker) adopt(msg *message.Message) bool {
 	entry := md[stream.EntryIDKey]
 	ctx, cancel := context.WithTimeout(msg.Context(), 10*time.Second)
 	defer cancel()
-	res, err := w.store.Adopt(ctx, *q, jobstate.Foreign{ID: msg.UUID, Entry: entry, Type: typ,
+	res, err := w.store.Adopt(ctx, *q, jobstate.AdoptParams{Job: jobstate.Foreign{ID: msg.UUID, Entry: entry, Type: typ,
 		MaxRetries: maxRetries, Timeout: time.Duration(timeout) * time.Millisecond, CreatedAt: stream.EntryTime(entry),
 		RunAt: a.due(), UniqueKey: a.uniqueKey, UniqueTTL: time.Duration(a.uniqueTTL) * time.Millisecond},
-		w.cfg.Now(), w.cfg.Name)
+		Now: w.cfg.Now(), Worker: w.cfg.Name})
 	log := func(e *zerolog.Event) *zerolog.Event {
 		return e.Str("queue", q.Name()).Str("job_id", msg.UUID).Str("type", typ).Str("entry", entry)
 	}
@@ -1108,7 +1108,7 @@ func (w *Worker) release(ctx context.Context, streamKey string, ids []string) {
 	for len(ids) > 0 {
 		chunk := ids[:min(len(ids), batchChunk)]
 		ids = ids[len(chunk):]
-		rel, err := w.store.Release(ctx, *q, w.cfg.Now(), chunk)
+		rel, err := w.store.Release(ctx, *q, jobstate.ReleaseParams{Now: w.cfg.Now(), Entries: chunk})
 		if err != nil {
 			w.log.Error().Err(err).Str("queue", q.Name()).Int("jobs", len(chunk)).
 				Msg("could not put back unfinished jobs; they will be recovered after the visibility timeout")

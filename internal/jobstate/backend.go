@@ -37,20 +37,20 @@ type Backend interface {
 	GetWatched(ctx context.Context, q keys.Queue, id string) (flat []string, found bool, err error)
 
 	// Transitions outside a worker's batch (transitions.go).
-	Release(ctx context.Context, q keys.Queue, now time.Time, entries []string) (Released, error)
+	Release(ctx context.Context, q keys.Queue, p ReleaseParams) (Released, error)
 	Cancel(ctx context.Context, q keys.Queue, p CancelParams) (Row, error)
 	RunNow(ctx context.Context, q keys.Queue, p RunNowParams) (Row, error)
 	Replay(ctx context.Context, q keys.Queue, id string, now time.Time) (Row, error)
 	Purge(ctx context.Context, q keys.Queue, p PurgeParams) (int, error)
 	PurgeDryRun(ctx context.Context, q keys.Queue, p PurgeDryRunParams) ([]string, error)
-	Adopt(ctx context.Context, q keys.Queue, f Foreign, now time.Time, worker string) (Adopted, error)
+	Adopt(ctx context.Context, q keys.Queue, p AdoptParams) (Adopted, error)
 
 	// Limits' admission and leases (admit.go).
 	Admit(ctx context.Context, p AdmitParams) (AdmitResult, error)
 	Leases(ctx context.Context, p LeasesParams) (lost bool, waiting []string, err error)
 
 	// The services' scripts (maintain.go).
-	Promote(ctx context.Context, q keys.Queue, p PromoteParams) (Promoted, error)
+	Promote(ctx context.Context, q keys.Queue, pp PromoteParams) (Promoted, error)
 	Recover(ctx context.Context, q keys.Queue, p RecoverParams) (Recovered, error)
 	Prune(ctx context.Context, q keys.Queue, p PruneParams) (int, error)
 	Clock(ctx context.Context, q keys.Queue) (time.Time, error)

@@ -270,9 +270,16 @@ func retentionMS(d time.Duration) int64 {
 	return max(1, d.Milliseconds())
 }
 
+// ReleaseParams is a Release: the entries to put back, stamped Now.
+type ReleaseParams struct {
+	Now     time.Time
+	Entries []string
+}
+
 // Release puts back the entries a worker that shuts down still holds (release.lua), so another
 // worker starts them at once.
-func (s *Store) Release(ctx context.Context, q keys.Queue, now time.Time, entries []string) (Released, error) {
+func (s *Store) Release(ctx context.Context, q keys.Queue, p ReleaseParams) (Released, error) {
+	now, entries := p.Now, p.Entries
 	args := make([]any, 0, 3+len(entries))
 	args = append(args, keys.Group, q.JobPrefix(), now.UnixMilli())
 	for _, id := range entries {
@@ -432,10 +439,18 @@ type Adopted struct {
 	Holder    string
 }
 
-// Adopt makes a job of an entry of another Watermill publisher on its first delivery to worker
-// (foreign.lua), under the rules of a publish: a unique key is taken or the message refused, a
-// due time after now schedules the job.
-func (s *Store) Adopt(ctx context.Context, q keys.Queue, f Foreign, now time.Time, worker string) (Adopted, error) {
+// AdoptParams is an Adopt: the entry's job, the time, and the worker it is delivered to.
+type AdoptParams struct {
+	Job    Foreign
+	Now    time.Time
+	Worker string
+}
+
+// Adopt makes a job of an entry of another Watermill publisher on its first delivery to
+// p.Worker (foreign.lua), under the rules of a publish: a unique key is taken or the message
+// refused, a due time after p.Now schedules the job.
+func (s *Store) Adopt(ctx context.Context, q keys.Queue, p AdoptParams) (Adopted, error) {
+	f, now, worker := p.Job, p.Now, p.Worker
 	ks := []string{q.Stats(), q.Job(f.ID), q.Stream(), q.Scheduled()}
 	if f.UniqueKey != "" {
 		ks = append(ks, q.Unique(f.UniqueKey))
