@@ -91,7 +91,7 @@ func (i *Inspector) QueueSettings(ctx context.Context, queue string) (*QueueSett
 			seen[l] = true
 		}
 	}
-	out.Levels = slices.Sorted(maps.Keys(seen))
+	out.Levels = append([]int{}, slices.Sorted(maps.Keys(seen))...) // [] in JSON, not null
 	return out, nil
 }
 
