@@ -6,28 +6,13 @@ import (
 	"github.com/conveyorq/conveyor/pipeline"
 )
 
-// settingsView is a queue's settings as the API shows them: pipeline.QueueSettings's fields,
-// with its limits in the form the limits routes use.
-type settingsView struct {
-	*pipeline.QueueSettings
-	Limits []limitBody `json:"limits"`
-}
-
-func viewSettings(st *pipeline.QueueSettings) settingsView {
-	v := settingsView{QueueSettings: st, Limits: make([]limitBody, len(st.Limits))}
-	for k, l := range st.Limits {
-		v.Limits[k] = limitView(st.Queue, l)
-	}
-	return v
-}
-
 // queueSettings: GET /v1/queues/{queue}/settings. A queue that does not exist is a 404.
 func (s *Server) queueSettings(w http.ResponseWriter, r *http.Request) error {
 	st, err := s.inspector.QueueSettings(r.Context(), r.PathValue("queue"))
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, viewSettings(st))
+	writeJSON(w, http.StatusOK, st)
 	return nil
 }
 
@@ -47,6 +32,6 @@ func (s *Server) updateQueue(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, viewSettings(st))
+	writeJSON(w, http.StatusOK, st)
 	return nil
 }

@@ -1,7 +1,9 @@
 package pipeline
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
@@ -16,37 +18,95 @@ import (
 // made through UpdateQueue or the calls it stands for (Pause, Resume, SetLimit, DeleteLimit,
 // SetGroups, CreateQueue); 0 means the queue's settings were never changed by this version.
 type QueueSettings struct {
-	Queue      string `json:"queue"`
-	Revision   int64  `json:"revision"`
-	Paused     bool   `json:"paused"`
-	Partitions int    `json:"partitions"`
+	Queue      string
+	Revision   int64
+	Paused     bool
+	Partitions int
 	// Limits are the queue's limits, as Limits lists them.
-	Limits []Limit `json:"-"`
+	Limits []Limit
 	// GroupWindow is the fair-group window (DefaultGroupWindow unless set); GroupWeights the
 	// weights set, by group.
-	GroupWindow  int            `json:"group_window"`
-	GroupWeights map[string]int `json:"group_weights"`
+	GroupWindow  int
+	GroupWeights map[string]int
 	// Levels are the priority levels above 1 that the queue's jobs were published with.
-	Levels []int `json:"levels"`
+	Levels []int
 	// PauseUnconfirmed names, after an UpdateQueue that paused the queue, the live workers
 	// that did not confirm the pause in time (PauseConfirmed).
-	PauseUnconfirmed []string `json:"pause_unconfirmed,omitempty"`
+	PauseUnconfirmed []string
 }
 
 // QueuePatch is a change of a queue's settings (UpdateQueue): a nil field changes nothing.
 type QueuePatch struct {
 	// Paused pauses (Pause, waiting for the confirmations) or resumes (Resume) the queue.
-	Paused *bool `json:"paused,omitempty"`
+	Paused *bool
 	// Concurrency sets the concurrency of the queue's whole-queue limit (SetLimit with no type
 	// and no key), keeping its rate; 0 removes the concurrency, and the limit with it when it
 	// has no rate.
-	Concurrency *int `json:"concurrency,omitempty"`
+	Concurrency *int
 	// Partitions changes the partition count (CreateQueue, without a drain).
-	Partitions *int `json:"partitions,omitempty"`
+	Partitions *int
 	// GroupWindow sets the fair-group window; 0 sets it back to DefaultGroupWindow.
-	GroupWindow *int `json:"group_window,omitempty"`
+	GroupWindow *int
 	// GroupWeights sets groups' weights; a weight of 0 sets it back to 1 (SetGroups).
-	GroupWeights map[string]int `json:"group_weights,omitempty"`
+	GroupWeights map[string]int
+}
+
+// settingsJSON is the wire form of QueueSettings: the HTTP API's and `conveyor queues set
+// --json`'s. Its limits have the fields of the limits routes.
+type settingsJSON struct {
+	Queue            string         `json:"queue"`
+	Revision         int64          `json:"revision"`
+	Paused           bool           `json:"paused"`
+	Partitions       int            `json:"partitions"`
+	Limits           []limitJSON    `json:"limits"`
+	GroupWindow      int            `json:"group_window"`
+	GroupWeights     map[string]int `json:"group_weights"`
+	Levels           []int          `json:"levels"`
+	PauseUnconfirmed []string       `json:"pause_unconfirmed,omitempty"`
+}
+
+type limitJSON struct {
+	Queue       string `json:"queue"`
+	Type        string `json:"type"`
+	PerKey      bool   `json:"per_key"`
+	Rate        int    `json:"rate"`
+	IntervalMS  int64  `json:"interval_ms"`
+	Concurrency int    `json:"concurrency"`
+}
+
+// MarshalJSON writes the settings' wire form, durations in milliseconds.
+func (s *QueueSettings) MarshalJSON() ([]byte, error) {
+	w := settingsJSON{Queue: s.Queue, Revision: s.Revision, Paused: s.Paused, Partitions: s.Partitions,
+		Limits: make([]limitJSON, len(s.Limits)), GroupWindow: s.GroupWindow, GroupWeights: s.GroupWeights,
+		Levels: s.Levels, PauseUnconfirmed: s.PauseUnconfirmed}
+	for k, l := range s.Limits {
+		w.Limits[k] = limitJSON{Queue: s.Queue, Type: l.Type, PerKey: l.PerKey, Rate: l.Rate,
+			IntervalMS: l.Interval.Milliseconds(), Concurrency: l.Concurrency}
+	}
+	return json.Marshal(w)
+}
+
+// patchJSON is the wire form of QueuePatch (PATCH /v1/queues/{queue}/settings).
+type patchJSON struct {
+	Paused       *bool          `json:"paused"`
+	Concurrency  *int           `json:"concurrency"`
+	Partitions   *int           `json:"partitions"`
+	GroupWindow  *int           `json:"group_window"`
+	GroupWeights map[string]int `json:"group_weights"`
+}
+
+// UnmarshalJSON reads the patch's wire form, refusing fields it does not know: a misspelt
+// field would otherwise change nothing and say nothing.
+func (p *QueuePatch) UnmarshalJSON(b []byte) error {
+	var w patchJSON
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&w); err != nil {
+		return err
+	}
+	*p = QueuePatch{Paused: w.Paused, Concurrency: w.Concurrency, Partitions: w.Partitions,
+		GroupWindow: w.GroupWindow, GroupWeights: w.GroupWeights}
+	return nil
 }
 
 // store is the inspector's view of job and queue state.

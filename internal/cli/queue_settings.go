@@ -70,7 +70,7 @@ those that did not on stderr. With --json it prints the settings as GET
 				fmt.Fprintf(a.stderr, "worker %s did not confirm the pause within %v\n", w, pipeline.DefaultPauseConfirmTimeout)
 			}
 			if asJSON {
-				return writeJSON(a.stdout, settingsJSON(st))
+				return writeJSON(a.stdout, st)
 			}
 			_, err = fmt.Fprint(a.stdout, settingsText(st))
 			return err
@@ -83,14 +83,6 @@ those that did not on stderr. With --json it prints the settings as GET
 	f.IntVar(&window, "group-window", 0, "the fair-group window; 0 sets it back to the default")
 	f.BoolVar(&asJSON, "json", false, "print the settings as JSON")
 	return cmd
-}
-
-// settingsJSON is st as the API shows it, its limits as 'limits list --json' prints them.
-func settingsJSON(st *pipeline.QueueSettings) any {
-	return struct {
-		*pipeline.QueueSettings
-		Limits []limitRow `json:"limits"`
-	}{st, limitRows(map[string][]pipeline.Limit{st.Queue: st.Limits})}
 }
 
 // settingsText is st for a reader, one setting a line.
