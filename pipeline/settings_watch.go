@@ -14,13 +14,13 @@ import (
 	"github.com/conveyorq/conveyor/internal/service"
 )
 
-// settingsWatcher is the worker's one service that follows its queues' settings: the settings
-// records (pause and the per-queue controls, jobstate.Settings), and through their revisions
-// the limits and partition counts kept beside them; it also reads the priority levels, which
-// publishes add. It reads everything once at Start, before the session reads anything. Then a
-// notice on jobstate.SettingsChannel wakes it at once, and it polls as a fallback: the records
-// every PauseCheckInterval (one round trip for all the queues), the levels every LevelsRefresh,
-// and the limits and counts every partitionsCheckEvery, or at once when a revision moved.
+// settingsWatcher is the worker's one service that follows its queues' settings. It reads the
+// settings records (pause and the per-queue controls), the limits and partition counts kept
+// beside them, and the priority levels, which publishes add. It reads everything once at
+// Start, before the session reads anything. A notice on jobstate.SettingsChannel wakes it at
+// once. As a fallback it polls: the records every PauseCheckInterval, in one round trip; the
+// levels every LevelsRefresh; the limits and counts every partitionsCheckEvery, or at once when
+// a revision moved.
 type settingsWatcher struct {
 	w      *Worker
 	store  *jobstate.Store
