@@ -23,12 +23,15 @@ func TestQueueSettingsAPI(t *testing.T) {
 		GroupWindow  int            `json:"group_window"`
 		GroupWeights map[string]int `json:"group_weights"`
 		Levels       []int          `json:"levels"`
+		MaxRetries   *int           `json:"max_retries"`
+		TimeoutMS    int64          `json:"timeout_ms"`
 		Limits       []struct {
 			Queue       string `json:"queue"`
 			Concurrency int    `json:"concurrency"`
 		} `json:"limits"`
 	}
-	r = e.do("PATCH", base, `{"paused":true,"concurrency":2,"group_window":4,"group_weights":{"tenant-7":3}}`)
+	r = e.do("PATCH", base, `{"paused":true,"concurrency":2,"group_window":4,"group_weights":{"tenant-7":3},
+		"max_retries":9,"timeout_ms":1500}`)
 	require.Equal(t, 200, r.status, "%s", r.body)
 	var got view
 	r.json(t, &got)
@@ -38,6 +41,15 @@ func TestQueueSettingsAPI(t *testing.T) {
 	require.Equal(t, 4, got.GroupWindow)
 	require.Equal(t, map[string]int{"tenant-7": 3}, got.GroupWeights)
 	require.Equal(t, []int{3}, got.Levels)
+	require.Equal(t, 9, *got.MaxRetries)
+	require.EqualValues(t, 1500, got.TimeoutMS)
+	var job struct {
+		MaxRetries int   `json:"max_retries"`
+		TimeoutMS  int64 `json:"timeout_ms"`
+	}
+	e.post(`{"type":"echo"}`, 202).json(t, &job)
+	require.Equal(t, 9, job.MaxRetries, "a job published without its own takes the queue's")
+	require.EqualValues(t, 1500, job.TimeoutMS)
 	require.Len(t, got.Limits, 1)
 	require.Equal(t, 2, got.Limits[0].Concurrency)
 	require.Equal(t, e.queue, got.Limits[0].Queue)
@@ -50,7 +62,8 @@ func TestQueueSettingsAPI(t *testing.T) {
 	require.Equal(t, got, again)
 
 	// Refused at the edge: 400, nothing changed.
-	for _, body := range []string{`{"concurrency":-1}`, `{"partitions":0}`, `{"group_window":-1}`, `{"pause":true}`, `[]`} {
+	for _, body := range []string{`{"concurrency":-1}`, `{"partitions":0}`, `{"group_window":-1}`, `{"pause":true}`, `[]`,
+		`{"max_retries":-2}`, `{"timeout_ms":-1}`, `{"timeout_ms":99999999999999}`} {
 		r = e.do("PATCH", base, body)
 		require.Equal(t, 400, r.status, "%s: %s", body, r.body)
 	}

@@ -9,14 +9,16 @@ import (
 	"maps"
 	"reflect"
 	"slices"
+	"strconv"
+	"time"
 
 	"github.com/conveyorq/conveyor/internal/jobstate"
 )
 
 // QueueSettings is a queue's settings, one record (UpdateQueue changes it): the pause, the
 // partition count, the limits and the fair-group settings. Revision rises with every change
-// made through UpdateQueue or the calls it stands for (Pause, Resume, SetLimit, DeleteLimit,
-// SetGroups, CreateQueue); 0 means the queue's settings were never changed by this version.
+// (UpdateQueue, or a call it stands for: Pause, SetLimit, SetGroups, CreateQueue). 0 means no
+// change was made by this version.
 type QueueSettings struct {
 	Queue      string
 	Revision   int64
@@ -30,6 +32,11 @@ type QueueSettings struct {
 	GroupWeights map[string]int
 	// Levels are the priority levels above 1 that the queue's jobs were published with.
 	Levels []int
+	// MaxRetries is the retry count of the jobs published without WithMaxRetries; nil leaves
+	// them the Client's (ClientConfig.MaxRetries). Timeout is the timeout of those published
+	// without WithTimeout; 0 means none.
+	MaxRetries *int
+	Timeout    time.Duration
 	// PauseUnconfirmed names, after an UpdateQueue that paused the queue, the live workers
 	// that did not confirm the pause in time (PauseConfirmed).
 	PauseUnconfirmed []string
@@ -40,8 +47,7 @@ type QueuePatch struct {
 	// Paused pauses (Pause, waiting for the confirmations) or resumes (Resume) the queue.
 	Paused *bool
 	// Concurrency sets the concurrency of the queue's whole-queue limit (SetLimit with no type
-	// and no key), keeping its rate; 0 removes the concurrency, and the limit with it when it
-	// has no rate.
+	// and no key), keeping its rate. 0 removes the concurrency, and the limit when it has no rate.
 	Concurrency *int
 	// Partitions changes the partition count (CreateQueue, without a drain).
 	Partitions *int
@@ -49,6 +55,10 @@ type QueuePatch struct {
 	GroupWindow *int
 	// GroupWeights sets groups' weights; a weight of 0 sets it back to 1 (SetGroups).
 	GroupWeights map[string]int
+	// MaxRetries sets the queue's default retry count (QueueSettings.MaxRetries); -1 removes it.
+	MaxRetries *int
+	// Timeout sets the queue's default timeout, kept in whole milliseconds; 0 removes it.
+	Timeout *time.Duration
 }
 
 // settingsJSON is the wire form of QueueSettings: the HTTP API's and `conveyor queues set
@@ -62,6 +72,8 @@ type settingsJSON struct {
 	GroupWindow      int            `json:"group_window"`
 	GroupWeights     map[string]int `json:"group_weights"`
 	Levels           []int          `json:"levels"`
+	MaxRetries       *int           `json:"max_retries"`
+	TimeoutMS        int64          `json:"timeout_ms"`
 	PauseUnconfirmed []string       `json:"pause_unconfirmed,omitempty"`
 }
 
@@ -78,7 +90,7 @@ type limitJSON struct {
 func (s *QueueSettings) MarshalJSON() ([]byte, error) {
 	w := settingsJSON{Queue: s.Queue, Revision: s.Revision, Paused: s.Paused, Partitions: s.Partitions,
 		Limits: make([]limitJSON, len(s.Limits)), GroupWindow: s.GroupWindow, GroupWeights: s.GroupWeights,
-		Levels: s.Levels, PauseUnconfirmed: s.PauseUnconfirmed}
+		Levels: s.Levels, MaxRetries: s.MaxRetries, TimeoutMS: s.Timeout.Milliseconds(), PauseUnconfirmed: s.PauseUnconfirmed}
 	for k, l := range s.Limits {
 		w.Limits[k] = limitJSON{Queue: s.Queue, Type: l.Type, PerKey: l.PerKey, Rate: l.Rate,
 			IntervalMS: l.Interval.Milliseconds(), Concurrency: l.Concurrency}
@@ -93,6 +105,8 @@ type patchJSON struct {
 	Partitions   *int           `json:"partitions"`
 	GroupWindow  *int           `json:"group_window"`
 	GroupWeights map[string]int `json:"group_weights"`
+	MaxRetries   *int           `json:"max_retries"`
+	TimeoutMS    *int64         `json:"timeout_ms"`
 }
 
 // UnmarshalJSON reads the patch's wire form, refusing fields it does not know: a misspelt
@@ -105,7 +119,15 @@ func (p *QueuePatch) UnmarshalJSON(b []byte) error {
 		return err
 	}
 	*p = QueuePatch{Paused: w.Paused, Concurrency: w.Concurrency, Partitions: w.Partitions,
-		GroupWindow: w.GroupWindow, GroupWeights: w.GroupWeights}
+		GroupWindow: w.GroupWindow, GroupWeights: w.GroupWeights, MaxRetries: w.MaxRetries}
+	if ms := w.TimeoutMS; ms != nil {
+		// Checked before it is a Duration, which a large count of milliseconds would overflow.
+		if *ms < 0 || *ms > maxDefaultTimeout.Milliseconds() {
+			return invalid("timeout_ms %d outside 0..%d", *ms, maxDefaultTimeout.Milliseconds())
+		}
+		d := time.Duration(*ms) * time.Millisecond
+		p.Timeout = &d
+	}
 	return nil
 }
 
@@ -122,6 +144,8 @@ func (i *Inspector) QueueSettings(ctx context.Context, queue string) (*QueueSett
 		return nil, err
 	}
 	out := &QueueSettings{Queue: queue, Revision: sts[0].Rev, Paused: sts[0].Paused}
+	d := defaultsOf(sts[0].Fields)
+	out.MaxRetries, out.Timeout = d.maxRetries, d.timeout
 	if out.Partitions, err = i.Partitions(ctx, queue); err != nil {
 		return nil, err
 	}
@@ -163,10 +187,82 @@ func (p QueuePatch) validate() error {
 	if p.Partitions != nil && (*p.Partitions < 1 || *p.Partitions > MaxPartitions) {
 		return invalid("partitions %d outside 1..%d", *p.Partitions, MaxPartitions)
 	}
+	if p.MaxRetries != nil && (*p.MaxRetries < -1 || *p.MaxRetries > MaxMaxRetries) {
+		return invalid("max retries %d outside 0..%d (-1 removes the default)", *p.MaxRetries, MaxMaxRetries)
+	}
+	if p.Timeout != nil && (*p.Timeout < 0 || *p.Timeout > maxDefaultTimeout) {
+		return invalid("timeout %v outside 0..%v (0 removes the default)", *p.Timeout, maxDefaultTimeout)
+	}
 	if p.GroupWindow != nil || p.GroupWeights != nil {
 		return p.groupChange().validate()
 	}
 	return nil
+}
+
+// maxDefaultTimeout bounds QueuePatch.Timeout: a week, far beyond any job's attempt.
+const maxDefaultTimeout = 7 * 24 * time.Hour
+
+// The settings record's fields of the per-queue job defaults.
+const (
+	fieldMaxRetries = "max_retries"
+	fieldTimeout    = "timeout_ms"
+)
+
+// queueDefaults are a queue's defaults for the jobs published without their own.
+type queueDefaults struct {
+	maxRetries *int
+	timeout    time.Duration
+}
+
+// defaultsOf reads the defaults from a settings record's fields. A value that does not parse
+// is no default: a publish must not fail over a setting.
+func defaultsOf(f map[string]string) queueDefaults {
+	var d queueDefaults
+	if n, err := strconv.Atoi(f[fieldMaxRetries]); err == nil && n >= 0 && n <= MaxMaxRetries {
+		d.maxRetries = &n
+	}
+	if ms, err := strconv.ParseInt(f[fieldTimeout], 10, 64); err == nil && ms > 0 && ms <= maxDefaultTimeout.Milliseconds() {
+		d.timeout = time.Duration(ms) * time.Millisecond
+	}
+	return d
+}
+
+// apply gives a prepared job (j, and nj, what the script writes) the defaults its options
+// (common, then the task's own) leave to the queue: they win over the Client's. Applying the
+// options again is cheap, and keeps prepare free of Redis, so bad input fails first.
+func (d queueDefaults) apply(common []Option, t *Task, j *Job, nj *jobstate.NewJob) {
+	if d.maxRetries == nil && d.timeout == 0 {
+		return
+	}
+	var o enqueueOptions
+	for _, opt := range common {
+		opt(&o)
+	}
+	for _, opt := range t.Opts {
+		opt(&o)
+	}
+	if d.maxRetries != nil && !o.hasRetries {
+		nj.MaxRetries, j.MaxRetries = *d.maxRetries, *d.maxRetries
+	}
+	if d.timeout > 0 && o.timeout == 0 {
+		nj.Timeout, j.Timeout = d.timeout, d.timeout
+	}
+}
+
+// recordChange is the part of p kept in the settings record, and whether there is one.
+func (p QueuePatch) recordChange() (jobstate.SettingsChange, bool) {
+	c := jobstate.SettingsChange{Set: map[string]string{}}
+	if n := p.MaxRetries; n != nil && *n >= 0 {
+		c.Set[fieldMaxRetries] = strconv.Itoa(*n)
+	} else if n != nil {
+		c.Delete = append(c.Delete, fieldMaxRetries)
+	}
+	if d := p.Timeout; d != nil && *d > 0 {
+		c.Set[fieldTimeout] = strconv.FormatInt(timeoutMS(*d), 10)
+	} else if d != nil {
+		c.Delete = append(c.Delete, fieldTimeout)
+	}
+	return c, len(c.Set)+len(c.Delete) > 0
 }
 
 // pauseOnly reports whether p changes nothing but the pause.
@@ -186,8 +282,8 @@ func (p QueuePatch) groupChange() GroupChange {
 // UpdateQueue changes queue's settings by patch and returns them as they are after it. It is
 // the one way the settings change: Pause, Resume, SetLimit, DeleteLimit, SetGroups and
 // CreateQueue are its parts, and each part keeps its own rules and errors. The parts apply in
-// the order partitions, concurrency, groups, pause, each atomically on its own: an error names
-// the part that failed, and the parts before it stay applied. Every worker reading the queue
+// the order partitions, concurrency, groups, job defaults, pause, each atomically on its own.
+// An error names the part that failed; the parts before it stay applied. Every worker reading the queue
 // learns of a change at once (a notice), or within PauseCheckInterval should it miss it. A
 // queue that does not exist is ErrQueueNotFound (but a resume alone of a paused one passes).
 func (i *Inspector) UpdateQueue(ctx context.Context, queue string, patch QueuePatch) (*QueueSettings, error) {
@@ -216,6 +312,14 @@ func (i *Inspector) UpdateQueue(ctx context.Context, queue string, patch QueuePa
 		if err := i.SetGroups(ctx, queue, patch.groupChange()); err != nil {
 			return nil, fmt.Errorf("update queue %s: groups: %w", queue, err)
 		}
+	}
+	if c, ok := patch.recordChange(); ok {
+		if _, err := i.store().UpdateSettings(ctx, queue, c); err != nil {
+			return nil, fmt.Errorf("update queue %s: defaults: %w", queue, err)
+		}
+		// This process's Clients read the new defaults on their next publish; others within
+		// partitionsTTL.
+		layoutChanges.Add(1)
 	}
 	var unconfirmed []string
 	switch {

@@ -39,7 +39,16 @@ func TestQueuesSet(t *testing.T) {
 	stdout, stderr, code = run("queues", "set", "emails", "--paused=false", "--json")
 	require.Equal(t, 0, code, stderr)
 	assert.JSONEq(t, `{"queue":"emails","revision":4,"paused":false,"partitions":1,"group_window":4,"group_weights":{},
-		"levels":[],"limits":[{"queue":"emails","type":"","per_key":false,"rate":0,"interval_ms":0,"concurrency":3}]}`, stdout)
+		"levels":[],"max_retries":null,"timeout_ms":0,
+		"limits":[{"queue":"emails","type":"","per_key":false,"rate":0,"interval_ms":0,"concurrency":3}]}`, stdout)
+
+	stdout, stderr, code = run("queues", "set", "emails", "--max-retries", "3", "--timeout", "1m")
+	require.Equal(t, 0, code, stderr)
+	assert.Contains(t, stdout, "  max retries:  3\n  timeout:      1m0s\n")
+	stdout, stderr, code = run("queues", "set", "emails", "--max-retries", "-1", "--timeout", "0", "--json")
+	require.Equal(t, 0, code, stderr)
+	assert.Contains(t, stdout, `"max_retries":null`)
+	assert.Contains(t, stdout, `"timeout_ms":0`)
 
 	_, _, code = run("queues", "set", "emails", "--concurrency", "-1")
 	require.Equal(t, 2, code)

@@ -207,3 +207,35 @@ func boolField(b bool) string {
 	}
 	return "0"
 }
+
+// ReadRoute reads what a publish needs of queue in one round trip: its partition count (as
+// PartitionCount does) and its settings record. The legacy pause is left out: publishing
+// ignores pauses.
+func (s *Store) ReadRoute(ctx context.Context, queue string) (int, Settings, error) {
+	var count *redis.StringCmd
+	var rec *redis.MapStringStringCmd
+	_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		count = p.HGet(ctx, keys.Partitions(s.prefix), queue)
+		rec = p.HGetAll(ctx, SettingsKey(s.prefix, queue))
+		return nil
+	})
+	if err := pipelineErr(err, count, rec); err != nil {
+		return 0, Settings{}, rediserr.Wrap("queues", fmt.Errorf("read the partition count and settings of %s: %w", queue, err))
+	}
+	if err := rec.Err(); err != nil {
+		return 0, Settings{}, rediserr.Wrap("queues", fmt.Errorf("read the settings of %s: %w", queue, err))
+	}
+	st, err := parseSettings(queue, rec.Val(), false)
+	if err != nil {
+		return 0, Settings{}, err
+	}
+	v, err := count.Result()
+	if errors.Is(err, redis.Nil) {
+		return 1, st, nil
+	}
+	if err != nil {
+		return 0, Settings{}, rediserr.Wrap("queues", fmt.Errorf("read the partition count of %s: %w", queue, err))
+	}
+	p, err := ParsePartitions(queue, v)
+	return p, st, err
+}
