@@ -71,6 +71,19 @@ func testUpdateQueue(t *testing.T, rdb redis.UniversalClient) {
 	paused, err = b.insp.Paused(ctx)
 	require.NoError(t, err)
 	require.NotContains(t, paused, b.queue)
+
+	// A queue deleted while paused comes back with no settings: a worker would otherwise
+	// stay paused on its record.
+	_, err = b.insp.UpdateQueue(ctx, b.queue, pipeline.QueuePatch{Paused: &yes, MaxRetries: &two})
+	require.NoError(t, err)
+	require.NoError(t, b.insp.DeleteQueue(ctx, b.queue, true))
+	_, err = b.insp.CreateQueue(ctx, b.queue, pipeline.QueueOptions{})
+	require.NoError(t, err)
+	st, err = b.insp.QueueSettings(ctx, b.queue)
+	require.NoError(t, err)
+	require.False(t, st.Paused)
+	require.Nil(t, st.MaxRetries)
+	require.Zero(t, st.Revision)
 }
 
 // A queue paused by a version before the settings record (the set keys.Paused alone) stays

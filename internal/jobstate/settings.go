@@ -239,3 +239,15 @@ func (s *Store) ReadRoute(ctx context.Context, queue string) (int, Settings, err
 	p, err := ParsePartitions(queue, v)
 	return p, st, err
 }
+
+// DeleteSettings removes queue's record and its place in the legacy set, and announces it:
+// a queue made again under the name starts with no settings, unpaused.
+func (s *Store) DeleteSettings(ctx context.Context, queue string) error {
+	_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		p.Del(ctx, SettingsKey(s.prefix, queue))
+		p.SRem(ctx, keys.Paused(s.prefix), queue)
+		p.Publish(ctx, SettingsChannel(s.prefix), "0  "+queue)
+		return nil
+	})
+	return rediserr.Wrap("queue settings", err)
+}
