@@ -118,6 +118,8 @@ func (s *Server) table() []route {
 		{"DELETE", "/v1/queues/{queue}/limits", authed, s.deleteLimit},
 		{"GET", "/v1/queues/{queue}/groups", authed, s.listGroups},
 		{"PUT", "/v1/queues/{queue}/groups", authed, s.setGroups},
+		{"GET", "/v1/queues/{queue}/settings", authed, s.queueSettings},
+		{"PATCH", "/v1/queues/{queue}/settings", authed, s.updateQueue},
 		{"POST", "/v1/queues/{queue}/jobs", authed, s.enqueue},
 		{"GET", "/v1/queues/{queue}/jobs", authed, s.listJobs},
 		{"POST", "/v1/queues/{queue}/jobs:batch", authed, s.enqueueBatch},

@@ -18,8 +18,9 @@ import (
 	"github.com/conveyorq/conveyor/stream"
 )
 
-// LimitsRefresh is how often a worker reads its queues' limits (Inspector.SetLimit): a limit
-// set, changed or deleted applies to the jobs the worker reads within this time. The scripts
+// LimitsRefresh bounds how long a limit set, changed or deleted (Inspector.SetLimit) takes to
+// apply to the jobs a worker reads: the change's notice reaches the worker at once, and the
+// worker's poll of the settings records (every PauseCheckInterval) finds a lost one. The scripts
 // that lease the limits read them at once, so a lease is never granted past a limit.
 const LimitsRefresh = time.Second
 
@@ -635,7 +636,7 @@ func (w *Worker) admit(msg *message.Message) bool {
 	}
 }
 
-// limitedQueue reports whether q had limits at the last read (limitsWatcher). q may be a view
+// limitedQueue reports whether q had limits at the last read (the settings watcher). q may be a view
 // of one of its priority levels (keys.Queue.AtLevel): the limits are the queue's, found by its
 // level-1 stream, so a job of any level is held to them.
 func (w *Worker) limitedQueue(q *keys.Queue) bool {
@@ -767,30 +768,6 @@ func (b *leaseBook) keep(ctx context.Context, end bool) {
 		b.mu.Unlock()
 	}
 }
-
-// limitsWatcher is the service that reads, every LimitsRefresh, the limits of the worker's
-// queues, so that a queue without any pays nothing for admission and the lease keeper holds
-// jobs to the current ones.
-type limitsWatcher struct {
-	w     *Worker
-	book  *leaseBook
-	parts []string // the partitions of the session
-	loop  service.Loop
-}
-
-func (l *limitsWatcher) Name() string { return "limits watcher" }
-
-// Start reads the limits once before it returns, so that the session's first reads are
-// admitted under them.
-func (l *limitsWatcher) Start(ctx context.Context) error {
-	l.w.readLimits(ctx, l.book, l.parts)
-	l.loop.Start(ctx, func(ctx context.Context) {
-		service.Every(ctx, LimitsRefresh, func(ctx context.Context) { l.w.readLimits(ctx, l.book, l.parts) })
-	})
-	return nil
-}
-
-func (l *limitsWatcher) Stop() { l.loop.Stop() }
 
 // readLimits reads the limits of each partition the worker reads. On an error the last answer
 // stays; a limit that does not decode is logged and left out (the scripts ignore it too).

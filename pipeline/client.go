@@ -112,11 +112,13 @@ type knownQueue struct {
 // deleted elsewhere is added again (or, with RequireQueues, refused) within this time.
 const knownTTL = partitionsTTL
 
-// partCount is a queue's partition count as read at a time.
+// partCount is a queue's partition count, and its defaults for new jobs, as read at a time.
 type partCount struct {
-	p    int
-	read time.Time
-	gen  int64 // layoutChanges when it was read
+	p            int
+	defaults     queueDefaults
+	withDefaults bool // defaults were read (a publish's read); a read-only call's has none
+	read         time.Time
+	gen          int64 // layoutChanges when it was read
 }
 
 // NewClient returns a Client over rdb (a standalone, cluster or failover client), or the error,
@@ -214,6 +216,11 @@ func (c *Client) enqueue(ctx context.Context, queue string, task *Task, pt *publ
 	if err != nil {
 		return nil, err
 	}
+	d, err := c.queueDefaults(ctx, queue)
+	if err != nil {
+		return nil, err
+	}
+	d.apply(opts, task, j, &nj)
 	rw := c.replicasFor(opts, nil).writer(c.rdb) // durable.go
 	if !nj.Plain(now) {
 		jobs, err := c.publish(ctx, c.store.Via(rw.scripter(c.rdb)), queue, []*Job{j}, []jobstate.NewJob{nj}, now)
@@ -291,6 +298,13 @@ func (c *Client) enqueueBatch(ctx context.Context, queue string, tasks []Task, p
 			return nil, err
 		}
 		jobs[i] = j
+	}
+	d, err := c.queueDefaults(ctx, queue)
+	if err != nil {
+		return nil, err
+	}
+	for i := range tasks {
+		d.apply(opts, &tasks[i], jobs[i], &njs[i])
 	}
 	rw := c.replicasFor(opts, tasks).writer(c.rdb) // durable.go
 	jobs, err = c.publish(ctx, c.store.Via(rw.scripter(c.rdb)), queue, jobs, njs, now)
@@ -391,26 +405,49 @@ const maxReadCounts = 4096
 // publish says the call publishes to queue: the count of a known queue is always cached (as its
 // keys are, in known), while other calls cache the counts of at most maxReadCounts queues.
 func (c *Client) partitions(ctx context.Context, queue string, publish bool) (int, error) {
+	p, _, err := c.route(ctx, queue, publish)
+	return p, err
+}
+
+// queueDefaults returns queue's job defaults, read with its partition count (route): the
+// publish that follows finds both cached, so the defaults cost it no call.
+func (c *Client) queueDefaults(ctx context.Context, queue string) (queueDefaults, error) {
+	_, d, err := c.route(ctx, queue, true)
+	return d, err
+}
+
+// route is partitions with the queue's job defaults, which come in the same round trip.
+func (c *Client) route(ctx context.Context, queue string, publish bool) (int, queueDefaults, error) {
 	gen := layoutChanges.Load() // before the read: a change after it makes the entry stale
 	v, ok := c.parts.Load(queue)
 	if ok {
-		if pc := v.(*partCount); pc.gen == gen && c.cfg.Now().Sub(pc.read) < partitionsTTL {
-			return pc.p, nil
+		if pc := v.(*partCount); pc.gen == gen && c.cfg.Now().Sub(pc.read) < partitionsTTL && (pc.withDefaults || !publish) {
+			return pc.p, pc.defaults, nil
 		}
 	}
-	p, err := partitionCount(ctx, c.rdb, c.cfg.Prefix, queue)
+	// Calls that only read need the count alone: one command, as before the defaults.
+	var p int
+	var d queueDefaults
+	var err error
+	if publish {
+		var st jobstate.Settings
+		p, st, err = c.store.ReadRoute(ctx, queue)
+		d = defaultsOf(st.Fields)
+	} else {
+		p, err = partitionCount(ctx, c.rdb, c.cfg.Prefix, queue)
+	}
 	if err != nil {
-		return 0, err
+		return 0, queueDefaults{}, err
 	}
 	// A queue published to is cached once it is known (so at most MaxQueues of them); before,
 	// as calls that only read, so that made-up names cannot grow the cache either.
 	known := publish && c.registered(queue)
 	if known || ok || c.nread.Load() < maxReadCounts {
-		if _, loaded := c.parts.Swap(queue, &partCount{p: p, read: c.cfg.Now(), gen: gen}); !loaded && !known {
+		if _, loaded := c.parts.Swap(queue, &partCount{p: p, defaults: d, withDefaults: publish, read: c.cfg.Now(), gen: gen}); !loaded && !known {
 			c.nread.Add(1)
 		}
 	}
-	return p, nil
+	return p, d, nil
 }
 
 // routeKey is what picks a new job's partition: its debounce or unique key when it has one, so

@@ -131,7 +131,10 @@ func (i *Inspector) SetGroups(ctx context.Context, queue string, c GroupChange) 
 	for g, w := range c.Weights {
 		ch.Weights[g] = int64(w)
 	}
-	return jobstate.SetGroupSettings(ctx, i.rdb, qs, ch)
+	if err := jobstate.SetGroupSettings(ctx, i.rdb, qs, ch); err != nil {
+		return err
+	}
+	return i.settingsChanged(ctx, queue)
 }
 
 // Groups returns queue's fair groups, by name, with their counts summed over its partitions.

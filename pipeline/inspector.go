@@ -1195,8 +1195,8 @@ func (i *Inspector) DeleteQueue(ctx context.Context, queue string, force bool) e
 	if err := i.store.ForgetQueue(ctx, queue); err != nil {
 		return fmt.Errorf("delete queue %s: %w", queue, err)
 	}
-	// A queue made again under the name starts unpaused.
-	if _, err := jobstate.ResumeQueue(ctx, i.rdb, i.cfg.Prefix, queue); err != nil {
+	// A queue made again under the name starts with no settings, unpaused.
+	if err := i.store.DeleteSettings(ctx, queue); err != nil {
 		return fmt.Errorf("delete queue %s: %w", queue, err)
 	}
 	if !known && n == 0 {

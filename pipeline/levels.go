@@ -10,22 +10,21 @@ import (
 	"github.com/conveyorq/conveyor/internal/jobstate"
 	"github.com/conveyorq/conveyor/internal/keys"
 	"github.com/conveyorq/conveyor/internal/outage"
-	"github.com/conveyorq/conveyor/internal/service"
 	"github.com/conveyorq/conveyor/stream"
 )
 
-// LevelsRefresh is how often a worker reads which priority levels (WithPriority) its queues'
+// LevelsRefresh is how often a worker (its settings watcher) reads which priority levels (WithPriority) its queues'
 // jobs use, to start reading a level's stream: the first job of a new level in a queue waits
 // at most this long (plus a read) for a worker that runs already.
 const LevelsRefresh = time.Second
 
-// levelsWatcher is the service that starts the reading of a queue's priority level streams
+// levelsWatcher starts, driven by the settings watcher, the reading of a queue's priority level streams
 // (keys.Queue.LevelStream) once a job of that level was published: a worker reads a level's
 // stream only while the queue's set of levels (keys.Queue.Levels, added to by every publish of
 // a job above level 1) names it. A queue whose jobs never named a level so has its one stream,
 // one reader and the slot an idle reader holds, as before levels existed; a queue with levels
 // has one reader per level used, read in level order (stream.Config.Levels). The set is read
-// at Start, before the session's reading begins, then every LevelsRefresh; levels are never
+// before the session's reading begins, then every LevelsRefresh; levels are never
 // dropped within a session (the set only grows while the queue exists).
 type levelsWatcher struct {
 	w      *Worker
@@ -36,7 +35,6 @@ type levelsWatcher struct {
 	// after Start.
 	subscribed map[string]bool
 	spell      outage.Spell
-	loop       service.Loop
 }
 
 func newLevelsWatcher(w *Worker, router *message.Router, sub *stream.Subscriber) *levelsWatcher {
@@ -47,33 +45,6 @@ func newLevelsWatcher(w *Worker, router *message.Router, sub *stream.Subscriber)
 	}
 	return l
 }
-
-func (l *levelsWatcher) Name() string { return "levels watcher" }
-
-// Start reads the levels once, before the router runs, so that the session's first reads
-// already follow them; later finds are subscribed while the router runs.
-func (l *levelsWatcher) Start(ctx context.Context) error {
-	l.check(ctx)
-	l.loop.Start(ctx, func(ctx context.Context) {
-		select {
-		case <-ctx.Done():
-			return
-		case <-l.router.Running():
-		}
-		service.Every(ctx, LevelsRefresh, func(ctx context.Context) {
-			if !l.check(ctx) {
-				return
-			}
-			// Subscribes only the handlers added since the router started.
-			if err := l.router.RunHandlers(ctx); err != nil && ctx.Err() == nil {
-				l.w.log.Error().Err(err).Msg("could not start reading a priority level's stream")
-			}
-		})
-	})
-	return nil
-}
-
-func (l *levelsWatcher) Stop() { l.loop.Stop() }
 
 // check reads the queues' levels and adds a router handler for each level stream not read
 // yet. It reports whether it added one.

@@ -106,8 +106,7 @@ func (i *Inspector) limitQueue(ctx context.Context, queue string) error {
 }
 
 // SetLimit stores l as queue's limit for its scope (Type, PerKey), replacing the one there.
-// Workers apply a change of a queue that has limits at once (admission reads them); the first
-// limit of a queue within LimitsRefresh (each worker's read of which queues have limits). Jobs
+// Workers apply it at once (its notice), or within LimitsRefresh should they miss the notice. Jobs
 // waiting for a concurrency slot of the scope are woken to be admitted again under the new
 // limit. The queue must exist and must not be partitioned, and a new scope is refused (ErrInvalid)
 // while the queue has MaxQueueLimits limits. It waits for a change of the
@@ -140,7 +139,10 @@ func (i *Inspector) SetLimit(ctx context.Context, queue string, l Limit) error {
 		return invalid("queue %q has %d limits, the most a queue may have (MaxQueueLimits): delete one before "+
 			"adding a limit for %s, or set one on the whole queue or a scope that has one", queue, n, limitScopeText(l.Type, l.PerKey))
 	}
-	return jobstate.SetLimit(ctx, i.rdb, i.keys(queue), l.stored(), time.Now())
+	if err := jobstate.SetLimit(ctx, i.rdb, i.keys(queue), l.stored(), time.Now()); err != nil {
+		return err
+	}
+	return i.settingsChanged(ctx, queue)
 }
 
 // limitsAllowPartitions refuses a change of queue's partition count to p > 1 while it has
@@ -209,5 +211,9 @@ func (i *Inspector) DeleteLimit(ctx context.Context, queue, typ string, perKey b
 			return false, err
 		}
 	}
-	return jobstate.DeleteLimit(ctx, i.rdb, i.keys(queue), typ, perKey, time.Now())
+	had, err := jobstate.DeleteLimit(ctx, i.rdb, i.keys(queue), typ, perKey, time.Now())
+	if err != nil || !had {
+		return had, err
+	}
+	return had, i.settingsChanged(ctx, queue)
 }

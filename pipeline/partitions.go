@@ -291,6 +291,8 @@ func (i *Inspector) changePartitions(ctx context.Context, queue string, cur, p i
 		return reopen(fmt.Errorf("write the count: %w", err))
 	}
 	layoutChanges.Add(1)
+	// Workers read the counts every partitionsCheckEvery anyway: a lost notice only delays them.
+	_ = i.settingsChanged(ctx, queue)
 	// The change is done; a copy left behind by a failure here is harmless, since no script
 	// reads the old layout, and a change back to it replaces its settings first.
 	_ = jobstate.DeleteGroupSettings(ctx, i.rdb, old)

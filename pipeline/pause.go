@@ -10,8 +10,6 @@ import (
 
 	"github.com/conveyorq/conveyor/internal/jobstate"
 	"github.com/conveyorq/conveyor/internal/keys"
-	"github.com/conveyorq/conveyor/internal/outage"
-	"github.com/conveyorq/conveyor/internal/service"
 	"github.com/conveyorq/conveyor/stream"
 )
 
@@ -28,10 +26,11 @@ const DefaultPauseConfirmTimeout = 5 * time.Second
 // them under way have ended, so that it starts no job published after Pause returns until
 // Resume. Jobs read before that (running, or read and about to start) go on as usual; queued
 // jobs stay queued; scheduled and retried jobs are still promoted when due and wait, queued,
-// for Resume; recovery goes on. Nothing is lost. The state lives in Redis (the set
-// keys.Paused), shared by every worker and kept across restarts: a worker started on a paused
-// queue takes nothing from it. Workers learn of the change from a Pub/Sub notice at once, and
-// by reading the set every PauseCheckInterval (1 s) should the notice be missed (they then
+// for Resume; recovery goes on. Nothing is lost. The state lives in Redis (the
+// queue's settings record, UpdateQueue), shared by every worker and kept across restarts: a
+// worker started on a paused queue takes nothing from it. Workers learn of the change from a
+// Pub/Sub notice at once, and by reading the records every PauseCheckInterval (1 s) should the
+// notice be missed (they then
 // stop reading within that second and a read, but confirm nothing). Pause returns nil whether
 // or not every worker confirmed; PauseConfirmed says which did not. Pausing a paused queue
 // changes nothing and waits for the confirmations alike. A queue that does not exist
@@ -86,8 +85,8 @@ func (i *Inspector) PauseConfirmed(ctx context.Context, queue string, timeout ti
 			notices = ps.Channel()
 		}
 	}
-	token := NewID()
-	if _, err := jobstate.PauseQueue(ctx, i.rdb, i.cfg.Prefix, queue, token); err != nil {
+	token, yes := NewID(), true
+	if _, err := i.store.UpdateSettings(ctx, queue, jobstate.SettingsChange{Paused: &yes, Token: token}); err != nil {
 		return pc, fmt.Errorf("pause queue %s: %w", queue, err)
 	}
 	pc.Unconfirmed = pc.Workers
@@ -152,11 +151,12 @@ func (i *Inspector) Resume(ctx context.Context, queue string) error {
 	if err := i.check(queue, ""); err != nil {
 		return err
 	}
-	was, err := jobstate.ResumeQueue(ctx, i.rdb, i.cfg.Prefix, queue)
+	no := false
+	ch, err := i.store.UpdateSettings(ctx, queue, jobstate.SettingsChange{Paused: &no})
 	if err != nil {
 		return fmt.Errorf("resume queue %s: %w", queue, err)
 	}
-	if was {
+	if ch.WasPaused {
 		return nil
 	}
 	return i.mustExist(ctx, queue)
@@ -188,51 +188,13 @@ func (i *Inspector) mustExist(ctx context.Context, queue string) error {
 	return nil
 }
 
-// pauseWatcher is the worker's service that follows the paused queues (Inspector.Pause): it
-// reads the set keys.Paused once at Start, before the session reads anything, then every
-// PauseCheckInterval and whenever a notice on keys.PausedChannel arrives, and pauses or
-// resumes the subscriber's topics of each partition of the worker's queues to match. One
-// SMEMBERS of one global key per check, whatever the number of queues; on a cluster the
-// notice is a plain PUBLISH, which every node forwards.
+// pauseWatcher applies the paused queues (Inspector.Pause) to the session's subscriber, and
+// confirms pauses; the settings watcher reads them (settings_watch.go).
 type pauseWatcher struct {
-	w    *Worker
-	sub  *stream.Subscriber
-	loop service.Loop
-	// applied is the worker's queues paused now, for the log lines; the loop's and Start's.
+	w   *Worker
+	sub *stream.Subscriber
+	// applied is the worker's queues paused now, for the log lines; the settings watcher's.
 	applied map[string]bool
-	spell   outage.Spell
-}
-
-func (p *pauseWatcher) Name() string { return "pause watcher" }
-
-func (p *pauseWatcher) Start(ctx context.Context) error {
-	p.applied = map[string]bool{}
-	p.spell = outage.Spell{Min: 100 * time.Millisecond, Max: 5 * time.Second}
-	// Subscribed before the first read, so that no change between the two is missed.
-	ps := p.w.rdb.Subscribe(ctx, keys.PausedChannel(p.w.cfg.Prefix))
-	p.check(ctx)
-	p.loop.Start(ctx, func(ctx context.Context) {
-		defer ps.Close()
-		notices := ps.Channel()
-		tick := time.NewTicker(p.w.cfg.PauseCheckInterval)
-		defer tick.Stop()
-		for {
-			var notice *redis.Message
-			select {
-			case <-ctx.Done():
-				return
-			case <-tick.C:
-			case notice = <-notices:
-			}
-			paused := p.check(ctx)
-			if notice != nil {
-				if q, token := jobstate.PauseNotice(notice.Payload); token != "" && paused[q] {
-					p.confirm(ctx, q, token)
-				}
-			}
-		}
-	})
-	return nil
 }
 
 // confirm tells the pause of queue with token (Inspector.PauseConfirmed) that this worker
@@ -267,24 +229,9 @@ func (p *pauseWatcher) confirm(ctx context.Context, queue, token string) {
 	}
 }
 
-func (p *pauseWatcher) Stop() { p.loop.Stop() }
-
-// check reads the paused queues and applies them to the subscriber; it returns them (nil when
-// it could not read them).
-func (p *pauseWatcher) check(ctx context.Context) map[string]bool {
-	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	paused, err := jobstate.PausedQueues(cctx, p.w.rdb, p.w.cfg.Prefix)
-	cancel()
-	if err != nil {
-		if ctx.Err() == nil {
-			if step := p.spell.Failed(time.Now()); step.Log {
-				p.w.log.Warn().Err(err).Str("component", "pause watcher").Int("tries", step.Tries).
-					Msg("cannot read the paused queues; keeping the pauses as they are")
-			}
-		}
-		return nil
-	}
-	p.spell.OK(time.Now())
+// apply pauses or resumes the subscriber's topics of each partition of the worker's queues to
+// match paused.
+func (p *pauseWatcher) apply(paused map[string]bool) {
 	for _, part := range p.w.parts {
 		q := keys.New(p.w.cfg.Prefix, part)
 		// Every level's stream (pausing a topic not subscribed yet holds its reader when a
@@ -307,7 +254,6 @@ func (p *pauseWatcher) check(ctx context.Context) map[string]bool {
 			p.w.log.Info().Str("queue", name).Msg(msg)
 		}
 	}
-	return paused
 }
 
 // pausedTopics reports, for tests, which of w's queues the current session's subscriber has

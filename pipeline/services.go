@@ -1,10 +1,11 @@
 package pipeline
 
 import (
-	"context"
 	"errors"
 	"slices"
 	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
 
 	"github.com/conveyorq/conveyor/delayed"
 	"github.com/conveyorq/conveyor/internal/service"
@@ -12,19 +13,20 @@ import (
 )
 
 // services lists the background services of one reading session over w.parts, in start order
-// (Run stops them in reverse): the pause watcher (pause.go), which applies the paused queues
-// to the session's subscriber before anything is read, the heartbeat (heartbeat.go), the
-// delayed scheduler and a recoverer per partition, unless disabled, then watcher. A new service is a type with Name, Start and Stop
-// (internal/service) and one entry here.
-func (w *Worker) services(watcher *partitionWatcher, levels *levelsWatcher) ([]service.Service, error) {
-	// The limits, pause and levels watchers first: their Start reads the limits, the paused
-	// queues and the queues' priority levels before the reading begins. The session's leases
-	// of the limits are kept by a service of their own, which gives them back as it stops.
+// (Run stops them in reverse): the settings watcher (settings_watch.go), which applies the
+// paused queues to the session's subscriber before anything is read, the heartbeat
+// (heartbeat.go), the delayed scheduler and a recoverer per partition, unless disabled. A new
+// service is a type with Name, Start and Stop (internal/service) and one entry here.
+func (w *Worker) services(watcher *partitionWatcher, levels *levelsWatcher, router *message.Router) ([]service.Service, error) {
+	// The settings watcher first: its Start reads the paused queues, the limits and the
+	// queues' priority levels before the reading begins. The session's leases of the limits
+	// are kept by a service of their own, which gives them back as it stops.
 	book := newLeaseBook(w)
 	w.leases.Store(book)
 	w.mu.Lock()
-	list := []service.Service{book, &limitsWatcher{w: w, book: book, parts: slices.Clone(w.parts)},
-		&pauseWatcher{w: w, sub: w.sub}, levels}
+	list := []service.Service{book, &settingsWatcher{w: w, store: w.store,
+		pause: &pauseWatcher{w: w, sub: w.sub, applied: map[string]bool{}}, book: book, limits: slices.Clone(w.parts),
+		levels: levels, router: router, parts: watcher, revs: map[string]int64{}}}
 	w.mu.Unlock()
 	if !w.cfg.DisableHeartbeat {
 		list = append(list, &heartbeat{w: w})
@@ -52,7 +54,7 @@ func (w *Worker) services(watcher *partitionWatcher, levels *levelsWatcher) ([]s
 			list = append(list, r)
 		}
 	}
-	return append(list, watcher), nil
+	return list, nil
 }
 
 // validateServices checks the configs WorkerConfig gives its services, with the constructors'
@@ -86,63 +88,17 @@ func (c WorkerConfig) recoverer(queue string) recovery.Config {
 		TracerProvider: c.TracerProvider})
 }
 
-// partitionWatcher is the service that ends a reading session when one of the worker's queues
-// has a new partition count (see Worker.Run): it calls changed, and keeps the new counts in
-// next for the session's caller, who reads them after Stop.
+// partitionWatcher is how the settings watcher ends a reading session when one of the
+// worker's queues has a new partition count (see Worker.Run): it calls changed, and keeps the
+// new counts in next for the session's caller, who reads them after the services stop.
 type partitionWatcher struct {
-	w       *Worker
 	changed func()
 	next    []int
-	loop    service.Loop
+	// logged is the last unusable count logged, so that one is logged once.
+	logged string
 }
 
-func (p *partitionWatcher) Name() string { return "partition watcher" }
-
-func (p *partitionWatcher) Start(ctx context.Context) error {
-	p.loop.Start(ctx, func(ctx context.Context) {
-		if p.next = p.w.watchPartitions(ctx); p.next != nil {
-			p.changed()
-		}
-	})
-	return nil
-}
-
-func (p *partitionWatcher) Stop() { p.loop.Stop() }
-
-// partitionsCheckEvery is how often a running worker reads its queues' partition counts again
-// (one HMGET): the lifetime of the producers' cached counts, so that a worker follows a change
-// about as soon as the last producer does.
+// partitionsCheckEvery is how often a running worker reads its queues' limits and partition
+// counts without a change announced: the lifetime of the producers' cached counts, so that a
+// worker follows a change about as soon as the last producer does.
 const partitionsCheckEvery = 5 * time.Second
-
-// watchPartitions reads the queues' partition counts every partitionsCheckEvery until ctx ends
-// (it returns nil) or a count differs from w.counts (it returns the new counts). A count that
-// cannot be used (not a number, 0, over MaxPartitions) is logged and otherwise ignored: the
-// worker keeps reading the partitions it has.
-func (w *Worker) watchPartitions(ctx context.Context) []int {
-	t := time.NewTicker(partitionsCheckEvery)
-	defer t.Stop()
-	var logged string
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-t.C:
-		}
-		counts, err := w.readCounts(ctx)
-		if errors.Is(err, ErrInvalid) {
-			if err.Error() != logged { // once per bad value, not every few seconds
-				logged = err.Error()
-				w.log.Error().Err(err).Ints("partitions", w.counts).
-					Msg("a queue's stored partition count is unusable; this worker keeps reading the partitions it has")
-			}
-			continue
-		}
-		if err != nil {
-			continue // an outage is logged by the parts that need Redis
-		}
-		logged = ""
-		if !slices.Equal(counts, w.counts) {
-			return counts
-		}
-	}
-}

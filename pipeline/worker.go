@@ -582,8 +582,8 @@ func (w *Worker) session(ctx context.Context) ([]int, error) {
 	defer endSession()
 	// The services run with the session: they end with it, and stopServices waits for them
 	// once the reading has ended.
-	watcher := &partitionWatcher{w: w, changed: endSession}
-	services, err := w.services(watcher, newLevelsWatcher(w, router, sub))
+	watcher := &partitionWatcher{changed: endSession}
+	services, err := w.services(watcher, newLevelsWatcher(w, router, sub), router)
 	if err != nil {
 		return nil, err
 	}

@@ -240,6 +240,14 @@ func (c *Client) publishWorkflow(ctx context.Context, queue string, wf Workflow,
 		}
 		jobs[k] = j
 	}
+	d, err := c.queueDefaults(ctx, queue)
+	if err != nil {
+		end(nil, err)
+		return nil, err
+	}
+	for k, i := range order {
+		d.apply(nil, &wf.Tasks[i].Task, jobs[k], &nw.Tasks[k].Job)
+	}
 	// Each task's dependents, through an index of the tasks by id: a scan of every task for
 	// each dependency was quadratic (a 5,000-job batch's callback: 25 million comparisons).
 	at := make(map[string]int, len(nw.Tasks))

@@ -150,6 +150,12 @@ var cases = []tc{
 	{op: "PUT /v1/queues/{queue}/groups", url: "/v1/queues/{queue}/groups", status: 200, body: `{"window":5,"weights":{"tenant-42":2}}`},
 	{op: "GET /v1/queues/{queue}/groups", url: "/v1/queues/{queue}/groups", status: 200},
 	{op: "GET /v1/queues/{queue}/groups", url: "/v1/queues/nosuch/groups", status: 404},
+	{op: "PATCH /v1/queues/{queue}/settings", url: "/v1/queues/{queue}/settings", status: 200,
+		body: `{"group_window":6,"max_retries":4,"timeout_ms":30000}`},
+	{op: "PATCH /v1/queues/{queue}/settings", url: "/v1/queues/{queue}/settings", status: 400, body: `{"max_retries":-2}`, invalid: true},
+	{op: "PATCH /v1/queues/{queue}/settings", url: "/v1/queues/nosuch/settings", status: 404, body: `{"group_window":6}`},
+	{op: "GET /v1/queues/{queue}/settings", url: "/v1/queues/{queue}/settings", status: 200},
+	{op: "GET /v1/queues/{queue}/settings", url: "/v1/queues/nosuch/settings", status: 404},
 
 	// Workflows and batches.
 	{op: "POST /v1/queues/{queue}/workflows", url: "/v1/queues/{queue}/workflows", status: 201,

@@ -36,7 +36,7 @@ With --json it prints what 'stats --all --json' prints: a JSON array of objects.
 		},
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print a JSON array")
-	cmd.AddCommand(newQueuesCreateCmd(a), newQueuesDeleteCmd(a))
+	cmd.AddCommand(newQueuesCreateCmd(a), newQueuesDeleteCmd(a), newQueuesSetCmd(a))
 	return cmd
 }
 

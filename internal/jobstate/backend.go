@@ -17,8 +17,8 @@ import (
 // Backend from any package. Packages that make a few calls (delayed, recovery) declare their
 // own narrow interface where they use it; a Backend satisfies those.
 //
-// The queue-settings calls (pause, limits, levels, partition counts, group settings) are not
-// in it yet: they stay free functions until the settings record replaces them.
+// The limits', levels' and partition counts' own reads are not in it yet: they stay free
+// functions beside the settings record (settings.go), which is.
 type Backend interface {
 	// The store itself (store.go).
 	Via(w redis.UniversalClient) Backend
@@ -109,6 +109,14 @@ type Backend interface {
 	// The queues' history (history.go).
 	AddHistory(ctx context.Context, bs []HistoryBucket) error
 	ReadHistory(ctx context.Context, ks []string) ([]map[string]string, error)
+
+	// The queues' settings records (settings.go).
+	UpdateSettings(ctx context.Context, queue string, c SettingsChange) (SettingsChanged, error)
+	BumpSettings(ctx context.Context, queue string) error
+	ReadSettings(ctx context.Context, queues []string) ([]Settings, error)
+	SubscribeSettings(ctx context.Context) (*redis.PubSub, error)
+	ReadRoute(ctx context.Context, queue string) (int, Settings, error)
+	DeleteSettings(ctx context.Context, queue string) error
 
 	// Memory (memory.go).
 	QueueMemory(ctx context.Context, p MemoryParams) (Memory, error)

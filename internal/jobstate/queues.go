@@ -234,28 +234,6 @@ func pausedSet(names []string) map[string]bool {
 	return set
 }
 
-// PauseQueue adds queue to the paused queues and announces it on keys.PausedChannel; it
-// reports whether the queue was not paused before. The set is written first, so a worker
-// that hears the notice reads the new state.
-func PauseQueue(ctx context.Context, rdb redis.UniversalClient, prefix, queue, token string) (bool, error) {
-	n, err := rdb.SAdd(ctx, keys.Paused(prefix), queue).Result()
-	if err != nil {
-		return false, err
-	}
-	msg := queue
-	if token != "" {
-		msg += " " + token
-	}
-	return n == 1, rdb.Publish(ctx, keys.PausedChannel(prefix), msg).Err()
-}
-
-// PauseNotice reads a notice of keys.PausedChannel: the queue it names and, for a pause that
-// waits for confirmations, its token.
-func PauseNotice(msg string) (queue, token string) {
-	queue, token, _ = strings.Cut(msg, " ")
-	return queue, token
-}
-
 // pauseAcksTTL is how long a queue's pause confirmations outlive the last one.
 const pauseAcksTTL = time.Minute
 
@@ -283,16 +261,6 @@ func PauseAckNotice(msg string) (token, worker string) {
 func PauseAcks(ctx context.Context, rdb redis.UniversalClient, prefix, queue string) (map[string]string, error) {
 	m, err := rdb.HGetAll(ctx, keys.PauseAcks(prefix, queue)).Result()
 	return m, rediserr.Wrap("pause confirmations", err)
-}
-
-// ResumeQueue removes queue from the paused queues and announces it; it reports whether the
-// queue was paused.
-func ResumeQueue(ctx context.Context, rdb redis.UniversalClient, prefix, queue string) (bool, error) {
-	n, err := rdb.SRem(ctx, keys.Paused(prefix), queue).Result()
-	if err != nil {
-		return false, err
-	}
-	return n == 1, rdb.Publish(ctx, keys.PausedChannel(prefix), queue).Err()
 }
 
 // PausedQueues reads the set of paused queues (one SMEMBERS).

@@ -1,0 +1,375 @@
+package pipeline
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
+	"reflect"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/conveyorq/conveyor/internal/jobstate"
+)
+
+// QueueSettings is a queue's settings, one record (UpdateQueue changes it): the pause, the
+// partition count, the limits and the fair-group settings. Revision rises with every change
+// (UpdateQueue, or a call it stands for: Pause, SetLimit, SetGroups, CreateQueue). 0 means no
+// change was made by this version.
+type QueueSettings struct {
+	Queue      string
+	Revision   int64
+	Paused     bool
+	Partitions int
+	// Limits are the queue's limits, as Limits lists them.
+	Limits []Limit
+	// GroupWindow is the fair-group window (DefaultGroupWindow unless set); GroupWeights the
+	// weights set, by group.
+	GroupWindow  int
+	GroupWeights map[string]int
+	// Levels are the priority levels above 1 that the queue's jobs were published with.
+	Levels []int
+	// MaxRetries is the retry count of the jobs published without WithMaxRetries; nil leaves
+	// them the Client's (ClientConfig.MaxRetries). Timeout is the timeout of those published
+	// without WithTimeout; 0 means none.
+	MaxRetries *int
+	Timeout    time.Duration
+	// PauseUnconfirmed names, after an UpdateQueue that paused the queue, the live workers
+	// that did not confirm the pause in time (PauseConfirmed).
+	PauseUnconfirmed []string
+}
+
+// QueuePatch is a change of a queue's settings (UpdateQueue): a nil field changes nothing.
+type QueuePatch struct {
+	// Paused pauses (Pause, waiting for the confirmations) or resumes (Resume) the queue.
+	Paused *bool
+	// Concurrency sets the concurrency of the queue's whole-queue limit (SetLimit with no type
+	// and no key), keeping its rate. 0 removes the concurrency, and the limit when it has no rate.
+	Concurrency *int
+	// Partitions changes the partition count (CreateQueue, without a drain).
+	Partitions *int
+	// GroupWindow sets the fair-group window; 0 sets it back to DefaultGroupWindow.
+	GroupWindow *int
+	// GroupWeights sets groups' weights; a weight of 0 sets it back to 1 (SetGroups).
+	GroupWeights map[string]int
+	// MaxRetries sets the queue's default retry count (QueueSettings.MaxRetries); -1 removes it.
+	MaxRetries *int
+	// Timeout sets the queue's default timeout, kept in whole milliseconds; 0 removes it.
+	Timeout *time.Duration
+}
+
+// settingsJSON is the wire form of QueueSettings: the HTTP API's and `conveyor queues set
+// --json`'s. Its limits have the fields of the limits routes.
+type settingsJSON struct {
+	Queue            string         `json:"queue"`
+	Revision         int64          `json:"revision"`
+	Paused           bool           `json:"paused"`
+	Partitions       int            `json:"partitions"`
+	Limits           []limitJSON    `json:"limits"`
+	GroupWindow      int            `json:"group_window"`
+	GroupWeights     map[string]int `json:"group_weights"`
+	Levels           []int          `json:"levels"`
+	MaxRetries       *int           `json:"max_retries"`
+	TimeoutMS        int64          `json:"timeout_ms"`
+	PauseUnconfirmed []string       `json:"pause_unconfirmed,omitempty"`
+}
+
+type limitJSON struct {
+	Queue       string `json:"queue"`
+	Type        string `json:"type"`
+	PerKey      bool   `json:"per_key"`
+	Rate        int    `json:"rate"`
+	IntervalMS  int64  `json:"interval_ms"`
+	Concurrency int    `json:"concurrency"`
+}
+
+// MarshalJSON writes the settings' wire form, durations in milliseconds.
+func (s *QueueSettings) MarshalJSON() ([]byte, error) {
+	w := settingsJSON{Queue: s.Queue, Revision: s.Revision, Paused: s.Paused, Partitions: s.Partitions,
+		Limits: make([]limitJSON, len(s.Limits)), GroupWindow: s.GroupWindow, GroupWeights: s.GroupWeights,
+		Levels: s.Levels, MaxRetries: s.MaxRetries, TimeoutMS: s.Timeout.Milliseconds(), PauseUnconfirmed: s.PauseUnconfirmed}
+	for k, l := range s.Limits {
+		w.Limits[k] = limitJSON{Queue: s.Queue, Type: l.Type, PerKey: l.PerKey, Rate: l.Rate,
+			IntervalMS: l.Interval.Milliseconds(), Concurrency: l.Concurrency}
+	}
+	return json.Marshal(w)
+}
+
+// patchJSON is the wire form of QueuePatch (PATCH /v1/queues/{queue}/settings).
+type patchJSON struct {
+	Paused       *bool          `json:"paused"`
+	Concurrency  *int           `json:"concurrency"`
+	Partitions   *int           `json:"partitions"`
+	GroupWindow  *int           `json:"group_window"`
+	GroupWeights map[string]int `json:"group_weights"`
+	MaxRetries   *int           `json:"max_retries"`
+	TimeoutMS    *int64         `json:"timeout_ms"`
+}
+
+// UnmarshalJSON reads the patch's wire form, refusing fields it does not know: a misspelt
+// field would otherwise change nothing and say nothing.
+func (p *QueuePatch) UnmarshalJSON(b []byte) error {
+	var w patchJSON
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&w); err != nil {
+		return err
+	}
+	*p = QueuePatch{Paused: w.Paused, Concurrency: w.Concurrency, Partitions: w.Partitions,
+		GroupWindow: w.GroupWindow, GroupWeights: w.GroupWeights, MaxRetries: w.MaxRetries}
+	if ms := w.TimeoutMS; ms != nil {
+		// Checked before it is a Duration, which a large count of milliseconds would overflow.
+		if *ms < 0 || *ms > maxDefaultTimeout.Milliseconds() {
+			return invalid("timeout_ms %d outside 0..%d", *ms, maxDefaultTimeout.Milliseconds())
+		}
+		d := time.Duration(*ms) * time.Millisecond
+		p.Timeout = &d
+	}
+	return nil
+}
+
+// QueueSettings reads queue's settings. A queue that does not exist is ErrQueueNotFound.
+func (i *Inspector) QueueSettings(ctx context.Context, queue string) (*QueueSettings, error) {
+	if err := i.mustExist(ctx, queue); err != nil {
+		return nil, err
+	}
+	sts, err := i.store.ReadSettings(ctx, []string{queue})
+	if err != nil {
+		return nil, err
+	}
+	out := &QueueSettings{Queue: queue, Revision: sts[0].Rev, Paused: sts[0].Paused}
+	d := defaultsOf(sts[0].Fields)
+	out.MaxRetries, out.Timeout = d.maxRetries, d.timeout
+	if out.Partitions, err = i.Partitions(ctx, queue); err != nil {
+		return nil, err
+	}
+	if out.Limits, err = i.Limits(ctx, queue); err != nil {
+		return nil, err
+	}
+	// Every partition holds the same group settings (SetGroups).
+	qs := allPartitions(i.cfg.Prefix, queue, out.Partitions)
+	set, err := jobstate.ReadGroupSettings(ctx, i.rdb, qs[0])
+	if err != nil {
+		return nil, err
+	}
+	out.GroupWindow, out.GroupWeights = DefaultGroupWindow, map[string]int{}
+	if set.Window > 0 {
+		out.GroupWindow = int(set.Window)
+	}
+	for grp, w := range set.Weights {
+		out.GroupWeights[grp] = int(w)
+	}
+	levels, err := jobstate.QueueLevels(ctx, i.rdb, qs)
+	if err != nil {
+		return nil, err
+	}
+	seen := map[int]bool{}
+	for _, ls := range levels {
+		for _, l := range ls {
+			seen[l] = true
+		}
+	}
+	out.Levels = append([]int{}, slices.Sorted(maps.Keys(seen))...) // [] in JSON, not null
+	return out, nil
+}
+
+// validate checks p as given.
+func (p QueuePatch) validate() error {
+	if p.Concurrency != nil && *p.Concurrency < 0 {
+		return invalid("concurrency %d is negative", *p.Concurrency)
+	}
+	if p.Partitions != nil && (*p.Partitions < 1 || *p.Partitions > MaxPartitions) {
+		return invalid("partitions %d outside 1..%d", *p.Partitions, MaxPartitions)
+	}
+	if p.MaxRetries != nil && (*p.MaxRetries < -1 || *p.MaxRetries > MaxMaxRetries) {
+		return invalid("max retries %d outside 0..%d (-1 removes the default)", *p.MaxRetries, MaxMaxRetries)
+	}
+	if p.Timeout != nil && (*p.Timeout < 0 || *p.Timeout > maxDefaultTimeout) {
+		return invalid("timeout %v outside 0..%v (0 removes the default)", *p.Timeout, maxDefaultTimeout)
+	}
+	if p.GroupWindow != nil || p.GroupWeights != nil {
+		return p.groupChange().validate()
+	}
+	return nil
+}
+
+// maxDefaultTimeout bounds QueuePatch.Timeout: a week, far beyond any job's attempt.
+const maxDefaultTimeout = 7 * 24 * time.Hour
+
+// The settings record's fields of the per-queue job defaults.
+const (
+	fieldMaxRetries = "max_retries"
+	fieldTimeout    = "timeout_ms"
+)
+
+// queueDefaults are a queue's defaults for the jobs published without their own.
+type queueDefaults struct {
+	maxRetries *int
+	timeout    time.Duration
+}
+
+// defaultsOf reads the defaults from a settings record's fields. A value that does not parse
+// is no default: a publish must not fail over a setting.
+func defaultsOf(f map[string]string) queueDefaults {
+	var d queueDefaults
+	if n, err := strconv.Atoi(f[fieldMaxRetries]); err == nil && n >= 0 && n <= MaxMaxRetries {
+		d.maxRetries = &n
+	}
+	if ms, err := strconv.ParseInt(f[fieldTimeout], 10, 64); err == nil && ms > 0 && ms <= maxDefaultTimeout.Milliseconds() {
+		d.timeout = time.Duration(ms) * time.Millisecond
+	}
+	return d
+}
+
+// apply gives a prepared job (j, and nj, what the script writes) the defaults its options
+// (common, then the task's own) leave to the queue: they win over the Client's. Applying the
+// options again is cheap, and keeps prepare free of Redis, so bad input fails first.
+func (d queueDefaults) apply(common []Option, t *Task, j *Job, nj *jobstate.NewJob) {
+	if d.maxRetries == nil && d.timeout == 0 {
+		return
+	}
+	var o enqueueOptions
+	for _, opt := range common {
+		opt(&o)
+	}
+	for _, opt := range t.Opts {
+		opt(&o)
+	}
+	if d.maxRetries != nil && !o.hasRetries {
+		nj.MaxRetries, j.MaxRetries = *d.maxRetries, *d.maxRetries
+	}
+	if d.timeout > 0 && o.timeout == 0 {
+		nj.Timeout, j.Timeout = d.timeout, d.timeout
+	}
+}
+
+// recordChange is the part of p kept in the settings record, and whether there is one.
+func (p QueuePatch) recordChange() (jobstate.SettingsChange, bool) {
+	c := jobstate.SettingsChange{Set: map[string]string{}}
+	if n := p.MaxRetries; n != nil && *n >= 0 {
+		c.Set[fieldMaxRetries] = strconv.Itoa(*n)
+	} else if n != nil {
+		c.Delete = append(c.Delete, fieldMaxRetries)
+	}
+	if d := p.Timeout; d != nil && *d > 0 {
+		c.Set[fieldTimeout] = strconv.FormatInt(timeoutMS(*d), 10)
+	} else if d != nil {
+		c.Delete = append(c.Delete, fieldTimeout)
+	}
+	return c, len(c.Set)+len(c.Delete) > 0
+}
+
+// pauseOnly reports whether p changes nothing but the pause.
+func (p QueuePatch) pauseOnly() bool {
+	p.Paused = nil
+	return reflect.DeepEqual(p, QueuePatch{})
+}
+
+func (p QueuePatch) groupChange() GroupChange {
+	c := GroupChange{Weights: p.GroupWeights}
+	if p.GroupWindow != nil {
+		c.Window, c.ResetWindow = *p.GroupWindow, *p.GroupWindow == 0
+	}
+	return c
+}
+
+// UpdateQueue changes queue's settings by patch and returns them as they are after it. It is
+// the one way the settings change: Pause, Resume, SetLimit, DeleteLimit, SetGroups and
+// CreateQueue are its parts, and each part keeps its own rules and errors. The parts apply in
+// the order partitions, concurrency, groups, job defaults, pause, each atomically on its own.
+// An error names the part that failed; the parts before it stay applied. Every worker reading the queue
+// learns of a change at once (a notice), or within PauseCheckInterval should it miss it. A
+// queue that does not exist is ErrQueueNotFound (but a resume alone of a paused one passes).
+func (i *Inspector) UpdateQueue(ctx context.Context, queue string, patch QueuePatch) (*QueueSettings, error) {
+	if err := i.check(queue, ""); err != nil {
+		return nil, err
+	}
+	if err := patch.validate(); err != nil {
+		return nil, err
+	}
+	if !patch.pauseOnly() {
+		if err := i.mustExist(ctx, queue); err != nil {
+			return nil, err
+		}
+	}
+	if p := patch.Partitions; p != nil {
+		if _, err := i.CreateQueue(ctx, queue, QueueOptions{Partitions: *p}); err != nil {
+			return nil, fmt.Errorf("update queue %s: partitions: %w", queue, err)
+		}
+	}
+	if c := patch.Concurrency; c != nil {
+		if err := i.setConcurrency(ctx, queue, *c); err != nil {
+			return nil, fmt.Errorf("update queue %s: concurrency: %w", queue, err)
+		}
+	}
+	if patch.GroupWindow != nil || patch.GroupWeights != nil {
+		if err := i.SetGroups(ctx, queue, patch.groupChange()); err != nil {
+			return nil, fmt.Errorf("update queue %s: groups: %w", queue, err)
+		}
+	}
+	if c, ok := patch.recordChange(); ok {
+		if _, err := i.store.UpdateSettings(ctx, queue, c); err != nil {
+			return nil, fmt.Errorf("update queue %s: defaults: %w", queue, err)
+		}
+		// This process's Clients read the new defaults on their next publish; others within
+		// partitionsTTL.
+		layoutChanges.Add(1)
+	}
+	var unconfirmed []string
+	switch {
+	case patch.Paused == nil:
+	case *patch.Paused:
+		pc, err := i.PauseConfirmed(ctx, queue, DefaultPauseConfirmTimeout)
+		if err != nil {
+			return nil, fmt.Errorf("update queue %s: pause: %w", queue, err)
+		}
+		unconfirmed = pc.Unconfirmed
+	default:
+		if err := i.Resume(ctx, queue); err != nil {
+			return nil, fmt.Errorf("update queue %s: resume: %w", queue, err)
+		}
+	}
+	out, err := i.QueueSettings(ctx, queue)
+	if errors.Is(err, ErrQueueNotFound) && patch.pauseOnly() {
+		// A queue deleted while paused, resumed.
+		return &QueueSettings{Queue: queue, Partitions: 1}, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	out.PauseUnconfirmed = unconfirmed
+	return out, nil
+}
+
+// setConcurrency sets the concurrency of queue's whole-queue limit to n, keeping its rate.
+func (i *Inspector) setConcurrency(ctx context.Context, queue string, n int) error {
+	ls, err := i.Limits(ctx, queue)
+	if err != nil {
+		return err
+	}
+	var l Limit
+	for _, cur := range ls {
+		if cur.Type == "" && !cur.PerKey {
+			l = cur
+		}
+	}
+	l.Concurrency = n
+	if l.Concurrency == 0 && l.Rate == 0 {
+		_, err := i.DeleteLimit(ctx, queue, "", false)
+		return err
+	}
+	return i.SetLimit(ctx, queue, l)
+}
+
+// settingsChanged announces a change of queue's settings kept outside its record (limits,
+// group settings, partition count) to the workers.
+func (i *Inspector) settingsChanged(ctx context.Context, queue string) error {
+	if err := i.store.BumpSettings(ctx, queue); err != nil {
+		return fmt.Errorf("announce the change of queue %s's settings (workers find it within %v): %w",
+			queue, partitionsCheckEvery, err)
+	}
+	return nil
+}
