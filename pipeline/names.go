@@ -5,9 +5,9 @@ import (
 	"github.com/conveyorq/conveyor/internal/rediserr"
 )
 
-// Names and errors as a tool outside the library sees them. The conveyor command uses these
-// to check its arguments before it connects and to word the failures it prints; it lives in
-// a module of its own and reaches the library through its public API alone.
+// Names and errors as a tool outside the library sees them. The conveyor command checks its
+// arguments with these before it connects, and words its failures with them. It lives in a
+// module of its own and uses the public API alone.
 
 // DefaultPrefix is the key prefix of a Client, Worker or Inspector configured without one.
 const DefaultPrefix = keys.DefaultPrefix
@@ -44,8 +44,8 @@ type QueueKeys struct {
 	UniquePrefix string
 }
 
-// KeysOf returns the keys of each of the partitions of queue under prefix (DefaultPrefix
-// when empty): one entry when partitions is 1 or less, else one for each partition in order.
+// KeysOf returns the keys of each partition of queue, in order, under prefix (DefaultPrefix
+// when empty). A queue of 1 partition or less has one entry.
 func KeysOf(prefix, queue string, partitions int) []QueueKeys {
 	if prefix == "" {
 		prefix = DefaultPrefix
@@ -65,10 +65,9 @@ func KeysOf(prefix, queue string, partitions int) []QueueKeys {
 func ErrorOp(err error) string { return rediserr.OpOf(err) }
 
 // ErrorKind names the kind of Redis failure err is, so that a caller branches on it and not on
-// the text: "unreachable", "auth" (NOAUTH, WRONGPASS), "no_perm" (an ACL), "redirect" (a
-// cluster's MOVED or ASK without a cluster client), "oom", "read_only", "cluster_down",
-// "loading", "busy", "canceled", "closed", "other" for any other reply of Redis, and
-// "unknown" for nil or an error that is not Redis's.
+// its text. The kinds: "unreachable", "auth" (NOAUTH, WRONGPASS), "no_perm" (an ACL),
+// "redirect" (MOVED or ASK), "oom", "read_only", "cluster_down", "loading", "busy", "canceled"
+// and "closed". Any other reply of Redis is "other"; nil or an error not Redis's is "unknown".
 func ErrorKind(err error) string { return rediserr.Classify(err).String() }
 
 // ErrorMessage is err's text without the library's package prefixes ("pipeline: ",
