@@ -53,8 +53,8 @@ func (s *Server) openapi(w http.ResponseWriter, _ *http.Request) error {
 	return nil
 }
 
-// openAPI30 is openapi.json in OpenAPI 3.0.3 form, for the tools that read only 3.0: generated
-// from openapi.json by the api package's tests (TestOpenAPI30, which fails when it is stale).
+// openAPI30 is openapi.json in OpenAPI 3.0.3 form, for the tools that read only 3.0. The api
+// package's tests generate it from openapi.json (TestOpenAPI30, which fails when it is stale).
 //
 //go:embed openapi-3.0.json
 var openAPI30 []byte

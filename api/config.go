@@ -62,15 +62,16 @@ type Config struct {
 	// dashboard's own files, as "Authorization: Bearer <token>". Empty: no authentication
 	// (serve the handler on loopback only, or behind a proxy that authenticates).
 	AuthToken string
-	// AllowedHosts are the host names (or addresses) that requests may name in their Host
-	// header when AuthToken is empty, besides the loopback ones (localhost, 127.0.0.0/8,
-	// [::1]), which are always allowed; the port is not compared. Any other Host is answered
-	// 421 Misdirected Request, before anything is read or written: a web page whose name its
-	// owner points at 127.0.0.1 (DNS rebinding) sends its own name as Host, and with no token
-	// nothing else tells it from a local client. List the name a reverse proxy forwards (unless
-	// it rewrites Host to a loopback one). "*" allows every Host, which gives that guard up.
-	// With AuthToken set the Host is not checked: a page cannot send the token it does not
-	// know.
+	// AllowedHosts are the host names (or addresses) that requests may name in their Host header
+	// when AuthToken is empty. The loopback ones (localhost, 127.0.0.0/8, [::1]) are always
+	// allowed. The port is not compared. Any other Host is answered 421 Misdirected Request,
+	// before anything is read or written.
+	//
+	// A web page whose owner points its name at 127.0.0.1 (DNS rebinding) sends its own name as
+	// Host. With no token, nothing else tells it from a local client. List the name a reverse
+	// proxy forwards, unless it rewrites Host to a loopback one. "*" allows every Host, which
+	// gives that guard up. With AuthToken set the Host is not checked: a page cannot send a
+	// token it does not know.
 	AllowedHosts []string
 	// MaxBodyBytes bounds the body of a one-job POST; a larger body is refused with 413
 	// before it is read. Defaults to DefaultMaxBodyBytes. The payload's own limit is the
@@ -78,15 +79,14 @@ type Config struct {
 	MaxBodyBytes int64
 	// MaxBatchBodyBytes bounds the body of a batch POST. Defaults to DefaultMaxBatchBodyBytes.
 	MaxBatchBodyBytes int64
-	// MaxPageBytes is the byte budget of a page of GET /v1/queues/{queue}/jobs: a page ends
-	// early, its next cursor right after it, with the job whose payload and result bytes,
-	// added to those before it, reach it (pipeline.Page.MaxBytes), so that a page of big jobs
-	// costs the server about this much, not limit times the largest payload. Defaults to
-	// DefaultMaxPageBytes.
+	// MaxPageBytes is the byte budget of a page of GET /v1/queues/{queue}/jobs. A page ends
+	// early, its next cursor right after it, at the job whose payload and result bytes reach it,
+	// added to those before (pipeline.Page.MaxBytes). So a page of big jobs costs the server
+	// about this much, not limit times the largest payload. Defaults to DefaultMaxPageBytes.
 	MaxPageBytes int64
 	// MaxEventStreams bounds the event streams open at once (GET
-	// /v1/queues/{queue}/jobs/{id}/events, about 40 KB each): one past it is answered 503
-	// unavailable with Retry-After, and a closed stream makes room. Defaults to
+	// /v1/queues/{queue}/jobs/{id}/events, about 40 KB each). One past it is answered 503
+	// unavailable with Retry-After; a closed stream makes room. Defaults to
 	// DefaultMaxEventStreams; conveyor serve --max-event-streams.
 	MaxEventStreams int
 	// MaxWait bounds the wait of a long poll: a longer ?wait= is cut to it. Defaults to
@@ -118,8 +118,8 @@ type Config struct {
 	// is not told the details of. Defaults to a disabled logger.
 	Logger zerolog.Logger
 	// Dashboard, when set, serves GET / and every GET path outside /v1, /healthz, /readyz and
-	// /metrics (the dashboard's page and assets), without a token: they hold no data, and the
-	// dashboard's own API calls carry the token. See Dashboard in this package.
+	// /metrics: the dashboard's page and assets. It serves them without a token, since they hold
+	// no data and the dashboard's own API calls carry the token. See Dashboard in this package.
 	Dashboard http.Handler
 	// Metrics, when set, serves GET /metrics (behind the token, when one is set).
 	Metrics http.Handler

@@ -11,19 +11,21 @@ import (
 	"path"
 	"strings"
 	"time"
+
+	"github.com/conveyorq/conveyor/internal/status"
 )
 
 // The dashboard is a single page (index.html) and its assets (ui/...), embedded in the binary.
-// It is plain HTML, CSS and JavaScript with no build step; it calls the /v1 JSON API of the
-// same origin, with relative URLs, so it works wherever the API is mounted as long as the page
-// is served at the API's root.
+// It is plain HTML, CSS and JavaScript with no build step. It calls the /v1 JSON API of the same
+// origin, with relative URLs. So it works wherever the API is mounted, as long as the page is
+// served at the API's root.
 //
 //go:embed dashboard
 var dashboardFiles embed.FS
 
-// dashboardCSP is the dashboard's Content-Security-Policy: everything from the page's own
-// origin, nothing inline (no inline scripts, no style attributes, no event handler attributes),
-// no plugins, no framing, forms posting nowhere else.
+// dashboardCSP is the dashboard's Content-Security-Policy. Everything comes from the page's own
+// origin, and nothing is inline: no inline scripts, style attributes or event handler
+// attributes. No plugins, no framing, and forms post nowhere else.
 const dashboardCSP = "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; " +
 	"connect-src 'self'; font-src 'self'; object-src 'none'; base-uri 'none'; form-action 'self'; " +
 	"frame-ancestors 'none'"
@@ -36,20 +38,20 @@ type dashboardAsset struct {
 	version     string // short hash, the ?v= that index.html puts on the asset's URL
 }
 
-// dashboard serves the embedded files. Assets are fingerprinted: index.html (always
-// revalidated) asks for ui/app.js?v=<hash>, and a request carrying the current hash may be
-// cached for a year; any other request for an asset is revalidated with its ETag.
+// dashboard serves the embedded files. Assets are fingerprinted: index.html, always revalidated,
+// asks for ui/app.js?v=<hash>. A request carrying the current hash may be cached for a year. Any
+// other request for an asset is revalidated with its ETag.
 type dashboard struct {
 	index  dashboardAsset
 	assets map[string]dashboardAsset // by URL path below ui/, e.g. "app.js"
 }
 
-// Dashboard returns the handler of the embedded web dashboard: GET (and HEAD) of "/" (or
-// "/index.html") is the page, "/ui/<file>" its script, style sheet and icon. The page uses the
-// JSON API under /v1 on the same origin (it asks for the API token when the API answers 401,
-// and keeps it for the browser tab's session). Every response carries a strict
-// Content-Security-Policy (no inline script or style) and nosniff; other paths are 404 and
-// other methods 405.
+// Dashboard returns the handler of the embedded web dashboard. GET (and HEAD) of "/" or
+// "/index.html" is the page; "/ui/<file>" is its script, style sheet and icon. The page uses the
+// JSON API under /v1 on the same origin. It asks for the API token when the API answers 401, and
+// keeps it for the browser tab's session. Every response carries a strict
+// Content-Security-Policy (no inline script or style) and nosniff. Other paths are 404 and other
+// methods 405.
 func Dashboard() http.Handler {
 	d := &dashboard{assets: map[string]dashboardAsset{}}
 	root, err := fs.Sub(dashboardFiles, "dashboard")
@@ -70,6 +72,8 @@ func Dashboard() http.Handler {
 	if err != nil {
 		panic(err)
 	}
+	d.assets["statuses.js"] = newDashboardAsset(statusesJS(status.Infos(), status.Listable()), "statuses.js")
+	d.assets["statuses.css"] = newDashboardAsset(statusesCSS(status.Infos()), "statuses.css")
 	index, err := fs.ReadFile(root, "index.html")
 	if err != nil {
 		panic(err)

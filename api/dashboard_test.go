@@ -66,9 +66,11 @@ func TestDashboardServesPageAndAssets(t *testing.T) {
 	}
 
 	types := map[string]string{
-		"ui/app.js":    "text/javascript; charset=utf-8",
-		"ui/style.css": "text/css; charset=utf-8",
-		"ui/icon.svg":  "image/svg+xml",
+		"ui/app.js":       "text/javascript; charset=utf-8",
+		"ui/style.css":    "text/css; charset=utf-8",
+		"ui/icon.svg":     "image/svg+xml",
+		"ui/statuses.js":  "text/javascript; charset=utf-8",
+		"ui/statuses.css": "text/css; charset=utf-8",
 	}
 	refs := assetRefs.FindAllStringSubmatch(page, -1)
 	seen := map[string]bool{}

@@ -17,9 +17,9 @@ import (
 	"github.com/conveyorq/conveyor/pipeline"
 )
 
-// DefaultUniqueTTL is how long a unique key is held when the body's unique.ttl is not given
-// (the CLI's --unique-ttl default): the library's, so that a job published through the API
-// and one published by a Watermill Publisher hold their keys alike.
+// DefaultUniqueTTL is how long a unique key is held when the body's unique.ttl is not given (the
+// CLI's --unique-ttl default). It is the library's, so a job published through the API and one
+// published by a Watermill Publisher hold their keys alike.
 const DefaultUniqueTTL = pipeline.DefaultUniqueTTL
 
 // jobBody is one job of a POST, as the client sends it. Durations are Go duration strings
@@ -41,9 +41,9 @@ type jobBody struct {
 	Priority   *int          `json:"priority"`
 }
 
-// runAtBody is a job's run_at: unix milliseconds (a JSON integer), or an RFC 3339 time (a JSON
-// string such as "2026-12-01T09:00:00Z" or with an offset), read to the millisecond and
-// rounded up: never before the time sent.
+// runAtBody is a job's run_at: unix milliseconds (a JSON integer), or an RFC 3339 time. The time
+// is a JSON string such as "2026-12-01T09:00:00Z", or one with an offset. It is read to the
+// millisecond and rounded up: never before the time sent.
 type runAtBody struct{ ms int64 }
 
 func (r *runAtBody) UnmarshalJSON(b []byte) error {
@@ -110,9 +110,10 @@ func decodeJSON(r io.Reader, v any) error {
 	return end(dec)
 }
 
-// newDecoder decodes r, refusing unknown fields and bytes that are not UTF-8: encoding/json
-// would replace them with U+FFFD, so an id, a type or metadata would be stored as something
-// the client did not send. It reads r as it goes, so a body costs what its largest value does.
+// newDecoder decodes r, refusing unknown fields and bytes that are not UTF-8. The package
+// encoding/json would replace those with U+FFFD. Then an id, a type or metadata would be stored
+// as something the client did not send. It reads r as it goes, so a body costs what its largest
+// value does.
 func newDecoder(r io.Reader) *json.Decoder {
 	dec := json.NewDecoder(&utf8Reader{r: r})
 	dec.DisallowUnknownFields()
@@ -131,8 +132,8 @@ func end(dec *json.Decoder) error {
 	}
 }
 
-// utf8Reader passes on the bytes of r while they are UTF-8, holding back the first bytes of a
-// character that the next read completes, and fails at the first byte that is not.
+// utf8Reader passes on the bytes of r while they are UTF-8, and fails at the first byte that is
+// not. It holds back the first bytes of a character that the next read completes.
 type utf8Reader struct {
 	r    io.Reader
 	off  int64  // bytes passed on
@@ -194,8 +195,8 @@ func (p *payloadBody) UnmarshalJSON(data []byte) error {
 	return nil
 }
 
-// metadataBody is a job's metadata, decoded without building a map of more entries than a
-// job may have: a body of a million keys would otherwise cost far more than its bytes.
+// metadataBody is a job's metadata, decoded without building a map of more entries than a job
+// may have. A body of a million keys would otherwise cost far more than its bytes.
 type metadataBody map[string]string
 
 func (m *metadataBody) UnmarshalJSON(data []byte) error {
@@ -321,10 +322,10 @@ func decodeJob(r io.Reader, idemKey string) (*jobRequest, error) {
 	return b.request(idemKey)
 }
 
-// DecodeJob reads one job as POST /v1/queues/{queue}/jobs takes its body (the same fields and
-// checks: unknown fields, bytes that are not UTF-8 and anything after the object are refused)
-// and returns it as a task whose Opts carry the body's options, and the id the body names
-// ("" for none). It is the CLI's reading of a line of 'publish --jsonl', so that a line and an
+// DecodeJob reads one job as POST /v1/queues/{queue}/jobs takes its body, with the same fields
+// and checks. Unknown fields, bytes that are not UTF-8 and anything after the object are
+// refused. It returns the job as a task whose Opts carry the body's options, and the id the body
+// names ("" for none). It is the CLI's reading of a line of 'publish --jsonl', so a line and an
 // HTTP body mean the same job. Its errors are the client's, in the API's words.
 func DecodeJob(body []byte) (pipeline.Task, string, error) {
 	var b jobBody
@@ -339,12 +340,12 @@ func DecodeJob(body []byte) (pipeline.Task, string, error) {
 	return req.task, b.ID, nil
 }
 
-// decodeBatch reads and checks the body of a batch POST. With idemKey, a job that names no
-// id gets "<idemKey>.<index>", so the whole batch can be sent again safely.
+// decodeBatch reads and checks the body of a batch POST. With idemKey, a job that names no id
+// gets "<idemKey>.<index>", so the whole batch can be sent again safely.
 //
-// It decodes the array one job at a time and refuses the job after the MaxBatchJobs'th, so
-// what a body costs is bounded by its largest job and the jobs it may hold, whatever it holds:
-// decoded whole, 16 MiB of {} elements took 2 GB.
+// It decodes the array one job at a time, and refuses the job after the MaxBatchJobs'th. So a
+// body's cost is bounded by its largest job and the jobs it may hold, whatever it holds. Decoded
+// whole, 16 MiB of {} elements took 2 GB.
 func decodeBatch(r io.Reader, idemKey string) ([]*jobRequest, error) {
 	dec := newDecoder(r)
 	tok, err := dec.Token()

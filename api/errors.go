@@ -47,9 +47,9 @@ type apiError struct {
 	Code    string `json:"code"`
 	Message string `json:"message"`
 	Reason  string `json:"reason,omitempty"`
-	// Op is the operation that Redis failed, on a 5xx answer of a Redis failure: the
-	// rediserr.Error.Op of the cause ("enqueue", "get", "stats", "list", "replay", "purge",
-	// ...), a short stable word a client may log or branch on; empty otherwise.
+	// Op is the operation that Redis failed, on a 5xx answer of a Redis failure, and empty
+	// otherwise. It is the rediserr.Error.Op of the cause ("enqueue", "get", "stats", "list",
+	// "replay", "purge", ...). It is a short stable word a client may log or branch on.
 	Op    string `json:"op,omitempty"`
 	cause error  // logged, never sent
 	// invalidToken marks a 401 for a bearer token that is not the API's (not a missing one):
@@ -75,10 +75,10 @@ func badArg(format string, args ...any) *apiError {
 }
 
 // toAPIError maps an error of the pipeline, of Redis or of reading a body to what the client is
-// told, by its kind (rediserr.Classify) and operation (rediserr.OpOf), never by its text.
-// Messages of pipeline's input errors are the client's own mistakes and are shown; Redis
-// errors and anything unexpected are not (the log has them), but the operation Redis failed
-// is (Op).
+// told. It goes by the error's kind (rediserr.Classify) and operation (rediserr.OpOf), never by
+// its text. Messages of pipeline's input errors are the client's own mistakes, and are shown.
+// Redis errors and anything unexpected are not (the log has them), but the operation Redis
+// failed is (Op).
 func toAPIError(err error) *apiError {
 	var ae *apiError
 	if errors.As(err, &ae) {
@@ -162,9 +162,9 @@ func jobErr(err error, queue, id string) error {
 // name our code, not the client's mistake.
 func message(err error) string { return rediserr.Message(err) }
 
-// noAnswer reports that Redis gave no answer: it is unreachable (rediserr.Unreachable), our
-// client to it is closed, or the request's deadline passed while waiting (the deadline is the
-// server's own bound on a request, so it says Redis is too slow to answer).
+// noAnswer reports that Redis gave no answer. It is unreachable (rediserr.Unreachable), our
+// client to it is closed, or the request's deadline passed while waiting. The deadline is the
+// server's own bound on a request, so it says Redis is too slow to answer.
 func noAnswer(err error) bool {
 	switch rediserr.Classify(err) {
 	case rediserr.Unreachable, rediserr.Closed:
@@ -173,8 +173,8 @@ func noAnswer(err error) bool {
 	return errors.Is(err, context.DeadlineExceeded)
 }
 
-// refusing reports a Redis error that passes with time: a server loading its data or busy
-// with a script, a replica after a failover, a cluster resharding, a full server.
+// refusing reports a Redis error that passes with time. Examples: a server loading its data or
+// busy with a script, a replica after a failover, a cluster resharding, a full server.
 func refusing(err error) bool {
 	switch rediserr.Classify(err) {
 	case rediserr.Loading, rediserr.Busy, rediserr.ReadOnly, rediserr.ClusterDown, rediserr.OOM:

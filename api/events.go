@@ -13,9 +13,9 @@ import (
 	"github.com/conveyorq/conveyor/pipeline"
 )
 
-// The events stream's heartbeat: a comment line sent when no event was, so that proxies and
-// load balancers, which cut a connection idle for a minute or so, keep the stream open, and a
-// client learns of a dead connection.
+// The events stream's heartbeat: a comment line sent when no event was. Proxies and load
+// balancers cut a connection idle for a minute or so; the heartbeat keeps the stream open. It
+// also lets a client learn of a dead connection.
 const (
 	DefaultHeartbeat = 15 * time.Second
 	MinHeartbeat     = 100 * time.Millisecond
@@ -25,9 +25,9 @@ const (
 // streamsRetryAfter is the Retry-After (seconds) of a stream refused past MaxEventStreams.
 const streamsRetryAfter = "5"
 
-// eventsWriteSlack is how long past the next heartbeat a write of the stream may take: each
-// write moves the connection's write deadline on (a server's WriteTimeout bounds a whole
-// response, which would cut every stream).
+// eventsWriteSlack is how long past the next heartbeat a write of the stream may take. Each
+// write moves the connection's write deadline on. A server's WriteTimeout bounds a whole
+// response, and would cut every stream.
 const eventsWriteSlack = 30 * time.Second
 
 // eventsQuery is what GET .../jobs/{id}/events takes from its query.
@@ -68,18 +68,19 @@ type progressEvent struct {
 
 // jobEvents: GET /v1/queues/{queue}/jobs/{id}/events[?heartbeat=15s], Server-Sent Events.
 //
-// The stream opens with a status event (the job, as GET returns it) and a progress event when
-// the running attempt reported any; then a status event each time the job's status or attempt
-// changes and a progress event each time its handler's report does; it ends after the status
-// event of the final status (completed, failed, canceled). Reports made between two reads
-// arrive as the latest only. A stream ends at once when the client goes or the server closes.
-// An unknown job is a 404 before any event.
+// The stream opens with a status event (the job, as GET returns it). A progress event follows
+// when the running attempt reported any. Then a status event comes each time the job's status or
+// attempt changes, and a progress event each time its handler's report does. The stream ends
+// after the status event of the final status (completed, failed, canceled). Reports made between
+// two reads arrive as the latest only. A stream ends at once when the client goes or the server
+// closes. An unknown job is a 404 before any event.
 //
 // Every event has an id naming the state it reports (eventID). A reconnect's Last-Event-ID
-// leaves out what the client has: a 204 when that is the job's final status (an EventSource
-// then stops reconnecting), else the current state less the events of that id. What changed
-// while the client was away is not replayed: the server keeps no log of a job's events, and an
-// id of another attempt or status than the first event's tells the client it missed some.
+// leaves out what the client has. When that is the job's final status, the answer is a 204, and
+// an EventSource then stops reconnecting. Otherwise it is the current state less the events of
+// that id. What changed while the client was away is not replayed: the server keeps no log of a
+// job's events. An id of another attempt or status than the first event's tells the client it
+// missed some.
 func (s *Server) jobEvents(w http.ResponseWriter, r *http.Request) error {
 	queue, id := r.PathValue("queue"), r.PathValue("id")
 	eq, err := parseEventsQuery(r.URL.Query())
@@ -217,8 +218,8 @@ func (es *eventStream) job(last, j *pipeline.Job) error {
 	return es.write("id: " + progressEventID(j) + "\nevent: progress\ndata: " + string(b) + "\n\n")
 }
 
-// statusEventID is the id of the status event of j's state: its attempt, status and the time
-// of its latest change ("<attempt>-<status>-<unix ms>"), so that two states differ in id.
+// statusEventID is the id of the status event of j's state: "<attempt>-<status>-<unix ms>". The
+// time is that of its latest change. So two states differ in id.
 func statusEventID(j *pipeline.Job) string {
 	at := j.CreatedAt
 	for _, t := range []time.Time{j.EnqueuedAt, j.StartedAt, j.CompletedAt} {
@@ -229,8 +230,8 @@ func statusEventID(j *pipeline.Job) string {
 	return fmt.Sprintf("%d-%s-%d", j.Attempt, j.Status, at.UnixMilli())
 }
 
-// progressEventID is the id of the progress event of j's state: its status event's and the
-// time of the report ("...-p<unix ms>"); its status event's when it has no report.
+// progressEventID is the id of the progress event of j's state: its status event's, and the time
+// of the report ("...-p<unix ms>"). With no report, it is its status event's.
 func progressEventID(j *pipeline.Job) string {
 	if j.Reported == nil {
 		return statusEventID(j)

@@ -44,9 +44,9 @@ func (s *Server) enqueue(w http.ResponseWriter, r *http.Request) error {
 }
 
 // traceContext is the request's context with the W3C trace context of its traceparent and
-// tracestate headers, which the published jobs carry to their handlers (and, under a tracer
-// provider, their publish span's parent). A malformed traceparent is ignored, as Trace Context
-// asks of a receiver.
+// tracestate headers. The published jobs carry it to their handlers. Under a tracer provider, it
+// is their publish span's parent. A malformed traceparent is ignored, as Trace Context asks of a
+// receiver.
 func traceContext(r *http.Request) context.Context {
 	ctx, _ := tracing.FromHeaders(r.Context(), r.Header.Get("traceparent"), r.Header.Get("tracestate"))
 	return ctx
@@ -147,8 +147,8 @@ func (s *Server) waitParam(r *http.Request) (time.Duration, error) {
 	return min(d, s.cfg.MaxWait), nil
 }
 
-// wait blocks until the job is final, the wait ends or the server closes, and returns the job
-// as last read: nil when it is not known as it is now (the caller reads it then).
+// wait blocks until the job is final, the wait ends or the server closes. It returns the job as
+// last read, or nil when that is not the job as it is now; the caller reads it then.
 func (s *Server) wait(r *http.Request, ref jobRef, d time.Duration) (*pipeline.Job, error) {
 	s.log.Debug().Str("queue", ref.queue).Str("job_id", ref.id).Str("wait", d.String()).Msg("long poll waiting")
 	return s.waits.waitFor(r.Context(), ref, d)

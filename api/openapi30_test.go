@@ -143,7 +143,9 @@ func TestOpenAPI30(t *testing.T) {
 	t.Parallel()
 	want := openAPI30(t)
 	if *updateOpenAPI30 {
+		// The server serves the copy embedded when the test was built: the next run checks it.
 		require.NoError(t, os.WriteFile("openapi-3.0.json", want, 0o644))
+		return
 	}
 	got, err := os.ReadFile("openapi-3.0.json")
 	require.NoError(t, err)

@@ -20,9 +20,9 @@ import (
 	"github.com/conveyorq/conveyor/pipeline"
 )
 
-// Server is the HTTP API: an http.Handler to mount in a server of your own (it answers the
-// paths it documents, from the root), plus Close for its background work. It is safe for
-// concurrent use.
+// Server is the HTTP API: an http.Handler to mount in a server of your own, plus Close for its
+// background work. It answers the paths it documents, from the root. It is safe for concurrent
+// use.
 type Server struct {
 	client    *pipeline.Client
 	inspector *pipeline.Inspector
@@ -68,13 +68,12 @@ func New(client *pipeline.Client, inspector *pipeline.Inspector, cfg Config) (*S
 	return s, nil
 }
 
-// Close ends every long poll at once (each answers 200 with its job as it is; later polls do
-// not wait), waiting for them. Requests are still served after Close, without waiting. It is
+// Close ends every long poll at once, and waits for them. Each answers 200 with its job as it
+// is, and later polls do not wait. Requests are still served after Close, without waiting. It is
 // idempotent.
 //
-// With an http.Server, call it when shutting down, before or alongside Shutdown (for
-// instance with RegisterOnShutdown), so that Shutdown does not wait for long polls to end by
-// themselves.
+// With an http.Server, call it when shutting down, before or alongside Shutdown. For instance,
+// use RegisterOnShutdown. Then Shutdown does not wait for long polls to end by themselves.
 func (s *Server) Close() error {
 	s.closed.Store(true)
 	s.waits.close()
@@ -156,9 +155,9 @@ func (s *Server) table() []route {
 	return rs
 }
 
-// register mounts the routes on the mux, with a 405 (and its Allow header) for the other
-// methods of each path and a JSON 404 for every other path (or the dashboard, for GETs outside
-// the API's own paths).
+// register mounts the routes on the mux. Other methods of each path get a 405 with its Allow
+// header. Every other path gets a JSON 404, or the dashboard for GETs outside the API's own
+// paths.
 func (s *Server) register() {
 	allow := map[string][]string{}
 	var paths []string
@@ -286,7 +285,7 @@ func (s *Server) hostAllowed(host string) bool {
 	return err == nil && ip.IsLoopback()
 }
 
-// hostName is the host of a Host header or an AllowedHosts entry, compared as DNS does:
+// hostName is the host of a Host header or an AllowedHosts entry, compared as DNS does. That is
 // without its port or IPv6 brackets, in lower case, without a final dot.
 func hostName(host string) string {
 	if h, _, err := net.SplitHostPort(host); err == nil {
@@ -296,10 +295,10 @@ func hostName(host string) string {
 	return strings.TrimSuffix(strings.ToLower(host), ".")
 }
 
-// crossSite refuses a mutating request that a page of another site could have sent: it must
-// carry Content-Type: application/json or X-Conveyor-Request: 1 (a browser sends either
-// cross-site only after a CORS preflight, which this API never grants), and an Origin header,
-// when present, must name the request's own host.
+// crossSite refuses a mutating request that a page of another site could have sent. It must
+// carry Content-Type: application/json or X-Conveyor-Request: 1. A browser sends either
+// cross-site only after a CORS preflight, which this API never grants. An Origin header, when
+// present, must name the request's own host.
 func crossSite(r *http.Request) error {
 	jsonBody := requireJSON(r) == nil
 	if !jsonBody && r.Header.Get("X-Conveyor-Request") != "1" {

@@ -8,9 +8,8 @@ import (
 	"github.com/conveyorq/conveyor/pipeline"
 )
 
-// rate is one point of the chart: per-second rates over the bucket that ends at T, and the
-// queue wait and execution time percentiles of the bucket's attempts (absent when it had
-// none).
+// rate is one point of the chart: per-second rates over the bucket that ends at T. It adds the
+// queue wait and execution time percentiles of the bucket's attempts, absent when it had none.
 type rate struct {
 	T         int64   `json:"t"`
 	Completed float64 `json:"completed"`
@@ -59,10 +58,10 @@ var resolutions = map[string]struct{ step, span time.Duration }{
 }
 
 // throughput: GET /v1/throughput[?queue=Q][&resolution=5s|1m][&window=D]. It reads the history
-// the workers keep in Redis (pipeline.Inspector.History), so a server started after the jobs
-// ran shows them: per-second rates of each bucket, the queue wait and execution time
-// percentiles, and the window's total. The window defaults to Config.ThroughputWindow at 5 s
-// and to a day at 1 min, and is cut to what the resolution keeps.
+// the workers keep in Redis (pipeline.Inspector.History), so a server started after the jobs ran
+// shows them. It answers per-second rates of each bucket, the queue wait and execution time
+// percentiles, and the window's total. The window defaults to Config.ThroughputWindow at 5 s,
+// and to a day at 1 min. It is cut to what the resolution keeps.
 func (s *Server) throughput(w http.ResponseWriter, r *http.Request) error {
 	q := r.URL.Query()
 	queue := q.Get("queue")

@@ -15,10 +15,9 @@ import (
 type jobRef struct{ queue, id string }
 
 // poller serves the long polls of a Server. Each waits with a pipeline.Waiter of the Server's
-// own, which learns of the job's end from job events: all the waits of a Server share one
-// subscription per queue, and a waiting request holds no Redis connection and costs no reads
-// while it waits (but the Waiter's bounded fallback). Close ends every wait at once, and the
-// subscriptions.
+// own, which learns of the job's end from job events. All the waits of a Server share one
+// subscription per queue. A waiting request holds no Redis connection, and costs no reads but
+// the Waiter's bounded fallback. Close ends every wait at once, and the subscriptions.
 type poller struct {
 	waiter *pipeline.Waiter
 	log    zerolog.Logger
@@ -34,8 +33,9 @@ func newPoller(waiter *pipeline.Waiter, log zerolog.Logger) *poller {
 }
 
 // waitFor waits up to d for the job to end, or until ctx ends or the poller closes. It returns
-// the job when it ended; otherwise the job as last read, or nil (the caller reads it then)
-// when it changed since or the wait ended early. After close it returns nil at once.
+// the job when it ended. Otherwise it returns the job as last read. It returns nil when the job
+// changed since or the wait ended early; the caller reads it then. After close it returns nil at
+// once.
 func (p *poller) waitFor(ctx context.Context, ref jobRef, d time.Duration) (*pipeline.Job, error) {
 	if p.ctx.Err() != nil {
 		return nil, nil

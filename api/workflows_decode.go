@@ -9,10 +9,10 @@ import (
 	"github.com/conveyorq/conveyor/pipeline"
 )
 
-// taskBody is one task of a workflow POST: its name, what it waits for, and the fields of a
-// job body (jobBody), so that a task takes the same job fields as POST .../jobs. The options
-// that choose when or where a job runs (id, delay, run_at, unique, debounce, group, priority,
-// limit_key) the library refuses for a task (ErrInvalid): the workflow decides.
+// taskBody is one task of a workflow POST: its name, what it waits for, and the fields of a job
+// body (jobBody). So a task takes the same job fields as POST .../jobs. The library refuses for
+// a task the options that choose when or where a job runs (ErrInvalid): the workflow decides.
+// Those are id, delay, run_at, unique, debounce, group, priority and limit_key.
 type taskBody struct {
 	Name    string   `json:"name"`
 	After   []string `json:"after"`
@@ -20,13 +20,12 @@ type taskBody struct {
 	jobBody
 }
 
-// DecodeWorkflow reads a workflow as POST /v1/queues/{queue}/workflows takes its body:
-// {"id"?, "name"?, "tasks": [{"name", "after"?, "finally"?, ...the fields of a job}]}, with
-// the strictness of every body (unknown fields, bytes that are not UTF-8 and anything after
-// the object are refused). It is the CLI's reading of 'workflows publish --file', so that a
-// file and an HTTP body mean the same workflow. The library checks the rest (names, cycles,
-// the options a task may take) when it is published. Its errors are the client's, in the
-// API's words.
+// DecodeWorkflow reads a workflow as POST /v1/queues/{queue}/workflows takes its body: {"id"?,
+// "name"?, "tasks": [{"name", "after"?, "finally"?, ...the fields of a job}]}. It has the
+// strictness of every body: unknown fields, bytes that are not UTF-8 and anything after the
+// object are refused. It is the CLI's reading of 'workflows publish --file', so a file and an
+// HTTP body mean the same workflow. The library checks the rest when it is published: names,
+// cycles, the options a task may take. Its errors are the client's, in the API's words.
 func DecodeWorkflow(r io.Reader) (pipeline.Workflow, error) {
 	var wf pipeline.Workflow
 	var tasks []pipeline.WorkflowTask
@@ -39,8 +38,8 @@ func DecodeWorkflow(r io.Reader) (pipeline.Workflow, error) {
 			return decodeString(dec, key, &wf.Name)
 		case strings.EqualFold(key, "tasks"):
 			seen = true
-			// Counted as the tasks are read, so that a body of millions of dependencies is
-			// refused at the first task past the bound, not once all are in memory.
+			// Counted as the tasks are read. So a body of millions of dependencies is refused at
+			// the first task past the bound, not once all are in memory.
 			edges := 0
 			var err error
 			tasks, err = decodeArray(dec, "tasks", func(dec *json.Decoder, i int) (pipeline.WorkflowTask, error) {
@@ -75,10 +74,10 @@ func DecodeWorkflow(r io.Reader) (pipeline.Workflow, error) {
 	return wf, nil
 }
 
-// DecodeBatch reads a batch as POST /v1/queues/{queue}/batches takes its body: {"id"?,
-// "name"?, "jobs": [job...], "callback"?: job}, each job with the fields of POST .../jobs
-// (the library refuses those a batch's job may not take, as a workflow task's). It is the
-// CLI's reading of 'batches publish --file'.
+// DecodeBatch reads a batch as POST /v1/queues/{queue}/batches takes its body: {"id"?, "name"?,
+// "jobs": [job...], "callback"?: job}. Each job has the fields of POST .../jobs. The library
+// refuses those a batch's job may not take, as for a workflow task. It is the CLI's reading of
+// 'batches publish --file'.
 func DecodeBatch(r io.Reader) (pipeline.Batch, error) {
 	var b pipeline.Batch
 	var jobs []pipeline.Task
@@ -142,8 +141,8 @@ func (b *jobBody) task() (pipeline.Task, error) {
 	return req.task, nil
 }
 
-// decodeObject reads one JSON object from r, handing each key's value to field, and refuses
-// anything after it. want describes the object for a body that is not one.
+// decodeObject reads one JSON object from r, handing each key's value to field. It refuses
+// anything after it. The text want describes the object, for a body that is not one.
 func decodeObject(r io.Reader, want string, field func(dec *json.Decoder, key string) error) error {
 	dec := newDecoder(r)
 	tok, err := dec.Token()
@@ -183,9 +182,10 @@ func decodeString(dec *json.Decoder, key string, s *string) error {
 	return nil
 }
 
-// decodeArray reads the value of field: an array of at most pipeline.MaxWorkflowTasks elements
-// (a non-nil slice), read one at a time so that what a body costs is bounded by its largest
-// element and the count it may hold (decodeBatch's reason), or null (nil).
+// decodeArray reads the value of field: null (nil), or an array of at most
+// pipeline.MaxWorkflowTasks elements (a non-nil slice). It reads the elements one at a time. So
+// a body's cost is bounded by its largest element and the count it may hold (decodeBatch's
+// reason).
 func decodeArray[T any](dec *json.Decoder, field string, elem func(*json.Decoder, int) (T, error)) ([]T, error) {
 	tok, err := dec.Token()
 	switch {

@@ -9,10 +9,10 @@ import (
 	"github.com/conveyorq/conveyor/pipeline"
 )
 
-// Flaky is the "flaky" handler: for a payload {"fail_times":K} it returns a retryable error
-// on attempts 1 to K (job.Attempt; an attempt below 1 counts as 1) and succeeds from attempt
-// K+1 on with the result {"attempt":N}. A payload that is not such an object, or a missing or
-// negative fail_times, is a pipeline.SkipRetry error.
+// Flaky is the "flaky" handler. For a payload {"fail_times":K} it returns a retryable error on
+// attempts 1 to K (job.Attempt; an attempt below 1 counts as 1). From attempt K+1 on it succeeds
+// with the result {"attempt":N}. A payload that is not such an object, or a missing or negative
+// fail_times, is a pipeline.SkipRetry error.
 func Flaky(_ context.Context, job *pipeline.Job) ([]byte, error) {
 	var p struct {
 		FailTimes *int64 `json:"fail_times"`

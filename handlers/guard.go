@@ -18,32 +18,31 @@ import (
 )
 
 // ErrDestinationRefused is wrapped by the error of an "http" job whose request would reach an
-// address the Guard refuses, or whose host name does not resolve (the two read alike, so that
-// the error tells nobody which internal names exist).
+// address the Guard refuses. It is also wrapped when the host name does not resolve. The two
+// read alike, so the error tells nobody which internal names exist.
 var ErrDestinationRefused = errors.New("destination refused")
 
-// Guard decides which addresses the "http" handler may connect to. Once anyone can submit
-// jobs (over the HTTP API, say), an http handler that reaches any address is a server-side
-// request forgery tool: a job could read the cloud's metadata service (169.254.169.254), an
-// admin page on loopback or a service on the private network. By default a Guard refuses
-// loopback, private (RFC 1918, RFC 4193 unique local, RFC 6598 shared), link-local,
-// unspecified and multicast addresses; Allow names exceptions.
+// Guard decides which addresses the "http" handler may connect to. Once anyone can submit jobs
+// (over the HTTP API, say), an http handler that reaches any address is a server-side request
+// forgery tool. A job could read the cloud's metadata service (169.254.169.254), an admin page
+// on loopback, or a service on the private network. By default a Guard refuses loopback,
+// private, link-local, unspecified and multicast addresses. Private means RFC 1918, RFC 4193
+// unique local and RFC 6598 shared. Allow names exceptions.
 //
-// The check is made on the address actually dialed, after DNS resolution, for every
-// connection, redirects included: a name that resolves to a refused address, or one that is
-// re-pointed after a first check (DNS rebinding), or a redirect to a refused address, is
-// refused all the same. The Guard's client uses no proxy from the environment, which would
-// hide the destination.
+// The check is made on the address actually dialed, after DNS resolution, for every connection,
+// redirects included. So a name that resolves to a refused address is refused all the same. So
+// is one re-pointed after a first check (DNS rebinding), and a redirect to a refused address.
+// The Guard's client uses no proxy from the environment, which would hide the destination.
 //
-// An address that carries an IPv4 address for a gateway to reach is judged by that IPv4
-// address: IPv4-mapped (::ffff:0:0/96), NAT64's well-known prefix (64:ff9b::/96) and 6to4
-// (2002::/16). The local-use NAT64 prefix (64:ff9b:1::/48), whose layout each network
-// chooses, and the deprecated IPv4-compatible addresses (::/96) are refused whole.
+// An address that carries an IPv4 address for a gateway to reach is judged by that IPv4 address.
+// Those are IPv4-mapped (::ffff:0:0/96), NAT64's well-known prefix (64:ff9b::/96) and 6to4
+// (2002::/16). Two kinds are refused whole: the local-use NAT64 prefix (64:ff9b:1::/48), whose
+// layout each network chooses, and the deprecated IPv4-compatible addresses (::/96).
 //
-// A refusal's error says only that the destination was refused: it becomes the job's error,
-// which whoever submitted the job may read, and where a name resolves inside the network is
-// none of their business. The name, the address dialed and the rule that refused it go to the
-// Guard's logger (WithLogger) at warn level.
+// A refusal's error says only that the destination was refused. It becomes the job's error,
+// which whoever submitted the job may read. Where a name resolves inside the network is none of
+// their business. The name, the address dialed and the rule that refused it go to the Guard's
+// logger (WithLogger) at warn level.
 type Guard struct {
 	nets  []netip.Prefix
 	hosts map[string]bool
@@ -51,22 +50,24 @@ type Guard struct {
 }
 
 // WithLogger returns a copy of the Guard that logs each refusal to l. NewGuard's Guard logs to
-// zerolog's global logger (github.com/rs/zerolog/log), read at each refusal, so an
-// application that sets it up in main is heard from the package's default Guard too.
+// zerolog's global logger (github.com/rs/zerolog/log), read at each refusal. So an application
+// that sets it up in main is heard from the package's default Guard too.
 func (g *Guard) WithLogger(l zerolog.Logger) *Guard {
 	c := *g
 	c.log = &l
 	return &c
 }
 
-// NewGuard returns a Guard that also allows each of allow: a CIDR prefix ("10.1.0.0/16"), an
-// address ("127.0.0.1", "::1") or a host name ("hooks.internal", matched without a port,
-// case-insensitive; its connections are allowed whatever they resolve to). A prefix or address
-// written in IPv4-mapped form (::ffff:10.0.0.0/104) or under NAT64's well-known prefix
-// (64:ff9b::a00:0/104) stands for the IPv4 prefix it embeds (10.0.0.0/8), which addresses are
-// judged by; one of /96 or shorter there (64:ff9b::/96 would allow every internal IPv4
-// address), or one under 6to4 (2002::/16), is refused with the reason: write the IPv4 prefix
-// instead.
+// NewGuard returns a Guard that also allows each of allow. An entry is a CIDR prefix
+// ("10.1.0.0/16"), an address ("127.0.0.1", "::1") or a host name ("hooks.internal"). A host
+// name is matched without a port, case-insensitive; its connections are allowed whatever they
+// resolve to.
+//
+// A prefix or address may be written in IPv4-mapped form (::ffff:10.0.0.0/104) or under NAT64's
+// well-known prefix (64:ff9b::a00:0/104). It stands for the IPv4 prefix it embeds (10.0.0.0/8),
+// by which addresses are judged. Some are refused with the reason: write the IPv4 prefix
+// instead. Those are such prefixes of /96 or shorter, and any under 6to4 (2002::/16).
+// (64:ff9b::/96 would allow every internal IPv4 address.)
 func NewGuard(allow ...string) (*Guard, error) {
 	g := &Guard{hosts: map[string]bool{}}
 	for _, a := range allow {
@@ -148,9 +149,9 @@ func embedded(ip netip.Addr) netip.Addr {
 	return ip
 }
 
-// allowPrefix is an allowed prefix as the Guard compares it: one written in IPv4-mapped or
-// NAT64 form becomes the IPv4 prefix it embeds (addresses are compared by what they embed, so
-// it would match nothing as written).
+// allowPrefix is an allowed prefix as the Guard compares it. One written in IPv4-mapped or NAT64
+// form becomes the IPv4 prefix it embeds. Addresses are compared by what they embed, so as
+// written it would match nothing.
 func allowPrefix(p netip.Prefix) (netip.Prefix, error) {
 	ip := p.Addr()
 	var form string

@@ -51,20 +51,22 @@ type httpResult struct {
 	Body   string `json:"body"`
 }
 
-// HTTP returns the "http" handler, which makes the request described by the payload
-// ({"url":"...","method":"POST","body":...,"headers":{"k":"v"}}, see the package
-// documentation) with client and the job's context, and returns {"status":code,"body":"..."}
-// with the first 64 KiB of the response body (at most 1 MiB of it is read). A nil client means
-// a shared client with a DefaultHTTPTimeout timeout whose connections a default Guard checks:
-// it refuses loopback, private, link-local and unspecified destinations (pass a Guard's
-// Client to allow some). A destination the client's Guard refuses is a pipeline.SkipRetry
-// error that names the job's URL and ErrDestinationRefused, nothing more (the Guard logs the
-// details); so is a name that does not resolve (the two read alike), and a lookup that fails
-// for now is a retryable error that names neither the resolver nor its answer.
+// HTTP returns the "http" handler. It makes the request described by the payload with client and
+// the job's context; see the package documentation. The payload is
+// {"url":"...","method":"POST","body":...,"headers":{"k":"v"}}. It returns
+// {"status":code,"body":"..."} with the first 64 KiB of the response body; at most 1 MiB of it
+// is read.
 //
-// A payload it cannot use (not JSON, no url, a scheme other than http and https, a bad method
-// or header) and a 4xx answer other than 408 and 429 are pipeline.SkipRetry errors; any other
-// non-2xx answer and transport errors are retryable errors.
+// A nil client means a shared client with a DefaultHTTPTimeout timeout, whose connections a
+// default Guard checks. It refuses loopback, private, link-local and unspecified destinations;
+// pass a Guard's Client to allow some. A destination the client's Guard refuses is a
+// pipeline.SkipRetry error. It names the job's URL and ErrDestinationRefused, nothing more; the
+// Guard logs the details. So is a name that does not resolve, since the two read alike. A lookup
+// that fails for now is a retryable error that names neither the resolver nor its answer.
+//
+// These are pipeline.SkipRetry errors: a payload it cannot use, and a 4xx answer other than 408
+// and 429. A payload it cannot use is not JSON, has no url, a scheme other than http and https,
+// or a bad method or header. Other non-2xx answers and transport errors are retryable errors.
 func HTTP(client *http.Client) pipeline.HandlerFunc {
 	if client == nil {
 		client = defaultHTTPClient

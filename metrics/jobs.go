@@ -12,12 +12,12 @@ import (
 	"github.com/conveyorq/conveyor/pipeline"
 )
 
-// jobsCollector holds the job series (conveyor_jobs_total, conveyor_job_duration_seconds and
-// conveyor_job_queue_latency_seconds) as plain atomic counters and turns them into Prometheus
-// metrics only when scraped: a worker tells it about outcomes a chunk at a time
-// (pipeline.WorkerHooks.Attempts), so no Prometheus call and no series lookup runs per job.
-// What it exports is what a CounterVec and two HistogramVecs fed one observation per attempt
-// would (TestJobSeriesMatchPrometheus).
+// jobsCollector holds the job series as plain atomic counters: conveyor_jobs_total,
+// conveyor_job_duration_seconds and conveyor_job_queue_latency_seconds. It turns them into
+// Prometheus metrics only when scraped. A worker tells it about outcomes a chunk at a time
+// (pipeline.WorkerHooks.Attempts). So no Prometheus call and no series lookup runs per job. It
+// exports what a CounterVec and two HistogramVecs fed one observation per attempt would
+// (TestJobSeriesMatchPrometheus).
 type jobsCollector struct {
 	jobs, duration, latency *prometheus.Desc
 	// durationBounds and latencyBounds are the buckets' upper bounds, read at NewWorker.
@@ -68,9 +68,9 @@ func newJobsCollector() *jobsCollector {
 	return c
 }
 
-// count adds attempts to the series (pipeline.WorkerHooks.Attempts). A chunk's attempts
-// mostly share their queue and type, so the series is looked up once per run of them, and
-// the histograms' sums, which take a compare-and-swap, are added once per run.
+// count adds attempts to the series (pipeline.WorkerHooks.Attempts). A chunk's attempts mostly
+// share their queue and type. So the series is looked up once per run of them. The histograms'
+// sums, which take a compare-and-swap, are added once per run too.
 func (c *jobsCollector) count(as []pipeline.Attempt) {
 	var s *series
 	var durSum, latSum float64

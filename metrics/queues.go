@@ -6,19 +6,21 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/conveyorq/conveyor/internal/status"
 	"github.com/conveyorq/conveyor/pipeline"
 )
 
 // Defaults of QueueCollectorConfig.
 const (
-	// DefaultMaxAge is how long a QueueCollector serves a reading: below Prometheus's usual
-	// scrape intervals (15s to 1m), so each scrape sees fresh numbers, and long enough that
-	// several Prometheus servers or a tight scrape interval do not multiply the reads.
+	// DefaultMaxAge is how long a QueueCollector serves a reading. It is below Prometheus's
+	// usual scrape intervals (15s to 1m), so each scrape sees fresh numbers. It is long enough
+	// that several Prometheus servers, or a tight scrape interval, do not multiply the reads.
 	DefaultMaxAge = 5 * time.Second
 	// DefaultRefreshTimeout bounds one refresh.
 	DefaultRefreshTimeout = 5 * time.Second
@@ -40,12 +42,14 @@ type QueueCollectorConfig struct {
 }
 
 // QueueCollector is a prometheus.Collector of the queues' gauges and counters, and of their
-// configured flow-control limits, read through an Inspector (Inspector.Queues: one round trip
-// for the queue list and one per 100 queues; Inspector.LimitsOf: one more for the limits).
-// It caches a reading for MaxAge: however many queues there are and however often it is
-// scraped, it refreshes at most once per MaxAge, and concurrent scrapes share one refresh.
-// When a refresh fails, the last reading is served (conveyor_queue_stats_age_seconds says how
-// old) and conveyor_queue_stats_errors_total counts the failure; with no reading yet, the
+// configured flow-control limits. It reads them through an Inspector. Inspector.Queues costs one
+// round trip for the queue list and one per 100 queues; Inspector.LimitsOf one more for the
+// limits.
+//
+// It caches a reading for MaxAge. However many queues there are and however often it is scraped,
+// it refreshes at most once per MaxAge. Concurrent scrapes share one refresh. When a refresh
+// fails, the last reading is served, and conveyor_queue_stats_errors_total counts the failure.
+// (conveyor_queue_stats_age_seconds says how old the reading is.) With no reading yet, the
 // scrape reports the error.
 type QueueCollector struct {
 	insp *pipeline.Inspector
@@ -62,9 +66,7 @@ type QueueCollector struct {
 }
 
 var (
-	descJobs = prometheus.NewDesc(Namespace+"_queue_jobs",
-		"Jobs in the queue now, by state: scheduled (waiting for their time), queued (in the stream, not started), in_progress (held by a worker), dead.",
-		[]string{"queue", "state"}, nil)
+	descJobs   = prometheus.NewDesc(Namespace+"_queue_jobs", jobsHelp(), []string{"queue", "state"}, nil)
 	descPaused = prometheus.NewDesc(Namespace+"_queue_paused",
 		"1 while the queue is paused (conveyor pause): workers do not take its jobs; 0 otherwise.",
 		[]string{"queue"}, nil)
@@ -95,6 +97,17 @@ var (
 		{counterDesc("debounced", "Publishes that joined a pending debounced job instead of creating one."), func(s *pipeline.QueueStats) int64 { return s.Debounced }},
 	}
 )
+
+// jobsHelp is conveyor_queue_jobs's help: its state labels, one for each gauged status.
+func jobsHelp() string {
+	var states []string
+	for _, in := range status.Infos() {
+		if in.Gauge {
+			states = append(states, in.Status.Word()+" ("+in.Help+")")
+		}
+	}
+	return "Jobs in the queue now, by state: " + strings.Join(states, ", ") + "."
+}
 
 func counterDesc(name, help string) *prometheus.Desc {
 	return prometheus.NewDesc(Namespace+"_queue_"+name+"_total", help+" Kept in Redis since the queue was created.",
@@ -154,12 +167,10 @@ func (c *QueueCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	ch <- prometheus.MustNewConstMetric(descAge, prometheus.GaugeValue, now.Sub(read).Seconds())
 	for _, s := range stats {
-		for _, g := range []struct {
-			state string
-			n     int64
-		}{{string(pipeline.StatusScheduled), s.Scheduled}, {string(pipeline.StatusQueued), s.Queued},
-			{string(pipeline.StatusInProgress), s.InProgress}, {"dead", s.Dead}} {
-			ch <- prometheus.MustNewConstMetric(descJobs, prometheus.GaugeValue, float64(g.n), s.Queue, g.state)
+		for _, st := range pipeline.Statuses() {
+			if n, ok := s.Gauge(st); ok {
+				ch <- prometheus.MustNewConstMetric(descJobs, prometheus.GaugeValue, float64(n), s.Queue, st.Word())
+			}
 		}
 		for _, qc := range queueCounters {
 			ch <- prometheus.MustNewConstMetric(qc.desc, prometheus.CounterValue, float64(qc.val(s)), s.Queue)
@@ -184,7 +195,7 @@ func (c *QueueCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 }
 
-// refresh reads the queues again if the reading is older than MaxAge; a failed try is not
+// refresh reads the queues again if the reading is older than MaxAge. A failed try is not
 // repeated within MaxAge either, so a Redis that is away is not asked at every scrape. The
 // caller holds c.mu: concurrent scrapes wait for one refresh and share it.
 func (c *QueueCollector) refresh() {
@@ -204,9 +215,9 @@ func (c *QueueCollector) refresh() {
 	if c.only != nil {
 		stats = slices.DeleteFunc(stats, func(s *pipeline.QueueStats) bool { return !c.only[s.Queue] })
 	}
-	// The limits of the known queues read, in one more round trip (one per node on a cluster):
-	// a listed queue that is not known has none (limits are set on existing queues only), and
-	// its name, which nothing checked, is not sent.
+	// The limits of the known queues read, in one more round trip (one per node on a cluster). A
+	// listed queue that is not known has none, since limits are set on existing queues only. Its
+	// name, which nothing checked, is not sent.
 	names := make([]string, len(stats))
 	for k, s := range stats {
 		names[k] = s.Queue

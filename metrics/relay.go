@@ -7,9 +7,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// Relay holds the series of an outbox relay (conveyor relay --metrics-addr): rows relayed,
-// found already sent, or set aside; the commit-to-queued lag; failed batches; and the rows
-// waiting, read at each scrape. Feed it from outbox.RelayConfig.OnBatch with Batch.
+// Relay holds the series of an outbox relay (conveyor relay --metrics-addr). They count rows
+// relayed, found already sent, or set aside; the commit-to-queued lag; failed batches; and the
+// rows waiting, read at each scrape. Feed it from outbox.RelayConfig.OnBatch with Batch.
 type Relay struct {
 	rows     *prometheus.CounterVec
 	lag      prometheus.Histogram
@@ -28,9 +28,9 @@ const (
 // relayPendingTimeout bounds the scrape's count of waiting rows.
 const relayPendingTimeout = 5 * time.Second
 
-// NewRelay registers a relay's series on reg. pending, when not nil, counts the rows waiting
-// (outbox.Relay.Pending): conveyor_relay_pending reads it at each scrape, and is absent from a
-// scrape whose count failed.
+// NewRelay registers a relay's series on reg. When pending is not nil, it counts the rows
+// waiting (outbox.Relay.Pending). The series conveyor_relay_pending reads it at each scrape. It
+// is absent from a scrape whose count failed.
 func NewRelay(reg prometheus.Registerer, pending func(context.Context) (int, error)) (*Relay, error) {
 	m := &Relay{
 		rows: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: Namespace, Name: "relay_rows_total",
@@ -40,8 +40,8 @@ func NewRelay(reg prometheus.Registerer, pending func(context.Context) (int, err
 			Help: "Per relayed row, from its insert (PostgreSQL's clock) to the commit of the batch that queued its job.", Buckets: LatencyBuckets}),
 		failing: prometheus.NewCounter(prometheus.CounterOpts{Namespace: Namespace, Name: "relay_batch_errors_total",
 			Help: "Relay batches that failed (PostgreSQL or Redis unreachable): their rows stay for a later batch."}),
-		// By reason only, not by queue: the queues of rows held back for too many queues are
-		// by nature ones Redis does not know, named by whoever wrote the rows. The log and the
+		// By reason only, not by queue. The queues of rows held back for too many queues are, by
+		// nature, ones Redis does not know, named by whoever wrote the rows. The log and the
 		// table name them.
 		heldBack: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: Namespace, Name: "relay_held_back_total",
 			Help: "Outbox rows the relay put back for a later try, by reason: their queue was refused (too_many_queues, queue_not_found) or Redis failed for it (redis); the rows behind them go on."},

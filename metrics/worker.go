@@ -36,10 +36,10 @@ var (
 	LatencyBuckets  = []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 300, 1800}
 )
 
-// Results of conveyor_schedule_ticks_total: a tick enqueued as itself within
-// pipeline.PeriodicTakeover of its time (on_time) or later (late: no worker held the
-// schedules' lock, or the schedulers fell behind); ticks found older than
-// pipeline.PeriodicGrace, dropped (skipped) or run as one job (merged, MissedRunOnce).
+// Results of conveyor_schedule_ticks_total. A tick enqueued as itself within
+// pipeline.PeriodicTakeover of its time is on_time; later, it is late. A late tick means no
+// worker held the schedules' lock, or the schedulers fell behind. Ticks found older than
+// pipeline.PeriodicGrace are dropped (skipped), or run as one job (merged, MissedRunOnce).
 const (
 	TickOnTime  = "on_time"
 	TickLate    = "late"
@@ -47,9 +47,9 @@ const (
 	TickMerged  = "merged"
 )
 
-// MaxScheduleLabels bounds the schedule label of a Worker's series: the first this many
-// schedules it sees have their own, the others share ScheduleOther, so that schedules cannot
-// make series without bound (up to 100,000 can be stored).
+// MaxScheduleLabels bounds the schedule label of a Worker's series. The first this many
+// schedules it sees have their own; the others share ScheduleOther. So schedules cannot make
+// series without bound; up to 100,000 can be stored.
 const MaxScheduleLabels = 100
 
 // ScheduleOther is the schedule label of the schedules past MaxScheduleLabels.
@@ -111,13 +111,13 @@ func NewWorker(reg prometheus.Registerer) (*Worker, error) {
 	return m, nil
 }
 
-// Middleware was the way the job series were counted: a middleware around each job. They
-// are counted through Hooks now, from the outcomes the worker writes in chunks, which costs a
+// Middleware was the way the job series were counted: a middleware around each job. They are
+// counted through Hooks now, from the outcomes the worker writes in chunks. That costs a
 // fraction of a middleware's per-job clock reads and Prometheus calls (docs/BENCHMARKS.md,
 // "Metrics cost"). Middleware returns h itself, so a worker that still adds it pays nothing.
 //
-// Deprecated: set WorkerConfig.Hooks to Hooks(), which counts the jobs; adding Middleware
-// does nothing more.
+// Deprecated: set WorkerConfig.Hooks to Hooks(), which counts the jobs; adding Middleware does
+// nothing more.
 func (m *Worker) Middleware(h message.HandlerFunc) message.HandlerFunc { return h }
 
 // Hooks returns the hooks to set as pipeline.WorkerConfig.Hooks: the worker's job series
@@ -180,9 +180,9 @@ const (
 )
 
 // RedisHook returns a go-redis hook (rdb.AddHook) that counts the client's failed calls in
-// conveyor_redis_errors_total. Not counted, since they are no trouble: redis.Nil (a key or a
-// reply that is not there), a context that ended (a shutdown), NOSCRIPT (scripts are loaded
-// again on it) and BUSYGROUP (a consumer group that exists already).
+// conveyor_redis_errors_total. Some are no trouble, and not counted. Those are redis.Nil (a key
+// or a reply that is not there), and a context that ended (a shutdown). Also NOSCRIPT (scripts
+// are loaded again on it), and BUSYGROUP (a consumer group that exists already).
 func (m *Worker) RedisHook() redis.Hook { return redisHook{m} }
 
 type redisHook struct{ m *Worker }
@@ -222,13 +222,13 @@ func (h redisHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pro
 	}
 }
 
-// count counts err, the error of cmd (nil: of a whole pipeline), unless it is no trouble; it
-// reports whether it counted. Not counted either: the connection set-up's CLIENT and HELLO
-// commands (go-redis goes on without them on servers that lack them), and XINFO on a stream
-// or group not made yet (the worker's start and the Inspector read that as nothing there).
+// count counts err, the error of cmd (nil: of a whole pipeline), unless it is no trouble. It
+// reports whether it counted. Not counted either are the connection set-up's CLIENT and HELLO
+// commands; go-redis goes on without them on servers that lack them. Nor is XINFO on a stream or
+// group not made yet: the worker's start and the Inspector read that as nothing there.
 func (h redisHook) count(cmd redis.Cmder, err error) bool {
-	// NOGROUP and "no such key" answer any stream command (XPENDING, XINFO, the scripts)
-	// on a queue no worker has read yet: the recoverer and the client take them as answers.
+	// NOGROUP and "no such key" answer any stream command (XPENDING, XINFO, the scripts) on a
+	// queue no worker has read yet. The recoverer and the client take them as answers.
 	if errors.Is(err, redis.Nil) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 		return false
 	}

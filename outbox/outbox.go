@@ -22,10 +22,10 @@ const (
 	Channel = "conveyor_outbox"
 )
 
-// Schema is the statements Migrate runs, in order, for those who manage the schema with
-// their own migrations. They upgrade a table made by an older Migrate as well: its columns
-// for rows held back (attempts, retry_at, last_error, failed_at) and the index the relay
-// selects with (retry_at, seq) replacing the old one on seq alone.
+// Schema is the statements Migrate runs, in order, for those who manage the schema with their
+// own migrations. They upgrade a table made by an older Migrate as well. They add its columns
+// for rows held back (attempts, retry_at, last_error, failed_at). They replace the old index on
+// seq alone with the one the relay selects with, (retry_at, seq).
 var Schema = []string{
 	`CREATE TABLE IF NOT EXISTS ` + Table + ` (
 	seq        BIGINT GENERATED ALWAYS AS IDENTITY,
@@ -78,9 +78,9 @@ var ErrNoTable = errors.New("the outbox table " + Table + " does not exist: crea
 // undefinedTable is PostgreSQL's SQLSTATE for a relation that does not exist.
 const undefinedTable = "42P01"
 
-// noTable wraps err with ErrNoTable when PostgreSQL answered that a relation is missing (as
-// pgx reports it: *pgconn.PgError), so that the first Enqueue of a new application says what
-// to do instead of only PostgreSQL's words.
+// noTable wraps err with ErrNoTable when PostgreSQL answered that a relation is missing (as pgx
+// reports it: *pgconn.PgError). So the first Enqueue of a new application says what to do, not
+// only PostgreSQL's words.
 func noTable(err error) error {
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) && pgErr.Code == undefinedTable {
@@ -125,8 +125,9 @@ func Migrate(ctx context.Context, db *sql.DB) error {
 	return nil
 }
 
-// Execer is what Enqueue writes through: a *sql.Tx (also *sql.DB or *sql.Conn, though only a
-// transaction makes the job depend on the business data's commit), or Pgx(tx) for a pgx.Tx.
+// Execer is what Enqueue writes through: a *sql.Tx, or Pgx(tx) for a pgx.Tx. A *sql.DB or
+// *sql.Conn works too, but only a transaction makes the job depend on the business data's
+// commit.
 type Execer interface {
 	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
 }
@@ -274,13 +275,14 @@ func ceilMS(d time.Duration) int64 {
 const insertRow = `INSERT INTO ` + Table + ` (id, queue, type, payload, spec) VALUES ($1, $2, $3, $4, $5)
 ON CONFLICT (id) DO NOTHING`
 
-// Enqueue writes the job into the outbox table through tx and returns its id: the job is
-// queued by a Relay once tx commits, and never if it rolls back. The queue, the task and the
-// options are checked first, as pipeline.Client.Enqueue checks them (pipeline.Validate; the
-// payload limit is pipeline.DefaultMaxPayloadBytes): a bad one is an error and nothing is
-// written. task.Opts must be empty (pipeline's options do not serialize): pass this package's
-// options instead. An id that is in the table already (an Enqueue sent again) writes nothing
-// and returns the id.
+// Enqueue writes the job into the outbox table through tx and returns its id. A Relay queues the
+// job once tx commits, and never if it rolls back.
+//
+// The queue, the task and the options are checked first, as pipeline.Client.Enqueue checks them
+// (pipeline.Validate). The payload limit is pipeline.DefaultMaxPayloadBytes. A bad one is an
+// error and nothing is written. task.Opts must be empty, because pipeline's options do not
+// serialize: pass this package's options instead. An id already in the table (an Enqueue sent
+// again) writes nothing and returns the id.
 func Enqueue(ctx context.Context, tx Execer, queue string, task pipeline.Task, opts ...Option) (string, error) {
 	if len(task.Opts) > 0 {
 		return "", fmt.Errorf("%w: task.Opts are pipeline's options, which an outbox row cannot carry: use outbox's", pipeline.ErrInvalid)
@@ -320,9 +322,9 @@ func Enqueue(ctx context.Context, tx Execer, queue string, task pipeline.Task, o
 		}
 		o.spec.Metadata = merged
 	}
-	// The caller's trace context (its span: the request that commits the row) goes with the
-	// row, so that the job's spans join the caller's trace however late the relay sends it.
-	// A task that carries its own is left alone.
+	// The caller's trace context goes with the row: its span, the request that commits the row.
+	// So the job's spans join the caller's trace however late the relay sends it. A task that
+	// carries its own is left alone.
 	if o.spec.Metadata[tracing.KeyTraceparent] == "" {
 		tc := map[string]string{}
 		if tracing.Inject(ctx, tc); tc[tracing.KeyTraceparent] != "" {

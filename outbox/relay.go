@@ -25,12 +25,12 @@ const (
 	// batchTimeout bounds one batch: its select, its sends to Redis and its delete. A batch
 	// in flight when Run's context ends still finishes, within this bound.
 	batchTimeout = 30 * time.Second
-	// Backoff after a failed batch or a lost listening connection, and the first and the
-	// longest of a queue held back because Redis failed for it while answering a PING.
+	// Backoff after a failed batch or a lost listening connection. Also the first and the
+	// longest backoff of a queue held back because Redis failed for it while answering a PING.
 	minBackoff = 100 * time.Millisecond
 	maxBackoff = 5 * time.Second
 	// maxRefusedBackoff is the longest backoff of a queue Redis refuses (too many queues, not
-	// created): an operator's action ends it, so its rows are tried at least this often.
+	// created). An operator's action ends a refusal, so its rows are tried at least this often.
 	maxRefusedBackoff = 30 * time.Second
 	// maxHeldQueues bounds the queues a relay remembers holding back (their backoffs). A queue
 	// past it is held back all the same, with the first backoff each time.
@@ -39,10 +39,10 @@ const (
 	logNames = 10
 )
 
-// The reasons a row is held back (tried again later) or set aside (left with its error), in
-// RelayBatch.HeldBackBy and SetAsideBy, the relay's logs and the conveyor_relay_held_back_total
-// and conveyor_relay_set_aside_total series: a fixed set, so that series stay few whatever the
-// queues are called.
+// The reasons a row is held back (tried again later) or set aside (left with its error). They
+// appear in RelayBatch.HeldBackBy and SetAsideBy, and in the relay's logs. They label the
+// conveyor_relay_held_back_total and conveyor_relay_set_aside_total series. They are a fixed
+// set, so the series stay few whatever the queues are called.
 const (
 	// ReasonTooManyQueues: the row's queue is new and the known queues are at the maximum
 	// (pipeline.ErrTooManyQueues). Held back.
@@ -97,15 +97,16 @@ type RelayConfig struct {
 
 // RelayBatch is what one batch did (RelayConfig.OnBatch).
 type RelayBatch struct {
-	// Relayed counts rows sent and deleted, Duplicates those of them whose job existed already,
-	// SetAside the rows Redis refused for good (left with their error), HeldBack the rows
-	// put back for a later try (their queue refused or failed, see the package doc).
+	// Relayed counts rows sent and deleted. Duplicates counts those of them whose job existed
+	// already. SetAside counts the rows Redis refused for good, left with their error. HeldBack
+	// counts the rows put back for a later try: their queue refused or failed (see the package
+	// doc).
 	Relayed, Duplicates, SetAside, HeldBack int
 	// HeldBackBy and SetAsideBy count the HeldBack and SetAside rows by reason (Reason*).
 	HeldBackBy, SetAsideBy map[string]int
-	// Lags are the relayed rows' commit-to-queued times: each row's age when the batch
-	// locked it, by PostgreSQL's clock (from its insert, which its commit follows closely),
-	// plus the batch's own time, from its start to its commit.
+	// Lags are the relayed rows' commit-to-queued times. Each is the row's age when the batch
+	// locked it, plus the batch's own time from its start to its commit. The age is by
+	// PostgreSQL's clock, from its insert, which its commit follows closely.
 	Lags []time.Duration
 	// Err is the batch's error (PostgreSQL failed, or Redis did not answer): its rows, or
 	// those it had not sent, stay as they were for a later batch.
@@ -138,9 +139,9 @@ type hold struct {
 
 // RelayStats counts what a Relay did since it was made.
 type RelayStats struct {
-	// Relayed counts rows sent and deleted, Duplicates those of them whose job existed
-	// already (a row sent again after a relay died with it), Failed the rows set aside
-	// with an error, HeldBack the times rows were put back for a later try (see the package
+	// Relayed counts rows sent and deleted. Duplicates counts those whose job existed already,
+	// such as a row sent again after a relay died with it. Failed counts the rows set aside with
+	// an error. HeldBack counts the times rows were put back for a later try (see the package
 	// doc).
 	Relayed, Duplicates, Failed, HeldBack int64
 }
@@ -196,11 +197,11 @@ func (r *Relay) Pending(ctx context.Context) (int, error) {
 	return n, err
 }
 
-// Run relays rows until ctx ends, then finishes the batch in flight and returns nil. It
-// returns an error only when PostgreSQL refuses to create the table (Migrate) at its start (a
-// missing permission, a wrong database); other errors, PostgreSQL or Redis unreachable at the
-// start as later, are logged and retried with a backoff: a relay started before its database
-// (a container's start order) waits for it.
+// Run relays rows until ctx ends, then finishes the batch in flight and returns nil. It returns
+// an error only when PostgreSQL refuses to create the table (Migrate) at its start, such as for
+// a missing permission or a wrong database. Other errors are logged and retried with a backoff.
+// That includes PostgreSQL or Redis unreachable, at the start as later. So a relay started
+// before its database (a container's start order) waits for it.
 func (r *Relay) Run(ctx context.Context) error {
 	if !r.cfg.NoMigrate {
 		if err := r.migrate(ctx); err != nil {
@@ -342,14 +343,16 @@ func later(a, b time.Time) time.Time {
 	return a
 }
 
-// batch locks up to BatchSize rows that are due (not held back), sends them and deletes them
-// in one PostgreSQL transaction, and returns how many rows it locked. A row Redis refuses for
-// good is set aside (its error column). A queue Redis refuses or fails for while it answers
-// (too many queues, a queue not created under RequireQueues, a cluster node down) is held
-// back: its rows get a retry_at after the queue's backoff, and the batches until then select
-// the rows behind them. Redis not answering at all stops the batch, leaves its untried rows as
-// they were and returns the error (Run then backs off). It is not interrupted by ctx: a batch
-// begun is finished (within batchTimeout) or rolled back.
+// batch locks up to BatchSize rows that are due (not held back), sends them and deletes them in
+// one PostgreSQL transaction. It returns how many rows it locked. A row Redis refuses for good
+// is set aside, with its error column.
+//
+// A queue Redis refuses, or fails for while it answers, is held back. Causes are too many
+// queues, a queue not created under RequireQueues, a cluster node down. Its rows get a retry_at
+// after the queue's backoff, and the batches until then select the rows behind them. Redis not
+// answering at all stops the batch. The batch leaves its untried rows as they were and returns
+// the error; Run then backs off. It is not interrupted by ctx: a batch begun is finished (within
+// batchTimeout) or rolled back.
 func (r *Relay) batch(ctx context.Context) (n int, err error) {
 	start := time.Now()
 	var report *RelayBatch
@@ -489,8 +492,8 @@ FROM unnest($1::text[], $2::text[]) AS u(id, msg) WHERE t.id = u.id`, fids, msgs
 	}
 	if len(holds) > 0 {
 		// One statement for every queue held back: a batch of 500 rows of 500 queues the cap
-		// refuses is one UPDATE, not 500. retry_at is by PostgreSQL's clock, which the
-		// selection compares it with.
+		// refuses is one UPDATE, not 500. The column retry_at is by PostgreSQL's clock, which
+		// the selection compares it with.
 		var hids, msgs []string
 		var waits []int64
 		for i := range holds {
@@ -564,9 +567,9 @@ func ids(rows []*row) []string {
 	return out
 }
 
-// holdQueue holds queue back after a failed try: its backoff doubles from minBackoff, up to
-// maxBackoff for Redis's failures and maxRefusedBackoff for its refusals (an operator ends
-// those). fresh says the queue was not held back already.
+// holdQueue holds queue back after a failed try. Its backoff doubles from minBackoff, up to
+// maxBackoff for Redis's failures. Refusals go up to maxRefusedBackoff, since an operator ends
+// them. fresh says the queue was not held back already.
 func (r *Relay) holdQueue(queue, reason, msg string, now time.Time) (h *hold, fresh bool) {
 	limit := maxBackoff
 	if reason != ReasonRedis {
@@ -584,8 +587,8 @@ func (r *Relay) holdQueue(queue, reason, msg string, now time.Time) (h *hold, fr
 	return h, !ok
 }
 
-// forget drops the queues whose backoff ended long ago: their rows went (another relay sent
-// them, or an operator deleted them), or a failure now starts from the first backoff again.
+// forget drops the queues whose backoff ended long ago. Their rows went: another relay sent
+// them, or an operator deleted them. Or a failure now starts from the first backoff again.
 func (r *Relay) forget(now time.Time) {
 	for q, h := range r.held {
 		if now.Sub(h.until) > 2*maxRefusedBackoff {
@@ -594,9 +597,9 @@ func (r *Relay) forget(now time.Time) {
 	}
 }
 
-// logBatch says which rows a batch set aside or held back and why, and which queues it sent
-// to again. Held-back rows are said once per batch and reason (up to logNames queues and ids),
-// at warn level when a queue is newly held back and at debug level for the tries after.
+// logBatch says which rows a batch set aside or held back and why, and which queues it sent to
+// again. Held-back rows are said once per batch and reason, up to logNames queues and ids. That
+// is at warn level when a queue is newly held back, at debug level for the tries after.
 func (r *Relay) logBatch(failed map[string]refusal, holds []heldRows, back []string) {
 	for id, f := range failed {
 		r.log.Error().Str("job_id", id).Str("reason", f.reason).Str("error", f.msg).Msg("outbox row set aside")
@@ -673,8 +676,8 @@ func heldReason(err error) string {
 	return ReasonRedis
 }
 
-// lock selects and locks the batch's rows, skipping those another relay holds: the rows due
-// (retry_at passed; never held back: -infinity), those never held back first, in insertion
+// lock selects and locks the batch's rows, skipping those another relay holds. It takes the rows
+// due (retry_at passed; never held back: -infinity), those never held back first, in insertion
 // order. The index on (retry_at, seq) makes rows held back cost the selection nothing.
 func (r *Relay) lock(ctx context.Context, tx *sql.Tx) ([]row, error) {
 	res, err := tx.QueryContext(ctx, `SELECT id, queue, type, payload, spec,
@@ -704,9 +707,9 @@ WHERE error IS NULL AND retry_at <= now() ORDER BY retry_at, seq LIMIT $1 FOR UP
 	return rows, nil
 }
 
-// migrate runs Migrate until it succeeds, ctx ends (nil: Run then stops) or PostgreSQL
-// answers with an error of its own (returned: trying again would not help), with the batches'
-// backoff between tries while it cannot be reached.
+// migrate runs Migrate until it succeeds or ctx ends (nil: Run then stops). It also stops when
+// PostgreSQL answers with an error of its own, which it returns, since trying again would not
+// help. It waits the batches' backoff between tries while PostgreSQL cannot be reached.
 func (r *Relay) migrate(ctx context.Context) error {
 	for backoff := time.Duration(0); ; {
 		err := Migrate(ctx, r.db)

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# End-to-end run of docker-compose.yml with real containers: the project's Dockerfile, Redis,
-# three workers, the producer and the API, all on the host's network and loopback only
-# (docker-compose.e2e.yml), then a SIGKILLed worker whose jobs must be recovered by the others.
-# It runs README.md's "With Docker" commands, `docker compose up --build` (with -d --wait) and
-# `docker kill <a worker>`, with the override file on top.
+# End-to-end run of docker-compose.yml with real containers. It runs the project's Dockerfile,
+# Redis, three workers, the producer and the API, all on the host's network and loopback only
+# (docker-compose.e2e.yml). Then it SIGKILLs a worker whose jobs the others must recover. It runs
+# README.md's "With Docker" commands, with the override file on top: `docker compose up --build`
+# (with -d --wait) and `docker kill <a worker>`.
 #
 #   bash scripts/compose-e2e.sh
 #
@@ -37,9 +37,9 @@
 #              the API), any other it finished before the kill; the queue's recovered counter
 #              must count them
 #   down       `docker compose down -v`; nothing of the project may remain
-# At exit, whatever happened: the project's containers, volumes and networks (by id), the
-# image built here, and the dockerd if this script started it, are removed/stopped. The
-# stand-in images, the compose plugin and Docker's build cache stay for the next run.
+# At exit, whatever happened, the cleanup removes the project's containers, volumes and
+# networks (by id) and the image built here. It stops the dockerd if this script started it.
+# The stand-in images, the compose plugin and Docker's build cache stay for the next run.
 #
 # Environment:
 #   E2E_BUILDER   auto (default: compose's own choice, BuildKit), buildkit or classic
@@ -230,11 +230,11 @@ compose_ok() {
 }
 # candidate [APT OPTIONS...]: the version of Debian's docker-compose package apt would install.
 candidate() { apt-cache "$@" policy docker-compose 2>/dev/null | sed -n 's/^ *Candidate: *//p'; }
-# compose_from_debian: Debian's docker-compose package when it is Compose v2 (Debian 13 on):
-# installed, when this machine's release has it; else the plugin taken from the package of
-# COMPOSE_DEBIAN_SUITE, fetched with apt itself (signatures checked against the machine's
-# debian-archive-keyring) into a private apt directory, nothing installed or added to the
-# machine's apt sources. Seconds, where building Compose takes minutes.
+# compose_from_debian: Debian's docker-compose package when it is Compose v2 (Debian 13 on).
+# When this machine's release has it, it is installed. Else the plugin is taken from the
+# package of COMPOSE_DEBIAN_SUITE. Apt itself fetches it into a private apt directory, checking
+# signatures against the machine's debian-archive-keyring. Nothing is installed or added to the
+# machine's apt sources. It takes seconds, where building Compose takes minutes.
 compose_from_debian() {
   command -v apt-get >/dev/null || return 1
   local c d=$TMP/apt-$COMPOSE_DEBIAN_SUITE mirror opts

@@ -3,13 +3,14 @@
 # docker-compose.yml name, for machines that reach no image registry. On a machine that can
 # pull, you do not need this script: `docker compose up` pulls the real images.
 #
-# Each stand-in is a minimal root filesystem assembled from this machine's own files (its
-# binaries, the shared libraries `ldd` lists for them with the loader, every symlink on the
-# way) plus a few written here (/etc/passwd, /etc/group, ...), streamed as one tarball into
-# `docker import` with the upstream image's settings (ENV, USER, WORKDIR, ENTRYPOINT, CMD,
-# EXPOSE, VOLUME). Nothing is downloaded: a stand-in takes seconds, not a Debian bootstrap.
-# The host's binaries must run on the host's libraries, which is all they are given: the
-# files keep their paths (under the host's merged /usr: /bin is a symlink to usr/bin, as here).
+# Each stand-in is a minimal root filesystem assembled from this machine's own files: its
+# binaries, the shared libraries `ldd` lists for them with the loader, and every symlink on the
+# way. A few files are written here (/etc/passwd, /etc/group, ...). All is streamed as one
+# tarball into `docker import`, with the upstream image's settings (ENV, USER, WORKDIR,
+# ENTRYPOINT, CMD, EXPOSE, VOLUME). Nothing is downloaded: a stand-in takes seconds, not a
+# Debian bootstrap. The host's binaries must run on the host's libraries, which is all they are
+# given. So the files keep their paths, under the host's merged /usr (/bin is a symlink to
+# usr/bin, as here).
 #
 #   golang:1.26-bookworm                       (stands in for Docker Hub's official golang image)
 #       this machine's Go (`go env GOROOT`, must be Go 1.26.x) as /usr/local/go, git with its
@@ -40,10 +41,10 @@
 #       the entrypoint passes `--protected-mode no` right after redis-server (and after a
 #       config file, if given; a later --protected-mode on the command line still wins).
 #
-# Every stand-in carries the label org.conveyorq.standin.hash, a hash of this script and of
-# what it copies (the Go version; the size and time of each named binary and of the CA
-# bundles). An image whose label matches is kept, so reruns are fast; a missing or stale image
-# is rebuilt. An image of that name WITHOUT the label is assumed to be the real upstream image
+# Every stand-in carries the label org.conveyorq.standin.hash. It hashes this script and what
+# it copies: the Go version, and the size and time of each named binary and of the CA bundles.
+# An image whose label matches is kept, so reruns are fast. A missing or stale image is
+# rebuilt. An image of that name WITHOUT the label is assumed to be the real upstream image,
 # and is left alone (set STANDINS_FORCE=1 to replace it).
 #
 # Usage: scripts/docker-standins.sh [golang|distroless|redis]...   (default: all three)

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # metrics-cost.sh [ROUNDS] [JOBS]: the cost of a worker's metrics (docs/BENCHMARKS.md, "Metrics
-# cost"). Each round drains JOBS no-op jobs with a bare worker and with every metric wired in
-# (metrics.BenchmarkWorker), each in a fresh process and so on a fresh private redis-server,
-# alternating which goes first so that neither always meets the warmer machine; it prints both
-# runs' jobs/s and CPU per job and their ratios (metrics / bare), then the medians.
+# cost"). Each round drains JOBS no-op jobs with a bare worker, and with every metric wired in
+# (metrics.BenchmarkWorker). Each runs in a fresh process, and so on a fresh private
+# redis-server. They alternate which goes first, so neither always meets the warmer machine. It
+# prints both runs' jobs/s and CPU per job and their ratios (metrics / bare), then the medians.
 set -euo pipefail
 rounds=${1:-16}
 jobs=${2:-50000}

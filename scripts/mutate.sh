@@ -6,19 +6,19 @@
 #
 # TABLE is tab-separated, '#' starts a comment line, 8 fields a mutant:
 #   id  file  line  original  replacement  packages  run  note
-# original is text found on that line (the first occurrence is replaced; the mutant is refused
-# as stale when the line does not hold it); replacement '<none>' deletes it; packages are
-# comma-separated ('./internal/jobstate,./pipeline'); run is a -run regexp, '-' for all tests;
-# a note starting 'equivalent:' says why the mutant cannot change behaviour (a survivor so
-# marked is counted equivalent, not survived).
+# The original is text found on that line; its first occurrence is replaced. The mutant is
+# refused as stale when the line does not hold it. Replacement '<none>' deletes it. Packages are
+# comma-separated ('./internal/jobstate,./pipeline'). Run is a -run regexp, '-' for all tests.
+# A note starting 'equivalent:' says why the mutant cannot change behaviour. A survivor so
+# marked is counted equivalent, not survived.
 # Results: killed (a test failed that passes without the mutant), survived, invalid (the
 # tests do not compile), stale, flaky (the failing test fails without the mutant too).
-# (A Lua mutant that does not parse fails its tests at run time: it counts as killed, so
-# replacements are checked to be valid Lua by hand.)
-# Score = killed / (valid - equivalent). Each file is copied aside before it is mutated and
-# restored by a trap on exit or interrupt; the script checks at the end that every file it
-# touched is back to what it was. Not -race, for speed; -failfast; logs in $MUTATE_LOGS
-# (a temporary directory unless set).
+# A Lua mutant that does not parse fails its tests at run time, and counts as killed. So
+# replacements are checked to be valid Lua by hand.
+# Score = killed / (valid - equivalent). Each file is copied aside before it is mutated. A trap
+# restores it on exit or interrupt. At the end the script checks that every file it touched is
+# back to what it was. Not -race, for speed; -failfast; logs in $MUTATE_LOGS (a temporary
+# directory unless set).
 set -u
 cd "$(dirname "$0")/.."
 table=${1:-scripts/mutants.tsv}
@@ -39,10 +39,10 @@ restore() {
 trap 'restore; rm -rf "$aside"' EXIT
 trap 'exit 130' INT TERM HUP
 
-# A Lua mutant needs no build: the scripts are embedded as text in the test binaries, so the
-# unmutated binaries are built once (per package) and each Lua mutant patches its line into
-# a copy of them, padded with trailing spaces or short of leading ones to keep its length
-# (Redis hashes the script the binary sends, so the patched text is what runs).
+# A Lua mutant needs no build. The scripts are embedded as text in the test binaries. So the
+# unmutated binaries are built once (per package), and each Lua mutant patches its line into a
+# copy of them. The line is padded with trailing spaces, or short of leading ones, to keep its
+# length. Redis hashes the script the binary sends, so the patched text is what runs.
 # MUTATE_FAST=0 builds every mutant instead.
 mkdir -p "$aside/bin"
 # patched LINE: from the original ($aside/orig) and mutated ($current) file, sets from_line

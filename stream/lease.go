@@ -83,26 +83,30 @@ func groupGone(err error) bool { return rediserr.IsNoStream(err) }
 // Orphans.
 //
 // XREADGROUP ">" delivers entries to this consumer when the server runs it, whether or not the
-// reply arrives. go-redis resends a command whose reply was lost (io.EOF, a reset connection)
-// up to MaxRetries times, silently, and a read can also end in an error after the server ran
-// it. The entries of a lost reply are pending for this consumer, never handed out, never
-// renewed: without the sweep, they wait until the application's recovery takes them after its
-// visibility timeout, which counts as a lost attempt.
+// reply arrives. The go-redis client silently resends a command whose reply was lost
+// (io.EOF, a reset connection), up to MaxRetries times. A read can also end in an error after the server ran it.
+// The entries of a lost reply are pending for this consumer, never handed out, never renewed.
+// Without the sweep, they wait for the application's recovery after its visibility timeout. That
+// counts as a lost attempt.
 //
-// So a subscription's reader looks for them every LeaseInterval, and at once after a read
-// that failed: it lists this consumer's pending entries (XPENDING with the consumer, paged)
-// and adopts each one that
-//   - no subscription of the stream holds,
-//   - lies in no span: every read notes the range of ids it returned (they are consecutive in
-//     the stream: nothing between its first and its last went to anyone else), and every
-//     adopted entry its id; an entry this process handed out, and settled without acking
-//     (DeferAck, ManualSettle), or acked and not yet XACKed, lies in one, an entry of a lost
-//     reply in none;
-//   - was touched (delivered, claimed or renewed) after the stream was first subscribed here,
-//     to the millisecond: its idle time is less than the time since. Any other was left by an
-//     earlier process with the same consumer name, and is left to the application's recovery,
-//     so that a job that crashes its worker cannot loop without its attempt being counted.
-// Adopting is claiming it again (adopt.lua) and handing it out as a read does, with slots
+// So a subscription's reader looks for them every LeaseInterval, and at once after a failed
+// read. It lists this consumer's pending entries (XPENDING with the consumer, paged). It adopts
+// each one that passes three tests.
+//
+// First, no subscription of the stream holds it.
+//
+// Second, it lies in no span. Every read notes the range of ids it returned. They are
+// consecutive in the stream: nothing between its first and its last went to anyone else. Every
+// adoption notes its entry's id. An entry this process handed out lies in a span: settled
+// without acking (DeferAck, ManualSettle), or acked and not yet XACKed. An entry of a lost reply
+// lies in none.
+//
+// Third, it was touched (delivered, claimed or renewed) after the stream was first subscribed
+// here, to the millisecond. That is, its idle time is less than the time since. Any other was
+// left by an earlier process with the same consumer name. It is left to the application's
+// recovery. So a job that crashes its worker cannot loop without its attempt being counted.
+//
+// Adopting is claiming the entry again (adopt.lua) and handing it out as a read does, with slots
 // reserved first. A sweep and a read of the same stream never overlap (see streamState.gate).
 
 //go:embed adopt.lua
@@ -151,8 +155,8 @@ func (t *topic) adoptOrphans(ctx context.Context, w *waiter) bool {
 	return true
 }
 
-// orphans lists this consumer's pending entries (up to sweepPages pages, from where the last
-// sweep stopped), prunes the stream's spans with what it saw, and returns the orphans' ids.
+// orphans lists this consumer's pending entries, up to sweepPages pages from where the last
+// sweep stopped. It prunes the stream's spans with what it saw, and returns the orphans' ids.
 func (t *topic) orphans(ctx context.Context) ([]string, error) {
 	st, cfg := t.st, t.s.cfg
 	from := t.sweepFrom
@@ -168,10 +172,10 @@ func (t *topic) orphans(ctx context.Context) ([]string, error) {
 	var young []candidate
 	start, complete := from, false
 	for range sweepPages {
-		// Measured before the request, so a slow reply or a busy machine can only make an
-		// entry look older than it is (and leave it to the application's recovery), never an
-		// earlier process's entry look young. Redis counts idle time in whole milliseconds of
-		// its own clock; the slack covers the rounding.
+		// Measured before the request. So a slow reply or a busy machine can only make an entry
+		// look older than it is, leaving it to the application's recovery. An earlier process's
+		// entry never looks young. Redis counts idle time in whole milliseconds of its own
+		// clock; the slack covers the rounding.
 		since := time.Since(st.since) + idleSlack
 		page, err := t.s.rdb.XPendingExt(ctx, &redis.XPendingExtArgs{
 			Stream: t.name, Group: cfg.Group, Start: start, End: "+", Count: sweepPage, Consumer: cfg.Consumer,
@@ -260,19 +264,20 @@ func parseEntries(v any) ([]redis.XMessage, error) {
 	return out, nil
 }
 
-// streamState is what a Subscriber knows of one stream, shared by its subscriptions of it (a
-// stream may have two for a while: one closing, its successor running; or two live ones, when
-// an application subscribes twice). Its mutex also guards those subscriptions' held sets, so
-// that looking an entry up in all of them and holding it in one is a single step.
+// streamState is what a Subscriber knows of one stream, shared by its subscriptions of it. A
+// stream may have two for a while: one closing and its successor running. Or two live ones, when
+// an application subscribes twice. Its mutex also guards those subscriptions' held sets. So
+// looking an entry up in all of them and holding it in one is a single step.
 type streamState struct {
-	// gate keeps sweeps apart from reads and from each other: a read holds it shared from
-	// before it is sent until its entries are held, a sweep exclusively from its listing
-	// until it has handed out what it adopted. Otherwise a sibling subscription's read could
-	// deliver an entry that a sweep then lists as an orphan and adopts, and the one that took
-	// it second could find the first copy settled already and hand it out again; or a span
-	// could be noted between a listing and its pruning, and dropped unseen. A subscription
-	// reads and sweeps on one goroutine: alone on its stream, it never waits here. (A closing
-	// subscription reads no more.)
+	// gate keeps sweeps apart from reads and from each other. A read holds it shared from before
+	// it is sent until its entries are held. A sweep holds it exclusively from its listing until
+	// it has handed out what it adopted.
+	//
+	// Otherwise a sibling subscription's read could deliver an entry that a sweep then lists as
+	// an orphan and adopts. The one that took it second could find the first copy settled
+	// already, and hand it out again. Or a span could be noted between a listing and its
+	// pruning, and dropped unseen. A subscription reads and sweeps on one goroutine: alone on
+	// its stream, it never waits here. (A closing subscription reads no more.)
 	gate sync.RWMutex
 
 	mu      sync.Mutex
@@ -299,10 +304,10 @@ func (st *streamState) heldLocked(id string) *delivery {
 	return nil
 }
 
-// noteLocked notes that the entries from first to last were handed to t: all of one read
-// (ascending, consecutive in the stream), or one adopted entry. When many spans have piled up
-// since the last sweep (a long LeaseInterval on a busy stream), it asks t's reader for a sweep,
-// which prunes them.
+// noteLocked notes that the entries from first to last were handed to t. They are all of one
+// read (ascending, consecutive in the stream), or one adopted entry. Many spans may pile up
+// since the last sweep, with a long LeaseInterval on a busy stream. Then it asks t's reader for
+// a sweep, which prunes them.
 func (st *streamState) noteLocked(first, last string, t *topic) {
 	f, ok1 := parseID(first)
 	l, ok2 := parseID(last)
@@ -319,12 +324,14 @@ func (st *streamState) noteLocked(first, last string, t *topic) {
 	}
 }
 
-// pruneLocked sorts the spans by first id and merges overlapping ones (ids read again after
-// the group's position moved back), then drops each that a sweep's listing shows to be done
-// with: inside the range it covered [lo, hi], and holding none of the ids it listed (this
-// consumer's pending entries, ascending). Nothing in such a span is pending for this consumer
-// any more, and nothing in it can be so again but by a new read or adoption, which notes a
-// span of its own. (No span is noted between the listing and the pruning: see gate.)
+// pruneLocked sorts the spans by first id and merges overlapping ones. (Ids are read again after
+// the group's position moved back.) Then it drops each span that a sweep's listing shows to be
+// done with. Such a span is inside the range the listing covered, [lo, hi], and holds none of
+// the ids it listed (this consumer's pending entries, ascending).
+//
+// Nothing in such a span is pending for this consumer any more. Nothing in it can be so again,
+// but by a new read or adoption, which notes a span of its own. (No span is noted between the
+// listing and the pruning: see gate.)
 func (st *streamState) pruneLocked(lo, hi entryID, listed []entryID) {
 	slices.SortFunc(st.spans, func(a, b span) int { return a.first.cmp(b.first) })
 	merged := st.spans[:0]
@@ -352,7 +359,7 @@ func (st *streamState) pruneLocked(lo, hi entryID, listed []entryID) {
 }
 
 // spannedLocked reports whether id lies in a span. The spans must be sorted and disjoint, as
-// pruneLocked leaves them (and the gate keeps them until the sweep is over).
+// pruneLocked leaves them; the gate keeps them so until the sweep is over.
 func (st *streamState) spannedLocked(id entryID) bool {
 	i, found := slices.BinarySearchFunc(st.spans, id, func(sp span, id entryID) int { return sp.first.cmp(id) })
 	return found || i > 0 && id.cmp(st.spans[i-1].last) <= 0

@@ -20,9 +20,9 @@ import (
 
 // Defaults of Config.
 const (
-	// defaultConcurrency is unexported: pipeline.Worker, which sets Concurrency itself, has a
-	// default of its own (pipeline.DefaultConcurrency), and two exported defaults for one
-	// setting would disagree.
+	// defaultConcurrency is unexported because pipeline.Worker sets Concurrency itself, with a
+	// default of its own (pipeline.DefaultConcurrency). Two exported defaults for one setting
+	// would disagree.
 	defaultConcurrency     = 100
 	DefaultBatchSize       = 100
 	DefaultBlockTime       = 250 * time.Millisecond
@@ -37,17 +37,15 @@ var (
 	// before the message was acked within CloseTimeout.
 	ErrClosed = errors.New("stream: subscriber closed")
 	// ErrLeaseLost is the cause of a message context cancelled because its entry is no longer
-	// pending for this consumer: it was recovered or deleted elsewhere, or its group or stream
+	// pending for this consumer. It was recovered or deleted elsewhere, or its group or stream
 	// is gone.
 	ErrLeaseLost = errors.New("stream: lease lost")
 )
 
-// Config configures a Subscriber.
-//
-// Every field has one meaning per value: zero means the documented default; a negative or
-// otherwise unusable value (a BlockTime under a millisecond, which Redis would read as "block
-// forever") makes NewSubscriber return an error; and a feature is turned off by a boolean field
-// of its own (DisableLeaseRenewal), never by a special value of another field.
+// Every field has one meaning per value. Zero means the documented default. A negative or
+// otherwise unusable value makes NewSubscriber return an error; so does a BlockTime under a
+// millisecond, which Redis would read as "block forever". A feature is turned off by a boolean
+// field of its own (DisableLeaseRenewal), never by a special value of another field.
 type Config struct {
 	// Client is the Redis client (standalone, cluster or failover). Required. Close does not
 	// close it.
@@ -56,62 +54,70 @@ type Config struct {
 	// Required.
 	Group string
 	// Consumer names this subscriber in the group. Defaults to hostname-pid-random. Two live
-	// subscribers must not share a name: each would take the other's entries for orphans of
-	// its own lost reads (see the package doc).
+	// subscribers must not share a name. Each would take the other's entries for orphans of its
+	// own lost reads (see the package doc).
 	Consumer string
 	// Unmarshaller turns entries into messages. Defaults to DefaultUnmarshaller.
 	Unmarshaller Unmarshaller
-	// Concurrency bounds the entries read and not yet settled (acked, or with ManualSettle
-	// passed to Settle), across all topics: the number of handlers a router runs at once. It
-	// is a hard bound: a reader reserves its slots before each XREADGROUP (COUNT is what it
-	// reserved) and gives back what the read did not use. A topic whose last read found
-	// nothing reserves one slot while its read blocks, and readers waiting for slots are
+	// Concurrency bounds the entries read and not yet settled, across all topics: the number of
+	// handlers a router runs at once. Settled means acked, or with ManualSettle passed to
+	// Settle. It is a hard bound. A reader reserves its slots before each XREADGROUP, whose
+	// COUNT is what it reserved, and gives back what the read did not use. A topic whose last
+	// read found nothing reserves one slot while its read blocks. Readers waiting for slots are
 	// served in turn, so no topic starves another. Defaults to 100.
 	Concurrency int
-	// Priority, when set, orders the hand-out of free slots among the readers waiting for
-	// them, by class, instead of first come, first served. It gives each topic (a stream key)
-	// a class and the class's weight, at least 1; topics of one class share the class's
-	// weight and rank (the partitions of one queue, say); the first topic subscribed in a
-	// class sets its weight. Without StrictPriority the weights are shares (stride
-	// scheduling): each class has a pass, advanced by slots taken / weight at every hand-out,
-	// and the waiting reader of the class with the smallest pass is served, so classes that
-	// all have entries to read take slots in proportion to their weights, while a class whose
-	// streams are empty leaves its share to the others. The weights divide the slots when
-	// readers wait for them (the handlers hold every slot); while slots are free and nobody
-	// waits, every reader takes them at once. A class keeps its pass while its readers are
-	// away reading (they took slots and have not asked again): slots freed meanwhile are held
-	// for a class of a smaller pass than the readers waiting, if its reader's last read was
-	// full, until that reader asks again, its read comes back short, or 10ms (BlockTime if
-	// shorter) have passed since it took its slots, so a class that has run out of work holds
-	// no slot for long. Otherwise, with slots freed one at a time (as handlers finish), every
-	// class waiting would take one in turn, whatever its weight. A class whose streams were
-	// empty comes back with a credit of at most one batch (BatchSize / weight of pass), so an
-	// idle class does not store up a burst. Reads stay batched: the reader served takes every
-	// slot free then (held ones included), up to BatchSize. Nil: first come, first served.
+	// Priority, when set, orders the hand-out of free slots among the waiting readers by class,
+	// instead of first come, first served. Nil: first come, first served. It gives each topic (a
+	// stream key) a class and the class's weight, at least 1. Topics of one class share its
+	// weight and rank, as the partitions of one queue do. The first topic subscribed in a class
+	// sets its weight.
+	//
+	// Without StrictPriority the weights are shares (stride scheduling). Each class has a pass,
+	// advanced by slots taken / weight at every hand-out. The waiting reader of the class with
+	// the smallest pass is served. So classes that all have entries take slots in proportion to
+	// their weights. A class whose streams are empty leaves its share to the others. The weights
+	// divide the slots only when readers wait for them, with handlers holding every slot. While
+	// slots are free and nobody waits, every reader takes them at once.
+	//
+	// A class keeps its pass while its readers are away reading: they took slots and have not
+	// asked again. Slots freed meanwhile may be held for such a class, if its pass is smaller
+	// than the waiting readers' and its reader's last read was full. The hold lasts until that
+	// reader asks again, its read comes back short, or 10ms pass since it took its slots
+	// (BlockTime if shorter). So a class that has run out of work holds no slot for long.
+	// Without the hold, slots freed one at a time (as handlers finish) would go to every waiting
+	// class in turn, whatever its weight.
+	//
+	// A class whose streams were empty comes back with a credit of at most one batch (BatchSize
+	// / weight of pass). So an idle class does not store up a burst. Reads stay batched: the
+	// reader served takes every slot free then, held ones included, up to BatchSize.
 	Priority func(topic string) (class string, weight int)
-	// StrictPriority, with Priority, makes the weights ranks: a reader is served only when no
-	// reader of a higher-ranked class may read (not paused) and is either waiting for slots
-	// or had a full last read (as many entries as it asked for: its stream likely has more),
-	// or has not read yet; among equals, first come, first served. So while a higher class
-	// has work, no lower class reads; once its last read came back short (its streams are
-	// empty), the lower classes read until the higher class waits for slots again, which
-	// puts it first in line. A lower reader's read under way when the higher class's work
-	// arrives may finish.
+	// StrictPriority, with Priority, makes the weights ranks. A reader is served only when no
+	// reader of a higher-ranked class may read (not paused) and wants slots. A reader wants
+	// slots when it waits for them, had a full last read (its stream likely has more), or has
+	// not read yet. Among equals, first come, first served.
+	//
+	// So while a higher class has work, no lower class reads. Once its last read came back short
+	// (its streams are empty), the lower classes read. They stop when the higher class waits for
+	// slots again, which puts it first in line. A lower reader's read under way when the higher
+	// class's work arrives may finish.
 	StrictPriority bool
-	// Levels, when set, makes topics of one family (a stream split into levels, such as a
-	// queue's priority levels) strict levels within their class: it gives each topic a family
-	// (empty: none) and its level in it, the lowest first. A reader may take slots only while
-	// no reader of a lower level of its family that may read (not paused) is hungry: its last
-	// read was full, it has not read yet, its topic was paused since, or a higher level found
-	// entries in its stream. And a higher level's read checks, in the same script call
-	// (levelread.lua), that no lower level's stream has entries the group was not delivered
-	// yet, and reads nothing if one has (that level is then hungry). So whenever entries of
-	// two levels wait, the lower level's are read first, also right after a pause; a higher
-	// level's blocking read under way when a lower level's entries arrive may finish. An idle
-	// lower level does not hold up a higher one: however few the slots, an entry of any level
-	// of an idle family is read within about a BlockTime (see Subscriber.checkLocked). On a
-	// cluster a family's streams must share a hash slot. The class hand-out (Priority,
-	// StrictPriority) is unchanged: the family's topics share their class. Nil: no families.
+	// Levels, when set, makes topics of one family strict levels within their class. A family is
+	// a stream split into levels, such as a queue's priority levels. Levels gives each topic a
+	// family (empty: none) and its level in it, the lowest first. Nil: no families.
+	//
+	// A reader may take slots only while no lower level of its family that may read (not paused)
+	// is hungry. A level is hungry when its last read was full, it has not read yet, or its
+	// topic was paused since. It is also hungry when a higher level found entries in its stream.
+	// A higher level's read checks, in the same script call (levelread.lua), that no lower
+	// level's stream has undelivered entries. If one has, it reads nothing, and that level
+	// becomes hungry.
+	//
+	// So whenever entries of two levels wait, the lower level's are read first, also right after
+	// a pause. A higher level's blocking read under way when a lower level's entries arrive may
+	// finish. An idle lower level does not hold up a higher one. However few the slots, an entry
+	// of any level of an idle family is read within about a BlockTime (see
+	// Subscriber.checkLocked). On a cluster a family's streams must share a hash slot. The class
+	// hand-out (Priority, StrictPriority) is unchanged: the family's topics share their class.
 	Levels func(topic string) (family string, level int)
 	// BatchSize bounds the COUNT of one XREADGROUP. Defaults to DefaultBatchSize.
 	BatchSize int
@@ -119,10 +125,10 @@ type Config struct {
 	// bounds how long a closing subscription waits for its last read. Defaults to
 	// DefaultBlockTime.
 	BlockTime time.Duration
-	// LeaseInterval is how often the leases of held entries are renewed, and how often each
-	// subscription sweeps this consumer's pending entries for orphans (see the package doc);
-	// it must be well under the idle time after which the application recovers entries (a
-	// third of it is usual). Defaults to DefaultLeaseInterval.
+	// LeaseInterval is how often the leases of held entries are renewed. It is also how often
+	// each subscription sweeps this consumer's pending entries for orphans (see the package
+	// doc). It must be well under the idle time after which the application recovers entries; a
+	// third of it is usual. Defaults to DefaultLeaseInterval.
 	LeaseInterval time.Duration
 	// DisableLeaseRenewal turns lease renewal off: held entries go idle, and a recoverer may
 	// take them from a live handler. The orphan sweep still runs every LeaseInterval.
@@ -131,9 +137,9 @@ type Config struct {
 	// slot, and the entry stays pending until the application XACKs it.
 	DeferAck bool
 	// ManualSettle (which implies DeferAck) replaces watching each message's Ack and Nack with
-	// an explicit call: the application calls Settle once it is done with a message, which
-	// frees its slot and ends its lease renewal; Ack and Nack do nothing, and nothing is handed
-	// out again. It spares a goroutine per message in flight, and a hand-off per message.
+	// an explicit call. The application calls Settle once it is done with a message. That frees
+	// its slot and ends its lease renewal. Ack and Nack do nothing, and nothing is handed out
+	// again. It spares a goroutine per message in flight, and a hand-off per message.
 	ManualSettle bool
 	// AckInterval is how long acks are collected before one XACK sends them. Defaults to
 	// DefaultAckInterval.
@@ -144,19 +150,23 @@ type Config struct {
 	// CloseTimeout is how long a closing subscription waits for handed-out messages to be
 	// acked before it cancels their contexts. Defaults to DefaultCloseTimeout.
 	CloseTimeout time.Duration
-	// OnRelease, when set, receives the entries a closing subscription still holds (read but
-	// never acked: not yet handed out, or still running after CloseTimeout), for example to put
-	// them back at once. Without it they stay pending for the application's recovery.
+	// OnRelease, when set, receives the entries a closing subscription still holds, for example
+	// to put them back at once. Those are entries read but never acked: not yet handed out, or
+	// still running after CloseTimeout. Without it they stay pending for the application's
+	// recovery.
 	OnRelease func(ctx context.Context, stream string, ids []string)
-	// Prepare, when set, sees each batch of messages a subscription read (or adopted) before
-	// any of them is handed out, in the subscription's reader, and may keep some back: a true
-	// in skip (at a message's index; nil keeps none back) means the application is done with
-	// that message, which is then settled as Settle would (its slot freed, its lease no longer
-	// renewed) and never handed out or acknowledged; its entry is the application's to deal
-	// with. It is where an application makes one call for a batch that it would otherwise make
-	// once per message (holding the batch to a shared limit, say), and it may give a message a
-	// context derived from the message's own. ctx ends when the subscription starts closing,
-	// whose shutdown waits for Prepare to return; while it runs the topic reads nothing more.
+	// Prepare, when set, sees each batch of messages a subscription read or adopted, before any
+	// is handed out. It runs in the subscription's reader. It is where an application makes one
+	// call for a batch instead of one per message, such as holding the batch to a shared limit.
+	// It may give a message a context derived from the message's own.
+	//
+	// Prepare may keep messages back. A true in skip, at a message's index, means the
+	// application is done with that message; nil keeps none back. A message kept back is settled
+	// as Settle would: its slot freed, its lease no longer renewed. It is never handed out or
+	// acknowledged; its entry is the application's to deal with.
+	//
+	// ctx ends when the subscription starts closing. The shutdown waits for Prepare to return.
+	// While Prepare runs, the topic reads nothing more.
 	Prepare func(ctx context.Context, topic string, msgs []*message.Message) (skip []bool)
 	// Logger defaults to a no-op logger.
 	Logger watermill.LoggerAdapter
@@ -240,8 +250,8 @@ type Subscriber struct {
 	closed  bool
 	topics  []*topic                // live and closing subscriptions
 	streams map[string]*streamState // by stream name, while it has subscriptions
-	// Slots (see reserve): taken is how many are reserved for reads or held by entries read
-	// and not settled, across topics; never more than Config.Concurrency.
+	// Slots (see reserve). taken is how many are reserved for reads or held by unsettled
+	// entries, across topics. It never exceeds Config.Concurrency.
 	taken  int
 	queue  []*waiter // readers waiting for slots, first come first served
 	turn   *waiter   // the reader woken to take slots next; nobody else takes any meanwhile
@@ -297,10 +307,10 @@ func NewSubscriber(cfg Config) (*Subscriber, error) {
 // Consumer is the subscriber's consumer name in the group.
 func (s *Subscriber) Consumer() string { return s.cfg.Consumer }
 
-// Running counts the messages handed out and not yet settled (acked, nacked for good or, with
-// ManualSettle, passed to Settle), across every subscription: the handlers running now. Read
-// entries not yet handed out are not counted. A closing subscription's messages count until
-// they settle or CloseTimeout passes.
+// Running counts the messages handed out and not yet settled, across every subscription: the
+// handlers running now. Settled means acked, nacked for good or, with ManualSettle, passed to
+// Settle. Read entries not yet handed out are not counted. A closing subscription's messages
+// count until they settle or CloseTimeout passes.
 func (s *Subscriber) Running() int {
 	s.mu.Lock()
 	topics := append([]*topic(nil), s.topics...)
@@ -312,12 +322,13 @@ func (s *Subscriber) Running() int {
 	return n
 }
 
-// ensureGroup makes the subscriber's group on topicName unless it exists. Redis refuses
-// XGROUP CREATE when it is out of memory before it looks for the group, so a refusal is
-// checked against the groups the stream has (a read, allowed then): a worker started while
-// Redis refuses writes joins the group the others made rather than failing. When the group
-// does not exist yet, it waits for Redis to take writes again (backing off from 100 ms to
-// 2 s), as a worker waits for a Redis it cannot reach, until ctx ends or Close.
+// ensureGroup makes the subscriber's group on topicName unless it exists.
+//
+// Redis refuses XGROUP CREATE when it is out of memory, before it looks for the group. So a
+// refusal is checked against the groups the stream has, with a read, which Redis still allows. A
+// worker started while Redis refuses writes joins the group the others made rather than failing.
+// When the group does not exist yet, it waits for Redis to take writes again. It backs off from
+// 100 ms to 2 s, as a worker waits for a Redis it cannot reach, until ctx ends or Close.
 func (s *Subscriber) ensureGroup(ctx context.Context, topicName string) error {
 	wait := 100 * time.Millisecond
 	for warned := false; ; warned = true {
@@ -382,8 +393,8 @@ func (s *Subscriber) Subscribe(ctx context.Context, topicName string) (<-chan *m
 		s.mu.Unlock()
 		return nil, ErrClosed
 	}
-	// A stream's state lives while it has subscriptions; one that subscribes while another is
-	// still closing shares it (and its notion of when the stream was first subscribed here).
+	// A stream's state lives while it has subscriptions. One that subscribes while another is
+	// still closing shares it, with its notion of when the stream was first subscribed here.
 	t.st = s.streams[topicName]
 	if t.st == nil {
 		t.st = newStreamState()
@@ -424,11 +435,10 @@ func (s *Subscriber) Close() error {
 }
 
 // Pause stops reading: no XREADGROUP is issued on any topic until Resume, and no orphan is
-// adopted. A read already under way when Pause is called may finish, and its messages are
-// handed out as usual. Everything else goes on: held messages keep their leases renewed,
-// settle and free their slots, and Close or the end of a subscription's context shut down as
-// promptly as ever. Pause and Resume may be called any
-// number of times, from any goroutine; the last call wins.
+// adopted. A read already under way may finish, and its messages are handed out as usual.
+// Everything else goes on. Held messages keep their leases renewed, settle and free their slots.
+// Close or the end of a subscription's context shut down as promptly as ever. Pause and Resume
+// may be called any number of times, from any goroutine; the last call wins.
 func (s *Subscriber) Pause() {
 	s.mu.Lock()
 	s.paused = true
@@ -455,9 +465,9 @@ func (s *Subscriber) TopicReads(topic string) int {
 }
 
 // WaitTopicReads waits until no read of any of topics is under way (TopicReads is 0 for each),
-// and returns nil, or until ctx ends, and returns its error. After PauseTopic of each, nil
-// means that the pauses have taken their full effect. It is woken by the end of the last
-// read rather than polling, so that a pause's confirmation follows that end at once.
+// and returns nil. If ctx ends first it returns ctx's error. After PauseTopic of each, nil means
+// the pauses have taken their full effect. The end of the last read wakes it, with no polling.
+// So a pause's confirmation follows that end at once.
 func (s *Subscriber) WaitTopicReads(ctx context.Context, topics ...string) error {
 	s.mu.Lock()
 	if s.topicsIdleLocked(topics) {
@@ -502,12 +512,12 @@ func (s *Subscriber) Resume() {
 	s.mu.Unlock()
 }
 
-// PauseTopic stops reading the stream topic, as Pause does for every stream: no XREADGROUP
-// is issued on it, and no orphan of it adopted, until ResumeTopic, whether it is subscribed
-// now or later. A read under way may finish. A reader of a paused topic holds no slot while it
-// waits: the other topics' readers take the slots as if it were not there. Held messages of
-// the topic go on as under Pause. Topics are named as in Subscribe; pausing one that is
-// already paused, or resuming one that is not, does nothing.
+// PauseTopic stops reading the stream topic, as Pause does for every stream. No XREADGROUP is
+// issued on it, and no orphan of it adopted, until ResumeTopic. That holds whether it is
+// subscribed now or later. A read under way may finish. A reader of a paused topic holds no slot
+// while it waits; the other topics' readers take the slots as if it were not there. Held
+// messages of the topic go on as under Pause. Topics are named as in Subscribe. Pausing a paused
+// topic, or resuming one that is not paused, does nothing.
 func (s *Subscriber) PauseTopic(topic string) {
 	s.mu.Lock()
 	s.pausedTopics[topic] = true
@@ -541,17 +551,18 @@ type waiter struct {
 	// fam is its family under Config.Levels ("" for none), level its level there.
 	fam   string
 	level int
-	// Under the Subscriber's mu: reading, its slots are taken and its read's reply is not
-	// back; empty, its last read came back empty (so, when it is not reading, it is on its
-	// way to ask for a slot again). For a reader of a family: check, the streams of the lower
-	// levels its read must check first (levelread.lua), set by reserve; nil for a plain read.
+	// Under the Subscriber's mu. While reading is set, its slots are taken and its read's reply
+	// is not back. Set empty means its last read came back empty; when not reading, it is on its
+	// way to ask for a slot again. For a reader of a family, check holds the lower levels'
+	// streams its read must check first (levelread.lua), set by reserve. It is nil for a plain
+	// read.
 	reading bool
 	empty   bool
 	check   []string
-	// Weighted (Config.Priority, not StrictPriority), under the Subscriber's mu: away, the
-	// reader took slots at awayAt and has not asked again (it is reading, or handing out what
-	// it read); more, its last read (not a one-slot read of an idle reader) filled what it
-	// asked for, so its stream likely has more.
+	// Weighted readers (Config.Priority, not StrictPriority), under the Subscriber's mu. Set
+	// away means the reader took slots at awayAt and has not asked again. It is reading, or
+	// handing out what it read. Set more means its last read filled what it asked for, so its
+	// stream likely has more. A one-slot read of an idle reader does not count.
 	away   bool
 	awayAt time.Time
 	more   bool
@@ -636,16 +647,17 @@ func (s *Subscriber) leave(w *waiter) {
 	s.wakeLocked()
 }
 
-// lowerLevelWantsLocked reports whether a reader of a lower level of w's family
-// (Config.Levels) that may read is hungry: its last read was full, it has not read yet, its
-// topic was paused since it last read, or a higher level's read found entries in its stream.
+// lowerLevelWantsLocked reports whether a reader of a lower level of w's family (Config.Levels)
+// that may read is hungry. Hungry means its last read was full, it has not read yet, or its
+// topic was paused since it last read. It also means a higher level's read found entries in its
+// stream.
 //
 // A lower-level reader that merely waits for slots does not count. Most of the time it is an
-// idle one waiting to block on its empty stream, and counting it kept the slots from every
-// higher level for good when the slots were fewer than the levels (issue 30: at concurrency
-// 1, levels 1 and 2 took the one slot in turn and level 4 waited minutes). What it would
-// have told, whether the lower level has entries now, the higher level's read finds out in
-// Redis instead, in the same call as the read (levelread.lua, see checkLocked).
+// idle one waiting to block on its empty stream. Counting it kept the slots from every higher
+// level for good when the slots were fewer than the levels. In issue 30, at concurrency 1,
+// levels 1 and 2 took the one slot in turn and level 4 waited minutes. The higher level's read
+// finds out instead, in Redis, whether the lower level has entries now. It does so in the same
+// call as the read (levelread.lua, see checkLocked).
 func (s *Subscriber) lowerLevelWantsLocked(w *waiter) bool {
 	for _, h := range s.families[w.fam] {
 		if h.level < w.level && s.mayReadLocked(h) && s.hungry[h] {
@@ -655,23 +667,26 @@ func (s *Subscriber) lowerLevelWantsLocked(w *waiter) bool {
 	return false
 }
 
-// checkLocked returns the streams of the lower levels of w's family (Config.Levels), lowest
-// first, that w's next read must check before it reads (levelread.lua), or nil for a plain
-// read of its stream. Only readers that may read count: a paused level holds up nobody.
+// checkLocked returns the streams of the lower levels of w's family (Config.Levels) that w's
+// next read must check first (levelread.lua), lowest first. It returns nil for a plain read of
+// its stream. Only readers that may read count: a paused level holds up nobody.
 //
-// The check and the read are one script call, so that no lower-level entry can arrive
-// between them, and a read costs one round trip whether or not it checks: the levels of a
-// queue need no extra call per read. A script cannot block, though, so a reader whose stream
-// was empty reads plainly, blocking on its stream for new entries, when every lower level's
-// reader is reading itself (each one's own blocking read sees its stream's new entries) or
-// handing out what it read: its blocking read keeps no slot from a lower level then. When a
-// lower level's reader waits for a slot, or is on its way to ask for one after an empty read,
-// a blocking read here would keep that slot from it for a whole BlockTime: the reader checks
-// and reads without blocking instead, and the slot goes back to the line at once, which is
-// first come, first served: the lower reader's turn comes within a round of the line, and its
-// own read, having no lower level in line, blocks. So an idle family makes about one read
-// per level per BlockTime however few the slots, never a loop of reads that do not block,
-// and a new entry of any level is read within about a BlockTime.
+// The check and the read are one script call. So no lower-level entry can arrive between them,
+// and a read costs one round trip whether or not it checks. The levels of a queue need no extra
+// call per read.
+//
+// A script cannot block, though. So a reader whose stream was empty reads plainly, blocking on
+// its stream for new entries, when every lower level's reader is busy. Busy means reading
+// itself, where its own blocking read sees its stream's new entries, or handing out what it
+// read. Then the blocking read here keeps no slot from a lower level.
+//
+// A lower level's reader may instead wait for a slot, or be on its way to ask for one after an
+// empty read. A blocking read here would then keep that slot from it for a whole BlockTime. So
+// the reader checks and reads without blocking, and the slot goes back to the line at once. The
+// line is first come, first served. The lower reader's turn comes within a round of the line,
+// and its own read, having no lower level in line, blocks. So an idle family makes about one
+// read per level per BlockTime, however few the slots, and never loops on reads that do not
+// block. A new entry of any level is read within about a BlockTime.
 func (s *Subscriber) checkLocked(w *waiter) []string {
 	if w.fam == "" {
 		return nil
@@ -703,9 +718,9 @@ func (s *Subscriber) checkLocked(w *waiter) []string {
 	return check
 }
 
-// lowerHasWork records that w's read found entries in stream, a lower level's of its family,
-// and read nothing (levelread.lua): that level's readers are hungry, so that w waits for them,
-// and the n slots w took go back.
+// lowerHasWork records that w's read found entries in stream, a lower level's of its family, and
+// read nothing (levelread.lua). That level's readers become hungry, so w waits for them. The n
+// slots w took go back.
 func (s *Subscriber) lowerHasWork(w *waiter, stream string, n int) {
 	s.mu.Lock()
 	for _, h := range s.families[w.fam] {
@@ -718,11 +733,11 @@ func (s *Subscriber) lowerHasWork(w *waiter, stream string, n int) {
 	s.mu.Unlock()
 }
 
-// pausedHungryLocked marks the readers of a family (Config.Levels) of topic (every topic when
-// topic is empty) as hungry: entries may arrive while they read nothing, so that when they
-// may read again, a lower level reads before a higher one takes slots. Without it, a lower
-// level idle before the pause was away on its first read, neither waiting nor hungry, when a
-// higher level was resumed, and the higher level read alongside it.
+// pausedHungryLocked marks the readers of a family (Config.Levels) of topic as hungry; an empty
+// topic means every topic. Entries may arrive while they read nothing. So when they may read
+// again, a lower level reads before a higher one takes slots. Without it, a lower level idle
+// before the pause was away on its first read, neither waiting nor hungry, when a higher level
+// was resumed. The higher level then read alongside it.
 func (s *Subscriber) pausedHungryLocked(topic string) {
 	for _, m := range s.families {
 		for _, h := range m {
@@ -733,9 +748,9 @@ func (s *Subscriber) pausedHungryLocked(topic string) {
 	}
 }
 
-// mayTakeLocked is mayReadLocked and, under StrictPriority, no reader of a higher class that
-// may read is hungry (its last read was full) or waiting; under Config.Levels, no reader of a
-// lower level of its family either.
+// mayTakeLocked is mayReadLocked plus two conditions. Under StrictPriority, no reader of a
+// higher class that may read is hungry (its last read was full) or waiting. Under Config.Levels,
+// no reader of a lower level of its family is either.
 func (s *Subscriber) mayTakeLocked(w *waiter) bool {
 	if !s.mayReadLocked(w) {
 		return false
@@ -759,10 +774,10 @@ func (s *Subscriber) mayTakeLocked(w *waiter) bool {
 	return true
 }
 
-// setHungry records, under StrictPriority or for a reader of a family (Config.Levels), whether
-// w's last read was full; for a weighted reader, whether slots may be held for it (waiter.more).
-// The reader calls it before it next reserves, so w.idle still says whether that read was an
-// idle reader's one-slot read.
+// setHungry records whether w's last read was full, under StrictPriority or for a reader of a
+// family (Config.Levels). For a weighted reader, it records whether slots may be held for it
+// (waiter.more). The reader calls it before it next reserves, so w.idle still says whether that
+// read was an idle reader's one-slot read.
 func (s *Subscriber) setHungry(w *waiter, full bool) {
 	tracked, weighted := s.cfg.StrictPriority || w.fam != "", s.weighted(w)
 	if !tracked && !weighted {
@@ -781,7 +796,7 @@ func (s *Subscriber) setHungry(w *waiter, full bool) {
 		}
 	}
 	if weighted {
-		// One entry read by an idle reader's one-slot read says nothing of a next one: holding
+		// One entry read by an idle reader's one-slot read says nothing of a next one. Holding
 		// slots for its next read would idle them while that read blocks on an empty stream.
 		more := full && !w.idle
 		wake = wake || w.more && !more
@@ -805,20 +820,22 @@ func (s *Subscriber) tookLocked(w *waiter, n int) {
 // joinLocked puts w in line.
 func (s *Subscriber) joinLocked(w *waiter) { s.queue = append(s.queue, w) }
 
-// reserve takes up to want slots for a read (at least one), waiting while none is free, and
-// returns how many it took; the reader gives back what it does not use. Readers that must wait
-// are served in turn (first come, first served): when slots free up, the first waiter that may
-// read is woken and takes what is free then (up to its want), then the next is woken if any
-// slot is left. Taking what is free when the reader runs, not when it is woken, keeps batches
-// large. A reader that is not waiting in line never takes slots ahead of those that are and
-// may read. While the Subscriber is paused, every reader waits; while its topic is paused, a
-// reader waits and is passed over. reserve returns 0 when stop closes.
+// reserve takes up to want slots for a read (at least one), waiting while none is free. It
+// returns how many it took; the reader gives back what it does not use. It returns 0 when stop
+// closes.
+//
+// Readers that must wait are served in turn, first come, first served. When slots free up, the
+// first waiter that may read is woken and takes what is free then, up to its want. Then the next
+// is woken if any slot is left. Taking what is free when the reader runs, not when it is woken,
+// keeps batches large. A reader not waiting in line never takes slots ahead of those in line
+// that may read. While the Subscriber is paused, every reader waits. While its topic is paused,
+// a reader waits and is passed over.
 func (s *Subscriber) reserve(w *waiter, stop <-chan struct{}, want int) int {
 	s.mu.Lock()
 	if w.cls != nil && w.idle {
-		// Back from empty streams: the class's pass catches up with the hand-outs it did not
-		// compete for, but for a batch, so that it does not take a burst of stored credit. A
-		// busy class keeps its pass while its reader is away reading.
+		// Back from empty streams, the class's pass catches up with the hand-outs it did not
+		// compete for, less a batch. So it does not take a burst of stored credit. A busy class
+		// keeps its pass while its reader is away reading.
 		w.cls.pass = max(w.cls.pass, s.vtime-float64(s.cfg.BatchSize)/float64(w.cls.weight))
 	}
 	weighted := s.weighted(w)
@@ -850,8 +867,8 @@ func (s *Subscriber) reserve(w *waiter, stop <-chan struct{}, want int) int {
 		} else {
 			s.joinLocked(w)
 			if weighted {
-				// Slots may be free and held for this reader, which no longer takes them
-				// here: they go to the next in line (or to this reader, woken at once).
+				// Slots may be free and held for this reader, which no longer takes them here.
+				// They go to the next in line, or to this reader, woken at once.
 				s.wakeLocked()
 			}
 		}
@@ -905,10 +922,10 @@ func (s *Subscriber) release(n int) {
 	s.mu.Unlock()
 }
 
-// nextLocked is the index in queue of the waiter to serve next, or -1: the first that may
-// take slots (mayTakeLocked), or under Config.Priority without StrictPriority the one of the
-// class with the smallest pass (the first of those), unless the free slots are held for a
-// reader away reading (holdLocked).
+// nextLocked is the index in queue of the waiter to serve next, or -1. That is the first that
+// may take slots (mayTakeLocked). Under Config.Priority without StrictPriority, it is the first
+// one of the class with the smallest pass. It is -1 when the free slots are held for a reader
+// away reading (holdLocked).
 func (s *Subscriber) nextLocked() int {
 	if s.cfg.Priority == nil || s.cfg.StrictPriority {
 		return slices.IndexFunc(s.queue, s.mayTakeLocked)
@@ -925,10 +942,10 @@ func (s *Subscriber) nextLocked() int {
 	return best
 }
 
-// firstLocked reports whether w's reader, which is not in line, may take free slots ahead of
-// the readers in line. First come, first served (and under StrictPriority): when none of
-// them may take slots. Weighted: when none of them, nor a reader the slots are held for, has
-// a class of a smaller pass.
+// firstLocked reports whether w's reader, which is not in line, may take free slots ahead of the
+// readers in line. First come, first served (and under StrictPriority): when none of them may
+// take slots. Weighted: when none of them, nor a reader the slots are held for, has a class of a
+// smaller pass.
 func (s *Subscriber) firstLocked(w *waiter) bool {
 	if !s.weighted(w) {
 		return s.nextLocked() < 0
@@ -941,21 +958,22 @@ func (s *Subscriber) firstLocked(w *waiter) bool {
 	return !s.holdLocked(w.cls.pass)
 }
 
-// maxHold bounds how long free slots are held for a reader away reading (holdLocked), and
-// with it how long they can sit idle when the read finds its stream empty after all. A read
-// of a stream with entries comes back in well under a millisecond; the bound is for a
-// machine whose CPU is busy, where the reader may wait a while to run again.
+// maxHold bounds how long free slots are held for a reader away reading (holdLocked). So it
+// bounds how long they sit idle when the read finds its stream empty after all. A read of a
+// stream with entries comes back in well under a millisecond. The bound is for a busy CPU, where
+// the reader may wait a while to run again.
 const maxHold = 10 * time.Millisecond
 
-// holdLocked reports whether the free slots are held for a weighted reader that is away
-// reading (it took slots and has not asked again), whose class's pass is smaller than pass,
-// that may take slots and whose last read was full (waiter.more). Without the hold, a slot
-// freed while the readers of the classes owed the most slots are away would go to the one
-// waiting, whatever its pass: when handlers settle one at a time, every class waiting would
-// take one slot in turn, whatever its weight (and read one entry at a time). A hold lasts
-// until the reader asks again, its read comes back short, or maxHold (BlockTime if shorter)
-// has passed since it took its slots: a class that truly has no work does not keep slots
-// idle. The timer that ends a hold is set here.
+// holdLocked reports whether the free slots are held for a weighted reader that is away reading:
+// it took slots and has not asked again. The reader's class must have a pass smaller than pass.
+// It must be allowed to take slots, and its last read must have been full (waiter.more).
+//
+// Without the hold, a slot freed while the most-owed classes' readers are away would go to the
+// one waiting, whatever its pass. When handlers settle one at a time, every waiting class would
+// take one slot in turn, whatever its weight, and read one entry at a time. A hold lasts until
+// the reader asks again, its read comes back short, or maxHold passes since it took its slots
+// (BlockTime if shorter). So a class that truly has no work does not keep slots idle. The timer
+// that ends a hold is set here.
 func (s *Subscriber) holdLocked(pass float64) bool {
 	var now time.Time
 	for _, r := range s.readers {
@@ -1010,8 +1028,8 @@ func (s *Subscriber) wakeLocked() {
 }
 
 // forget drops an ended subscription, so that maintain and memory do not keep it. When it was
-// the stream's last, the stream's state goes with it: the next subscription of the stream
-// counts from its own start, after every touch of this one's entries (see topic.run), so its
+// the stream's last, the stream's state goes with it. The next subscription of the stream then
+// counts from its own start, after every touch of this one's entries (see topic.run). So its
 // orphan sweep leaves them alone.
 func (s *Subscriber) forget(t *topic) {
 	s.mu.Lock()
@@ -1030,12 +1048,13 @@ func (s *Subscriber) forget(t *topic) {
 }
 
 // maintain runs every LeaseInterval. Unless DisableLeaseRenewal is set, it renews the lease of
-// every held entry (renew.lua: XCLAIM with min-idle 0 and JUSTID, which resets the idle time
-// and keeps the delivery count, of the entries still pending for this consumer). An entry
-// missing from the reply is no longer pending here, nor is any when the group or the stream is
-// gone (NOGROUP); such a message's context is cancelled with ErrLeaseLost. Any other error
-// leaves the leases to the next interval. Then it asks each subscription's reader for an
-// orphan sweep (see Orphans in lease.go).
+// every held entry. The renewal is renew.lua: XCLAIM with min-idle 0 and JUSTID of the entries
+// still pending for this consumer, which resets the idle time and keeps the delivery count.
+//
+// An entry missing from the reply is no longer pending here. None is when the group or the
+// stream is gone (NOGROUP). Such a message's context is cancelled with ErrLeaseLost. Any other
+// error leaves the leases to the next interval. Then maintain asks each subscription's reader
+// for an orphan sweep (see Orphans in lease.go).
 func (s *Subscriber) maintain() {
 	defer s.wg.Done()
 	tick := time.NewTicker(s.cfg.LeaseInterval)
@@ -1068,9 +1087,9 @@ func (s *Subscriber) maintain() {
 }
 
 // RenewNow asks for a lease renewal now, ahead of the next LeaseInterval, without an orphan
-// sweep: for an application that may have missed word that some of its entries were deleted
-// (a notification channel that was down), so that their messages' contexts are cancelled
-// with ErrLeaseLost soon rather than at the next interval. Requests made while one waits are
+// sweep. It is for an application that may have missed word that some of its entries were
+// deleted, say while a notification channel was down. Their messages' contexts are then
+// cancelled with ErrLeaseLost soon, not at the next interval. Requests made while one waits are
 // one request. It does nothing with DisableLeaseRenewal, or before the first Subscribe.
 func (s *Subscriber) RenewNow() {
 	select {
@@ -1079,13 +1098,14 @@ func (s *Subscriber) RenewNow() {
 	}
 }
 
-// Revoke gives up the lease of entry id of topic (a stream key) held by this subscriber, as a
-// renewal that found the entry gone would: the message's context is cancelled with cause (or
-// ErrLeaseLost when cause is nil), the entry is no longer renewed, nor released at shutdown,
-// nor handed out again after a nack. The message still holds its slot until it settles. It is
-// for an application that learned that the entry was deleted or taken (its job was
-// canceled), so that its handler stops now rather than at the next renewal. It reports
-// whether the entry was held.
+// Revoke gives up the lease of entry id of topic (a stream key) held by this subscriber. It acts
+// as a renewal that found the entry gone would. The message's context is cancelled with cause,
+// or ErrLeaseLost when cause is nil. The entry is no longer renewed, released at shutdown, or
+// handed out again after a nack. The message still holds its slot until it settles. Revoke
+// reports whether the entry was held.
+//
+// It is for an application that learned that the entry was deleted or taken, say because its job
+// was canceled. Its handler then stops now, not at the next renewal.
 func (s *Subscriber) Revoke(topic, id string, cause error) bool {
 	if cause == nil {
 		cause = ErrLeaseLost
@@ -1108,11 +1128,11 @@ func (s *Subscriber) Revoke(topic, id string, cause error) bool {
 	return true
 }
 
-// Settle tells a ManualSettle subscriber that the application is done with msg: its slot is
+// Settle tells a ManualSettle subscriber that the application is done with msg. Its slot is
 // freed and its lease is no longer renewed. The entry stays pending until the application
-// acknowledges it. Only msg itself is settled, never another message made from the same entry:
-// settling a message twice, one that shutdown already released, or one that is not the
-// subscriber's copy does nothing.
+// acknowledges it. Only msg itself is settled, never another message made from the same entry.
+// Settling a message twice does nothing. So does settling one that shutdown already released, or
+// one that is not the subscriber's copy.
 func (s *Subscriber) Settle(msg *message.Message) {
 	// The message's context (or one derived from it) knows its delivery.
 	if d, ok := msg.Context().Value(deliveryKey{}).(*delivery); ok && d.t.s == s {
@@ -1120,7 +1140,7 @@ func (s *Subscriber) Settle(msg *message.Message) {
 		return
 	}
 	// The context was replaced: look the entry up. The same stream may have two subscriptions
-	// for a while (one closing, its successor running): settle in the one that holds it.
+	// for a while, one closing and its successor running. Settle in the one that holds it.
 	s.mu.Lock()
 	st := s.streams[msg.Metadata[StreamKey]]
 	s.mu.Unlock()

@@ -52,8 +52,8 @@ const (
 	maxReadBackoff = 5 * time.Second
 )
 
-// logRedisError logs a failed call of the subscription (other than a read, which steps the
-// outage itself): as an error, unless the reader already reports an outage, which this
+// logRedisError logs a failed call of the subscription, other than a read, which steps the
+// outage itself. It logs it as an error, unless the reader already reports an outage that this
 // failure is part of.
 func (t *topic) logRedisError(msg string, err error, fields watermill.LogFields) {
 	if t.outage.Failing() {
@@ -77,8 +77,8 @@ type delivery struct {
 func (t *topic) run(ctx context.Context) {
 	defer t.s.wg.Done()
 	// Messages outlive the subscription's context (a closing subscription lets them finish), and
-	// each has its own cancel. Their parent must not be cancelable: every child of a cancelable
-	// context is registered in, and on cancel removed from, a mutex-guarded map of its parent,
+	// each has its own cancel. Their parent must not be cancelable. Every child of a cancelable
+	// context is registered in a mutex-guarded map of its parent, and removed on cancel. That is
 	// a cost on every message (docs/BENCHMARKS.md, "What each change bought").
 	var stop context.CancelFunc
 	t.stopCtx, stop = context.WithCancel(context.WithoutCancel(ctx))
@@ -268,11 +268,11 @@ func (t *topic) read(ctx context.Context) {
 	}
 }
 
-// take makes messages of entries read (or adopted) and holds them, skipping any that a
-// subscription of the stream holds already, and notes the entries' ids as handed to this
-// consumer (see Orphans in lease.go). It returns how many it holds now and, unless the
-// subscription is stopping, the deliveries to hand out. Checking and holding are one step
-// under the stream's mutex.
+// take makes messages of entries read or adopted, and holds them. It skips any that a
+// subscription of the stream holds already. It notes the entries' ids as handed to this consumer
+// (see Orphans in lease.go). It returns how many it holds now and, unless the subscription is
+// stopping, the deliveries to hand out. Checking and holding are one step under the stream's
+// mutex.
 func (t *topic) take(ctx context.Context, entries []redis.XMessage, adopted bool) (held int, fresh []*delivery) {
 	cfg := t.s.cfg
 	stopping := false
@@ -329,9 +329,9 @@ func (t *topic) dispatch(fresh []*delivery) bool {
 		}
 		return true
 	}
-	// One goroutine per message waits for its ack or nack (the router runs each message on a
-	// goroutine of its own as well); one that finds the subscription stopping hands nothing
-	// out, and its entry is released at shutdown.
+	// One goroutine per message waits for its ack or nack; the router runs each message on a
+	// goroutine of its own as well. One that finds the subscription stopping hands nothing out,
+	// and its entry is released at shutdown.
 	for _, d := range fresh {
 		go t.deliver(d)
 	}
@@ -521,9 +521,9 @@ var levelReadSrc string
 var levelReadScript = redis.NewScript(levelReadSrc)
 
 // readAbove is the read of a level above others of its family (Config.Levels, see
-// Subscriber.checkLocked): up to n entries of t's stream, without blocking, unless a stream of
-// lower (those of lower levels, lowest first) has entries the group was not delivered yet; it
-// then reads nothing and returns that stream.
+// Subscriber.checkLocked). It reads up to n entries of t's stream, without blocking. lower holds
+// the streams of lower levels, lowest first. If one of them has entries the group was not
+// delivered yet, it reads nothing and returns that stream.
 func (t *topic) readAbove(ctx context.Context, n int, lower []string) ([]redis.XStream, string, error) {
 	cfg := t.s.cfg
 	v, err := levelReadScript.Run(ctx, t.s.rdb, append([]string{t.name}, lower...), cfg.Group, cfg.Consumer, n).Result()

@@ -11,21 +11,22 @@
   const WINDOW_MS = 15 * 60 * 1000;
   const TOKEN_KEY = 'conveyor.token';
 
-  // Listable states, in a job's order of life; "failed" is the dead set.
-  const STATES = [
-    ['scheduled', 'Scheduled'],
-    ['queued', 'Queued'],
-    ['in_progress', 'In progress'],
-    ['failed', 'Dead'],
-    // Issue 20: finished jobs, listed from the queue's indexes while retained (no gauge).
-    ['completed', 'Completed'],
-    ['canceled', 'Canceled'],
-  ];
-  const GAUGE = { scheduled: 'scheduled', queued: 'queued', in_progress: 'in_progress', failed: 'dead' };
+  // The job statuses come from the server's list (ui/statuses.js, made from internal/status),
+  // so that a new status needs no edit here. A status's word is how a person reads it: "dead"
+  // for "failed", its wire name.
+  const STATUSES = window.CONVEYOR_STATUSES;
+  const STATUS_WORD = new Map(STATUSES.all.map((s) => [s.status, s.word]));
+  const BY_WORD = new Map(STATUSES.all.map((s) => [s.word, s.status]));
+  const statusWord = (st) => (STATUS_WORD.get(st) || String(st || 'unknown')).replace('_', ' ');
+  const capital = (w) => w.charAt(0).toUpperCase() + w.slice(1);
+  // Listable states, gauged first ("failed" is the dead set), then those kept while retained.
+  const STATES = STATUSES.listable.map((st) => [st, capital(statusWord(st))]);
+  // GAUGE is the stats field that counts a state's jobs now: the state's word.
+  const GAUGE = Object.fromEntries(STATUSES.all.filter((s) => s.gauge).map((s) => [s.status, s.word]));
   // OVERVIEW_FIELD is the number the overview shows under each state's heading: a gauge, or for
   // the finished states (no gauge) the counter of the same name. A counter shown there is left
   // out of the overview's counter columns, so that no two columns share a heading.
-  const OVERVIEW_FIELD = Object.assign({ completed: 'completed', canceled: 'canceled' }, GAUGE);
+  const OVERVIEW_FIELD = Object.fromEntries(STATES.map(([st]) => [st, GAUGE[st] || st]));
   const MAIN_COUNTERS = [
     ['enqueued', 'Enqueued'],
     ['completed', 'Completed'],
@@ -45,14 +46,10 @@
     ['failed', 'Went dead'],
     ['retried', 'Retried'],
   ];
-  const FINAL = new Set(['completed', 'failed', 'canceled']);
+  const FINAL = new Set(STATUSES.all.filter((s) => s.final).map((s) => s.status));
   // HELP says in plain words what each gauge and counter counts: the title (tooltip) of its
   // heading and the help text under the counters. "failed" is the wire name of a dead job.
-  const HELP = {
-    scheduled: 'Jobs waiting for their time now: a delay, a retry\'s backoff or a snooze.',
-    queued: 'Jobs waiting for a worker now.',
-    in_progress: 'Jobs a worker holds now.',
-    dead: 'Dead jobs now: failed for good, kept for a replay or a purge.',
+  const HELP = Object.assign(Object.fromEntries(STATUSES.all.filter((s) => s.gauge).map((s) => [s.word, 'Jobs ' + s.help + '.'])), {
     enqueued: 'Jobs published since the queue was created.',
     completed: 'Jobs that succeeded.',
     failed: 'Jobs that went dead (to the dead set), for any reason: retries used up, a SkipRetry error, a worker lost on the last attempt, an unreadable entry. Its API name is "failed".',
@@ -63,7 +60,7 @@
     refused: 'Late writes refused: a worker reported on a job that had moved on (canceled, recovered, put back) and nothing changed. A steady count means workers lose their leases: is the visibility timeout shorter than the work?',
     canceled: 'Jobs canceled or deleted before they finished.',
     released: 'Jobs a worker put back unfinished as it shut down, for another worker; not an attempt.',
-  };
+  });
   const PREVIEW_CHARS = 60; // a payload preview's length in a list
   const FOLD_CHARS = 120; // an error longer than this (or of several lines) is folded
 
@@ -167,7 +164,7 @@
   }
 
   // A dead job's status is "failed" on the wire; a person reads "dead".
-  const badge = (status) => h('span', { class: 'badge st-' + status, data: { status } }, status === 'failed' ? 'dead' : status.replace('_', ' '));
+  const badge = (status) => h('span', { class: 'badge st-' + status, data: { status } }, statusWord(status));
 
   // ---- API client ----
 
@@ -1498,10 +1495,9 @@
   const WF_COLOR = { running: 'in_progress', completed: 'completed', failed: 'failed', canceled: 'canceled' };
   const wfBadge = (st) => h('span', { class: 'badge wf-status st-' + (WF_COLOR[st] || 'canceled'), data: { wfStatus: st } }, st);
   const wfFinal = (w) => num(w.completed) + num(w.failed) + num(w.canceled) + num(w.purged);
-  // A task's status as people read it: a dead job's wire name is "failed".
-  const statusWord = (st) => (st === 'failed' ? 'dead' : String(st || 'unknown').replace('_', ' '));
-  // The order the per-status counts of a collapsed layer are listed in.
-  const TASK_STATES = ['waiting', 'scheduled', 'queued', 'in_progress', 'completed', 'failed', 'canceled', 'purged'];
+  // The order the per-status counts of a collapsed layer are listed in: a task purged from the
+  // dead set last.
+  const TASK_STATES = STATUSES.all.map((s) => s.status).concat(['purged']);
 
   // wfCounts is a workflow's outcome counts in words: "3 completed, 1 dead".
   function wfCounts(w) {
@@ -1856,7 +1852,7 @@
     if (p === null) v = notFound();
     else if (p.length === 0 || (p.length === 1 && p[0] === 'queues')) v = overview();
     else if (p[0] === 'queues' && p.length === 2) v = queuePage(p[1]);
-    else if (p[0] === 'queues' && p.length === 3 && (states.has(p[2]) || p[2] === 'dead')) v = jobList(p[1], p[2] === 'dead' ? 'failed' : p[2]);
+    else if (p[0] === 'queues' && p.length === 3 && states.has(BY_WORD.get(p[2]) || p[2])) v = jobList(p[1], BY_WORD.get(p[2]) || p[2]);
     else if (p[0] === 'queues' && p.length === 3 && p[2] === 'workflows') v = workflowList(p[1]);
     else if (p[0] === 'queues' && p.length === 4 && p[2] === 'workflows') v = workflowPage(p[1], p[3]);
     else if (p[0] === 'jobs' && p.length === 3) v = jobPage(p[1], p[2]);

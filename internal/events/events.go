@@ -1,32 +1,32 @@
-// Package events carries job events: the job-state scripts announce a job's change of status
-// on its queue's events channel (keys.Queue.Events), and a Watcher in each process holds one
-// subscription per channel it watches and wakes the waiters of the jobs named (Watch: waits for
-// a job's end, a worker learning that its job was canceled), or hands every event of a queue to
-// a function (Listen: a live view).
+// Package events carries job events. The job-state scripts announce a job's change of status on
+// its queue's events channel (keys.Queue.Events). A Watcher in each process holds one
+// subscription per channel it watches. It wakes the waiters of the jobs named (Watch). A waiter
+// waits for a job's end, or is a worker learning that its job was canceled. Or it hands every
+// event of a queue to a function (Listen), for a live view.
 //
 // # Messages
 //
 // A message is one or more events, one a line: "<status> <attempt> <id>". A script that changes
-// many jobs in one call (finish.lua applies a worker's batch) sends one message for all of them,
-// so the cost to Redis is one publish per call, not per job. Messages come from the network and
-// are parsed as untrusted input (Parse, with a fuzz target).
+// many jobs in one call sends one message for all of them; finish.lua applies a worker's batch
+// so. So the cost to Redis is one publish per call, not per job. Messages come from the network
+// and are parsed as untrusted input (Parse, with a fuzz target).
 //
 // # Modes
 //
-// Redis 7 has sharded Pub/Sub (SPUBLISH, SSUBSCRIBE): a message goes only to the shard that owns
-// the channel's slot, and the channel carries the queue's hash tag, so on a cluster a queue's
+// Redis 7 has sharded Pub/Sub (SPUBLISH, SSUBSCRIBE). A message goes only to the shard that owns
+// the channel's slot. The channel carries the queue's hash tag. So on a cluster, a queue's
 // events stay on the node that holds its keys. Older servers and the embedded demo server
-// (miniredis) have only PUBLISH; Detect chooses once per client (ModeOf caches it) and the
+// (miniredis) have only PUBLISH. Detect chooses once per client, and ModeOf caches it. The
 // scripts take the command to use as an argument, so they never fail for want of SPUBLISH.
 //
 // # Missed events
 //
-// Pub/Sub delivers at most once: a message sent while a subscription is being made again (a
-// dropped connection, a failover) is lost, and a process that runs with Mode None (or an older
-// version) sends none. So a waiter never relies on events alone: it reads the job when it starts
-// waiting, again whenever its subscription is (re)confirmed, and on a slow fallback tick whose
-// total rate the Watcher bounds (Config.FallbackRate), so that the cost of waiting does not grow
-// with the number of waiters.
+// Pub/Sub delivers at most once. A message sent while a subscription is being made again is
+// lost, say after a dropped connection or a failover. A process that runs with Mode None, or an
+// older version, sends none. So a waiter never relies on events alone. It reads the job when it
+// starts waiting, and again whenever its subscription is (re)confirmed. It also reads it on a
+// slow fallback tick, whose total rate the Watcher bounds (Config.FallbackRate). So the cost of
+// waiting does not grow with the number of waiters.
 package events
 
 import (
@@ -38,6 +38,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/conveyorq/conveyor/internal/status"
 	"weak"
 
 	"github.com/redis/go-redis/v9"
@@ -62,14 +64,19 @@ const Progress = "progress"
 // Final reports whether the event's status is one a job never leaves (but by a replay).
 func (e Event) Final() bool { return Final(e.Status) }
 
-// Final reports whether status is completed, failed or canceled.
-func Final(status string) bool {
-	return status == "completed" || status == "failed" || status == "canceled"
+// Final reports whether status is an end state (internal/status).
+func Final(s string) bool {
+	return status.Status(s).Final()
 }
 
 // statuses are the statuses an event may carry (Progress is none, but travels as one).
-var statuses = map[string]bool{"scheduled": true, "queued": true, "in_progress": true,
-	"completed": true, "failed": true, "canceled": true, Progress: true}
+var statuses = func() map[string]bool {
+	out := map[string]bool{Progress: true}
+	for _, s := range status.All() {
+		out[string(s)] = true
+	}
+	return out
+}()
 
 // maxAttempt bounds an event's attempt: more digits are not a count any job reaches.
 const maxAttempt = 1_000_000_000
@@ -93,8 +100,9 @@ func Format(evs []Event) string {
 	return b.String()
 }
 
-// Parse reads a message. It refuses the whole message when any line is malformed: a status it
-// does not know, an attempt that is not a decimal count, or an id that keys.ValidID refuses.
+// Parse reads a message. It refuses the whole message when any line is malformed. That is a
+// status it does not know, an attempt that is not a decimal count, or an id that keys.ValidID
+// refuses.
 func Parse(msg string) ([]Event, error) {
 	if msg == "" {
 		return nil, fmt.Errorf("%w: empty", ErrMessage)
@@ -159,10 +167,10 @@ func (m Mode) String() string {
 // probeChannel is the channel Detect publishes an empty message on; nobody subscribes to it.
 const probeChannel = "conveyor:{events-probe}:events"
 
-// Detect asks the server which mode it supports: one SPUBLISH of an empty message on a channel
-// nobody listens to. A server that does not know the command (an "unknown command" error) gets
-// Plain; one that refuses it otherwise (an ACL without the channel, say) gets None, so that no
-// script calls a command the server refuses; an error that is no reply of the server (Redis
+// Detect asks the server which mode it supports, with one SPUBLISH of an empty message on a
+// channel nobody listens to. A server that does not know the command ("unknown command") gets
+// Plain. One that refuses it otherwise, say by an ACL without the channel, gets None. So no
+// script calls a command the server refuses. An error that is no reply of the server (Redis
 // unreachable) is returned, for the caller to try again later.
 func Detect(ctx context.Context, rdb redis.UniversalClient) (Mode, error) {
 	err := rdb.SPublish(ctx, probeChannel, "").Err()
@@ -242,8 +250,8 @@ func ModeOf(ctx context.Context, rdb redis.UniversalClient) Mode {
 	return m
 }
 
-// SetMode fixes the mode ModeOf answers for rdb, instead of detecting it: for tests (a server
-// whose scripts publish nothing, or plain Pub/Sub on a server that has sharded).
+// SetMode fixes the mode ModeOf answers for rdb, instead of detecting it. It is for tests: a
+// server whose scripts publish nothing, or plain Pub/Sub on a server that has sharded.
 func SetMode(rdb redis.UniversalClient, m Mode) {
 	e := entryFor(rdb)
 	e.mu.Lock()

@@ -16,8 +16,8 @@ import (
 const (
 	// DefaultFallback is how often a watched job is read again when no event came.
 	DefaultFallback = 5 * time.Second
-	// DefaultFallbackRate bounds those reads over all of a Watcher's watches, per second: with
-	// more watches than DefaultFallback x DefaultFallbackRate each is read less often, and the
+	// DefaultFallbackRate bounds those reads over all of a Watcher's watches, per second. With
+	// more watches than DefaultFallback x DefaultFallbackRate, each is read less often. So the
 	// Watcher's cost to Redis stays the same.
 	DefaultFallbackRate = 20
 	// DefaultLinger is how long a subscription outlives its last watch, so that waits that
@@ -82,9 +82,9 @@ func NewWatcher(rdb redis.UniversalClient, cfg Config) *Watcher {
 	return &Watcher{rdb: rdb, cfg: cfg, subs: map[string]*sub{}}
 }
 
-// Watch is one waiter's interest in one job. C is signalled (and coalesced: one signal may
-// stand for several) when an event names the job, or when the job must be read because events
-// may have been missed; Take says which.
+// Watch is one waiter's interest in one job. C is signalled when an event names the job, or when
+// the job must be read because events may have been missed. Signals coalesce: one may stand for
+// several. Take says which.
 type Watch struct {
 	w       *Watcher
 	channel string
@@ -99,8 +99,8 @@ type Watch struct {
 }
 
 // Watch starts watching job id on channel (keys.Queue.Events of the job's queue or partition).
-// The caller reads the job after Watch returns (not before: a change between the read and the
-// subscription would be missed), best after WaitReady, then waits on C; it must call Close.
+// The caller reads the job after Watch returns, best after WaitReady, then waits on C. Not
+// before: a change between the read and the subscription would be missed. It must call Close.
 func (w *Watcher) Watch(ctx context.Context, channel, id string) *Watch {
 	wt := &Watch{w: w, channel: channel, id: id, c: make(chan struct{}, 1)}
 	mode := w.cfg.Mode(ctx)
@@ -133,11 +133,13 @@ func (w *Watcher) Watch(ctx context.Context, channel, id string) *Watch {
 	return wt
 }
 
-// WaitReady waits until the watch's subscription is confirmed (at once when there is none, or
-// it was confirmed already), ctx ends or max passes, and reports whether it is confirmed. A
-// caller that reads its job after WaitReady reported true needs no read at the confirmation,
-// and gets no recheck for it; otherwise the confirmation asks it to read again (so thousands
-// of waits that start together with a new subscription read their jobs once, not twice).
+// WaitReady waits until the watch's subscription is confirmed, ctx ends or max passes. It
+// reports whether it is confirmed. With no subscription, or one confirmed already, it returns at
+// once.
+//
+// A caller that reads its job after WaitReady reported true needs no read at the confirmation,
+// and gets no recheck for it. Otherwise the confirmation asks it to read again. So thousands of
+// waits that start together with a new subscription read their jobs once, not twice.
 func (wt *Watch) WaitReady(ctx context.Context, max time.Duration) bool {
 	w := wt.w
 	w.mu.Lock()
@@ -168,9 +170,10 @@ func (wt *Watch) WaitReady(ctx context.Context, max time.Duration) bool {
 // C is signalled when the watched job may have changed; call Take to learn what happened.
 func (wt *Watch) C() <-chan struct{} { return wt.c }
 
-// Take returns what happened since the last Take: the status of the latest event that named the
-// job ("" when none did), and recheck, true when the job must be read because an event may
-// have been missed (the subscription was made or made again, or the fallback interval passed).
+// Take returns what happened since the last Take. The status is that of the latest event that
+// named the job ("" when none did). The flag recheck is true when the job must be read because
+// an event may have been missed. That is when the subscription was made or made again, or the
+// fallback interval passed.
 func (wt *Watch) Take() (status string, recheck bool) {
 	wt.w.mu.Lock()
 	defer wt.w.mu.Unlock()
@@ -203,9 +206,9 @@ func (wt *Watch) Close() {
 	w.release(s)
 }
 
-// signal records what happened to wt and wakes it; the caller holds w.mu. Only the first
-// signal since the last Take sends a token: the receiver of that token Takes the later ones
-// with it, and a second token would wake it for nothing.
+// signal records what happened to wt and wakes it; the caller holds w.mu. Only the first signal
+// since the last Take sends a token. The receiver of that token Takes the later ones with it,
+// and a second token would wake it for nothing.
 func (wt *Watch) signal(status string, recheck bool) {
 	pending := wt.status != "" || wt.recheck
 	if status != "" {
@@ -295,10 +298,10 @@ func (w *Watcher) subscribe(channel string, mode Mode) *sub {
 	return s
 }
 
-// run receives channel's messages until ctx ends. go-redis makes the connection again after an
-// error and subscribes again on it; every confirmation of the subscription (the first, and
-// each after a reconnect) asks every watch on the channel to read its job, since messages sent
-// meanwhile were lost.
+// run receives channel's messages until ctx ends. After an error, go-redis makes the connection
+// again and subscribes again on it. Every confirmation of the subscription asks every watch on
+// the channel to read its job, since messages sent meanwhile were lost. That is the first, and
+// each after a reconnect.
 func (w *Watcher) run(ctx context.Context, s *sub) {
 	defer w.wg.Done()
 	var ps *redis.PubSub
@@ -406,21 +409,22 @@ type listen struct {
 	gap func() // ListenGaps'
 }
 
-// Listen hands fn every message's events on channel, for a view of a whole queue (a live
-// dashboard). fn runs on the channel's receiving goroutine, one message at a time: it must
-// return quickly, and events it misses while the subscription is down are not replayed (read
-// the state again when it matters). Call stop to end it.
+// Listen hands fn every message's events on channel, for a view of a whole queue such as a live
+// dashboard. Call stop to end it. fn runs on the channel's receiving goroutine, one message at a
+// time: it must return quickly. Events it misses while the subscription is down are not
+// replayed. Read the state again when it matters.
 func (w *Watcher) Listen(ctx context.Context, channel string, fn func([]Event)) (stop func()) {
 	return w.ListenGaps(ctx, channel, fn, nil)
 }
 
-// ListenGaps is Listen for a caller that must make up for the events it missed: gap is called
-// on every confirmation of the channel's subscription (the first, made now or earlier, and
-// each after a reconnect), from the receiving goroutine, and it must return quickly too. Every
-// event sent after a confirmation is handed to fn until the next gap; events sent before the
-// first one or between a drop and the next confirmation are not. With no subscription to make
-// (Mode None, or a closed Watcher) gap is never called: the caller's own fallback is all
-// there is.
+// ListenGaps is Listen for a caller that must make up for the events it missed. The func gap is
+// called on every confirmation of the channel's subscription: the first, made now or earlier,
+// and each after a reconnect. It runs on the receiving goroutine, and must return quickly too.
+//
+// Every event sent after a confirmation is handed to fn until the next gap. Events sent before
+// the first one, or between a drop and the next confirmation, are not. With no subscription to
+// make (Mode None, or a closed Watcher) gap is never called. The caller's own fallback is then
+// all there is.
 func (w *Watcher) ListenGaps(ctx context.Context, channel string, fn func([]Event), gap func()) (stop func()) {
 	mode := w.cfg.Mode(ctx)
 	l := &listen{fn: fn, gap: gap}
@@ -451,8 +455,8 @@ func (w *Watcher) ListenGaps(ctx context.Context, channel string, fn func([]Even
 	}
 }
 
-// hold returns channel's subscription in mode, made now if need be, and keeps it from ending
-// (the caller adds a watch or listen to it); the caller holds w.mu.
+// hold returns channel's subscription in mode, made now if need be. It keeps it from ending, as
+// the caller adds a watch or listen to it. The caller holds w.mu.
 func (w *Watcher) hold(channel string, mode Mode) *sub {
 	s := w.subs[channel]
 	if s == nil || s.mode != mode {

@@ -1,32 +1,31 @@
 // Package faultproxy is a TCP proxy for fault-injection tests.
 //
-// A Proxy listens on 127.0.0.1 on a free port and forwards every connection
-// to a target address, usually a private redis-server started with
+// A Proxy listens on 127.0.0.1 on a free port and forwards every connection to
+// a target address. That is usually a private redis-server started with
 // internal/redistest. Clients (go-redis) connect to Proxy.Addr instead of the
-// server. By default traffic passes through unchanged; a test can then make
-// the proxy
+// server. By default traffic passes through unchanged. A test can then make the
+// proxy lose replies, delay them, cut connections or refuse them.
 //
-//   - lose replies (DropNextReplies, DropRepliesRandomly, filtered with
-//     DropOnly): a reply the server sent is not forwarded, and the client
-//     connection and its server connection are closed instead, so the
-//     command was applied by Redis but the client sees EOF (and go-redis,
-//     unless MaxRetries is -1, sends the command again);
-//   - delay replies (DelayReplies);
-//   - cut every open connection (CutAll) or refuse new ones (Refuse),
-//     simulating an unreachable server.
+// To lose replies, use DropNextReplies or DropRepliesRandomly, filtered with
+// DropOnly. A reply the server sent is not forwarded. The client connection and
+// its server connection are closed instead. So Redis applied the command but
+// the client sees EOF. Unless MaxRetries is -1, go-redis then sends the command
+// again.
 //
-// The proxy does not parse RESP. A "reply" is whatever one read from the
-// server connection returned (a chunk: usually one whole small reply, but a
-// large reply may arrive in several chunks and several pipelined replies may
-// arrive in one), and "the request" a reply answers is the last chunk read
-// from the client on the same connection. With pipelining, or with a request
-// larger than one read, the filter of DropOnly therefore sees only the last
-// chunk the client sent before the reply arrived, not necessarily the whole
-// command the reply answers.
+// DelayReplies delays replies. CutAll cuts every open connection, and Refuse
+// refuses new ones. Both simulate an unreachable server.
+//
+// The proxy does not parse RESP. A "reply" is whatever one read from the server
+// connection returned. That chunk is usually one whole small reply. But a large
+// reply may arrive in several chunks, and several pipelined replies may arrive
+// in one. "The request" a reply answers is the last chunk read from the client
+// on the same connection. So with pipelining, or with a request larger than one
+// read, DropOnly's filter sees only that last chunk. It is not necessarily the
+// whole command the reply answers.
 //
 // Note that go-redis sends HELLO and CLIENT SETINFO on every new connection:
 // their replies are replies too. To lose the reply of one particular command,
-// either warm the connection up first (e.g. a PING) or filter with DropOnly.
+// warm the connection up first (e.g. a PING), or filter with DropOnly.
 package faultproxy
 
 import (
@@ -115,19 +114,19 @@ func (p *Proxy) Accepted() int64 { return p.accepted.Load() }
 // closed one client connection.
 func (p *Proxy) Dropped() int64 { return p.dropped.Load() }
 
-// DropNextReplies makes the proxy drop the next n replies, across all
-// connections, that match the DropOnly filter: instead of forwarding such a
-// reply it closes the client connection and its server connection. n <= 0
-// disarms it. It replaces any count still pending.
+// DropNextReplies makes the proxy drop the next n replies that match the
+// DropOnly filter, across all connections. Instead of forwarding such a reply,
+// it closes the client connection and its server connection. n <= 0 disarms it.
+// It replaces any count still pending.
 func (p *Proxy) DropNextReplies(n int) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.dropNext = max(n, 0)
 }
 
-// DropRepliesRandomly makes the proxy drop each reply that matches the
-// DropOnly filter with probability prob (see DropNextReplies for what a drop
-// does). prob <= 0 turns random drops off; prob >= 1 drops every reply.
+// DropRepliesRandomly makes the proxy drop each reply that matches the DropOnly
+// filter with probability prob. See DropNextReplies for what a drop does. prob
+// <= 0 turns random drops off; prob >= 1 drops every reply.
 func (p *Proxy) DropRepliesRandomly(prob float64) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -135,10 +134,10 @@ func (p *Proxy) DropRepliesRandomly(prob float64) {
 }
 
 // DropOnly restricts DropNextReplies and DropRepliesRandomly to replies whose
-// request matches: match is called with the last chunk the client sent on
-// that connection before the reply arrived (see the package doc for why that
-// is not always the whole request). It must not keep or modify the slice. A
-// nil match (the default) matches every reply.
+// request matches. match is called with the last chunk the client sent on that
+// connection before the reply arrived. The package doc says why that is not
+// always the whole request. It must not keep or modify the slice. A nil match
+// (the default) matches every reply.
 func (p *Proxy) DropOnly(match func(request []byte) bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()

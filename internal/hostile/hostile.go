@@ -1,16 +1,16 @@
-// Package hostile holds the hostile inputs that every edge taking names and sizes must refuse
-// with a clear error and without writing anything to Redis: the library (package pipeline),
-// the CLI (internal/cli) and the HTTP API (package api). One table serves the three tests, so
-// a rule added to one edge is checked at all of them.
+// Package hostile holds the hostile inputs that every edge taking names and sizes must refuse.
+// The refusal needs a clear error, and must write nothing to Redis. The edges are the library
+// (package pipeline), the CLI (internal/cli) and the HTTP API (package api). One table serves
+// the three tests, so a rule added to one edge is checked at all of them.
 //
-// A Case is a publish: a valid job with one field made hostile. Want holds the phrases the
-// error message must contain at every edge (unless Override gives an edge's own), so that a
-// refusal for the wrong reason fails. Skip names the edges that cannot express a case, and
-// why (the CLI has no --run-at; a time.Duration cannot hold 300 years).
+// A Case is a publish: a valid job with one field made hostile. Want holds the phrases the error
+// message must contain at every edge, unless Override gives an edge's own. So a refusal for the
+// wrong reason fails. Skip names the edges that cannot express a case, and why. Say, the CLI has
+// no --run-at, and a time.Duration cannot hold 300 years.
 //
-// BadQueues and BadIDs are the names alone, for the calls that take a queue or a job id
-// (Get, Cancel, List, Replay, Purge, DeleteQueue, ...). Extremes are the valid values at the
-// limits: each must be accepted, so that the limits are where the documentation says.
+// BadQueues and BadIDs are the names alone, for the calls that take a queue or a job id (Get,
+// Cancel, List, Replay, Purge, DeleteQueue, ...). Extremes are the valid values at the limits.
+// Each must be accepted, so the limits are where the documentation says.
 package hostile
 
 import (

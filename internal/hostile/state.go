@@ -11,10 +11,10 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// State is what a refused input must leave as it was: every key name, and the server's count
-// of writes since its last save (INFO persistence rdb_changes_since_last_save, which grows with
-// every write, even one that rewrites a value as it was, and with saving off). Compare two
-// States of a server nothing else writes to.
+// State is what a refused input must leave as it was. That is every key name, and the server's
+// count of writes since its last save (INFO persistence rdb_changes_since_last_save). The count
+// grows with every write, even one that rewrites a value as it was, and with saving off. Compare
+// two States of a server nothing else writes to.
 type State struct {
 	Keys   []string
 	Writes int64

@@ -22,9 +22,9 @@ var (
 	//go:embed entry_jobs.lua
 	entryJobsSrc string
 
-	zpageScript     = script.New(zpageSrc)
-	purgeIDsScript  = script.New(purgeIDsSrc)
-	entryJobsScript = script.New(entryJobsSrc)
+	zpageScript     = newScript(zpageSrc)
+	purgeIDsScript  = newScript(purgeIDsSrc)
+	entryJobsScript = newScript(entryJobsSrc)
 )
 
 // SetItem is a member of a sorted set and its score.

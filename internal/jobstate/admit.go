@@ -16,7 +16,7 @@ import (
 var (
 	//go:embed admit.lua
 	admitSrc    string
-	admitScript = script.New(admitSrc)
+	admitScript = newScript(admitSrc)
 )
 
 // AdmitItem is one job a worker read and holds the stream entry of, to admit before its
@@ -158,7 +158,7 @@ func AdmitReply(cmd *redis.Cmd, nreq, n int) (AdmitResult, error) {
 var (
 	//go:embed leases.lua
 	leasesSrc    string
-	leasesScript = script.New(leasesSrc)
+	leasesScript = newScript(leasesSrc)
 )
 
 // LeaseReturn gives back part of a worker session's lease of one scope instance: the slot

@@ -35,7 +35,7 @@
 -- recovery. Room left while jobs wait for a slot wakes them (the jobs in hand go first).
 --
 -- Rates: at most `rate` jobs start in any window of the interval, by the log of the grants of
--- the last interval (lib.lua, cv_rate_read): a burst of up to `rate` at once after a quiet
+-- the last interval (lua/limits.lua, cv_rate_read): a burst of up to `rate` at once after a quiet
 -- interval, then the next once the first of them is an interval old. A token a job of this
 -- call takes is logged now, the job starting as the reply arrives; one left to the holder (it
 -- leases ahead of the jobs it reads) is logged at now + the token's life (ARGV[9]), the latest

@@ -21,7 +21,7 @@
 -- moves the group's next waiting job into the stream (cv_group_cancel).
 -- A task of a workflow that waits for its dependencies ('waiting': no entry, in no set) is
 -- canceled like a queued one.
--- A workflow's cascade past the edges one call follows (lib.lua's cv_wf_budget) is left on the
+-- A workflow's cascade past the edges one call follows (lua/workflows.lua's cv_wf_budget) is left on the
 -- queue's work list (keys.Queue.WorkflowCascade), for the caller to go on with
 -- (jobstate.FollowCascade).
 -- Returns {CV_OK, the items on that work list (a string; '0': no cascade left)} canceled,

@@ -14,7 +14,7 @@ import (
 )
 
 // Fair groups (pipeline.WithGroup): the scripts keep each group's window and wait list
-// (lib.lua, "Fair groups"); here are the settings an operator writes and the reads of the
+// (lua/groups.lua, "Fair groups"); here are the settings an operator writes and the reads of the
 // groups' counts. The settings are plain hash fields: a script reads them whenever a job enters
 // or leaves a window, so a change applies from the next one on (a window raised fills as the
 // group's jobs leave it: each leave refills up to the window).

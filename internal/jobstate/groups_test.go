@@ -12,7 +12,7 @@ import (
 	"github.com/conveyorq/conveyor/internal/script"
 )
 
-// The scripts build a queue's group keys from its job key prefix (lib.lua cv_group_prefix);
+// The scripts build a queue's group keys from its job key prefix (lua/groups.lua cv_group_prefix);
 // keys.Queue names the same keys. A grouped enqueue past the window proves both agree: the
 // first job is in the set keys.Queue.GroupWindow names, the second in the list GroupWaiting
 // names, and the settings ReadGroupSettings reads are the ones the script obeyed.

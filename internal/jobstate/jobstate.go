@@ -16,10 +16,11 @@
 // by one decoder (reply.go) into a typed answer (Row, Created, Released, Promoted, Recovered);
 // no caller sees a raw reply.
 //
-// The reply codes (script.Code) and the fence of every transition that holds an entry (cv_live)
-// stay in internal/script, beside lib.lua, which defines both: script.New joins the library
-// functions and codes a script uses into it, and internal/script's tests keep the Go and Lua
-// code lists in step. Moving them here would split lib.lua from the runner that joins it.
+// Every transition's Lua is here. The functions the scripts share are in lua/, one file a
+// concern: the fence of every transition that holds an entry (cv_live), the entry, the record,
+// the dead set, limits, groups, workflows. newScript joins into each script only the functions
+// it calls. internal/script runs the scripts and keeps the reply codes (script.Code), and knows
+// no job: a status quoted outside this package's Lua fails a test.
 //
 // The package is internal so that pipeline (Client, Worker, Inspector), the services and the
 // tests of every package (internal/jobtest seeds jobs in any status through these very scripts)
@@ -65,17 +66,17 @@ var (
 	//go:embed debounce.lua
 	debounceSrc string
 
-	enqueueScript  = script.New(enqueueSrc)
-	enqueue1Script = script.New(enqueue1Src)
-	finishScript   = script.New(finishSrc)
-	getScript      = script.New(getSrc)
-	cancelScript   = script.New(cancelSrc)
-	releaseScript  = script.New(releaseSrc)
-	replayScript   = script.New(replaySrc)
-	purgeScript    = script.New(purgeSrc)
-	foreignScript  = script.New(foreignSrc)
-	debounceScript = script.New(debounceSrc)
-	runNowScript   = script.New(runNowSrc)
+	enqueueScript  = newScript(enqueueSrc)
+	enqueue1Script = newScript(enqueue1Src)
+	finishScript   = newScript(finishSrc)
+	getScript      = newScript(getSrc)
+	cancelScript   = newScript(cancelSrc)
+	releaseScript  = newScript(releaseSrc)
+	replayScript   = newScript(replaySrc)
+	purgeScript    = newScript(purgeSrc)
+	foreignScript  = newScript(foreignSrc)
+	debounceScript = newScript(debounceSrc)
+	runNowScript   = newScript(runNowSrc)
 )
 
 // WorkerScripts are the scripts a worker runs pipelined, which must be loaded first (a

@@ -87,7 +87,7 @@ func TestFinishRetryIsScoredAtItsDueTime(t *testing.T) {
 // The dead record of an unreadable entry keeps the entry's type only when its metadata is fit
 // to run: a key that is empty or starts with '_' (reserved) makes a record with no type, which
 // replay refuses, rather than one that would run with metadata no publish could give it.
-// (Dropping lib.lua's reserved-key check in cv_dead_entry broke no test before this one.)
+// (Dropping lua/dead.lua's reserved-key check in cv_dead_entry broke no test before this one.)
 func TestFinishPoisonRecordDropsTypeOfReservedMetadata(t *testing.T) {
 	t.Parallel()
 	for _, c := range []struct {

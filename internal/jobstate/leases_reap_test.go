@@ -17,7 +17,7 @@ import (
 // would stay taken for good.
 func TestLeaseKeeperTakesBackMoreDeadHoldersThanOneCallReaps(t *testing.T) {
 	t.Parallel()
-	const dead = 9 // one more than a call reaps (lib.lua cv_reap_holders)
+	const dead = 9 // one more than a call reaps (lua/limits.lua cv_reap_holders)
 	lq := newLeaseQueue(t, jobstate.Limit{Concurrency: dead})
 	for k := range dead {
 		h := jobstate.Holder{Name: fmt.Sprintf("dead/%d", k), Lease: time.Millisecond}

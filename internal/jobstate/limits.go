@@ -12,7 +12,6 @@ import (
 
 	"github.com/conveyorq/conveyor/internal/keys"
 	"github.com/conveyorq/conveyor/internal/rediserr"
-	"github.com/conveyorq/conveyor/internal/script"
 )
 
 // A queue's flow-control limits are stored in its limits hash (keys.Queue.Limits): one field
@@ -130,7 +129,7 @@ func CountLimits(ctx context.Context, rdb redis.Cmdable, q keys.Queue, typ strin
 //go:embed limitset.lua
 var limitSetSrc string
 
-var limitSetScript = script.New(limitSetSrc)
+var limitSetScript = newScript(limitSetSrc)
 
 // SetLimit stores l in q's limits hash, replacing the limit of the same scope, and wakes the
 // jobs waiting for a concurrency slot of that scope, to be admitted again under it

@@ -29,10 +29,10 @@ var (
 	//go:embed clock.lua
 	clockSrc string
 
-	promoteScript = script.New(promoteSrc)
-	recoverScript = script.New(recoverSrc)
-	pruneScript   = script.New(pruneSrc)
-	clockScript   = script.New(clockSrc)
+	promoteScript = newScript(promoteSrc)
+	recoverScript = newScript(recoverSrc)
+	pruneScript   = newScript(pruneSrc)
+	clockScript   = newScript(clockSrc)
 )
 
 // Promoted is what a Promote did, by Redis's clock.

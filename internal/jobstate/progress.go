@@ -12,14 +12,13 @@ import (
 
 	"github.com/conveyorq/conveyor/internal/events"
 	"github.com/conveyorq/conveyor/internal/keys"
-	"github.com/conveyorq/conveyor/internal/script"
 	"github.com/conveyorq/conveyor/internal/status"
 )
 
 var (
 	//go:embed progress.lua
 	progressSrc    string
-	progressScript = script.New(progressSrc)
+	progressScript = newScript(progressSrc)
 )
 
 // MaxProgressMessage bounds a progress report's message, in bytes: a report is a line for a

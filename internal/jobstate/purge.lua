@@ -11,7 +11,7 @@ local ids = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', cutoff, 'LIMIT', ARGV[4
 if ARGV[4] then return {CV_OK, #ids, ids} end
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 for _, id in ipairs(ids) do
-  cv_wf_purged(ARGV[1] .. id, id, now) -- a workflow's task: counted purged (lib.lua)
+  cv_wf_purged(ARGV[1] .. id, id, now) -- a workflow's task: counted purged (lua/workflows.lua)
   redis.call('DEL', ARGV[1] .. id)
 end
 if #ids > 0 then cv_call_list('ZREM', KEYS[1], {}, ids) end

@@ -11,7 +11,7 @@ local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 for i = 1, #ARGV do
   local id, jobkey = ARGV[i], KEYS[1 + i]
   if redis.call('ZSCORE', dead, id) then
-    cv_wf_purged(jobkey, id, now) -- a workflow's task: counted purged (lib.lua)
+    cv_wf_purged(jobkey, id, now) -- a workflow's task: counted purged (lua/workflows.lua)
     redis.call('DEL', jobkey)
     redis.call('ZREM', dead, id)
     out[#out + 1] = CV_OK

@@ -16,7 +16,6 @@ import (
 
 	"github.com/conveyorq/conveyor/internal/keys"
 	"github.com/conveyorq/conveyor/internal/rediserr"
-	"github.com/conveyorq/conveyor/internal/script"
 )
 
 // The reads (and the few plain writes) of queue state: the known-queues set, the partition
@@ -427,7 +426,7 @@ func globEscape(s string) string {
 //go:embed addqueue.lua
 var addQueueSrc string
 
-var addQueueScript = script.New(addQueueSrc)
+var addQueueScript = newScript(addQueueSrc)
 
 // AddQueueParams is an AddQueue: the queue, the most known queues there may be, and whether only
 // a queue already known may pass (nothing is added).

@@ -449,7 +449,7 @@ func CanceledPage(ctx context.Context, rdb redis.Cmdable, q keys.Queue, after *S
 // puts up to 50 ids in one, so a page of 100 is a round or two.
 const indexRead = 16
 
-// IndexPage reads up to n ids of an index of finished jobs (lib.lua's cv_index: a sorted set
+// IndexPage reads up to n ids of an index of finished jobs (lua/record.lua's cv_index: a sorted set
 // of chunks, each the space-separated ids of one call, scored by its latest finish), latest
 // chunk first and, within a chunk, last id first; each item's Score is its chunk's. A nil
 // after starts at the newest; otherwise the page starts after that item, found among the

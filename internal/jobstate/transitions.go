@@ -105,7 +105,7 @@ type DoneParams struct {
 	Result string
 	// Traceparent is the W3C trace context of the attempt's process span, when it has one: a
 	// workflow's task keeps it for the tasks that wait for it, whose process spans link to it
-	// (lib.lua's cv_wf_end and cv_wf_release). Empty when tracing is off.
+	// (lua/workflows.lua's cv_wf_end and cv_wf_release). Empty when tracing is off.
 	Traceparent string
 }
 

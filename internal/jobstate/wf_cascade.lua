@@ -1,4 +1,4 @@
--- wf_cascade.lua: follow a bounded part of the queue's workflow cascades (lib.lua's
+-- wf_cascade.lua: follow a bounded part of the queue's workflow cascades (lua/workflows.lua's
 -- cv_wf_follow): the dependents of ended tasks that the scripts which ended them left on the
 -- queue's work list, past the edges one call may follow.
 -- KEYS[1] the work list (keys.Queue.WorkflowCascade), KEYS[2] stream, KEYS[3] stats hash

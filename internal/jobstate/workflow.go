@@ -24,15 +24,15 @@ import (
 var (
 	//go:embed workflow.lua
 	workflowSrc    string
-	workflowScript = script.New(workflowSrc)
+	workflowScript = newScript(workflowSrc)
 	//go:embed wf_cascade.lua
 	cascadeSrc    string
-	cascadeScript = script.New(cascadeSrc)
+	cascadeScript = newScript(cascadeSrc)
 )
 
 // CascadeStep is the most edges of a workflow (a task and one of its dependents) one
 // FollowCascade call follows, as the scripts that end tasks follow at most that many
-// (lib.lua's cv_wf_budget) before they leave the rest of a cascade on the queue's work list
+// (lua/workflows.lua's cv_wf_budget) before they leave the rest of a cascade on the queue's work list
 // (keys.Queue.WorkflowCascade): a call costs Redis a few ms at most, whatever the workflow's
 // width.
 const CascadeStep = 128

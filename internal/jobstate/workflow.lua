@@ -13,7 +13,7 @@
 --   '1' for a Finally task ('' otherwise)
 -- A task that waits for none is queued at once (a stream entry); the others are 'waiting',
 -- with their payload and metadata in their hash, until the script that ends their last
--- dependency puts them into the stream (lib.lua's cv_wf_end).
+-- dependency puts them into the stream (lua/workflows.lua's cv_wf_end).
 -- Returns {CV_WRONG_STATE} when the closed flag is set (the queue's partition count changed:
 -- nothing written); {CV_EXISTS} when the workflow exists with the same digest (a publish sent
 -- again: as a job's id with the same type and payload), {CV_CONFLICT, what} when it exists

@@ -10,9 +10,9 @@ import (
 	"github.com/conveyorq/conveyor/internal/events"
 )
 
-// Listen subscribes to channel (keys.Queue.Events) with SSUBSCRIBE, waits until the
-// subscription is confirmed, and returns a function that returns the events of the next message
-// (failing the test when none comes within 30 s or it does not parse).
+// Listen subscribes to channel (keys.Queue.Events) with SSUBSCRIBE, and waits until the
+// subscription is confirmed. It returns a function that returns the events of the next message.
+// That function fails the test when none comes within 30 s, or when it does not parse.
 func Listen(tb testing.TB, rdb redis.UniversalClient, channel string) func() []events.Event {
 	tb.Helper()
 	ps := rdb.SSubscribe(context.Background(), channel)

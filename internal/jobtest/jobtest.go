@@ -1,7 +1,7 @@
-// Package jobtest seeds jobs in any status for tests, through the very scripts that make those
-// statuses in production (pipeline.Client to publish and cancel, internal/jobstate for what a
-// worker writes), so that no test hand-writes state that a script would write and that could
-// drift from it (River's testfactory is the model).
+// Package jobtest seeds jobs in any status for tests. It goes through the very scripts that make
+// those statuses in production: pipeline.Client to publish and cancel, internal/jobstate for
+// what a worker writes. So no test hand-writes state that a script would write, and that could
+// drift from it. River's testfactory is the model.
 package jobtest
 
 import (

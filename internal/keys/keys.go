@@ -1,38 +1,36 @@
-// Package keys names every Redis key, job-hash field and stream-entry field Conveyor uses.
+// Package keys names the Redis keys, job-hash fields and stream-entry fields Conveyor uses.
 //
 // # Hash tags
 //
-// Every per-queue key carries the queue name as a Redis Cluster hash tag, `{q}`, so all of a
-// queue's keys live in one slot and a Lua script can touch any of them atomically, while
-// different queues spread over the cluster's shards. The only global keys, the set of known
-// queue names and the hash of partition counts, are never touched by a script.
+// Every per-queue key carries the queue name as a Redis Cluster hash tag, `{q}`. So all of a
+// queue's keys live in one slot, and a Lua script can touch any of them atomically. Different
+// queues spread over the cluster's shards. Two keys are global: the set of known queue names and
+// the hash of partition counts. No script touches them.
 //
 // # Partitions
 //
-// A queue of P > 1 partitions is P key spaces, one per partition i with the hash tag
-// {q#i.s} (PartitionName: s puts the tag in the middle slot of the i-th of P equal shares of
-// the slots, so the partitions spread over a cluster's masters), each with its own stream, scheduled and dead sets, job
-// records, counters, unique keys, lock and wake channel, so P partitions can sit on P shards.
-// A queue of one partition keeps the plain {q} keys. The counts live in the global hash
-// Partitions, which, like Queues, no script touches.
+// A queue of P > 1 partitions is P key spaces. Partition i has the hash tag {q#i.s}; the suffix s
+// puts the tag in the middle slot of the i-th of P equal shares of the slots (PartitionName). So
+// the partitions spread over a cluster's masters. Each partition has its own stream, scheduled and
+// dead sets, job records, counters, unique keys, lock and wake channel. A queue of one partition
+// keeps the plain {q} keys. The counts live in the global hash Partitions.
 //
 // # Priority levels
 //
-// A job of priority level p (FieldPriority, 2 to MaxPriority) is queued in its level's stream,
-// Queue.LevelStream(p) = "prefix:{q}:stream:p<p>", beside the queue's (or partition's) level-1
-// stream "prefix:{q}:stream", in the same hash tag; each level stream has its own consumer
-// group Group. The set Queue.Levels ("prefix:{q}:stream:levels") names the levels above 1 that
-// jobs of the queue were published with: workers read a level's stream, and the recoverer scans
-// it, only once it is there, so a queue that never used a level has its one stream. A worker
-// reads each level stream under the view Queue.AtLevel(p), whose Stream is that level's.
+// Each priority level p has its own stream. Queue.LevelStream(p) is "prefix:{q}:stream:p<p>",
+// beside the level-1 stream "prefix:{q}:stream", in the same hash tag. Each has its own consumer
+// group Group. The set Queue.Levels names the levels above 1 that the queue's jobs were published
+// with. Workers read a level's stream, and the recoverer scans it, only once it is in that set. So
+// a queue that never used a level has its one stream. A worker reads each level stream under the
+// view Queue.AtLevel(p).
 //
 // # Memory
 //
-// Job hashes stay small on purpose: a queued job's hash holds only short fields so Redis keeps
-// it in the compact listpack encoding (every value at most hash-max-listpack-value, 64 bytes).
-// The payload and metadata live in exactly one place: in the stream entry while the job is in
-// the stream, in the hash otherwise (scheduled, finished, dead). The job id and queue are not
-// stored as fields because the key already names them.
+// Job hashes stay small on purpose. A queued job's hash holds only short fields, so Redis keeps it
+// in the compact listpack encoding (every value at most hash-max-listpack-value, 64 bytes). The
+// payload and metadata live in one place: the stream entry while the job is in the stream, the
+// hash otherwise (scheduled, finished, dead). The job id and queue are not fields because the key
+// already names them.
 package keys
 
 import (
@@ -75,13 +73,14 @@ const (
 	FieldUnique      = "unique"        // the unique key's full name, when the job has one
 	FieldUniqueTTL   = "unique_ttl_ms" // how long the unique key is held, for a replay
 	FieldRetention   = "retention_ms"  // per-job retention; absent means the queue's default
-	// FieldWatched marks a job someone waits on (pipeline.Waiter): finish.lua announces the
-	// outcome of a marked job only, sparing every other job its share of an SPUBLISH.
+	// FieldWatched marks a job someone waits on (pipeline.Waiter). finish.lua announces the
+	// outcome of marked jobs only, sparing every other job its share of an SPUBLISH.
 	FieldWatched = "watched"
-	// The debounce window of a job published with a debounce key (pipeline.WithDebounce):
-	// the debounce key's full name (Queue.Debounce), the window's first publish and the latest
-	// time the job may be due (first + max wait), both unix ms by Redis's clock, and how many
-	// publishes the window took (the first included).
+	// The debounce window of a job published with a debounce key (pipeline.WithDebounce).
+	// FieldDebounce is the debounce key's full name (Queue.Debounce). FieldDebounceFirst is the
+	// window's first publish. FieldDebounceUntil is the latest time the job may be due (first +
+	// max wait). Both times are unix ms by Redis's clock. FieldDebouncePubs counts the window's
+	// publishes, the first included.
 	FieldDebounce      = "debounce"
 	FieldDebounceFirst = "debounce_first"
 	FieldDebounceUntil = "debounce_until"
@@ -89,49 +88,53 @@ const (
 	// FieldLimitKey is the key a job's per-key limits count it under (pipeline.WithLimitKey).
 	FieldLimitKey = "limit_key"
 	// FieldLimitSlots names the concurrency slots a running job holds, in jobs admitted before
-	// leases (the queue's limit prefix, then each scope instance, newline-joined): cancel,
-	// release and recovery still give them back (lib.lua: cv_release_slots), so that the jobs of
-	// a worker of an older version leave no slot taken. Admission writes it no more: a job's
-	// slots are its worker's lease's (pipeline's admit.go).
+	// leases: the queue's limit prefix, then each scope instance, newline-joined. Cancel, release
+	// and recovery still give them back (jobstate/lua/limits.lua: cv_release_slots), so the jobs of an older
+	// worker leave no slot taken. Admission no longer writes it: a job's slots are its worker's
+	// lease's (pipeline's admit.go).
 	FieldLimitSlots = "limit_slots"
-	// FieldLimitWait is the scope instance whose concurrency slot a deferred job waits for
-	// (it is then scheduled, out of the scheduled set, in that instance's wait list).
+	// FieldLimitWait is the scope instance whose concurrency slot a deferred job waits for. The
+	// job is then scheduled in that instance's wait list, not the scheduled set.
 	FieldLimitWait = "limit_wait"
-	// FieldSnoozes counts the times a job's handler snoozed it (pipeline.Snooze): bounded, so
-	// that a job snoozing forever ends failed instead.
+	// FieldSnoozes counts the times a job's handler snoozed it (pipeline.Snooze). It is bounded,
+	// so a job snoozing forever ends failed.
 	FieldSnoozes = "snoozes"
-	// FieldScheduledFor says why a scheduled job waits when it is not a delay it was published
+	// FieldScheduledFor says why a scheduled job waits, when it is not a delay it was published
 	// with: "retry" (a failed attempt's backoff) or "snooze" (its handler asked to run later).
 	FieldScheduledFor = "scheduled_for"
 	// FieldPriority is a job's priority level within its queue (pipeline.WithPriority), 2 to
-	// MaxPriority; absent means 1, the first served, which is also every job published without
-	// one. The level picks the stream that carries the job (Queue.LevelStream).
+	// MaxPriority. Absent means 1, the first served and the default. The level picks the stream
+	// that carries the job (Queue.LevelStream).
 	FieldPriority = "priority"
 	// FieldGroup is a job's fair group within its queue (pipeline.WithGroup); absent means none.
 	FieldGroup = "group"
 	// FieldProgress is the last progress a job's handler reported (pipeline.Job.Progress,
-	// progress.lua): "<attempt> <entry> <at unix ms> <percent> <message>", one field so that a
-	// report is written and read whole. It stays when the attempt ends; readers show it only
-	// for the attempt the job's attempt field counts (jobstate.ParseProgress).
+	// progress.lua): "<attempt> <entry> <at unix ms> <percent> <message>". It is one field, so a
+	// report is written and read whole. It stays when the attempt ends; readers show it only for
+	// the attempt the job's attempt field counts (jobstate.ParseProgress).
 	FieldProgress = "progress"
-	// FieldAttempts is a job's attempt history: the attempts that ended without ending the job
-	// (a retry, a snooze, a worker lost) and the one that sent it to the dead set, as they end
-	// (finish.lua, recover.lua: lib.lua's cv_attempt), oldest first, the last MaxAttemptHistory.
-	// One line an attempt, "<attempt>\t<worker>\t<started ms>\t<ended ms>\t<outcome>\t<error>",
-	// tabs and newlines in the worker and error made spaces, the error cut to
-	// MaxAttemptError bytes. A completed job's last attempt is not written: the hash's own
-	// worker, started_at and completed_at tell it, and the happy path writes nothing more.
+	// FieldAttempts is a job's attempt history, oldest first, the last MaxAttemptHistory. It lists
+	// the attempts that ended without ending the job: a retry, a snooze, a lost worker. It also
+	// lists the one that sent the job to the dead set. The scripts finish.lua and recover.lua
+	// write it (record.lua's cv_attempt).
+	//
+	// Each line is "<attempt>\t<worker>\t<started ms>\t<ended ms>\t<outcome>\t<error>". Tabs and
+	// newlines in the worker and error become spaces; the error is cut to MaxAttemptError bytes. A
+	// completed job's last attempt is not written: the hash's worker, started_at and completed_at
+	// tell it, so the happy path writes nothing more.
 	FieldAttempts = "attempts"
-	// The fields of a workflow's task (pipeline.Client.Workflow, pipeline.Client.Batch; lib.lua's
+	// The fields of a workflow's task (pipeline.Client.Workflow, pipeline.Client.Batch; workflows.lua's
 	// cv_wf_* functions). FieldWorkflow is the full name of the workflow's hash (Queue.Workflow,
-	// in the queue's hash tag), FieldWfTask the task's name in it, FieldWfDeps and FieldWfNext
-	// the ids of the tasks it waits for and of those that wait for it (space-separated),
-	// FieldWfLeft how many of its dependencies have not completed (or, for a Finally task, are
-	// not final), FieldWfMode '1' for a Finally task, FieldWfTopo its place in a topological
-	// order of the workflow (a replay restores canceled tasks in that order), FieldWfDone,
-	// FieldWfFailed and FieldWfCanceled the outcomes a Finally task's dependencies had, and
-	// FieldCanceledBy the id of the task whose failure canceled it (absent when a caller
-	// canceled it: only the workflow's own cancels are undone by a replay).
+	// in the queue's hash tag). FieldWfTask is the task's name in it. FieldWfDeps and FieldWfNext
+	// are the ids of the tasks it waits for and of those that wait for it (space-separated).
+	//
+	// FieldWfLeft counts its dependencies that have not completed (for a Finally task: are not
+	// final). FieldWfMode is '1' for a Finally task. FieldWfTopo is its place in a topological
+	// order of the workflow; a replay restores canceled tasks in that order. FieldWfDone,
+	// FieldWfFailed and FieldWfCanceled are the outcomes a Finally task's dependencies had.
+	//
+	// FieldCanceledBy is the id of the task whose failure canceled it. It is absent when a caller
+	// canceled it, because a replay undoes only the workflow's own cancels.
 	FieldWorkflow   = "wf"
 	FieldWfTask     = "wf_task"
 	FieldWfDeps     = "wf_deps"
@@ -145,21 +148,22 @@ const (
 	FieldCanceledBy = "canceled_by"
 )
 
-// The fields of a workflow's hash (Queue.Workflow): its name, kind (WorkflowKindWorkflow or
-// WorkflowKindBatch), the JSON of its tasks and their dependencies as published (for readers),
-// when it was created and finished (unix ms), the retention its hash takes once it finished
-// without a dead task, a digest of what was published, and the counts of its tasks: in all, and now completed, dead (failed),
-// canceled and purged (a dead task purged). Besides these, one field per finished task,
-// WorkflowTaskStatus + name ('C' completed, 'F' dead, 'X' canceled or 'P' purged), and one per completed task that others
-// wait for, WorkflowTaskResult + name (its result, for Job.Dependencies).
+// The fields of a workflow's hash (Queue.Workflow): its name and kind (WorkflowKindWorkflow or
+// WorkflowKindBatch), and the JSON of its tasks and dependencies as published, for readers. Then
+// when it was created and finished (unix ms), and the retention its hash takes once it finished
+// without a dead task. Then a digest of what was published, and the counts of its tasks: in all,
+// completed, dead (failed), canceled and purged (a dead task purged).
+//
+// Besides these, each finished task has a field WorkflowTaskStatus + name: 'C' completed, 'F'
+// dead, 'X' canceled or 'P' purged. Each completed task that others wait for has a field
+// WorkflowTaskResult + name, its result, for Job.Dependencies.
 const (
 	FieldWorkflowName = "name"
 	FieldWorkflowKind = "kind"
 	FieldWorkflowDoc  = "doc"
 	// FieldWorkflowDigest identifies what was published: a hash of the tasks' names, types,
-	// dependencies and payloads (jobstate.NewWorkflow.Digest), which a publish of the same id
-	// must match to be the same workflow (as a job's id must come with the same type and
-	// payload).
+	// dependencies and payloads (jobstate.NewWorkflow.Digest). A publish of the same id must match
+	// it to be the same workflow, as a job's id must come with the same type and payload.
 	FieldWorkflowDigest    = "digest"
 	FieldWorkflowCreated   = "created_at"
 	FieldWorkflowFinished  = "finished_at"
@@ -175,10 +179,10 @@ const (
 	WorkflowKindBatch      = "batch"
 )
 
-// The outcomes of an attempt in a job's attempt history (FieldAttempts): retried after a
-// failure, snoozed by its handler, lost with its worker (recovery), or failed for good. A
-// replay (replay.lua) writes a line of its own, attempt 0 with outcome AttemptReplay, at the
-// replay's time: the attempts after it count from 1 again.
+// The outcomes of an attempt in a job's attempt history (FieldAttempts): retried after a failure,
+// snoozed by its handler, lost with its worker (recovery), or failed for good. A replay
+// (replay.lua) writes a line of its own at the replay's time: attempt 0, outcome AttemptReplay.
+// The attempts after it count from 1 again.
 const (
 	AttemptRetry  = "retry"
 	AttemptSnooze = "snooze"
@@ -188,21 +192,23 @@ const (
 )
 
 // Bounds of a job's attempt history (FieldAttempts): the attempts kept, and the bytes of each
-// one's error (the last error is whole in FieldLastError). lib.lua's cv_attempt holds the same
-// numbers. 20 attempts of at most 512 bytes bound the field near 11 KB, and are more retries
-// than most jobs are given.
+// one's error. The last error is whole in FieldLastError. The function cv_attempt in record.lua holds
+// the same numbers. 20 attempts of at most 512 bytes bound the field near 11 KB. That is more
+// retries than most jobs are given.
 const (
 	MaxAttemptHistory = 20
 	MaxAttemptError   = 512
 )
 
-// FinishedIndexCap bounds each of a queue's (or partition's) indexes of finished jobs,
-// Queue.Completed and Queue.Canceled, in ids; lib.lua's cv_index trims the oldest chunks beyond
-// it (keeping the chunk a call just added, so an index holds at most the cap plus one call's).
-// The indexes exist for an operator to page through recent jobs: 10,000 a partition is more
-// pages than anyone reads, and bounds an index near 1 MB whatever the throughput and retention
-// (a completing queue at 1,000 jobs a second would otherwise index 86 million jobs a day of
-// retention). The records themselves stay for their retention, found by id.
+// FinishedIndexCap bounds each of a queue's (or partition's) indexes of finished jobs, in ids.
+// Those are Queue.Completed and Queue.Canceled. The function cv_index in record.lua trims the oldest
+// chunks beyond the cap, but keeps the chunk a call just added. So an index holds at most the cap
+// plus one call's.
+//
+// The indexes let an operator page through recent jobs. 10,000 a partition is more pages than
+// anyone reads. It bounds an index near 1 MB whatever the throughput and retention. Unbounded, a
+// queue completing 1,000 jobs a second would index 86 million jobs a day of retention. The records
+// themselves stay for their retention, found by id.
 const FinishedIndexCap = 10000
 
 // Priority levels within a queue (pipeline.WithPriority): 1 is served first and is the
@@ -213,35 +219,35 @@ const (
 )
 
 // Stream-entry field names. The first three are watermill-redisstream's layout, so the stock
-// Watermill subscriber can read a Conveyor stream; Conveyor's own field is beside them.
-// Every entry carries the same fields in the same order, which lets Redis store the field
-// names once per listpack node instead of once per entry.
+// Watermill subscriber can read a Conveyor stream. Conveyor's own field is beside them. Every
+// entry carries the same fields in the same order, so Redis stores the field names once per
+// listpack node, not once per entry.
 const (
 	EntryUUID     = "_watermill_message_uuid" // the job id
 	EntryPayload  = "payload"
 	EntryMetadata = "metadata" // msgpack map of strings, or empty
-	// EntryTraceparent is not a field but a key inside EntryMetadata: a job's W3C trace
-	// context (its publish span's), which recover.lua reads to report the jobs it put back
-	// to the recoverer's tracing. The header's name, as Trace Context spells it.
+	// EntryTraceparent is not a field but a key inside EntryMetadata: a job's W3C trace context,
+	// its publish span's. The script recover.lua reads it, to report the jobs it put back to the
+	// recoverer's tracing. The name is the header's, as Trace Context spells it.
 	EntryTraceparent = "traceparent"
-	// EntryTracelinks is another key inside EntryMetadata: the W3C trace contexts of the
-	// process spans of the workflow tasks a task waited for (space-separated, at most 32),
-	// written by the script that releases it; its process span links to them.
+	// EntryTracelinks is another key inside EntryMetadata: the W3C trace contexts of the process
+	// spans of the workflow tasks a task waited for (space-separated, at most 32). The script that
+	// releases the task writes it; the task's process span links to them.
 	EntryTracelinks = "tracelinks"
-	// EntryJob packs the rest, see FormatEntryJob. One field instead of four: each field is
-	// two more strings for every reader of every entry to parse, and more work for XADD and
+	// EntryJob packs the rest, see FormatEntryJob. One field instead of four: each field is two
+	// more strings for every reader of every entry to parse. It is also more work for XADD and
 	// XREADGROUP in Redis (docs/BENCHMARKS.md, "What each change bought").
 	EntryJob = "conveyor"
-	// EntryLimitKey is the job's limit key (pipeline.WithLimitKey), after the other fields and
-	// only in the entries of jobs that have one: a worker holds the job to its per-key limits
-	// from the entry alone, without reading the job's hash.
+	// EntryLimitKey is the job's limit key (pipeline.WithLimitKey). It comes after the other
+	// fields, only in the entries of jobs that have one. A worker holds the job to its per-key
+	// limits from the entry alone, without reading the job's hash.
 	EntryLimitKey = "limit_key"
 )
 
 // FormatEntryJob is the value of a stream entry's EntryJob field: "<attempt> <max_retries>
-// <timeout_ms> <type>", where attempt is the number of the attempt the entry starts
-// (1-based). The type is last because it is the only part that is not a number, and it holds
-// no spaces. internal/script/lib.lua (cv_xadd, cv_job) writes and reads the same format.
+// <timeout_ms> <type>". The attempt is the 1-based number of the attempt the entry starts. The
+// type is last because it is the only part that is not a number; it holds no spaces.
+// internal/jobstate/lua/entry.lua (cv_xadd, cv_job) writes and reads the same format.
 func FormatEntryJob(attempt, maxRetries int, timeoutMS int64, typ string) string {
 	return strconv.Itoa(attempt) + " " + strconv.Itoa(maxRetries) + " " +
 		strconv.FormatInt(timeoutMS, 10) + " " + typ
@@ -262,8 +268,8 @@ func ParseEntryJob(s string) (attempt, maxRetries int, timeoutMS int64, typ stri
 	return int(a), int(m), t, s[k:], true
 }
 
-// leadingNumber reads a decimal number of at most maxDigits digits starting at s[from], which
-// must be followed by a space; it returns the number and the index after the space, or -1.
+// leadingNumber reads a decimal number of at most maxDigits digits starting at s[from]. A space
+// must follow it. It returns the number and the index after the space, or -1.
 func leadingNumber(s string, from, maxDigits int) (int64, int) {
 	if from < 0 {
 		return -1, -1
@@ -306,12 +312,13 @@ const StatDebounced = "debounced"
 // take from the groups' wait lists move it in the same step.
 const StatGroupWaiting = "group_waiting"
 
-// DefaultGroupWindow is a fair group's window when none is set (Queue.GroupConfig): how many of
-// a group's jobs may be in the stream or running at once (times its weight). Twice the worker's
-// default concurrency, so that one worker serving one group alone stays busy while its finished
-// jobs' refills are on their way (an outcome is written a flush interval after the handler
-// returns), and a new group's job waits behind at most 20 jobs of each other group. lib.lua's
-// cv_group_room holds the same number.
+// DefaultGroupWindow is a fair group's window when none is set (Queue.GroupConfig). The window is
+// how many of a group's jobs may be in the stream or running at once, times its weight.
+//
+// It is twice the worker's default concurrency. So one worker serving one group alone stays busy
+// while its finished jobs' refills are on their way. (An outcome is written a flush interval after
+// the handler returns.) And a new group's job waits behind at most 20 jobs of each other group.
+// The function cv_group_room in groups.lua holds the same number.
 const DefaultGroupWindow = 20
 
 // The fields of a queue's group settings (Queue.GroupConfig): the window, and each group's
@@ -321,8 +328,8 @@ const (
 	GroupWeightPrefix = "weight:"
 )
 
-// The names of a queue's group keys after GroupPrefix, and of its stats hash after Base:
-// lib.lua builds the keys from them ("Fair groups"), so they are named once here.
+// The names of a queue's group keys after GroupPrefix, and of its stats hash after Base. Lua
+// builds the keys from them too (jobstate/lua/groups.lua), so they are named once here.
 const (
 	GroupKeyConfig   = "cfg"
 	GroupKeyFlag     = "on"
@@ -384,11 +391,11 @@ func (q Queue) Base() string { return q.base }
 // Stream is the stream of jobs ready to run.
 func (q Queue) Stream() string { return q.stream }
 
-// LevelStream is the stream that carries the queue's jobs of priority level p (FieldPriority):
-// the queue's level-1 stream for level 1 (and for any p out of range), that + ":p<level>" for
-// the others, on a level's view (AtLevel) as on the queue,
-// so a queue whose jobs never name a level has the one stream it always had. lib.lua's
-// cv_level_stream builds the same names.
+// LevelStream is the stream that carries the queue's jobs of priority level p (FieldPriority). For
+// level 1, and any p out of range, it is the queue's level-1 stream. For the others it is that +
+// ":p<level>", on a level's view (AtLevel) as on the queue. So a queue whose jobs never name a
+// level has the one stream it always had. The function cv_level_stream in entry.lua builds the same
+// names.
 func (q Queue) LevelStream(p int) string {
 	if p <= MinPriority || p > MaxPriority {
 		return q.base + "stream"
@@ -397,10 +404,9 @@ func (q Queue) LevelStream(p int) string {
 }
 
 // AtLevel is the queue seen from its priority level p: the same keys, but Stream is
-// LevelStream(p), the stream its entries of that level are in. A worker reads each level
-// stream under such a view, so that every script it runs with an entry in hand (finish,
-// release, admit, recover) is given the stream that holds the entry. Level 1 (or any p out of
-// range) is the queue itself.
+// LevelStream(p). A worker reads each level stream under such a view. So every script it runs with
+// an entry in hand (finish, release, admit, recover) is given the stream that holds the entry.
+// Level 1, or any p out of range, is the queue itself.
 func (q Queue) AtLevel(p int) Queue {
 	if p <= MinPriority || p > MaxPriority {
 		p = MinPriority
@@ -413,12 +419,11 @@ func (q Queue) AtLevel(p int) Queue {
 // Level is the priority level whose stream Stream is: 1 but for a view made by AtLevel.
 func (q Queue) Level() int { return max(q.level, MinPriority) }
 
-// Levels is the set of the priority levels above 1 (FieldPriority) that jobs of the queue were
-// published with (enqueue.lua, debounce.lua add to it; it is never emptied but with the queue).
-// A worker reads a level's stream only once the level is in the set, so a queue whose jobs
-// never named a level costs no reader, no slot and no call more than it did before levels.
-// Its name is the level-1 stream's and ":levels", so that a script given any level's stream
-// finds it (lib.lua's cv_add_level).
+// Levels is the set of the priority levels above 1 (FieldPriority) that the queue's jobs were
+// published with. The scripts enqueue.lua and debounce.lua add to it; only deleting the queue
+// empties it. A worker reads a level's stream only once the level is in the set. So a queue whose
+// jobs never named a level pays no reader, slot or call for levels. Its name is the level-1
+// stream's plus ":levels", so a script given any level's stream finds it (entry.lua's cv_add_level).
 func (q Queue) Levels() string { return q.base + "stream:levels" }
 
 // Scheduled is the sorted set of job ids waiting for a time, scored by due time in unix ms.
@@ -434,11 +439,11 @@ func (q Queue) Job(id string) string { return q.jobPrefix + id }
 // Dead is the sorted set of ids of jobs that failed for good, scored by time of death.
 func (q Queue) Dead() string { return q.dead }
 
-// Completed is the index of the queue's completed jobs, for listing (pipeline.Inspector.List):
-// a sorted set of chunks, each the space-separated ids of one finish.lua call (but not those
-// kept only as a tombstone), scored by the call's latest finish (unix ms), with the count of
-// its ids at IndexCount(Completed()); finish.lua trims it to the retention and FinishedIndexCap
-// (lib.lua: cv_index). An id whose record expired is skipped when read.
+// Completed is the index of the queue's completed jobs, for listing (pipeline.Inspector.List). It
+// is a sorted set of chunks. Each chunk is the space-separated ids of one finish.lua call, but not
+// those kept only as a tombstone. A chunk's score is the call's latest finish (unix ms). The count
+// of its ids is at IndexCount(Completed()). The script finish.lua trims it to the retention and
+// FinishedIndexCap (record.lua: cv_index). An id whose record expired is skipped when read.
 func (q Queue) Completed() string { return q.base + "completed" }
 
 // Canceled is Completed's twin for canceled jobs: cancel.lua adds each job it cancels.
@@ -453,9 +458,9 @@ func IndexCount(index string) string { return index + ":n" }
 // every task in one cluster slot.
 func (q Queue) Workflow(id string) string { return q.base + "wf:" + id }
 
-// Workflows is the flag set by the first workflow published into the queue: finish.lua reads
-// a finished job's workflow fields only in a queue that has it (one EXISTS a call), sparing
-// every other queue's jobs a read.
+// Workflows is the flag set by the first workflow published into the queue. The script finish.lua
+// reads a finished job's workflow fields only in a queue that has it, at one EXISTS a call. That
+// spares every other queue's jobs a read.
 func (q Queue) Workflows() string { return q.base + "workflows" }
 
 // WorkflowIndex lists the queue's workflows newest first: a sorted set of workflow ids scored
@@ -463,10 +468,10 @@ func (q Queue) Workflows() string { return q.base + "workflows" }
 // workflow expired stays until trimmed; readers skip it.
 func (q Queue) WorkflowIndex() string { return q.base + "workflows:index" }
 
-// WorkflowCascade is the queue's work list of workflow cascades: the dependents of ended tasks
-// that the script which ended them left to later calls, past the edges one call may follow
-// (lib.lua's cv_wf_follow, which builds the same name from the job prefix; jobstate's
-// FollowCascade goes on with it).
+// WorkflowCascade is the queue's work list of workflow cascades. A script that ends tasks may
+// follow only so many edges in one call (workflows.lua's cv_wf_follow). The dependents it did not reach
+// are left here for later calls, and jobstate's FollowCascade goes on with them. The function
+// cv_wf_follow builds the same name from the job prefix.
 func (q Queue) WorkflowCascade() string { return q.base + "workflows:cascade" }
 
 // WorkflowIndexCap bounds a queue's (partition's) WorkflowIndex, in ids.
@@ -475,10 +480,10 @@ const WorkflowIndexCap = 10000
 // RecoveryLock is the key of the lock that lets one recoverer at a time scan the queue.
 func (q Queue) RecoveryLock() string { return q.base + "lock:recovery" }
 
-// Closed is the flag that refuses publishes to this queue or partition: Inspector.CreateQueue
-// sets it on every partition of the layout a change of the partition count leaves, so that a
-// producer still using that layout is refused and reads the count again (enqueue.lua,
-// enqueue1.lua). It expires (the refusal only has to outlast producers' caches).
+// Closed is the flag that refuses publishes to this queue or partition. Inspector.CreateQueue sets
+// it on every partition of the layout that a change of the partition count leaves. So a producer
+// still using that layout is refused, and reads the count again (enqueue.lua, enqueue1.lua). It
+// expires: the refusal only has to outlast producers' caches.
 func (q Queue) Closed() string { return q.closed }
 
 // Stats is the hash of the queue's counters.
@@ -490,9 +495,9 @@ func (q Queue) UniquePrefix() string { return q.base + "unique:" }
 // Unique is the de-duplication key for a caller's unique key.
 func (q Queue) Unique(key string) string { return q.base + "unique:" + key }
 
-// Debounce is the key naming the pending job of a caller's debounce key (pipeline.WithDebounce):
-// its value is the id of the scheduled job that the key's next publish replaces. It shares
-// the queue's hash tag, and so the slot of the job it names.
+// Debounce is the key naming the pending job of a caller's debounce key (pipeline.WithDebounce).
+// Its value is the id of the scheduled job that the key's next publish replaces. It shares the
+// queue's hash tag, and so the slot of the job it names.
 func (q Queue) Debounce(key string) string { return q.base + "debounce:" + key }
 
 // DebounceKeyOf is the caller's debounce key in a debounce key's full name (Queue.Debounce),
@@ -514,10 +519,10 @@ func (q Queue) Wake() string { return q.wake }
 // script stays on the node that holds the queue. It is a channel, not a key.
 func (q Queue) Events() string { return q.base + "events" }
 
-// Watching is set (for good: it goes with the queue) by the first read that marks one of the
-// queue's jobs watched (FieldWatched). finish.lua looks for the marks only in a queue that has
-// it: asking every job's hash for a field it lacks made Redis scan the whole hash, a cost per
-// job in every queue that nobody ever waited on (docs/BENCHMARKS.md).
+// Watching is set by the first read that marks one of the queue's jobs watched (FieldWatched). It
+// stays until the queue goes. The script finish.lua looks for the marks only in a queue that has
+// it. Asking every job's hash for a field it lacks made Redis scan the whole hash. That was a cost
+// per job in every queue that nobody ever waited on (docs/BENCHMARKS.md).
 func (q Queue) Watching() string { return q.base + "watching" }
 
 // Limits is the hash of the queue's flow-control limits (pipeline.Limit), set by an operator
@@ -526,15 +531,15 @@ func (q Queue) Watching() string { return q.base + "watching" }
 // same ones and a change applies to all of them.
 func (q Queue) Limits() string { return q.base + "limits" }
 
-// LimitPrefix is the prefix of the keys that hold limits' state (a rate limit's log, the
-// jobs holding a concurrency limit's slots, the jobs waiting for one), all in the queue's hash
-// tag so that the scripts that take and give back a limit are atomic with the job's move.
+// LimitPrefix is the prefix of the keys that hold limits' state: a rate limit's log, the jobs
+// holding a concurrency limit's slots, the jobs waiting for one. All are in the queue's hash tag.
+// So the scripts that take and give back a limit are atomic with the job's move.
 func (q Queue) LimitPrefix() string { return q.base + "limit:" }
 
-// GroupPrefix is the prefix of the keys of the queue's fair groups (pipeline.WithGroup): the
-// settings, the set of each group's jobs in its window, each group's wait list, and the sets of
-// the groups with waiting and with running jobs (lib.lua, "Fair groups", which builds the same
-// names from JobPrefix).
+// GroupPrefix is the prefix of the keys of the queue's fair groups (pipeline.WithGroup). Those are
+// the settings, the set of each group's jobs in its window, and each group's wait list. Then the
+// sets of the groups with waiting and with running jobs. Lua builds the same names from JobPrefix
+// (jobstate/lua/groups.lua).
 func (q Queue) GroupPrefix() string { return q.base + "group:" }
 
 // GroupConfig is the hash of the queue's group settings, set by an operator
@@ -542,8 +547,9 @@ func (q Queue) GroupPrefix() string { return q.base + "group:" }
 // weighted group.
 func (q Queue) GroupConfig() string { return q.GroupPrefix() + GroupKeyConfig }
 
-// Grouped is set by the queue's first job with a group: finish.lua looks for jobs' groups only
-// in a queue that has it, so a queue without groups pays one EXISTS a call and no read a job.
+// Grouped is set by the queue's first job with a group. The script finish.lua looks for jobs'
+// groups only in a queue that has it. So a queue without groups pays one EXISTS a call and no read
+// a job.
 func (q Queue) Grouped() string { return q.GroupPrefix() + GroupKeyFlag }
 
 // GroupWindow is the set of the ids of group g's jobs in its window.
@@ -575,33 +581,33 @@ func Queues(prefix string) string { return prefix + ":queues" }
 // Like Queues it is global and never touched by a script.
 func Partitions(prefix string) string { return prefix + ":partitions" }
 
-// Paused is the set of the names of the paused queues under prefix (Inspector.Pause): a worker
-// issues no read on any partition of a queue in it. Like Queues it is global, one key read
-// whole by every worker (every second, and when a notice on PausedChannel says it changed),
-// never touched by a script, and kept across restarts like any key.
+// Paused is the set of the names of the paused queues under prefix (Inspector.Pause). A worker
+// issues no read on any partition of a queue in it. Like Queues it is global, and no script
+// touches it. Every worker reads it whole every second, and when a notice on PausedChannel says it
+// changed. It is kept across restarts like any key.
 func Paused(prefix string) string { return prefix + ":paused" }
 
-// PausedChannel is the Pub/Sub channel on which a pause or resume is announced (the message is
-// the queue's name, followed for a pause by a space and the pause's token, PauseAcks), so that
-// workers need not wait for their next read of Paused. A notice is a hint; Paused is the state.
+// PausedChannel is the Pub/Sub channel on which a pause or resume is announced. So workers need
+// not wait for their next read of Paused. The message is the queue's name; for a pause, a space
+// and the pause's token (PauseAcks) follow. A notice is a hint; Paused is the state.
 func PausedChannel(prefix string) string { return prefix + ":paused:notices" }
 
 // PauseAcks is the hash in which the workers that read queue confirm a pause of it
-// (Inspector.Pause): field the worker's name, value the token of the pause it applied (from
-// the notice), written once its reads of the queue under way have ended. Global like Paused,
-// and short-lived: it expires a minute after the last confirmation.
+// (Inspector.Pause). The field is the worker's name, the value the token of the pause it applied
+// (from the notice). A worker writes it once its reads of the queue under way have ended. Global
+// like Paused, and short-lived: it expires a minute after the last confirmation.
 func PauseAcks(prefix, queue string) string { return prefix + ":paused:acks:" + queue }
 
-// PauseAckChannel is the Pub/Sub channel on which a worker announces each confirmation it
-// writes to PauseAcks (the message is the pause's token, a space and the worker's name), so
-// that the pause waiting for it wakes at once instead of reading PauseAcks over and over. A
-// notice is a hint; PauseAcks is the state.
+// PauseAckChannel is the Pub/Sub channel on which a worker announces each confirmation it writes
+// to PauseAcks. The message is the pause's token, a space and the worker's name. So the pause
+// waiting for it wakes at once, instead of reading PauseAcks over and over. A notice is a hint;
+// PauseAcks is the state.
 func PauseAckChannel(prefix string) string { return prefix + ":paused:acked" }
 
 // The keys of periodic schedules (pipeline.Periodic, internal/periodic) share one hash tag,
-// "{:schedules}", which no queue's tag can equal (':' is not allowed in a queue name), so that a
-// script or transaction may touch a schedule's definition, state and pause together on a
-// cluster, and so that they never meet a queue's keys.
+// "{:schedules}". No queue's tag can equal it, since ':' is not allowed in a queue name. So a
+// script or transaction may touch a schedule's definition, state and pause together on a cluster.
+// And they never meet a queue's keys.
 func schedulesBase(prefix string) string { return prefix + ":{:schedules}:" }
 
 // Schedules is the hash of the stored periodic schedules under prefix: field the schedule's
@@ -618,10 +624,9 @@ func SchedulesPaused(prefix string) string { return schedulesBase(prefix) + "pau
 // enqueued and when (periodic.State).
 func ScheduleState(prefix, name string) string { return schedulesBase(prefix) + "state:" + name }
 
-// The fields of a ScheduleState hash (advance.lua writes them): the last tick handled, and the
-// last job enqueued, its tick and when (unix ms each, but the job's id). Gen counts the
-// changes of the definition and pause, so that a scheduler does not index a schedule by what
-// it read before one.
+// The fields of a ScheduleState hash, which advance.lua writes. They hold the last tick handled,
+// and the last job enqueued: its id, its tick and when (unix ms). Gen counts the changes of the
+// definition and pause. So a scheduler does not index a schedule by what it read before one.
 const (
 	ScheduleFieldLast = "last"
 	ScheduleFieldJob  = "job"
@@ -630,26 +635,28 @@ const (
 	ScheduleFieldGen  = "gen"
 )
 
-// SchedulesDue is the due index of the schedules under prefix: a sorted set of the names of
-// the schedules that are not paused, scored by when each must next be looked at (unix ms: its
-// next tick, or 0 for "now", once it was stored or resumed). A score may be early, never late
-// but for a schedule whose ticks fail, put back by a second: a scheduler reads the schedules
-// whose score is due, not all of them, and sets each one's score again.
+// SchedulesDue is the due index of the schedules under prefix. It is a sorted set of the names of
+// the schedules that are not paused. Each is scored by when it must next be looked at, in unix ms:
+// its next tick, or 0 for "now" once it was stored or resumed.
+//
+// A score may be early, never late. The one exception is a schedule whose ticks fail: it is put
+// back by a second. A scheduler reads only the schedules whose score is due, and sets each one's
+// score again.
 func SchedulesDue(prefix string) string { return schedulesBase(prefix) + "due" }
 
 // SchedulesNames is the sorted set of the names of the stored schedules under prefix, all of
-// score 0, so that they are listed by name a page at a time (ZRANGE BYLEX).
+// score 0. So they are listed by name a page at a time (ZRANGE BYLEX).
 func SchedulesNames(prefix string) string { return schedulesBase(prefix) + "names" }
 
-// SchedulesLock is the lock whose holder runs schedules' ticks on time; the others step in
-// only when a tick is overdue (internal/periodic: the lock is an efficiency, the per-tick job
-// id is the guarantee).
+// SchedulesLock is the lock whose holder runs schedules' ticks on time. The others step in only
+// when a tick is overdue. In internal/periodic the lock is an efficiency; the per-tick job id is
+// the guarantee.
 func SchedulesLock(prefix string) string { return schedulesBase(prefix) + "lock" }
 
 // The keys of the workers' heartbeat records (pipeline.Inspector.Workers) share one hash tag,
-// "{:workers}", which no queue's tag can equal (':' is not allowed in a queue name), so that a
-// worker's beat writes its record and the index in one pipeline to one node of a cluster, and
-// a listing reads every record from that node.
+// "{:workers}". No queue's tag can equal it, since ':' is not allowed in a queue name. So a
+// worker's beat writes its record and the index in one pipeline to one node of a cluster. And a
+// listing reads every record from that node.
 func workersBase(prefix string) string { return prefix + ":{:workers}:" }
 
 // Workers is the sorted set of the workers that beat under prefix: member a worker's name,
@@ -657,9 +664,9 @@ func workersBase(prefix string) string { return prefix + ":{:workers}:" }
 // records: a beat prunes members expired a minute ago, a listing those whose record is gone.
 func Workers(prefix string) string { return workersBase(prefix) + "index" }
 
-// WorkerBeat is the heartbeat record of the worker named name: a string holding its JSON,
-// written every beat with a TTL of a few beats (Redis's clock expires it) and deleted when the
-// worker stops.
+// WorkerBeat is the heartbeat record of the worker named name, a string holding its JSON. It is
+// written every beat with a TTL of a few beats, by Redis's clock, and deleted when the worker
+// stops.
 func WorkerBeat(prefix, name string) string { return workersBase(prefix) + "w:" + name }
 
 // MaxScheduleLen bounds a schedule's name, so that its per-tick job id ("cron:" name ":" unix
@@ -685,20 +692,20 @@ func LayoutLock(prefix, queue string) string { return Partitions(prefix) + ":loc
 // ValidateQueue refuses it in queue names, so "q#1" can name nothing but a partition.
 const PartitionSep = '#'
 
-// MaxPartitions bounds a queue's partition count: a worker holds a stream subscription, a
-// scheduler slot and a recoverer per partition, and a lookup by id may try every partition.
+// MaxPartitions bounds a queue's partition count. A worker holds a stream subscription, a
+// scheduler slot and a recoverer per partition. And a lookup by id may try every partition.
 const MaxPartitions = 1024
 
-// PartitionName is the internal name of partition i of queue's p: "queue#i.s" when the queue
-// has more than one partition (p > 1), and the queue's own name when it has one, so a queue of
-// one partition keeps the plain keys it always had.
+// PartitionName is the internal name of partition i of queue's p. It is "queue#i.s" when the
+// queue has more than one partition (p > 1). A queue of one partition keeps its own name, and so
+// the plain keys it always had.
 //
-// s, three characters or a few more, makes the tag's slot (Slot) the middle slot of the i-th
-// of p equal shares of the 16,384 slots (slotMid). A
-// cluster's default layout gives each of its M masters one contiguous, equal run of slots, so
-// with p a multiple of M each master holds p/M partitions, and with any p >= M each master
-// holds at least one (TestPartitionSlotsSpread checks M up to 16). The name depends on queue,
-// i and p alone: every process finds the same. It is memoized per (queue, p).
+// The suffix s, three characters or a few more, makes the tag's slot (Slot) the middle slot of
+// the i-th of p equal shares of the 16,384 slots (slotMid). A cluster's default layout gives
+// each of its M masters one contiguous, equal run of slots. So with p a multiple of M, each
+// master holds p/M partitions. With any p >= M, each master holds at least one
+// (TestPartitionSlotsSpread checks M up to 16). The name depends on queue, i and p alone: every
+// process finds the same. It is memoized per (queue, p).
 func PartitionName(queue string, i, p int) string {
 	if p <= 1 {
 		return queue
@@ -723,13 +730,14 @@ func partitionTags(queue string, p int) []string {
 	return v.([]string)
 }
 
-// spreadTag is the tag of partition i of p (PartitionName): "queue#i." and the first suffix,
-// in the order of suffixes, whose tag falls in slot mid (slotMid). CRC16 is linear: the CRC
-// after a suffix s of three characters is the CRC of three zero bytes after the head's, XOR
-// the CRC of s alone. So one table of every three-character suffix by its own CRC
-// (suffixTable) answers for every head at once: the four CRCs whose low 14 bits are mid each
-// name at most one suffix. When none of the four is in the table (it misses about 2% of the
-// CRCs), a longer prefix is put before the three characters, in order, until one is.
+// spreadTag is the tag of partition i of p (PartitionName): "queue#i." and the first suffix, in
+// the order of suffixes, whose tag falls in slot mid (slotMid).
+//
+// CRC16 is linear. The CRC after a suffix s of three characters is the CRC of three zero bytes
+// after the head's, XOR the CRC of s alone. So one table of every three-character suffix by its
+// own CRC (suffixTable) answers for every head at once. The four CRCs whose low 14 bits are mid
+// each name at most one suffix. The table misses about 2% of the CRCs. When none of the four is
+// in it, a longer prefix goes before the three characters, in order, until one is.
 func spreadTag(queue string, i, p int) string {
 	mid := slotMid(i, p)
 	head := queue + string(PartitionSep) + strconv.Itoa(i) + "."
@@ -751,9 +759,9 @@ func spreadTag(queue string, i, p int) string {
 // but neither the '.' before the suffix nor PartitionSep.
 const tagAlphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-"
 
-// suffixTable maps a CRC16 to 1 + the number (c0<<12 | c1<<6 | c2, in tagAlphabet) of the
-// first three-character suffix whose CRC from 0 it is, or 0 when none is: 256 KiB, built once
-// per process that names a partition (about 6 ms; BenchmarkSuffixTable).
+// suffixTable maps a CRC16 to 1 + the number of the first three-character suffix whose CRC from
+// 0 it is, or 0 when none is. The number is c0<<12 | c1<<6 | c2, in tagAlphabet. The table is
+// 256 KiB, built once per process that names a partition (about 6 ms; BenchmarkSuffixTable).
 var suffixTable = sync.OnceValue(buildSuffixTable)
 
 func buildSuffixTable() *[1 << 16]uint32 {
@@ -777,9 +785,9 @@ func suffixPrefix(k int) string {
 }
 
 // slotMid is the slot partition i of p takes: the middle of the i-th of p equal shares of the
-// slots. Any slot but the middle fails some layout: with 13 partitions over 12 masters the
-// middle of partition 6's share is slot 8192, the first of the 7th master's run, and a tag a
-// slot lower would leave that master without a partition.
+// slots. Any other slot fails some layout. Take 13 partitions over 12 masters: the middle of
+// partition 6's share is slot 8192, the first of the 7th master's run. A tag a slot lower would
+// leave that master without a partition.
 func slotMid(i, p int) int { return (2*i + 1) * Slots / (2 * p) }
 
 // Slots is the number of hash slots of a Redis Cluster.
@@ -834,9 +842,10 @@ func PartitionOf(key string, p int) int {
 	return int(h % uint32(p))
 }
 
-// ValidatePartition reports whether name is a queue name or the name of one of its partitions,
-// "q#i.s" (PartitionName) with i below MaxPartitions, decimal without leading zeros, and s of
-// 3 to 8 characters of the suffix alphabet: the names the scheduler and the recoverer accept.
+// ValidatePartition reports whether name is a queue name or the name of one of its partitions:
+// the names the scheduler and the recoverer accept. A partition's name is "q#i.s"
+// (PartitionName). Here i is below MaxPartitions, decimal without leading zeros, and s is 3 to 8
+// characters of the suffix alphabet.
 func ValidatePartition(name string) error {
 	k := strings.LastIndexByte(name, PartitionSep)
 	if k < 0 {
@@ -900,11 +909,11 @@ func validName(s string, colon bool) error {
 	return nil
 }
 
-// The fields of a history bucket (Queue.History, HistoryAll): the outcomes the workers wrote
-// in the bucket's time, and two histograms, queue wait and execution time, one field per
-// non-empty cell: HistoryWait or HistoryExec followed by the cell's number
-// (pipeline's histogram: log-scale cells of milliseconds, four to a doubling). Short names:
-// a bucket is a small hash and there are many of them.
+// The fields of a history bucket (Queue.History, HistoryAll). They hold the outcomes the workers
+// wrote in the bucket's time, and two histograms: queue wait and execution time. Each non-empty
+// cell is one field: HistoryWait or HistoryExec followed by the cell's number. The cells are
+// pipeline's histogram's: log-scale cells of milliseconds, four to a doubling. The names are
+// short because a bucket is a small hash and there are many of them.
 const (
 	HistoryCompleted = "c"
 	HistoryFailed    = "f" // went to the dead set
@@ -913,19 +922,18 @@ const (
 	HistoryExec      = "x" // + cell: handler start to end
 )
 
-// History is the hash of the queue's outcomes in one bucket of its history: res names the
-// resolution ("5s", "1m") and start is the bucket's start in unix seconds. One small hash a
-// bucket, with an expiry, keeps the history bounded without any pruning: a bucket's key
-// expires when it leaves its resolution's span. It is under the queue's own hash tag (the
-// queue's, not a partition's: the history is the queue's), so a cluster spreads the
-// histories with the queues.
+// History is the hash of the queue's outcomes in one bucket of its history. res names the
+// resolution ("5s", "1m"); start is the bucket's start in unix seconds. One small hash a bucket,
+// with an expiry, keeps the history bounded without any pruning: a bucket's key expires when it
+// leaves its resolution's span. It is under the queue's own hash tag, not a partition's, because
+// the history is the queue's. So a cluster spreads the histories with the queues.
 func (q Queue) History(res string, start int64) string {
 	return q.base + "history:" + res + ":" + strconv.FormatInt(start, 10)
 }
 
-// HistoryAll is History summed over every queue, which the workers write beside each queue's,
-// so that the history of all queues is one read however many queues there are. Its hash tag
-// "{:history}" is no queue's (':' is not allowed in a queue name).
+// HistoryAll is History summed over every queue, which the workers write beside each queue's. So
+// the history of all queues is one read however many queues there are. Its hash tag "{:history}"
+// is no queue's, since ':' is not allowed in a queue name.
 func HistoryAll(prefix, res string, start int64) string {
 	return prefix + ":{:history}:" + res + ":" + strconv.FormatInt(start, 10)
 }

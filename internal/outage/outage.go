@@ -1,15 +1,15 @@
-// Package outage paces what a component logs, and how often it retries, while Redis fails
-// its calls.
+// Package outage paces what a component logs, and how often it retries, while Redis fails.
 //
 // # Model
 //
-// A Spell is one stretch of failing calls of one component (a stream reader, the delayed
-// scheduler, ...). Its first failure begins it; every later failure that comes once the
+// A Spell is one stretch of failing calls of one component. The component may be a stream reader
+// or the delayed scheduler. Its first failure begins it. Every later failure that comes once the
 // current wait has passed is a new backoff step, and the wait doubles, from Min up to Max.
-// The component logs one line per step, saying the real wait (Step.Wait), however many of
-// its calls fail within the step; and, when a call goes through again, one line saying how
-// long Redis was away (OK). Without it, a component that retries every few hundred
-// milliseconds writes dozens of identical lines per outage.
+//
+// The component logs one line per step, saying the real wait (Step.Wait), however many of its
+// calls fail within the step. When a call goes through again, it logs one line saying how long
+// Redis was away (OK). Without it, a component that retries every few hundred milliseconds
+// writes dozens of identical lines per outage.
 //
 // A Spell is safe for concurrent use: calls of one component on several goroutines share its
 // steps.

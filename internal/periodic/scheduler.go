@@ -30,11 +30,11 @@ const (
 // short; the next pass goes on. At most Grace / interval ticks are ever due at once.
 const maxTicksPerPass = 1000
 
-// staleAfter is how old the state a pass read of a schedule may be when it enqueues one of
-// its ticks. Past it the pass leaves the schedule due, and the next pass, which follows at
-// once, reads it again: a scheduler that stalled between its read and its enqueue could
-// otherwise enqueue a tick that others handled and whose job was since pruned. It is counted
-// from the read of the schedule's own state (a chunk of readChunk), never from a read of all.
+// staleAfter is how old the state a pass read of a schedule may be when it enqueues one of its
+// ticks. Past it the pass leaves the schedule due, and the next pass, which follows at once,
+// reads it again. Otherwise a scheduler that stalled between its read and its enqueue could
+// enqueue a tick that others handled, whose job was since pruned. It is counted from the read of
+// the schedule's own state (a chunk of readChunk), never from a read of all.
 const staleAfter = time.Second
 
 // dueBatch bounds the due schedules one pass takes from the due index, and readChunk those
@@ -64,9 +64,9 @@ type Config struct {
 	// DefaultLockTTL (3 s). A holder that dies leaves it for up to LockTTL, which Takeover
 	// covers. The holder extends it every pass, at most Refresh apart: it must exceed Refresh.
 	LockTTL time.Duration
-	// Takeover is how late a tick may be before a scheduler that does not hold the lock
-	// enqueues it: a leader's death costs a tick at most about this much lateness, not
-	// LockTTL. Defaults to DefaultTakeover.
+	// Takeover is how late a tick may be before a scheduler that does not hold the lock enqueues
+	// it. So a leader's death costs a tick at most about this much lateness, not LockTTL.
+	// Defaults to DefaultTakeover.
 	Takeover time.Duration
 	// Grace is how late a tick may be and still run as itself; older ticks count as missed
 	// (no scheduler ran) and follow their schedule's policy (MissedSkip, MissedOnce).
@@ -80,8 +80,9 @@ type Config struct {
 	// OnTick, when set, is told of each tick enqueued as itself: its schedule, and how long
 	// after the tick it was enqueued (by Now).
 	OnTick func(schedule string, late time.Duration)
-	// OnMissed, when set, is told of the ticks of a schedule found older than Grace: how many
-	// (counted up to maxCount), and whether they were run as one job (MissedOnce) or dropped.
+	// OnMissed, when set, is told of the ticks of a schedule found older than Grace. It learns
+	// how many (counted up to maxCount), and whether they were run as one job (MissedOnce) or
+	// dropped.
 	OnMissed func(schedule string, ticks int, once bool)
 	Logger   zerolog.Logger
 }
@@ -143,9 +144,9 @@ type Scheduler struct {
 	lock  *redislock.Lock
 	log   zerolog.Logger
 	loop  service.Loop
-	// failing is the last error of each schedule whose ticks fail (its queue refuses the
-	// job, say), so that it is logged when it begins or changes, not every pass; the loop's
-	// goroutine only.
+	// failing is the last error of each schedule whose ticks fail, say because its queue refuses
+	// the job. So it is logged when it begins or changes, not every pass. Only the loop's
+	// goroutine uses it.
 	failing map[string]string
 	// lastPass is when (by Now) the last pass that read the due schedules ended; migrated
 	// when the indexes were last checked. The loop's goroutine only.
@@ -232,10 +233,21 @@ func (s *Scheduler) release() {
 }
 
 // leader takes or extends the lock; a Redis error counts as not holding it.
+//
+// The lock calls run detached from ctx, bounded by the lock's TTL. Stop cancels ctx, and a
+// call canceled in flight may have taken or kept the lock in Redis while the scheduler forgets
+// it; release could then not give it back, and other schedulers would wait out the TTL.
 func (s *Scheduler) leader(ctx context.Context) bool {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.LockTTL)
+	defer cancel()
 	if s.lock != nil {
-		if err := s.lock.Refresh(ctx, s.cfg.LockTTL, nil); err == nil {
+		err := s.lock.Refresh(ctx, s.cfg.LockTTL, nil)
+		if err == nil {
 			return true
+		}
+		if !errors.Is(err, redislock.ErrNotObtained) {
+			// Redis did not answer; the lock may still be ours, so keep it to refresh or release.
+			return false
 		}
 		s.lock = nil
 	}
@@ -259,10 +271,10 @@ func (s *Scheduler) migrate(ctx context.Context, now time.Time) error {
 	return nil
 }
 
-// RunOnce is one pass: it reads the due index and enqueues every tick due (for a scheduler
-// without the lock: due for longer than Takeover) of the schedules it names. It returns when
-// the next pass is due. An idle pass (nothing due) is one read of the index and one extension
-// of the lock; with no schedule stored, the read alone.
+// RunOnce is one pass. It reads the due index and enqueues every due tick of the schedules it
+// names. For a scheduler without the lock, due means due for longer than Takeover. It returns
+// when the next pass is due. An idle pass (nothing due) is one read of the index and one
+// extension of the lock. With no schedule stored, it is the read alone.
 func (s *Scheduler) RunOnce(ctx context.Context) (time.Time, error) {
 	now := s.cfg.Now()
 	next := now.Add(s.cfg.Refresh)
@@ -276,8 +288,8 @@ func (s *Scheduler) RunOnce(ctx context.Context) (time.Time, error) {
 		// No schedule to run: no lock to hold either.
 		return next, err
 	}
-	// The lock is held (extended) while there are schedules, due or not, so that the same
-	// scheduler goes on running ticks on time and the others step in only once it is gone.
+	// The lock is held (extended) while there are schedules, due or not. So the same scheduler
+	// goes on running ticks on time, and the others step in only once it is gone.
 	delay := s.cfg.Takeover
 	if s.leader(ctx) {
 		delay = 0
@@ -325,10 +337,10 @@ func (s *Scheduler) RunOnce(ctx context.Context) (time.Time, error) {
 	return next, errors.Join(errs...)
 }
 
-// pass handles one schedule the due index names: it enqueues its due ticks, or scores it
-// again in the index when it is not due (its score was early: it was stored or resumed). It
-// returns when the schedule is next due (the zero time for no time before the next read of the
-// index) and whether it is left due, its read having gone stale.
+// pass handles one schedule the due index names. It enqueues its due ticks. When it is not due,
+// its score was early (it was stored or resumed), and pass scores it again in the index. It
+// returns when the schedule is next due, and whether it is left due because its read went stale.
+// The zero time means no time before the next read of the index.
 func (s *Scheduler) pass(ctx context.Context, sc Schedule, now, read time.Time, delay time.Duration) (time.Time, bool, error) {
 	if sc.gone || sc.Paused {
 		delete(s.failing, sc.Name) // deleted (or paused) while failing
@@ -380,8 +392,8 @@ func (s *Scheduler) pass(ctx context.Context, sc Schedule, now, read time.Time, 
 }
 
 // report logs a schedule's failed ticks when the failure begins or changes, and its end. One
-// schedule's failure is not the pass's: the others' ticks go on, without the backoff of a
-// failed pass, and the failing one is tried again a Refresh later.
+// schedule's failure is not the pass's. The others' ticks go on, without the backoff of a failed
+// pass, and the failing one is tried again a Refresh later.
 func (s *Scheduler) report(name string, err error) {
 	prev, was := s.failing[name]
 	switch {

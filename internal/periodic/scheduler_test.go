@@ -333,6 +333,24 @@ func TestSchedulerStopLeaksNothing(t *testing.T) {
 	goleak.VerifyNone(t, before)
 }
 
+// Stop cancels the loop's context, and a refresh of the lock may be in flight then. The
+// refresh must not forget the lock, so that Stop gives it back. Found under load in CI, where
+// TestSchedulerStopLeaksNothing saw the lock left for its TTL.
+func TestSchedulerLockRefreshCanceledByStop(t *testing.T) {
+	t.Parallel()
+	rdb := redistest.Client(t)
+	b := setup(t, rdb, time.Now())
+	s := b.scheduler(t)
+	require.True(t, s.leader(t.Context()))
+	canceled, cancel := context.WithCancel(t.Context())
+	cancel()
+	s.leader(canceled) // the refresh a Stop cancels
+	s.release()
+	n, err := rdb.Exists(t.Context(), keys.SchedulesLock(b.prefix)).Result()
+	require.NoError(t, err)
+	require.Zero(t, n, "the lock is given back")
+}
+
 // Two schedulers race on a schedule: A reads its state and stalls in its enqueue while B
 // enqueues the same ticks and moves Last further. When A goes on, its move of Last must fail
 // (advance.lua's compare-and-set): Last never moves backwards. The enqueue of the tests is

@@ -9,9 +9,9 @@ import (
 	"github.com/robfig/cron/v3"
 )
 
-// Spec is a parsed schedule: when its ticks fall. Every tick is a whole second, and a tick's
-// time depends on the spec alone, never on when or where it was computed: that is what lets
-// every worker name a tick's job alike.
+// Spec is a parsed schedule: when its ticks fall. Every tick is a whole second. A tick's time
+// depends on the spec alone, never on when or where it was computed. That is what lets every
+// worker name a tick's job alike.
 type Spec struct {
 	every time.Duration // @every's interval; 0 for a cron spec
 	cron  cron.Schedule
@@ -24,12 +24,14 @@ var parser = cron.NewParser(cron.SecondOptional | cron.Minute | cron.Hour | cron
 // MaxSpecLen bounds a spec's length: specs come from the HTTP API.
 const MaxSpecLen = 256
 
-// Parse reads a schedule spec: a cron expression of 5 fields (minute first) or 6 (second
-// first), a descriptor such as @hourly, or "@every D" with D a Go duration of whole seconds,
-// at least 1s. A cron spec is read in UTC unless it starts with CRON_TZ=Zone (or TZ=Zone):
-// robfig/cron's own default, the process's local zone, would make workers in different zones
-// disagree on the ticks. "@every D" ticks at the multiples of D since the Unix epoch (robfig's
-// @every counts from the time it is asked, which differs between workers).
+// Parse reads a schedule spec. That is a cron expression of 5 fields (minute first) or 6 (second
+// first), a descriptor such as @hourly, or "@every D". D is a Go duration of whole seconds, at
+// least 1s.
+//
+// A cron spec is read in UTC unless it starts with CRON_TZ=Zone (or TZ=Zone). The default of
+// robfig/cron is the process's local zone, which would make workers in different zones disagree
+// on the ticks. "@every D" ticks at the multiples of D since the Unix epoch. (Robfig's @every
+// counts from the time it is asked, which differs between workers.)
 func Parse(spec string) (Spec, error) {
 	if len(spec) > MaxSpecLen {
 		return Spec{}, fmt.Errorf("spec longer than %d bytes", MaxSpecLen)
@@ -75,8 +77,8 @@ func parseCron(spec string) (s cron.Schedule, err error) {
 	return parser.Parse(spec)
 }
 
-// Next is the first tick strictly after t, or the zero time when there is none (a cron spec
-// that matches no date, such as 30 February, within robfig's five-year search).
+// Next is the first tick strictly after t, or the zero time when there is none. That is a cron
+// spec that matches no date within robfig's five-year search, such as 30 February.
 func (s Spec) Next(t time.Time) time.Time {
 	if s.every > 0 {
 		d := int64(s.every / time.Second)

@@ -81,8 +81,8 @@ type Schedule struct {
 	gone bool
 }
 
-// DefaultMaxSchedules is the most schedules a Store keeps by default (Store.WithMax): a Put of
-// a new schedule past it fails with ErrTooMany. docs/RELIABILITY.md has what a worker costs at
+// DefaultMaxSchedules is the most schedules a Store keeps by default (Store.WithMax). A Put of a
+// new schedule past it fails with ErrTooMany. docs/RELIABILITY.md has what a worker costs at
 // this many.
 const DefaultMaxSchedules = 100_000
 
@@ -114,10 +114,10 @@ var ErrNotFound = errors.New("periodic: no such schedule")
 
 func ms(t time.Time) string { return strconv.FormatInt(t.UnixMilli(), 10) }
 
-// Put stores d (replacing a definition of its name) in one script: the definition, its
-// place in the indexes, and, for a schedule new to Redis, its state starting at now, so that
-// its first tick is the first one after now and a new schedule does not count the ticks before
-// it as missed. A new schedule past the store's bound is refused with ErrTooMany.
+// Put stores d, replacing a definition of its name, in one script. It writes the definition and
+// its place in the indexes. For a schedule new to Redis, it writes its state starting at now. So
+// its first tick is the first one after now, and a new schedule does not count earlier ticks as
+// missed. A new schedule past the store's bound is refused with ErrTooMany.
 func (s *Store) Put(ctx context.Context, d Def, now time.Time) error {
 	if err := d.Validate(); err != nil {
 		return err
@@ -217,10 +217,10 @@ func (s *Store) setPaused(ctx context.Context, name string, pause bool, now time
 // MaxPage is the most schedules one Page reads.
 const MaxPage = 1000
 
-// Page reads at most limit (1 to MaxPage) stored schedules by name, those after the name
-// after ("" for the first), in two round trips, and returns the name to pass as after for the
-// next page: empty when this page is the last. A schedule stored by a version of Conveyor
-// without the index of names is listed once a scheduler has indexed it (Scheduler.Start).
+// Page reads at most limit (1 to MaxPage) stored schedules by name, those after the name after
+// ("" for the first). It takes two round trips. It returns the name to pass as after for the
+// next page, empty when this page is the last. A schedule stored by a version without the index
+// of names is listed once a scheduler has indexed it (Scheduler.Start).
 func (s *Store) Page(ctx context.Context, after string, limit int) ([]Schedule, string, error) {
 	if limit < 1 || limit > MaxPage {
 		return nil, "", fmt.Errorf("page of %d schedules: want 1 to %d", limit, MaxPage)
@@ -342,8 +342,8 @@ func entryOf(z redis.Z) dueEntry {
 	return dueEntry{name: name, at: time.UnixMilli(int64(z.Score)).UTC()}
 }
 
-// due reads the index's entries due by cutoff, at most n, earliest first, and the first entry
-// after cutoff (ok false when there is none), in one round trip.
+// due reads the index's entries due by cutoff, at most n, earliest first. It also reads the
+// first entry after cutoff (ok false when there is none). It takes one round trip.
 func (s *Store) due(ctx context.Context, cutoff time.Time, n int) (due []dueEntry, after dueEntry, ok bool, err error) {
 	var in, out *redis.ZSliceCmd
 	c := strconv.FormatInt(cutoff.UnixMilli(), 10)
@@ -364,8 +364,8 @@ func (s *Store) due(ctx context.Context, cutoff time.Time, n int) (due []dueEntr
 	return due, after, ok, nil
 }
 
-// index scores sc in the due index at (the zero time: takes it out), unless it changed since
-// it was read; a schedule deleted or paused leaves the index.
+// index scores sc in the due index at at, unless it changed since it was read. The zero time
+// takes it out. A schedule deleted or paused leaves the index.
 func (s *Store) index(ctx context.Context, sc Schedule, at time.Time) error {
 	score := ""
 	if !at.IsZero() {
@@ -382,9 +382,9 @@ func (s *Store) index(ctx context.Context, sc Schedule, at time.Time) error {
 // migrateChunk is how many names one call of migrate.lua looks at.
 const migrateChunk = 500
 
-// migrate indexes the schedules that are not (stored before the indexes were, or by a version
-// without them) and drops the names of deleted ones, when the counts say the indexes are
-// incomplete: four counts, the whole cost when nothing is to do. Idempotent.
+// migrate indexes the schedules that are not indexed: stored before the indexes were, or by a
+// version without them. It drops the names of deleted ones. It does so when the counts say the
+// indexes are incomplete. Four counts are the whole cost when nothing is to do. Idempotent.
 func (s *Store) migrate(ctx context.Context) (int, error) {
 	var defs, names, due, paused *redis.IntCmd
 	_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
@@ -439,10 +439,10 @@ func parseState(h map[string]string) State {
 		LastRunAt: at(keys.ScheduleFieldAt), raw: h[keys.ScheduleFieldLast], gen: h[keys.ScheduleFieldGen]}
 }
 
-// advance moves sc's Last from what was read (compare and set) to last, recording job, its
-// tick and when it was enqueued when job is not empty, and scores sc in the due index at next
-// (the zero time: takes it out) unless its definition or pause changed since the read. It
-// reports false when another scheduler moved Last first: the caller reads the state again.
+// advance moves sc's Last from what was read to last (compare and set). When job is not empty,
+// it records job, its tick and when it was enqueued. It scores sc in the due index at next,
+// unless its definition or pause changed since the read. The zero time takes it out. It reports
+// false when another scheduler moved Last first: the caller reads the state again.
 func (s *Store) advance(ctx context.Context, sc Schedule, st State, last time.Time, job string, tick, at, next time.Time) (bool, error) {
 	score := ""
 	if !next.IsZero() {

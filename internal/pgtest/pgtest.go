@@ -1,13 +1,14 @@
 // Package pgtest starts private PostgreSQL servers for tests, the way internal/redistest starts
-// redis-server: initdb into a temporary directory, postgres on a free port of 127.0.0.1 in its
-// own process group with a parent-death signal (it dies with the test binary), stopped by its
-// pid. Tests never use a server already running (the shared one on 5432).
+// redis-server. It runs initdb into a temporary directory. It starts postgres on a free port of
+// 127.0.0.1 in its own process group, with a parent-death signal, so it dies with the test
+// binary. It stops it by its pid. Tests never use a server already running (the shared one on
+// 5432).
 //
 // The binaries are Debian's (package postgresql: /usr/lib/postgresql/<version>/bin, the newest
-// version found), $CONVEYOR_PG_BIN's directory, or initdb and postgres on PATH. When they are
-// absent, Start and Shared skip the test saying so; scripts/packages.sh installs them. PostgreSQL
-// refuses to run as root: as root the server runs as the user postgres (which Debian's package
-// creates) and the directory is given to it.
+// version found). Or they are in $CONVEYOR_PG_BIN's directory, or initdb and postgres on PATH.
+// When they are absent, Start and Shared skip the test saying so; scripts/packages.sh installs
+// them. PostgreSQL refuses to run as root. As root, the server runs as the user postgres (which
+// Debian's package creates), and the directory is given to it.
 //
 // One server per test package, a database per test:
 //

@@ -1,15 +1,15 @@
-// Package rediserr is Conveyor's one reading of the errors a Redis call returns: what kind of
-// failure it is (the stream is not there, the server is loading, out of memory or refusing the
-// credentials, the network failed, ...), so that each caller decides what to do from a Kind and
-// no other package looks at the text of a Redis reply.
+// Package rediserr is Conveyor's one reading of the errors a Redis call returns. It says what
+// kind of failure it is. Say the stream is not there, or the network failed. Or the server is
+// loading, out of memory or refusing the credentials. So each caller decides what to do from a
+// Kind, and no other package looks at the text of a Redis reply.
 //
 // Classify reads an error as it comes from go-redis, however wrapped. Wrap adds the operation
-// that failed (Error, after asynq's internal/errors Error{Code, Op, Err}), and Message gives an
+// that failed. Its Error follows asynq's internal/errors Error{Code, Op, Err}. Message gives an
 // error's text for a person: what the API and the CLI show.
 //
 // A reply's kind comes from its first word, the error code Redis puts in front of the message
-// ("NOGROUP", "OOM", "WRONGPASS"), after a leading "ERR " that some servers (KVRocks) put before
-// every code, as go-redis's own HasErrorPrefix does.
+// ("NOGROUP", "OOM", "WRONGPASS"). Some servers (KVRocks) put "ERR " before every code. That is
+// skipped, as go-redis's own HasErrorPrefix does.
 package rediserr
 
 import (
@@ -34,17 +34,17 @@ const (
 	// Unknown: nil, redis.Nil (no value, not a failure), or an error that is none of Redis's
 	// and no network failure (a decoding error, an error of Conveyor's own).
 	Unknown Kind = iota
-	// Canceled: the caller's context was canceled or its deadline passed before Redis
-	// answered. That is not Redis's fault, so it is not Unreachable; but when the error also
-	// carries a network failure (a dial or a read cut short by the context), it is
-	// Unreachable, since that is what the connection saw.
+	// Canceled: the caller's context was canceled or its deadline passed before Redis answered.
+	// That is not Redis's fault, so it is not Unreachable. But when the error also carries a
+	// network failure, it is Unreachable, since that is what the connection saw. Such a failure
+	// is a dial or a read cut short by the context.
 	Canceled
 	// Closed: the go-redis client (or its pool) was closed by its owner: no later call on it
 	// can succeed, whatever Redis does.
 	Closed
-	// Unreachable: no answer from Redis: a dial that failed (refused, no such host, timed
-	// out), a connection reset, cut (EOF) or timed out while waiting for a reply, a pool with
-	// no free connection in time.
+	// Unreachable: no answer from Redis. Causes are a dial that failed (refused, no such host,
+	// timed out), and a connection reset, cut (EOF) or timed out while waiting for a reply. So
+	// is a pool with no free connection in time.
 	Unreachable
 	// NoStream: NOGROUP or "no such key": the stream or its consumer group does not exist
 	// (no worker made them yet, or they were deleted). Also found inside a longer message, as
@@ -133,8 +133,8 @@ var codes = map[string]Kind{
 	"WRONGTYPE":   WrongType,
 }
 
-// Classify returns the kind of err. An *Error in err's chain gives its Kind; otherwise a
-// server's reply in the chain gives the kind of its code, then a closed client, a network
+// Classify returns the kind of err. An *Error in err's chain gives its Kind. Otherwise a
+// server's reply in the chain gives the kind of its code. Then a closed client, a network
 // failure and a context's end are looked for, in that order (see the kinds).
 func Classify(err error) Kind {
 	if err == nil {
@@ -230,27 +230,27 @@ func IsRedirect(err error) bool { return Classify(err) == Redirect }
 func IsUnreachable(err error) bool { return Classify(err) == Unreachable }
 
 // Error is an error with its kind and the operation that failed. Conveyor's calls to Redis
-// (the storage layer internal/jobstate, the pipeline's own reads, the scheduler, the
-// recoverers, the event watcher) return their Redis failures as an *Error, so that the HTTP API
-// and the CLI render a failure from its Kind and Op (Classify and OpOf, or errors.As) and never
-// from its text.
+// return their Redis failures as an *Error. Those are the storage layer internal/jobstate, the
+// pipeline's own reads, the scheduler, the recoverers and the event watcher. So the HTTP API and
+// the CLI render a failure from its Kind and Op (Classify and OpOf, or errors.As), never from
+// its text.
 type Error struct {
 	Kind Kind
-	// Op names the operation, a short stable word the caller would put in front of the error
-	// ("enqueue", "finish", "get", "stats", "list", "replay", "purge", "promote", "recover");
-	// it is part of Error's text, and the API's error body carries it as "op".
+	// Op names the operation, a short stable word the caller would put in front of the error:
+	// "enqueue", "finish", "get", "stats", "list", "replay", "purge", "promote", "recover". It
+	// is part of Error's text, and the API's error body carries it as "op".
 	Op  string
 	Err error
 }
 
-// Wrap returns err with its kind (Classify) and the operation op. It returns nil for a nil err
-// and redis.Nil as it is (no value, not a failure: callers compare it).
+// Wrap returns err with its kind (Classify) and the operation op. It returns nil for a nil err.
+// It returns redis.Nil as it is: no value, not a failure, and callers compare it.
 //
-// Wrapping does not nest: an err that already carries an *Error with an Op (anywhere in its
-// chain, as errors.As finds it) is returned unchanged, so the innermost operation, the one
-// nearest Redis, names the failure and the text says it once ("get: OOM ...", never
-// "get: get: OOM ..."). A caller that wants more context adds it with fmt.Errorf, which
-// keeps the *Error reachable. An *Error without an Op in err gets wrapped by one that has it.
+// Wrapping does not nest. An err that already carries an *Error with an Op is returned
+// unchanged, anywhere in its chain that errors.As finds it. So the innermost operation, the one
+// nearest Redis, names the failure. The text says it once ("get: OOM ..."), never "get: get: OOM
+// ...". A caller that wants more context adds it with fmt.Errorf, which keeps the *Error
+// reachable. An *Error without an Op in err gets wrapped by one that has it.
 func Wrap(op string, err error) error {
 	if err == nil || err == redis.Nil {
 		return err
@@ -261,8 +261,8 @@ func Wrap(op string, err error) error {
 	return &Error{Kind: Classify(err), Op: op, Err: err}
 }
 
-// OpOf returns the Op of the first *Error with an Op in err's chain, or "" when there is none
-// (the error did not come from a call to Redis, or its caller named no operation).
+// OpOf returns the Op of the first *Error with an Op in err's chain. It returns "" when there is
+// none: the error did not come from a call to Redis, or its caller named no operation.
 func OpOf(err error) string {
 	for e := err; e != nil; {
 		var ce *Error
@@ -277,9 +277,9 @@ func OpOf(err error) string {
 	return ""
 }
 
-// Error is "op: err", or err's text without an Op; the kind is left out, so wrapping keeps
-// the text a caller would have written with fmt.Errorf("op: %w", err). The op is said once:
-// a text that begins with it already ("stats orders: ...") is left as it is.
+// Error is "op: err", or err's text without an Op. The kind is left out, so wrapping keeps the
+// text a caller would have written with fmt.Errorf("op: %w", err). The op is said once: a text
+// that begins with it already ("stats orders: ...") is left as it is.
 func (e *Error) Error() string {
 	var s string
 	if e.Err != nil {
@@ -305,9 +305,9 @@ func (e *Error) Is(target error) bool {
 	return ok && t.Kind == e.Kind && (t.Op == "" || t.Op == e.Op)
 }
 
-// packages are the packages of this module whose errors begin with their name ("pipeline:
-// job not found"): in front of a message a user reads, the name says where in our code the
-// error was made, which means nothing to them.
+// packages are the packages of this module whose errors begin with their name ("pipeline: job
+// not found"). In front of a message a user reads, the name says where in our code the error was
+// made. That means nothing to the user.
 var packages = []string{"pipeline", "stream", "recovery", "delayed", "jobstate", "keys"}
 
 // invalidArg follows a package's name in its input errors ("pipeline: invalid argument: ").

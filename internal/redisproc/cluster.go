@@ -86,9 +86,9 @@ func (c *Cluster) Node(addr string) *Server {
 	return nil
 }
 
-// WaitHealthy waits until every node answers with cluster_state:ok, all slots ok, every node
-// known and no node flagged failing, every replica seen as one, and every replica's link to
-// its master up.
+// WaitHealthy waits until the cluster is whole. Every node answers with cluster_state:ok, all
+// slots ok, every node known and none flagged failing. Every replica is seen as one, and its
+// link to its master is up.
 func (c *Cluster) WaitHealthy(ctx context.Context) error {
 	var last error
 	for {

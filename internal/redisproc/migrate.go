@@ -19,27 +19,28 @@ const settleTimeout = 30 * time.Second
 
 // SlotMove says how MigrateSlot moves a slot's keys.
 type SlotMove struct {
-	// Batch is the most keys one MIGRATE ... KEYS call moves (default 10). 0 or less means
-	// the default; a Batch at least the slot's key count moves them all in one call (the
-	// mover still loops until CLUSTER GETKEYSINSLOT finds none left).
+	// Batch is the most keys one MIGRATE ... KEYS call moves (default 10). 0 or less means the
+	// default. A Batch of at least the slot's key count moves them all in one call. The mover
+	// still loops until CLUSTER GETKEYSINSLOT finds none left.
 	Batch int
-	// Between, if set, runs after each batch while the slot is half-moved (IMPORTING on the
-	// target, MIGRATING on the source, some keys on each): a test's work, or a wait for it.
-	// It gets the number of keys moved so far; an error stops the move with the slot left
-	// half-moved (the caller may finish it with another MigrateSlot to the same target).
+	// Between, if set, runs after each batch while the slot is half-moved: IMPORTING on the
+	// target, MIGRATING on the source, some keys on each. It is a test's work, or a wait for it.
+	// It gets the number of keys moved so far. An error stops the move with the slot left
+	// half-moved. The caller may finish it with another MigrateSlot to the same target.
 	Between func(ctx context.Context, moved int) error
 }
 
 // MigrateSlot moves slot to the master at address to, as the Redis Cluster documentation's
-// manual procedure does (CLUSTER SETSLOT): IMPORTING on the target first, MIGRATING on the
-// source, then CLUSTER GETKEYSINSLOT and MIGRATE ... KEYS in batches until the source holds
-// none of the slot's keys, then CLUSTER SETSLOT <slot> NODE <target> on the target, the
-// source and every other master. addrs are the cluster's masters (any that reach it will do:
-// the others are learnt from CLUSTER NODES). A slot the target already owns is a no-op.
+// manual procedure does (CLUSTER SETSLOT). It sets IMPORTING on the target first, then MIGRATING
+// on the source. Then it runs CLUSTER GETKEYSINSLOT and MIGRATE ... KEYS in batches until the
+// source holds none of the slot's keys. Then it sends CLUSTER SETSLOT <slot> NODE <target> to
+// the target, the source and every other master. addrs are the cluster's masters. Any that reach
+// it will do, since the others are learnt from CLUSTER NODES. A slot the target already owns is
+// a no-op.
 //
-// MIGRATE is sent without REPLACE: a key that exists on both nodes (written on the target
-// through ASK while the source still had it) fails the move with BUSYKEY, which is what a
-// test wants to see; redis-cli --cluster reshard does the same without --cluster-replace.
+// MIGRATE is sent without REPLACE. A key may exist on both nodes, written on the target through
+// ASK while the source still had it. That fails the move with BUSYKEY, which is what a test
+// wants to see. Without --cluster-replace, redis-cli --cluster reshard does the same.
 func MigrateSlot(ctx context.Context, addrs []string, slot int, to string, mv SlotMove) error {
 	if slot < 0 || slot > 16383 {
 		return fmt.Errorf("redisproc: slot %d out of range", slot)
@@ -104,8 +105,8 @@ func MigrateSlot(ctx context.Context, addrs []string, slot int, to string, mv Sl
 			}
 		}
 	}
-	// The documented order: the target first (so that it stops answering ASK-only), then the
-	// source (which from then on answers MOVED), then the rest, which would learn it by gossip.
+	// The documented order. The target goes first, so that it stops answering ASK-only. Then the
+	// source, which from then on answers MOVED. Then the rest, which would learn it by gossip.
 	order := []string{to, owner}
 	for addr := range masters {
 		if addr != to && addr != owner {

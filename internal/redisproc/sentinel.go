@@ -18,8 +18,8 @@ import (
 // down before one of them fails it over.
 const SentinelQuorum = 2
 
-// SentinelSet is a Redis Sentinel topology of redis-server processes: data nodes (the first
-// started as the master, the others as its replicas) and three sentinels monitoring them as
+// SentinelSet is a Redis Sentinel topology of redis-server processes. It has data nodes, the
+// first started as the master and the others as its replicas. Three sentinels monitor them as
 // MasterName. Which data node is the master changes with failovers: ask MasterAddr.
 type SentinelSet struct {
 	MasterName string
@@ -27,9 +27,9 @@ type SentinelSet struct {
 	Sentinels  []*Server // the three redis-server --sentinel processes
 }
 
-// SentinelConf is a sentinel's config file monitoring the master at 127.0.0.1:port as name
-// with quorum SentinelQuorum, declaring it down after downAfter without a valid reply, and
-// with failoverTimeout (which also spaces two failovers of the same master by twice itself).
+// SentinelConf is a sentinel's config file monitoring the master at 127.0.0.1:port as name, with
+// quorum SentinelQuorum. It declares the master down after downAfter without a valid reply. It
+// sets failoverTimeout, which also spaces two failovers of the same master by twice itself.
 func SentinelConf(name string, port int, downAfter, failoverTimeout time.Duration) string {
 	return fmt.Sprintf(
 		"sentinel monitor %[1]s 127.0.0.1 %[2]d %[5]d\n"+
@@ -39,15 +39,15 @@ func SentinelConf(name string, port int, downAfter, failoverTimeout time.Duratio
 		name, port, downAfter.Milliseconds(), failoverTimeout.Milliseconds(), SentinelQuorum)
 }
 
-// StartSentinel starts a master and replicas replicas of it in subdirectories of dir, each
-// with the extra args (e.g. "--appendonly", "yes"), waits until the replicas are in sync,
-// then starts three sentinels (SentinelConf) and waits until the set is healthy
-// (WaitHealthy). The caller must call Stop.
+// StartSentinel starts a master and replicas replicas of it in subdirectories of dir. Each gets
+// the extra args (e.g. "--appendonly", "yes"). It waits until the replicas are in sync. Then it
+// starts three sentinels (SentinelConf) and waits until the set is healthy (WaitHealthy). The
+// caller must call Stop.
 //
-// The replicas are made replicas with REPLICAOF, not --replicaof, so that every data node
-// restarts (Server.Restart) as a master on its own data and the sentinels, not its command
-// line, decide what it becomes: a killed master comes back a master with stale data, and
-// the sentinels must turn it into a replica of the one they promoted meanwhile.
+// The replicas are made replicas with REPLICAOF, not --replicaof. So every data node restarts
+// (Server.Restart) as a master on its own data. The sentinels, not its command line, decide what
+// it becomes. A killed master comes back a master with stale data. The sentinels must turn it
+// into a replica of the one they promoted meanwhile.
 func StartSentinel(dir, name string, replicas int, downAfter, failoverTimeout time.Duration, args ...string) (*SentinelSet, error) {
 	s := &SentinelSet{MasterName: name}
 	// No delay before a full sync: a replica, or a killed master turned into one, is in sync
@@ -174,10 +174,10 @@ func SentinelMasterAddr(ctx context.Context, name string, addrs []string) (strin
 	return addr, nil
 }
 
-// WaitHealthy waits until the set is whole: every sentinel running and agreeing on the
-// master, seeing it up (no failover in progress) with every other data node as a replica in
-// sync and the two other sentinels; the master answering ROLE master with every other data
-// node connected online; every replica replicating that master with its link up.
+// WaitHealthy waits until the set is whole. Every sentinel runs and agrees on the master. Each
+// sees it up, with no failover in progress, and sees every other data node as a replica in sync,
+// and the two other sentinels. The master answers ROLE master, with every other data node
+// connected online. Every replica replicates that master with its link up.
 func (s *SentinelSet) WaitHealthy(ctx context.Context) error {
 	return poll(ctx, "sentinel set not healthy", func() error {
 		for _, sn := range s.Sentinels {
@@ -286,10 +286,10 @@ func sameSet(a, b []string) bool {
 	return slices.Equal(a, b)
 }
 
-// Failover asks a sentinel for a failover (SENTINEL FAILOVER: it promotes a replica without
-// asking the others' agreement, and the old master, still up, is turned into a replica of it)
-// and waits until every sentinel names a new master that answers as one. It returns the old
-// master's address and the new one's; WaitHealthy then waits for the old master to rejoin.
+// Failover asks a sentinel for a failover with SENTINEL FAILOVER. That promotes a replica
+// without asking the others' agreement. The old master, still up, is turned into a replica of
+// it. Failover waits until every sentinel names a new master that answers as one. It returns the
+// old master's address and the new one's. WaitHealthy then waits for the old master to rejoin.
 func (s *SentinelSet) Failover(ctx context.Context) (old, promoted string, err error) {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
@@ -310,14 +310,15 @@ func (s *SentinelSet) Failover(ctx context.Context) (old, promoted string, err e
 	return old, promoted, err
 }
 
-// Switchover is a coordinated failover, as an operator makes one with Sentinel: the master's
-// writes are paused (CLIENT PAUSE WRITE), the failover asked (Failover) once the replica has
-// every write, and the pause lifted once the old master has lost its replica. SENTINEL
-// FAILOVER alone does not wait for the replica, and the old master, still up, still takes
-// writes until the sentinels turn it into a replica (seconds later): a write it acknowledges
-// from a client that has not heard of the switch is lost. Lifting the pause is safe only when
-// the old master then refuses writes by itself: the data nodes must run with
-// min-replicas-to-write 1 (a master without its replica answers NOREPLICAS).
+// Switchover is a coordinated failover, as an operator makes one with Sentinel. It pauses the
+// master's writes (CLIENT PAUSE WRITE). It asks for the failover (Failover) once the replica has
+// every write. It lifts the pause once the old master has lost its replica.
+//
+// SENTINEL FAILOVER alone does not wait for the replica. The old master, still up, still takes
+// writes until the sentinels turn it into a replica, seconds later. A write it acknowledges from
+// a client that has not heard of the switch is lost. Lifting the pause is safe only when the old
+// master then refuses writes by itself. So the data nodes must run with min-replicas-to-write 1:
+// a master without its replica answers NOREPLICAS.
 func (s *SentinelSet) Switchover(ctx context.Context) (old, promoted string, err error) {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
@@ -393,9 +394,9 @@ func (s *SentinelSet) WaitNewMaster(ctx context.Context, old string) (string, er
 	return WaitSentinelFailover(ctx, s.MasterName, s.running, old)
 }
 
-// WaitSentinelFailover waits until every sentinel that sentinels names (asked again at each
-// try: one may stop meanwhile) names the same master of name, other than old, and that master
-// answers ROLE master; it returns its address, or ctx's error with the last reason.
+// WaitSentinelFailover waits until every sentinel that sentinels names agrees on a master of
+// name, other than old. It asks again at each try, since one may stop meanwhile. That master
+// must answer ROLE master. It returns its address, or ctx's error with the last reason.
 func WaitSentinelFailover(ctx context.Context, name string, sentinels func() []string, old string) (string, error) {
 	var addr string
 	err := poll(ctx, "failover from "+old, func() error {

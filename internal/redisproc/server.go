@@ -1,10 +1,10 @@
 // Package redisproc starts and signals redis-server processes by pid, for code that is not a
-// test: the torture suite (internal/torture, `conveyor torture`) runs its own servers, and
-// internal/redistest, the tests' helper, starts its servers with the same pieces.
+// test. The torture suite (internal/torture, `conveyor torture`) runs its own servers. The
+// tests' helper internal/redistest starts its servers with the same pieces.
 //
-// Children are started in their own process group and, on Linux, with a parent-death signal
-// from a thread that never ends (StartCmd), so a redis-server dies with the process that
-// started it, even when that process is SIGKILLed.
+// Children are started in their own process group. On Linux they get a parent-death signal from
+// a thread that never ends (StartCmd). So a redis-server dies with the process that started it,
+// even when that process is SIGKILLed.
 package redisproc
 
 import (
@@ -23,9 +23,9 @@ import (
 // readyTimeout bounds how long a launch waits for the server to answer.
 const readyTimeout = 10 * time.Second
 
-// Server is one redis-server process on 127.0.0.1, in a directory of its own that holds its
-// log and, with appendonly on, its AOF, so that Restart after Kill starts it again on the same
-// port with the same data.
+// Server is one redis-server process on 127.0.0.1, in a directory of its own. The directory
+// holds its log and, with appendonly on, its AOF. So Restart after Kill starts it again on the
+// same port with the same data.
 type Server struct {
 	Addr string // "127.0.0.1:PORT"; the same across Restart
 	Port int

@@ -16,9 +16,9 @@ import (
 // package of Conveyor's, so that the tests of every package (stream's own among them) share
 // one of each.
 
-// Commands is a go-redis hook that counts the commands a client sends, pipelined ones
-// included, for tests that bound what code costs Redis or that wait for it to have done
-// something (a script call, a read). CountCommands adds one to a client.
+// Commands is a go-redis hook that counts the commands a client sends, pipelined ones included.
+// It is for tests that bound what code costs Redis, or that wait for it to have done something
+// (a script call, a read). CountCommands adds one to a client.
 type Commands struct {
 	all, trips, scripts atomic.Int64
 	dials               atomic.Int64
@@ -41,14 +41,14 @@ func CountCommands(rdb interface{ AddHook(redis.Hook) }) *Commands {
 }
 
 // Observe has f called with each single (not pipelined) command once it has returned, on the
-// goroutine that sent it: a test's way to see a client's background work as events.
+// goroutine that sent it. It is a test's way to see a client's background work as events.
 func (c *Commands) Observe(f func(cmd redis.Cmder)) { c.observe.Store(&f) }
 
 // All is how many commands the client sent, each command of a pipeline counted.
 func (c *Commands) All() int64 { return c.all.Load() }
 
-// RoundTrips is how many round trips the client made (a command, or a whole pipeline), but for
-// those that set a new connection up (HELLO, CLIENT SETINFO, AUTH, SELECT).
+// RoundTrips is how many round trips the client made: a command, or a whole pipeline. Those that
+// set a new connection up (HELLO, CLIENT SETINFO, AUTH, SELECT) are left out.
 func (c *Commands) RoundTrips() int64 { return c.trips.Load() }
 
 // During runs f and returns the round trips it took (on a client no other goroutine uses).
@@ -151,11 +151,13 @@ func (c *Commands) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pro
 }
 
 // LoseReplies is a go-redis hook that lets an XREADGROUP run on the server and then loses its
-// reply, for reads that return at least Min entries, while Lose is positive (each loss counts
-// it down; negative means forever), every Every-th such read when Every > 1. With Resend it
-// sends the read again and returns the second reply, as go-redis does after a lost reply;
-// without, it returns io.EOF, as go-redis does once its retries are used up. It also counts
-// the XPENDING calls it sees (Sweeps): a subscriber's sweeps for orphaned entries.
+// reply. It does so for reads that return at least Min entries, while Lose is positive. Each
+// loss counts Lose down; negative means forever. When Every > 1, it loses every Every-th such
+// read.
+//
+// With Resend it sends the read again and returns the second reply, as go-redis does after a
+// lost reply. Without, it returns io.EOF, as go-redis does once its retries are used up. It also
+// counts the XPENDING calls it sees (Sweeps): a subscriber's sweeps for orphaned entries.
 type LoseReplies struct {
 	Resend bool
 	Min    int

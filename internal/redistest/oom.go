@@ -13,18 +13,18 @@ import (
 // oomTimeout bounds each CONFIG call of RefuseWrites and its restore.
 const oomTimeout = 10 * time.Second
 
-// RefuseWrites makes the server refuse writes as if it were out of memory:
-// it sets maxmemory to 1 byte with maxmemory-policy noeviction, so every
-// command that may use memory (SET, XADD, EVALSHA of a writing script, ...)
-// fails with "OOM command not allowed when used memory > 'maxmemory'".
+// RefuseWrites makes the server refuse writes as if it were out of memory. It
+// sets maxmemory to 1 byte with maxmemory-policy noeviction. So every command
+// that may use memory fails with "OOM command not allowed when used memory >
+// 'maxmemory'". Those are SET, XADD, EVALSHA of a writing script, and so on.
 // Reads, DEL and connection commands still work.
 //
 // restore sets both settings back to their values before the call. It is
-// idempotent and is also called in tb.Cleanup if the test did not call it and
+// idempotent. It is also called in tb.Cleanup if the test did not call it and
 // the server is still running. It reports failures with tb.Errorf.
 //
 // It fails the test (tb.Fatal) on the Shared server, whose other users would
-// see the failures: use it on a server of the test's own (Start).
+// see the failures. Use it on a server of the test's own (Start).
 func (s *Server) RefuseWrites(tb testing.TB) (restore func()) {
 	tb.Helper()
 	shared.Lock()

@@ -45,14 +45,14 @@ type SentinelSet struct {
 }
 
 // StartSentinel starts a private Sentinel topology for the test (see
-// SentinelSet), waits until every sentinel sees the master, the replica (in
-// sync) and the two other sentinels, and stops it in tb.Cleanup. opts apply
-// to the master and the replica, not to the sentinels. It fails the test
+// SentinelSet). It waits until every sentinel sees the master, the replica (in
+// sync) and the two other sentinels. It stops it in tb.Cleanup. opts apply to
+// the master and the replica, not to the sentinels. It fails the test
 // (tb.Fatal) if the topology cannot start.
 //
-// The sentinels use down-after-milliseconds 1000 and failover-timeout 3000:
-// after Master is killed, a failover to Replica completes in a few seconds
-// (see WaitFailover).
+// The sentinels use down-after-milliseconds 1000 and failover-timeout 3000. So
+// after Master is killed, a failover to Replica completes in a few seconds (see
+// WaitFailover).
 func StartSentinel(tb testing.TB, opts ...Option) *SentinelSet {
 	tb.Helper()
 	s, err := StartSentinelProcess(opts...)

@@ -26,11 +26,10 @@ var shared struct {
 //
 //	func TestMain(m *testing.M) { redistest.Main(m) }
 //
-// The server is started lazily, by the first Shared or Client call, so
-// packages whose selected tests do not need Redis start none. After m.Run
-// Main stops the server, runs cleanups (what the package's tests shared: Main
-// exits, so a TestMain's defers would not run) and exits with the tests' exit
-// code.
+// The first Shared or Client call starts the server. So packages whose selected
+// tests do not need Redis start none. After m.Run, Main stops the server and
+// runs cleanups: what the package's tests shared. (Main exits, so a TestMain's
+// defers would not run.) Then it exits with the tests' exit code.
 func Main(m *testing.M, cleanups ...func()) {
 	shared.Lock()
 	shared.inMain = true
@@ -57,10 +56,10 @@ func Main(m *testing.M, cleanups ...func()) {
 }
 
 // Shared returns the package's shared server, starting it on first use. It
-// requires TestMain to call Main (which stops the server); otherwise it fails
+// requires TestMain to call Main, which stops the server; otherwise it fails
 // the test. Tests sharing the server must isolate themselves by unique queue
-// names or key prefixes (UniqueName), never by FLUSHDB, and must not Stop,
-// Kill or Restart it (use Start for that).
+// names or key prefixes (UniqueName), never by FLUSHDB. They must not Stop,
+// Kill or Restart it: use Start for that.
 func Shared(tb testing.TB) *Server {
 	tb.Helper()
 	shared.Lock()

@@ -34,8 +34,9 @@ func MasterOf(ctx context.Context, cc *redis.ClusterClient, key string) (string,
 	return "", fmt.Errorf("redistest: no master holds slot %d", slot)
 }
 
-// SlotNodes returns clients of the master that holds key's slot and of another master of c,
-// for a test that moves the slot between them (closed in tb.Cleanup), and the slot.
+// SlotNodes returns clients of the master that holds key's slot and of another master of c, and
+// the slot. It is for a test that moves the slot between them. The clients are closed in
+// tb.Cleanup.
 func (c *Cluster) SlotNodes(tb testing.TB, cc *redis.ClusterClient, key string) (own, other *redis.Client, slot int) {
 	tb.Helper()
 	ctx := context.Background()

@@ -37,13 +37,13 @@ func RequireClientCert() Option {
 	return func(c *config) { c.requireClientCert = true }
 }
 
-// TLSServer is a private redis-server that accepts TLS connections only,
-// with certificates generated for the test (see StartTLS).
+// TLSServer is a private redis-server that accepts TLS connections only, with
+// certificates generated for the test (see StartTLS).
 //
-// The embedded Server's URL is "rediss://127.0.0.1:PORT/0" and its Client
-// trusts the CA and presents the client certificate, so it works whether or
-// not client certificates are required. go-redis's ParseURL does not trust
-// the test CA: set TLSConfig.RootCAs (or use TLSConfig) after parsing.
+// The embedded Server's URL is "rediss://127.0.0.1:PORT/0". Its Client trusts
+// the CA and presents the client certificate. So it works whether or not client
+// certificates are required. The ParseURL of go-redis does not trust the test
+// CA: set TLSConfig.RootCAs (or use TLSConfig) after parsing.
 type TLSServer struct {
 	*Server
 
@@ -58,13 +58,12 @@ type TLSServer struct {
 	ClientCertRequired bool
 }
 
-// StartTLS generates, in a directory of tb.TempDir, a CA, a server
-// certificate for 127.0.0.1 and localhost and a client certificate, both
-// signed by the CA, and starts a private server that listens with TLS only
-// (--port 0 --tls-port PORT). Clients need not present a certificate unless
-// the RequireClientCert option is given. Other options are as for Start. The
-// server is stopped in tb.Cleanup; StartTLS fails the test (tb.Fatal) if it
-// cannot start.
+// StartTLS generates a CA, a server certificate for 127.0.0.1 and localhost,
+// and a client certificate, in a directory of tb.TempDir. The CA signs both. It
+// starts a private server that listens with TLS only (--port 0 --tls-port
+// PORT). Clients need not present a certificate unless the RequireClientCert
+// option is given. Other options are as for Start. The server is stopped in
+// tb.Cleanup. StartTLS fails the test (tb.Fatal) if it cannot start.
 func StartTLS(tb testing.TB, opts ...Option) *TLSServer {
 	tb.Helper()
 	dir := tb.TempDir() // registered before Start's Cleanup, so removed after the server stops

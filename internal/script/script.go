@@ -1,10 +1,14 @@
-// Package script builds Conveyor's Lua scripts and runs them in pipelines.
+// Package script runs Conveyor's Lua scripts, alone or in pipelines.
 //
-// Each script is a .lua file beside the Go code that calls it, embedded with go:embed. New joins
-// the functions of the shared library (lib.lua: building a stream entry, moving a job to the
-// dead set, ...) that a script uses in front of its own source, so shared Lua is written once
-// while each script stays one self-contained EVALSHA on the server. Redis Functions would also do, but the embedded demo
-// server (miniredis) does not run them.
+// It knows no job. It keeps the runner (EVALSHA, then EVAL after NOSCRIPT), the cluster guard
+// and the reply codes. Its lib.lua holds the codes and a few helpers that know no job
+// (chunked calls, stream entries, publishing).
+//
+// A Library joins shared Lua into a script: only the functions the script uses, each after
+// those it uses. The job's own functions (the fence, the dead set, workflows, groups, limits)
+// are internal/jobstate's library. So each script stays one self-contained EVALSHA on the
+// server. Redis Functions would also do, but the embedded demo server (miniredis) does not
+// run them.
 package script
 
 import (
@@ -12,6 +16,7 @@ import (
 	_ "embed"
 	"fmt"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -24,10 +29,10 @@ import (
 //go:embed lib.lua
 var lib string
 
-// New returns a script whose source is the parts of the shared library that src uses
-// (transitively), followed by src. Only those: every `local function` of the library runs (makes
-// a closure) on every call of the script, a cost a single-job call notices (docs/BENCHMARKS.md).
-// On a Redis Cluster the script runs behind clusterGuard (Script).
+// New returns a script whose source is src behind the reply codes and the helpers of lib.lua
+// that it uses, transitively. Only those: every `local function` runs (makes a closure) on
+// every call of the script, a cost a single-job call notices (docs/BENCHMARKS.md). On a Redis
+// Cluster the script runs behind clusterGuard (Script).
 func New(src string) *Script {
 	full := withLib(src)
 	return &Script{plain: redis.NewScript(full), guarded: redis.NewScript(clusterGuard + full)}
@@ -37,15 +42,14 @@ func New(src string) *Script {
 // through Sentinel, and behind clusterGuard, run on a Redis Cluster. Which one a call sends is
 // chosen by the client it is given (IsCluster).
 //
-// Why the guard: the scripts find job records, group lists, workflow hashes and lease keys by
-// names they build from their arguments and from what they read, so Redis Cluster cannot
-// check those keys when it routes the call. While the queue's hash slot migrates between
-// masters (CLUSTER SETSLOT MIGRATING/IMPORTING and MIGRATE in batches) its keys are split
-// between the two nodes: a script that ran on the importing node (sent there by ASK) read a
-// job hash still on the other node as missing and dropped a delayed job (issue 22's torture
-// suite found it), and one on the migrating node stops at the first key already moved, with
-// its earlier writes applied. The guard refuses the whole call, before anything is read,
-// while this node migrates or imports the slot of the script's first key: Redis's own
+// Why the guard: the scripts build many key names from their arguments and from what they
+// read, so Redis Cluster cannot check those keys when it routes the call. While a hash slot
+// migrates between masters (CLUSTER SETSLOT MIGRATING/IMPORTING, then MIGRATE in batches), its
+// keys are split between the two nodes. A script sent to the importing node (by ASK) read a
+// hash still on the other node as missing, and dropped a delayed job (issue 22's torture suite
+// found it). One on the migrating node stops at the first key already moved, its earlier
+// writes applied. So the guard refuses the whole call, before anything is read, while this
+// node migrates or imports the slot of the script's first key. It answers Redis's own
 // TRYAGAIN, which the caller retries (Run, Pipelined) until the move ends.
 type Script struct {
 	plain, guarded *redis.Script
@@ -53,13 +57,13 @@ type Script struct {
 
 // clusterGuard refuses a script, before it touches anything, while this node is migrating
 // or importing the slot of its first key. It asks for two keys that never exist in that slot
-// (named after its hash tag) in one command, which Redis Cluster itself refuses while the
-// slot is in migration: on the migrating node a missing key is the importing node's (ASK),
-// and on the importing node a multi-key command with missing keys is TRYAGAIN; a script's
-// command meeting either fails instead of running. On a stable slot the two lookups are all
-// it costs (docs/BENCHMARKS.md, "Issue 22: the cluster guard"). A script's keys are in one
-// slot (Redis Cluster refuses the call otherwise), so the first key's slot is the script's.
-// (CLUSTER NODES shows the migration too, but costs Redis ten times the script's own work.)
+// (named after its hash tag) in one command. Redis Cluster itself refuses that while the slot
+// is in migration. On the migrating node a missing key is the importing node's (ASK). On the
+// importing node a multi-key command with missing keys is TRYAGAIN. A script's command
+// meeting either fails instead of running. On a stable slot the two lookups are all it costs
+// (docs/BENCHMARKS.md, "Issue 22: the cluster guard"). A script's keys are in one slot (Redis
+// Cluster refuses the call otherwise), so the first key's slot is the script's. CLUSTER NODES
+// shows the migration too, but costs Redis ten times the script's own work.
 const clusterGuard = `if #KEYS > 0 then
   local k, tag = KEYS[1], KEYS[1]
   local s = string.find(k, '{', 1, true)
@@ -106,8 +110,8 @@ func (s *Script) Hash() string { return s.plain.Hash() }
 func (s *Script) Is(sha any) bool { return sha == s.plain.Hash() || sha == s.guarded.Hash() }
 
 // Run runs the script through c (EVALSHA, then EVAL after NOSCRIPT). On a cluster, a call
-// refused because its slot is migrating (TRYAGAIN, CLUSTERDOWN: it did not run) is sent again
-// with a backoff for up to RetryFor, or until ctx ends.
+// refused while its slot migrates (TRYAGAIN, CLUSTERDOWN: it did not run) is sent again. It
+// backs off, for up to RetryFor or until ctx ends.
 func (s *Script) Run(ctx context.Context, c redis.Scripter, keys []string, args ...any) *redis.Cmd {
 	r := s.For(c)
 	cmd := r.Run(ctx, c, keys, args...)
@@ -126,9 +130,9 @@ func (s *Script) Load(ctx context.Context, c redis.Scripter) *redis.StringCmd {
 }
 
 // RetryFor is how long a cluster call refused while its slot migrates is retried. A move of
-// a slot holding a busy queue takes a few seconds (docs/OPERATIONS.md, "Resharding a
-// queue"); a longer one hands the caller the TRYAGAIN error, which it treats as any passing
-// Redis fault (a worker keeps its outcome and writes it again, a publisher publishes again).
+// a slot holding a busy queue takes a few seconds (docs/OPERATIONS.md, "Resharding a queue").
+// A longer one hands the caller the TRYAGAIN error. The caller treats it as any passing Redis
+// fault: a worker keeps its outcome and writes it again, a publisher publishes again.
 const RetryFor = 10 * time.Second
 
 // refusedForNow reports an error that says the call did not run and may run soon: TRYAGAIN
@@ -168,6 +172,7 @@ var (
 	libFuncStart = regexp.MustCompile(`(?m)^local function (cv_\w+)\(`)
 	libRef       = regexp.MustCompile(`\bcv_\w+\b`)
 	libCode      = regexp.MustCompile(`(?m)^local (CV_[A-Z_]+) = (\d+)$`)
+	luaComment   = regexp.MustCompile(`--.*`)
 )
 
 // Code is the first element of every script's reply (see lib.lua).
@@ -201,66 +206,107 @@ func (c Code) String() string {
 	return "CV_" + strconv.FormatInt(int64(c), 10)
 }
 
-// libFuncs splits lib.lua into its functions, each with the comment lines above it, in order.
-func libFuncs() (names []string, bodies map[string]string) {
-	bodies = map[string]string{}
-	starts := libFuncStart.FindAllStringSubmatchIndex(lib, -1)
-	prevEnd := 0
-	for _, m := range starts {
-		name := lib[m[2]:m[3]]
-		end := strings.Index(lib[m[0]:], "\nend\n")
-		if end < 0 {
-			panic("script: unterminated function " + name + " in lib.lua")
-		}
-		end += m[0] + len("\nend\n")
-		// The comment block right above the function belongs to it.
-		head := m[0]
-		for head > prevEnd {
-			lineStart := strings.LastIndex(lib[:head-1], "\n") + 1
-			if !strings.HasPrefix(lib[lineStart:head], "--") {
-				break
-			}
-			head = lineStart
-		}
-		names = append(names, name)
-		bodies[name] = lib[head:end]
-		prevEnd = end
-	}
-	return names, bodies
+// base is lib.lua's helpers.
+var base = newLibrary(nil, lib)
+
+// Library is Lua functions that scripts share. Each starts `local function cv_<name>(` at the
+// start of a line and ends at the first `end` line. The comment lines right above it are its.
+type Library struct {
+	names  []string          // in the order of the sources
+	bodies map[string]string // by name
 }
 
-func withLib(src string) string {
-	names, bodies := libFuncs()
+// NewLibrary cuts the functions out of srcs. It panics on a function with no end, or a name
+// defined twice or also in lib.lua. The sources are embedded, so each is a build error.
+func NewLibrary(srcs ...string) *Library { return newLibrary(base, srcs...) }
+
+// newLibrary is NewLibrary, with the helpers its names must not shadow.
+func newLibrary(helpers *Library, srcs ...string) *Library {
+	l := &Library{bodies: map[string]string{}}
+	for _, src := range srcs {
+		prevEnd := 0
+		for _, m := range libFuncStart.FindAllStringSubmatchIndex(src, -1) {
+			name := src[m[2]:m[3]]
+			end := strings.Index(src[m[0]:], "\nend\n")
+			if end < 0 {
+				panic("script: unterminated Lua function " + name)
+			}
+			if _, dup := l.bodies[name]; dup || (helpers != nil && helpers.bodies[name] != "") {
+				panic("script: Lua function " + name + " defined twice")
+			}
+			end += m[0] + len("\nend\n")
+			// The comment block right above the function belongs to it.
+			head := m[0]
+			for head > prevEnd {
+				lineStart := strings.LastIndex(src[:head-1], "\n") + 1
+				if !strings.HasPrefix(src[lineStart:head], "--") {
+					break
+				}
+				head = lineStart
+			}
+			l.names = append(l.names, name)
+			l.bodies[name] = src[head:end]
+			prevEnd = end
+		}
+	}
+	return l
+}
+
+// Names returns the library's functions, in the order of its sources.
+func (l *Library) Names() []string { return slices.Clone(l.names) }
+
+// Join returns src behind the library's functions it uses, transitively, each one after the
+// functions its code calls (a Lua local is unknown above its definition). A function named only
+// in a comment comes too, harmless; a comment never orders.
+func (l *Library) Join(src string) string {
 	need := map[string]bool{}
-	var visit func(code string)
-	visit = func(code string) {
+	var find func(code string)
+	find = func(code string) {
 		for _, ref := range libRef.FindAllString(code, -1) {
-			if body, ok := bodies[ref]; ok && !need[ref] {
+			if body, ok := l.bodies[ref]; ok && !need[ref] {
 				need[ref] = true
-				visit(body)
+				find(body)
 			}
 		}
 	}
-	visit(src)
+	find(src)
 	var b strings.Builder
-	// The reply codes the script or its library functions name, before any function.
-	used := src
-	for name := range need {
-		used += bodies[name]
+	done := map[string]bool{}
+	var emit func(name string)
+	emit = func(name string) {
+		if done[name] {
+			return
+		}
+		done[name] = true
+		for _, ref := range libRef.FindAllString(luaComment.ReplaceAllString(l.bodies[name], ""), -1) {
+			if need[ref] {
+				emit(ref)
+			}
+		}
+		b.WriteString(l.bodies[name])
+		b.WriteString("\n")
 	}
+	for _, name := range l.names { // the sources' order, where calls leave a choice
+		if need[name] {
+			emit(name)
+		}
+	}
+	b.WriteString(src)
+	return b.String()
+}
+
+// withLib joins lib.lua's helpers that src uses, then puts the reply codes the whole names in
+// front of everything.
+func withLib(src string) string {
+	joined := base.Join(src)
+	var b strings.Builder
 	for _, m := range libCode.FindAllStringSubmatch(lib, -1) {
-		if regexp.MustCompile(`\b` + m[1] + `\b`).MatchString(used) {
+		if regexp.MustCompile(`\b` + m[1] + `\b`).MatchString(joined) {
 			b.WriteString(m[0])
 			b.WriteString("\n")
 		}
 	}
-	for _, name := range names { // library order: a function is defined before its users
-		if need[name] {
-			b.WriteString(bodies[name])
-			b.WriteString("\n")
-		}
-	}
-	b.WriteString(src)
+	b.WriteString(joined)
 	return b.String()
 }
 
@@ -288,8 +334,8 @@ func Load(ctx context.Context, rdb redis.Scripter, scripts ...*Script) error {
 }
 
 // Pipelined runs calls in one round trip with EVALSHA. A pipelined EVALSHA does not fall back
-// to EVAL by itself, so when Redis answers NOSCRIPT the calls that failed are run again with
-// EVAL (which also caches the script for the next time). On a cluster, the calls refused
+// to EVAL by itself. So when Redis answers NOSCRIPT, the calls that failed run again with EVAL,
+// which also caches the script for the next time. On a cluster, the calls refused
 // while their slot migrates are sent again as Script.Run does. The returned commands are in
 // the order of calls; the error is the first command error, if any.
 func Pipelined(ctx context.Context, rdb redis.UniversalClient, calls []Call) ([]*redis.Cmd, error) {

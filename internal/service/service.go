@@ -1,8 +1,8 @@
-// Package service gives a worker's background parts (the delayed scheduler, the recoverers,
-// the partition watcher, and later cron, pause watchers, rate-limit refills) one shape, so that
-// the worker starts them from a list and stops them in reverse, and adding one is a file and a
-// list entry rather than a flag, a goroutine and a log line in the worker (River's maintenance
-// services and startstop package are the model).
+// Package service gives a worker's background parts one shape: the delayed scheduler, the
+// recoverers, the partition watcher, and later cron, pause watchers and rate-limit refills. So
+// the worker starts them from a list and stops them in reverse. Adding one is a file and a list
+// entry, not a flag, a goroutine and a log line in the worker. River's maintenance services and
+// startstop package are the model.
 package service
 
 import (
@@ -24,9 +24,9 @@ type Service interface {
 	Stop()
 }
 
-// Loop implements Start and Stop for a service whose work is one function that runs until
-// its context ends; a service embeds it in an unexported field and calls it from its own
-// Start and Stop.
+// Loop implements Start and Stop for a service whose work is one function that runs until its
+// context ends. A service embeds it in an unexported field, and calls it from its own Start and
+// Stop.
 type Loop struct {
 	mu     sync.Mutex
 	cancel context.CancelFunc
@@ -63,10 +63,10 @@ func (l *Loop) Stop() {
 	l.cancel, l.done = nil, nil
 }
 
-// StartAll starts services in list order and returns a function that stops them in reverse
-// order, each Stop returning before the next begins: a service may rely on those listed before
-// it running for as long as it does. When one fails to start, those started are stopped, in
-// reverse, and its error is returned, naming it.
+// StartAll starts services in list order. It returns a function that stops them in reverse
+// order, each Stop returning before the next begins. So a service may rely on those listed
+// before it running for as long as it does. When one fails to start, those started are stopped,
+// in reverse. Its error is returned, naming it.
 func StartAll(ctx context.Context, services ...Service) (stopAll func(), err error) {
 	for k, s := range services {
 		if err := s.Start(ctx); err != nil {

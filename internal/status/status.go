@@ -1,9 +1,11 @@
-// Package status names where a job is in its life. It is a leaf (it imports nothing of
-// Conveyor's) so that every layer can use the statuses: the storage layer (internal/jobstate)
-// whose scripts write them, the services (delayed, recovery) and their tests, and pipeline,
-// which gives them to users as pipeline.Status. A new status goes here, in All, in the scripts
-// that write it and in docs/STATE_MACHINE.md; internal/jobstate's drift tests check that those
-// agree.
+// Package status names where a job is in its life. It is a leaf: it imports nothing of
+// Conveyor's, so every layer can use the statuses. The store's scripts write them; the services
+// and pipeline read them; users see them as pipeline.Status.
+//
+// The list below is the one place a status is declared. The OpenAPI enums are generated from it
+// (go generate ./api). The dashboard's tabs and colours, the CLI's lists and completion, the
+// events and the metrics' labels read it at run time. The few other files a new status touches
+// are named in docs/ARCHITECTURE.md, "Adding a status"; drift tests fail when one is missed.
 package status
 
 // Status is where a job is in its life.
@@ -32,12 +34,117 @@ const (
 	Canceled Status = "canceled"
 )
 
+// Tone is the colour a status is drawn in: one of the dashboard's palette names.
+type Tone string
+
+// The dashboard's palette (its CSS variables of the same names).
+const (
+	ToneOK    Tone = "ok"
+	ToneBad   Tone = "bad"
+	ToneWarn  Tone = "warn"
+	ToneInfo  Tone = "info"
+	ToneMuted Tone = "muted"
+)
+
+// Info is what the layers above the store know of a status. The zero values say no: a status
+// that is not listable has no tab, no list --status and no OpenAPI list value.
+type Info struct {
+	Status Status
+	// Word is how a person reads it, where it differs from the status ("dead" for failed).
+	Word string
+	// Final: a job never leaves it (but by a replay).
+	Final bool
+	// Listable: an index of the queue holds it, so Inspector.List pages it.
+	Listable bool
+	// Gauge: QueueStats counts the queue's jobs in it now, in the field whose JSON name is
+	// its Word. That word is also its state label in conveyor_queue_jobs.
+	Gauge bool
+	// Tone is its colour on the dashboard.
+	Tone Tone
+	// Help says what the jobs in it are, after the word "Jobs": the dashboard's titles and the
+	// metric's help read it.
+	Help string
+}
+
+// list is every status, in the order of a job's life.
+var list = []Info{
+	{Status: Waiting, Tone: ToneMuted,
+		Help: "tasks of a workflow waiting for the tasks they run after"},
+	{Status: Scheduled, Listable: true, Gauge: true, Tone: ToneWarn,
+		Help: "waiting for their time: a delay, a retry's backoff or a snooze"},
+	{Status: Queued, Listable: true, Gauge: true, Tone: ToneWarn,
+		Help: "waiting for a worker"},
+	{Status: InProgress, Listable: true, Gauge: true, Tone: ToneInfo,
+		Help: "a worker holds"},
+	{Status: Completed, Final: true, Listable: true, Tone: ToneOK,
+		Help: "that succeeded, kept while retained"},
+	{Status: Failed, Word: "dead", Final: true, Listable: true, Gauge: true, Tone: ToneBad,
+		Help: "failed for good, kept for a replay or a purge"},
+	{Status: Canceled, Final: true, Listable: true, Tone: ToneMuted,
+		Help: "canceled before they finished, kept while retained"},
+}
+
 // All returns every status, in the order of a job's life.
 func All() []Status {
-	return []Status{Waiting, Scheduled, Queued, InProgress, Completed, Failed, Canceled}
+	out := make([]Status, len(list))
+	for i, in := range list {
+		out[i] = in.Status
+	}
+	return out
+}
+
+// Infos returns what is known of every status, in the order of All.
+func Infos() []Info {
+	return append([]Info(nil), list...)
+}
+
+// Listable returns the statuses Inspector.List pages, in the order the CLI and the dashboard
+// offer them. Those a gauge counts come first (what the queue holds now), then the others.
+func Listable() []Status {
+	var out []Status
+	for _, gauge := range []bool{true, false} {
+		for _, in := range list {
+			if in.Listable && in.Gauge == gauge {
+				out = append(out, in.Status)
+			}
+		}
+	}
+	return out
+}
+
+// Describe returns what is known of s; ok is false for a status not in the list.
+func Describe(s Status) (in Info, ok bool) {
+	for _, in := range list {
+		if in.Status == s {
+			return in, true
+		}
+	}
+	return Info{Status: s}, false
 }
 
 // Final reports whether s is an end state.
 func (s Status) Final() bool {
-	return s == Completed || s == Failed || s == Canceled
+	in, _ := Describe(s)
+	return in.Final
+}
+
+// Known reports whether s is one of All.
+func (s Status) Known() bool {
+	_, ok := Describe(s)
+	return ok
+}
+
+// Listable reports whether an index holds the jobs in s, so that Inspector.List pages them.
+func (s Status) Listable() bool {
+	in, _ := Describe(s)
+	return in.Listable
+}
+
+// Word is how a person reads s: "dead" for Failed, the status itself otherwise.
+func (s Status) Word() string {
+	in, _ := Describe(s)
+	if in.Word != "" {
+		return in.Word
+	}
+	return string(s)
 }

@@ -1,6 +1,7 @@
 package status_test
 
 import (
+	"slices"
 	"testing"
 
 	"github.com/conveyorq/conveyor/internal/status"
@@ -8,15 +9,55 @@ import (
 
 func TestFinalIsTheEndStates(t *testing.T) {
 	t.Parallel()
-	final := map[status.Status]bool{status.Completed: true, status.Failed: true, status.Canceled: true}
+	final := map[status.Status]bool{status.Completed: true, status.Failed: true, status.Canceled: true,
+		status.Waiting: false, status.Scheduled: false, status.Queued: false, status.InProgress: false}
 	seen := map[status.Status]bool{}
-	for _, s := range status.All() {
+	for _, in := range status.Infos() {
+		s := in.Status
 		if seen[s] {
 			t.Errorf("All lists %q twice", s)
 		}
 		seen[s] = true
-		if s.Final() != final[s] {
+		// A status this test does not name (a new one) is final as the list says.
+		want, named := final[s]
+		if !named {
+			want = in.Final
+		}
+		if s.Final() != want {
 			t.Errorf("%q.Final() = %v", s, s.Final())
 		}
+	}
+	for s := range final {
+		if !seen[s] {
+			t.Errorf("All lacks %q", s)
+		}
+	}
+}
+
+// Every status says how it looks and reads; the listable ones come gauged first, each group in
+// the order of a job's life.
+func TestListIsWhole(t *testing.T) {
+	t.Parallel()
+	for _, in := range status.Infos() {
+		if in.Tone == "" || in.Help == "" {
+			t.Errorf("%q has no tone or help", in.Status)
+		}
+		if in.Gauge && !in.Listable {
+			t.Errorf("%q is gauged but not listable", in.Status)
+		}
+		if !in.Status.Known() || in.Status.Listable() != in.Listable {
+			t.Errorf("%q: Known or Listable disagrees with the list", in.Status)
+		}
+	}
+	want := []status.Status{status.Scheduled, status.Queued, status.InProgress, status.Failed,
+		status.Completed, status.Canceled}
+	if got := status.Listable(); !slices.Equal(got, want) {
+		t.Errorf("Listable() = %v, want %v", got, want)
+	}
+	if status.Failed.Word() != "dead" || status.Queued.Word() != "queued" {
+		t.Errorf("Word: %q, %q", status.Failed.Word(), status.Queued.Word())
+	}
+	if status.Status("nosuch").Known() {
+		t.Error("an unknown status is Known")
 	}
 }

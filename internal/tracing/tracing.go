@@ -1,11 +1,12 @@
-// Package tracing is what pipeline and recovery share of OpenTelemetry: the tracer a
-// configured (or the global) provider gives, the fast path that keeps tracing free when no
-// provider is set, the W3C trace context in a job's metadata, and the messaging attributes.
+// Package tracing is what pipeline and recovery share of OpenTelemetry. It holds the tracer that
+// a configured (or the global) provider gives. It holds the fast path that keeps tracing free
+// when no provider is set. It reads and writes the W3C trace context in a job's metadata, and
+// names the messaging attributes.
 //
-// Free when off: Tracer.Get is an atomic load and a comparison when no provider was set (the
-// global provider is still OpenTelemetry's default, which records nothing), and the callers
-// touch a job's metadata only when a tracer is on or the context carries a valid span
-// context already (one they forward without recording).
+// Free when off: Tracer.Get is an atomic load and a comparison when no provider was set. The
+// global provider is then still OpenTelemetry's default, which records nothing. The callers
+// touch a job's metadata only when a tracer is on, or when the context already carries a valid
+// span context. They forward such a context without recording.
 package tracing
 
 import (
@@ -106,9 +107,9 @@ func New(tp trace.TracerProvider) Tracer {
 	return Tracer{tr: tp.Tracer(ScopeName), explicit: true}
 }
 
-// Get returns the tracer to record spans with, or nil when no provider records: none was
-// given and the application set no global one, or the one set is OpenTelemetry's no-op. It
-// allocates nothing.
+// Get returns the tracer to record spans with, or nil when no provider records. That is when
+// none was given and the application set no global one, or the one set is OpenTelemetry's no-op.
+// It allocates nothing.
 func (t Tracer) Get() trace.Tracer {
 	if t.explicit {
 		return t.tr
@@ -153,9 +154,9 @@ func SpanContextOf(traceparent, tracestate string) trace.SpanContext {
 	return trace.SpanContextFromContext(propagator.Extract(context.Background(), propagation.MapCarrier(md)))
 }
 
-// FromHeaders returns ctx with the remote span context of W3C traceparent and tracestate
-// values (an HTTP request's headers, a CLI flag), or ctx unchanged when traceparent is empty
-// or not valid: the Trace Context specification has a receiver ignore a malformed one. ok
+// FromHeaders returns ctx with the remote span context of W3C traceparent and tracestate values,
+// such as an HTTP request's headers or a CLI flag. It returns ctx unchanged when traceparent is
+// empty or not valid: the Trace Context specification has a receiver ignore a malformed one. ok
 // reports whether it was valid.
 func FromHeaders(ctx context.Context, traceparent, tracestate string) (context.Context, bool) {
 	sc := SpanContextOf(traceparent, tracestate)

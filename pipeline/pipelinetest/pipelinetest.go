@@ -108,9 +108,17 @@ func RequireNotEnqueued(ctx context.Context, tb testing.TB, insp *pipeline.Inspe
 	}
 }
 
-// listed is every status Inspector.List reads, in the order Enqueued reports jobs.
-var listed = []pipeline.Status{pipeline.StatusScheduled, pipeline.StatusQueued, pipeline.StatusInProgress,
-	pipeline.StatusFailed}
+// listed are the statuses Inspector.List reads whose jobs a gauge counts (those not kept for
+// a while only), in the order Enqueued reports jobs.
+var listed = func() []pipeline.Status {
+	var out []pipeline.Status
+	for _, s := range pipeline.ListableStatuses() {
+		if _, ok := (&pipeline.QueueStats{}).Gauge(s); ok {
+			out = append(out, s)
+		}
+	}
+	return out
+}()
 
 // candidates reads the job want.ID, or every job of queue (of want.Status when it is set).
 func candidates(ctx context.Context, insp *pipeline.Inspector, queue string, want Want) ([]*pipeline.Job, error) {

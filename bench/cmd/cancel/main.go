@@ -1,35 +1,37 @@
-// Command cancel measures issue 19's cancel of running jobs on a private redis-server (or a
-// private 3-master cluster with -cluster):
+// Command cancel measures issue 19's cancel of running jobs on a private redis-server. With
+// -cluster it uses a private 3-master cluster.
 //
-// A pipeline.Worker runs -cancels jobs at once (its Concurrency is -cancels), each handler
-// blocking until its context ends. Once all have started, a Client on a Redis client of its own
-// (what another process, `conveyor cancel` or the HTTP API, would be) cancels them one at a
-// time, each cancel waiting for the previous one's attempt to end (with -burst: all at once,
-// from 16 goroutines). For each it records
+// A pipeline.Worker runs -cancels jobs at once (its Concurrency is -cancels). Each handler
+// blocks until its context ends. Once all have started, a Client on a Redis client of its own
+// cancels them. It stands for another process, such as `conveyor cancel` or the HTTP API. It
+// cancels them one at a time, each cancel waiting for the previous one's attempt to end. With
+// -burst it cancels all at once, from 16 goroutines. For each cancel it records three times.
 //
-//   - cancel-to-context: from just before Client.Cancel to the handler seeing its context
-//     end (the worker heard the job's canceled event, checked the job's record and revoked
-//     its delivery);
-//   - cancel-to-canceled: from the same moment to the worker ending the attempt canceled (a
-//     middleware sees *pipeline.JobError with OutcomeCanceled): the handler has returned, its
-//     outcome is discarded and its slot is free;
-//   - the Cancel call itself (the job is canceled in Redis when it returns);
+// Cancel-to-context runs from just before Client.Cancel to the handler seeing its context end.
+// By then the worker heard the job's canceled event, checked the job's record and revoked its
+// delivery.
 //
-// and reports p50, p99 and max (nearest rank) of each, and how many handlers were stopped by
-// the event (ErrJobCanceled) rather than by the lease renewal's fallback (stream.ErrLeaseLost).
-// The worker's visibility timeout is the default (30 s: a renewal every 10 s), so the event
-// path is what the figures measure. With -no-events the canceling client publishes no event
-// (events.None, as an older version would), and the lease renewal alone stops the handlers:
-// -visibility-timeout then sets how soon.
+// Cancel-to-canceled runs from the same moment to the worker ending the attempt canceled. A
+// middleware sees *pipeline.JobError with OutcomeCanceled. The handler has returned, its outcome
+// is discarded and its slot is free.
+//
+// The third is the Cancel call itself. The job is canceled in Redis when it returns.
+//
+// It reports p50, p99 and max (nearest rank) of each. It reports how many handlers were stopped
+// by the event (ErrJobCanceled) rather than by the lease renewal's fallback
+// (stream.ErrLeaseLost). The worker's visibility timeout is the default, 30 s, a renewal every
+// 10 s. So the figures measure the event path. With -no-events the canceling client publishes no
+// event (events.None), as an older version would. The lease renewal alone then stops the
+// handlers, and -visibility-timeout sets how soon.
 //
 //	go run ./cmd/cancel                  # 100 cancels, standalone
 //	go run ./cmd/cancel -cluster         # on a 3-master cluster (sharded Pub/Sub)
 //	go run ./cmd/cancel -burst           # the 100 cancels at once
 //	go run ./cmd/cancel -no-events -visibility-timeout 3s
 //
-// It exits 1 on an error (a handler that never stopped within -timeout is one), 2 on bad flags;
-// a target not met (cancel-to-context p99 under 200 ms, cancel-to-canceled p99 under 1 s) is
-// reported, not an exit code.
+// It exits 1 on an error, and 2 on bad flags. A handler that never stopped within -timeout is an
+// error. A target not met is reported, not an exit code. The targets are cancel-to-context p99
+// under 200 ms, and cancel-to-canceled p99 under 1 s.
 package main
 
 import (

@@ -1,7 +1,6 @@
-// Command cmdcount measures what one job costs in Redis commands, Redis CPU and Go CPU, for
-// Conveyor alone on a private redis-server: figures that a busy machine does not move as it
-// moves throughput (docs/BENCHMARKS.md, "Issue 16: the live workload's cost, by command
-// count").
+// Command cmdcount measures what one job costs in Redis commands, Redis CPU and Go CPU. It runs
+// Conveyor alone on a private redis-server. A busy machine does not move these figures as it
+// moves throughput (docs/BENCHMARKS.md, "Issue 16: the live workload's cost, by command count").
 //
 // Modes (-mode):
 //
@@ -10,12 +9,12 @@
 //	publish  the same publishes with no worker
 //	consume  N jobs preloaded (chunks of 1000), then a worker drains them
 //
-// Around the measured phase it runs CONFIG RESETSTAT and then reads INFO commandstats and INFO
-// cpu, and reads this process's CPU time (getrusage). The worker and the publisher run in this
-// process; with -cpuprofile their goroutines carry the pprof label role=worker or
-// role=publisher, so `go tool pprof -tagfocus role=worker` splits the profile.
+// Around the measured phase it runs CONFIG RESETSTAT, then reads INFO commandstats and INFO cpu.
+// It reads this process's CPU time (getrusage). The worker and the publisher run in this
+// process. With -cpuprofile their goroutines carry the pprof label role=worker or
+// role=publisher. So `go tool pprof -tagfocus role=worker` splits the profile.
 //
-// The driver polls the stats hash for the completed count (HGET) and reads INFO; those calls are
+// The driver polls the stats hash for the completed count (HGET) and reads INFO. Those calls are
 // left out of the figures.
 package main
 
@@ -329,8 +328,8 @@ func report(mode string, n int, wall, cpu time.Duration, polls int64, cmdstats, 
 	}
 }
 
-// counter is a go-redis hook that counts the commands a client sends, by name (a script call
-// by its SHA's first 8 digits and its first key's last part), and the round trips.
+// counter is a go-redis hook that counts the commands a client sends, by name, and the round
+// trips. A script call is named by its SHA's first 8 digits and its first key's last part.
 type counter struct {
 	mu     sync.Mutex
 	by     map[string]int64

@@ -16,13 +16,12 @@ import (
 	"time"
 )
 
-// The consumer child talks to the parent with lines on stdout that start with protoPrefix:
+// The consumer child talks to the parent with lines on stdout that start with protoPrefix. After
+// DONE it keeps running until its stdin closes, so the parent can read its /proc entries. Then
+// it stops its consumer and exits. Anything else it prints goes to stderr. The lines are:
 //
 //	@@bench READY {"ready_ns":...}
 //	@@bench DONE {"done_ns":...,"handled":...,"processed":...,"lateness_ms":[...]}
-//
-// After DONE it keeps running (so the parent can read its /proc entries) until its stdin
-// closes, then stops its consumer and exits. Anything else it prints goes to stderr.
 const protoPrefix = "@@bench "
 
 type readyMsg struct {

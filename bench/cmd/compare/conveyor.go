@@ -112,7 +112,7 @@ func (p *conveyorProducer) EnqueueDelayed(ctx context.Context, payload []byte, d
 	return err
 }
 
-// Inspect reports the queue's gauges and counters and checks that no key grows without bound:
+// Inspect reports the queue's gauges and counters. It checks that no key grows without bound:
 // the stream must be empty after a drain, and every job hash must have a TTL.
 func (p *conveyorProducer) Inspect(ctx context.Context) (map[string]int64, error) {
 	q := keys.New(p.c.Prefix(), p.queue)

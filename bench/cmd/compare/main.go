@@ -1,10 +1,10 @@
 // Command compare benchmarks Conveyor against asynq, the stock watermill-redisstream Subscriber
-// and plain go-redis streams on one private redis-server, and prints medians and ratios.
+// and plain go-redis streams on one private redis-server. It prints medians and ratios.
 //
-// It starts its own redis-server (no persistence, loopback only), then runs, for each round,
-// every system's workloads in a rotating order. Consumers run in a separate process (this
-// binary re-executed with the hidden -role consume) so that peak RSS and CPU are measured per
-// system; producers run in this process. See bench/README.md for what each number means.
+// It starts its own redis-server (no persistence, loopback only). Each round runs every system's
+// workloads in a rotating order. Consumers run in a separate process: this binary re-executed
+// with the hidden -role consume. So peak RSS and CPU are measured per system. Producers run in
+// this process. See bench/README.md for what each number means.
 package main
 
 import (

@@ -13,9 +13,9 @@ import (
 	"github.com/conveyorq/conveyor/internal/rediserr"
 )
 
-// rawSystem is plain go-redis on a stream: the ceiling for any streams queue here. The
-// producer XADDs (pipelined for batches); the consumer reads XREADGROUP COUNT 100 and
-// acknowledges each batch with one XACK, pipelined with the next read while there is a backlog.
+// rawSystem is plain go-redis on a stream: the ceiling for any streams queue here. The producer
+// XADDs, pipelined for batches. The consumer reads XREADGROUP COUNT 100 and acknowledges each
+// batch with one XACK. While there is a backlog, the XACK is pipelined with the next read.
 type rawSystem struct{}
 
 const (

@@ -148,9 +148,9 @@ func chunks(ctx context.Context, n, size int, f func(ctx context.Context, k int)
 	return nil
 }
 
-// idleSystem is a consumer that connects to nothing: its process's peak RSS is the harness
-// binary's own baseline (every consumer child runs the same binary, with every system's
-// packages initialised).
+// idleSystem is a consumer that connects to nothing. Its process's peak RSS is the harness
+// binary's own baseline. Every consumer child runs the same binary, with every system's packages
+// initialised.
 type idleSystem struct{}
 
 func (idleSystem) Name() string  { return "idle" }

@@ -16,8 +16,8 @@ import (
 )
 
 // watermillSystem is the stock watermill-redisstream Publisher and Subscriber alone: no job
-// state at all. subs subscriptions (one Subscriber each, distinct consumer names) share one
-// consumer group; each reads COUNT 1 and XACKs before it takes the next message.
+// state at all. Its subs subscriptions share one consumer group, each a Subscriber with a
+// distinct consumer name. Each reads COUNT 1 and XACKs before it takes the next message.
 type watermillSystem struct {
 	subs int
 }

@@ -98,9 +98,9 @@ func runParent(ctx context.Context, o options, stdout, stderr io.Writer) int {
 	}
 	variants := variantsOf(o)
 	start := time.Now()
-	// Workload by workload, and within one workload round by round with every system back to
-	// back (the order rotating): the runs a ratio compares are seconds apart, not minutes, so
-	// the drift of a shared VM's speed (up to 1.7x within minutes here) mostly cancels out.
+	// Workload by workload, and within one workload round by round, with every system back to
+	// back in a rotating order. So the runs a ratio compares are seconds apart, not minutes. The
+	// drift of a shared VM's speed (up to 1.7x within minutes here) mostly cancels out.
 	for _, w := range r.workloads() {
 		for round := 1; round <= o.rounds; round++ {
 			order := slices.Clone(o.systems)
@@ -500,8 +500,8 @@ func delayedCount(jobs int) int { return max(1, min(jobs/10, 2000)) }
 // delayedDelay is each delayed job's delay.
 const delayedDelay = time.Second
 
-// delayed: with the consumer running, publish M jobs each due 1s later, spread over about 1s;
-// the handler records start time minus intended due time (carried in the payload).
+// delayed: with the consumer running, publish M jobs each due 1s later, spread over about 1s.
+// The handler records start time minus intended due time, which the payload carries.
 func (r *runner) delayed(ctx context.Context, sys System, queue string) (map[string]float64, error) {
 	m := delayedCount(r.o.jobs)
 	p, err := sys.NewProducer(ctx, r.addr, queue)

@@ -1,29 +1,30 @@
-// Command limits measures issue 18's flow-control limits on a private redis-server:
+// Command limits measures issue 18's flow-control limits on a private redis-server. It has two
+// modes.
 //
-//   - rate: a global rate limit (Limit{Rate, Interval}) shared by 4 workers. The queue holds a
-//     backlog for the whole run; every job's start time (started_at) is read back, and the
-//     observed rate over the window after a warm-up is compared with the limit (target: within
-//     5%). Every span of starts is also checked against what the GCRA allows (the rate plus
-//     one interval's burst, plus the tokens a worker may hold for up to 100 ms, pipeline's
-//     tokenLife): a span over it is a failure, not a figure.
-//   - perkey: a per-key concurrency limit (Limit{PerKey, Concurrency}) over 100 limit keys
-//     (WithLimitKey, keys spread round-robin over the jobs) that the run never reaches,
-//     against the same worker and the same jobs with no limit: a drain of a preloaded backlog,
-//     the two alternating round by round (the order swapped each round) so that the VM's
-//     drift cancels out, and the ratio read per round (target: the median within 10% of the
-//     unlimited worker). That the limit was never reached is checked (QueueStats.Limited 0).
+// Mode rate runs a global rate limit (Limit{Rate, Interval}) shared by 4 workers. The queue
+// holds a backlog for the whole run. Every job's start time (started_at) is read back. The
+// observed rate over the window after a warm-up is compared with the limit (target: within 5%).
+// Every span of starts is also checked against what the GCRA allows. That is the rate plus one
+// interval's burst, plus the tokens a worker may hold for up to 100 ms (pipeline's tokenLife). A
+// span over it is a failure, not a figure.
 //
-// The workers are pipeline.Workers in this process, each on a Redis client of its own (one
-// process, goroutine workers: what 4 worker processes share is Redis, and the limit's state
-// is there either way). It starts its own redis-server (internal/redistest: loopback, no
-// persistence) and never touches another.
+// Mode perkey runs a per-key concurrency limit (Limit{PerKey, Concurrency}) over 100 limit keys
+// that the run never reaches. The keys (WithLimitKey) are spread round-robin over the jobs. It
+// is compared with the same worker and the same jobs with no limit, on a drain of a preloaded
+// backlog. The two alternate round by round, the order swapped each round, so the VM's drift
+// cancels out. The ratio is read per round (target: the median within 10% of the unlimited
+// worker). The run checks that the limit was never reached (QueueStats.Limited 0).
+//
+// The workers are pipeline.Workers in this process, each on a Redis client of its own. What 4
+// worker processes share is Redis, and the limit's state is there either way. It starts its own
+// redis-server (internal/redistest: loopback, no persistence) and never touches another.
 //
 //	go run ./cmd/limits                         # 10,000/s over 10 s; 100,000 jobs x 3 rounds
 //	go run ./cmd/limits -rate 5000 -window 30s  # another rate
 //	go run ./cmd/limits -only perkey -rounds 5
 //
-// It exits 1 on an error or a span over the GCRA's bound, 2 on bad flags; a target not met is
-// reported, not an exit code (the figure is the result).
+// It exits 1 on an error or a span over the GCRA's bound, and 2 on bad flags. A target not met
+// is reported, not an exit code: the figure is the result.
 package main
 
 import (

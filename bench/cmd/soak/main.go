@@ -1,15 +1,15 @@
-// Command soak publishes many jobs to one queue of a private redis-server, runs a worker until
-// all of them completed, and samples Redis's memory along the way, to check the arithmetic of
-// docs/OPERATIONS.md ("Memory in Redis") at scale: about QueuedBytes per unfinished job and
-// RetainedBytes per finished job kept for its retention, and nothing per job once the
-// retention has expired.
+// Command soak publishes many jobs to one queue of a private redis-server, and runs a worker
+// until all of them completed. It samples Redis's memory along the way. That checks the
+// arithmetic of docs/OPERATIONS.md ("Memory in Redis") at scale. It expects about QueuedBytes
+// per unfinished job, and RetainedBytes per finished job kept for its retention. Once the
+// retention has expired, it expects nothing per job.
 //
 // It starts its own redis-server (internal/redistest: loopback, no persistence) and never
-// touches another. Samples are taken after the publish, mid-run (when about half the jobs
-// completed), after completion and, with -expire, after the retention expired. Each sample
-// reads INFO memory's used_memory, the key counts, and MEMORY USAGE of representative keys: a
-// sample of job hashes, the stream, the stats hash and the set of queues. The command exits 1
-// when a sample is off the expected figure by more than -tolerance.
+// touches another. Samples are taken after the publish, and mid-run, when about half the jobs
+// completed. Then after completion and, with -expire, after the retention expired. Each sample
+// reads INFO memory's used_memory, the key counts, and MEMORY USAGE of representative keys.
+// Those are a sample of job hashes, the stream, the stats hash and the set of queues. The
+// command exits 1 when a sample is off the expected figure by more than -tolerance.
 //
 //	go run ./cmd/soak -jobs 1000000                          # default retention (24h): no expiry
 //	go run ./cmd/soak -jobs 1000000 -retention 2m -expire    # and wait for the records to expire
@@ -247,9 +247,9 @@ func soak(ctx context.Context, o options, stderr io.Writer) (*report, error) {
 	w, err := pipeline.NewWorker(rdb, pipeline.WorkerConfig{
 		Queues: []string{queueName}, Concurrency: o.concurrency, ReadBatch: o.readBatch,
 		Retention: o.retention, MinRetention: o.minRetention, ShutdownTimeout: 5 * time.Second,
-		// The soak measures the jobs' memory and waits for every key with a TTL to expire: the
-		// queue's history buckets (kept an hour and a day, a few hundred bytes each) and the
-		// worker's heartbeat record would hold that wait for a day.
+		// The soak measures the jobs' memory and waits for every key with a TTL to expire. The
+		// queue's history buckets (kept an hour and a day, a few hundred bytes each) would hold
+		// that wait for a day. So would the worker's heartbeat record.
 		DisableHistory: true, DisableHeartbeat: true,
 		Logger: zerolog.New(stderr).Level(zerolog.WarnLevel).With().Timestamp().Logger(),
 	})

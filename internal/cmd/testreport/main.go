@@ -1,15 +1,18 @@
-// Command testreport turns `go test -json` output into what scripts/test.sh prints: a line a
-// package as it finishes, the output of the tests and packages that failed (as plain `go test`
-// prints it, not JSON), a table of every package's time and result, and the slowest tests.
+// Command testreport turns `go test -json` output into what scripts/test.sh prints. That is a
+// line a package as it finishes, and the output of the tests and packages that failed. That
+// output is as plain `go test` prints it, not JSON. Then a table of every package's time and
+// result, and the slowest tests.
 //
-//	go test -json ./... | tee out.json | go run ./internal/cmd/testreport -live   # a line a package
-//	go run ./internal/cmd/testreport -slowest 15 out.json more.json   # the report, from files
-//	go run ./internal/cmd/testreport -expect list.txt -pkg PATH a.json b.json
+// Live, `go test -json ./... | tee out.json | go run ./internal/cmd/testreport -live` prints a
+// line a package. From files, `go run ./internal/cmd/testreport -slowest 15 out.json more.json`
+// prints the report. To check a split, run `go run ./internal/cmd/testreport -expect list.txt
+// -pkg PATH a.json b.json`.
 //
-// With -expect it also checks that every test in the list (one name a line, as `go test -list`
-// prints them) ran at least once in the package -pkg across the files: a split of one package's
-// tests into several invocations (-run/-skip) must not leave a test out. It exits 1 when a test
-// did not run; otherwise 0, whatever the tests' results: the caller keeps go test's exit code.
+// With -expect it also checks that every test in the list ran at least once in the package -pkg
+// across the files. The list has one name a line, as `go test -list` prints them. So a split of
+// one package's tests into several invocations (-run/-skip) cannot leave a test out. It exits 1
+// when a test did not run. Otherwise it exits 0, whatever the tests' results: the caller keeps
+// go test's exit code.
 package main
 
 import (
@@ -177,11 +180,11 @@ func noise(text string) bool {
 	return false
 }
 
-// failures prints, in the order go test printed them, the output lines of the tests that
-// failed and the package-level lines (a panic, "FAIL pkg") of the packages that failed or never
-// finished, then build errors. A test that started but never ended is one that was running when
-// the test binary died (a timeout's panic is printed as its output): its lines are printed too.
-// It returns how many packages it printed.
+// failures prints the output lines of the tests that failed, in the order go test printed them.
+// It prints the package-level lines (a panic, "FAIL pkg") of the packages that failed or never
+// finished, then build errors. A test that started but never ended was running when the test
+// binary died. Its lines are printed too, since a timeout's panic is printed as its output. It
+// returns how many packages it printed.
 func (r *report) failures(w io.Writer) int {
 	n := 0
 	for _, key := range r.order {

@@ -149,12 +149,9 @@ func quickTry(opt any) error {
 // queueSummary is a queue's description in a completion: its gauges that are not zero.
 func queueSummary(q *pipeline.QueueStats) string {
 	var parts []string
-	for _, g := range []struct {
-		n    int64
-		name string
-	}{{q.Scheduled, "scheduled"}, {q.Queued, "queued"}, {q.InProgress, "in progress"}, {q.Dead, "dead"}} {
-		if g.n > 0 {
-			parts = append(parts, fmt.Sprintf("%d %s", g.n, g.name))
+	for _, st := range pipeline.Statuses() {
+		if n, ok := q.Gauge(st); ok && n > 0 {
+			parts = append(parts, fmt.Sprintf("%d %s", n, strings.ReplaceAll(pipeline.StatusWord(st), "_", " ")))
 		}
 	}
 	if len(parts) == 0 {
@@ -172,14 +169,18 @@ func completeJobTypes(*cobra.Command, []string, string) ([]cobra.Completion, cob
 	return out, cobra.ShellCompDirectiveNoFileComp
 }
 
-// completeStatuses offers the statuses 'list --status' takes, and "dead", failed's word.
+// completeStatuses offers the statuses 'list --status' takes, then the words that stand for
+// them ("dead", failed's word).
 func completeStatuses(*cobra.Command, []string, string) ([]cobra.Completion, cobra.ShellCompDirective) {
 	out := make([]cobra.Completion, 0, len(listable)+1)
+	var words []cobra.Completion
 	for _, s := range listable {
 		out = append(out, string(s))
+		if w := pipeline.StatusWord(s); w != string(s) {
+			words = append(words, cobra.CompletionWithDesc(w, "the same as "+string(s)))
+		}
 	}
-	out = append(out, cobra.CompletionWithDesc("dead", "the same as failed"))
-	return out, cobra.ShellCompDirectiveNoFileComp
+	return append(out, words...), cobra.ShellCompDirectiveNoFileComp
 }
 
 // showRedisFromEnv shows, in the help of --redis, the (redacted) URL that $CONVEYOR_REDIS_URL

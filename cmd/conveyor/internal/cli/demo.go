@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime/debug"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -550,8 +551,14 @@ func (d *demoRun) summary(jobs []*pipeline.Job, workers []string, attempts []*at
 
 	fmt.Fprintf(w, "\nJobs by status\n")
 	t = newTable(w)
-	for _, s := range []pipeline.Status{pipeline.StatusCompleted, pipeline.StatusFailed, pipeline.StatusScheduled,
-		pipeline.StatusQueued, pipeline.StatusInProgress, pipeline.StatusCanceled} {
+	// The outcomes first, then the rest in the order of a job's life.
+	order := []pipeline.Status{pipeline.StatusCompleted, pipeline.StatusFailed}
+	for _, s := range pipeline.Statuses() {
+		if !slices.Contains(order, s) {
+			order = append(order, s)
+		}
+	}
+	for _, s := range order {
 		n := byStatus[s]
 		if n == 0 && s != pipeline.StatusCompleted && s != pipeline.StatusFailed {
 			continue

@@ -16,8 +16,7 @@ import (
 func init() { addCommand(newListCmd) }
 
 // listable are the statuses that an index holds, so that they can be listed.
-var listable = []pipeline.Status{pipeline.StatusScheduled, pipeline.StatusQueued,
-	pipeline.StatusInProgress, pipeline.StatusFailed, pipeline.StatusCompleted, pipeline.StatusCanceled}
+var listable = pipeline.ListableStatuses()
 
 func newListCmd(a *app) *cobra.Command {
 	var queue, status, cursor string
@@ -93,12 +92,25 @@ PRIORITY is the job's level within its queue, 1 (served first, the default) to 4
 	}
 	f := cmd.Flags()
 	f.StringVarP(&queue, "queue", "q", pipeline.DefaultQueue, "queue whose jobs to list")
-	f.StringVar(&status, "status", "", "scheduled, queued, in_progress, failed (dead), completed or canceled")
+	f.StringVar(&status, "status", "", statusChoices())
 	f.IntVar(&limit, "limit", 50, "list at most this many jobs (1 to 1000)")
 	f.StringVar(&cursor, "cursor", "", "start after the page that printed this cursor")
 	f.BoolVar(&asJSON, "json", false, `print {"jobs": [...], "next": "..."}`)
 	_ = cmd.MarkFlagRequired("status")
 	return cmd
+}
+
+// statusChoices is --status's help: the listable statuses, each with the word a person reads
+// for it where that differs, "failed (dead)".
+func statusChoices() string {
+	s := make([]string, len(listable))
+	for i, x := range listable {
+		s[i] = string(x)
+		if w := pipeline.StatusWord(x); w != string(x) {
+			s[i] += " (" + w + ")"
+		}
+	}
+	return strings.Join(s[:len(s)-1], ", ") + " or " + s[len(s)-1]
 }
 
 func joinStatuses(list []pipeline.Status) string {
@@ -125,6 +137,8 @@ func printJobs(w io.Writer, status pipeline.Status, p *pipeline.JobPage) error {
 		fmt.Fprintln(t, "ID\tTYPE\tSTATUS\tPRIORITY\tATTEMPT\tCOMPLETED_AT\tWORKER\tCREATED_AT")
 	case pipeline.StatusCanceled:
 		fmt.Fprintln(t, "ID\tTYPE\tSTATUS\tPRIORITY\tATTEMPT\tCANCELED_AT\tCREATED_AT")
+	default: // a status with no columns of its own
+		fmt.Fprintln(t, "ID\tTYPE\tSTATUS\tPRIORITY\tATTEMPT\tCREATED_AT")
 	}
 	for _, j := range p.Jobs {
 		fmt.Fprintf(t, "%s\t%s\t%s\t%d\t%d\t", j.ID, orDash(j.Type), pipeline.StatusWord(j.Status),
@@ -146,6 +160,8 @@ func printJobs(w io.Writer, status pipeline.Status, p *pipeline.JobPage) error {
 			fmt.Fprintf(t, "%s\t%s\t%s\n", tableTime(j.CompletedAt), orDash(j.Worker), tableTime(j.CreatedAt))
 		case pipeline.StatusCanceled:
 			fmt.Fprintf(t, "%s\t%s\n", tableTime(j.CompletedAt), tableTime(j.CreatedAt))
+		default:
+			fmt.Fprintf(t, "%s\n", tableTime(j.CreatedAt))
 		}
 	}
 	return t.Flush()

@@ -94,14 +94,25 @@ func printStats(w io.Writer, stats []*pipeline.QueueStats) error {
 	t := newTable(w)
 	// DEAD is the dead set now; WENT_DEAD counts the jobs that went there (the counter "failed"
 	// in JSON): "dead" is the one word a person reads for a job that failed for good.
-	fmt.Fprintln(t, "QUEUE\tSCHEDULED\tQUEUED\tIN_PROGRESS\tDEAD\t|\tENQUEUED\tCOMPLETED\tWENT_DEAD\tRETRIED\tRECOVERED\tCANCELED")
+	fmt.Fprint(t, "QUEUE\t")
+	for _, st := range pipeline.Statuses() {
+		if _, ok := (&pipeline.QueueStats{}).Gauge(st); ok {
+			fmt.Fprint(t, strings.ToUpper(pipeline.StatusWord(st))+"\t")
+		}
+	}
+	fmt.Fprintln(t, "|\tENQUEUED\tCOMPLETED\tWENT_DEAD\tRETRIED\tRECOVERED\tCANCELED")
 	for _, s := range stats {
 		name := s.Queue
 		if s.Paused { // conveyor pause: workers do not read it
 			name += " (paused)"
 		}
-		fmt.Fprintf(t, "%s\t%d\t%d\t%d\t%d\t|\t%d\t%d\t%d\t%d\t%d\t%d\n", name,
-			s.Scheduled, s.Queued, s.InProgress, s.Dead,
+		fmt.Fprint(t, name+"\t")
+		for _, st := range pipeline.Statuses() {
+			if n, ok := s.Gauge(st); ok {
+				fmt.Fprintf(t, "%d\t", n)
+			}
+		}
+		fmt.Fprintf(t, "|\t%d\t%d\t%d\t%d\t%d\t%d\n",
 			s.Enqueued, s.Completed, s.Failed, s.Retried, s.Recovered, s.Canceled)
 	}
 	return t.Flush()

@@ -70,7 +70,16 @@ var outcomes = map[Kind][]string{
 	Start:         {""},
 	Finish:        {"ok", "error"},
 	Commit:        {"completed", "retry", "dead"},
-	Observed:      {"missing", "scheduled", "queued", "in_progress", "completed", "failed", "canceled", "waiting"},
+	Observed:      observed(),
+}
+
+// observed are the outcomes of an Observed record: the job's status, or "missing".
+func observed() []string {
+	out := []string{"missing"}
+	for _, s := range pipeline.Statuses() {
+		out = append(out, string(s))
+	}
+	return out
 }
 
 // ParseLine reads one ledger line (without its newline). It refuses anything a writer of this

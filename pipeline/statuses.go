@@ -1,0 +1,37 @@
+package pipeline
+
+import (
+	"reflect"
+
+	"github.com/conveyorq/conveyor/internal/status"
+)
+
+// Statuses returns every job status, in the order of a job's life. The CLI and the metrics
+// read their lists from it, so that a new status needs no edit there.
+func Statuses() []Status { return status.All() }
+
+// ListableStatuses returns the statuses Inspector.List pages: those a gauge counts first (the
+// queue's jobs now), then the finished ones kept for a while.
+func ListableStatuses() []Status { return status.Listable() }
+
+// gaugeFields maps a gauged status's word to its QueueStats field, found by the field's JSON
+// name, so that a new gauge is a field and nothing else here.
+var gaugeFields = func() map[string]int {
+	out := map[string]int{}
+	t := reflect.TypeFor[QueueStats]()
+	for i := range t.NumField() {
+		out[t.Field(i).Tag.Get("json")] = i
+	}
+	return out
+}()
+
+// Gauge returns how many of the queue's jobs are in status st now; ok is false for a status
+// no gauge counts (waiting, completed, canceled).
+func (s *QueueStats) Gauge(st Status) (n int64, ok bool) {
+	in, _ := status.Describe(st)
+	i, found := gaugeFields[st.Word()]
+	if !in.Gauge || !found {
+		return 0, false
+	}
+	return reflect.ValueOf(s).Elem().Field(i).Int(), true
+}

@@ -1,0 +1,29 @@
+package pipeline_test
+
+import (
+	"testing"
+
+	"github.com/conveyorq/conveyor/internal/status"
+	"github.com/conveyorq/conveyor/pipeline"
+)
+
+// Every status the list says a gauge counts has its QueueStats field, and Gauge reads it.
+func TestQueueStatsGaugeOfEveryStatus(t *testing.T) {
+	t.Parallel()
+	st := pipeline.QueueStats{Scheduled: 1, Queued: 2, InProgress: 3, Dead: 4, Completed: 9, Canceled: 9}
+	want := map[pipeline.Status]int64{pipeline.StatusScheduled: 1, pipeline.StatusQueued: 2,
+		pipeline.StatusInProgress: 3, pipeline.StatusFailed: 4}
+	for _, s := range pipeline.Statuses() {
+		n, ok := st.Gauge(s)
+		w, gauged := want[s]
+		if ok != gauged || n != w {
+			t.Errorf("Gauge(%s) = %d, %v; want %d, %v", s, n, ok, w, gauged)
+		}
+	}
+	// A new gauged status without its field fails here, not as a silent zero.
+	for _, in := range status.Infos() {
+		if _, ok := st.Gauge(in.Status); ok != in.Gauge {
+			t.Errorf("%s: Gauge ok = %v, the list says %v (QueueStats needs a field %q)", in.Status, ok, in.Gauge, in.Status.Word())
+		}
+	}
+}
