@@ -4,7 +4,7 @@
 //
 // A job that must wait (published with a delay, or a failed attempt waiting for its retry)
 // sits in the queue's scheduled sorted set, scored by its due time in unix milliseconds, with
-// its payload in its hash. The Scheduler runs promote.lua (internal/jobstate.Promote), which
+// its payload in its hash. The Scheduler runs promote.lua (internal/jobstate, Store.Promote), which
 // moves up to BatchSize due jobs into the stream (new entry, status queued, payload moved into
 // the entry) and removes them from the set in one atomic step, and returns the next due time. When more are due it runs
 // again at once; otherwise it sleeps until that time, at most MaxSleep.
@@ -126,11 +126,20 @@ func (c Config) validate() error {
 	return errors.Join(errs...)
 }
 
+// promoter is the job state a Scheduler changes. It is declared here, where it is used, with
+// only the calls the Scheduler makes: a test can stand in a store that fails on demand, and
+// package jobstate's conformance suite (jobstate/storetest) checks the real one.
+type promoter interface {
+	Events(ctx context.Context) events.Mode
+	Promote(ctx context.Context, q keys.Queue, p jobstate.PromoteParams) (jobstate.Promoted, error)
+}
+
 // Scheduler promotes due jobs; see the package documentation.
 type Scheduler struct {
-	rdb redis.UniversalClient
-	cfg Config // with the defaults filled in
-	log zerolog.Logger
+	rdb   redis.UniversalClient
+	store promoter
+	cfg   Config // with the defaults filled in
+	log   zerolog.Logger
 	// outage paces the retries and error lines of failing promotions: one line per backoff
 	// step for all the queues, and one when a promotion goes through again.
 	outage outage.Spell
@@ -151,7 +160,7 @@ func New(rdb redis.UniversalClient, cfg Config) (*Scheduler, error) {
 	cfg.Prefix = cmp.Or(cfg.Prefix, keys.DefaultPrefix)
 	cfg.BatchSize = cmp.Or(cfg.BatchSize, DefaultBatchSize)
 	cfg.MaxSleep = cmp.Or(cfg.MaxSleep, DefaultMaxSleep)
-	return &Scheduler{rdb: rdb, cfg: cfg,
+	return &Scheduler{rdb: rdb, store: jobstate.NewStore(rdb, cfg.Prefix), cfg: cfg,
 		log:    cfg.Logger.With().Str("component", "scheduler").Logger(),
 		outage: outage.Spell{Min: min(minRetryWait, cfg.MaxSleep), Max: maxRetryWait}}, nil
 }
@@ -168,7 +177,7 @@ func (s *Scheduler) Promote(ctx context.Context, queue string) (moved int, next,
 // Config.OnPromote), negative when nothing was due.
 func (s *Scheduler) promote(ctx context.Context, queue string, limit int) (int, time.Time, time.Time, time.Duration, error) {
 	q := keys.New(s.cfg.Prefix, queue)
-	p, err := jobstate.Promote(ctx, s.rdb, q, limit, events.ModeOf(ctx, s.rdb))
+	p, err := s.store.Promote(ctx, q, jobstate.PromoteParams{Limit: limit, Events: s.store.Events(ctx)})
 	if err != nil {
 		return 0, time.Time{}, time.Time{}, 0, fmt.Errorf("promote %s: %w", queue, err)
 	}

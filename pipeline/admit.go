@@ -9,7 +9,6 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
-	"github.com/redis/go-redis/v9"
 	"github.com/rs/zerolog"
 
 	"github.com/conveyorq/conveyor/internal/jobstate"
@@ -81,7 +80,7 @@ func grantOf(ctx context.Context) *grant {
 
 // leaseBook is one worker session's leases, per queue.
 type leaseBook struct {
-	rdb    redis.UniversalClient
+	store  jobstate.Backend
 	log    zerolog.Logger
 	holder string
 	lease  time.Duration
@@ -187,7 +186,7 @@ func (il *instLease) addTokens(tb []tokenBatch) {
 }
 
 func newLeaseBook(w *Worker) *leaseBook {
-	return &leaseBook{rdb: w.rdb, log: w.log, holder: w.cfg.Name + "/" + watermill.NewShortUUID()[:8],
+	return &leaseBook{store: w.store, log: w.log, holder: w.cfg.Name + "/" + watermill.NewShortUUID()[:8],
 		lease: w.cfg.VisibilityTimeout, conc: w.cfg.Concurrency, batch: w.cfg.ReadBatch,
 		queues: map[string]*queueLease{}, kick: make(chan struct{}, 1)}
 }
@@ -465,9 +464,7 @@ func (b *leaseBook) admit(ctx context.Context, ql *queueLease, q *keys.Queue, jo
 	b.mu.Unlock()
 
 	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	call := jobstate.AdmitCall(q, h, reqs, items)
-	cmd := call.Script.Run(cctx, b.rdb, call.Keys, call.Args...)
-	res, err := jobstate.AdmitReply(cmd, len(reqs), len(items))
+	res, err := b.store.Admit(cctx, jobstate.AdmitParams{Queue: q, Holder: h, Reqs: reqs, Items: items})
 	cancel()
 
 	b.mu.Lock()
@@ -724,8 +721,7 @@ func (b *leaseBook) keep(ctx context.Context, end bool) {
 	b.mu.Unlock()
 
 	for _, p := range work {
-		call := jobstate.LeasesCall(&p.ql.q, h, end, p.rets)
-		lost, waiting, err := jobstate.LeasesReply(call.Script.Run(ctx, b.rdb, call.Keys, call.Args...))
+		lost, waiting, err := b.store.Leases(ctx, jobstate.LeasesParams{Queue: &p.ql.q, Holder: h, End: end, Returns: p.rets})
 		b.mu.Lock()
 		if err != nil {
 			if !end {

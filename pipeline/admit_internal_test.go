@@ -102,7 +102,7 @@ func newBookQueue(t *testing.T, holder string, lease time.Duration, l Limit) *bo
 	ctx := t.Context()
 	q := keys.New(keys.DefaultPrefix, queue)
 	require.NoError(t, rdb.XGroupCreateMkStream(ctx, q.Stream(), keys.Group, "0").Err())
-	bq := &bookQueue{t: t, rdb: rdb, q: q, c: c, book: &leaseBook{rdb: rdb, log: zerolog.New(zerolog.NewTestWriter(t)),
+	bq := &bookQueue{t: t, rdb: rdb, q: q, c: c, book: &leaseBook{store: jobstate.NewStore(rdb, ""), log: zerolog.New(zerolog.NewTestWriter(t)),
 		holder: holder, lease: lease, conc: 10, batch: 10, queues: map[string]*queueLease{}, kick: make(chan struct{}, 1)}}
 	bq.book.setLimits(q, map[string]jobstate.Limit{jobstate.LimitField(l.Type, l.PerKey): l.stored()})
 	return bq
@@ -167,8 +167,7 @@ func TestLeaseLostSlotIsNotHandedOutAgain(t *testing.T) {
 	bq.waitRunOut("a/1")
 	// Another holder takes the slot back and runs a job on it.
 	other := jobstate.Holder{Name: "b/1", Lease: time.Minute}
-	call := jobstate.AdmitCall(&bq.q, other, []jobstate.LeaseRequest{{Inst: "q", Names: []int{0}}}, nil)
-	res, err := jobstate.AdmitReply(call.Script.Run(t.Context(), bq.rdb, call.Keys, call.Args...), 1, 0)
+	res, err := jobstate.NewStore(bq.rdb, "").Admit(t.Context(), jobstate.AdmitParams{Queue: &bq.q, Holder: other, Reqs: []jobstate.LeaseRequest{{Inst: "q", Names: []int{0}}}})
 	require.NoError(t, err)
 	require.Equal(t, []jobstate.LeaseGrant{{Names: 1}}, res.Grants)
 
@@ -189,8 +188,7 @@ func TestLeaseTakeLeavesJobsToRedisWhileJobsWait(t *testing.T) {
 	// Another worker's job waits for a slot, and the keeper learns it.
 	other := jobstate.Holder{Name: "b/1", Lease: time.Minute}
 	items := []jobstate.AdmitItem{bq.read(1)[0].item}
-	call := jobstate.AdmitCall(&bq.q, other, []jobstate.LeaseRequest{{Inst: "q", Names: []int{0}}}, items)
-	res, err := jobstate.AdmitReply(call.Script.Run(t.Context(), bq.rdb, call.Keys, call.Args...), 1, 1)
+	res, err := jobstate.NewStore(bq.rdb, "").Admit(t.Context(), jobstate.AdmitParams{Queue: &bq.q, Holder: other, Reqs: []jobstate.LeaseRequest{{Inst: "q", Names: []int{0}}}, Items: items})
 	require.NoError(t, err)
 	require.Equal(t, script.Deferred, res.Jobs[0].Code)
 	bq.book.mu.Lock()
@@ -222,8 +220,7 @@ func TestLeaseTokensLiveTokenLife(t *testing.T) {
 	require.Nil(t, bq.takeNow(), "a token older than tokenLife admits nothing")
 	bq.book.keep(t.Context(), false)
 	other := jobstate.Holder{Name: "b/1", Lease: time.Minute}
-	call := jobstate.AdmitCall(&bq.q, other, []jobstate.LeaseRequest{{Inst: "q", Tokens: 10}}, nil)
-	res, err := jobstate.AdmitReply(call.Script.Run(t.Context(), bq.rdb, call.Keys, call.Args...), 1, 0)
+	res, err := jobstate.NewStore(bq.rdb, "").Admit(t.Context(), jobstate.AdmitParams{Queue: &bq.q, Holder: other, Reqs: []jobstate.LeaseRequest{{Inst: "q", Tokens: 10}}})
 	require.NoError(t, err)
 	require.Equal(t, []jobstate.LeaseGrant{{Tokens: 8}}, res.Grants, "the 8 unused tokens went back")
 }
@@ -306,8 +303,7 @@ func TestLeaseForgottenInstanceNumbersNotAskedAgain(t *testing.T) {
 	}
 	// Another worker takes what room Redis sees: together no more than the limit run.
 	other := jobstate.Holder{Name: "b/1", Lease: time.Minute}
-	call := jobstate.AdmitCall(&bq.q, other, []jobstate.LeaseRequest{{Inst: "q", Names: []int{0, 1, 2}}}, nil)
-	res, err := jobstate.AdmitReply(call.Script.Run(t.Context(), bq.rdb, call.Keys, call.Args...), 1, 0)
+	res, err := jobstate.NewStore(bq.rdb, "").Admit(t.Context(), jobstate.AdmitParams{Queue: &bq.q, Holder: other, Reqs: []jobstate.LeaseRequest{{Inst: "q", Names: []int{0, 1, 2}}}})
 	require.NoError(t, err)
 	require.LessOrEqual(t, len(grants[0].slots)+res.Grants[0].Names, limit, "slots running jobs at once")
 }

@@ -172,7 +172,7 @@ func (c *cancels) rememberLocked(k runKey, now time.Time) {
 func (c *cancels) check(rj *runJob) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	st, err := c.w.rdb.HGet(ctx, rj.q.Job(rj.id), keys.FieldStatus).Result()
+	st, err := c.w.store.Status(ctx, *rj.q, rj.id)
 	c.mu.Lock()
 	rj.checking = false
 	c.mu.Unlock()

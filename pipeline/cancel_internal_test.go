@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/conveyorq/conveyor/internal/events"
+	"github.com/conveyorq/conveyor/internal/jobstate"
 	"github.com/conveyorq/conveyor/internal/keys"
 	"github.com/conveyorq/conveyor/internal/redistest"
 	"github.com/conveyorq/conveyor/stream"
@@ -55,7 +56,7 @@ func TestCancelHeardBeforeRegister(t *testing.T) {
 	rdb := redistest.Client(t)
 	ctx := t.Context()
 	q := keys.New(keys.DefaultPrefix, redistest.UniqueName(t))
-	c := newCancels(&Worker{rdb: rdb, cfg: WorkerConfig{VisibilityTimeout: 30 * time.Second, Now: time.Now}})
+	c := newCancels(&Worker{rdb: rdb, store: jobstate.NewStore(rdb, keys.DefaultPrefix), cfg: WorkerConfig{VisibilityTimeout: 30 * time.Second, Now: time.Now}})
 	require.NoError(t, rdb.XAdd(ctx, &redis.XAddArgs{Stream: q.Stream(), Values: []any{
 		stream.FieldUUID, "job-1", stream.FieldPayload, "", stream.FieldMetadata, ""}}).Err())
 	sub, err := stream.NewSubscriber(stream.Config{Client: rdb, Group: keys.Group, ManualSettle: true})

@@ -14,7 +14,6 @@ import (
 	"github.com/redis/go-redis/v9"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/conveyorq/conveyor/internal/events"
 	"github.com/conveyorq/conveyor/internal/jobstate"
 	"github.com/conveyorq/conveyor/internal/keys"
 	"github.com/conveyorq/conveyor/internal/rediserr"
@@ -92,6 +91,7 @@ const NoRetries = -1
 // the Inspector's.
 type Client struct {
 	rdb    redis.UniversalClient
+	store  jobstate.Backend
 	cfg    ClientConfig
 	known  sync.Map     // queue name -> *knownQueue, for queues found in the known-queues set
 	nknown atomic.Int64 // entries of known, at most cfg.MaxQueues
@@ -165,7 +165,7 @@ func NewClient(rdb redis.UniversalClient, cfg ClientConfig) (*Client, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	return &Client{rdb: rdb, cfg: cfg, tracer: tracing.New(cfg.TracerProvider)}, nil
+	return &Client{rdb: rdb, store: jobstate.NewStore(rdb, cfg.Prefix), cfg: cfg, tracer: tracing.New(cfg.TracerProvider)}, nil
 }
 
 // Redis returns the client's Redis connection.
@@ -216,7 +216,7 @@ func (c *Client) enqueue(ctx context.Context, queue string, task *Task, pt *publ
 	}
 	rw := c.replicasFor(opts, nil).writer(c.rdb) // durable.go
 	if !nj.Plain(now) {
-		jobs, err := c.publish(ctx, rw.scripter(c.rdb), queue, []*Job{j}, []jobstate.NewJob{nj}, now)
+		jobs, err := c.publish(ctx, c.store.Via(rw.scripter(c.rdb)), queue, []*Job{j}, []jobstate.NewJob{nj}, now)
 		if err != nil {
 			return nil, err
 		}
@@ -230,7 +230,7 @@ func (c *Client) enqueue(ctx context.Context, queue string, task *Task, pt *publ
 		if err != nil {
 			return nil, err
 		}
-		got, err := c.enqueuePlain(ctx, rw.scripter(c.rdb), c.partition(queue, &nj, p), j, &nj)
+		got, err := c.enqueuePlain(ctx, c.store.Via(rw.scripter(c.rdb)), c.partition(queue, &nj, p), j, &nj)
 		if !errors.Is(err, jobstate.ErrClosed) {
 			if err != nil {
 				return got, err
@@ -293,7 +293,7 @@ func (c *Client) enqueueBatch(ctx context.Context, queue string, tasks []Task, p
 		jobs[i] = j
 	}
 	rw := c.replicasFor(opts, tasks).writer(c.rdb) // durable.go
-	jobs, err = c.publish(ctx, rw.scripter(c.rdb), queue, jobs, njs, now)
+	jobs, err = c.publish(ctx, c.store.Via(rw.scripter(c.rdb)), queue, jobs, njs, now)
 	return jobs, rw.check(err)
 }
 
@@ -306,7 +306,7 @@ const closedRetryFor = 5 * time.Second
 // because their partition is closed (its count changed: Inspector.CreateQueue) are written
 // again after the count is read again, with a short backoff, for up to closedRetryFor; so no
 // job is written to a layout that no worker of the new count reads.
-func (c *Client) publish(ctx context.Context, rdb redis.UniversalClient, queue string, jobs []*Job, njs []jobstate.NewJob, now time.Time) ([]*Job, error) {
+func (c *Client) publish(ctx context.Context, js jobstate.Backend, queue string, jobs []*Job, njs []jobstate.NewJob, now time.Time) ([]*Job, error) {
 	var idx []int // the indexes of the jobs still to write; nil: all of them
 	var conflicts []error
 	start := time.Now()
@@ -322,7 +322,7 @@ func (c *Client) publish(ctx context.Context, rdb redis.UniversalClient, queue s
 				sj[k], sn[k] = jobs[i], njs[i]
 			}
 		}
-		res, closed, err := c.publishOnce(ctx, rdb, queue, p, sj, sn, now)
+		res, closed, err := c.publishOnce(ctx, js, queue, p, sj, sn, now)
 		if res != nil && idx == nil {
 			copy(jobs, res)
 		} else if res != nil {
@@ -371,15 +371,15 @@ func (c *Client) closedWait(ctx context.Context, queue string, start time.Time, 
 // publishOnce is one try of publish over p partitions: a single plain job with the one-job
 // script (it costs Redis half, and a router's publish often is one job), else enqueuePrepared.
 // It returns the indexes of the jobs refused by a closed partition.
-func (c *Client) publishOnce(ctx context.Context, rdb redis.UniversalClient, queue string, p int, jobs []*Job, njs []jobstate.NewJob, now time.Time) ([]*Job, []int, error) {
+func (c *Client) publishOnce(ctx context.Context, js jobstate.Backend, queue string, p int, jobs []*Job, njs []jobstate.NewJob, now time.Time) ([]*Job, []int, error) {
 	if len(jobs) == 1 && njs[0].Plain(now) {
-		j, err := c.enqueuePlain(ctx, rdb, c.partition(queue, &njs[0], p), jobs[0], &njs[0])
+		j, err := c.enqueuePlain(ctx, js, c.partition(queue, &njs[0], p), jobs[0], &njs[0])
 		if errors.Is(err, jobstate.ErrClosed) {
 			return jobs, []int{0}, nil
 		}
 		return []*Job{cmp.Or(j, jobs[0])}, nil, err
 	}
-	return c.enqueuePrepared(ctx, rdb, queue, p, jobs, njs, now)
+	return c.enqueuePrepared(ctx, js, queue, p, jobs, njs, now)
 }
 
 // maxReadCounts bounds the queues that calls which only read (Get, Cancel, Stats) add to the
@@ -444,7 +444,7 @@ func (c *Client) partition(queue string, nj *jobstate.NewJob, p int) keys.Queue 
 // enqueuePrepared writes validated jobs with enqueue.lua, chunked and pipelined: jobs of p > 1
 // partitions are grouped by partition, each group chunked, all chunks in one pipeline.
 // It returns the indexes in jobs of those a closed partition refused (see publish).
-func (c *Client) enqueuePrepared(ctx context.Context, rdb redis.UniversalClient, queue string, p int, jobs []*Job, njs []jobstate.NewJob, now time.Time) ([]*Job, []int, error) {
+func (c *Client) enqueuePrepared(ctx context.Context, js jobstate.Backend, queue string, p int, jobs []*Job, njs []jobstate.NewJob, now time.Time) ([]*Job, []int, error) {
 	if err := c.registerQueue(ctx, queue); err != nil {
 		return nil, nil, err
 	}
@@ -461,7 +461,9 @@ func (c *Client) enqueuePrepared(ctx context.Context, rdb redis.UniversalClient,
 		return order[k]
 	}
 
-	var calls []script.Call
+	b := js.Batch()
+	var created []*jobstate.Pending[[]jobstate.Created] // per call; nil for a debounce call
+	var debounces []*jobstate.Pending[jobstate.Debounced]
 	var spans [][2]int // njs[lo:hi] per call
 	for lo := 0; lo < len(njs); {
 		q := c.partition(queue, &njs[lo], p)
@@ -469,7 +471,8 @@ func (c *Client) enqueuePrepared(ctx context.Context, rdb redis.UniversalClient,
 			// One debounce.lua call per debounced job, in the batch's order (one key's calls
 			// share a slot, so a pipeline keeps their order): a later task of the same key joins
 			// the job of an earlier one.
-			calls = append(calls, jobstate.DebounceCall(q, &njs[lo]))
+			debounces = append(debounces, b.Debounce(q, &njs[lo]))
+			created = append(created, nil)
 			spans = append(spans, [2]int{lo, lo + 1})
 			lo++
 			continue
@@ -480,21 +483,21 @@ func (c *Client) enqueuePrepared(ctx context.Context, rdb redis.UniversalClient,
 			bytes += len(njs[hi].Payload)
 			hi++
 		}
-		calls = append(calls, jobstate.EnqueueCall(q, now, njs[lo:hi]))
+		created = append(created, b.Enqueue(q, now, njs[lo:hi]))
+		debounces = append(debounces, nil)
 		spans = append(spans, [2]int{lo, hi})
 		lo = hi
 	}
 
-	cmds, err := jobstate.RunCalls(ctx, rdb, calls)
-	if err != nil {
+	if err := b.Exec(ctx); err != nil {
 		return jobs, nil, fmt.Errorf("enqueue to %s: %w", queue, rediserr.Wrap("enqueue", err))
 	}
 	var existing, closed []int
 	var conflicts []error
-	for ci, cmd := range cmds {
-		lo, hi := spans[ci][0], spans[ci][1]
+	for ci, span := range spans {
+		lo, hi := span[0], span[1]
 		if njs[lo].Debounce != "" {
-			d, err := jobstate.DebounceReply(cmd)
+			d, err := debounces[ci].Result()
 			if errors.Is(err, jobstate.ErrClosed) {
 				closed = append(closed, at(lo))
 				continue
@@ -505,7 +508,7 @@ func (c *Client) enqueuePrepared(ctx context.Context, rdb redis.UniversalClient,
 			debounced(jobs[at(lo)], &njs[lo], d)
 			continue
 		}
-		rows, err := jobstate.EnqueueReply(cmd, hi-lo)
+		rows, err := created[ci].Result()
 		if errors.Is(err, jobstate.ErrClosed) {
 			for k := lo; k < hi; k++ {
 				closed = append(closed, at(k))
@@ -590,14 +593,14 @@ func conflict(id, differs string) error {
 	return fmt.Errorf("%w: job %s exists with a different %s", ErrConflict, id, strings.ReplaceAll(differs, ",", " and "))
 }
 
-// enqueuePlain creates a plain job (jobstate.NewJob.Plain) with jobstate.Enqueue1 in q, the
+// enqueuePlain creates a plain job (jobstate.NewJob.Plain) with Store.Enqueue1 in q, the
 // queue or the partition the job goes to.
-func (c *Client) enqueuePlain(ctx context.Context, rdb redis.UniversalClient, q keys.Queue, j *Job, nj *jobstate.NewJob) (*Job, error) {
+func (c *Client) enqueuePlain(ctx context.Context, js jobstate.Backend, q keys.Queue, j *Job, nj *jobstate.NewJob) (*Job, error) {
 	queue := q.Name()
 	if err := c.registerQueue(ctx, queue); err != nil {
 		return nil, err
 	}
-	row, err := jobstate.Enqueue1(ctx, rdb, q, j.CreatedAt, nj)
+	row, err := js.Enqueue1(ctx, q, j.CreatedAt, nj)
 	if err != nil {
 		return nil, fmt.Errorf("enqueue to %s: %w", queue, err)
 	}
@@ -708,7 +711,7 @@ func (c *Client) registerQueue(ctx context.Context, queue string) error {
 	if cached && now.Sub(v.(*knownQueue).at) < knownTTL {
 		return nil
 	}
-	if err := addQueue(ctx, c.rdb, c.cfg.Prefix, queue, c.cfg.MaxQueues, c.cfg.RequireQueues); err != nil {
+	if err := addQueue(ctx, c.store, queue, c.cfg.MaxQueues, c.cfg.RequireQueues); err != nil {
 		if cached && (errors.Is(err, ErrQueueNotFound) || errors.Is(err, ErrTooManyQueues)) {
 			if c.known.CompareAndDelete(queue, v) {
 				c.nknown.Add(-1)
@@ -778,19 +781,19 @@ func (c *Client) Get(ctx context.Context, queue, id string) (*Job, error) {
 		return nil, err
 	}
 	if p <= 1 {
-		return getJob(ctx, c.rdb, c.keys(queue), id)
+		return getJob(ctx, c.store, c.keys(queue), id)
 	}
-	j, _, err := findJob(ctx, c.rdb, lookupOrder(c.cfg.Prefix, queue, id, p), id)
+	j, _, err := findJob(ctx, c.store, lookupOrder(c.cfg.Prefix, queue, id, p), id)
 	return j, err
 }
 
 // getJob reads job id of q (Client.Get and Inspector.Get).
-func getJob(ctx context.Context, rdb redis.Scripter, q keys.Queue, id string) (*Job, error) {
-	flat, found, err := jobstate.Get(ctx, rdb, q, id)
+func getJob(ctx context.Context, js jobstate.Backend, q keys.Queue, id string) (*Job, error) {
+	flat, found, err := js.Get(ctx, q, id)
 	return gotJob(q, id, flat, found, err)
 }
 
-// gotJob is the Job of a jobstate.Get reply.
+// gotJob is the Job of a Store.Get reply.
 func gotJob(q keys.Queue, id string, flat []string, found bool, err error) (*Job, error) {
 	if err != nil {
 		return nil, fmt.Errorf("get %s/%s: %w", q.Name(), id, err)
@@ -853,10 +856,10 @@ func (c *Client) Cancel(ctx context.Context, queue, id string) error {
 	}
 	now := c.cfg.Now()
 	if p <= 1 {
-		return cancelJob(ctx, c.rdb, c.keys(queue), id, now, c.cfg.Retention, c.cfg.MinRetention)
+		return cancelJob(ctx, c.store, c.keys(queue), id, now, c.cfg.Retention, c.cfg.MinRetention)
 	}
-	return onPartition(ctx, c.rdb, lookupOrder(c.cfg.Prefix, queue, id, p), id, func(q keys.Queue) error {
-		return cancelJob(ctx, c.rdb, q, id, now, c.cfg.Retention, c.cfg.MinRetention)
+	return onPartition(ctx, c.store, lookupOrder(c.cfg.Prefix, queue, id, p), id, func(q keys.Queue) error {
+		return cancelJob(ctx, c.store, q, id, now, c.cfg.Retention, c.cfg.MinRetention)
 	})
 }
 
@@ -864,9 +867,9 @@ func (c *Client) Cancel(ctx context.Context, queue, id string) error {
 // for retention, but at least minRetention. A task of a workflow cancels the tasks that wait
 // for it in the same call up to jobstate.CascadeStep of their dependencies, and the rest in
 // calls of that size after it, before cancelJob returns.
-func cancelJob(ctx context.Context, rdb redis.UniversalClient, q keys.Queue, id string, now time.Time, retention, minRetention time.Duration) error {
-	row, err := jobstate.Cancel(ctx, rdb, q, jobstate.CancelParams{ID: id, Now: now, Retention: retention,
-		MinRetention: minRetention, Events: events.ModeOf(ctx, rdb)})
+func cancelJob(ctx context.Context, js jobstate.Backend, q keys.Queue, id string, now time.Time, retention, minRetention time.Duration) error {
+	row, err := js.Cancel(ctx, q, jobstate.CancelParams{ID: id, Now: now, Retention: retention,
+		MinRetention: minRetention, Events: js.Events(ctx)})
 	if err != nil {
 		return fmt.Errorf("cancel %s/%s: %w", q.Name(), id, err)
 	}
@@ -875,7 +878,7 @@ func cancelJob(ctx context.Context, rdb redis.UniversalClient, q keys.Queue, id 
 		if row.Data != "" && row.Data != "0" {
 			// The cancel is done: what is left is the cascade's rest (a wide workflow), which
 			// the queue's recoverer finishes should these calls fail or the process die.
-			_ = followCascade(ctx, rdb, q, now)
+			_ = followCascade(ctx, js, q, now)
 		}
 		return nil
 	case script.WrongState:
@@ -930,18 +933,18 @@ func (c *Client) Stats(ctx context.Context, queue string) (*QueueStats, error) {
 		return nil, err
 	}
 	if p <= 1 {
-		st, err := readStats(ctx, c.rdb, []keys.Queue{c.keys(queue)})
+		st, err := readStats(ctx, c.store, []keys.Queue{c.keys(queue)})
 		if err != nil {
 			return nil, err
 		}
 		return st[0], nil
 	}
-	return queueStats(ctx, c.rdb, c.cfg.Prefix, queue, p)
+	return queueStats(ctx, c.store, c.cfg.Prefix, queue, p)
 }
 
-// readStats reads the gauges and counters of queues qs in one pipeline (jobstate.ReadStats).
-func readStats(ctx context.Context, rdb redis.UniversalClient, qs []keys.Queue) ([]*QueueStats, error) {
-	st, err := jobstate.ReadStats(ctx, rdb, qs)
+// readStats reads the gauges and counters of queues qs in one pipeline (jobstate.Store.ReadStats).
+func readStats(ctx context.Context, js jobstate.Backend, qs []keys.Queue) ([]*QueueStats, error) {
+	st, err := js.ReadStats(ctx, qs)
 	if err != nil {
 		return nil, err
 	}

@@ -6,7 +6,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/redis/go-redis/v9"
 	"github.com/rs/zerolog"
 
 	"github.com/conveyorq/conveyor/internal/events"
@@ -37,7 +36,7 @@ type transition = jobstate.Transition
 // Nothing is lost when a write fails: transitions are retried; those that cannot be written
 // leave their entries pending, and recovery runs those jobs again after the visibility timeout.
 type completer struct {
-	rdb      redis.UniversalClient
+	store    jobstate.Backend
 	cfg      jobstate.FinishConfig
 	interval time.Duration
 	maxBatch int
@@ -99,9 +98,9 @@ type chunk struct {
 	done  chan struct{}
 }
 
-func newCompleter(rdb redis.UniversalClient, cfg jobstate.FinishConfig, interval time.Duration, maxBatch, slots int, log zerolog.Logger) *completer {
+func newCompleter(store jobstate.Backend, cfg jobstate.FinishConfig, interval time.Duration, maxBatch, slots int, log zerolog.Logger) *completer {
 	return &completer{
-		rdb: rdb, cfg: cfg, interval: interval, maxBatch: maxBatch,
+		store: store, cfg: cfg, interval: interval, maxBatch: maxBatch,
 		slots:  max(1, slots),
 		log:    log.With().Str("component", "completer").Logger(),
 		starts: make(map[string]startMark),
@@ -403,25 +402,23 @@ func (c *completer) write(ctx context.Context, batch []transition) ([]transition
 			break
 		}
 	}
-	var calls []script.Call
 	var chunks [][]transition
 	cfg := c.cfg
 	if cfg.Events == events.None {
 		// Known once per client; until then (Redis unreachable at start) asked again at most
 		// once a second, so a worker that starts before Redis still comes to publish events.
-		cfg.Events = events.ModeOf(ctx, c.rdb)
+		cfg.Events = c.store.Events(ctx)
 	}
 	for _, ts := range groups {
 		for len(ts) > 0 {
 			n := min(len(ts), c.maxBatch)
-			calls = append(calls, jobstate.FinishCall(cfg, ts[:n]))
 			chunks = append(chunks, ts[:n])
 			ts = ts[n:]
 		}
 	}
 	groups = chunks
-	rdb := c.replicas.writer(c.rdb)
-	cmds, _ := script.Pipelined(ctx, rdb, calls)
+	rdb := c.replicas.writer(c.store.Client())
+	answers := c.store.Finish(ctx, jobstate.FinishParams{Config: cfg, Chunks: chunks, Via: rdb})
 	var at time.Time
 	if c.attempts != nil || c.history != nil {
 		at = c.now()
@@ -429,8 +426,8 @@ func (c *completer) write(ctx context.Context, batch []transition) ([]transition
 
 	var retry, gaveUp []transition
 	var first error
-	for i, cmd := range cmds {
-		codes, err := jobstate.FinishReply(cmd, len(groups[i]))
+	for i, a := range answers {
+		codes, err := a.Codes, a.Err
 		if err != nil {
 			first = cmp.Or(first, err)
 			for _, t := range groups[i] {

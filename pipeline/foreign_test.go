@@ -123,8 +123,8 @@ func TestStockPublisherMessagesAreRecovered(t *testing.T) {
 	entries := res[0].Messages
 	require.Len(t, entries, 2)
 	// The lost worker adopted the first before it died.
-	_, err = jobstate.Adopt(ctx, b.rdb, b.q, jobstate.Foreign{ID: adopted.UUID, Entry: entries[0].ID,
-		Type: "echo", MaxRetries: 5, CreatedAt: time.Now()}, time.Now(), "lost")
+	_, err = jobstate.NewStore(b.rdb, "").Adopt(ctx, b.q, jobstate.AdoptParams{Job: jobstate.Foreign{ID: adopted.UUID, Entry: entries[0].ID,
+		Type: "echo", MaxRetries: 5, CreatedAt: time.Now()}, Now: time.Now(), Worker: "lost"})
 	require.NoError(t, err)
 
 	b.startWorker(t, pipeline.WorkerConfig{VisibilityTimeout: 600 * time.Millisecond, RecoveryInterval: 50 * time.Millisecond},

@@ -144,7 +144,7 @@ func (i *Inspector) Groups(ctx context.Context, queue string) (*Groups, error) {
 	if err != nil {
 		return nil, err
 	}
-	counts, total, err := jobstate.ReadGroups(ctx, i.rdb, qs, MaxGroupsListed)
+	counts, total, err := i.store.ReadGroups(ctx, qs, MaxGroupsListed)
 	if err != nil {
 		return nil, err
 	}

@@ -4,8 +4,6 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
-	"errors"
-	"fmt"
 	"os"
 	"runtime/debug"
 	"slices"
@@ -13,11 +11,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
-	"github.com/conveyorq/conveyor/internal/keys"
+	"github.com/conveyorq/conveyor/internal/jobstate"
 	"github.com/conveyorq/conveyor/internal/outage"
-	"github.com/conveyorq/conveyor/internal/rediserr"
 	"github.com/conveyorq/conveyor/internal/service"
 )
 
@@ -151,52 +146,20 @@ func fromUnixMS(ms int64) time.Time {
 // worker with DisableHeartbeat, or of a version before heartbeats, is not listed: the list
 // says who is alive and beating, not that nobody else reads.
 func (i *Inspector) Workers(ctx context.Context) ([]WorkerInfo, error) {
-	index := keys.Workers(i.cfg.Prefix)
-	names, err := i.rdb.ZRange(ctx, index, 0, -1).Result()
+	beats, err := i.store.Beats(ctx)
 	if err != nil {
-		return nil, rediserr.Wrap("workers", err)
+		return nil, err
 	}
-	if len(names) == 0 {
-		return []WorkerInfo{}, nil
-	}
-	type reply struct {
-		rec *redis.StringCmd
-		ttl *redis.DurationCmd
-	}
-	replies := make([]reply, len(names))
-	_, err = i.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		for k, n := range names {
-			key := keys.WorkerBeat(i.cfg.Prefix, n)
-			replies[k] = reply{p.Get(ctx, key), p.PTTL(ctx, key)}
-		}
-		return nil
-	})
-	if err != nil && !errors.Is(err, redis.Nil) {
-		return nil, rediserr.Wrap("workers", err)
-	}
-	out := make([]WorkerInfo, 0, len(names))
-	var gone []any
-	for k, r := range replies {
-		s, err := r.rec.Result()
-		if errors.Is(err, redis.Nil) {
-			gone = append(gone, names[k])
-			continue
-		}
-		if err != nil {
-			return nil, rediserr.Wrap("workers", err)
-		}
+	out := make([]WorkerInfo, 0, len(beats))
+	for _, b := range beats {
 		var w WorkerInfo
-		if err := json.Unmarshal([]byte(s), &w); err != nil {
+		if err := json.Unmarshal([]byte(b.Record), &w); err != nil {
 			continue // not a record this version can read: leave it to expire
 		}
-		if left, err := r.ttl.Result(); err == nil && left > 0 {
-			w.HeartbeatAge = max(heartbeatBeats*w.HeartbeatInterval-left, 0)
+		if b.Left > 0 {
+			w.HeartbeatAge = max(heartbeatBeats*w.HeartbeatInterval-b.Left, 0)
 		}
 		out = append(out, w)
-	}
-	if len(gone) > 0 {
-		// Pruning is housekeeping: a failure leaves it to the next listing or beat.
-		_ = i.rdb.ZRem(ctx, index, gone...).Err()
 	}
 	slices.SortFunc(out, func(a, b WorkerInfo) int { return strings.Compare(a.Name, b.Name) })
 	return out, nil
@@ -275,13 +238,7 @@ func (h *heartbeat) Stop() {
 	h.loop.Stop()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	prefix, name := h.w.cfg.Prefix, h.w.cfg.Name
-	_, err := h.w.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		p.Del(ctx, keys.WorkerBeat(prefix, name))
-		p.ZRem(ctx, keys.Workers(prefix), name)
-		return nil
-	})
-	if err != nil {
+	if err := h.w.store.EndBeat(ctx, h.w.cfg.Name); err != nil {
 		h.w.log.Debug().Err(err).Str("component", "heartbeat").Msg("could not remove the heartbeat record; it expires by itself")
 	}
 }
@@ -294,14 +251,9 @@ func (h *heartbeat) beat(ctx context.Context) {
 		return
 	}
 	ttl := heartbeatBeats * h.w.cfg.HeartbeatInterval
-	prefix := h.w.cfg.Prefix
 	cctx, cancel := context.WithTimeout(ctx, max(h.w.cfg.HeartbeatInterval, time.Second))
-	_, err = h.w.rdb.Pipelined(cctx, func(p redis.Pipeliner) error {
-		p.Set(cctx, keys.WorkerBeat(prefix, h.w.cfg.Name), rec, ttl)
-		p.ZAdd(cctx, keys.Workers(prefix), redis.Z{Score: float64(now.Add(ttl).UnixMilli()), Member: h.w.cfg.Name})
-		p.ZRemRangeByScore(cctx, keys.Workers(prefix), "-inf", fmt.Sprint(now.Add(-heartbeatPruneAfter).UnixMilli()))
-		return nil
-	})
+	err = h.w.store.WriteBeat(cctx, jobstate.BeatParams{Name: h.w.cfg.Name, Record: rec, TTL: ttl, Now: now,
+		PruneBefore: now.Add(-heartbeatPruneAfter)})
 	cancel()
 	if err != nil {
 		if step := h.spell.Failed(time.Now()); step.Log {

@@ -7,7 +7,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/redis/go-redis/v9"
 	"github.com/rs/zerolog"
 
 	"github.com/conveyorq/conveyor/internal/jobstate"
@@ -93,7 +92,7 @@ type histBin struct {
 // this worker's outcomes (the queues' counters, written by the scripts, miss nothing). A
 // worker that is killed loses what it counted since its last flush the same way.
 type history struct {
-	rdb    redis.UniversalClient
+	store  jobstate.Backend
 	prefix string
 	every  time.Duration
 	log    zerolog.Logger
@@ -110,8 +109,8 @@ type history struct {
 	closeOnce sync.Once
 }
 
-func newHistory(rdb redis.UniversalClient, prefix string, every time.Duration, log zerolog.Logger) *history {
-	return &history{rdb: rdb, prefix: prefix, every: every, log: log.With().Str("component", "history").Logger(), now: time.Now,
+func newHistory(store jobstate.Backend, every time.Duration, log zerolog.Logger) *history {
+	return &history{store: store, prefix: store.Prefix(), every: every, log: log.With().Str("component", "history").Logger(), now: time.Now,
 		bins: make(map[histBin]*histAgg), stop: make(chan struct{}), done: make(chan struct{})}
 }
 
@@ -206,11 +205,11 @@ func (h *history) flush() {
 	ctx, cancel := context.WithTimeout(context.Background(), max(h.every, time.Second))
 	defer cancel()
 	now := h.now()
-	pipe := h.rdb.Pipeline()
+	var buckets []jobstate.HistoryBucket
 	all := make(map[int64]*histAgg, 1)
 	for b, a := range bins {
 		q := keys.New(h.prefix, b.queue)
-		addHistory(ctx, pipe, b.start, a, now, q.History)
+		buckets = addHistory(buckets, b.start, a, now, q.History)
 		t := all[b.start]
 		if t == nil {
 			t = new(histAgg)
@@ -219,9 +218,9 @@ func (h *history) flush() {
 		t.merge(a)
 	}
 	for start, a := range all {
-		addHistory(ctx, pipe, start, a, now, func(res string, start int64) string { return keys.HistoryAll(h.prefix, res, start) })
+		buckets = addHistory(buckets, start, a, now, func(res string, start int64) string { return keys.HistoryAll(h.prefix, res, start) })
 	}
-	_, err := pipe.Exec(ctx)
+	err := h.store.AddHistory(ctx, buckets)
 	switch {
 	case err != nil && !h.failing:
 		h.failing = true
@@ -233,37 +232,38 @@ func (h *history) flush() {
 	}
 }
 
-// addHistory queues the commands that add a (counted in the fine bucket that starts at start)
-// to its bucket at each resolution, named by key, and set the bucket's expiry. A bucket that
-// has left its span already is skipped.
-func addHistory(ctx context.Context, pipe redis.Pipeliner, start int64, a *histAgg, now time.Time, key func(res string, start int64) string) {
+// addHistory appends to bs what adds a (counted in the fine bucket that starts at start) to its
+// bucket at each resolution, named by key, with the bucket's expiry. A bucket that has left its
+// span already is skipped.
+func addHistory(bs []jobstate.HistoryBucket, start int64, a *histAgg, now time.Time, key func(res string, start int64) string) []jobstate.HistoryBucket {
 	for _, r := range historyResolutions {
 		b := bucketStart(time.Unix(start, 0), r.step)
 		exp := r.expiry(b)
 		if !exp.After(now) {
 			continue
 		}
-		k := key(r.name, b)
+		hb := jobstate.HistoryBucket{Key: key(r.name, b), ExpireAt: exp}
 		for _, f := range []struct {
 			field string
 			n     int64
 		}{{keys.HistoryCompleted, a.completed}, {keys.HistoryFailed, a.failed}, {keys.HistoryRetried, a.retried}} {
 			if f.n > 0 {
-				pipe.HIncrBy(ctx, k, f.field, f.n)
+				hb.Counts = append(hb.Counts, jobstate.HistoryCount{Field: f.field, N: f.n})
 			}
 		}
 		for c, n := range a.wait {
 			if n > 0 {
-				pipe.HIncrBy(ctx, k, keys.HistoryWait+strconv.Itoa(c), n)
+				hb.Counts = append(hb.Counts, jobstate.HistoryCount{Field: keys.HistoryWait + strconv.Itoa(c), N: n})
 			}
 		}
 		for c, n := range a.exec {
 			if n > 0 {
-				pipe.HIncrBy(ctx, k, keys.HistoryExec+strconv.Itoa(c), n)
+				hb.Counts = append(hb.Counts, jobstate.HistoryCount{Field: keys.HistoryExec + strconv.Itoa(c), N: n})
 			}
 		}
-		pipe.ExpireAt(ctx, k, exp)
+		bs = append(bs, hb)
 	}
+	return bs
 }
 
 // Latency is a percentile summary of durations: how many there were and their 50th and 99th
@@ -333,13 +333,13 @@ func (i *Inspector) History(ctx context.Context, queue string, step time.Duratio
 		}
 		return q.History(r.name, start)
 	}
-	pipe := i.rdb.Pipeline()
-	var cmds []*redis.MapStringStringCmd
+	var ks []string
 	for b := first; b <= last; b += int64(step / time.Second) {
-		cmds = append(cmds, pipe.HGetAll(ctx, key(b)))
+		ks = append(ks, key(b))
 	}
-	if _, err := pipe.Exec(ctx); err != nil {
-		return nil, rediserr.Wrap("history", err)
+	cmds, err := i.store.ReadHistory(ctx, ks)
+	if err != nil {
+		return nil, err
 	}
 	out := &History{Queue: queue, Step: step, Since: time.Unix(first, 0), Points: make([]HistoryPoint, len(cmds))}
 	var tw, tx histogram
@@ -347,7 +347,7 @@ func (i *Inspector) History(ctx context.Context, queue string, step time.Duratio
 		var wait, exec histogram
 		p := &out.Points[k]
 		p.At = time.Unix(first+int64(k)*int64(step/time.Second), 0)
-		for f, v := range cmd.Val() {
+		for f, v := range cmd {
 			n, err := strconv.ParseInt(v, 10, 64)
 			if err != nil || n < 0 {
 				continue // not ours: nothing to count

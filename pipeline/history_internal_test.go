@@ -103,8 +103,8 @@ func TestHistoryMergedAcrossWorkers(t *testing.T) {
 	// A bucket that is whole by now, so History reads it.
 	at := time.Unix(bucketStart(time.Now(), HistoryStepFine), 0).Add(-2 * HistoryStepFine)
 	began := at.Add(-time.Second)
-	one := newHistory(rdb, keys.DefaultPrefix, time.Hour, zerolog.Nop())
-	two := newHistory(rdb, keys.DefaultPrefix, time.Hour, zerolog.Nop())
+	one := newHistory(jobstate.NewStore(rdb, keys.DefaultPrefix), time.Hour, zerolog.Nop())
+	two := newHistory(jobstate.NewStore(rdb, keys.DefaultPrefix), time.Hour, zerolog.Nop())
 	var ts1, ts2 []transition
 	for range 99 { // worker one: fast jobs that waited 10 ms
 		ts1 = append(ts1, done(&q, began.Add(-10*time.Millisecond), began, 10*time.Millisecond))
@@ -166,7 +166,7 @@ func TestHistoryBounded(t *testing.T) {
 	rdb := redistest.Client(t)
 	queue := redistest.UniqueName(t)
 	q := keys.New(keys.DefaultPrefix, queue)
-	h := newHistory(rdb, keys.DefaultPrefix, time.Hour, zerolog.Nop())
+	h := newHistory(jobstate.NewStore(rdb, keys.DefaultPrefix), time.Hour, zerolog.Nop())
 	now := time.Now()
 	for at := now.Add(-2 * time.Hour); at.Before(now); at = at.Add(HistoryStepFine) {
 		h.written([]transition{done(&q, at, at, time.Millisecond)}, []script.Code{script.OK}, at)

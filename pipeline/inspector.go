@@ -102,8 +102,9 @@ func (c InspectorConfig) validate() error {
 // Every call is bounded in the work it asks of Redis: no KEYS, no SCAN but DeleteQueue's (over
 // the queue's own node), at most MaxPageLimit job records read per List call.
 type Inspector struct {
-	rdb redis.UniversalClient
-	cfg InspectorConfig
+	rdb   redis.UniversalClient
+	store jobstate.Backend
+	cfg   InspectorConfig
 }
 
 // NewInspector returns an Inspector over rdb (a standalone, cluster or failover client), or
@@ -117,7 +118,7 @@ func NewInspector(rdb redis.UniversalClient, cfg InspectorConfig) (*Inspector, e
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	return &Inspector{rdb: rdb, cfg: cfg}, nil
+	return &Inspector{rdb: rdb, store: jobstate.NewStore(rdb, cfg.Prefix), cfg: cfg}, nil
 }
 
 // check validates a queue name and, unless empty, a job id.
@@ -161,7 +162,7 @@ func (i *Inspector) Queues(ctx context.Context) ([]*QueueStats, error) {
 	}
 	parts := make([]*QueueStats, 0, len(qs))
 	for chunk := range slices.Chunk(qs, statsChunk) {
-		st, err := readStats(ctx, i.rdb, chunk)
+		st, err := readStats(ctx, i.store, chunk)
 		if err != nil {
 			return nil, err
 		}
@@ -189,7 +190,7 @@ func (i *Inspector) Stats(ctx context.Context, queue string) (*QueueStats, error
 	if err != nil {
 		return nil, err
 	}
-	st, err := queueStats(ctx, i.rdb, i.cfg.Prefix, queue, p)
+	st, err := queueStats(ctx, i.store, i.cfg.Prefix, queue, p)
 	if err != nil {
 		return nil, err
 	}
@@ -208,7 +209,7 @@ func (i *Inspector) Get(ctx context.Context, queue, id string) (*Job, error) {
 	if err != nil {
 		return nil, err
 	}
-	j, _, err := findJob(ctx, i.rdb, qs, id)
+	j, _, err := findJob(ctx, i.store, qs, id)
 	return j, err
 }
 
@@ -223,7 +224,7 @@ func (i *Inspector) Find(ctx context.Context, id string) (*Job, []string, error)
 	if err := keys.ValidateID(id); err != nil {
 		return nil, nil, fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
-	names, counts, err := knownQueues(ctx, i.rdb, i.cfg.Prefix)
+	names, counts, err := knownQueues(ctx, i.store)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -237,7 +238,7 @@ func (i *Inspector) Find(ctx context.Context, id string) (*Job, []string, error)
 	if len(lookups) == 0 {
 		return nil, searched, ErrNotFound
 	}
-	k, rec, err := jobstate.FindFirst(ctx, i.rdb, lookups)
+	k, rec, err := i.store.FindFirst(ctx, lookups)
 	if err != nil {
 		return nil, searched, fmt.Errorf("find %s: %w", id, err)
 	}
@@ -260,8 +261,8 @@ func (i *Inspector) Cancel(ctx context.Context, queue, id string) error {
 		return err
 	}
 	now := i.cfg.Now()
-	return onPartition(ctx, i.rdb, qs, id, func(q keys.Queue) error {
-		return cancelJob(ctx, i.rdb, q, id, now, i.cfg.Retention, i.cfg.MinRetention)
+	return onPartition(ctx, i.store, qs, id, func(q keys.Queue) error {
+		return cancelJob(ctx, i.store, q, id, now, i.cfg.Retention, i.cfg.MinRetention)
 	})
 }
 
@@ -650,13 +651,13 @@ func (i *Inspector) listSet(ctx context.Context, q keys.Queue, status Status, cu
 	var err error
 	switch status {
 	case StatusScheduled:
-		items, err = jobstate.ScheduledPage(ctx, i.rdb, q, after, limit+1)
+		items, err = i.store.ScheduledPage(ctx, q, after, limit+1)
 	case StatusCompleted:
-		items, err = jobstate.CompletedPage(ctx, i.rdb, q, after, limit+1)
+		items, err = i.store.CompletedPage(ctx, q, after, limit+1)
 	case StatusCanceled:
-		items, err = jobstate.CanceledPage(ctx, i.rdb, q, after, limit+1)
+		items, err = i.store.CanceledPage(ctx, q, after, limit+1)
 	default:
-		items, err = jobstate.DeadPage(ctx, i.rdb, q, false, after, limit+1)
+		items, err = i.store.DeadPage(ctx, q, false, after, limit+1)
 	}
 	if err != nil {
 		return nil, err
@@ -670,7 +671,7 @@ func (i *Inspector) listSet(ctx context.Context, q keys.Queue, status Status, cu
 	}
 	// The budget cuts the page before any record is read: the sizes first, then only the
 	// records that fit.
-	sizes, err := jobstate.RecordSizes(ctx, i.rdb, q, ids)
+	sizes, err := i.store.RecordSizes(ctx, q, ids)
 	if err != nil {
 		return nil, err
 	}
@@ -685,7 +686,7 @@ func (i *Inspector) listSet(ctx context.Context, q keys.Queue, status Status, cu
 		last := items[len(items)-1]
 		p.Next = strconv.FormatInt(last.Score, 10) + ":" + last.Member
 	}
-	recs, err := jobstate.Records(ctx, i.rdb, q, ids)
+	recs, err := i.store.Records(ctx, q, ids)
 	if err != nil {
 		return nil, err
 	}
@@ -718,7 +719,7 @@ func (i *Inspector) listQueued(ctx context.Context, q keys.Queue, cursor string,
 		}
 		start = id.next().String()
 	}
-	entries, group, err := jobstate.StreamPage(ctx, i.rdb, q, start, limit+1)
+	entries, group, err := i.store.StreamPage(ctx, q, start, limit+1)
 	if err != nil {
 		return nil, err
 	}
@@ -727,7 +728,7 @@ func (i *Inspector) listQueued(ctx context.Context, q keys.Queue, cursor string,
 			if from, _ := parseEntryID(start); start == "-" || !last.less(from) {
 				// The cursor is at or before the delivered entries: skip them.
 				start = last.next().String()
-				if entries, err = jobstate.StreamRange(ctx, i.rdb, q, start, limit+1); err != nil {
+				if entries, err = i.store.StreamRange(ctx, q, start, limit+1); err != nil {
 					return nil, err
 				}
 			}
@@ -741,7 +742,7 @@ func (i *Inspector) listQueued(ctx context.Context, q keys.Queue, cursor string,
 	if len(entries) == 0 {
 		return p, nil
 	}
-	recs, held, err := jobstate.EntryRecords(ctx, i.rdb, q, entries, group != nil)
+	recs, held, err := i.store.EntryRecords(ctx, q, entries, group != nil)
 	if err != nil {
 		return nil, err
 	}
@@ -779,7 +780,7 @@ func (i *Inspector) listInProgress(ctx context.Context, q keys.Queue, cursor str
 		start = id.next().String()
 	}
 	// No stream or no group yet reads as none: nothing was ever handed out.
-	pend, err := jobstate.PendingPage(ctx, i.rdb, q, start, limit+1)
+	pend, err := i.store.PendingPage(ctx, q, start, limit+1)
 	if err != nil {
 		return nil, err
 	}
@@ -795,7 +796,7 @@ func (i *Inspector) listInProgress(ctx context.Context, q keys.Queue, cursor str
 	for k, pe := range pend {
 		entries[k] = pe.Entry
 	}
-	rows, err := jobstate.EntryJobs(ctx, i.rdb, q, entries)
+	rows, err := i.store.EntryJobs(ctx, q, entries)
 	if err != nil {
 		return nil, err
 	}
@@ -861,8 +862,8 @@ func (i *Inspector) Replay(ctx context.Context, queue, id string) error {
 		return err
 	}
 	now := i.cfg.Now()
-	return onPartition(ctx, i.rdb, qs, id, func(q keys.Queue) error {
-		row, err := jobstate.Replay(ctx, i.rdb, q, id, now)
+	return onPartition(ctx, i.store, qs, id, func(q keys.Queue) error {
+		row, err := i.store.Replay(ctx, q, id, now)
 		if err != nil {
 			return fmt.Errorf("replay %s/%s: %w", queue, id, err)
 		}
@@ -929,7 +930,7 @@ func (i *Inspector) ReplayAll(ctx context.Context, queue string) (int, error) {
 func (i *Inspector) replayAll(ctx context.Context, q keys.Queue) (int, []error, error) {
 	queue := q.Name()
 	// The last member in the set's order now: ReplayAll stops there.
-	last, ok, err := jobstate.LastDead(ctx, i.rdb, q)
+	last, ok, err := i.store.LastDead(ctx, q)
 	if err != nil || !ok {
 		return 0, nil, wrapErr(err, "replay all %s", queue)
 	}
@@ -937,7 +938,7 @@ func (i *Inspector) replayAll(ctx context.Context, q keys.Queue) (int, []error, 
 	replayed := 0
 	var stay []error
 	for {
-		items, err := jobstate.DeadPage(ctx, i.rdb, q, true, after, replayChunk)
+		items, err := i.store.DeadPage(ctx, q, true, after, replayChunk)
 		if err != nil {
 			return replayed, stay, fmt.Errorf("replay all %s: %w", queue, err)
 		}
@@ -952,14 +953,14 @@ func (i *Inspector) replayAll(ctx context.Context, q keys.Queue) (int, []error, 
 			break
 		}
 		now := i.cfg.Now()
-		calls := make([]script.Call, len(items))
+		b := i.store.Batch()
+		replays := make([]*jobstate.Pending[jobstate.Row], len(items))
 		for k, it := range items {
-			calls[k] = jobstate.ReplayCall(q, it.Member, now)
+			replays[k] = b.Replay(q, it.Member, now)
 		}
-		cmds, err := jobstate.RunCalls(ctx, i.rdb, calls)
-		err = rediserr.Wrap("replay", err)
-		for k, cmd := range cmds {
-			row, cerr := jobstate.ReplayReply(cmd)
+		err = rediserr.Wrap("replay", b.Exec(ctx))
+		for k, r := range replays {
+			row, cerr := r.Result()
 			code, data := row.Code, row.Data
 			switch {
 			case cerr != nil:
@@ -1019,7 +1020,7 @@ func (i *Inspector) Purge(ctx context.Context, queue string, ids ...string) (int
 	// pipeline of EXISTS), and one found nowhere is not found.
 	byPart := [][]string{uniq}
 	if len(qs) > 1 {
-		at, err := jobstate.Locate(ctx, i.rdb, qs, uniq)
+		at, err := i.store.Locate(ctx, qs, uniq)
 		if err != nil {
 			return 0, fmt.Errorf("purge %s: %w", queue, err)
 		}
@@ -1032,23 +1033,23 @@ func (i *Inspector) Purge(ctx context.Context, queue string, ids ...string) (int
 			byPart[at[k]] = append(byPart[at[k]], id)
 		}
 	}
-	var calls []script.Call
+	b := i.store.Batch()
+	var purges []*jobstate.Pending[[]jobstate.Row]
 	var chunks [][]string
 	for p, ids := range byPart {
 		for chunk := range slices.Chunk(ids, purgeChunk) {
-			calls = append(calls, jobstate.PurgeIDsCall(qs[p], chunk))
+			purges = append(purges, b.PurgeIDs(qs[p], chunk))
 			chunks = append(chunks, chunk)
 		}
 	}
-	if len(calls) == 0 {
+	if b.Len() == 0 {
 		return 0, errors.Join(errs...)
 	}
-	cmds, err := jobstate.RunCalls(ctx, i.rdb, calls)
-	err = rediserr.Wrap("purge", err)
+	err = rediserr.Wrap("purge", b.Exec(ctx))
 	n := 0
-	for c, cmd := range cmds {
+	for c, pr := range purges {
 		chunk := chunks[c]
-		rows, rerr := jobstate.PurgeIDsReply(cmd, len(chunk))
+		rows, rerr := pr.Result()
 		if rerr != nil {
 			err = cmp.Or(err, rerr)
 			continue
@@ -1092,7 +1093,7 @@ func (i *Inspector) PurgeAll(ctx context.Context, queue string, olderThan time.D
 	total := 0
 	for _, q := range qs {
 		for {
-			n, err := jobstate.Purge(ctx, i.rdb, q, jobstate.PurgeParams{Limit: purgeAllChunk, OlderThan: olderThan})
+			n, err := i.store.Purge(ctx, q, jobstate.PurgeParams{Limit: purgeAllChunk, OlderThan: olderThan})
 			total += n
 			if err != nil {
 				return total, fmt.Errorf("purge %s: %w", queue, err)
@@ -1150,7 +1151,7 @@ func (i *Inspector) DeleteQueue(ctx context.Context, queue string, force bool) e
 		return fmt.Errorf("delete queue %s: %w", queue, err)
 	}
 	if !force {
-		parts, err := readStats(ctx, i.rdb, qs)
+		parts, err := readStats(ctx, i.store, qs)
 		if err != nil {
 			return fmt.Errorf("delete queue %s: %w", queue, err)
 		}
@@ -1160,7 +1161,7 @@ func (i *Inspector) DeleteQueue(ctx context.Context, queue string, force bool) e
 				queue, ErrQueueBusy, st.Scheduled, st.Queued, st.InProgress, st.Dead)
 		}
 	}
-	known, err := jobstate.IsKnownQueue(ctx, i.rdb, i.cfg.Prefix, queue)
+	known, err := i.store.IsKnownQueue(ctx, queue)
 	if err != nil {
 		return fmt.Errorf("delete queue %s: %w", queue, err)
 	}
@@ -1168,10 +1169,10 @@ func (i *Inspector) DeleteQueue(ctx context.Context, queue string, force bool) e
 	// is scanned on a cluster), then those of every partition of every count the queue ever
 	// had (the empty streams a change of the count leaves, the tags of the version before):
 	// on a cluster those are on every master.
-	n, err := jobstate.ScanKeys(ctx, i.rdb, i.keys(queue).Base(), true, false)
+	n, err := i.store.ScanKeys(ctx, i.keys(queue).Base(), true, false)
 	if err == nil {
 		var m int
-		m, err = jobstate.ScanKeys(ctx, i.rdb, i.cfg.Prefix+":{"+queue+string(keys.PartitionSep), true, true)
+		m, err = i.store.ScanKeys(ctx, i.cfg.Prefix+":{"+queue+string(keys.PartitionSep), true, true)
 		n += m
 	}
 	if err != nil {
@@ -1191,7 +1192,7 @@ func (i *Inspector) DeleteQueue(ctx context.Context, queue string, force bool) e
 		layoutChanges.Add(1)
 		n++
 	}
-	if err := jobstate.ForgetQueue(ctx, i.rdb, i.cfg.Prefix, queue); err != nil {
+	if err := i.store.ForgetQueue(ctx, queue); err != nil {
 		return fmt.Errorf("delete queue %s: %w", queue, err)
 	}
 	// A queue made again under the name starts unpaused.

@@ -6,7 +6,6 @@ import (
 	"slices"
 	"time"
 
-	"github.com/conveyorq/conveyor/internal/events"
 	"github.com/conveyorq/conveyor/internal/jobstate"
 	"github.com/conveyorq/conveyor/internal/keys"
 	"github.com/conveyorq/conveyor/internal/rediserr"
@@ -73,7 +72,7 @@ func (i *Inspector) purgeAllDryRun(ctx context.Context, queue string, olderThan 
 	for _, q := range qs {
 		var ids []string
 		for {
-			page, err := jobstate.PurgeDryRun(ctx, i.rdb, q, jobstate.PurgeDryRunParams{
+			page, err := i.store.PurgeDryRun(ctx, q, jobstate.PurgeDryRunParams{
 				PurgeParams: jobstate.PurgeParams{Limit: purgeAllChunk, OlderThan: olderThan}, Offset: len(ids)})
 			if err != nil {
 				return fmt.Errorf("purge %s (dry run): %w", queue, err)
@@ -96,23 +95,23 @@ func (i *Inspector) purgeAllDryRun(ctx context.Context, queue string, olderThan 
 func (i *Inspector) deadJobs(ctx context.Context, q keys.Queue, ids []string) ([]*Job, error) {
 	var out []*Job
 	for chunk := range slices.Chunk(ids, purgeAllChunk) {
-		calls := make([]script.Call, len(chunk))
+		b := i.store.Batch()
+		gets := make([]*jobstate.Pending[jobstate.Got], len(chunk))
 		for k, id := range chunk {
-			calls[k] = jobstate.GetCall(q, id)
+			gets[k] = b.Get(q, id)
 		}
-		cmds, err := script.Pipelined(ctx, i.rdb, calls)
-		if err != nil {
+		if err := b.ExecLoaded(ctx); err != nil {
 			return nil, rediserr.Wrap("purge", err)
 		}
-		for k, cmd := range cmds {
-			flat, found, err := jobstate.GetReply(cmd)
+		for k, g := range gets {
+			got, err := g.Result()
 			if err != nil {
 				return nil, err
 			}
-			if !found {
+			if !got.Found {
 				continue
 			}
-			j, err := jobFromHash(q.Name(), chunk[k], flat)
+			j, err := jobFromHash(q.Name(), chunk[k], got.Flat)
 			if err != nil {
 				return nil, err
 			}
@@ -135,13 +134,13 @@ func (i *Inspector) QueueExists(ctx context.Context, queue string) (bool, error)
 	if *st != (QueueStats{Queue: st.Queue}) {
 		return true, nil
 	}
-	return jobstate.IsKnownQueue(ctx, i.rdb, i.cfg.Prefix, queue)
+	return i.store.IsKnownQueue(ctx, queue)
 }
 
 // QueueNames returns the names of the known queues, sorted: those Queues reports on, without
 // reading their stats.
 func (i *Inspector) QueueNames(ctx context.Context) ([]string, error) {
-	names, _, err := knownQueues(ctx, i.rdb, i.cfg.Prefix)
+	names, _, err := knownQueues(ctx, i.store)
 	return names, err
 }
 
@@ -152,7 +151,7 @@ func (i *Inspector) QueueNames(ctx context.Context) ([]string, error) {
 // that waits for a concurrency slot of a limit, and ErrNotFound for an unknown one.
 func (i *Inspector) RunNow(ctx context.Context, queue, id string) error {
 	return i.onJob(ctx, queue, id, func(q keys.Queue) error {
-		row, err := jobstate.RunNow(ctx, i.rdb, q, id, events.ModeOf(ctx, i.rdb))
+		row, err := i.store.RunNow(ctx, q, jobstate.RunNowParams{ID: id, Events: i.store.Events(ctx)})
 		if err == nil && row.Code == script.WrongState && row.Data == "limited" {
 			return fmt.Errorf("%w (it waits for a concurrency slot of a limit, and runs when one frees)", ErrNotScheduled)
 		}
@@ -169,10 +168,10 @@ func (i *Inspector) RunNow(ctx context.Context, queue, id string) error {
 func (i *Inspector) Delete(ctx context.Context, queue, id string) error {
 	now := i.cfg.Now()
 	return i.onJob(ctx, queue, id, func(q keys.Queue) error {
-		row, err := jobstate.Cancel(ctx, i.rdb, q, jobstate.CancelParams{ID: id, Now: now,
-			MinRetention: i.cfg.MinRetention, Events: events.ModeOf(ctx, i.rdb), Delete: true})
+		row, err := i.store.Cancel(ctx, q, jobstate.CancelParams{ID: id, Now: now,
+			MinRetention: i.cfg.MinRetention, Events: i.store.Events(ctx), Delete: true})
 		if err == nil && row.Code == script.OK && row.Data != "" && row.Data != "0" {
-			_ = followCascade(ctx, i.rdb, q, now) // as cancelJob: the delete is done
+			_ = followCascade(ctx, i.store, q, now) // as cancelJob: the delete is done
 		}
 		return rowError("delete", queue, id, row, err, ErrNotDeletable)
 	})
@@ -188,7 +187,7 @@ func (i *Inspector) onJob(ctx context.Context, queue, id string, op func(keys.Qu
 	if err != nil {
 		return err
 	}
-	return onPartition(ctx, i.rdb, qs, id, op)
+	return onPartition(ctx, i.store, qs, id, op)
 }
 
 // rowError is the error of a job's script reply: nil for script.OK, ErrNotFound, and wrong

@@ -98,8 +98,7 @@ func (b *testBundle) deliver(t *testing.T, consumer string, n int) []redis.XMess
 func (b *testBundle) kill(t *testing.T, msgs []redis.XMessage, died func(i int) int64) {
 	t.Helper()
 	const chunk = 50
-	var calls []script.Call
-	var ns []int
+	var chunks [][]jobstate.Transition
 	for lo := 0; lo < len(msgs); lo += chunk {
 		var ts []jobstate.Transition
 		for i := lo; i < min(lo+chunk, len(msgs)); i++ {
@@ -108,14 +107,12 @@ func (b *testBundle) kill(t *testing.T, msgs []redis.XMessage, died func(i int) 
 			ts = append(ts, jobstate.Dead(&b.q, jobstate.DeadParams{Ran: jobstate.Ran{ID: id, Entry: msgs[i].ID,
 				Attempt: 1, Started: at.Add(-time.Millisecond), Finished: at}, Reason: "boom " + id}))
 		}
-		calls = append(calls, jobstate.FinishCall(jobstate.FinishConfig{Worker: "killer",
-			Retention: time.Hour, MinRetention: time.Minute}, ts))
-		ns = append(ns, len(ts))
+		chunks = append(chunks, ts)
 	}
-	cmds, err := script.Pipelined(t.Context(), b.rdb, calls)
-	require.NoError(t, err)
-	for k, cmd := range cmds {
-		codes, err := jobstate.FinishReply(cmd, ns[k])
+	answers := jobstate.NewStore(b.rdb, "").Finish(t.Context(), jobstate.FinishParams{Config: jobstate.FinishConfig{
+		Worker: "killer", Retention: time.Hour, MinRetention: time.Minute}, Chunks: chunks})
+	for k, a := range answers {
+		codes, err := a.Codes, a.Err
 		require.NoError(t, err)
 		for i, c := range codes {
 			if c == script.Refused {
@@ -488,10 +485,12 @@ func testReplayAll(t *testing.T, rdb redis.UniversalClient) {
 	garbage := b.deliver(t, "w1", 1)
 	require.Len(t, garbage, 1)
 	gid := jobstate.DeadEntryPrefix + garbage[0].ID
-	call := jobstate.FinishCall(jobstate.FinishConfig{Worker: "w1"},
+	fb := jobstate.NewStore(b.rdb, "").Batch()
+	f := fb.Finish(jobstate.FinishConfig{Worker: "w1"},
 		[]jobstate.Transition{jobstate.Poison(&b.q, jobstate.PoisonParams{ID: gid, Entry: garbage[0].ID,
 			At: time.UnixMilli(now), Reason: "unreadable"})})
-	_, err = jobstate.FinishReply(call.Script.Run(ctx, b.rdb, call.Keys, call.Args...), 1)
+	require.NoError(t, fb.Exec(ctx))
+	_, err = f.Result()
 	require.NoError(t, err)
 	require.EqualValues(t, dead+1, stats(t, b).Dead)
 

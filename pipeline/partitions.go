@@ -44,9 +44,9 @@ func partitionCount(ctx context.Context, rdb redis.Cmdable, prefix, queue string
 }
 
 // knownQueues reads the known queue names, sorted, and the partition counts of those that have
-// more than one, in one round trip (jobstate.KnownQueues).
-func knownQueues(ctx context.Context, rdb redis.UniversalClient, prefix string) ([]string, map[string]int, error) {
-	return jobstate.KnownQueues(ctx, rdb, prefix)
+// more than one, in one round trip (jobstate.Store.KnownQueues).
+func knownQueues(ctx context.Context, js jobstate.Backend) ([]string, map[string]int, error) {
+	return js.KnownQueues(ctx)
 }
 
 // errLegacyLayout is the error about a queue partitioned by the version before this one.
@@ -77,8 +77,8 @@ func lookupOrder(prefix, queue, id string, p int) []keys.Queue {
 // findJob reads job id from the first of qs that has it: qs[0] alone first, then the others in
 // one pipeline, so a lookup costs one round trip when the job is where its id routes and two
 // otherwise. It returns the partition that holds the job.
-func findJob(ctx context.Context, rdb redis.UniversalClient, qs []keys.Queue, id string) (*Job, keys.Queue, error) {
-	j, err := getJob(ctx, rdb, qs[0], id)
+func findJob(ctx context.Context, js jobstate.Backend, qs []keys.Queue, id string) (*Job, keys.Queue, error) {
+	j, err := getJob(ctx, js, qs[0], id)
 	if len(qs) == 1 || !errors.Is(err, ErrNotFound) {
 		return j, qs[0], err
 	}
@@ -86,7 +86,7 @@ func findJob(ctx context.Context, rdb redis.UniversalClient, qs []keys.Queue, id
 	for k, q := range qs[1:] {
 		lookups[k] = jobstate.Lookup{Queue: q, ID: id}
 	}
-	k, rec, err := jobstate.FindFirst(ctx, rdb, lookups)
+	k, rec, err := js.FindFirst(ctx, lookups)
 	if err != nil {
 		return nil, qs[0], fmt.Errorf("get %s/%s: %w", qs[0].Name(), id, err)
 	}
@@ -98,13 +98,13 @@ func findJob(ctx context.Context, rdb redis.UniversalClient, qs []keys.Queue, id
 }
 
 // onPartition runs op on the partition of qs (lookupOrder) that holds job id: on qs[0] first,
-// and when op says ErrNotFound there, on the partition that jobstate.Locate finds among the others.
-func onPartition(ctx context.Context, rdb redis.UniversalClient, qs []keys.Queue, id string, op func(keys.Queue) error) error {
+// and when op says ErrNotFound there, on the partition that jobstate.Store.Locate finds among the others.
+func onPartition(ctx context.Context, js jobstate.Backend, qs []keys.Queue, id string, op func(keys.Queue) error) error {
 	err := op(qs[0])
 	if len(qs) == 1 || !errors.Is(err, ErrNotFound) {
 		return err
 	}
-	at, lerr := jobstate.Locate(ctx, rdb, qs[1:], []string{id})
+	at, lerr := js.Locate(ctx, qs[1:], []string{id})
 	if lerr != nil {
 		return fmt.Errorf("find %s/%s: %w", qs[0].Name(), id, lerr)
 	}
@@ -143,8 +143,8 @@ func sumStats(queue string, parts []*QueueStats) *QueueStats {
 }
 
 // queueStats reads and sums the stats of every partition of queue.
-func queueStats(ctx context.Context, rdb redis.UniversalClient, prefix, queue string, p int) (*QueueStats, error) {
-	st, err := readStats(ctx, rdb, allPartitions(prefix, queue, p))
+func queueStats(ctx context.Context, js jobstate.Backend, prefix, queue string, p int) (*QueueStats, error) {
+	st, err := readStats(ctx, js, allPartitions(prefix, queue, p))
 	if err != nil {
 		return nil, err
 	}
@@ -233,7 +233,7 @@ func (i *Inspector) CreateQueue(ctx context.Context, queue string, opts QueueOpt
 	if err != nil {
 		return nil, fmt.Errorf("create queue %s: %w", queue, err)
 	}
-	if err := addQueue(ctx, i.rdb, i.cfg.Prefix, queue, i.cfg.MaxQueues, false); err != nil {
+	if err := addQueue(ctx, i.store, queue, i.cfg.MaxQueues, false); err != nil {
 		return nil, fmt.Errorf("create queue %s: %w", queue, err)
 	}
 	nodes, err := jobstate.Nodes(ctx, i.rdb, allPartitions(i.cfg.Prefix, queue, p))
@@ -262,7 +262,7 @@ func (i *Inspector) changePartitions(ctx context.Context, queue string, cur, p i
 	}
 	deadline := time.Now().Add(drain)
 	for wait := time.Millisecond; ; wait = min(2*wait, 50*time.Millisecond) {
-		err := oldLayoutEmpty(ctx, i.rdb, queue, old, p)
+		err := oldLayoutEmpty(ctx, i.store, queue, old, p)
 		if err == nil {
 			break
 		}
@@ -299,15 +299,15 @@ func (i *Inspector) changePartitions(ctx context.Context, queue string, cur, p i
 
 // oldLayoutEmpty says whether the partitions old of queue hold nothing a job left, and if
 // they do, returns an error wrapping ErrQueueBusy that says how much of what.
-func oldLayoutEmpty(ctx context.Context, rdb redis.UniversalClient, queue string, old []keys.Queue, p int) error {
-	st, err := readStats(ctx, rdb, old)
+func oldLayoutEmpty(ctx context.Context, js jobstate.Backend, queue string, old []keys.Queue, p int) error {
+	st, err := readStats(ctx, js, old)
 	if err != nil {
 		return err
 	}
 	sum := sumStats(queue, st)
 	records := 0
 	for _, q := range old {
-		n, err := jobstate.ScanKeys(ctx, rdb, q.JobPrefix(), false, false)
+		n, err := js.ScanKeys(ctx, q.JobPrefix(), false, false)
 		if err != nil {
 			return fmt.Errorf("count the job records: %w", err)
 		}

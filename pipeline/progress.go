@@ -7,7 +7,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/conveyorq/conveyor/internal/events"
 	"github.com/conveyorq/conveyor/internal/jobstate"
 	"github.com/conveyorq/conveyor/internal/keys"
 	"github.com/conveyorq/conveyor/internal/script"
@@ -178,8 +177,8 @@ func (r *progressReporter) end(flush bool) {
 
 // write runs progress.lua for one report.
 func (r *progressReporter) write(ctx context.Context, h heldReport) error {
-	row, err := jobstate.WriteProgress(ctx, r.w.rdb, *r.q, jobstate.ProgressParams{ID: r.id, Entry: r.entry,
-		Attempt: r.try, Percent: h.percent, Message: h.message, Events: events.ModeOf(ctx, r.w.rdb)})
+	row, err := r.w.store.WriteProgress(ctx, *r.q, jobstate.ProgressParams{ID: r.id, Entry: r.entry,
+		Attempt: r.try, Percent: h.percent, Message: h.message, Events: r.w.store.Events(ctx)})
 	if err != nil {
 		return fmt.Errorf("progress %s/%s: %w", r.q.Name(), r.id, err)
 	}

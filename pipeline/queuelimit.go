@@ -5,8 +5,6 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/conveyorq/conveyor/internal/jobstate"
 )
 
@@ -27,8 +25,8 @@ var ErrTooManyQueues = errors.New("pipeline: too many queues")
 
 // addQueue makes queue a known queue, refusing a new one past max (ErrTooManyQueues) or, with
 // existing, any new one (ErrQueueNotFound).
-func addQueue(ctx context.Context, rdb redis.UniversalClient, prefix, queue string, max int, existing bool) error {
-	added, err := jobstate.AddQueue(ctx, rdb, prefix, jobstate.AddQueueParams{Queue: queue, MaxQueues: max, KnownOnly: existing})
+func addQueue(ctx context.Context, js jobstate.Backend, queue string, max int, existing bool) error {
+	added, err := js.AddQueue(ctx, jobstate.AddQueueParams{Queue: queue, MaxQueues: max, KnownOnly: existing})
 	switch {
 	case err != nil:
 		return fmt.Errorf("register queue %s: %w", queue, outOfMemory(err))

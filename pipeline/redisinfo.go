@@ -3,7 +3,6 @@ package pipeline
 import (
 	"cmp"
 	"context"
-	"errors"
 	"fmt"
 	"slices"
 	"strconv"
@@ -233,68 +232,15 @@ func (i *Inspector) queueMemory(ctx context.Context, queue string, measure bool)
 		qm.Unmeasured = true
 		return qm, nil
 	}
-	var sizes []*redis.IntCmd
-	var picks []*redis.StringSliceCmd
-	_, err = i.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		for k, q := range qs {
-			ks := []string{q.Stream(), q.Scheduled(), q.Dead(), q.Stats()}
-			for _, l := range levels[k] {
-				ks = append(ks, q.LevelStream(l))
-			}
-			for _, key := range ks {
-				sizes = append(sizes, p.MemoryUsage(ctx, key, memorySamples))
-			}
-			picks = append(picks, p.ZRange(ctx, q.Dead(), 0, recordSamples-1),
-				p.ZRange(ctx, q.Scheduled(), 0, recordSamples-1))
-		}
-		return nil
-	})
-	if err = pipeErr(err, sizes); err != nil {
+	m, err := i.store.QueueMemory(ctx, jobstate.MemoryParams{Queues: qs, Levels: levels,
+		Samples: memorySamples, Records: recordSamples})
+	if err != nil {
 		return qm, err
 	}
-	for _, c := range sizes {
-		qm.Keys += c.Val() // a key that does not exist answers nil: 0
-	}
-	var records []*redis.IntCmd
-	_, err = i.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		for k, q := range qs {
-			ids := append(picks[2*k].Val(), picks[2*k+1].Val()...)
-			for _, id := range ids[:min(recordSamples, len(ids))] {
-				records = append(records, p.MemoryUsage(ctx, q.Job(id), memorySamples))
-			}
-		}
-		return nil
-	})
-	if err = pipeErr(err, records); err != nil {
-		return qm, err
-	}
-	var sum int64
-	for _, c := range records {
-		if c.Err() == nil {
-			sum += c.Val()
-			qm.Sampled++
-		}
-	}
+	qm.Keys, qm.Sampled = m.Keys, m.Sampled
 	if qm.Sampled > 0 {
-		qm.Records = sum / int64(qm.Sampled) * qm.Jobs
+		qm.Records = m.RecordBytes / int64(qm.Sampled) * qm.Jobs
 	}
 	qm.Bytes = qm.Keys + qm.Records
 	return qm, nil
-}
-
-// pipeErr is the first error of a pipeline of MEMORY USAGE calls other than a key's absence
-// (nil: the key is gone, as a job record may be by now).
-func pipeErr(err error, cmds []*redis.IntCmd) error {
-	if err == nil {
-		return nil
-	}
-	for _, c := range cmds {
-		if e := c.Err(); e != nil && !errors.Is(e, redis.Nil) {
-			return rediserr.Wrap("memory usage", e)
-		}
-	}
-	if errors.Is(err, redis.Nil) {
-		return nil
-	}
-	return rediserr.Wrap("memory usage", err)
 }

@@ -7,8 +7,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/conveyorq/conveyor/internal/events"
 	"github.com/conveyorq/conveyor/internal/jobstate"
 	"github.com/conveyorq/conveyor/internal/keys"
@@ -84,7 +82,7 @@ func (w *Waiter) Wait(ctx context.Context, queue, id string) (*Job, error) {
 	if err == nil && p > 1 {
 		// Find the job's partition first: its events come on that partition's channel.
 		var j *Job
-		j, q, err = findJob(ctx, c.rdb, lookupOrder(c.cfg.Prefix, queue, id, p), id)
+		j, q, err = findJob(ctx, c.store, lookupOrder(c.cfg.Prefix, queue, id, p), id)
 		if err == nil && j.Status.Final() {
 			w.release()
 			return j, nil
@@ -119,17 +117,17 @@ func (w *Waiter) read(ctx context.Context, q keys.Queue, id string, mark bool) (
 	var j *Job
 	var err error
 	if mark {
-		j, err = getWatchedJob(ctx, w.c.rdb, q, id)
+		j, err = getWatchedJob(ctx, w.c.store, q, id)
 	} else {
-		j, err = getJob(ctx, w.c.rdb, q, id)
+		j, err = getJob(ctx, w.c.store, q, id)
 	}
 	w.nread.Add(1)
 	return j, err
 }
 
-// getWatchedJob is getJob that marks the job watched (jobstate.GetWatched).
-func getWatchedJob(ctx context.Context, rdb redis.Scripter, q keys.Queue, id string) (*Job, error) {
-	flat, found, err := jobstate.GetWatched(ctx, rdb, q, id)
+// getWatchedJob is getJob that marks the job watched (jobstate.Store.GetWatched).
+func getWatchedJob(ctx context.Context, js jobstate.Backend, q keys.Queue, id string) (*Job, error) {
+	flat, found, err := js.GetWatched(ctx, q, id)
 	return gotJob(q, id, flat, found, err)
 }
 
@@ -140,8 +138,8 @@ func (w *Waiter) status(ctx context.Context, q keys.Queue, id string) (string, e
 		return "", err
 	}
 	defer w.release()
-	s, err := w.c.rdb.HGet(ctx, q.Job(id), keys.FieldStatus).Result()
-	if errors.Is(err, redis.Nil) {
+	s, err := w.c.store.Status(ctx, q, id)
+	if errors.Is(err, jobstate.ErrNoJob) {
 		return "", nil
 	}
 	return s, rediserr.Wrap("get", err)

@@ -30,7 +30,7 @@ func (w *Waiter) Follow(ctx context.Context, queue, id string, fn func(*Job) err
 	q := c.keys(queue)
 	if err == nil && p > 1 {
 		// Find the job's partition first: its events come on that partition's channel.
-		_, q, err = findJob(ctx, c.rdb, lookupOrder(c.cfg.Prefix, queue, id, p), id)
+		_, q, err = findJob(ctx, c.store, lookupOrder(c.cfg.Prefix, queue, id, p), id)
 	}
 	w.release()
 	if err != nil {

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"math"
 	"runtime/debug"
 	"slices"
 	"sync"
@@ -283,9 +284,10 @@ const (
 // Watermill Subscriber (package stream) and run by a Watermill router, so Watermill middleware
 // (Use) wraps every job.
 type Worker struct {
-	rdb redis.UniversalClient
-	cfg WorkerConfig
-	log zerolog.Logger
+	rdb   redis.UniversalClient
+	store jobstate.Backend
+	cfg   WorkerConfig
+	log   zerolog.Logger
 
 	mu         sync.Mutex
 	handlers   map[string]HandlerFunc
@@ -334,6 +336,7 @@ func NewWorker(rdb redis.UniversalClient, cfg WorkerConfig) (*Worker, error) {
 	}
 	w := &Worker{
 		rdb:      rdb,
+		store:    jobstate.NewStore(rdb, cfg.Prefix),
 		cfg:      cfg,
 		log:      cfg.Logger.With().Str("worker", cfg.Name).Logger(),
 		handlers: make(map[string]HandlerFunc),
@@ -434,13 +437,13 @@ func (w *Worker) Run(ctx context.Context) error {
 		return err
 	}
 
-	w.comp = newCompleter(w.rdb, jobstate.FinishConfig{Worker: w.cfg.Name, Retention: w.cfg.Retention,
+	w.comp = newCompleter(w.store, jobstate.FinishConfig{Worker: w.cfg.Name, Retention: w.cfg.Retention,
 		MinRetention: w.cfg.MinRetention}, w.cfg.FlushInterval, finishChunk, w.cfg.Concurrency, w.log)
 	w.comp.replicas = w.replicas
 	w.comp.now = w.cfg.Now
 	w.comp.attempts = newAttempts(w.cfg.Hooks.Attempts)
 	if !w.cfg.DisableHistory {
-		w.comp.history = newHistory(w.rdb, w.cfg.Prefix, w.cfg.HistoryInterval, w.log)
+		w.comp.history = newHistory(w.store, w.cfg.HistoryInterval, w.log)
 		w.comp.history.now = w.cfg.Now
 		go w.comp.history.run()
 		// Deferred before the completer's close, so it runs after it: the last outcomes
@@ -595,7 +598,7 @@ func (w *Worker) session(ctx context.Context) ([]int, error) {
 		case <-sctx.Done():
 			return
 		}
-		if events.ModeOf(sctx, w.rdb) != events.None {
+		if w.store.Events(sctx) != events.None {
 			// Bounded: a server that refuses the subscriptions leaves cancels to the lease
 			// renewal, and must not keep the worker from being ready.
 			limit := time.NewTimer(eventsReadyWait)
@@ -631,7 +634,7 @@ func (w *Worker) warnSharedName(ctx context.Context) {
 	for _, name := range w.parts {
 		q := keys.New(w.cfg.Prefix, name)
 		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		consumers, err := w.rdb.XInfoConsumers(cctx, q.Stream(), keys.Group).Result()
+		consumers, err := w.store.Consumers(cctx, q)
 		cancel()
 		if err != nil {
 			continue
@@ -706,8 +709,10 @@ func (w *Worker) waitForRedis(ctx context.Context) error {
 			err = script.Load(ctx, w.rdb, jobstate.WorkerScripts()...)
 		}
 		if err == nil {
+			// Through the publishers' one door, with no bound: the bound is on queues made by
+			// publishing (ClientConfig.MaxQueues), and a worker's queues are its operator's.
 			for _, name := range w.cfg.Queues {
-				if err = w.rdb.SAdd(ctx, keys.Queues(w.cfg.Prefix), name).Err(); err != nil {
+				if _, err = w.store.AddQueue(ctx, jobstate.AddQueueParams{Queue: name, MaxQueues: math.MaxInt}); err != nil {
 					break
 				}
 			}
@@ -983,7 +988,7 @@ func (w *Worker) ended(q *keys.Queue, j *Job, start time.Time, why Outcome) erro
 func (w *Worker) lostWhy(q *keys.Queue, j *Job) Outcome {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
-	if st, err := w.rdb.HGet(ctx, q.Job(j.ID), keys.FieldStatus).Result(); err == nil && Status(st) == StatusCanceled {
+	if st, err := w.store.Status(ctx, *q, j.ID); err == nil && Status(st) == StatusCanceled {
 		return OutcomeCanceled
 	}
 	return OutcomeLost
@@ -1052,10 +1057,10 @@ func (w *Worker) adopt(msg *message.Message) bool {
 	entry := md[stream.EntryIDKey]
 	ctx, cancel := context.WithTimeout(msg.Context(), 10*time.Second)
 	defer cancel()
-	res, err := jobstate.Adopt(ctx, w.rdb, *q, jobstate.Foreign{ID: msg.UUID, Entry: entry, Type: typ,
+	res, err := w.store.Adopt(ctx, *q, jobstate.AdoptParams{Job: jobstate.Foreign{ID: msg.UUID, Entry: entry, Type: typ,
 		MaxRetries: maxRetries, Timeout: time.Duration(timeout) * time.Millisecond, CreatedAt: stream.EntryTime(entry),
 		RunAt: a.due(), UniqueKey: a.uniqueKey, UniqueTTL: time.Duration(a.uniqueTTL) * time.Millisecond},
-		w.cfg.Now(), w.cfg.Name)
+		Now: w.cfg.Now(), Worker: w.cfg.Name})
 	log := func(e *zerolog.Event) *zerolog.Event {
 		return e.Str("queue", q.Name()).Str("job_id", msg.UUID).Str("type", typ).Str("entry", entry)
 	}
@@ -1103,7 +1108,7 @@ func (w *Worker) release(ctx context.Context, streamKey string, ids []string) {
 	for len(ids) > 0 {
 		chunk := ids[:min(len(ids), batchChunk)]
 		ids = ids[len(chunk):]
-		rel, err := jobstate.Release(ctx, w.rdb, *q, w.cfg.Now(), chunk)
+		rel, err := w.store.Release(ctx, *q, jobstate.ReleaseParams{Now: w.cfg.Now(), Entries: chunk})
 		if err != nil {
 			w.log.Error().Err(err).Str("queue", q.Name()).Int("jobs", len(chunk)).
 				Msg("could not put back unfinished jobs; they will be recovered after the visibility timeout")

@@ -10,9 +10,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
-	"github.com/conveyorq/conveyor/internal/events"
 	"github.com/conveyorq/conveyor/internal/jobstate"
 	"github.com/conveyorq/conveyor/internal/keys"
 )
@@ -267,7 +264,7 @@ func (c *Client) publishWorkflow(ctx context.Context, queue string, wf Workflow,
 			return nil, err
 		}
 		q := allPartitions(c.cfg.Prefix, queue, p)[keys.PartitionOf(wf.ID, p)]
-		existed, _, err := jobstate.PublishWorkflow(ctx, c.rdb, q, now, &nw)
+		existed, _, err := c.store.PublishWorkflow(ctx, q, now, &nw)
 		if errors.Is(err, jobstate.ErrClosed) {
 			if err := c.closedWait(ctx, queue, start, wait, len(jobs)); err != nil {
 				end(nil, err)
@@ -282,7 +279,7 @@ func (c *Client) publishWorkflow(ctx context.Context, queue string, wf Workflow,
 		if err != nil {
 			return nil, err
 		}
-		st, err := readWorkflow(ctx, c.rdb, q, wf.ID)
+		st, err := readWorkflow(ctx, c.store, q, wf.ID)
 		if err != nil {
 			return nil, err
 		}
@@ -424,17 +421,17 @@ func taskOptions(nj *jobstate.NewJob, now time.Time) error {
 // GetWorkflow reads workflow (or batch) id of queue with each task's status. It returns
 // ErrNotFound for an unknown id, or a workflow whose retention ended.
 func (c *Client) GetWorkflow(ctx context.Context, queue, id string) (*WorkflowState, error) {
-	return getWorkflow(ctx, c.rdb, c.cfg.Prefix, queue, id, c.partitions)
+	return getWorkflow(ctx, c.store, c.cfg.Prefix, queue, id, c.partitions)
 }
 
 // Workflow reads workflow (or batch) id of queue, as Client.GetWorkflow.
 func (i *Inspector) Workflow(ctx context.Context, queue, id string) (*WorkflowState, error) {
-	return getWorkflow(ctx, i.rdb, i.cfg.Prefix, queue, id, func(ctx context.Context, queue string, _ bool) (int, error) {
+	return getWorkflow(ctx, i.store, i.cfg.Prefix, queue, id, func(ctx context.Context, queue string, _ bool) (int, error) {
 		return partitionCount(ctx, i.rdb, i.cfg.Prefix, queue)
 	})
 }
 
-func getWorkflow(ctx context.Context, rdb redis.UniversalClient, prefix, queue, id string, parts func(context.Context, string, bool) (int, error)) (*WorkflowState, error) {
+func getWorkflow(ctx context.Context, js jobstate.Backend, prefix, queue, id string, parts func(context.Context, string, bool) (int, error)) (*WorkflowState, error) {
 	if err := validate(queue, id); err != nil {
 		return nil, err
 	}
@@ -445,7 +442,7 @@ func getWorkflow(ctx context.Context, rdb redis.UniversalClient, prefix, queue, 
 	// The partition the id routes to under today's count first, then the others: a count
 	// changed since the workflow was published leaves it where it was.
 	for _, q := range lookupOrder(prefix, queue, id, p) {
-		st, err := readWorkflow(ctx, rdb, q, id)
+		st, err := readWorkflow(ctx, js, q, id)
 		if !errors.Is(err, ErrNotFound) {
 			return st, err
 		}
@@ -453,8 +450,8 @@ func getWorkflow(ctx context.Context, rdb redis.UniversalClient, prefix, queue, 
 	return nil, ErrNotFound
 }
 
-func readWorkflow(ctx context.Context, rdb redis.UniversalClient, q keys.Queue, id string) (*WorkflowState, error) {
-	rec, rows, found, err := jobstate.ReadWorkflow(ctx, rdb, q, id)
+func readWorkflow(ctx context.Context, js jobstate.Backend, q keys.Queue, id string) (*WorkflowState, error) {
+	rec, rows, found, err := js.ReadWorkflow(ctx, q, id)
 	if err != nil {
 		return nil, fmt.Errorf("workflow %s/%s: %w", q.Name(), id, err)
 	}
@@ -522,7 +519,7 @@ func (i *Inspector) Workflows(ctx context.Context, queue string, limit int) ([]*
 	}
 	var out []*WorkflowState
 	for _, q := range qs {
-		sums, err := jobstate.ListWorkflows(ctx, i.rdb, q, limit)
+		sums, err := i.store.ListWorkflows(ctx, q, limit)
 		if err != nil {
 			return nil, fmt.Errorf("workflows of %s: %w", queue, err)
 		}
@@ -549,8 +546,8 @@ func (j *Job) Dependencies(ctx context.Context) (*Dependencies, error) {
 	if j.progress == nil {
 		return nil, fmt.Errorf("%w: job %s was not handed to a handler by a Worker", ErrInvalid, j.ID)
 	}
-	rdb, q := j.progress.w.rdb, *j.progress.q
-	d, err := jobstate.ReadTaskDeps(ctx, rdb, q, j.ID)
+	js, q := j.progress.w.store, *j.progress.q
+	d, err := js.ReadTaskDeps(ctx, q, j.ID)
 	if err != nil {
 		return nil, err
 	}
@@ -562,20 +559,20 @@ func (j *Job) Dependencies(ctx context.Context) (*Dependencies, error) {
 	for i, dep := range d.Deps {
 		names[i] = strings.TrimPrefix(dep, wfID+".")
 	}
-	res, err := jobstate.TaskResults(ctx, rdb, d.Workflow, names)
+	res, err := js.TaskResults(ctx, d.Workflow, names)
 	if err != nil {
 		return nil, err
 	}
 	return &Dependencies{Workflow: wfID, Completed: d.Completed, Failed: d.Failed, Canceled: d.Canceled, Results: res}, nil
 }
 
-// followCascade goes on with the workflow cascades of q (jobstate.FollowCascade) until none is
+// followCascade goes on with the workflow cascades of q (jobstate.Store.FollowCascade) until none is
 // left: what a cancel's script left past the edges one call follows, in calls that each block
 // Redis a few ms at most. Its error is the caller's to ignore: the cancel that left the rest
 // is done, and the queue's recoverer follows what is left at its next scan.
-func followCascade(ctx context.Context, rdb redis.UniversalClient, q keys.Queue, now time.Time) error {
+func followCascade(ctx context.Context, js jobstate.Backend, q keys.Queue, now time.Time) error {
 	for {
-		r, err := jobstate.FollowCascade(ctx, rdb, q, jobstate.CascadeParams{Now: now, Events: events.ModeOf(ctx, rdb)})
+		r, err := js.FollowCascade(ctx, q, jobstate.CascadeParams{Now: now, Events: js.Events(ctx)})
 		if err != nil || r.Left == 0 {
 			return err
 		}

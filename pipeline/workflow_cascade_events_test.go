@@ -30,11 +30,11 @@ func TestWorkflowCascadeStepsAnnounceTheirCancels(t *testing.T) {
 	heard := ps.Channel()
 
 	now := time.Now()
-	_, err = jobstate.Cancel(ctx, b.rdb, b.q, jobstate.CancelParams{ID: "wide.root", Now: now, Retention: time.Hour, MinRetention: time.Minute})
+	_, err = jobstate.NewStore(b.rdb, "").Cancel(ctx, b.q, jobstate.CancelParams{ID: "wide.root", Now: now, Retention: time.Hour, MinRetention: time.Minute})
 	require.NoError(t, err)
 	canceled := 0
 	for {
-		r, err := jobstate.FollowCascade(ctx, b.rdb, b.q, jobstate.CascadeParams{Now: now, Events: events.Plain})
+		r, err := jobstate.NewStore(b.rdb, "").FollowCascade(ctx, b.q, jobstate.CascadeParams{Now: now, Events: events.Plain})
 		require.NoError(t, err)
 		canceled += r.Canceled
 		if r.Left == 0 {

@@ -82,7 +82,7 @@ func TestWorkflowCascadeStepIsBounded(t *testing.T) {
 	_, err := b.client.Workflow(ctx, b.queue, wideWorkflow("wide", width))
 	require.NoError(t, err)
 	now := time.Now()
-	row, err := jobstate.Cancel(ctx, b.rdb, b.q, jobstate.CancelParams{ID: "wide.root", Now: now, Retention: time.Hour, MinRetention: time.Minute})
+	row, err := jobstate.NewStore(b.rdb, "").Cancel(ctx, b.q, jobstate.CancelParams{ID: "wide.root", Now: now, Retention: time.Hour, MinRetention: time.Minute})
 	require.NoError(t, err)
 	require.Equal(t, script.OK, row.Code)
 	st, err := b.client.GetWorkflow(ctx, b.queue, "wide")
@@ -94,7 +94,7 @@ func TestWorkflowCascadeStepIsBounded(t *testing.T) {
 
 	total, steps := first, 0
 	for {
-		r, err := jobstate.FollowCascade(ctx, b.rdb, b.q, jobstate.CascadeParams{Now: now})
+		r, err := jobstate.NewStore(b.rdb, "").FollowCascade(ctx, b.q, jobstate.CascadeParams{Now: now})
 		require.NoError(t, err)
 		require.LessOrEqual(t, r.Canceled, jobstate.CascadeStep)
 		total += r.Canceled
@@ -123,7 +123,7 @@ func TestWorkflowCascadeFinishedByRecovery(t *testing.T) {
 	const width = 600
 	_, err := b.client.Workflow(ctx, b.queue, wideWorkflow("wide", width))
 	require.NoError(t, err)
-	row, err := jobstate.Cancel(ctx, b.rdb, b.q, jobstate.CancelParams{ID: "wide.root", Now: time.Now(), Retention: time.Hour, MinRetention: time.Minute})
+	row, err := jobstate.NewStore(b.rdb, "").Cancel(ctx, b.q, jobstate.CancelParams{ID: "wide.root", Now: time.Now(), Retention: time.Hour, MinRetention: time.Minute})
 	require.NoError(t, err)
 	require.Equal(t, script.OK, row.Code)
 	require.NotEqual(t, "0", row.Data)
@@ -226,7 +226,7 @@ func TestWorkflowCancelAppliedIsSuccessWhenCascadeCallsFail(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, pipeline.StatusCanceled, root.Status)
 	for {
-		r, err := jobstate.FollowCascade(ctx, srv.Client(t), b.q, jobstate.CascadeParams{Now: time.Now()})
+		r, err := jobstate.NewStore(srv.Client(t), "").FollowCascade(ctx, b.q, jobstate.CascadeParams{Now: time.Now()})
 		require.NoError(t, err)
 		if r.Left == 0 {
 			break

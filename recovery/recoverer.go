@@ -10,7 +10,7 @@
 //
 // Every worker process runs one Recoverer per queue; scans run under the queue's recovery
 // Lock, so no two overlap. A scan lists the pending entries idle for two thirds of the
-// visibility timeout or more (XPENDING with IDLE) and runs recover.lua (internal/jobstate.Recover)
+// visibility timeout or more (XPENDING with IDLE) and runs recover.lua (internal/jobstate, Store.Recover)
 // on those idle for the whole timeout whose idle time the Recoverer trusts (see Trust); the
 // script, for each entry, atomically:
 //
@@ -293,9 +293,23 @@ func (r *Result) add(o Result) {
 	r.Cascaded += o.Cascaded
 }
 
+// store is the job state a Recoverer reads and changes. It is declared here, where it is used,
+// with only the calls recovery makes: a test can stand in a store that fails on demand, and
+// package jobstate's conformance suite (jobstate/storetest) checks the real one.
+type store interface {
+	Events(ctx context.Context) events.Mode
+	ScanState(ctx context.Context, q keys.Queue) (levels []int, cascades bool, err error)
+	IdlePage(ctx context.Context, p jobstate.IdlePageParams) ([]jobstate.Lease, error)
+	Recover(ctx context.Context, q keys.Queue, p jobstate.RecoverParams) (jobstate.Recovered, error)
+	Prune(ctx context.Context, q keys.Queue, p jobstate.PruneParams) (int, error)
+	Clock(ctx context.Context, q keys.Queue) (time.Time, error)
+	FollowCascade(ctx context.Context, q keys.Queue, p jobstate.CascadeParams) (jobstate.CascadeResult, error)
+}
+
 // Recoverer recovers one queue; see the package documentation.
 type Recoverer struct {
 	rdb   redis.UniversalClient
+	store store
 	cfg   Config
 	q     keys.Queue
 	lock  *Lock
@@ -327,6 +341,7 @@ func NewRecoverer(rdb redis.UniversalClient, cfg Config) (*Recoverer, error) {
 	r.log = lc.Logger()
 	r.cfg = cfg.withDefaults()
 	r.q = keys.New(r.cfg.Prefix, r.cfg.Queue)
+	r.store = jobstate.NewStore(rdb, r.cfg.Prefix)
 	r.lock = NewLock(rdb, r.q.RecoveryLock(), r.cfg.LockTTL)
 	r.watch = newWatch(r.cfg, &r.log)
 	r.tracer = tracing.New(cfg.TracerProvider)
@@ -448,7 +463,7 @@ func (r *Recoverer) scanAndPrune(ctx context.Context, token string, res *Result)
 	return err
 }
 
-// followCascades follows what is left of the queue's workflow cascades (jobstate.FollowCascade,
+// followCascades follows what is left of the queue's workflow cascades (jobstate.Store.FollowCascade,
 // in calls of jobstate.CascadeStep edges) until none is: the dependents of a dead or canceled
 // task of a wide workflow that the script which ended it left past its budget, when no later
 // call went on with them (the canceling process died, or the death was a worker's outcome).
@@ -456,7 +471,7 @@ func (r *Recoverer) scanAndPrune(ctx context.Context, token string, res *Result)
 // when its first read (views) found the work list not empty: an idle scan costs no call.
 func (r *Recoverer) followCascades(ctx context.Context, res *Result) error {
 	for {
-		c, err := jobstate.FollowCascade(ctx, r.rdb, r.q, jobstate.CascadeParams{Now: r.cfg.Now(), Events: events.ModeOf(ctx, r.rdb)})
+		c, err := r.store.FollowCascade(ctx, r.q, jobstate.CascadeParams{Now: r.cfg.Now(), Events: r.store.Events(ctx)})
 		r.note(ctx, err)
 		if err != nil {
 			return fmt.Errorf("workflow cascades: %w", err)
@@ -500,7 +515,7 @@ func (r *Recoverer) prune(ctx context.Context, token string, idle time.Duration,
 		return err
 	}
 	for _, q := range views {
-		n, err := jobstate.Prune(ctx, r.rdb, q, jobstate.PruneParams{Token: token, MinIdle: idle})
+		n, err := r.store.Prune(ctx, q, jobstate.PruneParams{Token: token, MinIdle: idle})
 		if errors.Is(err, jobstate.ErrLockLost) {
 			err = errFenced
 		}
@@ -548,10 +563,10 @@ func (r *Recoverer) scan(ctx context.Context, token string, res *Result) (truste
 // views is the queue and its view at each priority level its jobs used (keys.Queue.Levels,
 // AtLevel): the streams a scan and a prune go through.
 // In the same round trip it reads whether the queue has workflow cascades to follow
-// (jobstate.ScanState).
+// (jobstate.Store.ScanState).
 func (r *Recoverer) views(ctx context.Context) ([]keys.Queue, bool, error) {
 	views := []keys.Queue{r.q}
-	levels, cascades, err := jobstate.ScanState(ctx, r.rdb, r.q)
+	levels, cascades, err := r.store.ScanState(ctx, r.q)
 	r.note(ctx, err)
 	if err != nil {
 		return nil, false, rediserr.Wrap("recover", fmt.Errorf("read the priority levels: %w", err))
@@ -575,10 +590,8 @@ func (r *Recoverer) scanStream(ctx context.Context, q keys.Queue, token string, 
 	}
 	start := "-"
 	for {
-		pend, err := r.rdb.XPendingExt(ctx, &redis.XPendingExtArgs{
-			Stream: q.Stream(), Group: keys.Group, Idle: vt - r.watch.lease,
-			Start: start, End: "+", Count: int64(r.cfg.BatchSize),
-		}).Result()
+		pend, err := r.store.IdlePage(ctx, jobstate.IdlePageParams{Queue: q, MinIdle: vt - r.watch.lease,
+			Start: start, N: r.cfg.BatchSize})
 		r.note(ctx, err)
 		if err != nil {
 			if rediserr.IsNoStream(err) || errors.Is(err, redis.Nil) {
@@ -593,13 +606,13 @@ func (r *Recoverer) scanStream(ctx context.Context, q keys.Queue, token string, 
 		*trusted = *trusted && (r.skipTrust || r.watch.valid(epoch))
 		ids := make([]string, 0, len(pend))
 		for _, p := range pend {
-			key := mark(p.ID)
+			key := mark(p.Entry)
 			listed[key] = struct{}{}
 			if p.Idle < vt {
 				continue // not due yet: listed so that the scan that finds it due has seen it before
 			}
 			if _, before := seen[key]; *trusted && (before || r.skipTrust) {
-				ids = append(ids, p.ID)
+				ids = append(ids, p.Entry)
 			} else {
 				res.Deferred++
 			}
@@ -612,15 +625,15 @@ func (r *Recoverer) scanStream(ctx context.Context, q keys.Queue, token string, 
 		if len(pend) < r.cfg.BatchSize {
 			return nil
 		}
-		start = nextID(pend[len(pend)-1].ID)
+		start = nextID(pend[len(pend)-1].Entry)
 	}
 }
 
 // recover runs recover.lua on ids, entries of q.Stream().
 func (r *Recoverer) recover(ctx context.Context, q keys.Queue, token string, ids []string, res *Result) error {
 	start := time.Now()
-	out, err := jobstate.Recover(ctx, r.rdb, q, jobstate.RecoverParams{Token: token,
-		VisibilityTimeout: r.cfg.VisibilityTimeout, Now: r.cfg.Now(), Events: events.ModeOf(ctx, r.rdb), Entries: ids})
+	out, err := r.store.Recover(ctx, q, jobstate.RecoverParams{Token: token,
+		VisibilityTimeout: r.cfg.VisibilityTimeout, Now: r.cfg.Now(), Events: r.store.Events(ctx), Entries: ids})
 	if errors.Is(err, jobstate.ErrLockLost) {
 		err = errFenced
 	}

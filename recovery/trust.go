@@ -10,7 +10,6 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/rs/zerolog"
 
-	"github.com/conveyorq/conveyor/internal/jobstate"
 	"github.com/conveyorq/conveyor/internal/rediserr"
 )
 
@@ -176,7 +175,7 @@ func isAnswer(err error) bool {
 // readClock reads Redis's clock (on the queue's node) and records it.
 func (r *Recoverer) readClock(ctx context.Context) error {
 	start := time.Now()
-	redisNow, err := jobstate.Clock(ctx, r.rdb, r.q)
+	redisNow, err := r.store.Clock(ctx, r.q)
 	end := time.Now()
 	if err != nil {
 		r.note(ctx, err)

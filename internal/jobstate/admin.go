@@ -37,7 +37,7 @@ type SetItem struct {
 // lowest score first, or highest first when desc; a nil after starts at the beginning. Members
 // of equal score are in Redis's order (by bytes; reversed when desc), and the cursor need not
 // be in the set any more.
-func SetPage(ctx context.Context, rdb redis.Scripter, key string, desc bool, after *SetItem, n int) ([]SetItem, error) {
+func (s *Store) SetPage(ctx context.Context, key string, desc bool, after *SetItem, n int) ([]SetItem, error) {
 	dir, score, member := "ASC", "", ""
 	if desc {
 		dir = "DESC"
@@ -45,7 +45,7 @@ func SetPage(ctx context.Context, rdb redis.Scripter, key string, desc bool, aft
 	if after != nil {
 		score, member = strconv.FormatInt(after.Score, 10), after.Member
 	}
-	r, err := decode("list", zpageScript.Run(ctx, rdb, []string{key}, dir, score, member, n))
+	r, err := decode("list", zpageScript.Run(ctx, s.rdb, []string{key}, dir, score, member, n))
 	if err == nil && (r.code != script.OK || len(r.rest)%2 != 0) {
 		err = r.unexpected()
 	}
@@ -64,8 +64,8 @@ func SetPage(ctx context.Context, rdb redis.Scripter, key string, desc bool, aft
 	return items, nil
 }
 
-// PurgeIDsCall is one purge_ids.lua call deleting the dead jobs ids of q (see PurgeIDsReply).
-func PurgeIDsCall(q keys.Queue, ids []string) script.Call {
+// purgeIDsCall is one purge_ids.lua call deleting the dead jobs ids of q (see purgeIDsReply).
+func purgeIDsCall(q keys.Queue, ids []string) script.Call {
 	ks := make([]string, 0, 1+len(ids))
 	ks = append(ks, q.Dead())
 	args := make([]any, len(ids))
@@ -76,9 +76,9 @@ func PurgeIDsCall(q keys.Queue, ids []string) script.Call {
 	return script.Call{Script: purgeIDsScript, Keys: ks, Args: args}
 }
 
-// PurgeIDsReply reads the reply of a PurgeIDsCall of n ids: per id script.OK (deleted),
+// purgeIDsReply reads the reply of a purgeIDsCall of n ids: per id script.OK (deleted),
 // script.WrongState with the status of a job that is not dead (left alone) or script.NotFound.
-func PurgeIDsReply(cmd *redis.Cmd, n int) ([]Row, error) {
+func purgeIDsReply(cmd *redis.Cmd, n int) ([]Row, error) {
 	r, err := decode("purge", cmd)
 	if err == nil {
 		err = r.want(2 * n)
@@ -105,13 +105,13 @@ type EntryJob struct {
 }
 
 // EntryJobs reads the jobs that the stream entries of q carry, one per entry in order.
-func EntryJobs(ctx context.Context, rdb redis.Scripter, q keys.Queue, entries []string) ([]EntryJob, error) {
+func (s *Store) EntryJobs(ctx context.Context, q keys.Queue, entries []string) ([]EntryJob, error) {
 	args := make([]any, 0, 1+len(entries))
 	args = append(args, q.JobPrefix())
 	for _, e := range entries {
 		args = append(args, e)
 	}
-	r, err := decode("list", entryJobsScript.Run(ctx, rdb, []string{q.Stream()}, args...))
+	r, err := decode("list", entryJobsScript.Run(ctx, s.rdb, []string{q.Stream()}, args...))
 	if err == nil {
 		err = r.want(len(entries))
 	}

@@ -1,6 +1,7 @@
 package jobstate
 
 import (
+	"context"
 	_ "embed"
 	"fmt"
 	"strconv"
@@ -58,7 +59,7 @@ type Admission struct {
 	Due  time.Time
 }
 
-// AdmitResult is an AdmitCall's reply: Lost (the holder's lease had run out: what it held
+// AdmitResult is an admitCall's reply: Lost (the holder's lease had run out: what it held
 // before is gone), Stamp (the call's time by Redis's clock: the rate tokens it granted are
 // given back by it, TokenReturn), a grant per request and an answer per item, in order.
 type AdmitResult struct {
@@ -80,9 +81,9 @@ type Holder struct {
 	TokenLife time.Duration
 }
 
-// AdmitCall is one admit.lua call of holder h on queue q: the lease requests reqs, then items,
+// admitCall is one admit.lua call of holder h on queue q: the lease requests reqs, then items,
 // all of q, to hold to q's limits.
-func AdmitCall(q *keys.Queue, h Holder, reqs []LeaseRequest, items []AdmitItem) script.Call {
+func admitCall(q *keys.Queue, h Holder, reqs []LeaseRequest, items []AdmitItem) script.Call {
 	ks := make([]string, 0, 4+len(items))
 	ks = append(ks, q.Stream(), q.Scheduled(), q.Stats(), q.Limits())
 	args := make([]any, 0, 8+5*len(reqs)+6*len(items))
@@ -121,8 +122,8 @@ func joinNumbers(ns []int) string {
 	return string(b)
 }
 
-// AdmitReply reads the reply of an AdmitCall of nreq requests and n items.
-func AdmitReply(cmd *redis.Cmd, nreq, n int) (AdmitResult, error) {
+// admitReply reads the reply of an admitCall of nreq requests and n items.
+func admitReply(cmd *redis.Cmd, nreq, n int) (AdmitResult, error) {
 	r, err := decode("admit", cmd)
 	if err == nil {
 		err = r.want(2 + 3*nreq + 2*n)
@@ -195,10 +196,10 @@ func joinTokens(ts []TokenReturn) string {
 	return b.String()
 }
 
-// LeasesCall is one leases.lua call of holder h on queue q: it gives back rets, renews h's
+// leasesCall is one leases.lua call of holder h on queue q: it gives back rets, renews h's
 // lease (or, when end is true, gives back every slot h holds and ends its lease), and takes
 // back the slots of holders whose lease ran out.
-func LeasesCall(q *keys.Queue, h Holder, end bool, rets []LeaseReturn) script.Call {
+func leasesCall(q *keys.Queue, h Holder, end bool, rets []LeaseReturn) script.Call {
 	lease := strconv.FormatInt(max(h.Lease.Milliseconds(), 1), 10)
 	if end {
 		lease = "0"
@@ -215,9 +216,9 @@ func LeasesCall(q *keys.Queue, h Holder, end bool, rets []LeaseReturn) script.Ca
 	return script.Call{Script: leasesScript, Keys: []string{q.Stream(), q.Limits()}, Args: args}
 }
 
-// LeasesReply reads a LeasesCall's reply: whether h's lease had run out (lost: its slots were
+// leasesReply reads a leasesCall's reply: whether h's lease had run out (lost: its slots were
 // taken back), and the instances h has slots of that jobs wait for.
-func LeasesReply(cmd *redis.Cmd) (lost bool, waiting []string, err error) {
+func leasesReply(cmd *redis.Cmd) (lost bool, waiting []string, err error) {
 	r, err := decode("leases", cmd)
 	if err == nil && (r.code != script.OK || len(r.rest) < 1) {
 		err = r.unexpected()
@@ -226,6 +227,38 @@ func LeasesReply(cmd *redis.Cmd) (lost bool, waiting []string, err error) {
 		return false, nil, err
 	}
 	return r.int(0) == 1, r.strs(1), nil
+}
+
+// AdmitParams is one admit.lua call of Holder on Queue: the lease requests Reqs, then Items,
+// all of Queue, to hold to its limits.
+type AdmitParams struct {
+	Queue  *keys.Queue
+	Holder Holder
+	Reqs   []LeaseRequest
+	Items  []AdmitItem
+}
+
+// Admit runs one admit.lua call.
+func (s *Store) Admit(ctx context.Context, p AdmitParams) (AdmitResult, error) {
+	c := admitCall(p.Queue, p.Holder, p.Reqs, p.Items)
+	return admitReply(c.Script.Run(ctx, s.rdb, c.Keys, c.Args...), len(p.Reqs), len(p.Items))
+}
+
+// LeasesParams is one leases.lua call of Holder on Queue: it gives back Returns, renews the
+// holder's lease (or, with End, gives back every slot it holds and ends its lease), and takes
+// back the slots of holders whose lease ran out.
+type LeasesParams struct {
+	Queue   *keys.Queue
+	Holder  Holder
+	End     bool
+	Returns []LeaseReturn
+}
+
+// Leases runs one leases.lua call: whether the holder's lease had run out (lost: its slots
+// were taken back), and the instances it has slots of that jobs wait for.
+func (s *Store) Leases(ctx context.Context, p LeasesParams) (lost bool, waiting []string, err error) {
+	c := leasesCall(p.Queue, p.Holder, p.End, p.Returns)
+	return leasesReply(c.Script.Run(ctx, s.rdb, c.Keys, c.Args...))
 }
 
 // LimitInstance names the scope instance of limit field (LimitField) that holds a job of type

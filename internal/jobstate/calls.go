@@ -9,11 +9,11 @@ import (
 	"github.com/conveyorq/conveyor/internal/script"
 )
 
-// RunCalls runs calls (made by this package's *Call functions) in one round trip and returns
+// runCalls runs calls (made by this package's *Call functions) in one round trip and returns
 // their commands, in order, to be read by the matching *Reply: a single call as a plain
 // EVALSHA (which falls back to EVAL by itself), several pipelined (script.Pipelined). The
 // error is the first call's error, or the pipeline's.
-func RunCalls(ctx context.Context, rdb redis.UniversalClient, calls []script.Call) ([]*redis.Cmd, error) {
+func runCalls(ctx context.Context, rdb redis.UniversalClient, calls []script.Call) ([]*redis.Cmd, error) {
 	if len(calls) == 1 {
 		c := calls[0]
 		cmd := c.Script.Run(ctx, rdb, c.Keys, c.Args...)

@@ -32,16 +32,16 @@ func TestReadsRefusedConnection(t *testing.T) {
 			o.MaxRetries = -1
 			rdb := redis.NewClient(&o)
 			t.Cleanup(func() { _ = rdb.Close() })
-			_, _, err := jobstate.KnownQueues(t.Context(), rdb, keys.DefaultPrefix)
+			_, _, err := jobstate.NewStore(rdb, keys.DefaultPrefix).KnownQueues(t.Context())
 			require.Error(t, err)
-			_, _, err = jobstate.StreamPage(t.Context(), rdb, keys.New(keys.DefaultPrefix, "q"), "-", 10)
+			_, _, err = jobstate.NewStore(rdb, "").StreamPage(t.Context(), keys.New(keys.DefaultPrefix, "q"), "-", 10)
 			require.Error(t, err)
 		})
 	}
 	// The right credentials read an empty system.
 	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr, Username: "u", Password: "right"})
 	t.Cleanup(func() { _ = rdb.Close() })
-	names, _, err := jobstate.KnownQueues(t.Context(), rdb, keys.DefaultPrefix)
+	names, _, err := jobstate.NewStore(rdb, keys.DefaultPrefix).KnownQueues(t.Context())
 	require.NoError(t, err)
 	require.Empty(t, names)
 }

@@ -25,11 +25,11 @@ type Debounced struct {
 	Publishes int
 }
 
-// DebounceCall is one debounce.lua call publishing j, which has a debounce key (NewJob.Debounce),
+// debounceCall is one debounce.lua call publishing j, which has a debounce key (NewJob.Debounce),
 // in q: it joins the key's pending job or creates j, scheduled (see the script). j's RunAt,
 // UniqueKey and ChosenID are not used: the script takes due times from Redis's clock, and the
 // caller refuses a unique key or a chosen id with a debounce key.
-func DebounceCall(q keys.Queue, j *NewJob) script.Call {
+func debounceCall(q keys.Queue, j *NewJob) script.Call {
 	ret := ""
 	if j.KeepOwn {
 		ret = strconv.FormatInt(retentionMS(j.Retention), 10)
@@ -49,9 +49,9 @@ func ceilMS(d time.Duration) int64 {
 	return ms
 }
 
-// DebounceReply reads the reply of a DebounceCall; ErrClosed when the queue or partition is
+// debounceReply reads the reply of a debounceCall; ErrClosed when the queue or partition is
 // closed (nothing written).
-func DebounceReply(cmd *redis.Cmd) (Debounced, error) {
+func debounceReply(cmd *redis.Cmd) (Debounced, error) {
 	r, err := decode("debounce", cmd)
 	if err == nil && r.code == script.WrongState {
 		return Debounced{}, ErrClosed

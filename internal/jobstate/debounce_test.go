@@ -49,7 +49,7 @@ func TestDebounceScript(t *testing.T) {
 	// A short window, promoted by the scheduler's script when Redis's clock reaches it.
 	s := publish("s", time.Millisecond, time.Millisecond)
 	require.Eventually(t, func() bool {
-		p, err := jobstate.Promote(ctx, rdb, q, 100, events.None)
+		p, err := jobstate.NewStore(rdb, "").Promote(ctx, q, jobstate.PromoteParams{Limit: 100, Events: events.None})
 		return err == nil && p.Moved == 1
 	}, 10*time.Second, time.Millisecond)
 	exists, err := rdb.Exists(ctx, q.Debounce("s")).Result()

@@ -115,13 +115,13 @@ func TestEnqueueRefusedWhenClosed(t *testing.T) {
 	q := keys.New(keys.DefaultPrefix, redistest.UniqueName(t))
 	now := time.Now()
 	existing := jobstate.NewJob{ID: "there", Type: "t", Payload: []byte("x"), RunAt: now}
-	_, err := jobstate.Enqueue1(ctx, rdb, q, now, &existing)
+	_, err := jobstate.NewStore(rdb, "").Enqueue1(ctx, q, now, &existing)
 	require.NoError(t, err)
 	require.NoError(t, rdb.Set(ctx, q.Closed(), "1", time.Hour).Err())
 
 	for _, id := range []string{"new", "there"} {
 		j := jobstate.NewJob{ID: id, Type: "t", Payload: []byte("x"), RunAt: now}
-		_, err := jobstate.Enqueue1(ctx, rdb, q, now, &j)
+		_, err := jobstate.NewStore(rdb, "").Enqueue1(ctx, q, now, &j)
 		require.ErrorIs(t, err, jobstate.ErrClosed, "enqueue1 of %s", id)
 		call := jobstate.EnqueueCall(q, now, []jobstate.NewJob{j, {ID: "later", Type: "t", RunAt: now.Add(time.Minute), UniqueKey: "u", UniqueTTL: time.Minute}})
 		_, err = jobstate.EnqueueReply(call.Script.Run(ctx, rdb, call.Keys, call.Args...), 2)
@@ -134,7 +134,7 @@ func TestEnqueueRefusedWhenClosed(t *testing.T) {
 	// Open again, a publish goes through.
 	require.NoError(t, rdb.Del(ctx, q.Closed()).Err())
 	j := jobstate.NewJob{ID: "new", Type: "t", Payload: []byte("x"), RunAt: now}
-	row, err := jobstate.Enqueue1(ctx, rdb, q, now, &j)
+	row, err := jobstate.NewStore(rdb, "").Enqueue1(ctx, q, now, &j)
 	require.NoError(t, err)
 	require.Equal(t, script.OK, row.Code)
 }

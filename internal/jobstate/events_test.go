@@ -31,7 +31,7 @@ func TestScriptsAnnounceEvents(t *testing.T) {
 	entries := f.read(len(ids))
 	now := time.Now()
 	for _, id := range ids[:4] { // waited on (the poison record is announced all the same)
-		_, found, err := jobstate.GetWatched(ctx, f.rdb, f.q, id)
+		_, found, err := jobstate.NewStore(f.rdb, "").GetWatched(ctx, f.q, id)
 		require.NoError(t, err)
 		require.True(t, found)
 	}
@@ -59,11 +59,11 @@ func TestScriptsAnnounceEvents(t *testing.T) {
 		{ID: ids[4], Status: "failed", Attempt: 0},
 	}, next(), "one message for the call; the start and the refused transition say nothing")
 
-	row, err := jobstate.Cancel(ctx, f.rdb, f.q, jobstate.CancelParams{ID: ids[5], Now: now, Retention: time.Hour,
+	row, err := jobstate.NewStore(f.rdb, "").Cancel(ctx, f.q, jobstate.CancelParams{ID: ids[5], Now: now, Retention: time.Hour,
 		MinRetention: time.Minute, Events: events.Plain})
 	require.NoError(t, err)
 	require.Equal(t, script.OK, row.Code)
-	row, err = jobstate.Cancel(ctx, f.rdb, f.q, jobstate.CancelParams{ID: ids[1], Now: now, Retention: time.Hour,
+	row, err = jobstate.NewStore(f.rdb, "").Cancel(ctx, f.q, jobstate.CancelParams{ID: ids[1], Now: now, Retention: time.Hour,
 		MinRetention: time.Minute, Events: events.Sharded})
 	require.NoError(t, err)
 	require.Equal(t, script.OK, row.Code)
@@ -71,7 +71,7 @@ func TestScriptsAnnounceEvents(t *testing.T) {
 		"a plain PUBLISH does not reach a sharded subscriber: the first cancel's message is not this one")
 }
 
-// finish.lua announces the outcome of a job a waiter marked (jobstate.GetWatched) and says
+// finish.lua announces the outcome of a job a waiter marked (jobstate.Store.GetWatched) and says
 // nothing of any other: the call for the unmarked job publishes nothing, so the next message is
 // the marked job's. GetWatched marks only a job that exists.
 func TestFinishAnnouncesOnlyWatchedJobs(t *testing.T) {
@@ -87,10 +87,10 @@ func TestFinishAnnouncesOnlyWatchedJobs(t *testing.T) {
 		ids = append(ids, j.ID)
 	}
 	entries := f.read(len(ids))
-	_, found, err := jobstate.GetWatched(ctx, f.rdb, f.q, ids[1])
+	_, found, err := jobstate.NewStore(f.rdb, "").GetWatched(ctx, f.q, ids[1])
 	require.NoError(t, err)
 	require.True(t, found)
-	_, found, err = jobstate.GetWatched(ctx, f.rdb, f.q, "nosuchjob")
+	_, found, err = jobstate.NewStore(f.rdb, "").GetWatched(ctx, f.q, "nosuchjob")
 	require.NoError(t, err)
 	require.False(t, found)
 	n, err := f.rdb.Exists(ctx, f.q.Job("nosuchjob")).Result()
@@ -105,7 +105,7 @@ func TestFinishAnnouncesOnlyWatchedJobs(t *testing.T) {
 }
 
 // finish.lua asks a job's hash for the watched mark only in a queue whose watching flag a
-// marking read (jobstate.GetWatched) set: a mark made by hand in a queue nobody waited on is
+// marking read (jobstate.Store.GetWatched) set: a mark made by hand in a queue nobody waited on is
 // not read, so that outcome is not announced; once a wait marked another job, it is.
 func TestFinishReadsMarksOnlyInAWatchedQueue(t *testing.T) {
 	t.Parallel()
@@ -123,7 +123,7 @@ func TestFinishReadsMarksOnlyInAWatchedQueue(t *testing.T) {
 	entries := f.read(len(ids))
 	now := time.Now()
 	require.Equal(t, []script.Code{applied}, f.run(jobstate.Done(&f.q, jobstate.DoneParams{Ran: ran(ids[0], entries[0], now), Result: "r"})))
-	_, found, err := jobstate.GetWatched(ctx, f.rdb, f.q, ids[2])
+	_, found, err := jobstate.NewStore(f.rdb, "").GetWatched(ctx, f.q, ids[2])
 	require.NoError(t, err)
 	require.True(t, found)
 	require.Equal(t, []script.Code{applied}, f.run(jobstate.Done(&f.q, jobstate.DoneParams{Ran: ran(ids[1], entries[1], now), Result: "r"})))

@@ -306,7 +306,7 @@ func TestEnqueueResentAfterFinish(t *testing.T) {
 		var send func() string
 		if nj.Plain(now) && i == 0 {
 			send = func() string {
-				row, err := jobstate.Enqueue1(t.Context(), f.rdb, f.q, now, &nj)
+				row, err := jobstate.NewStore(f.rdb, "").Enqueue1(t.Context(), f.q, now, &nj)
 				require.NoError(t, err)
 				if row.Code == script.Exists {
 					return "="

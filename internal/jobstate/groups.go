@@ -114,10 +114,10 @@ type GroupCount struct {
 // in their window or waiting, or have a weight set: the first most of them by name, and how
 // many there are in all. Two round trips: the groups' names, then the counts of those listed,
 // so that a queue with very many groups costs a listing no more than most groups' counts.
-func ReadGroups(ctx context.Context, rdb redis.UniversalClient, qs []keys.Queue, most int) ([]GroupCount, int, error) {
+func (s *Store) ReadGroups(ctx context.Context, qs []keys.Queue, most int) ([]GroupCount, int, error) {
 	type names struct{ active, waiting, cfg *redis.StringSliceCmd }
 	ns := make([]names, len(qs))
-	_, err := rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+	_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for k, q := range qs {
 			ns[k] = names{p.SMembers(ctx, q.GroupsActive()), p.SMembers(ctx, q.GroupsWaiting()),
 				p.HKeys(ctx, q.GroupConfig())}
@@ -154,7 +154,7 @@ func ReadGroups(ctx context.Context, rdb redis.UniversalClient, qs []keys.Queue,
 	}
 	type counts struct{ in, wait *redis.IntCmd }
 	cs := make([]map[string]counts, len(qs))
-	_, err = rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+	_, err = s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for k, q := range qs {
 			cs[k] = map[string]counts{}
 			for _, g := range listed {

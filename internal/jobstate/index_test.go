@@ -110,7 +110,7 @@ func TestCompletedIndexCap(t *testing.T) {
 	var got []string
 	var after *jobstate.SetItem
 	for {
-		items, err := jobstate.CompletedPage(t.Context(), f.rdb, f.q, after, 3)
+		items, err := jobstate.NewStore(f.rdb, "").CompletedPage(t.Context(), f.q, after, 3)
 		require.NoError(t, err)
 		for _, it := range items {
 			got = append(got, it.Member)
@@ -152,14 +152,14 @@ func TestCanceledIndex(t *testing.T) {
 	for k := range 4 {
 		j, err := f.c.Enqueue(ctx, f.queue, pipeline.Task{Type: "t"}, pipeline.WithDelay(time.Hour))
 		require.NoError(t, err)
-		row, err := jobstate.Cancel(ctx, f.rdb, f.q, jobstate.CancelParams{ID: j.ID, Now: now.Add(time.Duration(k) * time.Millisecond),
+		row, err := jobstate.NewStore(f.rdb, "").Cancel(ctx, f.q, jobstate.CancelParams{ID: j.ID, Now: now.Add(time.Duration(k) * time.Millisecond),
 			Retention: time.Hour, MinRetention: time.Minute, IndexCap: 3})
 		require.NoError(t, err)
 		require.Equal(t, script.OK, row.Code)
 		ids = append(ids, j.ID)
 	}
 	require.Equal(t, ids[1:], f.indexed(f.q.Canceled()))
-	page, err := jobstate.CanceledPage(ctx, f.rdb, f.q, nil, 10)
+	page, err := jobstate.NewStore(f.rdb, "").CanceledPage(ctx, f.q, nil, 10)
 	require.NoError(t, err)
 	require.Equal(t, []string{ids[3], ids[2], ids[1]}, []string{page[0].Member, page[1].Member, page[2].Member},
 		"newest first")

@@ -3,12 +3,14 @@
 // reads their replies. docs/STATE_MACHINE.md maps every status (package internal/status) and
 // transition.
 //
-// Every transition a worker asks for is a value made by one constructor (Start, Done, Retry,
-// Dead, Poison) and applied in batches by finish.lua, fenced by the stream entry the worker was
-// handed. The other transitions are calls of their own: Release, Cancel, Replay and Purge for
-// pipeline; Promote for package delayed's Scheduler; Recover, Prune and Clock for package
-// recovery's Recoverer (maintain.go). The services keep their loops, clocks and backoffs; what
-// a script does and how its reply reads is here.
+// Every call is a method of Store (store.go), which holds the client, the key prefix and the
+// cluster mode; pipeline reaches it through the Backend interface (backend.go). Every
+// transition a worker asks for is a value made by one constructor (Start, Done, Retry, Dead,
+// Poison) and applied in batches by finish.lua (Store.Finish, Batch.Finish), fenced by the
+// stream entry the worker was handed. The other transitions are methods of their own: Release,
+// Cancel, Replay and Purge for pipeline; Promote for package delayed's Scheduler; Recover,
+// Prune and Clock for package recovery's Recoverer (maintain.go). The services keep their
+// loops, clocks and backoffs; what a script does and how its reply reads is here.
 //
 // A call takes its settings as a params struct with named time.Time and time.Duration fields
 // (StartParams, DoneParams, CancelParams, RecoverParams, ...), never a run of positional
@@ -114,7 +116,7 @@ type NewJob struct {
 	UniqueTTL time.Duration // with UniqueKey; under a millisecond counts as one
 	ChosenID  bool          // the caller chose the id: it is looked up on its own
 	// Debounce is the caller's debounce key (pipeline.WithDebounce): the job is published by
-	// DebounceCall (debounce.lua), never by EnqueueCall or Enqueue1. Empty: none.
+	// debounceCall (debounce.lua), never by enqueueCall or Enqueue1. Empty: none.
 	Debounce                       string
 	DebounceQuiet, DebounceMaxWait time.Duration
 	LimitKey                       string // the key per-key limits count the job under; empty: none
@@ -144,12 +146,12 @@ func priorityArg(p int) string {
 	return strconv.Itoa(p)
 }
 
-// ErrClosed is what EnqueueReply and Enqueue1 return when the queue or partition written to is
+// ErrClosed is what enqueueReply and Enqueue1 return when the queue or partition written to is
 // closed (keys.Queue.Closed): its queue's partition count changed, and nothing was written.
 var ErrClosed = errors.New("the queue's partition layout is closed: its partition count changed")
 
-// EnqueueCall is one enqueue.lua call creating jobs in q (see the script for what it answers).
-func EnqueueCall(q keys.Queue, now time.Time, jobs []NewJob) script.Call {
+// enqueueCall is one enqueue.lua call creating jobs in q (see the script for what it answers).
+func enqueueCall(q keys.Queue, now time.Time, jobs []NewJob) script.Call {
 	ks := make([]string, 0, 4+2*len(jobs))
 	ks = append(ks, q.Stream(), q.Scheduled(), q.Stats())
 	args := make([]any, 0, 5+12*len(jobs))
@@ -200,8 +202,8 @@ type Created struct {
 	Differs string
 }
 
-// EnqueueReply reads the reply of an EnqueueCall of n jobs.
-func EnqueueReply(cmd *redis.Cmd, n int) ([]Created, error) {
+// enqueueReply reads the reply of an enqueueCall of n jobs.
+func enqueueReply(cmd *redis.Cmd, n int) ([]Created, error) {
 	r, err := decode("enqueue", cmd)
 	if err == nil && r.code == script.WrongState {
 		return nil, ErrClosed
@@ -234,9 +236,9 @@ func EnqueueReply(cmd *redis.Cmd, n int) ([]Created, error) {
 // Enqueue1 creates one plain job (see NewJob.Plain) with enqueue1.lua, which costs Redis half
 // of what enqueue.lua does for a single publish, and answers with a bare entry id instead of
 // {code, ...}, which costs a single publish 5% less (docs/BENCHMARKS.md). It answers as one
-// row of EnqueueReply.
-func Enqueue1(ctx context.Context, rdb redis.Scripter, q keys.Queue, now time.Time, j *NewJob) (Created, error) {
-	cmd := enqueue1Script.Run(ctx, rdb, []string{q.Stream(), q.Stats(), q.Job(j.ID), q.Closed()},
+// row of enqueueReply.
+func (s *Store) Enqueue1(ctx context.Context, q keys.Queue, now time.Time, j *NewJob) (Created, error) {
+	cmd := enqueue1Script.Run(ctx, s.rdb, []string{q.Stream(), q.Stats(), q.Job(j.ID), q.Closed()},
 		j.ID, j.Type, j.Payload, j.Metadata, j.MaxRetries, now.UnixMilli())
 	if e, ok := cmd.Val().(string); ok {
 		return Created{Code: script.OK, Entry: e}, nil
@@ -258,13 +260,13 @@ func Enqueue1(ctx context.Context, rdb redis.Scripter, q keys.Queue, now time.Ti
 
 // ---- Reading ----
 
-// GetCall is Get as a call for a pipeline (script.Pipelined); GetReply reads its reply.
-func GetCall(q keys.Queue, id string) script.Call {
+// getCall is Get as a call for a pipeline (script.Pipelined); getReply reads its reply.
+func getCall(q keys.Queue, id string) script.Call {
 	return script.Call{Script: getScript, Keys: []string{q.Job(id), q.Stream()}}
 }
 
-// GetReply reads the reply of a GetCall (see Get).
-func GetReply(cmd *redis.Cmd) (flat []string, found bool, err error) {
+// getReply reads the reply of a getCall (see Get).
+func getReply(cmd *redis.Cmd) (flat []string, found bool, err error) {
 	r, err := decode("get", cmd)
 	if err != nil || r.code == script.NotFound {
 		return nil, false, err
@@ -274,13 +276,13 @@ func GetReply(cmd *redis.Cmd) (flat []string, found bool, err error) {
 
 // Get reads job id's record as a flat field/value list, with its payload and metadata from
 // its stream entry while it is in the stream; found is false when there is no such job.
-func Get(ctx context.Context, rdb redis.Scripter, q keys.Queue, id string) (flat []string, found bool, err error) {
-	return GetReply(getScript.Run(ctx, rdb, []string{q.Job(id), q.Stream()}))
+func (s *Store) Get(ctx context.Context, q keys.Queue, id string) (flat []string, found bool, err error) {
+	return getReply(getScript.Run(ctx, s.rdb, []string{q.Job(id), q.Stream()}))
 }
 
 // GetWatched is Get that also marks the job watched (keys.FieldWatched), in the same script:
 // finish.lua announces the outcome of a marked job only. A waiter calls it once subscribed to
 // the job's events, so that an outcome is either in what it reads or announced after.
-func GetWatched(ctx context.Context, rdb redis.Scripter, q keys.Queue, id string) (flat []string, found bool, err error) {
-	return GetReply(getScript.Run(ctx, rdb, []string{q.Job(id), q.Stream(), q.Watching()}, "1"))
+func (s *Store) GetWatched(ctx context.Context, q keys.Queue, id string) (flat []string, found bool, err error) {
+	return getReply(getScript.Run(ctx, s.rdb, []string{q.Job(id), q.Stream(), q.Watching()}, "1"))
 }

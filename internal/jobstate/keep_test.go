@@ -118,7 +118,7 @@ func TestFinishPoisonRecordDropsTypeOfReservedMetadata(t *testing.T) {
 			require.Equal(t, c.typ, rec.Type)
 			require.Equal(t, "p", string(rec.Payload))
 
-			row, err := jobstate.Replay(ctx, f.rdb, f.q, "bad-1", now)
+			row, err := jobstate.NewStore(f.rdb, "").Replay(ctx, f.q, "bad-1", now)
 			require.NoError(t, err)
 			code := row.Code
 			if c.typ == "" {

@@ -60,7 +60,7 @@ func TestLeaseFencedJobNoLongerLiveIsRefused(t *testing.T) {
 	t.Parallel()
 	lq := newLeaseQueue(t, jobstate.Limit{Concurrency: 1})
 	items := lq.read("", "j1")
-	row, err := jobstate.Cancel(t.Context(), lq.rdb, lq.q, jobstate.CancelParams{ID: "j1", Now: time.Now(), Retention: time.Hour})
+	row, err := jobstate.NewStore(lq.rdb, "").Cancel(t.Context(), lq.q, jobstate.CancelParams{ID: "j1", Now: time.Now(), Retention: time.Hour})
 	require.NoError(t, err)
 	require.Equal(t, script.OK, row.Code)
 	items[0].Fence = true

@@ -212,7 +212,7 @@ func TestReleaseGivesBackSlotsOfJobsAdmittedBeforeLeases(t *testing.T) {
 	// The second job waits for the slot the old one holds.
 	res := lq.admit(jobstate.Holder{Name: "a/1", Lease: time.Minute}, []jobstate.LeaseRequest{{Inst: "q", Names: []int{0}}}, items[1:])
 	require.Equal(t, []script.Code{script.Deferred}, codes(res.Jobs))
-	_, err := jobstate.Release(ctx, lq.rdb, lq.q, time.Now(), []string{items[0].Entry})
+	_, err := jobstate.NewStore(lq.rdb, "").Release(ctx, lq.q, jobstate.ReleaseParams{Now: time.Now(), Entries: []string{items[0].Entry}})
 	require.NoError(t, err)
 	require.Zero(t, lq.taken("q"))
 	require.Empty(t, lq.rdb.HGet(ctx, lq.q.Job("old"), keys.FieldLimitSlots).Val())

@@ -7,8 +7,6 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/conveyorq/conveyor/internal/events"
 	"github.com/conveyorq/conveyor/internal/keys"
 	"github.com/conveyorq/conveyor/internal/script"
@@ -35,6 +33,12 @@ var (
 	clockScript   = newScript(clockSrc)
 )
 
+// PromoteParams is a Promote: move at most Limit due jobs, announcing them in Events mode.
+type PromoteParams struct {
+	Limit  int
+	Events events.Mode
+}
+
 // Promoted is what a Promote did, by Redis's clock.
 type Promoted struct {
 	Moved int       // jobs moved into the stream
@@ -45,11 +49,11 @@ type Promoted struct {
 	Lag time.Duration
 }
 
-// Promote moves up to limit jobs of q that are due by Redis's clock from its scheduled set into
-// its stream (promote.lua), announcing them in mode ev.
-func Promote(ctx context.Context, rdb redis.Scripter, q keys.Queue, limit int, ev events.Mode) (Promoted, error) {
-	r, err := decode("promote", promoteScript.Run(ctx, rdb, []string{q.Scheduled(), q.Stream()},
-		limit, q.JobPrefix(), ev.Command(), q.Events()))
+// Promote moves up to p.Limit jobs of q that are due by Redis's clock from its scheduled set
+// into its stream (promote.lua), announcing them in mode p.Events.
+func (s *Store) Promote(ctx context.Context, q keys.Queue, pp PromoteParams) (Promoted, error) {
+	r, err := decode("promote", promoteScript.Run(ctx, s.rdb, []string{q.Scheduled(), q.Stream()},
+		pp.Limit, q.JobPrefix(), pp.Events.Command(), q.Events()))
 	if err == nil {
 		err = r.want(4)
 	}
@@ -98,14 +102,14 @@ type RecoveredJob struct {
 
 // Recover puts back the jobs of pending entries whose worker stopped renewing its lease
 // (recover.lua). It returns ErrLockLost when the lock no longer holds p.Token.
-func Recover(ctx context.Context, rdb redis.Scripter, q keys.Queue, p RecoverParams) (Recovered, error) {
+func (s *Store) Recover(ctx context.Context, q keys.Queue, p RecoverParams) (Recovered, error) {
 	args := make([]any, 0, 7+len(p.Entries))
 	args = append(args, keys.Group, p.Token, p.VisibilityTimeout.Milliseconds(), q.JobPrefix(),
 		p.Now.UnixMilli(), p.Events.Command(), q.Events())
 	for _, id := range p.Entries {
 		args = append(args, id)
 	}
-	r, err := decode("recover", recoverScript.Run(ctx, rdb,
+	r, err := decode("recover", recoverScript.Run(ctx, s.rdb,
 		[]string{q.Stream(), q.Dead(), q.Stats(), q.RecoveryLock()}, args...))
 	if err == nil && r.code == script.LockLost {
 		return Recovered{}, ErrLockLost
@@ -138,8 +142,8 @@ type PruneParams struct {
 // Prune deletes the consumers of q's group that hold nothing and stopped (prune.lua) and
 // returns how many. It returns ErrLockLost when the lock no longer holds p.Token; the error of
 // a queue with no stream or group is Redis's own (NOGROUP, no such key).
-func Prune(ctx context.Context, rdb redis.Scripter, q keys.Queue, p PruneParams) (int, error) {
-	r, err := decode("prune", pruneScript.Run(ctx, rdb, []string{q.Stream(), q.RecoveryLock()},
+func (s *Store) Prune(ctx context.Context, q keys.Queue, p PruneParams) (int, error) {
+	r, err := decode("prune", pruneScript.Run(ctx, s.rdb, []string{q.Stream(), q.RecoveryLock()},
 		keys.Group, p.MinIdle.Milliseconds(), p.Token))
 	if err == nil && r.code == script.LockLost {
 		return 0, ErrLockLost
@@ -154,8 +158,8 @@ func Prune(ctx context.Context, rdb redis.Scripter, q keys.Queue, p PruneParams)
 }
 
 // Clock reads Redis's clock on the node that holds q (clock.lua), to the microsecond.
-func Clock(ctx context.Context, rdb redis.Scripter, q keys.Queue) (time.Time, error) {
-	r, err := decode("clock", clockScript.Run(ctx, rdb, []string{q.Stream()}))
+func (s *Store) Clock(ctx context.Context, q keys.Queue) (time.Time, error) {
+	r, err := decode("clock", clockScript.Run(ctx, s.rdb, []string{q.Stream()}))
 	if err == nil {
 		err = r.want(2)
 	}

@@ -62,7 +62,7 @@ func TestPromoteDuringSlotMigrationKeepsTheJob(t *testing.T) {
 	// target refuses the script while it imports the slot. The call retries until its
 	// context ends (or script.RetryFor), then hands back the refusal.
 	pctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
-	_, err = jobstate.Promote(pctx, cc, q, 100, events.None)
+	_, err = jobstate.NewStore(cc, "").Promote(pctx, q, jobstate.PromoteParams{Limit: 100, Events: events.None})
 	cancel()
 	require.Error(t, err, "promote ran on a half-moved slot")
 	// Refused, or cut by the deadline while a retry was in flight.
@@ -85,7 +85,7 @@ func TestPromoteDuringSlotMigrationKeepsTheJob(t *testing.T) {
 		require.NoError(t, n.Do(ctx, "CLUSTER", "SETSLOT", slot, "NODE", id(dst)).Err())
 	}
 	require.Eventually(t, func() bool {
-		_, err := jobstate.Promote(ctx, cc, q, 100, events.None)
+		_, err := jobstate.NewStore(cc, "").Promote(ctx, q, jobstate.PromoteParams{Limit: 100, Events: events.None})
 		return err == nil && dst.HGet(ctx, q.Job("j1"), "status").Val() == "queued"
 	}, 10*time.Second, 20*time.Millisecond, "the job was not promoted after the move")
 	require.Equal(t, int64(2), dst.XLen(ctx, q.Stream()).Val(), "j0's entry and j1's")

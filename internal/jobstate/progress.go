@@ -8,8 +8,6 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/conveyorq/conveyor/internal/events"
 	"github.com/conveyorq/conveyor/internal/keys"
 	"github.com/conveyorq/conveyor/internal/status"
@@ -38,8 +36,8 @@ type ProgressParams struct {
 // WriteProgress records a progress report (progress.lua), fenced like a worker's transition:
 // its Row is script.OK (Data: when it was written, Redis's unix ms), script.Refused (Data: the
 // job's status; the job moved on from the entry or the attempt) or script.NotFound.
-func WriteProgress(ctx context.Context, rdb redis.Scripter, q keys.Queue, p ProgressParams) (Row, error) {
-	r, err := decode("progress", progressScript.Run(ctx, rdb, []string{q.Job(p.ID)},
+func (s *Store) WriteProgress(ctx context.Context, q keys.Queue, p ProgressParams) (Row, error) {
+	r, err := decode("progress", progressScript.Run(ctx, s.rdb, []string{q.Job(p.ID)},
 		p.ID, p.Entry, p.Attempt, p.Percent, p.Message, p.Events.Command(), q.Events()))
 	if err != nil {
 		return Row{}, err

@@ -28,7 +28,7 @@ func TestProgressFence(t *testing.T) {
 	entry := f.read(1)[0]
 	write := func(entry string, attempt, pct int, msg string) jobstate.Row {
 		t.Helper()
-		row, err := jobstate.WriteProgress(ctx, f.rdb, f.q, jobstate.ProgressParams{ID: j.ID, Entry: entry,
+		row, err := jobstate.NewStore(f.rdb, "").WriteProgress(ctx, f.q, jobstate.ProgressParams{ID: j.ID, Entry: entry,
 			Attempt: attempt, Percent: pct, Message: msg, Events: events.Sharded})
 		require.NoError(t, err)
 		return row
@@ -64,11 +64,11 @@ func TestProgressFence(t *testing.T) {
 	require.Equal(t, script.Refused, row.Code)
 	require.Equal(t, "failed", row.Data)
 	require.Contains(t, stored(), "half way", "a finished job keeps its last report")
-	_, err = jobstate.Replay(ctx, f.rdb, f.q, j.ID, time.Now())
+	_, err = jobstate.NewStore(f.rdb, "").Replay(ctx, f.q, j.ID, time.Now())
 	require.NoError(t, err)
 	require.Empty(t, stored(), "replay drops it")
 
-	row, err = jobstate.WriteProgress(ctx, f.rdb, f.q, jobstate.ProgressParams{ID: "nope", Entry: entry, Attempt: 1})
+	row, err = jobstate.NewStore(f.rdb, "").WriteProgress(ctx, f.q, jobstate.ProgressParams{ID: "nope", Entry: entry, Attempt: 1})
 	require.NoError(t, err)
 	require.Equal(t, script.NotFound, row.Code)
 }

@@ -57,7 +57,7 @@ type Stats struct {
 // too, not yet in the stream); a queue no worker read yet has none handed out.
 // Queued and InProgress count the jobs of every priority level (keys.Queue.LevelStream): the
 // streams of levels no job used are missing, which reads as empty.
-func ReadStats(ctx context.Context, rdb redis.UniversalClient, qs []keys.Queue) ([]*Stats, error) {
+func (s *Store) ReadStats(ctx context.Context, qs []keys.Queue) ([]*Stats, error) {
 	type cmds struct {
 		counters    *redis.MapStringStringCmd
 		sched, dead *redis.IntCmd
@@ -65,7 +65,7 @@ func ReadStats(ctx context.Context, rdb redis.UniversalClient, qs []keys.Queue) 
 		groups      [keys.MaxPriority]*redis.XInfoGroupsCmd
 	}
 	all := make([]cmds, len(qs))
-	_, err := rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+	_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for k, q := range qs {
 			all[k] = cmds{
 				counters: p.HGetAll(ctx, q.Stats()),
@@ -183,8 +183,8 @@ func LegacyPartitions(ctx context.Context, rdb redis.Cmdable, prefix, queue stri
 // KnownQueues reads the known queue names that are valid queue names (one written by hand
 // names no keys of ours), sorted, and the partition counts of those that have more than one,
 // in one round trip.
-func KnownQueues(ctx context.Context, rdb redis.UniversalClient, prefix string) ([]string, map[string]int, error) {
-	names, counts, _, err := KnownQueuesPaused(ctx, rdb, prefix)
+func (s *Store) KnownQueues(ctx context.Context) ([]string, map[string]int, error) {
+	names, counts, _, err := KnownQueuesPaused(ctx, s.rdb, s.prefix)
 	return names, counts, err
 }
 
@@ -310,14 +310,14 @@ func IsPausedQueue(ctx context.Context, rdb redis.UniversalClient, prefix, queue
 }
 
 // IsKnownQueue reports whether queue is in the known-queues set.
-func IsKnownQueue(ctx context.Context, rdb redis.UniversalClient, prefix, queue string) (bool, error) {
-	ok, err := rdb.SIsMember(ctx, keys.Queues(prefix), queue).Result()
+func (s *Store) IsKnownQueue(ctx context.Context, queue string) (bool, error) {
+	ok, err := s.rdb.SIsMember(ctx, keys.Queues(s.prefix), queue).Result()
 	return ok, rediserr.Wrap("queues", err)
 }
 
 // ForgetQueue removes queue from the known-queues set.
-func ForgetQueue(ctx context.Context, rdb redis.UniversalClient, prefix, queue string) error {
-	return rediserr.Wrap("delete queue", rdb.SRem(ctx, keys.Queues(prefix), queue).Err())
+func (s *Store) ForgetQueue(ctx context.Context, queue string) error {
+	return rediserr.Wrap("delete queue", s.rdb.SRem(ctx, keys.Queues(s.prefix), queue).Err())
 }
 
 // ForgetPartitions deletes queue's stored partition count: it has one partition again.
@@ -330,13 +330,13 @@ func ForgetPartitions(ctx context.Context, rdb redis.UniversalClient, prefix, qu
 // scanCount is the COUNT of each SCAN page of ScanKeys.
 const scanCount = 1000
 
-// ScanKeys counts the keys that start with prefix with SCAN pages of 1000 keys, and unlinks
-// them a page at a time when unlink is true. On a cluster it scans the master of prefix's slot
+// ScanKeys counts the keys that start with start with SCAN pages of 1000 keys, and unlinks
+// them a page at a time when unlink is true. On a cluster it scans the master of start's slot
 // only, which holds every key of a queue (each starts with the queue's base, prefix:{queue}:),
-// unless everywhere is true: for a prefix that names keys in many slots, such as every
+// unless everywhere is true: for a start that names keys in many slots, such as every
 // partition of a queue. A Ring's every shard is scanned.
-func ScanKeys(ctx context.Context, rdb redis.UniversalClient, prefix string, unlink, everywhere bool) (int, error) {
-	n, err := scanKeys(ctx, rdb, prefix, unlink, everywhere)
+func (s *Store) ScanKeys(ctx context.Context, start string, unlink, everywhere bool) (int, error) {
+	n, err := scanKeys(ctx, s.rdb, start, unlink, everywhere)
 	return n, rediserr.Wrap("scan", err)
 }
 
@@ -448,12 +448,12 @@ const (
 
 // AddQueue makes p.Queue a known queue of prefix (addqueue.lua), refusing a new one past
 // p.MaxQueues or, with p.KnownOnly, any new one.
-func AddQueue(ctx context.Context, rdb redis.Scripter, prefix string, p AddQueueParams) (Added, error) {
+func (s *Store) AddQueue(ctx context.Context, p AddQueueParams) (Added, error) {
 	only := "0"
 	if p.KnownOnly {
 		only = "1"
 	}
-	n, err := addQueueScript.Run(ctx, rdb, []string{keys.Queues(prefix)}, p.Queue, p.MaxQueues, only).Int()
+	n, err := addQueueScript.Run(ctx, s.rdb, []string{keys.Queues(s.prefix)}, p.Queue, p.MaxQueues, only).Int()
 	switch {
 	case err != nil:
 		return 0, rediserr.Wrap("add queue", err)
@@ -500,10 +500,10 @@ func parseLevels(vals []string) []int {
 // ScanState is what a recoverer's scan of q reads first, in one round trip: q's levels
 // (QueueLevels) and whether q's work list of workflow cascades holds anything
 // (keys.Queue.WorkflowCascade), so that an idle scan calls no FollowCascade.
-func ScanState(ctx context.Context, rdb redis.UniversalClient, q keys.Queue) (levels []int, cascades bool, err error) {
+func (s *Store) ScanState(ctx context.Context, q keys.Queue) (levels []int, cascades bool, err error) {
 	var lv *redis.StringSliceCmd
 	var left *redis.IntCmd
-	_, err = rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+	_, err = s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		lv = p.SMembers(ctx, q.Levels())
 		left = p.Exists(ctx, q.WorkflowCascade())
 		return nil

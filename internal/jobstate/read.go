@@ -220,23 +220,23 @@ const findScripts = 16
 // tenfold of queues (narrow) on a standalone server, and one EXISTS per queue in one pipeline on
 // a cluster (its queues' keys are on other slots; go-redis sends each node its own in one round
 // trip), not a script call per queue.
-func FindFirst(ctx context.Context, rdb redis.UniversalClient, lookups []Lookup) (int, Record, error) {
+func (s *Store) FindFirst(ctx context.Context, lookups []Lookup) (int, Record, error) {
 	if len(lookups) == 0 {
 		return -1, Record{}, nil
 	}
 	if len(lookups) <= findScripts {
-		return findScripted(ctx, rdb, lookups)
+		return findScripted(ctx, s.rdb, lookups)
 	}
 	var candidates []int
 	{
 		var err error
-		if candidates, err = existing(ctx, rdb, lookups); err != nil {
+		if candidates, err = existing(ctx, s.rdb, lookups); err != nil {
 			return -1, Record{}, rediserr.Wrap("get", err)
 		}
 	}
 	for _, k := range candidates {
 		// A hash seen a moment ago may be gone (expired, purged): then the next one.
-		flat, found, err := Get(ctx, rdb, lookups[k].Queue, lookups[k].ID)
+		flat, found, err := s.Get(ctx, lookups[k].Queue, lookups[k].ID)
 		if err != nil {
 			return -1, Record{}, err
 		}
@@ -251,14 +251,14 @@ func FindFirst(ctx context.Context, rdb redis.UniversalClient, lookups []Lookup)
 func findScripted(ctx context.Context, rdb redis.UniversalClient, lookups []Lookup) (int, Record, error) {
 	calls := make([]script.Call, len(lookups))
 	for k, l := range lookups {
-		calls[k] = GetCall(l.Queue, l.ID)
+		calls[k] = getCall(l.Queue, l.ID)
 	}
 	cmds, err := script.Pipelined(ctx, rdb, calls)
 	if err != nil && !errors.Is(err, redis.Nil) {
 		return -1, Record{}, rediserr.Wrap("get", err)
 	}
 	for k, cmd := range cmds {
-		flat, found, err := GetReply(cmd)
+		flat, found, err := getReply(cmd)
 		if err != nil {
 			return -1, Record{}, err
 		}
@@ -347,12 +347,12 @@ func existsEach(ctx context.Context, rdb redis.UniversalClient, lookups []Lookup
 
 // Records reads the records of jobs ids of q (their hashes alone, without the stream entry's
 // payload) in one pipeline; a job with no record has nil.
-func Records(ctx context.Context, rdb redis.UniversalClient, q keys.Queue, ids []string) ([]*Record, error) {
+func (s *Store) Records(ctx context.Context, q keys.Queue, ids []string) ([]*Record, error) {
 	out := make([]*Record, len(ids))
 	if len(ids) == 0 {
 		return out, nil
 	}
-	p := rdb.Pipeline()
+	p := s.rdb.Pipeline()
 	hashes := make([]*redis.MapStringStringCmd, len(ids))
 	for k, id := range ids {
 		hashes[k] = p.HGetAll(ctx, q.Job(id))
@@ -372,12 +372,12 @@ func Records(ctx context.Context, rdb redis.UniversalClient, q keys.Queue, ids [
 // RecordSizes returns the bytes of the payload and result fields of each of jobs ids of q (0
 // for a job with no record, or whose payload is in its stream entry), in one pipeline of
 // HSTRLENs: what reading the records would cost, without reading them.
-func RecordSizes(ctx context.Context, rdb redis.UniversalClient, q keys.Queue, ids []string) ([]int64, error) {
+func (s *Store) RecordSizes(ctx context.Context, q keys.Queue, ids []string) ([]int64, error) {
 	out := make([]int64, len(ids))
 	if len(ids) == 0 {
 		return out, nil
 	}
-	p := rdb.Pipeline()
+	p := s.rdb.Pipeline()
 	cmds := make([]*redis.IntCmd, 0, 2*len(ids))
 	for _, id := range ids {
 		cmds = append(cmds, p.HStrLen(ctx, q.Job(id), keys.FieldPayload), p.HStrLen(ctx, q.Job(id), keys.FieldResult))
@@ -394,9 +394,9 @@ func RecordSizes(ctx context.Context, rdb redis.UniversalClient, q keys.Queue, i
 // Locate finds which of qs holds each of ids with one pipeline of EXISTS (len(ids) x len(qs)
 // commands), for a job of a partitioned queue that is not where its id routes. A job found in
 // none maps to -1.
-func Locate(ctx context.Context, rdb redis.UniversalClient, qs []keys.Queue, ids []string) ([]int, error) {
+func (s *Store) Locate(ctx context.Context, qs []keys.Queue, ids []string) ([]int, error) {
 	cmds := make([]*redis.IntCmd, len(ids)*len(qs))
-	_, err := rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+	_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for k, id := range ids {
 			for n, q := range qs {
 				cmds[k*len(qs)+n] = p.Exists(ctx, q.Job(id))
@@ -426,23 +426,23 @@ func Locate(ctx context.Context, rdb redis.UniversalClient, qs []keys.Queue, ids
 func (s SetItem) At() time.Time { return time.UnixMilli(s.Score) }
 
 // ScheduledPage is SetPage of q's scheduled set, earliest due first.
-func ScheduledPage(ctx context.Context, rdb redis.Scripter, q keys.Queue, after *SetItem, n int) ([]SetItem, error) {
-	return SetPage(ctx, rdb, q.Scheduled(), false, after, n)
+func (s *Store) ScheduledPage(ctx context.Context, q keys.Queue, after *SetItem, n int) ([]SetItem, error) {
+	return s.SetPage(ctx, q.Scheduled(), false, after, n)
 }
 
 // DeadPage is SetPage of q's dead set, latest death first, or earliest first when oldest.
-func DeadPage(ctx context.Context, rdb redis.Scripter, q keys.Queue, oldest bool, after *SetItem, n int) ([]SetItem, error) {
-	return SetPage(ctx, rdb, q.Dead(), !oldest, after, n)
+func (s *Store) DeadPage(ctx context.Context, q keys.Queue, oldest bool, after *SetItem, n int) ([]SetItem, error) {
+	return s.SetPage(ctx, q.Dead(), !oldest, after, n)
 }
 
 // CompletedPage is IndexPage of q's index of completed jobs (keys.Queue.Completed).
-func CompletedPage(ctx context.Context, rdb redis.Cmdable, q keys.Queue, after *SetItem, n int) ([]SetItem, error) {
-	return IndexPage(ctx, rdb, q.Completed(), after, n)
+func (s *Store) CompletedPage(ctx context.Context, q keys.Queue, after *SetItem, n int) ([]SetItem, error) {
+	return s.IndexPage(ctx, q.Completed(), after, n)
 }
 
 // CanceledPage is IndexPage of q's index of canceled jobs (keys.Queue.Canceled).
-func CanceledPage(ctx context.Context, rdb redis.Cmdable, q keys.Queue, after *SetItem, n int) ([]SetItem, error) {
-	return IndexPage(ctx, rdb, q.Canceled(), after, n)
+func (s *Store) CanceledPage(ctx context.Context, q keys.Queue, after *SetItem, n int) ([]SetItem, error) {
+	return s.IndexPage(ctx, q.Canceled(), after, n)
 }
 
 // indexRead is how many chunks of an index IndexPage reads a round: a worker's finish call
@@ -454,14 +454,14 @@ const indexRead = 16
 // chunk first and, within a chunk, last id first; each item's Score is its chunk's. A nil
 // after starts at the newest; otherwise the page starts after that item, found among the
 // chunks of its score (when it is gone, trimmed, the page starts at the next lower score).
-func IndexPage(ctx context.Context, rdb redis.Cmdable, key string, after *SetItem, n int) ([]SetItem, error) {
+func (s *Store) IndexPage(ctx context.Context, key string, after *SetItem, n int) ([]SetItem, error) {
 	max, skipping := "+inf", after != nil
 	if after != nil {
 		max = strconv.FormatInt(after.Score, 10)
 	}
 	var out []SetItem
 	for offset := int64(0); len(out) < n; {
-		chunks, err := rdb.ZRevRangeByScoreWithScores(ctx, key, &redis.ZRangeBy{Max: max, Min: "-inf", Offset: offset, Count: indexRead}).Result()
+		chunks, err := s.rdb.ZRevRangeByScoreWithScores(ctx, key, &redis.ZRangeBy{Max: max, Min: "-inf", Offset: offset, Count: indexRead}).Result()
 		if err != nil {
 			return nil, rediserr.Wrap("list", err)
 		}
@@ -493,8 +493,8 @@ func IndexPage(ctx context.Context, rdb redis.Cmdable, key string, after *SetIte
 
 // LastDead returns the member of q's dead set that is last in the set's order (the latest
 // death, the greatest member among equal scores); ok is false when the set is empty.
-func LastDead(ctx context.Context, rdb redis.UniversalClient, q keys.Queue) (last SetItem, ok bool, err error) {
-	z, err := rdb.ZRevRangeWithScores(ctx, q.Dead(), 0, 0).Result()
+func (s *Store) LastDead(ctx context.Context, q keys.Queue) (last SetItem, ok bool, err error) {
+	z, err := s.rdb.ZRevRangeWithScores(ctx, q.Dead(), 0, 0).Result()
 	if err != nil || len(z) == 0 {
 		return SetItem{}, false, rediserr.Wrap("list", err)
 	}
@@ -523,12 +523,12 @@ type Group struct {
 
 // StreamPage reads up to n entries of q's stream from start ("-" or an entry id, inclusive)
 // on, and the consumer group (nil when there is none yet), in one round trip.
-func StreamPage(ctx context.Context, rdb redis.UniversalClient, q keys.Queue, start string, n int) ([]Entry, *Group, error) {
+func (s *Store) StreamPage(ctx context.Context, q keys.Queue, start string, n int) ([]Entry, *Group, error) {
 	var groups *redis.XInfoGroupsCmd
 	var msgs *redis.XMessageSliceCmd
 	// The commands carry the pipeline's errors, but for a connection that could not be set
 	// up (pipelineErr); a queue no worker read yet has no group.
-	_, err := rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+	_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		groups = p.XInfoGroups(ctx, q.Stream())
 		msgs = p.XRangeN(ctx, q.Stream(), start, "+", int64(n))
 		return nil
@@ -552,8 +552,8 @@ func StreamPage(ctx context.Context, rdb redis.UniversalClient, q keys.Queue, st
 }
 
 // StreamRange reads up to n entries of q's stream from start (inclusive) on.
-func StreamRange(ctx context.Context, rdb redis.UniversalClient, q keys.Queue, start string, n int) ([]Entry, error) {
-	msgs, err := rdb.XRangeN(ctx, q.Stream(), start, "+", int64(n)).Result()
+func (s *Store) StreamRange(ctx context.Context, q keys.Queue, start string, n int) ([]Entry, error) {
+	msgs, err := s.rdb.XRangeN(ctx, q.Stream(), start, "+", int64(n)).Result()
 	if err != nil {
 		return nil, rediserr.Wrap("list", err)
 	}
@@ -576,13 +576,13 @@ func entries(msgs []redis.XMessage) []Entry {
 // EntryRecords reads, in one pipeline, the records of the jobs that entries of q name (nil
 // for an entry that names none, or a job with no record) and, when pending, which of the
 // entries are in the consumer group's pending entries list (handed to a worker).
-func EntryRecords(ctx context.Context, rdb redis.UniversalClient, q keys.Queue, es []Entry, pending bool) ([]*Record, map[string]bool, error) {
+func (s *Store) EntryRecords(ctx context.Context, q keys.Queue, es []Entry, pending bool) ([]*Record, map[string]bool, error) {
 	recs := make([]*Record, len(es))
 	held := map[string]bool{}
 	if len(es) == 0 {
 		return recs, held, nil
 	}
-	p := rdb.Pipeline()
+	p := s.rdb.Pipeline()
 	hashes := make([]*redis.MapStringStringCmd, len(es))
 	for k, e := range es {
 		if e.Job != "" {
@@ -626,8 +626,8 @@ type Lease struct {
 
 // PendingPage reads up to n entries of q's pending entries list from start ("-" or an entry
 // id, inclusive) on, in entry order; none when q has no stream or group yet.
-func PendingPage(ctx context.Context, rdb redis.UniversalClient, q keys.Queue, start string, n int) ([]Lease, error) {
-	pend, err := rdb.XPendingExt(ctx, &redis.XPendingExtArgs{Stream: q.Stream(), Group: keys.Group,
+func (s *Store) PendingPage(ctx context.Context, q keys.Queue, start string, n int) ([]Lease, error) {
+	pend, err := s.rdb.XPendingExt(ctx, &redis.XPendingExtArgs{Stream: q.Stream(), Group: keys.Group,
 		Start: start, End: "+", Count: int64(n)}).Result()
 	if rediserr.IsNoStream(err) {
 		return nil, nil // nothing was ever handed out
@@ -638,6 +638,62 @@ func PendingPage(ctx context.Context, rdb redis.UniversalClient, q keys.Queue, s
 	out := make([]Lease, len(pend))
 	for k, pe := range pend {
 		out[k] = Lease{Entry: pe.ID, Worker: pe.Consumer, Idle: pe.Idle, Deliveries: pe.RetryCount}
+	}
+	return out, nil
+}
+
+// IdlePageParams asks for a page of a stream's pending entries idle at least MinIdle.
+type IdlePageParams struct {
+	Queue   keys.Queue // the stream's queue or level view
+	MinIdle time.Duration
+	Start   string // "-" or an entry id, inclusive
+	N       int
+}
+
+// IdlePage reads up to p.N pending entries of p.Queue's stream idle at least p.MinIdle, in
+// entry order. Its error is Redis's own, unwrapped: a stream or group not made yet is for
+// the caller (package recovery) to tell from an outage.
+func (s *Store) IdlePage(ctx context.Context, p IdlePageParams) ([]Lease, error) {
+	pend, err := s.rdb.XPendingExt(ctx, &redis.XPendingExtArgs{Stream: p.Queue.Stream(), Group: keys.Group,
+		Idle: p.MinIdle, Start: p.Start, End: "+", Count: int64(p.N)}).Result()
+	if err != nil {
+		return nil, err
+	}
+	out := make([]Lease, len(pend))
+	for k, pe := range pend {
+		out[k] = Lease{Entry: pe.ID, Worker: pe.Consumer, Idle: pe.Idle, Deliveries: pe.RetryCount}
+	}
+	return out, nil
+}
+
+// ErrNoJob is Status's answer for a job that has no record.
+var ErrNoJob = errors.New("jobstate: no such job")
+
+// Status reads job id's status field alone: one HGET, for the checks that need nothing else.
+func (s *Store) Status(ctx context.Context, q keys.Queue, id string) (string, error) {
+	st, err := s.rdb.HGet(ctx, q.Job(id), keys.FieldStatus).Result()
+	if errors.Is(err, redis.Nil) {
+		return "", ErrNoJob
+	}
+	return st, err
+}
+
+// Consumer is one reader of a queue's consumer group.
+type Consumer struct {
+	Name    string
+	Idle    time.Duration
+	Pending int64
+}
+
+// Consumers reads the consumers of q's group; the error is Redis's own (no group yet, say).
+func (s *Store) Consumers(ctx context.Context, q keys.Queue) ([]Consumer, error) {
+	cs, err := s.rdb.XInfoConsumers(ctx, q.Stream(), keys.Group).Result()
+	if err != nil {
+		return nil, err
+	}
+	out := make([]Consumer, len(cs))
+	for k, c := range cs {
+		out[k] = Consumer{Name: c.Name, Idle: c.Idle, Pending: c.Pending}
 	}
 	return out, nil
 }

@@ -70,35 +70,37 @@ func TestFindFirstRecordsLocate(t *testing.T) {
 	enqueue(t, rdb, a, now, jobstate.NewJob{ID: "j2", Type: "t", Payload: []byte("p2"), RunAt: now.Add(time.Hour), ChosenID: true})
 
 	// get.lua's first EVALSHA on a server may meet NOSCRIPT and be sent again: load it first.
-	_, _, err := jobstate.FindFirst(ctx, rdb, []jobstate.Lookup{{Queue: a, ID: "j0"}})
+	_, _, err := jobstate.NewStore(rdb, "").FindFirst(ctx, []jobstate.Lookup{{Queue: a, ID: "j0"}})
 	require.NoError(t, err)
 	var k int
 	var rec jobstate.Record
 	require.EqualValues(t, 1, rt.During(func() {
-		k, rec, err = jobstate.FindFirst(ctx, rdb, []jobstate.Lookup{{Queue: a, ID: "j1"}, {Queue: b, ID: "j1"}})
+		k, rec, err = jobstate.NewStore(rdb, "").FindFirst(ctx, []jobstate.Lookup{{Queue: a, ID: "j1"}, {Queue: b, ID: "j1"}})
 	}))
 	require.NoError(t, err)
 	require.Equal(t, 1, k)
 	require.Equal(t, "queued", rec.Status)
 	require.Equal(t, []byte("p1"), rec.Payload, "get.lua adds the entry's payload")
 
-	k, _, err = jobstate.FindFirst(ctx, rdb, []jobstate.Lookup{{Queue: a, ID: "nope"}})
+	k, _, err = jobstate.NewStore(rdb, "").FindFirst(ctx, []jobstate.Lookup{{Queue: a, ID: "nope"}})
 	require.NoError(t, err)
 	require.Equal(t, -1, k)
 
 	var recs []*jobstate.Record
-	require.EqualValues(t, 1, rt.During(func() { recs, err = jobstate.Records(ctx, rdb, a, []string{"j2", "nope"}) }))
+	require.EqualValues(t, 1, rt.During(func() { recs, err = jobstate.NewStore(rdb, "").Records(ctx, a, []string{"j2", "nope"}) }))
 	require.NoError(t, err)
 	require.Len(t, recs, 2)
 	require.Equal(t, "scheduled", recs[0].Status)
 	require.Equal(t, now.Add(time.Hour).UnixMilli(), recs[0].RunAt.UnixMilli())
 	require.Nil(t, recs[1])
-	require.Zero(t, rt.During(func() { recs, err = jobstate.Records(ctx, rdb, a, nil) }), "nothing to read, no round trip")
+	require.Zero(t, rt.During(func() { recs, err = jobstate.NewStore(rdb, "").Records(ctx, a, nil) }), "nothing to read, no round trip")
 	require.NoError(t, err)
 	require.Empty(t, recs)
 
 	var at []int
-	require.EqualValues(t, 1, rt.During(func() { at, err = jobstate.Locate(ctx, rdb, []keys.Queue{a, b}, []string{"j1", "j2", "nope"}) }))
+	require.EqualValues(t, 1, rt.During(func() {
+		at, err = jobstate.NewStore(rdb, "").Locate(ctx, []keys.Queue{a, b}, []string{"j1", "j2", "nope"})
+	}))
 	require.NoError(t, err)
 	require.Equal(t, []int{1, 0, -1}, at)
 }
@@ -109,7 +111,7 @@ func TestSetPages(t *testing.T) {
 	ctx := t.Context()
 	q := keys.New(keys.DefaultPrefix, redistest.UniqueName(t))
 
-	_, ok, err := jobstate.LastDead(ctx, rdb, q)
+	_, ok, err := jobstate.NewStore(rdb, "").LastDead(ctx, q)
 	require.NoError(t, err)
 	require.False(t, ok, "no dead set")
 
@@ -117,20 +119,20 @@ func TestSetPages(t *testing.T) {
 		redis.Z{Score: 20, Member: "b"}).Err())
 	require.NoError(t, rdb.ZAdd(ctx, q.Scheduled(), redis.Z{Score: 5, Member: "x"}, redis.Z{Score: 7, Member: "y"}).Err())
 
-	last, ok, err := jobstate.LastDead(ctx, rdb, q)
+	last, ok, err := jobstate.NewStore(rdb, "").LastDead(ctx, q)
 	require.NoError(t, err)
 	require.True(t, ok)
 	require.Equal(t, jobstate.SetItem{Member: "c", Score: 30}, last)
 	require.Equal(t, time.UnixMilli(30), last.At())
 
-	newest, err := jobstate.DeadPage(ctx, rdb, q, false, nil, 2)
+	newest, err := jobstate.NewStore(rdb, "").DeadPage(ctx, q, false, nil, 2)
 	require.NoError(t, err)
 	require.Equal(t, []jobstate.SetItem{{Member: "c", Score: 30}, {Member: "b", Score: 20}}, newest)
-	oldest, err := jobstate.DeadPage(ctx, rdb, q, true, &newest[1], 5)
+	oldest, err := jobstate.NewStore(rdb, "").DeadPage(ctx, q, true, &newest[1], 5)
 	require.NoError(t, err)
 	require.Equal(t, []jobstate.SetItem{{Member: "c", Score: 30}}, oldest, "after b, oldest first")
 
-	sched, err := jobstate.ScheduledPage(ctx, rdb, q, nil, 10)
+	sched, err := jobstate.NewStore(rdb, "").ScheduledPage(ctx, q, nil, 10)
 	require.NoError(t, err)
 	require.Equal(t, []jobstate.SetItem{{Member: "x", Score: 5}, {Member: "y", Score: 7}}, sched)
 }
@@ -142,11 +144,11 @@ func TestStreamReads(t *testing.T) {
 	q := keys.New(keys.DefaultPrefix, redistest.UniqueName(t))
 
 	// No stream yet: no entries, no group, no leases.
-	es, g, err := jobstate.StreamPage(ctx, rdb, q, "-", 10)
+	es, g, err := jobstate.NewStore(rdb, "").StreamPage(ctx, q, "-", 10)
 	require.NoError(t, err)
 	require.Empty(t, es)
 	require.Nil(t, g)
-	leases, err := jobstate.PendingPage(ctx, rdb, q, "-", 10)
+	leases, err := jobstate.NewStore(rdb, "").PendingPage(ctx, q, "-", 10)
 	require.NoError(t, err)
 	require.Empty(t, leases)
 
@@ -161,7 +163,7 @@ func TestStreamReads(t *testing.T) {
 	bad, err := rdb.XAdd(ctx, &redis.XAddArgs{Stream: q.Stream(), Values: []any{keys.EntryUUID, "bad id!"}}).Result()
 	require.NoError(t, err)
 
-	es, g, err = jobstate.StreamPage(ctx, rdb, q, "-", 10)
+	es, g, err = jobstate.NewStore(rdb, "").StreamPage(ctx, q, "-", 10)
 	require.NoError(t, err)
 	require.Nil(t, g, "no worker read the queue yet")
 	require.Len(t, es, 4)
@@ -173,19 +175,19 @@ func TestStreamReads(t *testing.T) {
 	_, err = rdb.XReadGroup(ctx, &redis.XReadGroupArgs{Group: keys.Group, Consumer: "w1", Streams: []string{q.Stream(), ">"}, Count: 1}).Result()
 	require.NoError(t, err)
 
-	require.EqualValues(t, 1, rt.During(func() { es, g, err = jobstate.StreamPage(ctx, rdb, q, entries[1], 10) }))
+	require.EqualValues(t, 1, rt.During(func() { es, g, err = jobstate.NewStore(rdb, "").StreamPage(ctx, q, entries[1], 10) }))
 	require.NoError(t, err)
 	require.Equal(t, &jobstate.Group{LastDelivered: entries[0], Pending: 1}, g)
 	require.Len(t, es, 3)
-	rest, err := jobstate.StreamRange(ctx, rdb, q, entries[2], 1)
+	rest, err := jobstate.NewStore(rdb, "").StreamRange(ctx, q, entries[2], 1)
 	require.NoError(t, err)
 	require.Equal(t, []jobstate.Entry{{ID: entries[2], Job: "j2", Payload: "p-j2"}}, rest)
 
-	all, _, err := jobstate.StreamPage(ctx, rdb, q, "-", 10)
+	all, _, err := jobstate.NewStore(rdb, "").StreamPage(ctx, q, "-", 10)
 	require.NoError(t, err)
 	var recs []*jobstate.Record
 	var held map[string]bool
-	require.EqualValues(t, 1, rt.During(func() { recs, held, err = jobstate.EntryRecords(ctx, rdb, q, all, true) }))
+	require.EqualValues(t, 1, rt.During(func() { recs, held, err = jobstate.NewStore(rdb, "").EntryRecords(ctx, q, all, true) }))
 	require.NoError(t, err)
 	require.Equal(t, map[string]bool{entries[0]: true}, held)
 	require.Len(t, recs, 4)
@@ -193,7 +195,7 @@ func TestStreamReads(t *testing.T) {
 	require.Equal(t, "queued", recs[1].Status)
 	require.Nil(t, recs[3], "an entry that names no job has no record")
 
-	leases, err = jobstate.PendingPage(ctx, rdb, q, "-", 10)
+	leases, err = jobstate.NewStore(rdb, "").PendingPage(ctx, q, "-", 10)
 	require.NoError(t, err)
 	require.Len(t, leases, 1)
 	require.Equal(t, entries[0], leases[0].Entry)
@@ -218,7 +220,7 @@ func TestReadStats(t *testing.T) {
 	require.NoError(t, rdb.ZAdd(ctx, a.Dead(), redis.Z{Score: 1, Member: "d"}).Err())
 
 	var st []*jobstate.Stats
-	require.EqualValues(t, 1, rt.During(func() { st, err = jobstate.ReadStats(ctx, rdb, []keys.Queue{a, b}) }))
+	require.EqualValues(t, 1, rt.During(func() { st, err = jobstate.NewStore(rdb, "").ReadStats(ctx, []keys.Queue{a, b}) }))
 	require.NoError(t, err)
 	require.Equal(t, &jobstate.Stats{Queue: a.Name(), Scheduled: 1, Queued: 1, InProgress: 1, Dead: 1, Enqueued: 3}, st[0])
 	require.Equal(t, &jobstate.Stats{Queue: b.Name()}, st[1], "a queue nothing was enqueued to has all zeros")
@@ -238,7 +240,7 @@ func TestKnownQueuesAndPartitions(t *testing.T) {
 	require.NoError(t, rdb.HSet(ctx, keys.Partitions(prefix), "b", jobstate.StoredPartitions(3)).Err())
 	var names []string
 	var counts map[string]int
-	require.EqualValues(t, 1, rt.During(func() { names, counts, err = jobstate.KnownQueues(ctx, rdb, prefix) }))
+	require.EqualValues(t, 1, rt.During(func() { names, counts, err = jobstate.NewStore(rdb, prefix).KnownQueues(ctx) }))
 	require.NoError(t, err)
 	require.Equal(t, []string{"a", "b"}, names)
 	require.Equal(t, map[string]int{"b": 3}, counts)
@@ -246,11 +248,11 @@ func TestKnownQueuesAndPartitions(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 3, p)
 
-	known, err := jobstate.IsKnownQueue(ctx, rdb, prefix, "a")
+	known, err := jobstate.NewStore(rdb, prefix).IsKnownQueue(ctx, "a")
 	require.NoError(t, err)
 	require.True(t, known)
-	require.NoError(t, jobstate.ForgetQueue(ctx, rdb, prefix, "a"))
-	known, err = jobstate.IsKnownQueue(ctx, rdb, prefix, "a")
+	require.NoError(t, jobstate.NewStore(rdb, prefix).ForgetQueue(ctx, "a"))
+	known, err = jobstate.NewStore(rdb, prefix).IsKnownQueue(ctx, "a")
 	require.NoError(t, err)
 	require.False(t, known)
 
@@ -284,10 +286,10 @@ func TestScanKeys(t *testing.T) {
 	}
 	require.NoError(t, rdb.Set(ctx, q.Stats(), "x", 0).Err())
 
-	n, err := jobstate.ScanKeys(ctx, rdb, q.JobPrefix(), false, false)
+	n, err := jobstate.NewStore(rdb, keys.DefaultPrefix).ScanKeys(ctx, q.JobPrefix(), false, false)
 	require.NoError(t, err)
 	require.Equal(t, 5, n, "counted, not the stats key")
-	n, err = jobstate.ScanKeys(ctx, rdb, q.Base(), true, false)
+	n, err = jobstate.NewStore(rdb, keys.DefaultPrefix).ScanKeys(ctx, q.Base(), true, false)
 	require.NoError(t, err)
 	require.Equal(t, 6, n)
 	left, err := rdb.Exists(ctx, q.Stats(), q.Job("0")).Result()
@@ -372,13 +374,13 @@ func TestFindFirstManyLookups(t *testing.T) {
 			for k := range 137 {
 				lookups = append(lookups, jobstate.Lookup{Queue: keys.New(keys.DefaultPrefix, fmt.Sprintf("%s-%d", name, k)), ID: "j"})
 			}
-			k, _, err := jobstate.FindFirst(ctx, rdb, lookups)
+			k, _, err := jobstate.NewStore(rdb, "").FindFirst(ctx, lookups)
 			require.NoError(t, err)
 			require.Equal(t, -1, k)
 			for _, at := range []int{118, 41} {
 				enqueue(t, rdb, lookups[at].Queue, now, jobstate.NewJob{ID: "j", Type: "t", Payload: []byte(fmt.Sprint(at)), RunAt: now, ChosenID: true})
 			}
-			k, rec, err := jobstate.FindFirst(ctx, rdb, lookups)
+			k, rec, err := jobstate.NewStore(rdb, "").FindFirst(ctx, lookups)
 			require.NoError(t, err)
 			require.Equal(t, 41, k, "the first in order")
 			require.Equal(t, []byte("41"), rec.Payload)

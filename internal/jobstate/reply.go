@@ -11,8 +11,8 @@ import (
 )
 
 // Every script of this package answers {code, ...}: a script.Code, then what the script says
-// with it. decode is the one reader of that shape; each call's own reader (FinishReply,
-// EnqueueReply, Cancel, Promote, ...) names the parts, so a caller never sees the raw reply.
+// with it. decode is the one reader of that shape; each call's own reader (finishReply,
+// enqueueReply, Cancel, Promote, ...) names the parts, so a caller never sees the raw reply.
 
 // reply is a script's reply split into its code and the rest.
 type reply struct {

@@ -60,7 +60,7 @@ type Transition struct {
 	Result  string // Done
 	Reason  string // Retry, Dead, Poison: the error; Done: the process span's traceparent
 	// The times, in unix ms as finish.lua takes them: converted once, by the constructor, so a
-	// transition stays small (a worker queues one per job) and FinishCall converts nothing.
+	// transition stays small (a worker queues one per job) and finishCall converts nothing.
 	started, finished, retryAt int64
 	// Payload is the job's payload exactly as read from its entry, sent back with an outcome
 	// so that finish.lua need not read the entry again (WithPayload).
@@ -212,8 +212,8 @@ func indexCap(n int) int {
 	return n
 }
 
-// FinishCall is one finish.lua call applying ts, which must all be of one queue.
-func FinishCall(cfg FinishConfig, ts []Transition) script.Call {
+// finishCall is one finish.lua call applying ts, which must all be of one queue.
+func finishCall(cfg FinishConfig, ts []Transition) script.Call {
 	q := ts[0].Queue
 	ks := make([]string, 0, 8+len(ts))
 	ks = append(ks, q.Stream(), q.Scheduled(), q.Dead(), q.Stats(), q.Watching())
@@ -242,10 +242,10 @@ func FinishCall(cfg FinishConfig, ts []Transition) script.Call {
 	return script.Call{Script: finishScript, Keys: ks, Args: args}
 }
 
-// FinishReply reads a FinishCall's reply: one code per transition, script.OK (applied),
+// finishReply reads a finishCall's reply: one code per transition, script.OK (applied),
 // script.Refused (the job moved on; for a start mark: ignored) or script.Died (a retry that
 // became dead).
-func FinishReply(cmd *redis.Cmd, n int) ([]script.Code, error) {
+func finishReply(cmd *redis.Cmd, n int) ([]script.Code, error) {
 	r, err := decode("finish", cmd)
 	if err == nil {
 		err = r.want(n)
@@ -270,15 +270,22 @@ func retentionMS(d time.Duration) int64 {
 	return max(1, d.Milliseconds())
 }
 
+// ReleaseParams is a Release: the entries to put back, stamped Now.
+type ReleaseParams struct {
+	Now     time.Time
+	Entries []string
+}
+
 // Release puts back the entries a worker that shuts down still holds (release.lua), so another
 // worker starts them at once.
-func Release(ctx context.Context, rdb redis.Scripter, q keys.Queue, now time.Time, entries []string) (Released, error) {
+func (s *Store) Release(ctx context.Context, q keys.Queue, p ReleaseParams) (Released, error) {
+	now, entries := p.Now, p.Entries
 	args := make([]any, 0, 3+len(entries))
 	args = append(args, keys.Group, q.JobPrefix(), now.UnixMilli())
 	for _, id := range entries {
 		args = append(args, id)
 	}
-	r, err := decode("release", releaseScript.Run(ctx, rdb, []string{q.Stream(), q.Stats()}, args...))
+	r, err := decode("release", releaseScript.Run(ctx, s.rdb, []string{q.Stream(), q.Stats()}, args...))
 	if err == nil {
 		err = r.want(2)
 	}
@@ -313,42 +320,48 @@ type CancelParams struct {
 // workflow cascades left to follow, "0" when none: FollowCascade), script.NotFound, or
 // script.WrongState with the status of a job that already ended (with Delete: of a job that is
 // not scheduled or queued).
-func Cancel(ctx context.Context, rdb redis.Scripter, q keys.Queue, p CancelParams) (Row, error) {
+func (s *Store) Cancel(ctx context.Context, q keys.Queue, p CancelParams) (Row, error) {
 	op, del := "cancel", ""
 	if p.Delete {
 		op, del = "delete", "1"
 	}
-	return decodeRow(op, cancelScript.Run(ctx, rdb,
+	return decodeRow(op, cancelScript.Run(ctx, s.rdb,
 		[]string{q.Stream(), q.Scheduled(), q.Stats(), q.Job(p.ID), q.Canceled(), keys.IndexCount(q.Canceled())},
 		keys.Group, p.Now.UnixMilli(), retentionMS(p.Retention), p.ID, p.MinRetention.Milliseconds(),
 		p.Events.Command(), q.Events(), indexCap(p.IndexCap), del))
 }
 
-// RunNow moves scheduled job id of q into its stream now (run_now.lua), announcing it in mode
-// ev. Its Row is script.OK, script.NotFound, or script.WrongState with the job's status
+// RunNowParams is a RunNow: the job, and the events mode to announce it in.
+type RunNowParams struct {
+	ID     string
+	Events events.Mode
+}
+
+// RunNow moves scheduled job p.ID of q into its stream now (run_now.lua), announcing it in mode
+// p.Events. Its Row is script.OK, script.NotFound, or script.WrongState with the job's status
 // ("limited" for a scheduled job waiting for a concurrency slot, which only a freed slot
 // moves).
-func RunNow(ctx context.Context, rdb redis.Scripter, q keys.Queue, id string, ev events.Mode) (Row, error) {
-	return decodeRow("run now", runNowScript.Run(ctx, rdb,
-		[]string{q.Scheduled(), q.Stream(), q.Job(id)}, id, q.JobPrefix(), ev.Command(), q.Events()))
+func (s *Store) RunNow(ctx context.Context, q keys.Queue, p RunNowParams) (Row, error) {
+	return decodeRow("run now", runNowScript.Run(ctx, s.rdb,
+		[]string{q.Scheduled(), q.Stream(), q.Job(p.ID)}, p.ID, q.JobPrefix(), p.Events.Command(), q.Events()))
 }
 
 // Replay moves dead job id back into the stream at now (replay.lua). Its Row is script.OK with
 // the new entry, script.NotFound, script.WrongState with the job's status, script.NoType, or
 // script.UniqueHeld with the id of the job that holds the unique key.
-func Replay(ctx context.Context, rdb redis.Scripter, q keys.Queue, id string, now time.Time) (Row, error) {
-	c := ReplayCall(q, id, now)
-	return ReplayReply(c.Script.Run(ctx, rdb, c.Keys, c.Args...))
+func (s *Store) Replay(ctx context.Context, q keys.Queue, id string, now time.Time) (Row, error) {
+	c := replayCall(q, id, now)
+	return replayReply(c.Script.Run(ctx, s.rdb, c.Keys, c.Args...))
 }
 
-// ReplayCall is Replay as a call for script.Pipelined; read its reply with ReplayReply.
-func ReplayCall(q keys.Queue, id string, now time.Time) script.Call {
+// replayCall is Replay as a call for script.Pipelined; read its reply with replayReply.
+func replayCall(q keys.Queue, id string, now time.Time) script.Call {
 	return script.Call{Script: replayScript, Keys: []string{q.Stream(), q.Dead(), q.Job(id)},
 		Args: []any{now.UnixMilli(), id}}
 }
 
-// ReplayReply reads a ReplayCall's reply as Replay answers.
-func ReplayReply(cmd *redis.Cmd) (Row, error) { return decodeRow("replay", cmd) }
+// replayReply reads a replayCall's reply as Replay answers.
+func replayReply(cmd *redis.Cmd) (Row, error) { return decodeRow("replay", cmd) }
 
 // PurgeParams is a Purge: up to Limit of the oldest dead jobs that died at least OlderThan ago
 // by Redis's clock.
@@ -359,8 +372,8 @@ type PurgeParams struct {
 
 // Purge deletes dead jobs of q (purge.lua) and returns how many; callers loop until it is below
 // the limit.
-func Purge(ctx context.Context, rdb redis.Scripter, q keys.Queue, p PurgeParams) (int, error) {
-	r, err := decode("purge", purgeScript.Run(ctx, rdb, []string{q.Dead()}, q.JobPrefix(), p.Limit,
+func (s *Store) Purge(ctx context.Context, q keys.Queue, p PurgeParams) (int, error) {
+	r, err := decode("purge", purgeScript.Run(ctx, s.rdb, []string{q.Dead()}, q.JobPrefix(), p.Limit,
 		p.OlderThan.Milliseconds()))
 	if err == nil {
 		err = r.want(1)
@@ -382,8 +395,8 @@ type PurgeDryRunParams struct {
 // died at least p.OlderThan ago by Redis's clock), oldest first, skipping the first p.Offset of
 // them; it deletes nothing. It runs purge.lua itself, so the preview and the purge share one age
 // rule. Callers page with Offset until fewer than Limit come back.
-func PurgeDryRun(ctx context.Context, rdb redis.Scripter, q keys.Queue, p PurgeDryRunParams) ([]string, error) {
-	r, err := decode("purge", purgeScript.Run(ctx, rdb, []string{q.Dead()}, q.JobPrefix(), p.Limit,
+func (s *Store) PurgeDryRun(ctx context.Context, q keys.Queue, p PurgeDryRunParams) ([]string, error) {
+	r, err := decode("purge", purgeScript.Run(ctx, s.rdb, []string{q.Dead()}, q.JobPrefix(), p.Limit,
 		p.OlderThan.Milliseconds(), p.Offset))
 	if err == nil {
 		err = r.want(2)
@@ -426,10 +439,18 @@ type Adopted struct {
 	Holder    string
 }
 
-// Adopt makes a job of an entry of another Watermill publisher on its first delivery to worker
-// (foreign.lua), under the rules of a publish: a unique key is taken or the message refused, a
-// due time after now schedules the job.
-func Adopt(ctx context.Context, rdb redis.Scripter, q keys.Queue, f Foreign, now time.Time, worker string) (Adopted, error) {
+// AdoptParams is an Adopt: the entry's job, the time, and the worker it is delivered to.
+type AdoptParams struct {
+	Job    Foreign
+	Now    time.Time
+	Worker string
+}
+
+// Adopt makes a job of an entry of another Watermill publisher on its first delivery to
+// p.Worker (foreign.lua), under the rules of a publish: a unique key is taken or the message
+// refused, a due time after p.Now schedules the job.
+func (s *Store) Adopt(ctx context.Context, q keys.Queue, p AdoptParams) (Adopted, error) {
+	f, now, worker := p.Job, p.Now, p.Worker
 	ks := []string{q.Stats(), q.Job(f.ID), q.Stream(), q.Scheduled()}
 	if f.UniqueKey != "" {
 		ks = append(ks, q.Unique(f.UniqueKey))
@@ -441,7 +462,7 @@ func Adopt(ctx context.Context, rdb redis.Scripter, q keys.Queue, f Foreign, now
 	if f.UniqueKey != "" {
 		uttl = max(1, f.UniqueTTL.Milliseconds())
 	}
-	row, err := decodeRow("adopt", foreignScript.Run(ctx, rdb, ks, f.Entry, f.Type, f.MaxRetries,
+	row, err := decodeRow("adopt", foreignScript.Run(ctx, s.rdb, ks, f.Entry, f.Type, f.MaxRetries,
 		retentionMS(f.Timeout), f.CreatedAt.UnixMilli(), now.UnixMilli(), worker, f.ID, keys.Group, runAt, q.Wake(), uttl))
 	if err != nil {
 		return Adopted{}, err

@@ -57,12 +57,12 @@ type CascadeResult struct {
 // FollowCascade follows up to p.Edges edges of q's workflow cascades (wf_cascade.lua): the
 // dependents of ended tasks that the scripts which ended them left past their budget. Each
 // edge is followed once, whichever callers run it at once; call it until Left is 0.
-func FollowCascade(ctx context.Context, rdb redis.Scripter, q keys.Queue, p CascadeParams) (CascadeResult, error) {
+func (s *Store) FollowCascade(ctx context.Context, q keys.Queue, p CascadeParams) (CascadeResult, error) {
 	edges := p.Edges
 	if edges <= 0 {
 		edges = CascadeStep
 	}
-	r, err := decode("cascade", cascadeScript.Run(ctx, rdb, []string{q.WorkflowCascade(), q.Stream(), q.Stats()},
+	r, err := decode("cascade", cascadeScript.Run(ctx, s.rdb, []string{q.WorkflowCascade(), q.Stream(), q.Stats()},
 		p.Now.UnixMilli(), edges, q.JobPrefix(), p.Events.Command(), q.Events()))
 	if err != nil {
 		return CascadeResult{}, err
@@ -162,7 +162,7 @@ var ErrWorkflowConflict = errors.New("workflow conflicts with what exists")
 // existed already with the same tasks (nothing written: a publish sent again), the entries of
 // the tasks it queued (by index; "" for a waiting one), ErrClosed when the queue's partition
 // layout is closed, and an error wrapping ErrWorkflowConflict on a conflict.
-func PublishWorkflow(ctx context.Context, rdb redis.Scripter, q keys.Queue, now time.Time, wf *NewWorkflow) (existed bool, entries []string, err error) {
+func (s *Store) PublishWorkflow(ctx context.Context, q keys.Queue, now time.Time, wf *NewWorkflow) (existed bool, entries []string, err error) {
 	ks := make([]string, 0, 6+len(wf.Tasks))
 	ks = append(ks, q.Stream(), q.Stats(), q.Workflow(wf.ID), q.Closed(), q.Workflows(), q.WorkflowIndex())
 	args := make([]any, 0, 7+11*len(wf.Tasks))
@@ -187,7 +187,7 @@ func PublishWorkflow(ctx context.Context, rdb redis.Scripter, q keys.Queue, now 
 		args = append(args, j.ID, t.Name, j.Type, j.Payload, j.Metadata, j.MaxRetries, tmo, ret,
 			strings.Join(t.Deps, " "), strings.Join(t.Next, " "), mode)
 	}
-	r, err := decode("workflow", workflowScript.Run(ctx, rdb, ks, args...))
+	r, err := decode("workflow", workflowScript.Run(ctx, s.rdb, ks, args...))
 	if err != nil {
 		return false, nil, err
 	}
@@ -239,9 +239,9 @@ type TaskRow struct {
 // ReadWorkflow reads workflow id of q and each of its tasks' status in one round trip after
 // the first: the workflow's fixed fields, then its tasks' rows and outcome fields pipelined.
 // found is false when there is no such workflow (never published, or expired).
-func ReadWorkflow(ctx context.Context, rdb redis.UniversalClient, q keys.Queue, id string) (rec *WorkflowRecord, rows []TaskRow, found bool, err error) {
+func (s *Store) ReadWorkflow(ctx context.Context, q keys.Queue, id string) (rec *WorkflowRecord, rows []TaskRow, found bool, err error) {
 	wfkey := q.Workflow(id)
-	v, err := rdb.HMGet(ctx, wfkey, keys.FieldWorkflowName, keys.FieldWorkflowKind, keys.FieldWorkflowDoc,
+	v, err := s.rdb.HMGet(ctx, wfkey, keys.FieldWorkflowName, keys.FieldWorkflowKind, keys.FieldWorkflowDoc,
 		keys.FieldWorkflowCreated, keys.FieldWorkflowFinished, keys.FieldWorkflowTasks,
 		keys.FieldWorkflowCompleted, keys.FieldWorkflowFailed, keys.FieldWorkflowCanceled,
 		keys.FieldWorkflowPurged).Result()
@@ -259,7 +259,7 @@ func ReadWorkflow(ctx context.Context, rdb redis.UniversalClient, q keys.Queue, 
 	if err := json.Unmarshal([]byte(str(2)), &rec.Tasks); err != nil {
 		return nil, nil, false, fmt.Errorf("workflow %s: its tasks: %w", id, err)
 	}
-	pipe := rdb.Pipeline()
+	pipe := s.rdb.Pipeline()
 	fields := make([]string, len(rec.Tasks))
 	cmds := make([]*redis.SliceCmd, len(rec.Tasks))
 	for i, t := range rec.Tasks {
@@ -302,15 +302,15 @@ type TaskDeps struct {
 }
 
 // ReadTaskDeps reads job id's dependencies (TaskDeps).
-func ReadTaskDeps(ctx context.Context, rdb redis.UniversalClient, q keys.Queue, id string) (TaskDeps, error) {
-	v, err := rdb.HMGet(ctx, q.Job(id), keys.FieldWorkflow, keys.FieldWfDeps, keys.FieldWfMode,
+func (s *Store) ReadTaskDeps(ctx context.Context, q keys.Queue, id string) (TaskDeps, error) {
+	v, err := s.rdb.HMGet(ctx, q.Job(id), keys.FieldWorkflow, keys.FieldWfDeps, keys.FieldWfMode,
 		keys.FieldWfDone, keys.FieldWfFailed, keys.FieldWfCanceled).Result()
 	if err != nil {
 		return TaskDeps{}, rediserr.Wrap("dependencies", err)
 	}
-	s := func(i int) string { x, _ := v[i].(string); return x }
-	n := func(i int) int { x, _ := strconv.Atoi(s(i)); return x }
-	d := TaskDeps{Workflow: s(0), Deps: strings.Fields(s(1)), Finally: s(2) == "1"}
+	str := func(i int) string { x, _ := v[i].(string); return x }
+	n := func(i int) int { x, _ := strconv.Atoi(str(i)); return x }
+	d := TaskDeps{Workflow: str(0), Deps: strings.Fields(str(1)), Finally: str(2) == "1"}
 	if d.Finally {
 		d.Completed, d.Failed, d.Canceled = n(3), n(4), n(5)
 	} else {
@@ -321,7 +321,7 @@ func ReadTaskDeps(ctx context.Context, rdb redis.UniversalClient, q keys.Queue, 
 
 // TaskResults reads the results the workflow of hash wfKey keeps of the named tasks (those
 // that completed and have dependents); a task without one is absent from the map.
-func TaskResults(ctx context.Context, rdb redis.UniversalClient, wfKey string, names []string) (map[string][]byte, error) {
+func (s *Store) TaskResults(ctx context.Context, wfKey string, names []string) (map[string][]byte, error) {
 	out := map[string][]byte{}
 	if len(names) == 0 {
 		return out, nil
@@ -330,7 +330,7 @@ func TaskResults(ctx context.Context, rdb redis.UniversalClient, wfKey string, n
 	for i, n := range names {
 		fields[i] = keys.WorkflowTaskResult + n
 	}
-	v, err := rdb.HMGet(ctx, wfKey, fields...).Result()
+	v, err := s.rdb.HMGet(ctx, wfKey, fields...).Result()
 	if err != nil {
 		return nil, rediserr.Wrap("dependencies", err)
 	}
@@ -353,13 +353,13 @@ type WorkflowSummary struct {
 
 // ListWorkflows reads the newest workflows of q, newest first, at most n (those expired are
 // skipped), from the queue's index of workflows.
-func ListWorkflows(ctx context.Context, rdb redis.UniversalClient, q keys.Queue, n int) ([]WorkflowSummary, error) {
+func (s *Store) ListWorkflows(ctx context.Context, q keys.Queue, n int) ([]WorkflowSummary, error) {
 	// Read twice what is asked: ids whose workflow expired are skipped, not deleted.
-	ids, err := rdb.ZRevRangeWithScores(ctx, q.WorkflowIndex(), 0, int64(2*n-1)).Result()
+	ids, err := s.rdb.ZRevRangeWithScores(ctx, q.WorkflowIndex(), 0, int64(2*n-1)).Result()
 	if err != nil {
 		return nil, rediserr.Wrap("workflows", err)
 	}
-	pipe := rdb.Pipeline()
+	pipe := s.rdb.Pipeline()
 	cmds := make([]*redis.SliceCmd, len(ids))
 	for i, z := range ids {
 		id, _ := z.Member.(string)

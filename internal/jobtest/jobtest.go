@@ -132,9 +132,11 @@ func Seed(tb testing.TB, rdb redis.UniversalClient, queue string, st status.Stat
 	default:
 		tb.Fatalf("jobtest: no such status %q", st)
 	}
-	call := jobstate.FinishCall(jobstate.FinishConfig{Worker: o.Consumer, Retention: time.Hour,
+	b := jobstate.NewStore(rdb, o.Prefix).Batch()
+	f := b.Finish(jobstate.FinishConfig{Worker: o.Consumer, Retention: time.Hour,
 		MinRetention: time.Minute}, []jobstate.Transition{t})
-	codes, err := jobstate.FinishReply(call.Script.Run(ctx, rdb, call.Keys, call.Args...), 1)
+	require.NoError(tb, b.Exec(ctx))
+	codes, err := f.Result()
 	require.NoError(tb, err)
 	require.Equal(tb, script.OK, codes[0], "the seeded transition was refused")
 	return get()

@@ -43,7 +43,7 @@ func TestStatusProgress(t *testing.T) {
 		Streams: []string{q.Stream(), ">"}, Count: 1, Block: -1}).Result()
 	require.NoError(t, err)
 	entry := res[0].Messages[0].ID
-	row, err := jobstate.WriteProgress(ctx, rdb, q, jobstate.ProgressParams{ID: j.ID, Entry: entry, Attempt: 1,
+	row, err := jobstate.NewStore(rdb, "").WriteProgress(ctx, q, jobstate.ProgressParams{ID: j.ID, Entry: entry, Attempt: 1,
 		Percent: 40, Message: "copying files", Events: events.ModeOf(ctx, rdb)})
 	require.NoError(t, err)
 	require.Zero(t, row.Code)

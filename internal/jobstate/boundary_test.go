@@ -1,0 +1,220 @@
+package jobstate_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"go/ast"
+	"go/importer"
+	"go/parser"
+	"go/token"
+	"go/types"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strings"
+	"testing"
+)
+
+// goRedis is the import path of the client whose calls the boundary test finds.
+const goRedis = "github.com/redis/go-redis/v9"
+
+// mod is the module's path.
+const mod = "github.com/conveyorq/conveyor"
+
+// redisUsers are the places outside the store that may send Redis commands themselves, each
+// for a reason that is not job or queue state. A key is a package path below the module (the
+// whole package) or a package path and file name joined by ":" (that file only).
+var redisUsers = map[string]string{
+	"internal/jobstate": "the store itself",
+	"internal/script":   "the script runner: SCRIPT LOAD and EVALSHA of the store's scripts",
+	"internal/events":   "the job events' Pub/Sub transport and the detection of its mode",
+	"stream":            "the transport: a stream's consumer group, read, ack and claim",
+	"internal/periodic": "the periodic schedules' own store; the jobs it makes go through pipeline",
+
+	// The settings slice of issue 32 turns these into one settings record of the store; until
+	// then their Pub/Sub notices and partition reads stay where they are.
+	"pipeline:pause.go":  "settings: the pause notices' Pub/Sub",
+	"pipeline:worker.go": "settings: the partition counts a worker reads at start (readCounts)",
+
+	"pipeline:doctor.go":    "server checks: PING, ACL WHOAMI and the commands' permissions",
+	"pipeline:redisinfo.go": "server facts: PING, INFO and CONFIG of every node",
+	"pipeline:durable.go":   "WAIT for replicas behind a write, on the writer's own connection",
+	"delayed:scheduler.go":  "the wake-up notices' Pub/Sub",
+
+	// Test support, not the library: it starts, seeds or inspects servers for tests.
+	"internal/redistest": "test servers",
+	"internal/redisproc": "test servers",
+	"internal/torture":   "the torture suite checks the state it tortures",
+	"internal/hostile":   "checks that a refused input wrote nothing",
+	"internal/jobtest":   "seeds jobs as a worker would: reads their entries, waits on their stats",
+}
+
+// notCommands are go-redis methods that send no command of their own: client and pipeline
+// handling, and the reading of a reply or a subscription.
+var notCommands = map[string]bool{
+	"Close": true, "AddHook": true, "Options": true, "PoolStats": true, "Pipeline": true,
+	"TxPipeline": true, "Pipelined": true, "TxPipelined": true, "Exec": true, "Discard": true,
+	"Len": true, "Channel": true, "ChannelSize": true, "ChannelWithSubscriptions": true,
+	"Receive": true, "ReceiveMessage": true, "ReceiveTimeout": true, "String": true,
+	"ForEachShard": true, "ForEachMaster": true, "ForEachSlave": true, "Hash": true,
+	"Cmds": true, "MasterForKey": true, "WithTimeout": true,
+	// PING reads and writes nothing: a liveness check anywhere is fine.
+	"Ping": true,
+}
+
+// listed is one package of `go list -export -json`.
+type listed struct {
+	ImportPath, Dir, Export string
+	GoFiles                 []string
+	Module                  *struct{ Path string }
+	Standard                bool
+}
+
+// goList lists the module's packages and every package they import, with export data.
+func goList(t *testing.T) []listed {
+	t.Helper()
+	cmd := exec.Command("go", "list", "-e", "-export", "-deps", "-json", "./...")
+	cmd.Dir = root
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("go list: %v\n%s", err, stderr.String())
+	}
+	var all []listed
+	for dec := json.NewDecoder(bytes.NewReader(out)); ; {
+		var p listed
+		if err := dec.Decode(&p); errors.Is(err, io.EOF) {
+			break
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		all = append(all, p)
+	}
+	return all
+}
+
+// redisCalls type-checks every package of the module (its non-test files: tests set up and
+// read the state they check) and returns each call of a go-redis method that sends a command,
+// as "dir/file.go:line Method".
+func redisCalls(t *testing.T) map[string][]string {
+	t.Helper()
+	pkgs := goList(t)
+	exports := map[string]string{}
+	for _, p := range pkgs {
+		exports[p.ImportPath] = p.Export
+	}
+	fset := token.NewFileSet()
+	imp := importer.ForCompiler(fset, "gc", func(path string) (io.ReadCloser, error) {
+		f, ok := exports[path]
+		if !ok || f == "" {
+			return nil, fmt.Errorf("no export data for %s", path)
+		}
+		return openFile(f)
+	})
+	calls := map[string][]string{}
+	for _, p := range pkgs {
+		if p.Standard || p.Module == nil || p.Module.Path != mod {
+			continue
+		}
+		var files []*ast.File
+		for _, name := range p.GoFiles {
+			f, err := parser.ParseFile(fset, filepath.Join(p.Dir, name), nil, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			files = append(files, f)
+		}
+		info := &types.Info{Selections: map[*ast.SelectorExpr]*types.Selection{}}
+		conf := types.Config{Importer: imp.(types.ImporterFrom), Error: func(error) {}}
+		if _, err := conf.Check(p.ImportPath, fset, files, info); err != nil {
+			t.Fatalf("type-check %s: %v", p.ImportPath, err)
+		}
+		rel := strings.TrimPrefix(strings.TrimPrefix(p.ImportPath, mod), "/")
+		for sel, s := range info.Selections {
+			if s.Kind() != types.MethodVal || !isCommand(s.Obj().(*types.Func)) {
+				continue
+			}
+			pos := fset.Position(sel.Sel.Pos())
+			calls[rel] = append(calls[rel], fmt.Sprintf("%s:%d %s", filepath.Base(pos.Filename), pos.Line, sel.Sel.Name))
+		}
+	}
+	return calls
+}
+
+// isCommand reports whether f is a go-redis method that sends a command: not a method of a
+// reply (the *Cmd types), nor one of notCommands.
+func isCommand(f *types.Func) bool {
+	if f.Pkg() == nil || f.Pkg().Path() != goRedis || notCommands[f.Name()] {
+		return false
+	}
+	recv := f.Type().(*types.Signature).Recv().Type()
+	if p, ok := recv.(*types.Pointer); ok {
+		recv = p.Elem()
+	}
+	named, ok := recv.(*types.Named)
+	if !ok {
+		return true
+	}
+	n := named.Obj().Name()
+	return !strings.HasSuffix(n, "Cmd") && n != "Cmder" && n != "PubSub" && n != "Message" && n != "ScanIterator"
+}
+
+// allowed says why rel's file may send Redis commands, or "" when it may not.
+func allowed(rel, file string) string {
+	if why, ok := redisUsers[rel+":"+file]; ok {
+		return why
+	}
+	for p := rel; p != "."; p = filepath.Dir(p) {
+		if why, ok := redisUsers[p]; ok {
+			return why
+		}
+	}
+	return ""
+}
+
+// Nothing outside the store sends a go-redis command on job or queue state: the places that
+// send commands at all are redisUsers, each with its reason. A new call elsewhere is a method
+// of jobstate.Store to write, or a reason to add here.
+func TestOnlyTheStoreTouchesJobState(t *testing.T) {
+	if testing.Short() {
+		t.Skip("type-checks the whole module")
+	}
+	calls := redisCalls(t)
+	n := 0
+	for rel, cs := range calls {
+		n += len(cs)
+		for _, c := range cs {
+			t.Logf("%s/%s (%s)", rel, c, allowed(rel, c[:strings.IndexByte(c, ':')]))
+		}
+	}
+	t.Logf("%d go-redis command calls in %d packages", n, len(calls))
+	var bad []string
+	for rel, cs := range calls {
+		for _, c := range cs {
+			file := c[:strings.IndexByte(c, ':')]
+			if allowed(rel, file) == "" {
+				bad = append(bad, rel+"/"+c)
+			}
+		}
+	}
+	sort.Strings(bad)
+	if len(bad) > 0 {
+		t.Errorf("go-redis calls outside the store (make them jobstate.Store methods):\n%s", strings.Join(bad, "\n"))
+	}
+	// A reason no call needs any more is a door left open.
+	for key := range redisUsers {
+		rel, file, _ := strings.Cut(key, ":")
+		used := slices.ContainsFunc(calls[rel], func(c string) bool { return file == "" || strings.HasPrefix(c, file+":") })
+		if !used {
+			t.Errorf("redisUsers lists %s, which sends no command: remove it", key)
+		}
+	}
+}
+
+func openFile(name string) (io.ReadCloser, error) { return os.Open(name) }
