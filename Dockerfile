@@ -17,15 +17,21 @@
 #
 # Modules come through the Go module proxy (GOPROXY build arg; sums are checked against go.sum).
 
-# modules: the module cache, one layer that lasts until go.mod or go.sum change.
+# modules: the module cache, one layer that lasts until the go.mod or go.sum files change.
 FROM golang:1.26-bookworm AS modules
 ARG GOPROXY=https://proxy.golang.org,direct
 ENV CGO_ENABLED=0 \
     GOPROXY=${GOPROXY} \
     GOFLAGS=-mod=readonly
 WORKDIR /src
+# The binary is the module cmd/conveyor; a workspace of it and the library (the one beside it,
+# not the version its go.mod requires) builds it. The repository's go.work also names the e2e and
+# bench modules, which stay out of the build context, so the image makes its own.
 COPY go.mod go.sum ./
-RUN go mod download && go mod verify
+COPY cmd/conveyor/go.mod cmd/conveyor/go.sum ./cmd/conveyor/
+RUN go work init . ./cmd/conveyor \
+ && go work edit -replace "github.com/conveyorq/conveyor@$(awk '$1 == "github.com/conveyorq/conveyor" {print $2}' cmd/conveyor/go.mod)=./" \
+ && go mod download && go mod verify
 
 # deplist: the non-main packages that cmd/conveyor imports (third-party; std comes with them).
 FROM modules AS deplist

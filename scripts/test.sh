@@ -6,13 +6,14 @@
 #      password-less sudo; apt-get update once): redis-server, redis-tools, chromium for the
 #      dashboard's browser test and postgresql for the outbox's (private servers, internal/pgtest)
 #      (scripts/packages.sh; CONVEYOR_NO_INSTALL=1 installs nothing)
-#   1. formatting, vet and staticcheck, for the main module and the e2e and bench modules
-#   2. the test suite of the main module, race-enabled but for the end-to-end tests of the built
-#      binary (below): unit, integration (real Redis, standalone and a 3-node cluster),
-#      end-to-end (the built binary; workers SIGKILLed, SIGSTOPped and SIGTERMed) and runnable
-#      examples; then the e2e module's (its own go.mod,
-#      so that the library does not require chromedp or compose-go): the dashboard in headless
-#      Chromium and the docker-compose.yml test
+#   1. formatting, vet and staticcheck, for each module of the workspace (go.work): the library,
+#      cmd/conveyor (the binary), e2e and bench
+#   2. the test suites of the library and of cmd/conveyor, race-enabled but for the end-to-end
+#      tests of the built binary (below): unit, integration (real Redis, standalone and a 3-node
+#      cluster), end-to-end (the built binary; workers SIGKILLed, SIGSTOPped and SIGTERMed) and
+#      runnable examples; then the e2e module's (its own go.mod, so that the library does not
+#      require chromedp or compose-go): the dashboard in headless Chromium and the
+#      docker-compose.yml test
 #   3. a short side-by-side benchmark against asynq, watermill-redisstream and raw go-redis,
 #      so the harness cannot rot (the full run: docs/BENCHMARKS.md)
 #
@@ -23,8 +24,8 @@
 # 15 slowest tests. The JSON stays in $CONVEYOR_TEST_OUT (default .ci-out/) to print the report
 # again: `go run ./internal/cmd/testreport .ci-out/*.json`.
 #
-# Race detection where it can find races: the library's packages and the in-process tests of
-# cmd/conveyor run with -race; cmd/conveyor's end-to-end tests drive a binary built without the
+# Race detection where it can find races: the library's packages, cmd/conveyor's packages but
+# main, and the in-process tests of cmd/conveyor run with -race; cmd/conveyor's end-to-end tests drive a binary built without the
 # race detector (buildCLI), so they run without it, in the background beside the race suite.
 # A check then asserts that every test `go test -list` names in cmd/conveyor ran in one of them.
 set -euo pipefail
@@ -93,6 +94,7 @@ fi
 
 step "go vet"
 go vet ./...
+(cd cmd/conveyor && go vet ./...)
 (cd e2e && go vet ./...)
 (cd bench && go vet ./...)
 
@@ -100,18 +102,20 @@ step "staticcheck"
 # Pinned, run through the module proxy: nothing to install by hand. All checks on; none disabled.
 staticcheck="honnef.co/go/tools/cmd/staticcheck@v0.8.2"
 go run "$staticcheck" ./...
+(cd cmd/conveyor && go run "$staticcheck" ./...)
 (cd e2e && go run "$staticcheck" ./...)
 (cd bench && go run "$staticcheck" ./...)
 
-step "tests: go test -race (library), cmd/conveyor's binary tests without -race"
+step "tests: go test -race (library, cmd/conveyor's packages), cmd/conveyor's binary tests without -race"
 go build -o "$out/testreport" ./internal/cmd/testreport
-module=$(go list -m)
-conveyor="$module/cmd/conveyor"
+# cmd/conveyor is a module of its own; the workspace (go.work) lets one go test from here name
+# the packages of both modules, cmd/conveyor's built against the library in this tree.
+conveyor=$(go list ./cmd/conveyor)
 # cmd/conveyor's tests that run the command inside the test binary, not the built binary: the
 # race detector can only see races there. A test added to cmd/conveyor runs without -race unless
 # it is named here; the -list check below fails if one runs in neither invocation.
 inprocess='^(TestDemoInProcess|TestBackoffSteps)$'
-mapfile -t library < <(go list ./... | grep -vxF "$conveyor")
+mapfile -t library < <(go list ./... ./cmd/conveyor/... | grep -vxF "$conveyor")
 go test -list '.*' ./cmd/conveyor >"$out/conveyor-list.txt"
 tests=0
 json conveyor-binary . -count=1 -timeout 20m -skip "$inprocess" ./cmd/conveyor &

@@ -13,7 +13,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	conveyorcli "github.com/conveyorq/conveyor/internal/cli"
+	conveyorcli "github.com/conveyorq/conveyor/cmd/conveyor/internal/cli"
 )
 
 // TestDemoInProcess runs the demo inside the test binary, so that under -race the race detector

@@ -6,7 +6,7 @@ import (
 	"os/signal"
 	"syscall"
 
-	conveyorcli "github.com/conveyorq/conveyor/internal/cli"
+	conveyorcli "github.com/conveyorq/conveyor/cmd/conveyor/internal/cli"
 )
 
 func main() {

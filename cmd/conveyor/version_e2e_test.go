@@ -36,7 +36,7 @@ func testVersion(t *testing.T, c *cli) {
 		Go         string `json:"go"`
 	}
 	require.NoError(t, json.Unmarshal([]byte(vc.ok(t, "version", "--json")), &v))
-	require.Equal(t, "github.com/conveyorq/conveyor", v.Module)
+	require.Equal(t, "github.com/conveyorq/conveyor/cmd/conveyor", v.Module, "the binary is a module of its own")
 	require.Regexp(t, `^[0-9a-f]{40}$`, v.Commit)
 	if v.Version != "(devel)" { // Go 1.24 and later: a pseudo-version of the commit
 		require.Regexp(t, `^v\d+\.\d+\.\d+-(0\.)?\d{14}-`+v.Commit[:12]+`(\+dirty)?$`, v.Version)

@@ -37,7 +37,8 @@ func testMain(m *testing.M) int {
 	}
 	defer os.RemoveAll(dir)
 	conveyorBin = filepath.Join(dir, "conveyor")
-	// Built in the library's module, with its go.mod's versions, as the Dockerfile builds it.
+	// Built in the workspace (go.work): the binary's module against the library in this tree, as
+	// the Dockerfile builds it.
 	build := exec.Command("go", "build", "-o", conveyorBin, "./cmd/conveyor")
 	build.Dir = composeDir
 	build.Stdout, build.Stderr = os.Stderr, os.Stderr

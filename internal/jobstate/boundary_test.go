@@ -49,7 +49,6 @@ var redisUsers = map[string]string{
 	// Test support, not the library: it starts, seeds or inspects servers for tests.
 	"internal/redistest": "test servers",
 	"internal/redisproc": "test servers",
-	"internal/torture":   "the torture suite checks the state it tortures",
 	"internal/hostile":   "checks that a refused input wrote nothing",
 	"internal/jobtest":   "seeds jobs as a worker would: reads their entries, waits on their stats",
 }

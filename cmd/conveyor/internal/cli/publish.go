@@ -14,7 +14,6 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/conveyorq/conveyor/internal/tracing"
 	"github.com/conveyorq/conveyor/pipeline"
 )
 
@@ -368,7 +367,7 @@ func (a *app) traceContext(cmd *cobra.Command, pf *publishFlags) (context.Contex
 	if tp == "" {
 		return cmd.Context(), nil
 	}
-	ctx, ok := tracing.FromHeaders(cmd.Context(), tp, ts)
+	ctx, ok := fromTraceHeaders(cmd.Context(), tp, ts)
 	switch {
 	case ok:
 	case from == "--traceparent":

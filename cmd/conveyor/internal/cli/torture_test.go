@@ -9,7 +9,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/conveyorq/conveyor/internal/torture"
+	"github.com/conveyorq/conveyor/cmd/conveyor/internal/torture"
 	"github.com/conveyorq/conveyor/pipeline"
 )
 

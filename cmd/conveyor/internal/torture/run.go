@@ -23,7 +23,6 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/conveyorq/conveyor/internal/faultproxy"
-	"github.com/conveyorq/conveyor/internal/keys"
 	"github.com/conveyorq/conveyor/internal/redisproc"
 	"github.com/conveyorq/conveyor/pipeline"
 )
@@ -571,7 +570,7 @@ func (r *run) observe(ctx context.Context, acked []string, led *Writer, elapsed 
 	}
 	end.Queued, end.InProgress, end.Scheduled = st.Queued, st.InProgress, st.Scheduled
 	for _, q := range r.partitions() {
-		p, err := r.admin.XPending(ctx, q.Stream(), keys.Group).Result()
+		p, err := r.admin.XPending(ctx, q.Stream, q.Group).Result()
 		if err != nil && !strings.Contains(err.Error(), "NOGROUP") {
 			return end, err
 		}
@@ -603,7 +602,7 @@ func (r *run) observe(ctx context.Context, acked []string, led *Writer, elapsed 
 	err = r.eachMaster(ctx, func(ctx context.Context, m *redis.Client) error {
 		var held int64
 		for _, q := range r.partitions() {
-			uniq, err := m.Keys(ctx, q.UniquePrefix()+"*").Result()
+			uniq, err := m.Keys(ctx, q.UniquePrefix+"*").Result()
 			if err != nil {
 				return err
 			}
@@ -771,13 +770,8 @@ func (r *run) setupWorkload(ctx context.Context) error {
 }
 
 // partitions are the keys of every partition of the queue (the queue alone when it has none).
-func (r *run) partitions() []keys.Queue {
-	p := max(r.sc.Workload.Partitions, 1)
-	qs := make([]keys.Queue, p)
-	for i := range qs {
-		qs[i] = keys.New(keys.DefaultPrefix, keys.PartitionName(Queue, i, p))
-	}
-	return qs
+func (r *run) partitions() []pipeline.QueueKeys {
+	return pipeline.KeysOf(pipeline.DefaultPrefix, Queue, r.sc.Workload.Partitions)
 }
 
 // worker is one worker process, signalled by its recorded pid only.
@@ -808,7 +802,7 @@ func (r *run) startWorker() (*worker, error) {
 	if r.cluster != nil {
 		args = append(args, "--cluster")
 	}
-	cmd := exec.Command(r.opt.Bin, append(args, "--prefix", keys.DefaultPrefix,
+	cmd := exec.Command(r.opt.Bin, append(args, "--prefix", pipeline.DefaultPrefix,
 		"--queue", Queue, "--name", name, "--concurrency", fmt.Sprint(r.opt.Concurrency),
 		"--visibility-timeout", r.opt.Visibility.String(), "--recovery-interval", "500ms",
 		"--backoff-base", "100ms", "--backoff-max", "400ms", "--shutdown-timeout", "1s",

@@ -13,7 +13,6 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/conveyorq/conveyor/api"
-	"github.com/conveyorq/conveyor/internal/keys"
 	"github.com/conveyorq/conveyor/pipeline"
 )
 
@@ -60,7 +59,7 @@ started_at, finished_at}], as GET /v1/queues/{queue}/workflows/{id} answers. An 
 		ValidArgsFunction: a.completeWorkflowIDs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			// The library takes "" for no id; on the command line it is a mistake.
-			if err := keys.ValidateID(args[0]); err != nil {
+			if err := pipeline.ValidateID(args[0]); err != nil {
 				return usageError{err}
 			}
 			insp, err := a.inspector()
@@ -292,7 +291,7 @@ func fileError(name string, err error) error {
 func (a *app) printPublished(st *pipeline.WorkflowState, asJSON bool) error {
 	if st.Duplicate {
 		what := "tasks"
-		if st.Kind == keys.WorkflowKindBatch {
+		if st.Kind == "batch" {
 			what = "jobs"
 		}
 		fmt.Fprintf(a.stderr, "conveyor: %s %s not published again: it exists already, with the same %s and payloads\n", st.Kind, st.ID, what)

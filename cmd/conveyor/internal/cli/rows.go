@@ -8,7 +8,6 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/conveyorq/conveyor/internal/rediserr"
 	"github.com/conveyorq/conveyor/pipeline"
 )
 
@@ -121,7 +120,7 @@ func (a *app) rowCmd(r rowAction) *cobra.Command {
 					if r.refusal != nil {
 						return r.refusal(ctx, insp, queue, id)
 					}
-					return fmt.Errorf("job %s: %s", id, rediserr.Message(err))
+					return fmt.Errorf("job %s: %s", id, pipeline.ErrorMessage(err))
 				}
 				return notFound(err, queue, id)
 			}

@@ -12,7 +12,6 @@ import (
 	"strings"
 
 	"github.com/conveyorq/conveyor/api"
-	"github.com/conveyorq/conveyor/internal/rediserr"
 	"github.com/conveyorq/conveyor/pipeline"
 )
 
@@ -224,7 +223,7 @@ func (p *jsonlPublisher) one(ctx context.Context, l jsonlLine, first *pipeline.J
 		}
 		return nil
 	case lineRefused(err):
-		p.fail(l.n, rediserr.Message(err))
+		p.fail(l.n, pipeline.ErrorMessage(err))
 		return nil
 	}
 	return fmt.Errorf("line %d, after %s: %w", l.n, plural(p.published, "job")+" were published", err)

@@ -13,7 +13,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/conveyorq/conveyor/internal/torture"
+	"github.com/conveyorq/conveyor/cmd/conveyor/internal/torture"
 	"github.com/conveyorq/conveyor/pipeline"
 )
 

@@ -23,8 +23,6 @@ import (
 	"github.com/spf13/pflag"
 	"golang.org/x/term"
 
-	"github.com/conveyorq/conveyor/internal/keys"
-	"github.com/conveyorq/conveyor/internal/rediserr"
 	"github.com/conveyorq/conveyor/pipeline"
 )
 
@@ -118,6 +116,8 @@ type app struct {
 
 	log zerolog.Logger
 	rdb redis.UniversalClient
+
+	stopTracing func() // flushes the exported spans (setupTracing); nil when none are exported
 }
 
 // Run executes one command line (args without the program's name) and returns the process's
@@ -192,7 +192,7 @@ New here? Run 'conveyor demo': it needs no Redis of its own.`,
 	f := root.PersistentFlags()
 	f.StringVar(&a.redisURL, "redis", defaultRedisURL, "Redis URL (redis://, rediss:// for TLS, unix://)")
 	f.BoolVar(&a.cluster, "cluster", false, "treat --redis as a Redis Cluster seed URL (redis://h1:p1?addr=h2:p2)")
-	f.StringVar(&a.prefix, "prefix", keys.DefaultPrefix, "prefix of every Redis key")
+	f.StringVar(&a.prefix, "prefix", pipeline.DefaultPrefix, "prefix of every Redis key")
 	a.level = logLevel(zerolog.InfoLevel)
 	f.Var(&a.level, "log-level", "log level on stderr: trace, debug, info, warn or error")
 	f.Var(&a.format, "log-format", "log format on stderr: console or json (default console on a terminal, json otherwise)")
@@ -243,7 +243,7 @@ func (a *app) setup(cmd *cobra.Command, _ []string) error {
 		return errors.Join(errs...)
 	}
 	a.log = newLogger(a.stderr, a.format, zerolog.Level(a.level))
-	return nil
+	return a.setupTracing(cmd.Context())
 }
 
 // applyEnv sets each global flag not given on the command line from its environment variable
@@ -420,6 +420,9 @@ func (a *app) inspector() (*pipeline.Inspector, error) {
 }
 
 func (a *app) close() {
+	if a.stopTracing != nil {
+		a.stopTracing()
+	}
 	if a.rdb != nil {
 		_ = a.rdb.Close()
 	}
@@ -732,18 +735,18 @@ func (f *logFormat) Set(s string) error {
 // Errors at the edge.
 
 // describe turns a command's error into what the user reads, from its kind and operation
-// (rediserr.Classify, rediserr.OpOf), never its text: an unreachable or refusing Redis is named
+// (pipeline.ErrorKind, pipeline.ErrorOp), never its text: an unreachable or refusing Redis is named
 // (redacted) with what to check, after the operation that failed ("stats: cannot reach Redis
 // at ..."), and the library's package prefixes ("pipeline: invalid argument: ", "pipeline: ")
 // are dropped, since they mean nothing on the command line. Any other error's text names its
-// operation already (rediserr.Error's text begins with it).
+// operation already.
 func (a *app) describe(err error) string {
 	url := redactURL(a.redisURL)
 	if msg := tlsRefusal(err, url); msg != "" {
 		return msg
 	}
 	op := ""
-	if o := rediserr.OpOf(err); o != "" {
+	if o := pipeline.ErrorOp(err); o != "" {
 		op = o + ": "
 	}
 	if errors.Is(err, pipeline.ErrOutOfMemory) {
@@ -752,22 +755,22 @@ func (a *app) describe(err error) string {
 	if cause := unreachableCause(err); cause != "" {
 		return fmt.Sprintf("%scannot reach Redis at %s: %s; is Redis running there? set --redis or %s", op, url, cause, envRedisURL)
 	}
-	if rediserr.IsAuth(err) {
+	if pipeline.ErrorKind(err) == "auth" {
 		return fmt.Sprintf("%sRedis at %s refused the credentials: %s; check the user and password in --redis or %s",
 			op, url, redisMessage(err), envRedisURL)
 	}
-	if rediserr.IsRedirect(err) && !a.cluster {
+	if pipeline.ErrorKind(err) == "redirect" && !a.cluster {
 		// A cluster node answers a key of another node's slot with MOVED; only a cluster
 		// client follows it.
 		return fmt.Sprintf("%sRedis at %s is a Redis Cluster node and sent the command to another node (%s): add --cluster (or %s=true)",
 			op, url, redisMessage(err), envCluster)
 	}
-	return rediserr.Message(err)
+	return pipeline.ErrorMessage(err)
 }
 
 // unreachableCause returns, for the failures to reach Redis that a user can act on (a host
 // name that does not resolve, a refused or timed-out connection, no answer in time), what
-// went wrong; "" for any other error, a cut connection (rediserr.Unreachable too) among them.
+// went wrong; "" for any other error, a cut connection (kind "unreachable" too) among them.
 func unreachableCause(err error) string {
 	var op *net.OpError
 	var dns *net.DNSError
@@ -783,7 +786,7 @@ func unreachableCause(err error) string {
 		if op.Timeout() {
 			return "connection timed out"
 		}
-		return rediserr.Message(op.Err)
+		return pipeline.ErrorMessage(op.Err)
 	case errors.As(err, &op) && op.Timeout():
 		return "no answer (timed out)"
 	}

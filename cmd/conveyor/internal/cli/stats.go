@@ -10,7 +10,6 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/conveyorq/conveyor/internal/keys"
 	"github.com/conveyorq/conveyor/pipeline"
 )
 
@@ -174,9 +173,9 @@ func queueNotFound(queue, prefix string, known []string) error {
 
 // checkIDs refuses a malformed queue name or job id before anything is changed.
 func checkIDs(queue string, ids []string) error {
-	errs := []error{keys.ValidateQueue(queue)}
+	errs := []error{pipeline.ValidateQueue(queue)}
 	for _, id := range ids {
-		errs = append(errs, keys.ValidateID(id))
+		errs = append(errs, pipeline.ValidateID(id))
 	}
 	if err := errors.Join(errs...); err != nil {
 		return usageError{err}

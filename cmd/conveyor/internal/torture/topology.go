@@ -12,8 +12,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/conveyorq/conveyor/internal/keys"
 	"github.com/conveyorq/conveyor/internal/redisproc"
+	"github.com/conveyorq/conveyor/pipeline"
 )
 
 // The topologies a scenario's Redis takes.
@@ -114,14 +114,18 @@ func (r *run) eachMaster(ctx context.Context, fn func(context.Context, *redis.Cl
 	return fmt.Errorf("torture: a %T for the checks", r.admin)
 }
 
-// queueSlot is the cluster hash slot of the queue's keys.
-func queueSlot() int {
-	return keys.Slot(keys.New(keys.DefaultPrefix, Queue).Stream())
+// queueSlot is the cluster hash slot of the queue's keys, as the cluster computes it.
+func (r *run) queueSlot(ctx context.Context) (int, error) {
+	n, err := r.admin.ClusterKeySlot(ctx, pipeline.KeysOf(pipeline.DefaultPrefix, Queue, 1)[0].Stream).Result()
+	return int(n), err
 }
 
 // strikeCluster strikes one cluster nemesis and waits until the cluster is healthy again.
 func (r *run) strikeCluster(ctx context.Context, n string, rng *rand.Rand) (touched int, err error) {
-	slot := queueSlot()
+	slot, err := r.queueSlot(ctx)
+	if err != nil {
+		return 0, err
+	}
 	master, replicas, err := r.cluster.MasterOfSlot(ctx, slot)
 	if err != nil {
 		return 0, err

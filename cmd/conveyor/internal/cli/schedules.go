@@ -11,7 +11,6 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/conveyorq/conveyor/internal/keys"
 	"github.com/conveyorq/conveyor/pipeline"
 )
 
@@ -57,7 +56,7 @@ A schedule stored again under its name is replaced, keeping its last run and its
 		Args: exactlyOne("schedule name"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			var errs []error
-			if err := keys.ValidateSchedule(args[0]); err != nil {
+			if err := pipeline.ValidateSchedule(args[0]); err != nil {
 				errs = append(errs, usageError{err})
 			}
 			if spec == "" {
@@ -205,7 +204,7 @@ not stored exits 1. A worker started with the schedule (--cron, or in code) stor
 		Args:              exactlyOne("schedule name"),
 		ValidArgsFunction: a.completeSchedules,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := keys.ValidateSchedule(args[0]); err != nil {
+			if err := pipeline.ValidateSchedule(args[0]); err != nil {
 				return usageError{err}
 			}
 			insp, err := a.inspector()
@@ -239,7 +238,7 @@ dropped, whatever --missed says. A schedule that is not stored exits 1.`
 		Args:              exactlyOne("schedule name"),
 		ValidArgsFunction: a.completeSchedules,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := keys.ValidateSchedule(args[0]); err != nil {
+			if err := pipeline.ValidateSchedule(args[0]); err != nil {
 				return usageError{err}
 			}
 			insp, err := a.inspector()
@@ -352,8 +351,8 @@ func scheduleNamePart(typ string) string {
 			b[k] = '-'
 		}
 	}
-	if len(b) > keys.MaxScheduleLen-len("cron--00000000") {
-		b = b[:keys.MaxScheduleLen-len("cron--00000000")]
+	if len(b) > pipeline.MaxScheduleLen-len("cron--00000000") {
+		b = b[:pipeline.MaxScheduleLen-len("cron--00000000")]
 	}
 	return string(b)
 }

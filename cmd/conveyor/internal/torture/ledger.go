@@ -14,7 +14,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/conveyorq/conveyor/internal/keys"
 	"github.com/conveyorq/conveyor/pipeline"
 )
 
@@ -110,7 +109,7 @@ func ParseLine(line []byte) (Record, error) {
 	case r.Expect != "" && r.Expect != "completed" && r.Expect != "failed" && r.Expect != "canceled":
 		return Record{}, fmt.Errorf("ledger: expected status %q", r.Expect)
 	}
-	if err := keys.ValidateID(r.ID); err != nil {
+	if err := pipeline.ValidateID(r.ID); err != nil {
 		return Record{}, fmt.Errorf("ledger: %w", err)
 	}
 	return r, nil

@@ -9,7 +9,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/conveyorq/conveyor/internal/keys"
+	"github.com/conveyorq/conveyor/pipeline"
 )
 
 // The nemeses. Each strikes when the run's schedule says and heals before it returns (a
@@ -135,14 +135,14 @@ func (r *run) strike(ctx context.Context, n string, rng *rand.Rand) (touched int
 	case NemesisSentinelFailover, NemesisSentinelMasterKill:
 		return r.strikeSentinel(ctx, n)
 	case NemesisLoseJob:
-		q := keys.New(keys.DefaultPrefix, Queue)
-		zs, err := r.admin.ZPopMax(ctx, q.Scheduled()).Result()
+		q := pipeline.KeysOf(pipeline.DefaultPrefix, Queue, 1)[0]
+		zs, err := r.admin.ZPopMax(ctx, q.Scheduled).Result()
 		if err != nil || len(zs) == 0 {
 			return 0, err
 		}
 		id, _ := zs[0].Member.(string)
 		r.log("lose-job deleted scheduled job %s", id)
-		return 0, r.admin.Del(ctx, q.Job(id)).Err()
+		return 0, r.admin.Del(ctx, q.JobPrefix+id).Err()
 	}
 	return 0, nil
 }

@@ -14,7 +14,6 @@ import (
 	"github.com/schollz/progressbar/v3"
 	"github.com/spf13/cobra"
 
-	"github.com/conveyorq/conveyor/internal/keys"
 	"github.com/conveyorq/conveyor/pipeline"
 )
 
@@ -161,9 +160,9 @@ func (a *app) bench(ctx context.Context, o benchOptions) (err error) {
 	var seen atomic.Int64
 	worker, err := pipeline.NewWorker(rdb, pipeline.WorkerConfig{
 		Queues: []string{queue}, Prefix: a.prefix, Concurrency: o.concurrency, Logger: a.log,
-		// The bench leaves nothing behind: its jobs would stay in the history of all queues
-		// (keys.HistoryAll), which deleting its queue does not touch. A flush every 5 s costs
-		// nothing the bench could measure.
+		// The bench leaves nothing behind: its jobs would stay in the history of all queues,
+		// which deleting its queue does not touch. A flush every 5 s costs nothing the bench
+		// could measure.
 		DisableHistory: true,
 	})
 	if err != nil {
@@ -322,8 +321,8 @@ func benchQueue(ctx context.Context, rdb redis.UniversalClient, prefix string, p
 	for range 1000 {
 		name := "bench-" + randomHex(4)
 		seen := map[string]bool{}
-		for i := range partitions {
-			node, err := cc.MasterForKey(ctx, keys.New(prefix, keys.PartitionName(name, i, partitions)).Stream())
+		for _, k := range pipeline.KeysOf(prefix, name, partitions) {
+			node, err := cc.MasterForKey(ctx, k.Stream)
 			if err != nil {
 				return "", err
 			}
