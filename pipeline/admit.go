@@ -19,36 +19,40 @@ import (
 )
 
 // LimitsRefresh bounds how long a limit set, changed or deleted (Inspector.SetLimit) takes to
-// apply to the jobs a worker reads: the change's notice reaches the worker at once, and the
-// worker's poll of the settings records (every PauseCheckInterval) finds a lost one. The scripts
-// that lease the limits read them at once, so a lease is never granted past a limit.
+// apply to the jobs a worker reads. The change's notice reaches the worker at once. The
+// worker's poll of the settings records (every PauseCheckInterval) finds a lost notice. The
+// scripts that lease the limits read them at once, so a lease is never granted past a limit.
 const LimitsRefresh = time.Second
 
-// Admission holds every job of a queue with limits to them before its handler runs, from
-// leases: each worker session is a holder (jobstate.Holder) that leases concurrency slots and
-// rate tokens from Redis in blocks (admit.lua) and admits the jobs it reads from them, in
+// Admission holds every job of a queue with limits to them before its handler runs. It works
+// from leases. Each worker session is a holder (jobstate.Holder). It leases concurrency slots
+// and rate tokens from Redis in blocks (admit.lua), and admits the jobs it reads from them in
 // memory. A job takes a slot of each of its concurrency limits and a token of each of its
-// rates; its slots come back to the worker when its handler returns, to run the next job. So
-// a limit that is not limiting costs no Redis call per job or per read, only one per lease:
-// admitting in a script per read batch cost a limited drain a quarter of the plain one's
-// throughput, most of it the round trip before a batch could start (docs/BENCHMARKS.md,
+// rates. Its slots come back to the worker when its handler returns, to run the next job.
+//
+// So a limit that is not limiting costs no Redis call per job or per read, only one per lease.
+// Admitting in a script per read batch cost a limited drain a quarter of the plain one's
+// throughput. Most of that was the round trip before a batch could start (docs/BENCHMARKS.md,
 // "Issue 18, third round: leases").
 //
-// What a worker's leases cannot cover goes to admit.lua, in one call for the read batch
-// (admitRead, the subscriber's Config.Prepare), which leases more (a block: what the batch
-// lacks and as much again, so that the next batches run from memory) and defers the jobs it
-// still cannot admit: a deferred job is scheduled again, not failed and no attempt. Spare
-// slots and tokens go back to Redis in bulk (leases.lua, from the lease keeper): slots unused
-// for leaseIdle, tokens unused for tokenLife (a token is a start granted now, not later), and
-// at once every spare slot of an instance that jobs wait for, which a worker takes no more of
-// without asking, so that slots do not idle in one worker while jobs wait in Redis.
+// What a worker's leases cannot cover goes to admit.lua, in one call per read batch
+// (admitRead, the subscriber's Config.Prepare). The script leases more: what the batch lacks
+// and as much again, so the next batches run from memory. It defers the jobs it still cannot
+// admit. A deferred job is scheduled again; it is not failed and costs no attempt.
+//
+// Spare slots and tokens go back to Redis in bulk (leases.lua, from the lease keeper). Slots
+// go back when unused for leaseIdle. Tokens go back when unused for tokenLife, since a token
+// is a start granted now, not later. Every spare slot of an instance that jobs wait for goes
+// back at once. A worker takes no more of it without asking. So slots do not idle in one
+// worker while jobs wait in Redis.
 //
 // A worker's leases live while it renews them (every keeperTick while it holds any, within
-// VisibilityTimeout): a worker that dies, or is cut off from Redis for longer, loses them
-// (cv_reap_holders), and its jobs come back through recovery, as before. A grant whose reply
-// is lost is harmless: the slot numbers asked for are given back by the keeper, the tokens
-// are lost (which can only slow a rate), and the jobs are asked about again, fenced, in the
-// middleware (admit): one that the lost call deferred has moved on and is refused.
+// VisibilityTimeout). A worker that dies, or is cut off from Redis for longer, loses them
+// (cv_reap_holders). Its jobs come back through recovery, as before.
+//
+// A grant whose reply is lost is harmless. The keeper gives back the slot numbers asked for.
+// The tokens are lost, which can only slow a rate. The middleware (admit) asks about the jobs
+// again, fenced. A job that the lost call deferred has moved on and is refused.
 const (
 	keeperTick = 100 * time.Millisecond
 	leaseProbe = time.Second
@@ -59,8 +63,8 @@ const (
 // admitted is the context value of a message whose job was admitted: the slots it holds.
 type admittedKey struct{}
 
-// grant is what one admitted job holds: a slot of each of its concurrency instances, of the
-// lease generation gen of its queue (a lost lease's slots are not given back).
+// grant is what one admitted job holds: a slot of each of its concurrency instances. The
+// slots belong to lease generation gen of its queue; a lost lease's slots are not given back.
 type grant struct {
 	book  *leaseBook
 	ql    *queueLease
@@ -340,11 +344,12 @@ func (ql *queueLease) lose() {
 // number returns a slot number of il to ask for: one given back, else one the session never
 // asked for, of any instance. Under b.mu.
 //
-// Not one of il's own count: the keeper forgets an idle instance in the call that gives its
-// spare slots back, and a job read meanwhile makes the instance anew. Had the new one counted
-// from 0 again, it would ask for the numbers on their way back; admit.lua, run first, grants
-// such a name (it is in the set already), the give-back then takes it out of the set while a
-// job runs on it, and another worker takes the room: a job more than the limit runs.
+// The number is not one of il's own count. The keeper forgets an idle instance in the call
+// that gives its spare slots back. A job read meanwhile makes the instance anew. Had the new
+// one counted from 0 again, it would ask for the numbers on their way back. Then admit.lua,
+// run first, grants such a name, as it is in the set already. The give-back takes it out of
+// the set while a job runs on it. Another worker takes the room, and a job more than the
+// limit runs.
 func (b *leaseBook) number(il *instLease) int {
 	if n := len(il.reuse); n > 0 {
 		k := il.reuse[n-1]
@@ -542,8 +547,8 @@ func (b *leaseBook) admit(ctx context.Context, ql *queueLease, q *keys.Queue, jo
 }
 
 // admitRead admits the jobs of msgs, a batch the subscriber read from topic, when their queue
-// has limits, and reports which messages are not to run (deferred by a limit, or moved on);
-// those granted carry their grant. What it could not get an answer for is left unmarked, and
+// has limits. It reports which messages are not to run (deferred by a limit, or moved on).
+// Those granted carry their grant. What it could not get an answer for is left unmarked, and
 // the middleware asks again for each (admit).
 func (w *Worker) admitRead(ctx context.Context, topic string, msgs []*message.Message) []bool {
 	q, ok := w.queue(topic)
@@ -594,7 +599,7 @@ func admitItem(msg *message.Message, fence bool) jobstate.AdmitItem {
 // admit holds msg's job to its queue's limits, when the queue has any and admitRead did not
 // admit it already. It reports whether the job is to run; when it is, msg's context carries
 // its grant. A job that is not to run was deferred (its entry is gone, it waits for its limit)
-// or moved on; or the message's context ended (shutdown, lost lease) before an answer, and
+// or moved on. Or the message's context ended (shutdown, lost lease) before an answer. Then
 // the subscriber puts the entry back. A job asked about here is fenced (it may be one whose
 // answer was lost, and deferred since). An admission that fails (Redis) is asked again after
 // a pause: the job may not run unadmitted.
@@ -636,18 +641,18 @@ func (w *Worker) admit(msg *message.Message) bool {
 	}
 }
 
-// limitedQueue reports whether q had limits at the last read (the settings watcher). q may be a view
-// of one of its priority levels (keys.Queue.AtLevel): the limits are the queue's, found by its
-// level-1 stream, so a job of any level is held to them.
+// limitedQueue reports whether q had limits at the last read (the settings watcher). The q
+// may be a view of one of its priority levels (keys.Queue.AtLevel). The limits are the
+// queue's, found by its level-1 stream, so a job of any level is held to them.
 func (w *Worker) limitedQueue(q *keys.Queue) bool {
 	m := w.limited.Load()
 	return m != nil && (*m)[q.LevelStream(keys.MinPriority)]
 }
 
-// Name, Start and Stop make the lease book the session's lease keeper (a service): every
-// keeperTick while it holds a lease of a queue, and at once when kicked, it gives back what
-// is spare (leases.lua), renews the lease and learns which instances jobs wait for; when the
-// session ends it gives everything back.
+// Name, Start and Stop make the lease book the session's lease keeper (a service). It runs
+// every keeperTick while it holds a lease of a queue, and at once when kicked. It gives back
+// what is spare (leases.lua), renews the lease and learns which instances jobs wait for. When
+// the session ends it gives everything back.
 func (b *leaseBook) Name() string { return "lease keeper" }
 
 func (b *leaseBook) Start(ctx context.Context) error {
@@ -694,8 +699,8 @@ func (b *leaseBook) keep(ctx context.Context, end bool) {
 			il.giveBackTokens(now, end)
 			r.Tokens, il.backTok = il.backTok, nil
 			// An instance the session holds nothing of, unused a while, is forgotten here and
-			// in Redis: a worker sees limit keys come and go (tenants), and neither its map
-			// nor its lease record may grow with all it ever saw.
+			// in Redis. A worker sees limit keys come and go (tenants). Neither its map nor
+			// its lease record may grow with all it ever saw.
 			if !end && il.inUse == 0 && len(il.free) == 0 && len(il.tokens) == 0 && il.calls == 0 &&
 				now.Sub(il.used) > leaseIdle {
 				r.Forget = true
@@ -707,9 +712,9 @@ func (b *leaseBook) keep(ctx context.Context, end bool) {
 			}
 			holds = holds || il.inUse > 0 || len(il.free) > 0 || len(il.tokens) > 0
 		}
-		// A queue whose lease holds nothing is still called now and then (leaseProbe): the call
-		// takes back the slots of dead holders, which nothing else might (jobs waiting for
-		// them, none read).
+		// A queue whose lease holds nothing is still called now and then (leaseProbe). The
+		// call takes back the slots of dead holders. Nothing else might, when jobs wait for
+		// them and none are read.
 		if end || holds || len(rets) > 0 || len(ql.limits) > 0 && now.Sub(ql.called) >= leaseProbe {
 			ql.called = now
 			work = append(work, pending{ql, rets})

@@ -10,10 +10,10 @@ import (
 )
 
 // Attempt is one ended attempt of a job, as WorkerHooks.Attempts tells it: what a middleware
-// around the whole job would see come back (see Worker.Use), once per attempt. An attempt
-// whose outcome the worker writes (completed, retry, dead) is told when the chunk that
-// carries it was written; one that ends without a write (canceled, lost, abandoned) when it
-// ends.
+// around the whole job would see come back (see Worker.Use), once per attempt. Some outcomes
+// the worker writes (completed, retry, dead). Such an attempt is told when the chunk that
+// carries it was written. An attempt that ends without a write (canceled, lost, abandoned) is
+// told when it ends.
 type Attempt struct {
 	// Queue is the user's queue name (a partition's attempts report under their queue).
 	Queue string
@@ -37,10 +37,10 @@ type Attempt struct {
 	ID     string
 	Number int
 	// Stored: Redis stored this outcome (finish.lua answered OK, or turned a retry without
-	// retries left into a death). False for an outcome it refused because the job had moved on
-	// (recovered, canceled or finished elsewhere: fencing), and for one never written (a
-	// canceled, lost or abandoned attempt, or one given up at shutdown). The torture suite's
-	// ledger records it as the commit of the outcome.
+	// retries left into a death). It is false for an outcome it refused because the job had
+	// moved on (recovered, canceled or finished elsewhere: fencing). It is false too for one
+	// never written (a canceled, lost or abandoned attempt, or one given up at shutdown). The
+	// torture suite's ledger records it as the commit of the outcome.
 	Stored bool
 }
 
@@ -63,11 +63,11 @@ func newAttempts(hook func([]Attempt)) *attempts {
 	return &attempts{hook: hook}
 }
 
-// written tells the hook about the outcomes among ts that ended at at: ts may hold start
-// marks, which are no outcome. codes are finish.lua's answers to ts (nil: none, the outcomes
-// were given up). A middleware's refusal that finish.lua refused in turn is not told: such a
-// refusal is mostly a middleware that replaced the error of a handler that ran, whose own
-// outcome was written and told already.
+// written tells the hook about the outcomes among ts that ended at at. The ts may hold start
+// marks, which are no outcome. The codes are finish.lua's answers to ts (nil: none, the
+// outcomes were given up). A middleware's refusal that finish.lua refused in turn is not told.
+// Such a refusal is mostly a middleware that replaced the error of a handler that ran. That
+// handler's own outcome was written and told already.
 func (r *attempts) written(ts []transition, codes []script.Code, at time.Time) {
 	if r == nil {
 		return

@@ -40,7 +40,6 @@ func (b Backoff) Delay(attempt int) time.Duration {
 		d *= 2
 	}
 	d = min(d, b.Max)
-	// jitter in [0.75d, 1.25d), then capped again
 	j := time.Duration(float64(d) * (0.75 + 0.5*rand.Float64()))
 	return max(time.Millisecond, min(j, b.Max))
 }

@@ -15,7 +15,7 @@ import (
 
 // ErrJobCanceled is the cause (context.Cause) of a handler's context when its job is canceled
 // while it runs (Client.Cancel, Inspector.Cancel, `conveyor cancel`,
-// DELETE /v1/queues/{queue}/jobs/{id}), as the worker learns from the queue's job events, in
+// DELETE /v1/queues/{queue}/jobs/{id}). The worker learns it from the queue's job events, in
 // milliseconds. When the worker missed that event (its subscription was down), its next lease
 // renewal finds the job's entry gone and the cause is stream.ErrLeaseLost instead. Either way
 // the job stays canceled: whatever the handler returns afterwards is discarded, never retried
@@ -27,17 +27,17 @@ var ErrJobCanceled = errors.New("pipeline: job canceled")
 // cancel.lua marks the job canceled, deletes its stream entry and announces "canceled" on the
 // queue's events channel. Each worker listens on the channels of the partitions it reads, one
 // subscription per channel (events.Watcher), and keeps its running jobs by id (register, in
-// settleAfter). A canceled event of a running job is checked against the job's
-// record (one HGET: a message on the channel is untrusted, and a replayed job may run under
-// the same id) and the job's delivery is revoked (stream.Subscriber.Revoke), which cancels the
-// handler's context with ErrJobCanceled; outcome then writes nothing.
+// settleAfter). A canceled event of a running job is checked against the job's record (one
+// HGET). A message on the channel is untrusted, and a replayed job may run under the same id.
+// Then the job's delivery is revoked (stream.Subscriber.Revoke). That cancels the handler's
+// context with ErrJobCanceled, and outcome writes nothing.
 //
 // Missed events are made up for by the lease renewal: the canceled job's entry is gone, so
 // the renewal cancels the context with stream.ErrLeaseLost. It runs every third of the
 // visibility timeout, and at once after the subscription was made again (ListenGaps), since
-// that is when events were lost. A cancel whose event comes before its job is registered (it
-// was read, not yet handed to its handler) is kept for a lease interval in recent, which
-// register looks at.
+// that is when events were lost. A cancel's event may come before its job is registered (it
+// was read, not yet handed to its handler). Such an event is kept for a lease interval in
+// recent, which register looks at.
 
 // recentMax bounds the canceled events kept of jobs that do not run here (most cancels are of
 // queued or scheduled jobs, which no worker runs).
@@ -65,7 +65,7 @@ type cancels struct {
 
 	mu sync.Mutex
 	// running is keyed by job id alone, which spares every job the making of its channel's
-	// name: ids are unique within a queue, and jobs of one id in several queues chain.
+	// name. Ids are unique within a queue, and jobs of one id in several queues chain.
 	running map[string]*runJob
 	recent  map[runKey]time.Time // canceled events of jobs not running here, by arrival
 	order   []runKey             // recent's keys, oldest first
@@ -75,8 +75,8 @@ func newCancels(w *Worker) *cancels {
 	return &cancels{w: w, running: map[string]*runJob{}, recent: map[runKey]time.Time{}}
 }
 
-// keepRecent is how long a canceled event of a job not running here is kept: a lease interval,
-// after which a renewal has found the job's entry gone anyway.
+// keepRecent is how long a canceled event of a job not running here is kept: a lease
+// interval. After that a renewal has found the job's entry gone anyway.
 func (c *cancels) keepRecent() time.Duration { return c.w.cfg.VisibilityTimeout / 3 }
 
 // register notes msg's job as running until done; a cancel heard just before is acted on now.

@@ -57,8 +57,8 @@ type ClientConfig struct {
 	// keep their own). Defaults to DefaultRetention; RetainNone deletes it at once.
 	Retention time.Duration
 	// MinRetention is the shortest time Cancel keeps a canceled job's record (a tombstone
-	// with RetainNone), so that a publish sent again after a lost reply makes no second job;
-	// see WorkerConfig.MinRetention. Defaults to DefaultMinRetention.
+	// with RetainNone). So a publish sent again after a lost reply makes no second job. See
+	// WorkerConfig.MinRetention. Defaults to DefaultMinRetention.
 	MinRetention time.Duration
 	// Now returns the current time; tests may replace it. Defaults to time.Now.
 	Now func() time.Time
@@ -71,10 +71,10 @@ type ClientConfig struct {
 	// ErrTooManyQueues once there are this many (whoever added them). Defaults to
 	// DefaultMaxQueues. The Client remembers at most this many queues it registered.
 	MaxQueues int
-	// RequireQueues makes Enqueue and EnqueueBatch refuse a queue that is not known yet
-	// (created by Inspector.CreateQueue, a worker or an earlier publish) with an error wrapping
-	// ErrQueueNotFound, instead of adding it: for a publisher whose queue names come from
-	// others (conveyor serve --create-queues=false).
+	// RequireQueues makes Enqueue and EnqueueBatch refuse a queue that is not known yet,
+	// instead of adding it. A queue is known once created by Inspector.CreateQueue, a worker
+	// or an earlier publish. The error wraps ErrQueueNotFound. It suits a publisher whose
+	// queue names come from others (conveyor serve --create-queues=false).
 	RequireQueues bool
 	// TracerProvider records the spans of publishes (see "Tracing" in the README) and gives
 	// the trace context the jobs carry to their handlers. Defaults to OpenTelemetry's global
@@ -108,7 +108,7 @@ type knownQueue struct {
 	at time.Time
 }
 
-// knownTTL is how long a Client trusts that a queue it registered is still known: a queue
+// knownTTL is how long a Client trusts that a queue it registered is still known. A queue
 // deleted elsewhere is added again (or, with RequireQueues, refused) within this time.
 const knownTTL = partitionsTTL
 
@@ -121,9 +121,9 @@ type partCount struct {
 	gen          int64 // layoutChanges when it was read
 }
 
-// NewClient returns a Client over rdb (a standalone, cluster or failover client), or the error,
-// wrapping ErrInvalid, of an unusable config (a negative size or duration other than
-// RetainNone and NoRetries).
+// NewClient returns a Client over rdb (a standalone, cluster or failover client). An unusable
+// config is an error wrapping ErrInvalid: a negative size or duration other than RetainNone
+// and NoRetries.
 func NewClient(rdb redis.UniversalClient, cfg ClientConfig) (*Client, error) {
 	if rdb == nil {
 		panic("pipeline: NewClient with a nil Redis client")
@@ -177,16 +177,17 @@ func (c *Client) Redis() redis.UniversalClient { return c.rdb }
 func (c *Client) Prefix() string { return c.cfg.Prefix }
 
 // Enqueue publishes one job to queue: at once, or later with WithDelay or WithRunAt. It returns
-// the job as stored. When WithID names a job that exists, or WithUnique a key that a live job
-// holds, nothing new is written and that existing job is returned with Duplicate set; when the
-// job WithID names has another type or payload, Enqueue refuses with ErrConflict, saying what
-// differs, and writes nothing. With WithDebounce it returns the job of the key's window,
-// scheduled, with Debounced set when the publish joined a pending job (see WithDebounce).
+// the job as stored. WithID may name a job that exists, or WithUnique a key that a live job
+// holds. Then nothing new is written and that existing job is returned with Duplicate set.
+// When the job WithID names has another type or payload, Enqueue refuses with ErrConflict. It
+// says what differs, and writes nothing. With WithDebounce it returns the job of the key's
+// window, scheduled. Debounced is set when the publish joined a pending job (see WithDebounce).
 //
 // In a queue of several partitions (Inspector.CreateQueue) the job goes to the partition its
-// id routes to (keys.PartitionOf), or, with WithUnique, the one its unique key routes to, so
-// that a unique key is held in one place across partitions. Ids are then unique per partition:
-// a job id sent again must carry the same unique key (or none again) to find its first copy.
+// id routes to (keys.PartitionOf). With WithUnique it goes to the one its unique key routes
+// to, so that a unique key is held in one place across partitions. Ids are then unique per
+// partition. A job id sent again must carry the same unique key (or none again) to find its
+// first copy.
 //
 // The job carries the trace context of ctx, or of the publish span it records under a tracer
 // provider (ClientConfig.TracerProvider), in its metadata: see "Tracing" in the README.
@@ -250,17 +251,18 @@ func (c *Client) enqueue(ctx context.Context, queue string, task *Task, pt *publ
 	}
 }
 
-// EnqueueBatch publishes many jobs to queue in one round trip (one script call per chunk of
-// up to 100 jobs, all chunks pipelined). opts apply to every task, then each task's own Opts.
-// Every task is validated before anything is written, so bad input writes nothing. On a Redis
-// error some chunks may have been written: the returned jobs carry their ids, and calling again
-// with those ids (WithID) is idempotent. Jobs that existed already come back with Duplicate
-// set; a task whose id names a job with another type or payload is not written, and the error
-// (wrapping ErrConflict, one per such task) comes back with the other jobs, which were. In a
-// partitioned queue the jobs are grouped by partition, each group chunked as above, all chunks
-// still in one pipeline. Tasks with a debounce key (WithDebounce) are one script call each, in
-// the batch's order: a later task of a key joins the job of an earlier one, and the last
-// one's payload wins.
+// EnqueueBatch publishes many jobs to queue in one round trip. It makes one script call per
+// chunk of up to 100 jobs, all chunks pipelined. The opts apply to every task, then each
+// task's own Opts. Every task is validated before anything is written, so bad input writes
+// nothing. On a Redis error some chunks may have been written. The returned jobs carry their
+// ids, and calling again with those ids (WithID) is idempotent.
+//
+// Jobs that existed already come back with Duplicate set. A task whose id names a job with
+// another type or payload is not written. Its error (wrapping ErrConflict, one per such task)
+// comes back with the other jobs, which were written. In a partitioned queue the jobs are
+// grouped by partition, each group chunked as above, all chunks still in one pipeline. Tasks
+// with a debounce key (WithDebounce) are one script call each, in the batch's order. A later
+// task of a key joins the job of an earlier one, and the last one's payload wins.
 //
 // The jobs carry the trace context of ctx, or of the one publish span the call records under a
 // tracer provider, as Enqueue's do.
@@ -311,15 +313,15 @@ func (c *Client) enqueueBatch(ctx context.Context, queue string, tasks []Task, p
 	return jobs, rw.check(err)
 }
 
-// closedRetryFor bounds how long publish writes again jobs that a closed layout refused: a
+// closedRetryFor bounds how long publish writes again jobs that a closed layout refused. A
 // change of the partition count keeps the old layout closed and the new one not yet open for
-// a few round trips; longer means a change stopped half-way (CreateQueue again repairs it).
+// a few round trips. Longer means a change stopped half-way (CreateQueue again repairs it).
 const closedRetryFor = 5 * time.Second
 
-// publish writes prepared jobs to queue in the layout of its partition count. Jobs refused
-// because their partition is closed (its count changed: Inspector.CreateQueue) are written
-// again after the count is read again, with a short backoff, for up to closedRetryFor; so no
-// job is written to a layout that no worker of the new count reads.
+// publish writes prepared jobs to queue in the layout of its partition count. Some jobs are
+// refused because their partition is closed (its count changed: Inspector.CreateQueue). They
+// are written again after the count is read again, with a short backoff, for up to
+// closedRetryFor. So no job is written to a layout that no worker of the new count reads.
 func (c *Client) publish(ctx context.Context, js jobstate.Backend, queue string, jobs []*Job, njs []jobstate.NewJob, now time.Time) ([]*Job, error) {
 	var idx []int // the indexes of the jobs still to write; nil: all of them
 	var conflicts []error
@@ -366,8 +368,8 @@ func (c *Client) publish(ctx context.Context, js jobstate.Backend, queue string,
 }
 
 // closedWait is what a publish that a closed layout refused does before it tries again, from
-// start on: it drops queue's cached count (so the next try reads it), waits wait, and refuses
-// with ErrQueueBusy once closedRetryFor has passed.
+// start on. It drops queue's cached count, so the next try reads it, and waits wait. It
+// refuses with ErrQueueBusy once closedRetryFor has passed.
 func (c *Client) closedWait(ctx context.Context, queue string, start time.Time, wait time.Duration, jobs int) error {
 	c.parts.Delete(queue)
 	if time.Since(start) > closedRetryFor {
@@ -382,8 +384,9 @@ func (c *Client) closedWait(ctx context.Context, queue string, start time.Time, 
 	}
 }
 
-// publishOnce is one try of publish over p partitions: a single plain job with the one-job
-// script (it costs Redis half, and a router's publish often is one job), else enqueuePrepared.
+// publishOnce is one try of publish over p partitions. A single plain job goes with the
+// one-job script: it costs Redis half, and a router's publish often is one job. Others go
+// with enqueuePrepared.
 // It returns the indexes of the jobs refused by a closed partition.
 func (c *Client) publishOnce(ctx context.Context, js jobstate.Backend, queue string, p int, jobs []*Job, njs []jobstate.NewJob, now time.Time) ([]*Job, []int, error) {
 	if len(jobs) == 1 && njs[0].Plain(now) {
@@ -397,13 +400,14 @@ func (c *Client) publishOnce(ctx context.Context, js jobstate.Backend, queue str
 }
 
 // maxReadCounts bounds the queues that calls which only read (Get, Cancel, Stats) add to the
-// partition-count cache, so that it does not grow with names a caller makes up; past it, such
-// a queue's count is read from Redis on each call.
+// partition-count cache. So it does not grow with names a caller makes up. Past it, such a
+// queue's count is read from Redis on each call.
 const maxReadCounts = 4096
 
 // partitions returns queue's partition count, read from Redis at most every partitionsTTL.
-// publish says the call publishes to queue: the count of a known queue is always cached (as its
-// keys are, in known), while other calls cache the counts of at most maxReadCounts queues.
+// The publish flag says the call publishes to queue. The count of a known queue is then always
+// cached (as its keys are, in known). Other calls cache the counts of at most maxReadCounts
+// queues.
 func (c *Client) partitions(ctx context.Context, queue string, publish bool) (int, error) {
 	p, _, err := c.route(ctx, queue, publish)
 	return p, err
@@ -439,8 +443,8 @@ func (c *Client) route(ctx context.Context, queue string, publish bool) (int, qu
 	if err != nil {
 		return 0, queueDefaults{}, err
 	}
-	// A queue published to is cached once it is known (so at most MaxQueues of them); before,
-	// as calls that only read, so that made-up names cannot grow the cache either.
+	// A queue published to is cached once it is known (so at most MaxQueues of them). Before
+	// that it is cached as for calls that only read, so made-up names cannot grow the cache.
 	known := publish && c.registered(queue)
 	if known || ok || c.nread.Load() < maxReadCounts {
 		if _, loaded := c.parts.Swap(queue, &partCount{p: p, defaults: d, withDefaults: publish, read: c.cfg.Now(), gen: gen}); !loaded && !known {
@@ -450,8 +454,8 @@ func (c *Client) route(ctx context.Context, queue string, publish bool) (int, qu
 	return p, d, nil
 }
 
-// routeKey is what picks a new job's partition: its debounce or unique key when it has one, so
-// that every job of one key meets the same debounce or de-duplication key, and its id otherwise.
+// routeKey is what picks a new job's partition: its debounce or unique key, else its id. So
+// every job of one key meets the same debounce or de-duplication key.
 func routeKey(nj *jobstate.NewJob) string {
 	if nj.Debounce != "" {
 		return nj.Debounce
@@ -505,9 +509,9 @@ func (c *Client) enqueuePrepared(ctx context.Context, js jobstate.Backend, queue
 	for lo := 0; lo < len(njs); {
 		q := c.partition(queue, &njs[lo], p)
 		if njs[lo].Debounce != "" {
-			// One debounce.lua call per debounced job, in the batch's order (one key's calls
-			// share a slot, so a pipeline keeps their order): a later task of the same key joins
-			// the job of an earlier one.
+			// One debounce.lua call per debounced job, in the batch's order. One key's calls
+			// share a slot, so a pipeline keeps their order. A later task of the same key
+			// joins the job of an earlier one.
 			debounces = append(debounces, b.Debounce(q, &njs[lo]))
 			created = append(created, nil)
 			spans = append(spans, [2]int{lo, lo + 1})
@@ -601,8 +605,8 @@ func debounced(j *Job, nj *jobstate.NewJob, d jobstate.Debounced) {
 	j.Debounce = &DebounceWindow{Key: nj.Debounce, First: d.CreatedAt, Until: d.Until, Publishes: d.Publishes}
 }
 
-// byPartition orders jobs by the partition, of p, each goes to (keeping their order within a
-// partition) and returns the order, as indexes into njs, the reordered copy and the partition
+// byPartition orders jobs by the partition, of p, each goes to, keeping their order within a
+// partition. It returns the order as indexes into njs, the reordered copy, and the partition
 // of each job of that copy.
 func (c *Client) byPartition(njs []jobstate.NewJob, p int) ([]int, []jobstate.NewJob, []int) {
 	part := make([]int, len(njs))
@@ -660,7 +664,7 @@ func (c *Client) enqueuePlain(ctx context.Context, js jobstate.Backend, q keys.Q
 }
 
 // prepare validates a task and its options, fills nj with what the enqueue script writes and
-// returns the job as it will be stored. tc, when not nil, is the trace context the job carries
+// returns the job as it will be stored. A non-nil tc is the trace context the job carries
 // (startPublish), set over the metadata's own.
 func (c *Client) prepare(queue string, t *Task, now time.Time, common []Option, tc map[string]string, nj *jobstate.NewJob) (*Job, error) {
 	var o enqueueOptions
@@ -807,7 +811,7 @@ func (c *Client) keys(queue string) keys.Queue {
 func NewID() string { return ulid.Make().String() }
 
 // Get returns the job's current state, or ErrNotFound. In a partitioned queue it looks in the
-// partition the id routes to first, then in the others (one pipeline), so the caller need not
+// partition the id routes to first, then in the others (one pipeline). So the caller need not
 // know where a job published with a unique key went.
 func (c *Client) Get(ctx context.Context, queue, id string) (*Job, error) {
 	if err := c.checkJob(queue, id); err != nil {
@@ -876,13 +880,12 @@ func jobFromRecord(queue, id string, r jobstate.Record) (*Job, error) {
 	return j, nil
 }
 
-// Cancel cancels a job that has not finished: a scheduled or queued job never runs; a running
-// job's handler has its context cancelled within milliseconds, with cause ErrJobCanceled (the
-// worker hears the cancel on the queue's job events; when it missed it, at its next lease
-// renewal, with cause stream.ErrLeaseLost), and whatever the handler returns is discarded: the
-// job stays canceled, never retried. The job is canceled when Cancel returns; Wait on it
-// returns at once. It returns ErrNotCancelable for a finished job and ErrNotFound for an
-// unknown one.
+// Cancel cancels a job that has not finished. A scheduled or queued job never runs. A running
+// job's handler has its context cancelled within milliseconds, with cause ErrJobCanceled. The
+// worker hears the cancel on the queue's job events. If it missed it, its next lease renewal
+// cancels with cause stream.ErrLeaseLost. Whatever the handler returns is discarded: the job
+// stays canceled, never retried. The job is canceled when Cancel returns; Wait on it returns
+// at once. It returns ErrNotCancelable for a finished job and ErrNotFound for an unknown one.
 func (c *Client) Cancel(ctx context.Context, queue, id string) error {
 	if err := c.checkJob(queue, id); err != nil {
 		return err
@@ -902,8 +905,8 @@ func (c *Client) Cancel(ctx context.Context, queue, id string) error {
 
 // cancelJob cancels job id of q (Client.Cancel and Inspector.Cancel); a canceled record is kept
 // for retention, but at least minRetention. A task of a workflow cancels the tasks that wait
-// for it in the same call up to jobstate.CascadeStep of their dependencies, and the rest in
-// calls of that size after it, before cancelJob returns.
+// for it. The same call cancels up to jobstate.CascadeStep of them. The rest go in calls of
+// that size after it, before cancelJob returns.
 func cancelJob(ctx context.Context, js jobstate.Backend, q keys.Queue, id string, now time.Time, retention, minRetention time.Duration) error {
 	row, err := js.Cancel(ctx, q, jobstate.CancelParams{ID: id, Now: now, Retention: retention,
 		MinRetention: minRetention, Events: js.Events(ctx)})
@@ -955,7 +958,7 @@ type QueueStats struct {
 	// attempt.
 	Limited int64 `json:"limited"`
 	// GroupWaiting is how many of the Queued jobs wait for a place in their fair group's window
-	// (WithGroup): queued, but not yet in the stream for a worker to read.
+	// (WithGroup). They are queued, but not yet in the stream for a worker to read.
 	GroupWaiting int64 `json:"group_waiting"`
 }
 

@@ -20,21 +20,21 @@ import (
 // finish.lua applies it, fenced by its entry.
 type transition = jobstate.Transition
 
-// completer writes job transitions in batches: a handler's outcome joins the current chunk
-// (up to maxBatch outcomes); chunks are written one finish.lua call per queue, as soon as a
-// chunk is full, every slot of the worker waits, or FlushInterval passed. A job's "started"
-// mark waits one interval before it is written and is dropped when the job finishes first, so
-// short jobs cost one write, not two.
+// completer writes job transitions in batches. A handler's outcome joins the current chunk
+// (up to maxBatch outcomes). Chunks are written one finish.lua call per queue. A chunk is
+// written as soon as it is full, every slot of the worker waits, or FlushInterval passed. A
+// job's "started" mark waits one interval before it is written. It is dropped when the job
+// finishes first, so short jobs cost one write, not two.
 //
 // A handler waits for the chunk that carries its outcome to be written before its message is
-// acked, so a job keeps its worker slot until its outcome is in Redis: a worker never holds
+// acked. So a job keeps its worker slot until its outcome is in Redis. A worker never holds
 // more unfinished entries than its concurrency, which bounds what a crash makes run again.
-// Chunks are released one at a time, so the worker reads new jobs for the slots of one chunk
-// while the next is being written; finishWriters chunks are written at once, so Redis has the
-// next chunk in hand while the reply to the last one travels back.
+// Chunks are released one at a time. So the worker reads new jobs for the slots of one chunk
+// while the next is being written. The completer writes finishWriters chunks at once. So
+// Redis has the next chunk in hand while the reply to the last one travels back.
 //
-// Nothing is lost when a write fails: transitions are retried; those that cannot be written
-// leave their entries pending, and recovery runs those jobs again after the visibility timeout.
+// Nothing is lost when a write fails: transitions are retried. Those that cannot be written
+// leave their entries pending. Recovery runs those jobs again after the visibility timeout.
 type completer struct {
 	store    jobstate.Backend
 	cfg      jobstate.FinishConfig
@@ -73,8 +73,8 @@ type completer struct {
 	// again (false): the worker stops reading new jobs meanwhile.
 	onTrouble func(bool)
 
-	// attempts, when set, is told of the outcomes written or given up (WorkerHooks.Attempts):
-	// here they come in chunks, so counting them costs a clock read per chunk, not per job.
+	// attempts, when set, is told of the outcomes written or given up (WorkerHooks.Attempts).
+	// Here they come in chunks, so counting them costs a clock read per chunk, not per job.
 	attempts *attempts
 
 	// history, when set, counts the outcomes written for the queues' history in Redis
@@ -86,9 +86,9 @@ type completer struct {
 const (
 	minWriteBackoff = 50 * time.Millisecond
 	maxWriteBackoff = 2 * time.Second
-	// maxPermanentTries bounds how often a transition is sent again after an error that says
-	// the request itself is wrong (a script error, a key of the wrong type, an ACL refusal):
-	// another try cannot fix those, and the job is left to recovery.
+	// maxPermanentTries bounds the resends of a transition after an error that says
+	// the request itself is wrong (a script error, a key of the wrong type, an ACL refusal).
+	// Another try cannot fix those, and the job is left to recovery.
 	maxPermanentTries = 5
 )
 
@@ -121,10 +121,10 @@ func signal(ch chan struct{}) {
 }
 
 // finishWriters is how many chunks are written at once, each by its own goroutine on its own
-// connection, so Redis has the next chunk in hand while the reply to the last one travels back.
-// Two beat one and three (docs/BENCHMARKS.md, "What each change bought"). Chunks are independent (each job's outcome is in exactly one), so their order does
-// not matter; only a start mark may now land after its job's outcome, and finish.lua then
-// ignores it.
+// connection. So Redis has the next chunk in hand while the reply to the last one travels
+// back. Two beat one and three (docs/BENCHMARKS.md, "What each change bought"). Chunks are
+// independent (each job's outcome is in exactly one), so their order does not matter. Only a
+// start mark may now land after its job's outcome, and finish.lua then ignores it.
 const finishWriters = 2
 
 // startMark is an attempt's unwritten "started" mark: small, since every job makes one.
@@ -286,10 +286,10 @@ func (c *completer) close() {
 	<-c.done
 }
 
-// flush writes the queued chunks one after another (and the start marks older than one
-// interval, or all of them when all is true), releasing each chunk's handlers as soon as all
+// flush writes the queued chunks one after another, and the start marks older than one
+// interval (all of them when all is true). It releases each chunk's handlers as soon as all
 // of its outcomes are written. When a write fails it stops and returns how long to wait
-// before the next try; the chunk goes back to the head with its handlers still waiting, so
+// before the next try. The chunk goes back to the head with its handlers still waiting. So
 // their entries stay held and their leases renewed until their outcomes are in Redis.
 func (c *completer) flush(ctx context.Context, all bool) (wait time.Duration) {
 	first := true
@@ -387,12 +387,11 @@ func (c *completer) refusedAgain(entry string) bool {
 }
 
 // write runs finish.lua for batch (one call per queue or partition and maxBatch transitions,
-// pipelined).
-// It returns the transitions to try again and the first error of a call, if any. Every error
-// is worth another try except one that says the request itself is wrong (see permanent): a
-// transition that met such an error maxPermanentTries times is given up and its job left to
-// recovery. Start marks are never sent again: they are only informational (the outcome carries
-// started_at), and one sent late must not land after the outcome.
+// pipelined). It returns the transitions to try again and the first error of a call, if any.
+// Every error is worth another try except one that says the request itself is wrong (see
+// permanent). A transition that met such an error maxPermanentTries times is given up. Its
+// job is left to recovery. Start marks are never sent again. They are only informational (the
+// outcome carries started_at), and one sent late must not land after the outcome.
 func (c *completer) write(ctx context.Context, batch []transition) ([]transition, error) {
 	// Group by stream, keeping order; a batch usually has one, which needs no copy.
 	groups := [][]transition{batch}
@@ -405,8 +404,9 @@ func (c *completer) write(ctx context.Context, batch []transition) ([]transition
 	var chunks [][]transition
 	cfg := c.cfg
 	if cfg.Events == events.None {
-		// Known once per client; until then (Redis unreachable at start) asked again at most
-		// once a second, so a worker that starts before Redis still comes to publish events.
+		// Known once per client. Until then (Redis unreachable at start) it is asked again at
+		// most once a second. So a worker that starts before Redis still comes to publish
+		// events.
 		cfg.Events = c.store.Events(ctx)
 	}
 	for _, ts := range groups {
@@ -470,9 +470,9 @@ func transitionEvent(e *zerolog.Event, t transition) *zerolog.Event {
 }
 
 // groupByQueue splits transitions by the stream of their entries, keeping their order within
-// each. The partitions of a queue are queues of their own here (one script call touches one
-// hash slot), and so are its priority levels (finish.lua acknowledges the entries of one
-// stream: keys.Queue.AtLevel).
+// each. The partitions of a queue are queues of their own here, as one script call touches
+// one hash slot. So are its priority levels, as finish.lua acknowledges the entries of one
+// stream (keys.Queue.AtLevel).
 func groupByQueue(batch []transition) [][]transition {
 	index := map[string]int{}
 	var groups [][]transition
@@ -489,12 +489,12 @@ func groupByQueue(batch []transition) [][]transition {
 }
 
 // permanent reports whether err says the request itself is wrong, so that sending it again
-// cannot help: a key of the wrong type, an ACL that refuses a command, or the worker's own
-// client closed. Every other error may pass by itself: a connection error or timeout, an
-// out-of-memory refusal, a server that is loading, busy or read-only after a failover, a
-// cluster that is resharding. Redis's generic ERR replies (a script's error among them) are
-// retried: the check this replaced listed "ERR", but through a go-redis prefix test that
-// drops a leading "ERR " first, so they never matched.
+// cannot help. Such errors are a key of the wrong type, an ACL that refuses a command, or the
+// worker's own client closed. Every other error may pass by itself. Examples are a connection
+// error or timeout, an out-of-memory refusal, and a server that is loading, busy or read-only
+// after a failover. So is a cluster that is resharding. Redis's generic ERR replies (a
+// script's error among them) are retried. The check this replaced listed "ERR". But it went
+// through a go-redis prefix test that drops a leading "ERR " first, so they never matched.
 func permanent(err error) bool {
 	switch rediserr.Classify(err) {
 	case rediserr.Closed, rediserr.WrongType, rediserr.NoPerm:

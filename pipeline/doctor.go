@@ -60,18 +60,19 @@ type DoctorReport struct {
 }
 
 // Doctor checks that the Redis behind the Inspector (each master of a cluster) is set up to
-// keep jobs safe: version, eviction policy, memory against maxmemory, persistence, cluster
-// mode, the commands a worker needs under the connection's ACL user, and clock skew. A check
-// Redis does not allow the user (INFO or CONFIG under a least-privilege ACL) is a warning that
-// says so. It takes at most 10 seconds. The error is a failed PING's: Redis
-// unreachable or refusing the connection; a failed check is a finding, not an error.
+// keep jobs safe. It checks the version, eviction policy, memory against maxmemory,
+// persistence and cluster mode. It checks the commands a worker needs under the connection's
+// ACL user, and clock skew. A check Redis does not allow the user (INFO or CONFIG under a
+// least-privilege ACL) is a warning that says so. It takes at most 10 seconds. The error is a
+// failed PING's: Redis unreachable or refusing the connection. A failed check is a finding,
+// not an error.
 func (i *Inspector) Doctor(ctx context.Context) (DoctorReport, error) {
 	ctx, cancel := context.WithTimeout(ctx, doctorTimeout)
 	defer cancel()
 	rdb, cluster := i.rdb, false
 	if err := rdb.Ping(ctx).Err(); err != nil {
 		// A cluster client on a standalone server fails every command (its CLUSTER SLOTS is
-		// refused): check the seed server itself, whose cluster finding then says to drop
+		// refused). So check the seed server itself. Its cluster finding then says to drop
 		// --cluster, rather than answer with Redis's "cluster support disabled".
 		cc, ok := rdb.(*redis.ClusterClient)
 		if !ok {
@@ -107,9 +108,9 @@ type NodeMemory struct {
 // a lost job.
 func (m NodeMemory) Evicts() bool { return m.Policy != "" && m.Policy != "noeviction" }
 
-// Memory reads each server's memory settings (each master of a cluster), in address order:
-// what a worker warns about at start, and what a refusal for lack of memory quotes. It is one
-// INFO memory per server, which a least-privilege ACL may refuse.
+// Memory reads each server's memory settings (each master of a cluster), in address order.
+// They are what a worker warns about at start, and what a refusal for lack of memory quotes.
+// It is one INFO memory per server, which a least-privilege ACL may refuse.
 func (i *Inspector) Memory(ctx context.Context) ([]NodeMemory, error) {
 	var (
 		mu  sync.Mutex
@@ -155,9 +156,9 @@ func standaloneSeed(ctx context.Context, cc *redis.ClusterClient) *redis.Client 
 	return c
 }
 
-// diagnose runs every check. Per-node checks run on each master of a cluster. wantCluster
-// says the user asked for a cluster (--cluster) though rdb is a plain client: a cluster
-// client given a standalone server (see Doctor).
+// diagnose runs every check. Per-node checks run on each master of a cluster. The wantCluster
+// flag says the user asked for a cluster (--cluster) though rdb is a plain client. That is a
+// cluster client given a standalone server (see Doctor).
 func diagnose(ctx context.Context, rdb redis.UniversalClient, prefix string, wantCluster bool) []DoctorFinding {
 	var (
 		mu sync.Mutex
@@ -222,8 +223,8 @@ func redisMessage(err error) string {
 	return err.Error()
 }
 
-// refusedBy says that Redis did not let the user run cmd, as a warning; or, when the server
-// does not have cmd at all (an embedded or a compatible Redis), says so: an ACL would not help.
+// refusedBy says that Redis did not let the user run cmd, as a warning. The server may not
+// have cmd at all (an embedded or a compatible Redis). Then it says so: an ACL would not help.
 func refusedBy(check, cmd string, err error) DoctorFinding {
 	if unsupported(err) {
 		return notSupported(check, cmd, redisMessage(err))
@@ -233,8 +234,9 @@ func refusedBy(check, cmd string, err error) DoctorFinding {
 		Fix:    "run 'conveyor doctor' as a user allowed " + cmd + " (an admin), or allow it: ACL SETUSER <user> +" + strings.ToLower(strings.Fields(cmd)[0])}
 }
 
-// notSupported is the warning of a check that the server cannot answer: it does not have cmd
-// (or does not report it), as an embedded Redis (the demo's) or some compatible servers.
+// notSupported is the warning of a check that the server cannot answer. The server does not
+// have cmd (or does not report it), as an embedded Redis (the demo's) or some compatible
+// servers.
 func notSupported(check, cmd, why string) DoctorFinding {
 	detail := "cannot check: this server does not support " + cmd
 	if why != "" {
@@ -400,9 +402,9 @@ func aheadBehind(d time.Duration) string {
 	return "ahead of"
 }
 
-// workerCommands are the commands a worker (and the CLI) sends, as ACL DRYRUN checks them:
-// with a key or channel of the prefix where the command takes one (those of a queue named
-// "doctor", which nothing creates).
+// workerCommands are the commands a worker (and the CLI) sends, as ACL DRYRUN checks them.
+// Where a command takes a key or channel, it gets one of the prefix. These are those of a
+// queue named "doctor", which nothing creates.
 func workerCommands(prefix string) [][]string {
 	q := keys.New(prefix, "doctor")
 	key := q.Stream()
@@ -426,8 +428,8 @@ func workerCommands(prefix string) [][]string {
 }
 
 // checkACL checks that the user of the connection may run what a worker runs, on the
-// prefix's keys and channels: with ACL DRYRUN when the user may run it (an admin), else by
-// running commands that change nothing (or a key of its own that expires in a second).
+// prefix's keys and channels. It uses ACL DRYRUN when the user may run it (an admin). Else it
+// runs commands that change nothing (or a key of its own that expires in a second).
 func checkACL(ctx context.Context, rdb redis.UniversalClient, prefix string) []DoctorFinding {
 	user, err := rdb.Do(ctx, "ACL", "WHOAMI").Text()
 	if err != nil {

@@ -25,10 +25,10 @@ import (
 // with Redis's WAIT, until that many replicas have it, or the timeout passes.
 //
 // WAIT confirms a connection's writes up to its last one, and a pipeline may run on any pooled
-// connection, so each waiting pipeline also writes a no-op (HINCRBY of the queue's stats by
-// 0) after the scripts: the replicas that confirm it have every write the master took before
-// it, whichever connection made them. This also covers a job that was there already (a
-// duplicate publish), which the caller's own scripts did not write.
+// connection. So each waiting pipeline also writes a no-op (HINCRBY of the queue's stats by 0)
+// after the scripts. The replicas that confirm it have every write the master took before it,
+// whichever connection made them. This also covers a job that was there already (a duplicate
+// publish), which the caller's own scripts did not write.
 
 // DefaultReplicaTimeout is how long a write waits for its replicas (WithReplicas,
 // ClientConfig.Replicas, WorkerConfig.Replicas) when no timeout is given.
@@ -88,16 +88,16 @@ func (r replicas) withDefaults() replicas {
 	return r
 }
 
-// WithReplicas makes Enqueue or EnqueueBatch return only once n replicas have the jobs, or
-// fail with an error wrapping ErrNotReplicated (a *ReplicationError) when fewer confirmed
-// within timeout (zero: DefaultReplicaTimeout). Such an error does not mean the jobs do not
-// exist: they were written on the master and come back with the error; publish them again
-// with their ids (WithID) to wait again. n = 0 waits for none, overriding
+// WithReplicas makes Enqueue or EnqueueBatch return only once n replicas have the jobs. When
+// fewer confirmed within timeout (zero: DefaultReplicaTimeout), the call fails with an error
+// wrapping ErrNotReplicated (a *ReplicationError). Such an error does not mean the jobs do not
+// exist. They were written on the master and come back with the error. Publish them again
+// with their ids (WithID) to wait again. With n = 0 it waits for none, overriding
 // ClientConfig.Replicas. In EnqueueBatch the wait covers the whole call; a task's own
 // WithReplicas raises it.
 //
-// The wait is Redis's WAIT, sent in the same round trip as the enqueue script (on a cluster,
-// to the master of each node the jobs go to). A replica that confirmed has the jobs in
+// The wait is Redis's WAIT, sent in the same round trip as the enqueue script. On a cluster it
+// goes to the master of each node the jobs go to. A replica that confirmed has the jobs in
 // memory; whether it also has them on disk is its appendfsync's matter. Throughput and the
 // loss it prevents are measured in docs/OPERATIONS.md ("Durable publish").
 func WithReplicas(n int, timeout time.Duration) Option {
@@ -148,9 +148,9 @@ func (r replicas) writer(rdb redis.UniversalClient) *replicaWriter {
 	return &replicaWriter{UniversalClient: rdb, want: r}
 }
 
-// replicaWriter is a Redis client for one call's writes: each pipeline it runs (and each
+// replicaWriter is a Redis client for one call's writes. Each pipeline it runs (and each
 // EVAL/EVALSHA, which Script.Run sends) ends with a no-op write and WAIT per node, in the same
-// round trip; check then says whether enough replicas confirmed. Every command it runs must
+// round trip. Then check says whether enough replicas confirmed. Every command it runs must
 // have a queue key (keys.Queue) first, as the scripts do. A nil *replicaWriter waits for
 // nothing. It is not safe for concurrent use: make one per call.
 type replicaWriter struct {
@@ -226,8 +226,8 @@ func (w *replicaWriter) Pipelined(ctx context.Context, fn func(redis.Pipeliner) 
 		w.runOn(ctx, w.UniversalClient, cmds, cmds)
 		return cmds, firstCmdErr(cmds)
 	}
-	// On a cluster WAIT must reach the node that took the writes: group the commands by the
-	// master of their key's slot and send each group to its node directly, in parallel.
+	// On a cluster WAIT must reach the node that took the writes. So group the commands by
+	// the master of their key's slot, and send each group to its node directly, in parallel.
 	groups := map[*redis.Client][]redis.Cmder{}
 	var nodes []*redis.Client
 	for _, cmd := range cmds {
@@ -280,8 +280,8 @@ func (w *replicaWriter) Pipelined(ctx context.Context, fn func(redis.Pipeliner) 
 }
 
 // runOn sends cmds, a no-op write on the stats key of each queue that anchors touch, and WAIT
-// to rdb in one pipeline, and records WAIT's answer. anchors are cmds, or, to wait for writes
-// already made elsewhere (after a redirect), those writes' commands.
+// to rdb in one pipeline. It records WAIT's answer. The anchors are cmds, or the commands of
+// writes already made elsewhere (after a redirect) when it waits for those.
 func (w *replicaWriter) runOn(ctx context.Context, rdb redis.UniversalClient, cmds, anchors []redis.Cmder) {
 	if c, ok := rdb.(*redis.Client); ok {
 		rdb = withWaitTimeout(c, w.want.timeout)
@@ -315,8 +315,8 @@ func (w *replicaWriter) runOn(ctx context.Context, rdb redis.UniversalClient, cm
 }
 
 // withWaitTimeout returns c, or a copy of c sharing its connections with a read timeout long
-// enough for WAIT: go-redis reads a pipeline's replies within the client's ReadTimeout, and a
-// WAIT may take its whole timeout.
+// enough for WAIT. The go-redis client reads a pipeline's replies within its ReadTimeout, and
+// a WAIT may take its whole timeout.
 func withWaitTimeout(c *redis.Client, wait time.Duration) *redis.Client {
 	rt := c.Options().ReadTimeout
 	if rt <= 0 || rt >= wait+time.Second {
@@ -339,9 +339,9 @@ func firstKey(cmd redis.Cmder) string {
 	return fmt.Sprint(args[pos])
 }
 
-// statsKeyOf returns the stats key of the queue that key belongs to (keys.Queue.Stats), or
-// "" when key is no queue's: every queue key is "PREFIX:{QUEUE}:...", and neither a prefix
-// nor a queue name may hold a brace.
+// statsKeyOf returns the stats key of the queue that key belongs to (keys.Queue.Stats). It
+// returns "" when key is no queue's. Every queue key is "PREFIX:{QUEUE}:...", and neither a
+// prefix nor a queue name may hold a brace.
 func statsKeyOf(key string) string {
 	open := strings.IndexByte(key, '{')
 	end := strings.Index(key, "}:")
@@ -378,9 +378,9 @@ func firstCmdErr(cmds []redis.Cmder) error {
 
 // Worker side: WorkerConfig.Replicas makes the completer wait for replicas after writing job
 // outcomes. An outcome that fewer replicas confirm is applied on the master already, so the
-// write is not retried: it is counted (Worker.UnreplicatedWrites) and logged at most every
-// unreplicatedLogEvery. If the master then fails before a replica has it, the promoted
-// replica still holds the job as pending, and recovery runs it again: the loss is a second
+// write is not retried. It is counted (Worker.UnreplicatedWrites) and logged at most every
+// unreplicatedLogEvery. The master may then fail before a replica has it. Then the promoted
+// replica still holds the job as pending, and recovery runs it again. The loss is a second
 // run, never a lost job.
 
 // unreplicatedLogEvery bounds how often a worker logs outcome writes that its replicas did not
@@ -443,11 +443,11 @@ func (w *Worker) UnreplicatedWrites() int64 {
 	return w.replicas.count.Load()
 }
 
-// carryErr gives the commands of a pipeline that failed as a whole the pipeline's error: when
-// the connection could not be set up (a refused AUTH, a SELECT of a database that does not
-// exist), go-redis leaves every command without an error of its own, and a command with neither
-// an error nor a value would read as a write that went through. When any command carries an
-// error, the others answered and keep their answers.
+// carryErr gives the commands of a pipeline that failed as a whole the pipeline's error. The
+// connection may not have been set up (a refused AUTH, a SELECT of a database that does not
+// exist). Then go-redis leaves every command without an error of its own. A command with
+// neither an error nor a value would read as a write that went through. When any command
+// carries an error, the others answered and keep their answers.
 func carryErr(err error, cmds ...redis.Cmder) {
 	if err == nil || errors.Is(err, redis.Nil) {
 		return

@@ -28,11 +28,12 @@ var (
 	// ErrNotScheduled is returned by Inspector.RunNow for a job that is not scheduled, or that
 	// waits for a concurrency slot of a limit (only a freed slot moves it).
 	ErrNotScheduled = errors.New("pipeline: job is not scheduled")
-	// ErrNotDeletable is returned by Inspector.Delete for a job that is not scheduled or queued:
-	// a running job is canceled (Cancel), a dead one purged (Purge), a finished one expires.
+	// ErrNotDeletable is returned by Inspector.Delete for a job that is not scheduled or
+	// queued. A running job is canceled (Cancel), a dead one purged (Purge), a finished one
+	// expires.
 	ErrNotDeletable = errors.New("pipeline: job is not scheduled or queued")
 	// ErrNoHandler is wrapped by the error of an attempt of a job whose type the worker that
-	// took it has no handler for; the attempt is retried like any failed one.
+	// took it has no handler for. The attempt is retried like any failed one.
 	ErrNoHandler = errors.New("pipeline: no handler")
 	// ErrConflict is returned by Enqueue for an id (WithID) that names a job published with
 	// another type or payload: a re-publish must be the same job. Nothing is written.
@@ -41,9 +42,9 @@ var (
 	// live job holds now: replaying it would make two jobs with one key.
 	ErrUniqueHeld = errors.New("pipeline: unique key held by another job")
 	// ErrOutOfMemory is wrapped by the error of a publish that Redis refused because its used
-	// memory is over its maxmemory (with maxmemory-policy noeviction, the setting Conveyor
-	// needs, Redis refuses writes instead of evicting jobs). Nothing of the refused call was
-	// written (for EnqueueBatch, see its note on chunks); publish again once memory is freed
+	// memory is over its maxmemory. With maxmemory-policy noeviction, the setting Conveyor
+	// needs, Redis refuses writes instead of evicting jobs. Nothing of the refused call was
+	// written (for EnqueueBatch, see its note on chunks). Publish again once memory is freed
 	// (dead purge, a shorter retention) or maxmemory raised. Workers keep finishing the jobs
 	// they hold meanwhile (docs/OPERATIONS.md "When Redis refuses writes").
 	ErrOutOfMemory = errors.New("pipeline: Redis refused the write: out of memory (used memory > maxmemory)")
@@ -59,8 +60,9 @@ func outOfMemory(err error) error {
 }
 
 // tlsRefused reports whether err is a TLS handshake that failed for a reason waiting cannot
-// fix: the server's certificate did not verify against the client's CAs or name, or the server
-// refused the client's certificate (a TLS alert: none given, or one it does not trust).
+// fix. Either the server's certificate did not verify against the client's CAs or name. Or
+// the server refused the client's certificate (a TLS alert: none given, or one it does not
+// trust).
 func tlsRefused(err error) bool {
 	var verify *tls.CertificateVerificationError
 	var host x509.HostnameError
@@ -82,7 +84,8 @@ func (e *skipRetryError) Error() string { return e.err.Error() }
 func (e *skipRetryError) Unwrap() error { return e.err }
 
 // SkipRetry wraps err so the job fails at once and goes to the dead set instead of being
-// retried: for errors that another attempt cannot fix (a malformed payload, a 4xx answer).
+// retried. It is for errors that another attempt cannot fix (a malformed payload, a 4xx
+// answer).
 func SkipRetry(err error) error {
 	if err == nil {
 		err = errors.New("skip retry")
@@ -125,10 +128,10 @@ func maxTime(a, b time.Time) time.Time {
 }
 
 // Snooze, returned by a handler (as its error, alone or wrapped), runs the job again d after
-// the attempt ends, without counting the attempt or recording an error: the job is
-// `scheduled`, with ScheduledFor "snooze", and keeps its retries. For work that is not ready
-// yet (a resource still being made, a rate the job obeys itself). A job may snooze
-// WorkerConfig.MaxSnoozes times (DefaultMaxSnoozes); the next snooze fails it, so one that
+// the attempt ends. It does not count the attempt or record an error. The job is
+// `scheduled`, with ScheduledFor "snooze", and keeps its retries. It suits work that is not
+// ready yet (a resource still being made, a rate the job obeys itself). A job may snooze
+// WorkerConfig.MaxSnoozes times (DefaultMaxSnoozes). The next snooze fails it, so one that
 // would snooze forever ends in the dead set with the reason.
 func Snooze(d time.Duration) error { return &snoozeError{after: d} }
 
@@ -147,9 +150,9 @@ const (
 	OutcomeDead
 	// OutcomeCanceled: the job was canceled while it ran; its result was not kept.
 	OutcomeCanceled
-	// OutcomeLost: the worker lost the job's lease (it stopped renewing it for longer than the
-	// visibility timeout, so the job was recovered and handed to another worker); nothing was
-	// written.
+	// OutcomeLost: the worker lost the job's lease, and nothing was written. It stopped
+	// renewing the lease for longer than the visibility timeout. So the job was recovered and
+	// handed to another worker.
 	OutcomeLost
 	// OutcomeAbandoned: the worker shut down before the attempt ended; the job was put back
 	// in the stream to start again.
@@ -178,9 +181,9 @@ func (o Outcome) String() string {
 }
 
 // JobError is what a Worker's handling of a job returns to Watermill middleware (Worker.Use)
-// when the attempt did not complete, once its outcome is written: it says what became of the
-// job and wraps the handler's error (nil for OutcomeCanceled, OutcomeLost and
-// OutcomeAbandoned, which have none of their own). A completed job returns nil.
+// when the attempt did not complete, once its outcome is written. It says what became of the
+// job and wraps the handler's error. That is nil for OutcomeCanceled, OutcomeLost and
+// OutcomeAbandoned, which have none of their own. A completed job returns nil.
 type JobError struct {
 	Outcome Outcome
 	// Timeout reports that the attempt ran past the job's timeout.

@@ -8,9 +8,9 @@ import (
 )
 
 // DefaultGroupWindow is a queue's group window when none is set (Inspector.SetGroups): twice
-// DefaultConcurrency, so that one worker serving one group alone stays busy while its finished
-// jobs' places are handed on (an outcome is written a flush interval after its handler
-// returns), while another group's new job waits behind at most 20 jobs of each group.
+// DefaultConcurrency. So one worker serving one group alone stays busy while its finished
+// jobs' places are handed on. (An outcome is written a flush interval after its handler
+// returns.) Meanwhile another group's new job waits behind at most 20 jobs of each group.
 const DefaultGroupWindow = keys.DefaultGroupWindow
 
 // MaxGroupWindow bounds GroupChange.Window and MaxGroupWeight a weight: a window times a weight
@@ -21,7 +21,7 @@ const (
 )
 
 // MaxGroupWeights bounds how many groups of a queue may have a weight set (SetGroups refuses
-// a change past it), and MaxGroupsListed how many groups Groups lists: both keep a queue's
+// a change past it). MaxGroupsListed bounds how many groups Groups lists. Both keep a queue's
 // settings, which every partition holds, and its listing small.
 const (
 	MaxGroupWeights = 1_000
@@ -36,13 +36,14 @@ type GroupChange struct {
 	Window int
 	// ResetWindow sets the window back to DefaultGroupWindow.
 	ResetWindow bool
-	// Weights sets groups' weights: a group of weight w gets w times the window, so w times the
-	// share of a group of weight 1 while both have jobs waiting. A weight of 0 sets it back to 1.
+	// Weights sets groups' weights. A group of weight w gets w times the window. So it gets w
+	// times the share of a group of weight 1 while both have jobs waiting. A weight of 0 sets
+	// it back to 1.
 	Weights map[string]int
 }
 
-// Groups is a queue's fair groups: the window, and the groups that have jobs in their window or
-// waiting, or a weight set: the first MaxGroupsListed of them by name.
+// Groups is a queue's fair groups: the window, and the groups that have jobs in their window
+// or waiting, or a weight set. It lists the first MaxGroupsListed of them by name.
 type Groups struct {
 	Queue string `json:"queue"`
 	// Window is the window (DefaultGroupWindow unless set); WindowSet says whether it is set.
@@ -99,18 +100,18 @@ func (i *Inspector) groupQueue(ctx context.Context, queue string) ([]keys.Queue,
 }
 
 // SetGroups changes queue's fair-group settings, kept in Redis for every publisher and worker.
-// They apply from the next job that enters or leaves a window: a raised window fills as the
-// group's jobs finish (each finish moves as many waiting jobs in as the window has room for),
-// a lowered one empties to its new size the same way. A partitioned queue gets the same
-// settings in every partition, each of which keeps its own windows, and a change of the
-// partition count (CreateQueue) carries them into the new layout. The queue must exist.
+// They apply from the next job that enters or leaves a window. A raised window fills as the
+// group's jobs finish: each finish moves as many waiting jobs in as the window has room for.
+// A lowered one empties to its new size the same way. A partitioned queue gets the same
+// settings in every partition, each of which keeps its own windows. A change of the partition
+// count (CreateQueue) carries them into the new layout. The queue must exist.
 func (i *Inspector) SetGroups(ctx context.Context, queue string, c GroupChange) error {
 	if err := c.validate(); err != nil {
 		return err
 	}
-	// Checked before the lock, so that a refused name or queue writes nothing, and again under
-	// it: a change of the partition count copies the settings from the old layout, and one
-	// written there after the copy would be lost.
+	// Checked before the lock, so that a refused name or queue writes nothing. Checked again
+	// under it: a change of the partition count copies the settings from the old layout. A
+	// setting written there after the copy would be lost.
 	if _, err := i.groupQueue(ctx, queue); err != nil {
 		return err
 	}

@@ -29,8 +29,8 @@ const heartbeatBeats = 3
 const MaxHeartbeatRunning = 100
 
 // heartbeatPruneAfter is how long past its expiry (by the writer's clock) a member of the
-// workers' index is kept before a beat prunes it: a margin for the clocks of the hosts to
-// differ, so that a host whose clock runs ahead never prunes a live worker of another.
+// workers' index is kept before a beat prunes it. It is a margin for the clocks of the hosts
+// to differ. So a host whose clock runs ahead never prunes a live worker of another.
 const heartbeatPruneAfter = time.Minute
 
 // modulePath is the library's module path, looked for in the binary's build information.
@@ -39,11 +39,11 @@ const modulePath = "github.com/conveyorq/conveyor"
 // WorkerInfo is a live worker as its heartbeat record says (Inspector.Workers): what it reads,
 // what it runs now, and when it last said so.
 //
-// Liveness is Redis's clock: the record expires (a TTL of three beats, set by Redis) when the
-// worker stops beating, and HeartbeatAge is measured by Redis too (the record's TTL minus
-// what is left of it), so hosts whose clocks differ cannot make a dead worker look alive or a
-// live one dead. Started, LastHeartbeat and each running job's Started are the worker host's
-// clock, as it wrote them.
+// Liveness is Redis's clock. The record expires (a TTL of three beats, set by Redis) when the
+// worker stops beating. HeartbeatAge is measured by Redis too: the record's TTL minus what is
+// left of it. So hosts whose clocks differ cannot make a dead worker look alive or a live one
+// dead. Started, LastHeartbeat and each running job's Started are the worker host's clock, as
+// it wrote them.
 type WorkerInfo struct {
 	// Name is the worker's consumer name (WorkerConfig.Name): a job's Worker.
 	Name    string
@@ -176,9 +176,10 @@ func (i *Inspector) QueueReaders(ctx context.Context, queue string) ([]WorkerInf
 }
 
 // Version returns the version of the Conveyor module in the running binary, as the Go
-// toolchain recorded it: the main module's when the binary is Conveyor's own (a tag, or a
-// pseudo-version of the commit; "(devel)" for 'go run' and tests), else the dependency's. A
-// binary without build information reports "(unknown)". Workers write it in their heartbeat.
+// toolchain recorded it. When the binary is Conveyor's own it is the main module's: a tag, or
+// a pseudo-version of the commit ("(devel)" for 'go run' and tests). Else it is the
+// dependency's. A binary without build information reports "(unknown)". Workers write it in
+// their heartbeat.
 func Version() string { return version() }
 
 var version = sync.OnceValue(func() string {
@@ -201,19 +202,23 @@ var version = sync.OnceValue(func() string {
 })
 
 // heartbeat is the worker's service that writes its heartbeat record (keys.WorkerBeat) every
-// HeartbeatInterval, with a TTL of heartbeatBeats beats, and keeps its name in the workers'
-// index (keys.Workers), both in one pipelined round trip (one hash tag, so one node of a
-// cluster); a beat also prunes the index of members expired over a minute ago. Not a MULTI:
-// the least-privilege ACL (docs/OPERATIONS.md) grants no @transaction, and nothing needs the
-// two writes together. A record without its member waits for the next beat to be listed; a
-// member without its record is pruned by the next listing. Stop deletes the record and the member. One write of a
-// small string every few seconds per worker. A job's path pays only for its type and start
-// time, noted where cancels registers it (a map lookup and a reading of WorkerConfig.Now); a beat copies the
-// running jobs under the cancels' lock, O(concurrency) once every few seconds.
+// HeartbeatInterval, with a TTL of heartbeatBeats beats. It keeps the worker's name in the
+// workers' index (keys.Workers). Both writes go in one pipelined round trip (one hash tag, so
+// one node of a cluster). A beat also prunes the index of members expired over a minute ago.
 //
-// It beats on after its session's context ends, until Stop: a session ends (a shutdown, a new
-// partition count) before its running jobs have drained, and the record must list them while
-// they run.
+// It is not a MULTI. The least-privilege ACL (docs/OPERATIONS.md) grants no @transaction, and
+// nothing needs the two writes together. A record without its member waits for the next beat
+// to be listed. A member without its record is pruned by the next listing. Stop deletes the
+// record and the member.
+//
+// It costs one write of a small string every few seconds per worker. A job's path pays only
+// for its type and start time. They are noted where cancels registers it (a map lookup and a
+// reading of WorkerConfig.Now). A beat copies the running jobs under the cancels' lock,
+// O(concurrency) once every few seconds.
+//
+// It beats on after its session's context ends, until Stop. A session ends (a shutdown, a new
+// partition count) before its running jobs have drained. The record must list them while they
+// run.
 type heartbeat struct {
 	w     *Worker
 	loop  service.Loop

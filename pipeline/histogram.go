@@ -5,9 +5,9 @@ import (
 	"time"
 )
 
-// histCells is the number of cells of a histogram: cell 0 holds durations under a
-// millisecond, cell c >= 1 those from 2^((c-1)/4) ms to 2^(c/4) ms, four cells to a doubling;
-// the last cell, from 2^31.5 ms (about 35 days), holds everything longer.
+// histCells is the number of cells of a histogram. Cell 0 holds durations under a
+// millisecond. Cell c >= 1 holds those from 2^((c-1)/4) ms to 2^(c/4) ms, four cells to a
+// doubling. The last cell, from 2^31.5 ms (about 35 days), holds everything longer.
 const histCells = 128
 
 // histogram counts durations in fixed log-scale cells. Fixed cells make histograms mergeable:

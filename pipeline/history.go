@@ -82,13 +82,13 @@ type histBin struct {
 }
 
 // history is a worker's part of its queues' history. The completer tells it the outcomes
-// Redis applied, chunk by chunk (written), which it counts in memory; every interval it adds
-// them to the history buckets in Redis in one pipelined call (flush): HINCRBY per counter and
-// per non-empty histogram cell, at both resolutions, for each queue and for all queues
-// together (keys.HistoryAll), and EXPIREAT on each bucket, which bounds the history. A job's
-// hot path gains no call to Redis, and a flush costs a few dozen commands whatever the rate.
+// Redis applied, chunk by chunk (written), which it counts in memory. Every interval it adds
+// them to the history buckets in Redis in one pipelined call (flush). That is HINCRBY per
+// counter and per non-empty histogram cell, at both resolutions. It covers each queue and all
+// queues together (keys.HistoryAll). EXPIREAT on each bucket bounds the history. A job's hot
+// path gains no call to Redis, and a flush costs a few dozen commands whatever the rate.
 //
-// A flush that fails is not tried again: the history then misses at most one interval of
+// A flush that fails is not tried again. The history then misses at most one interval of
 // this worker's outcomes (the queues' counters, written by the scripts, miss nothing). A
 // worker that is killed loses what it counted since its last flush the same way.
 type history struct {
@@ -115,10 +115,10 @@ func newHistory(store jobstate.Backend, every time.Duration, log zerolog.Logger)
 }
 
 // written counts the outcomes among ts that Redis applied (codes, one per transition) at
-// time at: completed, retried and dead ones, with their queue wait (from the time of the
-// stream entry, Redis's clock, to the handler's start, the worker's: a skew between the two
-// shifts it) and their execution time. Start marks, snoozes and refused transitions count
-// nothing; an unreadable entry counts as dead without times.
+// time at. It counts completed, retried and dead ones, with their queue wait and execution
+// time. The queue wait runs from the time of the stream entry (Redis's clock) to the
+// handler's start (the worker's); a skew between the two shifts it. Start marks, snoozes and
+// refused transitions count nothing. An unreadable entry counts as dead without times.
 func (h *history) written(ts []transition, codes []script.Code, at time.Time) {
 	if h == nil || len(ts) == 0 {
 		return
@@ -232,9 +232,9 @@ func (h *history) flush() {
 	}
 }
 
-// addHistory appends to bs what adds a (counted in the fine bucket that starts at start) to its
-// bucket at each resolution, named by key, with the bucket's expiry. A bucket that has left its
-// span already is skipped.
+// addHistory appends to bs what adds a to its bucket at each resolution, named by key, with
+// the bucket's expiry. The a was counted in the fine bucket that starts at start. A bucket
+// that has left its span already is skipped.
 func addHistory(bs []jobstate.HistoryBucket, start int64, a *histAgg, now time.Time, key func(res string, start int64) string) []jobstate.HistoryBucket {
 	for _, r := range historyResolutions {
 		b := bucketStart(time.Unix(start, 0), r.step)
@@ -278,8 +278,9 @@ func latencyOf(h *histogram) Latency {
 }
 
 // HistoryPoint is one bucket of a queue's history: the outcomes the workers wrote in the
-// Step that starts At, and the queue wait (from publish, or from the promotion of a
-// scheduled or retried job, to the handler's start) and execution time of those attempts.
+// Step that starts At. It has the queue wait and execution time of those attempts. The queue
+// wait runs from publish (or the promotion of a scheduled or retried job) to the handler's
+// start.
 type HistoryPoint struct {
 	At                         time.Time
 	Completed, Failed, Retried int64
@@ -302,10 +303,10 @@ type History struct {
 	Total HistoryPoint
 }
 
-// History reads the history of queue (of all queues together when queue is empty) at the
-// resolution step, HistoryStepFine (5 s buckets, kept an hour) or HistoryStepCoarse (1 min
-// buckets, kept a day), from since (clamped to the span kept) to now. The workers write it
-// as they write outcomes (see WorkerConfig.HistoryInterval), so it outlives any reader: an
+// History reads the history of queue (of all queues together when queue is empty) from
+// since (clamped to the span kept) to now. The resolution step is HistoryStepFine (5 s
+// buckets, kept an hour) or HistoryStepCoarse (1 min buckets, kept a day). The workers write
+// it as they write outcomes (see WorkerConfig.HistoryInterval), so it outlives any reader. An
 // API server started after the jobs ran shows them. It counts the outcomes a worker wrote
 // (completed, retried, dead), not those of recovery or cancel.
 //

@@ -15,11 +15,11 @@ import (
 // must return quickly. queue is the user's queue name: the partitions of a partitioned queue
 // report under their queue.
 type WorkerHooks struct {
-	// Promoted: the worker's scheduler moved jobs due in queue into its stream; lag is how long
-	// the most overdue of them waited past its due time, by Redis's clock.
+	// Promoted: the worker's scheduler moved jobs due in queue into its stream. The lag is how
+	// long the most overdue of them waited past its due time, by Redis's clock.
 	Promoted func(queue string, jobs int, lag time.Duration)
 	// RecoveryLock: the worker took (true) or let go (false) of the recovery lock of queue (of
-	// one of its partitions), which it holds during each recovery scan it runs.
+	// one of its partitions). It holds the lock during each recovery scan it runs.
 	RecoveryLock func(queue string, held bool)
 	// Recovered: a recovery scan of queue that the worker ran did res (Requeued jobs put back
 	// in the stream, Dead ones sent to the dead set, ...).
@@ -29,8 +29,8 @@ type WorkerHooks struct {
 	// only lent for the call.
 	Attempts func([]Attempt)
 	// ScheduleTick: the worker's periodic scheduler enqueued a tick of schedule (Periodic),
-	// late after the tick's time (by the worker's clock; a leader's ticks are milliseconds
-	// late, another worker's, standing in for it, at least PeriodicTakeover).
+	// late after the tick's time (by the worker's clock). A leader's ticks are milliseconds
+	// late. Those of another worker, standing in for it, are at least PeriodicTakeover late.
 	ScheduleTick func(schedule string, late time.Duration)
 	// ScheduleMissed: the worker's scheduler found ticks of schedule older than PeriodicGrace:
 	// ticks of them (counted up to 100,000), run as one job (once, MissedRunOnce) or dropped.
@@ -47,9 +47,9 @@ type RecoveryScan struct {
 	Skipped  int // entries renewed or settled between listing and recovery
 	Poison   int // unreadable entries recorded as dead jobs
 	Pruned   int // idle consumers with nothing pending, deleted from the group
-	// Deferred counts entries idle past the visibility timeout left for a later scan, because
-	// the recoverer has not yet watched Redis long enough to trust their idle times (see
-	// package recovery, "Trust").
+	// Deferred counts entries idle past the visibility timeout left for a later scan. The
+	// recoverer has not yet watched Redis long enough to trust their idle times (see package
+	// recovery, "Trust").
 	Deferred int
 	// Cascaded counts the tasks of workflows canceled or released by following the cascades
 	// a script left to later calls (a wide workflow's) and no later call followed.
