@@ -48,9 +48,10 @@ type EndState struct {
 // set, wake and lock keys, ... counted generously so that only growth with the jobs breaks it.
 const KeysPerQueue = 20
 
-// HistoryKeys bounds the throughput history's keys a run of length d leaves: buckets of 5 s
-// kept an hour and of 1 min kept a day (pipeline's HistoryStepFine and its neighbours), each
-// for the queue and for all queues, each with one bucket begun at either end of the run. They
+// HistoryKeys bounds the throughput history's keys a run of length d leaves. There are
+// buckets of 5 s kept an hour and of 1 min kept a day (pipeline's HistoryStepFine and its
+// neighbours). Each is kept for the queue and for all queues. Each has one bucket begun at
+// either end of the run. They
 // grow with time, not with jobs, and expire with their span.
 func HistoryKeys(d time.Duration) int64 {
 	buckets := func(step, span time.Duration) int64 { return int64(min(d, span)/step) + 2 }

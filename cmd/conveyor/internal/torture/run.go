@@ -390,12 +390,12 @@ func (r *run) publish(ctx context.Context, client *pipeline.Client, task pipelin
 	}
 }
 
-// strikeUntil runs the nemeses on their seeded schedule until the run's duration is over, and
-// then each nemesis the schedule left out once, alone: a short run (CI's) has a few ticks,
-// which a random draw among three or four nemeses can spend without one of them, and the run
-// would pass without trying it. It returns the faults made, the longest recovery (from a
-// fault's start until Redis counts a completion after it healed) and the duplicate executions
-// they allow.
+// strikeUntil runs the nemeses on their seeded schedule until the run's duration is over.
+// Then it runs each nemesis the schedule left out once, alone. A short run (CI's) has a few
+// ticks. A random draw among three or four nemeses can spend them without one of them, and
+// the run would pass without trying it. It returns the faults made, the longest recovery and
+// the duplicate executions they allow. A recovery runs from a fault's start until Redis
+// counts a completion after it healed.
 func (r *run) strikeUntil(ctx context.Context, begin time.Time) (faults int, maxRecovery time.Duration, bound int, err error) {
 	lo, hi := time.Second, 3*time.Second
 	if r.size.Duration < 10*time.Second {
