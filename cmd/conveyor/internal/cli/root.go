@@ -347,9 +347,10 @@ func checkRedisURL(raw, source string, cluster bool) error {
 	return usageErrorf("%s %s: %s (want redis://host:port/db, rediss:// for TLS, unix:///path or redis://sentinel:26379?master_name=NAME&addr=sentinel2:26379)", source, redactURL(raw), msg)
 }
 
-// checkAddrs refuses a URL that names several servers where it cannot: addr parameters (a
-// cluster seed list) without --cluster, which go-redis calls an "unexpected option", and a
-// comma in the host (redis://a:1,b:2), which go-redis takes as one host name that no DNS knows.
+// checkAddrs refuses a URL that names several servers where it cannot. One case is addr
+// parameters (a cluster seed list) without --cluster, which go-redis calls an "unexpected
+// option". The other is a comma in the host (redis://a:1,b:2). Go-redis takes that as one
+// host name that no DNS knows.
 // A Sentinel URL (master_name) takes addr parameters as its other sentinels.
 func checkAddrs(raw, source string, cluster bool) error {
 	u, err := url.Parse(raw)

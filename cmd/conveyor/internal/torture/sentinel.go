@@ -12,13 +12,14 @@ import (
 	"github.com/conveyorq/conveyor/internal/redisproc"
 )
 
-// TopologySentinel is a Redis Sentinel set: a master and one replica, every data node with
-// appendonly yes and appendfsync always, watched by three sentinels (quorum 2); the producer
-// and the checks use failover clients, the workers a Sentinel URL, and the producer publishes
-// durably (WAIT for the replica, pipeline.WithReplicas). One replica, not two: a sentinel
-// promotes the replica whose offset it last heard of as the highest, which with two replicas
-// may be the one without the last acknowledged writes; with one, WAIT 1 names the replica
-// that will be promoted.
+// TopologySentinel is a Redis Sentinel set: a master and one replica. Every data node has
+// appendonly yes and appendfsync always. Three sentinels watch them (quorum 2). The producer
+// and the checks use failover clients, and the workers a Sentinel URL. The producer publishes
+// durably (WAIT for the replica, pipeline.WithReplicas).
+//
+// It has one replica, not two. A sentinel promotes the replica whose offset it last heard of
+// as the highest. With two replicas that may be the one without the last acknowledged
+// writes. With one, WAIT 1 names the replica that will be promoted.
 const TopologySentinel = "sentinel"
 
 // The Sentinel nemeses: they need TopologySentinel.
