@@ -13,11 +13,11 @@ import (
 	"github.com/conveyorq/conveyor/internal/rediserr"
 )
 
-// Fair groups (pipeline.WithGroup): the scripts keep each group's window and wait list
-// (lua/groups.lua, "Fair groups"); here are the settings an operator writes and the reads of the
-// groups' counts. The settings are plain hash fields: a script reads them whenever a job enters
-// or leaves a window, so a change applies from the next one on (a window raised fills as the
-// group's jobs leave it: each leave refills up to the window).
+// Fair groups (pipeline.WithGroup). The scripts keep each group's window and wait list
+// (lua/groups.lua, "Fair groups"). Here are the settings an operator writes, and the reads of
+// the groups' counts. The settings are plain hash fields. A script reads them whenever a job
+// enters or leaves a window, so a change applies from the next one on. A window raised fills
+// as the group's jobs leave it: each leave refills up to the window.
 
 // GroupSettings are a queue's group settings: Window (0: keys.DefaultGroupWindow) and the
 // weights of the groups that have one (a group without one weighs 1).

@@ -99,12 +99,15 @@ func ParseProgress(v string) (p ProgressReport, ok bool) {
 	return p, true
 }
 
-// Shown reports whether a job's last progress report belongs to the job as it is now. While
-// the job is queued or in progress: when it is of the entry the job runs from (every run has
-// its own: a retry, a recovery, a job put back on shutdown has reported nothing on its new
-// entry yet). Otherwise (scheduled for a retry, finished): when it is of the job's attempt,
-// which the outcome wrote: a finished job shows its last attempt's last report, and a retry
-// waiting shows the failed attempt's.
+// Shown reports whether a job's last progress report belongs to the job as it is now.
+//
+// While the job is queued or in progress, the report must be of the entry the job runs from.
+// Every run has its own entry. A retry, a recovery or a job put back on shutdown has reported
+// nothing on its new entry yet.
+//
+// Otherwise (scheduled for a retry, finished), the report must be of the job's attempt, which
+// the outcome wrote. A finished job shows its last attempt's last report. A retry waiting
+// shows the failed attempt's.
 func (p ProgressReport) Shown(jobStatus string, attempt int, entry string) bool {
 	if st := status.Status(jobStatus); st == status.Queued || st == status.InProgress {
 		return p.Entry == entry

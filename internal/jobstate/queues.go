@@ -124,11 +124,11 @@ func (s *Store) ReadStats(ctx context.Context, qs []keys.Queue) ([]*Stats, error
 
 // ---- The known queues and their partition counts ----
 
-// spreadScheme ends every partition count this version stores ("3/spread"): its partition
-// tags spread over the slots (keys.PartitionName). A bare count was stored by the version
-// before, whose partitions were {q#i} in whatever slot that fell in; this version does not
-// read those keys (ErrLegacyLayout), and the version before refuses a count with the suffix,
-// so two versions never route one queue's jobs to different keys.
+// spreadScheme ends every partition count this version stores ("3/spread"). It says the
+// partition tags spread over the slots (keys.PartitionName). The version before stored a bare
+// count. Its partitions were {q#i}, in whatever slot that fell in. This version does not read
+// those keys (ErrLegacyLayout), and the version before refuses a count with the suffix. So two
+// versions never route one queue's jobs to different keys.
 const spreadScheme = "/spread"
 
 // StoredPartitions is how a partition count of p > 1 is stored.
@@ -300,9 +300,10 @@ const scanCount = 1000
 
 // ScanKeys counts the keys that start with start with SCAN pages of 1000 keys, and unlinks
 // them a page at a time when unlink is true. On a cluster it scans the master of start's slot
-// only, which holds every key of a queue (each starts with the queue's base, prefix:{queue}:),
-// unless everywhere is true: for a start that names keys in many slots, such as every
-// partition of a queue. A Ring's every shard is scanned.
+// only. That master holds every key of a queue, since each starts with the queue's base
+// (prefix:{queue}:). With everywhere true it scans every master instead. That is for a start
+// that names keys in many slots, such as every partition of a queue. A Ring's every shard is
+// scanned.
 func (s *Store) ScanKeys(ctx context.Context, start string, unlink, everywhere bool) (int, error) {
 	n, err := scanKeys(ctx, s.rdb, start, unlink, everywhere)
 	return n, rediserr.Wrap("scan", err)
