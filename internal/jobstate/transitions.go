@@ -260,9 +260,9 @@ func finishReply(cmd *redis.Cmd, n int) ([]script.Code, error) {
 	return out, nil
 }
 
-// retentionMS is a duration in the scripts' milliseconds, for retentions and timeouts alike: 0
-// or less is 0 (a retention of 0 keeps only a tombstone; a timeout of 0 is none), anything
-// positive at least 1, so a microsecond is not taken for none.
+// retentionMS is a duration in the scripts' milliseconds, for retentions and timeouts alike.
+// Zero or less is 0: a retention of 0 keeps only a tombstone, and a timeout of 0 is none.
+// Anything positive is at least 1, so a microsecond is not taken for none.
 func retentionMS(d time.Duration) int64 {
 	if d <= 0 {
 		return 0
@@ -429,10 +429,11 @@ type Foreign struct {
 	UniqueTTL       time.Duration // with UniqueKey
 }
 
-// Adopted is what Adopt did: Code is script.OK (adopted: in progress on its entry, or
-// Scheduled), script.Exists (adopted already, on this entry), script.Refused (the id names a
-// job that lives on another entry; nothing written) or script.UniqueHeld (Holder holds the
-// unique key; the entry was acknowledged and deleted, nothing else written).
+// Adopted is what Adopt did. Code is script.OK when the job was adopted: in progress on its
+// entry, or Scheduled. It is script.Exists when it was adopted already, on this entry. It is
+// script.Refused when the id names a job that lives on another entry; nothing is written. It
+// is script.UniqueHeld when Holder holds the unique key. Then the entry was acknowledged and
+// deleted, and nothing else written.
 type Adopted struct {
 	Code      script.Code
 	Scheduled bool
@@ -447,8 +448,8 @@ type AdoptParams struct {
 }
 
 // Adopt makes a job of an entry of another Watermill publisher on its first delivery to
-// p.Worker (foreign.lua), under the rules of a publish: a unique key is taken or the message
-// refused, a due time after p.Now schedules the job.
+// p.Worker (foreign.lua). The rules of a publish apply. A unique key is taken, or the message
+// refused. A due time after p.Now schedules the job.
 func (s *Store) Adopt(ctx context.Context, q keys.Queue, p AdoptParams) (Adopted, error) {
 	f, now, worker := p.Job, p.Now, p.Worker
 	ks := []string{q.Stats(), q.Job(f.ID), q.Stream(), q.Scheduled()}
