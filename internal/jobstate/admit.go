@@ -21,8 +21,8 @@ var (
 )
 
 // AdmitItem is one job a worker read and holds the stream entry of, to admit before its
-// handler runs: its id, entry, type, the attempt the entry starts and its limit key (the
-// entry's keys.EntryLimitKey). Fence asks admit.lua to check that the job is still live before
+// handler runs. It has the job's id, entry and type, and the attempt the entry starts. It
+// also has its limit key (the entry's keys.EntryLimitKey). Fence asks admit.lua to check that the job is still live before
 // granting it (a job asked about again after a lost reply, which may have been deferred).
 type AdmitItem struct {
 	ID, Entry, Type string

@@ -11,10 +11,10 @@ import (
 	"github.com/conveyorq/conveyor/internal/script"
 )
 
-// Debounced is what debounce.lua did with one publish: created job ID, or joined the pending
-// job ID of its debounce key (Joined), which is due at RunAt, was created at CreatedAt (the
-// window's first publish) and has taken Publishes publishes; Version is its version now. All
-// times are Redis's.
+// Debounced is what debounce.lua did with one publish. It created job ID, or it joined the
+// pending job ID of its debounce key (Joined). That job is due at RunAt. It was created at
+// CreatedAt, by the window's first publish, and has taken Publishes publishes. Version is its
+// version now. All times are Redis's.
 type Debounced struct {
 	ID        string
 	Joined    bool

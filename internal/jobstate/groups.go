@@ -110,10 +110,11 @@ type GroupCount struct {
 	Waiting  int64
 }
 
-// ReadGroups reads the counts of the groups of qs (a queue's partitions, summed) that have jobs
-// in their window or waiting, or have a weight set: the first most of them by name, and how
-// many there are in all. Two round trips: the groups' names, then the counts of those listed,
-// so that a queue with very many groups costs a listing no more than most groups' counts.
+// ReadGroups reads the counts of the groups of qs (a queue's partitions, summed). It reads the
+// groups that have jobs in their window or waiting, or have a weight set. It returns the first
+// most of them by name, and how many there are in all. It takes two round trips: the groups'
+// names, then the counts of those listed. So a queue with very many groups costs a listing no
+// more than most groups' counts.
 func (s *Store) ReadGroups(ctx context.Context, qs []keys.Queue, most int) ([]GroupCount, int, error) {
 	type names struct{ active, waiting, cfg *redis.StringSliceCmd }
 	ns := make([]names, len(qs))

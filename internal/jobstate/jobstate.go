@@ -1,7 +1,7 @@
 // Package jobstate is the job state machine. It holds every Lua script that moves a job from
 // one status to another, each one atomic step over a queue's keys. It also holds the Go that
-// builds their calls and reads their replies. docs/STATE_MACHINE.md maps every status
-// (package internal/status) and transition.
+// builds their calls and reads their replies. A map of every status (package
+// internal/status) and transition is in docs/STATE_MACHINE.md.
 //
 // # Store
 //
@@ -29,16 +29,16 @@
 //
 // Every transition's Lua is here. The functions the scripts share are in lua/, one file a
 // concern. The concerns are the fence of every transition that holds an entry (cv_live), the
-// entry, the record, the dead set, limits, groups and workflows. newScript joins into each
-// script only the functions it calls.
+// entry, the record, the dead set, limits, groups and workflows. Each script gets only the
+// functions it calls (newScript joins them in).
 //
 // Package internal/script runs the scripts and keeps the reply codes (script.Code). It knows
 // no job: a status quoted outside this package's Lua fails a test.
 //
 // # Who uses it
 //
-// The package is internal, shared by pipeline (Client, Worker, Inspector), the services and
-// the tests of every package. Package internal/jobtest seeds jobs in any status through these
+// The package is internal. Pipeline (Client, Worker, Inspector), the services and the tests
+// of every package share it. Package internal/jobtest seeds jobs in any status through these
 // very scripts. Nothing outside the module builds a transition.
 package jobstate
 
@@ -248,9 +248,9 @@ func enqueueReply(cmd *redis.Cmd, n int) ([]Created, error) {
 	return out, nil
 }
 
-// Enqueue1 creates one plain job (see NewJob.Plain) with enqueue1.lua, which costs Redis half
-// of what enqueue.lua does for a single publish, and answers with a bare entry id instead of
-// {code, ...}, which costs a single publish 5% less (docs/BENCHMARKS.md). It answers as one
+// Enqueue1 creates one plain job (see NewJob.Plain) with enqueue1.lua. That script costs Redis
+// half of what enqueue.lua does for a single publish. It answers with a bare entry id instead
+// of {code, ...}, which costs a single publish 5% less (docs/BENCHMARKS.md). It answers as one
 // row of enqueueReply.
 func (s *Store) Enqueue1(ctx context.Context, q keys.Queue, now time.Time, j *NewJob) (Created, error) {
 	cmd := enqueue1Script.Run(ctx, s.rdb, []string{q.Stream(), q.Stats(), q.Job(j.ID), q.Closed()},
@@ -289,8 +289,8 @@ func getReply(cmd *redis.Cmd) (flat []string, found bool, err error) {
 	return r.strs(0), true, nil
 }
 
-// Get reads job id's record as a flat field/value list, with its payload and metadata from
-// its stream entry while it is in the stream; found is false when there is no such job.
+// Get reads job id's record as a flat field/value list. While the job is in the stream, its
+// payload and metadata come from its stream entry. found is false when there is no such job.
 func (s *Store) Get(ctx context.Context, q keys.Queue, id string) (flat []string, found bool, err error) {
 	return getReply(getScript.Run(ctx, s.rdb, []string{q.Job(id), q.Stream()}))
 }

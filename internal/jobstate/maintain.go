@@ -13,9 +13,9 @@ import (
 	"github.com/conveyorq/conveyor/internal/status"
 )
 
-// The transitions that run outside a worker's hands, for the services that run them: promotion
-// of due jobs (package delayed's Scheduler) and recovery of lost attempts, the pruning of
-// stopped consumers and the reading of Redis's clock (package recovery's Recoverer).
+// The transitions that run outside a worker's hands, for the services that run them. Package
+// delayed's Scheduler promotes due jobs. Package recovery's Recoverer recovers lost attempts,
+// prunes stopped consumers and reads Redis's clock.
 
 var (
 	//go:embed promote.lua

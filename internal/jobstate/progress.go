@@ -33,9 +33,10 @@ type ProgressParams struct {
 	Events    events.Mode
 }
 
-// WriteProgress records a progress report (progress.lua), fenced like a worker's transition:
-// its Row is script.OK (Data: when it was written, Redis's unix ms), script.Refused (Data: the
-// job's status; the job moved on from the entry or the attempt) or script.NotFound.
+// WriteProgress records a progress report (progress.lua), fenced like a worker's transition.
+// Its Row is script.OK, with Data when it was written (Redis's unix ms). Or it is
+// script.Refused, with Data the job's status: the job moved on from the entry or the attempt.
+// Or it is script.NotFound.
 func (s *Store) WriteProgress(ctx context.Context, q keys.Queue, p ProgressParams) (Row, error) {
 	r, err := decode("progress", progressScript.Run(ctx, s.rdb, []string{q.Job(p.ID)},
 		p.ID, p.Entry, p.Attempt, p.Percent, p.Message, p.Events.Command(), q.Events()))

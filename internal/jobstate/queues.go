@@ -53,8 +53,8 @@ type Stats struct {
 
 // ReadStats reads the gauges and counters of queues qs in one pipeline: one round trip on a
 // standalone server, one per node that holds some of the queues on a cluster. Queued is the
-// stream's length less the entries handed out, plus the jobs waiting in fair groups (queued
-// too, not yet in the stream); a queue no worker read yet has none handed out.
+// stream's length less the entries handed out, plus the jobs waiting in fair groups. (Those
+// are queued too, not yet in the stream.) A queue no worker read yet has none handed out.
 // Queued and InProgress count the jobs of every priority level (keys.Queue.LevelStream): the
 // streams of levels no job used are missing, which reads as empty.
 func (s *Store) ReadStats(ctx context.Context, qs []keys.Queue) ([]*Stats, error) {
@@ -180,9 +180,9 @@ func LegacyPartitions(ctx context.Context, rdb redis.Cmdable, prefix, queue stri
 	return qs, nil
 }
 
-// KnownQueues reads the known queue names that are valid queue names (one written by hand
-// names no keys of ours), sorted, and the partition counts of those that have more than one,
-// in one round trip.
+// KnownQueues reads, in one round trip, the known queue names that are valid queue names,
+// sorted. (One written by hand names no keys of ours.) It also reads the partition counts of
+// those that have more than one.
 func (s *Store) KnownQueues(ctx context.Context) ([]string, map[string]int, error) {
 	names, counts, _, err := KnownQueuesPaused(ctx, s.rdb, s.prefix)
 	return names, counts, err
@@ -466,9 +466,9 @@ func parseLevels(vals []string) []int {
 	return out
 }
 
-// ScanState is what a recoverer's scan of q reads first, in one round trip: q's levels
-// (QueueLevels) and whether q's work list of workflow cascades holds anything
-// (keys.Queue.WorkflowCascade), so that an idle scan calls no FollowCascade.
+// ScanState is what a recoverer's scan of q reads first, in one round trip. It reads q's
+// levels (QueueLevels), and whether q's work list of workflow cascades holds anything
+// (keys.Queue.WorkflowCascade). So an idle scan calls no FollowCascade.
 func (s *Store) ScanState(ctx context.Context, q keys.Queue) (levels []int, cascades bool, err error) {
 	var lv *redis.StringSliceCmd
 	var left *redis.IntCmd

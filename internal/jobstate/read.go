@@ -285,9 +285,9 @@ func existing(ctx context.Context, rdb redis.UniversalClient, lookups []Lookup) 
 // existsFanout is how many parts narrow splits a set of keys into at each step.
 const existsFanout = 10
 
-// narrow finds which of idx's job hashes exist on a server that is not a cluster: one
-// multi-key EXISTS per tenth of them, then the same on each tenth that had a hit, down to
-// EXISTS per key. Most lookups find one job or none, so n keys cost about 10 x log10(n)
+// narrow finds which of idx's job hashes exist on a server that is not a cluster. It sends one
+// multi-key EXISTS per tenth of them. Then it does the same on each tenth that had a hit,
+// down to EXISTS per key. Most lookups find one job or none, so n keys cost about 10 x log10(n)
 // commands in as many round trips, not n.
 func narrow(ctx context.Context, rdb redis.UniversalClient, lookups []Lookup, idx []int) ([]int, error) {
 	if len(idx) <= existsFanout {

@@ -75,8 +75,9 @@ func (r *reply) strs(i int) []string {
 	return out
 }
 
-// Row is a script's answer about one item: a code and what the script says with it (a status,
-// an entry id, the id of a job that holds a unique key; empty when it says nothing).
+// Row is a script's answer about one item: a code and what the script says with it. That is
+// a status, an entry id, or the id of a job that holds a unique key. It is empty when the
+// script says nothing.
 type Row struct {
 	Code script.Code
 	Data string

@@ -103,8 +103,8 @@ func (r *Ran) transition(q *keys.Queue, op Op) Transition {
 type DoneParams struct {
 	Ran
 	Result string
-	// Traceparent is the W3C trace context of the attempt's process span, when it has one: a
-	// workflow's task keeps it for the tasks that wait for it, whose process spans link to it
+	// Traceparent is the W3C trace context of the attempt's process span, when it has one. A
+	// workflow's task keeps it for the tasks that wait for it. Their process spans link to it
 	// (lua/workflows.lua's cv_wf_end and cv_wf_release). Empty when tracing is off.
 	Traceparent string
 }
@@ -160,8 +160,9 @@ func Dead(q *keys.Queue, p DeadParams) Transition {
 	return t
 }
 
-// PoisonParams is a Poison: stream entry Entry, which could not be read, found At, kept as a
-// dead record under ID (its job's id, or DeadEntryPrefix and the entry id when it names none).
+// PoisonParams is a Poison: stream entry Entry, which could not be read, found At. It is kept
+// as a dead record under ID. ID is its job's id, or DeadEntryPrefix and the entry id when it
+// names none.
 type PoisonParams struct {
 	ID, Entry string
 	At        time.Time
@@ -301,10 +302,11 @@ type Released struct {
 	Jobs, Dropped int
 }
 
-// CancelParams is a Cancel of job ID at Now: the record is kept for its own retention or
-// Retention (0 or less keeps only a tombstone), and never less than MinRetention; the change is
-// announced in mode Events. Delete deletes the job instead: only a scheduled or queued one, and
-// its record goes at once (no tombstone, no retention).
+// CancelParams is a Cancel of job ID at Now. The record is kept for its own retention or
+// Retention, and never less than MinRetention. (A retention of 0 or less keeps only a
+// tombstone.) The change is announced in mode Events. Delete deletes the job instead. It
+// deletes only a scheduled or queued one, and its record goes at once (no tombstone, no
+// retention).
 type CancelParams struct {
 	ID                      string
 	Now                     time.Time
@@ -391,9 +393,9 @@ type PurgeDryRunParams struct {
 	Offset int
 }
 
-// PurgeDryRun returns up to p.Limit of the ids Purge would delete now (the dead jobs of q that
-// died at least p.OlderThan ago by Redis's clock), oldest first, skipping the first p.Offset of
-// them; it deletes nothing. It runs purge.lua itself, so the preview and the purge share one age
+// PurgeDryRun returns up to p.Limit of the ids Purge would delete now, oldest first. Those
+// are the dead jobs of q that died at least p.OlderThan ago by Redis's clock. It skips the
+// first p.Offset of them, and deletes nothing. It runs purge.lua itself, so the preview and the purge share one age
 // rule. Callers page with Offset until fewer than Limit come back.
 func (s *Store) PurgeDryRun(ctx context.Context, q keys.Queue, p PurgeDryRunParams) ([]string, error) {
 	r, err := decode("purge", purgeScript.Run(ctx, s.rdb, []string{q.Dead()}, q.JobPrefix(), p.Limit,

@@ -293,8 +293,9 @@ func (s *Store) ReadWorkflow(ctx context.Context, q keys.Queue, id string) (rec 
 	return rec, rows, true, nil
 }
 
-// TaskDeps is what a task knows of its dependencies: the workflow's hash, their ids, and for a
-// Finally task the outcomes they had (a task that is not Finally runs only once all completed).
+// TaskDeps is what a task knows of its dependencies: the workflow's hash and their ids. For a
+// Finally task it also holds the outcomes they had. A task that is not Finally runs only once
+// all completed.
 type TaskDeps struct {
 	Workflow                    string // the workflow hash's key; empty: the job is no task
 	Deps                        []string
