@@ -2,56 +2,60 @@
 //
 // # Model
 //
-// A job that must wait (published with a delay, or a failed attempt waiting for its retry)
-// sits in the queue's scheduled sorted set, scored by its due time in unix milliseconds, with
-// its payload in its hash. The Scheduler runs promote.lua (internal/jobstate, Store.Promote), which
-// moves up to BatchSize due jobs into the stream (new entry, status queued, payload moved into
-// the entry) and removes them from the set in one atomic step, and returns the next due time. When more are due it runs
-// again at once; otherwise it sleeps until that time, at most MaxSleep.
+// A job that must wait sits in the queue's scheduled sorted set. It was published with a
+// delay, or it is a failed attempt waiting for its retry. Its score is its due time in unix
+// milliseconds, and its payload is in its hash.
+//
+// The Scheduler runs promote.lua (internal/jobstate, Store.Promote). In one atomic step it
+// moves up to BatchSize due jobs into the stream and removes them from the set. Each moved
+// job gets a new entry, status queued, and its payload moved into the entry. The script
+// returns the next due time. When more are due the Scheduler runs again at once. Otherwise
+// it sleeps until that time, at most MaxSleep.
 //
 // # Whose clock
 //
-// A job is due when Redis's clock reaches its due time: promote.lua reads Redis's TIME, and
+// A job is due when Redis's clock reaches its due time. promote.lua reads Redis's TIME,
 // never the clock of the process that runs the Scheduler. Every worker process runs a
-// Scheduler, so a worker's clock that runs ahead would otherwise promote jobs early, and the
+// Scheduler. A worker's clock that runs ahead would otherwise promote jobs early, and the
 // fastest clock among them would decide for all. Redis's clock is the one they share, so a
 // job is never early by it, however wrong a worker's own clock is.
 //
 // The Scheduler also sleeps in Redis time. promote.lua returns Redis's time along with the
-// next due time; the wait is their difference, bounded by MaxSleep, so a local clock that is
-// off neither promotes early nor wakes again and again to find nothing due. The Scheduler
-// keeps the offset measured at each queue's last promotion (Redis's time minus its own) and
-// uses it to turn due times heard on the wake channel into its own clock.
+// next due time, and the wait is their difference, bounded by MaxSleep. So a local clock
+// that is off neither promotes early nor wakes again and again to find nothing due.
 //
-// Due times themselves come from the clocks of the processes that publish or retry a job
-// (WithDelay is "d from the producer's now"): a producer whose clock is off by some amount
-// makes its jobs due that much earlier or later by Redis's clock.
+// The Scheduler keeps the offset measured at each queue's last promotion (Redis's time
+// minus its own). It turns due times heard on the wake channel into its own clock with it.
+//
+// Due times themselves come from the clocks of the processes that publish or retry a job.
+// WithDelay is "d from the producer's now". A producer whose clock is off makes its jobs due
+// that much earlier or later by Redis's clock.
 //
 // # Batch size
 //
-// Redis serves no other client while a script runs, so BatchSize bounds how long one
+// Redis serves no other client while a script runs. So BatchSize bounds how long one
 // promotion holds it (BenchmarkPromoteMaxBatch; docs/BENCHMARKS.md has the time per job).
 // BatchSize is capped at MaxBatchSize; a larger batch would promote no faster per job.
-// A backlog larger than a batch is promoted by several calls in a row, between which Redis
-// serves other clients.
+// A backlog larger than a batch takes several calls in a row. Redis serves other clients
+// between them.
 //
 // # Waking early
 //
-// A script that adds a job that becomes the earliest in a set (an enqueue or a retry)
-// publishes its due time on the queue's wake channel; every Scheduler subscribed to it moves
+// Some scripts add a job that becomes the earliest in a set (an enqueue or a retry). They
+// publish its due time on the queue's wake channel. Every Scheduler subscribed to it moves
 // its timer earlier. MaxSleep bounds the damage of a missed message (a reconnect).
 //
 // # Many schedulers
 //
-// Every worker process runs one; they need no lock, since a promotion is one script and each
-// job is promoted once. Each due time wakes all of them, and all but one find nothing to move:
-// that costs one cheap script call each.
+// Every worker process runs one. They need no lock: a promotion is one script, and each job
+// is promoted once. Each due time wakes all of them, and all but one find nothing to move.
+// That costs one cheap script call each.
 //
 // # Failure handling
 //
-// A Redis error is logged and the queue is tried again after a short backoff; a job is never
-// lost by a crash at any point, because it leaves the set only in the same step that puts it
-// in the stream.
+// A Redis error is logged, and the queue is tried again after a short backoff. A crash at
+// any point never loses a job. It leaves the set only in the same step that puts it in the
+// stream.
 package delayed
 
 import (
@@ -77,16 +81,16 @@ const (
 	DefaultBatchSize = 500
 	DefaultMaxSleep  = time.Second
 	// MaxBatchSize bounds BatchSize. A promotion is one script, and Redis serves no other
-	// client while it runs; the cost per job is flat from 100 jobs up, so larger batches
-	// promote no faster, they only hold Redis longer (docs/BENCHMARKS.md, "Promotion").
+	// client while it runs. The cost per job is flat from 100 jobs up. So larger batches
+	// promote no faster; they only hold Redis longer (docs/BENCHMARKS.md, "Promotion").
 	MaxBatchSize = 1000
 )
 
 // Config configures a Scheduler.
 //
-// Every field has one meaning per value: zero means the documented default, and a negative or
-// otherwise unusable value (BatchSize < 0 or > MaxBatchSize, MaxSleep < 0, a queue name that
-// keys.ValidateQueue refuses) is an error, which New returns.
+// Every field has one meaning per value. Zero means the documented default. A negative or
+// otherwise unusable value is an error, which New returns. Such values are BatchSize < 0
+// or > MaxBatchSize, MaxSleep < 0, and a queue name that keys.ValidateQueue refuses.
 type Config struct {
 	// Prefix starts every key. Defaults to "conveyor".
 	Prefix string
@@ -101,9 +105,10 @@ type Config struct {
 	MaxSleep time.Duration
 	// Logger receives errors (component=scheduler).
 	Logger zerolog.Logger
-	// OnPromote, when set, is called by Run after each promotion that moved jobs: how many,
-	// and how long the most overdue of them waited past its due time by Redis's clock (the
-	// scheduler's lag). It is for metrics: it runs on Run's goroutine and must return quickly.
+	// OnPromote, when set, is called by Run after each promotion that moved jobs. It gets
+	// how many moved, and the scheduler's lag. The lag is how long the most overdue of them
+	// waited past its due time by Redis's clock. It is for metrics: it runs on Run's
+	// goroutine and must return quickly.
 	OnPromote func(queue string, moved int, lag time.Duration)
 }
 
@@ -127,8 +132,8 @@ func (c Config) validate() error {
 }
 
 // promoter is the job state a Scheduler changes. It is declared here, where it is used, with
-// only the calls the Scheduler makes: a test can stand in a store that fails on demand, and
-// package jobstate's conformance suite (jobstate/storetest) checks the real one.
+// only the calls the Scheduler makes. So a test can stand in a store that fails on demand.
+// Package jobstate's conformance suite (jobstate/storetest) checks the real one.
 type promoter interface {
 	Events(ctx context.Context) events.Mode
 	Promote(ctx context.Context, q keys.Queue, p jobstate.PromoteParams) (jobstate.Promoted, error)
@@ -166,8 +171,8 @@ func New(rdb redis.UniversalClient, cfg Config) (*Scheduler, error) {
 }
 
 // Promote moves up to BatchSize jobs of queue that are due by Redis's clock into its stream.
-// It returns how many moved, when the next job is due (the zero time when none waits), and
-// Redis's clock when it looked (the time the due times were compared with).
+// It returns how many moved and when the next job is due (the zero time when none waits).
+// It also returns Redis's clock when it looked, the time the due times were compared with.
 func (s *Scheduler) Promote(ctx context.Context, queue string) (moved int, next, redisNow time.Time, err error) {
 	moved, next, redisNow, _, err = s.promote(ctx, queue, s.cfg.BatchSize)
 	return moved, next, redisNow, err
@@ -219,9 +224,9 @@ func (s *Scheduler) Run(ctx context.Context) error {
 	defer ps.Close()
 	wake := ps.Channel()
 
-	// Per queue: when to look again, by the local monotonic clock (zero: now), and Redis's
-	// clock minus the local one, measured at the last promotion (on a cluster each queue's
-	// shard has a clock of its own).
+	// Per queue: when to look again, by the local monotonic clock (zero: now). Also Redis's
+	// clock minus the local one, measured at the last promotion. On a cluster each queue's
+	// shard has a clock of its own.
 	next := make([]time.Time, len(s.cfg.Queues))
 	offset := make([]time.Duration, len(s.cfg.Queues))
 	timer := time.NewTimer(0)

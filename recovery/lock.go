@@ -92,8 +92,8 @@ func (l *Lock) extendLocked(ctx context.Context) (bool, error) {
 	return true, nil
 }
 
-// Release gives the lock up if this contender still holds it; it reports false when it did
-// not (it expired, or another contender holds it now, which Release leaves alone).
+// Release gives the lock up if this contender still holds it. It reports false when it did
+// not: it expired, or another contender holds it now, which Release leaves alone.
 func (l *Lock) Release(ctx context.Context) (bool, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -122,9 +122,10 @@ func (l *Lock) Token() string {
 // ErrLockLost is the cause of the context Do cancels when the lock is lost while fn runs.
 var ErrLockLost = errors.New("recovery: lock lost")
 
-// Do runs fn while holding the lock: it acquires the lock (reporting false, without running
-// fn, when another holds it), extends it every TTL/3 while fn runs, cancels fn's context with
-// cause ErrLockLost if an extension finds the lock gone, and releases it when fn returns.
+// Do runs fn while holding the lock. It acquires the lock, or reports false without running
+// fn when another holds it. It extends the lock every TTL/3 while fn runs. If an extension
+// finds the lock gone, it cancels fn's context with cause ErrLockLost. It releases the lock
+// when fn returns.
 func (l *Lock) Do(ctx context.Context, fn func(ctx context.Context) error) (ran bool, err error) {
 	if ok, err := l.Acquire(ctx); !ok || err != nil {
 		return false, err

@@ -2,96 +2,104 @@
 //
 // # Model
 //
-// A job being run is a pending entry of its queue's stream, owned by the worker's consumer.
-// A live worker renews the lease of each entry it holds (XCLAIM of its own entry with JUSTID)
-// every third of the visibility timeout (the lease period), which resets the entry's idle
-// time. An entry idle for longer than the visibility timeout therefore belongs to a worker
-// that stopped renewing, as long as Redis was there to take the renewals: see Trust.
+// A running job is a pending entry of its queue's stream.
+// The worker's consumer owns it.
+// A live worker renews the lease of each entry it holds (XCLAIM of its own entry with JUSTID).
+// It does so every third of the visibility timeout, the lease period. Each renewal resets
+// the entry's idle time. So an entry idle for longer than the visibility timeout belongs to a
+// worker that stopped renewing. That holds as long as Redis was there to take the renewals
+// (see Trust).
 //
-// Every worker process runs one Recoverer per queue; scans run under the queue's recovery
+// Every worker process runs one Recoverer per queue. Scans run under the queue's recovery
 // Lock, so no two overlap. A scan lists the pending entries idle for two thirds of the
-// visibility timeout or more (XPENDING with IDLE) and runs recover.lua (internal/jobstate, Store.Recover)
-// on those idle for the whole timeout whose idle time the Recoverer trusts (see Trust); the
-// script, for each entry, atomically:
+// visibility timeout or more (XPENDING with IDLE). It runs recover.lua (internal/jobstate,
+// Store.Recover) on those idle for the whole timeout whose idle time the Recoverer trusts.
+// The script does the following for each entry, atomically.
 //
-//   - re-checks that the entry is still pending and idle for the visibility timeout (its lease
-//     may have been renewed since it was listed), and that the lock still holds this
-//     scanner's token;
-//   - acknowledges and deletes an entry whose job finished or moved on;
-//   - counts the lost attempt and puts the job back into the stream as a new entry, with
-//     last_error naming the lost worker, or moves it to the dead set when it has no retries
-//     left (so a job that crashes every worker that runs it ends in the dead set);
-//   - records an entry that cannot be read as a dead job.
+// It re-checks that the entry is still pending and idle for the visibility timeout. Its
+// lease may have been renewed since it was listed. It also checks that the lock still holds
+// this scanner's token. It acknowledges and deletes an entry whose job finished or moved on.
+// Otherwise it counts the lost attempt and puts the job back into the stream as a new entry,
+// with last_error naming the lost worker. A job with no retries left goes to the dead set
+// instead. So a job that crashes every worker that runs it ends in the dead set. An entry
+// that cannot be read is recorded as a dead job.
 //
-// After a scan that went through and was trusted, the same lock holder deletes the consumers
-// of the group that have nothing pending and have been idle for ConsumerTTL (prune.lua, fenced
-// the same way), so the names of stopped workers do not pile up.
+// After a scan that went through and was trusted, the same lock holder prunes the group.
+// It deletes the consumers that have nothing pending and have been idle for ConsumerTTL
+// (prune.lua, fenced the same way). So stopped workers' names do not pile up.
 //
 // # Trust
 //
-// An idle time is Redis's arithmetic: its clock now minus the time of the entry's last
-// delivery or renewal. It shows that a worker stopped renewing only if Redis was there all
-// along to take the renewals, with a clock that ran evenly. After Redis stood still (SIGSTOP,
-// a stalled host), was cut off (a network partition), restarted from disk (the pending
-// entries come back with their old delivery times) or failed over to a master whose clock is
-// ahead, every pending entry looks idle at once, and a scan right then would take the jobs of
-// live workers that have not yet had their next renewal: duplicate runs, and jobs without
-// retries left sent to the dead set as lost.
+// An idle time is Redis's arithmetic. It is Redis's clock now minus the time of the entry's
+// last delivery or renewal. It shows that a worker stopped renewing only if Redis was there all
+// along to take the renewals, with a clock that ran evenly.
+//
+// Redis may stand still (SIGSTOP, a stalled host) or be cut off (a network partition). It may
+// restart from disk, and the pending entries come back with their old delivery times. It may
+// fail over to a master whose clock is ahead. After any of these, every pending entry looks
+// idle at once. A scan right then would take the jobs of live workers that have not yet had
+// their next renewal. That means duplicate runs, and jobs without retries left sent to the
+// dead set as lost.
 //
 // So a Recoverer trusts idle times only within its own continuous observation of Redis. The
-// observation is continuous while every call the Recoverer makes is answered (a reading of
-// Redis's clock before every scan, on the queue's node; its lock attempts, made every Interval
-// even when another process holds the lock; the scan's own calls), answers come at most
-// 2x Interval apart (and at most half the visibility timeout apart: when Interval is longer
-// than a quarter of the timeout, Run reads the clock between scans), and Redis's clock keeps
-// pace with the local monotonic clock (within a second, or a tenth of the visibility timeout
-// if that is less, beyond the uncertainty of the readings' round trips). A failed call, a
-// longer silence or a jump of Redis's clock is a gap: the Recoverer forgets what it saw and
-// starts watching anew. It recovers an entry only when:
+// observation is continuous while three things hold. First, every call the Recoverer makes
+// is answered. These calls are a reading of Redis's clock before every scan, on the queue's
+// node, and the scan's own calls. They are also its lock attempts, made every Interval even
+// when another process holds the lock. Second, answers come at most 2x Interval apart, and at most half the
+// visibility timeout apart. (When Interval is longer than a quarter of the timeout, Run reads
+// the clock between scans.) Third, Redis's clock keeps pace with the local monotonic clock.
+// The bound is a second, or a tenth of the visibility timeout if that is less, beyond the
+// uncertainty of the readings' round trips.
 //
-//   - it has watched Redis without a gap for a lease period, in which every live worker that
-//     can reach Redis renews its leases;
-//   - an earlier scan of the same observation listed the entry too: a clock jump that lands
-//     inside a scan, after its clock reading, is seen by the next scan's reading before the
-//     entry can be taken; and
-//   - recover.lua finds the entry idle for the visibility timeout, in the same atomic step as
-//     the recovery.
+// A failed call, a longer silence or a jump of Redis's clock is a gap. The Recoverer then
+// forgets what it saw and starts watching anew. It recovers an entry only when three things
+// hold. First, it has watched Redis without a gap for a lease period. In that time every live
+// worker that can reach Redis renews its leases. Second, an earlier scan of the same
+// observation listed the entry too. A clock jump that lands inside a scan, after its clock
+// reading, is then seen by the next scan's reading before the entry can be taken. Third,
+// recover.lua finds the entry idle for the visibility timeout, in the same atomic step as the
+// recovery.
 //
-// The cost. In steady state, none: listing entries from two thirds of the timeout gives them
-// their earlier sighting before they are due, so an entry whose worker died is recovered by
-// the first scan after it has been idle for the visibility timeout (about VisibilityTimeout
-// + Interval at worst, while Interval is at most about a lease period; a longer one may add
-// an Interval). After a gap, and when the process starts, nothing is recovered until the
-// Recoverer has watched Redis for a lease period and has listed the entry in an earlier scan:
-// jobs whose worker died during an outage, or before a lone worker restarted, come back up to
-// a lease period (plus an Interval) later than they would otherwise. That wait, after rare
+// # The cost
+//
+// In steady state there is none. Listing entries from two thirds of the timeout gives them
+// their earlier sighting before they are due. So an entry whose worker died is recovered by
+// the first scan after it has been idle for the visibility timeout. That is about
+// VisibilityTimeout + Interval at worst, while Interval is at most about a lease period. A
+// longer Interval may add an Interval.
+//
+// After a gap, and when the process starts, nothing is recovered for a while. The Recoverer
+// must first watch Redis for a lease period and list the entry in an earlier scan. Jobs whose
+// worker died during an outage, or before a lone worker restarted, come back later than they
+// would otherwise. The delay is up to a lease period, plus an Interval. That wait, after rare
 // events, is the price of never taking jobs from live workers because of them. Entries left
 // for later are counted in Result.Deferred. Memory: the ids the last scan listed.
 //
-// What is left unseen is small against a lease: a silence shorter than the gap threshold or a
-// clock move under the jump threshold leaves a live worker's entry, idle for at most a lease
-// period plus a round trip when it starts, short of the visibility timeout. A worker cut off
-// from Redis while the Recoverer is not has, as far as anyone can tell, stopped renewing: its
-// job is recovered, and its late outcome refused (see Fencing).
+// What is left unseen is small against a lease. Take a silence shorter than the gap threshold
+// or a clock move under the jump threshold. It leaves a live worker's entry short of the
+// visibility timeout: idle for at most a lease period plus a round trip when it starts.
+//
+// A worker cut off from Redis while the Recoverer is not has, as far as anyone can tell,
+// stopped renewing. Its job is recovered, and its late outcome refused (see Fencing).
 //
 // # Fencing
 //
-// The lock key shares the queue's hash tag, so the recover script checks the caller's token in
-// the same atomic step as its changes: a scanner that lost the lock (it stalled past the TTL)
-// changes nothing. Because each entry's check and change are one atomic step, even two
+// The lock key shares the queue's hash tag. So the recover script checks the caller's token
+// in the same atomic step as its changes. A scanner that lost the lock (it stalled past the
+// TTL) changes nothing. Each entry's check and change are one atomic step. So even two
 // scanners at once (a lost lock, or DisableLock) can only waste work, never recover a job
 // twice: the second finds the entry gone.
 //
-// A worker whose job was recovered meanwhile learns it at its next lease renewal (its entry is
-// no longer pending), which cancels the handler's context; a completion it sends anyway is
+// A worker whose job was recovered meanwhile learns it at its next lease renewal. Its entry
+// is no longer pending, which cancels the handler's context. A completion it sends anyway is
 // refused, because the job's entry changed.
 //
 // # Failure handling
 //
-// Redis errors are logged and the next interval tries again; each is also a gap in the
-// Recoverer's observation (see Trust), so recovery resumes a lease period after Redis answers
+// Redis errors are logged and the next interval tries again. Each is also a gap in the
+// Recoverer's observation (see Trust). So recovery resumes a lease period after Redis answers
 // again. The visibility timeout must be well above the lease-renewal interval (the worker
-// renews at a third of it), or live jobs are taken from running workers.
+// renews at a third of it). Otherwise live jobs are taken from running workers.
 package recovery
 
 import (
@@ -126,8 +134,8 @@ const (
 	// the default with DefaultVisibilityTimeout.
 	DefaultLockTTL = 10 * time.Second
 	// MinDefaultLockTTL is the shortest lock TTL Config.LockTTL defaults to, whatever the
-	// visibility timeout: the lock is extended every third of its TTL, and a shorter one
-	// would be lost in a stall of the extending goroutine on a busy host, failing the scan.
+	// visibility timeout. The lock is extended every third of its TTL. A shorter one would
+	// be lost in a stall of the extending goroutine on a busy host, failing the scan.
 	MinDefaultLockTTL  = time.Second
 	DefaultBatchSize   = 100
 	DefaultConsumerTTL = time.Hour
@@ -150,10 +158,10 @@ var ErrInvalidConfig = errors.New("recovery: invalid config")
 
 // Config configures a Recoverer.
 //
-// Every field has one meaning per value: zero means the documented default; a negative or
-// otherwise unusable value makes NewRecoverer return an error (wrapping ErrInvalidConfig)
-// instead of being replaced; and a feature is turned off by a boolean field
-// of its own (DisableLock), never by a special value of another field.
+// Every field has one meaning per value. Zero means the documented default. A negative or
+// otherwise unusable value makes NewRecoverer return an error (wrapping ErrInvalidConfig);
+// it is not replaced. A feature is turned off by a boolean field of its own (DisableLock),
+// never by a special value of another field.
 type Config struct {
 	// Prefix starts every key. Defaults to "conveyor".
 	Prefix string
@@ -162,29 +170,30 @@ type Config struct {
 	// under its own lock).
 	Queue string
 	// VisibilityTimeout is how long an entry may go without a lease renewal before its job
-	// may be recovered: by the first scan after that, if this Recoverer has watched Redis
-	// without a gap for a third of it (see Trust in the package documentation). Workers must
+	// may be recovered. The first scan after that recovers it, if this Recoverer has watched
+	// Redis without a gap for a third of it (see Trust in the package documentation). Workers must
 	// renew their leases at least every third of it. At least 3ms. Defaults
 	// to DefaultVisibilityTimeout.
 	VisibilityTimeout time.Duration
 	// Interval is the time between scans, at least a millisecond. A recovery comes up to an
-	// Interval after the visibility timeout; a silence of Redis longer than 2x Interval (or
+	// Interval after the visibility timeout. A silence of Redis longer than 2x Interval (or
 	// half the visibility timeout, if less) is a gap in the Recoverer's observation (see
 	// Trust). Defaults to DefaultInterval.
 	Interval time.Duration
 	// LockTTL is the lock's TTL, at least a millisecond; the lock is held only during a scan
 	// and extended every third of it. A process that dies during a scan (a crash, a lost
-	// connection) cannot release it, and no other process scans the queue until the TTL runs
-	// out: a job whose worker died then comes back up to LockTTL later. So the default follows
-	// the visibility timeout: a lease period (VisibilityTimeout/3), at least MinDefaultLockTTL
-	// and at most DefaultLockTTL (10s with the default 30s timeout; 1s with 3s or less). See
+	// connection) cannot release it. No other process scans the queue until the TTL runs
+	// out, so a job whose worker died then comes back up to LockTTL later. So the default
+	// follows the visibility timeout. It is a lease period (VisibilityTimeout/3), at least
+	// MinDefaultLockTTL and at most DefaultLockTTL. That is 10s with the default 30s timeout,
+	// and 1s with 3s or less. See
 	// DefaultLockTTLFor.
 	LockTTL time.Duration
 	// BatchSize bounds the entries one script call looks at, at most MaxBatchSize. Defaults to
 	// DefaultBatchSize.
 	BatchSize int
 	// ConsumerTTL is how long a consumer (a worker's name in the group) may sit idle with no
-	// pending entries before a scan deletes it; workers that stopped leave theirs behind.
+	// pending entries before a scan deletes it. Workers that stopped leave theirs behind.
 	// Defaults to DefaultConsumerTTL, and is raised to 3x VisibilityTimeout if below it.
 	ConsumerTTL time.Duration
 	// DisableLock scans without the lock (and without the token check). Only for tests that
@@ -259,8 +268,8 @@ func (c Config) withDefaults() Config {
 
 // DefaultLockTTLFor is the lock TTL a Config with visibility timeout vt and no LockTTL uses:
 // vt/3, within [MinDefaultLockTTL, DefaultLockTTL]. A worker that dies while it holds the
-// lock then delays its queue's recovery by at most a lease period (or a second), about a third
-// of the time its jobs wait anyway (the visibility timeout), rather than a fixed 10s.
+// lock then delays its queue's recovery by at most a lease period (or a second). That is
+// about a third of the time its jobs wait anyway (the visibility timeout), not a fixed 10s.
 func DefaultLockTTLFor(vt time.Duration) time.Duration {
 	return min(max(vt/3, MinDefaultLockTTL), DefaultLockTTL)
 }
@@ -273,9 +282,9 @@ type Result struct {
 	Skipped  int // entries renewed or settled between listing and recovery
 	Poison   int // unreadable entries recorded as dead jobs
 	Pruned   int // idle consumers with nothing pending, deleted from the group
-	// Deferred counts entries idle past the visibility timeout left for a later scan: this
-	// Recoverer has not yet watched Redis for a lease period since it started or since a gap
-	// in its observation, or no earlier scan of that observation listed them (see Trust).
+	// Deferred counts entries idle past the visibility timeout left for a later scan (see
+	// Trust). Either this Recoverer has not yet watched Redis for a lease period since it
+	// started or since a gap, or no earlier scan of that observation listed them.
 	Deferred int
 	// Cascaded counts the tasks of workflows canceled or released by following the queue's
 	// cascades left unfinished (Recoverer.followCascades).
@@ -294,8 +303,8 @@ func (r *Result) add(o Result) {
 }
 
 // store is the job state a Recoverer reads and changes. It is declared here, where it is used,
-// with only the calls recovery makes: a test can stand in a store that fails on demand, and
-// package jobstate's conformance suite (jobstate/storetest) checks the real one.
+// with only the calls recovery makes. So a test can stand in a store that fails on demand.
+// Package jobstate's conformance suite (jobstate/storetest) checks the real one.
 type store interface {
 	Events(ctx context.Context) events.Mode
 	ScanState(ctx context.Context, q keys.Queue) (levels []int, cascades bool, err error)
@@ -366,8 +375,8 @@ func (r *Recoverer) Stop() { r.loop.Stop() }
 
 // Run scans at once, then every Interval (with a little jitter so replicas do not fire
 // together), until ctx ends; it returns nil then. When Interval is longer than a quarter of
-// the visibility timeout, Run also reads Redis's clock between scans, so that its observation
-// of Redis has no gap (see Trust).
+// the visibility timeout, Run also reads Redis's clock between scans. So its observation of
+// Redis has no gap (see Trust).
 func (r *Recoverer) Run(ctx context.Context) error {
 	probe := r.watch.probeEvery()
 	var failingSince time.Time // the first of the scans failing in a row, if any
@@ -412,8 +421,8 @@ func (r *Recoverer) Run(ctx context.Context) error {
 
 // RunOnce reads Redis's clock and, if this process gets the lock, runs one scan. It reports
 // whether it scanned. A scan recovers an entry only once this Recoverer has watched Redis
-// without a gap for a lease period and an earlier scan listed the entry (see Trust): the first
-// scans of a new Recoverer defer what they find (Result.Deferred). For its observation to
+// without a gap for a lease period, and an earlier scan listed the entry (see Trust). So the
+// first scans of a new Recoverer defer what they find (Result.Deferred). For its observation to
 // have no gap, call RunOnce at least every Interval, as Run does.
 func (r *Recoverer) RunOnce(ctx context.Context) (Result, bool, error) {
 	var res Result
@@ -463,10 +472,11 @@ func (r *Recoverer) scanAndPrune(ctx context.Context, token string, res *Result)
 	return err
 }
 
-// followCascades follows what is left of the queue's workflow cascades (jobstate.Store.FollowCascade,
-// in calls of jobstate.CascadeStep edges) until none is: the dependents of a dead or canceled
-// task of a wide workflow that the script which ended it left past its budget, when no later
-// call went on with them (the canceling process died, or the death was a worker's outcome).
+// followCascades follows what is left of the queue's workflow cascades until none is left.
+// It calls jobstate.Store.FollowCascade, jobstate.CascadeStep edges a call. What is left are
+// the dependents of a dead or canceled task of a wide workflow. The script that ended the task
+// left them past its budget, and no later call went on with them. (The canceling process
+// died, or the death was a worker's outcome.)
 // Each edge is followed once whoever follows it, so it needs no lock. A scan calls it only
 // when its first read (views) found the work list not empty: an idle scan costs no call.
 func (r *Recoverer) followCascades(ctx context.Context, res *Result) error {
@@ -533,9 +543,10 @@ func (r *Recoverer) prune(ctx context.Context, token string, idle time.Duration,
 	return nil
 }
 
-// scan lists the pending entries idle for two thirds of the visibility timeout or more and
+// scan lists the pending entries idle for two thirds of the visibility timeout or more. It
 // recovers, with recover.lua, those idle for the whole of it that an earlier scan of the same
-// observation listed too, if this Recoverer has watched Redis for a lease period (see Trust).
+// observation listed too. It does so only once this Recoverer has watched Redis for a lease
+// period (see Trust).
 // It scans the queue's stream and the stream of every priority level its jobs used
 // (keys.Queue.Levels, read at each scan). It reports whether it trusted what it saw, and
 // whether the queue has workflow cascades left to follow (views).
@@ -652,9 +663,9 @@ func (r *Recoverer) recover(ctx context.Context, q keys.Queue, token string, ids
 	return nil
 }
 
-// trace records the recover span of each job of traced: a span of the recoverer's (its
-// context's, or a root), linked to the job's publish span, from the start of the recover call
-// to now.
+// trace records the recover span of each job of traced. The span is a child of the
+// recoverer's context's span, or a root. It is linked to the job's publish span, and runs
+// from the start of the recover call to now.
 func (r *Recoverer) trace(ctx context.Context, traced []jobstate.RecoveredJob, start time.Time) {
 	tr := r.tracer.Get()
 	if tr == nil {

@@ -14,7 +14,7 @@ import (
 )
 
 // maxClockSkew bounds how far Redis's clock may move against ours between two readings before
-// the recoverer calls it a jump (for short visibility timeouts, a tenth of the timeout).
+// the recoverer calls it a jump. For short visibility timeouts it is a tenth of the timeout.
 const maxClockSkew = time.Second
 
 // watch is what a Recoverer knows of its own observation of Redis; see "Trust" in the package
@@ -81,8 +81,8 @@ func (w *watch) failed(err error) {
 	}
 }
 
-// clock records a reading of Redis's clock, taken by a call sent at start and answered at end:
-// a gap if Redis's clock moved against ours since the last reading.
+// clock records a reading of Redis's clock, taken by a call sent at start and answered at end.
+// The reading is a gap if Redis's clock moved against ours since the last reading.
 func (w *watch) clock(start, end time.Time, redisNow time.Time) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -138,8 +138,8 @@ func (w *watch) valid(epoch int) bool {
 	return w.epoch == epoch && !w.since.IsZero()
 }
 
-// remember keeps the entries a scan of epoch listed, for the next scan: in place of the earlier
-// ones after a complete scan, besides them after a partial one.
+// remember keeps the entries a scan of epoch listed, for the next scan. They replace the
+// earlier ones after a complete scan, and join them after a partial one.
 func (w *watch) remember(epoch int, listed map[string]struct{}, complete bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()

@@ -21,8 +21,8 @@ var (
 )
 
 // AdmitItem is one job a worker read and holds the stream entry of, to admit before its
-// handler runs: its id, entry, type, the attempt the entry starts and its limit key (the
-// entry's keys.EntryLimitKey). Fence asks admit.lua to check that the job is still live before
+// handler runs. It has the job's id, entry and type, and the attempt the entry starts. It
+// also has its limit key (the entry's keys.EntryLimitKey). Fence asks admit.lua to check that the job is still live before
 // granting it (a job asked about again after a lost reply, which may have been deferred).
 type AdmitItem struct {
 	ID, Entry, Type string
@@ -32,9 +32,9 @@ type AdmitItem struct {
 }
 
 // LeaseRequest asks admit.lua for more of one scope instance's limits (LimitInstance) for a
-// worker session: the slot numbers Names (granted in order, as far as the concurrency has
-// room) and Tokens rate tokens, to go with the SlotsAside and TokensAside the worker already
-// holds and sets aside for the call's jobs.
+// worker session. It asks for the slot numbers Names, granted in order as far as the
+// concurrency has room. It also asks for Tokens rate tokens. These go with the SlotsAside and
+// TokensAside the worker already holds and sets aside for the call's jobs.
 type LeaseRequest struct {
 	Inst        string
 	Names       []int
@@ -59,9 +59,10 @@ type Admission struct {
 	Due  time.Time
 }
 
-// AdmitResult is an admitCall's reply: Lost (the holder's lease had run out: what it held
-// before is gone), Stamp (the call's time by Redis's clock: the rate tokens it granted are
-// given back by it, TokenReturn), a grant per request and an answer per item, in order.
+// AdmitResult is an admitCall's reply. Lost says the holder's lease had run out, so what it
+// held before is gone. Stamp is the call's time by Redis's clock; the rate tokens it granted
+// are given back by it (TokenReturn). Then come a grant per request and an answer per item,
+// in order.
 type AdmitResult struct {
 	Lost   bool
 	Stamp  string
@@ -69,11 +70,11 @@ type AdmitResult struct {
 	Jobs   []Admission
 }
 
-// Holder is one worker session's name in the lease records: Lease is how long its leases last
-// unrenewed (a dead worker's slots come back after it), Known whether a call of it went
-// through before, TokenLife how long after it sent a call it may start a job on a rate token
-// the call granted (after that it gives the token back): a rate counts such a token from then,
-// so that its bound holds for starts.
+// Holder is one worker session's name in the lease records. Lease is how long its leases last
+// unrenewed; a dead worker's slots come back after it. Known says whether a call of it went
+// through before. TokenLife is how long after it sent a call it may start a job on a rate
+// token the call granted. After that it gives the token back. A rate counts such a token from
+// then, so that its bound holds for starts.
 type Holder struct {
 	Name      string
 	Lease     time.Duration
@@ -196,9 +197,9 @@ func joinTokens(ts []TokenReturn) string {
 	return b.String()
 }
 
-// leasesCall is one leases.lua call of holder h on queue q: it gives back rets, renews h's
-// lease (or, when end is true, gives back every slot h holds and ends its lease), and takes
-// back the slots of holders whose lease ran out.
+// leasesCall is one leases.lua call of holder h on queue q. It gives back rets and renews h's
+// lease. When end is true it gives back every slot h holds and ends its lease instead. It
+// also takes back the slots of holders whose lease ran out.
 func leasesCall(q *keys.Queue, h Holder, end bool, rets []LeaseReturn) script.Call {
 	lease := strconv.FormatInt(max(h.Lease.Milliseconds(), 1), 10)
 	if end {
@@ -244,9 +245,9 @@ func (s *Store) Admit(ctx context.Context, p AdmitParams) (AdmitResult, error) {
 	return admitReply(c.Script.Run(ctx, s.rdb, c.Keys, c.Args...), len(p.Reqs), len(p.Items))
 }
 
-// LeasesParams is one leases.lua call of Holder on Queue: it gives back Returns, renews the
-// holder's lease (or, with End, gives back every slot it holds and ends its lease), and takes
-// back the slots of holders whose lease ran out.
+// LeasesParams is one leases.lua call of Holder on Queue. It gives back Returns and renews
+// the holder's lease. With End it gives back every slot it holds and ends its lease instead.
+// It also takes back the slots of holders whose lease ran out.
 type LeasesParams struct {
 	Queue   *keys.Queue
 	Holder  Holder

@@ -78,9 +78,9 @@ func (b *Batch) Debounce(q keys.Queue, j *NewJob) *Pending[Debounced] {
 	return add(b, debounceCall(q, j), debounceReply)
 }
 
-// Finish adds one finish.lua call applying ts, which must all be of one queue: one code per
-// transition, script.OK (applied), script.Refused (the job moved on; for a start mark:
-// ignored) or script.Died (a retry that became dead).
+// Finish adds one finish.lua call applying ts, which must all be of one queue. It answers one
+// code per transition. The code is script.OK (applied), or script.Refused (the job moved on;
+// for a start mark: ignored). Or it is script.Died (a retry that became dead).
 func (b *Batch) Finish(cfg FinishConfig, ts []Transition) *Pending[[]script.Code] {
 	n := len(ts)
 	return add(b, finishCall(cfg, ts), func(cmd *redis.Cmd) ([]script.Code, error) { return finishReply(cmd, n) })

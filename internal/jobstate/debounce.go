@@ -11,10 +11,10 @@ import (
 	"github.com/conveyorq/conveyor/internal/script"
 )
 
-// Debounced is what debounce.lua did with one publish: created job ID, or joined the pending
-// job ID of its debounce key (Joined), which is due at RunAt, was created at CreatedAt (the
-// window's first publish) and has taken Publishes publishes; Version is its version now. All
-// times are Redis's.
+// Debounced is what debounce.lua did with one publish. It created job ID, or it joined the
+// pending job ID of its debounce key (Joined). That job is due at RunAt. It was created at
+// CreatedAt, by the window's first publish, and has taken Publishes publishes. Version is its
+// version now. All times are Redis's.
 type Debounced struct {
 	ID        string
 	Joined    bool
@@ -25,10 +25,10 @@ type Debounced struct {
 	Publishes int
 }
 
-// debounceCall is one debounce.lua call publishing j, which has a debounce key (NewJob.Debounce),
-// in q: it joins the key's pending job or creates j, scheduled (see the script). j's RunAt,
-// UniqueKey and ChosenID are not used: the script takes due times from Redis's clock, and the
-// caller refuses a unique key or a chosen id with a debounce key.
+// debounceCall is one debounce.lua call publishing j in q; j has a debounce key
+// (NewJob.Debounce). The call joins the key's pending job, or creates j, scheduled (see the
+// script). j's RunAt, UniqueKey and ChosenID are not used. The script takes due times from
+// Redis's clock, and the caller refuses a unique key or a chosen id with a debounce key.
 func debounceCall(q keys.Queue, j *NewJob) script.Call {
 	ret := ""
 	if j.KeepOwn {

@@ -13,11 +13,11 @@ import (
 	"github.com/conveyorq/conveyor/internal/rediserr"
 )
 
-// Fair groups (pipeline.WithGroup): the scripts keep each group's window and wait list
-// (lua/groups.lua, "Fair groups"); here are the settings an operator writes and the reads of the
-// groups' counts. The settings are plain hash fields: a script reads them whenever a job enters
-// or leaves a window, so a change applies from the next one on (a window raised fills as the
-// group's jobs leave it: each leave refills up to the window).
+// Fair groups (pipeline.WithGroup). The scripts keep each group's window and wait list
+// (lua/groups.lua, "Fair groups"). Here are the settings an operator writes, and the reads of
+// the groups' counts. The settings are plain hash fields. A script reads them whenever a job
+// enters or leaves a window, so a change applies from the next one on. A window raised fills
+// as the group's jobs leave it: each leave refills up to the window.
 
 // GroupSettings are a queue's group settings: Window (0: keys.DefaultGroupWindow) and the
 // weights of the groups that have one (a group without one weighs 1).
@@ -110,10 +110,11 @@ type GroupCount struct {
 	Waiting  int64
 }
 
-// ReadGroups reads the counts of the groups of qs (a queue's partitions, summed) that have jobs
-// in their window or waiting, or have a weight set: the first most of them by name, and how
-// many there are in all. Two round trips: the groups' names, then the counts of those listed,
-// so that a queue with very many groups costs a listing no more than most groups' counts.
+// ReadGroups reads the counts of the groups of qs (a queue's partitions, summed). It reads the
+// groups that have jobs in their window or waiting, or have a weight set. It returns the first
+// most of them by name, and how many there are in all. It takes two round trips: the groups'
+// names, then the counts of those listed. So a queue with very many groups costs a listing no
+// more than most groups' counts.
 func (s *Store) ReadGroups(ctx context.Context, qs []keys.Queue, most int) ([]GroupCount, int, error) {
 	type names struct{ active, waiting, cfg *redis.StringSliceCmd }
 	ns := make([]names, len(qs))

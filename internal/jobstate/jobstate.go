@@ -1,32 +1,45 @@
-// Package jobstate is the job state machine: every Lua script that moves a job from one status
-// to another, each one atomic step over a queue's keys, and the Go that builds their calls and
-// reads their replies. docs/STATE_MACHINE.md maps every status (package internal/status) and
-// transition.
+// Package jobstate is the job state machine. It holds every Lua script that moves a job from
+// one status to another, each one atomic step over a queue's keys. It also holds the Go that
+// builds their calls and reads their replies. A map of every status (package
+// internal/status) and transition is in docs/STATE_MACHINE.md.
+//
+// # Store
 //
 // Every call is a method of Store (store.go), which holds the client, the key prefix and the
-// cluster mode; pipeline reaches it through the Backend interface (backend.go). Every
-// transition a worker asks for is a value made by one constructor (Start, Done, Retry, Dead,
-// Poison) and applied in batches by finish.lua (Store.Finish, Batch.Finish), fenced by the
-// stream entry the worker was handed. The other transitions are methods of their own: Release,
-// Cancel, Replay and Purge for pipeline; Promote for package delayed's Scheduler; Recover,
-// Prune and Clock for package recovery's Recoverer (maintain.go). The services keep their
-// loops, clocks and backoffs; what a script does and how its reply reads is here.
+// cluster mode. Pipeline reaches it through the Backend interface (backend.go).
 //
-// A call takes its settings as a params struct with named time.Time and time.Duration fields
-// (StartParams, DoneParams, CancelParams, RecoverParams, ...), never a run of positional
-// milliseconds, and converts them to the scripts' unix milliseconds itself. Every reply is read
-// by one decoder (reply.go) into a typed answer (Row, Created, Released, Promoted, Recovered);
-// no caller sees a raw reply.
+// Every transition a worker asks for is a value made by one constructor (Start, Done, Retry,
+// Dead, Poison). The script finish.lua applies them in batches (Store.Finish, Batch.Finish),
+// fenced by the stream entry the worker was handed.
+//
+// The other transitions are methods of their own. Release, Cancel, Replay and Purge are for
+// pipeline. Promote is for package delayed's Scheduler. Recover, Prune and Clock are for
+// package recovery's Recoverer (maintain.go). The services keep their loops, clocks and
+// backoffs. What a script does and how its reply reads is here.
+//
+// # Params and replies
+//
+// A call takes its settings as a params struct (StartParams, DoneParams, CancelParams,
+// RecoverParams, ...). Its fields are named time.Time and time.Duration values, never a run of
+// positional milliseconds. The call converts them to the scripts' unix milliseconds itself.
+// Every reply is read by one decoder (reply.go) into a typed answer (Row, Created, Released,
+// Promoted, Recovered). No caller sees a raw reply.
+//
+// # Lua
 //
 // Every transition's Lua is here. The functions the scripts share are in lua/, one file a
-// concern: the fence of every transition that holds an entry (cv_live), the entry, the record,
-// the dead set, limits, groups, workflows. newScript joins into each script only the functions
-// it calls. internal/script runs the scripts and keeps the reply codes (script.Code), and knows
+// concern. The concerns are the fence of every transition that holds an entry (cv_live), the
+// entry, the record, the dead set, limits, groups and workflows. Each script gets only the
+// functions it calls (newScript joins them in).
+//
+// Package internal/script runs the scripts and keeps the reply codes (script.Code). It knows
 // no job: a status quoted outside this package's Lua fails a test.
 //
-// The package is internal so that pipeline (Client, Worker, Inspector), the services and the
-// tests of every package (internal/jobtest seeds jobs in any status through these very scripts)
-// share it; nothing outside the module builds a transition.
+// # Who uses it
+//
+// The package is internal. Pipeline (Client, Worker, Inspector), the services and the tests
+// of every package share it. Package internal/jobtest seeds jobs in any status through these
+// very scripts. Nothing outside the module builds a transition.
 package jobstate
 
 import (
@@ -129,9 +142,9 @@ type NewJob struct {
 	Priority int
 }
 
-// Plain reports whether Enqueue1 can create j: a job to run at once (RunAt at or before now,
-// to the millisecond) with no unique key, limit key, timeout or retention of its own, at
-// priority level 1 (enqueue1.lua writes to the queue's level-1 stream only).
+// Plain reports whether Enqueue1 can create j. That is a job to run at once (RunAt at or
+// before now, to the millisecond), at priority level 1. It has no unique key, limit key,
+// timeout or retention of its own. (The script enqueue1.lua writes to the level-1 stream only.)
 func (j *NewJob) Plain(now time.Time) bool {
 	return !j.KeepOwn && j.UniqueKey == "" && j.LimitKey == "" && j.Timeout <= 0 && j.RunAt.UnixMilli() <= now.UnixMilli() &&
 		j.Debounce == "" && j.Group == "" && j.Priority <= keys.MinPriority
@@ -191,10 +204,12 @@ func enqueueCall(q keys.Queue, now time.Time, jobs []NewJob) script.Call {
 	return script.Call{Script: enqueueScript, Keys: ks, Args: args}
 }
 
-// Created is what enqueue.lua did with one job: Code is script.OK (Entry is the new stream
-// entry, or empty when the job was scheduled or waits for a place in its group's window), script.Exists (the id exists already, with the
-// same type and payload), script.Conflict (the id names a job with another type or payload:
-// Differs says which) or script.UniqueHeld (Holder holds the unique key).
+// Created is what enqueue.lua did with one job. Code is one of four. It is script.OK when
+// the job was created. Entry is then the new stream entry, or empty when the job was scheduled
+// or waits for a place in its group's window. It is script.Exists when the id exists already,
+// with the same type and payload. It is script.Conflict when the id names a job with another
+// type or payload; Differs says which. It is script.UniqueHeld when Holder holds the unique
+// key.
 type Created struct {
 	Code    script.Code
 	Entry   string
@@ -233,9 +248,9 @@ func enqueueReply(cmd *redis.Cmd, n int) ([]Created, error) {
 	return out, nil
 }
 
-// Enqueue1 creates one plain job (see NewJob.Plain) with enqueue1.lua, which costs Redis half
-// of what enqueue.lua does for a single publish, and answers with a bare entry id instead of
-// {code, ...}, which costs a single publish 5% less (docs/BENCHMARKS.md). It answers as one
+// Enqueue1 creates one plain job (see NewJob.Plain) with enqueue1.lua. That script costs Redis
+// half of what enqueue.lua does for a single publish. It answers with a bare entry id instead
+// of {code, ...}, which costs a single publish 5% less (docs/BENCHMARKS.md). It answers as one
 // row of enqueueReply.
 func (s *Store) Enqueue1(ctx context.Context, q keys.Queue, now time.Time, j *NewJob) (Created, error) {
 	cmd := enqueue1Script.Run(ctx, s.rdb, []string{q.Stream(), q.Stats(), q.Job(j.ID), q.Closed()},
@@ -274,8 +289,8 @@ func getReply(cmd *redis.Cmd) (flat []string, found bool, err error) {
 	return r.strs(0), true, nil
 }
 
-// Get reads job id's record as a flat field/value list, with its payload and metadata from
-// its stream entry while it is in the stream; found is false when there is no such job.
+// Get reads job id's record as a flat field/value list. While the job is in the stream, its
+// payload and metadata come from its stream entry. found is false when there is no such job.
 func (s *Store) Get(ctx context.Context, q keys.Queue, id string) (flat []string, found bool, err error) {
 	return getReply(getScript.Run(ctx, s.rdb, []string{q.Job(id), q.Stream()}))
 }

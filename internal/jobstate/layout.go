@@ -55,9 +55,9 @@ func UnlockLayout(ctx context.Context, rdb redis.UniversalClient, prefix, queue,
 }
 
 // MoveCounters adds the counters of the partitions from to those of to and deletes them. The
-// caller makes sure nothing changes the old counters meanwhile; a failure half-way can lose
-// counts (the keys are in other slots: no one step moves them) but never counts one twice,
-// since each old hash is deleted right after it is added.
+// caller makes sure nothing changes the old counters meanwhile. A failure half-way can lose
+// counts, since the keys are in other slots and no one step moves them. It never counts one
+// twice, since each old hash is deleted right after it is added.
 func MoveCounters(ctx context.Context, rdb redis.UniversalClient, from []keys.Queue, to keys.Queue) error {
 	for _, q := range from {
 		if q.Stats() == to.Stats() {

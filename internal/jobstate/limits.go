@@ -14,16 +14,14 @@ import (
 	"github.com/conveyorq/conveyor/internal/rediserr"
 )
 
-// A queue's flow-control limits are stored in its limits hash (keys.Queue.Limits): one field
-// per scope, named by LimitField, whose value is the limit's JSON (LimitConfig). The scripts
-// that enforce them read the same hash, so the format is shared with Lua: keep the two in step.
+// A queue's flow-control limits are stored in its limits hash (keys.Queue.Limits). It has one
+// field per scope, named by LimitField, whose value is the limit's JSON (LimitConfig). The
+// scripts that enforce them read the same hash. So the format is shared with Lua: keep the two
+// in step.
 //
-// The scopes, and what counts against them:
-//
-//	"q"        every job of the queue
-//	"qk"       each limit key's jobs of the queue (jobs without a key are not counted)
-//	"t:<type>" every job of the type
-//	"tk:<type>" each limit key's jobs of the type
+// Scope "q" counts every job of the queue. Scope "qk" counts each limit key's jobs of the
+// queue; jobs without a key are not counted. Scope "t:<type>" counts every job of the type.
+// Scope "tk:<type>" counts each limit key's jobs of the type.
 //
 // A job is held to every scope that applies to it. Type names may hold any printable
 // character but a space, so the scope is read up to the first ':' only.

@@ -30,10 +30,10 @@ func ReadLimitsOf(ctx context.Context, rdb redis.Cmdable, qs []keys.Queue) ([][]
 	return out, nil
 }
 
-// ReadLimitFields reads the limits hashes of qs in one pipeline, as ReadLimitsOf, for a reader
-// that goes on without a field that does not decode (a worker's limits watcher, which the
-// scripts match: they ignore such a field too): out[k] holds each of qs[k]'s limits by its
-// field, bad[k] the error of each field that does not decode.
+// ReadLimitFields reads the limits hashes of qs in one pipeline, as ReadLimitsOf. It is for a
+// reader that goes on without a field that does not decode. A worker's limits watcher is one;
+// it matches the scripts, which ignore such a field too. out[k] holds each of qs[k]'s limits
+// by its field, and bad[k] the error of each field that does not decode.
 func ReadLimitFields(ctx context.Context, rdb redis.Cmdable, qs []keys.Queue) (out []map[string]Limit, bad [][]error, err error) {
 	if len(qs) == 0 {
 		return nil, nil, nil

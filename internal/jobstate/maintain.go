@@ -13,9 +13,9 @@ import (
 	"github.com/conveyorq/conveyor/internal/status"
 )
 
-// The transitions that run outside a worker's hands, for the services that run them: promotion
-// of due jobs (package delayed's Scheduler) and recovery of lost attempts, the pruning of
-// stopped consumers and the reading of Redis's clock (package recovery's Recoverer).
+// The transitions that run outside a worker's hands, for the services that run them. Package
+// delayed's Scheduler promotes due jobs. Package recovery's Recoverer recovers lost attempts,
+// prunes stopped consumers and reads Redis's clock.
 
 var (
 	//go:embed promote.lua
@@ -67,10 +67,10 @@ func (s *Store) Promote(ctx context.Context, q keys.Queue, pp PromoteParams) (Pr
 	return p, nil
 }
 
-// RecoverParams is a Recover of stream entries Entries of q: the fence (Token, the caller's
-// token of the queue's recovery lock; empty skips the fence), the visibility timeout an entry
-// must still be idle for, Redis-side, the time the changes are stamped with, and the events
-// mode.
+// RecoverParams is a Recover of stream entries Entries of q. Token is the fence: the caller's
+// token of the queue's recovery lock, or empty to skip the fence. The params also carry the
+// visibility timeout an entry must still be idle for, Redis-side. They carry the time the
+// changes are stamped with, and the events mode.
 type RecoverParams struct {
 	Token             string
 	VisibilityTimeout time.Duration

@@ -33,9 +33,10 @@ type ProgressParams struct {
 	Events    events.Mode
 }
 
-// WriteProgress records a progress report (progress.lua), fenced like a worker's transition:
-// its Row is script.OK (Data: when it was written, Redis's unix ms), script.Refused (Data: the
-// job's status; the job moved on from the entry or the attempt) or script.NotFound.
+// WriteProgress records a progress report (progress.lua), fenced like a worker's transition.
+// Its Row is script.OK, with Data when it was written (Redis's unix ms). Or it is
+// script.Refused, with Data the job's status: the job moved on from the entry or the attempt.
+// Or it is script.NotFound.
 func (s *Store) WriteProgress(ctx context.Context, q keys.Queue, p ProgressParams) (Row, error) {
 	r, err := decode("progress", progressScript.Run(ctx, s.rdb, []string{q.Job(p.ID)},
 		p.ID, p.Entry, p.Attempt, p.Percent, p.Message, p.Events.Command(), q.Events()))
@@ -99,12 +100,15 @@ func ParseProgress(v string) (p ProgressReport, ok bool) {
 	return p, true
 }
 
-// Shown reports whether a job's last progress report belongs to the job as it is now. While
-// the job is queued or in progress: when it is of the entry the job runs from (every run has
-// its own: a retry, a recovery, a job put back on shutdown has reported nothing on its new
-// entry yet). Otherwise (scheduled for a retry, finished): when it is of the job's attempt,
-// which the outcome wrote: a finished job shows its last attempt's last report, and a retry
-// waiting shows the failed attempt's.
+// Shown reports whether a job's last progress report belongs to the job as it is now.
+//
+// While the job is queued or in progress, the report must be of the entry the job runs from.
+// Every run has its own entry. A retry, a recovery or a job put back on shutdown has reported
+// nothing on its new entry yet.
+//
+// Otherwise (scheduled for a retry, finished), the report must be of the job's attempt, which
+// the outcome wrote. A finished job shows its last attempt's last report. A retry waiting
+// shows the failed attempt's.
 func (p ProgressReport) Shown(jobStatus string, attempt int, entry string) bool {
 	if st := status.Status(jobStatus); st == status.Queued || st == status.InProgress {
 		return p.Entry == entry

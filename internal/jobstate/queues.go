@@ -53,8 +53,8 @@ type Stats struct {
 
 // ReadStats reads the gauges and counters of queues qs in one pipeline: one round trip on a
 // standalone server, one per node that holds some of the queues on a cluster. Queued is the
-// stream's length less the entries handed out, plus the jobs waiting in fair groups (queued
-// too, not yet in the stream); a queue no worker read yet has none handed out.
+// stream's length less the entries handed out, plus the jobs waiting in fair groups. (Those
+// are queued too, not yet in the stream.) A queue no worker read yet has none handed out.
 // Queued and InProgress count the jobs of every priority level (keys.Queue.LevelStream): the
 // streams of levels no job used are missing, which reads as empty.
 func (s *Store) ReadStats(ctx context.Context, qs []keys.Queue) ([]*Stats, error) {
@@ -124,11 +124,11 @@ func (s *Store) ReadStats(ctx context.Context, qs []keys.Queue) ([]*Stats, error
 
 // ---- The known queues and their partition counts ----
 
-// spreadScheme ends every partition count this version stores ("3/spread"): its partition
-// tags spread over the slots (keys.PartitionName). A bare count was stored by the version
-// before, whose partitions were {q#i} in whatever slot that fell in; this version does not
-// read those keys (ErrLegacyLayout), and the version before refuses a count with the suffix,
-// so two versions never route one queue's jobs to different keys.
+// spreadScheme ends every partition count this version stores ("3/spread"). It says the
+// partition tags spread over the slots (keys.PartitionName). The version before stored a bare
+// count. Its partitions were {q#i}, in whatever slot that fell in. This version does not read
+// those keys (ErrLegacyLayout), and the version before refuses a count with the suffix. So two
+// versions never route one queue's jobs to different keys.
 const spreadScheme = "/spread"
 
 // StoredPartitions is how a partition count of p > 1 is stored.
@@ -180,9 +180,9 @@ func LegacyPartitions(ctx context.Context, rdb redis.Cmdable, prefix, queue stri
 	return qs, nil
 }
 
-// KnownQueues reads the known queue names that are valid queue names (one written by hand
-// names no keys of ours), sorted, and the partition counts of those that have more than one,
-// in one round trip.
+// KnownQueues reads, in one round trip, the known queue names that are valid queue names,
+// sorted. (One written by hand names no keys of ours.) It also reads the partition counts of
+// those that have more than one.
 func (s *Store) KnownQueues(ctx context.Context) ([]string, map[string]int, error) {
 	names, counts, _, err := KnownQueuesPaused(ctx, s.rdb, s.prefix)
 	return names, counts, err
@@ -300,9 +300,10 @@ const scanCount = 1000
 
 // ScanKeys counts the keys that start with start with SCAN pages of 1000 keys, and unlinks
 // them a page at a time when unlink is true. On a cluster it scans the master of start's slot
-// only, which holds every key of a queue (each starts with the queue's base, prefix:{queue}:),
-// unless everywhere is true: for a start that names keys in many slots, such as every
-// partition of a queue. A Ring's every shard is scanned.
+// only. That master holds every key of a queue, since each starts with the queue's base
+// (prefix:{queue}:). With everywhere true it scans every master instead. That is for a start
+// that names keys in many slots, such as every partition of a queue. A Ring's every shard is
+// scanned.
 func (s *Store) ScanKeys(ctx context.Context, start string, unlink, everywhere bool) (int, error) {
 	n, err := scanKeys(ctx, s.rdb, start, unlink, everywhere)
 	return n, rediserr.Wrap("scan", err)
@@ -465,9 +466,9 @@ func parseLevels(vals []string) []int {
 	return out
 }
 
-// ScanState is what a recoverer's scan of q reads first, in one round trip: q's levels
-// (QueueLevels) and whether q's work list of workflow cascades holds anything
-// (keys.Queue.WorkflowCascade), so that an idle scan calls no FollowCascade.
+// ScanState is what a recoverer's scan of q reads first, in one round trip. It reads q's
+// levels (QueueLevels), and whether q's work list of workflow cascades holds anything
+// (keys.Queue.WorkflowCascade). So an idle scan calls no FollowCascade.
 func (s *Store) ScanState(ctx context.Context, q keys.Queue) (levels []int, cascades bool, err error) {
 	var lv *redis.StringSliceCmd
 	var left *redis.IntCmd

@@ -215,11 +215,11 @@ const findScripts = 16
 
 // FindFirst reads the jobs of lookups in order and returns the index of the first one found
 // and its record; -1 when none is. Up to findScripts lookups are read with get.lua each, in one
-// pipeline. More (a lookup across every known queue) are asked first which job hashes exist,
-// and get.lua runs only on those (most often one): such a lookup costs about 10 EXISTS per
-// tenfold of queues (narrow) on a standalone server, and one EXISTS per queue in one pipeline on
-// a cluster (its queues' keys are on other slots; go-redis sends each node its own in one round
-// trip), not a script call per queue.
+// pipeline. More lookups (one across every known queue) first ask which job hashes exist.
+// Then get.lua runs only on those, most often one. On a standalone server such a lookup costs
+// about 10 EXISTS per tenfold of queues (narrow). On a cluster it costs one EXISTS per queue
+// in one pipeline. (Its queues' keys are on other slots; go-redis sends each node its own in
+// one round trip.) Either way it is not a script call per queue.
 func (s *Store) FindFirst(ctx context.Context, lookups []Lookup) (int, Record, error) {
 	if len(lookups) == 0 {
 		return -1, Record{}, nil
@@ -285,9 +285,9 @@ func existing(ctx context.Context, rdb redis.UniversalClient, lookups []Lookup) 
 // existsFanout is how many parts narrow splits a set of keys into at each step.
 const existsFanout = 10
 
-// narrow finds which of idx's job hashes exist on a server that is not a cluster: one
-// multi-key EXISTS per tenth of them, then the same on each tenth that had a hit, down to
-// EXISTS per key. Most lookups find one job or none, so n keys cost about 10 x log10(n)
+// narrow finds which of idx's job hashes exist on a server that is not a cluster. It sends one
+// multi-key EXISTS per tenth of them. Then it does the same on each tenth that had a hit,
+// down to EXISTS per key. Most lookups find one job or none, so n keys cost about 10 x log10(n)
 // commands in as many round trips, not n.
 func narrow(ctx context.Context, rdb redis.UniversalClient, lookups []Lookup, idx []int) ([]int, error) {
 	if len(idx) <= existsFanout {
@@ -369,9 +369,9 @@ func (s *Store) Records(ctx context.Context, q keys.Queue, ids []string) ([]*Rec
 	return out, nil
 }
 
-// RecordSizes returns the bytes of the payload and result fields of each of jobs ids of q (0
-// for a job with no record, or whose payload is in its stream entry), in one pipeline of
-// HSTRLENs: what reading the records would cost, without reading them.
+// RecordSizes returns the bytes of the payload and result fields of each of jobs ids of q. It
+// is 0 for a job with no record, or whose payload is in its stream entry. It uses one pipeline
+// of HSTRLENs, to tell what reading the records would cost without reading them.
 func (s *Store) RecordSizes(ctx context.Context, q keys.Queue, ids []string) ([]int64, error) {
 	out := make([]int64, len(ids))
 	if len(ids) == 0 {
@@ -449,11 +449,12 @@ func (s *Store) CanceledPage(ctx context.Context, q keys.Queue, after *SetItem, 
 // puts up to 50 ids in one, so a page of 100 is a round or two.
 const indexRead = 16
 
-// IndexPage reads up to n ids of an index of finished jobs (lua/record.lua's cv_index: a sorted set
-// of chunks, each the space-separated ids of one call, scored by its latest finish), latest
-// chunk first and, within a chunk, last id first; each item's Score is its chunk's. A nil
-// after starts at the newest; otherwise the page starts after that item, found among the
-// chunks of its score (when it is gone, trimmed, the page starts at the next lower score).
+// IndexPage reads up to n ids of an index of finished jobs (lua/record.lua's cv_index). The
+// index is a sorted set of chunks, each the space-separated ids of one call, scored by its
+// latest finish. The page goes latest chunk first and, within a chunk, last id first. Each
+// item's Score is its chunk's. A nil after starts at the newest. Otherwise the page starts
+// after that item, found among the chunks of its score. When it is gone (trimmed), the page
+// starts at the next lower score.
 func (s *Store) IndexPage(ctx context.Context, key string, after *SetItem, n int) ([]SetItem, error) {
 	max, skipping := "+inf", after != nil
 	if after != nil {
@@ -573,9 +574,10 @@ func entries(msgs []redis.XMessage) []Entry {
 	return out
 }
 
-// EntryRecords reads, in one pipeline, the records of the jobs that entries of q name (nil
-// for an entry that names none, or a job with no record) and, when pending, which of the
-// entries are in the consumer group's pending entries list (handed to a worker).
+// EntryRecords reads, in one pipeline, the records of the jobs that entries of q name. A
+// record is nil for an entry that names none, or a job with no record. When pending is true,
+// it also reads which entries are in the consumer group's pending entries list (handed to a
+// worker).
 func (s *Store) EntryRecords(ctx context.Context, q keys.Queue, es []Entry, pending bool) ([]*Record, map[string]bool, error) {
 	recs := make([]*Record, len(es))
 	held := map[string]bool{}

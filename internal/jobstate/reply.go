@@ -11,8 +11,8 @@ import (
 )
 
 // Every script of this package answers {code, ...}: a script.Code, then what the script says
-// with it. decode is the one reader of that shape; each call's own reader (finishReply,
-// enqueueReply, Cancel, Promote, ...) names the parts, so a caller never sees the raw reply.
+// with it. decode is the one reader of that shape. Each call's own reader (finishReply,
+// enqueueReply, Cancel, Promote, ...) names the parts. So a caller never sees the raw reply.
 
 // reply is a script's reply split into its code and the rest.
 type reply struct {
@@ -22,9 +22,10 @@ type reply struct {
 }
 
 // decode splits cmd's reply. A failure of Redis (of the call, not of its reply's shape) is
-// returned as rediserr.Wrap(op, err), so op must be one of the short stable operation names
-// the API and the CLI show (rediserr.Error.Op). cmd.Slice hands back the reply as go-redis parsed it, without a
-// copy, so reading a reply costs no allocation of its own (the worker reads one per chunk).
+// returned as rediserr.Wrap(op, err). So op must be one of the short stable operation names
+// the API and the CLI show (rediserr.Error.Op). cmd.Slice hands back the reply as go-redis
+// parsed it, without a copy. So reading a reply costs no allocation of its own; the worker
+// reads one per chunk.
 func decode(op string, cmd *redis.Cmd) (reply, error) {
 	v, err := cmd.Slice()
 	if err != nil {
@@ -74,8 +75,9 @@ func (r *reply) strs(i int) []string {
 	return out
 }
 
-// Row is a script's answer about one item: a code and what the script says with it (a status,
-// an entry id, the id of a job that holds a unique key; empty when it says nothing).
+// Row is a script's answer about one item: a code and what the script says with it. That is
+// a status, an entry id, or the id of a job that holds a unique key. It is empty when the
+// script says nothing.
 type Row struct {
 	Code script.Code
 	Data string

@@ -103,8 +103,8 @@ func (r *Ran) transition(q *keys.Queue, op Op) Transition {
 type DoneParams struct {
 	Ran
 	Result string
-	// Traceparent is the W3C trace context of the attempt's process span, when it has one: a
-	// workflow's task keeps it for the tasks that wait for it, whose process spans link to it
+	// Traceparent is the W3C trace context of the attempt's process span, when it has one. A
+	// workflow's task keeps it for the tasks that wait for it. Their process spans link to it
 	// (lua/workflows.lua's cv_wf_end and cv_wf_release). Empty when tracing is off.
 	Traceparent string
 }
@@ -160,8 +160,9 @@ func Dead(q *keys.Queue, p DeadParams) Transition {
 	return t
 }
 
-// PoisonParams is a Poison: stream entry Entry, which could not be read, found At, kept as a
-// dead record under ID (its job's id, or DeadEntryPrefix and the entry id when it names none).
+// PoisonParams is a Poison: stream entry Entry, which could not be read, found At. It is kept
+// as a dead record under ID. ID is its job's id, or DeadEntryPrefix and the entry id when it
+// names none.
 type PoisonParams struct {
 	ID, Entry string
 	At        time.Time
@@ -260,9 +261,9 @@ func finishReply(cmd *redis.Cmd, n int) ([]script.Code, error) {
 	return out, nil
 }
 
-// retentionMS is a duration in the scripts' milliseconds, for retentions and timeouts alike: 0
-// or less is 0 (a retention of 0 keeps only a tombstone; a timeout of 0 is none), anything
-// positive at least 1, so a microsecond is not taken for none.
+// retentionMS is a duration in the scripts' milliseconds, for retentions and timeouts alike.
+// Zero or less is 0: a retention of 0 keeps only a tombstone, and a timeout of 0 is none.
+// Anything positive is at least 1, so a microsecond is not taken for none.
 func retentionMS(d time.Duration) int64 {
 	if d <= 0 {
 		return 0
@@ -301,10 +302,11 @@ type Released struct {
 	Jobs, Dropped int
 }
 
-// CancelParams is a Cancel of job ID at Now: the record is kept for its own retention or
-// Retention (0 or less keeps only a tombstone), and never less than MinRetention; the change is
-// announced in mode Events. Delete deletes the job instead: only a scheduled or queued one, and
-// its record goes at once (no tombstone, no retention).
+// CancelParams is a Cancel of job ID at Now. The record is kept for its own retention or
+// Retention, and never less than MinRetention. (A retention of 0 or less keeps only a
+// tombstone.) The change is announced in mode Events. Delete deletes the job instead. It
+// deletes only a scheduled or queued one, and its record goes at once (no tombstone, no
+// retention).
 type CancelParams struct {
 	ID                      string
 	Now                     time.Time
@@ -391,9 +393,9 @@ type PurgeDryRunParams struct {
 	Offset int
 }
 
-// PurgeDryRun returns up to p.Limit of the ids Purge would delete now (the dead jobs of q that
-// died at least p.OlderThan ago by Redis's clock), oldest first, skipping the first p.Offset of
-// them; it deletes nothing. It runs purge.lua itself, so the preview and the purge share one age
+// PurgeDryRun returns up to p.Limit of the ids Purge would delete now, oldest first. Those
+// are the dead jobs of q that died at least p.OlderThan ago by Redis's clock. It skips the
+// first p.Offset of them, and deletes nothing. It runs purge.lua itself, so the preview and the purge share one age
 // rule. Callers page with Offset until fewer than Limit come back.
 func (s *Store) PurgeDryRun(ctx context.Context, q keys.Queue, p PurgeDryRunParams) ([]string, error) {
 	r, err := decode("purge", purgeScript.Run(ctx, s.rdb, []string{q.Dead()}, q.JobPrefix(), p.Limit,
@@ -429,10 +431,11 @@ type Foreign struct {
 	UniqueTTL       time.Duration // with UniqueKey
 }
 
-// Adopted is what Adopt did: Code is script.OK (adopted: in progress on its entry, or
-// Scheduled), script.Exists (adopted already, on this entry), script.Refused (the id names a
-// job that lives on another entry; nothing written) or script.UniqueHeld (Holder holds the
-// unique key; the entry was acknowledged and deleted, nothing else written).
+// Adopted is what Adopt did. Code is script.OK when the job was adopted: in progress on its
+// entry, or Scheduled. It is script.Exists when it was adopted already, on this entry. It is
+// script.Refused when the id names a job that lives on another entry; nothing is written. It
+// is script.UniqueHeld when Holder holds the unique key. Then the entry was acknowledged and
+// deleted, and nothing else written.
 type Adopted struct {
 	Code      script.Code
 	Scheduled bool
@@ -447,8 +450,8 @@ type AdoptParams struct {
 }
 
 // Adopt makes a job of an entry of another Watermill publisher on its first delivery to
-// p.Worker (foreign.lua), under the rules of a publish: a unique key is taken or the message
-// refused, a due time after p.Now schedules the job.
+// p.Worker (foreign.lua). The rules of a publish apply. A unique key is taken, or the message
+// refused. A due time after p.Now schedules the job.
 func (s *Store) Adopt(ctx context.Context, q keys.Queue, p AdoptParams) (Adopted, error) {
 	f, now, worker := p.Job, p.Now, p.Worker
 	ks := []string{q.Stats(), q.Job(f.ID), q.Stream(), q.Scheduled()}

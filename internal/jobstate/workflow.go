@@ -30,11 +30,11 @@ var (
 	cascadeScript = newScript(cascadeSrc)
 )
 
-// CascadeStep is the most edges of a workflow (a task and one of its dependents) one
-// FollowCascade call follows, as the scripts that end tasks follow at most that many
-// (lua/workflows.lua's cv_wf_budget) before they leave the rest of a cascade on the queue's work list
-// (keys.Queue.WorkflowCascade): a call costs Redis a few ms at most, whatever the workflow's
-// width.
+// CascadeStep is the most edges of a workflow one FollowCascade call follows. An edge is a
+// task and one of its dependents. The scripts that end tasks also follow at most that many
+// (lua/workflows.lua's cv_wf_budget). Then they leave the rest of a cascade on the queue's
+// work list (keys.Queue.WorkflowCascade). So a call costs Redis a few ms at most, whatever
+// the workflow's width.
 const CascadeStep = 128
 
 // CascadeParams says how FollowCascade follows a queue's cascades.
@@ -127,9 +127,9 @@ func (wf *NewWorkflow) Doc() string {
 
 // Digest identifies what wf publishes: a SHA-256 of its tasks' names, types, dependencies and
 // payloads, in order. A publish of an existing workflow id is the same workflow when the
-// digests match (a publish sent again); options and metadata are not part of it, as a job's id
-// sent again is the same job when its type and payload match (metadata carries a trace
-// context, which differs from one call to the next).
+// digests match; it is a publish sent again. Options and metadata are not part of it. In the
+// same way, a job's id sent again is the same job when its type and payload match. (Metadata
+// carries a trace context, which differs from one call to the next.)
 func (wf *NewWorkflow) Digest() string {
 	h := sha256.New()
 	var n [8]byte
@@ -236,8 +236,9 @@ type TaskRow struct {
 	StartedAt, Finished time.Time
 }
 
-// ReadWorkflow reads workflow id of q and each of its tasks' status in one round trip after
-// the first: the workflow's fixed fields, then its tasks' rows and outcome fields pipelined.
+// ReadWorkflow reads workflow id of q and each of its tasks' status. The first round trip
+// reads the workflow's fixed fields. One more reads its tasks' rows and outcome fields,
+// pipelined.
 // found is false when there is no such workflow (never published, or expired).
 func (s *Store) ReadWorkflow(ctx context.Context, q keys.Queue, id string) (rec *WorkflowRecord, rows []TaskRow, found bool, err error) {
 	wfkey := q.Workflow(id)
@@ -292,8 +293,9 @@ func (s *Store) ReadWorkflow(ctx context.Context, q keys.Queue, id string) (rec 
 	return rec, rows, true, nil
 }
 
-// TaskDeps is what a task knows of its dependencies: the workflow's hash, their ids, and for a
-// Finally task the outcomes they had (a task that is not Finally runs only once all completed).
+// TaskDeps is what a task knows of its dependencies: the workflow's hash and their ids. For a
+// Finally task it also holds the outcomes they had. A task that is not Finally runs only once
+// all completed.
 type TaskDeps struct {
 	Workflow                    string // the workflow hash's key; empty: the job is no task
 	Deps                        []string

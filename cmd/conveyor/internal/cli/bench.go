@@ -305,9 +305,9 @@ func (a *app) bench(ctx context.Context, o benchOptions) (err error) {
 	return tw.Flush()
 }
 
-// benchQueue names the benchmark queue: a random name, and on a cluster one whose partitions
-// sit on as many masters as there are partitions (or masters), so that a run with P
-// partitions measures P shards and not a chance draw of hash slots.
+// benchQueue names the benchmark queue with a random name. On a cluster the name's partitions
+// sit on as many masters as there are partitions (or masters). So a run with P partitions
+// measures P shards and not a chance draw of hash slots.
 func benchQueue(ctx context.Context, rdb redis.UniversalClient, prefix string, partitions int) (string, error) {
 	cc, ok := rdb.(*redis.ClusterClient)
 	if !ok || partitions == 1 {

@@ -18,13 +18,16 @@ import (
 // Exit codes besides 0, 1 and 2 (see exitCode).
 const exitInterrupted = 130 // SIGINT or SIGTERM ended a command before it finished (128+SIGINT)
 
-// exitCode maps a command's error to the process's exit code: 0 ok; 2 a usage error, the
-// command line cannot run as written (an unknown command or flag, a missing required flag, a
-// wrong argument count, a malformed or out-of-range flag value, flags that cannot go
-// together, or input the library refuses as invalid: pipeline.ErrInvalid, such as a bad queue
-// name, job type or id); 1 anything else, a refusal by the system (a job not found or not in
-// the expected state, a payload over the limit, a conflicting job, a busy queue, Redis down
-// or refusing). Run adds 130 for an interrupted command.
+// exitCode maps a command's error to the process's exit code. It is 0 for no error.
+//
+// It is 2 for a usage error: the command line cannot run as written. Examples are an unknown
+// command or flag, a missing required flag, and a wrong argument count. So are a malformed or
+// out-of-range flag value, and flags that cannot go together. So is input the library refuses
+// as invalid (pipeline.ErrInvalid), such as a bad queue name, job type or id.
+//
+// It is 1 for anything else, a refusal by the system. Examples are a job not found or not in
+// the expected state, a payload over the limit, and a conflicting job. So are a busy queue,
+// and Redis down or refusing. Run adds 130 for an interrupted command.
 func exitCode(err error) int {
 	var usage usageError
 	switch {

@@ -299,11 +299,11 @@ type killReport struct {
 	held   int
 }
 
-// crash is how the demo kills a worker, to show recovery: the victim is the first worker to
-// start a sleep job (the delayed jobs, due from 500ms on, so that it dies mid-run, in the
-// thick of it). From that moment the victim holds every job it runs until the kill, which
-// follows at once: it dies holding at least one job, however fast its jobs are and however
-// loaded the machine (waiting to see it hold one, as the demo did, could miss them all).
+// crash is how the demo kills a worker, to show recovery. The victim is the first worker to
+// start a sleep job. Sleep jobs are the delayed ones, due from 500ms on, so it dies mid-run.
+// From that moment the victim holds every job it runs until the kill, which follows at once.
+// So it dies holding at least one job, however fast its jobs are and however loaded the
+// machine. Waiting to see it hold one, as the demo did, could miss them all.
 type crash struct {
 	victim   atomic.Int32    // the victim's number (1-based); 0 until one starts a sleep job
 	picked   chan int        // the victim's number, once
@@ -331,9 +331,9 @@ func (c *crash) hold(i int, jobType string, h pipeline.HandlerFunc) pipeline.Han
 	}
 }
 
-// killOne kills the victim as soon as it is picked, as a crash would: its connection to Redis
-// goes first, so it cannot put its jobs back or write their outcomes; its leases expire and the
-// other workers recover the jobs after the visibility timeout. It gives up when ctx ends.
+// killOne kills the victim as soon as it is picked, as a crash would. Its connection to Redis
+// goes first, so it cannot put its jobs back or write their outcomes. Its leases expire, and
+// the other workers recover the jobs after the visibility timeout. It gives up when ctx ends.
 func (d *demoRun) killOne(ctx context.Context, c *crash) killReport {
 	start := time.Now()
 	select {

@@ -169,12 +169,14 @@ func (p *jsonlPublisher) flush() error {
 	return nil
 }
 
-// send publishes a batch in one EnqueueBatch. The batch is all or nothing for a task the
-// pipeline refuses before writing (ErrInvalid, ErrPayloadTooLarge: it checks every task first),
-// so such a batch is sent again a line at a time to tell the bad lines from the good. A
-// conflicting id (ErrConflict) refuses only its task, the others are written: the lines that
-// name an id are sent again alone, which is idempotent for those written (the same id, type and
-// payload) and names the conflicting ones; a line without an id cannot conflict.
+// send publishes a batch in one EnqueueBatch. The pipeline checks every task before writing.
+// So the batch is all or nothing for a task it refuses then (ErrInvalid, ErrPayloadTooLarge).
+// Such a batch is sent again a line at a time, to tell the bad lines from the good.
+//
+// A conflicting id (ErrConflict) refuses only its task, and the others are written. So the
+// lines that name an id are sent again alone. That is idempotent for those written (the same
+// id, type and payload), and names the conflicting ones. A line without an id cannot
+// conflict.
 func (p *jsonlPublisher) send(ctx context.Context, batch []jsonlLine) error {
 	tasks := make([]pipeline.Task, len(batch))
 	for i, l := range batch {

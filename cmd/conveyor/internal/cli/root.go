@@ -347,9 +347,10 @@ func checkRedisURL(raw, source string, cluster bool) error {
 	return usageErrorf("%s %s: %s (want redis://host:port/db, rediss:// for TLS, unix:///path or redis://sentinel:26379?master_name=NAME&addr=sentinel2:26379)", source, redactURL(raw), msg)
 }
 
-// checkAddrs refuses a URL that names several servers where it cannot: addr parameters (a
-// cluster seed list) without --cluster, which go-redis calls an "unexpected option", and a
-// comma in the host (redis://a:1,b:2), which go-redis takes as one host name that no DNS knows.
+// checkAddrs refuses a URL that names several servers where it cannot. One case is addr
+// parameters (a cluster seed list) without --cluster, which go-redis calls an "unexpected
+// option". The other is a comma in the host (redis://a:1,b:2). Go-redis takes that as one
+// host name that no DNS knows.
 // A Sentinel URL (master_name) takes addr parameters as its other sentinels.
 func checkAddrs(raw, source string, cluster bool) error {
 	u, err := url.Parse(raw)
@@ -548,10 +549,10 @@ func quoteAll(ss []string) []string {
 }
 
 // unknownCommandIn finds, before cobra parses any flag, a word of args that should name a
-// subcommand and names none: cobra would otherwise parse the flags that follow it as the
-// parent's and report one of them as unknown ("conveyor publsh -t echo" says unknown
-// shorthand flag 't'), hiding the typo. It walks the words as cobra does: flags and their
-// values are skipped; the first other word under a command with subcommands must name one.
+// subcommand and names none. Cobra would otherwise parse the flags that follow it as the
+// parent's, and report one of them as unknown. So "conveyor publsh -t echo" says unknown
+// shorthand flag 't', hiding the typo. It walks the words as cobra does. Flags and their
+// values are skipped. The first other word under a command with subcommands must name one.
 // It gives up (nil) at an unknown flag or "--", which cobra reports as usual.
 func unknownCommandIn(root *cobra.Command, args []string) error {
 	root.InitDefaultHelpCmd()
@@ -734,12 +735,12 @@ func (f *logFormat) Set(s string) error {
 
 // Errors at the edge.
 
-// describe turns a command's error into what the user reads, from its kind and operation
-// (pipeline.ErrorKind, pipeline.ErrorOp), never its text: an unreachable or refusing Redis is named
-// (redacted) with what to check, after the operation that failed ("stats: cannot reach Redis
-// at ..."), and the library's package prefixes ("pipeline: invalid argument: ", "pipeline: ")
-// are dropped, since they mean nothing on the command line. Any other error's text names its
-// operation already.
+// describe turns a command's error into what the user reads. It goes by the error's kind and
+// operation (pipeline.ErrorKind, pipeline.ErrorOp), never its text. An unreachable or refusing
+// Redis is named (redacted) with what to check, after the operation that failed ("stats:
+// cannot reach Redis at ..."). The library's package prefixes ("pipeline: invalid argument: ",
+// "pipeline: ") are dropped, since they mean nothing on the command line. Any other error's
+// text names its operation already.
 func (a *app) describe(err error) string {
 	url := redactURL(a.redisURL)
 	if msg := tlsRefusal(err, url); msg != "" {

@@ -134,8 +134,9 @@ func (a *app) printQueues(ctx context.Context, insp *pipeline.Inspector, asJSON 
 	return printStats(a.stdout, stats)
 }
 
-// requireQueue refuses a queue that does not exist (pipeline.Inspector.QueueExists: not known
-// and nothing to show), naming the known queues: a typo otherwise shows a queue of zeros. st
+// requireQueue refuses a queue that does not exist, naming the known queues. A queue exists
+// when it is known or has something to show (pipeline.Inspector.QueueExists). Without this
+// check a typo shows a queue of zeros. st
 // is the queue's stats when the caller has read them (a queue with any is there), or nil.
 func (a *app) requireQueue(ctx context.Context, queue string, st *pipeline.QueueStats) error {
 	if st != nil && *st != (pipeline.QueueStats{Queue: st.Queue}) {

@@ -13,8 +13,9 @@ import (
 )
 
 // TLS settings of the Redis connection. go-redis makes a TLS connection for a rediss:// URL
-// and verifies the server against the system's CAs; these flags add a private CA, a client
-// certificate (for a server started with --tls-auth-clients yes) and the name to verify.
+// and verifies the server against the system's CAs. These flags add a private CA and the name
+// to verify. They also add a client certificate, for a server started with --tls-auth-clients
+// yes.
 const (
 	envTLSCA         = "CONVEYOR_TLS_CA"
 	envTLSCert       = "CONVEYOR_TLS_CERT"
@@ -37,9 +38,9 @@ func (t *tlsFlags) given() bool {
 }
 
 // check builds the TLS configuration from the flags for the Redis URL raw. Every error is a
-// usage error naming the flag (or variable, as source says) and the file: a TLS flag with a
-// URL that is not rediss://, a certificate without its key, a file that cannot be read or
-// holds no usable PEM.
+// usage error naming the flag (or variable, as source says) and the file. Examples are a TLS
+// flag with a URL that is not rediss://, and a certificate without its key. So is a file that
+// cannot be read or holds no usable PEM.
 func (t *tlsFlags) check(raw string, cluster bool, source func(flag string) string) error {
 	t.config = nil
 	if !t.given() {
@@ -123,8 +124,8 @@ func readError(err error) error {
 	return err
 }
 
-// apply adds the flags' TLS settings to parsed Redis options (*redis.Options,
-// *redis.ClusterOptions or *redis.FailoverOptions) whose URL asked for TLS; it keeps what
+// apply adds the flags' TLS settings to parsed Redis options whose URL asked for TLS. The
+// options are *redis.Options, *redis.ClusterOptions or *redis.FailoverOptions. It keeps what
 // go-redis set from the URL (the server name, the minimum version) unless a flag overrides it.
 // dial calls it between parsing and connecting.
 func (t *tlsFlags) apply(opt any) error {
@@ -166,8 +167,9 @@ func tlsConfigOf(opt any) **tls.Config {
 }
 
 // tlsRefusal says what went wrong when err is a failed TLS handshake with Redis, and "" when
-// it is not: the server's certificate did not verify (an unknown CA, another name, expired),
-// or the server refused ours (a TLS alert: no client certificate, or one it does not trust).
+// it is not. Either the server's certificate did not verify (an unknown CA, another name,
+// expired). Or the server refused ours (a TLS alert: no client certificate, or one it does
+// not trust).
 func tlsRefusal(err error, url string) string {
 	var verify *tls.CertificateVerificationError
 	var host x509.HostnameError

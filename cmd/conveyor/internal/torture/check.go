@@ -11,9 +11,9 @@ import (
 )
 
 // ClockSkew is how much earlier than its due time a delayed job may start and still not count
-// as early. The due time is kept in Redis's milliseconds and promotion goes by Redis's clock
-// (TIME), while the handler's start is stamped by the worker's clock: on one host both are the
-// same clock, read at different moments and rounded to the millisecond, so a few milliseconds
+// as early. The due time is kept in Redis's milliseconds, and promotion goes by Redis's clock
+// (TIME). The handler's start is stamped by the worker's clock. On one host both are the same
+// clock, read at different moments and rounded to the millisecond. So a few milliseconds
 // cover it. A clock nemesis (a later one) would state its own.
 const ClockSkew = 5 // milliseconds
 
@@ -44,13 +44,15 @@ type EndState struct {
 }
 
 // KeysPerQueue is the allowance of keys a queue may hold beside its job records and its
-// throughput history: its stream, scheduled, dead and completed sets, stats, the known-queue
-// set, wake and lock keys, ... counted generously so that only growth with the jobs breaks it.
+// throughput history. They are its stream, scheduled, dead and completed sets, stats, the
+// known-queue set, wake and lock keys, and so on. The count is generous, so that only growth
+// with the jobs breaks it.
 const KeysPerQueue = 20
 
-// HistoryKeys bounds the throughput history's keys a run of length d leaves: buckets of 5 s
-// kept an hour and of 1 min kept a day (pipeline's HistoryStepFine and its neighbours), each
-// for the queue and for all queues, each with one bucket begun at either end of the run. They
+// HistoryKeys bounds the throughput history's keys a run of length d leaves. There are
+// buckets of 5 s kept an hour and of 1 min kept a day (pipeline's HistoryStepFine and its
+// neighbours). Each is kept for the queue and for all queues. Each has one bucket begun at
+// either end of the run. They
 // grow with time, not with jobs, and expire with their span.
 func HistoryKeys(d time.Duration) int64 {
 	buckets := func(step, span time.Duration) int64 { return int64(min(d, span)/step) + 2 }
@@ -288,9 +290,9 @@ func Check(recs []Record, end EndState, bound int) Report {
 	return rep
 }
 
-// outOfOrder checks a workflow task's starts against its dependencies (after): each start
-// must come after every dependency's finish record of the attempt that made it final
-// (finalAt), written before that outcome was stored and so before the task could be released.
+// outOfOrder checks a workflow task's starts against its dependencies (after). Each start
+// must come after the finish record of every dependency's final attempt (finalAt). That
+// record was written before the outcome was stored, so before the task could be released.
 // A task that is not Finally needs its dependencies completed; a Finally task only final (a
 // canceled dependency, which never ran, has no time to wait for).
 func outOfOrder(id string, after []string, finally bool, starts []Record, finalAt func(dep string) (int64, bool)) []string {
@@ -309,9 +311,9 @@ func outOfOrder(id string, after []string, finally bool, starts []Record, finalA
 	return out
 }
 
-// finalFinish is when the attempt that made a job final finished, by its finish records: the
-// first that succeeded for a completed job, the first failure of its last allowed attempt
-// for a dead one; false for a job that ended otherwise or has no such record.
+// finalFinish is when the attempt that made a job final finished, by its finish records. For
+// a completed job it is the first that succeeded. For a dead one it is the first failure of
+// its last allowed attempt. It is false for a job that ended otherwise or has no such record.
 func finalFinish(finishes []Record, observed string, need int) (int64, bool) {
 	for _, f := range finishes {
 		if (observed == "completed" && f.Outcome == "ok") || (observed == "failed" && f.Outcome == "error" && f.Attempt >= need) {
@@ -327,17 +329,21 @@ type attemptSpan struct {
 	start, end int64  // unix µs
 }
 
-// spans are a job's attempts from their start records to their finish records. The ledger's
-// span lies inside the one the limit counts (a slot is taken before the handler starts and
-// given back when the outcome is stored, after the handler's finish record), so an overlap
-// the ledger sees, the limit saw too. A worker's slots are also given back when its lease
-// runs out (lease after its last call to Redis, which comes after the attempt's start): a
-// worker SIGKILLed mid-job holds its slot until then, one SIGSTOPped loses it then though its
-// handler goes on once resumed. So a span ends at the earliest of its finish record, the
-// job's next start (the slot went with the lease before the job could be run again), and its
-// start + lease: shorter than the slot's hold, never longer, which can only miss an overlap,
-// not invent one. (A live attempt longer than the lease, its lease renewed, would be cut
-// short too: the workload's attempts last at most 30 ms.)
+// spans are a job's attempts from their start records to their finish records.
+//
+// The ledger's span lies inside the one the limit counts. A slot is taken before the handler
+// starts. It is given back when the outcome is stored, after the handler's finish record. So
+// an overlap the ledger sees, the limit saw too.
+//
+// A worker's slots are also given back when its lease runs out. That is lease after its last
+// call to Redis, which comes after the attempt's start. A worker SIGKILLed mid-job holds its
+// slot until then. One SIGSTOPped loses it then, though its handler goes on once resumed.
+//
+// So a span ends at the earliest of three times. One is its finish record. One is the job's
+// next start: the slot went with the lease before the job could be run again. One is its
+// start + lease. The span is shorter than the slot's hold, never longer. So it can only miss
+// an overlap, not invent one. (A live attempt longer than the lease, its lease renewed, would
+// be cut short too. The workload's attempts last at most 30 ms.)
 func spans(id string, starts, finishes []Record, lease time.Duration) []attemptSpan {
 	out := make([]attemptSpan, 0, len(starts))
 	for _, s := range starts {

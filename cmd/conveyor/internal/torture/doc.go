@@ -1,40 +1,60 @@
-// Package torture is the torture suite behind `conveyor torture`: named scenarios that run a
-// workload on real processes on loopback (a redis-server of the run's own with an AOF fsynced
-// on every write, worker processes that are the conveyor binary itself, a producer in this
-// process, a fault-injecting proxy between them) while nemeses (kill-worker, stop-worker,
-// term-worker, redis-restart, redis-stop, proxy-reset, script-flush) strike on a seeded
-// schedule, and then check what happened against a ledger kept apart from the system under
-// test.
+// Package torture is the torture suite behind `conveyor torture`. Named scenarios run a
+// workload on real processes on loopback while nemeses strike on a seeded schedule. Then the
+// suite checks the outcome against a ledger kept apart from the system under test.
 //
-// The ledger is append-only JSON lines, one file per process (ledger.go): the producer records
-// each acknowledged publish, the workers' torture handler records each attempt it starts and
-// finishes, and their Attempts hook each outcome Redis stored; at the end the producer
-// records what it reads of every job. Check (check.go) classifies every job from it alone,
-// plus the end state of Redis (pending entries, gauges, the dead set, the keys):
+// # Processes and nemeses
 //
-//   - ok: one committed outcome, the one the workload designed;
-//   - lost: acknowledged and never committed (not in a final state at the end);
-//   - duplicate commit: two final outcomes stored for one job (fencing failed);
-//   - duplicate execution: more handler starts than the job's design needs; allowed up to
-//     the stated bound (faults x processes each can cut short x concurrency);
-//   - unexpected: a job the handlers ran or committed that no publish was acknowledged for
-//     (among them a second job made for a unique key held by the first);
-//   - early: a delayed job started before its due time, less ClockSkew.
+// A run has a redis-server of its own. Its AOF is fsynced on every write. Its worker
+// processes are the conveyor binary itself. Its producer runs in this process. A
+// fault-injecting proxy sits between them. The nemeses include kill-worker, stop-worker,
+// term-worker, redis-restart, redis-stop, proxy-reset and script-flush.
+//
+// # Ledger
+//
+// The ledger is append-only JSON lines, one file per process (ledger.go). The producer
+// records each acknowledged publish. The workers' torture handler records each attempt it
+// starts and finishes. Their Attempts hook records each outcome Redis stored. At the end the
+// producer records what it reads of every job.
+//
+// # Check
+//
+// Check (check.go) classifies every job from the ledger alone, plus the end state of Redis.
+// That state is the pending entries, the gauges, the dead set and the keys. The classes
+// follow.
+//
+// Ok: one committed outcome, the one the workload designed.
+//
+// Lost: acknowledged and never committed (not in a final state at the end).
+//
+// Duplicate commit: two final outcomes stored for one job (fencing failed).
+//
+// Duplicate execution: more handler starts than the job's design needs. It is allowed up to
+// the stated bound: faults x processes each can cut short x concurrency.
+//
+// Unexpected: a job the handlers ran or committed that no publish was acknowledged for.
+// Among them is a second job made for a unique key held by the first.
+//
+// Early: a delayed job started before its due time, less ClockSkew.
+//
+// # Scenarios
 //
 // Scenarios are a table (scenarios.go): a name, its nemeses and its short and long sizes. A
 // cluster slot migration, a Sentinel failover or a clock nemesis is one more nemesis in
-// nemesis.go and, when it needs another topology, one more kind of Redis in run.go.
+// nemesis.go. When it needs another topology, it is also one more kind of Redis in run.go.
 //
-// A scenario's Topology says which Redis it runs on (topology.go): one redis-server, or a
-// Redis Cluster of 3 masters with a replica each (redisproc.StartCluster), which the workers
-// reach with --cluster and the producer with a cluster client publishing durably (WAIT for one
-// replica, so that a failover loses no acknowledged job), and whose end state is read from
-// every master. The cluster nemeses (slot-move, replica-promote, master-kill) strike the
-// queue's slot and its master; CheckTopology refuses those a topology cannot take.
+// # Topologies
 //
-// A Sentinel set (TopologySentinel, sentinel.go: a master, one replica and three sentinels,
-// redisproc.StartSentinel) is reached by the workers with a Sentinel URL and by the producer
-// and the checks with failover clients; the producer publishes durably there too. Its nemeses
-// fail the master over: sentinel-failover coordinated (writes paused until the replica has
-// them), sentinel-master-kill by SIGKILL, the killed node restarted and rejoining as a replica.
+// A scenario's Topology says which Redis it runs on (topology.go). It is one redis-server, or
+// a Redis Cluster of 3 masters with a replica each (redisproc.StartCluster). The workers reach
+// a cluster with --cluster. The producer reaches it with a cluster client publishing durably:
+// it waits (WAIT) for one replica, so that a failover loses no acknowledged job. The end state
+// is read from every master. The cluster nemeses (slot-move, replica-promote, master-kill)
+// strike the queue's slot and its master. CheckTopology refuses those a topology cannot take.
+//
+// A Sentinel set is TopologySentinel (sentinel.go, redisproc.StartSentinel). It has a master,
+// one replica and three sentinels. The workers reach it with a Sentinel URL. The producer and
+// the checks reach it with failover clients, and the producer publishes durably there too.
+// Its nemeses fail the master over. In sentinel-failover it is coordinated: writes are paused
+// until the replica has them. In sentinel-master-kill the master gets SIGKILL. The killed node
+// restarts and rejoins as a replica.
 package torture

@@ -116,8 +116,8 @@ func ParseLine(line []byte) (Record, error) {
 }
 
 // Writer appends records to one process's ledger file. Each record is one write(2) of one
-// whole line to a file opened O_APPEND, so a SIGKILLed writer leaves whole lines only (the
-// kernel has them once write returns); the file is fsynced every SyncEvery and at Close, which
+// whole line to a file opened O_APPEND. So a SIGKILLed writer leaves whole lines only: the
+// kernel has them once write returns. The file is fsynced every SyncEvery and at Close, which
 // is what a crash of the host would need. Its methods are safe for concurrent use.
 type Writer struct {
 	mu    sync.Mutex
@@ -213,9 +213,10 @@ func (w *Writer) Close() error {
 }
 
 // ReadDir reads every *.jsonl ledger file of dir. A last line without its newline is a torn
-// write (a process killed in the middle of its write(2), which Linux does not do for a
-// regular file, but a ledger should not bet on it): it is counted in torn and skipped. Any
-// other bad line is an error: a ledger that cannot be read cannot vouch for anything.
+// write, from a process killed in the middle of its write(2). Linux does not do that for a
+// regular file, but a ledger should not bet on it. A torn line is counted in torn and
+// skipped. Any other bad line is an error: a ledger that cannot be read cannot vouch for
+// anything.
 func ReadDir(dir string) (recs []Record, torn int, err error) {
 	files, err := filepath.Glob(filepath.Join(dir, "*.jsonl"))
 	if err != nil {

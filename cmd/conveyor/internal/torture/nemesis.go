@@ -12,10 +12,10 @@ import (
 	"github.com/conveyorq/conveyor/pipeline"
 )
 
-// The nemeses. Each strikes when the run's schedule says and heals before it returns (a
-// killed process restarted, a stopped one resumed), so that they compose: a scenario's
-// nemeses are drawn by the seeded generator, one a tick, and one tick in three a worker
-// nemesis and a Redis or network one strike at once.
+// The nemeses. Each strikes when the run's schedule says and heals before it returns. A
+// killed process is restarted, a stopped one resumed. So they compose. A scenario's nemeses
+// are drawn by the seeded generator, one a tick. One tick in three, a worker nemesis and a
+// Redis or network one strike at once.
 const (
 	// NemesisKillWorker SIGKILLs one worker process and starts another in its place.
 	NemesisKillWorker = "kill-worker"
@@ -43,9 +43,9 @@ const (
 	NemesisMaxmemory = "maxmemory"
 )
 
-// NemesisLoseJob is the suite's self-test, not a fault Conveyor is meant to survive: it
+// NemesisLoseJob is the suite's self-test, not a fault Conveyor is meant to survive. It
 // deletes the latest-due scheduled job behind Conveyor's back (ZPOPMAX of the scheduled set,
-// DEL of its record), so the checker must find one job lost and the run must fail. It proves
+// DEL of its record). So the checker must find one job lost, and the run must fail. It proves
 // the checks are not vacuous; no scenario uses it.
 const NemesisLoseJob = "lose-job"
 

@@ -155,9 +155,9 @@ func (r *run) run(ctx context.Context) (*Result, error) {
 		return r.runSentinel(ctx)
 	}
 	var err error
-	// appendfsync always: a reply means the write is on disk, so a SIGKILL of the server
-	// loses no acknowledged job; everysec may lose the last second's writes on a crash of
-	// the host (a crash of the process alone loses nothing either way: the kernel has them).
+	// appendfsync always: a reply means the write is on disk. So a SIGKILL of the server
+	// loses no acknowledged job. Everysec may lose the last second's writes on a crash of
+	// the host. A crash of the process alone loses nothing either way: the kernel has them.
 	r.redis, err = redisproc.Start(filepath.Join(r.dir, "redis"), "--appendonly", "yes", "--appendfsync", r.opt.AppendFsync)
 	if err != nil {
 		return nil, err
@@ -390,12 +390,12 @@ func (r *run) publish(ctx context.Context, client *pipeline.Client, task pipelin
 	}
 }
 
-// strikeUntil runs the nemeses on their seeded schedule until the run's duration is over, and
-// then each nemesis the schedule left out once, alone: a short run (CI's) has a few ticks,
-// which a random draw among three or four nemeses can spend without one of them, and the run
-// would pass without trying it. It returns the faults made, the longest recovery (from a
-// fault's start until Redis counts a completion after it healed) and the duplicate executions
-// they allow.
+// strikeUntil runs the nemeses on their seeded schedule until the run's duration is over.
+// Then it runs each nemesis the schedule left out once, alone. A short run (CI's) has a few
+// ticks. A random draw among three or four nemeses can spend them without one of them, and
+// the run would pass without trying it. It returns the faults made, the longest recovery and
+// the duplicate executions they allow. A recovery runs from a fault's start until Redis
+// counts a completion after it healed.
 func (r *run) strikeUntil(ctx context.Context, begin time.Time) (faults int, maxRecovery time.Duration, bound int, err error) {
 	lo, hi := time.Second, 3*time.Second
 	if r.size.Duration < 10*time.Second {
@@ -511,8 +511,9 @@ func (r *run) stats(ctx context.Context) (*pipeline.QueueStats, error) {
 }
 
 // drain waits until no job is scheduled, queued or running and as many have ended as were
-// acknowledged, or until nothing was scheduled, queued or running for 2 s (nothing more can
-// happen: jobs are missing, which the checker will say), or opt.Drain passed.
+// acknowledged. It also stops when nothing was scheduled, queued or running for 2 s. Then
+// nothing more can happen: jobs are missing, which the checker will say. It stops, too, when
+// opt.Drain passed.
 func (r *run) drain(ctx context.Context, acked int) error {
 	deadline := time.Now().Add(r.opt.Drain)
 	var idleSince time.Time
@@ -884,8 +885,8 @@ func cmpPos[T int | time.Duration](v, def T) T {
 }
 
 // GoroutineSlack is how many more goroutines than a fresh worker's a worker that lived
-// through the run may have, idle, before it counts as leaking: its connections and
-// subscriptions may differ in number, a goroutine per fault would not stay within it for long.
+// through the run may have, idle, before it counts as leaking. Its connections and
+// subscriptions may differ in number. A goroutine per fault would not stay within it for long.
 const GoroutineSlack = 25
 
 // goroutines compares each surviving worker's goroutines, idle after the drain, with those of
@@ -917,9 +918,9 @@ func (r *run) goroutines(ctx context.Context) []string {
 	return out
 }
 
-// exited says, for a report, whether the worker's process had exited and how its log ends:
-// a survivor whose metrics cannot be read may have died without a nemesis (two loaded test runs
-// of maxmemory saw it, and the test's removed directory kept nothing else to tell why).
+// exited says, for a report, whether the worker's process had exited and how its log ends. A
+// survivor whose metrics cannot be read may have died without a nemesis. Two loaded test runs
+// of maxmemory saw it, and the test's removed directory kept nothing else to tell why.
 func (w *worker) exited() string {
 	select {
 	case <-w.done:
@@ -957,9 +958,9 @@ func (w *worker) steadyGoroutines(ctx context.Context) (int, error) {
 // (internal/cli's serveMetrics, with --log-format json).
 const metricsLogged = "serving Prometheus metrics"
 
-// metricsAddr returns the address the worker's /metrics listens on, from its log line: it
-// waits for that line, or for the worker's exit, for up to a minute (a worker logs it within
-// a second of its start here, so a machine ten times slower has room).
+// metricsAddr returns the address the worker's /metrics listens on, from its log line. It
+// waits for that line, or for the worker's exit, for up to a minute. A worker logs it within
+// a second of its start here, so a machine ten times slower has room.
 func (w *worker) metricsAddr(ctx context.Context) (string, error) {
 	if w.metrics != "" {
 		return w.metrics, nil

@@ -40,14 +40,15 @@ type Workload struct {
 	// Partitions creates the queue with this many partitions (0 or 1: a plain queue); the
 	// end-state checks read every partition.
 	Partitions int
-	// Limits (not with Partitions: a partitioned queue takes no limits) publishes a quarter
-	// of the jobs as LimitedType, limited to LimitConcurrency
-	// running at once across every worker and LimitRate starts a second; the checker counts
-	// their overlapping attempts in the ledger.
+	// Limits publishes a quarter of the jobs as LimitedType. They are limited to
+	// LimitConcurrency running at once across every worker, and LimitRate starts a second.
+	// The checker counts their overlapping attempts in the ledger. It does not go with
+	// Partitions: a partitioned queue takes no limits.
 	Limits bool
-	// Workflows publishes, every 30th job, a workflow in turn: a diamond, a diamond whose
-	// second task dies by design (its join canceled), a fan-out of 50 tasks and their join,
-	// and a batch of 10 (one dying by design) with a callback.
+	// Workflows publishes, every 30th job, a workflow of the next kind in turn. The kinds are
+	// a diamond, and a diamond whose second task dies by design (its join canceled). They are
+	// also a fan-out of 50 tasks and their join, and a batch of 10 (one dying by design) with
+	// a callback.
 	Workflows bool
 }
 

@@ -12,30 +12,31 @@ import (
 	"github.com/conveyorq/conveyor/internal/redisproc"
 )
 
-// TopologySentinel is a Redis Sentinel set: a master and one replica, every data node with
-// appendonly yes and appendfsync always, watched by three sentinels (quorum 2); the producer
-// and the checks use failover clients, the workers a Sentinel URL, and the producer publishes
-// durably (WAIT for the replica, pipeline.WithReplicas). One replica, not two: a sentinel
-// promotes the replica whose offset it last heard of as the highest, which with two replicas
-// may be the one without the last acknowledged writes; with one, WAIT 1 names the replica
-// that will be promoted.
+// TopologySentinel is a Redis Sentinel set: a master and one replica. Every data node has
+// appendonly yes and appendfsync always. Three sentinels watch them (quorum 2). The producer
+// and the checks use failover clients, and the workers a Sentinel URL. The producer publishes
+// durably (WAIT for the replica, pipeline.WithReplicas).
+//
+// It has one replica, not two. A sentinel promotes the replica whose offset it last heard of
+// as the highest. With two replicas that may be the one without the last acknowledged
+// writes. With one, WAIT 1 names the replica that will be promoted.
 const TopologySentinel = "sentinel"
 
 // The Sentinel nemeses: they need TopologySentinel.
 const (
-	// NemesisSentinelFailover is a coordinated failover (redisproc.SentinelSet.Switchover):
-	// the master's writes paused (CLIENT PAUSE WRITE) until the replica has them all,
-	// SENTINEL FAILOVER, the pause lifted once the old master has lost its replica (it then
-	// refuses writes: min-replicas-to-write 1); the sentinels turn the old master into a
-	// replica of the new one about 10 s later. SENTINEL FAILOVER alone is not coordinated:
-	// the old master takes writes from clients that have not heard of the switch yet, which
-	// the failover discards (docs/RELIABILITY.md, "Torture suite"). The nemesis waits until
-	// the set is whole.
+	// NemesisSentinelFailover is a coordinated failover (redisproc.SentinelSet.Switchover).
+	// The master's writes are paused (CLIENT PAUSE WRITE) until the replica has them all.
+	// Then comes SENTINEL FAILOVER. The pause is lifted once the old master has lost its
+	// replica. (It then refuses writes: min-replicas-to-write 1.) The sentinels turn the old
+	// master into a replica of the new one about 10 s later. SENTINEL FAILOVER alone is not
+	// coordinated. The old master takes writes from clients that have not heard of the
+	// switch yet, and the failover discards them (docs/RELIABILITY.md, "Torture suite"). The
+	// nemesis waits until the set is whole.
 	NemesisSentinelFailover = "sentinel-failover"
-	// NemesisSentinelMasterKill SIGKILLs the master; after down-after-milliseconds the
-	// sentinels agree it is down and promote the replica; the killed node is restarted on its
-	// AOF (as a master with stale data, which the sentinels turn into a replica of the new
-	// master) and the nemesis waits until the set is whole.
+	// NemesisSentinelMasterKill SIGKILLs the master. After down-after-milliseconds the
+	// sentinels agree it is down and promote the replica. The killed node is restarted on its
+	// AOF, as a master with stale data. The sentinels turn it into a replica of the new
+	// master. The nemesis waits until the set is whole.
 	NemesisSentinelMasterKill = "sentinel-master-kill"
 )
 

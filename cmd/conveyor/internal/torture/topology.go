@@ -29,10 +29,10 @@ const (
 
 // The cluster nemeses: they need TopologyCluster.
 const (
-	// NemesisSlotMove moves the queue's slot (its hash tag's) to another master under load
-	// with the documented CLUSTER SETSLOT IMPORTING/MIGRATING + MIGRATE procedure; one move
-	// in two in one batch, the other in four small batches 100 ms apart, while clients see
-	// ASK, TRYAGAIN and then MOVED. Moves alternate between masters, so the slot also goes
+	// NemesisSlotMove moves the queue's slot (its hash tag's) to another master under load.
+	// It uses the documented CLUSTER SETSLOT IMPORTING/MIGRATING + MIGRATE procedure. One
+	// move in two goes in one batch, the other in four small batches 100 ms apart. Clients
+	// see ASK, TRYAGAIN and then MOVED. Moves alternate between masters, so the slot also goes
 	// back.
 	NemesisSlotMove = "slot-move"
 	// NemesisReplicaPromote sends CLUSTER FAILOVER to the replica of the queue's master: a
@@ -139,8 +139,8 @@ func (r *run) strikeCluster(ctx context.Context, n string, rng *rand.Rand) (touc
 		}
 		rep := redis.NewClient(&redis.Options{Addr: replicas[0], MaxRetries: -1})
 		defer rep.Close()
-		// A master votes for one failover of a given master in twice cluster-node-timeout,
-		// and a manual failover that gets no majority gives up after 5 s, silently: a
+		// A master votes for one failover of a given master in twice cluster-node-timeout.
+		// A manual failover that gets no majority gives up after 5 s, silently. So a
 		// promotion soon after the previous one of the same pair is asked again.
 		for try := 0; ; try++ {
 			if err := rep.ClusterFailover(ctx).Err(); err != nil {
