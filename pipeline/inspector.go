@@ -530,9 +530,9 @@ func (b *pageBudget) chunked(list listFunc) listFunc {
 
 // listLevels is a listing of stream entries (queued, in progress) of one queue or partition.
 // It goes through the streams of its priority levels in level order, the order workers read
-// them. Its list func lists one level's stream (a keys.Queue.AtLevel view). A cursor in a level above 1
-// is "p<level>:" and the level's own cursor (nothing: from the level's start). A level-1
-// cursor is the stream's own, as for a queue that never had levels.
+// them. Its list func lists one level's stream (a keys.Queue.AtLevel view). A cursor in a
+// level above 1 is "p<level>:" and the level's own cursor (nothing: from the level's start).
+// A level-1 cursor is the stream's own, as for a queue that never had levels.
 func (i *Inspector) listLevels(ctx context.Context, q keys.Queue, cursor string, limit int, bud *pageBudget, list listFunc) (*JobPage, error) {
 	level, inner, ok := cutLevelCursor(cursor)
 	if !ok {
