@@ -314,7 +314,7 @@ func publisherOnly(k string) bool {
 // controlOptions reads the control keys ctrl (MetaKeyPrefix) into t's type and options, and
 // returns the options also applied, checked as Enqueue checks them. It is the one reading of
 // control keys: the Publisher's, and a Worker's for the messages of another publisher it
-// adopts. uniqueTTL holds a unique key given without MetaKeyUniqueTTL.
+// adopts. A unique key given without MetaKeyUniqueTTL is held for uniqueTTL.
 func controlOptions(ctrl map[string]string, t *Task, uniqueTTL time.Duration) ([]Option, enqueueOptions, error) {
 	var o enqueueOptions
 	opts, err := readControl(ctrl, t, uniqueTTL)
