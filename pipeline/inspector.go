@@ -27,7 +27,7 @@ const (
 	// MaxPageLimit bounds a page: a larger Limit is reduced to it, so one call reads at most
 	// this many job records.
 	MaxPageLimit = 1000
-	// DefaultPageBytes is the byte budget of a Page with no MaxBytes: a page ends with the job
+	// DefaultPageBytes is the byte budget of a Page with no MaxBytes. A page ends with the job
 	// whose payload and result bytes, added to those before it, reach it.
 	DefaultPageBytes = 8 << 20
 )
@@ -99,8 +99,8 @@ func (c InspectorConfig) validate() error {
 // the metrics collector are built on it; so can a user's own tools. It is safe for concurrent
 // use.
 //
-// Every call is bounded in the work it asks of Redis: no KEYS, no SCAN but DeleteQueue's (over
-// the queue's own node), at most MaxPageLimit job records read per List call.
+// Every call is bounded in the work it asks of Redis. No KEYS, and no SCAN but DeleteQueue's
+// (over the queue's own node). At most MaxPageLimit job records are read per List call.
 type Inspector struct {
 	rdb   redis.UniversalClient
 	store jobstate.Backend
@@ -213,13 +213,13 @@ func (i *Inspector) Get(ctx context.Context, queue, id string) (*Job, error) {
 	return j, err
 }
 
-// Find looks job id up in every known queue, when the caller does not know its queue: which
-// queues hold a record of that id is asked first (EXISTS, narrowed over chunks of queues on a
-// standalone server, one per queue in one pipeline on a cluster), then the job is read from the
-// first of them. It returns the
-// job (its Queue says where it was found) and the queues it searched, sorted; ErrNotFound when
-// no queue has it. Ids are unique per queue only: when several queues have a job of that id, it
-// returns the one in the first queue by name; Get with a queue picks another.
+// Find looks job id up in every known queue, when the caller does not know its queue. It asks
+// first which queues hold a record of that id (EXISTS). On a standalone server that is
+// narrowed over chunks of queues; on a cluster it is one per queue in one pipeline. Then the
+// job is read from the first of them. It returns the job (its Queue says where it was found)
+// and the queues it searched, sorted; ErrNotFound when no queue has it. Ids are unique per
+// queue only. When several queues have a job of that id, it returns the one in the first
+// queue by name; Get with a queue picks another.
 func (i *Inspector) Find(ctx context.Context, id string) (*Job, []string, error) {
 	if err := keys.ValidateID(id); err != nil {
 		return nil, nil, fmt.Errorf("%w: %w", ErrInvalid, err)
@@ -274,10 +274,10 @@ func (i *Inspector) Cancel(ctx context.Context, queue, id string) error {
 type Page struct {
 	Cursor string
 	Limit  int
-	// MaxBytes is the page's byte budget: the page ends early, its Next right after it, with
+	// MaxBytes is the page's byte budget. The page ends early, its Next right after it, with
 	// the job whose payload and result bytes, added to those of the jobs before it, reach
-	// MaxBytes (so a job larger than the whole budget still makes a page of its own, and a
-	// listing always moves on). 0: DefaultPageBytes; negative: ErrInvalid.
+	// MaxBytes. So a job larger than the whole budget still makes a page of its own, and a
+	// listing always moves on. 0: DefaultPageBytes; negative: ErrInvalid.
 	MaxBytes int64
 }
 
@@ -311,7 +311,7 @@ type Lease struct {
 	// Worker is the worker (its consumer name) that holds the entry.
 	Worker string
 	// Idle is how long ago the worker last renewed its lease (or was handed the entry). A live
-	// worker renews every third of its visibility timeout; an idle time past the visibility
+	// worker renews every third of its visibility timeout. An idle time past the visibility
 	// timeout means the worker is gone and recovery will put the job back.
 	Idle time.Duration
 	// Deliveries counts the times the entry was handed to a worker (renewals do not count).
@@ -345,46 +345,46 @@ func (p *JobPage) MarshalJSON() ([]byte, error) {
 	}{jobs, p.Next, p.Leases})
 }
 
-// List returns a page of the jobs of queue that have status:
+// List returns a page of the jobs of queue that have status. For each status:
 //
-//   - StatusScheduled: the scheduled set by due time, earliest first (a job due already but not
-//     yet promoted is still listed). The cursor is "<due unix ms>:<id>".
-//   - StatusQueued: the stream's entries in stream order that no worker was handed yet (those
-//     after the consumer group's last-delivered id, less any that are pending). The cursor is
-//     the last entry id seen.
+//   - StatusScheduled: the scheduled set by due time, earliest first. A job due already but
+//     not yet promoted is still listed. The cursor is "<due unix ms>:<id>".
+//   - StatusQueued: the stream's entries, in stream order, that no worker was handed yet.
+//     Those are after the consumer group's last-delivered id, less any that are pending. The
+//     cursor is the last entry id seen.
 //   - StatusInProgress: the group's pending entries list in entry order. Each job's Worker is
-//     the worker that holds it now, Attempt the attempt it runs, Entry the entry it holds, and
-//     JobPage.Leases has its lease (idle time since the last renewal). A job a worker was just
-//     handed is listed here before the worker records its start. The cursor is the last entry
-//     id seen.
+//     the worker that holds it now, Attempt the attempt it runs, Entry the entry it holds.
+//     JobPage.Leases has its lease (idle time since the last renewal). A job a worker was
+//     just handed is listed here before the worker records its start. The cursor is the last
+//     entry id seen.
 //   - StatusFailed (or "dead", its alias: ParseStatus): the dead set, newest death first. The
 //     cursor is "<death unix ms>:<id>".
 //   - StatusCompleted, StatusCanceled: the queue's index of completed (or canceled) jobs,
 //     newest first, while their records are retained. The cursor is "<unix ms>:<id>". The
-//     index keeps the jobs of the queue's default retention (a job kept longer by its own
-//     WithRetention leaves the listing sooner, and is still found by id) and at most
-//     keys.FinishedIndexCap (10,000) a partition, the newest; a job kept only as a tombstone
-//     (RetainNone) is not indexed.
+//     index keeps the jobs of the queue's default retention. A job kept longer by its own
+//     WithRetention leaves the listing sooner, and is still found by id. The index keeps at
+//     most keys.FinishedIndexCap (10,000) a partition, the newest. A job kept only as a
+//     tombstone (RetainNone) is not indexed.
 //
 // An unknown status returns ErrInvalid, as does a cursor that is not one of this status's.
 //
-// A page holds at most Page.Limit jobs and ends early at its byte budget (Page.MaxBytes: the
-// payload and result bytes of its jobs, DefaultPageBytes by default), its Next then the job
-// after the last one it holds: 300 dead jobs of 1 MB are 8 pages of 8 MB by default, not one of
-// 300 MB. Only what the page holds is read: a sorted set's page learns its jobs' sizes first
-// (HSTRLEN, no payload read), a stream's (queued, in_progress) reads entries in chunks of 16 at
-// first, then as many as the budget's rest fits at the sizes seen.
+// A page holds at most Page.Limit jobs. It ends early at its byte budget: Page.MaxBytes of
+// payload and result bytes, DefaultPageBytes by default. Its Next is then the job after the
+// last one it holds. So 300 dead jobs of 1 MB are 8 pages of 8 MB by default, not one of 300
+// MB. Only what the page holds is read. A sorted set's page learns its jobs' sizes first
+// (HSTRLEN, no payload read). A stream's (queued, in_progress) reads entries in chunks of 16
+// at first, then as many as the budget's rest fits at the sizes seen.
 //
-// A page costs Redis at most Page.Limit job records (read in one pipelined round trip, or one
-// script for in_progress) besides the index it pages through, whose read starts at the cursor
-// (O(log N)). Pages are not a snapshot: a job that changes status while a listing goes on may
-// be missed or seen in two statuses, and a job seen in the index but gone or moved on when its
-// record is read is left out, so a page may hold fewer than Limit jobs, even none, before the
-// end. Only an empty Next means the end. A page carries the jobs' payloads: size Limit for
-// them.
+// A page costs Redis at most Page.Limit job records, besides the index it pages through. The
+// records are read in one pipelined round trip, or one script for in_progress. The index read
+// starts at the cursor (O(log N)). Pages are not a snapshot. A job that changes status while
+// a listing goes on may be missed or seen in two statuses. A job seen in the index but gone or
+// moved on when its record is read is left out. So a page may hold fewer than Limit jobs, even
+// none, before the end. Only an empty Next means the end. A page carries the jobs' payloads:
+// size Limit for them.
 //
-// A partitioned queue is listed partition after partition, each in the order above (so the
-// order holds within a partition, not across them), and a page may span partitions. Its cursor
+// A partitioned queue is listed partition after partition, each in the order above. So the
+// order holds within a partition, not across them, and a page may span partitions. Its cursor
 // is "<partition>/<the partition's cursor>".
 func (i *Inspector) List(ctx context.Context, queue string, status Status, page Page) (*JobPage, error) {
 	if err := i.check(queue, ""); err != nil {
@@ -413,8 +413,8 @@ func (i *Inspector) List(ctx context.Context, queue string, status Status, page 
 		return nil, invalid("unknown status %q: want %s, %s, %s, %s, %s or %s", status,
 			StatusScheduled, StatusQueued, StatusInProgress, StatusFailed, StatusCompleted, StatusCanceled)
 	}
-	// A malformed cursor is the caller's mistake whether or not Redis answers: refuse it before
-	// reading the partition count (which says which of the two forms it must be).
+	// A malformed cursor is the caller's mistake whether or not Redis answers. Refuse it
+	// before reading the partition count (which says which of the two forms it must be).
 	if !cursorShape(status, page.Cursor) {
 		return nil, invalid("cursor %q is not one of a %s listing", page.Cursor, status)
 	}
@@ -434,9 +434,9 @@ func (i *Inspector) List(ctx context.Context, queue string, status Status, page 
 	return p, err
 }
 
-// cursorShape reports whether cursor can be one of a status listing's, of a plain queue
-// ("<unix ms>:<job id>" or a stream entry id) or of a partitioned one ("<partition>/" and one
-// of those, or nothing). listOne and listPartitions check the form the queue needs.
+// cursorShape reports whether cursor can be one of a status listing's. For a plain queue that
+// is "<unix ms>:<job id>" or a stream entry id. For a partitioned one it is "<partition>/" and
+// one of those, or nothing. listOne and listPartitions check the form the queue needs.
 func cursorShape(status Status, cursor string) bool {
 	if num, rest, ok := strings.Cut(cursor, "/"); ok {
 		if n, err := strconv.Atoi(num); err != nil || n < 0 || strconv.Itoa(n) != num {
@@ -480,14 +480,14 @@ func (i *Inspector) listOne(ctx context.Context, q keys.Queue, status Status, cu
 // listFunc lists a page of one stream (a level of a queue or partition) from cursor.
 type listFunc func(ctx context.Context, q keys.Queue, cursor string, limit int) (*JobPage, error)
 
-// streamChunk is the first read of a stream listing under a byte budget: entries carry their
+// streamChunk is the first read of a stream listing under a byte budget. Entries carry their
 // payloads, so a stream is read a chunk at a time and the page cut at the budget.
 const streamChunk = 16
 
-// chunked is list read a chunk at a time, the page cut at the budget: its Next is then the
+// chunked is list read a chunk at a time, the page cut at the budget. Its Next is then the
 // entry of the last job it holds (a stream cursor is the last entry seen). The first chunk is
-// streamChunk entries; each next one as many as the rest of the budget fits at the mean size
-// seen, so small jobs take one or two reads and big ones never many more than fit.
+// streamChunk entries. Each next one is as many as the rest of the budget fits at the mean
+// size seen. So small jobs take one or two reads, and big ones never many more than fit.
 func (b *pageBudget) chunked(list listFunc) listFunc {
 	return func(ctx context.Context, q keys.Queue, cursor string, limit int) (*JobPage, error) {
 		out := &JobPage{}
@@ -528,11 +528,11 @@ func (b *pageBudget) chunked(list listFunc) listFunc {
 	}
 }
 
-// listLevels is a listing of stream entries (queued, in progress) of one queue or partition
-// through the streams of its priority levels in level order, the order workers read them:
-// list lists one level's stream (a keys.Queue.AtLevel view). A cursor in a level above 1 is
-// "p<level>:" and the level's own cursor (nothing: from the level's start); a level-1 cursor
-// is the stream's own, as for a queue that never had levels.
+// listLevels is a listing of stream entries (queued, in progress) of one queue or partition.
+// It goes through the streams of its priority levels in level order, the order workers read
+// them. Its list func lists one level's stream (a keys.Queue.AtLevel view). A cursor in a
+// level above 1 is "p<level>:" and the level's own cursor (nothing: from the level's start).
+// A level-1 cursor is the stream's own, as for a queue that never had levels.
 func (i *Inspector) listLevels(ctx context.Context, q keys.Queue, cursor string, limit int, bud *pageBudget, list listFunc) (*JobPage, error) {
 	level, inner, ok := cutLevelCursor(cursor)
 	if !ok {
@@ -851,8 +851,9 @@ func (e entryID) less(o entryID) bool { return e.ms < o.ms || e.ms == o.ms && e.
 
 // Replay moves a dead job back into the stream for a fresh set of attempts. A job published
 // WithUnique takes its key again. It returns ErrNotDead for a job that is not in the dead set,
-// ErrNotFound for an unknown id, ErrUniqueHeld when another job holds the job's unique key, and
-// ErrInvalid for the dead record of an unreadable stream entry, which has no type to run.
+// and ErrNotFound for an unknown id. It returns ErrUniqueHeld when another job holds the
+// job's unique key. It returns ErrInvalid for the dead record of an unreadable stream entry,
+// which has no type to run.
 func (i *Inspector) Replay(ctx context.Context, queue, id string) error {
 	if err := i.checkJob(queue, id); err != nil {
 		return err
@@ -990,7 +991,7 @@ func (i *Inspector) replayAll(ctx context.Context, q keys.Queue) (int, []error, 
 const purgeChunk = 500
 
 // Purge deletes the given dead jobs of queue and returns how many it deleted. A job that is
-// not dead is refused with ErrNotDead and left as it is, an unknown id with ErrNotFound; the
+// not dead is refused with ErrNotDead and left as it is; an unknown id with ErrNotFound. The
 // other jobs are deleted all the same, and the error joins one error per refused id. Bad ids
 // (ErrInvalid) delete nothing.
 func (i *Inspector) Purge(ctx context.Context, queue string, ids ...string) (int, error) {
@@ -1110,27 +1111,28 @@ func (i *Inspector) PurgeAll(ctx context.Context, queue string, olderThan time.D
 
 // DeleteQueue deletes every key of queue (its stream, scheduled and dead sets, job records,
 // counters, unique keys and lock) and removes it from the known queues. Unless force is true,
-// it refuses with ErrQueueBusy, deleting nothing, while the queue has unfinished jobs
-// (scheduled, queued, or held by a worker) or dead jobs (failed for good, kept for a replay:
-// deleting them loses them); finished records do not count. It returns ErrQueueNotFound for a
-// queue that is neither known nor has any key.
+// it refuses with ErrQueueBusy, deleting nothing, while the queue has unfinished or dead
+// jobs. Unfinished means scheduled, queued, or held by a worker. Dead jobs failed for good
+// and are kept for a replay: deleting them loses them. Finished records do not count. It
+// returns ErrQueueNotFound for a queue that is neither known nor has any key.
 //
-// The keys are found with SCAN pages (1000 keys a page) over "prefix:{queue}:*" on the one
-// node that holds the queue's hash slot (every node of a Ring), and unlinked a page at a time;
-// and over "prefix:{queue#*" on every master, the keys of every partition of every count the
-// queue had (a change of the count leaves empty streams behind); its partition count goes with
-// it (a queue made again later has one partition unless CreateQueue says more).
-// It is not atomic with what else runs: stop the queue's producers and workers first, or a job
-// published meanwhile may be deleted half-way and a worker recreates the stream it reads.
+// The keys are found with SCAN pages (1000 keys a page) and unlinked a page at a time. The
+// scan covers "prefix:{queue}:*" on the one node that holds the queue's hash slot (every node
+// of a Ring). It also covers "prefix:{queue#*" on every master: the keys of every partition of
+// every count the queue had. A change of the count leaves empty streams behind. Its partition
+// count goes with it; a queue made again later has one partition unless CreateQueue says more.
+// It is not atomic with what else runs, so stop the queue's producers and workers first.
+// Otherwise a job published meanwhile may be deleted half-way, and a worker recreates the
+// stream it reads.
 //
-// Live workers that read the queue do not make it refuse: QueueReaders names them, and the CLI
-// and the API warn with it after the deletion. Such a worker's blocked read ends (Redis says
-// the stream no longer exists); it makes the stream and its consumer group again, empty, logs
-// that once at info, and runs any job published to the queue afterwards. Refusing on the
-// heartbeat alone would be wrong both ways: a worker without one (DisableHeartbeat, an older
-// version) is invisible, and a killed worker's record lingers for three beats; and force
-// already means "drop the unfinished jobs", which is not what a caller who stops the workers
-// next means. So deleting a read queue works, and says who still reads it.
+// Live workers that read the queue do not make it refuse. QueueReaders names them, and the
+// CLI and the API warn with it after the deletion. Such a worker's blocked read ends (Redis
+// says the stream no longer exists). It makes the stream and its consumer group again, empty,
+// and logs that once at info. It runs any job published to the queue afterwards. Refusing on
+// the heartbeat alone would be wrong both ways. A worker without one (DisableHeartbeat, an
+// older version) is invisible, and a killed worker's record lingers for three beats. And
+// force already means "drop the unfinished jobs", which a caller who stops the workers next
+// does not mean. So deleting a read queue works, and says who still reads it.
 func (i *Inspector) DeleteQueue(ctx context.Context, queue string, force bool) error {
 	if err := i.check(queue, ""); err != nil {
 		return err
@@ -1165,10 +1167,10 @@ func (i *Inspector) DeleteQueue(ctx context.Context, queue string, force bool) e
 	if err != nil {
 		return fmt.Errorf("delete queue %s: %w", queue, err)
 	}
-	// The plain keys (all under the queue's base, prefix:{queue}:, so in one slot: one master
-	// is scanned on a cluster), then those of every partition of every count the queue ever
-	// had (the empty streams a change of the count leaves, the tags of the version before):
-	// on a cluster those are on every master.
+	// The plain keys first: all under the queue's base, prefix:{queue}:, so in one slot, and
+	// one master is scanned on a cluster. Then those of every partition of every count the
+	// queue ever had: the empty streams a change of the count leaves, and the tags of the
+	// version before. On a cluster those are on every master.
 	n, err := i.store.ScanKeys(ctx, i.keys(queue).Base(), true, false)
 	if err == nil {
 		var m int

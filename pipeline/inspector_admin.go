@@ -13,7 +13,8 @@ import (
 )
 
 // The Inspector's answers for administration tools (the CLI, the HTTP API) that would
-// otherwise compute them from raw reads: what a purge would delete, and whether a queue exists.
+// otherwise compute them from raw reads. They say what a purge would delete, and whether a
+// queue exists.
 
 // PurgeDryRun returns dead job id of queue, which Purge would delete, and deletes nothing. It
 // refuses as Purge does: ErrNotDead for a job that is not in the dead set, ErrNotFound for an
@@ -29,10 +30,10 @@ func (i *Inspector) PurgeDryRun(ctx context.Context, queue, id string) (*Job, er
 	return j, nil
 }
 
-// PurgeAllDryRun returns the dead jobs that PurgeAll(ctx, queue, olderThan) would delete now
-// (those that died at least olderThan ago by Redis's clock, picked by the script PurgeAll
-// runs), newest first within each partition as List shows them, and deletes nothing. It reads
-// every such job's record; PurgeAllDryRunIDs reads their ids only.
+// PurgeAllDryRun returns the dead jobs that PurgeAll(ctx, queue, olderThan) would delete now,
+// and deletes nothing. Those died at least olderThan ago by Redis's clock, picked by the
+// script PurgeAll runs. They come newest first within each partition, as List shows them. It
+// reads every such job's record; PurgeAllDryRunIDs reads their ids only.
 func (i *Inspector) PurgeAllDryRun(ctx context.Context, queue string, olderThan time.Duration) ([]*Job, error) {
 	var out []*Job
 	err := i.purgeAllDryRun(ctx, queue, olderThan, func(q keys.Queue, ids []string) error {
@@ -44,9 +45,9 @@ func (i *Inspector) PurgeAllDryRun(ctx context.Context, queue string, olderThan 
 }
 
 // PurgeAllDryRunIDs returns the ids of the dead jobs that PurgeAll(ctx, queue, olderThan)
-// would delete now, in PurgeAllDryRun's order, and deletes nothing. It reads the ids alone (the
-// purge script's pages of the dead set), no job record: a dry run over many big dead jobs costs
-// their ids, not their payloads.
+// would delete now, in PurgeAllDryRun's order, and deletes nothing. It reads the ids alone
+// (the purge script's pages of the dead set), no job record. So a dry run over many big dead
+// jobs costs their ids, not their payloads.
 func (i *Inspector) PurgeAllDryRunIDs(ctx context.Context, queue string, olderThan time.Duration) ([]string, error) {
 	var out []string
 	err := i.purgeAllDryRun(ctx, queue, olderThan, func(_ keys.Queue, ids []string) error {
@@ -90,8 +91,8 @@ func (i *Inspector) purgeAllDryRun(ctx context.Context, queue string, olderThan 
 	return nil
 }
 
-// deadJobs reads the dead jobs ids of q, in order, a pipeline per chunk; an id whose record is
-// gone or no longer dead (replayed meanwhile) is left out.
+// deadJobs reads the dead jobs ids of q, in order, a pipeline per chunk. An id whose record
+// is gone or no longer dead (replayed meanwhile) is left out.
 func (i *Inspector) deadJobs(ctx context.Context, q keys.Queue, ids []string) ([]*Job, error) {
 	var out []*Job
 	for chunk := range slices.Chunk(ids, purgeAllChunk) {
@@ -123,9 +124,10 @@ func (i *Inspector) deadJobs(ctx context.Context, q keys.Queue, ids []string) ([
 	return out, nil
 }
 
-// QueueExists reports whether queue exists: it is a known queue (something was published to
-// it or a worker read it, and DeleteQueue did not remove it since), or it has jobs or counts
-// to show. A name that is neither is most likely a typo; QueueNames lists the known ones.
+// QueueExists reports whether queue exists. It does when it is a known queue, or has jobs or
+// counts to show. A queue is known once something was published to it or a worker read it,
+// until DeleteQueue removes it. A name that is neither is most likely a typo; QueueNames lists
+// the known ones.
 func (i *Inspector) QueueExists(ctx context.Context, queue string) (bool, error) {
 	st, err := i.Stats(ctx, queue)
 	if err != nil {
@@ -145,10 +147,11 @@ func (i *Inspector) QueueNames(ctx context.Context) ([]string, error) {
 }
 
 // RunNow moves a scheduled job (delayed, a retry waiting for its backoff, or snoozed) into its
-// queue's stream now, as the scheduler would at its due time: the move is one script
+// queue's stream now, as the scheduler would at its due time. The move is one script
 // (run_now.lua), so a scheduler promoting the job at the same moment moves it once. A retry
-// keeps its attempt count. It returns ErrNotScheduled for a job in any other status, or one
-// that waits for a concurrency slot of a limit, and ErrNotFound for an unknown one.
+// keeps its attempt count. It returns ErrNotFound for an unknown job. It returns
+// ErrNotScheduled for a job in any other status, or one that waits for a concurrency slot of
+// a limit.
 func (i *Inspector) RunNow(ctx context.Context, queue, id string) error {
 	return i.onJob(ctx, queue, id, func(q keys.Queue) error {
 		row, err := i.store.RunNow(ctx, q, jobstate.RunNowParams{ID: id, Events: i.store.Events(ctx)})
@@ -159,12 +162,13 @@ func (i *Inspector) RunNow(ctx context.Context, queue, id string) error {
 	})
 }
 
-// Delete removes a scheduled or queued job entirely: its record, its place in the scheduled set
-// or its stream entry, its unique and debounce keys and its place in a fair group, in one step
-// (cancel.lua's, with no record kept). Unlike Cancel it leaves no canceled record behind; the
-// job still counts as canceled in the queue's counters (every published job ends in one of
-// them) and its waiters hear "canceled". It returns ErrNotDeletable for a job in any other
-// status (cancel a running job, purge a dead one) and ErrNotFound for an unknown one.
+// Delete removes a scheduled or queued job entirely, in one step (cancel.lua's, with no
+// record kept). That is its record, its place in the scheduled set or its stream entry, its
+// unique and debounce keys and its place in a fair group. Unlike Cancel it leaves no canceled
+// record behind. The job still counts as canceled in the queue's counters, since every
+// published job ends in one of them, and its waiters hear "canceled". It returns
+// ErrNotDeletable for a job in any other status (cancel a running job, purge a dead one) and
+// ErrNotFound for an unknown one.
 func (i *Inspector) Delete(ctx context.Context, queue, id string) error {
 	now := i.cfg.Now()
 	return i.onJob(ctx, queue, id, func(q keys.Queue) error {
@@ -190,8 +194,9 @@ func (i *Inspector) onJob(ctx context.Context, queue, id string, op func(keys.Qu
 	return onPartition(ctx, i.store, qs, id, op)
 }
 
-// rowError is the error of a job's script reply: nil for script.OK, ErrNotFound, and wrong
-// wrapped with the job's status (as a person reads it: dead for failed) for script.WrongState.
+// rowError is the error of a job's script reply: nil for script.OK, or ErrNotFound. For
+// script.WrongState it is wrong, wrapped with the job's status as a person reads it (dead for
+// failed).
 func rowError(op, queue, id string, row jobstate.Row, err error, wrong error) error {
 	if err != nil {
 		return fmt.Errorf("%s %s/%s: %w", op, queue, id, err)

@@ -36,7 +36,7 @@ const (
 )
 
 // Task is what a producer asks to run: a type that selects the handler, an opaque payload and
-// optional metadata (string pairs handed to the handler and to Watermill middleware).
+// optional metadata. Metadata are string pairs handed to the handler and Watermill middleware.
 type Task struct {
 	Type     string
 	Payload  []byte
@@ -98,11 +98,11 @@ type Job struct {
 	ScheduledFor string
 	// Snoozes counts the times the job's handler snoozed it (bounded: WorkerConfig.MaxSnoozes).
 	Snoozes int
-	// Reported is the last progress report of the job's handler (Job.Progress): the running
-	// attempt's while the job runs (nil until it reports: a retry or a recovered job does not
-	// show the attempt before's), the failed attempt's while a retry waits, and the last
-	// attempt's once the job finished (which need not be 100: it says where a failed job
-	// stopped). Nil on a handler's own job.
+	// Reported is the last progress report of the job's handler (Job.Progress). While the job
+	// runs it is the running attempt's; nil until it reports, since a retry or a recovered job
+	// does not show the attempt before's. While a retry waits it is the failed attempt's. Once
+	// the job finished it is the last attempt's. That need not be 100: it says where a failed
+	// job stopped. Nil on a handler's own job.
 	Reported *Progress
 	// Attempts are the job's attempts, oldest first, the last MaxAttempts (20): each one's
 	// worker, start, end, outcome and error. Set on jobs read back (Client.Get,
@@ -177,8 +177,8 @@ type jobJSON struct {
 	Attempts []attemptJSON `json:"attempts"`
 }
 
-// MarshalJSON writes the job with times as unix milliseconds (0 when not yet), and payload and
-// result as JSON when they are valid JSON, else as JSON strings (null when empty).
+// MarshalJSON writes the job with times as unix milliseconds (0 when not yet). Payload and
+// result are JSON when they are valid JSON, else JSON strings (null when empty).
 func (j *Job) MarshalJSON() ([]byte, error) {
 	md := j.Metadata
 	if md == nil {

@@ -39,7 +39,7 @@ const MaxAttempts = keys.MaxAttemptHistory
 // JobAttempt is one execution of a job, as Job.Attempts lists them.
 type JobAttempt struct {
 	// Number is the attempt's number (Job.Attempt then). A snoozed attempt is not counted, so
-	// the next run has its number too; a replay counts from 1 again, after a mark of its own
+	// the next run has its number too. A replay counts from 1 again, after a mark of its own
 	// (AttemptReplayed, Number 0).
 	Number int
 	// Worker is the worker (its consumer name) that ran it.
@@ -75,11 +75,12 @@ func attemptsJSON(as []JobAttempt) []attemptJSON {
 	return out
 }
 
-// attemptsOf is a job's attempts, oldest first, the last MaxAttempts: the history its hash
-// records (the attempts that ended without completing it, as they ended) and, for a job that
-// runs, completed or was canceled (or failed, when its history lacks the attempt: a job that
-// failed before histories were kept), its last attempt read from the hash itself (worker,
-// started_at, completed_at), unless the history has it already (the same start).
+// attemptsOf is a job's attempts, oldest first, the last MaxAttempts. First comes the history
+// its hash records: the attempts that ended without completing it, as they ended. Then its
+// last attempt, read from the hash itself (worker, started_at, completed_at), unless the
+// history has it already (the same start). That last one is added for a job that runs,
+// completed or was canceled. It is added for a failed job too when its history lacks the
+// attempt, as for one that failed before histories were kept.
 func attemptsOf(r jobstate.Record) []JobAttempt {
 	out := make([]JobAttempt, 0, len(r.Attempts)+1)
 	seen := false

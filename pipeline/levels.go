@@ -13,19 +13,20 @@ import (
 	"github.com/conveyorq/conveyor/stream"
 )
 
-// LevelsRefresh is how often a worker (its settings watcher) reads which priority levels (WithPriority) its queues'
-// jobs use, to start reading a level's stream: the first job of a new level in a queue waits
-// at most this long (plus a read) for a worker that runs already.
+// LevelsRefresh is how often a worker (its settings watcher) reads which priority levels
+// (WithPriority) its queues' jobs use, to start reading a level's stream. So the first job of
+// a new level in a queue waits at most this long (plus a read) for a worker that runs already.
 const LevelsRefresh = time.Second
 
-// levelsWatcher starts, driven by the settings watcher, the reading of a queue's priority level streams
-// (keys.Queue.LevelStream) once a job of that level was published: a worker reads a level's
-// stream only while the queue's set of levels (keys.Queue.Levels, added to by every publish of
-// a job above level 1) names it. A queue whose jobs never named a level so has its one stream,
-// one reader and the slot an idle reader holds, as before levels existed; a queue with levels
-// has one reader per level used, read in level order (stream.Config.Levels). The set is read
-// before the session's reading begins, then every LevelsRefresh; levels are never
-// dropped within a session (the set only grows while the queue exists).
+// levelsWatcher starts, driven by the settings watcher, the reading of a queue's priority
+// level streams (keys.Queue.LevelStream) once a job of that level was published. A worker
+// reads a level's stream only while the queue's set of levels (keys.Queue.Levels) names it.
+// Every publish of a job above level 1 adds to that set. So a queue whose jobs never named a
+// level has its one stream, one reader and the slot an idle reader holds, as before levels
+// existed. A queue with levels has one reader per level used, read in level order
+// (stream.Config.Levels). The set is read before the session's reading begins, then every
+// LevelsRefresh. Levels are never dropped within a session; the set only grows while the queue
+// exists.
 type levelsWatcher struct {
 	w      *Worker
 	router *message.Router
@@ -88,7 +89,7 @@ func (w *Worker) levels(streamKey string) (string, int) {
 }
 
 // levelViews adds to queues the views of q at every level above 1 (keys.Queue.AtLevel), by
-// their stream keys, so that a message of a level stream finds its queue.
+// their stream keys. So a message of a level stream finds its queue.
 func levelViews(queues map[string]*keys.Queue, q keys.Queue) {
 	for level := keys.MinPriority + 1; level <= keys.MaxPriority; level++ {
 		v := q.AtLevel(level)

@@ -15,23 +15,23 @@ const (
 	MaxLimitInterval = 7 * 24 * time.Hour
 )
 
-// MaxQueueLimits bounds how many limits (scopes) one queue may have: far more job types than a
-// queue runs, and few enough that every worker's read of a queue's limits each LimitsRefresh,
-// and a listing, stay small. SetLimit refuses a new scope past it; a scope that has a limit
-// may always be set again.
+// MaxQueueLimits bounds how many limits (scopes) one queue may have. It is far more than the
+// job types a queue runs. It is few enough that every worker's read of a queue's limits each
+// LimitsRefresh, and a listing, stay small. SetLimit refuses a new scope past it; a scope that
+// has a limit may always be set again.
 const MaxQueueLimits = 1000
 
-// Limit is a flow-control limit of a queue, stored in Redis so that every worker obeys the same
-// one and an operator changes it live (Inspector.SetLimit): a rate, "at most Rate jobs started
-// in any window of Interval", and/or a concurrency, "at most Concurrency jobs running at once",
-// over a scope. A rate lets Rate jobs start at once after a quiet Interval, then the next once
-// the first of them started an Interval ago.
+// Limit is a flow-control limit of a queue over a scope. It is stored in Redis, so every
+// worker obeys the same one and an operator changes it live (Inspector.SetLimit). It is a
+// rate, "at most Rate jobs started in any window of Interval", and/or a concurrency, "at most
+// Concurrency jobs running at once". A rate lets Rate jobs start at once after a quiet
+// Interval, then the next once the first of them started an Interval ago.
 //
-// The scope is the whole queue, or one job type (Type), and either all of its jobs together or
-// each limit key's jobs separately (PerKey: the key a job was published with, WithLimitKey;
-// jobs without a key are not held to per-key limits). A job is held to every limit whose scope
-// it is in. A job over a limit is neither failed nor counted as an attempt: it waits, and runs
-// when the limit frees.
+// The scope is the whole queue, or one job type (Type). It covers either all of its jobs
+// together, or each limit key's jobs separately (PerKey). The limit key is the one a job was
+// published with (WithLimitKey); jobs without a key are not held to per-key limits. A job is
+// held to every limit whose scope it is in. A job over a limit is neither failed nor counted
+// as an attempt: it waits, and runs when the limit frees.
 type Limit struct {
 	// Type limits one job type; empty means every type of the queue.
 	Type string
@@ -81,8 +81,8 @@ func limitOf(l jobstate.Limit) Limit {
 
 // limitQueue checks that queue can hold limits: a valid name, an existing queue, and not
 // partitioned. A partitioned queue's partitions sit on different hash slots (each its own
-// tag), so no one script could count a limit across them atomically with the job's move;
-// limits on partitioned queues are refused rather than enforced per partition behind the
+// tag). So no one script could count a limit across them atomically with the job's move.
+// Limits on partitioned queues are refused rather than enforced per partition behind the
 // operator's back.
 func (i *Inspector) limitQueue(ctx context.Context, queue string) error {
 	if err := i.check(queue, ""); err != nil {
@@ -116,8 +116,8 @@ func (i *Inspector) SetLimit(ctx context.Context, queue string, l Limit) error {
 	if err := l.validate(); err != nil {
 		return err
 	}
-	// Checked before the lock, so that a refused name or queue writes nothing, and again under
-	// it, so that no change to more partitions passes its check of the limits
+	// Checked before the lock, so that a refused name or queue writes nothing. Checked again
+	// under it, so that no change to more partitions passes its check of the limits
 	// (limitsAllowPartitions) between this check and the write.
 	if err := i.limitQueue(ctx, queue); err != nil {
 		return err
@@ -146,9 +146,9 @@ func (i *Inspector) SetLimit(ctx context.Context, queue string, l Limit) error {
 }
 
 // limitsAllowPartitions refuses a change of queue's partition count to p > 1 while it has
-// limits, naming them: a partitioned queue cannot hold limits (limitQueue), and the change
-// would leave them listed, in the plain queue's keys, but read by no partition's admission.
-// The caller holds the layout lock.
+// limits, naming them. A partitioned queue cannot hold limits (limitQueue). The change would
+// leave them listed, in the plain queue's keys, but read by no partition's admission. The
+// caller holds the layout lock.
 func (i *Inspector) limitsAllowPartitions(ctx context.Context, queue string, cur, p int) error {
 	if p <= 1 {
 		return nil

@@ -20,7 +20,7 @@ const (
 	// MetaType holds the job's type.
 	MetaType = "_conveyor_type"
 	// metaForeign marks a message from an entry of another Watermill publisher (no conveyor
-	// field, no job record yet), which the worker adopts as a job before its handler runs; its
+	// field, no job record yet). The worker adopts it as a job before its handler runs. Its
 	// value is what adopting it takes (adoption).
 	metaForeign = "_conveyor_foreign"
 	// metaLimitKey holds the job's limit key (WithLimitKey), from its entry, when it has one:
@@ -31,16 +31,17 @@ const (
 // reservedMeta counts the metadata keys every readable message carries besides the job's own.
 const reservedMeta = 4 // MetaJob, MetaType, stream.EntryIDKey and stream.StreamKey
 
-// entryUnmarshaller reads a Conveyor stream entry into a Watermill message. It never fails: an
-// entry it cannot read becomes a message marked with stream.PoisonKey, which the worker sends
-// to the dead set with the reason (an unmarshal error would stop the whole subscription).
+// entryUnmarshaller reads a Conveyor stream entry into a Watermill message. It never fails,
+// since an unmarshal error would stop the whole subscription. An entry it cannot read becomes
+// a message marked with stream.PoisonKey. The worker sends that to the dead set with the
+// reason.
 //
 // An entry of another Watermill publisher (a valid message UUID and metadata, and no conveyor
-// field) is read as a job to adopt, its control keys read as the Publisher reads them: its
-// type is its MetaKeyType metadata, else defaultType; its retries, timeout, due time and
-// unique key come from the other control keys, else the defaults. A bad control value, or a key
-// only the Publisher can apply (publisherOnly), makes it unreadable, with a reason that names
-// the key.
+// field) is read as a job to adopt. Its control keys are read as the Publisher reads them. Its
+// type is its MetaKeyType metadata, else defaultType. Its retries, timeout, due time and
+// unique key come from the other control keys, else the defaults. A bad control value, or a
+// key only the Publisher can apply (publisherOnly), makes it unreadable, with a reason that
+// names the key.
 type entryUnmarshaller struct {
 	defaultType string
 }
@@ -99,9 +100,10 @@ func (u entryUnmarshaller) Unmarshal(streamName, id string, values map[string]an
 }
 
 // foreign reads the job of an entry of another Watermill publisher from its metadata, by the
-// Publisher's rules (controlOptions): its job field (as Conveyor would have written it,
-// attempt 1), its type and what adopting it takes (adoption, the value of metaForeign), or why
-// it cannot be run. A delay counts from the entry's time, the moment it was published.
+// Publisher's rules (controlOptions). It returns its job field (as Conveyor would have written
+// it, attempt 1), and its type. It returns what adopting it takes (adoption, the value of
+// metaForeign), or why it cannot be run. A delay counts from the entry's time, the moment it
+// was published.
 func (u entryUnmarshaller) foreign(md message.Metadata, entry string) (job, typ, adopt, reason string) {
 	ctrl := make(map[string]string, 4)
 	for k, v := range md {

@@ -27,10 +27,10 @@ func ValidateID(id string) error { return keys.ValidateID(id) }
 // bytes, the characters of a job id).
 func ValidateSchedule(name string) error { return keys.ValidateSchedule(name) }
 
-// QueueKeys names the Redis keys of one partition of a queue, for operators' tools: which
-// cluster node holds a queue, or what a chaos test deletes underneath the library. Every key of
-// a partition shares one cluster hash slot. The layout is not a stable API; a tool reading
-// these keys must run against the same library version.
+// QueueKeys names the Redis keys of one partition of a queue, for operators' tools. Such a
+// tool asks which cluster node holds a queue, or a chaos test deletes keys underneath the
+// library. Every key of a partition shares one cluster hash slot. The layout is not a stable
+// API; a tool reading these keys must run against the same library version.
 type QueueKeys struct {
 	// Stream is the stream that carries the partition's queued jobs.
 	Stream string
@@ -60,8 +60,8 @@ func KeysOf(prefix, queue string, partitions int) []QueueKeys {
 	return out
 }
 
-// ErrorOp names the operation whose Redis call failed in err ("enqueue", "stats", "list" and
-// the like, the word the library's error text begins with), or "" when err carries none.
+// ErrorOp names the operation whose Redis call failed in err, or "" when err carries none. It
+// is the word the library's error text begins with: "enqueue", "stats", "list" and the like.
 func ErrorOp(err error) string { return rediserr.OpOf(err) }
 
 // ErrorKind names the kind of Redis failure err is, so that a caller branches on it and not on

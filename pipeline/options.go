@@ -125,8 +125,8 @@ func WithTimeout(d time.Duration) Option {
 	}
 }
 
-// WithUnique de-duplicates: while a job enqueued with the same key in the same queue is alive
-// (not finished) and ttl has not passed, Enqueue returns that job instead of making a new one.
+// WithUnique de-duplicates by key. While a job with the same key is alive in the queue (not
+// finished), and ttl has not passed, Enqueue returns it instead of making a new one.
 // The key is freed when the job ends. Keys are 1 to 128 bytes of UTF-8 without control
 // characters.
 func WithUnique(key string, ttl time.Duration) Option {
@@ -155,13 +155,14 @@ func WithLimitKey(key string) Option {
 }
 
 // WithGroup puts the job in a fair group of its queue: a tenant, a customer, an account.
-// Within a queue, groups are served round-robin: at most a window of each group's jobs are in
-// the queue's stream or running at once (Inspector.SetGroups: the window, DefaultGroupWindow
-// unless set, times the group's weight), and the group's other jobs wait, queued, in the
-// group's own first-in-first-out list, each moved into the stream when one of the group's jobs
-// finishes. One group's flood so never has more than a window of jobs ahead of another group's
-// next job. Jobs without a group are not held to any window. Names follow job ids' rules: 1 to
-// 128 characters from [A-Za-z0-9._:-]. A partitioned queue keeps a window per partition.
+// Within a queue, groups are served round-robin. At most a window of each group's jobs are in
+// the queue's stream or running at once. The window is set by Inspector.SetGroups
+// (DefaultGroupWindow unless set), times the group's weight. The group's other jobs wait,
+// queued, in the group's own first-in-first-out list. Each moves into the stream when one of
+// the group's jobs finishes. One group's flood so never has more than a window of jobs ahead
+// of another group's next job. Jobs without a group are not held to any window. Names follow
+// job ids' rules: 1 to 128 characters from [A-Za-z0-9._:-]. A partitioned queue keeps a window
+// per partition.
 func WithGroup(group string) Option {
 	return func(o *enqueueOptions) {
 		if err := keys.ValidateGroup(group); err != nil {
@@ -179,14 +180,14 @@ const (
 )
 
 // WithPriority sets the job's priority level within its queue, MinPriority (1, the default,
-// served first) to MaxPriority (4): a worker reads a queue's jobs of level 1 before any of
-// level 2, and so on, so a job published later at a higher priority (a lower number) starts
-// before queued jobs of lower priority; within a level, jobs start in the order they were
+// served first) to MaxPriority (4). A worker reads a queue's jobs of level 1 before any of
+// level 2, and so on. So a job published later at a higher priority (a lower number) starts
+// before queued jobs of lower priority. Within a level, jobs start in the order they were
 // queued. Levels order jobs within one queue only; between queues, WorkerConfig.QueueWeights
 // and StrictPriority apply. A job keeps its level through retries, recovery and replay. Each
-// level above 1 is a stream of its own in the queue's hash tag (keys.Queue.LevelStream), read
-// by a worker once a job of that level was published: the first job of a new level in a
-// queue may wait up to LevelsRefresh (1 s) for a running worker to start reading it.
+// level above 1 is a stream of its own in the queue's hash tag (keys.Queue.LevelStream). A
+// worker reads it once a job of that level was published. So the first job of a new level in
+// a queue may wait up to LevelsRefresh (1 s) for a running worker to start reading it.
 func WithPriority(p int) Option {
 	return func(o *enqueueOptions) {
 		if p < MinPriority || p > MaxPriority {
@@ -228,17 +229,17 @@ func WithMetadata(md map[string]string) Option {
 // MaxDebounceWait bounds WithDebounce's quiet and max wait.
 const MaxDebounceWait = 365 * 24 * time.Hour
 
-// WithDebounce debounces publishes (trailing edge, with a maximum wait): publishes with the same
-// key to the same queue while the key's job has not started become one job, which runs once,
-// quiet after the last of them or maxWait after the first, whichever is sooner, with the last
-// one's type, payload, metadata, max retries, timeout and retention. Enqueue returns that job
-// with Debounced set when the publish joined it (so every publish of a window gets the id of
-// the job that will run), and Job.Debounce describes the window. Once the job is promoted to
-// run (or canceled), the key's next publish starts a new window and a new job.
+// WithDebounce debounces publishes (trailing edge, with a maximum wait). Publishes with the
+// same key to the same queue while the key's job has not started become one job, which runs
+// once. It runs quiet after the last of them or maxWait after the first, whichever is sooner.
+// It has the last one's type, payload, metadata, max retries, timeout and retention. Enqueue
+// returns that job with Debounced set when the publish joined it. So every publish of a window
+// gets the id of the job that will run. Job.Debounce describes the window. Once the job is
+// promoted to run (or canceled), the key's next publish starts a new window and a new job.
 //
 // The times are measured by Redis's clock, in whole milliseconds rounded up, so the job never
-// runs before min(last + quiet, first + maxWait). quiet must be positive, maxWait at least
-// quiet, both at most MaxDebounceWait. The key is 1 to 128 bytes of UTF-8 without control
+// runs before min(last + quiet, first + maxWait). The quiet must be positive, maxWait at least
+// the quiet, both at most MaxDebounceWait. The key is 1 to 128 bytes of UTF-8 without control
 // characters, like a unique key; in a partitioned queue it picks the job's partition.
 // WithDebounce cannot be combined with WithUnique, WithID, WithDelay or WithRunAt.
 func WithDebounce(key string, quiet, maxWait time.Duration) Option {

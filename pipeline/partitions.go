@@ -19,13 +19,13 @@ import (
 const MaxPartitions = keys.MaxPartitions
 
 // partitionsTTL is how long a Client trusts the partition count it read for a queue before it
-// reads it again: a count changed with CreateQueue in another process reaches every reader
-// within this time. A publish does not depend on it: one to a layout that a change left is
-// refused by its closed flag and sent again with the count read again (Client.publish).
+// reads it again. So a count changed with CreateQueue in another process reaches every reader
+// within this time. A publish does not depend on it. One to a layout that a change left is
+// refused by its closed flag, and sent again with the count read again (Client.publish).
 const partitionsTTL = 5 * time.Second
 
 // layoutChanges counts the partition counts that CreateQueue and DeleteQueue changed in this
-// process: a Client's cached count read before the latest change is stale at once, so a
+// process. A Client's cached count read before the latest change is stale at once. So a
 // process that changes a count reads its own change on its next call.
 var layoutChanges atomic.Int64
 
@@ -64,8 +64,8 @@ func allPartitions(prefix, queue string, p int) []keys.Queue {
 	return qs
 }
 
-// lookupOrder returns the partitions of queue in the order a lookup of job id tries them: the
-// one the id routes to first, since only a job published with a unique key lives elsewhere.
+// lookupOrder returns the partitions of queue in the order a lookup of job id tries them. The
+// one the id routes to is first, since only a job published with a unique key lives elsewhere.
 func lookupOrder(prefix, queue, id string, p int) []keys.Queue {
 	qs := allPartitions(prefix, queue, p)
 	if h := keys.PartitionOf(id, p); h > 0 {
@@ -74,9 +74,9 @@ func lookupOrder(prefix, queue, id string, p int) []keys.Queue {
 	return qs
 }
 
-// findJob reads job id from the first of qs that has it: qs[0] alone first, then the others in
-// one pipeline, so a lookup costs one round trip when the job is where its id routes and two
-// otherwise. It returns the partition that holds the job.
+// findJob reads job id from the first of qs that has it: qs[0] alone first, then the others
+// in one pipeline. So a lookup costs one round trip when the job is where its id routes, and
+// two otherwise. It returns the partition that holds the job.
 func findJob(ctx context.Context, js jobstate.Backend, qs []keys.Queue, id string) (*Job, keys.Queue, error) {
 	j, err := getJob(ctx, js, qs[0], id)
 	if len(qs) == 1 || !errors.Is(err, ErrNotFound) {
@@ -97,8 +97,8 @@ func findJob(ctx context.Context, js jobstate.Backend, qs []keys.Queue, id strin
 	return j, qs[k+1], err
 }
 
-// onPartition runs op on the partition of qs (lookupOrder) that holds job id: on qs[0] first,
-// and when op says ErrNotFound there, on the partition that jobstate.Store.Locate finds among the others.
+// onPartition runs op on the partition of qs (lookupOrder) that holds job id. It tries qs[0]
+// first. When op says ErrNotFound there, it tries the one jobstate.Store.Locate finds.
 func onPartition(ctx context.Context, js jobstate.Backend, qs []keys.Queue, id string, op func(keys.Queue) error) error {
 	err := op(qs[0])
 	if len(qs) == 1 || !errors.Is(err, ErrNotFound) {
@@ -155,16 +155,16 @@ func queueStats(ctx context.Context, js jobstate.Backend, prefix, queue string, 
 // producer, worker and inspector reads them.
 type QueueOptions struct {
 	// Partitions is the number of partitions (0 means 1, the plain queue; at most
-	// MaxPartitions). Each partition is a key space of its own, {queue#i.s}, with its own
-	// stream, scheduled set, dead set, counters, unique keys and recovery lock, in the middle
-	// slot of the i-th of P equal shares of the slots (keys.PartitionName), so on Redis Cluster
-	// with the default slot layout every master holds a partition when P >= masters. A queue of
-	// one partition keeps the plain keys {queue}.
+	// MaxPartitions). Each partition is a key space of its own, {queue#i.s}. It has its own
+	// stream, scheduled set, dead set, counters, unique keys and recovery lock. Its slot is the
+	// middle one of the i-th of P equal shares of the slots (keys.PartitionName). So on Redis
+	// Cluster with the default slot layout every master holds a partition when P >= masters. A
+	// queue of one partition keeps the plain keys {queue}.
 	Partitions int
-	// Drain is how long a change of the partition count waits, with the old layout closed to
-	// publishes, for what it holds to go: its live jobs to run and records to expire. Meanwhile
-	// publishes to the queue wait too (a Client retries a refused publish for up to 5 s, so
-	// keep Drain below that). 0 refuses at once when anything is left (CreateQueue).
+	// Drain is how long a change of the partition count waits for what the old layout holds
+	// to go: its live jobs to run and records to expire. The old layout is closed to publishes
+	// meanwhile, so publishes to the queue wait too. A Client retries a refused publish for up
+	// to 5 s, so keep Drain below that. 0 refuses at once when anything is left (CreateQueue).
 	Drain time.Duration
 }
 
@@ -180,26 +180,27 @@ type QueueInfo struct {
 // CreateQueue stores queue's settings and adds it to the known queues. Setting what is set
 // already does nothing and succeeds.
 //
-// Changing the partition count moves nothing but the counters: every job and record lives in
+// Changing the partition count moves nothing but the counters. Every job and record lives in
 // the partition keys of the layout it was written in, which the new layout does not read. So
-// the change is refused with an error wrapping ErrQueueBusy, changing nothing, while the queue
-// holds anything a job left in its layout: scheduled, queued or in-progress jobs, dead jobs,
-// or finished records (completed or canceled, kept for their retention, or their tombstones,
-// which make a resent publish a duplicate). The error says how many of each. Once they are
-// gone (the live ones run, the dead ones replayed and run or purged, the finished records
-// expired, or the queue deleted with DeleteQueue) the change goes through, and the counters
-// of the old partitions are added to the new layout's, and the group settings (SetGroups) are
-// carried into it. A change to more than one partition is refused with an error wrapping
-// ErrInvalid, naming them, while the queue has limits (SetLimit): a partitioned queue cannot
-// hold limits, and the new layout's admission would not read them.
+// the change is refused while the queue holds anything a job left in its layout. That is
+// scheduled, queued or in-progress jobs, dead jobs, or finished records. Finished records are
+// completed or canceled jobs kept for their retention, or their tombstones, which make a
+// resent publish a duplicate. The error wraps ErrQueueBusy and says how many of each; nothing
+// changes. Live jobs go by running, dead ones by a replay or a purge, finished records by
+// expiring; DeleteQueue removes them all. Once they are gone the change goes through. The
+// counters of the old partitions are then added to the new layout's. The group settings
+// (SetGroups) are carried into it. A change to more than one partition is refused while the
+// queue has limits (SetLimit), with an error wrapping ErrInvalid naming them. A partitioned
+// queue cannot hold limits; the new layout's admission would not read them.
 //
-// Producers need not stop: the old layout is closed to publishes before it is checked (a
-// publish refused there is sent again to the layout the count then names, see Client), and
+// Producers need not stop. The old layout is closed to publishes before it is checked. A
+// publish refused there is sent again to the layout the count then names (see Client).
 // opts.Drain lets the change wait for what is left to go. Every Client of this process reads
-// the new count on its next call; a Client elsewhere reads it within 5 seconds (at once when
+// the new count on its next call. A Client elsewhere reads it within 5 seconds (at once when
 // it publishes). A running Worker follows the change by itself within about 5 seconds (see
-// Worker.Run); no restart is needed. One change of a queue's count runs at a time; another is refused with
-// ErrQueueBusy. On Redis Cluster the answer's Nodes say which master holds each partition.
+// Worker.Run); no restart is needed. One change of a queue's count runs at a time; another is
+// refused with ErrQueueBusy. On Redis Cluster the answer's Nodes say which master holds each
+// partition.
 func (i *Inspector) CreateQueue(ctx context.Context, queue string, opts QueueOptions) (*QueueInfo, error) {
 	if err := i.check(queue, ""); err != nil {
 		return nil, err
@@ -243,10 +244,10 @@ func (i *Inspector) CreateQueue(ctx context.Context, queue string, opts QueueOpt
 	return &QueueInfo{Queue: queue, Partitions: p, Nodes: nodes}, nil
 }
 
-// changePartitions changes queue's layout from cur partitions to p once the old layout holds
-// no job and no record (CreateQueue), and moves its counters to the new layout's first
-// partition. The old layout is closed first (keys.Queue.Closed): a publish that reaches it
-// from then on is refused and sent again to the layout the count then names, so the check
+// changePartitions changes queue's layout from cur partitions to p, once the old layout holds
+// no job and no record (CreateQueue). It moves the counters to the new layout's first
+// partition. The old layout is closed first (keys.Queue.Closed). A publish that reaches it
+// from then on is refused and sent again to the layout the count then names. So the check
 // below sees every job the old layout will ever hold. A check that finds any opens the old
 // layout again; one that finds none opens the new layout, then writes the count.
 func (i *Inspector) changePartitions(ctx context.Context, queue string, cur, p int, drain time.Duration) error {
@@ -279,8 +280,8 @@ func (i *Inspector) changePartitions(ctx context.Context, queue string, cur, p i
 	if err := jobstate.MoveCounters(ctx, i.rdb, old, next[0]); err != nil {
 		return reopen(err)
 	}
-	// Every partition holds the same group settings (SetGroups writes them to each), and each
-	// partition's scripts read only their own: the new layout gets them all before it opens.
+	// Every partition holds the same group settings (SetGroups writes them to each). Each
+	// partition's scripts read only their own, so the new layout gets them all before it opens.
 	if err := jobstate.CopyGroupSettings(ctx, i.rdb, old[0], next); err != nil {
 		return reopen(err)
 	}
@@ -293,8 +294,8 @@ func (i *Inspector) changePartitions(ctx context.Context, queue string, cur, p i
 	layoutChanges.Add(1)
 	// Workers read the counts every partitionsCheckEvery anyway: a lost notice only delays them.
 	_ = i.settingsChanged(ctx, queue)
-	// The change is done; a copy left behind by a failure here is harmless, since no script
-	// reads the old layout, and a change back to it replaces its settings first.
+	// The change is done. A copy left behind by a failure here is harmless: no script reads
+	// the old layout, and a change back to it replaces its settings first.
 	_ = jobstate.DeleteGroupSettings(ctx, i.rdb, old)
 	return nil
 }
@@ -327,8 +328,8 @@ func oldLayoutEmpty(ctx context.Context, js jobstate.Backend, queue string, old 
 // layoutLockTTL bounds how long a crashed change keeps others out.
 const layoutLockTTL = 30 * time.Second
 
-// lockLayout takes the lock that lets one change of queue's partition count run at a time
-// (two interleaved would open a layout the other just closed), or refuses with ErrQueueBusy.
+// lockLayout takes the lock that lets one change of queue's partition count run at a time, or
+// refuses with ErrQueueBusy. Two interleaved would open a layout the other just closed.
 func (i *Inspector) lockLayout(ctx context.Context, queue string) (func(), error) {
 	token := strconv.FormatInt(time.Now().UnixNano(), 36) + strconv.FormatUint(rand.Uint64(), 36)
 	ok, err := jobstate.LockLayout(ctx, i.rdb, i.cfg.Prefix, queue, token, layoutLockTTL)
@@ -343,13 +344,13 @@ func (i *Inspector) lockLayout(ctx context.Context, queue string) (func(), error
 	}, nil
 }
 
-// layoutWait bounds how long holdLayout waits for a change of the partition count to end: a
+// layoutWait bounds how long holdLayout waits for a change of the partition count to end. A
 // change waits at most its Drain, which publishers wait out too, and so is kept below 5 s.
 const layoutWait = 6 * time.Second
 
 // holdLayout takes queue's layout lock for a change of the settings that a change of its
-// partition count carries or checks (SetLimit, SetGroups), so that the two never interleave:
-// a setting written to the old layout after the change read it would be left behind. Unlike
+// partition count carries or checks (SetLimit, SetGroups). So the two never interleave: a
+// setting written to the old layout after the change read it would be left behind. Unlike
 // CreateQueue, it waits for the lock, up to layoutWait; these changes hold it for a few round
 // trips.
 func (i *Inspector) holdLayout(ctx context.Context, queue string) (func(), error) {

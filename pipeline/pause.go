@@ -22,28 +22,27 @@ const DefaultPauseCheckInterval = time.Second
 const DefaultPauseConfirmTimeout = 5 * time.Second
 
 // Pause pauses queue and waits, up to DefaultPauseConfirmTimeout, until every live worker
-// that reads it (Workers) has confirmed: it has paused the queue's streams and its reads of
-// them under way have ended, so that it starts no job published after Pause returns until
-// Resume. Jobs read before that (running, or read and about to start) go on as usual; queued
-// jobs stay queued; scheduled and retried jobs are still promoted when due and wait, queued,
-// for Resume; recovery goes on. Nothing is lost. The state lives in Redis (the
-// queue's settings record, UpdateQueue), shared by every worker and kept across restarts: a
-// worker started on a paused queue takes nothing from it. Workers learn of the change from a
-// Pub/Sub notice at once, and by reading the records every PauseCheckInterval (1 s) should the
-// notice be missed (they then
-// stop reading within that second and a read, but confirm nothing). Pause returns nil whether
-// or not every worker confirmed; PauseConfirmed says which did not. Pausing a paused queue
-// changes nothing and waits for the confirmations alike. A queue that does not exist
-// (QueueExists) is ErrQueueNotFound.
+// that reads it (Workers) has confirmed. A worker confirms once it has paused the queue's
+// streams and its reads of them under way have ended. So it starts no job published after
+// Pause returns until Resume. Jobs read before that (running, or read and about to start) go
+// on as usual. Queued jobs stay queued. Scheduled and retried jobs are still promoted when
+// due, and wait, queued, for Resume. Recovery goes on. Nothing is lost. The state lives in
+// Redis (the queue's settings record, UpdateQueue), shared by every worker and kept across
+// restarts. A worker started on a paused queue takes nothing from it. Workers learn of the
+// change from a Pub/Sub notice at once. Should the notice be missed, they read the records
+// every PauseCheckInterval (1 s). They then stop reading within that second and a read, but
+// confirm nothing. Pause returns nil whether or not every worker confirmed; PauseConfirmed
+// says which did not. Pausing a paused queue changes nothing and waits for the confirmations
+// alike. A queue that does not exist (QueueExists) is ErrQueueNotFound.
 func (i *Inspector) Pause(ctx context.Context, queue string) error {
 	_, err := i.PauseConfirmed(ctx, queue, DefaultPauseConfirmTimeout)
 	return err
 }
 
-// PauseConfirmation is what PauseConfirmed found: the live workers that read the queue when
-// the pause was set (by name, sorted), and those of them that did not confirm it in time (a
-// worker that stopped without removing its record, one that missed the notice, or one too
-// busy to answer; it stops reading the queue within PauseCheckInterval of reading the set).
+// PauseConfirmation is what PauseConfirmed found. It names the live workers that read the
+// queue when the pause was set (by name, sorted), and those of them that did not confirm it in
+// time. Such a worker stopped without removing its record, missed the notice, or was too busy
+// to answer. It stops reading the queue within PauseCheckInterval of reading the set.
 type PauseConfirmation struct {
 	Workers     []string
 	Unconfirmed []string
@@ -53,10 +52,10 @@ type PauseConfirmation struct {
 // confirmations, and telling which live workers reading the queue did not confirm. Waiting
 // ends early when ctx does (the pause is set; the workers not heard from yet are Unconfirmed).
 //
-// Why confirmations rather than a check at the read in Redis: a worker's idle read of a queue
-// is a blocking XREADGROUP, which no script can make conditional, and which, sent before the
-// pause, hands out a job published after it; checking the pause in Redis after every read
-// would add a round trip per read batch to every queue. A confirmation costs only the pause.
+// Why confirmations rather than a check at the read in Redis? A worker's idle read of a queue
+// is a blocking XREADGROUP, which no script can make conditional. Sent before the pause, it
+// hands out a job published after it. Checking the pause in Redis after every read would add
+// a round trip per read batch to every queue. A confirmation costs only the pause.
 func (i *Inspector) PauseConfirmed(ctx context.Context, queue string, timeout time.Duration) (PauseConfirmation, error) {
 	var pc PauseConfirmation
 	if timeout < time.Millisecond {
@@ -140,7 +139,7 @@ func (i *Inspector) PauseConfirmed(ctx context.Context, queue string, timeout ti
 }
 
 // pauseAckRecheck is how often PauseConfirmed reads the confirmations stored while it waits
-// for their notices (keys.PauseAckChannel): a notice lost with a connection costs that much
+// for their notices (keys.PauseAckChannel). A notice lost with a connection costs that much
 // delay, and an idle wait of the full 5 s ten reads.
 const pauseAckRecheck = 500 * time.Millisecond
 
@@ -198,10 +197,10 @@ type pauseWatcher struct {
 }
 
 // confirm tells the pause of queue with token (Inspector.PauseConfirmed) that this worker
-// applied it, once the reads of the queue's streams that were under way when it landed have
-// ended (stream.Subscriber.WaitTopicReads, woken by the last read's end): a read sent before
+// applied it. It waits until the reads of the queue's streams under way when it landed have
+// ended (stream.Subscriber.WaitTopicReads, woken by the last read's end). A read sent before
 // the pause may bring entries published after it, and they would start. A read lasts a
-// BlockTime at most (250 ms), bar a slow Redis; past 5 s the worker does not confirm, and
+// BlockTime at most (250 ms), bar a slow Redis. Past 5 s the worker does not confirm, and
 // Pause says so.
 func (p *pauseWatcher) confirm(ctx context.Context, queue, token string) {
 	var topics []string

@@ -17,23 +17,23 @@ import (
 // Periodic is a periodic schedule: a job of Type with Payload enqueued into Queue at every
 // tick of Spec. Register schedules in code with WorkerConfig.Periodic, or store them without a
 // deploy with Inspector.CreateSchedule (the CLI's `conveyor schedules create`, the HTTP API's
-// POST /v1/schedules). Either way a schedule lives in Redis under the prefix and every worker
-// runs it, however many workers run and whichever of them has it in code.
+// POST /v1/schedules). Either way a schedule lives in Redis under the prefix, and every worker
+// runs it. That holds however many workers run, and whichever of them has it in code.
 //
 // Each tick makes exactly one job, whose id is "cron:" + Name + ":" + the tick's Unix
-// seconds: any number of workers may enqueue a tick, and a repeated enqueue of an id writes
-// nothing (WithID). One worker at a time holds a lock and enqueues ticks on time; when it
-// dies the others enqueue a tick once it is PeriodicTakeover late. See internal/periodic for
+// seconds. So any number of workers may enqueue a tick: a repeated enqueue of an id writes
+// nothing (WithID). One worker at a time holds a lock and enqueues ticks on time. When it
+// dies, the others enqueue a tick once it is PeriodicTakeover late. See internal/periodic for
 // the model, and README's "Periodic jobs".
 type Periodic struct {
 	// Name names the schedule: 1 to 64 characters from [A-Za-z0-9._-]. A schedule stored
 	// again under a name replaces that one's definition and keeps its progress and pause.
 	Name string
-	// Spec says when ticks fall: a cron expression in robfig/cron/v3's syntax of 5 fields
-	// (minute first) or 6 (second first), a descriptor (@hourly, @daily, ...), or "@every D"
-	// with D a whole number of seconds (@every ticks at the multiples of D since the Unix
-	// epoch). Cron specs are read in UTC unless they start with CRON_TZ=Zone (an IANA zone:
-	// "CRON_TZ=Europe/Berlin 0 0 9 * * 1-5").
+	// Spec says when ticks fall. It is a cron expression in robfig/cron/v3's syntax of 5
+	// fields (minute first) or 6 (second first), or a descriptor (@hourly, @daily, ...). Or it
+	// is "@every D" with D a whole number of seconds; @every ticks at the multiples of D since
+	// the Unix epoch. Cron specs are read in UTC unless they start with CRON_TZ=Zone (an IANA
+	// zone: "CRON_TZ=Europe/Berlin 0 0 9 * * 1-5").
 	Spec string
 	// Queue receives the jobs.
 	Queue string
@@ -60,7 +60,7 @@ const (
 // Timings of the periodic scheduler every worker runs (internal/periodic).
 const (
 	// PeriodicTakeover is how late a tick may be before a worker that does not hold the
-	// schedules' lock enqueues it: what a leader's death costs a tick in lateness.
+	// schedules' lock enqueues it. It is what a leader's death costs a tick in lateness.
 	PeriodicTakeover = periodic.DefaultTakeover
 	// PeriodicGrace is how late a tick may be and still be enqueued as itself; older ticks
 	// are missed (Periodic.Missed).
@@ -118,7 +118,7 @@ type Schedule struct {
 }
 
 // scheduleJSON is the wire form of a schedule: `conveyor schedules list --json` and the HTTP
-// API's. Times are RFC 3339 in UTC, null for none; a payload that is not JSON (one registered
+// API's. Times are RFC 3339 in UTC, null for none. A payload that is not JSON (one registered
 // in code) is a JSON string, and no payload is left out.
 type scheduleJSON struct {
 	Name      string          `json:"name"`

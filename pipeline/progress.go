@@ -12,9 +12,9 @@ import (
 	"github.com/conveyorq/conveyor/internal/script"
 )
 
-// ProgressInterval is the least time between two progress writes of one job: a handler may
-// call Job.Progress as often as it likes, and Redis sees at most one write per interval (plus
-// the attempt's last report, written when the handler returns).
+// ProgressInterval is the least time between two progress writes of one job. A handler may
+// call Job.Progress as often as it likes; Redis sees at most one write per interval. The
+// attempt's last report comes on top, written when the handler returns.
 const ProgressInterval = 250 * time.Millisecond
 
 // MaxProgressMessage bounds a progress message, in bytes; Job.Progress cuts a longer one.
@@ -25,23 +25,23 @@ const MaxProgressMessage = jobstate.MaxProgressMessage
 const progressFlushTimeout = 2 * time.Second
 
 // ErrProgressRefused is returned by Job.Progress when the job moved on from the attempt that
-// reports: it was canceled, recovered by another worker or put back on shutdown, or the
-// attempt ended (its handler returned, or ran past its timeout). Nothing was written; the
+// reports. It was canceled, recovered by another worker or put back on shutdown. Or the
+// attempt ended: its handler returned, or ran past its timeout. Nothing was written; the
 // handler's context ends soon, if it has not.
 var ErrProgressRefused = errors.New("pipeline: progress refused: the job moved on from this attempt")
 
 // Progress reports how far the handler got: percent from 0 to 100 and a short message (cut to
-// MaxProgressMessage bytes, on one line). conveyor status, the HTTP API (the job's progress
-// fields, and its events stream) and the dashboard show it while the job runs; a finished job
-// keeps its last attempt's last report.
+// MaxProgressMessage bytes, on one line). It is shown while the job runs by conveyor status,
+// the dashboard and the HTTP API (the job's progress fields, and its events stream). A
+// finished job keeps its last attempt's last report.
 //
 // Progress is cheap to call often: it writes at most once per ProgressInterval (250 ms) per
-// job. A report made sooner is held, replacing any held before it, and written when the
-// interval ends, or when the handler returns, before the attempt's outcome: the last report
-// is never lost, and never lands after the outcome. Only a report written at once waits for
-// Redis (and returns its error); a held one returns nil.
+// job. A report made sooner is held, replacing any held before it. It is written when the
+// interval ends, or when the handler returns, before the attempt's outcome. So the last
+// report is never lost, and never lands after the outcome. Only a report written at once
+// waits for Redis (and returns its error); a held one returns nil.
 //
-// The write is fenced like the worker's transitions: a handler whose job moved on (see
+// The write is fenced like the worker's transitions. A handler whose job moved on (see
 // ErrProgressRefused) never changes the progress of the attempt that runs now. Percent
 // outside 0-100 is an error wrapping ErrInvalid. On a Job not handed to a handler by a Worker
 // (a handler called by a test), Progress does nothing and returns nil.

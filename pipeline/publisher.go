@@ -17,43 +17,42 @@ import (
 )
 
 // Control keys: metadata keys that a Watermill message may carry to set the options of the job
-// it becomes. They are documented here, once, for everything that turns Watermill messages
-// into jobs: the Publisher reads them, and so does a Worker that adopts a message published by
-// another Watermill publisher (there a delay counts from the message's stream entry, a unique
-// key held by another job drops the message as a duplicate, and a bad value sends it to the
-// dead set with a reason naming the key).
+// it becomes. They are documented here, once, for everything that turns messages into jobs.
+// The Publisher reads them, and so does a Worker that adopts a message of another Watermill
+// publisher. There a delay counts from the message's stream entry. A unique key held by
+// another job drops the message as a duplicate. A bad value sends it to the dead set, with a
+// reason naming the key.
 //
-// The Publisher removes the control keys from the metadata the job keeps (an adopted message
-// keeps its metadata as it was published, control keys included). Every key that starts with
-// MetaKeyPrefix is reserved for control keys: one that is not listed here (a misspelling such
-// as "conveyor_delays") is refused rather than kept as plain metadata, so that a typo never
-// silently drops an option.
+// The Publisher removes the control keys from the metadata the job keeps. An adopted message
+// keeps its metadata as published, control keys included. Every key that starts with
+// MetaKeyPrefix is reserved for control keys. One not listed here (say "conveyor_delays") is
+// refused rather than kept as metadata, so that a typo never silently drops an option.
 //
-//	key                         value                                             option
-//	conveyor_type               the job type (1 to 128 bytes, no spaces)          Task.Type
-//	conveyor_delay              a Go duration, at least 0 ("90s", "1h30m")        WithDelay
-//	conveyor_run_at             unix milliseconds, or RFC 3339                    WithRunAt
-//	conveyor_max_retries        an integer, 0 to MaxMaxRetries                    WithMaxRetries
-//	conveyor_timeout            a Go duration, at least 0 (0: no timeout)         WithTimeout
-//	conveyor_unique_key         1 to 128 bytes                                    WithUnique
-//	conveyor_unique_ttl         a Go duration above 0; needs conveyor_unique_key  WithUnique
-//	conveyor_priority           an integer, MinPriority (1) to MaxPriority (4)    WithPriority
-//	conveyor_group              a group name, as a job id (1 to 128 bytes)        WithGroup
-//	conveyor_limit_key          1 to 128 bytes                                    WithLimitKey
-//	conveyor_retention          a Go duration, at least 0 (0: delete at the end)  WithRetention
-//	conveyor_debounce_key       1 to 128 bytes; needs the two below               WithDebounce
-//	conveyor_debounce_quiet     a Go duration above 0                             WithDebounce
-//	conveyor_debounce_max_wait  a Go duration, at least the quiet                 WithDebounce
+//	Option          Key                         Value
+//	Task.Type       conveyor_type               the job type, 1 to 128 bytes, no spaces.
+//	WithDelay       conveyor_delay              a Go duration, at least 0 ("90s", "1h30m").
+//	WithRunAt       conveyor_run_at             unix milliseconds, or RFC 3339.
+//	WithMaxRetries  conveyor_max_retries        an integer, 0 to MaxMaxRetries.
+//	WithTimeout     conveyor_timeout            a Go duration, at least 0 (0: no timeout).
+//	WithUnique      conveyor_unique_key         1 to 128 bytes.
+//	WithUnique      conveyor_unique_ttl         a Go duration above 0; needs conveyor_unique_key.
+//	WithPriority    conveyor_priority           an integer, MinPriority (1) to MaxPriority (4).
+//	WithGroup       conveyor_group              a group name, as a job id (1 to 128 bytes).
+//	WithLimitKey    conveyor_limit_key          1 to 128 bytes.
+//	WithRetention   conveyor_retention          a Go duration, at least 0 (0: delete at the end).
+//	WithDebounce    conveyor_debounce_key       1 to 128 bytes; needs the two below.
+//	WithDebounce    conveyor_debounce_quiet     a Go duration above 0.
+//	WithDebounce    conveyor_debounce_max_wait  a Go duration, at least the quiet.
 //
 // conveyor_delay and conveyor_run_at exclude each other. A run-at time in the past runs the
-// job at once. The three debounce keys go together, and exclude conveyor_delay,
+// job at once. The three debounce keys go together. They exclude conveyor_delay,
 // conveyor_run_at, conveyor_unique_key and conveyor_group, as WithDebounce excludes their
-// options; a debounced message's job has its window's id, not the message's UUID.
+// options. A debounced message's job has its window's id, not the message's UUID.
 //
-// Priority, group, limit key, retention and debounce are the Publisher's only (publisherOnly):
-// a Worker adopting a message of another publisher refuses one that carries them (the message
-// goes to the dead set, the reason naming the key), since the entry is already in its stream
-// and adopting it writes none of them.
+// Priority, group, limit key, retention and debounce are the Publisher's only (publisherOnly).
+// A Worker adopting a message of another publisher refuses one that carries them: the entry
+// is already in its stream, and adopting it writes none of them. The message goes to the
+// dead set, the reason naming the key.
 const (
 	// MetaKeyPrefix starts every control key; metadata keys with it are reserved.
 	MetaKeyPrefix = "conveyor_"
@@ -132,44 +131,40 @@ func (c PublisherConfig) withDefaults() PublisherConfig {
 	return c
 }
 
-// Publisher is a Watermill message.Publisher that turns messages into Conveyor jobs, so that a
+// Publisher is a Watermill message.Publisher that turns messages into Conveyor jobs. So a
 // Watermill application (a router handler's output, a Forwarder, an outbox) can hand work to
 // Conveyor's workers. It is safe for concurrent use.
 //
-// Publish(topic, msgs...) enqueues every message as a job of queue topic:
-//
-//   - the message's UUID is the job id, so publishing a message again (a retry after an
-//     error, a redelivery upstream) makes no second job: the existing one stands; a message
-//     with the UUID of a job of another type or payload refuses the call (ErrConflict). A
-//     debounced message (MetaKeyDebounceKey) is the exception: its job has its window's id,
-//     and publishing it again joins the window again, still one job;
-//   - the payload is the job's payload;
-//   - the metadata is the job's metadata, except the control keys (MetaKeyType and the
-//     others, see MetaKeyPrefix), which are removed from it and set the job's type and
-//     options. A message without MetaKeyType gets PublisherConfig.DefaultType.
+// Publish(topic, msgs...) enqueues every message as a job of queue topic. The message's UUID
+// is the job id, so publishing a message again (a retry, a redelivery upstream) makes no
+// second job. A message with the UUID of a job of another type or payload refuses the call
+// (ErrConflict). A debounced message (MetaKeyDebounceKey) is the exception: its job has its
+// window's id, and publishing it again joins the window again. The payload is the job's
+// payload. The metadata is the job's metadata, except the control keys (see MetaKeyPrefix).
+// Those are removed and set the job's type and options. A message without MetaKeyType gets
+// PublisherConfig.DefaultType.
 //
 // A call is one round trip to Redis (one Client.EnqueueBatch). Every message is checked before
-// anything is written: one invalid message (a bad control value, a UUID that is not a valid
-// job id, a missing or invalid type, metadata keys that are empty or start with '_', which
-// are reserved, or a payload over the client's MaxPayloadBytes) refuses the whole call with an
-// error that names it by index and UUID and wraps ErrInvalid or ErrPayloadTooLarge, and
-// nothing is written. On a Redis error some of the jobs may have been written; publishing the
-// same messages again is safe.
+// anything is written. One invalid message refuses the whole call, and nothing is written.
+// Invalid means a bad control value, a UUID that is not a valid job id, or a missing or
+// invalid type. So do metadata keys that are empty or start with '_' (reserved), or a payload
+// over the client's MaxPayloadBytes. The error names the message by index and UUID, and wraps
+// ErrInvalid or ErrPayloadTooLarge. On a Redis error some jobs may have been written;
+// publishing the same messages again is safe.
 //
-// The Redis call runs under the first message's context (Message.Context): a call is one
-// batch, not one write per message. Options of a call rather than of a job have no control key:
-// the client's ClientConfig.Replicas is the replica wait of every call (WithReplicas), and the
-// message's UUID is the job's id (WithID).
+// The Redis call runs under the first message's context (Message.Context), since a call is
+// one batch. Options of a call rather than of a job have no control key. The client's
+// ClientConfig.Replicas is every call's replica wait (WithReplicas). The message's UUID is
+// the job's id (WithID).
 //
 // Tracing: the call is one publish span (see "Tracing" in the README), child of the span of
-// the first message's context. A message that carries a W3C traceparent in its metadata, or
-// whose context carries a span, is linked from it; with no tracer provider set, a message's
-// traceparent (its metadata's, else its context's) reaches the job's handler unchanged.
+// the first message's context. A message whose metadata has a W3C traceparent, or whose
+// context has a span, is linked from it. With no tracer provider set, a message's traceparent
+// reaches the job's handler unchanged (its metadata's, else its context's).
 //
-// The jobs' stream entries keep watermill-redisstream's layout, so a Watermill subscriber
-// (package stream's, or watermill-redisstream's) reading stream key
-// "<prefix>:{<queue>}:stream" receives the messages with their UUID, payload and metadata
-// (without the control keys).
+// The jobs' stream entries keep watermill-redisstream's layout. So a Watermill subscriber
+// (package stream's, or watermill-redisstream's) reading "<prefix>:{<queue>}:stream"
+// receives the messages with their UUID, payload and metadata, without the control keys.
 type Publisher struct {
 	client *Client
 	cfg    PublisherConfig
@@ -319,7 +314,7 @@ func publisherOnly(k string) bool {
 // controlOptions reads the control keys ctrl (MetaKeyPrefix) into t's type and options, and
 // returns the options also applied, checked as Enqueue checks them. It is the one reading of
 // control keys: the Publisher's, and a Worker's for the messages of another publisher it
-// adopts. uniqueTTL holds a unique key given without MetaKeyUniqueTTL.
+// adopts. A unique key given without MetaKeyUniqueTTL is held for uniqueTTL.
 func controlOptions(ctrl map[string]string, t *Task, uniqueTTL time.Duration) ([]Option, enqueueOptions, error) {
 	var o enqueueOptions
 	opts, err := readControl(ctrl, t, uniqueTTL)

@@ -47,7 +47,8 @@ type QueuePatch struct {
 	// Paused pauses (Pause, waiting for the confirmations) or resumes (Resume) the queue.
 	Paused *bool
 	// Concurrency sets the concurrency of the queue's whole-queue limit (SetLimit with no type
-	// and no key), keeping its rate. 0 removes the concurrency, and the limit when it has no rate.
+	// and no key), keeping its rate. Zero removes the concurrency, and the limit too when
+	// it has no rate.
 	Concurrency *int
 	// Partitions changes the partition count (CreateQueue, without a drain).
 	Partitions *int
@@ -224,9 +225,10 @@ func defaultsOf(f map[string]string) queueDefaults {
 	return d
 }
 
-// apply gives a prepared job (j, and nj, what the script writes) the defaults its options
-// (common, then the task's own) leave to the queue: they win over the Client's. Applying the
-// options again is cheap, and keeps prepare free of Redis, so bad input fails first.
+// apply gives a prepared job (j, and nj, what the script writes) the defaults that its
+// options leave to the queue. The options are common, then the task's own. The queue's
+// defaults win over the Client's. Applying the options again is cheap, and keeps prepare free
+// of Redis, so bad input fails first.
 func (d queueDefaults) apply(common []Option, t *Task, j *Job, nj *jobstate.NewJob) {
 	if d.maxRetries == nil && d.timeout == 0 {
 		return

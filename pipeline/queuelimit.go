@@ -9,12 +9,12 @@ import (
 )
 
 // DefaultMaxQueues is the default of ClientConfig.MaxQueues and InspectorConfig.MaxQueues.
-// Every known queue costs on every listing: `conveyor stats`, GET /v1/queues, each /metrics
-// refresh (about ten series per queue, so 20,000 series at this bound, already a large
-// scrape) and each throughput sample read all of them. Real deployments run tens of queues,
-// a few hundred at most; 2,000 leaves them room while a client that makes names up (every
-// POST to /v1/queues/<new name>/jobs used to add one for good) stops long before the
-// listings and Prometheus suffer.
+// Every known queue costs on every listing. Those are `conveyor stats`, GET /v1/queues, each
+// /metrics refresh and each throughput sample, which read all of them. A /metrics refresh has
+// about ten series per queue, so 20,000 series at this bound, already a large scrape. Real
+// deployments run tens of queues, a few hundred at most; 2,000 leaves them room. A client
+// that makes names up stops long before the listings and Prometheus suffer. (Every POST to
+// /v1/queues/<new name>/jobs used to add one for good.)
 const DefaultMaxQueues = 2000
 
 // ErrTooManyQueues is returned by Enqueue and EnqueueBatch (and Inspector.CreateQueue) for a

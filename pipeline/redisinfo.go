@@ -21,9 +21,9 @@ type RedisInfo struct {
 	Nodes []RedisNode `json:"nodes"`
 	// Queues has the memory of each known queue, by name.
 	Queues []QueueMemory `json:"queues"`
-	// MemoryError says why the queues' memory was not measured, when a server did not support
-	// MEMORY USAGE (an embedded or compatible Redis) or refused it (an ACL): each queue then has
-	// its Jobs and Unmeasured set.
+	// MemoryError says why the queues' memory was not measured. A server may not support
+	// MEMORY USAGE (an embedded or compatible Redis), or refuse it (an ACL). Each queue then
+	// has its Jobs and Unmeasured set.
 	MemoryError string `json:"memory_error,omitempty"`
 }
 
@@ -69,10 +69,10 @@ type QueueMemory struct {
 	// Keys is the memory of the queue's structures: its streams (every priority level and
 	// partition; they hold queued jobs' payloads), scheduled and dead sets and stats.
 	Keys int64 `json:"keys"`
-	// Records estimates the job records of the scheduled, queued, running and dead jobs: their
-	// number (Jobs) times the mean size of the records sampled (Sampled, at most 5 a partition,
-	// from its dead and scheduled sets). Finished records kept for their retention are not in
-	// any index and not counted.
+	// Records estimates the job records of the scheduled, queued, running and dead jobs. It is
+	// their number (Jobs) times the mean size of the records sampled. Sampled holds at most 5
+	// a partition, from its dead and scheduled sets. Finished records kept for their retention
+	// are not in any index and not counted.
 	Records int64 `json:"records"`
 	Jobs    int64 `json:"jobs"`
 	Sampled int   `json:"sampled"`
@@ -89,13 +89,13 @@ const memorySamples = 5
 const recordSamples = 5
 
 // RedisInfo reads each server's state (INFO and CONFIG GET appendfsync, per master of a
-// cluster) and what each known queue takes of memory. The memory is measured with MEMORY USAGE
-// SAMPLES 5 on a bounded set of keys per queue (a key per stream level, the scheduled and dead
-// sets, the stats hash, and at most 5 job records a partition), in one pipeline: Redis
-// estimates a big stream or set from 5 of its elements, so a queue of millions of jobs costs
-// what an empty one does and nothing blocks Redis. The error is a failed pipeline's (Redis
-// unreachable, or refusing MEMORY); what a server refuses of INFO and CONFIG is in its node's
-// Error.
+// cluster) and what each known queue takes of memory. The memory is measured with MEMORY
+// USAGE SAMPLES 5 on a bounded set of keys per queue, in one pipeline. Those are a key per
+// stream level, the scheduled and dead sets, the stats hash, and at most 5 job records a
+// partition. Redis estimates a big stream or set from 5 of its elements. So a queue of
+// millions of jobs costs what an empty one does, and nothing blocks Redis. The error is a
+// failed pipeline's (Redis unreachable, or refusing MEMORY). What a server refuses of INFO
+// and CONFIG is in its node's Error.
 func (i *Inspector) RedisInfo(ctx context.Context) (*RedisInfo, error) {
 	ctx, cancel := context.WithTimeout(ctx, doctorTimeout)
 	defer cancel()
@@ -134,10 +134,10 @@ func (i *Inspector) RedisInfo(ctx context.Context) (*RedisInfo, error) {
 	return out, nil
 }
 
-// unsupported reports that Redis answered a command with an error because it does not have the
-// command or this form of it (an embedded Redis such as miniredis, an older or a compatible
-// server: "unknown command", "syntax error", "wrong number of arguments"), not because an ACL,
-// the credentials or the server's state refused it.
+// unsupported reports that Redis answered a command with an error because it does not have
+// the command or this form of it. That is an embedded Redis such as miniredis, or an older or
+// a compatible server ("unknown command", "syntax error", "wrong number of arguments"). It is
+// not an ACL, the credentials or the server's state refusing it.
 func unsupported(err error) bool {
 	switch rediserr.Classify(err) {
 	case rediserr.UnknownCommand, rediserr.Other:
@@ -160,7 +160,7 @@ var infoSections = []struct{ section, field string }{
 	{"server", "redis_version"}, {"memory", "used_memory"}, {"persistence", "aof_enabled"},
 }
 
-// readInfo reads INFO's sections; a server that does not take several sections (before Redis
+// readInfo reads INFO's sections. A server that does not take several sections (before Redis
 // 7, an embedded Redis) is asked for its default set, which holds them on a real server.
 func readInfo(ctx context.Context, c redis.Cmdable, sections ...string) (map[string]string, error) {
 	raw, err := c.Info(ctx, sections...).Result()

@@ -13,8 +13,8 @@ import (
 )
 
 // services lists the background services of one reading session over w.parts, in start order
-// (Run stops them in reverse): the settings watcher (settings_watch.go), which applies the
-// paused queues to the session's subscriber before anything is read, the heartbeat
+// (Run stops them in reverse). First the settings watcher (settings_watch.go), which applies
+// the paused queues to the session's subscriber before anything is read. Then the heartbeat
 // (heartbeat.go), the delayed scheduler and a recoverer per partition, unless disabled. A new
 // service is a type with Name, Start and Stop (internal/service) and one entry here.
 func (w *Worker) services(watcher *partitionWatcher, levels *levelsWatcher, router *message.Router) ([]service.Service, error) {
@@ -89,8 +89,8 @@ func (c WorkerConfig) recoverer(queue string) recovery.Config {
 }
 
 // partitionWatcher is how the settings watcher ends a reading session when one of the
-// worker's queues has a new partition count (see Worker.Run): it calls changed, and keeps the
-// new counts in next for the session's caller, who reads them after the services stop.
+// worker's queues has a new partition count (see Worker.Run). It calls changed, and keeps the
+// new counts in next. The session's caller reads them after the services stop.
 type partitionWatcher struct {
 	changed func()
 	next    []int
@@ -99,6 +99,6 @@ type partitionWatcher struct {
 }
 
 // partitionsCheckEvery is how often a running worker reads its queues' limits and partition
-// counts without a change announced: the lifetime of the producers' cached counts, so that a
+// counts without a change announced. It is the lifetime of the producers' cached counts. So a
 // worker follows a change about as soon as the last producer does.
 const partitionsCheckEvery = 5 * time.Second

@@ -18,9 +18,9 @@ import (
 // settings records (pause and the per-queue controls), the limits and partition counts kept
 // beside them, and the priority levels, which publishes add. It reads everything once at
 // Start, before the session reads anything. A notice on jobstate.SettingsChannel wakes it at
-// once. As a fallback it polls: the records every PauseCheckInterval, in one round trip; the
-// levels every LevelsRefresh; the limits and counts every partitionsCheckEvery, or at once when
-// a revision moved.
+// once. As a fallback it polls the records every PauseCheckInterval, in one round trip. It
+// polls the levels every LevelsRefresh. It polls the limits and counts every
+// partitionsCheckEvery, or at once when a revision moved.
 type settingsWatcher struct {
 	w      *Worker
 	store  jobstate.Backend

@@ -13,28 +13,31 @@ import (
 )
 
 // Tracing (README, "Tracing"). A job carries the W3C trace context of its publish in its
-// metadata (the keys traceparent and tracestate), from the publish to every attempt:
+// metadata (the keys traceparent and tracestate), from the publish to every attempt.
 //
-//   - publish: a PRODUCER span "publish <queue>" per Enqueue or EnqueueBatch call, child of
-//     the span of the caller's context (or, when that has none, of the traceparent a single
-//     task's metadata carries); its context is what the jobs carry. A batch's tasks that carry
-//     a traceparent of their own are the span's links.
-//   - wait: an INTERNAL span "wait <queue>", child of the publish span, from the moment the
-//     job's stream entry was written (by Redis's clock; a retry's or a delayed job's entry is
-//     written when it becomes due) to the attempt's start.
-//   - process: a CONSUMER span "process <queue>" per attempt, child of the publish span, which
-//     the handler's context carries. A failed attempt records the error; one with retries
-//     left has the outcome "retry" and a "retry" event saying when. The next attempt's span is
-//     again a child of the publish span: every attempt of a job is in the publish's trace,
-//     told apart by conveyor.job.attempt.
-//   - recover: the recoverer's PRODUCER span "recover <queue>" per job it puts back or sends
-//     to the dead set, in the recoverer's own trace, linked to the job's publish span
-//     (package recovery).
+// Publish: a PRODUCER span "publish <queue>" per Enqueue or EnqueueBatch call. It is a child
+// of the span of the caller's context. When that has none, it is a child of the traceparent a
+// single task's metadata carries. Its context is what the jobs carry. A batch's tasks that
+// carry a traceparent of their own are the span's links.
 //
-// With no tracer provider (none in the config and none set globally) nothing is recorded and
-// a publish adds nothing to the job, unless the caller's context carries a valid span context
-// (an HTTP request's traceparent, say), which is forwarded as it is; a worker then gives its
-// handler the job's trace context as a remote span context, recording nothing.
+// Wait: an INTERNAL span "wait <queue>", child of the publish span. It runs from the moment
+// the job's stream entry was written (by Redis's clock) to the attempt's start. A retry's or
+// a delayed job's entry is written when it becomes due.
+//
+// Process: a CONSUMER span "process <queue>" per attempt, child of the publish span, which
+// the handler's context carries. A failed attempt records the error. One with retries left
+// has the outcome "retry" and a "retry" event saying when. The next attempt's span is again a
+// child of the publish span. So every attempt of a job is in the publish's trace, told apart
+// by conveyor.job.attempt.
+//
+// Recover: the recoverer's PRODUCER span "recover <queue>" per job it puts back or sends to
+// the dead set (package recovery). It is in the recoverer's own trace, linked to the job's
+// publish span.
+//
+// With no tracer provider (none in the config and none set globally) nothing is recorded. A
+// publish then adds nothing to the job, unless the caller's context carries a valid span
+// context (an HTTP request's traceparent, say). That is forwarded as it is. A worker then
+// gives its handler the job's trace context as a remote span context, recording nothing.
 
 // publishTrace is a publish's tracing: its span (nil when no tracer records) and the trace
 // context its jobs carry.
@@ -44,7 +47,7 @@ type publishTrace struct {
 }
 
 // forTask is the trace context task is to carry: the publish's, or nil to leave its metadata
-// as it is (no tracing, or a forward without a span to a task that carries its own).
+// as it is. Nil means no tracing, or a forward without a span to a task that has its own.
 func (pt *publishTrace) forTask(t *Task) map[string]string {
 	if pt == nil || pt.span == nil && t.Metadata[tracing.KeyTraceparent] != "" {
 		return nil
@@ -112,9 +115,9 @@ func (pt *publishTrace) end(jobs []*Job, err error) {
 	pt.span.End()
 }
 
-// traceAttempt gives an attempt's context its tracing: the process span when a tracer records
-// (nil otherwise), else the job's trace context as a remote span context when it carries one.
-// A job without trace context under no tracer costs a map lookup.
+// traceAttempt gives an attempt's context its tracing. That is the process span when a tracer
+// records (nil otherwise), else the job's trace context as a remote span context when it
+// carries one. A job without trace context under no tracer costs a map lookup.
 func (w *Worker) traceAttempt(ctx context.Context, q *keys.Queue, j *Job) (context.Context, trace.Span) {
 	tr := w.tracer.Get()
 	if tr == nil {

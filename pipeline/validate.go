@@ -11,7 +11,7 @@ import (
 )
 
 // Limits of a job's metadata. Metadata travels with every attempt (in the stream entry, then in
-// the job's hash) and is handed to every handler and Watermill middleware: it is for trace
+// the job's hash). It is handed to every handler and Watermill middleware. So it is for trace
 // ids and routing hints, not for data, which belongs in the payload.
 const (
 	// MaxMetadataEntries bounds the pairs of a job's metadata.
@@ -20,7 +20,7 @@ const (
 	MaxMetadataBytes = 8 << 10
 )
 
-// validateType accepts 1 to 128 bytes of UTF-8 with no spaces or control characters: the type
+// validateType accepts 1 to 128 bytes of UTF-8 with no spaces or control characters. The type
 // is the last field of a stream entry's space-separated job field, and it is printed in logs
 // and status lines.
 func validateType(t string) error {
@@ -40,9 +40,9 @@ func validateType(t string) error {
 }
 
 // validateMetadata checks a job's metadata: at most MaxMetadataEntries pairs and
-// MaxMetadataBytes of keys and values, keys non-empty, not starting with '_' (reserved), of
-// UTF-8 with no control characters, values of UTF-8 (metadata is shown as JSON, which cannot
-// carry other bytes).
+// MaxMetadataBytes of keys and values. Keys are non-empty UTF-8 with no control characters,
+// not starting with '_' (reserved). Values are UTF-8, since metadata is shown as JSON, which
+// cannot carry other bytes.
 func validateMetadata(md map[string]string) error {
 	if len(md) > MaxMetadataEntries {
 		return invalid("metadata has %d entries, the limit is %d", len(md), MaxMetadataEntries)
@@ -141,11 +141,11 @@ func (c *Client) checkJob(queue, id string) error { return validateJob(queue, id
 // checkJob is Inspector.check for a call that names a job.
 func (i *Inspector) checkJob(queue, id string) error { return validateJob(queue, id) }
 
-// Validate checks a publish without making it: the queue name, the task (type, metadata, the
-// size of payload and metadata against DefaultMaxPayloadBytes) and the options, as Enqueue
-// checks them before it writes anything. The errors wrap ErrInvalid or ErrPayloadTooLarge.
-// It is for a publish made later by someone else (package outbox checks a job when it is
-// written to the outbox table, not when the relay sends it); a Client with a larger
+// Validate checks a publish without making it, as Enqueue checks it before it writes anything.
+// It checks the queue name, the task (type, metadata, the size of payload and metadata against
+// DefaultMaxPayloadBytes) and the options. The errors wrap ErrInvalid or ErrPayloadTooLarge.
+// It is for a publish made later by someone else. Package outbox checks a job when it is
+// written to the outbox table, not when the relay sends it. A Client with a larger
 // MaxPayloadBytes accepts more than Validate does.
 func Validate(queue string, task Task, opts ...Option) error {
 	if err := validate(queue, ""); err != nil {

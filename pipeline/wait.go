@@ -13,17 +13,17 @@ import (
 	"github.com/conveyorq/conveyor/internal/rediserr"
 )
 
-// maxWaitReads bounds the reads a Waiter runs at once, so that however many wait (a burst of
-// re-reads after a reconnect, thousands of long polls starting together) they use few Redis
-// connections.
+// maxWaitReads bounds the reads a Waiter runs at once. So however many wait, they use few
+// Redis connections: a burst of re-reads after a reconnect, or thousands of long polls
+// starting together.
 const maxWaitReads = 4
 
 // readyWait bounds how long a wait waits for its subscription before its first read.
 const readyWait = time.Second
 
 // Waiter waits for jobs to end (Wait). A Waiter holds one subscription to job events per queue
-// partition it waits on, shared by all of its waits, and ends it a while (a few tens of
-// seconds) after the last. Client.Wait uses the Client's own Waiter; make one of your own with
+// partition it waits on, shared by all of its waits. It ends it a while (a few tens of
+// seconds) after the last. Client.Wait uses the Client's own Waiter. Make one of your own with
 // NewWaiter to end its subscriptions with Close (a server shutting down). It is safe for
 // concurrent use.
 type Waiter struct {
@@ -58,17 +58,17 @@ func (c *Client) Wait(ctx context.Context, queue, id string) (*Job, error) {
 
 // Wait returns the job once it is final (completed, failed or canceled), or ErrNotFound when
 // there is no such job. It learns of the job's changes from the events the job-state scripts
-// publish (one subscription per queue partition for all of the Waiter's waits, however many),
-// and reads the job when an event says it ended. So a wait costs Redis a read when it starts
-// and one when the job ends, whatever it lasts. For events it might miss (a dropped
-// connection, a worker of an older version) it also reads the job again when its subscription
-// is made again and every few seconds, at most events.DefaultFallbackRate reads a second for
-// all of the Waiter's waits together (each an HGET of the job's status, and a whole read only
-// when that says it ended). A Waiter runs at most 4 reads at once, so any number of
+// publish. That is one subscription per queue partition for all of the Waiter's waits. It
+// reads the job when an event says it ended. So a wait costs Redis a read when it starts and
+// one when the job ends, whatever it lasts. Events may be missed (a dropped connection, a
+// worker of an older version). So it also reads the job again when its subscription is made
+// again, and every few seconds. Those reads are at most events.DefaultFallbackRate a second
+// for all of the Waiter's waits together. Each is an HGET of the job's status, and a whole
+// read only when that says it ended. A Waiter runs at most 4 reads at once, so any number of
 // waits use few Redis connections.
 //
-// When ctx ends first, Wait returns ctx's error with the job as it last read it, or with a nil
-// job when an event said the job changed since (read it again with Get).
+// When ctx ends first, Wait returns ctx's error with the job as it last read it. The job is
+// nil when an event said the job changed since (read it again with Get).
 func (w *Waiter) Wait(ctx context.Context, queue, id string) (*Job, error) {
 	c := w.c
 	if err := c.checkJob(queue, id); err != nil {
@@ -107,8 +107,8 @@ func (w *Waiter) acquire(ctx context.Context) error {
 func (w *Waiter) release() { <-w.reads }
 
 // read reads job id of q, maxWaitReads at a time. With mark it also marks the job watched, in
-// the same script: the job-state scripts announce a job's outcome only when it is marked, and
-// the mark stays on the job's hash, so the later reads need not make it again.
+// the same script. The job-state scripts announce a job's outcome only when it is marked. The
+// mark stays on the job's hash, so the later reads need not make it again.
 func (w *Waiter) read(ctx context.Context, q keys.Queue, id string, mark bool) (*Job, error) {
 	if err := w.acquire(ctx); err != nil {
 		return nil, err
@@ -151,8 +151,8 @@ func (w *Waiter) waitOn(ctx context.Context, q keys.Queue, id string) (*Job, err
 	wt := w.w.Watch(ctx, q.Events(), id)
 	defer wt.Close()
 	// Read once the subscription is confirmed, so that a new subscription does not make every
-	// wait that started with it read twice; not longer than readyWait, so that a server whose
-	// subscriptions fail still answers (the fallback's reads cover it then).
+	// wait that started with it read twice. But wait no longer than readyWait, so that a
+	// server whose subscriptions fail still answers; the fallback's reads cover it then.
 	wt.WaitReady(ctx, readyWait)
 	// The read marks the job watched: its outcome is announced only then (finish.lua), and
 	// the outcome is either in this read or announced after it.

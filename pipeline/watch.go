@@ -8,16 +8,17 @@ import (
 )
 
 // Follow calls fn with the job as it is, then again each time it changes (its status, attempt
-// or progress: Job.Reported), until it is final: fn's last call has the final job, and Follow
-// returns nil. It returns early with ctx's error when ctx ends, fn's error when fn returns
-// one, and ErrNotFound when there is no such job (or its record goes while followed).
+// or progress: Job.Reported), until it is final. Then fn's last call has the final job, and
+// Follow returns nil. It returns early with ctx's error when ctx ends, or fn's error when fn
+// returns one. It returns ErrNotFound when there is no such job, or its record goes while
+// followed.
 //
-// It learns of changes the way Wait does, from job events with a bounded fallback read, and
-// reads the job once per event that names it: a running job's progress costs a read per
+// It learns of changes the way Wait does, from job events with a bounded fallback read. It
+// reads the job once per event that names it. So a running job's progress costs a read per
 // report written (at most one per ProgressInterval). Changes between two reads are seen
-// together (fn gets the latest state, never a stale one), and the start of an attempt is not
-// announced, so fn sees in_progress with the attempt's first progress report or outcome.
-// fn runs on Follow's goroutine.
+// together: fn gets the latest state, never a stale one. The start of an attempt is not
+// announced. So fn sees in_progress with the attempt's first progress report or outcome. The
+// calls of fn run on Follow's goroutine.
 func (w *Waiter) Follow(ctx context.Context, queue, id string, fn func(*Job) error) error {
 	c := w.c
 	if err := c.checkJob(queue, id); err != nil {

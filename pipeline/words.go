@@ -1,9 +1,10 @@
 package pipeline
 
-// DeadWord is what a person reads for StatusFailed: a job that failed for good is "dead" in
-// every table, heading and help text of the CLI and the dashboard, and in the dead set it sits
-// in. "failed" stays its status on the wire (JSON, the API's status values), which scripts
-// depend on; wherever a status is given, "dead" is accepted as an alias of it (ParseStatus).
+// DeadWord is what a person reads for StatusFailed. A job that failed for good is "dead" in
+// the CLI's and the dashboard's tables, headings and help texts, and so is the set it sits
+// in. "failed" stays its status on the wire (JSON, the API's status values), which
+// scripts depend on. Wherever a status is given, "dead" is accepted as an alias of it
+// (ParseStatus).
 const DeadWord = "dead"
 
 // ParseStatus reads a status as a person gives it: "dead" is StatusFailed; any other text is

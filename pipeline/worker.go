@@ -41,8 +41,8 @@ const (
 	DefaultMaxResultBytes    = 1 << 20
 	DefaultMaxSnoozes        = 100
 	maxErrorBytes            = 4 << 10
-	// sendBackBytes bounds the payloads a worker sends back with a job's outcome, so the
-	// finish script need not read the stream entry again; larger ones are read in Redis.
+	// sendBackBytes bounds the payloads a worker sends back with a job's outcome. The finish
+	// script then need not read the stream entry again; larger ones are read in Redis.
 	sendBackBytes = 8 << 10
 )
 
@@ -51,17 +51,16 @@ type WorkerConfig struct {
 	// Queues to consume. Defaults to ["default"].
 	Queues []string
 	// QueueWeights weighs the queues against each other when they compete for the worker's
-	// slots (every slot taken by running jobs, readers waiting): each queue gets a share of the
-	// jobs started in proportion to its weight (at least 1; a queue of Queues missing here
-	// weighs 1), so a low queue under a flood of high work still gets its share. A queue's
-	// partitions share its weight. While slots are free every queue is read at once; reads
-	// stay batched. A slot that frees while a queue owed it is away reading waits for that
-	// queue's read, up to 10 ms. See stream.Config.Priority. Empty: queues are served first
-	// come, first served.
+	// slots (every slot taken, readers waiting). Each queue gets a share of the jobs started in
+	// proportion to its weight. So a low queue under a flood of high work still gets its share.
+	// A weight is at least 1; a queue of Queues missing here weighs 1. A queue's partitions
+	// share its weight. While slots are free every queue is read at once; reads stay batched.
+	// A slot that frees while a queue owed it is away reading waits for that queue's read, up
+	// to 10 ms. See stream.Config.Priority. Empty: queues are served first come, first served.
 	QueueWeights map[string]int
-	// StrictPriority makes QueueWeights ranks: while a queue of a higher weight has work (its
-	// last read filled what it asked for, or it waits for slots), no queue of a lower weight
-	// is read; equal weights are served first come, first served. See
+	// StrictPriority makes QueueWeights ranks. While a queue of a higher weight has work, no
+	// queue of a lower weight is read. Having work means its last read filled what it asked
+	// for, or it waits for slots. Equal weights are served first come, first served. See
 	// stream.Config.StrictPriority.
 	StrictPriority bool
 	// Prefix starts every key. Defaults to "conveyor".
@@ -82,10 +81,10 @@ type WorkerConfig struct {
 	// jobs finish. Dead jobs are kept until replayed or purged.
 	Retention time.Duration
 	// MinRetention is the shortest time any finished job's record is kept, whatever its
-	// retention; with RetainNone what is kept is a small tombstone (status and completed_at).
-	// A publish that go-redis sends again after its reply was lost finds the job by it and
-	// makes no second one, so MinRetention must exceed the producers' retry horizon, about
-	// (MaxRetries+1) x (ReadTimeout + WriteTimeout + MaxRetryBackoff) of their go-redis
+	// retention. With RetainNone what is kept is a small tombstone (status and completed_at).
+	// A publish that go-redis sends again after its reply was lost finds the job by it, and
+	// makes no second one. So MinRetention must exceed the producers' retry horizon. That is
+	// about (MaxRetries+1) x (ReadTimeout + WriteTimeout + MaxRetryBackoff) of their go-redis
 	// options: 26s with go-redis's defaults. Defaults to DefaultMinRetention (1m).
 	MinRetention time.Duration
 	// VisibilityTimeout is how long a job may go without a lease renewal before another worker
@@ -113,28 +112,28 @@ type WorkerConfig struct {
 	// MaxSnoozes bounds the times a job may snooze (Snooze, RetryAt); the next snooze fails it.
 	// Defaults to DefaultMaxSnoozes (100).
 	MaxSnoozes int
-	// DefaultType is the job type of a message that another Watermill publisher (the stock
-	// watermill-redisstream Publisher, say) wrote into one of the worker's queues without a
-	// MetaKeyType metadata key. Such a message is adopted as a job on its first delivery (see
-	// Worker). Empty: such messages go to the dead set, saying why.
+	// DefaultType is the job type of a message without a MetaKeyType metadata key that
+	// another Watermill publisher (say, watermill-redisstream's) wrote into the worker's
+	// queues. Such a message is adopted as a job on its first delivery (see Worker). Empty:
+	// such messages go to the dead set, saying why.
 	DefaultType string
 	// DisableScheduler and DisableRecovery turn off this worker's delayed-job scheduler and
 	// recoverer (another process must run them).
 	DisableScheduler bool
 	DisableRecovery  bool
-	// Periodic are the worker's own periodic schedules, stored in Redis when the worker
-	// starts (replacing definitions of their names, keeping their progress and pause) and
-	// run, with every other stored schedule, by the periodic scheduler of every worker that
-	// does not DisablePeriodic. See Periodic.
+	// Periodic are the worker's own periodic schedules. They are stored in Redis when the
+	// worker starts, replacing definitions of their names but keeping their progress and
+	// pause. Every worker that does not DisablePeriodic runs them, with every other stored
+	// schedule. See Periodic.
 	Periodic []Periodic
 	// DisablePeriodic leaves the periodic scheduler off this worker: it neither registers
 	// Periodic nor enqueues any schedule's ticks.
 	DisablePeriodic bool
 	// Replicas makes the worker wait, after writing job outcomes, until this many replicas
-	// have them (ReplicaTimeout bounds the wait, default DefaultReplicaTimeout; zero waits
-	// for none). Outcomes that fewer replicas confirm are not written again, since the master
-	// has them: they are counted (UnreplicatedWrites) and logged, and a failover before a
-	// replica has one makes its job run again (docs/OPERATIONS.md "Durable publish").
+	// have them. ReplicaTimeout bounds the wait (default DefaultReplicaTimeout); zero waits for
+	// none. Outcomes that fewer replicas confirm are not written again, since the master has
+	// them. They are counted (UnreplicatedWrites) and logged. A failover before a replica has
+	// one makes its job run again (docs/OPERATIONS.md "Durable publish").
 	Replicas       int
 	ReplicaTimeout time.Duration
 	// Logger receives the worker's logs; the zero Logger discards them. Every line about a job
@@ -147,10 +146,10 @@ type WorkerConfig struct {
 	// (Inspector.Pause), besides when a notice says they changed. Defaults to
 	// DefaultPauseCheckInterval (1s).
 	PauseCheckInterval time.Duration
-	// HistoryInterval is how often the worker adds the outcomes it wrote to its queues'
-	// history in Redis (Inspector.History), in one pipelined call; it counts them in memory
-	// meanwhile, so a job costs no call more. A worker that stops abruptly loses at most one
-	// interval of the history (not of the counters). Defaults to DefaultHistoryInterval (5s).
+	// HistoryInterval is how often the worker adds its outcomes to its queues' history in
+	// Redis (Inspector.History), in one pipelined call. It counts them in memory meanwhile, so
+	// a job costs no call more. A worker that stops abruptly loses at most one interval of the
+	// history (not of the counters). Defaults to DefaultHistoryInterval (5s).
 	HistoryInterval time.Duration
 	// DisableHistory leaves the worker's outcomes out of the history.
 	DisableHistory bool
@@ -169,17 +168,16 @@ type WorkerConfig struct {
 	// TracerProvider records a span per attempt, child of the job's publish span, which the
 	// handler's context carries, and the recoverer's spans (see "Tracing" in the README).
 	// Defaults to OpenTelemetry's global provider (otel.GetTracerProvider) as it is at each
-	// attempt: until the application sets one, nothing is recorded, and a job that carries a
-	// trace context gives it to its handler as a remote span context.
+	// attempt. Until the application sets one, nothing is recorded. A job's trace context then
+	// reaches its handler as a remote span context.
 	TracerProvider trace.TracerProvider
-	// Now is the worker's wall clock, read for the times it stores or sends to Redis: an
-	// attempt's started and finished times, a retry's due time (the attempt's end + the
-	// backoff), a snooze's, the history's buckets, the heartbeat record, the times given to
-	// release and adoption. Due times, promotion, recovery's idle times and flow-control
-	// leases go by Redis's clock, and waits, timeouts and intervals by the monotonic clock,
-	// whatever Now says. A host clock that steps moves only what Now stamps (and an attempt's
-	// Took, in the hooks, when a step falls inside it); tests and the torture suite step it
-	// here. Defaults to time.Now.
+	// Now is the worker's wall clock, read for the times it stores or sends to Redis. Those
+	// are an attempt's start and end, a retry's or a snooze's due time, the history's buckets,
+	// the heartbeat record, and the times given to release and adoption. Due times, promotion,
+	// recovery's idle times and flow-control leases go by Redis's clock. Waits, timeouts and
+	// intervals go by the monotonic clock. So a host clock that steps moves only what Now
+	// stamps, and an attempt's Took in the hooks when a step falls inside it. Tests and the
+	// torture suite step it here. Defaults to time.Now.
 	Now func() time.Time
 }
 
@@ -212,11 +210,11 @@ func (c WorkerConfig) withDefaults() WorkerConfig {
 }
 
 // validate checks a config that withDefaults filled in. The convention, for every config in
-// Conveyor: zero means the documented default; a negative or otherwise unusable value is an
-// error (wrapping ErrInvalid), never silently replaced; a feature is turned off by an explicit
-// Disable field. RetainNone and NoRetries are the named exceptions. Every constructor that takes
-// a config (NewWorker, NewClient, NewInspector, NewPublisher, delayed.New, ...) returns that
-// error, so an unusable config fails where it is built, not at some later call.
+// Conveyor: zero means the documented default. A negative or otherwise unusable value is an
+// error (wrapping ErrInvalid), never silently replaced. A feature is turned off by an explicit
+// Disable field. RetainNone and NoRetries are the named exceptions. Every constructor that
+// takes a config (NewWorker, NewClient, delayed.New, ...) returns that error. So an unusable
+// config fails where it is built, not at some later call.
 func (c WorkerConfig) validate() error {
 	var errs []error
 	bad := func(format string, args ...any) { errs = append(errs, invalid(format, args...)) }
@@ -280,9 +278,8 @@ const (
 )
 
 // Worker runs handlers for the jobs of its queues. Register handlers with Handle, then call
-// Run. Jobs are read from each queue's stream in consumer group "conveyor" by a batching
-// Watermill Subscriber (package stream) and run by a Watermill router, so Watermill middleware
-// (Use) wraps every job.
+// Run. A batching Watermill Subscriber (package stream) reads jobs from each queue's stream in
+// consumer group "conveyor". A Watermill router runs them, so middleware (Use) wraps every job.
 type Worker struct {
 	rdb   redis.UniversalClient
 	store jobstate.Backend
@@ -296,9 +293,9 @@ type Worker struct {
 	running   atomic.Bool
 	ready     chan struct{}
 	readyOnce sync.Once
-	// queues maps a stream key to its partition, for every partition the worker read since it
-	// started (partitionQueues): it only grows, so that a message of an earlier session, or
-	// its release, still finds its queue. Replaced whole, never changed in place.
+	// queues maps a stream key to its partition, for every partition read since the worker
+	// started (partitionQueues). It only grows, so a message of an earlier session, or its
+	// release, still finds its queue. Replaced whole, never changed in place.
 	queues atomic.Pointer[map[string]*keys.Queue]
 	parts  []string // the partitions read now (q, or q#i), in config order; Run's goroutine only
 	counts []int    // the partition count of each of cfg.Queues that parts follows
@@ -372,13 +369,13 @@ func (w *Worker) Handle(jobType string, h HandlerFunc) {
 // carries the job id as UUID, the payload, and metadata including MetaType and MetaJob
 // (attempt, retries, timeout and type).
 //
-// What a middleware sees come back from the next handler: nil when the job completed; a
-// *JobError when it did not, returned only once the job's outcome is written (retry, dead) or
-// known (canceled, lost, abandoned), so a metrics, tracing or logging middleware can count a
-// failed job as a failure. Whatever a middleware returns, the job's slot is freed afterwards
-// and nothing is handed out again because of an error. A middleware that returns an error
-// without calling the next handler refuses the job: that counts as a failed attempt (retried
-// with backoff, or dead when out of retries), with the middleware's error.
+// The next handler returns nil when the job completed. When it did not, it returns a
+// *JobError, only once the outcome is written (retry, dead) or known (canceled, lost,
+// abandoned). So a metrics, tracing or logging middleware can count a failed job as a
+// failure. Whatever a middleware returns, the job's slot is freed afterwards. Nothing is
+// handed out again because of an error. A middleware that returns an error without calling
+// the next handler refuses the job. That counts as a failed attempt with the middleware's
+// error: retried with backoff, or dead when out of retries.
 func (w *Worker) Use(mw ...message.HandlerMiddleware) {
 	if w.running.Load() {
 		panic("pipeline: Use after Run")
@@ -388,9 +385,9 @@ func (w *Worker) Use(mw ...message.HandlerMiddleware) {
 	w.middleware = append(w.middleware, mw...)
 }
 
-// Ready is closed once the worker is consuming and hears cancels: its subscriptions to its
-// queues' job events are confirmed (or eventsReadyWait, 2 s, passed without; the lease renewal
-// then stands in for them).
+// Ready is closed once the worker is consuming and hears cancels. Its subscriptions to its
+// queues' job events are then confirmed, or eventsReadyWait (2 s) passed without them. The
+// lease renewal then stands in for them.
 func (w *Worker) Ready() <-chan struct{} { return w.ready }
 
 // Running counts the jobs whose handlers run now (their messages were handed to the router
@@ -406,19 +403,20 @@ func (w *Worker) Running() int {
 	return sub.Running()
 }
 
-// Run consumes until ctx ends, then shuts down gracefully: it stops reading, waits up to
-// ShutdownTimeout for running jobs, cancels and puts back those still running, writes every
-// pending transition, and returns nil. Its background services (the delayed scheduler and a
-// recoverer per queue, unless disabled, and the partition watcher; see services.go) run while
-// it reads and stop, in reverse order, once the reading has ended. While Redis is unreachable
-// at start, Run waits for it (logging) until ctx ends; if Redis refuses it (a wrong password,
-// an ACL without a needed command), Run returns that error at once. A Worker runs once.
+// Run consumes until ctx ends, then shuts down gracefully. It stops reading, waits up to
+// ShutdownTimeout for running jobs, and cancels and puts back those still running. It writes
+// every pending transition and returns nil. Its background services run while it reads (see
+// services.go). They are the delayed scheduler, a recoverer per queue unless disabled, and the
+// partition watcher. They stop, in reverse order, once the reading has ended. While Redis is
+// unreachable at start, Run waits for it (logging) until ctx ends. If Redis refuses it (a
+// wrong password, an ACL without a needed command), Run returns that error at once. A Worker
+// runs once.
 //
-// Run follows a change of its queues' partition counts (Inspector.CreateQueue) by itself: it
-// reads the counts every 5 s, and when one changed it ends its reading as on a shutdown
-// (running jobs of every queue finish, or are put back after ShutdownTimeout on the same
-// attempt), then reads the new partitions, with their scheduler and recoverers, without
-// returning. A stored count it cannot use is logged and the partitions it reads are kept.
+// Run follows a change of its queues' partition counts (Inspector.CreateQueue) by itself. It
+// reads the counts every 5 s. When one changed, it ends its reading as on a shutdown, without
+// returning. Running jobs of every queue finish, or are put back after ShutdownTimeout on the
+// same attempt. Then it reads the new partitions, with their scheduler and recoverers. A
+// stored count it cannot use is logged, and the partitions it reads are kept.
 func (w *Worker) Run(ctx context.Context) error {
 	w.mu.Lock()
 	nHandlers := len(w.handlers)
@@ -481,9 +479,9 @@ func (w *Worker) Run(ctx context.Context) error {
 		}
 	}
 	started.Int("concurrency", w.cfg.Concurrency).Msg("worker started")
-	// A change of a queue's partition count ends the reading session as a shutdown would
-	// (running jobs finish or are put back, no attempt counted) and a new one starts on the
-	// new partitions: the old layout was closed and checked empty before the count changed, so
+	// A change of a queue's partition count ends the reading session as a shutdown would.
+	// Running jobs finish or are put back, no attempt counted. A new session starts on the new
+	// partitions. The old layout was closed and checked empty before the count changed, so
 	// nothing is left behind in it.
 	spell := outage.Spell{Min: 100 * time.Millisecond, Max: 5 * time.Second}
 	for first := true; ; first = false {
@@ -520,10 +518,9 @@ func (w *Worker) Run(ctx context.Context) error {
 	return nil
 }
 
-// session reads the partitions of w.parts until ctx ends or a queue's partition count changes,
-// then shuts the reading down gracefully: it stops reading, waits up to ShutdownTimeout for
-// running jobs, cancels and puts back those still running. It returns the new counts after a
-// change, nil when ctx ended.
+// session reads the partitions of w.parts until ctx ends or a queue's partition count
+// changes. Then it shuts the reading down gracefully, as Run does. It returns the new counts
+// after a change, nil when ctx ended.
 func (w *Worker) session(ctx context.Context) ([]int, error) {
 	wlog := WatermillLogger(w.log.With().Str("component", "router").Logger())
 	sub, err := stream.NewSubscriber(stream.Config{
@@ -624,12 +621,12 @@ func (w *Worker) session(ctx context.Context) ([]int, error) {
 	return watcher.next, nil // written before its Stop returned
 }
 
-// warnSharedName warns when this worker's name is the consumer name of a worker that was
-// active in one of its queues within the visibility timeout: two live workers sharing a name
-// take each other's entries for orphans of their own lost reads (see package stream), and
-// their renewals keep each other's jobs alive. A worker that stopped within that time (a
-// restart with a fixed name) looks the same, hence a warning and not a refusal. Errors (no
-// group yet) are ignored: this is advice.
+// warnSharedName warns when this worker's name is the consumer name of a worker active in
+// one of its queues within the visibility timeout. Two live workers sharing a name take each
+// other's entries for orphans of their own lost reads (see package stream). Their renewals
+// also keep each other's jobs alive. A worker that stopped within that time (a restart with a
+// fixed name) looks the same, hence a warning and not a refusal. Errors (no group yet) are
+// ignored: this is advice.
 func (w *Worker) warnSharedName(ctx context.Context) {
 	for _, name := range w.parts {
 		q := keys.New(w.cfg.Prefix, name)
@@ -648,16 +645,16 @@ func (w *Worker) warnSharedName(ctx context.Context) {
 	}
 }
 
-// settleAfter frees a job's slot once the whole middleware chain has returned (the subscriber
+// settleAfter frees a job's slot once the whole middleware chain has returned. The subscriber
 // runs in ManualSettle mode: the slot is held until the job's outcome is written, which
-// handleMessage waits for). It returns no error, so the router does nothing more with the
+// handleMessage waits for. It returns no error, so the router does nothing more with the
 // message. An error that is not a *JobError means a middleware refused the job before
-// handleMessage ran (or replaced its error): it is written as a failed attempt, which
-// fencing refuses if the handler's own outcome was written already.
+// handleMessage ran, or replaced its error. It is written as a failed attempt. Fencing refuses
+// that if the handler's own outcome was written already.
 //
-// A message of another publisher is adopted first (adopt), so that the middleware sees a job;
-// one that is not to run now (scheduled, or refused as a duplicate) never reaches it: it is no
-// attempt.
+// A message of another publisher is adopted first (adopt), so that the middleware sees a job.
+// One that is not to run now (scheduled, or refused as a duplicate) never reaches it: it is
+// no attempt.
 func (w *Worker) settleAfter(sub *stream.Subscriber) message.HandlerMiddleware {
 	return func(h message.HandlerFunc) message.HandlerFunc {
 		return func(msg *message.Message) ([]*message.Message, error) {
@@ -683,8 +680,8 @@ func (w *Worker) settleAfter(sub *stream.Subscriber) message.HandlerMiddleware {
 }
 
 // growStack grows the calling goroutine's stack to 4 KiB while it is shallow. The router runs
-// every message on a new goroutine, which Go starts with a small stack; a job's path needs
-// more, so the stack was copied once per job anyway, deep in the path where the copy has more
+// every message on a new goroutine, which Go starts with a small stack. A job's path needs
+// more, so the stack was copied once per job anyway, deep in the path. There the copy has more
 // frames to adjust. Growing it here, three frames down, is the cheaper copy (the same trick as
 // CockroachDB's util/growstack; docs/BENCHMARKS.md has the profiles). When the stack is big
 // enough already this only clears the buffer.
@@ -795,12 +792,12 @@ const eventsReadyWait = 2 * time.Second
 var errTimeout = errors.New("attempt timed out")
 
 // handleMessage runs one job. It returns once the job's outcome is written: nil when the job
-// completed, a *JobError when it did not (see Use); settleAfter then frees the slot (the entry
-// is acknowledged by finish.lua together with the state change).
+// completed, a *JobError when it did not (see Use). Then settleAfter frees the slot.
+// The entry is acknowledged by finish.lua together with the state change.
 func (w *Worker) handleMessage(msg *message.Message) error {
-	// This function's frame stays small and the work around the handler call lives in other
-	// functions: the router runs each message on a new goroutine, whose stack growStack
-	// grows once; a deeper path would make Go copy it again.
+	// This function's frame stays small; the work around the handler call lives in other
+	// functions. The router runs each message on a new goroutine, whose stack growStack grows
+	// once. A deeper path would make Go copy it again.
 	q, ok := w.queue(msg.Metadata[stream.StreamKey])
 	if !ok {
 		w.log.Error().Str("stream", msg.Metadata[stream.StreamKey]).Str("job_id", msg.UUID).Msg("message from an unknown stream")
@@ -838,18 +835,18 @@ func (w *Worker) handleMessage(msg *message.Message) error {
 	return err
 }
 
-// endProgress ends the attempt's progress reports before its outcome is written, writing the
-// last one held unless the attempt was abandoned (the job moved on, or goes back on shutdown:
-// the fence would refuse it, or the next run reports its own).
+// endProgress ends the attempt's progress reports before its outcome is written. It writes
+// the last one held, unless the attempt was abandoned (the job moved on, or goes back on
+// shutdown). Then the fence would refuse it, or the next run reports its own.
 func endProgress(ctx context.Context, r *progressReporter) {
 	cause := context.Cause(ctx)
 	r.end(!errors.Is(cause, stream.ErrClosed) && !errors.Is(cause, stream.ErrLeaseLost))
 }
 
-// sendBack adds to t the payload exactly as read from the job's entry (stream.EntryValues),
-// when it is small and the entry has no metadata, so that finish.lua need not read the entry
-// again. Never j.Payload: middleware and handlers may change that slice in place, and the job's
-// next attempt must run on the bytes that were published.
+// sendBack adds to t the payload exactly as read from the job's entry (stream.EntryValues).
+// It does so when the payload is small and the entry has no metadata, so that finish.lua need
+// not read the entry again. Never j.Payload: middleware and handlers may change that slice in
+// place, and the job's next attempt must run on the bytes that were published.
 func sendBack(t transition, j *Job) transition {
 	if j.entry != nil {
 		p, _ := j.entry[keys.EntryPayload].(string)
@@ -878,7 +875,7 @@ func (w *Worker) write(t transition, jerr *JobError) error {
 }
 
 // noHandler fails an attempt of a job whose type this worker has no handler for. It is an
-// attempt like any other, retried with backoff: during a rolling deploy a worker of the old
+// attempt like any other, retried with backoff. During a rolling deploy a worker of the old
 // version must not kill jobs meant for the new one, which may pick the retry up. It goes to
 // the dead set only after its retries.
 func (w *Worker) noHandler(ctx context.Context, q *keys.Queue, j *Job) error {
@@ -909,17 +906,17 @@ func (w *Worker) refused(msg *message.Message, err error) {
 // an abandoned attempt writes nothing. note is the transition's Note, for the hooks.
 func (w *Worker) outcome(ctx context.Context, q *keys.Queue, j *Job, start time.Time, result []byte, err error, note uint8) error {
 	if cause := context.Cause(ctx); cause != nil {
-		// A canceled job's attempt ends canceled whatever its handler returned (a handler
-		// that ignored its context may return a result, or an error, late): the job's record
-		// says canceled already and fencing would refuse any write.
+		// A canceled job's attempt ends canceled whatever its handler returned. A handler
+		// that ignored its context may return a result, or an error, late. The job's record
+		// says canceled already, and fencing would refuse any write.
 		var why Outcome
 		switch {
 		case errors.Is(cause, ErrJobCanceled):
 			why = OutcomeCanceled
 		case errors.Is(cause, stream.ErrLeaseLost):
-			// On a lost lease the job was canceled (and its event missed) or another
-			// worker owns it now; a result returned anyway is written in the second case
-			// only, for fencing to judge.
+			// On a lost lease the job was canceled (its event missed), or another worker
+			// owns it now. A result returned anyway is written in the second case only, for
+			// fencing to judge.
 			if lost := w.lostWhy(q, j); err != nil || lost == OutcomeCanceled {
 				why = lost
 			}
@@ -1042,9 +1039,9 @@ func call(ctx context.Context, h HandlerFunc, j *Job, log *zerolog.Logger) (res 
 }
 
 // adopt makes a job of an entry of another Watermill publisher before the middleware and its
-// handler run, and reports whether it is to run now. A message that names a job on another
-// entry is marked to be kept as a dead record of its own (stream.PoisonKey), and runs on to
-// handleMessage, which writes it. When Redis cannot be asked, the entry stays pending,
+// handler run. It reports whether the job is to run now. A message that names a job on
+// another entry is marked to be kept as a dead record of its own (stream.PoisonKey). It runs
+// on to handleMessage, which writes it. When Redis cannot be asked, the entry stays pending,
 // unrenewed once settled, and recovery puts it back for another try.
 func (w *Worker) adopt(msg *message.Message) bool {
 	md := msg.Metadata

@@ -15,30 +15,31 @@ import (
 )
 
 // MaxWorkflowTasks bounds the tasks of one workflow (or the jobs of one batch, with its
-// callback): a workflow is published by one script call, and Redis serves no other client
-// while a script runs (5,000 tasks take it about 45 ms on a 2-core machine; docs/BENCHMARKS.md).
+// callback). A workflow is published by one script call, and Redis serves no other client
+// while a script runs. Publishing 5,000 tasks takes it about 45 ms on a 2-core machine
+// (docs/BENCHMARKS.md).
 const MaxWorkflowTasks = 5000
 
 // MaxWorkflowDependencies bounds the dependencies of one workflow: the sum over its tasks of
-// the tasks each waits for (After). The tasks alone do not bound them (5,000 tasks can name
-// 12.5 million), and a workflow's publish, a task's fan-in and a death's cascade each cost
-// Redis work per dependency: about 2.5 us each in the publish's one call, beside about 9 us a
-// task. 10,000 holds the largest usual shapes of MaxWorkflowTasks tasks (a fan-out and fan-in
-// of 5,000: 9,996; a batch with its callback: 5,000) and adds at most about half of what the
-// tasks cost to a publish (docs/RELIABILITY.md, "Issue 30: a workflow's dependencies and
-// cascades"). A cascade is followed in bounded steps whatever the count (docs/STATE_MACHINE.md,
-// "Workflows").
+// the tasks each waits for (After). The tasks alone do not bound them: 5,000 tasks can name
+// 12.5 million. A workflow's publish, a task's fan-in and a death's cascade each cost Redis
+// work per dependency. In the publish's one call that is about 2.5 us each, beside about 9 us
+// a task. A bound of 10,000 holds the largest usual shapes of MaxWorkflowTasks tasks. A
+// fan-out and fan-in of 5,000 has 9,996; a batch with its callback has 5,000. It adds at most
+// about half of what the tasks cost to a publish (docs/RELIABILITY.md, "Issue 30: a
+// workflow's dependencies and cascades"). A cascade is followed in bounded steps whatever the
+// count (docs/STATE_MACHINE.md, "Workflows").
 const MaxWorkflowDependencies = 10000
 
 // MaxTaskName bounds a workflow task's name, in bytes.
 const MaxTaskName = 64
 
-// Workflow is a DAG of tasks published as one unit (Client.Workflow): each task is a job of
+// Workflow is a DAG of tasks published as one unit (Client.Workflow). Each task is a job of
 // the workflow's queue that runs once every task it names in After has completed. A task
 // with no After runs at once. A task's job id is the workflow's id, a dot and the task's name.
 //
 // A dead task (its retries exhausted) cancels the tasks that wait for it, and theirs in turn,
-// with the reason in their LastError; replaying it (Inspector.Replay) resumes the workflow:
+// with the reason in their LastError. Replaying it (Inspector.Replay) resumes the workflow:
 // the tasks it canceled wait again. A task canceled by a caller cancels its dependents alike,
 // for good.
 type Workflow struct {
@@ -56,16 +57,17 @@ type WorkflowTask struct {
 	// [A-Za-z0-9_-], unique in the workflow.
 	Name string
 	// Task is the job to run. Its options may set retries (WithMaxRetries), a timeout
-	// (WithTimeout), a retention (WithRetention) and metadata (WithMetadata); options that
-	// choose when or where a job runs (WithID, WithDelay, WithRunAt, WithUnique, WithDebounce,
-	// WithGroup, WithPriority, WithLimitKey) are refused with ErrInvalid: the workflow decides.
+	// (WithTimeout), a retention (WithRetention) and metadata (WithMetadata). Options that
+	// choose when or where a job runs are refused with ErrInvalid: the workflow decides. Those
+	// are WithID, WithDelay, WithRunAt, WithUnique, WithDebounce, WithGroup, WithPriority and
+	// WithLimitKey.
 	Task
 	// After names the tasks this one waits for.
 	After []string
 	// Finally makes the task run once every task in After is final (completed, dead or
-	// canceled), whatever the outcome, instead of once all completed: a batch's callback, or a
-	// workflow's clean-up step. It is never canceled by its dependencies' failures; its
-	// handler reads their outcomes with Job.Dependencies.
+	// canceled), whatever the outcome, instead of once all completed. It suits a batch's
+	// callback, or a workflow's clean-up step. It is never canceled by its dependencies'
+	// failures; its handler reads their outcomes with Job.Dependencies.
 	Finally bool
 }
 
@@ -83,11 +85,11 @@ func Chain(tasks ...Task) Workflow {
 }
 
 // Batch is a group of jobs published as one unit (Client.Batch), with an optional callback
-// job that runs once, when every job of the batch is final (completed, dead or canceled). The
-// callback's handler reads the counts of completed, dead and canceled jobs, and the results
-// of those that completed, with Job.Dependencies. A batch is a workflow of kind "batch": its
-// jobs are tasks named "1", "2", ... and its callback is the Finally task "callback"; its
-// progress is read with Client.GetWorkflow like any workflow's.
+// job. The callback runs once, when every job of the batch is final (completed, dead or
+// canceled). Its handler reads the counts of completed, dead and canceled jobs, and the
+// results of those that completed, with Job.Dependencies. A batch is a workflow of kind
+// "batch". Its jobs are tasks named "1", "2", ... and its callback is the Finally task
+// "callback". Its progress is read with Client.GetWorkflow like any workflow's.
 type Batch struct {
 	ID   string // as Workflow.ID
 	Name string
@@ -100,9 +102,10 @@ type Batch struct {
 // BatchCallback is the name of a batch's callback task.
 const BatchCallback = "callback"
 
-// WorkflowStatus is where a workflow is: running until every task is final, then completed
-// (every task completed), failed (a task is dead: a replay of it resumes the workflow; or a
-// task died and was purged) or canceled (a task was canceled, none died).
+// WorkflowStatus is where a workflow is. It is running until every task is final, then
+// completed (every task completed), failed or canceled. Failed means a task is dead (a replay
+// of it resumes the workflow), or a task died and was purged. Canceled means a task was
+// canceled and none died.
 type WorkflowStatus string
 
 // The statuses of a workflow.
@@ -165,17 +168,17 @@ type Dependencies struct {
 	Results map[string][]byte
 }
 
-// Workflow publishes wf into queue as one unit, in one script call: each task without
-// dependencies is queued at once, the others wait (StatusWaiting) until the script that
+// Workflow publishes wf into queue as one unit, in one script call. Each task without
+// dependencies is queued at once. The others wait (StatusWaiting) until the script that
 // completes their last dependency puts them into the stream. It validates every task first
-// (names, dependencies, no cycle, the options a task may take) and writes nothing on bad
-// input (ErrInvalid). Publishing again a workflow with the same ID and tasks writes nothing and
-// returns it with Duplicate set; the same ID with other tasks is an error wrapping ErrConflict.
-// In a partitioned queue a workflow lives in the partition its ID routes to, so that every
-// task is in one hash tag.
+// (names, dependencies, no cycle, the options a task may take). On bad input it writes
+// nothing (ErrInvalid). Publishing again a workflow with the same ID and tasks writes nothing
+// and returns it with Duplicate set. The same ID with other tasks is an error wrapping
+// ErrConflict. In a partitioned queue a workflow lives in the partition its ID routes to, so
+// that every task is in one hash tag.
 //
-// The tasks carry the trace context of ctx, or of the one publish span the call records under
-// a tracer provider, as EnqueueBatch's do: a workflow is one trace.
+// The tasks carry the trace context of ctx, as EnqueueBatch's do, so a workflow is one trace.
+// Under a tracer provider it is that of the one publish span the call records.
 func (c *Client) Workflow(ctx context.Context, queue string, wf Workflow) (*WorkflowState, error) {
 	return c.publishWorkflow(ctx, queue, wf, keys.WorkflowKindWorkflow)
 }
@@ -296,8 +299,8 @@ func (c *Client) publishWorkflow(ctx context.Context, queue string, wf Workflow,
 	}
 }
 
-// checkWorkflow validates wf, giving it an ID when it has none, and returns the indexes of its
-// tasks in a topological order (Kahn's, stable: tasks keep their given order where they can).
+// checkWorkflow validates wf, giving it an ID when it has none. It returns the indexes of its
+// tasks in a topological order: Kahn's, stable, so tasks keep their given order where they can.
 func checkWorkflow(wf *Workflow) ([]int, error) {
 	if wf.ID == "" {
 		wf.ID = NewID()
@@ -574,10 +577,10 @@ func (j *Job) Dependencies(ctx context.Context) (*Dependencies, error) {
 	return &Dependencies{Workflow: wfID, Completed: d.Completed, Failed: d.Failed, Canceled: d.Canceled, Results: res}, nil
 }
 
-// followCascade goes on with the workflow cascades of q (jobstate.Store.FollowCascade) until none is
-// left: what a cancel's script left past the edges one call follows, in calls that each block
-// Redis a few ms at most. Its error is the caller's to ignore: the cancel that left the rest
-// is done, and the queue's recoverer follows what is left at its next scan.
+// followCascade goes on with the workflow cascades of q (jobstate.Store.FollowCascade) until
+// none is left. It follows what a cancel's script left past the edges one call follows. Each
+// call blocks Redis a few ms at most. Its error is the caller's to ignore. The cancel that
+// left the rest is done, and the queue's recoverer follows what is left at its next scan.
 func followCascade(ctx context.Context, js jobstate.Backend, q keys.Queue, now time.Time) error {
 	for {
 		r, err := js.FollowCascade(ctx, q, jobstate.CascadeParams{Now: now, Events: js.Events(ctx)})

@@ -1,10 +1,10 @@
-// Package pipelinetest helps test code that uses Conveyor: assert that code under test
-// enqueued a job (RequireEnqueued, RequireNotEnqueued), run a handler on a job built in the
-// test, without Redis (NewJob, Run), and run a real worker for the length of a test
+// Package pipelinetest helps test code that uses Conveyor. It asserts that code under test
+// enqueued a job (RequireEnqueued, RequireNotEnqueued). It runs a handler on a job built in
+// the test, without Redis (NewJob, Run). It runs a real worker for the length of a test
 // (StartWorker, Work).
 //
 // The assertions read a Redis that the test provides, through pipeline.Inspector, so they see
-// what a worker would see: give them the Inspector of the Redis (and key prefix) the code under
+// what a worker would see. Give them the Inspector of the Redis (and key prefix) the code under
 // test enqueues to. Each takes a testing.TB and fails the test with what it found instead.
 package pipelinetest
 
@@ -28,8 +28,8 @@ type Want struct {
 	Type string
 	// ID is the job's id (pipeline.WithID); given, only that job is read.
 	ID string
-	// Payload is compared as JSON when it and the job's payload are both JSON (so spacing and
-	// key order do not matter), else byte for byte. nil matches any payload.
+	// Payload is compared as JSON when it and the job's payload are both JSON, so spacing and
+	// key order do not matter. Else it is compared byte for byte. A nil Payload matches any.
 	Payload []byte
 	// Metadata pairs must each be on the job; the job may have others.
 	Metadata map[string]string

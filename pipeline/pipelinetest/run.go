@@ -9,10 +9,10 @@ import (
 	"github.com/conveyorq/conveyor/pipeline"
 )
 
-// NewJob returns a job as a handler receives it on its first attempt: a new id, queue
-// pipeline.DefaultQueue, status in progress, attempt 1, the default retries, created, enqueued
-// and started now. Change its fields to test other cases (a last attempt: Attempt =
-// MaxRetries+1; a timeout: Timeout).
+// NewJob returns a job as a handler receives it on its first attempt. It has a new id, queue
+// pipeline.DefaultQueue, status in progress, attempt 1 and the default retries. It was
+// created, enqueued and started now. Change its fields to test other cases (a last attempt:
+// Attempt = MaxRetries+1; a timeout: Timeout).
 func NewJob(jobType string, payload []byte) *pipeline.Job {
 	now := time.Now().Truncate(time.Millisecond)
 	return &pipeline.Job{
@@ -27,12 +27,12 @@ func NewJob(jobType string, payload []byte) *pipeline.Job {
 type Result struct {
 	// Output is what the handler returned.
 	Output []byte
-	// Err is the attempt's error: the handler's, "panic: ..." for a panic, or one saying that
-	// the attempt timed out or that Output is over the worker's default result limit.
+	// Err is the attempt's error: the handler's, or "panic: ..." for a panic. Or it says that
+	// the attempt timed out, or that Output is over the worker's default result limit.
 	Err error
-	// Status is the job's status once a worker has written the attempt: completed; scheduled
-	// when it will be retried; failed when it went to the dead set (a SkipRetry error, the last
-	// attempt, a result over the limit).
+	// Status is the job's status once a worker has written the attempt. It is completed, or
+	// scheduled when it will be retried. It is failed when it went to the dead set: a
+	// SkipRetry error, the last attempt, or a result over the limit.
 	Status pipeline.Status
 	// TimedOut reports that the job's Timeout passed while the handler ran.
 	TimedOut bool
@@ -42,10 +42,10 @@ type Result struct {
 // Timeout had passed; it wraps the handler's error.
 var ErrTimedOut = errors.New("attempt timed out")
 
-// Run runs h on job once, as a worker runs an attempt, without Redis: the handler's context
-// ends when job.Timeout passes (when it is set), a panic is the attempt's error, and Result
-// says which status the worker would write. Unlike a worker, Run waits for a handler that
-// ignores its context.
+// Run runs h on job once, as a worker runs an attempt, without Redis. The handler's context
+// ends when job.Timeout passes (when it is set). A panic is the attempt's error. Result says
+// which status the worker would write. Unlike a worker, Run waits for a handler that ignores
+// its context.
 func Run(ctx context.Context, h pipeline.HandlerFunc, job *pipeline.Job) *Result {
 	if job.Timeout > 0 {
 		var cancel context.CancelFunc
