@@ -29,8 +29,11 @@ WORKDIR /src
 # bench modules, which stay out of the build context, so the image makes its own.
 COPY go.mod go.sum ./
 COPY cmd/conveyor/go.mod cmd/conveyor/go.sum ./cmd/conveyor/
+# The replace names the version cmd/conveyor's go.mod requires, read with the shell alone: the
+# CI's stand-in base image has no awk.
 RUN go work init . ./cmd/conveyor \
- && go work edit -replace "github.com/conveyorq/conveyor@$(awk '$1 == "github.com/conveyorq/conveyor" {print $2}' cmd/conveyor/go.mod)=./" \
+ && v=$(while read -r m ver rest; do [ "$m" != github.com/conveyorq/conveyor ] || echo "$ver"; done < cmd/conveyor/go.mod) \
+ && go work edit -replace "github.com/conveyorq/conveyor@$v=./" \
  && go mod download && go mod verify
 
 # deplist: the non-main packages that cmd/conveyor imports (third-party; std comes with them).

@@ -589,6 +589,9 @@ func (w *Worker) session(ctx context.Context) ([]int, error) {
 		return nil, fmt.Errorf("pipeline: %w", err)
 	}
 	defer stopServices()
+	// Read here, not in the goroutine: it may outlive the session, and Run rewrites w.parts
+	// for the next one.
+	parts := len(w.parts)
 	go func() {
 		select {
 		case <-router.Running():
@@ -600,7 +603,7 @@ func (w *Worker) session(ctx context.Context) ([]int, error) {
 			// renewal, and must not keep the worker from being ready.
 			limit := time.NewTimer(eventsReadyWait)
 			defer limit.Stop()
-			for range w.parts {
+			for range parts {
 				select {
 				case <-confirmed:
 				case <-limit.C:
