@@ -333,13 +333,9 @@ func (e *Engine) listSet(ctx context.Context, q keys.Queue, st status.Status, cu
 // worker was handed yet. The pending entries in the page's range are left out as well, for
 // the rare group whose read position moved back (XGROUP SETID, a failover to older data).
 func (e *Engine) listQueued(ctx context.Context, q keys.Queue, cursor string, limit int) (*Page, error) {
-	start := "-"
-	if cursor != "" {
-		id, ok := parseEntryID(cursor)
-		if !ok {
-			return nil, e.invalid("cursor %q is not one of a %s listing (a stream entry id)", cursor, status.Queued)
-		}
-		start = id.next().String()
+	start, err := e.streamStart(status.Queued, cursor)
+	if err != nil {
+		return nil, err
 	}
 	entries, group, err := e.store.StreamPage(ctx, q, start, limit+1)
 	if err != nil {
@@ -389,13 +385,9 @@ func (e *Engine) listQueued(ctx context.Context, q keys.Queue, cursor string, li
 // listInProgress pages through the group's pending entries list and reads the jobs that the
 // entries carry in one script.
 func (e *Engine) listInProgress(ctx context.Context, q keys.Queue, cursor string, limit int) (*Page, error) {
-	start := "-"
-	if cursor != "" {
-		id, ok := parseEntryID(cursor)
-		if !ok {
-			return nil, e.invalid("cursor %q is not one of a %s listing (a stream entry id)", cursor, status.InProgress)
-		}
-		start = id.next().String()
+	start, err := e.streamStart(status.InProgress, cursor)
+	if err != nil {
+		return nil, err
 	}
 	// No stream or no group yet reads as none: nothing was ever handed out.
 	pend, err := e.store.PendingPage(ctx, q, start, limit+1)
@@ -426,6 +418,19 @@ func (e *Engine) listInProgress(ctx context.Context, q keys.Queue, cursor string
 			Held: &pend[k], Attempt: row.Attempt})
 	}
 	return p, nil
+}
+
+// streamStart is the XRANGE start of a stream listing from cursor: the entry after it, or
+// "-" for none.
+func (e *Engine) streamStart(st status.Status, cursor string) (string, error) {
+	if cursor == "" {
+		return "-", nil
+	}
+	id, ok := parseEntryID(cursor)
+	if !ok {
+		return "", e.invalid("cursor %q is not one of a %s listing (a stream entry id)", cursor, st)
+	}
+	return id.next().String(), nil
 }
 
 // entryID is a stream entry id, <ms>-<seq>.
