@@ -23,3 +23,6 @@ const TokenLife = tokenLife
 
 // ProgressWrites is how many progress reports w wrote (Job.Progress).
 func ProgressWrites(w *Worker) int64 { return w.progressWrites.Load() }
+
+// PauseAckRecheck is how often PauseConfirmed reads the stored confirmations while it waits.
+const PauseAckRecheck = pauseAckRecheck

@@ -439,6 +439,7 @@ func TestPauseWaitRoundTrips(t *testing.T) {
 	// (QueueReaders reads the worker records): QueueExists, QueueReaders, SADD, PUBLISH.
 	fixed := func() (trips, reads int64) {
 		before := cmds.Named("hgetall")
+
 		trips = cmds.During(func() {
 			_, err := insp.QueueExists(ctx, b.queue)
 			require.NoError(t, err)
@@ -449,17 +450,29 @@ func TestPauseWaitRoundTrips(t *testing.T) {
 	}
 	const maxReads = 3
 	var pc pipeline.PauseConfirmation
-	fixedTrips, _ := fixed()
+	// A resume of the running queue runs the settings script: the pauses below then find it
+	// loaded, with no NOSCRIPT fallback (one more trip) in the first.
+	require.NoError(t, insp.Resume(ctx, b.queue))
+	fixedTrips, fixedReads := fixed()
+	// The fixed part varies by one SISMEMBER (the queue registry's read is skipped when an
+	// earlier read of the call found the queue), so it gets one trip of slack. The wait reads
+	// the stored confirmations once a recheck until the notices come. A loaded machine delays
+	// the workers' notices, so that bound is one read per recheck of the time the wait took.
+	reads := cmds.Named("hgetall")
+	start := time.Now()
 	trips := cmds.During(func() { pc, err = insp.PauseConfirmed(ctx, b.queue, 10*time.Second) })
+	rechecks := int64(time.Since(start) / pipeline.PauseAckRecheck)
+	reads = cmds.Named("hgetall") - reads - fixedReads
 	require.NoError(t, err)
 	assert.ElementsMatch(t, names, pc.Workers)
 	assert.Empty(t, pc.Unconfirmed)
-	t.Logf("a pause two workers confirm: %d round trips (%d fixed)", trips, fixedTrips)
-	assert.LessOrEqual(t, trips, fixedTrips+maxReads, "a pause two workers confirm")
+	t.Logf("a pause two workers confirm: %d round trips (%d fixed), %d reads of the confirmations in %d rechecks", trips, fixedTrips, reads, rechecks)
+	assert.LessOrEqual(t, reads, max(maxReads, rechecks+1), "reads of the confirmations while two workers confirm")
+	assert.LessOrEqual(t, trips-reads, fixedTrips+1, "a pause two workers confirm, but its reads of the confirmations")
 
 	ghost := b.addGhost(t, rec)
-	fixedTrips, fixedReads := fixed()
-	reads := cmds.Named("hgetall")
+	fixedTrips, fixedReads = fixed()
+	reads = cmds.Named("hgetall")
 	trips = cmds.During(func() { pc, err = insp.PauseConfirmed(ctx, b.queue, time.Second) })
 	reads = cmds.Named("hgetall") - reads - fixedReads
 	require.NoError(t, err)
@@ -467,7 +480,7 @@ func TestPauseWaitRoundTrips(t *testing.T) {
 	assert.Equal(t, []string{ghost}, pc.Unconfirmed)
 	t.Logf("a 1 s wait for a worker that never confirms: %d round trips (%d fixed), %d reads of the confirmations", trips, fixedTrips, reads)
 	assert.LessOrEqual(t, reads, int64(maxReads), "reads of the confirmations in a 1 s wait")
-	assert.LessOrEqual(t, trips, fixedTrips+maxReads, "a 1 s wait for a worker that never confirms")
+	assert.LessOrEqual(t, trips-reads, fixedTrips+1, "a 1 s wait for a worker that never confirms, but its reads of the confirmations")
 }
 
 // workerRecord waits for w's heartbeat record (Inspector.Workers) and returns it.
