@@ -13,11 +13,11 @@ import (
 // returns.) Meanwhile another group's new job waits behind at most 20 jobs of each group.
 const DefaultGroupWindow = keys.DefaultGroupWindow
 
-// MaxGroupWindow bounds GroupChange.Window and MaxGroupWeight a weight: a window times a weight
+// maxGroupWindow bounds GroupChange.Window and maxGroupWeight a weight: a window times a weight
 // stays far below what a script's arithmetic holds exactly.
 const (
-	MaxGroupWindow = 1_000_000
-	MaxGroupWeight = 1_000
+	maxGroupWindow = 1_000_000
+	maxGroupWeight = 1_000
 )
 
 // MaxGroupWeights bounds how many groups of a queue may have a weight set (SetGroups refuses
@@ -68,8 +68,8 @@ type GroupInfo struct {
 // validate checks c as given.
 func (c GroupChange) validate() error {
 	switch {
-	case c.Window < 0 || c.Window > MaxGroupWindow:
-		return invalid("group window %d outside [1, %d]", c.Window, MaxGroupWindow)
+	case c.Window < 0 || c.Window > maxGroupWindow:
+		return invalid("group window %d outside [1, %d]", c.Window, maxGroupWindow)
 	case c.Window > 0 && c.ResetWindow:
 		return invalid("a group window and its reset at once")
 	}
@@ -77,8 +77,8 @@ func (c GroupChange) validate() error {
 		if err := keys.ValidateGroup(g); err != nil {
 			return invalid("%v", err)
 		}
-		if w < 0 || w > MaxGroupWeight {
-			return invalid("weight %d of group %q outside [1, %d] (0 sets it back to 1)", w, g, MaxGroupWeight)
+		if w < 0 || w > maxGroupWeight {
+			return invalid("weight %d of group %q outside [1, %d] (0 sets it back to 1)", w, g, maxGroupWeight)
 		}
 	}
 	return nil

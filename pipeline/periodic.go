@@ -64,8 +64,6 @@ const (
 	// PeriodicGrace is how late a tick may be and still be enqueued as itself; older ticks
 	// are missed (Periodic.Missed).
 	PeriodicGrace = periodic.DefaultGrace
-	// PeriodicRefresh bounds how long a new or changed schedule takes to reach the workers.
-	PeriodicRefresh = periodic.DefaultRefresh
 )
 
 // Metadata keys set on the jobs of schedules.
@@ -220,7 +218,7 @@ func (i *Inspector) schedules() *periodic.Store {
 }
 
 // CreateSchedule stores p (replacing a schedule of its name: its progress and pause are
-// kept). Workers run it from their next read of the schedules, within PeriodicRefresh; its
+// kept). Workers run it from their next read of the schedules, within a second; its
 // first tick is the first after now. A bad schedule is an error wrapping ErrInvalid.
 func (i *Inspector) CreateSchedule(ctx context.Context, p Periodic) error {
 	if err := p.validate(); err != nil {
