@@ -23,8 +23,8 @@
 // the job defaults. The partition count, the limits and the group settings stay beside the
 // jobs, where the scripts read them atomically with a job's move. Their changes are methods
 // here too (queue_change.go): the layout lock, a change of the partition count with its drain,
-// the bounds on limits and weights. These are rules of the state, and a store that a test
-// double wraps must keep them. pipeline.Inspector checks its callers' input and maps the errors.
+// the bounds on limits and weights. They are rules of the state, which a store a test double
+// wraps must keep. pipeline.Inspector checks its callers' input.
 //
 // # Params and replies
 //

@@ -17,10 +17,10 @@ import (
 // The changes of a queue's settings that live beside its jobs: the partition count, the limits
 // and the group settings. The job scripts read those keys atomically with a job's move, so
 // they stay out of the settings record (settings.go); each change raises the record's rev.
-// The rules here are the state's own: one change of a layout at a time, under its lock; a
-// layout that holds jobs does not change; a partitioned queue holds no limits; the bounds on
-// limits and weights, exact under the lock. pipeline.Inspector checks its callers' input and
-// maps these errors to its own.
+// The rules here are the state's own. One change of a layout runs at a time, under its lock. A
+// layout that holds jobs does not change. A partitioned queue holds no limits. The bounds on
+// limits and weights are exact under the lock. pipeline.Inspector checks its callers' input
+// and maps these errors to its own.
 
 // Errors of the queue changes, which pipeline maps to its own (ErrQueueBusy, ErrInvalid).
 var (

@@ -8,9 +8,9 @@ import (
 	"github.com/conveyorq/conveyor/internal/keys"
 )
 
-// What pipeline.Inspector's schedule calls do beyond the Store: names checked before Redis is
-// asked, the next run of a listed schedule, the metadata of a tick's job. pipeline converts its
-// types and errors around these calls and keeps nothing else.
+// What pipeline.Inspector's schedule calls need beyond the Store. Names are checked before
+// Redis is asked; a listed schedule has its next run; a tick's job has its metadata. pipeline
+// converts its types and errors around these calls and keeps nothing else.
 
 // Metadata keys set on the jobs of schedules.
 const (
