@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"strconv"
 	"strings"
 	"time"
 
@@ -178,16 +179,29 @@ func (p QueuePatch) validate() error {
 // maxDefaultTimeout bounds QueuePatch.Timeout: a week, far beyond any job's attempt.
 const maxDefaultTimeout = 7 * 24 * time.Hour
 
+// The settings record's fields of the per-queue job defaults.
+const (
+	fieldMaxRetries = "max_retries"
+	fieldTimeout    = "timeout_ms"
+)
+
 // queueDefaults are a queue's defaults for the jobs published without their own.
 type queueDefaults struct {
 	maxRetries *int
 	timeout    time.Duration
 }
 
-// defaultsOf reads the defaults from a settings record's fields (jobstate.ReadJobDefaults).
+// defaultsOf reads the defaults from a settings record's fields. A value that does not parse
+// is no default: a publish must not fail over a setting.
 func defaultsOf(f map[string]string) queueDefaults {
-	d := jobstate.ReadJobDefaults(f, MaxMaxRetries, maxDefaultTimeout)
-	return queueDefaults{maxRetries: d.MaxRetries, timeout: d.Timeout}
+	var d queueDefaults
+	if n, err := strconv.Atoi(f[fieldMaxRetries]); err == nil && n >= 0 && n <= MaxMaxRetries {
+		d.maxRetries = &n
+	}
+	if ms, err := strconv.ParseInt(f[fieldTimeout], 10, 64); err == nil && ms > 0 && ms <= maxDefaultTimeout.Milliseconds() {
+		d.timeout = time.Duration(ms) * time.Millisecond
+	}
+	return d
 }
 
 // apply gives a prepared job (j, and nj, what the script writes) the defaults that its
@@ -215,7 +229,18 @@ func (d queueDefaults) apply(common []Option, t *Task, j *Job, nj *jobstate.NewJ
 
 // recordChange is the part of p kept in the settings record, and whether there is one.
 func (p QueuePatch) recordChange() (jobstate.SettingsChange, bool) {
-	return jobstate.JobDefaultsChange(p.MaxRetries, p.Timeout)
+	c := jobstate.SettingsChange{Set: map[string]string{}}
+	if n := p.MaxRetries; n != nil && *n >= 0 {
+		c.Set[fieldMaxRetries] = strconv.Itoa(*n)
+	} else if n != nil {
+		c.Delete = append(c.Delete, fieldMaxRetries)
+	}
+	if d := p.Timeout; d != nil && *d > 0 {
+		c.Set[fieldTimeout] = strconv.FormatInt(timeoutMS(*d), 10)
+	} else if d != nil {
+		c.Delete = append(c.Delete, fieldTimeout)
+	}
+	return c, len(c.Set)+len(c.Delete) > 0
 }
 
 // pauseOnly reports whether p changes nothing but the pause.
