@@ -13,11 +13,11 @@ import (
 // returns.) Meanwhile another group's new job waits behind at most 20 jobs of each group.
 const DefaultGroupWindow = keys.DefaultGroupWindow
 
-// MaxGroupWindow bounds GroupChange.Window and MaxGroupWeight a weight: a window times a weight
+// maxGroupWindow bounds GroupChange.Window and maxGroupWeight a weight: a window times a weight
 // stays far below what a script's arithmetic holds exactly.
 const (
-	MaxGroupWindow = 1_000_000
-	MaxGroupWeight = 1_000
+	maxGroupWindow = 1_000_000
+	maxGroupWeight = 1_000
 )
 
 // MaxGroupWeights bounds how many groups of a queue may have a weight set (SetGroups refuses
@@ -68,8 +68,8 @@ type GroupInfo struct {
 // validate checks c as given.
 func (c GroupChange) validate() error {
 	switch {
-	case c.Window < 0 || c.Window > MaxGroupWindow:
-		return invalid("group window %d outside [1, %d]", c.Window, MaxGroupWindow)
+	case c.Window < 0 || c.Window > maxGroupWindow:
+		return invalid("group window %d outside [1, %d]", c.Window, maxGroupWindow)
 	case c.Window > 0 && c.ResetWindow:
 		return invalid("a group window and its reset at once")
 	}
@@ -77,8 +77,8 @@ func (c GroupChange) validate() error {
 		if err := keys.ValidateGroup(g); err != nil {
 			return invalid("%v", err)
 		}
-		if w < 0 || w > MaxGroupWeight {
-			return invalid("weight %d of group %q outside [1, %d] (0 sets it back to 1)", w, g, MaxGroupWeight)
+		if w < 0 || w > maxGroupWeight {
+			return invalid("weight %d of group %q outside [1, %d] (0 sets it back to 1)", w, g, maxGroupWeight)
 		}
 	}
 	return nil
@@ -106,25 +106,27 @@ func (i *Inspector) groupQueue(ctx context.Context, queue string) ([]keys.Queue,
 // settings in every partition, each of which keeps its own windows. A change of the partition
 // count (CreateQueue) carries them into the new layout. The queue must exist.
 func (i *Inspector) SetGroups(ctx context.Context, queue string, c GroupChange) error {
+	_, err := i.apply(ctx, queue, queueChange{groups: &c})
+	return err
+}
+
+// putGroups is SetGroups' part of a change (apply). The queue is checked before the lock, so
+// that a refused name or queue writes nothing. It is checked again under it: a change of the
+// partition count copies the settings from the old layout, and a setting written there after
+// the copy would be lost.
+func (i *Inspector) putGroups(ctx context.Context, queue string, c GroupChange) error {
 	if err := c.validate(); err != nil {
 		return err
 	}
-	// Checked before the lock, so that a refused name or queue writes nothing. Checked again
-	// under it: a change of the partition count copies the settings from the old layout. A
-	// setting written there after the copy would be lost.
 	if _, err := i.groupQueue(ctx, queue); err != nil {
 		return err
 	}
-	unlock, err := i.holdLayout(ctx, queue)
+	unlock, err := i.store.HoldLayout(ctx, queue)
 	if err != nil {
-		return err
+		return storeErr(err)
 	}
 	defer unlock()
-	qs, err := i.groupQueue(ctx, queue)
-	if err != nil {
-		return err
-	}
-	if err := i.groupWeightsRoom(ctx, queue, qs[0], c.Weights); err != nil {
+	if _, err := i.groupQueue(ctx, queue); err != nil {
 		return err
 	}
 	ch := jobstate.GroupChange{Window: int64(c.Window), ResetWindow: c.ResetWindow,
@@ -132,10 +134,7 @@ func (i *Inspector) SetGroups(ctx context.Context, queue string, c GroupChange) 
 	for g, w := range c.Weights {
 		ch.Weights[g] = int64(w)
 	}
-	if err := jobstate.SetGroupSettings(ctx, i.rdb, qs, ch); err != nil {
-		return err
-	}
-	return i.settingsChanged(ctx, queue)
+	return storeErr(i.store.PutGroups(ctx, jobstate.PutGroupsParams{Queue: queue, Change: ch, MaxWeights: MaxGroupWeights}))
 }
 
 // Groups returns queue's fair groups, by name, with their counts summed over its partitions.
@@ -164,35 +163,4 @@ func (i *Inspector) Groups(ctx context.Context, queue string) (*Groups, error) {
 		out.Groups[k] = GroupInfo{Group: c.Group, Weight: w, InWindow: c.InWindow, Waiting: c.Waiting}
 	}
 	return out, nil
-}
-
-// groupWeightsRoom refuses weights that would leave queue with more than MaxGroupWeights groups
-// weighted. Every partition holds the same settings, so q (the first) tells; exact under the
-// layout lock, which every SetGroups of the queue holds.
-func (i *Inspector) groupWeightsRoom(ctx context.Context, queue string, q keys.Queue, weights map[string]int) error {
-	if len(weights) == 0 {
-		return nil
-	}
-	groups := make([]string, 0, len(weights))
-	for g := range weights {
-		groups = append(groups, g)
-	}
-	n, has, err := jobstate.CountGroupWeights(ctx, i.rdb, q, groups)
-	if err != nil {
-		return err
-	}
-	after := n
-	for k, g := range groups {
-		switch {
-		case weights[g] > 0 && !has[k]:
-			after++
-		case weights[g] == 0 && has[k]:
-			after--
-		}
-	}
-	if after > MaxGroupWeights && after > n {
-		return invalid("queue %q may have at most %d groups with a weight (MaxGroupWeights); it has %d, and the change "+
-			"would make it %d: set weights back to 1 (weight 0) first", queue, MaxGroupWeights, n, after)
-	}
-	return nil
 }

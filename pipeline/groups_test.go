@@ -272,7 +272,7 @@ func TestGroupReplayAndWeights(t *testing.T) {
 	groupsDrained(t, b.rdb, b.insp, b.client, b.queue)
 
 	// Bad settings are refused at the edge.
-	for _, c := range []pipeline.GroupChange{{Window: -1}, {Window: pipeline.MaxGroupWindow + 1},
+	for _, c := range []pipeline.GroupChange{{Window: -1}, {Window: 1_000_001},
 		{Weights: map[string]int{"a": -1}}, {Weights: map[string]int{"bad group": 2}},
 		{Window: 2, ResetWindow: true}} {
 		require.ErrorIs(t, b.insp.SetGroups(ctx, b.queue, c), pipeline.ErrInvalid, "%+v", c)

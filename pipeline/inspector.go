@@ -115,7 +115,7 @@ func NewInspector(rdb redis.UniversalClient, cfg InspectorConfig) (*Inspector, e
 		return nil, err
 	}
 	i := &Inspector{rdb: rdb, store: jobstate.NewStore(rdb, cfg.Prefix), cfg: cfg}
-	i.eng = inspect.New(i.store, inspect.Config{Now: cfg.Now, Partitions: i.partitions, ClosedTTL: closedTTL,
+	i.eng = inspect.New(i.store, inspect.Config{Now: cfg.Now, Partitions: i.partitions, ClosedTTL: jobstate.ClosedTTL,
 		Errs: inspect.Errors{Invalid: ErrInvalid, NotFound: ErrNotFound, NotDead: ErrNotDead,
 			UniqueHeld: ErrUniqueHeld, QueueBusy: ErrQueueBusy, QueueNotFound: ErrQueueNotFound}})
 	return i, nil

@@ -2,7 +2,6 @@ package pipeline
 
 import (
 	"context"
-	"strings"
 	"time"
 
 	"github.com/conveyorq/conveyor/internal/jobstate"
@@ -113,74 +112,30 @@ func (i *Inspector) limitQueue(ctx context.Context, queue string) error {
 // queue's partition count that is running (CreateQueue) to end, for up to a few seconds, then
 // refuses with ErrQueueBusy.
 func (i *Inspector) SetLimit(ctx context.Context, queue string, l Limit) error {
+	_, err := i.apply(ctx, queue, queueChange{limit: &l})
+	return err
+}
+
+// putLimit is SetLimit's part of a change (apply). The queue is checked before the lock, so
+// that a refused name or queue writes nothing. It is checked again under it, so that no change
+// to more partitions passes its check of the limits between this check and the write.
+func (i *Inspector) putLimit(ctx context.Context, queue string, l Limit) error {
 	if err := l.validate(); err != nil {
 		return err
 	}
-	// Checked before the lock, so that a refused name or queue writes nothing. Checked again
-	// under it, so that no change to more partitions passes its check of the limits
-	// (limitsAllowPartitions) between this check and the write.
 	if err := i.limitQueue(ctx, queue); err != nil {
 		return err
 	}
-	unlock, err := i.holdLayout(ctx, queue)
+	unlock, err := i.store.HoldLayout(ctx, queue)
 	if err != nil {
-		return err
+		return storeErr(err)
 	}
 	defer unlock()
 	if err := i.limitQueue(ctx, queue); err != nil {
 		return err
 	}
-	// Exact under the layout lock, which every SetLimit of the queue holds.
-	n, has, err := jobstate.CountLimits(ctx, i.rdb, i.keys(queue), l.Type, l.PerKey)
-	if err != nil {
-		return err
-	}
-	if !has && n >= MaxQueueLimits {
-		return invalid("queue %q has %d limits, the most a queue may have (MaxQueueLimits): delete one before "+
-			"adding a limit for %s, or set one on the whole queue or a scope that has one", queue, n, limitScopeText(l.Type, l.PerKey))
-	}
-	if err := jobstate.SetLimit(ctx, i.rdb, i.keys(queue), l.stored(), time.Now()); err != nil {
-		return err
-	}
-	return i.settingsChanged(ctx, queue)
-}
-
-// limitsAllowPartitions refuses a change of queue's partition count to p > 1 while it has
-// limits, naming them. A partitioned queue cannot hold limits (limitQueue). The change would
-// leave them listed, in the plain queue's keys, but read by no partition's admission. The
-// caller holds the layout lock.
-func (i *Inspector) limitsAllowPartitions(ctx context.Context, queue string, cur, p int) error {
-	if p <= 1 {
-		return nil
-	}
-	ls, err := jobstate.ReadLimits(ctx, i.rdb, i.keys(queue))
-	if err != nil || len(ls) == 0 {
-		return err
-	}
-	scopes := make([]string, len(ls))
-	for k, l := range ls {
-		scopes[k] = limitScopeText(l.Type, l.PerKey)
-	}
-	s := "s"
-	if len(ls) == 1 {
-		s = ""
-	}
-	return invalid("queue %q has %d limit%s (%s): limits are not supported on a partitioned queue, so its "+
-		"partitions cannot change from %d to %d while they exist: delete them first (Inspector.DeleteLimit, "+
-		"conveyor limits delete), then set them again on one partition if they are still wanted",
-		queue, len(ls), s, strings.Join(scopes, "; "), cur, p)
-}
-
-// limitScopeText names a limit's scope as the CLI does.
-func limitScopeText(typ string, perKey bool) string {
-	s := "every job"
-	if typ != "" {
-		s = "type " + typ
-	}
-	if perKey {
-		s += ", per limit key"
-	}
-	return s
+	err = i.store.PutLimit(ctx, jobstate.PutLimitParams{Queue: queue, Limit: l.stored(), Max: MaxQueueLimits, Now: time.Now()})
+	return storeErr(err)
 }
 
 // Limits returns queue's limits, the whole queue's first, then by type.
@@ -203,17 +158,25 @@ func (i *Inspector) Limits(ctx context.Context, queue string) ([]Limit, error) {
 // one. Jobs waiting for one of its concurrency slots are woken at once and run as they would
 // without it; jobs a rate deferred keep their due times.
 func (i *Inspector) DeleteLimit(ctx context.Context, queue, typ string, perKey bool) (bool, error) {
+	done, err := i.apply(ctx, queue, queueChange{dropLimit: &limitScope{typ: typ, perKey: perKey}})
+	return done.hadLimit, err
+}
+
+// limitScope names a limit's scope (DeleteLimit).
+type limitScope struct {
+	typ    string
+	perKey bool
+}
+
+// dropLimit is DeleteLimit's part of a change (apply).
+func (i *Inspector) dropLimit(ctx context.Context, queue string, sc limitScope) (bool, error) {
 	if err := i.check(queue, ""); err != nil {
 		return false, err
 	}
-	if typ != "" {
-		if err := validateType(typ); err != nil {
+	if sc.typ != "" {
+		if err := validateType(sc.typ); err != nil {
 			return false, err
 		}
 	}
-	had, err := jobstate.DeleteLimit(ctx, i.rdb, i.keys(queue), typ, perKey, time.Now())
-	if err != nil || !had {
-		return had, err
-	}
-	return had, i.settingsChanged(ctx, queue)
+	return i.store.DropLimit(ctx, queue, sc.typ, sc.perKey, time.Now())
 }

@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
-	"strconv"
 	"sync/atomic"
 	"time"
 
@@ -29,13 +27,9 @@ const partitionsTTL = 5 * time.Second
 // process that changes a count reads its own change on its next call.
 var layoutChanges atomic.Int64
 
-// closedTTL is how long a layout that a change left stays closed: far beyond any producer's
-// cached count (partitionsTTL) and any publish in flight.
-const closedTTL = time.Hour
-
 // setClosed sets (closed) or clears the closed flag of every partition of qs, in one pipeline.
 func setClosed(ctx context.Context, rdb redis.UniversalClient, qs []keys.Queue, closed bool) error {
-	return jobstate.SetClosed(ctx, rdb, qs, closed, closedTTL)
+	return jobstate.SetClosed(ctx, rdb, qs, closed, jobstate.ClosedTTL)
 }
 
 // partitionCount reads how many partitions queue has (1 when none was set).
@@ -57,11 +51,7 @@ func parsePartitions(queue, v string) (int, error) { return jobstate.ParsePartit
 
 // allPartitions returns the keys of every partition of queue, in partition order.
 func allPartitions(prefix, queue string, p int) []keys.Queue {
-	qs := make([]keys.Queue, max(1, p))
-	for i := range qs {
-		qs[i] = keys.New(prefix, keys.PartitionName(queue, i, p))
-	}
-	return qs
+	return jobstate.PartitionKeys(prefix, queue, p)
 }
 
 // lookupOrder returns the partitions of queue in the order a lookup of job id tries them. The
@@ -202,6 +192,13 @@ type QueueInfo struct {
 // refused with ErrQueueBusy. On Redis Cluster the answer's Nodes say which master holds each
 // partition.
 func (i *Inspector) CreateQueue(ctx context.Context, queue string, opts QueueOptions) (*QueueInfo, error) {
+	done, err := i.apply(ctx, queue, queueChange{layout: &opts})
+	return done.info, err
+}
+
+// setLayout is CreateQueue's part of a change (apply): the store changes the count under the
+// queue's layout lock (jobstate.Store.SetPartitions), then the queue is made known.
+func (i *Inspector) setLayout(ctx context.Context, queue string, opts QueueOptions) (*QueueInfo, error) {
 	if err := i.check(queue, ""); err != nil {
 		return nil, err
 	}
@@ -212,27 +209,21 @@ func (i *Inspector) CreateQueue(ctx context.Context, queue string, opts QueueOpt
 	if p < 1 || p > MaxPartitions {
 		return nil, invalid("partitions %d outside 1..%d", opts.Partitions, MaxPartitions)
 	}
-	unlock, err := i.lockLayout(ctx, queue)
+	unlock, err := i.store.LockLayout(ctx, queue)
 	if err != nil {
-		return nil, fmt.Errorf("create queue %s: %w", queue, err)
+		return nil, fmt.Errorf("create queue %s: %w", queue, storeErr(err))
 	}
 	defer unlock()
 	cur, err := partitionCount(ctx, i.rdb, i.cfg.Prefix, queue)
 	if err != nil {
 		return nil, err
 	}
-	if cur != p {
-		err = i.limitsAllowPartitions(ctx, queue, cur, p)
-		if err == nil {
-			err = i.changePartitions(ctx, queue, cur, p, opts.Drain)
-		}
-	} else {
-		// The count it has: make sure its layout is open, which repairs a change that
-		// stopped half-way (the old layout closed, the count not yet written).
-		err = setClosed(ctx, i.rdb, allPartitions(i.cfg.Prefix, queue, p), false)
-	}
+	err = i.store.SetPartitions(ctx, jobstate.LayoutChange{Queue: queue, From: cur, To: p, Drain: opts.Drain})
 	if err != nil {
-		return nil, fmt.Errorf("create queue %s: %w", queue, err)
+		return nil, fmt.Errorf("create queue %s: %w", queue, storeErr(err))
+	}
+	if cur != p {
+		layoutChanges.Add(1)
 	}
 	if err := addQueue(ctx, i.store, queue, i.cfg.MaxQueues, false); err != nil {
 		return nil, fmt.Errorf("create queue %s: %w", queue, err)
@@ -242,130 +233,6 @@ func (i *Inspector) CreateQueue(ctx context.Context, queue string, opts QueueOpt
 		return nil, fmt.Errorf("create queue %s: %w", queue, err)
 	}
 	return &QueueInfo{Queue: queue, Partitions: p, Nodes: nodes}, nil
-}
-
-// changePartitions changes queue's layout from cur partitions to p, once the old layout holds
-// no job and no record (CreateQueue). It moves the counters to the new layout's first
-// partition. The old layout is closed first (keys.Queue.Closed). A publish that reaches it
-// from then on is refused and sent again to the layout the count then names. So the check
-// below sees every job the old layout will ever hold. A check that finds any opens the old
-// layout again; one that finds none opens the new layout, then writes the count.
-func (i *Inspector) changePartitions(ctx context.Context, queue string, cur, p int, drain time.Duration) error {
-	old := allPartitions(i.cfg.Prefix, queue, cur)
-	if err := setClosed(ctx, i.rdb, old, true); err != nil {
-		return fmt.Errorf("close the old partitions: %w", err)
-	}
-	reopen := func(err error) error {
-		if rerr := setClosed(context.WithoutCancel(ctx), i.rdb, old, false); rerr != nil {
-			return errors.Join(err, fmt.Errorf("open the old partitions again (queues create with the old count does): %w", rerr))
-		}
-		return err
-	}
-	deadline := time.Now().Add(drain)
-	for wait := time.Millisecond; ; wait = min(2*wait, 50*time.Millisecond) {
-		err := oldLayoutEmpty(ctx, i.store, queue, old, p)
-		if err == nil {
-			break
-		}
-		if !errors.Is(err, ErrQueueBusy) || time.Now().Add(wait).After(deadline) {
-			return reopen(err)
-		}
-		select {
-		case <-ctx.Done():
-			return reopen(ctx.Err())
-		case <-time.After(wait):
-		}
-	}
-	next := allPartitions(i.cfg.Prefix, queue, p)
-	if err := jobstate.MoveCounters(ctx, i.rdb, old, next[0]); err != nil {
-		return reopen(err)
-	}
-	// Every partition holds the same group settings (SetGroups writes them to each). Each
-	// partition's scripts read only their own, so the new layout gets them all before it opens.
-	if err := jobstate.CopyGroupSettings(ctx, i.rdb, old[0], next); err != nil {
-		return reopen(err)
-	}
-	if err := setClosed(ctx, i.rdb, next, false); err != nil {
-		return reopen(fmt.Errorf("open the new partitions: %w", err))
-	}
-	if err := jobstate.WritePartitions(ctx, i.rdb, i.cfg.Prefix, queue, p); err != nil {
-		return reopen(fmt.Errorf("write the count: %w", err))
-	}
-	layoutChanges.Add(1)
-	// Workers read the counts every partitionsCheckEvery anyway: a lost notice only delays them.
-	_ = i.settingsChanged(ctx, queue)
-	// The change is done. A copy left behind by a failure here is harmless: no script reads
-	// the old layout, and a change back to it replaces its settings first.
-	_ = jobstate.DeleteGroupSettings(ctx, i.rdb, old)
-	return nil
-}
-
-// oldLayoutEmpty says whether the partitions old of queue hold nothing a job left, and if
-// they do, returns an error wrapping ErrQueueBusy that says how much of what.
-func oldLayoutEmpty(ctx context.Context, js jobstate.Backend, queue string, old []keys.Queue, p int) error {
-	st, err := readStats(ctx, js, old)
-	if err != nil {
-		return err
-	}
-	sum := sumStats(queue, st)
-	records := 0
-	for _, q := range old {
-		n, err := js.ScanKeys(ctx, q.JobPrefix(), false, false)
-		if err != nil {
-			return fmt.Errorf("count the job records: %w", err)
-		}
-		records += n
-	}
-	// Every job has a record; those that are not live or dead are finished ones.
-	finished := max(0, int64(records)-sum.Scheduled-sum.Queued-sum.InProgress-sum.Dead)
-	if sum.Scheduled+sum.Queued+sum.InProgress+sum.Dead+finished > 0 {
-		return fmt.Errorf("%w: cannot change its partitions from %d to %d while its %d partition(s) hold %d scheduled, %d queued, %d in-progress and %d dead jobs and %d finished records (completed or canceled, or their tombstones), which the new layout would not see: let the live jobs run, replay or purge the dead ones, and wait for the finished records' retention to end, or delete the queue first",
-			ErrQueueBusy, len(old), p, len(old), sum.Scheduled, sum.Queued, sum.InProgress, sum.Dead, finished)
-	}
-	return nil
-}
-
-// layoutLockTTL bounds how long a crashed change keeps others out.
-const layoutLockTTL = 30 * time.Second
-
-// lockLayout takes the lock that lets one change of queue's partition count run at a time, or
-// refuses with ErrQueueBusy. Two interleaved would open a layout the other just closed.
-func (i *Inspector) lockLayout(ctx context.Context, queue string) (func(), error) {
-	token := strconv.FormatInt(time.Now().UnixNano(), 36) + strconv.FormatUint(rand.Uint64(), 36)
-	ok, err := jobstate.LockLayout(ctx, i.rdb, i.cfg.Prefix, queue, token, layoutLockTTL)
-	if err != nil {
-		return nil, err
-	}
-	if !ok {
-		return nil, fmt.Errorf("%w: another change of its partition count, limits or group settings is running", ErrQueueBusy)
-	}
-	return func() {
-		jobstate.UnlockLayout(context.WithoutCancel(ctx), i.rdb, i.cfg.Prefix, queue, token)
-	}, nil
-}
-
-// layoutWait bounds how long holdLayout waits for a change of the partition count to end. A
-// change waits at most its Drain, which publishers wait out too, and so is kept below 5 s.
-const layoutWait = 6 * time.Second
-
-// holdLayout takes queue's layout lock for a change of the settings that a change of its
-// partition count carries or checks (SetLimit, SetGroups). So the two never interleave: a
-// setting written to the old layout after the change read it would be left behind. Unlike
-// CreateQueue, it waits for the lock, up to layoutWait; these changes hold it for a few round
-// trips.
-func (i *Inspector) holdLayout(ctx context.Context, queue string) (func(), error) {
-	deadline := time.Now().Add(layoutWait)
-	for wait := time.Millisecond; ; wait = min(2*wait, 50*time.Millisecond) {
-		unlock, err := i.lockLayout(ctx, queue)
-		if err == nil || !errors.Is(err, ErrQueueBusy) || time.Now().Add(wait).After(deadline) {
-			return unlock, err
-		}
-		select {
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		case <-time.After(wait):
-		}
-	}
 }
 
 // Partitions returns how many partitions queue has (1 for a queue never given more).

@@ -10,7 +10,6 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/conveyorq/conveyor/internal/keys"
 	"github.com/conveyorq/conveyor/internal/periodic"
 )
 
@@ -65,17 +64,15 @@ const (
 	// PeriodicGrace is how late a tick may be and still be enqueued as itself; older ticks
 	// are missed (Periodic.Missed).
 	PeriodicGrace = periodic.DefaultGrace
-	// PeriodicRefresh bounds how long a new or changed schedule takes to reach the workers.
-	PeriodicRefresh = periodic.DefaultRefresh
 )
 
 // Metadata keys set on the jobs of schedules.
 const (
-	MetaSchedule     = "schedule"
-	MetaScheduleTick = "schedule_tick"
+	MetaSchedule     = periodic.MetaSchedule
+	MetaScheduleTick = periodic.MetaScheduleTick
 	// MetaScheduleMissed is "true" on the one job that stands for missed ticks
 	// (MissedRunOnce).
-	MetaScheduleMissed = "schedule_missed"
+	MetaScheduleMissed = periodic.MetaScheduleMissed
 )
 
 // ErrScheduleNotFound is the error of an operation on a schedule that is not stored.
@@ -190,31 +187,25 @@ func (p Periodic) validate() error {
 	return nil
 }
 
+// scheduleOf converts a stored schedule.
 func scheduleOf(s periodic.Schedule) Schedule {
-	out := Schedule{
-		Periodic: Periodic{Name: s.Name, Spec: s.Spec, Queue: s.Queue, Type: s.Type, Payload: s.Payload, Missed: MissedPolicy(s.Missed)},
-		Source:   s.Source, Paused: s.Paused,
-		LastRunAt: s.State.LastRunAt, LastTick: s.State.LastTick, LastJob: s.State.LastJob,
+	return Schedule{
+		Periodic: Periodic{Name: s.Name, Spec: s.Spec, Queue: s.Queue, Type: s.Type, Payload: s.Payload,
+			Missed: MissedPolicy(s.MissedPolicy())},
+		Source: s.Source, Paused: s.Paused, LastRunAt: s.State.LastRunAt, LastTick: s.State.LastTick,
+		LastJob: s.State.LastJob, NextRunAt: s.NextRun(),
 	}
-	if out.Missed == "" {
-		out.Missed = MissedSkip
-	}
-	if spec, err := periodic.Parse(s.Spec); err == nil && !s.Paused && !s.State.Last.IsZero() {
-		out.NextRunAt = spec.Next(s.State.Last)
-	}
-	return out
 }
 
-func notFound(err error, name string) error {
-	if errors.Is(err, periodic.ErrNotFound) {
+// scheduleErr is the pipeline's error of a schedule call that periodic refused.
+func scheduleErr(err error, name string) error {
+	var bad *periodic.NameError
+	switch {
+	case errors.As(err, &bad):
+		return fmt.Errorf("%w: %w", ErrInvalid, bad.Err)
+	case errors.Is(err, periodic.ErrNotFound):
 		return fmt.Errorf("%w: %q", ErrScheduleNotFound, name)
-	}
-	return err
-}
-
-// putErr is the pipeline's error of a refused Put.
-func putErr(err error, name string) error {
-	if errors.Is(err, periodic.ErrTooMany) {
+	case errors.Is(err, periodic.ErrTooMany):
 		return fmt.Errorf("%w: schedule %q is new and %s: delete unused schedules (conveyor schedules delete) or raise the bound "+
 			"(InspectorConfig.MaxSchedules, conveyor serve --max-schedules)", ErrTooManySchedules, name,
 			strings.TrimPrefix(err.Error(), periodic.ErrTooMany.Error()+": "))
@@ -227,7 +218,7 @@ func (i *Inspector) schedules() *periodic.Store {
 }
 
 // CreateSchedule stores p (replacing a schedule of its name: its progress and pause are
-// kept). Workers run it from their next read of the schedules, within PeriodicRefresh; its
+// kept). Workers run it from their next read of the schedules, within a second; its
 // first tick is the first after now. A bad schedule is an error wrapping ErrInvalid.
 func (i *Inspector) CreateSchedule(ctx context.Context, p Periodic) error {
 	if err := p.validate(); err != nil {
@@ -235,7 +226,7 @@ func (i *Inspector) CreateSchedule(ctx context.Context, p Periodic) error {
 	}
 	d := p.def()
 	d.Source = periodic.SourceAPI
-	return putErr(i.schedules().Put(ctx, d, i.cfg.Now()), p.Name)
+	return scheduleErr(i.schedules().Put(ctx, d, i.cfg.Now()), p.Name)
 }
 
 // Schedules returns every stored schedule, by name, with their last and next runs: a page
@@ -266,14 +257,9 @@ func (i *Inspector) SchedulesPage(ctx context.Context, page Page) (*SchedulePage
 	case limit < 0 || limit > MaxPageLimit:
 		return nil, invalid("limit %d: want 1 to %d", page.Limit, MaxPageLimit)
 	}
-	if page.Cursor != "" {
-		if err := keys.ValidateSchedule(page.Cursor); err != nil {
-			return nil, invalid("cursor %q is not one of a schedules listing", page.Cursor)
-		}
-	}
-	all, next, err := i.schedules().Page(ctx, page.Cursor, limit)
+	all, next, err := i.schedules().PageAfter(ctx, page.Cursor, limit)
 	if err != nil {
-		return nil, err
+		return nil, scheduleErr(err, page.Cursor)
 	}
 	out := &SchedulePage{Schedules: make([]Schedule, len(all)), Next: next}
 	for k, s := range all {
@@ -284,12 +270,9 @@ func (i *Inspector) SchedulesPage(ctx context.Context, page Page) (*SchedulePage
 
 // GetSchedule returns schedule name, or ErrScheduleNotFound.
 func (i *Inspector) GetSchedule(ctx context.Context, name string) (*Schedule, error) {
-	if err := keys.ValidateSchedule(name); err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
-	}
-	s, err := i.schedules().Get(ctx, name)
+	s, err := i.schedules().GetNamed(ctx, name)
 	if err != nil {
-		return nil, notFound(err, name)
+		return nil, scheduleErr(err, name)
 	}
 	out := scheduleOf(s)
 	return &out, nil
@@ -299,28 +282,19 @@ func (i *Inspector) GetSchedule(ctx context.Context, name string) (*Schedule, er
 // ErrScheduleNotFound. Jobs it enqueued stay. A schedule a worker registers comes back when
 // such a worker starts: remove it from the worker's code or flags too.
 func (i *Inspector) DeleteSchedule(ctx context.Context, name string) error {
-	if err := keys.ValidateSchedule(name); err != nil {
-		return fmt.Errorf("%w: %w", ErrInvalid, err)
-	}
-	return notFound(i.schedules().Delete(ctx, name), name)
+	return scheduleErr(i.schedules().DeleteNamed(ctx, name), name)
 }
 
 // PauseSchedule stops schedule name's ticks until ResumeSchedule; a worker registering the
 // schedule again does not resume it. Pausing a paused schedule does nothing.
 func (i *Inspector) PauseSchedule(ctx context.Context, name string) error {
-	if err := keys.ValidateSchedule(name); err != nil {
-		return fmt.Errorf("%w: %w", ErrInvalid, err)
-	}
-	return notFound(i.schedules().Pause(ctx, name), name)
+	return scheduleErr(i.schedules().SetPaused(ctx, name, true, i.cfg.Now()), name)
 }
 
 // ResumeSchedule undoes PauseSchedule. The ticks of the pause are dropped, whatever the
 // schedule's Missed: its next job is its first tick after now.
 func (i *Inspector) ResumeSchedule(ctx context.Context, name string) error {
-	if err := keys.ValidateSchedule(name); err != nil {
-		return fmt.Errorf("%w: %w", ErrInvalid, err)
-	}
-	return notFound(i.schedules().Resume(ctx, name, i.cfg.Now()), name)
+	return scheduleErr(i.schedules().SetPaused(ctx, name, false, i.cfg.Now()), name)
 }
 
 // periodicScheduler is the config's periodic scheduler (internal/periodic) over rdb: it stores
@@ -347,10 +321,7 @@ func (c WorkerConfig) periodicScheduler(rdb redis.UniversalClient) (*periodic.Sc
 		return nil, err
 	}
 	cfg.Enqueue = func(ctx context.Context, d periodic.Def, tick time.Time, id string, missed bool) error {
-		md := map[string]string{MetaSchedule: d.Name, MetaScheduleTick: tick.UTC().Format(time.RFC3339)}
-		if missed {
-			md[MetaScheduleMissed] = "true"
-		}
+		md := periodic.Metadata(d, tick, missed)
 		_, err := cl.Enqueue(ctx, d.Queue, Task{Type: d.Type, Payload: d.Payload, Metadata: md}, WithID(id))
 		if errors.Is(err, ErrConflict) {
 			// The tick's job exists with another type or payload: the schedule was changed

@@ -6,10 +6,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"maps"
 	"reflect"
-	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/conveyorq/conveyor/internal/jobstate"
@@ -137,43 +136,23 @@ func (i *Inspector) QueueSettings(ctx context.Context, queue string) (*QueueSett
 	if err := i.mustExist(ctx, queue); err != nil {
 		return nil, err
 	}
-	sts, err := i.store.ReadSettings(ctx, []string{queue})
+	st, err := i.store.ReadQueueState(ctx, queue)
 	if err != nil {
 		return nil, err
 	}
-	out := &QueueSettings{Queue: queue, Revision: sts[0].Rev, Paused: sts[0].Paused}
-	d := defaultsOf(sts[0].Fields)
+	out := &QueueSettings{Queue: queue, Revision: st.Settings.Rev, Paused: st.Settings.Paused, Partitions: st.Partitions,
+		Limits: make([]Limit, len(st.Limits)), GroupWindow: DefaultGroupWindow, GroupWeights: map[string]int{}, Levels: st.Levels}
+	d := defaultsOf(st.Settings.Fields)
 	out.MaxRetries, out.Timeout = d.maxRetries, d.timeout
-	if out.Partitions, err = i.Partitions(ctx, queue); err != nil {
-		return nil, err
+	for k, l := range st.Limits {
+		out.Limits[k] = limitOf(l)
 	}
-	if out.Limits, err = i.Limits(ctx, queue); err != nil {
-		return nil, err
+	if st.Groups.Window > 0 {
+		out.GroupWindow = int(st.Groups.Window)
 	}
-	// Every partition holds the same group settings (SetGroups).
-	qs := allPartitions(i.cfg.Prefix, queue, out.Partitions)
-	set, err := jobstate.ReadGroupSettings(ctx, i.rdb, qs[0])
-	if err != nil {
-		return nil, err
-	}
-	out.GroupWindow, out.GroupWeights = DefaultGroupWindow, map[string]int{}
-	if set.Window > 0 {
-		out.GroupWindow = int(set.Window)
-	}
-	for grp, w := range set.Weights {
+	for grp, w := range st.Groups.Weights {
 		out.GroupWeights[grp] = int(w)
 	}
-	levels, err := jobstate.QueueLevels(ctx, i.rdb, qs)
-	if err != nil {
-		return nil, err
-	}
-	seen := map[int]bool{}
-	for _, ls := range levels {
-		for _, l := range ls {
-			seen[l] = true
-		}
-	}
-	out.Levels = append([]int{}, slices.Sorted(maps.Keys(seen))...) // [] in JSON, not null
 	return out, nil
 }
 
@@ -297,42 +276,23 @@ func (i *Inspector) UpdateQueue(ctx context.Context, queue string, patch QueuePa
 			return nil, err
 		}
 	}
+	c := queueChange{concurrency: patch.Concurrency, paused: patch.Paused}
 	if p := patch.Partitions; p != nil {
-		if _, err := i.CreateQueue(ctx, queue, QueueOptions{Partitions: *p}); err != nil {
-			return nil, fmt.Errorf("update queue %s: partitions: %w", queue, err)
-		}
-	}
-	if c := patch.Concurrency; c != nil {
-		if err := i.setConcurrency(ctx, queue, *c); err != nil {
-			return nil, fmt.Errorf("update queue %s: concurrency: %w", queue, err)
-		}
+		c.layout = &QueueOptions{Partitions: *p}
 	}
 	if patch.GroupWindow != nil || patch.GroupWeights != nil {
-		if err := i.SetGroups(ctx, queue, patch.groupChange()); err != nil {
-			return nil, fmt.Errorf("update queue %s: groups: %w", queue, err)
-		}
+		g := patch.groupChange()
+		c.groups = &g
 	}
-	if c, ok := patch.recordChange(); ok {
-		if _, err := i.store.UpdateSettings(ctx, queue, c); err != nil {
-			return nil, fmt.Errorf("update queue %s: defaults: %w", queue, err)
-		}
-		// This process's Clients read the new defaults on their next publish; others within
-		// partitionsTTL.
-		layoutChanges.Add(1)
+	if rc, ok := patch.recordChange(); ok {
+		c.defaults = &rc
 	}
-	var unconfirmed []string
-	switch {
-	case patch.Paused == nil:
-	case *patch.Paused:
-		pc, err := i.PauseConfirmed(ctx, queue, DefaultPauseConfirmTimeout)
-		if err != nil {
-			return nil, fmt.Errorf("update queue %s: pause: %w", queue, err)
-		}
-		unconfirmed = pc.Unconfirmed
-	default:
-		if err := i.Resume(ctx, queue); err != nil {
-			return nil, fmt.Errorf("update queue %s: resume: %w", queue, err)
-		}
+	done, err := i.apply(ctx, queue, c)
+	if pe := (*partError)(nil); errors.As(err, &pe) {
+		return nil, fmt.Errorf("update queue %s: %s: %w", queue, pe.part, pe.err)
+	}
+	if err != nil {
+		return nil, err
 	}
 	out, err := i.QueueSettings(ctx, queue)
 	if errors.Is(err, ErrQueueNotFound) && patch.pauseOnly() {
@@ -342,8 +302,93 @@ func (i *Inspector) UpdateQueue(ctx context.Context, queue string, patch QueuePa
 	if err != nil {
 		return nil, err
 	}
-	out.PauseUnconfirmed = unconfirmed
+	out.PauseUnconfirmed = done.unconfirmed
 	return out, nil
+}
+
+// queueChange is one change of a queue's settings: the parts an UpdateQueue patch names, or
+// the one part of an alias (CreateQueue, SetLimit, DeleteLimit, SetGroups). apply is the one
+// path of every change.
+type queueChange struct {
+	layout      *QueueOptions // CreateQueue
+	concurrency *int
+	limit       *Limit      // SetLimit
+	dropLimit   *limitScope // DeleteLimit
+	groups      *GroupChange
+	defaults    *jobstate.SettingsChange // the settings record's job defaults
+	paused      *bool                    // Pause (waiting for the confirmations) or Resume
+}
+
+// queueChanged is what apply did that a caller returns.
+type queueChanged struct {
+	info        *QueueInfo // of the layout part
+	hadLimit    bool       // of the dropLimit part
+	unconfirmed []string   // of a pause
+}
+
+// partError is the error of the part of a change that failed. It reads as the part's own
+// error, which an alias returns as it is; UpdateQueue names the part.
+type partError struct {
+	part string
+	err  error
+}
+
+func (e *partError) Error() string { return e.err.Error() }
+func (e *partError) Unwrap() error { return e.err }
+
+// apply makes change c of queue's settings, part by part in a fixed order, each with its own
+// checks. It stops at the first part that fails, returning a *partError.
+func (i *Inspector) apply(ctx context.Context, queue string, c queueChange) (queueChanged, error) {
+	var done queueChanged
+	var err error
+	fail := func(part string, err error) (queueChanged, error) { return done, &partError{part, err} }
+	if c.layout != nil {
+		if done.info, err = i.setLayout(ctx, queue, *c.layout); err != nil {
+			return fail("partitions", err)
+		}
+	}
+	if c.concurrency != nil {
+		if err := i.setConcurrency(ctx, queue, *c.concurrency); err != nil {
+			return fail("concurrency", err)
+		}
+	}
+	if c.limit != nil {
+		if err := i.putLimit(ctx, queue, *c.limit); err != nil {
+			return fail("limit", err)
+		}
+	}
+	if c.dropLimit != nil {
+		if done.hadLimit, err = i.dropLimit(ctx, queue, *c.dropLimit); err != nil {
+			return fail("limit", err)
+		}
+	}
+	if c.groups != nil {
+		if err := i.putGroups(ctx, queue, *c.groups); err != nil {
+			return fail("groups", err)
+		}
+	}
+	if c.defaults != nil {
+		if _, err := i.store.UpdateSettings(ctx, queue, *c.defaults); err != nil {
+			return fail("defaults", err)
+		}
+		// This process's Clients read the new defaults on their next publish; others within
+		// partitionsTTL.
+		layoutChanges.Add(1)
+	}
+	switch {
+	case c.paused == nil:
+	case *c.paused:
+		pc, err := i.PauseConfirmed(ctx, queue, DefaultPauseConfirmTimeout)
+		if err != nil {
+			return fail("pause", err)
+		}
+		done.unconfirmed = pc.Unconfirmed
+	default:
+		if err := i.Resume(ctx, queue); err != nil {
+			return fail("resume", err)
+		}
+	}
+	return done, nil
 }
 
 // setConcurrency sets the concurrency of queue's whole-queue limit to n, keeping its rate.
@@ -360,18 +405,28 @@ func (i *Inspector) setConcurrency(ctx context.Context, queue string, n int) err
 	}
 	l.Concurrency = n
 	if l.Concurrency == 0 && l.Rate == 0 {
-		_, err := i.DeleteLimit(ctx, queue, "", false)
+		_, err := i.dropLimit(ctx, queue, limitScope{})
 		return err
 	}
-	return i.SetLimit(ctx, queue, l)
+	return i.putLimit(ctx, queue, l)
 }
 
-// settingsChanged announces a change of queue's settings kept outside its record (limits,
-// group settings, partition count) to the workers.
-func (i *Inspector) settingsChanged(ctx context.Context, queue string) error {
-	if err := i.store.BumpSettings(ctx, queue); err != nil {
-		return fmt.Errorf("announce the change of queue %s's settings (workers find it within %v): %w",
-			queue, partitionsCheckEvery, err)
+// storeErr gives an error of the store's queue changes (jobstate.ErrBusy, ErrRefused) the
+// pipeline's sentinel in place of the store's, in its text and for errors.Is.
+func storeErr(err error) error {
+	for _, m := range []struct{ from, to error }{{jobstate.ErrBusy, ErrQueueBusy}, {jobstate.ErrRefused, ErrInvalid}} {
+		if errors.Is(err, m.from) {
+			return &mappedErr{err: err, from: m.from, to: m.to}
+		}
 	}
-	return nil
+	return err
 }
+
+// mappedErr is an error whose store sentinel stands replaced by the pipeline's (storeErr).
+type mappedErr struct{ err, from, to error }
+
+func (e *mappedErr) Error() string {
+	return strings.Replace(e.err.Error(), e.from.Error(), e.to.Error(), 1)
+}
+
+func (e *mappedErr) Unwrap() []error { return []error{e.to, e.err} }

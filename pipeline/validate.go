@@ -3,8 +3,6 @@ package pipeline
 import (
 	"fmt"
 	"time"
-	"unicode"
-	"unicode/utf8"
 
 	"github.com/conveyorq/conveyor/internal/jobstate"
 	"github.com/conveyorq/conveyor/internal/keys"
@@ -15,103 +13,31 @@ import (
 // ids and routing hints, not for data, which belongs in the payload.
 const (
 	// MaxMetadataEntries bounds the pairs of a job's metadata.
-	MaxMetadataEntries = 64
+	MaxMetadataEntries = keys.MaxMetadataEntries
 	// MaxMetadataBytes bounds the bytes of a job's metadata keys and values together.
-	MaxMetadataBytes = 8 << 10
+	MaxMetadataBytes = keys.MaxMetadataBytes
 )
 
-// validateType accepts 1 to 128 bytes of UTF-8 with no spaces or control characters. The type
-// is the last field of a stream entry's space-separated job field, and it is printed in logs
-// and status lines.
-func validateType(t string) error {
-	if t == "" {
-		return invalid("empty job type")
-	}
-	if len(t) > keys.MaxNameLen {
-		return invalid("job type longer than %d bytes", keys.MaxNameLen)
-	}
-	switch textProblem(t, false) {
-	case notUTF8:
-		return invalid("job type %q is not valid UTF-8", t)
-	case hasControl, hasSpace:
-		return invalid("job type %q has a space or control character", t)
-	}
-	return nil
-}
+// The checks of a job's text are internal/keys'; each error wraps ErrInvalid here.
 
-// validateMetadata checks a job's metadata: at most MaxMetadataEntries pairs and
-// MaxMetadataBytes of keys and values. Keys are non-empty UTF-8 with no control characters,
-// not starting with '_' (reserved). Values are UTF-8, since metadata is shown as JSON, which
-// cannot carry other bytes.
-func validateMetadata(md map[string]string) error {
-	if len(md) > MaxMetadataEntries {
-		return invalid("metadata has %d entries, the limit is %d", len(md), MaxMetadataEntries)
-	}
-	size := 0
-	for k, v := range md {
-		size += len(k) + len(v)
-		if k == "" || k[0] == '_' {
-			return invalid("metadata key %q: keys must be non-empty and not start with '_' (reserved)", k)
-		}
-		switch textProblem(k, true) {
-		case notUTF8:
-			return invalid("metadata key %q is not valid UTF-8", k)
-		case hasControl:
-			return invalid("metadata key %q has a control character", k)
-		}
-		if !utf8.ValidString(v) {
-			return invalid("metadata value of key %q is not valid UTF-8", k)
-		}
-	}
-	if size > MaxMetadataBytes {
-		return invalid("metadata has %d bytes of keys and values, the limit is %d", size, MaxMetadataBytes)
-	}
-	return nil
-}
+// validateType checks a job type (keys.ValidateType).
+func validateType(t string) error { return invalidIf(keys.ValidateType(t)) }
 
-// validateUniqueKey checks a WithUnique key: 1 to 128 bytes of UTF-8 with no control
-// characters (it is part of a Redis key name, and printed).
+// validateMetadata checks a job's metadata (keys.ValidateMetadata).
+func validateMetadata(md map[string]string) error { return invalidIf(keys.ValidateMetadata(md)) }
+
+// validateUniqueKey checks a WithUnique key (keys.ValidateKeyText).
 func validateUniqueKey(key string) error { return validateKeyText("unique key", key) }
 
-// validateKeyText checks a caller's key that becomes part of a Redis key (a unique key, a
-// debounce key): 1 to keys.MaxNameLen bytes of UTF-8 without control characters.
-func validateKeyText(what, key string) error {
-	if key == "" || len(key) > keys.MaxNameLen {
-		return invalid("%s must be 1 to %d bytes", what, keys.MaxNameLen)
-	}
-	switch textProblem(key, true) {
-	case notUTF8:
-		return invalid("%s %q is not valid UTF-8", what, key)
-	case hasControl:
-		return invalid("%s %q has a control character", what, key)
-	}
-	return nil
-}
+// validateKeyText checks a caller's key that becomes part of a Redis key (keys.ValidateKeyText).
+func validateKeyText(what, key string) error { return invalidIf(keys.ValidateKeyText(what, key)) }
 
-type textIssue int
-
-const (
-	textOK textIssue = iota
-	notUTF8
-	hasControl
-	hasSpace
-)
-
-// textProblem reports the first problem of s as a name: invalid UTF-8, a control character
-// (C0, DEL or C1) or, unless spaces are allowed, a Unicode space.
-func textProblem(s string, spaces bool) textIssue {
-	if !utf8.ValidString(s) {
-		return notUTF8
+// invalidIf wraps a non-nil err in ErrInvalid.
+func invalidIf(err error) error {
+	if err == nil {
+		return nil
 	}
-	for _, r := range s {
-		switch {
-		case unicode.IsControl(r):
-			return hasControl
-		case !spaces && unicode.IsSpace(r):
-			return hasSpace
-		}
-	}
-	return textOK
+	return fmt.Errorf("%w: %w", ErrInvalid, err)
 }
 
 // timeoutMS turns a positive WithTimeout into the whole milliseconds it is stored in, at least

@@ -12,27 +12,20 @@ import (
 
 	"github.com/conveyorq/conveyor/internal/jobstate"
 	"github.com/conveyorq/conveyor/internal/keys"
+	"github.com/conveyorq/conveyor/internal/workflow"
 )
 
 // MaxWorkflowTasks bounds the tasks of one workflow (or the jobs of one batch, with its
 // callback). A workflow is published by one script call, and Redis serves no other client
 // while a script runs. Publishing 5,000 tasks takes it about 45 ms on a 2-core machine
 // (docs/BENCHMARKS.md).
-const MaxWorkflowTasks = 5000
+const MaxWorkflowTasks = workflow.MaxTasks
 
 // MaxWorkflowDependencies bounds the dependencies of one workflow: the sum over its tasks of
-// the tasks each waits for (After). The tasks alone do not bound them: 5,000 tasks can name
-// 12.5 million. A workflow's publish, a task's fan-in and a death's cascade each cost Redis
-// work per dependency. In the publish's one call that is about 2.5 us each, beside about 9 us
-// a task. A bound of 10,000 holds the largest usual shapes of MaxWorkflowTasks tasks. A
-// fan-out and fan-in of 5,000 has 9,996; a batch with its callback has 5,000. It adds at most
-// about half of what the tasks cost to a publish (docs/RELIABILITY.md, "Issue 30: a
-// workflow's dependencies and cascades"). A cascade is followed in bounded steps whatever the
-// count (docs/STATE_MACHINE.md, "Workflows").
-const MaxWorkflowDependencies = 10000
-
-// MaxTaskName bounds a workflow task's name, in bytes.
-const MaxTaskName = 64
+// the tasks each waits for (After). 5,000 tasks could name 12.5 million. A fan-out and fan-in
+// of 5,000 has 9,996; a batch with its callback has 5,000 (docs/RELIABILITY.md, "Issue 30: a
+// workflow's dependencies and cascades").
+const MaxWorkflowDependencies = workflow.MaxDependencies
 
 // Workflow is a DAG of tasks published as one unit (Client.Workflow). Each task is a job of
 // the workflow's queue that runs once every task it names in After has completed. A task
@@ -53,8 +46,8 @@ type Workflow struct {
 
 // WorkflowTask is one task of a Workflow.
 type WorkflowTask struct {
-	// Name is the task's name in its workflow: 1 to MaxTaskName characters from
-	// [A-Za-z0-9_-], unique in the workflow.
+	// Name is the task's name in its workflow: 1 to 64 characters from [A-Za-z0-9_-], unique
+	// in the workflow.
 	Name string
 	// Task is the job to run. Its options may set retries (WithMaxRetries), a timeout
 	// (WithTimeout), a retention (WithRetention) and metadata (WithMetadata). Options that
@@ -110,10 +103,10 @@ type WorkflowStatus string
 
 // The statuses of a workflow.
 const (
-	WorkflowRunning   WorkflowStatus = "running"
-	WorkflowCompleted WorkflowStatus = "completed"
-	WorkflowFailed    WorkflowStatus = "failed"
-	WorkflowCanceled  WorkflowStatus = "canceled"
+	WorkflowRunning   WorkflowStatus = workflow.Running
+	WorkflowCompleted WorkflowStatus = workflow.Completed
+	WorkflowFailed    WorkflowStatus = workflow.Failed
+	WorkflowCanceled  WorkflowStatus = workflow.Canceled
 )
 
 // WorkflowState is a workflow (or batch) as Client.GetWorkflow reads it, and as
@@ -232,7 +225,8 @@ func (c *Client) publishWorkflow(ctx context.Context, queue string, wf Workflow,
 			end(nil, err)
 			return nil, fmt.Errorf("task %s: %w", t.Name, err)
 		}
-		if err := taskOptions(&nt.Job, now); err != nil {
+		if err := workflow.TaskOptions(&nt.Job, now); err != nil {
+			err = fmt.Errorf("%w: %w", ErrInvalid, err)
 			end(nil, err)
 			return nil, fmt.Errorf("task %s: %w", t.Name, err)
 		}
@@ -251,18 +245,7 @@ func (c *Client) publishWorkflow(ctx context.Context, queue string, wf Workflow,
 	for k, i := range order {
 		d.apply(nil, &wf.Tasks[i].Task, jobs[k], &nw.Tasks[k].Job)
 	}
-	// Each task's dependents, through an index of the tasks by id: a scan of every task for
-	// each dependency was quadratic (a 5,000-job batch's callback: 25 million comparisons).
-	at := make(map[string]int, len(nw.Tasks))
-	for k := range nw.Tasks {
-		at[nw.Tasks[k].Job.ID] = k
-	}
-	for k := range nw.Tasks {
-		for _, dep := range nw.Tasks[k].Deps {
-			m := at[dep]
-			nw.Tasks[m].Next = append(nw.Tasks[m].Next, nw.Tasks[k].Job.ID)
-		}
-	}
+	workflow.Link(nw.Tasks)
 	if err := c.registerQueue(ctx, queue); err != nil {
 		end(nil, err)
 		return nil, err
@@ -299,134 +282,21 @@ func (c *Client) publishWorkflow(ctx context.Context, queue string, wf Workflow,
 	}
 }
 
-// checkWorkflow validates wf, giving it an ID when it has none. It returns the indexes of its
-// tasks in a topological order: Kahn's, stable, so tasks keep their given order where they can.
+// checkWorkflow validates wf, giving it an ID when it has none, and returns the indexes of its
+// tasks in the order they are written (workflow.Check).
 func checkWorkflow(wf *Workflow) ([]int, error) {
 	if wf.ID == "" {
 		wf.ID = NewID()
 	}
-	n := len(wf.Tasks)
-	switch {
-	case n == 0:
-		return nil, fmt.Errorf("%w: a workflow needs a task", ErrInvalid)
-	case n > MaxWorkflowTasks:
-		return nil, fmt.Errorf("%w: %d tasks, more than the %d of a workflow", ErrInvalid, n, MaxWorkflowTasks)
-	case len(wf.Name) > keys.MaxNameLen:
-		return nil, fmt.Errorf("%w: workflow name longer than %d bytes", ErrInvalid, keys.MaxNameLen)
-	}
-	edges := 0
-	for _, t := range wf.Tasks {
-		edges += len(t.After)
-	}
-	if edges > MaxWorkflowDependencies {
-		return nil, fmt.Errorf("%w: %d dependencies, more than the %d of a workflow", ErrInvalid, edges, MaxWorkflowDependencies)
-	}
-	at := make(map[string]int, n)
-	longest := 0
+	tasks := make([]workflow.Task, len(wf.Tasks))
 	for i, t := range wf.Tasks {
-		if err := validTaskName(t.Name); err != nil {
-			return nil, err
-		}
-		if _, dup := at[t.Name]; dup {
-			return nil, fmt.Errorf("%w: two tasks are named %q", ErrInvalid, t.Name)
-		}
-		at[t.Name] = i
-		longest = max(longest, len(t.Name))
+		tasks[i] = workflow.Task{Name: t.Name, After: t.After, Finally: t.Finally}
 	}
-	if err := keys.ValidateID(wf.ID); err != nil {
-		return nil, fmt.Errorf("%w: workflow id: %w", ErrInvalid, err)
-	}
-	if l := len(wf.ID) + 1 + longest; l > keys.MaxNameLen {
-		return nil, fmt.Errorf("%w: workflow id %q and task names make job ids of %d bytes, more than %d", ErrInvalid, wf.ID, l, keys.MaxNameLen)
-	}
-	indeg := make([]int, n)
-	next := make([][]int, n)
-	for i, t := range wf.Tasks {
-		seen := map[string]bool{}
-		if t.Finally && len(t.After) == 0 {
-			return nil, fmt.Errorf("%w: task %s is Finally but waits for no task", ErrInvalid, t.Name)
-		}
-		for _, a := range t.After {
-			d, ok := at[a]
-			switch {
-			case !ok:
-				return nil, fmt.Errorf("%w: task %s waits for %q, which is no task of the workflow", ErrInvalid, t.Name, a)
-			case d == i:
-				return nil, fmt.Errorf("%w: task %s waits for itself", ErrInvalid, t.Name)
-			case seen[a]:
-				return nil, fmt.Errorf("%w: task %s names %q twice", ErrInvalid, t.Name, a)
-			}
-			seen[a] = true
-			indeg[i]++
-			next[d] = append(next[d], i)
-		}
-	}
-	order := make([]int, 0, n)
-	for i := range n {
-		if indeg[i] == 0 {
-			order = append(order, i)
-		}
-	}
-	for k := 0; k < len(order); k++ {
-		for _, j := range next[order[k]] {
-			if indeg[j]--; indeg[j] == 0 {
-				order = append(order, j)
-			}
-		}
-	}
-	if len(order) < n {
-		var cyc []string
-		for i := range n {
-			if indeg[i] > 0 {
-				cyc = append(cyc, wf.Tasks[i].Name)
-			}
-		}
-		return nil, fmt.Errorf("%w: the workflow has a cycle through tasks %s", ErrInvalid, strings.Join(cyc, ", "))
+	order, err := workflow.Check(wf.ID, wf.Name, tasks)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
 	return order, nil
-}
-
-func validTaskName(name string) error {
-	if name == "" || len(name) > MaxTaskName {
-		return fmt.Errorf("%w: task name %q: want 1 to %d characters", ErrInvalid, name, MaxTaskName)
-	}
-	for i := 0; i < len(name); i++ {
-		c := name[i]
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-') {
-			return fmt.Errorf("%w: task name %q: character %q not allowed (want [A-Za-z0-9_-])", ErrInvalid, name, c)
-		}
-	}
-	return nil
-}
-
-// taskOptions refuses the options a workflow's task may not take (WorkflowTask.Task).
-func taskOptions(nj *jobstate.NewJob, now time.Time) error {
-	var bad []string
-	if nj.ChosenID {
-		bad = append(bad, "WithID (a task's id is the workflow's id and its name)")
-	}
-	if nj.RunAt.UnixMilli() > now.UnixMilli() {
-		bad = append(bad, "WithDelay or WithRunAt")
-	}
-	if nj.UniqueKey != "" {
-		bad = append(bad, "WithUnique")
-	}
-	if nj.Debounce != "" {
-		bad = append(bad, "WithDebounce")
-	}
-	if nj.Group != "" {
-		bad = append(bad, "WithGroup")
-	}
-	if nj.Priority > keys.MinPriority {
-		bad = append(bad, "WithPriority")
-	}
-	if nj.LimitKey != "" {
-		bad = append(bad, "WithLimitKey")
-	}
-	if len(bad) > 0 {
-		return fmt.Errorf("%w: a workflow's task cannot take %s", ErrInvalid, strings.Join(bad, ", "))
-	}
-	return nil
 }
 
 // GetWorkflow reads workflow (or batch) id of queue with each task's status. It returns
@@ -477,17 +347,8 @@ func readWorkflow(ctx context.Context, js jobstate.Backend, q keys.Queue, id str
 		ts := WorkflowTaskState{Name: t.Name, JobID: t.ID, Type: t.Type, After: t.After, Finally: t.Finally,
 			Status: Status(r.Status), Attempt: r.Attempt, LastError: r.LastError, StartedAt: r.StartedAt,
 			FinishedAt: r.Finished}
-		if !r.Found {
-			switch rec.TaskStatus[t.Name] {
-			case "C":
-				ts.Status = StatusCompleted
-			case "F":
-				ts.Status = StatusFailed
-			case "X":
-				ts.Status = StatusCanceled
-			case "P":
-				ts.Status = "purged"
-			}
+		if out, ok := workflow.Outcome(rec.TaskStatus[t.Name]); !r.Found && ok {
+			ts.Status = out
 		}
 		st.Tasks[i] = ts
 	}
@@ -497,17 +358,8 @@ func readWorkflow(ctx context.Context, js jobstate.Backend, q keys.Queue, id str
 
 // derive is the workflow's status from its counts.
 func (s *WorkflowState) derive() WorkflowStatus {
-	switch final := s.Completed + s.Failed + s.Canceled + s.Purged; {
-	case s.Completed == s.Total:
-		return WorkflowCompleted
-	case final < s.Total:
-		return WorkflowRunning
-	case s.Failed > 0 || s.Purged > 0:
-		// A purged task died: purging it ends the workflow, it does not make it canceled.
-		return WorkflowFailed
-	default:
-		return WorkflowCanceled
-	}
+	return WorkflowStatus(workflow.Counts{Total: s.Total, Completed: s.Completed, Failed: s.Failed,
+		Canceled: s.Canceled, Purged: s.Purged}.Status())
 }
 
 // MaxWorkflowList bounds Inspector.Workflows' limit.

@@ -118,6 +118,15 @@ type Backend interface {
 	ReadRoute(ctx context.Context, queue string) (int, Settings, error)
 	DeleteSettings(ctx context.Context, queue string) error
 
+	// Changes of the settings kept beside the jobs (queue_change.go).
+	LockLayout(ctx context.Context, queue string) (unlock func(), err error)
+	HoldLayout(ctx context.Context, queue string) (unlock func(), err error)
+	SetPartitions(ctx context.Context, c LayoutChange) error
+	PutLimit(ctx context.Context, p PutLimitParams) error
+	DropLimit(ctx context.Context, queue, typ string, perKey bool, now time.Time) (bool, error)
+	PutGroups(ctx context.Context, p PutGroupsParams) error
+	ReadQueueState(ctx context.Context, queue string) (QueueState, error)
+
 	// Memory (memory.go).
 	QueueMemory(ctx context.Context, p MemoryParams) (Memory, error)
 }

@@ -17,6 +17,15 @@
 // package recovery's Recoverer (maintain.go). The services keep their loops, clocks and
 // backoffs. What a script does and how its reply reads is here.
 //
+// # Queue settings
+//
+// A queue's settings live in two places. The settings record (settings.go) holds the pause and
+// the job defaults. The partition count, the limits and the group settings stay beside the
+// jobs, where the scripts read them atomically with a job's move. Their changes are methods
+// here too (queue_change.go): the layout lock, a change of the partition count with its drain,
+// the bounds on limits and weights. They are rules of the state, which a store a test double
+// wraps must keep. pipeline.Inspector checks its callers' input.
+//
 // # Params and replies
 //
 // A call takes its settings as a params struct (StartParams, DoneParams, CancelParams,
