@@ -217,14 +217,15 @@ func (c *Client) enqueue(ctx context.Context, queue string, task *Task, pt *publ
 	if err != nil {
 		return nil, err
 	}
-	d, err := c.queueDefaults(ctx, queue)
+	// One read of the queue's route: its partition count and its job defaults together.
+	p, d, err := c.route(ctx, queue, true)
 	if err != nil {
 		return nil, err
 	}
 	d.apply(opts, task, j, &nj)
 	rw := c.replicasFor(opts, nil).writer(c.rdb) // durable.go
 	if !nj.Plain(now) {
-		jobs, err := c.publish(ctx, c.store.Via(rw.scripter(c.rdb)), queue, []*Job{j}, []jobstate.NewJob{nj}, now)
+		jobs, err := c.publish(ctx, c.store.Via(rw.scripter(c.rdb)), queue, p, []*Job{j}, []jobstate.NewJob{nj}, now)
 		if err != nil {
 			return nil, err
 		}
@@ -234,10 +235,6 @@ func (c *Client) enqueue(ctx context.Context, queue string, task *Task, pt *publ
 	// publish does when a closed layout refuses it.
 	start := time.Now()
 	for wait := time.Millisecond; ; wait = min(2*wait, 100*time.Millisecond) {
-		p, err := c.partitions(ctx, queue, true)
-		if err != nil {
-			return nil, err
-		}
 		got, err := c.enqueuePlain(ctx, c.store.Via(rw.scripter(c.rdb)), c.partition(queue, &nj, p), j, &nj)
 		if !errors.Is(err, jobstate.ErrClosed) {
 			if err != nil {
@@ -246,6 +243,9 @@ func (c *Client) enqueue(ctx context.Context, queue string, task *Task, pt *publ
 			return got, rw.check(nil)
 		}
 		if err := c.closedWait(ctx, queue, start, wait, 1); err != nil {
+			return nil, err
+		}
+		if p, err = c.partitions(ctx, queue, true); err != nil {
 			return nil, err
 		}
 	}
@@ -301,7 +301,7 @@ func (c *Client) enqueueBatch(ctx context.Context, queue string, tasks []Task, p
 		}
 		jobs[i] = j
 	}
-	d, err := c.queueDefaults(ctx, queue)
+	p, d, err := c.route(ctx, queue, true)
 	if err != nil {
 		return nil, err
 	}
@@ -309,7 +309,7 @@ func (c *Client) enqueueBatch(ctx context.Context, queue string, tasks []Task, p
 		d.apply(opts, &tasks[i], jobs[i], &njs[i])
 	}
 	rw := c.replicasFor(opts, tasks).writer(c.rdb) // durable.go
-	jobs, err = c.publish(ctx, c.store.Via(rw.scripter(c.rdb)), queue, jobs, njs, now)
+	jobs, err = c.publish(ctx, c.store.Via(rw.scripter(c.rdb)), queue, p, jobs, njs, now)
 	return jobs, rw.check(err)
 }
 
@@ -318,19 +318,16 @@ func (c *Client) enqueueBatch(ctx context.Context, queue string, tasks []Task, p
 // a few round trips. Longer means a change stopped half-way (CreateQueue again repairs it).
 const closedRetryFor = 5 * time.Second
 
-// publish writes prepared jobs to queue in the layout of its partition count. Some jobs are
-// refused because their partition is closed (its count changed: Inspector.CreateQueue). They
-// are written again after the count is read again, with a short backoff, for up to
-// closedRetryFor. So no job is written to a layout that no worker of the new count reads.
-func (c *Client) publish(ctx context.Context, js jobstate.Backend, queue string, jobs []*Job, njs []jobstate.NewJob, now time.Time) ([]*Job, error) {
+// publish writes prepared jobs to queue in the layout of p, its partition count as the caller
+// read it. Some jobs are refused because their partition is closed (its count changed:
+// Inspector.CreateQueue). They are written again after the count is read again, with a short
+// backoff, for up to closedRetryFor. So no job is written to a layout that no worker of the
+// new count reads.
+func (c *Client) publish(ctx context.Context, js jobstate.Backend, queue string, p int, jobs []*Job, njs []jobstate.NewJob, now time.Time) ([]*Job, error) {
 	var idx []int // the indexes of the jobs still to write; nil: all of them
 	var conflicts []error
 	start := time.Now()
 	for wait := time.Millisecond; ; wait = min(2*wait, 100*time.Millisecond) {
-		p, err := c.partitions(ctx, queue, true)
-		if err != nil {
-			return jobs, err
-		}
 		sj, sn := jobs, njs
 		if idx != nil {
 			sj, sn = make([]*Job, len(idx)), make([]jobstate.NewJob, len(idx))
@@ -362,6 +359,9 @@ func (c *Client) publish(ctx context.Context, js jobstate.Backend, queue string,
 		}
 		idx = closed
 		if err := c.closedWait(ctx, queue, start, wait, len(idx)); err != nil {
+			return jobs, err
+		}
+		if p, err = c.partitions(ctx, queue, true); err != nil {
 			return jobs, err
 		}
 	}

@@ -6,18 +6,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"maps"
-	"slices"
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/conveyorq/conveyor/internal/inspect"
 	"github.com/conveyorq/conveyor/internal/jobstate"
 	"github.com/conveyorq/conveyor/internal/keys"
-	"github.com/conveyorq/conveyor/internal/rediserr"
-	"github.com/conveyorq/conveyor/internal/script"
 )
 
 // Page sizes of Inspector.List.
@@ -105,6 +100,7 @@ type Inspector struct {
 	rdb   redis.UniversalClient
 	store jobstate.Backend
 	cfg   InspectorConfig
+	eng   *inspect.Engine // listing, dead jobs, stats and deletion
 }
 
 // NewInspector returns an Inspector over rdb (a standalone, cluster or failover client), or
@@ -118,7 +114,11 @@ func NewInspector(rdb redis.UniversalClient, cfg InspectorConfig) (*Inspector, e
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	return &Inspector{rdb: rdb, store: jobstate.NewStore(rdb, cfg.Prefix), cfg: cfg}, nil
+	i := &Inspector{rdb: rdb, store: jobstate.NewStore(rdb, cfg.Prefix), cfg: cfg}
+	i.eng = inspect.New(i.store, inspect.Config{Now: cfg.Now, Partitions: i.partitions, ClosedTTL: closedTTL,
+		Errs: inspect.Errors{Invalid: ErrInvalid, NotFound: ErrNotFound, NotDead: ErrNotDead,
+			UniqueHeld: ErrUniqueHeld, QueueBusy: ErrQueueBusy, QueueNotFound: ErrQueueNotFound}})
+	return i, nil
 }
 
 // check validates a queue name and, unless empty, a job id.
@@ -144,39 +144,12 @@ func (i *Inspector) lookup(ctx context.Context, queue, id string) ([]keys.Queue,
 	return lookupOrder(i.cfg.Prefix, queue, id, p), nil
 }
 
-// statsChunk bounds the queues whose stats one pipeline reads.
-const statsChunk = 100
-
 // Queues returns the gauges and counters of every known queue (every queue something was
 // enqueued to or a worker read), sorted by name. It reads them in one pipeline per 100
 // queues: one round trip each on a standalone server, one per node involved on a cluster.
 func (i *Inspector) Queues(ctx context.Context) ([]*QueueStats, error) {
-	names, counts, paused, err := jobstate.KnownQueuesPaused(ctx, i.rdb, i.cfg.Prefix)
-	if err != nil {
-		return nil, err
-	}
-	// Every partition of every queue, chunked: a partitioned queue's partitions are summed.
-	var qs []keys.Queue
-	for _, n := range names {
-		qs = append(qs, allPartitions(i.cfg.Prefix, n, counts[n])...)
-	}
-	parts := make([]*QueueStats, 0, len(qs))
-	for chunk := range slices.Chunk(qs, statsChunk) {
-		st, err := readStats(ctx, i.store, chunk)
-		if err != nil {
-			return nil, err
-		}
-		parts = append(parts, st...)
-	}
-	out := make([]*QueueStats, 0, len(names))
-	for _, n := range names {
-		p := max(1, counts[n])
-		st := sumStats(n, parts[:p])
-		st.Paused = paused[n]
-		out = append(out, st)
-		parts = parts[p:]
-	}
-	return out, nil
+	st, err := i.eng.Queues(ctx)
+	return statsOf(st), err
 }
 
 // Stats reads a queue's gauges and counters in one round trip (one per node involved on a
@@ -186,18 +159,11 @@ func (i *Inspector) Stats(ctx context.Context, queue string) (*QueueStats, error
 	if err := i.check(queue, ""); err != nil {
 		return nil, err
 	}
-	p, err := partitionCount(ctx, i.rdb, i.cfg.Prefix, queue)
+	st, err := i.eng.Stats(ctx, queue)
 	if err != nil {
 		return nil, err
 	}
-	st, err := queueStats(ctx, i.store, i.cfg.Prefix, queue, p)
-	if err != nil {
-		return nil, err
-	}
-	if st.Paused, err = jobstate.IsPausedQueue(ctx, i.rdb, i.cfg.Prefix, queue); err != nil {
-		return nil, fmt.Errorf("read whether queue %s is paused: %w", queue, err)
-	}
-	return st, nil
+	return (*QueueStats)(st), nil
 }
 
 // Get returns the job's current state, or ErrNotFound, as Client.Get (in any partition).
@@ -280,18 +246,6 @@ type Page struct {
 	// listing always moves on. 0: DefaultPageBytes; negative: ErrInvalid.
 	MaxBytes int64
 }
-
-// pageBudget is what is left of a page's byte budget (Page.MaxBytes) while List fills it.
-type pageBudget struct{ left int64 }
-
-// spent reports that the page is full by bytes: no further job goes in.
-func (b *pageBudget) spent() bool { return b.left <= 0 }
-
-// take counts n bytes of a job that went into the page.
-func (b *pageBudget) take(n int64) { b.left -= n }
-
-// jobBytes is what a job costs a page's budget: its payload and result.
-func jobBytes(j *Job) int64 { return int64(len(j.Payload) + len(j.Result)) }
 
 // JobPage is one page of List.
 type JobPage struct {
@@ -402,7 +356,6 @@ func (i *Inspector) List(ctx context.Context, queue string, status Status, page 
 	if page.MaxBytes < 0 {
 		return nil, invalid("page byte budget %d is negative", page.MaxBytes)
 	}
-	bud := &pageBudget{left: cmp.Or(page.MaxBytes, DefaultPageBytes)}
 	status = ParseStatus(string(status)) // "dead" is failed's word
 	switch status {
 	case StatusScheduled, StatusFailed, StatusQueued, StatusInProgress, StatusCompleted, StatusCanceled:
@@ -413,439 +366,16 @@ func (i *Inspector) List(ctx context.Context, queue string, status Status, page 
 		return nil, invalid("unknown status %q: want %s, %s, %s, %s, %s or %s", status,
 			StatusScheduled, StatusQueued, StatusInProgress, StatusFailed, StatusCompleted, StatusCanceled)
 	}
-	// A malformed cursor is the caller's mistake whether or not Redis answers. Refuse it
-	// before reading the partition count (which says which of the two forms it must be).
-	if !cursorShape(status, page.Cursor) {
-		return nil, invalid("cursor %q is not one of a %s listing", page.Cursor, status)
-	}
-	qs, err := i.partitions(ctx, queue)
+	p, err := i.eng.List(ctx, queue, status, page.Cursor, limit, cmp.Or(page.MaxBytes, DefaultPageBytes))
 	if err != nil {
 		return nil, err
 	}
-	var p *JobPage
-	if len(qs) == 1 {
-		p, err = i.listOne(ctx, qs[0], status, page.Cursor, limit, bud)
-	} else {
-		p, err = i.listPartitions(ctx, qs, status, page.Cursor, limit, bud)
-	}
-	if err != nil && !errors.Is(err, ErrInvalid) {
-		err = fmt.Errorf("list %s jobs of %s: %w", status, queue, err)
-	}
-	return p, err
-}
-
-// cursorShape reports whether cursor can be one of a status listing's. For a plain queue that
-// is "<unix ms>:<job id>" or a stream entry id. For a partitioned one it is "<partition>/" and
-// one of those, or nothing. listOne and listPartitions check the form the queue needs.
-func cursorShape(status Status, cursor string) bool {
-	if num, rest, ok := strings.Cut(cursor, "/"); ok {
-		if n, err := strconv.Atoi(num); err != nil || n < 0 || strconv.Itoa(n) != num {
-			return false
-		}
-		cursor = rest
-	}
-	if cursor == "" {
-		return true
-	}
-	switch status {
-	case StatusScheduled, StatusFailed, StatusCompleted, StatusCanceled:
-		s, id, _ := strings.Cut(cursor, ":")
-		_, err := strconv.ParseInt(s, 10, 64)
-		return err == nil && keys.ValidID(id)
-	default:
-		_, inner, ok := cutLevelCursor(cursor)
-		if !ok {
-			return false
-		}
-		if inner == "" {
-			return true
-		}
-		_, ok = parseEntryID(inner)
-		return ok
-	}
-}
-
-// listOne is List of one queue or partition.
-func (i *Inspector) listOne(ctx context.Context, q keys.Queue, status Status, cursor string, limit int, bud *pageBudget) (*JobPage, error) {
-	switch status {
-	case StatusScheduled, StatusFailed, StatusCompleted, StatusCanceled:
-		return i.listSet(ctx, q, status, cursor, limit, bud)
-	case StatusQueued:
-		return i.listLevels(ctx, q, cursor, limit, bud, bud.chunked(i.listQueued))
-	default:
-		return i.listLevels(ctx, q, cursor, limit, bud, bud.chunked(i.listInProgress))
-	}
-}
-
-// listFunc lists a page of one stream (a level of a queue or partition) from cursor.
-type listFunc func(ctx context.Context, q keys.Queue, cursor string, limit int) (*JobPage, error)
-
-// streamChunk is the first read of a stream listing under a byte budget. Entries carry their
-// payloads, so a stream is read a chunk at a time and the page cut at the budget.
-const streamChunk = 16
-
-// chunked is list read a chunk at a time, the page cut at the budget. Its Next is then the
-// entry of the last job it holds (a stream cursor is the last entry seen). The first chunk is
-// streamChunk entries. Each next one is as many as the rest of the budget fits at the mean
-// size seen. So small jobs take one or two reads, and big ones never many more than fit.
-func (b *pageBudget) chunked(list listFunc) listFunc {
-	return func(ctx context.Context, q keys.Queue, cursor string, limit int) (*JobPage, error) {
-		out := &JobPage{}
-		var seen, bytes int64
-		n := min(limit, streamChunk)
-		for {
-			p, err := list(ctx, q, cursor, n)
-			if err != nil {
-				return nil, err
-			}
-			for _, j := range p.Jobs {
-				if len(out.Jobs) > 0 && b.spent() {
-					out.Next = out.Jobs[len(out.Jobs)-1].Entry
-					return out, nil
-				}
-				out.Jobs = append(out.Jobs, j)
-				if l, ok := p.Leases[j.ID]; ok {
-					if out.Leases == nil {
-						out.Leases = map[string]Lease{}
-					}
-					out.Leases[j.ID] = l
-				}
-				b.take(jobBytes(j))
-				seen, bytes = seen+1, bytes+jobBytes(j)
-			}
-			if p.Next == "" || b.spent() || len(out.Jobs) >= limit {
-				out.Next = p.Next
-				return out, nil
-			}
-			cursor = p.Next
-			rest := limit - len(out.Jobs)
-			if seen == 0 || bytes == 0 {
-				n = rest
-			} else {
-				n = int(min(int64(rest), max(streamChunk, b.left/max(1, bytes/seen)+1)))
-			}
-		}
-	}
-}
-
-// listLevels is a listing of stream entries (queued, in progress) of one queue or partition.
-// It goes through the streams of its priority levels in level order, the order workers read
-// them. Its list func lists one level's stream (a keys.Queue.AtLevel view). A cursor in a
-// level above 1 is "p<level>:" and the level's own cursor (nothing: from the level's start).
-// A level-1 cursor is the stream's own, as for a queue that never had levels.
-func (i *Inspector) listLevels(ctx context.Context, q keys.Queue, cursor string, limit int, bud *pageBudget, list listFunc) (*JobPage, error) {
-	level, inner, ok := cutLevelCursor(cursor)
-	if !ok {
-		return nil, invalid("cursor %q is not one of a stream listing", cursor)
-	}
-	found, err := jobstate.QueueLevels(ctx, i.rdb, []keys.Queue{q})
+	jp, err := pageOf(p)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("list %s jobs of %s: %w", status, queue, err)
 	}
-	levels := append([]int{MinPriority}, found[0]...)
-	out := &JobPage{}
-	for _, l := range levels {
-		if l < level {
-			continue
-		}
-		if l > level {
-			inner = ""
-		}
-		if len(out.Jobs) >= limit || bud.spent() {
-			out.Next = levelCursor(l, "")
-			return out, nil
-		}
-		p, err := list(ctx, q.AtLevel(l), inner, limit-len(out.Jobs))
-		if err != nil {
-			return nil, err
-		}
-		out.add(p)
-		if p.Next != "" {
-			out.Next = levelCursor(l, p.Next)
-			return out, nil
-		}
-	}
-	return out, nil
+	return jp, nil
 }
-
-// add appends the jobs and leases of p, a page of a part of a listing, to the listing's page.
-func (out *JobPage) add(p *JobPage) {
-	out.Jobs = append(out.Jobs, p.Jobs...)
-	if p.Leases != nil {
-		if out.Leases == nil {
-			out.Leases = make(map[string]Lease, len(p.Leases))
-		}
-		maps.Copy(out.Leases, p.Leases)
-	}
-}
-
-// levelCursor is the cursor of listLevels at level (see there).
-func levelCursor(level int, inner string) string {
-	if level <= MinPriority {
-		return inner
-	}
-	return "p" + strconv.Itoa(level) + ":" + inner
-}
-
-// cutLevelCursor reads a cursor of listLevels: the level and the level's own cursor.
-func cutLevelCursor(cursor string) (level int, inner string, ok bool) {
-	rest, found := strings.CutPrefix(cursor, "p")
-	if !found {
-		return MinPriority, cursor, true
-	}
-	num, inner, ok := strings.Cut(rest, ":")
-	level, err := strconv.Atoi(num)
-	if !ok || err != nil || level <= MinPriority || level > MaxPriority || strconv.Itoa(level) != num {
-		return 0, "", false
-	}
-	return level, inner, true
-}
-
-// listPartitions is List of a partitioned queue: it fills the page from partition after
-// partition, starting where the cursor "<partition>/<cursor>" says.
-func (i *Inspector) listPartitions(ctx context.Context, qs []keys.Queue, status Status, cursor string, limit int, bud *pageBudget) (*JobPage, error) {
-	n, inner := 0, ""
-	if cursor != "" {
-		num, rest, ok := strings.Cut(cursor, "/")
-		var err error
-		n, err = strconv.Atoi(num)
-		if !ok || err != nil || n < 0 || n >= len(qs) || strconv.Itoa(n) != num {
-			return nil, invalid("cursor %q is not one of a partitioned %s listing (<partition 0..%d>/<cursor>)", cursor, status, len(qs)-1)
-		}
-		inner = rest
-	}
-	out := &JobPage{}
-	for ; n < len(qs); n, inner = n+1, "" {
-		if len(out.Jobs) >= limit || bud.spent() {
-			out.Next = strconv.Itoa(n) + "/"
-			return out, nil
-		}
-		p, err := i.listOne(ctx, qs[n], status, inner, limit-len(out.Jobs), bud)
-		if err != nil {
-			return nil, err
-		}
-		out.add(p)
-		if p.Next != "" {
-			out.Next = strconv.Itoa(n) + "/" + p.Next
-			return out, nil
-		}
-	}
-	return out, nil
-}
-
-// listSet pages through a sorted set of job ids: scheduled (earliest due first), dead (latest
-// death first), or the index of completed or canceled jobs (latest first). An indexed id whose
-// record expired is skipped; the index's trim (finish.lua, cancel.lua) removes it in time.
-func (i *Inspector) listSet(ctx context.Context, q keys.Queue, status Status, cursor string, limit int, bud *pageBudget) (*JobPage, error) {
-	var after *jobstate.SetItem
-	if cursor != "" {
-		s, id, _ := strings.Cut(cursor, ":")
-		score, err := strconv.ParseInt(s, 10, 64)
-		if err != nil || !keys.ValidID(id) {
-			return nil, invalid("cursor %q is not one of a %s listing (<unix ms>:<job id>)", cursor, status)
-		}
-		after = &jobstate.SetItem{Score: score, Member: id}
-	}
-	// One more than the page, to know whether another page follows.
-	var items []jobstate.SetItem
-	var err error
-	switch status {
-	case StatusScheduled:
-		items, err = i.store.ScheduledPage(ctx, q, after, limit+1)
-	case StatusCompleted:
-		items, err = i.store.CompletedPage(ctx, q, after, limit+1)
-	case StatusCanceled:
-		items, err = i.store.CanceledPage(ctx, q, after, limit+1)
-	default:
-		items, err = i.store.DeadPage(ctx, q, false, after, limit+1)
-	}
-	if err != nil {
-		return nil, err
-	}
-	p := &JobPage{}
-	more := len(items) > limit
-	items = items[:min(limit, len(items))]
-	ids := make([]string, len(items))
-	for k, it := range items {
-		ids[k] = it.Member
-	}
-	// The budget cuts the page before any record is read: the sizes first, then only the
-	// records that fit.
-	sizes, err := i.store.RecordSizes(ctx, q, ids)
-	if err != nil {
-		return nil, err
-	}
-	for k, n := range sizes {
-		if k > 0 && bud.spent() {
-			items, ids, more = items[:k], ids[:k], true
-			break
-		}
-		bud.take(n)
-	}
-	if more && len(items) > 0 {
-		last := items[len(items)-1]
-		p.Next = strconv.FormatInt(last.Score, 10) + ":" + last.Member
-	}
-	recs, err := i.store.Records(ctx, q, ids)
-	if err != nil {
-		return nil, err
-	}
-	for k, it := range items {
-		if recs[k] == nil {
-			continue // gone since the set was read (purged, or finished and expired)
-		}
-		j, err := jobFromRecord(q.Name(), it.Member, *recs[k])
-		if err != nil {
-			return nil, err
-		}
-		if j.Status != status {
-			continue // moved on since the set was read
-		}
-		p.Jobs = append(p.Jobs, j)
-	}
-	return p, nil
-}
-
-// listQueued pages through the stream entries after the group's last-delivered id.
-// XREADGROUP ">" hands entries out in stream order, so every entry after that id is one no
-// worker was handed yet. The pending entries in the page's range are left out as well, for
-// the rare group whose read position moved back (XGROUP SETID, a failover to older data).
-func (i *Inspector) listQueued(ctx context.Context, q keys.Queue, cursor string, limit int) (*JobPage, error) {
-	start := "-"
-	if cursor != "" {
-		id, ok := parseEntryID(cursor)
-		if !ok {
-			return nil, invalid("cursor %q is not one of a %s listing (a stream entry id)", cursor, StatusQueued)
-		}
-		start = id.next().String()
-	}
-	entries, group, err := i.store.StreamPage(ctx, q, start, limit+1)
-	if err != nil {
-		return nil, err
-	}
-	if group != nil {
-		if last, ok := parseEntryID(group.LastDelivered); ok && last != (entryID{}) {
-			if from, _ := parseEntryID(start); start == "-" || !last.less(from) {
-				// The cursor is at or before the delivered entries: skip them.
-				start = last.next().String()
-				if entries, err = i.store.StreamRange(ctx, q, start, limit+1); err != nil {
-					return nil, err
-				}
-			}
-		}
-	}
-	p := &JobPage{}
-	if len(entries) > limit {
-		entries = entries[:limit]
-		p.Next = entries[len(entries)-1].ID
-	}
-	if len(entries) == 0 {
-		return p, nil
-	}
-	recs, held, err := i.store.EntryRecords(ctx, q, entries, group != nil)
-	if err != nil {
-		return nil, err
-	}
-	for k, e := range entries {
-		if e.Job == "" || held[e.ID] {
-			continue // an unreadable entry (a worker will dead-letter it), or one handed out
-		}
-		// Only the entry that carries the job now, while the job is queued (not yet started).
-		r := recs[k]
-		if r == nil || r.Entry != e.ID || Status(r.Status) != StatusQueued {
-			continue
-		}
-		r.Payload = []byte(e.Payload)
-		if e.Metadata != "" {
-			r.Metadata = e.Metadata
-		}
-		j, err := jobFromRecord(q.Name(), e.Job, *r)
-		if err != nil {
-			return nil, err
-		}
-		p.Jobs = append(p.Jobs, j)
-	}
-	return p, nil
-}
-
-// listInProgress pages through the group's pending entries list and reads the jobs that the
-// entries carry in one script.
-func (i *Inspector) listInProgress(ctx context.Context, q keys.Queue, cursor string, limit int) (*JobPage, error) {
-	start := "-"
-	if cursor != "" {
-		id, ok := parseEntryID(cursor)
-		if !ok {
-			return nil, invalid("cursor %q is not one of a %s listing (a stream entry id)", cursor, StatusInProgress)
-		}
-		start = id.next().String()
-	}
-	// No stream or no group yet reads as none: nothing was ever handed out.
-	pend, err := i.store.PendingPage(ctx, q, start, limit+1)
-	if err != nil {
-		return nil, err
-	}
-	p := &JobPage{}
-	if len(pend) > limit {
-		pend = pend[:limit]
-		p.Next = pend[len(pend)-1].Entry
-	}
-	if len(pend) == 0 {
-		return p, nil
-	}
-	entries := make([]string, len(pend))
-	for k, pe := range pend {
-		entries[k] = pe.Entry
-	}
-	rows, err := i.store.EntryJobs(ctx, q, entries)
-	if err != nil {
-		return nil, err
-	}
-	p.Leases = make(map[string]Lease, len(rows))
-	for k, row := range rows {
-		if row.ID == "" {
-			continue // the entry carries no live job: recovery or the worker will clear it
-		}
-		j, err := jobFromHash(q.Name(), row.ID, row.Flat)
-		if err != nil {
-			return nil, err
-		}
-		pe := pend[k]
-		j.Status, j.Worker, j.Entry = StatusInProgress, pe.Worker, pe.Entry
-		if row.Attempt > 0 {
-			j.Attempt = row.Attempt
-		}
-		p.Jobs = append(p.Jobs, j)
-		p.Leases[j.ID] = Lease(pe)
-	}
-	return p, nil
-}
-
-// entryID is a stream entry id, <ms>-<seq>.
-type entryID struct{ ms, seq uint64 }
-
-func parseEntryID(s string) (entryID, bool) {
-	a, b, ok := strings.Cut(s, "-")
-	if !ok {
-		return entryID{}, false
-	}
-	ms, err1 := strconv.ParseUint(a, 10, 64)
-	seq, err2 := strconv.ParseUint(b, 10, 64)
-	return entryID{ms, seq}, err1 == nil && err2 == nil
-}
-
-func (e entryID) String() string {
-	return strconv.FormatUint(e.ms, 10) + "-" + strconv.FormatUint(e.seq, 10)
-}
-
-// next is the smallest id after e (XRANGE's start is inclusive).
-func (e entryID) next() entryID {
-	if e.seq == ^uint64(0) {
-		return entryID{e.ms + 1, 0}
-	}
-	return entryID{e.ms, e.seq + 1}
-}
-
-func (e entryID) less(o entryID) bool { return e.ms < o.ms || e.ms == o.ms && e.seq < o.seq }
 
 // ---- Dead jobs ----
 
@@ -862,34 +392,8 @@ func (i *Inspector) Replay(ctx context.Context, queue, id string) error {
 	if err != nil {
 		return err
 	}
-	now := i.cfg.Now()
-	return onPartition(ctx, i.store, qs, id, func(q keys.Queue) error {
-		row, err := i.store.Replay(ctx, q, id, now)
-		if err != nil {
-			return fmt.Errorf("replay %s/%s: %w", queue, id, err)
-		}
-		return replayError(queue, id, row.Code, row.Data)
-	})
+	return onPartition(ctx, i.store, qs, id, func(q keys.Queue) error { return i.eng.Replay(ctx, q, id) })
 }
-
-func replayError(queue, id string, code script.Code, data string) error {
-	switch code {
-	case script.OK:
-		return nil
-	case script.NotFound:
-		return ErrNotFound
-	case script.WrongState:
-		return fmt.Errorf("%w (it is %s)", ErrNotDead, data)
-	case script.NoType:
-		return fmt.Errorf("replay %s/%s: %w: an unreadable entry's record has no type to run", queue, id, ErrInvalid)
-	case script.UniqueHeld:
-		return fmt.Errorf("replay %s/%s: %w (job %s)", queue, id, ErrUniqueHeld, data)
-	}
-	return fmt.Errorf("replay %s/%s: unexpected reply %v", queue, id, code)
-}
-
-// replayChunk is how many dead jobs ReplayAll replays per round trip.
-const replayChunk = 100
 
 // ReplayAll replays every job that is in queue's dead set when it starts, oldest death first,
 // 100 per round trip, and returns how many it replayed. Jobs that die while it runs are left
@@ -901,94 +405,8 @@ func (i *Inspector) ReplayAll(ctx context.Context, queue string) (int, error) {
 	if err := i.check(queue, ""); err != nil {
 		return 0, err
 	}
-	qs, err := i.partitions(ctx, queue)
-	if err != nil {
-		return 0, err
-	}
-	replayed := 0
-	var stay []error
-	for _, q := range qs {
-		n, s, err := i.replayAll(ctx, q)
-		replayed += n
-		stay = append(stay, s...)
-		if err != nil {
-			return replayed, err
-		}
-	}
-	if len(stay) > 0 {
-		const named = 3
-		more := ""
-		if len(stay) > named {
-			more = fmt.Sprintf(" (the first %d below)", named)
-		}
-		return replayed, fmt.Errorf("replay all %s: %d dead jobs cannot run again and stay%s:\n%w",
-			queue, len(stay), more, errors.Join(stay[:min(named, len(stay))]...))
-	}
-	return replayed, nil
+	return i.eng.ReplayAll(ctx, queue)
 }
-
-// replayAll is ReplayAll of one partition; it returns the errors of the jobs that stay apart.
-func (i *Inspector) replayAll(ctx context.Context, q keys.Queue) (int, []error, error) {
-	queue := q.Name()
-	// The last member in the set's order now: ReplayAll stops there.
-	last, ok, err := i.store.LastDead(ctx, q)
-	if err != nil || !ok {
-		return 0, nil, wrapErr(err, "replay all %s", queue)
-	}
-	var after *jobstate.SetItem
-	replayed := 0
-	var stay []error
-	for {
-		items, err := i.store.DeadPage(ctx, q, true, after, replayChunk)
-		if err != nil {
-			return replayed, stay, fmt.Errorf("replay all %s: %w", queue, err)
-		}
-		done := len(items) < replayChunk
-		for k, it := range items {
-			if it.Score > last.Score || it.Score == last.Score && it.Member > last.Member {
-				items, done = items[:k], true
-				break
-			}
-		}
-		if len(items) == 0 {
-			break
-		}
-		now := i.cfg.Now()
-		b := i.store.Batch()
-		replays := make([]*jobstate.Pending[jobstate.Row], len(items))
-		for k, it := range items {
-			replays[k] = b.Replay(q, it.Member, now)
-		}
-		err = rediserr.Wrap("replay", b.Exec(ctx))
-		for k, r := range replays {
-			row, cerr := r.Result()
-			code, data := row.Code, row.Data
-			switch {
-			case cerr != nil:
-				if err == nil {
-					err = cerr
-				}
-			case code == script.OK:
-				replayed++
-			case code == script.NotFound || code == script.WrongState:
-				// Replayed or purged by someone else since the page was read.
-			default:
-				stay = append(stay, replayError(queue, items[k].Member, code, data))
-			}
-		}
-		if err != nil {
-			return replayed, stay, fmt.Errorf("replay all %s: %w", queue, err)
-		}
-		if done {
-			break
-		}
-		after = &items[len(items)-1]
-	}
-	return replayed, stay, nil
-}
-
-// purgeChunk bounds the ids one purge_ids.lua call deletes.
-const purgeChunk = 500
 
 // Purge deletes the given dead jobs of queue and returns how many it deleted. A job that is
 // not dead is refused with ErrNotDead and left as it is; an unknown id with ErrNotFound. The
@@ -1012,70 +430,8 @@ func (i *Inspector) Purge(ctx context.Context, queue string, ids ...string) (int
 	if len(uniq) == 0 {
 		return 0, nil
 	}
-	qs, err := i.partitions(ctx, queue)
-	if err != nil {
-		return 0, err
-	}
-	var errs []error
-	// The ids of each partition; in a partitioned queue each id is looked for first (one
-	// pipeline of EXISTS), and one found nowhere is not found.
-	byPart := [][]string{uniq}
-	if len(qs) > 1 {
-		at, err := i.store.Locate(ctx, qs, uniq)
-		if err != nil {
-			return 0, fmt.Errorf("purge %s: %w", queue, err)
-		}
-		byPart = make([][]string, len(qs))
-		for k, id := range uniq {
-			if at[k] < 0 {
-				errs = append(errs, fmt.Errorf("purge %s/%s: %w", queue, id, ErrNotFound))
-				continue
-			}
-			byPart[at[k]] = append(byPart[at[k]], id)
-		}
-	}
-	b := i.store.Batch()
-	var purges []*jobstate.Pending[[]jobstate.Row]
-	var chunks [][]string
-	for p, ids := range byPart {
-		for chunk := range slices.Chunk(ids, purgeChunk) {
-			purges = append(purges, b.PurgeIDs(qs[p], chunk))
-			chunks = append(chunks, chunk)
-		}
-	}
-	if b.Len() == 0 {
-		return 0, errors.Join(errs...)
-	}
-	err = rediserr.Wrap("purge", b.Exec(ctx))
-	n := 0
-	for c, pr := range purges {
-		chunk := chunks[c]
-		rows, rerr := pr.Result()
-		if rerr != nil {
-			err = cmp.Or(err, rerr)
-			continue
-		}
-		for k, row := range rows {
-			switch row.Code {
-			case script.OK:
-				n++
-			case script.NotFound:
-				errs = append(errs, fmt.Errorf("purge %s/%s: %w", queue, chunk[k], ErrNotFound))
-			case script.WrongState:
-				errs = append(errs, fmt.Errorf("purge %s/%s: %w (it is %s)", queue, chunk[k], ErrNotDead, row.Data))
-			default:
-				errs = append(errs, fmt.Errorf("purge %s/%s: unexpected reply %v", queue, chunk[k], row.Code))
-			}
-		}
-	}
-	if err != nil {
-		errs = append([]error{fmt.Errorf("purge %s: %w", queue, err)}, errs...)
-	}
-	return n, errors.Join(errs...)
+	return i.eng.Purge(ctx, queue, uniq)
 }
-
-// purgeAllChunk bounds the dead jobs one purge.lua call deletes.
-const purgeAllChunk = 500
 
 // PurgeAll deletes the dead jobs of queue that died at least olderThan ago (0: all of them), 500
 // per script call, and returns how many. Age is measured by Redis's clock, not the caller's.
@@ -1084,27 +440,7 @@ func (i *Inspector) PurgeAll(ctx context.Context, queue string, olderThan time.D
 	if err := i.check(queue, ""); err != nil {
 		return 0, err
 	}
-	if olderThan < 0 {
-		return 0, invalid("negative age %s", olderThan)
-	}
-	qs, err := i.partitions(ctx, queue)
-	if err != nil {
-		return 0, err
-	}
-	total := 0
-	for _, q := range qs {
-		for {
-			n, err := i.store.Purge(ctx, q, jobstate.PurgeParams{Limit: purgeAllChunk, OlderThan: olderThan})
-			total += n
-			if err != nil {
-				return total, fmt.Errorf("purge %s: %w", queue, err)
-			}
-			if n < purgeAllChunk {
-				break
-			}
-		}
-	}
-	return total, nil
+	return i.eng.PurgeAll(ctx, queue, olderThan)
 }
 
 // ---- Queues ----
@@ -1137,80 +473,9 @@ func (i *Inspector) DeleteQueue(ctx context.Context, queue string, force bool) e
 	if err := i.check(queue, ""); err != nil {
 		return err
 	}
-	var qs []keys.Queue // every partition; a queue of one has its plain keys alone
-	p, err := partitionCount(ctx, i.rdb, i.cfg.Prefix, queue)
-	if errors.Is(err, errLegacyLayout) {
-		// Partitioned by the version before: its {queue#i} keys go the same way.
-		qs, err = jobstate.LegacyPartitions(ctx, i.rdb, i.cfg.Prefix, queue)
-		if err != nil {
-			return fmt.Errorf("delete queue %s: %w", queue, err)
-		}
-		p = len(qs)
-	} else if err == nil {
-		qs = allPartitions(i.cfg.Prefix, queue, p)
-	}
-	if err != nil {
-		return fmt.Errorf("delete queue %s: %w", queue, err)
-	}
-	if !force {
-		parts, err := readStats(ctx, i.store, qs)
-		if err != nil {
-			return fmt.Errorf("delete queue %s: %w", queue, err)
-		}
-		st := sumStats(queue, parts)
-		if st.Scheduled+st.Queued+st.InProgress+st.Dead > 0 {
-			return fmt.Errorf("delete queue %s: %w: %d scheduled, %d queued, %d in progress, %d dead",
-				queue, ErrQueueBusy, st.Scheduled, st.Queued, st.InProgress, st.Dead)
-		}
-	}
-	known, err := i.store.IsKnownQueue(ctx, queue)
-	if err != nil {
-		return fmt.Errorf("delete queue %s: %w", queue, err)
-	}
-	// The plain keys first: all under the queue's base, prefix:{queue}:, so in one slot, and
-	// one master is scanned on a cluster. Then those of every partition of every count the
-	// queue ever had: the empty streams a change of the count leaves, and the tags of the
-	// version before. On a cluster those are on every master.
-	n, err := i.store.ScanKeys(ctx, i.keys(queue).Base(), true, false)
-	if err == nil {
-		var m int
-		m, err = i.store.ScanKeys(ctx, i.cfg.Prefix+":{"+queue+string(keys.PartitionSep), true, true)
-		n += m
-	}
-	if err != nil {
-		return fmt.Errorf("delete queue %s (%d keys deleted): %w", queue, n, err)
-	}
-	// The partition count and the name go last: a deletion that failed half-way still shows
-	// the queue, to try again.
-	if p > 1 {
-		// Its partitions stay closed a while: a producer that still has the count refuses to
-		// publish to them, reads it again and publishes to the plain queue.
-		if err := setClosed(ctx, i.rdb, qs[:p], true); err != nil {
-			return fmt.Errorf("delete queue %s: %w", queue, err)
-		}
-		if err := jobstate.ForgetPartitions(ctx, i.rdb, i.cfg.Prefix, queue); err != nil {
-			return fmt.Errorf("delete queue %s: %w", queue, err)
-		}
+	relayout, err := i.eng.DeleteQueue(ctx, queue, force)
+	if relayout {
 		layoutChanges.Add(1)
-		n++
 	}
-	if err := i.store.ForgetQueue(ctx, queue); err != nil {
-		return fmt.Errorf("delete queue %s: %w", queue, err)
-	}
-	// A queue made again under the name starts with no settings, unpaused.
-	if err := i.store.DeleteSettings(ctx, queue); err != nil {
-		return fmt.Errorf("delete queue %s: %w", queue, err)
-	}
-	if !known && n == 0 {
-		return fmt.Errorf("delete queue %s: %w", queue, ErrQueueNotFound)
-	}
-	return nil
-}
-
-// wrapErr wraps a non-nil err with a formatted context.
-func wrapErr(err error, format string, args ...any) error {
-	if err == nil {
-		return nil
-	}
-	return fmt.Errorf(format+": %w", append(args, err)...)
+	return err
 }

@@ -3,12 +3,10 @@ package pipeline
 import (
 	"context"
 	"fmt"
-	"slices"
 	"time"
 
 	"github.com/conveyorq/conveyor/internal/jobstate"
 	"github.com/conveyorq/conveyor/internal/keys"
-	"github.com/conveyorq/conveyor/internal/rediserr"
 	"github.com/conveyorq/conveyor/internal/script"
 )
 
@@ -35,9 +33,16 @@ func (i *Inspector) PurgeDryRun(ctx context.Context, queue, id string) (*Job, er
 // script PurgeAll runs. They come newest first within each partition, as List shows them. It
 // reads every such job's record; PurgeAllDryRunIDs reads their ids only.
 func (i *Inspector) PurgeAllDryRun(ctx context.Context, queue string, olderThan time.Duration) ([]*Job, error) {
+	if err := i.check(queue, ""); err != nil {
+		return nil, err
+	}
 	var out []*Job
-	err := i.purgeAllDryRun(ctx, queue, olderThan, func(q keys.Queue, ids []string) error {
-		jobs, err := i.deadJobs(ctx, q, ids)
+	err := i.eng.PurgeAllDryRun(ctx, queue, olderThan, func(q keys.Queue, ids []string) error {
+		rows, err := i.eng.DeadRows(ctx, q, ids)
+		if err != nil {
+			return err
+		}
+		jobs, err := jobsOf(rows)
 		out = append(out, jobs...)
 		return err
 	})
@@ -49,79 +54,15 @@ func (i *Inspector) PurgeAllDryRun(ctx context.Context, queue string, olderThan 
 // (the purge script's pages of the dead set), no job record. So a dry run over many big dead
 // jobs costs their ids, not their payloads.
 func (i *Inspector) PurgeAllDryRunIDs(ctx context.Context, queue string, olderThan time.Duration) ([]string, error) {
+	if err := i.check(queue, ""); err != nil {
+		return nil, err
+	}
 	var out []string
-	err := i.purgeAllDryRun(ctx, queue, olderThan, func(_ keys.Queue, ids []string) error {
+	err := i.eng.PurgeAllDryRun(ctx, queue, olderThan, func(_ keys.Queue, ids []string) error {
 		out = append(out, ids...)
 		return nil
 	})
 	return out, err
-}
-
-// purgeAllDryRun hands each partition's ids that PurgeAll would delete, newest first, to each.
-func (i *Inspector) purgeAllDryRun(ctx context.Context, queue string, olderThan time.Duration,
-	each func(q keys.Queue, ids []string) error) error {
-	if err := i.check(queue, ""); err != nil {
-		return err
-	}
-	if olderThan < 0 {
-		return invalid("negative age %s", olderThan)
-	}
-	qs, err := i.partitions(ctx, queue)
-	if err != nil {
-		return err
-	}
-	for _, q := range qs {
-		var ids []string
-		for {
-			page, err := i.store.PurgeDryRun(ctx, q, jobstate.PurgeDryRunParams{
-				PurgeParams: jobstate.PurgeParams{Limit: purgeAllChunk, OlderThan: olderThan}, Offset: len(ids)})
-			if err != nil {
-				return fmt.Errorf("purge %s (dry run): %w", queue, err)
-			}
-			ids = append(ids, page...)
-			if len(page) < purgeAllChunk {
-				break
-			}
-		}
-		slices.Reverse(ids)
-		if err := each(q, ids); err != nil {
-			return fmt.Errorf("purge %s (dry run): %w", queue, err)
-		}
-	}
-	return nil
-}
-
-// deadJobs reads the dead jobs ids of q, in order, a pipeline per chunk. An id whose record
-// is gone or no longer dead (replayed meanwhile) is left out.
-func (i *Inspector) deadJobs(ctx context.Context, q keys.Queue, ids []string) ([]*Job, error) {
-	var out []*Job
-	for chunk := range slices.Chunk(ids, purgeAllChunk) {
-		b := i.store.Batch()
-		gets := make([]*jobstate.Pending[jobstate.Got], len(chunk))
-		for k, id := range chunk {
-			gets[k] = b.Get(q, id)
-		}
-		if err := b.ExecLoaded(ctx); err != nil {
-			return nil, rediserr.Wrap("purge", err)
-		}
-		for k, g := range gets {
-			got, err := g.Result()
-			if err != nil {
-				return nil, err
-			}
-			if !got.Found {
-				continue
-			}
-			j, err := jobFromHash(q.Name(), chunk[k], got.Flat)
-			if err != nil {
-				return nil, err
-			}
-			if j.Status == StatusFailed {
-				out = append(out, j)
-			}
-		}
-	}
-	return out, nil
 }
 
 // QueueExists reports whether queue exists. It does when it is a known queue, or has jobs or

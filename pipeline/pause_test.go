@@ -99,16 +99,7 @@ func hookedClient(t *testing.T, rdb redis.UniversalClient, hook redis.Hook) redi
 // paused queue reads nothing of it until Resume.
 func TestPauseResume(t *testing.T) {
 	t.Parallel()
-	cl := redistest.StartCluster(t)
-	for _, be := range []struct {
-		name string
-		rdb  redis.UniversalClient
-	}{{"Standalone", redistest.Client(t)}, {"Cluster", cl.Client(t)}} {
-		t.Run(be.name, func(t *testing.T) {
-			t.Parallel()
-			testPauseResume(t, be.rdb)
-		})
-	}
+	onStandaloneAndCluster(t, testPauseResume)
 }
 
 func testPauseResume(t *testing.T, rdb redis.UniversalClient) {

@@ -9,7 +9,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/conveyorq/conveyor/internal/keys"
-	"github.com/conveyorq/conveyor/internal/redistest"
 	"github.com/conveyorq/conveyor/pipeline"
 )
 
@@ -17,16 +16,7 @@ import (
 // record, and every change raises the revision.
 func TestUpdateQueue(t *testing.T) {
 	t.Parallel()
-	cl := redistest.StartCluster(t)
-	for _, be := range []struct {
-		name string
-		rdb  redis.UniversalClient
-	}{{"Standalone", redistest.Client(t)}, {"Cluster", cl.Client(t)}} {
-		t.Run(be.name, func(t *testing.T) {
-			t.Parallel()
-			testUpdateQueue(t, be.rdb)
-		})
-	}
+	onStandaloneAndCluster(t, testUpdateQueue)
 }
 
 func testUpdateQueue(t *testing.T, rdb redis.UniversalClient) {

@@ -3,12 +3,18 @@
 # packages the table names for each, and prints whether the tests killed it.
 #
 #   bash scripts/mutate.sh [TABLE] [ID...]     (TABLE defaults to scripts/mutants.tsv)
+#   bash scripts/mutate.sh --check [TABLE]     (finds every row's text; runs no test)
 #
 # TABLE is tab-separated, '#' starts a comment line, 8 fields a mutant:
 #   id  file  line  original  replacement  packages  run  note
-# The original is text found on that line; its first occurrence is replaced. The mutant is
-# refused as stale when the line does not hold it. Replacement '<none>' deletes it. Packages are
-# comma-separated ('./internal/jobstate,./pipeline'). Run is a -run regexp, '-' for all tests.
+# The original is text of one line of the file; its first occurrence on that line is replaced.
+# The line is found by the text, so comment edits above it do not break the row: the one line
+# of the file that holds the text, or, when several do, the one nearest the recorded line (a
+# tie is refused as ambiguous). A row whose file or text is gone is stale. --check reports,
+# for every row, a text gone (with the files that hold it now), a tie, a repeated text whose
+# recorded line does not hold it, and a line number that moved; it fails on all but the last.
+# Replacement '<none>' deletes the text. Packages are comma-separated
+# ('./internal/jobstate,./pipeline'). Run is a -run regexp, '-' for all tests.
 # A note starting 'equivalent:' says why the mutant cannot change behaviour. A survivor so
 # marked is counted equivalent, not survived.
 # Results: killed (a test failed that passes without the mutant), survived, invalid (the
@@ -21,8 +27,88 @@
 # directory unless set).
 set -u
 cd "$(dirname "$0")/.."
+check=0
+if [ "${1:-}" = --check ]; then
+	check=1
+	shift
+fi
 table=${1:-scripts/mutants.tsv}
 shift || true
+
+# locate FILE LINE ORIG: sets at, the line of FILE that holds ORIG (see the header), and
+# where, a word on how it was found: exact (the recorded line), moved (the one line that
+# holds it, elsewhere), nearest (several hold it, the recorded line not: the nearest), or,
+# with a non-zero status, nofile, absent or ambiguous. why says it in a sentence.
+locate() {
+	at=0 where="" why=""
+	if [ ! -f "$1" ]; then
+		where=nofile why="$1 does not exist (moved?)$(elsewhere "$3")"
+		return 1
+	fi
+	if [ -z "$3" ]; then
+		where=absent why="the row's original text is empty"
+		return 1
+	fi
+	local n best dist tie exact
+	# ENVIRON, not -v: awk would read backslashes in -v values as escapes.
+	read -r n best dist tie exact < <(ORIG=$3 LINE=$2 awk '
+		index($0, ENVIRON["ORIG"]) {
+			n++
+			d = NR - ENVIRON["LINE"]; if (d < 0) d = -d
+			if (best == "" || d < bd) { best = NR; bd = d; tie = 0 } else if (d == bd) tie = 1
+			if (NR == ENVIRON["LINE"]) exact = 1
+		}
+		END { print n + 0, best + 0, bd + 0, tie + 0, exact + 0 }' "$1")
+	at=$best
+	if [ "$n" -eq 0 ]; then
+		where=absent why="no line of $1 holds the original text$(elsewhere "$3")"
+		return 1
+	elif [ "$exact" = 1 ]; then
+		where=exact why="line $2 holds it"
+	elif [ "$n" -eq 1 ]; then
+		where=moved why="the one line that holds it is $best, not $2"
+	elif [ "$tie" = 1 ]; then
+		where=ambiguous why="$n lines of $1 hold it, two of them $dist from line $2: give the right line"
+		return 1
+	else
+		where=nearest why="$n lines of $1 hold it, line $2 none: took the nearest, $best"
+	fi
+	return 0
+}
+
+# elsewhere ORIG: ", found in FILE:LINE ..." for the tracked files that hold ORIG, or "".
+elsewhere() {
+	local hits
+	hits=$(git grep -n -F -e "$1" -- '*.go' '*.lua' 2>/dev/null | cut -d: -f1,2 | head -5 | tr '\n' ' ')
+	[ -n "$hits" ] && printf '; the text is in %s' "${hits% }"
+}
+
+if [ $check = 1 ]; then
+	rows=0 bad=0 moved=0
+	while IFS= read -r row <&3; do
+		[[ -z "$row" || "$row" == \#* ]] && continue
+		IFS=$'\t' read -r -a f <<<"$row"
+		rows=$((rows + 1))
+		if [ "${#f[@]}" -lt 7 ]; then
+			echo "bad row (need 8 tab-separated fields): $row"
+			bad=$((bad + 1))
+			continue
+		fi
+		if ! locate "${f[1]}" "${f[2]}" "${f[3]}"; then
+			printf '%-8s %-9s %s:%s: %s\n' "${f[0]}" "$where" "${f[1]}" "${f[2]}" "$why"
+			bad=$((bad + 1))
+		elif [ "$where" = nearest ]; then
+			printf '%-8s %-9s %s:%s: %s (a guess: give the right line)\n' "${f[0]}" "$where" "${f[1]}" "${f[2]}" "$why"
+			bad=$((bad + 1))
+		elif [ "$where" = moved ]; then
+			printf '%-8s %-9s %s:%s: %s\n' "${f[0]}" "$where" "${f[1]}" "${f[2]}" "$why"
+			moved=$((moved + 1))
+		fi
+	done 3<"$table"
+	echo "$rows rows: $((rows - bad)) found ($moved of them on another line than the table's), $bad not"
+	[ $bad -eq 0 ]
+	exit
+fi
 only=" $* "
 logs=${MUTATE_LOGS:-$(mktemp -d)}
 mkdir -p "$logs"
@@ -91,24 +177,22 @@ while IFS= read -r row <&3; do
 		continue
 	fi
 	[ "$repl" = "<none>" ] && repl=""
+	if ! locate "$file" "$line" "$orig"; then
+		stale=$((stale + 1))
+		printf '%-8s stale     %s:%s: %s\n' "$id" "$file" "$line" "$why"
+		continue
+	fi
+	[ "$where" = nearest ] && printf '%-8s note      %s:%s: %s\n' "$id" "$file" "$line" "$why"
+	line=$at
 	cp "$file" "$aside/orig"
 	current=$file
 	touched+=("$file")
-	# ENVIRON, not -v: awk would read backslashes in -v values as escapes.
-	if ! ORIG=$orig REPL=$repl LINE=$line awk '
+	ORIG=$orig REPL=$repl LINE=$line awk '
 		NR == ENVIRON["LINE"] {
 			i = index($0, ENVIRON["ORIG"])
-			if (i == 0) { bad = 1 } else {
-				$0 = substr($0, 1, i - 1) ENVIRON["REPL"] substr($0, i + length(ENVIRON["ORIG"]))
-			}
+			$0 = substr($0, 1, i - 1) ENVIRON["REPL"] substr($0, i + length(ENVIRON["ORIG"]))
 		}
-		{ print }
-		END { exit bad || NR < ENVIRON["LINE"] }' "$aside/orig" >"$file"; then
-		restore
-		stale=$((stale + 1))
-		printf '%-8s stale     %s:%s does not hold the original text\n' "$id" "$file" "$line"
-		continue
-	fi
+		{ print }' "$aside/orig" >"$file"
 	IFS=, read -r -a pk <<<"$pkgs"
 	log="$logs/$id.log"
 	fast=0

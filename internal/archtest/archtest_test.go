@@ -8,15 +8,10 @@ package archtest
 import (
 	"bufio"
 	"bytes"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"go/ast"
-	"go/importer"
-	"go/parser"
-	"go/token"
 	"go/types"
-	"io"
 	"io/fs"
 	"maps"
 	"os"
@@ -26,6 +21,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/conveyorq/conveyor/internal/gotypes"
 )
 
 const (
@@ -277,17 +274,6 @@ func ownsRows(text string) map[string]bool {
 	return out
 }
 
-// listed is the part of `go list -json` the test reads.
-type listed struct {
-	ImportPath string
-	Dir        string
-	GoFiles    []string
-	Imports    []string
-	Export     string
-	DepOnly    bool
-	Error      *struct{ Err string }
-}
-
 // packages lists the packages of every module the table covers and type-checks each, so
 // that a call into go-redis through another package's value (Client.Redis().Ping) counts.
 func packages(t *testing.T, root string) map[string]actual {
@@ -309,38 +295,12 @@ func packages(t *testing.T, root string) map[string]actual {
 
 func moduleActual(t *testing.T, dir string) map[string]actual {
 	t.Helper()
-	cmd := exec.Command("go", "list", "-e", "-export", "-deps", "-json", "./...")
-	cmd.Dir = dir
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	b, err := cmd.Output()
+	list, err := gotypes.Load(dir)
 	if err != nil {
-		t.Fatalf("go list in %s: %v\n%s", dir, err, stderr.String())
+		t.Fatalf("go list in %s: %v", dir, err)
 	}
-	var all []listed
-	dec := json.NewDecoder(bytes.NewReader(b))
-	for {
-		var p listed
-		if err := dec.Decode(&p); err == io.EOF {
-			break
-		} else if err != nil {
-			t.Fatal(err)
-		}
-		all = append(all, p)
-	}
-	exports := map[string]string{}
-	for _, p := range all {
-		exports[p.ImportPath] = p.Export
-	}
-	fset := token.NewFileSet()
-	imp := importer.ForCompiler(fset, "gc", func(path string) (io.ReadCloser, error) {
-		if exports[path] == "" {
-			return nil, fmt.Errorf("no export data for %s", path)
-		}
-		return os.Open(exports[path])
-	})
 	out := map[string]actual{}
-	for _, p := range all {
+	for _, p := range list.Packages {
 		if p.DepOnly {
 			continue
 		}
@@ -358,7 +318,7 @@ func moduleActual(t *testing.T, dir string) map[string]actual {
 				a.otelImps = append(a.otelImps, i)
 			}
 		}
-		a.calls = redisCallSites(t, fset, imp, p)
+		a.calls = redisCallSites(t, list, p)
 		if len(a.calls) > 0 {
 			a.redis = redisCalls
 		}
@@ -373,22 +333,13 @@ func short(path string) string {
 
 // redisCallSites type-checks p and returns its calls of go-redis methods that reach Redis or
 // hold a connection: every method but those of command results (*XxxCmd, Cmder).
-func redisCallSites(t *testing.T, fset *token.FileSet, imp types.Importer, p listed) []string {
+func redisCallSites(t *testing.T, list *gotypes.List, p gotypes.Package) []string {
 	t.Helper()
 	if len(p.GoFiles) == 0 {
 		return nil
 	}
-	var files []*ast.File
-	for _, name := range p.GoFiles {
-		f, err := parser.ParseFile(fset, filepath.Join(p.Dir, name), nil, parser.SkipObjectResolution)
-		if err != nil {
-			t.Fatal(err)
-		}
-		files = append(files, f)
-	}
-	info := &types.Info{Selections: map[*ast.SelectorExpr]*types.Selection{}}
-	conf := types.Config{Importer: imp}
-	if _, err := conf.Check(p.ImportPath, fset, files, info); err != nil {
+	files, info, err := list.Check(p)
+	if err != nil {
 		t.Fatalf("type-checking %s: %v", p.ImportPath, err)
 	}
 	var sites []string
@@ -413,7 +364,7 @@ func redisCallSites(t *testing.T, fset *token.FileSet, imp types.Importer, p lis
 			if recv := recvName(fn); strings.HasSuffix(recv, "Cmd") || recv == "Cmder" {
 				return true
 			}
-			pos := fset.Position(call.Pos())
+			pos := list.Fset.Position(call.Pos())
 			sites = append(sites, fmt.Sprintf("%s:%d %s", filepath.Base(pos.Filename), pos.Line, fn.Name()))
 			return true
 		})

@@ -1,23 +1,15 @@
 package jobstate_test
 
 import (
-	"bytes"
-	"encoding/json"
-	"errors"
 	"fmt"
-	"go/ast"
-	"go/importer"
-	"go/parser"
-	"go/token"
 	"go/types"
-	"io"
-	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"sort"
 	"strings"
 	"testing"
+
+	"github.com/conveyorq/conveyor/internal/gotypes"
 )
 
 // goRedis is the import path of the client whose calls the boundary test finds.
@@ -64,72 +56,22 @@ var notCommands = map[string]bool{
 	"Ping": true,
 }
 
-// listed is one package of `go list -export -json`.
-type listed struct {
-	ImportPath, Dir, Export string
-	GoFiles                 []string
-	Module                  *struct{ Path string }
-	Standard                bool
-}
-
-// goList lists the module's packages and every package they import, with export data.
-func goList(t *testing.T) []listed {
-	t.Helper()
-	cmd := exec.Command("go", "list", "-e", "-export", "-deps", "-json", "./...")
-	cmd.Dir = root
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
-	if err != nil {
-		t.Fatalf("go list: %v\n%s", err, stderr.String())
-	}
-	var all []listed
-	for dec := json.NewDecoder(bytes.NewReader(out)); ; {
-		var p listed
-		if err := dec.Decode(&p); errors.Is(err, io.EOF) {
-			break
-		} else if err != nil {
-			t.Fatal(err)
-		}
-		all = append(all, p)
-	}
-	return all
-}
-
 // redisCalls type-checks every package of the module (its non-test files: tests set up and
 // read the state they check) and returns each call of a go-redis method that sends a command,
 // as "dir/file.go:line Method".
 func redisCalls(t *testing.T) map[string][]string {
 	t.Helper()
-	pkgs := goList(t)
-	exports := map[string]string{}
-	for _, p := range pkgs {
-		exports[p.ImportPath] = p.Export
+	list, err := gotypes.Load(root)
+	if err != nil {
+		t.Fatalf("go list: %v", err)
 	}
-	fset := token.NewFileSet()
-	imp := importer.ForCompiler(fset, "gc", func(path string) (io.ReadCloser, error) {
-		f, ok := exports[path]
-		if !ok || f == "" {
-			return nil, fmt.Errorf("no export data for %s", path)
-		}
-		return openFile(f)
-	})
 	calls := map[string][]string{}
-	for _, p := range pkgs {
+	for _, p := range list.Packages {
 		if p.Standard || p.Module == nil || p.Module.Path != mod {
 			continue
 		}
-		var files []*ast.File
-		for _, name := range p.GoFiles {
-			f, err := parser.ParseFile(fset, filepath.Join(p.Dir, name), nil, 0)
-			if err != nil {
-				t.Fatal(err)
-			}
-			files = append(files, f)
-		}
-		info := &types.Info{Selections: map[*ast.SelectorExpr]*types.Selection{}}
-		conf := types.Config{Importer: imp.(types.ImporterFrom), Error: func(error) {}}
-		if _, err := conf.Check(p.ImportPath, fset, files, info); err != nil {
+		_, info, err := list.Check(p)
+		if err != nil {
 			t.Fatalf("type-check %s: %v", p.ImportPath, err)
 		}
 		rel := strings.TrimPrefix(strings.TrimPrefix(p.ImportPath, mod), "/")
@@ -137,7 +79,7 @@ func redisCalls(t *testing.T) map[string][]string {
 			if s.Kind() != types.MethodVal || !isCommand(s.Obj().(*types.Func)) {
 				continue
 			}
-			pos := fset.Position(sel.Sel.Pos())
+			pos := list.Fset.Position(sel.Sel.Pos())
 			calls[rel] = append(calls[rel], fmt.Sprintf("%s:%d %s", filepath.Base(pos.Filename), pos.Line, sel.Sel.Name))
 		}
 	}
@@ -213,5 +155,3 @@ func TestOnlyTheStoreTouchesJobState(t *testing.T) {
 		}
 	}
 }
-
-func openFile(name string) (io.ReadCloser, error) { return os.Open(name) }

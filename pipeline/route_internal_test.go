@@ -1,0 +1,59 @@
+package pipeline
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/conveyorq/conveyor/internal/redistest"
+)
+
+// A publish reads its queue's route (partition count and job defaults) once when the count is
+// not cached, and not at all when it is. The first publish to a queue is the case where the
+// count cannot be cached: the queue is not registered yet, and the client's budget of counts
+// for calls that only read is spent. Enqueue and EnqueueBatch used to read the route twice
+// there, once for the defaults and once for the count.
+func TestPublishReadsRouteOnce(t *testing.T) {
+	t.Parallel()
+	rdb := redistest.Client(t)
+	// Each Store.ReadRoute sends one HGETALL, of the settings record; nothing else in a
+	// publish does.
+	cmds := redistest.CountCommands(rdb)
+	reads := func() int64 { return cmds.Named("hgetall") }
+	c, err := NewClient(rdb, ClientConfig{Prefix: redistest.UniqueName(t)})
+	require.NoError(t, err)
+	c.nread.Store(maxReadCounts)
+	ctx := t.Context()
+
+	for _, pub := range []struct {
+		name    string
+		publish func(queue string) error
+	}{
+		{"Enqueue", func(queue string) error {
+			_, err := c.Enqueue(ctx, queue, Task{Type: "t"})
+			return err
+		}},
+		{"EnqueueDelayed", func(queue string) error {
+			_, err := c.Enqueue(ctx, queue, Task{Type: "t"}, WithDelay(time.Hour))
+			return err
+		}},
+		{"EnqueueBatch", func(queue string) error {
+			_, err := c.EnqueueBatch(ctx, queue, []Task{{Type: "t"}, {Type: "t"}})
+			return err
+		}},
+	} {
+		queue := "q-" + strings.ToLower(pub.name)
+		before := reads()
+		require.NoError(t, pub.publish(queue))
+		require.EqualValues(t, 1, reads()-before, "%s: a cold publish reads the route once", pub.name)
+		// The queue is known now, so the next publish caches what it reads.
+		before = reads()
+		require.NoError(t, pub.publish(queue))
+		require.EqualValues(t, 1, reads()-before, "%s: a publish to a known queue, its count not cached, reads the route once", pub.name)
+		before = reads()
+		require.NoError(t, pub.publish(queue))
+		require.EqualValues(t, 0, reads()-before, "%s: a warm publish (its count cached) reads none", pub.name)
+	}
+}
