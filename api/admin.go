@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/conveyorq/conveyor/doctor"
 	"github.com/conveyorq/conveyor/internal/keys"
 	"github.com/conveyorq/conveyor/internal/rediserr"
 	"github.com/conveyorq/conveyor/pipeline"
@@ -285,7 +286,7 @@ func (s *Server) purgeAll(w http.ResponseWriter, r *http.Request) error {
 // doctor: GET /v1/doctor. The checks of `conveyor doctor`; a failed check is a finding in a
 // 200 answer, not an error.
 func (s *Server) doctor(w http.ResponseWriter, r *http.Request) error {
-	report, err := s.inspector.Doctor(r.Context())
+	report, err := s.doc.Check(r.Context())
 	if err != nil {
 		return err
 	}
@@ -293,23 +294,23 @@ func (s *Server) doctor(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
-// redisBody is the JSON of GET /v1/redis: Inspector.RedisInfo and the doctor's findings.
+// redisBody is the JSON of GET /v1/redis: doctor.Doctor.Info and the doctor's findings.
 type redisBody struct {
-	*pipeline.RedisInfo
-	Doctor pipeline.DoctorReport `json:"doctor"`
+	*doctor.Info
+	Doctor doctor.Report `json:"doctor"`
 }
 
 // redisInfo: GET /v1/redis. The dashboard's Redis page.
 func (s *Server) redisInfo(w http.ResponseWriter, r *http.Request) error {
-	info, err := s.inspector.RedisInfo(r.Context())
+	info, err := s.doc.Info(r.Context())
 	if err != nil {
 		return err
 	}
-	report, err := s.inspector.Doctor(r.Context())
+	report, err := s.doc.Check(r.Context())
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, redisBody{RedisInfo: info, Doctor: report})
+	writeJSON(w, http.StatusOK, redisBody{Info: info, Doctor: report})
 	return nil
 }
 

@@ -7,22 +7,23 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/conveyorq/conveyor/api"
+	"github.com/conveyorq/conveyor/doctor"
 	"github.com/conveyorq/conveyor/pipeline"
 )
 
-// GET /v1/doctor answers the Inspector's report: every check, and how many failed.
+// GET /v1/doctor answers the doctor's report: every check, and how many failed.
 func TestDoctor(t *testing.T) {
 	t.Parallel()
 	e := setup(t)
 	r := e.do("GET", "/v1/doctor", "")
 	require.Equal(t, http.StatusOK, r.status, "%s", r.body)
-	var report pipeline.DoctorReport
+	var report doctor.Report
 	r.json(t, &report)
 	checks := map[string]bool{}
 	failed := 0
 	for _, f := range report.Findings {
 		checks[f.Check] = true
-		if f.Status == pipeline.DoctorFail {
+		if f.Status == doctor.Fail {
 			failed++
 		}
 	}

@@ -9,7 +9,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
-	"github.com/conveyorq/conveyor/pipeline"
+	"github.com/conveyorq/conveyor/doctor"
 )
 
 // GET /v1/redis on the embedded Redis of `conveyor demo --serve` (miniredis), which supports
@@ -28,8 +28,8 @@ func TestRedisInfoEmbedded(t *testing.T) {
 	r := e.do("GET", "/v1/redis", "")
 	require.Equal(t, http.StatusOK, r.status, "%s", r.body)
 	var body struct {
-		pipeline.RedisInfo
-		Doctor pipeline.DoctorReport `json:"doctor"`
+		doctor.Info
+		Doctor doctor.Report `json:"doctor"`
 	}
 	r.json(t, &body)
 	require.Len(t, body.Nodes, 1, "%s", r.body)

@@ -17,6 +17,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/conveyorq/conveyor/doctor"
 	"github.com/conveyorq/conveyor/pipeline"
 )
 
@@ -26,6 +27,7 @@ import (
 type Server struct {
 	client    *pipeline.Client
 	inspector *pipeline.Inspector
+	doc       *doctor.Doctor // over client's Redis and prefix: GET /v1/doctor and /v1/redis
 	cfg       Config
 	log       zerolog.Logger
 	token     [sha256.Size]byte // of cfg.AuthToken
@@ -52,7 +54,11 @@ func New(client *pipeline.Client, inspector *pipeline.Inspector, cfg Config) (*S
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	s := &Server{client: client, inspector: inspector, cfg: cfg, log: cfg.Logger, mux: http.NewServeMux()}
+	doc, err := doctor.New(client.Redis(), doctor.Config{Prefix: client.Prefix()})
+	if err != nil {
+		return nil, err
+	}
+	s := &Server{client: client, inspector: inspector, doc: doc, cfg: cfg, log: cfg.Logger, mux: http.NewServeMux()}
 	if cfg.AuthToken != "" {
 		s.token = sha256.Sum256([]byte(cfg.AuthToken))
 	}

@@ -24,8 +24,8 @@
 //
 // The [Inspector] is the admin API the CLI and the HTTP API are built on. It shows every
 // queue's gauges and counters, and lists jobs by status with cursors. It replays and purges
-// dead jobs (with a dry run). It creates and deletes queues. It runs the doctor's checks of
-// the Redis server.
+// dead jobs (with a dry run). It creates and deletes queues. The checks of the Redis server
+// are package doctor's.
 //
 // # The life of a job
 //

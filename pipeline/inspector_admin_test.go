@@ -4,10 +4,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
-	"github.com/conveyorq/conveyor/internal/redistest"
 	"github.com/conveyorq/conveyor/pipeline"
 )
 
@@ -90,38 +88,4 @@ func TestQueueExists(t *testing.T) {
 	require.Contains(t, names, b.queue)
 	_, err = b.insp.QueueExists(ctx, "a b")
 	require.ErrorIs(t, err, pipeline.ErrInvalid)
-}
-
-// Doctor's verdicts on particular setups are cmd/conveyor's TestDoctorE2E; here, the report's
-// shape and an unreachable Redis.
-func TestDoctor(t *testing.T) {
-	t.Parallel()
-	insp, err := pipeline.NewInspector(redistest.Client(t), pipeline.InspectorConfig{})
-	require.NoError(t, err)
-	r, err := insp.Doctor(t.Context())
-	require.NoError(t, err)
-	var checks []string
-	failed := 0
-	for _, f := range r.Findings {
-		checks = append(checks, f.Check)
-		require.Contains(t, []string{pipeline.DoctorOK, pipeline.DoctorWarn, pipeline.DoctorFail}, f.Status)
-		require.Empty(t, f.Node, "standalone")
-		if f.Status == pipeline.DoctorFail {
-			failed++
-		}
-	}
-	require.Equal(t, []string{"version", "eviction", "memory", "persistence", "cluster", "clock", "acl"}, checks)
-	require.Equal(t, failed, r.Failed)
-
-	nodes, err := insp.Memory(t.Context())
-	require.NoError(t, err)
-	require.Len(t, nodes, 1)
-	require.NotEmpty(t, nodes[0].Policy)
-
-	down := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", MaxRetries: -1})
-	t.Cleanup(func() { _ = down.Close() })
-	downInsp, err := pipeline.NewInspector(down, pipeline.InspectorConfig{})
-	require.NoError(t, err)
-	_, err = downInsp.Doctor(t.Context())
-	require.Error(t, err)
 }

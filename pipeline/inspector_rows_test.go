@@ -84,39 +84,6 @@ func TestInspectorDelete(t *testing.T) {
 	require.ErrorIs(t, b.insp.Delete(ctx, b.queue, scheduled.ID), pipeline.ErrNotFound)
 }
 
-// RedisInfo reports the server and a queue's memory, more for a queue with jobs.
-func TestInspectorRedisInfo(t *testing.T) {
-	t.Parallel()
-	b := setup(t)
-	ctx := t.Context()
-	jobtest.Seed(t, b.rdb, b.queue, status.Scheduled, jobtest.Opts{})
-	jobtest.Seed(t, b.rdb, b.queue, status.Failed, jobtest.Opts{})
-	info, err := b.insp.RedisInfo(ctx)
-	require.NoError(t, err)
-	require.Len(t, info.Nodes, 1)
-	n := info.Nodes[0]
-	require.NotEmpty(t, n.Version)
-	require.Equal(t, "standalone", n.Mode)
-	require.Positive(t, n.UsedMemory)
-	require.Positive(t, n.MaxClients)
-	require.Positive(t, n.ConnectedClients)
-	require.NotEmpty(t, n.EvictionPolicy)
-	require.NotEmpty(t, n.AppendFsync)
-	require.Empty(t, n.Error)
-	var qm *pipeline.QueueMemory
-	for k := range info.Queues {
-		if info.Queues[k].Queue == b.queue {
-			qm = &info.Queues[k]
-		}
-	}
-	require.NotNil(t, qm, "the queue is listed")
-	require.Equal(t, int64(2), qm.Jobs)
-	require.Equal(t, 2, qm.Sampled)
-	require.Positive(t, qm.Keys)
-	require.Positive(t, qm.Records)
-	require.Equal(t, qm.Keys+qm.Records, qm.Bytes)
-}
-
 // A scheduled job that waits for a concurrency slot of a limit is refused by RunNow: only a
 // freed slot moves it (it is in no scheduled set to move it from).
 func TestInspectorRunNowLimited(t *testing.T) {

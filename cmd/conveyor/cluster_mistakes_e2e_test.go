@@ -7,8 +7,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/conveyorq/conveyor/doctor"
 	"github.com/conveyorq/conveyor/internal/redistest"
-	"github.com/conveyorq/conveyor/pipeline"
 )
 
 // TestClusterMistakesE2E: each way of pointing the CLI at the wrong kind of Redis is said
@@ -56,16 +56,16 @@ func TestClusterMistakesE2E(t *testing.T) {
 		c := &cli{bin: bin, url: srv.URL()}
 		r := c.run(t, "doctor", "--cluster", "--json")
 		require.Equal(t, 1, r.code, r.stderr)
-		var fs []pipeline.DoctorFinding
+		var fs []doctor.Finding
 		require.NoError(t, json.Unmarshal([]byte(r.stdout), &fs), r.stdout)
-		byCheck := map[string]pipeline.DoctorFinding{}
+		byCheck := map[string]doctor.Finding{}
 		for _, f := range fs {
 			byCheck[f.Check] = f
 		}
-		require.Equal(t, pipeline.DoctorFail, byCheck["cluster"].Status, "%+v", fs)
+		require.Equal(t, doctor.Fail, byCheck["cluster"].Status, "%+v", fs)
 		require.Equal(t, "Redis is standalone, but --cluster is set", byCheck["cluster"].Detail)
 		require.Contains(t, byCheck["cluster"].Fix, "drop --cluster")
-		require.Equal(t, pipeline.DoctorOK, byCheck["version"].Status, "%+v", fs)
+		require.Equal(t, doctor.OK, byCheck["version"].Status, "%+v", fs)
 
 		r = c.run(t, "doctor", "--cluster")
 		require.Equal(t, 1, r.code, r.stderr)

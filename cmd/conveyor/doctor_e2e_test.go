@@ -10,17 +10,17 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/conveyorq/conveyor/doctor"
 	"github.com/conveyorq/conveyor/internal/redistest"
-	"github.com/conveyorq/conveyor/pipeline"
 )
 
 // doctor runs `conveyor doctor --json` and returns its exit code and findings by check.
-func (c *cli) doctor(t *testing.T, args ...string) (int, map[string]pipeline.DoctorFinding) {
+func (c *cli) doctor(t *testing.T, args ...string) (int, map[string]doctor.Finding) {
 	t.Helper()
 	r := c.run(t, append([]string{"doctor", "--json"}, args...)...)
-	var fs []pipeline.DoctorFinding
+	var fs []doctor.Finding
 	require.NoError(t, json.Unmarshal([]byte(r.stdout), &fs), "stdout: %s\nstderr: %s", r.stdout, r.stderr)
-	byCheck := map[string]pipeline.DoctorFinding{}
+	byCheck := map[string]doctor.Finding{}
 	for _, f := range fs {
 		require.NotContains(t, byCheck, f.Check, "one finding per check on a standalone server")
 		require.Contains(t, []string{"ok", "warn", "fail"}, f.Status)
@@ -35,7 +35,7 @@ func (c *cli) doctor(t *testing.T, args ...string) (int, map[string]pipeline.Doc
 	return r.code, byCheck
 }
 
-func requireFinding(t *testing.T, fs map[string]pipeline.DoctorFinding, check, status, detail string) {
+func requireFinding(t *testing.T, fs map[string]doctor.Finding, check, status, detail string) {
 	t.Helper()
 	require.Equal(t, status, fs[check].Status, "%+v", fs[check])
 	require.Contains(t, fs[check].Detail, detail)
@@ -148,7 +148,7 @@ func TestDoctorE2E(t *testing.T) {
 		// Each master is checked: the one that evicts fails.
 		r := c.run(t, "doctor", "--cluster", "--json")
 		require.Equal(t, 1, r.code, r.stderr)
-		var fs []pipeline.DoctorFinding
+		var fs []doctor.Finding
 		require.NoError(t, json.Unmarshal([]byte(r.stdout), &fs), r.stdout)
 		nodes := map[string]string{} // node -> eviction status
 		for _, f := range fs {

@@ -33,10 +33,8 @@ var redisUsers = map[string]string{
 	"pipeline:pause.go":  "settings: the pause notices' Pub/Sub",
 	"pipeline:worker.go": "settings: the partition counts a worker reads at start (readCounts)",
 
-	"pipeline:doctor.go":    "server checks: PING, ACL WHOAMI and the commands' permissions",
-	"pipeline:redisinfo.go": "server facts: PING, INFO and CONFIG of every node",
-	"pipeline:durable.go":   "WAIT for replicas behind a write, on the writer's own connection",
-	"delayed:scheduler.go":  "the wake-up notices' Pub/Sub",
+	"pipeline:durable.go":  "WAIT for replicas behind a write, on the writer's own connection",
+	"delayed:scheduler.go": "the wake-up notices' Pub/Sub",
 
 	// Test support, not the library: it starts, seeds or inspects servers for tests.
 	"internal/redistest": "test servers",

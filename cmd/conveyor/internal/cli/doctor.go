@@ -10,7 +10,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/conveyorq/conveyor/pipeline"
+	"github.com/conveyorq/conveyor/doctor"
 )
 
 func init() { addCommand(newDoctorCmd) }
@@ -43,11 +43,11 @@ warning that says so. Exit 1 when a check fails, 0 otherwise.`,
   conveyor doctor --redis rediss://admin:pw@redis.internal:6380/0 --tls-ca ca.pem --json`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			insp, err := a.inspector()
+			doc, err := a.doctor()
 			if err != nil {
 				return err
 			}
-			r, err := insp.Doctor(cmd.Context())
+			r, err := doc.Check(cmd.Context())
 			if err != nil {
 				return err
 			}
@@ -72,9 +72,19 @@ warning that says so. Exit 1 when a check fails, 0 otherwise.`,
 	return cmd
 }
 
-func printFindings(cmd *cobra.Command, fs []pipeline.DoctorFinding) error {
+// doctor returns a doctor.Doctor over the configured server: the doctor and redis commands,
+// and the memory figures of workers and serve.
+func (a *app) doctor() (*doctor.Doctor, error) {
+	rdb, err := a.redis()
+	if err != nil {
+		return nil, err
+	}
+	return doctor.New(rdb, doctor.Config{Prefix: a.prefix})
+}
+
+func printFindings(cmd *cobra.Command, fs []doctor.Finding) error {
 	tw := newTable(cmd.OutOrStdout())
-	multi := slices.ContainsFunc(fs, func(f pipeline.DoctorFinding) bool { return f.Node != "" })
+	multi := slices.ContainsFunc(fs, func(f doctor.Finding) bool { return f.Node != "" })
 	for _, f := range fs {
 		where := ""
 		if multi && f.Node != "" {
@@ -96,10 +106,10 @@ func printFindings(cmd *cobra.Command, fs []pipeline.DoctorFinding) error {
 func (a *app) warnEviction(ctx context.Context) {
 	ctx, cancel := context.WithTimeout(ctx, evictionTimeout)
 	defer cancel()
-	insp, err := a.inspector()
-	var nodes []pipeline.NodeMemory
+	doc, err := a.doctor()
+	var nodes []doctor.NodeMemory
 	if err == nil {
-		nodes, err = insp.Memory(ctx)
+		nodes, err = doc.Memory(ctx)
 	}
 	for _, m := range nodes {
 		if m.Evicts() {
@@ -119,8 +129,8 @@ func (a *app) outOfMemory(err error, url string) string {
 	if a.rdb != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), evictionTimeout)
 		defer cancel()
-		if insp, ierr := a.inspector(); ierr == nil {
-			if nodes, ierr := insp.Memory(ctx); ierr == nil && len(nodes) > 0 {
+		if doc, ierr := a.doctor(); ierr == nil {
+			if nodes, ierr := doc.Memory(ctx); ierr == nil && len(nodes) > 0 {
 				numbers = fmt.Sprintf(" (maxmemory %s, used %s)", nodes[0].MaxMemory, nodes[0].Used)
 			}
 		}

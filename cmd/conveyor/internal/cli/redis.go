@@ -7,7 +7,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/conveyorq/conveyor/pipeline"
+	"github.com/conveyorq/conveyor/doctor"
 )
 
 func init() { addCommand(newRedisCmd) }
@@ -30,11 +30,11 @@ page shows the same; 'conveyor doctor' says what to fix. With --json it prints
   conveyor redis --json | jq '.queues | sort_by(-.bytes) | .[0]'`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			insp, err := a.inspector()
+			doc, err := a.doctor()
 			if err != nil {
 				return err
 			}
-			info, err := insp.RedisInfo(cmd.Context())
+			info, err := doc.Info(cmd.Context())
 			if err != nil {
 				return err
 			}
@@ -49,7 +49,7 @@ page shows the same; 'conveyor doctor' says what to fix. With --json it prints
 }
 
 // printRedisInfo writes one block per server, then a table of the queues' memory.
-func printRedisInfo(w io.Writer, info *pipeline.RedisInfo) error {
+func printRedisInfo(w io.Writer, info *doctor.Info) error {
 	for _, n := range info.Nodes {
 		t := newTable(w)
 		fmt.Fprintf(t, "server:\t%s\n", orDash(n.Node))

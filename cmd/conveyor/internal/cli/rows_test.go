@@ -74,7 +74,7 @@ func TestStatusShowsReplay(t *testing.T) {
 	require.Contains(t, c.ok("status", "-q", "emails", dead.ID, "--json"), `"attempt":0,"worker":"","started_at":`)
 }
 
-// conveyor redis prints the server and the queue's memory; --json is RedisInfo.
+// conveyor redis prints the server and the queue's memory; --json is doctor.Info.
 func TestRedisCmd(t *testing.T) {
 	t.Parallel()
 	c := newCmdRunner(t)

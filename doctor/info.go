@@ -1,4 +1,4 @@
-package pipeline
+package doctor
 
 import (
 	"cmp"
@@ -8,17 +8,16 @@ import (
 	"strconv"
 	"sync"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/conveyorq/conveyor/internal/jobstate"
+	"github.com/conveyorq/conveyor/internal/keys"
 	"github.com/conveyorq/conveyor/internal/rediserr"
 )
 
-// RedisInfo is what the operator's Redis page shows: each server's settings and state, and
-// what each queue takes of its memory.
-type RedisInfo struct {
+// Info is what the operator's Redis page shows: each server's settings and state, and what
+// each queue takes of its memory.
+type Info struct {
 	// Nodes has one entry per server (each master of a cluster), in address order.
-	Nodes []RedisNode `json:"nodes"`
+	Nodes []Node `json:"nodes"`
 	// Queues has the memory of each known queue, by name.
 	Queues []QueueMemory `json:"queues"`
 	// MemoryError says why the queues' memory was not measured. A server may not support
@@ -27,10 +26,10 @@ type RedisInfo struct {
 	MemoryError string `json:"memory_error,omitempty"`
 }
 
-// RedisNode is one server's state, from INFO (server, memory, clients, persistence) and
-// CONFIG GET appendfsync. A least-privilege ACL user may be refused either: Error then says
-// so and the fields it would have filled stay empty.
-type RedisNode struct {
+// Node is one server's state, from INFO (server, memory, clients, persistence) and CONFIG GET
+// appendfsync. A least-privilege ACL user may be refused either: Error then says so and the
+// fields it would have filled stay empty.
+type Node struct {
 	// Node is the server's address ("" for a client of another kind, such as a Ring).
 	Node    string `json:"node"`
 	Version string `json:"version"`
@@ -44,12 +43,12 @@ type RedisNode struct {
 	EvictionPolicy   string `json:"eviction_policy"`
 	ConnectedClients int64  `json:"connected_clients"`
 	MaxClients       int64  `json:"max_clients"`
-	// AOF is whether the append-only file is on; AppendFsync its fsync policy (always,
-	// everysec, no; "" when CONFIG was refused).
+	// AOF is whether the append-only file is on. AppendFsync is its fsync policy: always,
+	// everysec, no, or "" when CONFIG was refused.
 	AOF         bool   `json:"aof"`
 	AppendFsync string `json:"appendfsync,omitempty"`
 	// RDBLastSaveStatus is the last snapshot's outcome (ok or err), RDBLastSave its time in
-	// unix seconds, RDBChangesSinceSave the writes a crash now would lose without AOF.
+	// unix seconds. RDBChangesSinceSave counts the writes a crash now would lose without AOF.
 	RDBLastSaveStatus   string `json:"rdb_last_save_status"`
 	RDBLastSave         int64  `json:"rdb_last_save"`
 	RDBChangesSinceSave int64  `json:"rdb_changes_since_save"`
@@ -69,15 +68,15 @@ type QueueMemory struct {
 	// Keys is the memory of the queue's structures: its streams (every priority level and
 	// partition; they hold queued jobs' payloads), scheduled and dead sets and stats.
 	Keys int64 `json:"keys"`
-	// Records estimates the job records of the scheduled, queued, running and dead jobs. It is
-	// their number (Jobs) times the mean size of the records sampled. Sampled holds at most 5
-	// a partition, from its dead and scheduled sets. Finished records kept for their retention
-	// are not in any index and not counted.
+	// Records estimates the job records of the scheduled, queued, running and dead jobs: their
+	// number (Jobs) times the mean size of the records sampled. Sampled holds at most 5 a
+	// partition, from its dead and scheduled sets. Finished records kept for their retention
+	// are in no index and not counted.
 	Records int64 `json:"records"`
 	Jobs    int64 `json:"jobs"`
 	Sampled int   `json:"sampled"`
-	// Unmeasured is set when the server did not measure memory (RedisInfo.MemoryError says
-	// why): Bytes, Keys and Records are 0 and only Jobs is known.
+	// Unmeasured is set when the server did not measure memory (Info.MemoryError says why):
+	// Bytes, Keys and Records are 0 and only Jobs is known.
 	Unmeasured bool `json:"unmeasured,omitempty"`
 }
 
@@ -88,24 +87,25 @@ const memorySamples = 5
 // recordSamples bounds the job records measured per partition for the records estimate.
 const recordSamples = 5
 
-// RedisInfo reads each server's state (INFO and CONFIG GET appendfsync, per master of a
-// cluster) and what each known queue takes of memory. The memory is measured with MEMORY
-// USAGE SAMPLES 5 on a bounded set of keys per queue, in one pipeline. Those are a key per
-// stream level, the scheduled and dead sets, the stats hash, and at most 5 job records a
-// partition. Redis estimates a big stream or set from 5 of its elements. So a queue of
-// millions of jobs costs what an empty one does, and nothing blocks Redis. The error is a
-// failed pipeline's (Redis unreachable, or refusing MEMORY). What a server refuses of INFO
-// and CONFIG is in its node's Error.
-func (i *Inspector) RedisInfo(ctx context.Context) (*RedisInfo, error) {
-	ctx, cancel := context.WithTimeout(ctx, doctorTimeout)
+// Info reads each server's state (INFO and CONFIG GET appendfsync, per master of a cluster)
+// and what each known queue takes of memory. The memory is measured with MEMORY USAGE SAMPLES
+// 5 on a bounded set of keys per queue, in one pipeline. Those are a key per stream level, the
+// scheduled and dead sets, the stats hash, and at most 5 job records a partition. Redis
+// estimates a big stream or set from 5 of its elements. So a queue of millions of jobs costs
+// what an empty one does, and nothing blocks Redis.
+//
+// The error is a failed pipeline's (Redis unreachable, or refusing MEMORY). What a server
+// refuses of INFO and CONFIG is in its node's Error.
+func (d *Doctor) Info(ctx context.Context) (*Info, error) {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	if err := i.rdb.Ping(ctx).Err(); err != nil {
+	if err := d.store.Ping(ctx); err != nil {
 		return nil, rediserr.Wrap("redis info", err)
 	}
-	out := &RedisInfo{Nodes: []RedisNode{}, Queues: []QueueMemory{}}
+	out := &Info{Nodes: []Node{}, Queues: []QueueMemory{}}
 	var mu sync.Mutex
-	err := forEachNode(ctx, i.rdb, func(ctx context.Context, node string, c redis.Cmdable) error {
-		n := readNode(ctx, node, c)
+	err := d.store.EachServer(ctx, func(ctx context.Context, srv jobstate.Server) error {
+		n := readNode(ctx, srv)
 		mu.Lock()
 		out.Nodes = append(out.Nodes, n)
 		mu.Unlock()
@@ -114,17 +114,17 @@ func (i *Inspector) RedisInfo(ctx context.Context) (*RedisInfo, error) {
 	if err != nil {
 		return nil, rediserr.Wrap("redis info", err)
 	}
-	slices.SortFunc(out.Nodes, func(x, y RedisNode) int { return cmp.Compare(x.Node, y.Node) })
-	names, err := i.QueueNames(ctx)
+	slices.SortFunc(out.Nodes, func(x, y Node) int { return cmp.Compare(x.Node, y.Node) })
+	names, err := d.insp.QueueNames(ctx)
 	if err != nil {
 		return nil, err
 	}
 	for _, name := range names {
-		qm, err := i.queueMemory(ctx, name, out.MemoryError == "")
+		qm, err := d.queueMemory(ctx, name, out.MemoryError == "")
 		if err != nil && out.MemoryError == "" && (unsupported(err) || rediserr.IsNoPerm(err)) {
 			// The jobs are counted all the same; the page says why there are no bytes.
 			out.MemoryError = notRead("MEMORY USAGE", err) + ": the queues' memory is not measured"
-			qm, err = i.queueMemory(ctx, name, false)
+			qm, err = d.queueMemory(ctx, name, false)
 		}
 		if err != nil {
 			return nil, err
@@ -134,49 +134,24 @@ func (i *Inspector) RedisInfo(ctx context.Context) (*RedisInfo, error) {
 	return out, nil
 }
 
-// unsupported reports that Redis answered a command with an error because it does not have
-// the command or this form of it. That is an embedded Redis such as miniredis, or an older or
-// a compatible server ("unknown command", "syntax error", "wrong number of arguments"). It is
-// not an ACL, the credentials or the server's state refusing it.
-func unsupported(err error) bool {
-	switch rediserr.Classify(err) {
-	case rediserr.UnknownCommand, rediserr.Other:
-		return true
-	}
-	return false
-}
-
 // notRead says why cmd gave nothing: the server does not support it, or refused it.
 func notRead(cmd string, err error) string {
 	if unsupported(err) {
-		return fmt.Sprintf("this server does not support %s (%s)", cmd, redisMessage(err))
+		return fmt.Sprintf("this server does not support %s (%s)", cmd, jobstate.ReplyText(err))
 	}
-	return fmt.Sprintf("Redis refused %s (%s)", cmd, redisMessage(err))
+	return fmt.Sprintf("Redis refused %s (%s)", cmd, jobstate.ReplyText(err))
 }
 
-// infoSections are the sections of INFO that RedisNode and the doctor read, each with a field
-// that tells whether the server reported it.
+// infoSections are the sections of INFO that Node and the checks read, each with a field that
+// tells whether the server reported it.
 var infoSections = []struct{ section, field string }{
 	{"server", "redis_version"}, {"memory", "used_memory"}, {"persistence", "aof_enabled"},
 }
 
-// readInfo reads INFO's sections. A server that does not take several sections (before Redis
-// 7, an embedded Redis) is asked for its default set, which holds them on a real server.
-func readInfo(ctx context.Context, c redis.Cmdable, sections ...string) (map[string]string, error) {
-	raw, err := c.Info(ctx, sections...).Result()
-	if err != nil && unsupported(err) {
-		raw, err = c.Info(ctx).Result()
-	}
-	if err != nil {
-		return nil, err
-	}
-	return parseInfo(raw), nil
-}
-
 // readNode reads one server's state; what Redis refuses goes into Error.
-func readNode(ctx context.Context, node string, c redis.Cmdable) RedisNode {
-	n := RedisNode{Node: node}
-	info, err := readInfo(ctx, c, "server", "memory", "clients", "persistence")
+func readNode(ctx context.Context, srv jobstate.Server) Node {
+	n := Node{Node: srv.Addr}
+	info, err := readInfo(ctx, srv, "server", "memory", "clients", "persistence")
 	if err != nil {
 		if unsupported(err) {
 			n.Unsupported = append(n.Unsupported, "INFO")
@@ -184,6 +159,21 @@ func readNode(ctx context.Context, node string, c redis.Cmdable) RedisNode {
 		n.Error = notRead("INFO", err)
 		return n
 	}
+	fillNode(&n, info)
+	fsync, err := srv.ConfigGet(ctx, "appendfsync")
+	switch {
+	case err != nil && unsupported(err):
+		n.Unsupported = append(n.Unsupported, "CONFIG GET")
+	case err != nil:
+		n.Error = "CONFIG GET refused: " + jobstate.ReplyText(err)
+	default:
+		n.AppendFsync = fsync
+	}
+	return n
+}
+
+// fillNode sets n's fields from INFO's, and names the sections the server left out.
+func fillNode(n *Node, info map[string]string) {
 	for _, s := range infoSections {
 		if _, ok := info[s.field]; !ok {
 			n.Unsupported = append(n.Unsupported, "INFO "+s.section)
@@ -198,32 +188,26 @@ func readNode(ctx context.Context, node string, c redis.Cmdable) RedisNode {
 	n.AOF = info["aof_enabled"] == "1"
 	n.RDBLastSaveStatus = info["rdb_last_bgsave_status"]
 	n.RDBLastSave, n.RDBChangesSinceSave = num("rdb_last_save_time"), num("rdb_changes_since_last_save")
-	cfg, err := c.ConfigGet(ctx, "appendfsync").Result()
-	switch {
-	case err != nil && unsupported(err):
-		n.Unsupported = append(n.Unsupported, "CONFIG GET")
-	case err != nil:
-		n.Error = "CONFIG GET refused: " + redisMessage(err)
-	default:
-		n.AppendFsync = cfg["appendfsync"]
-	}
-	return n
 }
 
 // queueMemory measures one queue (QueueMemory), in two pipelines: the sizes of its keys, its
 // gauges and a few record ids, then the sampled records' sizes. Without measure it counts the
 // jobs alone (Unmeasured): the server does not measure memory.
-func (i *Inspector) queueMemory(ctx context.Context, queue string, measure bool) (QueueMemory, error) {
+func (d *Doctor) queueMemory(ctx context.Context, queue string, measure bool) (QueueMemory, error) {
 	qm := QueueMemory{Queue: queue}
-	qs, err := i.partitions(ctx, queue)
+	p, err := jobstate.PartitionCount(ctx, d.store.Client(), d.store.Prefix(), queue)
 	if err != nil {
 		return qm, err
 	}
-	levels, err := jobstate.QueueLevels(ctx, i.rdb, qs)
+	qs := make([]keys.Queue, max(1, p))
+	for k := range qs {
+		qs[k] = keys.New(d.store.Prefix(), keys.PartitionName(queue, k, p))
+	}
+	levels, err := jobstate.QueueLevels(ctx, d.store.Client(), qs)
 	if err != nil {
 		return qm, err
 	}
-	st, err := i.Stats(ctx, queue)
+	st, err := d.insp.Stats(ctx, queue)
 	if err != nil {
 		return qm, err
 	}
@@ -232,7 +216,7 @@ func (i *Inspector) queueMemory(ctx context.Context, queue string, measure bool)
 		qm.Unmeasured = true
 		return qm, nil
 	}
-	m, err := i.store.QueueMemory(ctx, jobstate.MemoryParams{Queues: qs, Levels: levels,
+	m, err := d.store.QueueMemory(ctx, jobstate.MemoryParams{Queues: qs, Levels: levels,
 		Samples: memorySamples, Records: recordSamples})
 	if err != nil {
 		return qm, err
@@ -243,4 +227,44 @@ func (i *Inspector) queueMemory(ctx context.Context, queue string, measure bool)
 	}
 	qm.Bytes = qm.Keys + qm.Records
 	return qm, nil
+}
+
+// NodeMemory is one server's memory settings, as INFO memory reports them.
+type NodeMemory struct {
+	Node      string // the server's address
+	Policy    string // maxmemory-policy
+	MaxMemory string // maxmemory, human-readable (0B: no limit)
+	Used      string // used memory, human-readable
+	// Fix is what to do when Evicts: the eviction check's fix.
+	Fix string
+}
+
+// Evicts reports whether the server deletes keys when full: a deleted job hash or stream is
+// a lost job.
+func (m NodeMemory) Evicts() bool { return m.Policy != "" && m.Policy != "noeviction" }
+
+// Memory reads each server's memory settings (each master of a cluster), in address order.
+// They are what a worker warns about at start, and what a refusal for lack of memory quotes.
+// It is one INFO memory per server, which a least-privilege ACL may refuse.
+func (d *Doctor) Memory(ctx context.Context) ([]NodeMemory, error) {
+	var (
+		mu  sync.Mutex
+		out []NodeMemory
+	)
+	err := d.store.EachServer(ctx, func(ctx context.Context, srv jobstate.Server) error {
+		info, err := srv.Info(ctx, "memory")
+		if err != nil {
+			return err
+		}
+		m := NodeMemory{Node: srv.Addr, Policy: info["maxmemory_policy"], MaxMemory: info["maxmemory_human"], Used: info["used_memory_human"]}
+		if m.Evicts() {
+			m.Fix = evictionFix
+		}
+		mu.Lock()
+		out = append(out, m)
+		mu.Unlock()
+		return nil
+	})
+	slices.SortFunc(out, func(x, y NodeMemory) int { return cmp.Compare(x.Node, y.Node) })
+	return out, err
 }

@@ -1,0 +1,9 @@
+package doctor_test
+
+import (
+	"testing"
+
+	"github.com/conveyorq/conveyor/internal/redistest"
+)
+
+func TestMain(m *testing.M) { redistest.Main(m) }
