@@ -2,11 +2,11 @@
 // memory. It stands in for the SDK's provider with tracetest's in-memory exporter, so the
 // library's go.mod needs no SDK; users and the binary bring their own.
 //
-// It does what the tests look at as the SDK does: a span's trace and parent come from the
-// context (the SDK's default sampler, parent-based and always on, so a parent that is not
-// sampled makes a span that records nothing), a kind left unset is internal, attributes set
-// twice keep the last value, an Ok status is final and an Error one keeps its description,
-// RecordError adds an "exception" event, and a span is kept once, when it ends.
+// It does what the tests look at as the SDK does. A span's trace and parent come from the
+// context. Sampling follows the parent, as the SDK's default sampler does: under a parent that
+// is not sampled, a span records nothing. A kind left unset is internal. An attribute set twice
+// keeps the last value. An Ok status is final; an Error one keeps its description. RecordError
+// adds an "exception" event. A span is kept once, when it ends.
 package tracetest
 
 import (
