@@ -62,7 +62,10 @@ func TestObtainRefreshRelease(t *testing.T) {
 func TestExpiredLock(t *testing.T) {
 	rdb, key, ctx := setup(t)
 
-	a, err := lock.Obtain(ctx, rdb, key, time.Millisecond)
+	// A deadline of the test's own: without one, Obtain's call would get the 1ms TTL.
+	octx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	a, err := lock.Obtain(octx, rdb, key, time.Millisecond)
 	require.NoError(t, err)
 	require.Eventually(t, func() bool { return rdb.Exists(ctx, key).Val() == 0 }, 10*time.Second, time.Millisecond,
 		"the lock expires")
