@@ -10,9 +10,9 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
-	"go.uber.org/goleak"
 
 	"github.com/conveyorq/conveyor/api"
+	"github.com/conveyorq/conveyor/internal/leaktest"
 	"github.com/conveyorq/conveyor/internal/redistest"
 	"github.com/conveyorq/conveyor/pipeline"
 )
@@ -321,7 +321,7 @@ func TestCloseLeavesNoGoroutines(t *testing.T) {
 	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr})
 	e := setup(t, setupOpts{rdb: rdb, cfg: api.Config{ThroughputInterval: 20 * time.Millisecond}})
 	e.http.Config.SetKeepAlivesEnabled(false)
-	before := goleak.IgnoreCurrent()
+	before := leaktest.IgnoreCurrent()
 	id := e.post(`{"type":"echo","delay":"1h"}`, http.StatusAccepted).job(t).ID
 	require.Equal(t, http.StatusOK, e.do("GET", e.jobs()+"/"+id+"?wait=100ms", "").status)
 	require.Equal(t, http.StatusOK, e.do("GET", "/v1/throughput", "").status)
@@ -329,7 +329,7 @@ func TestCloseLeavesNoGoroutines(t *testing.T) {
 	e.http.Client().CloseIdleConnections()
 	e.http.Close()
 	require.NoError(t, rdb.Close())
-	goleak.VerifyNone(t, before)
+	leaktest.Verify(t, before)
 }
 
 // An unusable Config is refused with an error wrapping pipeline.ErrInvalid, the convention of

@@ -7,12 +7,11 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
-	sdktrace "go.opentelemetry.io/otel/sdk/trace"
-	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/conveyorq/conveyor/internal/jobtest"
 	"github.com/conveyorq/conveyor/internal/redistest"
+	"github.com/conveyorq/conveyor/internal/tracetest"
 	"github.com/conveyorq/conveyor/pipeline"
 )
 
@@ -27,9 +26,7 @@ func TestTraceparentHeader(t *testing.T) {
 		header  = "traceparent: 00-" + traceID + "-" + spanID + "-01"
 	)
 	e := setup(t)
-	exp := tracetest.NewInMemoryExporter()
-	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
-	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
+	tp := tracetest.NewProvider()
 	handler := make(chan trace.SpanContext, 3)
 	w, err := pipeline.NewWorker(redistest.Client(t), pipeline.WorkerConfig{Queues: []string{e.queue}, Prefix: e.prefix,
 		TracerProvider: tp})
@@ -60,7 +57,7 @@ func TestTraceparentHeader(t *testing.T) {
 	}
 	require.Eventually(t, func() bool {
 		n := 0
-		for _, s := range exp.GetSpans() {
+		for _, s := range tp.GetSpans() {
 			if s.Name == "process "+e.queue && s.Parent.TraceID().String() == traceID {
 				require.Equal(t, spanID, s.Parent.SpanID().String(), "the header's span is the attempt's parent")
 				n++

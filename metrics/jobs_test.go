@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	dto "github.com/prometheus/client_model/go"
 	"github.com/stretchr/testify/require"
 
 	"github.com/conveyorq/conveyor/metrics"
@@ -133,7 +132,11 @@ func TestJobSeriesMatchPrometheus(t *testing.T) {
 	}
 	wg.Wait()
 
-	want, got := families(t, oldReg), families(t, newReg)
+	wantFs, err := oldReg.Gather()
+	require.NoError(t, err)
+	gotFs, err := newReg.Gather()
+	require.NoError(t, err)
+	want, got := byName(wantFs), byName(gotFs)
 	for _, name := range []string{"conveyor_jobs_total", "conveyor_job_duration_seconds", "conveyor_job_queue_latency_seconds"} {
 		w, g := want[name], got[name]
 		require.NotNil(t, w, name)
@@ -161,19 +164,23 @@ func TestJobSeriesMatchPrometheus(t *testing.T) {
 	}
 }
 
-func families(t *testing.T, g prometheus.Gatherer) map[string]*dto.MetricFamily {
-	t.Helper()
-	fs, err := g.Gather()
-	require.NoError(t, err)
-	out := map[string]*dto.MetricFamily{}
+// byName indexes metric families by name. It and byLabels are generic so that the test needs
+// no import of the metric types (prometheus/client_model) of its own.
+func byName[F interface{ GetName() string }](fs []F) map[string]F {
+	out := map[string]F{}
 	for _, f := range fs {
 		out[f.GetName()] = f
 	}
 	return out
 }
 
-func byLabels(f *dto.MetricFamily) map[string]*dto.Metric {
-	out := map[string]*dto.Metric{}
+type labelPair interface {
+	GetName() string
+	GetValue() string
+}
+
+func byLabels[F interface{ GetMetric() []M }, M interface{ GetLabel() []L }, L labelPair](f F) map[string]M {
+	out := map[string]M{}
 	for _, m := range f.GetMetric() {
 		var ls []string
 		for _, l := range m.GetLabel() {

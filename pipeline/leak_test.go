@@ -7,8 +7,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
-	"go.uber.org/goleak"
 
+	"github.com/conveyorq/conveyor/internal/leaktest"
 	"github.com/conveyorq/conveyor/internal/redistest"
 	"github.com/conveyorq/conveyor/pipeline"
 )
@@ -18,7 +18,7 @@ import (
 // while it runs, so IgnoreCurrent sees a quiet package.
 func TestWorkerLeavesNoGoroutines(t *testing.T) {
 	srv := redistest.Shared(t)
-	before := goleak.IgnoreCurrent()
+	before := leaktest.IgnoreCurrent()
 	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr})
 	queue := redistest.UniqueName(t)
 	c, err := pipeline.NewClient(rdb, pipeline.ClientConfig{})
@@ -43,7 +43,7 @@ func TestWorkerLeavesNoGoroutines(t *testing.T) {
 	cancel()
 	require.NoError(t, <-done)
 	require.NoError(t, rdb.Close())
-	goleak.VerifyNone(t, before)
+	leaktest.Verify(t, before)
 }
 
 // A handler that ignores its context and outlives the worker's shutdown (ShutdownTimeout and
@@ -52,7 +52,7 @@ func TestWorkerLeavesNoGoroutines(t *testing.T) {
 // parallel, for the same reason as TestWorkerLeavesNoGoroutines.
 func TestHandlerOutlivingShutdownLeavesNoGoroutine(t *testing.T) {
 	srv := redistest.Shared(t)
-	before := goleak.IgnoreCurrent()
+	before := leaktest.IgnoreCurrent()
 	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr})
 	queue := redistest.UniqueName(t)
 	c, err := pipeline.NewClient(rdb, pipeline.ClientConfig{})
@@ -76,5 +76,5 @@ func TestHandlerOutlivingShutdownLeavesNoGoroutine(t *testing.T) {
 	require.NoError(t, <-done)
 	close(release)
 	require.NoError(t, rdb.Close())
-	goleak.VerifyNone(t, before)
+	leaktest.Verify(t, before)
 }

@@ -5,24 +5,22 @@ import (
 	"fmt"
 	"time"
 
-	sdktrace "go.opentelemetry.io/otel/sdk/trace"
-	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/conveyorq/conveyor/internal/tracetest"
 	"github.com/conveyorq/conveyor/pipeline"
 )
 
-// Trace a job from its publish to its handler. Any OpenTelemetry tracer provider works (an
-// OTLP exporter's in production); this one keeps the spans in memory. Set it on the Client and
+// Trace a job from its publish to its handler. Any OpenTelemetry tracer provider works: in
+// production the SDK's (go.opentelemetry.io/otel/sdk/trace) with an OTLP exporter. This one, a
+// test helper of Conveyor's, keeps the spans in memory. Set it on the Client and
 // the Worker, or once globally with otel.SetTracerProvider, which both follow by default.
 func Example_tracing() {
 	rdb, done := exampleRedis()
 	defer done()
 	ctx := context.Background()
 
-	exporter := tracetest.NewInMemoryExporter()
-	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exporter))
-	defer func() { _ = tp.Shutdown(ctx) }()
+	tp := tracetest.NewProvider()
 
 	client, err := pipeline.NewClient(rdb, pipeline.ClientConfig{TracerProvider: tp})
 	if err != nil {
@@ -52,14 +50,14 @@ func Example_tracing() {
 	fmt.Println("handler in the request's trace:", <-sameTrace)
 
 	// The attempt's span ends once its outcome is written.
-	for len(exporter.GetSpans()) < 4 {
+	for len(tp.GetSpans()) < 4 {
 		time.Sleep(10 * time.Millisecond)
 	}
 	byID := map[trace.SpanID]string{}
-	for _, s := range exporter.GetSpans() {
+	for _, s := range tp.GetSpans() {
 		byID[s.SpanContext.SpanID()] = s.Name
 	}
-	for _, s := range exporter.GetSpans() {
+	for _, s := range tp.GetSpans() {
 		fmt.Printf("%s (%s, parent %q)\n", s.Name, s.SpanKind, byID[s.Parent.SpanID()])
 	}
 	// Unordered output:

@@ -5,12 +5,12 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
-	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/conveyorq/conveyor/internal/keys"
 	"github.com/conveyorq/conveyor/internal/redistest"
+	"github.com/conveyorq/conveyor/internal/tracetest"
 	"github.com/conveyorq/conveyor/internal/tracing"
 )
 
@@ -61,14 +61,13 @@ func TestTracingOffAllocatesNothing(t *testing.T) {
 
 // BenchmarkTracing is the cost tracing adds to a publish and an attempt (without Redis):
 // Off (no provider, no span: 0 allocs, see TestTracingOffAllocatesNothing), Forward (no
-// provider, the caller's context carries a span context that the job carries on) and On (an
-// SDK provider that samples everything and exports nowhere).
+// provider, the caller's context carries a span context that the job carries on) and On (a
+// provider that samples everything and keeps nothing: tracetest's discarding one).
 func BenchmarkTracing(b *testing.B) {
 	q := keys.New(keys.DefaultPrefix, "q")
 	remote := trace.ContextWithRemoteSpanContext(context.Background(), trace.NewSpanContext(trace.SpanContextConfig{
 		TraceID: trace.TraceID{1}, SpanID: trace.SpanID{1}, TraceFlags: trace.FlagsSampled}))
-	tp := sdktrace.NewTracerProvider()
-	defer func() { _ = tp.Shutdown(context.Background()) }()
+	tp := tracetest.NewDiscardProvider()
 	for _, bc := range []struct {
 		name string
 		tr   tracing.Tracer

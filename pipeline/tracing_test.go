@@ -12,25 +12,20 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
-	sdktrace "go.opentelemetry.io/otel/sdk/trace"
-	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/conveyorq/conveyor/internal/tracetest"
 	"github.com/conveyorq/conveyor/pipeline"
 )
 
 // recorder is a tracer provider that keeps every ended span in memory: one per "process" of a
 // test (the producer's, the worker's), as two services would each have their own.
 type recorder struct {
-	tp  *sdktrace.TracerProvider
-	exp *tracetest.InMemoryExporter
+	tp *tracetest.Provider
 }
 
-func newRecorder(t *testing.T) *recorder {
-	exp := tracetest.NewInMemoryExporter()
-	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
-	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
-	return &recorder{tp: tp, exp: exp}
+func newRecorder(*testing.T) *recorder {
+	return &recorder{tp: tracetest.NewProvider()}
 }
 
 // spans waits until the recorder holds n spans named name and returns them, oldest first.
@@ -39,7 +34,7 @@ func (r *recorder) spans(t *testing.T, name string, n int) tracetest.SpanStubs {
 	var got tracetest.SpanStubs
 	require.Eventually(t, func() bool {
 		got = got[:0]
-		for _, s := range r.exp.GetSpans() {
+		for _, s := range r.tp.GetSpans() {
 			if s.Name == name {
 				got = append(got, s)
 			}

@@ -13,11 +13,11 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
-	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/conveyorq/conveyor/internal/keys"
 	"github.com/conveyorq/conveyor/internal/redistest"
+	"github.com/conveyorq/conveyor/internal/tracetest"
 	"github.com/conveyorq/conveyor/pipeline"
 )
 

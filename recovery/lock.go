@@ -7,37 +7,37 @@ import (
 	"sync"
 	"time"
 
-	"github.com/bsm/redislock"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/conveyorq/conveyor/internal/lock"
 	"github.com/conveyorq/conveyor/internal/rediserr"
 )
 
 // Lock is a Redis lock for "only one at a time" duties: SET NX PX with a random token to
 // acquire, a compare-and-set of the TTL to extend, a compare-and-delete to release (through
-// bsm/redislock). Refusals are values (false), Redis errors are errors. A Lock value is one
+// internal/lock). Refusals are values (false), Redis errors are errors. A Lock value is one
 // contender: it holds at most one token at a time and is safe for concurrent use.
 //
 // A lock by itself fences nothing: a holder that stalls past the TTL may still act after
 // another took over. Scripts that must be fenced check Token against the lock key in the same
 // atomic step, as the recover script does.
 type Lock struct {
-	client *redislock.Client
-	key    string
-	ttl    time.Duration
+	rdb redis.UniversalClient
+	key string
+	ttl time.Duration
 
 	mu   sync.Mutex
-	held *redislock.Lock
+	held *lock.Lock
 }
 
 // NewLock returns a contender for the lock at key with the given TTL, at least a millisecond.
 func NewLock(rdb redis.UniversalClient, key string, ttl time.Duration) *Lock {
-	// redislock sends the TTL in whole milliseconds: 0 would make SET fail and PEXPIRE delete
+	// The TTL goes to Redis in whole milliseconds: 0 would make SET fail and PEXPIRE delete
 	// the key while reporting success.
 	if ttl < time.Millisecond {
 		panic("recovery: NewLock with a TTL under a millisecond")
 	}
-	return &Lock{client: redislock.New(rdb), key: key, ttl: ttl}
+	return &Lock{rdb: rdb, key: key, ttl: ttl}
 }
 
 // Key is the lock's Redis key.
@@ -58,8 +58,8 @@ func (l *Lock) Acquire(ctx context.Context) (bool, error) {
 		}
 		// Our token expired; the lock may be free, so this is a fresh attempt, not a refusal.
 	}
-	lk, err := l.client.Obtain(ctx, l.key, l.ttl, nil)
-	if errors.Is(err, redislock.ErrNotObtained) {
+	lk, err := lock.Obtain(ctx, l.rdb, l.key, l.ttl)
+	if errors.Is(err, lock.ErrNotObtained) {
 		return false, nil
 	}
 	if err != nil {
@@ -81,8 +81,8 @@ func (l *Lock) Extend(ctx context.Context) (bool, error) {
 }
 
 func (l *Lock) extendLocked(ctx context.Context) (bool, error) {
-	err := l.held.Refresh(ctx, l.ttl, nil)
-	if errors.Is(err, redislock.ErrNotObtained) {
+	err := l.held.Refresh(ctx, l.ttl)
+	if errors.Is(err, lock.ErrNotObtained) {
 		l.held = nil
 		return false, nil
 	}
@@ -101,7 +101,7 @@ func (l *Lock) Release(ctx context.Context) (bool, error) {
 		return false, nil
 	}
 	err := l.held.Release(ctx)
-	if err != nil && !errors.Is(err, redislock.ErrLockNotHeld) {
+	if err != nil && !errors.Is(err, lock.ErrNotHeld) {
 		// Keep the token: the lock may still be ours, and a later Release can free it.
 		return false, rediserr.Wrap("lock", fmt.Errorf("release lock %s: %w", l.key, err))
 	}

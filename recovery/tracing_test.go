@@ -1,14 +1,12 @@
 package recovery_test
 
 import (
-	"context"
 	"testing"
 
 	"github.com/stretchr/testify/require"
-	sdktrace "go.opentelemetry.io/otel/sdk/trace"
-	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/conveyorq/conveyor/internal/tracetest"
 	"github.com/conveyorq/conveyor/pipeline"
 	"github.com/conveyorq/conveyor/recovery"
 )
@@ -18,9 +16,7 @@ import (
 // (tracestate included); a job without one gets none.
 func TestRecovererTraces(t *testing.T) {
 	t.Parallel()
-	exp := tracetest.NewInMemoryExporter()
-	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
-	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
+	tp := tracetest.NewProvider()
 	r, b := setup(t, setupOpts{cfg: recovery.Config{TracerProvider: tp}})
 
 	ts, err := trace.ParseTraceState("vendor=1")
@@ -43,7 +39,7 @@ func TestRecovererTraces(t *testing.T) {
 	require.Equal(t, recovery.Result{Requeued: 2, Dead: 1}, res)
 
 	got := map[string]tracetest.SpanStub{}
-	for _, s := range exp.GetSpans() {
+	for _, s := range tp.GetSpans() {
 		require.Equal(t, "recover "+b.queue, s.Name)
 		require.Equal(t, trace.SpanKindProducer, s.SpanKind)
 		for _, kv := range s.Attributes {

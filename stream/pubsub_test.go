@@ -9,16 +9,16 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/ThreeDotsLabs/watermill/pubsub/tests"
 	"github.com/stretchr/testify/require"
-	"go.uber.org/goleak"
 
+	"github.com/conveyorq/conveyor/internal/leaktest"
 	"github.com/conveyorq/conveyor/internal/redistest"
 )
 
 // The suite's multiplier forwards each subscriber's messages in a goroutine that blocks for
 // good once the test stops reading; those are the suite's, not ours.
-var suiteLeaks = []goleak.Option{
-	goleak.IgnoreAnyFunction("github.com/ThreeDotsLabs/watermill/internal/subscriber.(*multiplier).Subscribe.func2"),
-	goleak.IgnoreAnyFunction("github.com/ThreeDotsLabs/watermill/internal/subscriber.(*multiplier).Subscribe.func3"),
+var suiteLeaks = []leaktest.Option{
+	leaktest.IgnoreFunction("github.com/ThreeDotsLabs/watermill/internal/subscriber.(*multiplier).Subscribe.func2"),
+	leaktest.IgnoreFunction("github.com/ThreeDotsLabs/watermill/internal/subscriber.(*multiplier).Subscribe.func3"),
 }
 
 // TestPubSub holds the Subscriber to Watermill's universal Pub/Sub suite, paired with the stock

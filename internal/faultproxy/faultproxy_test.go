@@ -9,16 +9,16 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
-	"go.uber.org/goleak"
 
 	"github.com/conveyorq/conveyor/internal/faultproxy"
+	"github.com/conveyorq/conveyor/internal/leaktest"
 	"github.com/conveyorq/conveyor/internal/redistest"
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m,
+	leaktest.Main(m,
 		// redistest's process spawner lives as long as the test binary.
-		goleak.IgnoreAnyFunction("github.com/conveyorq/conveyor/internal/redisproc.StartCmd.func1.1"),
+		leaktest.IgnoreFunction("github.com/conveyorq/conveyor/internal/redisproc.StartCmd.func1.1"),
 	)
 }
 

@@ -27,6 +27,7 @@ var redisUsers = map[string]string{
 	"internal/events":   "the job events' Pub/Sub transport and the detection of its mode",
 	"stream":            "the transport: a stream's consumer group, read, ack and claim",
 	"internal/periodic": "the periodic schedules' own store; the jobs it makes go through pipeline",
+	"internal/lock":     "the locks of one-at-a-time duties (recovery's scans, the periodic scheduler): their own keys",
 
 	// The settings slice of issue 32 turns these into one settings record of the store; until
 	// then their Pub/Sub notices and partition reads stay where they are.

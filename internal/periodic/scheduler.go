@@ -9,11 +9,11 @@ import (
 	"slices"
 	"time"
 
-	"github.com/bsm/redislock"
 	"github.com/redis/go-redis/v9"
 	"github.com/rs/zerolog"
 
 	"github.com/conveyorq/conveyor/internal/keys"
+	"github.com/conveyorq/conveyor/internal/lock"
 	"github.com/conveyorq/conveyor/internal/outage"
 	"github.com/conveyorq/conveyor/internal/service"
 )
@@ -140,8 +140,7 @@ type Scheduler struct {
 	cfg   Config
 	rdb   redis.UniversalClient
 	store *Store
-	locks *redislock.Client
-	lock  *redislock.Lock
+	lock  *lock.Lock
 	log   zerolog.Logger
 	loop  service.Loop
 	// failing is the last error of each schedule whose ticks fail, say because its queue refuses
@@ -165,7 +164,6 @@ func New(rdb redis.UniversalClient, cfg Config) (*Scheduler, error) {
 		since: time.Since}
 	if rdb != nil {
 		s.store = NewStore(rdb, cfg.Prefix)
-		s.locks = redislock.New(rdb)
 	}
 	return s, nil
 }
@@ -241,17 +239,17 @@ func (s *Scheduler) leader(ctx context.Context) bool {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.LockTTL)
 	defer cancel()
 	if s.lock != nil {
-		err := s.lock.Refresh(ctx, s.cfg.LockTTL, nil)
+		err := s.lock.Refresh(ctx, s.cfg.LockTTL)
 		if err == nil {
 			return true
 		}
-		if !errors.Is(err, redislock.ErrNotObtained) {
+		if !errors.Is(err, lock.ErrNotObtained) {
 			// Redis did not answer; the lock may still be ours, so keep it to refresh or release.
 			return false
 		}
 		s.lock = nil
 	}
-	lk, err := s.locks.Obtain(ctx, keys.SchedulesLock(s.cfg.Prefix), s.cfg.LockTTL, nil)
+	lk, err := lock.Obtain(ctx, s.rdb, keys.SchedulesLock(s.cfg.Prefix), s.cfg.LockTTL)
 	if err != nil {
 		return false
 	}

@@ -14,9 +14,9 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
-	"go.uber.org/goleak"
 
 	"github.com/conveyorq/conveyor/internal/keys"
+	"github.com/conveyorq/conveyor/internal/leaktest"
 	"github.com/conveyorq/conveyor/internal/redistest"
 )
 
@@ -312,13 +312,13 @@ func TestConfigValidate(t *testing.T) {
 }
 
 // Stop ends the loop, and gives the lock back: the next scheduler leads at once.
-// Not parallel: goleak would see the goroutines of tests running beside it.
+// Not parallel: leaktest would see the goroutines of tests running beside it.
 func TestSchedulerStopLeaksNothing(t *testing.T) {
 	rdb := redistest.Client(t)
 	b := setup(t, rdb, time.Now())
 	// A scheduler takes the lock while there are schedules.
 	require.NoError(t, b.store.Put(t.Context(), Def{Name: "s", Spec: "@every 1s", Queue: "q", Type: "t"}, b.clock.Now()))
-	before := goleak.IgnoreCurrent()
+	before := leaktest.IgnoreCurrent()
 	s := b.scheduler(t)
 	require.NoError(t, s.Start(t.Context()))
 	require.Eventually(t, func() bool {
@@ -330,7 +330,7 @@ func TestSchedulerStopLeaksNothing(t *testing.T) {
 	n, err := rdb.Exists(t.Context(), keys.SchedulesLock(b.prefix)).Result()
 	require.NoError(t, err)
 	require.Zero(t, n, "Stop gives the lock back")
-	goleak.VerifyNone(t, before)
+	leaktest.Verify(t, before)
 }
 
 // Stop cancels the loop's context, and a refresh of the lock may be in flight then. The

@@ -6,19 +6,16 @@ import (
 	"testing"
 
 	"go.opentelemetry.io/otel"
-	sdktrace "go.opentelemetry.io/otel/sdk/trace"
-	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/noop"
+
+	"github.com/conveyorq/conveyor/internal/tracetest"
 )
 
 // globalProvider is the provider TestGlobalProvider sets: OpenTelemetry's default provider
 // delegates to the first one a process sets and never to another, so every run of the test
 // (go test -count=3) sets this same one; a new one a run failed with 0 spans recorded.
-var globalProvider = sync.OnceValues(func() (*sdktrace.TracerProvider, *tracetest.SpanRecorder) {
-	rec := tracetest.NewSpanRecorder()
-	return sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec)), rec
-})
+var globalProvider = sync.OnceValue(tracetest.NewProvider)
 
 // TestGlobalProvider: a zero Tracer records nothing until the application sets a global
 // provider, follows it from then on (tracers handed out before delegate to it), and stops at
@@ -28,8 +25,8 @@ func TestGlobalProvider(t *testing.T) {
 	if tr.Get() != nil {
 		t.Fatal("a tracer with no provider set")
 	}
-	tp, rec := globalProvider()
-	before := len(rec.Ended())
+	tp := globalProvider()
+	before := len(tp.GetSpans())
 	otel.SetTracerProvider(tp)
 	t.Cleanup(func() { otel.SetTracerProvider(noop.NewTracerProvider()) })
 	got := tr.Get()
@@ -38,7 +35,7 @@ func TestGlobalProvider(t *testing.T) {
 	}
 	_, span := got.Start(context.Background(), "s")
 	span.End()
-	if n := len(rec.Ended()) - before; n != 1 {
+	if n := len(tp.GetSpans()) - before; n != 1 {
 		t.Fatalf("the global provider recorded %d spans, want 1", n)
 	}
 	otel.SetTracerProvider(noop.NewTracerProvider())
