@@ -18,6 +18,8 @@ import (
 	"github.com/rs/zerolog"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/conveyorq/conveyor/internal/durable"
+	"github.com/conveyorq/conveyor/internal/engine"
 	"github.com/conveyorq/conveyor/internal/events"
 	"github.com/conveyorq/conveyor/internal/jobstate"
 	"github.com/conveyorq/conveyor/internal/keys"
@@ -277,6 +279,10 @@ const (
 	MinVisibilityTimeout = 300 * time.Millisecond
 )
 
+// transition is one state change a worker asks for (see jobstate for its constructors);
+// finish.lua applies it, fenced by its entry.
+type transition = jobstate.Transition
+
 // Worker runs handlers for the jobs of its queues. Register handlers with Handle, then call
 // Run. A batching Watermill Subscriber (package stream) reads jobs from each queue's stream in
 // consumer group "conveyor". A Watermill router runs them, so middleware (Use) wraps every job.
@@ -302,9 +308,10 @@ type Worker struct {
 	// troubled is the completer's last report (onTrouble), under mu: a new session's
 	// subscriber starts paused while it holds.
 	troubled bool
-	comp     *completer
+	comp     *engine.Completer
+	attempts *attempts // tells WorkerHooks.Attempts (attempts.go)
 	// replicas is the outcome writes' replica wait (WorkerConfig.Replicas; durable.go).
-	replicas *outcomeReplicas
+	replicas *durable.Outcomes
 	sub      *stream.Subscriber // the current session's, under mu
 	// leases are the current session's leases of its queues' limits, which limited names by
 	// stream key (admit.go).
@@ -340,7 +347,7 @@ func NewWorker(rdb redis.UniversalClient, cfg WorkerConfig) (*Worker, error) {
 		ready:    make(chan struct{}),
 		tracer:   tracing.New(cfg.TracerProvider),
 	}
-	w.replicas = newOutcomeReplicas(cfg.Replicas, cfg.ReplicaTimeout)
+	w.replicas = durable.NewOutcomes(cfg.Replicas, cfg.ReplicaTimeout)
 	w.cancels = newCancels(w)
 	return w, nil
 }
@@ -435,23 +442,26 @@ func (w *Worker) Run(ctx context.Context) error {
 		return err
 	}
 
-	w.comp = newCompleter(w.store, jobstate.FinishConfig{Worker: w.cfg.Name, Retention: w.cfg.Retention,
+	w.comp = engine.NewCompleter(w.store, jobstate.FinishConfig{Worker: w.cfg.Name, Retention: w.cfg.Retention,
 		MinRetention: w.cfg.MinRetention}, w.cfg.FlushInterval, finishChunk, w.cfg.Concurrency, w.log)
-	w.comp.replicas = w.replicas
-	w.comp.now = w.cfg.Now
-	w.comp.attempts = newAttempts(w.cfg.Hooks.Attempts)
+	w.comp.Replicas = w.replicas
+	w.comp.Now = w.cfg.Now
+	if w.attempts = newAttempts(w.cfg.Hooks.Attempts); w.attempts != nil {
+		w.comp.OnWritten = w.attempts.written
+	}
 	if !w.cfg.DisableHistory {
-		w.comp.history = newHistory(w.store, w.cfg.HistoryInterval, w.log)
-		w.comp.history.now = w.cfg.Now
-		go w.comp.history.run()
+		h := engine.NewHistory(w.store, w.cfg.HistoryInterval, w.log)
+		h.Now = w.cfg.Now
+		w.comp.History = h
+		go h.Run()
 		// Deferred before the completer's close, so it runs after it: the last outcomes
 		// the completer writes are counted and flushed too.
-		defer w.comp.history.close()
+		defer h.Close()
 	}
 	// While Redis refuses the outcomes, new jobs are not read: they would run only to wait,
 	// holding their slots, for writes that may not come back soon. The state outlives a
 	// reading session, so the next one starts paused when the completer still has trouble.
-	w.comp.onTrouble = func(failing bool) {
+	w.comp.OnTrouble = func(failing bool) {
 		w.mu.Lock()
 		defer w.mu.Unlock()
 		w.troubled = failing
@@ -464,8 +474,8 @@ func (w *Worker) Run(ctx context.Context) error {
 			w.sub.Resume()
 		}
 	}
-	go w.comp.run()
-	defer w.comp.close() // after the last session closed its subscriber: every message is settled or released
+	go w.comp.Run()
+	defer w.comp.Close() // after the last session closed its subscriber: every message is settled or released
 	w.evw = events.NewWatcher(w.rdb, events.Config{})
 	defer w.evw.Close()
 
@@ -730,7 +740,7 @@ func (w *Worker) waitForRedis(ctx context.Context) error {
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
-		if permanent(err) || errors.Is(err, ErrInvalid) || rediserr.IsAuth(err) || tlsRefused(err) {
+		if engine.Permanent(err) || errors.Is(err, ErrInvalid) || rediserr.IsAuth(err) || tlsRefused(err) {
 			return fmt.Errorf("pipeline: redis refused the worker: %w", err)
 		}
 		step := spell.Failed(time.Now())
@@ -864,13 +874,13 @@ func sendBack(t transition, j *Job) transition {
 // started marks the attempt as started (written later, if the job is still running then).
 func (w *Worker) started(q *keys.Queue, j *Job) time.Time {
 	start := w.cfg.Now()
-	w.comp.started(j.Entry, startMark{q: q, id: j.ID, attempt: j.Attempt, at: start.UnixMilli()})
+	w.comp.Started(j.Entry, engine.StartMark{Q: q, ID: j.ID, Attempt: j.Attempt, At: start.UnixMilli()})
 	return start
 }
 
 // write hands t to the completer and waits until it is written; then it returns jerr.
 func (w *Worker) write(t transition, jerr *JobError) error {
-	<-w.comp.finish(t)
+	<-w.comp.Finish(t)
 	if jerr == nil {
 		return nil
 	}
@@ -972,14 +982,14 @@ func (w *Worker) outcome(ctx context.Context, q *keys.Queue, j *Job, start time.
 
 // ended records an attempt that writes nothing: canceled, lost or abandoned.
 func (w *Worker) ended(q *keys.Queue, j *Job, start time.Time, why Outcome) error {
-	w.comp.forget(j.Entry)
+	w.comp.Forget(j.Entry)
 	jerr := &JobError{Outcome: why}
 	msg := "job attempt abandoned"
 	if why == OutcomeCanceled {
 		msg = "job canceled while it ran; its outcome is discarded"
 	}
 	jobEvent(w.log.Info(), j).Stringer("outcome", why).Msg(msg)
-	w.comp.attempts.ended(Attempt{Queue: q.Name(), Type: j.Type, Outcome: why, Began: start,
+	w.attempts.ended(Attempt{Queue: q.Name(), Type: j.Type, Outcome: why, Began: start,
 		Took: w.cfg.Now().Sub(start), Entered: stream.EntryTime(j.Entry), ID: j.ID, Number: j.Attempt})
 	return jerr
 }
