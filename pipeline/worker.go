@@ -589,8 +589,9 @@ func (w *Worker) session(ctx context.Context) ([]int, error) {
 	defer endSession()
 	// The services run with the session: they end with it, and stopServices waits for them
 	// once the reading has ended.
-	watcher := &partitionWatcher{changed: endSession}
-	services, err := w.services(watcher, newLevelsWatcher(w, router, sub), router)
+	watcher := &engine.PartitionWatcher{Changed: endSession}
+	levels := engine.NewLevelsWatcher(w.rdb, w.cfg.Prefix, w.parts, router, sub, w.handleMessage, w.log)
+	services, err := w.services(watcher, levels, router)
 	if err != nil {
 		return nil, err
 	}
@@ -631,7 +632,7 @@ func (w *Worker) session(ctx context.Context) ([]int, error) {
 	if err != nil {
 		return nil, fmt.Errorf("pipeline: router: %w", err)
 	}
-	return watcher.next, nil // written before its Stop returned
+	return watcher.Next, nil // written before its Stop returned
 }
 
 // warnSharedName warns when this worker's name is the consumer name of a worker active in
@@ -756,20 +757,11 @@ func (w *Worker) waitForRedis(ctx context.Context) error {
 
 // readCounts reads the partition count of each of the worker's queues in one round trip.
 func (w *Worker) readCounts(ctx context.Context) ([]int, error) {
-	vals, err := w.rdb.HMGet(ctx, keys.Partitions(w.cfg.Prefix), w.cfg.Queues...).Result()
-	if err != nil {
-		return nil, err
+	counts, err := w.store.PartitionCounts(ctx, w.cfg.Queues)
+	if errors.As(err, new(*jobstate.CountError)) {
+		return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
-	counts := make([]int, len(vals))
-	for k, v := range vals {
-		counts[k] = 1
-		if s, ok := v.(string); ok {
-			if counts[k], err = parsePartitions(w.cfg.Queues[k], s); err != nil {
-				return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
-			}
-		}
-	}
-	return counts, nil
+	return counts, err
 }
 
 // partitionQueues names every partition the worker reads, from w.counts: one stream
