@@ -315,7 +315,7 @@ type Worker struct {
 	sub      *stream.Subscriber // the current session's, under mu
 	// leases are the current session's leases of its queues' limits, which limited names by
 	// stream key (admit.go).
-	leases  atomic.Pointer[leaseBook]
+	leases  atomic.Pointer[engine.LeaseBook]
 	limited atomic.Pointer[map[string]bool]
 	// progressWrites counts the progress reports written (Job.Progress), for tests.
 	progressWrites atomic.Int64
@@ -681,7 +681,7 @@ func (w *Worker) settleAfter(sub *stream.Subscriber) message.HandlerMiddleware {
 				return nil, nil // deferred by a limit (no attempt), or not to run
 			}
 			// Its slots go back to the worker's lease once its outcome is written.
-			defer grantOf(msg.Context()).giveBack()
+			defer engine.GrantOf(msg.Context()).GiveBack()
 			if q, ok := w.queue(msg.Metadata[stream.StreamKey]); ok {
 				defer w.cancels.done(w.cancels.register(q, sub, msg))
 			}

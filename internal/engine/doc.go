@@ -1,6 +1,6 @@
 // Package engine is the worker's machinery behind pipeline.Worker: the completer that writes
-// outcomes in chunks, the history flusher and the histograms it counts in, the heartbeat, and
-// the settings watcher with its pause, levels and partition watchers.
+// outcomes in chunks, the history flusher and the histograms it counts in, the heartbeat, the
+// settings watcher with its pause, levels and partition watchers, and admission's lease book.
 //
 // Why a package apart. The public package pipeline should hold what users call: Client,
 // Worker, Inspector, Job, options and errors. The engine is most of a worker's code, and none
@@ -15,9 +15,9 @@
 // finish.lua's codes). Turning those into public values happens once per chunk in pipeline,
 // as before, so a job costs no allocation and no Redis command more.
 //
-// What is still in pipeline. Admission and its leases (admit.go), the run loop with its
-// reading sessions, and the call of the handler stay there for now. Their white-box tests
-// drive them through a Worker. The next step moves the run loop here and inverts the call:
+// What is still in pipeline. The run loop with its reading sessions, the middleware that
+// admits a message against the lease book, and the call of the handler stay there for now.
+// Their white-box tests drive them through a Worker. The next step moves the run loop here and inverts the call:
 // the engine decodes a delivery and calls a function pipeline gives it, which runs the
 // user's handler and classifies its result.
 package engine
