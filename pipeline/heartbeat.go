@@ -202,27 +202,12 @@ func (w *Worker) heartbeat() *engine.Heartbeat {
 // info is the worker's heartbeat record as of now.
 func (w *Worker) info(now time.Time) WorkerInfo {
 	host, _ := os.Hostname()
-	running, more := w.cancels.snapshot(MaxHeartbeatRunning)
+	jobs, more := w.cancels.Snapshot(MaxHeartbeatRunning)
+	running := make([]RunningJob, len(jobs))
+	for k, j := range jobs {
+		running[k] = RunningJob(j)
+	}
 	return WorkerInfo{Name: w.cfg.Name, Host: host, PID: os.Getpid(), Version: Version(), Queues: w.cfg.Queues,
 		Concurrency: w.cfg.Concurrency, Running: running, RunningMore: more, Started: w.startedAt,
 		LastHeartbeat: now, HeartbeatInterval: w.cfg.HeartbeatInterval}
-}
-
-// snapshot returns the running jobs, longest-running first, at most limit, and how many more run.
-func (c *cancels) snapshot(limit int) ([]RunningJob, int) {
-	c.mu.Lock()
-	all := make([]RunningJob, 0, len(c.running))
-	for _, head := range c.running {
-		for rj := head; rj != nil; rj = rj.next {
-			all = append(all, RunningJob{ID: rj.id, Queue: rj.q.Name(), Type: rj.typ, Started: rj.start})
-		}
-	}
-	c.mu.Unlock()
-	slices.SortFunc(all, func(a, b RunningJob) int {
-		return cmp.Or(a.Started.Compare(b.Started), strings.Compare(a.Queue, b.Queue), strings.Compare(a.ID, b.ID))
-	})
-	if len(all) > limit {
-		return all[:limit], len(all) - limit
-	}
-	return all, 0
 }

@@ -319,9 +319,9 @@ type Worker struct {
 	limited atomic.Pointer[map[string]bool]
 	// progressWrites counts the progress reports written (Job.Progress), for tests.
 	progressWrites atomic.Int64
-	// cancels stops the handlers of jobs canceled while they run (cancel.go); evw holds its
+	// cancels stops the handlers of jobs canceled while they run (engine.Cancels); evw holds its
 	// events subscriptions, one per partition read.
-	cancels *cancels
+	cancels *engine.Cancels
 	evw     *events.Watcher
 	tracer  tracing.Tracer
 	// startedAt is when Run began, for the heartbeat record.
@@ -348,7 +348,7 @@ func NewWorker(rdb redis.UniversalClient, cfg WorkerConfig) (*Worker, error) {
 		tracer:   tracing.New(cfg.TracerProvider),
 	}
 	w.replicas = durable.NewOutcomes(cfg.Replicas, cfg.ReplicaTimeout)
-	w.cancels = newCancels(w)
+	w.cancels = engine.NewCancels(w.store, w.log, cfg.VisibilityTimeout/3, cfg.Now)
 	return w, nil
 }
 
@@ -578,7 +578,7 @@ func (w *Worker) session(ctx context.Context) ([]int, error) {
 		q := keys.New(w.cfg.Prefix, name)
 		router.AddConsumerHandler("conveyor:"+name, q.Stream(), sub, w.handleMessage)
 		var once sync.Once
-		stop := w.evw.ListenGaps(ctx, q.Events(), w.cancels.heard(q.Events()), func() {
+		stop := w.evw.ListenGaps(ctx, q.Events(), w.cancels.Heard(q.Events()), func() {
 			sub.RenewNow()
 			once.Do(func() { confirmed <- struct{}{} })
 		})
@@ -683,7 +683,7 @@ func (w *Worker) settleAfter(sub *stream.Subscriber) message.HandlerMiddleware {
 			// Its slots go back to the worker's lease once its outcome is written.
 			defer engine.GrantOf(msg.Context()).GiveBack()
 			if q, ok := w.queue(msg.Metadata[stream.StreamKey]); ok {
-				defer w.cancels.done(w.cancels.register(q, sub, msg))
+				defer w.cancels.Done(w.cancels.Register(q, sub, msg, msg.Metadata[MetaType]))
 			}
 			if _, err := h(msg); err != nil && !errors.As(err, new(*JobError)) {
 				w.refused(msg, err)
@@ -824,7 +824,7 @@ func (w *Worker) handleMessage(msg *message.Message) error {
 		return err
 	}
 	start := w.started(q, j)
-	j.progress = w.newProgressReporter(q, j)
+	j.progress = engine.NewProgressReporter(w.store, &w.progressWrites, q, j.ID, j.Entry, j.Attempt)
 	var result []byte
 	var err error
 	if j.Timeout > 0 {
@@ -843,9 +843,9 @@ func (w *Worker) handleMessage(msg *message.Message) error {
 // endProgress ends the attempt's progress reports before its outcome is written. It writes
 // the last one held, unless the attempt was abandoned (the job moved on, or goes back on
 // shutdown). Then the fence would refuse it, or the next run reports its own.
-func endProgress(ctx context.Context, r *progressReporter) {
+func endProgress(ctx context.Context, r *engine.ProgressReporter) {
 	cause := context.Cause(ctx)
-	r.end(!errors.Is(cause, stream.ErrClosed) && !errors.Is(cause, stream.ErrLeaseLost))
+	r.End(!errors.Is(cause, stream.ErrClosed) && !errors.Is(cause, stream.ErrLeaseLost))
 }
 
 // sendBack adds to t the payload exactly as read from the job's entry (stream.EntryValues).

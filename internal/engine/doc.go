@@ -1,6 +1,7 @@
 // Package engine is the worker's machinery behind pipeline.Worker: the completer that writes
 // outcomes in chunks, the history flusher and the histograms it counts in, the heartbeat, the
-// settings watcher with its pause, levels and partition watchers, and admission's lease book.
+// settings watcher with its pause, levels and partition watchers, admission's lease book, and
+// the registry of running jobs that cancels reach.
 //
 // Why a package apart. The public package pipeline should hold what users call: Client,
 // Worker, Inspector, Job, options and errors. The engine is most of a worker's code, and none
