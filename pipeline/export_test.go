@@ -1,6 +1,9 @@
 package pipeline
 
-import "github.com/conveyorq/conveyor/internal/keys"
+import (
+	"github.com/conveyorq/conveyor/internal/engine"
+	"github.com/conveyorq/conveyor/internal/keys"
+)
 
 // WaiterDelivered is how many events woke one of w's waits.
 func WaiterDelivered(w *Waiter) int64 { return w.w.Delivered() }
@@ -19,7 +22,7 @@ func WaiterReads(w *Waiter) int64 { return w.nread.Load() }
 func PausedTopics(w *Worker) map[string]bool { return w.pausedTopics() }
 
 // TokenLife is how long a worker keeps a leased rate token before it gives it back.
-const TokenLife = tokenLife
+const TokenLife = engine.TokenLife
 
 // ProgressWrites is how many progress reports w wrote (Job.Progress).
 func ProgressWrites(w *Worker) int64 { return w.progressWrites.Load() }

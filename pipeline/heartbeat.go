@@ -11,27 +11,19 @@ import (
 	"sync"
 	"time"
 
-	"github.com/conveyorq/conveyor/internal/jobstate"
-	"github.com/conveyorq/conveyor/internal/outage"
-	"github.com/conveyorq/conveyor/internal/service"
+	"github.com/conveyorq/conveyor/internal/engine"
 )
 
 // DefaultHeartbeatInterval is how often a worker writes its heartbeat record
 // (WorkerConfig.HeartbeatInterval).
 const DefaultHeartbeatInterval = 5 * time.Second
 
-// heartbeatBeats is the heartbeat record's TTL in beats: a worker that stops beating (killed,
-// frozen, cut off from Redis) drops out of Inspector.Workers after this many missed beats.
-const heartbeatBeats = 3
+// heartbeatBeats is the heartbeat record's TTL in beats (engine.Heartbeat).
+const heartbeatBeats = engine.HeartbeatBeats
 
 // MaxHeartbeatRunning bounds the running jobs a heartbeat record lists (the longest-running
 // first); WorkerInfo.RunningMore counts the rest.
 const MaxHeartbeatRunning = 100
-
-// heartbeatPruneAfter is how long past its expiry (by the writer's clock) a member of the
-// workers' index is kept before a beat prunes it. It is a margin for the clocks of the hosts
-// to differ. So a host whose clock runs ahead never prunes a live worker of another.
-const heartbeatPruneAfter = time.Minute
 
 // modulePath is the library's module path, looked for in the binary's build information.
 const modulePath = "github.com/conveyorq/conveyor"
@@ -201,99 +193,21 @@ var version = sync.OnceValue(func() string {
 	return "(devel)"
 })
 
-// heartbeat is the worker's service that writes its heartbeat record (keys.WorkerBeat) every
-// HeartbeatInterval, with a TTL of heartbeatBeats beats. It keeps the worker's name in the
-// workers' index (keys.Workers). Both writes go in one pipelined round trip (one hash tag, so
-// one node of a cluster). A beat also prunes the index of members expired over a minute ago.
-//
-// It is not a MULTI. The least-privilege ACL (docs/OPERATIONS.md) grants no @transaction, and
-// nothing needs the two writes together. A record without its member waits for the next beat
-// to be listed. A member without its record is pruned by the next listing. Stop deletes the
-// record and the member.
-//
-// It costs one write of a small string every few seconds per worker. A job's path pays only
-// for its type and start time. They are noted where cancels registers it (a map lookup and a
-// reading of WorkerConfig.Now). A beat copies the running jobs under the cancels' lock,
-// O(concurrency) once every few seconds.
-//
-// It beats on after its session's context ends, until Stop. A session ends (a shutdown, a new
-// partition count) before its running jobs have drained. The record must list them while they
-// run.
-type heartbeat struct {
-	w     *Worker
-	loop  service.Loop
-	spell outage.Spell
-}
-
-func (h *heartbeat) Name() string { return "heartbeat" }
-
-func (h *heartbeat) Start(ctx context.Context) error {
-	h.spell = outage.Spell{Min: h.w.cfg.HeartbeatInterval, Max: time.Minute}
-	ctx = context.WithoutCancel(ctx) // see the type's comment: Stop ends it
-	h.beat(ctx)
-	h.loop.Start(ctx, func(ctx context.Context) {
-		service.Every(ctx, h.w.cfg.HeartbeatInterval, h.beat)
-	})
-	return nil
-}
-
-// Stop ends the beats and removes the record: a worker that stops says so at once rather than
-// after its TTL.
-func (h *heartbeat) Stop() {
-	h.loop.Stop()
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-	defer cancel()
-	if err := h.w.store.EndBeat(ctx, h.w.cfg.Name); err != nil {
-		h.w.log.Debug().Err(err).Str("component", "heartbeat").Msg("could not remove the heartbeat record; it expires by itself")
-	}
-}
-
-// beat writes the record once.
-func (h *heartbeat) beat(ctx context.Context) {
-	now := h.w.cfg.Now()
-	rec, err := json.Marshal(h.w.info(now).wire())
-	if err != nil {
-		return
-	}
-	ttl := heartbeatBeats * h.w.cfg.HeartbeatInterval
-	cctx, cancel := context.WithTimeout(ctx, max(h.w.cfg.HeartbeatInterval, time.Second))
-	err = h.w.store.WriteBeat(cctx, jobstate.BeatParams{Name: h.w.cfg.Name, Record: rec, TTL: ttl, Now: now,
-		PruneBefore: now.Add(-heartbeatPruneAfter)})
-	cancel()
-	if err != nil {
-		if step := h.spell.Failed(time.Now()); step.Log {
-			h.w.log.Warn().Err(err).Str("component", "heartbeat").Int("tries", step.Tries).
-				Msg("cannot write the worker's heartbeat; it drops out of 'conveyor workers' until a beat gets through")
-		}
-		return
-	}
-	h.spell.OK(time.Now())
+// heartbeat is the session's heartbeat service (engine.Heartbeat), writing w's record.
+func (w *Worker) heartbeat() *engine.Heartbeat {
+	return &engine.Heartbeat{Store: w.store, Worker: w.cfg.Name, Interval: w.cfg.HeartbeatInterval, Now: w.cfg.Now, Log: w.log,
+		Record: func(now time.Time) ([]byte, error) { return json.Marshal(w.info(now).wire()) }}
 }
 
 // info is the worker's heartbeat record as of now.
 func (w *Worker) info(now time.Time) WorkerInfo {
 	host, _ := os.Hostname()
-	running, more := w.cancels.snapshot(MaxHeartbeatRunning)
+	jobs, more := w.cancels.Snapshot(MaxHeartbeatRunning)
+	running := make([]RunningJob, len(jobs))
+	for k, j := range jobs {
+		running[k] = RunningJob(j)
+	}
 	return WorkerInfo{Name: w.cfg.Name, Host: host, PID: os.Getpid(), Version: Version(), Queues: w.cfg.Queues,
 		Concurrency: w.cfg.Concurrency, Running: running, RunningMore: more, Started: w.startedAt,
 		LastHeartbeat: now, HeartbeatInterval: w.cfg.HeartbeatInterval}
-}
-
-// snapshot returns the running jobs, longest-running first, at most limit, and how many more run.
-func (c *cancels) snapshot(limit int) ([]RunningJob, int) {
-	c.mu.Lock()
-	all := make([]RunningJob, 0, len(c.running))
-	for _, head := range c.running {
-		for rj := head; rj != nil; rj = rj.next {
-			all = append(all, RunningJob{ID: rj.id, Queue: rj.q.Name(), Type: rj.typ, Started: rj.start})
-		}
-	}
-	c.mu.Unlock()
-	slices.SortFunc(all, func(a, b RunningJob) int {
-		return cmp.Or(a.Started.Compare(b.Started), strings.Compare(a.Queue, b.Queue), strings.Compare(a.ID, b.ID))
-	})
-	if len(all) > limit {
-		return all[:limit], len(all) - limit
-	}
-	return all, 0
 }

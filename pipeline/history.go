@@ -4,267 +4,24 @@ import (
 	"context"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
-	"github.com/rs/zerolog"
-
-	"github.com/conveyorq/conveyor/internal/jobstate"
+	"github.com/conveyorq/conveyor/internal/engine"
 	"github.com/conveyorq/conveyor/internal/keys"
-	"github.com/conveyorq/conveyor/internal/rediserr"
-	"github.com/conveyorq/conveyor/internal/script"
-	"github.com/conveyorq/conveyor/stream"
 )
 
 // The resolutions of a queue's history (Inspector.History): a bucket of HistoryStepFine kept
 // for HistorySpanFine, and one of HistoryStepCoarse kept for HistorySpanCoarse.
 const (
-	HistoryStepFine   = 5 * time.Second
-	HistorySpanFine   = time.Hour
-	HistoryStepCoarse = time.Minute
-	HistorySpanCoarse = 24 * time.Hour
+	HistoryStepFine   = engine.HistoryStepFine
+	HistorySpanFine   = engine.HistorySpanFine
+	HistoryStepCoarse = engine.HistoryStepCoarse
+	HistorySpanCoarse = engine.HistorySpanCoarse
 )
 
 // DefaultHistoryInterval is how often a worker adds the outcomes it counted to the history
 // (WorkerConfig.HistoryInterval).
 const DefaultHistoryInterval = 5 * time.Second
-
-// historyRes is one resolution of the history: its buckets' length, how long they are kept,
-// and its name in the keys (keys.Queue.History).
-type historyRes struct {
-	step, span time.Duration
-	name       string
-}
-
-var historyResolutions = [...]historyRes{
-	{HistoryStepFine, HistorySpanFine, "5s"},
-	{HistoryStepCoarse, HistorySpanCoarse, "1m"},
-}
-
-func resolutionOf(step time.Duration) (historyRes, bool) {
-	for _, r := range historyResolutions {
-		if r.step == step {
-			return r, true
-		}
-	}
-	return historyRes{}, false
-}
-
-// bucketStart is the start, in unix seconds, of the bucket of step that holds t.
-func bucketStart(t time.Time, step time.Duration) int64 {
-	s := int64(step / time.Second)
-	u := t.Unix()
-	return u - ((u%s)+s)%s
-}
-
-// expiry is when the bucket that starts at start leaves r's span, and its key with it.
-func (r historyRes) expiry(start int64) time.Time {
-	return time.Unix(start, 0).Add(r.step + r.span)
-}
-
-// histAgg is what a worker counted of one queue in one fine bucket, not yet in Redis.
-type histAgg struct {
-	completed, failed, retried int64
-	wait, exec                 histogram
-}
-
-func (a *histAgg) merge(o *histAgg) {
-	a.completed += o.completed
-	a.failed += o.failed
-	a.retried += o.retried
-	a.wait.merge(&o.wait)
-	a.exec.merge(&o.exec)
-}
-
-type histBin struct {
-	queue string
-	start int64 // the fine bucket's start, unix seconds
-}
-
-// history is a worker's part of its queues' history. The completer tells it the outcomes
-// Redis applied, chunk by chunk (written), which it counts in memory. Every interval it adds
-// them to the history buckets in Redis in one pipelined call (flush). That is HINCRBY per
-// counter and per non-empty histogram cell, at both resolutions. It covers each queue and all
-// queues together (keys.HistoryAll). EXPIREAT on each bucket bounds the history. A job's hot
-// path gains no call to Redis, and a flush costs a few dozen commands whatever the rate.
-//
-// A flush that fails is not tried again. The history then misses at most one interval of
-// this worker's outcomes (the queues' counters, written by the scripts, miss nothing). A
-// worker that is killed loses what it counted since its last flush the same way.
-type history struct {
-	store  jobstate.Backend
-	prefix string
-	every  time.Duration
-	log    zerolog.Logger
-	// now is the worker's wall clock (WorkerConfig.Now), which the bins' starts come from:
-	// a bin's expiry is judged by it too.
-	now func() time.Time
-
-	mu   sync.Mutex
-	bins map[histBin]*histAgg
-
-	failing   bool // the last flush failed: log once a spell
-	stop      chan struct{}
-	done      chan struct{}
-	closeOnce sync.Once
-}
-
-func newHistory(store jobstate.Backend, every time.Duration, log zerolog.Logger) *history {
-	return &history{store: store, prefix: store.Prefix(), every: every, log: log.With().Str("component", "history").Logger(), now: time.Now,
-		bins: make(map[histBin]*histAgg), stop: make(chan struct{}), done: make(chan struct{})}
-}
-
-// written counts the outcomes among ts that Redis applied (codes, one per transition) at
-// time at. It counts completed, retried and dead ones, with their queue wait and execution
-// time. The queue wait runs from the time of the stream entry (Redis's clock) to the
-// handler's start (the worker's); a skew between the two shifts it. Start marks, snoozes and
-// refused transitions count nothing. An unreadable entry counts as dead without times.
-func (h *history) written(ts []transition, codes []script.Code, at time.Time) {
-	if h == nil || len(ts) == 0 {
-		return
-	}
-	start := bucketStart(at, HistoryStepFine)
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	var a *histAgg
-	var name string
-	for i := range ts {
-		t := &ts[i]
-		if t.Op == jobstate.OpStart || t.Op == jobstate.OpSnooze || codes[i] == script.Refused {
-			continue
-		}
-		if a == nil || t.Queue.Name() != name {
-			name = t.Queue.Name()
-			a = h.bin(name, start)
-		}
-		switch {
-		case t.Op == jobstate.OpDone:
-			a.completed++
-		case t.Op == jobstate.OpRetry && codes[i] != script.Died:
-			a.retried++
-		default:
-			a.failed++
-		}
-		if t.Op == jobstate.OpPoison {
-			continue
-		}
-		if e := stream.EntryTime(t.Entry); !e.IsZero() {
-			a.wait.add(max(0, t.Began.Sub(e)))
-		}
-		a.exec.add(t.Took())
-	}
-}
-
-func (h *history) bin(queue string, start int64) *histAgg {
-	k := histBin{queue, start}
-	a := h.bins[k]
-	if a == nil {
-		a = new(histAgg)
-		h.bins[k] = a
-	}
-	return a
-}
-
-// run flushes every interval until close.
-func (h *history) run() {
-	defer close(h.done)
-	t := time.NewTicker(h.every)
-	defer t.Stop()
-	for {
-		select {
-		case <-h.stop:
-			return
-		case <-t.C:
-			h.flush()
-		}
-	}
-}
-
-// close stops run and flushes what is left.
-func (h *history) close() {
-	if h == nil {
-		return
-	}
-	h.closeOnce.Do(func() {
-		close(h.stop)
-		<-h.done
-		h.flush()
-	})
-}
-
-// flush adds what was counted since the last flush to Redis.
-func (h *history) flush() {
-	h.mu.Lock()
-	bins := h.bins
-	if len(bins) == 0 { // asked under the lock: the map stays the completer's
-		h.mu.Unlock()
-		return
-	}
-	h.bins = make(map[histBin]*histAgg, len(bins))
-	h.mu.Unlock()
-	ctx, cancel := context.WithTimeout(context.Background(), max(h.every, time.Second))
-	defer cancel()
-	now := h.now()
-	var buckets []jobstate.HistoryBucket
-	all := make(map[int64]*histAgg, 1)
-	for b, a := range bins {
-		q := keys.New(h.prefix, b.queue)
-		buckets = addHistory(buckets, b.start, a, now, q.History)
-		t := all[b.start]
-		if t == nil {
-			t = new(histAgg)
-			all[b.start] = t
-		}
-		t.merge(a)
-	}
-	for start, a := range all {
-		buckets = addHistory(buckets, start, a, now, func(res string, start int64) string { return keys.HistoryAll(h.prefix, res, start) })
-	}
-	err := h.store.AddHistory(ctx, buckets)
-	switch {
-	case err != nil && !h.failing:
-		h.failing = true
-		h.log.Warn().Err(rediserr.Wrap("history", err)).Int("queues", len(bins)).
-			Msg("could not add outcomes to the queues' history; that interval is missing from it")
-	case err == nil && h.failing:
-		h.failing = false
-		h.log.Info().Msg("adding outcomes to the queues' history again")
-	}
-}
-
-// addHistory appends to bs what adds a to its bucket at each resolution, named by key, with
-// the bucket's expiry. The a was counted in the fine bucket that starts at start. A bucket
-// that has left its span already is skipped.
-func addHistory(bs []jobstate.HistoryBucket, start int64, a *histAgg, now time.Time, key func(res string, start int64) string) []jobstate.HistoryBucket {
-	for _, r := range historyResolutions {
-		b := bucketStart(time.Unix(start, 0), r.step)
-		exp := r.expiry(b)
-		if !exp.After(now) {
-			continue
-		}
-		hb := jobstate.HistoryBucket{Key: key(r.name, b), ExpireAt: exp}
-		for _, f := range []struct {
-			field string
-			n     int64
-		}{{keys.HistoryCompleted, a.completed}, {keys.HistoryFailed, a.failed}, {keys.HistoryRetried, a.retried}} {
-			if f.n > 0 {
-				hb.Counts = append(hb.Counts, jobstate.HistoryCount{Field: f.field, N: f.n})
-			}
-		}
-		for c, n := range a.wait {
-			if n > 0 {
-				hb.Counts = append(hb.Counts, jobstate.HistoryCount{Field: keys.HistoryWait + strconv.Itoa(c), N: n})
-			}
-		}
-		for c, n := range a.exec {
-			if n > 0 {
-				hb.Counts = append(hb.Counts, jobstate.HistoryCount{Field: keys.HistoryExec + strconv.Itoa(c), N: n})
-			}
-		}
-		bs = append(bs, hb)
-	}
-	return bs
-}
 
 // Latency is a percentile summary of durations: how many there were and their 50th and 99th
 // percentiles, each within 9% (above a millisecond; 500µs stands for anything under one).
@@ -273,8 +30,8 @@ type Latency struct {
 	P50, P99 time.Duration
 }
 
-func latencyOf(h *histogram) Latency {
-	return Latency{Count: h.count(), P50: h.quantile(0.5), P99: h.quantile(0.99)}
+func latencyOf(h *engine.Histogram) Latency {
+	return Latency{Count: h.Count(), P50: h.Quantile(0.5), P99: h.Quantile(0.99)}
 }
 
 // HistoryPoint is one bucket of a queue's history: the outcomes the workers wrote in the
@@ -319,20 +76,20 @@ func (i *Inspector) History(ctx context.Context, queue string, step time.Duratio
 			return nil, err
 		}
 	}
-	r, ok := resolutionOf(step)
+	r, ok := engine.ResolutionOf(step)
 	if !ok {
 		return nil, invalid("history step %s: want %s or %s", step, HistoryStepFine, HistoryStepCoarse)
 	}
 	now := time.Now()
-	last := bucketStart(now, step) - int64(step/time.Second) // the last whole bucket
-	first := max(bucketStart(since, step), bucketStart(now.Add(-r.span), step)+int64(step/time.Second))
+	last := engine.BucketStart(now, step) - int64(step/time.Second) // the last whole bucket
+	first := max(engine.BucketStart(since, step), engine.BucketStart(now.Add(-r.Span), step)+int64(step/time.Second))
 	first = min(first, last)
 	q := keys.New(i.cfg.Prefix, queue)
 	key := func(start int64) string {
 		if queue == "" {
-			return keys.HistoryAll(i.cfg.Prefix, r.name, start)
+			return keys.HistoryAll(i.cfg.Prefix, r.Name, start)
 		}
-		return q.History(r.name, start)
+		return q.History(r.Name, start)
 	}
 	var ks []string
 	for b := first; b <= last; b += int64(step / time.Second) {
@@ -343,9 +100,9 @@ func (i *Inspector) History(ctx context.Context, queue string, step time.Duratio
 		return nil, err
 	}
 	out := &History{Queue: queue, Step: step, Since: time.Unix(first, 0), Points: make([]HistoryPoint, len(cmds))}
-	var tw, tx histogram
+	var tw, tx engine.Histogram
 	for k, cmd := range cmds {
-		var wait, exec histogram
+		var wait, exec engine.Histogram
 		p := &out.Points[k]
 		p.At = time.Unix(first+int64(k)*int64(step/time.Second), 0)
 		for f, v := range cmd {
@@ -367,8 +124,8 @@ func (i *Inspector) History(ctx context.Context, queue string, step time.Duratio
 			}
 		}
 		p.Wait, p.Exec = latencyOf(&wait), latencyOf(&exec)
-		tw.merge(&wait)
-		tx.merge(&exec)
+		tw.Merge(&wait)
+		tx.Merge(&exec)
 		out.Total.Completed += p.Completed
 		out.Total.Failed += p.Failed
 		out.Total.Retried += p.Retried
@@ -379,8 +136,8 @@ func (i *Inspector) History(ctx context.Context, queue string, step time.Duratio
 }
 
 // histField is the cell a history field names, in wait or exec; nil for a field that is none.
-func histField(f string, wait, exec *histogram) *int64 {
-	var h *histogram
+func histField(f string, wait, exec *engine.Histogram) *int64 {
+	var h *engine.Histogram
 	switch {
 	case strings.HasPrefix(f, keys.HistoryWait):
 		h = wait
@@ -390,7 +147,7 @@ func histField(f string, wait, exec *histogram) *int64 {
 		return nil
 	}
 	c, err := strconv.Atoi(f[1:])
-	if err != nil || c < 0 || c >= histCells {
+	if err != nil || c < 0 || c >= engine.HistCells {
 		return nil
 	}
 	return &h[c]

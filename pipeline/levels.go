@@ -1,82 +1,14 @@
 package pipeline
 
 import (
-	"context"
-	"strconv"
-	"time"
-
-	"github.com/ThreeDotsLabs/watermill/message"
-
-	"github.com/conveyorq/conveyor/internal/jobstate"
+	"github.com/conveyorq/conveyor/internal/engine"
 	"github.com/conveyorq/conveyor/internal/keys"
-	"github.com/conveyorq/conveyor/internal/outage"
-	"github.com/conveyorq/conveyor/stream"
 )
 
 // LevelsRefresh is how often a worker (its settings watcher) reads which priority levels
 // (WithPriority) its queues' jobs use, to start reading a level's stream. So the first job of
 // a new level in a queue waits at most this long (plus a read) for a worker that runs already.
-const LevelsRefresh = time.Second
-
-// levelsWatcher starts, driven by the settings watcher, the reading of a queue's priority
-// level streams (keys.Queue.LevelStream) once a job of that level was published. A worker
-// reads a level's stream only while the queue's set of levels (keys.Queue.Levels) names it.
-// Every publish of a job above level 1 adds to that set. So a queue whose jobs never named a
-// level has its one stream, one reader and the slot an idle reader holds, as before levels
-// existed. A queue with levels has one reader per level used, read in level order
-// (stream.Config.Levels). The set is read before the session's reading begins, then every
-// LevelsRefresh. Levels are never dropped within a session; the set only grows while the queue
-// exists.
-type levelsWatcher struct {
-	w      *Worker
-	router *message.Router
-	sub    *stream.Subscriber
-	parts  []keys.Queue
-	// subscribed: the level streams the session reads (by stream key); owned by the loop
-	// after Start.
-	subscribed map[string]bool
-	spell      outage.Spell
-}
-
-func newLevelsWatcher(w *Worker, router *message.Router, sub *stream.Subscriber) *levelsWatcher {
-	l := &levelsWatcher{w: w, router: router, sub: sub, subscribed: map[string]bool{},
-		spell: outage.Spell{Min: time.Second, Max: time.Minute}}
-	for _, name := range w.parts {
-		l.parts = append(l.parts, keys.New(w.cfg.Prefix, name))
-	}
-	return l
-}
-
-// check reads the queues' levels and adds a router handler for each level stream not read
-// yet. It reports whether it added one.
-func (l *levelsWatcher) check(ctx context.Context) bool {
-	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	levels, err := jobstate.QueueLevels(cctx, l.w.rdb, l.parts)
-	cancel()
-	if err != nil {
-		if ctx.Err() == nil {
-			if step := l.spell.Failed(time.Now()); step.Log {
-				l.w.log.Warn().Err(err).Str("component", "levels watcher").Int("tries", step.Tries).
-					Msg("cannot read the queues' priority levels; reading the levels found so far")
-			}
-		}
-		return false
-	}
-	l.spell.OK(time.Now())
-	added := false
-	for k, q := range l.parts {
-		for _, level := range levels[k] {
-			s := q.LevelStream(level)
-			if l.subscribed[s] {
-				continue
-			}
-			l.subscribed[s] = true
-			added = true
-			l.router.AddConsumerHandler("conveyor:"+q.Tag()+":p"+strconv.Itoa(level), s, l.sub, l.w.handleMessage)
-		}
-	}
-	return added
-}
+const LevelsRefresh = engine.LevelsRefresh
 
 // levels is the subscriber's stream.Config.Levels: the level streams of one queue (of one
 // partition) are a family, read in level order.

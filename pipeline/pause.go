@@ -10,7 +10,6 @@ import (
 
 	"github.com/conveyorq/conveyor/internal/jobstate"
 	"github.com/conveyorq/conveyor/internal/keys"
-	"github.com/conveyorq/conveyor/stream"
 )
 
 // DefaultPauseCheckInterval is how often a worker reads the paused queues
@@ -78,9 +77,8 @@ func (i *Inspector) PauseConfirmed(ctx context.Context, queue string, timeout ti
 	// wait reads the confirmations every pauseAckRecheck alone.
 	var notices <-chan *redis.Message
 	if len(pc.Workers) > 0 {
-		ps := i.rdb.Subscribe(wctx, keys.PauseAckChannel(i.cfg.Prefix))
-		defer ps.Close()
-		if _, err := ps.Receive(wctx); err == nil {
+		if ps, err := i.store.SubscribePauseAcks(wctx); err == nil {
+			defer ps.Close()
 			notices = ps.Channel()
 		}
 	}
@@ -185,74 +183,6 @@ func (i *Inspector) mustExist(ctx context.Context, queue string) error {
 		return fmt.Errorf("queue %s: %w", queue, ErrQueueNotFound)
 	}
 	return nil
-}
-
-// pauseWatcher applies the paused queues (Inspector.Pause) to the session's subscriber, and
-// confirms pauses; the settings watcher reads them (settings_watch.go).
-type pauseWatcher struct {
-	w   *Worker
-	sub *stream.Subscriber
-	// applied is the worker's queues paused now, for the log lines; the settings watcher's.
-	applied map[string]bool
-}
-
-// confirm tells the pause of queue with token (Inspector.PauseConfirmed) that this worker
-// applied it. It waits until the reads of the queue's streams under way when it landed have
-// ended (stream.Subscriber.WaitTopicReads, woken by the last read's end). A read sent before
-// the pause may bring entries published after it, and they would start. A read lasts a
-// BlockTime at most (250 ms), bar a slow Redis. Past 5 s the worker does not confirm, and
-// Pause says so.
-func (p *pauseWatcher) confirm(ctx context.Context, queue, token string) {
-	var topics []string
-	for _, part := range p.w.parts {
-		q := keys.New(p.w.cfg.Prefix, part)
-		if q.Name() != queue {
-			continue
-		}
-		for level := keys.MinPriority; level <= keys.MaxPriority; level++ {
-			topics = append(topics, q.LevelStream(level))
-		}
-	}
-	if len(topics) == 0 {
-		return
-	}
-	wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	err := p.sub.WaitTopicReads(wctx, topics...)
-	cancel()
-	if err != nil {
-		return
-	}
-	if err := jobstate.AckPause(ctx, p.w.rdb, p.w.cfg.Prefix, queue, p.w.cfg.Name, token); err != nil && ctx.Err() == nil {
-		p.w.log.Warn().Err(err).Str("component", "pause watcher").Str("queue", queue).
-			Msg("cannot confirm the pause; the queue is paused here all the same")
-	}
-}
-
-// apply pauses or resumes the subscriber's topics of each partition of the worker's queues to
-// match paused.
-func (p *pauseWatcher) apply(paused map[string]bool) {
-	for _, part := range p.w.parts {
-		q := keys.New(p.w.cfg.Prefix, part)
-		// Every level's stream (pausing a topic not subscribed yet holds its reader when a
-		// level is found later).
-		for level := keys.MinPriority; level <= keys.MaxPriority; level++ {
-			if paused[q.Name()] {
-				p.sub.PauseTopic(q.LevelStream(level))
-			} else {
-				p.sub.ResumeTopic(q.LevelStream(level))
-			}
-		}
-	}
-	for _, name := range p.w.cfg.Queues {
-		if paused[name] != p.applied[name] {
-			p.applied[name] = paused[name]
-			msg := "queue paused: not reading it until it is resumed"
-			if !paused[name] {
-				msg = "queue resumed: reading it again"
-			}
-			p.w.log.Info().Str("queue", name).Msg(msg)
-		}
-	}
 }
 
 // pausedTopics reports, for tests, which of w's queues the current session's subscriber has

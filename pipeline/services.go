@@ -1,35 +1,40 @@
 package pipeline
 
 import (
+	"context"
 	"errors"
 	"slices"
-	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
 
 	"github.com/conveyorq/conveyor/delayed"
+	"github.com/conveyorq/conveyor/internal/engine"
 	"github.com/conveyorq/conveyor/internal/service"
 	"github.com/conveyorq/conveyor/recovery"
 )
 
 // services lists the background services of one reading session over w.parts, in start order
-// (Run stops them in reverse). First the settings watcher (settings_watch.go), which applies
+// (Run stops them in reverse). First the settings watcher (engine.SettingsWatcher), which applies
 // the paused queues to the session's subscriber before anything is read. Then the heartbeat
-// (heartbeat.go), the delayed scheduler and a recoverer per partition, unless disabled. A new
+// (engine.Heartbeat), the delayed scheduler and a recoverer per partition, unless disabled. A new
 // service is a type with Name, Start and Stop (internal/service) and one entry here.
-func (w *Worker) services(watcher *partitionWatcher, levels *levelsWatcher, router *message.Router) ([]service.Service, error) {
+func (w *Worker) services(watcher *engine.PartitionWatcher, levels *engine.LevelsWatcher, router *message.Router) ([]service.Service, error) {
 	// The settings watcher first: its Start reads the paused queues, the limits and the
 	// queues' priority levels before the reading begins. The session's leases of the limits
 	// are kept by a service of their own, which gives them back as it stops.
 	book := newLeaseBook(w)
 	w.leases.Store(book)
+	parts := slices.Clone(w.parts)
 	w.mu.Lock()
-	list := []service.Service{book, &settingsWatcher{w: w, store: w.store,
-		pause: &pauseWatcher{w: w, sub: w.sub, applied: map[string]bool{}}, book: book, limits: slices.Clone(w.parts),
-		levels: levels, router: router, parts: watcher, revs: map[string]int64{}}}
+	list := []service.Service{book, &engine.SettingsWatcher{Store: w.store, Queues: w.cfg.Queues,
+		PollEvery: w.cfg.PauseCheckInterval, Log: w.log,
+		Pause:      engine.NewPauseWatcher(w.rdb, w.cfg.Prefix, w.cfg.Name, parts, w.cfg.Queues, w.sub, w.log),
+		ReadLimits: func(ctx context.Context) { w.readLimits(ctx, book, parts) },
+		Levels:     levels, Router: router, Parts: watcher,
+		Counts: slices.Clone(w.counts), ReadCounts: w.readCounts}}
 	w.mu.Unlock()
 	if !w.cfg.DisableHeartbeat {
-		list = append(list, &heartbeat{w: w})
+		list = append(list, w.heartbeat())
 	}
 	if !w.cfg.DisableScheduler {
 		s, err := delayed.New(w.rdb, w.cfg.scheduler(w.parts))
@@ -88,17 +93,6 @@ func (c WorkerConfig) recoverer(queue string) recovery.Config {
 		TracerProvider: c.TracerProvider})
 }
 
-// partitionWatcher is how the settings watcher ends a reading session when one of the
-// worker's queues has a new partition count (see Worker.Run). It calls changed, and keeps the
-// new counts in next. The session's caller reads them after the services stop.
-type partitionWatcher struct {
-	changed func()
-	next    []int
-	// logged is the last unusable count logged, so that one is logged once.
-	logged string
-}
-
 // partitionsCheckEvery is how often a running worker reads its queues' limits and partition
-// counts without a change announced. It is the lifetime of the producers' cached counts. So a
-// worker follows a change about as soon as the last producer does.
-const partitionsCheckEvery = 5 * time.Second
+// counts without a change announced (engine.PartitionsCheckEvery).
+const partitionsCheckEvery = engine.PartitionsCheckEvery

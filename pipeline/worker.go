@@ -18,6 +18,8 @@ import (
 	"github.com/rs/zerolog"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/conveyorq/conveyor/internal/durable"
+	"github.com/conveyorq/conveyor/internal/engine"
 	"github.com/conveyorq/conveyor/internal/events"
 	"github.com/conveyorq/conveyor/internal/jobstate"
 	"github.com/conveyorq/conveyor/internal/keys"
@@ -277,6 +279,10 @@ const (
 	MinVisibilityTimeout = 300 * time.Millisecond
 )
 
+// transition is one state change a worker asks for (see jobstate for its constructors);
+// finish.lua applies it, fenced by its entry.
+type transition = jobstate.Transition
+
 // Worker runs handlers for the jobs of its queues. Register handlers with Handle, then call
 // Run. A batching Watermill Subscriber (package stream) reads jobs from each queue's stream in
 // consumer group "conveyor". A Watermill router runs them, so middleware (Use) wraps every job.
@@ -302,19 +308,20 @@ type Worker struct {
 	// troubled is the completer's last report (onTrouble), under mu: a new session's
 	// subscriber starts paused while it holds.
 	troubled bool
-	comp     *completer
+	comp     *engine.Completer
+	attempts *attempts // tells WorkerHooks.Attempts (attempts.go)
 	// replicas is the outcome writes' replica wait (WorkerConfig.Replicas; durable.go).
-	replicas *outcomeReplicas
+	replicas *durable.Outcomes
 	sub      *stream.Subscriber // the current session's, under mu
 	// leases are the current session's leases of its queues' limits, which limited names by
 	// stream key (admit.go).
-	leases  atomic.Pointer[leaseBook]
+	leases  atomic.Pointer[engine.LeaseBook]
 	limited atomic.Pointer[map[string]bool]
 	// progressWrites counts the progress reports written (Job.Progress), for tests.
 	progressWrites atomic.Int64
-	// cancels stops the handlers of jobs canceled while they run (cancel.go); evw holds its
+	// cancels stops the handlers of jobs canceled while they run (engine.Cancels); evw holds its
 	// events subscriptions, one per partition read.
-	cancels *cancels
+	cancels *engine.Cancels
 	evw     *events.Watcher
 	tracer  tracing.Tracer
 	// startedAt is when Run began, for the heartbeat record.
@@ -340,8 +347,8 @@ func NewWorker(rdb redis.UniversalClient, cfg WorkerConfig) (*Worker, error) {
 		ready:    make(chan struct{}),
 		tracer:   tracing.New(cfg.TracerProvider),
 	}
-	w.replicas = newOutcomeReplicas(cfg.Replicas, cfg.ReplicaTimeout)
-	w.cancels = newCancels(w)
+	w.replicas = durable.NewOutcomes(cfg.Replicas, cfg.ReplicaTimeout)
+	w.cancels = engine.NewCancels(w.store, w.log, cfg.VisibilityTimeout/3, cfg.Now)
 	return w, nil
 }
 
@@ -435,23 +442,26 @@ func (w *Worker) Run(ctx context.Context) error {
 		return err
 	}
 
-	w.comp = newCompleter(w.store, jobstate.FinishConfig{Worker: w.cfg.Name, Retention: w.cfg.Retention,
+	w.comp = engine.NewCompleter(w.store, jobstate.FinishConfig{Worker: w.cfg.Name, Retention: w.cfg.Retention,
 		MinRetention: w.cfg.MinRetention}, w.cfg.FlushInterval, finishChunk, w.cfg.Concurrency, w.log)
-	w.comp.replicas = w.replicas
-	w.comp.now = w.cfg.Now
-	w.comp.attempts = newAttempts(w.cfg.Hooks.Attempts)
+	w.comp.Replicas = w.replicas
+	w.comp.Now = w.cfg.Now
+	if w.attempts = newAttempts(w.cfg.Hooks.Attempts); w.attempts != nil {
+		w.comp.OnWritten = w.attempts.written
+	}
 	if !w.cfg.DisableHistory {
-		w.comp.history = newHistory(w.store, w.cfg.HistoryInterval, w.log)
-		w.comp.history.now = w.cfg.Now
-		go w.comp.history.run()
+		h := engine.NewHistory(w.store, w.cfg.HistoryInterval, w.log)
+		h.Now = w.cfg.Now
+		w.comp.History = h
+		go h.Run()
 		// Deferred before the completer's close, so it runs after it: the last outcomes
 		// the completer writes are counted and flushed too.
-		defer w.comp.history.close()
+		defer h.Close()
 	}
 	// While Redis refuses the outcomes, new jobs are not read: they would run only to wait,
 	// holding their slots, for writes that may not come back soon. The state outlives a
 	// reading session, so the next one starts paused when the completer still has trouble.
-	w.comp.onTrouble = func(failing bool) {
+	w.comp.OnTrouble = func(failing bool) {
 		w.mu.Lock()
 		defer w.mu.Unlock()
 		w.troubled = failing
@@ -464,8 +474,8 @@ func (w *Worker) Run(ctx context.Context) error {
 			w.sub.Resume()
 		}
 	}
-	go w.comp.run()
-	defer w.comp.close() // after the last session closed its subscriber: every message is settled or released
+	go w.comp.Run()
+	defer w.comp.Close() // after the last session closed its subscriber: every message is settled or released
 	w.evw = events.NewWatcher(w.rdb, events.Config{})
 	defer w.evw.Close()
 
@@ -568,7 +578,7 @@ func (w *Worker) session(ctx context.Context) ([]int, error) {
 		q := keys.New(w.cfg.Prefix, name)
 		router.AddConsumerHandler("conveyor:"+name, q.Stream(), sub, w.handleMessage)
 		var once sync.Once
-		stop := w.evw.ListenGaps(ctx, q.Events(), w.cancels.heard(q.Events()), func() {
+		stop := w.evw.ListenGaps(ctx, q.Events(), w.cancels.Heard(q.Events()), func() {
 			sub.RenewNow()
 			once.Do(func() { confirmed <- struct{}{} })
 		})
@@ -579,8 +589,9 @@ func (w *Worker) session(ctx context.Context) ([]int, error) {
 	defer endSession()
 	// The services run with the session: they end with it, and stopServices waits for them
 	// once the reading has ended.
-	watcher := &partitionWatcher{changed: endSession}
-	services, err := w.services(watcher, newLevelsWatcher(w, router, sub), router)
+	watcher := &engine.PartitionWatcher{Changed: endSession}
+	levels := engine.NewLevelsWatcher(w.rdb, w.cfg.Prefix, w.parts, router, sub, w.handleMessage, w.log)
+	services, err := w.services(watcher, levels, router)
 	if err != nil {
 		return nil, err
 	}
@@ -621,7 +632,7 @@ func (w *Worker) session(ctx context.Context) ([]int, error) {
 	if err != nil {
 		return nil, fmt.Errorf("pipeline: router: %w", err)
 	}
-	return watcher.next, nil // written before its Stop returned
+	return watcher.Next, nil // written before its Stop returned
 }
 
 // warnSharedName warns when this worker's name is the consumer name of a worker active in
@@ -670,9 +681,9 @@ func (w *Worker) settleAfter(sub *stream.Subscriber) message.HandlerMiddleware {
 				return nil, nil // deferred by a limit (no attempt), or not to run
 			}
 			// Its slots go back to the worker's lease once its outcome is written.
-			defer grantOf(msg.Context()).giveBack()
+			defer engine.GrantOf(msg.Context()).GiveBack()
 			if q, ok := w.queue(msg.Metadata[stream.StreamKey]); ok {
-				defer w.cancels.done(w.cancels.register(q, sub, msg))
+				defer w.cancels.Done(w.cancels.Register(q, sub, msg, msg.Metadata[MetaType]))
 			}
 			if _, err := h(msg); err != nil && !errors.As(err, new(*JobError)) {
 				w.refused(msg, err)
@@ -730,7 +741,7 @@ func (w *Worker) waitForRedis(ctx context.Context) error {
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
-		if permanent(err) || errors.Is(err, ErrInvalid) || rediserr.IsAuth(err) || tlsRefused(err) {
+		if engine.Permanent(err) || errors.Is(err, ErrInvalid) || rediserr.IsAuth(err) || tlsRefused(err) {
 			return fmt.Errorf("pipeline: redis refused the worker: %w", err)
 		}
 		step := spell.Failed(time.Now())
@@ -746,20 +757,11 @@ func (w *Worker) waitForRedis(ctx context.Context) error {
 
 // readCounts reads the partition count of each of the worker's queues in one round trip.
 func (w *Worker) readCounts(ctx context.Context) ([]int, error) {
-	vals, err := w.rdb.HMGet(ctx, keys.Partitions(w.cfg.Prefix), w.cfg.Queues...).Result()
-	if err != nil {
-		return nil, err
+	counts, err := w.store.PartitionCounts(ctx, w.cfg.Queues)
+	if errors.As(err, new(*jobstate.CountError)) {
+		return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
-	counts := make([]int, len(vals))
-	for k, v := range vals {
-		counts[k] = 1
-		if s, ok := v.(string); ok {
-			if counts[k], err = parsePartitions(w.cfg.Queues[k], s); err != nil {
-				return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
-			}
-		}
-	}
-	return counts, nil
+	return counts, err
 }
 
 // partitionQueues names every partition the worker reads, from w.counts: one stream
@@ -822,7 +824,7 @@ func (w *Worker) handleMessage(msg *message.Message) error {
 		return err
 	}
 	start := w.started(q, j)
-	j.progress = w.newProgressReporter(q, j)
+	j.progress = engine.NewProgressReporter(w.store, &w.progressWrites, q, j.ID, j.Entry, j.Attempt)
 	var result []byte
 	var err error
 	if j.Timeout > 0 {
@@ -841,9 +843,9 @@ func (w *Worker) handleMessage(msg *message.Message) error {
 // endProgress ends the attempt's progress reports before its outcome is written. It writes
 // the last one held, unless the attempt was abandoned (the job moved on, or goes back on
 // shutdown). Then the fence would refuse it, or the next run reports its own.
-func endProgress(ctx context.Context, r *progressReporter) {
+func endProgress(ctx context.Context, r *engine.ProgressReporter) {
 	cause := context.Cause(ctx)
-	r.end(!errors.Is(cause, stream.ErrClosed) && !errors.Is(cause, stream.ErrLeaseLost))
+	r.End(!errors.Is(cause, stream.ErrClosed) && !errors.Is(cause, stream.ErrLeaseLost))
 }
 
 // sendBack adds to t the payload exactly as read from the job's entry (stream.EntryValues).
@@ -864,13 +866,13 @@ func sendBack(t transition, j *Job) transition {
 // started marks the attempt as started (written later, if the job is still running then).
 func (w *Worker) started(q *keys.Queue, j *Job) time.Time {
 	start := w.cfg.Now()
-	w.comp.started(j.Entry, startMark{q: q, id: j.ID, attempt: j.Attempt, at: start.UnixMilli()})
+	w.comp.Started(j.Entry, engine.StartMark{Q: q, ID: j.ID, Attempt: j.Attempt, At: start.UnixMilli()})
 	return start
 }
 
 // write hands t to the completer and waits until it is written; then it returns jerr.
 func (w *Worker) write(t transition, jerr *JobError) error {
-	<-w.comp.finish(t)
+	<-w.comp.Finish(t)
 	if jerr == nil {
 		return nil
 	}
@@ -972,14 +974,14 @@ func (w *Worker) outcome(ctx context.Context, q *keys.Queue, j *Job, start time.
 
 // ended records an attempt that writes nothing: canceled, lost or abandoned.
 func (w *Worker) ended(q *keys.Queue, j *Job, start time.Time, why Outcome) error {
-	w.comp.forget(j.Entry)
+	w.comp.Forget(j.Entry)
 	jerr := &JobError{Outcome: why}
 	msg := "job attempt abandoned"
 	if why == OutcomeCanceled {
 		msg = "job canceled while it ran; its outcome is discarded"
 	}
 	jobEvent(w.log.Info(), j).Stringer("outcome", why).Msg(msg)
-	w.comp.attempts.ended(Attempt{Queue: q.Name(), Type: j.Type, Outcome: why, Began: start,
+	w.attempts.ended(Attempt{Queue: q.Name(), Type: j.Type, Outcome: why, Began: start,
 		Took: w.cfg.Now().Sub(start), Entered: stream.EntryTime(j.Entry), ID: j.ID, Number: j.Attempt})
 	return jerr
 }

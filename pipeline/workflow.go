@@ -409,7 +409,7 @@ func (j *Job) Dependencies(ctx context.Context) (*Dependencies, error) {
 	if j.progress == nil {
 		return nil, fmt.Errorf("%w: job %s was not handed to a handler by a Worker", ErrInvalid, j.ID)
 	}
-	js, q := j.progress.w.store, *j.progress.q
+	js, q := j.progress.Store(), *j.progress.Queue()
 	d, err := js.ReadTaskDeps(ctx, q, j.ID)
 	if err != nil {
 		return nil, err

@@ -96,6 +96,7 @@ type Backend interface {
 	ForgetQueue(ctx context.Context, queue string) error
 	ScanKeys(ctx context.Context, start string, unlink, everywhere bool) (int, error)
 	AddQueue(ctx context.Context, p AddQueueParams) (Added, error)
+	PartitionCounts(ctx context.Context, queues []string) ([]int, error)
 	ScanState(ctx context.Context, q keys.Queue) (levels []int, cascades bool, err error)
 
 	// Groups (groups.go).
@@ -115,6 +116,7 @@ type Backend interface {
 	BumpSettings(ctx context.Context, queue string) error
 	ReadSettings(ctx context.Context, queues []string) ([]Settings, error)
 	SubscribeSettings(ctx context.Context) (*redis.PubSub, error)
+	SubscribePauseAcks(ctx context.Context) (*redis.PubSub, error)
 	ReadRoute(ctx context.Context, queue string) (int, Settings, error)
 	DeleteSettings(ctx context.Context, queue string) error
 

@@ -29,12 +29,7 @@ var redisUsers = map[string]string{
 	"internal/periodic": "the periodic schedules' own store; the jobs it makes go through pipeline",
 	"internal/lock":     "the locks of one-at-a-time duties (recovery's scans, the periodic scheduler): their own keys",
 
-	// The settings slice of issue 32 turns these into one settings record of the store; until
-	// then their Pub/Sub notices and partition reads stay where they are.
-	"pipeline:pause.go":  "settings: the pause notices' Pub/Sub",
-	"pipeline:worker.go": "settings: the partition counts a worker reads at start (readCounts)",
-
-	"pipeline:durable.go":  "WAIT for replicas behind a write, on the writer's own connection",
+	"internal/durable":     "WAIT for replicas behind a write, on the writer's own connection",
 	"delayed:scheduler.go": "the wake-up notices' Pub/Sub",
 
 	// Test support, not the library: it starts, seeds or inspects servers for tests.

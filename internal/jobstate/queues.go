@@ -162,6 +162,32 @@ func PartitionCount(ctx context.Context, rdb redis.Cmdable, prefix, queue string
 	return ParsePartitions(queue, v)
 }
 
+// CountError is a stored partition count that cannot be used (ParsePartitions' error).
+type CountError struct{ Err error }
+
+func (e *CountError) Error() string { return e.Err.Error() }
+
+func (e *CountError) Unwrap() error { return e.Err }
+
+// PartitionCounts reads the partition count of each of queues in one round trip: 1 for a
+// queue with none stored. A stored count it cannot use is a *CountError.
+func (s *Store) PartitionCounts(ctx context.Context, queues []string) ([]int, error) {
+	vals, err := s.rdb.HMGet(ctx, keys.Partitions(s.prefix), queues...).Result()
+	if err != nil {
+		return nil, err
+	}
+	counts := make([]int, len(vals))
+	for k, v := range vals {
+		counts[k] = 1
+		if str, ok := v.(string); ok {
+			if counts[k], err = ParsePartitions(queues[k], str); err != nil {
+				return nil, &CountError{Err: err}
+			}
+		}
+	}
+	return counts, nil
+}
+
 // LegacyPartitions returns the partitions of a queue whose stored count is one the version
 // before wrote ({q#i}), or none when it is not such a count.
 func LegacyPartitions(ctx context.Context, rdb redis.Cmdable, prefix, queue string) ([]keys.Queue, error) {

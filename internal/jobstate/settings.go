@@ -184,6 +184,18 @@ func (s *Store) SubscribeSettings(ctx context.Context) (*redis.PubSub, error) {
 	return ps, nil
 }
 
+// SubscribePauseAcks subscribes to the notices of pause confirmations (keys.PauseAckChannel)
+// and waits for the subscription to be confirmed, so that no confirmation made after it
+// returns goes unheard.
+func (s *Store) SubscribePauseAcks(ctx context.Context) (*redis.PubSub, error) {
+	ps := s.rdb.Subscribe(ctx, keys.PauseAckChannel(s.prefix))
+	if _, err := ps.Receive(ctx); err != nil {
+		ps.Close()
+		return nil, rediserr.Wrap("pause confirmations", err)
+	}
+	return ps, nil
+}
+
 // ErrSettingsNotice is the error about a notice that SettingsNotice cannot read.
 var ErrSettingsNotice = errors.New("not a settings notice")
 

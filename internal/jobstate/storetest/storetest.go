@@ -31,6 +31,7 @@ func Run(t *testing.T, newStore func(t *testing.T) jobstate.Backend) {
 	t.Run("Cancel", func(t *testing.T) { testCancel(t, newStore(t)) })
 	t.Run("ScheduledRunNow", func(t *testing.T) { testScheduledRunNow(t, newStore(t)) })
 	t.Run("QueueRegistry", func(t *testing.T) { testQueueRegistry(t, newStore(t)) })
+	t.Run("PartitionCounts", func(t *testing.T) { testPartitionCounts(t, newStore(t)) })
 	t.Run("Beats", func(t *testing.T) { testBeats(t, newStore(t)) })
 	t.Run("History", func(t *testing.T) { testHistory(t, newStore(t)) })
 }
@@ -194,6 +195,21 @@ func testQueueRegistry(t *testing.T, s jobstate.Backend) {
 	known, err := s.IsKnownQueue(ctx, "a")
 	require.NoError(t, err)
 	require.False(t, known)
+}
+
+// The partition counts come back in the order asked, 1 for a queue without one, and a stored
+// count that cannot be used is a *jobstate.CountError.
+func testPartitionCounts(t *testing.T, s jobstate.Backend) {
+	ctx := t.Context()
+	require.NoError(t, jobstate.WritePartitions(ctx, s.Client(), s.Prefix(), "wide", 4))
+	counts, err := s.PartitionCounts(ctx, []string{"plain", "wide"})
+	require.NoError(t, err)
+	require.Equal(t, []int{1, 4}, counts)
+
+	require.NoError(t, s.Client().HSet(ctx, keys.Partitions(s.Prefix()), "bad", "zero").Err())
+	_, err = s.PartitionCounts(ctx, []string{"wide", "bad"})
+	var ce *jobstate.CountError
+	require.ErrorAs(t, err, &ce)
 }
 
 // A worker's heartbeat is listed with the time it has left, and gone once it ends.

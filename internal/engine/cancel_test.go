@@ -1,4 +1,4 @@
-package pipeline
+package engine
 
 import (
 	"context"
@@ -7,12 +7,14 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/redis/go-redis/v9"
+	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 
 	"github.com/conveyorq/conveyor/internal/events"
 	"github.com/conveyorq/conveyor/internal/jobstate"
 	"github.com/conveyorq/conveyor/internal/keys"
 	"github.com/conveyorq/conveyor/internal/redistest"
+	"github.com/conveyorq/conveyor/internal/status"
 	"github.com/conveyorq/conveyor/stream"
 )
 
@@ -21,7 +23,7 @@ import (
 // interval only.
 func TestCancelsBookkeeping(t *testing.T) {
 	t.Parallel()
-	c := newCancels(&Worker{cfg: WorkerConfig{VisibilityTimeout: 30 * time.Second, Now: time.Now}})
+	c := NewCancels(nil, zerolog.Nop(), 10*time.Second, time.Now)
 	qa, qb := keys.New("p", "a"), keys.New("p", "b")
 	msg := func(q keys.Queue) *message.Message {
 		m := message.NewMessage("job-1", nil)
@@ -29,14 +31,14 @@ func TestCancelsBookkeeping(t *testing.T) {
 		m.Metadata[stream.EntryIDKey] = "1-0"
 		return m
 	}
-	a := c.register(&qa, nil, msg(qa))
-	b := c.register(&qb, nil, msg(qb))
+	a := c.Register(&qa, nil, msg(qa), "t")
+	b := c.Register(&qb, nil, msg(qb), "t")
 	require.Equal(t, b, c.running["job-1"])
 	require.Equal(t, a, b.next)
-	c.done(a)
+	c.Done(a)
 	require.Equal(t, b, c.running["job-1"])
 	require.Nil(t, b.next)
-	c.done(b)
+	c.Done(b)
 	require.Empty(t, c.running)
 
 	now := time.Now()
@@ -56,7 +58,7 @@ func TestCancelHeardBeforeRegister(t *testing.T) {
 	rdb := redistest.Client(t)
 	ctx := t.Context()
 	q := keys.New(keys.DefaultPrefix, redistest.UniqueName(t))
-	c := newCancels(&Worker{rdb: rdb, store: jobstate.NewStore(rdb, keys.DefaultPrefix), cfg: WorkerConfig{VisibilityTimeout: 30 * time.Second, Now: time.Now}})
+	c := NewCancels(jobstate.NewStore(rdb, keys.DefaultPrefix), zerolog.Nop(), 10*time.Second, time.Now)
 	require.NoError(t, rdb.XAdd(ctx, &redis.XAddArgs{Stream: q.Stream(), Values: []any{
 		stream.FieldUUID, "job-1", stream.FieldPayload, "", stream.FieldMetadata, ""}}).Err())
 	sub, err := stream.NewSubscriber(stream.Config{Client: rdb, Group: keys.Group, ManualSettle: true})
@@ -65,13 +67,13 @@ func TestCancelHeardBeforeRegister(t *testing.T) {
 	msgs, err := sub.Subscribe(ctx, q.Stream())
 	require.NoError(t, err)
 	msg := <-msgs
-	require.NoError(t, rdb.HSet(ctx, q.Job("job-1"), keys.FieldStatus, string(StatusCanceled)).Err())
+	require.NoError(t, rdb.HSet(ctx, q.Job("job-1"), keys.FieldStatus, string(status.Canceled)).Err())
 
-	c.heard(q.Events())([]events.Event{{ID: "job-1", Status: "canceled", Attempt: 1}})
-	c.heard(q.Events())([]events.Event{{ID: "job-2", Status: "completed", Attempt: 1}}) // not a cancel: not kept
+	c.Heard(q.Events())([]events.Event{{ID: "job-1", Status: "canceled", Attempt: 1}})
+	c.Heard(q.Events())([]events.Event{{ID: "job-2", Status: "completed", Attempt: 1}}) // not a cancel: not kept
 	require.Len(t, c.recent, 1)
-	rj := c.register(&q, sub, msg)
-	defer c.done(rj)
+	rj := c.Register(&q, sub, msg, "t")
+	defer c.Done(rj)
 	select {
 	case <-msg.Context().Done():
 		require.ErrorIs(t, context.Cause(msg.Context()), ErrJobCanceled)

@@ -1,20 +1,20 @@
-package pipeline
+package engine
 
 import (
 	"math"
 	"time"
 )
 
-// histCells is the number of cells of a histogram. Cell 0 holds durations under a
+// HistCells is the number of cells of a Histogram. Cell 0 holds durations under a
 // millisecond. Cell c >= 1 holds those from 2^((c-1)/4) ms to 2^(c/4) ms, four cells to a
 // doubling. The last cell, from 2^31.5 ms (about 35 days), holds everything longer.
-const histCells = 128
+const HistCells = 128
 
-// histogram counts durations in fixed log-scale cells. Fixed cells make histograms mergeable:
+// Histogram counts durations in fixed log-scale cells. Fixed cells make histograms mergeable:
 // the cells of several workers' histograms add up (HINCRBY per cell in a history bucket), and
 // any percentile is read from the sum. A percentile is reported as its cell's geometric
 // middle, within 9% of the true value above a millisecond (2^(1/8)).
-type histogram [histCells]int64
+type Histogram [HistCells]int64
 
 // cellOf is the cell of d.
 func cellOf(d time.Duration) int {
@@ -22,12 +22,12 @@ func cellOf(d time.Duration) int {
 	if ms < 1 {
 		return 0
 	}
-	return min(histCells-1, 1+int(4*math.Log2(float64(ms))))
+	return min(HistCells-1, 1+int(4*math.Log2(float64(ms))))
 }
 
-// cellValue is the duration cell c stands for: the geometric middle of its bounds, half a
+// CellValue is the duration cell c stands for: the geometric middle of its bounds, half a
 // millisecond for cell 0.
-func cellValue(c int) time.Duration {
+func CellValue(c int) time.Duration {
 	if c <= 0 {
 		return 500 * time.Microsecond
 	}
@@ -35,16 +35,18 @@ func cellValue(c int) time.Duration {
 	return time.Duration(ms * float64(time.Millisecond)).Round(10 * time.Microsecond)
 }
 
-func (h *histogram) add(d time.Duration) { h[cellOf(d)]++ }
+// Add counts d.
+func (h *Histogram) Add(d time.Duration) { h[cellOf(d)]++ }
 
-func (h *histogram) merge(o *histogram) {
+// Merge adds o's counts to h's.
+func (h *Histogram) Merge(o *Histogram) {
 	for c, n := range o {
 		h[c] += n
 	}
 }
 
-// count is how many durations h holds.
-func (h *histogram) count() int64 {
+// Count is how many durations h holds.
+func (h *Histogram) Count() int64 {
 	var n int64
 	for _, k := range h {
 		n += k
@@ -52,10 +54,10 @@ func (h *histogram) count() int64 {
 	return n
 }
 
-// quantile is the duration that a share q (0 < q <= 1) of h's durations does not exceed: the
-// value of the cell that holds the ceil(q*n)-th smallest. It is 0 for an empty histogram.
-func (h *histogram) quantile(q float64) time.Duration {
-	n := h.count()
+// Quantile is the duration that a share q (0 < q <= 1) of h's durations does not exceed: the
+// value of the cell that holds the ceil(q*n)-th smallest. It is 0 for an empty Histogram.
+func (h *Histogram) Quantile(q float64) time.Duration {
+	n := h.Count()
 	if n == 0 {
 		return 0
 	}
@@ -64,8 +66,8 @@ func (h *histogram) quantile(q float64) time.Duration {
 	for c, k := range h {
 		seen += k
 		if seen >= rank {
-			return cellValue(c)
+			return CellValue(c)
 		}
 	}
-	return cellValue(histCells - 1)
+	return CellValue(HistCells - 1)
 }

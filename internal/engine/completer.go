@@ -1,4 +1,4 @@
-package pipeline
+package engine
 
 import (
 	"cmp"
@@ -8,6 +8,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/conveyorq/conveyor/internal/durable"
 	"github.com/conveyorq/conveyor/internal/events"
 	"github.com/conveyorq/conveyor/internal/jobstate"
 	"github.com/conveyorq/conveyor/internal/keys"
@@ -16,11 +17,7 @@ import (
 	"github.com/conveyorq/conveyor/internal/script"
 )
 
-// transition is one state change a worker asks for (see jobstate for its constructors);
-// finish.lua applies it, fenced by its entry.
-type transition = jobstate.Transition
-
-// completer writes job transitions in batches. A handler's outcome joins the current chunk
+// Completer writes job transitions in batches. A handler's outcome joins the current chunk
 // (up to maxBatch outcomes). Chunks are written one finish.lua call per queue. A chunk is
 // written as soon as it is full, every slot of the worker waits, or FlushInterval passed. A
 // job's "started" mark waits one interval before it is written. It is dropped when the job
@@ -35,7 +32,7 @@ type transition = jobstate.Transition
 //
 // Nothing is lost when a write fails: transitions are retried. Those that cannot be written
 // leave their entries pending. Recovery runs those jobs again after the visibility timeout.
-type completer struct {
+type Completer struct {
 	store    jobstate.Backend
 	cfg      jobstate.FinishConfig
 	interval time.Duration
@@ -48,10 +45,10 @@ type completer struct {
 	// chunk that a failed write put back at the head.
 	chunks  []*chunk
 	pending int                  // outcomes in chunks
-	starts  map[string]startMark // unwritten "started" marks by entry
-	// now is the worker's wall clock (WorkerConfig.Now): the start marks' times are its, and
-	// the hooks and the history measure from them. Deadlines and backoffs stay monotonic.
-	now     func() time.Time
+	starts  map[string]StartMark // unwritten "started" marks by entry
+	// Now is the worker's wall clock: the start marks' times are its, and the hooks and the
+	// history measure from them. Deadlines and backoffs stay monotonic.
+	Now     func() time.Time
 	arm     chan struct{}
 	full    chan struct{}
 	stop    chan struct{}
@@ -66,20 +63,21 @@ type completer struct {
 	// writers retry.
 	outage outage.Spell
 
-	// replicas, when set, makes each write wait for replicas (WorkerConfig.Replicas).
-	replicas *outcomeReplicas
+	// Replicas, when set, makes each write wait for replicas.
+	Replicas *durable.Outcomes
 
-	// onTrouble, when set, is told when writes start failing (true) and when they go through
+	// OnTrouble, when set, is told when writes start failing (true) and when they go through
 	// again (false): the worker stops reading new jobs meanwhile.
-	onTrouble func(bool)
+	OnTrouble func(bool)
 
-	// attempts, when set, is told of the outcomes written or given up (WorkerHooks.Attempts).
-	// Here they come in chunks, so counting them costs a clock read per chunk, not per job.
-	attempts *attempts
+	// OnWritten, when set, is told of the outcomes written (with finish.lua's codes) or given
+	// up (nil codes), for the worker's hooks. They come in chunks, so telling them costs a
+	// clock read per chunk, not per job.
+	OnWritten func(ts []jobstate.Transition, codes []script.Code, at time.Time)
 
-	// history, when set, counts the outcomes written for the queues' history in Redis
-	// (history.go), a chunk at a time like attempts.
-	history *history
+	// History, when set, counts the outcomes written for the queues' history in Redis
+	// (history.go), a chunk at a time like OnWritten.
+	History *History
 }
 
 // Bounds of the writers' shared backoff while writes fail.
@@ -94,17 +92,18 @@ const (
 
 // chunk is a batch of outcomes whose handlers wait for done.
 type chunk struct {
-	items []transition
+	items []jobstate.Transition
 	done  chan struct{}
 }
 
-func newCompleter(store jobstate.Backend, cfg jobstate.FinishConfig, interval time.Duration, maxBatch, slots int, log zerolog.Logger) *completer {
-	return &completer{
+// NewCompleter returns a completer that writes through store; start it with Run.
+func NewCompleter(store jobstate.Backend, cfg jobstate.FinishConfig, interval time.Duration, maxBatch, slots int, log zerolog.Logger) *Completer {
+	return &Completer{
 		store: store, cfg: cfg, interval: interval, maxBatch: maxBatch,
 		slots:  max(1, slots),
 		log:    log.With().Str("component", "completer").Logger(),
-		starts: make(map[string]startMark),
-		now:    time.Now,
+		starts: make(map[string]StartMark),
+		Now:    time.Now,
 		outage: outage.Spell{Min: minWriteBackoff, Max: maxWriteBackoff},
 		arm:    make(chan struct{}, 1),
 		full:   make(chan struct{}, 1),
@@ -127,17 +126,17 @@ func signal(ch chan struct{}) {
 // start mark may now land after its job's outcome, and finish.lua then ignores it.
 const finishWriters = 2
 
-// startMark is an attempt's unwritten "started" mark: small, since every job makes one.
-type startMark struct {
-	q       *keys.Queue
-	id      string
-	attempt int
-	at      int64     // unix ms, by the worker's clock (WorkerConfig.Now): what is stored
+// StartMark is an attempt's unwritten "started" mark: small, since every job makes one.
+type StartMark struct {
+	Q       *keys.Queue
+	ID      string
+	Attempt int
+	At      int64     // unix ms, by the worker's clock: what is stored
 	noted   time.Time // when it was noted, for its wait before the write: monotonic, not at
 }
 
-// started records that the attempt on entry began.
-func (c *completer) started(entry string, m startMark) {
+// Started records that the attempt on entry began.
+func (c *Completer) Started(entry string, m StartMark) {
 	m.noted = time.Now()
 	c.mu.Lock()
 	c.starts[entry] = m
@@ -145,10 +144,10 @@ func (c *completer) started(entry string, m startMark) {
 	signal(c.arm)
 }
 
-// finish records an attempt's outcome; it replaces the attempt's start mark if that was not
+// Finish records an attempt's outcome; it replaces the attempt's start mark if that was not
 // written yet (finish.lua writes started_at with the outcome). The returned channel closes
 // once the chunk that carries it was written (or the write was tried and will be retried).
-func (c *completer) finish(t transition) <-chan struct{} {
+func (c *Completer) Finish(t jobstate.Transition) <-chan struct{} {
 	c.mu.Lock()
 	if c.closed {
 		// A handler that outlived shutdown: its entry was put back or will be recovered, and
@@ -156,13 +155,13 @@ func (c *completer) finish(t transition) <-chan struct{} {
 		c.mu.Unlock()
 		transitionEvent(c.log.Warn(), t).
 			Msg("job outcome arrived after the worker shut down; it is not written and the job will run again")
-		c.attempts.written([]transition{t}, nil, c.now())
+		c.told([]jobstate.Transition{t}, nil, c.Now())
 		return closedChan
 	}
 	delete(c.starts, t.Entry)
 	n := len(c.chunks)
 	if n == 0 || len(c.chunks[n-1].items) >= c.maxBatch {
-		c.chunks = append(c.chunks, &chunk{items: make([]transition, 0, c.maxBatch), done: make(chan struct{})})
+		c.chunks = append(c.chunks, &chunk{items: make([]jobstate.Transition, 0, c.maxBatch), done: make(chan struct{})})
 		n++
 	}
 	ch := c.chunks[n-1]
@@ -181,15 +180,16 @@ func (c *completer) finish(t transition) <-chan struct{} {
 // closedChan is returned for outcomes that need no wait.
 var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
 
-// forget drops an attempt's unwritten start mark (the attempt was abandoned: lease lost or
+// Forget drops an attempt's unwritten start mark (the attempt was abandoned: lease lost or
 // shutdown).
-func (c *completer) forget(entry string) {
+func (c *Completer) Forget(entry string) {
 	c.mu.Lock()
 	delete(c.starts, entry)
 	c.mu.Unlock()
 }
 
-func (c *completer) run() {
+// Run writes until Close.
+func (c *Completer) Run() {
 	defer close(c.done)
 	var wg sync.WaitGroup
 	for range finishWriters {
@@ -209,13 +209,13 @@ func (c *completer) run() {
 	for _, ch := range late {
 		c.log.Warn().Int("transitions", len(ch.items)).
 			Msg("job outcomes arrived as the worker shut down; they are not written and their jobs will run again")
-		c.attempts.written(ch.items, nil, c.now())
+		c.told(ch.items, nil, c.Now())
 		close(ch.done)
 	}
 }
 
 // writeLoop is one writer: it waits for a full chunk, the flush interval or stop, and writes.
-func (c *completer) writeLoop() {
+func (c *Completer) writeLoop() {
 	for {
 		select {
 		case <-c.arm:
@@ -248,7 +248,7 @@ func (c *completer) writeLoop() {
 // final writes what is left at shutdown, retrying for a few seconds. What it cannot write is
 // given up: the handlers waiting for it are released, and their jobs, whose entries stay
 // pending, are recovered after the visibility timeout.
-func (c *completer) final() {
+func (c *Completer) final() {
 	deadline := time.Now().Add(finalWriteTime)
 	for {
 		ctx, cancel := context.WithDeadline(context.Background(), deadline)
@@ -267,7 +267,7 @@ func (c *completer) final() {
 			c.chunks, c.pending = nil, 0
 			c.mu.Unlock()
 			for _, ch := range chunks {
-				c.attempts.written(ch.items, nil, c.now())
+				c.told(ch.items, nil, c.Now())
 				close(ch.done)
 			}
 			return
@@ -279,9 +279,9 @@ func (c *completer) final() {
 // finalWriteTime bounds how long a worker that shuts down keeps trying to write outcomes.
 const finalWriteTime = 5 * time.Second
 
-// close writes what is left and stops the completer; it is safe to call once. Outcomes that
-// arrive later are not written (see finish).
-func (c *completer) close() {
+// Close writes what is left and stops the completer; it is safe to call once. Outcomes that
+// arrive later are not written (see Finish).
+func (c *Completer) Close() {
 	close(c.stop)
 	<-c.done
 }
@@ -291,7 +291,7 @@ func (c *completer) close() {
 // of its outcomes are written. When a write fails it stops and returns how long to wait
 // before the next try. The chunk goes back to the head with its handlers still waiting. So
 // their entries stay held and their leases renewed until their outcomes are in Redis.
-func (c *completer) flush(ctx context.Context, all bool) (wait time.Duration) {
+func (c *Completer) flush(ctx context.Context, all bool) (wait time.Duration) {
 	first := true
 	for {
 		c.mu.Lock()
@@ -304,12 +304,12 @@ func (c *completer) flush(ctx context.Context, all bool) (wait time.Duration) {
 				signal(c.full) // another writer may take the next full chunk meanwhile
 			}
 		}
-		var batch []transition
+		var batch []jobstate.Transition
 		if first {
 			for e, m := range c.starts {
 				if all || time.Since(m.noted) >= c.interval {
-					batch = append(batch, jobstate.Start(m.q, jobstate.StartParams{ID: m.id, Entry: e, Attempt: m.attempt,
-						At: time.UnixMilli(m.at)}))
+					batch = append(batch, jobstate.Start(m.Q, jobstate.StartParams{ID: m.ID, Entry: e, Attempt: m.Attempt,
+						At: time.UnixMilli(m.At)}))
 					delete(c.starts, e)
 				}
 			}
@@ -344,21 +344,21 @@ func (c *completer) flush(ctx context.Context, all bool) (wait time.Duration) {
 }
 
 // failed records a failed write of n outcomes and returns how long to wait before the next try.
-func (c *completer) failed(err error, n int) time.Duration {
+func (c *Completer) failed(err error, n int) time.Duration {
 	step := c.outage.Failed(time.Now())
 	if step.Log {
 		c.log.Error().Err(err).Int("outcomes_waiting", n).Int("tries", step.Tries).
 			Dur("failing_for", step.FailingFor.Round(time.Millisecond)).Dur("retry_in", step.Wait.Round(time.Millisecond)).
 			Msg("cannot write job outcomes; their jobs stay held and new jobs wait until Redis takes writes again")
 	}
-	if step.Log && step.Tries == 1 && c.onTrouble != nil {
-		c.onTrouble(true) // the spell begins
+	if step.Log && step.Tries == 1 && c.OnTrouble != nil {
+		c.OnTrouble(true) // the spell begins
 	}
 	return step.Wait
 }
 
 // wrote records a write that went through, which ends a spell of failures.
-func (c *completer) wrote() {
+func (c *Completer) wrote() {
 	lasted, ended := c.outage.OK(time.Now())
 	if !ended {
 		return
@@ -366,14 +366,14 @@ func (c *completer) wrote() {
 	lasted = lasted.Round(time.Millisecond)
 	c.log.Info().Dur("after", lasted).
 		Msg("reconnected to Redis after " + lasted.String() + "; job outcomes written again, reading new jobs")
-	if c.onTrouble != nil {
-		c.onTrouble(false)
+	if c.OnTrouble != nil {
+		c.OnTrouble(false)
 	}
 }
 
 // refusedAgain counts one more refusal of entry's outcome and reports whether it was the
 // last allowed (maxPermanentTries): the entry is then forgotten and its outcome given up.
-func (c *completer) refusedAgain(entry string) bool {
+func (c *Completer) refusedAgain(entry string) bool {
 	c.refusedMu.Lock()
 	defer c.refusedMu.Unlock()
 	if c.refused == nil {
@@ -389,19 +389,19 @@ func (c *completer) refusedAgain(entry string) bool {
 // write runs finish.lua for batch (one call per queue or partition and maxBatch transitions,
 // pipelined). It returns the transitions to try again and the first error of a call, if any.
 // Every error is worth another try except one that says the request itself is wrong (see
-// permanent). A transition that met such an error maxPermanentTries times is given up. Its
+// Permanent). A transition that met such an error maxPermanentTries times is given up. Its
 // job is left to recovery. Start marks are never sent again. They are only informational (the
 // outcome carries started_at), and one sent late must not land after the outcome.
-func (c *completer) write(ctx context.Context, batch []transition) ([]transition, error) {
+func (c *Completer) write(ctx context.Context, batch []jobstate.Transition) ([]jobstate.Transition, error) {
 	// Group by stream, keeping order; a batch usually has one, which needs no copy.
-	groups := [][]transition{batch}
+	groups := [][]jobstate.Transition{batch}
 	for i := 1; i < len(batch); i++ {
 		if batch[i].Queue.Stream() != batch[0].Queue.Stream() {
 			groups = groupByQueue(batch)
 			break
 		}
 	}
-	var chunks [][]transition
+	var chunks [][]jobstate.Transition
 	cfg := c.cfg
 	if cfg.Events == events.None {
 		// Known once per client. Until then (Redis unreachable at start) it is asked again at
@@ -417,14 +417,14 @@ func (c *completer) write(ctx context.Context, batch []transition) ([]transition
 		}
 	}
 	groups = chunks
-	rdb := c.replicas.writer(c.store.Client())
+	rdb := c.Replicas.Writer(c.store.Client())
 	answers := c.store.Finish(ctx, jobstate.FinishParams{Config: cfg, Chunks: chunks, Via: rdb})
 	var at time.Time
-	if c.attempts != nil || c.history != nil {
-		at = c.now()
+	if c.OnWritten != nil || c.History != nil {
+		at = c.Now()
 	}
 
-	var retry, gaveUp []transition
+	var retry, gaveUp []jobstate.Transition
 	var first error
 	for i, a := range answers {
 		codes, err := a.Codes, a.Err
@@ -434,7 +434,7 @@ func (c *completer) write(ctx context.Context, batch []transition) ([]transition
 				if t.Op == jobstate.OpStart {
 					continue
 				}
-				if permanent(err) && c.refusedAgain(t.Entry) {
+				if Permanent(err) && c.refusedAgain(t.Entry) {
 					transitionEvent(c.log.Error().Err(err), t).
 						Msg("giving up on a job outcome that cannot be written; the job will be recovered")
 					gaveUp = append(gaveUp, t)
@@ -444,8 +444,8 @@ func (c *completer) write(ctx context.Context, batch []transition) ([]transition
 			}
 			continue
 		}
-		c.attempts.written(groups[i], codes, at)
-		c.history.written(groups[i], codes, at)
+		c.told(groups[i], codes, at)
+		c.History.Written(groups[i], codes, at)
 		for k, code := range codes {
 			// Refusals are counted by finish.lua in the queue's stats (refused). A start
 			// mark that came too late (the job finished or moved on) is not a refusal.
@@ -455,16 +455,16 @@ func (c *completer) write(ctx context.Context, batch []transition) ([]transition
 			}
 		}
 	}
-	c.attempts.written(gaveUp, nil, at)
+	c.told(gaveUp, nil, at)
 	if first == nil {
-		c.replicas.observe(rdb, len(batch), c.log)
+		c.Replicas.Observe(rdb, len(batch), c.log)
 	}
 	return retry, first
 }
 
 // transitionEvent adds the fields of every job line (queue, job_id, type, attempt) and the
 // transition's op.
-func transitionEvent(e *zerolog.Event, t transition) *zerolog.Event {
+func transitionEvent(e *zerolog.Event, t jobstate.Transition) *zerolog.Event {
 	return e.Str("queue", t.Queue.Name()).Str("job_id", t.ID).Str("type", t.Type).Int("attempt", t.Attempt).
 		Stringer("op", t.Op)
 }
@@ -473,9 +473,9 @@ func transitionEvent(e *zerolog.Event, t transition) *zerolog.Event {
 // each. The partitions of a queue are queues of their own here, as one script call touches
 // one hash slot. So are its priority levels, as finish.lua acknowledges the entries of one
 // stream (keys.Queue.AtLevel).
-func groupByQueue(batch []transition) [][]transition {
+func groupByQueue(batch []jobstate.Transition) [][]jobstate.Transition {
 	index := map[string]int{}
-	var groups [][]transition
+	var groups [][]jobstate.Transition
 	for _, t := range batch {
 		i, ok := index[t.Queue.Stream()]
 		if !ok {
@@ -488,17 +488,24 @@ func groupByQueue(batch []transition) [][]transition {
 	return groups
 }
 
-// permanent reports whether err says the request itself is wrong, so that sending it again
+// Permanent reports whether err says the request itself is wrong, so that sending it again
 // cannot help. Such errors are a key of the wrong type, an ACL that refuses a command, or the
 // worker's own client closed. Every other error may pass by itself. Examples are a connection
 // error or timeout, an out-of-memory refusal, and a server that is loading, busy or read-only
 // after a failover. So is a cluster that is resharding. Redis's generic ERR replies (a
 // script's error among them) are retried. The check this replaced listed "ERR". But it went
 // through a go-redis prefix test that drops a leading "ERR " first, so they never matched.
-func permanent(err error) bool {
+func Permanent(err error) bool {
 	switch rediserr.Classify(err) {
 	case rediserr.Closed, rediserr.WrongType, rediserr.NoPerm:
 		return true
 	}
 	return false
+}
+
+// told tells OnWritten, if set, about ts.
+func (c *Completer) told(ts []jobstate.Transition, codes []script.Code, at time.Time) {
+	if c.OnWritten != nil {
+		c.OnWritten(ts, codes, at)
+	}
 }

@@ -1,4 +1,4 @@
-package pipeline
+package durable
 
 import (
 	"context"
@@ -10,7 +10,7 @@ import (
 )
 
 // A pipeline that failed as a whole (its connection refused) leaves its commands without an
-// error; carryErr gives them the pipeline's, and leaves alone the commands of a pipeline where
+// error; CarryErr gives them the pipeline's, and leaves alone the commands of a pipeline where
 // some command answered with an error of its own.
 func TestCarryErr(t *testing.T) {
 	t.Parallel()
@@ -36,7 +36,7 @@ func TestCarryErr(t *testing.T) {
 		{"redis.Nil is an answer", redis.Nil, mk(nil, nil), []error{nil, nil}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			carryErr(tc.err, tc.cmds...)
+			CarryErr(tc.err, tc.cmds...)
 			for k, c := range tc.cmds {
 				require.Equal(t, tc.want[k], c.Err(), "command %d", k)
 			}
