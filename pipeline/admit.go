@@ -13,11 +13,11 @@ import (
 	"github.com/conveyorq/conveyor/stream"
 )
 
-// LimitsRefresh bounds how long a limit set, changed or deleted (Inspector.SetLimit) takes to
+// limitsRefresh bounds how long a limit set, changed or deleted (Inspector.SetLimit) takes to
 // apply to the jobs a worker reads. The change's notice reaches the worker at once. The
 // worker's poll of the settings records (every PauseCheckInterval) finds a lost notice. The
 // scripts that lease the limits read them at once, so a lease is never granted past a limit.
-const LimitsRefresh = time.Second
+const limitsRefresh = time.Second
 
 // newLeaseBook is the lease book of a session of w (engine.LeaseBook: admission's leases).
 func newLeaseBook(w *Worker) *engine.LeaseBook {
@@ -69,7 +69,7 @@ func (w *Worker) admitRead(ctx context.Context, topic string, msgs []*message.Me
 
 // admitItem is what admit.lua needs of msg's job.
 func admitItem(msg *message.Message, fence bool) jobstate.AdmitItem {
-	attempt, _, _, typ, _ := keys.ParseEntryJob(msg.Metadata[MetaJob])
+	attempt, _, _, typ, _ := keys.ParseEntryJob(msg.Metadata[metaJob])
 	return jobstate.AdmitItem{ID: msg.UUID, Entry: msg.Metadata[stream.EntryIDKey], Type: typ,
 		Attempt: attempt, LimitKey: msg.Metadata[metaLimitKey], Fence: fence}
 }

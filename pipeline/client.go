@@ -132,8 +132,8 @@ func NewClient(rdb redis.UniversalClient, cfg ClientConfig) (*Client, error) {
 	if cfg.MaxPayloadBytes < 0 {
 		errs = append(errs, invalid("max payload bytes %d is negative", cfg.MaxPayloadBytes))
 	}
-	if cfg.MaxRetries < NoRetries || cfg.MaxRetries > MaxMaxRetries {
-		errs = append(errs, invalid("max retries %d outside 0..%d (or NoRetries)", cfg.MaxRetries, MaxMaxRetries))
+	if cfg.MaxRetries < NoRetries || cfg.MaxRetries > maxMaxRetries {
+		errs = append(errs, invalid("max retries %d outside 0..%d (or NoRetries)", cfg.MaxRetries, maxMaxRetries))
 	}
 	if cfg.Retention < 0 && cfg.Retention != RetainNone {
 		errs = append(errs, invalid("retention %s is negative (RetainNone keeps nothing)", cfg.Retention))

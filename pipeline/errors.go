@@ -131,7 +131,7 @@ func maxTime(a, b time.Time) time.Time {
 // the attempt ends. It does not count the attempt or record an error. The job is
 // `scheduled`, with ScheduledFor "snooze", and keeps its retries. It suits work that is not
 // ready yet (a resource still being made, a rate the job obeys itself). A job may snooze
-// WorkerConfig.MaxSnoozes times (DefaultMaxSnoozes). The next snooze fails it, so one that
+// WorkerConfig.MaxSnoozes times (100 by default). The next snooze fails it, so one that
 // would snooze forever ends in the dead set with the reason.
 func Snooze(d time.Duration) error { return &snoozeError{after: d} }
 

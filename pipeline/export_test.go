@@ -29,3 +29,15 @@ func ProgressWrites(w *Worker) int64 { return w.progressWrites.Load() }
 
 // PauseAckRecheck is how often PauseConfirmed reads the stored confirmations while it waits.
 const PauseAckRecheck = pauseAckRecheck
+
+// Bounds and defaults the package keeps unexported, named for the external tests.
+const (
+	DefaultGroupWindow  = defaultGroupWindow
+	MaxAttempts         = maxAttempts
+	MaxDebounceWait     = maxDebounceWait
+	MaxGroupsListed     = maxGroupsListed
+	MaxHeartbeatRunning = maxHeartbeatRunning
+	MaxMaxRetries       = maxMaxRetries
+	MaxMetadataBytes    = maxMetadataBytes
+	ProgressInterval    = progressInterval
+)

@@ -7,11 +7,11 @@ import (
 	"github.com/conveyorq/conveyor/internal/keys"
 )
 
-// DefaultGroupWindow is a queue's group window when none is set (Inspector.SetGroups): twice
+// defaultGroupWindow is a queue's group window when none is set (Inspector.SetGroups): twice
 // DefaultConcurrency. So one worker serving one group alone stays busy while its finished
 // jobs' places are handed on. (An outcome is written a flush interval after its handler
 // returns.) Meanwhile another group's new job waits behind at most 20 jobs of each group.
-const DefaultGroupWindow = keys.DefaultGroupWindow
+const defaultGroupWindow = keys.DefaultGroupWindow
 
 // maxGroupWindow bounds GroupChange.Window and maxGroupWeight a weight: a window times a weight
 // stays far below what a script's arithmetic holds exactly.
@@ -21,11 +21,11 @@ const (
 )
 
 // MaxGroupWeights bounds how many groups of a queue may have a weight set (SetGroups refuses
-// a change past it). MaxGroupsListed bounds how many groups Groups lists. Both keep a queue's
+// a change past it). Groups lists at most 1,000 groups. Both keep a queue's
 // settings, which every partition holds, and its listing small.
 const (
 	MaxGroupWeights = 1_000
-	MaxGroupsListed = 1_000
+	maxGroupsListed = 1_000
 )
 
 // GroupChange is a change of a queue's fair-group settings (Inspector.SetGroups). Fields left
@@ -34,7 +34,7 @@ type GroupChange struct {
 	// Window is how many jobs of each group may be in the queue's stream or running at once
 	// (times the group's weight); 0 leaves it.
 	Window int
-	// ResetWindow sets the window back to DefaultGroupWindow.
+	// ResetWindow sets the window back to the default, 20.
 	ResetWindow bool
 	// Weights sets groups' weights. A group of weight w gets w times the window. So it gets w
 	// times the share of a group of weight 1 while both have jobs waiting. A weight of 0 sets
@@ -43,10 +43,10 @@ type GroupChange struct {
 }
 
 // Groups is a queue's fair groups: the window, and the groups that have jobs in their window
-// or waiting, or a weight set. It lists the first MaxGroupsListed of them by name.
+// or waiting, or a weight set. It lists the first 1,000 of them by name.
 type Groups struct {
 	Queue string `json:"queue"`
-	// Window is the window (DefaultGroupWindow unless set); WindowSet says whether it is set.
+	// Window is the window (20 unless set); WindowSet says whether it is set.
 	Window    int         `json:"window"`
 	WindowSet bool        `json:"window_set"`
 	Groups    []GroupInfo `json:"groups"`
@@ -147,11 +147,11 @@ func (i *Inspector) Groups(ctx context.Context, queue string) (*Groups, error) {
 	if err != nil {
 		return nil, err
 	}
-	counts, total, err := i.store.ReadGroups(ctx, qs, MaxGroupsListed)
+	counts, total, err := i.store.ReadGroups(ctx, qs, maxGroupsListed)
 	if err != nil {
 		return nil, err
 	}
-	out := &Groups{Queue: queue, Window: DefaultGroupWindow, Groups: make([]GroupInfo, len(counts)), Total: total}
+	out := &Groups{Queue: queue, Window: defaultGroupWindow, Groups: make([]GroupInfo, len(counts)), Total: total}
 	if set.Window > 0 {
 		out.Window, out.WindowSet = int(set.Window), true
 	}

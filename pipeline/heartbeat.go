@@ -21,9 +21,9 @@ const DefaultHeartbeatInterval = 5 * time.Second
 // heartbeatBeats is the heartbeat record's TTL in beats (engine.Heartbeat).
 const heartbeatBeats = engine.HeartbeatBeats
 
-// MaxHeartbeatRunning bounds the running jobs a heartbeat record lists (the longest-running
+// maxHeartbeatRunning bounds the running jobs a heartbeat record lists (the longest-running
 // first); WorkerInfo.RunningMore counts the rest.
-const MaxHeartbeatRunning = 100
+const maxHeartbeatRunning = 100
 
 // modulePath is the library's module path, looked for in the binary's build information.
 const modulePath = "github.com/conveyorq/conveyor"
@@ -45,8 +45,8 @@ type WorkerInfo struct {
 	// Queues are the queues it reads (WorkerConfig.Queues), Concurrency its bound of jobs at once.
 	Queues      []string
 	Concurrency int
-	// Running are the jobs its handlers run now, longest-running first, at most
-	// MaxHeartbeatRunning; RunningMore counts those not listed.
+	// Running are the jobs its handlers run now, longest-running first, at most 100;
+	// RunningMore counts those not listed.
 	Running     []RunningJob
 	RunningMore int
 	// Started is when the worker's Run began; LastHeartbeat when it wrote this record.
@@ -202,7 +202,7 @@ func (w *Worker) heartbeat() *engine.Heartbeat {
 // info is the worker's heartbeat record as of now.
 func (w *Worker) info(now time.Time) WorkerInfo {
 	host, _ := os.Hostname()
-	jobs, more := w.cancels.Snapshot(MaxHeartbeatRunning)
+	jobs, more := w.cancels.Snapshot(maxHeartbeatRunning)
 	running := make([]RunningJob, len(jobs))
 	for k, j := range jobs {
 		running[k] = RunningJob(j)

@@ -19,9 +19,9 @@ const (
 	HistorySpanCoarse = engine.HistorySpanCoarse
 )
 
-// DefaultHistoryInterval is how often a worker adds the outcomes it counted to the history
+// defaultHistoryInterval is how often a worker adds the outcomes it counted to the history
 // (WorkerConfig.HistoryInterval).
-const DefaultHistoryInterval = 5 * time.Second
+const defaultHistoryInterval = 5 * time.Second
 
 // Latency is a percentile summary of durations: how many there were and their 50th and 99th
 // percentiles, each within 9% (above a millisecond; 500µs stands for anything under one).

@@ -104,7 +104,7 @@ type Job struct {
 	// the job finished it is the last attempt's. That need not be 100: it says where a failed
 	// job stopped. Nil on a handler's own job.
 	Reported *Progress
-	// Attempts are the job's attempts, oldest first, the last MaxAttempts (20): each one's
+	// Attempts are the job's attempts, oldest first, the last 20: each one's
 	// worker, start, end, outcome and error. Set on jobs read back (Client.Get,
 	// Inspector.Get, Inspector.List); empty for a job that never started, and on a handler's
 	// own job.
@@ -117,7 +117,7 @@ type Job struct {
 // Progress is a progress report of a job's handler (Job.Progress).
 type Progress struct {
 	Percent int    // 0 to 100
-	Message string // at most MaxProgressMessage bytes
+	Message string // at most 200 bytes
 	// At is when the report was written, by Redis's clock.
 	At time.Time
 }

@@ -33,8 +33,8 @@ const (
 	AttemptRunning = "running"
 )
 
-// MaxAttempts is how many attempts Job.Attempts holds at most: the latest.
-const MaxAttempts = keys.MaxAttemptHistory
+// maxAttempts is how many attempts Job.Attempts holds at most: the latest.
+const maxAttempts = keys.MaxAttemptHistory
 
 // JobAttempt is one execution of a job, as Job.Attempts lists them.
 type JobAttempt struct {
@@ -75,7 +75,7 @@ func attemptsJSON(as []JobAttempt) []attemptJSON {
 	return out
 }
 
-// attemptsOf is a job's attempts, oldest first, the last MaxAttempts. First comes the history
+// attemptsOf is a job's attempts, oldest first, the last maxAttempts. First comes the history
 // its hash records: the attempts that ended without completing it, as they ended. Then its
 // last attempt, read from the hash itself (worker, started_at, completed_at), unless the
 // history has it already (the same start). That last one is added for a job that runs,
@@ -109,8 +109,8 @@ func attemptsOf(r jobstate.Record) []JobAttempt {
 			out = append(out, last)
 		}
 	}
-	if len(out) > MaxAttempts {
-		out = out[len(out)-MaxAttempts:]
+	if len(out) > maxAttempts {
+		out = out[len(out)-maxAttempts:]
 	}
 	return out
 }

@@ -15,8 +15,8 @@ const (
 )
 
 // MaxQueueLimits bounds how many limits (scopes) one queue may have. It is far more than the
-// job types a queue runs. It is few enough that every worker's read of a queue's limits each
-// LimitsRefresh, and a listing, stay small. SetLimit refuses a new scope past it; a scope that
+// job types a queue runs. It is few enough that every worker's read of a queue's limits every
+// second, and a listing, stay small. SetLimit refuses a new scope past it; a scope that
 // has a limit may always be set again.
 const MaxQueueLimits = 1000
 
@@ -105,7 +105,7 @@ func (i *Inspector) limitQueue(ctx context.Context, queue string) error {
 }
 
 // SetLimit stores l as queue's limit for its scope (Type, PerKey), replacing the one there.
-// Workers apply it at once (its notice), or within LimitsRefresh should they miss the notice. Jobs
+// Workers apply it at once (its notice), or within a second should they miss the notice. Jobs
 // waiting for a concurrency slot of the scope are woken to be admitted again under the new
 // limit. The queue must exist and must not be partitioned, and a new scope is refused (ErrInvalid)
 // while the queue has MaxQueueLimits limits. It waits for a change of the

@@ -15,8 +15,8 @@ import (
 // Metadata keys the worker's unmarshaller adds to each Watermill message, beside the job's own
 // metadata (whose keys may not start with '_'). Watermill middleware can read them.
 const (
-	// MetaJob holds the entry's job field, "<attempt> <max_retries> <timeout_ms> <type>".
-	MetaJob = "_conveyor_job"
+	// metaJob holds the entry's job field, "<attempt> <max_retries> <timeout_ms> <type>".
+	metaJob = "_conveyor_job"
 	// MetaType holds the job's type.
 	MetaType = "_conveyor_type"
 	// metaForeign marks a message from an entry of another Watermill publisher (no conveyor
@@ -29,7 +29,7 @@ const (
 )
 
 // reservedMeta counts the metadata keys every readable message carries besides the job's own.
-const reservedMeta = 4 // MetaJob, MetaType, stream.EntryIDKey and stream.StreamKey
+const reservedMeta = 4 // metaJob, MetaType, stream.EntryIDKey and stream.StreamKey
 
 // entryUnmarshaller reads a Conveyor stream entry into a Watermill message. It never fails,
 // since an unmarshal error would stop the whole subscription. An entry it cannot read becomes
@@ -91,7 +91,7 @@ func (u entryUnmarshaller) Unmarshal(streamName, id string, values map[string]an
 		md[stream.PoisonKey] = "unreadable stream entry " + id + ": " + reason
 		return msg
 	}
-	md[MetaJob] = job
+	md[metaJob] = job
 	md[MetaType] = typ
 	if k, ok := str(keys.EntryLimitKey); ok && k != "" {
 		md[metaLimitKey] = k
@@ -181,7 +181,7 @@ func parseAdoption(s string) adoption {
 // jobFromMessage builds the handler's view of a job from a message made by entryUnmarshaller.
 func jobFromMessage(queue string, msg *message.Message) *Job {
 	md := msg.Metadata
-	attempt, maxRetries, timeout, typ, _ := keys.ParseEntryJob(md[MetaJob])
+	attempt, maxRetries, timeout, typ, _ := keys.ParseEntryJob(md[metaJob])
 	j := &Job{
 		ID: msg.UUID, Queue: queue, Type: typ, Payload: msg.Payload,
 		Status: StatusInProgress, Attempt: attempt, MaxRetries: maxRetries,

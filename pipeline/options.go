@@ -99,15 +99,15 @@ func WithRunAt(t time.Time) Option {
 	}
 }
 
-// MaxMaxRetries bounds WithMaxRetries.
-const MaxMaxRetries = 1000
+// maxMaxRetries bounds WithMaxRetries.
+const maxMaxRetries = 1000
 
 // WithMaxRetries sets how many times a failed job is retried before it goes to the dead set
 // (default DefaultMaxRetries; 0 means one attempt only).
 func WithMaxRetries(n int) Option {
 	return func(o *enqueueOptions) {
-		if n < 0 || n > MaxMaxRetries {
-			o.errs = append(o.errs, invalid("max retries %d outside 0..%d", n, MaxMaxRetries))
+		if n < 0 || n > maxMaxRetries {
+			o.errs = append(o.errs, invalid("max retries %d outside 0..%d", n, maxMaxRetries))
 		}
 		o.maxRetries, o.hasRetries = n, true
 	}
@@ -157,7 +157,7 @@ func WithLimitKey(key string) Option {
 // WithGroup puts the job in a fair group of its queue: a tenant, a customer, an account.
 // Within a queue, groups are served round-robin. At most a window of each group's jobs are in
 // the queue's stream or running at once. The window is set by Inspector.SetGroups
-// (DefaultGroupWindow unless set), times the group's weight. The group's other jobs wait,
+// (20 unless set), times the group's weight. The group's other jobs wait,
 // queued, in the group's own first-in-first-out list. Each moves into the stream when one of
 // the group's jobs finishes. One group's flood so never has more than a window of jobs ahead
 // of another group's next job. Jobs without a group are not held to any window. Names follow
@@ -187,7 +187,7 @@ const (
 // and StrictPriority apply. A job keeps its level through retries, recovery and replay. Each
 // level above 1 is a stream of its own in the queue's hash tag (keys.Queue.LevelStream). A
 // worker reads it once a job of that level was published. So the first job of a new level in
-// a queue may wait up to LevelsRefresh (1 s) for a running worker to start reading it.
+// a queue may wait up to 1 s for a running worker to start reading it.
 func WithPriority(p int) Option {
 	return func(o *enqueueOptions) {
 		if p < MinPriority || p > MaxPriority {
@@ -213,7 +213,7 @@ func WithRetention(d time.Duration) Option {
 }
 
 // WithMetadata adds metadata pairs (merged over the task's own). The merged metadata is
-// limited to MaxMetadataEntries pairs and MaxMetadataBytes; keys are UTF-8 without control
+// limited to MaxMetadataEntries pairs and 8 KiB; keys are UTF-8 without control
 // characters and do not start with '_', values are UTF-8.
 func WithMetadata(md map[string]string) Option {
 	return func(o *enqueueOptions) {
@@ -226,8 +226,8 @@ func WithMetadata(md map[string]string) Option {
 	}
 }
 
-// MaxDebounceWait bounds WithDebounce's quiet and max wait.
-const MaxDebounceWait = 365 * 24 * time.Hour
+// maxDebounceWait bounds WithDebounce's quiet and max wait.
+const maxDebounceWait = 365 * 24 * time.Hour
 
 // WithDebounce debounces publishes (trailing edge, with a maximum wait). Publishes with the
 // same key to the same queue while the key's job has not started become one job, which runs
@@ -239,7 +239,7 @@ const MaxDebounceWait = 365 * 24 * time.Hour
 //
 // The times are measured by Redis's clock, in whole milliseconds rounded up, so the job never
 // runs before min(last + quiet, first + maxWait). The quiet must be positive, maxWait at least
-// the quiet, both at most MaxDebounceWait. The key is 1 to 128 bytes of UTF-8 without control
+// the quiet, both at most a year (365 days). The key is 1 to 128 bytes of UTF-8 without control
 // characters, like a unique key; in a partitioned queue it picks the job's partition.
 // WithDebounce cannot be combined with WithUnique, WithID, WithDelay or WithRunAt.
 func WithDebounce(key string, quiet, maxWait time.Duration) Option {
@@ -248,10 +248,10 @@ func WithDebounce(key string, quiet, maxWait time.Duration) Option {
 			o.errs = append(o.errs, err)
 		}
 		switch {
-		case quiet <= 0 || quiet > MaxDebounceWait:
-			o.errs = append(o.errs, invalid("debounce quiet %s outside (0, %s]", quiet, MaxDebounceWait))
-		case maxWait < quiet || maxWait > MaxDebounceWait:
-			o.errs = append(o.errs, invalid("debounce max wait %s outside [quiet %s, %s]", maxWait, quiet, MaxDebounceWait))
+		case quiet <= 0 || quiet > maxDebounceWait:
+			o.errs = append(o.errs, invalid("debounce quiet %s outside (0, %s]", quiet, maxDebounceWait))
+		case maxWait < quiet || maxWait > maxDebounceWait:
+			o.errs = append(o.errs, invalid("debounce max wait %s outside [quiet %s, %s]", maxWait, quiet, maxDebounceWait))
 		}
 		o.debounceKey, o.debounceQuiet, o.debounceMaxWait, o.hasDebounce = key, quiet, maxWait, true
 	}

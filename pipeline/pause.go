@@ -12,9 +12,9 @@ import (
 	"github.com/conveyorq/conveyor/internal/keys"
 )
 
-// DefaultPauseCheckInterval is how often a worker reads the paused queues
+// defaultPauseCheckInterval is how often a worker reads the paused queues
 // (WorkerConfig.PauseCheckInterval).
-const DefaultPauseCheckInterval = time.Second
+const defaultPauseCheckInterval = time.Second
 
 // DefaultPauseConfirmTimeout is how long Pause waits for the live workers reading the queue to
 // confirm the pause (PauseConfirmed).

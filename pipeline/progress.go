@@ -8,13 +8,13 @@ import (
 	"github.com/conveyorq/conveyor/internal/jobstate"
 )
 
-// ProgressInterval is the least time between two progress writes of one job. A handler may
+// progressInterval is the least time between two progress writes of one job. A handler may
 // call Job.Progress as often as it likes; Redis sees at most one write per interval. The
 // attempt's last report comes on top, written when the handler returns.
-const ProgressInterval = engine.ProgressInterval
+const progressInterval = engine.ProgressInterval
 
-// MaxProgressMessage bounds a progress message, in bytes; Job.Progress cuts a longer one.
-const MaxProgressMessage = jobstate.MaxProgressMessage
+// maxProgressMessage bounds a progress message, in bytes; Job.Progress cuts a longer one.
+const maxProgressMessage = jobstate.MaxProgressMessage
 
 // ErrProgressRefused is returned by Job.Progress when the job moved on from the attempt that
 // reports. It was canceled, recovered by another worker or put back on shutdown. Or the
@@ -23,11 +23,11 @@ const MaxProgressMessage = jobstate.MaxProgressMessage
 var ErrProgressRefused = engine.ErrProgressRefused
 
 // Progress reports how far the handler got: percent from 0 to 100 and a short message (cut to
-// MaxProgressMessage bytes, on one line). It is shown while the job runs by conveyor status,
+// 200 bytes, on one line). It is shown while the job runs by conveyor status,
 // the dashboard and the HTTP API (the job's progress fields, and its events stream). A
 // finished job keeps its last attempt's last report.
 //
-// Progress is cheap to call often: it writes at most once per ProgressInterval (250 ms) per
+// Progress is cheap to call often: it writes at most once per 250 ms per
 // job. A report made sooner is held, replacing any held before it. It is written when the
 // interval ends, or when the handler returns, before the attempt's outcome. So the last
 // report is never lost, and never lands after the outcome. Only a report written at once

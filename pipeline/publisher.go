@@ -32,7 +32,7 @@ import (
 //	Task.Type       conveyor_type               the job type, 1 to 128 bytes, no spaces.
 //	WithDelay       conveyor_delay              a Go duration, at least 0 ("90s", "1h30m").
 //	WithRunAt       conveyor_run_at             unix milliseconds, or RFC 3339.
-//	WithMaxRetries  conveyor_max_retries        an integer, 0 to MaxMaxRetries.
+//	WithMaxRetries  conveyor_max_retries        an integer, 0 to 1000.
 //	WithTimeout     conveyor_timeout            a Go duration, at least 0 (0: no timeout).
 //	WithUnique      conveyor_unique_key         1 to 128 bytes.
 //	WithUnique      conveyor_unique_ttl         a Go duration above 0; needs conveyor_unique_key.
@@ -384,8 +384,8 @@ func readControl(ctrl map[string]string, t *Task, uniqueTTL time.Duration) ([]Op
 		if err != nil {
 			return nil, bad(MetaKeyMaxRetries, v, "not an integer")
 		}
-		if n < 0 || n > MaxMaxRetries {
-			return nil, bad(MetaKeyMaxRetries, v, "outside 0..%d", MaxMaxRetries)
+		if n < 0 || n > maxMaxRetries {
+			return nil, bad(MetaKeyMaxRetries, v, "outside 0..%d", maxMaxRetries)
 		}
 		opts = append(opts, WithMaxRetries(n))
 	}
@@ -493,15 +493,15 @@ func readDebounce(ctrl map[string]string, duration func(key, v string) (time.Dur
 	if err != nil {
 		return nil, err
 	}
-	if quiet == 0 || quiet > MaxDebounceWait {
-		return nil, invalid("%s %q: outside (0, %s]", MetaKeyDebounceQuiet, quietS, MaxDebounceWait)
+	if quiet == 0 || quiet > maxDebounceWait {
+		return nil, invalid("%s %q: outside (0, %s]", MetaKeyDebounceQuiet, quietS, maxDebounceWait)
 	}
 	maxWait, err := duration(MetaKeyDebounceMaxWait, maxS)
 	if err != nil {
 		return nil, err
 	}
-	if maxWait < quiet || maxWait > MaxDebounceWait {
-		return nil, invalid("%s %q: outside [%s %s, %s]", MetaKeyDebounceMaxWait, maxS, MetaKeyDebounceQuiet, quiet, MaxDebounceWait)
+	if maxWait < quiet || maxWait > maxDebounceWait {
+		return nil, invalid("%s %q: outside [%s %s, %s]", MetaKeyDebounceMaxWait, maxS, MetaKeyDebounceQuiet, quiet, maxDebounceWait)
 	}
 	return WithDebounce(key, quiet, maxWait), nil
 }

@@ -25,7 +25,7 @@ type QueueSettings struct {
 	Partitions int
 	// Limits are the queue's limits, as Limits lists them.
 	Limits []Limit
-	// GroupWindow is the fair-group window (DefaultGroupWindow unless set); GroupWeights the
+	// GroupWindow is the fair-group window (20 unless set); GroupWeights the
 	// weights set, by group.
 	GroupWindow  int
 	GroupWeights map[string]int
@@ -51,7 +51,7 @@ type QueuePatch struct {
 	Concurrency *int
 	// Partitions changes the partition count (CreateQueue, without a drain).
 	Partitions *int
-	// GroupWindow sets the fair-group window; 0 sets it back to DefaultGroupWindow.
+	// GroupWindow sets the fair-group window; 0 sets it back to the default, 20.
 	GroupWindow *int
 	// GroupWeights sets groups' weights; a weight of 0 sets it back to 1 (SetGroups).
 	GroupWeights map[string]int
@@ -141,7 +141,7 @@ func (i *Inspector) QueueSettings(ctx context.Context, queue string) (*QueueSett
 		return nil, err
 	}
 	out := &QueueSettings{Queue: queue, Revision: st.Settings.Rev, Paused: st.Settings.Paused, Partitions: st.Partitions,
-		Limits: make([]Limit, len(st.Limits)), GroupWindow: DefaultGroupWindow, GroupWeights: map[string]int{}, Levels: st.Levels}
+		Limits: make([]Limit, len(st.Limits)), GroupWindow: defaultGroupWindow, GroupWeights: map[string]int{}, Levels: st.Levels}
 	d := defaultsOf(st.Settings.Fields)
 	out.MaxRetries, out.Timeout = d.maxRetries, d.timeout
 	for k, l := range st.Limits {
@@ -164,8 +164,8 @@ func (p QueuePatch) validate() error {
 	if p.Partitions != nil && (*p.Partitions < 1 || *p.Partitions > MaxPartitions) {
 		return invalid("partitions %d outside 1..%d", *p.Partitions, MaxPartitions)
 	}
-	if p.MaxRetries != nil && (*p.MaxRetries < -1 || *p.MaxRetries > MaxMaxRetries) {
-		return invalid("max retries %d outside 0..%d (-1 removes the default)", *p.MaxRetries, MaxMaxRetries)
+	if p.MaxRetries != nil && (*p.MaxRetries < -1 || *p.MaxRetries > maxMaxRetries) {
+		return invalid("max retries %d outside 0..%d (-1 removes the default)", *p.MaxRetries, maxMaxRetries)
 	}
 	if p.Timeout != nil && (*p.Timeout < 0 || *p.Timeout > maxDefaultTimeout) {
 		return invalid("timeout %v outside 0..%v (0 removes the default)", *p.Timeout, maxDefaultTimeout)
@@ -195,7 +195,7 @@ type queueDefaults struct {
 // is no default: a publish must not fail over a setting.
 func defaultsOf(f map[string]string) queueDefaults {
 	var d queueDefaults
-	if n, err := strconv.Atoi(f[fieldMaxRetries]); err == nil && n >= 0 && n <= MaxMaxRetries {
+	if n, err := strconv.Atoi(f[fieldMaxRetries]); err == nil && n >= 0 && n <= maxMaxRetries {
 		d.maxRetries = &n
 	}
 	if ms, err := strconv.ParseInt(f[fieldTimeout], 10, 64); err == nil && ms > 0 && ms <= maxDefaultTimeout.Milliseconds() {

@@ -14,8 +14,8 @@ import (
 const (
 	// MaxMetadataEntries bounds the pairs of a job's metadata.
 	MaxMetadataEntries = keys.MaxMetadataEntries
-	// MaxMetadataBytes bounds the bytes of a job's metadata keys and values together.
-	MaxMetadataBytes = keys.MaxMetadataBytes
+	// maxMetadataBytes bounds the bytes of a job's metadata keys and values together.
+	maxMetadataBytes = keys.MaxMetadataBytes
 )
 
 // The checks of a job's text are internal/keys'; each error wraps ErrInvalid here.

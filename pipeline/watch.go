@@ -15,7 +15,7 @@ import (
 //
 // It learns of changes the way Wait does, from job events with a bounded fallback read. It
 // reads the job once per event that names it. So a running job's progress costs a read per
-// report written (at most one per ProgressInterval). Changes between two reads are seen
+// report written (at most one per 250 ms). Changes between two reads are seen
 // together: fn gets the latest state, never a stale one. The start of an attempt is not
 // announced. So fn sees in_progress with the attempt's first progress report or outcome. The
 // calls of fn run on Follow's goroutine.

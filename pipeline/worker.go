@@ -39,9 +39,9 @@ const (
 	DefaultVisibilityTimeout = recovery.DefaultVisibilityTimeout
 	DefaultRecoveryInterval  = recovery.DefaultInterval
 	DefaultShutdownTimeout   = 30 * time.Second
-	DefaultFlushInterval     = 2 * time.Millisecond
+	defaultFlushInterval     = 2 * time.Millisecond
 	DefaultMaxResultBytes    = 1 << 20
-	DefaultMaxSnoozes        = 100
+	defaultMaxSnoozes        = 100
 	maxErrorBytes            = 4 << 10
 	// sendBackBytes bounds the payloads a worker sends back with a job's outcome. The finish
 	// script then need not read the stream entry again; larger ones are read in Redis.
@@ -106,13 +106,13 @@ type WorkerConfig struct {
 	// DefaultShutdownTimeout (30s).
 	ShutdownTimeout time.Duration
 	// FlushInterval is how long finished jobs' transitions are collected before they are
-	// written in one batch. Defaults to DefaultFlushInterval (2ms).
+	// written in one batch. Defaults to 2ms.
 	FlushInterval time.Duration
 	// MaxResultBytes bounds a handler's result; a larger one fails the job. Defaults to
 	// DefaultMaxResultBytes (1 MiB).
 	MaxResultBytes int
 	// MaxSnoozes bounds the times a job may snooze (Snooze, RetryAt); the next snooze fails it.
-	// Defaults to DefaultMaxSnoozes (100).
+	// Defaults to 100.
 	MaxSnoozes int
 	// DefaultType is the job type of a message without a MetaKeyType metadata key that
 	// another Watermill publisher (say, watermill-redisstream's) wrote into the worker's
@@ -145,13 +145,12 @@ type WorkerConfig struct {
 	// command does, to log them with their units (retry_in=756ms).
 	Logger zerolog.Logger
 	// PauseCheckInterval is how often the worker reads which queues are paused
-	// (Inspector.Pause), besides when a notice says they changed. Defaults to
-	// DefaultPauseCheckInterval (1s).
+	// (Inspector.Pause), besides when a notice says they changed. Defaults to 1s.
 	PauseCheckInterval time.Duration
 	// HistoryInterval is how often the worker adds its outcomes to its queues' history in
 	// Redis (Inspector.History), in one pipelined call. It counts them in memory meanwhile, so
 	// a job costs no call more. A worker that stops abruptly loses at most one interval of the
-	// history (not of the counters). Defaults to DefaultHistoryInterval (5s).
+	// history (not of the counters). Defaults to 5s.
 	HistoryInterval time.Duration
 	// DisableHistory leaves the worker's outcomes out of the history.
 	DisableHistory bool
@@ -199,11 +198,11 @@ func (c WorkerConfig) withDefaults() WorkerConfig {
 	c.VisibilityTimeout = cmp.Or(c.VisibilityTimeout, DefaultVisibilityTimeout)
 	c.RecoveryInterval = cmp.Or(c.RecoveryInterval, DefaultRecoveryInterval)
 	c.ShutdownTimeout = cmp.Or(c.ShutdownTimeout, DefaultShutdownTimeout)
-	c.FlushInterval = cmp.Or(c.FlushInterval, DefaultFlushInterval)
+	c.FlushInterval = cmp.Or(c.FlushInterval, defaultFlushInterval)
 	c.MaxResultBytes = cmp.Or(c.MaxResultBytes, DefaultMaxResultBytes)
-	c.MaxSnoozes = cmp.Or(c.MaxSnoozes, DefaultMaxSnoozes)
-	c.PauseCheckInterval = cmp.Or(c.PauseCheckInterval, DefaultPauseCheckInterval)
-	c.HistoryInterval = cmp.Or(c.HistoryInterval, DefaultHistoryInterval)
+	c.MaxSnoozes = cmp.Or(c.MaxSnoozes, defaultMaxSnoozes)
+	c.PauseCheckInterval = cmp.Or(c.PauseCheckInterval, defaultPauseCheckInterval)
+	c.HistoryInterval = cmp.Or(c.HistoryInterval, defaultHistoryInterval)
 	c.HeartbeatInterval = cmp.Or(c.HeartbeatInterval, DefaultHeartbeatInterval)
 	if c.Now == nil {
 		c.Now = time.Now
@@ -373,7 +372,7 @@ func (w *Worker) Handle(jobType string, h HandlerFunc) {
 }
 
 // Use adds Watermill middleware around every job's handling (outermost first). The message
-// carries the job id as UUID, the payload, and metadata including MetaType and MetaJob
+// carries the job id as UUID, the payload, and metadata including MetaType and the job field
 // (attempt, retries, timeout and type).
 //
 // The next handler returns nil when the job completed. When it did not, it returns a
@@ -1054,7 +1053,7 @@ func (w *Worker) adopt(msg *message.Message) bool {
 	if !ok {
 		return true // handleMessage logs it
 	}
-	_, maxRetries, timeout, typ, _ := keys.ParseEntryJob(md[MetaJob])
+	_, maxRetries, timeout, typ, _ := keys.ParseEntryJob(md[metaJob])
 	a := parseAdoption(md[metaForeign])
 	entry := md[stream.EntryIDKey]
 	ctx, cancel := context.WithTimeout(msg.Context(), 10*time.Second)
