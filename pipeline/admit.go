@@ -13,12 +13,6 @@ import (
 	"github.com/conveyorq/conveyor/stream"
 )
 
-// limitsRefresh bounds how long a limit set, changed or deleted (Inspector.SetLimit) takes to
-// apply to the jobs a worker reads. The change's notice reaches the worker at once. The
-// worker's poll of the settings records (every PauseCheckInterval) finds a lost notice. The
-// scripts that lease the limits read them at once, so a lease is never granted past a limit.
-const limitsRefresh = time.Second
-
 // newLeaseBook is the lease book of a session of w (engine.LeaseBook: admission's leases).
 func newLeaseBook(w *Worker) *engine.LeaseBook {
 	return engine.NewLeaseBook(w.store, w.log, w.cfg.Name, w.cfg.VisibilityTimeout, w.cfg.Concurrency, w.cfg.ReadBatch)

@@ -1,14 +1,8 @@
 package pipeline
 
 import (
-	"github.com/conveyorq/conveyor/internal/engine"
 	"github.com/conveyorq/conveyor/internal/keys"
 )
-
-// levelsRefresh is how often a worker (its settings watcher) reads which priority levels
-// (WithPriority) its queues' jobs use, to start reading a level's stream. So the first job of
-// a new level in a queue waits at most this long (plus a read) for a worker that runs already.
-const levelsRefresh = engine.LevelsRefresh
 
 // levels is the subscriber's stream.Config.Levels: the level streams of one queue (of one
 // partition) are a family, read in level order.

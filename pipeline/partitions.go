@@ -27,11 +27,6 @@ const partitionsTTL = 5 * time.Second
 // process that changes a count reads its own change on its next call.
 var layoutChanges atomic.Int64
 
-// setClosed sets (closed) or clears the closed flag of every partition of qs, in one pipeline.
-func setClosed(ctx context.Context, rdb redis.UniversalClient, qs []keys.Queue, closed bool) error {
-	return jobstate.SetClosed(ctx, rdb, qs, closed, jobstate.ClosedTTL)
-}
-
 // partitionCount reads how many partitions queue has (1 when none was set).
 func partitionCount(ctx context.Context, rdb redis.Cmdable, prefix, queue string) (int, error) {
 	return jobstate.PartitionCount(ctx, rdb, prefix, queue)
@@ -42,12 +37,6 @@ func partitionCount(ctx context.Context, rdb redis.Cmdable, prefix, queue string
 func knownQueues(ctx context.Context, js jobstate.Backend) ([]string, map[string]int, error) {
 	return js.KnownQueues(ctx)
 }
-
-// errLegacyLayout is the error about a queue partitioned by the version before this one.
-var errLegacyLayout = jobstate.ErrLegacyLayout
-
-// parsePartitions reads queue's stored partition count v.
-func parsePartitions(queue, v string) (int, error) { return jobstate.ParsePartitions(queue, v) }
 
 // allPartitions returns the keys of every partition of queue, in partition order.
 func allPartitions(prefix, queue string, p int) []keys.Queue {

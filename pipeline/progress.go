@@ -13,9 +13,6 @@ import (
 // attempt's last report comes on top, written when the handler returns.
 const progressInterval = engine.ProgressInterval
 
-// maxProgressMessage bounds a progress message, in bytes; Job.Progress cuts a longer one.
-const maxProgressMessage = jobstate.MaxProgressMessage
-
 // ErrProgressRefused is returned by Job.Progress when the job moved on from the attempt that
 // reports. It was canceled, recovered by another worker or put back on shutdown. Or the
 // attempt ended: its handler returned, or ran past its timeout. Nothing was written; the

@@ -92,7 +92,3 @@ func (c WorkerConfig) recoverer(queue string) recovery.Config {
 		Interval: c.RecoveryInterval, LockTTL: c.RecoveryLockTTL, Logger: c.Logger.With().Str("worker", c.Name).Logger(),
 		TracerProvider: c.TracerProvider})
 }
-
-// partitionsCheckEvery is how often a running worker reads its queues' limits and partition
-// counts without a change announced (engine.PartitionsCheckEvery).
-const partitionsCheckEvery = engine.PartitionsCheckEvery
