@@ -357,14 +357,13 @@ func (i *Inspector) List(ctx context.Context, queue string, status Status, page 
 		return nil, invalid("page byte budget %d is negative", page.MaxBytes)
 	}
 	status = ParseStatus(string(status)) // "dead" is failed's word
-	switch status {
-	case StatusScheduled, StatusFailed, StatusQueued, StatusInProgress, StatusCompleted, StatusCanceled:
-	case StatusWaiting:
+	switch {
+	case status.Listable():
+	case status == StatusWaiting:
 		// Waiting tasks are in no set of the queue: their workflow lists them.
 		return nil, invalid("waiting tasks are listed by their workflow (Inspector.Workflow, conveyor workflows get), not by status")
 	default:
-		return nil, invalid("unknown status %q: want %s, %s, %s, %s, %s or %s", status,
-			StatusScheduled, StatusQueued, StatusInProgress, StatusFailed, StatusCompleted, StatusCanceled)
+		return nil, invalid("unknown status %q: want %s", status, orList(ListableStatuses()))
 	}
 	p, err := i.eng.List(ctx, queue, status, page.Cursor, limit, cmp.Or(page.MaxBytes, DefaultPageBytes))
 	if err != nil {

@@ -2,6 +2,7 @@ package pipeline
 
 import (
 	"reflect"
+	"strings"
 
 	"github.com/conveyorq/conveyor/internal/status"
 )
@@ -34,4 +35,16 @@ func (s *QueueStats) Gauge(st Status) (n int64, ok bool) {
 		return 0, false
 	}
 	return reflect.ValueOf(s).Elem().Field(i).Int(), true
+}
+
+// orList spells ss as "a, b or c", for messages that name the choices.
+func orList(ss []Status) string {
+	words := make([]string, len(ss))
+	for i, s := range ss {
+		words[i] = string(s)
+	}
+	if len(words) < 2 {
+		return strings.Join(words, "")
+	}
+	return strings.Join(words[:len(words)-1], ", ") + " or " + words[len(words)-1]
 }

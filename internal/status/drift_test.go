@@ -17,7 +17,7 @@ var listAllowed = map[string]string{
 	"internal/status/status.go":     "the list",
 	"api/openapi.json":              "written by go generate ./api (TestOpenAPIStatuses)",
 	"api/openapi-3.0.json":          "made from openapi.json (TestOpenAPI30)",
-	"pipeline/inspector.go":         "Inspector.List reads each listable status from its own index",
+	"internal/inspect/list.go":      "Inspector.List reads each listable status from its own index",
 	"internal/jobtest/jobtest.go":   "Seed brings a job to each status through the scripts that set it",
 	"api/dashboard/app.js":          "a list page's extra columns, for the statuses that have some",
 	"bench/cmd/compare/conveyor.go": "the comparison's columns, fixed so that old runs still compare",
