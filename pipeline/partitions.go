@@ -9,6 +9,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/conveyorq/conveyor/internal/inspect"
 	"github.com/conveyorq/conveyor/internal/jobstate"
 	"github.com/conveyorq/conveyor/internal/keys"
 )
@@ -93,41 +94,13 @@ func onPartition(ctx context.Context, js jobstate.Backend, qs []keys.Queue, id s
 	return op(qs[1+at[0]])
 }
 
-// sumStats adds the gauges and counters of a queue's partitions into the queue's.
-func sumStats(queue string, parts []*QueueStats) *QueueStats {
-	if len(parts) == 1 {
-		return parts[0]
-	}
-	s := &QueueStats{Queue: queue}
-	for _, p := range parts {
-		s.Scheduled += p.Scheduled
-		s.Queued += p.Queued
-		s.InProgress += p.InProgress
-		s.Dead += p.Dead
-		s.Enqueued += p.Enqueued
-		s.Completed += p.Completed
-		s.Failed += p.Failed
-		s.Retried += p.Retried
-		s.Recovered += p.Recovered
-		s.DeadByRecovery += p.DeadByRecovery
-		s.Refused += p.Refused
-		s.Canceled += p.Canceled
-		s.Released += p.Released
-		s.Poison += p.Poison
-		s.Debounced += p.Debounced
-		s.Limited += p.Limited
-		s.GroupWaiting += p.GroupWaiting
-	}
-	return s
-}
-
 // queueStats reads and sums the stats of every partition of queue.
 func queueStats(ctx context.Context, js jobstate.Backend, prefix, queue string, p int) (*QueueStats, error) {
-	st, err := readStats(ctx, js, allPartitions(prefix, queue, p))
+	st, err := js.ReadStats(ctx, allPartitions(prefix, queue, p))
 	if err != nil {
 		return nil, err
 	}
-	return sumStats(queue, st), nil
+	return (*QueueStats)(inspect.SumStats(queue, st)), nil
 }
 
 // QueueOptions are the settings of a queue that CreateQueue stores in Redis, where every
