@@ -440,6 +440,11 @@ func (c *Client) route(ctx context.Context, queue string, publish bool) (int, qu
 	} else {
 		p, err = partitionCount(ctx, c.rdb, c.cfg.Prefix, queue)
 	}
+	if err != nil && publish {
+		// The caller asked for an enqueue, so that is the operation that failed, whether or
+		// not its route was cached (the API answers with this op).
+		return 0, queueDefaults{}, &rediserr.Error{Kind: rediserr.Classify(err), Op: "enqueue", Err: err}
+	}
 	if err != nil {
 		return 0, queueDefaults{}, err
 	}

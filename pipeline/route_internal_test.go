@@ -2,11 +2,14 @@ package pipeline
 
 import (
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
+	"github.com/conveyorq/conveyor/internal/rediserr"
 	"github.com/conveyorq/conveyor/internal/redistest"
 )
 
@@ -55,5 +58,38 @@ func TestPublishReadsRouteOnce(t *testing.T) {
 		before = reads()
 		require.NoError(t, pub.publish(queue))
 		require.EqualValues(t, 0, reads()-before, "%s: a warm publish (its count cached) reads none", pub.name)
+	}
+}
+
+// A publish that cannot read its queue's route because Redis is unreachable fails as the
+// enqueue it is (op "enqueue"), whether or not the route was cached. The API answers with that
+// op. It used to say "queues" once the cached route was partitionsTTL old: the API's
+// TestRedisUnreachable failed so on a loaded machine, where its steps took over 5 s. The clock
+// here is moved past partitionsTTL instead.
+func TestPublishRouteFailureIsEnqueue(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr, MaxRetries: -1})
+	t.Cleanup(func() { _ = rdb.Close() })
+	var off atomic.Int64
+	c, err := NewClient(rdb, ClientConfig{Prefix: redistest.UniqueName(t),
+		Now: func() time.Time { return time.Now().Add(time.Duration(off.Load())) }})
+	require.NoError(t, err)
+	ctx := t.Context()
+	_, err = c.Enqueue(ctx, "q", Task{Type: "t"}) // the route is cached
+	require.NoError(t, err)
+	require.NoError(t, srv.Stop())
+
+	for _, stale := range []bool{false, true} {
+		if stale {
+			off.Store(int64(2 * partitionsTTL))
+		}
+		_, err := c.Enqueue(ctx, "q", Task{Type: "t"})
+		require.Error(t, err)
+		require.Equal(t, "enqueue", rediserr.OpOf(err), "Enqueue, route stale %v: %v", stale, err)
+		require.Equal(t, rediserr.Unreachable, rediserr.Classify(err))
+		_, err = c.EnqueueBatch(ctx, "q", []Task{{Type: "t"}, {Type: "t"}})
+		require.Error(t, err)
+		require.Equal(t, "enqueue", rediserr.OpOf(err), "EnqueueBatch, route stale %v: %v", stale, err)
 	}
 }
