@@ -1,10 +1,13 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"flag"
 	"fmt"
 	"math/rand/v2"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"syscall"
@@ -60,6 +63,34 @@ func (p *proc) kill(t *testing.T) {
 func (p *proc) signal(t *testing.T, sig syscall.Signal) {
 	t.Helper()
 	require.NoError(t, p.cmd.Process.Signal(sig))
+	if sig == syscall.SIGSTOP {
+		p.waitStopped(t)
+	}
+}
+
+// waitStopped waits until every thread of p is stopped (state T in /proc). kill returns
+// before the threads have stopped; on a loaded machine a thread may still run user code, and
+// a reply the test sends next could still be read (TestRecoveryE2E/group/FrozenWorker saw
+// the job completed on the frozen worker under go test -count=3 with two CPU hogs).
+func (p *proc) waitStopped(t *testing.T) {
+	t.Helper()
+	dir := fmt.Sprintf("/proc/%d/task", p.cmd.Process.Pid)
+	waitFor(t, 20*time.Second, time.Millisecond, "every thread of pid "+filepath.Base(filepath.Dir(dir))+" stopped", func() bool {
+		tasks, err := os.ReadDir(dir)
+		require.NoError(t, err)
+		for _, task := range tasks {
+			stat, err := os.ReadFile(filepath.Join(dir, task.Name(), "stat"))
+			if err != nil {
+				return false // a thread that just ended: look again
+			}
+			// The state follows the command, which is in parentheses and may hold spaces.
+			rest := string(stat[bytes.LastIndexByte(stat, ')')+1:])
+			if f := strings.Fields(rest); len(f) == 0 || (f[0] != "T" && f[0] != "t") {
+				return false
+			}
+		}
+		return true
+	})
 }
 
 // workerArgs are a worker's arguments for queue q with a short visibility timeout, so that
@@ -229,7 +260,7 @@ func testFrozenWorker(t *testing.T, c *cli) {
 		return c.job(t, q, id).Status == pipeline.StatusCompleted
 	})
 	final := c.job(t, q, id)
-	require.Equal(t, "thawed", final.Worker)
+	require.Equal(t, "thawed", final.Worker, "the job as read: %+v", final)
 	require.Equal(t, 2, final.Attempt)
 
 	frozen.signal(t, syscall.SIGCONT)
