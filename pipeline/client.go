@@ -19,6 +19,7 @@ import (
 	"github.com/conveyorq/conveyor/internal/script"
 	"github.com/conveyorq/conveyor/internal/tracing"
 	"github.com/conveyorq/conveyor/internal/ulid"
+	"github.com/conveyorq/conveyor/status"
 	"github.com/conveyorq/conveyor/stream"
 )
 
@@ -569,11 +570,11 @@ func (c *Client) enqueuePrepared(ctx context.Context, js jobstate.Backend, queue
 			switch row.Code {
 			case script.OK:
 				if row.Entry == "" && (njs[lo+k].Group == "" || j.RunAt.After(now)) {
-					j.Status = StatusScheduled
+					j.Status = status.Scheduled
 				} else if row.Entry == "" {
-					j.Status, j.EnqueuedAt = StatusQueued, now // waiting for a place in its group's window
+					j.Status, j.EnqueuedAt = status.Queued, now // waiting for a place in its group's window
 				} else {
-					j.Status, j.Entry, j.EnqueuedAt = StatusQueued, row.Entry, now
+					j.Status, j.Entry, j.EnqueuedAt = status.Queued, row.Entry, now
 				}
 			case script.Exists:
 				existing = append(existing, at(lo+k))
@@ -606,7 +607,7 @@ func (c *Client) enqueuePrepared(ctx context.Context, js jobstate.Backend, queue
 
 // debounced sets what debounce.lua answered for job j, published as nj.
 func debounced(j *Job, nj *jobstate.NewJob, d jobstate.Debounced) {
-	j.ID, j.Status, j.RunAt, j.CreatedAt, j.Version, j.Debounced = d.ID, StatusScheduled, d.RunAt, d.CreatedAt, d.Version, d.Joined
+	j.ID, j.Status, j.RunAt, j.CreatedAt, j.Version, j.Debounced = d.ID, status.Scheduled, d.RunAt, d.CreatedAt, d.Version, d.Joined
 	j.Debounce = &DebounceWindow{Key: nj.Debounce, First: d.CreatedAt, Until: d.Until, Publishes: d.Publishes}
 }
 
@@ -664,7 +665,7 @@ func (c *Client) enqueuePlain(ctx context.Context, js jobstate.Backend, q keys.Q
 		}
 		return got, err
 	}
-	j.Status, j.Entry, j.EnqueuedAt = StatusQueued, row.Entry, j.CreatedAt
+	j.Status, j.Entry, j.EnqueuedAt = status.Queued, row.Entry, j.CreatedAt
 	return j, nil
 }
 
@@ -857,7 +858,7 @@ func jobFromHash(queue, id string, flat []string) (*Job, error) {
 
 // jobFromRecord builds job id of queue from its record.
 func jobFromRecord(queue, id string, r jobstate.Record) (*Job, error) {
-	j := &Job{ID: id, Queue: queue, Type: r.Type, Status: Status(r.Status), Attempt: r.Attempt,
+	j := &Job{ID: id, Queue: queue, Type: r.Type, Status: status.Status(r.Status), Attempt: r.Attempt,
 		MaxRetries: r.MaxRetries, Timeout: r.Timeout, CreatedAt: r.CreatedAt, RunAt: r.RunAt,
 		EnqueuedAt: r.EnqueuedAt, StartedAt: r.StartedAt, CompletedAt: r.CompletedAt,
 		Worker: r.Worker, Entry: r.Entry, LastError: r.LastError, Result: r.Result,

@@ -13,6 +13,7 @@ import (
 	"github.com/conveyorq/conveyor/internal/inspect"
 	"github.com/conveyorq/conveyor/internal/jobstate"
 	"github.com/conveyorq/conveyor/internal/keys"
+	"github.com/conveyorq/conveyor/status"
 )
 
 // Page sizes of Inspector.List.
@@ -301,19 +302,19 @@ func (p *JobPage) MarshalJSON() ([]byte, error) {
 
 // List returns a page of the jobs of queue that have status. For each status:
 //
-//   - StatusScheduled: the scheduled set by due time, earliest first. A job due already but
+//   - status.Scheduled: the scheduled set by due time, earliest first. A job due already but
 //     not yet promoted is still listed. The cursor is "<due unix ms>:<id>".
-//   - StatusQueued: the stream's entries, in stream order, that no worker was handed yet.
+//   - status.Queued: the stream's entries, in stream order, that no worker was handed yet.
 //     Those are after the consumer group's last-delivered id, less any that are pending. The
 //     cursor is the last entry id seen.
-//   - StatusInProgress: the group's pending entries list in entry order. Each job's Worker is
+//   - status.InProgress: the group's pending entries list in entry order. Each job's Worker is
 //     the worker that holds it now, Attempt the attempt it runs, Entry the entry it holds.
 //     JobPage.Leases has its lease (idle time since the last renewal). A job a worker was
 //     just handed is listed here before the worker records its start. The cursor is the last
 //     entry id seen.
-//   - StatusFailed (or "dead", its alias: ParseStatus): the dead set, newest death first. The
+//   - status.Failed (or "dead", its alias: status.Parse): the dead set, newest death first. The
 //     cursor is "<death unix ms>:<id>".
-//   - StatusCompleted, StatusCanceled: the queue's index of completed (or canceled) jobs,
+//   - status.Completed, status.Canceled: the queue's index of completed (or canceled) jobs,
 //     newest first, while their records are retained. The cursor is "<unix ms>:<id>". The
 //     index keeps the jobs of the queue's default retention. A job kept longer by its own
 //     WithRetention leaves the listing sooner, and is still found by id. The index keeps at
@@ -340,7 +341,7 @@ func (p *JobPage) MarshalJSON() ([]byte, error) {
 // A partitioned queue is listed partition after partition, each in the order above. So the
 // order holds within a partition, not across them, and a page may span partitions. Its cursor
 // is "<partition>/<the partition's cursor>".
-func (i *Inspector) List(ctx context.Context, queue string, status Status, page Page) (*JobPage, error) {
+func (i *Inspector) List(ctx context.Context, queue string, st status.Status, page Page) (*JobPage, error) {
 	if err := i.check(queue, ""); err != nil {
 		return nil, err
 	}
@@ -356,22 +357,22 @@ func (i *Inspector) List(ctx context.Context, queue string, status Status, page 
 	if page.MaxBytes < 0 {
 		return nil, invalid("page byte budget %d is negative", page.MaxBytes)
 	}
-	status = ParseStatus(string(status)) // "dead" is failed's word
+	st = status.Parse(string(st)) // "dead" is failed's word
 	switch {
-	case status.Listable():
-	case status == StatusWaiting:
+	case st.Listable():
+	case st == status.Waiting:
 		// Waiting tasks are in no set of the queue: their workflow lists them.
 		return nil, invalid("waiting tasks are listed by their workflow (Inspector.Workflow, conveyor workflows get), not by status")
 	default:
-		return nil, invalid("unknown status %q: want %s", status, orList(ListableStatuses()))
+		return nil, invalid("unknown status %q: want %s", st, orList(status.Listable()))
 	}
-	p, err := i.eng.List(ctx, queue, status, page.Cursor, limit, cmp.Or(page.MaxBytes, DefaultPageBytes))
+	p, err := i.eng.List(ctx, queue, st, page.Cursor, limit, cmp.Or(page.MaxBytes, DefaultPageBytes))
 	if err != nil {
 		return nil, err
 	}
 	jp, err := pageOf(p)
 	if err != nil {
-		return nil, fmt.Errorf("list %s jobs of %s: %w", status, queue, err)
+		return nil, fmt.Errorf("list %s jobs of %s: %w", st, queue, err)
 	}
 	return jp, nil
 }

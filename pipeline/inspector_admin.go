@@ -8,6 +8,7 @@ import (
 	"github.com/conveyorq/conveyor/internal/jobstate"
 	"github.com/conveyorq/conveyor/internal/keys"
 	"github.com/conveyorq/conveyor/internal/script"
+	"github.com/conveyorq/conveyor/status"
 )
 
 // The Inspector's answers for administration tools (the CLI, the HTTP API) that would
@@ -22,7 +23,7 @@ func (i *Inspector) PurgeDryRun(ctx context.Context, queue, id string) (*Job, er
 	if err != nil {
 		return nil, err
 	}
-	if j.Status != StatusFailed {
+	if j.Status != status.Failed {
 		return nil, fmt.Errorf("purge %s/%s: %w (it is %s)", queue, id, ErrNotDead, j.Status)
 	}
 	return j, nil
@@ -148,7 +149,7 @@ func rowError(op, queue, id string, row jobstate.Row, err error, wrong error) er
 	case script.NotFound:
 		return ErrNotFound
 	case script.WrongState:
-		return fmt.Errorf("%w (it is %s)", wrong, StatusWord(Status(row.Data)))
+		return fmt.Errorf("%w (it is %s)", wrong, status.Status(row.Data).Word())
 	}
 	return fmt.Errorf("%s %s/%s: unexpected reply %v", op, queue, id, row.Code)
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/conveyorq/conveyor/internal/jobstate"
 	"github.com/conveyorq/conveyor/internal/keys"
 	"github.com/conveyorq/conveyor/internal/rediserr"
+	"github.com/conveyorq/conveyor/status"
 )
 
 // maxWaitReads bounds the reads a Waiter runs at once. So however many wait, they use few
@@ -166,8 +167,8 @@ func (w *Waiter) waitOn(ctx context.Context, q keys.Queue, id string) (*Job, err
 			return j, ctx.Err()
 		case <-wt.C():
 		}
-		status, recheck := wt.Take()
-		if !events.Final(status) {
+		ev, recheck := wt.Take()
+		if !events.Final(ev) {
 			if !recheck {
 				// It moved on but did not end (a retry, a promotion): nothing to read yet. The
 				// job as last read is stale now.
@@ -183,8 +184,8 @@ func (w *Waiter) waitOn(ctx context.Context, q keys.Queue, id string) (*Job, err
 				}
 				continue // Redis unreachable: the next recheck tries again
 			}
-			if now != "" && !Status(now).Final() {
-				if j != nil && j.Status != Status(now) {
+			if now != "" && !status.Status(now).Final() {
+				if j != nil && j.Status != status.Status(now) {
 					j = nil
 				}
 				continue

@@ -29,6 +29,7 @@ import (
 	"github.com/conveyorq/conveyor/internal/service"
 	"github.com/conveyorq/conveyor/internal/tracing"
 	"github.com/conveyorq/conveyor/recovery"
+	"github.com/conveyorq/conveyor/status"
 	"github.com/conveyorq/conveyor/stream"
 )
 
@@ -989,7 +990,7 @@ func (w *Worker) ended(q *keys.Queue, j *Job, start time.Time, why Outcome) erro
 func (w *Worker) lostWhy(q *keys.Queue, j *Job) Outcome {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
-	if st, err := w.store.Status(ctx, *q, j.ID); err == nil && Status(st) == StatusCanceled {
+	if st, err := w.store.Status(ctx, *q, j.ID); err == nil && status.Status(st) == status.Canceled {
 		return OutcomeCanceled
 	}
 	return OutcomeLost

@@ -13,6 +13,7 @@ import (
 	"github.com/conveyorq/conveyor/internal/jobstate"
 	"github.com/conveyorq/conveyor/internal/keys"
 	"github.com/conveyorq/conveyor/internal/workflow"
+	"github.com/conveyorq/conveyor/status"
 )
 
 // MaxWorkflowTasks bounds the tasks of one workflow (or the jobs of one batch, with its
@@ -141,7 +142,7 @@ type WorkflowTaskState struct {
 	// Status is the task's job's status: waiting until its dependencies allow it to run, then
 	// as any job's. A task whose job's record expired (a completed task past its retention)
 	// shows the outcome its workflow recorded.
-	Status    Status
+	Status    status.Status
 	Attempt   int
 	LastError string
 	StartedAt time.Time
@@ -162,7 +163,7 @@ type Dependencies struct {
 }
 
 // Workflow publishes wf into queue as one unit, in one script call. Each task without
-// dependencies is queued at once. The others wait (StatusWaiting) until the script that
+// dependencies is queued at once. The others wait (status.Waiting) until the script that
 // completes their last dependency puts them into the stream. It validates every task first
 // (names, dependencies, no cycle, the options a task may take). On bad input it writes
 // nothing (ErrInvalid). Publishing again a workflow with the same ID and tasks writes nothing
@@ -345,7 +346,7 @@ func readWorkflow(ctx context.Context, js jobstate.Backend, q keys.Queue, id str
 	for i, t := range rec.Tasks {
 		r := rows[i]
 		ts := WorkflowTaskState{Name: t.Name, JobID: t.ID, Type: t.Type, After: t.After, Finally: t.Finally,
-			Status: Status(r.Status), Attempt: r.Attempt, LastError: r.LastError, StartedAt: r.StartedAt,
+			Status: status.Status(r.Status), Attempt: r.Attempt, LastError: r.LastError, StartedAt: r.StartedAt,
 			FinishedAt: r.Finished}
 		if out, ok := workflow.Outcome(rec.TaskStatus[t.Name]); !r.Found && ok {
 			ts.Status = out
@@ -463,16 +464,16 @@ type workflowJSON struct {
 }
 
 type workflowTaskJSON struct {
-	Name       string   `json:"name"`
-	JobID      string   `json:"job_id"`
-	Type       string   `json:"type"`
-	After      []string `json:"after"`
-	Finally    bool     `json:"finally"`
-	Status     Status   `json:"status"`
-	Attempt    int      `json:"attempt"`
-	LastError  string   `json:"last_error"`
-	StartedAt  int64    `json:"started_at"`
-	FinishedAt int64    `json:"finished_at"`
+	Name       string        `json:"name"`
+	JobID      string        `json:"job_id"`
+	Type       string        `json:"type"`
+	After      []string      `json:"after"`
+	Finally    bool          `json:"finally"`
+	Status     status.Status `json:"status"`
+	Attempt    int           `json:"attempt"`
+	LastError  string        `json:"last_error"`
+	StartedAt  int64         `json:"started_at"`
+	FinishedAt int64         `json:"finished_at"`
 }
 
 // MarshalJSON writes the workflow with times as unix milliseconds (0 when not yet).

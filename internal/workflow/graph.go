@@ -8,7 +8,7 @@ import (
 
 	"github.com/conveyorq/conveyor/internal/jobstate"
 	"github.com/conveyorq/conveyor/internal/keys"
-	"github.com/conveyorq/conveyor/internal/status"
+	"github.com/conveyorq/conveyor/status"
 )
 
 // Bounds of a workflow. A workflow is published by one script call, and Redis serves no other

@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/conveyorq/conveyor/internal/jobstate"
-	"github.com/conveyorq/conveyor/internal/status"
+	"github.com/conveyorq/conveyor/status"
 )
 
 func TestCheckOrdersAndRefuses(t *testing.T) {
