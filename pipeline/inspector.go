@@ -13,6 +13,7 @@ import (
 	"github.com/conveyorq/conveyor/internal/inspect"
 	"github.com/conveyorq/conveyor/internal/jobstate"
 	"github.com/conveyorq/conveyor/internal/keys"
+	"github.com/conveyorq/conveyor/internal/publish"
 )
 
 // Page sizes of Inspector.List.
@@ -474,7 +475,7 @@ func (i *Inspector) DeleteQueue(ctx context.Context, queue string, force bool) e
 	}
 	relayout, err := i.eng.DeleteQueue(ctx, queue, force)
 	if relayout {
-		layoutChanges.Add(1)
+		publish.Relayout()
 	}
 	return err
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -12,21 +11,11 @@ import (
 	"github.com/conveyorq/conveyor/internal/inspect"
 	"github.com/conveyorq/conveyor/internal/jobstate"
 	"github.com/conveyorq/conveyor/internal/keys"
+	"github.com/conveyorq/conveyor/internal/publish"
 )
 
 // MaxPartitions bounds QueueOptions.Partitions.
 const MaxPartitions = keys.MaxPartitions
-
-// partitionsTTL is how long a Client trusts the partition count it read for a queue before it
-// reads it again. So a count changed with CreateQueue in another process reaches every reader
-// within this time. A publish does not depend on it. One to a layout that a change left is
-// refused by its closed flag, and sent again with the count read again (Client.publish).
-const partitionsTTL = 5 * time.Second
-
-// layoutChanges counts the partition counts that CreateQueue and DeleteQueue changed in this
-// process. A Client's cached count read before the latest change is stale at once. So a
-// process that changes a count reads its own change on its next call.
-var layoutChanges atomic.Int64
 
 // partitionCount reads how many partitions queue has (1 when none was set).
 func partitionCount(ctx context.Context, rdb redis.Cmdable, prefix, queue string) (int, error) {
@@ -185,7 +174,7 @@ func (i *Inspector) setLayout(ctx context.Context, queue string, opts QueueOptio
 		return nil, fmt.Errorf("create queue %s: %w", queue, storeErr(err))
 	}
 	if cur != p {
-		layoutChanges.Add(1)
+		publish.Relayout() // this process's Clients read the new count on their next call
 	}
 	if err := addQueue(ctx, i.store, queue, i.cfg.MaxQueues, false); err != nil {
 		return nil, fmt.Errorf("create queue %s: %w", queue, err)

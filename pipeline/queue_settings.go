@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/conveyorq/conveyor/internal/jobstate"
+	"github.com/conveyorq/conveyor/internal/publish"
 )
 
 // QueueSettings is a queue's settings, one record (UpdateQueue changes it): the pause, the
@@ -143,7 +144,7 @@ func (i *Inspector) QueueSettings(ctx context.Context, queue string) (*QueueSett
 	out := &QueueSettings{Queue: queue, Revision: st.Settings.Rev, Paused: st.Settings.Paused, Partitions: st.Partitions,
 		Limits: make([]Limit, len(st.Limits)), GroupWindow: defaultGroupWindow, GroupWeights: map[string]int{}, Levels: st.Levels}
 	d := defaultsOf(st.Settings.Fields)
-	out.MaxRetries, out.Timeout = d.maxRetries, d.timeout
+	out.MaxRetries, out.Timeout = d.MaxRetries, d.Timeout
 	for k, l := range st.Limits {
 		out.Limits[k] = limitOf(l)
 	}
@@ -185,31 +186,25 @@ const (
 	fieldTimeout    = "timeout_ms"
 )
 
-// queueDefaults are a queue's defaults for the jobs published without their own.
-type queueDefaults struct {
-	maxRetries *int
-	timeout    time.Duration
-}
-
 // defaultsOf reads the defaults from a settings record's fields. A value that does not parse
 // is no default: a publish must not fail over a setting.
-func defaultsOf(f map[string]string) queueDefaults {
-	var d queueDefaults
+func defaultsOf(f map[string]string) publish.Defaults {
+	var d publish.Defaults
 	if n, err := strconv.Atoi(f[fieldMaxRetries]); err == nil && n >= 0 && n <= maxMaxRetries {
-		d.maxRetries = &n
+		d.MaxRetries = &n
 	}
 	if ms, err := strconv.ParseInt(f[fieldTimeout], 10, 64); err == nil && ms > 0 && ms <= maxDefaultTimeout.Milliseconds() {
-		d.timeout = time.Duration(ms) * time.Millisecond
+		d.Timeout = time.Duration(ms) * time.Millisecond
 	}
 	return d
 }
 
-// apply gives a prepared job (j, and nj, what the script writes) the defaults that its
-// options leave to the queue. The options are common, then the task's own. The queue's
+// applyDefaults gives a prepared job (j, and nj, what the script writes) the defaults d that
+// its options leave to the queue. The options are common, then the task's own. The queue's
 // defaults win over the Client's. Applying the options again is cheap, and keeps prepare free
 // of Redis, so bad input fails first.
-func (d queueDefaults) apply(common []Option, t *Task, j *Job, nj *jobstate.NewJob) {
-	if d.maxRetries == nil && d.timeout == 0 {
+func applyDefaults(d publish.Defaults, common []Option, t *Task, j *Job, nj *jobstate.NewJob) {
+	if d.MaxRetries == nil && d.Timeout == 0 {
 		return
 	}
 	var o enqueueOptions
@@ -219,11 +214,11 @@ func (d queueDefaults) apply(common []Option, t *Task, j *Job, nj *jobstate.NewJ
 	for _, opt := range t.Opts {
 		opt(&o)
 	}
-	if d.maxRetries != nil && !o.hasRetries {
-		nj.MaxRetries, j.MaxRetries = *d.maxRetries, *d.maxRetries
+	if d.MaxRetries != nil && !o.hasRetries {
+		nj.MaxRetries, j.MaxRetries = *d.MaxRetries, *d.MaxRetries
 	}
-	if d.timeout > 0 && o.timeout == 0 {
-		nj.Timeout, j.Timeout = d.timeout, d.timeout
+	if d.Timeout > 0 && o.timeout == 0 {
+		nj.Timeout, j.Timeout = d.Timeout, d.Timeout
 	}
 }
 
@@ -372,8 +367,8 @@ func (i *Inspector) apply(ctx context.Context, queue string, c queueChange) (que
 			return fail("defaults", err)
 		}
 		// This process's Clients read the new defaults on their next publish; others within
-		// partitionsTTL.
-		layoutChanges.Add(1)
+		// publish.RouteTTL.
+		publish.Relayout()
 	}
 	switch {
 	case c.paused == nil:

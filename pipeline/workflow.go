@@ -237,49 +237,33 @@ func (c *Client) publishWorkflow(ctx context.Context, queue string, wf Workflow,
 		}
 		jobs[k] = j
 	}
-	d, err := c.queueDefaults(ctx, queue)
+	_, d, err := c.pub.Route(ctx, queue, true)
 	if err != nil {
 		end(nil, err)
 		return nil, err
 	}
 	for k, i := range order {
-		d.apply(nil, &wf.Tasks[i].Task, jobs[k], &nw.Tasks[k].Job)
+		applyDefaults(d, nil, &wf.Tasks[i].Task, jobs[k], &nw.Tasks[k].Job)
 	}
 	workflow.Link(nw.Tasks)
-	if err := c.registerQueue(ctx, queue); err != nil {
+	q, existed, err := c.pub.Workflow(ctx, queue, &nw, now)
+	if q.Name() == "" { // failed before a write was answered
 		end(nil, err)
 		return nil, err
 	}
-	start := time.Now()
-	for wait := time.Millisecond; ; wait = min(2*wait, 100*time.Millisecond) {
-		p, err := c.partitions(ctx, queue, true)
-		if err != nil {
-			end(nil, err)
-			return nil, err
-		}
-		q := allPartitions(c.cfg.Prefix, queue, p)[keys.PartitionOf(wf.ID, p)]
-		existed, _, err := c.store.PublishWorkflow(ctx, q, now, &nw)
-		if errors.Is(err, jobstate.ErrClosed) {
-			if err := c.closedWait(ctx, queue, start, wait, len(jobs)); err != nil {
-				end(nil, err)
-				return nil, err
-			}
-			continue
-		}
-		if errors.Is(err, jobstate.ErrWorkflowConflict) {
-			err = &workflowConflict{id: wf.ID, what: strings.TrimPrefix(err.Error(), jobstate.ErrWorkflowConflict.Error()+": ")}
-		}
-		end(jobs, err)
-		if err != nil {
-			return nil, err
-		}
-		st, err := readWorkflow(ctx, c.store, q, wf.ID)
-		if err != nil {
-			return nil, err
-		}
-		st.Duplicate = existed
-		return st, nil
+	if errors.Is(err, jobstate.ErrWorkflowConflict) {
+		err = &workflowConflict{id: wf.ID, what: strings.TrimPrefix(err.Error(), jobstate.ErrWorkflowConflict.Error()+": ")}
 	}
+	end(jobs, err)
+	if err != nil {
+		return nil, err
+	}
+	st, err := readWorkflow(ctx, c.store, q, wf.ID)
+	if err != nil {
+		return nil, err
+	}
+	st.Duplicate = existed
+	return st, nil
 }
 
 // checkWorkflow validates wf, giving it an ID when it has none, and returns the indexes of its
