@@ -17,6 +17,7 @@ import (
 	"github.com/conveyorq/conveyor/internal/script"
 	"github.com/conveyorq/conveyor/internal/tracing"
 	"github.com/conveyorq/conveyor/internal/ulid"
+	"github.com/conveyorq/conveyor/internal/workflow"
 	"github.com/conveyorq/conveyor/stream"
 )
 
@@ -396,25 +397,7 @@ func (c *Client) prepare(queue string, t *Task, now time.Time, common []Option, 
 	} else if err := keys.ValidateID(id); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
-	md := t.Metadata
-	if len(o.metadata) > 0 || tc != nil {
-		merged := make(map[string]string, len(md)+len(o.metadata)+len(tc))
-		for k, v := range md {
-			merged[k] = v
-		}
-		for k, v := range o.metadata {
-			merged[k] = v
-		}
-		if tc != nil {
-			// The publish span's trace context replaces one the task carried (a batch's
-			// span links to it; a single task's was the span's parent).
-			delete(merged, tracing.KeyTracestate)
-			for k, v := range tc {
-				merged[k] = v
-			}
-		}
-		md = merged
-	}
+	md := publish.Metadata(t.Metadata, o.metadata, tc)
 	if err := validateMetadata(md); err != nil {
 		return nil, err
 	}
@@ -495,7 +478,7 @@ func (c *Client) Get(ctx context.Context, queue, id string) (*Job, error) {
 	if p <= 1 {
 		return getJob(ctx, c.store, c.keys(queue), id)
 	}
-	j, _, err := findJob(ctx, c.store, lookupOrder(c.cfg.Prefix, queue, id, p), id)
+	j, _, err := findJob(ctx, c.store, publish.LookupOrder(c.cfg.Prefix, queue, id, p), id)
 	return j, err
 }
 
@@ -569,7 +552,7 @@ func (c *Client) Cancel(ctx context.Context, queue, id string) error {
 	if p <= 1 {
 		return cancelJob(ctx, c.store, c.keys(queue), id, now, c.cfg.Retention, c.cfg.MinRetention)
 	}
-	return onPartition(ctx, c.store, lookupOrder(c.cfg.Prefix, queue, id, p), id, func(q keys.Queue) error {
+	return publish.OnPartition(ctx, c.store, publish.LookupOrder(c.cfg.Prefix, queue, id, p), id, ErrNotFound, func(q keys.Queue) error {
 		return cancelJob(ctx, c.store, q, id, now, c.cfg.Retention, c.cfg.MinRetention)
 	})
 }
@@ -589,7 +572,7 @@ func cancelJob(ctx context.Context, js jobstate.Backend, q keys.Queue, id string
 		if row.Data != "" && row.Data != "0" {
 			// The cancel is done: what is left is the cascade's rest (a wide workflow), which
 			// the queue's recoverer finishes should these calls fail or the process die.
-			_ = followCascade(ctx, js, q, now)
+			_ = workflow.FollowCascade(ctx, js, q, now)
 		}
 		return nil
 	case script.WrongState:

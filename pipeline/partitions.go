@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/conveyorq/conveyor/internal/inspect"
 	"github.com/conveyorq/conveyor/internal/jobstate"
 	"github.com/conveyorq/conveyor/internal/keys"
@@ -16,32 +14,6 @@ import (
 
 // MaxPartitions bounds QueueOptions.Partitions.
 const MaxPartitions = keys.MaxPartitions
-
-// partitionCount reads how many partitions queue has (1 when none was set).
-func partitionCount(ctx context.Context, rdb redis.Cmdable, prefix, queue string) (int, error) {
-	return jobstate.PartitionCount(ctx, rdb, prefix, queue)
-}
-
-// knownQueues reads the known queue names, sorted, and the partition counts of those that have
-// more than one, in one round trip (jobstate.Store.KnownQueues).
-func knownQueues(ctx context.Context, js jobstate.Backend) ([]string, map[string]int, error) {
-	return js.KnownQueues(ctx)
-}
-
-// allPartitions returns the keys of every partition of queue, in partition order.
-func allPartitions(prefix, queue string, p int) []keys.Queue {
-	return jobstate.PartitionKeys(prefix, queue, p)
-}
-
-// lookupOrder returns the partitions of queue in the order a lookup of job id tries them. The
-// one the id routes to is first, since only a job published with a unique key lives elsewhere.
-func lookupOrder(prefix, queue, id string, p int) []keys.Queue {
-	qs := allPartitions(prefix, queue, p)
-	if h := keys.PartitionOf(id, p); h > 0 {
-		qs[0], qs[h] = qs[h], qs[0]
-	}
-	return qs
-}
 
 // findJob reads job id from the first of qs that has it: qs[0] alone first, then the others
 // in one pipeline. So a lookup costs one round trip when the job is where its id routes, and
@@ -66,26 +38,9 @@ func findJob(ctx context.Context, js jobstate.Backend, qs []keys.Queue, id strin
 	return j, qs[k+1], err
 }
 
-// onPartition runs op on the partition of qs (lookupOrder) that holds job id. It tries qs[0]
-// first. When op says ErrNotFound there, it tries the one jobstate.Store.Locate finds.
-func onPartition(ctx context.Context, js jobstate.Backend, qs []keys.Queue, id string, op func(keys.Queue) error) error {
-	err := op(qs[0])
-	if len(qs) == 1 || !errors.Is(err, ErrNotFound) {
-		return err
-	}
-	at, lerr := js.Locate(ctx, qs[1:], []string{id})
-	if lerr != nil {
-		return fmt.Errorf("find %s/%s: %w", qs[0].Name(), id, lerr)
-	}
-	if at[0] < 0 {
-		return err
-	}
-	return op(qs[1+at[0]])
-}
-
 // queueStats reads and sums the stats of every partition of queue.
 func queueStats(ctx context.Context, js jobstate.Backend, prefix, queue string, p int) (*QueueStats, error) {
-	st, err := js.ReadStats(ctx, allPartitions(prefix, queue, p))
+	st, err := js.ReadStats(ctx, jobstate.PartitionKeys(prefix, queue, p))
 	if err != nil {
 		return nil, err
 	}
@@ -165,7 +120,7 @@ func (i *Inspector) setLayout(ctx context.Context, queue string, opts QueueOptio
 		return nil, fmt.Errorf("create queue %s: %w", queue, storeErr(err))
 	}
 	defer unlock()
-	cur, err := partitionCount(ctx, i.rdb, i.cfg.Prefix, queue)
+	cur, err := jobstate.PartitionCount(ctx, i.rdb, i.cfg.Prefix, queue)
 	if err != nil {
 		return nil, err
 	}
@@ -179,7 +134,7 @@ func (i *Inspector) setLayout(ctx context.Context, queue string, opts QueueOptio
 	if err := addQueue(ctx, i.store, queue, i.cfg.MaxQueues, false); err != nil {
 		return nil, fmt.Errorf("create queue %s: %w", queue, err)
 	}
-	nodes, err := jobstate.Nodes(ctx, i.rdb, allPartitions(i.cfg.Prefix, queue, p))
+	nodes, err := jobstate.Nodes(ctx, i.rdb, jobstate.PartitionKeys(i.cfg.Prefix, queue, p))
 	if err != nil {
 		return nil, fmt.Errorf("create queue %s: %w", queue, err)
 	}
@@ -191,5 +146,5 @@ func (i *Inspector) Partitions(ctx context.Context, queue string) (int, error) {
 	if err := i.check(queue, ""); err != nil {
 		return 0, err
 	}
-	return partitionCount(ctx, i.rdb, i.cfg.Prefix, queue)
+	return jobstate.PartitionCount(ctx, i.rdb, i.cfg.Prefix, queue)
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/conveyorq/conveyor/internal/jobstate"
 	"github.com/conveyorq/conveyor/internal/keys"
+	"github.com/conveyorq/conveyor/internal/publish"
 	"github.com/conveyorq/conveyor/internal/workflow"
 )
 
@@ -292,7 +293,7 @@ func (c *Client) GetWorkflow(ctx context.Context, queue, id string) (*WorkflowSt
 // Workflow reads workflow (or batch) id of queue, as Client.GetWorkflow.
 func (i *Inspector) Workflow(ctx context.Context, queue, id string) (*WorkflowState, error) {
 	return getWorkflow(ctx, i.store, i.cfg.Prefix, queue, id, func(ctx context.Context, queue string, _ bool) (int, error) {
-		return partitionCount(ctx, i.rdb, i.cfg.Prefix, queue)
+		return jobstate.PartitionCount(ctx, i.rdb, i.cfg.Prefix, queue)
 	})
 }
 
@@ -306,7 +307,7 @@ func getWorkflow(ctx context.Context, js jobstate.Backend, prefix, queue, id str
 	}
 	// The partition the id routes to under today's count first, then the others: a count
 	// changed since the workflow was published leaves it where it was.
-	for _, q := range lookupOrder(prefix, queue, id, p) {
+	for _, q := range publish.LookupOrder(prefix, queue, id, p) {
 		st, err := readWorkflow(ctx, js, q, id)
 		if !errors.Is(err, ErrNotFound) {
 			return st, err
@@ -411,19 +412,6 @@ func (j *Job) Dependencies(ctx context.Context) (*Dependencies, error) {
 		return nil, err
 	}
 	return &Dependencies{Workflow: wfID, Completed: d.Completed, Failed: d.Failed, Canceled: d.Canceled, Results: res}, nil
-}
-
-// followCascade goes on with the workflow cascades of q (jobstate.Store.FollowCascade) until
-// none is left. It follows what a cancel's script left past the edges one call follows. Each
-// call blocks Redis a few ms at most. Its error is the caller's to ignore. The cancel that
-// left the rest is done, and the queue's recoverer follows what is left at its next scan.
-func followCascade(ctx context.Context, js jobstate.Backend, q keys.Queue, now time.Time) error {
-	for {
-		r, err := js.FollowCascade(ctx, q, jobstate.CascadeParams{Now: now, Events: js.Events(ctx)})
-		if err != nil || r.Left == 0 {
-			return err
-		}
-	}
 }
 
 // workflowJSON is the wire form of a WorkflowState: the CLI's `workflows get --json` and the

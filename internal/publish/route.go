@@ -2,6 +2,8 @@ package publish
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -252,4 +254,33 @@ func byPartition(njs []jobstate.NewJob, n int) ([]int, []jobstate.NewJob, []int)
 		order[i], sorted[i], sortedPart[i] = k, njs[k], part[k]
 	}
 	return order, sorted, sortedPart
+}
+
+// LookupOrder returns the partitions of queue, of n, in the order a lookup of job id tries
+// them. The one the id routes to is first, since only a job published with a unique or
+// debounce key lives elsewhere.
+func LookupOrder(prefix, queue, id string, n int) []keys.Queue {
+	qs := jobstate.PartitionKeys(prefix, queue, n)
+	if h := keys.PartitionOf(id, n); h > 0 {
+		qs[0], qs[h] = qs[h], qs[0]
+	}
+	return qs
+}
+
+// OnPartition runs op on the partition of qs (LookupOrder) that holds job id. It tries qs[0]
+// first. When op's error there is notFound (pipeline.ErrNotFound), it tries the one
+// jobstate.Store.Locate finds.
+func OnPartition(ctx context.Context, js jobstate.Backend, qs []keys.Queue, id string, notFound error, op func(keys.Queue) error) error {
+	err := op(qs[0])
+	if len(qs) == 1 || !errors.Is(err, notFound) {
+		return err
+	}
+	at, lerr := js.Locate(ctx, qs[1:], []string{id})
+	if lerr != nil {
+		return fmt.Errorf("find %s/%s: %w", qs[0].Name(), id, lerr)
+	}
+	if at[0] < 0 {
+		return err
+	}
+	return op(qs[1+at[0]])
 }
