@@ -158,7 +158,7 @@ func (c *Client) publishConfig() publish.Config {
 		Refused: func(err error) bool {
 			return errors.Is(err, ErrQueueNotFound) || errors.Is(err, ErrTooManyQueues)
 		},
-		Defaults: defaultsOf, ErrBusy: ErrQueueBusy}
+		MaxRetries: maxMaxRetries, MaxTimeout: maxDefaultTimeout, ErrBusy: ErrQueueBusy}
 }
 
 // Redis returns the client's Redis connection.
@@ -227,16 +227,13 @@ func (c *Client) enqueue(ctx context.Context, queue string, task *Task, pt *publ
 	if err != nil {
 		return nil, err
 	}
-	switch row.Code {
-	case script.Conflict:
-		return nil, conflict(j.ID, row.Differs)
-	case script.Exists:
-		if j, err = c.duplicate(ctx, queue, j); err != nil {
-			return nil, err
-		}
-		return j, rw.check(nil)
+	existed, err := created(j, &nj, row, now)
+	if existed {
+		j, err = c.duplicate(ctx, queue, j)
 	}
-	j.Status, j.Entry, j.EnqueuedAt = StatusQueued, row.Entry, j.CreatedAt
+	if err != nil {
+		return nil, err
+	}
 	return j, rw.check(nil)
 }
 
@@ -309,25 +306,11 @@ func (c *Client) publish(ctx context.Context, js jobstate.Backend, queue string,
 	var existing []int // a try's jobs that existed, read once its calls all answered
 	err := c.pub.Publish(ctx, js, queue, p, njs, now, publish.Settle{
 		Created: func(i int, row jobstate.Created) error {
-			j := jobs[i]
-			switch row.Code {
-			case script.OK:
-				if row.Entry == "" && (njs[i].Group == "" || j.RunAt.After(now)) {
-					j.Status = StatusScheduled
-				} else if row.Entry == "" {
-					j.Status, j.EnqueuedAt = StatusQueued, now // waiting for a place in its group's window
-				} else {
-					j.Status, j.Entry, j.EnqueuedAt = StatusQueued, row.Entry, now
-				}
-			case script.Exists:
+			existed, err := created(jobs[i], &njs[i], row, now)
+			if existed {
 				existing = append(existing, i)
-			case script.UniqueHeld:
-				j.ID = row.Holder
-				existing = append(existing, i)
-			case script.Conflict:
-				return conflict(j.ID, row.Differs)
 			}
-			return nil
+			return err
 		},
 		Debounced: func(i int, d jobstate.Debounced) { debounced(jobs[i], &njs[i], d) },
 		Done: func() error {
@@ -343,6 +326,23 @@ func (c *Client) publish(ctx context.Context, js jobstate.Backend, queue string,
 		},
 	})
 	return jobs, err
+}
+
+// created sets on job j, published as nj, what enqueue.lua answered. It says whether the job
+// existed already (Client.duplicate reads it), and returns the error of a conflict.
+func created(j *Job, nj *jobstate.NewJob, row jobstate.Created, now time.Time) (existed bool, err error) {
+	switch row.Code {
+	case script.OK:
+		j.Status, j.Entry, j.EnqueuedAt = publish.Stored(row, nj, now)
+	case script.UniqueHeld:
+		j.ID = row.Holder
+		return true, nil
+	case script.Exists:
+		return true, nil
+	case script.Conflict:
+		return false, conflict(j.ID, row.Differs)
+	}
+	return false, nil
 }
 
 // duplicate reads job j, which existed already (or holds j's unique key), marked Duplicate.
@@ -452,15 +452,6 @@ func validate(queue, id string) error {
 // check validates a queue name and, unless empty, a job id.
 func (c *Client) check(queue, id string) error { return validate(queue, id) }
 
-// keys returns queue's key names (publish.Publisher.Keys).
-func (c *Client) keys(queue string) keys.Queue { return c.pub.Keys(queue) }
-
-// partitions returns queue's partition count (publish.Publisher.Partitions): cached for a
-// queue published to, and for a bounded number of those that calls which only read name.
-func (c *Client) partitions(ctx context.Context, queue string, forPublish bool) (int, error) {
-	return c.pub.Partitions(ctx, queue, forPublish)
-}
-
 // NewID returns a new job id: a ULID (26 characters, sortable by creation time).
 func NewID() string { return ulid.Make().String() }
 
@@ -471,12 +462,12 @@ func (c *Client) Get(ctx context.Context, queue, id string) (*Job, error) {
 	if err := c.checkJob(queue, id); err != nil {
 		return nil, err
 	}
-	p, err := c.partitions(ctx, queue, false)
+	p, err := c.pub.Partitions(ctx, queue, false)
 	if err != nil {
 		return nil, err
 	}
 	if p <= 1 {
-		return getJob(ctx, c.store, c.keys(queue), id)
+		return getJob(ctx, c.store, c.pub.Keys(queue), id)
 	}
 	j, _, err := findJob(ctx, c.store, publish.LookupOrder(c.cfg.Prefix, queue, id, p), id)
 	return j, err
@@ -544,13 +535,13 @@ func (c *Client) Cancel(ctx context.Context, queue, id string) error {
 	if err := c.checkJob(queue, id); err != nil {
 		return err
 	}
-	p, err := c.partitions(ctx, queue, false)
+	p, err := c.pub.Partitions(ctx, queue, false)
 	if err != nil {
 		return err
 	}
 	now := c.cfg.Now()
 	if p <= 1 {
-		return cancelJob(ctx, c.store, c.keys(queue), id, now, c.cfg.Retention, c.cfg.MinRetention)
+		return cancelJob(ctx, c.store, c.pub.Keys(queue), id, now, c.cfg.Retention, c.cfg.MinRetention)
 	}
 	return publish.OnPartition(ctx, c.store, publish.LookupOrder(c.cfg.Prefix, queue, id, p), id, ErrNotFound, func(q keys.Queue) error {
 		return cancelJob(ctx, c.store, q, id, now, c.cfg.Retention, c.cfg.MinRetention)
@@ -622,12 +613,12 @@ func (c *Client) Stats(ctx context.Context, queue string) (*QueueStats, error) {
 	if err := c.check(queue, ""); err != nil {
 		return nil, err
 	}
-	p, err := c.partitions(ctx, queue, false)
+	p, err := c.pub.Partitions(ctx, queue, false)
 	if err != nil {
 		return nil, err
 	}
 	if p <= 1 {
-		st, err := readStats(ctx, c.store, []keys.Queue{c.keys(queue)})
+		st, err := readStats(ctx, c.store, []keys.Queue{c.pub.Keys(queue)})
 		if err != nil {
 			return nil, err
 		}

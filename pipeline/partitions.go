@@ -1,8 +1,8 @@
 package pipeline
 
 import (
+	"cmp"
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
@@ -15,27 +15,15 @@ import (
 // MaxPartitions bounds QueueOptions.Partitions.
 const MaxPartitions = keys.MaxPartitions
 
-// findJob reads job id from the first of qs that has it: qs[0] alone first, then the others
-// in one pipeline. So a lookup costs one round trip when the job is where its id routes, and
-// two otherwise. It returns the partition that holds the job.
+// findJob reads job id from the first of qs that has it (publish.Find), and returns the
+// partition that holds it.
 func findJob(ctx context.Context, js jobstate.Backend, qs []keys.Queue, id string) (*Job, keys.Queue, error) {
-	j, err := getJob(ctx, js, qs[0], id)
-	if len(qs) == 1 || !errors.Is(err, ErrNotFound) {
-		return j, qs[0], err
+	k, rec, err := publish.Find(ctx, js, qs, id)
+	if err != nil || k < 0 {
+		return nil, qs[0], cmp.Or(err, ErrNotFound)
 	}
-	lookups := make([]jobstate.Lookup, len(qs)-1)
-	for k, q := range qs[1:] {
-		lookups[k] = jobstate.Lookup{Queue: q, ID: id}
-	}
-	k, rec, err := js.FindFirst(ctx, lookups)
-	if err != nil {
-		return nil, qs[0], fmt.Errorf("get %s/%s: %w", qs[0].Name(), id, err)
-	}
-	if k < 0 {
-		return nil, qs[0], ErrNotFound
-	}
-	j, err = jobFromRecord(qs[k+1].Name(), id, rec)
-	return j, qs[k+1], err
+	j, err := jobFromRecord(qs[k].Name(), id, rec)
+	return j, qs[k], err
 }
 
 // queueStats reads and sums the stats of every partition of queue.

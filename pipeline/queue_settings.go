@@ -143,7 +143,7 @@ func (i *Inspector) QueueSettings(ctx context.Context, queue string) (*QueueSett
 	}
 	out := &QueueSettings{Queue: queue, Revision: st.Settings.Rev, Paused: st.Settings.Paused, Partitions: st.Partitions,
 		Limits: make([]Limit, len(st.Limits)), GroupWindow: defaultGroupWindow, GroupWeights: map[string]int{}, Levels: st.Levels}
-	d := defaultsOf(st.Settings.Fields)
+	d := publish.ParseDefaults(st.Settings.Fields, maxMaxRetries, maxDefaultTimeout)
 	out.MaxRetries, out.Timeout = d.MaxRetries, d.Timeout
 	for k, l := range st.Limits {
 		out.Limits[k] = limitOf(l)
@@ -180,25 +180,6 @@ func (p QueuePatch) validate() error {
 // maxDefaultTimeout bounds QueuePatch.Timeout: a week, far beyond any job's attempt.
 const maxDefaultTimeout = 7 * 24 * time.Hour
 
-// The settings record's fields of the per-queue job defaults.
-const (
-	fieldMaxRetries = "max_retries"
-	fieldTimeout    = "timeout_ms"
-)
-
-// defaultsOf reads the defaults from a settings record's fields. A value that does not parse
-// is no default: a publish must not fail over a setting.
-func defaultsOf(f map[string]string) publish.Defaults {
-	var d publish.Defaults
-	if n, err := strconv.Atoi(f[fieldMaxRetries]); err == nil && n >= 0 && n <= maxMaxRetries {
-		d.MaxRetries = &n
-	}
-	if ms, err := strconv.ParseInt(f[fieldTimeout], 10, 64); err == nil && ms > 0 && ms <= maxDefaultTimeout.Milliseconds() {
-		d.Timeout = time.Duration(ms) * time.Millisecond
-	}
-	return d
-}
-
 // applyDefaults gives a prepared job (j, and nj, what the script writes) the defaults d that
 // its options leave to the queue. The options are common, then the task's own. The queue's
 // defaults win over the Client's. Applying the options again is cheap, and keeps prepare free
@@ -226,14 +207,14 @@ func applyDefaults(d publish.Defaults, common []Option, t *Task, j *Job, nj *job
 func (p QueuePatch) recordChange() (jobstate.SettingsChange, bool) {
 	c := jobstate.SettingsChange{Set: map[string]string{}}
 	if n := p.MaxRetries; n != nil && *n >= 0 {
-		c.Set[fieldMaxRetries] = strconv.Itoa(*n)
+		c.Set[publish.FieldMaxRetries] = strconv.Itoa(*n)
 	} else if n != nil {
-		c.Delete = append(c.Delete, fieldMaxRetries)
+		c.Delete = append(c.Delete, publish.FieldMaxRetries)
 	}
 	if d := p.Timeout; d != nil && *d > 0 {
-		c.Set[fieldTimeout] = strconv.FormatInt(timeoutMS(*d), 10)
+		c.Set[publish.FieldTimeout] = strconv.FormatInt(timeoutMS(*d), 10)
 	} else if d != nil {
-		c.Delete = append(c.Delete, fieldTimeout)
+		c.Delete = append(c.Delete, publish.FieldTimeout)
 	}
 	return c, len(c.Set)+len(c.Delete) > 0
 }

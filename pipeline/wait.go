@@ -78,8 +78,8 @@ func (w *Waiter) Wait(ctx context.Context, queue, id string) (*Job, error) {
 	if err := w.acquire(ctx); err != nil {
 		return nil, err
 	}
-	p, err := c.partitions(ctx, queue, false)
-	q := c.keys(queue)
+	p, err := c.pub.Partitions(ctx, queue, false)
+	q := c.pub.Keys(queue)
 	if err == nil && p > 1 {
 		// Find the job's partition first: its events come on that partition's channel.
 		var j *Job

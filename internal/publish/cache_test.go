@@ -30,9 +30,8 @@ func newPublisher(rdb redis.UniversalClient, prefix string, maxQueues int, requi
 			}
 			return err
 		},
-		Refused:  func(err error) bool { return errors.Is(err, errRefused) },
-		Defaults: func(map[string]string) Defaults { return Defaults{} },
-		ErrBusy:  errors.New("busy")})
+		Refused: func(err error) bool { return errors.Is(err, errRefused) },
+		ErrBusy: errors.New("busy")})
 }
 
 func count(m *sync.Map) int {

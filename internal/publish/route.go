@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -55,18 +56,39 @@ type Config struct {
 	// Refused reports whether an error of AddQueue says the queue is not known and was not
 	// added (ErrQueueNotFound, ErrTooManyQueues): a cached entry of it is then dropped.
 	Refused func(error) bool
-	// Defaults reads a queue's job defaults from its settings record's fields.
-	Defaults func(fields map[string]string) Defaults
+	// MaxRetries and MaxTimeout bound a queue's job defaults (ParseDefaults).
+	MaxRetries int
+	MaxTimeout time.Duration
 	// ErrBusy is wrapped by the error of jobs a closed layout refused for ClosedRetryFor
 	// (pipeline.ErrQueueBusy).
 	ErrBusy error
 }
 
 // Defaults are a queue's defaults for the jobs published without their own, read from its
-// settings record with its partition count (Config.Defaults).
+// settings record with its partition count (ParseDefaults).
 type Defaults struct {
 	MaxRetries *int
 	Timeout    time.Duration
+}
+
+// The settings record's fields of the per-queue job defaults.
+const (
+	FieldMaxRetries = "max_retries"
+	FieldTimeout    = "timeout_ms"
+)
+
+// ParseDefaults reads the defaults from a settings record's fields, at most maxRetries and
+// maxTimeout. A value that does not parse, or is out of bounds, is no default: a publish must
+// not fail over a setting.
+func ParseDefaults(f map[string]string, maxRetries int, maxTimeout time.Duration) Defaults {
+	var d Defaults
+	if n, err := strconv.Atoi(f[FieldMaxRetries]); err == nil && n >= 0 && n <= maxRetries {
+		d.MaxRetries = &n
+	}
+	if ms, err := strconv.ParseInt(f[FieldTimeout], 10, 64); err == nil && ms > 0 && ms <= maxTimeout.Milliseconds() {
+		d.Timeout = time.Duration(ms) * time.Millisecond
+	}
+	return d
 }
 
 // Publisher is a Client's publish machinery and its caches. It is safe for concurrent use.
@@ -131,7 +153,7 @@ func (p *Publisher) Route(ctx context.Context, queue string, publish bool) (int,
 	if publish {
 		var st jobstate.Settings
 		n, st, err = p.cfg.Store.ReadRoute(ctx, queue)
-		d = p.cfg.Defaults(st.Fields)
+		d = ParseDefaults(st.Fields, p.cfg.MaxRetries, p.cfg.MaxTimeout)
 	} else {
 		n, err = jobstate.PartitionCount(ctx, p.cfg.Redis, p.cfg.Prefix, queue)
 	}
@@ -283,4 +305,32 @@ func OnPartition(ctx context.Context, js jobstate.Backend, qs []keys.Queue, id s
 		return err
 	}
 	return op(qs[1+at[0]])
+}
+
+// Find reads job id from the first of qs (LookupOrder) that has it: qs[0] alone first, then
+// the others in one pipeline. So a lookup costs one round trip when the job is where its id
+// routes, and two otherwise. It returns the index in qs of the partition that holds the job,
+// -1 when none does.
+func Find(ctx context.Context, js jobstate.Backend, qs []keys.Queue, id string) (int, jobstate.Record, error) {
+	flat, found, err := js.Get(ctx, qs[0], id)
+	switch {
+	case err != nil:
+		return 0, jobstate.Record{}, fmt.Errorf("get %s/%s: %w", qs[0].Name(), id, err)
+	case found:
+		return 0, jobstate.DecodeRecord(flat), nil
+	case len(qs) == 1:
+		return -1, jobstate.Record{}, nil
+	}
+	lookups := make([]jobstate.Lookup, len(qs)-1)
+	for k, q := range qs[1:] {
+		lookups[k] = jobstate.Lookup{Queue: q, ID: id}
+	}
+	k, rec, err := js.FindFirst(ctx, lookups)
+	if err != nil {
+		return 0, jobstate.Record{}, fmt.Errorf("get %s/%s: %w", qs[0].Name(), id, err)
+	}
+	if k < 0 {
+		return -1, jobstate.Record{}, nil
+	}
+	return k + 1, rec, nil
 }

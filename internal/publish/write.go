@@ -9,6 +9,7 @@ import (
 	"github.com/conveyorq/conveyor/internal/jobstate"
 	"github.com/conveyorq/conveyor/internal/keys"
 	"github.com/conveyorq/conveyor/internal/rediserr"
+	"github.com/conveyorq/conveyor/internal/status"
 )
 
 // batchChunk bounds the jobs one enqueue script call creates, and batchBytes the payload bytes
@@ -278,4 +279,17 @@ func (p *Publisher) Workflow(ctx context.Context, queue string, nw *jobstate.New
 		}
 		return q, existed, err
 	}
+}
+
+// Stored is where a job that enqueue.lua created (row.Code script.OK) is, and since when it is
+// queued: queued in its stream entry; scheduled (no entry, no time); or queued without an
+// entry while it waits for a place in its group's window.
+func Stored(row jobstate.Created, nj *jobstate.NewJob, now time.Time) (status.Status, string, time.Time) {
+	switch {
+	case row.Entry != "":
+		return status.Queued, row.Entry, now
+	case nj.Group == "" || nj.RunAt.After(now):
+		return status.Scheduled, "", time.Time{}
+	}
+	return status.Queued, "", now
 }
