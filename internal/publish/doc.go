@@ -6,8 +6,7 @@
 //
 // Why a package apart. The public package pipeline should hold what users call. This is most
 // of a publish's code, and none of it is API: it works on the store's values (jobstate.NewJob,
-// keys.Queue, partition counts), never on a Job or an Option. River keeps its insert path
-// below its client the same way (riverdriver's JobInsertFastMany).
+// keys.Queue, partition counts), never on a Job or an Option.
 //
 // Why it imports no pipeline. The arrow points one way, as internal/engine's does. pipeline
 // prepares each job (its options, its checks, the Job it returns) and hands this package the
