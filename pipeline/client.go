@@ -33,11 +33,10 @@ const (
 	RetainNone time.Duration = -1
 )
 
-// batchChunk bounds the jobs one enqueue script call creates, and batchBytes the payload bytes
-// it carries, so a huge batch does not block Redis in one long script.
+// batchChunk bounds the jobs one release script call puts back, as internal/publish's bounds
+// an enqueue's, so a huge batch does not block Redis in one long script.
 const (
 	batchChunk = 100
-	batchBytes = 4 << 20
 	// finishChunk bounds the transitions one finish.lua call applies.
 	finishChunk = 50
 )
