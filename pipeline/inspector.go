@@ -13,6 +13,7 @@ import (
 	"github.com/conveyorq/conveyor/internal/inspect"
 	"github.com/conveyorq/conveyor/internal/jobstate"
 	"github.com/conveyorq/conveyor/internal/keys"
+	"github.com/conveyorq/conveyor/internal/publish"
 	"github.com/conveyorq/conveyor/status"
 )
 
@@ -129,20 +130,20 @@ func (i *Inspector) keys(queue string) keys.Queue { return keys.New(i.cfg.Prefix
 
 // partitions returns every partition of queue, in partition order.
 func (i *Inspector) partitions(ctx context.Context, queue string) ([]keys.Queue, error) {
-	p, err := partitionCount(ctx, i.rdb, i.cfg.Prefix, queue)
+	p, err := jobstate.PartitionCount(ctx, i.rdb, i.cfg.Prefix, queue)
 	if err != nil {
 		return nil, err
 	}
-	return allPartitions(i.cfg.Prefix, queue, p), nil
+	return jobstate.PartitionKeys(i.cfg.Prefix, queue, p), nil
 }
 
 // lookup returns the partitions of queue in the order a lookup of id tries them.
 func (i *Inspector) lookup(ctx context.Context, queue, id string) ([]keys.Queue, error) {
-	p, err := partitionCount(ctx, i.rdb, i.cfg.Prefix, queue)
+	p, err := jobstate.PartitionCount(ctx, i.rdb, i.cfg.Prefix, queue)
 	if err != nil {
 		return nil, err
 	}
-	return lookupOrder(i.cfg.Prefix, queue, id, p), nil
+	return publish.LookupOrder(i.cfg.Prefix, queue, id, p), nil
 }
 
 // Queues returns the gauges and counters of every known queue (every queue something was
@@ -191,13 +192,13 @@ func (i *Inspector) Find(ctx context.Context, id string) (*Job, []string, error)
 	if err := keys.ValidateID(id); err != nil {
 		return nil, nil, fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
-	names, counts, err := knownQueues(ctx, i.store)
+	names, counts, err := i.store.KnownQueues(ctx)
 	if err != nil {
 		return nil, nil, err
 	}
 	var lookups []jobstate.Lookup
 	for _, name := range names {
-		for _, q := range lookupOrder(i.cfg.Prefix, name, id, counts[name]) {
+		for _, q := range publish.LookupOrder(i.cfg.Prefix, name, id, counts[name]) {
 			lookups = append(lookups, jobstate.Lookup{Queue: q, ID: id})
 		}
 	}
@@ -228,7 +229,7 @@ func (i *Inspector) Cancel(ctx context.Context, queue, id string) error {
 		return err
 	}
 	now := i.cfg.Now()
-	return onPartition(ctx, i.store, qs, id, func(q keys.Queue) error {
+	return publish.OnPartition(ctx, i.store, qs, id, ErrNotFound, func(q keys.Queue) error {
 		return cancelJob(ctx, i.store, q, id, now, i.cfg.Retention, i.cfg.MinRetention)
 	})
 }
@@ -392,7 +393,7 @@ func (i *Inspector) Replay(ctx context.Context, queue, id string) error {
 	if err != nil {
 		return err
 	}
-	return onPartition(ctx, i.store, qs, id, func(q keys.Queue) error { return i.eng.Replay(ctx, q, id) })
+	return publish.OnPartition(ctx, i.store, qs, id, ErrNotFound, func(q keys.Queue) error { return i.eng.Replay(ctx, q, id) })
 }
 
 // ReplayAll replays every job that is in queue's dead set when it starts, oldest death first,
@@ -475,7 +476,7 @@ func (i *Inspector) DeleteQueue(ctx context.Context, queue string, force bool) e
 	}
 	relayout, err := i.eng.DeleteQueue(ctx, queue, force)
 	if relayout {
-		layoutChanges.Add(1)
+		publish.Relayout()
 	}
 	return err
 }

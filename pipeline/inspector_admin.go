@@ -7,7 +7,9 @@ import (
 
 	"github.com/conveyorq/conveyor/internal/jobstate"
 	"github.com/conveyorq/conveyor/internal/keys"
+	"github.com/conveyorq/conveyor/internal/publish"
 	"github.com/conveyorq/conveyor/internal/script"
+	"github.com/conveyorq/conveyor/internal/workflow"
 	"github.com/conveyorq/conveyor/status"
 )
 
@@ -84,7 +86,7 @@ func (i *Inspector) QueueExists(ctx context.Context, queue string) (bool, error)
 // QueueNames returns the names of the known queues, sorted: those Queues reports on, without
 // reading their stats.
 func (i *Inspector) QueueNames(ctx context.Context) ([]string, error) {
-	names, _, err := knownQueues(ctx, i.store)
+	names, _, err := i.store.KnownQueues(ctx)
 	return names, err
 }
 
@@ -117,7 +119,7 @@ func (i *Inspector) Delete(ctx context.Context, queue, id string) error {
 		row, err := i.store.Cancel(ctx, q, jobstate.CancelParams{ID: id, Now: now,
 			MinRetention: i.cfg.MinRetention, Events: i.store.Events(ctx), Delete: true})
 		if err == nil && row.Code == script.OK && row.Data != "" && row.Data != "0" {
-			_ = followCascade(ctx, i.store, q, now) // as cancelJob: the delete is done
+			_ = workflow.FollowCascade(ctx, i.store, q, now) // as cancelJob: the delete is done
 		}
 		return rowError("delete", queue, id, row, err, ErrNotDeletable)
 	})
@@ -133,7 +135,7 @@ func (i *Inspector) onJob(ctx context.Context, queue, id string, op func(keys.Qu
 	if err != nil {
 		return err
 	}
-	return onPartition(ctx, i.store, qs, id, op)
+	return publish.OnPartition(ctx, i.store, qs, id, ErrNotFound, op)
 }
 
 // rowError is the error of a job's script reply: nil for script.OK, or ErrNotFound. For

@@ -594,7 +594,7 @@ func TestOwnPartitionChangeSeenAtOnce(t *testing.T) {
 }
 
 // TestPartitionCountCacheExpires: a Client reads a queue's count again once it is
-// partitionsTTL (5 s) old, and not before, so a change made by another process reaches its
+// publish.RouteTTL (5 s) old, and not before, so a change made by another process reaches its
 // reads. The other process is played by writing the count directly; the clock is the Client's.
 func TestPartitionCountCacheExpires(t *testing.T) {
 	t.Parallel()

@@ -10,6 +10,7 @@ import (
 	"github.com/conveyorq/conveyor/internal/events"
 	"github.com/conveyorq/conveyor/internal/jobstate"
 	"github.com/conveyorq/conveyor/internal/keys"
+	"github.com/conveyorq/conveyor/internal/publish"
 	"github.com/conveyorq/conveyor/internal/rediserr"
 	"github.com/conveyorq/conveyor/status"
 )
@@ -78,12 +79,12 @@ func (w *Waiter) Wait(ctx context.Context, queue, id string) (*Job, error) {
 	if err := w.acquire(ctx); err != nil {
 		return nil, err
 	}
-	p, err := c.partitions(ctx, queue, false)
-	q := c.keys(queue)
+	p, err := c.pub.Partitions(ctx, queue, false)
+	q := c.pub.Keys(queue)
 	if err == nil && p > 1 {
 		// Find the job's partition first: its events come on that partition's channel.
 		var j *Job
-		j, q, err = findJob(ctx, c.store, lookupOrder(c.cfg.Prefix, queue, id, p), id)
+		j, q, err = findJob(ctx, c.store, publish.LookupOrder(c.cfg.Prefix, queue, id, p), id)
 		if err == nil && j.Status.Final() {
 			w.release()
 			return j, nil
