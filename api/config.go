@@ -45,10 +45,10 @@ const (
 	// DefaultThroughputQueues bounded the queues a throughput sample kept apart.
 	//
 	// Deprecated: Config.ThroughputQueues is ignored; the history of all queues is one read.
-	DefaultThroughputQueues = pipeline.DefaultMaxQueues
+	DefaultThroughputQueues = 2000
 	// DefaultMaxPageBytes is the byte budget of a page of GET /v1/queues/{queue}/jobs
-	// (pipeline.Page.MaxBytes).
-	DefaultMaxPageBytes = pipeline.DefaultPageBytes
+	// (pipeline.Page.MaxBytes), the Inspector's own default.
+	DefaultMaxPageBytes = 8 << 20
 	// DefaultMaxEventStreams bounds the open event streams (GET .../jobs/{id}/events) of a
 	// Server: each holds a connection, a goroutine and buffers, about 40 KB.
 	DefaultMaxEventStreams = 1000
@@ -81,7 +81,7 @@ type Config struct {
 	MaxBatchBodyBytes int64
 	// MaxPageBytes is the byte budget of a page of GET /v1/queues/{queue}/jobs. A page ends
 	// early, its next cursor right after it, at the job whose payload and result bytes reach it,
-	// added to those before (pipeline.Page.MaxBytes). So a page of big jobs costs the server
+	// added to those before (pipeline.Page.MaxBytes), the Inspector's own default. So a page of big jobs costs the server
 	// about this much, not limit times the largest payload. Defaults to DefaultMaxPageBytes.
 	MaxPageBytes int64
 	// MaxEventStreams bounds the event streams open at once (GET

@@ -69,7 +69,7 @@ type ClientConfig struct {
 	ReplicaTimeout time.Duration
 	// MaxQueues bounds the known queues: Enqueue to a queue that is not known yet fails with
 	// ErrTooManyQueues once there are this many (whoever added them). Defaults to
-	// DefaultMaxQueues. The Client remembers at most this many queues it registered.
+	// 2,000. The Client remembers at most this many queues it registered.
 	MaxQueues int
 	// RequireQueues makes Enqueue and EnqueueBatch refuse a queue that is not known yet,
 	// instead of adding it. A queue is known once created by Inspector.CreateQueue, a worker
@@ -163,7 +163,7 @@ func NewClient(rdb redis.UniversalClient, cfg ClientConfig) (*Client, error) {
 	}
 	cfg.Retention = cmp.Or(cfg.Retention, DefaultRetention)
 	cfg.MinRetention = cmp.Or(cfg.MinRetention, DefaultMinRetention)
-	cfg.MaxQueues = cmp.Or(cfg.MaxQueues, DefaultMaxQueues)
+	cfg.MaxQueues = cmp.Or(cfg.MaxQueues, defaultMaxQueues)
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}

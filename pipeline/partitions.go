@@ -14,8 +14,8 @@ import (
 	"github.com/conveyorq/conveyor/internal/keys"
 )
 
-// MaxPartitions bounds QueueOptions.Partitions.
-const MaxPartitions = keys.MaxPartitions
+// maxPartitions bounds QueueOptions.Partitions.
+const maxPartitions = keys.MaxPartitions
 
 // partitionsTTL is how long a Client trusts the partition count it read for a queue before it
 // reads it again. So a count changed with CreateQueue in another process reaches every reader
@@ -107,7 +107,7 @@ func queueStats(ctx context.Context, js jobstate.Backend, prefix, queue string, 
 // producer, worker and inspector reads them.
 type QueueOptions struct {
 	// Partitions is the number of partitions (0 means 1, the plain queue; at most
-	// MaxPartitions). Each partition is a key space of its own, {queue#i.s}. It has its own
+	// 1,024). Each partition is a key space of its own, {queue#i.s}. It has its own
 	// stream, scheduled set, dead set, counters, unique keys and recovery lock. Its slot is the
 	// middle one of the i-th of P equal shares of the slots (keys.PartitionName). So on Redis
 	// Cluster with the default slot layout every master holds a partition when P >= masters. A
@@ -168,8 +168,8 @@ func (i *Inspector) setLayout(ctx context.Context, queue string, opts QueueOptio
 	if p == 0 {
 		p = 1
 	}
-	if p < 1 || p > MaxPartitions {
-		return nil, invalid("partitions %d outside 1..%d", opts.Partitions, MaxPartitions)
+	if p < 1 || p > maxPartitions {
+		return nil, invalid("partitions %d outside 1..%d", opts.Partitions, maxPartitions)
 	}
 	unlock, err := i.store.LockLayout(ctx, queue)
 	if err != nil {

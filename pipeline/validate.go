@@ -12,8 +12,8 @@ import (
 // the job's hash). It is handed to every handler and Watermill middleware. So it is for trace
 // ids and routing hints, not for data, which belongs in the payload.
 const (
-	// MaxMetadataEntries bounds the pairs of a job's metadata.
-	MaxMetadataEntries = keys.MaxMetadataEntries
+	// maxMetadataEntries bounds the pairs of a job's metadata.
+	maxMetadataEntries = keys.MaxMetadataEntries
 	// maxMetadataBytes bounds the bytes of a job's metadata keys and values together.
 	maxMetadataBytes = keys.MaxMetadataBytes
 )

@@ -85,7 +85,7 @@ bench/ and docs/BENCHMARKS.md.`,
 	f.IntVarP(&o.jobs, "jobs", "n", 100_000, "jobs to run")
 	f.IntVar(&o.payloadBytes, "payload-bytes", 100, "payload size of each job (at least 8)")
 	f.IntVarP(&o.concurrency, "concurrency", "c", 200, "the worker's concurrency")
-	f.IntVar(&o.partitions, "partitions", 1, fmt.Sprintf("partitions of the benchmark queue, 1 to %d", pipeline.MaxPartitions))
+	f.IntVar(&o.partitions, "partitions", 1, fmt.Sprintf("partitions of the benchmark queue, 1 to %d", maxPartitions))
 	f.IntVar(&o.producers, "producers", 1, "goroutines publishing at once")
 	f.StringVar(&o.mode, "mode", "live", "live (publish while the worker runs) or drain (publish first)")
 	f.DurationVar(&o.timeout, "timeout", 10*time.Minute, "give up after this long")
@@ -105,8 +105,8 @@ func (o benchOptions) validate() error {
 	if o.concurrency < 1 {
 		errs = append(errs, usageErrorf("--concurrency must be at least 1"))
 	}
-	if o.partitions < 1 || o.partitions > pipeline.MaxPartitions {
-		errs = append(errs, usageErrorf("--partitions must be 1 to %d", pipeline.MaxPartitions))
+	if o.partitions < 1 || o.partitions > maxPartitions {
+		errs = append(errs, usageErrorf("--partitions must be 1 to %d", maxPartitions))
 	}
 	if o.producers < 1 {
 		errs = append(errs, usageErrorf("--producers must be at least 1"))

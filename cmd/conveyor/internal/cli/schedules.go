@@ -189,7 +189,7 @@ of at most --limit schedules (1 to 1000, default 100) and, on stderr, the cursor
 	}
 	f := cmd.Flags()
 	f.BoolVar(&asJSON, "json", false, "print a JSON array (with --limit or --cursor: {\"schedules\": [...], \"next\": \"...\"})")
-	f.IntVar(&limit, "limit", pipeline.DefaultPageLimit, "print one page of at most this many schedules (1 to 1000)")
+	f.IntVar(&limit, "limit", defaultPageLimit, "print one page of at most this many schedules (1 to 1000)")
 	f.StringVar(&cursor, "cursor", "", "print the page after the one that printed this cursor")
 	return cmd
 }

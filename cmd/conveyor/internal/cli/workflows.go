@@ -133,8 +133,8 @@ as 'workflows get --json' without its tasks.`,
   conveyor workflows list --json | jq -r '.workflows[] | select(.status == "failed") | .id'`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if limit < 1 || limit > pipeline.MaxWorkflowList {
-				return usageErrorf("--limit must be 1 to %d, not %d", pipeline.MaxWorkflowList, limit)
+			if limit < 1 || limit > maxWorkflowList {
+				return usageErrorf("--limit must be 1 to %d, not %d", maxWorkflowList, limit)
 			}
 			insp, err := a.inspector()
 			if err != nil {
@@ -167,7 +167,7 @@ as 'workflows get --json' without its tasks.`,
 	}
 	f := cmd.Flags()
 	f.StringVarP(&queue, "queue", "q", pipeline.DefaultQueue, "queue of the workflows")
-	f.IntVar(&limit, "limit", 50, fmt.Sprintf("list at most this many (1 to %d)", pipeline.MaxWorkflowList))
+	f.IntVar(&limit, "limit", 50, fmt.Sprintf("list at most this many (1 to %d)", maxWorkflowList))
 	f.BoolVar(&asJSON, "json", false, `print {"workflows": [...]}`)
 	return cmd
 }
