@@ -14,6 +14,7 @@ import (
 	"github.com/schollz/progressbar/v3"
 	"github.com/spf13/cobra"
 
+	"github.com/conveyorq/conveyor/keyspace"
 	"github.com/conveyorq/conveyor/pipeline"
 )
 
@@ -321,7 +322,7 @@ func benchQueue(ctx context.Context, rdb redis.UniversalClient, prefix string, p
 	for range 1000 {
 		name := "bench-" + randomHex(4)
 		seen := map[string]bool{}
-		for _, k := range pipeline.KeysOf(prefix, name, partitions) {
+		for _, k := range keyspace.KeysOf(prefix, name, partitions) {
 			node, err := cc.MasterForKey(ctx, k.Stream)
 			if err != nil {
 				return "", err

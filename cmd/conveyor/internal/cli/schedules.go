@@ -11,6 +11,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/conveyorq/conveyor/keyspace"
 	"github.com/conveyorq/conveyor/pipeline"
 )
 
@@ -56,7 +57,7 @@ A schedule stored again under its name is replaced, keeping its last run and its
 		Args: exactlyOne("schedule name"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			var errs []error
-			if err := pipeline.ValidateSchedule(args[0]); err != nil {
+			if err := keyspace.ValidateSchedule(args[0]); err != nil {
 				errs = append(errs, usageError{err})
 			}
 			if spec == "" {
@@ -204,7 +205,7 @@ not stored exits 1. A worker started with the schedule (--cron, or in code) stor
 		Args:              exactlyOne("schedule name"),
 		ValidArgsFunction: a.completeSchedules,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := pipeline.ValidateSchedule(args[0]); err != nil {
+			if err := keyspace.ValidateSchedule(args[0]); err != nil {
 				return usageError{err}
 			}
 			insp, err := a.inspector()
@@ -238,7 +239,7 @@ dropped, whatever --missed says. A schedule that is not stored exits 1.`
 		Args:              exactlyOne("schedule name"),
 		ValidArgsFunction: a.completeSchedules,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := pipeline.ValidateSchedule(args[0]); err != nil {
+			if err := keyspace.ValidateSchedule(args[0]); err != nil {
 				return usageError{err}
 			}
 			insp, err := a.inspector()
@@ -351,8 +352,8 @@ func scheduleNamePart(typ string) string {
 			b[k] = '-'
 		}
 	}
-	if len(b) > pipeline.MaxScheduleLen-len("cron--00000000") {
-		b = b[:pipeline.MaxScheduleLen-len("cron--00000000")]
+	if len(b) > keyspace.MaxScheduleLen-len("cron--00000000") {
+		b = b[:keyspace.MaxScheduleLen-len("cron--00000000")]
 	}
 	return string(b)
 }

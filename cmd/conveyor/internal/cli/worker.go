@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/conveyorq/conveyor/handlers"
+	"github.com/conveyorq/conveyor/keyspace"
 	"github.com/conveyorq/conveyor/pipeline"
 )
 
@@ -205,7 +206,7 @@ func (wf *workerFlags) config() (pipeline.WorkerConfig, error) {
 	weights := map[string]int{}
 	for _, arg := range wf.queues {
 		q, weight, hasWeight := strings.Cut(arg, "=")
-		if err := pipeline.ValidateQueue(q); err != nil {
+		if err := keyspace.ValidateQueue(q); err != nil {
 			bad("--queue %q: %v (use letters, digits, '.', '_' and '-')", arg, errors.Unwrap(err))
 			continue
 		}
@@ -226,7 +227,7 @@ func (wf *workerFlags) config() (pipeline.WorkerConfig, error) {
 		names = append(names, q)
 	}
 	if wf.name != "" {
-		if err := pipeline.ValidateQueue(wf.name); err != nil {
+		if err := keyspace.ValidateQueue(wf.name); err != nil {
 			bad("--name %q: invalid worker name: %v (use letters, digits, '.', '_' and '-')", wf.name, errors.Unwrap(err))
 		}
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/conveyorq/conveyor/api"
+	"github.com/conveyorq/conveyor/keyspace"
 	"github.com/conveyorq/conveyor/pipeline"
 )
 
@@ -59,7 +60,7 @@ started_at, finished_at}], as GET /v1/queues/{queue}/workflows/{id} answers. An 
 		ValidArgsFunction: a.completeWorkflowIDs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			// The library takes "" for no id; on the command line it is a mistake.
-			if err := pipeline.ValidateID(args[0]); err != nil {
+			if err := keyspace.ValidateID(args[0]); err != nil {
 				return usageError{err}
 			}
 			insp, err := a.inspector()
