@@ -10,4 +10,6 @@ const (
 	maxWorkflowList         = 1000               // pipeline.Inspector.Workflows
 	maxWorkflowTasks        = 5000               // pipeline.Workflow
 	maxWorkflowDependencies = 10_000             // pipeline.Workflow
+	historySpanFine         = time.Hour          // pipeline.Inspector.History, 5 s buckets
+	historySpanCoarse       = 24 * time.Hour     // pipeline.Inspector.History, 1 min buckets
 )

@@ -107,7 +107,7 @@ type Config struct {
 	// Deprecated: ignored.
 	ThroughputInterval time.Duration
 	// ThroughputWindow is how far back GET /v1/throughput reaches at the 5 s resolution
-	// when the request does not say (?window=), at most pipeline.HistorySpanFine. Defaults to
+	// when the request does not say (?window=), at most an hour (the 5 s buckets' span). Defaults to
 	// DefaultThroughputWindow.
 	ThroughputWindow time.Duration
 	// ThroughputQueues bounded the queues a throughput sample kept apart.
@@ -178,8 +178,8 @@ func (c Config) validate() error {
 	if c.ThroughputQueues < 0 {
 		bad("ThroughputQueues %d is negative", c.ThroughputQueues)
 	}
-	if c.ThroughputWindow < 0 || c.ThroughputWindow > pipeline.HistorySpanFine {
-		bad("ThroughputWindow %s is outside 0..%s (the history's 5 s buckets are kept that long)", c.ThroughputWindow, pipeline.HistorySpanFine)
+	if c.ThroughputWindow < 0 || c.ThroughputWindow > historySpanFine {
+		bad("ThroughputWindow %s is outside 0..%s (the history's 5 s buckets are kept that long)", c.ThroughputWindow, historySpanFine)
 	}
 	return errors.Join(errs...)
 }

@@ -49,4 +49,5 @@ const (
 	MaxPartitions      = maxPartitions
 	MaxQueueLimits     = maxQueueLimits
 	MaxReplicas        = maxReplicas
+	HistorySpanFine    = historySpanFine
 )

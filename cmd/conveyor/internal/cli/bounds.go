@@ -17,4 +17,6 @@ const (
 	maxLimitRate               = 1_000_000_000      // pipeline.Limit.Rate
 	maxLimitInterval           = 7 * 24 * time.Hour // pipeline.Limit.Interval
 	maxWorkflowList            = 1000               // pipeline.Inspector.Workflows
+	historySpanFine            = time.Hour          // pipeline.Inspector.History, 5 s buckets
+	historySpanCoarse          = 24 * time.Hour     // pipeline.Inspector.History, 1 min buckets
 )
