@@ -7,6 +7,8 @@ import "time"
 // package documents each value and keeps the constant to itself; these copies must agree.
 const (
 	maxLimitInterval        = 7 * 24 * time.Hour // pipeline.Limit.Interval
+	maxPageLimit            = 1000               // pipeline.Page.Limit, Inspector.SchedulesPage
+	maxPayloadBytes         = 1 << 20            // pipeline.ClientConfig.MaxPayloadBytes's default, Periodic.Payload
 	maxWorkflowList         = 1000               // pipeline.Inspector.Workflows
 	maxWorkflowTasks        = 5000               // pipeline.Workflow
 	maxWorkflowDependencies = 10_000             // pipeline.Workflow

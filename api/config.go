@@ -16,7 +16,7 @@ import (
 // Defaults of Config.
 const (
 	// DefaultMaxBodyBytes bounds the body of a one-job POST: the client's default payload limit
-	// (pipeline.DefaultMaxPayloadBytes, 1 MiB) and room for the other fields.
+	// (pipeline.ClientConfig.MaxPayloadBytes, 1 MiB) and room for the other fields.
 	DefaultMaxBodyBytes = 2 << 20
 	// DefaultMaxBatchBodyBytes bounds the body of a batch POST.
 	DefaultMaxBatchBodyBytes = 16 << 20

@@ -25,7 +25,7 @@ import (
 // Defaults of ClientConfig and WorkerConfig.
 const (
 	DefaultMaxRetries      = 5
-	DefaultMaxPayloadBytes = 1 << 20
+	defaultMaxPayloadBytes = 1 << 20
 	DefaultRetention       = 24 * time.Hour
 	// DefaultMinRetention is the default of WorkerConfig.MinRetention and
 	// ClientConfig.MinRetention.
@@ -48,7 +48,7 @@ type ClientConfig struct {
 	// Prefix starts every key. Defaults to "conveyor".
 	Prefix string
 	// MaxPayloadBytes bounds a job's payload plus its encoded metadata. Defaults to
-	// DefaultMaxPayloadBytes (1 MiB).
+	// 1 MiB.
 	MaxPayloadBytes int
 	// MaxRetries is the retry count of jobs enqueued without WithMaxRetries. Defaults to
 	// DefaultMaxRetries; set NoRetries for none.
@@ -154,7 +154,7 @@ func NewClient(rdb redis.UniversalClient, cfg ClientConfig) (*Client, error) {
 		return nil, err
 	}
 	cfg.Prefix = cmp.Or(cfg.Prefix, keys.DefaultPrefix)
-	cfg.MaxPayloadBytes = cmp.Or(cfg.MaxPayloadBytes, DefaultMaxPayloadBytes)
+	cfg.MaxPayloadBytes = cmp.Or(cfg.MaxPayloadBytes, defaultMaxPayloadBytes)
 	switch {
 	case cfg.MaxRetries == 0:
 		cfg.MaxRetries = DefaultMaxRetries

@@ -41,13 +41,15 @@ const (
 	MaxMetadataBytes    = maxMetadataBytes
 	ProgressInterval    = progressInterval
 
-	DefaultPageLimit   = defaultPageLimit
-	MaxGroupWeights    = maxGroupWeights
-	MaxLimitInterval   = maxLimitInterval
-	MaxLimitRate       = maxLimitRate
-	MaxMetadataEntries = maxMetadataEntries
-	MaxPartitions      = maxPartitions
-	MaxQueueLimits     = maxQueueLimits
-	MaxReplicas        = maxReplicas
-	HistorySpanFine    = historySpanFine
+	DefaultPageLimit       = defaultPageLimit
+	MaxGroupWeights        = maxGroupWeights
+	MaxLimitInterval       = maxLimitInterval
+	MaxLimitRate           = maxLimitRate
+	MaxMetadataEntries     = maxMetadataEntries
+	MaxPartitions          = maxPartitions
+	MaxQueueLimits         = maxQueueLimits
+	MaxReplicas            = maxReplicas
+	HistorySpanFine        = historySpanFine
+	DefaultMaxPayloadBytes = defaultMaxPayloadBytes
+	MaxPageLimit           = maxPageLimit
 )

@@ -19,9 +19,9 @@ import (
 const (
 	// defaultPageLimit is the page size of a Page with no Limit.
 	defaultPageLimit = 100
-	// MaxPageLimit bounds a page: a larger Limit is reduced to it, so one call reads at most
+	// maxPageLimit bounds a page: a larger Limit is reduced to it, so one call reads at most
 	// this many job records.
-	MaxPageLimit = 1000
+	maxPageLimit = 1000
 	// defaultPageBytes is the byte budget of a Page with no MaxBytes. A page ends with the job
 	// whose payload and result bytes, added to those before it, reach it.
 	defaultPageBytes = 8 << 20
@@ -95,7 +95,7 @@ func (c InspectorConfig) validate() error {
 // use.
 //
 // Every call is bounded in the work it asks of Redis. No KEYS, and no SCAN but DeleteQueue's
-// (over the queue's own node). At most MaxPageLimit job records are read per List call.
+// (over the queue's own node). At most 1,000 job records are read per List call.
 type Inspector struct {
 	rdb   redis.UniversalClient
 	store jobstate.Backend
@@ -235,8 +235,8 @@ func (i *Inspector) Cancel(ctx context.Context, queue, id string) error {
 // ---- Listing ----
 
 // Page selects a page of List: the Cursor of the previous page's JobPage.Next (empty for the
-// first page) and at most Limit jobs (0: 100; more than MaxPageLimit:
-// MaxPageLimit; negative: ErrInvalid).
+// first page) and at most Limit jobs (0: 100; more than 1,000:
+// 1,000; negative: ErrInvalid).
 type Page struct {
 	Cursor string
 	Limit  int
@@ -350,8 +350,8 @@ func (i *Inspector) List(ctx context.Context, queue string, status Status, page 
 		return nil, invalid("page limit %d is negative", limit)
 	case limit == 0:
 		limit = defaultPageLimit
-	case limit > MaxPageLimit:
-		limit = MaxPageLimit
+	case limit > maxPageLimit:
+		limit = maxPageLimit
 	}
 	if page.MaxBytes < 0 {
 		return nil, invalid("page byte budget %d is negative", page.MaxBytes)

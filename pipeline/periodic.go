@@ -36,8 +36,9 @@ type Periodic struct {
 	Spec string
 	// Queue receives the jobs.
 	Queue string
-	// Type and Payload are the job's. Each job also carries the metadata MetaSchedule (the
-	// schedule's name) and MetaScheduleTick (the tick, RFC 3339).
+	// Type and Payload are the job's; Payload is at most 1 MiB (ErrPayloadTooLarge). Each
+	// job also carries the metadata MetaSchedule (the schedule's name) and MetaScheduleTick
+	// (the tick, RFC 3339).
 	Type    string
 	Payload []byte
 	// Missed says what becomes of ticks missed while no worker ran (ticks later than
@@ -175,8 +176,8 @@ func (p Periodic) validate() error {
 	if err := validateType(p.Type); err != nil {
 		errs = append(errs, err)
 	}
-	if len(p.Payload) > DefaultMaxPayloadBytes {
-		errs = append(errs, fmt.Errorf("%w: schedule %q's payload is %d bytes, the limit is %d", ErrPayloadTooLarge, p.Name, len(p.Payload), DefaultMaxPayloadBytes))
+	if len(p.Payload) > defaultMaxPayloadBytes {
+		errs = append(errs, fmt.Errorf("%w: schedule %q's payload is %d bytes, the limit is %d", ErrPayloadTooLarge, p.Name, len(p.Payload), defaultMaxPayloadBytes))
 	}
 	if err := errors.Join(errs...); err != nil {
 		if errors.Is(err, ErrPayloadTooLarge) || errors.Is(err, ErrInvalid) {
@@ -245,8 +246,8 @@ func (i *Inspector) Schedules(ctx context.Context) ([]Schedule, error) {
 }
 
 // SchedulesPage returns a page of the stored schedules by name: those after page.Cursor (a
-// page's Next; empty for the first page), at most page.Limit (0: defaultPageLimit; 1 to
-// MaxPageLimit). It costs Redis two round trips, whatever the number of schedules. A cursor
+// page's Next; empty for the first page), at most page.Limit (0: 100; 1 to
+// 1,000). It costs Redis two round trips, whatever the number of schedules. A cursor
 // that is not a schedule's name returns ErrInvalid. Pages are not a snapshot: a schedule
 // stored or deleted while a listing goes on may be seen or not.
 func (i *Inspector) SchedulesPage(ctx context.Context, page Page) (*SchedulePage, error) {
@@ -254,8 +255,8 @@ func (i *Inspector) SchedulesPage(ctx context.Context, page Page) (*SchedulePage
 	switch {
 	case limit == 0:
 		limit = defaultPageLimit
-	case limit < 0 || limit > MaxPageLimit:
-		return nil, invalid("limit %d: want 1 to %d", page.Limit, MaxPageLimit)
+	case limit < 0 || limit > maxPageLimit:
+		return nil, invalid("limit %d: want 1 to %d", page.Limit, maxPageLimit)
 	}
 	all, next, err := i.schedules().PageAfter(ctx, page.Cursor, limit)
 	if err != nil {

@@ -100,8 +100,8 @@ func (o benchOptions) validate() error {
 	if o.jobs < 1 {
 		errs = append(errs, usageErrorf("--jobs must be at least 1"))
 	}
-	if o.payloadBytes < 8 || o.payloadBytes > pipeline.DefaultMaxPayloadBytes {
-		errs = append(errs, usageErrorf("--payload-bytes must be 8 to %d", pipeline.DefaultMaxPayloadBytes))
+	if o.payloadBytes < 8 || o.payloadBytes > maxPayloadBytes {
+		errs = append(errs, usageErrorf("--payload-bytes must be 8 to %d", maxPayloadBytes))
 	}
 	if o.concurrency < 1 {
 		errs = append(errs, usageErrorf("--concurrency must be at least 1"))

@@ -16,6 +16,8 @@ const (
 	maxPartitions              = 1024               // pipeline.QueueOptions.Partitions
 	maxLimitRate               = 1_000_000_000      // pipeline.Limit.Rate
 	maxLimitInterval           = 7 * 24 * time.Hour // pipeline.Limit.Interval
+	maxPageLimit               = 1000               // pipeline.Page.Limit, Inspector.SchedulesPage
+	maxPayloadBytes            = 1 << 20            // pipeline.ClientConfig.MaxPayloadBytes's default
 	maxWorkflowList            = 1000               // pipeline.Inspector.Workflows
 	historySpanFine            = time.Hour          // pipeline.Inspector.History, 5 s buckets
 	historySpanCoarse          = 24 * time.Hour     // pipeline.Inspector.History, 1 min buckets

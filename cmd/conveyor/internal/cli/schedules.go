@@ -72,7 +72,7 @@ A schedule stored again under its name is replaced, keeping its last run and its
 			var body []byte
 			if payload != "" {
 				var err error
-				if body, err = readPayload(payload, a.stdin, pipeline.DefaultMaxPayloadBytes); err != nil {
+				if body, err = readPayload(payload, a.stdin, maxPayloadBytes); err != nil {
 					errs = append(errs, err)
 				}
 			}
@@ -135,8 +135,8 @@ of at most --limit schedules (1 to 1000, default 100) and, on stderr, the cursor
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			paged := cmd.Flags().Changed("limit") || cmd.Flags().Changed("cursor")
-			if paged && (limit < 1 || limit > pipeline.MaxPageLimit) {
-				return usageErrorf("--limit must be 1 to %d, not %d", pipeline.MaxPageLimit, limit)
+			if paged && (limit < 1 || limit > maxPageLimit) {
+				return usageErrorf("--limit must be 1 to %d, not %d", maxPageLimit, limit)
 			}
 			insp, err := a.inspector()
 			if err != nil {
