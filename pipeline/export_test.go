@@ -49,7 +49,7 @@ const (
 	MaxPartitions          = maxPartitions
 	MaxQueueLimits         = maxQueueLimits
 	MaxReplicas            = maxReplicas
-	HistorySpanFine        = historySpanFine
+	HistorySpanFine        = engine.HistorySpanFine
 	DefaultMaxPayloadBytes = defaultMaxPayloadBytes
 	MaxPageLimit           = maxPageLimit
 )

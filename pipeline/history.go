@@ -15,8 +15,6 @@ import (
 const (
 	HistoryStepFine   = engine.HistoryStepFine
 	HistoryStepCoarse = engine.HistoryStepCoarse
-	historySpanFine   = engine.HistorySpanFine
-	historySpanCoarse = engine.HistorySpanCoarse
 )
 
 // defaultHistoryInterval is how often a worker adds the outcomes it counted to the history

@@ -57,16 +57,6 @@ const (
 	MissedRunOnce MissedPolicy = periodic.MissedOnce
 )
 
-// Timings of the periodic scheduler every worker runs (internal/periodic).
-const (
-	// periodicTakeover is how late a tick may be before a worker that does not hold the
-	// schedules' lock enqueues it. It is what a leader's death costs a tick in lateness.
-	periodicTakeover = periodic.DefaultTakeover
-	// periodicGrace is how late a tick may be and still be enqueued as itself; older ticks
-	// are missed (Periodic.Missed).
-	periodicGrace = periodic.DefaultGrace
-)
-
 // Metadata keys set on the jobs of schedules.
 const (
 	MetaSchedule     = periodic.MetaSchedule
