@@ -16,7 +16,7 @@ import (
 // Defaults of Config.
 const (
 	// DefaultMaxBodyBytes bounds the body of a one-job POST: the client's default payload limit
-	// (pipeline.DefaultMaxPayloadBytes, 1 MiB) and room for the other fields.
+	// (pipeline.ClientConfig.MaxPayloadBytes, 1 MiB) and room for the other fields.
 	DefaultMaxBodyBytes = 2 << 20
 	// DefaultMaxBatchBodyBytes bounds the body of a batch POST.
 	DefaultMaxBatchBodyBytes = 16 << 20
@@ -45,10 +45,10 @@ const (
 	// DefaultThroughputQueues bounded the queues a throughput sample kept apart.
 	//
 	// Deprecated: Config.ThroughputQueues is ignored; the history of all queues is one read.
-	DefaultThroughputQueues = pipeline.DefaultMaxQueues
+	DefaultThroughputQueues = 2000
 	// DefaultMaxPageBytes is the byte budget of a page of GET /v1/queues/{queue}/jobs
-	// (pipeline.Page.MaxBytes).
-	DefaultMaxPageBytes = pipeline.DefaultPageBytes
+	// (pipeline.Page.MaxBytes), the Inspector's own default.
+	DefaultMaxPageBytes = 8 << 20
 	// DefaultMaxEventStreams bounds the open event streams (GET .../jobs/{id}/events) of a
 	// Server: each holds a connection, a goroutine and buffers, about 40 KB.
 	DefaultMaxEventStreams = 1000
@@ -81,7 +81,7 @@ type Config struct {
 	MaxBatchBodyBytes int64
 	// MaxPageBytes is the byte budget of a page of GET /v1/queues/{queue}/jobs. A page ends
 	// early, its next cursor right after it, at the job whose payload and result bytes reach it,
-	// added to those before (pipeline.Page.MaxBytes). So a page of big jobs costs the server
+	// added to those before (pipeline.Page.MaxBytes), the Inspector's own default. So a page of big jobs costs the server
 	// about this much, not limit times the largest payload. Defaults to DefaultMaxPageBytes.
 	MaxPageBytes int64
 	// MaxEventStreams bounds the event streams open at once (GET
@@ -107,7 +107,7 @@ type Config struct {
 	// Deprecated: ignored.
 	ThroughputInterval time.Duration
 	// ThroughputWindow is how far back GET /v1/throughput reaches at the 5 s resolution
-	// when the request does not say (?window=), at most pipeline.HistorySpanFine. Defaults to
+	// when the request does not say (?window=), at most an hour (the 5 s buckets' span). Defaults to
 	// DefaultThroughputWindow.
 	ThroughputWindow time.Duration
 	// ThroughputQueues bounded the queues a throughput sample kept apart.
@@ -178,8 +178,8 @@ func (c Config) validate() error {
 	if c.ThroughputQueues < 0 {
 		bad("ThroughputQueues %d is negative", c.ThroughputQueues)
 	}
-	if c.ThroughputWindow < 0 || c.ThroughputWindow > pipeline.HistorySpanFine {
-		bad("ThroughputWindow %s is outside 0..%s (the history's 5 s buckets are kept that long)", c.ThroughputWindow, pipeline.HistorySpanFine)
+	if c.ThroughputWindow < 0 || c.ThroughputWindow > historySpanFine {
+		bad("ThroughputWindow %s is outside 0..%s (the history's 5 s buckets are kept that long)", c.ThroughputWindow, historySpanFine)
 	}
 	return errors.Join(errs...)
 }

@@ -14,6 +14,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/conveyorq/conveyor/internal/keys"
 	"github.com/conveyorq/conveyor/pipeline"
 )
 
@@ -227,8 +228,8 @@ func (m *metadataBody) UnmarshalJSON(data []byte) error {
 			return err
 		}
 		out[key.(string)] = v
-		if len(out) > pipeline.MaxMetadataEntries {
-			return badArg("metadata has at least %d entries, the limit is %d", len(out), pipeline.MaxMetadataEntries)
+		if len(out) > keys.MaxMetadataEntries {
+			return badArg("metadata has at least %d entries, the limit is %d", len(out), keys.MaxMetadataEntries)
 		}
 	}
 	*m = out

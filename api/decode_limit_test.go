@@ -33,7 +33,7 @@ func FuzzDecodeLimit(f *testing.F) {
 			return
 		}
 		require.GreaterOrEqual(t, l.Interval, time.Duration(0))
-		require.LessOrEqual(t, l.Interval, pipeline.MaxLimitInterval)
+		require.LessOrEqual(t, l.Interval, maxLimitInterval)
 		require.Zero(t, l.Interval%time.Millisecond)
 	})
 }

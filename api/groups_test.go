@@ -57,9 +57,10 @@ func TestGroupsAPI(t *testing.T) {
 	for _, body := range []string{`{"type":"echo","group":""}`, `{"type":"echo","group":"a/b"}`} {
 		e.post(body, 400)
 	}
-	// At most pipeline.MaxGroupWeights weights: past it, 400 naming the bound.
-	vals := make([]any, 0, 2*pipeline.MaxGroupWeights)
-	for k := range pipeline.MaxGroupWeights {
+	// At most 1,000 weights (Inspector.SetGroups): past it, 400 naming the bound.
+	const maxGroupWeights = 1000
+	vals := make([]any, 0, 2*maxGroupWeights)
+	for k := range maxGroupWeights {
 		vals = append(vals, fmt.Sprintf("%sg%d", keys.GroupWeightPrefix, k), "2")
 	}
 	require.NoError(t, e.rdb.HSet(t.Context(), keys.New(e.prefix, e.queue).GroupConfig(), vals...).Err())

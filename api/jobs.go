@@ -207,8 +207,8 @@ func (s *Server) listJobs(w http.ResponseWriter, r *http.Request) error {
 	page := pipeline.Page{Cursor: q.Get("cursor"), MaxBytes: s.cfg.MaxPageBytes}
 	if v := q.Get("limit"); v != "" {
 		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 || n > pipeline.MaxPageLimit {
-			return badArg("limit %q: want 1 to %d", v, pipeline.MaxPageLimit)
+		if err != nil || n < 1 || n > maxPageLimit {
+			return badArg("limit %q: want 1 to %d", v, maxPageLimit)
 		}
 		page.Limit = n
 	}

@@ -42,8 +42,8 @@ func decodeLimit(r io.Reader) (pipeline.Limit, error) {
 		return pipeline.Limit{}, err
 	}
 	// Checked before it is a Duration, which a large count of milliseconds would overflow.
-	if body.IntervalMS < 0 || body.IntervalMS > pipeline.MaxLimitInterval.Milliseconds() {
-		return pipeline.Limit{}, badArg("interval_ms %d: want 0 to %d", body.IntervalMS, pipeline.MaxLimitInterval.Milliseconds())
+	if body.IntervalMS < 0 || body.IntervalMS > maxLimitInterval.Milliseconds() {
+		return pipeline.Limit{}, badArg("interval_ms %d: want 0 to %d", body.IntervalMS, maxLimitInterval.Milliseconds())
 	}
 	return pipeline.Limit{Type: body.Type, PerKey: body.PerKey, Rate: body.Rate,
 		Interval: time.Duration(body.IntervalMS) * time.Millisecond, Concurrency: body.Concurrency}, nil

@@ -8,7 +8,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/conveyorq/conveyor/internal/keys"
-	"github.com/conveyorq/conveyor/pipeline"
 )
 
 func TestLimitsAPI(t *testing.T) {
@@ -102,9 +101,10 @@ func TestLimitsAPI(t *testing.T) {
 	require.Equal(t, 404, r.status, "%s", r.body)
 	require.Contains(t, r.apiErr(t).Message, "has no limit for type echo, per limit key")
 	require.Equal(t, []limit{{Queue: e.queue, Rate: 100, IntervalMS: 1000}}, list())
-	// At most pipeline.MaxQueueLimits scopes: a new one past it is a 400 naming the bound.
-	vals := make([]any, 0, 2*pipeline.MaxQueueLimits)
-	for k := range pipeline.MaxQueueLimits - 1 {
+	// At most 1,000 scopes (Inspector.SetLimit): a new one past it is a 400 naming the bound.
+	const maxQueueLimits = 1000
+	vals := make([]any, 0, 2*maxQueueLimits)
+	for k := range maxQueueLimits - 1 {
 		vals = append(vals, "t:type-"+strconv.Itoa(k), `{"concurrency":1}`)
 	}
 	require.NoError(t, e.rdb.HSet(t.Context(), keys.New(e.prefix, e.queue).Limits(), vals...).Err())

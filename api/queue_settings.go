@@ -22,7 +22,7 @@ func (s *Server) updateQueue(w http.ResponseWriter, r *http.Request) error {
 	if err := requireJSON(r); err != nil {
 		return err
 	}
-	// A patch is a few short fields and at most MaxGroupWeights weights.
+	// A patch is a few short fields and at most 1,000 weights (Inspector.SetGroups).
 	r.Body = http.MaxBytesReader(w, r.Body, maxGroupsBody)
 	var patch pipeline.QueuePatch
 	if err := decodeJSON(r.Body, &patch); err != nil {

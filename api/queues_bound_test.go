@@ -51,7 +51,7 @@ func TestMadeUpQueuesBounded(t *testing.T) {
 	e.post(`{"type":"echo"}`, http.StatusAccepted)
 	perQueue := series()
 
-	limit := pipeline.DefaultMaxQueues
+	limit := 2000 // InspectorConfig.MaxQueues's default, the server's here
 	refused := 0
 	for i := range madeUpQueues {
 		r := e.do("POST", fmt.Sprintf("/v1/queues/made-up-%d/jobs", i), `{"type":"echo"}`)

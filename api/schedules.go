@@ -12,7 +12,7 @@ import (
 
 // maxScheduleBody bounds a POST's body: a payload of the library's default limit and a few
 // short fields.
-const maxScheduleBody = pipeline.DefaultMaxPayloadBytes + 4<<10
+const maxScheduleBody = maxPayloadBytes + 4<<10
 
 // decodeSchedule reads a POST's schedule: exactly one JSON object, unknown fields refused.
 // queue defaults to "default", missed to "skip"; the rest Inspector.CreateSchedule checks.
@@ -43,8 +43,8 @@ func (s *Server) listSchedules(w http.ResponseWriter, r *http.Request) error {
 	page := pipeline.Page{Cursor: q.Get("cursor")}
 	if v := q.Get("limit"); v != "" {
 		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 || n > pipeline.MaxPageLimit {
-			return badArg("limit %q: want 1 to %d", v, pipeline.MaxPageLimit)
+		if err != nil || n < 1 || n > maxPageLimit {
+			return badArg("limit %q: want 1 to %d", v, maxPageLimit)
 		}
 		page.Limit = n
 	}

@@ -53,8 +53,8 @@ type throughputBody struct {
 
 // resolutions are the values of ?resolution=, with the longest window each keeps.
 var resolutions = map[string]struct{ step, span time.Duration }{
-	"5s": {pipeline.HistoryStepFine, pipeline.HistorySpanFine},
-	"1m": {pipeline.HistoryStepCoarse, pipeline.HistorySpanCoarse},
+	"5s": {pipeline.HistoryStepFine, historySpanFine},
+	"1m": {pipeline.HistoryStepCoarse, historySpanCoarse},
 }
 
 // throughput: GET /v1/throughput[?queue=Q][&resolution=5s|1m][&window=D]. It reads the history

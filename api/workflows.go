@@ -123,8 +123,8 @@ func (s *Server) listWorkflows(w http.ResponseWriter, r *http.Request) error {
 	limit := DefaultWorkflowList
 	if v := r.URL.Query().Get("limit"); v != "" {
 		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 || n > pipeline.MaxWorkflowList {
-			return badArg("limit %q: want 1 to %d", v, pipeline.MaxWorkflowList)
+		if err != nil || n < 1 || n > maxWorkflowList {
+			return badArg("limit %q: want 1 to %d", v, maxWorkflowList)
 		}
 		limit = n
 	}

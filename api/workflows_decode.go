@@ -47,9 +47,9 @@ func DecodeWorkflow(r io.Reader) (pipeline.Workflow, error) {
 				if err := dec.Decode(&b); err != nil {
 					return pipeline.WorkflowTask{}, err
 				}
-				if edges += len(b.After); edges > pipeline.MaxWorkflowDependencies {
+				if edges += len(b.After); edges > maxWorkflowDependencies {
 					return pipeline.WorkflowTask{}, badArg("the tasks up to this one wait for %d tasks in all, more than the %d dependencies of a workflow",
-						edges, pipeline.MaxWorkflowDependencies)
+						edges, maxWorkflowDependencies)
 				}
 				task, err := b.task()
 				if err != nil {
@@ -183,7 +183,7 @@ func decodeString(dec *json.Decoder, key string, s *string) error {
 }
 
 // decodeArray reads the value of field: null (nil), or an array of at most
-// pipeline.MaxWorkflowTasks elements (a non-nil slice). It reads the elements one at a time. So
+// maxWorkflowTasks elements (a non-nil slice). It reads the elements one at a time. So
 // a body's cost is bounded by its largest element and the count it may hold (decodeBatch's
 // reason).
 func decodeArray[T any](dec *json.Decoder, field string, elem func(*json.Decoder, int) (T, error)) ([]T, error) {
@@ -198,8 +198,8 @@ func decodeArray[T any](dec *json.Decoder, field string, elem func(*json.Decoder
 	}
 	out := []T{}
 	for i := 0; dec.More(); i++ {
-		if i == pipeline.MaxWorkflowTasks {
-			return nil, badArg("%s has at least %d elements, the limit is %d", field, i+1, pipeline.MaxWorkflowTasks)
+		if i == maxWorkflowTasks {
+			return nil, badArg("%s has at least %d elements, the limit is %d", field, i+1, maxWorkflowTasks)
 		}
 		v, err := elem(dec, i)
 		if err != nil {

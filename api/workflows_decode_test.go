@@ -17,7 +17,7 @@ import (
 
 // FuzzDecodeWorkflow feeds the workflow body decoder arbitrary bytes, alone and wrapped as a
 // batch's. It must never panic; a refusal is a 400 with a stable code and a message, and an
-// accepted body has tasks (at most pipeline.MaxWorkflowTasks), each with a type and a
+// accepted body has tasks (at most maxWorkflowTasks), each with a type and a
 // compact JSON payload. Run it longer with
 //
 //	go test -fuzz=FuzzDecodeWorkflow ./api/
@@ -40,7 +40,7 @@ func FuzzDecodeWorkflow(f *testing.F) {
 			require.Nil(t, wf.Tasks)
 		} else {
 			require.NotEmpty(t, wf.Tasks)
-			require.LessOrEqual(t, len(wf.Tasks), pipeline.MaxWorkflowTasks)
+			require.LessOrEqual(t, len(wf.Tasks), maxWorkflowTasks)
 			for _, task := range wf.Tasks {
 				checkTask(t, task.Task)
 			}
@@ -111,7 +111,7 @@ func TestDecodeWorkflowTooManyTasks(t *testing.T) {
 	t.Parallel()
 	var body bytes.Buffer
 	body.WriteString(`{"tasks":[`)
-	for i := range pipeline.MaxWorkflowTasks + 10 {
+	for i := range maxWorkflowTasks + 10 {
 		if i > 0 {
 			body.WriteByte(',')
 		}
@@ -177,5 +177,5 @@ func TestDecodeWorkflowRefusesTooManyDependencies(t *testing.T) {
 	sb.WriteString(`]}`)
 	_, err := DecodeWorkflow(strings.NewReader(sb.String()))
 	checkWorkflowRefusal(t, err)
-	require.ErrorContains(t, err, fmt.Sprintf("more than the %d dependencies of a workflow", pipeline.MaxWorkflowDependencies))
+	require.ErrorContains(t, err, fmt.Sprintf("more than the %d dependencies of a workflow", maxWorkflowDependencies))
 }

@@ -30,7 +30,7 @@ func (r *printRegistrar) print() {
 }
 
 func ExampleRegister() {
-	// A *pipeline.Worker is a pipeline.Registrar; any other works the same way.
+	// A *pipeline.Worker is a handlers.Registrar; any other works the same way.
 	r := &printRegistrar{handlers: map[string]pipeline.HandlerFunc{}}
 	handlers.Register(r)
 	r.print()

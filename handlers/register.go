@@ -32,8 +32,13 @@ func All() map[string]pipeline.HandlerFunc {
 	}
 }
 
+// Registrar is what registers handlers by job type; a *pipeline.Worker is one.
+type Registrar interface {
+	Handle(jobType string, h pipeline.HandlerFunc)
+}
+
 // Register registers every handler of All on r, in the order of their type names.
-func Register(r pipeline.Registrar) { RegisterWith(r, Options{}) }
+func Register(r Registrar) { RegisterWith(r, Options{}) }
 
 // Options configure AllWith and RegisterWith.
 type Options struct {
@@ -49,7 +54,7 @@ func AllWith(o Options) map[string]pipeline.HandlerFunc {
 }
 
 // RegisterWith registers every handler of AllWith(o) on r, in the order of their type names.
-func RegisterWith(r pipeline.Registrar, o Options) {
+func RegisterWith(r Registrar, o Options) {
 	all := AllWith(o)
 	for _, name := range slices.Sorted(maps.Keys(all)) {
 		r.Handle(name, all[name])

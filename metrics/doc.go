@@ -45,8 +45,8 @@
 //
 // `conveyor_schedule_ticks_total{schedule,result}` counts periodic schedules' ticks the worker's
 // scheduler handled (pipeline.WorkerHooks.ScheduleTick, ScheduleMissed). The result is on_time
-// or late: enqueued within pipeline.PeriodicTakeover of the tick, or later. Or it is skipped or
-// merged: older than pipeline.PeriodicGrace, so dropped, or run as one job. The schedule label
+// or late: enqueued within 500 ms of the tick (the scheduler's takeover delay), or later. Or it
+// is skipped or merged: more than a minute late, so dropped, or run as one job. The schedule label
 // holds the first MaxScheduleLabels (100) schedules the worker saw, and ScheduleOther for the
 // rest. Every worker runs a scheduler, and normally the one holding the schedules' lock
 // enqueues: sum the series over workers.

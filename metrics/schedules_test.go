@@ -9,7 +9,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/conveyorq/conveyor/metrics"
-	"github.com/conveyorq/conveyor/pipeline"
 )
 
 // The schedules' series: ticks by result, per schedule up to MaxScheduleLabels names and
@@ -21,7 +20,7 @@ func TestWorkerScheduleSeries(t *testing.T) {
 	require.NoError(t, err)
 	h := m.Hooks()
 	h.ScheduleTick("nightly", 5*time.Millisecond)
-	h.ScheduleTick("nightly", pipeline.PeriodicTakeover+time.Second)
+	h.ScheduleTick("nightly", 500*time.Millisecond+time.Second)
 	h.ScheduleMissed("nightly", 7, false)
 	h.ScheduleMissed("report", 3, true)
 	require.Equal(t, 1.0, value(t, reg, "conveyor_schedule_ticks_total", "schedule", "nightly", "result", metrics.TickOnTime))

@@ -36,10 +36,14 @@ var (
 	LatencyBuckets  = []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 300, 1800}
 )
 
-// Results of conveyor_schedule_ticks_total. A tick enqueued as itself within
-// pipeline.PeriodicTakeover of its time is on_time; later, it is late. A late tick means no
-// worker held the schedules' lock, or the schedulers fell behind. Ticks found older than
-// pipeline.PeriodicGrace are dropped (skipped), or run as one job (merged, MissedRunOnce).
+// periodicTakeover is how late a worker that does not hold the schedules' lock enqueues a
+// tick: the periodic scheduler's takeover delay, which package pipeline documents and keeps.
+const periodicTakeover = 500 * time.Millisecond
+
+// Results of conveyor_schedule_ticks_total. A tick enqueued as itself within the scheduler's
+// takeover delay (500 ms) of its time is on_time; later, it is late. A late tick means no
+// worker held the schedules' lock, or the schedulers fell behind. Ticks found more than a
+// minute late are dropped (skipped), or run as one job (merged, MissedRunOnce).
 const (
 	TickOnTime  = "on_time"
 	TickLate    = "late"
@@ -143,7 +147,7 @@ func (m *Worker) Hooks() pipeline.WorkerHooks {
 		Attempts: m.jobs.count,
 		ScheduleTick: func(schedule string, late time.Duration) {
 			result := TickOnTime
-			if late > pipeline.PeriodicTakeover {
+			if late > periodicTakeover {
 				result = TickLate
 			}
 			m.ticks.WithLabelValues(m.scheduleLabel(schedule), result).Inc()

@@ -21,7 +21,7 @@ import (
 var measureHeldBack = flag.Bool("outbox.measure-held-back", false,
 	"measure how long 10 rows of a known queue wait behind 600 rows of queues over the 2,000-queue cap")
 
-// TestMeasureHeldBack: the known queues at their maximum (pipeline.DefaultMaxQueues, 2,000),
+// TestMeasureHeldBack: the known queues at their maximum (InspectorConfig.MaxQueues's default, 2,000),
 // 600 rows for new queues the cap refuses, then 10 rows of a known queue. It measures, from
 // the relay's start, when the 10 jobs were all in Redis; then, with the relay running and the
 // 600 held back and tried again, rounds of 10 more rows from their commit to their jobs. The checks bound nothing by
@@ -37,7 +37,7 @@ func TestMeasureHeldBack(t *testing.T) {
 	require.NoError(t, err)
 	_, err = insp.CreateQueue(ctx, b.queue, pipeline.QueueOptions{})
 	require.NoError(t, err)
-	for i := 1; i < pipeline.DefaultMaxQueues; i++ {
+	for i := 1; i < 2000; i++ {
 		_, err = insp.CreateQueue(ctx, fmt.Sprintf("known-%d", i), pipeline.QueueOptions{})
 		require.NoError(t, err)
 	}

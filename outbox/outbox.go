@@ -279,7 +279,7 @@ ON CONFLICT (id) DO NOTHING`
 // job once tx commits, and never if it rolls back.
 //
 // The queue, the task and the options are checked first, as pipeline.Client.Enqueue checks them
-// (pipeline.Validate). The payload limit is pipeline.DefaultMaxPayloadBytes. A bad one is an
+// (pipeline.Validate). The payload limit is 1 MiB, a Client's default. A bad one is an
 // error and nothing is written. task.Opts must be empty, because pipeline's options do not
 // serialize: pass this package's options instead. An id already in the table (an Enqueue sent
 // again) writes nothing and returns the id.

@@ -203,7 +203,7 @@ func TestEnqueueValidates(t *testing.T) {
 		{"priority", "q", pipeline.Task{Type: "t"}, []outbox.Option{outbox.WithPriority(9)}, pipeline.ErrInvalid},
 		{"retries", "q", pipeline.Task{Type: "t"}, []outbox.Option{outbox.WithMaxRetries(-1)}, pipeline.ErrInvalid},
 		{"pipeline options", "q", pipeline.Task{Type: "t", Opts: []pipeline.Option{pipeline.WithPriority(2)}}, nil, pipeline.ErrInvalid},
-		{"too large", "q", pipeline.Task{Type: "t", Payload: make([]byte, pipeline.DefaultMaxPayloadBytes+1)}, nil, pipeline.ErrPayloadTooLarge},
+		{"too large", "q", pipeline.Task{Type: "t", Payload: make([]byte, 1<<20+1)}, nil, pipeline.ErrPayloadTooLarge},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := outbox.Enqueue(ctx, b.db, tc.queue, tc.task, tc.opts...)

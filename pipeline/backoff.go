@@ -8,8 +8,8 @@ import (
 
 // Defaults of Backoff.
 const (
-	DefaultBackoffBase = time.Second
-	DefaultBackoffMax  = 10 * time.Minute
+	defaultBackoffBase = time.Second
+	defaultBackoffMax  = 10 * time.Minute
 )
 
 // Backoff is the retry delay policy: exponential from Base, capped at Max, with ±25% jitter so
@@ -17,15 +17,15 @@ const (
 // Base*2^(n-1): the jitter windows of consecutive attempts do not overlap, so delays grow
 // until the cap.
 type Backoff struct {
-	// Base is the delay after the first failed attempt. Defaults to DefaultBackoffBase.
+	// Base is the delay after the first failed attempt. Defaults to 1 s.
 	Base time.Duration
-	// Max caps the delay. Defaults to DefaultBackoffMax.
+	// Max caps the delay. Defaults to 10 min.
 	Max time.Duration
 }
 
 func (b Backoff) withDefaults() Backoff {
-	b.Base = cmp.Or(b.Base, DefaultBackoffBase)
-	b.Max = cmp.Or(b.Max, DefaultBackoffMax)
+	b.Base = cmp.Or(b.Base, defaultBackoffBase)
+	b.Max = cmp.Or(b.Max, defaultBackoffMax)
 	if b.Max < b.Base {
 		b.Max = b.Base
 	}

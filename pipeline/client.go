@@ -25,7 +25,7 @@ import (
 // Defaults of ClientConfig and WorkerConfig.
 const (
 	DefaultMaxRetries      = 5
-	DefaultMaxPayloadBytes = 1 << 20
+	defaultMaxPayloadBytes = 1 << 20
 	DefaultRetention       = 24 * time.Hour
 	// DefaultMinRetention is the default of WorkerConfig.MinRetention and
 	// ClientConfig.MinRetention.
@@ -47,7 +47,7 @@ type ClientConfig struct {
 	// Prefix starts every key. Defaults to "conveyor".
 	Prefix string
 	// MaxPayloadBytes bounds a job's payload plus its encoded metadata. Defaults to
-	// DefaultMaxPayloadBytes (1 MiB).
+	// 1 MiB.
 	MaxPayloadBytes int
 	// MaxRetries is the retry count of jobs enqueued without WithMaxRetries. Defaults to
 	// DefaultMaxRetries; set NoRetries for none.
@@ -68,7 +68,7 @@ type ClientConfig struct {
 	ReplicaTimeout time.Duration
 	// MaxQueues bounds the known queues: Enqueue to a queue that is not known yet fails with
 	// ErrTooManyQueues once there are this many (whoever added them). Defaults to
-	// DefaultMaxQueues. The Client remembers at most this many queues it registered.
+	// 2,000. The Client remembers at most this many queues it registered.
 	MaxQueues int
 	// RequireQueues makes Enqueue and EnqueueBatch refuse a queue that is not known yet,
 	// instead of adding it. A queue is known once created by Inspector.CreateQueue, a worker
@@ -130,7 +130,7 @@ func NewClient(rdb redis.UniversalClient, cfg ClientConfig) (*Client, error) {
 		return nil, err
 	}
 	cfg.Prefix = cmp.Or(cfg.Prefix, keys.DefaultPrefix)
-	cfg.MaxPayloadBytes = cmp.Or(cfg.MaxPayloadBytes, DefaultMaxPayloadBytes)
+	cfg.MaxPayloadBytes = cmp.Or(cfg.MaxPayloadBytes, defaultMaxPayloadBytes)
 	switch {
 	case cfg.MaxRetries == 0:
 		cfg.MaxRetries = DefaultMaxRetries
@@ -139,7 +139,7 @@ func NewClient(rdb redis.UniversalClient, cfg ClientConfig) (*Client, error) {
 	}
 	cfg.Retention = cmp.Or(cfg.Retention, DefaultRetention)
 	cfg.MinRetention = cmp.Or(cfg.MinRetention, DefaultMinRetention)
-	cfg.MaxQueues = cmp.Or(cfg.MaxQueues, DefaultMaxQueues)
+	cfg.MaxQueues = cmp.Or(cfg.MaxQueues, defaultMaxQueues)
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}

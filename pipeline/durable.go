@@ -24,8 +24,8 @@ import (
 // ClientConfig.Replicas, WorkerConfig.Replicas) when no timeout is given.
 const DefaultReplicaTimeout = durable.DefaultTimeout
 
-// MaxReplicas bounds the replicas a write may wait for.
-const MaxReplicas = 100
+// maxReplicas bounds the replicas a write may wait for.
+const maxReplicas = 100
 
 // ErrNotReplicated is wrapped (by a *ReplicationError) by the error of a write that fewer
 // replicas than asked confirmed in time. The write was applied on the master: the job exists
@@ -58,8 +58,8 @@ type replicas struct {
 // check validates a replica setting, wrapping ErrInvalid; what names it in the message.
 func (r replicas) check(what string) error {
 	switch {
-	case r.n < 0 || r.n > MaxReplicas:
-		return invalid("%s: replicas %d outside 0..%d", what, r.n, MaxReplicas)
+	case r.n < 0 || r.n > maxReplicas:
+		return invalid("%s: replicas %d outside 0..%d", what, r.n, maxReplicas)
 	case r.timeout < 0:
 		return invalid("%s: replica timeout %s is negative", what, r.timeout)
 	}
@@ -71,10 +71,10 @@ func (r replicas) withDefaults() replicas {
 	return replicas{n: w.N, timeout: w.Timeout}
 }
 
-// WithReplicas makes Enqueue or EnqueueBatch return only once n replicas have the jobs. When
-// fewer confirmed within timeout (zero: DefaultReplicaTimeout), the call fails with an error
-// wrapping ErrNotReplicated (a *ReplicationError). Such an error does not mean the jobs do not
-// exist. They were written on the master and come back with the error. Publish them again
+// WithReplicas makes Enqueue or EnqueueBatch return only once n (0 to 100) replicas have the
+// jobs. When fewer confirmed within timeout (zero: DefaultReplicaTimeout), the call fails with
+// an error wrapping ErrNotReplicated (a *ReplicationError). Such an error does not mean the
+// jobs do not exist. They were written on the master and come back with the error. Publish them again
 // with their ids (WithID) to wait again. With n = 0 it waits for none, overriding
 // ClientConfig.Replicas. In EnqueueBatch the wait covers the whole call; a task's own
 // WithReplicas raises it.

@@ -40,4 +40,16 @@ const (
 	MaxMaxRetries       = maxMaxRetries
 	MaxMetadataBytes    = maxMetadataBytes
 	ProgressInterval    = progressInterval
+
+	DefaultPageLimit       = defaultPageLimit
+	MaxGroupWeights        = maxGroupWeights
+	MaxLimitInterval       = maxLimitInterval
+	MaxLimitRate           = maxLimitRate
+	MaxMetadataEntries     = maxMetadataEntries
+	MaxPartitions          = maxPartitions
+	MaxQueueLimits         = maxQueueLimits
+	MaxReplicas            = maxReplicas
+	HistorySpanFine        = engine.HistorySpanFine
+	DefaultMaxPayloadBytes = defaultMaxPayloadBytes
+	MaxPageLimit           = maxPageLimit
 )

@@ -20,11 +20,11 @@ const (
 	maxGroupWeight = 1_000
 )
 
-// MaxGroupWeights bounds how many groups of a queue may have a weight set (SetGroups refuses
+// maxGroupWeights bounds how many groups of a queue may have a weight set (SetGroups refuses
 // a change past it). Groups lists at most 1,000 groups. Both keep a queue's
 // settings, which every partition holds, and its listing small.
 const (
-	MaxGroupWeights = 1_000
+	maxGroupWeights = 1_000
 	maxGroupsListed = 1_000
 )
 
@@ -104,7 +104,8 @@ func (i *Inspector) groupQueue(ctx context.Context, queue string) ([]keys.Queue,
 // group's jobs finish: each finish moves as many waiting jobs in as the window has room for.
 // A lowered one empties to its new size the same way. A partitioned queue gets the same
 // settings in every partition, each of which keeps its own windows. A change of the partition
-// count (CreateQueue) carries them into the new layout. The queue must exist.
+// count (CreateQueue) carries them into the new layout. The queue must exist. At most 1,000
+// groups of a queue may have a weight; a change past that is refused and applied in no part.
 func (i *Inspector) SetGroups(ctx context.Context, queue string, c GroupChange) error {
 	_, err := i.apply(ctx, queue, queueChange{groups: &c})
 	return err
@@ -134,7 +135,7 @@ func (i *Inspector) putGroups(ctx context.Context, queue string, c GroupChange) 
 	for g, w := range c.Weights {
 		ch.Weights[g] = int64(w)
 	}
-	return storeErr(i.store.PutGroups(ctx, jobstate.PutGroupsParams{Queue: queue, Change: ch, MaxWeights: MaxGroupWeights}))
+	return storeErr(i.store.PutGroups(ctx, jobstate.PutGroupsParams{Queue: queue, Change: ch, MaxWeights: maxGroupWeights}))
 }
 
 // Groups returns queue's fair groups, by name, with their counts summed over its partitions.

@@ -9,8 +9,3 @@ import "context"
 // its lease is lost (it was recovered or canceled elsewhere) and when the worker shuts down. A
 // handler should return promptly then.
 type HandlerFunc func(ctx context.Context, job *Job) ([]byte, error)
-
-// Registrar is what registers handlers by job type; *Worker is one.
-type Registrar interface {
-	Handle(jobType string, h HandlerFunc)
-}

@@ -167,13 +167,11 @@ func (i *Inspector) QueueReaders(ctx context.Context, queue string) ([]WorkerInf
 	return slices.DeleteFunc(all, func(w WorkerInfo) bool { return !slices.Contains(w.Queues, queue) }), nil
 }
 
-// Version returns the version of the Conveyor module in the running binary, as the Go
-// toolchain recorded it. When the binary is Conveyor's own it is the main module's: a tag, or
+// version is the version of the Conveyor module in the running binary, as the Go toolchain
+// recorded it (WorkerInfo.Version). When the binary is Conveyor's own it is the main module's: a tag, or
 // a pseudo-version of the commit ("(devel)" for 'go run' and tests). Else it is the
 // dependency's. A binary without build information reports "(unknown)". Workers write it in
 // their heartbeat.
-func Version() string { return version() }
-
 var version = sync.OnceValue(func() string {
 	bi, ok := debug.ReadBuildInfo()
 	if !ok {
@@ -207,7 +205,7 @@ func (w *Worker) info(now time.Time) WorkerInfo {
 	for k, j := range jobs {
 		running[k] = RunningJob(j)
 	}
-	return WorkerInfo{Name: w.cfg.Name, Host: host, PID: os.Getpid(), Version: Version(), Queues: w.cfg.Queues,
+	return WorkerInfo{Name: w.cfg.Name, Host: host, PID: os.Getpid(), Version: version(), Queues: w.cfg.Queues,
 		Concurrency: w.cfg.Concurrency, Running: running, RunningMore: more, Started: w.startedAt,
 		LastHeartbeat: now, HeartbeatInterval: w.cfg.HeartbeatInterval}
 }

@@ -10,13 +10,11 @@ import (
 	"github.com/conveyorq/conveyor/internal/keys"
 )
 
-// The resolutions of a queue's history (Inspector.History): a bucket of HistoryStepFine kept
-// for HistorySpanFine, and one of HistoryStepCoarse kept for HistorySpanCoarse.
+// The resolutions of a queue's history (Inspector.History): a bucket of HistoryStepFine (5 s)
+// kept an hour, and one of HistoryStepCoarse (1 min) kept a day.
 const (
 	HistoryStepFine   = engine.HistoryStepFine
-	HistorySpanFine   = engine.HistorySpanFine
 	HistoryStepCoarse = engine.HistoryStepCoarse
-	HistorySpanCoarse = engine.HistorySpanCoarse
 )
 
 // defaultHistoryInterval is how often a worker adds the outcomes it counted to the history

@@ -30,9 +30,9 @@ type WorkerHooks struct {
 	Attempts func([]Attempt)
 	// ScheduleTick: the worker's periodic scheduler enqueued a tick of schedule (Periodic),
 	// late after the tick's time (by the worker's clock). A leader's ticks are milliseconds
-	// late. Those of another worker, standing in for it, are at least PeriodicTakeover late.
+	// late. Those of another worker, standing in for it, are at least 500 ms late.
 	ScheduleTick func(schedule string, late time.Duration)
-	// ScheduleMissed: the worker's scheduler found ticks of schedule older than PeriodicGrace:
+	// ScheduleMissed: the worker's scheduler found ticks of schedule older than a minute:
 	// ticks of them (counted up to 100,000), run as one job (once, MissedRunOnce) or dropped.
 	ScheduleMissed func(schedule string, ticks int, once bool)
 }

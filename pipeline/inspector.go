@@ -19,14 +19,14 @@ import (
 
 // Page sizes of Inspector.List.
 const (
-	// DefaultPageLimit is the page size of a Page with no Limit.
-	DefaultPageLimit = 100
-	// MaxPageLimit bounds a page: a larger Limit is reduced to it, so one call reads at most
+	// defaultPageLimit is the page size of a Page with no Limit.
+	defaultPageLimit = 100
+	// maxPageLimit bounds a page: a larger Limit is reduced to it, so one call reads at most
 	// this many job records.
-	MaxPageLimit = 1000
-	// DefaultPageBytes is the byte budget of a Page with no MaxBytes. A page ends with the job
+	maxPageLimit = 1000
+	// defaultPageBytes is the byte budget of a Page with no MaxBytes. A page ends with the job
 	// whose payload and result bytes, added to those before it, reach it.
-	DefaultPageBytes = 8 << 20
+	defaultPageBytes = 8 << 20
 )
 
 var (
@@ -53,10 +53,10 @@ type InspectorConfig struct {
 	Now func() time.Time
 	// MaxQueues bounds the known queues as ClientConfig.MaxQueues does: CreateQueue of a new
 	// queue fails with ErrTooManyQueues once there are this many. Defaults to
-	// DefaultMaxQueues.
+	// 2,000.
 	MaxQueues int
 	// MaxSchedules bounds the stored schedules: CreateSchedule of a new schedule fails with
-	// ErrTooManySchedules once there are this many. Defaults to DefaultMaxSchedules.
+	// ErrTooManySchedules once there are this many. Defaults to 100,000.
 	MaxSchedules int
 }
 
@@ -64,8 +64,8 @@ func (c InspectorConfig) withDefaults() InspectorConfig {
 	c.Prefix = cmp.Or(c.Prefix, keys.DefaultPrefix)
 	c.Retention = cmp.Or(c.Retention, DefaultRetention)
 	c.MinRetention = cmp.Or(c.MinRetention, DefaultMinRetention)
-	c.MaxQueues = cmp.Or(c.MaxQueues, DefaultMaxQueues)
-	c.MaxSchedules = cmp.Or(c.MaxSchedules, DefaultMaxSchedules)
+	c.MaxQueues = cmp.Or(c.MaxQueues, defaultMaxQueues)
+	c.MaxSchedules = cmp.Or(c.MaxSchedules, defaultMaxSchedules)
 	if c.Now == nil {
 		c.Now = time.Now
 	}
@@ -97,7 +97,7 @@ func (c InspectorConfig) validate() error {
 // use.
 //
 // Every call is bounded in the work it asks of Redis. No KEYS, and no SCAN but DeleteQueue's
-// (over the queue's own node). At most MaxPageLimit job records are read per List call.
+// (over the queue's own node). At most 1,000 job records are read per List call.
 type Inspector struct {
 	rdb   redis.UniversalClient
 	store jobstate.Backend
@@ -237,15 +237,15 @@ func (i *Inspector) Cancel(ctx context.Context, queue, id string) error {
 // ---- Listing ----
 
 // Page selects a page of List: the Cursor of the previous page's JobPage.Next (empty for the
-// first page) and at most Limit jobs (0: DefaultPageLimit; more than MaxPageLimit:
-// MaxPageLimit; negative: ErrInvalid).
+// first page) and at most Limit jobs (0: 100; more than 1,000:
+// 1,000; negative: ErrInvalid).
 type Page struct {
 	Cursor string
 	Limit  int
 	// MaxBytes is the page's byte budget. The page ends early, its Next right after it, with
 	// the job whose payload and result bytes, added to those of the jobs before it, reach
 	// MaxBytes. So a job larger than the whole budget still makes a page of its own, and a
-	// listing always moves on. 0: DefaultPageBytes; negative: ErrInvalid.
+	// listing always moves on. 0: 8 MiB; negative: ErrInvalid.
 	MaxBytes int64
 }
 
@@ -325,7 +325,7 @@ func (p *JobPage) MarshalJSON() ([]byte, error) {
 // An unknown status returns ErrInvalid, as does a cursor that is not one of this status's.
 //
 // A page holds at most Page.Limit jobs. It ends early at its byte budget: Page.MaxBytes of
-// payload and result bytes, DefaultPageBytes by default. Its Next is then the job after the
+// payload and result bytes, 8 MiB by default. Its Next is then the job after the
 // last one it holds. So 300 dead jobs of 1 MB are 8 pages of 8 MB by default, not one of 300
 // MB. Only what the page holds is read. A sorted set's page learns its jobs' sizes first
 // (HSTRLEN, no payload read). A stream's (queued, in_progress) reads entries in chunks of 16
@@ -351,9 +351,9 @@ func (i *Inspector) List(ctx context.Context, queue string, st status.Status, pa
 	case limit < 0:
 		return nil, invalid("page limit %d is negative", limit)
 	case limit == 0:
-		limit = DefaultPageLimit
-	case limit > MaxPageLimit:
-		limit = MaxPageLimit
+		limit = defaultPageLimit
+	case limit > maxPageLimit:
+		limit = maxPageLimit
 	}
 	if page.MaxBytes < 0 {
 		return nil, invalid("page byte budget %d is negative", page.MaxBytes)
@@ -367,7 +367,7 @@ func (i *Inspector) List(ctx context.Context, queue string, st status.Status, pa
 	default:
 		return nil, invalid("unknown status %q: want %s", st, orList(status.Listable()))
 	}
-	p, err := i.eng.List(ctx, queue, st, page.Cursor, limit, cmp.Or(page.MaxBytes, DefaultPageBytes))
+	p, err := i.eng.List(ctx, queue, st, page.Cursor, limit, cmp.Or(page.MaxBytes, defaultPageBytes))
 	if err != nil {
 		return nil, err
 	}

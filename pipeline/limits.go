@@ -7,18 +7,18 @@ import (
 	"github.com/conveyorq/conveyor/internal/jobstate"
 )
 
-// MaxLimitRate bounds Limit.Rate, and MaxLimitInterval Limit.Interval: far beyond what a queue
+// maxLimitRate bounds Limit.Rate, and maxLimitInterval Limit.Interval: far beyond what a queue
 // runs, and small enough that the scripts' arithmetic in milliseconds stays exact.
 const (
-	MaxLimitRate     = 1_000_000_000
-	MaxLimitInterval = 7 * 24 * time.Hour
+	maxLimitRate     = 1_000_000_000
+	maxLimitInterval = 7 * 24 * time.Hour
 )
 
-// MaxQueueLimits bounds how many limits (scopes) one queue may have. It is far more than the
+// maxQueueLimits bounds how many limits (scopes) one queue may have. It is far more than the
 // job types a queue runs. It is few enough that every worker's read of a queue's limits every
 // second, and a listing, stay small. SetLimit refuses a new scope past it; a scope that
 // has a limit may always be set again.
-const MaxQueueLimits = 1000
+const maxQueueLimits = 1000
 
 // Limit is a flow-control limit of a queue over a scope. It is stored in Redis, so every
 // worker obeys the same one and an operator changes it live (Inspector.SetLimit). It is a
@@ -37,8 +37,10 @@ type Limit struct {
 	// PerKey applies the limit to each limit key separately.
 	PerKey bool
 	// Rate is how many jobs may start in any window of Interval; zero means no rate limit.
+	// At most 1,000,000,000.
 	Rate int
-	// Interval is the rate's period, a whole number of milliseconds, at least one.
+	// Interval is the rate's period, a whole number of milliseconds, at least one and at most
+	// 7 days.
 	Interval time.Duration
 	// Concurrency is how many jobs may run at once; zero means no concurrency limit.
 	Concurrency int
@@ -54,16 +56,16 @@ func (l Limit) validate() error {
 	switch {
 	case l.Rate < 0:
 		return invalid("limit rate %d is negative", l.Rate)
-	case l.Rate > MaxLimitRate:
-		return invalid("limit rate %d is over %d", l.Rate, MaxLimitRate)
+	case l.Rate > maxLimitRate:
+		return invalid("limit rate %d is over %d", l.Rate, maxLimitRate)
 	case l.Concurrency < 0:
 		return invalid("limit concurrency %d is negative", l.Concurrency)
 	case l.Rate == 0 && l.Concurrency == 0:
 		return invalid("a limit needs a rate or a concurrency")
 	case l.Rate > 0 && (l.Interval < time.Millisecond || l.Interval%time.Millisecond != 0):
 		return invalid("limit interval %v must be a whole number of milliseconds, at least 1ms", l.Interval)
-	case l.Rate > 0 && l.Interval > MaxLimitInterval:
-		return invalid("limit interval %v is over %v", l.Interval, MaxLimitInterval)
+	case l.Rate > 0 && l.Interval > maxLimitInterval:
+		return invalid("limit interval %v is over %v", l.Interval, maxLimitInterval)
 	case l.Rate == 0 && l.Interval != 0:
 		return invalid("limit interval %v without a rate", l.Interval)
 	}
@@ -108,7 +110,7 @@ func (i *Inspector) limitQueue(ctx context.Context, queue string) error {
 // Workers apply it at once (its notice), or within a second should they miss the notice. Jobs
 // waiting for a concurrency slot of the scope are woken to be admitted again under the new
 // limit. The queue must exist and must not be partitioned, and a new scope is refused (ErrInvalid)
-// while the queue has MaxQueueLimits limits. It waits for a change of the
+// while the queue has 1,000 limits. It waits for a change of the
 // queue's partition count that is running (CreateQueue) to end, for up to a few seconds, then
 // refuses with ErrQueueBusy.
 func (i *Inspector) SetLimit(ctx context.Context, queue string, l Limit) error {
@@ -134,7 +136,7 @@ func (i *Inspector) putLimit(ctx context.Context, queue string, l Limit) error {
 	if err := i.limitQueue(ctx, queue); err != nil {
 		return err
 	}
-	err = i.store.PutLimit(ctx, jobstate.PutLimitParams{Queue: queue, Limit: l.stored(), Max: MaxQueueLimits, Now: time.Now()})
+	err = i.store.PutLimit(ctx, jobstate.PutLimitParams{Queue: queue, Limit: l.stored(), Max: maxQueueLimits, Now: time.Now()})
 	return storeErr(err)
 }
 

@@ -7,11 +7,12 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/conveyorq/conveyor/internal/redistest"
+	"github.com/conveyorq/conveyor/keyspace"
 	"github.com/conveyorq/conveyor/pipeline"
 )
 
 // TestKeysOfNamesTheKeysJobsUse publishes delayed jobs to a plain and a partitioned queue and
-// finds each in the scheduled set and job hash of exactly one of the partitions KeysOf names.
+// finds each in the scheduled set and job hash of exactly one of the partitions keyspace.KeysOf names.
 func TestKeysOfNamesTheKeysJobsUse(t *testing.T) {
 	t.Parallel()
 	rdb := redistest.Client(t)
@@ -24,7 +25,7 @@ func TestKeysOfNamesTheKeysJobsUse(t *testing.T) {
 			x := newPartitioned(t, rdb, queue, partitions)
 			client = x.client
 		}
-		ks := pipeline.KeysOf("", queue, partitions)
+		ks := keyspace.KeysOf("", queue, partitions)
 		require.Len(t, ks, partitions)
 		found := 0
 		for range 2 * partitions {
@@ -38,18 +39,8 @@ func TestKeysOfNamesTheKeysJobsUse(t *testing.T) {
 			}
 		}
 		require.Equal(t, 2*partitions, found, "every job in exactly one partition's scheduled set")
-		require.Equal(t, ks, pipeline.KeysOf(pipeline.DefaultPrefix, queue, partitions))
+		require.Equal(t, ks, keyspace.KeysOf(pipeline.DefaultPrefix, queue, partitions))
 	}
-}
-
-func TestValidateNames(t *testing.T) {
-	t.Parallel()
-	require.NoError(t, pipeline.ValidateQueue("emails.v2"))
-	require.Error(t, pipeline.ValidateQueue("a{b}"))
-	require.NoError(t, pipeline.ValidateID("order:42"))
-	require.Error(t, pipeline.ValidateID(""))
-	require.NoError(t, pipeline.ValidateSchedule("nightly"))
-	require.Error(t, pipeline.ValidateSchedule(string(make([]byte, pipeline.MaxScheduleLen+1))))
 }
 
 func TestErrorNames(t *testing.T) {

@@ -213,7 +213,7 @@ func WithRetention(d time.Duration) Option {
 }
 
 // WithMetadata adds metadata pairs (merged over the task's own). The merged metadata is
-// limited to MaxMetadataEntries pairs and 8 KiB; keys are UTF-8 without control
+// limited to 64 pairs and 8 KiB; keys are UTF-8 without control
 // characters and do not start with '_', values are UTF-8.
 func WithMetadata(md map[string]string) Option {
 	return func(o *enqueueOptions) {

@@ -12,8 +12,8 @@ import (
 	"github.com/conveyorq/conveyor/internal/publish"
 )
 
-// MaxPartitions bounds QueueOptions.Partitions.
-const MaxPartitions = keys.MaxPartitions
+// maxPartitions bounds QueueOptions.Partitions.
+const maxPartitions = keys.MaxPartitions
 
 // findJob reads job id from the first of qs that has it (publish.Find), and returns the
 // partition that holds it.
@@ -39,7 +39,7 @@ func queueStats(ctx context.Context, js jobstate.Backend, prefix, queue string, 
 // producer, worker and inspector reads them.
 type QueueOptions struct {
 	// Partitions is the number of partitions (0 means 1, the plain queue; at most
-	// MaxPartitions). Each partition is a key space of its own, {queue#i.s}. It has its own
+	// 1,024). Each partition is a key space of its own, {queue#i.s}. It has its own
 	// stream, scheduled set, dead set, counters, unique keys and recovery lock. Its slot is the
 	// middle one of the i-th of P equal shares of the slots (keys.PartitionName). So on Redis
 	// Cluster with the default slot layout every master holds a partition when P >= masters. A
@@ -100,8 +100,8 @@ func (i *Inspector) setLayout(ctx context.Context, queue string, opts QueueOptio
 	if p == 0 {
 		p = 1
 	}
-	if p < 1 || p > MaxPartitions {
-		return nil, invalid("partitions %d outside 1..%d", opts.Partitions, MaxPartitions)
+	if p < 1 || p > maxPartitions {
+		return nil, invalid("partitions %d outside 1..%d", opts.Partitions, maxPartitions)
 	}
 	unlock, err := i.store.LockLayout(ctx, queue)
 	if err != nil {

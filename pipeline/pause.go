@@ -16,11 +16,11 @@ import (
 // (WorkerConfig.PauseCheckInterval).
 const defaultPauseCheckInterval = time.Second
 
-// DefaultPauseConfirmTimeout is how long Pause waits for the live workers reading the queue to
+// defaultPauseConfirmTimeout is how long Pause waits for the live workers reading the queue to
 // confirm the pause (PauseConfirmed).
-const DefaultPauseConfirmTimeout = 5 * time.Second
+const defaultPauseConfirmTimeout = 5 * time.Second
 
-// Pause pauses queue and waits, up to DefaultPauseConfirmTimeout, until every live worker
+// Pause pauses queue and waits, up to 5 s, until every live worker
 // that reads it (Workers) has confirmed. A worker confirms once it has paused the queue's
 // streams and its reads of them under way have ended. So it starts no job published after
 // Pause returns until Resume. Jobs read before that (running, or read and about to start) go
@@ -34,7 +34,7 @@ const DefaultPauseConfirmTimeout = 5 * time.Second
 // says which did not. Pausing a paused queue changes nothing and waits for the confirmations
 // alike. A queue that does not exist (QueueExists) is ErrQueueNotFound.
 func (i *Inspector) Pause(ctx context.Context, queue string) error {
-	_, err := i.PauseConfirmed(ctx, queue, DefaultPauseConfirmTimeout)
+	_, err := i.PauseConfirmed(ctx, queue, defaultPauseConfirmTimeout)
 	return err
 }
 

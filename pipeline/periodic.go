@@ -22,7 +22,7 @@ import (
 // Each tick makes exactly one job, whose id is "cron:" + Name + ":" + the tick's Unix
 // seconds. So any number of workers may enqueue a tick: a repeated enqueue of an id writes
 // nothing (WithID). One worker at a time holds a lock and enqueues ticks on time. When it
-// dies, the others enqueue a tick once it is PeriodicTakeover late. See internal/periodic for
+// dies, the others enqueue a tick once it is 500 ms late. See internal/periodic for
 // the model, and README's "Periodic jobs".
 type Periodic struct {
 	// Name names the schedule: 1 to 64 characters from [A-Za-z0-9._-]. A schedule stored
@@ -36,12 +36,13 @@ type Periodic struct {
 	Spec string
 	// Queue receives the jobs.
 	Queue string
-	// Type and Payload are the job's. Each job also carries the metadata MetaSchedule (the
-	// schedule's name) and MetaScheduleTick (the tick, RFC 3339).
+	// Type and Payload are the job's; Payload is at most 1 MiB (ErrPayloadTooLarge). Each
+	// job also carries the metadata MetaSchedule (the schedule's name) and MetaScheduleTick
+	// (the tick, RFC 3339).
 	Type    string
 	Payload []byte
 	// Missed says what becomes of ticks missed while no worker ran (ticks later than
-	// PeriodicGrace): MissedSkip (the default) drops them, MissedRunOnce runs them as one job.
+	// a minute): MissedSkip (the default) drops them, MissedRunOnce runs them as one job.
 	Missed MissedPolicy
 }
 
@@ -54,16 +55,6 @@ const (
 	MissedSkip MissedPolicy = periodic.MissedSkip
 	// MissedRunOnce enqueues one job for all the missed ticks, with the first one's id.
 	MissedRunOnce MissedPolicy = periodic.MissedOnce
-)
-
-// Timings of the periodic scheduler every worker runs (internal/periodic).
-const (
-	// PeriodicTakeover is how late a tick may be before a worker that does not hold the
-	// schedules' lock enqueues it. It is what a leader's death costs a tick in lateness.
-	PeriodicTakeover = periodic.DefaultTakeover
-	// PeriodicGrace is how late a tick may be and still be enqueued as itself; older ticks
-	// are missed (Periodic.Missed).
-	PeriodicGrace = periodic.DefaultGrace
 )
 
 // Metadata keys set on the jobs of schedules.
@@ -81,12 +72,12 @@ var ErrScheduleNotFound = errors.New("pipeline: schedule not found")
 // ErrTooManySchedules is returned by CreateSchedule for a new schedule when the stored ones
 // number the bound already (InspectorConfig.MaxSchedules). A schedule stored again under its
 // name is not a new one. A worker whose WorkerConfig.Periodic holds a new schedule past
-// DefaultMaxSchedules fails to start, saying so.
+// the default bound (100,000) fails to start, saying so.
 var ErrTooManySchedules = errors.New("pipeline: too many schedules")
 
-// DefaultMaxSchedules is the default bound on the stored schedules: 100,000, the scale at
+// defaultMaxSchedules is the default bound on the stored schedules: 100,000, the scale at
 // which docs/RELIABILITY.md measured every tick on time and the cost of an idle worker.
-const DefaultMaxSchedules = periodic.DefaultMaxSchedules
+const defaultMaxSchedules = periodic.DefaultMaxSchedules
 
 // SchedulePage is one page of Inspector.SchedulesPage.
 type SchedulePage struct {
@@ -175,8 +166,8 @@ func (p Periodic) validate() error {
 	if err := validateType(p.Type); err != nil {
 		errs = append(errs, err)
 	}
-	if len(p.Payload) > DefaultMaxPayloadBytes {
-		errs = append(errs, fmt.Errorf("%w: schedule %q's payload is %d bytes, the limit is %d", ErrPayloadTooLarge, p.Name, len(p.Payload), DefaultMaxPayloadBytes))
+	if len(p.Payload) > defaultMaxPayloadBytes {
+		errs = append(errs, fmt.Errorf("%w: schedule %q's payload is %d bytes, the limit is %d", ErrPayloadTooLarge, p.Name, len(p.Payload), defaultMaxPayloadBytes))
 	}
 	if err := errors.Join(errs...); err != nil {
 		if errors.Is(err, ErrPayloadTooLarge) || errors.Is(err, ErrInvalid) {
@@ -245,17 +236,17 @@ func (i *Inspector) Schedules(ctx context.Context) ([]Schedule, error) {
 }
 
 // SchedulesPage returns a page of the stored schedules by name: those after page.Cursor (a
-// page's Next; empty for the first page), at most page.Limit (0: DefaultPageLimit; 1 to
-// MaxPageLimit). It costs Redis two round trips, whatever the number of schedules. A cursor
+// page's Next; empty for the first page), at most page.Limit (0: 100; 1 to
+// 1,000). It costs Redis two round trips, whatever the number of schedules. A cursor
 // that is not a schedule's name returns ErrInvalid. Pages are not a snapshot: a schedule
 // stored or deleted while a listing goes on may be seen or not.
 func (i *Inspector) SchedulesPage(ctx context.Context, page Page) (*SchedulePage, error) {
 	limit := page.Limit
 	switch {
 	case limit == 0:
-		limit = DefaultPageLimit
-	case limit < 0 || limit > MaxPageLimit:
-		return nil, invalid("limit %d: want 1 to %d", page.Limit, MaxPageLimit)
+		limit = defaultPageLimit
+	case limit < 0 || limit > maxPageLimit:
+		return nil, invalid("limit %d: want 1 to %d", page.Limit, maxPageLimit)
 	}
 	all, next, err := i.schedules().PageAfter(ctx, page.Cursor, limit)
 	if err != nil {

@@ -162,8 +162,8 @@ func (p QueuePatch) validate() error {
 	if p.Concurrency != nil && *p.Concurrency < 0 {
 		return invalid("concurrency %d is negative", *p.Concurrency)
 	}
-	if p.Partitions != nil && (*p.Partitions < 1 || *p.Partitions > MaxPartitions) {
-		return invalid("partitions %d outside 1..%d", *p.Partitions, MaxPartitions)
+	if p.Partitions != nil && (*p.Partitions < 1 || *p.Partitions > maxPartitions) {
+		return invalid("partitions %d outside 1..%d", *p.Partitions, maxPartitions)
 	}
 	if p.MaxRetries != nil && (*p.MaxRetries < -1 || *p.MaxRetries > maxMaxRetries) {
 		return invalid("max retries %d outside 0..%d (-1 removes the default)", *p.MaxRetries, maxMaxRetries)
@@ -354,7 +354,7 @@ func (i *Inspector) apply(ctx context.Context, queue string, c queueChange) (que
 	switch {
 	case c.paused == nil:
 	case *c.paused:
-		pc, err := i.PauseConfirmed(ctx, queue, DefaultPauseConfirmTimeout)
+		pc, err := i.PauseConfirmed(ctx, queue, defaultPauseConfirmTimeout)
 		if err != nil {
 			return fail("pause", err)
 		}

@@ -8,14 +8,14 @@ import (
 	"github.com/conveyorq/conveyor/internal/jobstate"
 )
 
-// DefaultMaxQueues is the default of ClientConfig.MaxQueues and InspectorConfig.MaxQueues.
+// defaultMaxQueues is the default of ClientConfig.MaxQueues and InspectorConfig.MaxQueues.
 // Every known queue costs on every listing. Those are `conveyor stats`, GET /v1/queues, each
 // /metrics refresh and each throughput sample, which read all of them. A /metrics refresh has
 // about ten series per queue, so 20,000 series at this bound, already a large scrape. Real
 // deployments run tens of queues, a few hundred at most; 2,000 leaves them room. A client
 // that makes names up stops long before the listings and Prometheus suffer. (Every POST to
 // /v1/queues/<new name>/jobs used to add one for good.)
-const DefaultMaxQueues = 2000
+const defaultMaxQueues = 2000
 
 // ErrTooManyQueues is returned by Enqueue and EnqueueBatch (and Inspector.CreateQueue) for a
 // queue that is not known yet when the known queues number the configured maximum already

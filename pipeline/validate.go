@@ -12,8 +12,8 @@ import (
 // the job's hash). It is handed to every handler and Watermill middleware. So it is for trace
 // ids and routing hints, not for data, which belongs in the payload.
 const (
-	// MaxMetadataEntries bounds the pairs of a job's metadata.
-	MaxMetadataEntries = keys.MaxMetadataEntries
+	// maxMetadataEntries bounds the pairs of a job's metadata.
+	maxMetadataEntries = keys.MaxMetadataEntries
 	// maxMetadataBytes bounds the bytes of a job's metadata keys and values together.
 	maxMetadataBytes = keys.MaxMetadataBytes
 )
@@ -69,7 +69,7 @@ func (i *Inspector) checkJob(queue, id string) error { return validateJob(queue,
 
 // Validate checks a publish without making it, as Enqueue checks it before it writes anything.
 // It checks the queue name, the task (type, metadata, the size of payload and metadata against
-// DefaultMaxPayloadBytes) and the options. The errors wrap ErrInvalid or ErrPayloadTooLarge.
+// 1 MiB, a Client's default limit) and the options. The errors wrap ErrInvalid or ErrPayloadTooLarge.
 // It is for a publish made later by someone else. Package outbox checks a job when it is
 // written to the outbox table, not when the relay sends it. A Client with a larger
 // MaxPayloadBytes accepts more than Validate does.
@@ -77,7 +77,7 @@ func Validate(queue string, task Task, opts ...Option) error {
 	if err := validate(queue, ""); err != nil {
 		return err
 	}
-	c := &Client{cfg: ClientConfig{MaxPayloadBytes: DefaultMaxPayloadBytes, MaxRetries: DefaultMaxRetries}}
+	c := &Client{cfg: ClientConfig{MaxPayloadBytes: defaultMaxPayloadBytes, MaxRetries: DefaultMaxRetries}}
 	var nj jobstate.NewJob
 	_, err := c.prepare(queue, &task, time.Now(), opts, nil, &nj)
 	return err

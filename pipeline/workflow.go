@@ -16,18 +16,6 @@ import (
 	"github.com/conveyorq/conveyor/status"
 )
 
-// MaxWorkflowTasks bounds the tasks of one workflow (or the jobs of one batch, with its
-// callback). A workflow is published by one script call, and Redis serves no other client
-// while a script runs. Publishing 5,000 tasks takes it about 45 ms on a 2-core machine
-// (docs/BENCHMARKS.md).
-const MaxWorkflowTasks = workflow.MaxTasks
-
-// MaxWorkflowDependencies bounds the dependencies of one workflow: the sum over its tasks of
-// the tasks each waits for (After). 5,000 tasks could name 12.5 million. A fan-out and fan-in
-// of 5,000 has 9,996; a batch with its callback has 5,000 (docs/RELIABILITY.md, "Issue 30: a
-// workflow's dependencies and cascades").
-const MaxWorkflowDependencies = workflow.MaxDependencies
-
 // Workflow is a DAG of tasks published as one unit (Client.Workflow). Each task is a job of
 // the workflow's queue that runs once every task it names in After has completed. A task
 // with no After runs at once. A task's job id is the workflow's id, a dot and the task's name.
@@ -36,6 +24,12 @@ const MaxWorkflowDependencies = workflow.MaxDependencies
 // with the reason in their LastError. Replaying it (Inspector.Replay) resumes the workflow:
 // the tasks it canceled wait again. A task canceled by a caller cancels its dependents alike,
 // for good.
+//
+// A workflow holds at most 5,000 tasks (a batch: its jobs and callback) and 10,000
+// dependencies, the sum of its tasks' After; more is ErrInvalid. One script call publishes
+// it, and Redis serves no other client meanwhile: 5,000 tasks take about 45 ms on a 2-core
+// machine (docs/BENCHMARKS.md). A fan-out and fan-in of 5,000 has 9,996 dependencies
+// (docs/RELIABILITY.md, "Issue 30: a workflow's dependencies and cascades").
 type Workflow struct {
 	// ID names the workflow; NewID() when empty. Publishing the same workflow again with the
 	// same ID (after a lost reply) finds it and writes nothing.
@@ -335,19 +329,19 @@ func (s *WorkflowState) derive() WorkflowStatus {
 		Canceled: s.Canceled, Purged: s.Purged}.Status())
 }
 
-// MaxWorkflowList bounds Inspector.Workflows' limit.
-const MaxWorkflowList = 1000
+// maxWorkflowList bounds Inspector.Workflows' limit.
+const maxWorkflowList = 1000
 
 // Workflows lists the newest workflows (and batches) of queue, newest first, at most limit
-// (1 to MaxWorkflowList), without their tasks (Tasks is nil: Workflow reads one whole). Each
+// (1 to 1,000), without their tasks (Tasks is nil: Workflow reads one whole). Each
 // queue (partition) indexes its last keys.WorkflowIndexCap (10,000) workflows; those whose
 // retention ended are skipped.
 func (i *Inspector) Workflows(ctx context.Context, queue string, limit int) ([]*WorkflowState, error) {
 	if err := validate(queue, ""); err != nil {
 		return nil, err
 	}
-	if limit < 1 || limit > MaxWorkflowList {
-		return nil, fmt.Errorf("%w: limit %d: want 1 to %d", ErrInvalid, limit, MaxWorkflowList)
+	if limit < 1 || limit > maxWorkflowList {
+		return nil, fmt.Errorf("%w: limit %d: want 1 to %d", ErrInvalid, limit, maxWorkflowList)
 	}
 	qs, err := i.partitions(ctx, queue)
 	if err != nil {

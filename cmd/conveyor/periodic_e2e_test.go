@@ -137,8 +137,8 @@ func testPeriodicKills(t *testing.T, c *cli, rdb redis.UniversalClient, d time.D
 	require.EqualValues(t, ticks, st.Enqueued, "one enqueue per tick: %d ticks from %d to %d", ticks, first, last)
 	slices.Sort(late)
 	pct := func(p float64) time.Duration { return late[min(len(late)-1, int(p*float64(len(late))))] }
-	// A tick a follower enqueued (its leader had died) is about PeriodicTakeover late.
-	byFollower := len(late) - slices.IndexFunc(late, func(d time.Duration) bool { return d >= pipeline.PeriodicTakeover*4/5 })
+	// A tick a follower enqueued (its leader had died) is about the takeover delay (500 ms) late.
+	byFollower := len(late) - slices.IndexFunc(late, func(d time.Duration) bool { return d >= 400*time.Millisecond })
 	if byFollower > len(late) {
 		byFollower = 0
 	}

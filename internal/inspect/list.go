@@ -52,7 +52,7 @@ func (b *pageBudget) spent() bool { return b.left <= 0 }
 func (b *pageBudget) take(n int64) { b.left -= n }
 
 // List returns a page of the jobs of queue that have status st, from cursor. The page holds at
-// most limit jobs (1..MaxPageLimit) and ends with the job that spends budget bytes (above 0).
+// most limit jobs (1..pipeline's maxPageLimit) and ends with the job that spends budget bytes (above 0).
 // The caller checks st is listable; pipeline.Inspector.List documents the orders and cursors.
 func (e *Engine) List(ctx context.Context, queue string, st status.Status, cursor string, limit int, budget int64) (*Page, error) {
 	// A malformed cursor is the caller's mistake whether or not Redis answers. Refuse it

@@ -183,7 +183,7 @@ func (s *Store) ReadGroups(ctx context.Context, qs []keys.Queue, most int) ([]Gr
 }
 
 // CountGroupWeights says how many groups of q have a weight set, and whether each of groups
-// has one, in one round trip: for the bound on a queue's weights (pipeline.MaxGroupWeights).
+// has one, in one round trip: for the bound on a queue's weights (pipeline's maxGroupWeights).
 func CountGroupWeights(ctx context.Context, rdb redis.Cmdable, q keys.Queue, groups []string) (n int, has []bool, err error) {
 	var flen *redis.IntCmd
 	var window *redis.BoolCmd

@@ -109,7 +109,7 @@ func ReadLimits(ctx context.Context, rdb redis.Cmdable, q keys.Queue) ([]Limit, 
 }
 
 // CountLimits says how many limits q has, and whether the scope (typ, perKey) has one, in one
-// round trip: for the bound on a queue's limits (pipeline.MaxQueueLimits).
+// round trip: for the bound on a queue's limits (pipeline's maxQueueLimits).
 func CountLimits(ctx context.Context, rdb redis.Cmdable, q keys.Queue, typ string, perKey bool) (n int, has bool, err error) {
 	var hlen *redis.IntCmd
 	var exists *redis.BoolCmd

@@ -52,6 +52,9 @@ import (
 const (
 	jobType   = "noop"
 	batchSize = 1000
+	// maxLimitRate is pipeline.Limit.Rate's bound, checked here so that a bad -rate fails
+	// before any setup.
+	maxLimitRate = 1_000_000_000
 )
 
 type options struct {
@@ -104,8 +107,8 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 		return o, fmt.Errorf("unexpected arguments %q", fs.Args())
 	case o.only != "" && o.only != "rate" && o.only != "perkey":
 		return o, fmt.Errorf("-only %q: want rate or perkey", o.only)
-	case o.rate < 1 || o.rate > pipeline.MaxLimitRate:
-		return o, fmt.Errorf("-rate %d: want 1..%d", o.rate, pipeline.MaxLimitRate)
+	case o.rate < 1 || o.rate > maxLimitRate:
+		return o, fmt.Errorf("-rate %d: want 1..%d", o.rate, maxLimitRate)
 	case o.interval < time.Millisecond || o.interval%time.Millisecond != 0:
 		return o, fmt.Errorf("-interval %s: want whole milliseconds, at least 1ms", o.interval)
 	case o.workers < 1:

@@ -53,6 +53,8 @@ const (
 	batchSize  = 1000
 	publishers = 2
 	hashSample = 100 // job hashes whose MEMORY USAGE each sample reads
+	// maxPayloadBytes is a Client's default payload limit (ClientConfig.MaxPayloadBytes).
+	maxPayloadBytes = 1 << 20
 )
 
 type options struct {
@@ -101,8 +103,8 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 		return o, fmt.Errorf("unexpected arguments %q", fs.Args())
 	case o.jobs < 2*hashSample:
 		return o, fmt.Errorf("-jobs must be at least %d", 2*hashSample)
-	case o.payloadBytes < 1 || o.payloadBytes > pipeline.DefaultMaxPayloadBytes:
-		return o, fmt.Errorf("-payload-bytes must be 1 to %d", pipeline.DefaultMaxPayloadBytes)
+	case o.payloadBytes < 1 || o.payloadBytes > maxPayloadBytes:
+		return o, fmt.Errorf("-payload-bytes must be 1 to %d", maxPayloadBytes)
 	case o.retention <= 0:
 		return o, errors.New("-retention must be positive: the soak measures retained records")
 	case o.expire && o.retention > time.Hour:

@@ -14,6 +14,7 @@ import (
 	"github.com/schollz/progressbar/v3"
 	"github.com/spf13/cobra"
 
+	"github.com/conveyorq/conveyor/keyspace"
 	"github.com/conveyorq/conveyor/pipeline"
 )
 
@@ -85,7 +86,7 @@ bench/ and docs/BENCHMARKS.md.`,
 	f.IntVarP(&o.jobs, "jobs", "n", 100_000, "jobs to run")
 	f.IntVar(&o.payloadBytes, "payload-bytes", 100, "payload size of each job (at least 8)")
 	f.IntVarP(&o.concurrency, "concurrency", "c", 200, "the worker's concurrency")
-	f.IntVar(&o.partitions, "partitions", 1, fmt.Sprintf("partitions of the benchmark queue, 1 to %d", pipeline.MaxPartitions))
+	f.IntVar(&o.partitions, "partitions", 1, fmt.Sprintf("partitions of the benchmark queue, 1 to %d", maxPartitions))
 	f.IntVar(&o.producers, "producers", 1, "goroutines publishing at once")
 	f.StringVar(&o.mode, "mode", "live", "live (publish while the worker runs) or drain (publish first)")
 	f.DurationVar(&o.timeout, "timeout", 10*time.Minute, "give up after this long")
@@ -99,14 +100,14 @@ func (o benchOptions) validate() error {
 	if o.jobs < 1 {
 		errs = append(errs, usageErrorf("--jobs must be at least 1"))
 	}
-	if o.payloadBytes < 8 || o.payloadBytes > pipeline.DefaultMaxPayloadBytes {
-		errs = append(errs, usageErrorf("--payload-bytes must be 8 to %d", pipeline.DefaultMaxPayloadBytes))
+	if o.payloadBytes < 8 || o.payloadBytes > maxPayloadBytes {
+		errs = append(errs, usageErrorf("--payload-bytes must be 8 to %d", maxPayloadBytes))
 	}
 	if o.concurrency < 1 {
 		errs = append(errs, usageErrorf("--concurrency must be at least 1"))
 	}
-	if o.partitions < 1 || o.partitions > pipeline.MaxPartitions {
-		errs = append(errs, usageErrorf("--partitions must be 1 to %d", pipeline.MaxPartitions))
+	if o.partitions < 1 || o.partitions > maxPartitions {
+		errs = append(errs, usageErrorf("--partitions must be 1 to %d", maxPartitions))
 	}
 	if o.producers < 1 {
 		errs = append(errs, usageErrorf("--producers must be at least 1"))
@@ -321,7 +322,7 @@ func benchQueue(ctx context.Context, rdb redis.UniversalClient, prefix string, p
 	for range 1000 {
 		name := "bench-" + randomHex(4)
 		seen := map[string]bool{}
-		for _, k := range pipeline.KeysOf(prefix, name, partitions) {
+		for _, k := range keyspace.KeysOf(prefix, name, partitions) {
 			node, err := cc.MasterForKey(ctx, k.Stream)
 			if err != nil {
 				return "", err

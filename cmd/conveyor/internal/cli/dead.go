@@ -83,7 +83,7 @@ With --json it prints {"jobs": [...], "next": "..."}, the shape of every list ('
 			if err != nil {
 				return err
 			}
-			// Skip offset jobs, then take limit, a page of at most MaxPageLimit at a time.
+			// Skip offset jobs, then take limit, a page of at most maxPageLimit at a time.
 			var jobs []*pipeline.Job
 			skip, more := offset, true
 			for more && (skip > 0 || len(jobs) < limit) {
@@ -91,7 +91,7 @@ With --json it prints {"jobs": [...], "next": "..."}, the shape of every list ('
 				if skip > 0 {
 					n = skip
 				}
-				p, err := insp.List(ctx, queue, status.Failed, pipeline.Page{Cursor: cursor, Limit: min(n, pipeline.MaxPageLimit)})
+				p, err := insp.List(ctx, queue, status.Failed, pipeline.Page{Cursor: cursor, Limit: min(n, maxPageLimit)})
 				if err != nil {
 					if errors.Is(err, pipeline.ErrInvalid) && cursor != "" {
 						return usageError{err}

@@ -422,7 +422,7 @@ func (d *demoRun) startWorkers(ctx context.Context) (names []string, attempts []
 
 // countAttempts registers handlers that count the attempts they run.
 type countAttempts struct {
-	r     pipeline.Registrar
+	r     handlers.Registrar
 	n     *atomic.Int64
 	i     int    // the worker's number
 	crash *crash // holds the victim's jobs until the kill

@@ -39,9 +39,9 @@ with every bucket, empty ones too.`,
 			var step, span time.Duration
 			switch resolution {
 			case "5s":
-				step, span = pipeline.HistoryStepFine, pipeline.HistorySpanFine
+				step, span = pipeline.HistoryStepFine, historySpanFine
 			case "1m":
-				step, span = pipeline.HistoryStepCoarse, pipeline.HistorySpanCoarse
+				step, span = pipeline.HistoryStepCoarse, historySpanCoarse
 			default:
 				return usageErrorf("--resolution %q: want 5s or 1m", resolution)
 			}

@@ -328,8 +328,8 @@ func parseRate(s string) (int, time.Duration, error) {
 	if err != nil || strings.HasPrefix(count, "+") {
 		return 0, 0, fmt.Errorf("%q is not a whole number of jobs: %s", count, want)
 	}
-	if n < 1 || n > pipeline.MaxLimitRate {
-		return 0, 0, fmt.Errorf("%d jobs: want 1 to %d", n, pipeline.MaxLimitRate)
+	if n < 1 || n > maxLimitRate {
+		return 0, 0, fmt.Errorf("%d jobs: want 1 to %d", n, maxLimitRate)
 	}
 	every, err := parseInterval(interval)
 	if err != nil {
@@ -360,8 +360,8 @@ func parseInterval(s string) (time.Duration, error) {
 		return 0, errors.New("want at least 1ms")
 	case d%time.Millisecond != 0:
 		return 0, errors.New("want a whole number of milliseconds")
-	case d > pipeline.MaxLimitInterval:
-		return 0, fmt.Errorf("want at most %s", rateText(1, pipeline.MaxLimitInterval)[2:])
+	case d > maxLimitInterval:
+		return 0, fmt.Errorf("want at most %s", rateText(1, maxLimitInterval)[2:])
 	}
 	return d, nil
 }

@@ -6,8 +6,6 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
-
-	"github.com/conveyorq/conveyor/pipeline"
 )
 
 func TestParseRate(t *testing.T) {
@@ -80,9 +78,9 @@ func FuzzParseRate(f *testing.F) {
 			return
 		}
 		require.GreaterOrEqual(t, n, 1)
-		require.LessOrEqual(t, n, pipeline.MaxLimitRate)
+		require.LessOrEqual(t, n, maxLimitRate)
 		require.GreaterOrEqual(t, every, time.Millisecond)
-		require.LessOrEqual(t, every, pipeline.MaxLimitInterval)
+		require.LessOrEqual(t, every, maxLimitInterval)
 		require.Zero(t, every%time.Millisecond)
 		n2, every2, err := parseRate(rateText(n, every))
 		require.NoError(t, err)

@@ -50,8 +50,8 @@ PRIORITY is the job's level within its queue, 1 (served first, the default) to 4
 			if !slices.Contains(listable, s) {
 				return usageErrorf("--status %q: want one of %s", want, joinStatuses(listable))
 			}
-			if limit < 1 || limit > pipeline.MaxPageLimit {
-				return usageErrorf("--limit must be 1 to %d, not %d", pipeline.MaxPageLimit, limit)
+			if limit < 1 || limit > maxPageLimit {
+				return usageErrorf("--limit must be 1 to %d, not %d", maxPageLimit, limit)
 			}
 			insp, err := a.inspector()
 			if err != nil {

@@ -49,7 +49,7 @@ queue and those that did not confirm.`,
 			verb := "paused"
 			var pc pipeline.PauseConfirmation
 			if pause {
-				pc, err = insp.PauseConfirmed(cmd.Context(), queue, pipeline.DefaultPauseConfirmTimeout)
+				pc, err = insp.PauseConfirmed(cmd.Context(), queue, defaultPauseConfirmTimeout)
 			} else {
 				verb = "resumed"
 				err = insp.Resume(cmd.Context(), queue)
@@ -67,7 +67,7 @@ queue and those that did not confirm.`,
 			if pause {
 				for _, w := range pc.Unconfirmed {
 					fmt.Fprintf(a.stderr, "worker %s did not confirm the pause within %v: it stops reading the queue within a second of reading the pause, or it is gone\n",
-						w, pipeline.DefaultPauseConfirmTimeout)
+						w, defaultPauseConfirmTimeout)
 				}
 			}
 			if asJSON {

@@ -228,7 +228,7 @@ func (pf *publishFlags) request(stdin io.Reader) (*publishRequest, error) {
 	}
 	var payload []byte
 	if pf.payloadGiven {
-		if payload, err = readPayload(pf.payload, stdin, pipeline.DefaultMaxPayloadBytes); err != nil {
+		if payload, err = readPayload(pf.payload, stdin, maxPayloadBytes); err != nil {
 			if errors.Is(err, pipeline.ErrPayloadTooLarge) {
 				return nil, err // a refusal by the system's limit, not a usage error
 			}

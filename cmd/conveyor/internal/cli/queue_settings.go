@@ -77,7 +77,7 @@ those that did not on stderr. With --json it prints the settings as GET
 				return a.limitQueueErr(cmd.Context(), insp, queue, err)
 			}
 			for _, w := range st.PauseUnconfirmed {
-				fmt.Fprintf(a.stderr, "worker %s did not confirm the pause within %v\n", w, pipeline.DefaultPauseConfirmTimeout)
+				fmt.Fprintf(a.stderr, "worker %s did not confirm the pause within %v\n", w, defaultPauseConfirmTimeout)
 			}
 			if asJSON {
 				return writeJSON(a.stdout, st)
@@ -89,7 +89,7 @@ those that did not on stderr. With --json it prints the settings as GET
 	f := cmd.Flags()
 	f.BoolVar(&paused, "paused", false, "pause (true) or resume (false) the queue")
 	f.IntVar(&concurrency, "concurrency", 0, "the whole-queue limit's concurrency; 0 removes it")
-	f.IntVar(&partitions, "partitions", 1, fmt.Sprintf("the queue's partition count, 1 to %d", pipeline.MaxPartitions))
+	f.IntVar(&partitions, "partitions", 1, fmt.Sprintf("the queue's partition count, 1 to %d", maxPartitions))
 	f.IntVar(&window, "group-window", 0, "the fair-group window; 0 sets it back to the default")
 	f.IntVar(&retries, "max-retries", 0, "the retry count of jobs published without their own; -1 removes it")
 	f.DurationVar(&timeout, "timeout", 0, "the timeout of jobs published without their own; 0 removes it")

@@ -72,8 +72,8 @@ sent again to the new ones. Running workers follow the change by themselves with
   conveyor queues create emails              # one partition: the plain queue`,
 		Args: exactlyOne("queue name"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if partitions < 1 || partitions > pipeline.MaxPartitions {
-				return usageErrorf("--partitions %d: want 1 to %d", partitions, pipeline.MaxPartitions)
+			if partitions < 1 || partitions > maxPartitions {
+				return usageErrorf("--partitions %d: want 1 to %d", partitions, maxPartitions)
 			}
 			insp, err := a.inspector()
 			if err != nil {
@@ -95,7 +95,7 @@ sent again to the new ones. Running workers follow the change by themselves with
 			return err
 		},
 	}
-	cmd.Flags().IntVar(&partitions, "partitions", 1, fmt.Sprintf("the queue's partition count, 1 to %d", pipeline.MaxPartitions))
+	cmd.Flags().IntVar(&partitions, "partitions", 1, fmt.Sprintf("the queue's partition count, 1 to %d", maxPartitions))
 	cmd.Flags().DurationVar(&drain, "drain", 0, "how long a change waits, publishes held, for the jobs in flight in the old partitions to run (0 to 5s)")
 	return cmd
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/conveyorq/conveyor/keyspace"
 	"github.com/conveyorq/conveyor/pipeline"
 )
 
@@ -56,7 +57,7 @@ A schedule stored again under its name is replaced, keeping its last run and its
 		Args: exactlyOne("schedule name"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			var errs []error
-			if err := pipeline.ValidateSchedule(args[0]); err != nil {
+			if err := keyspace.ValidateSchedule(args[0]); err != nil {
 				errs = append(errs, usageError{err})
 			}
 			if spec == "" {
@@ -71,7 +72,7 @@ A schedule stored again under its name is replaced, keeping its last run and its
 			var body []byte
 			if payload != "" {
 				var err error
-				if body, err = readPayload(payload, a.stdin, pipeline.DefaultMaxPayloadBytes); err != nil {
+				if body, err = readPayload(payload, a.stdin, maxPayloadBytes); err != nil {
 					errs = append(errs, err)
 				}
 			}
@@ -134,8 +135,8 @@ of at most --limit schedules (1 to 1000, default 100) and, on stderr, the cursor
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			paged := cmd.Flags().Changed("limit") || cmd.Flags().Changed("cursor")
-			if paged && (limit < 1 || limit > pipeline.MaxPageLimit) {
-				return usageErrorf("--limit must be 1 to %d, not %d", pipeline.MaxPageLimit, limit)
+			if paged && (limit < 1 || limit > maxPageLimit) {
+				return usageErrorf("--limit must be 1 to %d, not %d", maxPageLimit, limit)
 			}
 			insp, err := a.inspector()
 			if err != nil {
@@ -189,7 +190,7 @@ of at most --limit schedules (1 to 1000, default 100) and, on stderr, the cursor
 	}
 	f := cmd.Flags()
 	f.BoolVar(&asJSON, "json", false, "print a JSON array (with --limit or --cursor: {\"schedules\": [...], \"next\": \"...\"})")
-	f.IntVar(&limit, "limit", pipeline.DefaultPageLimit, "print one page of at most this many schedules (1 to 1000)")
+	f.IntVar(&limit, "limit", defaultPageLimit, "print one page of at most this many schedules (1 to 1000)")
 	f.StringVar(&cursor, "cursor", "", "print the page after the one that printed this cursor")
 	return cmd
 }
@@ -204,7 +205,7 @@ not stored exits 1. A worker started with the schedule (--cron, or in code) stor
 		Args:              exactlyOne("schedule name"),
 		ValidArgsFunction: a.completeSchedules,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := pipeline.ValidateSchedule(args[0]); err != nil {
+			if err := keyspace.ValidateSchedule(args[0]); err != nil {
 				return usageError{err}
 			}
 			insp, err := a.inspector()
@@ -238,7 +239,7 @@ dropped, whatever --missed says. A schedule that is not stored exits 1.`
 		Args:              exactlyOne("schedule name"),
 		ValidArgsFunction: a.completeSchedules,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := pipeline.ValidateSchedule(args[0]); err != nil {
+			if err := keyspace.ValidateSchedule(args[0]); err != nil {
 				return usageError{err}
 			}
 			insp, err := a.inspector()
@@ -351,8 +352,8 @@ func scheduleNamePart(typ string) string {
 			b[k] = '-'
 		}
 	}
-	if len(b) > pipeline.MaxScheduleLen-len("cron--00000000") {
-		b = b[:pipeline.MaxScheduleLen-len("cron--00000000")]
+	if len(b) > keyspace.MaxScheduleLen-len("cron--00000000") {
+		b = b[:keyspace.MaxScheduleLen-len("cron--00000000")]
 	}
 	return string(b)
 }

@@ -119,9 +119,9 @@ health checks in images without curl (conveyor serve --probe http://127.0.0.1:80
 	f.BoolVar(&sf.insecure, "insecure", false, "allow a non-loopback --addr without a token")
 	f.StringArrayVar(&sf.allowedHosts, "allowed-host", nil, "without a token, also answer requests whose Host is this name "+
 		"(a reverse proxy's; repeatable; \"*\" for any); others but loopback get 421; env $"+envAPIAllowedHosts+", comma-separated")
-	f.IntVar(&sf.maxQueues, "max-queues", pipeline.DefaultMaxQueues, "most known queues: a POST or PUT to a new queue past it "+
+	f.IntVar(&sf.maxQueues, "max-queues", defaultMaxQueues, "most known queues: a POST or PUT to a new queue past it "+
 		"gets 409 (too_many_queues); env $"+envAPIMaxQueues)
-	f.IntVar(&sf.maxSchedules, "max-schedules", pipeline.DefaultMaxSchedules, "most stored schedules: a POST /v1/schedules of a new "+
+	f.IntVar(&sf.maxSchedules, "max-schedules", defaultMaxSchedules, "most stored schedules: a POST /v1/schedules of a new "+
 		"schedule past it gets 409 (too_many_schedules)")
 	f.BoolVar(&sf.createQueues, "create-queues", true, "a POST to a queue that does not exist creates it; false: 404 until "+
 		"it is created (PUT /v1/queues/Q, conveyor queues create); env $"+envAPICreateQueues)

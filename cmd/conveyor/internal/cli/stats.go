@@ -10,6 +10,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/conveyorq/conveyor/keyspace"
 	"github.com/conveyorq/conveyor/pipeline"
 	"github.com/conveyorq/conveyor/status"
 )
@@ -175,9 +176,9 @@ func queueNotFound(queue, prefix string, known []string) error {
 
 // checkIDs refuses a malformed queue name or job id before anything is changed.
 func checkIDs(queue string, ids []string) error {
-	errs := []error{pipeline.ValidateQueue(queue)}
+	errs := []error{keyspace.ValidateQueue(queue)}
 	for _, id := range ids {
-		errs = append(errs, pipeline.ValidateID(id))
+		errs = append(errs, keyspace.ValidateID(id))
 	}
 	if err := errors.Join(errs...); err != nil {
 		return usageError{err}

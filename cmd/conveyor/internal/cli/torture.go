@@ -14,6 +14,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/conveyorq/conveyor/cmd/conveyor/internal/torture"
+	"github.com/conveyorq/conveyor/handlers"
 	"github.com/conveyorq/conveyor/pipeline"
 )
 
@@ -285,7 +286,7 @@ func (wf *workerFlags) openTortureClock(cfg *pipeline.WorkerConfig) (func(), err
 	return c.Close, nil
 }
 
-func (l *tortureLedger) register(r pipeline.Registrar) {
+func (l *tortureLedger) register(r handlers.Registrar) {
 	if l != nil {
 		r.Handle(torture.JobType, torture.Handler(l.w))
 		r.Handle(torture.LimitedType, torture.Handler(l.w))

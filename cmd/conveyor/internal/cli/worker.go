@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/conveyorq/conveyor/handlers"
+	"github.com/conveyorq/conveyor/keyspace"
 	"github.com/conveyorq/conveyor/pipeline"
 )
 
@@ -48,11 +49,11 @@ type workerFlags struct {
 }
 
 // checkReplicas validates --wait-replicas and --wait-timeout, which worker and publish share:
-// replicas in 0..MaxReplicas, and a timeout that is positive when replicas are awaited.
+// replicas in 0..maxReplicas, and a timeout that is positive when replicas are awaited.
 func checkReplicas(replicas int, timeout time.Duration) error {
 	var errs []error
-	if replicas < 0 || replicas > pipeline.MaxReplicas {
-		errs = append(errs, usageErrorf("--wait-replicas must be in 0..%d, not %d", pipeline.MaxReplicas, replicas))
+	if replicas < 0 || replicas > maxReplicas {
+		errs = append(errs, usageErrorf("--wait-replicas must be in 0..%d, not %d", maxReplicas, replicas))
 	}
 	if timeout < 0 || replicas > 0 && timeout == 0 {
 		errs = append(errs, usageErrorf("--wait-timeout must be positive, not %s", timeout))
@@ -173,8 +174,8 @@ each tick makes one job however many workers run ('conveyor schedules').`,
 	f.StringSliceVarP(&wf.queues, "queue", "q", []string{pipeline.DefaultQueue}, "queue to consume, NAME or NAME=WEIGHT (repeatable, or comma-separated); weights share the worker's slots among its queues")
 	f.BoolVar(&wf.strictPriority, "strict-priority", false, "read the queue of the highest --queue weight first, the next only while it has no work")
 	f.IntVarP(&wf.concurrency, "concurrency", "c", pipeline.DefaultConcurrency, "jobs run at once, across the queues")
-	f.DurationVar(&wf.backoffBase, "backoff-base", pipeline.DefaultBackoffBase, "retry delay after the first failed attempt; it doubles with each attempt")
-	f.DurationVar(&wf.backoffMax, "backoff-max", pipeline.DefaultBackoffMax, "longest retry delay")
+	f.DurationVar(&wf.backoffBase, "backoff-base", defaultBackoffBase, "retry delay after the first failed attempt; it doubles with each attempt")
+	f.DurationVar(&wf.backoffMax, "backoff-max", defaultBackoffMax, "longest retry delay")
 	f.DurationVar(&wf.visibility, "visibility-timeout", pipeline.DefaultVisibilityTimeout, "a job whose worker stops renewing its lease this long is recovered")
 	f.DurationVar(&wf.recoveryInterval, "recovery-interval", pipeline.DefaultRecoveryInterval, "time between two scans for jobs of dead workers")
 	f.DurationVar(&wf.shutdownTimeout, "shutdown-timeout", pipeline.DefaultShutdownTimeout, "on SIGINT/SIGTERM, how long running jobs may finish before they are put back")
@@ -205,7 +206,7 @@ func (wf *workerFlags) config() (pipeline.WorkerConfig, error) {
 	weights := map[string]int{}
 	for _, arg := range wf.queues {
 		q, weight, hasWeight := strings.Cut(arg, "=")
-		if err := pipeline.ValidateQueue(q); err != nil {
+		if err := keyspace.ValidateQueue(q); err != nil {
 			bad("--queue %q: %v (use letters, digits, '.', '_' and '-')", arg, errors.Unwrap(err))
 			continue
 		}
@@ -226,7 +227,7 @@ func (wf *workerFlags) config() (pipeline.WorkerConfig, error) {
 		names = append(names, q)
 	}
 	if wf.name != "" {
-		if err := pipeline.ValidateQueue(wf.name); err != nil {
+		if err := keyspace.ValidateQueue(wf.name); err != nil {
 			bad("--name %q: invalid worker name: %v (use letters, digits, '.', '_' and '-')", wf.name, errors.Unwrap(err))
 		}
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/conveyorq/conveyor/api"
+	"github.com/conveyorq/conveyor/keyspace"
 	"github.com/conveyorq/conveyor/pipeline"
 	"github.com/conveyorq/conveyor/status"
 )
@@ -60,7 +61,7 @@ started_at, finished_at}], as GET /v1/queues/{queue}/workflows/{id} answers. An 
 		ValidArgsFunction: a.completeWorkflowIDs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			// The library takes "" for no id; on the command line it is a mistake.
-			if err := pipeline.ValidateID(args[0]); err != nil {
+			if err := keyspace.ValidateID(args[0]); err != nil {
 				return usageError{err}
 			}
 			insp, err := a.inspector()
@@ -134,8 +135,8 @@ as 'workflows get --json' without its tasks.`,
   conveyor workflows list --json | jq -r '.workflows[] | select(.status == "failed") | .id'`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if limit < 1 || limit > pipeline.MaxWorkflowList {
-				return usageErrorf("--limit must be 1 to %d, not %d", pipeline.MaxWorkflowList, limit)
+			if limit < 1 || limit > maxWorkflowList {
+				return usageErrorf("--limit must be 1 to %d, not %d", maxWorkflowList, limit)
 			}
 			insp, err := a.inspector()
 			if err != nil {
@@ -168,7 +169,7 @@ as 'workflows get --json' without its tasks.`,
 	}
 	f := cmd.Flags()
 	f.StringVarP(&queue, "queue", "q", pipeline.DefaultQueue, "queue of the workflows")
-	f.IntVar(&limit, "limit", 50, fmt.Sprintf("list at most this many (1 to %d)", pipeline.MaxWorkflowList))
+	f.IntVar(&limit, "limit", 50, fmt.Sprintf("list at most this many (1 to %d)", maxWorkflowList))
 	f.BoolVar(&asJSON, "json", false, `print {"workflows": [...]}`)
 	return cmd
 }

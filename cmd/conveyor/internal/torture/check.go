@@ -50,13 +50,13 @@ type EndState struct {
 const KeysPerQueue = 20
 
 // HistoryKeys bounds the throughput history's keys a run of length d leaves. There are
-// buckets of 5 s kept an hour and of 1 min kept a day (pipeline's HistoryStepFine and its
-// neighbours). Each is kept for the queue and for all queues. Each has one bucket begun at
+// buckets of 5 s kept an hour and of 1 min kept a day (pipeline.HistoryStepFine and
+// HistoryStepCoarse; Inspector.History states the spans). Each is kept for the queue and for all queues. Each has one bucket begun at
 // either end of the run. They
 // grow with time, not with jobs, and expire with their span.
 func HistoryKeys(d time.Duration) int64 {
 	buckets := func(step, span time.Duration) int64 { return int64(min(d, span)/step) + 2 }
-	return 2 * (buckets(pipeline.HistoryStepFine, pipeline.HistorySpanFine) + buckets(pipeline.HistoryStepCoarse, pipeline.HistorySpanCoarse))
+	return 2 * (buckets(pipeline.HistoryStepFine, time.Hour) + buckets(pipeline.HistoryStepCoarse, 24*time.Hour))
 }
 
 // Report is what Check found.

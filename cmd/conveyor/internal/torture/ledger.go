@@ -14,7 +14,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/conveyorq/conveyor/pipeline"
+	"github.com/conveyorq/conveyor/keyspace"
 	"github.com/conveyorq/conveyor/status"
 )
 
@@ -110,7 +110,7 @@ func ParseLine(line []byte) (Record, error) {
 	case r.Expect != "" && r.Expect != "completed" && r.Expect != "failed" && r.Expect != "canceled":
 		return Record{}, fmt.Errorf("ledger: expected status %q", r.Expect)
 	}
-	if err := pipeline.ValidateID(r.ID); err != nil {
+	if err := keyspace.ValidateID(r.ID); err != nil {
 		return Record{}, fmt.Errorf("ledger: %w", err)
 	}
 	return r, nil

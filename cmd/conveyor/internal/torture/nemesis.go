@@ -9,6 +9,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/conveyorq/conveyor/keyspace"
 	"github.com/conveyorq/conveyor/pipeline"
 )
 
@@ -135,7 +136,7 @@ func (r *run) strike(ctx context.Context, n string, rng *rand.Rand) (touched int
 	case NemesisSentinelFailover, NemesisSentinelMasterKill:
 		return r.strikeSentinel(ctx, n)
 	case NemesisLoseJob:
-		q := pipeline.KeysOf(pipeline.DefaultPrefix, Queue, 1)[0]
+		q := keyspace.KeysOf(pipeline.DefaultPrefix, Queue, 1)[0]
 		zs, err := r.admin.ZPopMax(ctx, q.Scheduled).Result()
 		if err != nil || len(zs) == 0 {
 			return 0, err

@@ -24,6 +24,7 @@ import (
 
 	"github.com/conveyorq/conveyor/internal/faultproxy"
 	"github.com/conveyorq/conveyor/internal/redisproc"
+	"github.com/conveyorq/conveyor/keyspace"
 	"github.com/conveyorq/conveyor/pipeline"
 	"github.com/conveyorq/conveyor/status"
 )
@@ -772,8 +773,8 @@ func (r *run) setupWorkload(ctx context.Context) error {
 }
 
 // partitions are the keys of every partition of the queue (the queue alone when it has none).
-func (r *run) partitions() []pipeline.QueueKeys {
-	return pipeline.KeysOf(pipeline.DefaultPrefix, Queue, r.sc.Workload.Partitions)
+func (r *run) partitions() []keyspace.QueueKeys {
+	return keyspace.KeysOf(pipeline.DefaultPrefix, Queue, r.sc.Workload.Partitions)
 }
 
 // worker is one worker process, signalled by its recorded pid only.

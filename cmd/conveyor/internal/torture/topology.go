@@ -13,6 +13,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/conveyorq/conveyor/internal/redisproc"
+	"github.com/conveyorq/conveyor/keyspace"
 	"github.com/conveyorq/conveyor/pipeline"
 )
 
@@ -116,7 +117,7 @@ func (r *run) eachMaster(ctx context.Context, fn func(context.Context, *redis.Cl
 
 // queueSlot is the cluster hash slot of the queue's keys, as the cluster computes it.
 func (r *run) queueSlot(ctx context.Context) (int, error) {
-	n, err := r.admin.ClusterKeySlot(ctx, pipeline.KeysOf(pipeline.DefaultPrefix, Queue, 1)[0].Stream).Result()
+	n, err := r.admin.ClusterKeySlot(ctx, keyspace.KeysOf(pipeline.DefaultPrefix, Queue, 1)[0].Stream).Result()
 	return int(n), err
 }
 
