@@ -37,6 +37,9 @@ type QueueKeys struct {
 	JobPrefix string
 	// UniquePrefix prefixes the key a unique job holds (pipeline.WithUnique): UniquePrefix + key.
 	UniquePrefix string
+	// LimitPrefix prefixes the keys of the queue's limits' state: a rate's log, the slots'
+	// holders, the jobs waiting for a slot.
+	LimitPrefix string
 }
 
 // KeysOf returns the keys of each partition of queue, in order, under prefix
@@ -50,7 +53,7 @@ func KeysOf(prefix, queue string, partitions int) []QueueKeys {
 	for i := range out {
 		q := keys.New(prefix, keys.PartitionName(queue, i, p))
 		out[i] = QueueKeys{Stream: q.Stream(), Group: keys.Group, Scheduled: q.Scheduled(), JobPrefix: q.JobPrefix(),
-			UniquePrefix: q.UniquePrefix()}
+			UniquePrefix: q.UniquePrefix(), LimitPrefix: q.LimitPrefix()}
 	}
 	return out
 }

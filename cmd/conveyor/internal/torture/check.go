@@ -3,6 +3,7 @@ package torture
 import (
 	"cmp"
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 	"time"
@@ -33,9 +34,6 @@ type EndState struct {
 	// ConcurrencyLimit is the limit on LimitedType's running jobs the run set (0: none), which
 	// the checker holds the ledger's attempts of that type to.
 	ConcurrencyLimit int
-	// SlotLease is how long a worker's concurrency slots outlive its last call to Redis (its
-	// visibility timeout): a SIGKILLed or SIGSTOPped worker's slots come back then.
-	SlotLease time.Duration
 	// Workflows notes workflows whose end status is not the designed one.
 	Workflows []string
 	// Goroutines notes surviving worker processes whose goroutines grew past the bound, if
@@ -74,6 +72,7 @@ type Report struct {
 	Indeterminate       int
 	Unwitnessed         int      // final outcomes the ledger has no commit record of (worker killed after the write)
 	MaxConcurrent       int      // the most attempts of LimitedType the ledger saw running at once
+	Uncounted           int      // attempts of LimitedType not counted: excused, or of no known end (spans)
 	OutOfOrder          []string // workflow tasks started before their dependencies allowed
 	Violations          []string
 }
@@ -108,7 +107,22 @@ func Check(recs []Record, end EndState, bound int) Report {
 		}
 		return j
 	}
+	leases := map[int]*leaseEvents{}
+	var conts []Record
 	for _, r := range recs {
+		switch r.Kind {
+		case Kill, Stop, LeaseLost:
+			ev := leases[r.PID]
+			if ev == nil {
+				ev = &leaseEvents{}
+				leases[r.PID] = ev
+			}
+			ev.add(r)
+			continue
+		case Cont:
+			conts = append(conts, r)
+			continue
+		}
 		j := get(r.ID)
 		switch r.Kind {
 		case Ack:
@@ -242,10 +256,15 @@ func Check(recs []Record, end EndState, bound int) Report {
 		v("workflow: %s", w)
 	}
 	if end.ConcurrencyLimit > 0 {
+		for _, c := range conts {
+			leases[c.PID].resumed(c.At)
+		}
 		var limited []attemptSpan
 		for _, id := range ids {
 			if j := jobs[id]; j.ack && j.typ == LimitedType {
-				limited = append(limited, spans(id, j.starts, j.finishes, end.SlotLease)...)
+				ss := spans(id, j.starts, j.finishes, leases)
+				limited = append(limited, ss...)
+				rep.Uncounted += len(j.starts) - len(ss)
 			}
 		}
 		most, at, who := maxOverlap(limited)
@@ -329,24 +348,43 @@ type attemptSpan struct {
 	start, end int64  // unix µs
 }
 
-// spans are a job's attempts from their start records to their finish records.
+// spans are a job's attempts of LimitedType as the limit counted them, by the ledger, its
+// workers' signals and their warnings (leases). Each span must lie within its slot's hold:
+// then an overlap of spans is one of slots, never invented.
 //
-// The ledger's span lies inside the one the limit counts. A slot is taken before the handler
-// starts. It is given back when the outcome is stored, after the handler's finish record. So
-// an overlap the ledger sees, the limit saw too.
+// A slot is taken before the handler starts. The worker gives it back after the handler's
+// finish record. Else Redis takes it back once the worker's lease ran out: a lease (2 s)
+// after the worker's last call. The worker admits jobs from leased slots in memory and
+// renews from its keeper. So its last call may come well before an attempt's start (a
+// starved keeper, a kill). Start + lease bounds nothing.
 //
-// A worker's slots are also given back when its lease runs out. That is lease after its last
-// call to Redis, which comes after the attempt's start. A worker SIGKILLed mid-job holds its
-// slot until then. One SIGSTOPped loses it then, though its handler goes on once resumed.
+// Redis takes back nothing of a worker that is alive and calling. A lease runs out only in a
+// silence of a whole lease. The worker hears of it at its next call and logs so (LeaseLost).
+// A SIGKILLed or SIGSTOPped worker makes no call after the signal. The runner then reads
+// whether its lease is in Redis ("held"). If so, it had not run out: only the worker makes
+// it anew, and that call logs the warning. A warning between the signal and the read voids
+// the read.
 //
-// So a span ends at the earliest of three times. One is its finish record. One is the job's
-// next start: the slot went with the lease before the job could be run again. One is its
-// start + lease. The span is shorter than the slot's hold, never longer. So it can only miss
-// an overlap, not invent one. (A live attempt longer than the lease, its lease renewed, would
-// be cut short too. The workload's attempts last at most 30 ms.)
-func spans(id string, starts, finishes []Record, lease time.Duration) []attemptSpan {
+// So a span ends at the earliest of its finish record, the job's next start, and the next
+// kill or stop of its process (stamped before the signal). With none of them, we cannot say
+// when it ended: it does not count. Ending a span early only misses overlaps.
+//
+// An attempt is excused (not counted) when its slot may have gone before. That is when, at or
+// after its start, its process lost its lease before any later "held" signal. A loss is a
+// warning, or a signal without the lease held. The loss came before its warning, by an
+// unknown time. An attempt is also excused when it started after a stop of its process. The
+// stop outlasts the lease, and the process admits from slots it no longer holds. That lasts
+// until the warning that surely followed the resume (LogTick).
+//
+// Not covered: a worker killed or frozen between the reply that says its lease was lost and
+// its log line. Nor a reply read so late that a later call had made the lease anew.
+func spans(id string, starts, finishes []Record, leases map[int]*leaseEvents) []attemptSpan {
 	out := make([]attemptSpan, 0, len(starts))
 	for _, s := range starts {
+		ev := leases[s.PID]
+		if ev.excused(s.At) {
+			continue
+		}
 		end := int64(-1)
 		for _, f := range finishes {
 			if f.Attempt == s.Attempt && f.PID == s.PID && f.At >= s.At {
@@ -359,12 +397,98 @@ func spans(id string, starts, finishes []Record, lease time.Duration) []attemptS
 				end = next.At
 			}
 		}
-		if end < 0 || (lease > 0 && end > s.At+lease.Microseconds()) {
-			end = s.At + lease.Microseconds()
+		if cut, ok := ev.cut(s.At); ok && (end < 0 || cut < end) {
+			end = cut
+		}
+		if end < 0 {
+			continue
 		}
 		out = append(out, attemptSpan{name: fmt.Sprintf("%s@%d", id, s.Attempt), start: s.At, end: end})
 	}
 	return out
+}
+
+// leaseEvents are the Kill, Stop, Cont and LeaseLost records of one worker process (unix µs).
+type leaseEvents struct {
+	signals []signal
+	warned  []int64 // its warnings (LeaseLost)
+}
+
+// signal is a kill or a stop: when, whether the lease was found held after it, and the
+// resume of a stop (math.MaxInt64: none, or a kill).
+type signal struct {
+	at, resume int64
+	stop, held bool
+}
+
+func (ev *leaseEvents) add(r Record) {
+	if r.Kind == LeaseLost {
+		ev.warned = append(ev.warned, r.At)
+		return
+	}
+	ev.signals = append(ev.signals, signal{at: r.At, resume: math.MaxInt64, stop: r.Kind == Stop, held: r.Outcome == "held"})
+}
+
+// resumed records a resume at c: the end of the latest stop before it still open.
+func (ev *leaseEvents) resumed(c int64) {
+	if ev == nil {
+		return
+	}
+	k := -1
+	for i, sg := range ev.signals {
+		if sg.stop && sg.at <= c && sg.resume == math.MaxInt64 && (k < 0 || sg.at > ev.signals[k].at) {
+			k = i
+		}
+	}
+	if k >= 0 {
+		ev.signals[k].resume = c
+	}
+}
+
+// heldAt reports whether sg shows the lease held at sg.at. A warning between the signal and
+// the process's death or resume voids it: the lease read may have been made anew.
+func (ev *leaseEvents) heldAt(sg signal) bool {
+	return sg.held && !slices.ContainsFunc(ev.warned, func(w int64) bool { return w >= sg.at && w-LogTick <= sg.resume })
+}
+
+// excused reports whether an attempt of the process started at s may have run without its
+// slot (spans).
+func (ev *leaseEvents) excused(s int64) bool {
+	if ev == nil {
+		return false
+	}
+	heldIn := func(from, to int64) bool {
+		return slices.ContainsFunc(ev.signals, func(sg signal) bool { return from <= sg.at && sg.at < to && ev.heldAt(sg) })
+	}
+	for _, w := range ev.warned {
+		if s <= w && !heldIn(s, w) {
+			return true
+		}
+	}
+	for _, sg := range ev.signals {
+		if !ev.heldAt(sg) && s <= sg.at && !heldIn(s, sg.at) {
+			return true
+		}
+		// A warning ends a stop's excuse once it surely came after the resume, and before s.
+		if sg.stop && sg.at < s && !slices.ContainsFunc(ev.warned, func(w int64) bool { return w-LogTick > sg.resume && w < s }) {
+			return true
+		}
+	}
+	return false
+}
+
+// cut returns the process's first kill or stop at or after s.
+func (ev *leaseEvents) cut(s int64) (int64, bool) {
+	if ev == nil {
+		return 0, false
+	}
+	first, ok := int64(0), false
+	for _, sg := range ev.signals {
+		if sg.at >= s && (!ok || sg.at < first) {
+			first, ok = sg.at, true
+		}
+	}
+	return first, ok
 }
 
 // maxOverlap returns the most spans open at once, when (the latest start that made it so) and

@@ -44,6 +44,28 @@ const (
 	Observed Kind = "observed"
 )
 
+// The records of a worker process's lease of the limits (ID: the worker's name, PID: its
+// pid). The runner writes them: the nemeses as they strike, the warnings after the run from
+// the workers' logs. The checker bounds attempts of LimitedType by them (spans).
+const (
+	// Kill: a nemesis SIGKILLs the process (At: stamped before the signal). Outcome "held":
+	// once it was dead, its lease was still in Redis (not taken back); "gone": it was not, or
+	// Redis could not say.
+	Kill Kind = "kill"
+	// Stop: a nemesis SIGSTOPs the process (At: stamped before the signal). Outcome "held" or
+	// "gone" as Kill's, read once every thread of it had stopped.
+	Stop Kind = "stop"
+	// Cont: the nemesis SIGCONTs it (At: stamped after the signal).
+	Cont Kind = "cont"
+	// LeaseLost: the worker logged that its lease of the limits had run out (At: the log
+	// line's time, which has milliseconds, rounded up: LogTick).
+	LeaseLost Kind = "lease-lost"
+)
+
+// LogTick is the precision of a worker log's time (µs). A LeaseLost record's time is the
+// line's time + LogTick: no earlier than the warning, no more than LogTick later.
+const LogTick = 1000
+
 // Record is one line of the ledger, as JSON. Times are unix microseconds by the clock of the
 // process that wrote the record (one host: one clock); Due is unix milliseconds, as the job's
 // due time is kept.
@@ -72,6 +94,10 @@ var outcomes = map[Kind][]string{
 	Finish:        {"ok", "error"},
 	Commit:        {"completed", "retry", "dead"},
 	Observed:      observed(),
+	Kill:          {"held", "gone"},
+	Stop:          {"held", "gone"},
+	Cont:          {""},
+	LeaseLost:     {""},
 }
 
 // observed are the outcomes of an Observed record: the job's status, or "missing".

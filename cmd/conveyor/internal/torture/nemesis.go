@@ -3,6 +3,7 @@ package torture
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"strconv"
@@ -101,15 +102,13 @@ func (r *run) strike(ctx context.Context, n string, rng *rand.Rand) (touched int
 		w := r.workers[i]
 		switch n {
 		case NemesisKillWorker:
-			w.kill()
-			err = r.replaceWorker(i)
+			kerr := r.killWorker(ctx, w)
+			err = errors.Join(kerr, r.replaceWorker(i))
 		case NemesisTermWorker:
 			w.term()
 			err = r.replaceWorker(i)
 		case NemesisStopWorker:
-			_ = w.cmd.Process.Signal(syscall.SIGSTOP)
-			sleep(ctx, r.opt.Visibility+time.Second)
-			_ = w.cmd.Process.Signal(syscall.SIGCONT)
+			err = r.stopWorker(ctx, w, r.opt.Visibility+time.Second)
 		}
 		return 1, err
 	case NemesisRedisRestart:

@@ -91,7 +91,9 @@ type run struct {
 	admin   redis.UniversalClient // straight to Redis, for the checks
 	moves   int                   // slot moves made, to alternate their batch sizes
 	workers []*worker
-	wmu     sync.Mutex // guards workers' slots while clock-step and a worker nemesis strike at once
+	all     []*worker  // every worker started, for their logs
+	wmu     sync.Mutex // guards workers' slots (and all) while clock-step and a worker nemesis strike at once
+	nem     *Writer    // the ledger of the workers' signals and lease warnings (ledger.go's Kill and so on)
 	gen     int
 
 	sentinel *redisproc.SentinelSet // TopologySentinel
@@ -204,6 +206,11 @@ func (r *run) start(ctx context.Context, producerRDB redis.UniversalClient, topo
 // work starts the workers, runs the producer and the nemeses, drains and checks: the run on
 // whichever topology its caller started.
 func (r *run) work(ctx context.Context, client *pipeline.Client, led *Writer) (*Result, error) {
+	var err error
+	if r.nem, err = OpenWriter(r.ledger, "nemeses"); err != nil {
+		return nil, err
+	}
+	defer r.nem.Close()
 	for range r.opt.Workers {
 		w, err := r.startWorker()
 		if err != nil {
@@ -261,6 +268,12 @@ func (r *run) work(ctx context.Context, client *pipeline.Client, led *Writer) (*
 	if err := led.Close(); err != nil {
 		return nil, err
 	}
+	if err := r.leaseWarnings(); err != nil {
+		return nil, err
+	}
+	if err := r.nem.Close(); err != nil {
+		return nil, err
+	}
 	recs, torn, err := ReadDir(r.ledger)
 	if err != nil {
 		return nil, err
@@ -275,7 +288,8 @@ func (r *run) work(ctx context.Context, client *pipeline.Client, led *Writer) (*
 		r.log("%d workflows, %d of them ended otherwise than designed; %d tasks out of order", len(r.workflows), len(end.Workflows), len(rep.OutOfOrder))
 	}
 	if end.ConcurrencyLimit > 0 {
-		r.log("%s: at most %d attempts running at once by the ledger (limit %d)", LimitedType, rep.MaxConcurrent, end.ConcurrencyLimit)
+		r.log("%s: at most %d attempts running at once by the ledger (limit %d); %d attempts not counted (their workers' leases may have run out, or their ends are unknown)",
+			LimitedType, rep.MaxConcurrent, end.ConcurrencyLimit, rep.Uncounted)
 	}
 	return &Result{
 		Name: r.sc.Name, Jobs: rep.Jobs, Faults: faults, Lost: len(rep.Lost),
@@ -643,7 +657,7 @@ func (r *run) observe(ctx context.Context, acked []string, led *Writer, elapsed 
 		}
 	}
 	if r.sc.Workload.Limits {
-		end.ConcurrencyLimit, end.SlotLease = LimitConcurrency, r.opt.Visibility
+		end.ConcurrencyLimit = LimitConcurrency
 	}
 	return end, nil
 }
@@ -829,6 +843,9 @@ func (r *run) startWorker() (*worker, error) {
 		return nil, fmt.Errorf("torture: starting a worker: %w", err)
 	}
 	w := &worker{name: name, cmd: cmd, done: make(chan struct{}), out: out, clock: clock}
+	r.wmu.Lock()
+	r.all = append(r.all, w)
+	r.wmu.Unlock()
 	go func() {
 		_ = cmd.Wait()
 		close(w.done)
