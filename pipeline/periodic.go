@@ -36,8 +36,8 @@ type Periodic struct {
 	Spec string
 	// Queue receives the jobs.
 	Queue string
-	// Type and Payload are the job's. Each job also carries the metadata MetaSchedule (the
-	// schedule's name) and MetaScheduleTick (the tick, RFC 3339).
+	// Type and Payload are the job's. Each job also carries the metadata metakey.Schedule
+	// (the schedule's name) and metakey.ScheduleTick (the tick, RFC 3339).
 	Type    string
 	Payload []byte
 	// Missed says what becomes of ticks missed while no worker ran (ticks later than
@@ -64,15 +64,6 @@ const (
 	// PeriodicGrace is how late a tick may be and still be enqueued as itself; older ticks
 	// are missed (Periodic.Missed).
 	PeriodicGrace = periodic.DefaultGrace
-)
-
-// Metadata keys set on the jobs of schedules.
-const (
-	MetaSchedule     = periodic.MetaSchedule
-	MetaScheduleTick = periodic.MetaScheduleTick
-	// MetaScheduleMissed is "true" on the one job that stands for missed ticks
-	// (MissedRunOnce).
-	MetaScheduleMissed = periodic.MetaScheduleMissed
 )
 
 // ErrScheduleNotFound is the error of an operation on a schedule that is not stored.
