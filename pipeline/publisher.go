@@ -215,10 +215,10 @@ func (p *Publisher) task(msg *message.Message) (Task, error) {
 }
 
 // controlOptions reads the control keys ctrl (metakey.Prefix) into t's type and options, and
-// returns the options also applied, checked as Enqueue checks them. It is the one reading of
-// control keys: the Publisher's, and a Worker's for the messages of another publisher it
-// adopts. t.Type is the default type. A unique key given without metakey.UniqueTTL is held
-// for uniqueTTL.
+// returns the options also applied, checked as Enqueue checks them. The Publisher and a
+// Worker adopting another publisher's message both read them here, through control.Read.
+// t.Type is the default type. A unique key given without metakey.UniqueTTL is held for
+// uniqueTTL.
 func controlOptions(ctrl map[string]string, t *Task, uniqueTTL time.Duration) ([]Option, enqueueOptions, error) {
 	var o enqueueOptions
 	v, err := control.Read(ctrl, t.Type)
