@@ -17,6 +17,7 @@ import (
 
 	"github.com/conveyorq/conveyor/internal/jobstate"
 	"github.com/conveyorq/conveyor/internal/keys"
+	"github.com/conveyorq/conveyor/metakey"
 	"github.com/conveyorq/conveyor/pipeline"
 	"github.com/conveyorq/conveyor/status"
 	"github.com/conveyorq/conveyor/stream"
@@ -47,9 +48,9 @@ func TestStockPublisherMessagesAreAdopted(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	ctx := t.Context()
-	typed := stockMessage(`{"n":1}`, map[string]string{pipeline.MetaKeyType: "echo", "trace": "abc"})
+	typed := stockMessage(`{"n":1}`, map[string]string{metakey.Type: "echo", "trace": "abc"})
 	untyped := stockMessage(`{"n":2}`, nil)
-	flaky := stockMessage(`{"n":3}`, map[string]string{pipeline.MetaKeyType: "flaky", pipeline.MetaKeyMaxRetries: "2"})
+	flaky := stockMessage(`{"n":3}`, map[string]string{metakey.Type: "flaky", metakey.MaxRetries: "2"})
 	b.stockPublish(t, typed, untyped, flaky)
 
 	b.startWorker(t, pipeline.WorkerConfig{DefaultType: "echo"}, map[string]pipeline.HandlerFunc{
@@ -93,14 +94,14 @@ func TestStockPublisherMessagesWithoutTypeGoDead(t *testing.T) {
 	require.NoError(t, err)
 	untyped := stockMessage("no type", nil)
 	imposter := message.NewMessage(existing.ID, []byte("imposter"))
-	imposter.Metadata.Set(pipeline.MetaKeyType, "echo")
+	imposter.Metadata.Set(metakey.Type, "echo")
 	b.stockPublish(t, untyped, imposter)
 	b.startWorker(t, pipeline.WorkerConfig{}, map[string]pipeline.HandlerFunc{"echo": echo})
 	require.Eventually(t, func() bool { return b.stats(t).Dead == 2 }, 10*time.Second, 10*time.Millisecond)
 	j, err := b.client.Get(ctx, b.queue, untyped.UUID)
 	require.NoError(t, err)
 	require.Equal(t, status.Failed, j.Status)
-	require.Contains(t, j.LastError, pipeline.MetaKeyType)
+	require.Contains(t, j.LastError, metakey.Type)
 	require.Equal(t, "no type", string(j.Payload))
 	got, err := b.client.Get(ctx, b.queue, existing.ID)
 	require.NoError(t, err)
@@ -114,8 +115,8 @@ func TestStockPublisherMessagesAreRecovered(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	ctx := t.Context()
-	adopted := stockMessage("adopted", map[string]string{pipeline.MetaKeyType: "echo"})
-	taken := stockMessage("taken", map[string]string{pipeline.MetaKeyType: "echo"})
+	adopted := stockMessage("adopted", map[string]string{metakey.Type: "echo"})
+	taken := stockMessage("taken", map[string]string{metakey.Type: "echo"})
 	b.stockPublish(t, adopted, taken)
 	require.NoError(t, b.rdb.XGroupCreateMkStream(ctx, b.q.Stream(), keys.Group, "0").Err())
 	res, err := b.rdb.XReadGroup(ctx, &redis.XReadGroupArgs{Group: keys.Group, Consumer: "lost",
@@ -183,26 +184,26 @@ func TestStockPublisherControlKeys(t *testing.T) {
 		unique string                          // a unique key the job must hold
 		reason string                          // status.Failed: what last_error names
 	}{
-		{name: "delay", md: map[string]string{pipeline.MetaKeyDelay: "1h"}, status: status.Scheduled, runAt: fromEntry(time.Hour)},
-		{name: "run_at in unix ms", md: map[string]string{pipeline.MetaKeyRunAt: strconv.FormatInt(inHour.UnixMilli(), 10)},
+		{name: "delay", md: map[string]string{metakey.Delay: "1h"}, status: status.Scheduled, runAt: fromEntry(time.Hour)},
+		{name: "run_at in unix ms", md: map[string]string{metakey.RunAt: strconv.FormatInt(inHour.UnixMilli(), 10)},
 			status: status.Scheduled, runAt: at(time.UnixMilli(inHour.UnixMilli()))},
-		{name: "run_at in RFC 3339", md: map[string]string{pipeline.MetaKeyRunAt: atSecond.UTC().Format(time.RFC3339)},
+		{name: "run_at in RFC 3339", md: map[string]string{metakey.RunAt: atSecond.UTC().Format(time.RFC3339)},
 			status: status.Scheduled, runAt: at(atSecond)},
-		{name: "delay with a unique key", md: map[string]string{pipeline.MetaKeyDelay: "90m", pipeline.MetaKeyUniqueKey: "mine", pipeline.MetaKeyUniqueTTL: "2h"},
+		{name: "delay with a unique key", md: map[string]string{metakey.Delay: "90m", metakey.UniqueKey: "mine", metakey.UniqueTTL: "2h"},
 			status: status.Scheduled, runAt: fromEntry(90 * time.Minute), unique: "mine"},
-		{name: "unique key held", md: map[string]string{pipeline.MetaKeyUniqueKey: "taken"}, status: refused},
-		{name: "delay not a duration", md: map[string]string{pipeline.MetaKeyDelay: "garbage"}, status: status.Failed, reason: pipeline.MetaKeyDelay},
-		{name: "delay negative", md: map[string]string{pipeline.MetaKeyDelay: "-1s"}, status: status.Failed, reason: pipeline.MetaKeyDelay},
-		{name: "run_at not a time", md: map[string]string{pipeline.MetaKeyRunAt: "tomorrow"}, status: status.Failed, reason: pipeline.MetaKeyRunAt},
-		{name: "run_at after MaxRunAt", md: map[string]string{pipeline.MetaKeyRunAt: strconv.FormatInt(pipeline.MaxRunAt.UnixMilli()+1, 10)},
-			status: status.Failed, reason: pipeline.MetaKeyRunAt},
-		{name: "delay and run_at", md: map[string]string{pipeline.MetaKeyDelay: "1h", pipeline.MetaKeyRunAt: "0"}, status: status.Failed, reason: pipeline.MetaKeyRunAt},
-		{name: "unique ttl without a key", md: map[string]string{pipeline.MetaKeyUniqueTTL: "1h"}, status: status.Failed, reason: pipeline.MetaKeyUniqueTTL},
-		{name: "unique ttl zero", md: map[string]string{pipeline.MetaKeyUniqueKey: "z", pipeline.MetaKeyUniqueTTL: "0s"}, status: status.Failed, reason: pipeline.MetaKeyUniqueTTL},
-		{name: "unique key too long", md: map[string]string{pipeline.MetaKeyUniqueKey: strings.Repeat("k", 129)}, status: status.Failed, reason: pipeline.MetaKeyUniqueKey},
+		{name: "unique key held", md: map[string]string{metakey.UniqueKey: "taken"}, status: refused},
+		{name: "delay not a duration", md: map[string]string{metakey.Delay: "garbage"}, status: status.Failed, reason: metakey.Delay},
+		{name: "delay negative", md: map[string]string{metakey.Delay: "-1s"}, status: status.Failed, reason: metakey.Delay},
+		{name: "run_at not a time", md: map[string]string{metakey.RunAt: "tomorrow"}, status: status.Failed, reason: metakey.RunAt},
+		{name: "run_at after MaxRunAt", md: map[string]string{metakey.RunAt: strconv.FormatInt(pipeline.MaxRunAt.UnixMilli()+1, 10)},
+			status: status.Failed, reason: metakey.RunAt},
+		{name: "delay and run_at", md: map[string]string{metakey.Delay: "1h", metakey.RunAt: "0"}, status: status.Failed, reason: metakey.RunAt},
+		{name: "unique ttl without a key", md: map[string]string{metakey.UniqueTTL: "1h"}, status: status.Failed, reason: metakey.UniqueTTL},
+		{name: "unique ttl zero", md: map[string]string{metakey.UniqueKey: "z", metakey.UniqueTTL: "0s"}, status: status.Failed, reason: metakey.UniqueTTL},
+		{name: "unique key too long", md: map[string]string{metakey.UniqueKey: strings.Repeat("k", 129)}, status: status.Failed, reason: metakey.UniqueKey},
 		{name: "unknown control key", md: map[string]string{"conveyor_delays": "1h"}, status: status.Failed, reason: "conveyor_delays"},
-		{name: "retry count not a number", md: map[string]string{pipeline.MetaKeyMaxRetries: "x"}, status: status.Failed, reason: pipeline.MetaKeyMaxRetries},
-		{name: "timeout not a duration", md: map[string]string{pipeline.MetaKeyTimeout: "soon"}, status: status.Failed, reason: pipeline.MetaKeyTimeout},
+		{name: "retry count not a number", md: map[string]string{metakey.MaxRetries: "x"}, status: status.Failed, reason: metakey.MaxRetries},
+		{name: "timeout not a duration", md: map[string]string{metakey.Timeout: "soon"}, status: status.Failed, reason: metakey.Timeout},
 	}
 	msgs := make([]*message.Message, len(cases))
 	for i, c := range cases {
@@ -266,7 +267,7 @@ func TestStockPublisherDelayedMessageRunsWhenDue(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	const delay = 300 * time.Millisecond
-	m := stockMessage("later", map[string]string{pipeline.MetaKeyType: "echo", pipeline.MetaKeyDelay: delay.String()})
+	m := stockMessage("later", map[string]string{metakey.Type: "echo", metakey.Delay: delay.String()})
 	b.stockPublish(t, m)
 	due := stream.EntryTime(b.entryOf(t, m.UUID).ID).Add(delay)
 	started := make(chan time.Time, 1)
@@ -300,7 +301,7 @@ func TestStockPublisherUniqueKeyHeldWhileRunning(t *testing.T) {
 		},
 	})
 	t.Cleanup(free) // before the worker's stop, on a failure
-	md := map[string]string{pipeline.MetaKeyType: "hold", pipeline.MetaKeyUniqueKey: "report-7"}
+	md := map[string]string{metakey.Type: "hold", metakey.UniqueKey: "report-7"}
 	first := stockMessage("first", md)
 	b.stockPublish(t, first)
 	require.Equal(t, first.UUID, <-running)

@@ -8,18 +8,21 @@ import (
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
 
+	"github.com/conveyorq/conveyor/internal/control"
 	"github.com/conveyorq/conveyor/internal/keys"
+	"github.com/conveyorq/conveyor/metakey"
 	"github.com/conveyorq/conveyor/status"
 	"github.com/conveyorq/conveyor/stream"
 )
 
 // Metadata keys the worker's unmarshaller adds to each Watermill message, beside the job's own
-// metadata (whose keys may not start with '_'). Watermill middleware can read them.
+// metadata (whose keys may not start with '_'). Watermill middleware can read them; metaType
+// is public as metakey.EntryType.
 const (
 	// metaJob holds the entry's job field, "<attempt> <max_retries> <timeout_ms> <type>".
 	metaJob = "_conveyor_job"
-	// MetaType holds the job's type.
-	MetaType = "_conveyor_type"
+	// metaType holds the job's type.
+	metaType = metakey.EntryType
 	// metaForeign marks a message from an entry of another Watermill publisher (no conveyor
 	// field, no job record yet). The worker adopts it as a job before its handler runs. Its
 	// value is what adopting it takes (adoption).
@@ -30,7 +33,7 @@ const (
 )
 
 // reservedMeta counts the metadata keys every readable message carries besides the job's own.
-const reservedMeta = 4 // metaJob, MetaType, stream.EntryIDKey and stream.StreamKey
+const reservedMeta = 4 // metaJob, metaType, stream.EntryIDKey and stream.StreamKey
 
 // entryUnmarshaller reads a Conveyor stream entry into a Watermill message. It never fails,
 // since an unmarshal error would stop the whole subscription. An entry it cannot read becomes
@@ -39,9 +42,9 @@ const reservedMeta = 4 // metaJob, MetaType, stream.EntryIDKey and stream.Stream
 //
 // An entry of another Watermill publisher (a valid message UUID and metadata, and no conveyor
 // field) is read as a job to adopt. Its control keys are read as the Publisher reads them. Its
-// type is its MetaKeyType metadata, else defaultType. Its retries, timeout, due time and
+// type is its metakey.Type metadata, else defaultType. Its retries, timeout, due time and
 // unique key come from the other control keys, else the defaults. A bad control value, or a
-// key only the Publisher can apply (publisherOnly), makes it unreadable, with a reason that
+// key only the Publisher can apply (control.PublisherOnly), makes it unreadable. The reason
 // names the key.
 type entryUnmarshaller struct {
 	defaultType string
@@ -93,7 +96,7 @@ func (u entryUnmarshaller) Unmarshal(streamName, id string, values map[string]an
 		return msg
 	}
 	md[metaJob] = job
-	md[MetaType] = typ
+	md[metaType] = typ
 	if k, ok := str(keys.EntryLimitKey); ok && k != "" {
 		md[metaLimitKey] = k
 	}
@@ -106,20 +109,9 @@ func (u entryUnmarshaller) Unmarshal(streamName, id string, values map[string]an
 // metaForeign), or why it cannot be run. A delay counts from the entry's time, the moment it
 // was published.
 func (u entryUnmarshaller) foreign(md message.Metadata, entry string) (job, typ, adopt, reason string) {
-	ctrl := make(map[string]string, 4)
-	for k, v := range md {
-		if strings.HasPrefix(k, MetaKeyPrefix) {
-			if !isControlKey(k) {
-				return "", "", "", reasonOf(unknownControlKey(k))
-			}
-			if publisherOnly(k) {
-				return "", "", "", k + ": set by Conveyor's Publisher only; a message of another publisher cannot carry it (its entry is written already)"
-			}
-			ctrl[k] = v
-		}
-	}
-	if _, ok := ctrl[MetaKeyType]; !ok && u.defaultType == "" {
-		return "", "", "", "a message of another publisher without " + MetaKeyType + " metadata, and the worker has no DefaultType"
+	ctrl, reason := control.Adoptable(md, u.defaultType)
+	if reason != "" {
+		return "", "", "", reason
 	}
 	t := Task{Type: u.defaultType}
 	_, o, err := controlOptions(ctrl, &t, DefaultUniqueTTL)
@@ -128,7 +120,7 @@ func (u entryUnmarshaller) foreign(md message.Metadata, entry string) (job, typ,
 	}
 	runAt, err := o.dueAt(stream.EntryTime(entry))
 	if err != nil {
-		return "", "", "", MetaKeyRunAt + ": " + reasonOf(err)
+		return "", "", "", metakey.RunAt + ": " + reasonOf(err)
 	}
 	retries := DefaultMaxRetries
 	if o.hasRetries {

@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/conveyorq/conveyor/internal/keys"
+	"github.com/conveyorq/conveyor/metakey"
 	"github.com/conveyorq/conveyor/stream"
 )
 
@@ -29,7 +30,7 @@ func TestEntryUnmarshallerAdopts(t *testing.T) {
 	t.Parallel()
 	v := validEntry()
 	delete(v, keys.EntryJob)
-	v[keys.EntryMetadata], _ = stream.EncodeMetadata(map[string]string{MetaKeyMaxRetries: "2", MetaKeyTimeout: "3s", "k": "v"})
+	v[keys.EntryMetadata], _ = stream.EncodeMetadata(map[string]string{metakey.MaxRetries: "2", metakey.Timeout: "3s", "k": "v"})
 	msg := entryUnmarshaller{defaultType: "fallback"}.Unmarshal("s", "1-1", v)
 	require.NotContains(t, msg.Metadata, stream.PoisonKey)
 	require.NotEmpty(t, msg.Metadata[metaForeign])
@@ -40,7 +41,7 @@ func TestEntryUnmarshallerAdopts(t *testing.T) {
 	require.Equal(t, 3*time.Second, j.Timeout)
 	require.Equal(t, "v", j.Metadata["k"])
 
-	v[keys.EntryMetadata], _ = stream.EncodeMetadata(map[string]string{MetaKeyType: "own"})
+	v[keys.EntryMetadata], _ = stream.EncodeMetadata(map[string]string{metakey.Type: "own"})
 	j = jobFromMessage("q", entryUnmarshaller{defaultType: "fallback"}.Unmarshal("s", "1-1", v))
 	require.Equal(t, "own", j.Type, "the message's own type wins")
 	require.Equal(t, DefaultMaxRetries, j.MaxRetries)
@@ -68,19 +69,19 @@ func TestEntryUnmarshaller(t *testing.T) {
 	}{
 		{"no uuid", func(v map[string]any) { delete(v, keys.EntryUUID) }, "_watermill_message_uuid"},
 		{"bad uuid", func(v map[string]any) { v[keys.EntryUUID] = "a b" }, "_watermill_message_uuid"},
-		{"no job field and no type (another publisher's message)", func(v map[string]any) { delete(v, keys.EntryJob) }, MetaKeyType},
+		{"no job field and no type (another publisher's message)", func(v map[string]any) { delete(v, keys.EntryJob) }, metakey.Type},
 		{"another publisher's message with a bad retry count", func(v map[string]any) {
 			delete(v, keys.EntryJob)
-			v[keys.EntryMetadata], _ = stream.EncodeMetadata(map[string]string{MetaKeyType: "echo", MetaKeyMaxRetries: "-1"})
-		}, MetaKeyMaxRetries},
+			v[keys.EntryMetadata], _ = stream.EncodeMetadata(map[string]string{metakey.Type: "echo", metakey.MaxRetries: "-1"})
+		}, metakey.MaxRetries},
 		{"another publisher's message with a bad timeout", func(v map[string]any) {
 			delete(v, keys.EntryJob)
-			v[keys.EntryMetadata], _ = stream.EncodeMetadata(map[string]string{MetaKeyType: "echo", MetaKeyTimeout: "soon"})
-		}, MetaKeyTimeout},
+			v[keys.EntryMetadata], _ = stream.EncodeMetadata(map[string]string{metakey.Type: "echo", metakey.Timeout: "soon"})
+		}, metakey.Timeout},
 		{"another publisher's message with a Publisher-only key", func(v map[string]any) {
 			delete(v, keys.EntryJob)
-			v[keys.EntryMetadata], _ = stream.EncodeMetadata(map[string]string{MetaKeyType: "echo", MetaKeyPriority: "2"})
-		}, MetaKeyPriority + ": set by Conveyor's Publisher only"},
+			v[keys.EntryMetadata], _ = stream.EncodeMetadata(map[string]string{metakey.Type: "echo", metakey.Priority: "2"})
+		}, metakey.Priority + ": set by Conveyor's Publisher only"},
 		{"job field not a string", func(v map[string]any) { v[keys.EntryJob] = int64(3) }, "conveyor field"},
 		{"no type", func(v map[string]any) { v[keys.EntryJob] = "1 5 0 " }, "conveyor field"},
 		{"attempt zero", func(v map[string]any) { v[keys.EntryJob] = "0 5 0 echo" }, "conveyor field"},
@@ -152,15 +153,15 @@ func TestEntryUnmarshallerAdoption(t *testing.T) {
 		timeout time.Duration
 	}{
 		{"no control keys", nil, adoption{runAt: at.UnixMilli()}, 0},
-		{"delay", map[string]string{MetaKeyDelay: "1h"}, adoption{runAt: at.Add(time.Hour).UnixMilli()}, 0},
-		{"delay rounds up", map[string]string{MetaKeyDelay: "1.5ms"}, adoption{runAt: at.UnixMilli() + 2}, 0},
-		{"run_at before the entry", map[string]string{MetaKeyRunAt: "5"}, adoption{runAt: at.UnixMilli()}, 0},
-		{"run_at", map[string]string{MetaKeyRunAt: "1800000000000"}, adoption{runAt: 1800000000000}, 0},
-		{"unique key", map[string]string{MetaKeyUniqueKey: "report of may"},
+		{"delay", map[string]string{metakey.Delay: "1h"}, adoption{runAt: at.Add(time.Hour).UnixMilli()}, 0},
+		{"delay rounds up", map[string]string{metakey.Delay: "1.5ms"}, adoption{runAt: at.UnixMilli() + 2}, 0},
+		{"run_at before the entry", map[string]string{metakey.RunAt: "5"}, adoption{runAt: at.UnixMilli()}, 0},
+		{"run_at", map[string]string{metakey.RunAt: "1800000000000"}, adoption{runAt: 1800000000000}, 0},
+		{"unique key", map[string]string{metakey.UniqueKey: "report of may"},
 			adoption{runAt: at.UnixMilli(), uniqueKey: "report of may", uniqueTTL: DefaultUniqueTTL.Milliseconds()}, 0},
-		{"unique key and ttl", map[string]string{MetaKeyUniqueKey: "k", MetaKeyUniqueTTL: "90s"},
+		{"unique key and ttl", map[string]string{metakey.UniqueKey: "k", metakey.UniqueTTL: "90s"},
 			adoption{runAt: at.UnixMilli(), uniqueKey: "k", uniqueTTL: 90_000}, 0},
-		{"timeout under a millisecond", map[string]string{MetaKeyTimeout: "1us"}, adoption{runAt: at.UnixMilli()}, time.Millisecond},
+		{"timeout under a millisecond", map[string]string{metakey.Timeout: "1us"}, adoption{runAt: at.UnixMilli()}, time.Millisecond},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -175,8 +176,8 @@ func TestEntryUnmarshallerAdoption(t *testing.T) {
 // FuzzForeignControlKeys holds a Worker's reading of the control keys of another publisher's
 // message to the Publisher's: the one refuses what the other refuses, and a refusal's reason
 // names a control key; an accepted message is due no earlier than its entry and no later than
-// MaxRunAt, and keeps its unique key. (The keys only the Publisher applies, publisherOnly, are
-// not fed: adoption refuses them by design.)
+// MaxRunAt, and keeps its unique key. (The keys only the Publisher applies,
+// control.PublisherOnly, are not fed: adoption refuses them by design.)
 func FuzzForeignControlKeys(f *testing.F) {
 	f.Add("1h", "", "", "", "", "")
 	f.Add("", "1800000000000", "3", "1us", "k k", "2h")
@@ -188,8 +189,8 @@ func FuzzForeignControlKeys(f *testing.F) {
 	const entry = "1700000000000-0"
 	f.Fuzz(func(t *testing.T, delay, runAt, retries, timeout, ukey, uttl string) {
 		md := map[string]string{}
-		for k, v := range map[string]string{MetaKeyDelay: delay, MetaKeyRunAt: runAt, MetaKeyMaxRetries: retries,
-			MetaKeyTimeout: timeout, MetaKeyUniqueKey: ukey, MetaKeyUniqueTTL: uttl} {
+		for k, v := range map[string]string{metakey.Delay: delay, metakey.RunAt: runAt, metakey.MaxRetries: retries,
+			metakey.Timeout: timeout, metakey.UniqueKey: ukey, metakey.UniqueTTL: uttl} {
 			if v != "" {
 				md[k] = v
 			}
@@ -202,7 +203,7 @@ func FuzzForeignControlKeys(f *testing.F) {
 		_, perr := pub.task(wm)
 		reason, refused := msg.Metadata[stream.PoisonKey]
 		if refused {
-			if !strings.Contains(reason, MetaKeyPrefix) {
+			if !strings.Contains(reason, metakey.Prefix) {
 				t.Fatalf("reason %q names no control key", reason)
 			}
 			if perr == nil {
@@ -240,9 +241,9 @@ func FuzzPublisherMetadata(f *testing.F) {
 	f.Fuzz(func(t *testing.T, prio, group, limitKey, retention, dkey, dquiet, dmax, delay string) {
 		msg := message.NewMessage("01JOB", []byte("p"))
 		msg.Metadata.Set("tenant", "acme")
-		for k, v := range map[string]string{MetaKeyPriority: prio, MetaKeyGroup: group, MetaKeyLimitKey: limitKey,
-			MetaKeyRetention: retention, MetaKeyDebounceKey: dkey, MetaKeyDebounceQuiet: dquiet,
-			MetaKeyDebounceMaxWait: dmax, MetaKeyDelay: delay} {
+		for k, v := range map[string]string{metakey.Priority: prio, metakey.Group: group, metakey.LimitKey: limitKey,
+			metakey.Retention: retention, metakey.DebounceKey: dkey, metakey.DebounceQuiet: dquiet,
+			metakey.DebounceMaxWait: dmax, metakey.Delay: delay} {
 			if v != "" {
 				msg.Metadata.Set(k, v)
 			}
@@ -252,7 +253,7 @@ func FuzzPublisherMetadata(f *testing.F) {
 			if !errors.Is(err, ErrInvalid) {
 				t.Fatalf("refusal %v does not wrap ErrInvalid", err)
 			}
-			if !strings.Contains(err.Error(), MetaKeyPrefix) {
+			if !strings.Contains(err.Error(), metakey.Prefix) {
 				t.Fatalf("refusal %q names no control key", err)
 			}
 			return
@@ -261,7 +262,7 @@ func FuzzPublisherMetadata(f *testing.F) {
 			t.Fatalf("the Publisher took %v, which the Client refuses: %v", msg.Metadata, err)
 		}
 		for k := range task.Metadata {
-			if strings.HasPrefix(k, MetaKeyPrefix) {
+			if strings.HasPrefix(k, metakey.Prefix) {
 				t.Fatalf("control key %q kept in the job's metadata", k)
 			}
 		}

@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 
+	"github.com/conveyorq/conveyor/metakey"
 	"github.com/conveyorq/conveyor/pipeline"
 	"github.com/conveyorq/conveyor/pipeline/pipelinetest"
 	"github.com/conveyorq/conveyor/status"
@@ -108,7 +109,7 @@ func TestMiddlewareSeesOutcomes(t *testing.T) {
 		return func(msg *message.Message) ([]*message.Message, error) {
 			start := time.Now()
 			msgs, err := h(msg)
-			s := seen{typ: msg.Metadata.Get(pipeline.MetaType), took: time.Since(start)}
+			s := seen{typ: msg.Metadata.Get(metakey.EntryType), took: time.Since(start)}
 			var jerr *pipeline.JobError
 			if errors.As(err, &jerr) {
 				s.outcome, s.timeout, s.wrapped = jerr.Outcome, jerr.Timeout, errors.Is(err, handlerErr)

@@ -86,7 +86,7 @@ func WithDelay(d time.Duration) Option {
 }
 
 // MaxRunAt is the latest due time a job may have (WithRunAt, WithDelay).
-var MaxRunAt = time.Date(9999, 12, 31, 23, 59, 59, 999_000_000, time.UTC)
+var MaxRunAt = keys.MaxRunAt
 
 // WithRunAt makes the job due at t; a time in the past runs it at once, a time after MaxRunAt
 // is refused.
@@ -100,7 +100,7 @@ func WithRunAt(t time.Time) Option {
 }
 
 // maxMaxRetries bounds WithMaxRetries.
-const maxMaxRetries = 1000
+const maxMaxRetries = keys.MaxRetries
 
 // WithMaxRetries sets how many times a failed job is retried before it goes to the dead set
 // (default DefaultMaxRetries; 0 means one attempt only).
@@ -227,7 +227,7 @@ func WithMetadata(md map[string]string) Option {
 }
 
 // maxDebounceWait bounds WithDebounce's quiet and max wait.
-const maxDebounceWait = 365 * 24 * time.Hour
+const maxDebounceWait = keys.MaxDebounceWait
 
 // WithDebounce debounces publishes (trailing edge, with a maximum wait). Publishes with the
 // same key to the same queue while the key's job has not started become one job, which runs

@@ -37,8 +37,8 @@ type Periodic struct {
 	// Queue receives the jobs.
 	Queue string
 	// Type and Payload are the job's; Payload is at most 1 MiB (ErrPayloadTooLarge). Each
-	// job also carries the metadata MetaSchedule (the schedule's name) and MetaScheduleTick
-	// (the tick, RFC 3339).
+	// job also carries the metadata metakey.Schedule (the schedule's name) and
+	// metakey.ScheduleTick (the tick, RFC 3339).
 	Type    string
 	Payload []byte
 	// Missed says what becomes of ticks missed while no worker ran (ticks later than
@@ -55,15 +55,6 @@ const (
 	MissedSkip MissedPolicy = periodic.MissedSkip
 	// MissedRunOnce enqueues one job for all the missed ticks, with the first one's id.
 	MissedRunOnce MissedPolicy = periodic.MissedOnce
-)
-
-// Metadata keys set on the jobs of schedules.
-const (
-	MetaSchedule     = periodic.MetaSchedule
-	MetaScheduleTick = periodic.MetaScheduleTick
-	// MetaScheduleMissed is "true" on the one job that stands for missed ticks
-	// (MissedRunOnce).
-	MetaScheduleMissed = periodic.MetaScheduleMissed
 )
 
 // ErrScheduleNotFound is the error of an operation on a schedule that is not stored.

@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/conveyorq/conveyor/internal/redistest"
+	"github.com/conveyorq/conveyor/metakey"
 	"github.com/conveyorq/conveyor/pipeline"
 )
 
@@ -45,8 +46,8 @@ func TestPeriodicWorkers(t *testing.T) {
 				mu.Lock()
 				runs[j.ID]++
 				mu.Unlock()
-				assert.Equal(t, "tick", j.Metadata[pipeline.MetaSchedule])
-				tick, err := time.Parse(time.RFC3339, j.Metadata[pipeline.MetaScheduleTick])
+				assert.Equal(t, "tick", j.Metadata[metakey.Schedule])
+				tick, err := time.Parse(time.RFC3339, j.Metadata[metakey.ScheduleTick])
 				assert.NoError(t, err)
 				assert.Equal(t, fmt.Sprintf("cron:tick:%d", tick.Unix()), j.ID)
 				assert.Equal(t, `{"n":1}`, string(j.Payload))
@@ -208,8 +209,8 @@ func TestPeriodicMissedAndConflictingTick(t *testing.T) {
 		missed, err = client.Get(ctx, queue, missedID)
 		return err == nil
 	}, 30*time.Second, 10*time.Millisecond, "the missed ticks' job")
-	require.Equal(t, "true", missed.Metadata[pipeline.MetaScheduleMissed])
-	require.Equal(t, "missed", missed.Metadata[pipeline.MetaSchedule])
+	require.Equal(t, "true", missed.Metadata[metakey.ScheduleMissed])
+	require.Equal(t, "missed", missed.Metadata[metakey.Schedule])
 	// A late tick within the grace is a job of its own, without the mark.
 	s, err := insp.GetSchedule(ctx, "missed")
 	require.NoError(t, err)
@@ -220,7 +221,7 @@ func TestPeriodicMissedAndConflictingTick(t *testing.T) {
 	}, 30*time.Second, 10*time.Millisecond)
 	late, err := client.Get(ctx, queue, s.LastJob)
 	require.NoError(t, err)
-	require.NotContains(t, late.Metadata, pipeline.MetaScheduleMissed)
+	require.NotContains(t, late.Metadata, metakey.ScheduleMissed)
 	// The hooks (metrics.Worker's series) heard of both: about 12 ticks missed, 3 late each.
 	mu.Lock()
 	defer mu.Unlock()

@@ -10,6 +10,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/ThreeDotsLabs/watermill/pubsub/gochannel"
 
+	"github.com/conveyorq/conveyor/metakey"
 	"github.com/conveyorq/conveyor/pipeline"
 )
 
@@ -33,9 +34,9 @@ func ExamplePublisher() {
 	welcome := message.NewMessage("user-42-welcome", []byte(`{"user":42}`))
 	welcome.Metadata.Set("tenant", "acme") // plain metadata: the handler gets it
 	reminder := message.NewMessage("user-42-reminder", []byte(`{"user":42}`))
-	reminder.Metadata.Set(pipeline.MetaKeyType, "remind")
-	reminder.Metadata.Set(pipeline.MetaKeyDelay, "24h")
-	reminder.Metadata.Set(pipeline.MetaKeyMaxRetries, "2")
+	reminder.Metadata.Set(metakey.Type, "remind")
+	reminder.Metadata.Set(metakey.Delay, "24h")
+	reminder.Metadata.Set(metakey.MaxRetries, "2")
 	if err := pub.Publish("emails", welcome, reminder); err != nil {
 		panic(err)
 	}
@@ -56,7 +57,7 @@ func ExamplePublisher() {
 
 	// One invalid message refuses the whole call, and nothing is written.
 	bad := message.NewMessage("user-43-welcome", nil)
-	bad.Metadata.Set(pipeline.MetaKeyDelay, "tomorrow")
+	bad.Metadata.Set(metakey.Delay, "tomorrow")
 	err = pub.Publish("emails", message.NewMessage("user-44-welcome", nil), bad)
 	fmt.Println(errors.Is(err, pipeline.ErrInvalid))
 	fmt.Println(err)
@@ -87,10 +88,10 @@ func ExamplePublisher_options() {
 	defer pub.Close()
 
 	routine := message.NewMessage("invoice-7", []byte(`{"invoice":7}`))
-	routine.Metadata.Set(pipeline.MetaKeyPriority, "3")     // after the queue's levels 1 and 2
-	routine.Metadata.Set(pipeline.MetaKeyGroup, "acme")     // round-robin with other tenants
-	routine.Metadata.Set(pipeline.MetaKeyLimitKey, "acme")  // counted under acme's per-key limits
-	routine.Metadata.Set(pipeline.MetaKeyRetention, "168h") // kept a week once it completes
+	routine.Metadata.Set(metakey.Priority, "3")     // after the queue's levels 1 and 2
+	routine.Metadata.Set(metakey.Group, "acme")     // round-robin with other tenants
+	routine.Metadata.Set(metakey.LimitKey, "acme")  // counted under acme's per-key limits
+	routine.Metadata.Set(metakey.Retention, "168h") // kept a week once it completes
 	if err := pub.Publish("billing", routine); err != nil {
 		panic(err)
 	}
@@ -103,10 +104,10 @@ func ExamplePublisher_options() {
 	// Three edits of one document within two seconds of each other: one reindex job.
 	for i := range 3 {
 		edit := message.NewMessage(fmt.Sprintf("edit-%d", i), []byte(fmt.Sprintf(`{"doc":42,"rev":%d}`, i)))
-		edit.Metadata.Set(pipeline.MetaKeyType, "reindex")
-		edit.Metadata.Set(pipeline.MetaKeyDebounceKey, "doc-42")
-		edit.Metadata.Set(pipeline.MetaKeyDebounceQuiet, "2s")
-		edit.Metadata.Set(pipeline.MetaKeyDebounceMaxWait, "1m")
+		edit.Metadata.Set(metakey.Type, "reindex")
+		edit.Metadata.Set(metakey.DebounceKey, "doc-42")
+		edit.Metadata.Set(metakey.DebounceQuiet, "2s")
+		edit.Metadata.Set(metakey.DebounceMaxWait, "1m")
 		if err := pub.Publish("search", edit); err != nil {
 			panic(err)
 		}
@@ -115,7 +116,7 @@ func ExamplePublisher_options() {
 	fmt.Println("jobs:", stats.Enqueued, "joined:", stats.Debounced)
 
 	bad := message.NewMessage("invoice-8", nil)
-	bad.Metadata.Set(pipeline.MetaKeyPriority, "urgent")
+	bad.Metadata.Set(metakey.Priority, "urgent")
 	fmt.Println(pub.Publish("billing", bad))
 	// Output:
 	// invoice-7 3 acme map[]
@@ -149,7 +150,7 @@ func ExamplePublisher_router() {
 	router.AddHandler("ship-orders", "order_placed", events, "shipping", jobs,
 		func(event *message.Message) ([]*message.Message, error) {
 			job := message.NewMessage("ship-"+event.UUID, event.Payload)
-			job.Metadata.Set(pipeline.MetaKeyType, "ship")
+			job.Metadata.Set(metakey.Type, "ship")
 			return []*message.Message{job}, nil
 		})
 	go func() { _ = router.Run(ctx) }()

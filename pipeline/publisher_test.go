@@ -19,6 +19,7 @@ import (
 
 	"github.com/conveyorq/conveyor/internal/keys"
 	"github.com/conveyorq/conveyor/internal/redistest"
+	"github.com/conveyorq/conveyor/metakey"
 	"github.com/conveyorq/conveyor/pipeline"
 	"github.com/conveyorq/conveyor/status"
 	"github.com/conveyorq/conveyor/stream"
@@ -170,8 +171,8 @@ func TestPublisherEntryCarriesMessage(t *testing.T) {
 	msg := message.NewMessage(watermill.NewUUID(), []byte(`{"order":42}`))
 	msg.Metadata.Set("tenant", "acme")
 	msg.Metadata.Set("trace", "abc")
-	msg.Metadata.Set(pipeline.MetaKeyType, "ship")
-	msg.Metadata.Set(pipeline.MetaKeyMaxRetries, "2")
+	msg.Metadata.Set(metakey.Type, "ship")
+	msg.Metadata.Set(metakey.MaxRetries, "2")
 	require.NoError(t, pub.Publish(b.queue, msg))
 
 	sub, err := stream.NewSubscriber(stream.Config{Client: b.rdb, Group: "watermill-app", BlockTime: 50 * time.Millisecond})
@@ -220,8 +221,8 @@ func TestPublisherRouterHandler(t *testing.T) {
 	require.NoError(t, err)
 	router.AddHandler("orders-to-jobs", "orders", events, b.queue, pub, func(msg *message.Message) ([]*message.Message, error) {
 		job := message.NewMessage("ship-"+msg.UUID, msg.Payload)
-		job.Metadata.Set(pipeline.MetaKeyType, "ship")
-		job.Metadata.Set(pipeline.MetaKeyMaxRetries, "1")
+		job.Metadata.Set(metakey.Type, "ship")
+		job.Metadata.Set(metakey.MaxRetries, "1")
 		job.Metadata.Set("order", msg.Metadata.Get("order"))
 		return []*message.Message{job}, nil
 	})
@@ -299,7 +300,7 @@ func TestPublisherForwarder(t *testing.T) {
 		m.Metadata.Set("tenant", "acme")
 		msgs = append(msgs, m)
 	}
-	msgs[4].Metadata.Set(pipeline.MetaKeyTimeout, "1m")
+	msgs[4].Metadata.Set(metakey.Timeout, "1m")
 	require.NoError(t, app.Publish(b.queue, msgs...))
 
 	for _, m := range msgs {

@@ -115,7 +115,7 @@ type WorkerConfig struct {
 	// MaxSnoozes bounds the times a job may snooze (Snooze, RetryAt); the next snooze fails it.
 	// Defaults to 100.
 	MaxSnoozes int
-	// DefaultType is the job type of a message without a MetaKeyType metadata key that
+	// DefaultType is the job type of a message without a metakey.Type metadata key that
 	// another Watermill publisher (say, watermill-redisstream's) wrote into the worker's
 	// queues. Such a message is adopted as a job on its first delivery (see Worker). Empty:
 	// such messages go to the dead set, saying why.
@@ -373,8 +373,8 @@ func (w *Worker) Handle(jobType string, h HandlerFunc) {
 }
 
 // Use adds Watermill middleware around every job's handling (outermost first). The message
-// carries the job id as UUID, the payload, and metadata including MetaType and the job field
-// (attempt, retries, timeout and type).
+// carries the job id as UUID, the payload, and metadata including metakey.EntryType (the
+// job's type) and the job field (attempt, retries, timeout and type).
 //
 // The next handler returns nil when the job completed. When it did not, it returns a
 // *JobError, only once the outcome is written (retry, dead) or known (canceled, lost,
@@ -683,7 +683,7 @@ func (w *Worker) settleAfter(sub *stream.Subscriber) message.HandlerMiddleware {
 			// Its slots go back to the worker's lease once its outcome is written.
 			defer engine.GrantOf(msg.Context()).GiveBack()
 			if q, ok := w.queue(msg.Metadata[stream.StreamKey]); ok {
-				defer w.cancels.Done(w.cancels.Register(q, sub, msg, msg.Metadata[MetaType]))
+				defer w.cancels.Done(w.cancels.Register(q, sub, msg, msg.Metadata[metaType]))
 			}
 			if _, err := h(msg); err != nil && !errors.As(err, new(*JobError)) {
 				w.refused(msg, err)
@@ -1096,7 +1096,7 @@ func (w *Worker) poison(q *keys.Queue, msg *message.Message, reason string) erro
 	w.log.Warn().Str("queue", q.Name()).Str("job_id", id).Str("entry", entry).Str("reason", reason).
 		Msg("unreadable stream entry sent to the dead set")
 	t := jobstate.Poison(q, jobstate.PoisonParams{ID: id, Entry: entry, At: began, Reason: reason})
-	t.Type, t.Began = msg.Metadata[MetaType], began
+	t.Type, t.Began = msg.Metadata[metaType], began
 	return w.write(t, &JobError{Outcome: OutcomeDead, Err: errors.New(reason)})
 }
 

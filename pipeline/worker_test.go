@@ -17,6 +17,7 @@ import (
 
 	"github.com/conveyorq/conveyor/internal/keys"
 	"github.com/conveyorq/conveyor/internal/redistest"
+	"github.com/conveyorq/conveyor/metakey"
 	"github.com/conveyorq/conveyor/pipeline"
 	"github.com/conveyorq/conveyor/status"
 )
@@ -475,7 +476,7 @@ func TestMiddlewareSeesJobs(t *testing.T) {
 	w.Handle("echo", echo)
 	w.Use(func(h message.HandlerFunc) message.HandlerFunc {
 		return func(m *message.Message) ([]*message.Message, error) {
-			seen.Store(m.UUID, m.Metadata.Get(pipeline.MetaType))
+			seen.Store(m.UUID, m.Metadata.Get(metakey.EntryType))
 			return h(m)
 		}
 	})

@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/conveyorq/conveyor/internal/redistest"
+	"github.com/conveyorq/conveyor/metakey"
 	"github.com/conveyorq/conveyor/pipeline"
 )
 
@@ -152,7 +153,7 @@ func testPeriodicKills(t *testing.T, c *cli, rdb redis.UniversalClient, d time.D
 // mustTick is a job's schedule_tick metadata as Unix seconds.
 func mustTick(t *testing.T, j *pipeline.Job) int64 {
 	t.Helper()
-	at, err := time.Parse(time.RFC3339, j.Metadata[pipeline.MetaScheduleTick])
-	require.NoError(t, err, "job %s's tick %q", j.ID, j.Metadata[pipeline.MetaScheduleTick])
+	at, err := time.Parse(time.RFC3339, j.Metadata[metakey.ScheduleTick])
+	require.NoError(t, err, "job %s's tick %q", j.ID, j.Metadata[metakey.ScheduleTick])
 	return at.Unix()
 }

@@ -39,6 +39,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 	"unicode/utf8"
 )
 
@@ -217,6 +218,18 @@ const (
 	MinPriority = 1
 	MaxPriority = 4
 )
+
+// Bounds of a job's options, which pipeline's options and the control keys of a Watermill
+// message (internal/control) both check.
+const (
+	// MaxRetries bounds pipeline.WithMaxRetries.
+	MaxRetries = 1000
+	// MaxDebounceWait bounds WithDebounce's quiet and max wait.
+	MaxDebounceWait = 365 * 24 * time.Hour
+)
+
+// MaxRunAt is the latest due time a job may have (pipeline.MaxRunAt).
+var MaxRunAt = time.Date(9999, 12, 31, 23, 59, 59, 999_000_000, time.UTC)
 
 // Stream-entry field names. The first three are watermill-redisstream's layout, so the stock
 // Watermill subscriber can read a Conveyor stream. Conveyor's own field is beside them. Every

@@ -6,19 +6,12 @@ import (
 	"time"
 
 	"github.com/conveyorq/conveyor/internal/keys"
+	"github.com/conveyorq/conveyor/metakey"
 )
 
 // What pipeline.Inspector's schedule calls need beyond the Store. Names are checked before
 // Redis is asked; a listed schedule has its next run; a tick's job has its metadata. pipeline
 // converts its types and errors around these calls and keeps nothing else.
-
-// Metadata keys set on the jobs of schedules.
-const (
-	MetaSchedule     = "schedule"
-	MetaScheduleTick = "schedule_tick"
-	// MetaScheduleMissed is "true" on the one job that stands for missed ticks (MissedOnce).
-	MetaScheduleMissed = "schedule_missed"
-)
 
 // NameError is the error about a schedule name, or a listing's cursor, that is no valid name.
 type NameError struct{ Err error }
@@ -96,9 +89,9 @@ func (d Def) MissedPolicy() string {
 // Metadata is the metadata of the job of d's tick; missed marks the one job that stands for
 // missed ticks.
 func Metadata(d Def, tick time.Time, missed bool) map[string]string {
-	md := map[string]string{MetaSchedule: d.Name, MetaScheduleTick: tick.UTC().Format(time.RFC3339)}
+	md := map[string]string{metakey.Schedule: d.Name, metakey.ScheduleTick: tick.UTC().Format(time.RFC3339)}
 	if missed {
-		md[MetaScheduleMissed] = "true"
+		md[metakey.ScheduleMissed] = "true"
 	}
 	return md
 }
