@@ -406,10 +406,10 @@ func (i *Inspector) Workflows(ctx context.Context, queue string, limit int) ([]*
 // workflow or a batch's callback handed to its handler by a Worker; otherwise it returns an
 // error wrapping ErrInvalid.
 func (j *Job) Dependencies(ctx context.Context) (*Dependencies, error) {
-	if j.progress == nil {
+	if j.run.Progress == nil {
 		return nil, fmt.Errorf("%w: job %s was not handed to a handler by a Worker", ErrInvalid, j.ID)
 	}
-	js, q := j.progress.Store(), *j.progress.Queue()
+	js, q := j.run.Progress.Store(), *j.run.Progress.Queue()
 	d, err := js.ReadTaskDeps(ctx, q, j.ID)
 	if err != nil {
 		return nil, err
