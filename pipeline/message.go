@@ -3,7 +3,6 @@ package pipeline
 import (
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
@@ -152,14 +151,6 @@ type adoption struct {
 
 func (a adoption) String() string {
 	return strconv.FormatInt(a.runAt, 10) + " " + strconv.FormatInt(a.uniqueTTL, 10) + " " + a.uniqueKey
-}
-
-// due is the adoption's due time; zero when it has none.
-func (a adoption) due() time.Time {
-	if a.runAt == 0 {
-		return time.Time{}
-	}
-	return time.UnixMilli(a.runAt)
 }
 
 // parseAdoption reads what adoption.String wrote.
