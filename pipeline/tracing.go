@@ -136,7 +136,7 @@ func startProcess(ctx context.Context, tr trace.Tracer, queue string, j *Job) (c
 		Attempt: j.Attempt, EnqueuedAt: j.EnqueuedAt, Metadata: j.Metadata})
 }
 
-// endAttempt ends an attempt's process span with what handleMessage returned: nil (done) or
+// endAttempt ends an attempt's process span with what runner.End returns: nil (done) or
 // the *JobError of every other outcome.
 func endAttempt(span trace.Span, err error) {
 	var jerr *JobError
