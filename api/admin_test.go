@@ -13,10 +13,11 @@ import (
 	"github.com/conveyorq/conveyor/internal/jobtest"
 	"github.com/conveyorq/conveyor/internal/redistest"
 	"github.com/conveyorq/conveyor/pipeline"
+	"github.com/conveyorq/conveyor/status"
 )
 
 // seed makes a job of the env's queue in status through the real scripts.
-func (e *apiEnv) seed(status pipeline.Status, opts ...pipeline.Option) string {
+func (e *apiEnv) seed(status status.Status, opts ...pipeline.Option) string {
 	e.t.Helper()
 	return jobtest.Seed(e.t, e.rdb, e.queue, status, jobtest.Opts{Prefix: e.prefix, Options: opts,
 		Task: pipeline.Task{Type: "echo", Payload: []byte(`{"seeded":true}`)}}).ID
@@ -97,8 +98,8 @@ func TestCreateQueue(t *testing.T) {
 func TestList(t *testing.T) {
 	t.Parallel()
 	e := setup(t)
-	dead := []string{e.seed(pipeline.StatusFailed), e.seed(pipeline.StatusFailed)}
-	sched := e.seed(pipeline.StatusScheduled)
+	dead := []string{e.seed(status.Failed), e.seed(status.Failed)}
+	sched := e.seed(status.Scheduled)
 
 	var page struct {
 		Jobs []apiJob `json:"jobs"`
@@ -159,7 +160,7 @@ func TestDeadJobs(t *testing.T) {
 	t.Run("ReplayOne", func(t *testing.T) {
 		t.Parallel()
 		e := setup(t)
-		id := e.seed(pipeline.StatusFailed)
+		id := e.seed(status.Failed)
 		r := e.do("POST", "/v1/queues/"+e.queue+"/dead/"+id+"/replay", "")
 		require.Equal(t, http.StatusOK, r.status, "%s", r.body)
 		j := r.job(t)
@@ -177,7 +178,7 @@ func TestDeadJobs(t *testing.T) {
 	t.Run("ReplayUniqueHeld", func(t *testing.T) {
 		t.Parallel()
 		e := setup(t)
-		id := e.seed(pipeline.StatusFailed, pipeline.WithUnique("k", time.Hour))
+		id := e.seed(status.Failed, pipeline.WithUnique("k", time.Hour))
 		e.post(`{"type":"echo","unique":{"key":"k"}}`, http.StatusAccepted)
 		r := e.do("POST", "/v1/queues/"+e.queue+"/dead/"+id+"/replay", "")
 		require.Equal(t, http.StatusConflict, r.status, "%s", r.body)
@@ -186,7 +187,7 @@ func TestDeadJobs(t *testing.T) {
 		require.Equal(t, api.ReasonUniqueHeld, ae.Reason)
 
 		// Replaying all of them replays what can run and says what stays.
-		e.seed(pipeline.StatusFailed)
+		e.seed(status.Failed)
 		r = e.do("POST", "/v1/queues/"+e.queue+"/dead:replay", "")
 		require.Equal(t, http.StatusOK, r.status, "%s", r.body)
 		var body struct {
@@ -202,7 +203,7 @@ func TestDeadJobs(t *testing.T) {
 		t.Parallel()
 		e := setup(t)
 		for range 3 {
-			e.seed(pipeline.StatusFailed)
+			e.seed(status.Failed)
 		}
 		r := e.do("POST", "/v1/queues/"+e.queue+"/dead:replay", "")
 		require.Equal(t, http.StatusOK, r.status, "%s", r.body)
@@ -214,14 +215,14 @@ func TestDeadJobs(t *testing.T) {
 	t.Run("PurgeOne", func(t *testing.T) {
 		t.Parallel()
 		e := setup(t)
-		id := e.seed(pipeline.StatusFailed)
+		id := e.seed(status.Failed)
 		r := e.do("DELETE", "/v1/queues/"+e.queue+"/dead/"+id, "")
 		require.Equal(t, http.StatusOK, r.status, "%s", r.body)
 		require.JSONEq(t, `{"purged":1}`, string(r.body))
 		r = e.do("DELETE", "/v1/queues/"+e.queue+"/dead/"+id, "")
 		require.Equal(t, http.StatusNotFound, r.status, "%s", r.body)
 
-		live := e.seed(pipeline.StatusQueued)
+		live := e.seed(status.Queued)
 		r = e.do("DELETE", "/v1/queues/"+e.queue+"/dead/"+live, "")
 		require.Equal(t, http.StatusConflict, r.status, "%s", r.body)
 		require.Equal(t, api.ReasonNotDead, r.apiErr(t).Reason)
@@ -230,8 +231,8 @@ func TestDeadJobs(t *testing.T) {
 	t.Run("PurgeAll", func(t *testing.T) {
 		t.Parallel()
 		e := setup(t)
-		e.seed(pipeline.StatusFailed)
-		e.seed(pipeline.StatusFailed)
+		e.seed(status.Failed)
+		e.seed(status.Failed)
 		r := e.do("DELETE", "/v1/queues/"+e.queue+"/dead?older_than=1h", "")
 		require.Equal(t, http.StatusOK, r.status, "%s", r.body)
 		require.JSONEq(t, `{"purged":0}`, string(r.body))

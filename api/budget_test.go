@@ -14,6 +14,7 @@ import (
 	"github.com/conveyorq/conveyor/internal/jobtest"
 	"github.com/conveyorq/conveyor/internal/redistest"
 	"github.com/conveyorq/conveyor/pipeline"
+	"github.com/conveyorq/conveyor/status"
 )
 
 // A listing of big jobs is cut by bytes (Config.MaxPageBytes) and its next cursor goes on from
@@ -26,7 +27,7 @@ func TestListByteBudgetAndDryRunIDs(t *testing.T) {
 	payload := []byte(`"` + strings.Repeat("x", 100_000) + `"`)
 	var dead []string
 	for range 5 {
-		dead = append(dead, jobtest.Seed(t, rdb, e.queue, pipeline.StatusFailed, jobtest.Opts{Prefix: e.prefix,
+		dead = append(dead, jobtest.Seed(t, rdb, e.queue, status.Failed, jobtest.Opts{Prefix: e.prefix,
 			Task: pipeline.Task{Type: "echo", Payload: payload}}).ID)
 	}
 	var page struct {
@@ -85,7 +86,7 @@ func TestMeasureBigListing(t *testing.T) {
 	e := setup(t, setupOpts{rdb: rdb})
 	payload := []byte(`"` + strings.Repeat("x", 1_000_000-2) + `"`)
 	for range n {
-		jobtest.Seed(t, rdb, e.queue, pipeline.StatusFailed, jobtest.Opts{Prefix: e.prefix,
+		jobtest.Seed(t, rdb, e.queue, status.Failed, jobtest.Opts{Prefix: e.prefix,
 			Task: pipeline.Task{Type: "echo", Payload: payload}})
 	}
 	alloc := func(f func() apiResp) (apiResp, uint64) {

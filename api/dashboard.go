@@ -12,7 +12,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/conveyorq/conveyor/internal/status"
+	"github.com/conveyorq/conveyor/status"
 )
 
 // The dashboard is a single page (index.html) and its assets (ui/...), embedded in the binary.

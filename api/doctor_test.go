@@ -8,7 +8,7 @@ import (
 
 	"github.com/conveyorq/conveyor/api"
 	"github.com/conveyorq/conveyor/doctor"
-	"github.com/conveyorq/conveyor/pipeline"
+	"github.com/conveyorq/conveyor/status"
 )
 
 // GET /v1/doctor answers the doctor's report: every check, and how many failed.
@@ -36,8 +36,8 @@ func TestDoctor(t *testing.T) {
 func TestPurgeDryRun(t *testing.T) {
 	t.Parallel()
 	e := setup(t)
-	dead := e.seed(pipeline.StatusFailed)
-	live := e.seed(pipeline.StatusQueued)
+	dead := e.seed(status.Failed)
+	live := e.seed(status.Queued)
 	base := "/v1/queues/" + e.queue + "/dead"
 
 	r := e.do("DELETE", base+"/"+dead+"?dry_run=true", "")

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/conveyorq/conveyor/pipeline"
+	"github.com/conveyorq/conveyor/status"
 )
 
 // The events stream's heartbeat: a comment line sent when no event was. Proxies and load
@@ -57,13 +58,13 @@ func parseEventsQuery(q url.Values) (eventsQuery, error) {
 
 // progressEvent is the data of a progress event: the job's progress and where it is.
 type progressEvent struct {
-	ID              string          `json:"id"`
-	Queue           string          `json:"queue"`
-	Status          pipeline.Status `json:"status"`
-	Attempt         int             `json:"attempt"`
-	Progress        int             `json:"progress"`
-	ProgressMessage string          `json:"progress_message"`
-	ProgressAt      int64           `json:"progress_at"`
+	ID              string        `json:"id"`
+	Queue           string        `json:"queue"`
+	Status          status.Status `json:"status"`
+	Attempt         int           `json:"attempt"`
+	Progress        int           `json:"progress"`
+	ProgressMessage string        `json:"progress_message"`
+	ProgressAt      int64         `json:"progress_at"`
 }
 
 // jobEvents: GET /v1/queues/{queue}/jobs/{id}/events[?heartbeat=15s], Server-Sent Events.

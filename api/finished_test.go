@@ -8,6 +8,7 @@ import (
 
 	"github.com/conveyorq/conveyor/internal/jobtest"
 	"github.com/conveyorq/conveyor/pipeline"
+	"github.com/conveyorq/conveyor/status"
 )
 
 // Issue 20: completed and canceled jobs are listed, newest first, and a job carries its
@@ -15,8 +16,8 @@ import (
 func TestListFinished(t *testing.T) {
 	t.Parallel()
 	e := setup(t)
-	done := []string{e.seed(pipeline.StatusCompleted), e.seed(pipeline.StatusCompleted), e.seed(pipeline.StatusCompleted)}
-	canceled := e.seed(pipeline.StatusCanceled)
+	done := []string{e.seed(status.Completed), e.seed(status.Completed), e.seed(status.Completed)}
+	canceled := e.seed(status.Canceled)
 
 	var page struct {
 		Jobs []apiJob `json:"jobs"`
@@ -76,7 +77,7 @@ func TestJobAttempts(t *testing.T) {
 	require.GreaterOrEqual(t, a.EndedAt, a.StartedAt)
 
 	// A job that never ran has an empty array.
-	r = e.do("GET", e.jobs()+"/"+e.seed(pipeline.StatusQueued), "")
+	r = e.do("GET", e.jobs()+"/"+e.seed(status.Queued), "")
 	require.Equal(t, http.StatusOK, r.status, "%s", r.body)
 	require.Contains(t, string(r.body), `"attempts":[]`)
 }

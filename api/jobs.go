@@ -12,6 +12,7 @@ import (
 
 	"github.com/conveyorq/conveyor/internal/tracing"
 	"github.com/conveyorq/conveyor/pipeline"
+	"github.com/conveyorq/conveyor/status"
 )
 
 // jobPath is a job's URL path, for Location headers.
@@ -163,7 +164,7 @@ func (s *Server) cancel(w http.ResponseWriter, r *http.Request) error {
 	job, err := s.client.Get(r.Context(), queue, id)
 	if errors.Is(err, pipeline.ErrNotFound) {
 		// Its record is already gone (no retention): say what became of it.
-		job, err = &pipeline.Job{ID: id, Queue: queue, Status: pipeline.StatusCanceled}, nil
+		job, err = &pipeline.Job{ID: id, Queue: queue, Status: status.Canceled}, nil
 	}
 	if err != nil {
 		return err
@@ -199,8 +200,8 @@ func (s *Server) findJob(w http.ResponseWriter, r *http.Request) error {
 // listJobs: GET /v1/queues/{queue}/jobs?status=S&cursor=C&limit=N.
 func (s *Server) listJobs(w http.ResponseWriter, r *http.Request) error {
 	q := r.URL.Query()
-	status := q.Get("status")
-	if status == "" {
+	want := q.Get("status")
+	if want == "" {
 		return badArg("status is required: scheduled, queued, in_progress, failed (dead), completed or canceled")
 	}
 	page := pipeline.Page{Cursor: q.Get("cursor"), MaxBytes: s.cfg.MaxPageBytes}
@@ -212,7 +213,7 @@ func (s *Server) listJobs(w http.ResponseWriter, r *http.Request) error {
 		page.Limit = n
 	}
 	queue := r.PathValue("queue")
-	p, err := s.inspector.List(r.Context(), queue, pipeline.ParseStatus(status), page)
+	p, err := s.inspector.List(r.Context(), queue, status.Parse(want), page)
 	if err != nil {
 		return err
 	}

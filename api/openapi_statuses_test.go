@@ -11,12 +11,12 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/conveyorq/conveyor/internal/status"
+	"github.com/conveyorq/conveyor/status"
 )
 
-// updateOpenAPIStatuses writes openapi.json's status enums anew from internal/status (go
+// updateOpenAPIStatuses writes openapi.json's status enums anew from package status (go
 // generate ./api runs it, then the 3.0 copy's update).
-var updateOpenAPIStatuses = flag.Bool("update-openapi-statuses", false, "write openapi.json's status enums from internal/status")
+var updateOpenAPIStatuses = flag.Bool("update-openapi-statuses", false, "write openapi.json's status enums from package status")
 
 // statusEnum is one enum of openapi.json that lists statuses, by its path in the document.
 type statusEnum struct {
@@ -142,7 +142,7 @@ func enumText(values []string, indent string) []byte {
 	return b.Bytes()
 }
 
-// TestOpenAPIStatuses fails when openapi.json's status enums are not internal/status's list:
+// TestOpenAPIStatuses fails when openapi.json's status enums are not package status's list:
 // run go generate ./api (it rewrites them, then openapi-3.0.json).
 func TestOpenAPIStatuses(t *testing.T) {
 	t.Parallel()

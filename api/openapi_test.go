@@ -13,6 +13,7 @@ import (
 
 	"github.com/conveyorq/conveyor/api"
 	"github.com/conveyorq/conveyor/pipeline"
+	"github.com/conveyorq/conveyor/status"
 )
 
 type openAPIDoc struct {
@@ -101,10 +102,10 @@ func TestOpenAPI(t *testing.T) {
 	// Real resources for the operations to act on.
 	queued := e.post(`{"type":"echo","delay":"1h"}`, http.StatusAccepted).job(t).ID
 	ids := map[string]string{
-		"POST /v1/queues/{queue}/dead/{id}/replay": e.seed(pipeline.StatusFailed),
-		"DELETE /v1/queues/{queue}/dead/{id}":      e.seed(pipeline.StatusFailed),
+		"POST /v1/queues/{queue}/dead/{id}/replay": e.seed(status.Failed),
+		"DELETE /v1/queues/{queue}/dead/{id}":      e.seed(status.Failed),
 		// A finished job's stream ends at once, after its status event.
-		"GET /v1/queues/{queue}/jobs/{id}/events": e.seed(pipeline.StatusCompleted),
+		"GET /v1/queues/{queue}/jobs/{id}/events": e.seed(status.Completed),
 		"GET /v1/queues/{queue}/workflows/{id}":   e.workflow(),
 	}
 	bodies := map[string]string{
@@ -177,8 +178,8 @@ func TestEveryAuthedRouteNeedsToken(t *testing.T) {
 	raw, err := os.ReadFile("openapi.json")
 	require.NoError(t, err)
 	require.NoError(t, json.Unmarshal(raw, &doc))
-	queued := e.seed(pipeline.StatusQueued)
-	dead := e.seed(pipeline.StatusFailed)
+	queued := e.seed(status.Queued)
+	dead := e.seed(status.Failed)
 	before := redisContents(t, e)
 	require.NotEmpty(t, before)
 

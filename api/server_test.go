@@ -15,6 +15,7 @@ import (
 	"github.com/conveyorq/conveyor/internal/leaktest"
 	"github.com/conveyorq/conveyor/internal/redistest"
 	"github.com/conveyorq/conveyor/pipeline"
+	"github.com/conveyorq/conveyor/status"
 )
 
 func TestRouting(t *testing.T) {
@@ -112,7 +113,7 @@ func okHandler(body string) http.Handler {
 func TestCrossSite(t *testing.T) {
 	t.Parallel()
 	e := setup(t)
-	id := e.seed(pipeline.StatusFailed)
+	id := e.seed(status.Failed)
 	host := strings.TrimPrefix(e.http.URL, "http://")
 
 	// Bodiless mutating requests need X-Conveyor-Request: 1.
@@ -365,7 +366,7 @@ func TestDNSRebinding(t *testing.T) {
 	_, port, err := net.SplitHostPort(strings.TrimPrefix(e.http.URL, "http://"))
 	require.NoError(t, err)
 	evil := "evil.example:" + port
-	id := e.seed(pipeline.StatusFailed)
+	id := e.seed(status.Failed)
 	before := redisContents(t, e)
 
 	r := e.hostRequest(evil, "POST", e.jobs(), `{"type":"http","payload":{"url":"http://169.254.169.254/"}}`,

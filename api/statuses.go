@@ -1,6 +1,6 @@
 package api
 
-// The API's statuses come from internal/status. The dashboard's are made when its handler is
+// The API's statuses come from package status. The dashboard's are made when its handler is
 // built (below); openapi.json's enums are written by go generate, and TestOpenAPIStatuses fails
 // when they are stale. The 3.0 copy is made from openapi.json after them.
 //
@@ -13,7 +13,7 @@ import (
 	"encoding/json"
 	"fmt"
 
-	"github.com/conveyorq/conveyor/internal/status"
+	"github.com/conveyorq/conveyor/status"
 )
 
 // dashboardStatus is what the dashboard's script knows of a status.
@@ -42,14 +42,14 @@ func statusesJS(list []status.Info, listable []status.Status) []byte {
 	if err != nil {
 		panic(err) // strings and booleans always marshal
 	}
-	return []byte("// The job statuses, made by the server from its list (internal/status).\n" +
+	return []byte("// The job statuses, made by the server from its list (package status).\n" +
 		"'use strict';\nwindow.CONVEYOR_STATUSES = " + string(b) + ";\n")
 }
 
 // statusesCSS is the dashboard's ui/statuses.css: each status's colour, by its tone.
 func statusesCSS(list []status.Info) []byte {
 	var b bytes.Buffer
-	b.WriteString("/* The job statuses' colours, made by the server from its list (internal/status). */\n")
+	b.WriteString("/* The job statuses' colours, made by the server from its list (package status). */\n")
 	for _, in := range list {
 		fmt.Fprintf(&b, ".st-%s { color: var(--%s); }\n", in.Status, in.Tone)
 	}

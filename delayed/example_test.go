@@ -10,6 +10,7 @@ import (
 
 	"github.com/conveyorq/conveyor/delayed"
 	"github.com/conveyorq/conveyor/pipeline"
+	"github.com/conveyorq/conveyor/status"
 )
 
 // Promote what is due in a queue once, by hand; Run does this in a loop, sleeping until the
@@ -84,7 +85,7 @@ func ExampleScheduler_Run() {
 	go s.Run(ctx)
 	j, _ := c.Enqueue(ctx, "reports", pipeline.Task{Type: "render"}, pipeline.WithDelay(100*time.Millisecond))
 	for ctx.Err() == nil {
-		if got, _ := c.Get(ctx, "reports", j.ID); got.Status == pipeline.StatusQueued {
+		if got, _ := c.Get(ctx, "reports", j.ID); got.Status == status.Queued {
 			fmt.Println("promoted when due")
 			break
 		}

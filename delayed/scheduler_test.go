@@ -21,8 +21,8 @@ import (
 	"github.com/conveyorq/conveyor/internal/jobtest"
 	"github.com/conveyorq/conveyor/internal/keys"
 	"github.com/conveyorq/conveyor/internal/redistest"
-	"github.com/conveyorq/conveyor/internal/status"
 	"github.com/conveyorq/conveyor/pipeline"
+	"github.com/conveyorq/conveyor/status"
 )
 
 func TestMain(m *testing.M) { redistest.Main(m) }
@@ -684,7 +684,7 @@ func TestStartStop(t *testing.T) {
 	s, b := setup(t)
 	j := b.schedule(t, 1, pipeline.WithDelay(50*time.Millisecond))[0]
 	require.NoError(t, s.Start(t.Context()))
-	require.Eventually(t, func() bool { return b.status(t, j.ID) == pipeline.StatusQueued }, 5*time.Second, 5*time.Millisecond)
+	require.Eventually(t, func() bool { return b.status(t, j.ID) == status.Queued }, 5*time.Second, 5*time.Millisecond)
 	s.Stop()
 	s.Stop() // stopped already: nothing to do
 }

@@ -9,7 +9,7 @@ import (
 	"github.com/conveyorq/conveyor/doctor"
 	"github.com/conveyorq/conveyor/internal/jobtest"
 	"github.com/conveyorq/conveyor/internal/redistest"
-	"github.com/conveyorq/conveyor/internal/status"
+	"github.com/conveyorq/conveyor/status"
 )
 
 // newDoctor returns a Doctor over rdb with the default prefix.

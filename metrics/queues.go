@@ -12,8 +12,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/conveyorq/conveyor/internal/status"
 	"github.com/conveyorq/conveyor/pipeline"
+	"github.com/conveyorq/conveyor/status"
 )
 
 // Defaults of QueueCollectorConfig.
@@ -167,7 +167,7 @@ func (c *QueueCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	ch <- prometheus.MustNewConstMetric(descAge, prometheus.GaugeValue, now.Sub(read).Seconds())
 	for _, s := range stats {
-		for _, st := range pipeline.Statuses() {
+		for _, st := range status.All() {
 			if n, ok := s.Gauge(st); ok {
 				ch <- prometheus.MustNewConstMetric(descJobs, prometheus.GaugeValue, float64(n), s.Queue, st.Word())
 			}

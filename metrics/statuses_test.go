@@ -6,11 +6,11 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 
-	"github.com/conveyorq/conveyor/internal/status"
+	"github.com/conveyorq/conveyor/status"
 )
 
 // requireGaugedStates checks that conveyor_queue_jobs's state labels are the words of the
-// statuses internal/status says a gauge counts, and that its help names each: a new gauged
+// statuses package status says a gauge counts, and that its help names each: a new gauged
 // status needs no edit in metrics.
 func requireGaugedStates(t *testing.T, reg *prometheus.Registry) {
 	t.Helper()

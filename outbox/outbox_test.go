@@ -26,6 +26,7 @@ import (
 	"github.com/conveyorq/conveyor/internal/redistest"
 	"github.com/conveyorq/conveyor/outbox"
 	"github.com/conveyorq/conveyor/pipeline"
+	"github.com/conveyorq/conveyor/status"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
@@ -155,7 +156,7 @@ func TestCommitQueuesTheJob(t *testing.T) {
 	require.Equal(t, "tenant-a", j.Group)
 	require.Equal(t, 1500*time.Millisecond, j.Timeout)
 	require.True(t, j.RunAt.Equal(runAt), "run at %s, want %s", j.RunAt, runAt)
-	require.Equal(t, pipeline.StatusScheduled, j.Status)
+	require.Equal(t, status.Scheduled, j.Status)
 	b.waitEmpty(t)
 }
 

@@ -12,6 +12,7 @@ import (
 
 	"github.com/conveyorq/conveyor/internal/keys"
 	"github.com/conveyorq/conveyor/internal/redistest"
+	"github.com/conveyorq/conveyor/status"
 )
 
 // A worker that ran jobs of many limit keys forgets the instances it holds nothing of, in
@@ -43,7 +44,7 @@ func TestLeaseForgetsIdleInstances(t *testing.T) {
 	for _, id := range ids {
 		require.Eventually(t, func() bool {
 			j, err := c.Get(ctx, queue, id)
-			return err == nil && j.Status == StatusCompleted
+			return err == nil && j.Status == status.Completed
 		}, 20*time.Second, 5*time.Millisecond)
 	}
 	b := w.loop.Load().Leases.Load()

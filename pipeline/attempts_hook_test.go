@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/conveyorq/conveyor/pipeline"
+	"github.com/conveyorq/conveyor/status"
 )
 
 // WorkerHooks.Attempts hears every attempt once, with what a middleware around the job would
@@ -59,10 +60,10 @@ func TestWorkerHooksAttempts(t *testing.T) {
 	runCtx, stop := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- w.Run(runCtx) }()
-	b.waitStatus(t, ok, pipeline.StatusCompleted)
-	b.waitStatus(t, flaky, pipeline.StatusCompleted)
-	b.waitStatus(t, nobody, pipeline.StatusFailed)
-	b.waitStatus(t, refused, pipeline.StatusFailed)
+	b.waitStatus(t, ok, status.Completed)
+	b.waitStatus(t, flaky, status.Completed)
+	b.waitStatus(t, nobody, status.Failed)
+	b.waitStatus(t, refused, status.Failed)
 	<-blocked
 	stop()
 	require.NoError(t, <-done)

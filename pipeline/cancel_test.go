@@ -15,6 +15,7 @@ import (
 	"github.com/conveyorq/conveyor/internal/faultproxy"
 	"github.com/conveyorq/conveyor/internal/redistest"
 	"github.com/conveyorq/conveyor/pipeline"
+	"github.com/conveyorq/conveyor/status"
 	"github.com/conveyorq/conveyor/stream"
 )
 
@@ -132,7 +133,7 @@ func TestCancelRunningJob(t *testing.T) {
 				require.NoError(t, b.client.Cancel(ctx, b.queue, j.ID))
 				got, err := b.client.Get(ctx, b.queue, j.ID)
 				require.NoError(t, err)
-				require.Equal(t, pipeline.StatusCanceled, got.Status, typ)
+				require.Equal(t, status.Canceled, got.Status, typ)
 				select {
 				case cause := <-causes:
 					require.ErrorIs(t, cause, pipeline.ErrJobCanceled, typ)
@@ -145,7 +146,7 @@ func TestCancelRunningJob(t *testing.T) {
 				require.Equal(t, pipeline.OutcomeCanceled, oc.next(t, j.ID), typ)
 				got, err = b.client.Get(ctx, b.queue, j.ID)
 				require.NoError(t, err)
-				require.Equal(t, pipeline.StatusCanceled, got.Status, typ)
+				require.Equal(t, status.Canceled, got.Status, typ)
 				require.Empty(t, got.Result, "%s: a late result is not kept", typ)
 				require.LessOrEqual(t, got.Attempt, 1, "%s: never run again", typ)
 			}
@@ -205,7 +206,7 @@ func TestCancelMissedEventFallsBackOnLease(t *testing.T) {
 	require.Equal(t, pipeline.OutcomeCanceled, oc.next(t, j.ID))
 	got, err := b.client.Get(ctx, b.queue, j.ID)
 	require.NoError(t, err)
-	require.Equal(t, pipeline.StatusCanceled, got.Status)
+	require.Equal(t, status.Canceled, got.Status)
 }
 
 // A cancel sent while the worker's events subscription is down is lost, but the subscription
@@ -313,18 +314,18 @@ func TestCancelJobNotRunning(t *testing.T) {
 	retrying, err := b.client.Enqueue(ctx, b.queue, pipeline.Task{Type: "flaky"}, pipeline.WithMaxRetries(3))
 	require.NoError(t, err)
 	require.Equal(t, retrying.ID, <-ran, "the queued job canceled before it never runs")
-	b.waitStatus(t, retrying.ID, pipeline.StatusScheduled)
+	b.waitStatus(t, retrying.ID, status.Scheduled)
 	require.NoError(t, b.client.Cancel(ctx, b.queue, retrying.ID))
 	_, err = b.rdb.ZScore(ctx, b.q.Scheduled(), retrying.ID).Result()
 	require.ErrorIs(t, err, redis.Nil, "the retry is no longer scheduled")
 	last, err := b.client.Enqueue(ctx, b.queue, pipeline.Task{Type: "run"})
 	require.NoError(t, err)
 	require.Equal(t, last.ID, <-ran, "nothing canceled ran before the last job")
-	b.waitStatus(t, last.ID, pipeline.StatusCompleted)
+	b.waitStatus(t, last.ID, status.Completed)
 	for _, id := range []string{queued.ID, orphan.ID, retrying.ID} {
 		got, err := b.client.Get(ctx, b.queue, id)
 		require.NoError(t, err)
-		require.Equal(t, pipeline.StatusCanceled, got.Status, id)
+		require.Equal(t, status.Canceled, got.Status, id)
 	}
 	st, err := b.client.Stats(ctx, b.queue)
 	require.NoError(t, err)
@@ -427,6 +428,6 @@ func TestCancelIgnoringHandlerWithTimeout(t *testing.T) {
 	<-returned
 	got, err := b.client.Get(ctx, b.queue, j.ID)
 	require.NoError(t, err)
-	require.Equal(t, pipeline.StatusCanceled, got.Status)
+	require.Equal(t, status.Canceled, got.Status)
 	require.Empty(t, got.Result)
 }

@@ -6,8 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -15,10 +13,12 @@ import (
 
 	"github.com/conveyorq/conveyor/internal/jobstate"
 	"github.com/conveyorq/conveyor/internal/keys"
-	"github.com/conveyorq/conveyor/internal/rediserr"
+	"github.com/conveyorq/conveyor/internal/publish"
 	"github.com/conveyorq/conveyor/internal/script"
 	"github.com/conveyorq/conveyor/internal/tracing"
 	"github.com/conveyorq/conveyor/internal/ulid"
+	"github.com/conveyorq/conveyor/internal/workflow"
+	"github.com/conveyorq/conveyor/status"
 	"github.com/conveyorq/conveyor/stream"
 )
 
@@ -34,11 +34,10 @@ const (
 	RetainNone time.Duration = -1
 )
 
-// batchChunk bounds the jobs one enqueue script call creates, and batchBytes the payload bytes
-// it carries, so a huge batch does not block Redis in one long script.
+// batchChunk bounds the jobs one release script call puts back, as internal/publish's bounds
+// an enqueue's, so a huge batch does not block Redis in one long script.
 const (
 	batchChunk = 100
-	batchBytes = 4 << 20
 	// finishChunk bounds the transitions one finish.lua call applies.
 	finishChunk = 50
 )
@@ -93,32 +92,9 @@ type Client struct {
 	rdb    redis.UniversalClient
 	store  jobstate.Backend
 	cfg    ClientConfig
-	known  sync.Map     // queue name -> *knownQueue, for queues found in the known-queues set
-	nknown atomic.Int64 // entries of known, at most cfg.MaxQueues
-	parts  sync.Map     // queue name -> *partCount, for queues enqueued to or read (bounded)
-	nread  atomic.Int64 // queues that calls which only read added to parts
-	tags   sync.Map     // queue -> *[]keys.Queue, the partitions of the count last enqueued with
-	waiter clientWaiter // job events, for Wait
+	pub    *publish.Publisher // routes, known queues and the writes of publishes
+	waiter clientWaiter       // job events, for Wait
 	tracer tracing.Tracer
-}
-
-// knownQueue is a queue found in the known-queues set at a time, with its key names.
-type knownQueue struct {
-	q  keys.Queue
-	at time.Time
-}
-
-// knownTTL is how long a Client trusts that a queue it registered is still known. A queue
-// deleted elsewhere is added again (or, with RequireQueues, refused) within this time.
-const knownTTL = partitionsTTL
-
-// partCount is a queue's partition count, and its defaults for new jobs, as read at a time.
-type partCount struct {
-	p            int
-	defaults     queueDefaults
-	withDefaults bool // defaults were read (a publish's read); a read-only call's has none
-	read         time.Time
-	gen          int64 // layoutChanges when it was read
 }
 
 // NewClient returns a Client over rdb (a standalone, cluster or failover client). An unusable
@@ -167,7 +143,22 @@ func NewClient(rdb redis.UniversalClient, cfg ClientConfig) (*Client, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	return &Client{rdb: rdb, store: jobstate.NewStore(rdb, cfg.Prefix), cfg: cfg, tracer: tracing.New(cfg.TracerProvider)}, nil
+	c := &Client{rdb: rdb, store: jobstate.NewStore(rdb, cfg.Prefix), cfg: cfg, tracer: tracing.New(cfg.TracerProvider)}
+	c.pub = publish.New(c.publishConfig())
+	return c, nil
+}
+
+// publishConfig is the Config of the Client's Publisher: its store and settings, and the
+// public errors its errors wrap.
+func (c *Client) publishConfig() publish.Config {
+	return publish.Config{Store: c.store, Redis: c.rdb, Prefix: c.cfg.Prefix, Now: c.cfg.Now, MaxQueues: c.cfg.MaxQueues,
+		AddQueue: func(ctx context.Context, queue string) error {
+			return addQueue(ctx, c.store, queue, c.cfg.MaxQueues, c.cfg.RequireQueues)
+		},
+		Refused: func(err error) bool {
+			return errors.Is(err, ErrQueueNotFound) || errors.Is(err, ErrTooManyQueues)
+		},
+		MaxRetries: maxMaxRetries, MaxTimeout: maxDefaultTimeout, ErrBusy: ErrQueueBusy}
 }
 
 // Redis returns the client's Redis connection.
@@ -218,37 +209,32 @@ func (c *Client) enqueue(ctx context.Context, queue string, task *Task, pt *publ
 		return nil, err
 	}
 	// One read of the queue's route: its partition count and its job defaults together.
-	p, d, err := c.route(ctx, queue, true)
+	p, d, err := c.pub.Route(ctx, queue, true)
 	if err != nil {
 		return nil, err
 	}
-	d.apply(opts, task, j, &nj)
+	applyDefaults(d, opts, task, j, &nj)
 	rw := c.replicasFor(opts, nil).writer(c.rdb) // durable.go
+	js := c.store.Via(rw.scripter(c.rdb))
 	if !nj.Plain(now) {
-		jobs, err := c.publish(ctx, c.store.Via(rw.scripter(c.rdb)), queue, p, []*Job{j}, []jobstate.NewJob{nj}, now)
+		jobs, err := c.publish(ctx, js, queue, p, []*Job{j}, []jobstate.NewJob{nj}, now)
 		if err != nil {
 			return nil, err
 		}
 		return jobs[0], rw.check(nil)
 	}
-	// The most common publish, without publish's slices: the one-job script, sent again like
-	// publish does when a closed layout refuses it.
-	start := time.Now()
-	for wait := time.Millisecond; ; wait = min(2*wait, 100*time.Millisecond) {
-		got, err := c.enqueuePlain(ctx, c.store.Via(rw.scripter(c.rdb)), c.partition(queue, &nj, p), j, &nj)
-		if !errors.Is(err, jobstate.ErrClosed) {
-			if err != nil {
-				return got, err
-			}
-			return got, rw.check(nil)
-		}
-		if err := c.closedWait(ctx, queue, start, wait, 1); err != nil {
-			return nil, err
-		}
-		if p, err = c.partitions(ctx, queue, true); err != nil {
-			return nil, err
-		}
+	row, err := c.pub.One(ctx, js, queue, p, &nj, now)
+	if err != nil {
+		return nil, err
 	}
+	existed, err := created(j, &nj, row, now)
+	if existed {
+		j, err = c.duplicate(ctx, queue, j)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return j, rw.check(nil)
 }
 
 // EnqueueBatch publishes many jobs to queue in one round trip. It makes one script call per
@@ -301,371 +287,88 @@ func (c *Client) enqueueBatch(ctx context.Context, queue string, tasks []Task, p
 		}
 		jobs[i] = j
 	}
-	p, d, err := c.route(ctx, queue, true)
+	p, d, err := c.pub.Route(ctx, queue, true)
 	if err != nil {
 		return nil, err
 	}
 	for i := range tasks {
-		d.apply(opts, &tasks[i], jobs[i], &njs[i])
+		applyDefaults(d, opts, &tasks[i], jobs[i], &njs[i])
 	}
 	rw := c.replicasFor(opts, tasks).writer(c.rdb) // durable.go
 	jobs, err = c.publish(ctx, c.store.Via(rw.scripter(c.rdb)), queue, p, jobs, njs, now)
 	return jobs, rw.check(err)
 }
 
-// closedRetryFor bounds how long publish writes again jobs that a closed layout refused. A
-// change of the partition count keeps the old layout closed and the new one not yet open for
-// a few round trips. Longer means a change stopped half-way (CreateQueue again repairs it).
-const closedRetryFor = 5 * time.Second
-
 // publish writes prepared jobs to queue in the layout of p, its partition count as the caller
-// read it. Some jobs are refused because their partition is closed (its count changed:
-// Inspector.CreateQueue). They are written again after the count is read again, with a short
-// backoff, for up to closedRetryFor. So no job is written to a layout that no worker of the
-// new count reads.
+// read it (publish.Publisher.Publish, which writes again the jobs a closed layout refused).
+// It sets on each job what the scripts answered, and reads the jobs that existed already.
 func (c *Client) publish(ctx context.Context, js jobstate.Backend, queue string, p int, jobs []*Job, njs []jobstate.NewJob, now time.Time) ([]*Job, error) {
-	var idx []int // the indexes of the jobs still to write; nil: all of them
-	var conflicts []error
-	start := time.Now()
-	for wait := time.Millisecond; ; wait = min(2*wait, 100*time.Millisecond) {
-		sj, sn := jobs, njs
-		if idx != nil {
-			sj, sn = make([]*Job, len(idx)), make([]jobstate.NewJob, len(idx))
-			for k, i := range idx {
-				sj[k], sn[k] = jobs[i], njs[i]
+	var existing []int // a try's jobs that existed, read once its calls all answered
+	err := c.pub.Publish(ctx, js, queue, p, njs, now, publish.Settle{
+		Created: func(i int, row jobstate.Created) error {
+			existed, err := created(jobs[i], &njs[i], row, now)
+			if existed {
+				existing = append(existing, i)
 			}
-		}
-		res, closed, err := c.publishOnce(ctx, js, queue, p, sj, sn, now)
-		if res != nil && idx == nil {
-			copy(jobs, res)
-		} else if res != nil {
-			for k, i := range idx {
-				jobs[i] = res[k]
+			return err
+		},
+		Debounced: func(i int, d jobstate.Debounced) { debounced(jobs[i], &njs[i], d) },
+		Done: func() error {
+			for _, i := range existing {
+				got, err := c.duplicate(ctx, queue, jobs[i])
+				if err != nil {
+					return err
+				}
+				jobs[i] = got
 			}
-		}
-		if err != nil && !errors.Is(err, ErrConflict) {
-			return jobs, err
-		}
-		if err != nil {
-			conflicts = append(conflicts, err)
-		}
-		if len(closed) == 0 {
-			return jobs, errors.Join(conflicts...)
-		}
-		if idx != nil {
-			for k, i := range closed {
-				closed[k] = idx[i]
-			}
-		}
-		idx = closed
-		if err := c.closedWait(ctx, queue, start, wait, len(idx)); err != nil {
-			return jobs, err
-		}
-		if p, err = c.partitions(ctx, queue, true); err != nil {
-			return jobs, err
-		}
-	}
+			existing = existing[:0]
+			return nil
+		},
+	})
+	return jobs, err
 }
 
-// closedWait is what a publish that a closed layout refused does before it tries again, from
-// start on. It drops queue's cached count, so the next try reads it, and waits wait. It
-// refuses with ErrQueueBusy once closedRetryFor has passed.
-func (c *Client) closedWait(ctx context.Context, queue string, start time.Time, wait time.Duration, jobs int) error {
-	c.parts.Delete(queue)
-	if time.Since(start) > closedRetryFor {
-		return fmt.Errorf("enqueue to %s: %w: %d jobs refused for %s since its partition count is being changed; if no change runs now, one stopped half-way: run queues create with the count again",
-			queue, ErrQueueBusy, jobs, closedRetryFor)
+// created sets on job j, published as nj, what enqueue.lua answered. It says whether the job
+// existed already (Client.duplicate reads it), and returns the error of a conflict.
+func created(j *Job, nj *jobstate.NewJob, row jobstate.Created, now time.Time) (existed bool, err error) {
+	switch row.Code {
+	case script.OK:
+		j.Status, j.Entry, j.EnqueuedAt = publish.Stored(row, nj, now)
+	case script.UniqueHeld:
+		j.ID = row.Holder
+		return true, nil
+	case script.Exists:
+		return true, nil
+	case script.Conflict:
+		return false, conflict(j.ID, row.Differs)
 	}
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-time.After(wait):
-		return nil
-	}
+	return false, nil
 }
 
-// publishOnce is one try of publish over p partitions. A single plain job goes with the
-// one-job script: it costs Redis half, and a router's publish often is one job. Others go
-// with enqueuePrepared.
-// It returns the indexes of the jobs refused by a closed partition.
-func (c *Client) publishOnce(ctx context.Context, js jobstate.Backend, queue string, p int, jobs []*Job, njs []jobstate.NewJob, now time.Time) ([]*Job, []int, error) {
-	if len(jobs) == 1 && njs[0].Plain(now) {
-		j, err := c.enqueuePlain(ctx, js, c.partition(queue, &njs[0], p), jobs[0], &njs[0])
-		if errors.Is(err, jobstate.ErrClosed) {
-			return jobs, []int{0}, nil
-		}
-		return []*Job{cmp.Or(j, jobs[0])}, nil, err
-	}
-	return c.enqueuePrepared(ctx, js, queue, p, jobs, njs, now)
-}
-
-// maxReadCounts bounds the queues that calls which only read (Get, Cancel, Stats) add to the
-// partition-count cache. So it does not grow with names a caller makes up. Past it, such a
-// queue's count is read from Redis on each call.
-const maxReadCounts = 4096
-
-// partitions returns queue's partition count, read from Redis at most every partitionsTTL.
-// The publish flag says the call publishes to queue. The count of a known queue is then always
-// cached (as its keys are, in known). Other calls cache the counts of at most maxReadCounts
-// queues.
-func (c *Client) partitions(ctx context.Context, queue string, publish bool) (int, error) {
-	p, _, err := c.route(ctx, queue, publish)
-	return p, err
-}
-
-// queueDefaults returns queue's job defaults, read with its partition count (route): the
-// publish that follows finds both cached, so the defaults cost it no call.
-func (c *Client) queueDefaults(ctx context.Context, queue string) (queueDefaults, error) {
-	_, d, err := c.route(ctx, queue, true)
-	return d, err
-}
-
-// route is partitions with the queue's job defaults, which come in the same round trip.
-func (c *Client) route(ctx context.Context, queue string, publish bool) (int, queueDefaults, error) {
-	gen := layoutChanges.Load() // before the read: a change after it makes the entry stale
-	v, ok := c.parts.Load(queue)
-	if ok {
-		if pc := v.(*partCount); pc.gen == gen && c.cfg.Now().Sub(pc.read) < partitionsTTL && (pc.withDefaults || !publish) {
-			return pc.p, pc.defaults, nil
-		}
-	}
-	// Calls that only read need the count alone: one command, as before the defaults.
-	var p int
-	var d queueDefaults
-	var err error
-	if publish {
-		var st jobstate.Settings
-		p, st, err = c.store.ReadRoute(ctx, queue)
-		d = defaultsOf(st.Fields)
-	} else {
-		p, err = partitionCount(ctx, c.rdb, c.cfg.Prefix, queue)
-	}
-	if err != nil && publish {
-		// The caller asked for an enqueue, so that is the operation that failed, whether or
-		// not its route was cached (the API answers with this op).
-		return 0, queueDefaults{}, &rediserr.Error{Kind: rediserr.Classify(err), Op: "enqueue", Err: err}
+// duplicate reads job j, which existed already (or holds j's unique key), marked Duplicate.
+// It returns j, so marked, when the job finished and expired in between.
+func (c *Client) duplicate(ctx context.Context, queue string, j *Job) (*Job, error) {
+	j.Duplicate = true
+	got, err := c.Get(ctx, queue, j.ID)
+	if errors.Is(err, ErrNotFound) {
+		return j, nil // what was asked for
 	}
 	if err != nil {
-		return 0, queueDefaults{}, err
+		return nil, err
 	}
-	// A queue published to is cached once it is known (so at most MaxQueues of them). Before
-	// that it is cached as for calls that only read, so made-up names cannot grow the cache.
-	known := publish && c.registered(queue)
-	if known || ok || c.nread.Load() < maxReadCounts {
-		if _, loaded := c.parts.Swap(queue, &partCount{p: p, defaults: d, withDefaults: publish, read: c.cfg.Now(), gen: gen}); !loaded && !known {
-			c.nread.Add(1)
-		}
-	}
-	return p, d, nil
-}
-
-// routeKey is what picks a new job's partition: its debounce or unique key, else its id. So
-// every job of one key meets the same debounce or de-duplication key.
-func routeKey(nj *jobstate.NewJob) string {
-	if nj.Debounce != "" {
-		return nj.Debounce
-	}
-	if nj.UniqueKey != "" {
-		return nj.UniqueKey
-	}
-	return nj.ID
-}
-
-// partition returns the keys of the partition, of p, that job nj goes to.
-func (c *Client) partition(queue string, nj *jobstate.NewJob, p int) keys.Queue {
-	if p <= 1 {
-		return c.keys(queue)
-	}
-	i := keys.PartitionOf(routeKey(nj), p)
-	if v, ok := c.tags.Load(queue); ok {
-		if qs := *v.(*[]keys.Queue); len(qs) == p { // a queue's tags depend on p alone
-			return qs[i]
-		}
-	}
-	qs := allPartitions(c.cfg.Prefix, queue, p)
-	c.tags.Store(queue, &qs)
-	return qs[i]
-}
-
-// enqueuePrepared writes validated jobs with enqueue.lua, chunked and pipelined: jobs of p > 1
-// partitions are grouped by partition, each group chunked, all chunks in one pipeline.
-// It returns the indexes in jobs of those a closed partition refused (see publish).
-func (c *Client) enqueuePrepared(ctx context.Context, js jobstate.Backend, queue string, p int, jobs []*Job, njs []jobstate.NewJob, now time.Time) ([]*Job, []int, error) {
-	if err := c.registerQueue(ctx, queue); err != nil {
-		return nil, nil, err
-	}
-	// order[k] is the index in jobs of the k-th job written; njs is reordered alike, so that
-	// each partition's jobs are contiguous.
-	var order, part []int // part[k]: the partition of njs[k], when p > 1
-	if p > 1 {
-		order, njs, part = c.byPartition(njs, p)
-	}
-	at := func(k int) int {
-		if order == nil {
-			return k
-		}
-		return order[k]
-	}
-
-	b := js.Batch()
-	var created []*jobstate.Pending[[]jobstate.Created] // per call; nil for a debounce call
-	var debounces []*jobstate.Pending[jobstate.Debounced]
-	var spans [][2]int // njs[lo:hi] per call
-	for lo := 0; lo < len(njs); {
-		q := c.partition(queue, &njs[lo], p)
-		if njs[lo].Debounce != "" {
-			// One debounce.lua call per debounced job, in the batch's order. One key's calls
-			// share a slot, so a pipeline keeps their order. A later task of the same key
-			// joins the job of an earlier one.
-			debounces = append(debounces, b.Debounce(q, &njs[lo]))
-			created = append(created, nil)
-			spans = append(spans, [2]int{lo, lo + 1})
-			lo++
-			continue
-		}
-		hi, bytes := lo, 0
-		for hi < len(njs) && hi-lo < batchChunk && (hi == lo || bytes+len(njs[hi].Payload) <= batchBytes) &&
-			(p <= 1 || part[hi] == part[lo]) && njs[hi].Debounce == "" {
-			bytes += len(njs[hi].Payload)
-			hi++
-		}
-		created = append(created, b.Enqueue(q, now, njs[lo:hi]))
-		debounces = append(debounces, nil)
-		spans = append(spans, [2]int{lo, hi})
-		lo = hi
-	}
-
-	if err := b.Exec(ctx); err != nil {
-		return jobs, nil, fmt.Errorf("enqueue to %s: %w", queue, rediserr.Wrap("enqueue", err))
-	}
-	var existing, closed []int
-	var conflicts []error
-	for ci, span := range spans {
-		lo, hi := span[0], span[1]
-		if njs[lo].Debounce != "" {
-			d, err := debounces[ci].Result()
-			if errors.Is(err, jobstate.ErrClosed) {
-				closed = append(closed, at(lo))
-				continue
-			}
-			if err != nil {
-				return jobs, nil, fmt.Errorf("enqueue to %s: %w", queue, err)
-			}
-			debounced(jobs[at(lo)], &njs[lo], d)
-			continue
-		}
-		rows, err := created[ci].Result()
-		if errors.Is(err, jobstate.ErrClosed) {
-			for k := lo; k < hi; k++ {
-				closed = append(closed, at(k))
-			}
-			continue
-		}
-		if err != nil {
-			return jobs, nil, fmt.Errorf("enqueue to %s: %w", queue, err)
-		}
-		for k, row := range rows {
-			j := jobs[at(lo+k)]
-			switch row.Code {
-			case script.OK:
-				if row.Entry == "" && (njs[lo+k].Group == "" || j.RunAt.After(now)) {
-					j.Status = StatusScheduled
-				} else if row.Entry == "" {
-					j.Status, j.EnqueuedAt = StatusQueued, now // waiting for a place in its group's window
-				} else {
-					j.Status, j.Entry, j.EnqueuedAt = StatusQueued, row.Entry, now
-				}
-			case script.Exists:
-				existing = append(existing, at(lo+k))
-			case script.UniqueHeld:
-				j.ID = row.Holder
-				existing = append(existing, at(lo+k))
-			case script.Conflict:
-				conflicts = append(conflicts, conflict(j.ID, row.Differs))
-				if len(jobs) > 1 {
-					conflicts[len(conflicts)-1] = fmt.Errorf("task %d: %w", at(lo+k), conflicts[len(conflicts)-1])
-				}
-			}
-		}
-	}
-	for _, i := range existing {
-		jobs[i].Duplicate = true
-		got, err := c.Get(ctx, queue, jobs[i].ID)
-		if errors.Is(err, ErrNotFound) {
-			// It finished and expired between the two calls: report what was asked for.
-			continue
-		}
-		if err != nil {
-			return jobs, nil, err
-		}
-		got.Duplicate = true
-		jobs[i] = got
-	}
-	return jobs, closed, errors.Join(conflicts...)
+	got.Duplicate = true
+	return got, nil
 }
 
 // debounced sets what debounce.lua answered for job j, published as nj.
 func debounced(j *Job, nj *jobstate.NewJob, d jobstate.Debounced) {
-	j.ID, j.Status, j.RunAt, j.CreatedAt, j.Version, j.Debounced = d.ID, StatusScheduled, d.RunAt, d.CreatedAt, d.Version, d.Joined
+	j.ID, j.Status, j.RunAt, j.CreatedAt, j.Version, j.Debounced = d.ID, status.Scheduled, d.RunAt, d.CreatedAt, d.Version, d.Joined
 	j.Debounce = &DebounceWindow{Key: nj.Debounce, First: d.CreatedAt, Until: d.Until, Publishes: d.Publishes}
-}
-
-// byPartition orders jobs by the partition, of p, each goes to, keeping their order within a
-// partition. It returns the order as indexes into njs, the reordered copy, and the partition
-// of each job of that copy.
-func (c *Client) byPartition(njs []jobstate.NewJob, p int) ([]int, []jobstate.NewJob, []int) {
-	part := make([]int, len(njs))
-	count := make([]int, p+1)
-	for k := range njs {
-		part[k] = keys.PartitionOf(routeKey(&njs[k]), p)
-		count[part[k]+1]++
-	}
-	for i := 1; i <= p; i++ {
-		count[i] += count[i-1] // count[i]: where partition i's jobs start
-	}
-	order := make([]int, len(njs))
-	sorted := make([]jobstate.NewJob, len(njs))
-	sortedPart := make([]int, len(njs))
-	for k := range njs {
-		n := count[part[k]]
-		count[part[k]]++
-		order[n], sorted[n], sortedPart[n] = k, njs[k], part[k]
-	}
-	return order, sorted, sortedPart
 }
 
 // conflict is the error of a publish whose id names a job with another type or payload.
 func conflict(id, differs string) error {
 	return fmt.Errorf("%w: job %s exists with a different %s", ErrConflict, id, strings.ReplaceAll(differs, ",", " and "))
-}
-
-// enqueuePlain creates a plain job (jobstate.NewJob.Plain) with Store.Enqueue1 in q, the
-// queue or the partition the job goes to.
-func (c *Client) enqueuePlain(ctx context.Context, js jobstate.Backend, q keys.Queue, j *Job, nj *jobstate.NewJob) (*Job, error) {
-	queue := q.Name()
-	if err := c.registerQueue(ctx, queue); err != nil {
-		return nil, err
-	}
-	row, err := js.Enqueue1(ctx, q, j.CreatedAt, nj)
-	if err != nil {
-		return nil, fmt.Errorf("enqueue to %s: %w", queue, err)
-	}
-	switch row.Code {
-	case script.Conflict:
-		return nil, conflict(j.ID, row.Differs)
-	case script.Exists:
-		j.Duplicate = true
-		got, err := c.Get(ctx, queue, j.ID)
-		if errors.Is(err, ErrNotFound) {
-			return j, nil // it finished and expired between the two calls
-		}
-		if got != nil {
-			got.Duplicate = true
-		}
-		return got, err
-	}
-	j.Status, j.Entry, j.EnqueuedAt = StatusQueued, row.Entry, j.CreatedAt
-	return j, nil
 }
 
 // prepare validates a task and its options, fills nj with what the enqueue script writes and
@@ -694,25 +397,7 @@ func (c *Client) prepare(queue string, t *Task, now time.Time, common []Option, 
 	} else if err := keys.ValidateID(id); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
-	md := t.Metadata
-	if len(o.metadata) > 0 || tc != nil {
-		merged := make(map[string]string, len(md)+len(o.metadata)+len(tc))
-		for k, v := range md {
-			merged[k] = v
-		}
-		for k, v := range o.metadata {
-			merged[k] = v
-		}
-		if tc != nil {
-			// The publish span's trace context replaces one the task carried (a batch's
-			// span links to it; a single task's was the span's parent).
-			delete(merged, tracing.KeyTracestate)
-			for k, v := range tc {
-				merged[k] = v
-			}
-		}
-		md = merged
-	}
+	md := publish.Metadata(t.Metadata, o.metadata, tc)
 	if err := validateMetadata(md); err != nil {
 		return nil, err
 	}
@@ -751,42 +436,6 @@ func (c *Client) prepare(queue string, t *Task, now time.Time, common []Option, 
 	}, nil
 }
 
-func (c *Client) registerQueue(ctx context.Context, queue string) error {
-	now := c.cfg.Now()
-	v, cached := c.known.Load(queue)
-	if cached && now.Sub(v.(*knownQueue).at) < knownTTL {
-		return nil
-	}
-	if err := addQueue(ctx, c.store, queue, c.cfg.MaxQueues, c.cfg.RequireQueues); err != nil {
-		if cached && (errors.Is(err, ErrQueueNotFound) || errors.Is(err, ErrTooManyQueues)) {
-			if c.known.CompareAndDelete(queue, v) {
-				c.nknown.Add(-1)
-			}
-		}
-		return err
-	}
-	k := &knownQueue{q: keys.New(c.cfg.Prefix, queue), at: now}
-	if cached {
-		c.known.CompareAndSwap(queue, v, k)
-		return nil
-	}
-	// Remembered up to the bound, so that names a caller makes up cannot grow the cache
-	// whatever Redis holds; past it, each publish asks Redis again.
-	if c.nknown.Add(1) <= int64(c.cfg.MaxQueues) {
-		if _, loaded := c.known.LoadOrStore(queue, k); !loaded {
-			return nil
-		}
-	}
-	c.nknown.Add(-1)
-	return nil
-}
-
-// registered reports whether queue is in the client's cache of known queues.
-func (c *Client) registered(queue string) bool {
-	_, ok := c.known.Load(queue)
-	return ok
-}
-
 // validate checks a queue name and, unless empty, a job id, wrapping ErrInvalid.
 func validate(queue, id string) error {
 	if err := keys.ValidateQueue(queue); err != nil {
@@ -803,15 +452,6 @@ func validate(queue, id string) error {
 // check validates a queue name and, unless empty, a job id.
 func (c *Client) check(queue, id string) error { return validate(queue, id) }
 
-// keys returns queue's key names, built once per queue that was enqueued to. Other queues'
-// names are built per call: the cache must not grow with names a caller makes up.
-func (c *Client) keys(queue string) keys.Queue {
-	if k, ok := c.known.Load(queue); ok {
-		return k.(*knownQueue).q
-	}
-	return keys.New(c.cfg.Prefix, queue)
-}
-
 // NewID returns a new job id: a ULID (26 characters, sortable by creation time).
 func NewID() string { return ulid.Make().String() }
 
@@ -822,14 +462,14 @@ func (c *Client) Get(ctx context.Context, queue, id string) (*Job, error) {
 	if err := c.checkJob(queue, id); err != nil {
 		return nil, err
 	}
-	p, err := c.partitions(ctx, queue, false)
+	p, err := c.pub.Partitions(ctx, queue, false)
 	if err != nil {
 		return nil, err
 	}
 	if p <= 1 {
-		return getJob(ctx, c.store, c.keys(queue), id)
+		return getJob(ctx, c.store, c.pub.Keys(queue), id)
 	}
-	j, _, err := findJob(ctx, c.store, lookupOrder(c.cfg.Prefix, queue, id, p), id)
+	j, _, err := findJob(ctx, c.store, publish.LookupOrder(c.cfg.Prefix, queue, id, p), id)
 	return j, err
 }
 
@@ -857,7 +497,7 @@ func jobFromHash(queue, id string, flat []string) (*Job, error) {
 
 // jobFromRecord builds job id of queue from its record.
 func jobFromRecord(queue, id string, r jobstate.Record) (*Job, error) {
-	j := &Job{ID: id, Queue: queue, Type: r.Type, Status: Status(r.Status), Attempt: r.Attempt,
+	j := &Job{ID: id, Queue: queue, Type: r.Type, Status: status.Status(r.Status), Attempt: r.Attempt,
 		MaxRetries: r.MaxRetries, Timeout: r.Timeout, CreatedAt: r.CreatedAt, RunAt: r.RunAt,
 		EnqueuedAt: r.EnqueuedAt, StartedAt: r.StartedAt, CompletedAt: r.CompletedAt,
 		Worker: r.Worker, Entry: r.Entry, LastError: r.LastError, Result: r.Result,
@@ -895,15 +535,15 @@ func (c *Client) Cancel(ctx context.Context, queue, id string) error {
 	if err := c.checkJob(queue, id); err != nil {
 		return err
 	}
-	p, err := c.partitions(ctx, queue, false)
+	p, err := c.pub.Partitions(ctx, queue, false)
 	if err != nil {
 		return err
 	}
 	now := c.cfg.Now()
 	if p <= 1 {
-		return cancelJob(ctx, c.store, c.keys(queue), id, now, c.cfg.Retention, c.cfg.MinRetention)
+		return cancelJob(ctx, c.store, c.pub.Keys(queue), id, now, c.cfg.Retention, c.cfg.MinRetention)
 	}
-	return onPartition(ctx, c.store, lookupOrder(c.cfg.Prefix, queue, id, p), id, func(q keys.Queue) error {
+	return publish.OnPartition(ctx, c.store, publish.LookupOrder(c.cfg.Prefix, queue, id, p), id, ErrNotFound, func(q keys.Queue) error {
 		return cancelJob(ctx, c.store, q, id, now, c.cfg.Retention, c.cfg.MinRetention)
 	})
 }
@@ -923,7 +563,7 @@ func cancelJob(ctx context.Context, js jobstate.Backend, q keys.Queue, id string
 		if row.Data != "" && row.Data != "0" {
 			// The cancel is done: what is left is the cascade's rest (a wide workflow), which
 			// the queue's recoverer finishes should these calls fail or the process die.
-			_ = followCascade(ctx, js, q, now)
+			_ = workflow.FollowCascade(ctx, js, q, now)
 		}
 		return nil
 	case script.WrongState:
@@ -973,12 +613,12 @@ func (c *Client) Stats(ctx context.Context, queue string) (*QueueStats, error) {
 	if err := c.check(queue, ""); err != nil {
 		return nil, err
 	}
-	p, err := c.partitions(ctx, queue, false)
+	p, err := c.pub.Partitions(ctx, queue, false)
 	if err != nil {
 		return nil, err
 	}
 	if p <= 1 {
-		st, err := readStats(ctx, c.store, []keys.Queue{c.keys(queue)})
+		st, err := readStats(ctx, c.store, []keys.Queue{c.pub.Keys(queue)})
 		if err != nil {
 			return nil, err
 		}

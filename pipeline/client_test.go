@@ -14,6 +14,7 @@ import (
 
 	"github.com/conveyorq/conveyor/internal/keys"
 	"github.com/conveyorq/conveyor/pipeline"
+	"github.com/conveyorq/conveyor/status"
 )
 
 func TestEnqueueRefusesBadInput(t *testing.T) {
@@ -68,7 +69,7 @@ func TestEnqueueQueuedAndGet(t *testing.T) {
 	j, err := b.client.Enqueue(ctx, b.queue, pipeline.Task{Type: "echo", Payload: []byte(`{"n":1}`), Metadata: map[string]string{"trace": "abc"}},
 		pipeline.WithMaxRetries(3), pipeline.WithTimeout(time.Minute))
 	require.NoError(t, err)
-	require.Equal(t, pipeline.StatusQueued, j.Status)
+	require.Equal(t, status.Queued, j.Status)
 	require.Len(t, j.ID, 26, "generated ids are ULIDs")
 	require.NotEmpty(t, j.Entry)
 
@@ -77,7 +78,7 @@ func TestEnqueueQueuedAndGet(t *testing.T) {
 	require.Equal(t, j.ID, got.ID)
 	require.Equal(t, b.queue, got.Queue)
 	require.Equal(t, "echo", got.Type)
-	require.Equal(t, pipeline.StatusQueued, got.Status)
+	require.Equal(t, status.Queued, got.Status)
 	require.Equal(t, `{"n":1}`, string(got.Payload), "payload is read from the stream entry")
 	require.Equal(t, map[string]string{"trace": "abc"}, got.Metadata)
 	require.Equal(t, 0, got.Attempt)
@@ -118,14 +119,14 @@ func TestEnqueueDelayed(t *testing.T) {
 	ctx := t.Context()
 	j, err := b.client.Enqueue(ctx, b.queue, pipeline.Task{Type: "echo", Payload: []byte("p")}, pipeline.WithDelay(time.Hour))
 	require.NoError(t, err)
-	require.Equal(t, pipeline.StatusScheduled, j.Status)
+	require.Equal(t, status.Scheduled, j.Status)
 	score, err := b.rdb.ZScore(ctx, b.q.Scheduled(), j.ID).Result()
 	require.NoError(t, err)
 	require.EqualValues(t, j.RunAt.UnixMilli(), score)
 	require.InDelta(t, time.Hour.Seconds(), j.RunAt.Sub(j.CreatedAt).Seconds(), 0.01)
 	got, err := b.client.Get(ctx, b.queue, j.ID)
 	require.NoError(t, err)
-	require.Equal(t, pipeline.StatusScheduled, got.Status)
+	require.Equal(t, status.Scheduled, got.Status)
 	require.Equal(t, "p", string(got.Payload))
 	require.Empty(t, got.Entry)
 	require.EqualValues(t, 1, b.stats(t).Scheduled)
@@ -134,13 +135,13 @@ func TestEnqueueDelayed(t *testing.T) {
 	// 2,500,000h used to run at once.
 	far, err := b.client.Enqueue(ctx, b.queue, pipeline.Task{Type: "echo"}, pipeline.WithDelay(2_500_000*time.Hour))
 	require.NoError(t, err)
-	require.Equal(t, pipeline.StatusScheduled, far.Status)
+	require.Equal(t, status.Scheduled, far.Status)
 	require.InDelta(t, (2_500_000 * time.Hour).Seconds(), far.RunAt.Sub(far.CreatedAt).Seconds(), 0.01)
 	require.Greater(t, far.RunAt.Year(), 2262)
 	farAt := time.Date(9999, 12, 31, 23, 59, 59, 999_000_001, time.UTC)
 	last, err := b.client.Enqueue(ctx, b.queue, pipeline.Task{Type: "echo"}, pipeline.WithRunAt(farAt.Add(-time.Millisecond)))
 	require.NoError(t, err)
-	require.Equal(t, pipeline.StatusScheduled, last.Status)
+	require.Equal(t, status.Scheduled, last.Status)
 	score, err = b.rdb.ZScore(ctx, b.q.Scheduled(), last.ID).Result()
 	require.NoError(t, err)
 	require.EqualValues(t, farAt.UnixMilli(), score, "rounded up to the next millisecond, never early")
@@ -151,7 +152,7 @@ func TestEnqueueDelayed(t *testing.T) {
 	// A run-at in the past runs at once.
 	past, err := b.client.Enqueue(ctx, b.queue, pipeline.Task{Type: "echo"}, pipeline.WithRunAt(time.Now().Add(-time.Hour)))
 	require.NoError(t, err)
-	require.Equal(t, pipeline.StatusQueued, past.Status)
+	require.Equal(t, status.Queued, past.Status)
 }
 
 func TestEnqueueSameIDTwiceMakesOneJob(t *testing.T) {
@@ -184,7 +185,7 @@ func TestEnqueueUnique(t *testing.T) {
 
 	// The key is freed when the job ends, so the same key makes a new job afterwards.
 	b.startWorker(t, pipeline.WorkerConfig{}, map[string]pipeline.HandlerFunc{"echo": echo})
-	b.waitStatus(t, first.ID, pipeline.StatusCompleted)
+	b.waitStatus(t, first.ID, status.Completed)
 	again, err := b.client.Enqueue(ctx, b.queue, pipeline.Task{Type: "echo"}, pipeline.WithUnique("user:7", time.Hour))
 	require.NoError(t, err)
 	require.NotEqual(t, first.ID, again.ID)
@@ -207,9 +208,9 @@ func TestEnqueueBatch(t *testing.T) {
 		ids[j.ID] = true
 		require.Equal(t, 1, j.MaxRetries)
 		if i == 7 {
-			require.Equal(t, pipeline.StatusScheduled, j.Status)
+			require.Equal(t, status.Scheduled, j.Status)
 		} else {
-			require.Equal(t, pipeline.StatusQueued, j.Status)
+			require.Equal(t, status.Queued, j.Status)
 		}
 	}
 	require.Len(t, ids, 250)
@@ -244,7 +245,7 @@ func TestCancel(t *testing.T) {
 	for _, id := range []string{sched.ID, queued.ID} {
 		j, err := b.client.Get(ctx, b.queue, id)
 		require.NoError(t, err)
-		require.Equal(t, pipeline.StatusCanceled, j.Status)
+		require.Equal(t, status.Canceled, j.Status)
 		require.NotEmpty(t, j.Payload, "a canceled job keeps its payload")
 		require.False(t, j.CompletedAt.IsZero())
 		ttl, err := b.rdb.PTTL(ctx, b.q.Job(id)).Result()
@@ -263,7 +264,7 @@ func TestCancel(t *testing.T) {
 func TestJobJSON(t *testing.T) {
 	t.Parallel()
 	j := &pipeline.Job{
-		ID: "x", Queue: "q", Type: "t", Status: pipeline.StatusCompleted,
+		ID: "x", Queue: "q", Type: "t", Status: status.Completed,
 		Payload: []byte(`{"a":1}`), Result: []byte("not json"),
 		CreatedAt: time.UnixMilli(1000),
 	}
@@ -306,7 +307,7 @@ func TestReplayTakesUniqueKeyAgain(t *testing.T) {
 	})
 	orig, err := b.client.Enqueue(ctx, b.queue, pipeline.Task{Type: "fail"}, pipeline.WithUnique("order-42", time.Hour))
 	require.NoError(t, err)
-	b.waitStatus(t, orig.ID, pipeline.StatusFailed)
+	b.waitStatus(t, orig.ID, status.Failed)
 	require.NoError(t, stop()) // nothing runs from here on: the jobs stay where the test puts them
 
 	// Another job takes the key while the first is dead: the replay is refused.
@@ -320,7 +321,7 @@ func TestReplayTakesUniqueKeyAgain(t *testing.T) {
 	require.ErrorContains(t, err, other.ID)
 	got, err := b.client.Get(ctx, b.queue, orig.ID)
 	require.NoError(t, err)
-	require.Equal(t, pipeline.StatusFailed, got.Status, "a refused replay changes nothing")
+	require.Equal(t, status.Failed, got.Status, "a refused replay changes nothing")
 
 	// Once the key is free, the replay takes it, with the TTL the job was published with.
 	require.NoError(t, b.client.Cancel(ctx, b.queue, other.ID))

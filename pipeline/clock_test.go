@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/conveyorq/conveyor/pipeline"
+	"github.com/conveyorq/conveyor/status"
 )
 
 // A worker stamps what it stores by its own clock (WorkerConfig.Now), and Redis's clock
@@ -45,12 +46,12 @@ func TestWorkerClockStampsRetry(t *testing.T) {
 			}, h)
 			var got *pipeline.Job
 			if tc.step > 0 {
-				got = b.waitStatus(t, j.ID, pipeline.StatusScheduled)
+				got = b.waitStatus(t, j.ID, status.Scheduled)
 				// Read now, after the attempt: a due time by the true clock would be before it.
 				require.Greater(t, time.Until(got.RunAt), tc.step-time.Minute,
 					"the retry is due by the worker's clock, an hour ahead")
 			} else {
-				got = b.waitStatus(t, j.ID, pipeline.StatusCompleted)
+				got = b.waitStatus(t, j.ID, status.Completed)
 				require.Equal(t, 2, got.Attempt, "the retry ran at once: its backoff of an hour ended by the worker's clock")
 			}
 			require.NotEmpty(t, got.Attempts)
@@ -97,8 +98,8 @@ func TestWorkerClockStepBackWritesStart(t *testing.T) {
 	t.Cleanup(free) // before the worker's stop, which waits for the handler
 	j, err := b.client.Enqueue(ctx, b.queue, pipeline.Task{Type: "t"})
 	require.NoError(t, err)
-	got := b.waitStatus(t, j.ID, pipeline.StatusInProgress)
+	got := b.waitStatus(t, j.ID, status.InProgress)
 	free()
 	require.Less(t, time.Until(got.StartedAt), time.Minute, "the start stamped before the step")
-	b.waitStatus(t, j.ID, pipeline.StatusCompleted)
+	b.waitStatus(t, j.ID, status.Completed)
 }

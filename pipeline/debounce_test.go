@@ -14,6 +14,7 @@ import (
 	"github.com/conveyorq/conveyor/internal/keys"
 	"github.com/conveyorq/conveyor/internal/redistest"
 	"github.com/conveyorq/conveyor/pipeline"
+	"github.com/conveyorq/conveyor/status"
 )
 
 // ran records what a handler ran: the payloads of each job id, in order.
@@ -107,7 +108,7 @@ func TestDebounce(t *testing.T) {
 						pipeline.WithDebounce("user:1", 30*time.Millisecond, time.Hour))
 					require.NoError(t, err)
 					require.Equal(t, n > 0, j.Debounced, "publish %d", n)
-					require.Equal(t, pipeline.StatusScheduled, j.Status)
+					require.Equal(t, status.Scheduled, j.Status)
 					require.Equal(t, n+1, j.Debounce.Publishes)
 					require.Equal(t, "user:1", j.Debounce.Key)
 					if n == 0 {
@@ -128,7 +129,7 @@ func TestDebounce(t *testing.T) {
 				_, _ = startWorkerOn(t, rdb, pipeline.WorkerConfig{Queues: []string{q}}, map[string]pipeline.HandlerFunc{"d": r.handler})
 				r.waitRan(t, id)
 				require.Equal(t, []string{"p9"}, r.of(id))
-				done := waitJob(t, client, q, id, pipeline.StatusCompleted)
+				done := waitJob(t, client, q, id, status.Completed)
 				neverEarly(t, done)
 				st, err := client.Stats(ctx, q)
 				require.NoError(t, err)
@@ -170,7 +171,7 @@ func TestDebounce(t *testing.T) {
 				require.NotNil(t, second, "the first window never closed")
 				r.waitRan(t, first.ID)
 				require.Equal(t, []string{last}, r.of(first.ID), "it ran the last payload published before it ran")
-				done := waitJob(t, client, q, first.ID, pipeline.StatusCompleted)
+				done := waitJob(t, client, q, first.ID, status.Completed)
 				neverEarly(t, done)
 				require.False(t, done.EnqueuedAt.Before(done.Debounce.First.Add(maxWait)))
 				require.Equal(t, done.Debounce.Until, done.RunAt)
@@ -186,7 +187,7 @@ func TestDebounce(t *testing.T) {
 				a, err := client.Enqueue(ctx, q, pipeline.Task{Type: "d", Payload: []byte("a")}, opt)
 				require.NoError(t, err)
 				r.waitRan(t, a.ID)
-				waitJob(t, client, q, a.ID, pipeline.StatusCompleted)
+				waitJob(t, client, q, a.ID, status.Completed)
 				n, err := rdb.Exists(ctx, keys.New(keys.DefaultPrefix, q).Debounce("k")).Result()
 				require.NoError(t, err)
 				require.Zero(t, n, "the promotion deletes the debounce key")
@@ -197,7 +198,7 @@ func TestDebounce(t *testing.T) {
 				r.waitRan(t, b.ID)
 				require.Equal(t, []string{"a"}, r.of(a.ID))
 				require.Equal(t, []string{"b"}, r.of(b.ID))
-				neverEarly(t, waitJob(t, client, q, b.ID, pipeline.StatusCompleted))
+				neverEarly(t, waitJob(t, client, q, b.ID, status.Completed))
 			})
 			t.Run("CancelEndsTheWindow", func(t *testing.T) {
 				t.Parallel()
@@ -217,7 +218,7 @@ func TestDebounce(t *testing.T) {
 				require.True(t, c.Debounced)
 				got, err := client.Get(ctx, q, a.ID)
 				require.NoError(t, err)
-				require.Equal(t, pipeline.StatusCanceled, got.Status)
+				require.Equal(t, status.Canceled, got.Status)
 				require.Equal(t, "a", string(got.Payload), "the canceled job kept its payload")
 			})
 			t.Run("Batch", func(t *testing.T) {
@@ -235,7 +236,7 @@ func TestDebounce(t *testing.T) {
 				require.NoError(t, err)
 				require.Len(t, jobs, 5)
 				require.False(t, jobs[0].Debounced)
-				require.Equal(t, pipeline.StatusQueued, jobs[1].Status)
+				require.Equal(t, status.Queued, jobs[1].Status)
 				require.Equal(t, jobs[0].ID, jobs[2].ID)
 				require.True(t, jobs[2].Debounced)
 				require.NotEqual(t, jobs[0].ID, jobs[3].ID)
@@ -294,7 +295,7 @@ func TestDebounce(t *testing.T) {
 					runs := r.of(id)
 					require.Len(t, runs, 1, "job %s ran %d times", id, len(runs))
 					require.True(t, ps[runs[0]], "job %s ran %q, which no publish of its window sent", id, runs[0])
-					neverEarly(t, waitJob(t, client, q, id, pipeline.StatusCompleted))
+					neverEarly(t, waitJob(t, client, q, id, status.Completed))
 				}
 				require.Equal(t, publishers*each, total)
 				st, err := client.Stats(ctx, q)

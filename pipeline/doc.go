@@ -43,9 +43,10 @@
 // worker's recoverer puts the job back after the visibility timeout, counting the lost
 // attempt.
 //
-// A job's [Status] is one of scheduled, queued, in_progress, completed, failed and canceled. A
-// final status is announced on the queue's events channel to whoever waits on the job. That
-// wakes [Client.Wait] and the HTTP API's long polls without polling Redis.
+// A job's status ([status.Status], package status) is one of scheduled, queued, in_progress,
+// completed, failed and canceled. A final status is announced on the queue's events channel to
+// whoever waits on the job. That wakes [Client.Wait] and the HTTP API's long polls without
+// polling Redis.
 //
 // A job canceled while it runs ([Client.Cancel], from any process) has its handler's context
 // cancelled within milliseconds. The cause is [ErrJobCanceled]. Its worker listens on the

@@ -17,6 +17,7 @@ import (
 	"github.com/conveyorq/conveyor/internal/keys"
 	"github.com/conveyorq/conveyor/internal/redistest"
 	"github.com/conveyorq/conveyor/pipeline"
+	"github.com/conveyorq/conveyor/status"
 )
 
 // replicated is a private master with one replica in sync.
@@ -87,7 +88,7 @@ func TestWithReplicas(t *testing.T) {
 		require.NotNil(t, j, "the job comes back with the error: it was written")
 		got, err := cc.Get(ctx, q, j.ID)
 		require.NoError(t, err)
-		require.Equal(t, pipeline.StatusQueued, got.Status)
+		require.Equal(t, status.Queued, got.Status)
 		// WithReplicas(0, 0) waits for none, whatever the client says.
 		_, err = cc.Enqueue(ctx, q, pipeline.Task{Type: "t"}, pipeline.WithReplicas(0, 0))
 		require.NoError(t, err)
@@ -218,7 +219,7 @@ func TestWithReplicasCluster(t *testing.T) {
 	}
 	got, err := c.Get(ctx, q, j.ID)
 	require.NoError(t, err)
-	require.Equal(t, pipeline.StatusQueued, got.Status)
+	require.Equal(t, status.Queued, got.Status)
 
 	// A batch over 3 partitions goes to several masters: one WAIT on each that took jobs.
 	// A name whose partitions are not all on one master (1 in 9 random names are).
@@ -274,13 +275,13 @@ func TestWorkerReplicas(t *testing.T) {
 
 	j, err := c.Enqueue(ctx, q, pipeline.Task{Type: "echo", Payload: []byte(`1`)})
 	require.NoError(t, err)
-	b.waitStatus(t, j.ID, pipeline.StatusCompleted)
+	b.waitStatus(t, j.ID, status.Completed)
 	require.Zero(t, w.UnreplicatedWrites())
 
 	require.NoError(t, s.replica.Kill())
 	j, err = c.Enqueue(ctx, q, pipeline.Task{Type: "echo", Payload: []byte(`2`)})
 	require.NoError(t, err)
-	b.waitStatus(t, j.ID, pipeline.StatusCompleted)
+	b.waitStatus(t, j.ID, status.Completed)
 	require.Eventually(t, func() bool { return w.UnreplicatedWrites() > 0 }, 10*time.Second, 10*time.Millisecond)
 
 	_, err = pipeline.NewWorker(s.masterRdb, pipeline.WorkerConfig{Queues: []string{q}, Replicas: -1})

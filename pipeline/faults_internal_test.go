@@ -13,6 +13,7 @@ import (
 
 	"github.com/conveyorq/conveyor/internal/jobstate"
 	"github.com/conveyorq/conveyor/internal/redistest"
+	"github.com/conveyorq/conveyor/status"
 )
 
 // failFinish makes the finish script's writes fail while on, as Redis refusing them would,
@@ -100,7 +101,7 @@ func TestWorkerStopsReadingWhileWritesFail(t *testing.T) {
 	for _, id := range append(later, j.ID) {
 		require.Eventually(t, func() bool {
 			got, err := producer.Get(ctx, queue, id)
-			return err == nil && got.Status == StatusCompleted
+			return err == nil && got.Status == status.Completed
 		}, 10*time.Second, 10*time.Millisecond)
 	}
 	require.EqualValues(t, 6, ran.Load())

@@ -11,6 +11,7 @@ import (
 
 	"github.com/conveyorq/conveyor/internal/redistest"
 	"github.com/conveyorq/conveyor/pipeline"
+	"github.com/conveyorq/conveyor/status"
 )
 
 // privateBundle is a bundle on a server of the test's own, for tests that change the server's
@@ -77,7 +78,7 @@ func TestOutOfMemorySpellKeepsEarnedOutcomes(t *testing.T) {
 	restore()
 
 	for _, id := range ids {
-		j := b.waitStatus(t, id, pipeline.StatusCompleted)
+		j := b.waitStatus(t, id, status.Completed)
 		require.Equal(t, 1, j.Attempt, "job %s ran once", id)
 		require.Equal(t, "ok", string(j.Result))
 	}

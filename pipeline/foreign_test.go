@@ -18,6 +18,7 @@ import (
 	"github.com/conveyorq/conveyor/internal/jobstate"
 	"github.com/conveyorq/conveyor/internal/keys"
 	"github.com/conveyorq/conveyor/pipeline"
+	"github.com/conveyorq/conveyor/status"
 	"github.com/conveyorq/conveyor/stream"
 )
 
@@ -61,7 +62,7 @@ func TestStockPublisherMessagesAreAdopted(t *testing.T) {
 		},
 	})
 	for _, m := range []*message.Message{typed, untyped, flaky} {
-		j := b.waitStatus(t, m.UUID, pipeline.StatusCompleted)
+		j := b.waitStatus(t, m.UUID, status.Completed)
 		require.Equal(t, string(m.Payload), string(j.Result))
 		require.Equal(t, string(m.Payload), string(j.Payload))
 	}
@@ -98,12 +99,12 @@ func TestStockPublisherMessagesWithoutTypeGoDead(t *testing.T) {
 	require.Eventually(t, func() bool { return b.stats(t).Dead == 2 }, 10*time.Second, 10*time.Millisecond)
 	j, err := b.client.Get(ctx, b.queue, untyped.UUID)
 	require.NoError(t, err)
-	require.Equal(t, pipeline.StatusFailed, j.Status)
+	require.Equal(t, status.Failed, j.Status)
 	require.Contains(t, j.LastError, pipeline.MetaKeyType)
 	require.Equal(t, "no type", string(j.Payload))
 	got, err := b.client.Get(ctx, b.queue, existing.ID)
 	require.NoError(t, err)
-	require.Equal(t, pipeline.StatusScheduled, got.Status, "the job the imposter names is untouched")
+	require.Equal(t, status.Scheduled, got.Status, "the job the imposter names is untouched")
 }
 
 // A message of another publisher is recoverable like any job: adopted by a worker that then
@@ -129,11 +130,11 @@ func TestStockPublisherMessagesAreRecovered(t *testing.T) {
 
 	b.startWorker(t, pipeline.WorkerConfig{VisibilityTimeout: 600 * time.Millisecond, RecoveryInterval: 50 * time.Millisecond},
 		map[string]pipeline.HandlerFunc{"echo": echo})
-	j := b.waitStatus(t, adopted.UUID, pipeline.StatusCompleted)
+	j := b.waitStatus(t, adopted.UUID, status.Completed)
 	require.Equal(t, 2, j.Attempt, "the lost attempt counts")
 	require.Contains(t, j.LastError, "lost")
 	require.Equal(t, "adopted", string(j.Result))
-	j = b.waitStatus(t, taken.UUID, pipeline.StatusCompleted)
+	j = b.waitStatus(t, taken.UUID, status.Completed)
 	require.Equal(t, 1, j.Attempt, "no attempt ran before it was adopted")
 	require.Equal(t, "taken", string(j.Result))
 	require.EqualValues(t, 2, b.stats(t).Recovered)
@@ -173,35 +174,35 @@ func TestStockPublisherControlKeys(t *testing.T) {
 		return func(e time.Time) time.Time { return e.Add(d) }
 	}
 	at := func(t time.Time) func(time.Time) time.Time { return func(time.Time) time.Time { return t } }
-	const refused = pipeline.Status("refused as a duplicate")
+	const refused = status.Status("refused as a duplicate")
 	cases := []struct {
 		name   string
 		md     map[string]string
-		status pipeline.Status
-		runAt  func(entry time.Time) time.Time // StatusScheduled: the due time
+		status status.Status
+		runAt  func(entry time.Time) time.Time // status.Scheduled: the due time
 		unique string                          // a unique key the job must hold
-		reason string                          // StatusFailed: what last_error names
+		reason string                          // status.Failed: what last_error names
 	}{
-		{name: "delay", md: map[string]string{pipeline.MetaKeyDelay: "1h"}, status: pipeline.StatusScheduled, runAt: fromEntry(time.Hour)},
+		{name: "delay", md: map[string]string{pipeline.MetaKeyDelay: "1h"}, status: status.Scheduled, runAt: fromEntry(time.Hour)},
 		{name: "run_at in unix ms", md: map[string]string{pipeline.MetaKeyRunAt: strconv.FormatInt(inHour.UnixMilli(), 10)},
-			status: pipeline.StatusScheduled, runAt: at(time.UnixMilli(inHour.UnixMilli()))},
+			status: status.Scheduled, runAt: at(time.UnixMilli(inHour.UnixMilli()))},
 		{name: "run_at in RFC 3339", md: map[string]string{pipeline.MetaKeyRunAt: atSecond.UTC().Format(time.RFC3339)},
-			status: pipeline.StatusScheduled, runAt: at(atSecond)},
+			status: status.Scheduled, runAt: at(atSecond)},
 		{name: "delay with a unique key", md: map[string]string{pipeline.MetaKeyDelay: "90m", pipeline.MetaKeyUniqueKey: "mine", pipeline.MetaKeyUniqueTTL: "2h"},
-			status: pipeline.StatusScheduled, runAt: fromEntry(90 * time.Minute), unique: "mine"},
+			status: status.Scheduled, runAt: fromEntry(90 * time.Minute), unique: "mine"},
 		{name: "unique key held", md: map[string]string{pipeline.MetaKeyUniqueKey: "taken"}, status: refused},
-		{name: "delay not a duration", md: map[string]string{pipeline.MetaKeyDelay: "garbage"}, status: pipeline.StatusFailed, reason: pipeline.MetaKeyDelay},
-		{name: "delay negative", md: map[string]string{pipeline.MetaKeyDelay: "-1s"}, status: pipeline.StatusFailed, reason: pipeline.MetaKeyDelay},
-		{name: "run_at not a time", md: map[string]string{pipeline.MetaKeyRunAt: "tomorrow"}, status: pipeline.StatusFailed, reason: pipeline.MetaKeyRunAt},
+		{name: "delay not a duration", md: map[string]string{pipeline.MetaKeyDelay: "garbage"}, status: status.Failed, reason: pipeline.MetaKeyDelay},
+		{name: "delay negative", md: map[string]string{pipeline.MetaKeyDelay: "-1s"}, status: status.Failed, reason: pipeline.MetaKeyDelay},
+		{name: "run_at not a time", md: map[string]string{pipeline.MetaKeyRunAt: "tomorrow"}, status: status.Failed, reason: pipeline.MetaKeyRunAt},
 		{name: "run_at after MaxRunAt", md: map[string]string{pipeline.MetaKeyRunAt: strconv.FormatInt(pipeline.MaxRunAt.UnixMilli()+1, 10)},
-			status: pipeline.StatusFailed, reason: pipeline.MetaKeyRunAt},
-		{name: "delay and run_at", md: map[string]string{pipeline.MetaKeyDelay: "1h", pipeline.MetaKeyRunAt: "0"}, status: pipeline.StatusFailed, reason: pipeline.MetaKeyRunAt},
-		{name: "unique ttl without a key", md: map[string]string{pipeline.MetaKeyUniqueTTL: "1h"}, status: pipeline.StatusFailed, reason: pipeline.MetaKeyUniqueTTL},
-		{name: "unique ttl zero", md: map[string]string{pipeline.MetaKeyUniqueKey: "z", pipeline.MetaKeyUniqueTTL: "0s"}, status: pipeline.StatusFailed, reason: pipeline.MetaKeyUniqueTTL},
-		{name: "unique key too long", md: map[string]string{pipeline.MetaKeyUniqueKey: strings.Repeat("k", 129)}, status: pipeline.StatusFailed, reason: pipeline.MetaKeyUniqueKey},
-		{name: "unknown control key", md: map[string]string{"conveyor_delays": "1h"}, status: pipeline.StatusFailed, reason: "conveyor_delays"},
-		{name: "retry count not a number", md: map[string]string{pipeline.MetaKeyMaxRetries: "x"}, status: pipeline.StatusFailed, reason: pipeline.MetaKeyMaxRetries},
-		{name: "timeout not a duration", md: map[string]string{pipeline.MetaKeyTimeout: "soon"}, status: pipeline.StatusFailed, reason: pipeline.MetaKeyTimeout},
+			status: status.Failed, reason: pipeline.MetaKeyRunAt},
+		{name: "delay and run_at", md: map[string]string{pipeline.MetaKeyDelay: "1h", pipeline.MetaKeyRunAt: "0"}, status: status.Failed, reason: pipeline.MetaKeyRunAt},
+		{name: "unique ttl without a key", md: map[string]string{pipeline.MetaKeyUniqueTTL: "1h"}, status: status.Failed, reason: pipeline.MetaKeyUniqueTTL},
+		{name: "unique ttl zero", md: map[string]string{pipeline.MetaKeyUniqueKey: "z", pipeline.MetaKeyUniqueTTL: "0s"}, status: status.Failed, reason: pipeline.MetaKeyUniqueTTL},
+		{name: "unique key too long", md: map[string]string{pipeline.MetaKeyUniqueKey: strings.Repeat("k", 129)}, status: status.Failed, reason: pipeline.MetaKeyUniqueKey},
+		{name: "unknown control key", md: map[string]string{"conveyor_delays": "1h"}, status: status.Failed, reason: "conveyor_delays"},
+		{name: "retry count not a number", md: map[string]string{pipeline.MetaKeyMaxRetries: "x"}, status: status.Failed, reason: pipeline.MetaKeyMaxRetries},
+		{name: "timeout not a duration", md: map[string]string{pipeline.MetaKeyTimeout: "soon"}, status: status.Failed, reason: pipeline.MetaKeyTimeout},
 	}
 	msgs := make([]*message.Message, len(cases))
 	for i, c := range cases {
@@ -231,7 +232,7 @@ func TestStockPublisherControlKeys(t *testing.T) {
 		}
 		j := b.waitStatus(t, m.UUID, c.status)
 		switch c.status {
-		case pipeline.StatusScheduled:
+		case status.Scheduled:
 			due := c.runAt(stream.EntryTime(e.ID)).UnixMilli()
 			require.Equal(t, due, j.RunAt.UnixMilli(), c.name)
 			score, err := b.rdb.ZScore(ctx, b.q.Scheduled(), m.UUID).Result()
@@ -245,7 +246,7 @@ func TestStockPublisherControlKeys(t *testing.T) {
 			if c.unique != "" {
 				require.Equal(t, m.UUID, b.rdb.Get(ctx, b.q.Unique(c.unique)).Val(), c.name)
 			}
-		case pipeline.StatusFailed:
+		case status.Failed:
 			require.Contains(t, j.LastError, c.reason, c.name)
 			require.Equal(t, c.name, string(j.Payload), c.name)
 		}
@@ -275,7 +276,7 @@ func TestStockPublisherDelayedMessageRunsWhenDue(t *testing.T) {
 			return j.Payload, nil
 		},
 	})
-	j := b.waitStatus(t, m.UUID, pipeline.StatusCompleted)
+	j := b.waitStatus(t, m.UUID, status.Completed)
 	require.False(t, (<-started).Before(due), "ran before it was due")
 	require.Equal(t, 1, j.Attempt)
 	require.Equal(t, "later", string(j.Result))
@@ -316,10 +317,10 @@ func TestStockPublisherUniqueKeyHeldWhileRunning(t *testing.T) {
 	require.ErrorIs(t, err, pipeline.ErrNotFound)
 
 	free()
-	b.waitStatus(t, first.UUID, pipeline.StatusCompleted)
+	b.waitStatus(t, first.UUID, status.Completed)
 	require.Zero(t, b.rdb.Exists(ctx, b.q.Unique("report-7")).Val(), "freed when the job ends")
 	again := stockMessage("again", md)
 	b.stockPublish(t, again)
 	require.Equal(t, again.UUID, <-running)
-	b.waitStatus(t, again.UUID, pipeline.StatusCompleted)
+	b.waitStatus(t, again.UUID, status.Completed)
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/conveyorq/conveyor/internal/keys"
 	"github.com/conveyorq/conveyor/internal/redistest"
 	"github.com/conveyorq/conveyor/pipeline"
+	"github.com/conveyorq/conveyor/status"
 )
 
 // groupGate is a handler that holds each job until the test lets that job go, and tells the
@@ -147,7 +148,7 @@ func TestGroupWindowServesGroupsInTurn(t *testing.T) {
 			as := publishGroup(t, b.client, b.queue, "a", 7)
 			j, err := b.client.Get(ctx, b.queue, as[6])
 			require.NoError(t, err)
-			require.Equal(t, pipeline.StatusQueued, j.Status)
+			require.Equal(t, status.Queued, j.Status)
 			require.Empty(t, j.Entry, "a waiting job is in no stream")
 			require.Equal(t, "a", j.Group)
 			st := b.stats(t)
@@ -172,7 +173,7 @@ func TestGroupWindowServesGroupsInTurn(t *testing.T) {
 
 			// Cancel a waiting job: it leaves a's list, and the next one keeps its turn.
 			require.NoError(t, b.client.Cancel(ctx, b.queue, as[2]))
-			b.waitStatus(t, as[2], pipeline.StatusCanceled)
+			b.waitStatus(t, as[2], status.Canceled)
 			require.EqualValues(t, 4, b.stats(t).GroupWaiting)
 
 			// Done: a's next waiting job (as[3]) starts.
@@ -181,7 +182,7 @@ func TestGroupWindowServesGroupsInTurn(t *testing.T) {
 			// Dead: as[4].
 			g.finish(as[1], pipeline.SkipRetry(errors.New("dead on purpose")))
 			require.Equal(t, as[4], g.next(t))
-			b.waitStatus(t, as[1], pipeline.StatusFailed)
+			b.waitStatus(t, as[1], status.Failed)
 			// A retry leaves the window: as[5] starts, and the retried job waits its turn again
 			// when it is due (behind as[6]).
 			g.finish(as[3], errors.New("again"))
@@ -198,7 +199,7 @@ func TestGroupWindowServesGroupsInTurn(t *testing.T) {
 				g.finish(id, nil)
 			}
 			for _, id := range []string{as[3], as[5], as[6], bs[0]} {
-				b.waitStatus(t, id, pipeline.StatusCompleted)
+				b.waitStatus(t, id, status.Completed)
 			}
 			groupsDrained(t, b.rdb, b.insp, b.client, b.queue)
 		})
@@ -250,11 +251,11 @@ func TestGroupReplayAndWeights(t *testing.T) {
 	require.Equal(t, light[0], first)
 	g.finish(light[0], pipeline.SkipRetry(errors.New("dead")))
 	require.Equal(t, light[1], g.next(t))
-	b.waitStatus(t, light[0], pipeline.StatusFailed)
+	b.waitStatus(t, light[0], status.Failed)
 	require.NoError(t, b.insp.Replay(ctx, b.queue, light[0]))
 	r, err := b.client.Get(ctx, b.queue, light[0])
 	require.NoError(t, err)
-	require.Equal(t, pipeline.StatusQueued, r.Status)
+	require.Equal(t, status.Queued, r.Status)
 	require.Empty(t, r.Entry, "a full group's replayed job waits")
 	g.finish(light[1], nil)
 	require.Equal(t, light[0], g.next(t), "the replayed job runs when light's place frees")
@@ -267,7 +268,7 @@ func TestGroupReplayAndWeights(t *testing.T) {
 	g.finish(g.nextOf(t, heavy[3], heavy[4]), nil)
 	g.finish(g.nextOf(t, heavy[3], heavy[4]), nil)
 	for _, id := range append(heavy, light...) {
-		b.waitStatus(t, id, pipeline.StatusCompleted)
+		b.waitStatus(t, id, status.Completed)
 	}
 	groupsDrained(t, b.rdb, b.insp, b.client, b.queue)
 
@@ -317,7 +318,7 @@ func TestGroupWeightZeroSetsItBackToOne(t *testing.T) {
 	require.Equal(t, ids[1], g.next(t))
 	g.finish(ids[1], nil)
 	for _, id := range ids {
-		b.waitStatus(t, id, pipeline.StatusCompleted)
+		b.waitStatus(t, id, status.Completed)
 	}
 	groupsDrained(t, b.rdb, b.insp, b.client, b.queue)
 }
@@ -421,12 +422,12 @@ func TestGroupKeepsPlaceThroughRecovery(t *testing.T) {
 			mu.Unlock()
 			return nil, nil
 		}, "noop": func(context.Context, *pipeline.Job) ([]byte, error) { return nil, nil }})
-	j := b.waitStatus(t, ids[0], pipeline.StatusCompleted)
+	j := b.waitStatus(t, ids[0], status.Completed)
 	require.Contains(t, j.LastError, "victim")
-	b.waitStatus(t, ids[1], pipeline.StatusCompleted)
-	j = b.waitStatus(t, bs[0], pipeline.StatusFailed)
+	b.waitStatus(t, ids[1], status.Completed)
+	j = b.waitStatus(t, bs[0], status.Failed)
 	require.Contains(t, j.LastError, "no retries left")
-	b.waitStatus(t, bs[1], pipeline.StatusCompleted)
+	b.waitStatus(t, bs[1], status.Completed)
 	mu.Lock()
 	ofA := slices.DeleteFunc(slices.Clone(order), func(id string) bool { return !slices.Contains(ids, id) })
 	require.Equal(t, ids, ofA, "the recovered job kept its place: the next one ran after it")
@@ -608,7 +609,7 @@ func TestGroupRefillKeepsLevel(t *testing.T) {
 	require.NoError(t, b.client.Cancel(ctx, b.queue, ids[0]))
 	second, err = b.client.Get(ctx, b.queue, ids[1])
 	require.NoError(t, err)
-	require.Equal(t, pipeline.StatusQueued, second.Status)
+	require.Equal(t, status.Queued, second.Status)
 	require.Equal(t, 3, second.Priority)
 	require.NotEmpty(t, second.Entry, "moved in when the canceled job gave its place back")
 	entries, err := b.rdb.XRange(ctx, b.q.LevelStream(3), second.Entry, second.Entry).Result()

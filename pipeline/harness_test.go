@@ -14,6 +14,7 @@ import (
 	"github.com/conveyorq/conveyor/internal/keys"
 	"github.com/conveyorq/conveyor/internal/redistest"
 	"github.com/conveyorq/conveyor/pipeline"
+	"github.com/conveyorq/conveyor/status"
 )
 
 // testBundle is the package's one test bundle (river's maintenance tests' shape): a Redis
@@ -130,13 +131,13 @@ func startWorkerOn(t *testing.T, rdb redis.UniversalClient, cfg pipeline.WorkerC
 }
 
 // waitStatus waits until the job reaches status and returns it.
-func (b *testBundle) waitStatus(t *testing.T, id string, status pipeline.Status) *pipeline.Job {
+func (b *testBundle) waitStatus(t *testing.T, id string, status status.Status) *pipeline.Job {
 	t.Helper()
 	return waitJob(t, b.client, b.queue, id, status)
 }
 
 // waitJob waits until job id of queue reaches status and returns it.
-func waitJob(t *testing.T, c *pipeline.Client, queue, id string, status pipeline.Status) *pipeline.Job {
+func waitJob(t *testing.T, c *pipeline.Client, queue, id string, status status.Status) *pipeline.Job {
 	t.Helper()
 	var last *pipeline.Job
 	require.Eventually(t, func() bool {

@@ -18,6 +18,7 @@ import (
 	"github.com/conveyorq/conveyor/internal/redistest"
 	"github.com/conveyorq/conveyor/pipeline"
 	"github.com/conveyorq/conveyor/pipeline/pipelinetest"
+	"github.com/conveyorq/conveyor/status"
 )
 
 // beatEvery is the tests' heartbeat interval: the record expires after three.
@@ -257,7 +258,7 @@ func TestDeleteQueueWhileWorkerReads(t *testing.T) {
 	pipelinetest.StartWorker(t, w)
 	j, err := client.Enqueue(ctx, "dq", pipeline.Task{Type: "echo"})
 	require.NoError(t, err)
-	waitJob(t, client, "dq", j.ID, pipeline.StatusCompleted)
+	waitJob(t, client, "dq", j.ID, status.Completed)
 	waitWorkers(t, insp, "the worker is listed", func(ws []pipeline.WorkerInfo) bool { return len(ws) == 1 })
 
 	require.NoError(t, insp.DeleteQueue(ctx, "dq", true))
@@ -270,7 +271,7 @@ func TestDeleteQueueWhileWorkerReads(t *testing.T) {
 
 	j, err = client.Enqueue(ctx, "dq", pipeline.Task{Type: "echo"})
 	require.NoError(t, err)
-	waitJob(t, client, "dq", j.ID, pipeline.StatusCompleted)
+	waitJob(t, client, "dq", j.ID, status.Completed)
 	require.NotContains(t, logs.String(), "reconnected")
 	require.NotContains(t, logs.String(), `"level":"error"`)
 }

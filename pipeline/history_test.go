@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/conveyorq/conveyor/pipeline"
+	"github.com/conveyorq/conveyor/status"
 )
 
 // A worker's outcomes fill its queue's history in Redis: completed, retried and dead jobs,
@@ -39,9 +40,9 @@ func TestWorkerHistory(t *testing.T) {
 	dead, err := b.client.Enqueue(ctx, b.queue, pipeline.Task{Type: "fail"}, pipeline.WithMaxRetries(0))
 	require.NoError(t, err)
 	for _, id := range ids {
-		b.waitStatus(t, id, pipeline.StatusCompleted)
+		b.waitStatus(t, id, status.Completed)
 	}
-	b.waitStatus(t, dead.ID, pipeline.StatusFailed)
+	b.waitStatus(t, dead.ID, status.Failed)
 
 	// The last bucket History reads is the last whole one: poll until the writes' bucket is.
 	// (The coarse resolution is written by the same flush: TestHistoryMergedAcrossWorkers.)

@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/conveyorq/conveyor/pipeline"
+	"github.com/conveyorq/conveyor/status"
 )
 
 // A worker's hooks hear its scheduler's promotions (with the queue's name and the lag) and
@@ -46,7 +47,7 @@ func TestWorkerHooks(t *testing.T) {
 		map[string]pipeline.HandlerFunc{"ok": echo})
 	j, err := b.client.Enqueue(t.Context(), b.queue, pipeline.Task{Type: "ok"}, pipeline.WithDelay(50*time.Millisecond))
 	require.NoError(t, err)
-	b.waitStatus(t, j.ID, pipeline.StatusCompleted)
+	b.waitStatus(t, j.ID, status.Completed)
 	require.Eventually(t, func() bool { mu.Lock(); defer mu.Unlock(); return scans >= 2 }, 10*time.Second, 10*time.Millisecond)
 	require.NoError(t, stop())
 	mu.Lock()

@@ -14,6 +14,7 @@ import (
 	"github.com/conveyorq/conveyor/internal/keys"
 	"github.com/conveyorq/conveyor/internal/redistest"
 	"github.com/conveyorq/conveyor/pipeline"
+	"github.com/conveyorq/conveyor/status"
 )
 
 // hostileTask turns a hostile.Job into the library's terms.
@@ -114,7 +115,7 @@ func TestHostileNames(t *testing.T) {
 		{"Inspector.Get", func(ctx context.Context, q, id string) error { _, err := insp.Get(ctx, q, id); return err }},
 		{"Inspector.Cancel", func(ctx context.Context, q, id string) error { return insp.Cancel(ctx, q, id) }},
 		{"Inspector.List", func(ctx context.Context, q, _ string) error {
-			_, err := insp.List(ctx, q, pipeline.StatusQueued, pipeline.Page{})
+			_, err := insp.List(ctx, q, status.Queued, pipeline.Page{})
 			return err
 		}},
 		{"Inspector.Replay", func(ctx context.Context, q, id string) error { return insp.Replay(ctx, q, id) }},
@@ -195,7 +196,7 @@ func TestHostileExtremes(t *testing.T) {
 			}
 			if !e.Job.RunAt.IsZero() {
 				require.True(t, e.Job.RunAt.Equal(got.RunAt), "run at %s, want %s", got.RunAt, e.Job.RunAt)
-				require.Equal(t, pipeline.StatusScheduled, got.Status)
+				require.Equal(t, status.Scheduled, got.Status)
 			}
 		})
 	}

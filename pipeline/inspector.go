@@ -13,6 +13,8 @@ import (
 	"github.com/conveyorq/conveyor/internal/inspect"
 	"github.com/conveyorq/conveyor/internal/jobstate"
 	"github.com/conveyorq/conveyor/internal/keys"
+	"github.com/conveyorq/conveyor/internal/publish"
+	"github.com/conveyorq/conveyor/status"
 )
 
 // Page sizes of Inspector.List.
@@ -128,20 +130,20 @@ func (i *Inspector) keys(queue string) keys.Queue { return keys.New(i.cfg.Prefix
 
 // partitions returns every partition of queue, in partition order.
 func (i *Inspector) partitions(ctx context.Context, queue string) ([]keys.Queue, error) {
-	p, err := partitionCount(ctx, i.rdb, i.cfg.Prefix, queue)
+	p, err := jobstate.PartitionCount(ctx, i.rdb, i.cfg.Prefix, queue)
 	if err != nil {
 		return nil, err
 	}
-	return allPartitions(i.cfg.Prefix, queue, p), nil
+	return jobstate.PartitionKeys(i.cfg.Prefix, queue, p), nil
 }
 
 // lookup returns the partitions of queue in the order a lookup of id tries them.
 func (i *Inspector) lookup(ctx context.Context, queue, id string) ([]keys.Queue, error) {
-	p, err := partitionCount(ctx, i.rdb, i.cfg.Prefix, queue)
+	p, err := jobstate.PartitionCount(ctx, i.rdb, i.cfg.Prefix, queue)
 	if err != nil {
 		return nil, err
 	}
-	return lookupOrder(i.cfg.Prefix, queue, id, p), nil
+	return publish.LookupOrder(i.cfg.Prefix, queue, id, p), nil
 }
 
 // Queues returns the gauges and counters of every known queue (every queue something was
@@ -190,13 +192,13 @@ func (i *Inspector) Find(ctx context.Context, id string) (*Job, []string, error)
 	if err := keys.ValidateID(id); err != nil {
 		return nil, nil, fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
-	names, counts, err := knownQueues(ctx, i.store)
+	names, counts, err := i.store.KnownQueues(ctx)
 	if err != nil {
 		return nil, nil, err
 	}
 	var lookups []jobstate.Lookup
 	for _, name := range names {
-		for _, q := range lookupOrder(i.cfg.Prefix, name, id, counts[name]) {
+		for _, q := range publish.LookupOrder(i.cfg.Prefix, name, id, counts[name]) {
 			lookups = append(lookups, jobstate.Lookup{Queue: q, ID: id})
 		}
 	}
@@ -227,7 +229,7 @@ func (i *Inspector) Cancel(ctx context.Context, queue, id string) error {
 		return err
 	}
 	now := i.cfg.Now()
-	return onPartition(ctx, i.store, qs, id, func(q keys.Queue) error {
+	return publish.OnPartition(ctx, i.store, qs, id, ErrNotFound, func(q keys.Queue) error {
 		return cancelJob(ctx, i.store, q, id, now, i.cfg.Retention, i.cfg.MinRetention)
 	})
 }
@@ -301,19 +303,19 @@ func (p *JobPage) MarshalJSON() ([]byte, error) {
 
 // List returns a page of the jobs of queue that have status. For each status:
 //
-//   - StatusScheduled: the scheduled set by due time, earliest first. A job due already but
+//   - status.Scheduled: the scheduled set by due time, earliest first. A job due already but
 //     not yet promoted is still listed. The cursor is "<due unix ms>:<id>".
-//   - StatusQueued: the stream's entries, in stream order, that no worker was handed yet.
+//   - status.Queued: the stream's entries, in stream order, that no worker was handed yet.
 //     Those are after the consumer group's last-delivered id, less any that are pending. The
 //     cursor is the last entry id seen.
-//   - StatusInProgress: the group's pending entries list in entry order. Each job's Worker is
+//   - status.InProgress: the group's pending entries list in entry order. Each job's Worker is
 //     the worker that holds it now, Attempt the attempt it runs, Entry the entry it holds.
 //     JobPage.Leases has its lease (idle time since the last renewal). A job a worker was
 //     just handed is listed here before the worker records its start. The cursor is the last
 //     entry id seen.
-//   - StatusFailed (or "dead", its alias: ParseStatus): the dead set, newest death first. The
+//   - status.Failed (or "dead", its alias: status.Parse): the dead set, newest death first. The
 //     cursor is "<death unix ms>:<id>".
-//   - StatusCompleted, StatusCanceled: the queue's index of completed (or canceled) jobs,
+//   - status.Completed, status.Canceled: the queue's index of completed (or canceled) jobs,
 //     newest first, while their records are retained. The cursor is "<unix ms>:<id>". The
 //     index keeps the jobs of the queue's default retention. A job kept longer by its own
 //     WithRetention leaves the listing sooner, and is still found by id. The index keeps at
@@ -340,7 +342,7 @@ func (p *JobPage) MarshalJSON() ([]byte, error) {
 // A partitioned queue is listed partition after partition, each in the order above. So the
 // order holds within a partition, not across them, and a page may span partitions. Its cursor
 // is "<partition>/<the partition's cursor>".
-func (i *Inspector) List(ctx context.Context, queue string, status Status, page Page) (*JobPage, error) {
+func (i *Inspector) List(ctx context.Context, queue string, st status.Status, page Page) (*JobPage, error) {
 	if err := i.check(queue, ""); err != nil {
 		return nil, err
 	}
@@ -356,22 +358,22 @@ func (i *Inspector) List(ctx context.Context, queue string, status Status, page 
 	if page.MaxBytes < 0 {
 		return nil, invalid("page byte budget %d is negative", page.MaxBytes)
 	}
-	status = ParseStatus(string(status)) // "dead" is failed's word
+	st = status.Parse(string(st)) // "dead" is failed's word
 	switch {
-	case status.Listable():
-	case status == StatusWaiting:
+	case st.Listable():
+	case st == status.Waiting:
 		// Waiting tasks are in no set of the queue: their workflow lists them.
 		return nil, invalid("waiting tasks are listed by their workflow (Inspector.Workflow, conveyor workflows get), not by status")
 	default:
-		return nil, invalid("unknown status %q: want %s", status, orList(ListableStatuses()))
+		return nil, invalid("unknown status %q: want %s", st, orList(status.Listable()))
 	}
-	p, err := i.eng.List(ctx, queue, status, page.Cursor, limit, cmp.Or(page.MaxBytes, DefaultPageBytes))
+	p, err := i.eng.List(ctx, queue, st, page.Cursor, limit, cmp.Or(page.MaxBytes, DefaultPageBytes))
 	if err != nil {
 		return nil, err
 	}
 	jp, err := pageOf(p)
 	if err != nil {
-		return nil, fmt.Errorf("list %s jobs of %s: %w", status, queue, err)
+		return nil, fmt.Errorf("list %s jobs of %s: %w", st, queue, err)
 	}
 	return jp, nil
 }
@@ -391,7 +393,7 @@ func (i *Inspector) Replay(ctx context.Context, queue, id string) error {
 	if err != nil {
 		return err
 	}
-	return onPartition(ctx, i.store, qs, id, func(q keys.Queue) error { return i.eng.Replay(ctx, q, id) })
+	return publish.OnPartition(ctx, i.store, qs, id, ErrNotFound, func(q keys.Queue) error { return i.eng.Replay(ctx, q, id) })
 }
 
 // ReplayAll replays every job that is in queue's dead set when it starts, oldest death first,
@@ -474,7 +476,7 @@ func (i *Inspector) DeleteQueue(ctx context.Context, queue string, force bool) e
 	}
 	relayout, err := i.eng.DeleteQueue(ctx, queue, force)
 	if relayout {
-		layoutChanges.Add(1)
+		publish.Relayout()
 	}
 	return err
 }

@@ -7,7 +7,10 @@ import (
 
 	"github.com/conveyorq/conveyor/internal/jobstate"
 	"github.com/conveyorq/conveyor/internal/keys"
+	"github.com/conveyorq/conveyor/internal/publish"
 	"github.com/conveyorq/conveyor/internal/script"
+	"github.com/conveyorq/conveyor/internal/workflow"
+	"github.com/conveyorq/conveyor/status"
 )
 
 // The Inspector's answers for administration tools (the CLI, the HTTP API) that would
@@ -22,7 +25,7 @@ func (i *Inspector) PurgeDryRun(ctx context.Context, queue, id string) (*Job, er
 	if err != nil {
 		return nil, err
 	}
-	if j.Status != StatusFailed {
+	if j.Status != status.Failed {
 		return nil, fmt.Errorf("purge %s/%s: %w (it is %s)", queue, id, ErrNotDead, j.Status)
 	}
 	return j, nil
@@ -83,7 +86,7 @@ func (i *Inspector) QueueExists(ctx context.Context, queue string) (bool, error)
 // QueueNames returns the names of the known queues, sorted: those Queues reports on, without
 // reading their stats.
 func (i *Inspector) QueueNames(ctx context.Context) ([]string, error) {
-	names, _, err := knownQueues(ctx, i.store)
+	names, _, err := i.store.KnownQueues(ctx)
 	return names, err
 }
 
@@ -116,7 +119,7 @@ func (i *Inspector) Delete(ctx context.Context, queue, id string) error {
 		row, err := i.store.Cancel(ctx, q, jobstate.CancelParams{ID: id, Now: now,
 			MinRetention: i.cfg.MinRetention, Events: i.store.Events(ctx), Delete: true})
 		if err == nil && row.Code == script.OK && row.Data != "" && row.Data != "0" {
-			_ = followCascade(ctx, i.store, q, now) // as cancelJob: the delete is done
+			_ = workflow.FollowCascade(ctx, i.store, q, now) // as cancelJob: the delete is done
 		}
 		return rowError("delete", queue, id, row, err, ErrNotDeletable)
 	})
@@ -132,7 +135,7 @@ func (i *Inspector) onJob(ctx context.Context, queue, id string, op func(keys.Qu
 	if err != nil {
 		return err
 	}
-	return onPartition(ctx, i.store, qs, id, op)
+	return publish.OnPartition(ctx, i.store, qs, id, ErrNotFound, op)
 }
 
 // rowError is the error of a job's script reply: nil for script.OK, or ErrNotFound. For
@@ -148,7 +151,7 @@ func rowError(op, queue, id string, row jobstate.Row, err error, wrong error) er
 	case script.NotFound:
 		return ErrNotFound
 	case script.WrongState:
-		return fmt.Errorf("%w (it is %s)", wrong, StatusWord(Status(row.Data)))
+		return fmt.Errorf("%w (it is %s)", wrong, status.Status(row.Data).Word())
 	}
 	return fmt.Errorf("%s %s/%s: unexpected reply %v", op, queue, id, row.Code)
 }

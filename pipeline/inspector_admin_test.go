@@ -7,6 +7,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/conveyorq/conveyor/pipeline"
+	"github.com/conveyorq/conveyor/status"
 )
 
 // The dry run of PurgeAll names exactly the jobs PurgeAll then deletes, in List's order,
@@ -18,7 +19,7 @@ func TestPurgeAllDryRun(t *testing.T) {
 	b.enqueue(t, 1100, nil)
 	now := time.Now().UnixMilli()
 	b.kill(t, b.deliver(t, "w1", 1100), func(i int) int64 { return now - int64(i%2)*24*3600*1000 })
-	all, _ := listAll(t, b.insp, b.queue, pipeline.StatusFailed, 0)
+	all, _ := listAll(t, b.insp, b.queue, status.Failed, 0)
 	require.Len(t, all, 1100)
 
 	none, err := b.insp.PurgeAllDryRun(ctx, b.queue, 2*24*time.Hour)
@@ -39,7 +40,7 @@ func TestPurgeAllDryRun(t *testing.T) {
 	n, err := b.insp.PurgeAll(ctx, b.queue, time.Hour)
 	require.NoError(t, err)
 	require.Equal(t, 550, n)
-	left, _ := listAll(t, b.insp, b.queue, pipeline.StatusFailed, 0)
+	left, _ := listAll(t, b.insp, b.queue, status.Failed, 0)
 	require.Len(t, left, 550)
 	require.NotContains(t, ids(left), old[0])
 
@@ -60,7 +61,7 @@ func TestPurgeDryRun(t *testing.T) {
 	b.kill(t, b.deliver(t, "w1", 1), func(int) int64 { return time.Now().UnixMilli() })
 	j, err := b.insp.PurgeDryRun(ctx, b.queue, jobs[0].ID)
 	require.NoError(t, err)
-	require.Equal(t, pipeline.StatusFailed, j.Status)
+	require.Equal(t, status.Failed, j.Status)
 	_, err = b.insp.PurgeDryRun(ctx, b.queue, jobs[1].ID)
 	require.ErrorIs(t, err, pipeline.ErrNotDead)
 	require.ErrorContains(t, err, "(it is queued)")

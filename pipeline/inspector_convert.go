@@ -3,6 +3,7 @@ package pipeline
 import (
 	"github.com/conveyorq/conveyor/internal/inspect"
 	"github.com/conveyorq/conveyor/internal/jobstate"
+	"github.com/conveyorq/conveyor/status"
 )
 
 // The Inspector's one place that turns the store records internal/inspect answers with into
@@ -37,7 +38,7 @@ func jobsOf(rows []inspect.Row) ([]*Job, error) {
 			return nil, err
 		}
 		if r.Held != nil {
-			j.Status, j.Worker, j.Entry = StatusInProgress, r.Held.Worker, r.Held.Entry
+			j.Status, j.Worker, j.Entry = status.InProgress, r.Held.Worker, r.Held.Entry
 			if r.Attempt > 0 {
 				j.Attempt = r.Attempt
 			}

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/conveyorq/conveyor/pipeline"
+	"github.com/conveyorq/conveyor/status"
 )
 
 // Page through a queue's scheduled jobs, earliest first, and look at its gauges.
@@ -32,7 +33,7 @@ func ExampleInspector_List() {
 	}
 	page := pipeline.Page{Limit: 2}
 	for {
-		p, err := insp.List(ctx, "reports", pipeline.StatusScheduled, page)
+		p, err := insp.List(ctx, "reports", status.Scheduled, page)
 		if err != nil {
 			panic(err)
 		}
@@ -46,7 +47,7 @@ func ExampleInspector_List() {
 		page.Cursor = p.Next
 	}
 
-	queued, _ := insp.List(ctx, "reports", pipeline.StatusQueued, pipeline.Page{})
+	queued, _ := insp.List(ctx, "reports", status.Queued, pipeline.Page{})
 	fmt.Println("queued:", queued.Jobs[0].ID)
 	st, _ := insp.Stats(ctx, "reports")
 	fmt.Println("scheduled", st.Scheduled, "queued", st.Queued)

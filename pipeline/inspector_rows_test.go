@@ -7,8 +7,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/conveyorq/conveyor/internal/jobtest"
-	"github.com/conveyorq/conveyor/internal/status"
 	"github.com/conveyorq/conveyor/pipeline"
+	"github.com/conveyorq/conveyor/status"
 )
 
 // RunNow moves a delayed job and a retry into the stream (a retry keeps its attempt count and
@@ -25,7 +25,7 @@ func TestInspectorRunNow(t *testing.T) {
 		require.NoError(t, b.insp.RunNow(ctx, b.queue, id))
 		j, err := b.insp.Get(ctx, b.queue, id)
 		require.NoError(t, err)
-		require.Equal(t, pipeline.StatusQueued, j.Status)
+		require.Equal(t, status.Queued, j.Status)
 		require.Equal(t, []byte("payload"), j.Payload, "the payload moved into the entry")
 	}
 	j, err := b.insp.Get(ctx, b.queue, retry.ID)
@@ -76,7 +76,7 @@ func TestInspectorDelete(t *testing.T) {
 	for _, s := range []jobtest.Seeded{running, dead, done} {
 		err := b.insp.Delete(ctx, b.queue, s.ID)
 		require.ErrorIs(t, err, pipeline.ErrNotDeletable)
-		require.ErrorContains(t, err, "(it is "+pipeline.StatusWord(s.Status)+")", "a dead job is said dead")
+		require.ErrorContains(t, err, "(it is "+s.Status.Word()+")", "a dead job is said dead")
 		j, err := b.insp.Get(ctx, b.queue, s.ID)
 		require.NoError(t, err)
 		require.Equal(t, s.Status, j.Status, "a refused delete changes nothing")
@@ -104,7 +104,7 @@ func TestInspectorRunNowLimited(t *testing.T) {
 	}
 	j, err := b.insp.Get(ctx, b.queue, waiting)
 	require.NoError(t, err)
-	require.Equal(t, pipeline.StatusScheduled, j.Status)
+	require.Equal(t, status.Scheduled, j.Status)
 	err = b.insp.RunNow(ctx, b.queue, waiting)
 	require.ErrorIs(t, err, pipeline.ErrNotScheduled)
 	require.ErrorContains(t, err, "concurrency slot")

@@ -21,6 +21,7 @@ import (
 	"github.com/conveyorq/conveyor/internal/redistest"
 	"github.com/conveyorq/conveyor/internal/script"
 	"github.com/conveyorq/conveyor/pipeline"
+	"github.com/conveyorq/conveyor/status"
 )
 
 // TestInspector runs every Inspector test against the package's standalone server and against a
@@ -123,7 +124,7 @@ func (b *testBundle) kill(t *testing.T, msgs []redis.XMessage, died func(i int) 
 				id := msgs[chunk*k+i].Values[keys.EntryUUID].(string)
 				j, err := b.insp.Get(t.Context(), b.queue, id)
 				require.NoError(t, err)
-				require.Equal(t, pipeline.StatusFailed, j.Status, "finish refused: %s", id)
+				require.Equal(t, status.Failed, j.Status, "finish refused: %s", id)
 				require.Equal(t, "boom "+id, j.LastError, "finish refused: %s", id)
 				continue
 			}
@@ -134,7 +135,7 @@ func (b *testBundle) kill(t *testing.T, msgs []redis.XMessage, died func(i int) 
 
 // listAll follows List's cursors to the end and returns every job seen, checking that each page
 // is within its limit and holds only jobs of status.
-func listAll(t *testing.T, insp *pipeline.Inspector, queue string, status pipeline.Status, limit int) ([]*pipeline.Job, int) {
+func listAll(t *testing.T, insp *pipeline.Inspector, queue string, status status.Status, limit int) ([]*pipeline.Job, int) {
 	t.Helper()
 	var all []*pipeline.Job
 	cursor, pages := "", 0
@@ -190,31 +191,31 @@ func testListScheduled(t *testing.T, rdb redis.UniversalClient) {
 		return cmp.Or(x.RunAt.Compare(y.RunAt), strings.Compare(x.ID, y.ID))
 	})
 	for _, limit := range []int{1, 3, 7, 20, 0} {
-		got, pages := listAll(t, b.insp, b.queue, pipeline.StatusScheduled, limit)
+		got, pages := listAll(t, b.insp, b.queue, status.Scheduled, limit)
 		require.Equal(t, ids(want), ids(got), "limit %d", limit)
 		require.Equal(t, max(1, (20+cmp.Or(limit, 100)-1)/cmp.Or(limit, 100)), pages, "no empty last page (limit %d)", limit)
 	}
-	got, _ := listAll(t, b.insp, b.queue, pipeline.StatusScheduled, 20)
+	got, _ := listAll(t, b.insp, b.queue, status.Scheduled, 20)
 	require.Equal(t, "A1", got[0].ID, "due first, and first by bytes ('A' < 'Z' < 'a')")
 	require.Equal(t, "p16", string(got[0].Payload), "the payload is read")
 	require.True(t, base.Equal(got[0].RunAt))
 
 	// The cursor's job leaves the set (canceled here; promoted, in life): the next page starts
 	// right after where it was, in the middle of a group of equal due times.
-	p1, err := b.insp.List(ctx, b.queue, pipeline.StatusScheduled, pipeline.Page{Limit: 4})
+	p1, err := b.insp.List(ctx, b.queue, status.Scheduled, pipeline.Page{Limit: 4})
 	require.NoError(t, err)
 	require.NoError(t, b.insp.Cancel(ctx, b.queue, p1.Jobs[3].ID))
-	rest, _ := listAll2(t, b.insp, b.queue, pipeline.StatusScheduled, p1.Next, 3)
+	rest, _ := listAll2(t, b.insp, b.queue, status.Scheduled, p1.Next, 3)
 	require.Equal(t, ids(want[4:]), ids(rest))
 
 	// A canceled job is no longer listed.
-	all, _ := listAll(t, b.insp, b.queue, pipeline.StatusScheduled, 0)
+	all, _ := listAll(t, b.insp, b.queue, status.Scheduled, 0)
 	require.Len(t, all, 19)
 	require.NotContains(t, ids(all), p1.Jobs[3].ID)
 }
 
 // listAll2 is listAll from a cursor.
-func listAll2(t *testing.T, insp *pipeline.Inspector, queue string, status pipeline.Status, cursor string, limit int) ([]*pipeline.Job, int) {
+func listAll2(t *testing.T, insp *pipeline.Inspector, queue string, status status.Status, cursor string, limit int) ([]*pipeline.Job, int) {
 	t.Helper()
 	var all []*pipeline.Job
 	pages := 0
@@ -232,7 +233,7 @@ func testListQueuedAndInProgress(t *testing.T, rdb redis.UniversalClient) {
 	b := setup(t, setupOpts{rdb: rdb})
 	ctx := t.Context()
 	// Nothing yet: no stream, no group.
-	for _, s := range []pipeline.Status{pipeline.StatusQueued, pipeline.StatusInProgress} {
+	for _, s := range []status.Status{status.Queued, status.InProgress} {
 		p, err := b.insp.List(ctx, b.queue, s, pipeline.Page{})
 		require.NoError(t, err)
 		require.Empty(t, p.Jobs)
@@ -241,7 +242,7 @@ func testListQueuedAndInProgress(t *testing.T, rdb redis.UniversalClient) {
 	jobs := b.enqueue(t, 10, func(i int) []pipeline.Option {
 		return []pipeline.Option{pipeline.WithMaxRetries(i)}
 	})
-	got, _ := listAll(t, b.insp, b.queue, pipeline.StatusQueued, 4)
+	got, _ := listAll(t, b.insp, b.queue, status.Queued, 4)
 	require.Equal(t, ids(jobs), ids(got), "stream order")
 	require.Equal(t, "p0", string(got[0].Payload), "the payload is read from the entry")
 	require.Equal(t, 9, got[9].MaxRetries)
@@ -250,19 +251,19 @@ func testListQueuedAndInProgress(t *testing.T, rdb redis.UniversalClient) {
 	// Three entries are handed to a worker: they leave the queued listing and are in progress.
 	msgs := b.deliver(t, "w1", 3)
 	require.Len(t, msgs, 3)
-	got, _ = listAll(t, b.insp, b.queue, pipeline.StatusQueued, 4)
+	got, _ = listAll(t, b.insp, b.queue, status.Queued, 4)
 	require.Equal(t, ids(jobs[3:]), ids(got))
 	// A cursor from before the delivered entries still skips them.
-	p, err := b.insp.List(ctx, b.queue, pipeline.StatusQueued, pipeline.Page{Cursor: jobs[0].Entry, Limit: 2})
+	p, err := b.insp.List(ctx, b.queue, status.Queued, pipeline.Page{Cursor: jobs[0].Entry, Limit: 2})
 	require.NoError(t, err)
 	require.Equal(t, ids(jobs[3:5]), ids(p.Jobs))
 
-	p, err = b.insp.List(ctx, b.queue, pipeline.StatusInProgress, pipeline.Page{Limit: 2})
+	p, err = b.insp.List(ctx, b.queue, status.InProgress, pipeline.Page{Limit: 2})
 	require.NoError(t, err)
 	require.Equal(t, ids(jobs[:2]), ids(p.Jobs))
 	require.NotEmpty(t, p.Next)
 	for _, j := range p.Jobs {
-		require.Equal(t, pipeline.StatusInProgress, j.Status, "handed out, its start not yet recorded")
+		require.Equal(t, status.InProgress, j.Status, "handed out, its start not yet recorded")
 		require.Equal(t, "w1", j.Worker)
 		require.Equal(t, 1, j.Attempt, "the attempt the entry starts")
 		l := p.Leases[j.ID]
@@ -271,7 +272,7 @@ func testListQueuedAndInProgress(t *testing.T, rdb redis.UniversalClient) {
 		require.EqualValues(t, 1, l.Deliveries)
 		require.GreaterOrEqual(t, l.Idle, time.Duration(0))
 	}
-	p, err = b.insp.List(ctx, b.queue, pipeline.StatusInProgress, pipeline.Page{Cursor: p.Next, Limit: 2})
+	p, err = b.insp.List(ctx, b.queue, status.InProgress, pipeline.Page{Cursor: p.Next, Limit: 2})
 	require.NoError(t, err)
 	require.Equal(t, ids(jobs[2:3]), ids(p.Jobs))
 	require.Empty(t, p.Next)
@@ -280,14 +281,14 @@ func testListQueuedAndInProgress(t *testing.T, rdb redis.UniversalClient) {
 	// (XCLAIM's IDLE sets the idle time), then renewed (XCLAIM JUSTID resets it).
 	e := msgs[0].ID
 	require.NoError(t, b.rdb.Do(ctx, "XCLAIM", b.q.Stream(), keys.Group, "w2", 0, e, "IDLE", 600_000, "JUSTID").Err())
-	p, err = b.insp.List(ctx, b.queue, pipeline.StatusInProgress, pipeline.Page{Limit: 1})
+	p, err = b.insp.List(ctx, b.queue, status.InProgress, pipeline.Page{Limit: 1})
 	require.NoError(t, err)
 	require.Equal(t, jobs[0].ID, p.Jobs[0].ID)
 	require.Equal(t, "w2", p.Jobs[0].Worker)
 	require.GreaterOrEqual(t, p.Leases[jobs[0].ID].Idle, 10*time.Minute)
 	require.NoError(t, b.rdb.XClaimJustID(ctx, &redis.XClaimArgs{Stream: b.q.Stream(), Group: keys.Group,
 		Consumer: "w2", Messages: []string{e}}).Err())
-	p, err = b.insp.List(ctx, b.queue, pipeline.StatusInProgress, pipeline.Page{Limit: 1})
+	p, err = b.insp.List(ctx, b.queue, status.InProgress, pipeline.Page{Limit: 1})
 	require.NoError(t, err)
 	require.Less(t, p.Leases[jobs[0].ID].Idle, 10*time.Minute, "renewed")
 
@@ -308,9 +309,9 @@ func testListQueuedAndInProgress(t *testing.T, rdb redis.UniversalClient) {
 	// A canceled job's entry is gone: it is neither queued nor in progress.
 	require.NoError(t, b.insp.Cancel(ctx, b.queue, jobs[1].ID))
 	require.NoError(t, b.insp.Cancel(ctx, b.queue, jobs[5].ID))
-	got, _ = listAll(t, b.insp, b.queue, pipeline.StatusInProgress, 0)
+	got, _ = listAll(t, b.insp, b.queue, status.InProgress, 0)
 	require.Equal(t, []string{jobs[0].ID, jobs[2].ID}, ids(got))
-	got, _ = listAll(t, b.insp, b.queue, pipeline.StatusQueued, 0)
+	got, _ = listAll(t, b.insp, b.queue, status.Queued, 0)
 	require.Equal(t, ids(slices.Delete(slices.Clone(jobs[3:]), 2, 3)), ids(got))
 }
 
@@ -329,10 +330,10 @@ func testListFailed(t *testing.T, rdb redis.UniversalClient) {
 		return cmp.Or(cmp.Compare(byID[y.ID]/4, byID[x.ID]/4), strings.Compare(y.ID, x.ID))
 	})
 	for _, limit := range []int{1, 4, 5, 29, 30, 31} {
-		got, _ := listAll(t, b.insp, b.queue, pipeline.StatusFailed, limit)
+		got, _ := listAll(t, b.insp, b.queue, status.Failed, limit)
 		require.Equal(t, ids(want), ids(got), "limit %d", limit)
 	}
-	got, _ := listAll(t, b.insp, b.queue, pipeline.StatusFailed, 0)
+	got, _ := listAll(t, b.insp, b.queue, status.Failed, 0)
 	require.Equal(t, "boom "+got[0].ID, got[0].LastError)
 	require.NotEmpty(t, got[0].Payload)
 	require.Equal(t, base+7, got[0].CompletedAt.UnixMilli(), "the time of death")
@@ -347,21 +348,21 @@ func testPaginate10000(t *testing.T, rdb redis.UniversalClient) {
 	want := slices.Clone(jobs)
 	slices.SortFunc(want, byEntry)
 
-	got, pages := listAll(t, b.insp, b.queue, pipeline.StatusQueued, 777)
+	got, pages := listAll(t, b.insp, b.queue, status.Queued, 777)
 	require.Equal(t, ids(want), ids(got))
 	require.Equal(t, (n+776)/777, pages)
 
 	msgs := b.deliver(t, "w1", n)
 	require.Len(t, msgs, n)
-	got, _ = listAll(t, b.insp, b.queue, pipeline.StatusQueued, 500)
+	got, _ = listAll(t, b.insp, b.queue, status.Queued, 500)
 	require.Empty(t, got)
-	got, pages = listAll(t, b.insp, b.queue, pipeline.StatusInProgress, 5000)
+	got, pages = listAll(t, b.insp, b.queue, status.InProgress, 5000)
 	require.Equal(t, n/pipeline.MaxPageLimit, pages, "a limit above the maximum is cut to it")
 	require.Equal(t, ids(want), ids(got))
 
 	base := time.Now().UnixMilli()
 	b.kill(t, msgs, func(i int) int64 { return base + int64(i/10) })
-	got, _ = listAll(t, b.insp, b.queue, pipeline.StatusInProgress, 0)
+	got, _ = listAll(t, b.insp, b.queue, status.InProgress, 0)
 	require.Empty(t, got)
 	index := make(map[string]int, n)
 	for i, m := range msgs {
@@ -370,7 +371,7 @@ func testPaginate10000(t *testing.T, rdb redis.UniversalClient) {
 	slices.SortFunc(want, func(x, y *pipeline.Job) int { // newest death first, ties by id desc
 		return cmp.Or(cmp.Compare(index[y.ID]/10, index[x.ID]/10), strings.Compare(y.ID, x.ID))
 	})
-	got, pages = listAll(t, b.insp, b.queue, pipeline.StatusFailed, 999)
+	got, pages = listAll(t, b.insp, b.queue, status.Failed, 999)
 	require.Equal(t, ids(want), ids(got))
 	require.Equal(t, (n+998)/999, pages)
 }
@@ -387,7 +388,7 @@ func testPaginateScheduled10000(t *testing.T, rdb redis.UniversalClient) {
 	slices.SortFunc(want, func(x, y *pipeline.Job) int {
 		return cmp.Or(x.RunAt.Compare(y.RunAt), strings.Compare(x.ID, y.ID))
 	})
-	got, pages := listAll(t, b.insp, b.queue, pipeline.StatusScheduled, 333)
+	got, pages := listAll(t, b.insp, b.queue, status.Scheduled, 333)
 	require.Equal(t, ids(want), ids(got))
 	require.Equal(t, (n+332)/333, pages)
 }
@@ -396,24 +397,24 @@ func testListRefusals(t *testing.T, rdb redis.UniversalClient) {
 	b := setup(t, setupOpts{rdb: rdb})
 	ctx := t.Context()
 	for _, tc := range []struct {
-		status pipeline.Status
+		status status.Status
 		page   pipeline.Page
 		msg    string
 	}{
-		{pipeline.StatusCompleted, pipeline.Page{Cursor: "1-0"}, "cursor"},
-		{pipeline.StatusCanceled, pipeline.Page{Cursor: "12:bad id"}, "cursor"},
+		{status.Completed, pipeline.Page{Cursor: "1-0"}, "cursor"},
+		{status.Canceled, pipeline.Page{Cursor: "12:bad id"}, "cursor"},
 		{"done", pipeline.Page{}, `unknown status "done"`},
-		{pipeline.StatusQueued, pipeline.Page{Limit: -1}, "negative"},
-		{pipeline.StatusQueued, pipeline.Page{Cursor: "12:x"}, "cursor"},
-		{pipeline.StatusInProgress, pipeline.Page{Cursor: "x-1"}, "cursor"},
-		{pipeline.StatusScheduled, pipeline.Page{Cursor: "1-0"}, "cursor"},
-		{pipeline.StatusFailed, pipeline.Page{Cursor: "12:bad id"}, "cursor"},
+		{status.Queued, pipeline.Page{Limit: -1}, "negative"},
+		{status.Queued, pipeline.Page{Cursor: "12:x"}, "cursor"},
+		{status.InProgress, pipeline.Page{Cursor: "x-1"}, "cursor"},
+		{status.Scheduled, pipeline.Page{Cursor: "1-0"}, "cursor"},
+		{status.Failed, pipeline.Page{Cursor: "12:bad id"}, "cursor"},
 	} {
 		_, err := b.insp.List(ctx, b.queue, tc.status, tc.page)
 		require.ErrorIs(t, err, pipeline.ErrInvalid, tc.msg)
 		require.ErrorContains(t, err, tc.msg)
 	}
-	_, err := b.insp.List(ctx, "a{b}", pipeline.StatusQueued, pipeline.Page{})
+	_, err := b.insp.List(ctx, "a{b}", status.Queued, pipeline.Page{})
 	require.ErrorIs(t, err, pipeline.ErrInvalid)
 
 	// An unusable config is NewInspector's error, naming every unusable field.
@@ -502,12 +503,12 @@ func testReplayAll(t *testing.T, rdb redis.UniversalClient) {
 	st := stats(t, b)
 	require.EqualValues(t, 1, st.Dead)
 	require.EqualValues(t, dead, st.Queued)
-	got, _ := listAll(t, b.insp, b.queue, pipeline.StatusQueued, 0)
+	got, _ := listAll(t, b.insp, b.queue, status.Queued, 0)
 	require.ElementsMatch(t, ids(jobs), ids(got))
 	for _, j := range got {
 		require.Zero(t, j.Attempt, "a fresh set of attempts")
 	}
-	left, _ := listAll(t, b.insp, b.queue, pipeline.StatusFailed, 0)
+	left, _ := listAll(t, b.insp, b.queue, status.Failed, 0)
 	require.Equal(t, []string{gid}, ids(left))
 }
 
@@ -544,8 +545,8 @@ func testPurgeByID(t *testing.T, rdb redis.UniversalClient) {
 	}
 	j, err := b.insp.Get(ctx, b.queue, queued)
 	require.NoError(t, err)
-	require.Equal(t, pipeline.StatusQueued, j.Status, "a job that is not dead is left alone")
-	left, _ := listAll(t, b.insp, b.queue, pipeline.StatusFailed, 0)
+	require.Equal(t, status.Queued, j.Status, "a job that is not dead is left alone")
+	left, _ := listAll(t, b.insp, b.queue, status.Failed, 0)
 	require.Equal(t, dead[2:], ids(left))
 
 	n, err = b.insp.Purge(ctx, b.queue)
@@ -559,7 +560,7 @@ func testPurgeByID(t *testing.T, rdb redis.UniversalClient) {
 	n, err = b.insp.Purge(ctx, b.queue, ids(more[2:])...)
 	require.NoError(t, err)
 	require.Equal(t, 1198, n)
-	left, _ = listAll(t, b.insp, b.queue, pipeline.StatusFailed, 0)
+	left, _ = listAll(t, b.insp, b.queue, status.Failed, 0)
 	require.ElementsMatch(t, ids(more[:2]), ids(left))
 }
 
@@ -636,9 +637,9 @@ func testDeleteQueue(t *testing.T, rdb redis.UniversalClient) {
 	require.ErrorIs(t, err, pipeline.ErrQueueBusy)
 	require.ErrorContains(t, err, "2 scheduled, 3 queued, 1 in progress, 2 dead")
 	// Still busy with only the in-progress job left (its entry is held by a worker).
-	p, err := b.insp.List(ctx, b.queue, pipeline.StatusScheduled, pipeline.Page{})
+	p, err := b.insp.List(ctx, b.queue, status.Scheduled, pipeline.Page{})
 	require.NoError(t, err)
-	q, err := b.insp.List(ctx, b.queue, pipeline.StatusQueued, pipeline.Page{})
+	q, err := b.insp.List(ctx, b.queue, status.Queued, pipeline.Page{})
 	require.NoError(t, err)
 	for _, j := range append(p.Jobs, q.Jobs...) {
 		require.NoError(t, b.insp.Cancel(ctx, b.queue, j.ID))
@@ -662,7 +663,7 @@ func testDeleteQueue(t *testing.T, rdb redis.UniversalClient) {
 	c := setup(t, setupOpts{rdb: rdb})
 	c.enqueue(t, 3, nil)
 	c.kill(t, c.deliver(t, "w1", 2), func(int) int64 { return time.Now().UnixMilli() })
-	l, err := c.insp.List(ctx, c.queue, pipeline.StatusQueued, pipeline.Page{})
+	l, err := c.insp.List(ctx, c.queue, status.Queued, pipeline.Page{})
 	require.NoError(t, err)
 	require.NoError(t, c.insp.Cancel(ctx, c.queue, l.Jobs[0].ID))
 	err = c.insp.DeleteQueue(ctx, c.queue, false)
@@ -717,7 +718,7 @@ func TestInspectorListInProgressWorker(t *testing.T) {
 	j, err := b.client.Enqueue(t.Context(), b.queue, pipeline.Task{Type: "block", Payload: []byte(`{"x":1}`)})
 	require.NoError(t, err)
 	require.Equal(t, j.ID, <-started)
-	p, err := insp.List(t.Context(), b.queue, pipeline.StatusInProgress, pipeline.Page{})
+	p, err := insp.List(t.Context(), b.queue, status.InProgress, pipeline.Page{})
 	require.NoError(t, err)
 	require.Len(t, p.Jobs, 1)
 	got := p.Jobs[0]
@@ -727,8 +728,8 @@ func TestInspectorListInProgressWorker(t *testing.T) {
 	require.Equal(t, `{"x":1}`, string(got.Payload))
 	require.Equal(t, "w-"+b.queue, p.Leases[j.ID].Worker)
 	close(release)
-	b.waitStatus(t, j.ID, pipeline.StatusCompleted)
-	p, err = insp.List(t.Context(), b.queue, pipeline.StatusInProgress, pipeline.Page{})
+	b.waitStatus(t, j.ID, status.Completed)
+	p, err = insp.List(t.Context(), b.queue, status.InProgress, pipeline.Page{})
 	require.NoError(t, err)
 	require.Empty(t, p.Jobs)
 }

@@ -5,35 +5,7 @@ import (
 	"time"
 
 	"github.com/conveyorq/conveyor/internal/engine"
-	"github.com/conveyorq/conveyor/internal/status"
-)
-
-// Status is where a job is in its life. It is internal/status's, so that the lower layers use
-// the same type without importing pipeline.
-type Status = status.Status
-
-// The statuses of a job. A job moves scheduled -> queued -> in_progress and ends completed,
-// failed or canceled; a failed attempt with retries left goes back to scheduled. Status.Final
-// reports whether a status is an end state.
-const (
-	// StatusWaiting: a task of a workflow waiting for its dependencies (Client.Workflow).
-	StatusWaiting = status.Waiting
-	// StatusScheduled: waiting in the queue's scheduled set for its due time (a delayed job or
-	// a retry).
-	StatusScheduled = status.Scheduled
-	// StatusQueued: in the stream, not yet started by a worker.
-	StatusQueued = status.Queued
-	// StatusInProgress: a worker holds it and is running it.
-	StatusInProgress = status.InProgress
-	// StatusCompleted: a handler returned without error; the result is kept for the retention
-	// time.
-	StatusCompleted = status.Completed
-	// StatusFailed: retries exhausted (a job no worker has a handler for uses its retries
-	// too), a SkipRetry error, a result over the limit, or an unreadable stream entry. The job
-	// is in the dead set.
-	StatusFailed = status.Failed
-	// StatusCanceled: canceled by a caller before it finished.
-	StatusCanceled = status.Canceled
+	"github.com/conveyorq/conveyor/status"
 )
 
 // Task is what a producer asks to run: a type that selects the handler, an opaque payload and
@@ -49,14 +21,14 @@ type Task struct {
 // Job is a job's state as stored in Redis, and what a handler receives.
 //
 // For a handler, Attempt is the number of the attempt that is running (1 for the first run)
-// and Status is StatusInProgress.
+// and Status is status.InProgress.
 type Job struct {
 	ID       string
 	Queue    string
 	Type     string
 	Payload  []byte
 	Metadata map[string]string
-	Status   Status
+	Status   status.Status
 	// Attempt counts executions started so far, including one lost with its worker.
 	Attempt    int
 	MaxRetries int
@@ -145,7 +117,7 @@ type jobJSON struct {
 	ID          string            `json:"id"`
 	Queue       string            `json:"queue"`
 	Type        string            `json:"type"`
-	Status      Status            `json:"status"`
+	Status      status.Status     `json:"status"`
 	Attempt     int               `json:"attempt"`
 	MaxRetries  int               `json:"max_retries"`
 	Priority    int               `json:"priority"`

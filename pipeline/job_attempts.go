@@ -5,32 +5,7 @@ import (
 
 	"github.com/conveyorq/conveyor/internal/jobstate"
 	"github.com/conveyorq/conveyor/internal/keys"
-)
-
-// The outcomes of an attempt (JobAttempt.Outcome). The first four are recorded as the attempt
-// ends, AttemptReplayed as a replay happens; the others are read from the job itself, for its
-// last attempt.
-const (
-	// AttemptRetried: the handler failed and the job was scheduled to run again.
-	AttemptRetried = keys.AttemptRetry
-	// AttemptSnoozed: the handler asked to run later (Snooze, RetryAt); no attempt is counted.
-	AttemptSnoozed = keys.AttemptSnooze
-	// AttemptLost: the worker stopped renewing its lease (it died, or was cut off) and recovery
-	// put the job back.
-	AttemptLost = keys.AttemptLost
-	// AttemptFailed: the attempt failed the job for good (out of retries, SkipRetry, lost on the
-	// last attempt). A person reads it as "dead" (AttemptWord), as the job's status.
-	AttemptFailed = keys.AttemptFailed
-	// AttemptReplayed is no attempt but a mark in the history: the job was replayed from the
-	// dead set then (StartedAt and EndedAt), its Number 0. The attempts after it count from 1
-	// again, with a fresh set of retries.
-	AttemptReplayed = keys.AttemptReplay
-	// AttemptCompleted: the handler returned without error.
-	AttemptCompleted = "completed"
-	// AttemptCanceled: the job was canceled while this attempt was its last.
-	AttemptCanceled = "canceled"
-	// AttemptRunning: the attempt runs now.
-	AttemptRunning = "running"
+	"github.com/conveyorq/conveyor/status"
 )
 
 // maxAttempts is how many attempts Job.Attempts holds at most: the latest.
@@ -40,7 +15,7 @@ const maxAttempts = keys.MaxAttemptHistory
 type JobAttempt struct {
 	// Number is the attempt's number (Job.Attempt then). A snoozed attempt is not counted, so
 	// the next run has its number too. A replay counts from 1 again, after a mark of its own
-	// (AttemptReplayed, Number 0).
+	// (status.AttemptReplayed, Number 0).
 	Number int
 	// Worker is the worker (its consumer name) that ran it.
 	Worker string
@@ -49,7 +24,8 @@ type JobAttempt struct {
 	StartedAt time.Time
 	// EndedAt is when it ended; zero while it runs.
 	EndedAt time.Time
-	// Outcome is how it ended: one of the Attempt* constants.
+	// Outcome is how it ended: one of status.AttemptRetried, status.AttemptSnoozed, status.AttemptLost,
+	// status.AttemptFailed, status.AttemptReplayed, status.AttemptCompleted, status.AttemptCanceled or status.AttemptRunning.
 	Outcome string
 	// Error is the error it ended with, if any (cut to 512 bytes, newlines made spaces: the
 	// whole last error is Job.LastError).
@@ -93,15 +69,15 @@ func attemptsOf(r jobstate.Record) []JobAttempt {
 	}
 	if !r.StartedAt.IsZero() && !seen {
 		last := JobAttempt{Number: r.Attempt, Worker: r.Worker, StartedAt: r.StartedAt, EndedAt: r.CompletedAt}
-		switch Status(r.Status) {
-		case StatusInProgress:
-			last.Outcome, last.EndedAt = AttemptRunning, time.Time{}
-		case StatusCompleted:
-			last.Outcome = AttemptCompleted
-		case StatusCanceled:
-			last.Outcome = AttemptCanceled
-		case StatusFailed:
-			last.Outcome, last.Error = AttemptFailed, r.LastError
+		switch status.Status(r.Status) {
+		case status.InProgress:
+			last.Outcome, last.EndedAt = status.AttemptRunning, time.Time{}
+		case status.Completed:
+			last.Outcome = status.AttemptCompleted
+		case status.Canceled:
+			last.Outcome = status.AttemptCanceled
+		case status.Failed:
+			last.Outcome, last.Error = status.AttemptFailed, r.LastError
 		default:
 			last.Outcome = ""
 		}

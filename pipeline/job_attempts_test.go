@@ -14,6 +14,7 @@ import (
 
 	"github.com/conveyorq/conveyor/internal/redistest"
 	"github.com/conveyorq/conveyor/pipeline"
+	"github.com/conveyorq/conveyor/status"
 )
 
 // A job that fails three times and then succeeds shows four attempts: three retried ones, each
@@ -32,7 +33,7 @@ func TestAttemptHistory(t *testing.T) {
 	})
 	j, err := b.client.Enqueue(t.Context(), b.queue, pipeline.Task{Type: "flaky"}, pipeline.WithMaxRetries(5))
 	require.NoError(t, err)
-	got := b.waitStatus(t, j.ID, pipeline.StatusCompleted)
+	got := b.waitStatus(t, j.ID, status.Completed)
 	require.Len(t, got.Attempts, 4, "%+v", got.Attempts)
 	for k, a := range got.Attempts {
 		require.Equal(t, k+1, a.Number)
@@ -40,11 +41,11 @@ func TestAttemptHistory(t *testing.T) {
 		require.False(t, a.StartedAt.IsZero())
 		require.False(t, a.EndedAt.Before(a.StartedAt), "attempt %d", a.Number)
 		if k < 3 {
-			require.Equal(t, pipeline.AttemptRetried, a.Outcome)
+			require.Equal(t, status.AttemptRetried, a.Outcome)
 			require.Equal(t, fmt.Sprintf("boom %d second line", k+1), a.Error, "newlines made spaces")
 			require.False(t, got.Attempts[k+1].StartedAt.Before(a.EndedAt), "attempts follow each other")
 		} else {
-			require.Equal(t, pipeline.AttemptCompleted, a.Outcome)
+			require.Equal(t, status.AttemptCompleted, a.Outcome)
 			require.Empty(t, a.Error)
 			require.Equal(t, got.StartedAt, a.StartedAt)
 			require.Equal(t, got.CompletedAt, a.EndedAt)
@@ -97,15 +98,15 @@ func TestAttemptHistoryBounded(t *testing.T) {
 		})
 	j, err := b.client.Enqueue(t.Context(), b.queue, pipeline.Task{Type: "fail"}, pipeline.WithMaxRetries(24))
 	require.NoError(t, err)
-	got := b.waitStatus(t, j.ID, pipeline.StatusFailed)
+	got := b.waitStatus(t, j.ID, status.Failed)
 	require.Equal(t, 25, got.Attempt)
 	require.Len(t, got.Attempts, pipeline.MaxAttempts)
 	for k, a := range got.Attempts {
 		require.Equal(t, 6+k, a.Number, "the latest 20")
 		require.Equal(t, fmt.Sprintf("fail %d", a.Number), a.Error)
-		want := pipeline.AttemptRetried
+		want := status.AttemptRetried
 		if a.Number == 25 {
-			want = pipeline.AttemptFailed
+			want = status.AttemptFailed
 		}
 		require.Equal(t, want, a.Outcome)
 	}
@@ -131,18 +132,18 @@ func TestAttemptHistorySnoozeAndCancel(t *testing.T) {
 	j, err := b.client.Enqueue(t.Context(), b.queue, pipeline.Task{Type: "nap"})
 	require.NoError(t, err)
 	<-running
-	got := b.waitStatus(t, j.ID, pipeline.StatusInProgress)
+	got := b.waitStatus(t, j.ID, status.InProgress)
 	require.Len(t, got.Attempts, 2, "%+v", got.Attempts)
-	require.Equal(t, pipeline.AttemptSnoozed, got.Attempts[0].Outcome)
+	require.Equal(t, status.AttemptSnoozed, got.Attempts[0].Outcome)
 	require.Equal(t, 1, got.Attempts[0].Number)
-	require.Equal(t, pipeline.AttemptRunning, got.Attempts[1].Outcome)
+	require.Equal(t, status.AttemptRunning, got.Attempts[1].Outcome)
 	require.Equal(t, 1, got.Attempts[1].Number, "a snooze is no attempt")
 	require.True(t, got.Attempts[1].EndedAt.IsZero())
 
 	require.NoError(t, b.insp.Cancel(t.Context(), b.queue, j.ID))
-	got = b.waitStatus(t, j.ID, pipeline.StatusCanceled)
+	got = b.waitStatus(t, j.ID, status.Canceled)
 	require.Len(t, got.Attempts, 2)
-	require.Equal(t, pipeline.AttemptCanceled, got.Attempts[1].Outcome)
+	require.Equal(t, status.AttemptCanceled, got.Attempts[1].Outcome)
 	require.Equal(t, got.CompletedAt, got.Attempts[1].EndedAt)
 }
 
@@ -159,24 +160,24 @@ func TestAttemptHistoryReplay(t *testing.T) {
 	})
 	j, err := b.client.Enqueue(t.Context(), b.queue, pipeline.Task{Type: "doomed"}, pipeline.WithMaxRetries(0))
 	require.NoError(t, err)
-	dead := b.waitStatus(t, j.ID, pipeline.StatusFailed)
+	dead := b.waitStatus(t, j.ID, status.Failed)
 	require.Len(t, dead.Attempts, 1)
 	require.NoError(t, b.insp.Replay(t.Context(), b.queue, j.ID))
 	replayed, err := b.client.Get(t.Context(), b.queue, j.ID)
 	require.NoError(t, err)
 	require.Equal(t, 0, replayed.Attempt, "a replay counts from 1 again")
 	require.Eventually(t, func() bool { return runs.Load() == 2 }, 10*time.Second, 5*time.Millisecond)
-	got := b.waitStatus(t, j.ID, pipeline.StatusFailed)
+	got := b.waitStatus(t, j.ID, status.Failed)
 	require.Len(t, got.Attempts, 3, "%+v", got.Attempts)
 	first, mark, second := got.Attempts[0], got.Attempts[1], got.Attempts[2]
-	require.Equal(t, pipeline.AttemptFailed, first.Outcome)
+	require.Equal(t, status.AttemptFailed, first.Outcome)
 	require.Equal(t, "run 1", first.Error)
 	require.Equal(t, "replayed", mark.Outcome)
 	require.Equal(t, 0, mark.Number, "the mark is no attempt")
 	require.False(t, mark.EndedAt.Before(first.EndedAt), "marked after the death it undid")
 	require.Equal(t, mark.StartedAt, mark.EndedAt)
 	require.Empty(t, mark.Worker)
-	require.Equal(t, pipeline.AttemptFailed, second.Outcome)
+	require.Equal(t, status.AttemptFailed, second.Outcome)
 	require.Equal(t, 1, second.Number)
 	require.Equal(t, "run 2", second.Error)
 	require.False(t, second.StartedAt.Before(mark.EndedAt))
@@ -191,9 +192,9 @@ func TestListCompletedAndCanceled(t *testing.T) {
 	})
 	jobs := b.enqueue(t, 7, nil)
 	for _, j := range jobs {
-		b.waitStatus(t, j.ID, pipeline.StatusCompleted)
+		b.waitStatus(t, j.ID, status.Completed)
 	}
-	got, pages := listAll(t, b.insp, b.queue, pipeline.StatusCompleted, 3)
+	got, pages := listAll(t, b.insp, b.queue, status.Completed, 3)
 	require.Equal(t, 3, pages)
 	require.ElementsMatch(t, ids(jobs), ids(got))
 	for k := 1; k < len(got); k++ {
@@ -207,13 +208,13 @@ func TestListCompletedAndCanceled(t *testing.T) {
 		require.NoError(t, b.insp.Cancel(t.Context(), b.queue, j.ID))
 		canceled = append([]*pipeline.Job{j}, canceled...)
 	}
-	got, pages = listAll(t, b.insp, b.queue, pipeline.StatusCanceled, 2)
+	got, pages = listAll(t, b.insp, b.queue, status.Canceled, 2)
 	require.Equal(t, 2, pages)
 	require.ElementsMatch(t, ids(canceled), ids(got))
 
 	// A job whose record expired is skipped.
 	require.NoError(t, b.rdb.Del(t.Context(), b.q.Job(got[0].ID)).Err())
-	p, err := b.insp.List(t.Context(), b.queue, pipeline.StatusCanceled, pipeline.Page{})
+	p, err := b.insp.List(t.Context(), b.queue, status.Canceled, pipeline.Page{})
 	require.NoError(t, err)
 	require.Len(t, p.Jobs, 3)
 	require.Empty(t, p.Next)
@@ -252,11 +253,11 @@ func TestListFinishedPartitioned(t *testing.T) {
 				canceled = append(canceled, c.ID)
 			}
 			for _, id := range done {
-				x.waitStatus(t, id, pipeline.StatusCompleted)
+				x.waitStatus(t, id, status.Completed)
 			}
-			got, _ := listAll(t, x.insp, x.queue, pipeline.StatusCompleted, 2)
+			got, _ := listAll(t, x.insp, x.queue, status.Completed, 2)
 			require.ElementsMatch(t, done, ids(got))
-			got, _ = listAll(t, x.insp, x.queue, pipeline.StatusCanceled, 4)
+			got, _ = listAll(t, x.insp, x.queue, status.Canceled, 4)
 			require.ElementsMatch(t, canceled, ids(got))
 		})
 	}

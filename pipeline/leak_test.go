@@ -11,6 +11,7 @@ import (
 	"github.com/conveyorq/conveyor/internal/leaktest"
 	"github.com/conveyorq/conveyor/internal/redistest"
 	"github.com/conveyorq/conveyor/pipeline"
+	"github.com/conveyorq/conveyor/status"
 )
 
 // A worker that ran (scheduler, recoverer, subscriber, completer, router) leaves no goroutine
@@ -37,7 +38,7 @@ func TestWorkerLeavesNoGoroutines(t *testing.T) {
 	for _, id := range []string{j.ID, delayed.ID} {
 		require.Eventually(t, func() bool {
 			got, err := c.Get(t.Context(), queue, id)
-			return err == nil && got.Status == pipeline.StatusCompleted
+			return err == nil && got.Status == status.Completed
 		}, 10*time.Second, 10*time.Millisecond)
 	}
 	cancel()

@@ -15,6 +15,7 @@ import (
 	"github.com/conveyorq/conveyor/internal/keys"
 	"github.com/conveyorq/conveyor/internal/redistest"
 	"github.com/conveyorq/conveyor/pipeline"
+	"github.com/conveyorq/conveyor/status"
 )
 
 // starts records the order in which a worker's handlers start jobs.
@@ -183,7 +184,7 @@ func TestPriorityLevelLifecycle(t *testing.T) {
 				var got []*pipeline.Job
 				cursor := ""
 				for range 10 {
-					page, err := b.insp.List(ctx, b.queue, pipeline.StatusQueued, pipeline.Page{Cursor: cursor, Limit: 2})
+					page, err := b.insp.List(ctx, b.queue, status.Queued, pipeline.Page{Cursor: cursor, Limit: 2})
 					require.NoError(t, err)
 					got = append(got, page.Jobs...)
 					if cursor = page.Next; cursor == "" {
@@ -211,11 +212,11 @@ func TestPriorityLevelLifecycle(t *testing.T) {
 				b.startWorker(t, pipeline.WorkerConfig{}, map[string]pipeline.HandlerFunc{"t": echo})
 				first, err := b.client.Enqueue(ctx, b.queue, pipeline.Task{Type: "t"})
 				require.NoError(t, err)
-				b.waitStatus(t, first.ID, pipeline.StatusCompleted)
+				b.waitStatus(t, first.ID, status.Completed)
 				for _, p := range []int{2, 4} {
 					j, err := b.client.Enqueue(ctx, b.queue, pipeline.Task{Type: "t"}, pipeline.WithPriority(p))
 					require.NoError(t, err)
-					assert.Equal(t, p, b.waitStatus(t, j.ID, pipeline.StatusCompleted).Priority)
+					assert.Equal(t, p, b.waitStatus(t, j.ID, status.Completed).Priority)
 				}
 			})
 
@@ -230,7 +231,7 @@ func TestPriorityLevelLifecycle(t *testing.T) {
 				assert.EqualValues(t, 0, xlen(t, b, 3), "the entry left its level's stream")
 				got, err := b.client.Get(ctx, b.queue, j.ID)
 				require.NoError(t, err)
-				assert.Equal(t, pipeline.StatusCanceled, got.Status)
+				assert.Equal(t, status.Canceled, got.Status)
 				assert.Equal(t, "keep", string(got.Payload))
 				assert.EqualValues(t, 0, b.stats(t).Queued)
 			})
@@ -252,7 +253,7 @@ func TestPriorityLevelLifecycle(t *testing.T) {
 				j, err := b.client.Enqueue(ctx, b.queue, pipeline.Task{Type: "fail"}, pipeline.WithPriority(2),
 					pipeline.WithMaxRetries(1))
 				require.NoError(t, err)
-				dead := b.waitStatus(t, j.ID, pipeline.StatusFailed)
+				dead := b.waitStatus(t, j.ID, status.Failed)
 				assert.Equal(t, 2, dead.Priority)
 				assert.Equal(t, 2, dead.Attempt)
 				mu.Lock()
@@ -285,7 +286,7 @@ func TestPriorityLevelLifecycle(t *testing.T) {
 					t.Fatal("the level-4 job never started")
 				}
 				require.NoError(t, stop())
-				got := b.waitStatus(t, j.ID, pipeline.StatusQueued)
+				got := b.waitStatus(t, j.ID, status.Queued)
 				assert.Equal(t, 4, got.Priority)
 				assert.EqualValues(t, 1, xlen(t, b, 4), "put back into its level's stream")
 				st := b.stats(t)
@@ -318,7 +319,7 @@ func TestPriorityLevelLifecycle(t *testing.T) {
 						return nil, nil
 					},
 				})
-				done := b.waitStatus(t, j.ID, pipeline.StatusCompleted)
+				done := b.waitStatus(t, j.ID, status.Completed)
 				assert.Equal(t, 3, done.Priority)
 				assert.Contains(t, done.LastError, "ghost")
 				mu.Lock()
@@ -354,7 +355,7 @@ func TestPriorityLevelsIdleQueue(t *testing.T) {
 				}
 				completed := func(id string) bool {
 					j, err := b.client.Get(ctx, b.queue, id)
-					return err == nil && j.Status == pipeline.StatusCompleted
+					return err == nil && j.Status == status.Completed
 				}
 				// Every level is in use before the worker starts, so that it reads all four.
 				var warm []string
@@ -431,7 +432,7 @@ func TestPriorityLevelsAfterResume(t *testing.T) {
 			},
 		})
 	for _, id := range ids {
-		b.waitStatus(t, id, pipeline.StatusCompleted)
+		b.waitStatus(t, id, status.Completed)
 	}
 	require.NoError(t, b.insp.Pause(ctx, b.queue))
 	require.Eventually(t, func() bool { return pipeline.PausedTopics(w)[b.queue] }, 10*time.Second, time.Millisecond)
@@ -452,7 +453,7 @@ func TestPriorityLevelsAfterResume(t *testing.T) {
 	}
 	close(gate)
 	for _, id := range ids {
-		b.waitStatus(t, id, pipeline.StatusCompleted)
+		b.waitStatus(t, id, status.Completed)
 	}
 	mu.Lock()
 	defer mu.Unlock()

@@ -16,6 +16,7 @@ import (
 	"github.com/conveyorq/conveyor/internal/keys"
 	"github.com/conveyorq/conveyor/internal/redistest"
 	"github.com/conveyorq/conveyor/pipeline"
+	"github.com/conveyorq/conveyor/status"
 )
 
 // gate is a handler that blocks each job until the test lets it go, and counts what runs: the
@@ -121,7 +122,7 @@ func publishN(t *testing.T, c *pipeline.Client, queue string, n int, opts ...pip
 	return ids
 }
 
-func requireDoneOnce(t *testing.T, c *pipeline.Client, queue string, ids []string, want pipeline.Status) {
+func requireDoneOnce(t *testing.T, c *pipeline.Client, queue string, ids []string, want status.Status) {
 	t.Helper()
 	for _, id := range ids {
 		var j *pipeline.Job
@@ -169,7 +170,7 @@ func testLimitConcurrency(t *testing.T, rdb redis.UniversalClient, opts ...pipel
 	}
 	g.release <- struct{}{}
 	g.release <- struct{}{}
-	requireDoneOnce(t, c, queue, ids, pipeline.StatusCompleted)
+	requireDoneOnce(t, c, queue, ids, status.Completed)
 	require.Equal(t, m, g.mostOf(""))
 	requireSlotsBack(t, rdb, keys.New(keys.DefaultPrefix, queue), "q")
 	st, err := c.Stats(ctx, queue)
@@ -208,7 +209,7 @@ func TestLimitConcurrencyPerKey(t *testing.T) {
 	}
 	g.release <- struct{}{}
 	g.release <- struct{}{}
-	requireDoneOnce(t, b.client, b.queue, ids, pipeline.StatusCompleted)
+	requireDoneOnce(t, b.client, b.queue, ids, status.Completed)
 	require.Equal(t, 1, g.mostOf("a"))
 	require.Equal(t, 1, g.mostOf("b"))
 }
@@ -234,7 +235,7 @@ func testLimitRate(t *testing.T, rdb redis.UniversalClient) {
 		startWorkerOn(t, rdb, pipeline.WorkerConfig{Queues: []string{queue}, Concurrency: 10},
 			map[string]pipeline.HandlerFunc{"t": echo})
 	}
-	requireDoneOnce(t, c, queue, ids, pipeline.StatusCompleted)
+	requireDoneOnce(t, c, queue, ids, status.Completed)
 	q := keys.New(keys.DefaultPrefix, queue)
 	var at []int64
 	for _, id := range ids {
@@ -374,7 +375,7 @@ func TestLimitReleaseOnRecovery(t *testing.T) {
 		map[string]pipeline.HandlerFunc{"t": echo})
 	for _, id := range ids {
 		j := b.waitFinal(t, id)
-		require.Equal(t, pipeline.StatusCompleted, j.Status)
+		require.Equal(t, status.Completed, j.Status)
 		require.Equal(t, "rescuer", j.Worker)
 	}
 	requireSlotsBack(t, b.rdb, b.q, "q")
@@ -396,7 +397,7 @@ func TestLimitReleasesInBatches(t *testing.T) {
 	h := map[string]pipeline.HandlerFunc{"t": func(context.Context, *pipeline.Job) ([]byte, error) { return nil, nil }}
 	b.startWorker(t, pipeline.WorkerConfig{Concurrency: 50}, h)
 	for _, id := range ids {
-		require.Equal(t, pipeline.StatusCompleted, b.waitFinal(t, id).Status)
+		require.Equal(t, status.Completed, b.waitFinal(t, id).Status)
 	}
 	for _, inst := range []string{"q", "qk:a", "qk:b"} {
 		requireSlotsBack(t, b.rdb, b.q, inst)
@@ -466,7 +467,7 @@ func TestLimitAdmissionReplyLost(t *testing.T) {
 		g.next(t)
 		g.release <- struct{}{}
 	}
-	requireDoneOnce(t, b.client, b.queue, ids, pipeline.StatusCompleted)
+	requireDoneOnce(t, b.client, b.queue, ids, status.Completed)
 	require.Equal(t, 1, g.mostOf(""))
 	require.Positive(t, hook.lost.Load())
 	requireSlotsBack(t, b.rdb, b.q, "q")

@@ -9,6 +9,7 @@ import (
 
 	"github.com/conveyorq/conveyor/internal/engine"
 	"github.com/conveyorq/conveyor/internal/keys"
+	"github.com/conveyorq/conveyor/status"
 	"github.com/conveyorq/conveyor/stream"
 )
 
@@ -177,7 +178,7 @@ func jobFromMessage(queue string, msg *message.Message) *Job {
 	attempt, maxRetries, timeout, typ, _ := keys.ParseEntryJob(md[metaJob])
 	j := &Job{
 		ID: msg.UUID, Queue: queue, Type: typ, Payload: msg.Payload,
-		Status: StatusInProgress, Attempt: attempt, MaxRetries: maxRetries,
+		Status: status.InProgress, Attempt: attempt, MaxRetries: maxRetries,
 		Timeout: msToDuration(timeout), Entry: md[stream.EntryIDKey],
 		EnqueuedAt: stream.EntryTime(md[stream.EntryIDKey]),
 	}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/conveyorq/conveyor/pipeline"
 	"github.com/conveyorq/conveyor/pipeline/pipelinetest"
+	"github.com/conveyorq/conveyor/status"
 )
 
 // Watermill's own metrics middleware (components/metrics) counts an attempt as a failure when
@@ -50,9 +51,9 @@ func TestWatermillMetricsMiddlewareCountsFailures(t *testing.T) {
 	}
 	runWorker(t, w)
 	for i, id := range ids {
-		want := pipeline.StatusCompleted
+		want := status.Completed
 		if i >= 5 {
-			want = pipeline.StatusFailed
+			want = status.Failed
 		}
 		b.waitStatus(t, id, want)
 	}
@@ -166,7 +167,7 @@ func TestMiddlewareRefusalIsAFailedAttempt(t *testing.T) {
 		pipeline.WithMaxRetries(1))
 	require.NoError(t, err)
 	runWorker(t, w)
-	got := b.waitStatus(t, j.ID, pipeline.StatusFailed)
+	got := b.waitStatus(t, j.ID, status.Failed)
 	require.Equal(t, 2, got.Attempt)
 	require.Contains(t, got.LastError, "refused by middleware: rate limited")
 	s := b.stats(t)
@@ -214,7 +215,7 @@ func TestStoredPayloadIsThePublishedOne(t *testing.T) {
 	j, err := b.client.Enqueue(ctx, b.queue, pipeline.Task{Type: "t", Payload: []byte("hello")})
 	require.NoError(t, err)
 	runWorker(t, w)
-	got := b.waitStatus(t, j.ID, pipeline.StatusCompleted)
+	got := b.waitStatus(t, j.ID, status.Completed)
 	require.Equal(t, "hello", string(got.Payload), "the stored payload is the published one")
 	mu.Lock()
 	defer mu.Unlock()

@@ -1,102 +1,34 @@
 package pipeline
 
 import (
+	"cmp"
 	"context"
-	"errors"
 	"fmt"
-	"sync/atomic"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 
 	"github.com/conveyorq/conveyor/internal/inspect"
 	"github.com/conveyorq/conveyor/internal/jobstate"
 	"github.com/conveyorq/conveyor/internal/keys"
+	"github.com/conveyorq/conveyor/internal/publish"
 )
 
 // MaxPartitions bounds QueueOptions.Partitions.
 const MaxPartitions = keys.MaxPartitions
 
-// partitionsTTL is how long a Client trusts the partition count it read for a queue before it
-// reads it again. So a count changed with CreateQueue in another process reaches every reader
-// within this time. A publish does not depend on it. One to a layout that a change left is
-// refused by its closed flag, and sent again with the count read again (Client.publish).
-const partitionsTTL = 5 * time.Second
-
-// layoutChanges counts the partition counts that CreateQueue and DeleteQueue changed in this
-// process. A Client's cached count read before the latest change is stale at once. So a
-// process that changes a count reads its own change on its next call.
-var layoutChanges atomic.Int64
-
-// partitionCount reads how many partitions queue has (1 when none was set).
-func partitionCount(ctx context.Context, rdb redis.Cmdable, prefix, queue string) (int, error) {
-	return jobstate.PartitionCount(ctx, rdb, prefix, queue)
-}
-
-// knownQueues reads the known queue names, sorted, and the partition counts of those that have
-// more than one, in one round trip (jobstate.Store.KnownQueues).
-func knownQueues(ctx context.Context, js jobstate.Backend) ([]string, map[string]int, error) {
-	return js.KnownQueues(ctx)
-}
-
-// allPartitions returns the keys of every partition of queue, in partition order.
-func allPartitions(prefix, queue string, p int) []keys.Queue {
-	return jobstate.PartitionKeys(prefix, queue, p)
-}
-
-// lookupOrder returns the partitions of queue in the order a lookup of job id tries them. The
-// one the id routes to is first, since only a job published with a unique key lives elsewhere.
-func lookupOrder(prefix, queue, id string, p int) []keys.Queue {
-	qs := allPartitions(prefix, queue, p)
-	if h := keys.PartitionOf(id, p); h > 0 {
-		qs[0], qs[h] = qs[h], qs[0]
-	}
-	return qs
-}
-
-// findJob reads job id from the first of qs that has it: qs[0] alone first, then the others
-// in one pipeline. So a lookup costs one round trip when the job is where its id routes, and
-// two otherwise. It returns the partition that holds the job.
+// findJob reads job id from the first of qs that has it (publish.Find), and returns the
+// partition that holds it.
 func findJob(ctx context.Context, js jobstate.Backend, qs []keys.Queue, id string) (*Job, keys.Queue, error) {
-	j, err := getJob(ctx, js, qs[0], id)
-	if len(qs) == 1 || !errors.Is(err, ErrNotFound) {
-		return j, qs[0], err
+	k, rec, err := publish.Find(ctx, js, qs, id)
+	if err != nil || k < 0 {
+		return nil, qs[0], cmp.Or(err, ErrNotFound)
 	}
-	lookups := make([]jobstate.Lookup, len(qs)-1)
-	for k, q := range qs[1:] {
-		lookups[k] = jobstate.Lookup{Queue: q, ID: id}
-	}
-	k, rec, err := js.FindFirst(ctx, lookups)
-	if err != nil {
-		return nil, qs[0], fmt.Errorf("get %s/%s: %w", qs[0].Name(), id, err)
-	}
-	if k < 0 {
-		return nil, qs[0], ErrNotFound
-	}
-	j, err = jobFromRecord(qs[k+1].Name(), id, rec)
-	return j, qs[k+1], err
-}
-
-// onPartition runs op on the partition of qs (lookupOrder) that holds job id. It tries qs[0]
-// first. When op says ErrNotFound there, it tries the one jobstate.Store.Locate finds.
-func onPartition(ctx context.Context, js jobstate.Backend, qs []keys.Queue, id string, op func(keys.Queue) error) error {
-	err := op(qs[0])
-	if len(qs) == 1 || !errors.Is(err, ErrNotFound) {
-		return err
-	}
-	at, lerr := js.Locate(ctx, qs[1:], []string{id})
-	if lerr != nil {
-		return fmt.Errorf("find %s/%s: %w", qs[0].Name(), id, lerr)
-	}
-	if at[0] < 0 {
-		return err
-	}
-	return op(qs[1+at[0]])
+	j, err := jobFromRecord(qs[k].Name(), id, rec)
+	return j, qs[k], err
 }
 
 // queueStats reads and sums the stats of every partition of queue.
 func queueStats(ctx context.Context, js jobstate.Backend, prefix, queue string, p int) (*QueueStats, error) {
-	st, err := js.ReadStats(ctx, allPartitions(prefix, queue, p))
+	st, err := js.ReadStats(ctx, jobstate.PartitionKeys(prefix, queue, p))
 	if err != nil {
 		return nil, err
 	}
@@ -176,7 +108,7 @@ func (i *Inspector) setLayout(ctx context.Context, queue string, opts QueueOptio
 		return nil, fmt.Errorf("create queue %s: %w", queue, storeErr(err))
 	}
 	defer unlock()
-	cur, err := partitionCount(ctx, i.rdb, i.cfg.Prefix, queue)
+	cur, err := jobstate.PartitionCount(ctx, i.rdb, i.cfg.Prefix, queue)
 	if err != nil {
 		return nil, err
 	}
@@ -185,12 +117,12 @@ func (i *Inspector) setLayout(ctx context.Context, queue string, opts QueueOptio
 		return nil, fmt.Errorf("create queue %s: %w", queue, storeErr(err))
 	}
 	if cur != p {
-		layoutChanges.Add(1)
+		publish.Relayout() // this process's Clients read the new count on their next call
 	}
 	if err := addQueue(ctx, i.store, queue, i.cfg.MaxQueues, false); err != nil {
 		return nil, fmt.Errorf("create queue %s: %w", queue, err)
 	}
-	nodes, err := jobstate.Nodes(ctx, i.rdb, allPartitions(i.cfg.Prefix, queue, p))
+	nodes, err := jobstate.Nodes(ctx, i.rdb, jobstate.PartitionKeys(i.cfg.Prefix, queue, p))
 	if err != nil {
 		return nil, fmt.Errorf("create queue %s: %w", queue, err)
 	}
@@ -202,5 +134,5 @@ func (i *Inspector) Partitions(ctx context.Context, queue string) (int, error) {
 	if err := i.check(queue, ""); err != nil {
 		return 0, err
 	}
-	return partitionCount(ctx, i.rdb, i.cfg.Prefix, queue)
+	return jobstate.PartitionCount(ctx, i.rdb, i.cfg.Prefix, queue)
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/conveyorq/conveyor/internal/keys"
 	"github.com/conveyorq/conveyor/internal/redistest"
 	"github.com/conveyorq/conveyor/pipeline"
+	"github.com/conveyorq/conveyor/status"
 )
 
 // partitioned is a queue of p partitions on rdb (standalone or cluster), for the tests that
@@ -55,7 +56,7 @@ func (x *partitioned) startWorker(t *testing.T, cfg pipeline.WorkerConfig, handl
 	return func() { require.NoError(t, stop()) }
 }
 
-func (x *partitioned) waitStatus(t *testing.T, id string, status pipeline.Status) *pipeline.Job {
+func (x *partitioned) waitStatus(t *testing.T, id string, status status.Status) *pipeline.Job {
 	t.Helper()
 	return waitJob(t, x.client, x.queue, id, status)
 }
@@ -100,13 +101,13 @@ func partitionFeatures(t *testing.T, x *partitioned) {
 	require.NoError(t, err)
 	delayedJob, err := x.client.Enqueue(ctx, x.queue, task("ok", "later"), pipeline.WithDelay(300*time.Millisecond))
 	require.NoError(t, err)
-	require.Equal(t, pipeline.StatusScheduled, delayedJob.Status)
+	require.Equal(t, status.Scheduled, delayedJob.Status)
 	canceled, err := x.client.Enqueue(ctx, x.queue, task("ok", "never"), pipeline.WithDelay(time.Hour))
 	require.NoError(t, err)
 	require.NoError(t, x.client.Cancel(ctx, x.queue, canceled.ID))
 	got, err := x.insp.Get(ctx, x.queue, canceled.ID)
 	require.NoError(t, err)
-	require.Equal(t, pipeline.StatusCanceled, got.Status)
+	require.Equal(t, status.Canceled, got.Status)
 	require.ErrorIs(t, x.client.Cancel(ctx, x.queue, canceled.ID), pipeline.ErrNotCancelable)
 	require.ErrorIs(t, x.client.Cancel(ctx, x.queue, "no-such-job"), pipeline.ErrNotFound)
 
@@ -144,7 +145,7 @@ func partitionFeatures(t *testing.T, x *partitioned) {
 	cursor := ""
 	for pages := 0; ; pages++ {
 		require.Less(t, pages, 100)
-		page, err := x.insp.List(ctx, x.queue, pipeline.StatusQueued, pipeline.Page{Cursor: cursor, Limit: 7})
+		page, err := x.insp.List(ctx, x.queue, status.Queued, pipeline.Page{Cursor: cursor, Limit: 7})
 		require.NoError(t, err)
 		for _, j := range page.Jobs {
 			require.False(t, seen[j.ID], "job %s listed twice", j.ID)
@@ -180,14 +181,14 @@ func partitionFeatures(t *testing.T, x *partitioned) {
 		},
 	})
 	for _, j := range append(jobs, one) {
-		x.waitStatus(t, j.ID, pipeline.StatusCompleted)
+		x.waitStatus(t, j.ID, status.Completed)
 	}
-	x.waitStatus(t, delayedJob.ID, pipeline.StatusCompleted)
+	x.waitStatus(t, delayedJob.ID, status.Completed)
 
 	// Retry: the second attempt completes.
 	flaky, err := x.client.Enqueue(ctx, x.queue, task("flaky", "x"))
 	require.NoError(t, err)
-	require.Equal(t, 2, x.waitStatus(t, flaky.ID, pipeline.StatusCompleted).Attempt)
+	require.Equal(t, 2, x.waitStatus(t, flaky.ID, status.Completed).Attempt)
 
 	// Dead, listed over the partitions, replayed one by one and all at once, purged.
 	var doomed []string
@@ -197,12 +198,12 @@ func partitionFeatures(t *testing.T, x *partitioned) {
 		doomed = append(doomed, j.ID)
 	}
 	for _, id := range doomed {
-		x.waitStatus(t, id, pipeline.StatusFailed)
+		x.waitStatus(t, id, status.Failed)
 	}
 	dead := map[string]bool{}
 	cursor = ""
 	for {
-		page, err := x.insp.List(ctx, x.queue, pipeline.StatusFailed, pipeline.Page{Cursor: cursor, Limit: 2})
+		page, err := x.insp.List(ctx, x.queue, status.Failed, pipeline.Page{Cursor: cursor, Limit: 2})
 		require.NoError(t, err)
 		for _, j := range page.Jobs {
 			dead[j.ID] = true
@@ -214,7 +215,7 @@ func partitionFeatures(t *testing.T, x *partitioned) {
 	require.Len(t, dead, 6)
 	replayOK.Store(doomed[0], true)
 	require.NoError(t, x.insp.Replay(ctx, x.queue, doomed[0]))
-	x.waitStatus(t, doomed[0], pipeline.StatusCompleted)
+	x.waitStatus(t, doomed[0], status.Completed)
 	n, err := x.insp.Purge(ctx, x.queue, doomed[1], doomed[2], "no-such-job")
 	require.ErrorIs(t, err, pipeline.ErrNotFound)
 	require.Equal(t, 2, n)
@@ -225,7 +226,7 @@ func partitionFeatures(t *testing.T, x *partitioned) {
 	require.NoError(t, err)
 	require.Equal(t, 3, n)
 	for _, id := range doomed[3:] {
-		x.waitStatus(t, id, pipeline.StatusCompleted)
+		x.waitStatus(t, id, status.Completed)
 	}
 	n, err = x.insp.PurgeAll(ctx, x.queue, 0)
 	require.NoError(t, err)
@@ -352,7 +353,7 @@ func TestPartitionsSpreadOverMasters(t *testing.T) {
 		"ok": func(context.Context, *pipeline.Job) ([]byte, error) { return nil, nil },
 	})
 	for _, j := range jobs {
-		x.waitStatus(t, j.ID, pipeline.StatusCompleted)
+		x.waitStatus(t, j.ID, status.Completed)
 	}
 	st, err = x.insp.Stats(ctx, queue)
 	require.NoError(t, err)
@@ -381,17 +382,17 @@ func TestCreateQueuePartitions(t *testing.T) {
 	require.NoError(t, err)
 	// A partitioned listing's cursor names its partition; a plain one, or a partition out of
 	// range, is refused.
-	page, err := x.insp.List(ctx, queue, pipeline.StatusScheduled, pipeline.Page{})
+	page, err := x.insp.List(ctx, queue, status.Scheduled, pipeline.Page{})
 	require.NoError(t, err)
 	require.Len(t, page.Jobs, 1)
 	for _, bad := range []string{"x", "9/", "1/x", "123:" + j.ID} {
-		_, err = x.insp.List(ctx, queue, pipeline.StatusScheduled, pipeline.Page{Cursor: bad})
+		_, err = x.insp.List(ctx, queue, status.Scheduled, pipeline.Page{Cursor: bad})
 		require.ErrorIs(t, err, pipeline.ErrInvalid, "cursor %q", bad)
 	}
 	// A cursor of no form at all is refused before Redis is asked.
 	down, err := pipeline.NewInspector(redisAt("127.0.0.1:1"), pipeline.InspectorConfig{})
 	require.NoError(t, err)
-	_, err = down.List(ctx, queue, pipeline.StatusScheduled, pipeline.Page{Cursor: "x"})
+	_, err = down.List(ctx, queue, status.Scheduled, pipeline.Page{Cursor: "x"})
 	require.ErrorIs(t, err, pipeline.ErrInvalid)
 	_, err = x.insp.CreateQueue(ctx, queue, pipeline.QueueOptions{Partitions: 4})
 	require.ErrorIs(t, err, pipeline.ErrQueueBusy)
@@ -439,8 +440,8 @@ func TestCreateQueueRefusesToOrphanRecords(t *testing.T) {
 	require.NoError(t, err)
 	_, err = x.client.Enqueue(ctx, queue, pipeline.Task{Type: "doomed"}, pipeline.WithID("dead1"))
 	require.NoError(t, err)
-	x.waitStatus(t, "done1", pipeline.StatusCompleted)
-	x.waitStatus(t, "dead1", pipeline.StatusFailed)
+	x.waitStatus(t, "done1", status.Completed)
+	x.waitStatus(t, "dead1", status.Failed)
 	stop()
 
 	_, err = x.insp.CreateQueue(ctx, queue, pipeline.QueueOptions{Partitions: 4})
@@ -456,7 +457,7 @@ func TestCreateQueueRefusesToOrphanRecords(t *testing.T) {
 	require.EqualValues(t, 1, st.Failed)
 	_, err = x.insp.Get(ctx, queue, "done1")
 	require.NoError(t, err)
-	page, err := x.insp.List(ctx, queue, pipeline.StatusFailed, pipeline.Page{})
+	page, err := x.insp.List(ctx, queue, status.Failed, pipeline.Page{})
 	require.NoError(t, err)
 	require.Len(t, page.Jobs, 1)
 	again, err := x.client.Enqueue(ctx, queue, pipeline.Task{Type: "ok"}, pipeline.WithID("done1"))
@@ -585,7 +586,7 @@ func TestOwnPartitionChangeSeenAtOnce(t *testing.T) {
 	require.NoError(t, err)
 	got, err := x.client.Get(ctx, queue, j.ID)
 	require.NoError(t, err, "the client that cached 1 partition finds a job of the new layout")
-	require.Equal(t, pipeline.StatusQueued, got.Status)
+	require.Equal(t, status.Queued, got.Status)
 	again, err := x.client.Enqueue(ctx, queue, pipeline.Task{Type: "t"}, pipeline.WithID("in-a-partition"))
 	require.NoError(t, err)
 	require.True(t, again.Duplicate, "and publishes to the new layout")
@@ -593,7 +594,7 @@ func TestOwnPartitionChangeSeenAtOnce(t *testing.T) {
 }
 
 // TestPartitionCountCacheExpires: a Client reads a queue's count again once it is
-// partitionsTTL (5 s) old, and not before, so a change made by another process reaches its
+// publish.RouteTTL (5 s) old, and not before, so a change made by another process reaches its
 // reads. The other process is played by writing the count directly; the clock is the Client's.
 func TestPartitionCountCacheExpires(t *testing.T) {
 	t.Parallel()
@@ -681,7 +682,7 @@ func TestCreateQueueRepairsHalfDoneChange(t *testing.T) {
 	require.NoError(t, err)
 	j, err := x.client.Enqueue(ctx, x.queue, pipeline.Task{Type: "t"})
 	require.NoError(t, err)
-	require.Equal(t, pipeline.StatusQueued, j.Status)
+	require.Equal(t, status.Queued, j.Status)
 }
 
 // TestDeleteQueueCleansEveryLayout: the layouts a queue's count left (empty streams with their

@@ -16,6 +16,7 @@ import (
 	"github.com/conveyorq/conveyor/internal/keys"
 	"github.com/conveyorq/conveyor/internal/redistest"
 	"github.com/conveyorq/conveyor/pipeline"
+	"github.com/conveyorq/conveyor/status"
 )
 
 // queueReads is a go-redis hook that counts the XREADGROUPs begun and ended on the streams of
@@ -200,7 +201,7 @@ func testPauseResume(t *testing.T, rdb redis.UniversalClient) {
 	// The scheduler goes on: the job due during the pause is promoted and waits, queued.
 	require.Eventually(t, func() bool {
 		j, err := client.Get(ctx, q, due.ID)
-		return err == nil && j.Status == pipeline.StatusQueued
+		return err == nil && j.Status == status.Queued
 	}, 10*time.Second, time.Millisecond)
 	noneStarts(t, h, qReads)
 
@@ -218,7 +219,7 @@ func testPauseResume(t *testing.T, rdb redis.UniversalClient) {
 	open()
 	require.Eventually(t, func() bool {
 		j, err := client.Get(ctx, q, running.ID)
-		return err == nil && j.Status == pipeline.StatusCompleted
+		return err == nil && j.Status == status.Completed
 	}, 10*time.Second, time.Millisecond)
 
 	require.NoError(t, insp.Resume(ctx, q))

@@ -12,6 +12,7 @@ import (
 
 	"github.com/conveyorq/conveyor/internal/redistest"
 	"github.com/conveyorq/conveyor/pipeline"
+	"github.com/conveyorq/conveyor/status"
 )
 
 // progressOf is a job's report as (percent, message), or (-1, "") when it shows none.
@@ -71,7 +72,7 @@ func TestProgressWhileRunning(t *testing.T) {
 			require.NoError(t, err)
 
 			type seen struct {
-				status pipeline.Status
+				status status.Status
 				pct    int
 				msg    string
 			}
@@ -97,7 +98,7 @@ func TestProgressWhileRunning(t *testing.T) {
 			})
 			require.NoError(t, err)
 			last := got[len(got)-1]
-			require.Equal(t, seen{pipeline.StatusCompleted, 90, "step many"}, last,
+			require.Equal(t, seen{status.Completed, 90, "step many"}, last,
 				"the last report, held by the rate limit, is written before the outcome (one line)")
 			saw10 := false
 			for _, g := range got {
@@ -155,7 +156,7 @@ func TestProgressRateLimit(t *testing.T) {
 	require.NoError(t, err)
 	done, err := b.client.Wait(ctx, b.queue, j.ID)
 	require.NoError(t, err)
-	require.Equal(t, pipeline.StatusCompleted, done.Status, done.LastError)
+	require.Equal(t, status.Completed, done.Status, done.LastError)
 	writes := pipeline.ProgressWrites(w)
 	mu.Lock()
 	defer mu.Unlock()
@@ -207,7 +208,7 @@ func TestProgressFencedAndChecked(t *testing.T) {
 	<-reported
 	// Once started: a job canceled before its start mark counts no attempt, and shows no
 	// report of one.
-	b.waitStatus(t, j.ID, pipeline.StatusInProgress)
+	b.waitStatus(t, j.ID, status.InProgress)
 	require.NoError(t, b.client.Cancel(ctx, b.queue, j.ID))
 	close(canceled)
 	mu.Lock()
@@ -216,7 +217,7 @@ func TestProgressFencedAndChecked(t *testing.T) {
 	require.ErrorIs(t, after, pipeline.ErrProgressRefused)
 	got, err := b.client.Get(ctx, b.queue, j.ID)
 	require.NoError(t, err)
-	require.Equal(t, pipeline.StatusCanceled, got.Status)
+	require.Equal(t, status.Canceled, got.Status)
 	pct, msg := progressOf(got)
 	require.Equal(t, 40, pct)
 	require.Equal(t, "before", msg)
@@ -249,13 +250,13 @@ func TestProgressBelongsToItsAttempt(t *testing.T) {
 	j, err := b.client.Enqueue(ctx, b.queue, pipeline.Task{Type: "t"}, pipeline.WithMaxRetries(1))
 	require.NoError(t, err)
 	<-second
-	got := b.waitStatus(t, j.ID, pipeline.StatusInProgress) // the start mark of attempt 2
+	got := b.waitStatus(t, j.ID, status.InProgress) // the start mark of attempt 2
 	require.Equal(t, 2, got.Attempt)
 	require.Nil(t, got.Reported, "attempt 2 reported nothing yet")
 	close(release)
 	done, err := b.client.Wait(ctx, b.queue, j.ID)
 	require.NoError(t, err)
-	require.Equal(t, pipeline.StatusCompleted, done.Status)
+	require.Equal(t, status.Completed, done.Status)
 	require.Nil(t, done.Reported, "the completed attempt reported nothing")
 }
 
@@ -286,7 +287,7 @@ func TestProgressAfterTimeoutIsRefused(t *testing.T) {
 	require.ErrorIs(t, <-refused, pipeline.ErrProgressRefused)
 	done, err := b.client.Wait(ctx, b.queue, j.ID)
 	require.NoError(t, err)
-	require.Equal(t, pipeline.StatusFailed, done.Status)
+	require.Equal(t, status.Failed, done.Status)
 	require.Contains(t, done.LastError, "timed out")
 	before := done.Reported
 	time.Sleep(2 * pipeline.ProgressInterval) // a stray trailing write would land by now

@@ -20,6 +20,7 @@ import (
 	"github.com/conveyorq/conveyor/internal/keys"
 	"github.com/conveyorq/conveyor/internal/redistest"
 	"github.com/conveyorq/conveyor/pipeline"
+	"github.com/conveyorq/conveyor/status"
 	"github.com/conveyorq/conveyor/stream"
 )
 
@@ -255,7 +256,7 @@ func TestPublisherRouterHandler(t *testing.T) {
 		ids = append(ids, "ship-"+ev.UUID)
 	}
 	for i, id := range ids {
-		j := b.waitStatus(t, id, pipeline.StatusCompleted)
+		j := b.waitStatus(t, id, status.Completed)
 		require.Equal(t, "ship", j.Type)
 		require.Equal(t, 1, j.MaxRetries)
 		require.Equal(t, fmt.Sprintf("shipped order %d", i), string(j.Result))
@@ -302,7 +303,7 @@ func TestPublisherForwarder(t *testing.T) {
 	require.NoError(t, app.Publish(b.queue, msgs...))
 
 	for _, m := range msgs {
-		j := b.waitStatus(t, m.UUID, pipeline.StatusCompleted)
+		j := b.waitStatus(t, m.UUID, status.Completed)
 		require.Equal(t, "echo", j.Type)
 		require.Equal(t, string(m.Payload), string(j.Result))
 		require.Equal(t, map[string]string{"tenant": "acme"}, j.Metadata)
@@ -325,14 +326,14 @@ func TestPublisherControlKeys(t *testing.T) {
 	t.Parallel()
 	type want struct {
 		typ        string
-		status     pipeline.Status
+		status     status.Status
 		runAt      time.Duration // after the client's now, when scheduled
 		maxRetries int
 		timeout    time.Duration
 		uniqueKey  string
 		uniqueTTL  time.Duration // the key's TTL is at most this, and more than half of it
 	}
-	plain := want{typ: "default-type", status: pipeline.StatusQueued, maxRetries: pipeline.DefaultMaxRetries}
+	plain := want{typ: "default-type", status: status.Queued, maxRetries: pipeline.DefaultMaxRetries}
 	with := func(f func(*want)) want { w := plain; f(&w); return w }
 	cases := []struct {
 		name string
@@ -343,14 +344,14 @@ func TestPublisherControlKeys(t *testing.T) {
 		{"Type", func(time.Time) map[string]string { return map[string]string{"conveyor_type": "email:send"} },
 			with(func(w *want) { w.typ = "email:send" })},
 		{"Delay", func(time.Time) map[string]string { return map[string]string{"conveyor_delay": "1h30m"} },
-			with(func(w *want) { w.status, w.runAt = pipeline.StatusScheduled, 90*time.Minute })},
+			with(func(w *want) { w.status, w.runAt = status.Scheduled, 90*time.Minute })},
 		{"DelayZero", func(time.Time) map[string]string { return map[string]string{"conveyor_delay": "0s"} }, plain},
 		{"RunAtUnixMilli", func(now time.Time) map[string]string {
 			return map[string]string{"conveyor_run_at": strconv.FormatInt(now.Add(2*time.Hour).UnixMilli(), 10)}
-		}, with(func(w *want) { w.status, w.runAt = pipeline.StatusScheduled, 2*time.Hour })},
+		}, with(func(w *want) { w.status, w.runAt = status.Scheduled, 2*time.Hour })},
 		{"RunAtRFC3339", func(now time.Time) map[string]string {
 			return map[string]string{"conveyor_run_at": now.Add(3 * time.Hour).In(time.FixedZone("X", 3600)).Format(time.RFC3339Nano)}
-		}, with(func(w *want) { w.status, w.runAt = pipeline.StatusScheduled, 3*time.Hour })},
+		}, with(func(w *want) { w.status, w.runAt = status.Scheduled, 3*time.Hour })},
 		{"RunAtPast", func(now time.Time) map[string]string {
 			return map[string]string{"conveyor_run_at": strconv.FormatInt(now.Add(-time.Hour).UnixMilli(), 10)}
 		}, plain},
@@ -370,7 +371,7 @@ func TestPublisherControlKeys(t *testing.T) {
 				"conveyor_type": "report", "conveyor_delay": "5m", "conveyor_max_retries": "3",
 				"conveyor_timeout": "2m", "conveyor_unique_key": "r", "conveyor_unique_ttl": "30m",
 			}
-		}, want{typ: "report", status: pipeline.StatusScheduled, runAt: 5 * time.Minute, maxRetries: 3,
+		}, want{typ: "report", status: status.Scheduled, runAt: 5 * time.Minute, maxRetries: 3,
 			timeout: 2 * time.Minute, uniqueKey: "r", uniqueTTL: 30 * time.Minute}},
 	}
 	for _, tc := range cases {

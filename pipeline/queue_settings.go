@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/conveyorq/conveyor/internal/jobstate"
+	"github.com/conveyorq/conveyor/internal/publish"
 )
 
 // QueueSettings is a queue's settings, one record (UpdateQueue changes it): the pause, the
@@ -142,8 +143,8 @@ func (i *Inspector) QueueSettings(ctx context.Context, queue string) (*QueueSett
 	}
 	out := &QueueSettings{Queue: queue, Revision: st.Settings.Rev, Paused: st.Settings.Paused, Partitions: st.Partitions,
 		Limits: make([]Limit, len(st.Limits)), GroupWindow: defaultGroupWindow, GroupWeights: map[string]int{}, Levels: st.Levels}
-	d := defaultsOf(st.Settings.Fields)
-	out.MaxRetries, out.Timeout = d.maxRetries, d.timeout
+	d := publish.ParseDefaults(st.Settings.Fields, maxMaxRetries, maxDefaultTimeout)
+	out.MaxRetries, out.Timeout = d.MaxRetries, d.Timeout
 	for k, l := range st.Limits {
 		out.Limits[k] = limitOf(l)
 	}
@@ -179,37 +180,12 @@ func (p QueuePatch) validate() error {
 // maxDefaultTimeout bounds QueuePatch.Timeout: a week, far beyond any job's attempt.
 const maxDefaultTimeout = 7 * 24 * time.Hour
 
-// The settings record's fields of the per-queue job defaults.
-const (
-	fieldMaxRetries = "max_retries"
-	fieldTimeout    = "timeout_ms"
-)
-
-// queueDefaults are a queue's defaults for the jobs published without their own.
-type queueDefaults struct {
-	maxRetries *int
-	timeout    time.Duration
-}
-
-// defaultsOf reads the defaults from a settings record's fields. A value that does not parse
-// is no default: a publish must not fail over a setting.
-func defaultsOf(f map[string]string) queueDefaults {
-	var d queueDefaults
-	if n, err := strconv.Atoi(f[fieldMaxRetries]); err == nil && n >= 0 && n <= maxMaxRetries {
-		d.maxRetries = &n
-	}
-	if ms, err := strconv.ParseInt(f[fieldTimeout], 10, 64); err == nil && ms > 0 && ms <= maxDefaultTimeout.Milliseconds() {
-		d.timeout = time.Duration(ms) * time.Millisecond
-	}
-	return d
-}
-
-// apply gives a prepared job (j, and nj, what the script writes) the defaults that its
-// options leave to the queue. The options are common, then the task's own. The queue's
+// applyDefaults gives a prepared job (j, and nj, what the script writes) the defaults d that
+// its options leave to the queue. The options are common, then the task's own. The queue's
 // defaults win over the Client's. Applying the options again is cheap, and keeps prepare free
 // of Redis, so bad input fails first.
-func (d queueDefaults) apply(common []Option, t *Task, j *Job, nj *jobstate.NewJob) {
-	if d.maxRetries == nil && d.timeout == 0 {
+func applyDefaults(d publish.Defaults, common []Option, t *Task, j *Job, nj *jobstate.NewJob) {
+	if d.MaxRetries == nil && d.Timeout == 0 {
 		return
 	}
 	var o enqueueOptions
@@ -219,11 +195,11 @@ func (d queueDefaults) apply(common []Option, t *Task, j *Job, nj *jobstate.NewJ
 	for _, opt := range t.Opts {
 		opt(&o)
 	}
-	if d.maxRetries != nil && !o.hasRetries {
-		nj.MaxRetries, j.MaxRetries = *d.maxRetries, *d.maxRetries
+	if d.MaxRetries != nil && !o.hasRetries {
+		nj.MaxRetries, j.MaxRetries = *d.MaxRetries, *d.MaxRetries
 	}
-	if d.timeout > 0 && o.timeout == 0 {
-		nj.Timeout, j.Timeout = d.timeout, d.timeout
+	if d.Timeout > 0 && o.timeout == 0 {
+		nj.Timeout, j.Timeout = d.Timeout, d.Timeout
 	}
 }
 
@@ -231,14 +207,14 @@ func (d queueDefaults) apply(common []Option, t *Task, j *Job, nj *jobstate.NewJ
 func (p QueuePatch) recordChange() (jobstate.SettingsChange, bool) {
 	c := jobstate.SettingsChange{Set: map[string]string{}}
 	if n := p.MaxRetries; n != nil && *n >= 0 {
-		c.Set[fieldMaxRetries] = strconv.Itoa(*n)
+		c.Set[publish.FieldMaxRetries] = strconv.Itoa(*n)
 	} else if n != nil {
-		c.Delete = append(c.Delete, fieldMaxRetries)
+		c.Delete = append(c.Delete, publish.FieldMaxRetries)
 	}
 	if d := p.Timeout; d != nil && *d > 0 {
-		c.Set[fieldTimeout] = strconv.FormatInt(timeoutMS(*d), 10)
+		c.Set[publish.FieldTimeout] = strconv.FormatInt(timeoutMS(*d), 10)
 	} else if d != nil {
-		c.Delete = append(c.Delete, fieldTimeout)
+		c.Delete = append(c.Delete, publish.FieldTimeout)
 	}
 	return c, len(c.Set)+len(c.Delete) > 0
 }
@@ -372,8 +348,8 @@ func (i *Inspector) apply(ctx context.Context, queue string, c queueChange) (que
 			return fail("defaults", err)
 		}
 		// This process's Clients read the new defaults on their next publish; others within
-		// partitionsTTL.
-		layoutChanges.Add(1)
+		// publish.RouteTTL.
+		publish.Relayout()
 	}
 	switch {
 	case c.paused == nil:

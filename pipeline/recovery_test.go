@@ -17,6 +17,7 @@ import (
 
 	"github.com/conveyorq/conveyor/internal/redistest"
 	"github.com/conveyorq/conveyor/pipeline"
+	"github.com/conveyorq/conveyor/status"
 )
 
 // TestWorkerKilledHoldingRecoveryLock kills a worker (its Redis connection closes, as in a
@@ -108,7 +109,7 @@ func TestWorkerKilledHoldingRecoveryLock(t *testing.T) {
 					}
 				}}},
 				map[string]pipeline.HandlerFunc{"hold": func(context.Context, *pipeline.Job) ([]byte, error) { return []byte("ok"), nil }})
-			j := b.waitStatus(t, job.ID, pipeline.StatusCompleted)
+			j := b.waitStatus(t, job.ID, status.Completed)
 			require.Equal(t, "rescuer", j.Worker)
 			require.Contains(t, j.LastError, "victim", "not recovered from the victim")
 			t.Logf("lock TTL %v at the kill; the rescuer took the lock %v and completed the job %v after it",
@@ -178,7 +179,7 @@ func TestWorkerRenewsLeasesWithinVisibilityTimeout(t *testing.T) {
 		t.Fatalf("fewer than %d renewals of the running job's lease in %s", renewals, 30*vt)
 	}
 	close(release)
-	done := b.waitStatus(t, job.ID, pipeline.StatusCompleted)
+	done := b.waitStatus(t, job.ID, status.Completed)
 	require.Equal(t, 1, done.Attempt, "the job ran once: its lease was never lost")
 
 	// The gaps between renewals: about a third of the visibility timeout each. The median, so

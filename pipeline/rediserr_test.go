@@ -9,6 +9,7 @@ import (
 	"github.com/conveyorq/conveyor/internal/rediserr"
 	"github.com/conveyorq/conveyor/internal/redistest"
 	"github.com/conveyorq/conveyor/pipeline"
+	"github.com/conveyorq/conveyor/status"
 )
 
 // requireRedisErr checks that err carries a *rediserr.Error of kind and op (errors.As), the
@@ -60,7 +61,7 @@ func TestRedisErrorsCarryOpOOM(t *testing.T) {
 
 	_, err = client.Get(ctx, q, queued.ID)
 	require.NoError(t, err, "reads go through")
-	page, err := insp.List(ctx, q, pipeline.StatusQueued, pipeline.Page{})
+	page, err := insp.List(ctx, q, status.Queued, pipeline.Page{})
 	require.NoError(t, err)
 	require.Len(t, page.Jobs, 1)
 }
@@ -83,6 +84,6 @@ func TestRedisErrorsCarryOpUnreachable(t *testing.T) {
 	requireRedisErr(t, err, rediserr.Unreachable, "stats", "queues")
 	_, err = insp.Queues(ctx)
 	requireRedisErr(t, err, rediserr.Unreachable, "queues")
-	_, err = insp.List(ctx, q, pipeline.StatusQueued, pipeline.Page{})
+	_, err = insp.List(ctx, q, status.Queued, pipeline.Page{})
 	requireRedisErr(t, err, rediserr.Unreachable, "queues")
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
+	"github.com/conveyorq/conveyor/internal/publish"
 	"github.com/conveyorq/conveyor/internal/rediserr"
 	"github.com/conveyorq/conveyor/internal/redistest"
 )
@@ -27,7 +28,9 @@ func TestPublishReadsRouteOnce(t *testing.T) {
 	reads := func() int64 { return cmds.Named("hgetall") }
 	c, err := NewClient(rdb, ClientConfig{Prefix: redistest.UniqueName(t)})
 	require.NoError(t, err)
-	c.nread.Store(maxReadCounts)
+	cfg := c.publishConfig()
+	cfg.ReadCounts = -1 // the budget of counts for calls that only read is spent
+	c.pub = publish.New(cfg)
 	ctx := t.Context()
 
 	for _, pub := range []struct {
@@ -63,9 +66,9 @@ func TestPublishReadsRouteOnce(t *testing.T) {
 
 // A publish that cannot read its queue's route because Redis is unreachable fails as the
 // enqueue it is (op "enqueue"), whether or not the route was cached. The API answers with that
-// op. It used to say "queues" once the cached route was partitionsTTL old: the API's
+// op. It used to say "queues" once the cached route was publish.RouteTTL old: the API's
 // TestRedisUnreachable failed so on a loaded machine, where its steps took over 5 s. The clock
-// here is moved past partitionsTTL instead.
+// here is moved past publish.RouteTTL instead.
 func TestPublishRouteFailureIsEnqueue(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)
@@ -82,7 +85,7 @@ func TestPublishRouteFailureIsEnqueue(t *testing.T) {
 
 	for _, stale := range []bool{false, true} {
 		if stale {
-			off.Store(int64(2 * partitionsTTL))
+			off.Store(int64(2 * publish.RouteTTL))
 		}
 		_, err := c.Enqueue(ctx, "q", Task{Type: "t"})
 		require.Error(t, err)

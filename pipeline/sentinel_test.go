@@ -15,6 +15,7 @@ import (
 
 	"github.com/conveyorq/conveyor/internal/redistest"
 	"github.com/conveyorq/conveyor/pipeline"
+	"github.com/conveyorq/conveyor/status"
 )
 
 // failoverRuns is how many times TestSentinelFailoverMeasure kills a master; 0 skips it. Run
@@ -163,7 +164,7 @@ func runFailover(t *testing.T, durable bool) failoverResult {
 	require.Eventually(t, func() bool {
 		pending := slices.DeleteFunc(slices.Clone(kept), func(id string) bool {
 			j, err := reader.Get(ctx, q, id)
-			return err == nil && j.Status == pipeline.StatusCompleted
+			return err == nil && j.Status == status.Completed
 		})
 		kept = pending
 		return len(pending) == 0

@@ -20,6 +20,7 @@ import (
 	"github.com/conveyorq/conveyor/internal/keys"
 	"github.com/conveyorq/conveyor/internal/redistest"
 	"github.com/conveyorq/conveyor/pipeline"
+	"github.com/conveyorq/conveyor/status"
 )
 
 var slotmoveUnsafe = flag.Bool("slotmove.unsafe", false,
@@ -334,7 +335,7 @@ func slotMigration(t *testing.T, live bool, batch int) {
 		switch {
 		case err != nil:
 			notCompleted = append(notCompleted, fmt.Sprintf("%s (%s): %v", id, kind, err))
-		case j.Status != pipeline.StatusCompleted:
+		case j.Status != status.Completed:
 			notCompleted = append(notCompleted, fmt.Sprintf("%s (%s): %s", id, kind, j.Status))
 		case j.Type != kind || j.CreatedAt.IsZero():
 			partial = append(partial, fmt.Sprintf("%s: type %q created %v", id, j.Type, j.CreatedAt))

@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/conveyorq/conveyor/pipeline"
+	"github.com/conveyorq/conveyor/status"
 )
 
 // A snoozed job is scheduled again without counting the attempt or recording an error, says
@@ -44,7 +45,7 @@ func testSnooze(t *testing.T, rdb redis.UniversalClient) {
 	}}
 	// No scheduler first: the snoozed job stays scheduled for the test to look at.
 	_, stop := b.startWorker(t, pipeline.WorkerConfig{DisableScheduler: true}, h)
-	got := b.waitStatus(t, j.ID, pipeline.StatusScheduled)
+	got := b.waitStatus(t, j.ID, status.Scheduled)
 	require.Equal(t, "snooze", got.ScheduledFor)
 	require.Equal(t, 1, got.Snoozes)
 	require.Zero(t, got.Attempt, "a snooze is no attempt")
@@ -52,7 +53,7 @@ func testSnooze(t *testing.T, rdb redis.UniversalClient) {
 	require.NoError(t, stop())
 
 	b.startWorker(t, pipeline.WorkerConfig{}, h)
-	got = b.waitStatus(t, j.ID, pipeline.StatusCompleted)
+	got = b.waitStatus(t, j.ID, status.Completed)
 	require.EqualValues(t, 4, calls.Load())
 	// Two snoozes (attempt 1 both times), a real failure (attempt 1, retried), then done (2).
 	require.Equal(t, [4]int{1, 1, 1, 2}, sawAttempt)
@@ -73,7 +74,7 @@ func TestSnoozeBound(t *testing.T) {
 			calls.Add(1)
 			return nil, pipeline.Snooze(time.Millisecond)
 		}})
-	got := b.waitStatus(t, j.ID, pipeline.StatusFailed)
+	got := b.waitStatus(t, j.ID, status.Failed)
 	require.EqualValues(t, 4, calls.Load(), "three snoozes allowed, the fourth fails it")
 	require.Contains(t, got.LastError, "snoozed 4 times")
 	require.Equal(t, 1, got.Attempt, "the attempt that failed counts")

@@ -4,16 +4,8 @@ import (
 	"reflect"
 	"strings"
 
-	"github.com/conveyorq/conveyor/internal/status"
+	"github.com/conveyorq/conveyor/status"
 )
-
-// Statuses returns every job status, in the order of a job's life. The CLI and the metrics
-// read their lists from it, so that a new status needs no edit there.
-func Statuses() []Status { return status.All() }
-
-// ListableStatuses returns the statuses Inspector.List pages: those a gauge counts first (the
-// queue's jobs now), then the finished ones kept for a while.
-func ListableStatuses() []Status { return status.Listable() }
 
 // gaugeFields maps a gauged status's word to its QueueStats field, found by the field's JSON
 // name, so that a new gauge is a field and nothing else here.
@@ -28,7 +20,7 @@ var gaugeFields = func() map[string]int {
 
 // Gauge returns how many of the queue's jobs are in status st now; ok is false for a status
 // no gauge counts (waiting, completed, canceled).
-func (s *QueueStats) Gauge(st Status) (n int64, ok bool) {
+func (s *QueueStats) Gauge(st status.Status) (n int64, ok bool) {
 	in, _ := status.Describe(st)
 	i, found := gaugeFields[st.Word()]
 	if !in.Gauge || !found {
@@ -38,7 +30,7 @@ func (s *QueueStats) Gauge(st Status) (n int64, ok bool) {
 }
 
 // orList spells ss as "a, b or c", for messages that name the choices.
-func orList(ss []Status) string {
+func orList(ss []status.Status) string {
 	words := make([]string, len(ss))
 	for i, s := range ss {
 		words[i] = string(s)

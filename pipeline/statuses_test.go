@@ -3,17 +3,17 @@ package pipeline_test
 import (
 	"testing"
 
-	"github.com/conveyorq/conveyor/internal/status"
 	"github.com/conveyorq/conveyor/pipeline"
+	"github.com/conveyorq/conveyor/status"
 )
 
 // Every status the list says a gauge counts has its QueueStats field, and Gauge reads it.
 func TestQueueStatsGaugeOfEveryStatus(t *testing.T) {
 	t.Parallel()
 	st := pipeline.QueueStats{Scheduled: 1, Queued: 2, InProgress: 3, Dead: 4, Completed: 9, Canceled: 9}
-	want := map[pipeline.Status]int64{pipeline.StatusScheduled: 1, pipeline.StatusQueued: 2,
-		pipeline.StatusInProgress: 3, pipeline.StatusFailed: 4}
-	for _, s := range pipeline.Statuses() {
+	want := map[status.Status]int64{status.Scheduled: 1, status.Queued: 2,
+		status.InProgress: 3, status.Failed: 4}
+	for _, s := range status.All() {
 		n, ok := st.Gauge(s)
 		w, gauged := want[s]
 		if ok != gauged || n != w {

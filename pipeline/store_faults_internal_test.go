@@ -11,6 +11,7 @@ import (
 
 	"github.com/conveyorq/conveyor/internal/jobstate"
 	"github.com/conveyorq/conveyor/internal/redistest"
+	"github.com/conveyorq/conveyor/status"
 )
 
 // failingStore is a store that fails its next Finish of an outcome when asked to, as asynq's
@@ -71,7 +72,7 @@ func TestWorkerOutcomeSurvivesFailedFinish(t *testing.T) {
 	<-fs.failed
 	got, err := producer.Wait(ctx, queue, j.ID)
 	require.NoError(t, err)
-	require.Equal(t, StatusCompleted, got.Status)
+	require.Equal(t, status.Completed, got.Status)
 	require.Equal(t, []byte("done"), got.Result)
 	require.EqualValues(t, 1, ran.Load(), "the outcome was written again, not the job run again")
 	st, err := producer.Stats(ctx, queue)

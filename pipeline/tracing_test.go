@@ -16,6 +16,7 @@ import (
 
 	"github.com/conveyorq/conveyor/internal/tracetest"
 	"github.com/conveyorq/conveyor/pipeline"
+	"github.com/conveyorq/conveyor/status"
 )
 
 // recorder is a tracer provider that keeps every ended span in memory: one per "process" of a
@@ -84,7 +85,7 @@ func TestTracingPublishToHandler(t *testing.T) {
 			handlerSpan <- trace.SpanContextFromContext(ctx)
 			return nil, nil
 		}})
-	b.waitStatus(t, job.ID, pipeline.StatusCompleted)
+	b.waitStatus(t, job.ID, status.Completed)
 
 	pub := producer.spans(t, "publish "+b.queue, 1)[0]
 	requireMessaging(t, pub, trace.SpanKindProducer, "send", b.queue, job.ID)
@@ -119,7 +120,7 @@ func TestTracingRetry(t *testing.T) {
 			}
 			return nil, nil
 		}})
-	b.waitStatus(t, job.ID, pipeline.StatusCompleted)
+	b.waitStatus(t, job.ID, status.Completed)
 
 	pub := rec.spans(t, "publish "+b.queue, 1)[0]
 	procs := rec.spans(t, "process "+b.queue, 2)
@@ -177,7 +178,7 @@ func TestTracingRecovery(t *testing.T) {
 
 	b.startWorker(t, pipeline.WorkerConfig{Name: "rescuer", VisibilityTimeout: vt, RecoveryInterval: 100 * time.Millisecond,
 		TracerProvider: rec.tp}, map[string]pipeline.HandlerFunc{"gate": echo})
-	j := b.waitStatus(t, job.ID, pipeline.StatusCompleted)
+	j := b.waitStatus(t, job.ID, status.Completed)
 	require.Contains(t, j.LastError, "victim")
 
 	pub := rec.spans(t, "publish "+b.queue, 1)[0]
@@ -220,7 +221,7 @@ func TestTracingWithoutProvider(t *testing.T) {
 		}
 		return nil, nil
 	}})
-	b.waitStatus(t, traced.ID, pipeline.StatusCompleted)
+	b.waitStatus(t, traced.ID, status.Completed)
 	sc := <-got
 	require.Equal(t, caller.TraceID(), sc.TraceID())
 	require.Equal(t, caller.SpanID(), sc.SpanID())
@@ -255,8 +256,8 @@ func TestTracingPublisher(t *testing.T) {
 	require.ElementsMatch(t, []trace.SpanID{upstream.SpanContext().SpanID(), other.SpanID()}, linked)
 
 	b.startWorker(t, pipeline.WorkerConfig{TracerProvider: rec.tp}, map[string]pipeline.HandlerFunc{"t": echo})
-	b.waitStatus(t, m1.UUID, pipeline.StatusCompleted)
-	b.waitStatus(t, m2.UUID, pipeline.StatusCompleted)
+	b.waitStatus(t, m1.UUID, status.Completed)
+	b.waitStatus(t, m2.UUID, status.Completed)
 	for _, p := range rec.spans(t, "process "+b.queue, 2) {
 		require.Equal(t, span.SpanContext.SpanID(), p.Parent.SpanID(), "each job's attempt is a child of the publish span")
 	}

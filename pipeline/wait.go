@@ -10,7 +10,9 @@ import (
 	"github.com/conveyorq/conveyor/internal/events"
 	"github.com/conveyorq/conveyor/internal/jobstate"
 	"github.com/conveyorq/conveyor/internal/keys"
+	"github.com/conveyorq/conveyor/internal/publish"
 	"github.com/conveyorq/conveyor/internal/rediserr"
+	"github.com/conveyorq/conveyor/status"
 )
 
 // maxWaitReads bounds the reads a Waiter runs at once. So however many wait, they use few
@@ -77,12 +79,12 @@ func (w *Waiter) Wait(ctx context.Context, queue, id string) (*Job, error) {
 	if err := w.acquire(ctx); err != nil {
 		return nil, err
 	}
-	p, err := c.partitions(ctx, queue, false)
-	q := c.keys(queue)
+	p, err := c.pub.Partitions(ctx, queue, false)
+	q := c.pub.Keys(queue)
 	if err == nil && p > 1 {
 		// Find the job's partition first: its events come on that partition's channel.
 		var j *Job
-		j, q, err = findJob(ctx, c.store, lookupOrder(c.cfg.Prefix, queue, id, p), id)
+		j, q, err = findJob(ctx, c.store, publish.LookupOrder(c.cfg.Prefix, queue, id, p), id)
 		if err == nil && j.Status.Final() {
 			w.release()
 			return j, nil
@@ -166,8 +168,8 @@ func (w *Waiter) waitOn(ctx context.Context, q keys.Queue, id string) (*Job, err
 			return j, ctx.Err()
 		case <-wt.C():
 		}
-		status, recheck := wt.Take()
-		if !events.Final(status) {
+		ev, recheck := wt.Take()
+		if !events.Final(ev) {
 			if !recheck {
 				// It moved on but did not end (a retry, a promotion): nothing to read yet. The
 				// job as last read is stale now.
@@ -183,8 +185,8 @@ func (w *Waiter) waitOn(ctx context.Context, q keys.Queue, id string) (*Job, err
 				}
 				continue // Redis unreachable: the next recheck tries again
 			}
-			if now != "" && !Status(now).Final() {
-				if j != nil && j.Status != Status(now) {
+			if now != "" && !status.Status(now).Final() {
+				if j != nil && j.Status != status.Status(now) {
 					j = nil
 				}
 				continue

@@ -15,6 +15,7 @@ import (
 	"github.com/conveyorq/conveyor/internal/keys"
 	"github.com/conveyorq/conveyor/internal/redistest"
 	"github.com/conveyorq/conveyor/pipeline"
+	"github.com/conveyorq/conveyor/status"
 )
 
 // waitResult is what a Wait returned.
@@ -87,14 +88,14 @@ func TestWaitWokenByEvent(t *testing.T) {
 	w.Handle("echo", func(_ context.Context, j *pipeline.Job) ([]byte, error) { return j.Payload, nil })
 	jobtest.RunWorker(t, w)
 	j := waited(t, res)
-	require.Equal(t, pipeline.StatusCompleted, j.Status)
+	require.Equal(t, status.Completed, j.Status)
 	require.Equal(t, `"hi"`, string(j.Result))
 	require.GreaterOrEqual(t, pipeline.WaiterDelivered(waiter), int64(1), "an event woke the wait")
 
 	// A wait on a job that ended already answers at once, and on no job with ErrNotFound.
 	j, err = client.Wait(t.Context(), queue, job.ID)
 	require.NoError(t, err)
-	require.Equal(t, pipeline.StatusCompleted, j.Status)
+	require.Equal(t, status.Completed, j.Status)
 	_, err = client.Wait(t.Context(), queue, "nope")
 	require.ErrorIs(t, err, pipeline.ErrNotFound)
 }
@@ -113,7 +114,7 @@ func TestWaitCatchesMissedEvent(t *testing.T) {
 	require.NoError(t, err)
 	w.Handle("echo", func(_ context.Context, j *pipeline.Job) ([]byte, error) { return nil, nil })
 	jobtest.RunWorker(t, w)
-	require.Equal(t, pipeline.StatusCompleted, waited(t, res).Status)
+	require.Equal(t, status.Completed, waited(t, res).Status)
 	require.Zero(t, pipeline.WaiterDelivered(waiter), "no event was published: the fallback read caught the end")
 }
 
@@ -191,7 +192,7 @@ func TestWaitClusterEvents(t *testing.T) {
 		require.NoError(t, client.Cancel(ctx, tg.queue, tg.id))
 	}
 	for k := range targets {
-		require.Equal(t, pipeline.StatusCanceled, waited(t, results[k]).Status, targets[k].part)
+		require.Equal(t, status.Canceled, waited(t, results[k]).Status, targets[k].part)
 	}
 	require.GreaterOrEqual(t, pipeline.WaiterDelivered(waiter), int64(len(targets)), "each cancel's event arrived")
 }
@@ -212,7 +213,7 @@ func TestWaitContextEnds(t *testing.T) {
 	r := <-res
 	require.ErrorIs(t, r.err, context.Canceled)
 	if r.job != nil {
-		require.Equal(t, pipeline.StatusQueued, r.job.Status)
+		require.Equal(t, status.Queued, r.job.Status)
 	}
 }
 
@@ -243,6 +244,6 @@ func TestWaitSurvivesDroppedSubscription(t *testing.T) {
 	// The job ends while the waiter cannot hear of it: canceled through another connection.
 	require.NoError(t, direct.Cancel(t.Context(), queue, job.ID))
 	proxy.Refuse(false)
-	require.Equal(t, pipeline.StatusCanceled, waited(t, res).Status)
+	require.Equal(t, status.Canceled, waited(t, res).Status)
 	require.Zero(t, pipeline.WaiterDelivered(waiter), "the event was lost: the read after the resubscription caught the end")
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 
 	"github.com/conveyorq/conveyor/internal/keys"
+	"github.com/conveyorq/conveyor/internal/publish"
 )
 
 // Follow calls fn with the job as it is, then again each time it changes (its status, attempt
@@ -27,11 +28,11 @@ func (w *Waiter) Follow(ctx context.Context, queue, id string, fn func(*Job) err
 	if err := w.acquire(ctx); err != nil {
 		return err
 	}
-	p, err := c.partitions(ctx, queue, false)
-	q := c.keys(queue)
+	p, err := c.pub.Partitions(ctx, queue, false)
+	q := c.pub.Keys(queue)
 	if err == nil && p > 1 {
 		// Find the job's partition first: its events come on that partition's channel.
-		_, q, err = findJob(ctx, c.store, lookupOrder(c.cfg.Prefix, queue, id, p), id)
+		_, q, err = findJob(ctx, c.store, publish.LookupOrder(c.cfg.Prefix, queue, id, p), id)
 	}
 	w.release()
 	if err != nil {

@@ -18,6 +18,7 @@ import (
 	"github.com/conveyorq/conveyor/internal/keys"
 	"github.com/conveyorq/conveyor/internal/redistest"
 	"github.com/conveyorq/conveyor/pipeline"
+	"github.com/conveyorq/conveyor/status"
 )
 
 func TestWorkerCompletesJobs(t *testing.T) {
@@ -35,7 +36,7 @@ func TestWorkerCompletesJobs(t *testing.T) {
 	var seenMeta atomic.Int64
 	w, _ := b.startWorker(t, pipeline.WorkerConfig{Concurrency: 20}, map[string]pipeline.HandlerFunc{
 		"echo": func(ctx context.Context, j *pipeline.Job) ([]byte, error) {
-			if j.Metadata["i"] != "" && j.Attempt == 1 && j.Status == pipeline.StatusInProgress {
+			if j.Metadata["i"] != "" && j.Attempt == 1 && j.Status == status.InProgress {
 				seenMeta.Add(1)
 			}
 			return j.Payload, nil
@@ -47,7 +48,7 @@ func TestWorkerCompletesJobs(t *testing.T) {
 	for _, j := range []*pipeline.Job{jobs[0], jobs[n/2], jobs[n-1]} {
 		got, err := b.client.Get(ctx, b.queue, j.ID)
 		require.NoError(t, err)
-		require.Equal(t, pipeline.StatusCompleted, got.Status)
+		require.Equal(t, status.Completed, got.Status)
 		require.Equal(t, string(j.Payload), string(got.Result))
 		require.Equal(t, string(j.Payload), string(got.Payload), "the payload is kept with the finished job")
 		require.Equal(t, j.Metadata, got.Metadata)
@@ -83,7 +84,7 @@ func TestRetryThenSucceed(t *testing.T) {
 	})
 	j, err := b.client.Enqueue(t.Context(), b.queue, pipeline.Task{Type: "flaky", Payload: []byte("x")})
 	require.NoError(t, err)
-	got := b.waitStatus(t, j.ID, pipeline.StatusCompleted)
+	got := b.waitStatus(t, j.ID, status.Completed)
 	require.Equal(t, 3, got.Attempt)
 	require.Equal(t, "attempt 2 fails", got.LastError, "last_error is kept after success")
 	require.Equal(t, "ok", string(got.Result))
@@ -110,7 +111,7 @@ func TestRetriesExhaustedGoesDeadWithGrowingDelays(t *testing.T) {
 		})
 	j, err := b.client.Enqueue(t.Context(), b.queue, pipeline.Task{Type: "fail", Payload: []byte("p")}, pipeline.WithMaxRetries(2))
 	require.NoError(t, err)
-	got := b.waitStatus(t, j.ID, pipeline.StatusFailed)
+	got := b.waitStatus(t, j.ID, status.Failed)
 	require.Equal(t, 3, got.Attempt)
 	require.Equal(t, "always fails", got.LastError)
 	require.Equal(t, "p", string(got.Payload))
@@ -147,7 +148,7 @@ func TestFailureKinds(t *testing.T) {
 		name       string
 		handler    pipeline.HandlerFunc
 		opts       []pipeline.Option
-		wantStatus pipeline.Status
+		wantStatus status.Status
 		wantErr    string
 		attempts   int
 	}{
@@ -156,13 +157,13 @@ func TestFailureKinds(t *testing.T) {
 			handler: func(context.Context, *pipeline.Job) ([]byte, error) {
 				return nil, pipeline.SkipRetry(errors.New("bad payload"))
 			},
-			wantStatus: pipeline.StatusFailed, wantErr: "bad payload", attempts: 1,
+			wantStatus: status.Failed, wantErr: "bad payload", attempts: 1,
 		},
 		{
 			name:       "panic is a failed attempt",
 			handler:    func(context.Context, *pipeline.Job) ([]byte, error) { panic("kaboom") },
 			opts:       []pipeline.Option{pipeline.WithMaxRetries(1)},
-			wantStatus: pipeline.StatusFailed, wantErr: "panic: kaboom", attempts: 2,
+			wantStatus: status.Failed, wantErr: "panic: kaboom", attempts: 2,
 		},
 		{
 			name: "timeout cancels the context",
@@ -171,7 +172,7 @@ func TestFailureKinds(t *testing.T) {
 				return nil, ctx.Err()
 			},
 			opts:       []pipeline.Option{pipeline.WithTimeout(50 * time.Millisecond), pipeline.WithMaxRetries(1)},
-			wantStatus: pipeline.StatusFailed, wantErr: "timed out after 50ms", attempts: 2,
+			wantStatus: status.Failed, wantErr: "timed out after 50ms", attempts: 2,
 		},
 		{
 			name: "a handler ignoring its timeout is abandoned",
@@ -180,12 +181,12 @@ func TestFailureKinds(t *testing.T) {
 				return []byte("too late"), nil
 			},
 			opts:       []pipeline.Option{pipeline.WithTimeout(50 * time.Millisecond), pipeline.WithMaxRetries(0)},
-			wantStatus: pipeline.StatusFailed, wantErr: "did not return", attempts: 1,
+			wantStatus: status.Failed, wantErr: "did not return", attempts: 1,
 		},
 		{
 			name:       "result over the limit fails",
 			handler:    func(context.Context, *pipeline.Job) ([]byte, error) { return make([]byte, 2048), nil },
-			wantStatus: pipeline.StatusFailed, wantErr: "exceeds the limit", attempts: 1,
+			wantStatus: status.Failed, wantErr: "exceeds the limit", attempts: 1,
 		},
 	}
 	for _, tc := range cases {
@@ -201,7 +202,7 @@ func TestFailureKinds(t *testing.T) {
 			// The worker goes on working after the failure.
 			ok, err := b.client.Enqueue(t.Context(), b.queue, pipeline.Task{Type: "ok"})
 			require.NoError(t, err)
-			b.waitStatus(t, ok.ID, pipeline.StatusCompleted)
+			b.waitStatus(t, ok.ID, status.Completed)
 		})
 	}
 }
@@ -216,7 +217,7 @@ func TestNoHandlerRetriesThenGoesDead(t *testing.T) {
 	j, err := b.client.Enqueue(t.Context(), b.queue, pipeline.Task{Type: "unknown.type", Payload: []byte("keep me")},
 		pipeline.WithMaxRetries(2))
 	require.NoError(t, err)
-	got := b.waitStatus(t, j.ID, pipeline.StatusFailed)
+	got := b.waitStatus(t, j.ID, status.Failed)
 	require.Equal(t, 3, got.Attempt, "it used its retries first")
 	require.Contains(t, got.LastError, `no handler for type "unknown.type"`)
 	require.Contains(t, got.LastError, w.Name())
@@ -236,7 +237,7 @@ func TestNoHandlerRetryReachesANewWorker(t *testing.T) {
 	require.Eventually(t, func() bool { return b.stats(t).Retried >= 1 }, 10*time.Second, 10*time.Millisecond)
 	require.NoError(t, stopOld())
 	b.startWorker(t, pipeline.WorkerConfig{}, map[string]pipeline.HandlerFunc{"new.type": echo})
-	got := b.waitStatus(t, j.ID, pipeline.StatusCompleted)
+	got := b.waitStatus(t, j.ID, status.Completed)
 	require.GreaterOrEqual(t, got.Attempt, 2)
 }
 
@@ -258,13 +259,13 @@ func TestUnreadableEntriesGoDeadAndConsumptionGoesOn(t *testing.T) {
 	require.Eventually(t, func() bool { return b.stats(t).Dead == int64(len(garbage)) }, 10*time.Second, 10*time.Millisecond)
 	insp, err := pipeline.NewInspector(b.rdb, pipeline.InspectorConfig{})
 	require.NoError(t, err)
-	page, err := insp.List(ctx, b.queue, pipeline.StatusFailed, pipeline.Page{Limit: 10})
+	page, err := insp.List(ctx, b.queue, status.Failed, pipeline.Page{Limit: 10})
 	require.NoError(t, err)
 	dead := page.Jobs
 	require.Len(t, dead, len(garbage))
 	payloads := map[string]bool{}
 	for _, d := range dead {
-		require.Equal(t, pipeline.StatusFailed, d.Status)
+		require.Equal(t, status.Failed, d.Status)
 		require.Contains(t, d.LastError, "unreadable stream entry")
 		require.Empty(t, d.Type, "%s: an unreadable entry's record has no type to run", d.ID)
 		require.Empty(t, d.Metadata, "%s: unreadable metadata is not kept", d.ID)
@@ -274,7 +275,7 @@ func TestUnreadableEntriesGoDeadAndConsumptionGoesOn(t *testing.T) {
 		"each record keeps its entry's own payload")
 	j, err := b.client.Enqueue(ctx, b.queue, pipeline.Task{Type: "echo"})
 	require.NoError(t, err)
-	b.waitStatus(t, j.ID, pipeline.StatusCompleted)
+	b.waitStatus(t, j.ID, status.Completed)
 	xlen, _ := b.rdb.XLen(ctx, b.q.Stream()).Result()
 	require.Zero(t, xlen, "unreadable entries are acknowledged and deleted")
 	require.EqualValues(t, len(garbage), b.stats(t).Poison)
@@ -305,13 +306,13 @@ func TestInProgressWhileRunning(t *testing.T) {
 	})
 	j, err := b.client.Enqueue(t.Context(), b.queue, pipeline.Task{Type: "block"})
 	require.NoError(t, err)
-	got := b.waitStatus(t, j.ID, pipeline.StatusInProgress)
+	got := b.waitStatus(t, j.ID, status.InProgress)
 	require.Equal(t, w.Name(), got.Worker)
 	require.Equal(t, 1, got.Attempt)
 	require.False(t, got.StartedAt.IsZero())
 	require.EqualValues(t, 1, b.stats(t).InProgress)
 	close(release)
-	b.waitStatus(t, j.ID, pipeline.StatusCompleted)
+	b.waitStatus(t, j.ID, status.Completed)
 }
 
 // With RetainNone a finished job leaves only a tombstone, and only for MinRetention: long
@@ -330,7 +331,7 @@ func TestRetentionZeroKeepsOnlyATombstone(t *testing.T) {
 	require.NoError(t, err)
 	if len(fields) > 0 { // unless the tombstone expired already
 		require.Equal(t, []string{keys.FieldCompletedAt, keys.FieldStatus}, slices.Sorted(maps.Keys(fields)))
-		require.Equal(t, string(pipeline.StatusCompleted), fields[keys.FieldStatus])
+		require.Equal(t, string(status.Completed), fields[keys.FieldStatus])
 		ttl, err := b.rdb.PTTL(t.Context(), b.q.Job(j.ID)).Result()
 		require.NoError(t, err)
 		require.Positive(t, ttl)
@@ -344,7 +345,7 @@ func TestRetentionZeroKeepsOnlyATombstone(t *testing.T) {
 	require.NoError(t, err, "a per-job retention overrides the worker's")
 	ttl, _ := b.rdb.PTTL(t.Context(), b.q.Job(kept.ID)).Result()
 	require.LessOrEqual(t, ttl, time.Minute)
-	require.Equal(t, pipeline.StatusCompleted, got.Status)
+	require.Equal(t, status.Completed, got.Status)
 }
 
 func TestCancelRunningJobCancelsHandler(t *testing.T) {
@@ -372,7 +373,7 @@ func TestCancelRunningJobCancelsHandler(t *testing.T) {
 	}
 	got, err := b.client.Get(t.Context(), b.queue, j.ID)
 	require.NoError(t, err)
-	require.Equal(t, pipeline.StatusCanceled, got.Status, "the handler's late return changes nothing")
+	require.Equal(t, status.Canceled, got.Status, "the handler's late return changes nothing")
 }
 
 func TestGracefulShutdownPutsJobsBack(t *testing.T) {
@@ -405,14 +406,14 @@ func TestGracefulShutdownPutsJobsBack(t *testing.T) {
 	for _, id := range ids {
 		j, err := b.client.Get(ctx, b.queue, id)
 		require.NoError(t, err)
-		require.Equal(t, pipeline.StatusQueued, j.Status)
+		require.Equal(t, status.Queued, j.Status)
 		require.Equal(t, 0, j.Attempt, "an attempt interrupted by shutdown does not count")
 	}
 	// Another worker finishes them.
 	b2 := *b
 	b2.startWorker(t, pipeline.WorkerConfig{}, map[string]pipeline.HandlerFunc{"long": echo})
 	for _, id := range ids {
-		got := b2.waitStatus(t, id, pipeline.StatusCompleted)
+		got := b2.waitStatus(t, id, status.Completed)
 		require.Equal(t, 1, got.Attempt)
 	}
 }
@@ -483,7 +484,7 @@ func TestMiddlewareSeesJobs(t *testing.T) {
 	go func() { done <- w.Run(ctx) }()
 	j, err := b.client.Enqueue(t.Context(), b.queue, pipeline.Task{Type: "echo"})
 	require.NoError(t, err)
-	b.waitStatus(t, j.ID, pipeline.StatusCompleted)
+	b.waitStatus(t, j.ID, status.Completed)
 	typ, ok := seen.Load(j.ID)
 	require.True(t, ok)
 	require.Equal(t, "echo", typ)

@@ -5,14 +5,15 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/conveyorq/conveyor/internal/jobstate"
 	"github.com/conveyorq/conveyor/internal/keys"
+	"github.com/conveyorq/conveyor/internal/publish"
 	"github.com/conveyorq/conveyor/internal/workflow"
+	"github.com/conveyorq/conveyor/status"
 )
 
 // MaxWorkflowTasks bounds the tasks of one workflow (or the jobs of one batch, with its
@@ -141,7 +142,7 @@ type WorkflowTaskState struct {
 	// Status is the task's job's status: waiting until its dependencies allow it to run, then
 	// as any job's. A task whose job's record expired (a completed task past its retention)
 	// shows the outcome its workflow recorded.
-	Status    Status
+	Status    status.Status
 	Attempt   int
 	LastError string
 	StartedAt time.Time
@@ -162,7 +163,7 @@ type Dependencies struct {
 }
 
 // Workflow publishes wf into queue as one unit, in one script call. Each task without
-// dependencies is queued at once. The others wait (StatusWaiting) until the script that
+// dependencies is queued at once. The others wait (status.Waiting) until the script that
 // completes their last dependency puts them into the stream. It validates every task first
 // (names, dependencies, no cycle, the options a task may take). On bad input it writes
 // nothing (ErrInvalid). Publishing again a workflow with the same ID and tasks writes nothing
@@ -195,7 +196,7 @@ func (c *Client) publishWorkflow(ctx context.Context, queue string, wf Workflow,
 	if err := c.check(queue, ""); err != nil {
 		return nil, err
 	}
-	order, err := checkWorkflow(&wf)
+	order, graph, err := checkWorkflow(&wf)
 	if err != nil {
 		return nil, err
 	}
@@ -212,10 +213,6 @@ func (c *Client) publishWorkflow(ctx context.Context, queue string, wf Workflow,
 	now := c.cfg.Now()
 	nw := jobstate.NewWorkflow{ID: wf.ID, Name: wf.Name, Kind: kind, Retention: max(c.cfg.Retention, c.cfg.MinRetention),
 		Tasks: make([]jobstate.NewTask, len(order))}
-	ids := make(map[string]string, len(wf.Tasks))
-	for _, t := range wf.Tasks {
-		ids[t.Name] = wf.ID + "." + t.Name
-	}
 	jobs := make([]*Job, len(order))
 	for k, i := range order {
 		t := &wf.Tasks[i]
@@ -230,61 +227,43 @@ func (c *Client) publishWorkflow(ctx context.Context, queue string, wf Workflow,
 			end(nil, err)
 			return nil, fmt.Errorf("task %s: %w", t.Name, err)
 		}
-		nt.Job.ID, j.ID = ids[t.Name], ids[t.Name]
-		nt.Name, nt.Finally = t.Name, t.Finally
-		for _, a := range t.After {
-			nt.Deps = append(nt.Deps, ids[a])
-		}
 		jobs[k] = j
 	}
-	d, err := c.queueDefaults(ctx, queue)
+	workflow.Wire(wf.ID, graph, order, nw.Tasks)
+	for k, j := range jobs {
+		j.ID = nw.Tasks[k].Job.ID
+	}
+	_, d, err := c.pub.Route(ctx, queue, true)
 	if err != nil {
 		end(nil, err)
 		return nil, err
 	}
 	for k, i := range order {
-		d.apply(nil, &wf.Tasks[i].Task, jobs[k], &nw.Tasks[k].Job)
+		applyDefaults(d, nil, &wf.Tasks[i].Task, jobs[k], &nw.Tasks[k].Job)
 	}
-	workflow.Link(nw.Tasks)
-	if err := c.registerQueue(ctx, queue); err != nil {
+	q, existed, err := c.pub.Workflow(ctx, queue, &nw, now)
+	if q.Name() == "" { // failed before a write was answered
 		end(nil, err)
 		return nil, err
 	}
-	start := time.Now()
-	for wait := time.Millisecond; ; wait = min(2*wait, 100*time.Millisecond) {
-		p, err := c.partitions(ctx, queue, true)
-		if err != nil {
-			end(nil, err)
-			return nil, err
-		}
-		q := allPartitions(c.cfg.Prefix, queue, p)[keys.PartitionOf(wf.ID, p)]
-		existed, _, err := c.store.PublishWorkflow(ctx, q, now, &nw)
-		if errors.Is(err, jobstate.ErrClosed) {
-			if err := c.closedWait(ctx, queue, start, wait, len(jobs)); err != nil {
-				end(nil, err)
-				return nil, err
-			}
-			continue
-		}
-		if errors.Is(err, jobstate.ErrWorkflowConflict) {
-			err = &workflowConflict{id: wf.ID, what: strings.TrimPrefix(err.Error(), jobstate.ErrWorkflowConflict.Error()+": ")}
-		}
-		end(jobs, err)
-		if err != nil {
-			return nil, err
-		}
-		st, err := readWorkflow(ctx, c.store, q, wf.ID)
-		if err != nil {
-			return nil, err
-		}
-		st.Duplicate = existed
-		return st, nil
+	if errors.Is(err, jobstate.ErrWorkflowConflict) {
+		err = &workflowConflict{id: wf.ID, what: strings.TrimPrefix(err.Error(), jobstate.ErrWorkflowConflict.Error()+": ")}
 	}
+	end(jobs, err)
+	if err != nil {
+		return nil, err
+	}
+	st, err := readWorkflow(ctx, c.store, []keys.Queue{q}, wf.ID)
+	if err != nil {
+		return nil, err
+	}
+	st.Duplicate = existed
+	return st, nil
 }
 
-// checkWorkflow validates wf, giving it an ID when it has none, and returns the indexes of its
-// tasks in the order they are written (workflow.Check).
-func checkWorkflow(wf *Workflow) ([]int, error) {
+// checkWorkflow validates wf, giving it an ID when it has none. It returns the indexes of its
+// tasks in the order they are written (workflow.Check), and the graph it checked.
+func checkWorkflow(wf *Workflow) ([]int, []workflow.Task, error) {
 	if wf.ID == "" {
 		wf.ID = NewID()
 	}
@@ -294,21 +273,21 @@ func checkWorkflow(wf *Workflow) ([]int, error) {
 	}
 	order, err := workflow.Check(wf.ID, wf.Name, tasks)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
+		return nil, nil, fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
-	return order, nil
+	return order, tasks, nil
 }
 
 // GetWorkflow reads workflow (or batch) id of queue with each task's status. It returns
 // ErrNotFound for an unknown id, or a workflow whose retention ended.
 func (c *Client) GetWorkflow(ctx context.Context, queue, id string) (*WorkflowState, error) {
-	return getWorkflow(ctx, c.store, c.cfg.Prefix, queue, id, c.partitions)
+	return getWorkflow(ctx, c.store, c.cfg.Prefix, queue, id, c.pub.Partitions)
 }
 
 // Workflow reads workflow (or batch) id of queue, as Client.GetWorkflow.
 func (i *Inspector) Workflow(ctx context.Context, queue, id string) (*WorkflowState, error) {
 	return getWorkflow(ctx, i.store, i.cfg.Prefix, queue, id, func(ctx context.Context, queue string, _ bool) (int, error) {
-		return partitionCount(ctx, i.rdb, i.cfg.Prefix, queue)
+		return jobstate.PartitionCount(ctx, i.rdb, i.cfg.Prefix, queue)
 	})
 }
 
@@ -320,21 +299,15 @@ func getWorkflow(ctx context.Context, js jobstate.Backend, prefix, queue, id str
 	if err != nil {
 		return nil, err
 	}
-	// The partition the id routes to under today's count first, then the others: a count
-	// changed since the workflow was published leaves it where it was.
-	for _, q := range lookupOrder(prefix, queue, id, p) {
-		st, err := readWorkflow(ctx, js, q, id)
-		if !errors.Is(err, ErrNotFound) {
-			return st, err
-		}
-	}
-	return nil, ErrNotFound
+	// The partition the id routes to under today's count first, then the others.
+	return readWorkflow(ctx, js, publish.LookupOrder(prefix, queue, id, p), id)
 }
 
-func readWorkflow(ctx context.Context, js jobstate.Backend, q keys.Queue, id string) (*WorkflowState, error) {
-	rec, rows, found, err := js.ReadWorkflow(ctx, q, id)
+// readWorkflow reads workflow id from the first of qs that has it (workflow.Find).
+func readWorkflow(ctx context.Context, js jobstate.Backend, qs []keys.Queue, id string) (*WorkflowState, error) {
+	q, rec, rows, found, err := workflow.Find(ctx, js, qs, id)
 	if err != nil {
-		return nil, fmt.Errorf("workflow %s/%s: %w", q.Name(), id, err)
+		return nil, err
 	}
 	if !found {
 		return nil, ErrNotFound
@@ -345,7 +318,7 @@ func readWorkflow(ctx context.Context, js jobstate.Backend, q keys.Queue, id str
 	for i, t := range rec.Tasks {
 		r := rows[i]
 		ts := WorkflowTaskState{Name: t.Name, JobID: t.ID, Type: t.Type, After: t.After, Finally: t.Finally,
-			Status: Status(r.Status), Attempt: r.Attempt, LastError: r.LastError, StartedAt: r.StartedAt,
+			Status: status.Status(r.Status), Attempt: r.Attempt, LastError: r.LastError, StartedAt: r.StartedAt,
 			FinishedAt: r.Finished}
 		if out, ok := workflow.Outcome(rec.TaskStatus[t.Name]); !r.Found && ok {
 			ts.Status = out
@@ -380,23 +353,17 @@ func (i *Inspector) Workflows(ctx context.Context, queue string, limit int) ([]*
 	if err != nil {
 		return nil, err
 	}
-	var out []*WorkflowState
-	for _, q := range qs {
-		sums, err := i.store.ListWorkflows(ctx, q, limit)
-		if err != nil {
-			return nil, fmt.Errorf("workflows of %s: %w", queue, err)
-		}
-		for _, w := range sums {
-			st := &WorkflowState{ID: w.ID, Queue: queue, Name: w.Name, Kind: w.Kind, CreatedAt: w.CreatedAt,
-				FinishedAt: w.FinishedAt, Total: w.Total, Completed: w.Completed, Failed: w.Failed,
-				Canceled: w.Canceled, Purged: w.Purged}
-			st.Status = st.derive()
-			out = append(out, st)
-		}
+	sums, err := workflow.List(ctx, i.store, queue, qs, limit)
+	if err != nil {
+		return nil, err
 	}
-	slices.SortStableFunc(out, func(a, b *WorkflowState) int { return b.CreatedAt.Compare(a.CreatedAt) })
-	if len(out) > limit {
-		out = out[:limit]
+	var out []*WorkflowState
+	for _, w := range sums {
+		st := &WorkflowState{ID: w.ID, Queue: queue, Name: w.Name, Kind: w.Kind, CreatedAt: w.CreatedAt,
+			FinishedAt: w.FinishedAt, Total: w.Total, Completed: w.Completed, Failed: w.Failed,
+			Canceled: w.Canceled, Purged: w.Purged}
+		st.Status = st.derive()
+		out = append(out, st)
 	}
 	return out, nil
 }
@@ -409,37 +376,14 @@ func (j *Job) Dependencies(ctx context.Context) (*Dependencies, error) {
 	if j.run.Progress == nil {
 		return nil, fmt.Errorf("%w: job %s was not handed to a handler by a Worker", ErrInvalid, j.ID)
 	}
-	js, q := j.run.Progress.Store(), *j.run.Progress.Queue()
-	d, err := js.ReadTaskDeps(ctx, q, j.ID)
+	d, ok, err := workflow.ReadDeps(ctx, j.run.Progress.Store(), *j.run.Progress.Queue(), j.ID)
 	if err != nil {
 		return nil, err
 	}
-	if d.Workflow == "" {
+	if !ok {
 		return nil, fmt.Errorf("%w: job %s is no task of a workflow", ErrInvalid, j.ID)
 	}
-	wfID := strings.TrimPrefix(d.Workflow, q.Workflow(""))
-	names := make([]string, len(d.Deps))
-	for i, dep := range d.Deps {
-		names[i] = strings.TrimPrefix(dep, wfID+".")
-	}
-	res, err := js.TaskResults(ctx, d.Workflow, names)
-	if err != nil {
-		return nil, err
-	}
-	return &Dependencies{Workflow: wfID, Completed: d.Completed, Failed: d.Failed, Canceled: d.Canceled, Results: res}, nil
-}
-
-// followCascade goes on with the workflow cascades of q (jobstate.Store.FollowCascade) until
-// none is left. It follows what a cancel's script left past the edges one call follows. Each
-// call blocks Redis a few ms at most. Its error is the caller's to ignore. The cancel that
-// left the rest is done, and the queue's recoverer follows what is left at its next scan.
-func followCascade(ctx context.Context, js jobstate.Backend, q keys.Queue, now time.Time) error {
-	for {
-		r, err := js.FollowCascade(ctx, q, jobstate.CascadeParams{Now: now, Events: js.Events(ctx)})
-		if err != nil || r.Left == 0 {
-			return err
-		}
-	}
+	return &Dependencies{Workflow: d.Workflow, Completed: d.Completed, Failed: d.Failed, Canceled: d.Canceled, Results: d.Results}, nil
 }
 
 // workflowJSON is the wire form of a WorkflowState: the CLI's `workflows get --json` and the
@@ -463,16 +407,16 @@ type workflowJSON struct {
 }
 
 type workflowTaskJSON struct {
-	Name       string   `json:"name"`
-	JobID      string   `json:"job_id"`
-	Type       string   `json:"type"`
-	After      []string `json:"after"`
-	Finally    bool     `json:"finally"`
-	Status     Status   `json:"status"`
-	Attempt    int      `json:"attempt"`
-	LastError  string   `json:"last_error"`
-	StartedAt  int64    `json:"started_at"`
-	FinishedAt int64    `json:"finished_at"`
+	Name       string        `json:"name"`
+	JobID      string        `json:"job_id"`
+	Type       string        `json:"type"`
+	After      []string      `json:"after"`
+	Finally    bool          `json:"finally"`
+	Status     status.Status `json:"status"`
+	Attempt    int           `json:"attempt"`
+	LastError  string        `json:"last_error"`
+	StartedAt  int64         `json:"started_at"`
+	FinishedAt int64         `json:"finished_at"`
 }
 
 // MarshalJSON writes the workflow with times as unix milliseconds (0 when not yet).

@@ -16,6 +16,7 @@ import (
 	"github.com/conveyorq/conveyor/internal/redistest"
 	"github.com/conveyorq/conveyor/internal/script"
 	"github.com/conveyorq/conveyor/pipeline"
+	"github.com/conveyorq/conveyor/status"
 )
 
 // wideWorkflow is a root, width tasks after it, and a Finally task after all of those:
@@ -35,7 +36,7 @@ func wideWorkflow(id string, width int) pipeline.Workflow {
 func canceledTasks(st *pipeline.WorkflowState) int {
 	n := 0
 	for _, t := range st.Tasks {
-		if t.Status == pipeline.StatusCanceled {
+		if t.Status == status.Canceled {
 			n++
 		}
 	}
@@ -65,7 +66,7 @@ func TestWorkflowCancelCascadesInSteps(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 1+width, canceledTasks(end), "the root and every task after it")
 	require.Equal(t, 1+width, end.Canceled)
-	require.Equal(t, pipeline.StatusQueued, end.Tasks[len(end.Tasks)-1].Status, "the Finally task, released once")
+	require.Equal(t, status.Queued, end.Tasks[len(end.Tasks)-1].Status, "the Finally task, released once")
 	left, err := b.rdb.LLen(ctx, b.q.WorkflowCascade()).Result()
 	require.NoError(t, err)
 	require.Zero(t, left, "nothing left to follow")
@@ -186,7 +187,7 @@ func TestWorkflowReplayWhileCascadeLeft(t *testing.T) {
 	})
 	_, err := b.client.Workflow(ctx, b.queue, wideWorkflow("wide", width))
 	require.NoError(t, err)
-	b.waitStatus(t, "wide.root", pipeline.StatusFailed)
+	b.waitStatus(t, "wide.root", status.Failed)
 	left, err := b.rdb.LLen(ctx, b.q.WorkflowCascade()).Result()
 	require.NoError(t, err)
 	require.Positive(t, left, "the death's cascade is partly left")
@@ -224,7 +225,7 @@ func TestWorkflowCancelAppliedIsSuccessWhenCascadeCallsFail(t *testing.T) {
 
 	root, err := b.client.Get(ctx, b.queue, "wide.root")
 	require.NoError(t, err)
-	require.Equal(t, pipeline.StatusCanceled, root.Status)
+	require.Equal(t, status.Canceled, root.Status)
 	for {
 		r, err := jobstate.NewStore(srv.Client(t), "").FollowCascade(ctx, b.q, jobstate.CascadeParams{Now: time.Now()})
 		require.NoError(t, err)

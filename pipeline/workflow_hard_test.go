@@ -19,6 +19,7 @@ import (
 	"github.com/conveyorq/conveyor/internal/redistest"
 	"github.com/conveyorq/conveyor/internal/tracetest"
 	"github.com/conveyorq/conveyor/pipeline"
+	"github.com/conveyorq/conveyor/status"
 )
 
 // The hard cases of workflows: wide fan-out and fan-in, a wide batch, a Redis Cluster and a
@@ -62,7 +63,7 @@ func TestWorkflowFanOutFanIn1000(t *testing.T) {
 			if !rootDone.Load() {
 				// The root's record says completed before any fan task runs.
 				r, err := b.client.Get(ctx, b.queue, id+".root")
-				if err != nil || r.Status != pipeline.StatusCompleted {
+				if err != nil || r.Status != status.Completed {
 					return nil, pipeline.SkipRetry(fmt.Errorf("fan task ran before root completed: %v %v", r, err))
 				}
 				rootDone.Store(true)
@@ -105,7 +106,7 @@ func TestWorkflowFanOutFanIn1000(t *testing.T) {
 	}, 60*time.Second, 5*time.Millisecond)
 	join, err := b.client.Get(ctx, b.queue, id+".join")
 	require.NoError(t, err)
-	require.Equal(t, pipeline.StatusWaiting, join.Status, "the join waits for the last of %d", width)
+	require.Equal(t, status.Waiting, join.Status, "the join waits for the last of %d", width)
 	require.EqualValues(t, 0, joinRuns.Load())
 	openGate()
 
@@ -120,7 +121,7 @@ func TestWorkflowFanOutFanIn1000(t *testing.T) {
 	require.Equal(t, width+1, seen.Completed, "when the join started, root and all %d had completed", width)
 	for _, task := range seen.Tasks {
 		if task.Name != "join" {
-			require.Equal(t, pipeline.StatusCompleted, task.Status, task.Name)
+			require.Equal(t, status.Completed, task.Status, task.Name)
 		}
 	}
 	d := <-joinDeps
@@ -188,7 +189,7 @@ func TestBatchWide2000(t *testing.T) {
 	st, err := b.client.Batch(ctx, b.queue, pipeline.Batch{Jobs: jobs, Callback: &pipeline.Task{Type: "cb"}})
 	require.NoError(t, err)
 	require.Equal(t, n+1, st.Total)
-	b.waitStatus(t, st.ID+"."+pipeline.BatchCallback, pipeline.StatusCompleted)
+	b.waitStatus(t, st.ID+"."+pipeline.BatchCallback, status.Completed)
 	d := <-got
 	require.EqualValues(t, 1, calls.Load())
 	require.Equal(t, n-bad, d.Completed)
@@ -323,10 +324,10 @@ func TestWorkflowCluster(t *testing.T) {
 					{Name: "c", Task: step, After: []string{"h"}},
 				}})
 				require.NoError(t, err)
-				b.waitStatus(t, id+".a", pipeline.StatusFailed)
-				b.waitStatus(t, id+".h", pipeline.StatusInProgress)
+				b.waitStatus(t, id+".a", status.Failed)
+				b.waitStatus(t, id+".h", status.InProgress)
 				require.NoError(t, b.client.Cancel(ctx, b.queue, id+".h"))
-				b.waitStatus(t, id+".c", pipeline.StatusCanceled)
+				b.waitStatus(t, id+".c", status.Canceled)
 			}
 			b.waitWorkflow(t, "fail-0", pipeline.WorkflowFailed)
 			n, err := b.insp.Purge(ctx, b.queue, "fail-0.a")
@@ -334,7 +335,7 @@ func TestWorkflowCluster(t *testing.T) {
 			require.Equal(t, 1, n)
 			healed.Store(true)
 			require.NoError(t, b.insp.Replay(ctx, b.queue, "fail-1.a"))
-			b.waitStatus(t, "fail-1.b", pipeline.StatusCompleted)
+			b.waitStatus(t, "fail-1.b", status.Completed)
 			purged := b.waitWorkflow(t, "fail-0", pipeline.WorkflowFailed)
 			require.Equal(t, 1, purged.Purged)
 			require.False(t, purged.FinishedAt.IsZero())
@@ -395,7 +396,7 @@ func TestWorkflowTaskLostOnLastAttempt(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatal("the victim never started b")
 	}
-	b.waitStatus(t, st.ID+".b", pipeline.StatusInProgress)
+	b.waitStatus(t, st.ID+".b", status.InProgress)
 	require.NoError(t, victimRDB.Close())
 
 	var healed atomic.Bool
@@ -415,11 +416,11 @@ func TestWorkflowTaskLostOnLastAttempt(t *testing.T) {
 	require.Equal(t, 2, failed.Completed, "a and the Finally fin")
 	bj, err := b.client.Get(ctx, b.queue, st.ID+".b")
 	require.NoError(t, err)
-	require.Equal(t, pipeline.StatusFailed, bj.Status)
+	require.Equal(t, status.Failed, bj.Status)
 	require.Contains(t, bj.LastError, "victim", "dead by recovery of the lost attempt")
 	cj, err := b.client.Get(ctx, b.queue, st.ID+".c")
 	require.NoError(t, err)
-	require.Equal(t, pipeline.StatusCanceled, cj.Status)
+	require.Equal(t, status.Canceled, cj.Status)
 	require.Contains(t, cj.LastError, "dependency b failed")
 
 	healed.Store(true)
@@ -436,10 +437,10 @@ func TestWorkflowCancelCascades(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
 		target string // the task canceled
-		gate   pipeline.Status
+		gate   status.Status
 	}{
-		{"waiting", "b", pipeline.StatusWaiting},
-		{"running", "a", pipeline.StatusInProgress},
+		{"waiting", "b", status.Waiting},
+		{"running", "a", status.InProgress},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -485,13 +486,13 @@ func TestWorkflowCancelCascades(t *testing.T) {
 			}}
 			st, err := b.client.Workflow(ctx, b.queue, wf)
 			require.NoError(t, err)
-			b.waitStatus(t, st.ID+".a", pipeline.StatusInProgress)
+			b.waitStatus(t, st.ID+".a", status.InProgress)
 			b.waitStatus(t, st.ID+"."+tc.target, tc.gate)
 			require.NoError(t, b.client.Cancel(ctx, b.queue, st.ID+"."+tc.target))
 			once.Do(func() { close(release) })
 
 			end := b.waitWorkflow(t, st.ID, pipeline.WorkflowCanceled)
-			b.waitStatus(t, st.ID+".fin", pipeline.StatusCompleted)
+			b.waitStatus(t, st.ID+".fin", status.Completed)
 			byName := map[string]pipeline.WorkflowTaskState{}
 			for _, task := range end.Tasks {
 				byName[task.Name] = task
@@ -501,11 +502,11 @@ func TestWorkflowCancelCascades(t *testing.T) {
 				canceled = []string{"a", "b", "c"}
 			}
 			for _, n := range canceled {
-				require.Equal(t, pipeline.StatusCanceled, byName[n].Status, n)
+				require.Equal(t, status.Canceled, byName[n].Status, n)
 			}
 			require.Equal(t, len(canceled), end.Canceled)
-			require.Equal(t, pipeline.StatusCompleted, byName["side"].Status)
-			require.Equal(t, pipeline.StatusCompleted, byName["fin"].Status)
+			require.Equal(t, status.Completed, byName["side"].Status)
+			require.Equal(t, status.Completed, byName["fin"].Status)
 			require.False(t, end.FinishedAt.IsZero(), "a canceled workflow is finished")
 			cj, err := b.client.Get(ctx, b.queue, st.ID+".c")
 			require.NoError(t, err)
@@ -657,7 +658,7 @@ func TestWorkflowWaitOnCascade(t *testing.T) {
 			}}
 			st, err := b.client.Workflow(ctx, b.queue, wf)
 			require.NoError(t, err)
-			b.waitStatus(t, st.ID+".a", pipeline.StatusInProgress)
+			b.waitStatus(t, st.ID+".a", status.InProgress)
 			type waited struct {
 				j   *pipeline.Job
 				err error
@@ -687,7 +688,7 @@ func TestWorkflowWaitOnCascade(t *testing.T) {
 			for range 2 {
 				w := <-got
 				require.NoError(t, w.err)
-				require.Equal(t, pipeline.StatusCanceled, w.j.Status, w.j.ID)
+				require.Equal(t, status.Canceled, w.j.Status, w.j.ID)
 			}
 		})
 	}
@@ -763,11 +764,11 @@ func TestWorkflowReplayAfterPurgedSibling(t *testing.T) {
 	require.Equal(t, 1, n)
 	healed.Store(true)
 	require.NoError(t, b.insp.Replay(ctx, b.queue, st.ID+".b"))
-	b.waitStatus(t, st.ID+".b", pipeline.StatusCompleted)
+	b.waitStatus(t, st.ID+".b", status.Completed)
 
 	d, err := b.client.Get(ctx, b.queue, st.ID+".d")
 	require.NoError(t, err)
-	require.Equal(t, pipeline.StatusCanceled, d.Status, "d waits for c, purged: it cannot run")
+	require.Equal(t, status.Canceled, d.Status, "d waits for c, purged: it cannot run")
 	end, err := b.client.GetWorkflow(ctx, b.queue, st.ID)
 	require.NoError(t, err)
 	require.Equal(t, pipeline.WorkflowFailed, end.Status)
@@ -803,7 +804,7 @@ func TestWorkflowNoHashForExpiredDependent(t *testing.T) {
 	}}
 	st, err := b.client.Workflow(ctx, b.queue, wf)
 	require.NoError(t, err)
-	b.waitStatus(t, st.ID+".a", pipeline.StatusInProgress)
+	b.waitStatus(t, st.ID+".a", status.InProgress)
 	require.NoError(t, b.client.Cancel(ctx, b.queue, st.ID+".b"))
 	// b and c (canceled with b) expire with the retention while a still runs.
 	for _, n := range []string{"b", "c"} {
@@ -811,7 +812,7 @@ func TestWorkflowNoHashForExpiredDependent(t *testing.T) {
 			10*time.Second, 10*time.Millisecond, "%s expired", n)
 	}
 	close(release)
-	b.waitStatus(t, st.ID+".a", pipeline.StatusCompleted)
+	b.waitStatus(t, st.ID+".a", status.Completed)
 	for _, n := range []string{"b", "c"} {
 		k := b.q.Job(st.ID + "." + n)
 		if b.rdb.Exists(ctx, k).Val() == 1 {

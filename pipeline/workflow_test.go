@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/conveyorq/conveyor/pipeline"
+	"github.com/conveyorq/conveyor/status"
 )
 
 // waitWorkflow waits until workflow id of the bundle's queue reaches status and returns it.
@@ -91,7 +92,7 @@ func TestWorkflowDiamond(t *testing.T) {
 	require.Equal(t, 4, done.Completed)
 	require.False(t, done.FinishedAt.IsZero())
 	for _, task := range done.Tasks {
-		require.Equal(t, pipeline.StatusCompleted, task.Status, task.Name)
+		require.Equal(t, status.Completed, task.Status, task.Name)
 	}
 	id := func(n string) string { return wf.ID + "." + n }
 	require.Less(t, ran.index(id("A")), ran.index(id("B")))
@@ -119,7 +120,7 @@ func TestWorkflowDiamond(t *testing.T) {
 	require.ErrorIs(t, err, pipeline.ErrConflict)
 }
 
-// A task waits, in StatusWaiting, until its dependency completed; nothing polls: the script
+// A task waits, in status.Waiting, until its dependency completed; nothing polls: the script
 // that completes the dependency queues it.
 func TestWorkflowTaskWaitsForItsDependency(t *testing.T) {
 	t.Parallel()
@@ -136,12 +137,12 @@ func TestWorkflowTaskWaitsForItsDependency(t *testing.T) {
 	wf := pipeline.Chain(pipeline.Task{Type: "slow"}, pipeline.Task{Type: "fast"})
 	st, err := b.client.Workflow(ctx, b.queue, wf)
 	require.NoError(t, err)
-	b.waitStatus(t, st.ID+".1", pipeline.StatusInProgress)
+	b.waitStatus(t, st.ID+".1", status.InProgress)
 	second, err := b.client.Get(ctx, b.queue, st.ID+".2")
 	require.NoError(t, err)
-	require.Equal(t, pipeline.StatusWaiting, second.Status)
+	require.Equal(t, status.Waiting, second.Status)
 	close(release)
-	b.waitStatus(t, st.ID+".2", pipeline.StatusCompleted)
+	b.waitStatus(t, st.ID+".2", status.Completed)
 	b.waitWorkflow(t, st.ID, pipeline.WorkflowCompleted)
 }
 
@@ -181,11 +182,11 @@ func TestWorkflowDeadTaskThenReplay(t *testing.T) {
 	require.True(t, failed.FinishedAt.IsZero(), "a dead task may be replayed: not finished")
 	c, err := b.client.Get(ctx, b.queue, st.ID+".c")
 	require.NoError(t, err)
-	require.Equal(t, pipeline.StatusCanceled, c.Status)
+	require.Equal(t, status.Canceled, c.Status)
 	require.Contains(t, c.LastError, "dependency b failed: disk full")
 	d, err := b.client.Get(ctx, b.queue, st.ID+".d")
 	require.NoError(t, err)
-	require.Equal(t, pipeline.StatusCanceled, d.Status)
+	require.Equal(t, status.Canceled, d.Status)
 	require.Contains(t, d.LastError, "dependency c was canceled")
 
 	mu.Lock()
@@ -236,7 +237,7 @@ func TestBatchCallbackOnceWithCounts(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, "batch", st.Kind)
 	require.Equal(t, 51, st.Total)
-	b.waitStatus(t, st.ID+"."+pipeline.BatchCallback, pipeline.StatusCompleted)
+	b.waitStatus(t, st.ID+"."+pipeline.BatchCallback, status.Completed)
 	mu.Lock()
 	defer mu.Unlock()
 	require.Len(t, calls, 1)

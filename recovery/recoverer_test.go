@@ -20,9 +20,9 @@ import (
 	"github.com/conveyorq/conveyor/internal/keys"
 	"github.com/conveyorq/conveyor/internal/rediserr"
 	"github.com/conveyorq/conveyor/internal/redistest"
-	"github.com/conveyorq/conveyor/internal/status"
 	"github.com/conveyorq/conveyor/pipeline"
 	"github.com/conveyorq/conveyor/recovery"
+	"github.com/conveyorq/conveyor/status"
 )
 
 // The visibility timeout of the tests' recoverers, and the idle time given to entries whose

@@ -11,7 +11,7 @@
   const WINDOW_MS = 15 * 60 * 1000;
   const TOKEN_KEY = 'conveyor.token';
 
-  // The job statuses come from the server's list (ui/statuses.js, made from internal/status),
+  // The job statuses come from the server's list (ui/statuses.js, made from package status),
   // so that a new status needs no edit here. A status's word is how a person reads it: "dead"
   // for "failed", its wire name.
   const STATUSES = window.CONVEYOR_STATUSES;

@@ -12,6 +12,7 @@ import (
 	"github.com/conveyorq/conveyor/internal/jobtest"
 	"github.com/conveyorq/conveyor/internal/redistest"
 	"github.com/conveyorq/conveyor/pipeline"
+	"github.com/conveyorq/conveyor/status"
 )
 
 // The dead-set commands through the binary, run from TestE2E. Dead jobs are seeded
@@ -22,7 +23,7 @@ func (c *cli) seedDead(t *testing.T, prefix, queue string, n int) []string {
 	t.Helper()
 	ids := make([]string, n)
 	for i := range ids {
-		ids[i] = jobtest.Seed(t, c.rdb, queue, pipeline.StatusFailed, jobtest.Opts{
+		ids[i] = jobtest.Seed(t, c.rdb, queue, status.Failed, jobtest.Opts{
 			Prefix: prefix, Task: pipeline.Task{Type: "fail", Payload: []byte(`{}`)}, Reason: "boom\nsecond line",
 		}).ID
 	}

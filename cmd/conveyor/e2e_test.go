@@ -19,6 +19,7 @@ import (
 
 	"github.com/conveyorq/conveyor/internal/redistest"
 	"github.com/conveyorq/conveyor/pipeline"
+	"github.com/conveyorq/conveyor/status"
 )
 
 // TestE2E builds the conveyor binary once and drives it as a user would: separate processes,
@@ -378,7 +379,7 @@ func testFailing(t *testing.T, c *cli) {
 		if got.Attempt > 0 && !got.StartedAt.IsZero() {
 			starts[got.Attempt] = got.StartedAt.UnixMilli()
 		}
-		return got.Status == pipeline.StatusFailed
+		return got.Status == status.Failed
 	})
 	j := c.status(t, "--queue", q, id)
 	require.Equal(t, "failed", j.Status)

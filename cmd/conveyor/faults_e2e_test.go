@@ -17,6 +17,7 @@ import (
 	"github.com/conveyorq/conveyor/internal/faultproxy"
 	"github.com/conveyorq/conveyor/internal/redistest"
 	"github.com/conveyorq/conveyor/pipeline"
+	"github.com/conveyorq/conveyor/status"
 )
 
 var faultSpell = flag.Duration("fault-spell", 20*time.Second,
@@ -89,7 +90,7 @@ type faultRun struct {
 }
 
 type faultJob struct {
-	status  pipeline.Status
+	status  status.Status
 	attempt int
 }
 
@@ -132,11 +133,11 @@ func (f *faultRun) produce(t *testing.T, fault func(ctx context.Context)) {
 		want faultJob
 	}{
 		{pipeline.Task{Type: handlers.TypeEcho, Payload: []byte(`{"hello":"world"}`)}, nil,
-			faultJob{pipeline.StatusCompleted, 1}},
+			faultJob{status.Completed, 1}},
 		{pipeline.Task{Type: handlers.TypeFlaky, Payload: []byte(`{"fail_times":1}`)}, []pipeline.Option{pipeline.WithMaxRetries(3)},
-			faultJob{pipeline.StatusCompleted, 2}},
+			faultJob{status.Completed, 2}},
 		{pipeline.Task{Type: handlers.TypeFail, Payload: []byte(`{"message":"earned"}`)}, []pipeline.Option{pipeline.WithMaxRetries(1)},
-			faultJob{pipeline.StatusFailed, 2}},
+			faultJob{status.Failed, 2}},
 	}
 	end := time.Now().Add(*faultSpell + *faultSpell/4)
 	refused := 0

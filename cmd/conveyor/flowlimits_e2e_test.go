@@ -21,6 +21,7 @@ import (
 	"github.com/conveyorq/conveyor/internal/keys"
 	"github.com/conveyorq/conveyor/internal/redistest"
 	"github.com/conveyorq/conveyor/pipeline"
+	"github.com/conveyorq/conveyor/status"
 )
 
 // Issue 18's multi-process proof of the flow-control limits: worker processes of the built
@@ -299,7 +300,7 @@ func testGlobalConcurrency(t *testing.T, c *cli) {
 	victimJobs := func() map[string]bool {
 		out := map[string]bool{}
 		for _, j := range jobs {
-			if got := c.job(t, q, j.ID); got.Status == pipeline.StatusInProgress && got.Worker == victim {
+			if got := c.job(t, q, j.ID); got.Status == status.InProgress && got.Worker == victim {
 				out[j.ID] = true
 			}
 		}
@@ -360,7 +361,7 @@ func testGlobalConcurrency(t *testing.T, c *cli) {
 	require.Empty(t, twice, "jobs running twice at once")
 	for _, j := range jobs {
 		got := c.job(t, q, j.ID)
-		require.Equal(t, pipeline.StatusCompleted, got.Status, j.ID)
+		require.Equal(t, status.Completed, got.Status, j.ID)
 		if held[j.ID] {
 			// Its request may have been served in full before the kill, with the outcome
 			// not yet written: then it is served twice.

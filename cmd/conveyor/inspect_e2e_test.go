@@ -11,6 +11,7 @@ import (
 
 	"github.com/conveyorq/conveyor/internal/redistest"
 	"github.com/conveyorq/conveyor/pipeline"
+	"github.com/conveyorq/conveyor/status"
 )
 
 // The inspection commands, run from TestE2E: queues, queues delete and list. Each works under
@@ -168,7 +169,7 @@ func testListCmd(t *testing.T, c *cli) {
 		r := c.run(t, "list", "--prefix", p, "--queue", "idle", "--status", s)
 		require.Equal(t, 0, r.code, r.stderr)
 		require.Empty(t, r.stdout)
-		require.Equal(t, "no "+pipeline.StatusWord(pipeline.Status(s))+" jobs in queue idle\n", r.stderr, "failed reads dead")
+		require.Equal(t, "no "+status.Status(s).Word()+" jobs in queue idle\n", r.stderr, "failed reads dead")
 		require.Equal(t, `{"jobs":[],"next":""}`+"\n", c.ok(t, "list", "--prefix", p, "--queue", "idle", "--status", s, "--json"))
 	}
 

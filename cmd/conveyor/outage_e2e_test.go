@@ -22,6 +22,7 @@ import (
 	"github.com/conveyorq/conveyor/handlers"
 	"github.com/conveyorq/conveyor/internal/redistest"
 	"github.com/conveyorq/conveyor/pipeline"
+	"github.com/conveyorq/conveyor/status"
 )
 
 var (
@@ -224,9 +225,9 @@ func waitLedgerFinal(t *testing.T, client *pipeline.Client, q string, ledger []s
 		j, err := client.Get(ctx, q, id)
 		require.NoError(t, err)
 		jobs = append(jobs, j)
-		want := pipeline.StatusCompleted
+		want := status.Completed
 		if j.Type == handlers.TypeFail {
-			want = pipeline.StatusFailed
+			want = status.Failed
 		}
 		if j.Status != want {
 			wrong = append(wrong, fmt.Sprintf("%s (%s): %s, want %s: %s", id, j.Type, j.Status, want, j.LastError))

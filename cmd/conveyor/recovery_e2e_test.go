@@ -1,10 +1,13 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"flag"
 	"fmt"
 	"math/rand/v2"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"syscall"
@@ -15,6 +18,7 @@ import (
 
 	"github.com/conveyorq/conveyor/internal/redistest"
 	"github.com/conveyorq/conveyor/pipeline"
+	"github.com/conveyorq/conveyor/status"
 )
 
 // The recovery tests run real worker processes and stop them the hard way (SIGKILL, SIGSTOP)
@@ -60,6 +64,34 @@ func (p *proc) kill(t *testing.T) {
 func (p *proc) signal(t *testing.T, sig syscall.Signal) {
 	t.Helper()
 	require.NoError(t, p.cmd.Process.Signal(sig))
+	if sig == syscall.SIGSTOP {
+		p.waitStopped(t)
+	}
+}
+
+// waitStopped waits until every thread of p is stopped (state T in /proc). kill returns
+// before the threads have stopped; on a loaded machine a thread may still run user code, and
+// a reply the test sends next could still be read (TestRecoveryE2E/group/FrozenWorker saw
+// the job completed on the frozen worker under go test -count=3 with two CPU hogs).
+func (p *proc) waitStopped(t *testing.T) {
+	t.Helper()
+	dir := fmt.Sprintf("/proc/%d/task", p.cmd.Process.Pid)
+	waitFor(t, 20*time.Second, time.Millisecond, "every thread of pid "+filepath.Base(filepath.Dir(dir))+" stopped", func() bool {
+		tasks, err := os.ReadDir(dir)
+		require.NoError(t, err)
+		for _, task := range tasks {
+			stat, err := os.ReadFile(filepath.Join(dir, task.Name(), "stat"))
+			if err != nil {
+				return false // a thread that just ended: look again
+			}
+			// The state follows the command, which is in parentheses and may hold spaces.
+			rest := string(stat[bytes.LastIndexByte(stat, ')')+1:])
+			if f := strings.Fields(rest); len(f) == 0 || (f[0] != "T" && f[0] != "t") {
+				return false
+			}
+		}
+		return true
+	})
 }
 
 // workerArgs are a worker's arguments for queue q with a short visibility timeout, so that
@@ -97,7 +129,7 @@ func (c *cli) waitRunning(t *testing.T, q, worker string, ids []string) {
 	waitFor(t, 20*time.Second, 10*time.Millisecond, fmt.Sprintf("%d jobs in progress on %s", len(ids), worker), func() bool {
 		for _, id := range ids {
 			j := c.job(t, q, id)
-			if j.Status != pipeline.StatusInProgress || j.Worker != worker {
+			if j.Status != status.InProgress || j.Worker != worker {
 				return false
 			}
 		}
@@ -157,7 +189,7 @@ func testChaos(t *testing.T, c *cli) {
 	for _, id := range ids {
 		j, err := client.Get(context.Background(), q, id)
 		require.NoError(t, err, "job %s is missing", id)
-		require.Equal(t, pipeline.StatusCompleted, j.Status, id)
+		require.Equal(t, status.Completed, j.Status, id)
 		reexec += j.Attempt - 1 // each lost attempt counts: attempt-1 runs were cut short
 	}
 	t.Logf("chaos: %d jobs, %d kills in %s, lost 0, re-executions %d (bound %d), recovered %d, refused late transitions %d",
@@ -187,7 +219,7 @@ func testRecoveryTime(t *testing.T, c *cli) {
 		waitFor(t, 20*time.Second, 20*time.Millisecond, "jobs running on the survivor", func() bool {
 			pending = slices.DeleteFunc(pending, func(id string) bool {
 				j := c.job(t, q, id)
-				if j.Status == pipeline.StatusInProgress && strings.HasPrefix(j.Worker, "survivor") {
+				if j.Status == status.InProgress && strings.HasPrefix(j.Worker, "survivor") {
 					delays = append(delays, time.Since(killed))
 					require.Equal(t, 2, j.Attempt, "the lost attempt counts")
 					require.Contains(t, j.LastError, "doomed")
@@ -226,10 +258,10 @@ func testFrozenWorker(t *testing.T, c *cli) {
 	call.release() // the answer waits in the stopped worker's socket
 	c.start(t, workerArgs(q, "thawed", "--http-allow", "127.0.0.1")...)
 	waitFor(t, 20*time.Second, 20*time.Millisecond, "the job completed on the other worker", func() bool {
-		return c.job(t, q, id).Status == pipeline.StatusCompleted
+		return c.job(t, q, id).Status == status.Completed
 	})
 	final := c.job(t, q, id)
-	require.Equal(t, "thawed", final.Worker)
+	require.Equal(t, "thawed", final.Worker, "the job as read: %+v", final)
 	require.Equal(t, 2, final.Attempt)
 
 	frozen.signal(t, syscall.SIGCONT)
@@ -256,7 +288,7 @@ func testAllKilled(t *testing.T, c *cli) {
 	b := c.start(t, workerArgs(q, "victim-b", "--concurrency", "3")...)
 	waitFor(t, 20*time.Second, 10*time.Millisecond, "all six in progress", func() bool {
 		for _, id := range ids {
-			if c.job(t, q, id).Status != pipeline.StatusInProgress {
+			if c.job(t, q, id).Status != status.InProgress {
 				return false
 			}
 		}
@@ -270,7 +302,7 @@ func testAllKilled(t *testing.T, c *cli) {
 	waitFor(t, 20*time.Second, 20*time.Millisecond, "every job running on the rescuer", func() bool {
 		for _, id := range ids {
 			j := c.job(t, q, id)
-			if j.Worker != "rescuer" || j.Status != pipeline.StatusInProgress {
+			if j.Worker != "rescuer" || j.Status != status.InProgress {
 				return false
 			}
 		}
@@ -285,13 +317,13 @@ func testAllKilled(t *testing.T, c *cli) {
 		require.Len(t, j.Attempts, 2, "%+v", j.Attempts)
 		lost, now := j.Attempts[0], j.Attempts[1]
 		require.Equal(t, 1, lost.Number)
-		require.Equal(t, pipeline.AttemptLost, lost.Outcome)
+		require.Equal(t, status.AttemptLost, lost.Outcome)
 		require.Contains(t, []string{"victim-a", "victim-b"}, lost.Worker)
 		require.Contains(t, lost.Error, lost.Worker)
 		require.False(t, lost.StartedAt.IsZero(), "the start mark was written: the job was in progress")
 		require.False(t, lost.EndedAt.Before(lost.StartedAt))
 		require.Equal(t, pipeline.JobAttempt{Number: 2, Worker: "rescuer", StartedAt: j.StartedAt,
-			Outcome: pipeline.AttemptRunning}, now)
+			Outcome: status.AttemptRunning}, now)
 	}
 	require.EqualValues(t, 6, c.stats(t, "--queue", q).Recovered)
 }
@@ -305,7 +337,7 @@ func testLongJob(t *testing.T, c *cli) {
 	c.waitRunning(t, q, "patient", []string{id})
 	c.start(t, workerArgs(q, "eager")...) // a second worker, whose recoverer must not take it
 	waitFor(t, 30*time.Second, 50*time.Millisecond, "the long job completed", func() bool {
-		return c.job(t, q, id).Status == pipeline.StatusCompleted
+		return c.job(t, q, id).Status == status.Completed
 	})
 	j := c.job(t, q, id)
 	require.Equal(t, "patient", j.Worker)

@@ -10,6 +10,7 @@ import (
 
 	"github.com/conveyorq/conveyor/internal/redistest"
 	"github.com/conveyorq/conveyor/pipeline"
+	"github.com/conveyorq/conveyor/status"
 )
 
 // TestWorkflowE2E publishes workflows (through the library: the CLI has no command for it)
@@ -46,7 +47,7 @@ func waitMiddleRunning(t *testing.T, c *cli, q, wfID, worker string) string {
 	var running string
 	waitFor(t, 30*time.Second, 10*time.Millisecond, "a middle task in progress on "+worker, func() bool {
 		for _, n := range []string{"m1", "m2", "m3"} {
-			if j := c.job(t, q, wfID+"."+n); j.Status == pipeline.StatusInProgress && j.Worker == worker {
+			if j := c.job(t, q, wfID+"."+n); j.Status == status.InProgress && j.Worker == worker {
 				running = n
 				return true
 			}
@@ -100,7 +101,7 @@ func testWorkflowKilled(t *testing.T, c *cli) {
 	done := waitWorkflowStatus(t, client, q, st.ID, pipeline.WorkflowCompleted)
 	require.Equal(t, 6, done.Completed)
 	for _, task := range done.Tasks {
-		require.Equal(t, pipeline.StatusCompleted, task.Status, task.Name)
+		require.Equal(t, status.Completed, task.Status, task.Name)
 		switch {
 		case task.Name == killed:
 			require.Equal(t, 2, task.Attempt, "the killed attempt counts")
@@ -130,8 +131,8 @@ func testWorkflowKilledLastAttempt(t *testing.T, c *cli) {
 	c.start(t, workerArgs(q, "wf-last-rescuer", "--concurrency", "4")...)
 
 	failed := waitWorkflowStatus(t, client, q, st.ID, pipeline.WorkflowFailed)
-	want := map[string]pipeline.Status{"start": pipeline.StatusCompleted, killed: pipeline.StatusFailed,
-		"join": pipeline.StatusCanceled, "end": pipeline.StatusCanceled}
+	want := map[string]status.Status{"start": status.Completed, killed: status.Failed,
+		"join": status.Canceled, "end": status.Canceled}
 	for _, task := range failed.Tasks {
 		if s, ok := want[task.Name]; ok {
 			require.Equal(t, s, task.Status, task.Name)

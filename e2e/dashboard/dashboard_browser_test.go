@@ -26,6 +26,7 @@ import (
 	"github.com/conveyorq/conveyor/internal/jobtest"
 	"github.com/conveyorq/conveyor/internal/redistest"
 	"github.com/conveyorq/conveyor/pipeline"
+	"github.com/conveyorq/conveyor/status"
 )
 
 // The browser test drives the embedded dashboard in headless Chromium against the real API
@@ -546,7 +547,7 @@ func TestDashboardBrowser(t *testing.T) {
 		`document.querySelector('.badge[data-status="completed"]') !== null &&
 		 document.querySelector('.result pre').textContent.includes('"receipt": "r-charge-7"')`)
 	b.shot("desktop-job-completed")
-	if j, err := f.insp.Get(context.Background(), dashOrders, "charge-7"); err != nil || j.Status != pipeline.StatusCompleted {
+	if j, err := f.insp.Get(context.Background(), dashOrders, "charge-7"); err != nil || j.Status != status.Completed {
 		t.Errorf("charge-7 after replay: %+v, %v; want completed", j, err)
 	}
 

@@ -10,8 +10,8 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/conveyorq/conveyor/internal/jobtest"
-	"github.com/conveyorq/conveyor/internal/status"
 	"github.com/conveyorq/conveyor/pipeline"
+	"github.com/conveyorq/conveyor/status"
 )
 
 // dashConsole is a queue no worker reads, with a retry, delayed, queued and dead jobs for the
@@ -39,7 +39,7 @@ func TestDashboardRowActions(t *testing.T) {
 	f.publish(t, dashConsole, "delayed-2", "remind", `{"to":"bob@example.com"}`, pipeline.WithDelay(2*time.Hour))
 	f.publish(t, dashConsole, "queued-1", "render", `{"report":1}`)
 	f.publish(t, dashConsole, "queued-2", "render", `{"report":2}`)
-	jobStatus := func(id string) pipeline.Status {
+	jobStatus := func(id string) status.Status {
 		t.Helper()
 		j, err := f.insp.Get(ctx, dashConsole, id)
 		if errors.Is(err, pipeline.ErrNotFound) {
@@ -76,14 +76,14 @@ func TestDashboardRowActions(t *testing.T) {
 
 	b.do("run a delayed job now", chromedp.Click(css(`tr[data-job="delayed-1"] button.run-now`)),
 		chromedp.WaitNotPresent(css(`tr[data-job="delayed-1"]`)))
-	if s := jobStatus("delayed-1"); s != pipeline.StatusQueued {
+	if s := jobStatus("delayed-1"); s != status.Queued {
 		t.Errorf("delayed-1 after run now: %s, want queued", s)
 	}
 	b.do("cancel a delayed job", chromedp.Click(css(`tr[data-job="delayed-2"] button.cancel`)),
 		chromedp.WaitVisible(css(`tr[data-job="delayed-2"] button.confirm-yes`)),
 		chromedp.Click(css(`tr[data-job="delayed-2"] button.confirm-yes`)),
 		chromedp.WaitNotPresent(css(`tr[data-job="delayed-2"]`)))
-	if s := jobStatus("delayed-2"); s != pipeline.StatusCanceled {
+	if s := jobStatus("delayed-2"); s != status.Canceled {
 		t.Errorf("delayed-2 after cancel: %s, want canceled", s)
 	}
 
@@ -113,7 +113,7 @@ func TestDashboardRowActions(t *testing.T) {
 		chromedp.WaitNotPresent(css(`tr[data-job="`+dead[1]+`"]`)))
 	b.poll("the summary says both", `document.querySelector('#notice').textContent.includes('Replayed 2 of the 2 selected dead jobs')`)
 	for _, id := range dead[:2] {
-		if s := jobStatus(id); s != pipeline.StatusQueued {
+		if s := jobStatus(id); s != status.Queued {
 			t.Errorf("%s after replay: %s, want queued", id, s)
 		}
 	}

@@ -17,6 +17,7 @@ import (
 	"github.com/conveyorq/conveyor/internal/jobtest"
 	"github.com/conveyorq/conveyor/internal/redistest"
 	"github.com/conveyorq/conveyor/pipeline"
+	"github.com/conveyorq/conveyor/status"
 )
 
 const (
@@ -117,8 +118,8 @@ func newWFFixture(t *testing.T) *wfFixture {
 	}
 	waitWorkflow(t, insp, wfDiamond, func(w *pipeline.WorkflowState) bool {
 		st := taskStatuses(w)
-		return st["A"] == pipeline.StatusCompleted && st["B"] == pipeline.StatusInProgress &&
-			st["C"] == pipeline.StatusCompleted && st["D"] == pipeline.StatusWaiting
+		return st["A"] == status.Completed && st["B"] == status.InProgress &&
+			st["C"] == status.Completed && st["D"] == status.Waiting
 	})
 
 	jobs := make([]pipeline.Task, wfBatchJobs)
@@ -162,8 +163,8 @@ func waitWorkflow(t *testing.T, insp *pipeline.Inspector, id string, ok func(*pi
 	}, 15*time.Second, 20*time.Millisecond, "workflow %s never settled", id)
 }
 
-func taskStatuses(w *pipeline.WorkflowState) map[string]pipeline.Status {
-	m := map[string]pipeline.Status{}
+func taskStatuses(w *pipeline.WorkflowState) map[string]status.Status {
+	m := map[string]status.Status{}
 	for _, t := range w.Tasks {
 		m[t.Name] = t.Status
 	}

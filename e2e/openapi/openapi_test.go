@@ -36,6 +36,7 @@ import (
 	"github.com/conveyorq/conveyor/internal/jobtest"
 	"github.com/conveyorq/conveyor/internal/redistest"
 	"github.com/conveyorq/conveyor/pipeline"
+	"github.com/conveyorq/conveyor/status"
 )
 
 func TestMain(m *testing.M) { redistest.Main(m) }
@@ -47,7 +48,7 @@ type fixture struct {
 	url   string
 	queue string
 	// seed makes a job of queue (which no worker reads) in st and returns its id.
-	seed func(t *testing.T, st pipeline.Status) string
+	seed func(t *testing.T, st status.Status) string
 	// publish publishes a job to the worker's queue, live, and returns its id.
 	publish func(t *testing.T) string
 	// v31 validates against the 3.1 document, api/openapi.json.
@@ -92,32 +93,32 @@ var cases = []tc{
 	{op: "POST /v1/queues/{queue}/jobs:batch", url: "/v1/queues/{queue}/jobs:batch", status: 400, body: `{"jobs":[]}`, invalid: true},
 
 	// Jobs.
-	{op: "GET /v1/queues/{queue}/jobs/{id}", url: "/v1/queues/{queue}/jobs/{id}", status: 200, prep: seeded(pipeline.StatusCompleted)},
-	{op: "GET /v1/queues/{queue}/jobs/{id}", url: "/v1/queues/{queue}/jobs/{id}", status: 200, prep: seeded(pipeline.StatusFailed)},
+	{op: "GET /v1/queues/{queue}/jobs/{id}", url: "/v1/queues/{queue}/jobs/{id}", status: 200, prep: seeded(status.Completed)},
+	{op: "GET /v1/queues/{queue}/jobs/{id}", url: "/v1/queues/{queue}/jobs/{id}", status: 200, prep: seeded(status.Failed)},
 	{op: "GET /v1/queues/{queue}/jobs/{id}", url: "/v1/queues/live/jobs/{id}?wait=10s&until=final", status: 200, prep: published},
 	{op: "GET /v1/queues/{queue}/jobs/{id}", url: "/v1/queues/{queue}/jobs/nosuch", status: 404},
-	{op: "GET /v1/queues/{queue}/jobs/{id}", url: "/v1/queues/{queue}/jobs/{id}?wait=forever", status: 400, invalid: true, prep: seeded(pipeline.StatusQueued)},
-	{op: "GET /v1/queues/{queue}/jobs/{id}/events", url: "/v1/queues/{queue}/jobs/{id}/events", status: 200, prep: seeded(pipeline.StatusCompleted)},
+	{op: "GET /v1/queues/{queue}/jobs/{id}", url: "/v1/queues/{queue}/jobs/{id}?wait=forever", status: 400, invalid: true, prep: seeded(status.Queued)},
+	{op: "GET /v1/queues/{queue}/jobs/{id}/events", url: "/v1/queues/{queue}/jobs/{id}/events", status: 200, prep: seeded(status.Completed)},
 	{op: "GET /v1/queues/{queue}/jobs/{id}/events", url: "/v1/queues/{queue}/jobs/nosuch/events", status: 404},
-	{op: "GET /v1/jobs/{id}", url: "/v1/jobs/{id}", status: 200, prep: seeded(pipeline.StatusScheduled)},
+	{op: "GET /v1/jobs/{id}", url: "/v1/jobs/{id}", status: 200, prep: seeded(status.Scheduled)},
 	{op: "GET /v1/jobs/{id}", url: "/v1/jobs/nosuch", status: 404},
 	{op: "GET /v1/queues/{queue}/jobs", url: "/v1/queues/{queue}/jobs?status=scheduled&limit=2", status: 200},
 	{op: "GET /v1/queues/{queue}/jobs", url: "/v1/queues/{queue}/jobs?status=queued", status: 200},
-	{op: "GET /v1/queues/{queue}/jobs", url: "/v1/queues/{queue}/jobs?status=in_progress", status: 200, prep: seeded(pipeline.StatusInProgress)},
-	{op: "GET /v1/queues/{queue}/jobs", url: "/v1/queues/{queue}/jobs?status=failed", status: 200, prep: seeded(pipeline.StatusFailed)},
-	{op: "GET /v1/queues/{queue}/jobs", url: "/v1/queues/{queue}/jobs?status=dead", status: 200, prep: seeded(pipeline.StatusFailed)},
-	{op: "GET /v1/queues/{queue}/jobs", url: "/v1/queues/{queue}/jobs?status=completed", status: 200, prep: seeded(pipeline.StatusCompleted)},
+	{op: "GET /v1/queues/{queue}/jobs", url: "/v1/queues/{queue}/jobs?status=in_progress", status: 200, prep: seeded(status.InProgress)},
+	{op: "GET /v1/queues/{queue}/jobs", url: "/v1/queues/{queue}/jobs?status=failed", status: 200, prep: seeded(status.Failed)},
+	{op: "GET /v1/queues/{queue}/jobs", url: "/v1/queues/{queue}/jobs?status=dead", status: 200, prep: seeded(status.Failed)},
+	{op: "GET /v1/queues/{queue}/jobs", url: "/v1/queues/{queue}/jobs?status=completed", status: 200, prep: seeded(status.Completed)},
 	{op: "GET /v1/queues/{queue}/jobs", url: "/v1/queues/{queue}/jobs?status=canceled", status: 200},
 	{op: "GET /v1/queues/{queue}/jobs", url: "/v1/queues/{queue}/jobs?status=nosuch", status: 400, invalid: true},
 	{op: "GET /v1/queues/{queue}/jobs", url: "/v1/queues/nosuch/jobs?status=queued", status: 404},
-	{op: "POST /v1/queues/{queue}/jobs/{id}/run", url: "/v1/queues/{queue}/jobs/{id}/run", status: 200, prep: seeded(pipeline.StatusScheduled)},
-	{op: "POST /v1/queues/{queue}/jobs/{id}/run", url: "/v1/queues/{queue}/jobs/{id}/run", status: 409, prep: seeded(pipeline.StatusQueued)},
+	{op: "POST /v1/queues/{queue}/jobs/{id}/run", url: "/v1/queues/{queue}/jobs/{id}/run", status: 200, prep: seeded(status.Scheduled)},
+	{op: "POST /v1/queues/{queue}/jobs/{id}/run", url: "/v1/queues/{queue}/jobs/{id}/run", status: 409, prep: seeded(status.Queued)},
 	{op: "POST /v1/queues/{queue}/jobs/{id}/run", url: "/v1/queues/{queue}/jobs/nosuch/run", status: 404},
-	{op: "POST /v1/queues/{queue}/jobs/{id}/delete", url: "/v1/queues/{queue}/jobs/{id}/delete", status: 200, prep: seeded(pipeline.StatusQueued)},
-	{op: "POST /v1/queues/{queue}/jobs/{id}/delete", url: "/v1/queues/{queue}/jobs/{id}/delete", status: 409, prep: seeded(pipeline.StatusInProgress)},
+	{op: "POST /v1/queues/{queue}/jobs/{id}/delete", url: "/v1/queues/{queue}/jobs/{id}/delete", status: 200, prep: seeded(status.Queued)},
+	{op: "POST /v1/queues/{queue}/jobs/{id}/delete", url: "/v1/queues/{queue}/jobs/{id}/delete", status: 409, prep: seeded(status.InProgress)},
 	{op: "POST /v1/queues/{queue}/jobs/{id}/delete", url: "/v1/queues/{queue}/jobs/nosuch/delete", status: 404},
-	{op: "DELETE /v1/queues/{queue}/jobs/{id}", url: "/v1/queues/{queue}/jobs/{id}", status: 200, prep: seeded(pipeline.StatusScheduled)},
-	{op: "DELETE /v1/queues/{queue}/jobs/{id}", url: "/v1/queues/{queue}/jobs/{id}", status: 409, prep: seeded(pipeline.StatusCompleted)},
+	{op: "DELETE /v1/queues/{queue}/jobs/{id}", url: "/v1/queues/{queue}/jobs/{id}", status: 200, prep: seeded(status.Scheduled)},
+	{op: "DELETE /v1/queues/{queue}/jobs/{id}", url: "/v1/queues/{queue}/jobs/{id}", status: 409, prep: seeded(status.Completed)},
 	{op: "DELETE /v1/queues/{queue}/jobs/{id}", url: "/v1/queues/{queue}/jobs/nosuch", status: 404},
 
 	// Queues.
@@ -192,14 +193,14 @@ var cases = []tc{
 	{op: "DELETE /v1/schedules/{name}", url: "/v1/schedules/nightly", status: 404},
 
 	// Dead jobs.
-	{op: "POST /v1/queues/{queue}/dead/{id}/replay", url: "/v1/queues/{queue}/dead/{id}/replay", status: 200, prep: seeded(pipeline.StatusFailed)},
-	{op: "POST /v1/queues/{queue}/dead/{id}/replay", url: "/v1/queues/{queue}/dead/{id}/replay", status: 409, prep: seeded(pipeline.StatusScheduled)},
+	{op: "POST /v1/queues/{queue}/dead/{id}/replay", url: "/v1/queues/{queue}/dead/{id}/replay", status: 200, prep: seeded(status.Failed)},
+	{op: "POST /v1/queues/{queue}/dead/{id}/replay", url: "/v1/queues/{queue}/dead/{id}/replay", status: 409, prep: seeded(status.Scheduled)},
 	{op: "POST /v1/queues/{queue}/dead/{id}/replay", url: "/v1/queues/{queue}/dead/nosuch/replay", status: 404},
-	{op: "DELETE /v1/queues/{queue}/dead/{id}", url: "/v1/queues/{queue}/dead/{id}?dry_run=true", status: 200, prep: seeded(pipeline.StatusFailed)},
-	{op: "DELETE /v1/queues/{queue}/dead/{id}", url: "/v1/queues/{queue}/dead/{id}", status: 200, prep: seeded(pipeline.StatusFailed)},
-	{op: "DELETE /v1/queues/{queue}/dead/{id}", url: "/v1/queues/{queue}/dead/{id}", status: 409, prep: seeded(pipeline.StatusScheduled)},
-	{op: "POST /v1/queues/{queue}/dead:replay", url: "/v1/queues/{queue}/dead:replay", status: 200, prep: seeded(pipeline.StatusFailed)},
-	{op: "DELETE /v1/queues/{queue}/dead", url: "/v1/queues/{queue}/dead?older_than=1h&dry_run=true", status: 200, prep: seeded(pipeline.StatusFailed)},
+	{op: "DELETE /v1/queues/{queue}/dead/{id}", url: "/v1/queues/{queue}/dead/{id}?dry_run=true", status: 200, prep: seeded(status.Failed)},
+	{op: "DELETE /v1/queues/{queue}/dead/{id}", url: "/v1/queues/{queue}/dead/{id}", status: 200, prep: seeded(status.Failed)},
+	{op: "DELETE /v1/queues/{queue}/dead/{id}", url: "/v1/queues/{queue}/dead/{id}", status: 409, prep: seeded(status.Scheduled)},
+	{op: "POST /v1/queues/{queue}/dead:replay", url: "/v1/queues/{queue}/dead:replay", status: 200, prep: seeded(status.Failed)},
+	{op: "DELETE /v1/queues/{queue}/dead", url: "/v1/queues/{queue}/dead?older_than=1h&dry_run=true", status: 200, prep: seeded(status.Failed)},
 	{op: "DELETE /v1/queues/{queue}/dead", url: "/v1/queues/{queue}/dead", status: 200},
 	{op: "DELETE /v1/queues/{queue}/dead", url: "/v1/queues/{queue}/dead?older_than=soon", status: 400, invalid: true},
 
@@ -210,7 +211,7 @@ var cases = []tc{
 }
 
 // seeded returns a prep that seeds a job of the fixture's queue in st.
-func seeded(st pipeline.Status) func(*testing.T, *fixture) string {
+func seeded(st status.Status) func(*testing.T, *fixture) string {
 	return func(t *testing.T, f *fixture) string { return f.seed(t, st) }
 }
 
@@ -395,7 +396,7 @@ func newFixture(t *testing.T) *fixture {
 		require.NoError(t, err)
 		return j.ID
 	}
-	f.seed = func(t *testing.T, st pipeline.Status) string {
+	f.seed = func(t *testing.T, st status.Status) string {
 		return jobtest.Seed(t, rdb, queue, st, jobtest.Opts{
 			Task: pipeline.Task{Type: "echo", Payload: []byte(`{"seeded":true}`)}, Result: `{"ok":true}`,
 		}).ID

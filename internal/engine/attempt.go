@@ -18,8 +18,8 @@ import (
 	"github.com/conveyorq/conveyor/internal/keys"
 	"github.com/conveyorq/conveyor/internal/outage"
 	"github.com/conveyorq/conveyor/internal/script"
-	"github.com/conveyorq/conveyor/internal/status"
 	"github.com/conveyorq/conveyor/internal/tracing"
+	"github.com/conveyorq/conveyor/status"
 	"github.com/conveyorq/conveyor/stream"
 )
 

@@ -15,7 +15,7 @@ import (
 	"github.com/conveyorq/conveyor/internal/events"
 	"github.com/conveyorq/conveyor/internal/jobstate"
 	"github.com/conveyorq/conveyor/internal/keys"
-	"github.com/conveyorq/conveyor/internal/status"
+	"github.com/conveyorq/conveyor/status"
 	"github.com/conveyorq/conveyor/stream"
 )
 

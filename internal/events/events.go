@@ -39,7 +39,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/conveyorq/conveyor/internal/status"
+	"github.com/conveyorq/conveyor/status"
 	"weak"
 
 	"github.com/redis/go-redis/v9"
@@ -64,7 +64,7 @@ const Progress = "progress"
 // Final reports whether the event's status is one a job never leaves (but by a replay).
 func (e Event) Final() bool { return Final(e.Status) }
 
-// Final reports whether status is an end state (internal/status).
+// Final reports whether status is an end state (package status).
 func Final(s string) bool {
 	return status.Status(s).Final()
 }

@@ -162,8 +162,11 @@ func TestDelayReplies(t *testing.T) {
 	require.NoError(t, c.Ping(ctx).Err())
 	require.GreaterOrEqual(t, time.Since(start), d) // a lower bound only: never flaky
 
-	// A delay longer than the client's read timeout makes the call fail.
-	impatient := redis.NewClient(&redis.Options{Addr: p.Addr(), MaxRetries: -1, ReadTimeout: 50 * time.Millisecond})
+	// A delay longer than the client's read timeout makes the call fail. The delay is far
+	// longer (a minute: the proxy ends it when the connection closes), and the timeout wide
+	// enough for a ping on a machine ten times slower, so that neither is a race.
+	p.DelayReplies(time.Minute)
+	impatient := redis.NewClient(&redis.Options{Addr: p.Addr(), MaxRetries: -1, ReadTimeout: 2 * time.Second})
 	t.Cleanup(func() { _ = impatient.Close() })
 	require.Error(t, impatient.Ping(ctx).Err())
 

@@ -14,7 +14,7 @@ import (
 	"testing"
 
 	"github.com/conveyorq/conveyor/internal/jobstate"
-	"github.com/conveyorq/conveyor/internal/status"
+	"github.com/conveyorq/conveyor/status"
 )
 
 // root is the module's root, from this package's directory.

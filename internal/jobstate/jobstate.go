@@ -1,7 +1,7 @@
 // Package jobstate is the job state machine. It holds every Lua script that moves a job from
 // one status to another, each one atomic step over a queue's keys. It also holds the Go that
-// builds their calls and reads their replies. A map of every status (package
-// internal/status) and transition is in docs/STATE_MACHINE.md.
+// builds their calls and reads their replies. A map of every status (package status) and
+// transition is in docs/STATE_MACHINE.md.
 //
 // # Store
 //

@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/conveyorq/conveyor/internal/status"
+	"github.com/conveyorq/conveyor/status"
 )
 
 // isStatus reports whether s is a status's name.

@@ -24,7 +24,7 @@ import (
 // zero value; Payload and Result stay nil unless the field is there (even empty).
 type Record struct {
 	Type        string
-	Status      string // a pipeline.Status
+	Status      string // a status.Status
 	Attempt     int
 	MaxRetries  int
 	Timeout     time.Duration

@@ -10,7 +10,7 @@ import (
 	"github.com/conveyorq/conveyor/internal/events"
 	"github.com/conveyorq/conveyor/internal/keys"
 	"github.com/conveyorq/conveyor/internal/script"
-	"github.com/conveyorq/conveyor/internal/status"
+	"github.com/conveyorq/conveyor/status"
 )
 
 // Op is a worker transition of finish.lua.

@@ -17,9 +17,9 @@ import (
 	"github.com/conveyorq/conveyor/internal/keys"
 	"github.com/conveyorq/conveyor/internal/rediserr"
 	"github.com/conveyorq/conveyor/internal/script"
-	"github.com/conveyorq/conveyor/internal/status"
 	"github.com/conveyorq/conveyor/pipeline"
 	"github.com/conveyorq/conveyor/pipeline/pipelinetest"
+	"github.com/conveyorq/conveyor/status"
 )
 
 // Opts describes the job to seed. Zero fields take the defaults below.

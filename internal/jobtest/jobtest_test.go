@@ -8,7 +8,7 @@ import (
 
 	"github.com/conveyorq/conveyor/internal/jobtest"
 	"github.com/conveyorq/conveyor/internal/redistest"
-	"github.com/conveyorq/conveyor/internal/status"
+	"github.com/conveyorq/conveyor/status"
 )
 
 func TestMain(m *testing.M) { redistest.Main(m) }

@@ -11,7 +11,9 @@ package tracing
 
 import (
 	"context"
+	"reflect"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"go.opentelemetry.io/otel"
@@ -86,9 +88,32 @@ var propagator = propagation.TraceContext{}
 // records nothing. Read at package init, before any main can set another.
 var initial = otel.GetTracerProvider()
 
-// global is the tracer of the global provider. OpenTelemetry's default provider hands out
-// tracers that delegate to the provider the application sets later, so one is enough.
-var global = initial.Tracer(ScopeName)
+// last is the global provider a zero Tracer saw last, with its tracer. OpenTelemetry's
+// default provider delegates to the first provider set only; a later one (the CLI sets one a
+// Run) must be asked for its own tracer.
+var last atomic.Pointer[providerTracer]
+
+type providerTracer struct {
+	p  trace.TracerProvider
+	tr trace.Tracer
+}
+
+// tracerOf returns p's tracer, asking p only when it is not the provider seen last.
+func tracerOf(p trace.TracerProvider) trace.Tracer {
+	if c := last.Load(); c != nil && same(c.p, p) {
+		return c.tr
+	}
+	c := &providerTracer{p: p, tr: p.Tracer(ScopeName)}
+	last.Store(c)
+	return c.tr
+}
+
+// same reports whether a and b are one provider. A provider of a type == cannot compare
+// (a struct holding a slice) is never the same: == on it would panic.
+func same(a, b trace.TracerProvider) bool {
+	ta := reflect.TypeOf(a)
+	return ta == reflect.TypeOf(b) && ta.Comparable() && a == b
+}
 
 // Tracer resolves a configured tracer provider: the one given, or, when none was, the global
 // one as it is at each call. The zero value follows the global provider.
@@ -115,15 +140,11 @@ func (t Tracer) Get() trace.Tracer {
 	if t.explicit {
 		return t.tr
 	}
-	switch p := otel.GetTracerProvider(); p.(type) {
-	case noop.TracerProvider:
+	p := otel.GetTracerProvider()
+	if _, ok := p.(noop.TracerProvider); ok || p == initial {
 		return nil
-	default:
-		if p == initial {
-			return nil
-		}
 	}
-	return global
+	return tracerOf(p)
 }
 
 // Inject writes the span context of ctx into md as W3C traceparent (and tracestate, when it

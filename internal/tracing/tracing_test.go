@@ -38,6 +38,15 @@ func TestGlobalProvider(t *testing.T) {
 	if n := len(tp.GetSpans()) - before; n != 1 {
 		t.Fatalf("the global provider recorded %d spans, want 1", n)
 	}
+	// A provider set after another is followed too. The CLI sets one a Run, and a test runs it
+	// many times; the zero Tracer used to follow only the first provider set in the process.
+	next := tracetest.NewProvider()
+	otel.SetTracerProvider(next)
+	_, span = tr.Get().Start(context.Background(), "s")
+	span.End()
+	if n := len(next.GetSpans()); n != 1 {
+		t.Fatalf("the second global provider recorded %d spans, want 1", n)
+	}
 	otel.SetTracerProvider(noop.NewTracerProvider())
 	if tr.Get() != nil {
 		t.Fatal("a tracer under the no-op provider")

@@ -8,7 +8,7 @@ import (
 
 	"github.com/conveyorq/conveyor/internal/jobstate"
 	"github.com/conveyorq/conveyor/internal/keys"
-	"github.com/conveyorq/conveyor/internal/status"
+	"github.com/conveyorq/conveyor/status"
 )
 
 // Bounds of a workflow. A workflow is published by one script call, and Redis serves no other
@@ -167,6 +167,23 @@ func TaskOptions(nj *jobstate.NewJob, now time.Time) error {
 		return fmt.Errorf("a workflow's task cannot take %s", strings.Join(bad, ", "))
 	}
 	return nil
+}
+
+// Wire names the tasks of workflow id written in order (Check): each task's job is
+// "<id>.<name>", its Deps the jobs of the tasks it waits for. Then it links them (Link).
+func Wire(id string, tasks []Task, order []int, nts []jobstate.NewTask) {
+	ids := make(map[string]string, len(tasks))
+	for _, t := range tasks {
+		ids[t.Name] = id + "." + t.Name
+	}
+	for k, i := range order {
+		t, nt := &tasks[i], &nts[k]
+		nt.Job.ID, nt.Name, nt.Finally = ids[t.Name], t.Name, t.Finally
+		for _, a := range t.After {
+			nt.Deps = append(nt.Deps, ids[a])
+		}
+	}
+	Link(nts)
 }
 
 // Link sets each task's Next, the ids of the tasks that wait for it, from their Deps. It goes

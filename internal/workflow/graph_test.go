@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/conveyorq/conveyor/internal/jobstate"
-	"github.com/conveyorq/conveyor/internal/status"
+	"github.com/conveyorq/conveyor/status"
 )
 
 func TestCheckOrdersAndRefuses(t *testing.T) {
@@ -64,5 +64,20 @@ func TestStatusAndOutcome(t *testing.T) {
 	}
 	if _, ok := Outcome(""); ok {
 		t.Error("Outcome of nothing recorded is a status")
+	}
+}
+
+// Wire names each task's job after the workflow and its task, in the order written, and
+// points each task at the jobs it waits for and those that wait for it.
+func TestWire(t *testing.T) {
+	tasks := []Task{{Name: "b", After: []string{"a"}, Finally: true}, {Name: "a"}}
+	nts := make([]jobstate.NewTask, 2)
+	Wire("wf", tasks, []int{1, 0}, nts)
+	a, b := nts[0], nts[1]
+	if a.Job.ID != "wf.a" || a.Name != "a" || a.Finally || len(a.Deps) != 0 || len(a.Next) != 1 || a.Next[0] != "wf.b" {
+		t.Fatalf("task a: %+v", a)
+	}
+	if b.Job.ID != "wf.b" || b.Name != "b" || !b.Finally || len(b.Deps) != 1 || b.Deps[0] != "wf.a" || len(b.Next) != 0 {
+		t.Fatalf("task b: %+v", b)
 	}
 }

@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/conveyorq/conveyor/pipeline"
+	"github.com/conveyorq/conveyor/status"
 )
 
 // Want describes a job that RequireEnqueued looks for. Type is required; every other zero
@@ -33,9 +34,9 @@ type Want struct {
 	Payload []byte
 	// Metadata pairs must each be on the job; the job may have others.
 	Metadata map[string]string
-	// Status is the job's status now (a delayed job is pipeline.StatusScheduled). Completed
+	// Status is the job's status now (a delayed job is status.Scheduled). Completed
 	// and canceled jobs need ID.
-	Status pipeline.Status
+	Status status.Status
 	// MaxRetries is the job's retry limit (pipeline.WithMaxRetries); new(0) for none.
 	MaxRetries *int
 	// Timeout is the job's per-attempt timeout (pipeline.WithTimeout).
@@ -110,9 +111,9 @@ func RequireNotEnqueued(ctx context.Context, tb testing.TB, insp *pipeline.Inspe
 
 // listed are the statuses Inspector.List reads whose jobs a gauge counts (those not kept for
 // a while only), in the order Enqueued reports jobs.
-var listed = func() []pipeline.Status {
-	var out []pipeline.Status
-	for _, s := range pipeline.ListableStatuses() {
+var listed = func() []status.Status {
+	var out []status.Status
+	for _, s := range status.Listable() {
 		if _, ok := (&pipeline.QueueStats{}).Gauge(s); ok {
 			out = append(out, s)
 		}
@@ -133,11 +134,11 @@ func candidates(ctx context.Context, insp *pipeline.Inspector, queue string, wan
 		return []*pipeline.Job{j}, nil
 	}
 	statuses := listed
-	if want.Status.Final() && want.Status != pipeline.StatusFailed {
+	if want.Status.Final() && want.Status != status.Failed {
 		return nil, fmt.Errorf("%s jobs are found by id only: set Want.ID", want.Status)
 	}
 	if want.Status != "" {
-		statuses = []pipeline.Status{want.Status}
+		statuses = []status.Status{want.Status}
 	}
 	var out []*pipeline.Job
 	for _, st := range statuses {

@@ -15,6 +15,7 @@ import (
 	"github.com/conveyorq/conveyor/internal/redistest"
 	"github.com/conveyorq/conveyor/pipeline"
 	"github.com/conveyorq/conveyor/pipeline/pipelinetest"
+	"github.com/conveyorq/conveyor/status"
 )
 
 // recordingTB stands for a test that an assertion should fail: it keeps the failure and stops
@@ -74,11 +75,11 @@ func TestRequireEnqueued(t *testing.T) {
 
 	j := pipelinetest.RequireEnqueued(ctx, t, b.insp, "emails", pipelinetest.Want{
 		Type: "welcome", Payload: []byte(`{ "n": 1, "to": "ada@example.com" }`), Metadata: map[string]string{"tenant": "acme"},
-		Status: pipeline.StatusScheduled, MaxRetries: new(0), Timeout: time.Minute, NotBefore: start.Add(time.Hour),
+		Status: status.Scheduled, MaxRetries: new(0), Timeout: time.Minute, NotBefore: start.Add(time.Hour),
 	})
 	require.Equal(t, "welcome", j.Type)
 	require.Equal(t, queued.ID, pipelinetest.RequireEnqueued(ctx, t, b.insp, "emails",
-		pipelinetest.Want{Type: "digest", ID: "digest-1", Payload: []byte("plain"), Status: pipeline.StatusQueued}).ID)
+		pipelinetest.Want{Type: "digest", ID: "digest-1", Payload: []byte("plain"), Status: status.Queued}).ID)
 
 	for _, tc := range []struct {
 		name string
@@ -88,9 +89,9 @@ func TestRequireEnqueued(t *testing.T) {
 		{"another type", pipelinetest.Want{Type: "farewell"}, `no job of type "farewell"`},
 		{"another payload", pipelinetest.Want{Type: "welcome", Payload: []byte(`{"to":"bob@example.com","n":1}`)}, "payload"},
 		{"another metadata value", pipelinetest.Want{Type: "welcome", Metadata: map[string]string{"tenant": "initech"}}, "tenant"},
-		{"another status", pipelinetest.Want{Type: "digest", Status: pipeline.StatusFailed}, `no job of type "digest"`},
-		{"another status by id", pipelinetest.Want{Type: "digest", ID: "digest-1", Status: pipeline.StatusCompleted}, "status queued, want completed"},
-		{"a final status without an id", pipelinetest.Want{Type: "digest", Status: pipeline.StatusCanceled}, "set Want.ID"},
+		{"another status", pipelinetest.Want{Type: "digest", Status: status.Failed}, `no job of type "digest"`},
+		{"another status by id", pipelinetest.Want{Type: "digest", ID: "digest-1", Status: status.Completed}, "status queued, want completed"},
+		{"a final status without an id", pipelinetest.Want{Type: "digest", Status: status.Canceled}, "set Want.ID"},
 		{"another retry limit", pipelinetest.Want{Type: "welcome", MaxRetries: new(3)}, "max retries 0, want 3"},
 		{"another timeout", pipelinetest.Want{Type: "welcome", Timeout: time.Second}, "timeout 1m0s, want 1s"},
 		{"due earlier", pipelinetest.Want{Type: "digest", NotBefore: start.Add(time.Minute)}, "want not before"},
@@ -108,7 +109,7 @@ func TestRequireNotEnqueued(t *testing.T) {
 	_, err := b.client.Enqueue(ctx, "emails", pipeline.Task{Type: "welcome", Payload: []byte(`{}`)})
 	require.NoError(t, err)
 	pipelinetest.RequireNotEnqueued(ctx, t, b.insp, "emails", pipelinetest.Want{Type: "farewell"})
-	pipelinetest.RequireNotEnqueued(ctx, t, b.insp, "emails", pipelinetest.Want{Type: "welcome", Status: pipeline.StatusFailed})
+	pipelinetest.RequireNotEnqueued(ctx, t, b.insp, "emails", pipelinetest.Want{Type: "welcome", Status: status.Failed})
 	msg := failure(t, func(tb testing.TB) {
 		pipelinetest.RequireNotEnqueued(ctx, tb, b.insp, "emails", pipelinetest.Want{Type: "welcome"})
 	})
@@ -122,32 +123,32 @@ func TestRun(t *testing.T) {
 
 	r := pipelinetest.Run(ctx, echo, pipelinetest.NewJob("echo", []byte("hi")))
 	require.NoError(t, r.Err)
-	require.Equal(t, pipeline.StatusCompleted, r.Status)
+	require.Equal(t, status.Completed, r.Status)
 	require.Equal(t, []byte("hi"), r.Output)
 
 	r = pipelinetest.Run(ctx, fail, pipelinetest.NewJob("send", nil))
 	require.EqualError(t, r.Err, "smtp down")
-	require.Equal(t, pipeline.StatusScheduled, r.Status, "a failed attempt with retries left is retried")
+	require.Equal(t, status.Scheduled, r.Status, "a failed attempt with retries left is retried")
 
 	last := pipelinetest.NewJob("send", nil)
 	last.Attempt = last.MaxRetries + 1
-	require.Equal(t, pipeline.StatusFailed, pipelinetest.Run(ctx, fail, last).Status, "the last attempt's failure is final")
+	require.Equal(t, status.Failed, pipelinetest.Run(ctx, fail, last).Status, "the last attempt's failure is final")
 
 	skip := func(context.Context, *pipeline.Job) ([]byte, error) {
 		return nil, pipeline.SkipRetry(errors.New("bad address"))
 	}
-	require.Equal(t, pipeline.StatusFailed, pipelinetest.Run(ctx, skip, pipelinetest.NewJob("send", nil)).Status)
+	require.Equal(t, status.Failed, pipelinetest.Run(ctx, skip, pipelinetest.NewJob("send", nil)).Status)
 
 	r = pipelinetest.Run(ctx, func(context.Context, *pipeline.Job) ([]byte, error) { panic("boom") }, pipelinetest.NewJob("send", nil))
 	require.EqualError(t, r.Err, "panic: boom")
-	require.Equal(t, pipeline.StatusScheduled, r.Status)
+	require.Equal(t, status.Scheduled, r.Status)
 
 	big := func(context.Context, *pipeline.Job) ([]byte, error) {
 		return make([]byte, pipeline.DefaultMaxResultBytes+1), nil
 	}
 	r = pipelinetest.Run(ctx, big, pipelinetest.NewJob("report", nil))
 	require.ErrorContains(t, r.Err, "exceeds the limit")
-	require.Equal(t, pipeline.StatusFailed, r.Status)
+	require.Equal(t, status.Failed, r.Status)
 
 	slow := pipelinetest.NewJob("slow", nil)
 	slow.Timeout = time.Millisecond
@@ -158,7 +159,7 @@ func TestRun(t *testing.T) {
 	require.True(t, r.TimedOut)
 	require.ErrorIs(t, r.Err, pipelinetest.ErrTimedOut)
 	require.ErrorIs(t, r.Err, context.DeadlineExceeded)
-	require.Equal(t, pipeline.StatusScheduled, r.Status)
+	require.Equal(t, status.Scheduled, r.Status)
 }
 
 func TestWork(t *testing.T) {
@@ -174,11 +175,11 @@ func TestWork(t *testing.T) {
 	pipelinetest.StartWorker(t, w)
 
 	j := pipelinetest.Work(ctx, t, b.client, "emails", pipeline.Task{Type: "welcome", Payload: []byte(`"ada"`)})
-	require.Equal(t, pipeline.StatusCompleted, j.Status)
+	require.Equal(t, status.Completed, j.Status)
 	require.JSONEq(t, `{"sent_to":"ada"}`, string(j.Result))
 
 	j = pipelinetest.Work(ctx, t, b.client, "emails", pipeline.Task{Type: "reject"})
-	require.Equal(t, pipeline.StatusFailed, j.Status)
+	require.Equal(t, status.Failed, j.Status)
 	require.Equal(t, "no such user", j.LastError)
-	pipelinetest.RequireEnqueued(ctx, t, b.insp, "emails", pipelinetest.Want{Type: "reject", Status: pipeline.StatusFailed})
+	pipelinetest.RequireEnqueued(ctx, t, b.insp, "emails", pipelinetest.Want{Type: "reject", Status: status.Failed})
 }

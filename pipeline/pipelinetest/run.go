@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/conveyorq/conveyor/pipeline"
+	"github.com/conveyorq/conveyor/status"
 )
 
 // NewJob returns a job as a handler receives it on its first attempt. It has a new id, queue
@@ -17,7 +18,7 @@ func NewJob(jobType string, payload []byte) *pipeline.Job {
 	now := time.Now().Truncate(time.Millisecond)
 	return &pipeline.Job{
 		ID: pipeline.NewID(), Queue: pipeline.DefaultQueue, Type: jobType, Payload: payload,
-		Metadata: map[string]string{}, Status: pipeline.StatusInProgress, Attempt: 1,
+		Metadata: map[string]string{}, Status: status.InProgress, Attempt: 1,
 		MaxRetries: pipeline.DefaultMaxRetries, CreatedAt: now, RunAt: now, EnqueuedAt: now,
 		StartedAt: now, Worker: "pipelinetest",
 	}
@@ -33,7 +34,7 @@ type Result struct {
 	// Status is the job's status once a worker has written the attempt. It is completed, or
 	// scheduled when it will be retried. It is failed when it went to the dead set: a
 	// SkipRetry error, the last attempt, or a result over the limit.
-	Status pipeline.Status
+	Status status.Status
 	// TimedOut reports that the job's Timeout passed while the handler ran.
 	TimedOut bool
 }
@@ -59,16 +60,16 @@ func Run(ctx context.Context, h pipeline.HandlerFunc, job *pipeline.Job) *Result
 		r.Err = fmt.Errorf("%w after %s: %w", ErrTimedOut, job.Timeout, err)
 	case err == nil && len(out) > pipeline.DefaultMaxResultBytes:
 		r.Err = fmt.Errorf("result of %d bytes exceeds the limit of %d", len(out), pipeline.DefaultMaxResultBytes)
-		r.Status = pipeline.StatusFailed
+		r.Status = status.Failed
 		return r
 	}
 	switch {
 	case r.Err == nil:
-		r.Status = pipeline.StatusCompleted
+		r.Status = status.Completed
 	case pipeline.IsSkipRetry(r.Err) || job.Attempt > job.MaxRetries:
-		r.Status = pipeline.StatusFailed
+		r.Status = status.Failed
 	default:
-		r.Status = pipeline.StatusScheduled
+		r.Status = status.Scheduled
 	}
 	return r
 }

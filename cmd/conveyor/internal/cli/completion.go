@@ -11,6 +11,7 @@ import (
 
 	"github.com/conveyorq/conveyor/handlers"
 	"github.com/conveyorq/conveyor/pipeline"
+	"github.com/conveyorq/conveyor/status"
 )
 
 // finishRoot runs once every command is added to root (rootCmd calls it last): what needs the
@@ -149,9 +150,9 @@ func quickTry(opt any) error {
 // queueSummary is a queue's description in a completion: its gauges that are not zero.
 func queueSummary(q *pipeline.QueueStats) string {
 	var parts []string
-	for _, st := range pipeline.Statuses() {
+	for _, st := range status.All() {
 		if n, ok := q.Gauge(st); ok && n > 0 {
-			parts = append(parts, fmt.Sprintf("%d %s", n, strings.ReplaceAll(pipeline.StatusWord(st), "_", " ")))
+			parts = append(parts, fmt.Sprintf("%d %s", n, strings.ReplaceAll(st.Word(), "_", " ")))
 		}
 	}
 	if len(parts) == 0 {
@@ -176,7 +177,7 @@ func completeStatuses(*cobra.Command, []string, string) ([]cobra.Completion, cob
 	var words []cobra.Completion
 	for _, s := range listable {
 		out = append(out, string(s))
-		if w := pipeline.StatusWord(s); w != string(s) {
+		if w := s.Word(); w != string(s) {
 			words = append(words, cobra.CompletionWithDesc(w, "the same as "+string(s)))
 		}
 	}
@@ -216,7 +217,7 @@ func (a *app) completeDeadIDs(cmd *cobra.Command, args []string, toComplete stri
 	defer done()
 	ctx, cancel := context.WithTimeout(cmd.Context(), completionTimeout)
 	defer cancel()
-	page, err := insp.List(ctx, queue, pipeline.StatusFailed, pipeline.Page{Limit: 100})
+	page, err := insp.List(ctx, queue, status.Failed, pipeline.Page{Limit: 100})
 	if err != nil {
 		return nil, directive
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/conveyorq/conveyor/pipeline"
+	"github.com/conveyorq/conveyor/status"
 )
 
 func init() { addCommand(newDeadCmd) }
@@ -90,7 +91,7 @@ With --json it prints {"jobs": [...], "next": "..."}, the shape of every list ('
 				if skip > 0 {
 					n = skip
 				}
-				p, err := insp.List(ctx, queue, pipeline.StatusFailed, pipeline.Page{Cursor: cursor, Limit: min(n, pipeline.MaxPageLimit)})
+				p, err := insp.List(ctx, queue, status.Failed, pipeline.Page{Cursor: cursor, Limit: min(n, pipeline.MaxPageLimit)})
 				if err != nil {
 					if errors.Is(err, pipeline.ErrInvalid) && cursor != "" {
 						return usageError{err}

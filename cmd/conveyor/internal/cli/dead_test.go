@@ -11,7 +11,7 @@ import (
 
 	"github.com/conveyorq/conveyor/internal/jobtest"
 	"github.com/conveyorq/conveyor/internal/redistest"
-	"github.com/conveyorq/conveyor/internal/status"
+	"github.com/conveyorq/conveyor/status"
 )
 
 // TestDeadPurgeAllDryRunJSONReadsNoRecord: 'dead purge --all --dry-run --json' prints only ids,

@@ -25,6 +25,7 @@ import (
 
 	"github.com/conveyorq/conveyor/handlers"
 	"github.com/conveyorq/conveyor/pipeline"
+	"github.com/conveyorq/conveyor/status"
 )
 
 func init() { addCommand(newDemoCmd) }
@@ -501,7 +502,7 @@ func (d *demoRun) watch(ctx context.Context, total int) error {
 func (d *demoRun) summary(jobs []*pipeline.Job, workers []string, attempts []*atomic.Int64, published, start time.Time, killed killReport) {
 	type row struct{ jobs, completed, failed, attempts int }
 	byType := map[string]*row{}
-	byStatus := map[pipeline.Status]int{}
+	byStatus := map[status.Status]int{}
 	lastRan := map[string]int{}
 	var all row
 	var last time.Time
@@ -516,9 +517,9 @@ func (d *demoRun) summary(jobs []*pipeline.Job, workers []string, attempts []*at
 			r.jobs++
 			r.attempts += j.Attempt
 			switch j.Status {
-			case pipeline.StatusCompleted:
+			case status.Completed:
 				r.completed++
-			case pipeline.StatusFailed:
+			case status.Failed:
 				r.failed++
 			}
 		}
@@ -527,10 +528,10 @@ func (d *demoRun) summary(jobs []*pipeline.Job, workers []string, attempts []*at
 		if j.CompletedAt.After(last) {
 			last = j.CompletedAt
 		}
-		if j.Status == pipeline.StatusFailed && failedExample == nil {
+		if j.Status == status.Failed && failedExample == nil {
 			failedExample = j
 		}
-		if j.Type == handlers.TypeFlaky && j.Status == pipeline.StatusCompleted && flakyExample == nil {
+		if j.Type == handlers.TypeFlaky && j.Status == status.Completed && flakyExample == nil {
 			flakyExample = j
 		}
 	}
@@ -552,25 +553,25 @@ func (d *demoRun) summary(jobs []*pipeline.Job, workers []string, attempts []*at
 	fmt.Fprintf(w, "\nJobs by status\n")
 	t = newTable(w)
 	// The outcomes first, then the rest in the order of a job's life.
-	order := []pipeline.Status{pipeline.StatusCompleted, pipeline.StatusFailed}
-	for _, s := range pipeline.Statuses() {
+	order := []status.Status{status.Completed, status.Failed}
+	for _, s := range status.All() {
 		if !slices.Contains(order, s) {
 			order = append(order, s)
 		}
 	}
 	for _, s := range order {
 		n := byStatus[s]
-		if n == 0 && s != pipeline.StatusCompleted && s != pipeline.StatusFailed {
+		if n == 0 && s != status.Completed && s != status.Failed {
 			continue
 		}
 		note := ""
 		switch s {
-		case pipeline.StatusCompleted:
+		case status.Completed:
 			if flakyExample != nil {
 				note = fmt.Sprintf("e.g. flaky %s: completed on attempt %d with %s; last error kept: %q",
 					flakyExample.ID, flakyExample.Attempt, flakyExample.Result, flakyExample.LastError)
 			}
-		case pipeline.StatusFailed:
+		case status.Failed:
 			if failedExample != nil {
 				note = fmt.Sprintf("in the dead set, e.g. %s after %d attempts: %q",
 					failedExample.ID, failedExample.Attempt, failedExample.LastError)
@@ -578,7 +579,7 @@ func (d *demoRun) summary(jobs []*pipeline.Job, workers []string, attempts []*at
 		default:
 			note = "unfinished"
 		}
-		fmt.Fprintf(t, "  %s\t%d\t%s\n", pipeline.StatusWord(s), n, note)
+		fmt.Fprintf(t, "  %s\t%d\t%s\n", s.Word(), n, note)
 	}
 	_ = t.Flush()
 

@@ -11,15 +11,16 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/conveyorq/conveyor/pipeline"
+	"github.com/conveyorq/conveyor/status"
 )
 
 func init() { addCommand(newListCmd) }
 
 // listable are the statuses that an index holds, so that they can be listed.
-var listable = pipeline.ListableStatuses()
+var listable = status.Listable()
 
 func newListCmd(a *app) *cobra.Command {
-	var queue, status, cursor string
+	var queue, want, cursor string
 	var limit int
 	var asJSON bool
 	cmd := &cobra.Command{
@@ -45,9 +46,9 @@ PRIORITY is the job's level within its queue, 1 (served first, the default) to 4
   conveyor list --status completed --limit 20 --json | jq -r '.jobs[].id'`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			s := pipeline.ParseStatus(status) // "dead" is failed's word
+			s := status.Parse(want) // "dead" is failed's word
 			if !slices.Contains(listable, s) {
-				return usageErrorf("--status %q: want one of %s", status, joinStatuses(listable))
+				return usageErrorf("--status %q: want one of %s", want, joinStatuses(listable))
 			}
 			if limit < 1 || limit > pipeline.MaxPageLimit {
 				return usageErrorf("--limit must be 1 to %d, not %d", pipeline.MaxPageLimit, limit)
@@ -76,7 +77,7 @@ PRIORITY is the job's level within its queue, 1 (served first, the default) to 4
 			if len(p.Jobs) == 0 {
 				// Said on stderr, as every other command says "nothing": stdout holds rows
 				// only, for a pipe.
-				what := "no " + pipeline.StatusWord(s) + " jobs"
+				what := "no " + s.Word() + " jobs"
 				if p.Next != "" {
 					what += " on this page"
 				}
@@ -92,7 +93,7 @@ PRIORITY is the job's level within its queue, 1 (served first, the default) to 4
 	}
 	f := cmd.Flags()
 	f.StringVarP(&queue, "queue", "q", pipeline.DefaultQueue, "queue whose jobs to list")
-	f.StringVar(&status, "status", "", statusChoices())
+	f.StringVar(&want, "status", "", statusChoices())
 	f.IntVar(&limit, "limit", 50, "list at most this many jobs (1 to 1000)")
 	f.StringVar(&cursor, "cursor", "", "start after the page that printed this cursor")
 	f.BoolVar(&asJSON, "json", false, `print {"jobs": [...], "next": "..."}`)
@@ -106,14 +107,14 @@ func statusChoices() string {
 	s := make([]string, len(listable))
 	for i, x := range listable {
 		s[i] = string(x)
-		if w := pipeline.StatusWord(x); w != string(x) {
+		if w := x.Word(); w != string(x) {
 			s[i] += " (" + w + ")"
 		}
 	}
 	return strings.Join(s[:len(s)-1], ", ") + " or " + s[len(s)-1]
 }
 
-func joinStatuses(list []pipeline.Status) string {
+func joinStatuses(list []status.Status) string {
 	s := make([]string, len(list))
 	for i, x := range list {
 		s[i] = string(x)
@@ -122,43 +123,43 @@ func joinStatuses(list []pipeline.Status) string {
 }
 
 // printJobs writes a page of jobs as a table whose time columns suit the status.
-func printJobs(w io.Writer, status pipeline.Status, p *pipeline.JobPage) error {
+func printJobs(w io.Writer, st status.Status, p *pipeline.JobPage) error {
 	t := newTable(w)
-	switch status {
-	case pipeline.StatusScheduled:
+	switch st {
+	case status.Scheduled:
 		fmt.Fprintln(t, "ID\tTYPE\tSTATUS\tPRIORITY\tATTEMPT\tRUN_AT\tCREATED_AT\tLAST_ERROR")
-	case pipeline.StatusQueued:
+	case status.Queued:
 		fmt.Fprintln(t, "ID\tTYPE\tSTATUS\tPRIORITY\tATTEMPT\tENQUEUED_AT\tCREATED_AT")
-	case pipeline.StatusInProgress:
+	case status.InProgress:
 		fmt.Fprintln(t, "ID\tTYPE\tSTATUS\tPRIORITY\tATTEMPT\tSTARTED_AT\tWORKER\tIDLE")
-	case pipeline.StatusFailed:
+	case status.Failed:
 		fmt.Fprintln(t, "ID\tTYPE\tSTATUS\tPRIORITY\tATTEMPT\tDEAD_SINCE\tLAST_ERROR")
-	case pipeline.StatusCompleted:
+	case status.Completed:
 		fmt.Fprintln(t, "ID\tTYPE\tSTATUS\tPRIORITY\tATTEMPT\tCOMPLETED_AT\tWORKER\tCREATED_AT")
-	case pipeline.StatusCanceled:
+	case status.Canceled:
 		fmt.Fprintln(t, "ID\tTYPE\tSTATUS\tPRIORITY\tATTEMPT\tCANCELED_AT\tCREATED_AT")
 	default: // a status with no columns of its own
 		fmt.Fprintln(t, "ID\tTYPE\tSTATUS\tPRIORITY\tATTEMPT\tCREATED_AT")
 	}
 	for _, j := range p.Jobs {
-		fmt.Fprintf(t, "%s\t%s\t%s\t%d\t%d\t", j.ID, orDash(j.Type), pipeline.StatusWord(j.Status),
+		fmt.Fprintf(t, "%s\t%s\t%s\t%d\t%d\t", j.ID, orDash(j.Type), j.Status.Word(),
 			max(j.Priority, pipeline.MinPriority), j.Attempt)
-		switch status {
-		case pipeline.StatusScheduled:
+		switch st {
+		case status.Scheduled:
 			fmt.Fprintf(t, "%s\t%s\t%s\n", tableTime(j.RunAt), tableTime(j.CreatedAt), oneLine(j.LastError, 60))
-		case pipeline.StatusQueued:
+		case status.Queued:
 			fmt.Fprintf(t, "%s\t%s\n", tableTime(j.EnqueuedAt), tableTime(j.CreatedAt))
-		case pipeline.StatusInProgress:
+		case status.InProgress:
 			idle := "-"
 			if l, ok := p.Leases[j.ID]; ok {
 				idle = l.Idle.Round(time.Millisecond).String()
 			}
 			fmt.Fprintf(t, "%s\t%s\t%s\n", tableTime(j.StartedAt), orDash(j.Worker), idle)
-		case pipeline.StatusFailed:
+		case status.Failed:
 			fmt.Fprintf(t, "%s\t%s\n", tableTime(j.CompletedAt), oneLine(j.LastError, 80))
-		case pipeline.StatusCompleted:
+		case status.Completed:
 			fmt.Fprintf(t, "%s\t%s\t%s\n", tableTime(j.CompletedAt), orDash(j.Worker), tableTime(j.CreatedAt))
-		case pipeline.StatusCanceled:
+		case status.Canceled:
 			fmt.Fprintf(t, "%s\t%s\n", tableTime(j.CompletedAt), tableTime(j.CreatedAt))
 		default:
 			fmt.Fprintf(t, "%s\n", tableTime(j.CreatedAt))

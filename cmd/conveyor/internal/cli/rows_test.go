@@ -9,7 +9,7 @@ import (
 
 	"github.com/conveyorq/conveyor/internal/jobtest"
 	"github.com/conveyorq/conveyor/internal/redistest"
-	"github.com/conveyorq/conveyor/internal/status"
+	"github.com/conveyorq/conveyor/status"
 )
 
 // run-now moves a scheduled job into its stream; delete removes a scheduled or queued job and

@@ -11,6 +11,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/conveyorq/conveyor/pipeline"
+	"github.com/conveyorq/conveyor/status"
 )
 
 func init() { addCommand(newStatsCmd) }
@@ -95,9 +96,9 @@ func printStats(w io.Writer, stats []*pipeline.QueueStats) error {
 	// DEAD is the dead set now; WENT_DEAD counts the jobs that went there (the counter "failed"
 	// in JSON): "dead" is the one word a person reads for a job that failed for good.
 	fmt.Fprint(t, "QUEUE\t")
-	for _, st := range pipeline.Statuses() {
+	for _, st := range status.All() {
 		if _, ok := (&pipeline.QueueStats{}).Gauge(st); ok {
-			fmt.Fprint(t, strings.ToUpper(pipeline.StatusWord(st))+"\t")
+			fmt.Fprint(t, strings.ToUpper(st.Word())+"\t")
 		}
 	}
 	fmt.Fprintln(t, "|\tENQUEUED\tCOMPLETED\tWENT_DEAD\tRETRIED\tRECOVERED\tCANCELED")
@@ -107,7 +108,7 @@ func printStats(w io.Writer, stats []*pipeline.QueueStats) error {
 			name += " (paused)"
 		}
 		fmt.Fprint(t, name+"\t")
-		for _, st := range pipeline.Statuses() {
+		for _, st := range status.All() {
 			if n, ok := s.Gauge(st); ok {
 				fmt.Fprintf(t, "%d\t", n)
 			}

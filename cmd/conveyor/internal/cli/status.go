@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/conveyorq/conveyor/pipeline"
+	"github.com/conveyorq/conveyor/status"
 )
 
 func init() { addCommand(newStatusCmd) }
@@ -98,14 +99,14 @@ func (a *app) followJob(cmd *cobra.Command, j *pipeline.Job, asJSON bool) error 
 // followLine is one line of status --follow: the job's status and attempt, and its progress
 // when it has any.
 func followLine(j *pipeline.Job) string {
-	line := time.Now().Format("15:04:05.000") + " " + pipeline.StatusWord(j.Status) + " attempt " + strconv.Itoa(j.Attempt)
+	line := time.Now().Format("15:04:05.000") + " " + j.Status.Word() + " attempt " + strconv.Itoa(j.Attempt)
 	if p := j.Reported; p != nil {
 		line += " progress " + strconv.Itoa(p.Percent) + "%"
 		if p.Message != "" {
 			line += " " + p.Message
 		}
 	}
-	if j.Status.Final() && j.LastError != "" && j.Status != pipeline.StatusCompleted {
+	if j.Status.Final() && j.LastError != "" && j.Status != status.Completed {
 		line += " last_error " + j.LastError
 	}
 	return line
@@ -141,7 +142,7 @@ func printJob(w io.Writer, j *pipeline.Job, now time.Time) error {
 	row("id", j.ID)
 	row("queue", j.Queue)
 	row("type", j.Type)
-	row("status", pipeline.StatusWord(j.Status)) // "dead" for failed, the wire name (--json)
+	row("status", j.Status.Word()) // "dead" for failed, the wire name (--json)
 	if p := j.Reported; p != nil {
 		row("progress", strconv.Itoa(p.Percent)+"%")
 		row("progress_message", orDash(p.Message))
@@ -168,7 +169,7 @@ func printJob(w io.Writer, j *pipeline.Job, now time.Time) error {
 	row("payload", orDash(string(j.Payload)))
 	row("result", orDash(string(j.Result)))
 	row("last_error", orDash(j.LastError))
-	if j.Status == pipeline.StatusScheduled && j.ScheduledFor != "" {
+	if j.Status == status.Scheduled && j.ScheduledFor != "" {
 		row("scheduled_for", j.ScheduledFor)
 	}
 	if j.Snoozes > 0 {
@@ -194,10 +195,10 @@ func printAttempts(w io.Writer, as []pipeline.JobAttempt) error {
 	fmt.Fprintln(t, "  #\tOUTCOME\tWORKER\tSTARTED\tENDED\tERROR")
 	for _, a := range as {
 		n := strconv.Itoa(a.Number)
-		if a.Outcome == pipeline.AttemptReplayed { // a mark, no attempt: the next ones count from 1
+		if a.Outcome == status.AttemptReplayed { // a mark, no attempt: the next ones count from 1
 			n = "-"
 		}
-		fmt.Fprintf(t, "  %s\t%s\t%s\t%s\t%s\t%s\n", n, pipeline.AttemptWord(a.Outcome), orDash(a.Worker),
+		fmt.Fprintf(t, "  %s\t%s\t%s\t%s\t%s\t%s\n", n, status.AttemptWord(a.Outcome), orDash(a.Worker),
 			tableTime(a.StartedAt), tableTime(a.EndedAt), oneLine(a.Error, 80))
 	}
 	return t.Flush()

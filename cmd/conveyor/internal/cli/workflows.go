@@ -14,6 +14,7 @@ import (
 
 	"github.com/conveyorq/conveyor/api"
 	"github.com/conveyorq/conveyor/pipeline"
+	"github.com/conveyorq/conveyor/status"
 )
 
 func init() { addCommand(newWorkflowsCmd) }
@@ -89,7 +90,7 @@ started_at, finished_at}], as GET /v1/queues/{queue}/workflows/{id} answers. An 
 func progress(st *pipeline.WorkflowState) string {
 	final := st.Completed + st.Failed + st.Canceled + st.Purged
 	s := fmt.Sprintf("%d/%d final (%d completed, %d %s, %d canceled", final, st.Total, st.Completed, st.Failed,
-		pipeline.DeadWord, st.Canceled)
+		status.Dead, st.Canceled)
 	if st.Purged > 0 {
 		s += fmt.Sprintf(", %d purged", st.Purged)
 	}
@@ -112,7 +113,7 @@ func printWorkflow(w io.Writer, st *pipeline.WorkflowState) error {
 		if task.Finally {
 			after += " (finally)"
 		}
-		fmt.Fprintf(t, "%s\t%s\t%s\t%d\t%s\n", task.Name, pipeline.StatusWord(task.Status), orDash(after), task.Attempt,
+		fmt.Fprintf(t, "%s\t%s\t%s\t%d\t%s\n", task.Name, task.Status.Word(), orDash(after), task.Attempt,
 			orDash(oneLine(task.LastError, 80)))
 	}
 	return t.Flush()

@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/conveyorq/conveyor/pipeline"
+	"github.com/conveyorq/conveyor/status"
 )
 
 // writeFile writes body into a file of the test's own and returns its path.
@@ -121,8 +122,8 @@ func TestPrintWorkflowDead(t *testing.T) {
 	var b bytes.Buffer
 	st := &pipeline.WorkflowState{ID: "w", Queue: "q", Kind: "workflow", Status: pipeline.WorkflowFailed,
 		CreatedAt: time.Now(), Total: 3, Completed: 1, Failed: 1, Purged: 1, Tasks: []pipeline.WorkflowTaskState{
-			{Name: "a", Status: pipeline.StatusCompleted, Attempt: 1},
-			{Name: "b", Status: pipeline.StatusFailed, After: []string{"a"}, Attempt: 3, LastError: "boom\nat line 2"},
+			{Name: "a", Status: status.Completed, Attempt: 1},
+			{Name: "b", Status: status.Failed, After: []string{"a"}, Attempt: 3, LastError: "boom\nat line 2"},
 			{Name: "c", Status: "purged", After: []string{"a"}, Attempt: 1}}}
 	require.NoError(t, printWorkflow(&b, st))
 	out := b.String()

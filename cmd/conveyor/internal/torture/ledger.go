@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/conveyorq/conveyor/pipeline"
+	"github.com/conveyorq/conveyor/status"
 )
 
 // Kind is the kind of a ledger record.
@@ -76,7 +77,7 @@ var outcomes = map[Kind][]string{
 // observed are the outcomes of an Observed record: the job's status, or "missing".
 func observed() []string {
 	out := []string{"missing"}
-	for _, s := range pipeline.Statuses() {
+	for _, s := range status.All() {
 		out = append(out, string(s))
 	}
 	return out

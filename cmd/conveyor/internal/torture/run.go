@@ -25,6 +25,7 @@ import (
 	"github.com/conveyorq/conveyor/internal/faultproxy"
 	"github.com/conveyorq/conveyor/internal/redisproc"
 	"github.com/conveyorq/conveyor/pipeline"
+	"github.com/conveyorq/conveyor/status"
 )
 
 // Queue is the queue every scenario works in (each run has a redis-server of its own).
@@ -585,7 +586,7 @@ func (r *run) observe(ctx context.Context, acked []string, led *Writer, elapsed 
 	}
 	page := pipeline.Page{Limit: 1000}
 	for {
-		jp, err := insp.List(ctx, Queue, pipeline.StatusFailed, page)
+		jp, err := insp.List(ctx, Queue, status.Failed, page)
 		if err != nil {
 			return end, err
 		}

@@ -4,7 +4,8 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/conveyorq/conveyor/internal/status"
+	"github.com/conveyorq/conveyor/internal/keys"
+	"github.com/conveyorq/conveyor/status"
 )
 
 func TestFinalIsTheEndStates(t *testing.T) {
@@ -59,5 +60,42 @@ func TestListIsWhole(t *testing.T) {
 	}
 	if status.Status("nosuch").Known() {
 		t.Error("an unknown status is Known")
+	}
+}
+
+// A person's "dead" is Failed, both ways; any other text is taken as it is, for Inspector.List
+// to refuse.
+func TestParseReadsDead(t *testing.T) {
+	t.Parallel()
+	for in, want := range map[string]status.Status{"dead": status.Failed, "failed": status.Failed,
+		"queued": status.Queued, "nosuch": "nosuch"} {
+		if got := status.Parse(in); got != want {
+			t.Errorf("Parse(%q) = %q, want %q", in, got, want)
+		}
+	}
+	for _, s := range status.All() {
+		if got := status.Parse(s.Word()); got != s {
+			t.Errorf("Parse(%q.Word()) = %q", s, got)
+		}
+	}
+	if status.AttemptWord(status.AttemptFailed) != status.Dead || status.AttemptWord(status.AttemptLost) != "lost" {
+		t.Errorf("AttemptWord: %q, %q", status.AttemptWord(status.AttemptFailed), status.AttemptWord(status.AttemptLost))
+	}
+}
+
+// The outcomes the store's scripts write into the attempt history are internal/keys' words.
+// JSON and the CLI show them as they are, so they must not drift.
+func TestAttemptOutcomesAreTheStores(t *testing.T) {
+	t.Parallel()
+	for got, want := range map[string]string{status.AttemptRetried: keys.AttemptRetry,
+		status.AttemptSnoozed: keys.AttemptSnooze, status.AttemptLost: keys.AttemptLost,
+		status.AttemptFailed: keys.AttemptFailed, status.AttemptReplayed: keys.AttemptReplay} {
+		if got != want {
+			t.Errorf("status has %q where internal/keys has %q", got, want)
+		}
+	}
+	// The outcomes read from the job itself are its statuses' names, as JSON has them.
+	if status.AttemptCompleted != string(status.Completed) || status.AttemptCanceled != string(status.Canceled) {
+		t.Error("AttemptCompleted or AttemptCanceled is not its status's name")
 	}
 }

@@ -1,22 +1,30 @@
-// Package status names where a job is in its life. It is a leaf: it imports nothing of
-// Conveyor's, so every layer can use the statuses. The store's scripts write them; the services
-// and pipeline read them; users see them as pipeline.Status.
+// Package status names where a job is in its life (Status) and how each of its attempts ended
+// (the Attempt* outcomes). Job.Status, Inspector.List and the API's status values are this
+// package's. It is a leaf: it imports nothing of Conveyor's, so every layer, the store's
+// included, uses the same values.
 //
 // The list below is the one place a status is declared. The OpenAPI enums are generated from it
 // (go generate ./api). The dashboard's tabs and colours, the CLI's lists and completion, the
 // events and the metrics' labels read it at run time. The few other files a new status touches
 // are named in docs/ARCHITECTURE.md, "Adding a status"; drift tests fail when one is missed.
+//
+// Info, Infos, Describe and Tone are that list as Conveyor's own tools show it: the dashboard's
+// colours, the metrics' help. They stay public, not internal, because they are the same list:
+// splitting it in two would let the two drift, and the statuses cannot live in an internal
+// package now that users name them. Read them to draw a status as Conveyor does. A Tone or a
+// Help text may change with the dashboard; the statuses and their words do not.
 package status
 
-// Status is where a job is in its life.
+// Status is where a job is in its life. Its values are the wire's: JSON, the API's status
+// values and the store's scripts read and write them as they are.
 type Status string
 
 // The statuses of a job. A job moves Scheduled -> Queued -> InProgress and ends Completed,
 // Failed or Canceled; a failed attempt with retries left goes back to Scheduled.
 const (
-	// Waiting: a task of a workflow whose dependencies have not all completed (or, for a
-	// Finally task, are not all final). The script that ends its last dependency puts it into
-	// the stream.
+	// Waiting: a task of a workflow (Client.Workflow) whose dependencies have not all completed
+	// (or, for a Finally task, are not all final). The script that ends its last dependency
+	// puts it into the stream.
 	Waiting Status = "waiting"
 	// Scheduled: waiting in the queue's scheduled set for its due time (a delayed job or a
 	// retry).
@@ -27,8 +35,9 @@ const (
 	InProgress Status = "in_progress"
 	// Completed: a handler returned without error; the result is kept for the retention time.
 	Completed Status = "completed"
-	// Failed: retries exhausted, a SkipRetry error, a result over the limit, or an unreadable
-	// stream entry. The job is in the dead set.
+	// Failed: retries exhausted (a job no worker has a handler for uses its retries too), a
+	// SkipRetry error, a result over the limit, or an unreadable stream entry. The job is in
+	// the dead set. A person reads it as Dead (Status.Word).
 	Failed Status = "failed"
 	// Canceled: canceled by a caller before it finished.
 	Canceled Status = "canceled"
@@ -78,7 +87,7 @@ var list = []Info{
 		Help: "a worker holds"},
 	{Status: Completed, Final: true, Listable: true, Tone: ToneOK,
 		Help: "that succeeded, kept while retained"},
-	{Status: Failed, Word: "dead", Final: true, Listable: true, Gauge: true, Tone: ToneBad,
+	{Status: Failed, Word: Dead, Final: true, Listable: true, Gauge: true, Tone: ToneBad,
 		Help: "failed for good, kept for a replay or a purge"},
 	{Status: Canceled, Final: true, Listable: true, Tone: ToneMuted,
 		Help: "canceled before they finished, kept while retained"},
@@ -140,11 +149,26 @@ func (s Status) Listable() bool {
 	return in.Listable
 }
 
-// Word is how a person reads s: "dead" for Failed, the status itself otherwise.
+// Word is how a person reads s: Dead ("dead") for Failed, the status itself otherwise.
 func (s Status) Word() string {
 	in, _ := Describe(s)
 	if in.Word != "" {
 		return in.Word
 	}
 	return string(s)
+}
+
+// Dead is what a person reads for Failed. A job that failed for good is "dead" in the CLI's and
+// the dashboard's tables, headings and help texts, and so is the set it sits in. "failed" stays
+// its status on the wire (JSON, the API's status values), which scripts depend on. Wherever a
+// status is given, "dead" is accepted as an alias of it (Parse).
+const Dead = "dead"
+
+// Parse reads a status as a person gives it: Dead ("dead") is Failed; any other text is taken
+// as it is (Inspector.List refuses an unknown one).
+func Parse(s string) Status {
+	if s == Dead {
+		return Failed
+	}
+	return Status(s)
 }
