@@ -47,7 +47,7 @@ func TestLeaseForgetsIdleInstances(t *testing.T) {
 			return err == nil && j.Status == status.Completed
 		}, 20*time.Second, 5*time.Millisecond)
 	}
-	b := w.leases.Load()
+	b := w.loop.Load().Leases.Load()
 	q := keys.New(keys.DefaultPrefix, queue)
 	require.Eventually(t, func() bool {
 		return b.Instances(q) == 0

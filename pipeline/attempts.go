@@ -4,6 +4,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/conveyorq/conveyor/internal/engine"
 	"github.com/conveyorq/conveyor/internal/jobstate"
 	"github.com/conveyorq/conveyor/internal/script"
 	"github.com/conveyorq/conveyor/stream"
@@ -46,8 +47,8 @@ type Attempt struct {
 
 // Notes of a transition (jobstate.Transition.Note) for its Attempt.
 const (
-	noteNoHandler uint8 = 1 + iota
-	noteRefused
+	noteNoHandler = engine.NoteNoHandler
+	noteRefused   = engine.NoteRefused
 )
 
 // attempts tells a WorkerHooks.Attempts hook about transitions, reusing the slices it lends.

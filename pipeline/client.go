@@ -34,13 +34,9 @@ const (
 	RetainNone time.Duration = -1
 )
 
-// batchChunk bounds the jobs one release script call puts back, as internal/publish's bounds
-// an enqueue's, so a huge batch does not block Redis in one long script.
-const (
-	batchChunk = 100
-	// finishChunk bounds the transitions one finish.lua call applies.
-	finishChunk = 50
-)
+// finishChunk bounds the transitions one finish.lua call applies (the engine's completer; its
+// release chunk is the engine's too).
+const finishChunk = 50
 
 // ClientConfig configures a Client. Zero fields take the documented defaults.
 type ClientConfig struct {

@@ -1,14 +1,11 @@
 package pipeline
 
 import (
-	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
-	"net"
-	"strconv"
 	"time"
 
+	"github.com/conveyorq/conveyor/internal/engine"
 	"github.com/conveyorq/conveyor/internal/rediserr"
 )
 
@@ -57,20 +54,6 @@ func outOfMemory(err error) error {
 		return err
 	}
 	return fmt.Errorf("%w: %w", ErrOutOfMemory, err)
-}
-
-// tlsRefused reports whether err is a TLS handshake that failed for a reason waiting cannot
-// fix. Either the server's certificate did not verify against the client's CAs or name. Or
-// the server refused the client's certificate (a TLS alert: none given, or one it does not
-// trust).
-func tlsRefused(err error) bool {
-	var verify *tls.CertificateVerificationError
-	var host x509.HostnameError
-	var unknownCA x509.UnknownAuthorityError
-	var badCert x509.CertificateInvalidError
-	var op *net.OpError
-	return errors.As(err, &verify) || errors.As(err, &host) || errors.As(err, &unknownCA) ||
-		errors.As(err, &badCert) || errors.As(err, &op) && op.Op == "remote error"
 }
 
 func invalid(format string, args ...any) error {
@@ -162,23 +145,10 @@ const (
 	OutcomeSnoozed
 )
 
-func (o Outcome) String() string {
-	switch o {
-	case OutcomeRetry:
-		return "retry"
-	case OutcomeDead:
-		return "dead"
-	case OutcomeCanceled:
-		return "canceled"
-	case OutcomeLost:
-		return "lost"
-	case OutcomeAbandoned:
-		return "abandoned"
-	case OutcomeSnoozed:
-		return "snoozed"
-	}
-	return "outcome(" + strconv.Itoa(int(o)) + ")"
-}
+func (o Outcome) String() string { return engine.Outcome(o).String() }
+
+// The engine numbers outcomes as Outcome does: this fails to compile when they drift apart.
+var _ = [1]struct{}{}[uint8(OutcomeSnoozed)-uint8(engine.OutcomeSnoozed)+uint8(OutcomeRetry)-uint8(engine.OutcomeRetry)]
 
 // JobError is what a Worker's handling of a job returns to Watermill middleware (Worker.Use)
 // when the attempt did not complete, once its outcome is written. It says what became of the

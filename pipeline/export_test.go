@@ -25,7 +25,12 @@ func PausedTopics(w *Worker) map[string]bool { return w.pausedTopics() }
 const TokenLife = engine.TokenLife
 
 // ProgressWrites is how many progress reports w wrote (Job.Progress).
-func ProgressWrites(w *Worker) int64 { return w.progressWrites.Load() }
+func ProgressWrites(w *Worker) int64 {
+	if l := w.loop.Load(); l != nil {
+		return l.ProgressWrites.Load()
+	}
+	return 0
+}
 
 // PauseAckRecheck is how often PauseConfirmed reads the stored confirmations while it waits.
 const PauseAckRecheck = pauseAckRecheck

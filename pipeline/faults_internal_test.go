@@ -78,14 +78,13 @@ func TestWorkerStopsReadingWhileWritesFail(t *testing.T) {
 	j, err := producer.Enqueue(ctx, queue, Task{Type: "t"})
 	require.NoError(t, err)
 	<-first // its outcome cannot be written: the worker pauses reading
-	// Gate on the pause itself (set with the subscriber's Pause, under w.mu) and on the end of
+	// Gate on the pause itself (set with the subscriber's Pause, under the loop's lock) and on the end of
 	// any read sent before it: from then on no read may start, so not one more job may run.
 	// Gating on the completer's failure alone raced the Pause call: a loaded machine ran a
 	// read in between and took a job (TestWorkerStopsReadingWhileWritesFail, CI at 5fd75cc).
 	require.Eventually(t, func() bool {
-		w.mu.Lock()
-		defer w.mu.Unlock()
-		return w.troubled && w.sub != nil && w.sub.Reads() == 0
+		troubled, idle := w.loop.Load().Troubled()
+		return troubled && idle
 	}, 5*time.Second, time.Millisecond)
 	var later []string
 	for range 5 {

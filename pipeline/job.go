@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"time"
 
+	"github.com/conveyorq/conveyor/internal/engine"
 	"github.com/conveyorq/conveyor/status"
 )
 
@@ -82,8 +83,8 @@ type Job struct {
 	// own job.
 	Attempts []JobAttempt
 
-	entry    map[string]any    // a handler's job: the stream entry's fields as read (stream.EntryValues)
-	progress *progressReporter // a handler's job: writes its Progress reports
+	// run is a handler's job's attempt, as the worker's loop holds it (its Progress reporter).
+	run engine.Attempt
 }
 
 // Progress is a progress report of a job's handler (Job.Progress).

@@ -3,12 +3,12 @@ package pipeline
 import (
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
 
 	"github.com/conveyorq/conveyor/internal/control"
+	"github.com/conveyorq/conveyor/internal/engine"
 	"github.com/conveyorq/conveyor/internal/keys"
 	"github.com/conveyorq/conveyor/metakey"
 	"github.com/conveyorq/conveyor/status"
@@ -16,20 +16,13 @@ import (
 )
 
 // Metadata keys the worker's unmarshaller adds to each Watermill message, beside the job's own
-// metadata (whose keys may not start with '_'). Watermill middleware can read them; metaType
-// is public as metakey.EntryType.
+// metadata (whose keys may not start with '_'). Watermill middleware can read them. They are
+// the engine's (engine.MetaJob and its neighbours); metaType is public as metakey.EntryType.
 const (
-	// metaJob holds the entry's job field, "<attempt> <max_retries> <timeout_ms> <type>".
-	metaJob = "_conveyor_job"
-	// metaType holds the job's type.
-	metaType = metakey.EntryType
-	// metaForeign marks a message from an entry of another Watermill publisher (no conveyor
-	// field, no job record yet). The worker adopts it as a job before its handler runs. Its
-	// value is what adopting it takes (adoption).
-	metaForeign = "_conveyor_foreign"
-	// metaLimitKey holds the job's limit key (WithLimitKey), from its entry, when it has one:
-	// admission holds the job to its per-key limits by it.
-	metaLimitKey = "_conveyor_limit_key"
+	metaJob      = engine.MetaJob
+	metaType     = engine.MetaType
+	metaForeign  = engine.MetaForeign
+	metaLimitKey = engine.MetaLimitKey
 )
 
 // reservedMeta counts the metadata keys every readable message carries besides the job's own.
@@ -151,14 +144,6 @@ func (a adoption) String() string {
 	return strconv.FormatInt(a.runAt, 10) + " " + strconv.FormatInt(a.uniqueTTL, 10) + " " + a.uniqueKey
 }
 
-// due is the adoption's due time; zero when it has none.
-func (a adoption) due() time.Time {
-	if a.runAt == 0 {
-		return time.Time{}
-	}
-	return time.UnixMilli(a.runAt)
-}
-
 // parseAdoption reads what adoption.String wrote.
 func parseAdoption(s string) adoption {
 	f := strings.SplitN(s, " ", 3)
@@ -169,6 +154,12 @@ func parseAdoption(s string) adoption {
 		a.uniqueKey = f[2]
 	}
 	return a
+}
+
+// engineAdoption is the engine's copy of what md (metaForeign) says, for adopting.
+func engineAdoption(md string) engine.Adoption {
+	a := parseAdoption(md)
+	return engine.Adoption{RunAt: a.runAt, UniqueTTL: a.uniqueTTL, UniqueKey: a.uniqueKey}
 }
 
 // jobFromMessage builds the handler's view of a job from a message made by entryUnmarshaller.

@@ -9,7 +9,6 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/conveyorq/conveyor/internal/jobstate"
-	"github.com/conveyorq/conveyor/internal/keys"
 )
 
 // defaultPauseCheckInterval is how often a worker reads the paused queues
@@ -188,18 +187,8 @@ func (i *Inspector) mustExist(ctx context.Context, queue string) error {
 // pausedTopics reports, for tests, which of w's queues the current session's subscriber has
 // paused (every partition of the queue).
 func (w *Worker) pausedTopics() map[string]bool {
-	w.mu.Lock()
-	sub := w.sub
-	w.mu.Unlock()
-	out := map[string]bool{}
-	if sub == nil {
-		return out
+	if l := w.loop.Load(); l != nil {
+		return l.PausedTopics()
 	}
-	for _, part := range w.parts {
-		q := keys.New(w.cfg.Prefix, part)
-		if sub.TopicPaused(q.Stream()) {
-			out[q.Name()] = true
-		}
-	}
-	return out
+	return map[string]bool{}
 }

@@ -38,11 +38,8 @@ func (j *Job) Progress(ctx context.Context, percent int, message string) error {
 	if percent < 0 || percent > 100 {
 		return fmt.Errorf("%w: progress %d%% is not from 0 to 100", ErrInvalid, percent)
 	}
-	if j.progress == nil {
+	if j.run.Progress == nil {
 		return nil
 	}
-	return j.progress.Report(ctx, percent, jobstate.CutMessage(message))
+	return j.run.Progress.Report(ctx, percent, jobstate.CutMessage(message))
 }
-
-// progressReporter is the type of Job's reporter (engine.ProgressReporter).
-type progressReporter = engine.ProgressReporter

@@ -1,43 +1,25 @@
 package pipeline
 
 import (
-	"context"
 	"errors"
-	"slices"
-
-	"github.com/ThreeDotsLabs/watermill/message"
 
 	"github.com/conveyorq/conveyor/delayed"
-	"github.com/conveyorq/conveyor/internal/engine"
 	"github.com/conveyorq/conveyor/internal/service"
 	"github.com/conveyorq/conveyor/recovery"
 )
 
-// services lists the background services of one reading session over w.parts, in start order
-// (Run stops them in reverse). First the settings watcher (engine.SettingsWatcher), which applies
-// the paused queues to the session's subscriber before anything is read. Then the heartbeat
-// (engine.Heartbeat), the delayed scheduler and a recoverer per partition, unless disabled. A new
-// service is a type with Name, Start and Stop (internal/service) and one entry here.
-func (w *Worker) services(watcher *engine.PartitionWatcher, levels *engine.LevelsWatcher, router *message.Router) ([]service.Service, error) {
-	// The settings watcher first: its Start reads the paused queues, the limits and the
-	// queues' priority levels before the reading begins. The session's leases of the limits
-	// are kept by a service of their own, which gives them back as it stops.
-	book := newLeaseBook(w)
-	w.leases.Store(book)
-	parts := slices.Clone(w.parts)
-	w.mu.Lock()
-	list := []service.Service{book, &engine.SettingsWatcher{Store: w.store, Queues: w.cfg.Queues,
-		PollEvery: w.cfg.PauseCheckInterval, Log: w.log,
-		Pause:      engine.NewPauseWatcher(w.rdb, w.cfg.Prefix, w.cfg.Name, parts, w.cfg.Queues, w.sub, w.log),
-		ReadLimits: func(ctx context.Context) { w.readLimits(ctx, book, parts) },
-		Levels:     levels, Router: router, Parts: watcher,
-		Counts: slices.Clone(w.counts), ReadCounts: w.readCounts}}
-	w.mu.Unlock()
+// services lists the background services of one reading session over parts (partition
+// names), in start order; the engine's loop starts its lease book and settings watcher first
+// (engine.Loop.Services). They are the heartbeat (engine.Heartbeat), the delayed scheduler,
+// the periodic scheduler and a recoverer per partition, unless disabled. A new service is a
+// type with Name, Start and Stop (internal/service) and one entry here.
+func (w *Worker) services(parts []string) ([]service.Service, error) {
+	var list []service.Service
 	if !w.cfg.DisableHeartbeat {
 		list = append(list, w.heartbeat())
 	}
 	if !w.cfg.DisableScheduler {
-		s, err := delayed.New(w.rdb, w.cfg.scheduler(w.parts))
+		s, err := delayed.New(w.rdb, w.cfg.scheduler(parts))
 		if err != nil {
 			return nil, err
 		}
@@ -51,7 +33,7 @@ func (w *Worker) services(watcher *engine.PartitionWatcher, levels *engine.Level
 		list = append(list, s)
 	}
 	if !w.cfg.DisableRecovery {
-		for _, name := range w.parts {
+		for _, name := range parts {
 			r, err := recovery.NewRecoverer(w.rdb, w.cfg.recoverer(name))
 			if err != nil {
 				return nil, err

@@ -130,34 +130,13 @@ func (w *Worker) traceAttempt(ctx context.Context, q *keys.Queue, j *Job) (conte
 }
 
 // startProcess starts an attempt's process span, child of the job's publish span, and records
-// the wait before it.
+// the wait before it (tracing.StartProcess).
 func startProcess(ctx context.Context, tr trace.Tracer, queue string, j *Job) (context.Context, trace.Span) {
-	parent, traced := tracing.Extract(ctx, j.Metadata)
-	now := time.Now()
-	wait := time.Duration(0)
-	if !j.EnqueuedAt.IsZero() && j.EnqueuedAt.Before(now) {
-		wait = now.Sub(j.EnqueuedAt)
-	}
-	if traced { // zero long when the clocks of Redis and the worker disagree
-		_, ws := tr.Start(parent, "wait "+queue, trace.WithSpanKind(trace.SpanKindInternal),
-			trace.WithTimestamp(now.Add(-wait)), trace.WithAttributes(
-				tracing.SystemAttr, tracing.Destination(queue), tracing.MessageID(j.ID), tracing.AttrAttempt.Int(j.Attempt)))
-		ws.End(trace.WithTimestamp(now))
-	}
-	attrs := append(tracing.Messaging(tracing.OpProcess, "process", queue),
-		tracing.MessageID(j.ID), tracing.ConsumerGroup(keys.Group),
-		tracing.AttrAttempt.Int(j.Attempt), tracing.AttrType.String(j.Type),
-		tracing.AttrWaitMS.Int64(wait.Milliseconds()))
-	opts := []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindConsumer),
-		trace.WithTimestamp(now), trace.WithAttributes(attrs...)}
-	if v := j.Metadata[tracing.KeyTracelinks]; v != "" {
-		// A workflow's task: linked to the process spans of the tasks it waited for.
-		opts = append(opts, trace.WithLinks(tracing.Links(v)...))
-	}
-	return tr.Start(parent, "process "+queue, opts...)
+	return tracing.StartProcess(ctx, tr, tracing.Process{Queue: queue, Group: keys.Group, ID: j.ID, Type: j.Type,
+		Attempt: j.Attempt, EnqueuedAt: j.EnqueuedAt, Metadata: j.Metadata})
 }
 
-// endAttempt ends an attempt's process span with what handleMessage returned: nil (done) or
+// endAttempt ends an attempt's process span with what runner.End returns: nil (done) or
 // the *JobError of every other outcome.
 func endAttempt(span trace.Span, err error) {
 	var jerr *JobError
@@ -185,14 +164,4 @@ func errText(jerr *JobError) string {
 		return jerr.Err.Error()
 	}
 	return jerr.Outcome.String()
-}
-
-// doneTrace is the traceparent a completed attempt hands to finish.lua: its process span's,
-// which a workflow's task keeps for the spans of the tasks waiting for it. Only a traced job
-// has one; for the others it costs a map lookup.
-func doneTrace(ctx context.Context, j *Job) string {
-	if j.Metadata[tracing.KeyTraceparent] == "" {
-		return ""
-	}
-	return tracing.Traceparent(ctx)
 }

@@ -367,10 +367,10 @@ func (i *Inspector) Workflows(ctx context.Context, queue string, limit int) ([]*
 // workflow or a batch's callback handed to its handler by a Worker; otherwise it returns an
 // error wrapping ErrInvalid.
 func (j *Job) Dependencies(ctx context.Context) (*Dependencies, error) {
-	if j.progress == nil {
+	if j.run.Progress == nil {
 		return nil, fmt.Errorf("%w: job %s was not handed to a handler by a Worker", ErrInvalid, j.ID)
 	}
-	d, ok, err := workflow.ReadDeps(ctx, j.progress.Store(), *j.progress.Queue(), j.ID)
+	d, ok, err := workflow.ReadDeps(ctx, j.run.Progress.Store(), *j.run.Progress.Queue(), j.ID)
 	if err != nil {
 		return nil, err
 	}

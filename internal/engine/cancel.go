@@ -28,7 +28,7 @@ var ErrJobCanceled = errors.New("pipeline: job canceled")
 // cancel.lua marks the job canceled, deletes its stream entry and announces "canceled" on the
 // queue's events channel. Each worker listens on the channels of the partitions it reads, one
 // subscription per channel (events.Watcher), and keeps its running jobs by id (Register, in
-// pipeline's settleAfter). A canceled event of a running job is checked against the job's record (one
+// Loop.settleAfter). A canceled event of a running job is checked against the job's record (one
 // HGET). A message on the channel is untrusted, and a replayed job may run under the same id.
 // Then the job's delivery is revoked (stream.Subscriber.Revoke). That cancels the handler's
 // context with ErrJobCanceled, and the outcome writes nothing.

@@ -28,7 +28,7 @@ import (
 // "Issue 18, third round: leases").
 //
 // What a worker's leases cannot cover goes to admit.lua, in one call per read batch
-// (pipeline's admitRead, the subscriber's Config.Prepare). The script leases more: what the
+// (Loop.admitRead, the subscriber's Config.Prepare). The script leases more: what the
 // batch lacks and as much again, so the next batches run from memory. It defers the jobs it still cannot
 // admit. A deferred job is scheduled again; it is not failed and costs no attempt.
 //
@@ -43,7 +43,7 @@ import (
 // (cv_reap_holders). Its jobs come back through recovery, as before.
 //
 // A Grant whose reply is lost is harmless. The keeper gives back the slot numbers asked for.
-// The tokens are lost, which can only slow a rate. The middleware (pipeline's admit) asks about the jobs
+// The tokens are lost, which can only slow a rate. The middleware (Loop.admit) asks about the jobs
 // again, fenced. A job that the lost call deferred has moved on and is refused.
 const (
 	keeperTick = 100 * time.Millisecond

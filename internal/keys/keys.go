@@ -92,7 +92,7 @@ const (
 	// leases: the queue's limit prefix, then each scope instance, newline-joined. Cancel, release
 	// and recovery still give them back (jobstate/lua/limits.lua: cv_release_slots), so the jobs of an older
 	// worker leave no slot taken. Admission no longer writes it: a job's slots are its worker's
-	// lease's (pipeline's admit.go).
+	// lease's (internal/engine's admit.go).
 	FieldLimitSlots = "limit_slots"
 	// FieldLimitWait is the scope instance whose concurrency slot a deferred job waits for. The
 	// job is then scheduled in that instance's wait list, not the scheduled set.

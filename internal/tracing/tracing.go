@@ -14,6 +14,7 @@ import (
 	"reflect"
 	"strings"
 	"sync/atomic"
+	"time"
 
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
@@ -220,3 +221,40 @@ var (
 
 // ErrorType is the error.type attribute.
 func ErrorType(t string) attribute.KeyValue { return semconv.ErrorTypeKey.String(t) }
+
+// Process is what an attempt's process span says of its job.
+type Process struct {
+	Queue, Group, ID, Type string
+	Attempt                int
+	EnqueuedAt             time.Time
+	Metadata               map[string]string // the job's: its trace context and links
+}
+
+// StartProcess starts an attempt's CONSUMER span "process <queue>", child of the job's publish
+// span. When the job carries a trace context it first records the INTERNAL span "wait <queue>",
+// from the job's entry to now.
+func StartProcess(ctx context.Context, tr trace.Tracer, p Process) (context.Context, trace.Span) {
+	parent, traced := Extract(ctx, p.Metadata)
+	now := time.Now()
+	wait := time.Duration(0)
+	if !p.EnqueuedAt.IsZero() && p.EnqueuedAt.Before(now) {
+		wait = now.Sub(p.EnqueuedAt)
+	}
+	if traced { // zero long when the clocks of Redis and the worker disagree
+		_, ws := tr.Start(parent, "wait "+p.Queue, trace.WithSpanKind(trace.SpanKindInternal),
+			trace.WithTimestamp(now.Add(-wait)), trace.WithAttributes(
+				SystemAttr, Destination(p.Queue), MessageID(p.ID), AttrAttempt.Int(p.Attempt)))
+		ws.End(trace.WithTimestamp(now))
+	}
+	attrs := append(Messaging(OpProcess, "process", p.Queue),
+		MessageID(p.ID), ConsumerGroup(p.Group),
+		AttrAttempt.Int(p.Attempt), AttrType.String(p.Type),
+		AttrWaitMS.Int64(wait.Milliseconds()))
+	opts := []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindConsumer),
+		trace.WithTimestamp(now), trace.WithAttributes(attrs...)}
+	if v := p.Metadata[KeyTracelinks]; v != "" {
+		// A workflow's task: linked to the process spans of the tasks it waited for.
+		opts = append(opts, trace.WithLinks(Links(v)...))
+	}
+	return tr.Start(parent, "process "+p.Queue, opts...)
+}
