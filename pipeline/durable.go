@@ -20,10 +20,6 @@ import (
 // whichever connection made them. This also covers a job that was there already (a duplicate
 // publish), which the caller's own scripts did not write.
 
-// defaultReplicaTimeout is how long a write waits for its replicas (WithReplicas,
-// ClientConfig.Replicas, WorkerConfig.Replicas) when no timeout is given.
-const defaultReplicaTimeout = durable.DefaultTimeout
-
 // maxReplicas bounds the replicas a write may wait for.
 const maxReplicas = 100
 
