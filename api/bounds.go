@@ -15,3 +15,6 @@ const (
 	historySpanFine         = time.Hour          // pipeline.Inspector.History, 5 s buckets
 	historySpanCoarse       = 24 * time.Hour     // pipeline.Inspector.History, 1 min buckets
 )
+
+// batchCallback is the library's name of a batch's callback task (pipeline.Batch).
+const batchCallback = "callback"

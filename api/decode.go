@@ -19,9 +19,10 @@ import (
 )
 
 // DefaultUniqueTTL is how long a unique key is held when the body's unique.ttl is not given (the
-// CLI's --unique-ttl default). It is the library's, so a job published through the API and one
-// published by a Watermill Publisher hold their keys alike.
-const DefaultUniqueTTL = pipeline.DefaultUniqueTTL
+// CLI's --unique-ttl default). It is the library's (pipeline.PublisherConfig.UniqueTTL's), so a
+// job published through the API and one published by a Watermill Publisher hold their keys
+// alike.
+const DefaultUniqueTTL = time.Hour
 
 // jobBody is one job of a POST, as the client sends it. Durations are Go duration strings
 // ("5s", "1m30s"); run_at is unix milliseconds or an RFC 3339 time (runAtBody).

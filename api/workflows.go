@@ -73,7 +73,7 @@ var libraryTask = regexp.MustCompile(`(^|\n)task ([A-Za-z0-9_-]+): `)
 // batchTaskName names a batch's task as the body does: task "3" is jobs[2], "callback" the
 // callback.
 func batchTaskName(name string) string {
-	if name == pipeline.BatchCallback {
+	if name == batchCallback {
 		return "callback"
 	}
 	if n, err := strconv.Atoi(name); err == nil && n >= 1 {

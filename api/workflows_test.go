@@ -231,7 +231,7 @@ func TestBatchPublish(t *testing.T) {
 	r.json(t, &b)
 	require.Equal(t, "batch", b.Kind)
 	require.Equal(t, 3, b.Total)
-	require.Equal(t, pipeline.BatchCallback, b.Tasks[2].Name)
+	require.Equal(t, "callback", b.Tasks[2].Name)
 	require.True(t, b.Tasks[2].Finally)
 	require.Equal(t, []string{"1", "2"}, b.Tasks[2].After)
 

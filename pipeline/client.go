@@ -24,12 +24,12 @@ import (
 
 // Defaults of ClientConfig and WorkerConfig.
 const (
-	DefaultMaxRetries      = 5
+	defaultMaxRetries      = 5
 	defaultMaxPayloadBytes = 1 << 20
-	DefaultRetention       = 24 * time.Hour
-	// DefaultMinRetention is the default of WorkerConfig.MinRetention and
+	defaultRetention       = 24 * time.Hour
+	// defaultMinRetention is the default of WorkerConfig.MinRetention and
 	// ClientConfig.MinRetention.
-	DefaultMinRetention = time.Minute
+	defaultMinRetention = time.Minute
 	// RetainNone, as a retention setting, deletes a job's record as soon as it finishes.
 	RetainNone time.Duration = -1
 )
@@ -46,20 +46,20 @@ type ClientConfig struct {
 	// 1 MiB.
 	MaxPayloadBytes int
 	// MaxRetries is the retry count of jobs enqueued without WithMaxRetries. Defaults to
-	// DefaultMaxRetries; set NoRetries for none.
+	// 5; set NoRetries for none.
 	MaxRetries int
 	// Retention is how long Cancel keeps a canceled job's record (jobs enqueued WithRetention
-	// keep their own). Defaults to DefaultRetention; RetainNone deletes it at once.
+	// keep their own). Defaults to 24h; RetainNone deletes it at once.
 	Retention time.Duration
 	// MinRetention is the shortest time Cancel keeps a canceled job's record (a tombstone
 	// with RetainNone). So a publish sent again after a lost reply makes no second job. See
-	// WorkerConfig.MinRetention. Defaults to DefaultMinRetention.
+	// WorkerConfig.MinRetention. Defaults to 1m.
 	MinRetention time.Duration
 	// Now returns the current time; tests may replace it. Defaults to time.Now.
 	Now func() time.Time
 	// Replicas makes every Enqueue and EnqueueBatch wait until this many replicas have the
 	// jobs, as WithReplicas (which overrides it per call) says; ReplicaTimeout bounds the
-	// wait (default DefaultReplicaTimeout). Zero waits for none.
+	// wait (default 1s). Zero waits for none.
 	Replicas       int
 	ReplicaTimeout time.Duration
 	// MaxQueues bounds the known queues: Enqueue to a queue that is not known yet fails with
@@ -129,12 +129,12 @@ func NewClient(rdb redis.UniversalClient, cfg ClientConfig) (*Client, error) {
 	cfg.MaxPayloadBytes = cmp.Or(cfg.MaxPayloadBytes, defaultMaxPayloadBytes)
 	switch {
 	case cfg.MaxRetries == 0:
-		cfg.MaxRetries = DefaultMaxRetries
+		cfg.MaxRetries = defaultMaxRetries
 	case cfg.MaxRetries < 0:
 		cfg.MaxRetries = 0
 	}
-	cfg.Retention = cmp.Or(cfg.Retention, DefaultRetention)
-	cfg.MinRetention = cmp.Or(cfg.MinRetention, DefaultMinRetention)
+	cfg.Retention = cmp.Or(cfg.Retention, defaultRetention)
+	cfg.MinRetention = cmp.Or(cfg.MinRetention, defaultMinRetention)
 	cfg.MaxQueues = cmp.Or(cfg.MaxQueues, defaultMaxQueues)
 	if cfg.Now == nil {
 		cfg.Now = time.Now

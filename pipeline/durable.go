@@ -20,10 +20,6 @@ import (
 // whichever connection made them. This also covers a job that was there already (a duplicate
 // publish), which the caller's own scripts did not write.
 
-// DefaultReplicaTimeout is how long a write waits for its replicas (WithReplicas,
-// ClientConfig.Replicas, WorkerConfig.Replicas) when no timeout is given.
-const DefaultReplicaTimeout = durable.DefaultTimeout
-
 // maxReplicas bounds the replicas a write may wait for.
 const maxReplicas = 100
 
@@ -72,7 +68,7 @@ func (r replicas) withDefaults() replicas {
 }
 
 // WithReplicas makes Enqueue or EnqueueBatch return only once n (0 to 100) replicas have the
-// jobs. When fewer confirmed within timeout (zero: DefaultReplicaTimeout), the call fails with
+// jobs. When fewer confirmed within timeout (zero: 1s), the call fails with
 // an error wrapping ErrNotReplicated (a *ReplicationError). Such an error does not mean the
 // jobs do not exist. They were written on the master and come back with the error. Publish them again
 // with their ids (WithID) to wait again. With n = 0 it waits for none, overriding

@@ -57,4 +57,10 @@ const (
 	HistorySpanFine        = engine.HistorySpanFine
 	DefaultMaxPayloadBytes = defaultMaxPayloadBytes
 	MaxPageLimit           = maxPageLimit
+
+	DefaultMaxRetries = defaultMaxRetries
+	DefaultUniqueTTL  = defaultUniqueTTL
 )
+
+// MaxRunAt is maxRunAt, for the external tests.
+var MaxRunAt = maxRunAt

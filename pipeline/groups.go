@@ -8,9 +8,9 @@ import (
 )
 
 // defaultGroupWindow is a queue's group window when none is set (Inspector.SetGroups): twice
-// DefaultConcurrency. So one worker serving one group alone stays busy while its finished
-// jobs' places are handed on. (An outcome is written a flush interval after its handler
-// returns.) Meanwhile another group's new job waits behind at most 20 jobs of each group.
+// WorkerConfig.Concurrency's default (10). So one worker serving one group alone stays busy
+// while its finished jobs' places are handed on. (An outcome is written a flush interval
+// after its handler returns.) Meanwhile another group's new job waits behind at most 20 jobs of each group.
 const defaultGroupWindow = keys.DefaultGroupWindow
 
 // maxGroupWindow bounds GroupChange.Window and maxGroupWeight a weight: a window times a weight

@@ -14,9 +14,9 @@ import (
 	"github.com/conveyorq/conveyor/internal/engine"
 )
 
-// DefaultHeartbeatInterval is how often a worker writes its heartbeat record
+// defaultHeartbeatInterval is how often a worker writes its heartbeat record
 // (WorkerConfig.HeartbeatInterval).
-const DefaultHeartbeatInterval = 5 * time.Second
+const defaultHeartbeatInterval = 5 * time.Second
 
 // heartbeatBeats is the heartbeat record's TTL in beats (engine.Heartbeat).
 const heartbeatBeats = engine.HeartbeatBeats

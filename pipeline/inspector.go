@@ -42,11 +42,11 @@ type InspectorConfig struct {
 	// Prefix starts every key. Defaults to "conveyor".
 	Prefix string
 	// Retention is how long Cancel keeps a canceled job's record (jobs enqueued WithRetention
-	// keep their own), as ClientConfig.Retention. Defaults to DefaultRetention; RetainNone
+	// keep their own), as ClientConfig.Retention. Defaults to 24h; RetainNone
 	// deletes it at once.
 	Retention time.Duration
 	// MinRetention is the shortest time Cancel keeps a canceled job's record, as
-	// ClientConfig.MinRetention. Defaults to DefaultMinRetention.
+	// ClientConfig.MinRetention. Defaults to 1m.
 	MinRetention time.Duration
 	// Now returns the current time (the time of a cancel or a replay); tests may replace it.
 	// Ages (PurgeAll) are measured by Redis's clock instead. Defaults to time.Now.
@@ -62,8 +62,8 @@ type InspectorConfig struct {
 
 func (c InspectorConfig) withDefaults() InspectorConfig {
 	c.Prefix = cmp.Or(c.Prefix, keys.DefaultPrefix)
-	c.Retention = cmp.Or(c.Retention, DefaultRetention)
-	c.MinRetention = cmp.Or(c.MinRetention, DefaultMinRetention)
+	c.Retention = cmp.Or(c.Retention, defaultRetention)
+	c.MinRetention = cmp.Or(c.MinRetention, defaultMinRetention)
 	c.MaxQueues = cmp.Or(c.MaxQueues, defaultMaxQueues)
 	c.MaxSchedules = cmp.Or(c.MaxSchedules, defaultMaxSchedules)
 	if c.Now == nil {

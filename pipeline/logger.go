@@ -8,12 +8,12 @@ import (
 	"github.com/rs/zerolog"
 )
 
-// WatermillLogger adapts a zerolog.Logger to Watermill's LoggerAdapter, for Watermill's own
+// watermillLogger adapts a zerolog.Logger to Watermill's LoggerAdapter, for Watermill's own
 // messages (its router's). They are about its plumbing, every subscription start and stop,
 // so they stay at debug and below: Watermill's Info lands at Debug, its Debug and Trace at
 // Trace; its errors stay errors. Messages are written in Conveyor's style, starting lowercase
 // ("adding handler"); Watermill's field names are snake_case already.
-func WatermillLogger(l zerolog.Logger) watermill.LoggerAdapter {
+func watermillLogger(l zerolog.Logger) watermill.LoggerAdapter {
 	return wmLogger{l: l, quiet: true}
 }
 

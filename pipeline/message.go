@@ -107,7 +107,7 @@ func (u entryUnmarshaller) foreign(md message.Metadata, entry string) (job, typ,
 		return "", "", "", reason
 	}
 	t := Task{Type: u.defaultType}
-	_, o, err := controlOptions(ctrl, &t, DefaultUniqueTTL)
+	_, o, err := controlOptions(ctrl, &t, defaultUniqueTTL)
 	if err != nil {
 		return "", "", "", reasonOf(err)
 	}
@@ -115,7 +115,7 @@ func (u entryUnmarshaller) foreign(md message.Metadata, entry string) (job, typ,
 	if err != nil {
 		return "", "", "", metakey.RunAt + ": " + reasonOf(err)
 	}
-	retries := DefaultMaxRetries
+	retries := defaultMaxRetries
 	if o.hasRetries {
 		retries = o.maxRetries
 	}

@@ -44,7 +44,7 @@ func TestEntryUnmarshallerAdopts(t *testing.T) {
 	v[keys.EntryMetadata], _ = stream.EncodeMetadata(map[string]string{metakey.Type: "own"})
 	j = jobFromMessage("q", entryUnmarshaller{defaultType: "fallback"}.Unmarshal("s", "1-1", v))
 	require.Equal(t, "own", j.Type, "the message's own type wins")
-	require.Equal(t, DefaultMaxRetries, j.MaxRetries)
+	require.Equal(t, defaultMaxRetries, j.MaxRetries)
 }
 
 func TestEntryUnmarshaller(t *testing.T) {
@@ -158,7 +158,7 @@ func TestEntryUnmarshallerAdoption(t *testing.T) {
 		{"run_at before the entry", map[string]string{metakey.RunAt: "5"}, adoption{runAt: at.UnixMilli()}, 0},
 		{"run_at", map[string]string{metakey.RunAt: "1800000000000"}, adoption{runAt: 1800000000000}, 0},
 		{"unique key", map[string]string{metakey.UniqueKey: "report of may"},
-			adoption{runAt: at.UnixMilli(), uniqueKey: "report of may", uniqueTTL: DefaultUniqueTTL.Milliseconds()}, 0},
+			adoption{runAt: at.UnixMilli(), uniqueKey: "report of may", uniqueTTL: defaultUniqueTTL.Milliseconds()}, 0},
 		{"unique key and ttl", map[string]string{metakey.UniqueKey: "k", metakey.UniqueTTL: "90s"},
 			adoption{runAt: at.UnixMilli(), uniqueKey: "k", uniqueTTL: 90_000}, 0},
 		{"timeout under a millisecond", map[string]string{metakey.Timeout: "1us"}, adoption{runAt: at.UnixMilli()}, time.Millisecond},
@@ -176,7 +176,7 @@ func TestEntryUnmarshallerAdoption(t *testing.T) {
 // FuzzForeignControlKeys holds a Worker's reading of the control keys of another publisher's
 // message to the Publisher's: the one refuses what the other refuses, and a refusal's reason
 // names a control key; an accepted message is due no earlier than its entry and no later than
-// MaxRunAt, and keeps its unique key. (The keys only the Publisher applies,
+// maxRunAt, and keeps its unique key. (The keys only the Publisher applies,
 // control.PublisherOnly, are not fed: adoption refuses them by design.)
 func FuzzForeignControlKeys(f *testing.F) {
 	f.Add("1h", "", "", "", "", "")
@@ -215,7 +215,7 @@ func FuzzForeignControlKeys(f *testing.F) {
 			t.Fatalf("took %v, which the Publisher refuses: %v", md, perr)
 		}
 		a := parseAdoption(msg.Metadata[metaForeign])
-		if a.runAt < stream.EntryTime(entry).UnixMilli() || a.runAt > MaxRunAt.UnixMilli() {
+		if a.runAt < stream.EntryTime(entry).UnixMilli() || a.runAt > maxRunAt.UnixMilli() {
 			t.Fatalf("due at %d", a.runAt)
 		}
 		if a.uniqueKey != ukey || (ukey != "") != (a.uniqueTTL > 0) {

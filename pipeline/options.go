@@ -61,8 +61,8 @@ func (o *enqueueOptions) dueAt(now time.Time) (time.Time, error) {
 			ms++
 		}
 		runAt = time.UnixMilli(ms)
-		if runAt.After(MaxRunAt) {
-			return time.Time{}, invalid("due time %s is after %s", runAt.UTC().Format(time.RFC3339), MaxRunAt.Format(time.RFC3339))
+		if runAt.After(maxRunAt) {
+			return time.Time{}, invalid("due time %s is after %s", runAt.UTC().Format(time.RFC3339), maxRunAt.Format(time.RFC3339))
 		}
 	}
 	return runAt, nil
@@ -85,11 +85,11 @@ func WithDelay(d time.Duration) Option {
 	}
 }
 
-// MaxRunAt is the latest due time a job may have (WithRunAt, WithDelay).
-var MaxRunAt = keys.MaxRunAt
+// maxRunAt is the latest due time a job may have (WithRunAt, WithDelay).
+var maxRunAt = keys.MaxRunAt
 
-// WithRunAt makes the job due at t; a time in the past runs it at once, a time after MaxRunAt
-// is refused.
+// WithRunAt makes the job due at t; a time in the past runs it at once, a time after
+// 9999-12-31T23:59:59.999Z is refused.
 func WithRunAt(t time.Time) Option {
 	return func(o *enqueueOptions) {
 		if t.IsZero() {
@@ -103,7 +103,7 @@ func WithRunAt(t time.Time) Option {
 const maxMaxRetries = keys.MaxRetries
 
 // WithMaxRetries sets how many times a failed job is retried before it goes to the dead set
-// (default DefaultMaxRetries; 0 means one attempt only).
+// (default 5; 0 means one attempt only).
 func WithMaxRetries(n int) Option {
 	return func(o *enqueueOptions) {
 		if n < 0 || n > maxMaxRetries {

@@ -20,8 +20,8 @@ import (
 
 // Defaults of PublisherConfig.
 const (
-	// DefaultUniqueTTL is how long a unique key given without metakey.UniqueTTL is held.
-	DefaultUniqueTTL = time.Hour
+	// defaultUniqueTTL is how long a unique key given without metakey.UniqueTTL is held.
+	defaultUniqueTTL = time.Hour
 )
 
 // ErrPublisherClosed is returned by Publisher.Publish after Close.
@@ -35,7 +35,7 @@ type PublisherConfig struct {
 	// valid job type: 1 to 128 bytes, no spaces or control characters.
 	DefaultType string
 	// UniqueTTL is how long a unique key (metakey.UniqueKey) is held when the message gives no
-	// metakey.UniqueTTL. Defaults to DefaultUniqueTTL (1h); negative is an error.
+	// metakey.UniqueTTL. Defaults to 1h; negative is an error.
 	UniqueTTL time.Duration
 }
 
@@ -47,14 +47,14 @@ func (c PublisherConfig) validate() error {
 		}
 	}
 	if c.UniqueTTL < 0 {
-		errs = append(errs, invalid("PublisherConfig.UniqueTTL is %s; it must not be negative (zero means %s)", c.UniqueTTL, DefaultUniqueTTL))
+		errs = append(errs, invalid("PublisherConfig.UniqueTTL is %s; it must not be negative (zero means %s)", c.UniqueTTL, defaultUniqueTTL))
 	}
 	return errors.Join(errs...)
 }
 
 func (c PublisherConfig) withDefaults() PublisherConfig {
 	if c.UniqueTTL == 0 {
-		c.UniqueTTL = DefaultUniqueTTL
+		c.UniqueTTL = defaultUniqueTTL
 	}
 	return c
 }

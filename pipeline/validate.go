@@ -77,7 +77,7 @@ func Validate(queue string, task Task, opts ...Option) error {
 	if err := validate(queue, ""); err != nil {
 		return err
 	}
-	c := &Client{cfg: ClientConfig{MaxPayloadBytes: defaultMaxPayloadBytes, MaxRetries: DefaultMaxRetries}}
+	c := &Client{cfg: ClientConfig{MaxPayloadBytes: defaultMaxPayloadBytes, MaxRetries: defaultMaxRetries}}
 	var nj jobstate.NewJob
 	_, err := c.prepare(queue, &task, time.Now(), opts, nil, &nj)
 	return err

@@ -161,7 +161,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	w.startedAt = w.cfg.Now()
 	w.attempts = newAttempts(w.cfg.Hooks.Attempts)
 	l := &engine.Loop{Rdb: w.rdb, Store: w.store, Log: w.log,
-		RouterLog:     WatermillLogger(w.log.With().Str("component", "router").Logger()),
+		RouterLog:     watermillLogger(w.log.With().Str("component", "router").Logger()),
 		SubscriberLog: subscriberLogger(w.log.With().Str("component", "subscriber").Logger()),
 		Prefix:        w.cfg.Prefix, Name: w.cfg.Name, Queues: w.cfg.Queues, QueueWeights: w.cfg.QueueWeights,
 		StrictPriority: w.cfg.StrictPriority, Concurrency: w.cfg.Concurrency, ReadBatch: w.cfg.ReadBatch,

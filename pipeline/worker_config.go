@@ -18,12 +18,12 @@ import (
 // Defaults of WorkerConfig.
 const (
 	DefaultQueue             = "default"
-	DefaultConcurrency       = 10
-	DefaultVisibilityTimeout = recovery.DefaultVisibilityTimeout
-	DefaultRecoveryInterval  = recovery.DefaultInterval
-	DefaultShutdownTimeout   = 30 * time.Second
+	defaultConcurrency       = 10
+	defaultVisibilityTimeout = recovery.DefaultVisibilityTimeout
+	defaultRecoveryInterval  = recovery.DefaultInterval
+	defaultShutdownTimeout   = 30 * time.Second
 	defaultFlushInterval     = 2 * time.Millisecond
-	DefaultMaxResultBytes    = 1 << 20
+	defaultMaxResultBytes    = 1 << 20
 	defaultMaxSnoozes        = 100
 )
 
@@ -49,8 +49,7 @@ type WorkerConfig struct {
 	// Name is the worker's consumer name in each queue's group; it shows as a job's `worker`.
 	// Two live workers must not share one. Defaults to hostname-pid-random.
 	Name string
-	// Concurrency bounds the jobs this worker runs at once, across its queues. Defaults to
-	// DefaultConcurrency.
+	// Concurrency bounds the jobs this worker runs at once, across its queues. Defaults to 10.
 	Concurrency int
 	// ReadBatch bounds the entries one stream read takes. Defaults to Concurrency, at most 500.
 	ReadBatch int
@@ -58,22 +57,21 @@ type WorkerConfig struct {
 	// to 10m, with jitter).
 	Backoff Backoff
 	// Retention is how long a completed or canceled job's record is kept, unless the job was
-	// enqueued WithRetention. Defaults to DefaultRetention (24h); RetainNone deletes records as
-	// jobs finish. Dead jobs are kept until replayed or purged.
+	// enqueued WithRetention. Defaults to 24h; RetainNone deletes records as jobs finish.
+	// Dead jobs are kept until replayed or purged.
 	Retention time.Duration
 	// MinRetention is the shortest time any finished job's record is kept, whatever its
 	// retention. With RetainNone what is kept is a small tombstone (status and completed_at).
 	// A publish that go-redis sends again after its reply was lost finds the job by it, and
 	// makes no second one. So MinRetention must exceed the producers' retry horizon. That is
 	// about (MaxRetries+1) x (ReadTimeout + WriteTimeout + MaxRetryBackoff) of their go-redis
-	// options: 26s with go-redis's defaults. Defaults to DefaultMinRetention (1m).
+	// options: 26s with go-redis's defaults. Defaults to 1m.
 	MinRetention time.Duration
 	// VisibilityTimeout is how long a job may go without a lease renewal before another worker
-	// recovers it. The worker renews its jobs' leases every third of it. Defaults to
-	// DefaultVisibilityTimeout (30s).
+	// recovers it. The worker renews its jobs' leases every third of it. Defaults to 30s; it
+	// must be at least 300ms.
 	VisibilityTimeout time.Duration
-	// RecoveryInterval is the time between two recovery scans. Defaults to
-	// DefaultRecoveryInterval (5s).
+	// RecoveryInterval is the time between two recovery scans. Defaults to 5s.
 	RecoveryInterval time.Duration
 	// RecoveryLockTTL is the TTL of a queue's recovery lock, which a worker holds while it
 	// scans the queue. A worker that dies mid-scan leaves the lock behind, and no worker
@@ -81,14 +79,12 @@ type WorkerConfig struct {
 	// visibility timeout: a third of it, from 1s to 10s (10s with the default 30s timeout).
 	RecoveryLockTTL time.Duration
 	// ShutdownTimeout is how long Run waits, once its context ends, for running jobs to finish
-	// before it cancels them and puts them back in the stream. Defaults to
-	// DefaultShutdownTimeout (30s).
+	// before it cancels them and puts them back in the stream. Defaults to 30s.
 	ShutdownTimeout time.Duration
 	// FlushInterval is how long finished jobs' transitions are collected before they are
 	// written in one batch. Defaults to 2ms.
 	FlushInterval time.Duration
-	// MaxResultBytes bounds a handler's result; a larger one fails the job. Defaults to
-	// DefaultMaxResultBytes (1 MiB).
+	// MaxResultBytes bounds a handler's result; a larger one fails the job. Defaults to 1 MiB.
 	MaxResultBytes int
 	// MaxSnoozes bounds the times a job may snooze (Snooze, RetryAt); the next snooze fails it.
 	// Defaults to 100.
@@ -111,10 +107,10 @@ type WorkerConfig struct {
 	// Periodic nor enqueues any schedule's ticks.
 	DisablePeriodic bool
 	// Replicas makes the worker wait, after writing job outcomes, until this many replicas
-	// have them. ReplicaTimeout bounds the wait (default DefaultReplicaTimeout); zero waits for
-	// none. Outcomes that fewer replicas confirm are not written again, since the master has
-	// them. They are counted (UnreplicatedWrites) and logged. A failover before a replica has
-	// one makes its job run again (docs/OPERATIONS.md "Durable publish").
+	// have them. ReplicaTimeout bounds the wait (default 1s); zero waits for none. Outcomes
+	// that fewer replicas confirm are not written again, since the master has them. They are
+	// counted (UnreplicatedWrites) and logged. A failover before a replica has one makes its
+	// job run again (docs/OPERATIONS.md "Durable publish").
 	Replicas       int
 	ReplicaTimeout time.Duration
 	// Logger receives the worker's logs; the zero Logger discards them. Every line about a job
@@ -136,8 +132,7 @@ type WorkerConfig struct {
 	// HeartbeatInterval is how often the worker writes its heartbeat record, which
 	// Inspector.Workers (`conveyor workers`, GET /v1/workers, the dashboard's Workers page)
 	// lists: name, host, pid, version, queues, concurrency, running jobs. The record expires
-	// after three intervals without a beat and is removed when the worker stops. Defaults to
-	// DefaultHeartbeatInterval (5s).
+	// after three intervals without a beat and is removed when the worker stops. Defaults to 5s.
 	HeartbeatInterval time.Duration
 	// DisableHeartbeat leaves the heartbeat off: the worker is not listed by Inspector.Workers,
 	// and `queues delete` cannot warn that it reads the queue.
@@ -169,20 +164,20 @@ func (c WorkerConfig) withDefaults() WorkerConfig {
 	if c.Name == "" {
 		c.Name = stream.DefaultConsumer()
 	}
-	c.Concurrency = cmp.Or(c.Concurrency, DefaultConcurrency)
+	c.Concurrency = cmp.Or(c.Concurrency, defaultConcurrency)
 	c.ReadBatch = cmp.Or(c.ReadBatch, min(c.Concurrency, 500))
 	c.Backoff = c.Backoff.withDefaults()
-	c.Retention = cmp.Or(c.Retention, DefaultRetention)
-	c.MinRetention = cmp.Or(c.MinRetention, DefaultMinRetention)
-	c.VisibilityTimeout = cmp.Or(c.VisibilityTimeout, DefaultVisibilityTimeout)
-	c.RecoveryInterval = cmp.Or(c.RecoveryInterval, DefaultRecoveryInterval)
-	c.ShutdownTimeout = cmp.Or(c.ShutdownTimeout, DefaultShutdownTimeout)
+	c.Retention = cmp.Or(c.Retention, defaultRetention)
+	c.MinRetention = cmp.Or(c.MinRetention, defaultMinRetention)
+	c.VisibilityTimeout = cmp.Or(c.VisibilityTimeout, defaultVisibilityTimeout)
+	c.RecoveryInterval = cmp.Or(c.RecoveryInterval, defaultRecoveryInterval)
+	c.ShutdownTimeout = cmp.Or(c.ShutdownTimeout, defaultShutdownTimeout)
 	c.FlushInterval = cmp.Or(c.FlushInterval, defaultFlushInterval)
-	c.MaxResultBytes = cmp.Or(c.MaxResultBytes, DefaultMaxResultBytes)
+	c.MaxResultBytes = cmp.Or(c.MaxResultBytes, defaultMaxResultBytes)
 	c.MaxSnoozes = cmp.Or(c.MaxSnoozes, defaultMaxSnoozes)
 	c.PauseCheckInterval = cmp.Or(c.PauseCheckInterval, defaultPauseCheckInterval)
 	c.HistoryInterval = cmp.Or(c.HistoryInterval, defaultHistoryInterval)
-	c.HeartbeatInterval = cmp.Or(c.HeartbeatInterval, DefaultHeartbeatInterval)
+	c.HeartbeatInterval = cmp.Or(c.HeartbeatInterval, defaultHeartbeatInterval)
 	if c.Now == nil {
 		c.Now = time.Now
 	}
@@ -241,8 +236,8 @@ func (c WorkerConfig) validate() error {
 	if err := (replicas{n: c.Replicas, timeout: c.ReplicaTimeout}).check("worker"); err != nil {
 		errs = append(errs, err)
 	}
-	if c.VisibilityTimeout < MinVisibilityTimeout {
-		bad("visibility timeout %s is under %s (lease renewal runs every third of it)", c.VisibilityTimeout, MinVisibilityTimeout)
+	if c.VisibilityTimeout < minVisibilityTimeout {
+		bad("visibility timeout %s is under %s (lease renewal runs every third of it)", c.VisibilityTimeout, minVisibilityTimeout)
 	}
 	if err := c.validateServices(); err != nil {
 		errs = append(errs, fmt.Errorf("%w: %w", ErrInvalid, err))
@@ -253,6 +248,6 @@ func (c WorkerConfig) validate() error {
 // Bounds of WorkerConfig.
 const (
 	maxReadBatch = 1000
-	// MinVisibilityTimeout bounds WorkerConfig.VisibilityTimeout from below.
-	MinVisibilityTimeout = 300 * time.Millisecond
+	// minVisibilityTimeout bounds WorkerConfig.VisibilityTimeout from below.
+	minVisibilityTimeout = 300 * time.Millisecond
 )

@@ -87,8 +87,8 @@ type Batch struct {
 	Callback *Task
 }
 
-// BatchCallback is the name of a batch's callback task.
-const BatchCallback = "callback"
+// batchCallback is the name of a batch's callback task.
+const batchCallback = "callback"
 
 // WorkflowStatus is where a workflow is. It is running until every task is final, then
 // completed (every task completed), failed or canceled. Failed means a task is dead (a replay
@@ -180,7 +180,7 @@ func (c *Client) Batch(ctx context.Context, queue string, b Batch) (*WorkflowSta
 		wf.Tasks = append(wf.Tasks, WorkflowTask{Name: names[i], Task: t})
 	}
 	if b.Callback != nil {
-		wf.Tasks = append(wf.Tasks, WorkflowTask{Name: BatchCallback, Task: *b.Callback, After: names, Finally: true})
+		wf.Tasks = append(wf.Tasks, WorkflowTask{Name: batchCallback, Task: *b.Callback, After: names, Finally: true})
 	}
 	return c.publishWorkflow(ctx, queue, wf, keys.WorkflowKindBatch)
 }

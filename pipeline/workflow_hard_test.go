@@ -189,7 +189,7 @@ func TestBatchWide2000(t *testing.T) {
 	st, err := b.client.Batch(ctx, b.queue, pipeline.Batch{Jobs: jobs, Callback: &pipeline.Task{Type: "cb"}})
 	require.NoError(t, err)
 	require.Equal(t, n+1, st.Total)
-	b.waitStatus(t, st.ID+"."+pipeline.BatchCallback, status.Completed)
+	b.waitStatus(t, st.ID+".callback", status.Completed)
 	d := <-got
 	require.EqualValues(t, 1, calls.Load())
 	require.Equal(t, n-bad, d.Completed)

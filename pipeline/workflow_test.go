@@ -237,7 +237,7 @@ func TestBatchCallbackOnceWithCounts(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, "batch", st.Kind)
 	require.Equal(t, 51, st.Total)
-	b.waitStatus(t, st.ID+"."+pipeline.BatchCallback, status.Completed)
+	b.waitStatus(t, st.ID+".callback", status.Completed)
 	mu.Lock()
 	defer mu.Unlock()
 	require.Len(t, calls, 1)

@@ -145,8 +145,8 @@ const (
 const (
 	// minVisibilityTimeout is the shortest visibility timeout a Recoverer takes: workers renew
 	// leases every third of it, and Redis keeps idle times in milliseconds. A pipeline.Worker
-	// asks more (pipeline.MinVisibilityTimeout); this lower bound lets tests of this package
-	// recover within milliseconds.
+	// asks more (300ms, pipeline.WorkerConfig.VisibilityTimeout); this lower bound lets tests
+	// of this package recover within milliseconds.
 	minVisibilityTimeout = 3 * time.Millisecond
 	// MaxBatchSize bounds BatchSize: the recover script takes a batch's entry ids as arguments
 	// and holds Redis while it works through them.

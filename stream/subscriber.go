@@ -21,8 +21,8 @@ import (
 // Defaults of Config.
 const (
 	// defaultConcurrency is unexported because pipeline.Worker sets Concurrency itself, with a
-	// default of its own (pipeline.DefaultConcurrency). Two exported defaults for one setting
-	// would disagree.
+	// default of its own (10, pipeline.WorkerConfig.Concurrency's). Two exported defaults for
+	// one setting would disagree.
 	defaultConcurrency     = 100
 	DefaultBatchSize       = 100
 	DefaultBlockTime       = 250 * time.Millisecond

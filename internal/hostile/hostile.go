@@ -148,7 +148,7 @@ const (
 	MaxMaxRetries      = 1000
 )
 
-// MaxRunAt mirrors pipeline.MaxRunAt.
+// MaxRunAt mirrors the latest due time pipeline.WithRunAt takes (internal/keys.MaxRunAt).
 var MaxRunAt = time.Date(9999, 12, 31, 23, 59, 59, 999_000_000, time.UTC)
 
 // Cases returns the hostile publishes, each a change of Valid(queue).

@@ -228,7 +228,7 @@ const (
 	MaxDebounceWait = 365 * 24 * time.Hour
 )
 
-// MaxRunAt is the latest due time a job may have (pipeline.MaxRunAt).
+// MaxRunAt is the latest due time a job may have (pipeline.WithRunAt).
 var MaxRunAt = time.Date(9999, 12, 31, 23, 59, 59, 999_000_000, time.UTC)
 
 // Stream-entry field names. The first three are watermill-redisstream's layout, so the stock

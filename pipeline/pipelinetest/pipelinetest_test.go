@@ -144,7 +144,7 @@ func TestRun(t *testing.T) {
 	require.Equal(t, status.Scheduled, r.Status)
 
 	big := func(context.Context, *pipeline.Job) ([]byte, error) {
-		return make([]byte, pipeline.DefaultMaxResultBytes+1), nil
+		return make([]byte, 1<<20+1), nil // past the worker's default limit, 1 MiB
 	}
 	r = pipelinetest.Run(ctx, big, pipelinetest.NewJob("report", nil))
 	require.ErrorContains(t, r.Err, "exceeds the limit")

@@ -10,6 +10,13 @@ import (
 	"github.com/conveyorq/conveyor/status"
 )
 
+// The worker's and client's defaults that a job and a run take here. The pipeline package
+// documents each value and keeps the constant to itself; these copies must agree.
+const (
+	defaultMaxRetries     = 5       // pipeline.ClientConfig.MaxRetries
+	defaultMaxResultBytes = 1 << 20 // pipeline.WorkerConfig.MaxResultBytes
+)
+
 // NewJob returns a job as a handler receives it on its first attempt. It has a new id, queue
 // pipeline.DefaultQueue, status in progress, attempt 1 and the default retries. It was
 // created, enqueued and started now. Change its fields to test other cases (a last attempt:
@@ -19,7 +26,7 @@ func NewJob(jobType string, payload []byte) *pipeline.Job {
 	return &pipeline.Job{
 		ID: pipeline.NewID(), Queue: pipeline.DefaultQueue, Type: jobType, Payload: payload,
 		Metadata: map[string]string{}, Status: status.InProgress, Attempt: 1,
-		MaxRetries: pipeline.DefaultMaxRetries, CreatedAt: now, RunAt: now, EnqueuedAt: now,
+		MaxRetries: defaultMaxRetries, CreatedAt: now, RunAt: now, EnqueuedAt: now,
 		StartedAt: now, Worker: "pipelinetest",
 	}
 }
@@ -29,7 +36,7 @@ type Result struct {
 	// Output is what the handler returned.
 	Output []byte
 	// Err is the attempt's error: the handler's, or "panic: ..." for a panic. Or it says that
-	// the attempt timed out, or that Output is over the worker's default result limit.
+	// the attempt timed out, or that Output is over the worker's default result limit (1 MiB).
 	Err error
 	// Status is the job's status once a worker has written the attempt. It is completed, or
 	// scheduled when it will be retried. It is failed when it went to the dead set: a
@@ -58,8 +65,8 @@ func Run(ctx context.Context, h pipeline.HandlerFunc, job *pipeline.Job) *Result
 	switch {
 	case r.TimedOut && err != nil && !errors.Is(err, ErrTimedOut):
 		r.Err = fmt.Errorf("%w after %s: %w", ErrTimedOut, job.Timeout, err)
-	case err == nil && len(out) > pipeline.DefaultMaxResultBytes:
-		r.Err = fmt.Errorf("result of %d bytes exceeds the limit of %d", len(out), pipeline.DefaultMaxResultBytes)
+	case err == nil && len(out) > defaultMaxResultBytes:
+		r.Err = fmt.Errorf("result of %d bytes exceeds the limit of %d", len(out), defaultMaxResultBytes)
 		r.Status = status.Failed
 		return r
 	}

@@ -60,6 +60,12 @@ import (
 
 const jobType = "block"
 
+// WorkerConfig.VisibilityTimeout's default and least value.
+const (
+	defaultVisibilityTimeout = 30 * time.Second
+	minVisibilityTimeout     = 300 * time.Millisecond
+)
+
 type options struct {
 	cancels    int
 	cluster    bool
@@ -85,7 +91,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.BoolVar(&o.cluster, "cluster", false, "run on a private 3-master cluster instead of one server")
 	fs.BoolVar(&o.burst, "burst", false, "cancel all the jobs at once (16 goroutines) rather than one at a time")
 	fs.BoolVar(&o.noEvents, "no-events", false, "the canceling client publishes no events: the lease renewal alone stops the handlers")
-	fs.DurationVar(&o.visibility, "visibility-timeout", pipeline.DefaultVisibilityTimeout, "the worker's visibility timeout (a lease renewal every third of it)")
+	fs.DurationVar(&o.visibility, "visibility-timeout", defaultVisibilityTimeout, "the worker's visibility timeout (a lease renewal every third of it)")
 	fs.StringVar(&o.jsonOut, "json-out", "", "also write the report as JSON to this file")
 	fs.DurationVar(&o.timeout, "timeout", 5*time.Minute, "bound of the whole run")
 	if err := fs.Parse(args); err != nil {
@@ -96,8 +102,8 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 		return o, fmt.Errorf("unexpected arguments %q", fs.Args())
 	case o.cancels < 1 || o.cancels > 10000:
 		return o, fmt.Errorf("-cancels %d: want 1..10000", o.cancels)
-	case o.visibility < pipeline.MinVisibilityTimeout:
-		return o, fmt.Errorf("-visibility-timeout %s: want at least %s", o.visibility, pipeline.MinVisibilityTimeout)
+	case o.visibility < minVisibilityTimeout:
+		return o, fmt.Errorf("-visibility-timeout %s: want at least %s", o.visibility, minVisibilityTimeout)
 	}
 	return o, nil
 }

@@ -55,6 +55,10 @@ const (
 	hashSample = 100 // job hashes whose MEMORY USAGE each sample reads
 	// maxPayloadBytes is a Client's default payload limit (ClientConfig.MaxPayloadBytes).
 	maxPayloadBytes = 1 << 20
+	// defaultRetention and defaultMinRetention are WorkerConfig.Retention's and
+	// MinRetention's defaults.
+	defaultRetention    = 24 * time.Hour
+	defaultMinRetention = time.Minute
 )
 
 type options struct {
@@ -85,7 +89,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.SetOutput(stderr)
 	fs.IntVar(&o.jobs, "jobs", 1_000_000, "jobs to publish and run")
 	fs.IntVar(&o.payloadBytes, "payload-bytes", 100, "payload size of every job (the doc's figures are for 100)")
-	fs.DurationVar(&o.retention, "retention", pipeline.DefaultRetention, "WorkerConfig.Retention: how long completed records are kept")
+	fs.DurationVar(&o.retention, "retention", defaultRetention, "WorkerConfig.Retention: how long completed records are kept")
 	fs.DurationVar(&o.minRetention, "min-retention", 0, "WorkerConfig.MinRetention (0: the default, 1m)")
 	fs.BoolVar(&o.expire, "expire", false, "after completion, wait for the retention to expire and sample again (use a short -retention)")
 	fs.IntVar(&o.concurrency, "concurrency", 300, "WorkerConfig.Concurrency")
@@ -115,7 +119,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	if o.timeout == 0 {
 		o.timeout = 2*time.Minute + time.Duration(o.jobs/2000)*time.Second
 		if o.expire {
-			o.timeout += max(o.retention, o.minRetention, pipeline.DefaultMinRetention) + 2*time.Minute
+			o.timeout += max(o.retention, o.minRetention, defaultMinRetention) + 2*time.Minute
 		}
 	}
 	return o, nil
@@ -219,7 +223,7 @@ func soak(ctx context.Context, o options, stderr io.Writer) (*report, error) {
 	defer rdb.Close()
 	s := &soaker{o: o, rdb: rdb, q: keys.New(keys.DefaultPrefix, queueName), start: time.Now(), logw: stderr,
 		rep: &report{Jobs: o.jobs, PayloadBytes: o.payloadBytes, Retention: o.retention.String(),
-			MinRetention: cmp.Or(o.minRetention, pipeline.DefaultMinRetention).String()}}
+			MinRetention: cmp.Or(o.minRetention, defaultMinRetention).String()}}
 	info, err := redisInfo(ctx, rdb, "server")
 	if err != nil {
 		return nil, err

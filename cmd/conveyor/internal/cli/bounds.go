@@ -21,4 +21,14 @@ const (
 	maxWorkflowList            = 1000               // pipeline.Inspector.Workflows
 	historySpanFine            = time.Hour          // pipeline.Inspector.History, 5 s buckets
 	historySpanCoarse          = 24 * time.Hour     // pipeline.Inspector.History, 1 min buckets
+
+	defaultMaxRetries        = 5                      // pipeline.ClientConfig.MaxRetries
+	defaultReplicaTimeout    = time.Second            // pipeline.ClientConfig.ReplicaTimeout
+	defaultConcurrency       = 10                     // pipeline.WorkerConfig.Concurrency
+	defaultVisibilityTimeout = 30 * time.Second       // pipeline.WorkerConfig.VisibilityTimeout
+	minVisibilityTimeout     = 300 * time.Millisecond // pipeline.WorkerConfig.VisibilityTimeout
+	defaultRecoveryInterval  = 5 * time.Second        // pipeline.WorkerConfig.RecoveryInterval
+	defaultShutdownTimeout   = 30 * time.Second       // pipeline.WorkerConfig.ShutdownTimeout
+	defaultRetention         = 24 * time.Hour         // pipeline.WorkerConfig.Retention
+	defaultHeartbeatInterval = 5 * time.Second        // pipeline.WorkerConfig.HeartbeatInterval
 )

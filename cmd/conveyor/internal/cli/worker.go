@@ -173,19 +173,19 @@ each tick makes one job however many workers run ('conveyor schedules').`,
 	f := cmd.Flags()
 	f.StringSliceVarP(&wf.queues, "queue", "q", []string{pipeline.DefaultQueue}, "queue to consume, NAME or NAME=WEIGHT (repeatable, or comma-separated); weights share the worker's slots among its queues")
 	f.BoolVar(&wf.strictPriority, "strict-priority", false, "read the queue of the highest --queue weight first, the next only while it has no work")
-	f.IntVarP(&wf.concurrency, "concurrency", "c", pipeline.DefaultConcurrency, "jobs run at once, across the queues")
+	f.IntVarP(&wf.concurrency, "concurrency", "c", defaultConcurrency, "jobs run at once, across the queues")
 	f.DurationVar(&wf.backoffBase, "backoff-base", defaultBackoffBase, "retry delay after the first failed attempt; it doubles with each attempt")
 	f.DurationVar(&wf.backoffMax, "backoff-max", defaultBackoffMax, "longest retry delay")
-	f.DurationVar(&wf.visibility, "visibility-timeout", pipeline.DefaultVisibilityTimeout, "a job whose worker stops renewing its lease this long is recovered")
-	f.DurationVar(&wf.recoveryInterval, "recovery-interval", pipeline.DefaultRecoveryInterval, "time between two scans for jobs of dead workers")
-	f.DurationVar(&wf.shutdownTimeout, "shutdown-timeout", pipeline.DefaultShutdownTimeout, "on SIGINT/SIGTERM, how long running jobs may finish before they are put back")
-	f.DurationVar(&wf.retention, "retention", pipeline.DefaultRetention, "how long finished jobs' records are kept (0: delete them as jobs finish)")
+	f.DurationVar(&wf.visibility, "visibility-timeout", defaultVisibilityTimeout, "a job whose worker stops renewing its lease this long is recovered")
+	f.DurationVar(&wf.recoveryInterval, "recovery-interval", defaultRecoveryInterval, "time between two scans for jobs of dead workers")
+	f.DurationVar(&wf.shutdownTimeout, "shutdown-timeout", defaultShutdownTimeout, "on SIGINT/SIGTERM, how long running jobs may finish before they are put back")
+	f.DurationVar(&wf.retention, "retention", defaultRetention, "how long finished jobs' records are kept (0: delete them as jobs finish)")
 	f.StringVar(&wf.name, "name", "", "consumer name, unique among live workers (default host-pid-random)")
 	f.StringVar(&wf.metricsAddr, "metrics-addr", "", "serve Prometheus metrics on GET /metrics at this host:port (default off)")
 	f.StringArrayVar(&wf.httpAllow, "http-allow", nil, "a CIDR prefix, address or host name the http handler may reach although internal (repeatable)")
 	f.IntVar(&wf.waitReplicas, "wait-replicas", 0, "after writing job outcomes, wait until this many replicas have them (Redis WAIT); fewer are logged, not retried")
-	f.DurationVar(&wf.waitTimeout, "wait-timeout", pipeline.DefaultReplicaTimeout, "how long --wait-replicas waits for the replicas")
-	f.DurationVar(&wf.heartbeat, "heartbeat-interval", pipeline.DefaultHeartbeatInterval, "how often the worker writes its heartbeat record for 'conveyor workers' (0: none)")
+	f.DurationVar(&wf.waitTimeout, "wait-timeout", defaultReplicaTimeout, "how long --wait-replicas waits for the replicas")
+	f.DurationVar(&wf.heartbeat, "heartbeat-interval", defaultHeartbeatInterval, "how often the worker writes its heartbeat record for 'conveyor workers' (0: none)")
 	f.StringArrayVar(&wf.cron, "cron", nil, "a periodic schedule 'SPEC TYPE [PAYLOAD]' into the first --queue, stored for every worker to run (repeatable; see 'conveyor schedules')")
 	f.StringVar(&wf.tortureLedger, "torture-ledger", "", "run the torture handler, writing its ledger into this directory (for 'conveyor torture')")
 	_ = f.MarkHidden("torture-ledger")
@@ -245,7 +245,7 @@ func (wf *workerFlags) config() (pipeline.WorkerConfig, error) {
 		val, min time.Duration
 		why      string
 	}{
-		{"--visibility-timeout", wf.visibility, pipeline.MinVisibilityTimeout, "leases are renewed every third of it"},
+		{"--visibility-timeout", wf.visibility, minVisibilityTimeout, "leases are renewed every third of it"},
 		{"--recovery-interval", wf.recoveryInterval, time.Millisecond, ""},
 		{"--shutdown-timeout", wf.shutdownTimeout, 0, ""},
 	} {

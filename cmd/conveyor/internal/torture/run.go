@@ -714,7 +714,8 @@ func (r *run) publishWorkflow(ctx context.Context, client *pipeline.Client, led 
 		for k, t := range b.Jobs {
 			wf.Tasks = append(wf.Tasks, pipeline.WorkflowTask{Name: strconv.Itoa(k + 1), Task: t})
 		}
-		wf.Tasks = append(wf.Tasks, pipeline.WorkflowTask{Name: pipeline.BatchCallback, Task: cb, After: all, Finally: true})
+		// The library names a batch's callback task "callback" (pipeline.Batch).
+		wf.Tasks = append(wf.Tasks, pipeline.WorkflowTask{Name: "callback", Task: cb, After: all, Finally: true})
 		for {
 			_, err := client.Batch(ctx, Queue, b)
 			if err == nil {
