@@ -11,13 +11,13 @@ import (
 	"github.com/redis/go-redis/v9"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/conveyorq/conveyor/internal/inspect"
 	"github.com/conveyorq/conveyor/internal/jobstate"
 	"github.com/conveyorq/conveyor/internal/keys"
 	"github.com/conveyorq/conveyor/internal/publish"
 	"github.com/conveyorq/conveyor/internal/script"
 	"github.com/conveyorq/conveyor/internal/tracing"
 	"github.com/conveyorq/conveyor/internal/ulid"
-	"github.com/conveyorq/conveyor/internal/workflow"
 	"github.com/conveyorq/conveyor/status"
 	"github.com/conveyorq/conveyor/stream"
 )
@@ -544,30 +544,11 @@ func (c *Client) Cancel(ctx context.Context, queue, id string) error {
 	})
 }
 
-// cancelJob cancels job id of q (Client.Cancel and Inspector.Cancel); a canceled record is kept
-// for retention, but at least minRetention. A task of a workflow cancels the tasks that wait
-// for it. The same call cancels up to jobstate.CascadeStep of them. The rest go in calls of
-// that size after it, before cancelJob returns.
+// cancelJob cancels job id of q (Client.Cancel and Inspector.Cancel; inspect.Cancel): a
+// canceled record is kept for retention, but at least minRetention.
 func cancelJob(ctx context.Context, js jobstate.Backend, q keys.Queue, id string, now time.Time, retention, minRetention time.Duration) error {
-	row, err := js.Cancel(ctx, q, jobstate.CancelParams{ID: id, Now: now, Retention: retention,
-		MinRetention: minRetention, Events: js.Events(ctx)})
-	if err != nil {
-		return fmt.Errorf("cancel %s/%s: %w", q.Name(), id, err)
-	}
-	switch row.Code {
-	case script.OK:
-		if row.Data != "" && row.Data != "0" {
-			// The cancel is done: what is left is the cascade's rest (a wide workflow), which
-			// the queue's recoverer finishes should these calls fail or the process die.
-			_ = workflow.FollowCascade(ctx, js, q, now)
-		}
-		return nil
-	case script.WrongState:
-		return fmt.Errorf("%w (%s)", ErrNotCancelable, row.Data)
-	case script.NotFound:
-		return ErrNotFound
-	}
-	return fmt.Errorf("cancel %s/%s: unexpected reply %v", q.Name(), id, row.Code)
+	return inspect.Cancel(ctx, js, q, id, inspect.CancelParams{Now: now, Retention: retention, MinRetention: minRetention,
+		NotCancelable: ErrNotCancelable, NotFound: ErrNotFound})
 }
 
 // QueueStats are a queue's gauges and counters.

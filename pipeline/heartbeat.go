@@ -1,14 +1,11 @@
 package pipeline
 
 import (
-	"cmp"
 	"context"
 	"encoding/json"
 	"os"
-	"runtime/debug"
 	"slices"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/conveyorq/conveyor/internal/engine"
@@ -24,9 +21,6 @@ const heartbeatBeats = engine.HeartbeatBeats
 // maxHeartbeatRunning bounds the running jobs a heartbeat record lists (the longest-running
 // first); WorkerInfo.RunningMore counts the rest.
 const maxHeartbeatRunning = 100
-
-// modulePath is the library's module path, looked for in the binary's build information.
-const modulePath = "github.com/conveyorq/conveyor"
 
 // WorkerInfo is a live worker as its heartbeat record says (Inspector.Workers): what it reads,
 // what it runs now, and when it last said so.
@@ -65,30 +59,6 @@ type RunningJob struct {
 	Started time.Time
 }
 
-// workerJSON is WorkerInfo's wire form, in the record in Redis and in the CLI's and the API's
-// JSON: times as unix milliseconds, as a Job's.
-type workerJSON struct {
-	Name              string           `json:"name"`
-	Host              string           `json:"host"`
-	PID               int              `json:"pid"`
-	Version           string           `json:"version"`
-	Queues            []string         `json:"queues"`
-	Concurrency       int              `json:"concurrency"`
-	Running           []runningJobJSON `json:"running"`
-	RunningMore       int              `json:"running_more"`
-	StartedAt         int64            `json:"started_at"`
-	HeartbeatAt       int64            `json:"heartbeat_at"`
-	HeartbeatAgeMS    int64            `json:"heartbeat_age_ms"`
-	HeartbeatInterval int64            `json:"heartbeat_interval_ms"`
-}
-
-type runningJobJSON struct {
-	ID        string `json:"id"`
-	Queue     string `json:"queue"`
-	Type      string `json:"type"`
-	StartedAt int64  `json:"started_at"`
-}
-
 // MarshalJSON writes {"name", "host", "pid", "version", "queues", "concurrency", "running":
 // [{"id", "queue", "type", "started_at"}], "running_more", "started_at", "heartbeat_at",
 // "heartbeat_age_ms", "heartbeat_interval_ms"}, times as unix milliseconds, running and queues
@@ -97,7 +67,7 @@ func (w WorkerInfo) MarshalJSON() ([]byte, error) { return json.Marshal(w.wire()
 
 // UnmarshalJSON reads what MarshalJSON writes.
 func (w *WorkerInfo) UnmarshalJSON(b []byte) error {
-	var v workerJSON
+	var v engine.Record
 	if err := json.Unmarshal(b, &v); err != nil {
 		return err
 	}
@@ -111,16 +81,17 @@ func (w *WorkerInfo) UnmarshalJSON(b []byte) error {
 	return nil
 }
 
-func (w WorkerInfo) wire() workerJSON {
-	v := workerJSON{Name: w.Name, Host: w.Host, PID: w.PID, Version: w.Version, Queues: w.Queues,
-		Concurrency: w.Concurrency, Running: make([]runningJobJSON, 0, len(w.Running)), RunningMore: w.RunningMore,
+// wire is w's wire form (engine.Record).
+func (w WorkerInfo) wire() engine.Record {
+	v := engine.Record{Name: w.Name, Host: w.Host, PID: w.PID, Version: w.Version, Queues: w.Queues,
+		Concurrency: w.Concurrency, Running: make([]engine.RunningRecord, 0, len(w.Running)), RunningMore: w.RunningMore,
 		StartedAt: unixMS(w.Started), HeartbeatAt: unixMS(w.LastHeartbeat), HeartbeatAgeMS: w.HeartbeatAge.Milliseconds(),
 		HeartbeatInterval: w.HeartbeatInterval.Milliseconds()}
 	if v.Queues == nil {
 		v.Queues = []string{}
 	}
 	for _, r := range w.Running {
-		v.Running = append(v.Running, runningJobJSON{ID: r.ID, Queue: r.Queue, Type: r.Type, StartedAt: unixMS(r.Started)})
+		v.Running = append(v.Running, engine.RunningRecord{ID: r.ID, Queue: r.Queue, Type: r.Type, StartedAt: unixMS(r.Started)})
 	}
 	return v
 }
@@ -167,30 +138,6 @@ func (i *Inspector) QueueReaders(ctx context.Context, queue string) ([]WorkerInf
 	return slices.DeleteFunc(all, func(w WorkerInfo) bool { return !slices.Contains(w.Queues, queue) }), nil
 }
 
-// version is the version of the Conveyor module in the running binary, as the Go toolchain
-// recorded it (WorkerInfo.Version). When the binary is Conveyor's own it is the main module's: a tag, or
-// a pseudo-version of the commit ("(devel)" for 'go run' and tests). Else it is the
-// dependency's. A binary without build information reports "(unknown)". Workers write it in
-// their heartbeat.
-var version = sync.OnceValue(func() string {
-	bi, ok := debug.ReadBuildInfo()
-	if !ok {
-		return "(unknown)"
-	}
-	if bi.Main.Path == modulePath {
-		return cmp.Or(bi.Main.Version, "(devel)")
-	}
-	for _, d := range bi.Deps {
-		if d.Path == modulePath {
-			if d.Replace != nil && d.Replace.Version != "" {
-				return d.Replace.Version
-			}
-			return cmp.Or(d.Version, "(devel)")
-		}
-	}
-	return "(devel)"
-})
-
 // heartbeat is the session's heartbeat service (engine.Heartbeat), writing w's record.
 func (w *Worker) heartbeat() *engine.Heartbeat {
 	return &engine.Heartbeat{Store: w.store, Worker: w.cfg.Name, Interval: w.cfg.HeartbeatInterval, Now: w.cfg.Now, Log: w.log,
@@ -205,7 +152,7 @@ func (w *Worker) info(now time.Time) WorkerInfo {
 	for k, j := range jobs {
 		running[k] = RunningJob(j)
 	}
-	return WorkerInfo{Name: w.cfg.Name, Host: host, PID: os.Getpid(), Version: version(), Queues: w.cfg.Queues,
+	return WorkerInfo{Name: w.cfg.Name, Host: host, PID: os.Getpid(), Version: engine.Version(), Queues: w.cfg.Queues,
 		Concurrency: w.cfg.Concurrency, Running: running, RunningMore: more, Started: w.startedAt,
 		LastHeartbeat: now, HeartbeatInterval: w.cfg.HeartbeatInterval}
 }

@@ -6,8 +6,7 @@ import (
 	"slices"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
+	"github.com/conveyorq/conveyor/internal/inspect"
 	"github.com/conveyorq/conveyor/internal/jobstate"
 )
 
@@ -69,76 +68,13 @@ func (i *Inspector) PauseConfirmed(ctx context.Context, queue string, timeout ti
 	for _, w := range readers {
 		pc.Workers = append(pc.Workers, w.Name)
 	}
-	wctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	// Subscribed, and the subscription confirmed, before the pause is announced, so that no
-	// confirmation's notice comes before it. Without it (a Redis that refuses SUBSCRIBE), the
-	// wait reads the confirmations every pauseAckRecheck alone.
-	var notices <-chan *redis.Message
-	if len(pc.Workers) > 0 {
-		if ps, err := i.store.SubscribePauseAcks(wctx); err == nil {
-			defer ps.Close()
-			notices = ps.Channel()
-		}
-	}
-	token, yes := NewID(), true
-	if _, err := i.store.UpdateSettings(ctx, queue, jobstate.SettingsChange{Paused: &yes, Token: token}); err != nil {
-		return pc, fmt.Errorf("pause queue %s: %w", queue, err)
-	}
-	pc.Unconfirmed = pc.Workers
-	if len(pc.Workers) == 0 {
-		return pc, nil
-	}
-	confirmed := map[string]bool{}
-	unconfirmed := func() []string {
-		return slices.DeleteFunc(slices.Clone(pc.Workers), func(w string) bool { return confirmed[w] })
-	}
-	// read merges the confirmations stored: the state, of which the notices are hints.
-	read := func(ctx context.Context) {
-		acks, err := jobstate.PauseAcks(ctx, i.rdb, i.cfg.Prefix, queue)
-		if err != nil {
-			return
-		}
-		for w, t := range acks {
-			if t == token {
-				confirmed[w] = true
-			}
-		}
-	}
-	recheck := time.NewTicker(pauseAckRecheck)
-	defer recheck.Stop()
-	for {
-		if pc.Unconfirmed = unconfirmed(); len(pc.Unconfirmed) == 0 {
-			return pc, nil
-		}
-		select {
-		case <-wctx.Done():
-			if ctx.Err() == nil {
-				// Time is up: a last read, so that a confirmation whose notice was lost counts.
-				rctx, rcancel := context.WithTimeout(ctx, pauseAckRecheck)
-				read(rctx)
-				rcancel()
-				pc.Unconfirmed = unconfirmed()
-			}
-			return pc, nil
-		case m, ok := <-notices:
-			if !ok {
-				notices = nil
-				continue
-			}
-			if t, w := jobstate.PauseAckNotice(m.Payload); t == token {
-				confirmed[w] = true
-			}
-		case <-recheck.C:
-			read(wctx)
-		}
-	}
+	pc.Unconfirmed, err = i.eng.Pause(ctx, i.rdb, queue, NewID(), pc.Workers, timeout)
+	return pc, err
 }
 
 // pauseAckRecheck is how often PauseConfirmed reads the confirmations stored while it waits
-// for their notices (keys.PauseAckChannel). A notice lost with a connection costs that much
-// delay, and an idle wait of the full 5 s ten reads.
-const pauseAckRecheck = 500 * time.Millisecond
+// for their notices (inspect.PauseAckRecheck).
+const pauseAckRecheck = inspect.PauseAckRecheck
 
 // Resume undoes Pause: workers read queue again, within one read of the change. Resuming a
 // queue that is not paused does nothing. A queue that does not exist is ErrQueueNotFound,

@@ -2,10 +2,8 @@ package pipeline
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -96,40 +94,13 @@ type Schedule struct {
 	NextRunAt time.Time
 }
 
-// scheduleJSON is the wire form of a schedule: `conveyor schedules list --json` and the HTTP
-// API's. Times are RFC 3339 in UTC, null for none. A payload that is not JSON (one registered
-// in code) is a JSON string, and no payload is left out.
-type scheduleJSON struct {
-	Name      string          `json:"name"`
-	Spec      string          `json:"spec"`
-	Queue     string          `json:"queue"`
-	Type      string          `json:"type"`
-	Payload   json.RawMessage `json:"payload,omitempty"`
-	Missed    string          `json:"missed"`
-	Source    string          `json:"source"`
-	Paused    bool            `json:"paused"`
-	LastRunAt *time.Time      `json:"last_run_at"`
-	LastTick  *time.Time      `json:"last_tick"`
-	LastJob   string          `json:"last_job"`
-	NextRunAt *time.Time      `json:"next_run_at"`
-}
-
-// MarshalJSON writes the schedule in its wire form (the CLI's and the API's).
+// MarshalJSON writes the schedule in its wire form (the CLI's and the API's): times RFC 3339
+// in UTC, null for none; a payload that is not JSON as a JSON string, no payload left out.
 func (s Schedule) MarshalJSON() ([]byte, error) {
-	utc := func(t time.Time) *time.Time {
-		if t.IsZero() {
-			return nil
-		}
-		t = t.UTC()
-		return &t
-	}
-	var payload json.RawMessage
-	if len(s.Payload) > 0 {
-		payload = rawOrString(s.Payload)
-	}
-	return json.Marshal(scheduleJSON{Name: s.Name, Spec: s.Spec, Queue: s.Queue, Type: s.Type, Payload: payload,
-		Missed: string(s.Missed), Source: s.Source, Paused: s.Paused, LastRunAt: utc(s.LastRunAt),
-		LastTick: utc(s.LastTick), LastJob: s.LastJob, NextRunAt: utc(s.NextRunAt)})
+	d := s.def()
+	d.Source = s.Source
+	st := periodic.State{LastRunAt: s.LastRunAt, LastTick: s.LastTick, LastJob: s.LastJob}
+	return periodic.Schedule{Def: d, Paused: s.Paused, State: st}.MarshalWire(s.NextRunAt)
 }
 
 // ParseSpec checks a schedule's spec (Periodic.Spec) and returns its next tick after now, or
@@ -181,18 +152,7 @@ func scheduleOf(s periodic.Schedule) Schedule {
 
 // scheduleErr is the pipeline's error of a schedule call that periodic refused.
 func scheduleErr(err error, name string) error {
-	var bad *periodic.NameError
-	switch {
-	case errors.As(err, &bad):
-		return fmt.Errorf("%w: %w", ErrInvalid, bad.Err)
-	case errors.Is(err, periodic.ErrNotFound):
-		return fmt.Errorf("%w: %q", ErrScheduleNotFound, name)
-	case errors.Is(err, periodic.ErrTooMany):
-		return fmt.Errorf("%w: schedule %q is new and %s: delete unused schedules (conveyor schedules delete) or raise the bound "+
-			"(InspectorConfig.MaxSchedules, conveyor serve --max-schedules)", ErrTooManySchedules, name,
-			strings.TrimPrefix(err.Error(), periodic.ErrTooMany.Error()+": "))
-	}
-	return err
+	return periodic.MapErr(err, name, periodic.Errs{Invalid: ErrInvalid, NotFound: ErrScheduleNotFound, TooMany: ErrTooManySchedules})
 }
 
 func (i *Inspector) schedules() *periodic.Store {

@@ -1,18 +1,15 @@
 package pipeline
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"reflect"
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/conveyorq/conveyor/internal/jobstate"
 	"github.com/conveyorq/conveyor/internal/publish"
+	"github.com/conveyorq/conveyor/internal/settings"
 )
 
 // QueueSettings is a queue's settings, one record (UpdateQueue changes it): the pause, the
@@ -62,75 +59,31 @@ type QueuePatch struct {
 	Timeout *time.Duration
 }
 
-// settingsJSON is the wire form of QueueSettings: the HTTP API's and `conveyor queues set
-// --json`'s. Its limits have the fields of the limits routes.
-type settingsJSON struct {
-	Queue            string         `json:"queue"`
-	Revision         int64          `json:"revision"`
-	Paused           bool           `json:"paused"`
-	Partitions       int            `json:"partitions"`
-	Limits           []limitJSON    `json:"limits"`
-	GroupWindow      int            `json:"group_window"`
-	GroupWeights     map[string]int `json:"group_weights"`
-	Levels           []int          `json:"levels"`
-	MaxRetries       *int           `json:"max_retries"`
-	TimeoutMS        int64          `json:"timeout_ms"`
-	PauseUnconfirmed []string       `json:"pause_unconfirmed,omitempty"`
-}
-
-type limitJSON struct {
-	Queue       string `json:"queue"`
-	Type        string `json:"type"`
-	PerKey      bool   `json:"per_key"`
-	Rate        int    `json:"rate"`
-	IntervalMS  int64  `json:"interval_ms"`
-	Concurrency int    `json:"concurrency"`
-}
-
 // MarshalJSON writes the settings' wire form, durations in milliseconds.
 func (s *QueueSettings) MarshalJSON() ([]byte, error) {
-	w := settingsJSON{Queue: s.Queue, Revision: s.Revision, Paused: s.Paused, Partitions: s.Partitions,
-		Limits: make([]limitJSON, len(s.Limits)), GroupWindow: s.GroupWindow, GroupWeights: s.GroupWeights,
+	w := settings.Settings{Queue: s.Queue, Revision: s.Revision, Paused: s.Paused, Partitions: s.Partitions,
+		Limits: make([]settings.Limit, len(s.Limits)), GroupWindow: s.GroupWindow, GroupWeights: s.GroupWeights,
 		Levels: s.Levels, MaxRetries: s.MaxRetries, TimeoutMS: s.Timeout.Milliseconds(), PauseUnconfirmed: s.PauseUnconfirmed}
 	for k, l := range s.Limits {
-		w.Limits[k] = limitJSON{Queue: s.Queue, Type: l.Type, PerKey: l.PerKey, Rate: l.Rate,
+		w.Limits[k] = settings.Limit{Queue: s.Queue, Type: l.Type, PerKey: l.PerKey, Rate: l.Rate,
 			IntervalMS: l.Interval.Milliseconds(), Concurrency: l.Concurrency}
 	}
 	return json.Marshal(w)
 }
 
-// patchJSON is the wire form of QueuePatch (PATCH /v1/queues/{queue}/settings).
-type patchJSON struct {
-	Paused       *bool          `json:"paused"`
-	Concurrency  *int           `json:"concurrency"`
-	Partitions   *int           `json:"partitions"`
-	GroupWindow  *int           `json:"group_window"`
-	GroupWeights map[string]int `json:"group_weights"`
-	MaxRetries   *int           `json:"max_retries"`
-	TimeoutMS    *int64         `json:"timeout_ms"`
-}
-
 // UnmarshalJSON reads the patch's wire form, refusing fields it does not know: a misspelt
 // field would otherwise change nothing and say nothing.
 func (p *QueuePatch) UnmarshalJSON(b []byte) error {
-	var w patchJSON
-	dec := json.NewDecoder(bytes.NewReader(b))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&w); err != nil {
-		return err
+	w, err := settings.DecodePatch(b, patchBounds)
+	if err == nil {
+		*p = QueuePatch(w)
 	}
-	*p = QueuePatch{Paused: w.Paused, Concurrency: w.Concurrency, Partitions: w.Partitions,
-		GroupWindow: w.GroupWindow, GroupWeights: w.GroupWeights, MaxRetries: w.MaxRetries}
-	if ms := w.TimeoutMS; ms != nil {
-		// Checked before it is a Duration, which a large count of milliseconds would overflow.
-		if *ms < 0 || *ms > maxDefaultTimeout.Milliseconds() {
-			return invalid("timeout_ms %d outside 0..%d", *ms, maxDefaultTimeout.Milliseconds())
-		}
-		d := time.Duration(*ms) * time.Millisecond
-		p.Timeout = &d
-	}
-	return nil
+	return err
 }
+
+// patchBounds are QueuePatch's limits, and the error its refusals wrap.
+var patchBounds = settings.Bounds{MaxPartitions: maxPartitions, MaxRetries: maxMaxRetries,
+	MaxTimeout: maxDefaultTimeout, Invalid: ErrInvalid}
 
 // QueueSettings reads queue's settings. A queue that does not exist is ErrQueueNotFound.
 func (i *Inspector) QueueSettings(ctx context.Context, queue string) (*QueueSettings, error) {
@@ -159,17 +112,8 @@ func (i *Inspector) QueueSettings(ctx context.Context, queue string) (*QueueSett
 
 // validate checks p as given.
 func (p QueuePatch) validate() error {
-	if p.Concurrency != nil && *p.Concurrency < 0 {
-		return invalid("concurrency %d is negative", *p.Concurrency)
-	}
-	if p.Partitions != nil && (*p.Partitions < 1 || *p.Partitions > maxPartitions) {
-		return invalid("partitions %d outside 1..%d", *p.Partitions, maxPartitions)
-	}
-	if p.MaxRetries != nil && (*p.MaxRetries < -1 || *p.MaxRetries > maxMaxRetries) {
-		return invalid("max retries %d outside 0..%d (-1 removes the default)", *p.MaxRetries, maxMaxRetries)
-	}
-	if p.Timeout != nil && (*p.Timeout < 0 || *p.Timeout > maxDefaultTimeout) {
-		return invalid("timeout %v outside 0..%v (0 removes the default)", *p.Timeout, maxDefaultTimeout)
+	if err := settings.Patch(p).Validate(patchBounds); err != nil {
+		return err
 	}
 	if p.GroupWindow != nil || p.GroupWeights != nil {
 		return p.groupChange().validate()
@@ -203,27 +147,8 @@ func applyDefaults(d publish.Defaults, common []Option, t *Task, j *Job, nj *job
 	}
 }
 
-// recordChange is the part of p kept in the settings record, and whether there is one.
-func (p QueuePatch) recordChange() (jobstate.SettingsChange, bool) {
-	c := jobstate.SettingsChange{Set: map[string]string{}}
-	if n := p.MaxRetries; n != nil && *n >= 0 {
-		c.Set[publish.FieldMaxRetries] = strconv.Itoa(*n)
-	} else if n != nil {
-		c.Delete = append(c.Delete, publish.FieldMaxRetries)
-	}
-	if d := p.Timeout; d != nil && *d > 0 {
-		c.Set[publish.FieldTimeout] = strconv.FormatInt(timeoutMS(*d), 10)
-	} else if d != nil {
-		c.Delete = append(c.Delete, publish.FieldTimeout)
-	}
-	return c, len(c.Set)+len(c.Delete) > 0
-}
-
 // pauseOnly reports whether p changes nothing but the pause.
-func (p QueuePatch) pauseOnly() bool {
-	p.Paused = nil
-	return reflect.DeepEqual(p, QueuePatch{})
-}
+func (p QueuePatch) pauseOnly() bool { return settings.Patch(p).PauseOnly() }
 
 func (p QueuePatch) groupChange() GroupChange {
 	c := GroupChange{Weights: p.GroupWeights}
@@ -260,7 +185,7 @@ func (i *Inspector) UpdateQueue(ctx context.Context, queue string, patch QueuePa
 		g := patch.groupChange()
 		c.groups = &g
 	}
-	if rc, ok := patch.recordChange(); ok {
+	if rc, ok := settings.Patch(patch).RecordChange(); ok {
 		c.defaults = &rc
 	}
 	done, err := i.apply(ctx, queue, c)
@@ -389,20 +314,4 @@ func (i *Inspector) setConcurrency(ctx context.Context, queue string, n int) err
 
 // storeErr gives an error of the store's queue changes (jobstate.ErrBusy, ErrRefused) the
 // pipeline's sentinel in place of the store's, in its text and for errors.Is.
-func storeErr(err error) error {
-	for _, m := range []struct{ from, to error }{{jobstate.ErrBusy, ErrQueueBusy}, {jobstate.ErrRefused, ErrInvalid}} {
-		if errors.Is(err, m.from) {
-			return &mappedErr{err: err, from: m.from, to: m.to}
-		}
-	}
-	return err
-}
-
-// mappedErr is an error whose store sentinel stands replaced by the pipeline's (storeErr).
-type mappedErr struct{ err, from, to error }
-
-func (e *mappedErr) Error() string {
-	return strings.Replace(e.err.Error(), e.from.Error(), e.to.Error(), 1)
-}
-
-func (e *mappedErr) Unwrap() []error { return []error{e.to, e.err} }
+func storeErr(err error) error { return settings.StoreErr(err, ErrQueueBusy, ErrInvalid) }

@@ -31,13 +31,13 @@ const readyWait = time.Second
 type Waiter struct {
 	c     *Client
 	w     *events.Watcher
-	reads chan struct{} // a token per read in flight
-	nread atomic.Int64  // whole reads done, for tests
+	reads events.Reads // a token per read in flight
+	nread atomic.Int64 // whole reads done, for tests
 }
 
 // NewWaiter returns a Waiter reading jobs through c.
 func (c *Client) NewWaiter() *Waiter {
-	return &Waiter{c: c, w: events.NewWatcher(c.rdb, events.Config{}), reads: make(chan struct{}, maxWaitReads)}
+	return &Waiter{c: c, w: events.NewWatcher(c.rdb, events.Config{}), reads: make(events.Reads, maxWaitReads)}
 }
 
 // Close ends the Waiter's subscriptions; its waits still running return when their context
@@ -76,7 +76,7 @@ func (w *Waiter) Wait(ctx context.Context, queue, id string) (*Job, error) {
 	if err := c.checkJob(queue, id); err != nil {
 		return nil, err
 	}
-	if err := w.acquire(ctx); err != nil {
+	if err := w.reads.Acquire(ctx); err != nil {
 		return nil, err
 	}
 	p, err := c.pub.Partitions(ctx, queue, false)
@@ -86,126 +86,47 @@ func (w *Waiter) Wait(ctx context.Context, queue, id string) (*Job, error) {
 		var j *Job
 		j, q, err = findJob(ctx, c.store, publish.LookupOrder(c.cfg.Prefix, queue, id, p), id)
 		if err == nil && j.Status.Final() {
-			w.release()
+			w.reads.Release()
 			return j, nil
 		}
 	}
-	w.release()
+	w.reads.Release()
 	if err != nil {
 		return nil, err
 	}
 	return w.waitOn(ctx, q, id)
 }
 
-func (w *Waiter) acquire(ctx context.Context) error {
-	select {
-	case w.reads <- struct{}{}:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
+// waitOn is Wait on the partition q that holds the job (events.Wait).
+func (w *Waiter) waitOn(ctx context.Context, q keys.Queue, id string) (*Job, error) {
+	return events.Wait(ctx, w.w, w.reads, q.Events(), id, readyWait, w.job(q, id))
 }
 
-func (w *Waiter) release() { <-w.reads }
-
-// read reads job id of q, maxWaitReads at a time. With mark it also marks the job watched, in
-// the same script. The job-state scripts announce a job's outcome only when it is marked. The
-// mark stays on the job's hash, so the later reads need not make it again.
-func (w *Waiter) read(ctx context.Context, q keys.Queue, id string, mark bool) (*Job, error) {
-	if err := w.acquire(ctx); err != nil {
-		return nil, err
+// job is how a wait reads job id of q. The first read marks the job watched, so that the
+// job-state scripts announce its outcome (getWatchedJob).
+func (w *Waiter) job(q keys.Queue, id string) events.Job[Job] {
+	return events.Job[Job]{
+		Read: func(ctx context.Context, mark bool) (*Job, error) {
+			defer w.nread.Add(1)
+			if mark {
+				return getWatchedJob(ctx, w.c.store, q, id)
+			}
+			return getJob(ctx, w.c.store, q, id)
+		},
+		Status: func(ctx context.Context) (string, error) {
+			s, err := w.c.store.Status(ctx, q, id)
+			if errors.Is(err, jobstate.ErrNoJob) {
+				return "", nil
+			}
+			return s, rediserr.Wrap("get", err)
+		},
+		StatusOf: func(j *Job) status.Status { return j.Status },
+		NotFound: ErrNotFound,
 	}
-	defer w.release()
-	var j *Job
-	var err error
-	if mark {
-		j, err = getWatchedJob(ctx, w.c.store, q, id)
-	} else {
-		j, err = getJob(ctx, w.c.store, q, id)
-	}
-	w.nread.Add(1)
-	return j, err
 }
 
 // getWatchedJob is getJob that marks the job watched (jobstate.Store.GetWatched).
 func getWatchedJob(ctx context.Context, js jobstate.Backend, q keys.Queue, id string) (*Job, error) {
 	flat, found, err := js.GetWatched(ctx, q, id)
 	return gotJob(q, id, flat, found, err)
-}
-
-// status reads the status of job id of q ("" when there is no such job), maxWaitReads at a
-// time.
-func (w *Waiter) status(ctx context.Context, q keys.Queue, id string) (string, error) {
-	if err := w.acquire(ctx); err != nil {
-		return "", err
-	}
-	defer w.release()
-	s, err := w.c.store.Status(ctx, q, id)
-	if errors.Is(err, jobstate.ErrNoJob) {
-		return "", nil
-	}
-	return s, rediserr.Wrap("get", err)
-}
-
-// waitOn is Wait on the partition q that holds the job.
-func (w *Waiter) waitOn(ctx context.Context, q keys.Queue, id string) (*Job, error) {
-	// Watch before the read: an event sent between a read and the watch would be lost.
-	wt := w.w.Watch(ctx, q.Events(), id)
-	defer wt.Close()
-	// Read once the subscription is confirmed, so that a new subscription does not make every
-	// wait that started with it read twice. But wait no longer than readyWait, so that a
-	// server whose subscriptions fail still answers; the fallback's reads cover it then.
-	wt.WaitReady(ctx, readyWait)
-	// The read marks the job watched: its outcome is announced only then (finish.lua), and
-	// the outcome is either in this read or announced after it.
-	j, err := w.read(ctx, q, id, true)
-	if err != nil || j.Status.Final() {
-		return j, err
-	}
-	for {
-		select {
-		case <-ctx.Done():
-			return j, ctx.Err()
-		case <-wt.C():
-		}
-		ev, recheck := wt.Take()
-		if !events.Final(ev) {
-			if !recheck {
-				// It moved on but did not end (a retry, a promotion): nothing to read yet. The
-				// job as last read is stale now.
-				j = nil
-				continue
-			}
-			// A recheck: most find the job as it was, so ask only its status (one command;
-			// a whole read is three).
-			now, err := w.status(ctx, q, id)
-			if err != nil {
-				if ctx.Err() != nil {
-					return nil, ctx.Err()
-				}
-				continue // Redis unreachable: the next recheck tries again
-			}
-			if now != "" && !status.Status(now).Final() {
-				if j != nil && j.Status != status.Status(now) {
-					j = nil
-				}
-				continue
-			}
-		}
-		got, err := w.read(ctx, q, id, false)
-		switch {
-		case ctx.Err() != nil:
-			return nil, ctx.Err()
-		case err == nil:
-			if j = got; j.Status.Final() {
-				return j, nil
-			}
-		case errors.Is(err, ErrNotFound):
-			return nil, err // gone (its retention ended, deleted) while waited for
-		default:
-			// Redis unreachable: wait on, the next recheck reads again (the first read's
-			// error was returned: a wait starts with the job as it is).
-			j = nil
-		}
-	}
 }

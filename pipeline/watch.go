@@ -2,8 +2,8 @@ package pipeline
 
 import (
 	"context"
-	"errors"
 
+	"github.com/conveyorq/conveyor/internal/events"
 	"github.com/conveyorq/conveyor/internal/keys"
 	"github.com/conveyorq/conveyor/internal/publish"
 )
@@ -25,7 +25,7 @@ func (w *Waiter) Follow(ctx context.Context, queue, id string, fn func(*Job) err
 	if err := c.checkJob(queue, id); err != nil {
 		return err
 	}
-	if err := w.acquire(ctx); err != nil {
+	if err := w.reads.Acquire(ctx); err != nil {
 		return err
 	}
 	p, err := c.pub.Partitions(ctx, queue, false)
@@ -34,7 +34,7 @@ func (w *Waiter) Follow(ctx context.Context, queue, id string, fn func(*Job) err
 		// Find the job's partition first: its events come on that partition's channel.
 		_, q, err = findJob(ctx, c.store, publish.LookupOrder(c.cfg.Prefix, queue, id, p), id)
 	}
-	w.release()
+	w.reads.Release()
 	if err != nil {
 		return err
 	}
@@ -47,43 +47,9 @@ func (c *Client) Follow(ctx context.Context, queue, id string, fn func(*Job) err
 	return c.waiter.w.Follow(ctx, queue, id, fn)
 }
 
-// followOn is Follow on the partition q that holds the job.
+// followOn is Follow on the partition q that holds the job (events.Follow).
 func (w *Waiter) followOn(ctx context.Context, q keys.Queue, id string, fn func(*Job) error) error {
-	// As waitOn: watch, then read (marking the job watched, so that its outcome is announced).
-	wt := w.w.Watch(ctx, q.Events(), id)
-	defer wt.Close()
-	wt.WaitReady(ctx, readyWait)
-	j, err := w.read(ctx, q, id, true)
-	if err != nil {
-		return err
-	}
-	if err := fn(j); err != nil || j.Status.Final() {
-		return err
-	}
-	for {
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-wt.C():
-		}
-		wt.Take() // every wake reads: a progress report is in the hash, not in the event
-		got, err := w.read(ctx, q, id, false)
-		switch {
-		case ctx.Err() != nil:
-			return ctx.Err()
-		case errors.Is(err, ErrNotFound):
-			return err
-		case err != nil:
-			continue // Redis unreachable: the next wake (the fallback's at worst) reads again
-		}
-		if !changed(j, got) {
-			continue
-		}
-		j = got
-		if err := fn(j); err != nil || j.Status.Final() {
-			return err
-		}
-	}
+	return events.Follow(ctx, w.w, w.reads, q.Events(), id, readyWait, w.job(q, id), changed, fn)
 }
 
 // changed reports whether b differs from a in what Follow follows.
