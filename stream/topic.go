@@ -379,9 +379,11 @@ func (t *topic) handOut(d *delivery) bool {
 	d.delivered = true
 	t.st.mu.Unlock()
 	// A select between a ready reader and a closed stopping picks at random: check first, so
-	// nothing is handed out once shutdown has begun. Nothing but this check comes between the
-	// mark and the select: a goroutine parked on the mutex above must not be caught halfway
-	// when shutdown begins.
+	// a hand-out that starts after shutdown began sends nothing. One already waiting in the
+	// select below when it begins may still go out. It is then one more message the shutdown
+	// waits for (CloseTimeout) and releases if it is not acked. Nothing but this check comes
+	// between the mark and the select: a goroutine parked on the mutex above must not be
+	// caught halfway when shutdown begins.
 	select {
 	case <-t.stopping:
 		t.unhand(d)
