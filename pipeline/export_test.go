@@ -3,6 +3,7 @@ package pipeline
 import (
 	"github.com/conveyorq/conveyor/internal/engine"
 	"github.com/conveyorq/conveyor/internal/keys"
+	"github.com/conveyorq/conveyor/internal/publish"
 )
 
 // WaiterDelivered is how many events woke one of w's waits.
@@ -64,3 +65,7 @@ const (
 
 // MaxRunAt is maxRunAt, for the external tests.
 var MaxRunAt = maxRunAt
+
+// Layouts is how many layout changes this process made (publish.Relayout): each drops every
+// Client's cached routes.
+var Layouts = publish.Layouts

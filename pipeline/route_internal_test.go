@@ -58,9 +58,19 @@ func TestPublishReadsRouteOnce(t *testing.T) {
 		before = reads()
 		require.NoError(t, pub.publish(queue))
 		require.EqualValues(t, 1, reads()-before, "%s: a publish to a known queue, its count not cached, reads the route once", pub.name)
-		before = reads()
-		require.NoError(t, pub.publish(queue))
-		require.EqualValues(t, 0, reads()-before, "%s: a warm publish (its count cached) reads none", pub.name)
+		// A layout change anywhere in the process (parallel tests make them) drops the cached
+		// route: the pair below is made again until none came between its publishes.
+		for {
+			layouts := publish.Layouts()
+			require.NoError(t, pub.publish(queue)) // caches the route, if a change dropped it
+			before = reads()
+			require.NoError(t, pub.publish(queue))
+			warm := reads() - before
+			if publish.Layouts() == layouts {
+				require.EqualValues(t, 0, warm, "%s: a warm publish (its count cached) reads none", pub.name)
+				break
+			}
+		}
 	}
 }
 

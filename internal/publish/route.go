@@ -40,6 +40,10 @@ var layoutChanges atomic.Int64
 // queue's partition count or job defaults.
 func Relayout() { layoutChanges.Add(1) }
 
+// Layouts returns how many times this process called Relayout. A test reads it to tell a
+// route read again because a parallel test changed a layout from one read for no reason.
+func Layouts() int64 { return layoutChanges.Load() }
+
 // Config is what a Publisher needs. Every field but ReadCounts is required.
 type Config struct {
 	Store  jobstate.Backend
