@@ -58,6 +58,9 @@ type RunJob struct {
 	typ      string  // its type, and when it was handed to its handler: for the heartbeat
 	start    time.Time
 	checking bool // a check of its record is under way (cancels.mu)
+	// again: an event came while a check was under way. That check may have read the record
+	// before the cancel was written, so another follows it (cancels.mu).
+	again bool
 }
 
 // Cancels is a worker's running jobs and recent cancels.
@@ -146,6 +149,8 @@ func (c *Cancels) Heard(channel string) func([]events.Event) {
 				if !rj.checking {
 					rj.checking = true
 					go c.check(rj)
+				} else {
+					rj.again = true
 				}
 			}
 			if !found {
@@ -181,8 +186,12 @@ func (c *Cancels) check(rj *RunJob) {
 	defer cancel()
 	st, err := c.store.Status(ctx, *rj.q, rj.id)
 	c.mu.Lock()
-	rj.checking = false
+	again := rj.again && status.Status(st) != status.Canceled
+	rj.checking, rj.again = again, false
 	c.mu.Unlock()
+	if again {
+		defer c.check(rj)
+	}
 	switch {
 	case err != nil:
 		c.log.Warn().Err(err).Str("queue", rj.q.Name()).Str("job_id", rj.id).
