@@ -44,13 +44,7 @@ type Job[J any] struct {
 // subscription before the first read. When ctx ends first, Wait returns ctx's error with the
 // job as it last read it, nil when an event said it changed since.
 func Wait[J any](ctx context.Context, w *Watcher, reads Reads, channel, id string, readyWait time.Duration, job Job[J]) (*J, error) {
-	read := func(ctx context.Context, mark bool) (*J, error) {
-		if err := reads.Acquire(ctx); err != nil {
-			return nil, err
-		}
-		defer reads.Release()
-		return job.Read(ctx, mark)
-	}
+	read := func(ctx context.Context, mark bool) (*J, error) { return readUnder(ctx, reads, job, mark) }
 	// Watch before the read: an event sent between a read and the watch would be lost.
 	wt := w.Watch(ctx, channel, id)
 	defer wt.Close()
@@ -124,13 +118,7 @@ func Wait[J any](ctx context.Context, w *Watcher, reads Reads, channel, id strin
 // error when ctx ends, and job.NotFound when the job goes.
 func Follow[J any](ctx context.Context, w *Watcher, reads Reads, channel, id string, readyWait time.Duration, job Job[J],
 	changed func(last, now *J) bool, fn func(*J) error) error {
-	read := func(ctx context.Context, mark bool) (*J, error) {
-		if err := reads.Acquire(ctx); err != nil {
-			return nil, err
-		}
-		defer reads.Release()
-		return job.Read(ctx, mark)
-	}
+	read := func(ctx context.Context, mark bool) (*J, error) { return readUnder(ctx, reads, job, mark) }
 	// As Wait: watch, then read (marking the job watched, so that its outcome is announced).
 	wt := w.Watch(ctx, channel, id)
 	defer wt.Close()
@@ -166,4 +154,14 @@ func Follow[J any](ctx context.Context, w *Watcher, reads Reads, channel, id str
 			return err
 		}
 	}
+}
+
+// readUnder reads the job through job once reads admits it, so that waits share the bound on
+// reads in flight.
+func readUnder[J any](ctx context.Context, reads Reads, job Job[J], mark bool) (*J, error) {
+	if err := reads.Acquire(ctx); err != nil {
+		return nil, err
+	}
+	defer reads.Release()
+	return job.Read(ctx, mark)
 }
