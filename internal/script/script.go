@@ -15,7 +15,6 @@ import (
 	"context"
 	_ "embed"
 	"fmt"
-	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -168,13 +167,6 @@ func (b *backoff) wait(ctx context.Context) bool {
 	return true
 }
 
-var (
-	libFuncStart = regexp.MustCompile(`(?m)^local function (cv_\w+)\(`)
-	libRef       = regexp.MustCompile(`\bcv_\w+\b`)
-	libCode      = regexp.MustCompile(`(?m)^local (CV_[A-Z_]+) = (\d+)$`)
-	luaComment   = regexp.MustCompile(`--.*`)
-)
-
 // Code is the first element of every script's reply (see lib.lua).
 type Code int64
 
@@ -225,18 +217,18 @@ func newLibrary(helpers *Library, srcs ...string) *Library {
 	l := &Library{bodies: map[string]string{}}
 	for _, src := range srcs {
 		prevEnd := 0
-		for _, m := range libFuncStart.FindAllStringSubmatchIndex(src, -1) {
-			name := src[m[2]:m[3]]
-			end := strings.Index(src[m[0]:], "\nend\n")
+		for _, f := range funcStarts(src) {
+			name := f.name
+			end := strings.Index(src[f.at:], "\nend\n")
 			if end < 0 {
 				panic("script: unterminated Lua function " + name)
 			}
 			if _, dup := l.bodies[name]; dup || (helpers != nil && helpers.bodies[name] != "") {
 				panic("script: Lua function " + name + " defined twice")
 			}
-			end += m[0] + len("\nend\n")
+			end += f.at + len("\nend\n")
 			// The comment block right above the function belongs to it.
-			head := m[0]
+			head := f.at
 			for head > prevEnd {
 				lineStart := strings.LastIndex(src[:head-1], "\n") + 1
 				if !strings.HasPrefix(src[lineStart:head], "--") {
@@ -262,7 +254,7 @@ func (l *Library) Join(src string) string {
 	need := map[string]bool{}
 	var find func(code string)
 	find = func(code string) {
-		for _, ref := range libRef.FindAllString(code, -1) {
+		for _, ref := range refs(code) {
 			if body, ok := l.bodies[ref]; ok && !need[ref] {
 				need[ref] = true
 				find(body)
@@ -278,7 +270,7 @@ func (l *Library) Join(src string) string {
 			return
 		}
 		done[name] = true
-		for _, ref := range libRef.FindAllString(luaComment.ReplaceAllString(l.bodies[name], ""), -1) {
+		for _, ref := range refs(stripComments(l.bodies[name])) {
 			if need[ref] {
 				emit(ref)
 			}
@@ -300,9 +292,9 @@ func (l *Library) Join(src string) string {
 func withLib(src string) string {
 	joined := base.Join(src)
 	var b strings.Builder
-	for _, m := range libCode.FindAllStringSubmatch(lib, -1) {
-		if regexp.MustCompile(`\b` + m[1] + `\b`).MatchString(joined) {
-			b.WriteString(m[0])
+	for _, c := range codes(lib) {
+		if hasWord(joined, c.name) {
+			b.WriteString(c.line)
 			b.WriteString("\n")
 		}
 	}

@@ -85,8 +85,8 @@ func TestLibraryJoinsUsersAfterWhatTheyUse(t *testing.T) {
 func TestCodesMatchLib(t *testing.T) {
 	t.Parallel()
 	inLua := map[string]string{}
-	for _, m := range libCode.FindAllStringSubmatch(lib, -1) {
-		inLua[m[1]] = m[2]
+	for _, c := range codes(lib) {
+		inLua[c.name] = strings.TrimPrefix(c.line, "local "+c.name+" = ")
 	}
 	if len(inLua) != len(codeNames) {
 		t.Fatalf("lib.lua has %d codes, Go %d", len(inLua), len(codeNames))
