@@ -199,11 +199,6 @@ func (c *Client) publishWorkflow(ctx context.Context, queue string, wf Workflow,
 		tasks[i] = wf.Tasks[i].Task
 	}
 	ctx, pt := c.startPublish(ctx, queue, nil, tasks)
-	end := func(jobs []*Job, err error) {
-		if pt != nil {
-			pt.end(jobs, err)
-		}
-	}
 	now := c.cfg.Now()
 	nw := jobstate.NewWorkflow{ID: wf.ID, Name: wf.Name, Kind: kind, Retention: max(c.cfg.Retention, c.cfg.MinRetention),
 		Tasks: make([]jobstate.NewTask, len(order))}
@@ -213,12 +208,12 @@ func (c *Client) publishWorkflow(ctx context.Context, queue string, wf Workflow,
 		nt := &nw.Tasks[k]
 		j, err := c.prepare(queue, &t.Task, now, nil, pt.forTask(&t.Task), &nt.Job)
 		if err != nil {
-			end(nil, err)
+			pt.end(nil, err)
 			return nil, fmt.Errorf("task %s: %w", t.Name, err)
 		}
 		if err := workflow.TaskOptions(&nt.Job, now); err != nil {
 			err = fmt.Errorf("%w: %w", ErrInvalid, err)
-			end(nil, err)
+			pt.end(nil, err)
 			return nil, fmt.Errorf("task %s: %w", t.Name, err)
 		}
 		jobs[k] = j
@@ -229,7 +224,7 @@ func (c *Client) publishWorkflow(ctx context.Context, queue string, wf Workflow,
 	}
 	_, d, err := c.pub.Route(ctx, queue, true)
 	if err != nil {
-		end(nil, err)
+		pt.end(nil, err)
 		return nil, err
 	}
 	for k, i := range order {
@@ -237,13 +232,13 @@ func (c *Client) publishWorkflow(ctx context.Context, queue string, wf Workflow,
 	}
 	q, existed, err := c.pub.Workflow(ctx, queue, &nw, now)
 	if q.Name() == "" { // failed before a write was answered
-		end(nil, err)
+		pt.end(nil, err)
 		return nil, err
 	}
 	if errors.Is(err, jobstate.ErrWorkflowConflict) {
 		err = &workflowConflict{id: wf.ID, what: strings.TrimPrefix(err.Error(), jobstate.ErrWorkflowConflict.Error()+": ")}
 	}
-	end(jobs, err)
+	pt.end(jobs, err)
 	if err != nil {
 		return nil, err
 	}
