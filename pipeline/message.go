@@ -98,8 +98,8 @@ func (u entryUnmarshaller) Unmarshal(streamName, id string, values map[string]an
 
 // foreign reads the job of an entry of another Watermill publisher from its metadata, by the
 // Publisher's rules (controlOptions). It returns its job field (as Conveyor would have written
-// it, attempt 1), and its type. It returns what adopting it takes (adoption, the value of
-// metaForeign), or why it cannot be run. A delay counts from the entry's time, the moment it
+// it, attempt 1), and its type. It returns what adopting it takes (engine.Adoption, the value
+// of metaForeign), or why it cannot be run. A delay counts from the entry's time, the moment it
 // was published.
 func (u entryUnmarshaller) foreign(md message.Metadata, entry string) (job, typ, adopt, reason string) {
 	ctrl, reason := control.Adoptable(md, u.defaultType)
@@ -119,9 +119,9 @@ func (u entryUnmarshaller) foreign(md message.Metadata, entry string) (job, typ,
 	if o.hasRetries {
 		retries = o.maxRetries
 	}
-	a := adoption{runAt: runAt.UnixMilli()}
+	a := engine.Adoption{RunAt: runAt.UnixMilli()}
 	if o.hasUnique {
-		a.uniqueKey, a.uniqueTTL = o.uniqueKey, max(1, o.uniqueTTL.Milliseconds())
+		a.UniqueKey, a.UniqueTTL = o.uniqueKey, max(1, o.uniqueTTL.Milliseconds())
 	}
 	return keys.FormatEntryJob(1, retries, timeoutMS(o.timeout), t.Type), t.Type, a.String(), ""
 }
@@ -129,37 +129,6 @@ func (u entryUnmarshaller) foreign(md message.Metadata, entry string) (job, typ,
 // reasonOf is an input error as the reason of a dead record: without ErrInvalid's words.
 func reasonOf(err error) string {
 	return strings.TrimPrefix(err.Error(), ErrInvalid.Error()+": ")
-}
-
-// adoption is what adopting a message of another publisher takes besides its job field: its
-// due time and unique key. It travels from the unmarshaller to the worker in the message's
-// metaForeign metadata as "<run_at ms> <unique ttl ms> <unique key>".
-type adoption struct {
-	runAt     int64 // unix ms
-	uniqueTTL int64 // ms; 0 without a unique key
-	uniqueKey string
-}
-
-func (a adoption) String() string {
-	return strconv.FormatInt(a.runAt, 10) + " " + strconv.FormatInt(a.uniqueTTL, 10) + " " + a.uniqueKey
-}
-
-// parseAdoption reads what adoption.String wrote.
-func parseAdoption(s string) adoption {
-	f := strings.SplitN(s, " ", 3)
-	var a adoption
-	if len(f) == 3 {
-		a.runAt, _ = strconv.ParseInt(f[0], 10, 64)
-		a.uniqueTTL, _ = strconv.ParseInt(f[1], 10, 64)
-		a.uniqueKey = f[2]
-	}
-	return a
-}
-
-// engineAdoption is the engine's copy of what md (metaForeign) says, for adopting.
-func engineAdoption(md string) engine.Adoption {
-	a := parseAdoption(md)
-	return engine.Adoption{RunAt: a.runAt, UniqueTTL: a.uniqueTTL, UniqueKey: a.uniqueKey}
 }
 
 // jobFromMessage builds the handler's view of a job from a message made by entryUnmarshaller.
