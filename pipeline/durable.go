@@ -9,16 +9,8 @@ import (
 	"github.com/conveyorq/conveyor/internal/durable"
 )
 
-// Durable writes. Redis acknowledges a write once the master has it; its replicas get it a
-// moment later. A master that dies in that moment takes the write with it, and Sentinel (or
-// the cluster) promotes a replica that never saw it. Asking for replicas makes a write wait,
-// with Redis's WAIT, until that many replicas have it, or the timeout passes.
-//
-// WAIT confirms a connection's writes up to its last one, and a pipeline may run on any pooled
-// connection. So each waiting pipeline also writes a no-op (HINCRBY of the queue's stats by 0)
-// after the scripts. The replicas that confirm it have every write the master took before it,
-// whichever connection made them. This also covers a job that was there already (a duplicate
-// publish), which the caller's own scripts did not write.
+// Durable writes: the public settings and errors of a replica wait. Why a wait needs WAIT
+// and an anchor write is internal/durable's package doc.
 
 // maxReplicas bounds the replicas a write may wait for.
 const maxReplicas = 100
