@@ -188,7 +188,7 @@ func (c *Client) Enqueue(ctx context.Context, queue string, task Task, opts ...O
 // enqueue is Enqueue with the publish's tracing (nil for none).
 func (c *Client) enqueue(ctx context.Context, queue string, task *Task, pt *publishTrace, opts []Option) (_ *Job, err error) {
 	defer func() { err = outOfMemory(err) }()
-	if err := c.check(queue, ""); err != nil {
+	if err := validate(queue, ""); err != nil {
 		return nil, err
 	}
 	now := c.cfg.Now()
@@ -254,7 +254,7 @@ func (c *Client) EnqueueBatch(ctx context.Context, queue string, tasks []Task, o
 // enqueueBatch is EnqueueBatch with the publish's tracing (nil for none).
 func (c *Client) enqueueBatch(ctx context.Context, queue string, tasks []Task, pt *publishTrace, opts []Option) (_ []*Job, err error) {
 	defer func() { err = outOfMemory(err) }()
-	if err := c.check(queue, ""); err != nil {
+	if err := validate(queue, ""); err != nil {
 		return nil, err
 	}
 	if len(tasks) == 0 {
@@ -435,9 +435,6 @@ func validate(queue, id string) error {
 	return nil
 }
 
-// check validates a queue name and, unless empty, a job id.
-func (c *Client) check(queue, id string) error { return validate(queue, id) }
-
 // NewID returns a new job id: a ULID (26 characters, sortable by creation time).
 func NewID() string { return ulid.Make().String() }
 
@@ -562,7 +559,7 @@ type QueueStats struct {
 // Stats reads a queue's gauges and counters in one round trip (one per node involved on a
 // cluster); a partitioned queue's are the sums over its partitions.
 func (c *Client) Stats(ctx context.Context, queue string) (*QueueStats, error) {
-	if err := c.check(queue, ""); err != nil {
+	if err := validate(queue, ""); err != nil {
 		return nil, err
 	}
 	p, err := c.pub.Partitions(ctx, queue, false)

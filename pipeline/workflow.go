@@ -11,7 +11,6 @@ import (
 
 	"github.com/conveyorq/conveyor/internal/jobstate"
 	"github.com/conveyorq/conveyor/internal/keys"
-	"github.com/conveyorq/conveyor/internal/publish"
 	"github.com/conveyorq/conveyor/internal/workflow"
 	"github.com/conveyorq/conveyor/status"
 )
@@ -187,7 +186,7 @@ func (c *Client) Batch(ctx context.Context, queue string, b Batch) (*WorkflowSta
 
 func (c *Client) publishWorkflow(ctx context.Context, queue string, wf Workflow, kind string) (_ *WorkflowState, err error) {
 	defer func() { err = outOfMemory(err) }()
-	if err := c.check(queue, ""); err != nil {
+	if err := validate(queue, ""); err != nil {
 		return nil, err
 	}
 	order, graph, err := checkWorkflow(&wf)
@@ -270,26 +269,25 @@ func checkWorkflow(wf *Workflow) ([]int, []workflow.Task, error) {
 // GetWorkflow reads workflow (or batch) id of queue with each task's status. It returns
 // ErrNotFound for an unknown id, or a workflow whose retention ended.
 func (c *Client) GetWorkflow(ctx context.Context, queue, id string) (*WorkflowState, error) {
-	return getWorkflow(ctx, c.store, c.cfg.Prefix, queue, id, c.pub.Partitions)
+	return getWorkflow(ctx, c.store, queue, id, c.lookup)
 }
 
 // Workflow reads workflow (or batch) id of queue, as Client.GetWorkflow.
 func (i *Inspector) Workflow(ctx context.Context, queue, id string) (*WorkflowState, error) {
-	return getWorkflow(ctx, i.store, i.cfg.Prefix, queue, id, func(ctx context.Context, queue string, _ bool) (int, error) {
-		return jobstate.PartitionCount(ctx, i.rdb, i.cfg.Prefix, queue)
-	})
+	return getWorkflow(ctx, i.store, queue, id, i.lookup)
 }
 
-func getWorkflow(ctx context.Context, js jobstate.Backend, prefix, queue, id string, parts func(context.Context, string, bool) (int, error)) (*WorkflowState, error) {
+// getWorkflow reads workflow id of queue from the partitions lookup returns: the one the id
+// routes to under today's count first, then the others.
+func getWorkflow(ctx context.Context, js jobstate.Backend, queue, id string, lookup func(context.Context, string, string) ([]keys.Queue, error)) (*WorkflowState, error) {
 	if err := validate(queue, id); err != nil {
 		return nil, err
 	}
-	p, err := parts(ctx, queue, false)
+	qs, err := lookup(ctx, queue, id)
 	if err != nil {
 		return nil, err
 	}
-	// The partition the id routes to under today's count first, then the others.
-	return readWorkflow(ctx, js, publish.LookupOrder(prefix, queue, id, p), id)
+	return readWorkflow(ctx, js, qs, id)
 }
 
 // readWorkflow reads workflow id from the first of qs that has it (workflow.Find).
@@ -301,9 +299,10 @@ func readWorkflow(ctx context.Context, js jobstate.Backend, qs []keys.Queue, id 
 	if !found {
 		return nil, ErrNotFound
 	}
-	st := &WorkflowState{ID: id, Queue: q.Name(), Name: rec.Name, Kind: rec.Kind, CreatedAt: rec.CreatedAt,
+	st := stateOf(q.Name(), jobstate.WorkflowSummary{ID: id, Name: rec.Name, Kind: rec.Kind, CreatedAt: rec.CreatedAt,
 		FinishedAt: rec.FinishedAt, Total: rec.Total, Completed: rec.Completed, Failed: rec.Failed,
-		Canceled: rec.Canceled, Purged: rec.Purged, Tasks: make([]WorkflowTaskState, len(rec.Tasks))}
+		Canceled: rec.Canceled, Purged: rec.Purged})
+	st.Tasks = make([]WorkflowTaskState, len(rec.Tasks))
 	for i, t := range rec.Tasks {
 		r := rows[i]
 		ts := WorkflowTaskState{Name: t.Name, JobID: t.ID, Type: t.Type, After: t.After, Finally: t.Finally,
@@ -314,14 +313,15 @@ func readWorkflow(ctx context.Context, js jobstate.Backend, qs []keys.Queue, id 
 		}
 		st.Tasks[i] = ts
 	}
-	st.Status = st.derive()
 	return st, nil
 }
 
-// derive is the workflow's status from its counts.
-func (s *WorkflowState) derive() WorkflowStatus {
-	return WorkflowStatus(workflow.Counts{Total: s.Total, Completed: s.Completed, Failed: s.Failed,
-		Canceled: s.Canceled, Purged: s.Purged}.Status())
+// stateOf is the state of workflow w of queue, without its tasks.
+func stateOf(queue string, w jobstate.WorkflowSummary) *WorkflowState {
+	n := workflow.Counts{Total: w.Total, Completed: w.Completed, Failed: w.Failed, Canceled: w.Canceled, Purged: w.Purged}
+	return &WorkflowState{ID: w.ID, Queue: queue, Name: w.Name, Kind: w.Kind, Status: WorkflowStatus(n.Status()),
+		CreatedAt: w.CreatedAt, FinishedAt: w.FinishedAt, Total: w.Total, Completed: w.Completed, Failed: w.Failed,
+		Canceled: w.Canceled, Purged: w.Purged}
 }
 
 // maxWorkflowList bounds Inspector.Workflows' limit.
@@ -348,11 +348,7 @@ func (i *Inspector) Workflows(ctx context.Context, queue string, limit int) ([]*
 	}
 	var out []*WorkflowState
 	for _, w := range sums {
-		st := &WorkflowState{ID: w.ID, Queue: queue, Name: w.Name, Kind: w.Kind, CreatedAt: w.CreatedAt,
-			FinishedAt: w.FinishedAt, Total: w.Total, Completed: w.Completed, Failed: w.Failed,
-			Canceled: w.Canceled, Purged: w.Purged}
-		st.Status = st.derive()
-		out = append(out, st)
+		out = append(out, stateOf(queue, w))
 	}
 	return out, nil
 }
