@@ -199,27 +199,18 @@ func (c *Client) publishWorkflow(ctx context.Context, queue string, wf Workflow,
 	}
 	ctx, pt := c.startPublish(ctx, queue, nil, tasks)
 	now := c.cfg.Now()
-	nw := jobstate.NewWorkflow{ID: wf.ID, Name: wf.Name, Kind: kind, Retention: max(c.cfg.Retention, c.cfg.MinRetention),
-		Tasks: make([]jobstate.NewTask, len(order))}
 	jobs := make([]*Job, len(order))
-	for k, i := range order {
-		t := &wf.Tasks[i]
-		nt := &nw.Tasks[k]
-		j, err := c.prepare(queue, &t.Task, now, nil, pt.forTask(&t.Task), &nt.Job)
-		if err != nil {
-			pt.end(nil, err)
-			return nil, fmt.Errorf("task %s: %w", t.Name, err)
-		}
-		if err := workflow.TaskOptions(&nt.Job, now); err != nil {
-			err = fmt.Errorf("%w: %w", ErrInvalid, err)
-			pt.end(nil, err)
-			return nil, fmt.Errorf("task %s: %w", t.Name, err)
-		}
-		jobs[k] = j
+	nts, task, err := workflow.Prepare(wf.ID, graph, order, now, ErrInvalid, func(k, i int, nj *jobstate.NewJob) (err error) {
+		t := &wf.Tasks[i].Task
+		jobs[k], err = c.prepare(queue, t, now, nil, pt.forTask(t), nj)
+		return err
+	})
+	if err != nil {
+		pt.end(nil, err)
+		return nil, fmt.Errorf("task %s: %w", task, err)
 	}
-	workflow.Wire(wf.ID, graph, order, nw.Tasks)
 	for k, j := range jobs {
-		j.ID = nw.Tasks[k].Job.ID
+		j.ID = nts[k].Job.ID
 	}
 	_, d, err := c.pub.Route(ctx, queue, true)
 	if err != nil {
@@ -227,8 +218,10 @@ func (c *Client) publishWorkflow(ctx context.Context, queue string, wf Workflow,
 		return nil, err
 	}
 	for k, i := range order {
-		applyDefaults(d, nil, &wf.Tasks[i].Task, jobs[k], &nw.Tasks[k].Job)
+		applyDefaults(d, nil, &wf.Tasks[i].Task, jobs[k], &nts[k].Job)
 	}
+	nw := jobstate.NewWorkflow{ID: wf.ID, Name: wf.Name, Kind: kind, Tasks: nts,
+		Retention: max(c.cfg.Retention, c.cfg.MinRetention)}
 	q, existed, err := c.pub.Workflow(ctx, queue, &nw, now)
 	if q.Name() == "" { // failed before a write was answered
 		pt.end(nil, err)
@@ -371,45 +364,13 @@ func (j *Job) Dependencies(ctx context.Context) (*Dependencies, error) {
 	return &Dependencies{Workflow: d.Workflow, Completed: d.Completed, Failed: d.Failed, Canceled: d.Canceled, Results: d.Results}, nil
 }
 
-// workflowJSON is the wire form of a WorkflowState: the CLI's `workflows get --json` and the
-// HTTP API's.
-type workflowJSON struct {
-	ID         string         `json:"id"`
-	Queue      string         `json:"queue"`
-	Name       string         `json:"name"`
-	Kind       string         `json:"kind"`
-	Status     WorkflowStatus `json:"status"`
-	CreatedAt  int64          `json:"created_at"`
-	FinishedAt int64          `json:"finished_at"`
-	Total      int            `json:"total"`
-	Completed  int            `json:"completed"`
-	Failed     int            `json:"failed"`
-	Canceled   int            `json:"canceled"`
-	Purged     int            `json:"purged"`
-	Duplicate  bool           `json:"duplicate,omitempty"`
-	// Tasks is absent from a listing's summaries (Inspector.Workflows).
-	Tasks []workflowTaskJSON `json:"tasks,omitempty"`
-}
-
-type workflowTaskJSON struct {
-	Name       string        `json:"name"`
-	JobID      string        `json:"job_id"`
-	Type       string        `json:"type"`
-	After      []string      `json:"after"`
-	Finally    bool          `json:"finally"`
-	Status     status.Status `json:"status"`
-	Attempt    int           `json:"attempt"`
-	LastError  string        `json:"last_error"`
-	StartedAt  int64         `json:"started_at"`
-	FinishedAt int64         `json:"finished_at"`
-}
-
-// MarshalJSON writes the workflow with times as unix milliseconds (0 when not yet).
+// MarshalJSON writes the workflow in its wire form (workflow.JSON), with times as unix
+// milliseconds (0 when not yet).
 func (s *WorkflowState) MarshalJSON() ([]byte, error) {
-	w := workflowJSON{ID: s.ID, Queue: s.Queue, Name: s.Name, Kind: s.Kind, Status: s.Status,
+	w := workflow.JSON{ID: s.ID, Queue: s.Queue, Name: s.Name, Kind: s.Kind, Status: string(s.Status),
 		CreatedAt: unixMS(s.CreatedAt), FinishedAt: unixMS(s.FinishedAt), Total: s.Total,
 		Completed: s.Completed, Failed: s.Failed, Canceled: s.Canceled, Purged: s.Purged,
-		Duplicate: s.Duplicate, Tasks: make([]workflowTaskJSON, len(s.Tasks))}
+		Duplicate: s.Duplicate, Tasks: make([]workflow.TaskJSON, len(s.Tasks))}
 	if s.Tasks == nil {
 		w.Tasks = nil // a listing's summary: no tasks read
 	}
@@ -418,7 +379,7 @@ func (s *WorkflowState) MarshalJSON() ([]byte, error) {
 		if after == nil {
 			after = []string{}
 		}
-		w.Tasks[i] = workflowTaskJSON{Name: t.Name, JobID: t.JobID, Type: t.Type, After: after,
+		w.Tasks[i] = workflow.TaskJSON{Name: t.Name, JobID: t.JobID, Type: t.Type, After: after,
 			Finally: t.Finally, Status: t.Status, Attempt: t.Attempt, LastError: t.LastError,
 			StartedAt: unixMS(t.StartedAt), FinishedAt: unixMS(t.FinishedAt)}
 	}
