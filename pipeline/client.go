@@ -204,13 +204,13 @@ func (c *Client) enqueue(ctx context.Context, queue string, task *Task, pt *publ
 	}
 	applyDefaults(d, opts, task, j, &nj)
 	rw := c.replicasFor(opts, nil).writer(c.rdb) // durable.go
-	js := c.store.Via(rw.scripter(c.rdb))
+	js := c.store.Via(rw.Scripter(c.rdb))
 	if !nj.Plain(now) {
 		jobs, err := c.publish(ctx, js, queue, p, []*Job{j}, []jobstate.NewJob{nj}, now)
 		if err != nil {
 			return nil, err
 		}
-		return jobs[0], rw.check(nil)
+		return jobs[0], replicated(rw, nil)
 	}
 	row, err := c.pub.One(ctx, js, queue, p, &nj, now)
 	if err != nil {
@@ -223,7 +223,7 @@ func (c *Client) enqueue(ctx context.Context, queue string, task *Task, pt *publ
 	if err != nil {
 		return nil, err
 	}
-	return j, rw.check(nil)
+	return j, replicated(rw, nil)
 }
 
 // EnqueueBatch publishes many jobs to queue in one round trip. It makes one script call per
@@ -281,8 +281,8 @@ func (c *Client) enqueueBatch(ctx context.Context, queue string, tasks []Task, p
 		applyDefaults(d, opts, &tasks[i], jobs[i], &njs[i])
 	}
 	rw := c.replicasFor(opts, tasks).writer(c.rdb) // durable.go
-	jobs, err = c.publish(ctx, c.store.Via(rw.scripter(c.rdb)), queue, p, jobs, njs, now)
-	return jobs, rw.check(err)
+	jobs, err = c.publish(ctx, c.store.Via(rw.Scripter(c.rdb)), queue, p, jobs, njs, now)
+	return jobs, replicated(rw, err)
 }
 
 // publish writes prepared jobs to queue in the layout of p, its partition count as the caller

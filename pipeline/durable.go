@@ -110,28 +110,19 @@ func (c *Client) replicasFor(common []Option, tasks []Task) replicas {
 	return r.withDefaults()
 }
 
-// writer returns what an enqueue writes through: rdb itself, or a replicaWriter when r asks
-// for replicas.
-func (r replicas) writer(rdb redis.UniversalClient) *replicaWriter {
-	return (*replicaWriter)(durable.NewWriter(rdb, durable.Want{N: r.n, Timeout: r.timeout}))
+// writer returns what an enqueue writes through: nil (rdb itself) unless r asks for replicas.
+func (r replicas) writer(rdb redis.UniversalClient) *durable.Writer {
+	return durable.NewWriter(rdb, durable.Want{N: r.n, Timeout: r.timeout})
 }
 
-// replicaWriter is a durable.Writer for one enqueue call; a nil one waits for nothing.
-type replicaWriter durable.Writer
-
-// scripter returns what to send scripts through: w, or rdb when w is nil.
-func (w *replicaWriter) scripter(rdb redis.UniversalClient) redis.UniversalClient {
-	return (*durable.Writer)(w).Scripter(rdb)
-}
-
-// check returns err, joined with a *ReplicationError when fewer replicas than wanted
-// confirmed the call's writes. A Redis error (other than ErrConflict, which refuses single
-// jobs of a batch that was written) comes back alone: the writes may not have happened.
-func (w *replicaWriter) check(err error) error {
+// replicated returns err, joined with a *ReplicationError when fewer replicas than wanted
+// confirmed w's writes. A Redis error (other than ErrConflict, which refuses single jobs of a
+// batch that was written) comes back alone: the writes may not have happened.
+func replicated(w *durable.Writer, err error) error {
 	if err != nil && !errors.Is(err, ErrConflict) {
 		return err
 	}
-	short := (*durable.Writer)(w).Shortfall()
+	short := w.Shortfall()
 	if short == nil {
 		return err
 	}

@@ -34,11 +34,8 @@ const reservedMeta = 4 // metaJob, metaType, stream.EntryIDKey and stream.Stream
 // reason.
 //
 // An entry of another Watermill publisher (a valid message UUID and metadata, and no conveyor
-// field) is read as a job to adopt. Its control keys are read as the Publisher reads them. Its
-// type is its metakey.Type metadata, else defaultType. Its retries, timeout, due time and
-// unique key come from the other control keys, else the defaults. A bad control value, or a
-// key only the Publisher can apply (control.PublisherOnly), makes it unreadable. The reason
-// names the key.
+// field) is read as a job to adopt (foreign), its type defaultType unless metakey.Type says.
+// A key only the Publisher can apply (control.PublisherOnly) makes it unreadable.
 type entryUnmarshaller struct {
 	defaultType string
 }
