@@ -180,22 +180,15 @@ func (c *Client) Prefix() string { return c.cfg.Prefix }
 // provider (ClientConfig.TracerProvider), in its metadata: see "Tracing" in the README.
 func (c *Client) Enqueue(ctx context.Context, queue string, task Task, opts ...Option) (*Job, error) {
 	ctx, pt := c.startPublish(ctx, queue, &task, nil)
-	if pt == nil {
-		return c.enqueue(ctx, queue, &task, nil, opts)
-	}
 	j, err := c.enqueue(ctx, queue, &task, pt, opts)
-	if j != nil {
-		pt.end([]*Job{j}, err)
-	} else {
-		pt.end(nil, err)
-	}
+	pt.end([]*Job{j}, err)
 	return j, err
 }
 
 // enqueue is Enqueue with the publish's tracing (nil for none).
 func (c *Client) enqueue(ctx context.Context, queue string, task *Task, pt *publishTrace, opts []Option) (_ *Job, err error) {
 	defer func() { err = outOfMemory(err) }()
-	if err := c.check(queue, ""); err != nil {
+	if err := validate(queue, ""); err != nil {
 		return nil, err
 	}
 	now := c.cfg.Now()
@@ -211,13 +204,13 @@ func (c *Client) enqueue(ctx context.Context, queue string, task *Task, pt *publ
 	}
 	applyDefaults(d, opts, task, j, &nj)
 	rw := c.replicasFor(opts, nil).writer(c.rdb) // durable.go
-	js := c.store.Via(rw.scripter(c.rdb))
+	js := c.store.Via(rw.Scripter(c.rdb))
 	if !nj.Plain(now) {
 		jobs, err := c.publish(ctx, js, queue, p, []*Job{j}, []jobstate.NewJob{nj}, now)
 		if err != nil {
 			return nil, err
 		}
-		return jobs[0], rw.check(nil)
+		return jobs[0], replicated(rw, nil)
 	}
 	row, err := c.pub.One(ctx, js, queue, p, &nj, now)
 	if err != nil {
@@ -230,7 +223,7 @@ func (c *Client) enqueue(ctx context.Context, queue string, task *Task, pt *publ
 	if err != nil {
 		return nil, err
 	}
-	return j, rw.check(nil)
+	return j, replicated(rw, nil)
 }
 
 // EnqueueBatch publishes many jobs to queue in one round trip. It makes one script call per
@@ -249,12 +242,9 @@ func (c *Client) enqueue(ctx context.Context, queue string, task *Task, pt *publ
 // The jobs carry the trace context of ctx, or of the one publish span the call records under a
 // tracer provider, as Enqueue's do.
 func (c *Client) EnqueueBatch(ctx context.Context, queue string, tasks []Task, opts ...Option) ([]*Job, error) {
-	if len(tasks) == 0 {
-		return c.enqueueBatch(ctx, queue, tasks, nil, opts)
-	}
-	ctx, pt := c.startPublish(ctx, queue, nil, tasks)
-	if pt == nil {
-		return c.enqueueBatch(ctx, queue, tasks, nil, opts)
+	var pt *publishTrace
+	if len(tasks) > 0 {
+		ctx, pt = c.startPublish(ctx, queue, nil, tasks)
 	}
 	jobs, err := c.enqueueBatch(ctx, queue, tasks, pt, opts)
 	pt.end(jobs, err)
@@ -264,7 +254,7 @@ func (c *Client) EnqueueBatch(ctx context.Context, queue string, tasks []Task, o
 // enqueueBatch is EnqueueBatch with the publish's tracing (nil for none).
 func (c *Client) enqueueBatch(ctx context.Context, queue string, tasks []Task, pt *publishTrace, opts []Option) (_ []*Job, err error) {
 	defer func() { err = outOfMemory(err) }()
-	if err := c.check(queue, ""); err != nil {
+	if err := validate(queue, ""); err != nil {
 		return nil, err
 	}
 	if len(tasks) == 0 {
@@ -291,8 +281,8 @@ func (c *Client) enqueueBatch(ctx context.Context, queue string, tasks []Task, p
 		applyDefaults(d, opts, &tasks[i], jobs[i], &njs[i])
 	}
 	rw := c.replicasFor(opts, tasks).writer(c.rdb) // durable.go
-	jobs, err = c.publish(ctx, c.store.Via(rw.scripter(c.rdb)), queue, p, jobs, njs, now)
-	return jobs, rw.check(err)
+	jobs, err = c.publish(ctx, c.store.Via(rw.Scripter(c.rdb)), queue, p, jobs, njs, now)
+	return jobs, replicated(rw, err)
 }
 
 // publish writes prepared jobs to queue in the layout of p, its partition count as the caller
@@ -445,9 +435,6 @@ func validate(queue, id string) error {
 	return nil
 }
 
-// check validates a queue name and, unless empty, a job id.
-func (c *Client) check(queue, id string) error { return validate(queue, id) }
-
 // NewID returns a new job id: a ULID (26 characters, sortable by creation time).
 func NewID() string { return ulid.Make().String() }
 
@@ -458,37 +445,25 @@ func (c *Client) Get(ctx context.Context, queue, id string) (*Job, error) {
 	if err := c.checkJob(queue, id); err != nil {
 		return nil, err
 	}
+	qs, err := c.lookup(ctx, queue, id)
+	if err != nil {
+		return nil, err
+	}
+	j, _, err := findJob(ctx, c.store, qs, id)
+	return j, err
+}
+
+// lookup returns the partitions a read of job id of queue tries, in order
+// (publish.LookupOrder): the queue alone unless it is partitioned.
+func (c *Client) lookup(ctx context.Context, queue, id string) ([]keys.Queue, error) {
 	p, err := c.pub.Partitions(ctx, queue, false)
 	if err != nil {
 		return nil, err
 	}
 	if p <= 1 {
-		return getJob(ctx, c.store, c.pub.Keys(queue), id)
+		return []keys.Queue{c.pub.Keys(queue)}, nil
 	}
-	j, _, err := findJob(ctx, c.store, publish.LookupOrder(c.cfg.Prefix, queue, id, p), id)
-	return j, err
-}
-
-// getJob reads job id of q (Client.Get and Inspector.Get).
-func getJob(ctx context.Context, js jobstate.Backend, q keys.Queue, id string) (*Job, error) {
-	flat, found, err := js.Get(ctx, q, id)
-	return gotJob(q, id, flat, found, err)
-}
-
-// gotJob is the Job of a Store.Get reply.
-func gotJob(q keys.Queue, id string, flat []string, found bool, err error) (*Job, error) {
-	if err != nil {
-		return nil, fmt.Errorf("get %s/%s: %w", q.Name(), id, err)
-	}
-	if !found {
-		return nil, ErrNotFound
-	}
-	return jobFromHash(q.Name(), id, flat)
-}
-
-// jobFromHash builds a Job from a hash's flat field/value list.
-func jobFromHash(queue, id string, flat []string) (*Job, error) {
-	return jobFromRecord(queue, id, jobstate.DecodeRecord(flat))
+	return publish.LookupOrder(c.cfg.Prefix, queue, id, p), nil
 }
 
 // jobFromRecord builds job id of queue from its record.
@@ -531,15 +506,12 @@ func (c *Client) Cancel(ctx context.Context, queue, id string) error {
 	if err := c.checkJob(queue, id); err != nil {
 		return err
 	}
-	p, err := c.pub.Partitions(ctx, queue, false)
+	qs, err := c.lookup(ctx, queue, id)
 	if err != nil {
 		return err
 	}
 	now := c.cfg.Now()
-	if p <= 1 {
-		return cancelJob(ctx, c.store, c.pub.Keys(queue), id, now, c.cfg.Retention, c.cfg.MinRetention)
-	}
-	return publish.OnPartition(ctx, c.store, publish.LookupOrder(c.cfg.Prefix, queue, id, p), id, ErrNotFound, func(q keys.Queue) error {
+	return publish.OnPartition(ctx, c.store, qs, id, ErrNotFound, func(q keys.Queue) error {
 		return cancelJob(ctx, c.store, q, id, now, c.cfg.Retention, c.cfg.MinRetention)
 	})
 }
@@ -587,7 +559,7 @@ type QueueStats struct {
 // Stats reads a queue's gauges and counters in one round trip (one per node involved on a
 // cluster); a partitioned queue's are the sums over its partitions.
 func (c *Client) Stats(ctx context.Context, queue string) (*QueueStats, error) {
-	if err := c.check(queue, ""); err != nil {
+	if err := validate(queue, ""); err != nil {
 		return nil, err
 	}
 	p, err := c.pub.Partitions(ctx, queue, false)
@@ -595,24 +567,11 @@ func (c *Client) Stats(ctx context.Context, queue string) (*QueueStats, error) {
 		return nil, err
 	}
 	if p <= 1 {
-		st, err := readStats(ctx, c.store, []keys.Queue{c.pub.Keys(queue)})
+		st, err := c.store.ReadStats(ctx, []keys.Queue{c.pub.Keys(queue)})
 		if err != nil {
 			return nil, err
 		}
-		return st[0], nil
+		return (*QueueStats)(st[0]), nil
 	}
 	return queueStats(ctx, c.store, c.cfg.Prefix, queue, p)
-}
-
-// readStats reads the gauges and counters of queues qs in one pipeline (jobstate.Store.ReadStats).
-func readStats(ctx context.Context, js jobstate.Backend, qs []keys.Queue) ([]*QueueStats, error) {
-	st, err := js.ReadStats(ctx, qs)
-	if err != nil {
-		return nil, err
-	}
-	out := make([]*QueueStats, len(st))
-	for k, s := range st {
-		out[k] = (*QueueStats)(s)
-	}
-	return out, nil
 }

@@ -9,16 +9,8 @@ import (
 	"github.com/conveyorq/conveyor/internal/durable"
 )
 
-// Durable writes. Redis acknowledges a write once the master has it; its replicas get it a
-// moment later. A master that dies in that moment takes the write with it, and Sentinel (or
-// the cluster) promotes a replica that never saw it. Asking for replicas makes a write wait,
-// with Redis's WAIT, until that many replicas have it, or the timeout passes.
-//
-// WAIT confirms a connection's writes up to its last one, and a pipeline may run on any pooled
-// connection. So each waiting pipeline also writes a no-op (HINCRBY of the queue's stats by 0)
-// after the scripts. The replicas that confirm it have every write the master took before it,
-// whichever connection made them. This also covers a job that was there already (a duplicate
-// publish), which the caller's own scripts did not write.
+// Durable writes: the public settings and errors of a replica wait. Why a wait needs WAIT
+// and an anchor write is internal/durable's package doc.
 
 // maxReplicas bounds the replicas a write may wait for.
 const maxReplicas = 100
@@ -118,28 +110,19 @@ func (c *Client) replicasFor(common []Option, tasks []Task) replicas {
 	return r.withDefaults()
 }
 
-// writer returns what an enqueue writes through: rdb itself, or a replicaWriter when r asks
-// for replicas.
-func (r replicas) writer(rdb redis.UniversalClient) *replicaWriter {
-	return (*replicaWriter)(durable.NewWriter(rdb, durable.Want{N: r.n, Timeout: r.timeout}))
+// writer returns what an enqueue writes through: nil (rdb itself) unless r asks for replicas.
+func (r replicas) writer(rdb redis.UniversalClient) *durable.Writer {
+	return durable.NewWriter(rdb, durable.Want{N: r.n, Timeout: r.timeout})
 }
 
-// replicaWriter is a durable.Writer for one enqueue call; a nil one waits for nothing.
-type replicaWriter durable.Writer
-
-// scripter returns what to send scripts through: w, or rdb when w is nil.
-func (w *replicaWriter) scripter(rdb redis.UniversalClient) redis.UniversalClient {
-	return (*durable.Writer)(w).Scripter(rdb)
-}
-
-// check returns err, joined with a *ReplicationError when fewer replicas than wanted
-// confirmed the call's writes. A Redis error (other than ErrConflict, which refuses single
-// jobs of a batch that was written) comes back alone: the writes may not have happened.
-func (w *replicaWriter) check(err error) error {
+// replicated returns err, joined with a *ReplicationError when fewer replicas than wanted
+// confirmed w's writes. A Redis error (other than ErrConflict, which refuses single jobs of a
+// batch that was written) comes back alone: the writes may not have happened.
+func replicated(w *durable.Writer, err error) error {
 	if err != nil && !errors.Is(err, ErrConflict) {
 		return err
 	}
-	short := (*durable.Writer)(w).Shortfall()
+	short := w.Shortfall()
 	if short == nil {
 		return err
 	}

@@ -157,26 +157,22 @@ func (j *Job) MarshalJSON() ([]byte, error) {
 	if md == nil {
 		md = map[string]string{}
 	}
-	var db *debounceJSON
-	if d := j.Debounce; d != nil {
-		db = &debounceJSON{Key: d.Key, FirstAt: unixMS(d.First), Until: unixMS(d.Until), Publishes: d.Publishes}
-	}
-	var pct *int
-	var pmsg string
-	var pat int64
-	if p := j.Reported; p != nil {
-		pct, pmsg, pat = &p.Percent, p.Message, unixMS(p.At)
-	}
-	return json.Marshal(jobJSON{
-		Progress: pct, ProgressMessage: pmsg, ProgressAt: pat, Attempts: attemptsJSON(j.Attempts),
-		Debounce: db, Debounced: j.Debounced, Group: j.Group, Workflow: j.Workflow, Task: j.Task, ScheduledFor: j.ScheduledFor, Snoozes: j.Snoozes,
-		ID: j.ID, Queue: j.Queue, Type: j.Type, Status: j.Status,
+	w := jobJSON{
+		Attempts: attemptsJSON(j.Attempts), Debounced: j.Debounced, Group: j.Group, Workflow: j.Workflow, Task: j.Task,
+		ScheduledFor: j.ScheduledFor, Snoozes: j.Snoozes, ID: j.ID, Queue: j.Queue, Type: j.Type, Status: j.Status,
 		Attempt: j.Attempt, MaxRetries: j.MaxRetries, Priority: max(j.Priority, MinPriority), TimeoutMS: j.Timeout.Milliseconds(),
 		Payload: rawOrString(j.Payload), Metadata: md, Result: rawOrString(j.Result),
 		LastError: j.LastError, Worker: j.Worker, Entry: j.Entry, Version: j.Version,
 		CreatedAt: unixMS(j.CreatedAt), RunAt: unixMS(j.RunAt), EnqueuedAt: unixMS(j.EnqueuedAt),
 		StartedAt: unixMS(j.StartedAt), CompletedAt: unixMS(j.CompletedAt),
-	})
+	}
+	if d := j.Debounce; d != nil {
+		w.Debounce = &debounceJSON{Key: d.Key, FirstAt: unixMS(d.First), Until: unixMS(d.Until), Publishes: d.Publishes}
+	}
+	if p := j.Reported; p != nil {
+		w.Progress, w.ProgressMessage, w.ProgressAt = &p.Percent, p.Message, unixMS(p.At)
+	}
+	return json.Marshal(w)
 }
 
 func rawOrString(b []byte) json.RawMessage {

@@ -34,11 +34,8 @@ const reservedMeta = 4 // metaJob, metaType, stream.EntryIDKey and stream.Stream
 // reason.
 //
 // An entry of another Watermill publisher (a valid message UUID and metadata, and no conveyor
-// field) is read as a job to adopt. Its control keys are read as the Publisher reads them. Its
-// type is its metakey.Type metadata, else defaultType. Its retries, timeout, due time and
-// unique key come from the other control keys, else the defaults. A bad control value, or a
-// key only the Publisher can apply (control.PublisherOnly), makes it unreadable. The reason
-// names the key.
+// field) is read as a job to adopt (foreign), its type defaultType unless metakey.Type says.
+// A key only the Publisher can apply (control.PublisherOnly) makes it unreadable.
 type entryUnmarshaller struct {
 	defaultType string
 }
@@ -98,8 +95,8 @@ func (u entryUnmarshaller) Unmarshal(streamName, id string, values map[string]an
 
 // foreign reads the job of an entry of another Watermill publisher from its metadata, by the
 // Publisher's rules (controlOptions). It returns its job field (as Conveyor would have written
-// it, attempt 1), and its type. It returns what adopting it takes (adoption, the value of
-// metaForeign), or why it cannot be run. A delay counts from the entry's time, the moment it
+// it, attempt 1), and its type. It returns what adopting it takes (engine.Adoption, the value
+// of metaForeign), or why it cannot be run. A delay counts from the entry's time, the moment it
 // was published.
 func (u entryUnmarshaller) foreign(md message.Metadata, entry string) (job, typ, adopt, reason string) {
 	ctrl, reason := control.Adoptable(md, u.defaultType)
@@ -119,9 +116,9 @@ func (u entryUnmarshaller) foreign(md message.Metadata, entry string) (job, typ,
 	if o.hasRetries {
 		retries = o.maxRetries
 	}
-	a := adoption{runAt: runAt.UnixMilli()}
+	a := engine.Adoption{RunAt: runAt.UnixMilli()}
 	if o.hasUnique {
-		a.uniqueKey, a.uniqueTTL = o.uniqueKey, max(1, o.uniqueTTL.Milliseconds())
+		a.UniqueKey, a.UniqueTTL = o.uniqueKey, max(1, o.uniqueTTL.Milliseconds())
 	}
 	return keys.FormatEntryJob(1, retries, timeoutMS(o.timeout), t.Type), t.Type, a.String(), ""
 }
@@ -129,37 +126,6 @@ func (u entryUnmarshaller) foreign(md message.Metadata, entry string) (job, typ,
 // reasonOf is an input error as the reason of a dead record: without ErrInvalid's words.
 func reasonOf(err error) string {
 	return strings.TrimPrefix(err.Error(), ErrInvalid.Error()+": ")
-}
-
-// adoption is what adopting a message of another publisher takes besides its job field: its
-// due time and unique key. It travels from the unmarshaller to the worker in the message's
-// metaForeign metadata as "<run_at ms> <unique ttl ms> <unique key>".
-type adoption struct {
-	runAt     int64 // unix ms
-	uniqueTTL int64 // ms; 0 without a unique key
-	uniqueKey string
-}
-
-func (a adoption) String() string {
-	return strconv.FormatInt(a.runAt, 10) + " " + strconv.FormatInt(a.uniqueTTL, 10) + " " + a.uniqueKey
-}
-
-// parseAdoption reads what adoption.String wrote.
-func parseAdoption(s string) adoption {
-	f := strings.SplitN(s, " ", 3)
-	var a adoption
-	if len(f) == 3 {
-		a.runAt, _ = strconv.ParseInt(f[0], 10, 64)
-		a.uniqueTTL, _ = strconv.ParseInt(f[1], 10, 64)
-		a.uniqueKey = f[2]
-	}
-	return a
-}
-
-// engineAdoption is the engine's copy of what md (metaForeign) says, for adopting.
-func engineAdoption(md string) engine.Adoption {
-	a := parseAdoption(md)
-	return engine.Adoption{RunAt: a.runAt, UniqueTTL: a.uniqueTTL, UniqueKey: a.uniqueKey}
 }
 
 // jobFromMessage builds the handler's view of a job from a message made by entryUnmarshaller.

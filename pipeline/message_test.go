@@ -11,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
+	"github.com/conveyorq/conveyor/internal/engine"
 	"github.com/conveyorq/conveyor/internal/keys"
 	"github.com/conveyorq/conveyor/metakey"
 	"github.com/conveyorq/conveyor/stream"
@@ -149,25 +150,25 @@ func TestEntryUnmarshallerAdoption(t *testing.T) {
 	cases := []struct {
 		name    string
 		md      map[string]string
-		want    adoption
+		want    engine.Adoption
 		timeout time.Duration
 	}{
-		{"no control keys", nil, adoption{runAt: at.UnixMilli()}, 0},
-		{"delay", map[string]string{metakey.Delay: "1h"}, adoption{runAt: at.Add(time.Hour).UnixMilli()}, 0},
-		{"delay rounds up", map[string]string{metakey.Delay: "1.5ms"}, adoption{runAt: at.UnixMilli() + 2}, 0},
-		{"run_at before the entry", map[string]string{metakey.RunAt: "5"}, adoption{runAt: at.UnixMilli()}, 0},
-		{"run_at", map[string]string{metakey.RunAt: "1800000000000"}, adoption{runAt: 1800000000000}, 0},
+		{"no control keys", nil, engine.Adoption{RunAt: at.UnixMilli()}, 0},
+		{"delay", map[string]string{metakey.Delay: "1h"}, engine.Adoption{RunAt: at.Add(time.Hour).UnixMilli()}, 0},
+		{"delay rounds up", map[string]string{metakey.Delay: "1.5ms"}, engine.Adoption{RunAt: at.UnixMilli() + 2}, 0},
+		{"run_at before the entry", map[string]string{metakey.RunAt: "5"}, engine.Adoption{RunAt: at.UnixMilli()}, 0},
+		{"run_at", map[string]string{metakey.RunAt: "1800000000000"}, engine.Adoption{RunAt: 1800000000000}, 0},
 		{"unique key", map[string]string{metakey.UniqueKey: "report of may"},
-			adoption{runAt: at.UnixMilli(), uniqueKey: "report of may", uniqueTTL: defaultUniqueTTL.Milliseconds()}, 0},
+			engine.Adoption{RunAt: at.UnixMilli(), UniqueKey: "report of may", UniqueTTL: defaultUniqueTTL.Milliseconds()}, 0},
 		{"unique key and ttl", map[string]string{metakey.UniqueKey: "k", metakey.UniqueTTL: "90s"},
-			adoption{runAt: at.UnixMilli(), uniqueKey: "k", uniqueTTL: 90_000}, 0},
-		{"timeout under a millisecond", map[string]string{metakey.Timeout: "1us"}, adoption{runAt: at.UnixMilli()}, time.Millisecond},
+			engine.Adoption{RunAt: at.UnixMilli(), UniqueKey: "k", UniqueTTL: 90_000}, 0},
+		{"timeout under a millisecond", map[string]string{metakey.Timeout: "1us"}, engine.Adoption{RunAt: at.UnixMilli()}, time.Millisecond},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			msg := entryUnmarshaller{defaultType: "echo"}.Unmarshal("s", entry, foreignEntry(c.md))
 			require.NotContains(t, msg.Metadata, stream.PoisonKey)
-			require.Equal(t, c.want, parseAdoption(msg.Metadata[metaForeign]))
+			require.Equal(t, c.want, engine.ParseAdoption(msg.Metadata[metaForeign]))
 			require.Equal(t, c.timeout, jobFromMessage("q", msg).Timeout)
 		})
 	}
@@ -214,12 +215,12 @@ func FuzzForeignControlKeys(f *testing.F) {
 		if perr != nil {
 			t.Fatalf("took %v, which the Publisher refuses: %v", md, perr)
 		}
-		a := parseAdoption(msg.Metadata[metaForeign])
-		if a.runAt < stream.EntryTime(entry).UnixMilli() || a.runAt > maxRunAt.UnixMilli() {
-			t.Fatalf("due at %d", a.runAt)
+		a := engine.ParseAdoption(msg.Metadata[metaForeign])
+		if a.RunAt < stream.EntryTime(entry).UnixMilli() || a.RunAt > maxRunAt.UnixMilli() {
+			t.Fatalf("due at %d", a.RunAt)
 		}
-		if a.uniqueKey != ukey || (ukey != "") != (a.uniqueTTL > 0) {
-			t.Fatalf("unique key %q, ttl %d from %q", a.uniqueKey, a.uniqueTTL, ukey)
+		if a.UniqueKey != ukey || (ukey != "") != (a.UniqueTTL > 0) {
+			t.Fatalf("unique key %q, ttl %d from %q", a.UniqueKey, a.UniqueTTL, ukey)
 		}
 	})
 }

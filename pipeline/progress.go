@@ -8,9 +8,7 @@ import (
 	"github.com/conveyorq/conveyor/internal/jobstate"
 )
 
-// progressInterval is the least time between two progress writes of one job. A handler may
-// call Job.Progress as often as it likes; Redis sees at most one write per interval. The
-// attempt's last report comes on top, written when the handler returns.
+// progressInterval bounds how often a job's progress is written; the tests measure by it.
 const progressInterval = engine.ProgressInterval
 
 // ErrProgressRefused is returned by Job.Progress when the job moved on from the attempt that

@@ -12,32 +12,9 @@ import (
 	"github.com/conveyorq/conveyor/internal/tracing"
 )
 
-// Tracing (README, "Tracing"). A job carries the W3C trace context of its publish in its
-// metadata (the keys traceparent and tracestate), from the publish to every attempt.
-//
-// Publish: a PRODUCER span "publish <queue>" per Enqueue or EnqueueBatch call. It is a child
-// of the span of the caller's context. When that has none, it is a child of the traceparent a
-// single task's metadata carries. Its context is what the jobs carry. A batch's tasks that
-// carry a traceparent of their own are the span's links.
-//
-// Wait: an INTERNAL span "wait <queue>", child of the publish span. It runs from the moment
-// the job's stream entry was written (by Redis's clock) to the attempt's start. A retry's or
-// a delayed job's entry is written when it becomes due.
-//
-// Process: a CONSUMER span "process <queue>" per attempt, child of the publish span, which
-// the handler's context carries. A failed attempt records the error. One with retries left
-// has the outcome "retry" and a "retry" event saying when. The next attempt's span is again a
-// child of the publish span. So every attempt of a job is in the publish's trace, told apart
-// by conveyor.job.attempt.
-//
-// Recover: the recoverer's PRODUCER span "recover <queue>" per job it puts back or sends to
-// the dead set (package recovery). It is in the recoverer's own trace, linked to the job's
-// publish span.
-//
-// With no tracer provider (none in the config and none set globally) nothing is recorded. A
-// publish then adds nothing to the job, unless the caller's context carries a valid span
-// context (an HTTP request's traceparent, say). That is forwarded as it is. A worker then
-// gives its handler the job's trace context as a remote span context, recording nothing.
+// Tracing: the spans of a publish (here) and of an attempt (the worker's), and the trace
+// context a job carries in its metadata from its publish to every attempt. README's "Tracing"
+// lists the spans, their parents and links, and why tracing off costs no allocation.
 
 // publishTrace is a publish's tracing: its span (nil when no tracer records) and the trace
 // context its jobs carry.
@@ -100,9 +77,9 @@ func taskTrace(t *Task) trace.SpanContext {
 	return tracing.SpanContextOf(t.Metadata[tracing.KeyTraceparent], t.Metadata[tracing.KeyTracestate])
 }
 
-// end ends the publish's span with what the publish came to.
+// end ends the publish's span, if any, with what the publish came to.
 func (pt *publishTrace) end(jobs []*Job, err error) {
-	if pt.span == nil {
+	if pt == nil || pt.span == nil {
 		return
 	}
 	if len(jobs) == 1 && jobs[0] != nil {

@@ -3,6 +3,7 @@ package pipeline
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -10,7 +11,6 @@ import (
 	"github.com/conveyorq/conveyor/internal/events"
 	"github.com/conveyorq/conveyor/internal/jobstate"
 	"github.com/conveyorq/conveyor/internal/keys"
-	"github.com/conveyorq/conveyor/internal/publish"
 	"github.com/conveyorq/conveyor/internal/rediserr"
 	"github.com/conveyorq/conveyor/status"
 )
@@ -72,46 +72,52 @@ func (c *Client) Wait(ctx context.Context, queue, id string) (*Job, error) {
 // When ctx ends first, Wait returns ctx's error with the job as it last read it. The job is
 // nil when an event said the job changed since (read it again with Get).
 func (w *Waiter) Wait(ctx context.Context, queue, id string) (*Job, error) {
-	c := w.c
-	if err := c.checkJob(queue, id); err != nil {
+	if err := w.c.checkJob(queue, id); err != nil {
 		return nil, err
 	}
-	if err := w.reads.Acquire(ctx); err != nil {
-		return nil, err
+	j, q, err := w.locate(ctx, queue, id)
+	if err != nil || j != nil && j.Status.Final() {
+		return j, err
 	}
-	p, err := c.pub.Partitions(ctx, queue, false)
-	q := c.pub.Keys(queue)
-	if err == nil && p > 1 {
-		// Find the job's partition first: its events come on that partition's channel.
-		var j *Job
-		j, q, err = findJob(ctx, c.store, publish.LookupOrder(c.cfg.Prefix, queue, id, p), id)
-		if err == nil && j.Status.Final() {
-			w.reads.Release()
-			return j, nil
-		}
-	}
-	w.reads.Release()
-	if err != nil {
-		return nil, err
-	}
-	return w.waitOn(ctx, q, id)
-}
-
-// waitOn is Wait on the partition q that holds the job (events.Wait).
-func (w *Waiter) waitOn(ctx context.Context, q keys.Queue, id string) (*Job, error) {
 	return events.Wait(ctx, w.w, w.reads, q.Events(), id, readyWait, w.job(q, id))
 }
 
+// locate returns the partition of queue that holds job id: its events come on that
+// partition's channel. In a partitioned queue that takes a read (under the Waiter's bound),
+// whose job it returns too.
+func (w *Waiter) locate(ctx context.Context, queue, id string) (*Job, keys.Queue, error) {
+	if err := w.reads.Acquire(ctx); err != nil {
+		return nil, keys.Queue{}, err
+	}
+	defer w.reads.Release()
+	qs, err := w.c.lookup(ctx, queue, id)
+	switch {
+	case err != nil:
+		return nil, keys.Queue{}, err
+	case len(qs) == 1:
+		return nil, qs[0], nil
+	}
+	return findJob(ctx, w.c.store, qs, id)
+}
+
 // job is how a wait reads job id of q. The first read marks the job watched, so that the
-// job-state scripts announce its outcome (getWatchedJob).
+// job-state scripts announce its outcome.
 func (w *Waiter) job(q keys.Queue, id string) events.Job[Job] {
 	return events.Job[Job]{
 		Read: func(ctx context.Context, mark bool) (*Job, error) {
 			defer w.nread.Add(1)
-			if mark {
-				return getWatchedJob(ctx, w.c.store, q, id)
+			if !mark {
+				j, _, err := findJob(ctx, w.c.store, []keys.Queue{q}, id)
+				return j, err
 			}
-			return getJob(ctx, w.c.store, q, id)
+			flat, found, err := w.c.store.GetWatched(ctx, q, id)
+			if err != nil {
+				return nil, fmt.Errorf("get %s/%s: %w", q.Name(), id, err)
+			}
+			if !found {
+				return nil, ErrNotFound
+			}
+			return jobFromRecord(q.Name(), id, jobstate.DecodeRecord(flat))
 		},
 		Status: func(ctx context.Context) (string, error) {
 			s, err := w.c.store.Status(ctx, q, id)
@@ -123,10 +129,4 @@ func (w *Waiter) job(q keys.Queue, id string) events.Job[Job] {
 		StatusOf: func(j *Job) status.Status { return j.Status },
 		NotFound: ErrNotFound,
 	}
-}
-
-// getWatchedJob is getJob that marks the job watched (jobstate.Store.GetWatched).
-func getWatchedJob(ctx context.Context, js jobstate.Backend, q keys.Queue, id string) (*Job, error) {
-	flat, found, err := js.GetWatched(ctx, q, id)
-	return gotJob(q, id, flat, found, err)
 }

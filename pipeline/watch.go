@@ -4,8 +4,6 @@ import (
 	"context"
 
 	"github.com/conveyorq/conveyor/internal/events"
-	"github.com/conveyorq/conveyor/internal/keys"
-	"github.com/conveyorq/conveyor/internal/publish"
 )
 
 // Follow calls fn with the job as it is, then again each time it changes (its status, attempt
@@ -21,35 +19,20 @@ import (
 // announced. So fn sees in_progress with the attempt's first progress report or outcome. The
 // calls of fn run on Follow's goroutine.
 func (w *Waiter) Follow(ctx context.Context, queue, id string, fn func(*Job) error) error {
-	c := w.c
-	if err := c.checkJob(queue, id); err != nil {
+	if err := w.c.checkJob(queue, id); err != nil {
 		return err
 	}
-	if err := w.reads.Acquire(ctx); err != nil {
-		return err
-	}
-	p, err := c.pub.Partitions(ctx, queue, false)
-	q := c.pub.Keys(queue)
-	if err == nil && p > 1 {
-		// Find the job's partition first: its events come on that partition's channel.
-		_, q, err = findJob(ctx, c.store, publish.LookupOrder(c.cfg.Prefix, queue, id, p), id)
-	}
-	w.reads.Release()
+	_, q, err := w.locate(ctx, queue, id)
 	if err != nil {
 		return err
 	}
-	return w.followOn(ctx, q, id, fn)
+	return events.Follow(ctx, w.w, w.reads, q.Events(), id, readyWait, w.job(q, id), changed, fn)
 }
 
 // Follow is Waiter.Follow with the Client's own Waiter (see Client.Wait).
 func (c *Client) Follow(ctx context.Context, queue, id string, fn func(*Job) error) error {
 	c.waiter.once.Do(func() { c.waiter.w = c.NewWaiter() })
 	return c.waiter.w.Follow(ctx, queue, id, fn)
-}
-
-// followOn is Follow on the partition q that holds the job (events.Follow).
-func (w *Waiter) followOn(ctx context.Context, q keys.Queue, id string, fn func(*Job) error) error {
-	return events.Follow(ctx, w.w, w.reads, q.Events(), id, readyWait, w.job(q, id), changed, fn)
 }
 
 // changed reports whether b differs from a in what Follow follows.

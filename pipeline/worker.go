@@ -171,7 +171,7 @@ func (w *Worker) Run(ctx context.Context) error {
 		DisableHistory: w.cfg.DisableHistory, MaxResultBytes: w.cfg.MaxResultBytes, MaxSnoozes: w.cfg.MaxSnoozes,
 		Now: w.cfg.Now, Delay: w.cfg.Backoff.Delay, Unmarshaller: entryUnmarshaller{defaultType: w.cfg.DefaultType},
 		Replicas: w.replicas, Cancels: w.cancels, Handler: (*runner)(w), Invalid: ErrInvalid,
-		Services: w.services, Ready: w.ready, Adoption: engineAdoption}
+		Services: w.services, Ready: w.ready}
 	if w.attempts != nil {
 		l.OnWritten = w.attempts.written
 	}

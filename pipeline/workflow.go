@@ -11,7 +11,6 @@ import (
 
 	"github.com/conveyorq/conveyor/internal/jobstate"
 	"github.com/conveyorq/conveyor/internal/keys"
-	"github.com/conveyorq/conveyor/internal/publish"
 	"github.com/conveyorq/conveyor/internal/workflow"
 	"github.com/conveyorq/conveyor/status"
 )
@@ -187,7 +186,7 @@ func (c *Client) Batch(ctx context.Context, queue string, b Batch) (*WorkflowSta
 
 func (c *Client) publishWorkflow(ctx context.Context, queue string, wf Workflow, kind string) (_ *WorkflowState, err error) {
 	defer func() { err = outOfMemory(err) }()
-	if err := c.check(queue, ""); err != nil {
+	if err := validate(queue, ""); err != nil {
 		return nil, err
 	}
 	order, graph, err := checkWorkflow(&wf)
@@ -199,51 +198,39 @@ func (c *Client) publishWorkflow(ctx context.Context, queue string, wf Workflow,
 		tasks[i] = wf.Tasks[i].Task
 	}
 	ctx, pt := c.startPublish(ctx, queue, nil, tasks)
-	end := func(jobs []*Job, err error) {
-		if pt != nil {
-			pt.end(jobs, err)
-		}
-	}
 	now := c.cfg.Now()
-	nw := jobstate.NewWorkflow{ID: wf.ID, Name: wf.Name, Kind: kind, Retention: max(c.cfg.Retention, c.cfg.MinRetention),
-		Tasks: make([]jobstate.NewTask, len(order))}
 	jobs := make([]*Job, len(order))
-	for k, i := range order {
-		t := &wf.Tasks[i]
-		nt := &nw.Tasks[k]
-		j, err := c.prepare(queue, &t.Task, now, nil, pt.forTask(&t.Task), &nt.Job)
-		if err != nil {
-			end(nil, err)
-			return nil, fmt.Errorf("task %s: %w", t.Name, err)
-		}
-		if err := workflow.TaskOptions(&nt.Job, now); err != nil {
-			err = fmt.Errorf("%w: %w", ErrInvalid, err)
-			end(nil, err)
-			return nil, fmt.Errorf("task %s: %w", t.Name, err)
-		}
-		jobs[k] = j
+	nts, task, err := workflow.Prepare(wf.ID, graph, order, now, ErrInvalid, func(k, i int, nj *jobstate.NewJob) (err error) {
+		t := &wf.Tasks[i].Task
+		jobs[k], err = c.prepare(queue, t, now, nil, pt.forTask(t), nj)
+		return err
+	})
+	if err != nil {
+		pt.end(nil, err)
+		return nil, fmt.Errorf("task %s: %w", task, err)
 	}
-	workflow.Wire(wf.ID, graph, order, nw.Tasks)
 	for k, j := range jobs {
-		j.ID = nw.Tasks[k].Job.ID
+		j.ID = nts[k].Job.ID
 	}
 	_, d, err := c.pub.Route(ctx, queue, true)
 	if err != nil {
-		end(nil, err)
+		pt.end(nil, err)
 		return nil, err
 	}
 	for k, i := range order {
-		applyDefaults(d, nil, &wf.Tasks[i].Task, jobs[k], &nw.Tasks[k].Job)
+		applyDefaults(d, nil, &wf.Tasks[i].Task, jobs[k], &nts[k].Job)
 	}
+	nw := jobstate.NewWorkflow{ID: wf.ID, Name: wf.Name, Kind: kind, Tasks: nts,
+		Retention: max(c.cfg.Retention, c.cfg.MinRetention)}
 	q, existed, err := c.pub.Workflow(ctx, queue, &nw, now)
 	if q.Name() == "" { // failed before a write was answered
-		end(nil, err)
+		pt.end(nil, err)
 		return nil, err
 	}
 	if errors.Is(err, jobstate.ErrWorkflowConflict) {
 		err = &workflowConflict{id: wf.ID, what: strings.TrimPrefix(err.Error(), jobstate.ErrWorkflowConflict.Error()+": ")}
 	}
-	end(jobs, err)
+	pt.end(jobs, err)
 	if err != nil {
 		return nil, err
 	}
@@ -275,26 +262,25 @@ func checkWorkflow(wf *Workflow) ([]int, []workflow.Task, error) {
 // GetWorkflow reads workflow (or batch) id of queue with each task's status. It returns
 // ErrNotFound for an unknown id, or a workflow whose retention ended.
 func (c *Client) GetWorkflow(ctx context.Context, queue, id string) (*WorkflowState, error) {
-	return getWorkflow(ctx, c.store, c.cfg.Prefix, queue, id, c.pub.Partitions)
+	return getWorkflow(ctx, c.store, queue, id, c.lookup)
 }
 
 // Workflow reads workflow (or batch) id of queue, as Client.GetWorkflow.
 func (i *Inspector) Workflow(ctx context.Context, queue, id string) (*WorkflowState, error) {
-	return getWorkflow(ctx, i.store, i.cfg.Prefix, queue, id, func(ctx context.Context, queue string, _ bool) (int, error) {
-		return jobstate.PartitionCount(ctx, i.rdb, i.cfg.Prefix, queue)
-	})
+	return getWorkflow(ctx, i.store, queue, id, i.lookup)
 }
 
-func getWorkflow(ctx context.Context, js jobstate.Backend, prefix, queue, id string, parts func(context.Context, string, bool) (int, error)) (*WorkflowState, error) {
+// getWorkflow reads workflow id of queue from the partitions lookup returns: the one the id
+// routes to under today's count first, then the others.
+func getWorkflow(ctx context.Context, js jobstate.Backend, queue, id string, lookup func(context.Context, string, string) ([]keys.Queue, error)) (*WorkflowState, error) {
 	if err := validate(queue, id); err != nil {
 		return nil, err
 	}
-	p, err := parts(ctx, queue, false)
+	qs, err := lookup(ctx, queue, id)
 	if err != nil {
 		return nil, err
 	}
-	// The partition the id routes to under today's count first, then the others.
-	return readWorkflow(ctx, js, publish.LookupOrder(prefix, queue, id, p), id)
+	return readWorkflow(ctx, js, qs, id)
 }
 
 // readWorkflow reads workflow id from the first of qs that has it (workflow.Find).
@@ -306,9 +292,10 @@ func readWorkflow(ctx context.Context, js jobstate.Backend, qs []keys.Queue, id 
 	if !found {
 		return nil, ErrNotFound
 	}
-	st := &WorkflowState{ID: id, Queue: q.Name(), Name: rec.Name, Kind: rec.Kind, CreatedAt: rec.CreatedAt,
+	st := stateOf(q.Name(), jobstate.WorkflowSummary{ID: id, Name: rec.Name, Kind: rec.Kind, CreatedAt: rec.CreatedAt,
 		FinishedAt: rec.FinishedAt, Total: rec.Total, Completed: rec.Completed, Failed: rec.Failed,
-		Canceled: rec.Canceled, Purged: rec.Purged, Tasks: make([]WorkflowTaskState, len(rec.Tasks))}
+		Canceled: rec.Canceled, Purged: rec.Purged})
+	st.Tasks = make([]WorkflowTaskState, len(rec.Tasks))
 	for i, t := range rec.Tasks {
 		r := rows[i]
 		ts := WorkflowTaskState{Name: t.Name, JobID: t.ID, Type: t.Type, After: t.After, Finally: t.Finally,
@@ -319,14 +306,15 @@ func readWorkflow(ctx context.Context, js jobstate.Backend, qs []keys.Queue, id 
 		}
 		st.Tasks[i] = ts
 	}
-	st.Status = st.derive()
 	return st, nil
 }
 
-// derive is the workflow's status from its counts.
-func (s *WorkflowState) derive() WorkflowStatus {
-	return WorkflowStatus(workflow.Counts{Total: s.Total, Completed: s.Completed, Failed: s.Failed,
-		Canceled: s.Canceled, Purged: s.Purged}.Status())
+// stateOf is the state of workflow w of queue, without its tasks.
+func stateOf(queue string, w jobstate.WorkflowSummary) *WorkflowState {
+	n := workflow.Counts{Total: w.Total, Completed: w.Completed, Failed: w.Failed, Canceled: w.Canceled, Purged: w.Purged}
+	return &WorkflowState{ID: w.ID, Queue: queue, Name: w.Name, Kind: w.Kind, Status: WorkflowStatus(n.Status()),
+		CreatedAt: w.CreatedAt, FinishedAt: w.FinishedAt, Total: w.Total, Completed: w.Completed, Failed: w.Failed,
+		Canceled: w.Canceled, Purged: w.Purged}
 }
 
 // maxWorkflowList bounds Inspector.Workflows' limit.
@@ -353,11 +341,7 @@ func (i *Inspector) Workflows(ctx context.Context, queue string, limit int) ([]*
 	}
 	var out []*WorkflowState
 	for _, w := range sums {
-		st := &WorkflowState{ID: w.ID, Queue: queue, Name: w.Name, Kind: w.Kind, CreatedAt: w.CreatedAt,
-			FinishedAt: w.FinishedAt, Total: w.Total, Completed: w.Completed, Failed: w.Failed,
-			Canceled: w.Canceled, Purged: w.Purged}
-		st.Status = st.derive()
-		out = append(out, st)
+		out = append(out, stateOf(queue, w))
 	}
 	return out, nil
 }
@@ -380,45 +364,13 @@ func (j *Job) Dependencies(ctx context.Context) (*Dependencies, error) {
 	return &Dependencies{Workflow: d.Workflow, Completed: d.Completed, Failed: d.Failed, Canceled: d.Canceled, Results: d.Results}, nil
 }
 
-// workflowJSON is the wire form of a WorkflowState: the CLI's `workflows get --json` and the
-// HTTP API's.
-type workflowJSON struct {
-	ID         string         `json:"id"`
-	Queue      string         `json:"queue"`
-	Name       string         `json:"name"`
-	Kind       string         `json:"kind"`
-	Status     WorkflowStatus `json:"status"`
-	CreatedAt  int64          `json:"created_at"`
-	FinishedAt int64          `json:"finished_at"`
-	Total      int            `json:"total"`
-	Completed  int            `json:"completed"`
-	Failed     int            `json:"failed"`
-	Canceled   int            `json:"canceled"`
-	Purged     int            `json:"purged"`
-	Duplicate  bool           `json:"duplicate,omitempty"`
-	// Tasks is absent from a listing's summaries (Inspector.Workflows).
-	Tasks []workflowTaskJSON `json:"tasks,omitempty"`
-}
-
-type workflowTaskJSON struct {
-	Name       string        `json:"name"`
-	JobID      string        `json:"job_id"`
-	Type       string        `json:"type"`
-	After      []string      `json:"after"`
-	Finally    bool          `json:"finally"`
-	Status     status.Status `json:"status"`
-	Attempt    int           `json:"attempt"`
-	LastError  string        `json:"last_error"`
-	StartedAt  int64         `json:"started_at"`
-	FinishedAt int64         `json:"finished_at"`
-}
-
-// MarshalJSON writes the workflow with times as unix milliseconds (0 when not yet).
+// MarshalJSON writes the workflow in its wire form (workflow.JSON), with times as unix
+// milliseconds (0 when not yet).
 func (s *WorkflowState) MarshalJSON() ([]byte, error) {
-	w := workflowJSON{ID: s.ID, Queue: s.Queue, Name: s.Name, Kind: s.Kind, Status: s.Status,
+	w := workflow.JSON{ID: s.ID, Queue: s.Queue, Name: s.Name, Kind: s.Kind, Status: string(s.Status),
 		CreatedAt: unixMS(s.CreatedAt), FinishedAt: unixMS(s.FinishedAt), Total: s.Total,
 		Completed: s.Completed, Failed: s.Failed, Canceled: s.Canceled, Purged: s.Purged,
-		Duplicate: s.Duplicate, Tasks: make([]workflowTaskJSON, len(s.Tasks))}
+		Duplicate: s.Duplicate, Tasks: make([]workflow.TaskJSON, len(s.Tasks))}
 	if s.Tasks == nil {
 		w.Tasks = nil // a listing's summary: no tasks read
 	}
@@ -427,7 +379,7 @@ func (s *WorkflowState) MarshalJSON() ([]byte, error) {
 		if after == nil {
 			after = []string{}
 		}
-		w.Tasks[i] = workflowTaskJSON{Name: t.Name, JobID: t.JobID, Type: t.Type, After: after,
+		w.Tasks[i] = workflow.TaskJSON{Name: t.Name, JobID: t.JobID, Type: t.Type, After: after,
 			Finally: t.Finally, Status: t.Status, Attempt: t.Attempt, LastError: t.LastError,
 			StartedAt: unixMS(t.StartedAt), FinishedAt: unixMS(t.FinishedAt)}
 	}

@@ -8,7 +8,8 @@
 // WAIT confirms a connection's writes up to its last one, and a pipeline may run on any pooled
 // connection. So each waiting pipeline also writes a no-op (HINCRBY of the queue's stats by 0)
 // after the scripts. The replicas that confirm it have every write the master took before it,
-// whichever connection made them.
+// whichever connection made them. This also covers a job that was there already (a duplicate
+// publish), which the caller's own scripts did not write.
 package durable
 
 import (

@@ -9,6 +9,7 @@ import (
 	"net"
 	"runtime/debug"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
@@ -363,11 +364,28 @@ func (l *Loop) call(ctx context.Context, a *Attempt) (res []byte, err error) {
 }
 
 // Adoption is what adopting a message of another publisher takes besides its job field: its
-// due time and unique key, as Loop.Adoption reads them from MetaForeign.
+// due time and unique key. The unmarshaller writes it into MetaForeign (String), for adopt.
 type Adoption struct {
 	RunAt     int64 // unix ms; 0 for none
 	UniqueTTL int64 // ms; 0 without a unique key
 	UniqueKey string
+}
+
+// String is a as MetaForeign carries it: "<run_at ms> <unique ttl ms> <unique key>".
+func (a Adoption) String() string {
+	return strconv.FormatInt(a.RunAt, 10) + " " + strconv.FormatInt(a.UniqueTTL, 10) + " " + a.UniqueKey
+}
+
+// ParseAdoption reads what Adoption.String wrote.
+func ParseAdoption(s string) Adoption {
+	f := strings.SplitN(s, " ", 3)
+	var a Adoption
+	if len(f) == 3 {
+		a.RunAt, _ = strconv.ParseInt(f[0], 10, 64)
+		a.UniqueTTL, _ = strconv.ParseInt(f[1], 10, 64)
+		a.UniqueKey = f[2]
+	}
+	return a
 }
 
 // due is the adoption's due time; zero when it has none.
@@ -390,7 +408,7 @@ func (l *Loop) adopt(msg *message.Message) bool {
 		return true // handle logs it
 	}
 	_, maxRetries, timeout, typ, _ := keys.ParseEntryJob(md[MetaJob])
-	a := l.Adoption(md[MetaForeign])
+	a := ParseAdoption(md[MetaForeign])
 	entry := md[stream.EntryIDKey]
 	ctx, cancel := context.WithTimeout(msg.Context(), 10*time.Second)
 	defer cancel()

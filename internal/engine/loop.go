@@ -57,8 +57,6 @@ type Loop struct {
 	Replicas                                          *durable.Outcomes
 	Cancels                                           *Cancels
 	Handler                                           Handler
-	// Adoption reads a message's MetaForeign value, for adopting it.
-	Adoption func(string) Adoption
 	// Invalid wraps the errors of an unusable stored count (the caller's ErrInvalid).
 	Invalid error
 	// OnWritten tells the attempts whose outcomes were written (nil: nobody).

@@ -169,6 +169,24 @@ func TaskOptions(nj *jobstate.NewJob, now time.Time) error {
 	return nil
 }
 
+// Prepare makes the tasks of workflow id in the order Check returned. prep makes each one's
+// job (k its place in order, i its index in tasks), TaskOptions holds it to what a task may
+// take, then Wire links them. On an error it names the task. A TaskOptions error wraps invalid
+// (the caller's ErrInvalid); prep's comes as it is.
+func Prepare(id string, tasks []Task, order []int, now time.Time, invalid error, prep func(k, i int, nj *jobstate.NewJob) error) (_ []jobstate.NewTask, task string, _ error) {
+	nts := make([]jobstate.NewTask, len(order))
+	for k, i := range order {
+		if err := prep(k, i, &nts[k].Job); err != nil {
+			return nil, tasks[i].Name, err
+		}
+		if err := TaskOptions(&nts[k].Job, now); err != nil {
+			return nil, tasks[i].Name, fmt.Errorf("%w: %w", invalid, err)
+		}
+	}
+	Wire(id, tasks, order, nts)
+	return nts, "", nil
+}
+
 // Wire names the tasks of workflow id written in order (Check): each task's job is
 // "<id>.<name>", its Deps the jobs of the tasks it waits for. Then it links them (Link).
 func Wire(id string, tasks []Task, order []int, nts []jobstate.NewTask) {

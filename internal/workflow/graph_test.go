@@ -1,6 +1,7 @@
 package workflow
 
 import (
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -79,5 +80,38 @@ func TestWire(t *testing.T) {
 	}
 	if b.Job.ID != "wf.b" || b.Name != "b" || !b.Finally || len(b.Deps) != 1 || b.Deps[0] != "wf.a" || len(b.Next) != 0 {
 		t.Fatalf("task b: %+v", b)
+	}
+}
+
+// Prepare makes each task's job in the order written, refuses a task's option in the caller's
+// invalid error naming the task, passes prep's error on as it is, and wires what it made.
+func TestPrepare(t *testing.T) {
+	tasks := []Task{{Name: "b", After: []string{"a"}}, {Name: "a"}}
+	now := time.Now()
+	invalid, failed := errors.New("invalid"), errors.New("prep failed")
+	var made []int
+	nts, _, err := Prepare("wf", tasks, []int{1, 0}, now, invalid, func(k, i int, nj *jobstate.NewJob) error {
+		made = append(made, i)
+		nj.RunAt = now
+		return nil
+	})
+	if err != nil || len(made) != 2 || made[0] != 1 || nts[0].Job.ID != "wf.a" || nts[1].Deps[0] != "wf.a" {
+		t.Fatalf("Prepare = %+v, %v (made %v)", nts, err, made)
+	}
+	_, task, err := Prepare("wf", tasks, []int{1, 0}, now, invalid, func(k, i int, nj *jobstate.NewJob) error {
+		nj.Group = "g"
+		return nil
+	})
+	if task != "a" || !errors.Is(err, invalid) || !strings.Contains(err.Error(), "WithGroup") {
+		t.Fatalf("a task's option: task %q, %v", task, err)
+	}
+	_, task, err = Prepare("wf", tasks, []int{1, 0}, now, invalid, func(k, i int, nj *jobstate.NewJob) error {
+		if i == 0 {
+			return failed
+		}
+		return nil
+	})
+	if task != "b" || err != failed {
+		t.Fatalf("prep's error: task %q, %v", task, err)
 	}
 }
