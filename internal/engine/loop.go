@@ -535,16 +535,18 @@ func (l *Loop) settleAfter(sub *stream.Subscriber) message.HandlerMiddleware {
 	}
 }
 
-// growStack grows the calling goroutine's stack to 4 KiB while it is shallow. The router runs
-// every message on a new goroutine, which Go starts with a small stack. A job's path needs
-// more, so the stack was copied once per job anyway, deep in the path. There the copy has more
-// frames to adjust. Growing it here, three frames down, is the cheaper copy (the same trick as
-// CockroachDB's util/growstack; docs/BENCHMARKS.md has the profiles). When the stack is big
-// enough already this only clears the buffer.
+// growStack grows the calling goroutine's stack to 8 KiB while it is shallow. The router runs
+// every message on a new goroutine. Go starts it at 2 KiB, or after a GC at about the average
+// stack in use, often 4 KiB. A job's path outgrows 4 KiB deep down, where a copy has twice the
+// frames to adjust. Growing it here, three frames down, is one cheap copy (the same trick as
+// CockroachDB's util/growstack). A 2 KiB buffer mostly did nothing on a 4 KiB start. 4 KiB
+// saves about 17k instructions a job (docs/BENCHMARKS.md, "Issue 32, fourth round"). The
+// price is 4 KiB more stack per job in flight, at most Concurrency of them. When the stack is
+// big enough already this only clears the buffer.
 //
 //go:noinline
 func growStack() {
-	var buf [2048]byte
+	var buf [4096]byte
 	keepOnStack(buf[:])
 }
 

@@ -2,6 +2,8 @@ package ulid
 
 import (
 	"bytes"
+	"math/big"
+	"math/rand/v2"
 	"slices"
 	"strings"
 	"sync"
@@ -38,6 +40,51 @@ func TestStringAndParse(t *testing.T) {
 		"01ARZ3NDEKTSV4RRFFQ69G5FAU", "01ARZ3NDEKTSV4RRFFQ69G5FA!", "80000000000000000000000000"} {
 		if _, err := Parse(bad); err == nil {
 			t.Errorf("Parse(%q) accepted", bad)
+		}
+	}
+}
+
+// String agrees with a plain base-32 conversion of the 128-bit number, padded to 26 digits,
+// over random values and values with one bit set or clear (every character's edges).
+func TestStringReference(t *testing.T) {
+	t.Parallel()
+	reference := func(u ULID) string {
+		n := new(big.Int).SetBytes(u[:])
+		out := make([]byte, Len)
+		for i := Len - 1; i >= 0; i-- {
+			out[i] = alphabet[new(big.Int).And(n, big.NewInt(31)).Int64()]
+			n.Rsh(n, 5)
+		}
+		return string(out)
+	}
+	var values []ULID
+	for bit := range 128 {
+		var one ULID
+		one[15-bit/8] = 1 << (bit % 8)
+		all := ULID{}
+		for i := range all {
+			all[i] = ^one[i]
+		}
+		values = append(values, one, all)
+	}
+	r := rand.New(rand.NewPCG(1, 2))
+	for range 100000 {
+		var u ULID
+		for i := range u {
+			u[i] = byte(r.Uint32())
+		}
+		values = append(values, u)
+	}
+	for _, u := range values {
+		want := reference(u)
+		if got := u.String(); got != want {
+			t.Fatalf("%x: String() = %q, want %q", u[:], got, want)
+		}
+		if back, err := Parse(want); err != nil || back != u {
+			t.Fatalf("Parse(%q) = %x, %v, want %x", want, back[:], err, u[:])
+		}
+		if got, want := u.Time(), new(big.Int).SetBytes(u[:6]).Uint64(); got != want {
+			t.Fatalf("%x: Time() = %d, want %d", u[:], got, want)
 		}
 	}
 }
@@ -160,3 +207,21 @@ func FuzzParse(f *testing.F) {
 		}
 	})
 }
+
+// NewID of package pipeline is Make().String(): one per enqueued job.
+func BenchmarkNewID(b *testing.B) {
+	b.ReportAllocs()
+	for b.Loop() {
+		sink = Make().String()
+	}
+}
+
+func BenchmarkString(b *testing.B) {
+	b.ReportAllocs()
+	u := Make()
+	for b.Loop() {
+		sink = u.String()
+	}
+}
+
+var sink string
