@@ -107,15 +107,6 @@ func (i *Inspector) groupQueue(ctx context.Context, queue string) ([]keys.Queue,
 // count (CreateQueue) carries them into the new layout. The queue must exist. At most 1,000
 // groups of a queue may have a weight; a change past that is refused and applied in no part.
 func (i *Inspector) SetGroups(ctx context.Context, queue string, c GroupChange) error {
-	_, err := i.apply(ctx, queue, queueChange{groups: &c})
-	return err
-}
-
-// putGroups is SetGroups' part of a change (apply). The queue is checked before the lock, so
-// that a refused name or queue writes nothing. It is checked again under it: a change of the
-// partition count copies the settings from the old layout, and a setting written there after
-// the copy would be lost.
-func (i *Inspector) putGroups(ctx context.Context, queue string, c GroupChange) error {
 	if err := c.validate(); err != nil {
 		return err
 	}
@@ -127,6 +118,8 @@ func (i *Inspector) putGroups(ctx context.Context, queue string, c GroupChange) 
 		return storeErr(err)
 	}
 	defer unlock()
+	// Checked before the lock so that a refused queue writes nothing, and again under it: a
+	// change of the partition count copies the settings, and one written after the copy is lost.
 	if _, err := i.groupQueue(ctx, queue); err != nil {
 		return err
 	}

@@ -114,14 +114,6 @@ func (i *Inspector) limitQueue(ctx context.Context, queue string) error {
 // queue's partition count that is running (CreateQueue) to end, for up to a few seconds, then
 // refuses with ErrQueueBusy.
 func (i *Inspector) SetLimit(ctx context.Context, queue string, l Limit) error {
-	_, err := i.apply(ctx, queue, queueChange{limit: &l})
-	return err
-}
-
-// putLimit is SetLimit's part of a change (apply). The queue is checked before the lock, so
-// that a refused name or queue writes nothing. It is checked again under it, so that no change
-// to more partitions passes its check of the limits between this check and the write.
-func (i *Inspector) putLimit(ctx context.Context, queue string, l Limit) error {
 	if err := l.validate(); err != nil {
 		return err
 	}
@@ -133,6 +125,8 @@ func (i *Inspector) putLimit(ctx context.Context, queue string, l Limit) error {
 		return storeErr(err)
 	}
 	defer unlock()
+	// Checked before the lock so that a refused queue writes nothing, and again under it so
+	// that no change to more partitions passes its check of the limits before this write.
 	if err := i.limitQueue(ctx, queue); err != nil {
 		return err
 	}
@@ -160,25 +154,13 @@ func (i *Inspector) Limits(ctx context.Context, queue string) ([]Limit, error) {
 // one. Jobs waiting for one of its concurrency slots are woken at once and run as they would
 // without it; jobs a rate deferred keep their due times.
 func (i *Inspector) DeleteLimit(ctx context.Context, queue, typ string, perKey bool) (bool, error) {
-	done, err := i.apply(ctx, queue, queueChange{dropLimit: &limitScope{typ: typ, perKey: perKey}})
-	return done.hadLimit, err
-}
-
-// limitScope names a limit's scope (DeleteLimit).
-type limitScope struct {
-	typ    string
-	perKey bool
-}
-
-// dropLimit is DeleteLimit's part of a change (apply).
-func (i *Inspector) dropLimit(ctx context.Context, queue string, sc limitScope) (bool, error) {
 	if err := i.check(queue, ""); err != nil {
 		return false, err
 	}
-	if sc.typ != "" {
-		if err := validateType(sc.typ); err != nil {
+	if typ != "" {
+		if err := validateType(typ); err != nil {
 			return false, err
 		}
 	}
-	return i.store.DropLimit(ctx, queue, sc.typ, sc.perKey, time.Now())
+	return i.store.DropLimit(ctx, queue, typ, perKey, time.Now())
 }

@@ -86,13 +86,6 @@ type QueueInfo struct {
 // refused with ErrQueueBusy. On Redis Cluster the answer's Nodes say which master holds each
 // partition.
 func (i *Inspector) CreateQueue(ctx context.Context, queue string, opts QueueOptions) (*QueueInfo, error) {
-	done, err := i.apply(ctx, queue, queueChange{layout: &opts})
-	return done.info, err
-}
-
-// setLayout is CreateQueue's part of a change (apply): the store changes the count under the
-// queue's layout lock (jobstate.Store.SetPartitions), then the queue is made known.
-func (i *Inspector) setLayout(ctx context.Context, queue string, opts QueueOptions) (*QueueInfo, error) {
 	if err := i.check(queue, ""); err != nil {
 		return nil, err
 	}

@@ -159,10 +159,10 @@ func (p QueuePatch) groupChange() GroupChange {
 }
 
 // UpdateQueue changes queue's settings by patch and returns them as they are after it. It is
-// the one way the settings change: Pause, Resume, SetLimit, DeleteLimit, SetGroups and
-// CreateQueue are its parts, and each part keeps its own rules and errors. The parts apply in
-// the order partitions, concurrency, groups, job defaults, pause, each atomically on its own.
-// An error names the part that failed; the parts before it stay applied. Every worker reading the queue
+// the one way the settings change: its parts are the calls CreateQueue, SetLimit or
+// DeleteLimit (the concurrency), SetGroups, the job defaults, and Pause or Resume, each with its
+// own rules and errors. They apply in that order, each atomically on its own. An error names
+// the part that failed; the parts before it stay applied. Every worker reading the queue
 // learns of a change at once (a notice), or within PauseCheckInterval should it miss it. A
 // queue that does not exist is ErrQueueNotFound (but a resume alone of a paused one passes).
 func (i *Inspector) UpdateQueue(ctx context.Context, queue string, patch QueuePatch) (*QueueSettings, error) {
@@ -177,23 +177,45 @@ func (i *Inspector) UpdateQueue(ctx context.Context, queue string, patch QueuePa
 			return nil, err
 		}
 	}
-	c := queueChange{concurrency: patch.Concurrency, paused: patch.Paused}
+	fail := func(part string, err error) (*QueueSettings, error) {
+		return nil, fmt.Errorf("update queue %s: %s: %w", queue, part, err)
+	}
 	if p := patch.Partitions; p != nil {
-		c.layout = &QueueOptions{Partitions: *p}
+		if _, err := i.CreateQueue(ctx, queue, QueueOptions{Partitions: *p}); err != nil {
+			return fail("partitions", err)
+		}
+	}
+	if n := patch.Concurrency; n != nil {
+		if err := i.setConcurrency(ctx, queue, *n); err != nil {
+			return fail("concurrency", err)
+		}
 	}
 	if patch.GroupWindow != nil || patch.GroupWeights != nil {
-		g := patch.groupChange()
-		c.groups = &g
+		if err := i.SetGroups(ctx, queue, patch.groupChange()); err != nil {
+			return fail("groups", err)
+		}
 	}
 	if rc, ok := settings.Patch(patch).RecordChange(); ok {
-		c.defaults = &rc
+		if _, err := i.store.UpdateSettings(ctx, queue, rc); err != nil {
+			return fail("defaults", err)
+		}
+		// This process's Clients read the new defaults on their next publish; others within
+		// publish.RouteTTL.
+		publish.Relayout()
 	}
-	done, err := i.apply(ctx, queue, c)
-	if pe := (*partError)(nil); errors.As(err, &pe) {
-		return nil, fmt.Errorf("update queue %s: %s: %w", queue, pe.part, pe.err)
-	}
-	if err != nil {
-		return nil, err
+	var unconfirmed []string
+	switch {
+	case patch.Paused == nil:
+	case *patch.Paused:
+		pc, err := i.PauseConfirmed(ctx, queue, defaultPauseConfirmTimeout)
+		if err != nil {
+			return fail("pause", err)
+		}
+		unconfirmed = pc.Unconfirmed
+	default:
+		if err := i.Resume(ctx, queue); err != nil {
+			return fail("resume", err)
+		}
 	}
 	out, err := i.QueueSettings(ctx, queue)
 	if errors.Is(err, ErrQueueNotFound) && patch.pauseOnly() {
@@ -203,93 +225,8 @@ func (i *Inspector) UpdateQueue(ctx context.Context, queue string, patch QueuePa
 	if err != nil {
 		return nil, err
 	}
-	out.PauseUnconfirmed = done.unconfirmed
+	out.PauseUnconfirmed = unconfirmed
 	return out, nil
-}
-
-// queueChange is one change of a queue's settings: the parts an UpdateQueue patch names, or
-// the one part of an alias (CreateQueue, SetLimit, DeleteLimit, SetGroups). apply is the one
-// path of every change.
-type queueChange struct {
-	layout      *QueueOptions // CreateQueue
-	concurrency *int
-	limit       *Limit      // SetLimit
-	dropLimit   *limitScope // DeleteLimit
-	groups      *GroupChange
-	defaults    *jobstate.SettingsChange // the settings record's job defaults
-	paused      *bool                    // Pause (waiting for the confirmations) or Resume
-}
-
-// queueChanged is what apply did that a caller returns.
-type queueChanged struct {
-	info        *QueueInfo // of the layout part
-	hadLimit    bool       // of the dropLimit part
-	unconfirmed []string   // of a pause
-}
-
-// partError is the error of the part of a change that failed. It reads as the part's own
-// error, which an alias returns as it is; UpdateQueue names the part.
-type partError struct {
-	part string
-	err  error
-}
-
-func (e *partError) Error() string { return e.err.Error() }
-func (e *partError) Unwrap() error { return e.err }
-
-// apply makes change c of queue's settings, part by part in a fixed order, each with its own
-// checks. It stops at the first part that fails, returning a *partError.
-func (i *Inspector) apply(ctx context.Context, queue string, c queueChange) (queueChanged, error) {
-	var done queueChanged
-	var err error
-	fail := func(part string, err error) (queueChanged, error) { return done, &partError{part, err} }
-	if c.layout != nil {
-		if done.info, err = i.setLayout(ctx, queue, *c.layout); err != nil {
-			return fail("partitions", err)
-		}
-	}
-	if c.concurrency != nil {
-		if err := i.setConcurrency(ctx, queue, *c.concurrency); err != nil {
-			return fail("concurrency", err)
-		}
-	}
-	if c.limit != nil {
-		if err := i.putLimit(ctx, queue, *c.limit); err != nil {
-			return fail("limit", err)
-		}
-	}
-	if c.dropLimit != nil {
-		if done.hadLimit, err = i.dropLimit(ctx, queue, *c.dropLimit); err != nil {
-			return fail("limit", err)
-		}
-	}
-	if c.groups != nil {
-		if err := i.putGroups(ctx, queue, *c.groups); err != nil {
-			return fail("groups", err)
-		}
-	}
-	if c.defaults != nil {
-		if _, err := i.store.UpdateSettings(ctx, queue, *c.defaults); err != nil {
-			return fail("defaults", err)
-		}
-		// This process's Clients read the new defaults on their next publish; others within
-		// publish.RouteTTL.
-		publish.Relayout()
-	}
-	switch {
-	case c.paused == nil:
-	case *c.paused:
-		pc, err := i.PauseConfirmed(ctx, queue, defaultPauseConfirmTimeout)
-		if err != nil {
-			return fail("pause", err)
-		}
-		done.unconfirmed = pc.Unconfirmed
-	default:
-		if err := i.Resume(ctx, queue); err != nil {
-			return fail("resume", err)
-		}
-	}
-	return done, nil
 }
 
 // setConcurrency sets the concurrency of queue's whole-queue limit to n, keeping its rate.
@@ -306,10 +243,10 @@ func (i *Inspector) setConcurrency(ctx context.Context, queue string, n int) err
 	}
 	l.Concurrency = n
 	if l.Concurrency == 0 && l.Rate == 0 {
-		_, err := i.dropLimit(ctx, queue, limitScope{})
+		_, err := i.DeleteLimit(ctx, queue, "", false)
 		return err
 	}
-	return i.putLimit(ctx, queue, l)
+	return i.SetLimit(ctx, queue, l)
 }
 
 // storeErr gives an error of the store's queue changes (jobstate.ErrBusy, ErrRefused) the
