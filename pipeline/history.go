@@ -2,12 +2,9 @@ package pipeline
 
 import (
 	"context"
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/conveyorq/conveyor/internal/engine"
-	"github.com/conveyorq/conveyor/internal/keys"
 )
 
 // The resolutions of a queue's history (Inspector.History): a bucket of HistoryStepFine (5 s)
@@ -78,75 +75,23 @@ func (i *Inspector) History(ctx context.Context, queue string, step time.Duratio
 	if !ok {
 		return nil, invalid("history step %s: want %s or %s", step, HistoryStepFine, HistoryStepCoarse)
 	}
-	now := time.Now()
-	last := engine.BucketStart(now, step) - int64(step/time.Second) // the last whole bucket
-	first := max(engine.BucketStart(since, step), engine.BucketStart(now.Add(-r.Span), step)+int64(step/time.Second))
-	first = min(first, last)
-	q := keys.New(i.cfg.Prefix, queue)
-	key := func(start int64) string {
-		if queue == "" {
-			return keys.HistoryAll(i.cfg.Prefix, r.Name, start)
-		}
-		return q.History(r.Name, start)
-	}
-	var ks []string
-	for b := first; b <= last; b += int64(step / time.Second) {
-		ks = append(ks, key(b))
-	}
+	first, ks := engine.HistoryKeys(i.cfg.Prefix, queue, r, since, time.Now())
 	cmds, err := i.store.ReadHistory(ctx, ks)
 	if err != nil {
 		return nil, err
 	}
 	out := &History{Queue: queue, Step: step, Since: time.Unix(first, 0), Points: make([]HistoryPoint, len(cmds))}
-	var tw, tx engine.Histogram
+	var total engine.Bucket
 	for k, cmd := range cmds {
-		var wait, exec engine.Histogram
-		p := &out.Points[k]
-		p.At = time.Unix(first+int64(k)*int64(step/time.Second), 0)
-		for f, v := range cmd {
-			n, err := strconv.ParseInt(v, 10, 64)
-			if err != nil || n < 0 {
-				continue // not ours: nothing to count
-			}
-			switch f {
-			case keys.HistoryCompleted:
-				p.Completed = n
-			case keys.HistoryFailed:
-				p.Failed = n
-			case keys.HistoryRetried:
-				p.Retried = n
-			default:
-				if h := histField(f, &wait, &exec); h != nil {
-					*h += n
-				}
-			}
-		}
-		p.Wait, p.Exec = latencyOf(&wait), latencyOf(&exec)
-		tw.Merge(&wait)
-		tx.Merge(&exec)
-		out.Total.Completed += p.Completed
-		out.Total.Failed += p.Failed
-		out.Total.Retried += p.Retried
+		b := engine.ReadBucket(cmd)
+		out.Points[k] = pointOf(out.Since.Add(time.Duration(k)*step), &b)
+		total.Merge(&b)
 	}
-	out.Total.At = out.Since
-	out.Total.Wait, out.Total.Exec = latencyOf(&tw), latencyOf(&tx)
+	out.Total = pointOf(out.Since, &total)
 	return out, nil
 }
 
-// histField is the cell a history field names, in wait or exec; nil for a field that is none.
-func histField(f string, wait, exec *engine.Histogram) *int64 {
-	var h *engine.Histogram
-	switch {
-	case strings.HasPrefix(f, keys.HistoryWait):
-		h = wait
-	case strings.HasPrefix(f, keys.HistoryExec):
-		h = exec
-	default:
-		return nil
-	}
-	c, err := strconv.Atoi(f[1:])
-	if err != nil || c < 0 || c >= engine.HistCells {
-		return nil
-	}
-	return &h[c]
+func pointOf(at time.Time, b *engine.Bucket) HistoryPoint {
+	return HistoryPoint{At: at, Completed: b.Completed, Failed: b.Failed, Retried: b.Retried,
+		Wait: latencyOf(&b.Wait), Exec: latencyOf(&b.Exec)}
 }

@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -59,18 +60,82 @@ func (r Resolution) expiry(start int64) time.Time {
 	return time.Unix(start, 0).Add(r.Step + r.Span)
 }
 
-// histAgg is what a worker counted of one queue in one fine bucket, not yet in Redis.
-type histAgg struct {
-	completed, failed, retried int64
-	wait, exec                 Histogram
+// Bucket is the outcomes of a history bucket: what a worker counted of one queue in one fine
+// bucket, not yet in Redis, or what a reader read back (ReadBucket).
+type Bucket struct {
+	Completed, Failed, Retried int64
+	Wait, Exec                 Histogram
 }
 
-func (a *histAgg) merge(o *histAgg) {
-	a.completed += o.completed
-	a.failed += o.failed
-	a.retried += o.retried
-	a.wait.Merge(&o.wait)
-	a.exec.Merge(&o.exec)
+// Merge adds o's counts to b's.
+func (b *Bucket) Merge(o *Bucket) {
+	b.Completed += o.Completed
+	b.Failed += o.Failed
+	b.Retried += o.Retried
+	b.Wait.Merge(&o.Wait)
+	b.Exec.Merge(&o.Exec)
+}
+
+// HistoryKeys names the buckets of r that a read of queue's history (all queues' when queue
+// is empty) covers: from the one that holds since, clamped to r's span, to the last whole one
+// at now. first is the start of the first, in unix seconds.
+func HistoryKeys(prefix, queue string, r Resolution, since, now time.Time) (first int64, ks []string) {
+	secs := int64(r.Step / time.Second)
+	last := BucketStart(now, r.Step) - secs
+	first = min(max(BucketStart(since, r.Step), BucketStart(now.Add(-r.Span), r.Step)+secs), last)
+	q := keys.New(prefix, queue)
+	for b := first; b <= last; b += secs {
+		if queue == "" {
+			ks = append(ks, keys.HistoryAll(prefix, r.Name, b))
+		} else {
+			ks = append(ks, q.History(r.Name, b))
+		}
+	}
+	return first, ks
+}
+
+// ReadBucket reads a bucket's hash as addHistory writes it. A field or value that is not one
+// of its own counts nothing.
+func ReadBucket(fields map[string]string) Bucket {
+	var b Bucket
+	for f, v := range fields {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || n < 0 {
+			continue
+		}
+		switch f {
+		case keys.HistoryCompleted:
+			b.Completed = n
+		case keys.HistoryFailed:
+			b.Failed = n
+		case keys.HistoryRetried:
+			b.Retried = n
+		default:
+			if c := b.cell(f); c != nil {
+				*c += n
+			}
+		}
+	}
+	return b
+}
+
+// cell is the histogram cell a bucket's field names (keys.HistoryWait or HistoryExec and the
+// cell's number); nil for a field that is neither.
+func (b *Bucket) cell(f string) *int64 {
+	var h *Histogram
+	switch {
+	case strings.HasPrefix(f, keys.HistoryWait):
+		h = &b.Wait
+	case strings.HasPrefix(f, keys.HistoryExec):
+		h = &b.Exec
+	default:
+		return nil
+	}
+	c, err := strconv.Atoi(f[1:])
+	if err != nil || c < 0 || c >= HistCells {
+		return nil
+	}
+	return &h[c]
 }
 
 type histBin struct {
@@ -98,7 +163,7 @@ type History struct {
 	Now func() time.Time
 
 	mu   sync.Mutex
-	bins map[histBin]*histAgg
+	bins map[histBin]*Bucket
 
 	failing   bool // the last flush failed: log once a spell
 	stop      chan struct{}
@@ -109,7 +174,7 @@ type History struct {
 // NewHistory returns a flusher of outcomes to the history every interval; run it with Run.
 func NewHistory(store jobstate.Backend, every time.Duration, log zerolog.Logger) *History {
 	return &History{store: store, prefix: store.Prefix(), every: every, log: log.With().Str("component", "history").Logger(), Now: time.Now,
-		bins: make(map[histBin]*histAgg), stop: make(chan struct{}), done: make(chan struct{})}
+		bins: make(map[histBin]*Bucket), stop: make(chan struct{}), done: make(chan struct{})}
 }
 
 // Written counts the outcomes among ts that Redis applied (codes, one per transition) at
@@ -124,7 +189,7 @@ func (h *History) Written(ts []jobstate.Transition, codes []script.Code, at time
 	start := BucketStart(at, HistoryStepFine)
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	var a *histAgg
+	var a *Bucket
 	var name string
 	for i := range ts {
 		t := &ts[i]
@@ -137,27 +202,27 @@ func (h *History) Written(ts []jobstate.Transition, codes []script.Code, at time
 		}
 		switch {
 		case t.Op == jobstate.OpDone:
-			a.completed++
+			a.Completed++
 		case t.Op == jobstate.OpRetry && codes[i] != script.Died:
-			a.retried++
+			a.Retried++
 		default:
-			a.failed++
+			a.Failed++
 		}
 		if t.Op == jobstate.OpPoison {
 			continue
 		}
 		if e := stream.EntryTime(t.Entry); !e.IsZero() {
-			a.wait.Add(max(0, t.Began.Sub(e)))
+			a.Wait.Add(max(0, t.Began.Sub(e)))
 		}
-		a.exec.Add(t.Took())
+		a.Exec.Add(t.Took())
 	}
 }
 
-func (h *History) bin(queue string, start int64) *histAgg {
+func (h *History) bin(queue string, start int64) *Bucket {
 	k := histBin{queue, start}
 	a := h.bins[k]
 	if a == nil {
-		a = new(histAgg)
+		a = new(Bucket)
 		h.bins[k] = a
 	}
 	return a
@@ -198,22 +263,22 @@ func (h *History) Flush() {
 		h.mu.Unlock()
 		return
 	}
-	h.bins = make(map[histBin]*histAgg, len(bins))
+	h.bins = make(map[histBin]*Bucket, len(bins))
 	h.mu.Unlock()
 	ctx, cancel := context.WithTimeout(context.Background(), max(h.every, time.Second))
 	defer cancel()
 	now := h.Now()
 	var buckets []jobstate.HistoryBucket
-	all := make(map[int64]*histAgg, 1)
+	all := make(map[int64]*Bucket, 1)
 	for b, a := range bins {
 		q := keys.New(h.prefix, b.queue)
 		buckets = addHistory(buckets, b.start, a, now, q.History)
 		t := all[b.start]
 		if t == nil {
-			t = new(histAgg)
+			t = new(Bucket)
 			all[b.start] = t
 		}
-		t.merge(a)
+		t.Merge(a)
 	}
 	for start, a := range all {
 		buckets = addHistory(buckets, start, a, now, func(res string, start int64) string { return keys.HistoryAll(h.prefix, res, start) })
@@ -233,7 +298,7 @@ func (h *History) Flush() {
 // addHistory appends to bs what adds a to its bucket at each resolution, named by key, with
 // the bucket's expiry. The a was counted in the fine bucket that starts at start. A bucket
 // that has left its span already is skipped.
-func addHistory(bs []jobstate.HistoryBucket, start int64, a *histAgg, now time.Time, key func(res string, start int64) string) []jobstate.HistoryBucket {
+func addHistory(bs []jobstate.HistoryBucket, start int64, a *Bucket, now time.Time, key func(res string, start int64) string) []jobstate.HistoryBucket {
 	for _, r := range Resolutions {
 		b := BucketStart(time.Unix(start, 0), r.Step)
 		exp := r.expiry(b)
@@ -244,17 +309,17 @@ func addHistory(bs []jobstate.HistoryBucket, start int64, a *histAgg, now time.T
 		for _, f := range []struct {
 			field string
 			n     int64
-		}{{keys.HistoryCompleted, a.completed}, {keys.HistoryFailed, a.failed}, {keys.HistoryRetried, a.retried}} {
+		}{{keys.HistoryCompleted, a.Completed}, {keys.HistoryFailed, a.Failed}, {keys.HistoryRetried, a.Retried}} {
 			if f.n > 0 {
 				hb.Counts = append(hb.Counts, jobstate.HistoryCount{Field: f.field, N: f.n})
 			}
 		}
-		for c, n := range a.wait {
+		for c, n := range a.Wait {
 			if n > 0 {
 				hb.Counts = append(hb.Counts, jobstate.HistoryCount{Field: keys.HistoryWait + strconv.Itoa(c), N: n})
 			}
 		}
-		for c, n := range a.exec {
+		for c, n := range a.Exec {
 			if n > 0 {
 				hb.Counts = append(hb.Counts, jobstate.HistoryCount{Field: keys.HistoryExec + strconv.Itoa(c), N: n})
 			}

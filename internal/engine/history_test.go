@@ -67,3 +67,39 @@ func TestHistoryBounded(t *testing.T) {
 	require.GreaterOrEqual(t, fine, int(HistorySpanFine/HistoryStepFine)-1, "fine buckets")
 	require.LessOrEqual(t, coarse, int(2*time.Hour/HistoryStepCoarse)+1, "coarse buckets: two hours of a day's span")
 }
+
+// A bucket read back is the bucket written: its counts and every histogram cell. Fields that
+// are not the bucket's, or not counts, count nothing.
+func TestReadBucketReadsWhatAddHistoryWrites(t *testing.T) {
+	t.Parallel()
+	var a Bucket
+	a.Completed, a.Failed, a.Retried = 7, 2, 3
+	a.Wait.Add(10 * time.Millisecond)
+	a.Exec.Add(time.Second)
+	a.Exec.Add(time.Second)
+	now := time.Now()
+	bs := addHistory(nil, BucketStart(now, HistoryStepFine), &a, now, func(string, int64) string { return "k" })
+	require.Len(t, bs, len(Resolutions))
+	fields := map[string]string{"x": "1", keys.HistoryCompleted + "z": "4", keys.HistoryWait + "999": "1", keys.HistoryExec + "1": "-3"}
+	for _, c := range bs[0].Counts {
+		fields[c.Field] = strconv.FormatInt(c.N, 10)
+	}
+	require.Equal(t, a, ReadBucket(fields))
+}
+
+// The keys of a read: one per bucket from since to the last whole one, since clamped to the
+// span, a queue's own or all queues'.
+func TestHistoryKeys(t *testing.T) {
+	t.Parallel()
+	r := Resolutions[0]
+	now := time.Unix(1_000_000, 0)
+	first, ks := HistoryKeys("p", "q", r, now.Add(-time.Minute), now)
+	require.Equal(t, BucketStart(now.Add(-time.Minute), r.Step), first)
+	require.Equal(t, int(time.Minute/r.Step), len(ks))
+	require.Equal(t, keys.New("p", "q").History(r.Name, first), ks[0])
+	first, ks = HistoryKeys("p", "", r, time.Time{}, now)
+	require.Equal(t, int(r.Span/r.Step)-1, len(ks), "the span's whole buckets but the oldest, which expires next")
+	require.Equal(t, keys.HistoryAll("p", r.Name, first), ks[0])
+	_, ks = HistoryKeys("p", "q", r, now.Add(time.Hour), now)
+	require.Len(t, ks, 1, "a since in the future reads the last whole bucket")
+}
