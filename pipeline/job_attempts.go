@@ -5,7 +5,6 @@ import (
 
 	"github.com/conveyorq/conveyor/internal/jobstate"
 	"github.com/conveyorq/conveyor/internal/keys"
-	"github.com/conveyorq/conveyor/status"
 )
 
 // maxAttempts is how many attempts Job.Attempts holds at most: the latest.
@@ -51,42 +50,13 @@ func attemptsJSON(as []JobAttempt) []attemptJSON {
 	return out
 }
 
-// attemptsOf is a job's attempts, oldest first, the last maxAttempts. First comes the history
-// its hash records: the attempts that ended without completing it, as they ended. Then its
-// last attempt, read from the hash itself (worker, started_at, completed_at), unless the
-// history has it already (the same start). That last one is added for a job that runs,
-// completed or was canceled. It is added for a failed job too when its history lacks the
-// attempt, as for one that failed before histories were kept.
+// attemptsOf is a job's attempts, oldest first, the last maxAttempts (Record.AllAttempts).
 func attemptsOf(r jobstate.Record) []JobAttempt {
-	out := make([]JobAttempt, 0, len(r.Attempts)+1)
-	seen := false
-	for _, a := range r.Attempts {
-		out = append(out, JobAttempt{Number: a.Attempt, Worker: a.Worker, StartedAt: a.Started,
-			EndedAt: a.Ended, Outcome: a.Outcome, Error: a.Error})
-		if !a.Started.IsZero() && a.Started.Equal(r.StartedAt) {
-			seen = true
-		}
-	}
-	if !r.StartedAt.IsZero() && !seen {
-		last := JobAttempt{Number: r.Attempt, Worker: r.Worker, StartedAt: r.StartedAt, EndedAt: r.CompletedAt}
-		switch status.Status(r.Status) {
-		case status.InProgress:
-			last.Outcome, last.EndedAt = status.AttemptRunning, time.Time{}
-		case status.Completed:
-			last.Outcome = status.AttemptCompleted
-		case status.Canceled:
-			last.Outcome = status.AttemptCanceled
-		case status.Failed:
-			last.Outcome, last.Error = status.AttemptFailed, r.LastError
-		default:
-			last.Outcome = ""
-		}
-		if last.Outcome != "" {
-			out = append(out, last)
-		}
-	}
-	if len(out) > maxAttempts {
-		out = out[len(out)-maxAttempts:]
+	as := r.AllAttempts(maxAttempts)
+	out := make([]JobAttempt, len(as))
+	for k, a := range as {
+		out[k] = JobAttempt{Number: a.Attempt, Worker: a.Worker, StartedAt: a.Started, EndedAt: a.Ended,
+			Outcome: a.Outcome, Error: a.Error}
 	}
 	return out
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/conveyorq/conveyor/internal/keys"
 	"github.com/conveyorq/conveyor/internal/rediserr"
 	"github.com/conveyorq/conveyor/internal/script"
+	"github.com/conveyorq/conveyor/status"
 )
 
 // The reads of job state: what pipeline's Client and Inspector show of jobs. Each read sends
@@ -94,6 +95,35 @@ func ParseAttempts(v string) []AttemptRecord {
 			Outcome: f[4], Error: f[5]})
 	}
 	return out
+}
+
+// AllAttempts is the job's attempts, oldest first, the last n. First comes its attempt
+// history, then its last attempt read from the hash itself (worker, started_at, completed_at),
+// unless the history has it already (the same start). That last one is added for a job that
+// runs, completed or was canceled. It is added for a failed job too when its history lacks the
+// attempt, as for one that failed before histories were kept.
+func (r *Record) AllAttempts(n int) []AttemptRecord {
+	out := slices.Clone(r.Attempts)
+	seen := slices.ContainsFunc(out, func(a AttemptRecord) bool {
+		return !a.Started.IsZero() && a.Started.Equal(r.StartedAt)
+	})
+	if !r.StartedAt.IsZero() && !seen {
+		last := AttemptRecord{Attempt: r.Attempt, Worker: r.Worker, Started: r.StartedAt, Ended: r.CompletedAt}
+		switch status.Status(r.Status) {
+		case status.InProgress:
+			last.Outcome, last.Ended = status.AttemptRunning, time.Time{}
+		case status.Completed:
+			last.Outcome = status.AttemptCompleted
+		case status.Canceled:
+			last.Outcome = status.AttemptCanceled
+		case status.Failed:
+			last.Outcome, last.Error = status.AttemptFailed, r.LastError
+		}
+		if last.Outcome != "" {
+			out = append(out, last)
+		}
+	}
+	return out[max(0, len(out)-n):]
 }
 
 // DecodeRecord reads a job's hash as a flat field/value list (Get, EntryJob.Flat). A later

@@ -2,6 +2,7 @@ package jobstate_test
 
 import (
 	"fmt"
+	"slices"
 	"strconv"
 	"testing"
 	"time"
@@ -13,6 +14,7 @@ import (
 	"github.com/conveyorq/conveyor/internal/keys"
 	"github.com/conveyorq/conveyor/internal/redistest"
 	"github.com/conveyorq/conveyor/internal/script"
+	"github.com/conveyorq/conveyor/status"
 )
 
 // counted returns a client of the shared test server and what counts its round trips.
@@ -57,6 +59,29 @@ func TestDecodeRecord(t *testing.T) {
 	require.Equal(t, time.UnixMilli(2000), r.RunAt)
 	require.True(t, r.EnqueuedAt.IsZero())
 	require.Nil(t, r.Result, "no result field, no result")
+}
+
+// A job's attempts: its history, then its last attempt from the hash unless the history has
+// it (the same start), the last n of them.
+func TestAllAttempts(t *testing.T) {
+	t.Parallel()
+	at := func(s int64) time.Time { return time.UnixMilli(s) }
+	hist := []jobstate.AttemptRecord{{Attempt: 1, Worker: "w", Started: at(1), Ended: at(2), Outcome: status.AttemptRetried, Error: "boom"}}
+	r := jobstate.Record{Status: "completed", Attempt: 2, Worker: "v", StartedAt: at(3), CompletedAt: at(4), Attempts: hist}
+	require.Equal(t, append(slices.Clone(hist), jobstate.AttemptRecord{Attempt: 2, Worker: "v", Started: at(3), Ended: at(4),
+		Outcome: status.AttemptCompleted}), r.AllAttempts(10))
+	require.Equal(t, []jobstate.AttemptRecord{{Attempt: 2, Worker: "v", Started: at(3), Ended: at(4), Outcome: status.AttemptCompleted}},
+		r.AllAttempts(1), "the last n")
+
+	r.Status, r.CompletedAt = "in_progress", time.Time{}
+	require.Equal(t, status.AttemptRunning, r.AllAttempts(10)[1].Outcome)
+	r.Status, r.LastError = "failed", "bad"
+	require.Equal(t, "bad", r.AllAttempts(10)[1].Error, "a failed last attempt not in the history")
+	r.StartedAt = at(1)
+	require.Equal(t, hist, r.AllAttempts(10), "the history has the last attempt already")
+	r.StartedAt, r.Status = at(3), "queued"
+	require.Equal(t, hist, r.AllAttempts(10), "a queued job's last start is no attempt of its own")
+	require.Empty(t, (&jobstate.Record{}).AllAttempts(10))
 }
 
 func TestFindFirstRecordsLocate(t *testing.T) {
