@@ -192,44 +192,19 @@ func (i *Inspector) Find(ctx context.Context, id string) (*Job, []string, error)
 	if err := keys.ValidateID(id); err != nil {
 		return nil, nil, fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
-	names, counts, err := i.store.KnownQueues(ctx)
+	r, searched, err := i.eng.Find(ctx, id)
 	if err != nil {
-		return nil, nil, err
+		return nil, searched, err
 	}
-	var lookups []jobstate.Lookup
-	for _, name := range names {
-		for _, q := range publish.LookupOrder(i.cfg.Prefix, name, id, counts[name]) {
-			lookups = append(lookups, jobstate.Lookup{Queue: q, ID: id})
-		}
-	}
-	searched := names
-	if len(lookups) == 0 {
-		return nil, searched, ErrNotFound
-	}
-	k, rec, err := i.store.FindFirst(ctx, lookups)
-	if err != nil {
-		return nil, searched, fmt.Errorf("find %s: %w", id, err)
-	}
-	if k < 0 {
-		return nil, searched, ErrNotFound
-	}
-	// A partition's Name is its queue's.
-	j, err := jobFromRecord(lookups[k].Queue.Name(), id, rec)
+	j, err := jobFromRecord(r.Queue, id, r.Rec)
 	return j, searched, err
 }
 
 // Cancel cancels a job that has not finished, as Client.Cancel: it returns ErrNotCancelable
 // for a finished job and ErrNotFound for an unknown one.
 func (i *Inspector) Cancel(ctx context.Context, queue, id string) error {
-	if err := i.checkJob(queue, id); err != nil {
-		return err
-	}
-	qs, err := i.lookup(ctx, queue, id)
-	if err != nil {
-		return err
-	}
 	now := i.cfg.Now()
-	return publish.OnPartition(ctx, i.store, qs, id, ErrNotFound, func(q keys.Queue) error {
+	return i.onJob(ctx, queue, id, func(q keys.Queue) error {
 		return cancelJob(ctx, i.store, q, id, now, i.cfg.Retention, i.cfg.MinRetention)
 	})
 }
@@ -386,14 +361,7 @@ func (i *Inspector) List(ctx context.Context, queue string, st status.Status, pa
 // job's unique key. It returns ErrInvalid for the dead record of an unreadable stream entry,
 // which has no type to run.
 func (i *Inspector) Replay(ctx context.Context, queue, id string) error {
-	if err := i.checkJob(queue, id); err != nil {
-		return err
-	}
-	qs, err := i.lookup(ctx, queue, id)
-	if err != nil {
-		return err
-	}
-	return publish.OnPartition(ctx, i.store, qs, id, ErrNotFound, func(q keys.Queue) error { return i.eng.Replay(ctx, q, id) })
+	return i.onJob(ctx, queue, id, func(q keys.Queue) error { return i.eng.Replay(ctx, q, id) })
 }
 
 // ReplayAll replays every job that is in queue's dead set when it starts, oldest death first,

@@ -8,6 +8,7 @@ import (
 
 	"github.com/conveyorq/conveyor/internal/jobstate"
 	"github.com/conveyorq/conveyor/internal/keys"
+	"github.com/conveyorq/conveyor/internal/publish"
 )
 
 // statsChunk bounds the queues whose stats one pipeline reads.
@@ -164,4 +165,32 @@ func (e *Engine) DeleteQueue(ctx context.Context, queue string, force bool) (rel
 		return relayout, fmt.Errorf("delete queue %s: %w", queue, e.cfg.Errs.QueueNotFound)
 	}
 	return relayout, nil
+}
+
+// Find looks job id up in every known queue (pipeline's Inspector.Find). It asks which queues
+// hold a record of that id, then reads the first of them, by name. It returns that job's row
+// and the queues it searched, sorted; Errs.NotFound when none has it.
+func (e *Engine) Find(ctx context.Context, id string) (*Row, []string, error) {
+	names, counts, err := e.store.KnownQueues(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	var lookups []jobstate.Lookup
+	for _, name := range names {
+		for _, q := range publish.LookupOrder(e.prefix, name, id, counts[name]) {
+			lookups = append(lookups, jobstate.Lookup{Queue: q, ID: id})
+		}
+	}
+	if len(lookups) == 0 {
+		return nil, names, e.cfg.Errs.NotFound
+	}
+	k, rec, err := e.store.FindFirst(ctx, lookups)
+	if err != nil {
+		return nil, names, fmt.Errorf("find %s: %w", id, err)
+	}
+	if k < 0 {
+		return nil, names, e.cfg.Errs.NotFound
+	}
+	// A partition's Name is its queue's.
+	return &Row{Queue: lookups[k].Queue.Name(), ID: id, Rec: rec}, names, nil
 }
