@@ -2,6 +2,7 @@ package pipeline
 
 import (
 	"github.com/conveyorq/conveyor/internal/engine"
+	"github.com/conveyorq/conveyor/internal/inspect"
 	"github.com/conveyorq/conveyor/internal/keys"
 	"github.com/conveyorq/conveyor/internal/publish"
 )
@@ -20,7 +21,12 @@ func WaiterReads(w *Waiter) int64 { return w.nread.Load() }
 
 // PausedTopics reports which of w's queues its current reading session does not read
 // (Inspector.Pause), every partition of each.
-func PausedTopics(w *Worker) map[string]bool { return w.pausedTopics() }
+func PausedTopics(w *Worker) map[string]bool {
+	if l := w.loop.Load(); l != nil {
+		return l.PausedTopics()
+	}
+	return map[string]bool{}
+}
 
 // TokenLife is how long a worker keeps a leased rate token before it gives it back.
 const TokenLife = engine.TokenLife
@@ -34,7 +40,7 @@ func ProgressWrites(w *Worker) int64 {
 }
 
 // PauseAckRecheck is how often PauseConfirmed reads the stored confirmations while it waits.
-const PauseAckRecheck = pauseAckRecheck
+const PauseAckRecheck = inspect.PauseAckRecheck
 
 // Bounds and defaults the package keeps unexported, named for the external tests.
 const (
@@ -45,7 +51,7 @@ const (
 	MaxHeartbeatRunning = maxHeartbeatRunning
 	MaxMaxRetries       = maxMaxRetries
 	MaxMetadataBytes    = maxMetadataBytes
-	ProgressInterval    = progressInterval
+	ProgressInterval    = engine.ProgressInterval
 
 	DefaultPageLimit       = defaultPageLimit
 	MaxGroupWeights        = maxGroupWeights

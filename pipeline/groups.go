@@ -84,8 +84,9 @@ func (c GroupChange) validate() error {
 	return nil
 }
 
-// groupQueue checks that queue is a valid name of an existing queue and returns its partitions.
-func (i *Inspector) groupQueue(ctx context.Context, queue string) ([]keys.Queue, error) {
+// existingQueue checks that queue is a valid name of an existing queue (else ErrQueueNotFound, as
+// it is) and returns its partitions.
+func (i *Inspector) existingQueue(ctx context.Context, queue string) ([]keys.Queue, error) {
 	if err := i.check(queue, ""); err != nil {
 		return nil, err
 	}
@@ -110,7 +111,7 @@ func (i *Inspector) SetGroups(ctx context.Context, queue string, c GroupChange) 
 	if err := c.validate(); err != nil {
 		return err
 	}
-	if _, err := i.groupQueue(ctx, queue); err != nil {
+	if _, err := i.existingQueue(ctx, queue); err != nil {
 		return err
 	}
 	unlock, err := i.store.HoldLayout(ctx, queue)
@@ -120,7 +121,7 @@ func (i *Inspector) SetGroups(ctx context.Context, queue string, c GroupChange) 
 	defer unlock()
 	// Checked before the lock so that a refused queue writes nothing, and again under it: a
 	// change of the partition count copies the settings, and one written after the copy is lost.
-	if _, err := i.groupQueue(ctx, queue); err != nil {
+	if _, err := i.existingQueue(ctx, queue); err != nil {
 		return err
 	}
 	ch := jobstate.GroupChange{Window: int64(c.Window), ResetWindow: c.ResetWindow,
@@ -133,7 +134,7 @@ func (i *Inspector) SetGroups(ctx context.Context, queue string, c GroupChange) 
 
 // Groups returns queue's fair groups, by name, with their counts summed over its partitions.
 func (i *Inspector) Groups(ctx context.Context, queue string) (*Groups, error) {
-	qs, err := i.groupQueue(ctx, queue)
+	qs, err := i.existingQueue(ctx, queue)
 	if err != nil {
 		return nil, err
 	}

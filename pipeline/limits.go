@@ -76,8 +76,13 @@ func (l Limit) stored() jobstate.Limit {
 	return jobstate.Limit{Type: l.Type, PerKey: l.PerKey, Rate: int64(l.Rate), Interval: l.Interval, Concurrency: int64(l.Concurrency)}
 }
 
-func limitOf(l jobstate.Limit) Limit {
-	return Limit{Type: l.Type, PerKey: l.PerKey, Rate: int(l.Rate), Interval: l.Interval, Concurrency: int(l.Concurrency)}
+// limitsOf converts the store's limits, in order.
+func limitsOf(ls []jobstate.Limit) []Limit {
+	out := make([]Limit, len(ls))
+	for k, l := range ls {
+		out[k] = Limit{Type: l.Type, PerKey: l.PerKey, Rate: int(l.Rate), Interval: l.Interval, Concurrency: int(l.Concurrency)}
+	}
+	return out
 }
 
 // limitQueue checks that queue can hold limits: a valid name, an existing queue, and not
@@ -86,24 +91,11 @@ func limitOf(l jobstate.Limit) Limit {
 // Limits on partitioned queues are refused rather than enforced per partition behind the
 // operator's back.
 func (i *Inspector) limitQueue(ctx context.Context, queue string) error {
-	if err := i.check(queue, ""); err != nil {
-		return err
+	qs, err := i.existingQueue(ctx, queue)
+	if err == nil && len(qs) > 1 {
+		return invalid("queue %q has %d partitions: limits are not supported on a partitioned queue", queue, len(qs))
 	}
-	ok, err := i.QueueExists(ctx, queue)
-	if err != nil {
-		return err
-	}
-	if !ok {
-		return ErrQueueNotFound
-	}
-	p, err := i.Partitions(ctx, queue)
-	if err != nil {
-		return err
-	}
-	if p > 1 {
-		return invalid("queue %q has %d partitions: limits are not supported on a partitioned queue", queue, p)
-	}
-	return nil
+	return err
 }
 
 // SetLimit stores l as queue's limit for its scope (Type, PerKey), replacing the one there.
@@ -140,14 +132,7 @@ func (i *Inspector) Limits(ctx context.Context, queue string) ([]Limit, error) {
 		return nil, err
 	}
 	ls, err := jobstate.ReadLimits(ctx, i.rdb, i.keys(queue))
-	if err != nil {
-		return nil, err
-	}
-	out := make([]Limit, len(ls))
-	for k, l := range ls {
-		out[k] = limitOf(l)
-	}
-	return out, nil
+	return limitsOf(ls), err
 }
 
 // DeleteLimit removes queue's limit of the scope (typ, perKey) and reports whether there was

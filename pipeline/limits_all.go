@@ -24,10 +24,7 @@ func (i *Inspector) LimitsOf(ctx context.Context, queues []string) (map[string][
 	}
 	out := make(map[string][]Limit, len(queues))
 	for k, q := range queues {
-		out[q] = make([]Limit, len(ls[k]))
-		for n, l := range ls[k] {
-			out[q][n] = limitOf(l)
-		}
+		out[q] = limitsOf(ls[k])
 	}
 	return out, nil
 }

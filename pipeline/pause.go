@@ -6,7 +6,6 @@ import (
 	"slices"
 	"time"
 
-	"github.com/conveyorq/conveyor/internal/inspect"
 	"github.com/conveyorq/conveyor/internal/jobstate"
 )
 
@@ -72,10 +71,6 @@ func (i *Inspector) PauseConfirmed(ctx context.Context, queue string, timeout ti
 	return pc, err
 }
 
-// pauseAckRecheck is how often PauseConfirmed reads the confirmations stored while it waits
-// for their notices (inspect.PauseAckRecheck).
-const pauseAckRecheck = inspect.PauseAckRecheck
-
 // Resume undoes Pause: workers read queue again, within one read of the change. Resuming a
 // queue that is not paused does nothing. A queue that does not exist is ErrQueueNotFound,
 // unless it is paused (a queue deleted while paused can be resumed).
@@ -118,13 +113,4 @@ func (i *Inspector) mustExist(ctx context.Context, queue string) error {
 		return fmt.Errorf("queue %s: %w", queue, ErrQueueNotFound)
 	}
 	return nil
-}
-
-// pausedTopics reports, for tests, which of w's queues the current session's subscriber has
-// paused (every partition of the queue).
-func (w *Worker) pausedTopics() map[string]bool {
-	if l := w.loop.Load(); l != nil {
-		return l.PausedTopics()
-	}
-	return map[string]bool{}
 }

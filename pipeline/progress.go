@@ -8,9 +8,6 @@ import (
 	"github.com/conveyorq/conveyor/internal/jobstate"
 )
 
-// progressInterval bounds how often a job's progress is written; the tests measure by it.
-const progressInterval = engine.ProgressInterval
-
 // ErrProgressRefused is returned by Job.Progress when the job moved on from the attempt that
 // reports. It was canceled, recovered by another worker or put back on shutdown. Or the
 // attempt ended: its handler returned, or ran past its timeout. Nothing was written; the

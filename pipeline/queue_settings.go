@@ -95,12 +95,9 @@ func (i *Inspector) QueueSettings(ctx context.Context, queue string) (*QueueSett
 		return nil, err
 	}
 	out := &QueueSettings{Queue: queue, Revision: st.Settings.Rev, Paused: st.Settings.Paused, Partitions: st.Partitions,
-		Limits: make([]Limit, len(st.Limits)), GroupWindow: defaultGroupWindow, GroupWeights: map[string]int{}, Levels: st.Levels}
+		Limits: limitsOf(st.Limits), GroupWindow: defaultGroupWindow, GroupWeights: map[string]int{}, Levels: st.Levels}
 	d := publish.ParseDefaults(st.Settings.Fields, maxMaxRetries, maxDefaultTimeout)
 	out.MaxRetries, out.Timeout = d.MaxRetries, d.Timeout
-	for k, l := range st.Limits {
-		out.Limits[k] = limitOf(l)
-	}
 	if st.Groups.Window > 0 {
 		out.GroupWindow = int(st.Groups.Window)
 	}
