@@ -39,6 +39,9 @@ type WorkerInfo struct {
 	// Queues are the queues it reads (WorkerConfig.Queues), Concurrency its bound of jobs at once.
 	Queues      []string
 	Concurrency int
+	// Types are the job types it has handlers for (Worker.Handle), sorted; empty in the
+	// record of a version before types were written, which then counts as handling every type.
+	Types []string
 	// Running are the jobs its handlers run now, longest-running first, at most 100;
 	// RunningMore counts those not listed.
 	Running     []RunningJob
@@ -59,10 +62,10 @@ type RunningJob struct {
 	Started time.Time
 }
 
-// MarshalJSON writes {"name", "host", "pid", "version", "queues", "concurrency", "running":
+// MarshalJSON writes {"name", "host", "pid", "version", "queues", "types", "concurrency", "running":
 // [{"id", "queue", "type", "started_at"}], "running_more", "started_at", "heartbeat_at",
-// "heartbeat_age_ms", "heartbeat_interval_ms"}, times as unix milliseconds, running and queues
-// arrays (never null).
+// "heartbeat_age_ms", "heartbeat_interval_ms"}, times as unix milliseconds, running, queues and
+// types arrays (never null).
 func (w WorkerInfo) MarshalJSON() ([]byte, error) { return json.Marshal(w.wire()) }
 
 // UnmarshalJSON reads what MarshalJSON writes.
@@ -71,7 +74,7 @@ func (w *WorkerInfo) UnmarshalJSON(b []byte) error {
 	if err := json.Unmarshal(b, &v); err != nil {
 		return err
 	}
-	*w = WorkerInfo{Name: v.Name, Host: v.Host, PID: v.PID, Version: v.Version, Queues: v.Queues,
+	*w = WorkerInfo{Name: v.Name, Host: v.Host, PID: v.PID, Version: v.Version, Queues: v.Queues, Types: v.Types,
 		Concurrency: v.Concurrency, RunningMore: v.RunningMore, Started: fromUnixMS(v.StartedAt),
 		LastHeartbeat: fromUnixMS(v.HeartbeatAt), HeartbeatAge: time.Duration(v.HeartbeatAgeMS) * time.Millisecond,
 		HeartbeatInterval: time.Duration(v.HeartbeatInterval) * time.Millisecond}
@@ -89,6 +92,9 @@ func (w WorkerInfo) wire() engine.Record {
 		HeartbeatInterval: w.HeartbeatInterval.Milliseconds()}
 	if v.Queues == nil {
 		v.Queues = []string{}
+	}
+	if v.Types = w.Types; v.Types == nil {
+		v.Types = []string{}
 	}
 	for _, r := range w.Running {
 		v.Running = append(v.Running, engine.RunningRecord{ID: r.ID, Queue: r.Queue, Type: r.Type, StartedAt: unixMS(r.Started)})
@@ -153,6 +159,6 @@ func (w *Worker) info(now time.Time) WorkerInfo {
 		running[k] = RunningJob(j)
 	}
 	return WorkerInfo{Name: w.cfg.Name, Host: host, PID: os.Getpid(), Version: engine.Version(), Queues: w.cfg.Queues,
-		Concurrency: w.cfg.Concurrency, Running: running, RunningMore: more, Started: w.startedAt,
+		Types: w.types, Concurrency: w.cfg.Concurrency, Running: running, RunningMore: more, Started: w.startedAt,
 		LastHeartbeat: now, HeartbeatInterval: w.cfg.HeartbeatInterval}
 }

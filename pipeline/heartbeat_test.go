@@ -227,12 +227,12 @@ func TestWorkersHeartbeatConfig(t *testing.T) {
 // WorkerInfo's JSON is the wire form of the CLI and the API: times in unix ms, arrays never null.
 func TestWorkerInfoJSON(t *testing.T) {
 	at := time.UnixMilli(1_700_000_000_123)
-	w := pipeline.WorkerInfo{Name: "w1", Host: "h", PID: 7, Version: "v1.2.3", Concurrency: 2, Started: at, LastHeartbeat: at.Add(time.Second),
+	w := pipeline.WorkerInfo{Name: "w1", Host: "h", PID: 7, Version: "v1.2.3", Types: []string{"a", "b"}, Concurrency: 2, Started: at, LastHeartbeat: at.Add(time.Second),
 		HeartbeatAge: 1500 * time.Millisecond, HeartbeatInterval: 5 * time.Second,
 		Running: []pipeline.RunningJob{{ID: "j1", Queue: "q", Type: "t", Started: at}}, RunningMore: 3}
 	b, err := json.Marshal(w)
 	require.NoError(t, err)
-	require.JSONEq(t, `{"name":"w1","host":"h","pid":7,"version":"v1.2.3","queues":[],"concurrency":2,
+	require.JSONEq(t, `{"name":"w1","host":"h","pid":7,"version":"v1.2.3","queues":[],"types":["a","b"],"concurrency":2,
 		"running":[{"id":"j1","queue":"q","type":"t","started_at":1700000000123}],"running_more":3,
 		"started_at":1700000000123,"heartbeat_at":1700000001123,"heartbeat_age_ms":1500,"heartbeat_interval_ms":5000}`, string(b))
 	var back pipeline.WorkerInfo

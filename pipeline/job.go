@@ -82,6 +82,10 @@ type Job struct {
 	// Inspector.Get, Inspector.List); empty for a job that never started, and on a handler's
 	// own job.
 	Attempts []JobAttempt
+	// WaitingFor says why the job is not running: set on a job read back through the
+	// Inspector (Get, Find, List) while it is waiting, scheduled or queued; nil once it runs
+	// or ended, and on jobs the Client reads.
+	WaitingFor *WaitingFor
 
 	// run is a handler's job's attempt, as the worker's loop holds it (its Progress reporter).
 	run engine.Attempt
@@ -148,6 +152,8 @@ type jobJSON struct {
 	ProgressAt      int64  `json:"progress_at,omitempty"`
 	// Attempts is Job.Attempts, oldest first; an empty array when the job never started.
 	Attempts []attemptJSON `json:"attempts"`
+	// WaitingFor is Job.WaitingFor, absent when nil.
+	WaitingFor *waitingForJSON `json:"waiting_for,omitempty"`
 }
 
 // MarshalJSON writes the job with times as unix milliseconds (0 when not yet). Payload and
@@ -164,7 +170,7 @@ func (j *Job) MarshalJSON() ([]byte, error) {
 		Payload: rawOrString(j.Payload), Metadata: md, Result: rawOrString(j.Result),
 		LastError: j.LastError, Worker: j.Worker, Entry: j.Entry, Version: j.Version,
 		CreatedAt: unixMS(j.CreatedAt), RunAt: unixMS(j.RunAt), EnqueuedAt: unixMS(j.EnqueuedAt),
-		StartedAt: unixMS(j.StartedAt), CompletedAt: unixMS(j.CompletedAt),
+		StartedAt: unixMS(j.StartedAt), CompletedAt: unixMS(j.CompletedAt), WaitingFor: j.WaitingFor.wire(),
 	}
 	if d := j.Debounce; d != nil {
 		w.Debounce = &debounceJSON{Key: d.Key, FirstAt: unixMS(d.First), Until: unixMS(d.Until), Publishes: d.Publishes}

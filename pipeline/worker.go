@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -38,8 +40,10 @@ type Worker struct {
 	cfg   WorkerConfig
 	log   zerolog.Logger
 
-	mu         sync.Mutex
-	handlers   map[string]HandlerFunc
+	mu       sync.Mutex
+	handlers map[string]HandlerFunc
+	// types are the handlers' job types as Run began, sorted: the heartbeat lists them.
+	types      []string
 	middleware []message.HandlerMiddleware
 
 	running  atomic.Bool
@@ -151,6 +155,7 @@ func (w *Worker) Running() int {
 func (w *Worker) Run(ctx context.Context) error {
 	w.mu.Lock()
 	nHandlers := len(w.handlers)
+	w.types = slices.Sorted(maps.Keys(w.handlers))
 	w.mu.Unlock()
 	if nHandlers == 0 {
 		return errors.New("pipeline: worker has no handlers")

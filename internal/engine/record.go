@@ -15,6 +15,7 @@ type Record struct {
 	PID               int             `json:"pid"`
 	Version           string          `json:"version"`
 	Queues            []string        `json:"queues"`
+	Types             []string        `json:"types"`
 	Concurrency       int             `json:"concurrency"`
 	Running           []RunningRecord `json:"running"`
 	RunningMore       int             `json:"running_more"`
