@@ -91,7 +91,7 @@ func (s *Server) queueStats(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	if *st == (pipeline.QueueStats{Queue: st.Queue}) {
+	if st.Empty() {
 		ok, err := s.inspector.QueueExists(r.Context(), r.PathValue("queue"))
 		if err != nil {
 			return err

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"reflect"
 	"strings"
 	"time"
 
@@ -554,6 +555,29 @@ type QueueStats struct {
 	// GroupWaiting is how many of the Queued jobs wait for a place in their fair group's window
 	// (WithGroup). They are queued, but not yet in the stream for a worker to read.
 	GroupWaiting int64 `json:"group_waiting"`
+	// Waiting is the gauge of the workflow tasks waiting for the tasks they run after
+	// (status.Waiting).
+	Waiting int64 `json:"waiting"`
+	// LimitWaiting is how many of the Scheduled jobs wait for a slot of a concurrency limit
+	// (Limit): deferred, in no set but their limit's wait list, until a slot frees.
+	LimitWaiting int64 `json:"limit_waiting"`
+	// LatencyMS is the queue's latency: how long, in milliseconds by Redis's clock, the oldest
+	// job ready to run (queued in a stream, not yet handed to a worker) has waited there; 0
+	// when none waits. Set by the Inspector's Queues and Stats.
+	LatencyMS int64 `json:"latency_ms"`
+	// WaitingFor counts the jobs that are not running by why they wait (WaitingFor.Kind),
+	// the reasons that have any. Set by the Inspector's Queues and Stats; nil from
+	// Client.Stats.
+	WaitingFor map[status.Reason]int64 `json:"waiting_for,omitempty"`
+}
+
+// Empty reports whether s shows nothing: no job in any place, no count, not paused. A queue
+// nobody used reads so, and so does a name with a typo in it.
+func (s *QueueStats) Empty() bool {
+	c := *s
+	// The counts by reason only split the gauges: with every gauge 0 they are empty too.
+	c.WaitingFor = nil
+	return reflect.DeepEqual(c, QueueStats{Queue: s.Queue})
 }
 
 // Stats reads a queue's gauges and counters in one round trip (one per node involved on a

@@ -77,7 +77,7 @@ func (i *Inspector) QueueExists(ctx context.Context, queue string) (bool, error)
 	if err != nil {
 		return false, err
 	}
-	if *st != (QueueStats{Queue: st.Queue}) {
+	if !st.Empty() {
 		return true, nil
 	}
 	return i.store.IsKnownQueue(ctx, queue)

@@ -14,6 +14,9 @@ type WaitingFor struct {
 	Kind status.Reason
 	// Detail says it for a person: "concurrency limit of queue prio: 1 of 1 slots held".
 	Detail string
+	// Cause says what set a Due reason's time: "delay", "retry" (a failed attempt's backoff)
+	// or "snooze" (its handler's Snooze or RetryAt).
+	Cause string
 	// Until is when the wait ends by itself (a due time, a rate's next token, a debounce
 	// window's close); zero when no time ends it.
 	Until time.Time
@@ -37,6 +40,7 @@ type WaitingFor struct {
 type waitingForJSON struct {
 	Kind     status.Reason `json:"kind"`
 	Detail   string        `json:"detail"`
+	Cause    string        `json:"cause,omitempty"`
 	Until    int64         `json:"until,omitempty"`
 	Scope    string        `json:"scope,omitempty"`
 	Held     int           `json:"held,omitempty"`
@@ -51,6 +55,6 @@ func (w *WaitingFor) wire() *waitingForJSON {
 	if w == nil {
 		return nil
 	}
-	return &waitingForJSON{Kind: w.Kind, Detail: w.Detail, Until: unixMS(w.Until), Scope: w.Scope, Held: w.Held,
+	return &waitingForJSON{Kind: w.Kind, Detail: w.Detail, Cause: w.Cause, Until: unixMS(w.Until), Scope: w.Scope, Held: w.Held,
 		Slots: w.Slots, Group: w.Group, Position: w.Position, Tasks: w.Tasks, Jobs: w.Jobs}
 }

@@ -29,12 +29,9 @@ const (
 	GroupWindow Reason = "group_window"
 	// Debounce: a debounced job whose window is open until a time (Until).
 	Debounce Reason = "debounce"
-	// Snooze: snoozed by its handler (Snooze, RetryAt) until a time (Until).
-	Snooze Reason = "snooze"
-	// Retry: a failed attempt's backoff, until a time (Until).
-	Retry Reason = "retry"
-	// Delay: published to run at a time (Until).
-	Delay Reason = "delay"
+	// Due: waits in the queue's scheduled set for a time (Until): a delay it was published
+	// with, a failed attempt's backoff or a snooze (pipeline.WaitingFor.Cause says which).
+	Due Reason = "due"
 	// Priority: queued behind jobs of a higher priority (Jobs of them, in lower levels).
 	Priority Reason = "priority"
 	// Ready: queued in the stream with nothing in its way: the next free slot of a worker that
@@ -56,9 +53,7 @@ var reasons = []struct {
 	{RateLimit, "a rate limit's next token"},
 	{GroupWindow, "a place in its fair group's window"},
 	{Debounce, "its debounce window to close"},
-	{Snooze, "the end of a snooze"},
-	{Retry, "a failed attempt's backoff"},
-	{Delay, "the time it was published to run at"},
+	{Due, "its due time: a delay, a retry's backoff or a snooze"},
 	{Priority, "jobs of a higher priority ahead of it"},
 	{Ready, "a free worker slot"},
 }

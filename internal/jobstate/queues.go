@@ -16,6 +16,7 @@ import (
 
 	"github.com/conveyorq/conveyor/internal/keys"
 	"github.com/conveyorq/conveyor/internal/rediserr"
+	"github.com/conveyorq/conveyor/status"
 )
 
 // The reads (and the few plain writes) of queue state: the known-queues set, the partition
@@ -49,6 +50,11 @@ type Stats struct {
 	// GroupWaiting is how many of the Queued jobs wait for a place in their fair group's
 	// window (keys.StatGroupWaiting): queued, not yet in the stream.
 	GroupWaiting int64
+	// Waiting, LimitWaiting, LatencyMS and WaitingFor are pipeline.QueueStats's.
+	Waiting      int64
+	LimitWaiting int64
+	LatencyMS    int64
+	WaitingFor   map[status.Reason]int64
 }
 
 // ReadStats reads the gauges and counters of queues qs in one pipeline: one round trip on a

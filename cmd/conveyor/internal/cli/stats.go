@@ -141,7 +141,7 @@ func (a *app) printQueues(ctx context.Context, insp *pipeline.Inspector, asJSON 
 // check a typo shows a queue of zeros. st
 // is the queue's stats when the caller has read them (a queue with any is there), or nil.
 func (a *app) requireQueue(ctx context.Context, queue string, st *pipeline.QueueStats) error {
-	if st != nil && *st != (pipeline.QueueStats{Queue: st.Queue}) {
+	if st != nil && !st.Empty() {
 		return nil
 	}
 	insp, err := a.inspector()
