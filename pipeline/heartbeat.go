@@ -147,7 +147,8 @@ func (i *Inspector) QueueReaders(ctx context.Context, queue string) ([]WorkerInf
 // heartbeat is the session's heartbeat service (engine.Heartbeat), writing w's record.
 func (w *Worker) heartbeat() *engine.Heartbeat {
 	return &engine.Heartbeat{Store: w.store, Worker: w.cfg.Name, Interval: w.cfg.HeartbeatInterval, Now: w.cfg.Now, Log: w.log,
-		Record: func(now time.Time) ([]byte, error) { return json.Marshal(w.info(now).wire()) }}
+		Record: func(now time.Time) ([]byte, error) { return json.Marshal(w.info(now).wire()) },
+		Queues: w.cfg.Queues, Types: w.types}
 }
 
 // info is the worker's heartbeat record as of now.

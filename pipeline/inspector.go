@@ -10,6 +10,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/conveyorq/conveyor/internal/engine"
 	"github.com/conveyorq/conveyor/internal/inspect"
 	"github.com/conveyorq/conveyor/internal/jobstate"
 	"github.com/conveyorq/conveyor/internal/keys"
@@ -58,6 +59,10 @@ type InspectorConfig struct {
 	// MaxSchedules bounds the stored schedules: CreateSchedule of a new schedule fails with
 	// ErrTooManySchedules once there are this many. Defaults to 100,000.
 	MaxSchedules int
+	// PublishWarningWindow is how far back PublishWarnings looks for a worker that read the
+	// queue and handled the types of a publish. Defaults to DefaultPublishWarningWindow (10
+	// minutes); at most a day, how long the workers' beats keep what they saw.
+	PublishWarningWindow time.Duration
 }
 
 func (c InspectorConfig) withDefaults() InspectorConfig {
@@ -66,6 +71,7 @@ func (c InspectorConfig) withDefaults() InspectorConfig {
 	c.MinRetention = cmp.Or(c.MinRetention, defaultMinRetention)
 	c.MaxQueues = cmp.Or(c.MaxQueues, defaultMaxQueues)
 	c.MaxSchedules = cmp.Or(c.MaxSchedules, defaultMaxSchedules)
+	c.PublishWarningWindow = cmp.Or(c.PublishWarningWindow, DefaultPublishWarningWindow)
 	if c.Now == nil {
 		c.Now = time.Now
 	}
@@ -87,6 +93,10 @@ func (c InspectorConfig) validate() error {
 	}
 	if c.MaxSchedules < 0 {
 		errs = append(errs, invalid("max schedules %d is negative", c.MaxSchedules))
+	}
+	if c.PublishWarningWindow < 0 || c.PublishWarningWindow > engine.SightingsKept {
+		errs = append(errs, invalid("publish warning window %s is outside 0..%s (how long the workers' beats keep what they saw)",
+			c.PublishWarningWindow, engine.SightingsKept))
 	}
 	return errors.Join(errs...)
 }

@@ -20,15 +20,22 @@ const HeartbeatBeats = 3
 // to differ. So a host whose clock runs ahead never prunes a live worker of another.
 const heartbeatPruneAfter = time.Minute
 
+// SightingsKept is how long a beat's sightings (keys.SeenQueues, keys.SeenTypes) are kept: the
+// longest window a publish can be checked over (pipeline.InspectorConfig.PublishWarningWindow).
+// A day bounds the sets by the names in use in a day, not by the names ever used.
+const SightingsKept = 24 * time.Hour
+
 // Heartbeat is the worker's service that writes its heartbeat record (keys.WorkerBeat) every
 // Interval, with a TTL of HeartbeatBeats beats. It keeps the worker's name in the workers'
-// index (keys.Workers). Both writes go in one pipelined round trip (one hash tag, so one node
-// of a cluster). A beat also prunes the index of members expired over a minute ago.
+// index (keys.Workers). And it marks each of Queues and Types seen now, by Redis's clock
+// (keys.SeenQueues, keys.SeenTypes), which outlive the record: what a publish to a queue nobody
+// reads is warned by. All of it is one script (one hash tag, so one node of a cluster), one
+// round trip a beat. A beat also prunes the index of members expired over a minute ago and the
+// sightings older than SightingsKept.
 //
-// It is not a MULTI. The least-privilege ACL (docs/OPERATIONS.md) grants no @transaction, and
-// nothing needs the two writes together. A record without its member waits for the next beat
-// to be listed. A member without its record is pruned by the next listing. Stop deletes the
-// record and the member.
+// A record without its member waits for the next beat to be listed. A member without its
+// record is pruned by the next listing. Stop deletes the record and the member; the sightings
+// stay, as they say when the worker was last seen.
 //
 // It costs one write of a small string every few seconds per worker. A job's path pays only
 // for its type and start time, noted where the worker registers it for cancels. A beat copies
@@ -45,6 +52,8 @@ type Heartbeat struct {
 	Log      zerolog.Logger
 	// Record is the record as of now; pipeline encodes it, since its format is public.
 	Record func(now time.Time) ([]byte, error)
+	// Queues and Types are the queues the worker reads and the job types it has handlers for.
+	Queues, Types []string
 
 	loop  service.Loop
 	spell outage.Spell
@@ -85,7 +94,7 @@ func (h *Heartbeat) beat(ctx context.Context) {
 	ttl := HeartbeatBeats * h.Interval
 	cctx, cancel := context.WithTimeout(ctx, max(h.Interval, time.Second))
 	err = h.Store.WriteBeat(cctx, jobstate.BeatParams{Name: h.Worker, Record: rec, TTL: ttl, Now: now,
-		PruneBefore: now.Add(-heartbeatPruneAfter)})
+		PruneBefore: now.Add(-heartbeatPruneAfter), Queues: h.Queues, Types: h.Types, SeenFor: SightingsKept})
 	cancel()
 	if err != nil {
 		if step := h.spell.Failed(time.Now()); step.Log {

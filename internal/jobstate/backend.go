@@ -106,6 +106,7 @@ type Backend interface {
 	WriteBeat(ctx context.Context, p BeatParams) error
 	EndBeat(ctx context.Context, name string) error
 	Beats(ctx context.Context) ([]Beat, error)
+	Sightings(ctx context.Context, window time.Duration) (Sightings, error)
 
 	// The queues' history (history.go).
 	AddHistory(ctx context.Context, bs []HistoryBucket) error

@@ -2,8 +2,10 @@ package jobstate
 
 import (
 	"context"
+	_ "embed"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -13,25 +15,101 @@ import (
 )
 
 // BeatParams is one heartbeat of a worker: its record (pipeline's encoding), kept for TTL, and
-// the index entries of workers silent since PruneBefore, which are dropped.
+// the index entries of workers silent since PruneBefore, which are dropped. Queues and Types
+// are what the worker reads and handles: the beat marks each seen now, by Redis's clock, and
+// drops the sightings older than SeenFor.
 type BeatParams struct {
 	Name        string
 	Record      []byte
 	TTL         time.Duration
 	Now         time.Time
 	PruneBefore time.Time
+	Queues      []string
+	Types       []string
+	SeenFor     time.Duration
 }
 
-// WriteBeat writes a worker's heartbeat record and its index entry (keys.Workers), scored by
-// when the record expires, in one round trip.
+var (
+	//go:embed beat.lua
+	beatSrc    string
+	beatScript = newScript(beatSrc)
+	//go:embed seen.lua
+	seenSrc    string
+	seenScript = newScript(seenSrc)
+)
+
+// WriteBeat writes a worker's heartbeat record, its index entry (keys.Workers), scored by when
+// the record expires, and its sightings (keys.SeenQueues, keys.SeenTypes), in one script: one
+// round trip, to the one node of the workers' hash tag.
 func (s *Store) WriteBeat(ctx context.Context, p BeatParams) error {
-	_, err := s.rdb.Pipelined(ctx, func(pipe redis.Pipeliner) error {
-		pipe.Set(ctx, keys.WorkerBeat(s.prefix, p.Name), p.Record, p.TTL)
-		pipe.ZAdd(ctx, keys.Workers(s.prefix), redis.Z{Score: float64(p.Now.Add(p.TTL).UnixMilli()), Member: p.Name})
-		pipe.ZRemRangeByScore(ctx, keys.Workers(s.prefix), "-inf", fmt.Sprint(p.PruneBefore.UnixMilli()))
-		return nil
-	})
+	args := make([]any, 0, 7+len(p.Queues)+len(p.Types))
+	args = append(args, p.Name, p.Record, p.TTL.Milliseconds(), p.Now.Add(p.TTL).UnixMilli(), p.PruneBefore.UnixMilli(),
+		p.SeenFor.Milliseconds(), len(p.Queues))
+	for _, q := range p.Queues {
+		args = append(args, q)
+	}
+	for _, t := range p.Types {
+		args = append(args, t)
+	}
+	r, err := decode("heartbeat", beatScript.Run(ctx, s.rdb, []string{keys.WorkerBeat(s.prefix, p.Name),
+		keys.Workers(s.prefix), keys.SeenQueues(s.prefix), keys.SeenTypes(s.prefix)}, args...))
+	if err == nil {
+		err = r.want(0)
+	}
 	return err
+}
+
+// Sightings is what the workers' beats have said since a window ago (Store.Sightings): the
+// last time, by Redis's clock, a live worker read each queue and had a handler for each type.
+type Sightings struct {
+	Queues map[string]time.Time
+	Types  map[string]time.Time
+	// Now is Redis's clock when they were read.
+	Now time.Time
+}
+
+// Sightings reads the sightings of the last window (seen.lua) in one round trip.
+func (s *Store) Sightings(ctx context.Context, window time.Duration) (Sightings, error) {
+	r, err := decode("sightings", seenScript.Run(ctx, s.rdb, []string{keys.SeenQueues(s.prefix), keys.SeenTypes(s.prefix)},
+		window.Milliseconds()))
+	if err == nil {
+		err = r.want(4)
+	}
+	if err != nil {
+		return Sightings{}, err
+	}
+	sec, err1 := strconv.ParseInt(r.str(0), 10, 64)
+	usec, err2 := strconv.ParseInt(r.str(1), 10, 64)
+	if err := errors.Join(err1, err2); err != nil {
+		return Sightings{}, fmt.Errorf("sightings: %w", err)
+	}
+	out := Sightings{Now: time.Unix(sec, usec*1000)}
+	if out.Queues, err = sightings(r.rest[2]); err == nil {
+		out.Types, err = sightings(r.rest[3])
+	}
+	if err != nil {
+		return Sightings{}, fmt.Errorf("sightings: %w", err)
+	}
+	return out, nil
+}
+
+// sightings reads a ZRANGEBYSCORE WITHSCORES reply, as a script returns it, of unix ms scores.
+func sightings(v any) (map[string]time.Time, error) {
+	flat, ok := v.([]any)
+	if !ok || len(flat)%2 != 0 {
+		return nil, fmt.Errorf("unexpected reply %v", v)
+	}
+	m := make(map[string]time.Time, len(flat)/2)
+	for i := 0; i < len(flat); i += 2 {
+		name, _ := flat[i].(string)
+		score, _ := flat[i+1].(string)
+		ms, err := strconv.ParseFloat(score, 64)
+		if err != nil {
+			return nil, err
+		}
+		m[name] = time.UnixMilli(int64(ms))
+	}
+	return m, nil
 }
 
 // EndBeat removes a worker's heartbeat record and index entry: a worker that stops says so at

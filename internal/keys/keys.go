@@ -682,6 +682,17 @@ func Workers(prefix string) string { return workersBase(prefix) + "index" }
 // stops.
 func WorkerBeat(prefix, name string) string { return workersBase(prefix) + "w:" + name }
 
+// SeenQueues is the sorted set of the queues the workers' beats have named under prefix:
+// member a queue, score the unix ms (Redis's clock) of the last beat of a worker that reads it.
+// SeenTypes is the same of the job types the workers have handlers for. They outlive the
+// records, whose TTL is a few beats, so that a publish can be told that nothing has read its
+// queue or handled its type for minutes (pipeline.Inspector.PublishWarnings). Each beat drops
+// the members older than a day, so neither grows past the names in use that day.
+func SeenQueues(prefix string) string { return workersBase(prefix) + "seen:queues" }
+
+// SeenTypes is SeenQueues of the job types the workers handle.
+func SeenTypes(prefix string) string { return workersBase(prefix) + "seen:types" }
+
 // MaxScheduleLen bounds a schedule's name, so that its per-tick job id ("cron:" name ":" unix
 // seconds) fits a job id's MaxNameLen.
 const MaxScheduleLen = 64

@@ -33,6 +33,7 @@ func Run(t *testing.T, newStore func(t *testing.T) jobstate.Backend) {
 	t.Run("QueueRegistry", func(t *testing.T) { testQueueRegistry(t, newStore(t)) })
 	t.Run("PartitionCounts", func(t *testing.T) { testPartitionCounts(t, newStore(t)) })
 	t.Run("Beats", func(t *testing.T) { testBeats(t, newStore(t)) })
+	t.Run("Sightings", func(t *testing.T) { testSightings(t, newStore(t)) })
 	t.Run("History", func(t *testing.T) { testHistory(t, newStore(t)) })
 }
 
@@ -231,6 +232,39 @@ func testBeats(t *testing.T, s jobstate.Backend) {
 	beats, err = s.Beats(ctx)
 	require.NoError(t, err)
 	require.Empty(t, beats)
+}
+
+// A beat marks its queues and types seen by Redis's clock; the marks outlive the record, and a
+// beat drops those older than SeenFor.
+func testSightings(t *testing.T, s jobstate.Backend) {
+	ctx := t.Context()
+	seen, err := s.Sightings(ctx, time.Hour)
+	require.NoError(t, err)
+	require.Empty(t, seen.Queues)
+	require.Empty(t, seen.Types)
+
+	stale := float64(seen.Now.Add(-2 * time.Hour).UnixMilli())
+	require.NoError(t, s.Client().ZAdd(ctx, keys.SeenQueues(s.Prefix()), redis.Z{Score: stale, Member: "old"}).Err())
+	now := time.Now()
+	require.NoError(t, s.WriteBeat(ctx, jobstate.BeatParams{Name: "w1", Record: []byte(`{}`), TTL: time.Minute, Now: now,
+		PruneBefore: now.Add(-time.Hour), Queues: []string{"emails", "default"}, Types: []string{"echo"}, SeenFor: time.Hour}))
+	require.NoError(t, s.EndBeat(ctx, "w1"))
+	seen, err = s.Sightings(ctx, time.Hour)
+	require.NoError(t, err)
+	require.ElementsMatch(t, []string{"emails", "default"}, mapKeys(seen.Queues))
+	require.Equal(t, []string{"echo"}, mapKeys(seen.Types))
+	require.False(t, seen.Queues["emails"].After(seen.Now), "a sighting is stamped by Redis's clock")
+	n, err := s.Client().ZCard(ctx, keys.SeenQueues(s.Prefix())).Result()
+	require.NoError(t, err)
+	require.Equal(t, int64(2), n, "the beat dropped the sighting older than SeenFor")
+}
+
+func mapKeys[V any](m map[string]V) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	return out
 }
 
 // What is added to a history bucket is read back, summed; a bucket never written reads empty.
