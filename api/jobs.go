@@ -1,7 +1,9 @@
 package api
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -40,8 +42,34 @@ func (s *Server) enqueue(w http.ResponseWriter, r *http.Request) error {
 	if job.Duplicate {
 		status = http.StatusOK // a repeat: nothing new was written
 	}
-	writeJSON(w, status, job)
+	writeJSON(w, status, publishedJob{job, s.publishWarnings(w, r, queue, req.task.Type)})
 	return nil
+}
+
+// publishedJob is the answer to a one-job publish: the job's JSON (pipeline.Job.MarshalJSON),
+// with "warnings" (Inspector.PublishWarnings) when there are any.
+type publishedJob struct {
+	job      *pipeline.Job
+	warnings []string
+}
+
+// MarshalJSON adds "warnings" inside the job's object. A struct embedding the job would not
+// do: the job's own MarshalJSON would be promoted and write the job alone.
+func (p publishedJob) MarshalJSON() ([]byte, error) {
+	b, err := json.Marshal(p.job)
+	if err != nil || len(p.warnings) == 0 {
+		return b, err
+	}
+	ws, err := json.Marshal(p.warnings)
+	if err != nil {
+		return nil, err
+	}
+	b = bytes.TrimRight(b, " \n")
+	if len(b) < 2 || b[len(b)-1] != '}' {
+		return nil, fmt.Errorf("api: a job's JSON is not an object: %.20q", b)
+	}
+	out := append(b[:len(b)-1:len(b)-1], `,"warnings":`...)
+	return append(append(out, ws...), '}'), nil
 }
 
 // traceContext is the request's context with the W3C trace context of its traceparent and
@@ -64,9 +92,11 @@ func publishError(err error, queue string) error {
 	return err
 }
 
-// jobsBody is the JSON of a list of jobs.
+// jobsBody is the JSON of a list of jobs, and of a batch publish's answer with its warnings
+// (Inspector.PublishWarnings), omitted when there are none.
 type jobsBody struct {
-	Jobs []*pipeline.Job `json:"jobs"`
+	Jobs     []*pipeline.Job `json:"jobs"`
+	Warnings []string        `json:"warnings,omitempty"`
 }
 
 // enqueueBatch: POST /v1/queues/{queue}/jobs:batch.
@@ -100,7 +130,11 @@ func (s *Server) enqueueBatch(w http.ResponseWriter, r *http.Request) error {
 			break
 		}
 	}
-	writeJSON(w, status, jobsBody{Jobs: jobs})
+	types := make([]string, len(tasks))
+	for i, t := range tasks {
+		types[i] = t.Type
+	}
+	writeJSON(w, status, jobsBody{Jobs: jobs, Warnings: s.publishWarnings(w, r, queue, types...)})
 	return nil
 }
 

@@ -35,9 +35,10 @@ type Server struct {
 	mux       *http.ServeMux
 	routes    []route
 
-	waits   *poller
-	streams atomic.Int64 // event streams open now (Config.MaxEventStreams)
-	closed  atomic.Bool
+	waits     *poller
+	sightings sightingsCache // the workers' sightings, for publish warnings
+	streams   atomic.Int64   // event streams open now (Config.MaxEventStreams)
+	closed    atomic.Bool
 }
 
 // New returns the API over client (publishing, reading and cancelling jobs) and inspector
@@ -69,6 +70,7 @@ func New(client *pipeline.Client, inspector *pipeline.Inspector, cfg Config) (*S
 		}
 	}
 	s.waits = newPoller(client.NewWaiter(), s.log.With().Str("component", "long_poll").Logger())
+	s.sightings = sightingsCache{read: inspector.Sightings, now: time.Now}
 	s.routes = s.table()
 	s.register()
 	return s, nil
