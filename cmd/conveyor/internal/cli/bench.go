@@ -163,8 +163,9 @@ func (a *app) bench(ctx context.Context, o benchOptions) (err error) {
 		Queues: []string{queue}, Prefix: a.prefix, Concurrency: o.concurrency, Logger: a.log,
 		// The bench leaves nothing behind: its jobs would stay in the history of all queues,
 		// which deleting its queue does not touch. A flush every 5 s costs nothing the bench
-		// could measure.
-		DisableHistory: true,
+		// could measure. Nor does it leave its queue and type in the heartbeats' sightings
+		// (keys.SeenQueues), which outlive the worker by a day.
+		DisableHistory: true, DisableHeartbeat: true,
 	})
 	if err != nil {
 		return err

@@ -52,6 +52,8 @@ type publishFlags struct {
 	traceparent, tracestate string
 
 	asJSON bool
+	// noWarn is --no-warn: no publish warnings on stderr (warnPublish).
+	noWarn bool
 	// jsonl is --jsonl: a file of jobs, one a line ("-": standard input); see publish_jsonl.go.
 	jsonl string
 
@@ -87,6 +89,12 @@ become one job: a publish while the key's job waits replaces its payload and pri
 id ("created":false,"debounced":true with --json, a note on stderr without), and the job runs
 --debounce-quiet after the last publish or --debounce-max-wait after the first, whichever is
 sooner. It cannot be combined with --id, --delay or --unique.
+
+A publish to a queue that no live worker has read in the last 10 minutes, or of a type that no
+live worker has handled in that time, is made all the same (a typo is not refused: workers may
+start later), and a line on stderr says so: 'warning: no worker has read queue "emials" in the
+last 10m0s (known queues read: emails)'. Each worker's heartbeat records what it reads and
+handles. --no-warn leaves the warnings out.
 
 With --traceparent (or $TRACEPARENT, as a CI system or a traced script passes it on) the jobs
 carry that W3C trace context to their handlers, as the traceparent header does over HTTP: a
@@ -165,6 +173,7 @@ object per line. The job flags (--type, --payload, --id, ...) cannot be used wit
 	f.StringVar(&pf.traceparent, "traceparent", "", "W3C trace context the jobs carry to their handlers (00-<trace id>-<span id>-<flags>); env $"+envTraceparent)
 	f.StringVar(&pf.tracestate, "tracestate", "", "W3C tracestate that goes with --traceparent; env $"+envTracestate)
 	f.BoolVar(&pf.asJSON, "json", false, `print one {"id":..,"created":true|false} object per job`)
+	f.BoolVar(&pf.noWarn, "no-warn", false, "print no warning on stderr when no live worker has read the queue, or handled the type, in the last 10 minutes")
 	f.StringVar(&pf.jsonl, "jsonl", "", "publish the jobs of this file (- for standard input), one JSON object a line with the fields of the API's job body")
 	return cmd
 }
@@ -341,7 +350,32 @@ func (a *app) publish(cmd *cobra.Command, pf *publishFlags) error {
 				unconfirmed, published)
 		}
 	}
-	return out.Flush()
+	if err := out.Flush(); err != nil {
+		return err
+	}
+	a.warnPublish(ctx, pf, pf.queue, req.task.Type)
+	return nil
+}
+
+// warnPublish prints on stderr, after a publish to queue of jobs of types, a warning when no
+// live worker has read queue lately, or handled one of types (pipeline.Inspector.PublishWarnings),
+// unless --no-warn. It is a hint about a publish already made: when the sightings cannot be
+// read, it says nothing, and the command's outcome is the publish's.
+func (a *app) warnPublish(ctx context.Context, pf *publishFlags, queue string, types ...string) {
+	if pf.noWarn {
+		return
+	}
+	insp, err := a.inspector()
+	if err != nil {
+		return
+	}
+	warnings, err := insp.PublishWarnings(ctx, queue, types...)
+	if err != nil {
+		return
+	}
+	for _, w := range warnings {
+		fmt.Fprintln(a.stderr, "warning: "+w)
+	}
 }
 
 // The trace context of a publish, after the environment variable carriers of OpenTelemetry's

@@ -115,6 +115,9 @@ func (a *app) publishJSONL(ctx context.Context, pf *publishFlags) error {
 	if err := out.Flush(); err != nil {
 		return err
 	}
+	if p.published > 0 {
+		a.warnPublish(ctx, pf, pf.queue, p.types...)
+	}
 	fmt.Fprintf(a.stderr, "published %s from %s of %s\n", plural(p.published, "job"), plural(p.lines, "line"), name)
 	if p.failed > 0 {
 		return fmt.Errorf("%d of %s failed (each is named above)", p.failed, plural(p.lines, "line"))
@@ -131,6 +134,8 @@ type jsonlPublisher struct {
 	out   io.Writer
 
 	lines, published, failed int
+	// types are the job types of the lines published, each once: what publish warnings check.
+	types []string
 	// pending are the reports of the lines read since the last flush.
 	pending []jsonlResult
 }
@@ -144,6 +149,9 @@ func (p *jsonlPublisher) fail(n int, reason string) {
 // done reports the job of line l (at the next flush).
 func (p *jsonlPublisher) done(l jsonlLine, j *pipeline.Job) {
 	p.published++
+	if !slices.Contains(p.types, l.task.Type) {
+		p.types = append(p.types, l.task.Type)
+	}
 	p.pending = append(p.pending, jsonlResult{Line: l.n, ID: j.ID, Created: !j.Duplicate && !j.Debounced, Debounced: j.Debounced})
 }
 
