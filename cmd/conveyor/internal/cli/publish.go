@@ -52,8 +52,10 @@ type publishFlags struct {
 	traceparent, tracestate string
 
 	asJSON bool
-	// noWarn is --no-warn: no publish warnings on stderr (warnPublish).
-	noWarn bool
+	// noWarn is --no-warn: no publish warnings on stderr (warnPublish); warnWindow is
+	// --warn-window, how far back they look (InspectorConfig.PublishWarningWindow).
+	noWarn     bool
+	warnWindow time.Duration
 	// jsonl is --jsonl: a file of jobs, one a line ("-": standard input); see publish_jsonl.go.
 	jsonl string
 
@@ -90,8 +92,8 @@ id ("created":false,"debounced":true with --json, a note on stderr without), and
 --debounce-quiet after the last publish or --debounce-max-wait after the first, whichever is
 sooner. It cannot be combined with --id, --delay or --unique.
 
-A publish to a queue that no live worker has read in the last 10 minutes, or of a type that no
-live worker has handled in that time, is made all the same (a typo is not refused: workers may
+A publish to a queue that no live worker has read in the last 10 minutes (--warn-window), or of a
+type that no live worker has handled in that time, is made all the same (a typo is not refused: workers may
 start later), and a line on stderr says so: 'warning: no worker has read queue "emials" in the
 last 10m0s (known queues read: emails)'. Each worker's heartbeat records what it reads and
 handles. --no-warn leaves the warnings out.
@@ -137,6 +139,9 @@ object per line. The job flags (--type, --payload, --id, ...) cannot be used wit
 				if pf.jsonl == "" {
 					return usageErrorf("--jsonl needs a file name, or - for standard input")
 				}
+				if err := checkWarnWindow(pf.warnWindow); err != nil {
+					return err
+				}
 				// The lines' jobs carry --traceparent (or $TRACEPARENT) like the flags' jobs.
 				ctx, err := a.traceContext(cmd, &pf)
 				if err != nil {
@@ -173,7 +178,8 @@ object per line. The job flags (--type, --payload, --id, ...) cannot be used wit
 	f.StringVar(&pf.traceparent, "traceparent", "", "W3C trace context the jobs carry to their handlers (00-<trace id>-<span id>-<flags>); env $"+envTraceparent)
 	f.StringVar(&pf.tracestate, "tracestate", "", "W3C tracestate that goes with --traceparent; env $"+envTracestate)
 	f.BoolVar(&pf.asJSON, "json", false, `print one {"id":..,"created":true|false} object per job`)
-	f.BoolVar(&pf.noWarn, "no-warn", false, "print no warning on stderr when no live worker has read the queue, or handled the type, in the last 10 minutes")
+	f.BoolVar(&pf.noWarn, "no-warn", false, "print no warning on stderr when no live worker has read the queue, or handled the type, within --warn-window")
+	f.DurationVar(&pf.warnWindow, "warn-window", pipeline.DefaultPublishWarningWindow, "how far back a worker that read the queue and handled the type counts (at most 24h)")
 	f.StringVar(&pf.jsonl, "jsonl", "", "publish the jobs of this file (- for standard input), one JSON object a line with the fields of the API's job body")
 	return cmd
 }
@@ -222,6 +228,9 @@ func (pf *publishFlags) request(stdin io.Reader) (*publishRequest, error) {
 		bad("--debounce needs --debounce-quiet and --debounce-max-wait")
 	case pf.debounce != "" && (pf.id != "" || pf.delay != 0 || pf.unique != ""):
 		bad("--debounce cannot be combined with --id, --delay or --unique: the debounce window names the job and decides when it runs")
+	}
+	if err := checkWarnWindow(pf.warnWindow); err != nil {
+		errs = append(errs, err)
 	}
 	if err := checkReplicas(pf.waitReplicas, pf.waitTimeout); err != nil {
 		errs = append(errs, err)
@@ -365,7 +374,11 @@ func (a *app) warnPublish(ctx context.Context, pf *publishFlags, queue string, t
 	if pf.noWarn {
 		return
 	}
-	insp, err := a.inspector()
+	rdb, err := a.redis()
+	if err != nil {
+		return
+	}
+	insp, err := pipeline.NewInspector(rdb, pipeline.InspectorConfig{Prefix: a.prefix, PublishWarningWindow: pf.warnWindow})
 	if err != nil {
 		return
 	}
@@ -376,6 +389,17 @@ func (a *app) warnPublish(ctx context.Context, pf *publishFlags, queue string, t
 	for _, w := range warnings {
 		fmt.Fprintln(a.stderr, "warning: "+w)
 	}
+}
+
+// checkWarnWindow refuses a --warn-window the workers' sightings cannot answer: they are kept a
+// day (engine.SightingsKept). 0 is the library's default, as for a caller that builds the
+// flags itself.
+func checkWarnWindow(d time.Duration) error {
+	if d < 0 || d > 24*time.Hour {
+		return usageErrorf("--warn-window must be at most 24h and not negative (0: the default, %s), not %s",
+			pipeline.DefaultPublishWarningWindow, d)
+	}
+	return nil
 }
 
 // The trace context of a publish, after the environment variable carriers of OpenTelemetry's

@@ -59,6 +59,9 @@ type serveFlags struct {
 	maxQueues    int
 	maxSchedules int
 	createQueues bool
+	// warnWindow is --warn-window: how far back a publish is checked for a worker
+	// (InspectorConfig.PublishWarningWindow).
+	warnWindow time.Duration
 
 	tokenGiven, addrGiven, allowedGiven, maxQueuesGiven, createGiven bool
 	maxSchedulesGiven                                                bool
@@ -125,6 +128,8 @@ health checks in images without curl (conveyor serve --probe http://127.0.0.1:80
 		"schedule past it gets 409 (too_many_schedules)")
 	f.BoolVar(&sf.createQueues, "create-queues", true, "a POST to a queue that does not exist creates it; false: 404 until "+
 		"it is created (PUT /v1/queues/Q, conveyor queues create); env $"+envAPICreateQueues)
+	f.DurationVar(&sf.warnWindow, "warn-window", pipeline.DefaultPublishWarningWindow, "a publish to a queue no live worker "+
+		"has read in this long, or of a type none has handled, is answered with warnings (at most 24h)")
 	f.DurationVar(&sf.maxWait, "max-wait", api.DefaultMaxWait, "longest long poll (GET ...?wait=)")
 	f.IntVar(&sf.maxEventStreams, "max-event-streams", api.DefaultMaxEventStreams, "most job event streams "+
 		"(GET .../jobs/ID/events) open at once, about 40 KB each; past it 503 with Retry-After")
@@ -192,6 +197,9 @@ func (sf *serveFlags) check(getenv func(string) string) (token string, loopback 
 	if maxQueuesSet && sf.maxQueues < 1 {
 		errs = append(errs, usageErrorf("--max-queues must be at least 1, not %d", sf.maxQueues))
 	}
+	if err := checkWarnWindow(sf.warnWindow); err != nil {
+		errs = append(errs, err)
+	}
 	if sf.maxEventStreams < 0 {
 		errs = append(errs, usageErrorf("--max-event-streams must not be negative, not %d (0: the default, %d)", sf.maxEventStreams, api.DefaultMaxEventStreams))
 	}
@@ -252,7 +260,7 @@ func (a *app) serve(ctx context.Context, sf *serveFlags) error {
 		return err
 	}
 	insp, err := pipeline.NewInspector(rdb, pipeline.InspectorConfig{Prefix: a.prefix, MaxQueues: sf.maxQueues,
-		MaxSchedules: sf.maxSchedules})
+		MaxSchedules: sf.maxSchedules, PublishWarningWindow: sf.warnWindow})
 	if err != nil {
 		return err
 	}
