@@ -132,10 +132,13 @@ type WorkerConfig struct {
 	// HeartbeatInterval is how often the worker writes its heartbeat record, which
 	// Inspector.Workers (`conveyor workers`, GET /v1/workers, the dashboard's Workers page)
 	// lists: name, host, pid, version, queues, concurrency, running jobs. The record expires
-	// after three intervals without a beat and is removed when the worker stops. Defaults to 5s.
+	// after three intervals without a beat and is removed when the worker stops. Each beat also
+	// marks the worker's queues and handler types seen (Inspector.Sightings), what publish
+	// warnings check. Defaults to 5s.
 	HeartbeatInterval time.Duration
 	// DisableHeartbeat leaves the heartbeat off: the worker is not listed by Inspector.Workers,
-	// and `queues delete` cannot warn that it reads the queue.
+	// `queues delete` cannot warn that it reads the queue, and publishes to the queues only it
+	// reads are warned about (Inspector.PublishWarnings).
 	DisableHeartbeat bool
 	// Hooks are told about the worker's background work (promotions, recoveries, the recovery
 	// lock), for metrics; see package metrics. The zero value tells nobody.
