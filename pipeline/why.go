@@ -2,6 +2,7 @@ package pipeline
 
 import (
 	"context"
+	"errors"
 	"slices"
 
 	"github.com/conveyorq/conveyor/internal/inspect"
@@ -89,4 +90,31 @@ func (i *Inspector) countReasons(ctx context.Context, stats ...*QueueStats) erro
 		names[k], st[k] = s.Queue, (*jobstate.Stats)(s)
 	}
 	return i.eng.CountReasons(ctx, st, readersOf(workers, names...), i.cfg.Now())
+}
+
+// Explain sets j.WaitingFor on a job read elsewhere (a Client's Get, Wait or Follow, which
+// leave it nil): why it is not running, as Get says it. It reads the job again, with the
+// facts its reason needs, only while j is waiting, scheduled or queued. The reason is set
+// only when that read finds j as it is (the same status and version); a job that moved on
+// meanwhile keeps none, rather than another state's. A job gone meanwhile is no error.
+func (i *Inspector) Explain(ctx context.Context, j *Job) error {
+	if j == nil || j.WaitingFor != nil {
+		return nil
+	}
+	switch j.Status {
+	case status.Waiting, status.Scheduled, status.Queued:
+	default:
+		return nil
+	}
+	now, err := i.Get(ctx, j.Queue, j.ID)
+	if errors.Is(err, ErrNotFound) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if now.Status == j.Status && now.Version == j.Version {
+		j.WaitingFor = now.WaitingFor
+	}
+	return nil
 }

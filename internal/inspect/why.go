@@ -121,6 +121,11 @@ func whyScheduled(queue string, rec *jobstate.Record, f JobFacts) *Wait {
 		return &Wait{Kind: status.NoReader, Until: due,
 			Detail: fmt.Sprintf("no live worker reads queue %s (due since %s)", queue, stamp(due))}
 	}
+	if f.Readers.Any && !f.Readers.Handles(rec.Type) {
+		// Due or not, no live worker can run it: a worker that reads it fails the attempt
+		// (pipeline.ErrNoHandler), and its retries wait here in turn until it is dead.
+		return noHandler(queue, rec, f)
+	}
 	if inst, ok := rateMark(rec); ok {
 		scope := LimitScope(inst)
 		return &Wait{Kind: status.RateLimit, Scope: scope, Until: due,
@@ -154,12 +159,16 @@ func whyQueued(queue string, rec *jobstate.Record, f JobFacts) *Wait {
 	case f.Paused:
 		return &Wait{Kind: status.Paused, Detail: "queue " + queue + " is paused"}
 	case !f.Readers.Handles(rec.Type):
-		return &Wait{Kind: status.NoHandler, Detail: fmt.Sprintf("no live worker of queue %s handles type %s (they handle %s)",
-			queue, rec.Type, joinShort(slices.Sorted(mapKeys(f.Readers.Types)), 5))}
+		return noHandler(queue, rec, f)
 	case f.Ahead > 0:
 		return &Wait{Kind: status.Priority, Jobs: f.Ahead, Detail: fmt.Sprintf("behind %d jobs of a higher priority", f.Ahead)}
 	}
 	return &Wait{Kind: status.Ready, Detail: "ready: the next free worker slot takes it"}
+}
+
+func noHandler(queue string, rec *jobstate.Record, f JobFacts) *Wait {
+	return &Wait{Kind: status.NoHandler, Detail: fmt.Sprintf("no live worker of queue %s handles type %s (they handle %s)",
+		queue, rec.Type, joinShort(slices.Sorted(mapKeys(f.Readers.Types)), 5))}
 }
 
 // GroupWaiting reports whether a queued job waits in its fair group's list: queued with no
