@@ -409,45 +409,71 @@ func behind(u [keys.MaxPriority]int64) int64 {
 }
 
 // CountReasons fills the counts by reason of stats (one per queue, summed over its
-// partitions, Paused set), with readers[k] the live readers of stats[k]'s queue. It reads the
-// scheduled sets' due jobs and the streams' undelivered entries by level, no job, in one
-// pipeline per statsChunk partitions.
+// partitions, Paused set), with readers[k] the live readers of stats[k]'s queue. Where the
+// gauges alone do not split, it reads, in one pipeline per statsChunk partitions and for
+// those queues only, the scheduled set's due jobs (a queue no live worker reads, with
+// scheduled jobs) or the streams' undelivered entries by level (a read queue, not paused,
+// with jobs in its streams); no job. An idle queue, or one whose gauges say it all, costs
+// nothing more.
 func (e *Engine) CountReasons(ctx context.Context, stats []*jobstate.Stats, readers []Readers, now time.Time) error {
-	names := make([]string, len(stats))
+	facts := make([]QueueFacts, len(stats))
+	var need []int // the stats that need a read
 	for k, st := range stats {
-		names[k] = st.Queue
-	}
-	if len(names) == 0 {
-		return nil
-	}
-	counts, err := e.store.PartitionCounts(ctx, names)
-	if err != nil {
-		return fmt.Errorf("count why jobs wait: %w", err)
-	}
-	var asks []jobstate.PartAsk
-	var owner []int
-	for k, st := range stats {
-		for _, q := range allPartitions(e.prefix, st.Queue, counts[k]) {
-			asks = append(asks, jobstate.PartAsk{Q: q, Levels: true, OverdueBy: now})
-			owner = append(owner, k)
+		facts[k].Readers, facts[k].Paused = readers[k], st.Paused
+		if ask := countsNeed(st, facts[k]); ask.Levels || !ask.OverdueBy.IsZero() {
+			need = append(need, k)
 		}
 	}
-	facts := make([]QueueFacts, len(stats))
-	for start := 0; start < len(asks); start += statsChunk {
-		end := min(start+statsChunk, len(asks))
-		f, err := jobstate.ReadWaitFacts(ctx, e.store.Client(), e.prefix, jobstate.WaitAsk{Parts: asks[start:end]})
+	if len(need) > 0 {
+		names := make([]string, len(need))
+		for n, k := range need {
+			names[n] = stats[k].Queue
+		}
+		counts, err := e.store.PartitionCounts(ctx, names)
 		if err != nil {
 			return fmt.Errorf("count why jobs wait: %w", err)
 		}
-		for i, pf := range f.Parts {
-			qf := &facts[owner[start+i]]
-			qf.Overdue += pf.Overdue
-			qf.Behind += behind(pf.Undelivered)
+		var asks []jobstate.PartAsk
+		var owner []int
+		for n, k := range need {
+			ask := countsNeed(stats[k], facts[k])
+			if !ask.OverdueBy.IsZero() {
+				ask.OverdueBy = now
+			}
+			for _, q := range allPartitions(e.prefix, stats[k].Queue, counts[n]) {
+				ask.Q = q
+				asks = append(asks, ask)
+				owner = append(owner, k)
+			}
+		}
+		for start := 0; start < len(asks); start += statsChunk {
+			end := min(start+statsChunk, len(asks))
+			f, err := jobstate.ReadWaitFacts(ctx, e.store.Client(), e.prefix, jobstate.WaitAsk{Parts: asks[start:end]})
+			if err != nil {
+				return fmt.Errorf("count why jobs wait: %w", err)
+			}
+			for i, pf := range f.Parts {
+				qf := &facts[owner[start+i]]
+				qf.Overdue += pf.Overdue
+				qf.Behind += behind(pf.Undelivered)
+			}
 		}
 	}
 	for k, st := range stats {
-		facts[k].Readers, facts[k].Paused = readers[k], st.Paused
 		st.WaitingFor = Counts(st, facts[k])
 	}
 	return nil
+}
+
+// countsNeed is what Counts needs read of a queue besides its gauges (Q unset; OverdueBy any
+// non-zero time when the due jobs are needed): neither Levels nor OverdueBy when nothing.
+func countsNeed(st *jobstate.Stats, f QueueFacts) jobstate.PartAsk {
+	var ask jobstate.PartAsk
+	if !f.Readers.Any && st.Scheduled-st.LimitWaiting > 0 {
+		ask.OverdueBy = time.Unix(1, 0)
+	}
+	if f.Readers.Any && !f.Paused && st.Queued-st.GroupWaiting > 0 {
+		ask.Levels = true
+	}
+	return ask
 }
