@@ -34,8 +34,7 @@ func (i *Inspector) explain(ctx context.Context, queue string, jobs []*Job, recs
 	waiters := make([]inspect.Waiter, 0, len(jobs))
 	idx := make([]int, 0, len(jobs))
 	for k, j := range jobs {
-		switch j.Status {
-		case status.Waiting, status.Scheduled, status.Queued:
+		if j.Status.Waits() {
 			waiters = append(waiters, inspect.Waiter{Q: qs[k], Rec: recs[k], ID: j.ID})
 			idx = append(idx, k)
 		}
@@ -60,7 +59,7 @@ func (i *Inspector) explain(ctx context.Context, queue string, jobs []*Job, recs
 // explainRows is explain of a listing's page: the rows of a waiting, scheduled or queued
 // listing (a row listed in progress has no reason, whatever its record says by now).
 func (i *Inspector) explainRows(ctx context.Context, queue string, st status.Status, jp *JobPage, rows []inspect.Row) error {
-	if len(rows) == 0 || (st != status.Waiting && st != status.Scheduled && st != status.Queued) {
+	if len(rows) == 0 || !st.Waits() {
 		return nil
 	}
 	parts, err := i.partitions(ctx, queue)
@@ -101,9 +100,7 @@ func (i *Inspector) Explain(ctx context.Context, j *Job) error {
 	if j == nil || j.WaitingFor != nil {
 		return nil
 	}
-	switch j.Status {
-	case status.Waiting, status.Scheduled, status.Queued:
-	default:
+	if !j.Status.Waits() {
 		return nil
 	}
 	now, err := i.Get(ctx, j.Queue, j.ID)

@@ -281,7 +281,7 @@ func (e *Engine) Reasons(ctx context.Context, queue string, jobs []Waiter, reade
 	for k, j := range jobs {
 		at[k] = -1
 		st := status.Status(j.Rec.Status)
-		if st != status.Waiting && st != status.Scheduled && st != status.Queued {
+		if !st.Waits() {
 			continue
 		}
 		any = true
