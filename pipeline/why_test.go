@@ -249,3 +249,53 @@ func TestInspectorWaitingForLimits(t *testing.T) {
 		}
 	}
 }
+
+// A reason costs its read a bounded number of round trips, whatever the page's size: the
+// heartbeats (the index, then the records) and one pipeline of the facts the jobs need. And it
+// costs a job's own path nothing: publishing reads no heartbeat and no fact.
+func TestWaitingForRoundTrips(t *testing.T) {
+	t.Parallel()
+	rdb := redistest.Client(t)
+	prefix, client, _ := workersOf(t, rdb)
+	counted := redis.NewClient(rdb.Options())
+	t.Cleanup(func() { _ = counted.Close() })
+	cc := redistest.CountCommands(counted)
+	insp, err := pipeline.NewInspector(counted, pipeline.InspectorConfig{Prefix: prefix})
+	require.NoError(t, err)
+	ctx := t.Context()
+	fakeReader(t, rdb, prefix, "w", []string{"rt"}, []string{"t"})
+	var ids []string
+	for k := range 100 {
+		j, err := client.Enqueue(ctx, "rt", pipeline.Task{Type: "t"}, pipeline.WithPriority(1+k%4))
+		require.NoError(t, err)
+		ids = append(ids, j.ID)
+	}
+	_, err = insp.Get(ctx, "rt", ids[0]) // loads get.lua into the server's script cache
+	require.NoError(t, err)
+
+	base := cc.RoundTrips()
+	cc.Record()
+	j, err := insp.Get(ctx, "rt", ids[99])
+	require.NoError(t, err)
+	require.Equal(t, status.Priority, j.WaitingFor.Kind)
+	get := cc.RoundTrips() - base
+	// The partition count, get.lua, the heartbeats' index and records, the facts.
+	require.LessOrEqual(t, get, int64(5), "%v", cc.Take())
+
+	base = cc.RoundTrips()
+	p, err := insp.List(ctx, "rt", status.Queued, pipeline.Page{Limit: 100})
+	require.NoError(t, err)
+	require.Len(t, p.Jobs, 100)
+	for _, j := range p.Jobs {
+		require.NotNil(t, j.WaitingFor)
+	}
+	list := cc.RoundTrips() - base
+
+	base = cc.RoundTrips()
+	_, err = insp.Stats(ctx, "rt")
+	require.NoError(t, err)
+	stats := cc.RoundTrips() - base
+	t.Logf("round trips: Get %d, List of 100 queued %d, Stats %d", get, list, stats)
+	// The listing's own reads, and 4 for the reasons: the partitions, the heartbeats (2), the facts.
+	require.LessOrEqual(t, stats, int64(7))
+}
