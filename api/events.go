@@ -159,6 +159,13 @@ func (s *Server) jobEvents(w http.ResponseWriter, r *http.Request) error {
 	defer beat.Stop()
 	for {
 		if j != nil {
+			if statusEvent(last, j) {
+				// A status event carries why the job is not running, as GET does: one read
+				// more per change of a job that waits, none for a running one's progress.
+				if err := s.inspector.Explain(ctx, j); err != nil && ctx.Err() == nil {
+					s.log.Debug().Err(err).Str("queue", queue).Str("job_id", id).Msg("events: no waiting_for")
+				}
+			}
 			if err := es.job(last, j); err != nil {
 				return nil // the client went
 			}
@@ -198,7 +205,7 @@ type eventStream struct {
 
 // job writes the events that j's change from last (nil: none sent yet) makes.
 func (es *eventStream) job(last, j *pipeline.Job) error {
-	if last == nil || last.Status != j.Status || last.Attempt != j.Attempt || j.Status.Final() {
+	if statusEvent(last, j) {
 		b, err := json.Marshal(j)
 		if err != nil {
 			return err
@@ -217,6 +224,11 @@ func (es *eventStream) job(last, j *pipeline.Job) error {
 		return err
 	}
 	return es.write("id: " + progressEventID(j) + "\nevent: progress\ndata: " + string(b) + "\n\n")
+}
+
+// statusEvent reports whether j's change from last (nil: none sent yet) makes a status event.
+func statusEvent(last, j *pipeline.Job) bool {
+	return last == nil || last.Status != j.Status || last.Attempt != j.Attempt || j.Status.Final()
 }
 
 // statusEventID is the id of the status event of j's state: "<attempt>-<status>-<unix ms>". The

@@ -157,7 +157,10 @@ func (s *Server) getJob(w http.ResponseWriter, r *http.Request) error {
 		job, err = s.wait(r, jobRef{queue, id}, wait)
 	}
 	if job == nil && err == nil {
-		job, err = s.client.Get(r.Context(), queue, id)
+		// The Inspector's read: the job with why it is not running (waiting_for).
+		job, err = s.inspector.Get(r.Context(), queue, id)
+	} else if err == nil {
+		err = s.inspector.Explain(r.Context(), job) // a wait that ended before the job did
 	}
 	if err != nil {
 		return jobErr(err, queue, id)

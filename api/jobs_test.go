@@ -57,8 +57,14 @@ func TestEnqueue(t *testing.T) {
 		}
 		require.Equal(t, `{"n":1,"s":"x"}`, string(stored.Payload), "the payload is stored as compact JSON text")
 
+		// GET is the Inspector's read: the stored job, with why it is not running.
 		got := e.do("GET", r.header.Get("Location"), "")
 		require.Equal(t, http.StatusOK, got.status, "%s", got.body)
+		insp, err := e.insp.Get(t.Context(), e.queue, j.ID)
+		require.NoError(t, err)
+		require.NotNil(t, insp.WaitingFor)
+		want, err = json.Marshal(insp)
+		require.NoError(t, err)
 		require.JSONEq(t, string(want), string(got.body))
 	})
 

@@ -202,9 +202,10 @@ func TestRedisUnreachable(t *testing.T) {
 		{"GET", "/readyz", "", "ping"},
 		{"POST", e.jobs(), `{"type":"echo"}`, "enqueue"},
 		{"POST", e.jobs() + ":batch", `{"jobs":[{"type":"echo"},{"type":"echo"}]}`, "enqueue"},
-		{"GET", e.jobs() + "/" + id, "", "get"},
 		{"GET", e.jobs() + "/" + id + "?wait=1s", "", "get"},
-		// Which partitions the queue has is read first.
+		// Which partitions the queue has is read first (a GET without wait is the
+		// Inspector's, with the job's waiting_for).
+		{"GET", e.jobs() + "/" + id, "", "queues"},
 		{"DELETE", e.jobs() + "/" + id, "", "queues"},
 		{"GET", "/v1/jobs/" + id, "", "queues"},
 		{"GET", "/v1/queues", "", "queues"},

@@ -73,7 +73,8 @@ var (
 	descGroupWaiting = prometheus.NewDesc(Namespace+"_queue_group_waiting",
 		"Jobs queued but waiting for a place in their fair group's window (WithGroup), not yet in the stream; they count in conveyor_queue_jobs{state=\"queued\"} too.",
 		[]string{"queue"}, nil)
-	descAge = prometheus.NewDesc(Namespace+"_queue_stats_age_seconds",
+	descWaiting = prometheus.NewDesc(Namespace+"_queue_jobs_waiting", waitingHelp(), []string{"queue", "reason"}, nil)
+	descAge     = prometheus.NewDesc(Namespace+"_queue_stats_age_seconds",
 		"Age of the queue reading served (it is cached, and served while a refresh fails).", nil, nil)
 	descErrors = prometheus.NewDesc(Namespace+"_queue_stats_errors_total",
 		"Refreshes of the queue reading that failed.", nil, nil)
@@ -109,6 +110,17 @@ func jobsHelp() string {
 	return "Jobs in the queue now, by state: " + strings.Join(states, ", ") + "."
 }
 
+// waitingHelp is conveyor_queue_jobs_waiting's help: its reason labels, with what each waits
+// for.
+func waitingHelp() string {
+	var rs []string
+	for _, r := range status.Reasons() {
+		rs = append(rs, string(r)+" ("+r.Help()+")")
+	}
+	return "Jobs of the queue that are not running, by why they wait (pipeline.QueueStats.WaitingFor: the gauges split without reading a job, so a scheduled job counts as due and a queued one never as no_worker_type; conveyor status ID says a job's own): " +
+		strings.Join(rs, ", ") + "."
+}
+
 func counterDesc(name, help string) *prometheus.Desc {
 	return prometheus.NewDesc(Namespace+"_queue_"+name+"_total", help+" Kept in Redis since the queue was created.",
 		[]string{"queue"}, nil)
@@ -142,6 +154,7 @@ func (c *QueueCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- descJobs
 	ch <- descPaused
 	ch <- descGroupWaiting
+	ch <- descWaiting
 	ch <- descAge
 	ch <- descErrors
 	ch <- descLimitRate
@@ -181,6 +194,10 @@ func (c *QueueCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 		ch <- prometheus.MustNewConstMetric(descPaused, prometheus.GaugeValue, paused, s.Queue)
 		ch <- prometheus.MustNewConstMetric(descGroupWaiting, prometheus.GaugeValue, float64(s.GroupWaiting), s.Queue)
+		// Every reason, 0 when none waits for it: a series that vanished would read as unknown.
+		for _, r := range status.Reasons() {
+			ch <- prometheus.MustNewConstMetric(descWaiting, prometheus.GaugeValue, float64(s.WaitingFor[r]), s.Queue, string(r))
+		}
 		for _, l := range limits[s.Queue] {
 			perKey := strconv.FormatBool(l.PerKey)
 			if l.Rate > 0 {

@@ -15,6 +15,7 @@ import (
 	"github.com/conveyorq/conveyor/internal/redistest"
 	"github.com/conveyorq/conveyor/metrics"
 	"github.com/conveyorq/conveyor/pipeline"
+	"github.com/conveyorq/conveyor/status"
 )
 
 // clock is a settable clock for the collector's cache.
@@ -88,12 +89,15 @@ func TestQueueCollectorBoundsRedisCalls(t *testing.T) {
 		require.NoError(t, err)
 	}
 	perRefresh := cc.RoundTrips() - before
-	// The queue list, one stats pipeline per 100 queues, and one for every queue's limits.
-	require.LessOrEqual(t, perRefresh, int64(2+(queues+99)/100), "20 scrapes within MaxAge: one refresh")
+	// The queue list, one stats pipeline per 100 queues, one for every queue's limits, and the
+	// heartbeats' index for the counts by reason (no worker is live: no record to read, and the
+	// gauges of queues no worker reads split without a read).
+	require.LessOrEqual(t, perRefresh, int64(3+(queues+99)/100), "20 scrapes within MaxAge: one refresh")
 
 	require.Equal(t, 1.0, value(t, reg, "conveyor_queue_jobs", "queue", "q000", "state", "queued"))
 	require.Equal(t, 3.0, value(t, reg, "conveyor_queue_jobs", "queue", "q002", "state", "queued"))
 	require.Equal(t, 2.0, value(t, reg, "conveyor_queue_enqueued_total", "queue", "q001"))
+	require.Equal(t, 3.0, value(t, reg, "conveyor_queue_jobs_waiting", "queue", "q002", "reason", "no_worker_queue"))
 	require.Equal(t, float64(queues), float64(testutil.CollectAndCount(qc, "conveyor_queue_completed_total")))
 	// The configured limits, rates in jobs per second; a queue without limits has no series.
 	require.Equal(t, 1.5, value(t, reg, "conveyor_queue_limit_rate", "queue", "q000", "type", "", "per_key", "false"))
@@ -258,4 +262,32 @@ func TestQueueCollectorGroupWaiting(t *testing.T) {
 	require.NoError(t, reg.Register(qc))
 	require.Equal(t, 3.0, value(t, reg, "conveyor_queue_group_waiting", "queue", "a"))
 	require.Equal(t, 4.0, value(t, reg, "conveyor_queue_jobs", "queue", "a", "state", "queued"))
+}
+
+// conveyor_queue_jobs_waiting counts a queue's jobs by why they wait, with a series for every
+// reason (0 when none waits for it), so a reason's series never vanishes: a queue no live
+// worker reads (issue 33's "emials").
+func TestQueueCollectorWaiting(t *testing.T) {
+	t.Parallel()
+	prefix := redistest.UniqueName(t)
+	rdb := redistest.Client(t)
+	client, err := pipeline.NewClient(rdb, pipeline.ClientConfig{Prefix: prefix})
+	require.NoError(t, err)
+	insp, err := pipeline.NewInspector(rdb, pipeline.InspectorConfig{Prefix: prefix})
+	require.NoError(t, err)
+	_, err = client.Enqueue(t.Context(), "emials", pipeline.Task{Type: "send"})
+	require.NoError(t, err)
+	_, err = client.Enqueue(t.Context(), "emials", pipeline.Task{Type: "send"}, pipeline.WithDelay(time.Hour))
+	require.NoError(t, err)
+	qc, err := metrics.NewQueueCollector(insp, metrics.QueueCollectorConfig{})
+	require.NoError(t, err)
+	reg := prometheus.NewRegistry()
+	require.NoError(t, reg.Register(qc))
+	require.Equal(t, 1.0, value(t, reg, "conveyor_queue_jobs_waiting", "queue", "emials", "reason", "no_worker_queue"))
+	require.Equal(t, 1.0, value(t, reg, "conveyor_queue_jobs_waiting", "queue", "emials", "reason", "due"))
+	require.Equal(t, 0.0, value(t, reg, "conveyor_queue_jobs_waiting", "queue", "emials", "reason", "ready"))
+	require.Equal(t, len(status.Reasons()), testutil.CollectAndCount(qc, "conveyor_queue_jobs_waiting"))
+	problems, err := testutil.GatherAndLint(reg)
+	require.NoError(t, err)
+	require.Empty(t, problems)
 }

@@ -161,7 +161,14 @@ func (i *Inspector) lookup(ctx context.Context, queue, id string) ([]keys.Queue,
 // queues: one round trip each on a standalone server, one per node involved on a cluster.
 func (i *Inspector) Queues(ctx context.Context) ([]*QueueStats, error) {
 	st, err := i.eng.Queues(ctx)
-	return statsOf(st), err
+	if err != nil {
+		return nil, err
+	}
+	out := statsOf(st)
+	if err := i.countReasons(ctx, out...); err != nil {
+		return nil, err
+	}
+	return out, nil
 }
 
 // Stats reads a queue's gauges and counters in one round trip (one per node involved on a
@@ -175,7 +182,11 @@ func (i *Inspector) Stats(ctx context.Context, queue string) (*QueueStats, error
 	if err != nil {
 		return nil, err
 	}
-	return (*QueueStats)(st), nil
+	out := (*QueueStats)(st)
+	if err := i.countReasons(ctx, out); err != nil {
+		return nil, err
+	}
+	return out, nil
 }
 
 // Get returns the job's current state, or ErrNotFound, as Client.Get (in any partition).
@@ -187,8 +198,18 @@ func (i *Inspector) Get(ctx context.Context, queue, id string) (*Job, error) {
 	if err != nil {
 		return nil, err
 	}
-	j, _, err := findJob(ctx, i.store, qs, id)
-	return j, err
+	k, rec, err := publish.Find(ctx, i.store, qs, id)
+	if err != nil || k < 0 {
+		return nil, cmp.Or(err, ErrNotFound)
+	}
+	j, err := jobFromRecord(qs[k].Name(), id, rec)
+	if err != nil {
+		return nil, err
+	}
+	if err := i.explain(ctx, j.Queue, []*Job{j}, []*jobstate.Record{&rec}, qs[k:k+1]); err != nil {
+		return nil, err
+	}
+	return j, nil
 }
 
 // Find looks job id up in every known queue, when the caller does not know its queue. It asks
@@ -207,7 +228,17 @@ func (i *Inspector) Find(ctx context.Context, id string) (*Job, []string, error)
 		return nil, searched, err
 	}
 	j, err := jobFromRecord(r.Queue, id, r.Rec)
-	return j, searched, err
+	if err != nil {
+		return nil, searched, err
+	}
+	parts, err := i.partitions(ctx, r.Queue)
+	if err != nil {
+		return nil, searched, err
+	}
+	if err := i.explain(ctx, r.Queue, []*Job{j}, []*jobstate.Record{&r.Rec}, []keys.Queue{inspect.PartitionOf(parts, id)}); err != nil {
+		return nil, searched, err
+	}
+	return j, searched, nil
 }
 
 // Cancel cancels a job that has not finished, as Client.Cancel: it returns ErrNotCancelable
@@ -357,6 +388,9 @@ func (i *Inspector) List(ctx context.Context, queue string, st status.Status, pa
 		return nil, err
 	}
 	jp, err := pageOf(p)
+	if err == nil {
+		err = i.explainRows(ctx, queue, st, jp, p.Rows)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("list %s jobs of %s: %w", st, queue, err)
 	}

@@ -73,11 +73,15 @@ func (i *Inspector) PurgeAllDryRunIDs(ctx context.Context, queue string, olderTh
 // until DeleteQueue removes it. A name that is neither is most likely a typo; QueueNames lists
 // the known ones.
 func (i *Inspector) QueueExists(ctx context.Context, queue string) (bool, error) {
-	st, err := i.Stats(ctx, queue)
+	if err := i.check(queue, ""); err != nil {
+		return false, err
+	}
+	// The gauges alone: the counts by reason would only split them.
+	st, err := i.eng.Stats(ctx, queue)
 	if err != nil {
 		return false, err
 	}
-	if !st.Empty() {
+	if !(*QueueStats)(st).Empty() {
 		return true, nil
 	}
 	return i.store.IsKnownQueue(ctx, queue)

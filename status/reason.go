@@ -76,3 +76,7 @@ func (r Reason) Help() string {
 	}
 	return ""
 }
+
+// Waits reports whether a job of status s is one a reason is given for: a live job that is not
+// running (waiting, scheduled or queued). A job that runs or ended has none.
+func (s Status) Waits() bool { return s.Known() && !s.Final() && s != InProgress }

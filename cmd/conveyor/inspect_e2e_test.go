@@ -137,9 +137,9 @@ func testListCmd(t *testing.T, c *cli) {
 	for pages := 1; ; pages++ {
 		table, next := c.listTable(t, append([]string{"--prefix", p, "--queue", "idle", "--status", "scheduled", "--limit", "2"}, args...)...)
 		lines := strings.Split(strings.TrimSpace(table), "\n")
-		require.Regexp(t, `^ID +TYPE +STATUS +PRIORITY +ATTEMPT +RUN_AT +CREATED_AT +LAST_ERROR$`, lines[0])
+		require.Regexp(t, `^ID +TYPE +STATUS +PRIORITY +ATTEMPT +RUN_AT +CREATED_AT +WHY +LAST_ERROR$`, lines[0])
 		for _, l := range lines[1:] {
-			require.Regexp(t, `^\S+ +echo +scheduled +1 +0 +\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3} \S+ +\d{4}-`, l)
+			require.Regexp(t, `^\S+ +echo +scheduled +1 +0 +\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3} \S+ +\d{4}-.* due at \S+ \(delay\)`, l)
 			seen = append(seen, strings.Fields(l)[0])
 		}
 		if next == "" {
@@ -163,7 +163,7 @@ func testListCmd(t *testing.T, c *cli) {
 	require.JSONEq(t, `{"n":1}`, string(page.Jobs[0].Payload))
 	require.Empty(t, page.Leases)
 	table, _ := c.listTable(t, "--prefix", p, "--queue", "idle", "--status", "queued")
-	require.Regexp(t, `(?m)^ID +TYPE +STATUS +PRIORITY +ATTEMPT +ENQUEUED_AT +CREATED_AT$`, table)
+	require.Regexp(t, `(?m)^ID +TYPE +STATUS +PRIORITY +ATTEMPT +ENQUEUED_AT +CREATED_AT +WHY$`, table)
 	for _, s := range []string{"in_progress", "failed"} {
 		// The empty message goes to stderr, as every command's "nothing" does (it went to stdout).
 		r := c.run(t, "list", "--prefix", p, "--queue", "idle", "--status", s)

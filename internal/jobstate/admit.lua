@@ -57,7 +57,7 @@
 -- its hash, its `attempt` is the executions started so far (the entry's attempt - 1), and it
 -- becomes `scheduled`:
 --   - over a rate: in the scheduled set, due when the rate frees (promote.lua starts attempt + 1,
---     the same attempt again);
+--     the same attempt again), 'rate_wait' naming the due time and the rate's instance;
 --   - over a concurrency whose slots are all taken: out of the scheduled set, in the wait list
 --     of that instance ('limit_wait' names it), until a slot of it is given back;
 --   - under a limit the worker did not ask for (its copy of the limits is older than this one):
@@ -179,7 +179,7 @@ for b = a, #ARGV, 6 do
   else
     -- The latest rate due time (us), the first instance whose slots are all taken, and
     -- whether a limit was not asked for.
-    local due, full, unasked = nil, nil, false
+    local due, full, unasked, rate_inst = nil, nil, false, nil
     for _, s in ipairs(sc) do
       local inst, l = s[1], s[2]
       local c = cap[inst]
@@ -189,7 +189,7 @@ for b = a, #ARGV, 6 do
         if l.rate > 0 and c.r < 1 then
           local d = math.max(cv_rate_due(get_log(inst, l), l.rate, l.interval) or now,
             get_horizon(inst) + l.T, now)
-          if not due or d > due then due = d end
+          if not due or d > due then due, rate_inst = d, inst end
         end
         if l.conc > 0 and c.c < 1 and not full and
             redis.call('SCARD', lp .. 'c:' .. inst) >= l.conc then
@@ -215,7 +215,13 @@ for b = a, #ARGV, 6 do
           horizon[inst] = math.max(horizon[inst] or 0, due)
         end
       end
-      redis.call('HSET', jobkey, 'run_at', tostring(due_ms))
+      if rate_inst then
+        -- The rate's mark, in the HSET that sets the due time: a reader takes it as the job's
+        -- reason only while the job is due at that time (keys.FieldRateWait).
+        redis.call('HSET', jobkey, 'run_at', tostring(due_ms), 'rate_wait', tostring(due_ms) .. ' ' .. rate_inst)
+      else
+        redis.call('HSET', jobkey, 'run_at', tostring(due_ms))
+      end
       redis.call('ZADD', scheduled, due_ms, id)
       cv_wake_if_first(scheduled, wake, id, due_ms)
       out[#out + 1] = CV_DEFERRED; out[#out + 1] = tostring(due_ms)

@@ -62,6 +62,12 @@ type Record struct {
 	// ended without completing the job. The last attempt of a job that completed, was
 	// canceled or runs is not in it (AttemptRecord's doc).
 	Attempts []AttemptRecord
+	// What a reader derives a waiting job's reason from (internal/inspect's why.go):
+	// LimitWait is keys.FieldLimitWait, RateWait keys.FieldRateWait (raw), WfDeps the ids of
+	// the workflow tasks the task runs after (keys.FieldWfDeps) and WfFinally its mode.
+	LimitWait, RateWait string
+	WfDeps              []string
+	WfFinally           bool
 }
 
 // AttemptRecord is one attempt of a job's attempt history (keys.FieldAttempts).
@@ -194,6 +200,14 @@ func DecodeRecord(flat []string) Record {
 			r.DebouncePubs = int(num(v))
 		case keys.FieldAttempts:
 			r.Attempts = ParseAttempts(v)
+		case keys.FieldLimitWait:
+			r.LimitWait = v
+		case keys.FieldRateWait:
+			r.RateWait = v
+		case keys.FieldWfDeps:
+			r.WfDeps = strings.Fields(v)
+		case keys.FieldWfMode:
+			r.WfFinally = v == "1"
 		case keys.FieldProgress:
 			if p, ok := ParseProgress(v); ok {
 				r.Progress = &p

@@ -97,6 +97,11 @@ const (
 	// FieldLimitWait is the scope instance whose concurrency slot a deferred job waits for. The
 	// job is then scheduled in that instance's wait list, not the scheduled set.
 	FieldLimitWait = "limit_wait"
+	// FieldRateWait marks a job a rate limit deferred: "<due unix ms> <scope instance>", written
+	// by admit.lua in the HSET that schedules it. It is never cleared: a reader takes it as the
+	// job's reason only while the job is scheduled for that very due time (run_at), so a
+	// promote, a run, a retry or a cancel outdates it without a write on the job's path.
+	FieldRateWait = "rate_wait"
 	// FieldSnoozes counts the times a job's handler snoozed it (pipeline.Snooze). It is bounded,
 	// so a job snoozing forever ends failed.
 	FieldSnoozes = "snoozes"

@@ -38,7 +38,9 @@ It prints a page of at most --limit jobs (1 to 1000) and, on stderr, the cursor 
 before the end: jobs that changed status meanwhile are left out. With --json it prints
 {"jobs": [...], "next": "..."} with each job as 'status --json' prints it, and for in_progress
 "leases": {id: {"worker", "entry", "idle_ms", "deliveries"}}; next is "" at the end. The table's
-PRIORITY is the job's level within its queue, 1 (served first, the default) to 4.`,
+PRIORITY is the job's level within its queue, 1 (served first, the default) to 4. WHY says why a
+scheduled, queued or waiting job is not running (cut to 60 characters; 'conveyor status ID'
+prints it whole), and --json's jobs carry it as waiting_for {"kind", "detail", ...}.`,
 		Example: `  conveyor list --status queued
   conveyor list --queue emails --status dead --limit 20
   conveyor list --status scheduled --cursor 1767225600000:01JABCDEFGHJKMNPQRSTVWXYZ0
@@ -127,9 +129,9 @@ func printJobs(w io.Writer, st status.Status, p *pipeline.JobPage) error {
 	t := newTable(w)
 	switch st {
 	case status.Scheduled:
-		fmt.Fprintln(t, "ID\tTYPE\tSTATUS\tPRIORITY\tATTEMPT\tRUN_AT\tCREATED_AT\tLAST_ERROR")
+		fmt.Fprintln(t, "ID\tTYPE\tSTATUS\tPRIORITY\tATTEMPT\tRUN_AT\tCREATED_AT\tWHY\tLAST_ERROR")
 	case status.Queued:
-		fmt.Fprintln(t, "ID\tTYPE\tSTATUS\tPRIORITY\tATTEMPT\tENQUEUED_AT\tCREATED_AT")
+		fmt.Fprintln(t, "ID\tTYPE\tSTATUS\tPRIORITY\tATTEMPT\tENQUEUED_AT\tCREATED_AT\tWHY")
 	case status.InProgress:
 		fmt.Fprintln(t, "ID\tTYPE\tSTATUS\tPRIORITY\tATTEMPT\tSTARTED_AT\tWORKER\tIDLE")
 	case status.Failed:
@@ -139,16 +141,16 @@ func printJobs(w io.Writer, st status.Status, p *pipeline.JobPage) error {
 	case status.Canceled:
 		fmt.Fprintln(t, "ID\tTYPE\tSTATUS\tPRIORITY\tATTEMPT\tCANCELED_AT\tCREATED_AT")
 	default: // a status with no columns of its own
-		fmt.Fprintln(t, "ID\tTYPE\tSTATUS\tPRIORITY\tATTEMPT\tCREATED_AT")
+		fmt.Fprintln(t, "ID\tTYPE\tSTATUS\tPRIORITY\tATTEMPT\tCREATED_AT\tWHY")
 	}
 	for _, j := range p.Jobs {
 		fmt.Fprintf(t, "%s\t%s\t%s\t%d\t%d\t", j.ID, orDash(j.Type), j.Status.Word(),
 			max(j.Priority, pipeline.MinPriority), j.Attempt)
 		switch st {
 		case status.Scheduled:
-			fmt.Fprintf(t, "%s\t%s\t%s\n", tableTime(j.RunAt), tableTime(j.CreatedAt), oneLine(j.LastError, 60))
+			fmt.Fprintf(t, "%s\t%s\t%s\t%s\n", tableTime(j.RunAt), tableTime(j.CreatedAt), why(j), oneLine(j.LastError, 60))
 		case status.Queued:
-			fmt.Fprintf(t, "%s\t%s\n", tableTime(j.EnqueuedAt), tableTime(j.CreatedAt))
+			fmt.Fprintf(t, "%s\t%s\t%s\n", tableTime(j.EnqueuedAt), tableTime(j.CreatedAt), why(j))
 		case status.InProgress:
 			idle := "-"
 			if l, ok := p.Leases[j.ID]; ok {
@@ -162,8 +164,20 @@ func printJobs(w io.Writer, st status.Status, p *pipeline.JobPage) error {
 		case status.Canceled:
 			fmt.Fprintf(t, "%s\t%s\n", tableTime(j.CompletedAt), tableTime(j.CreatedAt))
 		default:
-			fmt.Fprintf(t, "%s\n", tableTime(j.CreatedAt))
+			fmt.Fprintf(t, "%s\t%s\n", tableTime(j.CreatedAt), why(j))
 		}
 	}
 	return t.Flush()
+}
+
+// whyWidth bounds the WHY column: the reason's detail, cut (status ID prints it whole).
+const whyWidth = 60
+
+// why is a listed job's WHY cell: why it is not running (Job.WaitingFor's detail), "-" when
+// the listing says nothing.
+func why(j *pipeline.Job) string {
+	if j.WaitingFor == nil {
+		return "-"
+	}
+	return oneLine(j.WaitingFor.Detail, whyWidth)
 }

@@ -35,7 +35,9 @@ func TestListShowsPriority(t *testing.T) {
 	urgent := strings.TrimSpace(c.ok("publish", "-q", "emails", "--type", "welcome", "--priority", "1"))
 	later := strings.TrimSpace(c.ok("publish", "-q", "emails", "--type", "digest", "--priority", "3"))
 	out := c.ok("list", "-q", "emails", "--status", "queued")
-	require.Regexp(t, `(?m)^ID +TYPE +STATUS +PRIORITY +ATTEMPT +ENQUEUED_AT +CREATED_AT$`, out)
+	require.Regexp(t, `(?m)^ID +TYPE +STATUS +PRIORITY +ATTEMPT +ENQUEUED_AT +CREATED_AT +WHY$`, out)
+	// WHY: no worker runs in this test.
+	require.Regexp(t, `(?m)^`+urgent+` .* no live worker reads queue emails$`, out)
 	require.Regexp(t, `(?m)^`+urgent+` +welcome +queued +1 +0 `, out)
 	require.Regexp(t, `(?m)^`+later+` +digest +queued +3 +0 `, out)
 }

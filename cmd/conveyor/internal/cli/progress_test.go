@@ -89,7 +89,8 @@ func TestStatusProgress(t *testing.T) {
 	}
 	require.Zero(t, r.code, r.stderr)
 	lines := strings.Split(strings.TrimSpace(r.out), "\n")
-	require.Regexp(t, `queued attempt 0 progress 40% copying files$`, lines[len(lines)-2])
+	// A queued job's line says why it waits (no worker runs here).
+	require.Regexp(t, `queued attempt 0 progress 40% copying files waiting for: no live worker reads queue \S+$`, lines[len(lines)-2])
 	// Canceled before a start mark: no attempt counted, so no report of one is shown.
 	require.Regexp(t, `canceled attempt 0$`, lines[len(lines)-1])
 }

@@ -51,6 +51,11 @@ The counters (since the queue was created; --json has them all):
                     (also counted in failed)
   debounced         publishes that joined a pending debounced job instead of making one
   limited           times a flow-control limit made a job wait; not an attempt
+--json also has waiting_for: the jobs that are not running counted by why they wait
+({"due": 2, "no_worker_queue": 1, ...}, the reasons that have any; 'conveyor status ID' says
+a job's own). The counts split the gauges without reading a job: a scheduled job counts as due
+(no_worker_queue once due with no live worker reading the queue), a queued one as
+no_worker_queue, paused, priority or ready, a group's waiting one as group_window.
 A queue that is not known (nothing was ever published to it or read from it) is refused
 (exit 1) with the names of the known queues.`,
 		Example: `  conveyor stats

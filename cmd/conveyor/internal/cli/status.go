@@ -45,6 +45,12 @@ retention time) exits 1, saying which queues were searched.
 A running job whose handler reports progress (Job.Progress; the ready "sleep" handler does)
 shows it as progress (0-100), progress_message and progress_at; a finished job keeps its last
 attempt's last report. These rows and JSON fields are absent when the attempt reported none.
+
+A job that is not running (waiting, scheduled or queued) shows why in waiting_for: a line and
+its reason's kind (no_worker_queue, paused, no_worker_type, dependencies, concurrency_limit,
+rate_limit, group_window, debounce, due, priority, ready); --json carries it as waiting_for
+{"kind", "detail", and the facts of the kind: "cause", "until", "scope", "held", "slots",
+"group", "position", "tasks", "jobs"}, absent while the job runs or once it ended.
 With --follow the command prints the job, then a line (with --json, a JSON object) each time
 its status, attempt or progress changes, until it is completed, failed or canceled; it exits 0
 then, whatever the status (read it from the last line), and 1 when the job goes or Redis fails.`,
@@ -83,7 +89,15 @@ func (a *app) followJob(cmd *cobra.Command, j *pipeline.Job, asJSON bool) error 
 			return err
 		}
 	}
+	in, err := a.inspector()
+	if err != nil {
+		return err
+	}
 	err = client.Follow(cmd.Context(), j.Queue, j.ID, func(j *pipeline.Job) error {
+		// Why it waits, read at each change of a job that is not running (none while it runs).
+		if err := in.Explain(cmd.Context(), j); err != nil {
+			return err
+		}
 		if asJSON {
 			return writeJSON(a.stdout, j)
 		}
@@ -105,6 +119,9 @@ func followLine(j *pipeline.Job) string {
 		if p.Message != "" {
 			line += " " + p.Message
 		}
+	}
+	if w := j.WaitingFor; w != nil {
+		line += " waiting for: " + w.Detail
 	}
 	if j.Status.Final() && j.LastError != "" && j.Status != status.Completed {
 		line += " last_error " + j.LastError
@@ -143,6 +160,9 @@ func printJob(w io.Writer, j *pipeline.Job, now time.Time) error {
 	row("queue", j.Queue)
 	row("type", j.Type)
 	row("status", j.Status.Word()) // "dead" for failed, the wire name (--json)
+	if w := j.WaitingFor; w != nil {
+		row("waiting_for", w.Detail+" ("+string(w.Kind)+")")
+	}
 	if p := j.Reported; p != nil {
 		row("progress", strconv.Itoa(p.Percent)+"%")
 		row("progress_message", orDash(p.Message))
