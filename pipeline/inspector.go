@@ -334,12 +334,7 @@ func (i *Inspector) List(ctx context.Context, queue string, st status.Status, pa
 		return nil, invalid("page byte budget %d is negative", page.MaxBytes)
 	}
 	st = status.Parse(string(st)) // "dead" is failed's word
-	switch {
-	case st.Listable():
-	case st == status.Waiting:
-		// Waiting tasks are in no set of the queue: their workflow lists them.
-		return nil, invalid("waiting tasks are listed by their workflow (Inspector.Workflow, conveyor workflows get), not by status")
-	default:
+	if !st.Listable() {
 		return nil, invalid("unknown status %q: want %s", st, orList(status.Listable()))
 	}
 	p, err := i.eng.List(ctx, queue, st, page.Cursor, limit, cmp.Or(page.MaxBytes, defaultPageBytes))
