@@ -8,6 +8,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/conveyorq/conveyor/internal/redistest"
 	"github.com/conveyorq/conveyor/pipeline"
 	"github.com/conveyorq/conveyor/status"
 )
@@ -164,5 +165,38 @@ func TestAccountingWorkflowWaitingTasks(t *testing.T) {
 			require.Empty(t, listIDs(t, b.insp, b.queue, status.Waiting, 10))
 			g.finish(id("2"), nil)
 		})
+	}
+}
+
+// A partitioned queue's listings go through each partition's wait lists too: the cursor
+// "<partition>/<wait-list cursor>" carries a page from one partition's group wait lists into
+// the next partition.
+func TestAccountingPartitionedWaitLists(t *testing.T) {
+	t.Parallel()
+	rdb := redistest.Client(t)
+	x := newPartitioned(t, rdb, redistest.UniqueName(t), 3)
+	ctx := t.Context()
+	require.NoError(t, x.insp.SetGroups(ctx, x.queue, pipeline.GroupChange{Window: 1}))
+	var want []string
+	for _, g := range []string{"a", "b", "c", "d"} {
+		want = append(want, publishGroup(t, x.client, x.queue, g, 3)...)
+	}
+	wf, err := x.client.Workflow(ctx, x.queue, pipeline.Chain(pipeline.Task{Type: "gate"}, pipeline.Task{Type: "gate"},
+		pipeline.Task{Type: "gate"}))
+	require.NoError(t, err)
+	want = append(want, wf.Tasks[0].JobID)
+	st, err := x.insp.Stats(ctx, x.queue)
+	require.NoError(t, err)
+	require.EqualValues(t, len(want), st.Queued)
+	require.EqualValues(t, 2, st.Waiting)
+	for _, limit := range []int{1, 2, 5, 100} {
+		require.Equal(t, sorted(want), sorted(listIDs(t, x.insp, x.queue, status.Queued, limit)), "page size %d", limit)
+		require.Equal(t, sorted([]string{wf.Tasks[1].JobID, wf.Tasks[2].JobID}),
+			sorted(listIDs(t, x.insp, x.queue, status.Waiting, limit)), "page size %d", limit)
+	}
+	// A cursor of a wait list that is not well formed is refused.
+	for _, bad := range []string{"gw:", "gw:!!:0", "gw::x", "0/gw::-1", "lw::0"} {
+		_, err := x.insp.List(ctx, x.queue, status.Queued, pipeline.Page{Cursor: bad})
+		require.ErrorIs(t, err, pipeline.ErrInvalid, bad)
 	}
 }
