@@ -105,6 +105,8 @@ func (a *accounting) run(t *testing.T, steps int) {
 		{"limit", 2, a.limit},
 		{"unlimit", 2, a.unlimit},
 		{"cancel", 3, a.cancel},
+		{"delete", 1, a.delete},
+		{"runnow", 1, a.runNow},
 		{"replay", 2, a.replay},
 		{"work", 5, a.work},
 		{"lose", 2, a.lose},
@@ -130,8 +132,8 @@ func (a *accounting) run(t *testing.T, steps int) {
 }
 
 // accTypes are the job types published, as often as each is listed: "hold" runs until its
-// worker stops.
-var accTypes = []string{"ok", "ok", "fail", "retry", "hold"}
+// worker stops, "snooze" snoozes an hour (runnow brings it back).
+var accTypes = []string{"ok", "ok", "fail", "retry", "hold", "snooze"}
 
 // publish publishes 1 to 5 jobs.
 func (a *accounting) publish(t *testing.T) {
@@ -241,6 +243,22 @@ func (a *accounting) cancel(t *testing.T) {
 	_ = a.b.client.Cancel(t.Context(), a.b.queue, a.ids[a.rng.IntN(len(a.ids))])
 }
 
+// delete deletes a job (Inspector.Delete): only a scheduled or queued one goes.
+func (a *accounting) delete(t *testing.T) {
+	if len(a.ids) == 0 {
+		return
+	}
+	_ = a.b.insp.Delete(t.Context(), a.b.queue, a.ids[a.rng.IntN(len(a.ids))])
+}
+
+// runNow moves a scheduled job into the stream now (refused for one waiting for a slot).
+func (a *accounting) runNow(t *testing.T) {
+	if len(a.ids) == 0 {
+		return
+	}
+	_ = a.b.insp.RunNow(t.Context(), a.b.queue, a.ids[a.rng.IntN(len(a.ids))])
+}
+
 func (a *accounting) replay(t *testing.T) {
 	_, err := a.b.insp.ReplayAll(t.Context(), a.b.queue)
 	if err != nil {
@@ -285,7 +303,8 @@ func (a *accounting) work(t *testing.T) {
 			count()
 			return nil, pipeline.SkipRetry(errors.New("dead on purpose"))
 		},
-		"retry": func(context.Context, *pipeline.Job) ([]byte, error) { count(); return nil, errors.New("again") },
+		"retry":  func(context.Context, *pipeline.Job) ([]byte, error) { count(); return nil, errors.New("again") },
+		"snooze": func(context.Context, *pipeline.Job) ([]byte, error) { count(); return nil, pipeline.Snooze(time.Hour) },
 	}
 	_, stop := a.b.startWorker(t, pipeline.WorkerConfig{Concurrency: concurrency, VisibilityTimeout: 3 * time.Second,
 		ShutdownTimeout: time.Millisecond}, handlers)
@@ -298,7 +317,7 @@ func (a *accounting) work(t *testing.T) {
 		// Lost entries (lose) are in progress too until recovered.
 		lost := a.lostPending(t)
 		return s.InProgress-lost == int64(holding) && (s.Queued-s.GroupWaiting == 0 || a.paused || holding == concurrency)
-	}, 30*time.Second, 5*time.Millisecond)
+	}, 30*time.Second, 5*time.Millisecond) // 10x: a worker settles these in milliseconds
 	require.NoError(t, stop())
 }
 
