@@ -40,6 +40,9 @@ type QueueKeys struct {
 	// LimitPrefix prefixes the keys of the queue's limits' state: a rate's log, the slots'
 	// holders, the jobs waiting for a slot.
 	LimitPrefix string
+	// WorkflowWaiting is the sorted set of the partition's workflow tasks waiting for their
+	// dependencies, scored by publish time.
+	WorkflowWaiting string
 }
 
 // KeysOf returns the keys of each partition of queue, in order, under prefix
@@ -53,7 +56,7 @@ func KeysOf(prefix, queue string, partitions int) []QueueKeys {
 	for i := range out {
 		q := keys.New(prefix, keys.PartitionName(queue, i, p))
 		out[i] = QueueKeys{Stream: q.Stream(), Group: keys.Group, Scheduled: q.Scheduled(), JobPrefix: q.JobPrefix(),
-			UniquePrefix: q.UniquePrefix(), LimitPrefix: q.LimitPrefix()}
+			UniquePrefix: q.UniquePrefix(), LimitPrefix: q.LimitPrefix(), WorkflowWaiting: q.WorkflowWaiting()}
 	}
 	return out
 }

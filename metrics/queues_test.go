@@ -142,7 +142,7 @@ func TestQueueCollectorListedQueues(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	require.NoError(t, reg.Register(qc))
 	require.Equal(t, 1.0, value(t, reg, "conveyor_queue_jobs", "queue", "b", "state", "scheduled"))
-	require.Equal(t, 12, testutil.CollectAndCount(qc, "conveyor_queue_jobs"), "4 states of b, new and not{valid}")
+	require.Equal(t, 15, testutil.CollectAndCount(qc, "conveyor_queue_jobs"), "5 states of b, new and not{valid}")
 	requireGaugedStates(t, reg)
 	require.Equal(t, 0.0, value(t, reg, "conveyor_queue_enqueued_total", "queue", "new"))
 	require.Equal(t, 1.0, value(t, reg, "conveyor_queue_enqueued_total", "queue", "b"))

@@ -317,13 +317,21 @@ func (p *JobPage) MarshalJSON() ([]byte, error) {
 	}{jobs, p.Next, p.Leases})
 }
 
-// List returns a page of the jobs of queue that have status. For each status:
+// List returns a page of the jobs of queue that have status: exactly the jobs its gauge in
+// QueueStats counts. For each status:
 //
+//   - status.Waiting: the workflow tasks waiting for their dependencies, earliest published
+//     first. The cursor is "<publish unix ms>:<id>".
 //   - status.Scheduled: the scheduled set by due time, earliest first. A job due already but
-//     not yet promoted is still listed. The cursor is "<due unix ms>:<id>".
+//     not yet promoted is still listed. The cursor is "<due unix ms>:<id>". Then the jobs
+//     waiting for a concurrency limit's slot (QueueStats.LimitWaiting), each limit scope's in
+//     the order they are woken, with the cursor "lw:<the scope, base64url>:<position>".
 //   - status.Queued: the stream's entries, in stream order, that no worker was handed yet.
 //     Those are after the consumer group's last-delivered id, less any that are pending. The
-//     cursor is the last entry id seen.
+//     cursor is the last entry id seen. Then the jobs waiting for a place in their fair group
+//     (QueueStats.GroupWaiting), each group's in its order, with the cursor
+//     "gw:<the group, base64url>:<position>". A position moves as the list's first jobs leave
+//     it, so a job may be missed or seen twice by a listing that goes on meanwhile.
 //   - status.InProgress: the group's pending entries list in entry order. Each job's Worker is
 //     the worker that holds it now, Attempt the attempt it runs, Entry the entry it holds.
 //     JobPage.Leases has its lease (idle time since the last renewal). A job a worker was
@@ -375,12 +383,7 @@ func (i *Inspector) List(ctx context.Context, queue string, st status.Status, pa
 		return nil, invalid("page byte budget %d is negative", page.MaxBytes)
 	}
 	st = status.Parse(string(st)) // "dead" is failed's word
-	switch {
-	case st.Listable():
-	case st == status.Waiting:
-		// Waiting tasks are in no set of the queue: their workflow lists them.
-		return nil, invalid("waiting tasks are listed by their workflow (Inspector.Workflow, conveyor workflows get), not by status")
-	default:
+	if !st.Listable() {
 		return nil, invalid("unknown status %q: want %s", st, orList(status.Listable()))
 	}
 	p, err := i.eng.List(ctx, queue, st, page.Cursor, limit, cmp.Or(page.MaxBytes, defaultPageBytes))

@@ -19,7 +19,7 @@ var gaugeFields = func() map[string]int {
 }()
 
 // Gauge returns how many of the queue's jobs are in status st now; ok is false for a status
-// no gauge counts (waiting, completed, canceled).
+// no gauge counts (completed, canceled).
 func (s *QueueStats) Gauge(st status.Status) (n int64, ok bool) {
 	in, _ := status.Describe(st)
 	i, found := gaugeFields[st.Word()]

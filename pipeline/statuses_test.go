@@ -10,8 +10,8 @@ import (
 // Every status the list says a gauge counts has its QueueStats field, and Gauge reads it.
 func TestQueueStatsGaugeOfEveryStatus(t *testing.T) {
 	t.Parallel()
-	st := pipeline.QueueStats{Scheduled: 1, Queued: 2, InProgress: 3, Dead: 4, Completed: 9, Canceled: 9}
-	want := map[status.Status]int64{status.Scheduled: 1, status.Queued: 2,
+	st := pipeline.QueueStats{Waiting: 5, Scheduled: 1, Queued: 2, InProgress: 3, Dead: 4, Completed: 9, Canceled: 9}
+	want := map[status.Status]int64{status.Waiting: 5, status.Scheduled: 1, status.Queued: 2,
 		status.InProgress: 3, status.Failed: 4}
 	for _, s := range status.All() {
 		n, ok := st.Gauge(s)

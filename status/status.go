@@ -24,7 +24,7 @@ type Status string
 const (
 	// Waiting: a task of a workflow (Client.Workflow) whose dependencies have not all completed
 	// (or, for a Finally task, are not all final). The script that ends its last dependency
-	// puts it into the stream.
+	// puts it into the stream. The queue's index of waiting tasks holds it.
 	Waiting Status = "waiting"
 	// Scheduled: waiting in the queue's scheduled set for its due time (a delayed job or a
 	// retry).
@@ -77,7 +77,7 @@ type Info struct {
 
 // list is every status, in the order of a job's life.
 var list = []Info{
-	{Status: Waiting, Tone: ToneMuted,
+	{Status: Waiting, Listable: true, Gauge: true, Tone: ToneMuted,
 		Help: "tasks of a workflow waiting for the tasks they run after"},
 	{Status: Scheduled, Listable: true, Gauge: true, Tone: ToneWarn,
 		Help: "waiting for their time: a delay, a retry's backoff or a snooze"},

@@ -50,7 +50,7 @@ func TestListIsWhole(t *testing.T) {
 			t.Errorf("%q: Known or Listable disagrees with the list", in.Status)
 		}
 	}
-	want := []status.Status{status.Scheduled, status.Queued, status.InProgress, status.Failed,
+	want := []status.Status{status.Waiting, status.Scheduled, status.Queued, status.InProgress, status.Failed,
 		status.Completed, status.Canceled}
 	if got := status.Listable(); !slices.Equal(got, want) {
 		t.Errorf("Listable() = %v, want %v", got, want)

@@ -61,7 +61,7 @@ func testCompletion(t *testing.T, c *cli) {
 	got, _ = c.complete(t, "bench", "--mode", "")
 	require.Equal(t, []string{"live\tpublish while the worker runs", "drain\tpublish first, then time the drain"}, got)
 	got, _ = c.complete(t, "list", "--status", "")
-	require.Equal(t, []string{"scheduled", "queued", "in_progress", "failed", "completed", "canceled", "dead\tthe same as failed"}, got)
+	require.Equal(t, []string{"waiting", "scheduled", "queued", "in_progress", "failed", "completed", "canceled", "dead\tthe same as failed"}, got)
 	got, _ = c.complete(t, "stats", "--log-level", "")
 	require.Equal(t, []string{"trace", "debug", "info", "warn", "error"}, got)
 }

@@ -71,9 +71,9 @@ func testQueuesCmd(t *testing.T, c *cli) {
 	table := c.ok(t, "queues", "--prefix", p)
 	lines := strings.Split(strings.TrimSpace(table), "\n")
 	require.Len(t, lines, 3, table)
-	require.Regexp(t, `^QUEUE +SCHEDULED +QUEUED +IN_PROGRESS +DEAD +\| +ENQUEUED +COMPLETED +WENT_DEAD +RETRIED`, lines[0])
-	require.Regexp(t, `^billing +0 +1 +0 +0 +\| +1 `, lines[1])
-	require.Regexp(t, `^emails +1 +1 +0 +0 +\| +2 `, lines[2])
+	require.Regexp(t, `^QUEUE +WAITING +SCHEDULED +QUEUED +IN_PROGRESS +DEAD +\| +ENQUEUED +COMPLETED +WENT_DEAD +RETRIED`, lines[0])
+	require.Regexp(t, `^billing +0 +0 +1 +0 +0 +\| +1 `, lines[1])
+	require.Regexp(t, `^emails +0 +1 +1 +0 +0 +\| +2 `, lines[2])
 
 	js := c.ok(t, "queues", "--prefix", p, "--json")
 	require.Equal(t, c.ok(t, "stats", "--all", "--prefix", p, "--json"), js)

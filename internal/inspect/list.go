@@ -2,6 +2,7 @@ package inspect
 
 import (
 	"context"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"strconv"
@@ -78,8 +79,9 @@ func (e *Engine) List(ctx context.Context, queue string, st status.Status, curso
 }
 
 // cursorShape reports whether cursor can be one of a status listing's. For a plain queue that
-// is "<unix ms>:<job id>" or a stream entry id. For a partitioned one it is "<partition>/" and
-// one of those, or nothing. listOne and listPartitions check the form the queue needs.
+// is "<unix ms>:<job id>" or a stream entry id, or for scheduled and queued a wait list's
+// cursor (waitCursor). For a partitioned one it is "<partition>/" and one of those, or
+// nothing. listOne and listPartitions check the form the queue needs.
 func cursorShape(st status.Status, cursor string) bool {
 	if num, rest, ok := strings.Cut(cursor, "/"); ok {
 		if n, err := strconv.Atoi(num); err != nil || n < 0 || strconv.Itoa(n) != num {
@@ -90,8 +92,12 @@ func cursorShape(st status.Status, cursor string) bool {
 	if cursor == "" {
 		return true
 	}
+	if tag, ok := waitTags[st]; ok && strings.HasPrefix(cursor, tag) {
+		_, _, ok := cutWaitCursor(tag, cursor)
+		return ok
+	}
 	switch st {
-	case status.Scheduled, status.Failed, status.Completed, status.Canceled:
+	case status.Waiting, status.Scheduled, status.Failed, status.Completed, status.Canceled:
 		s, id, _ := strings.Cut(cursor, ":")
 		_, err := strconv.ParseInt(s, 10, 64)
 		return err == nil && keys.ValidID(id)
@@ -108,16 +114,128 @@ func cursorShape(st status.Status, cursor string) bool {
 	}
 }
 
-// listOne is List of one queue or partition.
+// listOne is List of one queue or partition. Scheduled lists the scheduled set, then the jobs
+// waiting for a concurrency slot; queued the streams' undelivered entries, then the jobs
+// waiting in fair groups' lists: every job the status's gauge counts (ReadStats).
 func (e *Engine) listOne(ctx context.Context, q keys.Queue, st status.Status, cursor string, limit int, bud *pageBudget) (*Page, error) {
-	switch st {
-	case status.Scheduled, status.Failed, status.Completed, status.Canceled:
-		return e.listSet(ctx, q, st, cursor, limit, bud)
-	case status.Queued:
-		return e.listLevels(ctx, q, cursor, limit, bud, bud.chunked(e.listQueued))
-	default:
-		return e.listLevels(ctx, q, cursor, limit, bud, bud.chunked(e.listInProgress))
+	if tag, ok := waitTags[st]; ok && strings.HasPrefix(cursor, tag) {
+		return e.listWaitLists(ctx, q, st, cursor, limit, bud)
 	}
+	var p *Page
+	var err error
+	switch st {
+	case status.Waiting, status.Scheduled, status.Failed, status.Completed, status.Canceled:
+		p, err = e.listSet(ctx, q, st, cursor, limit, bud)
+	case status.Queued:
+		p, err = e.listLevels(ctx, q, cursor, limit, bud, bud.chunked(e.listQueued))
+	default:
+		p, err = e.listLevels(ctx, q, cursor, limit, bud, bud.chunked(e.listInProgress))
+	}
+	if err != nil || p.Next != "" {
+		return p, err
+	}
+	tag, ok := waitTags[st]
+	if !ok {
+		return p, nil
+	}
+	// The first part is over: the wait lists follow, in this page while it has room.
+	if len(p.Rows) >= limit || bud.spent() {
+		set, _ := waitKeys(q, st)
+		more, err := e.store.HasWaitLists(ctx, set)
+		if more {
+			p.Next = tag + ":0"
+		}
+		return p, err
+	}
+	w, err := e.listWaitLists(ctx, q, st, tag+":0", limit-len(p.Rows), bud)
+	if err != nil {
+		return nil, err
+	}
+	p.Rows, p.Next = append(p.Rows, w.Rows...), w.Next
+	return p, nil
+}
+
+// waitTags starts the cursors of the wait lists a listing goes on with after its first part:
+// the limits' for scheduled, the fair groups' for queued.
+var waitTags = map[status.Status]string{status.Scheduled: "lw:", status.Queued: "gw:"}
+
+// waitKeys is the set that names st's wait lists in q, and the prefix of a list's key.
+func waitKeys(q keys.Queue, st status.Status) (set, prefix string) {
+	if st == status.Scheduled {
+		return q.LimitWaiters(), q.LimitWaiting("")
+	}
+	return q.GroupsWaiting(), q.GroupWaiting("")
+}
+
+// waitCursor is the cursor of a wait-list listing: tag, the list's name (its member in the
+// set: a scope instance or a group, base64url, which has no ':' nor '/'), ':' and the position
+// in the list to go on from. tag + ":0" starts at the first list.
+func waitCursor(tag, list string, pos int) string {
+	return tag + base64.RawURLEncoding.EncodeToString([]byte(list)) + ":" + strconv.Itoa(pos)
+}
+
+// cutWaitCursor reads a waitCursor.
+func cutWaitCursor(tag, cursor string) (list string, pos int, ok bool) {
+	enc, num, found := strings.Cut(strings.TrimPrefix(cursor, tag), ":")
+	b, err := base64.RawURLEncoding.DecodeString(enc)
+	pos, err2 := strconv.Atoi(num)
+	if !found || !strings.HasPrefix(cursor, tag) || err != nil || err2 != nil || pos < 0 || strconv.Itoa(pos) != num {
+		return "", 0, false
+	}
+	return string(b), pos, true
+}
+
+// listWaitLists pages through st's wait lists of q (waitKeys) from cursor (waitCursor): the
+// jobs waiting for a concurrency slot (scheduled, out of the scheduled set) or for a place
+// in their fair group's window (queued, with no stream entry). A job listed is one that is
+// still where its list says when its record is read.
+func (e *Engine) listWaitLists(ctx context.Context, q keys.Queue, st status.Status, cursor string, limit int, bud *pageBudget) (*Page, error) {
+	tag := waitTags[st]
+	from, pos, ok := cutWaitCursor(tag, cursor)
+	if !ok {
+		return nil, e.invalid("cursor %q is not one of a %s listing", cursor, st)
+	}
+	set, prefix := waitKeys(q, st)
+	items, err := e.store.WaitListPage(ctx, set, prefix, from, pos, limit)
+	if err != nil {
+		return nil, err
+	}
+	more := len(items) >= limit
+	ids := make([]string, len(items))
+	for k, it := range items {
+		ids[k] = it.ID
+	}
+	sizes, err := e.store.RecordSizes(ctx, q, ids)
+	if err != nil {
+		return nil, err
+	}
+	for k, n := range sizes {
+		if k > 0 && bud.spent() {
+			items, ids, more = items[:k], ids[:k], true
+			break
+		}
+		bud.take(n)
+	}
+	p := &Page{}
+	if more && len(items) > 0 {
+		last := items[len(items)-1]
+		p.Next = waitCursor(tag, last.List, last.Pos+1)
+	}
+	recs, err := e.store.Records(ctx, q, ids)
+	if err != nil {
+		return nil, err
+	}
+	for k, it := range items {
+		r := recs[k]
+		if r == nil || status.Status(r.Status) != st {
+			continue // moved on since the list was read
+		}
+		if st == status.Queued && (r.Entry != "" || r.Group != it.List) {
+			continue // into the stream since: listed there, or not at all
+		}
+		p.Rows = append(p.Rows, Row{Queue: q.Name(), ID: it.ID, Rec: *r})
+	}
+	return p, nil
 }
 
 // listFunc lists a page of one stream (a level of a queue or partition) from cursor.
@@ -259,8 +377,9 @@ func (e *Engine) listPartitions(ctx context.Context, qs []keys.Queue, st status.
 	return out, nil
 }
 
-// listSet pages through a sorted set of job ids: scheduled (earliest due first), dead (latest
-// death first), or the index of completed or canceled jobs (latest first). An indexed id whose
+// listSet pages through a sorted set of job ids: waiting (the index of waiting workflow tasks,
+// earliest published first), scheduled (earliest due first), dead (latest death first), or
+// the index of completed or canceled jobs (latest first). An indexed id whose
 // record expired is skipped; the index's trim (finish.lua, cancel.lua) removes it in time.
 func (e *Engine) listSet(ctx context.Context, q keys.Queue, st status.Status, cursor string, limit int, bud *pageBudget) (*Page, error) {
 	var after *jobstate.SetItem
@@ -276,6 +395,8 @@ func (e *Engine) listSet(ctx context.Context, q keys.Queue, st status.Status, cu
 	var items []jobstate.SetItem
 	var err error
 	switch st {
+	case status.Waiting:
+		items, err = e.store.SetPage(ctx, q.WorkflowWaiting(), false, after, limit+1)
 	case status.Scheduled:
 		items, err = e.store.ScheduledPage(ctx, q, after, limit+1)
 	case status.Completed:

@@ -39,6 +39,13 @@ func (s *setStore) ScheduledPage(_ context.Context, q keys.Queue, after *jobstat
 	return items[:min(n, len(items))], nil
 }
 
+// The queue has no wait lists.
+func (s *setStore) HasWaitLists(context.Context, string) (bool, error) { return false, nil }
+
+func (s *setStore) WaitListPage(context.Context, string, string, string, int, int) ([]jobstate.WaitItem, error) {
+	return nil, nil
+}
+
 func (s *setStore) RecordSizes(_ context.Context, q keys.Queue, ids []string) ([]int64, error) {
 	out := make([]int64, len(ids))
 	for k, id := range ids {

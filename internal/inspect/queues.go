@@ -96,6 +96,8 @@ func SumStats(queue string, parts []*jobstate.Stats) *jobstate.Stats {
 		s.Debounced += p.Debounced
 		s.Limited += p.Limited
 		s.GroupWaiting += p.GroupWaiting
+		s.Waiting += p.Waiting
+		s.LimitWaiting += p.LimitWaiting
 	}
 	return s
 }
@@ -118,9 +120,15 @@ func (e *Engine) DeleteQueue(ctx context.Context, queue string, force bool) (rel
 			return false, fmt.Errorf("delete queue %s: %w", queue, err)
 		}
 		st := SumStats(queue, parts)
-		if st.Scheduled+st.Queued+st.InProgress+st.Dead > 0 {
-			return false, fmt.Errorf("delete queue %s: %w: %d scheduled, %d queued, %d in progress, %d dead",
-				queue, e.cfg.Errs.QueueBusy, st.Scheduled, st.Queued, st.InProgress, st.Dead)
+		if st.Waiting+st.Scheduled+st.Queued+st.InProgress+st.Dead > 0 {
+			// Waiting tasks are named only when there are some: the message was fixed before
+			// they had a gauge.
+			waiting := ""
+			if st.Waiting > 0 {
+				waiting = fmt.Sprintf(", %d waiting", st.Waiting)
+			}
+			return false, fmt.Errorf("delete queue %s: %w: %d scheduled, %d queued, %d in progress, %d dead%s",
+				queue, e.cfg.Errs.QueueBusy, st.Scheduled, st.Queued, st.InProgress, st.Dead, waiting)
 		}
 	}
 	known, err := e.store.IsKnownQueue(ctx, queue)

@@ -72,6 +72,8 @@ type Backend interface {
 	RecordSizes(ctx context.Context, q keys.Queue, ids []string) ([]int64, error)
 	Locate(ctx context.Context, qs []keys.Queue, ids []string) ([]int, error)
 	ScheduledPage(ctx context.Context, q keys.Queue, after *SetItem, n int) ([]SetItem, error)
+	WaitListPage(ctx context.Context, set, prefix, from string, skip, n int) ([]WaitItem, error)
+	HasWaitLists(ctx context.Context, set string) (bool, error)
 	DeadPage(ctx context.Context, q keys.Queue, oldest bool, after *SetItem, n int) ([]SetItem, error)
 	CompletedPage(ctx context.Context, q keys.Queue, after *SetItem, n int) ([]SetItem, error)
 	CanceledPage(ctx context.Context, q keys.Queue, after *SetItem, n int) ([]SetItem, error)

@@ -19,8 +19,9 @@
 -- the message finds the lease gone at its next renewal, which does the same. A job of a fair
 -- group waiting for a place leaves its group's list; one in the window gives its place back and
 -- moves the group's next waiting job into the stream (cv_group_cancel).
--- A task of a workflow that waits for its dependencies ('waiting': no entry, in no set) is
--- canceled like a queued one.
+-- A task of a workflow that waits for its dependencies ('waiting': no entry, in the queue's
+-- index of waiting tasks, keys.Queue.WorkflowWaiting) leaves the index and is canceled like a
+-- queued one. A job waiting for a concurrency slot leaves its wait list.
 -- A workflow's cascade past the edges one call follows (lua/workflows.lua's cv_wf_budget) is left on the
 -- queue's work list (keys.Queue.WorkflowCascade), for the caller to go on with
 -- (jobstate.FollowCascade).
@@ -29,23 +30,28 @@
 -- (nothing changed),
 -- {CV_NOT_FOUND} no such job.
 local h = redis.call('HMGET', KEYS[4], 'status', 'entry', 'retention_ms', 'attempt', 'debounce',
-  'priority')
+  'priority', 'limit_wait')
 local status = h[1]
 if not status then return {CV_NOT_FOUND} end
 if status == 'completed' or status == 'failed' or status == 'canceled' then return {CV_WRONG_STATE, status} end
 local delete = ARGV[9] == '1'
 if delete and status ~= 'scheduled' and status ~= 'queued' then return {CV_WRONG_STATE, status} end
+local jprefix = string.sub(KEYS[4], 1, #KEYS[4] - #ARGV[4])
 if status == 'scheduled' then
   redis.call('ZREM', KEYS[2], ARGV[4])
+  -- A job waiting for a concurrency slot leaves its wait list now, not when its turn comes:
+  -- the scheduled gauge counts the lists' lengths (LimitWaiting).
+  if h[7] then cv_limit_unwait(jprefix, h[7], ARGV[4]) end
+elseif status == 'waiting' then
+  redis.call('ZREM', cv_wf_waiting(jprefix), ARGV[4])
 elseif h[2] and h[2] ~= '' then
   local stream = cv_level_stream(KEYS[1], h[6])
   cv_keep_payload(KEYS[4], cv_entry(stream, h[2]))
   cv_drop(stream, ARGV[1], {h[2]})
 end
--- A running job gives back its concurrency slots (waking their waiters); a job waiting for one
--- is skipped when its turn comes (its status is no longer scheduled).
-cv_release_slots(KEYS[4], ARGV[4], KEYS[1], string.sub(KEYS[4], 1, #KEYS[4] - #ARGV[4]), ARGV[2])
-cv_group_cancel(KEYS[4], ARGV[4], KEYS[1], string.sub(KEYS[4], 1, #KEYS[4] - #ARGV[4]), ARGV[2], status, h[2])
+-- A running job gives back its concurrency slots (waking their waiters).
+cv_release_slots(KEYS[4], ARGV[4], KEYS[1], jprefix, ARGV[2])
+cv_group_cancel(KEYS[4], ARGV[4], KEYS[1], jprefix, ARGV[2], status, h[2])
 -- A task of a workflow cancels the tasks that wait for it (and theirs), or counts for a
 -- Finally task (cv_wf_end); their events go out with this one's.
 local wfev = {}

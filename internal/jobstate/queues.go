@@ -58,25 +58,32 @@ type Stats struct {
 }
 
 // ReadStats reads the gauges and counters of queues qs in one pipeline: one round trip on a
-// standalone server, one per node that holds some of the queues on a cluster. Queued is the
-// stream's length less the entries handed out, plus the jobs waiting in fair groups. (Those
-// are queued too, not yet in the stream.) A queue no worker read yet has none handed out.
-// Queued and InProgress count the jobs of every priority level (keys.Queue.LevelStream): the
-// streams of levels no job used are missing, which reads as empty.
+// standalone server, one per node that holds some of the queues on a cluster, and a second one
+// only when jobs wait for a concurrency slot. The gauges count every live job once, by where
+// it is (docs/STATE_MACHINE.md, "Statuses"): Scheduled is the scheduled set plus the jobs in
+// the limits' wait lists (LimitWaiting); Queued is the stream's length less the entries handed
+// out, plus the jobs waiting in fair groups (GroupWaiting: queued too, not yet in the stream);
+// InProgress the entries handed out; Waiting the workflow tasks in the index of waiting tasks.
+// A queue no worker read yet has none handed out. Queued and InProgress count the jobs of
+// every priority level (keys.Queue.LevelStream): the streams of levels no job used are
+// missing, which reads as empty.
 func (s *Store) ReadStats(ctx context.Context, qs []keys.Queue) ([]*Stats, error) {
 	type cmds struct {
-		counters    *redis.MapStringStringCmd
-		sched, dead *redis.IntCmd
-		xlen        [keys.MaxPriority]*redis.IntCmd
-		groups      [keys.MaxPriority]*redis.XInfoGroupsCmd
+		counters             *redis.MapStringStringCmd
+		sched, dead, waiting *redis.IntCmd
+		limitWaiters         *redis.StringSliceCmd
+		xlen                 [keys.MaxPriority]*redis.IntCmd
+		groups               [keys.MaxPriority]*redis.XInfoGroupsCmd
 	}
 	all := make([]cmds, len(qs))
 	_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for k, q := range qs {
 			all[k] = cmds{
-				counters: p.HGetAll(ctx, q.Stats()),
-				sched:    p.ZCard(ctx, q.Scheduled()),
-				dead:     p.ZCard(ctx, q.Dead()),
+				counters:     p.HGetAll(ctx, q.Stats()),
+				sched:        p.ZCard(ctx, q.Scheduled()),
+				dead:         p.ZCard(ctx, q.Dead()),
+				waiting:      p.ZCard(ctx, q.WorkflowWaiting()),
+				limitWaiters: p.SMembers(ctx, q.LimitWaiters()),
 			}
 			for l := range keys.MaxPriority {
 				all[k].xlen[l] = p.XLen(ctx, q.LevelStream(l+1))
@@ -88,12 +95,12 @@ func (s *Store) ReadStats(ctx context.Context, qs []keys.Queue) ([]*Stats, error
 	out := make([]*Stats, len(qs))
 	for k, q := range qs {
 		c := &all[k]
-		for _, cmd := range []redis.Cmder{c.counters, c.sched, c.dead, c.xlen[0], c.xlen[1], c.xlen[2], c.xlen[3]} {
+		for _, cmd := range []redis.Cmder{c.counters, c.sched, c.dead, c.waiting, c.limitWaiters, c.xlen[0], c.xlen[1], c.xlen[2], c.xlen[3]} {
 			if err := cmd.Err(); err != nil {
 				return nil, rediserr.Wrap("stats", fmt.Errorf("stats %s: %w", q.Name(), err))
 			}
 		}
-		s := &Stats{Queue: q.Name(), Scheduled: c.sched.Val(), Dead: c.dead.Val()}
+		s := &Stats{Queue: q.Name(), Scheduled: c.sched.Val(), Dead: c.dead.Val(), Waiting: c.waiting.Val()}
 		for l := range keys.MaxPriority {
 			// A stream no worker has read yet has no group: that is zero in flight.
 			if err := c.groups[l].Err(); err != nil && !rediserr.IsNoStream(err) {
@@ -125,7 +132,43 @@ func (s *Store) ReadStats(ctx context.Context, qs []keys.Queue) ([]*Stats, error
 		// still a failure.
 		return nil, rediserr.Wrap("stats", fmt.Errorf("stats: %w", err))
 	}
+	if err := s.readLimitWaiting(ctx, qs, out, func(k int) []string { return all[k].limitWaiters.Val() }); err != nil {
+		return nil, err
+	}
 	return out, nil
+}
+
+// readLimitWaiting adds to each of out (ReadStats' of qs) the jobs waiting in its limits' wait
+// lists, the instances of qs[k]'s lists being insts(k): one pipeline of LLEN, none when no job
+// waits. Those jobs are scheduled (LimitWaiting, part of Scheduled). A cancel takes its job
+// out of its list (cancel.lua), so a list's length is the jobs that wait.
+func (s *Store) readLimitWaiting(ctx context.Context, qs []keys.Queue, out []*Stats, insts func(k int) []string) error {
+	lens := make([][]*redis.IntCmd, len(qs))
+	n := 0
+	for k := range qs {
+		n += len(insts(k))
+	}
+	if n == 0 {
+		return nil
+	}
+	_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for k, q := range qs {
+			for _, inst := range insts(k) {
+				lens[k] = append(lens[k], p.LLen(ctx, q.LimitWaiting(inst)))
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return rediserr.Wrap("stats", fmt.Errorf("stats: the limits' wait lists: %w", err))
+	}
+	for k, cs := range lens {
+		for _, c := range cs {
+			out[k].LimitWaiting += c.Val()
+		}
+		out[k].Scheduled += out[k].LimitWaiting
+	}
+	return nil
 }
 
 // ---- The known queues and their partition counts ----

@@ -464,6 +464,58 @@ func (s *Store) Locate(ctx context.Context, qs []keys.Queue, ids []string) ([]in
 	return at, nil
 }
 
+// ---- Wait lists: the jobs waiting for a concurrency slot or a fair group's window ----
+
+// WaitItem is a job id read from a wait list (WaitListPage): the list's member name in its
+// set (a limit's scope instance, a fair group) and the id's position in the list, from 0.
+type WaitItem struct {
+	List string
+	ID   string
+	Pos  int
+}
+
+// WaitListPage reads up to n ids from the wait lists whose names are the members of the set
+// at key set, each list at prefix + member (keys.Queue.LimitWaiters and LimitWaiting(""),
+// GroupsWaiting and GroupWaiting("")). The lists are read in member order, from list from
+// (or the first member after it, when it has no list now) past its first skip ids: one
+// SMEMBERS, then one LRANGE per list read. A list changes while it is read (a woken job
+// leaves its head), so a position is where the id was at the read.
+func (s *Store) WaitListPage(ctx context.Context, set, prefix, from string, skip, n int) ([]WaitItem, error) {
+	rdb := s.rdb
+	members, err := rdb.SMembers(ctx, set).Result()
+	if err != nil {
+		return nil, rediserr.Wrap("list", err)
+	}
+	slices.Sort(members)
+	var out []WaitItem
+	for _, m := range members {
+		if len(out) >= n {
+			break
+		}
+		if m < from {
+			continue
+		}
+		start := 0
+		if m == from {
+			start = skip
+		}
+		ids, err := rdb.LRange(ctx, prefix+m, int64(start), int64(start+n-len(out)-1)).Result()
+		if err != nil {
+			return nil, rediserr.Wrap("list", err)
+		}
+		for k, id := range ids {
+			out = append(out, WaitItem{List: m, ID: id, Pos: start + k})
+		}
+	}
+	return out, nil
+}
+
+// HasWaitLists reports whether the set at key set names any wait list (WaitListPage's).
+func (s *Store) HasWaitLists(ctx context.Context, set string) (bool, error) {
+	n, err := s.rdb.SCard(ctx, set).Result()
+	return n > 0, rediserr.Wrap("list", err)
+}
+
 // ---- Sorted sets: the scheduled and dead sets ----
 
 // At is the item's score as a time: a scheduled job's due time, a dead job's death.

@@ -163,8 +163,9 @@ var ErrWorkflowConflict = errors.New("workflow conflicts with what exists")
 // the tasks it queued (by index; "" for a waiting one), ErrClosed when the queue's partition
 // layout is closed, and an error wrapping ErrWorkflowConflict on a conflict.
 func (s *Store) PublishWorkflow(ctx context.Context, q keys.Queue, now time.Time, wf *NewWorkflow) (existed bool, entries []string, err error) {
-	ks := make([]string, 0, 6+len(wf.Tasks))
-	ks = append(ks, q.Stream(), q.Stats(), q.Workflow(wf.ID), q.Closed(), q.Workflows(), q.WorkflowIndex())
+	ks := make([]string, 0, 7+len(wf.Tasks))
+	ks = append(ks, q.Stream(), q.Stats(), q.Workflow(wf.ID), q.Closed(), q.Workflows(), q.WorkflowIndex(),
+		q.WorkflowWaiting())
 	args := make([]any, 0, 7+11*len(wf.Tasks))
 	args = append(args, now.UnixMilli(), wf.Name, wf.Kind, wf.Doc(), retentionMS(wf.Retention),
 		keys.WorkflowIndexCap, wf.ID, wf.Digest())

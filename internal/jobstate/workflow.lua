@@ -2,7 +2,8 @@
 -- KEYS[1] stream, KEYS[2] stats hash, KEYS[3] the workflow's hash (keys.Queue.Workflow),
 --   KEYS[4] the closed flag (keys.Closed), KEYS[5] the queue's workflows flag
 --   (keys.Queue.Workflows), KEYS[6] the queue's index of workflows (keys.Queue.WorkflowIndex),
---   then KEYS[6+i] the hash of task i
+--   KEYS[7] the queue's index of waiting tasks (keys.Queue.WorkflowWaiting), then KEYS[7+i]
+--   the hash of task i
 -- ARGV[1] now (unix ms), ARGV[2] name, ARGV[3] kind, ARGV[4] the tasks as JSON (what readers
 --   show; the scripts never parse it), ARGV[5] the retention (ms) the workflow's hash takes
 --   once it finished, ARGV[6] the index's cap (keys.WorkflowIndexCap), ARGV[7] the workflow's
@@ -12,8 +13,9 @@
 --   default), the ids it waits for, the ids that wait for it (both space-separated), then
 --   '1' for a Finally task ('' otherwise)
 -- A task that waits for none is queued at once (a stream entry); the others are 'waiting',
--- with their payload and metadata in their hash, until the script that ends their last
--- dependency puts them into the stream (lua/workflows.lua's cv_wf_end).
+-- with their payload and metadata in their hash, and in the index of waiting tasks (scored by
+-- now), until the script that ends their last dependency puts them into the stream
+-- (lua/workflows.lua's cv_wf_end).
 -- Returns {CV_WRONG_STATE} when the closed flag is set (the queue's partition count changed:
 -- nothing written); {CV_EXISTS} when the workflow exists with the same digest (a publish sent
 -- again: as a job's id with the same type and payload), {CV_CONFLICT, what} when it exists
@@ -27,7 +29,7 @@ end
 local n = 0
 for a = 9, #ARGV, 11 do
   n = n + 1
-  if redis.call('EXISTS', KEYS[6 + n]) == 1 then
+  if redis.call('EXISTS', KEYS[7 + n]) == 1 then
     return {CV_CONFLICT, 'job ' .. ARGV[a] .. ' exists'}
   end
 end
@@ -63,8 +65,9 @@ for a = 9, #ARGV, 11 do
     f[#f + 1] = 'payload'; f[#f + 1] = payload
     f[#f + 1] = 'metadata'; f[#f + 1] = md
     out[#out + 1] = ''
+    redis.call('ZADD', KEYS[7], now, id)
   end
-  redis.call('HSET', KEYS[6 + i], unpack(f))
+  redis.call('HSET', KEYS[7 + i], unpack(f))
 end
 redis.call('HINCRBY', KEYS[2], 'enqueued', n)
 redis.call('ZADD', KEYS[6], now, ARGV[7]) -- the index of workflows, trimmed to its cap

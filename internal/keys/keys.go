@@ -492,6 +492,14 @@ func (q Queue) WorkflowIndex() string { return q.base + "workflows:index" }
 // cv_wf_follow builds the same name from the job prefix.
 func (q Queue) WorkflowCascade() string { return q.base + "workflows:cascade" }
 
+// WorkflowWaiting indexes the queue's workflow tasks whose status is waiting: a sorted set of
+// job ids scored by the task's publish time (unix ms). Every script that moves a task into or
+// out of waiting keeps it (workflow.lua, workflows.lua's cv_wf_release, cv_wf_follow and
+// cv_wf_resume, cancel.lua), so its size is the waiting gauge (QueueStats.Waiting) and
+// Inspector.List(waiting) pages it. The function cv_wf_waiting builds the same name from the
+// job prefix.
+func (q Queue) WorkflowWaiting() string { return q.base + "workflows:waiting" }
+
 // WorkflowIndexCap bounds a queue's (partition's) WorkflowIndex, in ids.
 const WorkflowIndexCap = 10000
 
@@ -553,6 +561,15 @@ func (q Queue) Limits() string { return q.base + "limits" }
 // holding a concurrency limit's slots, the jobs waiting for one. All are in the queue's hash tag.
 // So the scripts that take and give back a limit are atomic with the job's move.
 func (q Queue) LimitPrefix() string { return q.base + "limit:" }
+
+// LimitWaiters is the set of the concurrency scope instances that have jobs waiting for a slot
+// (lua/limits.lua's lp..'ws:').
+func (q Queue) LimitWaiters() string { return q.LimitPrefix() + "ws:" }
+
+// LimitWaiting is the list of the ids of the jobs waiting for a concurrency slot of scope
+// instance inst, first come first woken (lua/limits.lua's lp..'w:'..inst). Those jobs are
+// scheduled, out of the scheduled set.
+func (q Queue) LimitWaiting(inst string) string { return q.LimitPrefix() + "w:" + inst }
 
 // GroupPrefix is the prefix of the keys of the queue's fair groups (pipeline.WithGroup). Those are
 // the settings, the set of each group's jobs in its window, and each group's wait list. Then the

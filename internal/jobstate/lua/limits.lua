@@ -198,6 +198,17 @@ local function cv_requeue(stream, jobkey, id, inst, now)
   return true
 end
 
+-- Takes job id out of the wait list of instance inst of the queue whose job key prefix is
+-- jprefix (a cancel's: a waiting job leaves no id behind, so the lists' lengths are the jobs
+-- that wait, ReadStats' LimitWaiting).
+local function cv_limit_unwait(jprefix, inst, id)
+  local lp = string.sub(jprefix, 1, #jprefix - 4) .. 'limit:'
+  local w = lp .. 'w:' .. inst
+  if redis.call('LREM', w, 1, id) > 0 and redis.call('EXISTS', w) == 0 then
+    redis.call('SREM', lp .. 'ws:', inst)
+  end
+end
+
 -- Wakes the first job still waiting in inst's wait list (jobs canceled meanwhile are skipped)
 -- back into the stream. Returns whether one was woken.
 local function cv_wake(lp, inst, stream, jprefix, now)

@@ -7,6 +7,14 @@
 -- task with dependencies is published 'waiting'; the script that ends its last dependency puts
 -- it into the stream, in the same call. The workflow's hash counts its tasks' outcomes.
 
+-- The queue's index of waiting tasks (keys.Queue.WorkflowWaiting) from its job key prefix
+-- ('...:job:'): a sorted set of the ids of the tasks whose status is 'waiting', scored by
+-- their publish time, which every move into or out of 'waiting' keeps, so that its size is the
+-- waiting gauge and Inspector.List pages it.
+local function cv_wf_waiting(jprefix)
+  return string.sub(jprefix, 1, #jprefix - 4) .. 'workflows:waiting'
+end
+
 -- Puts waiting task `id` into `stream`: the transition that starts it like any queued job.
 -- When its dependencies' process spans were traced (their traceparents kept in the workflow's
 -- hash, 't:' .. id, by cv_wf_end), the first 32 of them go into the task's metadata under
@@ -37,6 +45,7 @@ local function cv_wf_release(jprefix, id, stream, now, wfkey)
   redis.call('HSET', k, 'status', 'queued', 'entry', e, 'enqueued_at', now, 'run_at', now)
   redis.call('HDEL', k, 'payload', 'metadata')
   redis.call('HINCRBY', k, 'version', 1)
+  redis.call('ZREM', cv_wf_waiting(jprefix), id)
 end
 
 -- Lets a workflow's hash expire once every task is final and none is dead (a dead task may
@@ -138,6 +147,7 @@ local function cv_wf_follow(ctx)
           redis.call('HSET', dk, 'status', 'canceled', 'completed_at', ctx.now, 'last_error', reason,
             'canceled_by', origin)
           redis.call('HINCRBY', dk, 'version', 1)
+          redis.call('ZREM', cv_wf_waiting(jprefix), d)
           if o == 'X' then
             local keep = keeps[wfkey]
             if not keep then
@@ -307,6 +317,7 @@ local function cv_wf_resume(jobkey, id, now)
       redis.call('HSET', dk, 'status', 'waiting')
       redis.call('HDEL', dk, 'canceled_by', 'last_error', 'completed_at')
       redis.call('HINCRBY', dk, 'version', 1)
+      redis.call('ZADD', cv_wf_waiting(jprefix), redis.call('HGET', dk, 'created_at') or now, c[1])
       redis.call('HINCRBY', wfkey, 'canceled', -1)
       redis.call('HDEL', wfkey, 's:' .. c[2][6])
       restored[#restored + 1] = {c[1], c[2][4], 'wf_canceled'}

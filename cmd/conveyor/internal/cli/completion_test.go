@@ -43,7 +43,7 @@ func TestFlagCompletion(t *testing.T) {
 		}},
 		{[]string{"publish", "-t", "fl"}, nil}, // the shell filters; cobra offers them all
 		{[]string{"bench", "--mode", ""}, []string{"live\tpublish while the worker runs", "drain\tpublish first, then time the drain"}},
-		{[]string{"list", "--status", ""}, []string{"scheduled", "queued", "in_progress", "failed", "completed", "canceled", "dead\tthe same as failed"}},
+		{[]string{"list", "--status", ""}, []string{"waiting", "scheduled", "queued", "in_progress", "failed", "completed", "canceled", "dead\tthe same as failed"}},
 		{[]string{"--log-level", ""}, []string{"trace", "debug", "info", "warn", "error"}},
 		{[]string{"dead", "list", "--log-level", ""}, []string{"trace", "debug", "info", "warn", "error"}},
 		{[]string{"stats", "--log-format", ""}, []string{"console", "json"}},

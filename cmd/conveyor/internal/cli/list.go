@@ -26,8 +26,10 @@ func newListCmd(a *app) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "list [--queue Q] --status S [--limit N] [--cursor C] [--json]",
 		Short: "List a queue's jobs by status, a page at a time",
-		Long: `List the jobs of a queue that are scheduled (by due time), queued (in stream order, not yet
-handed to a worker), in_progress (held by a worker: its name and how long since it last renewed
+		Long: `List the jobs of a queue that are waiting (workflow tasks waiting for their dependencies,
+oldest first), scheduled (by due time, then those waiting for a concurrency limit's slot),
+queued (in stream order, not yet handed to a worker, then those waiting for a place in their
+fair group), in_progress (held by a worker: its name and how long since it last renewed
 its lease), failed (dead: the dead set, newest first; --status dead says the same: failed is
 the wire name of a dead job, in --json and the API), completed or canceled (newest first, while
 retained: the queue's default retention, at most the newest 10,000 a partition; a job kept

@@ -23,13 +23,15 @@ func newStatsCmd(a *app) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "stats [--queue Q | --all] [--json]",
 		Short: "Show a queue's gauges and counters",
-		Long: `Show how many jobs of a queue are scheduled, queued, in progress and dead right now, and
+		Long: `Show how many jobs of a queue are waiting, scheduled, queued, in progress and dead right now, and
 how many were enqueued, completed, went dead (sent to the dead set) and retried since the queue
 was created. With --json it prints one JSON object; with --all, every known queue (a JSON array).
 
 The gauges (now):
-  scheduled         waiting for their time: a delay, a retry's backoff, a snooze
-  queued            waiting for a worker
+  waiting           workflow tasks waiting for the tasks they run after
+  scheduled         waiting for their time: a delay, a retry's backoff, a snooze; or for a
+                    concurrency limit's slot (limit_waiting in --json)
+  queued            waiting for a worker (group_waiting in --json: for a place in their group)
   in_progress       held by a worker
   dead              failed for good, kept in the dead set for a replay or a purge
 The counters (since the queue was created; --json has them all):
