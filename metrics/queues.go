@@ -43,8 +43,8 @@ type QueueCollectorConfig struct {
 
 // QueueCollector is a prometheus.Collector of the queues' gauges and counters, and of their
 // configured flow-control limits. It reads them through an Inspector. Inspector.Queues costs one
-// round trip for the queue list and one per 100 queues; Inspector.LimitsOf one more for the
-// limits.
+// round trip for the queue list and two per 100 queues (the gauges and counters, then the
+// latencies); Inspector.LimitsOf one more for the limits.
 //
 // It caches a reading for MaxAge. However many queues there are and however often it is scraped,
 // it refreshes at most once per MaxAge. Concurrent scrapes share one refresh. When a refresh
@@ -72,6 +72,9 @@ var (
 		[]string{"queue"}, nil)
 	descGroupWaiting = prometheus.NewDesc(Namespace+"_queue_group_waiting",
 		"Jobs queued but waiting for a place in their fair group's window (WithGroup), not yet in the stream; they count in conveyor_queue_jobs{state=\"queued\"} too.",
+		[]string{"queue"}, nil)
+	descLatency = prometheus.NewDesc(Namespace+"_queue_latency_seconds",
+		"Age of the queue's oldest job ready to run (queued, not yet handed to a worker), by Redis's clock, as of the reading; 0 when none waits. It grows when the workers fall behind, stop, or the queue is paused.",
 		[]string{"queue"}, nil)
 	descAge = prometheus.NewDesc(Namespace+"_queue_stats_age_seconds",
 		"Age of the queue reading served (it is cached, and served while a refresh fails).", nil, nil)
@@ -142,6 +145,7 @@ func (c *QueueCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- descJobs
 	ch <- descPaused
 	ch <- descGroupWaiting
+	ch <- descLatency
 	ch <- descAge
 	ch <- descErrors
 	ch <- descLimitRate
@@ -181,6 +185,7 @@ func (c *QueueCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 		ch <- prometheus.MustNewConstMetric(descPaused, prometheus.GaugeValue, paused, s.Queue)
 		ch <- prometheus.MustNewConstMetric(descGroupWaiting, prometheus.GaugeValue, float64(s.GroupWaiting), s.Queue)
+		ch <- prometheus.MustNewConstMetric(descLatency, prometheus.GaugeValue, float64(s.LatencyMS)/1000, s.Queue)
 		for _, l := range limits[s.Queue] {
 			perKey := strconv.FormatBool(l.PerKey)
 			if l.Rate > 0 {

@@ -139,3 +139,22 @@ func TestDeadReplayAllQueues(t *testing.T) {
 	require.Equal(t, "replayed 0 dead jobs in 0 queues\n", c.ok("dead", "replay", "--all-queues"))
 	c.refused(2, "--all-queues takes no job ids", "dead", "replay", "--all-queues", "01JABCDEFGHJKMNPQRSTVWXYZ0")
 }
+
+// 'stats' shows the queue's latency (the age of its oldest job ready to run) and, beside it,
+// the queue wait percentiles of its history ("-" when no job started); --json has latency_ms.
+// (Before, neither had a latency.)
+func TestStatsLatency(t *testing.T) {
+	t.Parallel()
+	c := newCmdRunner(t)
+	c.ok("publish", "-q", "emails", "--type", "welcome")
+	out := c.ok("stats", "-q", "emails")
+	require.Regexp(t, `(?m)^QUEUE .* \| +ENQUEUED .* \| +LATENCY +WAIT_P50 +WAIT_P99$`, out)
+	require.Regexp(t, `(?m)^emails .* \| +[0-9.]+(ms|s|m[0-9]+s) +- +-$`, out)
+	var st struct {
+		LatencyMS *int64 `json:"latency_ms"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(c.ok("stats", "-q", "emails", "--json")), &st))
+	require.NotNil(t, st.LatencyMS)
+	require.GreaterOrEqual(t, *st.LatencyMS, int64(0))
+	require.Regexp(t, `(?m)^emails .* \| +[0-9.]+(ms|s|m[0-9]+s) +- +-$`, c.ok("queues"))
+}
