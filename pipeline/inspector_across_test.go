@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
 	"github.com/conveyorq/conveyor/internal/jobtest"
@@ -48,7 +49,22 @@ func listAcross(t *testing.T, insp *pipeline.Inspector, st status.Status, limit 
 // levels and queues with none of the status among them.
 func TestListAllQueues(t *testing.T) {
 	t.Parallel()
-	rdb := redistest.Start(t).Client(t)
+	for _, tc := range []struct {
+		name   string
+		client func(t *testing.T) redis.UniversalClient
+	}{
+		{"standalone", func(t *testing.T) redis.UniversalClient { return redistest.Start(t).Client(t) }},
+		// The partitions of a queue spread over the slots: every page's reads cross nodes.
+		{"cluster", func(t *testing.T) redis.UniversalClient { return redistest.StartCluster(t).Client(t) }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			testListAllQueues(t, tc.client(t))
+		})
+	}
+}
+
+func testListAllQueues(t *testing.T, rdb redis.UniversalClient) {
 	ctx := t.Context()
 	client, err := pipeline.NewClient(rdb, pipeline.ClientConfig{})
 	require.NoError(t, err)
