@@ -2,13 +2,20 @@ package cli
 
 import (
 	"encoding/json"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 
+	"github.com/conveyorq/conveyor/internal/engine"
+	"github.com/conveyorq/conveyor/internal/jobstate"
 	"github.com/conveyorq/conveyor/internal/jobtest"
+	"github.com/conveyorq/conveyor/internal/keys"
+	"github.com/conveyorq/conveyor/internal/script"
 	"github.com/conveyorq/conveyor/status"
 )
 
@@ -157,4 +164,26 @@ func TestStatsLatency(t *testing.T) {
 	require.NotNil(t, st.LatencyMS)
 	require.GreaterOrEqual(t, *st.LatencyMS, int64(0))
 	require.Regexp(t, `(?m)^emails .* \| +[0-9.]+(ms|s|m[0-9]+s) +- +-$`, c.ok("queues"))
+}
+
+// Beside the latency, 'stats' shows the queue wait percentiles the workers' history holds for
+// the last 15 minutes: here one job that waited 2 s, a minute ago (percentiles are within 9%).
+func TestStatsWaitPercentiles(t *testing.T) {
+	t.Parallel()
+	c := newCmdRunner(t)
+	c.ok("publish", "-q", "emails", "--type", "welcome")
+	opt, err := redis.ParseURL(c.url)
+	require.NoError(t, err)
+	rdb := redis.NewClient(opt)
+	t.Cleanup(func() { _ = rdb.Close() })
+	q := keys.New(c.prefix, "emails")
+	h := engine.NewHistory(jobstate.NewStore(rdb, c.prefix), time.Hour, zerolog.Nop())
+	began := time.Now().Add(-time.Minute)
+	done := jobstate.Done(&q, jobstate.DoneParams{Ran: jobstate.Ran{ID: "j",
+		Entry: strconv.FormatInt(began.Add(-2*time.Second).UnixMilli(), 10) + "-0", Attempt: 1,
+		Started: began, Finished: began.Add(time.Millisecond)}})
+	done.Began = began
+	h.Written([]jobstate.Transition{done}, []script.Code{script.OK}, began)
+	h.Flush()
+	require.Regexp(t, `(?m)^emails .* \| +\S+ +[12]\.\d+s +[12]\.\d+s$`, c.ok("stats", "-q", "emails"))
 }
