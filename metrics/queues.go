@@ -43,8 +43,8 @@ type QueueCollectorConfig struct {
 
 // QueueCollector is a prometheus.Collector of the queues' gauges and counters, and of their
 // configured flow-control limits. It reads them through an Inspector. Inspector.Queues costs one
-// round trip for the queue list and two per 100 queues (the gauges and counters, then the
-// latencies); Inspector.LimitsOf one more for the limits.
+// round trip for the queue list and up to two per 100 queues (the gauges and counters, then the
+// latencies of those with queued jobs); Inspector.LimitsOf one more for the limits.
 //
 // It caches a reading for MaxAge. However many queues there are and however often it is scraped,
 // it refreshes at most once per MaxAge. Concurrent scrapes share one refresh. When a refresh

@@ -34,7 +34,7 @@ func (e *Engine) Queues(ctx context.Context) ([]*jobstate.Stats, error) {
 			return nil, err
 		}
 		parts = append(parts, st...)
-		lat, err := jobstate.Latency(ctx, e.store.Client(), chunk)
+		lat, err := e.latencies(ctx, chunk, st)
 		if err != nil {
 			return nil, err
 		}
@@ -73,7 +73,7 @@ func (e *Engine) Stats(ctx context.Context, queue string) (*jobstate.Stats, erro
 		return nil, err
 	}
 	st := SumStats(queue, parts)
-	lat, err := jobstate.Latency(ctx, e.store.Client(), qs)
+	lat, err := e.latencies(ctx, qs, parts)
 	if err != nil {
 		return nil, err
 	}
