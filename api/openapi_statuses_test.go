@@ -28,6 +28,7 @@ type statusEnum struct {
 var statusEnums = []statusEnum{
 	// list --status and GET .../jobs?status=: the listable statuses, each followed by its word.
 	{[]string{"paths", "/v1/queues/{queue}/jobs", "get", "parameters", "0", "schema", "enum"}, listValues},
+	{[]string{"paths", "/v1/jobs", "get", "parameters", "0", "schema", "enum"}, listValues},
 	{[]string{"components", "schemas", "Job", "properties", "status", "enum"}, allValues},
 	// A task purged from the dead set has no job, and that status.
 	{[]string{"components", "schemas", "WorkflowTask", "properties", "status", "enum"},

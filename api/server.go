@@ -140,6 +140,7 @@ func (s *Server) table() []route {
 		{"DELETE", "/v1/queues/{queue}/dead/{id}", authed, s.purge},
 		{"POST", "/v1/queues/{queue}/dead:replay", authed, s.replayAll},
 		{"DELETE", "/v1/queues/{queue}/dead", authed, s.purgeAll},
+		{"GET", "/v1/jobs", authed, s.listAllJobs},
 		{"GET", "/v1/jobs/{id}", authed, s.findJob},
 		{"GET", "/v1/throughput", authed, s.throughput},
 		{"GET", "/v1/doctor", authed, s.doctor},

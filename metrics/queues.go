@@ -43,8 +43,8 @@ type QueueCollectorConfig struct {
 
 // QueueCollector is a prometheus.Collector of the queues' gauges and counters, and of their
 // configured flow-control limits. It reads them through an Inspector. Inspector.Queues costs one
-// round trip for the queue list and one per 100 queues; Inspector.LimitsOf one more for the
-// limits.
+// round trip for the queue list and up to two per 100 queues (the gauges and counters, then the
+// latencies of those with queued jobs); Inspector.LimitsOf one more for the limits.
 //
 // It caches a reading for MaxAge. However many queues there are and however often it is scraped,
 // it refreshes at most once per MaxAge. Concurrent scrapes share one refresh. When a refresh
@@ -74,7 +74,10 @@ var (
 		"Jobs queued but waiting for a place in their fair group's window (WithGroup), not yet in the stream; they count in conveyor_queue_jobs{state=\"queued\"} too.",
 		[]string{"queue"}, nil)
 	descWaiting = prometheus.NewDesc(Namespace+"_queue_jobs_waiting", waitingHelp(), []string{"queue", "reason"}, nil)
-	descAge     = prometheus.NewDesc(Namespace+"_queue_stats_age_seconds",
+	descLatency = prometheus.NewDesc(Namespace+"_queue_latency_seconds",
+		"Age of the queue's oldest job ready to run (queued, not yet handed to a worker), by Redis's clock, as of the reading; 0 when none waits. It grows when the workers fall behind, stop, or the queue is paused.",
+		[]string{"queue"}, nil)
+	descAge = prometheus.NewDesc(Namespace+"_queue_stats_age_seconds",
 		"Age of the queue reading served (it is cached, and served while a refresh fails).", nil, nil)
 	descErrors = prometheus.NewDesc(Namespace+"_queue_stats_errors_total",
 		"Refreshes of the queue reading that failed.", nil, nil)
@@ -155,6 +158,7 @@ func (c *QueueCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- descPaused
 	ch <- descGroupWaiting
 	ch <- descWaiting
+	ch <- descLatency
 	ch <- descAge
 	ch <- descErrors
 	ch <- descLimitRate
@@ -198,6 +202,7 @@ func (c *QueueCollector) Collect(ch chan<- prometheus.Metric) {
 		for _, r := range status.Reasons() {
 			ch <- prometheus.MustNewConstMetric(descWaiting, prometheus.GaugeValue, float64(s.WaitingFor[r]), s.Queue, string(r))
 		}
+		ch <- prometheus.MustNewConstMetric(descLatency, prometheus.GaugeValue, float64(s.LatencyMS)/1000, s.Queue)
 		for _, l := range limits[s.Queue] {
 			perKey := strconv.FormatBool(l.PerKey)
 			if l.Rate > 0 {

@@ -158,7 +158,9 @@ func (i *Inspector) lookup(ctx context.Context, queue, id string) ([]keys.Queue,
 
 // Queues returns the gauges and counters of every known queue (every queue something was
 // enqueued to or a worker read), sorted by name. It reads them in one pipeline per 100
-// queues: one round trip each on a standalone server, one per node involved on a cluster.
+// queues: one round trip each on a standalone server, one per node involved on a cluster. The
+// latencies (QueueStats.LatencyMS) of the queues with queued jobs are one more such pipeline
+// per 100 queues.
 func (i *Inspector) Queues(ctx context.Context) ([]*QueueStats, error) {
 	st, err := i.eng.Queues(ctx)
 	if err != nil {
@@ -172,8 +174,8 @@ func (i *Inspector) Queues(ctx context.Context) ([]*QueueStats, error) {
 }
 
 // Stats reads a queue's gauges and counters in one round trip (one per node involved on a
-// cluster); a partitioned queue's are the sums over its partitions. A queue nothing was ever
-// enqueued to has all zeros.
+// cluster), and its latency, when it has queued jobs, in one more; a partitioned queue's are the sums over its
+// partitions, its latency their largest. A queue nothing was ever enqueued to has all zeros.
 func (i *Inspector) Stats(ctx context.Context, queue string) (*QueueStats, error) {
 	if err := i.check(queue, ""); err != nil {
 		return nil, err

@@ -54,6 +54,7 @@ func TestE2E(t *testing.T) {
 	t.Run("PublishDuplicates", func(t *testing.T) { t.Parallel(); testPublishDuplicates(t, c) })
 	t.Run("StatsUnknownQueue", func(t *testing.T) { t.Parallel(); testStatsUnknownQueue(t, c) })
 	t.Run("DeadList", func(t *testing.T) { t.Parallel(); testDeadList(t, c) })
+	t.Run("DeadAllQueues", func(t *testing.T) { t.Parallel(); testDeadAllQueues(t, c) })
 	t.Run("DeadReplay", func(t *testing.T) { t.Parallel(); testDeadReplay(t, c) })
 	t.Run("DeadPurge", func(t *testing.T) { t.Parallel(); testDeadPurge(t, c) })
 	t.Run("Handlers", func(t *testing.T) { t.Parallel(); testHandlersCmd(t, c) })

@@ -27,18 +27,26 @@ func (e *Engine) Queues(ctx context.Context) ([]*jobstate.Stats, error) {
 		qs = append(qs, allPartitions(e.prefix, n, counts[n])...)
 	}
 	parts := make([]*jobstate.Stats, 0, len(qs))
+	lats := make([]int64, 0, len(qs))
 	for chunk := range slices.Chunk(qs, statsChunk) {
 		st, err := e.store.ReadStats(ctx, chunk)
 		if err != nil {
 			return nil, err
 		}
 		parts = append(parts, st...)
+		lat, err := e.latencies(ctx, chunk, st)
+		if err != nil {
+			return nil, err
+		}
+		lats = append(lats, lat...)
 	}
 	out := make([]*jobstate.Stats, 0, len(names))
 	for _, n := range names {
 		p := max(1, counts[n])
 		st := SumStats(n, parts[:p])
 		st.Paused = paused[n]
+		st.LatencyMS = slices.Max(lats[:p])
+		lats = lats[p:]
 		out = append(out, st)
 		parts = parts[p:]
 	}
@@ -65,6 +73,12 @@ func (e *Engine) Stats(ctx context.Context, queue string) (*jobstate.Stats, erro
 		return nil, err
 	}
 	st := SumStats(queue, parts)
+	lat, err := e.latencies(ctx, qs, parts)
+	if err != nil {
+		return nil, err
+	}
+	// A queue's latency is its oldest ready job's, whichever partition holds it.
+	st.LatencyMS = slices.Max(lat)
 	if st.Paused, err = jobstate.IsPausedQueue(ctx, e.store.Client(), e.prefix, queue); err != nil {
 		return nil, fmt.Errorf("read whether queue %s is paused: %w", queue, err)
 	}

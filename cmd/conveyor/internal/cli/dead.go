@@ -40,9 +40,9 @@ stderr, so that its output pipes into the others:
 func newDeadListCmd(a *app) *cobra.Command {
 	var queue, cursor string
 	var limit, offset int
-	var asJSON bool
+	var asJSON, allQueues bool
 	cmd := &cobra.Command{
-		Use:   "list [--queue Q] [--limit N] [--offset N | --cursor C] [--json]",
+		Use:   "list [--queue Q | --all-queues] [--limit N] [--offset N | --cursor C] [--json]",
 		Short: "List dead jobs, newest first",
 		Long: `List dead jobs, newest first: a table of ID, TYPE, ATTEMPTS, DEAD_SINCE (local time, with its
 zone) and LAST_ERROR. Only the rows go to stdout; the header, the footer ("jobs 1-50 of 120") and the
@@ -52,8 +52,14 @@ too). A queue with no dead jobs says so on stderr and exits 0; a queue that is n
 
 With --json it prints {"jobs": [...], "next": "..."}, the shape of every list ('conveyor list
 --json', the API): each job as 'status --json' prints it, and next the cursor of the next page
-("" on the last one).`,
+("" on the last one).
+
+With --all-queues (or --queue '*') it lists the dead jobs of every known queue: queue after
+queue in name order, each newest first, with a QUEUE column first (each job's "queue" in
+--json). The footer counts the dead jobs of all queues; "no dead jobs in any queue" exits 0.
+Its cursor is "<queue>/<that queue's cursor>".`,
 		Example: `  conveyor dead list --queue emails
+  conveyor dead list --all-queues
   conveyor dead list --queue emails --limit 20 --cursor 1767225600000:01JABCDEFGHJKMNPQRSTVWXYZ0
   conveyor dead list --queue emails | awk '{print $1}' | xargs conveyor dead replay --queue emails`,
 		Args: noArgs,
@@ -68,8 +74,13 @@ With --json it prints {"jobs": [...], "next": "..."}, the shape of every list ('
 			if offset > 0 && cursor != "" {
 				errs = append(errs, usageErrorf("--offset and --cursor cannot be used together"))
 			}
-			if err := checkIDs(queue, nil); err != nil {
+			across, err := acrossQueues(cmd, queue, allQueues)
+			if err != nil {
 				errs = append(errs, err)
+			} else if !across {
+				if err := checkIDs(queue, nil); err != nil {
+					errs = append(errs, err)
+				}
 			}
 			if len(errs) > 0 {
 				return errors.Join(errs...)
@@ -79,8 +90,22 @@ With --json it prints {"jobs": [...], "next": "..."}, the shape of every list ('
 				return err
 			}
 			ctx := cmd.Context()
-			st, err := insp.Stats(ctx, queue)
-			if err != nil {
+			// The dead jobs to count ("jobs 1-50 of 120"): the queue's, or every queue's.
+			var st *pipeline.QueueStats
+			list := func(p pipeline.Page) (*pipeline.JobPage, error) { return insp.List(ctx, queue, status.Failed, p) }
+			where := "queue " + queue
+			if across {
+				list = func(p pipeline.Page) (*pipeline.JobPage, error) { return insp.ListAllQueues(ctx, status.Failed, p) }
+				where = "any queue"
+				all, err := insp.Queues(ctx)
+				if err != nil {
+					return err
+				}
+				st = &pipeline.QueueStats{}
+				for _, q := range all {
+					st.Dead += q.Dead
+				}
+			} else if st, err = insp.Stats(ctx, queue); err != nil {
 				return err
 			}
 			// Skip offset jobs, then take limit, a page of at most maxPageLimit at a time.
@@ -91,7 +116,7 @@ With --json it prints {"jobs": [...], "next": "..."}, the shape of every list ('
 				if skip > 0 {
 					n = skip
 				}
-				p, err := insp.List(ctx, queue, status.Failed, pipeline.Page{Cursor: cursor, Limit: min(n, maxPageLimit)})
+				p, err := list(pipeline.Page{Cursor: cursor, Limit: min(n, maxPageLimit)})
 				if err != nil {
 					if errors.Is(err, pipeline.ErrInvalid) && cursor != "" {
 						return usageError{err}
@@ -105,7 +130,7 @@ With --json it prints {"jobs": [...], "next": "..."}, the shape of every list ('
 				}
 				jobs = append(jobs, p.Jobs...)
 			}
-			if len(jobs) == 0 {
+			if len(jobs) == 0 && !across {
 				if err := a.requireQueue(ctx, queue, st); err != nil {
 					return err
 				}
@@ -121,17 +146,17 @@ With --json it prints {"jobs": [...], "next": "..."}, the shape of every list ('
 			}
 			switch {
 			case len(jobs) > 0:
-				if err := printDeadJobs(a.stdout, a.stderr, jobs); err != nil {
+				if err := printDeadJobs(a.stdout, a.stderr, jobs, across); err != nil {
 					return err
 				}
 			case st.Dead == 0:
-				fmt.Fprintf(a.stderr, "no dead jobs in queue %s\n", queue)
+				fmt.Fprintf(a.stderr, "no dead jobs in %s\n", where)
 				return nil
 			case cmd.Flags().Changed("cursor"):
-				fmt.Fprintf(a.stderr, "no more dead jobs in queue %s (of %d)\n", queue, st.Dead)
+				fmt.Fprintf(a.stderr, "no more dead jobs in %s (of %d)\n", where, st.Dead)
 				return nil
 			default:
-				fmt.Fprintf(a.stderr, "no dead jobs in queue %s from offset %d (of %d)\n", queue, offset, st.Dead)
+				fmt.Fprintf(a.stderr, "no dead jobs in %s from offset %d (of %d)\n", where, offset, st.Dead)
 				return nil
 			}
 			if cmd.Flags().Changed("cursor") {
@@ -151,16 +176,23 @@ With --json it prints {"jobs": [...], "next": "..."}, the shape of every list ('
 	f.IntVar(&offset, "offset", 0, "skip this many of the newest jobs")
 	f.StringVar(&cursor, "cursor", "", "start after the page that printed this cursor")
 	f.BoolVar(&asJSON, "json", false, `print {"jobs": [...], "next": "..."}`)
+	addAllQueuesFlag(cmd, &allQueues, "list the dead jobs")
 	return cmd
 }
 
 // printDeadJobs writes dead jobs as a table: its header line to head (stderr), its rows to
-// rows (stdout), aligned together.
-func printDeadJobs(rows, head io.Writer, jobs []*pipeline.Job) error {
+// rows (stdout), aligned together. A table across queues starts each row with its job's queue.
+func printDeadJobs(rows, head io.Writer, jobs []*pipeline.Job, across bool) error {
 	var buf bytes.Buffer
 	t := newTable(&buf)
+	if across {
+		fmt.Fprint(t, "QUEUE\t")
+	}
 	fmt.Fprintln(t, "ID\tTYPE\tATTEMPTS\tDEAD_SINCE\tLAST_ERROR")
 	for _, j := range jobs {
+		if across {
+			fmt.Fprintf(t, "%s\t", j.Queue)
+		}
 		fmt.Fprintf(t, "%s\t%s\t%d\t%s\t%s\n", j.ID, orDash(j.Type), j.Attempt, tableTime(j.CompletedAt), oneLine(j.LastError, 80))
 	}
 	if err := t.Flush(); err != nil {
@@ -240,9 +272,9 @@ type replayReport struct {
 
 func newDeadReplayCmd(a *app) *cobra.Command {
 	var queue string
-	var all, asJSON bool
+	var all, asJSON, allQueues bool
 	cmd := &cobra.Command{
-		Use:   "replay [--queue Q] ID... | --all",
+		Use:   "replay [--queue Q] ID... | --all | --all-queues",
 		Short: "Move dead jobs back into the queue for a fresh set of attempts",
 		Long: `Move dead jobs back into the queue for a fresh set of attempts, printing each replayed id
 on stdout. Ids that are unknown or not dead are reported on stderr, the others are replayed all
@@ -257,28 +289,49 @@ reported on stderr, and the command exits 1. --all on a queue that is not known 
 With --json it prints one JSON object, also when some jobs were not replayed:
   ids:   {"count": N, "replayed": [ID...], "failed": [{"id": ID, "error": MESSAGE}...]}
   --all: {"count": N, "error": MESSAGE}
-count being how many were replayed; empty fields are left out.`,
+count being how many were replayed; empty fields are left out.
+
+With --all-queues (or --queue '*'; --all is then implied) it does --all on every known queue
+that has dead jobs, in name order. It prints "replayed N dead jobs in queue Q" for each, then
+"replayed N dead jobs in M queues". A queue whose dead records cannot all run again is
+reported on stderr, the others are replayed all the same, and the command exits 1. With --json:
+  {"count": N, "queues": [{"queue": Q, "count": N, "error": MESSAGE}...], "error": MESSAGE}
+count being the total; queues lists those that had dead jobs ([] when none did); an error is
+left out when there is none. If Redis fails part-way, what was replayed until then is printed,
+with the failure as the top-level error, and the command exits 1.`,
 		Example: `  conveyor dead replay --queue emails 01JABCDEFGHJKMNPQRSTVWXYZ0
   conveyor dead replay --queue emails --all
+  conveyor dead replay --all-queues
   conveyor dead list --queue emails | awk '{print $1}' | xargs conveyor dead replay --queue emails --json`,
 		Args: func(_ *cobra.Command, ids []string) error {
 			switch {
+			case (allQueues || queue == allQueuesName) && len(ids) > 0:
+				return usageErrorf("--all-queues takes no job ids")
 			case all && len(ids) > 0:
 				return usageErrorf("--all takes no job ids")
-			case !all && len(ids) == 0:
+			case !all && !allQueues && queue != allQueuesName && len(ids) == 0:
 				return usageErrorf("want at least one job id (or --all)")
 			}
 			return nil
 		},
 		RunE: func(cmd *cobra.Command, ids []string) error {
-			if err := checkIDs(queue, ids); err != nil {
+			across, err := acrossQueues(cmd, queue, allQueues)
+			if err != nil {
 				return err
+			}
+			if !across {
+				if err := checkIDs(queue, ids); err != nil {
+					return err
+				}
 			}
 			insp, err := a.inspector()
 			if err != nil {
 				return err
 			}
 			ctx := cmd.Context()
+			if across {
+				return replayAllQueues(ctx, a, insp, asJSON)
+			}
 			if all {
 				n, err := insp.ReplayAll(ctx, queue)
 				if _, ok := deadError(ctx, insp, queue, "", err); err != nil && !ok {
@@ -336,7 +389,73 @@ count being how many were replayed; empty fields are left out.`,
 	cmd.Flags().StringVarP(&queue, "queue", "q", pipeline.DefaultQueue, "queue of the jobs")
 	cmd.Flags().BoolVar(&all, "all", false, "replay every dead job of the queue")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print a JSON object")
+	addAllQueuesFlag(cmd, &allQueues, "replay every dead job")
 	return cmd
+}
+
+// queueReplay is one queue's line of 'dead replay --all-queues --json'.
+type queueReplay struct {
+	Queue string `json:"queue"`
+	Count int    `json:"count"`
+	Error string `json:"error,omitempty"`
+}
+
+// replayAcrossReport is the --json output of 'dead replay --all-queues'.
+type replayAcrossReport struct {
+	Count  int           `json:"count"`
+	Queues []queueReplay `json:"queues"`
+	Error  string        `json:"error,omitempty"`
+}
+
+// replayAllQueues is 'dead replay --all-queues': ReplayAll of every known queue that has dead
+// jobs (by its gauge, read once at the start), in name order.
+func replayAllQueues(ctx context.Context, a *app, insp *pipeline.Inspector, asJSON bool) error {
+	all, err := insp.Queues(ctx)
+	if err != nil {
+		return err
+	}
+	r := replayAcrossReport{Queues: []queueReplay{}}
+	var kept int // queues whose dead records could not all run again
+	var failed error
+	for _, st := range all {
+		if st.Dead == 0 {
+			continue
+		}
+		n, err := insp.ReplayAll(ctx, st.Queue)
+		if _, ok := deadError(ctx, insp, st.Queue, "", err); err != nil && !ok {
+			failed = fmt.Errorf("queue %s: %w", st.Queue, err) // Redis failed: stop here
+			r.Count += n
+			r.Queues = append(r.Queues, queueReplay{Queue: st.Queue, Count: n, Error: err.Error()})
+			break
+		}
+		qr := queueReplay{Queue: st.Queue, Count: n}
+		if err != nil {
+			kept++
+			qr.Error = plainError(err).Error()
+		}
+		r.Count += n
+		r.Queues = append(r.Queues, qr)
+		if !asJSON {
+			fmt.Fprintf(a.stdout, "replayed %s in queue %s\n", plural(n, "dead job"), st.Queue)
+			if qr.Error != "" {
+				fmt.Fprintf(a.stderr, "conveyor: queue %s: %s\n", st.Queue, qr.Error)
+			}
+		}
+	}
+	if failed == nil && kept > 0 {
+		failed = fmt.Errorf("%s kept dead jobs that cannot run again", plural(kept, "queue"))
+	}
+	if asJSON {
+		if failed != nil {
+			r.Error = failed.Error()
+		}
+		if err := writeJSON(a.stdout, r); err != nil {
+			return err
+		}
+	} else {
+		fmt.Fprintf(a.stdout, "replayed %s in %s\n", plural(r.Count, "dead job"), plural(len(r.Queues), "queue"))
+	}
+	return failed
 }
 
 // purgeReport is the --json output of 'dead purge': the keys a form has are always there (an
@@ -541,7 +660,7 @@ func (p purger) dryRunAll(ctx context.Context, olderThan time.Duration) error {
 // printWouldPurge prints a dry run's jobs as 'dead list' does, then how many.
 func (p purger) printWouldPurge(jobs []*pipeline.Job) error {
 	if len(jobs) > 0 {
-		if err := printDeadJobs(p.a.stdout, p.a.stderr, jobs); err != nil {
+		if err := printDeadJobs(p.a.stdout, p.a.stderr, jobs, false); err != nil {
 			return err
 		}
 	}

@@ -22,9 +22,9 @@ var listable = status.Listable()
 func newListCmd(a *app) *cobra.Command {
 	var queue, want, cursor string
 	var limit int
-	var asJSON bool
+	var asJSON, allQueues bool
 	cmd := &cobra.Command{
-		Use:   "list [--queue Q] --status S [--limit N] [--cursor C] [--json]",
+		Use:   "list [--queue Q | --all-queues] --status S [--limit N] [--cursor C] [--json]",
 		Short: "List a queue's jobs by status, a page at a time",
 		Long: `List the jobs of a queue that are waiting (workflow tasks waiting for their dependencies,
 oldest first), scheduled (by due time, then those waiting for a concurrency limit's slot),
@@ -42,12 +42,17 @@ before the end: jobs that changed status meanwhile are left out. With --json it 
 "leases": {id: {"worker", "entry", "idle_ms", "deliveries"}}; next is "" at the end. The table's
 PRIORITY is the job's level within its queue, 1 (served first, the default) to 4. WHY says why a
 scheduled, queued or waiting job is not running (cut to 60 characters; 'conveyor status ID'
-prints it whole), and --json's jobs carry it as waiting_for {"kind", "detail", ...}.`,
+prints it whole), and --json's jobs carry it as waiting_for {"kind", "detail", ...}.
+
+With --all-queues (or --queue '*') it lists the status across every known queue: queue after
+queue in name order, each in the order above, with a QUEUE column (each job's "queue" in
+--json). Its cursor is "<queue>/<that queue's cursor>".`,
 		Example: `  conveyor list --status queued
   conveyor list --queue emails --status dead --limit 20
   conveyor list --status scheduled --cursor 1767225600000:01JABCDEFGHJKMNPQRSTVWXYZ0
   conveyor list --status in_progress --json | jq '.leases'
-  conveyor list --status completed --limit 20 --json | jq -r '.jobs[].id'`,
+  conveyor list --status completed --limit 20 --json | jq -r '.jobs[].id'
+  conveyor list --all-queues --status scheduled`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			s := status.Parse(want) // "dead" is failed's word
@@ -57,18 +62,28 @@ prints it whole), and --json's jobs carry it as waiting_for {"kind", "detail", .
 			if limit < 1 || limit > maxPageLimit {
 				return usageErrorf("--limit must be 1 to %d, not %d", maxPageLimit, limit)
 			}
+			across, err := acrossQueues(cmd, queue, allQueues)
+			if err != nil {
+				return err
+			}
 			insp, err := a.inspector()
 			if err != nil {
 				return err
 			}
-			p, err := insp.List(cmd.Context(), queue, s, pipeline.Page{Cursor: cursor, Limit: limit})
+			page := pipeline.Page{Cursor: cursor, Limit: limit}
+			var p *pipeline.JobPage
+			if across {
+				p, err = insp.ListAllQueues(cmd.Context(), s, page)
+			} else {
+				p, err = insp.List(cmd.Context(), queue, s, page)
+			}
 			if errors.Is(err, pipeline.ErrInvalid) {
 				return usageError{err} // a bad --queue or --cursor
 			}
 			if err != nil {
 				return err
 			}
-			if len(p.Jobs) == 0 && cursor == "" {
+			if len(p.Jobs) == 0 && cursor == "" && !across {
 				// Nothing listed: a queue that does not exist is an error, as in stats and
 				// dead list, not an empty page (a typo would look like an idle queue).
 				if err := a.requireQueue(cmd.Context(), queue, nil); err != nil {
@@ -85,8 +100,12 @@ prints it whole), and --json's jobs carry it as waiting_for {"kind", "detail", .
 				if p.Next != "" {
 					what += " on this page"
 				}
-				fmt.Fprintf(a.stderr, "%s in queue %s\n", what, queue)
-			} else if err := printJobs(a.stdout, s, p); err != nil {
+				where := "queue " + queue
+				if across {
+					where = "any queue"
+				}
+				fmt.Fprintf(a.stderr, "%s in %s\n", what, where)
+			} else if err := printJobs(a.stdout, s, p, across); err != nil {
 				return err
 			}
 			if p.Next != "" {
@@ -101,6 +120,7 @@ prints it whole), and --json's jobs carry it as waiting_for {"kind", "detail", .
 	f.IntVar(&limit, "limit", 50, "list at most this many jobs (1 to 1000)")
 	f.StringVar(&cursor, "cursor", "", "start after the page that printed this cursor")
 	f.BoolVar(&asJSON, "json", false, `print {"jobs": [...], "next": "..."}`)
+	addAllQueuesFlag(cmd, &allQueues, "list the jobs")
 	_ = cmd.MarkFlagRequired("status")
 	return cmd
 }
@@ -126,9 +146,13 @@ func joinStatuses(list []status.Status) string {
 	return strings.Join(s, ", ")
 }
 
-// printJobs writes a page of jobs as a table whose time columns suit the status.
-func printJobs(w io.Writer, st status.Status, p *pipeline.JobPage) error {
+// printJobs writes a page of jobs as a table whose time columns suit the status, each row
+// starting with its job's queue when the page is across queues.
+func printJobs(w io.Writer, st status.Status, p *pipeline.JobPage, across bool) error {
 	t := newTable(w)
+	if across {
+		fmt.Fprint(t, "QUEUE\t")
+	}
 	switch st {
 	case status.Scheduled:
 		fmt.Fprintln(t, "ID\tTYPE\tSTATUS\tPRIORITY\tATTEMPT\tRUN_AT\tCREATED_AT\tWHY\tLAST_ERROR")
@@ -146,6 +170,9 @@ func printJobs(w io.Writer, st status.Status, p *pipeline.JobPage) error {
 		fmt.Fprintln(t, "ID\tTYPE\tSTATUS\tPRIORITY\tATTEMPT\tCREATED_AT\tWHY")
 	}
 	for _, j := range p.Jobs {
+		if across {
+			fmt.Fprintf(t, "%s\t", j.Queue)
+		}
 		fmt.Fprintf(t, "%s\t%s\t%s\t%d\t%d\t", j.ID, orDash(j.Type), j.Status.Word(),
 			max(j.Priority, pipeline.MinPriority), j.Attempt)
 		switch st {

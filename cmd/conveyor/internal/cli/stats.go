@@ -7,6 +7,7 @@ import (
 	"io"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -58,6 +59,16 @@ The counters (since the queue was created; --json has them all):
 a job's own). The counts split the gauges without reading a job: a scheduled job counts as due
 (no_worker_queue once due with no live worker reading the queue), a queued one as
 no_worker_queue, paused, priority or ready, a group's waiting one as group_window.
+
+Beside them, how long jobs wait for a worker:
+  latency           the age of the oldest job ready to run (queued, not yet handed to a
+                    worker), by Redis's clock; 0s when none waits. It grows when the workers
+                    fall behind, stop, or the queue is paused. latency_ms in --json
+  wait_p50          the 50th and 99th percentiles of the queue wait (publish, or the promotion
+  wait_p99          of a due job, to the handler's start) of the jobs the workers started in
+                    the last 15 minutes, from the history they keep ('conveyor history'); "-"
+                    when none started. Not in --json: 'conveyor history --json' has them
+
 A queue that is not known (nothing was ever published to it or read from it) is refused
 (exit 1) with the names of the known queues.`,
 		Example: `  conveyor stats
@@ -87,7 +98,11 @@ A queue that is not known (nothing was ever published to it or read from it) is 
 				if asJSON {
 					return writeJSON(a.stdout, st)
 				}
-				return printStats(a.stdout, []*pipeline.QueueStats{st})
+				waits, err := waitsOf(ctx, insp, []*pipeline.QueueStats{st})
+				if err != nil {
+					return err
+				}
+				return printStats(a.stdout, []*pipeline.QueueStats{st}, waits)
 			}
 			return a.printQueues(ctx, insp, asJSON)
 		},
@@ -98,8 +113,40 @@ A queue that is not known (nothing was ever published to it or read from it) is 
 	return cmd
 }
 
-// printStats writes one table row per queue: the gauges, then the counters.
-func printStats(w io.Writer, stats []*pipeline.QueueStats) error {
+// statsWaitWindow is how far back the table of stats reads each queue's queue wait.
+const statsWaitWindow = 15 * time.Minute
+
+// waitsOf reads each queue's queue wait (publish to handler start) over the last
+// statsWaitWindow from the workers' history: one pipelined read a queue.
+func waitsOf(ctx context.Context, insp *pipeline.Inspector, stats []*pipeline.QueueStats) (map[string]pipeline.Latency, error) {
+	out := make(map[string]pipeline.Latency, len(stats))
+	since := time.Now().Add(-statsWaitWindow)
+	for _, s := range stats {
+		h, err := insp.History(ctx, s.Queue, pipeline.HistoryStepFine, since)
+		if err != nil {
+			return nil, err
+		}
+		out[s.Queue] = h.Total.Wait
+	}
+	return out, nil
+}
+
+// fmtAge is a queue's latency as the table shows it: to the millisecond under a second, a
+// tenth of a second under a minute, the second above.
+func fmtAge(ms int64) string {
+	d := time.Duration(ms) * time.Millisecond
+	switch {
+	case d < time.Second:
+		return d.String()
+	case d < time.Minute:
+		return d.Round(100 * time.Millisecond).String()
+	}
+	return d.Round(time.Second).String()
+}
+
+// printStats writes one table row per queue: the gauges, then the counters, then the latency
+// and the queue wait of the last statsWaitWindow (waits, by queue).
+func printStats(w io.Writer, stats []*pipeline.QueueStats, waits map[string]pipeline.Latency) error {
 	t := newTable(w)
 	// DEAD is the dead set now; WENT_DEAD counts the jobs that went there (the counter "failed"
 	// in JSON): "dead" is the one word a person reads for a job that failed for good.
@@ -109,7 +156,8 @@ func printStats(w io.Writer, stats []*pipeline.QueueStats) error {
 			fmt.Fprint(t, strings.ToUpper(st.Word())+"\t")
 		}
 	}
-	fmt.Fprintln(t, "|\tENQUEUED\tCOMPLETED\tWENT_DEAD\tRETRIED\tRECOVERED\tCANCELED")
+	fmt.Fprint(t, "|\tENQUEUED\tCOMPLETED\tWENT_DEAD\tRETRIED\tRECOVERED\tCANCELED\t")
+	fmt.Fprintln(t, "|\tLATENCY\tWAIT_P50\tWAIT_P99")
 	for _, s := range stats {
 		name := s.Queue
 		if s.Paused { // conveyor pause: workers do not read it
@@ -121,8 +169,10 @@ func printStats(w io.Writer, stats []*pipeline.QueueStats) error {
 				fmt.Fprintf(t, "%d\t", n)
 			}
 		}
-		fmt.Fprintf(t, "|\t%d\t%d\t%d\t%d\t%d\t%d\n",
+		fmt.Fprintf(t, "|\t%d\t%d\t%d\t%d\t%d\t%d\t",
 			s.Enqueued, s.Completed, s.Failed, s.Retried, s.Recovered, s.Canceled)
+		wait := waits[s.Queue]
+		fmt.Fprintf(t, "|\t%s\t%s\t%s\n", fmtAge(s.LatencyMS), fmtLatency(wait.P50, wait.Count), fmtLatency(wait.P99, wait.Count))
 	}
 	return t.Flush()
 }
@@ -140,7 +190,11 @@ func (a *app) printQueues(ctx context.Context, insp *pipeline.Inspector, asJSON 
 		_, err := fmt.Fprintln(a.stdout, "no queues yet")
 		return err
 	}
-	return printStats(a.stdout, stats)
+	waits, err := waitsOf(ctx, insp, stats)
+	if err != nil {
+		return err
+	}
+	return printStats(a.stdout, stats, waits)
 }
 
 // requireQueue refuses a queue that does not exist, naming the known queues. A queue exists
