@@ -907,7 +907,7 @@
       }
       if (state === 'waiting') {
         cells.push(h('td', { class: 'wrap', data: { label: 'Workflow' } }, j.workflow
-          ? [h('a', { class: 'id', href: wfHref(q, j.workflow) }, j.workflow), j.task ? h('span', { class: 'muted' }, ' · ' + j.task) : null]
+          ? [h('a', { class: 'id', href: wfHref(q, j.workflow) }, j.workflow), j.task ? h('span', { class: 'muted' }, ' · task ' + j.task) : null]
           : h('span', { class: 'muted' }, '—')),
         whyCell(j));
       }
@@ -991,7 +991,7 @@
   // its page reads the scheduled jobs and keeps the retries (a filter here, in the browser).
   const GLOBAL = {
     dead: { status: 'failed', title: 'Dead', what: 'dead jobs',
-      help: 'Jobs that failed for good in every queue, newest first within a queue. Replay one to run it again.' },
+      help: 'Jobs of every queue that failed for good: retries used up, a SkipRetry error, a worker lost on the last attempt. Replay one to run it again.' },
     retries: { status: 'scheduled', title: 'Retries', what: 'retries', filter: isRetry,
       help: 'Scheduled jobs of every queue waiting for a retry\'s backoff after a failed attempt. ' +
         'This page reads the scheduled jobs and shows the retries among them, so a page may show fewer than it read.' },

@@ -193,17 +193,23 @@ func TestDashboardWhyBrowser(t *testing.T) {
 	}
 	require.EqualValues(t, 3, dead, "dead jobs of all queues: %s", strings.Join(each, "; "))
 	require.EqualValues(t, 3, scheduled, "scheduled jobs of all queues (a retry, two waiting for prio's slot): %s", strings.Join(each, "; "))
-	// The queue no worker reads has a job ready to run, so it has a latency.
-	waitStats(t, f.insp, whyTypo, func(s *pipeline.QueueStats) bool { return s.LatencyMS > 0 })
-	typo, err := f.insp.Stats(ctx, whyTypo)
-	require.NoError(t, err)
-	whyBrowser(t, chrome, f, dead, scheduled, typo.LatencyMS)
+	// The queue no worker reads and the paused one have a job ready to run, so a latency.
+	latency := map[string]int64{}
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		for _, q := range []string{whyTypo, whyHeld} {
+			s, err := f.insp.Stats(ctx, q)
+			require.NoError(c, err)
+			require.Positive(c, s.LatencyMS, "the latency of %s", q)
+			latency[q] = s.LatencyMS
+		}
+	}, 15*time.Second, 20*time.Millisecond, "no latency")
+	whyBrowser(t, chrome, f, dead, scheduled, latency)
 	t.Logf("why browser test took %s", time.Since(began).Round(time.Millisecond))
 }
 
 // whyBrowser drives the pages: the navigation should count dead and scheduled jobs, and the
-// overview show the typo queue's latency of at least latencyMS.
-func whyBrowser(t *testing.T, chrome string, f *whyFixture, dead, scheduled, latencyMS int64) {
+// overview show each queue's latency of at least latency's.
+func whyBrowser(t *testing.T, chrome string, f *whyFixture, dead, scheduled int64, latency map[string]int64) {
 	t.Helper()
 	dir := artifactDir(t)
 	b := newBrowser(t, chrome, dir)
@@ -219,10 +225,12 @@ func whyBrowser(t *testing.T, chrome string, f *whyFixture, dead, scheduled, lat
 		document.querySelector('#nav-dead .count').textContent === '%d' &&
 		document.querySelector('#nav-scheduled .count').textContent === '%d' &&
 		document.querySelector('#nav-retries .count') === null`, dead, scheduled))
-	b.poll(fmt.Sprintf("the overview shows the latency of %s (at least %d ms)", whyTypo, latencyMS), fmt.Sprintf(`(() => {
-		const td = document.querySelector('tr[data-queue="%s"] td[data-field="latency_ms"]');
-		return td !== null && Number(td.dataset.ms) >= %d && /\d/.test(td.textContent);
-	})()`, whyTypo, latencyMS))
+	for q, ms := range latency {
+		b.poll(fmt.Sprintf("the overview shows the latency of %s (at least %d ms)", q, ms), fmt.Sprintf(`(() => {
+			const td = document.querySelector('tr[data-queue="%s"] td[data-field="latency_ms"]');
+			return td !== null && Number(td.dataset.ms) >= %d && /\d/.test(td.textContent);
+		})()`, q, ms))
+	}
 	b.noSideScroll("desktop why overview")
 	b.shot("why-overview")
 
@@ -257,6 +265,7 @@ func whyBrowser(t *testing.T, chrome string, f *whyFixture, dead, scheduled, lat
 	b.route("#/queues/" + whyPrio)
 	b.poll("prio's page counts the jobs by reason",
 		`document.querySelector('.reasons [data-reason="concurrency_limit"] dd')?.textContent === '2'`)
+	b.shot("why-queue-reasons")
 
 	// The paused queue: queued, waiting for the resume.
 	b.route("#/queues/" + whyHeld + "/queued")

@@ -28,7 +28,7 @@ func TestDashboardWhyStub(t *testing.T) {
 	var f *whyFixture
 	began := time.Now()
 	f = newWhyFixture(t, func(h http.Handler) http.Handler { return &whyStub{h: h, f: &f, began: began} })
-	whyBrowser(t, chrome, f, 3, 3, 1)
+	whyBrowser(t, chrome, f, 3, 3, map[string]int64{whyTypo: 1, whyHeld: 1})
 }
 
 type whyStub struct {
