@@ -137,6 +137,7 @@
   const pad = (n, w) => String(n).padStart(w || 2, '0');
   const num = (v) => (Number.isFinite(Number(v)) ? Number(v) : 0);
   const fmtInt = (v) => num(v).toLocaleString('en-US');
+  const plural = (n, one, many) => fmtInt(n) + ' ' + (num(n) === 1 ? one : many);
 
   function zoneOf(d) {
     const off = -d.getTimezoneOffset();
@@ -1077,7 +1078,7 @@
         pager.hidden = stack.length <= 1 && !nextCursor;
         if (jobs.length === 0) {
           body.replaceChildren(h('p', { class: 'muted empty' }, def.filter && nextCursor
-            ? 'No retries among the ' + fmtInt(read) + ' scheduled jobs read; Next reads on.'
+            ? 'No retries among the ' + plural(read, 'scheduled job', 'scheduled jobs') + ' read; Next reads on.'
             : stack.length > 1 ? 'No more ' + def.what + '.' : 'No ' + def.what + ' in any queue.'));
         } else {
           body.replaceChildren(h('table', { class: 'grid-table jobs global' },
@@ -1085,7 +1086,7 @@
             h('thead', {}, h('tr', {}, cols.map((c) => h('th', { scope: 'col' }, c)))),
             h('tbody', {}, jobs.map(row))),
           def.filter ? h('p', { class: 'muted small', data: { read: String(read) } },
-            fmtInt(jobs.length) + ' retries among ' + fmtInt(read) + ' scheduled jobs read.') : '');
+            plural(jobs.length, 'retry', 'retries') + ' among ' + plural(read, 'scheduled job', 'scheduled jobs') + ' read.') : '');
         }
         stamp();
       } catch (e) {
