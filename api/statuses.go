@@ -26,19 +26,32 @@ type dashboardStatus struct {
 	Help     string        `json:"help"`
 }
 
+// dashboardReason is what the dashboard's script knows of a reason a job waits.
+type dashboardReason struct {
+	Reason status.Reason `json:"reason"`
+	Help   string        `json:"help"`
+}
+
 // statusesJS is the dashboard's ui/statuses.js, made from the status list when the handler is
 // built: app.js draws its tabs, counts and badges from it, so a new status needs no edit there.
+// It carries the reasons a job waits too (status.Reasons), whose help texts the job page and
+// the lists show.
 func statusesJS(list []status.Info, listable []status.Status) []byte {
 	all := make([]dashboardStatus, len(list))
 	for i, in := range list {
 		all[i] = dashboardStatus{Status: in.Status, Word: cmp.Or(in.Word, string(in.Status)), Final: in.Final,
 			Listable: in.Listable, Gauge: in.Gauge, Help: in.Help}
 	}
+	var reasons []dashboardReason
+	for _, r := range status.Reasons() {
+		reasons = append(reasons, dashboardReason{Reason: r, Help: r.Help()})
+	}
 	// Marshal escapes <, > and &, so no text of the list can end the script.
 	b, err := json.Marshal(struct {
 		All      []dashboardStatus `json:"all"`
 		Listable []status.Status   `json:"listable"`
-	}{all, listable})
+		Reasons  []dashboardReason `json:"reasons"`
+	}{all, listable, reasons})
 	if err != nil {
 		panic(err) // strings and booleans always marshal
 	}

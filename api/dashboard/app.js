@@ -8,6 +8,8 @@
   const API = 'v1/';
   const REFRESH_MS = 3000;
   const PAGE_LIMIT = 25;
+  const WAITS_EVERY_MS = 30 * 1000; // the overview reads each queue's wait percentiles this often
+  const WAITS_MAX = 50; // and for this many queues at most
   const WINDOW_MS = 15 * 60 * 1000;
   const TOKEN_KEY = 'conveyor.token';
 
@@ -60,9 +62,41 @@
     refused: 'Late writes refused: a worker reported on a job that had moved on (canceled, recovered, put back) and nothing changed. A steady count means workers lose their leases: is the visibility timeout shorter than the work?',
     canceled: 'Jobs canceled or deleted before they finished.',
     released: 'Jobs a worker put back unfinished as it shut down, for another worker; not an attempt.',
+    latency_ms: 'Latency: how long the oldest job ready to run (queued, not yet taken by a worker) has waited, by Redis\'s clock; – when none waits.',
+    wait: 'Queue wait, publish to start, of the jobs started over the last 15 minutes: the median and the 99th percentile.',
   });
   const PREVIEW_CHARS = 60; // a payload preview's length in a list
   const FOLD_CHARS = 120; // an error longer than this (or of several lines) is folded
+  const WHY_CHARS = 80; // a reason's detail longer than this is cut in a list
+
+  // The reasons a job that is not running waits (its waiting_for.kind), from the server's list
+  // (package status) with what each waits for. The labels are the short words a list's badge
+  // and the job page's heading show; a reason without one (newer than this script) reads as its
+  // name, so a new reason shows without an edit here.
+  const REASON_HELP = new Map((STATUSES.reasons || []).map((r) => [r.reason, r.help]));
+  const REASON_LABEL = {
+    no_worker_queue: 'No worker reads the queue',
+    paused: 'Queue paused',
+    no_worker_type: 'No worker handles the type',
+    dependencies: 'Workflow tasks',
+    concurrency_limit: 'Concurrency limit',
+    rate_limit: 'Rate limit',
+    group_window: 'Group window full',
+    debounce: 'Debounce window',
+    due: 'Due time',
+    priority: 'Higher priority',
+    ready: 'Ready for a worker',
+  };
+  // A due job's label says what set its time (waiting_for.cause).
+  const DUE_LABEL = { delay: 'Delayed', retry: 'Retry backoff', snooze: 'Snoozed' };
+  // The reasons that are mistakes to fix (a typo in a queue's or a type's name, workers down)
+  // are drawn as errors, a pause as a warning; the others end by themselves.
+  const REASON_TONE = { no_worker_queue: 'bad', no_worker_type: 'bad', paused: 'warn' };
+  const reasonLabel = (w) => (w.kind === 'due' && DUE_LABEL[w.cause]) || REASON_LABEL[w.kind] ||
+    capital(String(w.kind || 'unknown').replace(/_/g, ' '));
+  // isRetry: a scheduled job waiting for a retry's backoff after a failed attempt (its reason's
+  // cause, or the scheduled_for of a server that gives no reason).
+  const isRetry = (j) => (j.waiting_for && j.waiting_for.cause === 'retry') || j.scheduled_for === 'retry';
 
   // ---- DOM helpers ----
 
@@ -103,6 +137,7 @@
   const pad = (n, w) => String(n).padStart(w || 2, '0');
   const num = (v) => (Number.isFinite(Number(v)) ? Number(v) : 0);
   const fmtInt = (v) => num(v).toLocaleString('en-US');
+  const plural = (n, one, many) => fmtInt(n) + ' ' + (num(n) === 1 ? one : many);
 
   function zoneOf(d) {
     const off = -d.getTimezoneOffset();
@@ -144,6 +179,14 @@
     return h('span', { class: 'when' },
       h('time', { datetime: iso }, fmtTime(ms)), ' ', h('span', { class: 'muted' }, '(' + fmtAgo(ms) + ')'));
   }
+
+  // countdown is the time left until ms ("in 4m 10s"), or how long ago it passed; the page's
+  // clock (start) moves every countdown once a second, so a wait is seen to run down.
+  function countdownText(ms) {
+    const d = num(ms) - Date.now();
+    return d > 0 ? 'in ' + fmtDur(d) : 'passed ' + fmtDur(d) + ' ago';
+  }
+  const countdown = (ms) => h('span', { class: 'countdown', data: { until: String(num(ms)) } }, countdownText(ms));
 
   function fmtRate(v) {
     v = num(v);
@@ -378,18 +421,25 @@
     return (n / 60000).toFixed(1) + ' min';
   }
 
-  // latencyBox shows a queue's queue wait (publish to start) and execution time percentiles
-  // over the chart's window, from the same GET /v1/throughput answer (its total).
-  function latencyBox() {
-    const dl = h('dl', { class: 'counters latency', 'aria-label': 'Latency over the last 15 minutes' });
+  // fmtLatency shows a queue's latency (latency_ms): short ones as fmtMs does, long ones in
+  // minutes and hours.
+  const fmtLatency = (v) => (num(v) >= 60000 ? fmtDur(v) : fmtMs(v));
+
+  // latencyBox shows a queue's latency now (the age of its oldest ready job, from its stats) and
+  // its queue wait (publish to start) and execution time percentiles over the chart's window,
+  // from the same GET /v1/throughput answer (its total).
+  function latencyBox(nowLabel) {
+    const dl = h('dl', { class: 'counters latency', 'aria-label': 'Latency now and over the last 15 minutes' });
     const FIELDS = [['wait_p50_ms', 'Queue wait p50'], ['wait_p99_ms', 'Queue wait p99'],
       ['exec_p50_ms', 'Execution p50'], ['exec_p99_ms', 'Execution p99']];
-    const update = (data) => {
+    const update = (data, st) => {
       const t = (data && data.total) || {};
-      dl.replaceChildren(...FIELDS.map(([k, name]) =>
-        h('div', { data: { field: k } }, h('dt', {}, name), h('dd', {}, fmtMs(t[k])))));
+      dl.replaceChildren(
+        h('div', { data: { field: 'latency_ms', ms: String(num(st && st.latency_ms)) }, title: HELP.latency_ms },
+          h('dt', {}, nowLabel || 'Latency now'), h('dd', {}, fmtLatency(st && st.latency_ms))),
+        ...FIELDS.map(([k, name]) => h('div', { data: { field: k } }, h('dt', {}, name), h('dd', {}, fmtMs(t[k])))));
     };
-    update(null);
+    update(null, null);
     return { el: dl, update };
   }
 
@@ -427,27 +477,66 @@
     for (const el of document.querySelectorAll('.tabs .count')) el.textContent = fmtInt(stats[el.dataset.field]);
   }
 
-  async function queueStats(q) {
+  // navAt is when the navigation's counts were last read: tick reads them itself on the pages
+  // that read no queue stats.
+  let navAt = 0;
+
+  // allQueues reads every queue's stats (GET /v1/queues) and updates the navigation's counts
+  // with them, whichever view reads them.
+  async function allQueues() {
     const body = await api('GET', 'queues');
-    return ((body && body.queues) || []).find((x) => x.queue === q) || null;
+    const qs = (body && body.queues) || [];
+    updateNav(qs);
+    return qs;
   }
 
-  // Overview: every queue's gauges and main counters, and the throughput of all queues.
+  // updateNav shows, beside the global pages in the navigation, how many jobs they list across
+  // the queues: each count's field (a gauge) summed. Retries has none: no gauge counts the
+  // retries apart from the other scheduled jobs.
+  function updateNav(queues) {
+    navAt = Date.now();
+    for (const el of document.querySelectorAll('.top nav .count[data-field]')) {
+      const n = queues.reduce((a, q) => a + num(q[el.dataset.field]), 0);
+      el.textContent = fmtInt(n);
+      el.classList.toggle('zero', n === 0);
+    }
+  }
+
+  async function queueStats(q) {
+    return (await allQueues()).find((x) => x.queue === q) || null;
+  }
+
+  // Overview: every queue's gauges, latency and main counters, and the throughput of all queues.
   function overview() {
     const g = gen;
     const chartFig = chartBox('All queues: jobs per second over the last 15 minutes');
+    const lat = latencyBox('Latency now, highest');
     const tableWrap = h('div', {});
     const err = h('div', {});
     main().replaceChildren(heading('Queues'), err,
-      h('section', { class: 'card', 'aria-labelledby': 'tp-h' }, h('h2', { id: 'tp-h' }, 'Throughput'), chartFig.el),
+      h('section', { class: 'card', 'aria-labelledby': 'tp-h' }, h('h2', { id: 'tp-h' }, 'Throughput'), chartFig.el, lat.el),
       h('section', { class: 'card', 'aria-labelledby': 'q-h' }, h('h2', { id: 'q-h' }, 'Queues'), tableWrap));
+    // Each queue's queue wait percentiles come from its own GET /v1/throughput: a call a queue,
+    // so they are read every WAITS_EVERY_MS rather than every refresh, and for the first
+    // WAITS_MAX queues only.
+    const waits = new Map();
+    let waitsAt = 0;
+    const readWaits = async (qs) => {
+      waitsAt = Date.now();
+      const got = await Promise.all(qs.slice(0, WAITS_MAX).map((q) =>
+        throughput(q.queue).then((t) => [q.queue, (t && t.total) || {}], () => [q.queue, null])));
+      for (const [q, t] of got) if (t) waits.set(q, t);
+    };
     const refresh = async () => {
       try {
-        const [qs, tp] = await Promise.all([api('GET', 'queues'), throughput('')]);
+        const [qs, tp] = await Promise.all([allQueues(), throughput('')]);
+        if (Date.now() - waitsAt >= WAITS_EVERY_MS) await readWaits(qs);
         if (!live(g)) return;
         err.replaceChildren();
-        renderQueues(tableWrap, (qs && qs.queues) || []);
+        renderQueues(tableWrap, qs, waits);
         chartFig.update(tp);
+        // The oldest ready job of any queue.
+        lat.update(tp, { latency_ms: qs.reduce((a, q) => Math.max(a, num(q.latency_ms)), 0) });
         stamp();
       } catch (e) {
         if (live(g)) err.replaceChildren(errorBox('Could not load the queues', e));
@@ -457,24 +546,39 @@
     return { refresh, resize: chartFig.redraw };
   }
 
-  function renderQueues(wrap, queues) {
+  // renderQueues draws the overview's table: each queue's gauges, its latency and queue wait
+  // percentiles (waits, by queue: GET /v1/throughput's totals), then its main counters.
+  function renderQueues(wrap, queues, waits) {
     if (queues.length === 0) {
       wrap.replaceChildren(h('p', { class: 'muted' }, 'No queues yet. Publish a job (conveyor publish --queue emails --type echo) and it shows here.'));
       return;
     }
     const shown = new Set(Object.values(OVERVIEW_FIELD));
-    const cols = STATES.map(([st, name]) => [OVERVIEW_FIELD[st], name, st])
-      .concat(MAIN_COUNTERS.filter(([k]) => !shown.has(k)).map(([k, name]) => [k, name, null]));
+    const states = STATES.map(([st, name]) => [OVERVIEW_FIELD[st], name, st]);
+    const counters = MAIN_COUNTERS.filter(([k]) => !shown.has(k)).map(([k, name]) => [k, name, null]);
+    const th = ([k, name, st]) => h('th', { scope: 'col', class: 'num' + (st ? ' gauge' : ''), title: HELP[k] || null }, name);
+    const td = (q) => ([k, name, st]) => h('td', { class: 'num' + (st ? ' gauge' : '') + (k === 'dead' && num(q[k]) > 0 ? ' has-dead' : ''), data: { label: name, field: k } },
+      st ? h('a', { href: queueHref(q.queue, st), 'aria-label': name + ' jobs of ' + q.queue + ': ' + fmtInt(q[k]) }, fmtInt(q[k]))
+        : fmtInt(q[k]));
     const table = h('table', { class: 'grid-table queues' },
-      h('caption', { class: 'visually-hidden' }, 'Jobs in each state and counters, by queue'),
-      h('thead', {}, h('tr', {}, h('th', { scope: 'col' }, 'Queue'),
-        cols.map(([k, name, st]) => h('th', { scope: 'col', class: 'num' + (st ? ' gauge' : ''), title: HELP[k] || null }, name)))),
-      h('tbody', {}, queues.map((q) => h('tr', { data: { queue: q.queue } },
-        h('th', { scope: 'row', class: 'name' }, h('a', { href: queueHref(q.queue) }, q.queue), q.paused ? [' ', pausedBadge()] : null),
-        cols.map(([k, name, st]) => h('td', { class: 'num' + (st ? ' gauge' : '') + (k === 'dead' && num(q[k]) > 0 ? ' has-dead' : ''), data: { label: name, field: k } },
-          st ? h('a', { href: queueHref(q.queue, st), 'aria-label': name + ' jobs of ' + q.queue + ': ' + fmtInt(q[k]) }, fmtInt(q[k]))
-            : fmtInt(q[k])))))));
-    wrap.replaceChildren(table);
+      h('caption', { class: 'visually-hidden' }, 'Jobs in each state, latency and counters, by queue'),
+      h('thead', {}, h('tr', {}, h('th', { scope: 'col' }, 'Queue'), states.map(th),
+        h('th', { scope: 'col', class: 'num', title: HELP.latency_ms + ' Under it: ' + HELP.wait }, 'Latency'),
+        counters.map(th))),
+      h('tbody', {}, queues.map((q) => {
+        const w = waits && waits.get(q.queue);
+        return h('tr', { data: { queue: q.queue } },
+          h('th', { scope: 'row', class: 'name' }, h('a', { href: queueHref(q.queue) }, q.queue), q.paused ? [' ', pausedBadge()] : null),
+          states.map(td(q)),
+          h('td', { class: 'num latency-now', data: { label: 'Latency', field: 'latency_ms', ms: String(num(q.latency_ms)) } },
+            h('span', {}, fmtLatency(q.latency_ms)),
+            w && (num(w.wait_p50_ms) || num(w.wait_p99_ms))
+              ? h('span', { class: 'wait-pct muted', data: { field: 'wait' }, title: HELP.wait }, 'wait ' + fmtMs(w.wait_p50_ms) + ' / ' + fmtMs(w.wait_p99_ms))
+              : ''),
+          counters.map(td(q)));
+      })));
+    // A wide table (many statuses) scrolls in its card, not the page.
+    wrap.replaceChildren(h('div', { class: 'table-scroll' }, table));
   }
 
   // Queue: one queue's gauges, every counter and its throughput.
@@ -483,9 +587,12 @@
     const chartFig = chartBox(q + ': jobs per second over the last 15 minutes');
     const lat = latencyBox();
     const counters = h('dl', { class: 'counters' });
+    const reasons = h('dl', { class: 'counters reasons' });
+    const reasonsCard = h('section', { class: 'card', 'aria-labelledby': 'r-h', hidden: true },
+      h('h2', { id: 'r-h' }, 'Why jobs are not running'), reasons);
     const err = h('div', {});
     const pause = h('div', { class: 'pause-box' });
-    main().replaceChildren(heading('Queue ' + q), tabs(q, '', null), err, pause,
+    main().replaceChildren(heading('Queue ' + q), tabs(q, '', null), err, pause, reasonsCard,
       h('section', { class: 'card', 'aria-labelledby': 'c-h' }, h('h2', { id: 'c-h' }, 'Counters'), counters, countersHelp()),
       h('section', { class: 'card', 'aria-labelledby': 'tp-h' }, h('h2', { id: 'tp-h' }, 'Throughput'), chartFig.el, lat.el),
       limitsCard(q, g), groupsCard(q, g));
@@ -502,8 +609,9 @@
         renderPause(pause, q, !!st.paused, refresh);
         counters.replaceChildren(...ALL_COUNTERS.map(([k, name]) =>
           h('div', { data: { field: k }, title: HELP[k] || null }, h('dt', {}, name), h('dd', {}, fmtInt(st[k])))));
+        renderReasons(reasonsCard, reasons, st);
         chartFig.update(tp);
-        lat.update(tp);
+        lat.update(tp, st);
         stamp();
       } catch (e) {
         if (live(g)) err.replaceChildren(errorBox('Could not load the queue', e));
@@ -511,6 +619,20 @@
     };
     refresh();
     return { refresh, resize: chartFig.redraw };
+  }
+
+  // renderReasons shows how many of the queue's jobs wait for each reason (its stats'
+  // waiting_for), in the order the reasons are checked; the card hides when there are none (or
+  // the server counts none).
+  function renderReasons(card, dl, st) {
+    const counts = (st && st.waiting_for) || {};
+    const order = Array.from(REASON_HELP.keys());
+    const kinds = Object.keys(counts).filter((k) => num(counts[k]) > 0)
+      .sort((a, b) => (order.indexOf(a) >>> 0) - (order.indexOf(b) >>> 0));
+    card.hidden = kinds.length === 0;
+    dl.replaceChildren(...kinds.map((k) => h('div', { class: 'why-' + (REASON_TONE[k] || 'wait'), data: { reason: k },
+      title: REASON_HELP.has(k) ? 'Jobs waiting for ' + REASON_HELP.get(k) + '.' : null },
+    h('dt', {}, reasonLabel({ kind: k })), h('dd', {}, fmtInt(counts[k])))));
   }
 
   // countersHelp explains every counter in plain words, folded under the counters.
@@ -756,8 +878,9 @@
 
     const cols = [['Job'], ['Type'], ['Payload'], ['Attempt']];
     if (dead) cols.unshift(['Select']);
+    if (state === 'waiting') cols.push(['Workflow'], ['Why']);
     if (state === 'scheduled') cols.push(['Runs'], ['Why'], ['Last error'], ['Actions']);
-    if (state === 'queued') cols.push(['Enqueued'], ['Actions']);
+    if (state === 'queued') cols.push(['Enqueued'], ['Why'], ['Actions']);
     if (state === 'in_progress') cols.push(['Worker'], ['Started'], ['Lease idle'], ['Deliveries']);
     if (dead) cols.push(['Reason'], ['Dead since'], ['Actions']);
     if (state === 'completed') cols.push(['Worker'], ['Completed'], ['Created']);
@@ -773,15 +896,21 @@
       if (state === 'scheduled') {
         const tr = h('tr', { data: { job: j.id, scheduledFor: j.scheduled_for || 'delay' }, class: j.scheduled_for ? 'is-' + j.scheduled_for : null });
         cells.push(h('td', { data: { label: 'Runs' } }, timeEl(j.run_at, true)),
-          h('td', { class: 'why', data: { label: 'Why' } }, whyBadge(j)),
+          whyCell(j),
           h('td', { class: 'reason', data: { label: 'Last error' } }, fold(j.last_error)),
           rowActions(q, j, tr, true));
         return put(tr, cells);
       }
       if (state === 'queued') {
         const tr = h('tr', { data: { job: j.id } });
-        cells.push(h('td', { data: { label: 'Enqueued' } }, timeEl(j.enqueued_at, true)), rowActions(q, j, tr, false));
+        cells.push(h('td', { data: { label: 'Enqueued' } }, timeEl(j.enqueued_at, true)), whyCell(j), rowActions(q, j, tr, false));
         return put(tr, cells);
+      }
+      if (state === 'waiting') {
+        cells.push(h('td', { class: 'wrap', data: { label: 'Workflow' } }, j.workflow
+          ? [h('a', { class: 'id', href: wfHref(q, j.workflow) }, j.workflow), j.task ? h('span', { class: 'muted' }, ' · task ' + j.task) : null]
+          : h('span', { class: 'muted' }, '—')),
+        whyCell(j));
       }
       if (state === 'completed') {
         cells.push(h('td', { class: 'wrap', data: { label: 'Worker' } }, j.worker || '—'),
@@ -856,6 +985,122 @@
     return { refresh: async () => { try { updateTabCounts(await queueStats(q)); } catch (_) { /* shown on load */ } } };
   }
 
+  // ---- Across queues: the Dead, Retries and Scheduled pages (GET v1/jobs?status=S) ----
+
+  // GLOBAL are the pages that list one status's jobs of every queue, as Sidekiq Web's do.
+  // Retries has no status of its own: a retry is a scheduled job waiting for its backoff, so
+  // its page reads the scheduled jobs and keeps the retries (a filter here, in the browser).
+  const GLOBAL = {
+    dead: { status: 'failed', title: 'Dead', what: 'dead jobs',
+      help: 'Jobs of every queue that failed for good: retries used up, a SkipRetry error, a worker lost on the last attempt. Replay one to run it again.' },
+    retries: { status: 'scheduled', title: 'Retries', what: 'retries', filter: isRetry,
+      help: 'Scheduled jobs of every queue waiting for a retry\'s backoff after a failed attempt. ' +
+        'This page reads the scheduled jobs and shows the retries among them, so a page may show fewer than it read.' },
+    scheduled: { status: 'scheduled', title: 'Scheduled', what: 'scheduled jobs',
+      help: 'Jobs of every queue waiting for their time (a delay, a retry\'s backoff, a snooze) or for a slot of a concurrency limit.' },
+  };
+  const RETRY_READ_LIMIT = 200; // the scheduled jobs the Retries page reads a request
+  const RETRY_READS = 5; // and the requests a page makes at most while it has found no retry
+
+  // globalList is one of the GLOBAL pages: a page of a status's jobs across the queues, each row
+  // naming its queue, with Next/Previous, and the row actions of the queue's own lists.
+  function globalList(name) {
+    const g = gen;
+    const def = GLOBAL[name];
+    const key = '*\u0000' + name;
+    if (!cursorStacks.has(key)) cursorStacks.set(key, ['']);
+    const stack = cursorStacks.get(key);
+    const dead = def.status === 'failed';
+    const err = h('div', {});
+    const body = h('div', { class: 'list-body' });
+    const pageNo = h('span', { class: 'page-no', 'aria-live': 'polite' });
+    const prev = h('button', { type: 'button', class: 'prev', onclick: () => { stack.pop(); load(); } }, '← Previous');
+    const next = h('button', { type: 'button', class: 'next', onclick: () => { if (nextCursor) { stack.push(nextCursor); load(); } } }, 'Next →');
+    const pager = h('div', { class: 'pager' }, prev, pageNo, next);
+    let nextCursor = '';
+    main().replaceChildren(heading(def.title),
+      h('section', { class: 'card global-list', 'aria-labelledby': 'gl-h', data: { global: name } },
+        h('div', { class: 'list-head' }, h('h2', { id: 'gl-h' }, capital(def.what) + ' of all queues'),
+          h('div', { class: 'toolbar' }, h('button', { type: 'button', onclick: () => load() }, 'Refresh'))),
+        h('p', { class: 'muted small' }, def.help),
+        err, body, pager));
+
+    const cols = ['Job', 'Queue', 'Type', 'Payload', 'Attempt'].concat(dead ? ['Reason', 'Dead since', 'Actions']
+      : name === 'retries' ? ['Next try', 'Last error', 'Why', 'Actions'] : ['Runs', 'Why', 'Last error', 'Actions']);
+
+    function row(j) {
+      const q = j.queue;
+      const tr = h('tr', { data: { job: j.id, queue: q } });
+      const cells = [
+        h('td', { class: 'id', data: { label: 'Job' } }, h('a', { href: jobHref(q, j.id) }, j.id)),
+        h('td', { class: 'wrap', data: { label: 'Queue', field: 'queue' } }, h('a', { href: queueHref(q, def.status) }, q)),
+        h('td', { data: { label: 'Type' } }, j.type),
+        h('td', { class: 'payload', data: { label: 'Payload' } }, payloadPreview(j.payload)),
+        h('td', { class: 'num', data: { label: 'Attempt' } }, fmtInt(j.attempt) + ' of ' + fmtInt(num(j.max_retries) + 1)),
+      ];
+      if (dead) {
+        const actions = h('td', { class: 'actions', data: { label: 'Actions' } },
+          h('button', { type: 'button', class: 'replay', 'aria-label': 'Replay job ' + j.id + ' of ' + q, onclick: () => replayJob(q, j.id, tr) }, 'Replay'), ' ');
+        actions.append(h('button', { type: 'button', class: 'purge danger', 'aria-label': 'Purge job ' + j.id + ' of ' + q, onclick: () => purgeJob(q, j.id, actions, tr) }, 'Purge'));
+        cells.push(h('td', { class: 'reason', data: { label: 'Reason' } }, fold(j.last_error)),
+          h('td', { data: { label: 'Dead since' } }, timeEl(j.completed_at, true)), actions);
+      } else if (name === 'retries') {
+        cells.push(h('td', { data: { label: 'Next try' } }, timeEl(j.run_at, true)),
+          h('td', { class: 'reason', data: { label: 'Last error' } }, fold(j.last_error)), whyCell(j), rowActions(q, j, tr, true));
+      } else {
+        cells.push(h('td', { data: { label: 'Runs' } }, timeEl(j.run_at, true)), whyCell(j),
+          h('td', { class: 'reason', data: { label: 'Last error' } }, fold(j.last_error)), rowActions(q, j, tr, true));
+      }
+      return put(tr, cells);
+    }
+
+    async function load() {
+      const cursor = stack[stack.length - 1];
+      prev.disabled = stack.length <= 1;
+      try {
+        // Retries reads on until it finds one, or it has read RETRY_READS requests' worth.
+        let jobs = [], read = 0, at = cursor, reads = 0;
+        do {
+          const limit = def.filter ? RETRY_READ_LIMIT : PAGE_LIMIT;
+          const page = await api('GET', 'jobs?status=' + enc(def.status) + '&limit=' + limit + (at ? '&cursor=' + enc(at) : ''));
+          const got = (page && page.jobs) || [];
+          read += got.length;
+          jobs = jobs.concat(def.filter ? got.filter(def.filter) : got);
+          at = (page && page.next) || '';
+          reads++;
+        } while (def.filter && at && jobs.length === 0 && reads < RETRY_READS);
+        allQueues().catch(() => { /* the counts stay as they were */ });
+        if (!live(g)) return;
+        err.replaceChildren();
+        nextCursor = at;
+        next.disabled = !nextCursor;
+        pageNo.textContent = 'Page ' + stack.length;
+        pager.hidden = stack.length <= 1 && !nextCursor;
+        if (jobs.length === 0) {
+          body.replaceChildren(h('p', { class: 'muted empty' }, def.filter && nextCursor
+            ? 'No retries among the ' + plural(read, 'scheduled job', 'scheduled jobs') + ' read; Next reads on.'
+            : stack.length > 1 ? 'No more ' + def.what + '.' : 'No ' + def.what + ' in any queue.'));
+        } else {
+          body.replaceChildren(h('table', { class: 'grid-table jobs global' },
+            h('caption', { class: 'visually-hidden' }, capital(def.what) + ' of all queues, page ' + stack.length),
+            h('thead', {}, h('tr', {}, cols.map((c) => h('th', { scope: 'col' }, c)))),
+            h('tbody', {}, jobs.map(row))),
+          def.filter ? h('p', { class: 'muted small', data: { read: String(read) } },
+            plural(jobs.length, 'retry', 'retries') + ' among ' + plural(read, 'scheduled job', 'scheduled jobs') + ' read.') : '');
+        }
+        stamp();
+      } catch (e) {
+        if (!live(g)) return;
+        err.replaceChildren(e.status === 404
+          ? h('div', { class: 'error-box', role: 'alert' }, 'This server cannot list jobs across queues (GET /v1/jobs): each queue\'s own lists show its ' + def.what + '.')
+          : errorBox('Could not load the ' + def.what, e));
+      }
+    }
+    load();
+    // Like a queue's lists, it reloads on Refresh, paging and actions only.
+    return {};
+  }
+
   // payloadPreview is a list cell's look at a job's payload: its first characters, with the
   // whole (up to a limit) as the title.
   function payloadPreview(v) {
@@ -865,14 +1110,36 @@
     return h('code', { class: 'preview', title: text.slice(0, 2000) }, short);
   }
 
-  // whyBadge says why a scheduled job waits: a retry after a failed attempt, a snooze, or the
-  // delay it was published with (the job's scheduled_for).
+  // whyBadge says why a scheduled job waits for its time: a retry after a failed attempt, a
+  // snooze, or the delay it was published with (its reason's cause, or else its scheduled_for).
   function whyBadge(j) {
-    const why = j.scheduled_for === 'retry' ? 'retry' : j.scheduled_for === 'snooze' ? 'snoozed' : 'delayed';
+    const cause = (j.waiting_for && j.waiting_for.cause) || j.scheduled_for;
+    const why = cause === 'retry' ? 'retry' : cause === 'snooze' ? 'snoozed' : 'delayed';
     const tip = why === 'retry' ? 'A retry: an attempt failed, and the job waits for its backoff. Its last error is beside it.'
       : why === 'snoozed' ? 'Snoozed by its handler: it runs again at its time, and keeps its retries.'
         : 'Published with a delay or a time to run at.';
     return h('span', { class: 'why-badge why-' + why, title: tip, data: { why } }, why);
+  }
+
+  // reasonBadge is a reason's short label (waiting_for), with what the job waits for as its
+  // title.
+  function reasonBadge(w) {
+    const help = REASON_HELP.get(w.kind);
+    return h('span', { class: 'why-badge why-kind why-' + (REASON_TONE[w.kind] || 'wait'), data: { why: w.kind },
+      title: help ? 'Waiting for ' + help + '.' : null }, reasonLabel(w));
+  }
+
+  // whyCell is a list row's Why: the reason its job is not running (waiting_for), as a badge
+  // and its detail cut short (the whole as its title). A due job's badge says retry, snoozed or
+  // delayed. A job the server gave no reason (it runs, or the server is older) shows the
+  // scheduled badge alone, or a dash.
+  function whyCell(j) {
+    const w = j.waiting_for;
+    const td = h('td', { class: 'why', data: w && w.kind ? { label: 'Why', field: 'why', kind: w.kind } : { label: 'Why', field: 'why' } });
+    if (!w || !w.kind) return put(td, [j.status === 'scheduled' ? whyBadge(j) : h('span', { class: 'muted' }, '—')]);
+    const detail = String(w.detail || '');
+    return put(td, [w.kind === 'due' ? whyBadge(j) : reasonBadge(w), detail ? [' ', h('span', { class: 'why-detail', title: detail.length > WHY_CHARS ? detail : null },
+      detail.length > WHY_CHARS ? detail.slice(0, WHY_CHARS - 1) + '…' : detail)] : null]);
   }
 
   // fold shows an error: a short one as it is, a long one (or one of several lines) folded to
@@ -1059,6 +1326,7 @@
     let status = '';
     let cur = null; // the job as last shown
     let stream = null; // the events stream's AbortController while it is open
+    let last = ''; // the answer last shown: an unchanged one is not drawn again
     const show = (j) => {
       cur = j;
       status = j.status;
@@ -1080,7 +1348,10 @@
       content.dataset.live = 'on';
       streamEvents('queues/' + enc(q) + '/jobs/' + enc(id) + '/events', ctl.signal, (name, d) => {
         if (!live(g)) { ctl.abort(); return; }
-        if (name === 'status') show(d);
+        last = ''; // what shows is the event's now: the next read is drawn
+        // A status the job waits in, told without its reason: the job is read for it.
+        if (name === 'status' && !d.waiting_for && !FINAL.has(d.status) && d.status !== 'in_progress') refresh(true);
+        else if (name === 'status') show(d);
         else if (name === 'progress' && cur) {
           show(Object.assign({}, cur, { status: d.status, attempt: d.attempt, progress: d.progress,
             progress_message: d.progress_message, progress_at: d.progress_at }));
@@ -1090,13 +1361,21 @@
         delete content.dataset.live;
       });
     };
-    const refresh = async () => {
-      // Not once the job is finished, nor under a question the user is answering, nor while
-      // the events stream keeps the page live.
-      if (FINAL.has(status) || stream || content.querySelector('.confirm')) return;
+    // refresh reads the job. Not once it is finished, nor under a question the user is
+    // answering, nor while it runs and the events stream keeps the page live (unless forced).
+    // A job that waits is read still: its reason can change with no event of its own (a pause,
+    // a slot taken or given back).
+    const refresh = async (force) => {
+      if (FINAL.has(status) || (stream && status === 'in_progress' && force !== true) || content.querySelector('.confirm')) return;
       try {
         const j = await api('GET', 'queues/' + enc(q) + '/jobs/' + enc(id));
         if (!live(g)) return;
+        const text = JSON.stringify(j);
+        if (text === last && cur) {
+          stamp();
+          return;
+        }
+        last = text;
         show(j);
         follow();
       } catch (e) {
@@ -1144,8 +1423,9 @@
     const md = Object.entries(j.metadata || {});
     content.replaceChildren(
       h('div', { class: 'job-status' }, 'Status ', badge(j.status), actions),
-      j.status === 'waiting' ? h('p', { class: 'muted wait-note' },
+      j.status === 'waiting' && !j.waiting_for ? h('p', { class: 'muted wait-note' },
         'It waits for the tasks it runs after in its workflow: it is queued once they are done.') : '',
+      waitingCard(j),
       h('div', { class: 'cols' },
         h('section', { class: 'card', 'aria-labelledby': 'j-sum' }, h('h2', { id: 'j-sum' }, 'Summary'),
           h('dl', { class: 'fields' },
@@ -1187,6 +1467,35 @@
       md.length ? h('section', { class: 'card', 'aria-labelledby': 'j-md' }, h('h2', { id: 'j-md' }, 'Metadata'),
         h('table', { class: 'kv' }, h('thead', {}, h('tr', {}, h('th', { scope: 'col' }, 'Key'), h('th', { scope: 'col' }, 'Value'))),
           h('tbody', {}, md.map(([k, v]) => h('tr', {}, h('th', { scope: 'row' }, k), h('td', {}, v)))))) : '');
+  }
+
+  // waitingCard is the job page's "Waiting for": why a job that is not running waits (the job
+  // JSON's waiting_for), the reason's label and detail, and the facts it rests on: until when
+  // (counting down), the limit's scope and slots held, the group and the job's place in it, the
+  // tasks it waits for, the jobs of a higher priority ahead. '' for a job running or ended, or
+  // one the server gave no reason.
+  function waitingCard(j) {
+    const w = j.waiting_for;
+    if (!w || !w.kind || FINAL.has(j.status) || j.status === 'in_progress') return '';
+    const field = (name, value, key) => h('div', { data: { field: key } }, h('dt', {}, name), h('dd', {}, value));
+    const help = REASON_HELP.get(w.kind);
+    const tasks = w.tasks || [];
+    const fields = [
+      num(w.until) ? field(w.kind === 'due' ? 'Due' : 'Until', [h('time', { datetime: new Date(num(w.until)).toISOString() }, fmtTime(num(w.until))),
+        ' ', h('span', { class: 'muted' }, '(', countdown(w.until), ')')], 'until') : null,
+      w.scope ? field('Limit scope', w.scope, 'scope') : null,
+      num(w.slots) ? field('Slots held', fmtInt(w.held) + ' of ' + fmtInt(w.slots), 'slots') : null,
+      w.group ? field('Group', w.group, 'group') : null,
+      num(w.position) ? field('Place in the group', fmtInt(w.position) + (num(w.position) === 1 ? ' (next)' : ''), 'position') : null,
+      tasks.length ? field('Tasks', [tasks.slice(0, AFTER_SHOWN).join(', '), tasks.length > AFTER_SHOWN ? ' and ' + fmtInt(tasks.length - AFTER_SHOWN) + ' more' : '',
+        j.workflow ? [' · ', h('a', { href: wfHref(j.queue, j.workflow) }, 'see the workflow')] : null], 'tasks') : null,
+      num(w.jobs) ? field('Ahead of it', fmtInt(w.jobs) + ' jobs of a higher priority', 'jobs') : null,
+    ].filter(Boolean);
+    return h('section', { class: 'card waiting-for why-' + (REASON_TONE[w.kind] || 'wait'), 'aria-labelledby': 'j-wait', data: { kind: w.kind } },
+      h('h2', { id: 'j-wait' }, 'Waiting for'),
+      h('p', { class: 'wait-kind' }, h('strong', {}, reasonLabel(w)), help ? h('span', { class: 'muted' }, ': it waits for ' + help + '.') : ''),
+      w.detail ? h('p', { class: 'wait-detail', data: { field: 'detail' } }, w.detail) : '',
+      fields.length ? h('dl', { class: 'fields' }, fields) : '');
   }
 
   // attemptsCard: the job's attempts (the job JSON's attempts, oldest first, the last 20):
@@ -1833,7 +2142,8 @@
     return {};
   }
 
-  // ---- Routing: #/queues, #/queues/Q, #/queues/Q/<state>, #/jobs/Q/ID, #/jobs/ID, #/schedules ----
+  // ---- Routing: #/queues, #/queues/Q, #/queues/Q/<state>, #/jobs/Q/ID, #/jobs/ID, #/dead,
+  // #/retries, #/scheduled, #/schedules ----
 
   function parts() {
     try {
@@ -1857,6 +2167,7 @@
     else if (p[0] === 'queues' && p.length === 4 && p[2] === 'workflows') v = workflowPage(p[1], p[3]);
     else if (p[0] === 'jobs' && p.length === 3) v = jobPage(p[1], p[2]);
     else if (p[0] === 'jobs' && p.length === 2) v = find(p[1]);
+    else if (p.length === 1 && Object.hasOwn(GLOBAL, p[0])) v = globalList(p[0]);
     else if (p[0] === 'schedules' && p.length === 1) v = schedulesPage();
     else if (p[0] === 'redis' && p.length === 1) v = redisPage();
     else if (p[0] === 'workers' && p.length === 1) v = workersPage();
@@ -1864,6 +2175,10 @@
     view = v;
     $('#nav-queues').setAttribute('aria-current', p && (p.length === 0 || p[0] === 'queues') ? 'page' : 'false');
     $('#nav-schedules').setAttribute('aria-current', p && p[0] === 'schedules' ? 'page' : 'false');
+    for (const k of Object.keys(GLOBAL)) {
+      const a = $('#nav-' + k);
+      if (a) a.setAttribute('aria-current', p && p.length === 1 && p[0] === k ? 'page' : 'false');
+    }
     const navRedis = $('#nav-redis');
     if (navRedis) navRedis.setAttribute('aria-current', p && p[0] === 'redis' ? 'page' : 'false');
     $('#nav-workers').setAttribute('aria-current', p && p[0] === 'workers' ? 'page' : 'false');
@@ -1879,9 +2194,13 @@
 
   let ticking = false;
   async function tick() {
-    if (ticking || tokenPrompt || document.hidden || !view || !view.refresh) return;
+    if (ticking || tokenPrompt || document.hidden) return;
     ticking = true;
-    try { await view.refresh(); } finally { ticking = false; }
+    try {
+      if (view && view.refresh) await view.refresh();
+      // The navigation's counts, on a page that read no queue stats this tick.
+      if (Date.now() - navAt >= REFRESH_MS) await allQueues().catch(() => { /* the counts stay as they were */ });
+    } finally { ticking = false; }
   }
 
   function start() {
@@ -1909,7 +2228,12 @@
     });
     document.addEventListener('visibilitychange', () => { if (!document.hidden) tick(); });
     setInterval(tick, REFRESH_MS);
+    // Countdowns move every second, without a request.
+    setInterval(() => {
+      for (const el of document.querySelectorAll('.countdown[data-until]')) el.textContent = countdownText(num(el.dataset.until));
+    }, 1000);
     route();
+    allQueues().catch(() => { /* the first tick tries again */ });
   }
 
   if (document.readyState === 'loading') document.addEventListener('DOMContentLoaded', start);

@@ -513,6 +513,10 @@ func TestDashboardBrowser(t *testing.T) {
 	b.poll("the queue table marks reports paused",
 		`document.querySelector('tr[data-queue="`+dashReports+`"] .badge.paused') !== null &&
 		 document.querySelector('tr[data-queue="`+dashOrders+`"] .badge.paused') === null`)
+	// Issue 33: beside each queue's latency, its queue wait percentiles (publish to start) from
+	// its own history: the burst's jobs of orders waited.
+	b.poll("the queue table shows the queue wait percentiles of orders",
+		`/^wait .+ \/ .+$/.test(document.querySelector('tr[data-queue="`+dashOrders+`"] td[data-field="latency_ms"] .wait-pct')?.textContent || '')`)
 	b.route("#/queues/" + dashReports)
 	b.do("resume reports", chromedp.WaitVisible(css(`.pause-box button[data-action="resume"]`)),
 		chromedp.Click(css(`.pause-box button[data-action="resume"]`)),
