@@ -202,7 +202,9 @@ func TestRedisUnreachable(t *testing.T) {
 		{"GET", "/readyz", "", "ping"},
 		{"POST", e.jobs(), `{"type":"echo"}`, "enqueue"},
 		{"POST", e.jobs() + ":batch", `{"jobs":[{"type":"echo"},{"type":"echo"}]}`, "enqueue"},
-		{"GET", e.jobs() + "/" + id + "?wait=1s", "", "get"},
+		// The Client's route cache (5 s) may have expired on a loaded machine: then the
+		// partition count is read first, as below.
+		{"GET", e.jobs() + "/" + id + "?wait=1s", "", "get|queues"},
 		// Which partitions the queue has is read first (a GET without wait is the
 		// Inspector's, with the job's waiting_for).
 		{"GET", e.jobs() + "/" + id, "", "queues"},
@@ -216,7 +218,7 @@ func TestRedisUnreachable(t *testing.T) {
 		ae := r.apiErr(t)
 		require.Equal(t, api.CodeUnavailable, ae.Code)
 		require.Contains(t, ae.Message, "Redis is unreachable")
-		require.Equal(t, tc.op, ae.Op, "%s %s: %s", tc.method, tc.path, r.body)
+		require.Contains(t, strings.Split(tc.op, "|"), ae.Op, "%s %s: %s", tc.method, tc.path, r.body)
 		for _, leak := range []string{"dial", "refused", "127.0.0.1", "tcp", "goroutine"} {
 			require.NotContains(t, string(r.body), leak)
 		}

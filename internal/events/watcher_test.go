@@ -119,8 +119,14 @@ func TestResubscribeRechecks(t *testing.T) {
 
 	proxy.Refuse(true)
 	proxy.CutAll()
-	// Sent while the subscription is down: nobody receives it.
+	// Sent while the subscription is down: nobody receives it. The server learns of the cut
+	// connection when it reads its end, which a loaded machine may not have done yet: publish
+	// once it counts no subscriber.
 	direct := redistest.Client(t)
+	require.Eventually(t, func() bool {
+		m, err := direct.PubSubShardNumSub(ctx, ch).Result()
+		return err == nil && m[ch] == 0
+	}, time.Minute, 5*time.Millisecond, "the server still counts the cut subscription")
 	n, err := direct.SPublish(ctx, ch, "completed 1 job-1").Result()
 	require.NoError(t, err)
 	require.Zero(t, n, "the message is lost")
