@@ -234,23 +234,37 @@ func (s *Server) findJob(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
-// listJobs: GET /v1/queues/{queue}/jobs?status=S&cursor=C&limit=N.
-func (s *Server) listJobs(w http.ResponseWriter, r *http.Request) error {
+// listArgs reads a listing's query: the status (required; "dead" is "failed"), the cursor and
+// the limit (1 to maxPageLimit), with the server's byte budget.
+func (s *Server) listArgs(r *http.Request) (status.Status, pipeline.Page, error) {
 	q := r.URL.Query()
 	want := q.Get("status")
 	if want == "" {
-		return badArg("status is required: scheduled, queued, in_progress, failed (dead), completed or canceled")
+		var words []string
+		for _, st := range status.Listable() {
+			words = append(words, st.Word())
+		}
+		return "", pipeline.Page{}, badArg("status is required: %s", strings.Join(words, ", "))
 	}
 	page := pipeline.Page{Cursor: q.Get("cursor"), MaxBytes: s.cfg.MaxPageBytes}
 	if v := q.Get("limit"); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 1 || n > maxPageLimit {
-			return badArg("limit %q: want 1 to %d", v, maxPageLimit)
+			return "", pipeline.Page{}, badArg("limit %q: want 1 to %d", v, maxPageLimit)
 		}
 		page.Limit = n
 	}
+	return status.Parse(want), page, nil
+}
+
+// listJobs: GET /v1/queues/{queue}/jobs?status=S&cursor=C&limit=N.
+func (s *Server) listJobs(w http.ResponseWriter, r *http.Request) error {
+	st, page, err := s.listArgs(r)
+	if err != nil {
+		return err
+	}
 	queue := r.PathValue("queue")
-	p, err := s.inspector.List(r.Context(), queue, status.Parse(want), page)
+	p, err := s.inspector.List(r.Context(), queue, st, page)
 	if err != nil {
 		return err
 	}

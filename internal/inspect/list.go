@@ -205,16 +205,12 @@ func (e *Engine) listWaitLists(ctx context.Context, q keys.Queue, st status.Stat
 	for k, it := range items {
 		ids[k] = it.ID
 	}
-	sizes, err := e.store.RecordSizes(ctx, q, ids)
+	n, err := e.fit(ctx, q, ids, bud)
 	if err != nil {
 		return nil, err
 	}
-	for k, n := range sizes {
-		if k > 0 && bud.spent() {
-			items, ids, more = items[:k], ids[:k], true
-			break
-		}
-		bud.take(n)
+	if n < len(ids) {
+		items, ids, more = items[:n], ids[:n], true
 	}
 	p := &Page{}
 	if more && len(items) > 0 {
@@ -416,18 +412,12 @@ func (e *Engine) listSet(ctx context.Context, q keys.Queue, st status.Status, cu
 	for k, it := range items {
 		ids[k] = it.Member
 	}
-	// The budget cuts the page before any record is read: the sizes first, then only the
-	// records that fit.
-	sizes, err := e.store.RecordSizes(ctx, q, ids)
+	n, err := e.fit(ctx, q, ids, bud)
 	if err != nil {
 		return nil, err
 	}
-	for k, n := range sizes {
-		if k > 0 && bud.spent() {
-			items, ids, more = items[:k], ids[:k], true
-			break
-		}
-		bud.take(n)
+	if n < len(ids) {
+		items, ids, more = items[:n], ids[:n], true
 	}
 	if more && len(items) > 0 {
 		last := items[len(items)-1]
@@ -580,3 +570,20 @@ func (e entryID) next() entryID {
 }
 
 func (e entryID) less(o entryID) bool { return e.ms < o.ms || e.ms == o.ms && e.seq < o.seq }
+
+// fit returns how many of the jobs ids, in order, the page's budget takes: at least one, and
+// each one after while the budget is not spent, counting their sizes against it. The budget
+// so cuts a page before any record is read: the sizes first, then only the records that fit.
+func (e *Engine) fit(ctx context.Context, q keys.Queue, ids []string, bud *pageBudget) (int, error) {
+	sizes, err := e.store.RecordSizes(ctx, q, ids)
+	if err != nil {
+		return 0, err
+	}
+	for k, n := range sizes {
+		if k > 0 && bud.spent() {
+			return k, nil
+		}
+		bud.take(n)
+	}
+	return len(ids), nil
+}
