@@ -234,3 +234,45 @@ func TestEveryAuthedRouteNeedsToken(t *testing.T) {
 	}
 	require.GreaterOrEqual(t, authed, 15, "the document's authenticated operations")
 }
+
+// No object of the documents names a key twice. encoding/json keeps the last and says nothing,
+// but the validators of e2e/openapi refuse such a schema: two branches that each added a field
+// to QueueStats merged into one with "waiting" and "latency_ms" twice.
+func TestOpenAPINoDuplicateKeys(t *testing.T) {
+	for _, name := range []string{"openapi.json", "openapi-3.0.json"} {
+		b, err := os.ReadFile(name)
+		require.NoError(t, err)
+		require.Empty(t, duplicateKeys(t, json.NewDecoder(strings.NewReader(string(b))), "$"), name)
+	}
+}
+
+// duplicateKeys reads one JSON value from d and returns the paths of the keys named twice in
+// one object.
+func duplicateKeys(t *testing.T, d *json.Decoder, path string) []string {
+	tok, err := d.Token()
+	require.NoError(t, err)
+	var dups []string
+	switch tok {
+	case json.Delim('{'):
+		seen := map[string]bool{}
+		for d.More() {
+			k, err := d.Token()
+			require.NoError(t, err)
+			key := k.(string)
+			if seen[key] {
+				dups = append(dups, path+"."+key)
+			}
+			seen[key] = true
+			dups = append(dups, duplicateKeys(t, d, path+"."+key)...)
+		}
+		_, err = d.Token()
+		require.NoError(t, err)
+	case json.Delim('['):
+		for i := 0; d.More(); i++ {
+			dups = append(dups, duplicateKeys(t, d, path+"["+strconv.Itoa(i)+"]")...)
+		}
+		_, err = d.Token()
+		require.NoError(t, err)
+	}
+	return dups
+}
