@@ -233,11 +233,7 @@ func (i *Inspector) Find(ctx context.Context, id string) (*Job, []string, error)
 	if err != nil {
 		return nil, searched, err
 	}
-	parts, err := i.partitions(ctx, r.Queue)
-	if err != nil {
-		return nil, searched, err
-	}
-	if err := i.explain(ctx, r.Queue, []*Job{j}, []*jobstate.Record{&r.Rec}, []keys.Queue{inspect.PartitionOf(parts, id)}); err != nil {
+	if err := i.explain(ctx, r.Queue, []*Job{j}, []*jobstate.Record{&r.Rec}, []keys.Queue{r.Part}); err != nil {
 		return nil, searched, err
 	}
 	return j, searched, nil

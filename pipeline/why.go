@@ -62,14 +62,10 @@ func (i *Inspector) explainRows(ctx context.Context, queue string, st status.Sta
 	if len(rows) == 0 || !st.Waits() {
 		return nil
 	}
-	parts, err := i.partitions(ctx, queue)
-	if err != nil {
-		return err
-	}
 	recs := make([]*jobstate.Record, len(rows))
 	qs := make([]keys.Queue, len(rows))
 	for k := range rows {
-		recs[k], qs[k] = &rows[k].Rec, inspect.PartitionOf(parts, rows[k].ID)
+		recs[k], qs[k] = &rows[k].Rec, rows[k].Part
 	}
 	return i.explain(ctx, queue, jp.Jobs, recs, qs)
 }

@@ -284,7 +284,7 @@ func (e *Engine) DeadRows(ctx context.Context, q keys.Queue, ids []string) ([]Ro
 			}
 			r := jobstate.DecodeRecord(got.Flat)
 			if status.Status(r.Status) == status.Failed {
-				out = append(out, Row{Queue: q.Name(), ID: chunk[k], Rec: r})
+				out = append(out, Row{Queue: q.Name(), Part: q, ID: chunk[k], Rec: r})
 			}
 		}
 	}

@@ -17,8 +17,10 @@ import (
 type Row struct {
 	// Queue is the queue's name (a partition's is its queue's).
 	Queue string
-	ID    string
-	Rec   jobstate.Record
+	// Part is the queue or partition whose keys hold the job: where its reason's facts are.
+	Part keys.Queue
+	ID   string
+	Rec  jobstate.Record
 	// Held, for an in_progress row, is the worker's lease on the entry the job runs on.
 	Held *jobstate.Lease
 	// Attempt, for an in_progress row, is the attempt its entry starts (0: the record's).
@@ -229,7 +231,7 @@ func (e *Engine) listWaitLists(ctx context.Context, q keys.Queue, st status.Stat
 		if st == status.Queued && (r.Entry != "" || r.Group != it.List) {
 			continue // into the stream since: listed there, or not at all
 		}
-		p.Rows = append(p.Rows, Row{Queue: q.Name(), ID: it.ID, Rec: *r})
+		p.Rows = append(p.Rows, Row{Queue: q.Name(), Part: q, ID: it.ID, Rec: *r})
 	}
 	return p, nil
 }
@@ -434,7 +436,7 @@ func (e *Engine) listSet(ctx context.Context, q keys.Queue, st status.Status, cu
 		if status.Status(recs[k].Status) != st {
 			continue // moved on since the set was read
 		}
-		p.Rows = append(p.Rows, Row{Queue: q.Name(), ID: it.Member, Rec: *recs[k]})
+		p.Rows = append(p.Rows, Row{Queue: q.Name(), Part: q, ID: it.Member, Rec: *recs[k]})
 	}
 	return p, nil
 }
@@ -488,7 +490,7 @@ func (e *Engine) listQueued(ctx context.Context, q keys.Queue, cursor string, li
 		if en.Metadata != "" {
 			r.Metadata = en.Metadata
 		}
-		p.Rows = append(p.Rows, Row{Queue: q.Name(), ID: en.Job, Rec: *r})
+		p.Rows = append(p.Rows, Row{Queue: q.Name(), Part: q, ID: en.Job, Rec: *r})
 	}
 	return p, nil
 }
@@ -525,7 +527,7 @@ func (e *Engine) listInProgress(ctx context.Context, q keys.Queue, cursor string
 		if row.ID == "" {
 			continue // the entry carries no live job: recovery or the worker will clear it
 		}
-		p.Rows = append(p.Rows, Row{Queue: q.Name(), ID: row.ID, Rec: jobstate.DecodeRecord(row.Flat),
+		p.Rows = append(p.Rows, Row{Queue: q.Name(), Part: q, ID: row.ID, Rec: jobstate.DecodeRecord(row.Flat),
 			Held: &pend[k], Attempt: row.Attempt})
 	}
 	return p, nil

@@ -214,5 +214,5 @@ func (e *Engine) Find(ctx context.Context, id string) (*Row, []string, error) {
 		return nil, names, e.cfg.Errs.NotFound
 	}
 	// A partition's Name is its queue's.
-	return &Row{Queue: lookups[k].Queue.Name(), ID: id, Rec: rec}, names, nil
+	return &Row{Queue: lookups[k].Queue.Name(), Part: lookups[k].Queue, ID: id, Rec: rec}, names, nil
 }

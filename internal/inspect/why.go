@@ -263,13 +263,6 @@ type Waiter struct {
 	ID  string
 }
 
-// PartitionOf is the partition of parts (a queue's, in order) that a listed job of id is
-// looked up in first: the one its id routes to. Only a job published with a unique or
-// debounce key lives in another; its group position or limit reads then come back empty.
-func PartitionOf(parts []keys.Queue, id string) keys.Queue {
-	return parts[keys.PartitionOf(id, len(parts))]
-}
-
 // Reasons derives the reason of each of jobs, all of queue, with the facts they need read
 // in one pipeline; out[k] is nil for a job that is not waiting. Nothing is read when none is.
 func (e *Engine) Reasons(ctx context.Context, queue string, jobs []Waiter, readers Readers) ([]*Wait, error) {
