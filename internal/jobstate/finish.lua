@@ -179,9 +179,10 @@ for a = 9, #ARGV, 10 do
         redis.call('DEL', jobkey)
         redis.call('HSET', jobkey, 'status', 'completed', 'completed_at', finished)
         redis.call('PEXPIRE', jobkey, min_ret_s)
-      elseif op == 'done' and sent then
+      elseif op == 'done' and sent and #payload <= 64 and #data <= 64 then
         -- The common case, spelled out: one HSET with its arguments in place (no table to
-        -- build and unpack), and no empty fields.
+        -- build and unpack), and no empty fields. Values past 64 bytes go in pieces, below
+        -- (cv_put_long).
         -- The entry is cleared in the same HSET (empty means none): an HDEL costs a call.
         if data == '' then
           redis.call('HSET', jobkey, 'status', 'completed', 'attempt', attempt,
@@ -202,13 +203,22 @@ for a = 9, #ARGV, 10 do
           f = cv_entry(stream, entry) or {}
         end
         local fields = {'attempt', counted, 'started_at', started, 'worker', worker,
-          'version', str(version), 'payload', f['payload'] or '', 'metadata', f['metadata'] or ''}
+          'version', str(version)}
+        if op == 'done' then
+          -- A completed record stays compact (cv_put_long). The other outcomes are rare, and
+          -- the scripts that take them further read their fields whole.
+          cv_put_long(fields, 'payload', f['payload'] or '')
+          cv_put_long(fields, 'metadata', f['metadata'] or '')
+          cv_put_long(fields, 'result', data)
+        else
+          fields[9], fields[10] = 'payload', f['payload'] or ''
+          fields[11], fields[12] = 'metadata', f['metadata'] or ''
+        end
         local n = #fields
         if op == 'done' then
           fields[n + 1], fields[n + 2] = 'status', 'completed'
-          fields[n + 3], fields[n + 4] = 'result', data
-          fields[n + 5], fields[n + 6] = 'completed_at', finished
-          fields[n + 7], fields[n + 8] = 'entry', ''
+          fields[n + 3], fields[n + 4] = 'completed_at', finished
+          fields[n + 5], fields[n + 6] = 'entry', ''
         elseif dies then
           fields[n + 1], fields[n + 2] = 'status', 'failed'
           fields[n + 3], fields[n + 4] = 'last_error', data

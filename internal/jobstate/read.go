@@ -139,8 +139,13 @@ func (r *Record) AllAttempts(n int) []AttemptRecord {
 func DecodeRecord(flat []string) Record {
 	var r Record
 	num := func(s string) int64 { n, _ := strconv.ParseInt(s, 10, 64); return n }
+	var pieces []string // name+k, value: a completed record's long fields (keys.PieceSep)
 	for i := 0; i+1 < len(flat); i += 2 {
 		v := flat[i+1]
+		if strings.Contains(flat[i], keys.PieceSep) {
+			pieces = append(pieces, flat[i], v)
+			continue
+		}
 		switch flat[i] {
 		case keys.FieldType:
 			r.Type = v
@@ -216,6 +221,13 @@ func DecodeRecord(flat []string) Record {
 			}
 		}
 	}
+	if pieces != nil {
+		r.Payload = joinPieces(r.Payload, keys.FieldPayload, pieces)
+		r.Result = joinPieces(r.Result, keys.FieldResult, pieces)
+		if md := joinPieces([]byte(r.Metadata), keys.FieldMetadata, pieces); len(md) > 0 {
+			r.Metadata = string(md)
+		}
+	}
 	// A job queued at once stores neither run_at nor enqueued_at: both are created_at. (A
 	// delayed job always has run_at, and enqueued_at once it entered the stream.)
 	if r.RunAt.IsZero() {
@@ -228,6 +240,27 @@ func DecodeRecord(flat []string) Record {
 		r.Priority = keys.MinPriority
 	}
 	return r
+}
+
+// joinPieces appends to first the pieces of field name (keys.PieceSep) found in pieces, a flat
+// name/value list in any order: a hash that outgrew its listpack returns its fields unordered.
+func joinPieces(first []byte, name string, pieces []string) []byte {
+	if len(first) != keys.RecordPiece {
+		return first
+	}
+	out := first
+	for k := 1; k <= keys.RecordMaxPieces; k++ {
+		want := name + keys.PieceSep + strconv.Itoa(k)
+		i := 0
+		for i < len(pieces) && pieces[i] != want {
+			i += 2
+		}
+		if i >= len(pieces) {
+			break
+		}
+		out = append(out[:len(out):len(out)], pieces[i+1]...)
+	}
+	return out
 }
 
 // fromMS is the time of a record's unix-ms field; 0 (unset) is the zero time.
@@ -415,22 +448,28 @@ func (s *Store) Records(ctx context.Context, q keys.Queue, ids []string) ([]*Rec
 
 // RecordSizes returns the bytes of the payload and result fields of each of jobs ids of q. It
 // is 0 for a job with no record, or whose payload is in its stream entry. It uses one pipeline
-// of HSTRLENs, to tell what reading the records would cost without reading them.
+// of HSTRLENs, to tell what reading the records would cost without reading them. A record that
+// may keep them in pieces (keys.PieceSep) counts every field as a piece: a bound, not a count.
 func (s *Store) RecordSizes(ctx context.Context, q keys.Queue, ids []string) ([]int64, error) {
 	out := make([]int64, len(ids))
 	if len(ids) == 0 {
 		return out, nil
 	}
 	p := s.rdb.Pipeline()
-	cmds := make([]*redis.IntCmd, 0, 2*len(ids))
+	cmds := make([]*redis.IntCmd, 0, 3*len(ids))
 	for _, id := range ids {
-		cmds = append(cmds, p.HStrLen(ctx, q.Job(id), keys.FieldPayload), p.HStrLen(ctx, q.Job(id), keys.FieldResult))
+		cmds = append(cmds, p.HStrLen(ctx, q.Job(id), keys.FieldPayload), p.HStrLen(ctx, q.Job(id), keys.FieldResult),
+			p.HLen(ctx, q.Job(id)))
 	}
 	if _, err := p.Exec(ctx); err != nil {
 		return nil, rediserr.Wrap("list", err)
 	}
 	for k := range ids {
-		out[k] = cmds[2*k].Val() + cmds[2*k+1].Val()
+		payload, result := cmds[3*k].Val(), cmds[3*k+1].Val()
+		out[k] = payload + result
+		if payload == keys.RecordPiece || result == keys.RecordPiece {
+			out[k] += cmds[3*k+2].Val() * keys.RecordPiece
+		}
 	}
 	return out, nil
 }

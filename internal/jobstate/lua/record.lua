@@ -1,13 +1,53 @@
 -- record.lua: a job's hash beyond its status. What a publish would change, its unique key, its
 -- attempt history, and the queue's indexes of finished jobs.
 
+-- A completed job keeps its payload (and metadata) in pieces of at most 64 bytes:
+-- 'payload', then 'payload+1', 'payload+2'... Redis keeps a hash whose values are all that short
+-- as one listpack (hash-max-listpack-value, 64 by default). One longer value turns the hash into
+-- a table of separately allocated fields: 851 bytes a completed job with a 100-byte payload,
+-- against 300 in pieces, and an allocation per field to write and to free (docs/BENCHMARKS.md,
+-- "A job's cost in Redis memory"). Past 96 pieces the value is written whole: the hash
+-- would pass hash-max-listpack-entries anyway. Readers join the pieces (cv_read_long, and
+-- jobstate.DecodeRecord for a hash read whole). The numbers are keys.RecordPiece and
+-- keys.RecordMaxPieces (a test keeps them equal): a script gets functions, not constants.
+
+-- Appends name and value to the HSET arguments f, in pieces when that keeps the hash compact.
+local function cv_put_long(f, name, value)
+  local CV_PIECE, CV_MAX_PIECES = 64, 96
+  local n = #value
+  if n <= CV_PIECE or n > CV_PIECE * CV_MAX_PIECES then
+    f[#f + 1] = name; f[#f + 1] = value
+    return
+  end
+  f[#f + 1] = name; f[#f + 1] = string.sub(value, 1, CV_PIECE)
+  local k = 1
+  for at = CV_PIECE + 1, n, CV_PIECE do
+    f[#f + 1] = name .. '+' .. k; f[#f + 1] = string.sub(value, at, at + CV_PIECE - 1)
+    k = k + 1
+  end
+end
+
+-- The whole value of field name of jobkey, given its first piece (the field's own value, read
+-- by the caller): a value of exactly 64 bytes may go on in 'name+1' and after.
+local function cv_read_long(jobkey, name, first)
+  if not first or #first ~= 64 then return first end
+  local parts, k = {first}, 1
+  while true do
+    local v = redis.call('HGET', jobkey, name .. '+' .. k)
+    if not v then break end
+    parts[#parts + 1] = v
+    k = k + 1
+  end
+  return table.concat(parts)
+end
+
 -- What differs between the job at jobkey and a publish of typ and payload under its id: nil
 -- when nothing does (or when the record keeps too little to tell: a tombstone), else the names
 -- of what differs, comma-joined. Metadata is not compared: its encoding has no fixed order.
 local function cv_differs(jobkey, stream, typ, payload)
   local h = redis.call('HMGET', jobkey, 'type', 'payload', 'entry')
   if not h[1] then return nil end
-  local p = h[2]
+  local p = cv_read_long(jobkey, 'payload', h[2])
   if not p and h[3] and h[3] ~= '' then
     local f = cv_entry(stream, h[3])
     if f then p = f['payload'] or '' end
