@@ -70,11 +70,6 @@ const (
 	FieldResult      = "result"
 	FieldVersion     = "version" // bumped on every transition
 	FieldPayload     = "payload" // only while the job is outside the stream
-	// A completed job's payload, metadata and result longer than RecordPiece bytes are kept in
-	// pieces: the field's own name, then name+"+1", name+"+2"... up to RecordMaxPieces (past
-	// that, whole). A hash whose values are all that short stays one listpack in Redis
-	// (record.lua: cv_put_long).
-	PieceSep = "+"
 	FieldMetadata    = "metadata"
 	FieldUnique      = "unique"        // the unique key's full name, when the job has one
 	FieldUniqueTTL   = "unique_ttl_ms" // how long the unique key is held, for a replay
@@ -221,6 +216,12 @@ const (
 // queue completing 1,000 jobs a second would index 86 million jobs a day of retention. The records
 // themselves stay for their retention, found by id.
 const FinishedIndexCap = 10000
+
+// PieceSep: a completed job's payload, metadata and result longer than RecordPiece bytes are
+// kept in pieces: the field's own name, then name+"+1", name+"+2"... up to RecordMaxPieces
+// (past that, whole). A hash whose values are all that short stays one listpack in Redis
+// (record.lua: cv_put_long).
+const PieceSep = "+"
 
 // RecordPiece and RecordMaxPieces: see PieceSep. 64 is Redis's default
 // hash-max-listpack-value.
