@@ -179,19 +179,24 @@ for a = 9, #ARGV, 10 do
         redis.call('DEL', jobkey)
         redis.call('HSET', jobkey, 'status', 'completed', 'completed_at', finished)
         redis.call('PEXPIRE', jobkey, min_ret_s)
-      elseif op == 'done' and sent and #payload <= 64 and #data <= 64 then
+      elseif op == 'done' and sent and #payload <= 128 and (data == '' or (#data <= 64 and #payload <= 64)) then
         -- The common case, spelled out: one HSET with its arguments in place (no table to
-        -- build and unpack), and no empty fields. Values past 64 bytes go in pieces, below
-        -- (cv_put_long).
+        -- build and unpack), and no empty fields. A payload of 65 to 128 bytes goes in two
+        -- pieces (cv_put_long); a longer one or a result past 64 bytes takes the table, below.
         -- The entry is cleared in the same HSET (empty means none): an HDEL costs a call.
-        if data == '' then
+        if data ~= '' then
+          redis.call('HSET', jobkey, 'status', 'completed', 'attempt', attempt,
+            'started_at', started, 'completed_at', finished, 'worker', worker,
+            'version', str(version), 'payload', payload, 'result', data, 'entry', '')
+        elseif #payload <= 64 then
           redis.call('HSET', jobkey, 'status', 'completed', 'attempt', attempt,
             'started_at', started, 'completed_at', finished, 'worker', worker,
             'version', str(version), 'payload', payload, 'entry', '')
         else
           redis.call('HSET', jobkey, 'status', 'completed', 'attempt', attempt,
             'started_at', started, 'completed_at', finished, 'worker', worker,
-            'version', str(version), 'payload', payload, 'result', data, 'entry', '')
+            'version', str(version), 'payload', string.sub(payload, 1, 64),
+            'payload+1', string.sub(payload, 65), 'entry', '')
         end
         redis.call('PEXPIRE', jobkey, ret_s)
         if index_cap > 0 then idx[#idx + 1] = finished; idx[#idx + 1] = id end
@@ -207,9 +212,11 @@ for a = 9, #ARGV, 10 do
         if op == 'done' then
           -- A completed record stays compact (cv_put_long). The other outcomes are rare, and
           -- the scripts that take them further read their fields whole.
+          -- Empty fields are left out: a job in the stream has no payload or metadata in
+          -- its hash (every move into the stream deletes them), and no result.
           cv_put_long(fields, 'payload', f['payload'] or '')
-          cv_put_long(fields, 'metadata', f['metadata'] or '')
-          cv_put_long(fields, 'result', data)
+          if (f['metadata'] or '') ~= '' then cv_put_long(fields, 'metadata', f['metadata']) end
+          if data ~= '' then cv_put_long(fields, 'result', data) end
         else
           fields[9], fields[10] = 'payload', f['payload'] or ''
           fields[11], fields[12] = 'metadata', f['metadata'] or ''
