@@ -93,6 +93,11 @@ func (r run) problems() []string {
 	return out
 }
 
+// load is the machine's load average as the run began: how quiet the machine was.
+func (r run) load() (float64, bool) {
+	return r.value(metric{Path: [][]string{{"machine", "loadavg_start"}}})
+}
+
 // config is the run's size, to tell the reader when the two sides were not run alike.
 func (r run) config() string {
 	c, _ := r.Doc["config"].(map[string]any)
@@ -125,13 +130,15 @@ type Row struct {
 
 // Report is the whole A/B comparison, as -json prints it.
 type Report struct {
-	A      string   `json:"a"`
-	B      string   `json:"b"`
-	Pairs  int      `json:"pairs"`
-	Files  []string `json:"files"`
-	Rows   []Row    `json:"rows"`
-	Errors []string `json:"errors,omitempty"`
-	Notes  []string `json:"notes,omitempty"`
+	A     string   `json:"a"`
+	B     string   `json:"b"`
+	Pairs int      `json:"pairs"`
+	Files []string `json:"files"`
+	Rows  []Row    `json:"rows"`
+	// Load is each run's load average at its start, in run order (A1 B1 A2 B2 ...).
+	Load   []*float64 `json:"load_start"`
+	Errors []string   `json:"errors,omitempty"`
+	Notes  []string   `json:"notes,omitempty"`
 }
 
 // build pairs the runs in the order they ran (A1 B1 A2 B2 ...) and takes each pair's A/B.
@@ -142,6 +149,7 @@ func build(labelA, labelB, system string, runs []run) (Report, error) {
 	rep := Report{A: labelA, B: labelB, Pairs: len(runs) / 2}
 	for i, r := range runs {
 		rep.Files = append(rep.Files, r.File)
+		rep.Load = append(rep.Load, ptr(r.load()))
 		side := "A"
 		if i%2 == 1 {
 			side = "B"
@@ -205,6 +213,7 @@ func writeMarkdown(w io.Writer, rep Report) {
 		fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s |\n", r.Label, r.Better,
 			list(r.A, num), list(r.B, num), list(r.Ratio, ratio), one(r.Median, ratio))
 	}
+	fmt.Fprintf(w, "\nLoad average as each run began (A1 B1 A2 B2 ...): %s.\n", list(rep.Load, ratio))
 	if len(rep.Notes) > 0 || len(rep.Errors) > 0 {
 		fmt.Fprintln(w)
 	}

@@ -20,7 +20,7 @@ func canned(t *testing.T, name string, fields map[string]float64, ratios map[str
 	for k, v := range ratios {
 		rat = append(rat, `"`+k+`": `+strconv.FormatFloat(v, 'g', -1, 64))
 	}
-	doc := `{"config": {"jobs": 1000, "rounds": 1, "systems": ["conveyor", "raw"]}, ` +
+	doc := `{"machine": {"loadavg_start": 0.5}, "config": {"jobs": 1000, "rounds": 1, "systems": ["conveyor", "raw"]}, ` +
 		`"systems": {"conveyor": {` + strings.Join(conv, ", ") + `}, "raw": {"e2e_jobs_per_s": 1}}, ` +
 		`"ratios": {` + strings.Join(rat, ", ") + `}` + extra + `}`
 	path := filepath.Join(t.TempDir(), name)
@@ -198,6 +198,7 @@ func TestMarkdown(t *testing.T) {
 		"| e2e drain (jobs/s) | higher | 36,612 | 32,600 | 1.123 | 1.123 |",
 		"| e2e / raw, same run | higher | 0.150 | 0.120 | 1.250 | 1.250 |",
 		"| live (jobs/s) | higher | n/a | n/a | n/a | n/a |",
+		"Load average as each run began (A1 B1 A2 B2 ...): 0.500, 0.500.",
 		"- error: pair 1 A: e2e conveyor round 1: timeout",
 		"- note: pair 1 ran unlike: A jobs=1000",
 	} {
