@@ -9,8 +9,8 @@
 #
 # REF_B defaults to the last release before REF_A: the newest v* tag on REF_A's history other
 # than REF_A itself, or, in a clone without tags, the newest release heading of REF_A's
-# CHANGELOG.md whose commit is an ancestor of REF_A. A ref is a commit: uncommitted changes are
-# not measured.
+# CHANGELOG.md whose commit is an ancestor of REF_A. A ref is a commit (a release's name works
+# without its tag, through the CHANGELOG heading): uncommitted changes are not measured.
 #
 # Options:
 #   -pairs N    pairs of runs (default 3)
@@ -68,7 +68,21 @@ done
 
 root=$(cd "$(dirname "$0")/.." && git rev-parse --show-toplevel) || die "not inside a git work tree"
 git() { command git -C "$root" "$@"; }
-commit_of() { git rev-parse -q --verify "$1^{commit}"; }
+# commit_of REF: REF's full commit; a release name a clone lacks the tag of (vX.Y.Z) is read
+# from the CHANGELOG.md release headings.
+commit_of() {
+	local tag commit _
+	if git rev-parse -q --verify "$1^{commit}"; then
+		return 0
+	fi
+	while read -r tag commit _; do
+		if [ "$tag" = "$1" ]; then
+			git rev-parse -q --verify "$commit^{commit}"
+			return
+		fi
+	done < <(bash "$root/scripts/tags.sh" --list)
+	return 1
+}
 
 # last_release COMMIT: "NAME COMMIT" of the newest release before COMMIT (not COMMIT itself).
 last_release() {
