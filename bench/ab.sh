@@ -124,11 +124,14 @@ labelA="$nameA (${a:0:7})"
 labelB="$nameB (${b:0:7})"
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/ab.XXXXXX")
-[ -n "$out" ] || out=$(mktemp -d "${TMPDIR:-/tmp}/ab-out.XXXXXX")
+made_out=0
+[ -n "$out" ] || { out=$(mktemp -d "${TMPDIR:-/tmp}/ab-out.XXXXXX") && made_out=1; }
 mkdir -p "$out"
 out=$(cd "$out" && pwd)
 trees=()
 cleanup() {
+	# A directory of ours that nothing was written to (a failure before the first run) goes.
+	[ "$made_out" = 0 ] || rmdir "$out" 2>/dev/null || true
 	if [ "$keep" = 1 ]; then
 		echo "ab.sh: kept the worktrees and binaries in $work" >&2
 		return
