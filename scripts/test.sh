@@ -92,6 +92,9 @@ if [ -n "$unformatted" ]; then
   echo "gofmt would change:"; echo "$unformatted"; exit 1
 fi
 
+step "release headings (scripts/tags.sh --check)"
+bash scripts/tags.sh --check
+
 step "go vet"
 go vet ./...
 (cd cmd/conveyor && go vet ./...)
