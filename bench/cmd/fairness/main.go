@@ -16,10 +16,10 @@
 // serves at most concurrency/work jobs/s; the defaults (10 slots, 2 ms) give 5,000/s, half
 // the offered rate, so tenant 0's backlog grows for the whole run. It runs twice: with the fair
 // groups (each job published WithGroup, the default window) and without (no group, one FIFO
-// stream). It passes when, with groups, the nine's publish-to-start p99 is under -p99-bound
-// and tenant 0's backlog did grow (else the run tested nothing).
+// stream). It passes when, with groups, the nine's publish-to-start p99 is under -p99-bound,
+// all their jobs started, and tenant 0's backlog did grow (else the run tested nothing).
 //
-//	go run ./cmd/fairness                          # both scenarios, full size (about 40 s)
+//	go run ./cmd/fairness                          # both scenarios, full size (about a minute)
 //	go run ./cmd/fairness -scenario noisy -seconds 3
 //	go run ./cmd/fairness -json > fairness.json
 //
