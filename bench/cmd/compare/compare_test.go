@@ -113,7 +113,7 @@ func TestCompareShortRun(t *testing.T) {
 		if jobs != 400 || samples != jobs {
 			t.Errorf("systems.%s: openloop_200_jobs = %v, _samples = %v; want 400 each", v, jobs, samples)
 		}
-		for _, m := range []string{"openloop_200_p50_ms", "openloop_200_p99_ms", "openloop_200_max_ms", "openloop_200_late_publishes"} {
+		for _, m := range []string{"openloop_200_p50_ms", "openloop_200_p99_ms", "openloop_200_max_ms", "openloop_200_late_publishes", "openloop_200_from_send_p99_ms"} {
 			finite(v, m)
 		}
 		positive(v, "openloop_200_publish_per_s")

@@ -41,8 +41,14 @@ func TestOpenloopPublish(t *testing.T) {
 		if len(pl) != 64 {
 			t.Errorf("payload of %d bytes, want 64", len(pl))
 		}
-		if at, ok := parseDue(pl); ok {
-			due = append(due, at)
+		at, ok := parseDue(pl)
+		if !ok {
+			continue
+		}
+		due = append(due, at)
+		// The send time is taken at or after the intended time (the pacer never sends early).
+		if sent, ok := parseSent(pl); !ok || sent.Before(at) {
+			t.Errorf("payload %q: send time %v, %v; intended %v", pl, sent, ok, at)
 		}
 	}
 	if len(due) != total-warm {

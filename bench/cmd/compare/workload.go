@@ -248,8 +248,8 @@ func brief(w string, m map[string]float64) string {
 	}
 	if rest, ok := strings.CutPrefix(w, openloopPrefix+"_"); ok {
 		k := func(s string) float64 { return m[openloopPrefix+"_"+rest+"_"+s] }
-		return fmt.Sprintf("latency p50 %.2f ms, p99 %.2f ms, max %.1f ms, %.0f samples, %.0f late publishes, publish %.0f/s",
-			k("p50_ms"), k("p99_ms"), k("max_ms"), k("samples"), k("late_publishes"), k("publish_per_s"))
+		return fmt.Sprintf("latency p50 %.2f ms, p99 %.2f ms, max %.1f ms (p99 from send %.2f ms), %.0f samples, %.0f late publishes, publish %.0f/s",
+			k("p50_ms"), k("p99_ms"), k("max_ms"), k("from_send_p99_ms"), k("samples"), k("late_publishes"), k("publish_per_s"))
 	}
 	return ""
 }
