@@ -126,7 +126,9 @@ func (r *runner) openloop(ctx context.Context, sys System, queue string, rate in
 		k("from_send_p99_ms"):   percentile(fs, 99),
 		k("jobs"):               float64(measured),
 		k("samples"):            float64(len(lat)),
+		k("mean_ms"):            mean(s),
 		k("p50_ms"):             percentile(s, 50),
+		k("p95_ms"):             percentile(s, 95),
 		k("p90_ms"):             percentile(s, 90),
 		k("p99_ms"):             percentile(s, 99),
 		k("p999_ms"):            percentile(s, 99.9),
@@ -322,4 +324,16 @@ func parseSent(p []byte) (time.Time, bool) {
 		return time.Time{}, false
 	}
 	return time.Unix(0, ns), true
+}
+
+// mean is the arithmetic mean of xs: the figure graphile-worker quotes.
+func mean(xs []float64) float64 {
+	if len(xs) == 0 {
+		return math.NaN()
+	}
+	var sum float64
+	for _, x := range xs {
+		sum += x
+	}
+	return sum / float64(len(xs))
 }
