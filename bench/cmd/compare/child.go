@@ -56,7 +56,11 @@ func parseDue(p []byte) (time.Time, bool) {
 	if !bytes.HasPrefix(p, []byte(duePrefix)) {
 		return time.Time{}, false
 	}
-	rest := p[len(duePrefix):]
+	return parseStamp(p[len(duePrefix):])
+}
+
+// parseStamp reads the "<unix ns>;" that starts rest.
+func parseStamp(rest []byte) (time.Time, bool) {
 	end := bytes.IndexByte(rest, ';')
 	if end < 0 {
 		return time.Time{}, false

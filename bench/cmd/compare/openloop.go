@@ -315,15 +315,7 @@ func parseSent(p []byte) (time.Time, bool) {
 	if !ok {
 		return time.Time{}, false
 	}
-	end := bytes.IndexByte(rest, ';')
-	if end < 0 {
-		return time.Time{}, false
-	}
-	ns, err := strconv.ParseInt(string(rest[:end]), 10, 64)
-	if err != nil {
-		return time.Time{}, false
-	}
-	return time.Unix(0, ns), true
+	return parseStamp(rest)
 }
 
 // mean is the arithmetic mean of xs: the figure graphile-worker quotes.
