@@ -43,6 +43,8 @@ const (
 	openloopTargetP99MS = 5.0
 )
 
+// registerOpenloopFlags defines the open-loop flags on fs. The function it returns checks
+// them once fs is parsed.
 func registerOpenloopFlags(fs *flag.FlagSet, ol *openloopOptions) func() error {
 	rates := fs.String("openloop-rates", "100,1000,10000", "comma list of open-loop arrival rates (jobs/s), one workload each")
 	fs.Float64Var(&ol.seconds, "openloop-seconds", 10, "measured seconds per open-loop rate, after the warm-up")
