@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -32,6 +33,8 @@ type doneMsg struct {
 	DoneNS     int64     `json:"done_ns"`
 	Handled    int64     `json:"handled"` // handler invocations
 	LatenessMS []float64 `json:"lateness_ms,omitempty"`
+	// FromSendMS are the open-loop jobs' start times minus their actual send times.
+	FromSendMS []float64 `json:"from_send_ms,omitempty"`
 }
 
 // duePrefix starts the payload of a delayed job: "due=<unix ns>;" then padding.
@@ -53,7 +56,11 @@ func parseDue(p []byte) (time.Time, bool) {
 	if !bytes.HasPrefix(p, []byte(duePrefix)) {
 		return time.Time{}, false
 	}
-	rest := p[len(duePrefix):]
+	return parseStamp(p[len(duePrefix):])
+}
+
+// parseStamp reads the "<unix ns>;" that starts rest.
+func parseStamp(rest []byte) (time.Time, bool) {
 	end := bytes.IndexByte(rest, ';')
 	if end < 0 {
 		return time.Time{}, false
@@ -95,13 +102,17 @@ func runChild(o options) int {
 	var handled atomic.Int64
 	reached := make(chan struct{})
 	var latMu sync.Mutex
-	var lateness []float64
+	var lateness, fromSend []float64
 	expect := int64(o.expect)
 	handle := func(p []byte) {
 		if due, ok := parseDue(p); ok {
-			ms := float64(time.Since(due)) / float64(time.Millisecond)
+			now := time.Now()
+			sent, hasSent := parseSent(p)
 			latMu.Lock()
-			lateness = append(lateness, ms)
+			lateness = append(lateness, float64(now.Sub(due))/float64(time.Millisecond))
+			if hasSent {
+				fromSend = append(fromSend, float64(now.Sub(sent))/float64(time.Millisecond))
+			}
 			latMu.Unlock()
 		}
 		if handled.Add(1) == expect {
@@ -173,9 +184,9 @@ wait:
 	}
 	doneAt := time.Now()
 	latMu.Lock()
-	lat := append([]float64(nil), lateness...)
+	lat, fs := slices.Clone(lateness), slices.Clone(fromSend)
 	latMu.Unlock()
-	emit("DONE", doneMsg{DoneNS: doneAt.UnixNano(), Handled: handled.Load(), LatenessMS: lat})
+	emit("DONE", doneMsg{DoneNS: doneAt.UnixNano(), Handled: handled.Load(), LatenessMS: lat, FromSendMS: fs})
 	<-stdinClosed
 	stop()
 	return 0

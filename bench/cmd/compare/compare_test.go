@@ -27,7 +27,10 @@ func TestCompareShortRun(t *testing.T) {
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}
-	cmd := exec.Command(bin, "-jobs", "2000", "-rounds", "1", "-json")
+	// The open-loop workload too, at one small rate for 2 s: exercised, its latency not judged.
+	cmd := exec.Command(bin, "-jobs", "2000", "-rounds", "1", "-json",
+		"-workloads", "e2e,live,enqueue,enqueue_batch,delayed,openloop",
+		"-openloop-rates", "200", "-openloop-seconds", "2", "-openloop-warmup", "500ms")
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	done := make(chan error, 1)
@@ -101,6 +104,19 @@ func TestCompareShortRun(t *testing.T) {
 		for _, m := range []string{"delayed_lateness_p50_ms", "delayed_lateness_p99_ms", "delayed_lateness_max_ms", "delayed_early"} {
 			finite(sys, m)
 		}
+	}
+	// Open loop: every variant started every job (the child reports DONE only then) and the
+	// measured ones were all sampled. No bound on the latency: it is timing.
+	for _, v := range []string{"conveyor", "asynq_c10", "asynq_c50", "watermill_s1", "watermill_s4", "raw"} {
+		jobs, _ := rep.Systems[v]["openloop_200_jobs"].(float64)
+		samples, _ := rep.Systems[v]["openloop_200_samples"].(float64)
+		if jobs != 400 || samples != jobs {
+			t.Errorf("systems.%s: openloop_200_jobs = %v, _samples = %v; want 400 each", v, jobs, samples)
+		}
+		for _, m := range []string{"openloop_200_p50_ms", "openloop_200_p99_ms", "openloop_200_max_ms", "openloop_200_late_publishes", "openloop_200_from_send_p99_ms"} {
+			finite(v, m)
+		}
+		positive(v, "openloop_200_publish_per_s")
 	}
 	for _, v := range []string{"asynq_c10", "asynq_c50", "watermill_s1", "watermill_s4"} {
 		if rep.Systems[v] == nil {

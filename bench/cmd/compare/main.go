@@ -36,6 +36,8 @@ type options struct {
 	watermillSubs []int
 	timeout       time.Duration
 	verbose       bool
+	workloads     []string
+	ol            openloopOptions
 
 	// child only
 	role   string
@@ -44,6 +46,9 @@ type options struct {
 	queue  string
 	expect int
 }
+
+// defaultWorkloads run unless -workloads says otherwise; openloop (minutes long) only when named.
+var defaultWorkloads = []string{"e2e", "live", "enqueue", "enqueue_batch", "delayed"}
 
 var allFamilies = []string{"conveyor", "asynq", "watermill", "raw"}
 
@@ -66,6 +71,8 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	asynqConc := fs.String("asynq-concurrency", "10,50", "comma list of asynq Concurrency values; the best is reported as asynq")
 	wmSubs := fs.String("watermill-subs", "1,4", "comma list of watermill subscription counts; the best is reported as watermill")
 	fs.DurationVar(&o.timeout, "timeout", 0, "bound of each workload phase (0: 30s + 1s per 2000 jobs)")
+	workloads := fs.String("workloads", strings.Join(defaultWorkloads, ","), "comma list of workloads to run: "+strings.Join(append(slices.Clone(defaultWorkloads), openloopPrefix), ", "))
+	olCheck := registerOpenloopFlags(fs, &o.ol)
 	fs.BoolVar(&o.verbose, "v", false, "log progress to stderr with -json too (it always does without -json)")
 	// Hidden: the consumer child.
 	fs.StringVar(&o.role, "role", "", "internal: consume")
@@ -85,6 +92,21 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	}
 	if o.watermillSubs, err = intList(*wmSubs); err != nil {
 		return o, fmt.Errorf("-watermill-subs: %w", err)
+	}
+	if err := olCheck(); err != nil {
+		return o, err
+	}
+	for _, w := range strings.Split(*workloads, ",") {
+		if w = strings.TrimSpace(w); w == "" {
+			continue
+		}
+		if !slices.Contains(defaultWorkloads, w) && w != openloopPrefix {
+			return o, fmt.Errorf("-workloads: unknown workload %q", w)
+		}
+		o.workloads = append(o.workloads, w)
+	}
+	if len(o.workloads) == 0 {
+		return o, errors.New("-workloads: none selected")
 	}
 	for _, s := range strings.Split(*systems, ",") {
 		s = strings.TrimSpace(s)

@@ -166,6 +166,7 @@ func buildReport(o options, machine machineFacts, res *results) *report {
 		rep.medians[fam] = med
 	}
 	rep.ratiosAndTargets(res)
+	rep.addOpenloop(o)
 	return rep
 }
 
@@ -327,7 +328,7 @@ func writeMarkdown(w io.Writer, rep *report) {
 		if len(present) == 0 {
 			return
 		}
-		fmt.Fprintf(w, "## %s\n\n| metric | %s |\n|---|%s\n", title, strings.Join(present, " | "), strings.Repeat("---:|", len(present)))
+		var lines []string
 		for _, row := range metricRows {
 			any := false
 			var cells []string
@@ -337,10 +338,13 @@ func writeMarkdown(w io.Writer, rep *report) {
 				cells = append(cells, fmtNum(x, ok))
 			}
 			if any {
-				fmt.Fprintf(w, "| %s | %s |\n", row[1], strings.Join(cells, " | "))
+				lines = append(lines, fmt.Sprintf("| %s | %s |\n", row[1], strings.Join(cells, " | ")))
 			}
 		}
-		fmt.Fprintln(w)
+		if len(lines) == 0 { // a run of other workloads (-workloads openloop) has no row here
+			return
+		}
+		fmt.Fprintf(w, "## %s\n\n| metric | %s |\n|---|%s\n%s\n", title, strings.Join(present, " | "), strings.Repeat("---:|", len(present)), strings.Join(lines, ""))
 	}
 	table("Results (medians; asynq and watermill: best variant per metric)", rep.families)
 	var vcols []string
@@ -351,6 +355,7 @@ func writeMarkdown(w io.Writer, rep *report) {
 	}
 	table("Variants", vcols)
 
+	writeOpenloop(w, rep)
 	if len(rep.Ratios) > 0 {
 		fmt.Fprintf(w, "## Ratios (conveyor / other)\n\nPaired: each round's ratio of two runs seconds apart, then the median over rounds. The ratio of the medians is the cross-check.\n\n| ratio | paired median | per round | ratio of medians |\n|---|---:|---|---:|\n")
 		names := make([]string, 0, len(rep.Ratios))

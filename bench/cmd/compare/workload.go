@@ -8,6 +8,7 @@ import (
 	"maps"
 	"os"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -180,12 +181,23 @@ type workload struct {
 	perFamily bool
 }
 
+// workloads lists the workloads -workloads selects, in a fixed order.
 func (r *runner) workloads() []workload {
-	return []workload{
+	all := []workload{
 		{"e2e", r.e2e, false}, {"live", r.live, false},
 		{"enqueue", r.enqueue, true}, {"enqueue_batch", r.enqueueBatch, true},
 		{"delayed", r.delayed, true},
 	}
+	var ws []workload
+	for _, w := range all {
+		if slices.Contains(r.o.workloads, w.name) {
+			ws = append(ws, w)
+		}
+	}
+	if slices.Contains(r.o.workloads, openloopPrefix) {
+		ws = append(ws, r.openloopWorkloads()...)
+	}
+	return ws
 }
 
 // runWorkload runs workload w on variant v for one round.
@@ -233,6 +245,11 @@ func brief(w string, m map[string]float64) string {
 	case "delayed":
 		return fmt.Sprintf("lateness p50 %.1f ms, p99 %.1f ms, max %.1f ms, early %.0f",
 			m["delayed_lateness_p50_ms"], m["delayed_lateness_p99_ms"], m["delayed_lateness_max_ms"], m["delayed_early"])
+	}
+	if rest, ok := strings.CutPrefix(w, openloopPrefix+"_"); ok {
+		k := func(s string) float64 { return m[openloopPrefix+"_"+rest+"_"+s] }
+		return fmt.Sprintf("latency p50 %.2f ms, p99 %.2f ms, max %.1f ms (p99 from send %.2f ms), %.0f samples, %.0f late publishes, publish %.0f/s",
+			k("p50_ms"), k("p99_ms"), k("max_ms"), k("from_send_p99_ms"), k("samples"), k("late_publishes"), k("publish_per_s"))
 	}
 	return ""
 }
