@@ -51,7 +51,7 @@ func main() {
 	batch := flag.Int("conveyor-batch", 150, "WorkerConfig.ReadBatch")
 	addr := flag.String("redis", "", "Redis address (default: start a private redis-server); it is flushed")
 	prof := flag.String("cpuprofile", "", "write a CPU profile of the measured phase here")
-	flag.StringVar(&memProf, "memprofile", "", "write an allocation profile (since start) here at the end of the measured phase")
+	flag.StringVar(&memProf, "memprofile", "", "write an allocation profile here at the end of the measured phase, and FILE.start at its start (pprof -base FILE.start FILE)")
 	flag.BoolVar(&callgrind, "callgrind", false, "the server at -redis runs under valgrind --tool=callgrind --instr-atstart=no: instrument it during the measured phase only")
 	flag.Parse()
 	if err := run(*mode, *n, *conc, *batch, *addr, *prof); err != nil {
@@ -148,6 +148,12 @@ func run(mode string, n, conc, batch int, addr, prof string) error {
 	}
 	pubSent.active.Store(true)
 	workSent.active.Store(true)
+	if memProf != "" {
+		// The measured phase's allocations alone: pprof -base FILE.start FILE.
+		if err := writeHeap(memProf + ".start"); err != nil {
+			return err
+		}
+	}
 	var ms0, ms1 runtime.MemStats
 	runtime.ReadMemStats(&ms0)
 	cpu0 := selfCPU()
