@@ -65,6 +65,32 @@ func TestWatermillMetricsMiddlewareCountsFailures(t *testing.T) {
 	}, 5*time.Second, 10*time.Millisecond)
 }
 
+// The middleware reads the router's names from a job's context as under Watermill's router
+// (message.HandlerNameFromCtx and its kin; the metrics middleware labels by handler name). The
+// worker runs jobs on its subscriber's runners, not on the router's goroutines, which set them.
+func TestMiddlewareSeesRouterNames(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	w, err := pipeline.NewWorker(b.rdb, pipeline.WorkerConfig{Queues: []string{b.queue}, Logger: testLogger(t)})
+	require.NoError(t, err)
+	seen := make(chan []string, 1)
+	w.Use(func(h message.HandlerFunc) message.HandlerFunc {
+		return func(msg *message.Message) ([]*message.Message, error) {
+			ctx := msg.Context()
+			seen <- []string{message.HandlerNameFromCtx(ctx), message.SubscribeTopicFromCtx(ctx),
+				message.SubscriberNameFromCtx(ctx), message.PublisherNameFromCtx(ctx)}
+			return h(msg)
+		}
+	})
+	w.Handle("ok", echo)
+	j, err := b.client.Enqueue(t.Context(), b.queue, pipeline.Task{Type: "ok"})
+	require.NoError(t, err)
+	runWorker(t, w)
+	b.waitStatus(t, j.ID, status.Completed)
+	require.Equal(t, []string{"conveyor:" + b.queue, b.q.Stream(), "stream.Subscriber",
+		"message.disabledPublisher"}, <-seen)
+}
+
 // histogramCounts reads Watermill's handler histogram: attempts that succeeded and failed.
 func histogramCounts(t *testing.T, reg *prometheus.Registry) (ok, fail uint64) {
 	families, err := reg.Gather()

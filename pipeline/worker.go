@@ -29,7 +29,8 @@ type transition = jobstate.Transition
 
 // Worker runs handlers for the jobs of its queues. Register handlers with Handle, then call
 // Run. A batching Watermill Subscriber (package stream) reads jobs from each queue's stream in
-// consumer group "conveyor". A Watermill router runs them, so middleware (Use) wraps every job.
+// consumer group "conveyor". Middleware (Use) wraps every job as under a Watermill router,
+// whose handler names its context carries; the subscriber runs the jobs on goroutines it keeps.
 //
 // The Worker is a facade: its run loop is internal/engine's Loop. The Worker gives it the
 // job's public side (runner): the Job, the handler's call, what its error asks for, and the

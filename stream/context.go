@@ -40,5 +40,10 @@ func (c *entryContext) Value(key any) any {
 	case deliveryKey{}:
 		return c.d
 	}
+	if t := c.d.t; t != nil && t.router != nil {
+		if v, ok := t.router.value(key); ok {
+			return v
+		}
+	}
 	return c.Context.Value(key)
 }

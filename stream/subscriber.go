@@ -141,6 +141,21 @@ type Config struct {
 	// its slot and ends its lease renewal. Ack and Nack do nothing, and nothing is handed out
 	// again. It spares a goroutine per message in flight, and a hand-off per message.
 	ManualSettle bool
+	// Run, with ManualSettle, runs each message handed out instead of sending it on the channel
+	// Subscribe returns. That channel then carries nothing and closes when the subscription
+	// ends, so a router still manages the subscriptions. Each message runs on a goroutine kept
+	// for the next one, at most Concurrency of them. That spares, per message, the goroutine a
+	// router starts, its stack's growth and two hand-offs. Run should return soon after it
+	// settles the message: a new message may wait for a runner. A panic in Run is logged and
+	// recovered, as a router does. Close waits for Run calls to return, at most a second past
+	// CloseTimeout.
+	//
+	// The message's context answers message.HandlerNameFromCtx (RouterHandler's name for the
+	// topic), PublisherNameFromCtx, SubscriberNameFromCtx and SubscribeTopicFromCtx as a
+	// router's consumer handler would (AddConsumerHandler with this Subscriber).
+	Run func(msg *message.Message)
+	// RouterHandler names the router handler of a topic, for Run's messages' contexts.
+	RouterHandler func(topic string) string
 	// AckInterval is how long acks are collected before one XACK sends them. Defaults to
 	// DefaultAckInterval.
 	AckInterval time.Duration
@@ -214,6 +229,9 @@ func (c Config) validate() error {
 	if c.Concurrency < 0 {
 		bad("Config.Concurrency is %d; it must be positive (zero means %d)", c.Concurrency, defaultConcurrency)
 	}
+	if c.Run != nil && !c.ManualSettle {
+		bad("Config.Run needs Config.ManualSettle")
+	}
 	if c.StrictPriority && c.Priority == nil {
 		bad("Config.StrictPriority needs Config.Priority")
 	}
@@ -277,6 +295,8 @@ type Subscriber struct {
 	holdTimer *time.Timer
 	holdAt    time.Time
 
+	runners *runners // with Config.Run
+
 	closing      chan struct{}
 	renewNow     chan struct{}  // RenewNow's request to maintain
 	wg           sync.WaitGroup // topic goroutines and maintain
@@ -289,7 +309,7 @@ func NewSubscriber(cfg Config) (*Subscriber, error) {
 		return nil, err
 	}
 	cfg = cfg.withDefaults()
-	return &Subscriber{
+	s := &Subscriber{
 		cfg:          cfg,
 		rdb:          cfg.Client,
 		logger:       cfg.Logger.With(watermill.LogFields{"consumer": cfg.Consumer}),
@@ -301,7 +321,11 @@ func NewSubscriber(cfg Config) (*Subscriber, error) {
 		families:     map[string][]*waiter{},
 		closing:      make(chan struct{}),
 		renewNow:     make(chan struct{}, 1),
-	}, nil
+	}
+	if cfg.Run != nil {
+		s.runners = newRunners(cfg.Run, cfg.Concurrency, s.logger)
+	}
+	return s, nil
 }
 
 // Consumer is the subscriber's consumer name in the group.
@@ -388,6 +412,13 @@ func (s *Subscriber) Subscribe(ctx context.Context, topicName string) (<-chan *m
 		outage:    outage.Spell{Min: minReadBackoff, Max: maxReadBackoff},
 		ackOutage: outage.Spell{Min: minReadBackoff, Max: maxReadBackoff},
 	}
+	if s.runners != nil {
+		handler := ""
+		if s.cfg.RouterHandler != nil {
+			handler = s.cfg.RouterHandler(topicName)
+		}
+		t.router = newRouterValues(s, handler, topicName)
+	}
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
@@ -415,22 +446,22 @@ func (s *Subscriber) Subscribe(ctx context.Context, topicName string) (<-chan *m
 	return t.out, nil
 }
 
-// Close stops every subscription (see the package doc) and waits for them. It does not close
-// the Redis client. It is safe to call more than once.
+// Close stops every subscription (see the package doc) and waits for them, and for the Run
+// calls (Config.Run). It does not close the Redis client. It is safe to call more than once.
 func (s *Subscriber) Close() error {
 	s.mu.Lock()
-	if s.closed {
-		s.mu.Unlock()
-		s.wg.Wait()
-		return nil
-	}
-	s.closed = true
-	close(s.closing)
-	if s.holdTimer != nil {
-		s.holdTimer.Stop()
+	if !s.closed {
+		s.closed = true
+		close(s.closing)
+		if s.holdTimer != nil {
+			s.holdTimer.Stop()
+		}
 	}
 	s.mu.Unlock()
 	s.wg.Wait()
+	if s.runners != nil {
+		s.runners.end() // no subscription is left to submit
+	}
 	return nil
 }
 

@@ -22,6 +22,7 @@ type topic struct {
 	st     *streamState // shared with the other subscriptions of the stream; st.mu guards held and acks
 	name   string
 	out    chan *message.Message
+	router *routerValues // with Config.Run: the router's context values for its messages
 	logger watermill.LoggerAdapter
 
 	held map[string]*delivery // read and not settled
@@ -320,8 +321,8 @@ func (t *topic) take(ctx context.Context, entries []redis.XMessage, adopted bool
 func (t *topic) dispatch(fresh []*delivery) bool {
 	fresh = t.prepare(fresh)
 	if t.s.cfg.ManualSettle {
-		// No goroutine waits on the message: hand it to the router here. The router takes
-		// each message at once (it runs each on a goroutine of its own).
+		// No goroutine waits on the message: hand it to the router here, or to a runner
+		// (Config.Run). Either takes each message at once.
 		for _, d := range fresh {
 			if !t.handOut(d) {
 				return false // the rest stay held and are released at shutdown
@@ -389,6 +390,10 @@ func (t *topic) handOut(d *delivery) bool {
 		t.unhand(d)
 		return false
 	default:
+	}
+	if r := t.s.runners; r != nil {
+		r.submit(d.msg)
+		return true
 	}
 	select {
 	case t.out <- d.msg:

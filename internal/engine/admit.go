@@ -112,7 +112,13 @@ func (l *Loop) admit(msg *message.Message) bool {
 // queue's, found by its level-1 stream, so a job of any level is held to them.
 func (l *Loop) limitedQueue(q *keys.Queue) bool {
 	m := l.limited.Load()
-	return m != nil && (*m)[q.LevelStream(keys.MinPriority)]
+	if m == nil || len(*m) == 0 {
+		return false // no queue has limits: spare building the key (a string per job)
+	}
+	if q.Level() == keys.MinPriority {
+		return (*m)[q.Stream()]
+	}
+	return (*m)[q.LevelStream(keys.MinPriority)]
 }
 
 // readLimits reads the limits of each partition the worker reads. On an error the last answer

@@ -82,6 +82,8 @@ type Attempt struct {
 	Values   map[string]any
 	Start    time.Time
 	Progress *ProgressReporter
+	mark     StartMark        // its "started" mark, while the completer may write it
+	progress ProgressReporter // what Progress points to: no allocation of its own
 	// Fail is the error of an attempt no handler can run (pipeline's ErrNoHandler).
 	Fail error
 	// Job and Trace are the Handler's: its job and the attempt's span.
@@ -149,8 +151,10 @@ func (l *Loop) handle(msg *message.Message) error {
 		return l.Handler.End(a, l.outcome(ctx, a, a.Start, nil, a.Fail, NoteNoHandler))
 	}
 	a.Start = l.Now()
-	l.comp.Started(a.Entry, StartMark{Q: q, ID: a.ID, Attempt: a.Number, At: a.Start.UnixMilli()})
-	a.Progress = NewProgressReporter(l.Store, &l.ProgressWrites, q, a.ID, a.Entry, a.Number)
+	a.mark = StartMark{Q: q, ID: a.ID, Entry: a.Entry, Attempt: a.Number, At: a.Start.UnixMilli()}
+	l.comp.Started(&a.mark)
+	a.progress = ProgressReporter{store: l.Store, writes: &l.ProgressWrites, q: q, id: a.ID, entry: a.Entry, try: a.Number}
+	a.Progress = &a.progress
 	var result []byte
 	var err error
 	if a.Timeout > 0 {
@@ -262,7 +266,7 @@ func (l *Loop) outcome(ctx context.Context, a *Attempt, start time.Time, result 
 	if e.Outcome != 0 {
 		e.Timeout = errors.Is(context.Cause(ctx), ErrTimeout) || errors.Is(err, ErrTimeout)
 	}
-	<-l.comp.Finish(t)
+	<-l.comp.Finish(t, &a.mark)
 	return e
 }
 
@@ -278,7 +282,7 @@ func doneTrace(ctx context.Context, a *Attempt) string {
 
 // ended records an attempt that writes nothing: canceled, lost or abandoned.
 func (l *Loop) ended(a *Attempt, why Outcome) Ended {
-	l.comp.Forget(a.Entry)
+	l.comp.Forget(&a.mark)
 	msg := "job attempt abandoned"
 	if why == OutcomeCanceled {
 		msg = "job canceled while it ran; its outcome is discarded"
@@ -450,7 +454,7 @@ func (l *Loop) poison(q *keys.Queue, msg *message.Message, reason string) Ended 
 		Msg("unreadable stream entry sent to the dead set")
 	t := jobstate.Poison(q, jobstate.PoisonParams{ID: id, Entry: entry, At: began, Reason: reason})
 	t.Type, t.Began = msg.Metadata[MetaType], began
-	<-l.comp.Finish(t)
+	<-l.comp.Finish(t, nil)
 	return Ended{Outcome: OutcomeDead, Err: errors.New(reason)}
 }
 

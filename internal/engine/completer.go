@@ -44,8 +44,12 @@ type Completer struct {
 	// chunks holds outcomes in arrival order; all but the last are full, except a retried
 	// chunk that a failed write put back at the head.
 	chunks  []*chunk
-	pending int                  // outcomes in chunks
-	starts  map[string]StartMark // unwritten "started" marks by entry
+	pending int // outcomes in chunks
+	// starts are the "started" marks in the order noted, so the oldest first. A mark dropped
+	// (its outcome came, or its attempt was abandoned) stays until it reaches the head: a
+	// slice costs a job less than a map's insert and delete. live counts the others.
+	starts []*StartMark
+	live   int
 	// Now is the worker's wall clock: the start marks' times are its, and the hooks and the
 	// history measure from them. Deadlines and backoffs stay monotonic.
 	Now     func() time.Time
@@ -102,7 +106,6 @@ func NewCompleter(store jobstate.Backend, cfg jobstate.FinishConfig, interval ti
 		store: store, cfg: cfg, interval: interval, maxBatch: maxBatch,
 		slots:  max(1, slots),
 		log:    log.With().Str("component", "completer").Logger(),
-		starts: make(map[string]StartMark),
 		Now:    time.Now,
 		outage: outage.Spell{Min: minWriteBackoff, Max: maxWriteBackoff},
 		arm:    make(chan struct{}, 1),
@@ -126,28 +129,59 @@ func signal(ch chan struct{}) {
 // start mark may now land after its job's outcome, and finish.lua then ignores it.
 const finishWriters = 2
 
-// StartMark is an attempt's unwritten "started" mark: small, since every job makes one.
+// StartMark is an attempt's "started" mark, a field of its Attempt: no allocation of its own.
 type StartMark struct {
-	Q       *keys.Queue
-	ID      string
-	Attempt int
-	At      int64     // unix ms, by the worker's clock: what is stored
-	noted   time.Time // when it was noted, for its wait before the write: monotonic, not at
+	Q         *keys.Queue
+	ID, Entry string
+	Attempt   int
+	At        int64     // unix ms, by the worker's clock: what is stored
+	noted     time.Time // when it was noted, for its wait before the write: monotonic, not at
+	state     markState // under the completer's mu
 }
 
-// Started records that the attempt on entry began.
-func (c *Completer) Started(entry string, m StartMark) {
-	m.noted = time.Now()
+// markState is where a StartMark is: not noted, waiting in Completer.starts, or dropped
+// (written, or no longer to be written).
+type markState uint8
+
+const (
+	markNone markState = iota
+	markQueued
+	markDropped
+)
+
+// Started records that m's attempt began; m must not change until its outcome (Finish) or
+// Forget.
+func (c *Completer) Started(m *StartMark) {
 	c.mu.Lock()
-	c.starts[entry] = m
+	idle := c.idleLocked()
+	m.noted = time.Now() // under mu: the marks are in the order noted
+	m.state = markQueued
+	c.starts = append(c.starts, m)
+	c.live++
 	c.mu.Unlock()
-	signal(c.arm)
+	if idle {
+		signal(c.arm)
+	}
 }
 
-// Finish records an attempt's outcome; it replaces the attempt's start mark if that was not
-// written yet (finish.lua writes started_at with the outcome). The returned channel closes
-// once the chunk that carries it was written (or the write was tried and will be retried).
-func (c *Completer) Finish(t jobstate.Transition) <-chan struct{} {
+// idleLocked reports whether nothing waits to be written. Only then does a writer need arming:
+// while something waits, a writer is armed or is writing, and checks again after its write
+// (writeLoop). So a job costs no signal, which wakes a writer.
+func (c *Completer) idleLocked() bool { return c.pending+c.live == 0 }
+
+// dropLocked drops m, if it waits to be written.
+func (c *Completer) dropLocked(m *StartMark) {
+	if m != nil && m.state == markQueued {
+		m.state = markDropped
+		c.live--
+	}
+}
+
+// Finish records an attempt's outcome; it replaces the attempt's start mark m (nil: none) if
+// that was not written yet (finish.lua writes started_at with the outcome). The returned
+// channel closes once the chunk that carries it was written (or the write was tried and will
+// be retried).
+func (c *Completer) Finish(t jobstate.Transition, m *StartMark) <-chan struct{} {
 	c.mu.Lock()
 	if c.closed {
 		// A handler that outlived shutdown: its entry was put back or will be recovered, and
@@ -158,7 +192,8 @@ func (c *Completer) Finish(t jobstate.Transition) <-chan struct{} {
 		c.told([]jobstate.Transition{t}, nil, c.Now())
 		return closedChan
 	}
-	delete(c.starts, t.Entry)
+	idle := c.idleLocked()
+	c.dropLocked(m)
 	n := len(c.chunks)
 	if n == 0 || len(c.chunks[n-1].items) >= c.maxBatch {
 		c.chunks = append(c.chunks, &chunk{items: make([]jobstate.Transition, 0, c.maxBatch), done: make(chan struct{})})
@@ -171,7 +206,7 @@ func (c *Completer) Finish(t jobstate.Transition) <-chan struct{} {
 	c.mu.Unlock()
 	if ready {
 		signal(c.full)
-	} else {
+	} else if idle {
 		signal(c.arm)
 	}
 	return ch.done
@@ -182,9 +217,9 @@ var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); retu
 
 // Forget drops an attempt's unwritten start mark (the attempt was abandoned: lease lost or
 // shutdown).
-func (c *Completer) Forget(entry string) {
+func (c *Completer) Forget(m *StartMark) {
 	c.mu.Lock()
-	delete(c.starts, entry)
+	c.dropLocked(m)
 	c.mu.Unlock()
 }
 
@@ -237,9 +272,9 @@ func (c *Completer) writeLoop() {
 			}
 		}
 		c.mu.Lock()
-		left := c.pending + len(c.starts)
+		idle := c.idleLocked()
 		c.mu.Unlock()
-		if left > 0 {
+		if !idle {
 			signal(c.arm)
 		}
 	}
@@ -306,13 +341,7 @@ func (c *Completer) flush(ctx context.Context, all bool) (wait time.Duration) {
 		}
 		var batch []jobstate.Transition
 		if first {
-			for e, m := range c.starts {
-				if all || time.Since(m.noted) >= c.interval {
-					batch = append(batch, jobstate.Start(m.Q, jobstate.StartParams{ID: m.ID, Entry: e, Attempt: m.Attempt,
-						At: time.UnixMilli(m.At)}))
-					delete(c.starts, e)
-				}
-			}
+			batch = c.dueStartsLocked(all)
 		}
 		c.mu.Unlock()
 		first = false
@@ -341,6 +370,31 @@ func (c *Completer) flush(ctx context.Context, all bool) (wait time.Duration) {
 		c.mu.Unlock()
 		return c.failed(err, len(retry))
 	}
+}
+
+// dueStartsLocked takes the start marks noted at least an interval ago (all of them when all
+// is true), and returns their transitions.
+func (c *Completer) dueStartsLocked(all bool) []jobstate.Transition {
+	var batch []jobstate.Transition
+	now := time.Now()
+	k := 0
+	for ; k < len(c.starts); k++ {
+		m := c.starts[k]
+		if m.state == markQueued {
+			if !all && now.Sub(m.noted) < c.interval {
+				break // the rest were noted later
+			}
+			batch = append(batch, jobstate.Start(m.Q, jobstate.StartParams{ID: m.ID, Entry: m.Entry, Attempt: m.Attempt,
+				At: time.UnixMilli(m.At)}))
+			c.dropLocked(m)
+		}
+		c.starts[k] = nil // the attempt's memory is not held here
+	}
+	c.starts = c.starts[k:]
+	if len(c.starts) == 0 {
+		c.starts = nil // the next append starts a fresh array, not behind the popped head
+	}
+	return batch
 }
 
 // failed records a failed write of n outcomes and returns how long to wait before the next try.

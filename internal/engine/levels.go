@@ -2,7 +2,6 @@ package engine
 
 import (
 	"context"
-	"strconv"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
@@ -79,7 +78,7 @@ func (l *LevelsWatcher) Check(ctx context.Context) bool {
 			}
 			l.subscribed[s] = true
 			added = true
-			l.router.AddConsumerHandler("conveyor:"+q.Tag()+":p"+strconv.Itoa(level), s, l.sub, l.handle)
+			l.router.AddConsumerHandler(handlerName(q.AtLevel(level)), s, l.sub, l.handle)
 		}
 	}
 	return added

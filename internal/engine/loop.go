@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"math"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -235,7 +236,19 @@ const (
 // changes. Then it shuts the reading down gracefully, as Run does. It returns the new counts
 // after a change, nil when ctx ended.
 func (l *Loop) session(ctx context.Context) ([]int, error) {
+	// The subscriber runs each message through the chain on runners of its own; the router
+	// only manages the subscriptions. Set before the first Subscribe. The message is acked or
+	// nacked after as a router's handler does, for middleware that watches it.
+	var chain message.HandlerFunc
 	sub, err := stream.NewSubscriber(stream.Config{
+		Run: func(msg *message.Message) {
+			if _, err := chain(msg); err != nil {
+				msg.Nack()
+			} else {
+				msg.Ack()
+			}
+		},
+		RouterHandler: l.routerHandler,
 		Client:        l.Rdb,
 		Group:         keys.Group,
 		Consumer:      l.Name,
@@ -270,15 +283,14 @@ func (l *Loop) session(ctx context.Context) ([]int, error) {
 		sub.Pause()
 	}
 	l.mu.Unlock()
-	router.AddMiddleware(l.settleAfter(sub)) // outermost: it sees whatever the chain did
-	router.AddMiddleware(l.Middleware...)
+	chain = l.chain(sub)
 	// Cancels reach the handlers through the partitions' events; a confirmation of a
 	// subscription after a drop renews the leases at once, which finds the jobs canceled
 	// meanwhile (cancel.go). The worker is Ready once they are confirmed.
 	confirmed := make(chan struct{}, len(l.parts))
 	for _, name := range l.parts {
 		q := keys.New(l.Prefix, name)
-		router.AddConsumerHandler("conveyor:"+name, q.Stream(), sub, l.handle)
+		router.AddConsumerHandler(handlerName(q), q.Stream(), sub, l.handle)
 		var once sync.Once
 		stop := l.evw.ListenGaps(ctx, q.Events(), l.Cancels.Heard(q.Events()), func() {
 			sub.RenewNow()
@@ -501,6 +513,34 @@ func (l *Loop) priority() func(string) (string, int) {
 	}
 }
 
+// chain is what runs each message: settleAfter outermost, so that it sees whatever the chain
+// did, then the middleware, first added outermost, as a router composes them, then handle.
+func (l *Loop) chain(sub *stream.Subscriber) message.HandlerFunc {
+	h := func(msg *message.Message) ([]*message.Message, error) { return nil, l.handle(msg) }
+	for i := len(l.Middleware) - 1; i >= 0; i-- {
+		h = l.Middleware[i](h)
+	}
+	return l.settleAfter(sub)(h)
+}
+
+// handlerName is the router handler's name for the reading of q's stream, as the middleware's
+// message.HandlerNameFromCtx reads it: "conveyor:" and the partition, plus ":p" and the level
+// for a level stream.
+func handlerName(q keys.Queue) string {
+	if level := q.Level(); level > keys.MinPriority {
+		return "conveyor:" + q.Tag() + ":p" + strconv.Itoa(level)
+	}
+	return "conveyor:" + q.Tag()
+}
+
+// routerHandler is stream.Config.RouterHandler: the handlerName of a stream's partition.
+func (l *Loop) routerHandler(streamKey string) string {
+	if q, ok := l.queue(streamKey); ok {
+		return handlerName(*q)
+	}
+	return ""
+}
+
 // settleAfter frees a job's slot once the whole middleware chain has returned. The subscriber
 // runs in ManualSettle mode: the slot is held until the job's outcome is written, which
 // handle waits for. It returns no error, so the router does nothing more with the message.
@@ -514,7 +554,6 @@ func (l *Loop) priority() func(string) (string, int) {
 func (l *Loop) settleAfter(sub *stream.Subscriber) message.HandlerMiddleware {
 	return func(h message.HandlerFunc) message.HandlerFunc {
 		return func(msg *message.Message) ([]*message.Message, error) {
-			growStack()
 			defer sub.Settle(msg)
 			if msg.Metadata[MetaForeign] != "" && !l.adopt(msg) {
 				return nil, nil
@@ -534,24 +573,6 @@ func (l *Loop) settleAfter(sub *stream.Subscriber) message.HandlerMiddleware {
 		}
 	}
 }
-
-// growStack grows the calling goroutine's stack to 8 KiB while it is shallow. The router runs
-// every message on a new goroutine. Go starts it at 2 KiB, or after a GC at about the average
-// stack in use, often 4 KiB. A job's path outgrows 4 KiB deep down, where a copy has twice the
-// frames to adjust. Growing it here, three frames down, is one cheap copy (the same trick as
-// CockroachDB's util/growstack). A 2 KiB buffer mostly did nothing on a 4 KiB start. 4 KiB
-// saves about 17k instructions a job (docs/BENCHMARKS.md, "Issue 32, fourth round"). The
-// price is 4 KiB more stack per job in flight, at most Concurrency of them. When the stack is
-// big enough already this only clears the buffer.
-//
-//go:noinline
-func growStack() {
-	var buf [4096]byte
-	keepOnStack(buf[:])
-}
-
-//go:noinline
-func keepOnStack([]byte) {}
 
 // release puts back the entries a closing subscription still holds (stream.Config.OnRelease).
 func (l *Loop) release(ctx context.Context, streamKey string, ids []string) {

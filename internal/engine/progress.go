@@ -47,12 +47,6 @@ type heldReport struct {
 	message string
 }
 
-// NewProgressReporter returns the reporter of attempt try of job id on entry of q; writes
-// counts the reports written.
-func NewProgressReporter(store jobstate.Backend, writes *atomic.Int64, q *keys.Queue, id, entry string, try int) *ProgressReporter {
-	return &ProgressReporter{store: store, writes: writes, q: q, id: id, entry: entry, try: try}
-}
-
 // Report writes a report now, or holds it for the interval's end (pipeline's Job.Progress).
 func (r *ProgressReporter) Report(ctx context.Context, percent int, message string) error {
 	r.mu.Lock()

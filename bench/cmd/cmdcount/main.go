@@ -12,7 +12,9 @@
 // Around the measured phase it runs CONFIG RESETSTAT, then reads INFO commandstats and INFO cpu.
 // It reads this process's CPU time (getrusage). The worker and the publisher run in this
 // process. With -cpuprofile their goroutines carry the pprof label role=worker or
-// role=publisher. So `go tool pprof -tagfocus role=worker` splits the profile.
+// role=publisher. So `go tool pprof -tagfocus role=worker` splits the profile. It prints the
+// process's allocations per job, which a busy machine does not move; -memprofile writes where
+// they come from.
 //
 // The driver polls the stats hash for the completed count (HGET) and reads INFO. Those calls are
 // left out of the figures.
@@ -24,6 +26,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"runtime"
 	"runtime/pprof"
 	"slices"
 	"strconv"
@@ -48,6 +51,7 @@ func main() {
 	batch := flag.Int("conveyor-batch", 150, "WorkerConfig.ReadBatch")
 	addr := flag.String("redis", "", "Redis address (default: start a private redis-server); it is flushed")
 	prof := flag.String("cpuprofile", "", "write a CPU profile of the measured phase here")
+	flag.StringVar(&memProf, "memprofile", "", "write an allocation profile here at the end of the measured phase, and FILE.start at its start (pprof -base FILE.start FILE)")
 	flag.BoolVar(&callgrind, "callgrind", false, "the server at -redis runs under valgrind --tool=callgrind --instr-atstart=no: instrument it during the measured phase only")
 	flag.Parse()
 	if err := run(*mode, *n, *conc, *batch, *addr, *prof); err != nil {
@@ -56,8 +60,11 @@ func main() {
 	}
 }
 
-// callgrind: see its flag.
-var callgrind bool
+// callgrind and memProf: see their flags.
+var (
+	callgrind bool
+	memProf   string
+)
 
 // instrument turns the callgrind instrumentation of the server's process on or off.
 func instrument(ctx context.Context, admin *redis.Client, on bool) error {
@@ -141,6 +148,14 @@ func run(mode string, n, conc, batch int, addr, prof string) error {
 	}
 	pubSent.active.Store(true)
 	workSent.active.Store(true)
+	if memProf != "" {
+		// The measured phase's allocations alone: pprof -base FILE.start FILE.
+		if err := writeHeap(memProf + ".start"); err != nil {
+			return err
+		}
+	}
+	var ms0, ms1 runtime.MemStats
+	runtime.ReadMemStats(&ms0)
 	cpu0 := selfCPU()
 	t0 := time.Now()
 	if mode != "consume" {
@@ -170,6 +185,9 @@ func run(mode string, n, conc, batch int, addr, prof string) error {
 	}
 	wall := time.Since(t0)
 	cpu := selfCPU() - cpu0
+	runtime.ReadMemStats(&ms1)
+	allocs := ms1.Mallocs - ms0.Mallocs
+	bytes := ms1.TotalAlloc - ms0.TotalAlloc
 	pubSent.active.Store(false)
 	workSent.active.Store(false)
 	if err := instrument(ctx, admin, false); err != nil {
@@ -177,6 +195,11 @@ func run(mode string, n, conc, batch int, addr, prof string) error {
 	}
 	if prof != "" {
 		pprof.StopCPUProfile()
+	}
+	if memProf != "" {
+		if err := writeHeap(memProf); err != nil {
+			return err
+		}
 	}
 	cmdstats, err := admin.Info(ctx, "commandstats").Result()
 	if err != nil {
@@ -192,7 +215,19 @@ func run(mode string, n, conc, batch int, addr, prof string) error {
 		}
 	}
 	report(mode, n, wall, cpu, polls, cmdstats, cpuInfo, pubSent, workSent)
+	fmt.Printf("go allocs/job %.1f, go alloc bytes/job %.0f (the whole process: in consume mode the worker and the driver's polls)\n",
+		float64(allocs)/float64(n), float64(bytes)/float64(n))
 	return nil
+}
+
+// writeHeap writes the allocation profile (pprof -sample_index=alloc_space or alloc_objects).
+func writeHeap(path string) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	return pprof.Lookup("allocs").WriteTo(f, 0)
 }
 
 // publish sends n jobs with EnqueueBatch in chunks of size from g goroutines, as the compare
