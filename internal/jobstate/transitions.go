@@ -224,9 +224,10 @@ func finishCall(cfg FinishConfig, ts []Transition) script.Call {
 	for i := range ts {
 		t := &ts[i]
 		ks = append(ks, q.Job(t.ID))
-		sent, data, extra := "", "", ""
+		data, extra := "", ""
+		var sent any = ""
 		if t.PayloadSent {
-			sent = "1"
+			sent = sentArg
 		}
 		switch t.Op {
 		case OpDone:
@@ -236,11 +237,47 @@ func finishCall(cfg FinishConfig, ts []Transition) script.Call {
 		case OpDead, OpPoison:
 			data = t.Reason
 		}
-		args = append(args, t.Op.String(), t.ID, t.Entry, strconv.Itoa(t.Attempt), t.started, t.finished,
+		args = append(args, t.Op.arg(), t.ID, t.Entry, attemptArg(t.Attempt), t.started, t.finished,
 			data, extra, sent, t.Payload)
 	}
 	ks = append(ks, q.Workflows(), q.Grouped(), q.Completed(), keys.IndexCount(q.Completed()))
 	return script.Call{Script: finishScript, Keys: ks, Args: args}
+}
+
+// Arguments boxed once: a string made an interface value costs an allocation per job unless
+// it is constant or empty. The op, the attempt and the sent flag repeat from job to job.
+var (
+	sentArg any = "1"
+	opArgs      = func() []any {
+		out := make([]any, len(opNames))
+		for i, n := range opNames {
+			out[i] = n
+		}
+		return out
+	}()
+	attemptArgs = func() []any {
+		out := make([]any, 32)
+		for i := range out {
+			out[i] = strconv.Itoa(i)
+		}
+		return out
+	}()
+)
+
+// arg is o's name as a script argument.
+func (o Op) arg() any {
+	if int(o) < len(opArgs) && opNames[o] != "" {
+		return opArgs[o]
+	}
+	return o.String()
+}
+
+// attemptArg is attempt n as a script argument.
+func attemptArg(n int) any {
+	if n >= 0 && n < len(attemptArgs) {
+		return attemptArgs[n]
+	}
+	return strconv.Itoa(n)
 }
 
 // finishReply reads a finishCall's reply: one code per transition, script.OK (applied),
