@@ -169,12 +169,36 @@ func (c *Completer) Started(m *StartMark) {
 // (writeLoop). So a job costs no signal, which wakes a writer.
 func (c *Completer) idleLocked() bool { return c.pending+c.live == 0 }
 
-// dropLocked drops m, if it waits to be written.
+// dropLocked drops m, if it waits to be written. A dropped mark still in starts holds its
+// whole Attempt (the message, the job, its contexts): starts is compacted once the dropped
+// outnumber the live by compactSlack, so that they stay a bounded few. Behind a live mark at
+// the head that is not due yet, a worker draining at 70,000 jobs a second dropped hundreds,
+// and its heap's peak grew by half (docs/BENCHMARKS.md, "Issue 34").
 func (c *Completer) dropLocked(m *StartMark) {
 	if m != nil && m.state == markQueued {
 		m.state = markDropped
 		c.live--
+		if len(c.starts)-c.live > c.live+compactSlack {
+			c.compactLocked()
+		}
 	}
+}
+
+// compactSlack: see dropLocked. Each compaction removes at least this many marks, so its cost
+// per job stays a fraction of a live mark's copy.
+const compactSlack = 64
+
+// compactLocked keeps only the marks that wait to be written, in order.
+func (c *Completer) compactLocked() {
+	k := 0
+	for _, m := range c.starts {
+		if m.state == markQueued {
+			c.starts[k] = m
+			k++
+		}
+	}
+	clear(c.starts[k:])
+	c.starts = c.starts[:k]
 }
 
 // Finish records an attempt's outcome; it replaces the attempt's start mark m (nil: none) if
