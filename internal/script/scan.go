@@ -132,3 +132,22 @@ func hasWord(s, w string) bool {
 		i = at + 1
 	}
 }
+
+// blankComments empties every line that is a comment alone (its first text "--"), keeping the
+// line breaks. A comment after code stays: "--" may be inside a string there. So does a long
+// comment or string ("[[" ... "]]"), which none of the scripts has (TestNoLongBrackets).
+func blankComments(s string) string {
+	var b strings.Builder
+	b.Grow(len(s))
+	for s != "" {
+		line, rest, found := strings.Cut(s, "\n")
+		if !strings.HasPrefix(strings.TrimLeft(line, " \t"), "--") {
+			b.WriteString(line)
+		}
+		if found {
+			b.WriteByte('\n')
+		}
+		s = rest
+	}
+	return b.String()
+}

@@ -238,3 +238,48 @@ func BenchmarkJoinEveryScript(b *testing.B) {
 		}
 	})
 }
+
+func TestBlankComments(t *testing.T) {
+	for _, tc := range []struct{ name, in, want string }{
+		{"comment lines", "-- a\nlocal x = 1\n  -- b\n\t--c\nreturn x", "\nlocal x = 1\n\n\nreturn x"},
+		{"a comment after code stays", "local s = 'a -- b' -- c\n", "local s = 'a -- b' -- c\n"},
+		{"no comment", "return 1", "return 1"},
+		{"empty", "", ""},
+		{"a last line with no break", "x()\n-- end", "x()\n"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := blankComments(tc.in); got != tc.want {
+				t.Fatalf("blankComments(%q) = %q, want %q", tc.in, got, tc.want)
+			}
+			if strings.Count(blankComments(tc.in), "\n") != strings.Count(tc.in, "\n") {
+				t.Fatal("a line break was lost: error line numbers would move")
+			}
+		})
+	}
+}
+
+// TestNoLongBrackets: blankComments would cut a line of a long string or long comment
+// ("[[", "--[[", "[==[") that starts with "--". None of the scripts has one.
+func TestNoLongBrackets(t *testing.T) {
+	var paths []string
+	for _, g := range []string{"*.lua", "../jobstate/*.lua", "../jobstate/lua/*.lua"} {
+		p, err := filepath.Glob(g)
+		if err != nil {
+			t.Fatal(err)
+		}
+		paths = append(paths, p...)
+	}
+	if len(paths) < 20 {
+		t.Fatalf("found %d Lua files", len(paths))
+	}
+	long := regexp.MustCompile(`\[=*\[`)
+	for _, p := range paths {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if loc := long.FindIndex(b); loc != nil {
+			t.Errorf("%s: a long bracket at byte %d", p, loc[0])
+		}
+	}
+}

@@ -18,6 +18,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -32,9 +33,15 @@ var lib string
 // that it uses, transitively. Only those: every `local function` runs (makes a closure) on
 // every call of the script, a cost a single-job call notices (docs/BENCHMARKS.md). On a Redis
 // Cluster the script runs behind clusterGuard (Script).
+//
+// The source sent drops the text of comment lines and keeps their line breaks, so that an
+// error's line number still points into the file as written. A worker holds every script's
+// source for the whole run (EVAL after NOSCRIPT needs it): the comments were half of it, and
+// what the process holds for good raises its garbage collector's goal by as much again
+// (docs/BENCHMARKS.md, "Issue 34").
 func New(src string) *Script {
-	full := withLib(src)
-	return &Script{plain: redis.NewScript(full), guarded: redis.NewScript(clusterGuard + full)}
+	full := blankComments(withLib(src))
+	return &Script{src: full, plain: redis.NewScript(full)}
 }
 
 // Script is one of Conveyor's scripts in its two forms: as written, run on one server or
@@ -51,7 +58,17 @@ func New(src string) *Script {
 // node migrates or imports the slot of the script's first key. It answers Redis's own
 // TRYAGAIN, which the caller retries (Run, Pipelined) until the move ends.
 type Script struct {
-	plain, guarded *redis.Script
+	src   string
+	plain *redis.Script
+	// guarded is made on first use: most processes never talk to a cluster.
+	guardOnce sync.Once
+	guarded   *redis.Script
+}
+
+// guard returns the form behind clusterGuard.
+func (s *Script) guard() *redis.Script {
+	s.guardOnce.Do(func() { s.guarded = redis.NewScript(clusterGuard + s.src) })
+	return s.guarded
 }
 
 // clusterGuard refuses a script, before it touches anything, while this node is migrating
@@ -97,7 +114,7 @@ func IsCluster(c any) bool {
 // For returns the form of the script to send through c.
 func (s *Script) For(c any) *redis.Script {
 	if IsCluster(c) {
-		return s.guarded
+		return s.guard()
 	}
 	return s.plain
 }
@@ -106,7 +123,7 @@ func (s *Script) For(c any) *redis.Script {
 func (s *Script) Hash() string { return s.plain.Hash() }
 
 // Is reports whether sha is either form's SHA1.
-func (s *Script) Is(sha any) bool { return sha == s.plain.Hash() || sha == s.guarded.Hash() }
+func (s *Script) Is(sha any) bool { return sha == s.plain.Hash() || sha == s.guard().Hash() }
 
 // Run runs the script through c (EVALSHA, then EVAL after NOSCRIPT). On a cluster, a call
 // refused while its slot migrates (TRYAGAIN, CLUSTERDOWN: it did not run) is sent again. It
