@@ -363,11 +363,8 @@ func conflict(id, differs string) error {
 // (startPublish), set over the metadata's own.
 func (c *Client) prepare(queue string, t *Task, now time.Time, common []Option, tc map[string]string, nj *jobstate.NewJob) (*Job, error) {
 	var o enqueueOptions
-	for _, opt := range common {
-		opt(&o)
-	}
-	for _, opt := range t.Opts {
-		opt(&o)
+	if len(common)+len(t.Opts) > 0 {
+		o = applyOptions(common, t.Opts)
 	}
 	if len(o.errs) > 0 {
 		return nil, errors.Join(o.errs...)
@@ -421,6 +418,19 @@ func (c *Client) prepare(queue string, t *Task, now time.Time, common []Option, 
 		MaxRetries: maxRetries, Timeout: time.Duration(timeoutMS(o.timeout)) * time.Millisecond,
 		CreatedAt: now, RunAt: runAt, Version: 1,
 	}, nil
+}
+
+// applyOptions applies the publish's options, then the task's. Its options escape to the heap
+// (an Option is called through a func value): a task with none spares that allocation.
+func applyOptions(common, own []Option) enqueueOptions {
+	var o enqueueOptions
+	for _, opt := range common {
+		opt(&o)
+	}
+	for _, opt := range own {
+		opt(&o)
+	}
+	return o
 }
 
 // validate checks a queue name and, unless empty, a job id, wrapping ErrInvalid.
