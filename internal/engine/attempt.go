@@ -82,8 +82,7 @@ type Attempt struct {
 	Values   map[string]any
 	Start    time.Time
 	Progress *ProgressReporter
-	mark     StartMark        // its "started" mark, while the completer may write it
-	progress ProgressReporter // what Progress points to: no allocation of its own
+	mark     StartMark // its "started" mark, while the completer may write it
 	// Fail is the error of an attempt no handler can run (pipeline's ErrNoHandler).
 	Fail error
 	// Job and Trace are the Handler's: its job and the attempt's span.
@@ -153,8 +152,9 @@ func (l *Loop) handle(msg *message.Message) error {
 	a.Start = l.Now()
 	a.mark = StartMark{Q: q, ID: a.ID, Entry: a.Entry, Attempt: a.Number, At: a.Start.UnixMilli()}
 	l.comp.Started(&a.mark)
-	a.progress = ProgressReporter{store: l.Store, writes: &l.ProgressWrites, q: q, id: a.ID, entry: a.Entry, try: a.Number}
-	a.Progress = &a.progress
+	// Its own allocation: held by value, its mutex would make pipeline.Job, which holds the
+	// Attempt, a value go vet forbids copying.
+	a.Progress = &ProgressReporter{store: l.Store, writes: &l.ProgressWrites, q: q, id: a.ID, entry: a.Entry, try: a.Number}
 	var result []byte
 	var err error
 	if a.Timeout > 0 {
