@@ -192,7 +192,7 @@ const compactSlack = 64
 func (c *Completer) compactLocked() {
 	k := 0
 	for _, m := range c.starts {
-		if m.state == markQueued {
+		if m != nil && m.state == markQueued {
 			c.starts[k] = m
 			k++
 		}
@@ -410,7 +410,9 @@ func (c *Completer) dueStartsLocked(all bool) []jobstate.Transition {
 			}
 			batch = append(batch, jobstate.Start(m.Q, jobstate.StartParams{ID: m.ID, Entry: m.Entry, Attempt: m.Attempt,
 				At: time.UnixMilli(m.At)}))
-			c.dropLocked(m)
+			// Not dropLocked: its compaction would rewrite the list under this walk.
+			m.state = markDropped
+			c.live--
 		}
 		c.starts[k] = nil // the attempt's memory is not held here
 	}

@@ -46,3 +46,25 @@ func TestCompleterDropsEndedMarks(t *testing.T) {
 	}
 	require.Equal(t, live, waiting, "the live marks, in the order noted")
 }
+
+// TestCompleterTakesDueMarksPastACompaction: taking the due marks drops each as it goes; a
+// drop must not compact the list under the walk (it did, and met the walk's cleared slots:
+// a nil dereference in a fresh CI's pipeline tests).
+func TestCompleterTakesDueMarksPastACompaction(t *testing.T) {
+	c := NewCompleter(nil, jobstate.FinishConfig{}, time.Hour, 50, 1000, zerolog.Nop())
+	q := keys.New(keys.DefaultPrefix, "q")
+	const n = 300
+	for i := range n {
+		m := &StartMark{Q: &q, ID: "job-" + strconv.Itoa(i), Entry: strconv.Itoa(i) + "-0", Attempt: 1}
+		c.Started(m)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	batch := c.dueStartsLocked(true)
+	require.Len(t, batch, n)
+	for i, tr := range batch {
+		require.Equal(t, "job-"+strconv.Itoa(i), tr.ID, "in the order noted")
+	}
+	require.Zero(t, c.live)
+	require.Empty(t, c.starts)
+}
