@@ -1,8 +1,11 @@
 package cli
 
 import (
+	"bytes"
 	"encoding/json"
+	"regexp"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -71,12 +74,26 @@ func TestStatusProgress(t *testing.T) {
 		code        int
 	}
 	done := make(chan result, 1)
+	// The follow prints the job's status block, then a line per change: "15:04:05.000 queued ...".
+	out1 := newLineWriter(regexp.MustCompile(`(?m)^\d\d:\d\d:\d\d\.\d{3} queued .*\n`))
 	go func() {
-		out, stderr, code := runInProcess(t, "", "--redis", srv.URL(), "status", "--follow", j.ID)
-		done <- result{out, stderr, code}
+		var errOut bytes.Buffer
+		code := Run(t.Context(), []string{"--redis", srv.URL(), "status", "--follow", j.ID}, strings.NewReader(""),
+			out1, &errOut, func(string) string { return "" })
+		done <- result{out1.String(), errOut.String(), code}
 	}()
-	// Cancel once the follow is subscribed: its first line is out (a marked job's end is
-	// announced), so wait for the watched mark its read makes.
+	// Cancel once the follow has printed its queued line. Its reason is read after the job
+	// (Inspector.Explain) and given only while the job is unchanged: a cancel before that read
+	// left the line without it (a loaded fresh CI).
+	select {
+	case <-out1.seen:
+	case r := <-done:
+		t.Fatalf("status --follow ended before its queued line: %d %s %s", r.code, r.out, r.stderr)
+	case <-time.After(30 * time.Second):
+		t.Fatal("status --follow printed no queued line")
+	}
+	// And once it is subscribed: a marked job's end is announced, so wait for the watched mark
+	// its read makes.
 	require.Eventually(t, func() bool {
 		return rdb.HExists(ctx, q.Job(j.ID), keys.FieldWatched).Val()
 	}, 10*time.Second, 5*time.Millisecond)
@@ -93,4 +110,34 @@ func TestStatusProgress(t *testing.T) {
 	require.Regexp(t, `queued attempt 0 progress 40% copying files waiting for: no live worker reads queue \S+$`, lines[len(lines)-2])
 	// Canceled before a start mark: no attempt counted, so no report of one is shown.
 	require.Regexp(t, `canceled attempt 0$`, lines[len(lines)-1])
+}
+
+// lineWriter is a writer safe for one writer and readers, whose seen is closed once what was
+// written matches want.
+type lineWriter struct {
+	mu   sync.Mutex
+	buf  bytes.Buffer
+	want *regexp.Regexp
+	seen chan struct{}
+	once sync.Once
+}
+
+func newLineWriter(want *regexp.Regexp) *lineWriter {
+	return &lineWriter{want: want, seen: make(chan struct{})}
+}
+
+func (w *lineWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	n, err := w.buf.Write(p)
+	if w.want.Match(w.buf.Bytes()) {
+		w.once.Do(func() { close(w.seen) })
+	}
+	return n, err
+}
+
+func (w *lineWriter) String() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.buf.String()
 }
