@@ -5,10 +5,10 @@
 -- KEYS[1..4] the queue's (partition's) streams of priority levels 1 to 4 (keys.Queue.LevelStream),
 --   KEYS[4+i] the hash item i names
 -- ARGV[1] the consumer group (keys.Group), then 4 values per item: mode, name, old, new
---   mode 'h': field `name` of a job's hash, kept in pieces (record.lua: cv_put_long); the
+--   mode 'H': field `name` of a job's hash, kept in pieces (record.lua: cv_put_long); the
 --     pieces the new value no longer needs are deleted
---   mode 'w': field `name` of a workflow's hash (a task's result), kept whole
---   mode 'e': the job's stream entry `name`, while the job is queued, its hash names the entry
+--   mode 'W': field `name` of a workflow's hash (a task's result), kept whole
+--   mode 'E': the job's stream entry `name`, while the job is queued, its hash names the entry
 --     and no worker has read it (the group's last-delivered id is before it and it is in no
 --     pending list). Stream entries are immutable: a new entry with the same fields and the
 --     new payload is added at the back of the job's level stream, the hash names it, and the
@@ -88,9 +88,9 @@ for i = 0, (#ARGV - 1) / 4 - 1 do
   local a = 2 + 4 * i
   local mode, name, old, new, k = ARGV[a], ARGV[a + 1], ARGV[a + 2], ARGV[a + 3], KEYS[5 + i]
   local code = CV_REFUSED
-  if mode == 'e' then
+  if mode == 'E' then
     code = rs_entry(k, name, old, new)
-  elseif mode == 'w' then
+  elseif mode == 'W' then
     if redis.call('HGET', k, name) == old then
       redis.call('HSET', k, name, new)
       code = CV_OK

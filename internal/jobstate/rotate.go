@@ -63,12 +63,12 @@ func (s *Store) Reseal(ctx context.Context, q keys.Queue, items []ResealItem) ([
 	args := make([]any, 0, 1+4*len(items))
 	args = append(args, keys.Group)
 	for _, it := range items {
-		mode := "h"
+		mode := "H"
 		switch it.Place {
 		case InWorkflow:
-			mode = "w"
+			mode = "W"
 		case InEntry:
-			mode = "e"
+			mode = "E"
 		}
 		ks = append(ks, it.Key)
 		args = append(args, mode, it.Name, it.Old, it.New)
