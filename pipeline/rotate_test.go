@@ -312,3 +312,128 @@ func TestRotateKeys(t *testing.T) {
 		})
 	}
 }
+
+// TestRotateKeysUnderLoad: a rotation while a producer publishes and two workers consume (some
+// jobs delayed, some retried once, so that values move between the stream, the scheduled set and
+// the records while they are re-sealed) loses nothing: every job completes exactly once with
+// its payload, and a run afterwards leaves every value under the newest key.
+func TestRotateKeysUnderLoad(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		rdb  func(t *testing.T) redis.UniversalClient
+	}{
+		{"standalone", func(t *testing.T) redis.UniversalClient { return redistest.Start(t).Client(t) }},
+		{"cluster", func(t *testing.T) redis.UniversalClient { return redistest.StartCluster(t).Client(t) }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			ctx := t.Context()
+			rdb := tc.rdb(t)
+			k1, k21, k2 := rotateKeys(t)
+			b := setup(t, setupOpts{rdb: rdb})
+			_, err := b.insp.CreateQueue(ctx, b.queue, pipeline.QueueOptions{Partitions: 2})
+			require.NoError(t, err)
+			const n = 600
+			p := &plainOf{payloads: map[string]string{}, results: map[string]string{}}
+			plain := func(i int) string { return fmt.Sprintf("payload %d %s", i, strings.Repeat("z", i%150)) }
+			for i := range n {
+				p.payloads[fmt.Sprintf("load-%d", i)] = plain(i)
+			}
+
+			rotating := make(chan struct{})
+			var mu sync.Mutex
+			runs := map[string]int{}
+			done := make(chan string, n)
+			handler := func(_ context.Context, j *pipeline.Job) ([]byte, error) {
+				<-rotating
+				got, err := k21.Open(keyring.Payload, j.ID, j.Payload)
+				if err != nil || string(got) != p.payloads[j.ID] {
+					return nil, pipeline.SkipRetry(fmt.Errorf("payload of %s: %q, %v", j.ID, got, err))
+				}
+				var i int
+				_, _ = fmt.Sscanf(j.ID, "load-%d", &i)
+				if i%5 == 0 && j.Attempt == 1 {
+					return nil, errors.New("once more")
+				}
+				mu.Lock()
+				runs[j.ID]++
+				mu.Unlock()
+				done <- j.ID
+				return nil, nil
+			}
+			cfg := pipeline.WorkerConfig{Concurrency: 4, Backoff: pipeline.Backoff{Base: 10 * time.Millisecond, Max: 50 * time.Millisecond}}
+			_, stop1 := b.startWorker(t, cfg, map[string]pipeline.HandlerFunc{"load": handler})
+			_, stop2 := b.startWorker(t, cfg, map[string]pipeline.HandlerFunc{"load": handler})
+
+			publish := func(from, to int) error {
+				for i := from; i < to; i++ {
+					id := fmt.Sprintf("load-%d", i)
+					opts := []pipeline.Option{pipeline.WithID(id)}
+					if i%3 == 1 {
+						opts = append(opts, pipeline.WithDelay(time.Duration(i%7)*10*time.Millisecond))
+					}
+					if i%4 == 2 {
+						opts = append(opts, pipeline.WithPriority(2))
+					}
+					if _, err := b.client.Enqueue(ctx, b.queue, pipeline.Task{Type: "load",
+						Payload: k1.Seal(keyring.Payload, id, []byte(plain(i)))}, opts...); err != nil {
+						return err
+					}
+				}
+				return nil
+			}
+			require.NoError(t, publish(0, n/3))
+			produced := make(chan error, 1)
+			rotated := make(chan error, 1)
+			go func() {
+				close(rotating) // the handlers start with the rotation
+				rep, err := b.insp.RotateKeys(ctx, "", k21, pipeline.RotateOptions{Batch: 10})
+				t.Logf("the run under load: %+v", rep.Total)
+				rotated <- err
+			}()
+			go func() { produced <- publish(n/3, n) }()
+			require.NoError(t, <-produced)
+			require.NoError(t, <-rotated)
+
+			seen := map[string]bool{}
+			timeout := time.After(30 * time.Second)
+			for len(seen) < n {
+				select {
+				case id := <-done:
+					seen[id] = true
+				case <-timeout:
+					for i := range n {
+						id := fmt.Sprintf("load-%d", i)
+						if !seen[id] {
+							j, err := b.client.Get(ctx, b.queue, id)
+							if err == nil {
+								t.Logf("%s: %s attempt %d entry-less? %q", id, j.Status, j.Attempt, j.LastError)
+							} else {
+								t.Logf("%s: %v", id, err)
+							}
+						}
+					}
+					t.Fatalf("%d of %d jobs completed", len(seen), n)
+				}
+			}
+			require.NoError(t, stop1())
+			require.NoError(t, stop2())
+			mu.Lock()
+			for id, c := range runs {
+				require.Equal(t, 1, c, "job %s completed %d times", id, c)
+			}
+			mu.Unlock()
+			for i := range n {
+				j := waitJob(t, b.client, b.queue, fmt.Sprintf("load-%d", i), status.Completed)
+				got, err := k21.Open(keyring.Payload, j.ID, j.Payload)
+				require.NoError(t, err)
+				require.Equal(t, plain(i), string(got))
+			}
+			rep, err := b.insp.RotateKeys(ctx, "", k21, pipeline.RotateOptions{})
+			require.NoError(t, err)
+			require.Zero(t, rep.Total.Left(), "%+v", rep.Total)
+			require.Equal(t, n, checkSealedUnder(t, rdb, k2, p))
+		})
+	}
+}

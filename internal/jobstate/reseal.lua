@@ -5,8 +5,9 @@
 -- KEYS[1..4] the queue's (partition's) streams of priority levels 1 to 4 (keys.Queue.LevelStream),
 --   KEYS[4+i] the hash item i names
 -- ARGV[1] the consumer group (keys.Group), then 4 values per item: mode, name, old, new
---   mode 'H': field `name` of a job's hash, kept in pieces (record.lua: cv_put_long); the
---     pieces the new value no longer needs are deleted
+--   mode 'H': field `name` of a job's hash: in pieces when the job is completed (record.lua:
+--     cv_put_long, as finish.lua writes it), else whole (the scripts that move a job on read
+--     the field whole); the pieces the new value no longer needs are deleted
 --   mode 'W': field `name` of a workflow's hash (a task's result), kept whole
 --   mode 'E': the job's stream entry `name`, while the job is queued, its hash names the entry
 --     and no worker has read it (the group's last-delivered id is before it and it is in no
@@ -99,7 +100,11 @@ for i = 0, (#ARGV - 1) / 4 - 1 do
     local cur, n = rs_read(k, name)
     if cur == old then
       local f = {}
-      cv_put_long(f, name, new)
+      if redis.call('HGET', k, 'status') == 'completed' then
+        cv_put_long(f, name, new)
+      else
+        f = {name, new}
+      end
       redis.call('HSET', k, unpack(f))
       for j = #f / 2, n do redis.call('HDEL', k, name .. '+' .. j) end
       code = CV_OK

@@ -65,6 +65,14 @@ func TestResealCompareAndSet(t *testing.T) {
 			require.Equal(t, map[string]string{keys.FieldStatus: "completed", keys.FieldPayload: short[:keys.RecordPiece],
 				keys.FieldPayload + "+1": short[keys.RecordPiece:]}, h, "the stale pieces are deleted")
 
+			// A scheduled job's payload is whole, as the scripts that move it on read it.
+			require.NoError(t, rdb.HSet(ctx, q.Job("s1"), keys.FieldStatus, "scheduled", keys.FieldPayload, short).Err())
+			codes, err = s.Reseal(ctx, q, []jobstate.ResealItem{{Place: jobstate.InJob, Key: q.Job("s1"), Name: keys.FieldPayload,
+				Old: []byte(short), New: []byte(long)}})
+			require.NoError(t, err)
+			require.Equal(t, []script.Code{script.OK}, codes)
+			require.Equal(t, map[string]string{keys.FieldStatus: "scheduled", keys.FieldPayload: long}, rdb.HGetAll(ctx, q.Job("s1")).Val())
+
 			// A queued job's entry, read by no worker: replaced at the back, fields kept in order.
 			stream := q.Stream()
 			require.NoError(t, rdb.XGroupCreateMkStream(ctx, stream, keys.Group, "$").Err())
