@@ -148,6 +148,13 @@ func changes(t *testing.T, rdb redis.UniversalClient) int64 {
 	return n
 }
 
+func mustStats(t *testing.T, insp *pipeline.Inspector, queue string) *pipeline.QueueStats {
+	t.Helper()
+	st, err := insp.Stats(t.Context(), queue)
+	require.NoError(t, err)
+	return st
+}
+
 // join is a hash's field whole, its pieces joined.
 func join(h map[string]string, name string) []byte {
 	v, ok := h[name]
@@ -268,6 +275,15 @@ func TestRotateKeys(t *testing.T) {
 				p.set(p.payloads, task.JobID, map[string]string{"a": "first", "b": "waits"}[task.Name])
 			}
 
+			// A fair group's window of one: the second job waits in the group's list.
+			grouped := b.queue + "-grouped"
+			_, err = b.insp.CreateQueue(ctx, grouped, pipeline.QueueOptions{})
+			require.NoError(t, err)
+			require.NoError(t, b.insp.SetGroups(ctx, grouped, pipeline.GroupChange{Window: 1}))
+			publish(grouped, "done", "in the window", true, pipeline.WithGroup("g"))
+			publish(grouped, "done", "waits for the window", true, pipeline.WithGroup("g"))
+			require.EqualValues(t, 1, mustStats(t, b.insp, grouped).GroupWaiting)
+
 			_, err = b.insp.RotateKeys(ctx, "", nil, pipeline.RotateOptions{})
 			require.ErrorIs(t, err, pipeline.ErrInvalid)
 			rep, err := b.insp.RotateKeys(ctx, "", k21, pipeline.RotateOptions{Batch: 2})
@@ -277,9 +293,9 @@ func TestRotateKeys(t *testing.T) {
 			require.Equal(t, 1, rep.Places[pipeline.RotateQueued].Running, "the job a worker holds")
 			require.Zero(t, rep.Total.Failed)
 			require.Zero(t, rep.Total.MovedOn)
-			// Queued: two payloads under k1, the plain one and the first task of the idle
-			// workflow (published plain: a task's id is the workflow's to choose).
-			require.Equal(t, 2, rep.Places[pipeline.RotateQueued].Resealed)
+			// Queued: two payloads under k1 and the grouped two, the plain one and the first
+			// task of the idle workflow (published plain: a task's id is the workflow's to choose).
+			require.Equal(t, 4, rep.Places[pipeline.RotateQueued].Resealed)
 			require.Equal(t, 2, rep.Places[pipeline.RotateQueued].Sealed)
 			require.Equal(t, 1, rep.Places[pipeline.RotateScheduled].Resealed)
 			require.Equal(t, 1, rep.Places[pipeline.RotateCanceled].Resealed)
