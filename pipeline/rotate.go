@@ -54,6 +54,9 @@ type RotateCounts struct {
 	// Running values are queued jobs' stream entries a worker has read: left alone. The job's
 	// record is written by the worker when it ends; a later run gets what is left.
 	Running int `json:"running"`
+	// Gone values' jobs were deleted or expired between the read and the write, or are no
+	// Conveyor job's (an entry another Watermill publisher added): nothing to re-seal.
+	Gone int `json:"gone"`
 	// Failed values could not be opened: sealed under a key the keyring lacks (MissingKeys
 	// says which), or damaged.
 	Failed int `json:"failed"`
@@ -73,6 +76,7 @@ func (c *RotateCounts) add(o *RotateCounts) {
 	c.Current += o.Current
 	c.MovedOn += o.MovedOn
 	c.Running += o.Running
+	c.Gone += o.Gone
 	c.Failed += o.Failed
 	for _, k := range o.MissingKeys {
 		if !slices.Contains(c.MissingKeys, k) {
@@ -224,6 +228,8 @@ func (r *rotator) flush(ctx context.Context, q keys.Queue) error {
 			c.Resealed++
 		case code == script.WrongState:
 			c.Running++
+		case code == script.NotFound:
+			c.Gone++
 		default:
 			c.MovedOn++
 		}
@@ -345,7 +351,7 @@ func (r *rotator) jobs(ctx context.Context, q keys.Queue, ids []string, place st
 func (r *rotator) workflows(ctx context.Context, q keys.Queue) error {
 	var after *jobstate.SetItem
 	for {
-		page, err := r.s.SetPage(ctx, q.WorkflowIndex(), false, after, r.n)
+		page, err := r.s.SetPage(ctx, q.WorkflowIndex(), false, after, workflowsPage)
 		if err != nil {
 			return err
 		}
@@ -369,13 +375,17 @@ func (r *rotator) workflows(ctx context.Context, q keys.Queue) error {
 		if err := r.flush(ctx, q); err != nil {
 			return err
 		}
-		if len(page) < r.n {
+		if len(page) < workflowsPage {
 			return nil
 		}
 		last := page[len(page)-1]
 		after = &last
 	}
 }
+
+// workflowsPage is how many workflows' hashes one round trip reads whole: a batch's hash holds a
+// line of its document for each of its jobs.
+const workflowsPage = 10
 
 // stream goes through the entries stream holds when the pass starts. Entries a worker has read
 // are counted Running without a write; the others are replaced at the back of the stream, so

@@ -16,7 +16,8 @@
 --     old one is deleted, all in this call.
 -- Returns {CV_OK, then one code per item}: CV_OK (replaced), CV_REFUSED (the value is not the
 -- one read, or the job moved on: nothing written), CV_WRONG_STATE (its entry was delivered to a
--- worker: nothing written).
+-- worker: nothing written), CV_NOT_FOUND (the hash is gone, or is no job's: an entry another
+-- Watermill publisher added; nothing written).
 local group, out = ARGV[1], {CV_OK}
 local delivered = {}
 
@@ -89,7 +90,9 @@ for i = 0, (#ARGV - 1) / 4 - 1 do
   local a = 2 + 4 * i
   local mode, name, old, new, k = ARGV[a], ARGV[a + 1], ARGV[a + 2], ARGV[a + 3], KEYS[5 + i]
   local code = CV_REFUSED
-  if mode == 'E' then
+  if redis.call('EXISTS', k) == 0 then
+    code = CV_NOT_FOUND
+  elseif mode == 'E' then
     code = rs_entry(k, name, old, new)
   elseif mode == 'W' then
     if redis.call('HGET', k, name) == old then

@@ -110,6 +110,12 @@ func TestResealCompareAndSet(t *testing.T) {
 			require.NoError(t, err)
 			require.Equal(t, []script.Code{script.Refused}, codes)
 
+			// A job gone since the read.
+			codes, err = s.Reseal(ctx, q, []jobstate.ResealItem{{Place: jobstate.InJob, Key: q.Job("gone"), Name: keys.FieldPayload, Old: []byte("x"), New: []byte("y")}})
+			require.NoError(t, err)
+			require.Equal(t, []script.Code{script.NotFound}, codes)
+			require.Zero(t, rdb.Exists(ctx, q.Job("gone")).Val())
+
 			// A workflow's task result, kept whole.
 			wk := q.Workflow("w1")
 			require.NoError(t, rdb.HSet(ctx, wk, keys.WorkflowTaskResult+"a", long).Err())

@@ -50,8 +50,9 @@ type ResealItem struct {
 
 // Reseal replaces each item's value with New while it still holds Old, all items of q (one
 // partition) in one reseal.lua call. It answers one code per item: script.OK (replaced),
-// script.Refused (the value changed or the job moved on since it was read: nothing written)
-// or script.WrongState (an entry a worker has read: nothing written).
+// script.Refused (the value changed or the job moved on since it was read: nothing written),
+// script.WrongState (an entry a worker has read: nothing written) or script.NotFound (the hash
+// is gone: nothing to re-seal).
 func (s *Store) Reseal(ctx context.Context, q keys.Queue, items []ResealItem) ([]script.Code, error) {
 	if len(items) == 0 {
 		return nil, nil

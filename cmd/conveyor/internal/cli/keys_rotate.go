@@ -49,7 +49,7 @@ Run it after the new key is listed first on every process; rerun it until nothin
 (moved on or running): a rerun only reads what is current. Then the old key can go. It exits 1
 when a value could not be opened (a key the keyring lacks: keep it listed until it is
 re-sealed). With --json it prints the report: {"key":..,"queues":[..],"places":{"queued":
-{"resealed":..,"sealed":..,"current":..,"moved_on":..,"running":..,"failed":..,
+{"resealed":..,"sealed":..,"current":..,"moved_on":..,"running":..,"gone":..,"failed":..,
 "missing_keys":[..]},..},"total":{..},"outbox":{..}}.`,
 		Example: `  conveyor keys rotate --keys /etc/conveyor/keys
   conveyor keys rotate --keys /etc/conveyor/keys --queue emails --batch 500 --json
@@ -130,10 +130,10 @@ re-sealed). With --json it prints the report: {"key":..,"queues":[..],"places":{
 // printRotation prints a rotation's report as a table, a row a place.
 func printRotation(a *app, out keysRotateOutput) error {
 	w := tabwriter.NewWriter(a.stdout, 0, 0, 2, ' ', 0)
-	fmt.Fprintf(w, "PLACE\tRESEALED\tSEALED\tCURRENT\tMOVED ON\tRUNNING\tFAILED\tMISSING KEYS\n")
+	fmt.Fprintf(w, "PLACE\tRESEALED\tSEALED\tCURRENT\tMOVED ON\tRUNNING\tGONE\tFAILED\tMISSING KEYS\n")
 	row := func(place string, c pipeline.RotateCounts) {
-		fmt.Fprintf(w, "%s\t%d\t%d\t%d\t%d\t%d\t%d\t%s\n", place, c.Resealed, c.Sealed, c.Current, c.MovedOn, c.Running,
-			c.Failed, strings.Join(c.MissingKeys, ","))
+		fmt.Fprintf(w, "%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%s\n", place, c.Resealed, c.Sealed, c.Current, c.MovedOn, c.Running,
+			c.Gone, c.Failed, strings.Join(c.MissingKeys, ","))
 	}
 	for _, p := range []string{pipeline.RotateScheduled, pipeline.RotateQueued, pipeline.RotateWaiting, pipeline.RotateDead,
 		pipeline.RotateCompleted, pipeline.RotateCanceled, pipeline.RotateWorkflowResults} {
