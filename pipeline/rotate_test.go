@@ -286,6 +286,12 @@ func TestRotateKeys(t *testing.T) {
 
 			_, err = b.insp.RotateKeys(ctx, "", nil, pipeline.RotateOptions{})
 			require.ErrorIs(t, err, pipeline.ErrInvalid)
+			_, err = b.insp.RotateKeys(ctx, "", k21, pipeline.RotateOptions{Batch: pipeline.MaxRotateBatch + 1})
+			require.ErrorIs(t, err, pipeline.ErrInvalid)
+			_, err = b.insp.RotateKeys(ctx, "no-such-queue", k21, pipeline.RotateOptions{})
+			require.ErrorIs(t, err, pipeline.ErrQueueNotFound)
+			_, err = b.insp.RotateKeys(ctx, "bad queue", k21, pipeline.RotateOptions{})
+			require.ErrorIs(t, err, pipeline.ErrInvalid)
 			rep, err := b.insp.RotateKeys(ctx, "", k21, pipeline.RotateOptions{Batch: 2})
 			require.NoError(t, err)
 			t.Logf("first run: %+v", rep.Total)
