@@ -459,3 +459,47 @@ func TestRotateKeysUnderLoad(t *testing.T) {
 		})
 	}
 }
+
+// TestRotateKeysResumes: a run interrupted after two of its writes returns the context's error
+// with what it did counted, and the next run re-seals the rest: nothing is lost or re-sealed
+// twice.
+func TestRotateKeysResumes(t *testing.T) {
+	t.Parallel()
+	rdb := redistest.Start(t).Client(t)
+	k1, k21, k2 := rotateKeys(t)
+	b := setup(t, setupOpts{rdb: rdb})
+	p := &plainOf{payloads: map[string]string{}, results: map[string]string{}}
+	const n = 30
+	for i := range n {
+		id := fmt.Sprintf("r-%d", i)
+		plain := fmt.Sprintf("payload %d", i)
+		_, err := b.client.Enqueue(t.Context(), b.queue, pipeline.Task{Type: "t", Payload: k1.Seal(keyring.Payload, id, []byte(plain))},
+			pipeline.WithID(id))
+		require.NoError(t, err)
+		p.payloads[id] = plain
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	writes := 0
+	redistest.CountCommands(rdb).Observe(func(cmd redis.Cmder) {
+		// A reseal.lua call: EVALSHA sha numkeys keys... group mode ...
+		args := cmd.Args()
+		if len(args) < 4 || cmd.Name() != "evalsha" {
+			return
+		}
+		nk, _ := args[2].(int)
+		if 3+nk+1 < len(args) && args[3+nk] == keys.Group && args[4+nk] == "E" {
+			if writes++; writes == 2 {
+				cancel()
+			}
+		}
+	})
+	rep, err := b.insp.RotateKeys(ctx, b.queue, k21, pipeline.RotateOptions{Batch: 5})
+	require.ErrorIs(t, err, context.Canceled)
+	require.Equal(t, 10, rep.Total.Resealed, "two writes of five")
+	rep, err = b.insp.RotateKeys(t.Context(), b.queue, k21, pipeline.RotateOptions{Batch: 5})
+	require.NoError(t, err)
+	require.Equal(t, n-10, rep.Total.Resealed)
+	require.Equal(t, 10, rep.Total.Current)
+	require.Equal(t, n, checkSealedUnder(t, rdb, k2, p))
+}
