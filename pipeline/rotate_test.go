@@ -171,9 +171,10 @@ func join(h map[string]string, name string) []byte {
 	return []byte(v)
 }
 
-// TestRotateKeys: values sealed under k1 in every place a job keeps them (scheduled, queued at
-// two priority levels, waiting in a workflow, dead, completed with long results in pieces,
-// canceled, workflows' and batches' task results) and values stored plain are all under k2
+// TestRotateKeys: values sealed under k1 in every place a job keeps them (scheduled, waiting
+// for a limit's slot, queued at two priority levels and in a fair group's list, waiting in a
+// workflow, dead, completed with long results in pieces, canceled, workflows' and batches'
+// task results) and values stored plain are all under k2
 // after RotateKeys with the keyring "k2, k1", and open with k2 alone to what was published. A
 // job a worker holds is left alone and counted running; the run after it ended re-seals it;
 // the run after that finds everything current and writes nothing.
@@ -211,6 +212,10 @@ func TestRotateKeys(t *testing.T) {
 			}
 			long := strings.Repeat("a long payload, kept in pieces. ", 12)
 
+			// One "block" job at a time: the second waits in the limit's list, its payload in its hash.
+			_, err = b.insp.CreateQueue(ctx, b.queue, pipeline.QueueOptions{})
+			require.NoError(t, err)
+			require.NoError(t, b.insp.SetLimit(ctx, b.queue, pipeline.Limit{Type: "block", Concurrency: 1}))
 			started, release := make(chan string, 1), make(chan struct{})
 			open := func(j *pipeline.Job) string {
 				plain, err := k21.Open(keyring.Payload, j.ID, j.Payload)
@@ -258,6 +263,8 @@ func TestRotateKeys(t *testing.T) {
 			b.waitStatus(t, dead, status.Failed)
 			running := publish(b.queue, "block", "held by a worker", true)
 			require.Equal(t, running, <-started)
+			limited := publish(b.queue, "block", "waits for the limit", true)
+			b.waitStatus(t, limited, status.Scheduled)
 
 			// Where no worker reads: queued at two levels, scheduled, canceled, a waiting task.
 			publish(idle, "done", "queued", true)
@@ -303,7 +310,7 @@ func TestRotateKeys(t *testing.T) {
 			// task of the idle workflow (published plain: a task's id is the workflow's to choose).
 			require.Equal(t, 4, rep.Places[pipeline.RotateQueued].Resealed)
 			require.Equal(t, 2, rep.Places[pipeline.RotateQueued].Sealed)
-			require.Equal(t, 1, rep.Places[pipeline.RotateScheduled].Resealed)
+			require.Equal(t, 2, rep.Places[pipeline.RotateScheduled].Resealed, "the delayed job and the one the limit holds")
 			require.Equal(t, 1, rep.Places[pipeline.RotateCanceled].Resealed)
 			require.Equal(t, 1, rep.Places[pipeline.RotateWaiting].Sealed)
 			require.Equal(t, 1, rep.Places[pipeline.RotateDead].Resealed)
@@ -315,6 +322,8 @@ func TestRotateKeys(t *testing.T) {
 
 			close(release)
 			b.waitStatus(t, running, status.Completed)
+			require.Equal(t, limited, <-started)
+			b.waitStatus(t, limited, status.Completed)
 			rep, err = b.insp.RotateKeys(ctx, "", k21, pipeline.RotateOptions{})
 			require.NoError(t, err)
 			require.Equal(t, 1, rep.Total.Changed(), "the job that ran: %+v", rep.Total)
