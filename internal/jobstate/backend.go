@@ -8,6 +8,7 @@ import (
 
 	"github.com/conveyorq/conveyor/internal/events"
 	"github.com/conveyorq/conveyor/internal/keys"
+	"github.com/conveyorq/conveyor/internal/script"
 )
 
 // Backend is what pipeline runs on: every job-state call of a Store. It is declared here,
@@ -131,6 +132,13 @@ type Backend interface {
 	DropLimit(ctx context.Context, queue, typ string, perKey bool, now time.Time) (bool, error)
 	PutGroups(ctx context.Context, p PutGroupsParams) error
 	ReadQueueState(ctx context.Context, queue string) (QueueState, error)
+
+	// Key rotation (rotate.go).
+	Reseal(ctx context.Context, q keys.Queue, items []ResealItem) ([]script.Code, error)
+	ReadStored(ctx context.Context, q keys.Queue, ids []string) ([]StoredJob, error)
+	ReadSpan(ctx context.Context, stream string) (StreamSpan, error)
+	ReadEntries(ctx context.Context, stream, after, last string, n int) ([]StoredEntry, error)
+	ReadTaskResults(ctx context.Context, q keys.Queue, wfIDs []string) ([]StoredTaskResult, error)
 
 	// Memory (memory.go).
 	QueueMemory(ctx context.Context, p MemoryParams) (Memory, error)

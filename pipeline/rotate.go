@@ -1,0 +1,437 @@
+package pipeline
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/conveyorq/conveyor/internal/jobstate"
+	"github.com/conveyorq/conveyor/internal/keys"
+	"github.com/conveyorq/conveyor/internal/script"
+	"github.com/conveyorq/conveyor/keyring"
+)
+
+// The places RotateKeys reports on (RotateReport.Places). Jobs waiting for a concurrency slot
+// count as scheduled, jobs waiting for their fair group's window as queued: they are listed
+// under those statuses.
+const (
+	RotateScheduled       = "scheduled"
+	RotateQueued          = "queued"
+	RotateWaiting         = "waiting"
+	RotateDead            = "dead"
+	RotateCompleted       = "completed"
+	RotateCanceled        = "canceled"
+	RotateWorkflowResults = "workflow_results"
+)
+
+// Bounds of RotateOptions.Batch.
+const (
+	DefaultRotateBatch = 100
+	MaxRotateBatch     = 1000
+)
+
+// RotateOptions tunes RotateKeys.
+type RotateOptions struct {
+	// Batch is how many jobs one round trip reads, and one script call re-seals. Defaults to
+	// DefaultRotateBatch; at most MaxRotateBatch.
+	Batch int
+}
+
+// RotateCounts counts what a rotation found in one place. Each stored value (a payload, a
+// result) is counted once. Empty values hold nothing to hide and are not counted.
+type RotateCounts struct {
+	// Resealed values were sealed under an older key and are now under the newest.
+	Resealed int `json:"resealed"`
+	// Sealed values were stored plain (before encryption was turned on) and are now sealed.
+	Sealed int `json:"sealed"`
+	// Current values were already under the newest key: nothing was written.
+	Current int `json:"current"`
+	// MovedOn values changed between the read and the write (the job moved on): left alone
+	// for a later run.
+	MovedOn int `json:"moved_on"`
+	// Running values are queued jobs' stream entries a worker has read: left alone. The job's
+	// record is written by the worker when it ends; a later run gets what is left.
+	Running int `json:"running"`
+	// Gone values' jobs were deleted or expired between the read and the write, or are no
+	// Conveyor job's (an entry another Watermill publisher added): nothing to re-seal.
+	Gone int `json:"gone"`
+	// Failed values could not be opened: sealed under a key the keyring lacks (MissingKeys
+	// says which), or damaged.
+	Failed int `json:"failed"`
+	// MissingKeys are the ids of the keys that values were sealed under that the keyring lacks.
+	MissingKeys []string `json:"missing_keys,omitempty"`
+}
+
+// Changed is the number of values written.
+func (c *RotateCounts) Changed() int { return c.Resealed + c.Sealed }
+
+// Left is the number of values a later run may still have to re-seal.
+func (c *RotateCounts) Left() int { return c.MovedOn + c.Running + c.Failed }
+
+func (c *RotateCounts) add(o *RotateCounts) {
+	c.Resealed += o.Resealed
+	c.Sealed += o.Sealed
+	c.Current += o.Current
+	c.MovedOn += o.MovedOn
+	c.Running += o.Running
+	c.Gone += o.Gone
+	c.Failed += o.Failed
+	for _, k := range o.MissingKeys {
+		if !slices.Contains(c.MissingKeys, k) {
+			c.MissingKeys = append(c.MissingKeys, k)
+		}
+	}
+	slices.Sort(c.MissingKeys)
+}
+
+// RotateReport is what RotateKeys did.
+type RotateReport struct {
+	// Key is the id of the newest key, which every value re-sealed is now under.
+	Key string `json:"key"`
+	// Queues is the names of the queues gone through.
+	Queues []string `json:"queues"`
+	// Places counts by place (RotateScheduled, ...).
+	Places map[string]*RotateCounts `json:"places"`
+	// Total sums Places.
+	Total RotateCounts `json:"total"`
+}
+
+// RotateKeys re-seals the payloads and results stored in queue ("" for every known queue)
+// under k's newest key: scheduled, queued (stream entries no worker has read), waiting
+// workflow tasks, dead, completed and canceled jobs within retention, and workflows' and
+// batches' task results. A value is opened with any key k lists, then sealed under the newest;
+// a plain value is sealed; a value under the newest key is left alone.
+//
+// It reads in batches of opts.Batch jobs and writes each batch with one script call a
+// partition that replaces a value only while it is still the one read (reseal.lua). So a job
+// that moves on meanwhile is skipped, never clobbered, and an interruption loses nothing:
+// running it again goes over what is left, and counts what is done as current at the cost
+// of a read. A queued job's entry is replaced by a new one at the back of its stream (stream
+// entries cannot change in place); the entries of one run keep their order among themselves.
+// Jobs a worker holds are counted Running; their outcome is sealed by the worker. Entries
+// published after the run started are not read: a publisher given k seals them already.
+//
+// The outbox's rows are in PostgreSQL: outbox.Rotate re-seals them.
+func (i *Inspector) RotateKeys(ctx context.Context, queue string, k *keyring.Keyring, opts RotateOptions) (RotateReport, error) {
+	if k == nil {
+		return RotateReport{}, invalid("key rotation needs a keyring")
+	}
+	switch {
+	case opts.Batch == 0:
+		opts.Batch = DefaultRotateBatch
+	case opts.Batch < 0 || opts.Batch > MaxRotateBatch:
+		return RotateReport{}, invalid("batch %d is outside 1..%d", opts.Batch, MaxRotateBatch)
+	}
+	var names []string
+	if queue == "" {
+		var err error
+		if names, err = i.QueueNames(ctx); err != nil {
+			return RotateReport{}, err
+		}
+	} else {
+		if err := i.check(queue, ""); err != nil {
+			return RotateReport{}, err
+		}
+		if err := i.mustExist(ctx, queue); err != nil {
+			return RotateReport{}, err
+		}
+		names = []string{queue}
+	}
+	r := &rotator{s: i.store, k: k, n: opts.Batch, rep: RotateReport{Key: k.Newest(), Queues: names, Places: map[string]*RotateCounts{}}}
+	for _, p := range []string{RotateScheduled, RotateQueued, RotateWaiting, RotateDead, RotateCompleted, RotateCanceled, RotateWorkflowResults} {
+		r.rep.Places[p] = &RotateCounts{}
+	}
+	for _, name := range names {
+		qs, err := i.partitions(ctx, name)
+		if err != nil {
+			return r.report(), err
+		}
+		for _, q := range qs {
+			if err := r.partition(ctx, q); err != nil {
+				return r.report(), err
+			}
+		}
+	}
+	return r.report(), nil
+}
+
+// rotator is one RotateKeys run: its keyring, batch size, counts, and the items of the batch
+// being built.
+type rotator struct {
+	s       jobstate.Backend
+	k       *keyring.Keyring
+	n       int
+	rep     RotateReport
+	pending []rotateItem
+}
+
+type rotateItem struct {
+	it    jobstate.ResealItem
+	place string
+	plain bool
+}
+
+func (r *rotator) report() RotateReport {
+	r.rep.Total = RotateCounts{}
+	for _, c := range r.rep.Places {
+		r.rep.Total.add(c)
+	}
+	return r.rep
+}
+
+// consider re-seals one stored value in memory and queues its write, or counts it.
+func (r *rotator) consider(place string, kind keyring.Kind, jobID string, stored []byte, it jobstate.ResealItem) {
+	if len(stored) == 0 || jobID == "" {
+		return
+	}
+	c := r.rep.Places[place]
+	out, changed, err := r.k.Reseal(kind, jobID, stored)
+	if err != nil {
+		c.Failed++
+		var ke *keyring.KeyError
+		if errors.As(err, &ke) && !slices.Contains(c.MissingKeys, ke.KeyID) {
+			c.MissingKeys = append(c.MissingKeys, ke.KeyID)
+			slices.Sort(c.MissingKeys)
+		}
+		return
+	}
+	if !changed {
+		c.Current++
+		return
+	}
+	it.Old, it.New = stored, out
+	r.pending = append(r.pending, rotateItem{it: it, place: place, plain: !keyring.Sealed(stored)})
+}
+
+// flush writes the queued items of partition q in one call and counts the answers.
+func (r *rotator) flush(ctx context.Context, q keys.Queue) error {
+	if len(r.pending) == 0 {
+		return nil
+	}
+	items := make([]jobstate.ResealItem, len(r.pending))
+	for k, p := range r.pending {
+		items[k] = p.it
+	}
+	codes, err := r.s.Reseal(ctx, q, items)
+	if err != nil {
+		return err
+	}
+	for k, code := range codes {
+		p := r.pending[k]
+		c := r.rep.Places[p.place]
+		switch {
+		case code == script.OK && p.plain:
+			c.Sealed++
+		case code == script.OK:
+			c.Resealed++
+		case code == script.WrongState:
+			c.Running++
+		case code == script.NotFound:
+			c.Gone++
+		default:
+			c.MovedOn++
+		}
+	}
+	r.pending = r.pending[:0]
+	return nil
+}
+
+// partition goes through every place of partition q.
+func (r *rotator) partition(ctx context.Context, q keys.Queue) error {
+	for _, set := range []struct{ key, place string }{
+		{q.Scheduled(), RotateScheduled}, {q.WorkflowWaiting(), RotateWaiting}, {q.Dead(), RotateDead},
+	} {
+		if err := r.set(ctx, q, set.key, set.place, false); err != nil {
+			return err
+		}
+	}
+	for _, set := range []struct{ key, place string }{{q.Completed(), RotateCompleted}, {q.Canceled(), RotateCanceled}} {
+		if err := r.set(ctx, q, set.key, set.place, true); err != nil {
+			return err
+		}
+	}
+	if err := r.waitLists(ctx, q, q.LimitWaiters(), q.LimitWaiting(""), RotateScheduled); err != nil {
+		return err
+	}
+	if err := r.waitLists(ctx, q, q.GroupsWaiting(), q.GroupWaiting(""), RotateQueued); err != nil {
+		return err
+	}
+	if err := r.workflows(ctx, q); err != nil {
+		return err
+	}
+	for l := keys.MinPriority; l <= keys.MaxPriority; l++ {
+		if err := r.stream(ctx, q, q.LevelStream(l)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// set goes through the ids of the sorted set key, by score; chunks when its members are
+// chunks of space-separated ids (the indexes of finished jobs).
+func (r *rotator) set(ctx context.Context, q keys.Queue, key, place string, chunks bool) error {
+	var after *jobstate.SetItem
+	for {
+		page, err := r.s.SetPage(ctx, key, false, after, r.n)
+		if err != nil {
+			return err
+		}
+		var ids []string
+		for _, it := range page {
+			if chunks {
+				ids = append(ids, strings.Fields(it.Member)...)
+			} else {
+				ids = append(ids, it.Member)
+			}
+		}
+		for len(ids) > 0 {
+			b := ids[:min(r.n, len(ids))]
+			ids = ids[len(b):]
+			if err := r.jobs(ctx, q, b, place); err != nil {
+				return err
+			}
+		}
+		if len(page) < r.n {
+			return nil
+		}
+		last := page[len(page)-1]
+		after = &last
+	}
+}
+
+// waitLists goes through the wait lists named by the members of set, each at prefix + member.
+func (r *rotator) waitLists(ctx context.Context, q keys.Queue, set, prefix, place string) error {
+	from, skip := "", 0
+	for {
+		items, err := r.s.WaitListPage(ctx, set, prefix, from, skip, r.n)
+		if err != nil {
+			return err
+		}
+		ids := make([]string, len(items))
+		for k, it := range items {
+			ids[k] = it.ID
+		}
+		if err := r.jobs(ctx, q, ids, place); err != nil {
+			return err
+		}
+		if len(items) < r.n {
+			return nil
+		}
+		last := items[len(items)-1]
+		from, skip = last.List, last.Pos+1
+	}
+}
+
+// jobs re-seals the payloads and results kept in the hashes of jobs ids of q. A payload in a
+// stream entry is the stream's pass's.
+func (r *rotator) jobs(ctx context.Context, q keys.Queue, ids []string, place string) error {
+	stored, err := r.s.ReadStored(ctx, q, ids)
+	if err != nil {
+		return err
+	}
+	for _, j := range stored {
+		if !j.Found {
+			continue
+		}
+		if j.Payload != nil {
+			r.consider(place, keyring.Payload, j.ID, j.Payload,
+				jobstate.ResealItem{Place: jobstate.InJob, Key: q.Job(j.ID), Name: keys.FieldPayload})
+		}
+		if j.Result != nil {
+			r.consider(place, keyring.Result, j.ID, j.Result,
+				jobstate.ResealItem{Place: jobstate.InJob, Key: q.Job(j.ID), Name: keys.FieldResult})
+		}
+	}
+	return r.flush(ctx, q)
+}
+
+// workflows goes through the task results kept in the hashes of q's workflows and batches.
+func (r *rotator) workflows(ctx context.Context, q keys.Queue) error {
+	var after *jobstate.SetItem
+	for {
+		page, err := r.s.SetPage(ctx, q.WorkflowIndex(), false, after, workflowsPage)
+		if err != nil {
+			return err
+		}
+		ids := make([]string, len(page))
+		for k, it := range page {
+			ids[k] = it.Member
+		}
+		res, err := r.s.ReadTaskResults(ctx, q, ids)
+		if err != nil {
+			return err
+		}
+		for _, t := range res {
+			r.consider(RotateWorkflowResults, keyring.Result, t.JobID, t.Result,
+				jobstate.ResealItem{Place: jobstate.InWorkflow, Key: t.Key, Name: t.Field})
+			if len(r.pending) >= r.n {
+				if err := r.flush(ctx, q); err != nil {
+					return err
+				}
+			}
+		}
+		if err := r.flush(ctx, q); err != nil {
+			return err
+		}
+		if len(page) < workflowsPage {
+			return nil
+		}
+		last := page[len(page)-1]
+		after = &last
+	}
+}
+
+// workflowsPage is how many workflows' hashes one round trip reads whole: a batch's hash holds a
+// line of its document for each of its jobs.
+const workflowsPage = 10
+
+// stream goes through the entries stream holds when the pass starts. Entries a worker has read
+// are counted Running without a write; the others are replaced at the back of the stream, so
+// the pass stops at the last entry it saw first.
+func (r *rotator) stream(ctx context.Context, q keys.Queue, stream string) error {
+	span, err := r.s.ReadSpan(ctx, stream)
+	if err != nil || span.Empty {
+		return err
+	}
+	c := r.rep.Places[RotateQueued]
+	after := ""
+	for {
+		es, err := r.s.ReadEntries(ctx, stream, after, span.Last, r.n)
+		if err != nil {
+			return err
+		}
+		for _, e := range es {
+			if !entryAfter(e.ID, span.Delivered) {
+				if len(e.Payload) > 0 {
+					c.Running++
+				}
+				continue
+			}
+			r.consider(RotateQueued, keyring.Payload, e.JobID, e.Payload,
+				jobstate.ResealItem{Place: jobstate.InEntry, Key: q.Job(e.JobID), Name: e.ID})
+		}
+		if err := r.flush(ctx, q); err != nil {
+			return err
+		}
+		if len(es) < r.n {
+			return nil
+		}
+		after = es[len(es)-1].ID
+	}
+}
+
+// entryAfter reports whether stream entry id a comes after b.
+func entryAfter(a, b string) bool {
+	am, as := splitEntryID(a)
+	bm, bs := splitEntryID(b)
+	return am > bm || am == bm && as > bs
+}
+
+func splitEntryID(id string) (ms, seq uint64) {
+	m, s, _ := strings.Cut(id, "-")
+	ms, _ = strconv.ParseUint(m, 10, 64)
+	seq, _ = strconv.ParseUint(s, 10, 64)
+	return ms, seq
+}
