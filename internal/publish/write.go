@@ -36,6 +36,19 @@ type Settle struct {
 	// sent again. The caller reads there the jobs that existed (script.Exists, UniqueHeld). Its
 	// error ends the publish.
 	Done func() error
+	// Bound is the queue's bound on its waiting jobs, MaxWaiting of the whole queue: each
+	// partition's is its share (Defaults.PerPartition). Nil or a MaxWaiting of 0: none.
+	Bound *jobstate.Bound
+}
+
+// partitionBound is s.Bound for each of n partitions, nil when there is none.
+func (s *Settle) partitionBound(n int) *jobstate.Bound {
+	if s.Bound == nil || s.Bound.MaxWaiting <= 0 {
+		return nil
+	}
+	b := *s.Bound
+	b.MaxWaiting = Defaults{MaxWaiting: b.MaxWaiting}.PerPartition(n)
+	return &b
 }
 
 // One writes plain job nj (jobstate.NewJob.Plain) to queue of n partitions, n as the caller
@@ -138,7 +151,7 @@ func (p *Publisher) ClosedWait(ctx context.Context, queue string, start time.Tim
 // enqueuePrepared. It returns the indexes in njs of the jobs refused by a closed partition,
 // and the try's conflicts.
 func (p *Publisher) publishOnce(ctx context.Context, js jobstate.Backend, queue string, n int, njs []jobstate.NewJob, idx []int, now time.Time, s Settle) (closed []int, conflict, err error) {
-	if len(njs) == 1 && njs[0].Plain(now) {
+	if len(njs) == 1 && njs[0].Plain(now) && s.partitionBound(n) == nil {
 		row, err := p.enqueue1(ctx, js, p.Partition(queue, &njs[0], n), &njs[0], now)
 		if errors.Is(err, jobstate.ErrClosed) {
 			return []int{0}, nil, nil
@@ -189,6 +202,7 @@ func (p *Publisher) enqueuePrepared(ctx context.Context, js jobstate.Backend, qu
 		return order[k]
 	}
 
+	bound := s.partitionBound(n)
 	b := js.Batch()
 	var buf [4]call // most publishes make a call or a few: no allocation for them
 	calls := buf[:0]
@@ -208,7 +222,7 @@ func (p *Publisher) enqueuePrepared(ctx context.Context, js jobstate.Backend, qu
 			bytes += len(njs[hi].Payload)
 			hi++
 		}
-		calls = append(calls, call{lo: lo, hi: hi, created: b.Enqueue(q, now, njs[lo:hi])})
+		calls = append(calls, call{lo: lo, hi: hi, created: b.EnqueueBounded(q, now, njs[lo:hi], bound)})
 		lo = hi
 	}
 
