@@ -56,20 +56,14 @@ func (e *QueueFullError) Error() string {
 // Unwrap makes errors.Is(err, ErrQueueFull) hold.
 func (e *QueueFullError) Unwrap() error { return ErrQueueFull }
 
-// RetryAfter returns the shortest RetryAfter of the QueueFullErrors err holds (EnqueueBatch
-// joins one per refused job), and whether it holds any.
-func RetryAfter(err error) (time.Duration, bool) {
-	var best time.Duration
-	found := false
+// QueueFullErrors returns the refusals err holds, in order: EnqueueBatch joins one per job a
+// bounded queue refused, each with its task's index (QueueFullError.Task).
+func QueueFullErrors(err error) []*QueueFullError {
+	var out []*QueueFullError
 	var walk func(error)
 	walk = func(e error) {
-		if e == nil {
-			return
-		}
 		if qf, ok := e.(*QueueFullError); ok {
-			if !found || qf.RetryAfter < best {
-				best, found = qf.RetryAfter, true
-			}
+			out = append(out, qf)
 			return
 		}
 		switch u := e.(type) {
@@ -82,7 +76,21 @@ func RetryAfter(err error) (time.Duration, bool) {
 		}
 	}
 	walk(err)
-	return best, found
+	return out
+}
+
+// RetryAfter returns the shortest RetryAfter of the refusals err holds (QueueFullErrors), and
+// whether it holds any.
+func RetryAfter(err error) (time.Duration, bool) {
+	fulls := QueueFullErrors(err)
+	if len(fulls) == 0 {
+		return 0, false
+	}
+	best := fulls[0].RetryAfter
+	for _, f := range fulls[1:] {
+		best = min(best, f.RetryAfter)
+	}
+	return best, true
 }
 
 // bound is the jobstate.Bound of a publish to a queue of defaults d (nil when unbounded):

@@ -1,0 +1,270 @@
+package pipeline_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+
+	"github.com/conveyorq/conveyor/pipeline"
+	"github.com/conveyorq/conveyor/status"
+)
+
+// bounded makes the bundle's queue with partitions and sets its bound.
+func bounded(t *testing.T, b *testBundle, partitions, max int, policy string) {
+	t.Helper()
+	_, err := b.insp.CreateQueue(t.Context(), b.queue, pipeline.QueueOptions{Partitions: partitions})
+	require.NoError(t, err)
+	st, err := b.insp.UpdateQueue(t.Context(), b.queue, pipeline.QueuePatch{MaxWaiting: &max, FullPolicy: &policy})
+	require.NoError(t, err)
+	require.Equal(t, max, st.MaxWaiting)
+	require.Equal(t, policy, st.FullPolicy)
+}
+
+// At its bound a queue refuses a job with ErrQueueFull, whatever the publish (one job, a
+// plain one or not): ready and scheduled jobs both count as waiting. Nothing of the refused
+// job is written, and the refusal is counted.
+func TestBoundedQueueRejects(t *testing.T) {
+	t.Parallel()
+	onStandaloneAndCluster(t, func(t *testing.T, rdb redis.UniversalClient) {
+		b := setup(t, setupOpts{rdb: rdb})
+		ctx := t.Context()
+		bounded(t, b, 1, 3, pipeline.FullReject)
+		_, err := b.client.Enqueue(ctx, b.queue, pipeline.Task{Type: "t"})
+		require.NoError(t, err)
+		_, err = b.client.Enqueue(ctx, b.queue, pipeline.Task{Type: "t"}, pipeline.WithDelay(time.Hour))
+		require.NoError(t, err)
+		_, err = b.client.Enqueue(ctx, b.queue, pipeline.Task{Type: "t"}, pipeline.WithPriority(3))
+		require.NoError(t, err)
+
+		for _, opts := range [][]pipeline.Option{nil, {pipeline.WithID("chosen")}, {pipeline.WithDelay(time.Minute)}} {
+			j, err := b.client.Enqueue(ctx, b.queue, pipeline.Task{Type: "t"}, opts...)
+			require.ErrorIs(t, err, pipeline.ErrQueueFull)
+			require.Nil(t, j)
+			var qf *pipeline.QueueFullError
+			require.ErrorAs(t, err, &qf)
+			require.Equal(t, b.queue, qf.Queue)
+			require.Equal(t, 3, qf.MaxWaiting)
+			require.EqualValues(t, 3, qf.Waiting)
+			// No worker finished anything: the estimate is the cap.
+			require.Equal(t, pipeline.MaxRetryAfter, qf.RetryAfter)
+			ra, ok := pipeline.RetryAfter(err)
+			require.True(t, ok)
+			require.Equal(t, pipeline.MaxRetryAfter, ra)
+		}
+		_, err = b.client.Get(ctx, b.queue, "chosen")
+		require.ErrorIs(t, err, pipeline.ErrNotFound)
+		st := b.stats(t)
+		require.EqualValues(t, 3, st.Enqueued)
+		require.EqualValues(t, 3, st.RejectedFull)
+		require.EqualValues(t, 3, st.Queued+st.Scheduled)
+
+		// A job that exists already is answered as a duplicate, full or not.
+		zero := 0
+		_, err = b.insp.UpdateQueue(ctx, b.queue, pipeline.QueuePatch{MaxWaiting: &zero})
+		require.NoError(t, err)
+		_, err = b.client.Enqueue(ctx, b.queue, pipeline.Task{Type: "t"})
+		require.NoError(t, err, "the bound removed")
+	})
+}
+
+// A batch over the room left is admitted in part: the jobs up to the bound are written, each
+// other one says it was refused (an empty Status and its own QueueFullError, by task index).
+func TestBoundedBatchAdmittedInPart(t *testing.T) {
+	t.Parallel()
+	onStandaloneAndCluster(t, func(t *testing.T, rdb redis.UniversalClient) {
+		b := setup(t, setupOpts{rdb: rdb})
+		ctx := t.Context()
+		bounded(t, b, 1, 5, pipeline.FullReject)
+		_, err := b.client.Enqueue(ctx, b.queue, pipeline.Task{Type: "t"})
+		require.NoError(t, err)
+		tasks := make([]pipeline.Task, 7)
+		for i := range tasks {
+			tasks[i] = pipeline.Task{Type: "t", Payload: []byte(fmt.Sprint(i))}
+		}
+		jobs, err := b.client.EnqueueBatch(ctx, b.queue, tasks)
+		require.ErrorIs(t, err, pipeline.ErrQueueFull)
+		require.Len(t, jobs, 7)
+		for i, j := range jobs {
+			if i < 4 {
+				require.Equal(t, status.Queued, j.Status, "task %d", i)
+				continue
+			}
+			require.Equal(t, status.Status(""), j.Status, "task %d", i)
+			_, err := b.client.Get(ctx, b.queue, j.ID)
+			require.ErrorIs(t, err, pipeline.ErrNotFound, "task %d", i)
+		}
+		var refused []int
+		for _, qf := range pipeline.QueueFullErrors(err) {
+			refused = append(refused, qf.Task)
+		}
+		require.Equal(t, []int{4, 5, 6}, refused)
+		require.EqualValues(t, 3, b.stats(t).RejectedFull)
+	})
+}
+
+// drop-oldest cancels the oldest ready job of the lowest priority level (the level read
+// last), with the reason as its last error, and admits the new job: the queue stays at its
+// bound.
+func TestBoundedDropOldest(t *testing.T) {
+	t.Parallel()
+	onStandaloneAndCluster(t, func(t *testing.T, rdb redis.UniversalClient) {
+		b := setup(t, setupOpts{rdb: rdb})
+		ctx := t.Context()
+		bounded(t, b, 1, 3, pipeline.FullDropOldest)
+		first, err := b.client.Enqueue(ctx, b.queue, pipeline.Task{Type: "t"})
+		require.NoError(t, err)
+		low, err := b.client.Enqueue(ctx, b.queue, pipeline.Task{Type: "t"}, pipeline.WithPriority(3))
+		require.NoError(t, err)
+		second, err := b.client.Enqueue(ctx, b.queue, pipeline.Task{Type: "t"})
+		require.NoError(t, err)
+
+		admitted, err := b.client.Enqueue(ctx, b.queue, pipeline.Task{Type: "t"})
+		require.NoError(t, err)
+		require.Equal(t, status.Queued, admitted.Status)
+		got, err := b.client.Get(ctx, b.queue, low.ID)
+		require.NoError(t, err)
+		require.Equal(t, status.Canceled, got.Status)
+		require.Equal(t, "dropped: queue full (max_waiting 3)", got.LastError)
+
+		// Level 1 alone left: its oldest goes next, the batch's jobs admitted all.
+		jobs, err := b.client.EnqueueBatch(ctx, b.queue, []pipeline.Task{{Type: "t"}})
+		require.NoError(t, err)
+		require.Equal(t, status.Queued, jobs[0].Status)
+		got, err = b.client.Get(ctx, b.queue, first.ID)
+		require.NoError(t, err)
+		require.Equal(t, status.Canceled, got.Status)
+		for _, id := range []string{second.ID, admitted.ID, jobs[0].ID} {
+			got, err := b.client.Get(ctx, b.queue, id)
+			require.NoError(t, err)
+			require.Equal(t, status.Queued, got.Status, id)
+		}
+		st := b.stats(t)
+		require.EqualValues(t, 2, st.DroppedFull)
+		require.EqualValues(t, 2, st.Canceled)
+		require.EqualValues(t, 3, st.Queued)
+		require.EqualValues(t, 0, st.RejectedFull)
+	})
+}
+
+// Publishers on several clients, in many goroutines, singly and in batches, never take a
+// queue past its bound: the check is one step with the write.
+func TestBoundedConcurrentPublishersExact(t *testing.T) {
+	t.Parallel()
+	onStandaloneAndCluster(t, func(t *testing.T, rdb redis.UniversalClient) {
+		b := setup(t, setupOpts{rdb: rdb})
+		ctx := t.Context()
+		const max = 40
+		bounded(t, b, 1, max, pipeline.FullReject)
+		var mu sync.Mutex
+		admitted, refused := 0, 0
+		var wg sync.WaitGroup
+		for g := range 8 {
+			cl, err := pipeline.NewClient(rdb, pipeline.ClientConfig{})
+			require.NoError(t, err)
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for k := range 10 {
+					tasks := []pipeline.Task{{Type: "t"}}
+					if (g+k)%2 == 0 {
+						tasks = append(tasks, pipeline.Task{Type: "t"}, pipeline.Task{Type: "t"})
+					}
+					jobs, err := cl.EnqueueBatch(ctx, b.queue, tasks)
+					if err != nil && !errors.Is(err, pipeline.ErrQueueFull) {
+						t.Error(err)
+						return
+					}
+					mu.Lock()
+					for _, j := range jobs {
+						if j.Status != "" {
+							admitted++
+						} else {
+							refused++
+						}
+					}
+					mu.Unlock()
+				}
+			}()
+		}
+		wg.Wait()
+		require.Equal(t, max, admitted)
+		st := b.stats(t)
+		require.EqualValues(t, max, st.Queued)
+		require.EqualValues(t, refused, st.RejectedFull)
+		require.Positive(t, refused)
+	})
+}
+
+// The count is of jobs not running: as a worker starts jobs, room comes back.
+func TestBoundedCountFallsAsWorkersStart(t *testing.T) {
+	t.Parallel()
+	onStandaloneAndCluster(t, func(t *testing.T, rdb redis.UniversalClient) {
+		b := setup(t, setupOpts{rdb: rdb})
+		ctx := t.Context()
+		bounded(t, b, 1, 2, pipeline.FullReject)
+		for range 2 {
+			_, err := b.client.Enqueue(ctx, b.queue, pipeline.Task{Type: "t"})
+			require.NoError(t, err)
+		}
+		_, err := b.client.Enqueue(ctx, b.queue, pipeline.Task{Type: "t"})
+		require.ErrorIs(t, err, pipeline.ErrQueueFull)
+
+		started, release := make(chan string, 10), make(chan struct{})
+		defer close(release)
+		b.startWorker(t, pipeline.WorkerConfig{Concurrency: 4}, map[string]pipeline.HandlerFunc{"t": func(ctx context.Context, j *pipeline.Job) ([]byte, error) {
+			started <- j.ID
+			select {
+			case <-release:
+			case <-ctx.Done():
+			}
+			return nil, nil
+		}})
+		for range 2 {
+			select {
+			case <-started:
+			case <-time.After(30 * time.Second):
+				t.Fatal("the jobs did not start")
+			}
+		}
+		for range 2 {
+			_, err := b.client.Enqueue(ctx, b.queue, pipeline.Task{Type: "t"}, pipeline.WithDelay(time.Hour))
+			require.NoError(t, err)
+		}
+		_, err = b.client.Enqueue(ctx, b.queue, pipeline.Task{Type: "t"}, pipeline.WithDelay(time.Hour))
+		require.ErrorIs(t, err, pipeline.ErrQueueFull)
+	})
+}
+
+// A partitioned queue applies ceil(max/partitions) to each partition: no partition holds
+// more, and a refusal names that share.
+func TestBoundedPartitionedQueue(t *testing.T) {
+	t.Parallel()
+	onStandaloneAndCluster(t, func(t *testing.T, rdb redis.UniversalClient) {
+		b := setup(t, setupOpts{rdb: rdb})
+		ctx := t.Context()
+		bounded(t, b, 3, 7, pipeline.FullReject) // 3 a partition
+		tasks := make([]pipeline.Task, 30)
+		for i := range tasks {
+			tasks[i] = pipeline.Task{Type: "t"}
+		}
+		jobs, err := b.client.EnqueueBatch(ctx, b.queue, tasks)
+		require.ErrorIs(t, err, pipeline.ErrQueueFull)
+		var qf *pipeline.QueueFullError
+		require.ErrorAs(t, err, &qf)
+		require.Equal(t, 3, qf.MaxWaiting)
+		admitted := 0
+		for _, j := range jobs {
+			if j.Status != "" {
+				admitted++
+			}
+		}
+		require.Equal(t, 9, admitted, "30 jobs fill every partition")
+		require.EqualValues(t, 9, b.stats(t).Queued)
+	})
+}
