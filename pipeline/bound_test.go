@@ -268,3 +268,32 @@ func TestBoundedPartitionedQueue(t *testing.T) {
 		require.EqualValues(t, 9, b.stats(t).Queued)
 	})
 }
+
+// A bound's settings are checked at the edge: a negative bound or an unknown policy changes
+// nothing; 0 removes the bound and reject the policy's field (the default).
+func TestBoundedSettingsChecked(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := t.Context()
+	bounded(t, b, 1, 4, pipeline.FullDropOldest)
+	minus, bad := -1, "drop-newest"
+	_, err := b.insp.UpdateQueue(ctx, b.queue, pipeline.QueuePatch{MaxWaiting: &minus})
+	require.ErrorIs(t, err, pipeline.ErrInvalid)
+	_, err = b.insp.UpdateQueue(ctx, b.queue, pipeline.QueuePatch{FullPolicy: &bad})
+	require.ErrorIs(t, err, pipeline.ErrInvalid)
+	var p pipeline.QueuePatch
+	require.NoError(t, p.UnmarshalJSON([]byte(`{"full_policy":"drop"}`)))
+	_, err = b.insp.UpdateQueue(ctx, b.queue, p)
+	require.ErrorIs(t, err, pipeline.ErrInvalid)
+	require.NoError(t, p.UnmarshalJSON([]byte(`{"max_waiting":9,"full_policy":"reject"}`)))
+	require.Equal(t, 9, *p.MaxWaiting)
+	st, err := b.insp.QueueSettings(ctx, b.queue)
+	require.NoError(t, err)
+	require.Equal(t, 4, st.MaxWaiting)
+	require.Equal(t, pipeline.FullDropOldest, st.FullPolicy)
+	zero, reject := 0, pipeline.FullReject
+	st, err = b.insp.UpdateQueue(ctx, b.queue, pipeline.QueuePatch{MaxWaiting: &zero, FullPolicy: &reject})
+	require.NoError(t, err)
+	require.Equal(t, 0, st.MaxWaiting)
+	require.Equal(t, pipeline.FullReject, st.FullPolicy)
+}
