@@ -8,9 +8,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
+	"github.com/conveyorq/conveyor/metakey"
 	"github.com/conveyorq/conveyor/pipeline"
 	"github.com/conveyorq/conveyor/status"
 )
@@ -296,4 +299,32 @@ func TestBoundedSettingsChecked(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 0, st.MaxWaiting)
 	require.Equal(t, pipeline.FullReject, st.FullPolicy)
+}
+
+// The Watermill Publisher returns a bounded queue's refusal: the messages past the bound are
+// not written, and publishing them all again once there is room writes only those.
+func TestBoundedWatermillPublisher(t *testing.T) {
+	t.Parallel()
+	onStandaloneAndCluster(t, func(t *testing.T, rdb redis.UniversalClient) {
+		b := setup(t, setupOpts{rdb: rdb})
+		bounded(t, b, 1, 2, pipeline.FullReject)
+		pub := newTestPublisher(t, b.client, pipeline.PublisherConfig{})
+		msgs := make([]*message.Message, 3)
+		for i := range msgs {
+			msgs[i] = message.NewMessage(watermill.NewUUID(), []byte(fmt.Sprint(i)))
+			msgs[i].Metadata.Set(metakey.Type, "t")
+		}
+		err := pub.Publish(b.queue, msgs...)
+		require.ErrorIs(t, err, pipeline.ErrQueueFull)
+		fulls := pipeline.QueueFullErrors(err)
+		require.Len(t, fulls, 1)
+		require.Equal(t, 2, fulls[0].Task)
+		three := 3
+		_, err = b.insp.UpdateQueue(t.Context(), b.queue, pipeline.QueuePatch{MaxWaiting: &three})
+		require.NoError(t, err)
+		require.NoError(t, pub.Publish(b.queue, msgs...))
+		st := b.stats(t)
+		require.EqualValues(t, 3, st.Queued)
+		require.EqualValues(t, 3, st.Enqueued)
+	})
 }
