@@ -107,6 +107,20 @@ func (c *Client) bound(ctx context.Context, d publish.Defaults) *jobstate.Bound 
 	return b
 }
 
+// fullError is the refusal of task i, published to queue of p partitions under bound, that
+// a script answered with row (script.Full). Its RetryAfter is fillRetryAfter's to set.
+func fullError(queue string, row jobstate.Created, bound *jobstate.Bound, p, i int) *QueueFullError {
+	return &QueueFullError{Queue: queue, Waiting: row.Waiting, Task: i,
+		MaxWaiting: publish.Defaults{MaxWaiting: bound.MaxWaiting}.PerPartition(p)}
+}
+
+// full is fullError with its RetryAfter, for a publish of one job.
+func (c *Client) full(ctx context.Context, queue string, row jobstate.Created, bound *jobstate.Bound, p, i int) error {
+	f := fullError(queue, row, bound, p, i)
+	c.fillRetryAfter(ctx, queue, []*QueueFullError{f})
+	return f
+}
+
 // fillRetryAfter sets the RetryAfter of the refusals fulls, of queue, from its drain rate: the
 // attempts its workers finished over the last minute (the history's fine buckets). One read
 // for them all, made only when a job was refused. A failed read leaves the cap.

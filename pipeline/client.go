@@ -206,16 +206,20 @@ func (c *Client) enqueue(ctx context.Context, queue string, task *Task, pt *publ
 	applyDefaults(d, opts, task, j, &nj)
 	rw := c.replicasFor(opts, nil).writer(c.rdb) // durable.go
 	js := c.store.Via(rw.Scripter(c.rdb))
-	if !nj.Plain(now) || d.MaxWaiting > 0 {
-		jobs, err := c.publish(ctx, js, queue, p, []*Job{j}, []jobstate.NewJob{nj}, now, c.bound(ctx, d))
+	bound := c.bound(ctx, d)
+	if !nj.Plain(now) || !publish.OneBounded(bound) {
+		jobs, err := c.publish(ctx, js, queue, p, []*Job{j}, []jobstate.NewJob{nj}, now, bound)
 		if err != nil {
 			return nil, err
 		}
 		return jobs[0], replicated(rw, nil)
 	}
-	row, err := c.pub.One(ctx, js, queue, p, &nj, now)
+	row, err := c.pub.One(ctx, js, queue, p, &nj, now, bound)
 	if err != nil {
 		return nil, err
+	}
+	if row.Code == script.Full {
+		return nil, c.full(ctx, queue, row, bound, p, 0)
 	}
 	existed, err := created(j, &nj, row, now)
 	if existed {
@@ -299,8 +303,7 @@ func (c *Client) publish(ctx context.Context, js jobstate.Backend, queue string,
 		Created: func(i int, row jobstate.Created) error {
 			if row.Code == script.Full {
 				// Its RetryAfter is set below, once every refusal is known: one read for all.
-				f := &QueueFullError{Queue: queue, Waiting: row.Waiting, Task: i,
-					MaxWaiting: publish.Defaults{MaxWaiting: bound.MaxWaiting}.PerPartition(p)}
+				f := fullError(queue, row, bound, p, i)
 				fulls = append(fulls, f)
 				return f
 			}

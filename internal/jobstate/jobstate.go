@@ -294,8 +294,20 @@ func enqueueReply(cmd *redis.Cmd, n int) ([]Created, error) {
 // of {code, ...}, which costs a single publish 5% less (docs/BENCHMARKS.md). It answers as one
 // row of enqueueReply.
 func (s *Store) Enqueue1(ctx context.Context, q keys.Queue, now time.Time, j *NewJob) (Created, error) {
-	cmd := enqueue1Script.Run(ctx, s.rdb, []string{q.Stream(), q.Stats(), q.Job(j.ID), q.Closed()},
-		j.ID, j.Type, j.Payload, j.Metadata, j.MaxRetries, now.UnixMilli())
+	return s.enqueue1(enqueue1Script.Run(ctx, s.rdb, []string{q.Stream(), q.Stats(), q.Job(j.ID), q.Closed()},
+		j.ID, j.Type, j.Payload, j.Metadata, j.MaxRetries, now.UnixMilli()))
+}
+
+// Enqueue1Bounded is Enqueue1 into a queue (or partition) that holds at most maxWaiting
+// waiting jobs and refuses the job at the bound (script.Full, with Created.Waiting): the
+// policy reject. A drop-oldest bound goes through enqueue.lua, which has the cancel's steps.
+func (s *Store) Enqueue1Bounded(ctx context.Context, q keys.Queue, now time.Time, j *NewJob, maxWaiting int) (Created, error) {
+	return s.enqueue1(enqueue1Script.Run(ctx, s.rdb, []string{q.Stream(), q.Stats(), q.Job(j.ID), q.Closed(), q.Scheduled()},
+		j.ID, j.Type, j.Payload, j.Metadata, j.MaxRetries, now.UnixMilli(), maxWaiting, keys.Group))
+}
+
+// enqueue1 reads enqueue1.lua's reply.
+func (s *Store) enqueue1(cmd *redis.Cmd) (Created, error) {
 	if e, ok := cmd.Val().(string); ok {
 		return Created{Code: script.OK, Entry: e}, nil
 	}
@@ -310,6 +322,9 @@ func (s *Store) Enqueue1(ctx context.Context, q keys.Queue, now time.Time, j *Ne
 		return Created{Code: script.Conflict, Differs: row.Data}, nil
 	case script.WrongState:
 		return Created{}, ErrClosed
+	case script.Full:
+		n, _ := strconv.ParseInt(row.Data, 10, 64)
+		return Created{Code: script.Full, Waiting: n}, nil
 	}
 	return Created{}, fmt.Errorf("enqueue1: unexpected reply %v", row)
 }
