@@ -38,7 +38,7 @@ func TestBoundedQueueRejects(t *testing.T) {
 		b := setup(t, setupOpts{rdb: rdb})
 		ctx := t.Context()
 		bounded(t, b, 1, 3, pipeline.FullReject)
-		_, err := b.client.Enqueue(ctx, b.queue, pipeline.Task{Type: "t"})
+		_, err := b.client.Enqueue(ctx, b.queue, pipeline.Task{Type: "t"}, pipeline.WithID("first"))
 		require.NoError(t, err)
 		_, err = b.client.Enqueue(ctx, b.queue, pipeline.Task{Type: "t"}, pipeline.WithDelay(time.Hour))
 		require.NoError(t, err)
@@ -67,7 +67,16 @@ func TestBoundedQueueRejects(t *testing.T) {
 		require.EqualValues(t, 3, st.RejectedFull)
 		require.EqualValues(t, 3, st.Queued+st.Scheduled)
 
-		// A job that exists already is answered as a duplicate, full or not.
+		// A job that exists already is answered as a duplicate, full or not, by either script.
+		for _, opts := range [][]pipeline.Option{{pipeline.WithID("first")}, {pipeline.WithID("first"), pipeline.WithPriority(1), pipeline.WithDelay(0)}} {
+			dup, err := b.client.Enqueue(ctx, b.queue, pipeline.Task{Type: "t"}, opts...)
+			require.NoError(t, err)
+			require.True(t, dup.Duplicate)
+		}
+		jobs, err := b.client.EnqueueBatch(ctx, b.queue, []pipeline.Task{{Type: "t", Opts: []pipeline.Option{pipeline.WithID("first")}}, {Type: "t", Opts: []pipeline.Option{pipeline.WithDelay(time.Hour)}}})
+		require.ErrorIs(t, err, pipeline.ErrQueueFull)
+		require.True(t, jobs[0].Duplicate)
+		require.EqualValues(t, 4, b.stats(t).RejectedFull)
 		zero := 0
 		_, err = b.insp.UpdateQueue(ctx, b.queue, pipeline.QueuePatch{MaxWaiting: &zero})
 		require.NoError(t, err)
