@@ -109,6 +109,12 @@ func TestQueueFull429UnderFlood(t *testing.T) {
 			require.Equal(t, []int{2}, partial.Error.Refused)
 			require.Len(t, partial.Error.Jobs, 3)
 			require.Equal(t, "queued", partial.Error.Jobs[0].Status)
+			// Refused whole: one line, every index.
+			r = e.do("POST", e.jobs()+":batch", `{"jobs":[{"type":"echo"},{"type":"echo"}]}`)
+			require.Equal(t, 429, r.status, "%s", r.body)
+			r.json(t, &partial)
+			require.Equal(t, []int{0, 1}, partial.Error.Refused)
+			require.NotContains(t, r.apiErr(t).Message, "\n")
 			_, err = e.insp.UpdateQueue(t.Context(), e.queue, pipeline.QueuePatch{MaxWaiting: &zero})
 			require.NoError(t, err)
 			e.post(`{"type":"echo"}`, 202)
@@ -119,7 +125,7 @@ func TestQueueFull429UnderFlood(t *testing.T) {
 				RejectedFull int64 `json:"rejected_full"`
 			}
 			r.json(t, &stats)
-			require.EqualValues(t, clients*each-25+1, stats.RejectedFull)
+			require.EqualValues(t, clients*each-25+1+2, stats.RejectedFull)
 		})
 	}
 }

@@ -117,11 +117,15 @@ func (s *Server) enqueueBatch(w http.ResponseWriter, r *http.Request) error {
 	}
 	jobs, err := s.client.EnqueueBatch(traceContext(r), queue, tasks)
 	if err != nil {
-		if fulls := pipeline.QueueFullErrors(err); len(fulls) > 0 && len(fulls) < len(tasks) && !errors.Is(err, pipeline.ErrConflict) && !noAnswer(err) {
-			// Admitted in part: the body says which were refused and holds the jobs written.
+		if fulls := pipeline.QueueFullErrors(err); len(fulls) > 0 && !errors.Is(err, pipeline.ErrConflict) && !noAnswer(err) {
+			// Admitted in part, or not at all: the body says which were refused (one line, not
+			// one per job) and holds the jobs written.
 			ae := queueFull(err)
 			ae.Message = fmt.Sprintf("%d of the batch's %d jobs refused: %s holds its bound of waiting jobs (%d); the others were accepted",
 				len(fulls), len(tasks), queue, fulls[0].MaxWaiting)
+			if len(fulls) == len(tasks) {
+				ae.Message = fmt.Sprintf("the batch's %d jobs refused: %s holds its bound of waiting jobs (%d)", len(tasks), queue, fulls[0].MaxWaiting)
+			}
 			for _, f := range fulls {
 				ae.Refused = append(ae.Refused, f.Task)
 			}
