@@ -337,3 +337,63 @@ func TestBoundedWatermillPublisher(t *testing.T) {
 		require.EqualValues(t, 3, st.Enqueued)
 	})
 }
+
+// drop-oldest drops the oldest job not yet handed to a worker: entries a worker has read (here
+// running, then the queue paused so that it reads no more) are neither counted nor dropped.
+func TestBoundedDropOldestSkipsDelivered(t *testing.T) {
+	t.Parallel()
+	onStandaloneAndCluster(t, func(t *testing.T, rdb redis.UniversalClient) {
+		b := setup(t, setupOpts{rdb: rdb})
+		ctx := t.Context()
+		bounded(t, b, 1, 2, pipeline.FullDropOldest)
+		running := map[string]bool{}
+		for range 2 {
+			j, err := b.client.Enqueue(ctx, b.queue, pipeline.Task{Type: "t"})
+			require.NoError(t, err)
+			running[j.ID] = true
+		}
+		started, release := make(chan string, 10), make(chan struct{})
+		defer close(release)
+		b.startWorker(t, pipeline.WorkerConfig{Concurrency: 2}, map[string]pipeline.HandlerFunc{"t": func(ctx context.Context, j *pipeline.Job) ([]byte, error) {
+			started <- j.ID
+			select {
+			case <-release:
+			case <-ctx.Done():
+			}
+			return nil, nil
+		}})
+		for range 2 {
+			select {
+			case id := <-started:
+				require.True(t, running[id], id)
+			case <-time.After(30 * time.Second):
+				t.Fatal("the jobs did not start")
+			}
+		}
+		yes := true
+		_, err := b.insp.UpdateQueue(ctx, b.queue, pipeline.QueuePatch{Paused: &yes})
+		require.NoError(t, err)
+
+		var ids []string
+		for range 3 {
+			j, err := b.client.Enqueue(ctx, b.queue, pipeline.Task{Type: "t"})
+			require.NoError(t, err)
+			ids = append(ids, j.ID)
+		}
+		got, err := b.client.Get(ctx, b.queue, ids[0])
+		require.NoError(t, err)
+		require.Equal(t, status.Canceled, got.Status, "the oldest not handed out")
+		require.Contains(t, got.LastError, "dropped: queue full (max_waiting 2)")
+		for id := range running {
+			got, err := b.client.Get(ctx, b.queue, id)
+			require.NoError(t, err)
+			require.NotEqual(t, status.Canceled, got.Status, "a running job is not dropped")
+		}
+		for _, id := range ids[1:] {
+			got, err := b.client.Get(ctx, b.queue, id)
+			require.NoError(t, err)
+			require.Equal(t, status.Queued, got.Status)
+		}
+		require.EqualValues(t, 1, b.stats(t).DroppedFull)
+	})
+}
