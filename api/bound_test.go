@@ -107,8 +107,10 @@ func TestQueueFull429UnderFlood(t *testing.T) {
 			r.json(t, &partial)
 			require.Equal(t, "queue_full", partial.Error.Code)
 			require.Equal(t, []int{2}, partial.Error.Refused)
-			require.Len(t, partial.Error.Jobs, 3)
-			require.Equal(t, "queued", partial.Error.Jobs[0].Status)
+			require.Len(t, partial.Error.Jobs, 2, "the jobs written")
+			for _, j := range partial.Error.Jobs {
+				require.Equal(t, "queued", j.Status)
+			}
 			// Refused whole: one line, every index.
 			r = e.do("POST", e.jobs()+":batch", `{"jobs":[{"type":"echo"},{"type":"echo"}]}`)
 			require.Equal(t, 429, r.status, "%s", r.body)

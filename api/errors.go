@@ -60,8 +60,8 @@ type apiError struct {
 	invalidToken bool
 	// retryAfter, when set, is sent as the Retry-After header (seconds).
 	retryAfter string
-	// Refused lists, on a batch's 429, the indexes of the jobs the queue refused; the others
-	// were written (Jobs).
+	// Refused lists, on a batch's 429, the indexes of the jobs the queue refused; Jobs the
+	// others, which were written, in the batch's order.
 	Refused []int           `json:"refused,omitempty"`
 	Jobs    []*pipeline.Job `json:"jobs,omitempty"`
 }

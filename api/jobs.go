@@ -126,10 +126,17 @@ func (s *Server) enqueueBatch(w http.ResponseWriter, r *http.Request) error {
 			if len(fulls) == len(tasks) {
 				ae.Message = fmt.Sprintf("the batch's %d jobs refused: %s holds its bound of waiting jobs (%d)", len(tasks), queue, fulls[0].MaxWaiting)
 			}
+			refused := make(map[int]bool, len(fulls))
 			for _, f := range fulls {
 				ae.Refused = append(ae.Refused, f.Task)
+				refused[f.Task] = true
 			}
-			ae.Jobs = jobs
+			ae.Jobs = []*pipeline.Job{}
+			for i, j := range jobs {
+				if !refused[i] {
+					ae.Jobs = append(ae.Jobs, j)
+				}
+			}
 			return ae
 		}
 		if errors.Is(err, pipeline.ErrConflict) && !noAnswer(err) {
