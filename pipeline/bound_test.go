@@ -13,6 +13,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
+	"github.com/conveyorq/conveyor/internal/jobtest"
 	"github.com/conveyorq/conveyor/metakey"
 	"github.com/conveyorq/conveyor/pipeline"
 	"github.com/conveyorq/conveyor/status"
@@ -395,5 +396,57 @@ func TestBoundedDropOldestSkipsDelivered(t *testing.T) {
 			require.Equal(t, status.Queued, got.Status)
 		}
 		require.EqualValues(t, 1, b.stats(t).DroppedFull)
+	})
+}
+
+// The script's count of waiting jobs is the gauges' Queued plus Scheduled, whatever the jobs'
+// places: queued at two levels, scheduled, waiting for a retry, in a fair group's line, running
+// (not counted), finished (not counted), a workflow task waiting for its dependency (not
+// counted). A bound of that count refuses the next job, saying the count; one more admits it.
+func TestBoundedCountMatchesGauges(t *testing.T) {
+	t.Parallel()
+	onStandaloneAndCluster(t, func(t *testing.T, rdb redis.UniversalClient) {
+		b := setup(t, setupOpts{rdb: rdb})
+		ctx := t.Context()
+		_, err := b.insp.CreateQueue(ctx, b.queue, pipeline.QueueOptions{})
+		require.NoError(t, err)
+		one := 1
+		_, err = b.insp.UpdateQueue(ctx, b.queue, pipeline.QueuePatch{GroupWindow: &one})
+		require.NoError(t, err)
+		for _, s := range []struct {
+			st   status.Status
+			opts []pipeline.Option
+		}{
+			{status.Queued, nil}, {status.Queued, []pipeline.Option{pipeline.WithPriority(3)}},
+			{status.Scheduled, nil}, {jobtest.Retry, nil}, {status.InProgress, nil}, {status.InProgress, nil},
+			{status.Failed, nil}, {status.Completed, nil}, {status.Canceled, nil}, {status.Waiting, nil},
+		} {
+			jobtest.Seed(t, rdb, b.queue, s.st, jobtest.Opts{Options: s.opts})
+		}
+		for range 3 {
+			_, err := b.client.Enqueue(ctx, b.queue, pipeline.Task{Type: "t"}, pipeline.WithGroup("g"))
+			require.NoError(t, err)
+		}
+		st := b.stats(t)
+		require.Positive(t, st.GroupWaiting)
+		require.Positive(t, st.InProgress)
+		require.Positive(t, st.Waiting)
+		waiting := int(st.Queued + st.Scheduled)
+		require.GreaterOrEqual(t, waiting, 7)
+
+		_, err = b.insp.UpdateQueue(ctx, b.queue, pipeline.QueuePatch{MaxWaiting: &waiting})
+		require.NoError(t, err)
+		for _, opts := range [][]pipeline.Option{nil, {pipeline.WithDelay(time.Hour)}} {
+			_, err = b.client.Enqueue(ctx, b.queue, pipeline.Task{Type: "t"}, opts...)
+			require.ErrorIs(t, err, pipeline.ErrQueueFull)
+			fulls := pipeline.QueueFullErrors(err)
+			require.Len(t, fulls, 1)
+			require.EqualValues(t, waiting, fulls[0].Waiting)
+		}
+		more := waiting + 1
+		_, err = b.insp.UpdateQueue(ctx, b.queue, pipeline.QueuePatch{MaxWaiting: &more})
+		require.NoError(t, err)
+		_, err = b.client.Enqueue(ctx, b.queue, pipeline.Task{Type: "t"})
+		require.NoError(t, err)
 	})
 }
