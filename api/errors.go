@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strconv"
+	"time"
 
 	"github.com/conveyorq/conveyor/internal/rediserr"
 	"github.com/conveyorq/conveyor/pipeline"
@@ -21,6 +23,7 @@ const (
 	CodeMethodNotAllowed     = "method_not_allowed"     // 405: the route exists for other methods (see Allow)
 	CodeConflict             = "conflict"               // 409: a refused transition, or an id taken by another job
 	CodeMisdirected          = "misdirected_request"    // 421: a Host this server does not answer without a token (DNS rebinding)
+	CodeQueueFull            = "queue_full"             // 429: the queue holds its bound of waiting jobs (max_waiting); see Retry-After
 	CodePayloadTooLarge      = "payload_too_large"      // 413: the body or the payload is over its limit
 	CodeUnsupportedMediaType = "unsupported_media_type" // 415: a POST body that is not application/json
 	CodeInternal             = "internal"               // 500: a bug; the log has the details
@@ -57,6 +60,10 @@ type apiError struct {
 	invalidToken bool
 	// retryAfter, when set, is sent as the Retry-After header (seconds).
 	retryAfter string
+	// Refused lists, on a batch's 429, the indexes of the jobs the queue refused; Jobs the
+	// others, which were written, in the batch's order.
+	Refused []int           `json:"refused,omitempty"`
+	Jobs    []*pipeline.Job `json:"jobs,omitempty"`
 }
 
 func (e *apiError) Error() string { return e.Message }
@@ -89,6 +96,8 @@ func toAPIError(err error) *apiError {
 	case errors.As(err, &tooBig):
 		return &apiError{Status: http.StatusRequestEntityTooLarge, Code: CodePayloadTooLarge,
 			Message: fmt.Sprintf("request body over the limit of %d bytes", tooBig.Limit)}
+	case errors.Is(err, pipeline.ErrQueueFull):
+		return queueFull(err)
 	case errors.Is(err, pipeline.ErrPayloadTooLarge):
 		return &apiError{Status: http.StatusRequestEntityTooLarge, Code: CodePayloadTooLarge, Message: message(err)}
 	case errors.Is(err, pipeline.ErrConflict):
@@ -186,6 +195,15 @@ func refusing(err error) bool {
 // errorBody is the JSON of every error response.
 type errorBody struct {
 	Error *apiError `json:"error"`
+}
+
+// queueFull is the 429 of a publish a bounded queue refused, with Retry-After in whole
+// seconds (at least 1) from the refusal's estimate.
+func queueFull(err error) *apiError {
+	ra, _ := pipeline.RetryAfter(err)
+	secs := max(1, int64((ra+time.Second-1)/time.Second))
+	return &apiError{Status: http.StatusTooManyRequests, Code: CodeQueueFull, Message: message(err),
+		retryAfter: strconv.FormatInt(secs, 10)}
 }
 
 // writeError answers err. Errors the client is not told the details of (5xx) are logged at

@@ -117,6 +117,28 @@ func (s *Server) enqueueBatch(w http.ResponseWriter, r *http.Request) error {
 	}
 	jobs, err := s.client.EnqueueBatch(traceContext(r), queue, tasks)
 	if err != nil {
+		if fulls := pipeline.QueueFullErrors(err); len(fulls) > 0 && !errors.Is(err, pipeline.ErrConflict) && !noAnswer(err) {
+			// Admitted in part, or not at all: the body says which were refused (one line, not
+			// one per job) and holds the jobs written.
+			ae := queueFull(err)
+			ae.Message = fmt.Sprintf("%d of the batch's %d jobs refused: %s holds its bound of waiting jobs (%d); the others were accepted",
+				len(fulls), len(tasks), queue, fulls[0].MaxWaiting)
+			if len(fulls) == len(tasks) {
+				ae.Message = fmt.Sprintf("the batch's %d jobs refused: %s holds its bound of waiting jobs (%d)", len(tasks), queue, fulls[0].MaxWaiting)
+			}
+			refused := make(map[int]bool, len(fulls))
+			for _, f := range fulls {
+				ae.Refused = append(ae.Refused, f.Task)
+				refused[f.Task] = true
+			}
+			ae.Jobs = []*pipeline.Job{}
+			for i, j := range jobs {
+				if !refused[i] {
+					ae.Jobs = append(ae.Jobs, j)
+				}
+			}
+			return ae
+		}
 		if errors.Is(err, pipeline.ErrConflict) && !noAnswer(err) {
 			return &apiError{Status: http.StatusConflict, Code: CodeConflict, Reason: ReasonIDTaken,
 				Message: message(err) + "\nthe batch's other jobs were accepted: send it again without these to read them"}

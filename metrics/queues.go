@@ -99,6 +99,8 @@ var (
 		{counterDesc("recovered", "Jobs put back after their worker died."), func(s *pipeline.QueueStats) int64 { return s.Recovered }},
 		{counterDesc("canceled", "Jobs canceled."), func(s *pipeline.QueueStats) int64 { return s.Canceled }},
 		{counterDesc("debounced", "Publishes that joined a pending debounced job instead of creating one."), func(s *pipeline.QueueStats) int64 { return s.Debounced }},
+		{counterDesc("rejected_full", "Jobs the queue refused at its bound of waiting jobs (max_waiting, policy reject)."), func(s *pipeline.QueueStats) int64 { return s.RejectedFull }},
+		{counterDesc("dropped_full", "Waiting jobs the queue canceled at its bound to admit new ones (max_waiting, policy drop-oldest)."), func(s *pipeline.QueueStats) int64 { return s.DroppedFull }},
 	}
 )
 

@@ -2,6 +2,7 @@ package metrics_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"testing"
@@ -237,6 +238,40 @@ func TestQueueCollectorDebounced(t *testing.T) {
 	require.Equal(t, 3.0, value(t, reg, "conveyor_queue_debounced_total", "queue", "d"))
 	require.Equal(t, 1.0, value(t, reg, "conveyor_queue_enqueued_total", "queue", "d"))
 	require.Equal(t, 1.0, value(t, reg, "conveyor_queue_jobs", "queue", "d", "state", "scheduled"))
+}
+
+// conveyor_queue_rejected_full_total and _dropped_full_total count a bounded queue's refusals
+// and drops.
+func TestQueueCollectorBoundedQueue(t *testing.T) {
+	t.Parallel()
+	prefix := redistest.UniqueName(t)
+	rdb := redistest.Client(t)
+	client, err := pipeline.NewClient(rdb, pipeline.ClientConfig{Prefix: prefix})
+	require.NoError(t, err)
+	insp, err := pipeline.NewInspector(rdb, pipeline.InspectorConfig{Prefix: prefix})
+	require.NoError(t, err)
+	for _, q := range []string{"r", "d"} {
+		_, err = insp.CreateQueue(t.Context(), q, pipeline.QueueOptions{})
+		require.NoError(t, err)
+	}
+	one, reject, drop := 1, pipeline.FullReject, pipeline.FullDropOldest
+	_, err = insp.UpdateQueue(t.Context(), "r", pipeline.QueuePatch{MaxWaiting: &one, FullPolicy: &reject})
+	require.NoError(t, err)
+	_, err = insp.UpdateQueue(t.Context(), "d", pipeline.QueuePatch{MaxWaiting: &one, FullPolicy: &drop})
+	require.NoError(t, err)
+	for range 3 {
+		_, err := client.Enqueue(t.Context(), "d", pipeline.Task{Type: "t"})
+		require.NoError(t, err)
+		_, err = client.Enqueue(t.Context(), "r", pipeline.Task{Type: "t"})
+		require.True(t, err == nil || errors.Is(err, pipeline.ErrQueueFull), "%v", err)
+	}
+	qc, err := metrics.NewQueueCollector(insp, metrics.QueueCollectorConfig{Queues: []string{"r", "d"}})
+	require.NoError(t, err)
+	reg := prometheus.NewRegistry()
+	require.NoError(t, reg.Register(qc))
+	require.Equal(t, 2.0, value(t, reg, "conveyor_queue_rejected_full_total", "queue", "r"))
+	require.Equal(t, 2.0, value(t, reg, "conveyor_queue_dropped_full_total", "queue", "d"))
+	require.Equal(t, 0.0, value(t, reg, "conveyor_queue_dropped_full_total", "queue", "r"))
 }
 
 // conveyor_queue_group_waiting counts a queue's jobs waiting for a place in their group's

@@ -757,3 +757,45 @@ func TestQueueRedisFailsForIsHeldBack(t *testing.T) {
 	require.NoError(t, b.db.QueryRow(`SELECT max(last_error) FROM `+outbox.Table+` WHERE queue = 'broken' AND error IS NULL`).Scan(&reason))
 	require.Contains(t, reason, "WRONGTYPE")
 }
+
+// A bounded queue at its bound (pipeline.ErrQueueFull) takes the rows it has room for; the
+// relay deletes those and holds the others back, with reason queue_full, as it holds back any
+// refused queue, and sends them once there is room.
+func TestQueueFullRowsHeldBackThenSent(t *testing.T) {
+	b := setup(t)
+	ctx := context.Background()
+	insp, err := pipeline.NewInspector(b.rdb, pipeline.InspectorConfig{})
+	require.NoError(t, err)
+	_, err = insp.CreateQueue(ctx, b.queue, pipeline.QueueOptions{})
+	require.NoError(t, err)
+	two := 2
+	_, err = insp.UpdateQueue(ctx, b.queue, pipeline.QueuePatch{MaxWaiting: &two})
+	require.NoError(t, err)
+	ids := b.enqueue(t, 5, nil)
+	var mu sync.Mutex
+	heldBy := map[string]int{}
+	r := b.relay(t, outbox.RelayConfig{OnBatch: func(rb outbox.RelayBatch) {
+		mu.Lock()
+		defer mu.Unlock()
+		for k, v := range rb.HeldBackBy {
+			heldBy[k] += v
+		}
+	}})
+	require.Eventually(t, func() bool { return r.Stats().HeldBack >= 3 }, time.Minute, time.Millisecond)
+	require.Equal(t, 3, b.rows(t), "the rows the queue took are deleted, the others kept")
+	var last string
+	require.NoError(t, b.db.QueryRow(`SELECT max(last_error) FROM `+outbox.Table+` WHERE error IS NULL`).Scan(&last))
+	require.Contains(t, last, "queue full")
+	mu.Lock()
+	require.Equal(t, []string{outbox.ReasonQueueFull}, slices.Collect(maps.Keys(heldBy)))
+	mu.Unlock()
+
+	five := 5
+	_, err = insp.UpdateQueue(ctx, b.queue, pipeline.QueuePatch{MaxWaiting: &five})
+	require.NoError(t, err)
+	b.waitEmpty(t)
+	b.requireJobs(t, ids)
+	st, err := b.client.Stats(ctx, b.queue)
+	require.NoError(t, err)
+	require.GreaterOrEqual(t, st.RejectedFull, int64(3), "refused at each try before the bound rose")
+}

@@ -55,6 +55,9 @@ const (
 	// timeout) while it answered a PING. Held back. (Redis not answering at all holds back no
 	// queue: the whole relay backs off, as for PostgreSQL.)
 	ReasonRedis = "redis"
+	// ReasonQueueFull: the row's queue holds its bound of waiting jobs (max_waiting, policy
+	// reject: pipeline.ErrQueueFull). Held back; the batch's rows the queue took are sent.
+	ReasonQueueFull = "queue_full"
 	// ReasonConflict: the row's id names a job with another type or payload
 	// (pipeline.ErrConflict). Set aside.
 	ReasonConflict = "conflict"
@@ -68,7 +71,7 @@ const (
 
 // HeldBackReasons and SetAsideReasons list the reasons of each kind.
 var (
-	HeldBackReasons = []string{ReasonTooManyQueues, ReasonQueueNotFound, ReasonRedis}
+	HeldBackReasons = []string{ReasonTooManyQueues, ReasonQueueNotFound, ReasonRedis, ReasonQueueFull}
 	SetAsideReasons = []string{ReasonConflict, ReasonInvalid, ReasonTooLarge}
 )
 
@@ -441,6 +444,25 @@ func (r *Relay) batch(ctx context.Context) (n int, err error) {
 				// Not counted as a duplicate when it comes back as one: EnqueueBatch wrote it.
 				done = append(done, rw.id)
 			}
+		case errors.Is(err, pipeline.ErrQueueFull) && len(jobs) == len(sent):
+			// Admitted in part: the rows the queue took are done, the others wait out the
+			// queue's backoff like any refused queue's.
+			full := map[int]bool{}
+			for _, f := range pipeline.QueueFullErrors(err) {
+				full[f.Task] = true
+			}
+			for i, rw := range sent {
+				switch {
+				case full[i] || jobs[i] == nil:
+					left = append(left, rw)
+				default:
+					if jobs[i].Duplicate {
+						dups++
+					}
+					done = append(done, rw.id)
+				}
+			}
+			sendErr = err
 		case err != nil:
 			left, sendErr = sent, err
 		default:
@@ -672,6 +694,8 @@ func heldReason(err error) string {
 		return ReasonTooManyQueues
 	case errors.Is(err, pipeline.ErrQueueNotFound):
 		return ReasonQueueNotFound
+	case errors.Is(err, pipeline.ErrQueueFull):
+		return ReasonQueueFull
 	}
 	return ReasonRedis
 }

@@ -34,6 +34,7 @@ func BenchmarkEnqueue(b *testing.B) {
 	q := redistest.UniqueName(b)
 	ctx := context.Background()
 	b.ReportAllocs()
+	u0 := scriptUsec(b, rdb)
 	b.ResetTimer()
 	for range b.N {
 		if _, err := c.Enqueue(ctx, q, pipeline.Task{Type: "noop", Payload: payload100}); err != nil {
@@ -41,6 +42,7 @@ func BenchmarkEnqueue(b *testing.B) {
 		}
 	}
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "jobs/s")
+	b.ReportMetric(float64(scriptUsec(b, rdb)-u0)/float64(b.N), "redis-us/job")
 }
 
 func BenchmarkEnqueueBatch(b *testing.B) {
@@ -54,6 +56,7 @@ func BenchmarkEnqueueBatch(b *testing.B) {
 		tasks[i] = pipeline.Task{Type: "noop", Payload: payload100}
 	}
 	b.ReportAllocs()
+	u0 := scriptUsec(b, rdb)
 	b.ResetTimer()
 	for done := 0; done < b.N; done += len(tasks) {
 		n := min(len(tasks), b.N-done)
@@ -62,6 +65,66 @@ func BenchmarkEnqueueBatch(b *testing.B) {
 		}
 	}
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "jobs/s")
+	b.ReportMetric(float64(scriptUsec(b, rdb)-u0)/float64(b.N), "redis-us/job")
+}
+
+// BenchmarkEnqueueBatchBounded is BenchmarkEnqueueBatch into a queue with a bound that is set
+// and never reached (docs/BENCHMARKS.md, "Bounded queues"): the cost of the count that
+// enqueue.lua makes once a call.
+func BenchmarkEnqueueBatchBounded(b *testing.B) {
+	rdb := redistest.Client(b)
+	c, err := pipeline.NewClient(rdb, pipeline.ClientConfig{})
+	require.NoError(b, err)
+	q := boundedBenchQueue(b, rdb)
+	ctx := context.Background()
+	tasks := make([]pipeline.Task, 1000)
+	for i := range tasks {
+		tasks[i] = pipeline.Task{Type: "noop", Payload: payload100}
+	}
+	b.ReportAllocs()
+	u0 := scriptUsec(b, rdb)
+	b.ResetTimer()
+	for done := 0; done < b.N; done += len(tasks) {
+		n := min(len(tasks), b.N-done)
+		if _, err := c.EnqueueBatch(ctx, q, tasks[:n]); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "jobs/s")
+	b.ReportMetric(float64(scriptUsec(b, rdb)-u0)/float64(b.N), "redis-us/job")
+}
+
+// BenchmarkEnqueueBounded is BenchmarkEnqueue into a queue with a bound set and never reached:
+// a bounded single publish goes through enqueue.lua, not the one-job script.
+func BenchmarkEnqueueBounded(b *testing.B) {
+	rdb := redistest.Client(b)
+	c, err := pipeline.NewClient(rdb, pipeline.ClientConfig{})
+	require.NoError(b, err)
+	q := boundedBenchQueue(b, rdb)
+	ctx := context.Background()
+	b.ReportAllocs()
+	u0 := scriptUsec(b, rdb)
+	b.ResetTimer()
+	for range b.N {
+		if _, err := c.Enqueue(ctx, q, pipeline.Task{Type: "noop", Payload: payload100}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "jobs/s")
+	b.ReportMetric(float64(scriptUsec(b, rdb)-u0)/float64(b.N), "redis-us/job")
+}
+
+// boundedBenchQueue makes a queue bounded far above what a benchmark publishes.
+func boundedBenchQueue(b *testing.B, rdb *redis.Client) string {
+	insp, err := pipeline.NewInspector(rdb, pipeline.InspectorConfig{})
+	require.NoError(b, err)
+	q := redistest.UniqueName(b)
+	_, err = insp.CreateQueue(context.Background(), q, pipeline.QueueOptions{})
+	require.NoError(b, err)
+	bound := 1 << 30
+	_, err = insp.UpdateQueue(context.Background(), q, pipeline.QueuePatch{MaxWaiting: &bound})
+	require.NoError(b, err)
+	return q
 }
 
 // BenchmarkEndToEnd publishes b.N no-op jobs first, then times one worker draining them.

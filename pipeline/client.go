@@ -206,16 +206,20 @@ func (c *Client) enqueue(ctx context.Context, queue string, task *Task, pt *publ
 	applyDefaults(d, opts, task, j, &nj)
 	rw := c.replicasFor(opts, nil).writer(c.rdb) // durable.go
 	js := c.store.Via(rw.Scripter(c.rdb))
-	if !nj.Plain(now) {
-		jobs, err := c.publish(ctx, js, queue, p, []*Job{j}, []jobstate.NewJob{nj}, now)
+	bound := c.bound(ctx, d)
+	if !nj.Plain(now) || !publish.OneBounded(bound) {
+		jobs, err := c.publish(ctx, js, queue, p, []*Job{j}, []jobstate.NewJob{nj}, now, bound)
 		if err != nil {
 			return nil, err
 		}
 		return jobs[0], replicated(rw, nil)
 	}
-	row, err := c.pub.One(ctx, js, queue, p, &nj, now)
+	row, err := c.pub.One(ctx, js, queue, p, &nj, now, bound)
 	if err != nil {
 		return nil, err
+	}
+	if row.Code == script.Full {
+		return nil, c.full(ctx, queue, row, bound, p, 0)
 	}
 	existed, err := created(j, &nj, row, now)
 	if existed {
@@ -282,17 +286,27 @@ func (c *Client) enqueueBatch(ctx context.Context, queue string, tasks []Task, p
 		applyDefaults(d, opts, &tasks[i], jobs[i], &njs[i])
 	}
 	rw := c.replicasFor(opts, tasks).writer(c.rdb) // durable.go
-	jobs, err = c.publish(ctx, c.store.Via(rw.Scripter(c.rdb)), queue, p, jobs, njs, now)
+	jobs, err = c.publish(ctx, c.store.Via(rw.Scripter(c.rdb)), queue, p, jobs, njs, now, c.bound(ctx, d))
 	return jobs, replicated(rw, err)
 }
 
 // publish writes prepared jobs to queue in the layout of p, its partition count as the caller
 // read it (publish.Publisher.Publish, which writes again the jobs a closed layout refused).
 // It sets on each job what the scripts answered, and reads the jobs that existed already.
-func (c *Client) publish(ctx context.Context, js jobstate.Backend, queue string, p int, jobs []*Job, njs []jobstate.NewJob, now time.Time) ([]*Job, error) {
+// Under a bound (nil: none), a job the queue refused keeps an empty Status, and its error, a
+// *QueueFullError, comes back with the others'.
+func (c *Client) publish(ctx context.Context, js jobstate.Backend, queue string, p int, jobs []*Job, njs []jobstate.NewJob, now time.Time, bound *jobstate.Bound) ([]*Job, error) {
 	var existing []int // a try's jobs that existed, read once its calls all answered
+	var fulls []*QueueFullError
 	err := c.pub.Publish(ctx, js, queue, p, njs, now, publish.Settle{
+		Bound: bound,
 		Created: func(i int, row jobstate.Created) error {
+			if row.Code == script.Full {
+				// Its RetryAfter is set below, once every refusal is known: one read for all.
+				f := fullError(queue, row, bound, p, i)
+				fulls = append(fulls, f)
+				return f
+			}
 			existed, err := created(jobs[i], &njs[i], row, now)
 			if existed {
 				existing = append(existing, i)
@@ -312,6 +326,7 @@ func (c *Client) publish(ctx context.Context, js jobstate.Backend, queue string,
 			return nil
 		},
 	})
+	c.fillRetryAfter(ctx, queue, fulls)
 	return jobs, err
 }
 
@@ -579,6 +594,11 @@ type QueueStats struct {
 	// the reasons that have any. Set by the Inspector's Queues and Stats; nil from
 	// Client.Stats.
 	WaitingFor map[status.Reason]int64 `json:"waiting_for,omitempty"`
+	// RejectedFull counts the jobs the queue refused at its bound (QueueSettings.MaxWaiting,
+	// policy reject: ErrQueueFull); DroppedFull the waiting jobs it canceled at its bound to
+	// admit new ones (policy drop-oldest).
+	RejectedFull int64 `json:"rejected_full"`
+	DroppedFull  int64 `json:"dropped_full"`
 }
 
 // Empty reports whether s shows nothing: no job in any place, no count, not paused. A queue

@@ -116,7 +116,9 @@ func NewPublisher(client *Client, cfg PublisherConfig) (*Publisher, error) {
 }
 
 // Publish enqueues msgs as jobs of queue topic in one round trip; see Publisher. Publishing no
-// message does nothing.
+// message does nothing. A bounded queue at its bound refuses messages with ErrQueueFull
+// (QueueFullErrors says which, RetryAfter when to try again): the others were written, and
+// publishing all of them again is safe, since each message's UUID is its job's id.
 func (p *Publisher) Publish(topic string, msgs ...*message.Message) error {
 	p.mu.RLock()
 	defer p.mu.RUnlock()

@@ -34,6 +34,12 @@ type QueueSettings struct {
 	// without WithTimeout; 0 means none.
 	MaxRetries *int
 	Timeout    time.Duration
+	// MaxWaiting bounds the queue's waiting jobs (not running, not finished: ready, scheduled,
+	// in a fair group's line); 0 means no bound. A partitioned queue applies
+	// ceil(MaxWaiting/partitions) to each partition. FullPolicy says what a publish at the
+	// bound does: FullReject (ErrQueueFull) or FullDropOldest.
+	MaxWaiting int
+	FullPolicy string
 	// PauseUnconfirmed names, after an UpdateQueue that paused the queue, the live workers
 	// that did not confirm the pause in time (PauseConfirmed).
 	PauseUnconfirmed []string
@@ -57,13 +63,19 @@ type QueuePatch struct {
 	MaxRetries *int
 	// Timeout sets the queue's default timeout, kept in whole milliseconds; 0 removes it.
 	Timeout *time.Duration
+	// MaxWaiting sets the queue's bound on its waiting jobs (QueueSettings.MaxWaiting); 0
+	// removes it.
+	MaxWaiting *int
+	// FullPolicy sets what a publish at the bound does: FullReject or FullDropOldest.
+	FullPolicy *string
 }
 
 // MarshalJSON writes the settings' wire form, durations in milliseconds.
 func (s *QueueSettings) MarshalJSON() ([]byte, error) {
 	w := settings.Settings{Queue: s.Queue, Revision: s.Revision, Paused: s.Paused, Partitions: s.Partitions,
 		Limits: make([]settings.Limit, len(s.Limits)), GroupWindow: s.GroupWindow, GroupWeights: s.GroupWeights,
-		Levels: s.Levels, MaxRetries: s.MaxRetries, TimeoutMS: s.Timeout.Milliseconds(), PauseUnconfirmed: s.PauseUnconfirmed}
+		Levels: s.Levels, MaxRetries: s.MaxRetries, TimeoutMS: s.Timeout.Milliseconds(), PauseUnconfirmed: s.PauseUnconfirmed,
+		MaxWaiting: s.MaxWaiting, FullPolicy: s.FullPolicy}
 	for k, l := range s.Limits {
 		w.Limits[k] = settings.Limit{Queue: s.Queue, Type: l.Type, PerKey: l.PerKey, Rate: l.Rate,
 			IntervalMS: l.Interval.Milliseconds(), Concurrency: l.Concurrency}
@@ -98,6 +110,10 @@ func (i *Inspector) QueueSettings(ctx context.Context, queue string) (*QueueSett
 		Limits: limitsOf(st.Limits), GroupWindow: defaultGroupWindow, GroupWeights: map[string]int{}, Levels: st.Levels}
 	d := publish.ParseDefaults(st.Settings.Fields, maxMaxRetries, maxDefaultTimeout)
 	out.MaxRetries, out.Timeout = d.MaxRetries, d.Timeout
+	out.MaxWaiting, out.FullPolicy = d.MaxWaiting, FullReject
+	if d.DropOldest {
+		out.FullPolicy = FullDropOldest
+	}
 	if st.Groups.Window > 0 {
 		out.GroupWindow = int(st.Groups.Window)
 	}
@@ -127,7 +143,7 @@ const maxDefaultTimeout = 7 * 24 * time.Hour
 // of Redis, so bad input fails first.
 func applyDefaults(d publish.Defaults, common []Option, t *Task, j *Job, nj *jobstate.NewJob) {
 	if d.MaxRetries == nil && d.Timeout == 0 {
-		return
+		return // a bound alone changes no job
 	}
 	var o enqueueOptions
 	for _, opt := range common {

@@ -35,7 +35,7 @@ func testUpdateQueue(t *testing.T, rdb redis.UniversalClient) {
 	st, err := b.insp.QueueSettings(ctx, b.queue)
 	require.NoError(t, err)
 	require.Equal(t, &pipeline.QueueSettings{Queue: b.queue, Partitions: 1, Limits: []pipeline.Limit{},
-		GroupWindow: pipeline.DefaultGroupWindow, GroupWeights: map[string]int{}, Levels: []int{}}, st)
+		GroupWindow: pipeline.DefaultGroupWindow, GroupWeights: map[string]int{}, Levels: []int{}, FullPolicy: pipeline.FullReject}, st)
 
 	st, err = b.insp.UpdateQueue(ctx, b.queue, pipeline.QueuePatch{Concurrency: &two, GroupWindow: &five,
 		GroupWeights: map[string]int{"tenant": 3}})

@@ -51,6 +51,8 @@ type fixture struct {
 	seed func(t *testing.T, st status.Status) string
 	// publish publishes a job to the worker's queue, live, and returns its id.
 	publish func(t *testing.T) string
+	// fill makes the queue "full", bounded to one waiting job and holding it.
+	fill func(t *testing.T) string
 	// v31 validates against the 3.1 document, api/openapi.json.
 	v31 validator.Validator
 }
@@ -91,6 +93,9 @@ var cases = []tc{
 	{op: "POST /v1/queues/{queue}/jobs:batch", url: "/v1/queues/{queue}/jobs:batch", status: 202,
 		body: `{"jobs":[{"type":"echo","payload":1},{"type":"echo","delay":"1h"}]}`},
 	{op: "POST /v1/queues/{queue}/jobs:batch", url: "/v1/queues/{queue}/jobs:batch", status: 400, body: `{"jobs":[]}`, invalid: true},
+	{op: "POST /v1/queues/{queue}/jobs", url: "/v1/queues/full/jobs", status: 429, body: `{"type":"echo"}`, prep: filled},
+	{op: "POST /v1/queues/{queue}/jobs:batch", url: "/v1/queues/full/jobs:batch", status: 429,
+		body: `{"jobs":[{"type":"echo","id":"full-1"},{"type":"echo"}]}`, prep: filled},
 
 	// Jobs.
 	{op: "GET /v1/queues/{queue}/jobs/{id}", url: "/v1/queues/{queue}/jobs/{id}", status: 200, prep: seeded(status.Completed)},
@@ -221,6 +226,9 @@ var cases = []tc{
 func seeded(st status.Status) func(*testing.T, *fixture) string {
 	return func(t *testing.T, f *fixture) string { return f.seed(t, st) }
 }
+
+// filled is a prep that makes the queue "full" hold its bound (max_waiting 1).
+func filled(t *testing.T, f *fixture) string { return f.fill(t) }
 
 // published is a prep that publishes a job for the worker, which completes it.
 func published(t *testing.T, f *fixture) string { return f.publish(t) }
@@ -400,6 +408,16 @@ func newFixture(t *testing.T) *fixture {
 	f := &fixture{url: hs.URL, queue: queue}
 	f.publish = func(t *testing.T) string {
 		j, err := client.Enqueue(t.Context(), "live", pipeline.Task{Type: "echo", Payload: []byte(`{"to":"bob"}`)})
+		require.NoError(t, err)
+		return j.ID
+	}
+	f.fill = func(t *testing.T) string {
+		_, err := insp.CreateQueue(t.Context(), "full", pipeline.QueueOptions{})
+		require.NoError(t, err)
+		one := 1
+		_, err = insp.UpdateQueue(t.Context(), "full", pipeline.QueuePatch{MaxWaiting: &one})
+		require.NoError(t, err)
+		j, err := client.Enqueue(t.Context(), "full", pipeline.Task{Type: "echo"}, pipeline.WithID("full-1"))
 		require.NoError(t, err)
 		return j.ID
 	}

@@ -112,6 +112,8 @@ func SumStats(queue string, parts []*jobstate.Stats) *jobstate.Stats {
 		s.GroupWaiting += p.GroupWaiting
 		s.Waiting += p.Waiting
 		s.LimitWaiting += p.LimitWaiting
+		s.RejectedFull += p.RejectedFull
+		s.DroppedFull += p.DroppedFull
 	}
 	return s
 }

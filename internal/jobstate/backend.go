@@ -34,6 +34,7 @@ type Backend interface {
 
 	// Creating and reading jobs (jobstate.go).
 	Enqueue1(ctx context.Context, q keys.Queue, now time.Time, j *NewJob) (Created, error)
+	Enqueue1Bounded(ctx context.Context, q keys.Queue, now time.Time, j *NewJob, maxWaiting int) (Created, error)
 	Get(ctx context.Context, q keys.Queue, id string) (flat []string, found bool, err error)
 	GetWatched(ctx context.Context, q keys.Queue, id string) (flat []string, found bool, err error)
 

@@ -69,8 +69,14 @@ func (b *Batch) ExecLoaded(ctx context.Context) error {
 
 // Enqueue adds one enqueue.lua call creating jobs in q (see Store.Enqueue).
 func (b *Batch) Enqueue(q keys.Queue, now time.Time, jobs []NewJob) *Pending[[]Created] {
+	return b.EnqueueBounded(q, now, jobs, nil)
+}
+
+// EnqueueBounded is Enqueue under bound, the queue's bound on its waiting jobs (nil: none).
+// A job the bound refuses answers script.Full.
+func (b *Batch) EnqueueBounded(q keys.Queue, now time.Time, jobs []NewJob, bound *Bound) *Pending[[]Created] {
 	n := len(jobs)
-	return add(b, enqueueCall(q, now, jobs), func(cmd *redis.Cmd) ([]Created, error) { return enqueueReply(cmd, n) })
+	return add(b, enqueueCall(q, now, jobs, bound), func(cmd *redis.Cmd) ([]Created, error) { return enqueueReply(cmd, n) })
 }
 
 // Debounce adds one debounce.lua call publishing j under its debounce key.

@@ -2,7 +2,10 @@
 -- own: the most common publish, kept as cheap as a script can be (enqueue.lua does the rest).
 -- KEYS[1] stream, KEYS[2] stats hash, KEYS[3] job hash, KEYS[4] the closed flag (keys.Closed)
 -- ARGV[1] id, ARGV[2] type, ARGV[3] payload, ARGV[4] metadata, ARGV[5] max_retries,
---   ARGV[6] now (unix ms)
+--   ARGV[6] now (unix ms); for a bounded queue (policy reject) only, ARGV[7] the bound on its
+--   waiting jobs (max_waiting, per partition), ARGV[8] the consumer group and KEYS[5] the
+--   scheduled set: at the bound the job is refused, {CV_FULL, the count of waiting jobs},
+--   and counted (rejected_full). Unbounded, the script reads nothing more.
 -- Returns the new entry id; {CV_WRONG_STATE} when the flag is set (the queue's
 -- partition count changed: nothing written); when the id exists already (nothing written),
 -- {CV_EXISTS}, or
@@ -18,6 +21,13 @@ if found > 0 then
   local d = cv_differs(KEYS[3], KEYS[1], ARGV[2], ARGV[3])
   if d then return {CV_CONFLICT, d} end
   return {CV_EXISTS}
+end
+if ARGV[7] then
+  local waiting = cv_count_waiting(KEYS[1], KEYS[5], KEYS[2], string.sub(KEYS[3], 1, #KEYS[3] - #ARGV[1]), ARGV[8])
+  if waiting >= tonumber(ARGV[7]) then
+    redis.call('HINCRBY', KEYS[2], 'rejected_full', 1)
+    return {CV_FULL, tostring(waiting)}
+  end
 end
 local e = cv_xadd(KEYS[1], ARGV[1], ARGV[3], ARGV[4], ARGV[2], '1', ARGV[5], '0')
 redis.call('HSET', KEYS[3], 'type', ARGV[2], 'status', 'queued', 'max_retries', ARGV[5],

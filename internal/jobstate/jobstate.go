@@ -62,6 +62,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/conveyorq/conveyor/internal/events"
 	"github.com/conveyorq/conveyor/internal/keys"
 	"github.com/conveyorq/conveyor/internal/script"
 )
@@ -172,11 +173,28 @@ func priorityArg(p int) string {
 // closed (keys.Queue.Closed): its queue's partition count changed, and nothing was written.
 var ErrClosed = errors.New("the queue's partition layout is closed: its partition count changed")
 
+// Bound is a publish's bound on the waiting jobs of the queue or partition it writes to
+// (docs/OPERATIONS.md, "Bounded queues"). The zero Bound is none: enqueue.lua then counts
+// nothing. The other fields are what a drop's cancel takes (CancelParams).
+type Bound struct {
+	// MaxWaiting is the most jobs that may wait in the queue or partition; 0: no bound.
+	MaxWaiting int
+	// DropOldest cancels the oldest ready job to admit a new one at the bound; false refuses
+	// the new one (script.Full).
+	DropOldest bool
+	// Retention and MinRetention keep a dropped job's record as a cancel's (CancelParams).
+	Retention, MinRetention time.Duration
+	// Events is the mode a drop is announced in.
+	Events events.Mode
+	// IndexCap bounds the index of canceled jobs, as CancelParams.IndexCap.
+	IndexCap int
+}
+
 // enqueueCall is one enqueue.lua call creating jobs in q (see the script for what it answers).
-func enqueueCall(q keys.Queue, now time.Time, jobs []NewJob) script.Call {
-	ks := make([]string, 0, 4+2*len(jobs))
-	ks = append(ks, q.Stream(), q.Scheduled(), q.Stats())
-	args := make([]any, 0, 5+12*len(jobs))
+func enqueueCall(q keys.Queue, now time.Time, jobs []NewJob, bound *Bound) script.Call {
+	ks := make([]string, 0, 6+2*len(jobs))
+	ks = append(ks, q.Stream(), q.Scheduled(), q.Stats(), q.Canceled(), keys.IndexCount(q.Canceled()))
+	args := make([]any, 0, 13+12*len(jobs))
 	chosen := make([]byte, len(jobs))
 	witness := 0
 	// A job with a unique key may be refused (its key held) and so never created; it cannot
@@ -198,6 +216,16 @@ func enqueueCall(q keys.Queue, now time.Time, jobs []NewJob) script.Call {
 	}
 	ks = append(ks, q.Closed())
 	args = append(args, now.UnixMilli(), q.Wake(), witness, string(chosen), q.JobPrefix())
+	if bound == nil || bound.MaxWaiting <= 0 {
+		args = append(args, "0", "", "", "", "", "", "", "")
+	} else {
+		policy := "reject"
+		if bound.DropOldest {
+			policy = "drop-oldest"
+		}
+		args = append(args, bound.MaxWaiting, policy, keys.Group, retentionMS(bound.Retention),
+			bound.MinRetention.Milliseconds(), bound.Events.Command(), q.Events(), indexCap(bound.IndexCap))
+	}
 	for i := range jobs {
 		j := &jobs[i]
 		uttl, ret := "", ""
@@ -218,12 +246,14 @@ func enqueueCall(q keys.Queue, now time.Time, jobs []NewJob) script.Call {
 // or waits for a place in its group's window. It is script.Exists when the id exists already,
 // with the same type and payload. It is script.Conflict when the id names a job with another
 // type or payload; Differs says which. It is script.UniqueHeld when Holder holds the unique
-// key.
+// key. It is script.Full when the queue held its bound of waiting jobs (Bound) and the job
+// was not written; Waiting is then how many jobs waited.
 type Created struct {
 	Code    script.Code
 	Entry   string
 	Holder  string
 	Differs string
+	Waiting int64
 }
 
 // enqueueReply reads the reply of an enqueueCall of n jobs.
@@ -249,6 +279,8 @@ func enqueueReply(cmd *redis.Cmd, n int) ([]Created, error) {
 			out[k].Holder = data
 		case script.Conflict:
 			out[k].Differs = data
+		case script.Full:
+			out[k].Waiting, _ = strconv.ParseInt(data, 10, 64)
 		case script.Exists:
 		default:
 			return nil, fmt.Errorf("enqueue: unexpected reply code %v", out[k].Code)
@@ -262,8 +294,20 @@ func enqueueReply(cmd *redis.Cmd, n int) ([]Created, error) {
 // of {code, ...}, which costs a single publish 5% less (docs/BENCHMARKS.md). It answers as one
 // row of enqueueReply.
 func (s *Store) Enqueue1(ctx context.Context, q keys.Queue, now time.Time, j *NewJob) (Created, error) {
-	cmd := enqueue1Script.Run(ctx, s.rdb, []string{q.Stream(), q.Stats(), q.Job(j.ID), q.Closed()},
-		j.ID, j.Type, j.Payload, j.Metadata, j.MaxRetries, now.UnixMilli())
+	return s.enqueue1(enqueue1Script.Run(ctx, s.rdb, []string{q.Stream(), q.Stats(), q.Job(j.ID), q.Closed()},
+		j.ID, j.Type, j.Payload, j.Metadata, j.MaxRetries, now.UnixMilli()))
+}
+
+// Enqueue1Bounded is Enqueue1 into a queue (or partition) that holds at most maxWaiting
+// waiting jobs and refuses the job at the bound (script.Full, with Created.Waiting): the
+// policy reject. A drop-oldest bound goes through enqueue.lua, which has the cancel's steps.
+func (s *Store) Enqueue1Bounded(ctx context.Context, q keys.Queue, now time.Time, j *NewJob, maxWaiting int) (Created, error) {
+	return s.enqueue1(enqueue1Script.Run(ctx, s.rdb, []string{q.Stream(), q.Stats(), q.Job(j.ID), q.Closed(), q.Scheduled()},
+		j.ID, j.Type, j.Payload, j.Metadata, j.MaxRetries, now.UnixMilli(), maxWaiting, keys.Group))
+}
+
+// enqueue1 reads enqueue1.lua's reply.
+func (s *Store) enqueue1(cmd *redis.Cmd) (Created, error) {
 	if e, ok := cmd.Val().(string); ok {
 		return Created{Code: script.OK, Entry: e}, nil
 	}
@@ -278,6 +322,9 @@ func (s *Store) Enqueue1(ctx context.Context, q keys.Queue, now time.Time, j *Ne
 		return Created{Code: script.Conflict, Differs: row.Data}, nil
 	case script.WrongState:
 		return Created{}, ErrClosed
+	case script.Full:
+		n, _ := strconv.ParseInt(row.Data, 10, 64)
+		return Created{Code: script.Full, Waiting: n}, nil
 	}
 	return Created{}, fmt.Errorf("enqueue1: unexpected reply %v", row)
 }

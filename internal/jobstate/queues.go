@@ -55,6 +55,10 @@ type Stats struct {
 	LimitWaiting int64
 	LatencyMS    int64
 	WaitingFor   map[status.Reason]int64
+	// RejectedFull and DroppedFull count the publishes a full queue refused and the jobs it
+	// dropped (keys.StatRejectedFull, StatDroppedFull).
+	RejectedFull int64
+	DroppedFull  int64
 }
 
 // ReadStats reads the gauges and counters of queues qs in one pipeline: one round trip on a
@@ -123,6 +127,7 @@ func (s *Store) ReadStats(ctx context.Context, qs []keys.Queue) ([]*Stats, error
 		s.Canceled, s.Released, s.Poison = n(keys.StatCanceled), n(keys.StatReleased), n(keys.StatPoison)
 		s.Debounced = n(keys.StatDebounced)
 		s.Limited = n(keys.StatLimited)
+		s.RejectedFull, s.DroppedFull = n(keys.StatRejectedFull), n(keys.StatDroppedFull)
 		s.GroupWaiting = max(0, n(keys.StatGroupWaiting))
 		s.Queued += s.GroupWaiting
 		out[k] = s

@@ -338,6 +338,15 @@ const (
 // instead of creating one.
 const StatDebounced = "debounced"
 
+// StatRejectedFull counts the jobs a full queue refused (full_policy reject) and
+// StatDroppedFull the waiting jobs it canceled to admit new ones (full_policy drop-oldest):
+// enqueue.lua counts both in the step that checks the bound (docs/OPERATIONS.md, "Bounded
+// queues").
+const (
+	StatRejectedFull = "rejected_full"
+	StatDroppedFull  = "dropped_full"
+)
+
 // StatGroupWaiting is a gauge kept in the stats hash: how many of the queue's jobs wait, queued,
 // for a place in their fair group's window (pipeline.WithGroup). The scripts that add to and
 // take from the groups' wait lists move it in the same step.

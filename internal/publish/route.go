@@ -73,13 +73,37 @@ type Config struct {
 type Defaults struct {
 	MaxRetries *int
 	Timeout    time.Duration
+	// MaxWaiting bounds the queue's waiting jobs (0: no bound), applied per partition
+	// (PerPartition); DropOldest is its full policy drop-oldest, false reject.
+	MaxWaiting int
+	DropOldest bool
 }
 
-// The settings record's fields of the per-queue job defaults.
+// PerPartition is the bound of each of n partitions: ceil(MaxWaiting/n). A partition is a
+// slot of its own, which one script cannot count across.
+func (d Defaults) PerPartition(n int) int {
+	if d.MaxWaiting <= 0 || n <= 1 {
+		return d.MaxWaiting
+	}
+	return (d.MaxWaiting + n - 1) / n
+}
+
+// The settings record's fields of the per-queue job defaults and bound.
 const (
 	FieldMaxRetries = "max_retries"
 	FieldTimeout    = "timeout_ms"
+	FieldMaxWaiting = "max_waiting"
+	FieldFullPolicy = "full_policy"
 )
+
+// The values of FieldFullPolicy; absent is PolicyReject.
+const (
+	PolicyReject     = "reject"
+	PolicyDropOldest = "drop-oldest"
+)
+
+// MaxBound bounds a queue's max_waiting.
+const MaxBound = 1 << 30
 
 // ParseDefaults reads the defaults from a settings record's fields, at most maxRetries and
 // maxTimeout. A value that does not parse, or is out of bounds, is no default: a publish must
@@ -92,6 +116,10 @@ func ParseDefaults(f map[string]string, maxRetries int, maxTimeout time.Duration
 	if ms, err := strconv.ParseInt(f[FieldTimeout], 10, 64); err == nil && ms > 0 && ms <= maxTimeout.Milliseconds() {
 		d.Timeout = time.Duration(ms) * time.Millisecond
 	}
+	if n, err := strconv.Atoi(f[FieldMaxWaiting]); err == nil && n > 0 && n <= MaxBound {
+		d.MaxWaiting = n
+	}
+	d.DropOldest = f[FieldFullPolicy] == PolicyDropOldest
 	return d
 }
 

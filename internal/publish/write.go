@@ -36,15 +36,29 @@ type Settle struct {
 	// sent again. The caller reads there the jobs that existed (script.Exists, UniqueHeld). Its
 	// error ends the publish.
 	Done func() error
+	// Bound is the queue's bound on its waiting jobs, MaxWaiting of the whole queue: each
+	// partition's is its share (Defaults.PerPartition). Nil or a MaxWaiting of 0: none.
+	Bound *jobstate.Bound
+}
+
+// partitionBound is s.Bound for each of n partitions, nil when there is none.
+func (s *Settle) partitionBound(n int) *jobstate.Bound {
+	if s.Bound == nil || s.Bound.MaxWaiting <= 0 {
+		return nil
+	}
+	b := *s.Bound
+	b.MaxWaiting = Defaults{MaxWaiting: b.MaxWaiting}.PerPartition(n)
+	return &b
 }
 
 // One writes plain job nj (jobstate.NewJob.Plain) to queue of n partitions, n as the caller
 // read it (Route). It is the most common publish, without Publish's slices: the one-job
-// script, sent again like Publish does when a closed layout refuses it.
-func (p *Publisher) One(ctx context.Context, js jobstate.Backend, queue string, n int, nj *jobstate.NewJob, now time.Time) (jobstate.Created, error) {
+// script, sent again like Publish does when a closed layout refuses it. Under bound (nil:
+// none; it must not drop, OneBounded) its partition's share applies.
+func (p *Publisher) One(ctx context.Context, js jobstate.Backend, queue string, n int, nj *jobstate.NewJob, now time.Time, bound *jobstate.Bound) (jobstate.Created, error) {
 	start := time.Now()
 	for wait := time.Millisecond; ; wait = min(2*wait, 100*time.Millisecond) {
-		row, err := p.enqueue1(ctx, js, p.Partition(queue, nj, n), nj, now)
+		row, err := p.enqueue1(ctx, js, p.Partition(queue, nj, n), nj, now, (&Settle{Bound: bound}).partitionBound(n))
 		if !errors.Is(err, jobstate.ErrClosed) {
 			return row, err
 		}
@@ -57,14 +71,26 @@ func (p *Publisher) One(ctx context.Context, js jobstate.Backend, queue string, 
 	}
 }
 
+// OneBounded reports whether a plain job may go with the one-job script under bound (nil:
+// none): the script refuses at a bound, but only enqueue.lua drops.
+func OneBounded(bound *jobstate.Bound) bool {
+	return bound == nil || bound.MaxWaiting <= 0 || !bound.DropOldest
+}
+
 // enqueue1 creates a plain job with Store.Enqueue1 in q, the queue or the partition it goes
-// to.
-func (p *Publisher) enqueue1(ctx context.Context, js jobstate.Backend, q keys.Queue, nj *jobstate.NewJob, now time.Time) (jobstate.Created, error) {
+// to, under q's bound (nil: none).
+func (p *Publisher) enqueue1(ctx context.Context, js jobstate.Backend, q keys.Queue, nj *jobstate.NewJob, now time.Time, bound *jobstate.Bound) (jobstate.Created, error) {
 	queue := q.Name()
 	if err := p.Register(ctx, queue); err != nil {
 		return jobstate.Created{}, err
 	}
-	row, err := js.Enqueue1(ctx, q, now, nj)
+	var row jobstate.Created
+	var err error
+	if bound != nil {
+		row, err = js.Enqueue1Bounded(ctx, q, now, nj, bound.MaxWaiting)
+	} else {
+		row, err = js.Enqueue1(ctx, q, now, nj)
+	}
 	if err != nil {
 		return row, fmt.Errorf("enqueue to %s: %w", queue, err)
 	}
@@ -138,8 +164,8 @@ func (p *Publisher) ClosedWait(ctx context.Context, queue string, start time.Tim
 // enqueuePrepared. It returns the indexes in njs of the jobs refused by a closed partition,
 // and the try's conflicts.
 func (p *Publisher) publishOnce(ctx context.Context, js jobstate.Backend, queue string, n int, njs []jobstate.NewJob, idx []int, now time.Time, s Settle) (closed []int, conflict, err error) {
-	if len(njs) == 1 && njs[0].Plain(now) {
-		row, err := p.enqueue1(ctx, js, p.Partition(queue, &njs[0], n), &njs[0], now)
+	if len(njs) == 1 && njs[0].Plain(now) && OneBounded(s.Bound) {
+		row, err := p.enqueue1(ctx, js, p.Partition(queue, &njs[0], n), &njs[0], now, s.partitionBound(n))
 		if errors.Is(err, jobstate.ErrClosed) {
 			return []int{0}, nil, nil
 		}
@@ -189,6 +215,7 @@ func (p *Publisher) enqueuePrepared(ctx context.Context, js jobstate.Backend, qu
 		return order[k]
 	}
 
+	bound := s.partitionBound(n)
 	b := js.Batch()
 	var buf [4]call // most publishes make a call or a few: no allocation for them
 	calls := buf[:0]
@@ -208,7 +235,7 @@ func (p *Publisher) enqueuePrepared(ctx context.Context, js jobstate.Backend, qu
 			bytes += len(njs[hi].Payload)
 			hi++
 		}
-		calls = append(calls, call{lo: lo, hi: hi, created: b.Enqueue(q, now, njs[lo:hi])})
+		calls = append(calls, call{lo: lo, hi: hi, created: b.EnqueueBounded(q, now, njs[lo:hi], bound)})
 		lo = hi
 	}
 

@@ -17,6 +17,7 @@ local CV_LOCK_LOST = 7
 local CV_DIED = 8
 local CV_CONFLICT = 9
 local CV_DEFERRED = 10
+local CV_FULL = 11
 
 -- The fields of stream entry `id` as a table, or nil when the entry is gone.
 local function cv_entry(stream, id)

@@ -200,13 +200,14 @@ const (
 	Died       Code = 8  // a retry became dead: no retries left
 	Conflict   Code = 9  // the id names a job with another type or payload; the reply says which
 	Deferred   Code = 10 // a job over a flow-control limit was deferred (admit.lua): no attempt
+	Full       Code = 11 // the queue holds its bound of waiting jobs (enqueue.lua): not written
 )
 
 // codeNames maps each Code to its name in lib.lua.
 var codeNames = map[Code]string{OK: "CV_OK", NotFound: "CV_NOT_FOUND", Exists: "CV_EXISTS",
 	UniqueHeld: "CV_UNIQUE_HELD", Refused: "CV_REFUSED", WrongState: "CV_WRONG_STATE",
 	NoType: "CV_NO_TYPE", LockLost: "CV_LOCK_LOST", Died: "CV_DIED", Conflict: "CV_CONFLICT",
-	Deferred: "CV_DEFERRED"}
+	Deferred: "CV_DEFERRED", Full: "CV_FULL"}
 
 func (c Code) String() string {
 	if n, ok := codeNames[c]; ok {

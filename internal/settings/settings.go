@@ -29,6 +29,8 @@ type Patch struct {
 	GroupWeights map[string]int
 	MaxRetries   *int
 	Timeout      *time.Duration
+	MaxWaiting   *int
+	FullPolicy   *string
 }
 
 // Bounds are a patch's limits, and the error its refusals wrap (pipeline.ErrInvalid).
@@ -52,6 +54,8 @@ type patchJSON struct {
 	GroupWeights map[string]int `json:"group_weights"`
 	MaxRetries   *int           `json:"max_retries"`
 	TimeoutMS    *int64         `json:"timeout_ms"`
+	MaxWaiting   *int           `json:"max_waiting"`
+	FullPolicy   *string        `json:"full_policy"`
 }
 
 // DecodePatch reads a patch's wire form, refusing fields it does not know: a misspelt field
@@ -64,7 +68,8 @@ func DecodePatch(b []byte, bounds Bounds) (Patch, error) {
 		return Patch{}, err
 	}
 	p := Patch{Paused: w.Paused, Concurrency: w.Concurrency, Partitions: w.Partitions,
-		GroupWindow: w.GroupWindow, GroupWeights: w.GroupWeights, MaxRetries: w.MaxRetries}
+		GroupWindow: w.GroupWindow, GroupWeights: w.GroupWeights, MaxRetries: w.MaxRetries,
+		MaxWaiting: w.MaxWaiting, FullPolicy: w.FullPolicy}
 	if ms := w.TimeoutMS; ms != nil {
 		// Checked before it is a Duration, which a large count of milliseconds would overflow.
 		if *ms < 0 || *ms > bounds.MaxTimeout.Milliseconds() {
@@ -90,6 +95,12 @@ func (p Patch) Validate(b Bounds) error {
 	if p.Timeout != nil && (*p.Timeout < 0 || *p.Timeout > b.MaxTimeout) {
 		return b.invalid("timeout %v outside 0..%v (0 removes the default)", *p.Timeout, b.MaxTimeout)
 	}
+	if p.MaxWaiting != nil && (*p.MaxWaiting < 0 || *p.MaxWaiting > publish.MaxBound) {
+		return b.invalid("max waiting %d outside 0..%d (0 removes the bound)", *p.MaxWaiting, publish.MaxBound)
+	}
+	if p.FullPolicy != nil && *p.FullPolicy != publish.PolicyReject && *p.FullPolicy != publish.PolicyDropOldest {
+		return b.invalid("full policy %q: want %s or %s", *p.FullPolicy, publish.PolicyReject, publish.PolicyDropOldest)
+	}
 	return nil
 }
 
@@ -106,6 +117,17 @@ func (p Patch) RecordChange() (jobstate.SettingsChange, bool) {
 		c.Set[publish.FieldTimeout] = strconv.FormatInt(max(1, d.Milliseconds()), 10)
 	} else if d != nil {
 		c.Delete = append(c.Delete, publish.FieldTimeout)
+	}
+	if n := p.MaxWaiting; n != nil && *n > 0 {
+		c.Set[publish.FieldMaxWaiting] = strconv.Itoa(*n)
+	} else if n != nil {
+		c.Delete = append(c.Delete, publish.FieldMaxWaiting)
+	}
+	if f := p.FullPolicy; f != nil && *f == publish.PolicyDropOldest {
+		c.Set[publish.FieldFullPolicy] = *f
+	} else if f != nil {
+		// reject is the default: no field.
+		c.Delete = append(c.Delete, publish.FieldFullPolicy)
 	}
 	return c, len(c.Set)+len(c.Delete) > 0
 }
@@ -129,6 +151,8 @@ type Settings struct {
 	Levels           []int          `json:"levels"`
 	MaxRetries       *int           `json:"max_retries"`
 	TimeoutMS        int64          `json:"timeout_ms"`
+	MaxWaiting       int            `json:"max_waiting"`
+	FullPolicy       string         `json:"full_policy"`
 	PauseUnconfirmed []string       `json:"pause_unconfirmed,omitempty"`
 }
 

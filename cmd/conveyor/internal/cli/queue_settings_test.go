@@ -39,7 +39,7 @@ func TestQueuesSet(t *testing.T) {
 	stdout, stderr, code = run("queues", "set", "emails", "--paused=false", "--json")
 	require.Equal(t, 0, code, stderr)
 	assert.JSONEq(t, `{"queue":"emails","revision":4,"paused":false,"partitions":1,"group_window":4,"group_weights":{},
-		"levels":[],"max_retries":null,"timeout_ms":0,
+		"levels":[],"max_retries":null,"timeout_ms":0,"max_waiting":0,"full_policy":"reject",
 		"limits":[{"queue":"emails","type":"","per_key":false,"rate":0,"interval_ms":0,"concurrency":3}]}`, stdout)
 
 	stdout, stderr, code = run("queues", "set", "emails", "--max-retries", "3", "--timeout", "1m")
@@ -52,4 +52,20 @@ func TestQueuesSet(t *testing.T) {
 
 	_, _, code = run("queues", "set", "emails", "--concurrency", "-1")
 	require.Equal(t, 2, code)
+
+	// The bound and its policy (docs/OPERATIONS.md, "Bounded queues").
+	stdout, stderr, code = run("queues", "set", "emails", "--max-waiting", "100", "--full-policy", "drop-oldest")
+	require.Equal(t, 0, code, stderr)
+	assert.Contains(t, stdout, "  max waiting:  100 (drop-oldest)\n")
+	stdout, stderr, code = run("queues", "set", "emails", "--full-policy", "reject", "--json")
+	require.Equal(t, 0, code, stderr)
+	assert.Contains(t, stdout, `"max_waiting":100,"full_policy":"reject"`)
+	_, stderr, code = run("queues", "set", "emails", "--full-policy", "newest")
+	require.Equal(t, 2, code)
+	assert.Contains(t, stderr, "--full-policy")
+	_, _, code = run("queues", "set", "emails", "--max-waiting", "-5")
+	require.Equal(t, 2, code)
+	stdout, stderr, code = run("queues", "set", "emails", "--max-waiting", "0", "--json")
+	require.Equal(t, 0, code, stderr)
+	assert.Contains(t, stdout, `"max_waiting":0`)
 }

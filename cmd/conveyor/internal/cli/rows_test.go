@@ -51,8 +51,8 @@ func TestDeadWord(t *testing.T) {
 	require.Contains(t, c.ok("status", "-q", "emails", dead.ID, "--json"), `"outcome":"failed"`)
 
 	stats := c.ok("stats", "-q", "emails")
-	require.Regexp(t, `^QUEUE +WAITING +SCHEDULED +QUEUED +IN_PROGRESS +DEAD +\| +ENQUEUED +COMPLETED +WENT_DEAD +RETRIED +RECOVERED +CANCELED +\| +LATENCY +WAIT_P50 +WAIT_P99\n`, stats)
-	require.Regexp(t, `(?m)^emails +0 +0 +0 +0 +1 +\| +1 +0 +1 +0 +0 +0 +\| +0s +- +-$`, stats)
+	require.Regexp(t, `^QUEUE +WAITING +SCHEDULED +QUEUED +IN_PROGRESS +DEAD +\| +ENQUEUED +COMPLETED +WENT_DEAD +RETRIED +RECOVERED +CANCELED +REJECTED_FULL +DROPPED_FULL +\| +LATENCY +WAIT_P50 +WAIT_P99\n`, stats)
+	require.Regexp(t, `(?m)^emails +0 +0 +0 +0 +1 +\| +1 +0 +1 +0 +0 +0 +0 +0 +\| +0s +- +-$`, stats)
 	_, stderr, code := c.run("dead", "list", "-q", "emails")
 	require.Zero(t, code, stderr)
 	require.Regexp(t, `^ID +TYPE +ATTEMPTS +DEAD_SINCE +LAST_ERROR\n`, stderr)

@@ -156,7 +156,7 @@ func printStats(w io.Writer, stats []*pipeline.QueueStats, waits map[string]pipe
 			fmt.Fprint(t, strings.ToUpper(st.Word())+"\t")
 		}
 	}
-	fmt.Fprint(t, "|\tENQUEUED\tCOMPLETED\tWENT_DEAD\tRETRIED\tRECOVERED\tCANCELED\t")
+	fmt.Fprint(t, "|\tENQUEUED\tCOMPLETED\tWENT_DEAD\tRETRIED\tRECOVERED\tCANCELED\tREJECTED_FULL\tDROPPED_FULL\t")
 	fmt.Fprintln(t, "|\tLATENCY\tWAIT_P50\tWAIT_P99")
 	for _, s := range stats {
 		name := s.Queue
@@ -169,8 +169,8 @@ func printStats(w io.Writer, stats []*pipeline.QueueStats, waits map[string]pipe
 				fmt.Fprintf(t, "%d\t", n)
 			}
 		}
-		fmt.Fprintf(t, "|\t%d\t%d\t%d\t%d\t%d\t%d\t",
-			s.Enqueued, s.Completed, s.Failed, s.Retried, s.Recovered, s.Canceled)
+		fmt.Fprintf(t, "|\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t",
+			s.Enqueued, s.Completed, s.Failed, s.Retried, s.Recovered, s.Canceled, s.RejectedFull, s.DroppedFull)
 		wait := waits[s.Queue]
 		fmt.Fprintf(t, "|\t%s\t%s\t%s\n", fmtAge(s.LatencyMS), fmtLatency(wait.P50, wait.Count), fmtLatency(wait.P99, wait.Count))
 	}
