@@ -14,8 +14,8 @@ import (
 	"github.com/conveyorq/conveyor/internal/inspect"
 	"github.com/conveyorq/conveyor/internal/jobstate"
 	"github.com/conveyorq/conveyor/internal/keys"
-	"github.com/conveyorq/conveyor/keyring"
 	"github.com/conveyorq/conveyor/internal/publish"
+	"github.com/conveyorq/conveyor/keyring"
 	"github.com/conveyorq/conveyor/status"
 )
 
