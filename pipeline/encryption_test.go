@@ -418,3 +418,31 @@ func FuzzSealedJobJSON(f *testing.F) {
 		require.NotNil(t, w.Encrypted.Payload)
 	})
 }
+
+// TestEncryptionDebounced: a debounced publish is sealed for no job in particular, since the
+// job it joins is chosen in Redis; the worker opens the last publish's payload.
+func TestEncryptionDebounced(t *testing.T) {
+	ctx := context.Background()
+	k := testKeys(t, "k1")
+	b := setup(t, setupOpts{client: pipeline.ClientConfig{Keys: k}})
+	var first *pipeline.Job
+	for i := range 3 {
+		j, err := b.client.Enqueue(ctx, b.queue, pipeline.Task{Type: "enc", Payload: []byte(fmt.Sprint("publish-", i))},
+			pipeline.WithDebounce("dk", time.Hour, 2*time.Hour))
+		require.NoError(t, err)
+		if first == nil {
+			first = j
+		}
+		require.Equal(t, first.ID, j.ID, "publish %d joined the window", i)
+	}
+	raw, err := b.rdb.HGet(ctx, b.q.Job(first.ID), "payload").Bytes()
+	require.NoError(t, err)
+	require.True(t, keyring.Sealed(raw))
+	seen := make(chan string, 1)
+	b.startWorker(t, pipeline.WorkerConfig{Keys: k}, map[string]pipeline.HandlerFunc{
+		"enc": func(_ context.Context, j *pipeline.Job) ([]byte, error) { seen <- string(j.Payload); return nil, nil },
+	})
+	require.NoError(t, b.insp.RunNow(ctx, b.queue, first.ID)) // not the hour's quiet
+	b.waitStatus(t, first.ID, status.Completed)
+	require.Equal(t, "publish-2", <-seen)
+}
