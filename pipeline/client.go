@@ -79,7 +79,8 @@ type ClientConfig struct {
 	// process, and the jobs it reads (Get, Wait) come back with payload and result opened
 	// when the keyring has their key. A payload sealed already (an outbox row sealed at its
 	// Enqueue) is sent as it is. The type and the metadata stay plain: put no secret in
-	// metadata. Nil: nothing is sealed and reads return what is stored, sealed or not.
+	// metadata. An empty payload stays empty. Nil: nothing is sealed and reads return what is
+	// stored, sealed or not.
 	Keys *keyring.Keyring
 	// KeepSealed makes reads leave payloads and results sealed even with Keys: for a server
 	// that opens them per caller (Job.Open), as conveyor serve does for its payload token.
@@ -447,8 +448,8 @@ func payloadLen(p []byte) int {
 // publish's is sealed for no job in particular (keyring.AnyJob): the job it joins is known in
 // Redis only. The Job the caller gets back keeps the plaintext it gave.
 func (c *Client) seal(nj *jobstate.NewJob) {
-	if c.cfg.Keys == nil {
-		return
+	if c.cfg.Keys == nil || len(nj.Payload) == 0 {
+		return // an empty payload has nothing to hide
 	}
 	id := nj.ID
 	if nj.Debounce != "" {

@@ -443,6 +443,18 @@ func TestEncryptionDebounced(t *testing.T) {
 		"enc": func(_ context.Context, j *pipeline.Job) ([]byte, error) { seen <- string(j.Payload); return nil, nil },
 	})
 	require.NoError(t, b.insp.RunNow(ctx, b.queue, first.ID)) // not the hour's quiet
-	b.waitStatus(t, first.ID, status.Completed)
+	done := b.waitStatus(t, first.ID, status.Completed)
 	require.Equal(t, "publish-2", <-seen)
+	// No result stays no result: nothing sealed, and the JSON's null.
+	require.Empty(t, done.Result)
+	bare, err := pipeline.NewClient(b.rdb, pipeline.ClientConfig{})
+	require.NoError(t, err)
+	got, err := bare.Get(ctx, b.queue, first.ID)
+	require.NoError(t, err)
+	_, sr := got.Sealed()
+	require.False(t, sr)
+	out, err := json.Marshal(got)
+	require.NoError(t, err)
+	require.Contains(t, string(out), `"result":null`)
+	require.Contains(t, string(out), `"encrypted":{"payload":{"key":"k1","bytes":9}}`)
 }

@@ -181,6 +181,9 @@ func (w *Worker) Run(ctx context.Context) error {
 		Services: w.services, Ready: w.ready}
 	if w.cfg.Keys != nil {
 		l.SealResult = func(a *engine.Attempt, result []byte) []byte {
+			if len(result) == 0 {
+				return result // nothing to hide: no result stays no result
+			}
 			return w.cfg.Keys.Seal(keyring.Result, a.ID, result)
 		}
 	}
