@@ -86,8 +86,8 @@ func TestPayloadToken(t *testing.T) {
 	require.Len(t, sealed.Encrypted, 2)
 	require.NotContains(t, string(r.body), "4111")
 
-	// A listing and a long poll alike.
-	for _, p := range []string{e.jobs() + "?status=completed", "/v1/jobs?status=completed", path + "?wait=1s"} {
+	// A listing, a long poll and the job's events alike.
+	for _, p := range []string{e.jobs() + "?status=completed", "/v1/jobs?status=completed", path + "?wait=1s", path + "/events"} {
 		r = e.do("GET", p, "", auth)
 		require.Equal(t, http.StatusOK, r.status, "%s: %s", p, r.body)
 		require.NotContains(t, string(r.body), "4111", p)
