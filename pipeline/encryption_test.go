@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
@@ -457,4 +458,32 @@ func TestEncryptionDebounced(t *testing.T) {
 	require.NoError(t, err)
 	require.Contains(t, string(out), `"result":null`)
 	require.Contains(t, string(out), `"encrypted":{"payload":{"key":"k1","bytes":9}}`)
+}
+
+// TestEncryptionPublisher: the Watermill Publisher seals as its Client does, bound to the
+// message's UUID, the job's id.
+func TestEncryptionPublisher(t *testing.T) {
+	ctx := context.Background()
+	k := testKeys(t, "k1")
+	b := setup(t, setupOpts{client: pipeline.ClientConfig{Keys: k}})
+	p, err := pipeline.NewPublisher(b.client, pipeline.PublisherConfig{DefaultType: "enc"})
+	require.NoError(t, err)
+	msg := message.NewMessage(pipeline.NewID(), []byte(`{"card":"4111"}`))
+	require.NoError(t, p.Publish(b.queue, msg))
+	raw, err := b.rdb.HGet(ctx, b.q.Job(msg.UUID), "payload").Bytes()
+	if errors.Is(err, redis.Nil) { // queued: the payload is in the stream entry
+		entries, xerr := b.rdb.XRange(ctx, b.q.Stream(), "-", "+").Result()
+		require.NoError(t, xerr)
+		require.Len(t, entries, 1)
+		raw = []byte(entries[0].Values["payload"].(string))
+		err = nil
+	}
+	require.NoError(t, err)
+	require.True(t, keyring.Sealed(raw), "stored %q", raw)
+	plain, err := k.Open(keyring.Payload, msg.UUID, raw)
+	require.NoError(t, err)
+	require.Equal(t, `{"card":"4111"}`, string(plain))
+	got, err := b.client.Get(ctx, b.queue, msg.UUID)
+	require.NoError(t, err)
+	require.Equal(t, `{"card":"4111"}`, string(got.Payload))
 }
