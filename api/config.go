@@ -10,6 +10,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/conveyorq/conveyor/keyring"
 	"github.com/conveyorq/conveyor/pipeline"
 )
 
@@ -62,6 +63,18 @@ type Config struct {
 	// dashboard's own files, as "Authorization: Bearer <token>". Empty: no authentication
 	// (serve the handler on loopback only, or behind a proxy that authenticates).
 	AuthToken string
+	// Keys is the keyring of encryption at rest (pipeline.ClientConfig.Keys). The server shows
+	// payloads and results opened only to requests that send PayloadToken; every other
+	// request gets the jobs' sealed parts as "<encrypted, N bytes, key K>" with an "encrypted"
+	// field, whatever the server's keyring holds. The payload a publish sends back is shown so
+	// too. Give New a Client with the same Keys and KeepSealed (it seals what it publishes and
+	// reads jobs as stored) and an Inspector without Keys. Nil: jobs are shown as stored.
+	Keys *keyring.Keyring
+	// PayloadToken is a second bearer token, authenticated as AuthToken is, whose requests
+	// see payloads and results opened with Keys. It needs Keys, and must differ from
+	// AuthToken. Without AuthToken (loopback), requests without a token are admitted and see
+	// the placeholders.
+	PayloadToken string
 	// AllowedHosts are the host names (or addresses) that requests may name in their Host header
 	// when AuthToken is empty. The loopback ones (localhost, 127.0.0.0/8, [::1]) are always
 	// allowed. The port is not compared. Any other Host is answered 421 Misdirected Request,
@@ -174,6 +187,12 @@ func (c Config) validate() error {
 		if h != "*" && (hostName(h) == "" || strings.ContainsAny(h, "/ \t@")) {
 			bad("AllowedHosts entry %q: want a host name or address, such as conveyor.example.com", h)
 		}
+	}
+	if c.PayloadToken != "" && c.Keys == nil {
+		bad("PayloadToken needs Keys: without a keyring there is nothing it could open")
+	}
+	if c.PayloadToken != "" && c.PayloadToken == c.AuthToken {
+		bad("PayloadToken is AuthToken: every caller would see payloads")
 	}
 	if c.ThroughputQueues < 0 {
 		bad("ThroughputQueues %d is negative", c.ThroughputQueues)

@@ -231,8 +231,12 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	writeJSON(w, ae.Status, errorBody{ae})
 }
 
-// writeJSON answers v as JSON with status.
+// writeJSON answers v as JSON with status. The jobs in it are shown as the request may see
+// them (recorder.jobs).
 func writeJSON(w http.ResponseWriter, status int, v any) {
+	if rec, ok := w.(*recorder); ok && rec.jobs != nil {
+		v = viewJobs(v, rec.jobs)
+	}
 	b, err := json.Marshal(v)
 	if err != nil {
 		// Our own types always marshal; this is a bug, and the client gets a plain 500.

@@ -206,7 +206,11 @@ type eventStream struct {
 // job writes the events that j's change from last (nil: none sent yet) makes.
 func (es *eventStream) job(last, j *pipeline.Job) error {
 	if statusEvent(last, j) {
-		b, err := json.Marshal(j)
+		shown := j
+		if rec, ok := es.w.(*recorder); ok && rec.jobs != nil {
+			shown = rec.jobs(j)
+		}
+		b, err := json.Marshal(shown)
 		if err != nil {
 			return err
 		}

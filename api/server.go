@@ -31,6 +31,7 @@ type Server struct {
 	cfg       Config
 	log       zerolog.Logger
 	token     [sha256.Size]byte // of cfg.AuthToken
+	payload   [sha256.Size]byte // of cfg.PayloadToken
 	hosts     map[string]bool   // cfg.AllowedHosts, normalized (hostName); nil: every Host
 	mux       *http.ServeMux
 	routes    []route
@@ -62,6 +63,9 @@ func New(client *pipeline.Client, inspector *pipeline.Inspector, cfg Config) (*S
 	s := &Server{client: client, inspector: inspector, doc: doc, cfg: cfg, log: cfg.Logger, mux: http.NewServeMux()}
 	if cfg.AuthToken != "" {
 		s.token = sha256.Sum256([]byte(cfg.AuthToken))
+	}
+	if cfg.PayloadToken != "" {
+		s.payload = sha256.Sum256([]byte(cfg.PayloadToken))
 	}
 	if !slices.Contains(cfg.AllowedHosts, "*") {
 		s.hosts = map[string]bool{}
@@ -231,9 +235,16 @@ func (s *Server) wrap(rt route) http.Handler {
 				Int("status", status).Str("duration", time.Since(start).Round(time.Microsecond).String()).
 				Msg("request")
 		}()
-		if err := s.admit(rt, r); err != nil {
+		payload, err := s.admit(rt, r)
+		if err != nil {
 			s.writeError(rec, r, err)
 			return
+		}
+		if s.cfg.Keys != nil {
+			rec.jobs = s.hideJob
+			if payload {
+				rec.jobs = s.openJob
+			}
 		}
 		if err := rt.handle(rec, r); err != nil {
 			s.writeError(rec, r, err)
@@ -242,15 +253,34 @@ func (s *Server) wrap(rt route) http.Handler {
 }
 
 // admit checks the Host (without a token) or the token, and, for mutating requests, the
-// cross-site rule.
-func (s *Server) admit(rt route, r *http.Request) error {
+// cross-site rule. payload says the request sent the PayloadToken: it sees payloads opened.
+func (s *Server) admit(rt route, r *http.Request) (payload bool, _ error) {
+	if s.cfg.PayloadToken != "" && rt.access == authed {
+		if got, ok := bearer(r); ok {
+			sum := sha256.Sum256([]byte(got))
+			payload = subtle.ConstantTimeCompare(sum[:], s.payload[:]) == 1
+		}
+	}
+	return payload, s.admitToken(rt, r, payload)
+}
+
+// bearer is the request's bearer token, if it sends one.
+func bearer(r *http.Request) (string, bool) {
+	got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	got = strings.TrimSpace(got)
+	return got, ok && got != ""
+}
+
+// admitToken is admit's check of the Host or the token; payload says the PayloadToken was
+// sent, which admits as AuthToken does.
+func (s *Server) admitToken(rt route, r *http.Request, payload bool) error {
 	if rt.access == authed && s.cfg.AuthToken == "" && !s.hostAllowed(r.Host) {
 		return errorf(http.StatusMisdirectedRequest, CodeMisdirected,
 			"this server does not answer for host %q: without an API token it answers only loopback names "+
 				"(localhost, 127.0.0.1, [::1]) and its allowed hosts (conveyor serve --allowed-host), "+
 				"which keeps web pages that rebind their own name to this address out", r.Host)
 	}
-	if rt.access == authed && s.cfg.AuthToken != "" {
+	if rt.access == authed && s.cfg.AuthToken != "" && !payload {
 		got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
 		got = strings.TrimSpace(got)
 		if !ok || got == "" {
@@ -335,6 +365,9 @@ type recorder struct {
 	http.ResponseWriter
 	status int
 	wrote  bool
+	// jobs is how the request sees the jobs it is answered with (openJob, hideJob), nil
+	// without Config.Keys.
+	jobs func(*pipeline.Job) *pipeline.Job
 }
 
 func (r *recorder) WriteHeader(code int) {

@@ -17,7 +17,10 @@
 // says what it is without opening it (Describe: "<encrypted, 42 bytes, key k2>").
 //
 // The additional data binds a value to what it is (a payload, a result) and to its job's id: a
-// ciphertext copied onto another job, or a result copied into a payload, does not open.
+// ciphertext copied onto another job, or a result copied into a payload, does not open. One
+// exception: a value sealed for no job (an empty job id) opens for any job of its kind. A
+// debounced publish seals so (AnyJob), since the job it joins is chosen in Redis, after the
+// payload was sealed.
 //
 // The nonce is not random: it is an HMAC of the key, the additional data and the plaintext
 // (the synthetic-IV construction). The same job published twice with the same payload under
@@ -43,8 +46,10 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"hash"
 	"os"
 	"strings"
+	"sync"
 )
 
 // Kind is what a sealed value is to its job. It is part of the additional data: a value
@@ -98,6 +103,9 @@ type key struct {
 	id    string
 	aead  cipher.AEAD
 	nonce []byte // the HMAC key the nonces are made with
+	// macs holds HMACs keyed with nonce (hash.Hash), reset between uses: a new one costs its
+	// allocations and its key's two blocks, more than the nonce of a small value.
+	macs sync.Pool
 }
 
 // Keyring holds keys by id; the first seals. A nil *Keyring is valid and seals nothing: Seal
@@ -256,6 +264,10 @@ func aad(kind Kind, jobID string) []byte {
 	return append(b, jobID...)
 }
 
+// AnyJob is the job id of a value sealed for no job in particular: it opens as the value of
+// any job (of its kind). Conveyor seals a debounced publish's payload so.
+const AnyJob = ""
+
 // Seal returns plain sealed under the newest key, for the job jobID as kind. A nil keyring
 // returns plain itself. A value already sealed is returned as it is: sealing is done once.
 func (k *Keyring) Seal(kind Kind, jobID string, plain []byte) []byte {
@@ -267,10 +279,16 @@ func (k *Keyring) Seal(kind Kind, jobID string, plain []byte) []byte {
 
 func (kk *key) seal(kind Kind, jobID string, plain []byte) []byte {
 	ad := aad(kind, jobID)
-	m := hmac.New(sha256.New, kk.nonce)
+	m, _ := kk.macs.Get().(hash.Hash)
+	if m == nil {
+		m = hmac.New(sha256.New, kk.nonce)
+	}
 	m.Write(ad)
 	m.Write(plain)
-	nonce := m.Sum(nil)[:nonceSize]
+	var sum [sha256.Size]byte
+	nonce := m.Sum(sum[:0])[:nonceSize]
+	m.Reset()
+	kk.macs.Put(m)
 	out := make([]byte, 0, Overhead(len(kk.id))+len(plain))
 	out = append(out, magic...)
 	out = append(out, byte(len(kk.id)))
@@ -325,9 +343,9 @@ func Describe(b []byte) string {
 	return fmt.Sprintf("<encrypted, %d bytes, key %s>", len(ct)-tagSize, id)
 }
 
-// Open returns the plaintext of b, sealed for the job jobID as kind. A value that is not
-// sealed is returned as it is (a job published before encryption was turned on). The error
-// wraps ErrUnknownKey (a *KeyError) or ErrCorrupt.
+// Open returns the plaintext of b, sealed for the job jobID (or AnyJob) as kind. A value that
+// is not sealed is returned as it is (a job published before encryption was turned on). The
+// error wraps ErrUnknownKey (a *KeyError) or ErrCorrupt.
 func (k *Keyring) Open(kind Kind, jobID string, b []byte) ([]byte, error) {
 	if !Sealed(b) {
 		return b, nil
@@ -339,7 +357,13 @@ func (k *Keyring) Open(kind Kind, jobID string, b []byte) ([]byte, error) {
 	if k == nil || k.byID[id] == nil {
 		return nil, &KeyError{KeyID: id}
 	}
-	plain, err := k.byID[id].aead.Open(nil, nonce, ct, aad(kind, jobID))
+	aead := k.byID[id].aead
+	plain, err := aead.Open(nil, nonce, ct, aad(kind, jobID))
+	if err != nil && jobID != AnyJob {
+		// Sealed for no job (a debounced publish): tried second, so that only such a value
+		// pays for the second try.
+		plain, err = aead.Open(nil, nonce, ct, aad(kind, AnyJob))
+	}
 	if err != nil {
 		return nil, fmt.Errorf("%w: %s of job %q under key %q fails authentication", ErrCorrupt, kind, jobID, id)
 	}

@@ -239,3 +239,25 @@ func FuzzParse(f *testing.F) {
 		}
 	})
 }
+
+// TestAnyJob: a value sealed for no job (a debounced publish) opens as any job's value of its
+// kind, and not as another kind.
+func TestAnyJob(t *testing.T) {
+	k, err := New([]string{"k1"}, [][]byte{make([]byte, KeySize)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := k.Seal(Payload, AnyJob, []byte("p"))
+	for _, id := range []string{"a", "b", AnyJob} {
+		if p, err := k.Open(Payload, id, s); err != nil || string(p) != "p" {
+			t.Fatalf("Open as job %q: %q, %v", id, p, err)
+		}
+	}
+	if _, err := k.Open(Result, "a", s); !errors.Is(err, ErrCorrupt) {
+		t.Fatalf("opened as a result: %v", err)
+	}
+	bound := k.Seal(Payload, "a", []byte("p"))
+	if _, err := k.Open(Payload, "b", bound); !errors.Is(err, ErrCorrupt) {
+		t.Fatalf("a value bound to job a opened as job b's: %v", err)
+	}
+}

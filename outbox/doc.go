@@ -102,6 +102,14 @@
 //
 // The outbox needs PostgreSQL 14 or newer, for CREATE OR REPLACE TRIGGER.
 //
+// # Encryption at rest
+//
+// With WithKeys, Enqueue seals the payload (package keyring) before it writes the row, bound to
+// the row's id, which is the job's. The table, its WAL and its backups then hold ciphertext. The
+// relay's Client sends a sealed payload as it is; with pipeline.ClientConfig.Keys of its own it
+// seals the rows written without (conveyor relay --keys). The type, the options (spec) and the
+// metadata stay plain.
+//
 // # Why not watermill-sql
 //
 // Watermill's SQL Pub/Sub (watermill-sql v4) writes messages in the caller's transaction too.

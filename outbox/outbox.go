@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/conveyorq/conveyor/internal/tracing"
+	"github.com/conveyorq/conveyor/keyring"
 	"github.com/conveyorq/conveyor/pipeline"
 )
 
@@ -178,6 +179,7 @@ type spec struct {
 // options are Enqueue's options as given.
 type options struct {
 	id     string
+	keys   *keyring.Keyring
 	delay  *time.Duration
 	runAt  *time.Time
 	spec   spec
@@ -191,6 +193,12 @@ type Option func(*options)
 // WithID sets the job's id (pipeline.WithID) instead of a new ULID: the row's key, so an
 // Enqueue of the same id again is absorbed (see the package doc).
 func WithID(id string) Option { return func(o *options) { o.id = id } }
+
+// WithKeys seals the payload with k (pipeline.ClientConfig.Keys) before the row is written,
+// bound to the row's id, the job's: the table, its WAL and backups hold ciphertext only. The
+// relay sends the sealed payload as it is, so its own keyring need not have the key, but the
+// workers' must. The type, the options and the metadata stay plain. A nil k seals nothing.
+func WithKeys(k *keyring.Keyring) Option { return func(o *options) { o.keys = k } }
 
 // WithDelay makes the job due d after Enqueue (not after the commit, nor the relay's send).
 func WithDelay(d time.Duration) Option {
@@ -340,7 +348,7 @@ func Enqueue(ctx context.Context, tx Execer, queue string, task pipeline.Task, o
 	if err != nil {
 		return "", fmt.Errorf("outbox: %w", err)
 	}
-	payload := task.Payload
+	payload := o.keys.Seal(keyring.Payload, o.id, task.Payload) // after the checks: the limit is the plaintext's
 	if payload == nil {
 		payload = []byte{}
 	}

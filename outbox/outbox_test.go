@@ -1,8 +1,10 @@
 package outbox_test
 
 import (
+	"bytes"
 	"context"
 	"database/sql"
+	"encoding/base64"
 	"fmt"
 	"io"
 	"maps"
@@ -24,6 +26,7 @@ import (
 	"github.com/conveyorq/conveyor/internal/keys"
 	"github.com/conveyorq/conveyor/internal/pgtest"
 	"github.com/conveyorq/conveyor/internal/redistest"
+	"github.com/conveyorq/conveyor/keyring"
 	"github.com/conveyorq/conveyor/outbox"
 	"github.com/conveyorq/conveyor/pipeline"
 	"github.com/conveyorq/conveyor/status"
@@ -798,4 +801,30 @@ func TestQueueFullRowsHeldBackThenSent(t *testing.T) {
 	st, err := b.client.Stats(ctx, b.queue)
 	require.NoError(t, err)
 	require.GreaterOrEqual(t, st.RejectedFull, int64(3), "refused at each try before the bound rose")
+}
+
+// TestEnqueueWithKeysSealsTheRow: WithKeys writes the payload sealed into the row, bound to
+// its id; the relay, with no keyring, sends it as it is; a reader with the key opens it.
+func TestEnqueueWithKeysSealsTheRow(t *testing.T) {
+	b := setup(t)
+	ctx := context.Background()
+	k, err := keyring.Parse("k1 " + base64.StdEncoding.EncodeToString(bytes.Repeat([]byte{7}, keyring.KeySize)))
+	require.NoError(t, err)
+	tx, err := b.db.BeginTx(ctx, nil)
+	require.NoError(t, err)
+	id, err := outbox.Enqueue(ctx, tx, b.queue, pipeline.Task{Type: "email", Payload: []byte(`{"card":"4111"}`)}, outbox.WithKeys(k))
+	require.NoError(t, err)
+	require.NoError(t, tx.Commit())
+	var row []byte
+	require.NoError(t, b.db.QueryRow(`SELECT payload FROM `+outbox.Table+` WHERE id = $1`, id).Scan(&row))
+	require.True(t, keyring.Sealed(row), "the row holds %q", row)
+	require.NotContains(t, string(row), "4111")
+
+	b.relay(t, outbox.RelayConfig{})
+	b.waitEmpty(t)
+	j, err := b.client.Get(ctx, b.queue, id)
+	require.NoError(t, err)
+	require.Equal(t, row, j.Payload, "the relay sends the sealed payload unchanged")
+	require.NoError(t, j.Open(k))
+	require.Equal(t, `{"card":"4111"}`, string(j.Payload))
 }

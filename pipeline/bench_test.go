@@ -1,7 +1,9 @@
 package pipeline_test
 
 import (
+	"bytes"
 	"context"
+	"encoding/base64"
 	"fmt"
 	"strconv"
 	"strings"
@@ -16,6 +18,7 @@ import (
 	"github.com/conveyorq/conveyor/internal/events"
 	"github.com/conveyorq/conveyor/internal/keys"
 	"github.com/conveyorq/conveyor/internal/redistest"
+	"github.com/conveyorq/conveyor/keyring"
 	"github.com/conveyorq/conveyor/pipeline"
 )
 
@@ -191,6 +194,29 @@ func BenchmarkFlowNotLimiting(b *testing.B) {
 	})
 }
 
+// BenchmarkEncryptionCost is issue 35's cost of encryption at rest: jobs of 1 KiB payloads
+// whose handler returns them as 1 KiB results, published while one worker consumes them
+// (live: the publish's seal, the worker's open and the result's seal) and drained after they
+// were published (drain: the worker's side), with the keys against without. keys/plain is
+// the ratio of their jobs/s (the issue's target: 0.9 or more):
+//
+//	go test -run XXX -bench BenchmarkEncryptionCost -benchtime 20000x -count 3 ./pipeline/
+func BenchmarkEncryptionCost(b *testing.B) {
+	k, err := keyring.Parse("k1 " + base64.StdEncoding.EncodeToString(bytes.Repeat([]byte{1}, keyring.KeySize)))
+	require.NoError(b, err)
+	kib := []byte(`{"pad":"` + strings.Repeat("x", 1024-10) + `"}`)
+	for _, live := range []bool{true, false} {
+		name := "drain"
+		if live {
+			name = "live"
+		}
+		b.Run(name, func(b *testing.B) {
+			pairedDrains(b, flowSpec{queues: 1, live: live, payload: kib, echo: true},
+				flowSpec{queues: 1, live: live, payload: kib, echo: true, keys: k}, "keys/plain")
+		})
+	}
+}
+
 // flowSpec is one side of a paired benchmark: how many queues the worker reads (the jobs
 // spread evenly over them), their weights (none: first come, first served), the limits set on
 // each, and whether the jobs are published while the worker runs (live) or before it starts.
@@ -199,6 +225,11 @@ type flowSpec struct {
 	weights []int
 	limits  []pipeline.Limit
 	live    bool
+	// payload is the jobs' payload (payload100 when nil); keys encrypts at rest (the Client's
+	// and the worker's); echo makes the handler return the payload as its result.
+	payload []byte
+	keys    *keyring.Keyring
+	echo    bool
 }
 
 // drainResult is what one drain measured: jobs/s, and the CPU time per job of the server and
@@ -243,11 +274,15 @@ var pairs struct{ n int }
 // runs when spec.live) and measures one worker consuming them all.
 func runFlow(b *testing.B, rdb *redis.Client, spec flowSpec, n int) drainResult {
 	ctx := context.Background()
-	c, err := pipeline.NewClient(rdb, pipeline.ClientConfig{})
+	c, err := pipeline.NewClient(rdb, pipeline.ClientConfig{Keys: spec.keys})
 	require.NoError(b, err)
 	in, err := pipeline.NewInspector(rdb, pipeline.InspectorConfig{})
 	require.NoError(b, err)
-	cfg := pipeline.WorkerConfig{Concurrency: 200, ReadBatch: 200}
+	cfg := pipeline.WorkerConfig{Concurrency: 200, ReadBatch: 200, Keys: spec.keys}
+	payload := payload100
+	if spec.payload != nil {
+		payload = spec.payload
+	}
 	counts := make([]int, spec.queues)
 	for k := range spec.queues {
 		q := fmt.Sprintf("q%d", k)
@@ -274,7 +309,7 @@ func runFlow(b *testing.B, rdb *redis.Client, spec flowSpec, n int) drainResult 
 	publish := func() {
 		tasks := make([]pipeline.Task, 100)
 		for i := range tasks {
-			tasks[i] = pipeline.Task{Type: "noop", Payload: payload100}
+			tasks[i] = pipeline.Task{Type: "noop", Payload: payload}
 		}
 		var mu sync.Mutex
 		left := append([]int(nil), counts...)
@@ -312,7 +347,12 @@ func runFlow(b *testing.B, rdb *redis.Client, spec flowSpec, n int) drainResult 
 	}
 	w, err := pipeline.NewWorker(rdb, cfg)
 	require.NoError(b, err)
-	w.Handle("noop", func(context.Context, *pipeline.Job) ([]byte, error) { return nil, nil })
+	w.Handle("noop", func(_ context.Context, j *pipeline.Job) ([]byte, error) {
+		if spec.echo {
+			return j.Payload, nil
+		}
+		return nil, nil
+	})
 	wctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
 	defer func() { cancel(); <-done }()

@@ -19,6 +19,7 @@ import (
 	"github.com/conveyorq/conveyor/internal/script"
 	"github.com/conveyorq/conveyor/internal/tracing"
 	"github.com/conveyorq/conveyor/internal/ulid"
+	"github.com/conveyorq/conveyor/keyring"
 	"github.com/conveyorq/conveyor/status"
 	"github.com/conveyorq/conveyor/stream"
 )
@@ -44,7 +45,8 @@ type ClientConfig struct {
 	// Prefix starts every key. Defaults to "conveyor".
 	Prefix string
 	// MaxPayloadBytes bounds a job's payload plus its encoded metadata. Defaults to
-	// 1 MiB.
+	// 1 MiB. With Keys it bounds the plaintext: what sealing adds (keyring.Overhead, some
+	// 40 bytes) is not counted.
 	MaxPayloadBytes int
 	// MaxRetries is the retry count of jobs enqueued without WithMaxRetries. Defaults to
 	// 5; set NoRetries for none.
@@ -72,6 +74,17 @@ type ClientConfig struct {
 	// or an earlier publish. The error wraps ErrQueueNotFound. It suits a publisher whose
 	// queue names come from others (conveyor serve --create-queues=false).
 	RequireQueues bool
+	// Keys, when set, encrypts at rest: every payload the Client publishes is sealed under the
+	// keyring's newest key, bound to its job's id (keyring.Seal), before it leaves the
+	// process, and the jobs it reads (Get, Wait) come back with payload and result opened
+	// when the keyring has their key. A payload sealed already (an outbox row sealed at its
+	// Enqueue) is sent as it is. The type and the metadata stay plain: put no secret in
+	// metadata. An empty payload stays empty. Nil: nothing is sealed and reads return what is
+	// stored, sealed or not.
+	Keys *keyring.Keyring
+	// KeepSealed makes reads leave payloads and results sealed even with Keys: for a server
+	// that opens them per caller (Job.Open), as conveyor serve does for its payload token.
+	KeepSealed bool
 	// TracerProvider records the spans of publishes (see "Tracing" in the README) and gives
 	// the trace context the jobs carry to their handlers. Defaults to OpenTelemetry's global
 	// provider (otel.GetTracerProvider) as it is at each publish: until the application sets
@@ -204,6 +217,7 @@ func (c *Client) enqueue(ctx context.Context, queue string, task *Task, pt *publ
 		return nil, err
 	}
 	applyDefaults(d, opts, task, j, &nj)
+	c.seal(&nj)
 	rw := c.replicasFor(opts, nil).writer(c.rdb) // durable.go
 	js := c.store.Via(rw.Scripter(c.rdb))
 	bound := c.bound(ctx, d)
@@ -284,6 +298,7 @@ func (c *Client) enqueueBatch(ctx context.Context, queue string, tasks []Task, p
 	}
 	for i := range tasks {
 		applyDefaults(d, opts, &tasks[i], jobs[i], &njs[i])
+		c.seal(&njs[i])
 	}
 	rw := c.replicasFor(opts, tasks).writer(c.rdb) // durable.go
 	jobs, err = c.publish(ctx, c.store.Via(rw.Scripter(c.rdb)), queue, p, jobs, njs, now, c.bound(ctx, d))
@@ -404,7 +419,7 @@ func (c *Client) prepare(queue string, t *Task, now time.Time, common []Option, 
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
-	if size := len(t.Payload) + len(encMD); size > c.cfg.MaxPayloadBytes {
+	if size := payloadLen(t.Payload) + len(encMD); size > c.cfg.MaxPayloadBytes {
 		return nil, fmt.Errorf("%w: %d bytes of payload and metadata, the limit is %d", ErrPayloadTooLarge, size, c.cfg.MaxPayloadBytes)
 	}
 	runAt, err := o.dueAt(now)
@@ -433,6 +448,37 @@ func (c *Client) prepare(queue string, t *Task, now time.Time, common []Option, 
 		MaxRetries: maxRetries, Timeout: time.Duration(timeoutMS(o.timeout)) * time.Millisecond,
 		CreatedAt: now, RunAt: runAt, Version: 1,
 	}, nil
+}
+
+// payloadLen is what MaxPayloadBytes counts of a payload: the plaintext's length of one sealed
+// already (an outbox row's), so that a limit means the same with encryption on.
+func payloadLen(p []byte) int {
+	if n := keyring.PlainLen(p); n >= 0 {
+		return n
+	}
+	return len(p)
+}
+
+// seal seals nj's payload with the Client's keys, once its job id is final. A debounced
+// publish's is sealed for no job in particular (keyring.AnyJob): the job it joins is known in
+// Redis only. The Job the caller gets back keeps the plaintext it gave.
+func (c *Client) seal(nj *jobstate.NewJob) {
+	if c.cfg.Keys == nil || len(nj.Payload) == 0 {
+		return // an empty payload has nothing to hide
+	}
+	id := nj.ID
+	if nj.Debounce != "" {
+		id = keyring.AnyJob
+	}
+	nj.Payload = c.cfg.Keys.Seal(keyring.Payload, id, nj.Payload)
+}
+
+// readKeys is the keyring the Client's reads open jobs with: nil under KeepSealed.
+func (c *Client) readKeys() *keyring.Keyring {
+	if c.cfg.KeepSealed {
+		return nil
+	}
+	return c.cfg.Keys
 }
 
 // applyOptions applies the publish's options, then the task's. Its options escape to the heap
@@ -475,7 +521,7 @@ func (c *Client) Get(ctx context.Context, queue, id string) (*Job, error) {
 	if err != nil {
 		return nil, err
 	}
-	j, _, err := findJob(ctx, c.store, qs, id)
+	j, _, err := findJob(ctx, c.store, qs, id, c.readKeys())
 	return j, err
 }
 
@@ -492,8 +538,9 @@ func (c *Client) lookup(ctx context.Context, queue, id string) ([]keys.Queue, er
 	return publish.LookupOrder(c.cfg.Prefix, queue, id, p), nil
 }
 
-// jobFromRecord builds job id of queue from its record.
-func jobFromRecord(queue, id string, r jobstate.Record) (*Job, error) {
+// jobFromRecord builds job id of queue from its record, its payload and result opened with k
+// where k has their key (sealed otherwise: Job.Sealed).
+func jobFromRecord(queue, id string, r jobstate.Record, k *keyring.Keyring) (*Job, error) {
 	j := &Job{ID: id, Queue: queue, Type: r.Type, Status: status.Status(r.Status), Attempt: r.Attempt,
 		MaxRetries: r.MaxRetries, Timeout: r.Timeout, CreatedAt: r.CreatedAt, RunAt: r.RunAt,
 		EnqueuedAt: r.EnqueuedAt, StartedAt: r.StartedAt, CompletedAt: r.CompletedAt,
@@ -518,6 +565,9 @@ func jobFromRecord(queue, id string, r jobstate.Record) (*Job, error) {
 			return nil, fmt.Errorf("job %s: %w", id, err)
 		}
 		j.Metadata = md
+	}
+	if k != nil {
+		_ = j.Open(k) // what does not open stays sealed, shown as such
 	}
 	return j, nil
 }

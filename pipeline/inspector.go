@@ -15,6 +15,7 @@ import (
 	"github.com/conveyorq/conveyor/internal/jobstate"
 	"github.com/conveyorq/conveyor/internal/keys"
 	"github.com/conveyorq/conveyor/internal/publish"
+	"github.com/conveyorq/conveyor/keyring"
 	"github.com/conveyorq/conveyor/status"
 )
 
@@ -59,6 +60,10 @@ type InspectorConfig struct {
 	// MaxSchedules bounds the stored schedules: CreateSchedule of a new schedule fails with
 	// ErrTooManySchedules once there are this many. Defaults to 100,000.
 	MaxSchedules int
+	// Keys opens the payloads and results of the jobs it reads (Get, Find, List and the dry
+	// runs) where the keyring has their key; the others stay sealed (Job.Sealed). Nil: jobs
+	// come as stored. See ClientConfig.Keys.
+	Keys *keyring.Keyring
 	// PublishWarningWindow is how far back PublishWarnings looks for a worker that read the
 	// queue and handled the types of a publish. Defaults to DefaultPublishWarningWindow (10
 	// minutes); at most a day, how long the workers' beats keep what they saw.
@@ -204,7 +209,7 @@ func (i *Inspector) Get(ctx context.Context, queue, id string) (*Job, error) {
 	if err != nil || k < 0 {
 		return nil, cmp.Or(err, ErrNotFound)
 	}
-	j, err := jobFromRecord(qs[k].Name(), id, rec)
+	j, err := jobFromRecord(qs[k].Name(), id, rec, i.cfg.Keys)
 	if err != nil {
 		return nil, err
 	}
@@ -229,7 +234,7 @@ func (i *Inspector) Find(ctx context.Context, id string) (*Job, []string, error)
 	if err != nil {
 		return nil, searched, err
 	}
-	j, err := jobFromRecord(r.Queue, id, r.Rec)
+	j, err := jobFromRecord(r.Queue, id, r.Rec, i.cfg.Keys)
 	if err != nil {
 		return nil, searched, err
 	}
@@ -388,7 +393,7 @@ func (i *Inspector) List(ctx context.Context, queue string, st status.Status, pa
 	if err != nil {
 		return nil, err
 	}
-	jp, err := pageOf(p)
+	jp, err := pageOf(p, i.cfg.Keys)
 	if err == nil {
 		err = i.explainRows(ctx, queue, st, jp, p.Rows)
 	}

@@ -45,7 +45,7 @@ func (i *Inspector) PurgeAllDryRun(ctx context.Context, queue string, olderThan 
 		if err != nil {
 			return err
 		}
-		jobs, err := jobsOf(rows)
+		jobs, err := jobsOf(rows, i.cfg.Keys)
 		out = append(out, jobs...)
 		return err
 	})

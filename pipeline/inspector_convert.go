@@ -3,6 +3,7 @@ package pipeline
 import (
 	"github.com/conveyorq/conveyor/internal/inspect"
 	"github.com/conveyorq/conveyor/internal/jobstate"
+	"github.com/conveyorq/conveyor/keyring"
 	"github.com/conveyorq/conveyor/status"
 )
 
@@ -10,10 +11,10 @@ import (
 // the public types.
 
 // pageOf is the JobPage of a listing's page.
-func pageOf(p *inspect.Page) (*JobPage, error) {
+func pageOf(p *inspect.Page, k *keyring.Keyring) (*JobPage, error) {
 	out := &JobPage{Next: p.Next}
 	var err error
-	if out.Jobs, err = jobsOf(p.Rows); err != nil {
+	if out.Jobs, err = jobsOf(p.Rows, k); err != nil {
 		return nil, err
 	}
 	for k, r := range p.Rows {
@@ -30,10 +31,10 @@ func pageOf(p *inspect.Page) (*JobPage, error) {
 
 // jobsOf converts rows to Jobs, in order. A row held by a worker (in_progress) is the job as
 // that worker runs it: its status, worker, entry and attempt are the lease's.
-func jobsOf(rows []inspect.Row) ([]*Job, error) {
+func jobsOf(rows []inspect.Row, k *keyring.Keyring) ([]*Job, error) {
 	var jobs []*Job
 	for _, r := range rows {
-		j, err := jobFromRecord(r.Queue, r.ID, r.Rec)
+		j, err := jobFromRecord(r.Queue, r.ID, r.Rec, k)
 		if err != nil {
 			return nil, err
 		}

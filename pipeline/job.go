@@ -2,9 +2,11 @@ package pipeline
 
 import (
 	"encoding/json"
+	"errors"
 	"time"
 
 	"github.com/conveyorq/conveyor/internal/engine"
+	"github.com/conveyorq/conveyor/keyring"
 	"github.com/conveyorq/conveyor/status"
 )
 
@@ -22,6 +24,10 @@ type Task struct {
 //
 // For a handler, Attempt is the number of the attempt that is running (1 for the first run)
 // and Status is status.InProgress.
+//
+// With encryption at rest (ClientConfig.Keys) Payload and Result are stored sealed. A reader
+// whose keyring has the key sees them opened. A reader without it gets the sealed bytes, which
+// Sealed tells and MarshalJSON renders as "<encrypted, N bytes, key K>".
 type Job struct {
 	ID       string
 	Queue    string
@@ -89,6 +95,8 @@ type Job struct {
 
 	// run is a handler's job's attempt, as the worker's loop holds it (its Progress reporter).
 	run engine.Attempt
+	// keys is a handler's job's worker's keyring (WorkerConfig.Keys), for Dependencies.
+	keys *keyring.Keyring
 }
 
 // Progress is a progress report of a job's handler (Job.Progress).
@@ -154,10 +162,71 @@ type jobJSON struct {
 	Attempts []attemptJSON `json:"attempts"`
 	// WaitingFor is Job.WaitingFor, absent when nil.
 	WaitingFor *waitingForJSON `json:"waiting_for,omitempty"`
+	// Encrypted lists the parts still sealed (read without their key), absent when none.
+	Encrypted *encryptedJSON `json:"encrypted,omitempty"`
+}
+
+// encryptedJSON is the wire form of a job's parts still sealed.
+type encryptedJSON struct {
+	Payload *sealedJSON `json:"payload,omitempty"`
+	Result  *sealedJSON `json:"result,omitempty"`
+}
+
+// sealedJSON says what a sealed part is without opening it.
+type sealedJSON struct {
+	Key   string `json:"key"`
+	Bytes int    `json:"bytes"`
+}
+
+// sealedPart is the wire form of a sealed value, nil for one that is not sealed. A value cut
+// short keeps its key empty and counts the bytes stored.
+func sealedPart(b []byte) *sealedJSON {
+	if !keyring.Sealed(b) {
+		return nil
+	}
+	id, _ := keyring.KeyID(b)
+	n := keyring.PlainLen(b)
+	if n < 0 {
+		n = len(b)
+	}
+	return &sealedJSON{Key: id, Bytes: n}
+}
+
+// Sealed reports whether the job's payload and result are still sealed: the job was read
+// without the key that opens them (or they did not open). Their bytes are then the stored
+// ciphertext; keyring.Describe says what each is.
+func (j *Job) Sealed() (payload, result bool) {
+	return keyring.Sealed(j.Payload), keyring.Sealed(j.Result)
+}
+
+// Open opens the job's sealed payload and result with k, in place. A part sealed under a key
+// k lacks, or that does not open, stays sealed; the error says why (errors.Is
+// keyring.ErrUnknownKey or keyring.ErrCorrupt), for the payload first. A server that shows
+// payloads to some callers only reads jobs sealed (ClientConfig.KeepSealed) and opens them
+// per caller so.
+func (j *Job) Open(k *keyring.Keyring) error {
+	var errs []error
+	if keyring.Sealed(j.Payload) {
+		if p, err := k.Open(keyring.Payload, j.ID, j.Payload); err != nil {
+			errs = append(errs, err)
+		} else {
+			j.Payload = p
+		}
+	}
+	if keyring.Sealed(j.Result) {
+		if r, err := k.Open(keyring.Result, j.ID, j.Result); err != nil {
+			errs = append(errs, err)
+		} else {
+			j.Result = r
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // MarshalJSON writes the job with times as unix milliseconds (0 when not yet). Payload and
-// result are JSON when they are valid JSON, else JSON strings (null when empty).
+// result are JSON when they are valid JSON, else JSON strings (null when empty). A part still
+// sealed is the string "<encrypted, N bytes, key K>" (keyring.Describe), and "encrypted"
+// lists it with its key and plaintext length.
 func (j *Job) MarshalJSON() ([]byte, error) {
 	md := j.Metadata
 	if md == nil {
@@ -178,12 +247,19 @@ func (j *Job) MarshalJSON() ([]byte, error) {
 	if p := j.Reported; p != nil {
 		w.Progress, w.ProgressMessage, w.ProgressAt = &p.Percent, p.Message, unixMS(p.At)
 	}
+	if sp, sr := sealedPart(j.Payload), sealedPart(j.Result); sp != nil || sr != nil {
+		w.Encrypted = &encryptedJSON{Payload: sp, Result: sr}
+	}
 	return json.Marshal(w)
 }
 
 func rawOrString(b []byte) json.RawMessage {
 	if len(b) == 0 {
 		return json.RawMessage("null")
+	}
+	if d := keyring.Describe(b); d != "" {
+		s, _ := json.Marshal(d)
+		return s
 	}
 	if json.Valid(b) {
 		return json.RawMessage(b)

@@ -10,6 +10,7 @@ import (
 	"github.com/conveyorq/conveyor/internal/jobstate"
 	"github.com/conveyorq/conveyor/internal/keys"
 	"github.com/conveyorq/conveyor/internal/publish"
+	"github.com/conveyorq/conveyor/keyring"
 )
 
 // maxPartitions bounds QueueOptions.Partitions.
@@ -17,12 +18,12 @@ const maxPartitions = keys.MaxPartitions
 
 // findJob reads job id from the first of qs that has it (publish.Find), and returns the
 // partition that holds it.
-func findJob(ctx context.Context, js jobstate.Backend, qs []keys.Queue, id string) (*Job, keys.Queue, error) {
+func findJob(ctx context.Context, js jobstate.Backend, qs []keys.Queue, id string, kr *keyring.Keyring) (*Job, keys.Queue, error) {
 	k, rec, err := publish.Find(ctx, js, qs, id)
 	if err != nil || k < 0 {
 		return nil, qs[0], cmp.Or(err, ErrNotFound)
 	}
-	j, err := jobFromRecord(qs[k].Name(), id, rec)
+	j, err := jobFromRecord(qs[k].Name(), id, rec, kr)
 	return j, qs[k], err
 }
 

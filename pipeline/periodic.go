@@ -258,7 +258,7 @@ func (c WorkerConfig) periodicScheduler(rdb redis.UniversalClient) (*periodic.Sc
 		return periodic.New(nil, cfg)
 	}
 	// The worker's tracer provider: each tick's publish is a trace of its own.
-	cl, err := NewClient(rdb, ClientConfig{Prefix: c.Prefix, TracerProvider: c.TracerProvider})
+	cl, err := NewClient(rdb, ClientConfig{Prefix: c.Prefix, TracerProvider: c.TracerProvider, Keys: c.Keys})
 	if err != nil {
 		return nil, err
 	}

@@ -97,7 +97,7 @@ func (w *Waiter) locate(ctx context.Context, queue, id string) (*Job, keys.Queue
 	case len(qs) == 1:
 		return nil, qs[0], nil
 	}
-	return findJob(ctx, w.c.store, qs, id)
+	return findJob(ctx, w.c.store, qs, id, w.c.readKeys())
 }
 
 // job is how a wait reads job id of q. The first read marks the job watched, so that the
@@ -107,7 +107,7 @@ func (w *Waiter) job(q keys.Queue, id string) events.Job[Job] {
 		Read: func(ctx context.Context, mark bool) (*Job, error) {
 			defer w.nread.Add(1)
 			if !mark {
-				j, _, err := findJob(ctx, w.c.store, []keys.Queue{q}, id)
+				j, _, err := findJob(ctx, w.c.store, []keys.Queue{q}, id, w.c.readKeys())
 				return j, err
 			}
 			flat, found, err := w.c.store.GetWatched(ctx, q, id)
@@ -117,7 +117,7 @@ func (w *Waiter) job(q keys.Queue, id string) events.Job[Job] {
 			if !found {
 				return nil, ErrNotFound
 			}
-			return jobFromRecord(q.Name(), id, jobstate.DecodeRecord(flat))
+			return jobFromRecord(q.Name(), id, jobstate.DecodeRecord(flat), w.c.readKeys())
 		},
 		Status: func(ctx context.Context) (string, error) {
 			s, err := w.c.store.Status(ctx, q, id)

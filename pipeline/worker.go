@@ -20,6 +20,7 @@ import (
 	"github.com/conveyorq/conveyor/internal/jobstate"
 	"github.com/conveyorq/conveyor/internal/keys"
 	"github.com/conveyorq/conveyor/internal/tracing"
+	"github.com/conveyorq/conveyor/keyring"
 	"github.com/conveyorq/conveyor/stream"
 )
 
@@ -178,6 +179,14 @@ func (w *Worker) Run(ctx context.Context) error {
 		Now: w.cfg.Now, Delay: w.cfg.Backoff.Delay, Unmarshaller: entryUnmarshaller{defaultType: w.cfg.DefaultType},
 		Replicas: w.replicas, Cancels: w.cancels, Handler: (*runner)(w), Invalid: ErrInvalid,
 		Services: w.services, Ready: w.ready}
+	if w.cfg.Keys != nil {
+		l.SealResult = func(a *engine.Attempt, result []byte) []byte {
+			if len(result) == 0 {
+				return result // nothing to hide: no result stays no result
+			}
+			return w.cfg.Keys.Seal(keyring.Result, a.ID, result)
+		}
+	}
 	if w.attempts != nil {
 		l.OnWritten = w.attempts.written
 	}
@@ -196,6 +205,7 @@ func (r *runner) Begin(ctx context.Context, q *keys.Queue, msg *message.Message)
 	w := (*Worker)(r)
 	j := jobFromMessage(q.Name(), msg)
 	j.Priority = q.Level() // the level of the stream it was read from
+	j.keys = w.cfg.Keys
 	a := &j.run
 	*a = engine.Attempt{Q: q, Queue: j.Queue, ID: j.ID, Entry: j.Entry, Type: j.Type, Number: j.Attempt,
 		MaxRetries: j.MaxRetries, Timeout: j.Timeout, Metadata: j.Metadata, Job: j}
@@ -206,6 +216,15 @@ func (r *runner) Begin(ctx context.Context, q *keys.Queue, msg *message.Message)
 	}
 	if _, ok := w.handlers[j.Type]; !ok {
 		a.Fail = &noHandlerError{typ: j.Type, worker: w.cfg.Name}
+	} else if keyring.Sealed(j.Payload) {
+		// Never a handler on ciphertext: the attempt fails, and the retry policy may hand the
+		// job to a worker that has the key.
+		p, err := w.cfg.Keys.Open(keyring.Payload, j.ID, j.Payload)
+		if err != nil {
+			a.Fail, a.FailNote = sealedError(err), engine.NoteSealed
+		} else {
+			j.Payload = p
+		}
 	}
 	return ctx, a
 }
@@ -251,6 +270,16 @@ func (r *runner) End(a *engine.Attempt, e engine.Ended) error {
 
 // Ours reports whether err is what End returned: a *JobError.
 func (r *runner) Ours(err error) bool { return errors.As(err, new(*JobError)) }
+
+// sealedError is the error of an attempt whose payload did not open, in words that name the
+// key and say where the fix is.
+func sealedError(err error) error {
+	var ke *keyring.KeyError
+	if errors.As(err, &ke) {
+		return fmt.Errorf("payload encrypted under key %q, which this worker's keyring lacks (add the key to its --keys file): %w", ke.KeyID, err)
+	}
+	return fmt.Errorf("payload does not open: %w", err)
+}
 
 // noHandlerError is the error of an attempt with no handler; it is ErrNoHandler.
 type noHandlerError struct{ typ, worker string }

@@ -11,6 +11,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/conveyorq/conveyor/internal/keys"
+	"github.com/conveyorq/conveyor/keyring"
 	"github.com/conveyorq/conveyor/recovery"
 	"github.com/conveyorq/conveyor/stream"
 )
@@ -85,7 +86,17 @@ type WorkerConfig struct {
 	// written in one batch. Defaults to 2ms.
 	FlushInterval time.Duration
 	// MaxResultBytes bounds a handler's result; a larger one fails the job. Defaults to 1 MiB.
+	// With Keys it bounds the plaintext.
 	MaxResultBytes int
+	// Keys, when set, opens each job's payload before its handler runs (Job.Payload is the
+	// plaintext; Watermill middleware still sees the message as stored), seals the handler's
+	// result under the newest key before it is written, and seals the ticks of periodic
+	// schedules as ClientConfig.Keys does. A job sealed under a key the keyring lacks (or,
+	// without Keys, any sealed job) is not run: its attempt fails, saying which key, and the
+	// job is retried by the retry policy, so a worker that has the key may run it. A payload
+	// that does not open (keyring.ErrCorrupt) fails the attempt likewise. Job.Dependencies
+	// opens the results it reads. Nil: no encryption; a plain job costs nothing more.
+	Keys *keyring.Keyring
 	// MaxSnoozes bounds the times a job may snooze (Snooze, RetryAt); the next snooze fails it.
 	// Defaults to 100.
 	MaxSnoozes int

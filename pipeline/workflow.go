@@ -12,6 +12,7 @@ import (
 	"github.com/conveyorq/conveyor/internal/jobstate"
 	"github.com/conveyorq/conveyor/internal/keys"
 	"github.com/conveyorq/conveyor/internal/workflow"
+	"github.com/conveyorq/conveyor/keyring"
 	"github.com/conveyorq/conveyor/status"
 )
 
@@ -219,6 +220,7 @@ func (c *Client) publishWorkflow(ctx context.Context, queue string, wf Workflow,
 	}
 	for k, i := range order {
 		applyDefaults(d, nil, &wf.Tasks[i].Task, jobs[k], &nts[k].Job)
+		c.seal(&nts[k].Job) // its id is the task's now (workflow.Wire)
 	}
 	nw := jobstate.NewWorkflow{ID: wf.ID, Name: wf.Name, Kind: kind, Tasks: nts,
 		Retention: max(c.cfg.Retention, c.cfg.MinRetention)}
@@ -360,6 +362,17 @@ func (j *Job) Dependencies(ctx context.Context) (*Dependencies, error) {
 	}
 	if !ok {
 		return nil, fmt.Errorf("%w: job %s is no task of a workflow", ErrInvalid, j.ID)
+	}
+	// A task's job id is "<workflow>.<name>" (workflow.Wire): what its result was sealed for.
+	for name, r := range d.Results {
+		if !keyring.Sealed(r) {
+			continue
+		}
+		plain, err := j.keys.Open(keyring.Result, d.Workflow+"."+name, r)
+		if err != nil {
+			return nil, fmt.Errorf("result of task %s: %w", name, err)
+		}
+		d.Results[name] = plain
 	}
 	return &Dependencies{Workflow: d.Workflow, Completed: d.Completed, Failed: d.Failed, Canceled: d.Canceled, Results: d.Results}, nil
 }

@@ -197,9 +197,15 @@
     return v.toFixed(2).replace(/\.?0+$/, '');
   }
 
-  // prettyValue shows a job's payload or result: JSON pretty-printed, text as it is.
-  function prettyValue(v) {
+  // prettyValue shows a job's payload or result: JSON pretty-printed, text as it is. A part
+  // still sealed (the job JSON's encrypted field: this token may not see it) is its
+  // placeholder, "<encrypted, N bytes, key K>", under a lock.
+  function prettyValue(v, sealed) {
     if (v === null || v === undefined) return h('p', { class: 'muted' }, 'None');
+    if (sealed) {
+      return h('div', { class: 'sealed' }, h('p', { class: 'muted small' }, '\u{1F512} Encrypted at rest (the payload token shows it)'),
+        h('pre', { class: 'code' }, v));
+    }
     if (typeof v === 'string') {
       return h('div', {}, h('p', { class: 'muted small' }, 'Text (not JSON)'), h('pre', { class: 'code' }, v));
     }
@@ -890,7 +896,7 @@
       const cells = [
         h('td', { class: 'id', data: { label: 'Job' } }, h('a', { href: jobHref(q, j.id) }, j.id)),
         h('td', { data: { label: 'Type' } }, j.type),
-        h('td', { class: 'payload', data: { label: 'Payload' } }, payloadPreview(j.payload)),
+        h('td', { class: 'payload', data: { label: 'Payload' } }, payloadPreview(j.payload, !!(j.encrypted && j.encrypted.payload))),
         h('td', { class: 'num', data: { label: 'Attempt' } }, fmtInt(j.attempt) + ' of ' + fmtInt(num(j.max_retries) + 1)),
       ];
       if (state === 'scheduled') {
@@ -1035,7 +1041,7 @@
         h('td', { class: 'id', data: { label: 'Job' } }, h('a', { href: jobHref(q, j.id) }, j.id)),
         h('td', { class: 'wrap', data: { label: 'Queue', field: 'queue' } }, h('a', { href: queueHref(q, def.status) }, q)),
         h('td', { data: { label: 'Type' } }, j.type),
-        h('td', { class: 'payload', data: { label: 'Payload' } }, payloadPreview(j.payload)),
+        h('td', { class: 'payload', data: { label: 'Payload' } }, payloadPreview(j.payload, !!(j.encrypted && j.encrypted.payload))),
         h('td', { class: 'num', data: { label: 'Attempt' } }, fmtInt(j.attempt) + ' of ' + fmtInt(num(j.max_retries) + 1)),
       ];
       if (dead) {
@@ -1103,9 +1109,9 @@
 
   // payloadPreview is a list cell's look at a job's payload: its first characters, with the
   // whole (up to a limit) as the title.
-  function payloadPreview(v) {
+  function payloadPreview(v, sealed) {
     if (v === null || v === undefined || v === '') return h('span', { class: 'muted' }, '—');
-    const text = typeof v === 'string' ? v : JSON.stringify(v);
+    const text = (sealed ? '\u{1F512} ' : '') + (typeof v === 'string' ? v : JSON.stringify(v));
     const short = text.length > PREVIEW_CHARS ? text.slice(0, PREVIEW_CHARS) + '…' : text;
     return h('code', { class: 'preview', title: text.slice(0, 2000) }, short);
   }
@@ -1462,8 +1468,8 @@
           field('First publish', timeEl(j.debounce.first_at), 'debounce_first'),
           field('Due at the latest', timeEl(j.debounce.until), 'debounce_until'),
           field('Publishes', fmtInt(j.debounce.publishes), 'debounce_publishes'))) : '',
-      h('section', { class: 'card payload', 'aria-labelledby': 'j-pl' }, h('h2', { id: 'j-pl' }, 'Payload'), prettyValue(j.payload)),
-      h('section', { class: 'card result', 'aria-labelledby': 'j-res' }, h('h2', { id: 'j-res' }, 'Result'), prettyValue(j.result)),
+      h('section', { class: 'card payload', 'aria-labelledby': 'j-pl' }, h('h2', { id: 'j-pl' }, 'Payload'), prettyValue(j.payload, !!(j.encrypted && j.encrypted.payload))),
+      h('section', { class: 'card result', 'aria-labelledby': 'j-res' }, h('h2', { id: 'j-res' }, 'Result'), prettyValue(j.result, !!(j.encrypted && j.encrypted.result))),
       md.length ? h('section', { class: 'card', 'aria-labelledby': 'j-md' }, h('h2', { id: 'j-md' }, 'Metadata'),
         h('table', { class: 'kv' }, h('thead', {}, h('tr', {}, h('th', { scope: 'col' }, 'Key'), h('th', { scope: 'col' }, 'Value'))),
           h('tbody', {}, md.map(([k, v]) => h('tr', {}, h('th', { scope: 'row' }, k), h('td', {}, v)))))) : '');

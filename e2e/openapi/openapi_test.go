@@ -10,6 +10,7 @@ package openapi_test
 import (
 	"bytes"
 	"context"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"io"
@@ -35,6 +36,7 @@ import (
 	"github.com/conveyorq/conveyor/api"
 	"github.com/conveyorq/conveyor/internal/jobtest"
 	"github.com/conveyorq/conveyor/internal/redistest"
+	"github.com/conveyorq/conveyor/keyring"
 	"github.com/conveyorq/conveyor/pipeline"
 	"github.com/conveyorq/conveyor/status"
 )
@@ -53,6 +55,9 @@ type fixture struct {
 	publish func(t *testing.T) string
 	// fill makes the queue "full", bounded to one waiting job and holding it.
 	fill func(t *testing.T) string
+	// sealed publishes a job to queue with its payload encrypted under a key the server lacks
+	// (its JSON has the placeholder and "encrypted") and returns its id.
+	sealed func(t *testing.T) string
 	// v31 validates against the 3.1 document, api/openapi.json.
 	v31 validator.Validator
 }
@@ -101,6 +106,8 @@ var cases = []tc{
 	{op: "GET /v1/queues/{queue}/jobs/{id}", url: "/v1/queues/{queue}/jobs/{id}", status: 200, prep: seeded(status.Completed)},
 	{op: "GET /v1/queues/{queue}/jobs/{id}", url: "/v1/queues/{queue}/jobs/{id}", status: 200, prep: seeded(status.Failed)},
 	{op: "GET /v1/queues/{queue}/jobs/{id}", url: "/v1/queues/live/jobs/{id}?wait=10s&until=final", status: 200, prep: published},
+	{op: "GET /v1/queues/{queue}/jobs/{id}", url: "/v1/queues/{queue}/jobs/{id}", status: 200,
+		prep: func(t *testing.T, f *fixture) string { return f.sealed(t) }},
 	{op: "GET /v1/queues/{queue}/jobs/{id}", url: "/v1/queues/{queue}/jobs/nosuch", status: 404},
 	{op: "GET /v1/queues/{queue}/jobs/{id}", url: "/v1/queues/{queue}/jobs/{id}?wait=forever", status: 400, invalid: true, prep: seeded(status.Queued)},
 	{op: "GET /v1/queues/{queue}/jobs/{id}/events", url: "/v1/queues/{queue}/jobs/{id}/events", status: 200, prep: seeded(status.Completed)},
@@ -418,6 +425,15 @@ func newFixture(t *testing.T) *fixture {
 		_, err = insp.UpdateQueue(t.Context(), "full", pipeline.QueuePatch{MaxWaiting: &one})
 		require.NoError(t, err)
 		j, err := client.Enqueue(t.Context(), "full", pipeline.Task{Type: "echo"}, pipeline.WithID("full-1"))
+		require.NoError(t, err)
+		return j.ID
+	}
+	f.sealed = func(t *testing.T) string {
+		k, err := keyring.Parse("k1 " + base64.StdEncoding.EncodeToString(bytes.Repeat([]byte{9}, keyring.KeySize)))
+		require.NoError(t, err)
+		kc, err := pipeline.NewClient(rdb, pipeline.ClientConfig{Keys: k})
+		require.NoError(t, err)
+		j, err := kc.Enqueue(t.Context(), queue, pipeline.Task{Type: "echo", Payload: []byte(`{"card":"4111"}`)})
 		require.NoError(t, err)
 		return j.ID
 	}

@@ -83,8 +83,10 @@ type Attempt struct {
 	Start    time.Time
 	Progress *ProgressReporter
 	mark     StartMark // its "started" mark, while the completer may write it
-	// Fail is the error of an attempt no handler can run (pipeline's ErrNoHandler).
-	Fail error
+	// Fail is the error of an attempt no handler can run (pipeline's ErrNoHandler), or whose
+	// payload does not open; FailNote is its transition's Note (NoteNoHandler when zero).
+	Fail     error
+	FailNote uint8
 	// Job and Trace are the Handler's: its job and the attempt's span.
 	Job, Trace any
 }
@@ -124,6 +126,8 @@ type Ended struct {
 const (
 	NoteNoHandler uint8 = 1 + iota
 	NoteRefused
+	// NoteSealed: the job's payload did not open (a key the worker lacks), so no handler ran.
+	NoteSealed
 )
 
 // ErrTimeout is the cause of a handler context whose job ran past its timeout.
@@ -147,7 +151,11 @@ func (l *Loop) handle(msg *message.Message) error {
 		// the old version must not kill jobs meant for the new one, which may pick the retry
 		// up. It goes to the dead set only after its retries.
 		a.Start = l.Now()
-		return l.Handler.End(a, l.outcome(ctx, a, a.Start, nil, a.Fail, NoteNoHandler))
+		note := a.FailNote
+		if note == 0 {
+			note = NoteNoHandler
+		}
+		return l.Handler.End(a, l.outcome(ctx, a, a.Start, nil, a.Fail, note))
 	}
 	a.Start = l.Now()
 	a.mark = StartMark{Q: q, ID: a.ID, Entry: a.Entry, Attempt: a.Number, At: a.Start.UnixMilli()}
@@ -240,6 +248,9 @@ func (l *Loop) outcome(ctx context.Context, a *Attempt, start time.Time, result 
 		e = Ended{Outcome: OutcomeDead, Err: errors.New(reason)}
 		jobEvent(l.Log.Warn(), a).Str("reason", reason).Msg("job failed for good; sent to the dead set")
 	case err == nil:
+		if l.SealResult != nil {
+			result = l.SealResult(a, result)
+		}
 		t = jobstate.Done(a.Q, jobstate.DoneParams{Ran: ran, Result: string(result), Traceparent: doneTrace(ctx, a)})
 		jobEvent(l.Log.Debug(), a).Dur("took", outage.Round(end.Sub(start))).Msg("job done")
 	default:

@@ -58,6 +58,10 @@ type Loop struct {
 	Replicas                                          *durable.Outcomes
 	Cancels                                           *Cancels
 	Handler                                           Handler
+	// SealResult, when set, is applied to a completed attempt's result once it passed
+	// MaxResultBytes, before it is written: encryption at rest (pipeline's WorkerConfig.Keys),
+	// so that the limit bounds the plaintext.
+	SealResult func(a *Attempt, result []byte) []byte
 	// Invalid wraps the errors of an unusable stored count (the caller's ErrInvalid).
 	Invalid error
 	// OnWritten tells the attempts whose outcomes were written (nil: nobody).

@@ -6,6 +6,8 @@
 // The assertions read a Redis that the test provides, through pipeline.Inspector, so they see
 // what a worker would see. Give them the Inspector of the Redis (and key prefix) the code under
 // test enqueues to. Each takes a testing.TB and fails the test with what it found instead.
+// Code that encrypts at rest (pipeline.ClientConfig.Keys) needs an Inspector with the same
+// keys (InspectorConfig.Keys), or Want.Payload is compared with the sealed bytes.
 package pipelinetest
 
 import (

@@ -169,3 +169,14 @@ func dedup(s []string) []string {
 	slices.Sort(s)
 	return slices.Compact(s)
 }
+
+func init() {
+	keysSubcommands = append(keysSubcommands, func(a *app) *cobra.Command {
+		return newKeysRotateCmd(a, func(*cobra.Command) (*keyring.Keyring, error) {
+			if a.keys == nil {
+				return nil, usageErrorf("no keys: give --keys FILE or set $%s (the newest key first)", envKeys)
+			}
+			return a.keys, nil
+		})
+	})
+}

@@ -23,17 +23,21 @@ import (
 	"github.com/spf13/pflag"
 	"golang.org/x/term"
 
+	"github.com/conveyorq/conveyor/keyring"
 	"github.com/conveyorq/conveyor/pipeline"
 )
 
 // Global settings. Every global flag has an environment variable (envVars); a flag given on
 // the command line wins over it.
 const (
-	envRedisURL     = "CONVEYOR_REDIS_URL"
-	envCluster      = "CONVEYOR_CLUSTER"
-	envPrefix       = "CONVEYOR_PREFIX"
-	envLogLevel     = "CONVEYOR_LOG_LEVEL"
-	envLogFormat    = "CONVEYOR_LOG_FORMAT"
+	envRedisURL  = "CONVEYOR_REDIS_URL"
+	envCluster   = "CONVEYOR_CLUSTER"
+	envPrefix    = "CONVEYOR_PREFIX"
+	envLogLevel  = "CONVEYOR_LOG_LEVEL"
+	envLogFormat = "CONVEYOR_LOG_FORMAT"
+	// envKeys holds the key file's text itself (keyring.EnvVar), not a path: a secret
+	// store's value goes into the environment as it is.
+	envKeys         = "CONVEYOR_KEYS"
 	defaultRedisURL = "redis://127.0.0.1:6379/0"
 )
 
@@ -57,12 +61,14 @@ var envVars = []envVar{
 	{envPrefix, "", "prefix"},
 	{envLogLevel, "", "log-level"},
 	{envLogFormat, "", "log-format"},
+	{envKeys, "", "keys"},
 	{envTLSCA, "", "tls-ca"},
 	{envTLSCert, "", "tls-cert"},
 	{envTLSKey, "", "tls-key"},
 	{envTLSServerName, "", "tls-server-name"},
 	{envAPIAddr, "serve", "addr"},
 	{envAPIToken, "serve", "auth-token"},
+	{envPayloadToken, "serve", "payload-token"},
 	{envAPIAllowedHosts, "serve", "allowed-host"},
 	{envAPIMaxQueues, "serve", "max-queues"},
 	{envAPICreateQueues, "serve", "create-queues"},
@@ -112,6 +118,8 @@ type app struct {
 	level         logLevel
 	format        logFormat
 	tls           tlsFlags
+	keysArg       string            // --keys FILE, or the keys' text from $CONVEYOR_KEYS
+	keys          *keyring.Keyring  // encryption at rest: nil unless --keys or $CONVEYOR_KEYS
 	fromEnv       map[string]string // flag name -> "$VARIABLE", for the global flags the environment set
 
 	log zerolog.Logger
@@ -200,6 +208,8 @@ New here? Run 'conveyor demo': it needs no Redis of its own.`,
 	f.StringVar(&a.tls.cert, "tls-cert", "", "PEM file of a client certificate to present to Redis, for rediss:// (with --tls-key)")
 	f.StringVar(&a.tls.key, "tls-key", "", "PEM file of the private key of --tls-cert")
 	f.StringVar(&a.tls.serverName, "tls-server-name", "", "name to verify Redis's certificate against (default the host of the URL)")
+	f.StringVar(&a.keysArg, "keys", "", "key file of encryption at rest (lines \"ID BASE64-KEY\", the first seals; conveyor keys new): "+
+		"payloads and results are sealed on publish and shown opened; the variable holds the file's text itself")
 	for _, newCmd := range commands {
 		root.AddCommand(newCmd(a))
 	}
@@ -239,11 +249,34 @@ func (a *app) setup(cmd *cobra.Command, _ []string) error {
 	} else if err := a.tls.check(a.redisURL, a.cluster, a.source); err != nil {
 		errs = append(errs, err)
 	}
+	if err := a.loadKeys(); err != nil {
+		errs = append(errs, err)
+	}
 	if len(errs) > 0 {
 		return errors.Join(errs...)
 	}
 	a.log = newLogger(a.stderr, a.format, zerolog.Level(a.level))
 	return a.setupTracing(cmd.Context())
+}
+
+// loadKeys reads the keyring of --keys (a file) or $CONVEYOR_KEYS (the file's text); a bad
+// one is a usage error that names where it came from, never a secret.
+func (a *app) loadKeys() error {
+	if a.keysArg == "" {
+		return nil
+	}
+	var err error
+	if a.fromEnv["keys"] != "" {
+		a.keys, err = keyring.Parse(a.keysArg)
+		if err != nil {
+			return usageErrorf("$%s: %v", envKeys, err)
+		}
+		return nil
+	}
+	if a.keys, err = keyring.Load(a.keysArg); err != nil {
+		return usageErrorf("--keys: %v", err)
+	}
+	return nil
 }
 
 // applyEnv sets each global flag not given on the command line from its environment variable
@@ -407,7 +440,7 @@ func (a *app) client() (*pipeline.Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	return pipeline.NewClient(rdb, pipeline.ClientConfig{Prefix: a.prefix})
+	return pipeline.NewClient(rdb, pipeline.ClientConfig{Prefix: a.prefix, Keys: a.keys})
 }
 
 // inspector returns a pipeline.Inspector over the configured server: what every command that
@@ -417,7 +450,7 @@ func (a *app) inspector() (*pipeline.Inspector, error) {
 	if err != nil {
 		return nil, err
 	}
-	return pipeline.NewInspector(rdb, pipeline.InspectorConfig{Prefix: a.prefix})
+	return pipeline.NewInspector(rdb, pipeline.InspectorConfig{Prefix: a.prefix, Keys: a.keys})
 }
 
 func (a *app) close() {

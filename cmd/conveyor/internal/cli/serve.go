@@ -29,7 +29,9 @@ const (
 	envAPIAllowedHosts = "CONVEYOR_API_ALLOWED_HOSTS"
 	envAPIMaxQueues    = "CONVEYOR_API_MAX_QUEUES"
 	envAPICreateQueues = "CONVEYOR_API_CREATE_QUEUES"
-	defaultServeAddr   = "127.0.0.1:8080"
+	// envPayloadToken is --payload-token's variable.
+	envPayloadToken  = "CONVEYOR_PAYLOAD_TOKEN"
+	defaultServeAddr = "127.0.0.1:8080"
 	// probeTimeout bounds `serve --probe`.
 	probeTimeout = 3 * time.Second
 )
@@ -47,10 +49,12 @@ const (
 )
 
 type serveFlags struct {
-	addr     string
-	token    string
-	insecure bool
-	maxWait  time.Duration
+	addr  string
+	token string
+	// payloadToken is --payload-token: the token whose requests see payloads opened.
+	payloadToken string
+	insecure     bool
+	maxWait      time.Duration
 	// maxEventStreams bounds the event streams open at once (api.Config.MaxEventStreams).
 	maxEventStreams int
 	probe           string
@@ -64,6 +68,7 @@ type serveFlags struct {
 	warnWindow time.Duration
 
 	tokenGiven, addrGiven, allowedGiven, maxQueuesGiven, createGiven bool
+	payloadTokenGiven                                                bool
 	maxSchedulesGiven                                                bool
 }
 
@@ -105,6 +110,7 @@ health checks in images without curl (conveyor serve --probe http://127.0.0.1:80
 		Annotations: map[string]string{annotationEndsOnSignal: ""},
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			sf.tokenGiven = cmd.Flags().Changed("auth-token")
+			sf.payloadTokenGiven = cmd.Flags().Changed("payload-token")
 			sf.addrGiven = cmd.Flags().Changed("addr")
 			sf.allowedGiven = cmd.Flags().Changed("allowed-host")
 			sf.maxQueuesGiven = cmd.Flags().Changed("max-queues")
@@ -119,6 +125,8 @@ health checks in images without curl (conveyor serve --probe http://127.0.0.1:80
 	f := cmd.Flags()
 	f.StringVar(&sf.addr, "addr", defaultServeAddr, "address to listen on, host:port (a non-loopback host needs a token or --insecure); env $"+envAPIAddr)
 	f.StringVar(&sf.token, "auth-token", "", "API token that requests must send as Authorization: Bearer <token>; env $"+envAPIToken)
+	f.StringVar(&sf.payloadToken, "payload-token", "", "with --keys, a second API token whose requests see payloads and results "+
+		"opened; every other caller sees \"<encrypted, N bytes, key K>\"; env $"+envPayloadToken)
 	f.BoolVar(&sf.insecure, "insecure", false, "allow a non-loopback --addr without a token")
 	f.StringArrayVar(&sf.allowedHosts, "allowed-host", nil, "without a token, also answer requests whose Host is this name "+
 		"(a reverse proxy's; repeatable; \"*\" for any); others but loopback get 421; env $"+envAPIAllowedHosts+", comma-separated")
@@ -162,6 +170,9 @@ func (sf *serveFlags) check(getenv func(string) string) (token string, loopback 
 	token = getenv(envAPIToken)
 	if sf.tokenGiven {
 		token = sf.token
+	}
+	if v := getenv(envPayloadToken); v != "" && !sf.payloadTokenGiven {
+		sf.payloadToken = v
 	}
 	if addr := getenv(envAPIAddr); addr != "" && !sf.addrGiven {
 		sf.addr = addr
@@ -254,8 +265,16 @@ func (a *app) serve(ctx context.Context, sf *serveFlags) error {
 	if err != nil {
 		return err
 	}
+	if sf.payloadToken != "" && a.keys == nil {
+		return usageErrorf("--payload-token needs --keys (or $%s): without the keys there is nothing it could open", envKeys)
+	}
+	if sf.payloadToken != "" && sf.payloadToken == token {
+		return usageErrorf("--payload-token is the --auth-token: every caller would see payloads")
+	}
+	// The Client seals what the API publishes and reads jobs sealed: the server opens them
+	// per request, for the payload token only.
 	client, err := pipeline.NewClient(rdb, pipeline.ClientConfig{Prefix: a.prefix, MaxQueues: sf.maxQueues,
-		RequireQueues: !sf.createQueues})
+		RequireQueues: !sf.createQueues, Keys: a.keys, KeepSealed: true})
 	if err != nil {
 		return err
 	}
@@ -270,7 +289,7 @@ func (a *app) serve(ctx context.Context, sf *serveFlags) error {
 	if err != nil {
 		return err
 	}
-	srv, err := api.New(client, insp, api.Config{AuthToken: token, AllowedHosts: sf.allowedHosts, MaxWait: sf.maxWait, MaxEventStreams: sf.maxEventStreams, Logger: log,
+	srv, err := api.New(client, insp, api.Config{AuthToken: token, PayloadToken: sf.payloadToken, Keys: a.keys, AllowedHosts: sf.allowedHosts, MaxWait: sf.maxWait, MaxEventStreams: sf.maxEventStreams, Logger: log,
 		Dashboard: api.Dashboard(), Metrics: promhttp.HandlerFor(reg, promhttp.HandlerOpts{})})
 	if err != nil {
 		return err

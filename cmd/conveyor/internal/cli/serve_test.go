@@ -27,6 +27,7 @@ func TestServeRefusals(t *testing.T) {
 		{"AllowedHostURL", []string{"--allowed-host", "http://proxy.example/"}, []string{"--allowed-host", "host name"}},
 		{"MaxQueues", []string{"--max-queues", "0"}, []string{"--max-queues", "at least 1"}},
 		{"Argument", []string{"extra"}, []string{"unexpected argument"}},
+		{"PayloadTokenWithoutKeys", []string{"--payload-token", "p"}, []string{"--payload-token needs --keys", envKeys}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -110,6 +111,16 @@ func TestServeChecks(t *testing.T) {
 		_, _, err = sf.check(func(name string) string { return map[string]string{k: v}[name] })
 		require.ErrorContains(t, err, k)
 	}
+
+	// $CONVEYOR_PAYLOAD_TOKEN sets --payload-token unless the flag is given.
+	sf = serveFlags{addr: defaultServeAddr, maxWait: time.Second}
+	_, _, err = sf.check(func(k string) string { return map[string]string{envPayloadToken: "pe"}[k] })
+	require.NoError(t, err)
+	require.Equal(t, "pe", sf.payloadToken)
+	sf = serveFlags{addr: defaultServeAddr, maxWait: time.Second, payloadToken: "pf", payloadTokenGiven: true}
+	_, _, err = sf.check(func(k string) string { return map[string]string{envPayloadToken: "pe"}[k] })
+	require.NoError(t, err)
+	require.Equal(t, "pf", sf.payloadToken)
 
 	// The hosts a request may name without a token: --allowed-host (or its variable, split at
 	// commas) and --addr's host unless it is every interface's.

@@ -12,6 +12,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/conveyorq/conveyor/keyring"
 	"github.com/conveyorq/conveyor/pipeline"
 	"github.com/conveyorq/conveyor/status"
 )
@@ -186,8 +187,8 @@ func printJob(w io.Writer, j *pipeline.Job, now time.Time) error {
 	row("enqueued_at", formatTime(j.EnqueuedAt, now))
 	row("started_at", formatTime(j.StartedAt, now))
 	row("completed_at", formatTime(j.CompletedAt, now))
-	row("payload", orDash(string(j.Payload)))
-	row("result", orDash(string(j.Result)))
+	row("payload", orDash(shownBytes(j.Payload)))
+	row("result", orDash(shownBytes(j.Result)))
 	row("last_error", orDash(j.LastError))
 	if j.Status == status.Scheduled && j.ScheduledFor != "" {
 		row("scheduled_for", j.ScheduledFor)
@@ -222,4 +223,13 @@ func printAttempts(w io.Writer, as []pipeline.JobAttempt) error {
 			tableTime(a.StartedAt), tableTime(a.EndedAt), oneLine(a.Error, 80))
 	}
 	return t.Flush()
+}
+
+// shownBytes is a payload or result as a person reads it: a sealed one (read without --keys)
+// as "<encrypted, N bytes, key K>", never its ciphertext.
+func shownBytes(b []byte) string {
+	if d := keyring.Describe(b); d != "" {
+		return d
+	}
+	return string(b)
 }

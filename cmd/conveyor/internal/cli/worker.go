@@ -126,6 +126,7 @@ each tick makes one job however many workers run ('conveyor schedules').`,
 			if err != nil {
 				return err
 			}
+			cfg.Keys = a.keys // encryption at rest (--keys)
 			rdb, err := a.redis()
 			if err != nil {
 				return err
@@ -318,6 +319,7 @@ func (wf *workerFlags) config() (pipeline.WorkerConfig, error) {
 		Replicas:          wf.waitReplicas,
 		ReplicaTimeout:    wf.waitTimeout,
 		Periodic:          periodic,
+
 		HeartbeatInterval: wf.heartbeat,
 		DisableHeartbeat:  wf.heartbeat == 0,
 	}, nil
