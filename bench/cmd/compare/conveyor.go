@@ -14,6 +14,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/conveyorq/conveyor/internal/keys"
+	"github.com/conveyorq/conveyor/keyring"
 	"github.com/conveyorq/conveyor/metrics"
 	"github.com/conveyorq/conveyor/pipeline"
 )
@@ -26,13 +27,23 @@ type conveyorSystem struct {
 	// metrics wires in everything `conveyor worker --metrics-addr` does (package metrics:
 	// middleware, hooks, the Redis hook, the queue collector) with a scrape every second.
 	metrics bool
+	// bound, when above 0, is set as the queue's max_waiting before the run, far above what
+	// the run publishes: the cost of a bound that is set and never reached.
+	bound int
+	// keys, when set, seals payloads and results (ClientConfig.Keys, WorkerConfig.Keys).
+	keys *keyring.Keyring
 }
 
 const conveyorJobType = "noop"
 
 func (s *conveyorSystem) Name() string {
-	if s.metrics {
+	switch {
+	case s.metrics:
 		return "conveyor_metrics"
+	case s.bound > 0:
+		return "conveyor_bounded"
+	case s.keys != nil:
+		return "conveyor_keys"
 	}
 	return "conveyor"
 }
@@ -44,10 +55,16 @@ func (s *conveyorSystem) NewProducer(ctx context.Context, addr, queue string) (P
 		rdb.Close()
 		return nil, err
 	}
-	c, err := pipeline.NewClient(rdb, pipeline.ClientConfig{})
+	c, err := pipeline.NewClient(rdb, pipeline.ClientConfig{Keys: s.keys})
 	if err != nil {
 		rdb.Close()
 		return nil, err
+	}
+	if s.bound > 0 {
+		if err := setBound(ctx, rdb, queue, s.bound); err != nil {
+			rdb.Close()
+			return nil, err
+		}
 	}
 	return &conveyorProducer{rdb: rdb, c: c, queue: queue}, nil
 }
@@ -191,7 +208,7 @@ type conveyorConsumer struct {
 func (c *conveyorConsumer) Start(ctx context.Context, handle func([]byte)) error {
 	c.rdb = redis.NewClient(&redis.Options{Addr: c.addr})
 	var err error
-	if c.client, err = pipeline.NewClient(c.rdb, pipeline.ClientConfig{}); err != nil {
+	if c.client, err = pipeline.NewClient(c.rdb, pipeline.ClientConfig{Keys: c.sys.keys}); err != nil {
 		return err
 	}
 	logger := zerolog.New(os.Stderr).Level(zerolog.WarnLevel).With().Timestamp().Logger()
@@ -201,6 +218,7 @@ func (c *conveyorConsumer) Start(ctx context.Context, handle func([]byte)) error
 		ReadBatch:       c.sys.batch,
 		ShutdownTimeout: 5 * time.Second,
 		Logger:          logger,
+		Keys:            c.sys.keys,
 	}
 	wctx, cancel := context.WithCancel(ctx)
 	if c.sys.metrics {
@@ -296,4 +314,27 @@ func instrument(ctx context.Context, rdb *redis.Client, cfg *pipeline.WorkerConf
 		}
 	}()
 	return nil
+}
+
+// setBound sets the queue's max_waiting (policy reject) before its producer's first publish,
+// which reads it with the queue's route.
+func setBound(ctx context.Context, rdb redis.UniversalClient, queue string, n int) error {
+	in, err := pipeline.NewInspector(rdb, pipeline.InspectorConfig{})
+	if err != nil {
+		return err
+	}
+	if _, err := in.CreateQueue(ctx, queue, pipeline.QueueOptions{}); err != nil {
+		return err
+	}
+	_, err = in.UpdateQueue(ctx, queue, pipeline.QueuePatch{MaxWaiting: &n})
+	return err
+}
+
+// benchKeyring is conveyor_keys' keyring: a fixed key, since only the cost is measured.
+func benchKeyring() *keyring.Keyring {
+	k, err := keyring.Parse("bench AQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQE=")
+	if err != nil {
+		panic(err)
+	}
+	return k
 }

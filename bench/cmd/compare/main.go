@@ -53,8 +53,10 @@ var defaultWorkloads = []string{"e2e", "live", "enqueue", "enqueue_batch", "dela
 var allFamilies = []string{"conveyor", "asynq", "watermill", "raw"}
 
 // optionalFamilies run only when -systems names them: conveyor_metrics is Conveyor with the
-// Prometheus metrics of package metrics wired in, to measure their cost against conveyor.
-var optionalFamilies = []string{"conveyor_metrics"}
+// Prometheus metrics of package metrics wired in, to measure their cost against conveyor;
+// conveyor_bounded is Conveyor with a max_waiting set far above what the run publishes;
+// conveyor_keys is Conveyor with payloads and results encrypted (package keyring).
+var optionalFamilies = []string{"conveyor_metrics", "conveyor_bounded", "conveyor_keys"}
 
 func parseFlags(args []string, stderr io.Writer) (options, error) {
 	var o options

@@ -232,6 +232,15 @@ func (rep *report) ratiosAndTargets(res *results) {
 	ratio("e2e_metrics_vs_bare", "conveyor_metrics", "e2e_jobs_per_s", "conveyor", "e2e_jobs_per_s")
 	ratio("live_metrics_vs_bare", "conveyor_metrics", "live_jobs_per_s", "conveyor", "live_jobs_per_s")
 	ratio("cpu_per_job_metrics_vs_bare", "conveyor_metrics", "cpu_us_per_job", "conveyor", "cpu_us_per_job")
+	// With conveyor_bounded and conveyor_keys: a bound set and never reached, and encryption.
+	ratio("e2e_bounded_vs_bare", "conveyor_bounded", "e2e_jobs_per_s", "conveyor", "e2e_jobs_per_s")
+	ratio("live_bounded_vs_bare", "conveyor_bounded", "live_jobs_per_s", "conveyor", "live_jobs_per_s")
+	ratio("enqueue_bounded_vs_bare", "conveyor_bounded", "enqueue_per_s", "conveyor", "enqueue_per_s")
+	ratio("enqueue_batch_bounded_vs_bare", "conveyor_bounded", "enqueue_batch_per_s", "conveyor", "enqueue_batch_per_s")
+	ratio("cpu_per_job_bounded_vs_bare", "conveyor_bounded", "cpu_us_per_job", "conveyor", "cpu_us_per_job")
+	ratio("e2e_keys_vs_bare", "conveyor_keys", "e2e_jobs_per_s", "conveyor", "e2e_jobs_per_s")
+	ratio("live_keys_vs_bare", "conveyor_keys", "live_jobs_per_s", "conveyor", "live_jobs_per_s")
+	ratio("cpu_per_job_keys_vs_bare", "conveyor_keys", "cpu_us_per_job", "conveyor", "cpu_us_per_job")
 
 	check := func(name string, x float64, ok bool, op string, bound float64) {
 		if !ok {

@@ -91,6 +91,10 @@ func newSystem(v string, o options) (System, error) {
 		return &conveyorSystem{concurrency: o.convConc, batch: o.convBatch}, nil
 	case v == "conveyor_metrics":
 		return &conveyorSystem{concurrency: o.convConc, batch: o.convBatch, metrics: true}, nil
+	case v == "conveyor_bounded":
+		return &conveyorSystem{concurrency: o.convConc, batch: o.convBatch, bound: 100_000_000}, nil
+	case v == "conveyor_keys":
+		return &conveyorSystem{concurrency: o.convConc, batch: o.convBatch, keys: benchKeyring()}, nil
 	case v == "raw":
 		return &rawSystem{}, nil
 	case v == "idle":
