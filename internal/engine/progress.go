@@ -24,7 +24,9 @@ const progressFlushTimeout = 2 * time.Second
 // package pipeline exports it.
 var ErrProgressRefused = errors.New("pipeline: progress refused: the job moved on from this attempt")
 
-// ProgressReporter writes one attempt's progress reports, at most one per ProgressInterval.
+// ProgressReporter writes one attempt's progress reports, at most one per ProgressInterval,
+// and holds the lines its handler logs until its outcome (logs.go). Every attempt a handler
+// runs has one, its own allocation, so the lines cost a job that logs nothing no more.
 type ProgressReporter struct {
 	store  jobstate.Backend
 	writes *atomic.Int64 // the worker's count of reports written, for tests
@@ -40,6 +42,8 @@ type ProgressReporter struct {
 	writing chan struct{} // closed when the write in flight ends; nil when none is
 	ended   bool          // the attempt ended: no more writes
 	refused bool          // a write was refused: the job moved on
+	// logs are the lines the attempt's handler logged (logs.go); nil until the first.
+	logs *attemptLogs
 }
 
 type heldReport struct {

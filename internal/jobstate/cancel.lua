@@ -73,6 +73,12 @@ elseif tonumber(ARGV[8]) > 0 then
     tonumber(ARGV[8]))
 end
 if not delete then redis.call('PEXPIRE', KEYS[4], math.max(ret, tonumber(ARGV[5]))) end
+-- The job's logs (a retried job's attempts may have logged) go or expire with its hash.
+if delete or ret <= 0 then
+  redis.call('DEL', cv_logs_key(KEYS[4], ARGV[4]))
+else
+  redis.call('PEXPIRE', cv_logs_key(KEYS[4], ARGV[4]), math.max(ret, tonumber(ARGV[5])))
+end
 redis.call('HINCRBY', KEYS[3], 'canceled', 1)
 wfev[#wfev + 1] = 'canceled ' .. (h[4] or '0') .. ' ' .. ARGV[4]
 cv_announce(ARGV[6], ARGV[7], wfev)

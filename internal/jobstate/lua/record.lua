@@ -125,3 +125,20 @@ local function cv_index(key, nkey, items, cutoff, cap)
     n = redis.call('DECRBY', nkey, spaces + 1)
   end
 end
+
+-- The key of job id's logs (keys.Queue.Logs) from the key of its hash: <base>job:<id> and
+-- <base>logs:<id> (keys.LogsInfix), one slot. Scripts that delete or expire a hash do the same
+-- to it; on a key that is not there that costs a lookup.
+local function cv_logs_key(jobkey, id)
+  return string.sub(jobkey, 1, #jobkey - #id - 4) .. 'logs:' .. id
+end
+
+-- Appends an attempt's log lines (logs: '<cut>\n<line>\n<line>...', as the worker sends them)
+-- to the job's logs key as one item, '<attempt> <outcome> <ended ms> <cut>\n<lines>', keeping
+-- the last 20 items (keys.MaxAttemptHistory, as cv_attempt). It sets no expiry: the caller
+-- gives the key its hash's.
+local function cv_logs_add(jobkey, id, attempt, outcome, ended, logs)
+  local lk = cv_logs_key(jobkey, id)
+  redis.call('RPUSH', lk, attempt .. ' ' .. outcome .. ' ' .. ended .. ' ' .. logs)
+  redis.call('LTRIM', lk, -20, -1)
+end

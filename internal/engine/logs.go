@@ -1,0 +1,92 @@
+package engine
+
+import (
+	"strings"
+
+	"github.com/rs/zerolog"
+
+	"github.com/conveyorq/conveyor/internal/jobstate"
+)
+
+// attemptLogs are the lines a running attempt's handler logged (pipeline's Job.Logger and
+// Job.Logf), held in memory until the outcome carries them to finish.lua: no Redis call a line.
+// The attempt's ProgressReporter holds it behind a pointer made by the first line, so that an
+// attempt that logs nothing pays neither an allocation nor a byte of the finish call.
+type attemptLogs struct {
+	lines []string
+	size  int // bytes of lines, a newline counted after each
+	cut   int // earlier lines dropped to keep the bounds
+	log   zerolog.Logger
+}
+
+// add keeps line, dropping the oldest lines past jobstate.MaxLogLines or MaxLogBytes. A line
+// longer than the whole budget is cut to it.
+func (l *attemptLogs) add(line string) {
+	if len(line)+1 > jobstate.MaxLogBytes {
+		line = line[:jobstate.MaxLogBytes-1]
+	}
+	l.lines = append(l.lines, line)
+	l.size += len(line) + 1
+	k := 0
+	for len(l.lines)-k > jobstate.MaxLogLines || l.size > jobstate.MaxLogBytes {
+		l.size -= len(l.lines[k]) + 1
+		l.lines[k] = ""
+		k++
+	}
+	if k > 0 {
+		l.lines = l.lines[k:]
+		l.cut += k
+	}
+}
+
+// Write keeps p's lines: zerolog writes one event a call, ending in a newline. Lines that
+// arrive once the attempt ended are dropped.
+func (r *ProgressReporter) Write(p []byte) (int, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.ended {
+		return len(p), nil
+	}
+	l := r.logsLocked()
+	for _, line := range strings.Split(strings.TrimRight(string(p), "\n"), "\n") {
+		if line = strings.TrimRight(line, "\r"); line != "" {
+			l.add(line)
+		}
+	}
+	return len(p), nil
+}
+
+// logsLocked is the attempt's lines, made on first use; the caller holds r.mu.
+func (r *ProgressReporter) logsLocked() *attemptLogs {
+	if r.logs == nil {
+		r.logs = &attemptLogs{}
+		r.logs.log = zerolog.New(r).With().Timestamp().Logger()
+	}
+	return r.logs
+}
+
+// Logger is the attempt's logger: each event it writes is one line kept with the attempt
+// (pipeline's Job.Logger). It is made on first use.
+func (r *ProgressReporter) Logger() *zerolog.Logger {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return &r.logsLocked().log
+}
+
+// TakeLogs ends the attempt's logging and returns its lines as finish.lua takes them
+// (jobstate.EncodeLogs), empty when it logged nothing. Lines logged later are dropped: the
+// outcome that carries these is on its way.
+func (r *ProgressReporter) TakeLogs() string {
+	if r == nil {
+		return ""
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.ended = true
+	l := r.logs
+	if l == nil {
+		return ""
+	}
+	r.logs = nil
+	return jobstate.EncodeLogs(l.cut, l.lines)
+}
