@@ -55,7 +55,8 @@ type httpResult struct {
 // the job's context; see the package documentation. The payload is
 // {"url":"...","method":"POST","body":...,"headers":{"k":"v"}}. It returns
 // {"status":code,"body":"..."} with the first 64 KiB of the response body; at most 1 MiB of it
-// is read.
+// is read. It logs the request (method, redacted URL) and the answer's status with the job
+// (Job.Logger).
 //
 // A nil client means a shared client with a DefaultHTTPTimeout timeout, whose connections a
 // default Guard checks. It refuses loopback, private, link-local and unspecified destinations;
@@ -76,6 +77,9 @@ func HTTP(client *http.Client) pipeline.HandlerFunc {
 		if err != nil {
 			return nil, pipeline.SkipRetry(err)
 		}
+		// The request and its answer are logged with the job (Job.Logger): its job page shows
+		// what each attempt called. The URL is redacted, as in errors.
+		job.Logger().Info().Str("method", req.Method).Str("url", req.URL.Redacted()).Msg("request")
 		resp, err := client.Do(req)
 		if err != nil {
 			var dnsErr *net.DNSError
@@ -98,6 +102,7 @@ func HTTP(client *http.Client) pipeline.HandlerFunc {
 		}
 		defer resp.Body.Close()
 		body, err := io.ReadAll(io.LimitReader(resp.Body, maxResponseRead))
+		job.Logger().Info().Int("status", resp.StatusCode).Int("bytes", len(body)).Msg("response")
 		if err != nil {
 			return nil, fmt.Errorf("http: %s %s: reading the response: %w", req.Method, req.URL.Redacted(), err)
 		}
