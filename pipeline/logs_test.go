@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -298,4 +299,96 @@ func TestJobLogsOutsideWorker(t *testing.T) {
 	j := &pipeline.Job{ID: "x"}
 	j.Logf("nothing %d", 1)
 	j.Logger().Info().Msg("nothing")
+}
+
+// A snoozed run keeps its lines (outcome snooze) beside the run after it, which has its attempt
+// number too. An attempt that ran past its timeout keeps what it logged before; a handler that
+// ignores its context and logs on loses the later lines.
+func TestJobLogsSnoozeAndTimeout(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := t.Context()
+	late := make(chan struct{})
+	logged := make(chan struct{})
+	var runs atomic.Int32
+	b.startWorker(t, pipeline.WorkerConfig{Retention: time.Hour}, map[string]pipeline.HandlerFunc{
+		"snoozes": func(ctx context.Context, j *pipeline.Job) ([]byte, error) {
+			if runs.Add(1) == 1 {
+				j.Logf("not yet")
+				return nil, pipeline.Snooze(time.Millisecond)
+			}
+			j.Logf("now")
+			return nil, nil
+		},
+		"slow": func(ctx context.Context, j *pipeline.Job) ([]byte, error) {
+			if j.Attempt > 1 {
+				return nil, nil
+			}
+			j.Logf("before the timeout")
+			<-ctx.Done()
+			<-late // the worker gave up on it meanwhile: the attempt was written
+			j.Logf("after the timeout")
+			close(logged)
+			return nil, ctx.Err()
+		},
+	})
+	sj, err := b.client.Enqueue(ctx, b.queue, pipeline.Task{Type: "snoozes"})
+	require.NoError(t, err)
+	slow, err := b.client.Enqueue(ctx, b.queue, pipeline.Task{Type: "slow"}, pipeline.WithTimeout(50*time.Millisecond),
+		pipeline.WithMaxRetries(1))
+	require.NoError(t, err)
+
+	b.waitStatus(t, slow.ID, status.Completed)
+	close(late)
+	<-logged
+	logs := mustLogs(t, b, slow.ID)
+	require.Len(t, logs, 1, "the second attempt logged nothing")
+	require.Equal(t, 1, logs[0].Attempt)
+	require.Equal(t, status.AttemptRetried, logs[0].Outcome)
+	require.Len(t, logs[0].Lines, 1)
+	require.Contains(t, logs[0].Lines[0], "before the timeout")
+
+	b.waitStatus(t, sj.ID, status.Completed)
+	logs = mustLogs(t, b, sj.ID)
+	require.Len(t, logs, 2)
+	require.Equal(t, status.AttemptSnoozed, logs[0].Outcome)
+	require.Equal(t, 1, logs[0].Attempt)
+	require.Contains(t, logs[0].Lines[0], "not yet")
+	require.Equal(t, status.AttemptCompleted, logs[1].Outcome)
+	require.Equal(t, 1, logs[1].Attempt, "a snooze is not counted")
+	require.Contains(t, logs[1].Lines[0], "now")
+}
+
+// Job.Logger and Job.Logf are safe for concurrent use: the goroutines of one handler each log,
+// and every line is kept (run it under -race).
+func TestJobLogsConcurrent(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := t.Context()
+	b.startWorker(t, pipeline.WorkerConfig{Retention: time.Hour}, map[string]pipeline.HandlerFunc{
+		"t": func(ctx context.Context, j *pipeline.Job) ([]byte, error) {
+			var wg sync.WaitGroup
+			for g := range 8 {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for i := range 10 {
+						if i%2 == 0 {
+							j.Logf("g%d line %d", g, i)
+						} else {
+							j.Logger().Debug().Int("g", g).Int("i", i).Msg("line")
+						}
+					}
+				}()
+			}
+			wg.Wait()
+			return nil, nil
+		},
+	})
+	j, err := b.client.Enqueue(ctx, b.queue, pipeline.Task{Type: "t"})
+	require.NoError(t, err)
+	b.waitStatus(t, j.ID, status.Completed)
+	logs := mustLogs(t, b, j.ID)
+	require.Len(t, logs, 1)
+	require.Len(t, logs[0].Lines, 80)
 }
