@@ -48,10 +48,13 @@ func (r *ProgressReporter) Write(p []byte) (int, error) {
 		return len(p), nil
 	}
 	l := r.logsLocked()
-	for _, line := range strings.Split(strings.TrimRight(string(p), "\n"), "\n") {
-		if line = strings.TrimRight(line, "\r"); line != "" {
+	// One copy of p; the lines kept are pieces of it (zerolog reuses p).
+	for s := string(p); s != ""; {
+		line, rest, _ := strings.Cut(s, "\n")
+		if line = strings.TrimSuffix(line, "\r"); line != "" {
 			l.add(line)
 		}
+		s = rest
 	}
 	return len(p), nil
 }

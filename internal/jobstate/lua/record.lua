@@ -139,6 +139,7 @@ end
 -- gives the key its hash's.
 local function cv_logs_add(jobkey, id, attempt, outcome, ended, logs)
   local lk = cv_logs_key(jobkey, id)
-  redis.call('RPUSH', lk, attempt .. ' ' .. outcome .. ' ' .. ended .. ' ' .. logs)
-  redis.call('LTRIM', lk, -20, -1)
+  if redis.call('RPUSH', lk, attempt .. ' ' .. outcome .. ' ' .. ended .. ' ' .. logs) > 20 then
+    redis.call('LTRIM', lk, -20, -1)
+  end
 end
