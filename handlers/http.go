@@ -55,7 +55,7 @@ type httpResult struct {
 // the job's context; see the package documentation. The payload is
 // {"url":"...","method":"POST","body":...,"headers":{"k":"v"}}. It returns
 // {"status":code,"body":"..."} with the first 64 KiB of the response body; at most 1 MiB of it
-// is read. It logs the request (method, redacted URL) and the answer's status with the job
+// is read. It logs the request (its method) and the answer's status with the job
 // (Job.Logger).
 //
 // A nil client means a shared client with a DefaultHTTPTimeout timeout, whose connections a
@@ -78,8 +78,9 @@ func HTTP(client *http.Client) pipeline.HandlerFunc {
 			return nil, pipeline.SkipRetry(err)
 		}
 		// The request and its answer are logged with the job (Job.Logger): its job page shows
-		// what each attempt called. The URL is redacted, as in errors.
-		job.Logger().Info().Str("method", req.Method).Str("url", req.URL.Redacted()).Msg("request")
+		// when each attempt called and what came back. Not the URL: it is the payload's, which
+		// may be encrypted at rest, and the lines are not.
+		job.Logger().Info().Str("method", req.Method).Msg("request")
 		resp, err := client.Do(req)
 		if err != nil {
 			var dnsErr *net.DNSError

@@ -55,7 +55,7 @@ func (j *Job) Logf(format string, args ...any) {
 // AttemptLog is what one attempt of a job logged (Job.Logger, Job.Logf).
 type AttemptLog struct {
 	// Attempt is the attempt's number (JobAttempt.Number): a snoozed attempt and the run after
-	// it share one.
+	// it share one, and after a replay the attempts count from 1 again.
 	Attempt int
 	// Outcome is how the attempt ended: status.AttemptCompleted, status.AttemptFailed,
 	// status.AttemptRetried or status.AttemptSnoozed.
