@@ -392,3 +392,26 @@ func TestJobLogsConcurrent(t *testing.T) {
 	require.Len(t, logs, 1)
 	require.Len(t, logs[0].Lines, 80)
 }
+
+// A job kept only as a tombstone (no retention) keeps no lines: the earlier attempts' go too.
+func TestJobLogsTombstoneKeepsNone(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := t.Context()
+	b.startWorker(t, pipeline.WorkerConfig{Retention: pipeline.RetainNone}, map[string]pipeline.HandlerFunc{
+		"t": func(ctx context.Context, j *pipeline.Job) ([]byte, error) {
+			j.Logf("attempt %d", j.Attempt)
+			if j.Attempt == 1 {
+				return nil, errors.New("again")
+			}
+			return nil, nil
+		},
+	})
+	j, err := b.client.Enqueue(ctx, b.queue, pipeline.Task{Type: "t"}, pipeline.WithMaxRetries(2))
+	require.NoError(t, err)
+	b.waitStatus(t, j.ID, status.Completed)
+	n, err := b.rdb.Exists(ctx, b.q.Logs(j.ID)).Result()
+	require.NoError(t, err)
+	require.Zero(t, n, "the retried attempt's lines went with the record")
+	require.Empty(t, mustLogs(t, b, j.ID))
+}

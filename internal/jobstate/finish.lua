@@ -270,7 +270,8 @@ for a = 9, #ARGV, 11 do
           end
         end
       end
-      if logs ~= '' then
+      -- A job kept only as a tombstone keeps no lines either.
+      if logs ~= '' and not (op == 'done' and ret <= 0) then
         local outcome = op
         if op == 'done' then outcome = 'completed' elseif dies then outcome = 'failed' end
         cv_logs_add(jobkey, id, attempt, outcome, finished, logs)
