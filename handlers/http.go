@@ -56,7 +56,8 @@ type httpResult struct {
 // {"url":"...","method":"POST","body":...,"headers":{"k":"v"}}. It returns
 // {"status":code,"body":"..."} with the first 64 KiB of the response body; at most 1 MiB of it
 // is read. It logs the request (its method) and the answer's status with the job
-// (Job.Logger).
+// (Job.Logger), and reports its progress (Job.Progress): 0% once the request is sent, 100%
+// once answered.
 //
 // A nil client means a shared client with a DefaultHTTPTimeout timeout, whose connections a
 // default Guard checks. It refuses loopback, private, link-local and unspecified destinations;
@@ -81,6 +82,9 @@ func HTTP(client *http.Client) pipeline.HandlerFunc {
 		// when each attempt called and what came back. Not the URL: it is the payload's, which
 		// may be encrypted at rest, and the lines are not.
 		job.Logger().Info().Str("method", req.Method).Msg("request")
+		// A report while the call waits: the job's page says so, and the report writes the
+		// line above with it, which then outlives a worker killed during the call.
+		_ = job.Progress(ctx, 0, "request sent, waiting for the answer")
 		resp, err := client.Do(req)
 		if err != nil {
 			var dnsErr *net.DNSError
@@ -104,6 +108,7 @@ func HTTP(client *http.Client) pipeline.HandlerFunc {
 		defer resp.Body.Close()
 		body, err := io.ReadAll(io.LimitReader(resp.Body, maxResponseRead))
 		job.Logger().Info().Int("status", resp.StatusCode).Int("bytes", len(body)).Msg("response")
+		_ = job.Progress(ctx, 100, "answered "+resp.Status)
 		if err != nil {
 			return nil, fmt.Errorf("http: %s %s: reading the response: %w", req.Method, req.URL.Redacted(), err)
 		}

@@ -415,3 +415,63 @@ func TestJobLogsTombstoneKeepsNone(t *testing.T) {
 	require.Zero(t, n, "the retried attempt's lines went with the record")
 	require.Empty(t, mustLogs(t, b, j.ID))
 }
+
+// A progress report writes the lines logged since the last one: the running attempt's logs
+// show them, and its outcome's item replaces them (one item an attempt). A job canceled while
+// it ran keeps the lines of its last report, as its canceled attempt's.
+func TestJobLogsWithProgress(t *testing.T) {
+	t.Parallel()
+	for _, tc := range logsTopologies {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			b := setup(t, setupOpts{rdb: tc.rdb(t)})
+			ctx := t.Context()
+			reported := make(chan struct{}, 2)
+			release := make(chan struct{})
+			b.startWorker(t, pipeline.WorkerConfig{Retention: time.Hour}, map[string]pipeline.HandlerFunc{
+				"t": func(ctx context.Context, j *pipeline.Job) ([]byte, error) {
+					j.Logf("before the report")
+					if err := j.Progress(ctx, 10, "reported"); err != nil {
+						return nil, err
+					}
+					j.Logf("after the report")
+					reported <- struct{}{}
+					if string(j.Payload) == "until canceled" {
+						<-ctx.Done()
+						return nil, ctx.Err()
+					}
+					select {
+					case <-release:
+					case <-ctx.Done():
+						return nil, ctx.Err()
+					}
+					j.Logf("done")
+					return nil, nil
+				},
+			})
+			j, err := b.client.Enqueue(ctx, b.queue, pipeline.Task{Type: "t"})
+			require.NoError(t, err)
+			<-reported
+			logs := mustLogs(t, b, j.ID)
+			require.Len(t, logs, 1)
+			require.Equal(t, status.AttemptRunning, logs[0].Outcome)
+			require.Len(t, logs[0].Lines, 1, "only what the report wrote")
+			require.Contains(t, logs[0].Lines[0], "before the report")
+			close(release)
+			b.waitStatus(t, j.ID, status.Completed)
+			logs = mustLogs(t, b, j.ID)
+			require.Len(t, logs, 1, "the outcome's item replaced the running one")
+			require.Equal(t, status.AttemptCompleted, logs[0].Outcome)
+			require.Len(t, logs[0].Lines, 3)
+
+			canceled, err := b.client.Enqueue(ctx, b.queue, pipeline.Task{Type: "t", Payload: []byte("until canceled")})
+			require.NoError(t, err)
+			<-reported
+			require.NoError(t, b.client.Cancel(ctx, b.queue, canceled.ID))
+			logs = mustLogs(t, b, canceled.ID)
+			require.Len(t, logs, 1)
+			require.Equal(t, status.AttemptCanceled, logs[0].Outcome)
+			require.Len(t, logs[0].Lines, 1)
+		})
+	}
+}

@@ -17,6 +17,8 @@ type attemptLogs struct {
 	size  int // bytes of lines, a newline counted after each
 	cut   int // earlier lines dropped to keep the bounds
 	log   zerolog.Logger
+	// fresh is set by a line not yet written with a progress report (logsToReport).
+	fresh bool
 }
 
 // add keeps line, dropping the oldest lines past jobstate.MaxLogLines or MaxLogBytes. A line
@@ -27,6 +29,7 @@ func (l *attemptLogs) add(line string) {
 	}
 	l.lines = append(l.lines, line)
 	l.size += len(line) + 1
+	l.fresh = true
 	k := 0
 	for len(l.lines)-k > jobstate.MaxLogLines || l.size > jobstate.MaxLogBytes {
 		l.size -= len(l.lines[k]) + 1
@@ -74,6 +77,20 @@ func (r *ProgressReporter) Logger() *zerolog.Logger {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return &r.logsLocked().log
+}
+
+// logsToReport is the attempt's lines so far for a progress report to write (progress.lua: the
+// attempt's running item of the job's logs), empty when none came since the last report's. So
+// what it logged before its last report outlives its worker's death (a SIGKILL, a crash).
+func (r *ProgressReporter) logsToReport() string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	l := r.logs
+	if l == nil || !l.fresh {
+		return ""
+	}
+	l.fresh = false
+	return jobstate.EncodeLogs(l.cut, l.lines)
 }
 
 // TakeLogs ends the attempt's logging and returns its lines as finish.lua takes them

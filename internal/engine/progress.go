@@ -148,9 +148,17 @@ func (r *ProgressReporter) End(flush bool) {
 
 // write runs progress.lua for one report.
 func (r *ProgressReporter) write(ctx context.Context, h heldReport) error {
+	logs := r.logsToReport()
 	row, err := r.store.WriteProgress(ctx, *r.q, jobstate.ProgressParams{ID: r.id, Entry: r.entry,
-		Attempt: r.try, Percent: h.percent, Message: h.message, Events: r.store.Events(ctx)})
+		Attempt: r.try, Percent: h.percent, Message: h.message, Events: r.store.Events(ctx), Logs: logs})
 	if err != nil {
+		if logs != "" {
+			r.mu.Lock()
+			if r.logs != nil {
+				r.logs.fresh = true // the next report sends them again
+			}
+			r.mu.Unlock()
+		}
 		return fmt.Errorf("progress %s/%s: %w", r.q.Name(), r.id, err)
 	}
 	switch row.Code {

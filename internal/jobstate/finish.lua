@@ -13,7 +13,8 @@
 --   op, id, entry, attempt, started_at, finished_at, data, extra, sent, payload, logs
 -- logs is the attempt's log lines as the worker kept them ('<cut>\n<line>\n...'), '' when its
 -- handler logged nothing. An applied outcome with lines appends them to the job's logs key
--- (cv_logs_add, keys.Queue.Logs) and sets the queue's logged flag. In a queue with that flag
+-- (cv_logs_put, keys.Queue.Logs; replacing the item its reports wrote while it ran) and sets
+-- the queue's logged flag. In a queue with that flag
 -- (one EXISTS a call) a completed job's logs key is expired with its hash, or deleted with it
 -- when only a tombstone is kept: an earlier attempt may have logged. A queue whose handlers
 -- never log pays no call a job. Dead, retried and snoozed jobs keep their hash, and their
@@ -274,7 +275,7 @@ for a = 9, #ARGV, 11 do
       if logs ~= '' and not (op == 'done' and ret <= 0) then
         local outcome = op
         if op == 'done' then outcome = 'completed' elseif dies then outcome = 'failed' end
-        cv_logs_add(jobkey, id, attempt, outcome, finished, logs)
+        cv_logs_put(jobkey, id, attempt, outcome, finished, logs)
         if not logged then
           redis.call('SET', KEYS[#KEYS - 4], '1')
           logged = true

@@ -197,6 +197,11 @@ const (
 	AttemptReplay = "replayed"
 )
 
+// AttemptRunning is the outcome of a running attempt's item in a job's logs key (Queue.Logs):
+// its lines so far, written with a progress report and replaced by its outcome's. An item
+// left so by an attempt that moved on is a lost attempt's.
+const AttemptRunning = "running"
+
 // Bounds of a job's attempt history (FieldAttempts): the attempts kept, and the bytes of each
 // one's error. The last error is whole in FieldLastError. The function cv_attempt in record.lua holds
 // the same numbers. 20 attempts of at most 512 bytes bound the field near 11 KB. That is more
