@@ -1534,10 +1534,10 @@
     const body = h('div', { class: 'logs-body' }, h('p', { class: 'loading muted small' }, 'Loading the logs…'));
     const sec = h('section', { class: 'card logs', 'aria-labelledby': 'j-logs' }, h('h2', { id: 'j-logs' }, 'Logs'), body);
     const key = [j.queue, j.id, j.status, j.attempt].join('\n');
-    const outcome = { retry: 'Retried', snooze: 'Snoozed', failed: 'Dead', completed: 'Completed' };
+    const outcome = { retry: 'Retried', snooze: 'Snoozed', failed: 'Dead', completed: 'Completed', running: 'Running (up to its last progress report)', lost: 'Worker lost (up to its last progress report)', canceled: 'Canceled (up to its last progress report)' };
     const fill = (logs) => {
       if (!logs.length) {
-        body.replaceChildren(h('p', { class: 'muted small' }, 'Its handler logged nothing. An attempt cut short (its worker killed, the job canceled while it ran, put back on shutdown) keeps no lines.'));
+        body.replaceChildren(h('p', { class: 'muted small' }, 'Its handler logged nothing. An attempt cut short (its worker killed, the job canceled while it ran, put back on shutdown) keeps only the lines written with its last progress report.'));
         return;
       }
       body.replaceChildren(...logs.map((a) => h('div', { class: 'log-attempt', data: { attempt: String(a.attempt), outcome: a.outcome } },

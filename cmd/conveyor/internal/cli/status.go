@@ -60,8 +60,10 @@ Job.Logf), by attempt: each attempt that logged, its outcome, how many earlier l
 (an attempt keeps its last 200 lines or 32 KiB), and the lines as zerolog's console writer
 shows them. With --json the job's object gets the field "logs": one object an attempt that
 logged, oldest first, {"attempt", "outcome", "ended_at", "cut", "lines"}, lines being the JSON
-objects zerolog wrote, as strings. An attempt cut short (its worker killed, its job canceled
-while it ran, put back on shutdown) kept no lines. --logs cannot be used with --follow.`,
+objects zerolog wrote, as strings. The attempt that runs now shows the lines its last progress
+report wrote (outcome running); an attempt cut short (its worker killed, put back on shutdown:
+lost; its job canceled while it ran: canceled) kept only those. --logs cannot be used with
+--follow.`,
 		Example: `  conveyor status 01JABCDEFGHJKMNPQRSTVWXYZ0
   conveyor status --queue emails 01JABCDEFGHJKMNPQRSTVWXYZ0 --json | jq -r .status
   conveyor status --follow 01JABCDEFGHJKMNPQRSTVWXYZ0
