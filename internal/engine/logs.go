@@ -76,8 +76,14 @@ func (r *ProgressReporter) logsLocked() *attemptLogs {
 func (r *ProgressReporter) Logger() *zerolog.Logger {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if r.ended && r.logs == nil {
+		return &endedLogger // its lines would be dropped: make nothing for them
+	}
 	return &r.logsLocked().log
 }
+
+// endedLogger is the logger of an attempt that ended before it first logged.
+var endedLogger = zerolog.Nop()
 
 // logsToReport is the attempt's lines so far for a progress report to write (progress.lua: the
 // attempt's running item of the job's logs), empty when none came since the last report's. So
