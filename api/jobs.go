@@ -191,6 +191,28 @@ func (s *Server) getJob(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
+// jobLogsJSON is the body of GET /v1/queues/{queue}/jobs/{id}/logs.
+type jobLogsJSON struct {
+	ID    string                `json:"id"`
+	Queue string                `json:"queue"`
+	Logs  []pipeline.AttemptLog `json:"logs"`
+}
+
+// jobLogs answers the lines a job's handler logged, an attempt at a time, oldest first
+// (Inspector.JobLogs): an empty list for a job that never logged, 404 for no such job.
+func (s *Server) jobLogs(w http.ResponseWriter, r *http.Request) error {
+	queue, id := r.PathValue("queue"), r.PathValue("id")
+	logs, err := s.inspector.JobLogs(r.Context(), queue, id)
+	if err != nil {
+		return jobErr(err, queue, id)
+	}
+	if logs == nil {
+		logs = []pipeline.AttemptLog{}
+	}
+	writeJSON(w, http.StatusOK, jobLogsJSON{ID: id, Queue: queue, Logs: logs})
+	return nil
+}
+
 // waitParam reads ?wait=, cut to MaxWait; zero when absent.
 func (s *Server) waitParam(r *http.Request) (time.Duration, error) {
 	v := r.URL.Query().Get("wait")

@@ -137,6 +137,7 @@ func (s *Server) table() []route {
 		{"POST", "/v1/queues/{queue}/jobs:batch", authed, s.enqueueBatch},
 		{"GET", "/v1/queues/{queue}/jobs/{id}", authed, s.getJob},
 		{"GET", "/v1/queues/{queue}/jobs/{id}/events", authed, s.jobEvents},
+		{"GET", "/v1/queues/{queue}/jobs/{id}/logs", authed, s.jobLogs},
 		{"DELETE", "/v1/queues/{queue}/jobs/{id}", authed, s.cancel},
 		{"POST", "/v1/queues/{queue}/jobs/{id}/run", authed, s.runNow},
 		{"POST", "/v1/queues/{queue}/jobs/{id}/delete", authed, s.deleteJob},

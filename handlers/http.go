@@ -55,7 +55,9 @@ type httpResult struct {
 // the job's context; see the package documentation. The payload is
 // {"url":"...","method":"POST","body":...,"headers":{"k":"v"}}. It returns
 // {"status":code,"body":"..."} with the first 64 KiB of the response body; at most 1 MiB of it
-// is read.
+// is read. It logs the request (its method) and the answer's status with the job
+// (Job.Logger), and reports its progress (Job.Progress): 0% once the request is sent, 100%
+// once answered.
 //
 // A nil client means a shared client with a DefaultHTTPTimeout timeout, whose connections a
 // default Guard checks. It refuses loopback, private, link-local and unspecified destinations;
@@ -76,6 +78,13 @@ func HTTP(client *http.Client) pipeline.HandlerFunc {
 		if err != nil {
 			return nil, pipeline.SkipRetry(err)
 		}
+		// The request and its answer are logged with the job (Job.Logger): its job page shows
+		// when each attempt called and what came back. Not the URL: it is the payload's, which
+		// may be encrypted at rest, and the lines are not.
+		job.Logger().Info().Str("method", req.Method).Msg("request")
+		// A report while the call waits: the job's page says so, and the report writes the
+		// line above with it, which then outlives a worker killed during the call.
+		_ = job.Progress(ctx, 0, "request sent, waiting for the answer")
 		resp, err := client.Do(req)
 		if err != nil {
 			var dnsErr *net.DNSError
@@ -98,6 +107,8 @@ func HTTP(client *http.Client) pipeline.HandlerFunc {
 		}
 		defer resp.Body.Close()
 		body, err := io.ReadAll(io.LimitReader(resp.Body, maxResponseRead))
+		job.Logger().Info().Int("status", resp.StatusCode).Int("bytes", len(body)).Msg("response")
+		_ = job.Progress(ctx, 100, "answered "+resp.Status)
 		if err != nil {
 			return nil, fmt.Errorf("http: %s %s: reading the response: %w", req.Method, req.URL.Redacted(), err)
 		}

@@ -14,7 +14,8 @@ import (
 const maxSleep = 24 * time.Hour
 
 // Sleep is the "sleep" handler: for a payload {"ms":N} it sleeps N milliseconds and returns
-// {"slept_ms":N}, reporting its progress (Job.Progress) as it goes and 100% at the end. N must
+// {"slept_ms":N}, reporting its progress (Job.Progress) as it goes and 100% at the end, and logging
+// a line with the job (Job.Logf) as it begins and ends. N must
 // be an integer from 0 to 86400000 (24 hours); a payload that is not such an object is a
 // pipeline.SkipRetry error. When ctx ends first it returns at once with an
 // error that wraps ctx.Err() (context.Canceled or context.DeadlineExceeded) and, when it
@@ -37,6 +38,7 @@ func Sleep(ctx context.Context, job *pipeline.Job) ([]byte, error) {
 	ms := *p.MS
 	d := time.Duration(ms) * time.Millisecond
 	start := time.Now()
+	job.Logf("sleeping %s", d) // kept with the job's attempt (Job.Logf)
 	if ctx.Err() == nil && d > 0 {
 		t := time.NewTimer(d)
 		defer t.Stop()
@@ -68,6 +70,7 @@ func Sleep(ctx context.Context, job *pipeline.Job) ([]byte, error) {
 	if d > 0 {
 		_ = job.Progress(ctx, 100, fmt.Sprintf("slept %s", d))
 	}
+	job.Logf("slept %s", d)
 	return json.Marshal(struct {
 		SleptMS int64 `json:"slept_ms"`
 	}{ms})

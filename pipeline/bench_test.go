@@ -387,6 +387,11 @@ func drain(b *testing.B, rdb *redis.Client) { drainWith(b, rdb, nil) }
 // drainWith is drain calling prepare with the queue once its jobs are published, before the
 // worker starts.
 func drainWith(b *testing.B, rdb *redis.Client, prepare func(q string)) {
+	drainHandler(b, rdb, prepare, func(context.Context, *pipeline.Job) ([]byte, error) { return nil, nil })
+}
+
+// drainHandler is drainWith with h as the jobs' handler.
+func drainHandler(b *testing.B, rdb *redis.Client, prepare func(q string), h pipeline.HandlerFunc) {
 	c, err := pipeline.NewClient(rdb, pipeline.ClientConfig{})
 	require.NoError(b, err)
 	q := redistest.UniqueName(b)
@@ -405,7 +410,7 @@ func drainWith(b *testing.B, rdb *redis.Client, prepare func(q string)) {
 	}
 	w, err := pipeline.NewWorker(rdb, pipeline.WorkerConfig{Queues: []string{q}, Concurrency: 200, ReadBatch: 200})
 	require.NoError(b, err)
-	w.Handle("noop", func(context.Context, *pipeline.Job) ([]byte, error) { return nil, nil })
+	w.Handle("noop", h)
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	if err := rdb.ConfigResetStat(ctx).Err(); err != nil {

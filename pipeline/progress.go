@@ -23,7 +23,8 @@ var ErrProgressRefused = engine.ErrProgressRefused
 // job. A report made sooner is held, replacing any held before it. It is written when the
 // interval ends, or when the handler returns, before the attempt's outcome. So the last
 // report is never lost, and never lands after the outcome. Only a report written at once
-// waits for Redis (and returns its error); a held one returns nil.
+// waits for Redis (and returns its error); a held one returns nil. A report also writes the
+// lines logged since the last one (Job.Logger), in the same call.
 //
 // The write is fenced like the worker's transitions. A handler whose job moved on (see
 // ErrProgressRefused) never changes the progress of the attempt that runs now. Percent

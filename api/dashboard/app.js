@@ -1457,6 +1457,7 @@
       // The handler's last progress report (Job.Progress), live while the job runs.
       j.progress !== undefined && j.progress !== null ? progressCard(j) : '',
       attemptsCard(j),
+      logsCard(j),
       j.last_error ? h('section', { class: 'card last-error', 'aria-labelledby': 'j-err' }, h('h2', { id: 'j-err' }, 'Last error'),
         j.status === 'failed' ? null : h('p', { class: 'muted small' }, 'From an earlier attempt.'),
         h('pre', { class: 'code error-text' }, j.last_error)) : '', // '', not null: replaceChildren would show "null"
@@ -1527,6 +1528,55 @@
           h('td', { data: { label: 'Ended' } }, timeEl(a.ended_at, true)),
           h('td', { class: 'num', data: { label: 'Took' } }, num(a.started_at) && num(a.ended_at) && a.outcome !== 'replayed' ? fmtDur(a.ended_at - a.started_at) : '—'),
           h('td', { class: a.error ? 'reason' : '', data: { label: 'Error', field: 'error' } }, a.error || '—'))))));
+  }
+
+  // logsCard: the lines the job's handler logged (Job.Logger, Job.Logf), an attempt at a time,
+  // beside the attempts (GET .../jobs/{id}/logs). It loads after the page, and again only when
+  // the job's status or attempt changed: a progress event re-renders the page, and the lines
+  // only change with an attempt's outcome. '' for a job that never started.
+  let logsSeen = null; // { key, logs } of the last job page, the only one cached
+  function logsCard(j) {
+    if ((j.attempts || []).length === 0) return '';
+    const body = h('div', { class: 'logs-body' }, h('p', { class: 'loading muted small' }, 'Loading the logs…'));
+    const sec = h('section', { class: 'card logs', 'aria-labelledby': 'j-logs' }, h('h2', { id: 'j-logs' }, 'Logs'), body);
+    const key = [j.queue, j.id, j.status, j.attempt].join('\n');
+    const outcome = { retry: 'Retried', snooze: 'Snoozed', failed: 'Dead', completed: 'Completed', running: 'Running (up to its last progress report)', lost: 'Worker lost (up to its last progress report)', canceled: 'Canceled (up to its last progress report)' };
+    const fill = (logs) => {
+      if (!logs.length) {
+        body.replaceChildren(h('p', { class: 'muted small' }, 'Its handler logged nothing. An attempt cut short (its worker killed, the job canceled while it ran, put back on shutdown) keeps only the lines written with its last progress report.'));
+        return;
+      }
+      body.replaceChildren(...logs.map((a) => h('div', { class: 'log-attempt', data: { attempt: String(a.attempt), outcome: a.outcome } },
+        h('h3', {}, 'Attempt ' + fmtInt(a.attempt) + ' · ' + (outcome[a.outcome] || a.outcome) + ' · ', timeEl(a.ended_at, true)),
+        num(a.cut) ? h('p', { class: 'muted small log-cut' }, fmtInt(a.cut) + ' earlier lines cut (an attempt keeps its last 200 lines or 32 KiB).') : null,
+        h('pre', { class: 'code log-lines' }, (a.lines || []).map(logLine).join('\n')))));
+    };
+    if (logsSeen && logsSeen.key === key) {
+      fill(logsSeen.logs);
+      return sec;
+    }
+    api('GET', 'queues/' + enc(j.queue) + '/jobs/' + enc(j.id) + '/logs').then((r) => {
+      logsSeen = { key, logs: r.logs || [] };
+      fill(logsSeen.logs);
+    }, (e) => body.replaceChildren(errorBox('Could not load the logs', e)));
+    return sec;
+  }
+
+  // logLine is one logged line as text: zerolog's JSON object as "time LEVEL message k=v ...",
+  // any other line as it is.
+  function logLine(line) {
+    let o;
+    try { o = JSON.parse(line); } catch (_) { return line; }
+    if (!o || typeof o !== 'object' || Array.isArray(o)) return line;
+    const parts = [];
+    if (o.time) parts.push(String(o.time));
+    if (o.level) parts.push(String(o.level).toUpperCase());
+    if (o.message !== undefined) parts.push(String(o.message));
+    for (const [k, v] of Object.entries(o)) {
+      if (k === 'time' || k === 'level' || k === 'message') continue;
+      parts.push(k + '=' + (typeof v === 'string' ? v : JSON.stringify(v)));
+    }
+    return parts.join(' ');
   }
 
   // find: a job by id in any queue (the search box); it opens the job's page.

@@ -131,6 +131,7 @@ func newDashFixture(t *testing.T) *dashFixture {
 		return []byte(`{"charged":true,"receipt":"r-` + j.ID + `"}`), nil
 	})
 	w.Handle("flaky", func(_ context.Context, j *pipeline.Job) ([]byte, error) {
+		j.Logf("flaky: attempt %d", j.Attempt) // the job page's logs (finished_browser_test.go)
 		if j.Attempt == 1 {
 			return nil, errors.New("flaky: first attempts fail")
 		}

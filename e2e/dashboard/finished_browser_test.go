@@ -10,7 +10,8 @@ import (
 )
 
 // Issue 20: a queue's Completed and Canceled tabs list its finished jobs, and a job's page
-// shows its attempts. Screenshots: completed, attempts.
+// shows its attempts; issue 35: and what each attempt logged. Screenshots: completed, attempts,
+// logs.
 func TestDashboardFinished(t *testing.T) {
 	chrome := chromiumPath(t)
 	dir := artifactDir(t)
@@ -56,6 +57,20 @@ func TestDashboardFinished(t *testing.T) {
 	b.do("scroll to the attempts", chromedp.ScrollIntoView(css("section.attempts")))
 	b.noSideScroll("attempts")
 	b.shot("attempts")
+
+	// Issue 35: the lines its handler logged, an attempt at a time, beside the attempts.
+	b.poll("the job page shows each attempt's logged line", `(() => {
+		const as = document.querySelectorAll('section.logs .log-attempt');
+		return as.length === 2 &&
+			as[0].dataset.attempt === '1' && as[0].dataset.outcome === 'retry' &&
+			as[0].querySelector('pre.log-lines').textContent.includes('INFO flaky: attempt 1') &&
+			as[1].dataset.attempt === '2' && as[1].dataset.outcome === 'completed' &&
+			as[1].querySelector('pre.log-lines').textContent.includes('INFO flaky: attempt 2') &&
+			document.querySelector('section.attempts').compareDocumentPosition(document.querySelector('section.logs')) === Node.DOCUMENT_POSITION_FOLLOWING;
+	})()`)
+	b.do("scroll to the logs", chromedp.ScrollIntoView(css("section.logs")))
+	b.noSideScroll("logs")
+	b.shot("logs")
 
 	b.mu.Lock()
 	defer b.mu.Unlock()

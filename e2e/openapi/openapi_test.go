@@ -58,6 +58,9 @@ type fixture struct {
 	// sealed publishes a job to queue with its payload encrypted under a key the server lacks
 	// (its JSON has the placeholder and "encrypted") and returns its id.
 	sealed func(t *testing.T) string
+	// logged publishes a job to live and waits until the worker completed it, having logged a
+	// line (Job.Logf); it returns its id.
+	logged func(t *testing.T) string
 	// v31 validates against the 3.1 document, api/openapi.json.
 	v31 validator.Validator
 }
@@ -112,6 +115,9 @@ var cases = []tc{
 	{op: "GET /v1/queues/{queue}/jobs/{id}", url: "/v1/queues/{queue}/jobs/{id}?wait=forever", status: 400, invalid: true, prep: seeded(status.Queued)},
 	{op: "GET /v1/queues/{queue}/jobs/{id}/events", url: "/v1/queues/{queue}/jobs/{id}/events", status: 200, prep: seeded(status.Completed)},
 	{op: "GET /v1/queues/{queue}/jobs/{id}/events", url: "/v1/queues/{queue}/jobs/nosuch/events", status: 404},
+	{op: "GET /v1/queues/{queue}/jobs/{id}/logs", url: "/v1/queues/live/jobs/{id}/logs", status: 200, prep: logged},
+	{op: "GET /v1/queues/{queue}/jobs/{id}/logs", url: "/v1/queues/{queue}/jobs/{id}/logs", status: 200, prep: seeded(status.Completed)},
+	{op: "GET /v1/queues/{queue}/jobs/{id}/logs", url: "/v1/queues/{queue}/jobs/nosuch/logs", status: 404},
 	{op: "GET /v1/jobs/{id}", url: "/v1/jobs/{id}", status: 200, prep: seeded(status.Scheduled)},
 	{op: "GET /v1/jobs/{id}", url: "/v1/jobs/nosuch", status: 404},
 	{op: "GET /v1/queues/{queue}/jobs", url: "/v1/queues/{queue}/jobs?status=scheduled&limit=2", status: 200},
@@ -236,6 +242,10 @@ func seeded(st status.Status) func(*testing.T, *fixture) string {
 
 // filled is a prep that makes the queue "full" hold its bound (max_waiting 1).
 func filled(t *testing.T, f *fixture) string { return f.fill(t) }
+
+// logged is a prep that publishes a job for the worker and waits until it completed, with
+// its handler's line kept.
+func logged(t *testing.T, f *fixture) string { return f.logged(t) }
 
 // published is a prep that publishes a job for the worker, which completes it.
 func published(t *testing.T, f *fixture) string { return f.publish(t) }
@@ -387,7 +397,10 @@ func newFixture(t *testing.T) *fixture {
 		Logger: zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel),
 	})
 	require.NoError(t, err)
-	w.Handle("echo", func(_ context.Context, j *pipeline.Job) ([]byte, error) { return j.Payload, nil })
+	w.Handle("echo", func(_ context.Context, j *pipeline.Job) ([]byte, error) {
+		j.Logf("echo of %d bytes", len(j.Payload))
+		return j.Payload, nil
+	})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- w.Run(ctx) }()
@@ -436,6 +449,14 @@ func newFixture(t *testing.T) *fixture {
 		j, err := kc.Enqueue(t.Context(), queue, pipeline.Task{Type: "echo", Payload: []byte(`{"card":"4111"}`)})
 		require.NoError(t, err)
 		return j.ID
+	}
+	f.logged = func(t *testing.T) string {
+		id := f.publish(t)
+		ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+		defer cancel()
+		_, err := client.Wait(ctx, "live", id)
+		require.NoError(t, err)
+		return id
 	}
 	f.seed = func(t *testing.T, st status.Status) string {
 		return jobtest.Seed(t, rdb, queue, st, jobtest.Opts{

@@ -273,6 +273,9 @@ func (l *Loop) outcome(ctx context.Context, a *Attempt, start time.Time, result 
 		}
 	}
 	t = sendBack(t, a)
+	// The lines logged up to now go with the outcome. A handler that ignored its timeout and
+	// logs on loses what it logs later.
+	t.Logs = a.Progress.TakeLogs()
 	t.Type, t.Began, t.Note = a.Type, start, note
 	if e.Outcome != 0 {
 		e.Timeout = errors.Is(context.Cause(ctx), ErrTimeout) || errors.Is(err, ErrTimeout)

@@ -24,7 +24,9 @@ const progressFlushTimeout = 2 * time.Second
 // package pipeline exports it.
 var ErrProgressRefused = errors.New("pipeline: progress refused: the job moved on from this attempt")
 
-// ProgressReporter writes one attempt's progress reports, at most one per ProgressInterval.
+// ProgressReporter writes one attempt's progress reports, at most one per ProgressInterval,
+// and holds the lines its handler logs until its outcome (logs.go). Every attempt a handler
+// runs has one, its own allocation, so the lines cost a job that logs nothing no more.
 type ProgressReporter struct {
 	store  jobstate.Backend
 	writes *atomic.Int64 // the worker's count of reports written, for tests
@@ -40,6 +42,8 @@ type ProgressReporter struct {
 	writing chan struct{} // closed when the write in flight ends; nil when none is
 	ended   bool          // the attempt ended: no more writes
 	refused bool          // a write was refused: the job moved on
+	// logs are the lines the attempt's handler logged (logs.go); nil until the first.
+	logs *attemptLogs
 }
 
 type heldReport struct {
@@ -144,9 +148,17 @@ func (r *ProgressReporter) End(flush bool) {
 
 // write runs progress.lua for one report.
 func (r *ProgressReporter) write(ctx context.Context, h heldReport) error {
+	logs := r.logsToReport()
 	row, err := r.store.WriteProgress(ctx, *r.q, jobstate.ProgressParams{ID: r.id, Entry: r.entry,
-		Attempt: r.try, Percent: h.percent, Message: h.message, Events: r.store.Events(ctx)})
+		Attempt: r.try, Percent: h.percent, Message: h.message, Events: r.store.Events(ctx), Logs: logs})
 	if err != nil {
+		if logs != "" {
+			r.mu.Lock()
+			if r.logs != nil {
+				r.logs.fresh = true // the next report sends them again
+			}
+			r.mu.Unlock()
+		}
 		return fmt.Errorf("progress %s/%s: %w", r.q.Name(), r.id, err)
 	}
 	switch row.Code {

@@ -60,6 +60,9 @@ type Backend interface {
 	// Progress (progress.go).
 	WriteProgress(ctx context.Context, q keys.Queue, p ProgressParams) (Row, error)
 
+	// Attempts' log lines (logs.go).
+	Logs(ctx context.Context, q keys.Queue, id string) ([]AttemptLogs, error)
+
 	// Workflows (workflow.go).
 	FollowCascade(ctx context.Context, q keys.Queue, p CascadeParams) (CascadeResult, error)
 	PublishWorkflow(ctx context.Context, q keys.Queue, now time.Time, wf *NewWorkflow) (existed bool, entries []string, err error)

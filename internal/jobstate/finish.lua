@@ -1,15 +1,24 @@
 -- finish.lua: apply a batch of worker transitions to jobs of one queue.
 -- KEYS[1] stream, KEYS[2] scheduled set, KEYS[3] dead set, KEYS[4] stats hash, KEYS[5] the
 --   queue's watching flag (keys.Queue.Watching), KEYS[5+i] the hash of item i, then the
---   queue's workflows flag (keys.Queue.Workflows), the queue's grouped flag
+--   queue's logged flag (keys.Queue.Logged), the queue's workflows flag
+--   (keys.Queue.Workflows), the queue's grouped flag
 --   (keys.Queue.Grouped), the index of completed jobs (keys.Queue.Completed), last its count
 --   (keys.IndexCount)
 -- ARGV[1] group, ARGV[2] worker (consumer name), ARGV[3] default retention ms (0 keeps only a
 --   tombstone), ARGV[4] wake channel, ARGV[5] the shortest retention (ms) of any finished job,
 --   ARGV[6] the events publish command ('SPUBLISH', 'PUBLISH' or '' for none), ARGV[7] the
 --   events channel, ARGV[8] the most entries the index of completed jobs keeps
---   (keys.FinishedIndexCap; 0 indexes nothing), then 10 values per item:
---   op, id, entry, attempt, started_at, finished_at, data, extra, sent, payload
+--   (keys.FinishedIndexCap; 0 indexes nothing), then 11 values per item:
+--   op, id, entry, attempt, started_at, finished_at, data, extra, sent, payload, logs
+-- logs is the attempt's log lines as the worker kept them ('<cut>\n<line>\n...'), '' when its
+-- handler logged nothing. An applied outcome with lines appends them to the job's logs key
+-- (cv_logs_put, keys.Queue.Logs; replacing the item its reports wrote while it ran) and sets
+-- the queue's logged flag. In a queue with that flag
+-- (one EXISTS a call) a completed job's logs key is expired with its hash, or deleted with it
+-- when only a tombstone is kept: an earlier attempt may have logged. A queue whose handlers
+-- never log pays no call a job. Dead, retried and snoozed jobs keep their hash, and their
+-- logs, without expiry, as before.
 -- sent is '1' when the worker sends the job's payload back (a small job with no metadata:
 -- that spares an XRANGE of the entry), '' to read payload and metadata from the entry.
 -- An outcome gives back no flow-control slot: a job's slots are its worker's lease's, which the
@@ -77,6 +86,7 @@ if ev_cmd ~= '' then ev = {} end
 local watching = ev and redis.call('EXISTS', KEYS[5]) == 1
 local grouped = redis.call('EXISTS', KEYS[#KEYS - 2]) == 1
 local wfq = redis.call('EXISTS', KEYS[#KEYS - 3]) == 1
+local logged = redis.call('EXISTS', KEYS[#KEYS - 4]) == 1
 -- The events of tasks a workflow canceled (cv_wf_end), announced whether watched or not.
 local wfev = {}
 local function event(status_sp, attempt, id)
@@ -94,11 +104,11 @@ local function str(n)
 end
 local n_done, n_retried, n_failed, n_refused, n_poison = 0, 0, 0, 0, 0
 local i = 0
-for a = 9, #ARGV, 10 do
+for a = 9, #ARGV, 11 do
   i = i + 1
   local op, id, entry, attempt = ARGV[a], ARGV[a + 1], ARGV[a + 2], ARGV[a + 3]
   local started, finished, data, extra = ARGV[a + 4], ARGV[a + 5], ARGV[a + 6], ARGV[a + 7]
-  local sent, payload = ARGV[a + 8] == '1', ARGV[a + 9]
+  local sent, payload, logs = ARGV[a + 8] == '1', ARGV[a + 9], ARGV[a + 10]
   local jobkey = KEYS[5 + i]
   local code = CV_REFUSED
 
@@ -259,6 +269,23 @@ for a = 9, #ARGV, 10 do
             redis.call('ZADD', scheduled, extra, id)
             cv_wake_if_first(scheduled, wake, id, extra)
           end
+        end
+      end
+      -- A job kept only as a tombstone keeps no lines either.
+      if logs ~= '' and not (op == 'done' and ret <= 0) then
+        local outcome = op
+        if op == 'done' then outcome = 'completed' elseif dies then outcome = 'failed' end
+        cv_logs_put(jobkey, id, attempt, outcome, finished, logs)
+        if not logged then
+          redis.call('SET', KEYS[#KEYS - 4], '1')
+          logged = true
+        end
+      end
+      if logged and op == 'done' then
+        if ret <= 0 then
+          redis.call('DEL', cv_logs_key(jobkey, id))
+        else
+          redis.call('PEXPIRE', cv_logs_key(jobkey, id), ret_s)
         end
       end
       drop[#drop + 1] = entry

@@ -31,6 +31,9 @@ type ProgressParams struct {
 	Percent   int    // 0 to 100
 	Message   string // at most MaxProgressMessage bytes (CutMessage)
 	Events    events.Mode
+	// Logs are the attempt's lines so far (EncodeLogs), written as its running item of the
+	// job's logs; empty when none are new since its last report.
+	Logs string
 }
 
 // WriteProgress records a progress report (progress.lua), fenced like a worker's transition.
@@ -38,8 +41,8 @@ type ProgressParams struct {
 // script.Refused, with Data the job's status: the job moved on from the entry or the attempt.
 // Or it is script.NotFound.
 func (s *Store) WriteProgress(ctx context.Context, q keys.Queue, p ProgressParams) (Row, error) {
-	r, err := decode("progress", progressScript.Run(ctx, s.rdb, []string{q.Job(p.ID)},
-		p.ID, p.Entry, p.Attempt, p.Percent, p.Message, p.Events.Command(), q.Events()))
+	r, err := decode("progress", progressScript.Run(ctx, s.rdb, []string{q.Job(p.ID), q.Logged()},
+		p.ID, p.Entry, p.Attempt, p.Percent, p.Message, p.Events.Command(), q.Events(), p.Logs))
 	if err != nil {
 		return Row{}, err
 	}

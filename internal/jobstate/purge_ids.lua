@@ -2,7 +2,7 @@
 -- KEYS[1] dead set, KEYS[1+i] the hash of job i
 -- ARGV[i] the id of job i
 -- A job is deleted (its hash and its place in the dead set) only while it is in the dead set;
--- any other job is left as it is.
+-- any other job is left as it is. Its logs key (keys.Queue.Logs) goes with its hash.
 -- Returns {CV_OK, then two values per job}: CV_OK and '' (deleted), CV_WRONG_STATE and the
 -- job's status (not dead: nothing changed), or CV_NOT_FOUND and '' (no such job).
 local dead, out = KEYS[1], {CV_OK}
@@ -12,7 +12,7 @@ for i = 1, #ARGV do
   local id, jobkey = ARGV[i], KEYS[1 + i]
   if redis.call('ZSCORE', dead, id) then
     cv_wf_purged(jobkey, id, now) -- a workflow's task: counted purged (lua/workflows.lua)
-    redis.call('DEL', jobkey)
+    redis.call('DEL', jobkey, cv_logs_key(jobkey, id))
     redis.call('ZREM', dead, id)
     out[#out + 1] = CV_OK
     out[#out + 1] = ''

@@ -66,6 +66,9 @@ type Transition struct {
 	// so that finish.lua need not read the entry again (WithPayload).
 	Payload     string
 	PayloadSent bool
+	// Logs are the attempt's log lines as finish.lua stores them (EncodeLogs), empty when its
+	// handler logged nothing; Done, Retry, Dead and Snooze carry them (WithLogs).
+	Logs string
 	// Type is the job's type, for log lines only: it is not sent to Redis.
 	Type string
 	// Began (when the worker began handling the attempt) and Note (what else its hooks need
@@ -181,6 +184,12 @@ func (t Transition) WithPayload(payload string) Transition {
 	return t
 }
 
+// WithLogs sends the attempt's log lines (EncodeLogs) with its outcome.
+func (t Transition) WithLogs(logs string) Transition {
+	t.Logs = logs
+	return t
+}
+
 // Took is how long the attempt an outcome ends ran, from its start to its end, to the
 // millisecond the transition keeps; 0 for a start mark. The worker's history counts it.
 func (t *Transition) Took() time.Duration {
@@ -216,9 +225,9 @@ func indexCap(n int) int {
 // finishCall is one finish.lua call applying ts, which must all be of one queue.
 func finishCall(cfg FinishConfig, ts []Transition) script.Call {
 	q := ts[0].Queue
-	ks := make([]string, 0, 8+len(ts))
+	ks := make([]string, 0, 10+len(ts))
 	ks = append(ks, q.Stream(), q.Scheduled(), q.Dead(), q.Stats(), q.Watching())
-	args := make([]any, 0, 8+10*len(ts))
+	args := make([]any, 0, 8+11*len(ts))
 	args = append(args, keys.Group, cfg.Worker, retentionMS(cfg.Retention), q.Wake(),
 		cfg.MinRetention.Milliseconds(), cfg.Events.Command(), q.Events(), indexCap(cfg.IndexCap))
 	for i := range ts {
@@ -238,9 +247,9 @@ func finishCall(cfg FinishConfig, ts []Transition) script.Call {
 			data = t.Reason
 		}
 		args = append(args, t.Op.arg(), t.ID, t.Entry, attemptArg(t.Attempt), t.started, t.finished,
-			data, extra, sent, t.Payload)
+			data, extra, sent, t.Payload, t.Logs)
 	}
-	ks = append(ks, q.Workflows(), q.Grouped(), q.Completed(), keys.IndexCount(q.Completed()))
+	ks = append(ks, q.Logged(), q.Workflows(), q.Grouped(), q.Completed(), keys.IndexCount(q.Completed()))
 	return script.Call{Script: finishScript, Keys: ks, Args: args}
 }
 

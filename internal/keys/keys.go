@@ -197,6 +197,11 @@ const (
 	AttemptReplay = "replayed"
 )
 
+// AttemptRunning is the outcome of a running attempt's item in a job's logs key (Queue.Logs):
+// its lines so far, written with a progress report and replaced by its outcome's. An item
+// left so by an attempt that moved on is a lost attempt's.
+const AttemptRunning = "running"
+
 // Bounds of a job's attempt history (FieldAttempts): the attempts kept, and the bytes of each
 // one's error. The last error is whole in FieldLastError. The function cv_attempt in record.lua holds
 // the same numbers. 20 attempts of at most 512 bytes bound the field near 11 KB. That is more
@@ -475,6 +480,22 @@ func (q Queue) JobPrefix() string { return q.jobPrefix }
 
 // Job is the hash holding job id's state.
 func (q Queue) Job(id string) string { return q.jobPrefix + id }
+
+// Logs is the list of job id's attempts' log lines (pipeline's Job.Logf), one item an attempt
+// that logged, oldest first. It is apart from the job's hash so that the hash stays a compact
+// listpack, and under "logs:", not "job:", so that no job id names it. It is written only when
+// an attempt logged, and kept, expired and deleted with the hash.
+func (q Queue) Logs(id string) string { return q.base + LogsInfix + id }
+
+// LogsInfix is what a job's logs key has between its queue's base and its id (Logs); the
+// scripts that delete or expire a job's hash build the logs key with it (lua/record.lua's
+// cv_logs_key).
+const LogsInfix = "logs:"
+
+// Logged is the flag set by the queue's first attempt that logged. The script finish.lua
+// expires a completed job's logs key with its hash only in a queue that has it, at one EXISTS
+// a call. So a queue whose handlers never log pays no call a job for logs.
+func (q Queue) Logged() string { return q.base + "logged" }
 
 // Dead is the sorted set of ids of jobs that failed for good, scored by time of death.
 func (q Queue) Dead() string { return q.dead }

@@ -54,6 +54,12 @@ local function cv_cancel(c)
       tonumber(c.cap))
   end
   if not c.delete then redis.call('PEXPIRE', c.job, math.max(ret, tonumber(c.minret))) end
+  -- The job's logs (a retried job's attempts may have logged) go or expire with its hash.
+  if c.delete or ret <= 0 then
+    redis.call('DEL', cv_logs_key(c.job, c.id))
+  else
+    redis.call('PEXPIRE', cv_logs_key(c.job, c.id), math.max(ret, tonumber(c.minret)))
+  end
   redis.call('HINCRBY', c.stats, 'canceled', 1)
   wfev[#wfev + 1] = 'canceled ' .. (h[4] or '0') .. ' ' .. c.id
   cv_announce(c.pubcmd, c.channel, wfev)

@@ -125,3 +125,28 @@ local function cv_index(key, nkey, items, cutoff, cap)
     n = redis.call('DECRBY', nkey, spaces + 1)
   end
 end
+
+-- The key of job id's logs (keys.Queue.Logs) from the key of its hash: <base>job:<id> and
+-- <base>logs:<id> (keys.LogsInfix), one slot. Scripts that delete or expire a hash do the same
+-- to it; on a key that is not there that costs a lookup.
+local function cv_logs_key(jobkey, id)
+  return string.sub(jobkey, 1, #jobkey - #id - 4) .. 'logs:' .. id
+end
+
+-- Writes an attempt's log lines (logs: '<cut>\n<line>\n<line>...', as the worker sends them)
+-- to the job's logs key as one item, '<attempt> <outcome> <ended ms> <cut>\n<lines>', keeping
+-- the last 20 items (keys.MaxAttemptHistory, as cv_attempt). The item replaces the last one
+-- when that is the same attempt's, written while it ran (outcome 'running', by progress.lua
+-- with a report): the outcome's lines include those. It sets no expiry: the caller gives the
+-- key its hash's.
+local function cv_logs_put(jobkey, id, attempt, outcome, ended, logs)
+  local lk = cv_logs_key(jobkey, id)
+  local item = attempt .. ' ' .. outcome .. ' ' .. ended .. ' ' .. logs
+  local last = redis.call('LINDEX', lk, -1)
+  local mark = attempt .. ' running '
+  if last and string.sub(last, 1, #mark) == mark then
+    redis.call('LSET', lk, -1, item)
+  elseif redis.call('RPUSH', lk, item) > 20 then
+    redis.call('LTRIM', lk, -20, -1)
+  end
+end

@@ -28,6 +28,7 @@ func Run(t *testing.T, newStore func(t *testing.T) jobstate.Backend) {
 	t.Run("EnqueueGetStatus", func(t *testing.T) { testEnqueueGetStatus(t, newStore(t)) })
 	t.Run("PendingBeforeExec", func(t *testing.T) { testPendingBeforeExec(t, newStore(t)) })
 	t.Run("FinishOnce", func(t *testing.T) { testFinishOnce(t, newStore(t)) })
+	t.Run("FinishKeepsLogs", func(t *testing.T) { testFinishKeepsLogs(t, newStore(t)) })
 	t.Run("Cancel", func(t *testing.T) { testCancel(t, newStore(t)) })
 	t.Run("ScheduledRunNow", func(t *testing.T) { testScheduledRunNow(t, newStore(t)) })
 	t.Run("QueueRegistry", func(t *testing.T) { testQueueRegistry(t, newStore(t)) })
@@ -133,6 +134,34 @@ func testFinishOnce(t *testing.T, s jobstate.Backend) {
 	st, err := s.ReadStats(ctx, []keys.Queue{q})
 	require.NoError(t, err)
 	require.EqualValues(t, 1, st[0].Completed)
+}
+
+// An outcome's lines are kept with the job, read back by attempt with the cut count; a
+// refused outcome's are not.
+func testFinishKeepsLogs(t *testing.T, s jobstate.Backend) {
+	ctx := t.Context()
+	q := keys.New(s.Prefix(), "q")
+	now := time.Now()
+	enqueue(t, s, q, now, jobstate.NewJob{ID: "a", Type: "t"})
+	entry := deliver(t, s, q, "w1")
+	require.NoError(t, script.Load(ctx, s.Client(), jobstate.WorkerScripts()...))
+	none, err := s.Logs(ctx, q, "a")
+	require.NoError(t, err)
+	require.Empty(t, none)
+
+	ran := jobstate.Ran{ID: "a", Entry: entry.ID, Attempt: 1, Started: now, Finished: now}
+	cfg := jobstate.FinishConfig{Worker: "w1", Retention: time.Hour, MinRetention: time.Minute}
+	done := jobstate.Done(&q, jobstate.DoneParams{Ran: ran}).WithLogs(jobstate.EncodeLogs(3, []string{"x", "y"}))
+	for _, want := range []script.Code{script.OK, script.Refused} {
+		res := s.Finish(ctx, jobstate.FinishParams{Config: cfg, Chunks: [][]jobstate.Transition{{done}}})
+		require.NoError(t, res[0].Err)
+		require.Equal(t, []script.Code{want}, res[0].Codes)
+	}
+	logs, err := s.Logs(ctx, q, "a")
+	require.NoError(t, err)
+	require.Len(t, logs, 1, "the refused outcome wrote no lines")
+	require.Equal(t, jobstate.AttemptLogs{Attempt: 1, Outcome: string(status.Completed), Ended: time.UnixMilli(now.UnixMilli()),
+		Cut: 3, Lines: []string{"x", "y"}}, logs[0])
 }
 
 // A queued job canceled is canceled, and canceling it again finds it so.

@@ -21,7 +21,7 @@ func init() { addCommand(newStatusCmd) }
 
 func newStatusCmd(a *app) *cobra.Command {
 	var queue string
-	var asJSON, follow bool
+	var asJSON, follow, logs bool
 	cmd := &cobra.Command{
 		Use:   "status [--queue Q] [--follow] ID",
 		Short: "Show a job's status, attempts, result and last error",
@@ -54,12 +54,26 @@ rate_limit, group_window, debounce, due, priority, ready); --json carries it as 
 "group", "position", "tasks", "jobs"}, absent while the job runs or once it ended.
 With --follow the command prints the job, then a line (with --json, a JSON object) each time
 its status, attempt or progress changes, until it is completed, failed or canceled; it exits 0
-then, whatever the status (read it from the last line), and 1 when the job goes or Redis fails.`,
+then, whatever the status (read it from the last line), and 1 when the job goes or Redis fails.
+
+With --logs it prints, after the attempts, the lines the job's handler logged (Job.Logger,
+Job.Logf), by attempt: each attempt that logged, its outcome, how many earlier lines were cut
+(an attempt keeps its last 200 lines or 32 KiB), and the lines as zerolog's console writer
+shows them. With --json the job's object gets the field "logs": one object an attempt that
+logged, oldest first, {"attempt", "outcome", "ended_at", "cut", "lines"}, lines being the JSON
+objects zerolog wrote, as strings. The attempt that runs now shows the lines its last progress
+report wrote (outcome running); an attempt cut short (its worker killed, put back on shutdown:
+lost; its job canceled while it ran: canceled) kept only those. --logs cannot be used with
+--follow.`,
 		Example: `  conveyor status 01JABCDEFGHJKMNPQRSTVWXYZ0
   conveyor status --queue emails 01JABCDEFGHJKMNPQRSTVWXYZ0 --json | jq -r .status
-  conveyor status --follow 01JABCDEFGHJKMNPQRSTVWXYZ0`,
+  conveyor status --follow 01JABCDEFGHJKMNPQRSTVWXYZ0
+  conveyor status --logs 01JABCDEFGHJKMNPQRSTVWXYZ0`,
 		Args: oneArg,
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if logs && follow {
+				return usageErrorf("--logs and --follow cannot be used together")
+			}
 			j, err := a.findJob(cmd, queue, args[0])
 			if err != nil {
 				return err
@@ -67,15 +81,32 @@ then, whatever the status (read it from the last line), and 1 when the job goes 
 			if follow {
 				return a.followJob(cmd, j, asJSON)
 			}
+			var ls []pipeline.AttemptLog
+			if logs {
+				in, err := a.inspector()
+				if err != nil {
+					return err
+				}
+				if ls, err = in.JobLogs(cmd.Context(), j.Queue, j.ID); err != nil {
+					return notFound(err, j.Queue, j.ID)
+				}
+			}
 			if asJSON {
+				if logs {
+					return writeJobWithLogs(a.stdout, j, ls)
+				}
 				return writeJSON(a.stdout, j)
 			}
-			return printJob(a.stdout, j, time.Now())
+			if err := printJob(a.stdout, j, time.Now()); err != nil || !logs {
+				return err
+			}
+			return printLogs(a.stdout, ls)
 		},
 	}
 	cmd.Flags().StringVarP(&queue, "queue", "q", "", "queue of the job (default: look in every known queue)")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the job as one JSON object")
 	cmd.Flags().BoolVarP(&follow, "follow", "f", false, "print each change of the job's status and progress until it ends")
+	cmd.Flags().BoolVar(&logs, "logs", false, "print the lines the job's handler logged, by attempt")
 	return cmd
 }
 
