@@ -222,7 +222,7 @@ func TestRotateKeys(t *testing.T) {
 				require.NoError(t, err)
 				return string(plain)
 			}
-			_, stop := b.startWorker(t, pipeline.WorkerConfig{}, map[string]pipeline.HandlerFunc{
+			_, stop := b.startWorker(t, pipeline.WorkerConfig{Keys: k21}, map[string]pipeline.HandlerFunc{
 				"done": func(_ context.Context, j *pipeline.Job) ([]byte, error) {
 					res := "result of " + open(j)
 					p.set(p.results, j.ID, res)
@@ -393,7 +393,7 @@ func TestRotateKeysUnderLoad(t *testing.T) {
 				done <- j.ID
 				return nil, nil
 			}
-			cfg := pipeline.WorkerConfig{Concurrency: 4, Backoff: pipeline.Backoff{Base: 10 * time.Millisecond, Max: 50 * time.Millisecond}}
+			cfg := pipeline.WorkerConfig{Keys: k21, Concurrency: 4, Backoff: pipeline.Backoff{Base: 10 * time.Millisecond, Max: 50 * time.Millisecond}}
 			_, stop1 := b.startWorker(t, cfg, map[string]pipeline.HandlerFunc{"load": handler})
 			_, stop2 := b.startWorker(t, cfg, map[string]pipeline.HandlerFunc{"load": handler})
 
