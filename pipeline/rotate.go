@@ -11,18 +11,19 @@ import (
 	"github.com/conveyorq/conveyor/internal/keys"
 	"github.com/conveyorq/conveyor/internal/script"
 	"github.com/conveyorq/conveyor/keyring"
+	"github.com/conveyorq/conveyor/status"
 )
 
 // The places RotateKeys reports on (RotateReport.Places). Jobs waiting for a concurrency slot
 // count as scheduled, jobs waiting for their fair group's window as queued: they are listed
 // under those statuses.
 const (
-	RotateScheduled       = "scheduled"
-	RotateQueued          = "queued"
-	RotateWaiting         = "waiting"
+	RotateScheduled       = string(status.Scheduled)
+	RotateQueued          = string(status.Queued)
+	RotateWaiting         = string(status.Waiting)
 	RotateDead            = "dead"
-	RotateCompleted       = "completed"
-	RotateCanceled        = "canceled"
+	RotateCompleted       = string(status.Completed)
+	RotateCanceled        = string(status.Canceled)
 	RotateWorkflowResults = "workflow_results"
 )
 
