@@ -84,6 +84,16 @@ type Record struct {
 	// Finally task (it waits for them to be final, not completed).
 	After   []string `json:"after,omitempty"`
 	Finally bool     `json:"fin,omitempty"`
+	// Sum is a payload's Digest. Ack: the payload published (plain jobs of the workload).
+	// Start: the payload the handler was handed. Observed, with encryption: the payload
+	// stored at the end, as NewKey alone opened it ("" when it did not open).
+	Sum string `json:"sum,omitempty"`
+	// Observed, with encryption: the key the stored payload and result are sealed under
+	// ("plain" for one stored plain, "" for none), and the result's Digest as NewKey alone
+	// opened it.
+	Key       string `json:"key,omitempty"`
+	ResultKey string `json:"rkey,omitempty"`
+	ResultSum string `json:"rsum,omitempty"`
 }
 
 // The outcomes a record may carry, by kind.

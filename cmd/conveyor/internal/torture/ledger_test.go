@@ -20,10 +20,10 @@ func TestLedgerRoundTrip(t *testing.T) {
 	require.NoError(t, err)
 	want := []Record{
 		{Kind: Ack, ID: "j1", At: 1, Due: 1_790_000_000_000, Expect: "completed", Need: 1},
-		{Kind: Start, ID: "j1", Attempt: 1, PID: 42, At: 2},
+		{Kind: Start, ID: "j1", Attempt: 1, PID: 42, At: 2, Sum: "0123456789abcdef"},
 		{Kind: Finish, ID: "j1", Attempt: 1, PID: 42, At: 3, Outcome: "ok"},
 		{Kind: Commit, ID: "j1", Attempt: 1, PID: 42, At: 4, Outcome: "completed"},
-		{Kind: Observed, ID: "j1", Attempt: 1, At: 5, Outcome: "completed"},
+		{Kind: Observed, ID: "j1", Attempt: 1, At: 5, Outcome: "completed", Key: "k2", Sum: "0123456789abcdef", ResultKey: "k2", ResultSum: "0123456789abcdef"},
 		{Kind: Indeterminate, ID: "j2", At: 6},
 	}
 	for i, r := range want {
