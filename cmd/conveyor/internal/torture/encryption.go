@@ -149,7 +149,10 @@ func (r *run) rotateKeys(ctx context.Context, begin time.Time) (restarts int, er
 	r.pmu.Lock()
 	r.pclient = c
 	r.pmu.Unlock()
-	r.log("keys: workers %s and the producer list %s first; rotating", r.pids(), NewKey)
+	r.wmu.Lock() // a worker nemesis may be replacing one
+	pids := r.pids()
+	r.wmu.Unlock()
+	r.log("keys: workers %s and the producer list %s first; rotating", pids, NewKey)
 	return restarts, r.rotateUntilDone(ctx, "rotation", begin.Add(r.size.Duration), false)
 }
 
