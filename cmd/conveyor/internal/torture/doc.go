@@ -46,7 +46,7 @@
 //
 // The encryption workload (Workload.Encryption, encryption.go) seals payloads and results and
 // rotates the key under load, as an operator would. The producer and the workers start with
-// a key file listing OldKey ($CONVEYOR_KEYS). At a fifth of the run the runner lists NewKey
+// a key file listing OldKey ($CONVEYOR_KEYS). At an eighth of the run the runner lists NewKey
 // first: it restarts the workers one at a time with the new file, then switches the producer.
 // Then it runs the binary's `keys rotate` again and again until the nemeses stop, and once
 // more after the drain until it reports nothing left. The end state reads every job with

@@ -109,13 +109,13 @@ func (r *run) producer() *pipeline.Client {
 }
 
 // rotateKeys is the encryption workload's rotation, as an operator makes it while the
-// nemeses strike: at a fifth of the run, list NewKey first on every process (the workers
-// restarted one at a time, each with the new key file, then the producer), then re-seal what
-// is stored with `conveyor keys rotate` until it reports nothing left. The workers go first
-// so that no worker lacks the key of a payload it is handed. It returns the restarts made:
-// each SIGTERM may cut its worker's attempts short, as term-worker's does.
+// nemeses strike: at an eighth of the run, list NewKey first on every process (the workers
+// replaced, each successor with the new key file, then the producer), then re-seal what is
+// stored with `conveyor keys rotate` until it reports nothing left. The workers go first so
+// that no worker lacks the key of a payload it is handed. It returns the restarts made: each
+// SIGTERM may cut its worker's attempts short, as term-worker's does.
 func (r *run) rotateKeys(ctx context.Context, begin time.Time) (restarts int, err error) {
-	sleep(ctx, time.Until(begin.Add(r.size.Duration/5)))
+	sleep(ctx, time.Until(begin.Add(r.size.Duration/8)))
 	if ctx.Err() != nil {
 		return 0, nil
 	}
@@ -124,7 +124,12 @@ func (r *run) rotateKeys(ctx context.Context, begin time.Time) (restarts int, er
 	r.slotMu.Lock()
 	r.keys.rotate()
 	r.slotMu.Unlock()
-	r.log("keys: %s listed first; restarting the workers one at a time", NewKey)
+	r.log("keys: %s listed first; replacing the workers", NewKey)
+	// A rolling restart: each worker's successor starts before it is stopped, and the old
+	// ones drain at once (SIGTERM), so that a loaded machine still switches the producer while
+	// it publishes. The producer waits for every old worker to exit: none of them has NewKey.
+	var olds sync.WaitGroup
+	defer olds.Wait()
 	for i := range r.opt.Workers {
 		r.slotMu.Lock()
 		r.wmu.Lock()
@@ -135,9 +140,10 @@ func (r *run) rotateKeys(ctx context.Context, begin time.Time) (restarts int, er
 		if err != nil {
 			return restarts, err
 		}
-		old.term()
+		olds.Go(old.term)
 		restarts++
 	}
+	olds.Wait()
 	k, err := r.keys.keyring()
 	if err != nil {
 		return restarts, err

@@ -348,12 +348,21 @@ func (r *run) produce(ctx context.Context, led *Writer, begin time.Time) ([]stri
 	n := r.size.Jobs
 	spread := r.size.Duration * 7 / 10
 	acked := make([]string, 0, n)
+	first, switched := r.producer(), 0
+	if r.keys != nil {
+		defer func() {
+			r.log("%d jobs published under %s, %d under %s", len(acked)-switched, OldKey, switched, NewKey)
+		}()
+	}
 	for i := range n {
 		if at := begin.Add(spread * time.Duration(i) / time.Duration(n)); time.Until(at) > 0 {
 			sleep(ctx, time.Until(at))
 		}
 		id := fmt.Sprintf("%s-%d-%d", r.sc.Name, r.opt.Seed, i)
 		client := r.producer() // its keys may have changed (encryption)
+		if client != first {
+			switched++
+		}
 		work := Work{MS: 5 + rng.IntN(25), Echo: r.keys != nil}
 		ack := Record{Kind: Ack, ID: id, Expect: "completed", Need: 1}
 		opts := []pipeline.Option{pipeline.WithID(id), pipeline.WithMaxRetries(20)}

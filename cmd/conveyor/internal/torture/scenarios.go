@@ -51,7 +51,7 @@ type Workload struct {
 	// a callback.
 	Workflows bool
 	// Encryption seals payloads and results: the producer and the workers get a key file
-	// (through $CONVEYOR_KEYS) listing OldKey. At a fifth of the run every process is
+	// (through $CONVEYOR_KEYS) listing OldKey. At an eighth of the run every process is
 	// switched to NewKey first and OldKey after it (the workers restarted one at a time, then
 	// the producer), and `conveyor keys rotate` re-seals what is stored while the nemeses
 	// strike. Every job echoes its payload as its result. At the end, after a last rotation,
