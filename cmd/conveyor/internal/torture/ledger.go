@@ -145,6 +145,10 @@ func ParseLine(line []byte) (Record, error) {
 		return Record{}, errors.New("ledger: negative number")
 	case r.Expect != "" && r.Expect != "completed" && r.Expect != "failed" && r.Expect != "canceled":
 		return Record{}, fmt.Errorf("ledger: expected status %q", r.Expect)
+	case r.Sum != "" && r.Kind != Ack && r.Kind != Start && r.Kind != Observed:
+		return Record{}, fmt.Errorf("ledger: a digest on a %s record", r.Kind)
+	case (r.Key != "" || r.ResultKey != "" || r.ResultSum != "") && r.Kind != Observed:
+		return Record{}, fmt.Errorf("ledger: a stored key or result on a %s record", r.Kind)
 	}
 	if err := keyspace.ValidateID(r.ID); err != nil {
 		return Record{}, fmt.Errorf("ledger: %w", err)
