@@ -32,7 +32,7 @@ var (
 // (kill-worker, stop-worker, redis-restart, proxy-reset, mixed, cluster-mixed) combine
 // nemeses these already use; -torture-all runs them too.
 var ciScenarios = []string{"term-worker", "redis-stop", "maxmemory", "partitions-mixed",
-	"limits-kill-worker", "workflows-mixed", "cluster-slot-move", "cluster-failover",
+	"limits-kill-worker", "workflows-mixed", "encryption-mixed", "cluster-slot-move", "cluster-failover",
 	"sentinel-failover", "clock-step"}
 
 // TestTortureCICovers fails when a nemesis, a workload or a topology is added that no

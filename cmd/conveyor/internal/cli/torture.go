@@ -73,6 +73,12 @@ SIGKILLed, the sentinels promote the replica, the node restarts and rejoins as a
 two are refused elsewhere, and proxy-reset, redis-restart, redis-stop and the cluster nemeses on
 a Sentinel set.
 
+encryption-mixed seals payloads and results (a key file of the run's own in $CONVEYOR_KEYS) and
+rotates the key under load as an operator would: the workers replaced with the new key listed
+first, then the producer switched, then 'conveyor keys rotate' run again and again while the
+nemeses strike, and once more at the end. Then every stored payload and result must open with
+the new key alone to what was published, and no value of Redis be under the old key or plain.
+
 The clock-step nemesis steps one worker's wall clock 2 to 30 s forward or back (the worker reads
 an offset from a file the suite writes, every 100 ms), holds it a tick or two, then sets it
 right: what the worker stamps moves (attempt times, a retry's due time), while due times,

@@ -39,6 +39,14 @@ type EndState struct {
 	// Goroutines notes surviving worker processes whose goroutines grew past the bound, if
 	// the runner checked.
 	Goroutines []string
+	// SealKey is the key every payload and result stored must be sealed under at the end
+	// (the encryption workload: NewKey); "" checks none. Then every acknowledged job's
+	// Observed record must show its payload under it and opening to the one published, and a
+	// completed job's result (the workload echoes the payload) the same.
+	SealKey string
+	// Sealing notes values of Redis sealed under another key or holding a payload in plain
+	// text, and a last rotation that did not finish (the encryption workload).
+	Sealing []string
 }
 
 // KeysPerQueue is the allowance of keys a queue may hold beside its job records and its
@@ -74,6 +82,8 @@ type Report struct {
 	MaxConcurrent       int      // the most attempts of LimitedType the ledger saw running at once
 	Uncounted           int      // attempts of LimitedType not counted: excused, or of no known end (spans)
 	OutOfOrder          []string // workflow tasks started before their dependencies allowed
+	Garbled             []string // jobs whose handler was handed a payload other than the one published
+	Unsealed            []string // jobs whose stored payload or result is not under EndState.SealKey, or opens to another
 	Violations          []string
 }
 
@@ -97,6 +107,8 @@ func Check(recs []Record, end EndState, bound int) Report {
 		observed       string
 		observedAtt    int
 		observedExists bool
+		sum            string // the published payload's digest
+		obs            Record // the Observed record
 	}
 	jobs := map[string]*job{}
 	get := func(id string) *job {
@@ -127,7 +139,7 @@ func Check(recs []Record, end EndState, bound int) Report {
 		switch r.Kind {
 		case Ack:
 			j.ack, j.due, j.expect, j.need, j.typ = true, r.Due, r.Expect, max(r.Need, 1), r.Type
-			j.after, j.finally = r.After, r.Finally
+			j.after, j.finally, j.sum = r.After, r.Finally, r.Sum
 		case Indeterminate:
 			j.indet = true
 		case Start:
@@ -137,7 +149,7 @@ func Check(recs []Record, end EndState, bound int) Report {
 		case Commit:
 			j.commits = append(j.commits, r)
 		case Observed:
-			j.observed, j.observedAtt, j.observedExists = r.Outcome, r.Attempt, true
+			j.observed, j.observedAtt, j.observedExists, j.obs = r.Outcome, r.Attempt, true, r
 		}
 	}
 	rep := Report{ExecutionBound: bound}
@@ -201,6 +213,14 @@ func Check(recs []Record, end EndState, bound int) Report {
 				}
 			}
 		}
+		if j.sum != "" && slices.ContainsFunc(j.starts, func(s Record) bool { return s.Sum != j.sum }) {
+			rep.Garbled = append(rep.Garbled, id)
+			good = false
+		}
+		if end.SealKey != "" && j.observedExists && j.observed != "missing" && !sealedAsPublished(j.obs, j.sum, end.SealKey) {
+			rep.Unsealed = append(rep.Unsealed, id)
+			good = false
+		}
 		if good {
 			rep.OK++
 		}
@@ -237,6 +257,25 @@ func Check(recs []Record, end EndState, bound int) Report {
 		v("%d ended otherwise than designed: %s", len(rep.WrongOutcome), some(rep.WrongOutcome, func(id string) string {
 			return fmt.Sprintf("%s (%s, want %s)", id, jobs[id].observed, cmp.Or(jobs[id].expect, "completed"))
 		}))
+	}
+	if len(rep.Garbled) > 0 {
+		v("%d handed a payload other than the one published: %s", len(rep.Garbled), some(rep.Garbled, func(id string) string {
+			var sums []string
+			for _, s := range jobs[id].starts {
+				sums = append(sums, fmt.Sprintf("%d:%s", s.Attempt, cmp.Or(s.Sum, "none")))
+			}
+			return fmt.Sprintf("%s (published %s, handed %s)", id, jobs[id].sum, strings.Join(sums, ", "))
+		}))
+	}
+	if len(rep.Unsealed) > 0 {
+		v("%d stored otherwise than under key %s: %s", len(rep.Unsealed), end.SealKey, some(rep.Unsealed, func(id string) string {
+			o := jobs[id].obs
+			return fmt.Sprintf("%s (%s: payload under %s opening to %s, result under %s opening to %s; published %s)", id, o.Outcome,
+				cmp.Or(o.Key, "nothing"), cmp.Or(o.Sum, "nothing"), cmp.Or(o.ResultKey, "nothing"), cmp.Or(o.ResultSum, "nothing"), jobs[id].sum)
+		}))
+	}
+	for _, s := range end.Sealing {
+		v("sealing: %s", s)
 	}
 	for _, id := range ids {
 		if j := jobs[id]; j.ack {
@@ -307,6 +346,19 @@ func Check(recs []Record, end EndState, bound int) Report {
 		v("goroutines: %s", g)
 	}
 	return rep
+}
+
+// sealedAsPublished reports whether a job's Observed record shows its payload sealed under
+// key and opening to sum, and, when it completed, its result the same (the encryption
+// workload's handler echoes its payload).
+func sealedAsPublished(o Record, sum, key string) bool {
+	if o.Key != key || o.Sum == "" || (sum != "" && o.Sum != sum) {
+		return false
+	}
+	if o.Outcome == "completed" {
+		return o.ResultKey == key && o.ResultSum == o.Sum
+	}
+	return o.ResultKey == "" || (o.ResultKey == key && o.ResultSum == o.Sum)
 }
 
 // outOfOrder checks a workflow task's starts against its dependencies (after). Each start

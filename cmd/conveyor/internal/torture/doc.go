@@ -36,6 +36,22 @@
 //
 // Early: a delayed job started before its due time, less ClockSkew.
 //
+// Garbled: a handler was handed a payload other than the one published. The producer's ack
+// and the handler's start records carry the payload's Digest.
+//
+// Unsealed (the encryption workload): a job whose stored payload or result is not under the
+// new key at the end, or does not open with it alone to what was published.
+//
+// # Encryption
+//
+// The encryption workload (Workload.Encryption, encryption.go) seals payloads and results and
+// rotates the key under load, as an operator would. The producer and the workers start with
+// a key file listing OldKey ($CONVEYOR_KEYS). At an eighth of the run the runner lists NewKey
+// first: it restarts the workers one at a time with the new file, then switches the producer.
+// Then it runs the binary's `keys rotate` again and again until the nemeses stop, and once
+// more after the drain until it reports nothing left. The end state reads every job with
+// NewKey alone, and scans every value of Redis for one under OldKey or a plain payload.
+//
 // # Scenarios
 //
 // Scenarios are a table (scenarios.go): a name, its nemeses and its short and long sizes. A

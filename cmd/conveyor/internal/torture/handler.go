@@ -25,19 +25,21 @@ const (
 )
 
 // Work is a torture job's payload: sleep MS milliseconds, then fail attempts 1 to Fail, or
-// every attempt when Dead (the job is meant for the dead set).
+// every attempt when Dead (the job is meant for the dead set). Echo makes a successful
+// attempt return the payload as its result (the encryption workload: a result to seal).
 type Work struct {
 	MS   int  `json:"ms,omitempty"`
 	Fail int  `json:"fail,omitempty"`
 	Dead bool `json:"dead,omitempty"`
+	Echo bool `json:"echo,omitempty"`
 }
 
 // Handler returns the torture handler: it records the attempt's start in w before it does
-// anything, and its end after.
+// anything, with the Digest of the payload it was handed, and its end after.
 func Handler(w *Writer) pipeline.HandlerFunc {
 	pid := os.Getpid()
 	return func(ctx context.Context, job *pipeline.Job) ([]byte, error) {
-		if err := w.Write(Record{Kind: Start, ID: job.ID, Attempt: job.Attempt, PID: pid, At: time.Now().UnixMicro()}); err != nil {
+		if err := w.Write(Record{Kind: Start, ID: job.ID, Attempt: job.Attempt, PID: pid, At: time.Now().UnixMicro(), Sum: Digest(job.Payload)}); err != nil {
 			return nil, err // not run: the ledger could not say it was
 		}
 		var work Work
@@ -63,6 +65,9 @@ func Handler(w *Writer) pipeline.HandlerFunc {
 		}
 		if werr := w.Write(Record{Kind: Finish, ID: job.ID, Attempt: job.Attempt, PID: pid, At: time.Now().UnixMicro(), Outcome: outcome}); werr != nil {
 			return nil, werr
+		}
+		if err == nil && work.Echo {
+			return job.Payload, nil
 		}
 		return nil, err
 	}

@@ -84,6 +84,16 @@ type Record struct {
 	// Finally task (it waits for them to be final, not completed).
 	After   []string `json:"after,omitempty"`
 	Finally bool     `json:"fin,omitempty"`
+	// Sum is a payload's Digest. Ack: the payload published (plain jobs of the workload).
+	// Start: the payload the handler was handed. Observed, with encryption: the payload
+	// stored at the end, as NewKey alone opened it ("" when it did not open).
+	Sum string `json:"sum,omitempty"`
+	// Observed, with encryption: the key the stored payload and result are sealed under
+	// ("plain" for one stored plain, "" for none), and the result's Digest as NewKey alone
+	// opened it.
+	Key       string `json:"key,omitempty"`
+	ResultKey string `json:"rkey,omitempty"`
+	ResultSum string `json:"rsum,omitempty"`
 }
 
 // The outcomes a record may carry, by kind.
@@ -135,6 +145,10 @@ func ParseLine(line []byte) (Record, error) {
 		return Record{}, errors.New("ledger: negative number")
 	case r.Expect != "" && r.Expect != "completed" && r.Expect != "failed" && r.Expect != "canceled":
 		return Record{}, fmt.Errorf("ledger: expected status %q", r.Expect)
+	case r.Sum != "" && r.Kind != Ack && r.Kind != Start && r.Kind != Observed:
+		return Record{}, fmt.Errorf("ledger: a digest on a %s record", r.Kind)
+	case (r.Key != "" || r.ResultKey != "" || r.ResultSum != "") && r.Kind != Observed:
+		return Record{}, fmt.Errorf("ledger: a stored key or result on a %s record", r.Kind)
 	}
 	if err := keyspace.ValidateID(r.ID); err != nil {
 		return Record{}, fmt.Errorf("ledger: %w", err)

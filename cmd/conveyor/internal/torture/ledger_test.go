@@ -20,10 +20,10 @@ func TestLedgerRoundTrip(t *testing.T) {
 	require.NoError(t, err)
 	want := []Record{
 		{Kind: Ack, ID: "j1", At: 1, Due: 1_790_000_000_000, Expect: "completed", Need: 1},
-		{Kind: Start, ID: "j1", Attempt: 1, PID: 42, At: 2},
+		{Kind: Start, ID: "j1", Attempt: 1, PID: 42, At: 2, Sum: "0123456789abcdef"},
 		{Kind: Finish, ID: "j1", Attempt: 1, PID: 42, At: 3, Outcome: "ok"},
 		{Kind: Commit, ID: "j1", Attempt: 1, PID: 42, At: 4, Outcome: "completed"},
-		{Kind: Observed, ID: "j1", Attempt: 1, At: 5, Outcome: "completed"},
+		{Kind: Observed, ID: "j1", Attempt: 1, At: 5, Outcome: "completed", Key: "k2", Sum: "0123456789abcdef", ResultKey: "k2", ResultSum: "0123456789abcdef"},
 		{Kind: Indeterminate, ID: "j2", At: 6},
 	}
 	for i, r := range want {
@@ -70,6 +70,9 @@ func TestParseLineRefuses(t *testing.T) {
 		`{"k":"finish","id":"a","t":1,"o":"maybe"}`,
 		`{"k":"start","id":"a","t":1,"o":"ok"}`,
 		`{"k":"ack","id":"a","t":1,"x":"queued"}`,
+		`{"k":"finish","id":"a","t":1,"o":"ok","sum":"00"}`,
+		`{"k":"start","id":"a","t":1,"key":"k2"}`,
+		`{"k":"ack","id":"a","t":1,"rsum":"00"}`,
 		`[1]`,
 	} {
 		_, err := ParseLine([]byte(line))
@@ -89,6 +92,8 @@ func FuzzParseLine(f *testing.F) {
 		`{"k":"finish","id":"j1","a":1,"pid":42,"t":3,"o":"error"}`,
 		`{"k":"commit","id":"j1","a":1,"pid":42,"t":4,"o":"retry"}`,
 		`{"k":"observed","id":"j1","a":3,"t":5,"o":"missing"}`,
+		`{"k":"observed","id":"j1","a":1,"t":5,"o":"completed","sum":"0123","key":"k2","rkey":"k2","rsum":"0123"}`,
+		`{"k":"start","id":"j1","a":1,"pid":42,"t":2,"sum":"0123456789abcdef"}`,
 		`{"k":"indeterminate","id":"j2","t":6}`,
 		`{"k":"start","id":"j1","a":1e3,"t":2}`,
 		`{"k":"start","id":"j1","t":2,"t":3}`,

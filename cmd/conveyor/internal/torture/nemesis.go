@@ -98,8 +98,12 @@ func (r *run) clockStep(ctx context.Context, rng *rand.Rand) error {
 func (r *run) strike(ctx context.Context, n string, rng *rand.Rand) (touched int, err error) {
 	switch n {
 	case NemesisKillWorker, NemesisTermWorker, NemesisStopWorker:
+		r.slotMu.Lock() // the encryption workload's rotation restarts workers too
+		defer r.slotMu.Unlock()
 		i := rng.IntN(len(r.workers))
+		r.wmu.Lock()
 		w := r.workers[i]
+		r.wmu.Unlock()
 		switch n {
 		case NemesisKillWorker:
 			kerr := r.killWorker(ctx, w)

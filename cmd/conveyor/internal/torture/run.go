@@ -24,6 +24,7 @@ import (
 
 	"github.com/conveyorq/conveyor/internal/faultproxy"
 	"github.com/conveyorq/conveyor/internal/redisproc"
+	"github.com/conveyorq/conveyor/keyring"
 	"github.com/conveyorq/conveyor/keyspace"
 	"github.com/conveyorq/conveyor/pipeline"
 	"github.com/conveyorq/conveyor/status"
@@ -98,6 +99,16 @@ type run struct {
 
 	sentinel *redisproc.SentinelSet // TopologySentinel
 
+	// The encryption workload (encryption.go): the keys the processes list, and the producer's
+	// client, replaced when they change. slotMu is held by a worker nemesis while it strikes
+	// and by the rotation while it restarts a worker, so that neither replaces a worker the
+	// other just started.
+	keys        *keySet
+	slotMu      sync.Mutex
+	pmu         sync.Mutex
+	pclient     *pipeline.Client
+	producerRDB redis.UniversalClient
+
 	uniqueJoined int                                // republished unique keys that returned the first job (the producer's)
 	workflows    map[string]pipeline.WorkflowStatus // published workflows and the end status designed
 	canceled     int                                // workflow tasks canceled by design
@@ -136,6 +147,11 @@ func Run(ctx context.Context, sc Scenario, size Size, opt Options) (*Result, err
 		return nil, err
 	}
 	r.dir, r.ledger = dir, filepath.Join(dir, "ledger")
+	if sc.Workload.Encryption {
+		if r.keys, err = newKeySet(); err != nil {
+			return nil, err
+		}
+	}
 	res, err := r.run(ctx)
 	if err != nil && ctx.Err() == nil {
 		// A nemesis or a process that failed mid-run: its logs and AOFs are the evidence.
@@ -187,10 +203,15 @@ func (r *run) run(ctx context.Context) (*Result, error) {
 // own connections, which the caller closes) and ledger, the queue's partitions and limits,
 // then work. topology says what runs, for the log.
 func (r *run) start(ctx context.Context, producerRDB redis.UniversalClient, topology string) (*Result, error) {
-	client, err := pipeline.NewClient(producerRDB, pipeline.ClientConfig{})
+	k, err := r.keys.keyring()
 	if err != nil {
 		return nil, err
 	}
+	client, err := pipeline.NewClient(producerRDB, pipeline.ClientConfig{Keys: k})
+	if err != nil {
+		return nil, err
+	}
+	r.producerRDB, r.pclient = producerRDB, client
 	led, err := OpenWriter(r.ledger, "producer")
 	if err != nil {
 		return nil, err
@@ -200,12 +221,12 @@ func (r *run) start(ctx context.Context, producerRDB redis.UniversalClient, topo
 		return nil, err
 	}
 	r.log("%s, nemeses %s, %d jobs over %s", topology, strings.Join(r.nemeses, ","), r.size.Jobs, r.size.Duration)
-	return r.work(ctx, client, led)
+	return r.work(ctx, led)
 }
 
 // work starts the workers, runs the producer and the nemeses, drains and checks: the run on
 // whichever topology its caller started.
-func (r *run) work(ctx context.Context, client *pipeline.Client, led *Writer) (*Result, error) {
+func (r *run) work(ctx context.Context, led *Writer) (*Result, error) {
 	var err error
 	if r.nem, err = OpenWriter(r.ledger, "nemeses"); err != nil {
 		return nil, err
@@ -233,12 +254,24 @@ func (r *run) work(ctx context.Context, client *pipeline.Client, led *Writer) (*
 	pctx, pcancel := context.WithTimeout(ctx, r.size.Duration+r.opt.Drain)
 	defer pwg.Wait()
 	defer pcancel() // first: a run that ends early ends its producer too
-	pwg.Go(func() { acked, perr = r.produce(pctx, client, led, begin) })
+	pwg.Go(func() { acked, perr = r.produce(pctx, led, begin) })
+	var restarts int
+	var rerr error
+	var rwg sync.WaitGroup
+	if r.keys != nil {
+		rwg.Go(func() { restarts, rerr = r.rotateKeys(pctx, begin) })
+	}
 
 	faults, maxRecovery, bound, err := r.strikeUntil(ctx, begin)
+	rwg.Wait()
 	if err != nil {
 		return nil, err
 	}
+	if rerr != nil {
+		return nil, rerr
+	}
+	// A restart by the rotation SIGTERMs its worker, which may cut its attempts short.
+	bound += restarts * r.opt.Concurrency
 	if r.proxy != nil {
 		r.proxy.DropNextReplies(0)
 	}
@@ -259,12 +292,21 @@ func (r *run) work(ctx context.Context, client *pipeline.Client, led *Writer) (*
 		w.term()
 	}
 	r.workers = nil
+	var sealing []string
+	if r.keys != nil {
+		// The operator's last step: rerun the rotation until nothing is left; then the old key
+		// could go, which the end state's reads with NewKey alone stand for.
+		if err := r.rotateUntilDone(ctx, "final rotation", time.Now().Add(time.Minute), true); err != nil {
+			sealing = append(sealing, err.Error())
+		}
+	}
 
 	end, err := r.observe(ctx, acked, led, time.Since(begin))
 	if err != nil {
 		return nil, err
 	}
 	end.Goroutines = leaks
+	end.Sealing = append(sealing, end.Sealing...)
 	if err := led.Close(); err != nil {
 		return nil, err
 	}
@@ -301,17 +343,27 @@ func (r *run) work(ctx context.Context, client *pipeline.Client, led *Writer) (*
 
 // produce publishes the workload's jobs, each retried under its own id until acknowledged,
 // and records each acknowledgement. It returns the acknowledged ids.
-func (r *run) produce(ctx context.Context, client *pipeline.Client, led *Writer, begin time.Time) ([]string, error) {
+func (r *run) produce(ctx context.Context, led *Writer, begin time.Time) ([]string, error) {
 	rng := rand.New(rand.NewPCG(r.opt.Seed, 0x70726f64))
 	n := r.size.Jobs
 	spread := r.size.Duration * 7 / 10
 	acked := make([]string, 0, n)
+	first, switched := r.producer(), 0
+	if r.keys != nil {
+		defer func() {
+			r.log("%d jobs published under %s, %d under %s", len(acked)-switched, OldKey, switched, NewKey)
+		}()
+	}
 	for i := range n {
 		if at := begin.Add(spread * time.Duration(i) / time.Duration(n)); time.Until(at) > 0 {
 			sleep(ctx, time.Until(at))
 		}
 		id := fmt.Sprintf("%s-%d-%d", r.sc.Name, r.opt.Seed, i)
-		work := Work{MS: 5 + rng.IntN(25)}
+		client := r.producer() // its keys may have changed (encryption)
+		if client != first {
+			switched++
+		}
+		work := Work{MS: 5 + rng.IntN(25), Echo: r.keys != nil}
 		ack := Record{Kind: Ack, ID: id, Expect: "completed", Need: 1}
 		opts := []pipeline.Option{pipeline.WithID(id), pipeline.WithMaxRetries(20)}
 		unique := ""
@@ -338,6 +390,7 @@ func (r *run) produce(ctx context.Context, client *pipeline.Client, led *Writer,
 			opts = append(opts, pipeline.WithRunAt(time.UnixMilli(ack.Due)), pipeline.WithUnique(unique, time.Hour))
 		}
 		task.Payload, _ = json.Marshal(work)
+		ack.Sum = Digest(task.Payload)
 		if _, err := r.publish(ctx, client, task, opts); err != nil {
 			if ctx.Err() == nil {
 				return nil, err
@@ -565,6 +618,13 @@ func (r *run) observe(ctx context.Context, acked []string, led *Writer, elapsed 
 	if err != nil {
 		return EndState{}, err
 	}
+	var newOnly *keyring.Keyring
+	if r.keys != nil {
+		// The client has no keys: what it reads is what Redis stores.
+		if newOnly, err = r.keys.newOnly(); err != nil {
+			return EndState{}, err
+		}
+	}
 	for _, id := range acked {
 		rec := Record{Kind: Observed, ID: id, Outcome: "missing"}
 		j, err := client.Get(ctx, Queue, id)
@@ -574,6 +634,9 @@ func (r *run) observe(ctx context.Context, acked []string, led *Writer, elapsed 
 			return EndState{}, err
 		default:
 			rec.Outcome, rec.Attempt = string(j.Status), j.Attempt
+			if newOnly != nil {
+				observeSealed(&rec, j, newOnly)
+			}
 		}
 		rec.At = time.Now().UnixMicro()
 		if err := led.Write(rec); err != nil {
@@ -658,6 +721,12 @@ func (r *run) observe(ctx context.Context, acked []string, led *Writer, elapsed 
 	}
 	if r.sc.Workload.Limits {
 		end.ConcurrencyLimit = LimitConcurrency
+	}
+	if r.keys != nil {
+		end.SealKey = NewKey
+		if end.Sealing, err = r.scanSealed(ctx, NewKey); err != nil {
+			return end, err
+		}
 	}
 	return end, nil
 }
@@ -805,8 +874,10 @@ type worker struct {
 // startWorker starts a worker process: the conveyor binary's worker command, with the torture
 // handler writing to the run's ledger.
 func (r *run) startWorker() (*worker, error) {
+	r.wmu.Lock()
 	r.gen++
 	name := fmt.Sprintf("w%d", r.gen)
+	r.wmu.Unlock()
 	out := filepath.Join(r.dir, "logs", name+".log")
 	if err := os.MkdirAll(filepath.Dir(out), 0o700); err != nil {
 		return nil, err
@@ -837,7 +908,7 @@ func (r *run) startWorker() (*worker, error) {
 		}
 		cmd.Args = append(cmd.Args, "--torture-clock-file", clock)
 	}
-	cmd.Env = slices.DeleteFunc(os.Environ(), func(kv string) bool { return strings.HasPrefix(kv, "CONVEYOR_") })
+	cmd.Env = append(slices.DeleteFunc(os.Environ(), func(kv string) bool { return strings.HasPrefix(kv, "CONVEYOR_") }), r.keys.env()...)
 	cmd.Stdout, cmd.Stderr = f, f
 	cmd.SysProcAttr = redisproc.SysProcAttr() // dies with this process
 	if err := redisproc.StartCmd(cmd); err != nil {

@@ -50,6 +50,15 @@ type Workload struct {
 	// also a fan-out of 50 tasks and their join, and a batch of 10 (one dying by design) with
 	// a callback.
 	Workflows bool
+	// Encryption seals payloads and results: the producer and the workers get a key file
+	// (through $CONVEYOR_KEYS) listing OldKey. At an eighth of the run every process is
+	// switched to NewKey first and OldKey after it (the workers restarted one at a time, then
+	// the producer), and `conveyor keys rotate` re-seals what is stored while the nemeses
+	// strike. Every job echoes its payload as its result. At the end, after a last rotation,
+	// every payload and result stored must be under NewKey and open to what was published,
+	// and no value of Redis may be under OldKey or hold a payload in plain text. The handler's
+	// start records say which payload it was handed: the published one, whatever the key.
+	Encryption bool
 }
 
 var (
@@ -78,6 +87,9 @@ var scenarios = []Scenario{
 	{Name: "workflows-mixed", Summary: "workflows, fan-outs and batches under worker SIGKILLs, Redis SIGKILLs, connection resets and script flushes",
 		Nemeses: []string{NemesisKillWorker, NemesisRedisRestart, NemesisProxyReset, NemesisScriptFlush}, Short: short, Long: long,
 		Workload: Workload{Workflows: true}},
+	{Name: "encryption-mixed", Summary: "payloads and results sealed, the key rotated mid-run (workers restarted on a new key file, keys rotate run) under worker SIGKILLs, Redis SIGKILLs and connection resets",
+		Nemeses: []string{NemesisKillWorker, NemesisRedisRestart, NemesisProxyReset}, Short: short, Long: long,
+		Workload: Workload{Encryption: true}},
 	{Name: "cluster-slot-move", Summary: "the queue's slot migrated between cluster masters under load, in one batch or four",
 		Nemeses: []string{NemesisSlotMove}, Short: clusterShort, Long: long, Topology: TopologyCluster},
 	{Name: "cluster-failover", Summary: "the queue's cluster master failed over: CLUSTER FAILOVER on its replica, or SIGKILLed",
