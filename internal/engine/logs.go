@@ -96,7 +96,7 @@ func (r *ProgressReporter) logsToReport() string {
 		return ""
 	}
 	l.fresh = false
-	return jobstate.EncodeLogs(l.cut, l.lines)
+	return r.encode(l)
 }
 
 // TakeLogs ends the attempt's logging and returns its lines as finish.lua takes them
@@ -114,5 +114,17 @@ func (r *ProgressReporter) TakeLogs() string {
 		return ""
 	}
 	r.logs = nil
-	return jobstate.EncodeLogs(l.cut, l.lines)
+	return r.encode(l)
+}
+
+// encode is l as the scripts take it (jobstate.EncodeLogs), its lines sealed when the worker
+// seals (Loop.SealLogs). Each send seals the whole text it sends: the running item a report
+// wrote is replaced whole by the next write, so no item mixes plain and sealed lines.
+func (r *ProgressReporter) encode(l *attemptLogs) string {
+	s := jobstate.EncodeLogs(l.cut, l.lines)
+	if r.seal == nil || s == "" {
+		return s
+	}
+	head, body, _ := strings.Cut(s, "\n")
+	return head + "\n" + string(r.seal(r.id, []byte(body)))
 }
