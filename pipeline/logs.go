@@ -10,6 +10,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/conveyorq/conveyor/internal/engine"
 	"github.com/conveyorq/conveyor/internal/jobstate"
 	"github.com/conveyorq/conveyor/internal/publish"
 	"github.com/conveyorq/conveyor/keyring"
@@ -42,20 +43,43 @@ var nopLogger = zerolog.Nop()
 //
 // The logger is made on the first call, so a handler that does not log pays nothing. It is
 // safe for concurrent use. On a Job not handed to a handler by a Worker (a handler called by a
-// test) it is a disabled logger.
+// test) it is a disabled logger, unless RecordLogs made it keep the lines.
 func (j *Job) Logger() *zerolog.Logger {
-	if j.run.Progress == nil {
-		return &nopLogger
+	switch {
+	case j.run.Progress != nil:
+		return j.run.Progress.Logger()
+	case j.recorder != nil:
+		return j.recorder.Logger()
 	}
-	return j.run.Progress.Logger()
+	return &nopLogger
 }
 
 // Logf logs one line at info level through Logger: its message is fmt.Sprintf(format, args...).
 func (j *Job) Logf(format string, args ...any) {
-	if j.run.Progress == nil {
+	if j.run.Progress == nil && j.recorder == nil {
 		return
 	}
-	j.run.Progress.Logger().Info().Msgf(format, args...)
+	j.Logger().Info().Msgf(format, args...)
+}
+
+// RecordLogs makes the Logger and Logf of j, a Job no Worker handed out, keep their lines in
+// memory as a worker's attempt keeps them (its last MaxLogLines lines, at most MaxLogBytes,
+// the others cut and counted), so that a test can assert on what a handler logs: package
+// pipelinetest's Run does. The function it returns ends the recording (later lines are
+// dropped, as a worker drops lines logged after the handler returned) and returns the lines
+// as Inspector.JobLogs would: Attempt is j.Attempt, Outcome is empty (it is the caller's to
+// judge). On a Job a Worker handed out it records nothing: the worker keeps the lines.
+func (j *Job) RecordLogs() func() AttemptLog {
+	if j.run.Progress != nil {
+		return func() AttemptLog { return AttemptLog{Attempt: j.Attempt} }
+	}
+	r := engine.NewLogRecorder()
+	j.recorder = r
+	attempt := j.Attempt
+	return func() AttemptLog {
+		cut, lines := r.Kept()
+		return AttemptLog{Attempt: attempt, Cut: cut, Lines: lines}
+	}
 }
 
 // runningNow reports whether the running item of attempt, the last of the job's logs when last

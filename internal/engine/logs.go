@@ -128,3 +128,22 @@ func (r *ProgressReporter) encode(l *attemptLogs) string {
 	head, body, _ := strings.Cut(s, "\n")
 	return head + "\n" + string(r.seal(r.id, []byte(body)))
 }
+
+// NewLogRecorder is a reporter that only keeps lines: it has no store, so it must not be
+// asked to Report. It is the logger of a job run outside a worker (pipeline's Job.RecordLogs),
+// bounded as an attempt's.
+func NewLogRecorder() *ProgressReporter { return &ProgressReporter{} }
+
+// Kept ends the attempt's logging, as TakeLogs does, and returns what it kept: the count of
+// earlier lines cut and the lines, oldest first.
+func (r *ProgressReporter) Kept() (cut int, lines []string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.ended = true
+	l := r.logs
+	if l == nil {
+		return 0, nil
+	}
+	r.logs = nil
+	return l.cut, l.lines
+}
