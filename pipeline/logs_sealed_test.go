@@ -3,6 +3,8 @@ package pipeline_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -125,4 +127,59 @@ func TestAttemptLogSeal(t *testing.T) {
 	var none pipeline.AttemptLog
 	none.Seal(k, "j1")
 	require.Nil(t, none.Sealed, "no lines: nothing to seal")
+}
+
+// TestRotateKeysLogs: RotateKeys re-seals the lines of every attempt under the newest key,
+// their heads kept plain, and seals lines a worker without keys stored plain; a second run
+// finds them current. Afterwards the newest key alone opens them.
+func TestRotateKeysLogs(t *testing.T) {
+	standaloneAndCluster(t, func(t *testing.T, rdb redis.UniversalClient) {
+		ctx := t.Context()
+		k1, k21, k2 := rotateKeys(t)
+		b := setup(t, setupOpts{rdb: rdb})
+		plainQ := b.queue + "-plain"
+		handler := map[string]pipeline.HandlerFunc{
+			"log": func(_ context.Context, j *pipeline.Job) ([]byte, error) {
+				j.Logf("attempt %d of %s", j.Attempt, j.ID)
+				if j.Attempt == 1 {
+					return nil, errors.New("again")
+				}
+				return nil, nil
+			},
+		}
+		fast := pipeline.Backoff{Base: time.Millisecond, Max: 5 * time.Millisecond}
+		b.startWorker(t, pipeline.WorkerConfig{Keys: k1, Backoff: fast}, handler)
+		startWorkerOn(t, rdb, pipeline.WorkerConfig{Queues: []string{plainQ}, Backoff: fast}, handler)
+		sealedJob, err := b.client.Enqueue(ctx, b.queue, pipeline.Task{Type: "log"}, pipeline.WithMaxRetries(2))
+		require.NoError(t, err)
+		plainJob, err := b.client.Enqueue(ctx, plainQ, pipeline.Task{Type: "log"}, pipeline.WithMaxRetries(2))
+		require.NoError(t, err)
+		b.waitStatus(t, sealedJob.ID, status.Completed)
+		waitJob(t, b.client, plainQ, plainJob.ID, status.Completed)
+
+		rep, err := b.insp.RotateKeys(ctx, "", k21, pipeline.RotateOptions{Batch: 1})
+		require.NoError(t, err)
+		require.Equal(t, 2, rep.Places[pipeline.RotateLogs].Resealed, "the keyed job's two attempts: %+v", rep.Places[pipeline.RotateLogs])
+		require.Equal(t, 2, rep.Places[pipeline.RotateLogs].Sealed, "the plain job's two attempts")
+		require.Zero(t, rep.Total.Left())
+
+		keyed, err := pipeline.NewInspector(rdb, pipeline.InspectorConfig{Keys: k2})
+		require.NoError(t, err)
+		for _, j := range []struct{ queue, id string }{{b.queue, sealedJob.ID}, {plainQ, plainJob.ID}} {
+			logs, err := keyed.JobLogs(ctx, j.queue, j.id)
+			require.NoError(t, err)
+			require.Len(t, logs, 2)
+			require.Equal(t, status.AttemptRetried, logs[0].Outcome)
+			require.Equal(t, status.AttemptCompleted, logs[1].Outcome)
+			for n, l := range logs {
+				require.Nil(t, l.Sealed, "opened with k2 alone")
+				require.Len(t, l.Lines, 1)
+				require.Contains(t, l.Lines[0], fmt.Sprintf("attempt %d of %s", n+1, j.id))
+			}
+		}
+		rep, err = b.insp.RotateKeys(ctx, "", k21, pipeline.RotateOptions{})
+		require.NoError(t, err)
+		require.Zero(t, rep.Total.Changed())
+		require.Equal(t, 4, rep.Places[pipeline.RotateLogs].Current)
+	})
 }

@@ -136,7 +136,7 @@ func printRotation(a *app, out keysRotateOutput) error {
 			c.Gone, c.Failed, strings.Join(c.MissingKeys, ","))
 	}
 	for _, p := range []string{pipeline.RotateScheduled, pipeline.RotateQueued, pipeline.RotateWaiting, pipeline.RotateDead,
-		pipeline.RotateCompleted, pipeline.RotateCanceled, pipeline.RotateWorkflowResults} {
+		pipeline.RotateCompleted, pipeline.RotateCanceled, pipeline.RotateWorkflowResults, pipeline.RotateLogs} {
 		if c := out.Places[p]; c != nil {
 			row(p, *c)
 		}
