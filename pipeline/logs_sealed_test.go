@@ -157,10 +157,14 @@ func TestRotateKeysLogs(t *testing.T) {
 		b.waitStatus(t, sealedJob.ID, status.Completed)
 		waitJob(t, b.client, plainQ, plainJob.ID, status.Completed)
 
-		rep, err := b.insp.RotateKeys(ctx, "", k21, pipeline.RotateOptions{Batch: 1})
+		// Queue by queue: the server may be shared with other tests' queues.
+		rep, err := b.insp.RotateKeys(ctx, b.queue, k21, pipeline.RotateOptions{Batch: 1})
 		require.NoError(t, err)
 		require.Equal(t, 2, rep.Places[pipeline.RotateLogs].Resealed, "the keyed job's two attempts: %+v", rep.Places[pipeline.RotateLogs])
-		require.Equal(t, 2, rep.Places[pipeline.RotateLogs].Sealed, "the plain job's two attempts")
+		require.Zero(t, rep.Total.Left())
+		rep, err = b.insp.RotateKeys(ctx, plainQ, k21, pipeline.RotateOptions{Batch: 1})
+		require.NoError(t, err)
+		require.Equal(t, 2, rep.Places[pipeline.RotateLogs].Sealed, "the plain job's two attempts: %+v", rep.Places[pipeline.RotateLogs])
 		require.Zero(t, rep.Total.Left())
 
 		keyed, err := pipeline.NewInspector(rdb, pipeline.InspectorConfig{Keys: k2})
@@ -177,9 +181,11 @@ func TestRotateKeysLogs(t *testing.T) {
 				require.Contains(t, l.Lines[0], fmt.Sprintf("attempt %d of %s", n+1, j.id))
 			}
 		}
-		rep, err = b.insp.RotateKeys(ctx, "", k21, pipeline.RotateOptions{})
-		require.NoError(t, err)
-		require.Zero(t, rep.Total.Changed())
-		require.Equal(t, 4, rep.Places[pipeline.RotateLogs].Current)
+		for _, queue := range []string{b.queue, plainQ} {
+			rep, err = b.insp.RotateKeys(ctx, queue, k21, pipeline.RotateOptions{})
+			require.NoError(t, err)
+			require.Zero(t, rep.Total.Changed(), "%+v", rep.Total)
+			require.Equal(t, 2, rep.Places[pipeline.RotateLogs].Current)
+		}
 	})
 }
