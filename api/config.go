@@ -67,8 +67,9 @@ type Config struct {
 	// payloads and results opened only to requests that send PayloadToken; every other
 	// request gets the jobs' sealed parts as "<encrypted, N bytes, key K>" with an "encrypted"
 	// field, whatever the server's keyring holds. The payload a publish sends back is shown so
-	// too. Give New a Client with the same Keys and KeepSealed (it seals what it publishes and
-	// reads jobs as stored) and an Inspector without Keys. Nil: jobs are shown as stored.
+	// too, and so are the jobs' log lines (GET .../jobs/{id}/logs). Give New a Client with the
+	// same Keys and KeepSealed (it seals what it publishes and reads jobs as stored) and an
+	// Inspector without Keys. Nil: jobs are shown as stored.
 	Keys *keyring.Keyring
 	// PayloadToken is a second bearer token, authenticated as AuthToken is, whose requests
 	// see payloads and results opened with Keys. It needs Keys, and must differ from

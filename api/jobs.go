@@ -209,6 +209,7 @@ func (s *Server) jobLogs(w http.ResponseWriter, r *http.Request) error {
 	if logs == nil {
 		logs = []pipeline.AttemptLog{}
 	}
+	s.viewLogs(w, id, logs)
 	writeJSON(w, http.StatusOK, jobLogsJSON{ID: id, Queue: queue, Logs: logs})
 	return nil
 }

@@ -1,6 +1,8 @@
 package api
 
 import (
+	"net/http"
+
 	"github.com/conveyorq/conveyor/keyring"
 	"github.com/conveyorq/conveyor/pipeline"
 )
@@ -69,4 +71,21 @@ func mapJobs(js []*pipeline.Job, f func(*pipeline.Job) *pipeline.Job) []*pipelin
 		out[i] = f(j)
 	}
 	return out
+}
+
+// viewLogs shows a job's log lines under Config.Keys as its payload is shown: opened (where the
+// server has their key) to a request with the PayloadToken, sealed to any other, lines stored
+// before encryption was turned on included. A handler may log what its payload holds.
+func (s *Server) viewLogs(w http.ResponseWriter, id string, logs []pipeline.AttemptLog) {
+	rec, ok := w.(*recorder)
+	if !ok || s.cfg.Keys == nil {
+		return
+	}
+	for n := range logs {
+		if rec.payload {
+			_ = logs[n].Open(s.cfg.Keys, id) // lines under a key the server lacks stay sealed, shown so
+		} else {
+			logs[n].Seal(s.cfg.Keys, id)
+		}
+	}
 }

@@ -242,7 +242,7 @@ func (s *Server) wrap(rt route) http.Handler {
 			return
 		}
 		if s.cfg.Keys != nil {
-			rec.jobs = s.hideJob
+			rec.jobs, rec.payload = s.hideJob, payload
 			if payload {
 				rec.jobs = s.openJob
 			}
@@ -369,6 +369,9 @@ type recorder struct {
 	// jobs is how the request sees the jobs it is answered with (openJob, hideJob), nil
 	// without Config.Keys.
 	jobs func(*pipeline.Job) *pipeline.Job
+	// payload says the request sent the PayloadToken (with Config.Keys): it sees a job's log
+	// lines opened, as its payload (viewLogs).
+	payload bool
 }
 
 func (r *recorder) WriteHeader(code int) {

@@ -60,6 +60,9 @@ type Kind string
 const (
 	Payload Kind = "payload"
 	Result  Kind = "result"
+	// Logs is an attempt's log lines (pipeline's Job.Logger): a handler may log what its
+	// payload holds, so the lines are sealed with it.
+	Logs Kind = "logs"
 )
 
 // EnvVar is the environment variable that FromEnv reads.

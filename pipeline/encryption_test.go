@@ -198,8 +198,9 @@ func TestEncryptionWorkerWithoutKey(t *testing.T) {
 }
 
 // TestPlaintextScan is issue 35's test: with encryption on, after jobs queued, scheduled,
-// completed with results, retried, dead, debounced and in workflows, no payload's or result's
-// plaintext is in any Redis value, nor in the AOF or RDB files. A control job published
+// completed with results, retried, dead, debounced and in workflows, whose handlers log their
+// payloads, no payload's, result's or log line's plaintext is in any Redis value, nor in the
+// AOF or RDB files. A control job published
 // without the key shows that the scan sees plaintext where there is some.
 func TestPlaintextScan(t *testing.T) {
 	t.Run("standalone", func(t *testing.T) {
@@ -260,9 +261,13 @@ func runScanWorkload(t *testing.T, rdb redis.UniversalClient) (secret, control s
 	b.startWorker(t, pipeline.WorkerConfig{Keys: k, Backoff: pipeline.Backoff{Base: time.Hour, Max: time.Hour}},
 		map[string]pipeline.HandlerFunc{
 			"ok": func(_ context.Context, j *pipeline.Job) ([]byte, error) {
+				j.Logf("running on %s", j.Payload) // a handler that logs its payload
 				return append(mark("result-of"), j.Payload...), nil
 			},
-			"fail": func(context.Context, *pipeline.Job) ([]byte, error) { return nil, errors.New("boom") },
+			"fail": func(_ context.Context, j *pipeline.Job) ([]byte, error) {
+				j.Logger().Error().RawJSON("payload", j.Payload).Msg("failing")
+				return nil, errors.New("boom")
+			},
 			"deps": func(ctx context.Context, j *pipeline.Job) ([]byte, error) {
 				d, err := j.Dependencies(ctx)
 				if err != nil {
@@ -332,7 +337,10 @@ func runScanWorkload(t *testing.T, rdb redis.UniversalClient) (secret, control s
 		}
 		return n[status.Completed] == 3 && n[status.Failed] == 1 && n["delayed"] == 1 && n[status.Scheduled] == 2 && depsSeen.Load() == 2
 	}, 30*time.Second, 10*time.Millisecond)
-	// The reader with the key sees the plaintext of every one of them.
+	// The reader with the key sees the plaintext of every one of them, their lines too.
+	keyed, err := pipeline.NewInspector(rdb, pipeline.InspectorConfig{Keys: k})
+	require.NoError(t, err)
+	logged := 0
 	for id := range ids {
 		j, err := b.client.Get(ctx, b.queue, id)
 		require.NoError(t, err)
@@ -340,7 +348,15 @@ func runScanWorkload(t *testing.T, rdb redis.UniversalClient) (secret, control s
 		if j.Status == status.Completed {
 			require.Contains(t, string(j.Result), secret)
 		}
+		logs, err := keyed.JobLogs(ctx, b.queue, id)
+		require.NoError(t, err)
+		for _, l := range logs {
+			require.Nil(t, l.Sealed)
+			require.Contains(t, strings.Join(l.Lines, "\n"), secret)
+			logged++
+		}
 	}
+	require.GreaterOrEqual(t, logged, 5, "the completed, retried and dead jobs logged")
 	return secret, control
 }
 

@@ -95,6 +95,8 @@ type Job struct {
 
 	// run is a handler's job's attempt, as the worker's loop holds it (its Progress reporter).
 	run engine.Attempt
+	// recorder keeps the lines of a job no worker handed out, once RecordLogs was called.
+	recorder *engine.ProgressReporter
 	// keys is a handler's job's worker's keyring (WorkerConfig.Keys), for Dependencies.
 	keys *keyring.Keyring
 }

@@ -25,6 +25,9 @@ const (
 	RotateCompleted       = string(status.Completed)
 	RotateCanceled        = string(status.Canceled)
 	RotateWorkflowResults = "workflow_results"
+	// RotateLogs counts the attempts' log lines (Job.Logger) of the jobs gone through, one
+	// value an attempt, whatever the job's status.
+	RotateLogs = "logs"
 )
 
 // Bounds of RotateOptions.Batch.
@@ -41,7 +44,7 @@ type RotateOptions struct {
 }
 
 // RotateCounts counts what a rotation found in one place. Each stored value (a payload, a
-// result) is counted once. Empty values hold nothing to hide and are not counted.
+// result, an attempt's log lines) is counted once. Empty values hold nothing to hide and are not counted.
 type RotateCounts struct {
 	// Resealed values were sealed under an older key and are now under the newest.
 	Resealed int `json:"resealed"`
@@ -102,7 +105,9 @@ type RotateReport struct {
 // RotateKeys re-seals the payloads and results stored in queue ("" for every known queue)
 // under k's newest key: scheduled, queued (stream entries no worker has read), waiting
 // workflow tasks, dead, completed and canceled jobs within retention, and workflows' and
-// batches' task results. A value is opened with any key k lists, then sealed under the newest;
+// batches' task results; and the log lines of those jobs' attempts (RotateLogs), the lines
+// only: an attempt's number, outcome, end and count of lines cut stay plain. The lines of a
+// job read from its stream entry only (queued, never run) were never written. A value is opened with any key k lists, then sealed under the newest;
 // a plain value is sealed; a value under the newest key is left alone.
 //
 // It reads in batches of opts.Batch jobs and writes each batch with one script call a
@@ -141,7 +146,7 @@ func (i *Inspector) RotateKeys(ctx context.Context, queue string, k *keyring.Key
 		names = []string{queue}
 	}
 	r := &rotator{s: i.store, k: k, n: opts.Batch, rep: RotateReport{Key: k.Newest(), Queues: names, Places: map[string]*RotateCounts{}}}
-	for _, p := range []string{RotateScheduled, RotateQueued, RotateWaiting, RotateDead, RotateCompleted, RotateCanceled, RotateWorkflowResults} {
+	for _, p := range []string{RotateScheduled, RotateQueued, RotateWaiting, RotateDead, RotateCompleted, RotateCanceled, RotateWorkflowResults, RotateLogs} {
 		r.rep.Places[p] = &RotateCounts{}
 	}
 	for _, name := range names {
@@ -184,8 +189,27 @@ func (r *rotator) report() RotateReport {
 
 // consider re-seals one stored value in memory and queues its write, or counts it.
 func (r *rotator) consider(place string, kind keyring.Kind, jobID string, stored []byte, it jobstate.ResealItem) {
+	if out, ok := r.reseal(place, kind, jobID, stored); ok {
+		it.Old, it.New = stored, out
+		r.pending = append(r.pending, rotateItem{it: it, place: place, plain: !keyring.Sealed(stored)})
+	}
+}
+
+// considerLogs re-seals the lines of item, the index'th of job jobID's logs at key, and
+// queues the write of the whole item, its head as it was.
+func (r *rotator) considerLogs(jobID, key string, index int, item string) {
+	head, lines, _ := strings.Cut(item, "\n")
+	if out, ok := r.reseal(RotateLogs, keyring.Logs, jobID, []byte(lines)); ok {
+		it := jobstate.ResealItem{Place: jobstate.InLogs, Key: key, Name: strconv.Itoa(index),
+			Old: []byte(item), New: append([]byte(head+"\n"), out...)}
+		r.pending = append(r.pending, rotateItem{it: it, place: RotateLogs, plain: !keyring.Sealed([]byte(lines))})
+	}
+}
+
+// reseal is stored re-sealed, ok when it is to be written; otherwise it counts the value.
+func (r *rotator) reseal(place string, kind keyring.Kind, jobID string, stored []byte) (out []byte, ok bool) {
 	if len(stored) == 0 || jobID == "" {
-		return
+		return nil, false
 	}
 	c := r.rep.Places[place]
 	out, changed, err := r.k.Reseal(kind, jobID, stored)
@@ -196,14 +220,13 @@ func (r *rotator) consider(place string, kind keyring.Kind, jobID string, stored
 			c.MissingKeys = append(c.MissingKeys, ke.KeyID)
 			slices.Sort(c.MissingKeys)
 		}
-		return
+		return nil, false
 	}
 	if !changed {
 		c.Current++
-		return
+		return nil, false
 	}
-	it.Old, it.New = stored, out
-	r.pending = append(r.pending, rotateItem{it: it, place: place, plain: !keyring.Sealed(stored)})
+	return out, true
 }
 
 // flush writes the queued items of partition q in one call and counts the answers.
@@ -325,8 +348,8 @@ func (r *rotator) waitLists(ctx context.Context, q keys.Queue, set, prefix, plac
 	}
 }
 
-// jobs re-seals the payloads and results kept in the hashes of jobs ids of q. A payload in a
-// stream entry is the stream's pass's.
+// jobs re-seals the payloads and results kept in the hashes of jobs ids of q, and their log
+// lines. A payload in a stream entry is the stream's pass's.
 func (r *rotator) jobs(ctx context.Context, q keys.Queue, ids []string, place string) error {
 	stored, err := r.s.ReadStored(ctx, q, ids)
 	if err != nil {
@@ -343,6 +366,14 @@ func (r *rotator) jobs(ctx context.Context, q keys.Queue, ids []string, place st
 		if j.Result != nil {
 			r.consider(place, keyring.Result, j.ID, j.Result,
 				jobstate.ResealItem{Place: jobstate.InJob, Key: q.Job(j.ID), Name: keys.FieldResult})
+		}
+		for n, item := range j.Logs {
+			r.considerLogs(j.ID, q.Logs(j.ID), n, item)
+		}
+		if len(r.pending) >= r.n { // a job may hold 20 attempts' lines: the call stays bounded
+			if err := r.flush(ctx, q); err != nil {
+				return err
+			}
 		}
 	}
 	return r.flush(ctx, q)

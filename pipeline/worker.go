@@ -186,6 +186,7 @@ func (w *Worker) Run(ctx context.Context) error {
 			}
 			return w.cfg.Keys.Seal(keyring.Result, a.ID, result)
 		}
+		l.SealLogs = func(id string, lines []byte) []byte { return w.cfg.Keys.Seal(keyring.Logs, id, lines) }
 	}
 	if w.attempts != nil {
 		l.OnWritten = w.attempts.written

@@ -90,8 +90,9 @@ type WorkerConfig struct {
 	MaxResultBytes int
 	// Keys, when set, opens each job's payload before its handler runs (Job.Payload is the
 	// plaintext; Watermill middleware still sees the message as stored), seals the handler's
-	// result under the newest key before it is written, and seals the ticks of periodic
-	// schedules as ClientConfig.Keys does. A job sealed under a key the keyring lacks (or,
+	// result under the newest key before it is written, seals the lines the handler logs
+	// (Job.Logger, Job.Logf; keyring.Logs) each time they are written, and seals the ticks of
+	// periodic schedules as ClientConfig.Keys does. A job sealed under a key the keyring lacks (or,
 	// without Keys, any sealed job) is not run: its attempt fails, saying which key, and the
 	// job is retried by the retry policy, so a worker that has the key may run it. A payload
 	// that does not open (keyring.ErrCorrupt) fails the attempt likewise. Job.Dependencies

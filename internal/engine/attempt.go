@@ -162,7 +162,7 @@ func (l *Loop) handle(msg *message.Message) error {
 	l.comp.Started(&a.mark)
 	// Its own allocation: held by value, its mutex would make pipeline.Job, which holds the
 	// Attempt, a value go vet forbids copying.
-	a.Progress = &ProgressReporter{store: l.Store, writes: &l.ProgressWrites, q: q, id: a.ID, entry: a.Entry, try: a.Number}
+	a.Progress = &ProgressReporter{store: l.Store, writes: &l.ProgressWrites, q: q, id: a.ID, entry: a.Entry, try: a.Number, seal: l.SealLogs}
 	var result []byte
 	var err error
 	if a.Timeout > 0 {

@@ -96,7 +96,7 @@ func (r *ProgressReporter) logsToReport() string {
 		return ""
 	}
 	l.fresh = false
-	return jobstate.EncodeLogs(l.cut, l.lines)
+	return r.encode(l)
 }
 
 // TakeLogs ends the attempt's logging and returns its lines as finish.lua takes them
@@ -114,5 +114,36 @@ func (r *ProgressReporter) TakeLogs() string {
 		return ""
 	}
 	r.logs = nil
-	return jobstate.EncodeLogs(l.cut, l.lines)
+	return r.encode(l)
+}
+
+// encode is l as the scripts take it (jobstate.EncodeLogs), its lines sealed when the worker
+// seals (Loop.SealLogs). Each send seals the whole text it sends: the running item a report
+// wrote is replaced whole by the next write, so no item mixes plain and sealed lines.
+func (r *ProgressReporter) encode(l *attemptLogs) string {
+	s := jobstate.EncodeLogs(l.cut, l.lines)
+	if r.seal == nil || s == "" {
+		return s
+	}
+	head, body, _ := strings.Cut(s, "\n")
+	return head + "\n" + string(r.seal(r.id, []byte(body)))
+}
+
+// NewLogRecorder is a reporter that only keeps lines: it has no store, so it must not be
+// asked to Report. It is the logger of a job run outside a worker (pipeline's Job.RecordLogs),
+// bounded as an attempt's.
+func NewLogRecorder() *ProgressReporter { return &ProgressReporter{} }
+
+// Kept ends the attempt's logging, as TakeLogs does, and returns what it kept: the count of
+// earlier lines cut and the lines, oldest first.
+func (r *ProgressReporter) Kept() (cut int, lines []string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.ended = true
+	l := r.logs
+	if l == nil {
+		return 0, nil
+	}
+	r.logs = nil
+	return l.cut, l.lines
 }

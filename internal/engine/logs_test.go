@@ -51,3 +51,30 @@ func decode(t *testing.T, s string) (int, []string) {
 	}
 	return cut, strings.Split(body, "\n")
 }
+
+// With a seal (Loop.SealLogs), each send seals the whole text of the lines, the count of lines
+// cut left plain; a recorder keeps the lines and hands them back once.
+func TestAttemptLogsSealed(t *testing.T) {
+	var sealed []string
+	r := &ProgressReporter{id: "j1", seal: func(id string, lines []byte) []byte {
+		sealed = append(sealed, id+":"+string(lines))
+		return append([]byte("\x00sealed:"), lines...)
+	}}
+	_, _ = r.Write([]byte("one\n"))
+	require.Equal(t, "0\n\x00sealed:one", r.logsToReport())
+	require.Empty(t, r.logsToReport(), "nothing new: nothing sent, nothing sealed")
+	_, _ = r.Write([]byte("two\n"))
+	require.Equal(t, "0\n\x00sealed:one\ntwo", r.TakeLogs(), "the outcome seals every line, the reported ones too")
+	require.Equal(t, []string{"j1:one", "j1:one\ntwo"}, sealed)
+	require.Empty(t, (&ProgressReporter{seal: r.seal}).TakeLogs(), "nothing logged: nothing sealed")
+
+	rec := NewLogRecorder()
+	rec.Logger().Info().Msg("kept")
+	cut, lines := rec.Kept()
+	require.Zero(t, cut)
+	require.Len(t, lines, 1)
+	require.Contains(t, lines[0], `"message":"kept"`)
+	rec.Logger().Info().Msg("late")
+	_, lines = rec.Kept()
+	require.Empty(t, lines, "the recording ended")
+}

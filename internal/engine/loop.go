@@ -62,6 +62,11 @@ type Loop struct {
 	// MaxResultBytes, before it is written: encryption at rest (pipeline's WorkerConfig.Keys),
 	// so that the limit bounds the plaintext.
 	SealResult func(a *Attempt, result []byte) []byte
+	// SealLogs, when set, seals an attempt's log lines (what follows the count of lines cut)
+	// each time they are sent, with a progress report or the outcome: encryption at rest
+	// (pipeline's WorkerConfig.Keys), since a handler may log what its payload holds. The
+	// count stays plain, as do the attempt, outcome and end the scripts write beside it.
+	SealLogs func(id string, lines []byte) []byte
 	// Invalid wraps the errors of an unusable stored count (the caller's ErrInvalid).
 	Invalid error
 	// OnWritten tells the attempts whose outcomes were written (nil: nobody).

@@ -34,6 +34,8 @@ type ProgressReporter struct {
 	id     string
 	entry  string
 	try    int
+	// seal, when set, seals the lines of each write of them (Loop.SealLogs).
+	seal func(id string, lines []byte) []byte
 
 	mu      sync.Mutex
 	last    time.Time     // when the last write started

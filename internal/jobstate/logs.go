@@ -50,6 +50,11 @@ type AttemptLogs struct {
 	// MaxLogBytes.
 	Cut   int
 	Lines []string
+	// Sealed is the attempt's lines as stored when the worker sealed them (pipeline's
+	// WorkerConfig.Keys): the body of the item, whose first byte is NUL, as every sealed
+	// value's is and no line's is (the worker keeps zerolog's JSON objects). Lines is then
+	// nil: the store sees bytes only, and opening is pipeline's.
+	Sealed string
 }
 
 // Logs reads job id's logs (keys.Queue.Logs), oldest attempt first: one LRANGE. A job that
@@ -83,7 +88,10 @@ func decodeLogs(item string) (AttemptLogs, bool) {
 		return AttemptLogs{}, false
 	}
 	a := AttemptLogs{Attempt: attempt, Outcome: f[1], Ended: time.UnixMilli(ended), Cut: cut}
-	if body != "" {
+	switch {
+	case strings.HasPrefix(body, "\x00"):
+		a.Sealed = body
+	case body != "":
 		a.Lines = strings.Split(body, "\n")
 	}
 	return a, true

@@ -1,14 +1,17 @@
--- reseal.lua: replace stored payloads and results with their bytes re-sealed under the newest
--- key (key rotation: pipeline.Inspector.RotateKeys), each only while it still holds the bytes
--- the caller read: a compare-and-set, so a job that moved on meanwhile is skipped, never
+-- reseal.lua: replace stored payloads, results and log lines with their bytes re-sealed under
+-- the newest key (key rotation: pipeline.Inspector.RotateKeys), each only while it still holds
+-- the bytes the caller read: a compare-and-set, so a job that moved on meanwhile is skipped, never
 -- clobbered.
 -- KEYS[1..4] the queue's (partition's) streams of priority levels 1 to 4 (keys.Queue.LevelStream),
---   KEYS[4+i] the hash item i names
+--   KEYS[4+i] the hash (or, mode 'L', the list) item i names
 -- ARGV[1] the consumer group (keys.Group), then 4 values per item: mode, name, old, new
 --   mode 'H': field `name` of a job's hash: in pieces when the job is completed (record.lua:
 --     cv_put_long, as finish.lua writes it), else whole (the scripts that move a job on read
 --     the field whole); the pieces the new value no longer needs are deleted
 --   mode 'W': field `name` of a workflow's hash (a task's result), kept whole
+--   mode 'L': the item at index `name` of a job's logs list (an attempt's head and lines,
+--     record.lua's cv_logs_put), whole: the scripts that write a running attempt's lines
+--     replace its item whole, so a changed item is refused, never mixed
 --   mode 'E': the job's stream entry `name`, while the job is queued, its hash names the entry
 --     and no worker has read it (the group's last-delivered id is before it and it is in no
 --     pending list). Stream entries are immutable: a new entry with the same fields and the
@@ -94,6 +97,12 @@ for i = 0, (#ARGV - 1) / 4 - 1 do
     code = CV_NOT_FOUND
   elseif mode == 'E' then
     code = rs_entry(k, name, old, new)
+  elseif mode == 'L' then
+    local at = tonumber(name)
+    if at and redis.call('LINDEX', k, at) == old then
+      redis.call('LSET', k, at, new)
+      code = CV_OK
+    end
   elseif mode == 'W' then
     if redis.call('HGET', k, name) == old then
       redis.call('HSET', k, name, new)

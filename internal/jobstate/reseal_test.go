@@ -126,3 +126,41 @@ func TestResealCompareAndSet(t *testing.T) {
 		})
 	}
 }
+
+// TestResealLogs: reseal.lua replaces an item of a job's logs only while the item at that index
+// is still the one read (a running attempt's item is replaced whole by its next write; a list
+// past 20 items loses its first), and ReadStored reads the items with the hash.
+func TestResealLogs(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		rdb  func(t *testing.T) redis.UniversalClient
+	}{
+		{"standalone", func(t *testing.T) redis.UniversalClient { return redistest.Client(t) }},
+		{"cluster", func(t *testing.T) redis.UniversalClient { return redistest.StartCluster(t).Client(t) }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			rdb := tc.rdb(t)
+			ctx := t.Context()
+			s := jobstate.NewStore(rdb, keys.DefaultPrefix)
+			q := keys.New(keys.DefaultPrefix, redistest.UniqueName(t))
+			require.NoError(t, rdb.HSet(ctx, q.Job("j1"), keys.FieldStatus, "completed").Err())
+			lk := q.Logs("j1")
+			require.NoError(t, rdb.RPush(ctx, lk, "1 retry 100 0\na", "2 running 200 0\nb").Err())
+			got, err := s.ReadStored(ctx, q, []string{"j1"})
+			require.NoError(t, err)
+			require.Equal(t, []string{"1 retry 100 0\na", "2 running 200 0\nb"}, got[0].Logs)
+
+			codes, err := s.Reseal(ctx, q, []jobstate.ResealItem{
+				{Place: jobstate.InLogs, Key: lk, Name: "0", Old: []byte("1 retry 100 0\na"), New: []byte("1 retry 100 0\nA")},
+				{Place: jobstate.InLogs, Key: lk, Name: "1", Old: []byte("2 running 200 0\nstale"), New: []byte("2 running 200 0\nB")},
+				{Place: jobstate.InLogs, Key: lk, Name: "5", Old: []byte("x"), New: []byte("y")},
+				{Place: jobstate.InLogs, Key: q.Logs("gone"), Name: "0", Old: []byte("x"), New: []byte("y")},
+			})
+			require.NoError(t, err)
+			require.Equal(t, []script.Code{script.OK, script.Refused, script.Refused, script.NotFound}, codes)
+			require.Equal(t, []string{"1 retry 100 0\nA", "2 running 200 0\nb"}, rdb.LRange(ctx, lk, 0, -1).Val())
+		})
+	}
+}

@@ -35,15 +35,19 @@ const (
 	InWorkflow
 	// InEntry is the payload of a queued job's stream entry that no worker has read.
 	InEntry
+	// InLogs is an item of a job's logs (keys.Queue.Logs): an attempt's head and lines, whole.
+	InLogs
 )
 
 // ResealItem is one stored value to replace (Store.Reseal): Old is what was read, New what
 // replaces it.
 type ResealItem struct {
 	Place ResealPlace
-	// Key is the job's hash (InJob, InEntry) or the workflow's hash (InWorkflow).
+	// Key is the job's hash (InJob, InEntry), the workflow's hash (InWorkflow) or the job's
+	// logs list (InLogs).
 	Key string
-	// Name is the field (InJob, InWorkflow) or the stream entry's id (InEntry).
+	// Name is the field (InJob, InWorkflow), the stream entry's id (InEntry) or the item's
+	// index in the list (InLogs).
 	Name     string
 	Old, New []byte
 }
@@ -70,6 +74,8 @@ func (s *Store) Reseal(ctx context.Context, q keys.Queue, items []ResealItem) ([
 			mode = "W"
 		case InEntry:
 			mode = "E"
+		case InLogs:
+			mode = "L"
 		}
 		ks = append(ks, it.Key)
 		args = append(args, mode, it.Name, it.Old, it.New)
@@ -95,6 +101,9 @@ type StoredJob struct {
 	Found           bool
 	Status, Entry   string
 	Payload, Result []byte
+	// Logs are the items of the job's logs list (keys.Queue.Logs), oldest first: each an
+	// attempt's "<attempt> <outcome> <ended ms> <cut>" head, a newline and its lines.
+	Logs []string
 }
 
 // ReadStored reads the hashes of jobs ids of q in one pipeline.
@@ -104,8 +113,10 @@ func (s *Store) ReadStored(ctx context.Context, q keys.Queue, ids []string) ([]S
 	}
 	pipe := s.rdb.Pipeline()
 	cmds := make([]*redis.MapStringStringCmd, len(ids))
+	logs := make([]*redis.StringSliceCmd, len(ids))
 	for i, id := range ids {
 		cmds[i] = pipe.HGetAll(ctx, q.Job(id))
+		logs[i] = pipe.LRange(ctx, q.Logs(id), 0, -1)
 	}
 	if _, err := pipe.Exec(ctx); err != nil {
 		return nil, rediserr.Wrap("rotate", err)
@@ -116,6 +127,7 @@ func (s *Store) ReadStored(ctx context.Context, q keys.Queue, ids []string) ([]S
 		j := StoredJob{ID: ids[i], Found: len(h) > 0, Status: h[keys.FieldStatus], Entry: h[keys.FieldEntry]}
 		j.Payload = joinField(h, keys.FieldPayload)
 		j.Result = joinField(h, keys.FieldResult)
+		j.Logs = logs[i].Val()
 		out[i] = j
 	}
 	return out, nil

@@ -44,3 +44,24 @@ func ExampleRun_timeout() {
 	fmt.Println(r.Status, r.TimedOut, errors.Is(r.Err, pipelinetest.ErrTimedOut))
 	// Output: scheduled true true
 }
+
+// Assert on what a handler logs through its job: Result.Logs holds the lines a worker would
+// keep for the attempt, each the JSON object zerolog wrote.
+func ExampleRun_logs() {
+	charge := func(_ context.Context, j *pipeline.Job) ([]byte, error) {
+		j.Logf("charging %s", j.Payload)
+		j.Logger().Warn().Str("card", "expired").Msg("declined")
+		return nil, errors.New("declined")
+	}
+	r := pipelinetest.Run(context.Background(), charge, pipelinetest.NewJob("charge", []byte("order-7")))
+	for _, line := range r.Logs {
+		var l struct{ Level, Message string }
+		_ = json.Unmarshal([]byte(line), &l)
+		fmt.Println(l.Level, l.Message)
+	}
+	fmt.Println(r.Status, r.LogsCut)
+	// Output:
+	// info charging order-7
+	// warn declined
+	// scheduled 0
+}

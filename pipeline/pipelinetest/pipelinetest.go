@@ -1,7 +1,7 @@
 // Package pipelinetest helps test code that uses Conveyor. It asserts that code under test
 // enqueued a job (RequireEnqueued, RequireNotEnqueued). It runs a handler on a job built in
-// the test, without Redis (NewJob, Run). It runs a real worker for the length of a test
-// (StartWorker, Work).
+// the test, without Redis, and keeps what the handler logs (NewJob, Run, Result.Logs). It
+// runs a real worker for the length of a test (StartWorker, Work).
 //
 // The assertions read a Redis that the test provides, through pipeline.Inspector, so they see
 // what a worker would see. Give them the Inspector of the Redis (and key prefix) the code under

@@ -162,6 +162,53 @@ func TestRun(t *testing.T) {
 	require.Equal(t, status.Scheduled, r.Status)
 }
 
+// TestRunLogs: Run keeps what the handler logged as a worker keeps it: bounded and counted,
+// nothing logged after it returned, nothing for a handler that logs nothing.
+func TestRunLogs(t *testing.T) {
+	ctx := context.Background()
+	r := pipelinetest.Run(ctx, func(context.Context, *pipeline.Job) ([]byte, error) { return nil, nil }, pipelinetest.NewJob("quiet", nil))
+	require.Empty(t, r.Logs)
+	require.Zero(t, r.LogsCut)
+
+	r = pipelinetest.Run(ctx, func(_ context.Context, j *pipeline.Job) ([]byte, error) {
+		for i := range pipeline.MaxLogLines + 5 {
+			j.Logf("line %03d", i)
+		}
+		return nil, nil
+	}, pipelinetest.NewJob("chatty", nil))
+	require.Len(t, r.Logs, pipeline.MaxLogLines)
+	require.Equal(t, 5, r.LogsCut)
+	require.Contains(t, r.Logs[0], "line 005")
+	require.Contains(t, r.Logs[pipeline.MaxLogLines-1], fmt.Sprintf("line %03d", pipeline.MaxLogLines+4))
+
+	slow := pipelinetest.NewJob("slow", nil)
+	slow.Timeout = time.Millisecond
+	r = pipelinetest.Run(ctx, func(ctx context.Context, j *pipeline.Job) ([]byte, error) {
+		j.Logf("before")
+		<-ctx.Done()
+		j.Logf("after the timeout") // Run waits for the handler: kept
+		return nil, ctx.Err()
+	}, slow)
+	require.True(t, r.TimedOut)
+	require.Len(t, r.Logs, 2)
+	require.Contains(t, r.Logs[0], `"message":"before"`)
+
+	// Lines logged once the handler returned (a goroutine it left) are dropped.
+	var late *pipeline.Job
+	r = pipelinetest.Run(ctx, func(_ context.Context, j *pipeline.Job) ([]byte, error) {
+		late = j
+		j.Logf("in time")
+		return nil, nil
+	}, pipelinetest.NewJob("late", nil))
+	late.Logf("too late")
+	require.Len(t, r.Logs, 1)
+
+	// A job called without Run logs nowhere, as before.
+	j := pipelinetest.NewJob("direct", nil)
+	j.Logf("dropped")
+	j.Logger().Info().Msg("dropped")
+}
+
 func TestWork(t *testing.T) {
 	ctx, b := setup(t)
 	w, err := pipeline.NewWorker(b.client.Redis(), pipeline.WorkerConfig{Queues: []string{"emails"}})

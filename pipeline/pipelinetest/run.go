@@ -44,6 +44,14 @@ type Result struct {
 	Status status.Status
 	// TimedOut reports that the job's Timeout passed while the handler ran.
 	TimedOut bool
+	// Logs are the lines the handler logged through the job (Job.Logger, Job.Logf), oldest
+	// first, as a worker keeps them for the attempt (pipeline.AttemptLog.Lines): each the JSON
+	// object zerolog wrote, its last pipeline.MaxLogLines lines at most, none logged after the
+	// handler returned. LogsCut counts the earlier lines dropped. As Run waits for a handler
+	// past its timeout, it keeps what such a handler logs late; a worker, which stops waiting,
+	// drops it.
+	Logs    []string
+	LogsCut int
 }
 
 // ErrTimedOut is the error of an attempt whose handler returned an error after the job's
@@ -52,16 +60,18 @@ var ErrTimedOut = errors.New("attempt timed out")
 
 // Run runs h on job once, as a worker runs an attempt, without Redis. The handler's context
 // ends when job.Timeout passes (when it is set). A panic is the attempt's error. Result says
-// which status the worker would write. Unlike a worker, Run waits for a handler that ignores
-// its context.
+// which status the worker would write, and what the handler logged (Result.Logs). Unlike a
+// worker, Run waits for a handler that ignores its context.
 func Run(ctx context.Context, h pipeline.HandlerFunc, job *pipeline.Job) *Result {
+	read := job.RecordLogs()
 	if job.Timeout > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeoutCause(ctx, job.Timeout, ErrTimedOut)
 		defer cancel()
 	}
 	out, err := call(ctx, h, job)
-	r := &Result{Output: out, Err: err, TimedOut: errors.Is(context.Cause(ctx), ErrTimedOut)}
+	logs := read()
+	r := &Result{Output: out, Err: err, TimedOut: errors.Is(context.Cause(ctx), ErrTimedOut), Logs: logs.Lines, LogsCut: logs.Cut}
 	switch {
 	case r.TimedOut && err != nil && !errors.Is(err, ErrTimedOut):
 		r.Err = fmt.Errorf("%w after %s: %w", ErrTimedOut, job.Timeout, err)

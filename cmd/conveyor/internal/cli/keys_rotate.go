@@ -35,8 +35,9 @@ func newKeysRotateCmd(a *app, keys func(cmd *cobra.Command) (*keyring.Keyring, e
 		Use:   "rotate [--queue Q] [--batch N] [--postgres URL] [--json]",
 		Short: "Re-seal stored payloads and results under the newest key",
 		Long: `Re-seal what is stored under the keyring's newest key (its first line): the payloads and
-results of scheduled, queued, waiting, dead, completed and canceled jobs, and the results that
-workflows and batches keep for their tasks, of every known queue or of --queue's, in batches of
+results of scheduled, queued, waiting, dead, completed and canceled jobs, the results that
+workflows and batches keep for their tasks, and the log lines of those jobs' attempts (place
+"logs", one value an attempt), of every known queue or of --queue's, in batches of
 --batch jobs a round trip. A value under an older listed key is opened and sealed again; a plain
 value (stored before encryption was turned on) is sealed; a value under the newest key is left
 alone. Each write is a compare-and-set: a job that moved on meanwhile is skipped, never
@@ -136,7 +137,7 @@ func printRotation(a *app, out keysRotateOutput) error {
 			c.Gone, c.Failed, strings.Join(c.MissingKeys, ","))
 	}
 	for _, p := range []string{pipeline.RotateScheduled, pipeline.RotateQueued, pipeline.RotateWaiting, pipeline.RotateDead,
-		pipeline.RotateCompleted, pipeline.RotateCanceled, pipeline.RotateWorkflowResults} {
+		pipeline.RotateCompleted, pipeline.RotateCanceled, pipeline.RotateWorkflowResults, pipeline.RotateLogs} {
 		if c := out.Places[p]; c != nil {
 			row(p, *c)
 		}

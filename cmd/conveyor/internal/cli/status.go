@@ -63,8 +63,10 @@ shows them. With --json the job's object gets the field "logs": one object an at
 logged, oldest first, {"attempt", "outcome", "ended_at", "cut", "lines"}, lines being the JSON
 objects zerolog wrote, as strings. The attempt that runs now shows the lines its last progress
 report wrote (outcome running); an attempt cut short (its worker killed, put back on shutdown:
-lost; its job canceled while it ran: canceled) kept only those. --logs cannot be used with
---follow.`,
+lost; its job canceled while it ran: canceled) kept only those. Lines a worker with keys
+sealed are opened with --keys (or $` + envKeys + `); without their key an attempt's lines are the
+one line <encrypted, N bytes, key K>, and with --json its object gets "encrypted": {"key",
+"bytes"}. --logs cannot be used with --follow.`,
 		Example: `  conveyor status 01JABCDEFGHJKMNPQRSTVWXYZ0
   conveyor status --queue emails 01JABCDEFGHJKMNPQRSTVWXYZ0 --json | jq -r .status
   conveyor status --follow 01JABCDEFGHJKMNPQRSTVWXYZ0
