@@ -23,22 +23,29 @@ end
 -- Otherwise the pending entries are subtracted: the exact count, with true. A caller that
 -- reports a count (CV_FULL) reports only an exact one, since only it can meet the bound.
 local function cv_count_waiting(stream, sched, stats, jprefix, group, bound, room)
-  local n = redis.call('ZCARD', sched) + math.max(0, cv_num(redis.call('HGET', stats, 'group_waiting'), 0))
-  -- Level 1, then the levels the queue's jobs were published with (keys.Queue.Levels, which
-  -- only grows): one SMEMBERS, usually empty, in place of three XLEN.
-  local levels = redis.call('SMEMBERS', cv_level_stream(stream, 1) .. ':levels')
-  levels[#levels + 1] = '1'
-  local used = {}
-  for _, p in ipairs(levels) do
-    local s = cv_level_stream(stream, p)
-    local len = redis.call('XLEN', s)
-    if len > 0 then n = n + len; used[#used + 1] = s end
-  end
+  stream = cv_level_stream(stream, 1)
+  local lkey = stream .. ':levels'
   local lp = string.sub(jprefix, 1, #jprefix - 4) .. 'limit:'
-  for _, inst in ipairs(redis.call('SMEMBERS', lp .. 'ws:')) do
-    n = n + redis.call('LLEN', lp .. 'w:' .. inst)
+  local n = redis.call('ZCARD', sched) + redis.call('XLEN', stream)
+  local gw = tonumber(redis.call('HGET', stats, 'group_waiting'))
+  if gw and gw > 0 then n = n + gw end
+  -- The levels above 1 the queue's jobs were published with (keys.Queue.Levels, which only
+  -- grows) and the limits with a wait list are both sets, usually absent: one EXISTS of the
+  -- two costs less than their two SMEMBERS (docs/BENCHMARKS.md, "Bounded queues").
+  local rare = redis.call('EXISTS', lkey, lp .. 'ws:') > 0
+  local levels = rare and redis.call('SMEMBERS', lkey) or nil
+  if rare then
+    for _, p in ipairs(levels) do n = n + redis.call('XLEN', cv_level_stream(stream, p)) end
+    for _, inst in ipairs(redis.call('SMEMBERS', lp .. 'ws:')) do
+      n = n + redis.call('LLEN', lp .. 'w:' .. inst)
+    end
   end
   if n + room <= bound then return n, false end
-  for _, s in ipairs(used) do n = n - cv_stream_group(s, group).pending end
+  levels = levels or {}
+  levels[#levels + 1] = '1'
+  for _, p in ipairs(levels) do
+    local s = cv_level_stream(stream, p)
+    if redis.call('XLEN', s) > 0 then n = n - cv_stream_group(s, group).pending end
+  end
   return n, true
 end
