@@ -462,8 +462,13 @@ func TestBoundedExactPastUpperBound(t *testing.T) {
 		b := setup(t, setupOpts{rdb: rdb})
 		ctx := t.Context()
 		bounded(t, b, 1, 2, pipeline.FullReject)
-		for range 6 {
-			jobtest.Seed(t, rdb, b.queue, status.InProgress, jobtest.Opts{})
+		// Four at level 1 and two at level 3: the exact count subtracts each stream's pending.
+		for i := range 6 {
+			var opts []pipeline.Option
+			if i >= 4 {
+				opts = []pipeline.Option{pipeline.WithPriority(3)}
+			}
+			jobtest.Seed(t, rdb, b.queue, status.InProgress, jobtest.Opts{Options: opts})
 		}
 		st := b.stats(t)
 		require.EqualValues(t, 6, st.InProgress)

@@ -27,8 +27,8 @@
 -- another type or payload (nothing written)}.
 -- The bound (docs/OPERATIONS.md, "Bounded queues"): the waiting jobs are counted once a call,
 -- from what the gauges read (cv_count_waiting: exactly, unless an upper bound shows that the
--- call's jobs all fit), and the count rises with each job the call creates. At the bound, 'reject' refuses the job and counts it (rejected_full);
--- 'drop-oldest' cancels the oldest ready job of the lowest priority level (cv_drop_oldest) and
+-- call's jobs all fit), and the count rises with each job the call creates. At the bound,
+-- 'reject' refuses the job and counts it (rejected_full); 'drop-oldest' cancels the oldest ready job of the lowest priority level (cv_drop_oldest) and
 -- creates the new one, or refuses it when no job is ready to drop.
 -- A flat reply: it costs less to build here and to parse there.
 -- Idempotent: a call repeated after a lost reply finds its jobs and changes nothing. A job whose
