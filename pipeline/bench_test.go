@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/base64"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -115,6 +116,57 @@ func BenchmarkEnqueueBounded(b *testing.B) {
 	}
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "jobs/s")
 	b.ReportMetric(float64(scriptUsec(b, rdb)-u0)/float64(b.N), "redis-us/job")
+}
+
+// BenchmarkEnqueueBoundedPaired measures what BenchmarkEnqueue and BenchmarkEnqueueBounded
+// compare, on one redis-server and in one process: blocks of 500 single publishes go to an
+// unbounded queue and to a bounded one in turn, each block's script time (INFO commandstats,
+// evalsha) read apart. A burst of load from another process then hits both sides of a pair
+// alike, where two runs of their own each meet their own: on a shared machine the median of
+// the pairs' ratios holds still where the runs' ratio swings by tens of percent
+// (docs/BENCHMARKS.md, "Bounded queues").
+func BenchmarkEnqueueBoundedPaired(b *testing.B) {
+	rdb := redistest.Client(b)
+	c, err := pipeline.NewClient(rdb, pipeline.ClientConfig{})
+	require.NoError(b, err)
+	ctx := context.Background()
+	// Both queues made alike (CreateQueue), one of them then bounded: the pair differs in the
+	// bound alone.
+	bound, free := boundedBenchQueue(b, rdb), redistest.UniqueName(b)+"-free"
+	insp, err := pipeline.NewInspector(rdb, pipeline.InspectorConfig{})
+	require.NoError(b, err)
+	_, err = insp.CreateQueue(ctx, free, pipeline.QueueOptions{})
+	require.NoError(b, err)
+	const block = 500
+	run := func(q string, n int) int64 {
+		u0 := commandUsec(b, rdb, "evalsha")
+		for range n {
+			if _, err := c.Enqueue(ctx, q, pipeline.Task{Type: "noop", Payload: payload100}); err != nil {
+				b.Fatal(err)
+			}
+		}
+		return commandUsec(b, rdb, "evalsha") - u0
+	}
+	var freeUs, boundUs int64
+	var ratios []float64
+	b.ResetTimer()
+	for done := 0; done < b.N; done += 2 * block {
+		n := max(1, min(block, (b.N-done)/2))
+		f, bd := run(free, n), run(bound, n)
+		freeUs, boundUs = freeUs+f, boundUs+bd
+		if f > 0 {
+			ratios = append(ratios, float64(bd)/float64(f))
+		}
+	}
+	b.StopTimer()
+	if len(ratios) == 0 {
+		return
+	}
+	slices.Sort(ratios)
+	jobs := float64(max(2, b.N) / 2)
+	b.ReportMetric(float64(freeUs)/jobs, "unbounded-script-us/job")
+	b.ReportMetric(float64(boundUs)/jobs, "bounded-script-us/job")
+	b.ReportMetric(ratios[len(ratios)/2], "median-ratio")
 }
 
 // boundedBenchQueue makes a queue bounded far above what a benchmark publishes.

@@ -450,3 +450,54 @@ func TestBoundedCountMatchesGauges(t *testing.T) {
 		require.NoError(t, err)
 	})
 }
+
+// The scripts first sum the streams' lengths, which count the entries handed to workers and
+// not yet acknowledged, and count exactly only when that upper bound leaves no room for the
+// call's jobs. With many such entries the upper bound is far over the bound while the queue
+// holds nothing waiting: the exact count must still admit up to the bound and refuse at it,
+// for a single publish (enqueue1.lua) and a batch (enqueue.lua) alike.
+func TestBoundedExactPastUpperBound(t *testing.T) {
+	t.Parallel()
+	onStandaloneAndCluster(t, func(t *testing.T, rdb redis.UniversalClient) {
+		b := setup(t, setupOpts{rdb: rdb})
+		ctx := t.Context()
+		bounded(t, b, 1, 2, pipeline.FullReject)
+		// Four at level 1 and two at level 3: the exact count subtracts each stream's pending.
+		for i := range 6 {
+			var opts []pipeline.Option
+			if i >= 4 {
+				opts = []pipeline.Option{pipeline.WithPriority(3)}
+			}
+			jobtest.Seed(t, rdb, b.queue, status.InProgress, jobtest.Opts{Options: opts})
+		}
+		st := b.stats(t)
+		require.EqualValues(t, 6, st.InProgress)
+		require.Zero(t, st.Queued+st.Scheduled)
+
+		_, err := b.client.Enqueue(ctx, b.queue, pipeline.Task{Type: "t"})
+		require.NoError(t, err, "1 waiting: the upper bound (7) is over 2, the exact count is not")
+		_, err = b.client.Enqueue(ctx, b.queue, pipeline.Task{Type: "t"}, pipeline.WithDelay(time.Hour))
+		require.NoError(t, err)
+		_, err = b.client.Enqueue(ctx, b.queue, pipeline.Task{Type: "t"})
+		require.ErrorIs(t, err, pipeline.ErrQueueFull)
+		fulls := pipeline.QueueFullErrors(err)
+		require.Len(t, fulls, 1)
+		require.EqualValues(t, 2, fulls[0].Waiting, "the count reported is the exact one")
+
+		four := 4
+		_, err = b.insp.UpdateQueue(ctx, b.queue, pipeline.QueuePatch{MaxWaiting: &four})
+		require.NoError(t, err)
+		jobs, err := b.client.EnqueueBatch(ctx, b.queue, []pipeline.Task{{Type: "t"}, {Type: "t"}, {Type: "t"}})
+		require.ErrorIs(t, err, pipeline.ErrQueueFull)
+		require.Equal(t, status.Queued, jobs[0].Status)
+		require.Equal(t, status.Queued, jobs[1].Status)
+		require.Equal(t, status.Status(""), jobs[2].Status)
+		fulls = pipeline.QueueFullErrors(err)
+		require.Len(t, fulls, 1)
+		require.Equal(t, 2, fulls[0].Task)
+		require.EqualValues(t, 4, fulls[0].Waiting)
+		st = b.stats(t)
+		require.EqualValues(t, 4, st.Queued+st.Scheduled)
+		require.EqualValues(t, 2, st.RejectedFull)
+	})
+}

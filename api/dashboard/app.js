@@ -598,8 +598,10 @@
       h('h2', { id: 'r-h' }, 'Why jobs are not running'), reasons);
     const err = h('div', {});
     const pause = h('div', { class: 'pause-box' });
+    const bound = boundCard(q, g);
     main().replaceChildren(heading('Queue ' + q), tabs(q, '', null), err, pause, reasonsCard,
       h('section', { class: 'card', 'aria-labelledby': 'c-h' }, h('h2', { id: 'c-h' }, 'Counters'), counters, countersHelp()),
+      bound.el,
       h('section', { class: 'card', 'aria-labelledby': 'tp-h' }, h('h2', { id: 'tp-h' }, 'Throughput'), chartFig.el, lat.el),
       limitsCard(q, g), groupsCard(q, g));
     const refresh = async () => {
@@ -616,6 +618,7 @@
         counters.replaceChildren(...ALL_COUNTERS.map(([k, name]) =>
           h('div', { data: { field: k }, title: HELP[k] || null }, h('dt', {}, name), h('dd', {}, fmtInt(st[k])))));
         renderReasons(reasonsCard, reasons, st);
+        bound.update(st);
         chartFig.update(tp);
         lat.update(tp, st);
         stamp();
@@ -830,6 +833,95 @@
         h('td', { data: { label: 'In the window', field: 'in_window' } }, fmtInt(gr.in_window)),
         h('td', { data: { label: 'Waiting', field: 'waiting' } }, fmtInt(gr.waiting))))));
     wrap.replaceChildren(win, table);
+  }
+
+  // ---- Bound: a queue's bound on its waiting jobs (GET, PATCH v1/queues/Q/settings) ----
+
+  const FULL_POLICIES = [
+    ['reject', 'reject: refuse the publish'],
+    ['drop-oldest', 'drop-oldest: cancel the oldest ready job'],
+  ];
+
+  // boundCard shows the queue's bound on its waiting jobs (max_waiting and full_policy), the
+  // jobs waiting against it (the gauges Queued plus Scheduled, as the publish script counts
+  // them), the publishes refused and the jobs dropped at it, and a form that sets it. The
+  // settings load when the page opens and after a change, so the form keeps what the user
+  // types; the count and the counters follow every refresh (update, with the queue's stats).
+  function boundCard(q, g) {
+    const base = 'queues/' + enc(q) + '/settings';
+    let set = null, st = null;
+    const summary = h('div', { class: 'bound-summary' }, h('p', { class: 'loading' }, 'Loading…'));
+    const max = h('input', { id: 'bound-max', name: 'max_waiting', type: 'number', min: '0', step: '1', inputmode: 'numeric' });
+    const policy = h('select', { id: 'bound-policy', name: 'full_policy' },
+      FULL_POLICIES.map(([p, name]) => h('option', { value: p }, name)));
+    const field = (id, label, input) => h('div', { class: 'field' }, h('label', { for: id }, label), input);
+    const form = h('form', { id: 'bound-form', class: 'limit-form', 'aria-labelledby': 'bf-h' },
+      h('h3', { id: 'bf-h' }, 'Set the bound'),
+      h('p', { class: 'muted' }, 'A publish that finds the queue holding this many waiting jobs (ready, scheduled, in a group\'s line) is refused (HTTP 429, Go ErrQueueFull) or cancels the oldest ready job to get in, by the policy. 0 removes the bound. Publishers in other processes see a change within 5 seconds.'),
+      field('bound-max', 'Most jobs waiting (max_waiting)', max),
+      field('bound-policy', 'At the bound (full_policy)', policy),
+      h('button', { type: 'submit' }, 'Set bound'));
+    const draw = () => {
+      if (!set) return;
+      const cap = num(set.max_waiting), waiting = st ? num(st.queued) + num(st.scheduled) : null;
+      const parts = num(set.partitions) > 1 ? num(set.partitions) : 1;
+      const rows = [];
+      if (cap > 0) {
+        rows.push(h('p', { class: 'bound-line', data: { field: 'bound', maxWaiting: String(cap), waiting: waiting === null ? '' : String(waiting) } },
+          h('strong', {}, waiting === null ? '…' : fmtInt(waiting)), ' / ', fmtInt(cap), ' waiting',
+          h('span', { class: 'badge bound-policy', data: { policy: set.full_policy || 'reject' } }, set.full_policy || 'reject')));
+        if (waiting !== null) {
+          rows.push(h('meter', { class: 'bound-meter', min: '0', max: String(cap), value: String(Math.min(waiting, cap)),
+            low: String(Math.floor(cap * 0.75)), high: String(Math.floor(cap * 0.9)), optimum: '0',
+            'aria-label': 'Jobs waiting against the bound' }));
+        }
+        if (parts > 1) {
+          rows.push(h('p', { class: 'muted' }, 'Each of the ' + fmtInt(parts) + ' partitions holds at most ' +
+            fmtInt(Math.ceil(cap / parts)) + ' waiting jobs, and refuses or drops on its own.'));
+        }
+      } else {
+        rows.push(h('p', { class: 'muted bound-line', data: { field: 'bound', maxWaiting: '0' } },
+          'No bound: publishes are never refused for the number of jobs waiting.'));
+      }
+      rows.push(h('dl', { class: 'counters bound-counters' },
+        h('div', { data: { field: 'rejected_full' }, title: 'Publishes refused at the bound (policy reject).' },
+          h('dt', {}, 'Refused: queue full'), h('dd', {}, fmtInt(st && st.rejected_full))),
+        h('div', { data: { field: 'dropped_full' }, title: 'Waiting jobs canceled at the bound to take new ones (policy drop-oldest).' },
+          h('dt', {}, 'Dropped: queue full'), h('dd', {}, fmtInt(st && st.dropped_full)))));
+      summary.replaceChildren(...rows);
+    };
+    const load = async () => {
+      try {
+        const body = await api('GET', base);
+        if (!live(g) || !body) return;
+        set = body;
+        max.value = String(num(set.max_waiting));
+        policy.value = set.full_policy || 'reject';
+        draw();
+      } catch (e) {
+        if (live(g)) summary.replaceChildren(errorBox('Could not load the bound', e));
+      }
+    };
+    form.addEventListener('submit', async (ev) => {
+      ev.preventDefault();
+      const n = Number(max.value);
+      if (max.value.trim() === '' || !Number.isInteger(n) || n < 0) {
+        notify('bad', 'The bound is a whole number of jobs, 0 or more (0: no bound).');
+        return;
+      }
+      try {
+        await api('PATCH', base, { max_waiting: n, full_policy: policy.value });
+        notify('ok', n > 0 ? 'Bounded ' + q + ' to ' + fmtInt(n) + ' waiting jobs.' : 'Removed the bound of ' + q + '.');
+        await load();
+      } catch (e) {
+        notify('bad', 'Could not set the bound: ' + e.message);
+      }
+    });
+    load();
+    return {
+      el: h('section', { class: 'card bound', 'aria-labelledby': 'b-h' }, h('h2', { id: 'b-h' }, 'Bound'), summary, form),
+      update(stats) { st = stats; draw(); },
+    };
   }
 
   // Paging cursors of each list, kept while the tab lives so Back returns to the same page.

@@ -26,9 +26,9 @@
 -- CV_CONFLICT and what differs (type, payload) when a chosen id names a job published with
 -- another type or payload (nothing written)}.
 -- The bound (docs/OPERATIONS.md, "Bounded queues"): the waiting jobs are counted once a call,
--- exactly, from what the gauges read (cv_count_waiting), and the count rises with each job the
--- call creates. At the bound, 'reject' refuses the job and counts it (rejected_full);
--- 'drop-oldest' cancels the oldest ready job of the lowest priority level (cv_drop_oldest) and
+-- from what the gauges read (cv_count_waiting: exactly, unless an upper bound shows that the
+-- call's jobs all fit), and the count rises with each job the call creates. At the bound,
+-- 'reject' refuses the job and counts it (rejected_full); 'drop-oldest' cancels the oldest ready job of the lowest priority level (cv_drop_oldest) and
 -- creates the new one, or refuses it when no job is ready to drop.
 -- A flat reply: it costs less to build here and to parse there.
 -- Idempotent: a call repeated after a lost reply finds its jobs and changes nothing. A job whose
@@ -84,7 +84,8 @@ local k = 6
 local n = 0
 local bound = tonumber(ARGV[6])
 local waiting, rejected, dropped = 0, 0, 0
-if bound > 0 then waiting = cv_count_waiting(KEYS[1], KEYS[2], KEYS[3], ARGV[5], ARGV[8]) end
+-- Room for every job of the call (an upper bound: a job found existing adds none).
+if bound > 0 then waiting = cv_count_waiting(KEYS[1], KEYS[2], KEYS[3], ARGV[5], ARGV[8], bound, (#ARGV - 13) / 12) end
 local earliest, earliest_id = nil, nil
 local gp = cv_group_prefix(ARGV[5])
 for a = 14, #ARGV, 12 do

@@ -23,8 +23,9 @@ if found > 0 then
   return {CV_EXISTS}
 end
 if ARGV[7] then
-  local waiting = cv_count_waiting(KEYS[1], KEYS[5], KEYS[2], string.sub(KEYS[3], 1, #KEYS[3] - #ARGV[1]), ARGV[8])
-  if waiting >= tonumber(ARGV[7]) then
+  local bound = tonumber(ARGV[7])
+  local waiting = cv_count_waiting(KEYS[1], KEYS[5], KEYS[2], string.sub(KEYS[3], 1, #KEYS[3] - #ARGV[1]), ARGV[8], bound, 1)
+  if waiting >= bound then
     redis.call('HINCRBY', KEYS[2], 'rejected_full', 1)
     return {CV_FULL, tostring(waiting)}
   end

@@ -104,14 +104,16 @@ func Seed(tb testing.TB, rdb redis.UniversalClient, queue string, st status.Stat
 	// What a worker does: read the entry in the group, mark the attempt started, then its
 	// outcome.
 	q := keys.New(o.Prefix, queue)
-	if err := rdb.XGroupCreateMkStream(ctx, q.Stream(), keys.Group, "0").Err(); err != nil && !rediserr.IsGroupExists(err) {
+	// The stream of the job's priority level (WithPriority): level 1's is the queue's stream.
+	stream := q.LevelStream(j.Priority)
+	if err := rdb.XGroupCreateMkStream(ctx, stream, keys.Group, "0").Err(); err != nil && !rediserr.IsGroupExists(err) {
 		require.NoError(tb, err)
 	}
 	// Read exactly this job's entry: everything before it is delivered too (as a worker
 	// reading the stream in order would), so seed in the order a test needs.
 	for {
 		res, err := rdb.XReadGroup(ctx, &redis.XReadGroupArgs{Group: keys.Group, Consumer: o.Consumer,
-			Streams: []string{q.Stream(), ">"}, Count: 1, Block: -1}).Result()
+			Streams: []string{stream, ">"}, Count: 1, Block: -1}).Result()
 		require.NoError(tb, err, "the job's entry was delivered already")
 		if res[0].Messages[0].ID == j.Entry {
 			break
