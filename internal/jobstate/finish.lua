@@ -9,10 +9,13 @@
 --   tombstone), ARGV[4] wake channel, ARGV[5] the shortest retention (ms) of any finished job,
 --   ARGV[6] the events publish command ('SPUBLISH', 'PUBLISH' or '' for none), ARGV[7] the
 --   events channel, ARGV[8] the most entries the index of completed jobs keeps
---   (keys.FinishedIndexCap; 0 indexes nothing), then 11 values per item:
---   op, id, entry, attempt, started_at, finished_at, data, extra, sent, payload, logs
+--   (keys.FinishedIndexCap; 0 indexes nothing), ARGV[9] the values per item, 10 or 11,
+--   then per item: op, id, entry, attempt, started_at, finished_at, data, extra, sent, payload,
+--   and, when ARGV[9] is 11, logs
 -- logs is the attempt's log lines as the worker kept them ('<cut>\n<line>\n...'), '' when its
--- handler logged nothing. An applied outcome with lines appends them to the job's logs key
+-- handler logged nothing. A call none of whose items logged sends 10 values an item: a value
+-- more a job is a Lua string more to make and a bulk string more to parse, for nothing. An
+-- applied outcome with lines appends them to the job's logs key
 -- (cv_logs_put, keys.Queue.Logs; replacing the item its reports wrote while it ran) and sets
 -- the queue's logged flag. In a queue with that flag
 -- (one EXISTS a call) a completed job's logs key is expired with its hash, or deleted with it
@@ -104,11 +107,13 @@ local function str(n)
 end
 local n_done, n_retried, n_failed, n_refused, n_poison = 0, 0, 0, 0, 0
 local i = 0
-for a = 9, #ARGV, 11 do
+local stride = tonumber(ARGV[9])
+for a = 10, #ARGV, stride do
   i = i + 1
   local op, id, entry, attempt = ARGV[a], ARGV[a + 1], ARGV[a + 2], ARGV[a + 3]
   local started, finished, data, extra = ARGV[a + 4], ARGV[a + 5], ARGV[a + 6], ARGV[a + 7]
-  local sent, payload, logs = ARGV[a + 8] == '1', ARGV[a + 9], ARGV[a + 10]
+  local sent, payload, logs = ARGV[a + 8] == '1', ARGV[a + 9], ''
+  if stride == 11 then logs = ARGV[a + 10] end
   local jobkey = KEYS[5 + i]
   local code = CV_REFUSED
 

@@ -227,9 +227,18 @@ func finishCall(cfg FinishConfig, ts []Transition) script.Call {
 	q := ts[0].Queue
 	ks := make([]string, 0, 10+len(ts))
 	ks = append(ks, q.Stream(), q.Scheduled(), q.Dead(), q.Stats(), q.Watching())
-	args := make([]any, 0, 8+11*len(ts))
+	// The lines' value goes only in a call that has some (finish.lua's ARGV[9], the values an
+	// item): most calls have none, and a value a job costs Redis a string to make and parse.
+	stride, strideArg := 10, strides[0]
+	for i := range ts {
+		if ts[i].Logs != "" {
+			stride, strideArg = 11, strides[1]
+			break
+		}
+	}
+	args := make([]any, 0, 9+stride*len(ts))
 	args = append(args, keys.Group, cfg.Worker, retentionMS(cfg.Retention), q.Wake(),
-		cfg.MinRetention.Milliseconds(), cfg.Events.Command(), q.Events(), indexCap(cfg.IndexCap))
+		cfg.MinRetention.Milliseconds(), cfg.Events.Command(), q.Events(), indexCap(cfg.IndexCap), strideArg)
 	for i := range ts {
 		t := &ts[i]
 		ks = append(ks, q.Job(t.ID))
@@ -247,7 +256,10 @@ func finishCall(cfg FinishConfig, ts []Transition) script.Call {
 			data = t.Reason
 		}
 		args = append(args, t.Op.arg(), t.ID, t.Entry, attemptArg(t.Attempt), t.started, t.finished,
-			data, extra, sent, t.Payload, t.Logs)
+			data, extra, sent, t.Payload)
+		if stride == 11 {
+			args = append(args, t.Logs)
+		}
 	}
 	ks = append(ks, q.Logged(), q.Workflows(), q.Grouped(), q.Completed(), keys.IndexCount(q.Completed()))
 	return script.Call{Script: finishScript, Keys: ks, Args: args}
@@ -257,6 +269,7 @@ func finishCall(cfg FinishConfig, ts []Transition) script.Call {
 // it is constant or empty. The op, the attempt and the sent flag repeat from job to job.
 var (
 	sentArg any = "1"
+	strides     = [2]any{"10", "11"}
 	opArgs      = func() []any {
 		out := make([]any, len(opNames))
 		for i, n := range opNames {

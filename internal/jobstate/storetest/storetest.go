@@ -142,26 +142,48 @@ func testFinishKeepsLogs(t *testing.T, s jobstate.Backend) {
 	ctx := t.Context()
 	q := keys.New(s.Prefix(), "q")
 	now := time.Now()
-	enqueue(t, s, q, now, jobstate.NewJob{ID: "a", Type: "t"})
-	entry := deliver(t, s, q, "w1")
+	enqueue(t, s, q, now, jobstate.NewJob{ID: "a", Type: "t"}, jobstate.NewJob{ID: "b", Type: "t"},
+		jobstate.NewJob{ID: "c", Type: "t"}, jobstate.NewJob{ID: "d", Type: "t"})
+	rdb := s.Client()
+	require.NoError(t, rdb.XGroupCreateMkStream(ctx, q.Stream(), keys.Group, "0").Err())
+	read, err := rdb.XReadGroup(ctx, &redis.XReadGroupArgs{Group: keys.Group, Consumer: "w1",
+		Streams: []string{q.Stream(), ">"}, Count: 4, Block: -1}).Result()
+	require.NoError(t, err)
+	entries := read[0].Messages
+	require.Len(t, entries, 4)
 	require.NoError(t, script.Load(ctx, s.Client(), jobstate.WorkerScripts()...))
 	none, err := s.Logs(ctx, q, "a")
 	require.NoError(t, err)
 	require.Empty(t, none)
 
-	ran := jobstate.Ran{ID: "a", Entry: entry.ID, Attempt: 1, Started: now, Finished: now}
 	cfg := jobstate.FinishConfig{Worker: "w1", Retention: time.Hour, MinRetention: time.Minute}
-	done := jobstate.Done(&q, jobstate.DoneParams{Ran: ran}).WithLogs(jobstate.EncodeLogs(3, []string{"x", "y"}))
+	done := func(id string, entry string) jobstate.Transition {
+		return jobstate.Done(&q, jobstate.DoneParams{Ran: jobstate.Ran{ID: id, Entry: entry, Attempt: 1, Started: now, Finished: now}})
+	}
+	// One call with lines for a and none for b (11 values an item), then a call of c and d,
+	// which logged nothing (10 values an item): each item is read at its place either way.
+	a := done("a", entries[0].ID).WithLogs(jobstate.EncodeLogs(3, []string{"x", "y"}))
 	for _, want := range []script.Code{script.OK, script.Refused} {
-		res := s.Finish(ctx, jobstate.FinishParams{Config: cfg, Chunks: [][]jobstate.Transition{{done}}})
+		res := s.Finish(ctx, jobstate.FinishParams{Config: cfg, Chunks: [][]jobstate.Transition{{a, done("b", entries[1].ID)}}})
 		require.NoError(t, res[0].Err)
-		require.Equal(t, []script.Code{want}, res[0].Codes)
+		require.Equal(t, []script.Code{want, want}, res[0].Codes)
+	}
+	res := s.Finish(ctx, jobstate.FinishParams{Config: cfg, Chunks: [][]jobstate.Transition{{done("c", entries[2].ID), done("d", entries[3].ID)}}})
+	require.NoError(t, res[0].Err)
+	require.Equal(t, []script.Code{script.OK, script.OK}, res[0].Codes)
+	for _, id := range []string{"a", "b", "c", "d"} {
+		requireStatus(t, s, q, id, status.Completed)
 	}
 	logs, err := s.Logs(ctx, q, "a")
 	require.NoError(t, err)
 	require.Len(t, logs, 1, "the refused outcome wrote no lines")
 	require.Equal(t, jobstate.AttemptLogs{Attempt: 1, Outcome: string(status.Completed), Ended: time.UnixMilli(now.UnixMilli()),
 		Cut: 3, Lines: []string{"x", "y"}}, logs[0])
+	for _, id := range []string{"b", "c", "d"} {
+		l, err := s.Logs(ctx, q, id)
+		require.NoError(t, err)
+		require.Empty(t, l, "job %s logged nothing", id)
+	}
 }
 
 // A queued job canceled is canceled, and canceling it again finds it so.
