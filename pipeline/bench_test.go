@@ -32,10 +32,16 @@ import (
 var payload100 = []byte(`{"user":12345,"action":"send-welcome-email","template":"welcome-v2","locale":"en-GB","pad":"xxxxxxx"}`)
 
 func BenchmarkEnqueue(b *testing.B) {
+	benchEnqueue(b, func(*redis.Client) string { return redistest.UniqueName(b) })
+}
+
+// benchEnqueue publishes b.N jobs one at a time into the queue made by queue, reporting jobs/s
+// and Redis's script time a job.
+func benchEnqueue(b *testing.B, queue func(rdb *redis.Client) string) {
 	rdb := redistest.Client(b)
 	c, err := pipeline.NewClient(rdb, pipeline.ClientConfig{})
 	require.NoError(b, err)
-	q := redistest.UniqueName(b)
+	q := queue(rdb)
 	ctx := context.Background()
 	b.ReportAllocs()
 	u0 := scriptUsec(b, rdb)
@@ -50,10 +56,16 @@ func BenchmarkEnqueue(b *testing.B) {
 }
 
 func BenchmarkEnqueueBatch(b *testing.B) {
+	benchEnqueueBatch(b, func(*redis.Client) string { return redistest.UniqueName(b) })
+}
+
+// benchEnqueueBatch publishes b.N jobs in batches of 1,000 into the queue made by queue,
+// reporting jobs/s and Redis's script time a job.
+func benchEnqueueBatch(b *testing.B, queue func(rdb *redis.Client) string) {
 	rdb := redistest.Client(b)
 	c, err := pipeline.NewClient(rdb, pipeline.ClientConfig{})
 	require.NoError(b, err)
-	q := redistest.UniqueName(b)
+	q := queue(rdb)
 	ctx := context.Background()
 	tasks := make([]pipeline.Task, 1000)
 	for i := range tasks {
@@ -76,46 +88,13 @@ func BenchmarkEnqueueBatch(b *testing.B) {
 // and never reached (docs/BENCHMARKS.md, "Bounded queues"): the cost of the count that
 // enqueue.lua makes once a call.
 func BenchmarkEnqueueBatchBounded(b *testing.B) {
-	rdb := redistest.Client(b)
-	c, err := pipeline.NewClient(rdb, pipeline.ClientConfig{})
-	require.NoError(b, err)
-	q := boundedBenchQueue(b, rdb)
-	ctx := context.Background()
-	tasks := make([]pipeline.Task, 1000)
-	for i := range tasks {
-		tasks[i] = pipeline.Task{Type: "noop", Payload: payload100}
-	}
-	b.ReportAllocs()
-	u0 := scriptUsec(b, rdb)
-	b.ResetTimer()
-	for done := 0; done < b.N; done += len(tasks) {
-		n := min(len(tasks), b.N-done)
-		if _, err := c.EnqueueBatch(ctx, q, tasks[:n]); err != nil {
-			b.Fatal(err)
-		}
-	}
-	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "jobs/s")
-	b.ReportMetric(float64(scriptUsec(b, rdb)-u0)/float64(b.N), "redis-us/job")
+	benchEnqueueBatch(b, func(rdb *redis.Client) string { return boundedBenchQueue(b, rdb) })
 }
 
 // BenchmarkEnqueueBounded is BenchmarkEnqueue into a queue with a bound set and never reached:
 // a bounded single publish goes through enqueue.lua, not the one-job script.
 func BenchmarkEnqueueBounded(b *testing.B) {
-	rdb := redistest.Client(b)
-	c, err := pipeline.NewClient(rdb, pipeline.ClientConfig{})
-	require.NoError(b, err)
-	q := boundedBenchQueue(b, rdb)
-	ctx := context.Background()
-	b.ReportAllocs()
-	u0 := scriptUsec(b, rdb)
-	b.ResetTimer()
-	for range b.N {
-		if _, err := c.Enqueue(ctx, q, pipeline.Task{Type: "noop", Payload: payload100}); err != nil {
-			b.Fatal(err)
-		}
-	}
-	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "jobs/s")
-	b.ReportMetric(float64(scriptUsec(b, rdb)-u0)/float64(b.N), "redis-us/job")
+	benchEnqueue(b, func(rdb *redis.Client) string { return boundedBenchQueue(b, rdb) })
 }
 
 // BenchmarkEnqueueBoundedPaired measures what BenchmarkEnqueue and BenchmarkEnqueueBounded

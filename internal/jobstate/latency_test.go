@@ -18,16 +18,10 @@ import (
 // read before and after.
 func TestLatency(t *testing.T) {
 	t.Parallel()
-	for _, tc := range []struct {
-		name   string
-		client func(t *testing.T) redis.UniversalClient
-	}{
-		{"standalone", func(t *testing.T) redis.UniversalClient { return redistest.Client(t) }},
-		{"cluster", func(t *testing.T) redis.UniversalClient { return redistest.StartCluster(t).Client(t) }},
-	} {
+	for _, tc := range topologies {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			rdb := tc.client(t)
+			rdb := tc.rdb(t)
 			ctx := t.Context()
 			q := keys.New(keys.DefaultPrefix, redistest.UniqueName(t))
 			idle := keys.New(keys.DefaultPrefix, redistest.UniqueName(t))

@@ -13,19 +13,22 @@ import (
 	"github.com/conveyorq/conveyor/internal/script"
 )
 
+// topologies are the servers a store test runs on: a private standalone server, and a cluster.
+var topologies = []struct {
+	name string
+	rdb  func(t *testing.T) redis.UniversalClient
+}{
+	{"standalone", func(t *testing.T) redis.UniversalClient { return redistest.Client(t) }},
+	{"cluster", func(t *testing.T) redis.UniversalClient { return redistest.StartCluster(t).Client(t) }},
+}
+
 // TestResealCompareAndSet: reseal.lua replaces a job's field only while it still holds the
 // bytes read, writes the new value in the record's pieces and deletes the pieces it no longer
 // needs; and replaces a queued job's stream entry only while no worker has read it, keeping
 // the entry's fields and their order.
 func TestResealCompareAndSet(t *testing.T) {
 	t.Parallel()
-	for _, tc := range []struct {
-		name string
-		rdb  func(t *testing.T) redis.UniversalClient
-	}{
-		{"standalone", func(t *testing.T) redis.UniversalClient { return redistest.Client(t) }},
-		{"cluster", func(t *testing.T) redis.UniversalClient { return redistest.StartCluster(t).Client(t) }},
-	} {
+	for _, tc := range topologies {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			rdb := tc.rdb(t)
@@ -132,13 +135,7 @@ func TestResealCompareAndSet(t *testing.T) {
 // past 20 items loses its first), and ReadStored reads the items with the hash.
 func TestResealLogs(t *testing.T) {
 	t.Parallel()
-	for _, tc := range []struct {
-		name string
-		rdb  func(t *testing.T) redis.UniversalClient
-	}{
-		{"standalone", func(t *testing.T) redis.UniversalClient { return redistest.Client(t) }},
-		{"cluster", func(t *testing.T) redis.UniversalClient { return redistest.StartCluster(t).Client(t) }},
-	} {
+	for _, tc := range topologies {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			rdb := tc.rdb(t)
