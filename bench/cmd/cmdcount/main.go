@@ -22,6 +22,7 @@ package main
 
 import (
 	"context"
+	"crypto/rand"
 	"flag"
 	"fmt"
 	"os"
@@ -41,6 +42,7 @@ import (
 
 	"github.com/conveyorq/conveyor/internal/keys"
 	"github.com/conveyorq/conveyor/internal/redistest"
+	"github.com/conveyorq/conveyor/keyring"
 	"github.com/conveyorq/conveyor/pipeline"
 )
 
@@ -52,6 +54,9 @@ func main() {
 	addr := flag.String("redis", "", "Redis address (default: start a private redis-server); it is flushed")
 	prof := flag.String("cpuprofile", "", "write a CPU profile of the measured phase here")
 	flag.StringVar(&memProf, "memprofile", "", "write an allocation profile here at the end of the measured phase, and FILE.start at its start (pprof -base FILE.start FILE)")
+	flag.IntVar(&payloadBytes, "payload-bytes", 100, "payload size of every job")
+	flag.BoolVar(&distinct, "distinct", false, "give every job payload bytes of its own (random) instead of one payload for all: Redis's Lua interns equal strings once, a saving real traffic does not see")
+	flag.BoolVar(&sealed, "keys", false, "seal payloads and results (ClientConfig.Keys, WorkerConfig.Keys), as the compare bench's conveyor_keys")
 	flag.BoolVar(&callgrind, "callgrind", false, "the server at -redis runs under valgrind --tool=callgrind --instr-atstart=no: instrument it during the measured phase only")
 	flag.Parse()
 	if err := run(*mode, *n, *conc, *batch, *addr, *prof); err != nil {
@@ -60,11 +65,26 @@ func main() {
 	}
 }
 
-// callgrind and memProf: see their flags.
+// callgrind, memProf, payloadBytes and sealed: see their flags.
 var (
-	callgrind bool
-	memProf   string
+	callgrind    bool
+	memProf      string
+	payloadBytes int
+	sealed       bool
+	distinct     bool
 )
+
+// ring is the keyring of -keys: a fixed key, since only the cost is measured.
+func ring() *keyring.Keyring {
+	if !sealed {
+		return nil
+	}
+	k, err := keyring.Parse("bench AQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQE=")
+	if err != nil {
+		panic(err)
+	}
+	return k
+}
 
 // instrument turns the callgrind instrumentation of the server's process on or off.
 func instrument(ctx context.Context, admin *redis.Client, on bool) error {
@@ -108,12 +128,12 @@ func run(mode string, n, conc, batch int, addr, prof string) error {
 	defer prdb.Close()
 	pubSent, workSent := newCounter(), newCounter()
 	prdb.AddHook(pubSent)
-	client, err := pipeline.NewClient(prdb, pipeline.ClientConfig{})
+	client, err := pipeline.NewClient(prdb, pipeline.ClientConfig{Keys: ring()})
 	if err != nil {
 		return err
 	}
 	stats := keys.New(client.Prefix(), queue).Stats()
-	payload := []byte(strings.Repeat("x", 100))
+	payload := []byte(strings.Repeat("x", payloadBytes))
 
 	if mode == "consume" {
 		if err := publish(ctx, client, queue, n, 1000, 1, payload); err != nil {
@@ -248,7 +268,16 @@ func publish(ctx context.Context, c *pipeline.Client, queue string, n, size, g i
 					errs <- nil
 					return
 				}
-				if _, err := c.EnqueueBatch(ctx, queue, tasks[:min(end, int64(n))-start]); err != nil {
+				chunk := tasks[:min(end, int64(n))-start]
+				if distinct {
+					chunk = make([]pipeline.Task, len(chunk))
+					for i := range chunk {
+						p := make([]byte, len(payload))
+						_, _ = rand.Read(p)
+						chunk[i] = pipeline.Task{Type: "noop", Payload: p}
+					}
+				}
+				if _, err := c.EnqueueBatch(ctx, queue, chunk); err != nil {
 					errs <- err
 					return
 				}
@@ -273,6 +302,7 @@ func startWorker(ctx context.Context, addr, queue string, conc, batch int, handl
 		ReadBatch:       batch,
 		ShutdownTimeout: 5 * time.Second,
 		Logger:          zerolog.New(os.Stderr).Level(zerolog.WarnLevel),
+		Keys:            ring(),
 	})
 	if err != nil {
 		_ = rdb.Close()
