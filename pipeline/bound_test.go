@@ -501,3 +501,52 @@ func TestBoundedExactPastUpperBound(t *testing.T) {
 		require.EqualValues(t, 2, st.RejectedFull)
 	})
 }
+
+// The count reads its rarer parts (priority levels above 1, fair groups' lines, limits' wait
+// lists) only when the key that says they are in use exists, and a single publish asks for
+// those keys in the EXISTS it makes for its job. Each part alone must still be counted, by a
+// single plain publish (enqueue1.lua) and a batch (enqueue.lua) alike.
+func TestBoundedCountEachRarePart(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		seed func(t *testing.T, b *testBundle, rdb redis.UniversalClient)
+	}{
+		{"fair group line", func(t *testing.T, b *testBundle, rdb redis.UniversalClient) {
+			one := 1
+			_, err := b.insp.UpdateQueue(t.Context(), b.queue, pipeline.QueuePatch{GroupWindow: &one})
+			require.NoError(t, err)
+			for range 3 {
+				_, err := b.client.Enqueue(t.Context(), b.queue, pipeline.Task{Type: "t"}, pipeline.WithGroup("g"))
+				require.NoError(t, err)
+			}
+			require.EqualValues(t, 2, b.stats(t).GroupWaiting)
+		}},
+		{"priority level", func(t *testing.T, b *testBundle, rdb redis.UniversalClient) {
+			for range 2 {
+				jobtest.Seed(t, rdb, b.queue, status.Queued, jobtest.Opts{Options: []pipeline.Option{pipeline.WithPriority(3)}})
+			}
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			onStandaloneAndCluster(t, func(t *testing.T, rdb redis.UniversalClient) {
+				b := setup(t, setupOpts{rdb: rdb})
+				ctx := t.Context()
+				_, err := b.insp.CreateQueue(ctx, b.queue, pipeline.QueueOptions{})
+				require.NoError(t, err)
+				tc.seed(t, b, rdb)
+				st := b.stats(t)
+				waiting := int(st.Queued + st.Scheduled)
+				require.Positive(t, waiting)
+				_, err = b.insp.UpdateQueue(ctx, b.queue, pipeline.QueuePatch{MaxWaiting: &waiting})
+				require.NoError(t, err)
+				_, err = b.client.Enqueue(ctx, b.queue, pipeline.Task{Type: "t"})
+				require.ErrorIs(t, err, pipeline.ErrQueueFull, "a single publish")
+				require.EqualValues(t, waiting, pipeline.QueueFullErrors(err)[0].Waiting)
+				_, err = b.client.EnqueueBatch(ctx, b.queue, []pipeline.Task{{Type: "t"}, {Type: "t"}})
+				require.ErrorIs(t, err, pipeline.ErrQueueFull, "a batch")
+			})
+		})
+	}
+}

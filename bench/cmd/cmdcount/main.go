@@ -55,6 +55,8 @@ func main() {
 	prof := flag.String("cpuprofile", "", "write a CPU profile of the measured phase here")
 	flag.StringVar(&memProf, "memprofile", "", "write an allocation profile here at the end of the measured phase, and FILE.start at its start (pprof -base FILE.start FILE)")
 	flag.IntVar(&payloadBytes, "payload-bytes", 100, "payload size of every job")
+	flag.IntVar(&maxWaiting, "max-waiting", 0, "set the queue's max_waiting (policy reject) before publishing: a bound set and, when large, never reached")
+	flag.BoolVar(&single, "single", false, "publish with Enqueue, one job a call, instead of EnqueueBatch chunks")
 	flag.BoolVar(&distinct, "distinct", false, "give every job payload bytes of its own (random) instead of one payload for all: Redis's Lua interns equal strings once, a saving real traffic does not see")
 	flag.BoolVar(&sealed, "keys", false, "seal payloads and results (ClientConfig.Keys, WorkerConfig.Keys), as the compare bench's conveyor_keys")
 	flag.BoolVar(&callgrind, "callgrind", false, "the server at -redis runs under valgrind --tool=callgrind --instr-atstart=no: instrument it during the measured phase only")
@@ -72,6 +74,8 @@ var (
 	payloadBytes int
 	sealed       bool
 	distinct     bool
+	maxWaiting   int
+	single       bool
 )
 
 // ring is the keyring of -keys: a fixed key, since only the cost is measured.
@@ -133,6 +137,18 @@ func run(mode string, n, conc, batch int, addr, prof string) error {
 		return err
 	}
 	stats := keys.New(client.Prefix(), queue).Stats()
+	if maxWaiting > 0 {
+		in, err := pipeline.NewInspector(prdb, pipeline.InspectorConfig{})
+		if err != nil {
+			return err
+		}
+		if _, err := in.CreateQueue(ctx, queue, pipeline.QueueOptions{}); err != nil {
+			return err
+		}
+		if _, err := in.UpdateQueue(ctx, queue, pipeline.QueuePatch{MaxWaiting: &maxWaiting}); err != nil {
+			return err
+		}
+	}
 	payload := []byte(strings.Repeat("x", payloadBytes))
 
 	if mode == "consume" {
@@ -276,6 +292,15 @@ func publish(ctx context.Context, c *pipeline.Client, queue string, n, size, g i
 						_, _ = rand.Read(p)
 						chunk[i] = pipeline.Task{Type: "noop", Payload: p}
 					}
+				}
+				if single {
+					for _, t := range chunk {
+						if _, err := c.Enqueue(ctx, queue, t); err != nil {
+							errs <- err
+							return
+						}
+					}
+					continue
 				}
 				if _, err := c.EnqueueBatch(ctx, queue, chunk); err != nil {
 					errs <- err
