@@ -1,11 +1,13 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
+	"strconv"
 	"sync/atomic"
 	"time"
 
@@ -81,9 +83,32 @@ func (p *conveyorProducer) batches(ctx context.Context, n, size int, payload []b
 		tasks[i] = pipeline.Task{Type: conveyorJobType, Payload: payload}
 	}
 	return chunks(ctx, n, size, func(ctx context.Context, k int) error {
-		_, err := p.c.EnqueueBatch(ctx, p.queue, tasks[:k])
+		_, err := p.c.EnqueueBatch(ctx, p.queue, stamp(tasks[:k]))
 		return err
 	})
+}
+
+// distinctPayloads is the flag -distinct-payloads.
+var distinctPayloads bool
+
+// stampSeq numbers the stamped payloads of this process.
+var stampSeq atomic.Uint64
+
+// stamp returns tasks as they are, or, with -distinct-payloads, copies whose payloads begin
+// with a number no other job of this process has (their length unchanged where it has room).
+func stamp(tasks []pipeline.Task) []pipeline.Task {
+	if !distinctPayloads {
+		return tasks
+	}
+	out := make([]pipeline.Task, len(tasks))
+	for i, t := range tasks {
+		p := bytes.Clone(t.Payload)
+		n := strconv.AppendUint(nil, stampSeq.Add(1), 10)
+		copy(p, n)
+		t.Payload = p
+		out[i] = t
+	}
+	return out
 }
 
 // Preload: EnqueueBatch in chunks of 1000.
@@ -107,7 +132,7 @@ func (p *conveyorProducer) Live(ctx context.Context, n int, payload []byte) erro
 			if start >= int64(n) {
 				return nil
 			}
-			if _, err := p.c.EnqueueBatch(ctx, p.queue, tasks[:min(end, int64(n))-start]); err != nil {
+			if _, err := p.c.EnqueueBatch(ctx, p.queue, stamp(tasks[:min(end, int64(n))-start])); err != nil {
 				return err
 			}
 		}
@@ -115,7 +140,7 @@ func (p *conveyorProducer) Live(ctx context.Context, n int, payload []byte) erro
 }
 
 func (p *conveyorProducer) EnqueueOne(ctx context.Context, payload []byte) error {
-	_, err := p.c.Enqueue(ctx, p.queue, pipeline.Task{Type: conveyorJobType, Payload: payload})
+	_, err := p.c.Enqueue(ctx, p.queue, stamp([]pipeline.Task{{Type: conveyorJobType, Payload: payload}})[0])
 	return err
 }
 

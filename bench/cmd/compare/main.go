@@ -67,6 +67,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.BoolVar(&o.jsonOut, "json", false, "print one JSON object instead of markdown tables")
 	fs.StringVar(&o.jsonFile, "json-out", "", "also write the JSON object to this file")
 	fs.IntVar(&o.payloadBytes, "payload-bytes", 100, "payload size of every job")
+	fs.BoolVar(&distinctPayloads, "distinct-payloads", false, "Conveyor's systems only: stamp every job's payload with a number of its own (Redis's Lua interns equal strings once, so one payload for all is cheaper than real traffic; sealed payloads all differ)")
 	systems := fs.String("systems", strings.Join(allFamilies, ","), "comma list of systems to run")
 	fs.IntVar(&o.convConc, "conveyor-concurrency", 300, "Conveyor WorkerConfig.Concurrency")
 	fs.IntVar(&o.convBatch, "conveyor-batch", 150, "Conveyor WorkerConfig.ReadBatch")
