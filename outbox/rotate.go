@@ -30,7 +30,10 @@ type RotateReport struct {
 }
 
 const rotateSelect = `SELECT seq, id, payload FROM ` + Table + `
-WHERE seq > $1 ORDER BY seq LIMIT $2 FOR UPDATE SKIP LOCKED`
+WHERE seq > $1 AND seq <= $3 ORDER BY seq LIMIT $2 FOR UPDATE SKIP LOCKED`
+
+// rotateLast is the last row written when a rotation begins: the last it reads.
+const rotateLast = `SELECT coalesce(max(seq), 0) FROM ` + Table
 
 const rotateUpdate = `UPDATE ` + Table + ` SET payload = $2 WHERE id = $1`
 
@@ -40,7 +43,10 @@ const rotateUpdate = `UPDATE ` + Table + ` SET payload = $2 WHERE id = $1`
 // SKIP LOCKED, so a rotation never waits for the relay nor makes it wait: a row the relay holds
 // is skipped, sent as it is, and re-sealed in Redis by the next pipeline.Inspector.RotateKeys.
 // A batch commits before the next begins, so an interruption loses only the batch in flight,
-// and a rerun goes over the rows left at the cost of a read.
+// and a rerun goes over the rows left at the cost of a read. Rows written after it began are
+// not read: a producer given k seals them already, and a rotation under a load that writes
+// rows faster than it re-seals them still ends (a producer still on an older key is caught by
+// the next run).
 func Rotate(ctx context.Context, db *sql.DB, k *keyring.Keyring, batch int) (RotateReport, error) {
 	var rep RotateReport
 	if k == nil {
@@ -49,9 +55,13 @@ func Rotate(ctx context.Context, db *sql.DB, k *keyring.Keyring, batch int) (Rot
 	if batch <= 0 {
 		batch = DefaultRotateBatch
 	}
+	var until int64
+	if err := db.QueryRowContext(ctx, rotateLast).Scan(&until); err != nil {
+		return rep, fmt.Errorf("outbox: rotate: %w", noTable(err))
+	}
 	var after int64
 	for {
-		n, last, err := rotateBatch(ctx, db, k, after, batch, &rep)
+		n, last, err := rotateBatch(ctx, db, k, after, until, batch, &rep)
 		if err != nil {
 			return rep, fmt.Errorf("outbox: rotate: %w", noTable(err))
 		}
@@ -62,15 +72,15 @@ func Rotate(ctx context.Context, db *sql.DB, k *keyring.Keyring, batch int) (Rot
 	}
 }
 
-// rotateBatch re-seals the rows after seq after, at most batch, in one transaction. It returns
-// how many it read and the last one's seq.
-func rotateBatch(ctx context.Context, db *sql.DB, k *keyring.Keyring, after int64, batch int, rep *RotateReport) (int, int64, error) {
+// rotateBatch re-seals the rows after seq after and up to until, at most batch, in one
+// transaction. It returns how many it read and the last one's seq.
+func rotateBatch(ctx context.Context, db *sql.DB, k *keyring.Keyring, after, until int64, batch int, rep *RotateReport) (int, int64, error) {
 	tx, err := db.BeginTx(ctx, nil)
 	if err != nil {
 		return 0, 0, err
 	}
 	defer func() { _ = tx.Rollback() }()
-	rows, err := tx.QueryContext(ctx, rotateSelect, after, batch)
+	rows, err := tx.QueryContext(ctx, rotateSelect, after, batch, until)
 	if err != nil {
 		return 0, 0, err
 	}

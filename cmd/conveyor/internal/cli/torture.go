@@ -78,6 +78,8 @@ rotates the key under load as an operator would: the workers replaced with the n
 first, then the producer switched, then 'conveyor keys rotate' run again and again while the
 nemeses strike, and once more at the end. Then every stored payload and result must open with
 the new key alone to what was published, and no value of Redis be under the old key or plain.
+cluster-encryption does the same on a cluster, under slot-move, replica-promote, master-kill
+and kill-worker, and scans every master.
 
 The clock-step nemesis steps one worker's wall clock 2 to 30 s forward or back (the worker reads
 an offset from a file the suite writes, every 100 ms), holds it a tick or two, then sets it

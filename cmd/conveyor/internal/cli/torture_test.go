@@ -21,7 +21,7 @@ func TestTortureUsage(t *testing.T) {
 	stdout, stderr, code := runInProcess(t, "", "torture", "--list")
 	require.Equal(t, 0, code, stderr)
 	require.Equal(t, []string{"kill-worker", "stop-worker", "term-worker", "redis-restart", "redis-stop", "proxy-reset", "mixed",
-		"maxmemory", "partitions-mixed", "limits-kill-worker", "workflows-mixed", "encryption-mixed", "cluster-slot-move", "cluster-failover", "cluster-mixed", "sentinel-failover", "clock-step"},
+		"maxmemory", "partitions-mixed", "limits-kill-worker", "workflows-mixed", "encryption-mixed", "cluster-slot-move", "cluster-failover", "cluster-mixed", "cluster-encryption", "sentinel-failover", "clock-step"},
 		strings.Fields(stdout))
 
 	for _, c := range []struct {

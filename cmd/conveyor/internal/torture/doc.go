@@ -50,7 +50,9 @@
 // first: it restarts the workers one at a time with the new file, then switches the producer.
 // Then it runs the binary's `keys rotate` again and again until the nemeses stop, and once
 // more after the drain until it reports nothing left. The end state reads every job with
-// NewKey alone, and scans every value of Redis for one under OldKey or a plain payload.
+// NewKey alone, and scans every value of Redis for one under OldKey or a plain payload. The
+// workload takes any topology: encryption-mixed runs it on one server, cluster-encryption on
+// a cluster (keys rotate --cluster; the scan goes over every master).
 //
 // # Scenarios
 //

@@ -111,10 +111,11 @@ func (r *run) producer() *pipeline.Client {
 // rotateKeys is the encryption workload's rotation, as an operator makes it while the
 // nemeses strike: at an eighth of the run, list NewKey first on every process (the workers
 // replaced, each successor with the new key file, then the producer), then re-seal what is
-// stored with `conveyor keys rotate` until it reports nothing left. The workers go first so
-// that no worker lacks the key of a payload it is handed. It returns the restarts made: each
-// SIGTERM may cut its worker's attempts short, as term-worker's does.
-func (r *run) rotateKeys(ctx context.Context, begin time.Time) (restarts int, err error) {
+// stored with `conveyor keys rotate`, run again and again until struck is closed (the nemeses
+// are done). The workers go first so that no worker lacks the key of a payload it is
+// handed. It returns the restarts made: each SIGTERM may cut its worker's attempts short, as
+// term-worker's does.
+func (r *run) rotateKeys(ctx context.Context, begin time.Time, struck <-chan struct{}) (restarts int, err error) {
 	sleep(ctx, time.Until(begin.Add(r.size.Duration/8)))
 	if ctx.Err() != nil {
 		return 0, nil
@@ -159,7 +160,7 @@ func (r *run) rotateKeys(ctx context.Context, begin time.Time) (restarts int, er
 	pids := r.pids()
 	r.wmu.Unlock()
 	r.log("keys: workers %s and the producer list %s first; rotating", pids, NewKey)
-	return restarts, r.rotateUntilDone(ctx, "rotation", begin.Add(r.size.Duration), false)
+	return restarts, r.rotateUntilDone(ctx, "rotation", begin, struck, false)
 }
 
 // rotateReport is the part of `conveyor keys rotate --json`'s report the run reads.
@@ -169,15 +170,18 @@ type rotateReport struct {
 }
 
 // rotateUntilDone runs `conveyor keys rotate` (the binary, with the key file now listed in
-// its environment) until a run reports nothing moved on, running or failed, as an operator
-// would rerun it: a run cut short by a fault, or one that left jobs running or moved on, is
-// run again. Under load jobs are always running: mid-run it stops at until (the end of the
-// nemeses), leaving the rest to the last rotation. It returns an error when values did not
-// open (the keyring lists every key used, so they are damaged), or when until passed, or ctx
-// ended, before a run finished with nothing left.
-func (r *run) rotateUntilDone(ctx context.Context, what string, until time.Time, must bool) error {
+// its environment) again and again, as an operator would rerun it: a run cut short by a fault,
+// or one that left jobs running or moved on, is run again. The final rotation (final) stops at
+// the first run that reports nothing moved on, running or failed, and fails when until is
+// closed or ctx ends before one does. Mid-run, under load, jobs are always running, and a run
+// finding nothing left may be followed by a failover that loses a re-seal the old master
+// acknowledged: it goes on until until is closed (the nemeses are done, those striking after
+// the run's duration too), so that every nemesis strikes while it runs, and leaves the rest to
+// the final rotation. It returns an error when values did not open (the keyring lists every
+// key used, so they are damaged). Its log line says when, since begin, it stopped.
+func (r *run) rotateUntilDone(ctx context.Context, what string, begin time.Time, until <-chan struct{}, final bool) error {
 	var total pipeline.RotateCounts
-	runs, failures := 0, 0
+	runs, failures, clean := 0, 0, 0
 	var last error
 	for {
 		rep, err := r.rotateOnce(ctx)
@@ -194,14 +198,23 @@ func (r *run) rotateUntilDone(ctx context.Context, what string, until time.Time,
 			last = fmt.Errorf("%d moved on, %d running", rep.Total.MovedOn, rep.Total.Running)
 		}
 		done := err == nil && rep.Total.Left() == 0
-		if done || ctx.Err() != nil || time.Now().After(until) {
+		if done {
+			clean++
+		}
+		stopped := false
+		select {
+		case <-until:
+			stopped = true
+		default:
+		}
+		if (done && final) || ctx.Err() != nil || stopped {
 			left := "nothing left"
 			if !done {
 				left = last.Error()
 			}
-			r.log("%s: %d runs of keys rotate (%d cut short by a fault) re-sealed %d values under %s and sealed %d plain ones; the last: %s",
-				what, runs, failures, total.Resealed, NewKey, total.Sealed, left)
-			if !done && must {
+			r.log("%s: %d runs of keys rotate (%d cut short by a fault, %d finding nothing left) re-sealed %d values under %s and sealed %d plain ones, until %s; the last: %s",
+				what, runs, failures, clean, total.Resealed, NewKey, total.Sealed, time.Since(begin).Round(time.Millisecond), left)
+			if !done && final {
 				return fmt.Errorf("%s: keys rotate did not finish (%d runs): %w", what, runs, last)
 			}
 			return nil

@@ -258,11 +258,15 @@ func (r *run) work(ctx context.Context, led *Writer) (*Result, error) {
 	var restarts int
 	var rerr error
 	var rwg sync.WaitGroup
+	// Closed when the nemeses are done: the rotation goes on while any strikes, those that
+	// strike once more after the run's duration too.
+	struck := make(chan struct{})
 	if r.keys != nil {
-		rwg.Go(func() { restarts, rerr = r.rotateKeys(pctx, begin) })
+		rwg.Go(func() { restarts, rerr = r.rotateKeys(pctx, begin, struck) })
 	}
 
 	faults, maxRecovery, bound, err := r.strikeUntil(ctx, begin)
+	close(struck)
 	rwg.Wait()
 	if err != nil {
 		return nil, err
@@ -296,7 +300,11 @@ func (r *run) work(ctx context.Context, led *Writer) (*Result, error) {
 	if r.keys != nil {
 		// The operator's last step: rerun the rotation until nothing is left; then the old key
 		// could go, which the end state's reads with NewKey alone stand for.
-		if err := r.rotateUntilDone(ctx, "final rotation", time.Now().Add(time.Minute), true); err != nil {
+		minute := make(chan struct{})
+		stop := time.AfterFunc(time.Minute, func() { close(minute) })
+		err := r.rotateUntilDone(ctx, "final rotation", begin, minute, true)
+		stop.Stop()
+		if err != nil {
 			sealing = append(sealing, err.Error())
 		}
 	}
