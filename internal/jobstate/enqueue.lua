@@ -22,7 +22,7 @@
 -- Returns {CV_WRONG_STATE} when the closed flag is set (the queue's partition count
 -- changed: nothing written), else {CV_OK, then two values per job: CV_OK and the new entry id when it was queued, or ''
 -- when it was scheduled; CV_FULL and the count of waiting jobs when the queue holds its bound
--- of waiting jobs and the policy rejects (nothing written), or CV_FULL and 'k' followed by the
+-- of waiting jobs and the policy rejects (nothing written), or CV_FULL and 'key:' followed by the
 -- count of the job's limit key's unfinished jobs when that key holds its bound (nothing
 -- written, whatever the policy); CV_EXISTS and '' when the id exists already (nothing written);
 -- CV_UNIQUE_HELD and the holder's id when another job holds the unique key (nothing written);
@@ -138,7 +138,7 @@ for a = 15, #ARGV, 12 do
     if full then
       rejected = rejected + 1
       out[#out + 1] = CV_FULL
-      if kfull then out[#out + 1] = 'k' .. kfull else out[#out + 1] = tostring(waiting) end
+      if kfull then out[#out + 1] = 'key:' .. kfull else out[#out + 1] = tostring(waiting) end
     elseif not held and ukey and not redis.call('SET', ukey, id, 'NX', 'PX', uttl) then
       held = redis.call('GET', ukey)
     end

@@ -292,8 +292,8 @@ func enqueueReply(cmd *redis.Cmd, n int) ([]Created, error) {
 		case script.Conflict:
 			out[k].Differs = data
 		case script.Full:
-			// 'k' and a count: the job's limit key held its bound (enqueue.lua).
-			if rest, ok := strings.CutPrefix(data, "k"); ok {
+			// 'key:' and a count: the job's limit key held its bound (enqueue.lua).
+			if rest, ok := strings.CutPrefix(data, "key:"); ok {
 				out[k].KeyFull, data = true, rest
 			}
 			out[k].Waiting, _ = strconv.ParseInt(data, 10, 64)
