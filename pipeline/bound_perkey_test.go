@@ -13,6 +13,7 @@ import (
 	"github.com/conveyorq/conveyor/internal/jobstate"
 	"github.com/conveyorq/conveyor/internal/keys"
 	"github.com/conveyorq/conveyor/internal/rediserr"
+	"github.com/conveyorq/conveyor/internal/redistest"
 	"github.com/conveyorq/conveyor/internal/script"
 	"github.com/conveyorq/conveyor/pipeline"
 	"github.com/conveyorq/conveyor/status"
@@ -407,4 +408,37 @@ func TestBoundedPerKeyCountFollowsTransitions(t *testing.T) {
 			})
 		}
 	})
+}
+
+// The jobs a debounced publish makes and the dead jobs a replay revives are not counted under
+// their limit key (no mark): they never take a key's room, and their end takes none back.
+func TestBoundedPerKeyNotCounted(t *testing.T) {
+	t.Parallel()
+	rdb := redistest.Client(t)
+	b := setup(t, setupOpts{rdb: rdb})
+	ctx := t.Context()
+	perKeyBounded(t, b, 1, 1, 0, "")
+	_, err := b.client.Enqueue(ctx, b.queue, pipeline.Task{Type: "t"}, pipeline.WithLimitKey("k"),
+		pipeline.WithDebounce("d", time.Hour, 2*time.Hour))
+	require.NoError(t, err)
+	require.Equal(t, 0, keyCount(t, rdb, b.q, "k"), "a debounced job is not counted")
+
+	j, err := b.client.Enqueue(ctx, b.queue, pipeline.Task{Type: "t"}, pipeline.WithLimitKey("k"))
+	require.NoError(t, err)
+	k := &keyedJob{Job: j}
+	k.read(t, b, true)
+	finish(t, b, time.Hour, jobstate.Dead(&b.q, jobstate.DeadParams{Ran: k.ran(), Reason: "x"}), script.OK)
+	require.Equal(t, 0, keyCount(t, rdb, b.q, "k"))
+	require.NoError(t, b.insp.Replay(ctx, b.queue, j.ID))
+	got, err := b.client.Get(ctx, b.queue, j.ID)
+	require.NoError(t, err)
+	require.Equal(t, status.Queued, got.Status)
+	require.Equal(t, 0, keyCount(t, rdb, b.q, "k"), "a replayed job is not counted again")
+	n, err := rdb.HExists(ctx, b.q.Job(j.ID), keys.FieldKeyCounted).Result()
+	require.NoError(t, err)
+	require.False(t, n)
+	// So the key has room beside it.
+	_, err = b.client.Enqueue(ctx, b.queue, pipeline.Task{Type: "t"}, pipeline.WithLimitKey("k"))
+	require.NoError(t, err)
+	require.Equal(t, 1, keyCount(t, rdb, b.q, "k"))
 }
