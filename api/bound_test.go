@@ -131,3 +131,62 @@ func TestQueueFull429UnderFlood(t *testing.T) {
 		})
 	}
 }
+
+// A limit key at its bound (max_waiting_per_key) answers 429 queue_full with Retry-After and a
+// message that names the key, one job or a batch admitted in part; other keys' jobs pass.
+func TestQueueFull429PerKey(t *testing.T) {
+	t.Parallel()
+	cl := redistest.StartCluster(t)
+	for _, be := range []struct {
+		name string
+		rdb  func(t *testing.T) redis.UniversalClient
+	}{
+		{"Standalone", func(t *testing.T) redis.UniversalClient { return redistest.Client(t) }},
+		{"Cluster", func(t *testing.T) redis.UniversalClient { return cl.Client(t) }},
+	} {
+		t.Run(be.name, func(t *testing.T) {
+			t.Parallel()
+			e := setup(t, setupOpts{rdb: be.rdb(t)})
+			_, err := e.insp.CreateQueue(t.Context(), e.queue, pipeline.QueueOptions{})
+			require.NoError(t, err)
+			r := e.do("PATCH", "/v1/queues/"+e.queue+"/settings", `{"max_waiting_per_key":2}`)
+			require.Equal(t, 200, r.status, "%s", r.body)
+			var st struct {
+				MaxWaitingPerKey int `json:"max_waiting_per_key"`
+			}
+			r.json(t, &st)
+			require.Equal(t, 2, st.MaxWaitingPerKey)
+			r = e.do("GET", "/v1/queues/"+e.queue+"/settings", "")
+			require.Equal(t, 200, r.status, "%s", r.body)
+			r.json(t, &st)
+			require.Equal(t, 2, st.MaxWaitingPerKey)
+
+			e.post(`{"type":"echo","limit_key":"acme"}`, 202)
+			e.post(`{"type":"echo","limit_key":"acme"}`, 202)
+			r = e.do("POST", e.jobs(), `{"type":"echo","limit_key":"acme"}`)
+			require.Equal(t, 429, r.status, "%s", r.body)
+			secs, err := strconv.Atoi(r.header.Get("Retry-After"))
+			require.NoError(t, err)
+			require.True(t, secs >= 1 && secs <= 60, "Retry-After %d", secs)
+			ae := r.apiErr(t)
+			require.Equal(t, "queue_full", ae.Code)
+			require.Contains(t, ae.Message, `limit key "acme"`)
+			e.post(`{"type":"echo","limit_key":"other"}`, 202)
+			e.post(`{"type":"echo"}`, 202)
+
+			r = e.do("POST", e.jobs()+":batch", `{"jobs":[{"type":"echo","limit_key":"other"},{"type":"echo","limit_key":"acme"},{"type":"echo","limit_key":"other"}]}`)
+			require.Equal(t, 429, r.status, "%s", r.body)
+			var partial struct {
+				Error struct {
+					Code    string `json:"code"`
+					Message string `json:"message"`
+					Refused []int  `json:"refused"`
+				} `json:"error"`
+			}
+			r.json(t, &partial)
+			require.Equal(t, "queue_full", partial.Error.Code)
+			require.Equal(t, []int{1, 2}, partial.Error.Refused)
+			require.Contains(t, partial.Error.Message, `for key "acme", "other"`)
+		})
+	}
+}

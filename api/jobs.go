@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -99,6 +100,28 @@ type jobsBody struct {
 	Warnings []string        `json:"warnings,omitempty"`
 }
 
+// fullReason says which bounds of queue refused fulls: the queue's bound of waiting jobs,
+// and the bound per limit key with the keys that held it.
+func fullReason(queue string, fulls []*pipeline.QueueFullError) string {
+	var parts, keys []string
+	queueSeen, keyBound := false, 0
+	for _, f := range fulls {
+		switch {
+		case f.Key == "" && !queueSeen:
+			queueSeen = true
+			parts = append(parts, fmt.Sprintf("%s holds its bound of waiting jobs (%d)", queue, f.MaxWaiting))
+		case f.Key != "" && !slices.Contains(keys, strconv.Quote(f.Key)):
+			keyBound = f.MaxWaiting
+			keys = append(keys, strconv.Quote(f.Key))
+		}
+	}
+	if len(keys) > 0 {
+		parts = append(parts, fmt.Sprintf("%s holds its bound of unfinished jobs per limit key (%d) for key %s",
+			queue, keyBound, strings.Join(keys, ", ")))
+	}
+	return strings.Join(parts, "; ")
+}
+
 // enqueueBatch: POST /v1/queues/{queue}/jobs:batch.
 func (s *Server) enqueueBatch(w http.ResponseWriter, r *http.Request) error {
 	queue := r.PathValue("queue")
@@ -121,10 +144,10 @@ func (s *Server) enqueueBatch(w http.ResponseWriter, r *http.Request) error {
 			// Admitted in part, or not at all: the body says which were refused (one line, not
 			// one per job) and holds the jobs written.
 			ae := queueFull(err)
-			ae.Message = fmt.Sprintf("%d of the batch's %d jobs refused: %s holds its bound of waiting jobs (%d); the others were accepted",
-				len(fulls), len(tasks), queue, fulls[0].MaxWaiting)
+			ae.Message = fmt.Sprintf("%d of the batch's %d jobs refused: %s; the others were accepted",
+				len(fulls), len(tasks), fullReason(queue, fulls))
 			if len(fulls) == len(tasks) {
-				ae.Message = fmt.Sprintf("the batch's %d jobs refused: %s holds its bound of waiting jobs (%d)", len(tasks), queue, fulls[0].MaxWaiting)
+				ae.Message = fmt.Sprintf("the batch's %d jobs refused: %s", len(tasks), fullReason(queue, fulls))
 			}
 			refused := make(map[int]bool, len(fulls))
 			for _, f := range fulls {

@@ -13,7 +13,8 @@ import (
 
 // ErrQueueFull is wrapped by the error of a job that a bounded queue refused: the queue held
 // its max_waiting jobs that are not running and not finished (QueueSettings.MaxWaiting) and
-// its full policy is reject. Nothing of that job was written. errors.As with a
+// its full policy is reject, or the job's limit key held its max_waiting_per_key unfinished
+// jobs (QueueSettings.MaxWaitingPerKey; QueueFullError.Key). Nothing of that job was written. errors.As with a
 // *QueueFullError gives the queue, the bound and when to try again (docs/OPERATIONS.md,
 // "Bounded queues").
 var ErrQueueFull = errors.New("pipeline: queue full")
@@ -36,10 +37,16 @@ const (
 type QueueFullError struct {
 	// Queue is the queue that refused.
 	Queue string
+	// Key is the refused job's limit key (WithLimitKey) when the bound that held is the one on
+	// each key's unfinished jobs (QueueSettings.MaxWaitingPerKey); empty when it is the
+	// queue's (QueueSettings.MaxWaiting).
+	Key string
 	// MaxWaiting is the bound that held: the queue's, or its partition's share of it in a
-	// partitioned queue (ceil(max_waiting/partitions)).
+	// partitioned queue (ceil(max_waiting/partitions)); with Key, the key's bound
+	// (max_waiting_per_key, or its partition's share).
 	MaxWaiting int
-	// Waiting is how many jobs waited where the job was refused.
+	// Waiting is how many jobs waited where the job was refused; with Key, how many
+	// unfinished jobs of the key there were.
 	Waiting int64
 	// RetryAfter is when a publish may find room: the jobs over the bound divided by the
 	// queue's drain rate over the last minute, between MinRetryAfter and MaxRetryAfter.
@@ -49,6 +56,10 @@ type QueueFullError struct {
 }
 
 func (e *QueueFullError) Error() string {
+	if e.Key != "" {
+		return fmt.Sprintf("%s: %s holds %d unfinished jobs of limit key %q, its bound per key is %d; retry after %s",
+			ErrQueueFull, e.Queue, e.Waiting, e.Key, e.MaxWaiting, e.RetryAfter)
+	}
 	return fmt.Sprintf("%s: %s holds %d waiting jobs, its bound is %d; retry after %s",
 		ErrQueueFull, e.Queue, e.Waiting, e.MaxWaiting, e.RetryAfter)
 }
@@ -97,26 +108,30 @@ func RetryAfter(err error) (time.Duration, bool) {
 // what a drop-oldest's cancel needs comes from the Client's settings, and the events mode only
 // when it may drop.
 func (c *Client) bound(ctx context.Context, d publish.Defaults) *jobstate.Bound {
-	if d.MaxWaiting <= 0 {
+	if !d.Bounded() {
 		return nil
 	}
-	b := &jobstate.Bound{MaxWaiting: d.MaxWaiting, DropOldest: d.DropOldest}
-	if d.DropOldest {
+	b := &jobstate.Bound{MaxWaiting: d.MaxWaiting, DropOldest: d.DropOldest, MaxWaitingPerKey: d.MaxWaitingPerKey}
+	if d.DropOldest && d.MaxWaiting > 0 {
 		b.Retention, b.MinRetention, b.Events = c.cfg.Retention, c.cfg.MinRetention, c.store.Events(ctx)
 	}
 	return b
 }
 
-// fullError is the refusal of task i, published to queue of p partitions under bound, that
-// a script answered with row (script.Full). Its RetryAfter is fillRetryAfter's to set.
-func fullError(queue string, row jobstate.Created, bound *jobstate.Bound, p, i int) *QueueFullError {
-	return &QueueFullError{Queue: queue, Waiting: row.Waiting, Task: i,
-		MaxWaiting: publish.Defaults{MaxWaiting: bound.MaxWaiting}.PerPartition(p)}
+// fullError is the refusal of task i, of limit key key, published to queue of p partitions
+// under bound, that a script answered with row (script.Full). Its RetryAfter is
+// fillRetryAfter's to set.
+func fullError(queue, key string, row jobstate.Created, bound *jobstate.Bound, p, i int) *QueueFullError {
+	d := publish.Defaults{MaxWaiting: bound.MaxWaiting, MaxWaitingPerKey: bound.MaxWaitingPerKey}
+	if row.KeyFull {
+		return &QueueFullError{Queue: queue, Key: key, Waiting: row.Waiting, Task: i, MaxWaiting: d.PerKeyPerPartition(p)}
+	}
+	return &QueueFullError{Queue: queue, Waiting: row.Waiting, Task: i, MaxWaiting: d.PerPartition(p)}
 }
 
 // full is fullError with its RetryAfter, for a publish of one job.
-func (c *Client) full(ctx context.Context, queue string, row jobstate.Created, bound *jobstate.Bound, p, i int) error {
-	f := fullError(queue, row, bound, p, i)
+func (c *Client) full(ctx context.Context, queue, key string, row jobstate.Created, bound *jobstate.Bound, p, i int) error {
+	f := fullError(queue, key, row, bound, p, i)
 	c.fillRetryAfter(ctx, queue, []*QueueFullError{f})
 	return f
 }

@@ -233,7 +233,7 @@ func (c *Client) enqueue(ctx context.Context, queue string, task *Task, pt *publ
 		return nil, err
 	}
 	if row.Code == script.Full {
-		return nil, c.full(ctx, queue, row, bound, p, 0)
+		return nil, c.full(ctx, queue, nj.LimitKey, row, bound, p, 0)
 	}
 	existed, err := created(j, &nj, row, now)
 	if existed {
@@ -318,7 +318,7 @@ func (c *Client) publish(ctx context.Context, js jobstate.Backend, queue string,
 		Created: func(i int, row jobstate.Created) error {
 			if row.Code == script.Full {
 				// Its RetryAfter is set below, once every refusal is known: one read for all.
-				f := fullError(queue, row, bound, p, i)
+				f := fullError(queue, njs[i].LimitKey, row, bound, p, i)
 				fulls = append(fulls, f)
 				return f
 			}

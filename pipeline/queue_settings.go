@@ -40,6 +40,11 @@ type QueueSettings struct {
 	// bound does: FullReject (ErrQueueFull) or FullDropOldest.
 	MaxWaiting int
 	FullPolicy string
+	// MaxWaitingPerKey bounds each limit key's unfinished jobs (WithLimitKey: published and not
+	// yet completed, dead or canceled, running ones included); 0 means no bound. A job at it
+	// is refused (ErrQueueFull, QueueFullError.Key), whatever FullPolicy says. A partitioned
+	// queue applies ceil(MaxWaitingPerKey/partitions) to each partition.
+	MaxWaitingPerKey int
 	// PauseUnconfirmed names, after an UpdateQueue that paused the queue, the live workers
 	// that did not confirm the pause in time (PauseConfirmed).
 	PauseUnconfirmed []string
@@ -68,6 +73,9 @@ type QueuePatch struct {
 	MaxWaiting *int
 	// FullPolicy sets what a publish at the bound does: FullReject or FullDropOldest.
 	FullPolicy *string
+	// MaxWaitingPerKey sets the bound on each limit key's unfinished jobs
+	// (QueueSettings.MaxWaitingPerKey); 0 removes it.
+	MaxWaitingPerKey *int
 }
 
 // MarshalJSON writes the settings' wire form, durations in milliseconds.
@@ -75,7 +83,7 @@ func (s *QueueSettings) MarshalJSON() ([]byte, error) {
 	w := settings.Settings{Queue: s.Queue, Revision: s.Revision, Paused: s.Paused, Partitions: s.Partitions,
 		Limits: make([]settings.Limit, len(s.Limits)), GroupWindow: s.GroupWindow, GroupWeights: s.GroupWeights,
 		Levels: s.Levels, MaxRetries: s.MaxRetries, TimeoutMS: s.Timeout.Milliseconds(), PauseUnconfirmed: s.PauseUnconfirmed,
-		MaxWaiting: s.MaxWaiting, FullPolicy: s.FullPolicy}
+		MaxWaiting: s.MaxWaiting, FullPolicy: s.FullPolicy, MaxWaitingPerKey: s.MaxWaitingPerKey}
 	for k, l := range s.Limits {
 		w.Limits[k] = settings.Limit{Queue: s.Queue, Type: l.Type, PerKey: l.PerKey, Rate: l.Rate,
 			IntervalMS: l.Interval.Milliseconds(), Concurrency: l.Concurrency}
@@ -110,7 +118,7 @@ func (i *Inspector) QueueSettings(ctx context.Context, queue string) (*QueueSett
 		Limits: limitsOf(st.Limits), GroupWindow: defaultGroupWindow, GroupWeights: map[string]int{}, Levels: st.Levels}
 	d := publish.ParseDefaults(st.Settings.Fields, maxMaxRetries, maxDefaultTimeout)
 	out.MaxRetries, out.Timeout = d.MaxRetries, d.Timeout
-	out.MaxWaiting, out.FullPolicy = d.MaxWaiting, FullReject
+	out.MaxWaiting, out.FullPolicy, out.MaxWaitingPerKey = d.MaxWaiting, FullReject, d.MaxWaitingPerKey
 	if d.DropOldest {
 		out.FullPolicy = FullDropOldest
 	}

@@ -842,7 +842,8 @@
     ['drop-oldest', 'drop-oldest: cancel the oldest ready job'],
   ];
 
-  // boundCard shows the queue's bound on its waiting jobs (max_waiting and full_policy), the
+  // boundCard shows the queue's bound on its waiting jobs (max_waiting and full_policy) and on
+  // each limit key's unfinished jobs (max_waiting_per_key), the
   // jobs waiting against it (the gauges Queued plus Scheduled, as the publish script counts
   // them), the publishes refused and the jobs dropped at it, and a form that sets it. The
   // settings load when the page opens and after a change, so the form keeps what the user
@@ -852,6 +853,7 @@
     let set = null, st = null;
     const summary = h('div', { class: 'bound-summary' }, h('p', { class: 'loading' }, 'Loading…'));
     const max = h('input', { id: 'bound-max', name: 'max_waiting', type: 'number', min: '0', step: '1', inputmode: 'numeric' });
+    const perKey = h('input', { id: 'bound-per-key', name: 'max_waiting_per_key', type: 'number', min: '0', step: '1', inputmode: 'numeric' });
     const policy = h('select', { id: 'bound-policy', name: 'full_policy' },
       FULL_POLICIES.map(([p, name]) => h('option', { value: p }, name)));
     const field = (id, label, input) => h('div', { class: 'field' }, h('label', { for: id }, label), input);
@@ -860,6 +862,8 @@
       h('p', { class: 'muted' }, 'A publish that finds the queue holding this many waiting jobs (ready, scheduled, in a group\'s line) is refused (HTTP 429, Go ErrQueueFull) or cancels the oldest ready job to get in, by the policy. 0 removes the bound. Publishers in other processes see a change within 5 seconds.'),
       field('bound-max', 'Most jobs waiting (max_waiting)', max),
       field('bound-policy', 'At the bound (full_policy)', policy),
+      h('p', { class: 'muted' }, 'A publish of a job with a limit key whose unfinished jobs (waiting or running) number this many is refused (HTTP 429), whatever the policy. Jobs without a limit key are not counted. 0 removes the bound.'),
+      field('bound-per-key', 'Most unfinished jobs per limit key (max_waiting_per_key)', perKey),
       h('button', { type: 'submit' }, 'Set bound'));
     const draw = () => {
       if (!set) return;
@@ -883,8 +887,18 @@
         rows.push(h('p', { class: 'muted bound-line', data: { field: 'bound', maxWaiting: '0' } },
           'No bound: publishes are never refused for the number of jobs waiting.'));
       }
+      const kcap = num(set.max_waiting_per_key);
+      if (kcap > 0) {
+        rows.push(h('p', { class: 'bound-line', data: { field: 'bound-per-key', maxWaitingPerKey: String(kcap) } },
+          'At most ', h('strong', {}, fmtInt(kcap)), ' unfinished jobs per limit key',
+          parts > 1 ? ' (' + fmtInt(Math.ceil(kcap / parts)) + ' a partition)' : '',
+          h('span', { class: 'badge bound-policy', data: { policy: 'reject' } }, 'reject')));
+      } else {
+        rows.push(h('p', { class: 'muted bound-line', data: { field: 'bound-per-key', maxWaitingPerKey: '0' } },
+          'No bound per limit key.'));
+      }
       rows.push(h('dl', { class: 'counters bound-counters' },
-        h('div', { data: { field: 'rejected_full' }, title: 'Publishes refused at the bound (policy reject).' },
+        h('div', { data: { field: 'rejected_full' }, title: 'Publishes refused at the bound (policy reject) or at a limit key\'s bound.' },
           h('dt', {}, 'Refused: queue full'), h('dd', {}, fmtInt(st && st.rejected_full))),
         h('div', { data: { field: 'dropped_full' }, title: 'Waiting jobs canceled at the bound to take new ones (policy drop-oldest).' },
           h('dt', {}, 'Dropped: queue full'), h('dd', {}, fmtInt(st && st.dropped_full)))));
@@ -897,6 +911,7 @@
         set = body;
         max.value = String(num(set.max_waiting));
         policy.value = set.full_policy || 'reject';
+        perKey.value = String(num(set.max_waiting_per_key));
         draw();
       } catch (e) {
         if (live(g)) summary.replaceChildren(errorBox('Could not load the bound', e));
@@ -904,13 +919,14 @@
     };
     form.addEventListener('submit', async (ev) => {
       ev.preventDefault();
-      const n = Number(max.value);
-      if (max.value.trim() === '' || !Number.isInteger(n) || n < 0) {
+      const n = Number(max.value), k = Number(perKey.value);
+      if (max.value.trim() === '' || !Number.isInteger(n) || n < 0 ||
+        perKey.value.trim() === '' || !Number.isInteger(k) || k < 0) {
         notify('bad', 'The bound is a whole number of jobs, 0 or more (0: no bound).');
         return;
       }
       try {
-        await api('PATCH', base, { max_waiting: n, full_policy: policy.value });
+        await api('PATCH', base, { max_waiting: n, full_policy: policy.value, max_waiting_per_key: k });
         notify('ok', n > 0 ? 'Bounded ' + q + ' to ' + fmtInt(n) + ' waiting jobs.' : 'Removed the bound of ' + q + '.');
         await load();
       } catch (e) {

@@ -13,8 +13,8 @@ import (
 )
 
 // Issue 35: a bounded queue's page shows its bound, the jobs waiting against it and the
-// publishes refused at it; its form sets the bound and the policy (PATCH settings), and a
-// drop at the new bound is counted there too.
+// publishes refused at it; its form sets the bound, the policy and the bound per limit key
+// (PATCH settings), and a drop at the new bound is counted there too.
 func TestDashboardBoundBrowser(t *testing.T) {
 	chrome := chromiumPath(t)
 	dir := artifactDir(t)
@@ -53,7 +53,9 @@ func TestDashboardBoundBrowser(t *testing.T) {
 			l.querySelector('.bound-policy').dataset.policy === 'reject' &&
 			document.querySelector('meter.bound-meter').value === 3 &&
 			r !== null && r.textContent === '1' && d.textContent === '0' &&
-			document.querySelector('#bound-max').value === '3' && document.querySelector('#bound-policy').value === 'reject';
+			document.querySelector('#bound-max').value === '3' && document.querySelector('#bound-policy').value === 'reject' &&
+			document.querySelector('.bound-line[data-field="bound-per-key"]').dataset.maxWaitingPerKey === '0' &&
+			document.querySelector('#bound-per-key').value === '0';
 	})()`)
 	b.noSideScroll("desktop queue bound")
 	b.do("show the bound", chromedp.ScrollIntoView(css("section.bound")))
@@ -62,16 +64,21 @@ func TestDashboardBoundBrowser(t *testing.T) {
 	b.do("set the bound from the form",
 		chromedp.SetValue(css("#bound-max"), "5"),
 		chromedp.SetValue(css("#bound-policy"), "drop-oldest"),
+		chromedp.SetValue(css("#bound-per-key"), "4"),
 		chromedp.Click(css(`#bound-form button[type=submit]`)))
 	b.poll("the new bound shows", `(() => {
 		const l = document.querySelector('.bound-line[data-field="bound"]');
+		const k = document.querySelector('.bound-line[data-field="bound-per-key"]');
 		return l !== null && l.dataset.maxWaiting === '5' && l.textContent.startsWith('3 / 5 waiting') &&
-			l.querySelector('.bound-policy').dataset.policy === 'drop-oldest';
+			l.querySelector('.bound-policy').dataset.policy === 'drop-oldest' &&
+			k !== null && k.dataset.maxWaitingPerKey === '4' && k.textContent.startsWith('At most 4 unfinished jobs per limit key') &&
+			document.querySelector('#bound-per-key').value === '4';
 	})()`)
 	set, err := insp.QueueSettings(ctx, "mail")
 	require.NoError(t, err)
 	require.Equal(t, 5, set.MaxWaiting)
 	require.Equal(t, pipeline.FullDropOldest, set.FullPolicy)
+	require.Equal(t, 4, set.MaxWaitingPerKey)
 
 	// Three more: two fill the new bound, the third drops the oldest to get in.
 	for range 3 {

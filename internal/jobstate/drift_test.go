@@ -106,7 +106,7 @@ func TestLuaNamesAreGoConstants(t *testing.T) {
 	for _, s := range status.All() {
 		known[string(s)] = "status"
 	}
-	add("keys", constants(t, "internal/keys/keys.go", regexp.MustCompile(`^(Field|Entry|Stat|Group|ScheduleField|Attempt[A-Z])`), ""))
+	add("keys", constants(t, "internal/keys/keys.go", regexp.MustCompile(`^(Field|Entry|Stat|Group|QueueKey|ScheduleField|Attempt[A-Z])`), ""))
 	for _, op := range jobstate.OpNames() {
 		known[op] = "jobstate op"
 	}

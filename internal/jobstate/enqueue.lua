@@ -9,8 +9,9 @@
 --   none, and ARGV[7..12] are not read), ARGV[7] the full policy ('reject' or 'drop-oldest'),
 --   then what a drop's cancel takes (lua/cancel.lua's cv_cancel): ARGV[8] the consumer group,
 --   ARGV[9] default retention ms, ARGV[10] the shortest retention ms, ARGV[11] the events
---   publish command, ARGV[12] the events channel, ARGV[13] the canceled index's bound; then
---   12 values per job:
+--   publish command, ARGV[12] the events channel, ARGV[13] the canceled index's bound,
+--   ARGV[14] the bound on each limit key's unfinished jobs (max_waiting_per_key, per
+--   partition; '0': none, and nothing is counted per key); then 12 values per job:
 --   id, type, payload, metadata (msgpack or ''), max_retries, timeout_ms, run_at (unix ms),
 --   retention_ms ('' = the queue default), unique_ttl_ms ('' = no unique key), limit_key (''
 --   = none: the key per-key limits count the job under, kept in the hash for admit.lua), group
@@ -21,7 +22,9 @@
 -- Returns {CV_WRONG_STATE} when the closed flag is set (the queue's partition count
 -- changed: nothing written), else {CV_OK, then two values per job: CV_OK and the new entry id when it was queued, or ''
 -- when it was scheduled; CV_FULL and the count of waiting jobs when the queue holds its bound
--- of waiting jobs and the policy rejects (nothing written); CV_EXISTS and '' when the id exists already (nothing written);
+-- of waiting jobs and the policy rejects (nothing written), or CV_FULL and 'key:' followed by the
+-- count of the job's limit key's unfinished jobs when that key holds its bound (nothing
+-- written, whatever the policy); CV_EXISTS and '' when the id exists already (nothing written);
 -- CV_UNIQUE_HELD and the holder's id when another job holds the unique key (nothing written);
 -- CV_CONFLICT and what differs (type, payload) when a chosen id names a job published with
 -- another type or payload (nothing written)}.
@@ -30,6 +33,10 @@
 -- call's jobs all fit), and the count rises with each job the call creates. At the bound,
 -- 'reject' refuses the job and counts it (rejected_full); 'drop-oldest' cancels the oldest ready job of the lowest priority level (cv_drop_oldest) and
 -- creates the new one, or refuses it when no job is ready to drop.
+-- The per-key bound (max_waiting_per_key): a job with a limit key is refused while its key
+-- counts that many unfinished jobs (lua/keywait.lua: the count is kept, not recounted; one HGET
+-- a keyed job), checked before the queue's bound so that a refused job drops nothing. A
+-- created keyed job is marked ('kc') and counted (HINCRBY), so a later job of the call sees it.
 -- A flat reply: it costs less to build here and to parse there.
 -- Idempotent: a call repeated after a lost reply finds its jobs and changes nothing. A job whose
 -- id the caller chose is looked up on its own. Generated ids (random ULIDs) cannot collide, so
@@ -85,10 +92,12 @@ local n = 0
 local bound = tonumber(ARGV[6])
 local waiting, rejected, dropped = 0, 0, 0
 -- Room for every job of the call (an upper bound: a job found existing adds none).
-if bound > 0 then waiting = cv_count_waiting(KEYS[1], KEYS[2], KEYS[3], ARGV[5], ARGV[8], bound, (#ARGV - 13) / 12) end
+if bound > 0 then waiting = cv_count_waiting(KEYS[1], KEYS[2], KEYS[3], ARGV[5], ARGV[8], bound, (#ARGV - 14) / 12) end
+local kbound = tonumber(ARGV[14])
+local kw = kbound > 0 and cv_keywait_key(ARGV[5]) or nil
 local earliest, earliest_id = nil, nil
 local gp = cv_group_prefix(ARGV[5])
-for a = 14, #ARGV, 12 do
+for a = 15, #ARGV, 12 do
   n = n + 1
   local id, typ, payload, md = ARGV[a], ARGV[a + 1], ARGV[a + 2], ARGV[a + 3]
   local mr, tmo, run_at_s = ARGV[a + 4], ARGV[a + 5], ARGV[a + 6]
@@ -108,22 +117,28 @@ for a = 14, #ARGV, 12 do
       out[#out + 1] = CV_EXISTS; out[#out + 1] = ''
     end
   else
-    local held, full = nil, false
-    if bound > 0 and waiting >= bound then
+    local held, full, kfull = nil, false, nil
+    if kw and lkey ~= '' then
+      local c = tonumber(redis.call('HGET', kw, lkey) or '0')
+      if c >= kbound then kfull = c end
+    end
+    if kfull or (bound > 0 and waiting >= bound) then
       -- A job refused for its unique key says so, full or not: nothing would be written.
       if ukey then held = redis.call('GET', ukey) end
-      if not held then
-        if ARGV[7] == 'drop-oldest' and cv_drop_oldest(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], ARGV[5], now_s, bound) then
-          dropped = dropped + 1
-          waiting = waiting - 1
-        else
-          full = true
-        end
+      if held then
+      elseif kfull then
+        full = true
+      elseif ARGV[7] == 'drop-oldest' and cv_drop_oldest(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], ARGV[5], now_s, bound) then
+        dropped = dropped + 1
+        waiting = waiting - 1
+      else
+        full = true
       end
     end
     if full then
       rejected = rejected + 1
-      out[#out + 1] = CV_FULL; out[#out + 1] = tostring(waiting)
+      out[#out + 1] = CV_FULL
+      if kfull then out[#out + 1] = 'key:' .. kfull else out[#out + 1] = tostring(waiting) end
     elseif not held and ukey and not redis.call('SET', ukey, id, 'NX', 'PX', uttl) then
       held = redis.call('GET', ukey)
     end
@@ -143,7 +158,13 @@ for a = 14, #ARGV, 12 do
         local f = {'type', typ, 'max_retries', mr, 'created_at', now_s, 'version', '1'}
         if tmo ~= '0' then f[#f + 1] = 'timeout_ms'; f[#f + 1] = tmo end
         if retention ~= '' then f[#f + 1] = 'retention_ms'; f[#f + 1] = retention end
-        if lkey ~= '' then f[#f + 1] = 'limit_key'; f[#f + 1] = lkey end
+        if lkey ~= '' then
+          f[#f + 1] = 'limit_key'; f[#f + 1] = lkey
+          if kw then
+            f[#f + 1] = 'kc'; f[#f + 1] = '1'
+            redis.call('HINCRBY', kw, lkey, 1)
+          end
+        end
         if ukey then
           f[#f + 1] = 'unique'; f[#f + 1] = ukey
           f[#f + 1] = 'unique_ttl_ms'; f[#f + 1] = uttl -- for a replay to take the key again

@@ -1,6 +1,7 @@
 -- finish.lua: apply a batch of worker transitions to jobs of one queue.
 -- KEYS[1] stream, KEYS[2] scheduled set, KEYS[3] dead set, KEYS[4] stats hash, KEYS[5] the
 --   queue's watching flag (keys.Queue.Watching), KEYS[5+i] the hash of item i, then the
+--   queue's count of unfinished jobs per limit key (keys.Queue.KeyWaiting), the
 --   queue's logged flag (keys.Queue.Logged), the queue's workflows flag
 --   (keys.Queue.Workflows), the queue's grouped flag
 --   (keys.Queue.Grouped), the index of completed jobs (keys.Queue.Completed), last its count
@@ -64,6 +65,10 @@
 -- In a queue that has had jobs of fair groups (the grouped flag, one EXISTS a call), an outcome
 -- of a job with a group gives back its place in the group's window and moves the group's next
 -- waiting job into the stream (cv_group_out: one HGET a job); other queues read nothing more.
+-- In a queue whose count of unfinished jobs per limit key exists (max_waiting_per_key, one
+-- EXISTS a call: the hash exists exactly while a counted job lives, lua/keywait.lua), the
+-- fence's HMGET asks for the count's mark and the limit key too, and a job that completes or
+-- dies (a poison record too) is taken off its key's count; other queues read nothing more.
 -- A completed job (unless kept only as a tombstone) is added to the index of completed jobs,
 -- all of the call's in one ZADD, scored by when it finished; the index is trimmed to the
 -- default retention (by the batch's latest finish) and the cap, a bounded number of entries a
@@ -90,6 +95,8 @@ local watching = ev and redis.call('EXISTS', KEYS[5]) == 1
 local grouped = redis.call('EXISTS', KEYS[#KEYS - 2]) == 1
 local wfq = redis.call('EXISTS', KEYS[#KEYS - 3]) == 1
 local logged = redis.call('EXISTS', KEYS[#KEYS - 4]) == 1
+local kw = KEYS[#KEYS - 5]
+local keyed = redis.call('EXISTS', kw) == 1
 -- The events of tasks a workflow canceled (cv_wf_end), announced whether watched or not.
 local wfev = {}
 local function event(status_sp, attempt, id)
@@ -122,6 +129,7 @@ for a = 10, #ARGV, stride do
     local f = cv_entry(stream, entry)
     if cur == entry then
       cv_keep_payload(jobkey, f)
+      if keyed then cv_key_out(kw, jobkey) end
       cv_to_dead(jobkey, dead, id, finished, data)
       if grouped then cv_group_out(jobkey, id, stream, string.sub(jobkey, 1, #jobkey - #id), finished) end
       n_failed = n_failed + 1
@@ -143,8 +151,11 @@ for a = 10, #ARGV, stride do
     code = CV_OK
   elseif op == 'start' or op == 'done' or op == 'retry' or op == 'dead' or op == 'snooze' then
     local h
-    -- h[7] 'watched' (when watching)
-    if watching then
+    -- h[7] 'watched' (when watching or keyed), h[8] 'kc' and h[9] 'limit_key' (when keyed)
+    if keyed then
+      h = redis.call('HMGET', jobkey, 'entry', 'status', 'max_retries', 'retention_ms',
+        'version', 'unique', 'watched', 'kc', 'limit_key')
+    elseif watching then
       h = redis.call('HMGET', jobkey, 'entry', 'status', 'max_retries', 'retention_ms',
         'version', 'unique', 'watched')
     else
@@ -185,6 +196,8 @@ for a = 10, #ARGV, stride do
       if h[6] and (op == 'done' or dies) and redis.call('GET', h[6]) == id then
         redis.call('DEL', h[6]) -- the job ends: free its unique key
       end
+      -- The job ends: off its key's count (lua/keywait.lua).
+      if h[8] and h[9] and (op == 'done' or dies) then cv_key_dec(kw, jobkey, h[9]) end
       if wfq and op == 'done' then
         cv_wf_end(jobkey, id, 'C', data, extra, finished, stream, stats, wfev)
       elseif wfq and dies then

@@ -58,6 +58,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -179,6 +180,10 @@ var ErrClosed = errors.New("the queue's partition layout is closed: its partitio
 type Bound struct {
 	// MaxWaiting is the most jobs that may wait in the queue or partition; 0: no bound.
 	MaxWaiting int
+	// MaxWaitingPerKey is the most unfinished jobs of one limit key (NewJob.LimitKey) the
+	// queue or partition may hold; 0: no bound, and enqueue.lua counts nothing per key. A
+	// job at it is refused (script.Full, Created.KeyFull) whatever DropOldest says.
+	MaxWaitingPerKey int
 	// DropOldest cancels the oldest ready job to admit a new one at the bound; false refuses
 	// the new one (script.Full).
 	DropOldest bool
@@ -194,7 +199,7 @@ type Bound struct {
 func enqueueCall(q keys.Queue, now time.Time, jobs []NewJob, bound *Bound) script.Call {
 	ks := make([]string, 0, 6+2*len(jobs))
 	ks = append(ks, q.Stream(), q.Scheduled(), q.Stats(), q.Canceled(), keys.IndexCount(q.Canceled()))
-	args := make([]any, 0, 13+12*len(jobs))
+	args := make([]any, 0, 14+12*len(jobs))
 	chosen := make([]byte, len(jobs))
 	witness := 0
 	// A job with a unique key may be refused (its key held) and so never created; it cannot
@@ -226,6 +231,11 @@ func enqueueCall(q keys.Queue, now time.Time, jobs []NewJob, bound *Bound) scrip
 		args = append(args, bound.MaxWaiting, policy, keys.Group, retentionMS(bound.Retention),
 			bound.MinRetention.Milliseconds(), bound.Events.Command(), q.Events(), indexCap(bound.IndexCap))
 	}
+	if bound == nil || bound.MaxWaitingPerKey <= 0 {
+		args = append(args, "0")
+	} else {
+		args = append(args, bound.MaxWaitingPerKey)
+	}
 	for i := range jobs {
 		j := &jobs[i]
 		uttl, ret := "", ""
@@ -247,13 +257,15 @@ func enqueueCall(q keys.Queue, now time.Time, jobs []NewJob, bound *Bound) scrip
 // with the same type and payload. It is script.Conflict when the id names a job with another
 // type or payload; Differs says which. It is script.UniqueHeld when Holder holds the unique
 // key. It is script.Full when the queue held its bound of waiting jobs (Bound) and the job
-// was not written; Waiting is then how many jobs waited.
+// was not written; Waiting is then how many jobs waited, or, when KeyFull, how many
+// unfinished jobs of the job's limit key there were (Bound.MaxWaitingPerKey).
 type Created struct {
 	Code    script.Code
 	Entry   string
 	Holder  string
 	Differs string
 	Waiting int64
+	KeyFull bool
 }
 
 // enqueueReply reads the reply of an enqueueCall of n jobs.
@@ -280,6 +292,10 @@ func enqueueReply(cmd *redis.Cmd, n int) ([]Created, error) {
 		case script.Conflict:
 			out[k].Differs = data
 		case script.Full:
+			// 'key:' and a count: the job's limit key held its bound (enqueue.lua).
+			if rest, ok := strings.CutPrefix(data, "key:"); ok {
+				out[k].KeyFull, data = true, rest
+			}
 			out[k].Waiting, _ = strconv.ParseInt(data, 10, 64)
 		case script.Exists:
 		default:

@@ -21,7 +21,8 @@
 -- A lost attempt is appended to its job's attempt history (cv_attempt: outcome lost, or failed
 -- when it was the last), with the lost worker and the attempt's start when the worker's start
 -- mark recorded it ('0', unknown, otherwise).
--- A task of a workflow sent to the dead set cancels the tasks waiting for it (cv_wf_end).
+-- A task of a workflow sent to the dead set cancels the tasks waiting for it (cv_wf_end). A job
+-- sent to the dead set is taken off its limit key's count (lua/keywait.lua).
 -- Each job put back (queued) or sent to the dead set (failed) is announced on the events channel,
 -- all of the call's in one message.
 -- Returns {CV_OK, requeued, dead, dropped, skipped, poison, traced}, or {CV_LOCK_LOST} when the
@@ -99,6 +100,8 @@ for a = 8, #ARGV do
           redis.call('HSET', jobkey, 'attempt', n)
           cv_attempt(jobkey, n, consumer, started, now, 'failed', why .. '; no retries left')
           cv_wf_end(jobkey, id, 'F', nil, why .. '; no retries left', now, stream, stats, ev)
+          local kw = cv_keyed(prefix) -- the job ends: off its limit key's count
+          if kw then cv_key_out(kw, jobkey) end
           cv_to_dead(jobkey, dead, id, now, why .. '; no retries left')
           cv_group_out(jobkey, id, stream, prefix, now)
           cv_drop(stream, group, {old})

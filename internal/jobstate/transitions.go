@@ -225,7 +225,7 @@ func indexCap(n int) int {
 // finishCall is one finish.lua call applying ts, which must all be of one queue.
 func finishCall(cfg FinishConfig, ts []Transition) script.Call {
 	q := ts[0].Queue
-	ks := make([]string, 0, 10+len(ts))
+	ks := make([]string, 0, 11+len(ts))
 	ks = append(ks, q.Stream(), q.Scheduled(), q.Dead(), q.Stats(), q.Watching())
 	// The lines' value goes only in a call that has some (finish.lua's ARGV[9], the values an
 	// item): most calls have none, and a value a job costs Redis a string to make and parse.
@@ -261,7 +261,7 @@ func finishCall(cfg FinishConfig, ts []Transition) script.Call {
 			args = append(args, t.Logs)
 		}
 	}
-	ks = append(ks, q.Logged(), q.Workflows(), q.Grouped(), q.Completed(), keys.IndexCount(q.Completed()))
+	ks = append(ks, q.KeyWaiting(), q.Logged(), q.Workflows(), q.Grouped(), q.Completed(), keys.IndexCount(q.Completed()))
 	return script.Call{Script: finishScript, Keys: ks, Args: args}
 }
 

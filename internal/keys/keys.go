@@ -88,6 +88,11 @@ const (
 	FieldDebouncePubs  = "debounce_pubs"
 	// FieldLimitKey is the key a job's per-key limits count it under (pipeline.WithLimitKey).
 	FieldLimitKey = "limit_key"
+	// FieldKeyCounted marks a job counted in its queue's (partition's) count of unfinished jobs
+	// per limit key (Queue.KeyWaiting; max_waiting_per_key, docs/OPERATIONS.md, "Bounded
+	// queues"): "1", set by the publish that counted it, deleted by the transition that ends it
+	// (lua/keywait.lua), so that no job is taken off its key's count twice.
+	FieldKeyCounted = "kc"
 	// FieldLimitSlots names the concurrency slots a running job holds, in jobs admitted before
 	// leases: the queue's limit prefix, then each scope instance, newline-joined. Cancel, release
 	// and recovery still give them back (jobstate/lua/limits.lua: cv_release_slots), so the jobs of an older
@@ -650,6 +655,17 @@ func ValidateGroup(g string) error {
 	}
 	return nil
 }
+
+// KeyWaiting is the queue's (partition's) count of unfinished jobs per limit key, for its
+// max_waiting_per_key (docs/OPERATIONS.md, "Bounded queues"): a hash of field limit key, value
+// the key's jobs published and not yet completed, dead or canceled that enqueue.lua counted
+// (FieldKeyCounted). A field goes when its count reaches 0, so the key exists only while a
+// counted job lives, and one EXISTS tells a script ending jobs whether to look for marks.
+// lua/keywait.lua builds the same name from the job prefix (QueueKeyKeyWait).
+func (q Queue) KeyWaiting() string { return q.base + QueueKeyKeyWait }
+
+// QueueKeyKeyWait is KeyWaiting's name after the queue's base.
+const QueueKeyKeyWait = "keywait"
 
 // Queues is the set of known queue names under prefix.
 func Queues(prefix string) string { return prefix + ":queues" }

@@ -77,16 +77,28 @@ type Defaults struct {
 	// (PerPartition); DropOldest is its full policy drop-oldest, false reject.
 	MaxWaiting int
 	DropOldest bool
+	// MaxWaitingPerKey bounds each limit key's unfinished jobs (0: no bound), applied per
+	// partition like MaxWaiting (PerPartition); it always refuses, whatever DropOldest says.
+	MaxWaitingPerKey int
 }
+
+// Bounded reports whether d bounds the queue at all, as a whole or per limit key.
+func (d Defaults) Bounded() bool { return d.MaxWaiting > 0 || d.MaxWaitingPerKey > 0 }
 
 // PerPartition is the bound of each of n partitions: ceil(MaxWaiting/n). A partition is a
 // slot of its own, which one script cannot count across.
-func (d Defaults) PerPartition(n int) int {
-	if d.MaxWaiting <= 0 || n <= 1 {
-		return d.MaxWaiting
+func (d Defaults) PerPartition(n int) int { return share(d.MaxWaiting, n) }
+
+// share is each of n partitions' share of bound: ceil(bound/n).
+func share(bound, n int) int {
+	if bound <= 0 || n <= 1 {
+		return bound
 	}
-	return (d.MaxWaiting + n - 1) / n
+	return (bound + n - 1) / n
 }
+
+// PerKeyPerPartition is MaxWaitingPerKey's share of each of n partitions: ceil(MaxWaitingPerKey/n).
+func (d Defaults) PerKeyPerPartition(n int) int { return share(d.MaxWaitingPerKey, n) }
 
 // The settings record's fields of the per-queue job defaults and bound.
 const (
@@ -94,6 +106,9 @@ const (
 	FieldTimeout    = "timeout_ms"
 	FieldMaxWaiting = "max_waiting"
 	FieldFullPolicy = "full_policy"
+	// FieldMaxWaitingPerKey bounds each limit key's unfinished jobs (docs/OPERATIONS.md,
+	// "Bounded queues").
+	FieldMaxWaitingPerKey = "max_waiting_per_key"
 )
 
 // The values of FieldFullPolicy; absent is PolicyReject.
@@ -102,7 +117,7 @@ const (
 	PolicyDropOldest = "drop-oldest"
 )
 
-// MaxBound bounds a queue's max_waiting.
+// MaxBound bounds a queue's max_waiting and max_waiting_per_key.
 const MaxBound = 1 << 30
 
 // ParseDefaults reads the defaults from a settings record's fields, at most maxRetries and
@@ -118,6 +133,9 @@ func ParseDefaults(f map[string]string, maxRetries int, maxTimeout time.Duration
 	}
 	if n, err := strconv.Atoi(f[FieldMaxWaiting]); err == nil && n > 0 && n <= MaxBound {
 		d.MaxWaiting = n
+	}
+	if n, err := strconv.Atoi(f[FieldMaxWaitingPerKey]); err == nil && n > 0 && n <= MaxBound {
+		d.MaxWaitingPerKey = n
 	}
 	d.DropOldest = f[FieldFullPolicy] == PolicyDropOldest
 	return d

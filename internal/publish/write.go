@@ -36,18 +36,20 @@ type Settle struct {
 	// sent again. The caller reads there the jobs that existed (script.Exists, UniqueHeld). Its
 	// error ends the publish.
 	Done func() error
-	// Bound is the queue's bound on its waiting jobs, MaxWaiting of the whole queue: each
-	// partition's is its share (Defaults.PerPartition). Nil or a MaxWaiting of 0: none.
+	// Bound is the queue's bound on its waiting jobs, MaxWaiting and MaxWaitingPerKey of the
+	// whole queue: each partition's is its share (Defaults.PerPartition, PerKeyPerPartition).
+	// Nil, or both 0: none.
 	Bound *jobstate.Bound
 }
 
 // partitionBound is s.Bound for each of n partitions, nil when there is none.
 func (s *Settle) partitionBound(n int) *jobstate.Bound {
-	if s.Bound == nil || s.Bound.MaxWaiting <= 0 {
+	if s.Bound == nil || (s.Bound.MaxWaiting <= 0 && s.Bound.MaxWaitingPerKey <= 0) {
 		return nil
 	}
 	b := *s.Bound
-	b.MaxWaiting = Defaults{MaxWaiting: b.MaxWaiting}.PerPartition(n)
+	d := Defaults{MaxWaiting: b.MaxWaiting, MaxWaitingPerKey: b.MaxWaitingPerKey}
+	b.MaxWaiting, b.MaxWaitingPerKey = d.PerPartition(n), d.PerKeyPerPartition(n)
 	return &b
 }
 
@@ -86,7 +88,8 @@ func (p *Publisher) enqueue1(ctx context.Context, js jobstate.Backend, q keys.Qu
 	}
 	var row jobstate.Created
 	var err error
-	if bound != nil {
+	// A plain job has no limit key: only the queue's bound applies to it.
+	if bound != nil && bound.MaxWaiting > 0 {
 		row, err = js.Enqueue1Bounded(ctx, q, now, nj, bound.MaxWaiting)
 	} else {
 		row, err = js.Enqueue1(ctx, q, now, nj)

@@ -31,6 +31,8 @@ type Patch struct {
 	Timeout      *time.Duration
 	MaxWaiting   *int
 	FullPolicy   *string
+	// MaxWaitingPerKey is pipeline.QueuePatch's (publish.FieldMaxWaitingPerKey).
+	MaxWaitingPerKey *int
 }
 
 // Bounds are a patch's limits, and the error its refusals wrap (pipeline.ErrInvalid).
@@ -56,6 +58,8 @@ type patchJSON struct {
 	TimeoutMS    *int64         `json:"timeout_ms"`
 	MaxWaiting   *int           `json:"max_waiting"`
 	FullPolicy   *string        `json:"full_policy"`
+	// MaxWaitingPerKey is max_waiting_per_key.
+	MaxWaitingPerKey *int `json:"max_waiting_per_key"`
 }
 
 // DecodePatch reads a patch's wire form, refusing fields it does not know: a misspelt field
@@ -69,7 +73,7 @@ func DecodePatch(b []byte, bounds Bounds) (Patch, error) {
 	}
 	p := Patch{Paused: w.Paused, Concurrency: w.Concurrency, Partitions: w.Partitions,
 		GroupWindow: w.GroupWindow, GroupWeights: w.GroupWeights, MaxRetries: w.MaxRetries,
-		MaxWaiting: w.MaxWaiting, FullPolicy: w.FullPolicy}
+		MaxWaiting: w.MaxWaiting, FullPolicy: w.FullPolicy, MaxWaitingPerKey: w.MaxWaitingPerKey}
 	if ms := w.TimeoutMS; ms != nil {
 		// Checked before it is a Duration, which a large count of milliseconds would overflow.
 		if *ms < 0 || *ms > bounds.MaxTimeout.Milliseconds() {
@@ -98,6 +102,9 @@ func (p Patch) Validate(b Bounds) error {
 	if p.MaxWaiting != nil && (*p.MaxWaiting < 0 || *p.MaxWaiting > publish.MaxBound) {
 		return b.invalid("max waiting %d outside 0..%d (0 removes the bound)", *p.MaxWaiting, publish.MaxBound)
 	}
+	if p.MaxWaitingPerKey != nil && (*p.MaxWaitingPerKey < 0 || *p.MaxWaitingPerKey > publish.MaxBound) {
+		return b.invalid("max waiting per key %d outside 0..%d (0 removes the bound)", *p.MaxWaitingPerKey, publish.MaxBound)
+	}
 	if p.FullPolicy != nil && *p.FullPolicy != publish.PolicyReject && *p.FullPolicy != publish.PolicyDropOldest {
 		return b.invalid("full policy %q: want %s or %s", *p.FullPolicy, publish.PolicyReject, publish.PolicyDropOldest)
 	}
@@ -122,6 +129,11 @@ func (p Patch) RecordChange() (jobstate.SettingsChange, bool) {
 		c.Set[publish.FieldMaxWaiting] = strconv.Itoa(*n)
 	} else if n != nil {
 		c.Delete = append(c.Delete, publish.FieldMaxWaiting)
+	}
+	if n := p.MaxWaitingPerKey; n != nil && *n > 0 {
+		c.Set[publish.FieldMaxWaitingPerKey] = strconv.Itoa(*n)
+	} else if n != nil {
+		c.Delete = append(c.Delete, publish.FieldMaxWaitingPerKey)
 	}
 	if f := p.FullPolicy; f != nil && *f == publish.PolicyDropOldest {
 		c.Set[publish.FieldFullPolicy] = *f
@@ -153,6 +165,7 @@ type Settings struct {
 	TimeoutMS        int64          `json:"timeout_ms"`
 	MaxWaiting       int            `json:"max_waiting"`
 	FullPolicy       string         `json:"full_policy"`
+	MaxWaitingPerKey int            `json:"max_waiting_per_key"`
 	PauseUnconfirmed []string       `json:"pause_unconfirmed,omitempty"`
 }
 

@@ -16,6 +16,9 @@ local function cv_cancel(c)
   if status == 'completed' or status == 'failed' or status == 'canceled' then return {CV_WRONG_STATE, status} end
   if c.delete and status ~= 'scheduled' and status ~= 'queued' then return {CV_WRONG_STATE, status} end
   local jprefix = string.sub(c.job, 1, #c.job - #c.id)
+  -- The job ends: off its limit key's count (lua/keywait.lua), in a queue that keeps one.
+  local kw = cv_keyed(jprefix)
+  if kw then cv_key_out(kw, c.job) end
   if status == 'scheduled' then
     redis.call('ZREM', c.sched, c.id)
     -- A job waiting for a concurrency slot leaves its wait list now, not when its turn comes:

@@ -17,12 +17,12 @@ import (
 func newQueuesSetCmd(a *app) *cobra.Command {
 	var patch pipeline.QueuePatch
 	var paused bool
-	var concurrency, partitions, window, retries, maxWaiting int
+	var concurrency, partitions, window, retries, maxWaiting, maxPerKey int
 	var policy string
 	var timeout time.Duration
 	var asJSON bool
 	cmd := &cobra.Command{
-		Use:   "set QUEUE [--paused=true|false] [--concurrency N] [--partitions P] [--group-window W] [--max-retries N] [--timeout D] [--max-waiting N] [--full-policy reject|drop-oldest] [--json]",
+		Use:   "set QUEUE [--paused=true|false] [--concurrency N] [--partitions P] [--group-window W] [--max-retries N] [--timeout D] [--max-waiting N] [--full-policy reject|drop-oldest] [--max-waiting-per-key N] [--json]",
 		Short: "Show or change a queue's settings, one record",
 		Long: `Show a queue's settings, or change those the flags name; a flag left out changes nothing.
 The settings are one record in Redis: the pause, the partition count, the limits, the
@@ -36,14 +36,17 @@ own (-1 and 0 remove them); a producer reads them within 5 s. --max-waiting boun
 that wait (not running, not finished; 0 removes the bound; a partitioned queue bounds each
 partition to its share, rounded up) and --full-policy says what a publish at the bound does:
 reject (the default: the publish fails, HTTP 429) or drop-oldest (the oldest ready job is
-canceled). --paused=true waits, like 'pause', up to 5 s for the workers to confirm, and names
+canceled). --max-waiting-per-key bounds the unfinished jobs (waiting or running) of each
+limit key (--limit-key), refusing a publish at it whatever the policy (0 removes it; a
+partitioned queue bounds each partition to its share). --paused=true waits, like 'pause', up to 5 s for the workers to confirm, and names
 those that did not on stderr. With --json it prints the settings as GET
 /v1/queues/QUEUE/settings does.`,
 		Example: `  conveyor queues set emails                        # show
   conveyor queues set emails --paused=true
   conveyor queues set emails --concurrency 10 --group-window 5
   conveyor queues set emails --max-retries 10 --timeout 30s
-  conveyor queues set emails --max-waiting 10000 --full-policy drop-oldest`,
+  conveyor queues set emails --max-waiting 10000 --full-policy drop-oldest
+  conveyor queues set emails --max-waiting-per-key 100`,
 		Args: exactlyOne("queue name"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			queue := args[0]
@@ -71,6 +74,9 @@ those that did not on stderr. With --json it prints the settings as GET
 			}
 			if flags.Changed("max-waiting") {
 				patch.MaxWaiting = &maxWaiting
+			}
+			if flags.Changed("max-waiting-per-key") {
+				patch.MaxWaitingPerKey = &maxPerKey
 			}
 			if flags.Changed("full-policy") {
 				if policy != pipeline.FullReject && policy != pipeline.FullDropOldest {
@@ -109,6 +115,7 @@ those that did not on stderr. With --json it prints the settings as GET
 	f.IntVar(&retries, "max-retries", 0, "the retry count of jobs published without their own; -1 removes it")
 	f.DurationVar(&timeout, "timeout", 0, "the timeout of jobs published without their own; 0 removes it")
 	f.IntVar(&maxWaiting, "max-waiting", 0, "the most jobs that may wait; 0 removes the bound")
+	f.IntVar(&maxPerKey, "max-waiting-per-key", 0, "the most unfinished jobs of one limit key; 0 removes the bound")
 	f.StringVar(&policy, "full-policy", pipeline.FullReject, "what a publish at the bound does: reject or drop-oldest")
 	f.BoolVar(&asJSON, "json", false, "print the settings as JSON")
 	return cmd
@@ -135,6 +142,9 @@ func settingsText(st *pipeline.QueueSettings) string {
 	}
 	if st.MaxWaiting > 0 {
 		fmt.Fprintf(&b, "  max waiting:  %d (%s)\n", st.MaxWaiting, st.FullPolicy)
+	}
+	if st.MaxWaitingPerKey > 0 {
+		fmt.Fprintf(&b, "  max waiting per key: %d (reject)\n", st.MaxWaitingPerKey)
 	}
 	if len(st.Levels) > 0 {
 		fmt.Fprintf(&b, "  levels:       %v\n", st.Levels)

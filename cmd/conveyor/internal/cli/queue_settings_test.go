@@ -40,7 +40,7 @@ func TestQueuesSet(t *testing.T) {
 	require.Equal(t, 0, code, stderr)
 	assert.JSONEq(t, `{"queue":"emails","revision":4,"paused":false,"partitions":1,"group_window":4,"group_weights":{},
 		"levels":[],"max_retries":null,"timeout_ms":0,"max_waiting":0,"full_policy":"reject",
-		"limits":[{"queue":"emails","type":"","per_key":false,"rate":0,"interval_ms":0,"concurrency":3}]}`, stdout)
+		"max_waiting_per_key":0,"limits":[{"queue":"emails","type":"","per_key":false,"rate":0,"interval_ms":0,"concurrency":3}]}`, stdout)
 
 	stdout, stderr, code = run("queues", "set", "emails", "--max-retries", "3", "--timeout", "1m")
 	require.Equal(t, 0, code, stderr)
@@ -68,4 +68,17 @@ func TestQueuesSet(t *testing.T) {
 	stdout, stderr, code = run("queues", "set", "emails", "--max-waiting", "0", "--json")
 	require.Equal(t, 0, code, stderr)
 	assert.Contains(t, stdout, `"max_waiting":0`)
+
+	// The per-key bound, beside it.
+	stdout, stderr, code = run("queues", "set", "emails", "--max-waiting-per-key", "7")
+	require.Equal(t, 0, code, stderr)
+	assert.Contains(t, stdout, "  max waiting per key: 7 (reject)\n")
+	stdout, stderr, code = run("queues", "set", "emails", "--json")
+	require.Equal(t, 0, code, stderr)
+	assert.Contains(t, stdout, `"max_waiting_per_key":7`)
+	_, _, code = run("queues", "set", "emails", "--max-waiting-per-key", "-1")
+	require.Equal(t, 2, code)
+	stdout, stderr, code = run("queues", "set", "emails", "--max-waiting-per-key", "0")
+	require.Equal(t, 0, code, stderr)
+	assert.NotContains(t, stdout, "per key")
 }
