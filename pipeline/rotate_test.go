@@ -561,12 +561,12 @@ func TestRotateKeysCursor(t *testing.T) {
 	values := len(p.payloads)
 
 	// runs goes through everything in runs of at most max values, and sums their counts.
-	runs := func(max int) (sum pipeline.RotateCounts, calls int) {
+	runs := func(batch, max int) (sum pipeline.RotateCounts, calls int) {
 		cursor := ""
 		for {
 			calls++
 			require.Less(t, calls, 10*values, "the runs do not end")
-			rep, err := b.insp.RotateKeys(ctx, "", k21, pipeline.RotateOptions{Batch: 2, Max: max, Cursor: cursor})
+			rep, err := b.insp.RotateKeys(ctx, "", k21, pipeline.RotateOptions{Batch: batch, Max: max, Cursor: cursor})
 			require.NoError(t, err)
 			sum.Resealed += rep.Total.Resealed
 			sum.Sealed += rep.Total.Sealed
@@ -579,13 +579,13 @@ func TestRotateKeysCursor(t *testing.T) {
 			}
 		}
 	}
-	sum, calls := runs(1)
+	sum, calls := runs(1, 1)
 	t.Logf("%d runs: %+v", calls, sum)
 	require.Greater(t, calls, 5, "a bound of one value stops each run at its first batch")
 	require.Equal(t, pipeline.RotateCounts{Resealed: values - 4, Sealed: 4}, sum, "the workflows' tasks were published plain")
 	require.Equal(t, values, checkSealedUnder(t, rdb, k2, p))
 
-	sum, _ = runs(3)
+	sum, _ = runs(2, 3)
 	require.Equal(t, pipeline.RotateCounts{Current: values}, sum, "everything is current, each value counted once")
 	rep, err := b.insp.RotateKeys(ctx, "", k21, pipeline.RotateOptions{})
 	require.NoError(t, err)
