@@ -129,8 +129,9 @@ type RotateReport struct {
 // that moves on meanwhile is skipped, never clobbered, and an interruption loses nothing:
 // running it again goes over what is left, and counts what is done as current at the cost
 // of a read. With opts.Max a run stops early and answers RotateReport.Cursor; a run given that
-// cursor goes on from there, not over what is done. A queued job's entry is replaced by a new one at the back of its stream (stream
-// entries cannot change in place); the entries of one run keep their order among themselves.
+// cursor goes on from there, not over what is done. A queued job's entry is replaced by a new
+// one at the back of its stream (stream entries cannot change in place); the entries of one run
+// keep their order among themselves.
 // Jobs a worker holds are counted Running; their outcome is sealed by the worker. Entries
 // published after the run started are not read: a publisher given k seals them already.
 //
