@@ -153,8 +153,8 @@ func (i *Inspector) RotateKeys(ctx context.Context, queue string, k *keyring.Key
 	if err != nil {
 		return RotateReport{}, err
 	}
-	if at != nil && queue != "" && at.Queue != queue {
-		return RotateReport{}, invalid("the cursor is of a run over queue %q, not %q", at.Queue, queue)
+	if at != nil && (at.All != (queue == "") || queue != "" && at.Queue != queue) {
+		return RotateReport{}, invalid("the cursor is of a run over another queue argument")
 	}
 	var names []string
 	if queue == "" {
@@ -193,7 +193,7 @@ func (i *Inspector) RotateKeys(ctx context.Context, queue string, k *keyring.Key
 		}
 		for listed := false; part < len(qs); part++ {
 			if r.spent() {
-				r.rep.Cursor = nextStep{step, pos}.encode(name, part)
+				r.rep.Cursor = nextStep{step, pos}.encode(queue == "", name, part)
 				return r.report(), nil
 			}
 			if !listed {
@@ -204,7 +204,7 @@ func (i *Inspector) RotateKeys(ctx context.Context, queue string, k *keyring.Key
 				return r.report(), err
 			}
 			if stopped {
-				r.rep.Cursor = next.encode(name, part)
+				r.rep.Cursor = next.encode(queue == "", name, part)
 				return r.report(), nil
 			}
 			step, pos = 0, nil
@@ -216,6 +216,9 @@ func (i *Inspector) RotateKeys(ctx context.Context, queue string, k *keyring.Key
 // rotateCursor is where a run that RotateOptions.Max stopped goes on: a queue, a partition of
 // it, a step of rotator.partition and a place in that step. It travels as base64 of its JSON.
 type rotateCursor struct {
+	// All says the run goes through every queue (RotateKeys' queue ""): its cursor goes on
+	// only such a run.
+	All   bool   `json:"all,omitempty"`
 	Queue string `json:"q"`
 	Part  int    `json:"p"`
 	Step  int    `json:"s"`
@@ -240,8 +243,8 @@ type nextStep struct {
 	pos  *rotatePos
 }
 
-func (n nextStep) encode(queue string, part int) string {
-	c := rotateCursor{Queue: queue, Part: part, Step: n.step}
+func (n nextStep) encode(all bool, queue string, part int) string {
+	c := rotateCursor{All: all, Queue: queue, Part: part, Step: n.step}
 	if n.pos != nil {
 		c.rotatePos = *n.pos
 	}

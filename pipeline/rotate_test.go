@@ -599,6 +599,8 @@ func TestRotateKeysCursor(t *testing.T) {
 	require.NotEmpty(t, rep.Cursor)
 	_, err = b.insp.RotateKeys(ctx, queues[1], k21, pipeline.RotateOptions{Cursor: rep.Cursor})
 	require.ErrorIs(t, err, pipeline.ErrInvalid, "a cursor of another queue's run")
+	_, err = b.insp.RotateKeys(ctx, "", k21, pipeline.RotateOptions{Cursor: rep.Cursor})
+	require.ErrorIs(t, err, pipeline.ErrInvalid, "a cursor of one queue's run, in a run over every queue")
 	_, err = b.insp.RotateKeys(ctx, "", k21, pipeline.RotateOptions{Max: -1})
 	require.ErrorIs(t, err, pipeline.ErrInvalid)
 }
