@@ -26,6 +26,10 @@
 // GET /v1/throughput answers the rates of the dashboard's chart. A job is always
 // Job.MarshalJSON's JSON: the CLI's `status --json` contract.
 //
+// Under encryption at rest (Config.Keys), GET /v1/keys lists the key ids and POST
+// /v1/keys/rotate re-seals what Redis stores under the newest key, one bounded pass a call
+// (pipeline.RotateOptions.Max and Cursor), the PayloadToken's only when one is set.
+//
 // Workflows and batches are published with POST /v1/queues/{queue}/workflows and .../batches.
 // DecodeWorkflow and DecodeBatch read their bodies, and the CLI shares them; each task is a job
 // body. They are read under .../workflows, as pipeline.WorkflowState's JSON.

@@ -30,7 +30,7 @@ const (
 	CodeUnavailable          = "unavailable"            // 503: Redis is unreachable or refusing
 )
 
-// Reasons refine CodeConflict (the error's "reason" field).
+// Reasons refine CodeConflict (the error's "reason" field), and one CodeForbidden.
 const (
 	ReasonIDTaken       = "id_taken"        // the id names a job with another type or payload
 	ReasonNotCancelable = "not_cancelable"  // the job already finished
@@ -42,6 +42,10 @@ const (
 	ReasonTooManySchedules = "too_many_schedules"
 	ReasonNotScheduled     = "not_scheduled" // run now of a job that is not scheduled (or waits for a limit's slot)
 	ReasonNotDeletable     = "not_deletable" // delete of a job that is not scheduled or queued
+	ReasonNoKeys           = "no_keys"       // key rotation on a server without keys (Config.Keys)
+	// ReasonPayloadTokenRequired refines a 403 (CodeForbidden): key rotation reads the
+	// plaintext, so where a PayloadToken is configured it needs it.
+	ReasonPayloadTokenRequired = "payload_token_required"
 )
 
 // apiError is an error with the status and body it is answered with.

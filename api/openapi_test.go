@@ -118,6 +118,7 @@ func TestOpenAPI(t *testing.T) {
 		"POST /v1/schedules":                 `{"name":"nightly","spec":"0 0 3 * * *","type":"echo"}`,
 		"POST /v1/queues/{queue}/workflows":  `{"tasks":[{"name":"a","type":"echo"},{"name":"b","type":"echo","after":["a"]}]}`,
 		"POST /v1/queues/{queue}/batches":    `{"jobs":[{"type":"echo"}],"callback":{"type":"echo"}}`,
+		"POST /v1/keys/rotate":               `{"max":100}`,
 	}
 	require.NoError(t, e.insp.CreateSchedule(t.Context(), pipeline.Periodic{Name: "nightly", Spec: "@daily", Queue: e.queue, Type: "echo"}))
 	// Whole-queue deletions last, so that the others still find their jobs; the limit's
@@ -193,6 +194,7 @@ func TestEveryAuthedRouteNeedsToken(t *testing.T) {
 		"POST /v1/schedules":                 `{"name":"nightly","spec":"0 0 3 * * *","type":"echo"}`,
 		"POST /v1/queues/{queue}/workflows":  `{"tasks":[{"name":"a","type":"echo"},{"name":"b","type":"echo","after":["a"]}]}`,
 		"POST /v1/queues/{queue}/batches":    `{"jobs":[{"type":"echo"}],"callback":{"type":"echo"}}`,
+		"POST /v1/keys/rotate":               `{"max":100}`,
 	}
 	authed := 0
 	for path, item := range doc.Paths {

@@ -161,6 +161,8 @@ func (s *Server) table() []route {
 		{"GET", "/v1/queues/{queue}/workflows", authed, s.listWorkflows},
 		{"GET", "/v1/queues/{queue}/workflows/{id}", authed, s.getWorkflow},
 		{"POST", "/v1/queues/{queue}/batches", authed, s.publishBatch},
+		{"GET", "/v1/keys", authed, s.listKeys},
+		{"POST", "/v1/keys/rotate", authed, s.rotateKeys},
 	}
 	if s.cfg.Metrics != nil {
 		rs = append(rs, route{"GET", "/metrics", authed, func(w http.ResponseWriter, r *http.Request) error {

@@ -2,6 +2,8 @@ package pipeline
 
 import (
 	"context"
+	"encoding/base64"
+	"encoding/json"
 	"errors"
 	"slices"
 	"strconv"
@@ -41,6 +43,13 @@ type RotateOptions struct {
 	// Batch is how many jobs one round trip reads, and one script call re-seals. Defaults to
 	// DefaultRotateBatch; at most MaxRotateBatch.
 	Batch int
+	// Max, when positive, bounds the values one call examines: the run stops at the first
+	// batch's end at or past Max values (so it may examine up to a batch more) and answers
+	// RotateReport.Cursor to go on from. Zero goes through everything in one call.
+	Max int
+	// Cursor is a RotateReport.Cursor of an earlier run over the same queue argument: the run
+	// goes on where that one stopped. Empty starts at the beginning.
+	Cursor string
 }
 
 // RotateCounts counts what a rotation found in one place. Each stored value (a payload, a
@@ -100,6 +109,11 @@ type RotateReport struct {
 	Places map[string]*RotateCounts `json:"places"`
 	// Total sums Places.
 	Total RotateCounts `json:"total"`
+	// Cursor is set when RotateOptions.Max stopped the run before the end: pass it as
+	// RotateOptions.Cursor to go on. The counts of the runs add up to those of one run
+	// through everything (on a store nothing else writes). Empty: the run went through
+	// everything.
+	Cursor string `json:"cursor,omitempty"`
 }
 
 // RotateKeys re-seals the payloads and results stored in queue ("" for every known queue)
@@ -114,8 +128,10 @@ type RotateReport struct {
 // partition that replaces a value only while it is still the one read (reseal.lua). So a job
 // that moves on meanwhile is skipped, never clobbered, and an interruption loses nothing:
 // running it again goes over what is left, and counts what is done as current at the cost
-// of a read. A queued job's entry is replaced by a new one at the back of its stream (stream
-// entries cannot change in place); the entries of one run keep their order among themselves.
+// of a read. With opts.Max a run stops early and answers RotateReport.Cursor; a run given that
+// cursor goes on from there, not over what is done. A queued job's entry is replaced by a new
+// one at the back of its stream (stream entries cannot change in place); the entries of one run
+// keep their order among themselves.
 // Jobs a worker holds are counted Running; their outcome is sealed by the worker. Entries
 // published after the run started are not read: a publisher given k seals them already.
 //
@@ -130,9 +146,18 @@ func (i *Inspector) RotateKeys(ctx context.Context, queue string, k *keyring.Key
 	case opts.Batch < 0 || opts.Batch > MaxRotateBatch:
 		return RotateReport{}, invalid("batch %d is outside 1..%d", opts.Batch, MaxRotateBatch)
 	}
+	if opts.Max < 0 {
+		return RotateReport{}, invalid("max %d is negative", opts.Max)
+	}
+	at, err := parseRotateCursor(opts.Cursor)
+	if err != nil {
+		return RotateReport{}, err
+	}
+	if at != nil && (at.All != (queue == "") || queue != "" && at.Queue != queue) {
+		return RotateReport{}, invalid("the cursor is of a run over another queue argument")
+	}
 	var names []string
 	if queue == "" {
-		var err error
 		if names, err = i.QueueNames(ctx); err != nil {
 			return RotateReport{}, err
 		}
@@ -145,7 +170,14 @@ func (i *Inspector) RotateKeys(ctx context.Context, queue string, k *keyring.Key
 		}
 		names = []string{queue}
 	}
-	r := &rotator{s: i.store, k: k, n: opts.Batch, rep: RotateReport{Key: k.Newest(), Queues: names, Places: map[string]*RotateCounts{}}}
+	if at != nil { // the queues before the cursor's are done; a queue deleted since is skipped
+		names = slices.DeleteFunc(names, func(n string) bool { return n < at.Queue })
+		if len(names) > 0 && names[0] != at.Queue {
+			at = nil
+		}
+	}
+	r := &rotator{s: i.store, k: k, n: opts.Batch, max: opts.Max,
+		rep: RotateReport{Key: k.Newest(), Queues: []string{}, Places: map[string]*RotateCounts{}}}
 	for _, p := range []string{RotateScheduled, RotateQueued, RotateWaiting, RotateDead, RotateCompleted, RotateCanceled, RotateWorkflowResults, RotateLogs} {
 		r.rep.Places[p] = &RotateCounts{}
 	}
@@ -154,13 +186,86 @@ func (i *Inspector) RotateKeys(ctx context.Context, queue string, k *keyring.Key
 		if err != nil {
 			return r.report(), err
 		}
-		for _, q := range qs {
-			if err := r.partition(ctx, q); err != nil {
+		part, step, pos := 0, 0, (*rotatePos)(nil)
+		if at != nil {
+			part, step, pos = at.Part, at.Step, &at.rotatePos
+			at = nil
+		}
+		for listed := false; part < len(qs); part++ {
+			if r.spent() {
+				r.rep.Cursor = nextStep{step, pos}.encode(queue == "", name, part)
+				return r.report(), nil
+			}
+			if !listed {
+				r.rep.Queues, listed = append(r.rep.Queues, name), true
+			}
+			next, stopped, err := r.partition(ctx, qs[part], step, pos)
+			if err != nil {
 				return r.report(), err
 			}
+			if stopped {
+				r.rep.Cursor = next.encode(queue == "", name, part)
+				return r.report(), nil
+			}
+			step, pos = 0, nil
 		}
 	}
 	return r.report(), nil
+}
+
+// rotateCursor is where a run that RotateOptions.Max stopped goes on: a queue, a partition of
+// it, a step of rotator.partition and a place in that step. It travels as base64 of its JSON.
+type rotateCursor struct {
+	// All says the run goes through every queue (RotateKeys' queue ""): its cursor goes on
+	// only such a run.
+	All   bool   `json:"all,omitempty"`
+	Queue string `json:"q"`
+	Part  int    `json:"p"`
+	Step  int    `json:"s"`
+	rotatePos
+}
+
+// rotatePos is a place within a step: the last member read of a sorted set, a wait list and
+// how many of its ids were read, or a stream's last entry read and its last entry when the
+// step began (the entries re-sealed are added after it).
+type rotatePos struct {
+	Score  int64  `json:"sc,omitempty"`
+	Member string `json:"m,omitempty"`
+	List   string `json:"l,omitempty"`
+	Skip   int    `json:"k,omitempty"`
+	After  string `json:"a,omitempty"`
+	Last   string `json:"z,omitempty"`
+}
+
+// nextStep is the position that starts step step: no place within it yet.
+type nextStep struct {
+	step int
+	pos  *rotatePos
+}
+
+func (n nextStep) encode(all bool, queue string, part int) string {
+	c := rotateCursor{All: all, Queue: queue, Part: part, Step: n.step}
+	if n.pos != nil {
+		c.rotatePos = *n.pos
+	}
+	b, _ := json.Marshal(c) // strings and ints only: it always marshals
+	return base64.RawURLEncoding.EncodeToString(b)
+}
+
+// parseRotateCursor reads a RotateReport.Cursor; nil for "".
+func parseRotateCursor(s string) (*rotateCursor, error) {
+	if s == "" {
+		return nil, nil
+	}
+	b, err := base64.RawURLEncoding.DecodeString(s)
+	var c rotateCursor
+	if err == nil {
+		err = json.Unmarshal(b, &c)
+	}
+	if err != nil || c.Queue == "" || c.Part < 0 || c.Step < 0 || c.Skip < 0 {
+		return nil, invalid("the cursor %q is not one a rotation answered", s)
+	}
+	return &c, nil
 }
 
 // rotator is one RotateKeys run: its keyring, batch size, counts, and the items of the batch
@@ -171,7 +276,13 @@ type rotator struct {
 	n       int
 	rep     RotateReport
 	pending []rotateItem
+	// max bounds the values examined (RotateOptions.Max; 0: no bound), seen counts them.
+	max, seen int
 }
+
+// spent reports whether the run has examined its RotateOptions.Max values: it stops at the
+// next batch's end.
+func (r *rotator) spent() bool { return r.max > 0 && r.seen >= r.max }
 
 type rotateItem struct {
 	it    jobstate.ResealItem
@@ -211,6 +322,7 @@ func (r *rotator) reseal(place string, kind keyring.Kind, jobID string, stored [
 	if len(stored) == 0 || jobID == "" {
 		return nil, false
 	}
+	r.seen++
 	c := r.rep.Places[place]
 	out, changed, err := r.k.Reseal(kind, jobID, stored)
 	if err != nil {
@@ -262,45 +374,63 @@ func (r *rotator) flush(ctx context.Context, q keys.Queue) error {
 	return nil
 }
 
-// partition goes through every place of partition q.
-func (r *rotator) partition(ctx context.Context, q keys.Queue) error {
-	for _, set := range []struct{ key, place string }{
-		{q.Scheduled(), RotateScheduled}, {q.WorkflowWaiting(), RotateWaiting}, {q.Dead(), RotateDead},
-	} {
-		if err := r.set(ctx, q, set.key, set.place, false); err != nil {
-			return err
-		}
-	}
-	for _, set := range []struct{ key, place string }{{q.Completed(), RotateCompleted}, {q.Canceled(), RotateCanceled}} {
-		if err := r.set(ctx, q, set.key, set.place, true); err != nil {
-			return err
-		}
-	}
-	if err := r.waitLists(ctx, q, q.LimitWaiters(), q.LimitWaiting(""), RotateScheduled); err != nil {
-		return err
-	}
-	if err := r.waitLists(ctx, q, q.GroupsWaiting(), q.GroupWaiting(""), RotateQueued); err != nil {
-		return err
-	}
-	if err := r.workflows(ctx, q); err != nil {
-		return err
+// partition goes through every place of partition q, from step step at pos (nil: its start).
+// It stops when the run is spent (rotator.spent), at a batch's end, and answers where to go on.
+func (r *rotator) partition(ctx context.Context, q keys.Queue, step int, pos *rotatePos) (next nextStep, stopped bool, err error) {
+	steps := []func(context.Context, keys.Queue, *rotatePos) (*rotatePos, error){
+		func(ctx context.Context, q keys.Queue, at *rotatePos) (*rotatePos, error) {
+			return r.set(ctx, q, q.Scheduled(), RotateScheduled, false, at)
+		},
+		func(ctx context.Context, q keys.Queue, at *rotatePos) (*rotatePos, error) {
+			return r.set(ctx, q, q.WorkflowWaiting(), RotateWaiting, false, at)
+		},
+		func(ctx context.Context, q keys.Queue, at *rotatePos) (*rotatePos, error) {
+			return r.set(ctx, q, q.Dead(), RotateDead, false, at)
+		},
+		func(ctx context.Context, q keys.Queue, at *rotatePos) (*rotatePos, error) {
+			return r.set(ctx, q, q.Completed(), RotateCompleted, true, at)
+		},
+		func(ctx context.Context, q keys.Queue, at *rotatePos) (*rotatePos, error) {
+			return r.set(ctx, q, q.Canceled(), RotateCanceled, true, at)
+		},
+		func(ctx context.Context, q keys.Queue, at *rotatePos) (*rotatePos, error) {
+			return r.waitLists(ctx, q, q.LimitWaiters(), q.LimitWaiting(""), RotateScheduled, at)
+		},
+		func(ctx context.Context, q keys.Queue, at *rotatePos) (*rotatePos, error) {
+			return r.waitLists(ctx, q, q.GroupsWaiting(), q.GroupWaiting(""), RotateQueued, at)
+		},
+		r.workflows,
 	}
 	for l := keys.MinPriority; l <= keys.MaxPriority; l++ {
-		if err := r.stream(ctx, q, q.LevelStream(l)); err != nil {
-			return err
-		}
+		steps = append(steps, func(ctx context.Context, q keys.Queue, at *rotatePos) (*rotatePos, error) {
+			return r.stream(ctx, q, q.LevelStream(l), at)
+		})
 	}
-	return nil
+	for ; step < len(steps); step++ {
+		if pos == nil && r.spent() {
+			return nextStep{step: step}, true, nil
+		}
+		at, err := steps[step](ctx, q, pos)
+		if err != nil || at != nil {
+			return nextStep{step, at}, at != nil, err
+		}
+		pos = nil
+	}
+	return nextStep{}, false, nil
 }
 
-// set goes through the ids of the sorted set key, by score; chunks when its members are
-// chunks of space-separated ids (the indexes of finished jobs).
-func (r *rotator) set(ctx context.Context, q keys.Queue, key, place string, chunks bool) error {
+// set goes through the ids of the sorted set key, by score, from after at (nil: the start);
+// chunks when its members are chunks of space-separated ids (the indexes of finished jobs).
+// It answers where to go on when the run is spent before the set's end.
+func (r *rotator) set(ctx context.Context, q keys.Queue, key, place string, chunks bool, at *rotatePos) (*rotatePos, error) {
 	var after *jobstate.SetItem
+	if at != nil {
+		after = &jobstate.SetItem{Member: at.Member, Score: at.Score}
+	}
 	for {
 		page, err := r.s.SetPage(ctx, key, false, after, r.n)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		var ids []string
 		for _, it := range page {
@@ -314,37 +444,47 @@ func (r *rotator) set(ctx context.Context, q keys.Queue, key, place string, chun
 			b := ids[:min(r.n, len(ids))]
 			ids = ids[len(b):]
 			if err := r.jobs(ctx, q, b, place); err != nil {
-				return err
+				return nil, err
 			}
 		}
 		if len(page) < r.n {
-			return nil
+			return nil, nil
 		}
 		last := page[len(page)-1]
 		after = &last
+		if r.spent() {
+			return &rotatePos{Score: last.Score, Member: last.Member}, nil
+		}
 	}
 }
 
-// waitLists goes through the wait lists named by the members of set, each at prefix + member.
-func (r *rotator) waitLists(ctx context.Context, q keys.Queue, set, prefix, place string) error {
+// waitLists goes through the wait lists named by the members of set, each at prefix + member,
+// from at (nil: the start). It answers where to go on when the run is spent before the end.
+func (r *rotator) waitLists(ctx context.Context, q keys.Queue, set, prefix, place string, at *rotatePos) (*rotatePos, error) {
 	from, skip := "", 0
+	if at != nil {
+		from, skip = at.List, at.Skip
+	}
 	for {
 		items, err := r.s.WaitListPage(ctx, set, prefix, from, skip, r.n)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		ids := make([]string, len(items))
 		for k, it := range items {
 			ids[k] = it.ID
 		}
 		if err := r.jobs(ctx, q, ids, place); err != nil {
-			return err
+			return nil, err
 		}
 		if len(items) < r.n {
-			return nil
+			return nil, nil
 		}
 		last := items[len(items)-1]
 		from, skip = last.List, last.Pos+1
+		if r.spent() {
+			return &rotatePos{List: from, Skip: skip}, nil
+		}
 	}
 }
 
@@ -379,13 +519,18 @@ func (r *rotator) jobs(ctx context.Context, q keys.Queue, ids []string, place st
 	return r.flush(ctx, q)
 }
 
-// workflows goes through the task results kept in the hashes of q's workflows and batches.
-func (r *rotator) workflows(ctx context.Context, q keys.Queue) error {
+// workflows goes through the task results kept in the hashes of q's workflows and batches,
+// from after at (nil: the start). It answers where to go on when the run is spent before the
+// end.
+func (r *rotator) workflows(ctx context.Context, q keys.Queue, at *rotatePos) (*rotatePos, error) {
 	var after *jobstate.SetItem
+	if at != nil {
+		after = &jobstate.SetItem{Member: at.Member, Score: at.Score}
+	}
 	for {
 		page, err := r.s.SetPage(ctx, q.WorkflowIndex(), false, after, workflowsPage)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		ids := make([]string, len(page))
 		for k, it := range page {
@@ -393,25 +538,28 @@ func (r *rotator) workflows(ctx context.Context, q keys.Queue) error {
 		}
 		res, err := r.s.ReadTaskResults(ctx, q, ids)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		for _, t := range res {
 			r.consider(RotateWorkflowResults, keyring.Result, t.JobID, t.Result,
 				jobstate.ResealItem{Place: jobstate.InWorkflow, Key: t.Key, Name: t.Field})
 			if len(r.pending) >= r.n {
 				if err := r.flush(ctx, q); err != nil {
-					return err
+					return nil, err
 				}
 			}
 		}
 		if err := r.flush(ctx, q); err != nil {
-			return err
+			return nil, err
 		}
 		if len(page) < workflowsPage {
-			return nil
+			return nil, nil
 		}
 		last := page[len(page)-1]
 		after = &last
+		if r.spent() {
+			return &rotatePos{Score: last.Score, Member: last.Member}, nil
+		}
 	}
 }
 
@@ -419,25 +567,30 @@ func (r *rotator) workflows(ctx context.Context, q keys.Queue) error {
 // line of its document for each of its jobs.
 const workflowsPage = 10
 
-// stream goes through the entries stream holds when the pass starts. Entries a worker has read
-// are counted Running without a write; the others are replaced at the back of the stream, so
-// the pass stops at the last entry it saw first.
-func (r *rotator) stream(ctx context.Context, q keys.Queue, stream string) error {
+// stream goes through the entries stream holds when the pass starts (when a run resumes, at:
+// the pass's start and its last entry read). Entries a worker has read are counted Running
+// without a write; the others are replaced at the back of the stream, so the pass stops at the
+// last entry it saw first. It answers where to go on when the run is spent before the end.
+func (r *rotator) stream(ctx context.Context, q keys.Queue, stream string, at *rotatePos) (*rotatePos, error) {
 	span, err := r.s.ReadSpan(ctx, stream)
 	if err != nil || span.Empty {
-		return err
+		return nil, err
+	}
+	after := ""
+	if at != nil && at.Last != "" {
+		after, span.Last = at.After, at.Last
 	}
 	c := r.rep.Places[RotateQueued]
-	after := ""
 	for {
 		es, err := r.s.ReadEntries(ctx, stream, after, span.Last, r.n)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		for _, e := range es {
 			if !entryAfter(e.ID, span.Delivered) {
 				if len(e.Payload) > 0 {
 					c.Running++
+					r.seen++
 				}
 				continue
 			}
@@ -445,12 +598,15 @@ func (r *rotator) stream(ctx context.Context, q keys.Queue, stream string) error
 				jobstate.ResealItem{Place: jobstate.InEntry, Key: q.Job(e.JobID), Name: e.ID})
 		}
 		if err := r.flush(ctx, q); err != nil {
-			return err
+			return nil, err
 		}
 		if len(es) < r.n {
-			return nil
+			return nil, nil
 		}
 		after = es[len(es)-1].ID
+		if r.spent() {
+			return &rotatePos{After: after, Last: span.Last}, nil
+		}
 	}
 }
 

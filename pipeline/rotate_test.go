@@ -512,3 +512,95 @@ func TestRotateKeysResumes(t *testing.T) {
 	require.Equal(t, 10, rep.Total.Current)
 	require.Equal(t, n, checkSealedUnder(t, rdb, k2, p))
 }
+
+// TestRotateKeysCursor: runs bounded by RotateOptions.Max, each going on from the last one's
+// cursor, go through every value exactly once: their counts add up to those of one run
+// through everything (each value re-sealed once, none counted current, none twice), over two
+// queues of three partitions and every place a queue with no worker keeps values in (the
+// scheduled set, two priority levels of the stream, a fair group's list, a waiting workflow
+// task, the canceled index). Once all is current, bounded runs count each value current
+// once: the entries a run adds at a stream's back are not read again.
+func TestRotateKeysCursor(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	rdb := redistest.Start(t).Client(t)
+	k1, k21, k2 := rotateKeys(t)
+	b := setup(t, setupOpts{rdb: rdb})
+	p := &plainOf{payloads: map[string]string{}, results: map[string]string{}}
+	n := 0
+	queues := []string{b.queue + "-a", b.queue + "-b"}
+	for _, queue := range queues {
+		_, err := b.insp.CreateQueue(ctx, queue, pipeline.QueueOptions{Partitions: 3})
+		require.NoError(t, err)
+		require.NoError(t, b.insp.SetGroups(ctx, queue, pipeline.GroupChange{Window: 1}))
+		publish := func(plain string, opts ...pipeline.Option) string {
+			n++
+			id := fmt.Sprintf("job-%d", n)
+			_, err := b.client.Enqueue(ctx, queue, pipeline.Task{Type: "t", Payload: k1.Seal(keyring.Payload, id, []byte(plain))},
+				append(opts, pipeline.WithID(id))...)
+			require.NoError(t, err)
+			p.set(p.payloads, id, plain)
+			return id
+		}
+		for i := range 4 {
+			publish(fmt.Sprintf("queued %d", i))
+			publish(fmt.Sprintf("queued at 3, %d", i), pipeline.WithPriority(3))
+			publish(fmt.Sprintf("scheduled %d", i), pipeline.WithDelay(time.Hour))
+			publish(fmt.Sprintf("grouped %d", i), pipeline.WithGroup("g"))
+		}
+		require.NoError(t, b.insp.Cancel(ctx, queue, publish("canceled", pipeline.WithDelay(time.Hour))))
+		wf, err := b.client.Workflow(ctx, queue, pipeline.Workflow{Tasks: []pipeline.WorkflowTask{
+			{Name: "a", Task: pipeline.Task{Type: "t", Payload: []byte("first")}},
+			{Name: "b", Task: pipeline.Task{Type: "t", Payload: []byte("waits")}, After: []string{"a"}},
+		}})
+		require.NoError(t, err)
+		for _, task := range wf.Tasks {
+			p.set(p.payloads, task.JobID, map[string]string{"a": "first", "b": "waits"}[task.Name])
+		}
+	}
+	values := len(p.payloads)
+
+	// runs goes through everything in runs of at most max values, and sums their counts.
+	runs := func(batch, max int) (sum pipeline.RotateCounts, calls int) {
+		cursor := ""
+		for {
+			calls++
+			require.Less(t, calls, 10*values, "the runs do not end")
+			rep, err := b.insp.RotateKeys(ctx, "", k21, pipeline.RotateOptions{Batch: batch, Max: max, Cursor: cursor})
+			require.NoError(t, err)
+			sum.Resealed += rep.Total.Resealed
+			sum.Sealed += rep.Total.Sealed
+			sum.Current += rep.Total.Current
+			sum.MovedOn += rep.Total.MovedOn
+			sum.Running += rep.Total.Running
+			sum.Failed += rep.Total.Failed
+			if cursor = rep.Cursor; cursor == "" {
+				return sum, calls
+			}
+		}
+	}
+	sum, calls := runs(1, 1)
+	t.Logf("%d runs: %+v", calls, sum)
+	require.Greater(t, calls, 5, "a bound of one value stops each run at its first batch")
+	require.Equal(t, pipeline.RotateCounts{Resealed: values - 4, Sealed: 4}, sum, "the workflows' tasks were published plain")
+	require.Equal(t, values, checkSealedUnder(t, rdb, k2, p))
+
+	sum, _ = runs(2, 3)
+	require.Equal(t, pipeline.RotateCounts{Current: values}, sum, "everything is current, each value counted once")
+	rep, err := b.insp.RotateKeys(ctx, "", k21, pipeline.RotateOptions{})
+	require.NoError(t, err)
+	require.Empty(t, rep.Cursor, "no bound: one run through everything")
+	require.Equal(t, values, rep.Total.Current)
+
+	_, err = b.insp.RotateKeys(ctx, "", k21, pipeline.RotateOptions{Cursor: "not a cursor"})
+	require.ErrorIs(t, err, pipeline.ErrInvalid)
+	rep, err = b.insp.RotateKeys(ctx, queues[0], k21, pipeline.RotateOptions{Max: 1})
+	require.NoError(t, err)
+	require.NotEmpty(t, rep.Cursor)
+	_, err = b.insp.RotateKeys(ctx, queues[1], k21, pipeline.RotateOptions{Cursor: rep.Cursor})
+	require.ErrorIs(t, err, pipeline.ErrInvalid, "a cursor of another queue's run")
+	_, err = b.insp.RotateKeys(ctx, "", k21, pipeline.RotateOptions{Cursor: rep.Cursor})
+	require.ErrorIs(t, err, pipeline.ErrInvalid, "a cursor of one queue's run, in a run over every queue")
+	_, err = b.insp.RotateKeys(ctx, "", k21, pipeline.RotateOptions{Max: -1})
+	require.ErrorIs(t, err, pipeline.ErrInvalid)
+}

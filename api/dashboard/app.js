@@ -1639,7 +1639,9 @@
   }
 
   // logsCard: the lines the job's handler logged (Job.Logger, Job.Logf), an attempt at a time,
-  // beside the attempts (GET .../jobs/{id}/logs). It loads after the page, and again only when
+  // beside the attempts (GET .../jobs/{id}/logs). An attempt's lines still sealed (its
+  // "encrypted" field: this token may not see them) are their placeholder under a lock, as a
+  // sealed payload is. It loads after the page, and again only when
   // the job's status or attempt changed: a progress event re-renders the page, and the lines
   // only change with an attempt's outcome. '' for a job that never started.
   let logsSeen = null; // { key, logs } of the last job page, the only one cached
@@ -1657,7 +1659,10 @@
       body.replaceChildren(...logs.map((a) => h('div', { class: 'log-attempt', data: { attempt: String(a.attempt), outcome: a.outcome } },
         h('h3', {}, 'Attempt ' + fmtInt(a.attempt) + ' · ' + (outcome[a.outcome] || a.outcome) + ' · ', timeEl(a.ended_at, true)),
         num(a.cut) ? h('p', { class: 'muted small log-cut' }, fmtInt(a.cut) + ' earlier lines cut (an attempt keeps its last 200 lines or 32 KiB).') : null,
-        h('pre', { class: 'code log-lines' }, (a.lines || []).map(logLine).join('\n')))));
+        a.encrypted
+          ? h('div', { class: 'sealed' }, h('p', { class: 'muted small' }, '\u{1F512} Encrypted at rest (the payload token shows it)'),
+            h('pre', { class: 'code log-lines' }, (a.lines || []).join('\n')))
+          : h('pre', { class: 'code log-lines' }, (a.lines || []).map(logLine).join('\n')))));
     };
     if (logsSeen && logsSeen.key === key) {
       fill(logsSeen.logs);
@@ -1816,9 +1821,95 @@
         h('p', { class: 'muted small' }, 'MEMORY USAGE of each queue\'s streams, scheduled and dead sets (Redis samples 5 elements of each, so a big queue costs what a small one does), and an estimate of its job records: its jobs times the mean size of a few records. Finished records kept for their retention are not counted.'),
         queues),
       h('section', { class: 'card', 'aria-labelledby': 'rd-h' }, h('h2', { id: 'rd-h' }, 'Doctor'),
-        h('p', { class: 'muted small' }, 'What conveyor doctor finds: is this Redis set up to keep jobs safe?'), findings));
+        h('p', { class: 'muted small' }, 'What conveyor doctor finds: is this Redis set up to keep jobs safe?'), findings),
+      keysCard());
     load();
     return {};
+  }
+
+  // keysCard: the keys of encryption at rest (GET /v1/keys), their ids only, the sealing one
+  // first, and a button that re-seals what Redis stores under it (POST /v1/keys/rotate): one
+  // bounded pass a call, called again with the answer's cursor until done, showing the values
+  // re-sealed so far, then the report. Leaving the page stops it: every write is a
+  // compare-and-set and current values are skipped, so running it again finishes the job.
+  function keysCard() {
+    const g = gen;
+    const body = h('div', { class: 'keys-body' }, h('p', { class: 'loading muted small' }, 'Loading…'));
+    api('GET', 'keys').then((k) => { if (live(g)) renderKeys(body, k, g); },
+      (e) => { if (live(g)) body.replaceChildren(errorBox('Could not read the keys', e)); });
+    return h('section', { class: 'card keys', 'aria-labelledby': 'rk-h' }, h('h2', { id: 'rk-h' }, 'Keys'),
+      h('p', { class: 'muted small' }, 'Encryption at rest (conveyor serve --keys): the ids of the server\'s keys in its key file\'s order. The first seals what is published; the others only open what they sealed.'),
+      body);
+  }
+
+  // ROTATE_MAX is the values a call examines: a second or so of Redis's time, so the progress moves.
+  const ROTATE_MAX = 1000;
+  const ROTATE_PLACES = ['scheduled', 'queued', 'waiting', 'dead', 'completed', 'canceled', 'workflow_results', 'logs'];
+  const ROTATE_COUNTS = [['resealed', 'Re-sealed'], ['sealed', 'Sealed (were plain)'], ['current', 'Current'], ['moved_on', 'Moved on'],
+    ['running', 'Running'], ['gone', 'Gone'], ['failed', 'Failed']];
+
+  function renderKeys(body, k, g) {
+    const ids = k.keys || [];
+    if (ids.length === 0) {
+      body.replaceChildren(h('p', {}, 'This server has no keys: payloads, results and log lines are stored as sent.'),
+        h('p', {}, h('button', { type: 'button', class: 'rotate', disabled: true }, 'Re-seal')),
+        h('p', { class: 'muted small rotate-why' }, 'Re-sealing needs keys: start the server with conveyor serve --keys FILE.'));
+      return;
+    }
+    const sealing = k.sealing || ids[0];
+    const status = h('div', { class: 'rotate-status', 'aria-live': 'polite' });
+    const actions = h('p', { class: 'rotate-actions' });
+    const button = h('button', { type: 'button', class: 'rotate', disabled: !k.can_rotate }, 'Re-seal with key ' + sealing);
+    actions.replaceChildren(button);
+    const run = async () => {
+      if (!await confirmInline(actions, 'Re-seal every payload, result and log line Redis stores under key ' + sealing + '?', 'Re-seal')) return;
+      button.disabled = true;
+      const sum = {};
+      const places = {};
+      let cursor = '', calls = 0, r = null;
+      const show = (text) => status.replaceChildren(h('p', { class: 'rotate-progress' }, text));
+      show('Re-sealing…');
+      try {
+        do {
+          r = await api('POST', 'keys/rotate', cursor ? { max: ROTATE_MAX, cursor } : { max: ROTATE_MAX });
+          calls++;
+          for (const [c] of ROTATE_COUNTS) sum[c] = (sum[c] || 0) + num(r.total && r.total[c]);
+          for (const [p, counts] of Object.entries(r.places || {})) {
+            places[p] = places[p] || {};
+            for (const [c] of ROTATE_COUNTS) places[p][c] = (places[p][c] || 0) + num(counts[c]);
+          }
+          cursor = r.cursor || '';
+          if (!live(g)) return; // the page is gone: running it again goes on
+          show('Re-sealed ' + fmtInt(sum.resealed + sum.sealed) + ' values so far' + (r.done ? '.' : '…'));
+        } while (!r.done);
+      } catch (e) {
+        if (live(g)) status.replaceChildren(errorBox('Re-sealing stopped (run it again to go on)', e),
+          h('p', { class: 'rotate-progress' }, 'Re-sealed ' + fmtInt((sum.resealed || 0) + (sum.sealed || 0)) + ' values before it stopped.'));
+        button.disabled = !k.can_rotate;
+        return;
+      }
+      const left = sum.moved_on + sum.running;
+      status.replaceChildren(
+        h('p', { class: 'rotate-done' }, 'Done: ' + fmtInt(sum.resealed + sum.sealed) + ' values now under key ' + sealing + ', ' +
+          fmtInt(sum.current) + ' already current' + (calls > 1 ? ' (' + fmtInt(calls) + ' calls).' : '.') +
+          (left ? ' ' + fmtInt(left) + ' moved on or running: run it again for them.' : '')),
+        sum.failed ? h('p', { class: 'error-text' }, fmtInt(sum.failed) + ' values could not be opened: keep their keys listed until they are re-sealed (conveyor keys rotate names them).') : '',
+        h('div', { class: 'table-scroll' }, h('table', { class: 'grid-table rotate-report' },
+          h('thead', {}, h('tr', {}, h('th', { scope: 'col' }, 'Place'), ...ROTATE_COUNTS.map(([, label]) => h('th', { scope: 'col', class: 'num' }, label)))),
+          h('tbody', {}, ...ROTATE_PLACES.filter((p) => places[p]).map((p) => h('tr', { data: { place: p } }, h('th', { scope: 'row' }, p.replace('_', ' ')),
+            ...ROTATE_COUNTS.map(([c, label]) => h('td', { class: 'num', data: { label, field: c } }, fmtInt(places[p][c]))))),
+          h('tr', { data: { place: 'total' } }, h('th', { scope: 'row' }, 'total'),
+            ...ROTATE_COUNTS.map(([c, label]) => h('td', { class: 'num', data: { label, field: c } }, fmtInt(sum[c]))))))),
+        h('p', { class: 'muted small' }, 'The outbox\'s rows are in PostgreSQL: conveyor keys rotate --postgres re-seals them.'));
+      button.disabled = !k.can_rotate;
+    };
+    button.addEventListener('click', run);
+    body.replaceChildren(
+      h('ul', { class: 'key-list' }, ...ids.map((id) => h('li', { data: { key: id } }, h('code', {}, id), ' ',
+        id === sealing ? h('span', { class: 'badge key-sealing' }, 'seals') : h('span', { class: 'muted small' }, 'opens only')))),
+      actions,
+      k.can_rotate ? '' : h('p', { class: 'muted small rotate-why' }, 'Re-sealing reads every payload in the clear: sign in with the payload token (conveyor serve --payload-token) to run it.'),
+      status);
   }
 
   function renderRedisNodes(wrap, nodes) {

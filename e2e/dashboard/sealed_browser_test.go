@@ -11,13 +11,15 @@ import (
 	"github.com/chromedp/chromedp"
 	"github.com/stretchr/testify/require"
 
+	"github.com/conveyorq/conveyor/internal/jobtest"
 	"github.com/conveyorq/conveyor/internal/redistest"
 	"github.com/conveyorq/conveyor/keyring"
 	"github.com/conveyorq/conveyor/pipeline"
 )
 
 // Issue 35: a job whose payload is encrypted at rest, shown to a token that may not see it,
-// is its placeholder under a lock, on its page and in its list, and its plaintext is nowhere.
+// is its placeholder under a lock, on its page and in its list, and its plaintext is nowhere;
+// so are the log lines a worker with keys sealed, on the job's Logs card.
 func TestDashboardSealedBrowser(t *testing.T) {
 	chrome := chromiumPath(t)
 	dir := artifactDir(t)
@@ -28,6 +30,20 @@ func TestDashboardSealedBrowser(t *testing.T) {
 	require.NoError(t, err)
 	_, err = sealing.Enqueue(context.Background(), "vault", pipeline.Task{Type: "charge", Payload: []byte(`{"card":"4111"}`)},
 		pipeline.WithID("secret-1"), pipeline.WithDelay(time.Hour))
+	require.NoError(t, err)
+	w, err := pipeline.NewWorker(rdb, pipeline.WorkerConfig{Queues: []string{"vault-logs"}, Keys: k})
+	require.NoError(t, err)
+	w.Handle("charge", func(_ context.Context, j *pipeline.Job) ([]byte, error) {
+		j.Logf("charging card %s", j.Payload)
+		return nil, nil
+	})
+	jobtest.RunWorker(t, w)
+	_, err = sealing.Enqueue(context.Background(), "vault-logs", pipeline.Task{Type: "charge", Payload: []byte(`4111`)},
+		pipeline.WithID("logged-1"))
+	require.NoError(t, err)
+	waitCtx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	_, err = sealing.Wait(waitCtx, "vault-logs", "logged-1")
 	require.NoError(t, err)
 	client, err := pipeline.NewClient(rdb, pipeline.ClientConfig{})
 	require.NoError(t, err)
@@ -54,6 +70,14 @@ func TestDashboardSealedBrowser(t *testing.T) {
 		const c = document.querySelector('tr[data-job="secret-1"] td.payload code');
 		return c !== null && c.textContent.startsWith('\u{1F512} <encrypted, 15 bytes') && !document.body.textContent.includes('4111');
 	})()`)
+	b.route("#/jobs/vault-logs/logged-1")
+	b.poll("the sealed log lines are their placeholder under a lock", `(() => {
+		const s = document.querySelector('.logs .log-attempt .sealed');
+		return s !== null && /^<encrypted, \d+ bytes, key k1>$/.test(s.querySelector('pre.log-lines').textContent) &&
+			s.textContent.includes('\u{1F512}') && document.querySelector('.logs .log-attempt > pre') === null &&
+			!document.body.textContent.includes('4111');
+	})()`)
+	b.shot("logs-sealed")
 
 	b.mu.Lock()
 	defer b.mu.Unlock()

@@ -55,8 +55,9 @@ type fixture struct {
 	publish func(t *testing.T) string
 	// fill makes the queue "full", bounded to one waiting job and holding it.
 	fill func(t *testing.T) string
-	// sealed publishes a job to queue with its payload encrypted under a key the server lacks
-	// (its JSON has the placeholder and "encrypted") and returns its id.
+	// sealed publishes a job to queue with its payload encrypted under the server's older key
+	// (its JSON has the placeholder and "encrypted": the API token does not see it opened) and
+	// returns its id.
 	sealed func(t *testing.T) string
 	// logged publishes a job to live and waits until the worker completed it, having logged a
 	// line (Job.Logf); it returns its id.
@@ -231,6 +232,16 @@ var cases = []tc{
 	{op: "DELETE /v1/queues/{queue}/dead", url: "/v1/queues/{queue}/dead?older_than=1h&dry_run=true", status: 200, prep: seeded(status.Failed)},
 	{op: "DELETE /v1/queues/{queue}/dead", url: "/v1/queues/{queue}/dead", status: 200},
 	{op: "DELETE /v1/queues/{queue}/dead", url: "/v1/queues/{queue}/dead?older_than=soon", status: 400, invalid: true},
+
+	// Encryption at rest: the server's key ids, and re-sealing (the server's keys are "k2"
+	// then the sealed fixture's "k1"; without a payload token the API token may rotate).
+	{op: "GET /v1/keys", url: "/v1/keys", status: 200},
+	{op: "POST /v1/keys/rotate", url: "/v1/keys/rotate", status: 200, body: `{"queue":"{queue}","max":1,"batch":1}`,
+		prep: func(t *testing.T, f *fixture) string { return f.sealed(t) }},
+	{op: "POST /v1/keys/rotate", url: "/v1/keys/rotate", status: 200, body: `{}`},
+	{op: "POST /v1/keys/rotate", url: "/v1/keys/rotate", status: 400, body: `{"batch":0}`, invalid: true},
+	{op: "POST /v1/keys/rotate", url: "/v1/keys/rotate", status: 404, body: `{"queue":"nosuch"}`},
+	{op: "POST /v1/keys/rotate", url: "/v1/keys/rotate", status: 401, body: `{}`, noToken: true},
 
 	// Deleting a queue: refused while it has jobs, then forced.
 	{op: "DELETE /v1/queues/{queue}", url: "/v1/queues/{queue}", status: 409},
@@ -414,8 +425,12 @@ func newFixture(t *testing.T) *fixture {
 		}
 	})
 
+	serverKeys, err := keyring.Parse("k2 " + base64.StdEncoding.EncodeToString(bytes.Repeat([]byte{7}, keyring.KeySize)) +
+		"\nk1 " + base64.StdEncoding.EncodeToString(bytes.Repeat([]byte{9}, keyring.KeySize)))
+	require.NoError(t, err)
 	s, err := api.New(client, insp, api.Config{
 		AuthToken: token,
+		Keys:      serverKeys,
 		Metrics: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 			w.Header().Set("Content-Type", "text/plain; version=0.0.4")
 			_, _ = io.Copy(w, bytes.NewBufferString("# HELP up 1\nup 1\n"))
