@@ -82,6 +82,14 @@ type ClientConfig struct {
 	// Enqueue) is sent as it is. The type and the metadata stay plain: put no secret in
 	// metadata. An empty payload stays empty. Nil: nothing is sealed and reads return what is
 	// stored, sealed or not.
+	//
+	// A job sent again after a key switch (a retry after a lost reply, an outbox row that a
+	// relay sent before it died and a rotation re-sealed since) is sealed under another key
+	// than its stored copy, so the bytes differ. When that is all that differs, the Client
+	// reads the stored job once and opens both: the same plaintext finds the job
+	// (Duplicate), another is ErrConflict, and a stored payload under a key this keyring
+	// lacks is ErrConflict naming the key (errors.Is keyring.ErrUnknownKey). Without Keys
+	// payloads are compared byte for byte, so a relay needs the keys for this.
 	Keys *keyring.Keyring
 	// KeepSealed makes reads leave payloads and results sealed even with Keys: for a server
 	// that opens them per caller (Job.Open), as conveyor serve does for its payload token.
@@ -182,8 +190,10 @@ func (c *Client) Prefix() string { return c.cfg.Prefix }
 // the job as stored. WithID may name a job that exists, or WithUnique a key that a live job
 // holds. Then nothing new is written and that existing job is returned with Duplicate set.
 // When the job WithID names has another type or payload, Enqueue refuses with ErrConflict. It
-// says what differs, and writes nothing. With WithDebounce it returns the job of the key's
-// window, scheduled. Debounced is set when the publish joined a pending job (see WithDebounce).
+// says what differs, and writes nothing. Under ClientConfig.Keys two sealed payloads are the
+// same when they open to the same plaintext, whichever keys sealed them (see Keys). With
+// WithDebounce it returns the job of the key's window, scheduled. Debounced is set when the
+// publish joined a pending job (see WithDebounce).
 //
 // In a queue of several partitions (Inspector.CreateQueue) the job goes to the partition its
 // id routes to (keys.PartitionOf). With WithUnique it goes to the one its unique key routes
@@ -256,11 +266,12 @@ func (c *Client) enqueue(ctx context.Context, queue string, task *Task, pt *publ
 // ids, and calling again with those ids (WithID) is idempotent.
 //
 // Jobs that existed already come back with Duplicate set. A task whose id names a job with
-// another type or payload is not written. Its error (wrapping ErrConflict, one per such task)
-// comes back with the other jobs, which were written. In a partitioned queue the jobs are
-// grouped by partition, each group chunked as above, all chunks still in one pipeline. Tasks
-// with a debounce key (WithDebounce) are one script call each, in the batch's order. A later
-// task of a key joins the job of an earlier one, and the last one's payload wins.
+// another type or payload (compared as Enqueue does) is not written. Its error (wrapping
+// ErrConflict, one per such task) comes back with the other jobs, which were written. In a
+// partitioned queue the jobs are grouped by partition, each group chunked as above, all chunks
+// still in one pipeline. Tasks with a debounce key (WithDebounce) are one script call each, in
+// the batch's order. A later task of a key joins the job of an earlier one, and the last one's
+// payload wins.
 //
 // The jobs carry the trace context of ctx, or of the one publish span the call records under a
 // tracer provider, as Enqueue's do.
