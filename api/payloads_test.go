@@ -125,3 +125,28 @@ func TestPayloadTokenConfig(t *testing.T) {
 	_, err = api.New(c, i, api.Config{PayloadToken: "p", AuthToken: "p", Keys: k})
 	require.ErrorIs(t, err, pipeline.ErrInvalid)
 }
+
+// TestResendAcrossKeySwitch: a job published under k1, POSTed again with its id and the same
+// payload to a server whose keyring lists k2 first, is the job found (200), as any publish sent
+// again: the server's Client compares the plaintexts (pipeline.ClientConfig.Keys). Another
+// payload is 409.
+func TestResendAcrossKeySwitch(t *testing.T) {
+	s1, s2 := bytes.Repeat([]byte{1}, keyring.KeySize), bytes.Repeat([]byte{2}, keyring.KeySize)
+	k1, err := keyring.New([]string{"k1"}, [][]byte{s1})
+	require.NoError(t, err)
+	k21, err := keyring.New([]string{"k2", "k1"}, [][]byte{s2, s1})
+	require.NoError(t, err)
+	e := setup(t, setupOpts{cfg: api.Config{Keys: k21}, clientCfg: pipeline.ClientConfig{Keys: k21, KeepSealed: true}})
+	before, err := pipeline.NewClient(e.rdb, pipeline.ClientConfig{Prefix: e.prefix, Keys: k1})
+	require.NoError(t, err)
+	_, err = before.Enqueue(t.Context(), e.queue, pipeline.Task{Type: "echo", Payload: []byte(`{"n":1}`)}, pipeline.WithID("x"))
+	require.NoError(t, err)
+
+	r := e.post(`{"type":"echo","payload":{"n":1}}`, http.StatusOK, "Idempotency-Key: x")
+	require.Equal(t, "x", r.job(t).ID)
+	r = e.post(`{"type":"echo","payload":{"n":2}}`, http.StatusConflict, "Idempotency-Key: x")
+	require.Equal(t, "id_taken", r.apiErr(t).Reason)
+	st, err := e.client.Stats(t.Context(), e.queue)
+	require.NoError(t, err)
+	require.EqualValues(t, 1, st.Enqueued)
+}

@@ -27,7 +27,9 @@
 // the same key seals to the same bytes, which is what lets a publish sent again after a lost
 // reply find its job unchanged rather than "published with another payload". The cost is that
 // two equal payloads of one job id are seen to be equal, which the id already says. Two
-// different plaintexts get different nonces unless HMAC-SHA-256 collides in 96 bits.
+// different plaintexts get different nonces unless HMAC-SHA-256 collides in 96 bits. Under two
+// keys (a publish sent again across a rotation) the bytes differ: the publisher then opens
+// both and compares the plaintexts (pipeline.ClientConfig.Keys).
 //
 // # The key file
 //

@@ -110,6 +110,12 @@
 // seals the rows written without (conveyor relay --keys). The type, the options (spec) and the
 // metadata stay plain.
 //
+// Give the relay the keys when keys rotate. A row the relay sent and did not delete (it died
+// in between) is sent again by the next relay; if Rotate re-sealed the row, or
+// pipeline.Inspector.RotateKeys its job, in between, the two copies are one plaintext under two
+// keys. A Client with the keys opens both and finds the job (a duplicate); one without compares
+// the bytes and the row is set aside as a conflict.
+//
 // # Why not watermill-sql
 //
 // Watermill's SQL Pub/Sub (watermill-sql v4) writes messages in the caller's transaction too.

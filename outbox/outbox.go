@@ -197,7 +197,9 @@ func WithID(id string) Option { return func(o *options) { o.id = id } }
 // WithKeys seals the payload with k (pipeline.ClientConfig.Keys) before the row is written,
 // bound to the row's id, the job's: the table, its WAL and backups hold ciphertext only. The
 // relay sends the sealed payload as it is, so its own keyring need not have the key, but the
-// workers' must. The type, the options and the metadata stay plain. A nil k seals nothing.
+// workers' must (and the relay's, to find a job sent before a rotation: see the package doc's
+// "Encryption at rest"). The type, the options and the metadata stay plain. A nil k seals
+// nothing.
 func WithKeys(k *keyring.Keyring) Option { return func(o *options) { o.keys = k } }
 
 // WithDelay makes the job due d after Enqueue (not after the commit, nor the relay's send).

@@ -1,6 +1,7 @@
 package pipeline
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"errors"
@@ -81,6 +82,14 @@ type ClientConfig struct {
 	// Enqueue) is sent as it is. The type and the metadata stay plain: put no secret in
 	// metadata. An empty payload stays empty. Nil: nothing is sealed and reads return what is
 	// stored, sealed or not.
+	//
+	// A job sent again after a key switch (a retry after a lost reply, an outbox row that a
+	// relay sent before it died and a rotation re-sealed since) is sealed under another key
+	// than its stored copy, so the bytes differ. When that is all that differs, the Client
+	// reads the stored job once and opens both: the same plaintext finds the job
+	// (Duplicate), another is ErrConflict, and a stored payload under a key this keyring
+	// lacks is ErrConflict naming the key (errors.Is keyring.ErrUnknownKey). Without Keys
+	// payloads are compared byte for byte, so a relay needs the keys for this.
 	Keys *keyring.Keyring
 	// KeepSealed makes reads leave payloads and results sealed even with Keys: for a server
 	// that opens them per caller (Job.Open), as conveyor serve does for its payload token.
@@ -181,8 +190,10 @@ func (c *Client) Prefix() string { return c.cfg.Prefix }
 // the job as stored. WithID may name a job that exists, or WithUnique a key that a live job
 // holds. Then nothing new is written and that existing job is returned with Duplicate set.
 // When the job WithID names has another type or payload, Enqueue refuses with ErrConflict. It
-// says what differs, and writes nothing. With WithDebounce it returns the job of the key's
-// window, scheduled. Debounced is set when the publish joined a pending job (see WithDebounce).
+// says what differs, and writes nothing. Under ClientConfig.Keys two sealed payloads are the
+// same when they open to the same plaintext, whichever keys sealed them (see Keys). With
+// WithDebounce it returns the job of the key's window, scheduled. Debounced is set when the
+// publish joined a pending job (see WithDebounce).
 //
 // In a queue of several partitions (Inspector.CreateQueue) the job goes to the partition its
 // id routes to (keys.PartitionOf). With WithUnique it goes to the one its unique key routes
@@ -236,8 +247,11 @@ func (c *Client) enqueue(ctx context.Context, queue string, task *Task, pt *publ
 		return nil, c.full(ctx, queue, nj.LimitKey, row, bound, p, 0)
 	}
 	existed, err := created(j, &nj, row, now)
-	if existed {
+	switch {
+	case existed:
 		j, err = c.duplicate(ctx, queue, j)
+	case c.resealable(&nj, row):
+		j, err = c.sameSealed(ctx, queue, j, &nj, err)
 	}
 	if err != nil {
 		return nil, err
@@ -252,11 +266,12 @@ func (c *Client) enqueue(ctx context.Context, queue string, task *Task, pt *publ
 // ids, and calling again with those ids (WithID) is idempotent.
 //
 // Jobs that existed already come back with Duplicate set. A task whose id names a job with
-// another type or payload is not written. Its error (wrapping ErrConflict, one per such task)
-// comes back with the other jobs, which were written. In a partitioned queue the jobs are
-// grouped by partition, each group chunked as above, all chunks still in one pipeline. Tasks
-// with a debounce key (WithDebounce) are one script call each, in the batch's order. A later
-// task of a key joins the job of an earlier one, and the last one's payload wins.
+// another type or payload (compared as Enqueue does) is not written. Its error (wrapping
+// ErrConflict, one per such task) comes back with the other jobs, which were written. In a
+// partitioned queue the jobs are grouped by partition, each group chunked as above, all chunks
+// still in one pipeline. Tasks with a debounce key (WithDebounce) are one script call each, in
+// the batch's order. A later task of a key joins the job of an earlier one, and the last one's
+// payload wins.
 //
 // The jobs carry the trace context of ctx, or of the one publish span the call records under a
 // tracer provider, as Enqueue's do.
@@ -326,6 +341,13 @@ func (c *Client) publish(ctx context.Context, js jobstate.Backend, queue string,
 			if existed {
 				existing = append(existing, i)
 			}
+			if c.resealable(&njs[i], row) {
+				got, serr := c.sameSealed(ctx, queue, jobs[i], &njs[i], err)
+				if serr == nil {
+					jobs[i] = got
+				}
+				return serr
+			}
 			return err
 		},
 		Debounced: func(i int, d jobstate.Debounced) { debounced(jobs[i], &njs[i], d) },
@@ -372,6 +394,59 @@ func (c *Client) duplicate(ctx context.Context, queue string, j *Job) (*Job, err
 	}
 	if err != nil {
 		return nil, err
+	}
+	got.Duplicate = true
+	return got, nil
+}
+
+// resealable reports whether a publish of nj that enqueue.lua answered with row may have found
+// its own job under another key: a conflict on the payload alone, nj's payload sealed, and a
+// keyring to open both with (sameSealed). Without keys, nothing changes: a payload sealed by
+// someone else (an outbox row) is compared byte for byte, as a plain one is.
+func (c *Client) resealable(nj *jobstate.NewJob, row jobstate.Created) bool {
+	return row.Code == script.Conflict && row.Differs == "payload" && c.cfg.Keys != nil && keyring.Sealed(nj.Payload)
+}
+
+// sameSealed answers a publish of job j, as nj, whose id names a job with another payload
+// (resealable); conflict is the error the publish has so far. The synthetic nonce makes one
+// plaintext under one key seal to the same bytes, but not under two: a job published under
+// the old key and published again under the new one (a retry after a lost reply that spans a
+// key switch; an outbox row a relay sent before it died, re-sealed since by outbox.Rotate, or
+// its job by Inspector.RotateKeys) differs byte for byte from itself. So it reads the stored
+// job, once and on this path alone, and when both payloads are sealed and open to the same
+// plaintext it returns that job marked Duplicate, what a publish sent again gets when nothing
+// changed. Otherwise it returns conflict, which says so when a payload would not open (a key
+// this keyring lacks: the answer then is to list that key, not to change the job). A
+// debounced job is left to the byte comparison: its payload is sealed for no job in
+// particular, and a debounced publish never conflicts.
+func (c *Client) sameSealed(ctx context.Context, queue string, j *Job, nj *jobstate.NewJob, conflict error) (*Job, error) {
+	qs, err := c.lookup(ctx, queue, j.ID)
+	if err != nil {
+		return nil, err
+	}
+	got, _, err := findJob(ctx, c.store, qs, j.ID, nil) // as stored: opened below
+	switch {
+	case errors.Is(err, ErrNotFound):
+		return nil, conflict // gone since: nothing left to compare with
+	case err != nil:
+		return nil, err
+	case got.Debounce != nil || !keyring.Sealed(got.Payload):
+		return nil, conflict
+	}
+	mine, err := c.cfg.Keys.Open(keyring.Payload, j.ID, nj.Payload)
+	if err != nil {
+		return nil, fmt.Errorf("%w (the payload published does not open to compare: %w)", conflict, err)
+	}
+	stored, err := c.cfg.Keys.Open(keyring.Payload, j.ID, got.Payload)
+	if err != nil {
+		return nil, fmt.Errorf("%w (the stored payload does not open to compare: %w)", conflict, err)
+	}
+	if !bytes.Equal(mine, stored) {
+		return nil, conflict
+	}
+	if k := c.readKeys(); k != nil {
+		got.Payload = stored
+		_ = got.Open(k) // its result, when it has one; what does not open stays sealed
 	}
 	got.Duplicate = true
 	return got, nil
