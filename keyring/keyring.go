@@ -307,15 +307,22 @@ func Sealed(b []byte) bool { return len(b) >= len(magic) && string(b[:len(magic)
 
 // split returns a sealed value's key id, nonce and ciphertext with its tag.
 func split(b []byte) (id string, nonce, ct []byte, ok bool) {
+	rawID, nonce, ct, ok := splitRaw(b)
+	return string(rawID), nonce, ct, ok
+}
+
+// splitRaw is split with the key id as the value's own bytes: Open looks the key up with them
+// and makes no string of the id unless it reports an error.
+func splitRaw(b []byte) (id, nonce, ct []byte, ok bool) {
 	if !Sealed(b) || len(b) < len(magic)+1 {
-		return "", nil, nil, false
+		return nil, nil, nil, false
 	}
 	n := int(b[len(magic)])
 	rest := b[len(magic)+1:]
 	if n == 0 || n > MaxIDLen || len(rest) < n+nonceSize+tagSize {
-		return "", nil, nil, false
+		return nil, nil, nil, false
 	}
-	return string(rest[:n]), rest[n : n+nonceSize], rest[n+nonceSize:], true
+	return rest[:n], rest[n : n+nonceSize], rest[n+nonceSize:], true
 }
 
 // KeyID returns the id of the key a sealed value was sealed under; ok is false for a value
@@ -352,25 +359,45 @@ func Describe(b []byte) string {
 // is not sealed is returned as it is (a job published before encryption was turned on). The
 // error wraps ErrUnknownKey (a *KeyError) or ErrCorrupt.
 func (k *Keyring) Open(kind Kind, jobID string, b []byte) ([]byte, error) {
+	return k.open(kind, jobID, b, false)
+}
+
+// OpenInPlace is Open that writes the plaintext over b's ciphertext instead of allocating it:
+// for a reader that owns b and needs its sealed bytes no more (a worker's copy of a payload it
+// read). b is spoiled once the call returns, opened or not, so that the call tries jobID's
+// binding only: a value sealed for AnyJob fails here, and the caller opens a pristine copy of
+// it with Open.
+func (k *Keyring) OpenInPlace(kind Kind, jobID string, b []byte) ([]byte, error) {
+	return k.open(kind, jobID, b, true)
+}
+
+func (k *Keyring) open(kind Kind, jobID string, b []byte, inPlace bool) ([]byte, error) {
 	if !Sealed(b) {
 		return b, nil
 	}
-	id, nonce, ct, ok := split(b)
+	rawID, nonce, ct, ok := splitRaw(b)
 	if !ok {
 		return nil, fmt.Errorf("%w: cut short (%d bytes)", ErrCorrupt, len(b))
 	}
-	if k == nil || k.byID[id] == nil {
-		return nil, &KeyError{KeyID: id}
+	var kk *key
+	if k != nil {
+		kk = k.byID[string(rawID)]
 	}
-	aead := k.byID[id].aead
-	plain, err := aead.Open(nil, nonce, ct, aad(kind, jobID))
-	if err != nil && jobID != AnyJob {
+	if kk == nil {
+		return nil, &KeyError{KeyID: string(rawID)}
+	}
+	var dst []byte
+	if inPlace {
+		dst = ct[:0]
+	}
+	plain, err := kk.aead.Open(dst, nonce, ct, aad(kind, jobID))
+	if err != nil && jobID != AnyJob && !inPlace {
 		// Sealed for no job (a debounced publish): tried second, so that only such a value
 		// pays for the second try.
-		plain, err = aead.Open(nil, nonce, ct, aad(kind, AnyJob))
+		plain, err = kk.aead.Open(nil, nonce, ct, aad(kind, AnyJob))
 	}
 	if err != nil {
-		return nil, fmt.Errorf("%w: %s of job %q under key %q fails authentication", ErrCorrupt, kind, jobID, id)
+		return nil, fmt.Errorf("%w: %s of job %q under key %q fails authentication", ErrCorrupt, kind, jobID, rawID)
 	}
 	return plain, nil
 }

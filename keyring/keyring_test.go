@@ -261,3 +261,32 @@ func TestAnyJob(t *testing.T) {
 		t.Fatalf("a value bound to job a opened as job b's: %v", err)
 	}
 }
+
+// A worker opens its own copy of a payload in place: no copy is made, and a value sealed for
+// no job, which the in-place try cannot open, still opens from a pristine copy with Open.
+func TestOpenInPlace(t *testing.T) {
+	k := mustParse(t, "k1 "+secret(1))
+	plain := []byte(strings.Repeat("payload ", 40))
+	b := k.Seal(Payload, "job1", plain)
+	got, err := k.OpenInPlace(Payload, "job1", b)
+	if err != nil || !bytes.Equal(got, plain) {
+		t.Fatalf("OpenInPlace = %q, %v", got, err)
+	}
+	if &got[0] != &b[len(b)-len(plain)-tagSize] {
+		t.Fatal("the plaintext was not written over the ciphertext")
+	}
+
+	any := k.Seal(Payload, AnyJob, plain)
+	pristine := bytes.Clone(any)
+	if _, err := k.OpenInPlace(Payload, "job1", any); !errors.Is(err, ErrCorrupt) {
+		t.Fatalf("OpenInPlace of a value sealed for no job: %v, want ErrCorrupt", err)
+	}
+	if got, err := k.Open(Payload, "job1", pristine); err != nil || !bytes.Equal(got, plain) {
+		t.Fatalf("Open of the pristine copy = %q, %v", got, err)
+	}
+
+	other := mustParse(t, "k9 "+secret(9))
+	if _, err := other.OpenInPlace(Payload, "job1", k.Seal(Payload, "job1", plain)); !errors.Is(err, ErrUnknownKey) {
+		t.Fatalf("OpenInPlace without the key: %v, want ErrUnknownKey", err)
+	}
+}

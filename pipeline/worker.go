@@ -220,7 +220,7 @@ func (r *runner) Begin(ctx context.Context, q *keys.Queue, msg *message.Message)
 	} else if keyring.Sealed(j.Payload) {
 		// Never a handler on ciphertext: the attempt fails, and the retry policy may hand the
 		// job to a worker that has the key.
-		p, err := w.cfg.Keys.Open(keyring.Payload, j.ID, j.Payload)
+		p, err := openPayload(w.cfg.Keys, j, a.Values)
 		if err != nil {
 			a.Fail, a.FailNote = sealedError(err), engine.NoteSealed
 		} else {
@@ -228,6 +228,22 @@ func (r *runner) Begin(ctx context.Context, q *keys.Queue, msg *message.Message)
 		}
 	}
 	return ctx, a
+}
+
+// openPayload opens a handler's job's sealed payload. The job's Payload is the worker's own
+// copy of the entry's bytes (jobFromMessage), needed sealed no more: the finish call sends
+// back the entry's bytes as read (values), never Payload. So it is opened in place, sparing a
+// copy of every payload a worker runs. A payload sealed for no job (a debounced publish) fails
+// that, and opens from the entry's bytes, which the in-place try did not touch.
+func openPayload(k *keyring.Keyring, j *Job, values map[string]any) ([]byte, error) {
+	orig, ok := values[keys.EntryPayload].(string)
+	if !ok {
+		return k.Open(keyring.Payload, j.ID, j.Payload)
+	}
+	if p, err := k.OpenInPlace(keyring.Payload, j.ID, j.Payload); err == nil || errors.Is(err, keyring.ErrUnknownKey) {
+		return p, err
+	}
+	return k.Open(keyring.Payload, j.ID, []byte(orig))
 }
 
 // Call runs the job's handler.
