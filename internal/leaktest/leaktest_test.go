@@ -1,6 +1,7 @@
 package leaktest
 
 import (
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -37,7 +38,7 @@ func TestFind(t *testing.T) {
 		t.Fatalf("nothing started, yet: %v", err)
 	}
 	release := parked(t)
-	err := Find(before)
+	err := findParked(before)
 	if err == nil || !strings.Contains(err.Error(), parkedFunc) || !strings.Contains(err.Error(), "chan receive") {
 		t.Fatalf("the parked goroutine not found: %v", err)
 	}
@@ -48,8 +49,25 @@ func TestFind(t *testing.T) {
 		t.Fatalf("a goroutine alive at IgnoreCurrent reported: %v", err)
 	}
 	release()
-	if err := Find(before); err != nil {
+	// release returns once the goroutine closed done, which may be before it exits: look
+	// until it has (find), as Verify does.
+	if err := find(time.Now().Add(wait), []Option{before}); err != nil {
 		t.Fatalf("after the goroutine ended: %v", err)
+	}
+}
+
+// findParked is Find once the goroutine of parked is parked on its channel. It says it started
+// just before it parks, so a loaded machine may show it runnable still: a single look failed
+// so in CI ("in state runnable"). It looks again until the report names the receive, for at
+// most a minute.
+func findParked(before Option) error {
+	deadline := time.Now().Add(time.Minute)
+	for {
+		err := Find(before)
+		if err == nil || strings.Contains(err.Error(), "chan receive") || time.Now().After(deadline) {
+			return err
+		}
+		runtime.Gosched()
 	}
 }
 
